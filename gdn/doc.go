@@ -1,0 +1,60 @@
+// Package gdn runs the fused gated delta-rule (GDN) decode step of linear-attention LLMs
+// (Qwen3-Next, Qwen3.5 and their kin) on CPUs: one call per layer and token advances the recurrent
+// state of every (sequence, value head) by one token and writes the gated-RMSNorm output.
+//
+// # Shapes
+//
+// B sequences, KHeads q/k heads and VHeads value heads per sequence (VHeads a multiple of
+// KHeads), key dim K (state rows) and value dim V (state columns). Flattened heads are
+// bh = b·VHeads + h: the value head cycles fastest. Every tensor is row-major float32:
+//
+//	Q, K       [B][KHeads][K]     raw (not l2-normalised, not scaled)
+//	V, Z       [B][VHeads][V]     Z is the gate input of the gated RMSNorm
+//	B, A       [B][VHeads]        raw beta (pre-sigmoid) and raw gate input (pre-softplus)
+//	ALog, DtBias [VHeads], NormWeight [V]   (Config)
+//	State      [B][VHeads][K][V]  element (bh, i, j) at (bh·K + i)·V + j
+//	Out        [B][VHeads][V]     bf16 (and/or OutF32)
+//
+// GQA by index: value head h reads q/k head h / (VHeads/KHeads), so consecutive value heads share a
+// key head (repeat_interleave in the Hugging Face, fla and vLLM code). KHeads == VHeads is the
+// "GQA-expanded" layout.
+//
+// # Semantics, per flattened head
+//
+//	beta = sigmoid(b)
+//	g    = −exp(ALog[h])·softplus(a + DtBias[h])       softplus(x) = x if x > 20 else log1p(exp(x))
+//	eg   = exp(g)                                       (0 < eg ≤ 1)
+//	q̂    = q·rsqrt(Σq² + 1e-6)·(1/√K)                   k̂ = k·rsqrt(Σk² + 1e-6)
+//	S1   = eg·S                                         decay first
+//	δ    = beta·(v − S1ᵀk̂)
+//	S'   = S1 + k̂ ⊗ δ                                   S'[i][j] = S1[i][j] + k̂_i·δ_j
+//	o    = S'ᵀq̂                                         read after the update
+//	y_j  = o_j·rsqrt(Σo²/V + RMSEps)·NormWeight_j·silu(z_j)
+//	Out  = bf16(y), rounded to nearest even;  OutF32 = y
+//
+// The kernels read the state once and write it once, using kv = eg·Sᵀk̂, o = eg·Sᵀq̂ + (k̂·q̂)·δ.
+// The scalars (l2 factors, k̂·q̂, beta, eg, the RMS factor) are computed in float64 and rounded once;
+// the state and o are float32 (fused multiply-adds where the CPU has them). Nothing but Out is
+// rounded to bf16.
+//
+// # Accuracy
+//
+// Against a float64 evaluation of the formulas, every kernel keeps State and OutF32 within 1e-5 of
+// the head's largest magnitude, and every Out element within max(1 bf16 ulp of y, 1e-5·the head's
+// max |y|). A NaN or Inf in one head's inputs can spoil that head's outputs only. The result bits
+// of a kernel do not depend on Config.Workers.
+//
+// # Errors and safety
+//
+// Every error wraps one of the exported sentinels (ErrConfig, ErrKernel, ErrShape, ErrNoOutput,
+// ErrOverlap; use errors.Is) and names the offending field, its length and the expected length.
+// When Step returns an error it has written nothing. Output.State may be the very same slice as
+// Input.State (in place); any other overlap between an output and an input or another output is
+// an error. A Layer is immutable after New and safe for concurrent Steps on different data.
+//
+// # Kernels
+//
+// The root package github.com/gdnsimd/gdnsimd holds the kernels; Kernels lists the ones this CPU
+// can run, best first ("generic" is always there, also under -tags purego). Config.Kernel picks one
+// per Layer; there is no global switch.
+package gdn

@@ -1,0 +1,188 @@
+package gdn
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"runtime"
+	"sync"
+
+	"github.com/gdnsimd/gdnsimd"
+)
+
+// BF16 is a bfloat16 value, as its bits.
+type BF16 uint16
+
+// Float32 returns b as a float32 (exact).
+func (b BF16) Float32() float32 { return math.Float32frombits(uint32(b) << 16) }
+
+// BF16FromFloat32 rounds f to the nearest bfloat16, ties to even. NaN stays a NaN (quiet, same
+// sign); values beyond the bf16 range round to ±Inf.
+func BF16FromFloat32(f float32) BF16 { return BF16(gdnsimd.BF16RNE(f)) }
+
+// The sentinels every error of this package wraps.
+var (
+	ErrConfig   = errors.New("gdn: invalid config")             // from New
+	ErrKernel   = errors.New("gdn: kernel not available")       // from New: unknown or unsupported kernel
+	ErrShape    = errors.New("gdn: slice length mismatch")      // from Step: a length disagrees with B
+	ErrNoOutput = errors.New("gdn: no output requested")        // from Step: Out and OutF32 both nil
+	ErrOverlap  = errors.New("gdn: output overlaps other data") // from Step: forbidden aliasing
+)
+
+// DefaultRMSEps is the gated RMSNorm epsilon used when Config.RMSEps is 0 (Qwen3-Next/3.5's
+// rms_norm_eps; fla's and vLLM's module default is 1e-5).
+const DefaultRMSEps = 1e-6
+
+// MaxDim bounds K, V, KHeads and VHeads, so that no size computation can overflow.
+const MaxDim = 1 << 16
+
+// Config describes one GDN layer.
+type Config struct {
+	KHeads, VHeads int       // q/k heads and value heads per sequence; VHeads % KHeads == 0
+	K, V           int       // key dim (state rows), value dim (state columns), each >= 1
+	ALog, DtBias   []float32 // [VHeads]
+	NormWeight     []float32 // [V]
+	RMSEps         float32   // gated RMSNorm epsilon; 0 means 1e-6
+	Workers        int       // 0: as many as pay off, up to GOMAXPROCS; 1: only the caller's goroutine
+	Kernel         string    // "": best for this CPU; else a kernel name (error if unavailable)
+}
+
+// Input is one decode step's inputs for B sequences (B = len(B)/VHeads).
+type Input struct {
+	Q, K  []float32 // [B][KHeads][K], raw (not normalised, not scaled)
+	V, Z  []float32 // [B][VHeads][V]
+	B, A  []float32 // [B][VHeads], raw beta and gate inputs
+	State []float32 // [B][VHeads][K][V]
+}
+
+// Output receives one decode step's results.
+type Output struct {
+	State  []float32 // [B][VHeads][K][V]; may be the very same slice as Input.State (in place)
+	Out    []BF16    // [B][VHeads][V], optional
+	OutF32 []float32 // [B][VHeads][V], optional; at least one of Out and OutF32
+}
+
+// Layer runs the decode step of one layer. It is immutable after New and safe for concurrent use.
+type Layer struct {
+	c       Config // own copies of the parameter slices; RMSEps resolved
+	kernel  gdnsimd.Kernel
+	scratch sync.Pool // *[]float32 of gdnsimd.ScratchLen(K, V)
+}
+
+// Kernels returns the names of the kernels this CPU can run, best first ("generic" last).
+func Kernels() []string { return gdnsimd.Names() }
+
+// New checks c and returns a Layer holding its own copies of the parameters.
+func New(c Config) (*Layer, error) {
+	for _, d := range []struct {
+		name string
+		v    int
+	}{{"KHeads", c.KHeads}, {"VHeads", c.VHeads}, {"K", c.K}, {"V", c.V}} {
+		if d.v < 1 || d.v > MaxDim {
+			return nil, fmt.Errorf("%w: %s = %d, want 1..%d", ErrConfig, d.name, d.v, MaxDim)
+		}
+	}
+	if c.VHeads%c.KHeads != 0 {
+		return nil, fmt.Errorf("%w: VHeads = %d is not a multiple of KHeads = %d", ErrConfig, c.VHeads, c.KHeads)
+	}
+	for _, p := range []struct {
+		name string
+		s    []float32
+		want int
+	}{{"ALog", c.ALog, c.VHeads}, {"DtBias", c.DtBias, c.VHeads}, {"NormWeight", c.NormWeight, c.V}} {
+		if len(p.s) != p.want {
+			return nil, fmt.Errorf("%w: Config.%s has length %d, want %d", ErrConfig, p.name, len(p.s), p.want)
+		}
+	}
+	eps := float64(c.RMSEps)
+	if eps < 0 || math.IsNaN(eps) || math.IsInf(eps, 0) {
+		return nil, fmt.Errorf("%w: RMSEps = %v, want a finite value >= 0", ErrConfig, c.RMSEps)
+	}
+	if c.RMSEps == 0 {
+		c.RMSEps = DefaultRMSEps
+	}
+	if c.Workers < 0 {
+		return nil, fmt.Errorf("%w: Workers = %d, want >= 0", ErrConfig, c.Workers)
+	}
+	k := gdnsimd.Default()
+	if c.Kernel != "" {
+		var ok bool
+		if k, ok = gdnsimd.Lookup(c.Kernel); !ok {
+			return nil, fmt.Errorf("%w: %q (this CPU has %v)", ErrKernel, c.Kernel, gdnsimd.Names())
+		}
+	}
+	c.Kernel = k.Name()
+	c.ALog = append([]float32(nil), c.ALog...)
+	c.DtBias = append([]float32(nil), c.DtBias...)
+	c.NormWeight = append([]float32(nil), c.NormWeight...)
+	l := &Layer{c: c, kernel: k}
+	n := gdnsimd.ScratchLen(c.K, c.V)
+	l.scratch.New = func() any { s := make([]float32, n); return &s }
+	return l, nil
+}
+
+// Kernel returns the name of the kernel in use.
+func (l *Layer) Kernel() string { return l.c.Kernel }
+
+// Config returns the layer's configuration with defaults resolved (RMSEps, Kernel); the slices
+// are copies.
+func (l *Layer) Config() Config {
+	c := l.c
+	c.ALog = append([]float32(nil), c.ALog...)
+	c.DtBias = append([]float32(nil), c.DtBias...)
+	c.NormWeight = append([]float32(nil), c.NormWeight...)
+	return c
+}
+
+// Step advances the state of every (sequence, value head) by one token. B = len(in.B)/VHeads and
+// every length must agree with it; B = 0 (all slices empty) is a no-op. On error nothing is written.
+func (l *Layer) Step(in Input, out Output) error {
+	st, err := l.check(in, out)
+	if err != nil || len(in.B) == 0 {
+		return err
+	}
+	heads := len(in.B)
+	if w := l.workers(heads); w > 1 {
+		l.parallel(st, heads, w)
+	} else {
+		l.runRange(&st, 0, heads)
+	}
+	return nil
+}
+
+// parallel splits the flattened heads into w contiguous ranges, one per goroutine, the first run
+// by the caller (as the seed's SPMD grid shards BH); it returns when all are done.
+func (l *Layer) parallel(st gdnsimd.Step, heads, w int) {
+	var wg sync.WaitGroup
+	wg.Add(w - 1)
+	for i := 1; i < w; i++ {
+		go func(lo, hi int) {
+			defer wg.Done()
+			l.runRange(&st, lo, hi)
+		}(i*heads/w, (i+1)*heads/w)
+	}
+	l.runRange(&st, 0, heads/w)
+	wg.Wait()
+}
+
+func (l *Layer) runRange(st *gdnsimd.Step, lo, hi int) {
+	sp := l.scratch.Get().(*[]float32)
+	l.kernel.Run(st, lo, hi, *sp)
+	l.scratch.Put(sp)
+}
+
+// minWorkBytes is the least state (bytes read) a worker should get: below it, starting and joining
+// a goroutine costs more than it saves.
+const minWorkBytes = 128 << 10
+
+// workers is the number of goroutines (the caller's included) a Step over heads flattened heads
+// uses: Config.Workers (GOMAXPROCS when 0), but no more than the heads and than pays off.
+func (l *Layer) workers(heads int) int {
+	w := l.c.Workers
+	if w == 0 {
+		w = runtime.GOMAXPROCS(0)
+	}
+	headBytes := l.c.K * l.c.V * 4
+	payoff := max(1, heads*headBytes/minWorkBytes)
+	return max(1, min(w, heads, payoff))
+}

@@ -1,0 +1,218 @@
+package gdnsimd
+
+import "math"
+
+// impl is one kernel: the shared scalar driver (run) calls these three vector pieces per head.
+// Every variant implements the same three pieces with the same arithmetic; the portable Go ones
+// below are the reference the assembly is tested against (see the doc comment of each).
+type impl struct {
+	name string
+
+	// state is the fused state update of one head. sIn and sOut are the head's K×V state
+	// (row i = key index, V contiguous; sOut may be sIn), kh and qh the normalised key and the
+	// normalised, 1/sqrt(K)-scaled query (len K), v the value (len V); it writes o (len V):
+	//
+	//	kv'_j = Σ_i kh_i·sIn[i][j]      qs'_j = Σ_i qh_i·sIn[i][j]      (one read pass)
+	//	δ_j   = beta·(v_j − eg·kv'_j)
+	//	o_j   = eg·qs'_j + kq·δ_j
+	//	sOut[i][j] = eg·sIn[i][j] + kh_i·δ_j                           (one write pass)
+	state func(sIn, sOut, kh, qh, v, o []float32, eg, beta, kq float32)
+
+	// gate is the gated RMSNorm of one head's o (len V):
+	//
+	//	r   = 1/sqrt(Σ_j o_j² / V + eps)            (sum of squares accumulated in float64)
+	//	y_j = o_j·r·w_j·silu(z_j)                    silu(z) = z / (1 + exp32(−z))
+	//
+	// and stores y to outF (if non-nil) and bf16RNE(y) to out (if non-nil).
+	gate func(o, z, w []float32, eps float32, out []uint16, outF []float32)
+
+	// l2 returns Σq², Σk² and Σk·q accumulated in float64 (len(q) == len(k)).
+	l2 func(q, k []float32) (qq, kk, kq float64)
+}
+
+var genericImpl = impl{name: "generic", state: stateGeneric, gate: gateGeneric, l2: l2Generic}
+
+// l2Eps is the epsilon added under the root of the q/k l2 norms (fixed by the models).
+const l2Eps = 1e-6
+
+// run is the driver every kernel shares: the per-head scalars in Go (float64 math, rounded once to
+// float32), the vector pieces from im. q̂ and k̂ are computed once per k-head and reused by the
+// consecutive v-heads that share it (GQA by index, never a copy).
+func run(im *impl, s *Step, lo, hi int, scratch []float32) {
+	K, V, HK, HV := s.K, s.V, s.KHeads, s.VHeads
+	group := HV / HK
+	qh, kh, o := scratch[:K:K], scratch[K:2*K:2*K], scratch[2*K:2*K+V:2*K+V]
+	invSqrtK := 1 / math.Sqrt(float64(K))
+	lastK := -1
+	var kq float32
+	for bh := lo; bh < hi; bh++ {
+		b, h := bh/HV, bh%HV
+		if kIdx := b*HK + h/group; kIdx != lastK {
+			lastK = kIdx
+			q, k := s.Q[kIdx*K:][:K], s.Key[kIdx*K:][:K]
+			qq, kk, qk := im.l2(q, k)
+			rq := 1 / math.Sqrt(qq+l2Eps) * invSqrtK
+			rk := 1 / math.Sqrt(kk+l2Eps)
+			scale(qh, q, float32(rq))
+			scale(kh, k, float32(rk))
+			kq = float32(qk * rq * rk)
+		}
+		beta, eg := headGates(float64(s.Beta[bh]), float64(s.Gate[bh]), float64(s.ALog[h]), float64(s.DtBias[h]))
+
+		st := bh * K * V
+		im.state(s.StateIn[st:st+K*V], s.StateOut[st:st+K*V], kh, qh, s.Val[bh*V:][:V], o, eg, beta, kq)
+
+		var out []uint16
+		var outF []float32
+		if s.Out != nil {
+			out = s.Out[bh*V:][:V]
+		}
+		if s.OutF32 != nil {
+			outF = s.OutF32[bh*V:][:V]
+		}
+		im.gate(o, s.Z[bh*V:][:V], s.NormWeight, s.RMSEps, out, outF)
+	}
+}
+
+// headGates returns beta = sigmoid(b) and eg = exp(g), g = −exp(aLog)·softplus(a + dtBias),
+// softplus(x) = x for x > 20, else log1p(exp(x)); evaluated in float64, rounded once.
+func headGates(b, a, aLog, dtBias float64) (beta, eg float32) {
+	beta = float32(1 / (1 + math.Exp(-b)))
+	x := a + dtBias
+	sp := x
+	if !(x > 20) {
+		sp = math.Log1p(math.Exp(x))
+	}
+	return beta, float32(math.Exp(-math.Exp(aLog) * sp))
+}
+
+// scale sets dst[i] = src[i]·f.
+func scale(dst, src []float32, f float32) {
+	dst = dst[:len(src)]
+	for i, x := range src {
+		dst[i] = x * f
+	}
+}
+
+func l2Generic(q, k []float32) (qq, kk, kq float64) {
+	k = k[:len(q)]
+	for i, x := range q {
+		xq, xk := float64(x), float64(k[i])
+		qq += xq * xq
+		kk += xk * xk
+		kq += xk * xq
+	}
+	return qq, kk, kq
+}
+
+// genericBlock is the column-block width of the portable kernel: the K×genericBlock slab of the
+// state (32 KiB at K = 128) stays in L1 between the read and the write pass.
+const genericBlock = 64
+
+func stateGeneric(sIn, sOut, kh, qh, v, o []float32, eg, beta, kq float32) {
+	K, V := len(kh), len(v)
+	qh = qh[:K]
+	var accK, accQ, delta [genericBlock]float32
+	for j0 := 0; j0 < V; j0 += genericBlock {
+		n := min(genericBlock, V-j0)
+		ak, aq, d := accK[:n], accQ[:n], delta[:n]
+		clear(ak)
+		clear(aq)
+		for i := range K {
+			row := sIn[i*V+j0:][:n]
+			ki, qi := kh[i], qh[i]
+			aq := aq[:len(row)]
+			ak := ak[:len(row)]
+			for j, x := range row {
+				ak[j] += ki * x
+				aq[j] += qi * x
+			}
+		}
+		vb, ob := v[j0:][:n], o[j0:][:n]
+		for j := range d {
+			dj := beta * (vb[j] - eg*ak[j])
+			d[j] = dj
+			ob[j] = eg*aq[j] + kq*dj
+		}
+		for i := range K {
+			src, dst := sIn[i*V+j0:][:n], sOut[i*V+j0:][:n]
+			ki := kh[i]
+			d := d[:len(src)]
+			dst = dst[:len(src)]
+			for j, x := range src {
+				dst[j] = eg*x + ki*d[j]
+			}
+		}
+	}
+}
+
+func gateGeneric(o, z, w []float32, eps float32, out []uint16, outF []float32) {
+	V := len(o)
+	z, w = z[:V], w[:V]
+	var ss float64
+	for _, x := range o {
+		ss += float64(x) * float64(x)
+	}
+	r := float32(1 / math.Sqrt(ss/float64(V)+float64(eps)))
+	if outF != nil {
+		outF = outF[:V]
+	}
+	if out != nil {
+		out = out[:V]
+	}
+	for j, x := range o {
+		y := x * r * w[j] * Silu32(z[j])
+		if outF != nil {
+			outF[j] = y
+		}
+		if out != nil {
+			out[j] = BF16RNE(y)
+		}
+	}
+}
+
+// Silu32 is z·sigmoid(z) = z / (1 + Exp32(−z)), the gate of the gated RMSNorm.
+func Silu32(z float32) float32 { return z / (1 + Exp32(-z)) }
+
+// Exp32 is the float32 exponential every kernel uses for the silu gate: Cephes' expf (Moshier), a
+// degree-5 polynomial after reducing x by n·ln2 (n = round(x·log2 e)), within 2 ulp of exp(x).
+// x is clamped to [-87.33654, 88] so the result is a finite normal float (n in [-126, 127]); NaN
+// stays NaN.
+func Exp32(x float32) float32 {
+	const (
+		hi    = 88.0
+		lo    = -87.33654
+		log2e = 1.44269504088896341
+		c1    = 0.693359375
+		c2    = -2.12194440e-4
+	)
+	if x > hi {
+		x = hi
+	}
+	if x < lo {
+		x = lo
+	}
+	n := float32(math.Floor(float64(x*log2e + 0.5)))
+	r := x - n*c1
+	r = r - n*c2
+	p := float32(1.9875691500e-4)
+	p = p*r + 1.3981999507e-3
+	p = p*r + 8.3334519073e-3
+	p = p*r + 4.1665795894e-2
+	p = p*r + 1.6666665459e-1
+	p = p*r + 5.0000001201e-1
+	p = p*r*r + r + 1
+	// 2^n for n in [-126, 127]: build the float directly.
+	return p * math.Float32frombits(uint32(int32(n)+127)<<23)
+}
+
+// BF16RNE rounds f to bfloat16 bits, to nearest even. NaN stays a (quiet) NaN with its sign;
+// ±Inf and values that round past the largest bf16 become ±Inf.
+func BF16RNE(f float32) uint16 {
+	u := math.Float32bits(f)
+	if u&0x7fffffff > 0x7f800000 {
+		return uint16(u>>16) | 0x40
+	}
+	u += 0x7fff + (u>>16)&1
+	return uint16(u >> 16)
+}
