@@ -1,0 +1,5 @@
+//go:build race
+
+package gdn_test
+
+const raceEnabled = true
