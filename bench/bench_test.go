@@ -1,0 +1,175 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gdnsimd/gdnsimd/gdn"
+)
+
+// benchShapes: the Qwen3-Next layer at B = 1, 8, 64, then K = V = 64, K = V = 256 and an odd
+// shape (K = 96, V = 80) with the same heads at B = 8.
+var benchShapes = []Shape{
+	{B: 1, HK: 16, HV: 32, K: 128, V: 128},
+	{B: 8, HK: 16, HV: 32, K: 128, V: 128},
+	{B: 64, HK: 16, HV: 32, K: 128, V: 128},
+	{B: 8, HK: 16, HV: 32, K: 64, V: 64},
+	{B: 8, HK: 16, HV: 32, K: 256, V: 256},
+	{B: 8, HK: 16, HV: 32, K: 96, V: 80},
+}
+
+var benchWorkers = flag.String("workers", "1", "comma-separated Config.Workers for BenchmarkStep (go test -bench . ./bench -args -workers 1,2)")
+
+var (
+	dataMu    sync.Mutex
+	dataCache = map[Shape]*Data{}
+)
+
+// data returns the (cached) data of s: allocating and filling a 128 MiB state once per process
+// is enough.
+func data(s Shape) *Data {
+	dataMu.Lock()
+	defer dataMu.Unlock()
+	d := dataCache[s]
+	if d == nil {
+		d = NewData(s)
+		dataCache[s] = d
+	}
+	return d
+}
+
+// BenchmarkStep runs the in-place step of every kernel on every shape:
+// BenchmarkStep/kernel=avx512/B=1,HK=16,HV=32,K=128,V=128 (",W=n" added when -workers is not 1).
+// SetBytes is the state traffic (read + written); the metrics are GB/s of that traffic and xcopy,
+// the step's time over the time of copy() of the same bytes (src and dst each the state's size),
+// measured right after the steps in the same process (1.00 = memory speed).
+func BenchmarkStep(b *testing.B) {
+	workers, err := parseInts(*benchWorkers)
+	if err != nil {
+		b.Fatalf("-workers: %v", err)
+	}
+	for _, k := range gdn.Kernels() {
+		b.Run("kernel="+k, func(b *testing.B) {
+			for _, s := range benchShapes {
+				for _, w := range workers {
+					name := s.String()
+					if len(workers) > 1 || w != 1 {
+						name += fmt.Sprintf(",W=%d", w)
+					}
+					b.Run(name, func(b *testing.B) { benchStep(b, k, s, w) })
+				}
+			}
+		})
+	}
+}
+
+func benchStep(b *testing.B, kernel string, s Shape, workers int) {
+	d := data(s)
+	l, err := d.Layer(kernel, workers)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := d.Steps(l, 1); err != nil { // warm up (and check the call is valid)
+		b.Fatal(err)
+	}
+	b.SetBytes(s.Traffic())
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		if err := l.Step(d.In, d.Out); err != nil {
+			b.Fatal(err)
+		}
+	}
+	elapsed := b.Elapsed()
+	b.StopTimer()
+	copies := d.Copies(b.N)
+	reportRates(b, s, elapsed, copies)
+}
+
+// BenchmarkCopy is copy() of each shape's state into a second buffer of the same size: the
+// memory-speed twin of BenchmarkStep (same SetBytes).
+func BenchmarkCopy(b *testing.B) {
+	for _, s := range benchShapes {
+		b.Run(s.String(), func(b *testing.B) {
+			d := data(s)
+			d.Copies(1)
+			b.SetBytes(s.Traffic())
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				copy(d.Dst, d.In.State)
+			}
+			b.ReportMetric(float64(s.Traffic())*float64(b.N)/float64(b.Elapsed().Nanoseconds()), "GB/s")
+		})
+	}
+}
+
+func reportRates(b *testing.B, s Shape, step, copies time.Duration) {
+	b.ReportMetric(float64(s.Traffic())*float64(b.N)/float64(step.Nanoseconds()), "GB/s")
+	if copies > 0 {
+		b.ReportMetric(float64(step)/float64(copies), "xcopy")
+	}
+}
+
+// TestShapesAndFlags checks the command's parsing, the table and the SVG on a tiny run of every
+// kernel (GB/s must be positive and finite, every kernel and the copy() line present).
+func TestShapesAndFlags(t *testing.T) {
+	c, err := parseConfig("qwen3next,4x8x17x33", "1,2", "", "1,2", 3, 100*time.Microsecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := c.Layers[1], (Shape{HK: 4, HV: 8, K: 17, V: 33}); got != want {
+		t.Fatalf("layer 2 = %+v, want %+v", got, want)
+	}
+	for _, bad := range [][5]string{
+		{"16x30x128x128", "1", "", "1"}, {"16x32x128", "1", "", "1"}, {"qwen3next", "0", "", "1"},
+		{"qwen3next", "1", "nosuchkernel", "1"}, {"qwen3next", "1", "", "x"},
+	} {
+		if _, err := parseConfig(bad[0], bad[1], bad[2], bad[3], 1, time.Millisecond); err == nil {
+			t.Errorf("parseConfig%q: no error", bad)
+		}
+	}
+	c.Layers = c.Layers[1:] // the small one only
+	var log strings.Builder
+	res, err := Measure(c, &log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := len(c.Bs) * len(c.Kernels) * len(c.Workers); len(res) != want {
+		t.Fatalf("%d results, want %d", len(res), want)
+	}
+	for _, r := range res {
+		if g := r.GBps(); !(g > 0 && g < 1e6) || !(r.CopyGBps() > 0) {
+			t.Errorf("%+v: GB/s %v, copy GB/s %v", r, g, r.CopyGBps())
+		}
+		if !(r.Generic > 0) {
+			t.Errorf("%+v: generic not measured", r)
+		}
+	}
+	var tab strings.Builder
+	printTable(&tab, res)
+	svg := SVG(res)
+	for _, k := range c.Kernels {
+		if !strings.Contains(tab.String(), "| "+k+" |") || !strings.Contains(svg, k+", workers 2") {
+			t.Errorf("kernel %s missing from the table or the chart:\n%s", k, tab.String())
+		}
+	}
+	if !strings.Contains(tab.String(), "| copy() |") || !strings.Contains(svg, "copy()") || !strings.HasSuffix(svg, "</svg>\n") {
+		t.Errorf("copy() line missing or SVG unterminated")
+	}
+}
+
+func TestMedian(t *testing.T) {
+	for _, c := range []struct {
+		v    []float64
+		want float64
+	}{{nil, 0}, {[]float64{3}, 3}, {[]float64{3, 1, 2}, 2}, {[]float64{4, 1, 3, 2}, 2.5}} {
+		if got := median(c.v); got != c.want {
+			t.Errorf("median(%v) = %v, want %v", c.v, got, c.want)
+		}
+	}
+}

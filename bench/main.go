@@ -1,0 +1,261 @@
+// Command bench measures the fused GDN decode step with every kernel this CPU has against copy() of
+// the same state bytes, and prints a markdown table (and, with -svg, a chart of GB/s against B):
+//
+//	go run ./bench                                   # Qwen3-Next layer, B = 1, 8, 64, every kernel, Workers 1 and 2
+//	go run ./bench -layers 16x32x128x128,16x32x64x64 -b 1,8 -kernels avx512,generic -workers 1 -reps 21
+//	go run ./bench -svg gbps.svg
+//
+// A step reads the state once and writes it once, so its traffic is 2× the state bytes; copy()
+// from the state into a second buffer of the same size moves the same bytes, and its time is the
+// memory-speed baseline ("t/copy" = the step's time over copy()'s; 1.00 is memory speed). The
+// measurements alternate: per repetition, every (kernel, workers) runs a batch of steps followed
+// by a batch of copies, so a noisy machine slows both sides of each ratio alike; the table shows
+// medians over the repetitions. copy() is always one goroutine.
+//
+// The package's benchmarks (go test -bench . ./bench) measure the same with the testing package.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/gdnsimd/gdnsimd/gdn"
+)
+
+// Config are the command's options.
+type Config struct {
+	Layers  []Shape  // B unset
+	Bs      []int    // batch sizes
+	Kernels []string // kernel names, best first
+	Workers []int
+	Reps    int           // repetitions (medians are taken over them)
+	Batch   time.Duration // minimum duration of one measured batch of steps or copies
+}
+
+// Result is the measurement of one (shape, kernel, workers).
+type Result struct {
+	Shape   Shape
+	Kernel  string
+	Workers int
+	Step    float64 // median seconds per step
+	Copy    float64 // median seconds per copy() of the state, interleaved with this config's steps
+	Generic float64 // median seconds per step of the generic kernel, same shape and workers (0: not measured)
+}
+
+// GBps is the step's state traffic in GB/s.
+func (r Result) GBps() float64 { return float64(r.Shape.Traffic()) / r.Step / 1e9 }
+
+// CopyGBps is copy()'s traffic (the same bytes) in GB/s.
+func (r Result) CopyGBps() float64 { return float64(r.Shape.Traffic()) / r.Copy / 1e9 }
+
+func main() {
+	layers := flag.String("layers", "16x32x128x128", "comma-separated layers HKxHVxKxV (qwen3next = 16x32x128x128)")
+	bs := flag.String("b", "1,8,64", "comma-separated batch sizes B")
+	kernels := flag.String("kernels", "", "comma-separated kernels (default: every kernel this CPU has: "+strings.Join(gdn.Kernels(), ",")+")")
+	workers := flag.String("workers", "1,2", "comma-separated worker counts (Config.Workers)")
+	reps := flag.Int("reps", 11, "repetitions; the table shows medians")
+	batch := flag.Duration("batch", 5*time.Millisecond, "minimum duration of one measured batch of steps or of copies")
+	svg := flag.String("svg", "", "also write a chart of GB/s against B (SVG) to this file")
+	flag.Parse()
+
+	c, err := parseConfig(*layers, *bs, *kernels, *workers, *reps, *batch)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
+	res, err := Measure(c, os.Stderr)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+	printHeader(os.Stdout, c)
+	printTable(os.Stdout, res)
+	if *svg != "" {
+		if err := os.WriteFile(*svg, []byte(SVG(res)), 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+	}
+}
+
+func parseConfig(layers, bs, kernels, workers string, reps int, batch time.Duration) (Config, error) {
+	var c Config
+	for _, l := range strings.Split(layers, ",") {
+		s, err := parseLayer(strings.TrimSpace(l))
+		if err != nil {
+			return c, fmt.Errorf("-layers: %w", err)
+		}
+		c.Layers = append(c.Layers, s)
+	}
+	var err error
+	if c.Bs, err = parseInts(bs); err != nil {
+		return c, fmt.Errorf("-b: %w", err)
+	}
+	if c.Workers, err = parseInts(workers); err != nil {
+		return c, fmt.Errorf("-workers: %w", err)
+	}
+	have := gdn.Kernels()
+	if kernels == "" {
+		c.Kernels = have
+	} else {
+		for _, k := range strings.Split(kernels, ",") {
+			k = strings.TrimSpace(k)
+			if !slices.Contains(have, k) {
+				return c, fmt.Errorf("-kernels: %q is not available here (this CPU has %v)", k, have)
+			}
+			c.Kernels = append(c.Kernels, k)
+		}
+	}
+	if reps < 1 {
+		return c, fmt.Errorf("-reps = %d, want >= 1", reps)
+	}
+	c.Reps, c.Batch = reps, batch
+	return c, nil
+}
+
+// Measure runs every configuration of c and returns the results in table order (layer, B,
+// kernel, workers). Progress goes to log.
+func Measure(c Config, log io.Writer) ([]Result, error) {
+	var all []Result
+	for _, layer := range c.Layers {
+		for _, b := range c.Bs {
+			s := layer
+			s.B = b
+			fmt.Fprintf(log, "measuring %v (state %.1f MiB) ...\n", s, float64(s.StateBytes())/(1<<20))
+			res, err := measureShape(c, s)
+			if err != nil {
+				return nil, err
+			}
+			all = append(all, res...)
+			runtime.GC() // release this shape's buffers before the next one
+		}
+	}
+	return all, nil
+}
+
+func measureShape(c Config, s Shape) ([]Result, error) {
+	d := NewData(s)
+	type config struct {
+		kernel      string
+		workers     int
+		l           *gdn.Layer
+		n, nc       int // steps and copies per batch
+		steps, cops []float64
+	}
+	var cs []*config
+	for _, k := range c.Kernels {
+		for _, w := range c.Workers {
+			l, err := d.Layer(k, w)
+			if err != nil {
+				return nil, err
+			}
+			cs = append(cs, &config{kernel: k, workers: w, l: l})
+		}
+	}
+	// Calibrate: warm up, then size the batches so that each lasts at least c.Batch.
+	for _, x := range cs {
+		if _, err := d.Steps(x.l, 2); err != nil {
+			return nil, err
+		}
+		t, _ := d.Steps(x.l, 1)
+		x.n = batchLen(t, c.Batch)
+		d.Copies(1)
+		x.nc = batchLen(d.Copies(1), c.Batch)
+	}
+	for rep := range c.Reps {
+		for i := range cs {
+			x := cs[(i+rep)%len(cs)] // rotate the order so that no config always follows another
+			t, err := d.Steps(x.l, x.n)
+			if err != nil {
+				return nil, err
+			}
+			x.steps = append(x.steps, t.Seconds()/float64(x.n))
+			x.cops = append(x.cops, d.Copies(x.nc).Seconds()/float64(x.nc))
+		}
+	}
+	var res []Result
+	for _, x := range cs {
+		r := Result{Shape: s, Kernel: x.kernel, Workers: x.workers, Step: median(x.steps), Copy: median(x.cops)}
+		for _, g := range cs {
+			if g.kernel == "generic" && g.workers == x.workers {
+				r.Generic = median(g.steps)
+			}
+		}
+		res = append(res, r)
+	}
+	return res, nil
+}
+
+// batchLen is how many operations of duration one fill a batch of at least min.
+func batchLen(one, min time.Duration) int {
+	if one <= 0 {
+		return 1000
+	}
+	return max(1, int((min+one-1)/one))
+}
+
+func printHeader(w io.Writer, c Config) {
+	fmt.Fprintf(w, "`go run ./bench %s`  \n", strings.Join(os.Args[1:], " "))
+	fmt.Fprintf(w, "%s, %s, %s/%s, GOMAXPROCS %d, %s; %d repetitions, batches ≥ %v; medians.\n\n",
+		time.Now().UTC().Format("2006-01-02 15:04 MST"), cpuModel(), runtime.GOOS, runtime.GOARCH,
+		runtime.GOMAXPROCS(0), runtime.Version(), c.Reps, c.Batch)
+}
+
+// printTable writes the results as a markdown table: per shape, every kernel and worker count,
+// then copy() of the same bytes (the median over all its interleaved batches for that shape).
+func printTable(w io.Writer, res []Result) {
+	fmt.Fprintln(w, "| kernel | shape | workers | µs/step | GB/s | t/copy() | × generic |")
+	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|")
+	for i := 0; i < len(res); {
+		j := i
+		var copies []float64
+		for ; j < len(res) && res[j].Shape == res[i].Shape; j++ {
+			r := res[j]
+			gen := "—"
+			if r.Generic > 0 {
+				gen = fmt.Sprintf("%.2f", r.Generic/r.Step)
+			}
+			fmt.Fprintf(w, "| %s | %v | %d | %.1f | %.1f | %.2f | %s |\n",
+				r.Kernel, r.Shape, r.Workers, r.Step*1e6, r.GBps(), r.Step/r.Copy, gen)
+			copies = append(copies, r.Copy)
+		}
+		c := median(copies)
+		fmt.Fprintf(w, "| copy() | %v | 1 | %.1f | %.1f | 1.00 | |\n", res[i].Shape, c*1e6, float64(res[i].Shape.Traffic())/c/1e9)
+		i = j
+	}
+}
+
+// cpuModel is the CPU's model name, family and model from /proc/cpuinfo (and whether it runs under
+// a hypervisor), or GOARCH.
+func cpuModel() string {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return runtime.GOARCH
+	}
+	f := map[string]string{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if line == "" {
+			break // the first CPU only
+		}
+		if k, v, ok := strings.Cut(line, ":"); ok {
+			f[strings.TrimSpace(k)] = strings.TrimSpace(v)
+		}
+	}
+	name := f["model name"]
+	if name == "" {
+		return runtime.GOARCH
+	}
+	if f["cpu family"] != "" {
+		name += fmt.Sprintf(" (family %s, model %s)", f["cpu family"], f["model"])
+	}
+	if slices.Contains(strings.Fields(f["flags"]), "hypervisor") {
+		name += " under a hypervisor"
+	}
+	return name
+}
