@@ -12,7 +12,7 @@ import (
 func SVG(res []Result) string {
 	const (
 		width, panelH   = 760, 400
-		left, right     = 70, 190 // plot margins (the legend sits on the right)
+		left, right     = 70, 200 // plot margins (the legend sits on the right)
 		top, bottom     = 40, 50
 		plotW, plotH    = width - left - right, panelH - top - bottom
 		copyColor       = "#000000"
@@ -112,7 +112,7 @@ func SVG(res []Result) string {
 			}
 			copies[r.Shape.B] = append(copies[r.Shape.B], r.CopyGBps())
 		}
-		cs := &series{label: "copy() of the same bytes", color: copyColor, dash: copyDash}
+		cs := &series{label: "copy(), same bytes", color: copyColor, dash: copyDash}
 		for _, bv := range copyBs {
 			cs.pts = append(cs.pts, [2]float64{px(bv), py(median(copies[bv]))})
 		}
