@@ -118,12 +118,27 @@ func stateGeneric(sIn, sOut, kh, qh, v, o []float32, eg, beta, kq float32) {
 		ak, aq, d := accK[:n], accQ[:n], delta[:n]
 		clear(ak)
 		clear(aq)
-		for i := range K {
+		// Read pass, four rows at a time: the accumulators are loaded and stored once per four
+		// rows (the Go compiler keeps no arrays in registers).
+		i := 0
+		for ; i+4 <= K; i += 4 {
+			r0 := sIn[i*V+j0:][:n]
+			r1 := sIn[(i+1)*V+j0:][:n]
+			r2 := sIn[(i+2)*V+j0:][:n]
+			r3 := sIn[(i+3)*V+j0:][:n]
+			k0, k1, k2, k3 := kh[i], kh[i+1], kh[i+2], kh[i+3]
+			q0, q1, q2, q3 := qh[i], qh[i+1], qh[i+2], qh[i+3]
+			for j := range ak {
+				x0, x1, x2, x3 := r0[j], r1[j], r2[j], r3[j]
+				ak[j] += k0*x0 + k1*x1 + k2*x2 + k3*x3
+				aq[j] += q0*x0 + q1*x1 + q2*x2 + q3*x3
+			}
+		}
+		for ; i < K; i++ {
 			row := sIn[i*V+j0:][:n]
 			ki, qi := kh[i], qh[i]
-			aq := aq[:len(row)]
-			ak := ak[:len(row)]
-			for j, x := range row {
+			for j := range ak {
+				x := row[j]
 				ak[j] += ki * x
 				aq[j] += qi * x
 			}
@@ -137,10 +152,8 @@ func stateGeneric(sIn, sOut, kh, qh, v, o []float32, eg, beta, kq float32) {
 		for i := range K {
 			src, dst := sIn[i*V+j0:][:n], sOut[i*V+j0:][:n]
 			ki := kh[i]
-			d := d[:len(src)]
-			dst = dst[:len(src)]
-			for j, x := range src {
-				dst[j] = eg*x + ki*d[j]
+			for j := range d {
+				dst[j] = eg*src[j] + ki*d[j]
 			}
 		}
 	}
