@@ -1,9 +1,9 @@
 module github.com/gdnsimd/gdnsimd/asm
 
-go 1.26
+go 1.26.0
 
 require (
 	github.com/mmcloughlin/avo v0.6.0 // indirect
-	golang.org/x/arch v0.33.0 // indirect
+	golang.org/x/arch v0.33.0
 	golang.org/x/tools v0.52.0 // indirect
 )
