@@ -1,0 +1,903 @@
+// Command asm writes ../gdn_amd64.s: the AVX-512 and AVX2 routines behind the "avx512" and "avx2"
+// kernels of package gdnsimd. Run it from the repository root with
+//
+//	go generate ./...        (gen.go: go -C asm run . -out ../gdn_amd64.s)
+//
+// Each ISA gets the three vector pieces of the portable kernel (gdn_generic.go, type impl):
+//
+//	state  the fused state update of one head: one read pass, δ and o, one write pass
+//	gate   the gated RMSNorm of o: Σo² in float64, r, silu(z) through a vectorised Exp32, bf16 RNE
+//	l2     Σq², Σk², Σk·q in float64
+//
+// The scalar transcendentals of a head (beta, eg, the l2 factors) stay in the Go driver.
+//
+// # Blocking of the state pass
+//
+// One head's state is K×V float32 with V contiguous: 64 KiB at 128×128. δ_j needs the whole
+// column j of Sᵀk̂ before any S'[i][j] can be written, so every column is read twice: once to
+// accumulate Sᵀk̂ and Sᵀq̂, once to write S' = eg·S + k̂_i·δ_j. The columns are cut into blocks; for
+// one block the read pass streams its K rows from memory into register accumulators, δ and o are
+// formed in registers, and the write pass re-reads the same K×block slab, which must still be in
+// the L1 (or at worst L2) cache, so that memory sees each state byte read once and written once.
+//
+//   - AVX-512: blocks of 64 columns = 4 ZMM per row. Each row costs 4 loads and 8 FMAs into 8
+//     independent accumulators (4 for Sᵀk̂, 4 for Sᵀq̂): 8 chains cover the 4-cycle FMA latency at
+//     two FMAs per cycle (Intel) and leave slack on one 512-bit FMA per cycle (Zen 4). The slab is
+//     K×256 bytes = 32 KiB at K = 128: it fits the 48 KiB L1d of current Intel cores and just fits
+//     Zen 4's 32 KiB (what misses is served by L2 at far more than memory speed). The write pass
+//     keeps δ (4 ZMM), eg and k̂_i in registers. Wider blocks (8 ZMM, whole 128-column rows) were
+//     measured too: the slab then leaves L1 and the result was not faster (README, Performance).
+//   - AVX2: blocks of 32 columns = 4 YMM per row, 8 accumulators of the 16 YMM registers; the
+//     slab is 16 KiB at K = 128.
+//
+// The 64-column block also makes the read pass touch whole 64-byte lines only: 4 lines per row at
+// a row stride of V·4 bytes, a pattern the hardware prefetchers follow.
+//
+// # Tails (any K, V ≥ 1; nothing outside a slice is ever read or written)
+//
+//   - AVX-512: the last block has 1–4 ZMM, the last one under a K1 mask (zeroing masked loads,
+//     masked stores); masked-out lanes are neither read nor written and cannot fault.
+//   - AVX2: after the 32-column blocks, one block of 1–3 YMM, then one block of at most one XMM and
+//     up to three scalar columns (VMOVSS).
+//
+// The gate and l2 routines use the same scheme: masked loads/stores for AVX-512, narrower vectors
+// then a scalar loop for AVX2.
+//
+// # Hygiene
+//
+// Constants are file-local RODATA (name<>(SB)); no routine uses R15 (go build -asmflags=-dynlink);
+// every routine ends with VZEROUPPER; the AVX2 routines use only Y0–Y15/X0–X15 (the tests check
+// the generated file); the AVX-512 ones need AVX512F and AVX512VL only.
+package main
+
+import (
+	"fmt"
+	"math"
+
+	. "github.com/mmcloughlin/avo/build"
+	. "github.com/mmcloughlin/avo/operand"
+	. "github.com/mmcloughlin/avo/reg"
+)
+
+func main() {
+	ConstraintExpr("!purego")
+	constants()
+
+	stateRoutine(avx512)
+	gateRoutine(avx512)
+	l2Routine(avx512)
+
+	stateRoutine(avx2)
+	gateRoutine(avx2)
+	l2Routine(avx2)
+
+	Generate()
+}
+
+// isa describes one instruction set's vector register file.
+type isa struct {
+	name  string // routine name suffix: "AVX512" or "AVX2"
+	lanes int    // float32 lanes of the widest register: 16 or 8
+	// blockVecs is the number of full vectors per row in a state block (see the package comment).
+	blockVecs int
+}
+
+var (
+	avx512 = isa{name: "AVX512", lanes: 16, blockVecs: 4}
+	avx2   = isa{name: "AVX2", lanes: 8, blockVecs: 4}
+)
+
+// vec allocates a virtual register of the ISA's widest kind.
+func (a isa) vec() VecVirtual {
+	if a.lanes == 16 {
+		return ZMM()
+	}
+	return YMM()
+}
+
+// piece is one vector (or scalar) of a row of a state block, or one step of a gate/l2 loop.
+type piece struct {
+	w    int      // float32 lanes: 16 (ZMM), 8 (YMM), 4 (XMM) or 1 (scalar in an XMM)
+	off  int      // byte offset from the start of the block
+	mask Register // opmask for a partial ZMM, or nil
+}
+
+// view returns the part of r this piece works on.
+func (p piece) view(r VecVirtual) Register {
+	switch p.w {
+	case 16:
+		return r.AsZ()
+	case 8:
+		return r.AsY()
+	default:
+		return r.AsX()
+	}
+}
+
+func (p piece) load(m Mem, dst VecVirtual) {
+	switch {
+	case p.w == 1:
+		VMOVSS(m, dst.AsX())
+	case p.mask != nil:
+		VMOVUPS_Z(m, p.mask, p.view(dst))
+	default:
+		VMOVUPS(m, p.view(dst))
+	}
+}
+
+func (p piece) store(src VecVirtual, m Mem) {
+	switch {
+	case p.w == 1:
+		VMOVSS(src.AsX(), m)
+	case p.mask != nil:
+		VMOVUPS(p.view(src), p.mask, m)
+	default:
+		VMOVUPS(p.view(src), m)
+	}
+}
+
+// fma computes acc += a·b.
+func (p piece) fma(a, b, acc VecVirtual) {
+	if p.w == 1 {
+		VFMADD231SS(a.AsX(), b.AsX(), acc.AsX())
+		return
+	}
+	VFMADD231PS(p.view(a), p.view(b), p.view(acc))
+}
+
+// mul computes dst = a·b.
+func (p piece) mul(a, b, dst VecVirtual) {
+	if p.w == 1 {
+		VMULSS(a.AsX(), b.AsX(), dst.AsX())
+		return
+	}
+	VMULPS(p.view(a), p.view(b), p.view(dst))
+}
+
+// sub computes dst = a − b.
+func (p piece) sub(a, b, dst VecVirtual) {
+	if p.w == 1 {
+		VSUBSS(b.AsX(), a.AsX(), dst.AsX())
+		return
+	}
+	VSUBPS(p.view(b), p.view(a), p.view(dst))
+}
+
+// zero clears r (the whole register).
+func zero(a isa, r VecVirtual) {
+	if a.lanes == 16 {
+		VPXORD(r.AsZ(), r.AsZ(), r.AsZ()) // VXORPS on ZMM would need AVX512DQ
+	} else {
+		VXORPS(r.AsY(), r.AsY(), r.AsY())
+	}
+}
+
+var labels = map[string]int{}
+
+// label returns a fresh label name with the given prefix.
+func label(prefix string) string {
+	labels[prefix]++
+	return fmt.Sprintf("%s_%d", prefix, labels[prefix])
+}
+
+// --- constants ---
+
+var (
+	cIota, cAbs, cNaNMin, cLSB, cRound, cQuiet, cBias, cSign Mem
+	cHi, cLo, cLog2e, cHalf, cC1, cC2, cOne                  Mem
+	cP                                                       [6]Mem
+	cOneF64                                                  Mem
+)
+
+// expConsts are Exp32's constants in gdn_generic.go, rounded to float32 as Go rounds them there.
+var expConsts = struct {
+	hi, lo, log2e, c1, c2 float32
+	p                     [6]float32
+}{
+	hi: 88.0, lo: -87.33654, log2e: 1.44269504088896341, c1: 0.693359375, c2: -2.12194440e-4,
+	p: [6]float32{1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1},
+}
+
+// splat declares a 64-byte constant holding v in each of its 16 dwords, so that it can be a m512,
+// m256 or m128 operand, or a VBROADCASTSS source.
+func splat(name string, v uint32) Mem {
+	m := GLOBL(name, RODATA|NOPTR)
+	for i := 0; i < 16; i++ {
+		DATA(4*i, U32(v))
+	}
+	return m
+}
+
+func splatF(name string, f float32) Mem { return splat(name, math.Float32bits(f)) }
+
+func constants() {
+	cIota = GLOBL("iota", RODATA|NOPTR)
+	for i := 0; i < 16; i++ {
+		DATA(4*i, U32(uint32(i)))
+	}
+	cAbs = splat("absmask", 0x7fffffff)
+	cSign = splat("signmask", 0x80000000)
+	cNaNMin = splat("infbits", 0x7f800000)
+	cLSB = splat("one_i", 1)
+	cRound = splat("round", 0x7fff)
+	cQuiet = splat("quiet", 0x40)
+	cBias = splat("bias", 127)
+	cOne = splatF("one", 1)
+	cHalf = splatF("half", 0.5)
+	cHi = splatF("exphi", expConsts.hi)
+	cLo = splatF("explo", expConsts.lo)
+	cLog2e = splatF("log2e", expConsts.log2e)
+	cC1 = splatF("expc1", expConsts.c1)
+	cC2 = splatF("expc2", expConsts.c2)
+	for i, p := range expConsts.p {
+		cP[i] = splatF(fmt.Sprintf("expp%d", i), p)
+	}
+	cOneF64 = GLOBL("one_f64", RODATA|NOPTR)
+	DATA(0, U64(math.Float64bits(1)))
+}
+
+// tailMask sets k to the first n lanes (1 ≤ n ≤ 16, n in a GP register, clobbered as 32 bits).
+func tailMask(n GPVirtual, k Register) {
+	t := ZMM()
+	VPBROADCASTD(n.As32(), t)
+	VPCMPGTD(cIota, t, k) // k_i = n > i
+}
+
+// --- state ---
+
+// Plans: how the ISA cuts a block of columns into pieces (tested in plan_test.go).
+
+// fullBlock is the main block: blockVecs unmasked vectors.
+func fullBlock(a isa) []piece {
+	ps := make([]piece, a.blockVecs)
+	for i := range ps {
+		ps[i] = piece{w: a.lanes, off: 4 * a.lanes * i}
+	}
+	return ps
+}
+
+// maskedBlock is an AVX-512 tail block of nv vectors, the last one under K1.
+func maskedBlock(nv int) []piece {
+	ps := make([]piece, nv)
+	for i := range ps {
+		ps[i] = piece{w: 16, off: 64 * i}
+	}
+	ps[nv-1].mask = K1
+	return ps
+}
+
+// ymmBlock is an AVX2 tail block of nv full YMM.
+func ymmBlock(nv int) []piece {
+	ps := make([]piece, nv)
+	for i := range ps {
+		ps[i] = piece{w: 8, off: 32 * i}
+	}
+	return ps
+}
+
+// narrowBlock is the AVX2 tail block of n < 8 columns: an XMM if n ≥ 4, then scalars.
+func narrowBlock(n int) []piece {
+	var ps []piece
+	off := 0
+	if n >= 4 {
+		ps = append(ps, piece{w: 4})
+		off, n = 16, n-4
+	}
+	for ; n > 0; n-- {
+		ps = append(ps, piece{w: 1, off: off})
+		off += 4
+	}
+	return ps
+}
+
+func width(ps []piece) int {
+	n := 0
+	for _, p := range ps {
+		n += p.w
+	}
+	return n
+}
+
+// stateRegs are the GP registers of the state routine.
+type stateRegs struct {
+	sIn, sOut, kh, qh, v, o GPVirtual // sIn, sOut, v, o advance block by block
+	k, stride               GPVirtual // K, V·4
+}
+
+func stateRoutine(a isa) {
+	TEXT("state"+a.name, NOSPLIT, "func(sIn, sOut, kh, qh, v, o []float32, eg, beta, kq float32)")
+	Doc(fmt.Sprintf("state%s is impl.state (stateGeneric) for one head, in %s; see gdn_amd64.go.", a.name, a.name))
+	r := stateRegs{
+		sIn: GP64(), sOut: GP64(), kh: GP64(), qh: GP64(), v: GP64(), o: GP64(), k: GP64(), stride: GP64(),
+	}
+	Load(Param("sIn").Base(), r.sIn)
+	Load(Param("sOut").Base(), r.sOut)
+	Load(Param("kh").Base(), r.kh)
+	Load(Param("qh").Base(), r.qh)
+	Load(Param("v").Base(), r.v)
+	Load(Param("o").Base(), r.o)
+	Load(Param("kh").Len(), r.k)
+	rem := GP64()
+	Load(Param("v").Len(), rem)
+	done := label("state" + a.name + "_done")
+	TESTQ(r.k, r.k)
+	JZ(LabelRef(done))
+	TESTQ(rem, rem)
+	JZ(LabelRef(done))
+	MOVQ(rem, r.stride)
+	SHLQ(U8(2), r.stride) // row stride in bytes
+
+	blockCols := a.lanes * a.blockVecs
+	Commentf("Blocks of %d columns.", blockCols)
+	loop, tail := label("full"), label("tail")
+	Label(loop)
+	CMPQ(rem, U32(blockCols))
+	JB(LabelRef(tail))
+	stateBlock(a, r, fullBlock(a))
+	advance(r, 4*blockCols)
+	SUBQ(U32(blockCols), rem)
+	JMP(LabelRef(loop))
+
+	Label(tail)
+	TESTQ(rem, rem)
+	JZ(LabelRef(done))
+	if a.lanes == 16 {
+		// rem in 1..63: nv = ceil(rem/16) vectors, the last with rem − 16(nv−1) lanes.
+		Comment("Tail: 1 to 4 ZMM, the last one masked.")
+		nvm1 := GP64()
+		MOVQ(rem, nvm1)
+		DECQ(nvm1)
+		SHRQ(U8(4), nvm1) // nv − 1
+		lanes := GP64()
+		MOVQ(nvm1, lanes)
+		SHLQ(U8(4), lanes)
+		NEGQ(lanes)
+		ADDQ(rem, lanes) // rem − 16(nv−1)
+		tailMask(lanes, K1)
+		var targets []string
+		for nv := 1; nv <= a.blockVecs; nv++ {
+			targets = append(targets, label(fmt.Sprintf("masked%d", nv)))
+		}
+		for nv := 1; nv < a.blockVecs; nv++ {
+			CMPQ(nvm1, U32(nv-1))
+			JE(LabelRef(targets[nv-1]))
+		}
+		JMP(LabelRef(targets[a.blockVecs-1]))
+		for nv := 1; nv <= a.blockVecs; nv++ {
+			Label(targets[nv-1])
+			stateBlock(a, r, maskedBlock(nv))
+			JMP(LabelRef(done))
+		}
+	} else {
+		// rem in 1..31: first 0..3 YMM, then 0..7 columns as XMM and scalars.
+		Comment("Tail: 1 to 3 YMM, then up to 7 columns as an XMM and scalars.")
+		nv := GP64()
+		MOVQ(rem, nv)
+		SHRQ(U8(3), nv)
+		narrow := label("narrow")
+		var ytargets []string
+		for n := 1; n < a.blockVecs; n++ {
+			ytargets = append(ytargets, label(fmt.Sprintf("ymm%d", n)))
+		}
+		for n := 1; n < a.blockVecs; n++ {
+			CMPQ(nv, U32(n))
+			JE(LabelRef(ytargets[n-1]))
+		}
+		JMP(LabelRef(narrow))
+		for n := 1; n < a.blockVecs; n++ {
+			Label(ytargets[n-1])
+			stateBlock(a, r, ymmBlock(n))
+			advance(r, 32*n)
+			JMP(LabelRef(narrow))
+		}
+		Label(narrow)
+		ANDQ(U32(7), rem)
+		var ntargets []string
+		for n := 1; n < 8; n++ {
+			ntargets = append(ntargets, label(fmt.Sprintf("cols%d", n)))
+		}
+		for n := 1; n < 8; n++ {
+			CMPQ(rem, U32(n))
+			JE(LabelRef(ntargets[n-1]))
+		}
+		JMP(LabelRef(done))
+		for n := 1; n < 8; n++ {
+			Label(ntargets[n-1])
+			stateBlock(a, r, narrowBlock(n))
+			JMP(LabelRef(done))
+		}
+	}
+
+	Label(done)
+	VZEROUPPER()
+	RET()
+}
+
+// advance moves the block pointers by n bytes.
+func advance(r stateRegs, n int) {
+	ADDQ(U32(n), r.sIn)
+	ADDQ(U32(n), r.sOut)
+	ADDQ(U32(n), r.v)
+	ADDQ(U32(n), r.o)
+}
+
+// paramMem is the frame address of a scalar parameter.
+func paramMem(name string) Mem {
+	b, err := Param(name).Resolve()
+	if err != nil {
+		panic(err)
+	}
+	return b.Addr
+}
+
+// stateBlock emits one column block: the read pass, δ and o, the write pass.
+func stateBlock(a isa, r stateRegs, ps []piece) {
+	Commentf("Block of %d columns: read pass (Sᵀk̂, Sᵀq̂ in registers).", width(ps))
+	accK := make([]VecVirtual, len(ps))
+	accQ := make([]VecVirtual, len(ps))
+	for t := range ps {
+		accK[t], accQ[t] = a.vec(), a.vec()
+		zero(a, accK[t])
+		zero(a, accQ[t])
+	}
+	p, i := GP64(), GP64()
+	MOVQ(r.sIn, p)
+	XORQ(i, i)
+	read := label("read")
+	Label(read)
+	bk, bq := a.vec(), a.vec()
+	VBROADCASTSS(Mem{Base: r.kh, Index: i, Scale: 4}, bk)
+	VBROADCASTSS(Mem{Base: r.qh, Index: i, Scale: 4}, bq)
+	x := a.vec()
+	for t, pc := range ps {
+		pc.load(Mem{Base: p, Disp: pc.off}, x)
+		pc.fma(x, bk, accK[t])
+		pc.fma(x, bq, accQ[t])
+	}
+	ADDQ(r.stride, p)
+	INCQ(i)
+	CMPQ(i, r.k)
+	JB(LabelRef(read))
+
+	Comment("δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.")
+	eg, beta, kq := a.vec(), a.vec(), a.vec()
+	VBROADCASTSS(paramMem("eg"), eg)
+	VBROADCASTSS(paramMem("beta"), beta)
+	VBROADCASTSS(paramMem("kq"), kq)
+	d := make([]VecVirtual, len(ps))
+	for t, pc := range ps {
+		vt, tmp := a.vec(), a.vec()
+		pc.load(Mem{Base: r.v, Disp: pc.off}, vt)
+		pc.mul(accK[t], eg, tmp)
+		pc.sub(vt, tmp, tmp)
+		d[t] = a.vec()
+		pc.mul(tmp, beta, d[t])
+		ot := a.vec()
+		pc.mul(accQ[t], eg, ot)
+		pc.fma(d[t], kq, ot)
+		pc.store(ot, Mem{Base: r.o, Disp: pc.off})
+	}
+
+	Comment("Write pass: S' = eg·S + k̂_i·δ over the same slab.")
+	q := GP64()
+	MOVQ(r.sIn, p)
+	MOVQ(r.sOut, q)
+	XORQ(i, i)
+	write := label("write")
+	Label(write)
+	bk2 := a.vec()
+	VBROADCASTSS(Mem{Base: r.kh, Index: i, Scale: 4}, bk2)
+	for t, pc := range ps {
+		y := a.vec()
+		pc.load(Mem{Base: p, Disp: pc.off}, y)
+		pc.mul(y, eg, y)
+		pc.fma(d[t], bk2, y)
+		pc.store(y, Mem{Base: q, Disp: pc.off})
+	}
+	ADDQ(r.stride, p)
+	ADDQ(r.stride, q)
+	INCQ(i)
+	CMPQ(i, r.k)
+	JB(LabelRef(write))
+}
+
+// --- gate ---
+
+// gatePiece emits the gate for one piece at element offset 0 of the GP pointers:
+// y = ((o·r)·w)·silu(z), stored to outF if non-nil and as bf16 to out if non-nil.
+type gateRegs struct {
+	o, z, w, out, outF GPVirtual
+	r                  VecVirtual // broadcast RMS factor
+}
+
+func gatePiece(a isa, g gateRegs, pc piece) {
+	xo, xz, xw := a.vec(), a.vec(), a.vec()
+	pc.load(Mem{Base: g.o}, xo)
+	pc.load(Mem{Base: g.z}, xz)
+	pc.load(Mem{Base: g.w}, xw)
+	v := func(r VecVirtual) Register {
+		if pc.w == 1 {
+			return r.AsX() // scalar pieces compute in all four lanes of an XMM: the others are 0
+		}
+		return pc.view(r)
+	}
+	// silu(z) = z / (1 + Exp32(−z))
+	e := a.vec()
+	if a.lanes == 16 {
+		VPXORD(cSign, v(xz), v(e))
+	} else {
+		VXORPS(cSign, v(xz), v(e))
+	}
+	exp32(a, pc, e)
+	VADDPS(cOne, v(e), v(e))
+	VDIVPS(v(e), v(xz), v(xz)) // xz = z / e
+	VMULPS(v(g.r), v(xo), v(xo))
+	VMULPS(v(xw), v(xo), v(xo))
+	VMULPS(v(xz), v(xo), v(xo))
+
+	skipF, skipB := label("nof32"), label("nobf16")
+	TESTQ(g.outF, g.outF)
+	JZ(LabelRef(skipF))
+	pc.store(xo, Mem{Base: g.outF})
+	Label(skipF)
+	TESTQ(g.out, g.out)
+	JZ(LabelRef(skipB))
+	bf16(a, pc, xo, Mem{Base: g.out})
+	Label(skipB)
+}
+
+// exp32 replaces x by Exp32(x), operation for operation as gdn_generic.go computes it (no fused
+// multiply-adds, so the result is the Go function's, bit for bit, on amd64). NaN stays NaN: the
+// clamps take x as their second source operand, which VMINPS/VMAXPS return when either is NaN.
+func exp32(a isa, pc piece, x VecVirtual) {
+	v := func(r VecVirtual) Register {
+		if pc.w == 1 {
+			return r.AsX()
+		}
+		return pc.view(r)
+	}
+	c := a.vec()
+	VBROADCASTSS(cHi, v(c))
+	VMINPS(v(x), v(c), v(x)) // hi < x ? hi : x
+	VBROADCASTSS(cLo, v(c))
+	VMAXPS(v(x), v(c), v(x)) // lo > x ? lo : x
+	n := a.vec()
+	VMULPS(cLog2e, v(x), v(n))
+	VADDPS(cHalf, v(n), v(n))
+	if a.lanes == 16 {
+		VRNDSCALEPS(U8(9), v(n), v(n)) // floor, no precision exception
+	} else {
+		VROUNDPS(U8(9), v(n), v(n))
+	}
+	t := a.vec()
+	VMULPS(cC1, v(n), v(t))
+	VSUBPS(v(t), v(x), v(x)) // r = x − n·c1
+	VMULPS(cC2, v(n), v(t))
+	VSUBPS(v(t), v(x), v(x)) // r = r − n·c2
+	p := a.vec()
+	VMULPS(cP[0], v(x), v(p)) // p0·r
+	for _, ci := range cP[1:] {
+		VADDPS(ci, v(p), v(p))
+		VMULPS(v(x), v(p), v(p))
+	}
+	// Now p = (…)·r; finish p·r·r + r + 1 as Go evaluates it: ((p·r)·r + r) + 1.
+	// The loop multiplied by r after the last constant, so p holds p·r: multiply once more.
+	VMULPS(v(x), v(p), v(p))
+	VADDPS(v(x), v(p), v(p))
+	VADDPS(cOne, v(p), v(p))
+	// 2^n: (n + 127) << 23.
+	VCVTTPS2DQ(v(n), v(n))
+	VPADDD(cBias, v(n), v(n))
+	VPSLLD(U8(23), v(n), v(n))
+	VMULPS(v(n), v(p), v(x))
+}
+
+// bf16 stores BF16RNE(y) (see gdn_generic.go) for the piece's lanes at m; y is clobbered.
+func bf16(a isa, pc piece, y VecVirtual, m Mem) {
+	v := func(r VecVirtual) Register {
+		if pc.w == 1 {
+			return r.AsX()
+		}
+		return pc.view(r)
+	}
+	hi, t := a.vec(), a.vec()
+	VPSRLD(U8(16), v(y), v(hi)) // u >> 16
+	if a.lanes == 16 {
+		VPANDD(cAbs, v(y), v(t))
+		VPCMPGTD(cNaNMin, v(t), K2) // NaN: |u| > 0x7f800000
+		VPANDD(cLSB, v(hi), v(t))
+		VPADDD(cRound, v(y), v(y))
+		VPADDD(v(t), v(y), v(y))
+		VPSRLD(U8(16), v(y), v(y))
+		VPORD(cQuiet, v(hi), K2, v(y)) // NaN lanes: (u >> 16) | 0x40
+		if pc.mask != nil {
+			VPMOVDW(v(y), pc.mask, m)
+		} else {
+			VPMOVDW(v(y), m)
+		}
+		return
+	}
+	nan := a.vec()
+	VPAND(cAbs, v(y), v(t))
+	VPCMPGTD(cNaNMin, v(t), v(nan))
+	VPAND(cLSB, v(hi), v(t))
+	VPADDD(cRound, v(y), v(y))
+	VPADDD(v(t), v(y), v(y))
+	VPSRLD(U8(16), v(y), v(y))
+	VPOR(cQuiet, v(hi), v(hi))
+	VPBLENDVB(v(nan), v(hi), v(y), v(y)) // nan ? (u>>16)|0x40 : rounded
+	switch pc.w {
+	case 8:
+		h := XMM()
+		VEXTRACTI128(U8(1), y.AsY(), h)
+		VPACKUSDW(h, y.AsX(), h) // values ≤ 0xffff: no saturation
+		VMOVDQU(h, m)
+	case 4:
+		VPACKUSDW(y.AsX(), y.AsX(), y.AsX())
+		VMOVQ(y.AsX(), m)
+	case 1:
+		VPEXTRW(U8(0), y.AsX(), m)
+	}
+}
+
+// sumSquares returns Σ p[i]² over n float32s in float64 (the whole register's lanes summed into
+// the low lane of the returned XMM). p and n are clobbered.
+func sumSquares(a isa, p, n GPVirtual) VecVirtual {
+	acc := [4]VecVirtual{a.vec(), a.vec(), a.vec(), a.vec()}
+	for _, r := range acc {
+		zero(a, r)
+	}
+	per := a.lanes / 2 // doubles per register = floats per VCVTPS2PD
+	loop4, loop1, tail, reduce := label("ss4"), label("ss1"), label("sstail"), label("ssreduce")
+	Label(loop4)
+	CMPQ(n, U32(4*per))
+	JB(LabelRef(loop1))
+	for t := range acc {
+		x := a.vec()
+		cvt(a, Mem{Base: p, Disp: 4 * per * t}, x, nil)
+		VFMADD231PD(x, x, acc[t])
+	}
+	ADDQ(U32(16*per), p)
+	SUBQ(U32(4*per), n)
+	JMP(LabelRef(loop4))
+	Label(loop1)
+	CMPQ(n, U32(per))
+	JB(LabelRef(tail))
+	x := a.vec()
+	cvt(a, Mem{Base: p}, x, nil)
+	VFMADD231PD(x, x, acc[0])
+	ADDQ(U32(4*per), p)
+	SUBQ(U32(per), n)
+	JMP(LabelRef(loop1))
+	Label(tail)
+	TESTQ(n, n)
+	JZ(LabelRef(reduce))
+	if a.lanes == 16 {
+		tailMask(n, K1)
+		x := a.vec()
+		cvt(a, Mem{Base: p}, x, K1)
+		VFMADD231PD(x, x, acc[1])
+	} else {
+		// Scalar tail into its own XMM: a VEX scalar op on acc[1] would clear its upper half.
+		st := XMM()
+		VXORPS(st, st, st)
+		stail := label("ssscalar")
+		Label(stail)
+		x := XMM()
+		VCVTSS2SD(Mem{Base: p}, x, x)
+		VFMADD231SD(x, x, st)
+		ADDQ(U32(4), p)
+		DECQ(n)
+		JNZ(LabelRef(stail))
+		VADDPD(st.AsY(), acc[1], acc[1])
+	}
+	Label(reduce)
+	VADDPD(acc[1], acc[0], acc[0])
+	VADDPD(acc[3], acc[2], acc[2])
+	VADDPD(acc[2], acc[0], acc[0])
+	return hsumPD(a, acc[0])
+}
+
+// cvt loads 8 (AVX-512) or 4 (AVX2) float32s from m as float64s into x, under k if non-nil.
+func cvt(a isa, m Mem, x VecVirtual, k Register) {
+	switch {
+	case k != nil:
+		VCVTPS2PD_Z(m, k, x.AsZ())
+	case a.lanes == 16:
+		VCVTPS2PD(m, x.AsZ())
+	default:
+		VCVTPS2PD(m, x.AsY())
+	}
+}
+
+// hsumPD sums the float64 lanes of r into the low lane of the returned register.
+func hsumPD(a isa, r VecVirtual) VecVirtual {
+	if a.lanes == 16 {
+		h := YMM()
+		VEXTRACTF64X4(U8(1), r.AsZ(), h)
+		VADDPD(h, r.AsY(), h)
+		h2 := XMM()
+		VEXTRACTF32X4(U8(1), h, h2)
+		VADDPD(h2, h.AsX(), h2)
+		h3 := XMM()
+		VPERMILPD(U8(1), h2, h3)
+		VADDSD(h3, h2, h2)
+		return h2
+	}
+	h := XMM()
+	VEXTRACTF128(U8(1), r.AsY(), h)
+	VADDPD(h, r.AsX(), h)
+	h3 := XMM()
+	VPERMILPD(U8(1), h, h3)
+	VADDSD(h3, h, h)
+	return h
+}
+
+func gateRoutine(a isa) {
+	TEXT("gate"+a.name, NOSPLIT, "func(o, z, w []float32, eps float32, out []uint16, outF []float32)")
+	Doc(fmt.Sprintf("gate%s is impl.gate (gateGeneric) in %s; see gdn_amd64.go.", a.name, a.name))
+	g := gateRegs{o: GP64(), z: GP64(), w: GP64(), out: GP64(), outF: GP64()}
+	n := GP64()
+	Load(Param("o").Len(), n)
+	done := label("gate" + a.name + "_done")
+	TESTQ(n, n)
+	JZ(LabelRef(done))
+	Load(Param("o").Base(), g.o)
+
+	Comment("r = 1/sqrt(Σo²/V + eps), Σo² in float64.")
+	p, cnt := GP64(), GP64()
+	MOVQ(g.o, p)
+	MOVQ(n, cnt)
+	ss := sumSquares(a, p, cnt)
+	fv := XMM()
+	VCVTSI2SDQ(n, fv, fv)
+	VDIVSD(fv, ss.AsX(), ss.AsX())
+	VCVTSS2SD(paramMem("eps"), fv, fv)
+	VADDSD(fv, ss.AsX(), ss.AsX())
+	VSQRTSD(ss.AsX(), ss.AsX(), ss.AsX())
+	one := XMM()
+	VMOVSD(cOneF64, one)
+	VDIVSD(ss.AsX(), one, one)
+	VCVTSD2SS(one, one, one)
+	g.r = a.vec()
+	VBROADCASTSS(one, g.r)
+
+	Load(Param("z").Base(), g.z)
+	Load(Param("w").Base(), g.w)
+	Load(Param("out").Base(), g.out)
+	Load(Param("outF").Base(), g.outF)
+
+	Comment("y = o·r·w·silu(z).")
+	loop, narrow := label("gloop"), label("gnarrow")
+	Label(loop)
+	CMPQ(n, U32(a.lanes))
+	JB(LabelRef(narrow))
+	gatePiece(a, g, piece{w: a.lanes})
+	gateAdvance(g, 4*a.lanes, 2*a.lanes)
+	SUBQ(U32(a.lanes), n)
+	JMP(LabelRef(loop))
+	Label(narrow)
+	TESTQ(n, n)
+	JZ(LabelRef(done))
+	if a.lanes == 16 {
+		tailMask(n, K1)
+		gatePiece(a, g, piece{w: 16, mask: K1})
+	} else {
+		scalar := label("gscalar")
+		CMPQ(n, U32(4))
+		JB(LabelRef(scalar))
+		gatePiece(a, g, piece{w: 4})
+		gateAdvance(g, 16, 8)
+		SUBQ(U32(4), n)
+		JZ(LabelRef(done))
+		Label(scalar)
+		gatePiece(a, g, piece{w: 1})
+		gateAdvance(g, 4, 2)
+		DECQ(n)
+		JNZ(LabelRef(scalar))
+	}
+	Label(done)
+	VZEROUPPER()
+	RET()
+}
+
+// gateAdvance moves the gate pointers by f bytes (float32 slices) and h bytes (out); a nil out or
+// outF stays nil.
+func gateAdvance(g gateRegs, f, h int) {
+	ADDQ(U32(f), g.o)
+	ADDQ(U32(f), g.z)
+	ADDQ(U32(f), g.w)
+	for _, pr := range []struct {
+		r GPVirtual
+		n int
+	}{{g.outF, f}, {g.out, h}} {
+		skip := label("nil")
+		TESTQ(pr.r, pr.r)
+		JZ(LabelRef(skip))
+		ADDQ(U32(pr.n), pr.r)
+		Label(skip)
+	}
+}
+
+// --- l2 ---
+
+func l2Routine(a isa) {
+	TEXT("l2"+a.name, NOSPLIT, "func(q, k []float32) (qq, kk, kq float64)")
+	Doc(fmt.Sprintf("l2%s is impl.l2 (l2Generic) in %s; see gdn_amd64.go.", a.name, a.name))
+	q, k, n := GP64(), GP64(), GP64()
+	Load(Param("q").Base(), q)
+	Load(Param("k").Base(), k)
+	Load(Param("q").Len(), n)
+	var qq, kk, kq [2]VecVirtual
+	for u := 0; u < 2; u++ {
+		qq[u], kk[u], kq[u] = a.vec(), a.vec(), a.vec()
+		zero(a, qq[u])
+		zero(a, kk[u])
+		zero(a, kq[u])
+	}
+	per := a.lanes / 2
+	step := func(u int, off int, mask Register) {
+		xq, xk := a.vec(), a.vec()
+		cvt(a, Mem{Base: q, Disp: off}, xq, mask)
+		cvt(a, Mem{Base: k, Disp: off}, xk, mask)
+		VFMADD231PD(xq, xq, qq[u])
+		VFMADD231PD(xk, xk, kk[u])
+		VFMADD231PD(xq, xk, kq[u])
+	}
+	loop2, loop1, tail, reduce := label("l2x2"), label("l2x1"), label("l2tail"), label("l2reduce")
+	Label(loop2)
+	CMPQ(n, U32(2*per))
+	JB(LabelRef(loop1))
+	step(0, 0, nil)
+	step(1, 4*per, nil)
+	ADDQ(U32(8*per), q)
+	ADDQ(U32(8*per), k)
+	SUBQ(U32(2*per), n)
+	JMP(LabelRef(loop2))
+	Label(loop1)
+	CMPQ(n, U32(per))
+	JB(LabelRef(tail))
+	step(0, 0, nil)
+	ADDQ(U32(4*per), q)
+	ADDQ(U32(4*per), k)
+	SUBQ(U32(per), n)
+	Label(tail)
+	TESTQ(n, n)
+	JZ(LabelRef(reduce))
+	if a.lanes == 16 {
+		tailMask(n, K1)
+		step(1, 0, K1)
+	} else {
+		// Scalar tail into its own XMMs: a VEX scalar op on qq[1]… would clear their upper halves.
+		sq, sk, skq := XMM(), XMM(), XMM()
+		for _, r := range []VecVirtual{sq, sk, skq} {
+			VXORPS(r, r, r)
+		}
+		scalar := label("l2scalar")
+		Label(scalar)
+		xq, xk := XMM(), XMM()
+		VCVTSS2SD(Mem{Base: q}, xq, xq)
+		VCVTSS2SD(Mem{Base: k}, xk, xk)
+		VFMADD231SD(xq, xq, sq)
+		VFMADD231SD(xk, xk, sk)
+		VFMADD231SD(xq, xk, skq)
+		ADDQ(U32(4), q)
+		ADDQ(U32(4), k)
+		DECQ(n)
+		JNZ(LabelRef(scalar))
+		VADDPD(sq.AsY(), qq[1], qq[1])
+		VADDPD(sk.AsY(), kk[1], kk[1])
+		VADDPD(skq.AsY(), kq[1], kq[1])
+	}
+	Label(reduce)
+	for i, acc := range [][2]VecVirtual{qq, kk, kq} {
+		VADDPD(acc[1], acc[0], acc[0])
+		ret, err := ReturnIndex(i).Resolve()
+		if err != nil {
+			panic(err)
+		}
+		VMOVSD(hsumPD(a, acc[0]), ret.Addr) // VEX/EVEX: MOVSD cannot name X16–X31
+	}
+	VZEROUPPER()
+	RET()
+}
