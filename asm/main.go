@@ -20,22 +20,25 @@
 // formed in registers, and the write pass re-reads the same K×block slab, which must still be in
 // the L1 (or at worst L2) cache, so that memory sees each state byte read once and written once.
 //
-//   - AVX-512: blocks of 64 columns = 4 ZMM per row. Each row costs 4 loads and 8 FMAs into 8
-//     independent accumulators (4 for Sᵀk̂, 4 for Sᵀq̂): 8 chains cover the 4-cycle FMA latency at
-//     two FMAs per cycle (Intel) and leave slack on one 512-bit FMA per cycle (Zen 4). The slab is
-//     K×256 bytes = 32 KiB at K = 128: it fits the 48 KiB L1d of current Intel cores and just fits
-//     Zen 4's 32 KiB (what misses is served by L2 at far more than memory speed). The write pass
-//     keeps δ (4 ZMM), eg and k̂_i in registers. Wider blocks (8 ZMM, whole 128-column rows) were
-//     measured too: the slab then leaves L1 and the result was not faster (README, Performance).
-//   - AVX2: blocks of 32 columns = 4 YMM per row, 8 accumulators of the 16 YMM registers; the
-//     slab is 16 KiB at K = 128.
-//
-// The 64-column block also makes the read pass touch whole 64-byte lines only: 4 lines per row at
-// a row stride of V·4 bytes, a pattern the hardware prefetchers follow.
+//   - AVX-512: blocks of 128 columns = 8 ZMM per row, which at the hot shape V = 128 is the whole
+//     row. Each row costs 8 loads and 16 FMAs into 16 independent accumulators (8 for Sᵀk̂, 8 for
+//     Sᵀq̂; 8 chains would already cover the 4-cycle FMA latency at two FMAs per cycle), 19 of the 32 ZMM. The
+//     read pass is then one contiguous stream over the head, and on into the next head: the
+//     hardware prefetchers run ahead of it undisturbed. The slab is the whole 64 KiB head at
+//     K = 128: more than the L1d (32 KiB on the Zen 4 this was tuned on, 48 KiB on current
+//     Intel), so the write pass re-reads it from L2 (1–2 MiB), still well above memory speed.
+//     Blocks of 64 columns (4 ZMM, 8 accumulators, a 32 KiB slab that stays in L1) were measured
+//     first and were slower: B = 1 63 → 54 µs, B = 64 14.0 → 11.0 ms per step on the Qwen3-Next
+//     layer; the strided read pass (half rows at a 512-byte stride) keeps fewer misses in flight
+//     than whole rows. Software prefetching (the next rows, or the next head during the write
+//     pass) was tried on top and gained nothing measurable.
+//   - AVX2: blocks of 32 columns = 4 YMM per row, 8 accumulators; with the broadcasts and a load
+//     register that is 11 of the 16 YMM (8 YMM would need 16 accumulators). The slab is 16 KiB
+//     at K = 128 and stays in L1.
 //
 // # Tails (any K, V ≥ 1; nothing outside a slice is ever read or written)
 //
-//   - AVX-512: the last block has 1–4 ZMM, the last one under a K1 mask (zeroing masked loads,
+//   - AVX-512: the last block has 1–8 ZMM, the last one under a K1 mask (zeroing masked loads,
 //     masked stores); masked-out lanes are neither read nor written and cannot fault.
 //   - AVX2: after the 32-column blocks, one block of 1–3 YMM, then one block of at most one XMM and
 //     up to three scalar columns (VMOVSS).
@@ -83,7 +86,7 @@ type isa struct {
 }
 
 var (
-	avx512 = isa{name: "AVX512", lanes: 16, blockVecs: 4}
+	avx512 = isa{name: "AVX512", lanes: 16, blockVecs: 8}
 	avx2   = isa{name: "AVX2", lanes: 8, blockVecs: 4}
 )
 
@@ -166,7 +169,9 @@ func (p piece) sub(a, b, dst VecVirtual) {
 // zero clears r (the whole register).
 func zero(a isa, r VecVirtual) {
 	if a.lanes == 16 {
-		VPXORD(r.AsZ(), r.AsZ(), r.AsZ()) // VXORPS on ZMM would need AVX512DQ
+		// VXORPS on ZMM would need AVX512DQ, and avo takes VPXORD r, r, r for a read of r (which
+		// would keep r live back to the routine's entry): broadcast a zero instead.
+		VBROADCASTSS(cZero, r.AsZ())
 	} else {
 		VXORPS(r.AsY(), r.AsY(), r.AsY())
 	}
@@ -186,7 +191,7 @@ var (
 	cIota, cAbs, cNaNMin, cLSB, cRound, cQuiet, cBias, cSign Mem
 	cHi, cLo, cLog2e, cHalf, cC1, cC2, cOne                  Mem
 	cP                                                       [6]Mem
-	cOneF64                                                  Mem
+	cOneF64, cZero                                           Mem
 )
 
 // expConsts are Exp32's constants in gdn_generic.go, rounded to float32 as Go rounds them there.
@@ -232,6 +237,8 @@ func constants() {
 	for i, p := range expConsts.p {
 		cP[i] = splatF(fmt.Sprintf("expp%d", i), p)
 	}
+	cZero = GLOBL("zero", RODATA|NOPTR)
+	DATA(0, U32(0))
 	cOneF64 = GLOBL("one_f64", RODATA|NOPTR)
 	DATA(0, U64(math.Float64bits(1)))
 }
@@ -342,8 +349,8 @@ func stateRoutine(a isa) {
 	TESTQ(rem, rem)
 	JZ(LabelRef(done))
 	if a.lanes == 16 {
-		// rem in 1..63: nv = ceil(rem/16) vectors, the last with rem − 16(nv−1) lanes.
-		Comment("Tail: 1 to 4 ZMM, the last one masked.")
+		// rem in 1..16·blockVecs−1: nv = ceil(rem/16) vectors, the last with rem − 16(nv−1) lanes.
+		Commentf("Tail: 1 to %d ZMM, the last one masked.", a.blockVecs)
 		nvm1 := GP64()
 		MOVQ(rem, nvm1)
 		DECQ(nvm1)
@@ -464,15 +471,14 @@ func stateBlock(a isa, r stateRegs, ps []piece) {
 	VBROADCASTSS(paramMem("eg"), eg)
 	VBROADCASTSS(paramMem("beta"), beta)
 	VBROADCASTSS(paramMem("kq"), kq)
-	d := make([]VecVirtual, len(ps))
+	// δ replaces Sᵀk̂ in its registers; one set of temporaries serves every piece.
+	d := accK
+	vt, tmp, ot := a.vec(), a.vec(), a.vec()
 	for t, pc := range ps {
-		vt, tmp := a.vec(), a.vec()
 		pc.load(Mem{Base: r.v, Disp: pc.off}, vt)
 		pc.mul(accK[t], eg, tmp)
 		pc.sub(vt, tmp, tmp)
-		d[t] = a.vec()
 		pc.mul(tmp, beta, d[t])
-		ot := a.vec()
 		pc.mul(accQ[t], eg, ot)
 		pc.fma(d[t], kq, ot)
 		pc.store(ot, Mem{Base: r.o, Disp: pc.off})
@@ -485,10 +491,9 @@ func stateBlock(a isa, r stateRegs, ps []piece) {
 	XORQ(i, i)
 	write := label("write")
 	Label(write)
-	bk2 := a.vec()
+	bk2, y := a.vec(), a.vec()
 	VBROADCASTSS(Mem{Base: r.kh, Index: i, Scale: 4}, bk2)
 	for t, pc := range ps {
-		y := a.vec()
 		pc.load(Mem{Base: p, Disp: pc.off}, y)
 		pc.mul(y, eg, y)
 		pc.fma(d[t], bk2, y)
