@@ -23,7 +23,8 @@ func arm64Kernels() []*impl {
 var neonImpl = impl{name: "neon", state: stateNEON, gate: gateNEON, l2: l2NEON}
 
 // stateNEON is stateGeneric in NEON: the same column-blocked read pass (Sᵀk̂ and Sᵀq̂ together) and
-// write pass S' = eg·S + k̂⊗δ, in 32-column strips (then 4-column, then single columns). Reference:
+// write pass S' = eg·S + k̂⊗δ, in 32-column strips (then at most one of 16, three of 4 and three
+// single columns). Reference:
 //
 //	for j := range V:
 //		kv, qs := Σ_i kh[i]·sIn[i*V+j], Σ_i qh[i]·sIn[i*V+j]

@@ -14,11 +14,12 @@
 // func stateNEON(sIn, sOut, kh, qh, v, o []float32, eg, beta, kq float32)
 //
 // Blocking: the state is processed in column strips. A strip is 32 columns (eight 4-float vectors)
-// while at least 32 columns remain, then 4 columns (one vector), then single columns. For each strip:
+// while at least 32 columns remain, then at most one strip of 16 columns, at most three of 4 columns
+// (one vector) and at most three single columns. For each strip:
 //
 //	read pass  (rows i = 0..K-1): accK += kh_i·S[i][strip], accQ += qh_i·S[i][strip]; a 32-column
 //	           strip keeps 16 independent accumulators (V16-V31), enough FMAs in flight to cover the
-//	           FMA latency on 2- and 4-pipe cores;
+//	           4-cycle FMA latency on 2- and 4-pipe cores (8 in a 16-column strip, 2 in a 4-column one);
 //	δ, o       δ = beta·(v − eg·accK) (kept in V16-V23), o = eg·accQ + kq·δ (stored);
 //	write pass (rows i = 0..K-1): S'[i][strip] = eg·S[i][strip] + kh_i·δ.
 //
@@ -49,7 +50,7 @@ TEXT ·stateNEON(SB), NOSPLIT, $0-156
 
 strip32:
 	CMP  $32, R7
-	BLT  strip4
+	BLT  strip16
 
 	// read pass over the 32-column strip
 	VEOR V16.B16, V16.B16, V16.B16
@@ -175,8 +176,88 @@ next32:
 	SUB $32, R7, R7
 	B   strip32
 
+strip16:
+	// one 16-column strip when 16-31 columns remain: four vectors per row, 8 accumulators
+	// (V16-V19 accK, V24-V27 accQ).
+	CMP  $16, R7
+	BLT  strip4
+	VEOR V16.B16, V16.B16, V16.B16
+	VEOR V17.B16, V17.B16, V17.B16
+	VEOR V18.B16, V18.B16, V18.B16
+	VEOR V19.B16, V19.B16, V19.B16
+	VEOR V24.B16, V24.B16, V24.B16
+	VEOR V25.B16, V25.B16, V25.B16
+	VEOR V26.B16, V26.B16, V26.B16
+	VEOR V27.B16, V27.B16, V27.B16
+	MOVD R0, R10
+	MOVD R2, R12
+	MOVD R3, R13
+	MOVD R6, R14
+	CBZ  R14, delta16
+
+read16:
+	VLD1.P  (R10)(R8), [V0.S4, V1.S4, V2.S4, V3.S4]
+	VLD1R.P 4(R12), [V8.S4]
+	VLD1R.P 4(R13), [V9.S4]
+	VFMLA   V8.S4, V0.S4, V16.S4
+	VFMLA   V8.S4, V1.S4, V17.S4
+	VFMLA   V8.S4, V2.S4, V18.S4
+	VFMLA   V8.S4, V3.S4, V19.S4
+	VFMLA   V9.S4, V0.S4, V24.S4
+	VFMLA   V9.S4, V1.S4, V25.S4
+	VFMLA   V9.S4, V2.S4, V26.S4
+	VFMLA   V9.S4, V3.S4, V27.S4
+	SUBS    $1, R14, R14
+	BNE     read16
+
+delta16:
+	VLD1.P 64(R4), [V0.S4, V1.S4, V2.S4, V3.S4]
+	VFMLS  V10.S4, V16.S4, V0.S4
+	VFMLS  V10.S4, V17.S4, V1.S4
+	VFMLS  V10.S4, V18.S4, V2.S4
+	VFMLS  V10.S4, V19.S4, V3.S4
+	WORD   $0x6e2bdc10 // FMUL V16.4S, V0.4S, V11.4S
+	WORD   $0x6e2bdc31 // FMUL V17.4S, V1.4S, V11.4S
+	WORD   $0x6e2bdc52 // FMUL V18.4S, V2.4S, V11.4S
+	WORD   $0x6e2bdc73 // FMUL V19.4S, V3.4S, V11.4S
+	WORD   $0x6e2adf18 // FMUL V24.4S, V24.4S, V10.4S
+	WORD   $0x6e2adf39 // FMUL V25.4S, V25.4S, V10.4S
+	WORD   $0x6e2adf5a // FMUL V26.4S, V26.4S, V10.4S
+	WORD   $0x6e2adf7b // FMUL V27.4S, V27.4S, V10.4S
+	VFMLA  V12.S4, V16.S4, V24.S4
+	VFMLA  V12.S4, V17.S4, V25.S4
+	VFMLA  V12.S4, V18.S4, V26.S4
+	VFMLA  V12.S4, V19.S4, V27.S4
+	VST1.P [V24.S4, V25.S4, V26.S4, V27.S4], 64(R5)
+
+	MOVD R0, R10
+	MOVD R1, R11
+	MOVD R2, R12
+	MOVD R6, R14
+	CBZ  R14, next16
+
+write16:
+	VLD1.P  (R10)(R8), [V0.S4, V1.S4, V2.S4, V3.S4]
+	VLD1R.P 4(R12), [V8.S4]
+	WORD    $0x6e2adc00 // FMUL V0.4S, V0.4S, V10.4S
+	WORD    $0x6e2adc21 // FMUL V1.4S, V1.4S, V10.4S
+	WORD    $0x6e2adc42 // FMUL V2.4S, V2.4S, V10.4S
+	WORD    $0x6e2adc63 // FMUL V3.4S, V3.4S, V10.4S
+	VFMLA   V8.S4, V16.S4, V0.S4
+	VFMLA   V8.S4, V17.S4, V1.S4
+	VFMLA   V8.S4, V18.S4, V2.S4
+	VFMLA   V8.S4, V19.S4, V3.S4
+	VST1.P  [V0.S4, V1.S4, V2.S4, V3.S4], (R11)(R8)
+	SUBS    $1, R14, R14
+	BNE     write16
+
+next16:
+	ADD $64, R0, R0
+	ADD $64, R1, R1
+	SUB $16, R7, R7
+
 strip4:
-	// 4-column strips: one vector per row, two accumulators (V16 = accK, V24 = accQ).
+	// 4-column strips (at most three): one vector per row, two accumulators (V16 accK, V24 accQ).
 	CMP  $4, R7
 	BLT  strip1
 	VEOR V16.B16, V16.B16, V16.B16
