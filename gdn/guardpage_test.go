@@ -1,0 +1,100 @@
+//go:build linux
+
+package gdn_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"syscall"
+	"testing"
+	"unsafe"
+
+	"github.com/gdnsimd/gdnsimd/gdn"
+	"github.com/gdnsimd/gdnsimd/internal/oracle"
+	"github.com/stretchr/testify/require"
+)
+
+// pagePlacer gives every slice its own mapping next to a PROT_NONE page, as Go's
+// bytes/boundary_test.go does: with atEnd the slice ends exactly where the protected page begins,
+// otherwise it starts exactly where a protected page ends. Reading or writing one element past
+// the slice (or before it) faults and kills the test.
+type pagePlacer struct {
+	t     *testing.T
+	atEnd bool
+	maps  [][]byte
+}
+
+func (p *pagePlacer) mem(bytes int) unsafe.Pointer {
+	page := syscall.Getpagesize()
+	n := (bytes + page - 1) / page * page
+	if n == 0 {
+		n = page
+	}
+	m, err := syscall.Mmap(-1, 0, n+page, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+	require.NoError(p.t, err)
+	p.maps = append(p.maps, m)
+	if p.atEnd {
+		require.NoError(p.t, syscall.Mprotect(m[n:], syscall.PROT_NONE))
+		return unsafe.Pointer(&m[n-bytes])
+	}
+	require.NoError(p.t, syscall.Mprotect(m[:page], syscall.PROT_NONE))
+	return unsafe.Pointer(&m[page])
+}
+
+func (p *pagePlacer) f32(n int) []float32 { return unsafe.Slice((*float32)(p.mem(4*n)), n) }
+
+func (p *pagePlacer) bf16(n int) []gdn.BF16 { return unsafe.Slice((*gdn.BF16)(p.mem(2*n)), n) }
+
+func (p *pagePlacer) free() {
+	for _, m := range p.maps {
+		if err := syscall.Munmap(m); err != nil {
+			p.t.Errorf("munmap: %v", err)
+		}
+	}
+	p.maps = nil
+}
+
+// guardShapes covers the tails of every kernel: V in 1..33 (every remainder mod 4, 8, 16 and 32)
+// and the partial blocks above 33 (AVX-512 masked tails of 3 to 8 ZMM, AVX2's 32-column blocks
+// plus 1–3 YMM and 1–7 columns), with K cycling through 1..20 (the l2 tails of every width).
+func guardShapes() [][2]int {
+	vs := []int{47, 63, 64, 65, 100, 127, 128, 129, 161, 255}
+	for v := 33; v >= 1; v-- {
+		vs = append(vs, v)
+	}
+	var kv [][2]int
+	for i, v := range vs {
+		kv = append(kv, [2]int{1 + i%20, v})
+	}
+	return kv
+}
+
+// TestGuardPages runs every kernel with every input and output slice ending exactly at a
+// PROT_NONE page (and, in a second round, starting right after one), over guardShapes, in place
+// and out of place, with both outputs, bf16 only and f32 only.
+func TestGuardPages(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	var cases []stepCase
+	for i, kv := range guardShapes() {
+		d := oracle.Dims{B: 1, HK: 1, HV: 1, K: kv[0], V: kv[1]}
+		if i%4 == 3 {
+			d.B, d.HV = 2, 2
+		}
+		c := oracle.Random(r, d, 1)
+		c.Name = fmt.Sprintf("K=%d,V=%d,B=%d,HV=%d", d.K, d.V, d.B, d.HV)
+		cases = append(cases, stepCase{c: c, inPlace: i%2 == 0, wantOut: i%3 != 2, want32: i%3 != 1})
+	}
+	forEachKernel(t, func(t *testing.T, kernel string) {
+		for _, atEnd := range []bool{true, false} {
+			var rc roundedCount
+			for _, sc := range cases {
+				t.Run(fmt.Sprintf("%s,atEnd=%v", sc.c.Name, atEnd), func(t *testing.T) {
+					p := &pagePlacer{t: t, atEnd: atEnd}
+					defer p.free()
+					rc.add(placedStep(t, kernel, sc, p))
+				})
+			}
+			rc.check(t)
+		}
+	})
+}
