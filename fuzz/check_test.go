@@ -21,8 +21,13 @@ import (
 //
 // The forward-error bound, per head: every float32 sum of n terms is within (n+8)·u·Σ|terms|
 // (u = 2^-24) plus (n+8)·2^-149; the terms' magnitudes are evaluated in float64 from the inputs
-// and the oracle's state. The tolerance is twice that bound, or SPEC's, whichever is larger:
-// well-conditioned heads (all the vectors, the realistic random cases) get SPEC's bound exactly.
+// and the oracle's state (scalars that underflow add 2^-149 times what multiplies them). That
+// bound is pessimistic (worst-case sums; on realistic heads it is up to ~100× SPEC's at K = 300
+// while the actual errors are well within SPEC's), so it replaces SPEC's bound only on
+// ill-conditioned heads: where the natural magnitude of the terms of S', δ or o exceeds the result
+// condMax times (cancellation), or where a result or a float32 scalar underflows. On those the
+// tolerance is twice the forward-error bound (or SPEC's, if larger); every other head, including
+// every realistic one, gets SPEC's bound exactly.
 
 const (
 	unit = 0x1p-24  // float32 unit roundoff
@@ -136,10 +141,49 @@ func tolerances(d oracle.Dims, in oracle.Inputs, want oracle.Expected) []headTol
 			errY = max(errY, r*w*sl*errO[j]+y*(relR+8*unit)+eta*under)
 			maxY = max(maxY, y)
 		}
-		tols[bh] = headTol{state: max(oracle.RelTol*maxS, 2*errS), y: max(oracle.RelTol*maxY, 2*errY)}
+		// Is the head ill-conditioned? κ compares the natural magnitudes of the terms of S', δ
+		// and y's o_j (a sum of K random terms is about sqrt(K) times one) with the results.
+		var kq float64
+		for i := range K {
+			kq += qh[i] * kh[i]
+		}
+		sqK := math.Sqrt(float64(K))
+		var numS, numD, maxD, numO, maxO float64 // maxO: of o_j·gain_j
+		for j := range V {
+			var kv float64
+			for i := range K {
+				kv += kh[i] * float64(S[i*V+j])
+			}
+			delta := beta * (float64(in.V[bh*V+j]) - eg*kv)
+			maxD = max(maxD, math.Abs(delta))
+			numD = max(numD, beta*(math.Abs(float64(in.V[bh*V+j]))+eg*A[j]/sqK))
+			// y_j = o_j·r·w_j·silu(z_j): weigh each o_j by its gain (a large silu(z_j) can make a
+			// cancelled o_j the head's largest y).
+			z := float64(in.Z[bh*V+j])
+			gain := math.Abs(float64(in.NormWeight[j])*z/(1+math.Exp(-z))) + 0x1p-100
+			numO = max(numO, gain*(eg*Q[j]/sqK+math.Abs(kq*delta)))
+			maxO = max(maxO, gain*math.Abs(o[j]))
+			for i := range K {
+				numS = max(numS, eg*math.Abs(float64(S[i*V+j]))+math.Abs(kh[i]*delta))
+			}
+		}
+		tiny := func(x float64) bool { return x != 0 && math.Abs(x) < 0x1p-120 }
+		ill := numS > condMax*maxS || numD > condMax*maxD || numO > condMax*maxO ||
+			maxS < 0x1p-100 || maxY < 0x1p-100 || tiny(eg) || tiny(beta) || tiny(kq)
+		for i := range K {
+			ill = ill || tiny(kh[i]) || tiny(qh[i])
+		}
+		tols[bh] = headTol{state: oracle.RelTol * maxS, y: oracle.RelTol * maxY}
+		if ill {
+			tols[bh] = headTol{state: max(tols[bh].state, 2*errS), y: max(tols[bh].y, 2*errY)}
+		}
 	}
 	return tols
 }
+
+// condMax is the largest condition (magnitude of the terms over the result) of a well-conditioned
+// head; realistic heads are below 3.
+const condMax = 10
 
 func sq(x float64) float64 { return x * x }
 
@@ -168,7 +212,8 @@ func checkHead(d oracle.Dims, want oracle.Expected, got oracle.Got, bh int, tol 
 	return nil
 }
 
-// near holds a against b (two kernels' results) within tol per head, skipping poisoned heads.
+// near holds a against b (two kernels' results) within twice tol per head (each is within tol of
+// the oracle; FMA and summation order differ between kernels), skipping poisoned heads.
 func near(d oracle.Dims, a, b oracle.Got, tols []headTol, skip func(int) bool) error {
 	K, V := d.K, d.V
 	for bh, tol := range tols {
@@ -176,13 +221,13 @@ func near(d oracle.Dims, a, b oracle.Got, tols []headTol, skip func(int) bool) e
 			continue
 		}
 		for i := bh * K * V; i < (bh+1)*K*V; i++ {
-			if e := math.Abs(float64(a.State[i]) - float64(b.State[i])); !(e <= tol.state) {
-				return fmt.Errorf("state head %d [%d]: %g vs %g: difference %g > %g", bh, i-bh*K*V, a.State[i], b.State[i], e, tol.state)
+			if e := math.Abs(float64(a.State[i]) - float64(b.State[i])); !(e <= 2*tol.state) {
+				return fmt.Errorf("state head %d [%d]: %g vs %g: difference %g > %g", bh, i-bh*K*V, a.State[i], b.State[i], e, 2*tol.state)
 			}
 		}
 		for i := bh * V; i < (bh+1)*V; i++ {
-			if e := math.Abs(float64(a.OutF32[i]) - float64(b.OutF32[i])); !(e <= tol.y) {
-				return fmt.Errorf("out_f32 head %d [%d]: %g vs %g: difference %g > %g", bh, i-bh*V, a.OutF32[i], b.OutF32[i], e, tol.y)
+			if e := math.Abs(float64(a.OutF32[i]) - float64(b.OutF32[i])); !(e <= 2*tol.y) {
+				return fmt.Errorf("out_f32 head %d [%d]: %g vs %g: difference %g > %g", bh, i-bh*V, a.OutF32[i], b.OutF32[i], e, 2*tol.y)
 			}
 		}
 	}
