@@ -26,15 +26,15 @@ func (r *reader) next() byte {
 	return 0
 }
 
-// apiDim: mostly 1–8, sometimes 0 or negative, around MaxDim, or up to 32.
+// apiDim: mostly 1–8, sometimes 1–32, 0 or negative (1/16), or around MaxDim (1/16).
 func (r *reader) apiDim() int {
 	x := r.next()
-	switch x >> 5 {
-	case 5:
+	switch x >> 4 {
+	case 0xA:
 		return -int(x & 7) // 0 … −7
-	case 6:
+	case 0xC:
 		return gdn.MaxDim - 2 + int(x&3) // MaxDim−2 … MaxDim+1
-	case 7:
+	case 0xE, 0xF:
 		return 1 + int(x&31)
 	}
 	return 1 + int(x&7)
@@ -91,19 +91,25 @@ func checkAPI(t *testing.T, data []byte) {
 		x := r.next()
 		n := want
 		switch {
-		case x >= 0xF0:
+		case x >= 0xF8:
 			return nil
-		case x >= 0xE0:
+		case x >= 0xF0:
 			n = want + int(x&3) - 2
 		}
 		n = max(0, min(n, maxArena))
 		return randFloats(rng, n)
 	}
 	c.ALog, c.DtBias, c.NormWeight = paramLen(c.VHeads), paramLen(c.VHeads), paramLen(c.V)
-	c.RMSEps = [...]float32{0, 1e-6, 1e-5, -1e-6, float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.Copysign(0, -1))}[r.next()%8]
-	c.Workers = [...]int{1, 0, 2, 3, -1, 1000, math.MinInt, 1}[r.next()%8]
+	c.RMSEps = [...]float32{0, 1e-6, 1e-5, -1e-6, float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.Copysign(0, -1)),
+		1e-6, 0, 1e-5, 1e-3, 1, 1e-30, 0x1p-149, 1e-6, 0, 0, 0, 0, 1e-6, 1e-6, 1e-6, 1e-6,
+		0, 0, 0, 0, 1e-6, 1e-6, 1e-6, 1e-5}[r.next()%32]
+	c.Workers = [...]int{1, 0, 2, 3, -1, 1000, math.MinInt, 1, 1, 0, 2, 3, 1, 1, 0, 2}[r.next()%16]
 	kernelNames := append([]string{"", "avx512", "avx2", "neon", "generic", "bogus", "AVX512"}, gdn.Kernels()...)
-	c.Kernel = kernelNames[int(r.next())%len(kernelNames)]
+	if x := int(r.next()); x < 0x80 {
+		c.Kernel = kernelNames[x%len(kernelNames)]
+	} else {
+		c.Kernel = gdn.Kernels()[x%len(gdn.Kernels())]
+	}
 
 	// Validity of New, decided from the documented rules.
 	var badConfig, badKernel bool

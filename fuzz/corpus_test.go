@@ -177,8 +177,8 @@ func seedAPIs() []namedSeed {
 	}
 	add("config_not_multiple", cfg(func(b []byte) { b[1], b[2], b[5] = 2, 3, 0xC0 }), step(nil))
 	for i, name := range []string{"ALog", "DtBias", "NormWeight"} {
-		add("config_"+name+"_short", cfg(func(b []byte) { b[6+i] = 0xE1 }), step(nil))
-		add("config_"+name+"_nil", cfg(func(b []byte) { b[6+i] = 0xF0 }), step(nil))
+		add("config_"+name+"_short", cfg(func(b []byte) { b[6+i] = 0xF1 }), step(nil))
+		add("config_"+name+"_nil", cfg(func(b []byte) { b[6+i] = 0xF8 }), step(nil))
 	}
 	for e := range 8 {
 		add(fmt.Sprintf("config_eps_%d", e), cfg(func(b []byte) { b[9] = byte(e) }), step(nil))
