@@ -312,7 +312,11 @@ type stateRegs struct {
 }
 
 func stateRoutine(a isa) {
-	TEXT("state"+a.name, NOSPLIT, "func(sIn, sOut, kh, qh, v, o []float32, eg, beta, kq float32)")
+	attr := NOSPLIT
+	if a.lanes == 8 {
+		attr = 0 // chunkBlock's accumulators are in the frame: let the assembler check the stack
+	}
+	TEXT("state"+a.name, attr, "func(sIn, sOut, kh, qh, v, o []float32, eg, beta, kq float32)")
 	Doc(fmt.Sprintf("state%s is impl.state (stateGeneric) for one head, in %s; see gdn_amd64.go.", a.name, a.name))
 	r := stateRegs{
 		sIn: GP64(), sOut: GP64(), kh: GP64(), qh: GP64(), v: GP64(), o: GP64(), k: GP64(), stride: GP64(),
@@ -333,6 +337,27 @@ func stateRoutine(a isa) {
 	JZ(LabelRef(done))
 	MOVQ(rem, r.stride)
 	SHLQ(U8(2), r.stride) // row stride in bytes
+
+	if a.lanes == 8 {
+		// Whole-row chunks first (see chunkBlock), then the register blocks for what is left.
+		acc := GP64()
+		LEAQ(AllocLocal(chunkLocal), acc)
+		ADDQ(U8(31), acc)
+		ANDQ(I8(-32), acc)
+		for _, n := range []int{chunkVecs, chunkVecs / 2} {
+			loop, next := label(fmt.Sprintf("chunk%d", 8*n)), label("chunkdone")
+			Label(loop)
+			CMPQ(rem, U32(8*n))
+			JB(LabelRef(next))
+			chunkBlock(r, n, acc)
+			advance(r, 32*n)
+			SUBQ(U32(8*n), rem)
+			if n == chunkVecs {
+				JMP(LabelRef(loop))
+			}
+			Label(next)
+		}
+	}
 
 	blockCols := a.lanes * a.blockVecs
 	Commentf("Blocks of %d columns.", blockCols)
@@ -435,6 +460,122 @@ func paramMem(name string) Mem {
 		panic(err)
 	}
 	return b.Addr
+}
+
+// AVX2 whole-row chunks: chunkVecs YMM = 128 columns, whole rows at V = 128.
+const (
+	chunkVecs  = 16
+	chunkLocal = 2*chunkVecs*32 + 32 // Sᵀk̂ and Sᵀq̂ of a chunk, 32-byte aligned
+	chunkRegs  = 3                   // pieces whose accumulators stay in registers
+	chunkDRegs = 9                   // pieces whose δ stays in registers (16 YMM: eg, beta, kq, 3 temporaries)
+)
+
+// chunkBlock is the AVX2 state block for n YMM (8n columns) with most accumulators in memory
+// (acc: 32-byte aligned, 2n·32 bytes of the frame, in L1): 16 YMM registers cannot hold the 2n
+// accumulators of a whole 128-column row, and 32-column register blocks make the read pass a
+// strided walk (4 × 128 bytes per 512-byte row) that keeps too few misses in flight: at B = 64
+// it took about twice as long as this contiguous stream. The extra loads and stores hit L1 and
+// stay within the load/store ports' budget while the FMAs (2 per 8 floats) set the pace.
+func chunkBlock(r stateRegs, n int, acc GPVirtual) {
+	Commentf("Chunk of %d columns: read pass, Sᵀk̂ and Sᵀq̂ of pieces ≥ %d in memory.", 8*n, chunkRegs)
+	slotK := func(t int) Mem { return Mem{Base: acc, Disp: 32 * t} }
+	slotQ := func(t int) Mem { return Mem{Base: acc, Disp: 32 * (n + t)} }
+	zy := YMM()
+	VXORPS(zy, zy, zy)
+	for t := chunkRegs; t < n; t++ {
+		VMOVAPS(zy, slotK(t))
+		VMOVAPS(zy, slotQ(t))
+	}
+	accK := make([]VecVirtual, chunkRegs)
+	accQ := make([]VecVirtual, chunkRegs)
+	for t := range accK {
+		accK[t], accQ[t] = YMM(), YMM()
+		VXORPS(accK[t], accK[t], accK[t])
+		VXORPS(accQ[t], accQ[t], accQ[t])
+	}
+	p, i := GP64(), GP64()
+	MOVQ(r.sIn, p)
+	XORQ(i, i)
+	read := label("cread")
+	Label(read)
+	bk, bq, x, m := YMM(), YMM(), YMM(), YMM()
+	VBROADCASTSS(Mem{Base: r.kh, Index: i, Scale: 4}, bk)
+	VBROADCASTSS(Mem{Base: r.qh, Index: i, Scale: 4}, bq)
+	for t := 0; t < n; t++ {
+		VMOVUPS(Mem{Base: p, Disp: 32 * t}, x)
+		if t < chunkRegs {
+			VFMADD231PS(x, bk, accK[t])
+			VFMADD231PS(x, bq, accQ[t])
+			continue
+		}
+		VMOVAPS(slotK(t), m)
+		VFMADD231PS(x, bk, m)
+		VMOVAPS(m, slotK(t))
+		VMOVAPS(slotQ(t), m)
+		VFMADD231PS(x, bq, m)
+		VMOVAPS(m, slotQ(t))
+	}
+	ADDQ(r.stride, p)
+	INCQ(i)
+	CMPQ(i, r.k)
+	JB(LabelRef(read))
+
+	Comment("δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ; δ in registers, then in Sᵀk̂'s slots.")
+	eg, beta, kq := YMM(), YMM(), YMM()
+	VBROADCASTSS(paramMem("eg"), eg)
+	VBROADCASTSS(paramMem("beta"), beta)
+	VBROADCASTSS(paramMem("kq"), kq)
+	d := make([]VecVirtual, min(n, chunkDRegs))
+	vt, tmp, ot := YMM(), YMM(), YMM()
+	for t := 0; t < n; t++ {
+		ak, aq := tmp, ot
+		if t < chunkRegs {
+			ak, aq = accK[t], accQ[t]
+		} else {
+			VMOVAPS(slotK(t), tmp)
+			VMOVAPS(slotQ(t), ot)
+		}
+		VMOVUPS(Mem{Base: r.v, Disp: 32 * t}, vt)
+		VMULPS(ak, eg, tmp)
+		VSUBPS(tmp, vt, tmp)
+		dt := tmp
+		if t < len(d) {
+			d[t] = YMM()
+			dt = d[t]
+		}
+		VMULPS(tmp, beta, dt)
+		VMULPS(aq, eg, ot)
+		VFMADD231PS(dt, kq, ot)
+		VMOVUPS(ot, Mem{Base: r.o, Disp: 32 * t})
+		if t >= len(d) {
+			VMOVAPS(dt, slotK(t))
+		}
+	}
+
+	Comment("Write pass: S' = eg·S + k̂_i·δ over the same rows.")
+	q := GP64()
+	MOVQ(r.sIn, p)
+	MOVQ(r.sOut, q)
+	XORQ(i, i)
+	write := label("cwrite")
+	Label(write)
+	bk2, y := YMM(), YMM()
+	VBROADCASTSS(Mem{Base: r.kh, Index: i, Scale: 4}, bk2)
+	for t := 0; t < n; t++ {
+		VMOVUPS(Mem{Base: p, Disp: 32 * t}, y)
+		VMULPS(y, eg, y)
+		if t < len(d) {
+			VFMADD231PS(d[t], bk2, y)
+		} else {
+			VFMADD231PS(slotK(t), bk2, y)
+		}
+		VMOVUPS(y, Mem{Base: q, Disp: 32 * t})
+	}
+	ADDQ(r.stride, p)
+	ADDQ(r.stride, q)
+	INCQ(i)
+	CMPQ(i, r.k)
+	JB(LabelRef(write))
 }
 
 // stateBlock emits one column block: the read pass, δ and o, the write pass.
