@@ -75,72 +75,86 @@ func tolerances(d oracle.Dims, in oracle.Inputs, want oracle.Expected) []headTol
 				Q[j] += math.Abs(qh[i]) * s
 			}
 		}
-		// The state: S'_ij = eg·S_ij + k̂_i·δ_j, δ_j = beta·(v_j − eg·Σ_i k̂_i·S_ij). The float32
-		// scalars eg, beta, k̂_i, q̂_i and k̂·q̂ carry a relative error u and, if they underflow
-		// (e.g. k̂·q̂ of a tiny k), an absolute error 2^-149: both are propagated.
-		var errS, maxS float64
+		var maxS, maxY float64
+		for _, x := range Sp {
+			maxS = max(maxS, math.Abs(x))
+		}
+		var sumQ, ss float64
+		for i := range K {
+			sumQ += math.Abs(qh[i])
+		}
 		for j := range V {
-			D[j] = beta * (math.Abs(float64(in.V[bh*V+j])) + eg*A[j])
 			C[j] = 0
 			for i := range K {
 				C[j] += math.Abs(float64(S[i*V+j]))
 			}
-			// error of δ_j: the sum kv (n = K terms), the rounded scalars, the products.
-			errD[j] = beta*eg*(kf*unit*A[j]+eta*C[j]) + eta*(math.Abs(float64(in.V[bh*V+j]))+eg*A[j]) + 4*unit*D[j] + 4*eta
-		}
-		for i := range K {
-			for j := range V {
-				s := math.Abs(float64(S[i*V+j]))
-				e := unit*4*(eg*s+math.Abs(kh[i])*D[j]) + eta*(s+D[j]) + math.Abs(kh[i])*errD[j] + 4*eta
-				errS = max(errS, e)
-				maxS = max(maxS, math.Abs(Sp[i*V+j]))
-			}
-		}
-		// o_j = eg·Σ_i q̂_i·S_ij + (k̂·q̂)·δ_j (the kernels' identity) or Σ_i q̂_i·S'_ij (the definition).
-		var sumQ float64
-		for i := range K {
-			sumQ += math.Abs(qh[i])
-		}
-		var ss float64
-		for j := range V {
-			var oj, sAbs float64
+			var oj float64
 			for i := range K {
 				oj += qh[i] * Sp[i*V+j]
-				sAbs += math.Abs(qh[i] * Sp[i*V+j])
 			}
 			o[j] = oj
 			ss += oj * oj
-			e1 := eg*(kf*unit*Q[j]+eta*C[j]) + eta*Q[j] + kqAbs*errD[j] + (4*unit+eta)*(eg*Q[j]+kqAbs*D[j]+D[j]) + 4*eta
-			e2 := kf*unit*sAbs + sumQ*errS + eta*C[j] + kf*eta
-			errO[j] = max(e1, e2)
+			maxY = max(maxY, math.Abs(want.Y[bh*V+j]))
 		}
-		// y_j = o_j·r·w_j·silu(z_j), r = 1/sqrt(Σo²/V + eps).
 		r := 1 / math.Sqrt(ss/float64(V)+in.RMSEps)
-		relR := 4 * unit
-		for j := range V {
-			relR += math.Abs(o[j]) * errO[j] / (ss + float64(V)*in.RMSEps)
-		}
-		var errY, maxY float64
-		for j := range V {
-			z := float64(in.Z[bh*V+j])
-			w, sl := math.Abs(float64(in.NormWeight[j])), math.Abs(z/(1+math.Exp(-z)))
-			y := math.Abs(want.Y[bh*V+j])
-			// y = o·r·w·silu in float32, in any order: a product that underflows is off by up to
-			// 2^-149, times the product of the factors still to come (a subset of the four).
-			f := [4]float64{math.Abs(o[j]), r, w, sl}
-			var under float64
-			for m := 0; m < 15; m++ { // every proper subset, the empty one included
-				p := 1.0
-				for b := range 4 {
-					if m&(1<<b) != 0 {
-						p *= f[b]
-					}
-				}
-				under += p
+
+		// model is the forward-error bound of the state and of y for a unit roundoff u and an
+		// underflow floor et (model(0, eta): the part due to underflow alone).
+		model := func(u, et float64) (errS, errY float64) {
+			// The state: S'_ij = eg·S_ij + k̂_i·δ_j, δ_j = beta·(v_j − eg·Σ_i k̂_i·S_ij). The float32
+			// scalars eg, beta, k̂_i, q̂_i and k̂·q̂ carry a relative error u and, if they underflow
+			// (e.g. k̂·q̂ of a tiny k), an absolute error 2^-149: both are propagated.
+			for j := range V {
+				D[j] = beta * (math.Abs(float64(in.V[bh*V+j])) + eg*A[j])
+				// error of δ_j: the sum kv (n = K terms), the rounded scalars, the products.
+				errD[j] = beta*eg*(kf*u*A[j]+et*C[j]) + et*(math.Abs(float64(in.V[bh*V+j]))+eg*A[j]) + 4*u*D[j] + 4*et
 			}
-			errY = max(errY, r*w*sl*errO[j]+y*(relR+8*unit)+eta*under)
-			maxY = max(maxY, y)
+			for i := range K {
+				for j := range V {
+					s := math.Abs(float64(S[i*V+j]))
+					errS = max(errS, u*4*(eg*s+math.Abs(kh[i])*D[j])+et*(s+D[j])+math.Abs(kh[i])*errD[j]+4*et)
+				}
+			}
+			// o_j = eg·Σ_i q̂_i·S_ij + (k̂·q̂)·δ_j (the kernels' identity) or Σ_i q̂_i·S'_ij (the
+			// definition).
+			for j := range V {
+				var sAbs float64
+				for i := range K {
+					sAbs += math.Abs(qh[i] * Sp[i*V+j])
+				}
+				e1 := eg*(kf*u*Q[j]+et*C[j]) + et*Q[j] + kqAbs*errD[j] + (4*u+et)*(eg*Q[j]+kqAbs*D[j]+D[j]) + 4*et
+				e2 := kf*u*sAbs + sumQ*errS + et*C[j] + kf*et
+				errO[j] = max(e1, e2)
+			}
+			// y_j = o_j·r·w_j·silu(z_j), r = 1/sqrt(Σo²/V + eps).
+			relR := 4 * u
+			for j := range V {
+				relR += math.Abs(o[j]) * errO[j] / (ss + float64(V)*in.RMSEps)
+			}
+			for j := range V {
+				z := float64(in.Z[bh*V+j])
+				w, sl := math.Abs(float64(in.NormWeight[j])), math.Abs(z/(1+math.Exp(-z)))
+				y := math.Abs(want.Y[bh*V+j])
+				// y = o·r·w·silu in float32, in any order: a product that underflows is off by up
+				// to 2^-149, times the product of the factors still to come (a subset of the four).
+				f := [4]float64{math.Abs(o[j]), r, w, sl}
+				var under float64
+				for m := 0; m < 15; m++ { // every proper subset, the empty one included
+					p := 1.0
+					for b := range 4 {
+						if m&(1<<b) != 0 {
+							p *= f[b]
+						}
+					}
+					under += p
+				}
+				errY = max(errY, r*w*sl*errO[j]+y*(relR+8*u)+et*under)
+			}
+			return errS, errY
 		}
+		errS, errY := model(unit, eta)
+		floorS, floorY := model(0, eta)
+
 		// Is the head ill-conditioned? κ compares the natural magnitudes of the terms of S', δ
 		// and y's o_j (a sum of K random terms is about sqrt(K) times one) with the results.
 		var kq float64
@@ -148,7 +162,7 @@ func tolerances(d oracle.Dims, in oracle.Inputs, want oracle.Expected) []headTol
 			kq += qh[i] * kh[i]
 		}
 		sqK := math.Sqrt(float64(K))
-		var numS, numD, maxD, numO, maxO float64 // maxO: of o_j·gain_j
+		var numS, numD, maxD, numO, maxO, maxRawO float64 // maxO: of o_j·gain_j
 		for j := range V {
 			var kv float64
 			for i := range K {
@@ -163,13 +177,15 @@ func tolerances(d oracle.Dims, in oracle.Inputs, want oracle.Expected) []headTol
 			gain := math.Abs(float64(in.NormWeight[j])*z/(1+math.Exp(-z))) + 0x1p-100
 			numO = max(numO, gain*(eg*Q[j]/sqK+math.Abs(kq*delta)))
 			maxO = max(maxO, gain*math.Abs(o[j]))
+			maxRawO = max(maxRawO, math.Abs(o[j]))
 			for i := range K {
 				numS = max(numS, eg*math.Abs(float64(S[i*V+j]))+math.Abs(kh[i]*delta))
 			}
 		}
 		tiny := func(x float64) bool { return x != 0 && math.Abs(x) < 0x1p-120 }
 		ill := numS > condMax*maxS || numD > condMax*maxD || numO > condMax*maxO ||
-			maxS < 0x1p-100 || maxY < 0x1p-100 || tiny(eg) || tiny(beta) || tiny(kq)
+			floorS > oracle.RelTol/10*maxS || floorY > oracle.RelTol/10*maxY || // underflow matters
+			maxS < 0x1p-100 || maxY < 0x1p-100 || maxRawO < 0x1p-100 || tiny(eg) || tiny(beta) || tiny(kq)
 		for i := range K {
 			ill = ill || tiny(kh[i]) || tiny(qh[i])
 		}
