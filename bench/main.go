@@ -221,12 +221,12 @@ func printTable(w io.Writer, res []Result) {
 			if r.Generic > 0 {
 				gen = fmt.Sprintf("%.2f", r.Generic/r.Step)
 			}
-			fmt.Fprintf(w, "| %s | %v | %d | %.1f | %.1f | %.2f | %s |\n",
+			fmt.Fprintf(w, "| %s | %v | %d | %.4g | %.1f | %.2f | %s |\n",
 				r.Kernel, r.Shape, r.Workers, r.Step*1e6, r.GBps(), r.Step/r.Copy, gen)
 			copies = append(copies, r.Copy)
 		}
 		c := median(copies)
-		fmt.Fprintf(w, "| copy() | %v | 1 | %.1f | %.1f | 1.00 | |\n", res[i].Shape, c*1e6, float64(res[i].Shape.Traffic())/c/1e9)
+		fmt.Fprintf(w, "| copy() | %v | 1 | %.4g | %.1f | 1.00 | |\n", res[i].Shape, c*1e6, float64(res[i].Shape.Traffic())/c/1e9)
 		i = j
 	}
 }
