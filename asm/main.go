@@ -11,6 +11,15 @@
 //
 // The scalar transcendentals of a head (beta, eg, the l2 factors) stay in the Go driver.
 //
+// # Measured on the machine this was tuned on (AMD EPYC, Zen 4, 2 cores, L1d 32 KiB, L2 1 MiB)
+//
+// What bounds the step at B = 64 (128 MiB of state, far beyond the caches) is how fast one core
+// streams memory: a read-only AVX-512 pass over the same 128 MiB takes 0.81–0.85× the time of
+// copy() of it, and the state routine alone (no driver) 1.09–1.14× (AVX-512) and 1.19–1.24×
+// (AVX2). Prefetching the next head during the write pass (tried with PREFETCHT0/T2/NTA, one or
+// eight lines per row) and non-temporal stores made it slower; software prefetching the next
+// rows gained nothing: the hardware prefetchers already follow the contiguous read pass.
+//
 // # Blocking of the state pass
 //
 // One head's state is K×V float32 with V contiguous: 64 KiB at 128×128. δ_j needs the whole
@@ -22,26 +31,30 @@
 //
 //   - AVX-512: blocks of 128 columns = 8 ZMM per row, which at the hot shape V = 128 is the whole
 //     row. Each row costs 8 loads and 16 FMAs into 16 independent accumulators (8 for Sᵀk̂, 8 for
-//     Sᵀq̂; 8 chains would already cover the 4-cycle FMA latency at two FMAs per cycle), 19 of the 32 ZMM. The
-//     read pass is then one contiguous stream over the head, and on into the next head: the
-//     hardware prefetchers run ahead of it undisturbed. The slab is the whole 64 KiB head at
-//     K = 128: more than the L1d (32 KiB on the Zen 4 this was tuned on, 48 KiB on current
-//     Intel), so the write pass re-reads it from L2 (1–2 MiB), still well above memory speed.
-//     Blocks of 64 columns (4 ZMM, 8 accumulators, a 32 KiB slab that stays in L1) were measured
-//     first and were slower: B = 1 63 → 54 µs, B = 64 14.0 → 11.0 ms per step on the Qwen3-Next
-//     layer; the strided read pass (half rows at a 512-byte stride) keeps fewer misses in flight
-//     than whole rows. Software prefetching (the next rows, or the next head during the write
-//     pass) was tried on top and gained nothing measurable.
-//   - AVX2: blocks of 32 columns = 4 YMM per row, 8 accumulators; with the broadcasts and a load
-//     register that is 11 of the 16 YMM (8 YMM would need 16 accumulators). The slab is 16 KiB
-//     at K = 128 and stays in L1.
+//     Sᵀq̂; 8 chains would already cover the 4-cycle FMA latency at two FMAs per cycle): 19 of
+//     the 32 ZMM. The read pass is then one contiguous stream over the head, and on into the
+//     next head, which the hardware prefetchers follow undisturbed. The slab is the whole 64 KiB
+//     head at K = 128: more than the L1d (32 KiB on Zen 4, 48 KiB on current Intel cores), so
+//     the write pass re-reads it from L2 (1–2 MiB), still far above memory speed. Blocks of 64
+//     columns (4 ZMM, 8 accumulators, a 32 KiB slab that stays in L1) were the first version,
+//     and 32 columns were tried: in interleaved runs at B = 64 they took 13.5 and 13.7 ms per
+//     step against 8.6 ms for 128 (B = 1: 63 against 54 µs). Their read pass walks part of each
+//     512-byte row at a 512-byte stride and keeps fewer misses in flight than a stream.
+//   - AVX2: whole-row chunks of 128 columns (16 YMM per row; then one of 64), so that the read
+//     pass is the same contiguous stream. 16 YMM registers cannot hold their 32 accumulators:
+//     those of the first 3 YMM stay in registers, the others live in 1 KiB of the frame (L1)
+//     and cost a load and a store per FMA; a row's 32 FMAs (2 per cycle) still set the pace.
+//     In the write pass δ of 9 YMM stays in registers, the rest is a memory operand. Register
+//     blocks of 32 columns (4 YMM, 8 accumulators, everything in registers) were the first
+//     version; their read pass walks 128 of every 512 bytes per row and took 15.0 ms instead of
+//     9.5 ms at B = 64 (same at B = 1). They remain for the last V mod 64 columns.
 //
 // # Tails (any K, V ≥ 1; nothing outside a slice is ever read or written)
 //
 //   - AVX-512: the last block has 1–8 ZMM, the last one under a K1 mask (zeroing masked loads,
 //     masked stores); masked-out lanes are neither read nor written and cannot fault.
-//   - AVX2: after the 32-column blocks, one block of 1–3 YMM, then one block of at most one XMM and
-//     up to three scalar columns (VMOVSS).
+//   - AVX2: after the 128- and 64-column chunks, at most one 32-column register block, one of
+//     1–3 YMM, then one of at most one XMM and up to three scalar columns (VMOVSS).
 //
 // The gate and l2 routines use the same scheme: masked loads/stores for AVX-512, narrower vectors
 // then a scalar loop for AVX2.
