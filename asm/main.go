@@ -325,11 +325,7 @@ type stateRegs struct {
 }
 
 func stateRoutine(a isa) {
-	attr := NOSPLIT
-	if a.lanes == 8 {
-		attr = 0 // chunkBlock's accumulators are in the frame: let the assembler check the stack
-	}
-	TEXT("state"+a.name, attr, "func(sIn, sOut, kh, qh, v, o []float32, eg, beta, kq float32)")
+	TEXT("state"+a.name, NOSPLIT, "func(sIn, sOut, kh, qh, v, o []float32, eg, beta, kq float32)")
 	Doc(fmt.Sprintf("state%s is impl.state (stateGeneric) for one head, in %s; see gdn_amd64.go.", a.name, a.name))
 	r := stateRegs{
 		sIn: GP64(), sOut: GP64(), kh: GP64(), qh: GP64(), v: GP64(), o: GP64(), k: GP64(), stride: GP64(),
@@ -478,25 +474,27 @@ func paramMem(name string) Mem {
 // AVX2 whole-row chunks: chunkVecs YMM = 128 columns, whole rows at V = 128.
 const (
 	chunkVecs  = 16
-	chunkLocal = 2*chunkVecs*32 + 32 // Sᵀk̂ and Sᵀq̂ of a chunk, 32-byte aligned
-	chunkRegs  = 3                   // pieces whose accumulators stay in registers
-	chunkDRegs = 9                   // pieces whose δ stays in registers (16 YMM: eg, beta, kq, 3 temporaries)
+	chunkRegs  = 3                             // pieces whose accumulators stay in registers
+	chunkLocal = (chunkVecs-chunkRegs)*32 + 32 // Sᵀq̂ of the other pieces, 32-byte aligned
+	chunkDRegs = 9                             // pieces whose δ stays in registers (16 YMM: eg, beta, kq, 3 temporaries)
 )
 
-// chunkBlock is the AVX2 state block for n YMM (8n columns) with most accumulators in memory
-// (acc: 32-byte aligned, 2n·32 bytes of the frame, in L1): 16 YMM registers cannot hold the 2n
-// accumulators of a whole 128-column row, and 32-column register blocks make the read pass a
+// chunkBlock is the AVX2 state block for n YMM (8n columns) with most accumulators in memory, in
+// L1: Sᵀk̂ in the block's part of o (written last, after Sᵀk̂ has been read), Sᵀq̂ and later δ in
+// acc (32-byte aligned, 448 bytes of the frame: small enough for NOSPLIT, which keeps the routine
+// free of the stack-check prologue and its TLS access, which -dynlink executables cannot link).
+// 16 YMM registers cannot hold the 2n accumulators of a whole 128-column row, and 32-column register blocks make the read pass a
 // strided walk (4 × 128 bytes per 512-byte row) that keeps too few misses in flight: at B = 64
 // it took about twice as long as this contiguous stream. The extra loads and stores hit L1 and
 // stay within the load/store ports' budget while the FMAs (2 per 8 floats) set the pace.
 func chunkBlock(r stateRegs, n int, acc GPVirtual) {
 	Commentf("Chunk of %d columns: read pass, Sᵀk̂ and Sᵀq̂ of pieces ≥ %d in memory.", 8*n, chunkRegs)
-	slotK := func(t int) Mem { return Mem{Base: acc, Disp: 32 * t} }
-	slotQ := func(t int) Mem { return Mem{Base: acc, Disp: 32 * (n + t)} }
+	slotK := func(t int) Mem { return Mem{Base: r.o, Disp: 32 * t} }
+	slotQ := func(t int) Mem { return Mem{Base: acc, Disp: 32 * (t - chunkRegs)} }
 	zy := YMM()
 	VXORPS(zy, zy, zy)
 	for t := chunkRegs; t < n; t++ {
-		VMOVAPS(zy, slotK(t))
+		VMOVUPS(zy, slotK(t))
 		VMOVAPS(zy, slotQ(t))
 	}
 	accK := make([]VecVirtual, chunkRegs)
@@ -521,9 +519,9 @@ func chunkBlock(r stateRegs, n int, acc GPVirtual) {
 			VFMADD231PS(x, bq, accQ[t])
 			continue
 		}
-		VMOVAPS(slotK(t), m)
+		VMOVUPS(slotK(t), m)
 		VFMADD231PS(x, bk, m)
-		VMOVAPS(m, slotK(t))
+		VMOVUPS(m, slotK(t))
 		VMOVAPS(slotQ(t), m)
 		VFMADD231PS(x, bq, m)
 		VMOVAPS(m, slotQ(t))
@@ -533,7 +531,7 @@ func chunkBlock(r stateRegs, n int, acc GPVirtual) {
 	CMPQ(i, r.k)
 	JB(LabelRef(read))
 
-	Comment("δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ; δ in registers, then in Sᵀk̂'s slots.")
+	Comment("δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ; δ in registers, then in Sᵀq̂'s slots.")
 	eg, beta, kq := YMM(), YMM(), YMM()
 	VBROADCASTSS(paramMem("eg"), eg)
 	VBROADCASTSS(paramMem("beta"), beta)
@@ -545,7 +543,7 @@ func chunkBlock(r stateRegs, n int, acc GPVirtual) {
 		if t < chunkRegs {
 			ak, aq = accK[t], accQ[t]
 		} else {
-			VMOVAPS(slotK(t), tmp)
+			VMOVUPS(slotK(t), tmp)
 			VMOVAPS(slotQ(t), ot)
 		}
 		VMOVUPS(Mem{Base: r.v, Disp: 32 * t}, vt)
@@ -561,7 +559,7 @@ func chunkBlock(r stateRegs, n int, acc GPVirtual) {
 		VFMADD231PS(dt, kq, ot)
 		VMOVUPS(ot, Mem{Base: r.o, Disp: 32 * t})
 		if t >= len(d) {
-			VMOVAPS(dt, slotK(t))
+			VMOVAPS(dt, slotQ(t))
 		}
 	}
 
@@ -580,7 +578,7 @@ func chunkBlock(r stateRegs, n int, acc GPVirtual) {
 		if t < len(d) {
 			VFMADD231PS(d[t], bk2, y)
 		} else {
-			VFMADD231PS(slotK(t), bk2, y)
+			VFMADD231PS(slotQ(t), bk2, y)
 		}
 		VMOVUPS(y, Mem{Base: q, Disp: 32 * t})
 	}
