@@ -42,8 +42,9 @@
 //     512-byte row at a 512-byte stride and keeps fewer misses in flight than a stream.
 //   - AVX2: whole-row chunks of 128 columns (16 YMM per row; then one of 64), so that the read
 //     pass is the same contiguous stream. 16 YMM registers cannot hold their 32 accumulators:
-//     those of the first 3 YMM stay in registers, the others live in 1 KiB of the frame (L1)
-//     and cost a load and a store per FMA; a row's 32 FMAs (2 per cycle) still set the pace.
+//     those of the first 3 YMM stay in registers, for the others Sᵀk̂ lives in the chunk's part
+//     of o and Sᵀq̂ in 416 bytes of the frame (both in L1); each costs a load and a store per
+//     FMA, and a row's 32 FMAs (2 per cycle) still set the pace.
 //     In the write pass δ of 9 YMM stays in registers, the rest is a memory operand. Register
 //     blocks of 32 columns (4 YMM, 8 accumulators, everything in registers) were the first
 //     version; their read pass walks 128 of every 512 bytes per row and took 15.0 ms instead of
