@@ -162,7 +162,7 @@ func tolerances(d oracle.Dims, in oracle.Inputs, want oracle.Expected) []headTol
 			kq += qh[i] * kh[i]
 		}
 		sqK := math.Sqrt(float64(K))
-		var numS, numD, maxD, numO, maxO, maxRawO float64 // maxO: of o_j·gain_j
+		var numS, numD, maxD, numO, maxO, maxRawO, numR float64 // maxO: of o_j·gain_j
 		for j := range V {
 			var kv float64
 			for i := range K {
@@ -175,7 +175,11 @@ func tolerances(d oracle.Dims, in oracle.Inputs, want oracle.Expected) []headTol
 			// cancelled o_j the head's largest y).
 			z := float64(in.Z[bh*V+j])
 			gain := math.Abs(float64(in.NormWeight[j])*z/(1+math.Exp(-z))) + 0x1p-100
-			numO = max(numO, gain*(eg*Q[j]/sqK+math.Abs(kq*delta)))
+			natO := eg*Q[j]/sqK + math.Abs(kq*delta)
+			numO = max(numO, gain*natO)
+			// r = 1/sqrt(Σo²/V + eps) is as ill-conditioned as the o_j that dominate Σo²,
+			// whatever their gains.
+			numR += math.Abs(o[j]) * natO
 			maxO = max(maxO, gain*math.Abs(o[j]))
 			maxRawO = max(maxRawO, math.Abs(o[j]))
 			for i := range K {
@@ -183,7 +187,7 @@ func tolerances(d oracle.Dims, in oracle.Inputs, want oracle.Expected) []headTol
 			}
 		}
 		tiny := func(x float64) bool { return x != 0 && math.Abs(x) < 0x1p-120 }
-		ill := numS > condMax*maxS || numD > condMax*maxD || numO > condMax*maxO ||
+		ill := numS > condMax*maxS || numD > condMax*maxD || numO > condMax*maxO || numR > condMax*(ss+float64(V)*in.RMSEps) ||
 			floorS > oracle.RelTol/10*maxS || floorY > oracle.RelTol/10*maxY || // underflow matters
 			maxS < 0x1p-100 || maxY < 0x1p-100 || maxRawO < 0x1p-100 || tiny(eg) || tiny(beta) || tiny(kq)
 		for i := range K {
