@@ -33,8 +33,8 @@ var (
 	avx2Impl   = impl{name: "avx2", state: stateAVX2, gate: gateAVX2, l2: l2AVX2}
 )
 
-// stateAVX512 is stateGeneric in AVX-512: column blocks of 64 (then 1–4 ZMM, the last masked),
-// each with one read pass and one write pass over its K×64 slab. Reference, with K = len(kh) =
+// stateAVX512 is stateGeneric in AVX-512: column blocks of 128 (whole rows at V = 128; then 1–8
+// ZMM, the last masked), each with one read pass and one write pass over its K×128 slab. Reference, with K = len(kh) =
 // len(qh), V = len(v) = len(o), len(sIn) = len(sOut) = K·V (not checked; sOut may be sIn):
 //
 //	for j := range V:
@@ -63,8 +63,9 @@ func gateAVX512(o, z, w []float32, eps float32, out []uint16, outF []float32)
 //go:noescape
 func l2AVX512(q, k []float32) (qq, kk, kq float64)
 
-// stateAVX2 is stateAVX512 in AVX2: column blocks of 32 (4 YMM), then 1–3 YMM, then an XMM and
-// scalar columns.
+// stateAVX2 is stateAVX512 in AVX2: chunks of 128 (then 64) columns with most accumulators in L1
+// (o holds Sᵀk̂ until it is written), then a 32-column register block, 1–3 YMM, an XMM and scalar
+// columns.
 //
 //go:noescape
 func stateAVX2(sIn, sOut, kh, qh, v, o []float32, eg, beta, kq float32)
