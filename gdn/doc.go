@@ -44,6 +44,16 @@
 // max |y|). A NaN or Inf in one head's inputs can spoil that head's outputs only. The result bits
 // of a kernel do not depend on Config.Workers.
 //
+// # Workers
+//
+// A Step splits the flattened heads into contiguous ranges, one per worker (Config.Workers; 0 means
+// as many as pay off, at most GOMAXPROCS, each with at least 128 KiB of state), runs the first
+// range on the caller's goroutine and the others on a package-level pool. The pool's goroutines
+// are started on first use, are never more than the most extra workers a Step has used, and live
+// as long as the process: after a task each polls for the next one for 50 µs (so back-to-back
+// Steps do not pay the wake-up of a parked goroutine), then parks. Small batches run inline, and
+// with Workers 1 no goroutine is ever started.
+//
 // # Errors and safety
 //
 // Every error wraps one of the exported sentinels (ErrConfig, ErrKernel, ErrShape, ErrNoOutput,

@@ -150,21 +150,6 @@ func (l *Layer) Step(in Input, out Output) error {
 	return nil
 }
 
-// parallel splits the flattened heads into w contiguous ranges, one per goroutine, the first run
-// by the caller (as the seed's SPMD grid shards BH); it returns when all are done.
-func (l *Layer) parallel(st gdnsimd.Step, heads, w int) {
-	var wg sync.WaitGroup
-	wg.Add(w - 1)
-	for i := 1; i < w; i++ {
-		go func(lo, hi int) {
-			defer wg.Done()
-			l.runRange(&st, lo, hi)
-		}(i*heads/w, (i+1)*heads/w)
-	}
-	l.runRange(&st, 0, heads/w)
-	wg.Wait()
-}
-
 func (l *Layer) runRange(st *gdnsimd.Step, lo, hi int) {
 	sp := l.scratch.Get().(*[]float32)
 	l.kernel.Run(st, lo, hi, *sp)
