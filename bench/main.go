@@ -221,14 +221,28 @@ func printTable(w io.Writer, res []Result) {
 			if r.Generic > 0 {
 				gen = fmt.Sprintf("%.2f", r.Generic/r.Step)
 			}
-			fmt.Fprintf(w, "| %s | %v | %d | %.4g | %.1f | %.2f | %s |\n",
-				r.Kernel, r.Shape, r.Workers, r.Step*1e6, r.GBps(), r.Step/r.Copy, gen)
+			fmt.Fprintf(w, "| %s | %v | %d | %s | %.1f | %.2f | %s |\n",
+				r.Kernel, r.Shape, r.Workers, micros(r.Step), r.GBps(), r.Step/r.Copy, gen)
 			copies = append(copies, r.Copy)
 		}
 		c := median(copies)
-		fmt.Fprintf(w, "| copy() | %v | 1 | %.4g | %.1f | 1.00 | |\n", res[i].Shape, c*1e6, float64(res[i].Shape.Traffic())/c/1e9)
+		fmt.Fprintf(w, "| copy() | %v | 1 | %s | %.1f | 1.00 | |\n", res[i].Shape, micros(c), float64(res[i].Shape.Traffic())/c/1e9)
 		i = j
 	}
+}
+
+// micros formats seconds as µs with at least 3 significant digits and no exponent.
+func micros(sec float64) string {
+	us := sec * 1e6
+	switch {
+	case us >= 1000:
+		return fmt.Sprintf("%.0f", us)
+	case us >= 100:
+		return fmt.Sprintf("%.1f", us)
+	case us >= 10:
+		return fmt.Sprintf("%.2f", us)
+	}
+	return fmt.Sprintf("%.3f", us)
 }
 
 // cpuModel is the CPU's model name, family and model from /proc/cpuinfo (and whether it runs under
