@@ -41,7 +41,12 @@
 //
 // Against a float64 evaluation of the formulas, every kernel keeps State and OutF32 within 1e-5 of
 // the head's largest magnitude, and every Out element within max(1 bf16 ulp of y, 1e-5·the head's
-// max |y|). A NaN or Inf in one head's inputs can spoil that head's outputs only. The result bits
+// max |y|) (the reference vectors, random realistic heads and the fuzzers check this). No float32
+// evaluation can promise that on an ill-conditioned head — one whose update or output cancels
+// almost completely (beta ≈ 1 with k̂ aligned to the state, o_j far smaller than its terms under a
+// large RMSNorm gain) or underflows below the float32 normal range — and there the error is
+// bounded by the float32 forward-error bound of the same formulas instead (fuzz/check_test.go
+// computes it). A NaN or Inf in one head's inputs can spoil that head's outputs only. The result bits
 // of a kernel do not depend on Config.Workers.
 //
 // # Workers
