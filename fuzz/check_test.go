@@ -44,26 +44,11 @@ func tolerances(d oracle.Dims, in oracle.Inputs, want oracle.Expected) []headTol
 	tols := make([]headTol, d.Heads())
 	kf := float64(K + 8)
 	for bh := range tols {
-		b, h := bh/d.HV, bh%d.HV
-		kIdx := b*d.HK + h/(d.HV/d.HK)
-		var nq, nk float64
-		for i := range K {
-			nq += sq(float64(in.Q[kIdx*K+i]))
-			nk += sq(float64(in.K[kIdx*K+i]))
-		}
+		beta, eg := oracle.HeadScalars(d, in, bh, qh, kh)
 		var kqAbs float64
 		for i := range K {
-			qh[i] = float64(in.Q[kIdx*K+i]) / math.Sqrt(nq+1e-6) / math.Sqrt(float64(K))
-			kh[i] = float64(in.K[kIdx*K+i]) / math.Sqrt(nk+1e-6)
 			kqAbs += math.Abs(qh[i] * kh[i])
 		}
-		beta := 1 / (1 + math.Exp(-float64(in.B[bh])))
-		x := float64(in.A[bh]) + float64(in.DtBias[h])
-		sp := x
-		if x <= 20 {
-			sp = math.Log1p(math.Exp(x))
-		}
-		eg := math.Exp(-math.Exp(float64(in.ALog[h])) * sp)
 
 		S, Sp := in.State[bh*K*V:][:K*V], want.State[bh*K*V:][:K*V]
 		clear(A)

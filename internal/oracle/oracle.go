@@ -55,24 +55,7 @@ func Step(d Dims, in Inputs) Expected {
 	qh, kh := make([]float64, K), make([]float64, K)
 	kv, delta, o := make([]float64, V), make([]float64, V), make([]float64, V)
 	for bh := 0; bh < d.Heads(); bh++ {
-		b, h := bh/d.HV, bh%d.HV
-		kIdx := b*d.HK + h/(d.HV/d.HK)
-		var nq, nk float64
-		for i := 0; i < K; i++ {
-			nq += sq(float64(in.Q[kIdx*K+i]))
-			nk += sq(float64(in.K[kIdx*K+i]))
-		}
-		for i := 0; i < K; i++ {
-			qh[i] = float64(in.Q[kIdx*K+i]) / math.Sqrt(nq+1e-6) / math.Sqrt(float64(K))
-			kh[i] = float64(in.K[kIdx*K+i]) / math.Sqrt(nk+1e-6)
-		}
-		beta := 1 / (1 + math.Exp(-float64(in.B[bh])))
-		x := float64(in.A[bh]) + float64(in.DtBias[h])
-		sp := x
-		if x <= 20 {
-			sp = math.Log1p(math.Exp(x))
-		}
-		eg := math.Exp(-math.Exp(float64(in.ALog[h])) * sp)
+		beta, eg := HeadScalars(d, in, bh, qh, kh)
 		S := e.State[bh*K*V : (bh+1)*K*V]
 		for i := range S {
 			S[i] = eg * float64(in.State[bh*K*V+i])
@@ -106,6 +89,31 @@ func Step(d Dims, in Inputs) Expected {
 		}
 	}
 	return e
+}
+
+// HeadScalars evaluates flattened head bh's scalars in float64: it writes q̂ (l2-normalised and
+// scaled by 1/√K) and k̂ (l2-normalised) into qh and kh (len K) and returns beta = sigmoid(b) and
+// eg = exp(g), g = −exp(A_log)·softplus(a + dt_bias).
+func HeadScalars(d Dims, in Inputs, bh int, qh, kh []float64) (beta, eg float64) {
+	K := d.K
+	b, h := bh/d.HV, bh%d.HV
+	kIdx := b*d.HK + h/(d.HV/d.HK)
+	var nq, nk float64
+	for i := 0; i < K; i++ {
+		nq += sq(float64(in.Q[kIdx*K+i]))
+		nk += sq(float64(in.K[kIdx*K+i]))
+	}
+	for i := 0; i < K; i++ {
+		qh[i] = float64(in.Q[kIdx*K+i]) / math.Sqrt(nq+1e-6) / math.Sqrt(float64(K))
+		kh[i] = float64(in.K[kIdx*K+i]) / math.Sqrt(nk+1e-6)
+	}
+	beta = 1 / (1 + math.Exp(-float64(in.B[bh])))
+	x := float64(in.A[bh]) + float64(in.DtBias[h])
+	sp := x
+	if x <= 20 {
+		sp = math.Log1p(math.Exp(x))
+	}
+	return beta, math.Exp(-math.Exp(float64(in.ALog[h])) * sp)
 }
 
 func sq(x float64) float64 { return x * x }
