@@ -33,9 +33,10 @@ var (
 	avx2Impl   = impl{name: "avx2", state: stateAVX2, gate: gateAVX2, l2: l2AVX2}
 )
 
-// stateAVX512 is stateGeneric in AVX-512: column blocks of 128 (whole rows at V = 128; then 1–8
-// ZMM, the last masked), each with one read pass and one write pass over its K×128 slab. Reference, with K = len(kh) =
-// len(qh), V = len(v) = len(o), len(sIn) = len(sOut) = K·V (not checked; sOut may be sIn):
+// stateAVX512 is stateGeneric in AVX-512: column blocks of 256 (whole rows up to V = 256; then 1–16
+// ZMM, the last masked), each with one read pass and one write pass over its K×256 slab. Reference,
+// with K = len(kh) = len(qh), V = len(v) = len(o), len(sIn) = len(sOut) = K·V (not checked; sOut
+// may be sIn):
 //
 //	for j := range V:
 //		kv, qs := Σ_i kh[i]·sIn[i*V+j], Σ_i qh[i]·sIn[i*V+j]

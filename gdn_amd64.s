@@ -390,7 +390,7 @@ GLOBL one_f64<>(SB), RODATA|NOPTR, $8
 
 // func stateAVX512(sIn []float32, sOut []float32, kh []float32, qh []float32, v []float32, o []float32, eg float32, beta float32, kq float32)
 // Requires: AVX, AVX512F
-TEXT ·stateAVX512(SB), NOSPLIT, $0-156
+TEXT ·stateAVX512(SB), NOSPLIT, $320-156
 	MOVQ  sIn_base+0(FP), AX
 	MOVQ  sOut_base+24(FP), CX
 	MOVQ  kh_base+48(FP), DX
@@ -406,12 +406,12 @@ TEXT ·stateAVX512(SB), NOSPLIT, $0-156
 	MOVQ  R10, R9
 	SHLQ  $0x02, R9
 
-	// Blocks of 128 columns.
+	// Blocks of 256 columns.
 full_1:
-	CMPQ R10, $0x00000080
+	CMPQ R10, $0x00000100
 	JB   tail_1
 
-	// Block of 128 columns: read pass (Sᵀk̂, Sᵀq̂ in registers).
+	// Block of 256 columns: read pass (Sᵀk̂, Sᵀq̂ of 14 vectors in registers).
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
 	VBROADCASTSS zero<>+0(SB), Z2
@@ -428,158 +428,466 @@ full_1:
 	VBROADCASTSS zero<>+0(SB), Z13
 	VBROADCASTSS zero<>+0(SB), Z14
 	VBROADCASTSS zero<>+0(SB), Z15
-	MOVQ         AX, R11
-	XORQ         R12, R12
+	VBROADCASTSS zero<>+0(SB), Z16
+	VBROADCASTSS zero<>+0(SB), Z17
+	VBROADCASTSS zero<>+0(SB), Z18
+	VBROADCASTSS zero<>+0(SB), Z19
+	VBROADCASTSS zero<>+0(SB), Z20
+	VBROADCASTSS zero<>+0(SB), Z21
+	VBROADCASTSS zero<>+0(SB), Z22
+	VBROADCASTSS zero<>+0(SB), Z23
+	VBROADCASTSS zero<>+0(SB), Z24
+	VBROADCASTSS zero<>+0(SB), Z25
+	VBROADCASTSS zero<>+0(SB), Z26
+	VBROADCASTSS zero<>+0(SB), Z27
+	LEAQ         (SP), R11
+	ADDQ         $0x3f, R11
+	ANDQ         $-64, R11
+	VBROADCASTSS zero<>+0(SB), Z28
+	VMOVAPS      Z28, (R11)
+	VMOVAPS      Z28, 64(R11)
+	VMOVAPS      Z28, 128(R11)
+	VMOVAPS      Z28, 192(R11)
+	MOVQ         AX, R12
+	XORQ         R13, R13
 
 read_1:
-	VBROADCASTSS (DX)(R12*4), Z16
-	VBROADCASTSS (BX)(R12*4), Z17
-	VMOVUPS      (R11), Z18
+	VBROADCASTSS (DX)(R13*4), Z28
+	VBROADCASTSS (BX)(R13*4), Z29
+	VMOVUPS      (R12), Z30
+	VFMADD231PS  Z30, Z28, Z0
+	VFMADD231PS  Z30, Z29, Z1
+	VMOVUPS      64(R12), Z30
+	VFMADD231PS  Z30, Z28, Z2
+	VFMADD231PS  Z30, Z29, Z3
+	VMOVUPS      128(R12), Z30
+	VFMADD231PS  Z30, Z28, Z4
+	VFMADD231PS  Z30, Z29, Z5
+	VMOVUPS      192(R12), Z30
+	VFMADD231PS  Z30, Z28, Z6
+	VFMADD231PS  Z30, Z29, Z7
+	VMOVUPS      256(R12), Z30
+	VFMADD231PS  Z30, Z28, Z8
+	VFMADD231PS  Z30, Z29, Z9
+	VMOVUPS      320(R12), Z30
+	VFMADD231PS  Z30, Z28, Z10
+	VFMADD231PS  Z30, Z29, Z11
+	VMOVUPS      384(R12), Z30
+	VFMADD231PS  Z30, Z28, Z12
+	VFMADD231PS  Z30, Z29, Z13
+	VMOVUPS      448(R12), Z30
+	VFMADD231PS  Z30, Z28, Z14
+	VFMADD231PS  Z30, Z29, Z15
+	VMOVUPS      512(R12), Z30
+	VFMADD231PS  Z30, Z28, Z16
+	VFMADD231PS  Z30, Z29, Z17
+	VMOVUPS      576(R12), Z30
+	VFMADD231PS  Z30, Z28, Z18
+	VFMADD231PS  Z30, Z29, Z19
+	VMOVUPS      640(R12), Z30
+	VFMADD231PS  Z30, Z28, Z20
+	VFMADD231PS  Z30, Z29, Z21
+	VMOVUPS      704(R12), Z30
+	VFMADD231PS  Z30, Z28, Z22
+	VFMADD231PS  Z30, Z29, Z23
+	VMOVUPS      768(R12), Z30
+	VFMADD231PS  Z30, Z28, Z24
+	VFMADD231PS  Z30, Z29, Z25
+	VMOVUPS      832(R12), Z30
+	VFMADD231PS  Z30, Z28, Z26
+	VFMADD231PS  Z30, Z29, Z27
+	VMOVUPS      896(R12), Z30
+	VMOVAPS      (R11), Z31
+	VFMADD231PS  Z30, Z28, Z31
+	VMOVAPS      Z31, (R11)
+	VMOVAPS      64(R11), Z31
+	VFMADD231PS  Z30, Z29, Z31
+	VMOVAPS      Z31, 64(R11)
+	VMOVUPS      960(R12), Z30
+	VMOVAPS      128(R11), Z31
+	VFMADD231PS  Z30, Z28, Z31
+	VMOVAPS      Z31, 128(R11)
+	VMOVAPS      192(R11), Z31
+	VFMADD231PS  Z30, Z29, Z31
+	VMOVAPS      Z31, 192(R11)
+	ADDQ         R9, R12
+	INCQ         R13
+	CMPQ         R13, R8
+	JB           read_1
+
+	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
+	VBROADCASTSS eg+144(FP), Z28
+	VBROADCASTSS beta+148(FP), Z29
+	VBROADCASTSS kq+152(FP), Z30
+	VMOVUPS      (SI), Z31
+	VMULPS       Z0, Z28, Z0
+	VSUBPS       Z0, Z31, Z0
+	VMULPS       Z0, Z29, Z0
+	VMULPS       Z1, Z28, Z1
+	VFMADD231PS  Z0, Z30, Z1
+	VMOVUPS      Z1, (DI)
+	VMOVUPS      64(SI), Z1
+	VMULPS       Z2, Z28, Z2
+	VSUBPS       Z2, Z1, Z2
+	VMULPS       Z2, Z29, Z2
+	VMULPS       Z3, Z28, Z3
+	VFMADD231PS  Z2, Z30, Z3
+	VMOVUPS      Z3, 64(DI)
+	VMOVUPS      128(SI), Z1
+	VMULPS       Z4, Z28, Z4
+	VSUBPS       Z4, Z1, Z4
+	VMULPS       Z4, Z29, Z4
+	VMULPS       Z5, Z28, Z5
+	VFMADD231PS  Z4, Z30, Z5
+	VMOVUPS      Z5, 128(DI)
+	VMOVUPS      192(SI), Z1
+	VMULPS       Z6, Z28, Z6
+	VSUBPS       Z6, Z1, Z6
+	VMULPS       Z6, Z29, Z6
+	VMULPS       Z7, Z28, Z7
+	VFMADD231PS  Z6, Z30, Z7
+	VMOVUPS      Z7, 192(DI)
+	VMOVUPS      256(SI), Z1
+	VMULPS       Z8, Z28, Z8
+	VSUBPS       Z8, Z1, Z8
+	VMULPS       Z8, Z29, Z8
+	VMULPS       Z9, Z28, Z9
+	VFMADD231PS  Z8, Z30, Z9
+	VMOVUPS      Z9, 256(DI)
+	VMOVUPS      320(SI), Z1
+	VMULPS       Z10, Z28, Z10
+	VSUBPS       Z10, Z1, Z10
+	VMULPS       Z10, Z29, Z10
+	VMULPS       Z11, Z28, Z11
+	VFMADD231PS  Z10, Z30, Z11
+	VMOVUPS      Z11, 320(DI)
+	VMOVUPS      384(SI), Z1
+	VMULPS       Z12, Z28, Z12
+	VSUBPS       Z12, Z1, Z12
+	VMULPS       Z12, Z29, Z12
+	VMULPS       Z13, Z28, Z13
+	VFMADD231PS  Z12, Z30, Z13
+	VMOVUPS      Z13, 384(DI)
+	VMOVUPS      448(SI), Z1
+	VMULPS       Z14, Z28, Z14
+	VSUBPS       Z14, Z1, Z14
+	VMULPS       Z14, Z29, Z14
+	VMULPS       Z15, Z28, Z15
+	VFMADD231PS  Z14, Z30, Z15
+	VMOVUPS      Z15, 448(DI)
+	VMOVUPS      512(SI), Z1
+	VMULPS       Z16, Z28, Z16
+	VSUBPS       Z16, Z1, Z16
+	VMULPS       Z16, Z29, Z16
+	VMULPS       Z17, Z28, Z17
+	VFMADD231PS  Z16, Z30, Z17
+	VMOVUPS      Z17, 512(DI)
+	VMOVUPS      576(SI), Z1
+	VMULPS       Z18, Z28, Z18
+	VSUBPS       Z18, Z1, Z18
+	VMULPS       Z18, Z29, Z18
+	VMULPS       Z19, Z28, Z19
+	VFMADD231PS  Z18, Z30, Z19
+	VMOVUPS      Z19, 576(DI)
+	VMOVUPS      640(SI), Z1
+	VMULPS       Z20, Z28, Z20
+	VSUBPS       Z20, Z1, Z20
+	VMULPS       Z20, Z29, Z20
+	VMULPS       Z21, Z28, Z21
+	VFMADD231PS  Z20, Z30, Z21
+	VMOVUPS      Z21, 640(DI)
+	VMOVUPS      704(SI), Z1
+	VMULPS       Z22, Z28, Z22
+	VSUBPS       Z22, Z1, Z22
+	VMULPS       Z22, Z29, Z22
+	VMULPS       Z23, Z28, Z23
+	VFMADD231PS  Z22, Z30, Z23
+	VMOVUPS      Z23, 704(DI)
+	VMOVUPS      768(SI), Z1
+	VMULPS       Z24, Z28, Z24
+	VSUBPS       Z24, Z1, Z24
+	VMULPS       Z24, Z29, Z24
+	VMULPS       Z25, Z28, Z25
+	VFMADD231PS  Z24, Z30, Z25
+	VMOVUPS      Z25, 768(DI)
+	VMOVUPS      832(SI), Z1
+	VMULPS       Z26, Z28, Z26
+	VSUBPS       Z26, Z1, Z26
+	VMULPS       Z26, Z29, Z26
+	VMULPS       Z27, Z28, Z27
+	VFMADD231PS  Z26, Z30, Z27
+	VMOVUPS      Z27, 832(DI)
+	VMOVAPS      (R11), Z1
+	VMOVAPS      64(R11), Z3
+	VMOVUPS      896(SI), Z5
+	VMULPS       Z1, Z28, Z1
+	VSUBPS       Z1, Z5, Z1
+	VMULPS       Z1, Z29, Z1
+	VMULPS       Z3, Z28, Z3
+	VFMADD231PS  Z1, Z30, Z3
+	VMOVUPS      Z3, 896(DI)
+	VMOVAPS      Z1, 64(R11)
+	VMOVAPS      128(R11), Z1
+	VMOVAPS      192(R11), Z3
+	VMOVUPS      960(SI), Z5
+	VMULPS       Z1, Z28, Z1
+	VSUBPS       Z1, Z5, Z1
+	VMULPS       Z1, Z29, Z1
+	VMULPS       Z3, Z28, Z3
+	VFMADD231PS  Z1, Z30, Z3
+	VMOVUPS      Z3, 960(DI)
+	VMOVAPS      Z1, 192(R11)
+
+	// Write pass: S' = eg·S + k̂_i·δ over the same slab.
+	MOVQ AX, R12
+	MOVQ CX, R14
+	XORQ R13, R13
+
+write_1:
+	VBROADCASTSS (DX)(R13*4), Z1
+	VMOVUPS      (R12), Z3
+	VMULPS       Z3, Z28, Z3
+	VFMADD231PS  Z0, Z1, Z3
+	VMOVUPS      Z3, (R14)
+	VMOVUPS      64(R12), Z3
+	VMULPS       Z3, Z28, Z3
+	VFMADD231PS  Z2, Z1, Z3
+	VMOVUPS      Z3, 64(R14)
+	VMOVUPS      128(R12), Z3
+	VMULPS       Z3, Z28, Z3
+	VFMADD231PS  Z4, Z1, Z3
+	VMOVUPS      Z3, 128(R14)
+	VMOVUPS      192(R12), Z3
+	VMULPS       Z3, Z28, Z3
+	VFMADD231PS  Z6, Z1, Z3
+	VMOVUPS      Z3, 192(R14)
+	VMOVUPS      256(R12), Z3
+	VMULPS       Z3, Z28, Z3
+	VFMADD231PS  Z8, Z1, Z3
+	VMOVUPS      Z3, 256(R14)
+	VMOVUPS      320(R12), Z3
+	VMULPS       Z3, Z28, Z3
+	VFMADD231PS  Z10, Z1, Z3
+	VMOVUPS      Z3, 320(R14)
+	VMOVUPS      384(R12), Z3
+	VMULPS       Z3, Z28, Z3
+	VFMADD231PS  Z12, Z1, Z3
+	VMOVUPS      Z3, 384(R14)
+	VMOVUPS      448(R12), Z3
+	VMULPS       Z3, Z28, Z3
+	VFMADD231PS  Z14, Z1, Z3
+	VMOVUPS      Z3, 448(R14)
+	VMOVUPS      512(R12), Z3
+	VMULPS       Z3, Z28, Z3
+	VFMADD231PS  Z16, Z1, Z3
+	VMOVUPS      Z3, 512(R14)
+	VMOVUPS      576(R12), Z3
+	VMULPS       Z3, Z28, Z3
+	VFMADD231PS  Z18, Z1, Z3
+	VMOVUPS      Z3, 576(R14)
+	VMOVUPS      640(R12), Z3
+	VMULPS       Z3, Z28, Z3
+	VFMADD231PS  Z20, Z1, Z3
+	VMOVUPS      Z3, 640(R14)
+	VMOVUPS      704(R12), Z3
+	VMULPS       Z3, Z28, Z3
+	VFMADD231PS  Z22, Z1, Z3
+	VMOVUPS      Z3, 704(R14)
+	VMOVUPS      768(R12), Z3
+	VMULPS       Z3, Z28, Z3
+	VFMADD231PS  Z24, Z1, Z3
+	VMOVUPS      Z3, 768(R14)
+	VMOVUPS      832(R12), Z3
+	VMULPS       Z3, Z28, Z3
+	VFMADD231PS  Z26, Z1, Z3
+	VMOVUPS      Z3, 832(R14)
+	VMOVUPS      896(R12), Z3
+	VMULPS       Z3, Z28, Z3
+	VFMADD231PS  64(R11), Z1, Z3
+	VMOVUPS      Z3, 896(R14)
+	VMOVUPS      960(R12), Z3
+	VMULPS       Z3, Z28, Z3
+	VFMADD231PS  192(R11), Z1, Z3
+	VMOVUPS      Z3, 960(R14)
+	ADDQ         R9, R12
+	ADDQ         R9, R14
+	INCQ         R13
+	CMPQ         R13, R8
+	JB           write_1
+	ADDQ         $0x00000400, AX
+	ADDQ         $0x00000400, CX
+	ADDQ         $0x00000400, SI
+	ADDQ         $0x00000400, DI
+	SUBQ         $0x00000100, R10
+	JMP          full_1
+
+tail_1:
+	TESTQ R10, R10
+	JZ    stateAVX512_done_1
+	CMPQ  R10, $0x00000080
+	JNE   maskedtail_1
+
+	// Block of 128 columns: read pass (Sᵀk̂, Sᵀq̂ of 8 vectors in registers).
+	VBROADCASTSS zero<>+0(SB), Z0
+	VBROADCASTSS zero<>+0(SB), Z1
+	VBROADCASTSS zero<>+0(SB), Z2
+	VBROADCASTSS zero<>+0(SB), Z3
+	VBROADCASTSS zero<>+0(SB), Z4
+	VBROADCASTSS zero<>+0(SB), Z5
+	VBROADCASTSS zero<>+0(SB), Z6
+	VBROADCASTSS zero<>+0(SB), Z7
+	VBROADCASTSS zero<>+0(SB), Z8
+	VBROADCASTSS zero<>+0(SB), Z9
+	VBROADCASTSS zero<>+0(SB), Z10
+	VBROADCASTSS zero<>+0(SB), Z11
+	VBROADCASTSS zero<>+0(SB), Z12
+	VBROADCASTSS zero<>+0(SB), Z13
+	VBROADCASTSS zero<>+0(SB), Z14
+	VBROADCASTSS zero<>+0(SB), Z15
+	MOVQ         AX, R10
+	XORQ         R11, R11
+
+read_2:
+	VBROADCASTSS (DX)(R11*4), Z16
+	VBROADCASTSS (BX)(R11*4), Z17
+	VMOVUPS      (R10), Z18
 	VFMADD231PS  Z18, Z16, Z0
 	VFMADD231PS  Z18, Z17, Z1
-	VMOVUPS      64(R11), Z18
+	VMOVUPS      64(R10), Z18
 	VFMADD231PS  Z18, Z16, Z2
 	VFMADD231PS  Z18, Z17, Z3
-	VMOVUPS      128(R11), Z18
+	VMOVUPS      128(R10), Z18
 	VFMADD231PS  Z18, Z16, Z4
 	VFMADD231PS  Z18, Z17, Z5
-	VMOVUPS      192(R11), Z18
+	VMOVUPS      192(R10), Z18
 	VFMADD231PS  Z18, Z16, Z6
 	VFMADD231PS  Z18, Z17, Z7
-	VMOVUPS      256(R11), Z18
+	VMOVUPS      256(R10), Z18
 	VFMADD231PS  Z18, Z16, Z8
 	VFMADD231PS  Z18, Z17, Z9
-	VMOVUPS      320(R11), Z18
+	VMOVUPS      320(R10), Z18
 	VFMADD231PS  Z18, Z16, Z10
 	VFMADD231PS  Z18, Z17, Z11
-	VMOVUPS      384(R11), Z18
+	VMOVUPS      384(R10), Z18
 	VFMADD231PS  Z18, Z16, Z12
 	VFMADD231PS  Z18, Z17, Z13
-	VMOVUPS      448(R11), Z18
+	VMOVUPS      448(R10), Z18
 	VFMADD231PS  Z18, Z16, Z14
 	VFMADD231PS  Z18, Z17, Z15
-	ADDQ         R9, R11
-	INCQ         R12
-	CMPQ         R12, R8
-	JB           read_1
+	ADDQ         R9, R10
+	INCQ         R11
+	CMPQ         R11, R8
+	JB           read_2
 
 	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
 	VBROADCASTSS eg+144(FP), Z16
 	VBROADCASTSS beta+148(FP), Z17
 	VBROADCASTSS kq+152(FP), Z18
 	VMOVUPS      (SI), Z19
-	VMULPS       Z0, Z16, Z20
-	VSUBPS       Z20, Z19, Z20
-	VMULPS       Z20, Z17, Z0
+	VMULPS       Z0, Z16, Z0
+	VSUBPS       Z0, Z19, Z0
+	VMULPS       Z0, Z17, Z0
 	VMULPS       Z1, Z16, Z1
 	VFMADD231PS  Z0, Z18, Z1
 	VMOVUPS      Z1, (DI)
-	VMOVUPS      64(SI), Z19
-	VMULPS       Z2, Z16, Z20
-	VSUBPS       Z20, Z19, Z20
-	VMULPS       Z20, Z17, Z2
-	VMULPS       Z3, Z16, Z1
-	VFMADD231PS  Z2, Z18, Z1
-	VMOVUPS      Z1, 64(DI)
-	VMOVUPS      128(SI), Z19
-	VMULPS       Z4, Z16, Z20
-	VSUBPS       Z20, Z19, Z20
-	VMULPS       Z20, Z17, Z4
-	VMULPS       Z5, Z16, Z1
-	VFMADD231PS  Z4, Z18, Z1
-	VMOVUPS      Z1, 128(DI)
-	VMOVUPS      192(SI), Z19
-	VMULPS       Z6, Z16, Z20
-	VSUBPS       Z20, Z19, Z20
-	VMULPS       Z20, Z17, Z6
-	VMULPS       Z7, Z16, Z1
-	VFMADD231PS  Z6, Z18, Z1
-	VMOVUPS      Z1, 192(DI)
-	VMOVUPS      256(SI), Z19
-	VMULPS       Z8, Z16, Z20
-	VSUBPS       Z20, Z19, Z20
-	VMULPS       Z20, Z17, Z8
-	VMULPS       Z9, Z16, Z1
-	VFMADD231PS  Z8, Z18, Z1
-	VMOVUPS      Z1, 256(DI)
-	VMOVUPS      320(SI), Z19
-	VMULPS       Z10, Z16, Z20
-	VSUBPS       Z20, Z19, Z20
-	VMULPS       Z20, Z17, Z10
-	VMULPS       Z11, Z16, Z1
-	VFMADD231PS  Z10, Z18, Z1
-	VMOVUPS      Z1, 320(DI)
-	VMOVUPS      384(SI), Z19
-	VMULPS       Z12, Z16, Z20
-	VSUBPS       Z20, Z19, Z20
-	VMULPS       Z20, Z17, Z12
-	VMULPS       Z13, Z16, Z1
-	VFMADD231PS  Z12, Z18, Z1
-	VMOVUPS      Z1, 384(DI)
-	VMOVUPS      448(SI), Z19
-	VMULPS       Z14, Z16, Z20
-	VSUBPS       Z20, Z19, Z20
-	VMULPS       Z20, Z17, Z14
-	VMULPS       Z15, Z16, Z1
-	VFMADD231PS  Z14, Z18, Z1
-	VMOVUPS      Z1, 448(DI)
+	VMOVUPS      64(SI), Z1
+	VMULPS       Z2, Z16, Z2
+	VSUBPS       Z2, Z1, Z2
+	VMULPS       Z2, Z17, Z2
+	VMULPS       Z3, Z16, Z3
+	VFMADD231PS  Z2, Z18, Z3
+	VMOVUPS      Z3, 64(DI)
+	VMOVUPS      128(SI), Z1
+	VMULPS       Z4, Z16, Z4
+	VSUBPS       Z4, Z1, Z4
+	VMULPS       Z4, Z17, Z4
+	VMULPS       Z5, Z16, Z5
+	VFMADD231PS  Z4, Z18, Z5
+	VMOVUPS      Z5, 128(DI)
+	VMOVUPS      192(SI), Z1
+	VMULPS       Z6, Z16, Z6
+	VSUBPS       Z6, Z1, Z6
+	VMULPS       Z6, Z17, Z6
+	VMULPS       Z7, Z16, Z7
+	VFMADD231PS  Z6, Z18, Z7
+	VMOVUPS      Z7, 192(DI)
+	VMOVUPS      256(SI), Z1
+	VMULPS       Z8, Z16, Z8
+	VSUBPS       Z8, Z1, Z8
+	VMULPS       Z8, Z17, Z8
+	VMULPS       Z9, Z16, Z9
+	VFMADD231PS  Z8, Z18, Z9
+	VMOVUPS      Z9, 256(DI)
+	VMOVUPS      320(SI), Z1
+	VMULPS       Z10, Z16, Z10
+	VSUBPS       Z10, Z1, Z10
+	VMULPS       Z10, Z17, Z10
+	VMULPS       Z11, Z16, Z11
+	VFMADD231PS  Z10, Z18, Z11
+	VMOVUPS      Z11, 320(DI)
+	VMOVUPS      384(SI), Z1
+	VMULPS       Z12, Z16, Z12
+	VSUBPS       Z12, Z1, Z12
+	VMULPS       Z12, Z17, Z12
+	VMULPS       Z13, Z16, Z13
+	VFMADD231PS  Z12, Z18, Z13
+	VMOVUPS      Z13, 384(DI)
+	VMOVUPS      448(SI), Z1
+	VMULPS       Z14, Z16, Z14
+	VSUBPS       Z14, Z1, Z14
+	VMULPS       Z14, Z17, Z14
+	VMULPS       Z15, Z16, Z15
+	VFMADD231PS  Z14, Z18, Z15
+	VMOVUPS      Z15, 448(DI)
 
 	// Write pass: S' = eg·S + k̂_i·δ over the same slab.
-	MOVQ AX, R11
-	MOVQ CX, R13
-	XORQ R12, R12
+	MOVQ AX, R10
+	MOVQ CX, AX
+	XORQ R11, R11
 
-write_1:
-	VBROADCASTSS (DX)(R12*4), Z1
-	VMOVUPS      (R11), Z3
+write_2:
+	VBROADCASTSS (DX)(R11*4), Z1
+	VMOVUPS      (R10), Z3
 	VMULPS       Z3, Z16, Z3
 	VFMADD231PS  Z0, Z1, Z3
-	VMOVUPS      Z3, (R13)
-	VMOVUPS      64(R11), Z3
+	VMOVUPS      Z3, (AX)
+	VMOVUPS      64(R10), Z3
 	VMULPS       Z3, Z16, Z3
 	VFMADD231PS  Z2, Z1, Z3
-	VMOVUPS      Z3, 64(R13)
-	VMOVUPS      128(R11), Z3
+	VMOVUPS      Z3, 64(AX)
+	VMOVUPS      128(R10), Z3
 	VMULPS       Z3, Z16, Z3
 	VFMADD231PS  Z4, Z1, Z3
-	VMOVUPS      Z3, 128(R13)
-	VMOVUPS      192(R11), Z3
+	VMOVUPS      Z3, 128(AX)
+	VMOVUPS      192(R10), Z3
 	VMULPS       Z3, Z16, Z3
 	VFMADD231PS  Z6, Z1, Z3
-	VMOVUPS      Z3, 192(R13)
-	VMOVUPS      256(R11), Z3
+	VMOVUPS      Z3, 192(AX)
+	VMOVUPS      256(R10), Z3
 	VMULPS       Z3, Z16, Z3
 	VFMADD231PS  Z8, Z1, Z3
-	VMOVUPS      Z3, 256(R13)
-	VMOVUPS      320(R11), Z3
+	VMOVUPS      Z3, 256(AX)
+	VMOVUPS      320(R10), Z3
 	VMULPS       Z3, Z16, Z3
 	VFMADD231PS  Z10, Z1, Z3
-	VMOVUPS      Z3, 320(R13)
-	VMOVUPS      384(R11), Z3
+	VMOVUPS      Z3, 320(AX)
+	VMOVUPS      384(R10), Z3
 	VMULPS       Z3, Z16, Z3
 	VFMADD231PS  Z12, Z1, Z3
-	VMOVUPS      Z3, 384(R13)
-	VMOVUPS      448(R11), Z3
+	VMOVUPS      Z3, 384(AX)
+	VMOVUPS      448(R10), Z3
 	VMULPS       Z3, Z16, Z3
 	VFMADD231PS  Z14, Z1, Z3
-	VMOVUPS      Z3, 448(R13)
-	ADDQ         R9, R11
-	ADDQ         R9, R13
-	INCQ         R12
-	CMPQ         R12, R8
-	JB           write_1
-	ADDQ         $0x00000200, AX
-	ADDQ         $0x00000200, CX
-	ADDQ         $0x00000200, SI
-	ADDQ         $0x00000200, DI
-	SUBQ         $0x00000080, R10
-	JMP          full_1
+	VMOVUPS      Z3, 448(AX)
+	ADDQ         R9, R10
+	ADDQ         R9, AX
+	INCQ         R11
+	CMPQ         R11, R8
+	JB           write_2
+	JMP          stateAVX512_done_1
 
-tail_1:
-	TESTQ R10, R10
-	JZ    stateAVX512_done_1
-
-	// Tail: 1 to 8 ZMM, the last one masked.
+maskedtail_1:
+	// Tail: 1 to 16 ZMM, the last one masked.
 	MOVQ         R10, R11
 	DECQ         R11
 	SHRQ         $0x04, R11
@@ -603,16 +911,32 @@ tail_1:
 	JE           masked6_1
 	CMPQ         R11, $0x00000006
 	JE           masked7_1
-	JMP          masked8_1
+	CMPQ         R11, $0x00000007
+	JE           masked8_1
+	CMPQ         R11, $0x00000008
+	JE           masked9_1
+	CMPQ         R11, $0x00000009
+	JE           masked10_1
+	CMPQ         R11, $0x0000000a
+	JE           masked11_1
+	CMPQ         R11, $0x0000000b
+	JE           masked12_1
+	CMPQ         R11, $0x0000000c
+	JE           masked13_1
+	CMPQ         R11, $0x0000000d
+	JE           masked14_1
+	CMPQ         R11, $0x0000000e
+	JE           masked15_1
+	JMP          masked16_1
 
 masked1_1:
-	// Block of 16 columns: read pass (Sᵀk̂, Sᵀq̂ in registers).
+	// Block of 16 columns: read pass (Sᵀk̂, Sᵀq̂ of 1 vectors in registers).
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
 	MOVQ         AX, R10
 	XORQ         R11, R11
 
-read_2:
+read_3:
 	VBROADCASTSS (DX)(R11*4), Z2
 	VBROADCASTSS (BX)(R11*4), Z3
 	VMOVUPS.Z    (R10), K1, Z4
@@ -621,7 +945,7 @@ read_2:
 	ADDQ         R9, R10
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           read_2
+	JB           read_3
 
 	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
 	VBROADCASTSS eg+144(FP), Z2
@@ -640,7 +964,7 @@ read_2:
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_2:
+write_3:
 	VBROADCASTSS (DX)(R11*4), Z1
 	VMOVUPS.Z    (R10), K1, Z3
 	VMULPS       Z3, Z2, Z3
@@ -650,11 +974,11 @@ write_2:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_2
+	JB           write_3
 	JMP          stateAVX512_done_1
 
 masked2_1:
-	// Block of 32 columns: read pass (Sᵀk̂, Sᵀq̂ in registers).
+	// Block of 32 columns: read pass (Sᵀk̂, Sᵀq̂ of 2 vectors in registers).
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
 	VBROADCASTSS zero<>+0(SB), Z2
@@ -662,7 +986,7 @@ masked2_1:
 	MOVQ         AX, R10
 	XORQ         R11, R11
 
-read_3:
+read_4:
 	VBROADCASTSS (DX)(R11*4), Z4
 	VBROADCASTSS (BX)(R11*4), Z5
 	VMOVUPS      (R10), Z6
@@ -674,33 +998,33 @@ read_3:
 	ADDQ         R9, R10
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           read_3
+	JB           read_4
 
 	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
 	VBROADCASTSS eg+144(FP), Z4
 	VBROADCASTSS beta+148(FP), Z5
 	VBROADCASTSS kq+152(FP), Z6
 	VMOVUPS      (SI), Z7
-	VMULPS       Z0, Z4, Z8
-	VSUBPS       Z8, Z7, Z8
-	VMULPS       Z8, Z5, Z0
+	VMULPS       Z0, Z4, Z0
+	VSUBPS       Z0, Z7, Z0
+	VMULPS       Z0, Z5, Z0
 	VMULPS       Z1, Z4, Z1
 	VFMADD231PS  Z0, Z6, Z1
 	VMOVUPS      Z1, (DI)
-	VMOVUPS.Z    64(SI), K1, Z7
-	VMULPS       Z2, Z4, Z8
-	VSUBPS       Z8, Z7, Z8
-	VMULPS       Z8, Z5, Z2
-	VMULPS       Z3, Z4, Z1
-	VFMADD231PS  Z2, Z6, Z1
-	VMOVUPS      Z1, K1, 64(DI)
+	VMOVUPS.Z    64(SI), K1, Z1
+	VMULPS       Z2, Z4, Z2
+	VSUBPS       Z2, Z1, Z2
+	VMULPS       Z2, Z5, Z2
+	VMULPS       Z3, Z4, Z3
+	VFMADD231PS  Z2, Z6, Z3
+	VMOVUPS      Z3, K1, 64(DI)
 
 	// Write pass: S' = eg·S + k̂_i·δ over the same slab.
 	MOVQ AX, R10
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_3:
+write_4:
 	VBROADCASTSS (DX)(R11*4), Z1
 	VMOVUPS      (R10), Z3
 	VMULPS       Z3, Z4, Z3
@@ -714,11 +1038,11 @@ write_3:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_3
+	JB           write_4
 	JMP          stateAVX512_done_1
 
 masked3_1:
-	// Block of 48 columns: read pass (Sᵀk̂, Sᵀq̂ in registers).
+	// Block of 48 columns: read pass (Sᵀk̂, Sᵀq̂ of 3 vectors in registers).
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
 	VBROADCASTSS zero<>+0(SB), Z2
@@ -728,7 +1052,7 @@ masked3_1:
 	MOVQ         AX, R10
 	XORQ         R11, R11
 
-read_4:
+read_5:
 	VBROADCASTSS (DX)(R11*4), Z6
 	VBROADCASTSS (BX)(R11*4), Z7
 	VMOVUPS      (R10), Z8
@@ -743,40 +1067,40 @@ read_4:
 	ADDQ         R9, R10
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           read_4
+	JB           read_5
 
 	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
 	VBROADCASTSS eg+144(FP), Z6
 	VBROADCASTSS beta+148(FP), Z7
 	VBROADCASTSS kq+152(FP), Z8
 	VMOVUPS      (SI), Z9
-	VMULPS       Z0, Z6, Z10
-	VSUBPS       Z10, Z9, Z10
-	VMULPS       Z10, Z7, Z0
+	VMULPS       Z0, Z6, Z0
+	VSUBPS       Z0, Z9, Z0
+	VMULPS       Z0, Z7, Z0
 	VMULPS       Z1, Z6, Z1
 	VFMADD231PS  Z0, Z8, Z1
 	VMOVUPS      Z1, (DI)
-	VMOVUPS      64(SI), Z9
-	VMULPS       Z2, Z6, Z10
-	VSUBPS       Z10, Z9, Z10
-	VMULPS       Z10, Z7, Z2
-	VMULPS       Z3, Z6, Z1
-	VFMADD231PS  Z2, Z8, Z1
-	VMOVUPS      Z1, 64(DI)
-	VMOVUPS.Z    128(SI), K1, Z9
-	VMULPS       Z4, Z6, Z10
-	VSUBPS       Z10, Z9, Z10
-	VMULPS       Z10, Z7, Z4
-	VMULPS       Z5, Z6, Z1
-	VFMADD231PS  Z4, Z8, Z1
-	VMOVUPS      Z1, K1, 128(DI)
+	VMOVUPS      64(SI), Z1
+	VMULPS       Z2, Z6, Z2
+	VSUBPS       Z2, Z1, Z2
+	VMULPS       Z2, Z7, Z2
+	VMULPS       Z3, Z6, Z3
+	VFMADD231PS  Z2, Z8, Z3
+	VMOVUPS      Z3, 64(DI)
+	VMOVUPS.Z    128(SI), K1, Z1
+	VMULPS       Z4, Z6, Z4
+	VSUBPS       Z4, Z1, Z4
+	VMULPS       Z4, Z7, Z4
+	VMULPS       Z5, Z6, Z5
+	VFMADD231PS  Z4, Z8, Z5
+	VMOVUPS      Z5, K1, 128(DI)
 
 	// Write pass: S' = eg·S + k̂_i·δ over the same slab.
 	MOVQ AX, R10
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_4:
+write_5:
 	VBROADCASTSS (DX)(R11*4), Z1
 	VMOVUPS      (R10), Z3
 	VMULPS       Z3, Z6, Z3
@@ -794,11 +1118,11 @@ write_4:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_4
+	JB           write_5
 	JMP          stateAVX512_done_1
 
 masked4_1:
-	// Block of 64 columns: read pass (Sᵀk̂, Sᵀq̂ in registers).
+	// Block of 64 columns: read pass (Sᵀk̂, Sᵀq̂ of 4 vectors in registers).
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
 	VBROADCASTSS zero<>+0(SB), Z2
@@ -810,7 +1134,7 @@ masked4_1:
 	MOVQ         AX, R10
 	XORQ         R11, R11
 
-read_5:
+read_6:
 	VBROADCASTSS (DX)(R11*4), Z8
 	VBROADCASTSS (BX)(R11*4), Z9
 	VMOVUPS      (R10), Z10
@@ -828,47 +1152,47 @@ read_5:
 	ADDQ         R9, R10
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           read_5
+	JB           read_6
 
 	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
 	VBROADCASTSS eg+144(FP), Z8
 	VBROADCASTSS beta+148(FP), Z9
 	VBROADCASTSS kq+152(FP), Z10
 	VMOVUPS      (SI), Z11
-	VMULPS       Z0, Z8, Z12
-	VSUBPS       Z12, Z11, Z12
-	VMULPS       Z12, Z9, Z0
+	VMULPS       Z0, Z8, Z0
+	VSUBPS       Z0, Z11, Z0
+	VMULPS       Z0, Z9, Z0
 	VMULPS       Z1, Z8, Z1
 	VFMADD231PS  Z0, Z10, Z1
 	VMOVUPS      Z1, (DI)
-	VMOVUPS      64(SI), Z11
-	VMULPS       Z2, Z8, Z12
-	VSUBPS       Z12, Z11, Z12
-	VMULPS       Z12, Z9, Z2
-	VMULPS       Z3, Z8, Z1
-	VFMADD231PS  Z2, Z10, Z1
-	VMOVUPS      Z1, 64(DI)
-	VMOVUPS      128(SI), Z11
-	VMULPS       Z4, Z8, Z12
-	VSUBPS       Z12, Z11, Z12
-	VMULPS       Z12, Z9, Z4
-	VMULPS       Z5, Z8, Z1
-	VFMADD231PS  Z4, Z10, Z1
-	VMOVUPS      Z1, 128(DI)
-	VMOVUPS.Z    192(SI), K1, Z11
-	VMULPS       Z6, Z8, Z12
-	VSUBPS       Z12, Z11, Z12
-	VMULPS       Z12, Z9, Z6
-	VMULPS       Z7, Z8, Z1
-	VFMADD231PS  Z6, Z10, Z1
-	VMOVUPS      Z1, K1, 192(DI)
+	VMOVUPS      64(SI), Z1
+	VMULPS       Z2, Z8, Z2
+	VSUBPS       Z2, Z1, Z2
+	VMULPS       Z2, Z9, Z2
+	VMULPS       Z3, Z8, Z3
+	VFMADD231PS  Z2, Z10, Z3
+	VMOVUPS      Z3, 64(DI)
+	VMOVUPS      128(SI), Z1
+	VMULPS       Z4, Z8, Z4
+	VSUBPS       Z4, Z1, Z4
+	VMULPS       Z4, Z9, Z4
+	VMULPS       Z5, Z8, Z5
+	VFMADD231PS  Z4, Z10, Z5
+	VMOVUPS      Z5, 128(DI)
+	VMOVUPS.Z    192(SI), K1, Z1
+	VMULPS       Z6, Z8, Z6
+	VSUBPS       Z6, Z1, Z6
+	VMULPS       Z6, Z9, Z6
+	VMULPS       Z7, Z8, Z7
+	VFMADD231PS  Z6, Z10, Z7
+	VMOVUPS      Z7, K1, 192(DI)
 
 	// Write pass: S' = eg·S + k̂_i·δ over the same slab.
 	MOVQ AX, R10
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_5:
+write_6:
 	VBROADCASTSS (DX)(R11*4), Z1
 	VMOVUPS      (R10), Z3
 	VMULPS       Z3, Z8, Z3
@@ -890,11 +1214,11 @@ write_5:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_5
+	JB           write_6
 	JMP          stateAVX512_done_1
 
 masked5_1:
-	// Block of 80 columns: read pass (Sᵀk̂, Sᵀq̂ in registers).
+	// Block of 80 columns: read pass (Sᵀk̂, Sᵀq̂ of 5 vectors in registers).
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
 	VBROADCASTSS zero<>+0(SB), Z2
@@ -908,7 +1232,7 @@ masked5_1:
 	MOVQ         AX, R10
 	XORQ         R11, R11
 
-read_6:
+read_7:
 	VBROADCASTSS (DX)(R11*4), Z10
 	VBROADCASTSS (BX)(R11*4), Z11
 	VMOVUPS      (R10), Z12
@@ -929,54 +1253,54 @@ read_6:
 	ADDQ         R9, R10
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           read_6
+	JB           read_7
 
 	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
 	VBROADCASTSS eg+144(FP), Z10
 	VBROADCASTSS beta+148(FP), Z11
 	VBROADCASTSS kq+152(FP), Z12
 	VMOVUPS      (SI), Z13
-	VMULPS       Z0, Z10, Z14
-	VSUBPS       Z14, Z13, Z14
-	VMULPS       Z14, Z11, Z0
+	VMULPS       Z0, Z10, Z0
+	VSUBPS       Z0, Z13, Z0
+	VMULPS       Z0, Z11, Z0
 	VMULPS       Z1, Z10, Z1
 	VFMADD231PS  Z0, Z12, Z1
 	VMOVUPS      Z1, (DI)
-	VMOVUPS      64(SI), Z13
-	VMULPS       Z2, Z10, Z14
-	VSUBPS       Z14, Z13, Z14
-	VMULPS       Z14, Z11, Z2
-	VMULPS       Z3, Z10, Z1
-	VFMADD231PS  Z2, Z12, Z1
-	VMOVUPS      Z1, 64(DI)
-	VMOVUPS      128(SI), Z13
-	VMULPS       Z4, Z10, Z14
-	VSUBPS       Z14, Z13, Z14
-	VMULPS       Z14, Z11, Z4
-	VMULPS       Z5, Z10, Z1
-	VFMADD231PS  Z4, Z12, Z1
-	VMOVUPS      Z1, 128(DI)
-	VMOVUPS      192(SI), Z13
-	VMULPS       Z6, Z10, Z14
-	VSUBPS       Z14, Z13, Z14
-	VMULPS       Z14, Z11, Z6
-	VMULPS       Z7, Z10, Z1
-	VFMADD231PS  Z6, Z12, Z1
-	VMOVUPS      Z1, 192(DI)
-	VMOVUPS.Z    256(SI), K1, Z13
-	VMULPS       Z8, Z10, Z14
-	VSUBPS       Z14, Z13, Z14
-	VMULPS       Z14, Z11, Z8
-	VMULPS       Z9, Z10, Z1
-	VFMADD231PS  Z8, Z12, Z1
-	VMOVUPS      Z1, K1, 256(DI)
+	VMOVUPS      64(SI), Z1
+	VMULPS       Z2, Z10, Z2
+	VSUBPS       Z2, Z1, Z2
+	VMULPS       Z2, Z11, Z2
+	VMULPS       Z3, Z10, Z3
+	VFMADD231PS  Z2, Z12, Z3
+	VMOVUPS      Z3, 64(DI)
+	VMOVUPS      128(SI), Z1
+	VMULPS       Z4, Z10, Z4
+	VSUBPS       Z4, Z1, Z4
+	VMULPS       Z4, Z11, Z4
+	VMULPS       Z5, Z10, Z5
+	VFMADD231PS  Z4, Z12, Z5
+	VMOVUPS      Z5, 128(DI)
+	VMOVUPS      192(SI), Z1
+	VMULPS       Z6, Z10, Z6
+	VSUBPS       Z6, Z1, Z6
+	VMULPS       Z6, Z11, Z6
+	VMULPS       Z7, Z10, Z7
+	VFMADD231PS  Z6, Z12, Z7
+	VMOVUPS      Z7, 192(DI)
+	VMOVUPS.Z    256(SI), K1, Z1
+	VMULPS       Z8, Z10, Z8
+	VSUBPS       Z8, Z1, Z8
+	VMULPS       Z8, Z11, Z8
+	VMULPS       Z9, Z10, Z9
+	VFMADD231PS  Z8, Z12, Z9
+	VMOVUPS      Z9, K1, 256(DI)
 
 	// Write pass: S' = eg·S + k̂_i·δ over the same slab.
 	MOVQ AX, R10
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_6:
+write_7:
 	VBROADCASTSS (DX)(R11*4), Z1
 	VMOVUPS      (R10), Z3
 	VMULPS       Z3, Z10, Z3
@@ -1002,11 +1326,11 @@ write_6:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_6
+	JB           write_7
 	JMP          stateAVX512_done_1
 
 masked6_1:
-	// Block of 96 columns: read pass (Sᵀk̂, Sᵀq̂ in registers).
+	// Block of 96 columns: read pass (Sᵀk̂, Sᵀq̂ of 6 vectors in registers).
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
 	VBROADCASTSS zero<>+0(SB), Z2
@@ -1022,7 +1346,7 @@ masked6_1:
 	MOVQ         AX, R10
 	XORQ         R11, R11
 
-read_7:
+read_8:
 	VBROADCASTSS (DX)(R11*4), Z12
 	VBROADCASTSS (BX)(R11*4), Z13
 	VMOVUPS      (R10), Z14
@@ -1046,61 +1370,61 @@ read_7:
 	ADDQ         R9, R10
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           read_7
+	JB           read_8
 
 	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
 	VBROADCASTSS eg+144(FP), Z12
 	VBROADCASTSS beta+148(FP), Z13
 	VBROADCASTSS kq+152(FP), Z14
 	VMOVUPS      (SI), Z15
-	VMULPS       Z0, Z12, Z16
-	VSUBPS       Z16, Z15, Z16
-	VMULPS       Z16, Z13, Z0
+	VMULPS       Z0, Z12, Z0
+	VSUBPS       Z0, Z15, Z0
+	VMULPS       Z0, Z13, Z0
 	VMULPS       Z1, Z12, Z1
 	VFMADD231PS  Z0, Z14, Z1
 	VMOVUPS      Z1, (DI)
-	VMOVUPS      64(SI), Z15
-	VMULPS       Z2, Z12, Z16
-	VSUBPS       Z16, Z15, Z16
-	VMULPS       Z16, Z13, Z2
-	VMULPS       Z3, Z12, Z1
-	VFMADD231PS  Z2, Z14, Z1
-	VMOVUPS      Z1, 64(DI)
-	VMOVUPS      128(SI), Z15
-	VMULPS       Z4, Z12, Z16
-	VSUBPS       Z16, Z15, Z16
-	VMULPS       Z16, Z13, Z4
-	VMULPS       Z5, Z12, Z1
-	VFMADD231PS  Z4, Z14, Z1
-	VMOVUPS      Z1, 128(DI)
-	VMOVUPS      192(SI), Z15
-	VMULPS       Z6, Z12, Z16
-	VSUBPS       Z16, Z15, Z16
-	VMULPS       Z16, Z13, Z6
-	VMULPS       Z7, Z12, Z1
-	VFMADD231PS  Z6, Z14, Z1
-	VMOVUPS      Z1, 192(DI)
-	VMOVUPS      256(SI), Z15
-	VMULPS       Z8, Z12, Z16
-	VSUBPS       Z16, Z15, Z16
-	VMULPS       Z16, Z13, Z8
-	VMULPS       Z9, Z12, Z1
-	VFMADD231PS  Z8, Z14, Z1
-	VMOVUPS      Z1, 256(DI)
-	VMOVUPS.Z    320(SI), K1, Z15
-	VMULPS       Z10, Z12, Z16
-	VSUBPS       Z16, Z15, Z16
-	VMULPS       Z16, Z13, Z10
-	VMULPS       Z11, Z12, Z1
-	VFMADD231PS  Z10, Z14, Z1
-	VMOVUPS      Z1, K1, 320(DI)
+	VMOVUPS      64(SI), Z1
+	VMULPS       Z2, Z12, Z2
+	VSUBPS       Z2, Z1, Z2
+	VMULPS       Z2, Z13, Z2
+	VMULPS       Z3, Z12, Z3
+	VFMADD231PS  Z2, Z14, Z3
+	VMOVUPS      Z3, 64(DI)
+	VMOVUPS      128(SI), Z1
+	VMULPS       Z4, Z12, Z4
+	VSUBPS       Z4, Z1, Z4
+	VMULPS       Z4, Z13, Z4
+	VMULPS       Z5, Z12, Z5
+	VFMADD231PS  Z4, Z14, Z5
+	VMOVUPS      Z5, 128(DI)
+	VMOVUPS      192(SI), Z1
+	VMULPS       Z6, Z12, Z6
+	VSUBPS       Z6, Z1, Z6
+	VMULPS       Z6, Z13, Z6
+	VMULPS       Z7, Z12, Z7
+	VFMADD231PS  Z6, Z14, Z7
+	VMOVUPS      Z7, 192(DI)
+	VMOVUPS      256(SI), Z1
+	VMULPS       Z8, Z12, Z8
+	VSUBPS       Z8, Z1, Z8
+	VMULPS       Z8, Z13, Z8
+	VMULPS       Z9, Z12, Z9
+	VFMADD231PS  Z8, Z14, Z9
+	VMOVUPS      Z9, 256(DI)
+	VMOVUPS.Z    320(SI), K1, Z1
+	VMULPS       Z10, Z12, Z10
+	VSUBPS       Z10, Z1, Z10
+	VMULPS       Z10, Z13, Z10
+	VMULPS       Z11, Z12, Z11
+	VFMADD231PS  Z10, Z14, Z11
+	VMOVUPS      Z11, K1, 320(DI)
 
 	// Write pass: S' = eg·S + k̂_i·δ over the same slab.
 	MOVQ AX, R10
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_7:
+write_8:
 	VBROADCASTSS (DX)(R11*4), Z1
 	VMOVUPS      (R10), Z3
 	VMULPS       Z3, Z12, Z3
@@ -1130,11 +1454,11 @@ write_7:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_7
+	JB           write_8
 	JMP          stateAVX512_done_1
 
 masked7_1:
-	// Block of 112 columns: read pass (Sᵀk̂, Sᵀq̂ in registers).
+	// Block of 112 columns: read pass (Sᵀk̂, Sᵀq̂ of 7 vectors in registers).
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
 	VBROADCASTSS zero<>+0(SB), Z2
@@ -1152,7 +1476,7 @@ masked7_1:
 	MOVQ         AX, R10
 	XORQ         R11, R11
 
-read_8:
+read_9:
 	VBROADCASTSS (DX)(R11*4), Z14
 	VBROADCASTSS (BX)(R11*4), Z15
 	VMOVUPS      (R10), Z16
@@ -1179,68 +1503,68 @@ read_8:
 	ADDQ         R9, R10
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           read_8
+	JB           read_9
 
 	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
 	VBROADCASTSS eg+144(FP), Z14
 	VBROADCASTSS beta+148(FP), Z15
 	VBROADCASTSS kq+152(FP), Z16
 	VMOVUPS      (SI), Z17
-	VMULPS       Z0, Z14, Z18
-	VSUBPS       Z18, Z17, Z18
-	VMULPS       Z18, Z15, Z0
+	VMULPS       Z0, Z14, Z0
+	VSUBPS       Z0, Z17, Z0
+	VMULPS       Z0, Z15, Z0
 	VMULPS       Z1, Z14, Z1
 	VFMADD231PS  Z0, Z16, Z1
 	VMOVUPS      Z1, (DI)
-	VMOVUPS      64(SI), Z17
-	VMULPS       Z2, Z14, Z18
-	VSUBPS       Z18, Z17, Z18
-	VMULPS       Z18, Z15, Z2
-	VMULPS       Z3, Z14, Z1
-	VFMADD231PS  Z2, Z16, Z1
-	VMOVUPS      Z1, 64(DI)
-	VMOVUPS      128(SI), Z17
-	VMULPS       Z4, Z14, Z18
-	VSUBPS       Z18, Z17, Z18
-	VMULPS       Z18, Z15, Z4
-	VMULPS       Z5, Z14, Z1
-	VFMADD231PS  Z4, Z16, Z1
-	VMOVUPS      Z1, 128(DI)
-	VMOVUPS      192(SI), Z17
-	VMULPS       Z6, Z14, Z18
-	VSUBPS       Z18, Z17, Z18
-	VMULPS       Z18, Z15, Z6
-	VMULPS       Z7, Z14, Z1
-	VFMADD231PS  Z6, Z16, Z1
-	VMOVUPS      Z1, 192(DI)
-	VMOVUPS      256(SI), Z17
-	VMULPS       Z8, Z14, Z18
-	VSUBPS       Z18, Z17, Z18
-	VMULPS       Z18, Z15, Z8
-	VMULPS       Z9, Z14, Z1
-	VFMADD231PS  Z8, Z16, Z1
-	VMOVUPS      Z1, 256(DI)
-	VMOVUPS      320(SI), Z17
-	VMULPS       Z10, Z14, Z18
-	VSUBPS       Z18, Z17, Z18
-	VMULPS       Z18, Z15, Z10
-	VMULPS       Z11, Z14, Z1
-	VFMADD231PS  Z10, Z16, Z1
-	VMOVUPS      Z1, 320(DI)
-	VMOVUPS.Z    384(SI), K1, Z17
-	VMULPS       Z12, Z14, Z18
-	VSUBPS       Z18, Z17, Z18
-	VMULPS       Z18, Z15, Z12
-	VMULPS       Z13, Z14, Z1
-	VFMADD231PS  Z12, Z16, Z1
-	VMOVUPS      Z1, K1, 384(DI)
+	VMOVUPS      64(SI), Z1
+	VMULPS       Z2, Z14, Z2
+	VSUBPS       Z2, Z1, Z2
+	VMULPS       Z2, Z15, Z2
+	VMULPS       Z3, Z14, Z3
+	VFMADD231PS  Z2, Z16, Z3
+	VMOVUPS      Z3, 64(DI)
+	VMOVUPS      128(SI), Z1
+	VMULPS       Z4, Z14, Z4
+	VSUBPS       Z4, Z1, Z4
+	VMULPS       Z4, Z15, Z4
+	VMULPS       Z5, Z14, Z5
+	VFMADD231PS  Z4, Z16, Z5
+	VMOVUPS      Z5, 128(DI)
+	VMOVUPS      192(SI), Z1
+	VMULPS       Z6, Z14, Z6
+	VSUBPS       Z6, Z1, Z6
+	VMULPS       Z6, Z15, Z6
+	VMULPS       Z7, Z14, Z7
+	VFMADD231PS  Z6, Z16, Z7
+	VMOVUPS      Z7, 192(DI)
+	VMOVUPS      256(SI), Z1
+	VMULPS       Z8, Z14, Z8
+	VSUBPS       Z8, Z1, Z8
+	VMULPS       Z8, Z15, Z8
+	VMULPS       Z9, Z14, Z9
+	VFMADD231PS  Z8, Z16, Z9
+	VMOVUPS      Z9, 256(DI)
+	VMOVUPS      320(SI), Z1
+	VMULPS       Z10, Z14, Z10
+	VSUBPS       Z10, Z1, Z10
+	VMULPS       Z10, Z15, Z10
+	VMULPS       Z11, Z14, Z11
+	VFMADD231PS  Z10, Z16, Z11
+	VMOVUPS      Z11, 320(DI)
+	VMOVUPS.Z    384(SI), K1, Z1
+	VMULPS       Z12, Z14, Z12
+	VSUBPS       Z12, Z1, Z12
+	VMULPS       Z12, Z15, Z12
+	VMULPS       Z13, Z14, Z13
+	VFMADD231PS  Z12, Z16, Z13
+	VMOVUPS      Z13, K1, 384(DI)
 
 	// Write pass: S' = eg·S + k̂_i·δ over the same slab.
 	MOVQ AX, R10
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_8:
+write_9:
 	VBROADCASTSS (DX)(R11*4), Z1
 	VMOVUPS      (R10), Z3
 	VMULPS       Z3, Z14, Z3
@@ -1274,11 +1598,11 @@ write_8:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_8
+	JB           write_9
 	JMP          stateAVX512_done_1
 
 masked8_1:
-	// Block of 128 columns: read pass (Sᵀk̂, Sᵀq̂ in registers).
+	// Block of 128 columns: read pass (Sᵀk̂, Sᵀq̂ of 8 vectors in registers).
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
 	VBROADCASTSS zero<>+0(SB), Z2
@@ -1298,7 +1622,7 @@ masked8_1:
 	MOVQ         AX, R10
 	XORQ         R11, R11
 
-read_9:
+read_10:
 	VBROADCASTSS (DX)(R11*4), Z16
 	VBROADCASTSS (BX)(R11*4), Z17
 	VMOVUPS      (R10), Z18
@@ -1328,75 +1652,75 @@ read_9:
 	ADDQ         R9, R10
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           read_9
+	JB           read_10
 
 	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
 	VBROADCASTSS eg+144(FP), Z16
 	VBROADCASTSS beta+148(FP), Z17
 	VBROADCASTSS kq+152(FP), Z18
 	VMOVUPS      (SI), Z19
-	VMULPS       Z0, Z16, Z20
-	VSUBPS       Z20, Z19, Z20
-	VMULPS       Z20, Z17, Z0
+	VMULPS       Z0, Z16, Z0
+	VSUBPS       Z0, Z19, Z0
+	VMULPS       Z0, Z17, Z0
 	VMULPS       Z1, Z16, Z1
 	VFMADD231PS  Z0, Z18, Z1
 	VMOVUPS      Z1, (DI)
-	VMOVUPS      64(SI), Z19
-	VMULPS       Z2, Z16, Z20
-	VSUBPS       Z20, Z19, Z20
-	VMULPS       Z20, Z17, Z2
-	VMULPS       Z3, Z16, Z1
-	VFMADD231PS  Z2, Z18, Z1
-	VMOVUPS      Z1, 64(DI)
-	VMOVUPS      128(SI), Z19
-	VMULPS       Z4, Z16, Z20
-	VSUBPS       Z20, Z19, Z20
-	VMULPS       Z20, Z17, Z4
-	VMULPS       Z5, Z16, Z1
-	VFMADD231PS  Z4, Z18, Z1
-	VMOVUPS      Z1, 128(DI)
-	VMOVUPS      192(SI), Z19
-	VMULPS       Z6, Z16, Z20
-	VSUBPS       Z20, Z19, Z20
-	VMULPS       Z20, Z17, Z6
-	VMULPS       Z7, Z16, Z1
-	VFMADD231PS  Z6, Z18, Z1
-	VMOVUPS      Z1, 192(DI)
-	VMOVUPS      256(SI), Z19
-	VMULPS       Z8, Z16, Z20
-	VSUBPS       Z20, Z19, Z20
-	VMULPS       Z20, Z17, Z8
-	VMULPS       Z9, Z16, Z1
-	VFMADD231PS  Z8, Z18, Z1
-	VMOVUPS      Z1, 256(DI)
-	VMOVUPS      320(SI), Z19
-	VMULPS       Z10, Z16, Z20
-	VSUBPS       Z20, Z19, Z20
-	VMULPS       Z20, Z17, Z10
-	VMULPS       Z11, Z16, Z1
-	VFMADD231PS  Z10, Z18, Z1
-	VMOVUPS      Z1, 320(DI)
-	VMOVUPS      384(SI), Z19
-	VMULPS       Z12, Z16, Z20
-	VSUBPS       Z20, Z19, Z20
-	VMULPS       Z20, Z17, Z12
-	VMULPS       Z13, Z16, Z1
-	VFMADD231PS  Z12, Z18, Z1
-	VMOVUPS      Z1, 384(DI)
-	VMOVUPS.Z    448(SI), K1, Z19
-	VMULPS       Z14, Z16, Z20
-	VSUBPS       Z20, Z19, Z20
-	VMULPS       Z20, Z17, Z14
-	VMULPS       Z15, Z16, Z1
-	VFMADD231PS  Z14, Z18, Z1
-	VMOVUPS      Z1, K1, 448(DI)
+	VMOVUPS      64(SI), Z1
+	VMULPS       Z2, Z16, Z2
+	VSUBPS       Z2, Z1, Z2
+	VMULPS       Z2, Z17, Z2
+	VMULPS       Z3, Z16, Z3
+	VFMADD231PS  Z2, Z18, Z3
+	VMOVUPS      Z3, 64(DI)
+	VMOVUPS      128(SI), Z1
+	VMULPS       Z4, Z16, Z4
+	VSUBPS       Z4, Z1, Z4
+	VMULPS       Z4, Z17, Z4
+	VMULPS       Z5, Z16, Z5
+	VFMADD231PS  Z4, Z18, Z5
+	VMOVUPS      Z5, 128(DI)
+	VMOVUPS      192(SI), Z1
+	VMULPS       Z6, Z16, Z6
+	VSUBPS       Z6, Z1, Z6
+	VMULPS       Z6, Z17, Z6
+	VMULPS       Z7, Z16, Z7
+	VFMADD231PS  Z6, Z18, Z7
+	VMOVUPS      Z7, 192(DI)
+	VMOVUPS      256(SI), Z1
+	VMULPS       Z8, Z16, Z8
+	VSUBPS       Z8, Z1, Z8
+	VMULPS       Z8, Z17, Z8
+	VMULPS       Z9, Z16, Z9
+	VFMADD231PS  Z8, Z18, Z9
+	VMOVUPS      Z9, 256(DI)
+	VMOVUPS      320(SI), Z1
+	VMULPS       Z10, Z16, Z10
+	VSUBPS       Z10, Z1, Z10
+	VMULPS       Z10, Z17, Z10
+	VMULPS       Z11, Z16, Z11
+	VFMADD231PS  Z10, Z18, Z11
+	VMOVUPS      Z11, 320(DI)
+	VMOVUPS      384(SI), Z1
+	VMULPS       Z12, Z16, Z12
+	VSUBPS       Z12, Z1, Z12
+	VMULPS       Z12, Z17, Z12
+	VMULPS       Z13, Z16, Z13
+	VFMADD231PS  Z12, Z18, Z13
+	VMOVUPS      Z13, 384(DI)
+	VMOVUPS.Z    448(SI), K1, Z1
+	VMULPS       Z14, Z16, Z14
+	VSUBPS       Z14, Z1, Z14
+	VMULPS       Z14, Z17, Z14
+	VMULPS       Z15, Z16, Z15
+	VFMADD231PS  Z14, Z18, Z15
+	VMOVUPS      Z15, K1, 448(DI)
 
 	// Write pass: S' = eg·S + k̂_i·δ over the same slab.
 	MOVQ AX, R10
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_9:
+write_10:
 	VBROADCASTSS (DX)(R11*4), Z1
 	VMOVUPS      (R10), Z3
 	VMULPS       Z3, Z16, Z3
@@ -1434,7 +1758,1892 @@ write_9:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_9
+	JB           write_10
+	JMP          stateAVX512_done_1
+
+masked9_1:
+	// Block of 144 columns: read pass (Sᵀk̂, Sᵀq̂ of 9 vectors in registers).
+	VBROADCASTSS zero<>+0(SB), Z0
+	VBROADCASTSS zero<>+0(SB), Z1
+	VBROADCASTSS zero<>+0(SB), Z2
+	VBROADCASTSS zero<>+0(SB), Z3
+	VBROADCASTSS zero<>+0(SB), Z4
+	VBROADCASTSS zero<>+0(SB), Z5
+	VBROADCASTSS zero<>+0(SB), Z6
+	VBROADCASTSS zero<>+0(SB), Z7
+	VBROADCASTSS zero<>+0(SB), Z8
+	VBROADCASTSS zero<>+0(SB), Z9
+	VBROADCASTSS zero<>+0(SB), Z10
+	VBROADCASTSS zero<>+0(SB), Z11
+	VBROADCASTSS zero<>+0(SB), Z12
+	VBROADCASTSS zero<>+0(SB), Z13
+	VBROADCASTSS zero<>+0(SB), Z14
+	VBROADCASTSS zero<>+0(SB), Z15
+	VBROADCASTSS zero<>+0(SB), Z16
+	VBROADCASTSS zero<>+0(SB), Z17
+	MOVQ         AX, R10
+	XORQ         R11, R11
+
+read_11:
+	VBROADCASTSS (DX)(R11*4), Z18
+	VBROADCASTSS (BX)(R11*4), Z19
+	VMOVUPS      (R10), Z20
+	VFMADD231PS  Z20, Z18, Z0
+	VFMADD231PS  Z20, Z19, Z1
+	VMOVUPS      64(R10), Z20
+	VFMADD231PS  Z20, Z18, Z2
+	VFMADD231PS  Z20, Z19, Z3
+	VMOVUPS      128(R10), Z20
+	VFMADD231PS  Z20, Z18, Z4
+	VFMADD231PS  Z20, Z19, Z5
+	VMOVUPS      192(R10), Z20
+	VFMADD231PS  Z20, Z18, Z6
+	VFMADD231PS  Z20, Z19, Z7
+	VMOVUPS      256(R10), Z20
+	VFMADD231PS  Z20, Z18, Z8
+	VFMADD231PS  Z20, Z19, Z9
+	VMOVUPS      320(R10), Z20
+	VFMADD231PS  Z20, Z18, Z10
+	VFMADD231PS  Z20, Z19, Z11
+	VMOVUPS      384(R10), Z20
+	VFMADD231PS  Z20, Z18, Z12
+	VFMADD231PS  Z20, Z19, Z13
+	VMOVUPS      448(R10), Z20
+	VFMADD231PS  Z20, Z18, Z14
+	VFMADD231PS  Z20, Z19, Z15
+	VMOVUPS.Z    512(R10), K1, Z20
+	VFMADD231PS  Z20, Z18, Z16
+	VFMADD231PS  Z20, Z19, Z17
+	ADDQ         R9, R10
+	INCQ         R11
+	CMPQ         R11, R8
+	JB           read_11
+
+	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
+	VBROADCASTSS eg+144(FP), Z18
+	VBROADCASTSS beta+148(FP), Z19
+	VBROADCASTSS kq+152(FP), Z20
+	VMOVUPS      (SI), Z21
+	VMULPS       Z0, Z18, Z0
+	VSUBPS       Z0, Z21, Z0
+	VMULPS       Z0, Z19, Z0
+	VMULPS       Z1, Z18, Z1
+	VFMADD231PS  Z0, Z20, Z1
+	VMOVUPS      Z1, (DI)
+	VMOVUPS      64(SI), Z1
+	VMULPS       Z2, Z18, Z2
+	VSUBPS       Z2, Z1, Z2
+	VMULPS       Z2, Z19, Z2
+	VMULPS       Z3, Z18, Z3
+	VFMADD231PS  Z2, Z20, Z3
+	VMOVUPS      Z3, 64(DI)
+	VMOVUPS      128(SI), Z1
+	VMULPS       Z4, Z18, Z4
+	VSUBPS       Z4, Z1, Z4
+	VMULPS       Z4, Z19, Z4
+	VMULPS       Z5, Z18, Z5
+	VFMADD231PS  Z4, Z20, Z5
+	VMOVUPS      Z5, 128(DI)
+	VMOVUPS      192(SI), Z1
+	VMULPS       Z6, Z18, Z6
+	VSUBPS       Z6, Z1, Z6
+	VMULPS       Z6, Z19, Z6
+	VMULPS       Z7, Z18, Z7
+	VFMADD231PS  Z6, Z20, Z7
+	VMOVUPS      Z7, 192(DI)
+	VMOVUPS      256(SI), Z1
+	VMULPS       Z8, Z18, Z8
+	VSUBPS       Z8, Z1, Z8
+	VMULPS       Z8, Z19, Z8
+	VMULPS       Z9, Z18, Z9
+	VFMADD231PS  Z8, Z20, Z9
+	VMOVUPS      Z9, 256(DI)
+	VMOVUPS      320(SI), Z1
+	VMULPS       Z10, Z18, Z10
+	VSUBPS       Z10, Z1, Z10
+	VMULPS       Z10, Z19, Z10
+	VMULPS       Z11, Z18, Z11
+	VFMADD231PS  Z10, Z20, Z11
+	VMOVUPS      Z11, 320(DI)
+	VMOVUPS      384(SI), Z1
+	VMULPS       Z12, Z18, Z12
+	VSUBPS       Z12, Z1, Z12
+	VMULPS       Z12, Z19, Z12
+	VMULPS       Z13, Z18, Z13
+	VFMADD231PS  Z12, Z20, Z13
+	VMOVUPS      Z13, 384(DI)
+	VMOVUPS      448(SI), Z1
+	VMULPS       Z14, Z18, Z14
+	VSUBPS       Z14, Z1, Z14
+	VMULPS       Z14, Z19, Z14
+	VMULPS       Z15, Z18, Z15
+	VFMADD231PS  Z14, Z20, Z15
+	VMOVUPS      Z15, 448(DI)
+	VMOVUPS.Z    512(SI), K1, Z1
+	VMULPS       Z16, Z18, Z16
+	VSUBPS       Z16, Z1, Z16
+	VMULPS       Z16, Z19, Z16
+	VMULPS       Z17, Z18, Z17
+	VFMADD231PS  Z16, Z20, Z17
+	VMOVUPS      Z17, K1, 512(DI)
+
+	// Write pass: S' = eg·S + k̂_i·δ over the same slab.
+	MOVQ AX, R10
+	MOVQ CX, AX
+	XORQ R11, R11
+
+write_11:
+	VBROADCASTSS (DX)(R11*4), Z1
+	VMOVUPS      (R10), Z3
+	VMULPS       Z3, Z18, Z3
+	VFMADD231PS  Z0, Z1, Z3
+	VMOVUPS      Z3, (AX)
+	VMOVUPS      64(R10), Z3
+	VMULPS       Z3, Z18, Z3
+	VFMADD231PS  Z2, Z1, Z3
+	VMOVUPS      Z3, 64(AX)
+	VMOVUPS      128(R10), Z3
+	VMULPS       Z3, Z18, Z3
+	VFMADD231PS  Z4, Z1, Z3
+	VMOVUPS      Z3, 128(AX)
+	VMOVUPS      192(R10), Z3
+	VMULPS       Z3, Z18, Z3
+	VFMADD231PS  Z6, Z1, Z3
+	VMOVUPS      Z3, 192(AX)
+	VMOVUPS      256(R10), Z3
+	VMULPS       Z3, Z18, Z3
+	VFMADD231PS  Z8, Z1, Z3
+	VMOVUPS      Z3, 256(AX)
+	VMOVUPS      320(R10), Z3
+	VMULPS       Z3, Z18, Z3
+	VFMADD231PS  Z10, Z1, Z3
+	VMOVUPS      Z3, 320(AX)
+	VMOVUPS      384(R10), Z3
+	VMULPS       Z3, Z18, Z3
+	VFMADD231PS  Z12, Z1, Z3
+	VMOVUPS      Z3, 384(AX)
+	VMOVUPS      448(R10), Z3
+	VMULPS       Z3, Z18, Z3
+	VFMADD231PS  Z14, Z1, Z3
+	VMOVUPS      Z3, 448(AX)
+	VMOVUPS.Z    512(R10), K1, Z3
+	VMULPS       Z3, Z18, Z3
+	VFMADD231PS  Z16, Z1, Z3
+	VMOVUPS      Z3, K1, 512(AX)
+	ADDQ         R9, R10
+	ADDQ         R9, AX
+	INCQ         R11
+	CMPQ         R11, R8
+	JB           write_11
+	JMP          stateAVX512_done_1
+
+masked10_1:
+	// Block of 160 columns: read pass (Sᵀk̂, Sᵀq̂ of 10 vectors in registers).
+	VBROADCASTSS zero<>+0(SB), Z0
+	VBROADCASTSS zero<>+0(SB), Z1
+	VBROADCASTSS zero<>+0(SB), Z2
+	VBROADCASTSS zero<>+0(SB), Z3
+	VBROADCASTSS zero<>+0(SB), Z4
+	VBROADCASTSS zero<>+0(SB), Z5
+	VBROADCASTSS zero<>+0(SB), Z6
+	VBROADCASTSS zero<>+0(SB), Z7
+	VBROADCASTSS zero<>+0(SB), Z8
+	VBROADCASTSS zero<>+0(SB), Z9
+	VBROADCASTSS zero<>+0(SB), Z10
+	VBROADCASTSS zero<>+0(SB), Z11
+	VBROADCASTSS zero<>+0(SB), Z12
+	VBROADCASTSS zero<>+0(SB), Z13
+	VBROADCASTSS zero<>+0(SB), Z14
+	VBROADCASTSS zero<>+0(SB), Z15
+	VBROADCASTSS zero<>+0(SB), Z16
+	VBROADCASTSS zero<>+0(SB), Z17
+	VBROADCASTSS zero<>+0(SB), Z18
+	VBROADCASTSS zero<>+0(SB), Z19
+	MOVQ         AX, R10
+	XORQ         R11, R11
+
+read_12:
+	VBROADCASTSS (DX)(R11*4), Z20
+	VBROADCASTSS (BX)(R11*4), Z21
+	VMOVUPS      (R10), Z22
+	VFMADD231PS  Z22, Z20, Z0
+	VFMADD231PS  Z22, Z21, Z1
+	VMOVUPS      64(R10), Z22
+	VFMADD231PS  Z22, Z20, Z2
+	VFMADD231PS  Z22, Z21, Z3
+	VMOVUPS      128(R10), Z22
+	VFMADD231PS  Z22, Z20, Z4
+	VFMADD231PS  Z22, Z21, Z5
+	VMOVUPS      192(R10), Z22
+	VFMADD231PS  Z22, Z20, Z6
+	VFMADD231PS  Z22, Z21, Z7
+	VMOVUPS      256(R10), Z22
+	VFMADD231PS  Z22, Z20, Z8
+	VFMADD231PS  Z22, Z21, Z9
+	VMOVUPS      320(R10), Z22
+	VFMADD231PS  Z22, Z20, Z10
+	VFMADD231PS  Z22, Z21, Z11
+	VMOVUPS      384(R10), Z22
+	VFMADD231PS  Z22, Z20, Z12
+	VFMADD231PS  Z22, Z21, Z13
+	VMOVUPS      448(R10), Z22
+	VFMADD231PS  Z22, Z20, Z14
+	VFMADD231PS  Z22, Z21, Z15
+	VMOVUPS      512(R10), Z22
+	VFMADD231PS  Z22, Z20, Z16
+	VFMADD231PS  Z22, Z21, Z17
+	VMOVUPS.Z    576(R10), K1, Z22
+	VFMADD231PS  Z22, Z20, Z18
+	VFMADD231PS  Z22, Z21, Z19
+	ADDQ         R9, R10
+	INCQ         R11
+	CMPQ         R11, R8
+	JB           read_12
+
+	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
+	VBROADCASTSS eg+144(FP), Z20
+	VBROADCASTSS beta+148(FP), Z21
+	VBROADCASTSS kq+152(FP), Z22
+	VMOVUPS      (SI), Z23
+	VMULPS       Z0, Z20, Z0
+	VSUBPS       Z0, Z23, Z0
+	VMULPS       Z0, Z21, Z0
+	VMULPS       Z1, Z20, Z1
+	VFMADD231PS  Z0, Z22, Z1
+	VMOVUPS      Z1, (DI)
+	VMOVUPS      64(SI), Z1
+	VMULPS       Z2, Z20, Z2
+	VSUBPS       Z2, Z1, Z2
+	VMULPS       Z2, Z21, Z2
+	VMULPS       Z3, Z20, Z3
+	VFMADD231PS  Z2, Z22, Z3
+	VMOVUPS      Z3, 64(DI)
+	VMOVUPS      128(SI), Z1
+	VMULPS       Z4, Z20, Z4
+	VSUBPS       Z4, Z1, Z4
+	VMULPS       Z4, Z21, Z4
+	VMULPS       Z5, Z20, Z5
+	VFMADD231PS  Z4, Z22, Z5
+	VMOVUPS      Z5, 128(DI)
+	VMOVUPS      192(SI), Z1
+	VMULPS       Z6, Z20, Z6
+	VSUBPS       Z6, Z1, Z6
+	VMULPS       Z6, Z21, Z6
+	VMULPS       Z7, Z20, Z7
+	VFMADD231PS  Z6, Z22, Z7
+	VMOVUPS      Z7, 192(DI)
+	VMOVUPS      256(SI), Z1
+	VMULPS       Z8, Z20, Z8
+	VSUBPS       Z8, Z1, Z8
+	VMULPS       Z8, Z21, Z8
+	VMULPS       Z9, Z20, Z9
+	VFMADD231PS  Z8, Z22, Z9
+	VMOVUPS      Z9, 256(DI)
+	VMOVUPS      320(SI), Z1
+	VMULPS       Z10, Z20, Z10
+	VSUBPS       Z10, Z1, Z10
+	VMULPS       Z10, Z21, Z10
+	VMULPS       Z11, Z20, Z11
+	VFMADD231PS  Z10, Z22, Z11
+	VMOVUPS      Z11, 320(DI)
+	VMOVUPS      384(SI), Z1
+	VMULPS       Z12, Z20, Z12
+	VSUBPS       Z12, Z1, Z12
+	VMULPS       Z12, Z21, Z12
+	VMULPS       Z13, Z20, Z13
+	VFMADD231PS  Z12, Z22, Z13
+	VMOVUPS      Z13, 384(DI)
+	VMOVUPS      448(SI), Z1
+	VMULPS       Z14, Z20, Z14
+	VSUBPS       Z14, Z1, Z14
+	VMULPS       Z14, Z21, Z14
+	VMULPS       Z15, Z20, Z15
+	VFMADD231PS  Z14, Z22, Z15
+	VMOVUPS      Z15, 448(DI)
+	VMOVUPS      512(SI), Z1
+	VMULPS       Z16, Z20, Z16
+	VSUBPS       Z16, Z1, Z16
+	VMULPS       Z16, Z21, Z16
+	VMULPS       Z17, Z20, Z17
+	VFMADD231PS  Z16, Z22, Z17
+	VMOVUPS      Z17, 512(DI)
+	VMOVUPS.Z    576(SI), K1, Z1
+	VMULPS       Z18, Z20, Z18
+	VSUBPS       Z18, Z1, Z18
+	VMULPS       Z18, Z21, Z18
+	VMULPS       Z19, Z20, Z19
+	VFMADD231PS  Z18, Z22, Z19
+	VMOVUPS      Z19, K1, 576(DI)
+
+	// Write pass: S' = eg·S + k̂_i·δ over the same slab.
+	MOVQ AX, R10
+	MOVQ CX, AX
+	XORQ R11, R11
+
+write_12:
+	VBROADCASTSS (DX)(R11*4), Z1
+	VMOVUPS      (R10), Z3
+	VMULPS       Z3, Z20, Z3
+	VFMADD231PS  Z0, Z1, Z3
+	VMOVUPS      Z3, (AX)
+	VMOVUPS      64(R10), Z3
+	VMULPS       Z3, Z20, Z3
+	VFMADD231PS  Z2, Z1, Z3
+	VMOVUPS      Z3, 64(AX)
+	VMOVUPS      128(R10), Z3
+	VMULPS       Z3, Z20, Z3
+	VFMADD231PS  Z4, Z1, Z3
+	VMOVUPS      Z3, 128(AX)
+	VMOVUPS      192(R10), Z3
+	VMULPS       Z3, Z20, Z3
+	VFMADD231PS  Z6, Z1, Z3
+	VMOVUPS      Z3, 192(AX)
+	VMOVUPS      256(R10), Z3
+	VMULPS       Z3, Z20, Z3
+	VFMADD231PS  Z8, Z1, Z3
+	VMOVUPS      Z3, 256(AX)
+	VMOVUPS      320(R10), Z3
+	VMULPS       Z3, Z20, Z3
+	VFMADD231PS  Z10, Z1, Z3
+	VMOVUPS      Z3, 320(AX)
+	VMOVUPS      384(R10), Z3
+	VMULPS       Z3, Z20, Z3
+	VFMADD231PS  Z12, Z1, Z3
+	VMOVUPS      Z3, 384(AX)
+	VMOVUPS      448(R10), Z3
+	VMULPS       Z3, Z20, Z3
+	VFMADD231PS  Z14, Z1, Z3
+	VMOVUPS      Z3, 448(AX)
+	VMOVUPS      512(R10), Z3
+	VMULPS       Z3, Z20, Z3
+	VFMADD231PS  Z16, Z1, Z3
+	VMOVUPS      Z3, 512(AX)
+	VMOVUPS.Z    576(R10), K1, Z3
+	VMULPS       Z3, Z20, Z3
+	VFMADD231PS  Z18, Z1, Z3
+	VMOVUPS      Z3, K1, 576(AX)
+	ADDQ         R9, R10
+	ADDQ         R9, AX
+	INCQ         R11
+	CMPQ         R11, R8
+	JB           write_12
+	JMP          stateAVX512_done_1
+
+masked11_1:
+	// Block of 176 columns: read pass (Sᵀk̂, Sᵀq̂ of 11 vectors in registers).
+	VBROADCASTSS zero<>+0(SB), Z0
+	VBROADCASTSS zero<>+0(SB), Z1
+	VBROADCASTSS zero<>+0(SB), Z2
+	VBROADCASTSS zero<>+0(SB), Z3
+	VBROADCASTSS zero<>+0(SB), Z4
+	VBROADCASTSS zero<>+0(SB), Z5
+	VBROADCASTSS zero<>+0(SB), Z6
+	VBROADCASTSS zero<>+0(SB), Z7
+	VBROADCASTSS zero<>+0(SB), Z8
+	VBROADCASTSS zero<>+0(SB), Z9
+	VBROADCASTSS zero<>+0(SB), Z10
+	VBROADCASTSS zero<>+0(SB), Z11
+	VBROADCASTSS zero<>+0(SB), Z12
+	VBROADCASTSS zero<>+0(SB), Z13
+	VBROADCASTSS zero<>+0(SB), Z14
+	VBROADCASTSS zero<>+0(SB), Z15
+	VBROADCASTSS zero<>+0(SB), Z16
+	VBROADCASTSS zero<>+0(SB), Z17
+	VBROADCASTSS zero<>+0(SB), Z18
+	VBROADCASTSS zero<>+0(SB), Z19
+	VBROADCASTSS zero<>+0(SB), Z20
+	VBROADCASTSS zero<>+0(SB), Z21
+	MOVQ         AX, R10
+	XORQ         R11, R11
+
+read_13:
+	VBROADCASTSS (DX)(R11*4), Z22
+	VBROADCASTSS (BX)(R11*4), Z23
+	VMOVUPS      (R10), Z24
+	VFMADD231PS  Z24, Z22, Z0
+	VFMADD231PS  Z24, Z23, Z1
+	VMOVUPS      64(R10), Z24
+	VFMADD231PS  Z24, Z22, Z2
+	VFMADD231PS  Z24, Z23, Z3
+	VMOVUPS      128(R10), Z24
+	VFMADD231PS  Z24, Z22, Z4
+	VFMADD231PS  Z24, Z23, Z5
+	VMOVUPS      192(R10), Z24
+	VFMADD231PS  Z24, Z22, Z6
+	VFMADD231PS  Z24, Z23, Z7
+	VMOVUPS      256(R10), Z24
+	VFMADD231PS  Z24, Z22, Z8
+	VFMADD231PS  Z24, Z23, Z9
+	VMOVUPS      320(R10), Z24
+	VFMADD231PS  Z24, Z22, Z10
+	VFMADD231PS  Z24, Z23, Z11
+	VMOVUPS      384(R10), Z24
+	VFMADD231PS  Z24, Z22, Z12
+	VFMADD231PS  Z24, Z23, Z13
+	VMOVUPS      448(R10), Z24
+	VFMADD231PS  Z24, Z22, Z14
+	VFMADD231PS  Z24, Z23, Z15
+	VMOVUPS      512(R10), Z24
+	VFMADD231PS  Z24, Z22, Z16
+	VFMADD231PS  Z24, Z23, Z17
+	VMOVUPS      576(R10), Z24
+	VFMADD231PS  Z24, Z22, Z18
+	VFMADD231PS  Z24, Z23, Z19
+	VMOVUPS.Z    640(R10), K1, Z24
+	VFMADD231PS  Z24, Z22, Z20
+	VFMADD231PS  Z24, Z23, Z21
+	ADDQ         R9, R10
+	INCQ         R11
+	CMPQ         R11, R8
+	JB           read_13
+
+	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
+	VBROADCASTSS eg+144(FP), Z22
+	VBROADCASTSS beta+148(FP), Z23
+	VBROADCASTSS kq+152(FP), Z24
+	VMOVUPS      (SI), Z25
+	VMULPS       Z0, Z22, Z0
+	VSUBPS       Z0, Z25, Z0
+	VMULPS       Z0, Z23, Z0
+	VMULPS       Z1, Z22, Z1
+	VFMADD231PS  Z0, Z24, Z1
+	VMOVUPS      Z1, (DI)
+	VMOVUPS      64(SI), Z1
+	VMULPS       Z2, Z22, Z2
+	VSUBPS       Z2, Z1, Z2
+	VMULPS       Z2, Z23, Z2
+	VMULPS       Z3, Z22, Z3
+	VFMADD231PS  Z2, Z24, Z3
+	VMOVUPS      Z3, 64(DI)
+	VMOVUPS      128(SI), Z1
+	VMULPS       Z4, Z22, Z4
+	VSUBPS       Z4, Z1, Z4
+	VMULPS       Z4, Z23, Z4
+	VMULPS       Z5, Z22, Z5
+	VFMADD231PS  Z4, Z24, Z5
+	VMOVUPS      Z5, 128(DI)
+	VMOVUPS      192(SI), Z1
+	VMULPS       Z6, Z22, Z6
+	VSUBPS       Z6, Z1, Z6
+	VMULPS       Z6, Z23, Z6
+	VMULPS       Z7, Z22, Z7
+	VFMADD231PS  Z6, Z24, Z7
+	VMOVUPS      Z7, 192(DI)
+	VMOVUPS      256(SI), Z1
+	VMULPS       Z8, Z22, Z8
+	VSUBPS       Z8, Z1, Z8
+	VMULPS       Z8, Z23, Z8
+	VMULPS       Z9, Z22, Z9
+	VFMADD231PS  Z8, Z24, Z9
+	VMOVUPS      Z9, 256(DI)
+	VMOVUPS      320(SI), Z1
+	VMULPS       Z10, Z22, Z10
+	VSUBPS       Z10, Z1, Z10
+	VMULPS       Z10, Z23, Z10
+	VMULPS       Z11, Z22, Z11
+	VFMADD231PS  Z10, Z24, Z11
+	VMOVUPS      Z11, 320(DI)
+	VMOVUPS      384(SI), Z1
+	VMULPS       Z12, Z22, Z12
+	VSUBPS       Z12, Z1, Z12
+	VMULPS       Z12, Z23, Z12
+	VMULPS       Z13, Z22, Z13
+	VFMADD231PS  Z12, Z24, Z13
+	VMOVUPS      Z13, 384(DI)
+	VMOVUPS      448(SI), Z1
+	VMULPS       Z14, Z22, Z14
+	VSUBPS       Z14, Z1, Z14
+	VMULPS       Z14, Z23, Z14
+	VMULPS       Z15, Z22, Z15
+	VFMADD231PS  Z14, Z24, Z15
+	VMOVUPS      Z15, 448(DI)
+	VMOVUPS      512(SI), Z1
+	VMULPS       Z16, Z22, Z16
+	VSUBPS       Z16, Z1, Z16
+	VMULPS       Z16, Z23, Z16
+	VMULPS       Z17, Z22, Z17
+	VFMADD231PS  Z16, Z24, Z17
+	VMOVUPS      Z17, 512(DI)
+	VMOVUPS      576(SI), Z1
+	VMULPS       Z18, Z22, Z18
+	VSUBPS       Z18, Z1, Z18
+	VMULPS       Z18, Z23, Z18
+	VMULPS       Z19, Z22, Z19
+	VFMADD231PS  Z18, Z24, Z19
+	VMOVUPS      Z19, 576(DI)
+	VMOVUPS.Z    640(SI), K1, Z1
+	VMULPS       Z20, Z22, Z20
+	VSUBPS       Z20, Z1, Z20
+	VMULPS       Z20, Z23, Z20
+	VMULPS       Z21, Z22, Z21
+	VFMADD231PS  Z20, Z24, Z21
+	VMOVUPS      Z21, K1, 640(DI)
+
+	// Write pass: S' = eg·S + k̂_i·δ over the same slab.
+	MOVQ AX, R10
+	MOVQ CX, AX
+	XORQ R11, R11
+
+write_13:
+	VBROADCASTSS (DX)(R11*4), Z1
+	VMOVUPS      (R10), Z3
+	VMULPS       Z3, Z22, Z3
+	VFMADD231PS  Z0, Z1, Z3
+	VMOVUPS      Z3, (AX)
+	VMOVUPS      64(R10), Z3
+	VMULPS       Z3, Z22, Z3
+	VFMADD231PS  Z2, Z1, Z3
+	VMOVUPS      Z3, 64(AX)
+	VMOVUPS      128(R10), Z3
+	VMULPS       Z3, Z22, Z3
+	VFMADD231PS  Z4, Z1, Z3
+	VMOVUPS      Z3, 128(AX)
+	VMOVUPS      192(R10), Z3
+	VMULPS       Z3, Z22, Z3
+	VFMADD231PS  Z6, Z1, Z3
+	VMOVUPS      Z3, 192(AX)
+	VMOVUPS      256(R10), Z3
+	VMULPS       Z3, Z22, Z3
+	VFMADD231PS  Z8, Z1, Z3
+	VMOVUPS      Z3, 256(AX)
+	VMOVUPS      320(R10), Z3
+	VMULPS       Z3, Z22, Z3
+	VFMADD231PS  Z10, Z1, Z3
+	VMOVUPS      Z3, 320(AX)
+	VMOVUPS      384(R10), Z3
+	VMULPS       Z3, Z22, Z3
+	VFMADD231PS  Z12, Z1, Z3
+	VMOVUPS      Z3, 384(AX)
+	VMOVUPS      448(R10), Z3
+	VMULPS       Z3, Z22, Z3
+	VFMADD231PS  Z14, Z1, Z3
+	VMOVUPS      Z3, 448(AX)
+	VMOVUPS      512(R10), Z3
+	VMULPS       Z3, Z22, Z3
+	VFMADD231PS  Z16, Z1, Z3
+	VMOVUPS      Z3, 512(AX)
+	VMOVUPS      576(R10), Z3
+	VMULPS       Z3, Z22, Z3
+	VFMADD231PS  Z18, Z1, Z3
+	VMOVUPS      Z3, 576(AX)
+	VMOVUPS.Z    640(R10), K1, Z3
+	VMULPS       Z3, Z22, Z3
+	VFMADD231PS  Z20, Z1, Z3
+	VMOVUPS      Z3, K1, 640(AX)
+	ADDQ         R9, R10
+	ADDQ         R9, AX
+	INCQ         R11
+	CMPQ         R11, R8
+	JB           write_13
+	JMP          stateAVX512_done_1
+
+masked12_1:
+	// Block of 192 columns: read pass (Sᵀk̂, Sᵀq̂ of 12 vectors in registers).
+	VBROADCASTSS zero<>+0(SB), Z0
+	VBROADCASTSS zero<>+0(SB), Z1
+	VBROADCASTSS zero<>+0(SB), Z2
+	VBROADCASTSS zero<>+0(SB), Z3
+	VBROADCASTSS zero<>+0(SB), Z4
+	VBROADCASTSS zero<>+0(SB), Z5
+	VBROADCASTSS zero<>+0(SB), Z6
+	VBROADCASTSS zero<>+0(SB), Z7
+	VBROADCASTSS zero<>+0(SB), Z8
+	VBROADCASTSS zero<>+0(SB), Z9
+	VBROADCASTSS zero<>+0(SB), Z10
+	VBROADCASTSS zero<>+0(SB), Z11
+	VBROADCASTSS zero<>+0(SB), Z12
+	VBROADCASTSS zero<>+0(SB), Z13
+	VBROADCASTSS zero<>+0(SB), Z14
+	VBROADCASTSS zero<>+0(SB), Z15
+	VBROADCASTSS zero<>+0(SB), Z16
+	VBROADCASTSS zero<>+0(SB), Z17
+	VBROADCASTSS zero<>+0(SB), Z18
+	VBROADCASTSS zero<>+0(SB), Z19
+	VBROADCASTSS zero<>+0(SB), Z20
+	VBROADCASTSS zero<>+0(SB), Z21
+	VBROADCASTSS zero<>+0(SB), Z22
+	VBROADCASTSS zero<>+0(SB), Z23
+	MOVQ         AX, R10
+	XORQ         R11, R11
+
+read_14:
+	VBROADCASTSS (DX)(R11*4), Z24
+	VBROADCASTSS (BX)(R11*4), Z25
+	VMOVUPS      (R10), Z26
+	VFMADD231PS  Z26, Z24, Z0
+	VFMADD231PS  Z26, Z25, Z1
+	VMOVUPS      64(R10), Z26
+	VFMADD231PS  Z26, Z24, Z2
+	VFMADD231PS  Z26, Z25, Z3
+	VMOVUPS      128(R10), Z26
+	VFMADD231PS  Z26, Z24, Z4
+	VFMADD231PS  Z26, Z25, Z5
+	VMOVUPS      192(R10), Z26
+	VFMADD231PS  Z26, Z24, Z6
+	VFMADD231PS  Z26, Z25, Z7
+	VMOVUPS      256(R10), Z26
+	VFMADD231PS  Z26, Z24, Z8
+	VFMADD231PS  Z26, Z25, Z9
+	VMOVUPS      320(R10), Z26
+	VFMADD231PS  Z26, Z24, Z10
+	VFMADD231PS  Z26, Z25, Z11
+	VMOVUPS      384(R10), Z26
+	VFMADD231PS  Z26, Z24, Z12
+	VFMADD231PS  Z26, Z25, Z13
+	VMOVUPS      448(R10), Z26
+	VFMADD231PS  Z26, Z24, Z14
+	VFMADD231PS  Z26, Z25, Z15
+	VMOVUPS      512(R10), Z26
+	VFMADD231PS  Z26, Z24, Z16
+	VFMADD231PS  Z26, Z25, Z17
+	VMOVUPS      576(R10), Z26
+	VFMADD231PS  Z26, Z24, Z18
+	VFMADD231PS  Z26, Z25, Z19
+	VMOVUPS      640(R10), Z26
+	VFMADD231PS  Z26, Z24, Z20
+	VFMADD231PS  Z26, Z25, Z21
+	VMOVUPS.Z    704(R10), K1, Z26
+	VFMADD231PS  Z26, Z24, Z22
+	VFMADD231PS  Z26, Z25, Z23
+	ADDQ         R9, R10
+	INCQ         R11
+	CMPQ         R11, R8
+	JB           read_14
+
+	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
+	VBROADCASTSS eg+144(FP), Z24
+	VBROADCASTSS beta+148(FP), Z25
+	VBROADCASTSS kq+152(FP), Z26
+	VMOVUPS      (SI), Z27
+	VMULPS       Z0, Z24, Z0
+	VSUBPS       Z0, Z27, Z0
+	VMULPS       Z0, Z25, Z0
+	VMULPS       Z1, Z24, Z1
+	VFMADD231PS  Z0, Z26, Z1
+	VMOVUPS      Z1, (DI)
+	VMOVUPS      64(SI), Z1
+	VMULPS       Z2, Z24, Z2
+	VSUBPS       Z2, Z1, Z2
+	VMULPS       Z2, Z25, Z2
+	VMULPS       Z3, Z24, Z3
+	VFMADD231PS  Z2, Z26, Z3
+	VMOVUPS      Z3, 64(DI)
+	VMOVUPS      128(SI), Z1
+	VMULPS       Z4, Z24, Z4
+	VSUBPS       Z4, Z1, Z4
+	VMULPS       Z4, Z25, Z4
+	VMULPS       Z5, Z24, Z5
+	VFMADD231PS  Z4, Z26, Z5
+	VMOVUPS      Z5, 128(DI)
+	VMOVUPS      192(SI), Z1
+	VMULPS       Z6, Z24, Z6
+	VSUBPS       Z6, Z1, Z6
+	VMULPS       Z6, Z25, Z6
+	VMULPS       Z7, Z24, Z7
+	VFMADD231PS  Z6, Z26, Z7
+	VMOVUPS      Z7, 192(DI)
+	VMOVUPS      256(SI), Z1
+	VMULPS       Z8, Z24, Z8
+	VSUBPS       Z8, Z1, Z8
+	VMULPS       Z8, Z25, Z8
+	VMULPS       Z9, Z24, Z9
+	VFMADD231PS  Z8, Z26, Z9
+	VMOVUPS      Z9, 256(DI)
+	VMOVUPS      320(SI), Z1
+	VMULPS       Z10, Z24, Z10
+	VSUBPS       Z10, Z1, Z10
+	VMULPS       Z10, Z25, Z10
+	VMULPS       Z11, Z24, Z11
+	VFMADD231PS  Z10, Z26, Z11
+	VMOVUPS      Z11, 320(DI)
+	VMOVUPS      384(SI), Z1
+	VMULPS       Z12, Z24, Z12
+	VSUBPS       Z12, Z1, Z12
+	VMULPS       Z12, Z25, Z12
+	VMULPS       Z13, Z24, Z13
+	VFMADD231PS  Z12, Z26, Z13
+	VMOVUPS      Z13, 384(DI)
+	VMOVUPS      448(SI), Z1
+	VMULPS       Z14, Z24, Z14
+	VSUBPS       Z14, Z1, Z14
+	VMULPS       Z14, Z25, Z14
+	VMULPS       Z15, Z24, Z15
+	VFMADD231PS  Z14, Z26, Z15
+	VMOVUPS      Z15, 448(DI)
+	VMOVUPS      512(SI), Z1
+	VMULPS       Z16, Z24, Z16
+	VSUBPS       Z16, Z1, Z16
+	VMULPS       Z16, Z25, Z16
+	VMULPS       Z17, Z24, Z17
+	VFMADD231PS  Z16, Z26, Z17
+	VMOVUPS      Z17, 512(DI)
+	VMOVUPS      576(SI), Z1
+	VMULPS       Z18, Z24, Z18
+	VSUBPS       Z18, Z1, Z18
+	VMULPS       Z18, Z25, Z18
+	VMULPS       Z19, Z24, Z19
+	VFMADD231PS  Z18, Z26, Z19
+	VMOVUPS      Z19, 576(DI)
+	VMOVUPS      640(SI), Z1
+	VMULPS       Z20, Z24, Z20
+	VSUBPS       Z20, Z1, Z20
+	VMULPS       Z20, Z25, Z20
+	VMULPS       Z21, Z24, Z21
+	VFMADD231PS  Z20, Z26, Z21
+	VMOVUPS      Z21, 640(DI)
+	VMOVUPS.Z    704(SI), K1, Z1
+	VMULPS       Z22, Z24, Z22
+	VSUBPS       Z22, Z1, Z22
+	VMULPS       Z22, Z25, Z22
+	VMULPS       Z23, Z24, Z23
+	VFMADD231PS  Z22, Z26, Z23
+	VMOVUPS      Z23, K1, 704(DI)
+
+	// Write pass: S' = eg·S + k̂_i·δ over the same slab.
+	MOVQ AX, R10
+	MOVQ CX, AX
+	XORQ R11, R11
+
+write_14:
+	VBROADCASTSS (DX)(R11*4), Z1
+	VMOVUPS      (R10), Z3
+	VMULPS       Z3, Z24, Z3
+	VFMADD231PS  Z0, Z1, Z3
+	VMOVUPS      Z3, (AX)
+	VMOVUPS      64(R10), Z3
+	VMULPS       Z3, Z24, Z3
+	VFMADD231PS  Z2, Z1, Z3
+	VMOVUPS      Z3, 64(AX)
+	VMOVUPS      128(R10), Z3
+	VMULPS       Z3, Z24, Z3
+	VFMADD231PS  Z4, Z1, Z3
+	VMOVUPS      Z3, 128(AX)
+	VMOVUPS      192(R10), Z3
+	VMULPS       Z3, Z24, Z3
+	VFMADD231PS  Z6, Z1, Z3
+	VMOVUPS      Z3, 192(AX)
+	VMOVUPS      256(R10), Z3
+	VMULPS       Z3, Z24, Z3
+	VFMADD231PS  Z8, Z1, Z3
+	VMOVUPS      Z3, 256(AX)
+	VMOVUPS      320(R10), Z3
+	VMULPS       Z3, Z24, Z3
+	VFMADD231PS  Z10, Z1, Z3
+	VMOVUPS      Z3, 320(AX)
+	VMOVUPS      384(R10), Z3
+	VMULPS       Z3, Z24, Z3
+	VFMADD231PS  Z12, Z1, Z3
+	VMOVUPS      Z3, 384(AX)
+	VMOVUPS      448(R10), Z3
+	VMULPS       Z3, Z24, Z3
+	VFMADD231PS  Z14, Z1, Z3
+	VMOVUPS      Z3, 448(AX)
+	VMOVUPS      512(R10), Z3
+	VMULPS       Z3, Z24, Z3
+	VFMADD231PS  Z16, Z1, Z3
+	VMOVUPS      Z3, 512(AX)
+	VMOVUPS      576(R10), Z3
+	VMULPS       Z3, Z24, Z3
+	VFMADD231PS  Z18, Z1, Z3
+	VMOVUPS      Z3, 576(AX)
+	VMOVUPS      640(R10), Z3
+	VMULPS       Z3, Z24, Z3
+	VFMADD231PS  Z20, Z1, Z3
+	VMOVUPS      Z3, 640(AX)
+	VMOVUPS.Z    704(R10), K1, Z3
+	VMULPS       Z3, Z24, Z3
+	VFMADD231PS  Z22, Z1, Z3
+	VMOVUPS      Z3, K1, 704(AX)
+	ADDQ         R9, R10
+	ADDQ         R9, AX
+	INCQ         R11
+	CMPQ         R11, R8
+	JB           write_14
+	JMP          stateAVX512_done_1
+
+masked13_1:
+	// Block of 208 columns: read pass (Sᵀk̂, Sᵀq̂ of 13 vectors in registers).
+	VBROADCASTSS zero<>+0(SB), Z0
+	VBROADCASTSS zero<>+0(SB), Z1
+	VBROADCASTSS zero<>+0(SB), Z2
+	VBROADCASTSS zero<>+0(SB), Z3
+	VBROADCASTSS zero<>+0(SB), Z4
+	VBROADCASTSS zero<>+0(SB), Z5
+	VBROADCASTSS zero<>+0(SB), Z6
+	VBROADCASTSS zero<>+0(SB), Z7
+	VBROADCASTSS zero<>+0(SB), Z8
+	VBROADCASTSS zero<>+0(SB), Z9
+	VBROADCASTSS zero<>+0(SB), Z10
+	VBROADCASTSS zero<>+0(SB), Z11
+	VBROADCASTSS zero<>+0(SB), Z12
+	VBROADCASTSS zero<>+0(SB), Z13
+	VBROADCASTSS zero<>+0(SB), Z14
+	VBROADCASTSS zero<>+0(SB), Z15
+	VBROADCASTSS zero<>+0(SB), Z16
+	VBROADCASTSS zero<>+0(SB), Z17
+	VBROADCASTSS zero<>+0(SB), Z18
+	VBROADCASTSS zero<>+0(SB), Z19
+	VBROADCASTSS zero<>+0(SB), Z20
+	VBROADCASTSS zero<>+0(SB), Z21
+	VBROADCASTSS zero<>+0(SB), Z22
+	VBROADCASTSS zero<>+0(SB), Z23
+	VBROADCASTSS zero<>+0(SB), Z24
+	VBROADCASTSS zero<>+0(SB), Z25
+	MOVQ         AX, R10
+	XORQ         R11, R11
+
+read_15:
+	VBROADCASTSS (DX)(R11*4), Z26
+	VBROADCASTSS (BX)(R11*4), Z27
+	VMOVUPS      (R10), Z28
+	VFMADD231PS  Z28, Z26, Z0
+	VFMADD231PS  Z28, Z27, Z1
+	VMOVUPS      64(R10), Z28
+	VFMADD231PS  Z28, Z26, Z2
+	VFMADD231PS  Z28, Z27, Z3
+	VMOVUPS      128(R10), Z28
+	VFMADD231PS  Z28, Z26, Z4
+	VFMADD231PS  Z28, Z27, Z5
+	VMOVUPS      192(R10), Z28
+	VFMADD231PS  Z28, Z26, Z6
+	VFMADD231PS  Z28, Z27, Z7
+	VMOVUPS      256(R10), Z28
+	VFMADD231PS  Z28, Z26, Z8
+	VFMADD231PS  Z28, Z27, Z9
+	VMOVUPS      320(R10), Z28
+	VFMADD231PS  Z28, Z26, Z10
+	VFMADD231PS  Z28, Z27, Z11
+	VMOVUPS      384(R10), Z28
+	VFMADD231PS  Z28, Z26, Z12
+	VFMADD231PS  Z28, Z27, Z13
+	VMOVUPS      448(R10), Z28
+	VFMADD231PS  Z28, Z26, Z14
+	VFMADD231PS  Z28, Z27, Z15
+	VMOVUPS      512(R10), Z28
+	VFMADD231PS  Z28, Z26, Z16
+	VFMADD231PS  Z28, Z27, Z17
+	VMOVUPS      576(R10), Z28
+	VFMADD231PS  Z28, Z26, Z18
+	VFMADD231PS  Z28, Z27, Z19
+	VMOVUPS      640(R10), Z28
+	VFMADD231PS  Z28, Z26, Z20
+	VFMADD231PS  Z28, Z27, Z21
+	VMOVUPS      704(R10), Z28
+	VFMADD231PS  Z28, Z26, Z22
+	VFMADD231PS  Z28, Z27, Z23
+	VMOVUPS.Z    768(R10), K1, Z28
+	VFMADD231PS  Z28, Z26, Z24
+	VFMADD231PS  Z28, Z27, Z25
+	ADDQ         R9, R10
+	INCQ         R11
+	CMPQ         R11, R8
+	JB           read_15
+
+	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
+	VBROADCASTSS eg+144(FP), Z26
+	VBROADCASTSS beta+148(FP), Z27
+	VBROADCASTSS kq+152(FP), Z28
+	VMOVUPS      (SI), Z29
+	VMULPS       Z0, Z26, Z0
+	VSUBPS       Z0, Z29, Z0
+	VMULPS       Z0, Z27, Z0
+	VMULPS       Z1, Z26, Z1
+	VFMADD231PS  Z0, Z28, Z1
+	VMOVUPS      Z1, (DI)
+	VMOVUPS      64(SI), Z1
+	VMULPS       Z2, Z26, Z2
+	VSUBPS       Z2, Z1, Z2
+	VMULPS       Z2, Z27, Z2
+	VMULPS       Z3, Z26, Z3
+	VFMADD231PS  Z2, Z28, Z3
+	VMOVUPS      Z3, 64(DI)
+	VMOVUPS      128(SI), Z1
+	VMULPS       Z4, Z26, Z4
+	VSUBPS       Z4, Z1, Z4
+	VMULPS       Z4, Z27, Z4
+	VMULPS       Z5, Z26, Z5
+	VFMADD231PS  Z4, Z28, Z5
+	VMOVUPS      Z5, 128(DI)
+	VMOVUPS      192(SI), Z1
+	VMULPS       Z6, Z26, Z6
+	VSUBPS       Z6, Z1, Z6
+	VMULPS       Z6, Z27, Z6
+	VMULPS       Z7, Z26, Z7
+	VFMADD231PS  Z6, Z28, Z7
+	VMOVUPS      Z7, 192(DI)
+	VMOVUPS      256(SI), Z1
+	VMULPS       Z8, Z26, Z8
+	VSUBPS       Z8, Z1, Z8
+	VMULPS       Z8, Z27, Z8
+	VMULPS       Z9, Z26, Z9
+	VFMADD231PS  Z8, Z28, Z9
+	VMOVUPS      Z9, 256(DI)
+	VMOVUPS      320(SI), Z1
+	VMULPS       Z10, Z26, Z10
+	VSUBPS       Z10, Z1, Z10
+	VMULPS       Z10, Z27, Z10
+	VMULPS       Z11, Z26, Z11
+	VFMADD231PS  Z10, Z28, Z11
+	VMOVUPS      Z11, 320(DI)
+	VMOVUPS      384(SI), Z1
+	VMULPS       Z12, Z26, Z12
+	VSUBPS       Z12, Z1, Z12
+	VMULPS       Z12, Z27, Z12
+	VMULPS       Z13, Z26, Z13
+	VFMADD231PS  Z12, Z28, Z13
+	VMOVUPS      Z13, 384(DI)
+	VMOVUPS      448(SI), Z1
+	VMULPS       Z14, Z26, Z14
+	VSUBPS       Z14, Z1, Z14
+	VMULPS       Z14, Z27, Z14
+	VMULPS       Z15, Z26, Z15
+	VFMADD231PS  Z14, Z28, Z15
+	VMOVUPS      Z15, 448(DI)
+	VMOVUPS      512(SI), Z1
+	VMULPS       Z16, Z26, Z16
+	VSUBPS       Z16, Z1, Z16
+	VMULPS       Z16, Z27, Z16
+	VMULPS       Z17, Z26, Z17
+	VFMADD231PS  Z16, Z28, Z17
+	VMOVUPS      Z17, 512(DI)
+	VMOVUPS      576(SI), Z1
+	VMULPS       Z18, Z26, Z18
+	VSUBPS       Z18, Z1, Z18
+	VMULPS       Z18, Z27, Z18
+	VMULPS       Z19, Z26, Z19
+	VFMADD231PS  Z18, Z28, Z19
+	VMOVUPS      Z19, 576(DI)
+	VMOVUPS      640(SI), Z1
+	VMULPS       Z20, Z26, Z20
+	VSUBPS       Z20, Z1, Z20
+	VMULPS       Z20, Z27, Z20
+	VMULPS       Z21, Z26, Z21
+	VFMADD231PS  Z20, Z28, Z21
+	VMOVUPS      Z21, 640(DI)
+	VMOVUPS      704(SI), Z1
+	VMULPS       Z22, Z26, Z22
+	VSUBPS       Z22, Z1, Z22
+	VMULPS       Z22, Z27, Z22
+	VMULPS       Z23, Z26, Z23
+	VFMADD231PS  Z22, Z28, Z23
+	VMOVUPS      Z23, 704(DI)
+	VMOVUPS.Z    768(SI), K1, Z1
+	VMULPS       Z24, Z26, Z24
+	VSUBPS       Z24, Z1, Z24
+	VMULPS       Z24, Z27, Z24
+	VMULPS       Z25, Z26, Z25
+	VFMADD231PS  Z24, Z28, Z25
+	VMOVUPS      Z25, K1, 768(DI)
+
+	// Write pass: S' = eg·S + k̂_i·δ over the same slab.
+	MOVQ AX, R10
+	MOVQ CX, AX
+	XORQ R11, R11
+
+write_15:
+	VBROADCASTSS (DX)(R11*4), Z1
+	VMOVUPS      (R10), Z3
+	VMULPS       Z3, Z26, Z3
+	VFMADD231PS  Z0, Z1, Z3
+	VMOVUPS      Z3, (AX)
+	VMOVUPS      64(R10), Z3
+	VMULPS       Z3, Z26, Z3
+	VFMADD231PS  Z2, Z1, Z3
+	VMOVUPS      Z3, 64(AX)
+	VMOVUPS      128(R10), Z3
+	VMULPS       Z3, Z26, Z3
+	VFMADD231PS  Z4, Z1, Z3
+	VMOVUPS      Z3, 128(AX)
+	VMOVUPS      192(R10), Z3
+	VMULPS       Z3, Z26, Z3
+	VFMADD231PS  Z6, Z1, Z3
+	VMOVUPS      Z3, 192(AX)
+	VMOVUPS      256(R10), Z3
+	VMULPS       Z3, Z26, Z3
+	VFMADD231PS  Z8, Z1, Z3
+	VMOVUPS      Z3, 256(AX)
+	VMOVUPS      320(R10), Z3
+	VMULPS       Z3, Z26, Z3
+	VFMADD231PS  Z10, Z1, Z3
+	VMOVUPS      Z3, 320(AX)
+	VMOVUPS      384(R10), Z3
+	VMULPS       Z3, Z26, Z3
+	VFMADD231PS  Z12, Z1, Z3
+	VMOVUPS      Z3, 384(AX)
+	VMOVUPS      448(R10), Z3
+	VMULPS       Z3, Z26, Z3
+	VFMADD231PS  Z14, Z1, Z3
+	VMOVUPS      Z3, 448(AX)
+	VMOVUPS      512(R10), Z3
+	VMULPS       Z3, Z26, Z3
+	VFMADD231PS  Z16, Z1, Z3
+	VMOVUPS      Z3, 512(AX)
+	VMOVUPS      576(R10), Z3
+	VMULPS       Z3, Z26, Z3
+	VFMADD231PS  Z18, Z1, Z3
+	VMOVUPS      Z3, 576(AX)
+	VMOVUPS      640(R10), Z3
+	VMULPS       Z3, Z26, Z3
+	VFMADD231PS  Z20, Z1, Z3
+	VMOVUPS      Z3, 640(AX)
+	VMOVUPS      704(R10), Z3
+	VMULPS       Z3, Z26, Z3
+	VFMADD231PS  Z22, Z1, Z3
+	VMOVUPS      Z3, 704(AX)
+	VMOVUPS.Z    768(R10), K1, Z3
+	VMULPS       Z3, Z26, Z3
+	VFMADD231PS  Z24, Z1, Z3
+	VMOVUPS      Z3, K1, 768(AX)
+	ADDQ         R9, R10
+	ADDQ         R9, AX
+	INCQ         R11
+	CMPQ         R11, R8
+	JB           write_15
+	JMP          stateAVX512_done_1
+
+masked14_1:
+	// Block of 224 columns: read pass (Sᵀk̂, Sᵀq̂ of 14 vectors in registers).
+	VBROADCASTSS zero<>+0(SB), Z0
+	VBROADCASTSS zero<>+0(SB), Z1
+	VBROADCASTSS zero<>+0(SB), Z2
+	VBROADCASTSS zero<>+0(SB), Z3
+	VBROADCASTSS zero<>+0(SB), Z4
+	VBROADCASTSS zero<>+0(SB), Z5
+	VBROADCASTSS zero<>+0(SB), Z6
+	VBROADCASTSS zero<>+0(SB), Z7
+	VBROADCASTSS zero<>+0(SB), Z8
+	VBROADCASTSS zero<>+0(SB), Z9
+	VBROADCASTSS zero<>+0(SB), Z10
+	VBROADCASTSS zero<>+0(SB), Z11
+	VBROADCASTSS zero<>+0(SB), Z12
+	VBROADCASTSS zero<>+0(SB), Z13
+	VBROADCASTSS zero<>+0(SB), Z14
+	VBROADCASTSS zero<>+0(SB), Z15
+	VBROADCASTSS zero<>+0(SB), Z16
+	VBROADCASTSS zero<>+0(SB), Z17
+	VBROADCASTSS zero<>+0(SB), Z18
+	VBROADCASTSS zero<>+0(SB), Z19
+	VBROADCASTSS zero<>+0(SB), Z20
+	VBROADCASTSS zero<>+0(SB), Z21
+	VBROADCASTSS zero<>+0(SB), Z22
+	VBROADCASTSS zero<>+0(SB), Z23
+	VBROADCASTSS zero<>+0(SB), Z24
+	VBROADCASTSS zero<>+0(SB), Z25
+	VBROADCASTSS zero<>+0(SB), Z26
+	VBROADCASTSS zero<>+0(SB), Z27
+	MOVQ         AX, R10
+	XORQ         R11, R11
+
+read_16:
+	VBROADCASTSS (DX)(R11*4), Z28
+	VBROADCASTSS (BX)(R11*4), Z29
+	VMOVUPS      (R10), Z30
+	VFMADD231PS  Z30, Z28, Z0
+	VFMADD231PS  Z30, Z29, Z1
+	VMOVUPS      64(R10), Z30
+	VFMADD231PS  Z30, Z28, Z2
+	VFMADD231PS  Z30, Z29, Z3
+	VMOVUPS      128(R10), Z30
+	VFMADD231PS  Z30, Z28, Z4
+	VFMADD231PS  Z30, Z29, Z5
+	VMOVUPS      192(R10), Z30
+	VFMADD231PS  Z30, Z28, Z6
+	VFMADD231PS  Z30, Z29, Z7
+	VMOVUPS      256(R10), Z30
+	VFMADD231PS  Z30, Z28, Z8
+	VFMADD231PS  Z30, Z29, Z9
+	VMOVUPS      320(R10), Z30
+	VFMADD231PS  Z30, Z28, Z10
+	VFMADD231PS  Z30, Z29, Z11
+	VMOVUPS      384(R10), Z30
+	VFMADD231PS  Z30, Z28, Z12
+	VFMADD231PS  Z30, Z29, Z13
+	VMOVUPS      448(R10), Z30
+	VFMADD231PS  Z30, Z28, Z14
+	VFMADD231PS  Z30, Z29, Z15
+	VMOVUPS      512(R10), Z30
+	VFMADD231PS  Z30, Z28, Z16
+	VFMADD231PS  Z30, Z29, Z17
+	VMOVUPS      576(R10), Z30
+	VFMADD231PS  Z30, Z28, Z18
+	VFMADD231PS  Z30, Z29, Z19
+	VMOVUPS      640(R10), Z30
+	VFMADD231PS  Z30, Z28, Z20
+	VFMADD231PS  Z30, Z29, Z21
+	VMOVUPS      704(R10), Z30
+	VFMADD231PS  Z30, Z28, Z22
+	VFMADD231PS  Z30, Z29, Z23
+	VMOVUPS      768(R10), Z30
+	VFMADD231PS  Z30, Z28, Z24
+	VFMADD231PS  Z30, Z29, Z25
+	VMOVUPS.Z    832(R10), K1, Z30
+	VFMADD231PS  Z30, Z28, Z26
+	VFMADD231PS  Z30, Z29, Z27
+	ADDQ         R9, R10
+	INCQ         R11
+	CMPQ         R11, R8
+	JB           read_16
+
+	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
+	VBROADCASTSS eg+144(FP), Z28
+	VBROADCASTSS beta+148(FP), Z29
+	VBROADCASTSS kq+152(FP), Z30
+	VMOVUPS      (SI), Z31
+	VMULPS       Z0, Z28, Z0
+	VSUBPS       Z0, Z31, Z0
+	VMULPS       Z0, Z29, Z0
+	VMULPS       Z1, Z28, Z1
+	VFMADD231PS  Z0, Z30, Z1
+	VMOVUPS      Z1, (DI)
+	VMOVUPS      64(SI), Z1
+	VMULPS       Z2, Z28, Z2
+	VSUBPS       Z2, Z1, Z2
+	VMULPS       Z2, Z29, Z2
+	VMULPS       Z3, Z28, Z3
+	VFMADD231PS  Z2, Z30, Z3
+	VMOVUPS      Z3, 64(DI)
+	VMOVUPS      128(SI), Z1
+	VMULPS       Z4, Z28, Z4
+	VSUBPS       Z4, Z1, Z4
+	VMULPS       Z4, Z29, Z4
+	VMULPS       Z5, Z28, Z5
+	VFMADD231PS  Z4, Z30, Z5
+	VMOVUPS      Z5, 128(DI)
+	VMOVUPS      192(SI), Z1
+	VMULPS       Z6, Z28, Z6
+	VSUBPS       Z6, Z1, Z6
+	VMULPS       Z6, Z29, Z6
+	VMULPS       Z7, Z28, Z7
+	VFMADD231PS  Z6, Z30, Z7
+	VMOVUPS      Z7, 192(DI)
+	VMOVUPS      256(SI), Z1
+	VMULPS       Z8, Z28, Z8
+	VSUBPS       Z8, Z1, Z8
+	VMULPS       Z8, Z29, Z8
+	VMULPS       Z9, Z28, Z9
+	VFMADD231PS  Z8, Z30, Z9
+	VMOVUPS      Z9, 256(DI)
+	VMOVUPS      320(SI), Z1
+	VMULPS       Z10, Z28, Z10
+	VSUBPS       Z10, Z1, Z10
+	VMULPS       Z10, Z29, Z10
+	VMULPS       Z11, Z28, Z11
+	VFMADD231PS  Z10, Z30, Z11
+	VMOVUPS      Z11, 320(DI)
+	VMOVUPS      384(SI), Z1
+	VMULPS       Z12, Z28, Z12
+	VSUBPS       Z12, Z1, Z12
+	VMULPS       Z12, Z29, Z12
+	VMULPS       Z13, Z28, Z13
+	VFMADD231PS  Z12, Z30, Z13
+	VMOVUPS      Z13, 384(DI)
+	VMOVUPS      448(SI), Z1
+	VMULPS       Z14, Z28, Z14
+	VSUBPS       Z14, Z1, Z14
+	VMULPS       Z14, Z29, Z14
+	VMULPS       Z15, Z28, Z15
+	VFMADD231PS  Z14, Z30, Z15
+	VMOVUPS      Z15, 448(DI)
+	VMOVUPS      512(SI), Z1
+	VMULPS       Z16, Z28, Z16
+	VSUBPS       Z16, Z1, Z16
+	VMULPS       Z16, Z29, Z16
+	VMULPS       Z17, Z28, Z17
+	VFMADD231PS  Z16, Z30, Z17
+	VMOVUPS      Z17, 512(DI)
+	VMOVUPS      576(SI), Z1
+	VMULPS       Z18, Z28, Z18
+	VSUBPS       Z18, Z1, Z18
+	VMULPS       Z18, Z29, Z18
+	VMULPS       Z19, Z28, Z19
+	VFMADD231PS  Z18, Z30, Z19
+	VMOVUPS      Z19, 576(DI)
+	VMOVUPS      640(SI), Z1
+	VMULPS       Z20, Z28, Z20
+	VSUBPS       Z20, Z1, Z20
+	VMULPS       Z20, Z29, Z20
+	VMULPS       Z21, Z28, Z21
+	VFMADD231PS  Z20, Z30, Z21
+	VMOVUPS      Z21, 640(DI)
+	VMOVUPS      704(SI), Z1
+	VMULPS       Z22, Z28, Z22
+	VSUBPS       Z22, Z1, Z22
+	VMULPS       Z22, Z29, Z22
+	VMULPS       Z23, Z28, Z23
+	VFMADD231PS  Z22, Z30, Z23
+	VMOVUPS      Z23, 704(DI)
+	VMOVUPS      768(SI), Z1
+	VMULPS       Z24, Z28, Z24
+	VSUBPS       Z24, Z1, Z24
+	VMULPS       Z24, Z29, Z24
+	VMULPS       Z25, Z28, Z25
+	VFMADD231PS  Z24, Z30, Z25
+	VMOVUPS      Z25, 768(DI)
+	VMOVUPS.Z    832(SI), K1, Z1
+	VMULPS       Z26, Z28, Z26
+	VSUBPS       Z26, Z1, Z26
+	VMULPS       Z26, Z29, Z26
+	VMULPS       Z27, Z28, Z27
+	VFMADD231PS  Z26, Z30, Z27
+	VMOVUPS      Z27, K1, 832(DI)
+
+	// Write pass: S' = eg·S + k̂_i·δ over the same slab.
+	MOVQ AX, R10
+	MOVQ CX, AX
+	XORQ R11, R11
+
+write_16:
+	VBROADCASTSS (DX)(R11*4), Z1
+	VMOVUPS      (R10), Z3
+	VMULPS       Z3, Z28, Z3
+	VFMADD231PS  Z0, Z1, Z3
+	VMOVUPS      Z3, (AX)
+	VMOVUPS      64(R10), Z3
+	VMULPS       Z3, Z28, Z3
+	VFMADD231PS  Z2, Z1, Z3
+	VMOVUPS      Z3, 64(AX)
+	VMOVUPS      128(R10), Z3
+	VMULPS       Z3, Z28, Z3
+	VFMADD231PS  Z4, Z1, Z3
+	VMOVUPS      Z3, 128(AX)
+	VMOVUPS      192(R10), Z3
+	VMULPS       Z3, Z28, Z3
+	VFMADD231PS  Z6, Z1, Z3
+	VMOVUPS      Z3, 192(AX)
+	VMOVUPS      256(R10), Z3
+	VMULPS       Z3, Z28, Z3
+	VFMADD231PS  Z8, Z1, Z3
+	VMOVUPS      Z3, 256(AX)
+	VMOVUPS      320(R10), Z3
+	VMULPS       Z3, Z28, Z3
+	VFMADD231PS  Z10, Z1, Z3
+	VMOVUPS      Z3, 320(AX)
+	VMOVUPS      384(R10), Z3
+	VMULPS       Z3, Z28, Z3
+	VFMADD231PS  Z12, Z1, Z3
+	VMOVUPS      Z3, 384(AX)
+	VMOVUPS      448(R10), Z3
+	VMULPS       Z3, Z28, Z3
+	VFMADD231PS  Z14, Z1, Z3
+	VMOVUPS      Z3, 448(AX)
+	VMOVUPS      512(R10), Z3
+	VMULPS       Z3, Z28, Z3
+	VFMADD231PS  Z16, Z1, Z3
+	VMOVUPS      Z3, 512(AX)
+	VMOVUPS      576(R10), Z3
+	VMULPS       Z3, Z28, Z3
+	VFMADD231PS  Z18, Z1, Z3
+	VMOVUPS      Z3, 576(AX)
+	VMOVUPS      640(R10), Z3
+	VMULPS       Z3, Z28, Z3
+	VFMADD231PS  Z20, Z1, Z3
+	VMOVUPS      Z3, 640(AX)
+	VMOVUPS      704(R10), Z3
+	VMULPS       Z3, Z28, Z3
+	VFMADD231PS  Z22, Z1, Z3
+	VMOVUPS      Z3, 704(AX)
+	VMOVUPS      768(R10), Z3
+	VMULPS       Z3, Z28, Z3
+	VFMADD231PS  Z24, Z1, Z3
+	VMOVUPS      Z3, 768(AX)
+	VMOVUPS.Z    832(R10), K1, Z3
+	VMULPS       Z3, Z28, Z3
+	VFMADD231PS  Z26, Z1, Z3
+	VMOVUPS      Z3, K1, 832(AX)
+	ADDQ         R9, R10
+	ADDQ         R9, AX
+	INCQ         R11
+	CMPQ         R11, R8
+	JB           write_16
+	JMP          stateAVX512_done_1
+
+masked15_1:
+	// Block of 240 columns: read pass (Sᵀk̂, Sᵀq̂ of 14 vectors in registers).
+	VBROADCASTSS zero<>+0(SB), Z0
+	VBROADCASTSS zero<>+0(SB), Z1
+	VBROADCASTSS zero<>+0(SB), Z2
+	VBROADCASTSS zero<>+0(SB), Z3
+	VBROADCASTSS zero<>+0(SB), Z4
+	VBROADCASTSS zero<>+0(SB), Z5
+	VBROADCASTSS zero<>+0(SB), Z6
+	VBROADCASTSS zero<>+0(SB), Z7
+	VBROADCASTSS zero<>+0(SB), Z8
+	VBROADCASTSS zero<>+0(SB), Z9
+	VBROADCASTSS zero<>+0(SB), Z10
+	VBROADCASTSS zero<>+0(SB), Z11
+	VBROADCASTSS zero<>+0(SB), Z12
+	VBROADCASTSS zero<>+0(SB), Z13
+	VBROADCASTSS zero<>+0(SB), Z14
+	VBROADCASTSS zero<>+0(SB), Z15
+	VBROADCASTSS zero<>+0(SB), Z16
+	VBROADCASTSS zero<>+0(SB), Z17
+	VBROADCASTSS zero<>+0(SB), Z18
+	VBROADCASTSS zero<>+0(SB), Z19
+	VBROADCASTSS zero<>+0(SB), Z20
+	VBROADCASTSS zero<>+0(SB), Z21
+	VBROADCASTSS zero<>+0(SB), Z22
+	VBROADCASTSS zero<>+0(SB), Z23
+	VBROADCASTSS zero<>+0(SB), Z24
+	VBROADCASTSS zero<>+0(SB), Z25
+	VBROADCASTSS zero<>+0(SB), Z26
+	VBROADCASTSS zero<>+0(SB), Z27
+	LEAQ         (SP), R10
+	ADDQ         $0x3f, R10
+	ANDQ         $-64, R10
+	VBROADCASTSS zero<>+0(SB), Z28
+	VMOVAPS      Z28, (R10)
+	VMOVAPS      Z28, 64(R10)
+	MOVQ         AX, R11
+	XORQ         R12, R12
+
+read_17:
+	VBROADCASTSS (DX)(R12*4), Z28
+	VBROADCASTSS (BX)(R12*4), Z29
+	VMOVUPS      (R11), Z30
+	VFMADD231PS  Z30, Z28, Z0
+	VFMADD231PS  Z30, Z29, Z1
+	VMOVUPS      64(R11), Z30
+	VFMADD231PS  Z30, Z28, Z2
+	VFMADD231PS  Z30, Z29, Z3
+	VMOVUPS      128(R11), Z30
+	VFMADD231PS  Z30, Z28, Z4
+	VFMADD231PS  Z30, Z29, Z5
+	VMOVUPS      192(R11), Z30
+	VFMADD231PS  Z30, Z28, Z6
+	VFMADD231PS  Z30, Z29, Z7
+	VMOVUPS      256(R11), Z30
+	VFMADD231PS  Z30, Z28, Z8
+	VFMADD231PS  Z30, Z29, Z9
+	VMOVUPS      320(R11), Z30
+	VFMADD231PS  Z30, Z28, Z10
+	VFMADD231PS  Z30, Z29, Z11
+	VMOVUPS      384(R11), Z30
+	VFMADD231PS  Z30, Z28, Z12
+	VFMADD231PS  Z30, Z29, Z13
+	VMOVUPS      448(R11), Z30
+	VFMADD231PS  Z30, Z28, Z14
+	VFMADD231PS  Z30, Z29, Z15
+	VMOVUPS      512(R11), Z30
+	VFMADD231PS  Z30, Z28, Z16
+	VFMADD231PS  Z30, Z29, Z17
+	VMOVUPS      576(R11), Z30
+	VFMADD231PS  Z30, Z28, Z18
+	VFMADD231PS  Z30, Z29, Z19
+	VMOVUPS      640(R11), Z30
+	VFMADD231PS  Z30, Z28, Z20
+	VFMADD231PS  Z30, Z29, Z21
+	VMOVUPS      704(R11), Z30
+	VFMADD231PS  Z30, Z28, Z22
+	VFMADD231PS  Z30, Z29, Z23
+	VMOVUPS      768(R11), Z30
+	VFMADD231PS  Z30, Z28, Z24
+	VFMADD231PS  Z30, Z29, Z25
+	VMOVUPS      832(R11), Z30
+	VFMADD231PS  Z30, Z28, Z26
+	VFMADD231PS  Z30, Z29, Z27
+	VMOVUPS.Z    896(R11), K1, Z30
+	VMOVAPS      (R10), Z31
+	VFMADD231PS  Z30, Z28, Z31
+	VMOVAPS      Z31, (R10)
+	VMOVAPS      64(R10), Z31
+	VFMADD231PS  Z30, Z29, Z31
+	VMOVAPS      Z31, 64(R10)
+	ADDQ         R9, R11
+	INCQ         R12
+	CMPQ         R12, R8
+	JB           read_17
+
+	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
+	VBROADCASTSS eg+144(FP), Z28
+	VBROADCASTSS beta+148(FP), Z29
+	VBROADCASTSS kq+152(FP), Z30
+	VMOVUPS      (SI), Z31
+	VMULPS       Z0, Z28, Z0
+	VSUBPS       Z0, Z31, Z0
+	VMULPS       Z0, Z29, Z0
+	VMULPS       Z1, Z28, Z1
+	VFMADD231PS  Z0, Z30, Z1
+	VMOVUPS      Z1, (DI)
+	VMOVUPS      64(SI), Z1
+	VMULPS       Z2, Z28, Z2
+	VSUBPS       Z2, Z1, Z2
+	VMULPS       Z2, Z29, Z2
+	VMULPS       Z3, Z28, Z3
+	VFMADD231PS  Z2, Z30, Z3
+	VMOVUPS      Z3, 64(DI)
+	VMOVUPS      128(SI), Z1
+	VMULPS       Z4, Z28, Z4
+	VSUBPS       Z4, Z1, Z4
+	VMULPS       Z4, Z29, Z4
+	VMULPS       Z5, Z28, Z5
+	VFMADD231PS  Z4, Z30, Z5
+	VMOVUPS      Z5, 128(DI)
+	VMOVUPS      192(SI), Z1
+	VMULPS       Z6, Z28, Z6
+	VSUBPS       Z6, Z1, Z6
+	VMULPS       Z6, Z29, Z6
+	VMULPS       Z7, Z28, Z7
+	VFMADD231PS  Z6, Z30, Z7
+	VMOVUPS      Z7, 192(DI)
+	VMOVUPS      256(SI), Z1
+	VMULPS       Z8, Z28, Z8
+	VSUBPS       Z8, Z1, Z8
+	VMULPS       Z8, Z29, Z8
+	VMULPS       Z9, Z28, Z9
+	VFMADD231PS  Z8, Z30, Z9
+	VMOVUPS      Z9, 256(DI)
+	VMOVUPS      320(SI), Z1
+	VMULPS       Z10, Z28, Z10
+	VSUBPS       Z10, Z1, Z10
+	VMULPS       Z10, Z29, Z10
+	VMULPS       Z11, Z28, Z11
+	VFMADD231PS  Z10, Z30, Z11
+	VMOVUPS      Z11, 320(DI)
+	VMOVUPS      384(SI), Z1
+	VMULPS       Z12, Z28, Z12
+	VSUBPS       Z12, Z1, Z12
+	VMULPS       Z12, Z29, Z12
+	VMULPS       Z13, Z28, Z13
+	VFMADD231PS  Z12, Z30, Z13
+	VMOVUPS      Z13, 384(DI)
+	VMOVUPS      448(SI), Z1
+	VMULPS       Z14, Z28, Z14
+	VSUBPS       Z14, Z1, Z14
+	VMULPS       Z14, Z29, Z14
+	VMULPS       Z15, Z28, Z15
+	VFMADD231PS  Z14, Z30, Z15
+	VMOVUPS      Z15, 448(DI)
+	VMOVUPS      512(SI), Z1
+	VMULPS       Z16, Z28, Z16
+	VSUBPS       Z16, Z1, Z16
+	VMULPS       Z16, Z29, Z16
+	VMULPS       Z17, Z28, Z17
+	VFMADD231PS  Z16, Z30, Z17
+	VMOVUPS      Z17, 512(DI)
+	VMOVUPS      576(SI), Z1
+	VMULPS       Z18, Z28, Z18
+	VSUBPS       Z18, Z1, Z18
+	VMULPS       Z18, Z29, Z18
+	VMULPS       Z19, Z28, Z19
+	VFMADD231PS  Z18, Z30, Z19
+	VMOVUPS      Z19, 576(DI)
+	VMOVUPS      640(SI), Z1
+	VMULPS       Z20, Z28, Z20
+	VSUBPS       Z20, Z1, Z20
+	VMULPS       Z20, Z29, Z20
+	VMULPS       Z21, Z28, Z21
+	VFMADD231PS  Z20, Z30, Z21
+	VMOVUPS      Z21, 640(DI)
+	VMOVUPS      704(SI), Z1
+	VMULPS       Z22, Z28, Z22
+	VSUBPS       Z22, Z1, Z22
+	VMULPS       Z22, Z29, Z22
+	VMULPS       Z23, Z28, Z23
+	VFMADD231PS  Z22, Z30, Z23
+	VMOVUPS      Z23, 704(DI)
+	VMOVUPS      768(SI), Z1
+	VMULPS       Z24, Z28, Z24
+	VSUBPS       Z24, Z1, Z24
+	VMULPS       Z24, Z29, Z24
+	VMULPS       Z25, Z28, Z25
+	VFMADD231PS  Z24, Z30, Z25
+	VMOVUPS      Z25, 768(DI)
+	VMOVUPS      832(SI), Z1
+	VMULPS       Z26, Z28, Z26
+	VSUBPS       Z26, Z1, Z26
+	VMULPS       Z26, Z29, Z26
+	VMULPS       Z27, Z28, Z27
+	VFMADD231PS  Z26, Z30, Z27
+	VMOVUPS      Z27, 832(DI)
+	VMOVAPS      (R10), Z1
+	VMOVAPS      64(R10), Z3
+	VMOVUPS.Z    896(SI), K1, Z5
+	VMULPS       Z1, Z28, Z1
+	VSUBPS       Z1, Z5, Z1
+	VMULPS       Z1, Z29, Z1
+	VMULPS       Z3, Z28, Z3
+	VFMADD231PS  Z1, Z30, Z3
+	VMOVUPS      Z3, K1, 896(DI)
+	VMOVAPS      Z1, 64(R10)
+
+	// Write pass: S' = eg·S + k̂_i·δ over the same slab.
+	MOVQ AX, R11
+	MOVQ CX, AX
+	XORQ R12, R12
+
+write_17:
+	VBROADCASTSS (DX)(R12*4), Z1
+	VMOVUPS      (R11), Z3
+	VMULPS       Z3, Z28, Z3
+	VFMADD231PS  Z0, Z1, Z3
+	VMOVUPS      Z3, (AX)
+	VMOVUPS      64(R11), Z3
+	VMULPS       Z3, Z28, Z3
+	VFMADD231PS  Z2, Z1, Z3
+	VMOVUPS      Z3, 64(AX)
+	VMOVUPS      128(R11), Z3
+	VMULPS       Z3, Z28, Z3
+	VFMADD231PS  Z4, Z1, Z3
+	VMOVUPS      Z3, 128(AX)
+	VMOVUPS      192(R11), Z3
+	VMULPS       Z3, Z28, Z3
+	VFMADD231PS  Z6, Z1, Z3
+	VMOVUPS      Z3, 192(AX)
+	VMOVUPS      256(R11), Z3
+	VMULPS       Z3, Z28, Z3
+	VFMADD231PS  Z8, Z1, Z3
+	VMOVUPS      Z3, 256(AX)
+	VMOVUPS      320(R11), Z3
+	VMULPS       Z3, Z28, Z3
+	VFMADD231PS  Z10, Z1, Z3
+	VMOVUPS      Z3, 320(AX)
+	VMOVUPS      384(R11), Z3
+	VMULPS       Z3, Z28, Z3
+	VFMADD231PS  Z12, Z1, Z3
+	VMOVUPS      Z3, 384(AX)
+	VMOVUPS      448(R11), Z3
+	VMULPS       Z3, Z28, Z3
+	VFMADD231PS  Z14, Z1, Z3
+	VMOVUPS      Z3, 448(AX)
+	VMOVUPS      512(R11), Z3
+	VMULPS       Z3, Z28, Z3
+	VFMADD231PS  Z16, Z1, Z3
+	VMOVUPS      Z3, 512(AX)
+	VMOVUPS      576(R11), Z3
+	VMULPS       Z3, Z28, Z3
+	VFMADD231PS  Z18, Z1, Z3
+	VMOVUPS      Z3, 576(AX)
+	VMOVUPS      640(R11), Z3
+	VMULPS       Z3, Z28, Z3
+	VFMADD231PS  Z20, Z1, Z3
+	VMOVUPS      Z3, 640(AX)
+	VMOVUPS      704(R11), Z3
+	VMULPS       Z3, Z28, Z3
+	VFMADD231PS  Z22, Z1, Z3
+	VMOVUPS      Z3, 704(AX)
+	VMOVUPS      768(R11), Z3
+	VMULPS       Z3, Z28, Z3
+	VFMADD231PS  Z24, Z1, Z3
+	VMOVUPS      Z3, 768(AX)
+	VMOVUPS      832(R11), Z3
+	VMULPS       Z3, Z28, Z3
+	VFMADD231PS  Z26, Z1, Z3
+	VMOVUPS      Z3, 832(AX)
+	VMOVUPS.Z    896(R11), K1, Z3
+	VMULPS       Z3, Z28, Z3
+	VFMADD231PS  64(R10), Z1, Z3
+	VMOVUPS      Z3, K1, 896(AX)
+	ADDQ         R9, R11
+	ADDQ         R9, AX
+	INCQ         R12
+	CMPQ         R12, R8
+	JB           write_17
+	JMP          stateAVX512_done_1
+
+masked16_1:
+	// Block of 256 columns: read pass (Sᵀk̂, Sᵀq̂ of 14 vectors in registers).
+	VBROADCASTSS zero<>+0(SB), Z0
+	VBROADCASTSS zero<>+0(SB), Z1
+	VBROADCASTSS zero<>+0(SB), Z2
+	VBROADCASTSS zero<>+0(SB), Z3
+	VBROADCASTSS zero<>+0(SB), Z4
+	VBROADCASTSS zero<>+0(SB), Z5
+	VBROADCASTSS zero<>+0(SB), Z6
+	VBROADCASTSS zero<>+0(SB), Z7
+	VBROADCASTSS zero<>+0(SB), Z8
+	VBROADCASTSS zero<>+0(SB), Z9
+	VBROADCASTSS zero<>+0(SB), Z10
+	VBROADCASTSS zero<>+0(SB), Z11
+	VBROADCASTSS zero<>+0(SB), Z12
+	VBROADCASTSS zero<>+0(SB), Z13
+	VBROADCASTSS zero<>+0(SB), Z14
+	VBROADCASTSS zero<>+0(SB), Z15
+	VBROADCASTSS zero<>+0(SB), Z16
+	VBROADCASTSS zero<>+0(SB), Z17
+	VBROADCASTSS zero<>+0(SB), Z18
+	VBROADCASTSS zero<>+0(SB), Z19
+	VBROADCASTSS zero<>+0(SB), Z20
+	VBROADCASTSS zero<>+0(SB), Z21
+	VBROADCASTSS zero<>+0(SB), Z22
+	VBROADCASTSS zero<>+0(SB), Z23
+	VBROADCASTSS zero<>+0(SB), Z24
+	VBROADCASTSS zero<>+0(SB), Z25
+	VBROADCASTSS zero<>+0(SB), Z26
+	VBROADCASTSS zero<>+0(SB), Z27
+	LEAQ         (SP), R10
+	ADDQ         $0x3f, R10
+	ANDQ         $-64, R10
+	VBROADCASTSS zero<>+0(SB), Z28
+	VMOVAPS      Z28, (R10)
+	VMOVAPS      Z28, 64(R10)
+	VMOVAPS      Z28, 128(R10)
+	VMOVAPS      Z28, 192(R10)
+	MOVQ         AX, R11
+	XORQ         R12, R12
+
+read_18:
+	VBROADCASTSS (DX)(R12*4), Z28
+	VBROADCASTSS (BX)(R12*4), Z29
+	VMOVUPS      (R11), Z30
+	VFMADD231PS  Z30, Z28, Z0
+	VFMADD231PS  Z30, Z29, Z1
+	VMOVUPS      64(R11), Z30
+	VFMADD231PS  Z30, Z28, Z2
+	VFMADD231PS  Z30, Z29, Z3
+	VMOVUPS      128(R11), Z30
+	VFMADD231PS  Z30, Z28, Z4
+	VFMADD231PS  Z30, Z29, Z5
+	VMOVUPS      192(R11), Z30
+	VFMADD231PS  Z30, Z28, Z6
+	VFMADD231PS  Z30, Z29, Z7
+	VMOVUPS      256(R11), Z30
+	VFMADD231PS  Z30, Z28, Z8
+	VFMADD231PS  Z30, Z29, Z9
+	VMOVUPS      320(R11), Z30
+	VFMADD231PS  Z30, Z28, Z10
+	VFMADD231PS  Z30, Z29, Z11
+	VMOVUPS      384(R11), Z30
+	VFMADD231PS  Z30, Z28, Z12
+	VFMADD231PS  Z30, Z29, Z13
+	VMOVUPS      448(R11), Z30
+	VFMADD231PS  Z30, Z28, Z14
+	VFMADD231PS  Z30, Z29, Z15
+	VMOVUPS      512(R11), Z30
+	VFMADD231PS  Z30, Z28, Z16
+	VFMADD231PS  Z30, Z29, Z17
+	VMOVUPS      576(R11), Z30
+	VFMADD231PS  Z30, Z28, Z18
+	VFMADD231PS  Z30, Z29, Z19
+	VMOVUPS      640(R11), Z30
+	VFMADD231PS  Z30, Z28, Z20
+	VFMADD231PS  Z30, Z29, Z21
+	VMOVUPS      704(R11), Z30
+	VFMADD231PS  Z30, Z28, Z22
+	VFMADD231PS  Z30, Z29, Z23
+	VMOVUPS      768(R11), Z30
+	VFMADD231PS  Z30, Z28, Z24
+	VFMADD231PS  Z30, Z29, Z25
+	VMOVUPS      832(R11), Z30
+	VFMADD231PS  Z30, Z28, Z26
+	VFMADD231PS  Z30, Z29, Z27
+	VMOVUPS      896(R11), Z30
+	VMOVAPS      (R10), Z31
+	VFMADD231PS  Z30, Z28, Z31
+	VMOVAPS      Z31, (R10)
+	VMOVAPS      64(R10), Z31
+	VFMADD231PS  Z30, Z29, Z31
+	VMOVAPS      Z31, 64(R10)
+	VMOVUPS.Z    960(R11), K1, Z30
+	VMOVAPS      128(R10), Z31
+	VFMADD231PS  Z30, Z28, Z31
+	VMOVAPS      Z31, 128(R10)
+	VMOVAPS      192(R10), Z31
+	VFMADD231PS  Z30, Z29, Z31
+	VMOVAPS      Z31, 192(R10)
+	ADDQ         R9, R11
+	INCQ         R12
+	CMPQ         R12, R8
+	JB           read_18
+
+	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
+	VBROADCASTSS eg+144(FP), Z28
+	VBROADCASTSS beta+148(FP), Z29
+	VBROADCASTSS kq+152(FP), Z30
+	VMOVUPS      (SI), Z31
+	VMULPS       Z0, Z28, Z0
+	VSUBPS       Z0, Z31, Z0
+	VMULPS       Z0, Z29, Z0
+	VMULPS       Z1, Z28, Z1
+	VFMADD231PS  Z0, Z30, Z1
+	VMOVUPS      Z1, (DI)
+	VMOVUPS      64(SI), Z1
+	VMULPS       Z2, Z28, Z2
+	VSUBPS       Z2, Z1, Z2
+	VMULPS       Z2, Z29, Z2
+	VMULPS       Z3, Z28, Z3
+	VFMADD231PS  Z2, Z30, Z3
+	VMOVUPS      Z3, 64(DI)
+	VMOVUPS      128(SI), Z1
+	VMULPS       Z4, Z28, Z4
+	VSUBPS       Z4, Z1, Z4
+	VMULPS       Z4, Z29, Z4
+	VMULPS       Z5, Z28, Z5
+	VFMADD231PS  Z4, Z30, Z5
+	VMOVUPS      Z5, 128(DI)
+	VMOVUPS      192(SI), Z1
+	VMULPS       Z6, Z28, Z6
+	VSUBPS       Z6, Z1, Z6
+	VMULPS       Z6, Z29, Z6
+	VMULPS       Z7, Z28, Z7
+	VFMADD231PS  Z6, Z30, Z7
+	VMOVUPS      Z7, 192(DI)
+	VMOVUPS      256(SI), Z1
+	VMULPS       Z8, Z28, Z8
+	VSUBPS       Z8, Z1, Z8
+	VMULPS       Z8, Z29, Z8
+	VMULPS       Z9, Z28, Z9
+	VFMADD231PS  Z8, Z30, Z9
+	VMOVUPS      Z9, 256(DI)
+	VMOVUPS      320(SI), Z1
+	VMULPS       Z10, Z28, Z10
+	VSUBPS       Z10, Z1, Z10
+	VMULPS       Z10, Z29, Z10
+	VMULPS       Z11, Z28, Z11
+	VFMADD231PS  Z10, Z30, Z11
+	VMOVUPS      Z11, 320(DI)
+	VMOVUPS      384(SI), Z1
+	VMULPS       Z12, Z28, Z12
+	VSUBPS       Z12, Z1, Z12
+	VMULPS       Z12, Z29, Z12
+	VMULPS       Z13, Z28, Z13
+	VFMADD231PS  Z12, Z30, Z13
+	VMOVUPS      Z13, 384(DI)
+	VMOVUPS      448(SI), Z1
+	VMULPS       Z14, Z28, Z14
+	VSUBPS       Z14, Z1, Z14
+	VMULPS       Z14, Z29, Z14
+	VMULPS       Z15, Z28, Z15
+	VFMADD231PS  Z14, Z30, Z15
+	VMOVUPS      Z15, 448(DI)
+	VMOVUPS      512(SI), Z1
+	VMULPS       Z16, Z28, Z16
+	VSUBPS       Z16, Z1, Z16
+	VMULPS       Z16, Z29, Z16
+	VMULPS       Z17, Z28, Z17
+	VFMADD231PS  Z16, Z30, Z17
+	VMOVUPS      Z17, 512(DI)
+	VMOVUPS      576(SI), Z1
+	VMULPS       Z18, Z28, Z18
+	VSUBPS       Z18, Z1, Z18
+	VMULPS       Z18, Z29, Z18
+	VMULPS       Z19, Z28, Z19
+	VFMADD231PS  Z18, Z30, Z19
+	VMOVUPS      Z19, 576(DI)
+	VMOVUPS      640(SI), Z1
+	VMULPS       Z20, Z28, Z20
+	VSUBPS       Z20, Z1, Z20
+	VMULPS       Z20, Z29, Z20
+	VMULPS       Z21, Z28, Z21
+	VFMADD231PS  Z20, Z30, Z21
+	VMOVUPS      Z21, 640(DI)
+	VMOVUPS      704(SI), Z1
+	VMULPS       Z22, Z28, Z22
+	VSUBPS       Z22, Z1, Z22
+	VMULPS       Z22, Z29, Z22
+	VMULPS       Z23, Z28, Z23
+	VFMADD231PS  Z22, Z30, Z23
+	VMOVUPS      Z23, 704(DI)
+	VMOVUPS      768(SI), Z1
+	VMULPS       Z24, Z28, Z24
+	VSUBPS       Z24, Z1, Z24
+	VMULPS       Z24, Z29, Z24
+	VMULPS       Z25, Z28, Z25
+	VFMADD231PS  Z24, Z30, Z25
+	VMOVUPS      Z25, 768(DI)
+	VMOVUPS      832(SI), Z1
+	VMULPS       Z26, Z28, Z26
+	VSUBPS       Z26, Z1, Z26
+	VMULPS       Z26, Z29, Z26
+	VMULPS       Z27, Z28, Z27
+	VFMADD231PS  Z26, Z30, Z27
+	VMOVUPS      Z27, 832(DI)
+	VMOVAPS      (R10), Z1
+	VMOVAPS      64(R10), Z3
+	VMOVUPS      896(SI), Z5
+	VMULPS       Z1, Z28, Z1
+	VSUBPS       Z1, Z5, Z1
+	VMULPS       Z1, Z29, Z1
+	VMULPS       Z3, Z28, Z3
+	VFMADD231PS  Z1, Z30, Z3
+	VMOVUPS      Z3, 896(DI)
+	VMOVAPS      Z1, 64(R10)
+	VMOVAPS      128(R10), Z1
+	VMOVAPS      192(R10), Z3
+	VMOVUPS.Z    960(SI), K1, Z5
+	VMULPS       Z1, Z28, Z1
+	VSUBPS       Z1, Z5, Z1
+	VMULPS       Z1, Z29, Z1
+	VMULPS       Z3, Z28, Z3
+	VFMADD231PS  Z1, Z30, Z3
+	VMOVUPS      Z3, K1, 960(DI)
+	VMOVAPS      Z1, 192(R10)
+
+	// Write pass: S' = eg·S + k̂_i·δ over the same slab.
+	MOVQ AX, R11
+	MOVQ CX, AX
+	XORQ R12, R12
+
+write_18:
+	VBROADCASTSS (DX)(R12*4), Z1
+	VMOVUPS      (R11), Z3
+	VMULPS       Z3, Z28, Z3
+	VFMADD231PS  Z0, Z1, Z3
+	VMOVUPS      Z3, (AX)
+	VMOVUPS      64(R11), Z3
+	VMULPS       Z3, Z28, Z3
+	VFMADD231PS  Z2, Z1, Z3
+	VMOVUPS      Z3, 64(AX)
+	VMOVUPS      128(R11), Z3
+	VMULPS       Z3, Z28, Z3
+	VFMADD231PS  Z4, Z1, Z3
+	VMOVUPS      Z3, 128(AX)
+	VMOVUPS      192(R11), Z3
+	VMULPS       Z3, Z28, Z3
+	VFMADD231PS  Z6, Z1, Z3
+	VMOVUPS      Z3, 192(AX)
+	VMOVUPS      256(R11), Z3
+	VMULPS       Z3, Z28, Z3
+	VFMADD231PS  Z8, Z1, Z3
+	VMOVUPS      Z3, 256(AX)
+	VMOVUPS      320(R11), Z3
+	VMULPS       Z3, Z28, Z3
+	VFMADD231PS  Z10, Z1, Z3
+	VMOVUPS      Z3, 320(AX)
+	VMOVUPS      384(R11), Z3
+	VMULPS       Z3, Z28, Z3
+	VFMADD231PS  Z12, Z1, Z3
+	VMOVUPS      Z3, 384(AX)
+	VMOVUPS      448(R11), Z3
+	VMULPS       Z3, Z28, Z3
+	VFMADD231PS  Z14, Z1, Z3
+	VMOVUPS      Z3, 448(AX)
+	VMOVUPS      512(R11), Z3
+	VMULPS       Z3, Z28, Z3
+	VFMADD231PS  Z16, Z1, Z3
+	VMOVUPS      Z3, 512(AX)
+	VMOVUPS      576(R11), Z3
+	VMULPS       Z3, Z28, Z3
+	VFMADD231PS  Z18, Z1, Z3
+	VMOVUPS      Z3, 576(AX)
+	VMOVUPS      640(R11), Z3
+	VMULPS       Z3, Z28, Z3
+	VFMADD231PS  Z20, Z1, Z3
+	VMOVUPS      Z3, 640(AX)
+	VMOVUPS      704(R11), Z3
+	VMULPS       Z3, Z28, Z3
+	VFMADD231PS  Z22, Z1, Z3
+	VMOVUPS      Z3, 704(AX)
+	VMOVUPS      768(R11), Z3
+	VMULPS       Z3, Z28, Z3
+	VFMADD231PS  Z24, Z1, Z3
+	VMOVUPS      Z3, 768(AX)
+	VMOVUPS      832(R11), Z3
+	VMULPS       Z3, Z28, Z3
+	VFMADD231PS  Z26, Z1, Z3
+	VMOVUPS      Z3, 832(AX)
+	VMOVUPS      896(R11), Z3
+	VMULPS       Z3, Z28, Z3
+	VFMADD231PS  64(R10), Z1, Z3
+	VMOVUPS      Z3, 896(AX)
+	VMOVUPS.Z    960(R11), K1, Z3
+	VMULPS       Z3, Z28, Z3
+	VFMADD231PS  192(R10), Z1, Z3
+	VMOVUPS      Z3, K1, 960(AX)
+	ADDQ         R9, R11
+	ADDQ         R9, AX
+	INCQ         R12
+	CMPQ         R12, R8
+	JB           write_18
 
 stateAVX512_done_1:
 	VZEROUPPER
@@ -2342,7 +4551,7 @@ full_2:
 	CMPQ R10, $0x00000020
 	JB   tail_2
 
-	// Block of 32 columns: read pass (Sᵀk̂, Sᵀq̂ in registers).
+	// Block of 32 columns: read pass (Sᵀk̂, Sᵀq̂ of 4 vectors in registers).
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
@@ -2354,7 +4563,7 @@ full_2:
 	MOVQ   AX, R11
 	XORQ   R12, R12
 
-read_10:
+read_19:
 	VBROADCASTSS (DX)(R12*4), Y8
 	VBROADCASTSS (BX)(R12*4), Y9
 	VMOVUPS      (R11), Y10
@@ -2372,47 +4581,47 @@ read_10:
 	ADDQ         R9, R11
 	INCQ         R12
 	CMPQ         R12, R8
-	JB           read_10
+	JB           read_19
 
 	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
 	VBROADCASTSS eg+144(FP), Y8
 	VBROADCASTSS beta+148(FP), Y9
 	VBROADCASTSS kq+152(FP), Y10
 	VMOVUPS      (SI), Y11
-	VMULPS       Y0, Y8, Y12
-	VSUBPS       Y12, Y11, Y12
-	VMULPS       Y12, Y9, Y0
+	VMULPS       Y0, Y8, Y0
+	VSUBPS       Y0, Y11, Y0
+	VMULPS       Y0, Y9, Y0
 	VMULPS       Y1, Y8, Y1
 	VFMADD231PS  Y0, Y10, Y1
 	VMOVUPS      Y1, (DI)
-	VMOVUPS      32(SI), Y11
-	VMULPS       Y2, Y8, Y12
-	VSUBPS       Y12, Y11, Y12
-	VMULPS       Y12, Y9, Y2
-	VMULPS       Y3, Y8, Y1
-	VFMADD231PS  Y2, Y10, Y1
-	VMOVUPS      Y1, 32(DI)
-	VMOVUPS      64(SI), Y11
-	VMULPS       Y4, Y8, Y12
-	VSUBPS       Y12, Y11, Y12
-	VMULPS       Y12, Y9, Y4
-	VMULPS       Y5, Y8, Y1
-	VFMADD231PS  Y4, Y10, Y1
-	VMOVUPS      Y1, 64(DI)
-	VMOVUPS      96(SI), Y11
-	VMULPS       Y6, Y8, Y12
-	VSUBPS       Y12, Y11, Y12
-	VMULPS       Y12, Y9, Y6
-	VMULPS       Y7, Y8, Y1
-	VFMADD231PS  Y6, Y10, Y1
-	VMOVUPS      Y1, 96(DI)
+	VMOVUPS      32(SI), Y1
+	VMULPS       Y2, Y8, Y2
+	VSUBPS       Y2, Y1, Y2
+	VMULPS       Y2, Y9, Y2
+	VMULPS       Y3, Y8, Y3
+	VFMADD231PS  Y2, Y10, Y3
+	VMOVUPS      Y3, 32(DI)
+	VMOVUPS      64(SI), Y1
+	VMULPS       Y4, Y8, Y4
+	VSUBPS       Y4, Y1, Y4
+	VMULPS       Y4, Y9, Y4
+	VMULPS       Y5, Y8, Y5
+	VFMADD231PS  Y4, Y10, Y5
+	VMOVUPS      Y5, 64(DI)
+	VMOVUPS      96(SI), Y1
+	VMULPS       Y6, Y8, Y6
+	VSUBPS       Y6, Y1, Y6
+	VMULPS       Y6, Y9, Y6
+	VMULPS       Y7, Y8, Y7
+	VFMADD231PS  Y6, Y10, Y7
+	VMOVUPS      Y7, 96(DI)
 
 	// Write pass: S' = eg·S + k̂_i·δ over the same slab.
 	MOVQ AX, R11
 	MOVQ CX, R13
 	XORQ R12, R12
 
-write_10:
+write_19:
 	VBROADCASTSS (DX)(R12*4), Y1
 	VMOVUPS      (R11), Y3
 	VMULPS       Y3, Y8, Y3
@@ -2434,7 +4643,7 @@ write_10:
 	ADDQ         R9, R13
 	INCQ         R12
 	CMPQ         R12, R8
-	JB           write_10
+	JB           write_19
 	ADDQ         $0x00000080, AX
 	ADDQ         $0x00000080, CX
 	ADDQ         $0x00000080, SI
@@ -2458,13 +4667,13 @@ tail_2:
 	JMP  narrow_1
 
 ymm1_1:
-	// Block of 8 columns: read pass (Sᵀk̂, Sᵀq̂ in registers).
+	// Block of 8 columns: read pass (Sᵀk̂, Sᵀq̂ of 1 vectors in registers).
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	MOVQ   AX, R11
 	XORQ   R12, R12
 
-read_11:
+read_20:
 	VBROADCASTSS (DX)(R12*4), Y2
 	VBROADCASTSS (BX)(R12*4), Y3
 	VMOVUPS      (R11), Y4
@@ -2473,7 +4682,7 @@ read_11:
 	ADDQ         R9, R11
 	INCQ         R12
 	CMPQ         R12, R8
-	JB           read_11
+	JB           read_20
 
 	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
 	VBROADCASTSS eg+144(FP), Y2
@@ -2492,7 +4701,7 @@ read_11:
 	MOVQ CX, R13
 	XORQ R12, R12
 
-write_11:
+write_20:
 	VBROADCASTSS (DX)(R12*4), Y1
 	VMOVUPS      (R11), Y3
 	VMULPS       Y3, Y2, Y3
@@ -2502,7 +4711,7 @@ write_11:
 	ADDQ         R9, R13
 	INCQ         R12
 	CMPQ         R12, R8
-	JB           write_11
+	JB           write_20
 	ADDQ         $0x00000020, AX
 	ADDQ         $0x00000020, CX
 	ADDQ         $0x00000020, SI
@@ -2510,7 +4719,7 @@ write_11:
 	JMP          narrow_1
 
 ymm2_1:
-	// Block of 16 columns: read pass (Sᵀk̂, Sᵀq̂ in registers).
+	// Block of 16 columns: read pass (Sᵀk̂, Sᵀq̂ of 2 vectors in registers).
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
@@ -2518,7 +4727,7 @@ ymm2_1:
 	MOVQ   AX, R11
 	XORQ   R12, R12
 
-read_12:
+read_21:
 	VBROADCASTSS (DX)(R12*4), Y4
 	VBROADCASTSS (BX)(R12*4), Y5
 	VMOVUPS      (R11), Y6
@@ -2530,33 +4739,33 @@ read_12:
 	ADDQ         R9, R11
 	INCQ         R12
 	CMPQ         R12, R8
-	JB           read_12
+	JB           read_21
 
 	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
 	VBROADCASTSS eg+144(FP), Y4
 	VBROADCASTSS beta+148(FP), Y5
 	VBROADCASTSS kq+152(FP), Y6
 	VMOVUPS      (SI), Y7
-	VMULPS       Y0, Y4, Y8
-	VSUBPS       Y8, Y7, Y8
-	VMULPS       Y8, Y5, Y0
+	VMULPS       Y0, Y4, Y0
+	VSUBPS       Y0, Y7, Y0
+	VMULPS       Y0, Y5, Y0
 	VMULPS       Y1, Y4, Y1
 	VFMADD231PS  Y0, Y6, Y1
 	VMOVUPS      Y1, (DI)
-	VMOVUPS      32(SI), Y7
-	VMULPS       Y2, Y4, Y8
-	VSUBPS       Y8, Y7, Y8
-	VMULPS       Y8, Y5, Y2
-	VMULPS       Y3, Y4, Y1
-	VFMADD231PS  Y2, Y6, Y1
-	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      32(SI), Y1
+	VMULPS       Y2, Y4, Y2
+	VSUBPS       Y2, Y1, Y2
+	VMULPS       Y2, Y5, Y2
+	VMULPS       Y3, Y4, Y3
+	VFMADD231PS  Y2, Y6, Y3
+	VMOVUPS      Y3, 32(DI)
 
 	// Write pass: S' = eg·S + k̂_i·δ over the same slab.
 	MOVQ AX, R11
 	MOVQ CX, R13
 	XORQ R12, R12
 
-write_12:
+write_21:
 	VBROADCASTSS (DX)(R12*4), Y1
 	VMOVUPS      (R11), Y3
 	VMULPS       Y3, Y4, Y3
@@ -2570,7 +4779,7 @@ write_12:
 	ADDQ         R9, R13
 	INCQ         R12
 	CMPQ         R12, R8
-	JB           write_12
+	JB           write_21
 	ADDQ         $0x00000040, AX
 	ADDQ         $0x00000040, CX
 	ADDQ         $0x00000040, SI
@@ -2578,7 +4787,7 @@ write_12:
 	JMP          narrow_1
 
 ymm3_1:
-	// Block of 24 columns: read pass (Sᵀk̂, Sᵀq̂ in registers).
+	// Block of 24 columns: read pass (Sᵀk̂, Sᵀq̂ of 3 vectors in registers).
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
@@ -2588,7 +4797,7 @@ ymm3_1:
 	MOVQ   AX, R11
 	XORQ   R12, R12
 
-read_13:
+read_22:
 	VBROADCASTSS (DX)(R12*4), Y6
 	VBROADCASTSS (BX)(R12*4), Y7
 	VMOVUPS      (R11), Y8
@@ -2603,40 +4812,40 @@ read_13:
 	ADDQ         R9, R11
 	INCQ         R12
 	CMPQ         R12, R8
-	JB           read_13
+	JB           read_22
 
 	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
 	VBROADCASTSS eg+144(FP), Y6
 	VBROADCASTSS beta+148(FP), Y7
 	VBROADCASTSS kq+152(FP), Y8
 	VMOVUPS      (SI), Y9
-	VMULPS       Y0, Y6, Y10
-	VSUBPS       Y10, Y9, Y10
-	VMULPS       Y10, Y7, Y0
+	VMULPS       Y0, Y6, Y0
+	VSUBPS       Y0, Y9, Y0
+	VMULPS       Y0, Y7, Y0
 	VMULPS       Y1, Y6, Y1
 	VFMADD231PS  Y0, Y8, Y1
 	VMOVUPS      Y1, (DI)
-	VMOVUPS      32(SI), Y9
-	VMULPS       Y2, Y6, Y10
-	VSUBPS       Y10, Y9, Y10
-	VMULPS       Y10, Y7, Y2
-	VMULPS       Y3, Y6, Y1
-	VFMADD231PS  Y2, Y8, Y1
-	VMOVUPS      Y1, 32(DI)
-	VMOVUPS      64(SI), Y9
-	VMULPS       Y4, Y6, Y10
-	VSUBPS       Y10, Y9, Y10
-	VMULPS       Y10, Y7, Y4
-	VMULPS       Y5, Y6, Y1
-	VFMADD231PS  Y4, Y8, Y1
-	VMOVUPS      Y1, 64(DI)
+	VMOVUPS      32(SI), Y1
+	VMULPS       Y2, Y6, Y2
+	VSUBPS       Y2, Y1, Y2
+	VMULPS       Y2, Y7, Y2
+	VMULPS       Y3, Y6, Y3
+	VFMADD231PS  Y2, Y8, Y3
+	VMOVUPS      Y3, 32(DI)
+	VMOVUPS      64(SI), Y1
+	VMULPS       Y4, Y6, Y4
+	VSUBPS       Y4, Y1, Y4
+	VMULPS       Y4, Y7, Y4
+	VMULPS       Y5, Y6, Y5
+	VFMADD231PS  Y4, Y8, Y5
+	VMOVUPS      Y5, 64(DI)
 
 	// Write pass: S' = eg·S + k̂_i·δ over the same slab.
 	MOVQ AX, R11
 	MOVQ CX, R13
 	XORQ R12, R12
 
-write_13:
+write_22:
 	VBROADCASTSS (DX)(R12*4), Y1
 	VMOVUPS      (R11), Y3
 	VMULPS       Y3, Y6, Y3
@@ -2654,7 +4863,7 @@ write_13:
 	ADDQ         R9, R13
 	INCQ         R12
 	CMPQ         R12, R8
-	JB           write_13
+	JB           write_22
 	ADDQ         $0x00000060, AX
 	ADDQ         $0x00000060, CX
 	ADDQ         $0x00000060, SI
@@ -2679,13 +4888,13 @@ narrow_1:
 	JMP  stateAVX2_done_1
 
 cols1_1:
-	// Block of 1 columns: read pass (Sᵀk̂, Sᵀq̂ in registers).
+	// Block of 1 columns: read pass (Sᵀk̂, Sᵀq̂ of 1 vectors in registers).
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	MOVQ   AX, R10
 	XORQ   R11, R11
 
-read_14:
+read_23:
 	VBROADCASTSS (DX)(R11*4), Y2
 	VBROADCASTSS (BX)(R11*4), Y3
 	VMOVSS       (R10), X4
@@ -2694,7 +4903,7 @@ read_14:
 	ADDQ         R9, R10
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           read_14
+	JB           read_23
 
 	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
 	VBROADCASTSS eg+144(FP), Y2
@@ -2713,7 +4922,7 @@ read_14:
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_14:
+write_23:
 	VBROADCASTSS (DX)(R11*4), Y1
 	VMOVSS       (R10), X3
 	VMULSS       X3, X2, X3
@@ -2723,11 +4932,11 @@ write_14:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_14
+	JB           write_23
 	JMP          stateAVX2_done_1
 
 cols2_1:
-	// Block of 2 columns: read pass (Sᵀk̂, Sᵀq̂ in registers).
+	// Block of 2 columns: read pass (Sᵀk̂, Sᵀq̂ of 2 vectors in registers).
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
@@ -2735,7 +4944,7 @@ cols2_1:
 	MOVQ   AX, R10
 	XORQ   R11, R11
 
-read_15:
+read_24:
 	VBROADCASTSS (DX)(R11*4), Y4
 	VBROADCASTSS (BX)(R11*4), Y5
 	VMOVSS       (R10), X6
@@ -2747,33 +4956,33 @@ read_15:
 	ADDQ         R9, R10
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           read_15
+	JB           read_24
 
 	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
 	VBROADCASTSS eg+144(FP), Y4
 	VBROADCASTSS beta+148(FP), Y5
 	VBROADCASTSS kq+152(FP), Y6
 	VMOVSS       (SI), X7
-	VMULSS       X0, X4, X8
-	VSUBSS       X8, X7, X8
-	VMULSS       X8, X5, X0
+	VMULSS       X0, X4, X0
+	VSUBSS       X0, X7, X0
+	VMULSS       X0, X5, X0
 	VMULSS       X1, X4, X1
 	VFMADD231SS  X0, X6, X1
 	VMOVSS       X1, (DI)
-	VMOVSS       4(SI), X7
-	VMULSS       X2, X4, X8
-	VSUBSS       X8, X7, X8
-	VMULSS       X8, X5, X2
-	VMULSS       X3, X4, X1
-	VFMADD231SS  X2, X6, X1
-	VMOVSS       X1, 4(DI)
+	VMOVSS       4(SI), X1
+	VMULSS       X2, X4, X2
+	VSUBSS       X2, X1, X2
+	VMULSS       X2, X5, X2
+	VMULSS       X3, X4, X3
+	VFMADD231SS  X2, X6, X3
+	VMOVSS       X3, 4(DI)
 
 	// Write pass: S' = eg·S + k̂_i·δ over the same slab.
 	MOVQ AX, R10
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_15:
+write_24:
 	VBROADCASTSS (DX)(R11*4), Y1
 	VMOVSS       (R10), X3
 	VMULSS       X3, X4, X3
@@ -2787,11 +4996,11 @@ write_15:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_15
+	JB           write_24
 	JMP          stateAVX2_done_1
 
 cols3_1:
-	// Block of 3 columns: read pass (Sᵀk̂, Sᵀq̂ in registers).
+	// Block of 3 columns: read pass (Sᵀk̂, Sᵀq̂ of 3 vectors in registers).
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
@@ -2801,7 +5010,7 @@ cols3_1:
 	MOVQ   AX, R10
 	XORQ   R11, R11
 
-read_16:
+read_25:
 	VBROADCASTSS (DX)(R11*4), Y6
 	VBROADCASTSS (BX)(R11*4), Y7
 	VMOVSS       (R10), X8
@@ -2816,40 +5025,40 @@ read_16:
 	ADDQ         R9, R10
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           read_16
+	JB           read_25
 
 	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
 	VBROADCASTSS eg+144(FP), Y6
 	VBROADCASTSS beta+148(FP), Y7
 	VBROADCASTSS kq+152(FP), Y8
 	VMOVSS       (SI), X9
-	VMULSS       X0, X6, X10
-	VSUBSS       X10, X9, X10
-	VMULSS       X10, X7, X0
+	VMULSS       X0, X6, X0
+	VSUBSS       X0, X9, X0
+	VMULSS       X0, X7, X0
 	VMULSS       X1, X6, X1
 	VFMADD231SS  X0, X8, X1
 	VMOVSS       X1, (DI)
-	VMOVSS       4(SI), X9
-	VMULSS       X2, X6, X10
-	VSUBSS       X10, X9, X10
-	VMULSS       X10, X7, X2
-	VMULSS       X3, X6, X1
-	VFMADD231SS  X2, X8, X1
-	VMOVSS       X1, 4(DI)
-	VMOVSS       8(SI), X9
-	VMULSS       X4, X6, X10
-	VSUBSS       X10, X9, X10
-	VMULSS       X10, X7, X4
-	VMULSS       X5, X6, X1
-	VFMADD231SS  X4, X8, X1
-	VMOVSS       X1, 8(DI)
+	VMOVSS       4(SI), X1
+	VMULSS       X2, X6, X2
+	VSUBSS       X2, X1, X2
+	VMULSS       X2, X7, X2
+	VMULSS       X3, X6, X3
+	VFMADD231SS  X2, X8, X3
+	VMOVSS       X3, 4(DI)
+	VMOVSS       8(SI), X1
+	VMULSS       X4, X6, X4
+	VSUBSS       X4, X1, X4
+	VMULSS       X4, X7, X4
+	VMULSS       X5, X6, X5
+	VFMADD231SS  X4, X8, X5
+	VMOVSS       X5, 8(DI)
 
 	// Write pass: S' = eg·S + k̂_i·δ over the same slab.
 	MOVQ AX, R10
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_16:
+write_25:
 	VBROADCASTSS (DX)(R11*4), Y1
 	VMOVSS       (R10), X3
 	VMULSS       X3, X6, X3
@@ -2867,17 +5076,17 @@ write_16:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_16
+	JB           write_25
 	JMP          stateAVX2_done_1
 
 cols4_1:
-	// Block of 4 columns: read pass (Sᵀk̂, Sᵀq̂ in registers).
+	// Block of 4 columns: read pass (Sᵀk̂, Sᵀq̂ of 1 vectors in registers).
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	MOVQ   AX, R10
 	XORQ   R11, R11
 
-read_17:
+read_26:
 	VBROADCASTSS (DX)(R11*4), Y2
 	VBROADCASTSS (BX)(R11*4), Y3
 	VMOVUPS      (R10), X4
@@ -2886,7 +5095,7 @@ read_17:
 	ADDQ         R9, R10
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           read_17
+	JB           read_26
 
 	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
 	VBROADCASTSS eg+144(FP), Y2
@@ -2905,7 +5114,7 @@ read_17:
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_17:
+write_26:
 	VBROADCASTSS (DX)(R11*4), Y1
 	VMOVUPS      (R10), X3
 	VMULPS       X3, X2, X3
@@ -2915,11 +5124,11 @@ write_17:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_17
+	JB           write_26
 	JMP          stateAVX2_done_1
 
 cols5_1:
-	// Block of 5 columns: read pass (Sᵀk̂, Sᵀq̂ in registers).
+	// Block of 5 columns: read pass (Sᵀk̂, Sᵀq̂ of 2 vectors in registers).
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
@@ -2927,7 +5136,7 @@ cols5_1:
 	MOVQ   AX, R10
 	XORQ   R11, R11
 
-read_18:
+read_27:
 	VBROADCASTSS (DX)(R11*4), Y4
 	VBROADCASTSS (BX)(R11*4), Y5
 	VMOVUPS      (R10), X6
@@ -2939,33 +5148,33 @@ read_18:
 	ADDQ         R9, R10
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           read_18
+	JB           read_27
 
 	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
 	VBROADCASTSS eg+144(FP), Y4
 	VBROADCASTSS beta+148(FP), Y5
 	VBROADCASTSS kq+152(FP), Y6
 	VMOVUPS      (SI), X7
-	VMULPS       X0, X4, X8
-	VSUBPS       X8, X7, X8
-	VMULPS       X8, X5, X0
+	VMULPS       X0, X4, X0
+	VSUBPS       X0, X7, X0
+	VMULPS       X0, X5, X0
 	VMULPS       X1, X4, X1
 	VFMADD231PS  X0, X6, X1
 	VMOVUPS      X1, (DI)
-	VMOVSS       16(SI), X7
-	VMULSS       X2, X4, X8
-	VSUBSS       X8, X7, X8
-	VMULSS       X8, X5, X2
-	VMULSS       X3, X4, X1
-	VFMADD231SS  X2, X6, X1
-	VMOVSS       X1, 16(DI)
+	VMOVSS       16(SI), X1
+	VMULSS       X2, X4, X2
+	VSUBSS       X2, X1, X2
+	VMULSS       X2, X5, X2
+	VMULSS       X3, X4, X3
+	VFMADD231SS  X2, X6, X3
+	VMOVSS       X3, 16(DI)
 
 	// Write pass: S' = eg·S + k̂_i·δ over the same slab.
 	MOVQ AX, R10
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_18:
+write_27:
 	VBROADCASTSS (DX)(R11*4), Y1
 	VMOVUPS      (R10), X3
 	VMULPS       X3, X4, X3
@@ -2979,11 +5188,11 @@ write_18:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_18
+	JB           write_27
 	JMP          stateAVX2_done_1
 
 cols6_1:
-	// Block of 6 columns: read pass (Sᵀk̂, Sᵀq̂ in registers).
+	// Block of 6 columns: read pass (Sᵀk̂, Sᵀq̂ of 3 vectors in registers).
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
@@ -2993,7 +5202,7 @@ cols6_1:
 	MOVQ   AX, R10
 	XORQ   R11, R11
 
-read_19:
+read_28:
 	VBROADCASTSS (DX)(R11*4), Y6
 	VBROADCASTSS (BX)(R11*4), Y7
 	VMOVUPS      (R10), X8
@@ -3008,40 +5217,40 @@ read_19:
 	ADDQ         R9, R10
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           read_19
+	JB           read_28
 
 	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
 	VBROADCASTSS eg+144(FP), Y6
 	VBROADCASTSS beta+148(FP), Y7
 	VBROADCASTSS kq+152(FP), Y8
 	VMOVUPS      (SI), X9
-	VMULPS       X0, X6, X10
-	VSUBPS       X10, X9, X10
-	VMULPS       X10, X7, X0
+	VMULPS       X0, X6, X0
+	VSUBPS       X0, X9, X0
+	VMULPS       X0, X7, X0
 	VMULPS       X1, X6, X1
 	VFMADD231PS  X0, X8, X1
 	VMOVUPS      X1, (DI)
-	VMOVSS       16(SI), X9
-	VMULSS       X2, X6, X10
-	VSUBSS       X10, X9, X10
-	VMULSS       X10, X7, X2
-	VMULSS       X3, X6, X1
-	VFMADD231SS  X2, X8, X1
-	VMOVSS       X1, 16(DI)
-	VMOVSS       20(SI), X9
-	VMULSS       X4, X6, X10
-	VSUBSS       X10, X9, X10
-	VMULSS       X10, X7, X4
-	VMULSS       X5, X6, X1
-	VFMADD231SS  X4, X8, X1
-	VMOVSS       X1, 20(DI)
+	VMOVSS       16(SI), X1
+	VMULSS       X2, X6, X2
+	VSUBSS       X2, X1, X2
+	VMULSS       X2, X7, X2
+	VMULSS       X3, X6, X3
+	VFMADD231SS  X2, X8, X3
+	VMOVSS       X3, 16(DI)
+	VMOVSS       20(SI), X1
+	VMULSS       X4, X6, X4
+	VSUBSS       X4, X1, X4
+	VMULSS       X4, X7, X4
+	VMULSS       X5, X6, X5
+	VFMADD231SS  X4, X8, X5
+	VMOVSS       X5, 20(DI)
 
 	// Write pass: S' = eg·S + k̂_i·δ over the same slab.
 	MOVQ AX, R10
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_19:
+write_28:
 	VBROADCASTSS (DX)(R11*4), Y1
 	VMOVUPS      (R10), X3
 	VMULPS       X3, X6, X3
@@ -3059,11 +5268,11 @@ write_19:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_19
+	JB           write_28
 	JMP          stateAVX2_done_1
 
 cols7_1:
-	// Block of 7 columns: read pass (Sᵀk̂, Sᵀq̂ in registers).
+	// Block of 7 columns: read pass (Sᵀk̂, Sᵀq̂ of 4 vectors in registers).
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
@@ -3075,7 +5284,7 @@ cols7_1:
 	MOVQ   AX, R10
 	XORQ   R11, R11
 
-read_20:
+read_29:
 	VBROADCASTSS (DX)(R11*4), Y8
 	VBROADCASTSS (BX)(R11*4), Y9
 	VMOVUPS      (R10), X10
@@ -3093,47 +5302,47 @@ read_20:
 	ADDQ         R9, R10
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           read_20
+	JB           read_29
 
 	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
 	VBROADCASTSS eg+144(FP), Y8
 	VBROADCASTSS beta+148(FP), Y9
 	VBROADCASTSS kq+152(FP), Y10
 	VMOVUPS      (SI), X11
-	VMULPS       X0, X8, X12
-	VSUBPS       X12, X11, X12
-	VMULPS       X12, X9, X0
+	VMULPS       X0, X8, X0
+	VSUBPS       X0, X11, X0
+	VMULPS       X0, X9, X0
 	VMULPS       X1, X8, X1
 	VFMADD231PS  X0, X10, X1
 	VMOVUPS      X1, (DI)
-	VMOVSS       16(SI), X11
-	VMULSS       X2, X8, X12
-	VSUBSS       X12, X11, X12
-	VMULSS       X12, X9, X2
-	VMULSS       X3, X8, X1
-	VFMADD231SS  X2, X10, X1
-	VMOVSS       X1, 16(DI)
-	VMOVSS       20(SI), X11
-	VMULSS       X4, X8, X12
-	VSUBSS       X12, X11, X12
-	VMULSS       X12, X9, X4
-	VMULSS       X5, X8, X1
-	VFMADD231SS  X4, X10, X1
-	VMOVSS       X1, 20(DI)
-	VMOVSS       24(SI), X11
-	VMULSS       X6, X8, X12
-	VSUBSS       X12, X11, X12
-	VMULSS       X12, X9, X6
-	VMULSS       X7, X8, X1
-	VFMADD231SS  X6, X10, X1
-	VMOVSS       X1, 24(DI)
+	VMOVSS       16(SI), X1
+	VMULSS       X2, X8, X2
+	VSUBSS       X2, X1, X2
+	VMULSS       X2, X9, X2
+	VMULSS       X3, X8, X3
+	VFMADD231SS  X2, X10, X3
+	VMOVSS       X3, 16(DI)
+	VMOVSS       20(SI), X1
+	VMULSS       X4, X8, X4
+	VSUBSS       X4, X1, X4
+	VMULSS       X4, X9, X4
+	VMULSS       X5, X8, X5
+	VFMADD231SS  X4, X10, X5
+	VMOVSS       X5, 20(DI)
+	VMOVSS       24(SI), X1
+	VMULSS       X6, X8, X6
+	VSUBSS       X6, X1, X6
+	VMULSS       X6, X9, X6
+	VMULSS       X7, X8, X7
+	VFMADD231SS  X6, X10, X7
+	VMOVSS       X7, 24(DI)
 
 	// Write pass: S' = eg·S + k̂_i·δ over the same slab.
 	MOVQ AX, R10
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_20:
+write_29:
 	VBROADCASTSS (DX)(R11*4), Y1
 	VMOVUPS      (R10), X3
 	VMULPS       X3, X8, X3
@@ -3155,7 +5364,7 @@ write_20:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_20
+	JB           write_29
 
 stateAVX2_done_1:
 	VZEROUPPER

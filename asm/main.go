@@ -29,17 +29,28 @@
 // formed in registers, and the write pass re-reads the same K×block slab, which must still be in
 // the L1 (or at worst L2) cache, so that memory sees each state byte read once and written once.
 //
-//   - AVX-512: blocks of 128 columns = 8 ZMM per row, which at the hot shape V = 128 is the whole
-//     row. Each row costs 8 loads and 16 FMAs into 16 independent accumulators (8 for Sᵀk̂, 8 for
-//     Sᵀq̂; 8 chains would already cover the 4-cycle FMA latency at two FMAs per cycle): 19 of
-//     the 32 ZMM. The read pass is then one contiguous stream over the head, and on into the
-//     next head, which the hardware prefetchers follow undisturbed. The slab is the whole 64 KiB
-//     head at K = 128: more than the L1d (32 KiB on Zen 4, 48 KiB on current Intel cores), so
-//     the write pass re-reads it from L2 (1–2 MiB), still far above memory speed. Blocks of 64
-//     columns (4 ZMM, 8 accumulators, a 32 KiB slab that stays in L1) were the first version,
-//     and 32 columns were tried: in interleaved runs at B = 64 they took 13.5 and 13.7 ms per
-//     step against 8.6 ms for 128 (B = 1: 63 against 54 µs). Their read pass walks part of each
+//   - AVX-512: whole rows up to V = 256: blocks of 256 columns = 16 ZMM per row, and for
+//     V mod 256 one block of 1–16 ZMM (8 unmasked ZMM at the hot shape V = 128). A 128-column row
+//     costs 8 loads and 16 FMAs into 16 independent accumulators (8 for Sᵀk̂, 8 for Sᵀq̂; 8 chains
+//     would already cover the 4-cycle FMA latency at two FMAs per cycle): 19 of the 32 ZMM. A
+//     row of up to 14 ZMM keeps all 28 accumulators in registers; the 15th and 16th ZMM keep
+//     theirs in 256 bytes of the frame (L1), a load and a store per FMA. The read pass is then
+//     one contiguous stream over the head, and on into the next head, which the hardware
+//     prefetchers follow undisturbed. The slab is the whole head (64 KiB at 128×128, 256 KiB at
+//     256×256): more than the L1d (32 KiB on Zen 4, 48 KiB on current Intel cores), so the write
+//     pass re-reads it from L2 (1–2 MiB), still far above memory speed. Blocks of 64 columns
+//     (4 ZMM, 8 accumulators, a 32 KiB slab that stays in L1) were the first version, and 32
+//     columns were tried: in interleaved runs at B = 64 they took 13.5 and 13.7 ms per step
+//     against 8.6 ms for 128 (B = 1: 63 against 54 µs). Their read pass walks part of each
 //     512-byte row at a 512-byte stride and keeps fewer misses in flight than a stream.
+//     The same held for V > 128 with 128-column blocks (then 1–8 ZMM): ratio to copy() at
+//     K = V = 256 (Workers 1, in place) 0.67 at B = 1 (8 MiB, in L3), 1.62–1.70 at B = 4 and
+//     1.88–2.2 at B = 8 (DRAM); K = V = 192: 1.29–1.34 at B = 8. Software prefetch in the first
+//     block's read pass (PREFETCHT0/T1 of the rest of each row, or of rows 8 and 16 ahead, kept
+//     inside the head) left B = 8 at 1.8–1.9 at 256. Whole rows of 16 ZMM: 0.63, 0.83–0.86 and
+//     1.08 at 256; 0.90 at B = 8 at 192 (go run ./bench -layers 16x32x256x256,16x32x192x192
+//     -b 1,4,8 -kernels avx512 -workers 1 -reps 7, medians, two runs), with V = 128, 64 and
+//     K = 96, V = 80 unchanged within noise. Beyond V = 256 the row is cut into 256-column blocks.
 //   - AVX2: whole-row chunks of 128 columns (16 YMM per row; then one of 64), so that the read
 //     pass is the same contiguous stream. 16 YMM registers cannot hold their 32 accumulators:
 //     those of the first 3 YMM stay in registers, for the others Sᵀk̂ lives in the chunk's part
@@ -52,7 +63,7 @@
 //
 // # Tails (any K, V ≥ 1; nothing outside a slice is ever read or written)
 //
-//   - AVX-512: the last block has 1–8 ZMM, the last one under a K1 mask (zeroing masked loads,
+//   - AVX-512: the last block has 1–16 ZMM, the last one under a K1 mask (zeroing masked loads,
 //     masked stores); masked-out lanes are neither read nor written and cannot fault.
 //   - AVX2: after the 128- and 64-column chunks, at most one 32-column register block, one of
 //     1–3 YMM, then one of at most one XMM and up to three scalar columns (VMOVSS).
@@ -97,12 +108,19 @@ type isa struct {
 	lanes int    // float32 lanes of the widest register: 16 or 8
 	// blockVecs is the number of full vectors per row in a state block (see the package comment).
 	blockVecs int
+	// regVecs is the number of vectors of a block whose accumulators stay in registers; those of
+	// the others live in the frame (stateLocal).
+	regVecs int
 }
 
 var (
-	avx512 = isa{name: "AVX512", lanes: 16, blockVecs: 8}
-	avx2   = isa{name: "AVX2", lanes: 8, blockVecs: 4}
+	avx512 = isa{name: "AVX512", lanes: 16, blockVecs: 16, regVecs: 14}
+	avx2   = isa{name: "AVX2", lanes: 8, blockVecs: 4, regVecs: 4}
 )
+
+// stateLocal is the frame of the AVX-512 state routine: Sᵀk̂ and Sᵀq̂ (later δ) of the vectors
+// of a block beyond regVecs, 64-byte aligned.
+const stateLocal = (16-14)*128 + 64
 
 // vec allocates a virtual register of the ISA's widest kind.
 func (a isa) vec() VecVirtual {
@@ -277,6 +295,15 @@ func fullBlock(a isa) []piece {
 	return ps
 }
 
+// zmmBlock is an AVX-512 block of nv unmasked ZMM.
+func zmmBlock(nv int) []piece {
+	ps := make([]piece, nv)
+	for i := range ps {
+		ps[i] = piece{w: 16, off: 64 * i}
+	}
+	return ps
+}
+
 // maskedBlock is an AVX-512 tail block of nv vectors, the last one under K1.
 func maskedBlock(nv int) []piece {
 	ps := make([]piece, nv)
@@ -369,13 +396,17 @@ func stateRoutine(a isa) {
 		}
 	}
 
+	var local Mem
+	if a.regVecs < a.blockVecs {
+		local = AllocLocal(stateLocal)
+	}
 	blockCols := a.lanes * a.blockVecs
 	Commentf("Blocks of %d columns.", blockCols)
 	loop, tail := label("full"), label("tail")
 	Label(loop)
 	CMPQ(rem, U32(blockCols))
 	JB(LabelRef(tail))
-	stateBlock(a, r, fullBlock(a))
+	stateBlock(a, r, fullBlock(a), local)
 	advance(r, 4*blockCols)
 	SUBQ(U32(blockCols), rem)
 	JMP(LabelRef(loop))
@@ -384,6 +415,13 @@ func stateRoutine(a isa) {
 	TESTQ(rem, rem)
 	JZ(LabelRef(done))
 	if a.lanes == 16 {
+		// V = 128, the hot shape: 8 unmasked ZMM.
+		masked := label("maskedtail")
+		CMPQ(rem, U32(128))
+		JNE(LabelRef(masked))
+		stateBlock(a, r, zmmBlock(8), local)
+		JMP(LabelRef(done))
+		Label(masked)
 		// rem in 1..16·blockVecs−1: nv = ceil(rem/16) vectors, the last with rem − 16(nv−1) lanes.
 		Commentf("Tail: 1 to %d ZMM, the last one masked.", a.blockVecs)
 		nvm1 := GP64()
@@ -407,7 +445,7 @@ func stateRoutine(a isa) {
 		JMP(LabelRef(targets[a.blockVecs-1]))
 		for nv := 1; nv <= a.blockVecs; nv++ {
 			Label(targets[nv-1])
-			stateBlock(a, r, maskedBlock(nv))
+			stateBlock(a, r, maskedBlock(nv), local)
 			JMP(LabelRef(done))
 		}
 	} else {
@@ -428,7 +466,7 @@ func stateRoutine(a isa) {
 		JMP(LabelRef(narrow))
 		for n := 1; n < a.blockVecs; n++ {
 			Label(ytargets[n-1])
-			stateBlock(a, r, ymmBlock(n))
+			stateBlock(a, r, ymmBlock(n), local)
 			advance(r, 32*n)
 			JMP(LabelRef(narrow))
 		}
@@ -445,7 +483,7 @@ func stateRoutine(a isa) {
 		JMP(LabelRef(done))
 		for n := 1; n < 8; n++ {
 			Label(ntargets[n-1])
-			stateBlock(a, r, narrowBlock(n))
+			stateBlock(a, r, narrowBlock(n), local)
 			JMP(LabelRef(done))
 		}
 	}
@@ -590,15 +628,32 @@ func chunkBlock(r stateRegs, n int, acc GPVirtual) {
 	JB(LabelRef(write))
 }
 
-// stateBlock emits one column block: the read pass, δ and o, the write pass.
-func stateBlock(a isa, r stateRegs, ps []piece) {
-	Commentf("Block of %d columns: read pass (Sᵀk̂, Sᵀq̂ in registers).", width(ps))
-	accK := make([]VecVirtual, len(ps))
-	accQ := make([]VecVirtual, len(ps))
-	for t := range ps {
+// stateBlock emits one column block: the read pass, δ and o, the write pass. The accumulators of
+// pieces from a.regVecs on live in local (Sᵀk̂, then Sᵀq̂ and later δ, 64 bytes each per piece).
+func stateBlock(a isa, r stateRegs, ps []piece, local Mem) {
+	nreg := min(len(ps), a.regVecs)
+	Commentf("Block of %d columns: read pass (Sᵀk̂, Sᵀq̂ of %d vectors in registers).", width(ps), nreg)
+	accK := make([]VecVirtual, nreg)
+	accQ := make([]VecVirtual, nreg)
+	for t := range accK {
 		accK[t], accQ[t] = a.vec(), a.vec()
 		zero(a, accK[t])
 		zero(a, accQ[t])
+	}
+	var slot GPVirtual
+	slotK := func(t int) Mem { return Mem{Base: slot, Disp: 128 * (t - nreg)} }
+	slotQ := func(t int) Mem { return Mem{Base: slot, Disp: 128*(t-nreg) + 64} }
+	if nreg < len(ps) {
+		slot = GP64()
+		LEAQ(local, slot)
+		ADDQ(U8(63), slot)
+		ANDQ(I8(-64), slot)
+		z := a.vec()
+		zero(a, z)
+		for t := nreg; t < len(ps); t++ {
+			VMOVAPS(z.AsZ(), slotK(t))
+			VMOVAPS(z.AsZ(), slotQ(t))
+		}
 	}
 	p, i := GP64(), GP64()
 	MOVQ(r.sIn, p)
@@ -611,8 +666,19 @@ func stateBlock(a isa, r stateRegs, ps []piece) {
 	x := a.vec()
 	for t, pc := range ps {
 		pc.load(Mem{Base: p, Disp: pc.off}, x)
-		pc.fma(x, bk, accK[t])
-		pc.fma(x, bq, accQ[t])
+		if t < nreg {
+			pc.fma(x, bk, accK[t])
+			pc.fma(x, bq, accQ[t])
+			continue
+		}
+		// Whole ZMM in the frame: the masked-out lanes of x are zero.
+		m := a.vec()
+		VMOVAPS(slotK(t), m.AsZ())
+		VFMADD231PS(x.AsZ(), bk.AsZ(), m.AsZ())
+		VMOVAPS(m.AsZ(), slotK(t))
+		VMOVAPS(slotQ(t), m.AsZ())
+		VFMADD231PS(x.AsZ(), bq.AsZ(), m.AsZ())
+		VMOVAPS(m.AsZ(), slotQ(t))
 	}
 	ADDQ(r.stride, p)
 	INCQ(i)
@@ -624,17 +690,27 @@ func stateBlock(a isa, r stateRegs, ps []piece) {
 	VBROADCASTSS(paramMem("eg"), eg)
 	VBROADCASTSS(paramMem("beta"), beta)
 	VBROADCASTSS(paramMem("kq"), kq)
-	// δ replaces Sᵀk̂ in its registers; one set of temporaries serves every piece.
+	// In place: δ replaces Sᵀk̂ in its registers (or its Sᵀq̂ slot), o is formed in Sᵀq̂'s.
 	d := accK
-	vt, tmp, ot := a.vec(), a.vec(), a.vec()
 	for t, pc := range ps {
+		ak, aq := a.vec(), a.vec()
+		if t < nreg {
+			ak, aq = accK[t], accQ[t]
+		} else {
+			VMOVAPS(slotK(t), ak.AsZ())
+			VMOVAPS(slotQ(t), aq.AsZ())
+		}
+		vt := a.vec()
 		pc.load(Mem{Base: r.v, Disp: pc.off}, vt)
-		pc.mul(accK[t], eg, tmp)
-		pc.sub(vt, tmp, tmp)
-		pc.mul(tmp, beta, d[t])
-		pc.mul(accQ[t], eg, ot)
-		pc.fma(d[t], kq, ot)
-		pc.store(ot, Mem{Base: r.o, Disp: pc.off})
+		pc.mul(ak, eg, ak)
+		pc.sub(vt, ak, ak)
+		pc.mul(ak, beta, ak)
+		pc.mul(aq, eg, aq)
+		pc.fma(ak, kq, aq)
+		pc.store(aq, Mem{Base: r.o, Disp: pc.off})
+		if t >= nreg {
+			VMOVAPS(ak.AsZ(), slotQ(t))
+		}
 	}
 
 	Comment("Write pass: S' = eg·S + k̂_i·δ over the same slab.")
@@ -649,7 +725,11 @@ func stateBlock(a isa, r stateRegs, ps []piece) {
 	for t, pc := range ps {
 		pc.load(Mem{Base: p, Disp: pc.off}, y)
 		pc.mul(y, eg, y)
-		pc.fma(d[t], bk2, y)
+		if t < nreg {
+			pc.fma(d[t], bk2, y)
+		} else {
+			VFMADD231PS(slotQ(t), bk2.AsZ(), y.AsZ())
+		}
 		pc.store(y, Mem{Base: q, Disp: pc.off})
 	}
 	ADDQ(r.stride, p)
