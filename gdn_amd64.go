@@ -64,9 +64,10 @@ func gateAVX512(o, z, w []float32, eps float32, out []uint16, outF []float32)
 //go:noescape
 func l2AVX512(q, k []float32) (qq, kk, kq float64)
 
-// stateAVX2 is stateAVX512 in AVX2: chunks of 128 (then 64) columns with most accumulators in L1
-// (o holds Sᵀk̂ until it is written), then a 32-column register block, 1–3 YMM, an XMM and scalar
-// columns.
+// stateAVX2 is stateAVX512 in AVX2: whole rows of 256 columns (then one block of 192, 128 or 64)
+// whose read pass accumulates Sᵀk̂ (in registers and o) and whose write pass, per 128 columns,
+// accumulates Sᵀq̂ from the state it re-reads; then a 32-column register block, 1–3 YMM, an XMM and
+// scalar columns.
 //
 //go:noescape
 func stateAVX2(sIn, sOut, kh, qh, v, o []float32, eg, beta, kq float32)

@@ -51,21 +51,32 @@
 //     1.08 at 256; 0.90 at B = 8 at 192 (go run ./bench -layers 16x32x256x256,16x32x192x192
 //     -b 1,4,8 -kernels avx512 -workers 1 -reps 7, medians, two runs), with V = 128, 64 and
 //     K = 96, V = 80 unchanged within noise. Beyond V = 256 the row is cut into 256-column blocks.
-//   - AVX2: whole-row chunks of 128 columns (16 YMM per row; then one of 64), so that the read
-//     pass is the same contiguous stream. 16 YMM registers cannot hold their 32 accumulators:
-//     those of the first 3 YMM stay in registers, for the others Sᵀk̂ lives in the chunk's part
-//     of o and Sᵀq̂ in 416 bytes of the frame (both in L1); each costs a load and a store per
-//     FMA, and a row's 32 FMAs (2 per cycle) still set the pace.
-//     In the write pass δ of 9 YMM stays in registers, the rest is a memory operand. Register
-//     blocks of 32 columns (4 YMM, 8 accumulators, everything in registers) were the first
-//     version; their read pass walks 128 of every 512 bytes per row and took 15.0 ms instead of
-//     9.5 ms at B = 64 (same at B = 1). They remain for the last V mod 64 columns.
+//   - AVX2: whole rows of 256 columns (32 YMM), then one block of 192, 128 or 64 (see
+//     rowBlock), so that the read pass is the same contiguous stream for V = 64, 128, 192, 256
+//     and multiples of 256. 16 YMM cannot hold a row's accumulators, and the frame of a NOSPLIT
+//     routine cannot hold 2 KiB of them (the linker allows about 600 bytes here), so the read
+//     pass accumulates only Sᵀk̂ (13 YMM in registers, the rest in the block's part of o, in
+//     L1), δ replaces it in o, and Sᵀq̂ is accumulated by the write pass from the state it
+//     re-reads (from L2), one sub-block of at most 128 columns at a time (11 YMM in registers,
+//     the rest in 160 bytes of the frame); then o = eg·Sᵀq̂ + kq·δ. The products and their order
+//     are those of a read-pass Sᵀq̂, so the results are the same bits. Before, the read pass took
+//     whole-row chunks of 128 columns (Sᵀk̂ and Sᵀq̂ of 3 YMM in registers, the others in o and
+//     416 bytes of the frame): at V = 256 a strided walk over half of every row. Ratio to
+//     copy() (in place, Workers 1; go run ./bench -kernels avx2 -workers 1 -reps 7, medians of
+//     two interleaved runs each) at K = V = 256, B = 1, 4, 8: 0.89–0.91, 2.00–2.07, 1.98–2.01
+//     before, 0.75–0.77, 1.17–1.21, 1.18 after; K = V = 192, B = 8: 1.19–1.20 before, 1.00–1.02
+//     after; K = V = 128, B = 1 and 64: 0.85 and 1.16–1.17 before, 0.84 and 1.15–1.16 after;
+//     K = V = 64, B = 1 and 64: 1.94–1.95 and 1.48–1.57 before, 1.67–1.69 and 1.21–1.35 after;
+//     K = 96, V = 80: the same within noise (1.54–1.58 and 1.36–1.43 after). Register blocks of
+//     32 columns (4 YMM, 8 accumulators, everything in registers) were the first version; their
+//     read pass walks 128 of every 512 bytes per row and took 15.0 ms instead of 9.5 ms at
+//     B = 64 (same at B = 1). They remain for the last V mod 64 columns.
 //
 // # Tails (any K, V ≥ 1; nothing outside a slice is ever read or written)
 //
 //   - AVX-512: the last block has 1–16 ZMM, the last one under a K1 mask (zeroing masked loads,
 //     masked stores); masked-out lanes are neither read nor written and cannot fault.
-//   - AVX2: after the 128- and 64-column chunks, at most one 32-column register block, one of
+//   - AVX2: after the whole-row blocks, at most one 32-column register block, one of
 //     1–3 YMM, then one of at most one XMM and up to three scalar columns (VMOVSS).
 //
 // The gate and l2 routines use the same scheme: masked loads/stores for AVX-512, narrower vectors
@@ -376,20 +387,25 @@ func stateRoutine(a isa) {
 	SHLQ(U8(2), r.stride) // row stride in bytes
 
 	if a.lanes == 8 {
-		// Whole-row chunks first (see chunkBlock), then the register blocks for what is left.
+		// Whole rows of 256 columns, then of 192, 128 or 64 (see rowBlock), then the register
+		// blocks for the last V mod 64 columns.
 		acc := GP64()
-		LEAQ(AllocLocal(chunkLocal), acc)
+		LEAQ(AllocLocal(rowLocal), acc)
 		ADDQ(U8(31), acc)
 		ANDQ(I8(-32), acc)
-		for _, n := range []int{chunkVecs, chunkVecs / 2} {
-			loop, next := label(fmt.Sprintf("chunk%d", 8*n)), label("chunkdone")
+		for _, subs := range [][]int{{16, 16}, {16, 8}, {16}, {8}} {
+			n := 0
+			for _, m := range subs {
+				n += m
+			}
+			loop, next := label(fmt.Sprintf("rows%d", 8*n)), label("rowsdone")
 			Label(loop)
 			CMPQ(rem, U32(8*n))
 			JB(LabelRef(next))
-			chunkBlock(r, n, acc)
+			rowBlock(r, subs, acc)
 			advance(r, 32*n)
 			SUBQ(U32(8*n), rem)
-			if n == chunkVecs {
+			if n == 32 {
 				JMP(LabelRef(loop))
 			}
 			Label(next)
@@ -510,122 +526,146 @@ func paramMem(name string) Mem {
 	return b.Addr
 }
 
-// AVX2 whole-row chunks: chunkVecs YMM = 128 columns, whole rows at V = 128.
+// rowRegsK and rowRegsQ are the numbers of YMM accumulators of rowBlock that stay in registers:
+// 13 of Sᵀk̂ in the read pass (beside k̂_i and a temporary; δ needs eg, beta and v beside them),
+// 11 of Sᵀq̂ in the write pass (beside eg, k̂_i, q̂_i, the state vector and a temporary). rowLocal is the frame for the other Sᵀq̂ of a
+// 16-YMM sub-block, 32-byte aligned (small enough for NOSPLIT, which keeps the routine free of the
+// stack-check prologue and its TLS access, which -dynlink executables cannot link).
 const (
-	chunkVecs  = 16
-	chunkRegs  = 3                             // pieces whose accumulators stay in registers
-	chunkLocal = (chunkVecs-chunkRegs)*32 + 32 // Sᵀq̂ of the other pieces, 32-byte aligned
-	chunkDRegs = 9                             // pieces whose δ stays in registers (16 YMM: eg, beta, kq, 3 temporaries)
+	rowRegsK = 13
+	rowRegsQ = 11
+	rowLocal = (16-rowRegsQ)*32 + 32
 )
 
-// chunkBlock is the AVX2 state block for n YMM (8n columns) with most accumulators in memory, in
-// L1: Sᵀk̂ in the block's part of o (written last, after Sᵀk̂ has been read), Sᵀq̂ and later δ in
-// acc (32-byte aligned, 448 bytes of the frame: small enough for NOSPLIT, which keeps the routine
-// free of the stack-check prologue and its TLS access, which -dynlink executables cannot link).
-// 16 YMM registers cannot hold the 2n accumulators of a whole 128-column row, and 32-column register blocks make the read pass a
-// strided walk (4 × 128 bytes per 512-byte row) that keeps too few misses in flight: at B = 64
-// it took about twice as long as this contiguous stream. The extra loads and stores hit L1 and
-// stay within the load/store ports' budget while the FMAs (2 per 8 floats) set the pace.
-func chunkBlock(r stateRegs, n int, acc GPVirtual) {
-	Commentf("Chunk of %d columns: read pass, Sᵀk̂ and Sᵀq̂ of pieces ≥ %d in memory.", 8*n, chunkRegs)
-	slotK := func(t int) Mem { return Mem{Base: r.o, Disp: 32 * t} }
-	slotQ := func(t int) Mem { return Mem{Base: acc, Disp: 32 * (t - chunkRegs)} }
-	zy := YMM()
-	VXORPS(zy, zy, zy)
-	for t := chunkRegs; t < n; t++ {
-		VMOVUPS(zy, slotK(t))
-		VMOVAPS(zy, slotQ(t))
+// rowBlock is the AVX2 state block of whole rows of 8·Σsubs columns (at most 32 YMM): the read
+// pass accumulates only Sᵀk̂, over whole rows, 13 YMM in registers and the rest in the block's
+// part of o; δ replaces Sᵀk̂ in o; then each sub-block of subs[c] YMM (at most 16) has a write
+// pass that also accumulates Sᵀq̂ from the state it re-reads (the same products, in the same
+// order, as a read-pass accumulation), 11 YMM in registers and the rest in acc, and ends with
+// o = eg·Sᵀq̂ + kq·δ over δ.
+func rowBlock(r stateRegs, subs []int, acc GPVirtual) {
+	n := 0
+	for _, m := range subs {
+		n += m
 	}
-	accK := make([]VecVirtual, chunkRegs)
-	accQ := make([]VecVirtual, chunkRegs)
+	Commentf("Rows of %d columns: read pass, Sᵀk̂ of YMM ≥ %d in o.", 8*n, rowRegsK)
+	slotO := func(t int) Mem { return Mem{Base: r.o, Disp: 32 * t} }
+	nk := min(n, rowRegsK)
+	if n > nk {
+		zy := YMM()
+		VXORPS(zy, zy, zy)
+		for t := nk; t < n; t++ {
+			VMOVUPS(zy, slotO(t))
+		}
+	}
+	accK := make([]VecVirtual, nk)
 	for t := range accK {
-		accK[t], accQ[t] = YMM(), YMM()
+		accK[t] = YMM()
 		VXORPS(accK[t], accK[t], accK[t])
-		VXORPS(accQ[t], accQ[t], accQ[t])
 	}
 	p, i := GP64(), GP64()
 	MOVQ(r.sIn, p)
 	XORQ(i, i)
-	read := label("cread")
+	read := label("rread")
 	Label(read)
-	bk, bq, x, m := YMM(), YMM(), YMM(), YMM()
+	bk := YMM()
 	VBROADCASTSS(Mem{Base: r.kh, Index: i, Scale: 4}, bk)
-	VBROADCASTSS(Mem{Base: r.qh, Index: i, Scale: 4}, bq)
 	for t := 0; t < n; t++ {
-		VMOVUPS(Mem{Base: p, Disp: 32 * t}, x)
-		if t < chunkRegs {
-			VFMADD231PS(x, bk, accK[t])
-			VFMADD231PS(x, bq, accQ[t])
+		if t < nk {
+			VFMADD231PS(Mem{Base: p, Disp: 32 * t}, bk, accK[t])
 			continue
 		}
-		VMOVUPS(slotK(t), m)
-		VFMADD231PS(x, bk, m)
-		VMOVUPS(m, slotK(t))
-		VMOVAPS(slotQ(t), m)
-		VFMADD231PS(x, bq, m)
-		VMOVAPS(m, slotQ(t))
+		m := YMM()
+		VMOVUPS(slotO(t), m)
+		VFMADD231PS(Mem{Base: p, Disp: 32 * t}, bk, m)
+		VMOVUPS(m, slotO(t))
 	}
 	ADDQ(r.stride, p)
 	INCQ(i)
 	CMPQ(i, r.k)
 	JB(LabelRef(read))
 
-	Comment("δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ; δ in registers, then in Sᵀq̂'s slots.")
-	eg, beta, kq := YMM(), YMM(), YMM()
+	Comment("δ = beta·(v − eg·Sᵀk̂), in o.")
+	eg, beta := YMM(), YMM()
 	VBROADCASTSS(paramMem("eg"), eg)
 	VBROADCASTSS(paramMem("beta"), beta)
-	VBROADCASTSS(paramMem("kq"), kq)
-	d := make([]VecVirtual, min(n, chunkDRegs))
-	vt, tmp, ot := YMM(), YMM(), YMM()
 	for t := 0; t < n; t++ {
-		ak, aq := tmp, ot
-		if t < chunkRegs {
-			ak, aq = accK[t], accQ[t]
+		ak := YMM()
+		if t < nk {
+			ak = accK[t]
 		} else {
-			VMOVUPS(slotK(t), tmp)
-			VMOVAPS(slotQ(t), ot)
+			VMOVUPS(slotO(t), ak)
 		}
+		vt := YMM()
 		VMOVUPS(Mem{Base: r.v, Disp: 32 * t}, vt)
-		VMULPS(ak, eg, tmp)
-		VSUBPS(tmp, vt, tmp)
-		dt := tmp
-		if t < len(d) {
-			d[t] = YMM()
-			dt = d[t]
-		}
-		VMULPS(tmp, beta, dt)
-		VMULPS(aq, eg, ot)
-		VFMADD231PS(dt, kq, ot)
-		VMOVUPS(ot, Mem{Base: r.o, Disp: 32 * t})
-		if t >= len(d) {
-			VMOVAPS(dt, slotQ(t))
-		}
+		VMULPS(ak, eg, ak)
+		VSUBPS(ak, vt, ak)
+		VMULPS(ak, beta, ak)
+		VMOVUPS(ak, slotO(t))
 	}
 
-	Comment("Write pass: S' = eg·S + k̂_i·δ over the same rows.")
-	q := GP64()
-	MOVQ(r.sIn, p)
-	MOVQ(r.sOut, q)
-	XORQ(i, i)
-	write := label("cwrite")
-	Label(write)
-	bk2, y := YMM(), YMM()
-	VBROADCASTSS(Mem{Base: r.kh, Index: i, Scale: 4}, bk2)
-	for t := 0; t < n; t++ {
-		VMOVUPS(Mem{Base: p, Disp: 32 * t}, y)
-		VMULPS(y, eg, y)
-		if t < len(d) {
-			VFMADD231PS(d[t], bk2, y)
-		} else {
-			VFMADD231PS(slotQ(t), bk2, y)
+	t0 := 0
+	for _, m := range subs {
+		Commentf("Write pass over YMM %d–%d: S' = eg·S + k̂_i·δ, Sᵀq̂ of YMM ≥ %d in the frame.", t0, t0+m-1, t0+rowRegsQ)
+		nq := min(m, rowRegsQ)
+		slotQ := func(t int) Mem { return Mem{Base: acc, Disp: 32 * (t - t0 - nq)} }
+		if m > nq {
+			zy := YMM()
+			VXORPS(zy, zy, zy)
+			for t := t0 + nq; t < t0+m; t++ {
+				VMOVAPS(zy, slotQ(t))
+			}
 		}
-		VMOVUPS(y, Mem{Base: q, Disp: 32 * t})
+		accQ := make([]VecVirtual, nq)
+		for t := range accQ {
+			accQ[t] = YMM()
+			VXORPS(accQ[t], accQ[t], accQ[t])
+		}
+		q := GP64()
+		MOVQ(r.sIn, p)
+		MOVQ(r.sOut, q)
+		XORQ(i, i)
+		write := label("rwrite")
+		Label(write)
+		bk2, bq := YMM(), YMM()
+		VBROADCASTSS(Mem{Base: r.kh, Index: i, Scale: 4}, bk2)
+		VBROADCASTSS(Mem{Base: r.qh, Index: i, Scale: 4}, bq)
+		for t := t0; t < t0+m; t++ {
+			y := YMM()
+			VMOVUPS(Mem{Base: p, Disp: 32 * t}, y)
+			if t-t0 < nq {
+				VFMADD231PS(y, bq, accQ[t-t0])
+			} else {
+				a := YMM()
+				VMOVAPS(slotQ(t), a)
+				VFMADD231PS(y, bq, a)
+				VMOVAPS(a, slotQ(t))
+			}
+			VMULPS(y, eg, y)
+			VFMADD231PS(slotO(t), bk2, y)
+			VMOVUPS(y, Mem{Base: q, Disp: 32 * t})
+		}
+		ADDQ(r.stride, p)
+		ADDQ(r.stride, q)
+		INCQ(i)
+		CMPQ(i, r.k)
+		JB(LabelRef(write))
+
+		Comment("o = eg·Sᵀq̂ + kq·δ over δ.")
+		kq := YMM()
+		VBROADCASTSS(paramMem("kq"), kq)
+		for t := t0; t < t0+m; t++ {
+			ot := YMM()
+			if t-t0 < nq {
+				VMULPS(accQ[t-t0], eg, ot)
+			} else {
+				VMULPS(slotQ(t), eg, ot)
+			}
+			VFMADD231PS(slotO(t), kq, ot)
+			VMOVUPS(ot, slotO(t))
+		}
+		t0 += m
 	}
-	ADDQ(r.stride, p)
-	ADDQ(r.stride, q)
-	INCQ(i)
-	CMPQ(i, r.k)
-	JB(LabelRef(write))
 }
 
 // stateBlock emits one column block: the read pass, δ and o, the write pass. The accumulators of
