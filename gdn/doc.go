@@ -51,13 +51,14 @@
 //
 // # Workers
 //
-// A Step splits the flattened heads into contiguous ranges, one per worker (Config.Workers; 0 means
-// as many as pay off, at most GOMAXPROCS, each with at least 128 KiB of state), runs the first
-// range on the caller's goroutine and the others on a package-level pool. The pool's goroutines
-// are started on first use, are never more than the most extra workers a Step has used, and live
-// as long as the process: after a task each polls for the next one for 50 µs (so back-to-back
-// Steps do not pay the wake-up of a parked goroutine), then parks. Small batches run inline, and
-// with Workers 1 no goroutine is ever started.
+// A Step splits the flattened heads into contiguous ranges, one per worker (Config.Workers, at most
+// GOMAXPROCS; 0 means as many as pay off, each with at least 128 KiB of state), runs the first
+// range on the caller's goroutine and hands the others to a package-level pool. The pool's
+// goroutines are started on first use, are never more than the most extra workers a Step has
+// used, and live as long as the process: after a task each polls for the next one for 50 µs (so
+// back-to-back Steps do not pay the wake-up of a parked goroutine), then parks. Ranges no pool
+// goroutine has picked up by the time the caller's own range is done are run by the caller. Small
+// batches run inline, and with Workers 1 no goroutine is ever started.
 //
 // # Errors and safety
 //

@@ -161,9 +161,10 @@ func (l *Layer) runRange(st *gdnsimd.Step, lo, hi int) {
 const minWorkBytes = 128 << 10
 
 // workers is the number of goroutines (the caller's included) a Step over heads flattened heads
-// uses: Config.Workers (GOMAXPROCS when 0), but no more than the heads and than pays off.
+// uses: Config.Workers (GOMAXPROCS when 0), but no more than GOMAXPROCS, the heads and than pays
+// off.
 func (l *Layer) workers(heads int) int {
-	w := l.c.Workers
+	w := min(l.c.Workers, runtime.GOMAXPROCS(0)) // more workers than Ps cannot run at once
 	if w == 0 {
 		w = runtime.GOMAXPROCS(0)
 	}

@@ -10,14 +10,20 @@ import (
 )
 
 // The worker pool. A Step with w > 1 workers runs its first range of heads on the caller's
-// goroutine and hands the other w−1 ranges to pool goroutines. Starting a goroutine per Step
-// costs too much here: a goroutine woken from sleep starts tens of microseconds later on a
-// virtualised machine, as long as a whole B = 1 step of the Qwen3-Next layer. So the pool's
-// goroutines, once started, live as long as the process: after each task a pool goroutine polls
-// for the next one for up to spinFor (yielding the processor between polls), then parks on a
-// channel until a Step needs it. The pool grows on demand to the largest number of extra workers
-// any Step has used (at most the number of flattened heads of that Step), and never shrinks.
-// The caller likewise polls for up to spinFor for the ranges it handed out before it blocks.
+// goroutine and hands the other w−1 ranges to pool goroutines. A goroutine per range per Step
+// costs too much: a goroutine woken from sleep started tens of microseconds later on the
+// virtualised machine this was measured on — as long as a whole B = 1 step of the Qwen3-Next
+// layer. So the pool's goroutines, once started, live as long as the process; the pool grows on
+// demand to the most extra workers any Step has used (at most GOMAXPROCS−1) and never shrinks.
+//
+//   - After each task a pool goroutine polls for the next one for up to spinFor, yielding its P
+//     between polls (runtime.Gosched), then parks on the task channel.
+//   - The caller, once its own range is done, runs every range of the queue that no pool goroutine
+//     has taken yet (one may still be waking up, or be queued behind the caller on the same P), so
+//     a parallel Step is never much slower than its ranges one after another.
+//   - It then waits for the ranges being run elsewhere by polling without yielding for up to
+//     spinFor — a yielding caller goes to the global run queue, which wakes no idle P, and could
+//     end up taking turns with a worker on one P — and finally blocks on the job's channel.
 
 // spinFor is how long a pool goroutine (or a Step waiting for its ranges) polls before it parks.
 const spinFor = 50 * time.Microsecond
@@ -62,10 +68,15 @@ func poolWorker(tasks <-chan task) {
 		if !ok {
 			t = <-tasks
 		}
-		t.j.l.runRange(&t.j.st, t.lo, t.hi)
-		if t.j.pending.Add(-1) == 0 {
-			t.j.done <- struct{}{}
-		}
+		t.run()
+	}
+}
+
+// run computes the task's range and signals its job when it was the last one.
+func (t task) run() {
+	t.j.l.runRange(&t.j.st, t.lo, t.hi)
+	if t.j.pending.Add(-1) == 0 {
+		t.j.done <- struct{}{}
 	}
 }
 
@@ -85,6 +96,15 @@ func poll(tasks <-chan task) (task, bool) {
 	}
 }
 
+// spinPause burns a few hundred nanoseconds without giving up the processor.
+func spinPause() {
+	for i := 0; i < 64; i++ {
+		spinSink.Add(0)
+	}
+}
+
+var spinSink atomic.Int32
+
 // parallel splits the flattened heads into w contiguous ranges (as the seed's SPMD grid shards
 // BH), runs the first on the caller's goroutine and the others on the pool, and returns when all
 // are done.
@@ -97,12 +117,23 @@ func (l *Layer) parallel(st gdnsimd.Step, heads, w int) {
 		pool.tasks <- task{j, i * heads / w, (i + 1) * heads / w}
 	}
 	l.runRange(&j.st, 0, heads/w)
+	// Ranges no pool goroutine has taken yet (it may still be waking up, or waiting for this very
+	// P) are run here: a parallel Step is never slower than running its ranges one after another.
+	for j.pending.Load() != 0 {
+		select {
+		case t := <-pool.tasks:
+			t.run()
+			continue
+		default:
+		}
+		break
+	}
 	deadline := time.Now().Add(spinFor)
 	for i := 0; j.pending.Load() != 0; i++ {
 		if i%16 == 15 && time.Now().After(deadline) {
 			break
 		}
-		runtime.Gosched()
+		spinPause()
 	}
 	<-j.done // happens after every range's writes
 	j.l, j.st = nil, gdnsimd.Step{}
