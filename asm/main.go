@@ -297,42 +297,30 @@ func tailMask(n GPVirtual, k Register) {
 
 // Plans: how the ISA cuts a block of columns into pieces (tested in plan_test.go).
 
-// fullBlock is the main block: blockVecs unmasked vectors.
-func fullBlock(a isa) []piece {
-	ps := make([]piece, a.blockVecs)
+// vecBlock is a block of nv unmasked vectors of the given number of float32 lanes.
+func vecBlock(lanes, nv int) []piece {
+	ps := make([]piece, nv)
 	for i := range ps {
-		ps[i] = piece{w: a.lanes, off: 4 * a.lanes * i}
+		ps[i] = piece{w: lanes, off: 4 * lanes * i}
 	}
 	return ps
 }
 
+// fullBlock is the main block: blockVecs unmasked vectors.
+func fullBlock(a isa) []piece { return vecBlock(a.lanes, a.blockVecs) }
+
 // zmmBlock is an AVX-512 block of nv unmasked ZMM.
-func zmmBlock(nv int) []piece {
-	ps := make([]piece, nv)
-	for i := range ps {
-		ps[i] = piece{w: 16, off: 64 * i}
-	}
-	return ps
-}
+func zmmBlock(nv int) []piece { return vecBlock(16, nv) }
 
 // maskedBlock is an AVX-512 tail block of nv vectors, the last one under K1.
 func maskedBlock(nv int) []piece {
-	ps := make([]piece, nv)
-	for i := range ps {
-		ps[i] = piece{w: 16, off: 64 * i}
-	}
+	ps := vecBlock(16, nv)
 	ps[nv-1].mask = K1
 	return ps
 }
 
 // ymmBlock is an AVX2 tail block of nv full YMM.
-func ymmBlock(nv int) []piece {
-	ps := make([]piece, nv)
-	for i := range ps {
-		ps[i] = piece{w: 8, off: 32 * i}
-	}
-	return ps
-}
+func ymmBlock(nv int) []piece { return vecBlock(8, nv) }
 
 // narrowBlock is the AVX2 tail block of n < 8 columns: an XMM if n ≥ 4, then scalars.
 func narrowBlock(n int) []piece {
