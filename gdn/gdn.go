@@ -43,7 +43,7 @@ type Config struct {
 	ALog, DtBias   []float32 // [VHeads]
 	NormWeight     []float32 // [V]
 	RMSEps         float32   // gated RMSNorm epsilon; 0 means 1e-6
-	Workers        int       // 0: as many as pay off, up to GOMAXPROCS; 1: only the caller's goroutine
+	Workers        int       // 0: as many as pay off, up to GOMAXPROCS; 1: only the caller's goroutine; n: at most n (and GOMAXPROCS)
 	Kernel         string    // "": best for this CPU; else a kernel name (error if unavailable)
 }
 
@@ -156,8 +156,8 @@ func (l *Layer) runRange(st *gdnsimd.Step, lo, hi int) {
 	l.scratch.Put(sp)
 }
 
-// minWorkBytes is the least state (bytes read) a worker should get: below it, starting and joining
-// a goroutine costs more than it saves.
+// minWorkBytes is the least state (bytes read) a worker should get: below it, handing a range to
+// the pool and waiting for it costs more than it saves.
 const minWorkBytes = 128 << 10
 
 // workers is the number of goroutines (the caller's included) a Step over heads flattened heads
