@@ -10,7 +10,6 @@ import (
 	"unsafe"
 
 	"github.com/gdnsimd/gdnsimd/gdn"
-	"github.com/gdnsimd/gdnsimd/internal/oracle"
 	"github.com/stretchr/testify/require"
 )
 
@@ -73,17 +72,7 @@ func guardShapes() [][2]int {
 // PROT_NONE page (and, in a second round, starting right after one), over guardShapes, in place
 // and out of place, with both outputs, bf16 only and f32 only.
 func TestGuardPages(t *testing.T) {
-	r := rand.New(rand.NewPCG(11, 12))
-	var cases []stepCase
-	for i, kv := range guardShapes() {
-		d := oracle.Dims{B: 1, HK: 1, HV: 1, K: kv[0], V: kv[1]}
-		if i%4 == 3 {
-			d.B, d.HV = 2, 2
-		}
-		c := oracle.Random(r, d, 1)
-		c.Name = fmt.Sprintf("K=%d,V=%d,B=%d,HV=%d", d.K, d.V, d.B, d.HV)
-		cases = append(cases, stepCase{c: c, inPlace: i%2 == 0, wantOut: i%3 != 2, want32: i%3 != 1})
-	}
+	cases := shapeCases(rand.New(rand.NewPCG(11, 12)), guardShapes(), 4)
 	forEachKernel(t, func(t *testing.T, kernel string) {
 		for _, atEnd := range []bool{true, false} {
 			var rc roundedCount

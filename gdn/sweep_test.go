@@ -229,11 +229,16 @@ func (p *bandPlacer) check(t *testing.T) {
 // sequences and two value heads per key head, alternating in place / out of place and the
 // requested outputs (both, bf16 only, f32 only).
 func sweepCases(short bool) []stepCase {
-	r := rand.New(rand.NewPCG(7, 8))
+	return shapeCases(rand.New(rand.NewPCG(7, 8)), sweepShapes(short), 5)
+}
+
+// shapeCases makes one random case per (K, V) shape — B = 2 with HV = 2 for every bth shape, else
+// one head — rotating in place / out of place and the requested outputs (both, bf16, f32 only).
+func shapeCases(r *rand.Rand, shapes [][2]int, every int) []stepCase {
 	var cs []stepCase
-	for i, kv := range sweepShapes(short) {
+	for i, kv := range shapes {
 		d := oracle.Dims{B: 1, HK: 1, HV: 1, K: kv[0], V: kv[1]}
-		if i%5 == 4 {
+		if i%every == every-1 {
 			d.B, d.HV = 2, 2
 		}
 		c := oracle.Random(r, d, 1)
