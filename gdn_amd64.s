@@ -406,10 +406,21 @@ TEXT ·stateAVX512(SB), NOSPLIT, $336-156
 	MOVQ  R10, R9
 	SHLQ  $0x02, R9
 	MOVQ  R10, (SP)
-	MOVQ  R8, R10
-	IMULQ R9, R10
-	ADDQ  AX, R10
-	MOVQ  R10, 8(SP)
+
+	// Hint: the next head's v (the caller's v usually continues with it).
+	LEAQ       (SI)(R10*4), R10
+	PREFETCHT1 (R10)
+	PREFETCHT1 64(R10)
+	PREFETCHT1 128(R10)
+	PREFETCHT1 192(R10)
+	PREFETCHT1 256(R10)
+	PREFETCHT1 320(R10)
+	PREFETCHT1 384(R10)
+	PREFETCHT1 448(R10)
+	MOVQ       R8, R10
+	IMULQ      R9, R10
+	ADDQ       AX, R10
+	MOVQ       R10, 8(SP)
 
 	// Blocks of 256 columns.
 full_1:
@@ -3738,12 +3749,24 @@ stateAVX512_done_1:
 	RET
 
 // func gateAVX512(o []float32, z []float32, w []float32, eps float32, out []uint16, outF []float32)
-// Requires: AVX, AVX512F, AVX512VL
+// Requires: AVX, AVX512F, AVX512VL, MMX+
 TEXT ·gateAVX512(SB), NOSPLIT, $0-128
 	MOVQ  o_len+8(FP), DI
 	TESTQ DI, DI
 	JZ    gateAVX512_done_1
 	MOVQ  o_base+0(FP), AX
+
+	// Hint: the next head's z (the caller's z usually continues with it).
+	MOVQ       z_base+24(FP), CX
+	LEAQ       (CX)(DI*4), CX
+	PREFETCHT1 (CX)
+	PREFETCHT1 64(CX)
+	PREFETCHT1 128(CX)
+	PREFETCHT1 192(CX)
+	PREFETCHT1 256(CX)
+	PREFETCHT1 320(CX)
+	PREFETCHT1 384(CX)
+	PREFETCHT1 448(CX)
 
 	// r = 1/sqrt(Σo²/V + eps), Σo² in float64.
 	MOVQ         AX, CX
@@ -4050,13 +4073,24 @@ TEXT ·stateAVX2(SB), NOSPLIT, $208-156
 	MOVQ  R10, R9
 	SHLQ  $0x02, R9
 	MOVQ  R10, (SP)
-	MOVQ  R8, R10
-	IMULQ R9, R10
-	ADDQ  AX, R10
-	MOVQ  R10, 8(SP)
-	LEAQ  16(SP), R10
-	ADDQ  $0x1f, R10
-	ANDQ  $-32, R10
+
+	// Hint: the next head's v (the caller's v usually continues with it).
+	LEAQ       (SI)(R10*4), R10
+	PREFETCHT1 (R10)
+	PREFETCHT1 64(R10)
+	PREFETCHT1 128(R10)
+	PREFETCHT1 192(R10)
+	PREFETCHT1 256(R10)
+	PREFETCHT1 320(R10)
+	PREFETCHT1 384(R10)
+	PREFETCHT1 448(R10)
+	MOVQ       R8, R10
+	IMULQ      R9, R10
+	ADDQ       AX, R10
+	MOVQ       R10, 8(SP)
+	LEAQ       16(SP), R10
+	ADDQ       $0x1f, R10
+	ANDQ       $-32, R10
 
 rows256_1:
 	CMPQ (SP), $0x00000100
@@ -6565,12 +6599,24 @@ stateAVX2_done_1:
 	RET
 
 // func gateAVX2(o []float32, z []float32, w []float32, eps float32, out []uint16, outF []float32)
-// Requires: AVX, AVX2, FMA3
+// Requires: AVX, AVX2, FMA3, MMX+
 TEXT ·gateAVX2(SB), NOSPLIT, $0-128
 	MOVQ  o_len+8(FP), DI
 	TESTQ DI, DI
 	JZ    gateAVX2_done_1
 	MOVQ  o_base+0(FP), AX
+
+	// Hint: the next head's z (the caller's z usually continues with it).
+	MOVQ       z_base+24(FP), CX
+	LEAQ       (CX)(DI*4), CX
+	PREFETCHT1 (CX)
+	PREFETCHT1 64(CX)
+	PREFETCHT1 128(CX)
+	PREFETCHT1 192(CX)
+	PREFETCHT1 256(CX)
+	PREFETCHT1 320(CX)
+	PREFETCHT1 384(CX)
+	PREFETCHT1 448(CX)
 
 	// r = 1/sqrt(Σo²/V + eps), Σo² in float64.
 	MOVQ   AX, CX
