@@ -150,6 +150,9 @@ func TestShapesAndFlags(t *testing.T) {
 		if !(r.Generic > 0) {
 			t.Errorf("%+v: generic not measured", r)
 		}
+		if !(r.Read > 0 && r.InPlace > 0) {
+			t.Errorf("%+v: floors not measured", r)
+		}
 	}
 	var tab strings.Builder
 	printTable(&tab, res)
@@ -158,6 +161,9 @@ func TestShapesAndFlags(t *testing.T) {
 		if !strings.Contains(tab.String(), "| "+k+" |") || !strings.Contains(svg, k+", workers 2") {
 			t.Errorf("kernel %s missing from the table or the chart:\n%s", k, tab.String())
 		}
+	}
+	if !strings.Contains(tab.String(), "| floor: in-place memmove |") || !strings.Contains(tab.String(), "| floor: read-only pass |") {
+		t.Errorf("floor lines missing:\n%s", tab.String())
 	}
 	if !strings.Contains(tab.String(), "| copy() |") || !strings.Contains(svg, "copy()") || !strings.HasSuffix(svg, "</svg>\n") {
 		t.Errorf("copy() line missing or SVG unterminated")

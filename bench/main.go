@@ -45,6 +45,8 @@ type Result struct {
 	Workers int
 	Step    float64 // median seconds per step
 	Copy    float64 // median seconds per copy() of the state, interleaved with this config's steps
+	Read    float64 // median seconds per read-only pass over the state (Data.Reads), same for the shape
+	InPlace float64 // median seconds per in-place memmove of the state's size (Data.InPlace), same
 	Generic float64 // median seconds per step of the generic kernel, same shape and workers (0: not measured)
 }
 
@@ -175,7 +177,16 @@ func measureShape(c Config, s Shape) ([]Result, error) {
 	// it. Back to back, as inference runs them, each step pays for the one before. (Without the
 	// warm-ups, B = 64 read 1.01–1.05× here against 1.22–1.23× for go test -bench, whose steps
 	// run back to back.)
+	// The floors (Data.Reads, Data.InPlace) are timed once per repetition, the same way.
+	nr := batchLen(d.Reads(1), c.Batch)
+	d.InPlace(1)
+	ni := batchLen(d.InPlace(1), c.Batch)
+	var reads, inplace []float64
 	for rep := range c.Reps {
+		d.Reads(1)
+		reads = append(reads, d.Reads(nr).Seconds()/float64(nr))
+		d.InPlace(1)
+		inplace = append(inplace, d.InPlace(ni).Seconds()/float64(ni))
 		for i := range cs {
 			x := cs[(i+rep)%len(cs)] // rotate the order so that no config always follows another
 			if _, err := d.Steps(x.l, 1); err != nil {
@@ -192,7 +203,8 @@ func measureShape(c Config, s Shape) ([]Result, error) {
 	}
 	var res []Result
 	for _, x := range cs {
-		r := Result{Shape: s, Kernel: x.kernel, Workers: x.workers, Step: median(x.steps), Copy: median(x.cops)}
+		r := Result{Shape: s, Kernel: x.kernel, Workers: x.workers, Step: median(x.steps), Copy: median(x.cops),
+			Read: median(reads), InPlace: median(inplace)}
 		for _, g := range cs {
 			if g.kernel == "generic" && g.workers == x.workers {
 				r.Generic = median(g.steps)
@@ -219,7 +231,9 @@ func printHeader(w io.Writer, c Config) {
 }
 
 // printTable writes the results as a markdown table: per shape, every kernel and worker count,
-// then copy() of the same bytes (the median over all its interleaved batches for that shape).
+// then copy() of the same bytes (the median over all its interleaved batches for that shape), then
+// the two floors: an in-place memmove of as many bytes (GB/s of its read + write) and a read-only
+// pass over the state (GB/s of what it reads).
 func printTable(w io.Writer, res []Result) {
 	fmt.Fprintln(w, "| kernel | shape | workers | µs/step | GB/s | t/copy() | × generic |")
 	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|")
@@ -237,7 +251,12 @@ func printTable(w io.Writer, res []Result) {
 			copies = append(copies, r.Copy)
 		}
 		c := median(copies)
-		fmt.Fprintf(w, "| copy() | %v | 1 | %s | %.1f | 1.00 | |\n", res[i].Shape, micros(c), float64(res[i].Shape.Traffic())/c/1e9)
+		s := res[i].Shape
+		fmt.Fprintf(w, "| copy() | %v | 1 | %s | %.1f | 1.00 | |\n", s, micros(c), float64(s.Traffic())/c/1e9)
+		if r := res[i]; r.Read > 0 && r.InPlace > 0 {
+			fmt.Fprintf(w, "| floor: in-place memmove | %v | 1 | %s | %.1f | %.2f | |\n", s, micros(r.InPlace), float64(s.Traffic())/r.InPlace/1e9, r.InPlace/c)
+			fmt.Fprintf(w, "| floor: read-only pass | %v | 1 | %s | %.1f | %.2f | |\n", s, micros(r.Read), float64(s.Traffic())/2/r.Read/1e9, r.Read/c)
+		}
 		i = j
 	}
 }

@@ -1,12 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/gdnsimd/gdnsimd/gdn"
 )
@@ -136,6 +138,41 @@ func (d *Data) Copies(n int) time.Duration {
 		copy(d.Dst, d.In.State)
 	}
 	return time.Since(t0)
+}
+
+// Reads runs n read-only passes over the state's bytes (bytes.Count, Go's vectorised byte count:
+// every byte read once, nothing written) and returns the elapsed time. It is the floor of any
+// step, which must read the whole state.
+func (d *Data) Reads(n int) time.Duration {
+	b := floatBytes(d.In.State)
+	t0 := time.Now()
+	for range n {
+		sink += bytes.Count(b, []byte{0x55})
+	}
+	return time.Since(t0)
+}
+
+// InPlace runs n copy(Dst[16:], Dst[:len-16]) and returns the elapsed time: memmove reading and
+// writing the same lines of a buffer of the state's size (overlapping, so without non-temporal
+// stores), the floor of a one-pass in-place update, which an exact step cannot be (δ needs a
+// whole column of Sᵀk̂ before a row is written: two passes per head).
+func (d *Data) InPlace(n int) time.Duration {
+	m := len(d.Dst)
+	t0 := time.Now()
+	for range n {
+		copy(d.Dst[min(16, m):], d.Dst[:max(0, m-16)])
+	}
+	return time.Since(t0)
+}
+
+var sink int
+
+// floatBytes is the memory of f as bytes.
+func floatBytes(f []float32) []byte {
+	if len(f) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&f[0])), 4*len(f))
 }
 
 // median returns the median of v (the mean of the middle two for even lengths); v is not modified.
