@@ -15,21 +15,25 @@
 //
 // What bounds the step at B = 64 (128 MiB of state, far beyond the caches) is how fast one core
 // streams memory: a read-only AVX-512 pass over the same 128 MiB takes 0.81–0.85× the time of
-// copy() of it, and a one-pass in-place read-modify-write 0.86–0.92×. The step needs two passes
+// copy() of it, and a one-pass in-place read-modify-write 0.86–0.93×. The step needs two passes
 // per head (δ needs every row of a column before any row is written), and the write pass runs
 // from L2 (0.78 µs per 128×128 head with the state in L2, against ≈ 2.5 µs for the head's read
 // from memory): the state routine alone, head after head, took 1.09–1.14× (AVX-512) and
 // 1.19–1.24× (AVX2) while memory idled during every write pass. prefetchNext keeps it streaming:
 // PREFETCHT1 of one line in four of the next head, spread over the write pass, brought the
-// AVX-512 routine alone to 1.00× (6.17 ms against 6.17 ms for copy(), medians of 8 in one
-// process) and AVX2 to 1.04×. What did not work (same measurement, copy() ≈ 6.0–6.5 ms):
-// prefetching every line of the next head (9.6 ms) or with T0/NTA (7.8–7.9 ms against 7.3 ms
-// without); prefetching only the first 8–64 lines of the next head before the write pass
+// AVX-512 routine alone to 1.00–1.13× (6.2–6.9 ms against 6.1–6.5 ms for copy(), medians of 8,
+// back to back in one process, several runs) and AVX2 to 1.04–1.10×. What did not work (the same
+// measurement; before it, 7.2–7.4 ms): prefetching every line of the next head (9.6 ms) or with
+// T0/NTA (7.8–7.9 ms against 7.3 ms without); prefetching only the first 8–64 lines of the next head before the write pass
 // (no change); non-temporal stores (slower); software prefetch of later rows in the read pass
 // (no gain: the hardware prefetchers already follow it); and fusing each head's write pass with
 // the next head's read pass, row by row (8.3 ms) or in chunks of 2–64 rows (7.9–12.6 ms) —
 // loads that hit L2 interleaved with the read stream slow the stream (read-only 5.1 ms; with
-// as many loads from an L2-resident buffer 8.2 ms, from an L1-resident row 4.8 ms).
+// as many loads from an L2-resident buffer 8.2 ms, from an L1-resident row 4.8 ms); with the
+// prefetch in place, a burst of 32 more lines at the end of the routine (no gain), VMOVNTPS in
+// the write pass (9.0 ms against 6.8 ms) and, for AVX2, Sᵀq̂ accumulated in the read pass into o
+// instead of in the write pass (7.06 against 6.81 ms; removing that accumulation altogether, as
+// a bound, gave 6.15 ms, AVX-512's time).
 //
 // # Blocking of the state pass
 //
