@@ -109,6 +109,27 @@ func BenchmarkCopy(b *testing.B) {
 	}
 }
 
+// BenchmarkFloor is the two memory floors of each shape (see printTable): floor=read is a
+// read-only pass over the state (SetBytes: the state once), floor=inplace an in-place memmove of
+// the state's size (SetBytes: read + written, as for BenchmarkStep).
+func BenchmarkFloor(b *testing.B) {
+	for _, s := range benchShapes {
+		d := data(s)
+		b.Run("floor=read/"+s.String(), func(b *testing.B) {
+			d.Reads(1)
+			b.SetBytes(s.StateBytes())
+			b.ResetTimer()
+			d.Reads(b.N)
+		})
+		b.Run("floor=inplace/"+s.String(), func(b *testing.B) {
+			d.InPlace(1)
+			b.SetBytes(s.Traffic())
+			b.ResetTimer()
+			d.InPlace(b.N)
+		})
+	}
+}
+
 func reportRates(b *testing.B, s Shape, step, copies time.Duration) {
 	b.ReportMetric(float64(s.Traffic())*float64(b.N)/float64(step.Nanoseconds()), "GB/s")
 	if copies > 0 {
