@@ -24,9 +24,9 @@
 // AVX-512 routine alone to 1.00–1.13× (6.2–6.9 ms against 6.1–6.5 ms for copy(), medians of 8,
 // back to back in one process, several runs) and AVX2 to 1.04–1.10×. What did not work (the same
 // measurement; before it, 7.2–7.4 ms): prefetching every line of the next head (9.6 ms) or with
-// T0/NTA (7.8–7.9 ms against 7.3 ms without); prefetching only the first 8–64 lines of the next head before the write pass
-// (no change); non-temporal stores (slower); software prefetch of later rows in the read pass
-// (no gain: the hardware prefetchers already follow it); and fusing each head's write pass with
+// T0/NTA (7.8–7.9 ms against 7.3 ms without); prefetching only the first 8–64 lines of the next
+// head before the write pass (no change); non-temporal stores (slower); software prefetch of later
+// rows in the read pass (no gain: the hardware prefetchers already follow it); and fusing each head's write pass with
 // the next head's read pass, row by row (8.3 ms) or in chunks of 2–64 rows (7.9–12.6 ms) —
 // loads that hit L2 interleaved with the read stream slow the stream (read-only 5.1 ms; with
 // as many loads from an L2-resident buffer 8.2 ms, from an L1-resident row 4.8 ms); with the
