@@ -44,7 +44,7 @@ var (
 //		for i := range K: sOut[i*V+j] = eg·sIn[i*V+j] + kh[i]·d
 //
 //go:noescape
-func stateAVX512(sIn, sOut, kh, qh, v, o []float32, eg, beta, kq float32)
+func stateAVX512(sIn, sOut, kh, qh, v, o []float32, em1, eg, beta, kq float32)
 
 // gateAVX512 is gateGeneric in AVX-512: for V = len(o) (z, w at least as long; out and outF nil or
 // at least as long, not checked)
@@ -70,7 +70,7 @@ func l2AVX512(q, k []float32) (qq, kk, kq float64)
 // scalar columns.
 //
 //go:noescape
-func stateAVX2(sIn, sOut, kh, qh, v, o []float32, eg, beta, kq float32)
+func stateAVX2(sIn, sOut, kh, qh, v, o []float32, em1, eg, beta, kq float32)
 
 // gateAVX2 is gateAVX512 in AVX2: 8 columns at a time, then 4, then one.
 //

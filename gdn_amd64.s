@@ -388,9 +388,9 @@ GLOBL zero<>(SB), RODATA|NOPTR, $4
 DATA one_f64<>+0(SB)/8, $0x3ff0000000000000
 GLOBL one_f64<>(SB), RODATA|NOPTR, $8
 
-// func stateAVX512(sIn []float32, sOut []float32, kh []float32, qh []float32, v []float32, o []float32, eg float32, beta float32, kq float32)
+// func stateAVX512(sIn []float32, sOut []float32, kh []float32, qh []float32, v []float32, o []float32, em1 float32, eg float32, beta float32, kq float32)
 // Requires: AVX, AVX512F, MMX+
-TEXT ·stateAVX512(SB), NOSPLIT, $336-156
+TEXT ·stateAVX512(SB), NOSPLIT, $336-160
 	MOVQ  sIn_base+0(FP), AX
 	MOVQ  sOut_base+24(FP), CX
 	MOVQ  kh_base+48(FP), DX
@@ -532,9 +532,9 @@ read_1:
 	JB           read_1
 
 	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
-	VBROADCASTSS eg+144(FP), Z28
-	VBROADCASTSS beta+148(FP), Z29
-	VBROADCASTSS kq+152(FP), Z30
+	VBROADCASTSS eg+148(FP), Z28
+	VBROADCASTSS beta+152(FP), Z29
+	VBROADCASTSS kq+156(FP), Z30
 	VMOVUPS      (SI), Z31
 	VMULPS       Z0, Z28, Z0
 	VSUBPS       Z0, Z31, Z0
@@ -803,9 +803,9 @@ read_2:
 	JB           read_2
 
 	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
-	VBROADCASTSS eg+144(FP), Z16
-	VBROADCASTSS beta+148(FP), Z17
-	VBROADCASTSS kq+152(FP), Z18
+	VBROADCASTSS eg+148(FP), Z16
+	VBROADCASTSS beta+152(FP), Z17
+	VBROADCASTSS kq+156(FP), Z18
 	VMOVUPS      (SI), Z19
 	VMULPS       Z0, Z16, Z0
 	VSUBPS       Z0, Z19, Z0
@@ -975,9 +975,9 @@ read_3:
 	JB           read_3
 
 	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
-	VBROADCASTSS eg+144(FP), Z2
-	VBROADCASTSS beta+148(FP), Z3
-	VBROADCASTSS kq+152(FP), Z4
+	VBROADCASTSS eg+148(FP), Z2
+	VBROADCASTSS beta+152(FP), Z3
+	VBROADCASTSS kq+156(FP), Z4
 	VMOVUPS.Z    (SI), K1, Z5
 	VMULPS       Z0, Z2, Z0
 	VSUBPS       Z0, Z5, Z0
@@ -1031,9 +1031,9 @@ read_4:
 	JB           read_4
 
 	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
-	VBROADCASTSS eg+144(FP), Z4
-	VBROADCASTSS beta+148(FP), Z5
-	VBROADCASTSS kq+152(FP), Z6
+	VBROADCASTSS eg+148(FP), Z4
+	VBROADCASTSS beta+152(FP), Z5
+	VBROADCASTSS kq+156(FP), Z6
 	VMOVUPS      (SI), Z7
 	VMULPS       Z0, Z4, Z0
 	VSUBPS       Z0, Z7, Z0
@@ -1103,9 +1103,9 @@ read_5:
 	JB           read_5
 
 	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
-	VBROADCASTSS eg+144(FP), Z6
-	VBROADCASTSS beta+148(FP), Z7
-	VBROADCASTSS kq+152(FP), Z8
+	VBROADCASTSS eg+148(FP), Z6
+	VBROADCASTSS beta+152(FP), Z7
+	VBROADCASTSS kq+156(FP), Z8
 	VMOVUPS      (SI), Z9
 	VMULPS       Z0, Z6, Z0
 	VSUBPS       Z0, Z9, Z0
@@ -1191,9 +1191,9 @@ read_6:
 	JB           read_6
 
 	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
-	VBROADCASTSS eg+144(FP), Z8
-	VBROADCASTSS beta+148(FP), Z9
-	VBROADCASTSS kq+152(FP), Z10
+	VBROADCASTSS eg+148(FP), Z8
+	VBROADCASTSS beta+152(FP), Z9
+	VBROADCASTSS kq+156(FP), Z10
 	VMOVUPS      (SI), Z11
 	VMULPS       Z0, Z8, Z0
 	VSUBPS       Z0, Z11, Z0
@@ -1295,9 +1295,9 @@ read_7:
 	JB           read_7
 
 	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
-	VBROADCASTSS eg+144(FP), Z10
-	VBROADCASTSS beta+148(FP), Z11
-	VBROADCASTSS kq+152(FP), Z12
+	VBROADCASTSS eg+148(FP), Z10
+	VBROADCASTSS beta+152(FP), Z11
+	VBROADCASTSS kq+156(FP), Z12
 	VMOVUPS      (SI), Z13
 	VMULPS       Z0, Z10, Z0
 	VSUBPS       Z0, Z13, Z0
@@ -1416,9 +1416,9 @@ read_8:
 	JB           read_8
 
 	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
-	VBROADCASTSS eg+144(FP), Z12
-	VBROADCASTSS beta+148(FP), Z13
-	VBROADCASTSS kq+152(FP), Z14
+	VBROADCASTSS eg+148(FP), Z12
+	VBROADCASTSS beta+152(FP), Z13
+	VBROADCASTSS kq+156(FP), Z14
 	VMOVUPS      (SI), Z15
 	VMULPS       Z0, Z12, Z0
 	VSUBPS       Z0, Z15, Z0
@@ -1553,9 +1553,9 @@ read_9:
 	JB           read_9
 
 	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
-	VBROADCASTSS eg+144(FP), Z14
-	VBROADCASTSS beta+148(FP), Z15
-	VBROADCASTSS kq+152(FP), Z16
+	VBROADCASTSS eg+148(FP), Z14
+	VBROADCASTSS beta+152(FP), Z15
+	VBROADCASTSS kq+156(FP), Z16
 	VMOVUPS      (SI), Z17
 	VMULPS       Z0, Z14, Z0
 	VSUBPS       Z0, Z17, Z0
@@ -1706,9 +1706,9 @@ read_10:
 	JB           read_10
 
 	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
-	VBROADCASTSS eg+144(FP), Z16
-	VBROADCASTSS beta+148(FP), Z17
-	VBROADCASTSS kq+152(FP), Z18
+	VBROADCASTSS eg+148(FP), Z16
+	VBROADCASTSS beta+152(FP), Z17
+	VBROADCASTSS kq+156(FP), Z18
 	VMOVUPS      (SI), Z19
 	VMULPS       Z0, Z16, Z0
 	VSUBPS       Z0, Z19, Z0
@@ -1875,9 +1875,9 @@ read_11:
 	JB           read_11
 
 	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
-	VBROADCASTSS eg+144(FP), Z18
-	VBROADCASTSS beta+148(FP), Z19
-	VBROADCASTSS kq+152(FP), Z20
+	VBROADCASTSS eg+148(FP), Z18
+	VBROADCASTSS beta+152(FP), Z19
+	VBROADCASTSS kq+156(FP), Z20
 	VMOVUPS      (SI), Z21
 	VMULPS       Z0, Z18, Z0
 	VSUBPS       Z0, Z21, Z0
@@ -2061,9 +2061,9 @@ read_12:
 	JB           read_12
 
 	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
-	VBROADCASTSS eg+144(FP), Z20
-	VBROADCASTSS beta+148(FP), Z21
-	VBROADCASTSS kq+152(FP), Z22
+	VBROADCASTSS eg+148(FP), Z20
+	VBROADCASTSS beta+152(FP), Z21
+	VBROADCASTSS kq+156(FP), Z22
 	VMOVUPS      (SI), Z23
 	VMULPS       Z0, Z20, Z0
 	VSUBPS       Z0, Z23, Z0
@@ -2263,9 +2263,9 @@ read_13:
 	JB           read_13
 
 	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
-	VBROADCASTSS eg+144(FP), Z22
-	VBROADCASTSS beta+148(FP), Z23
-	VBROADCASTSS kq+152(FP), Z24
+	VBROADCASTSS eg+148(FP), Z22
+	VBROADCASTSS beta+152(FP), Z23
+	VBROADCASTSS kq+156(FP), Z24
 	VMOVUPS      (SI), Z25
 	VMULPS       Z0, Z22, Z0
 	VSUBPS       Z0, Z25, Z0
@@ -2481,9 +2481,9 @@ read_14:
 	JB           read_14
 
 	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
-	VBROADCASTSS eg+144(FP), Z24
-	VBROADCASTSS beta+148(FP), Z25
-	VBROADCASTSS kq+152(FP), Z26
+	VBROADCASTSS eg+148(FP), Z24
+	VBROADCASTSS beta+152(FP), Z25
+	VBROADCASTSS kq+156(FP), Z26
 	VMOVUPS      (SI), Z27
 	VMULPS       Z0, Z24, Z0
 	VSUBPS       Z0, Z27, Z0
@@ -2715,9 +2715,9 @@ read_15:
 	JB           read_15
 
 	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
-	VBROADCASTSS eg+144(FP), Z26
-	VBROADCASTSS beta+148(FP), Z27
-	VBROADCASTSS kq+152(FP), Z28
+	VBROADCASTSS eg+148(FP), Z26
+	VBROADCASTSS beta+152(FP), Z27
+	VBROADCASTSS kq+156(FP), Z28
 	VMOVUPS      (SI), Z29
 	VMULPS       Z0, Z26, Z0
 	VSUBPS       Z0, Z29, Z0
@@ -2966,9 +2966,9 @@ read_16:
 	JB           read_16
 
 	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
-	VBROADCASTSS eg+144(FP), Z28
-	VBROADCASTSS beta+148(FP), Z29
-	VBROADCASTSS kq+152(FP), Z30
+	VBROADCASTSS eg+148(FP), Z28
+	VBROADCASTSS beta+152(FP), Z29
+	VBROADCASTSS kq+156(FP), Z30
 	VMOVUPS      (SI), Z31
 	VMULPS       Z0, Z28, Z0
 	VSUBPS       Z0, Z31, Z0
@@ -3241,9 +3241,9 @@ read_17:
 	JB           read_17
 
 	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
-	VBROADCASTSS eg+144(FP), Z28
-	VBROADCASTSS beta+148(FP), Z29
-	VBROADCASTSS kq+152(FP), Z30
+	VBROADCASTSS eg+148(FP), Z28
+	VBROADCASTSS beta+152(FP), Z29
+	VBROADCASTSS kq+156(FP), Z30
 	VMOVUPS      (SI), Z31
 	VMULPS       Z0, Z28, Z0
 	VSUBPS       Z0, Z31, Z0
@@ -3539,9 +3539,9 @@ read_18:
 	JB           read_18
 
 	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
-	VBROADCASTSS eg+144(FP), Z28
-	VBROADCASTSS beta+148(FP), Z29
-	VBROADCASTSS kq+152(FP), Z30
+	VBROADCASTSS eg+148(FP), Z28
+	VBROADCASTSS beta+152(FP), Z29
+	VBROADCASTSS kq+156(FP), Z30
 	VMOVUPS      (SI), Z31
 	VMULPS       Z0, Z28, Z0
 	VSUBPS       Z0, Z31, Z0
@@ -4055,9 +4055,9 @@ l2reduce_1:
 	VZEROUPPER
 	RET
 
-// func stateAVX2(sIn []float32, sOut []float32, kh []float32, qh []float32, v []float32, o []float32, eg float32, beta float32, kq float32)
+// func stateAVX2(sIn []float32, sOut []float32, kh []float32, qh []float32, v []float32, o []float32, em1 float32, eg float32, beta float32, kq float32)
 // Requires: AVX, FMA3, MMX+
-TEXT ·stateAVX2(SB), NOSPLIT, $208-156
+TEXT ·stateAVX2(SB), NOSPLIT, $208-160
 	MOVQ  sIn_base+0(FP), AX
 	MOVQ  sOut_base+24(FP), CX
 	MOVQ  kh_base+48(FP), DX
@@ -4211,8 +4211,8 @@ rread_1:
 	JB           rread_1
 
 	// δ = beta·(v − eg·Sᵀk̂), in o.
-	VBROADCASTSS eg+144(FP), Y13
-	VBROADCASTSS beta+148(FP), Y14
+	VBROADCASTSS eg+148(FP), Y13
+	VBROADCASTSS beta+152(FP), Y14
 	VMOVUPS      (SI), Y15
 	VMULPS       Y0, Y13, Y0
 	VSUBPS       Y0, Y15, Y0
@@ -4519,7 +4519,7 @@ rwrite_1:
 	JB           rwrite_1
 
 	// o = eg·Sᵀq̂ + kq·δ over δ.
-	VBROADCASTSS kq+152(FP), Y11
+	VBROADCASTSS kq+156(FP), Y11
 	VMULPS       Y0, Y13, Y0
 	VFMADD231PS  (DI), Y11, Y0
 	VMOVUPS      Y0, (DI)
@@ -4695,7 +4695,7 @@ rwrite_2:
 	JB           rwrite_2
 
 	// o = eg·Sᵀq̂ + kq·δ over δ.
-	VBROADCASTSS kq+152(FP), Y11
+	VBROADCASTSS kq+156(FP), Y11
 	VMULPS       Y0, Y13, Y0
 	VFMADD231PS  512(DI), Y11, Y0
 	VMOVUPS      Y0, 512(DI)
@@ -4838,8 +4838,8 @@ rread_2:
 	JB           rread_2
 
 	// δ = beta·(v − eg·Sᵀk̂), in o.
-	VBROADCASTSS eg+144(FP), Y13
-	VBROADCASTSS beta+148(FP), Y14
+	VBROADCASTSS eg+148(FP), Y13
+	VBROADCASTSS beta+152(FP), Y14
 	VMOVUPS      (SI), Y15
 	VMULPS       Y0, Y13, Y0
 	VSUBPS       Y0, Y15, Y0
@@ -5098,7 +5098,7 @@ rwrite_3:
 	JB           rwrite_3
 
 	// o = eg·Sᵀq̂ + kq·δ over δ.
-	VBROADCASTSS kq+152(FP), Y11
+	VBROADCASTSS kq+156(FP), Y11
 	VMULPS       Y0, Y13, Y0
 	VFMADD231PS  (DI), Y11, Y0
 	VMOVUPS      Y0, (DI)
@@ -5214,7 +5214,7 @@ rwrite_4:
 	JB           rwrite_4
 
 	// o = eg·Sᵀq̂ + kq·δ over δ.
-	VBROADCASTSS kq+152(FP), Y8
+	VBROADCASTSS kq+156(FP), Y8
 	VMULPS       Y0, Y13, Y0
 	VFMADD231PS  512(DI), Y8, Y0
 	VMOVUPS      Y0, 512(DI)
@@ -5300,8 +5300,8 @@ rread_3:
 	JB           rread_3
 
 	// δ = beta·(v − eg·Sᵀk̂), in o.
-	VBROADCASTSS eg+144(FP), Y13
-	VBROADCASTSS beta+148(FP), Y14
+	VBROADCASTSS eg+148(FP), Y13
+	VBROADCASTSS beta+152(FP), Y14
 	VMOVUPS      (SI), Y15
 	VMULPS       Y0, Y13, Y0
 	VSUBPS       Y0, Y15, Y0
@@ -5512,7 +5512,7 @@ rwrite_5:
 	JB           rwrite_5
 
 	// o = eg·Sᵀq̂ + kq·δ over δ.
-	VBROADCASTSS kq+152(FP), Y11
+	VBROADCASTSS kq+156(FP), Y11
 	VMULPS       Y0, Y13, Y0
 	VFMADD231PS  (DI), Y11, Y0
 	VMOVUPS      Y0, (DI)
@@ -5599,8 +5599,8 @@ rread_4:
 	JB           rread_4
 
 	// δ = beta·(v − eg·Sᵀk̂), in o.
-	VBROADCASTSS eg+144(FP), Y8
-	VBROADCASTSS beta+148(FP), Y9
+	VBROADCASTSS eg+148(FP), Y8
+	VBROADCASTSS beta+152(FP), Y9
 	VMOVUPS      (SI), Y10
 	VMULPS       Y0, Y8, Y0
 	VSUBPS       Y0, Y10, Y0
@@ -5708,7 +5708,7 @@ rwrite_6:
 	JB           rwrite_6
 
 	// o = eg·Sᵀq̂ + kq·δ over δ.
-	VBROADCASTSS kq+152(FP), Y9
+	VBROADCASTSS kq+156(FP), Y9
 	VMULPS       Y0, Y8, Y0
 	VFMADD231PS  (DI), Y9, Y0
 	VMOVUPS      Y0, (DI)
@@ -5778,9 +5778,9 @@ read_19:
 	JB           read_19
 
 	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
-	VBROADCASTSS eg+144(FP), Y8
-	VBROADCASTSS beta+148(FP), Y9
-	VBROADCASTSS kq+152(FP), Y10
+	VBROADCASTSS eg+148(FP), Y8
+	VBROADCASTSS beta+152(FP), Y9
+	VBROADCASTSS kq+156(FP), Y10
 	VMOVUPS      (SI), Y11
 	VMULPS       Y0, Y8, Y0
 	VSUBPS       Y0, Y11, Y0
@@ -5883,9 +5883,9 @@ read_20:
 	JB           read_20
 
 	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
-	VBROADCASTSS eg+144(FP), Y2
-	VBROADCASTSS beta+148(FP), Y3
-	VBROADCASTSS kq+152(FP), Y4
+	VBROADCASTSS eg+148(FP), Y2
+	VBROADCASTSS beta+152(FP), Y3
+	VBROADCASTSS kq+156(FP), Y4
 	VMOVUPS      (SI), Y5
 	VMULPS       Y0, Y2, Y0
 	VSUBPS       Y0, Y5, Y0
@@ -5943,9 +5943,9 @@ read_21:
 	JB           read_21
 
 	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
-	VBROADCASTSS eg+144(FP), Y4
-	VBROADCASTSS beta+148(FP), Y5
-	VBROADCASTSS kq+152(FP), Y6
+	VBROADCASTSS eg+148(FP), Y4
+	VBROADCASTSS beta+152(FP), Y5
+	VBROADCASTSS kq+156(FP), Y6
 	VMOVUPS      (SI), Y7
 	VMULPS       Y0, Y4, Y0
 	VSUBPS       Y0, Y7, Y0
@@ -6019,9 +6019,9 @@ read_22:
 	JB           read_22
 
 	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
-	VBROADCASTSS eg+144(FP), Y6
-	VBROADCASTSS beta+148(FP), Y7
-	VBROADCASTSS kq+152(FP), Y8
+	VBROADCASTSS eg+148(FP), Y6
+	VBROADCASTSS beta+152(FP), Y7
+	VBROADCASTSS kq+156(FP), Y8
 	VMOVUPS      (SI), Y9
 	VMULPS       Y0, Y6, Y0
 	VSUBPS       Y0, Y9, Y0
@@ -6113,9 +6113,9 @@ read_23:
 	JB           read_23
 
 	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
-	VBROADCASTSS eg+144(FP), Y2
-	VBROADCASTSS beta+148(FP), Y3
-	VBROADCASTSS kq+152(FP), Y4
+	VBROADCASTSS eg+148(FP), Y2
+	VBROADCASTSS beta+152(FP), Y3
+	VBROADCASTSS kq+156(FP), Y4
 	VMOVSS       (SI), X5
 	VMULSS       X0, X2, X0
 	VSUBSS       X0, X5, X0
@@ -6169,9 +6169,9 @@ read_24:
 	JB           read_24
 
 	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
-	VBROADCASTSS eg+144(FP), Y4
-	VBROADCASTSS beta+148(FP), Y5
-	VBROADCASTSS kq+152(FP), Y6
+	VBROADCASTSS eg+148(FP), Y4
+	VBROADCASTSS beta+152(FP), Y5
+	VBROADCASTSS kq+156(FP), Y6
 	VMOVSS       (SI), X7
 	VMULSS       X0, X4, X0
 	VSUBSS       X0, X7, X0
@@ -6241,9 +6241,9 @@ read_25:
 	JB           read_25
 
 	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
-	VBROADCASTSS eg+144(FP), Y6
-	VBROADCASTSS beta+148(FP), Y7
-	VBROADCASTSS kq+152(FP), Y8
+	VBROADCASTSS eg+148(FP), Y6
+	VBROADCASTSS beta+152(FP), Y7
+	VBROADCASTSS kq+156(FP), Y8
 	VMOVSS       (SI), X9
 	VMULSS       X0, X6, X0
 	VSUBSS       X0, X9, X0
@@ -6314,9 +6314,9 @@ read_26:
 	JB           read_26
 
 	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
-	VBROADCASTSS eg+144(FP), Y2
-	VBROADCASTSS beta+148(FP), Y3
-	VBROADCASTSS kq+152(FP), Y4
+	VBROADCASTSS eg+148(FP), Y2
+	VBROADCASTSS beta+152(FP), Y3
+	VBROADCASTSS kq+156(FP), Y4
 	VMOVUPS      (SI), X5
 	VMULPS       X0, X2, X0
 	VSUBPS       X0, X5, X0
@@ -6370,9 +6370,9 @@ read_27:
 	JB           read_27
 
 	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
-	VBROADCASTSS eg+144(FP), Y4
-	VBROADCASTSS beta+148(FP), Y5
-	VBROADCASTSS kq+152(FP), Y6
+	VBROADCASTSS eg+148(FP), Y4
+	VBROADCASTSS beta+152(FP), Y5
+	VBROADCASTSS kq+156(FP), Y6
 	VMOVUPS      (SI), X7
 	VMULPS       X0, X4, X0
 	VSUBPS       X0, X7, X0
@@ -6442,9 +6442,9 @@ read_28:
 	JB           read_28
 
 	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
-	VBROADCASTSS eg+144(FP), Y6
-	VBROADCASTSS beta+148(FP), Y7
-	VBROADCASTSS kq+152(FP), Y8
+	VBROADCASTSS eg+148(FP), Y6
+	VBROADCASTSS beta+152(FP), Y7
+	VBROADCASTSS kq+156(FP), Y8
 	VMOVUPS      (SI), X9
 	VMULPS       X0, X6, X0
 	VSUBPS       X0, X9, X0
@@ -6530,9 +6530,9 @@ read_29:
 	JB           read_29
 
 	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
-	VBROADCASTSS eg+144(FP), Y8
-	VBROADCASTSS beta+148(FP), Y9
-	VBROADCASTSS kq+152(FP), Y10
+	VBROADCASTSS eg+148(FP), Y8
+	VBROADCASTSS beta+152(FP), Y9
+	VBROADCASTSS kq+156(FP), Y10
 	VMOVUPS      (SI), X11
 	VMULPS       X0, X8, X0
 	VSUBPS       X0, X11, X0

@@ -98,11 +98,11 @@ func TestStatePiece(t *testing.T) {
 				fill(r, kh, 1/math.Sqrt(float64(K)))
 				fill(r, qh, 1/float64(K))
 				fill(r, v, 1)
-				eg, beta, kq := float32(0.93), float32(0.6), float32(0.05)
+				em1, eg, beta, kq := float32(-0.07), float32(0.93), float32(0.6), float32(0.05)
 				orig := append([]float32(nil), sIn...)
-				im.state(sIn, sOut, kh, qh, v, o, eg, beta, kq)
+				im.state(sIn, sOut, kh, qh, v, o, em1, eg, beta, kq)
 				wantS, wantO := make([]float32, K*V), make([]float32, V)
-				stateGeneric(orig, wantS, kh, qh, v, wantO, eg, beta, kq)
+				stateGeneric(orig, wantS, kh, qh, v, wantO, em1, eg, beta, kq)
 				what := fmt.Sprintf("K=%d V=%d", K, V)
 				near(t, what+" sOut", sOut, wantS, 1e-5)
 				near(t, what+" o", o, wantO, 1e-5)
@@ -116,7 +116,7 @@ func TestStatePiece(t *testing.T) {
 				}
 				// In place: the same result.
 				copy(sIn, orig)
-				im.state(sIn, sIn, kh, qh, v, o, eg, beta, kq)
+				im.state(sIn, sIn, kh, qh, v, o, em1, eg, beta, kq)
 				near(t, what+" in place", sIn, wantS, 1e-5)
 				cIn(what + " in place")
 			}

@@ -34,7 +34,7 @@ var neonImpl = impl{name: "neon", state: stateNEON, gate: gateNEON, l2: l2NEON}
 // with K = len(kh) = len(qh), V = len(v) = len(o), len(sIn) = len(sOut) = K·V (not checked).
 //
 //go:noescape
-func stateNEON(sIn, sOut, kh, qh, v, o []float32, eg, beta, kq float32)
+func stateNEON(sIn, sOut, kh, qh, v, o []float32, em1, eg, beta, kq float32)
 
 // l2NEON is l2Generic in NEON: Σq², Σk², Σk·q over len(q) elements (len(k) ≥ len(q), not checked),
 // accumulated in float64.

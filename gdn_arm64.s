@@ -30,7 +30,7 @@
 // Registers: R0 sIn strip, R1 sOut strip, R2 kh, R3 qh, R4 v, R5 o, R6 K, R7 columns left,
 // R8 row stride V·4, R15 stride−64, R10/R11 row pointers, R12/R13 kh/qh pointers, R14 row counter;
 // V10 eg, V11 beta, V12 kq (broadcast), V8/V9 kh_i/qh_i (broadcast), V0-V7 state data.
-TEXT ·stateNEON(SB), NOSPLIT, $0-156
+TEXT ·stateNEON(SB), NOSPLIT, $0-160
 	MOVD sIn_base+0(FP), R0
 	MOVD sOut_base+24(FP), R1
 	MOVD kh_base+48(FP), R2
@@ -39,9 +39,9 @@ TEXT ·stateNEON(SB), NOSPLIT, $0-156
 	MOVD v_base+96(FP), R4
 	MOVD v_len+104(FP), R7
 	MOVD o_base+120(FP), R5
-	FMOVS eg+144(FP), F10
-	FMOVS beta+148(FP), F11
-	FMOVS kq+152(FP), F12
+	FMOVS eg+148(FP), F10
+	FMOVS beta+152(FP), F11
+	FMOVS kq+156(FP), F12
 	VDUP V10.S[0], V10.S4
 	VDUP V11.S[0], V11.S4
 	VDUP V12.S[0], V12.S4

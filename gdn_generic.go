@@ -13,10 +13,13 @@ type impl struct {
 	// normalised, 1/sqrt(K)-scaled query (len K), v the value (len V); it writes o (len V):
 	//
 	//	kv'_j = Σ_i kh_i·sIn[i][j]      qs'_j = Σ_i qh_i·sIn[i][j]      (one read pass)
-	//	δ_j   = beta·(v_j − eg·kv'_j)
-	//	o_j   = eg·qs'_j + kq·δ_j
-	//	sOut[i][j] = eg·sIn[i][j] + kh_i·δ_j                           (one write pass)
-	state func(sIn, sOut, kh, qh, v, o []float32, eg, beta, kq float32)
+	//	δ_j   = beta·(v_j − decay(kv'_j))
+	//	o_j   = decay(qs'_j) + kq·δ_j
+	//	sOut[i][j] = decay(sIn[i][j]) + kh_i·δ_j                       (one write pass)
+	//
+	// where decay(x) = x + em1·x when em1 ≥ −0.5 (a decay near 1 keeps its digits; the product
+	// and the sum may be fused) and eg·x otherwise (a strong decay keeps its relative accuracy).
+	state func(sIn, sOut, kh, qh, v, o []float32, em1, eg, beta, kq float32)
 
 	// gate is the gated RMSNorm of one head's o (len V):
 	//
@@ -57,10 +60,10 @@ func run(im *impl, s *Step, lo, hi int, scratch []float32) {
 			scale(kh, k, float32(rk))
 			kq = float32(qk * rq * rk)
 		}
-		beta, eg := headGates(float64(s.Beta[bh]), float64(s.Gate[bh]), float64(s.ALog[h]), float64(s.DtBias[h]))
+		beta, em1, eg := headGates(float64(s.Beta[bh]), float64(s.Gate[bh]), float64(s.ALog[h]), float64(s.DtBias[h]))
 
 		st := bh * K * V
-		im.state(s.StateIn[st:st+K*V], s.StateOut[st:st+K*V], kh, qh, s.Val[bh*V:][:V], o, eg, beta, kq)
+		im.state(s.StateIn[st:st+K*V], s.StateOut[st:st+K*V], kh, qh, s.Val[bh*V:][:V], o, em1, eg, beta, kq)
 
 		var out []uint16
 		var outF []float32
@@ -74,16 +77,29 @@ func run(im *impl, s *Step, lo, hi int, scratch []float32) {
 	}
 }
 
-// headGates returns beta = sigmoid(b) and eg = exp(g), g = −exp(aLog)·softplus(a + dtBias),
-// softplus(x) = x for x > 20, else log1p(exp(x)); evaluated in float64, rounded once.
-func headGates(b, a, aLog, dtBias float64) (beta, eg float32) {
+// headGates returns beta = sigmoid(b), em1 = expm1(g) and eg = exp(g) for
+// g = −exp(aLog)·softplus(a + dtBias), softplus(x) = x for x > 20, else log1p(exp(x)); evaluated
+// in float64, each rounded once.
+func headGates(b, a, aLog, dtBias float64) (beta, em1, eg float32) {
 	beta = float32(1 / (1 + math.Exp(-b)))
 	x := a + dtBias
 	sp := x
 	if !(x > 20) {
 		sp = math.Log1p(math.Exp(x))
 	}
-	return beta, float32(math.Exp(-math.Exp(aLog) * sp))
+	g := -math.Exp(aLog) * sp
+	return beta, float32(math.Expm1(g)), float32(math.Exp(g))
+}
+
+// nearOne is the em1 from which decay(x) is x + em1·x rather than eg·x (eg ≥ 0.5).
+const nearOne = -0.5
+
+// decay is x + em1·x when em1 ≥ nearOne, else eg·x (SPEC Part A).
+func decay(x, em1, eg float32, near bool) float32 {
+	if near {
+		return x + em1*x
+	}
+	return eg * x
 }
 
 // scale sets dst[i] = src[i]·f.
@@ -109,8 +125,9 @@ func l2Generic(q, k []float32) (qq, kk, kq float64) {
 // state (32 KiB at K = 128) stays in L1 between the read and the write pass.
 const genericBlock = 64
 
-func stateGeneric(sIn, sOut, kh, qh, v, o []float32, eg, beta, kq float32) {
+func stateGeneric(sIn, sOut, kh, qh, v, o []float32, em1, eg, beta, kq float32) {
 	K, V := len(kh), len(v)
+	near := em1 >= nearOne
 	qh = qh[:K]
 	var accK, accQ, delta [genericBlock]float32
 	for j0 := 0; j0 < V; j0 += genericBlock {
@@ -145,15 +162,22 @@ func stateGeneric(sIn, sOut, kh, qh, v, o []float32, eg, beta, kq float32) {
 		}
 		vb, ob := v[j0:][:n], o[j0:][:n]
 		for j := range d {
-			dj := beta * (vb[j] - eg*ak[j])
+			dj := beta * (vb[j] - decay(ak[j], em1, eg, near))
 			d[j] = dj
-			ob[j] = eg*aq[j] + kq*dj
+			ob[j] = decay(aq[j], em1, eg, near) + kq*dj
 		}
 		for i := range K {
 			src, dst := sIn[i*V+j0:][:n], sOut[i*V+j0:][:n]
 			ki := kh[i]
-			for j := range d {
-				dst[j] = eg*src[j] + ki*d[j]
+			if near {
+				for j := range d {
+					x := src[j]
+					dst[j] = x + em1*x + ki*d[j]
+				}
+			} else {
+				for j := range d {
+					dst[j] = eg*src[j] + ki*d[j]
+				}
 			}
 		}
 	}

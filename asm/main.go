@@ -368,7 +368,7 @@ type stateRegs struct {
 }
 
 func stateRoutine(a isa) {
-	TEXT("state"+a.name, NOSPLIT, "func(sIn, sOut, kh, qh, v, o []float32, eg, beta, kq float32)")
+	TEXT("state"+a.name, NOSPLIT, "func(sIn, sOut, kh, qh, v, o []float32, em1, eg, beta, kq float32)")
 	Doc(fmt.Sprintf("state%s is impl.state (stateGeneric) for one head, in %s; see gdn_amd64.go.", a.name, a.name))
 	r := stateRegs{
 		sIn: GP64(), sOut: GP64(), kh: GP64(), qh: GP64(), v: GP64(), o: GP64(), k: GP64(), stride: GP64(),
