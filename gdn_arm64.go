@@ -20,7 +20,8 @@ func arm64Kernels() []*impl {
 }
 
 // neonImpl is the NEON kernel: all three pieces in gdn_arm64.s (gate's sum of squares through l2NEON).
-var neonImpl = impl{name: "neon", state: stateNEON, gate: gateNEON, l2: l2NEON}
+var neonImpl = impl{name: "neon", state: stateNEON, gate: gateNEON, l2: l2NEON, widen: widenGeneric,
+	cells: [2][2]stateFunc{{tokenwise(stateNEON)}}}
 
 // stateNEON is stateGeneric in NEON: the same column-blocked read pass (Sᵀk̂ and Sᵀq̂ together) and
 // write pass S' = eg·S + k̂⊗δ, in 32-column strips (then at most one of 16, three of 4 and three

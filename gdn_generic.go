@@ -31,51 +31,22 @@ type impl struct {
 
 	// l2 returns Σq², Σk² and Σk·q accumulated in float64 (len(q) == len(k)).
 	l2 func(q, k []float32) (qq, kk, kq float64)
+
+	// widen sets dst[i] to the float32 of the bf16 bits src[i] (exact; len(src) ≥ len(dst)).
+	widen func(dst []float32, src []uint16)
+
+	// cells are the state routines over T tokens by format, [bf16][layout]; a nil cell is a
+	// format the kernel does not implement.
+	cells [2][2]stateFunc
 }
 
-var genericImpl = impl{name: "generic", state: stateGeneric, gate: gateGeneric, l2: l2Generic}
+var genericImpl = impl{
+	name: "generic", state: stateGeneric, gate: gateGeneric, l2: l2Generic, widen: widenGeneric,
+	cells: [2][2]stateFunc{{kvTokens, vkTokens}, {kvTokens, vkTokens}},
+}
 
 // l2Eps is the epsilon added under the root of the q/k l2 norms (fixed by the models).
 const l2Eps = 1e-6
-
-// run is the driver every kernel shares: the per-head scalars in Go (float64 math, rounded once to
-// float32), the vector pieces from im. q̂ and k̂ are computed once per k-head and reused by the
-// consecutive v-heads that share it (GQA by index, never a copy).
-func run(im *impl, s *Step, lo, hi int, scratch []float32) {
-	K, V, HK, HV := s.K, s.V, s.KHeads, s.VHeads
-	group := HV / HK
-	qh, kh, o := scratch[:K:K], scratch[K:2*K:2*K], scratch[2*K:2*K+V:2*K+V]
-	invSqrtK := 1 / math.Sqrt(float64(K))
-	lastK := -1
-	var kq float32
-	for bh := lo; bh < hi; bh++ {
-		b, h := bh/HV, bh%HV
-		if kIdx := b*HK + h/group; kIdx != lastK {
-			lastK = kIdx
-			q, k := s.Q[kIdx*K:][:K], s.Key[kIdx*K:][:K]
-			qq, kk, qk := im.l2(q, k)
-			rq := 1 / math.Sqrt(qq+l2Eps) * invSqrtK
-			rk := 1 / math.Sqrt(kk+l2Eps)
-			scale(qh, q, float32(rq))
-			scale(kh, k, float32(rk))
-			kq = float32(qk * rq * rk)
-		}
-		beta, em1, eg := headGates(float64(s.Beta[bh]), float64(s.Gate[bh]), float64(s.ALog[h]), float64(s.DtBias[h]))
-
-		st := bh * K * V
-		im.state(s.StateIn[st:st+K*V], s.StateOut[st:st+K*V], kh, qh, s.Val[bh*V:][:V], o, em1, eg, beta, kq)
-
-		var out []uint16
-		var outF []float32
-		if s.Out != nil {
-			out = s.Out[bh*V:][:V]
-		}
-		if s.OutF32 != nil {
-			outF = s.OutF32[bh*V:][:V]
-		}
-		im.gate(o, s.Z[bh*V:][:V], s.NormWeight, s.RMSEps, out, outF)
-	}
-}
 
 // headGates returns beta = sigmoid(b), em1 = expm1(g) and eg = exp(g) for
 // g = −exp(aLog)·softplus(a + dtBias), softplus(x) = x for x > 20, else log1p(exp(x)); evaluated
@@ -125,59 +96,67 @@ func l2Generic(q, k []float32) (qq, kk, kq float64) {
 // state (32 KiB at K = 128) stays in L1 between the read and the write pass.
 const genericBlock = 64
 
+// stateGeneric is the single-token state piece in portable Go (the reference of the assembly
+// pieces): column blocks of genericBlock columns, each a read pass and a write pass (kvBlock).
 func stateGeneric(sIn, sOut, kh, qh, v, o []float32, em1, eg, beta, kq float32) {
 	K, V := len(kh), len(v)
-	near := em1 >= nearOne
-	qh = qh[:K]
-	var accK, accQ, delta [genericBlock]float32
+	sIn, sOut = sIn[:K*V:K*V], sOut[:K*V:K*V]
 	for j0 := 0; j0 < V; j0 += genericBlock {
 		n := min(genericBlock, V-j0)
-		ak, aq, d := accK[:n], accQ[:n], delta[:n]
-		clear(ak)
-		clear(aq)
-		// Read pass, four rows at a time: the accumulators are loaded and stored once per four
-		// rows (the Go compiler keeps no arrays in registers).
-		i := 0
-		for ; i+4 <= K; i += 4 {
-			r0 := sIn[i*V+j0:][:n]
-			r1 := sIn[(i+1)*V+j0:][:n]
-			r2 := sIn[(i+2)*V+j0:][:n]
-			r3 := sIn[(i+3)*V+j0:][:n]
-			k0, k1, k2, k3 := kh[i], kh[i+1], kh[i+2], kh[i+3]
-			q0, q1, q2, q3 := qh[i], qh[i+1], qh[i+2], qh[i+3]
-			for j := range ak {
-				x0, x1, x2, x3 := r0[j], r1[j], r2[j], r3[j]
-				ak[j] += k0*x0 + k1*x1 + k2*x2 + k3*x3
-				aq[j] += q0*x0 + q1*x1 + q2*x2 + q3*x3
+		kvBlock(sIn[j0:], sOut[j0:], V, n, kh, qh, v[j0:j0+n], o[j0:j0+n], em1, eg, beta, kq)
+	}
+}
+
+// kvBlock is one token over a block of n columns of a [K][V] state: row i of the block starts at
+// sIn[i·rs] (sOut[i·rs]; sOut may be sIn), K = len(kh). v and o are the block's columns.
+func kvBlock(sIn, sOut []float32, rs, n int, kh, qh, v, o []float32, em1, eg, beta, kq float32) {
+	K := len(kh)
+	qh = qh[:K]
+	near := em1 >= nearOne
+	var accK, accQ, delta [genericBlock]float32
+	ak, aq, d := accK[:n], accQ[:n], delta[:n]
+	// Read pass, four rows at a time: the accumulators are loaded and stored once per four
+	// rows (the Go compiler keeps no arrays in registers).
+	i := 0
+	for ; i+4 <= K; i += 4 {
+		r0 := sIn[i*rs:][:n]
+		r1 := sIn[(i+1)*rs:][:n]
+		r2 := sIn[(i+2)*rs:][:n]
+		r3 := sIn[(i+3)*rs:][:n]
+		k0, k1, k2, k3 := kh[i], kh[i+1], kh[i+2], kh[i+3]
+		q0, q1, q2, q3 := qh[i], qh[i+1], qh[i+2], qh[i+3]
+		for j := range ak {
+			x0, x1, x2, x3 := r0[j], r1[j], r2[j], r3[j]
+			ak[j] += k0*x0 + k1*x1 + k2*x2 + k3*x3
+			aq[j] += q0*x0 + q1*x1 + q2*x2 + q3*x3
+		}
+	}
+	for ; i < K; i++ {
+		row := sIn[i*rs:][:n]
+		ki, qi := kh[i], qh[i]
+		for j := range ak {
+			x := row[j]
+			ak[j] += ki * x
+			aq[j] += qi * x
+		}
+	}
+	v, o = v[:n], o[:n]
+	for j := range d {
+		dj := beta * (v[j] - decay(ak[j], em1, eg, near))
+		d[j] = dj
+		o[j] = decay(aq[j], em1, eg, near) + kq*dj
+	}
+	for i := range K {
+		src, dst := sIn[i*rs:][:n], sOut[i*rs:][:n]
+		ki := kh[i]
+		if near {
+			for j := range d {
+				x := src[j]
+				dst[j] = x + em1*x + ki*d[j]
 			}
-		}
-		for ; i < K; i++ {
-			row := sIn[i*V+j0:][:n]
-			ki, qi := kh[i], qh[i]
-			for j := range ak {
-				x := row[j]
-				ak[j] += ki * x
-				aq[j] += qi * x
-			}
-		}
-		vb, ob := v[j0:][:n], o[j0:][:n]
-		for j := range d {
-			dj := beta * (vb[j] - decay(ak[j], em1, eg, near))
-			d[j] = dj
-			ob[j] = decay(aq[j], em1, eg, near) + kq*dj
-		}
-		for i := range K {
-			src, dst := sIn[i*V+j0:][:n], sOut[i*V+j0:][:n]
-			ki := kh[i]
-			if near {
-				for j := range d {
-					x := src[j]
-					dst[j] = x + em1*x + ki*d[j]
-				}
-			} else {
-				for j := range d {
-					dst[j] = eg*src[j] + ki*d[j]
-				}
+		} else {
+			for j := range d {
+				dst[j] = eg*src[j] + ki*d[j]
 			}
 		}
 	}

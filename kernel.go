@@ -8,7 +8,7 @@
 package gdnsimd
 
 // Step is one decode step's data for a batch, in the layout of package gdn (row-major, flattened
-// heads bh = b*VHeads + h). The caller guarantees every length: Kernel.Run does not check them.
+// heads bh = b*VHeads + h).
 type Step struct {
 	KHeads, VHeads int     // q/k heads and value heads per sequence; VHeads % KHeads == 0
 	K, V           int     // key dim (state rows) and value dim (state columns)
@@ -27,12 +27,6 @@ type Step struct {
 	OutF32   []float32 // [B][VHeads][V], or nil
 }
 
-// ScratchLen is the number of float32s of scratch Kernel.Run needs for key dim k and value dim v.
-func ScratchLen(k, v int) int { return 2*k + v + scratchPad }
-
-// scratchPad leaves room so that assembly may align its scratch vectors to 64 bytes.
-const scratchPad = 48
-
 // Kernel is one implementation of the fused step. The zero Kernel is not usable; get one from
 // Kernels, Default or Lookup.
 type Kernel struct{ im *impl }
@@ -40,10 +34,41 @@ type Kernel struct{ im *impl }
 // Name is the kernel's name: "generic", "avx2", "avx512" or "neon".
 func (k Kernel) Name() string { return k.im.name }
 
-// Run computes the flattened heads [lo, hi) of s with this kernel. scratch must hold at least
-// ScratchLen(s.K, s.V) float32s and must not be shared with a concurrent Run. Heads are
-// independent: the result of a head does not depend on lo, hi or on any other head's data.
-func (k Kernel) Run(s *Step, lo, hi int, scratch []float32) { run(k.im, s, lo, hi, scratch) }
+// Run computes the flattened heads [lo, hi) of s with this kernel (every kernel implements the
+// [K][V] f32 format Step uses): s.Batch() run by RunBatch, with its guarantees. A Scratch must not
+// be shared with a concurrent call. Heads are independent: the result of a head does not depend
+// on lo, hi or on any other head's data.
+func (k Kernel) Run(s *Step, lo, hi int, scratch *Scratch) {
+	b := s.Batch()
+	k.RunBatch(&b, lo, hi, scratch)
+}
+
+// Batch is s as a Batch of one token per sequence: sequence b is token b, read from slot b of
+// StateIn and written to slot b of StateOut (in place when it is the very same slice).
+func (s *Step) Batch() Batch {
+	HV := s.VHeads
+	n := 0
+	if HV > 0 {
+		n = len(s.Beta) / HV
+	}
+	b := Batch{
+		KHeads: s.KHeads, VHeads: HV, K: s.K, V: s.V, RMSEps: s.RMSEps,
+		ALog: s.ALog, DtBias: s.DtBias, NormWeight: s.NormWeight,
+		N:     n,
+		Q:     Rows{F32: s.Q, Stride: s.KHeads * s.K},
+		Key:   Rows{F32: s.Key, Stride: s.KHeads * s.K},
+		Val:   Rows{F32: s.Val, Stride: HV * s.V},
+		Z:     Rows{F32: s.Z, Stride: HV * s.V},
+		Beta:  Rows{F32: s.Beta, Stride: HV},
+		Gate:  Rows{F32: s.Gate, Stride: HV},
+		State: Pool{F32: s.StateIn, SlotStride: HV * s.K * s.V},
+		Out:   s.Out, OutF32: s.OutF32,
+	}
+	if len(s.StateOut) != len(s.StateIn) || len(s.StateOut) > 0 && &s.StateOut[0] != &s.StateIn[0] {
+		b.StoreTo = Pool{F32: s.StateOut, SlotStride: b.State.SlotStride}
+	}
+	return b
+}
 
 // Kernels returns the kernels that can run on this CPU, best first; "generic" is always last.
 func Kernels() []Kernel {

@@ -141,7 +141,7 @@ func (c *stepCase) runSplit(kernel string) (oracle.Got, error) {
 		wg.Add(1)
 		go func(lo, hi int) {
 			defer wg.Done()
-			k.Run(&st, lo, hi, make([]float32, gdnsimd.ScratchLen(d.K, d.V)))
+			k.Run(&st, lo, hi, new(gdnsimd.Scratch))
 		}(bounds[i], bounds[i+1])
 	}
 	wg.Wait()

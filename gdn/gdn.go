@@ -44,7 +44,11 @@ type Config struct {
 	NormWeight     []float32 // [V]
 	RMSEps         float32   // gated RMSNorm epsilon; 0 means 1e-6
 	Workers        int       // 0: as many as pay off, up to GOMAXPROCS; 1: only the caller's goroutine; n: at most n (and GOMAXPROCS)
-	Kernel         string    // "": best for this CPU; else a kernel name (error if unavailable)
+	Kernel         string    // "": the best kernel of this CPU for the state format; else a kernel name (error if unavailable or lacking the format)
+
+	StateLayout StateLayout // LayoutKV (default) or LayoutVK
+	StateDType  DType       // storage of the state pools: DTypeF32 (default) or DTypeBF16
+	GQA         GQAOrder    // GQAInterleaved (default) or GQATiled
 }
 
 // Input is one decode step's inputs for B sequences (B = len(B)/VHeads).
@@ -64,9 +68,10 @@ type Output struct {
 
 // Layer runs the decode step of one layer. It is immutable after New and safe for concurrent use.
 type Layer struct {
-	c       Config // own copies of the parameter slices; RMSEps resolved
+	c       Config // own copies of the parameter slices; RMSEps and Kernel resolved
 	kernel  gdnsimd.Kernel
-	scratch sync.Pool // *[]float32 of gdnsimd.ScratchLen(K, V)
+	format  gdnsimd.Format
+	scratch sync.Pool // *gdnsimd.Scratch
 }
 
 // Kernels returns the names of the kernels this CPU can run, best first ("generic" last).
@@ -104,20 +109,33 @@ func New(c Config) (*Layer, error) {
 	if c.Workers < 0 {
 		return nil, fmt.Errorf("%w: Workers = %d, want >= 0", ErrConfig, c.Workers)
 	}
-	k := gdnsimd.Default()
-	if c.Kernel != "" {
+	if c.StateLayout > LayoutVK || c.StateDType > DTypeBF16 || c.GQA > GQATiled {
+		return nil, fmt.Errorf("%w: StateLayout = %d, StateDType = %d, GQA = %d: unknown value", ErrConfig, c.StateLayout, c.StateDType, c.GQA)
+	}
+	f := gdnsimd.Format{Layout: gdnsimd.Layout(c.StateLayout), BF16: c.StateDType == DTypeBF16}
+	var k gdnsimd.Kernel
+	if c.Kernel == "" {
+		for _, kk := range gdnsimd.Kernels() {
+			if kk.Implements(f) {
+				k = kk
+				break
+			}
+		}
+	} else {
 		var ok bool
 		if k, ok = gdnsimd.Lookup(c.Kernel); !ok {
 			return nil, fmt.Errorf("%w: %q (this CPU has %v)", ErrKernel, c.Kernel, gdnsimd.Names())
+		}
+		if !k.Implements(f) {
+			return nil, fmt.Errorf("%w: %q does not implement the state format %v (StateLayout %v, StateDType %v)", ErrKernel, c.Kernel, f, c.StateLayout, c.StateDType)
 		}
 	}
 	c.Kernel = k.Name()
 	c.ALog = append([]float32(nil), c.ALog...)
 	c.DtBias = append([]float32(nil), c.DtBias...)
 	c.NormWeight = append([]float32(nil), c.NormWeight...)
-	l := &Layer{c: c, kernel: k}
-	n := gdnsimd.ScratchLen(c.K, c.V)
-	l.scratch.New = func() any { s := make([]float32, n); return &s }
+	l := &Layer{c: c, kernel: k, format: f}
+	l.scratch.New = func() any { return new(gdnsimd.Scratch) }
 	return l, nil
 }
 
@@ -136,23 +154,50 @@ func (l *Layer) Config() Config {
 
 // Step advances the state of every (sequence, value head) by one token. B = len(in.B)/VHeads and
 // every length must agree with it; B = 0 (all slices empty) is a no-op. On error nothing is written.
+// Step is Run with one token per sequence, sequence b reading slot b of in.State and storing to
+// slot b of out.State; it needs a Layer with float32 state.
 func (l *Layer) Step(in Input, out Output) error {
+	if err := l.usable(); err != nil {
+		return err
+	}
+	if l.c.StateDType != DTypeF32 {
+		return fmt.Errorf("%w: Step takes float32 states, the Layer stores %v: use Run", ErrShape, l.c.StateDType)
+	}
 	st, err := l.check(in, out)
 	if err != nil || len(in.B) == 0 {
 		return err
 	}
-	heads := len(in.B)
-	if w := l.workers(heads); w > 1 {
-		l.parallel(st, heads, w)
-	} else {
-		l.runRange(&st, 0, heads)
+	b := st.Batch()
+	b.Format = l.format
+	b.GQATiled = l.c.GQA == GQATiled
+	l.run(&b)
+	return nil
+}
+
+// usable refuses a Layer that did not come from New.
+func (l *Layer) usable() error {
+	if l == nil || l.c.VHeads == 0 {
+		return fmt.Errorf("%w: the Layer was not made by New", ErrConfig)
 	}
 	return nil
 }
 
-func (l *Layer) runRange(st *gdnsimd.Step, lo, hi int) {
-	sp := l.scratch.Get().(*[]float32)
-	l.kernel.Run(st, lo, hi, *sp)
+// run runs a validated batch on the caller's goroutine and, when it pays, on the pool's.
+func (l *Layer) run(b *gdnsimd.Batch) {
+	items := b.Items()
+	if items == 0 {
+		return
+	}
+	if w := l.workers(b); w > 1 {
+		l.parallel(b, w)
+		return
+	}
+	l.runRange(b, 0, items)
+}
+
+func (l *Layer) runRange(b *gdnsimd.Batch, lo, hi int) {
+	sp := l.scratch.Get().(*gdnsimd.Scratch)
+	l.kernel.RunBatch(b, lo, hi, sp)
 	l.scratch.Put(sp)
 }
 
@@ -160,15 +205,19 @@ func (l *Layer) runRange(st *gdnsimd.Step, lo, hi int) {
 // the pool and waiting for it costs more than it saves.
 const minWorkBytes = 128 << 10
 
-// workers is the number of goroutines (the caller's included) a Step over heads flattened heads
-// uses: Config.Workers (GOMAXPROCS when 0), but no more than GOMAXPROCS, the heads and than pays
-// off.
-func (l *Layer) workers(heads int) int {
+// workers is the number of goroutines (the caller's included) a call uses: Config.Workers
+// (GOMAXPROCS when 0), but no more than GOMAXPROCS, the items and than pays off (minWorkBytes of
+// state traffic per worker, a head-token counting its K·V·4 bytes).
+func (l *Layer) workers(b *gdnsimd.Batch) int {
 	w := min(l.c.Workers, runtime.GOMAXPROCS(0)) // more workers than Ps cannot run at once
 	if w == 0 {
 		w = runtime.GOMAXPROCS(0)
 	}
+	if w <= 1 {
+		return 1
+	}
 	headBytes := l.c.K * l.c.V * 4
-	payoff := max(1, heads*headBytes/minWorkBytes)
-	return max(1, min(w, heads, payoff))
+	cost := b.Cost(0, b.Items())
+	payoff := max(1, min(cost, math.MaxInt/headBytes)*headBytes/minWorkBytes)
+	return max(1, min(w, b.Items(), payoff))
 }

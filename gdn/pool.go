@@ -28,19 +28,19 @@ import (
 // spinFor is how long a pool goroutine (or a Step waiting for its ranges) polls before it parks.
 const spinFor = 50 * time.Microsecond
 
-// job is one parallel Step: the data, and the count of ranges still running.
+// job is one parallel call: the batch, its ranges of items, the next range to take and the
+// count of ranges still running.
 type job struct {
 	l       *Layer
-	st      gdnsimd.Step
+	b       gdnsimd.Batch // a copy: the caller's Batch stays on its stack
+	bounds  []int // range r is items [bounds[r], bounds[r+1])
+	next    atomic.Int32
 	pending atomic.Int32
 	done    chan struct{} // receives once when pending reaches 0
 }
 
-// task is one range of heads of a job.
-type task struct {
-	j      *job
-	lo, hi int
-}
+// task asks a pool goroutine to take ranges of a job until none is left.
+type task struct{ j *job }
 
 var pool struct {
 	mu      sync.Mutex
@@ -68,15 +68,22 @@ func poolWorker(tasks <-chan task) {
 		if !ok {
 			t = <-tasks
 		}
-		t.run()
+		t.j.work()
 	}
 }
 
-// run computes the task's range and signals its job when it was the last one.
-func (t task) run() {
-	t.j.l.runRange(&t.j.st, t.lo, t.hi)
-	if t.j.pending.Add(-1) == 0 {
-		t.j.done <- struct{}{}
+// work runs ranges of the job until none is left; the goroutine finishing the last range
+// signals the job.
+func (j *job) work() {
+	for {
+		r := int(j.next.Add(1)) - 1
+		if r >= len(j.bounds)-1 {
+			return
+		}
+		j.l.runRange(&j.b, j.bounds[r], j.bounds[r+1])
+		if j.pending.Add(-1) == 0 {
+			j.done <- struct{}{}
+		}
 	}
 }
 
@@ -105,24 +112,32 @@ func spinPause() {
 
 var spinSink atomic.Int32
 
-// parallel splits the flattened heads into w contiguous ranges (as the seed's SPMD grid shards
-// BH), runs the first on the caller's goroutine and the others on the pool, and returns when all
-// are done.
-func (l *Layer) parallel(st gdnsimd.Step, heads, w int) {
+// rangesPerWorker is how many ranges a parallel call is cut into per worker: a worker the OS
+// deschedules holds up one small range, not a w-th of the call, while the others take the rest.
+const rangesPerWorker = 4
+
+// parallel cuts the items into about rangesPerWorker·w ranges of equal cost (head-tokens), hands
+// w−1 pool goroutines a task to take ranges from, takes ranges itself until none is left, and
+// returns when all are done.
+func (l *Layer) parallel(b *gdnsimd.Batch, w int) {
 	ensureWorkers(w - 1)
 	j := jobs.Get().(*job)
-	j.l, j.st = l, st
-	j.pending.Store(int32(w - 1))
+	j.l, j.b = l, *b
+	j.bounds = splitCost(j.bounds[:0], b, min(b.Items(), rangesPerWorker*w))
+	j.next.Store(0)
+	j.pending.Store(int32(len(j.bounds) - 1))
 	for i := 1; i < w; i++ {
-		pool.tasks <- task{j, i * heads / w, (i + 1) * heads / w}
+		pool.tasks <- task{j}
 	}
-	l.runRange(&j.st, 0, heads/w)
-	// Ranges no pool goroutine has taken yet (it may still be waking up, or waiting for this very
-	// P) are run here: a parallel Step is never slower than running its ranges one after another.
-	for j.pending.Load() != 0 {
+	j.work()
+	// Tasks no pool goroutine has taken yet found no range left; drain them so they are not run
+	// after this job is recycled.
+	for {
 		select {
 		case t := <-pool.tasks:
-			t.run()
+			if t.j != j {
+				t.j.work()
+			}
 			continue
 		default:
 		}
@@ -136,6 +151,38 @@ func (l *Layer) parallel(st gdnsimd.Step, heads, w int) {
 		spinPause()
 	}
 	<-j.done // happens after every range's writes
-	j.l, j.st = nil, gdnsimd.Step{}
+	j.l, j.b = nil, gdnsimd.Batch{}
 	jobs.Put(j)
 }
+
+// splitCost appends to bounds the boundaries of r ranges of b's items of about equal cost (every
+// item costing at least 1, so padding and empty sequences are spread too): bounds[0] = 0,
+// bounds[r] = b.Items(), strictly increasing.
+func splitCost(bounds []int, b *gdnsimd.Batch, r int) []int {
+	items := b.Items()
+	total := 0
+	for n := 0; n < b.N; n++ {
+		total += b.VHeads * itemCost(b, n)
+	}
+	bounds = append(bounds, 0)
+	cum, k := 0, 1
+	for n := 0; n < b.N && k < r; n++ {
+		c := itemCost(b, n)
+		for k < r {
+			target := total * k / r // the k-th boundary: the first item whose start cost ≥ target
+			if target >= cum+b.VHeads*c {
+				break
+			}
+			w := n*b.VHeads + max(0, (target-cum+c-1)/c)
+			if w > bounds[len(bounds)-1] && w < items {
+				bounds = append(bounds, w)
+			}
+			k++
+		}
+		cum += b.VHeads * c
+	}
+	return append(bounds, items)
+}
+
+// itemCost is the cost of one item of sequence n: its tokens, at least 1.
+func itemCost(b *gdnsimd.Batch, n int) int { return max(1, b.Cost(n*b.VHeads, n*b.VHeads+1)) }

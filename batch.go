@@ -1,0 +1,399 @@
+package gdnsimd
+
+import (
+	"fmt"
+	"math"
+)
+
+// Layout is the order of a head's K×V state in memory.
+type Layout uint8
+
+const (
+	KV Layout = iota // [K][V]: element (i, j) at i·V + j (the seed's)
+	VK               // [V][K]: element (i, j) at j·K + i (vLLM GPU, SGLang, FlashInfer, ggml)
+)
+
+// Format is a state format: a layout and a storage type.
+type Format struct {
+	Layout Layout
+	BF16   bool // bf16 storage (widened exactly on load, rounded to nearest even on store)
+}
+
+// Formats lists every state format, in the order of the kernels' format tables.
+func Formats() []Format {
+	return []Format{{KV, false}, {VK, false}, {KV, true}, {VK, true}}
+}
+
+// String is the format's key in test and benchmark names: "kv-f32", "vk-f32", "kv-bf16", "vk-bf16".
+func (f Format) String() string {
+	s := "kv"
+	if f.Layout == VK {
+		s = "vk"
+	}
+	if f.BF16 {
+		return s + "-bf16"
+	}
+	return s + "-f32"
+}
+
+// The slot values of Batch.Read and Batch.Store that are not slots.
+const (
+	Pad     int32 = -1 // Read: a padding sequence (outputs +0, no state read or written)
+	Zero    int32 = -2 // Read: the sequence starts from the zero state
+	NoStore int32 = -1 // Store: this token's state is not kept
+)
+
+// Rows is a token-major input: token t's row starts at element t·Stride. Exactly one of F32 and
+// BF16 holds the data (bf16 values as their bits).
+type Rows struct {
+	F32    []float32
+	BF16   []uint16
+	Stride int // elements from one token's row to the next; at least the row's width
+}
+
+// Pool is caller-owned state: slot s, head h starts at element s·SlotStride + h·K·V. Exactly one
+// of F32 and BF16 holds it.
+type Pool struct {
+	F32        []float32
+	BF16       []uint16
+	SlotStride int // at least VHeads·K·V
+}
+
+// Batch is one serving call as the kernels see it: N sequences, sequence n owning the packed
+// tokens Start[n] ≤ t < Start[n+1]. Package gdn validates a Batch (the slot rules of its
+// documentation) before running it; RunBatch itself only refuses, by panicking before any write,
+// an item that would address memory outside the slices.
+type Batch struct {
+	KHeads, VHeads, K, V int
+	RMSEps               float32
+	ALog, DtBias         []float32 // [VHeads]
+	NormWeight           []float32 // [V]
+	Format               Format    // the layout and storage of State and StoreTo
+	GQATiled             bool      // v-head h reads k-head h % KHeads (else h / (VHeads/KHeads))
+
+	N     int     // sequences
+	Start []int32 // [N+1] token offsets; nil: one token per sequence (token n is sequence n's)
+	Read  []int32 // [N] slot, Pad or Zero; nil: sequence n reads slot n
+	Store []int32 // [T] slot or NoStore; nil: a sequence's state after its last token goes to its Read slot
+
+	Q, Key     Rows // width KHeads·K
+	Val, Z     Rows // width VHeads·V
+	Beta, Gate Rows // width VHeads
+
+	State   Pool // read from, and written unless StoreTo has data
+	StoreTo Pool // the pool Store (or the implied stores) index, if it has data
+
+	Out    []uint16  // [T][VHeads][V] bf16 bits, or nil
+	OutF32 []float32 // [T][VHeads][V], or nil
+}
+
+// Items is the number of work items of b: one per (sequence, value head), item w = n·VHeads + h.
+func (b *Batch) Items() int { return b.N * b.VHeads }
+
+// tokens returns sequence n's token range.
+func (b *Batch) tokens(n int) (t0, t1 int) {
+	if b.Start == nil {
+		return n, n + 1
+	}
+	return int(b.Start[n]), int(b.Start[n+1])
+}
+
+// read returns sequence n's read slot (or Pad or Zero).
+func (b *Batch) read(n int) int32 {
+	if b.Read == nil {
+		return int32(n)
+	}
+	return b.Read[n]
+}
+
+// Cost is the work of items [lo, hi) in head-tokens (what a worker range should balance).
+func (b *Batch) Cost(lo, hi int) int {
+	c := 0
+	for w := lo; w < hi; {
+		n := w / b.VHeads
+		end := min(hi, (n+1)*b.VHeads)
+		if b.read(n) != Pad {
+			t0, t1 := b.tokens(n)
+			c += (end - w) * (t1 - t0)
+		}
+		w = end
+	}
+	return c
+}
+
+// chunk is the most tokens the driver hands a state routine at once: the per-token rows of a
+// chunk (k̂, q̂, v, o: 128 KiB at K = V = 128) stay in L2 while the routine sweeps the state.
+const chunk = 64
+
+// stateRef is one head's K·V state in a pool or in scratch: f32, bf16, or both (both are
+// written; only one is ever read). The zero stateRef is "none" (a zero state when read).
+type stateRef struct {
+	f32  []float32
+	bf16 []uint16
+}
+
+func (r stateRef) none() bool { return r.f32 == nil && r.bf16 == nil }
+
+// headCall is one head's share of a call as a state routine sees it: T = len(tok)/4 tokens.
+type headCall struct {
+	K, V int
+	src  stateRef   // the state before the first token (none: the zero state)
+	dst  []stateRef // [T]: where the state after token τ goes (none: not kept)
+	kh   []float32  // [T][K] k̂
+	qh   []float32  // [T][K] q̂ (scaled by 1/√K)
+	v    []float32  // token τ's v at τ·vs
+	vs   int
+	o    []float32 // [T][V] written
+	tok  []float32 // [T][4] em1, eg, beta, kq
+	tmp  []float32 // K·V f32 scratch the routine may use
+	slab []float32 // K·genericBlock f32 scratch the routine may use
+}
+
+// stateFunc advances one head by the tokens of a headCall (SPEC Part A per token): for every τ,
+// the state after token τ is written to dst[τ] unless it is none, and o[τ] is the token's output
+// before the RMSNorm. The state stays float32 between tokens; bf16 is rounded only where stored.
+type stateFunc func(h *headCall)
+
+// Scratch is a worker's scratch space for RunBatch: grown on first use, reused after. The zero
+// value is ready to use. A Scratch must not be used by two RunBatch calls at once.
+type Scratch struct {
+	kh, qh, o, v, z, tok []float32
+	kq                   []float32 // [chunk] k̂·q̂
+	row                  []float32 // widened q, k rows of one token
+	carry, tmp           []float32 // K·V
+	slab                 []float32
+	dst                  []stateRef
+	hc                   headCall // the state routine's argument (a func value's argument escapes)
+	b                    Batch    // a copy of the batch being run
+	k, vd                int
+}
+
+func (s *Scratch) ensure(K, V int) {
+	if s.k == K && s.vd == V {
+		return
+	}
+	s.k, s.vd = K, V
+	s.kh, s.qh = make([]float32, chunk*K), make([]float32, chunk*K)
+	s.o, s.v, s.z = make([]float32, chunk*V), make([]float32, chunk*V), make([]float32, V)
+	s.tok, s.kq = make([]float32, 4*chunk), make([]float32, chunk)
+	s.row = make([]float32, 2*K)
+	s.carry, s.tmp = make([]float32, K*V), make([]float32, K*V)
+	s.slab = make([]float32, K*genericBlock)
+	s.dst = make([]stateRef, chunk)
+}
+
+// RunBatch runs the work items [lo, hi) of b (see Items) with this kernel, which must implement
+// b.Format (Implements). Items are independent: the result of an item does not depend on lo, hi or
+// on any other item. Every slice an item uses is cut from b's slices with Go's bounds checks before
+// any routine runs on it, so a malformed Batch panics (like an index out of range) instead of
+// touching memory outside its slices; an item writes only its own head's outputs and states.
+func (k Kernel) RunBatch(b *Batch, lo, hi int, s *Scratch) {
+	f := k.im.cell(b.Format)
+	if f == nil {
+		panic(fmt.Sprintf("gdnsimd: kernel %s does not implement format %v", k.im.name, b.Format))
+	}
+	if b.KHeads <= 0 || b.VHeads <= 0 || b.VHeads%b.KHeads != 0 || b.K <= 0 || b.V <= 0 {
+		panic(fmt.Sprintf("gdnsimd: bad batch heads/dims KHeads=%d VHeads=%d K=%d V=%d", b.KHeads, b.VHeads, b.K, b.V))
+	}
+	if lo < 0 || hi > b.Items() || lo > hi {
+		panic(fmt.Sprintf("gdnsimd: items [%d, %d) out of range [0, %d)", lo, hi, b.Items()))
+	}
+	if len(b.NormWeight) < b.V || len(b.ALog) < b.VHeads || len(b.DtBias) < b.VHeads {
+		panic("gdnsimd: Batch.NormWeight, ALog or DtBias too short")
+	}
+	s.ensure(b.K, b.V)
+	s.b = *b // the routines are func values: what they are given escapes, so b must not be given
+	d := driver{im: k.im, b: &s.b, s: s, state: f, w: b.NormWeight[:b.V:b.V]}
+	defer func() { s.b = Batch{} }()
+	for w := lo; w < hi; w++ {
+		d.item(w)
+	}
+}
+
+// Implements reports whether the kernel has a state routine for format f.
+func (k Kernel) Implements(f Format) bool { return k.im.cell(f) != nil }
+
+// cell is im's state routine for format f, or nil.
+func (im *impl) cell(f Format) stateFunc {
+	if f.Layout > VK {
+		return nil
+	}
+	st := 0
+	if f.BF16 {
+		st = 1
+	}
+	return im.cells[st][f.Layout]
+}
+
+// driver runs items of one batch on one worker.
+type driver struct {
+	im    *impl
+	b     *Batch
+	s     *Scratch
+	state stateFunc
+	w     []float32
+
+	// The normalised q, k of the last (sequence, k-head, chunk start) prepared, reused by the
+	// next v-heads that share the k-head (GQA by index, never a copy).
+	lastN, lastHK, lastC0, lastC1 int
+}
+
+func (d *driver) item(w int) {
+	b, s := d.b, d.s
+	K, V, HV := b.K, b.V, b.VHeads
+	n, h := w/HV, w%HV
+	t0, t1 := b.tokens(n)
+	if t0 == t1 {
+		return
+	}
+	read := b.read(n)
+	if read == Pad {
+		for t := t0; t < t1; t++ {
+			if b.Out != nil {
+				clear(cut(b.Out, (t*HV+h)*V, V))
+			}
+			if b.OutF32 != nil {
+				clear(cut(b.OutF32, (t*HV+h)*V, V))
+			}
+		}
+		return
+	}
+	hk := h / (HV / b.KHeads)
+	if b.GQATiled {
+		hk = h % b.KHeads
+	}
+	hs := K * V
+	src := stateRef{}
+	if read != Zero {
+		src = poolRef(&b.State, int(read), h, hs)
+	}
+	dstPool := &b.State
+	if b.StoreTo.F32 != nil || b.StoreTo.BF16 != nil {
+		dstPool = &b.StoreTo
+	}
+	aLog, dtBias := float64(b.ALog[h]), float64(b.DtBias[h])
+	for c0 := t0; c0 < t1; c0 += chunk {
+		c1 := min(t1, c0+chunk)
+		T := c1 - c0
+		if d.lastN != n+1 || d.lastHK != hk || d.lastC0 != c0 || d.lastC1 != c1 {
+			d.prepareQK(c0, c1, hk)
+			d.lastN, d.lastHK, d.lastC0, d.lastC1 = n+1, hk, c0, c1
+		}
+		tok := s.tok[:4*T]
+		for τ := range T {
+			t := c0 + τ
+			beta, em1, eg := headGates(float64(rowAt(&b.Beta, t, HV, h)), float64(rowAt(&b.Gate, t, HV, h)), aLog, dtBias)
+			tok[4*τ], tok[4*τ+1], tok[4*τ+2], tok[4*τ+3] = em1, eg, beta, s.kq[τ]
+		}
+		// v rows: in place for f32, widened into scratch for bf16.
+		var v []float32
+		vs := V
+		if b.Val.F32 != nil {
+			vs = b.Val.Stride
+			v = cut(b.Val.F32, c0*vs+h*V, (T-1)*vs+V)
+		} else {
+			v = s.v[:T*V]
+			for τ := range T {
+				d.im.widen(v[τ*V:(τ+1)*V], cut(b.Val.BF16, (c0+τ)*b.Val.Stride+h*V, V))
+			}
+		}
+		dst := s.dst[:T]
+		for τ := range T {
+			dst[τ] = stateRef{}
+			t := c0 + τ
+			if b.Store != nil {
+				if slot := b.Store[t]; slot >= 0 {
+					dst[τ] = poolRef(dstPool, int(slot), h, hs)
+				}
+			} else if t == t1-1 {
+				dst[τ] = poolRef(dstPool, int(read), h, hs)
+			}
+		}
+		next := dst[T-1]
+		if c1 < t1 && next.f32 == nil {
+			// The state goes on to the next chunk in float32.
+			dst[T-1].f32 = s.carry[:hs:hs]
+			next = stateRef{f32: dst[T-1].f32}
+		}
+		s.hc = headCall{
+			K: K, V: V, src: src, dst: dst,
+			kh: s.kh[:T*K], qh: s.qh[:T*K], v: v, vs: vs, o: s.o[:T*V], tok: tok,
+			tmp: s.tmp[:hs:hs], slab: s.slab,
+		}
+		d.state(&s.hc)
+		src = stateRef{f32: next.f32}
+		for τ := range T {
+			t := c0 + τ
+			var z []float32
+			if b.Z.F32 != nil {
+				z = cut(b.Z.F32, t*b.Z.Stride+h*V, V)
+			} else {
+				z = s.z[:V]
+				d.im.widen(z, cut(b.Z.BF16, t*b.Z.Stride+h*V, V))
+			}
+			var out []uint16
+			var outF []float32
+			if b.Out != nil {
+				out = cut(b.Out, (t*HV+h)*V, V)
+			}
+			if b.OutF32 != nil {
+				outF = cut(b.OutF32, (t*HV+h)*V, V)
+			}
+			d.im.gate(s.o[τ*V:(τ+1)*V:(τ+1)*V], z, d.w, b.RMSEps, out, outF)
+		}
+	}
+}
+
+// prepareQK writes k̂, q̂ and k̂·q̂ of tokens [c0, c1), k-head hk, into the scratch.
+func (d *driver) prepareQK(c0, c1, hk int) {
+	b, s := d.b, d.s
+	K := b.K
+	invSqrtK := 1 / math.Sqrt(float64(K))
+	for τ := range c1 - c0 {
+		t := c0 + τ
+		var q, k []float32
+		if b.Q.F32 != nil {
+			q = cut(b.Q.F32, t*b.Q.Stride+hk*K, K)
+		} else {
+			q = s.row[:K:K]
+			d.im.widen(q, cut(b.Q.BF16, t*b.Q.Stride+hk*K, K))
+		}
+		if b.Key.F32 != nil {
+			k = cut(b.Key.F32, t*b.Key.Stride+hk*K, K)
+		} else {
+			k = s.row[K : 2*K : 2*K]
+			d.im.widen(k, cut(b.Key.BF16, t*b.Key.Stride+hk*K, K))
+		}
+		qq, kk, qk := d.im.l2(q, k)
+		rq := 1 / math.Sqrt(qq+l2Eps) * invSqrtK
+		rk := 1 / math.Sqrt(kk+l2Eps)
+		scale(s.qh[τ*K:(τ+1)*K:(τ+1)*K], q, float32(rq))
+		scale(s.kh[τ*K:(τ+1)*K:(τ+1)*K], k, float32(rk))
+		s.kq[τ] = float32(qk * rq * rk)
+	}
+}
+
+// rowAt returns element h of token t's row of r (width w), widened.
+func rowAt(r *Rows, t, w, h int) float32 {
+	if r.F32 != nil {
+		return cut(r.F32, t*r.Stride, w)[h]
+	}
+	return math.Float32frombits(uint32(cut(r.BF16, t*r.Stride, w)[h]) << 16)
+}
+
+// poolRef is head h of slot s of p (hs = K·V elements).
+func poolRef(p *Pool, s, h, hs int) stateRef {
+	off := s*p.SlotStride + h*hs
+	if p.F32 != nil {
+		return stateRef{f32: cut(p.F32, off, hs)}
+	}
+	return stateRef{bf16: cut(p.BF16, off, hs)}
+}
+
+// cut is x[off : off+n] with length and capacity n, checked against len(x) (not its capacity).
+func cut[T any](x []T, off, n int) []T {
+	if off < 0 || n < 0 || off > len(x) || n > len(x)-off {
+		panic(fmt.Sprintf("gdnsimd: slice [%d:%d] out of range of length %d", off, off+n, len(x)))
+	}
+	return x[off : off+n : off+n]
+}
