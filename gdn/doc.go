@@ -1,6 +1,8 @@
-// Package gdn runs the fused gated delta-rule (GDN) decode step of linear-attention LLMs
-// (Qwen3-Next, Qwen3.5 and their kin) on CPUs: one call per layer and token advances the recurrent
-// state of every (sequence, value head) by one token and writes the gated-RMSNorm output.
+// Package gdn runs the fused gated delta-rule (GDN) step of linear-attention LLMs (Qwen3-Next,
+// Qwen3.5 and their kin) on CPUs: one call per layer advances the recurrent state of every
+// (sequence, value head) through its tokens and writes the gated-RMSNorm output. Layer.Run is the
+// serving call (many sequences, many tokens each, states in a caller-owned pool of slots);
+// Layer.Step is its special case of one token per sequence over a dense batch of states.
 //
 // # Shapes
 //
@@ -25,17 +27,55 @@
 //	g    = −exp(ALog[h])·softplus(a + DtBias[h])       softplus(x) = x if x > 20 else log1p(exp(x))
 //	eg   = exp(g)                                       (0 < eg ≤ 1)
 //	q̂    = q·rsqrt(Σq² + 1e-6)·(1/√K)                   k̂ = k·rsqrt(Σk² + 1e-6)
-//	S1   = eg·S                                         decay first
+//	S1   = S + em1·S  if em1 ≥ −0.5, else eg·S          decay first; em1 = expm1(g)
 //	δ    = beta·(v − S1ᵀk̂)
 //	S'   = S1 + k̂ ⊗ δ                                   S'[i][j] = S1[i][j] + k̂_i·δ_j
 //	o    = S'ᵀq̂                                         read after the update
 //	y_j  = o_j·rsqrt(Σo²/V + RMSEps)·NormWeight_j·silu(z_j)
 //	Out  = bf16(y), rounded to nearest even;  OutF32 = y
 //
-// The kernels read the state once and write it once, using kv = eg·Sᵀk̂, o = eg·Sᵀq̂ + (k̂·q̂)·δ.
+// The decay's two forms keep a decay near 1 from drifting (eg rounded to float32 is off by up to
+// 2⁻²⁵, the same sign every token) and a strong decay from losing its digits (1 + em1 for eg ≪ 1).
+// The kernels read the state once and write it once per token, using kv = decay(Sᵀk̂),
+// o = decay(Sᵀq̂) + (k̂·q̂)·δ.
 // The scalars (l2 factors, k̂·q̂, beta, eg, the RMS factor) are computed in float64 and rounded once;
 // the state and o are float32 (fused multiply-adds where the CPU has them). Nothing but Out is
 // rounded to bf16.
+//
+// # The serving call: Run
+//
+// A Batch holds N = len(Read) sequences with T = Start[N] tokens packed token-major: sequence n
+// owns tokens Start[n] ≤ t < Start[n+1] (cu_seqlens; a sequence may have 0 tokens). Each input is a
+// Rows: token t's row starts at element t·Stride (0: dense), f32 or bf16 (widened exactly), so
+// packed projections are read in place (Rows of several fields may share one buffer):
+//
+//	Q, K   width KHeads·K        V, Z   width VHeads·V        B, A   width VHeads
+//	Out, OutF32   [T][VHeads][V], at least one of them
+//
+// States live in a caller-owned Pool of slots (slot s at element s·SlotStride, head h of it
+// h·K·V further, in the Layer's StateLayout and StateDType). For every non-padding sequence and
+// value head:
+//
+//	S ← 0 if Read[n] == Zero, else the pool's slot Read[n] (bf16 widened exactly)
+//	for each token t of the sequence: the step above; Out[t], OutF32[t] ← y
+//	    if the token stores, slot Store[t] (of StoreTo if set, else of State) ← S
+//
+// With Store nil, a sequence's state after its last token goes back to its Read slot (of StoreTo
+// if set). S stays float32 for the whole call, also with a bf16 pool: it is rounded to bf16 only
+// where it is stored. A padding sequence (Read[n] == Pad) writes +0 to its outputs and touches no
+// pool. This covers continuous-batching decode (one token per sequence, in place), prefill (many
+// tokens from Zero or a cached prefix), speculative verification (the state after every draft
+// token in a slot of its own; the next call reads the slot of the last accepted token: rollback
+// without a copy), forks (several sequences read one slot nobody writes) and scoring without a
+// state update (every token NoStore). The runnable examples of Run show each.
+//
+// Run checks the whole Batch before it writes anything: Start starts at 0 and never decreases;
+// row buffers hold (T−1)·stride + width elements; slots are in range of their pool; no slot is
+// written twice; a slot written by one sequence is read by no other (unless StoreTo is a pool of
+// its own); padding sequences store nothing; a Zero sequence with Store nil (whose state would be
+// lost) is refused; outputs overlap nothing, pools overlap no input, and StoreTo is State's very
+// slice or disjoint from it. Results are bit-identical for any Workers, any batching and order of
+// the sequences, and between one call of T tokens and T calls of one token (f32 pools).
 //
 // # Accuracy
 //
@@ -51,26 +91,30 @@
 //
 // # Workers
 //
-// A Step splits the flattened heads into contiguous ranges, one per worker (Config.Workers, at most
-// GOMAXPROCS; 0 means as many as pay off, each with at least 128 KiB of state), runs the first
-// range on the caller's goroutine and hands the others to a package-level pool. The pool's
-// goroutines are started on first use, are never more than the most extra workers a Step has
-// used, and live as long as the process: after a task each polls for the next one for 50 µs (so
-// back-to-back Steps do not pay the wake-up of a parked goroutine), then parks. Ranges no pool
-// goroutine has picked up by the time the caller's own range is done are run by the caller. Small
-// batches run inline, and with Workers 1 no goroutine is ever started.
+// A call's work items are its (sequence, value head) pairs — a prefill of one sequence splits its
+// heads. They are cut into about four ranges per worker of equal cost (head-tokens), and the
+// workers (Config.Workers, at most GOMAXPROCS; 0 means as many as pay off, each with at least
+// 128 KiB of state traffic) take ranges until none is left: the caller's goroutine and goroutines
+// of a package-level pool. A worker the OS deschedules holds up one small range, not the call.
+// The pool's goroutines are started on first use, are never more than the most extra workers a
+// call has used, and live as long as the process: after a task each polls for the next one for
+// 50 µs (so back-to-back calls do not pay the wake-up of a parked goroutine), then parks. Small
+// calls run inline, and with Workers 1 no goroutine is ever started.
 //
 // # Errors and safety
 //
 // Every error wraps one of the exported sentinels (ErrConfig, ErrKernel, ErrShape, ErrNoOutput,
-// ErrOverlap; use errors.Is) and names the offending field, its length and the expected length.
-// When Step returns an error it has written nothing. Output.State may be the very same slice as
+// ErrOverlap, ErrSlot; use errors.Is) and names the offending field, its index or length and the
+// expected value. When Run or Step returns an error it has written nothing. Output.State may be the very same slice as
 // Input.State (in place); any other overlap between an output and an input or another output is
 // an error. A Layer is immutable after New and safe for concurrent Steps on different data.
 //
 // # Kernels
 //
 // The root package github.com/gdnsimd/gdnsimd holds the kernels; Kernels lists the ones this CPU
-// can run, best first ("generic" is always there, also under -tags purego). Config.Kernel picks one
-// per Layer; there is no global switch.
+// can run, best first ("generic" is always there, also under -tags purego). A kernel implements
+// some state formats (StateLayout × StateDType); Config.Kernel "" picks the best kernel of this
+// CPU that implements the Layer's format, a named kernel that lacks it is ErrKernel, and
+// Layer.Kernel tells which runs. Today the assembly kernels implement [K][V] f32, the portable
+// kernel every format. There is no global switch.
 package gdn
