@@ -119,7 +119,7 @@ func ExampleLayer_Run_speculative() {
 	if err := l.Run(verify); err != nil {
 		panic(err)
 	}
-	accepted := 2 // the verifier accepted the first two draft tokens
+	accepted := 2    // the verifier accepted the first two draft tokens
 	next := accepted // the slot that holds the state after them
 
 	// The same two tokens alone, from the state before the draft, in a pool of their own.

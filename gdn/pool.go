@@ -33,7 +33,7 @@ const spinFor = 50 * time.Microsecond
 type job struct {
 	l       *Layer
 	b       gdnsimd.Batch // a copy: the caller's Batch stays on its stack
-	bounds  []int // range r is items [bounds[r], bounds[r+1])
+	bounds  []int         // range r is items [bounds[r], bounds[r+1])
 	next    atomic.Int32
 	pending atomic.Int32
 	done    chan struct{} // receives once when pending reaches 0
