@@ -1,8 +1,10 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"strings"
 	"sync"
 	"testing"
@@ -89,6 +91,98 @@ func benchStep(b *testing.B, kernel string, s Shape, workers int) {
 	d.Copies(1) // absorbs the last step's dirty lines (see Measure in main.go)
 	copies := d.Copies(b.N)
 	reportRates(b, s, elapsed, copies)
+}
+
+var (
+	runMu    sync.Mutex
+	runCache = map[string]*RunData{}
+)
+
+// runData returns the (cached) data of case c in format f.
+func runData(c Serve, f Format) *RunData {
+	runMu.Lock()
+	defer runMu.Unlock()
+	key := c.String() + "/" + f.String()
+	d := runCache[key]
+	if d == nil {
+		d = NewRunData(c, f)
+		runCache[key] = d
+	}
+	return d
+}
+
+// BenchmarkRun runs Layer.Run for every kernel, every state format it implements and every
+// serving case (ServeCases: decode at B = 1, 8, 64, prefill T = 512 at B = 1, verify T = 4 with
+// per-token snapshots at B = 8): BenchmarkRun/kernel=avx512/format=vk-f32/T=512,B=1,HK=16,HV=32,K=128,V=128.
+// Metrics: xcopy, the call's time over copy() of the B sequences' f32 state (read + written: the
+// decode step's traffic in f32); for T > 1 also xstep, the time per token over a single-token
+// call of the same kernel, format and B, both measured in the same benchmark.
+func BenchmarkRun(b *testing.B) {
+	workers, err := parseInts(*benchWorkers)
+	if err != nil {
+		b.Fatalf("-workers: %v", err)
+	}
+	for _, k := range gdn.Kernels() {
+		b.Run("kernel="+k, func(b *testing.B) {
+			for _, f := range Formats {
+				b.Run("format="+f.String(), func(b *testing.B) {
+					for _, c := range ServeCases(Qwen3Next) {
+						for _, w := range workers {
+							name := c.String()
+							if len(workers) > 1 || w != 1 {
+								name += fmt.Sprintf(",W=%d", w)
+							}
+							b.Run(name, func(b *testing.B) { benchRun(b, k, f, c, w) })
+						}
+					}
+				})
+			}
+		})
+	}
+}
+
+func benchRun(b *testing.B, kernel string, f Format, c Serve, workers int) {
+	d := runData(c, f)
+	l, err := d.Layer(kernel, workers)
+	if errors.Is(err, gdn.ErrKernel) {
+		b.Skipf("%s does not implement %v", kernel, f)
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := d.Runs(l, 1); err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(c.Shape.Traffic())
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		if err := l.Run(&d.Batch); err != nil {
+			b.Fatal(err)
+		}
+	}
+	elapsed := b.Elapsed()
+	b.StopTimer()
+	d.Copies(1)
+	copies := d.Copies(b.N)
+	b.ReportMetric(float64(elapsed)/float64(copies), "xcopy")
+	b.ReportMetric(float64(elapsed.Nanoseconds())/float64(b.N)/float64(c.T)/1e3, "µs/token")
+	if c.T > 1 {
+		one := c
+		one.T, one.Snapshots = 1, false
+		d1 := runData(one, f)
+		l1, err := d1.Layer(kernel, workers)
+		if err != nil {
+			b.Fatal(err)
+		}
+		d1.Runs(l1, 1)
+		n := max(1, b.N*c.T)
+		t1, err := d1.Runs(l1, n)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(float64(elapsed)/float64(b.N*c.T)/(float64(t1)/float64(n)), "xstep")
+	}
 }
 
 // BenchmarkCopy is copy() of each shape's state into a second buffer of the same size: the
@@ -199,5 +293,40 @@ func TestMedian(t *testing.T) {
 		if got := median(c.v); got != c.want {
 			t.Errorf("median(%v) = %v, want %v", c.v, got, c.want)
 		}
+	}
+}
+
+// TestServe runs the serving table on a tiny layer: every kernel × format it implements × case
+// measured (generic in every format), positive finite times, the rows in the table.
+func TestServe(t *testing.T) {
+	c, err := parseConfig("4x8x17x33", "1", "", "1,2", 2, 50*time.Microsecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := parseFormats("kv-f32,nope"); err == nil {
+		t.Fatal("parseFormats accepted a bad format")
+	}
+	cases := ServeCases(c.Layers[0])
+	cases[3].T = 70 // the prefill, short (but past a 64-token chunk)
+	res, err := MeasureServe(c, Formats, cases, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	generic := 0
+	for _, r := range res {
+		if !(r.Call > 0 && r.Copy > 0) || (r.Case.T > 1) != (r.Single > 0) {
+			t.Errorf("%+v: not measured", r)
+		}
+		if r.Kernel == "generic" {
+			generic++
+		}
+	}
+	if want := len(cases) * len(Formats) * len(c.Workers); generic != want {
+		t.Errorf("%d generic results, want %d", generic, want)
+	}
+	var tab strings.Builder
+	printServe(&tab, res)
+	if !strings.Contains(tab.String(), "| generic | vk-bf16 | T=70,B=1,") || !strings.Contains(tab.String(), "| generic | kv-f32 | T=4,snap,B=8,") {
+		t.Errorf("rows missing:\n%s", tab.String())
 	}
 }

@@ -64,6 +64,8 @@ func main() {
 	reps := flag.Int("reps", 11, "repetitions; the table shows medians")
 	batch := flag.Duration("batch", 5*time.Millisecond, "minimum duration of one measured batch of steps or of copies")
 	svg := flag.String("svg", "", "also write a chart of GB/s against B (SVG) to this file")
+	serve := flag.Bool("serve", true, "also measure the serving call (Layer.Run: decode B = 1, 8, 64; prefill T = 512; verify T = 4 at B = 8) on the first layer")
+	formats := flag.String("formats", "kv-f32,vk-f32,kv-bf16,vk-bf16", "comma-separated state formats of the serving table")
 	flag.Parse()
 
 	c, err := parseConfig(*layers, *bs, *kernels, *workers, *reps, *batch)
@@ -78,6 +80,20 @@ func main() {
 	}
 	printHeader(os.Stdout, c)
 	printTable(os.Stdout, res)
+	if *serve {
+		fs, err := parseFormats(*formats)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench: -formats:", err)
+			os.Exit(2)
+		}
+		sres, err := MeasureServe(c, fs, ServeCases(c.Layers[0]), os.Stderr)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		fmt.Println()
+		printServe(os.Stdout, sres)
+	}
 	if *svg != "" {
 		if err := os.WriteFile(*svg, []byte(SVG(res)), 0o644); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)

@@ -1,0 +1,272 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/gdnsimd/gdnsimd/gdn"
+)
+
+// Format is a state format of the serving call: a layout and a storage type.
+type Format struct {
+	Layout gdn.StateLayout
+	DType  gdn.DType
+}
+
+// String is the benchmark-name form: "kv-f32", "vk-f32", "kv-bf16", "vk-bf16".
+func (f Format) String() string {
+	return strings.ToLower(f.Layout.String()) + "-" + f.DType.String()
+}
+
+// Formats are every state format, [K][V] f32 (Step's) first.
+var Formats = []Format{{gdn.LayoutKV, gdn.DTypeF32}, {gdn.LayoutVK, gdn.DTypeF32}, {gdn.LayoutKV, gdn.DTypeBF16}, {gdn.LayoutVK, gdn.DTypeBF16}}
+
+// parseFormats parses a comma-separated list of format names.
+func parseFormats(s string) ([]Format, error) {
+	var out []Format
+	for _, name := range strings.Split(s, ",") {
+		name = strings.TrimSpace(name)
+		found := false
+		for _, f := range Formats {
+			if f.String() == name {
+				out = append(out, f)
+				found = true
+			}
+		}
+		if !found {
+			return nil, fmt.Errorf("format %q: want one of kv-f32, vk-f32, kv-bf16, vk-bf16", name)
+		}
+	}
+	return out, nil
+}
+
+// Serve is one serving-call case: B sequences of T tokens each. T = 1 is decode (in place); T > 1
+// with Snapshots is speculative verification (the state after every token stored in a slot of its
+// own); T > 1 without is a prefill continuing each sequence's state in place.
+type Serve struct {
+	Shape     Shape // B sequences of this layer
+	T         int
+	Snapshots bool
+}
+
+// String is the benchmark-name form, "T=4,snap,B=8,HK=16,HV=32,K=128,V=128".
+func (c Serve) String() string {
+	snap := ""
+	if c.Snapshots {
+		snap = ",snap"
+	}
+	return fmt.Sprintf("T=%d%s,%v", c.T, snap, c.Shape)
+}
+
+// Tokens is the number of tokens of a call.
+func (c Serve) Tokens() int { return c.Shape.B * c.T }
+
+// ServeCases are the serving benchmarks: decode at B = 1, 8, 64, a prefill of 512 tokens at B = 1
+// and the verification of 4 draft tokens at B = 8, on the Qwen3-Next layer.
+func ServeCases(layer Shape) []Serve {
+	at := func(b int) Shape { s := layer; s.B = b; return s }
+	return []Serve{
+		{Shape: at(1), T: 1}, {Shape: at(8), T: 1}, {Shape: at(64), T: 1},
+		{Shape: at(1), T: 512},
+		{Shape: at(8), T: 4, Snapshots: true},
+	}
+}
+
+// RunData is one serving case's data: a pool of B slots (plus B·T snapshot slots), token rows
+// with realistic values (as NewData) and outputs, for one format.
+type RunData struct {
+	Case   Serve
+	Format Format
+	Params gdn.Config
+	Batch  gdn.Batch
+	Dst    []float32 // the size of the B sequences' f32 state: copy() of it is the memory baseline
+	Src    []float32
+}
+
+// NewRunData allocates and fills the data of case c in format f (deterministically).
+func NewRunData(c Serve, f Format) *RunData {
+	s := c.Shape
+	r := rand.New(rand.NewPCG(uint64(s.K)<<32|uint64(s.V), uint64(s.B)<<32|uint64(c.T)))
+	slot := s.HV * s.K * s.V
+	slots := s.B
+	if c.Snapshots {
+		slots += s.B * c.T
+	}
+	T := c.Tokens()
+	d := &RunData{Case: c, Format: f}
+	d.Params = gdn.Config{
+		KHeads: s.HK, VHeads: s.HV, K: s.K, V: s.V,
+		ALog: vec(r, s.HV, 0, 0.5), DtBias: vec(r, s.HV, 0, 1), NormWeight: vec(r, s.V, 1, 0.2),
+		StateLayout: f.Layout, StateDType: f.DType,
+	}
+	rows := func(width int, mean, sd float64) gdn.Rows { return gdn.Rows{F32: vec(r, T*width, mean, sd)} }
+	b := gdn.Batch{
+		Start: make([]int32, s.B+1), Read: make([]int32, s.B),
+		Q: rows(s.HK*s.K, 0, 1), K: rows(s.HK*s.K, 0, 1),
+		V: rows(s.HV*s.V, 0, 1), Z: rows(s.HV*s.V, 0, 1),
+		B: rows(s.HV, 0, 1), A: rows(s.HV, -1, 1.5),
+		Out: make([]gdn.BF16, T*s.HV*s.V),
+	}
+	for n := range s.B {
+		b.Start[n+1] = int32((n + 1) * c.T)
+		b.Read[n] = int32(n)
+	}
+	if c.Snapshots {
+		b.Store = make([]int32, T)
+		for t := range b.Store {
+			b.Store[t] = int32(s.B + t)
+		}
+	}
+	state := vec(r, slots*slot, 0, 0.05)
+	if f.DType == gdn.DTypeBF16 {
+		b.State.BF16 = make([]gdn.BF16, len(state))
+		for i, x := range state {
+			b.State.BF16[i] = gdn.BF16FromFloat32(x)
+		}
+	} else {
+		b.State.F32 = state
+	}
+	d.Batch = b
+	d.Src, d.Dst = state[:s.B*slot], make([]float32, s.B*slot)
+	copy(d.Dst, d.Src)
+	return d
+}
+
+// Layer returns a gdn.Layer for the data's shape and format with the given kernel and workers.
+func (d *RunData) Layer(kernel string, workers int) (*gdn.Layer, error) {
+	c := d.Params
+	c.Kernel, c.Workers = kernel, workers
+	return gdn.New(c)
+}
+
+// Runs runs n calls of l and returns the elapsed time.
+func (d *RunData) Runs(l *gdn.Layer, n int) (time.Duration, error) {
+	t0 := time.Now()
+	for range n {
+		if err := l.Run(&d.Batch); err != nil {
+			return 0, err
+		}
+	}
+	return time.Since(t0), nil
+}
+
+// Copies runs n copy() of the B sequences' f32 state and returns the elapsed time.
+func (d *RunData) Copies(n int) time.Duration {
+	t0 := time.Now()
+	for range n {
+		copy(d.Dst, d.Src)
+	}
+	return time.Since(t0)
+}
+
+// ServeResult is the measurement of one (serving case, format, kernel, workers).
+type ServeResult struct {
+	Case    Serve
+	Format  Format
+	Kernel  string
+	Workers int
+	Call    float64 // median seconds per call
+	Copy    float64 // median seconds per copy() of the B sequences' f32 state, interleaved
+	Single  float64 // median seconds per single-token call (T = 1, same B), interleaved (T > 1 only)
+}
+
+// MeasureServe measures every case × format × kernel (that implements the format) × workers of
+// c, alternating as Measure does: per repetition a batch of calls, of copies and, for T > 1, of
+// single-token calls, each after one untimed operation of its kind.
+func MeasureServe(c Config, formats []Format, cases []Serve, log io.Writer) ([]ServeResult, error) {
+	var res []ServeResult
+	for _, sc := range cases {
+		for _, f := range formats {
+			fmt.Fprintf(log, "measuring Run %v %v ...\n", sc, f)
+			d := NewRunData(sc, f)
+			var d1 *RunData
+			if sc.T > 1 {
+				one := sc
+				one.T, one.Snapshots = 1, false
+				d1 = NewRunData(one, f)
+			}
+			for _, k := range c.Kernels {
+				for _, w := range c.Workers {
+					l, err := d.Layer(k, w)
+					if errors.Is(err, gdn.ErrKernel) {
+						continue // k does not implement f
+					}
+					if err != nil {
+						return nil, err
+					}
+					r, err := measureServe(c, d, d1, l, k, w)
+					if err != nil {
+						return nil, err
+					}
+					res = append(res, r)
+				}
+			}
+			runtime.GC()
+		}
+	}
+	return res, nil
+}
+
+func measureServe(c Config, d, d1 *RunData, l *gdn.Layer, kernel string, workers int) (ServeResult, error) {
+	r := ServeResult{Case: d.Case, Format: d.Format, Kernel: kernel, Workers: workers}
+	if _, err := d.Runs(l, 2); err != nil {
+		return r, err
+	}
+	t, _ := d.Runs(l, 1)
+	n := batchLen(t, c.Batch)
+	d.Copies(1)
+	nc := batchLen(d.Copies(1), c.Batch)
+	var l1 *gdn.Layer
+	n1 := 0
+	if d1 != nil {
+		var err error
+		if l1, err = d1.Layer(kernel, workers); err != nil {
+			return r, err
+		}
+		d1.Runs(l1, 2)
+		t1, _ := d1.Runs(l1, 1)
+		n1 = batchLen(t1, c.Batch)
+	}
+	var calls, copies, singles []float64
+	for range c.Reps {
+		d.Runs(l, 1)
+		t, err := d.Runs(l, n)
+		if err != nil {
+			return r, err
+		}
+		calls = append(calls, t.Seconds()/float64(n))
+		d.Copies(1)
+		copies = append(copies, d.Copies(nc).Seconds()/float64(nc))
+		if l1 != nil {
+			d1.Runs(l1, 1)
+			t1, err := d1.Runs(l1, n1)
+			if err != nil {
+				return r, err
+			}
+			singles = append(singles, t1.Seconds()/float64(n1))
+		}
+	}
+	r.Call, r.Copy, r.Single = median(calls), median(copies), median(singles)
+	return r, nil
+}
+
+// printServe writes the serving results as a markdown table: per call and per token, the ratio
+// to copy() of the B sequences' f32 state, and for T > 1 the time per token over a single-token
+// call (same kernel, format, B and workers).
+func printServe(w io.Writer, res []ServeResult) {
+	fmt.Fprintln(w, "| kernel | format | case | workers | µs/call | µs/token | t/copy() | per token / single-token call |")
+	fmt.Fprintln(w, "|---|---|---|---:|---:|---:|---:|---:|")
+	for _, r := range res {
+		per := "—"
+		if r.Single > 0 {
+			per = fmt.Sprintf("%.2f", r.Call/float64(r.Case.T)/r.Single)
+		}
+		fmt.Fprintf(w, "| %s | %v | %v | %d | %s | %s | %.2f | %s |\n", r.Kernel, r.Format, r.Case, r.Workers,
+			micros(r.Call), micros(r.Call/float64(r.Case.T)), r.Call/r.Copy, per)
+	}
+}
