@@ -50,7 +50,7 @@ const l2Eps = 1e-6
 
 // headGates returns beta = sigmoid(b), em1 = expm1(g) and eg = exp(g) for
 // g = −exp(aLog)·softplus(a + dtBias), softplus(x) = x for x > 20, else log1p(exp(x)); evaluated
-// in float64, each rounded once (eg from 1 + expm1(g): one exp per head and token).
+// in float64, each rounded once.
 func headGates(b, a, aLog, dtBias float64) (beta, em1, eg float32) {
 	beta = float32(1 / (1 + math.Exp(-b)))
 	x := a + dtBias
@@ -58,8 +58,8 @@ func headGates(b, a, aLog, dtBias float64) (beta, em1, eg float32) {
 	if !(x > 20) {
 		sp = math.Log1p(math.Exp(x))
 	}
-	em1d := math.Expm1(-math.Exp(aLog) * sp)
-	return beta, float32(em1d), float32(1 + em1d) // 1 + expm1(g) is exp(g) to within 2⁻⁵³
+	g := -math.Exp(aLog) * sp
+	return beta, float32(math.Expm1(g)), float32(math.Exp(g))
 }
 
 // nearOne is the em1 from which decay(x) is x + em1·x rather than eg·x (eg ≥ 0.5).
