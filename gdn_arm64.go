@@ -24,13 +24,16 @@ var neonImpl = impl{name: "neon", state: stateNEON, gate: gateNEON, l2: l2NEON, 
 	cells: [2][2]stateFunc{{tokenwise(stateNEON)}}}
 
 // stateNEON is stateGeneric in NEON: the same column-blocked read pass (Sᵀk̂ and Sᵀq̂ together) and
-// write pass S' = eg·S + k̂⊗δ, in 32-column strips (then at most one of 16, three of 4 and three
-// single columns). Reference:
+// write pass S' = decay(S) + k̂⊗δ, in 32-column strips (then at most one of 16, three of 4 and three
+// single columns). The decay form is chosen once per call from em1 (a NaN em1 gives eg·x).
+// Reference:
 //
+//	near := em1 >= -0.5
+//	decay := func(x) { if near { return x + em1·x } else { return eg·x } }   // x + em1·x fused
 //	for j := range V:
 //		kv, qs := Σ_i kh[i]·sIn[i*V+j], Σ_i qh[i]·sIn[i*V+j]
-//		d := beta·(v[j] − eg·kv);  o[j] = eg·qs + kq·d
-//		for i := range K: sOut[i*V+j] = eg·sIn[i*V+j] + kh[i]·d
+//		d := beta·(v[j] − decay(kv));  o[j] = decay(qs) + kq·d
+//		for i := range K: sOut[i*V+j] = decay(sIn[i*V+j]) + kh[i]·d
 //
 // with K = len(kh) = len(qh), V = len(v) = len(o), len(sIn) = len(sOut) = K·V (not checked).
 //
