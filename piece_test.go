@@ -240,9 +240,9 @@ func TestGateSpecialValues(t *testing.T) {
 				gateCheck(t, p, o, z, w, 1e-6, what+" Inf o", true, true)
 			}
 		}
-		// bf16 rounding: y = o·r·w·silu(z) with r = 1 (o = 1s, eps tiny) and silu ≈ 1·z for
-		// large z, so y sweeps w: ties to even, carries into the exponent, overflow to Inf,
-		// NaN payloads and denormals.
+		// bf16 rounding: y = o·r·w·silu(z) with r = 1 exactly (o = 1s, eps 0) and silu(256) = 256
+		// exactly, so y = 256·w exactly: ties to even, carries into the exponent, overflow to Inf,
+		// NaN payloads and denormals (TestGateBF16Ties checks the ties against known bits).
 		ws := []float32{1, 1.00390625, 1.01171875, 1.0078125, 1.0000001, -1.00390625,
 			math.Float32frombits(0x3f808000), math.Float32frombits(0x3f818000), math.Float32frombits(0x3f80ffff),
 			math.Float32frombits(0x7f7fffff), -math.Float32frombits(0x7f7fffff), math.Float32frombits(0x7f7f8000),
@@ -251,9 +251,86 @@ func TestGateSpecialValues(t *testing.T) {
 		for _, V := range []int{len(ws), 16, 8, 4, 3, 1} {
 			o, z, w := make([]float32, V), make([]float32, V), make([]float32, V)
 			for j := range o {
-				o[j], z[j], w[j] = 1, 200, ws[j%len(ws)]
+				o[j], z[j], w[j] = 1, 256, ws[j%len(ws)]
 			}
 			gateCheck(t, p, o, z, w, 0, fmt.Sprint("bf16 V=", V), true, true)
+		}
+	})
+}
+
+// bf16Ties are values y whose low 16 bits are exactly 0x8000 (ties) or next to it, with their
+// correctly rounded bf16 bits, written out (not computed by BF16RNE).
+var bf16Ties = []struct {
+	y    uint32
+	want uint16
+}{
+	{0x43808000, 0x4380}, // tie, even upper half: stays
+	{0x43818000, 0x4382}, // tie, odd upper half: rounds up
+	{0xc3808000, 0xc380}, // negative ties
+	{0xc3818000, 0xc382},
+	{0x437f8000, 0x4380}, // tie, odd: the carry runs into the exponent
+	{0x43807fff, 0x4380}, // just below and just above ties
+	{0x43808001, 0x4381},
+	{0x43817fff, 0x4381},
+	{0x43818001, 0x4382},
+	{0x7f7e8000, 0x7f7e}, // even tie at the top of the range
+	{0x7f7f8000, 0x7f80}, // odd tie at the top: +Inf
+	{0xff7f8000, 0xff80}, // and −Inf
+	{0x7f7f7fff, 0x7f7f}, // just below it: the largest finite bf16
+	{0x00808000, 0x0080}, // ties at the smallest normal exponent
+	{0x00818000, 0x0082},
+	{0x00008000, 0x0000}, // denormal ties: even stays (+0), odd rounds up
+	{0x00018000, 0x0002},
+	{0x80008000, 0x8000}, // −0
+	{0x007f8000, 0x0080}, // the largest denormal tie rounds up into the normals
+}
+
+// TestGateBF16Ties makes real rounding ties reach the gate's bf16 rounding of every kernel
+// (generic included) in every lane position, and compares with the known bits: y = o·r·w·silu(z)
+// with o = 1s and eps = 0 (r = 1 exactly), z = 256 (silu(256) = 256 exactly: Exp32(−256) is
+// clamped to 2^−126·…, and 1 + that is 1) and w = y/256 (exact), so y has the table's bits.
+func TestGateBF16Ties(t *testing.T) {
+	for _, c := range bf16Ties {
+		y := math.Float32frombits(c.y)
+		if w := y / 256; w*256 != y {
+			t.Fatalf("%#x/256 is not exact", c.y)
+		}
+		if got := gdnsimd.BF16RNE(y); got != c.want {
+			t.Errorf("BF16RNE(%#x) = %#x, want %#x", c.y, got, c.want)
+		}
+	}
+	kerneltest.ForEach(t, func(t *testing.T, name string) {
+		p := pieces(name)
+		n := len(bf16Ties)
+		for _, V := range []int{n, 16, 17, 8, 5, 3, 1} {
+			for shift := 0; shift < n; shift += 3 {
+				o, z, w := make([]float32, V), make([]float32, V), make([]float32, V)
+				for j := range o {
+					o[j], z[j] = 1, 256
+					w[j] = math.Float32frombits(bf16Ties[(j+shift)%n].y) / 256
+				}
+				for _, withF := range []bool{true, false} {
+					what := fmt.Sprintf("V=%d shift=%d outF=%v", V, shift, withF)
+					out, cOut := kerneltest.Guarded[uint16](t, V, V%16)
+					var outF []float32
+					cF := func(string) {}
+					if withF {
+						outF, cF = guarded(t, V, (V+5)%16)
+					}
+					p.Gate(o, z, w, 0, out, outF)
+					cOut(what + " out")
+					cF(what + " outF")
+					for j := range V {
+						c := bf16Ties[(j+shift)%n]
+						if withF && math.Float32bits(outF[j]) != c.y {
+							t.Fatalf("%s: y[%d] = %#x, want %#x", what, j, math.Float32bits(outF[j]), c.y)
+						}
+						if out[j] != c.want {
+							t.Fatalf("%s: out[%d] = %#x, want %#x (bf16 of y = %#x)", what, j, out[j], c.want, c.y)
+						}
+					}
+				}
+			}
 		}
 	})
 }
