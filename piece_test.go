@@ -137,7 +137,8 @@ func TestL2Piece(t *testing.T) {
 }
 
 // gateCheck runs the piece and the generic gate on the same inputs and compares: y within 1 ulp
-// (the operations are the same; only the summation order of Σo² may differ), bf16 out exactly
+// (the operations are the same; only the summation order of Σo² may differ; a zero's sign must
+// agree), bf16 out exactly
 // BF16RNE of the piece's own y, and the bf16 of the generic within 1 bf16 step.
 func gateCheck(t *testing.T, p gdnsimd.Pieces, o, z, w []float32, eps float32, what string, wantOut, want32 bool) {
 	t.Helper()
@@ -165,7 +166,8 @@ func gateCheck(t *testing.T, p gdnsimd.Pieces, o, z, w []float32, eps float32, w
 	for j := 0; j < V; j++ {
 		if want32 {
 			g, e := outF[j], wantF[j]
-			if math.IsNaN(float64(e)) != math.IsNaN(float64(g)) || (!math.IsNaN(float64(e)) && g != e && ulps(g, e) > 1) {
+			// Bits, not ==: +0 and −0 differ (and ulps between values of opposite sign is huge).
+			if math.IsNaN(float64(e)) != math.IsNaN(float64(g)) || (!math.IsNaN(float64(e)) && ulps(g, e) > 1) {
 				t.Fatalf("%s: y[%d] = %g (%#x), want %g (%#x)", what, j, g, math.Float32bits(g), e, math.Float32bits(e))
 			}
 			if wantOut && out[j] != gdnsimd.BF16RNE(g) {
@@ -213,7 +215,8 @@ func TestGatePiece(t *testing.T) {
 func TestGateSpecialValues(t *testing.T) {
 	nan := float32(math.NaN())
 	inf := float32(math.Inf(1))
-	zs := []float32{0, -0.0, 1, -1, 20, -20, 87, 88, 88.5, 89, 100, -87.3, -87.34, -88, -100, -103, -1e30, 1e30,
+	negZero := float32(math.Copysign(0, -1)) // the literal -0.0 is +0 in Go
+	zs := []float32{0, negZero, 1, -1, 20, -20, 87, 88, 88.5, 89, 100, -87.3, -87.34, -88, -100, -103, -1e30, 1e30,
 		inf, -inf, nan, -nan, 1e-40, -1e-40, 0.5, -0.5, 2.5, 10, -10, 15.9, -15.9, 3}
 	forEachAsm(t, func(t *testing.T, p gdnsimd.Pieces) {
 		for _, V := range []int{len(zs), 17, 5} {
@@ -247,7 +250,7 @@ func TestGateSpecialValues(t *testing.T) {
 			math.Float32frombits(0x3f808000), math.Float32frombits(0x3f818000), math.Float32frombits(0x3f80ffff),
 			math.Float32frombits(0x7f7fffff), -math.Float32frombits(0x7f7fffff), math.Float32frombits(0x7f7f8000),
 			math.Float32frombits(0x00008000), math.Float32frombits(0x00018000), math.Float32frombits(0x7fc12345),
-			math.Float32frombits(0xff812345), math.Float32frombits(0x7f800001), 0, -0.0}
+			math.Float32frombits(0xff812345), math.Float32frombits(0x7f800001), 0, negZero}
 		for _, V := range []int{len(ws), 16, 8, 4, 3, 1} {
 			o, z, w := make([]float32, V), make([]float32, V), make([]float32, V)
 			for j := range o {
