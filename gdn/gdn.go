@@ -93,6 +93,11 @@ func New(c Config) (*Layer, error) {
 		if len(p.s) != p.want {
 			return nil, fmt.Errorf("%w: Config.%s has length %d, want %d", ErrConfig, p.name, len(p.s), p.want)
 		}
+		for i, x := range p.s {
+			if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+				return nil, fmt.Errorf("%w: Config.%s[%d] = %v, want a finite value", ErrConfig, p.name, i, x)
+			}
+		}
 	}
 	eps := float64(c.RMSEps)
 	if eps < 0 || math.IsNaN(eps) || math.IsInf(eps, 0) {
@@ -137,6 +142,9 @@ func (l *Layer) Config() Config {
 // Step advances the state of every (sequence, value head) by one token. B = len(in.B)/VHeads and
 // every length must agree with it; B = 0 (all slices empty) is a no-op. On error nothing is written.
 func (l *Layer) Step(in Input, out Output) error {
+	if l == nil || l.kernel == (gdnsimd.Kernel{}) {
+		return fmt.Errorf("%w: Step on a Layer that New did not make (the zero value or nil)", ErrConfig)
+	}
 	st, err := l.check(in, out)
 	if err != nil || len(in.B) == 0 {
 		return err
