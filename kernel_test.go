@@ -150,8 +150,8 @@ func TestRunChecksLengths(t *testing.T) {
 			{"K = 0", func(s *gdnsimd.Step) { s.K = 0 }, 0, rHeads},
 			{"V < 0", func(s *gdnsimd.Step) { s.V = -1 }, 0, rHeads},
 			{"VHeads % KHeads != 0", func(s *gdnsimd.Step) { s.KHeads, s.VHeads = 2, 3 }, 0, rHeads},
-			{"K·V overflows", func(s *gdnsimd.Step) { s.K, s.V = 1<<40, 1<<40 }, 0, rHeads},
-			{"hi·K·V overflows", func(s *gdnsimd.Step) { s.K, s.V = 1<<20, 1<<20 }, 0, math.MaxInt / (1 << 39)},
+			{"K·V overflows", func(s *gdnsimd.Step) { s.K, s.V = math.MaxInt/2, 3 }, 0, rHeads},
+			{"hi·K·V overflows", func(s *gdnsimd.Step) { s.K, s.V = 1<<8, 1<<8 }, 0, math.MaxInt/(1<<16) + 1},
 		} {
 			c := newRunCall(t, "", 0)
 			if tc.mod != nil {
