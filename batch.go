@@ -282,7 +282,7 @@ func (d *driver) item(w int) {
 		tok := s.tok[:4*T]
 		for τ := range T {
 			t := c0 + τ
-			beta, em1, eg := headGates(float64(rowAt(&b.Beta, t, HV, h)), float64(rowAt(&b.Gate, t, HV, h)), aLog, dtBias)
+			beta, em1, eg := headGates(float64(rowAt(&b.Beta, t, h)), float64(rowAt(&b.Gate, t, h)), aLog, dtBias)
 			tok[4*τ], tok[4*τ+1], tok[4*τ+2], tok[4*τ+3] = em1, eg, beta, s.kq[τ]
 		}
 		// v rows: in place for f32, widened into scratch for bf16.
@@ -373,12 +373,12 @@ func (d *driver) prepareQK(c0, c1, hk int) {
 	}
 }
 
-// rowAt returns element h of token t's row of r (width w), widened.
-func rowAt(r *Rows, t, w, h int) float32 {
+// rowAt returns element h of token t's row of r, widened.
+func rowAt(r *Rows, t, h int) float32 {
 	if r.F32 != nil {
-		return cut(r.F32, t*r.Stride, w)[h]
+		return cut(r.F32, t*r.Stride+h, 1)[0]
 	}
-	return math.Float32frombits(uint32(cut(r.BF16, t*r.Stride, w)[h]) << 16)
+	return math.Float32frombits(uint32(cut(r.BF16, t*r.Stride+h, 1)[0]) << 16)
 }
 
 // poolRef is head h of slot s of p (hs = K·V elements).

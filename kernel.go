@@ -1,14 +1,21 @@
 // Package gdnsimd is the engine room of the fused gated delta-rule (GDN) decode step: the raw
 // per-head kernels over flat slices (portable Go, AVX-512, AVX2, NEON), the scalar driver they share,
-// and the kernel-selection API. It does no validation, no allocation and starts no goroutine.
+// and the kernel-selection API. It checks only what keeps Kernel.Run within its slices (and panics
+// if that fails), allocates nothing and starts no goroutine.
 //
 // Users import package github.com/gdnsimd/gdnsimd/gdn, which validates shapes, splits the batch
 // over workers and picks a kernel from this package per Layer. The exact semantics are in that
 // package's documentation.
 package gdnsimd
 
+import (
+	"fmt"
+	"math"
+)
+
 // Step is one decode step's data for a batch, in the layout of package gdn (row-major, flattened
-// heads bh = b*VHeads + h).
+// heads bh = b*VHeads + h). Kernel.Run checks the dimensions and every length it relies on before
+// it starts, and panics if one is wrong (see Run).
 type Step struct {
 	KHeads, VHeads int     // q/k heads and value heads per sequence; VHeads % KHeads == 0
 	K, V           int     // key dim (state rows) and value dim (state columns)
@@ -32,14 +39,29 @@ type Step struct {
 type Kernel struct{ im *impl }
 
 // Name is the kernel's name: "generic", "avx2", "avx512" or "neon".
-func (k Kernel) Name() string { return k.im.name }
+// The zero Kernel's name is "".
+func (k Kernel) Name() string {
+	if k.im == nil {
+		return ""
+	}
+	return k.im.name
+}
 
 // Run computes the flattened heads [lo, hi) of s with this kernel (every kernel implements the
-// [K][V] f32 format Step uses): s.Batch() run by RunBatch, with its guarantees. A Scratch must not
-// be shared with a concurrent call. Heads are independent: the result of a head does not depend
-// on lo, hi or on any other head's data.
+// [K][V] f32 format Step uses): s.Batch() run by RunBatch. A Scratch must not be shared with a
+// concurrent call. Heads are independent: the result of a head does not depend on lo, hi or on
+// any other head's data.
+//
+// Run panics, before it reads or writes any element, unless k is a kernel from this package,
+// K, V, KHeads and VHeads are ≥ 1 with VHeads a multiple of KHeads, 0 ≤ lo ≤ hi, scratch is not
+// nil, and every slice is long enough (len, not cap) for heads [lo, hi): Val, Z, Out and OutF32
+// (unless nil) hi·V, Beta and Gate hi, StateIn and StateOut hi·K·V, Q and Key up to the key head
+// of head hi−1, ALog and DtBias VHeads, NormWeight V. These checks are O(1); the assembly checks
+// nothing.
 func (k Kernel) Run(s *Step, lo, hi int, scratch *Scratch) {
+	s.check(k, lo, hi, scratch)
 	b := s.Batch()
+	b.N = max(b.N, (hi+s.VHeads-1)/s.VHeads) // the slices need reach only as far as head hi−1
 	k.RunBatch(&b, lo, hi, scratch)
 }
 
@@ -68,6 +90,60 @@ func (s *Step) Batch() Batch {
 		b.StoreTo = Pool{F32: s.StateOut, SlotStride: b.State.SlotStride}
 	}
 	return b
+}
+
+// check panics, as Run documents, unless Run can compute heads [lo, hi) of s with k within the
+// slices' lengths.
+func (s *Step) check(k Kernel, lo, hi int, scratch *Scratch) {
+	if k.im == nil {
+		panic("gdnsimd: Run on the zero Kernel (use Kernels, Default or Lookup)")
+	}
+	if scratch == nil {
+		panic("gdnsimd: Run with a nil Scratch")
+	}
+	K, V, HK, HV := s.K, s.V, s.KHeads, s.VHeads
+	if K < 1 || V < 1 || HK < 1 || HV < 1 || HV%HK != 0 || K > math.MaxInt/V {
+		panic(fmt.Sprintf("gdnsimd: Run with K = %d, V = %d, KHeads = %d, VHeads = %d: want each ≥ 1, VHeads a multiple of KHeads, K·V an int", K, V, HK, HV))
+	}
+	if lo < 0 || lo > hi {
+		panic(fmt.Sprintf("gdnsimd: Run of heads [%d, %d)", lo, hi))
+	}
+	if lo == hi {
+		return
+	}
+	last := hi - 1
+	keyHeads := last/HV*HK + last%HV/(HV/HK) + 1 // key heads up to that of head hi−1
+	for _, c := range [...]struct {
+		name     string
+		len, per int // need len ≥ count·per
+		count    int
+	}{
+		{"Q", len(s.Q), K, keyHeads},
+		{"Key", len(s.Key), K, keyHeads},
+		{"Val", len(s.Val), V, hi},
+		{"Z", len(s.Z), V, hi},
+		{"Beta", len(s.Beta), 1, hi},
+		{"Gate", len(s.Gate), 1, hi},
+		{"ALog", len(s.ALog), 1, HV},
+		{"DtBias", len(s.DtBias), 1, HV},
+		{"NormWeight", len(s.NormWeight), V, 1},
+		{"StateIn", len(s.StateIn), K * V, hi},
+		{"StateOut", len(s.StateOut), K * V, hi},
+		{"Out", len(s.Out), V, hi * boolInt(s.Out != nil)},
+		{"OutF32", len(s.OutF32), V, hi * boolInt(s.OutF32 != nil)},
+	} {
+		if c.count > c.len/c.per { // c.len < c.count·per without overflow
+			panic(fmt.Sprintf("gdnsimd: Run of heads [%d, %d): len(Step.%s) = %d, want ≥ %d·%d (K = %d, V = %d, KHeads = %d, VHeads = %d)",
+				lo, hi, c.name, c.len, c.count, c.per, K, V, HK, HV))
+		}
+	}
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // Kernels returns the kernels that can run on this CPU, best first; "generic" is always last.

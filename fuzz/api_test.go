@@ -119,6 +119,9 @@ func checkAPI(t *testing.T, data []byte) {
 	badConfig = badConfig || c.VHeads%max(c.KHeads, 1) != 0 ||
 		len(c.ALog) != c.VHeads || len(c.DtBias) != c.VHeads || len(c.NormWeight) != c.V ||
 		!(c.RMSEps >= 0) || math.IsInf(float64(c.RMSEps), 0) || c.Workers < 0
+	for _, p := range [][]float32{c.ALog, c.DtBias, c.NormWeight} { // randFloats makes none today
+		badConfig = badConfig || slices.ContainsFunc(p, func(x float32) bool { return math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) })
+	}
 	badKernel = c.Kernel != "" && !slices.Contains(gdn.Kernels(), c.Kernel)
 	params := [][]float32{slices.Clone(c.ALog), slices.Clone(c.DtBias), slices.Clone(c.NormWeight)}
 	l, err := gdn.New(c)

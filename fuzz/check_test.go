@@ -196,8 +196,6 @@ func tolerances(d oracle.Dims, in oracle.Inputs, want oracle.Expected) []headTol
 // out 1.2e-5 of the largest |y| off in the SIMD kernels (corpus entry found_K249_cancelled_o_gain).
 func condMax(K int) float64 { return min(10, 80/math.Sqrt(float64(K))) }
 
-func sq(x float64) float64 { return x * x }
-
 // checkHead holds one head of got against want within tol; Out must be exactly BF16RNE(OutF32)
 // (every kernel rounds the y it stores) and within the bf16 bound of y.
 func checkHead(d oracle.Dims, want oracle.Expected, got oracle.Got, bh int, tol headTol) error {

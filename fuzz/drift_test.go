@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/gdnsimd/gdnsimd/gdn"
+	"github.com/gdnsimd/gdnsimd/internal/kerneltest"
 	"github.com/gdnsimd/gdnsimd/internal/oracle"
 )
 
@@ -41,7 +42,7 @@ func TestDrift(t *testing.T) {
 	for j := range norm {
 		norm[j] = float32(1 + 0.2*r.NormFloat64())
 	}
-	ks := kernels(t)
+	ks := kerneltest.Names(t)
 	layers := make([]*gdn.Layer, len(ks))
 	states := make([][]float32, len(ks))
 	worst := make([]float64, len(ks))

@@ -1,65 +1,24 @@
 package fuzz
 
 import (
+	"errors"
 	"fmt"
 	"math"
-	"os"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"unsafe"
 
 	"github.com/gdnsimd/gdnsimd"
 	"github.com/gdnsimd/gdnsimd/gdn"
+	"github.com/gdnsimd/gdnsimd/internal/kerneltest"
 	"github.com/gdnsimd/gdnsimd/internal/oracle"
 )
 
-// kernels are the kernels under test: every one this CPU has, generic last. The names in
-// GDN_REQUIRE_KERNEL must be among them (a CI leg cannot silently test less).
-func kernels(tb testing.TB) []string {
-	names := gdn.Kernels()
-	for _, want := range strings.Split(os.Getenv("GDN_REQUIRE_KERNEL"), ",") {
-		if want = strings.TrimSpace(want); want != "" && !slices.Contains(names, want) {
-			tb.Fatalf("GDN_REQUIRE_KERNEL names %q, but this CPU/build has only %v", want, names)
-		}
-	}
-	if names[len(names)-1] != "generic" {
-		tb.Fatalf("kernels %v: generic is not last", names)
-	}
-	return names
-}
-
-// Guard values around every slice: a write past a slice's end (or before its start) changes them.
-const (
-	guardBits = 0x7fa5a5a5 // a NaN payload no kernel produces
-	guardBF16 = 0xa5a5
-	guardLen  = 16
-)
-
-// guarded returns a copy of v at offset off inside a buffer of guard values, and the buffer.
-func guarded(v []float32, off int) (s, buf []float32) {
-	buf = make([]float32, off+len(v)+guardLen)
-	for i := range buf {
-		buf[i] = math.Float32frombits(guardBits)
-	}
-	s = buf[off : off+len(v) : off+len(v)]
-	copy(s, v)
-	return s, buf
-}
-
-func checkGuards(buf []float32, off, n int) error {
-	for i, x := range buf {
-		if (i < off || i >= off+n) && math.Float32bits(x) != guardBits {
-			return fmt.Errorf("guard [%d] (slice at [%d:%d]) overwritten: 0x%08x", i, off, off+n, math.Float32bits(x))
-		}
-	}
-	return nil
-}
-
-// run is one Step through the public API with guarded, offset slices; it checks the guards and
-// that no input changed (the state only if out of place) and returns the results.
-func (c *stepCase) run(kernel string, workers int, inPlace bool) (oracle.Got, error) {
+// run is one Step through the public API with every slice between guard bands at its offset
+// (kerneltest.Guarded); it fails tb if a band changed, checks that no input changed (the state
+// only if out of place) and returns the results.
+func (c *stepCase) run(tb testing.TB, kernel string, workers int, inPlace bool) (oracle.Got, error) {
 	d := c.d
 	l, err := gdn.New(gdn.Config{
 		KHeads: d.HK, VHeads: d.HV, K: d.K, V: d.V, ALog: c.in.ALog, DtBias: c.in.DtBias,
@@ -68,51 +27,39 @@ func (c *stepCase) run(kernel string, workers int, inPlace bool) (oracle.Got, er
 	if err != nil {
 		return oracle.Got{}, err
 	}
+	what := fmt.Sprintf("%s: %v: Workers %d, in place %v", kernel, d, workers, inPlace)
 	srcs := [nTensors][]float32{c.in.Q, c.in.K, c.in.V, c.in.Z, c.in.B, c.in.A, c.in.State}
-	var ins, bufs [nTensors][]float32
+	var ins [nTensors][]float32
+	var checks [nTensors]func(string)
 	for t, v := range srcs {
-		ins[t], bufs[t] = guarded(v, c.offsets[t])
+		ins[t], checks[t] = kerneltest.Guarded[float32](tb, len(v), c.offsets[t])
+		copy(ins[t], v)
 	}
 	in := gdn.Input{Q: ins[tQ], K: ins[tK], V: ins[tV], Z: ins[tZ], B: ins[tB], A: ins[tA], State: ins[tState]}
 	n := d.Heads() * d.V
-	outState, outStateBuf, outStateOff := ins[tState], bufs[tState], c.offsets[tState]
+	outState, checkState := ins[tState], checks[tState]
 	if !inPlace {
-		outStateOff = c.offsets[nTensors]
-		outState, outStateBuf = guarded(make([]float32, len(c.in.State)), outStateOff)
+		outState, checkState = kerneltest.Guarded[float32](tb, len(c.in.State), c.offsets[nTensors])
 	}
-	outF, outFBuf := guarded(make([]float32, n), c.offsets[nTensors+1])
-	outBuf := make([]gdn.BF16, c.offsets[nTensors+2]+n+guardLen)
-	for i := range outBuf {
-		outBuf[i] = guardBF16
-	}
-	out := outBuf[c.offsets[nTensors+2]:][:n:n]
+	outF, checkF := kerneltest.Guarded[float32](tb, n, c.offsets[nTensors+1])
+	outBits, checkOut := kerneltest.Guarded[uint16](tb, n, c.offsets[nTensors+2])
+	out := unsafe.Slice((*gdn.BF16)(unsafe.Pointer(unsafe.SliceData(outBits))), n)
 	if err := l.Step(in, gdn.Output{State: outState, Out: out, OutF32: outF}); err != nil {
 		return oracle.Got{}, err
 	}
 	for t := range srcs {
+		checks[t](fmt.Sprintf("%s: input %d", what, t))
 		if t == tState && inPlace {
 			continue
 		}
-		if !sameF32(ins[t], srcs[t]) {
-			return oracle.Got{}, fmt.Errorf("input %d modified", t)
-		}
-		if err := checkGuards(bufs[t], c.offsets[t], len(srcs[t])); err != nil {
-			return oracle.Got{}, fmt.Errorf("input %d: %w", t, err)
+		if err := kerneltest.DiffBits(fmt.Sprintf("input %d", t), ins[t], srcs[t]); err != nil {
+			return oracle.Got{}, fmt.Errorf("input %d modified: %w", t, err)
 		}
 	}
-	if err := checkGuards(outStateBuf, outStateOff, len(outState)); err != nil {
-		return oracle.Got{}, fmt.Errorf("Output.State: %w", err)
-	}
-	if err := checkGuards(outFBuf, c.offsets[nTensors+1], n); err != nil {
-		return oracle.Got{}, fmt.Errorf("Output.OutF32: %w", err)
-	}
-	for i, x := range outBuf {
-		if (i < c.offsets[nTensors+2] || i >= c.offsets[nTensors+2]+n) && x != guardBF16 {
-			return oracle.Got{}, fmt.Errorf("Output.Out guard [%d] overwritten: 0x%04x", i, uint16(x))
-		}
-	}
-	bits := unsafe.Slice((*uint16)(unsafe.SliceData(out)), len(out))
-	return oracle.Got{State: outState, Out: slices.Clone(bits), OutF32: outF}, nil
+	checkState(what + ": Output.State")
+	checkF(what + ": Output.OutF32")
+	checkOut(what + ": Output.Out")
+	return oracle.Got{State: outState, Out: slices.Clone(outBits), OutF32: outF}, nil
 }
 
 // runSplit runs the kernel directly on three head ranges [0, s0), [s0, s1), [s1, heads),
@@ -148,17 +95,10 @@ func (c *stepCase) runSplit(kernel string) (oracle.Got, error) {
 	return g, nil
 }
 
-// sameF32 reports whether a and b hold the same bits.
-func sameF32(a, b []float32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i, x := range a {
-		if math.Float32bits(x) != math.Float32bits(b[i]) {
-			return false
-		}
-	}
-	return true
+// sameBits is nil if a and b hold the same bits, else an error naming the tensor and the index.
+func sameBits(a, b oracle.Got) error {
+	return errors.Join(kerneltest.DiffBits("state", a.State, b.State), kerneltest.DiffBits("out_f32", a.OutF32, b.OutF32),
+		kerneltest.DiffBits("out", a.Out, b.Out))
 }
 
 func f32bits(v []float32) []uint32 {
@@ -167,19 +107,6 @@ func f32bits(v []float32) []uint32 {
 		b[i] = math.Float32bits(x)
 	}
 	return b
-}
-
-func sameBits(a, b oracle.Got) error {
-	if !sameF32(a.State, b.State) {
-		return fmt.Errorf("state bits differ")
-	}
-	if !sameF32(a.OutF32, b.OutF32) {
-		return fmt.Errorf("out_f32 bits differ")
-	}
-	if !slices.Equal(a.Out, b.Out) {
-		return fmt.Errorf("out bits differ")
-	}
-	return nil
 }
 
 // stepStats counts, over a process, how the oracle comparisons went.
@@ -192,7 +119,7 @@ var stepStats struct {
 func checkStep(t *testing.T, data []byte) {
 	c := decodeStep(data)
 	d := c.d
-	ks := kernels(t)
+	ks := kerneltest.Names(t)
 	var want oracle.Expected
 	var tols []headTol
 	if d.B > 0 {
@@ -202,7 +129,7 @@ func checkStep(t *testing.T, data []byte) {
 	skip := func(bh int) bool { return c.poison != 0 && c.poisoned(bh) }
 	results := map[string]oracle.Got{}
 	for _, k := range ks {
-		first, err := c.run(k, 1, true)
+		first, err := c.run(t, k, 1, true)
 		if err != nil {
 			t.Fatalf("%s: %v: in place, Workers 1: %v", k, d, err)
 		}
@@ -211,7 +138,7 @@ func checkStep(t *testing.T, data []byte) {
 			workers int
 			inPlace bool
 		}{{"out of place, Workers 1", 1, false}, {"in place, Workers 3", 3, true}} {
-			got, err := c.run(k, v.workers, v.inPlace)
+			got, err := c.run(t, k, v.workers, v.inPlace)
 			if err != nil {
 				t.Fatalf("%s: %v: %s: %v", k, d, v.name, err)
 			}

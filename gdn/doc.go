@@ -109,6 +109,11 @@
 // Input.State (in place); any other overlap between an output and an input or another output is
 // an error. A Layer is immutable after New and safe for concurrent Steps on different data.
 //
+// Concurrent Steps that write the same state (or outputs), or write what another reads, are the
+// caller's bug. The race detector does not see inside the assembly kernels, so go test -race
+// reports such a race only with the generic kernel: run it with -tags purego (or Config.Kernel
+// "generic") as well.
+//
 // # Kernels
 //
 // The root package github.com/gdnsimd/gdnsimd holds the kernels; Kernels lists the ones this CPU

@@ -36,6 +36,9 @@ func TestNewErrors(t *testing.T) {
 		{"RMSEps negative", func(c *gdn.Config) { c.RMSEps = -1e-6 }, gdn.ErrConfig, "RMSEps"},
 		{"RMSEps NaN", func(c *gdn.Config) { c.RMSEps = float32(math.NaN()) }, gdn.ErrConfig, "RMSEps"},
 		{"RMSEps Inf", func(c *gdn.Config) { c.RMSEps = float32(math.Inf(1)) }, gdn.ErrConfig, "RMSEps"},
+		{"ALog NaN", func(c *gdn.Config) { c.ALog[3] = float32(math.NaN()) }, gdn.ErrConfig, "Config.ALog[3] = NaN, want a finite value"},
+		{"DtBias +Inf", func(c *gdn.Config) { c.DtBias[0] = float32(math.Inf(1)) }, gdn.ErrConfig, "Config.DtBias[0] = +Inf, want a finite value"},
+		{"NormWeight -Inf", func(c *gdn.Config) { c.NormWeight[2] = float32(math.Inf(-1)) }, gdn.ErrConfig, "Config.NormWeight[2] = -Inf, want a finite value"},
 		{"Workers negative", func(c *gdn.Config) { c.Workers = -1 }, gdn.ErrConfig, "Workers = -1"},
 		{"unknown kernel", func(c *gdn.Config) { c.Kernel = "sse9" }, gdn.ErrKernel, `"sse9"`},
 	} {
@@ -144,6 +147,21 @@ func TestStepErrors(t *testing.T) {
 			require.Contains(t, err.Error(), tc.msg)
 			require.Equal(t, before, snapshot(in, out), "a failed Step wrote something")
 		})
+	}
+}
+
+// TestZeroLayer: Step on a Layer that New did not make (the zero value, or nil) is an error
+// wrapping ErrConfig, not a panic, and writes nothing.
+func TestZeroLayer(t *testing.T) {
+	c := validConfig()
+	for _, l := range []*gdn.Layer{new(gdn.Layer), nil} {
+		in, out := validCall(c, 2)
+		before := snapshot(in, out)
+		err := l.Step(in, out)
+		require.ErrorIs(t, err, gdn.ErrConfig)
+		require.Contains(t, err.Error(), "New")
+		require.Equal(t, before, snapshot(in, out), "a failed Step wrote something")
+		require.ErrorIs(t, l.Step(gdn.Input{}, gdn.Output{}), gdn.ErrConfig)
 	}
 }
 

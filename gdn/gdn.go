@@ -98,6 +98,11 @@ func New(c Config) (*Layer, error) {
 		if len(p.s) != p.want {
 			return nil, fmt.Errorf("%w: Config.%s has length %d, want %d", ErrConfig, p.name, len(p.s), p.want)
 		}
+		for i, x := range p.s {
+			if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+				return nil, fmt.Errorf("%w: Config.%s[%d] = %v, want a finite value", ErrConfig, p.name, i, x)
+			}
+		}
 	}
 	eps := float64(c.RMSEps)
 	if eps < 0 || math.IsNaN(eps) || math.IsInf(eps, 0) {
@@ -177,7 +182,7 @@ func (l *Layer) Step(in Input, out Output) error {
 // usable refuses a Layer that did not come from New.
 func (l *Layer) usable() error {
 	if l == nil || l.c.VHeads == 0 {
-		return fmt.Errorf("%w: the Layer was not made by New", ErrConfig)
+		return fmt.Errorf("%w: a Layer that New did not make (the zero value or nil)", ErrConfig)
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/gdnsimd/gdnsimd/gdn"
+	"github.com/gdnsimd/gdnsimd/internal/kerneltest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -73,7 +74,7 @@ func guardShapes() [][2]int {
 // and out of place, with both outputs, bf16 only and f32 only.
 func TestGuardPages(t *testing.T) {
 	cases := shapeCases(rand.New(rand.NewPCG(11, 12)), guardShapes(), 4)
-	forEachKernel(t, func(t *testing.T, kernel string) {
+	kerneltest.ForEach(t, func(t *testing.T, kernel string) {
 		for _, atEnd := range []bool{true, false} {
 			var rc roundedCount
 			for _, sc := range cases {

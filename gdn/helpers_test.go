@@ -2,32 +2,14 @@ package gdn_test
 
 import (
 	"math"
-	"os"
 	"slices"
-	"strings"
 	"testing"
 	"unsafe"
 
-	"github.com/gdnsimd/gdnsimd"
 	"github.com/gdnsimd/gdnsimd/gdn"
 	"github.com/gdnsimd/gdnsimd/internal/oracle"
 	"github.com/stretchr/testify/require"
 )
-
-// forEachKernel runs f as a subtest for every kernel this CPU can run, generic last. The names in
-// GDN_REQUIRE_KERNEL (comma-separated) must be among them: a CI leg cannot silently test less.
-func forEachKernel(t *testing.T, f func(t *testing.T, kernel string)) {
-	t.Helper()
-	names := gdn.Kernels()
-	for _, want := range strings.Split(os.Getenv("GDN_REQUIRE_KERNEL"), ",") {
-		if want = strings.TrimSpace(want); want != "" && !slices.Contains(names, want) {
-			t.Fatalf("GDN_REQUIRE_KERNEL names %q, but this CPU/build has only %v (known: %v)", want, names, gdnsimd.AllNames())
-		}
-	}
-	for _, k := range names {
-		t.Run("kernel="+k, func(t *testing.T) { f(t, k) })
-	}
-}
 
 // newLayer makes a Layer for a case.
 func newLayer(t testing.TB, c oracle.Case, kernel string, workers int) *gdn.Layer {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/gdnsimd/gdnsimd/gdn"
+	"github.com/gdnsimd/gdnsimd/internal/kerneltest"
 	"github.com/gdnsimd/gdnsimd/internal/oracle"
 	"github.com/stretchr/testify/require"
 )
@@ -35,7 +36,7 @@ func TestNonFiniteIsolation(t *testing.T) {
 		target{"A", 3, []int{3}},                   // gate of head 3
 		target{"State", 7*K*V + 5*V + 2, []int{7}}, // head 7
 	)
-	forEachKernel(t, func(t *testing.T, kernel string) {
+	kerneltest.ForEach(t, func(t *testing.T, kernel string) {
 		for _, w := range []int{1, 3} {
 			l := newLayer(t, c, kernel, w)
 			clean := step(t, l, c, false)
@@ -91,7 +92,7 @@ func TestConcurrentSteps(t *testing.T) {
 	for i := 0; i < 6; i++ {
 		cases = append(cases, oracle.Random(r, d, 1))
 	}
-	forEachKernel(t, func(t *testing.T, kernel string) {
+	kerneltest.ForEach(t, func(t *testing.T, kernel string) {
 		c0 := cases[0]
 		for _, w := range []int{1, 2} {
 			l := newLayer(t, c0, kernel, w)
@@ -129,7 +130,7 @@ func TestConcurrentSteps(t *testing.T) {
 			}
 			wg.Wait()
 			for i := range cases {
-				require.True(t, sameBits(want[i], got[i]), "case %d workers %d", i, w)
+				require.NoError(t, sameBits(got[i], want[i]), "case %d workers %d", i, w)
 			}
 		}
 	})
@@ -142,7 +143,7 @@ func TestZeroAllocs(t *testing.T) {
 	}
 	r := rand.New(rand.NewPCG(9, 10))
 	c := oracle.Random(r, oracle.Dims{B: 2, HK: 2, HV: 4, K: 32, V: 40}, 0)
-	forEachKernel(t, func(t *testing.T, kernel string) {
+	kerneltest.ForEach(t, func(t *testing.T, kernel string) {
 		l := newLayer(t, c, kernel, 1)
 		in := input(c)
 		n := c.Dims.Heads() * c.Dims.V

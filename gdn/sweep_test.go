@@ -9,6 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/gdnsimd/gdnsimd/gdn"
+	"github.com/gdnsimd/gdnsimd/internal/kerneltest"
 	"github.com/gdnsimd/gdnsimd/internal/oracle"
 	"github.com/stretchr/testify/require"
 )
@@ -142,32 +143,13 @@ func (r *roundedCount) check(t *testing.T) {
 	require.GreaterOrEqual(t, frac, oracle.MinCorrectBF16, "%d of %d bf16 outputs correctly rounded", r.same, r.total)
 }
 
-// guardBand is how many elements of poison sit before and after every slice of the sweep.
-const guardBand = 32
-
-// poison32 and poison16 are the guard bands' bit patterns (NaNs with a payload no kernel makes).
-const (
-	poison32 = 0x7fa5a5a5
-	poison16 = 0x7fa5
-)
-
-// bandPlacer puts every slice at a chosen offset (0–15 floats) from a 64-byte boundary, between
-// NaN guard bands, and checks afterwards that no band was touched.
+// bandPlacer puts every slice at a chosen offset (0–15 elements) from a 64-byte boundary, between
+// NaN guard bands (kerneltest.Guarded), and checks afterwards that no band was touched.
 type bandPlacer struct {
+	t       *testing.T
 	offsets []int // cycled through, one per slice
 	next    int
-	f32s    []band32
-	bf16s   []band16
-}
-
-type band32 struct {
-	buf    []float32
-	lo, hi int // the slice is buf[lo:hi]
-}
-
-type band16 struct {
-	buf    []uint16
-	lo, hi int
+	checks  []func(what string)
 }
 
 func (p *bandPlacer) offset() int {
@@ -176,52 +158,23 @@ func (p *bandPlacer) offset() int {
 	return o
 }
 
-// aligned returns the first index ≥ from of buf whose address is a multiple of 64 bytes.
-func aligned[T any](buf []T, from int) int {
-	i := from
-	for uintptr(unsafe.Pointer(&buf[i]))%64 != 0 {
-		i++
-	}
-	return i
-}
-
 func (p *bandPlacer) f32(n int) []float32 {
-	buf := make([]float32, n+2*guardBand+16+32)
-	for i := range buf {
-		buf[i] = math.Float32frombits(poison32)
-	}
-	lo := aligned(buf, guardBand) + p.offset()
-	p.f32s = append(p.f32s, band32{buf, lo, lo + n})
-	return buf[lo : lo+n : lo+n]
+	s, check := kerneltest.Guarded[float32](p.t, n, p.offset())
+	p.checks = append(p.checks, check)
+	return s
 }
 
 func (p *bandPlacer) bf16(n int) []gdn.BF16 {
-	buf := make([]uint16, n+2*guardBand+32+16)
-	for i := range buf {
-		buf[i] = poison16
-	}
-	lo := aligned(buf, guardBand) + p.offset() // 0–15 bf16: every 2-byte alignment
-	p.bf16s = append(p.bf16s, band16{buf, lo, lo + n})
-	s := buf[lo : lo+n : lo+n]
+	s, check := kerneltest.Guarded[uint16](p.t, n, p.offset()) // 0–15 bf16: every 2-byte alignment
+	p.checks = append(p.checks, check)
 	return unsafe.Slice((*gdn.BF16)(unsafe.Pointer(unsafe.SliceData(s))), n)
 }
 
 // check fails the test if any guard band changed.
-func (p *bandPlacer) check(t *testing.T) {
-	t.Helper()
-	for i, b := range p.f32s {
-		for j, x := range b.buf {
-			if (j < b.lo || j >= b.hi) && math.Float32bits(x) != poison32 {
-				t.Fatalf("float32 slice %d (len %d): guard element %d (slice index %d) overwritten with %#x", i, b.hi-b.lo, j, j-b.lo, math.Float32bits(x))
-			}
-		}
-	}
-	for i, b := range p.bf16s {
-		for j, x := range b.buf {
-			if (j < b.lo || j >= b.hi) && x != poison16 {
-				t.Fatalf("bf16 slice %d (len %d): guard element %d (slice index %d) overwritten with %#x", i, b.hi-b.lo, j, j-b.lo, x)
-			}
-		}
+func (p *bandPlacer) check() {
+	p.t.Helper()
+	for i, c := range p.checks {
+		c(fmt.Sprintf("slice %d (in the order placed)", i))
 	}
 }
 
@@ -253,17 +206,17 @@ func shapeCases(r *rand.Rand, shapes [][2]int, every int) []stepCase {
 // results within SPEC.md's bounds, guard bands and inputs untouched.
 func TestShapeSweep(t *testing.T) {
 	cases := sweepCases(testing.Short())
-	forEachKernel(t, func(t *testing.T, kernel string) {
+	kerneltest.ForEach(t, func(t *testing.T, kernel string) {
 		var rc roundedCount
 		for i, sc := range cases {
 			var offs []int
 			for s := 0; s < 11; s++ {
 				offs = append(offs, (i*7+s*5)%16)
 			}
-			p := &bandPlacer{offsets: offs}
 			t.Run(sc.c.Name, func(t *testing.T) {
+				p := &bandPlacer{t: t, offsets: offs}
 				rc.add(placedStep(t, kernel, sc, p))
-				p.check(t)
+				p.check()
 			})
 		}
 		rc.check(t)
@@ -274,12 +227,12 @@ func TestShapeSweep(t *testing.T) {
 func TestOffsetSweep(t *testing.T) {
 	r := rand.New(rand.NewPCG(9, 10))
 	c := oracle.Random(r, oracle.Dims{B: 2, HK: 1, HV: 2, K: 19, V: 37}, 1)
-	forEachKernel(t, func(t *testing.T, kernel string) {
+	kerneltest.ForEach(t, func(t *testing.T, kernel string) {
 		var rc roundedCount
 		for off := 0; off < 16; off++ {
-			p := &bandPlacer{offsets: []int{off}}
+			p := &bandPlacer{t: t, offsets: []int{off}}
 			rc.add(placedStep(t, kernel, stepCase{c: c, inPlace: off%2 == 0, wantOut: true, want32: true}, p))
-			p.check(t)
+			p.check()
 		}
 		rc.check(t)
 	})

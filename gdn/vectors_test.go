@@ -1,9 +1,10 @@
 package gdn_test
 
 import (
-	"fmt"
+	"errors"
 	"testing"
 
+	"github.com/gdnsimd/gdnsimd/internal/kerneltest"
 	"github.com/gdnsimd/gdnsimd/internal/oracle"
 	"github.com/stretchr/testify/require"
 )
@@ -21,7 +22,7 @@ func loadVectors(t testing.TB) []oracle.Case {
 // the four runs of a kernel must be bit-identical.
 func TestVectors(t *testing.T) {
 	cases := loadVectors(t)
-	forEachKernel(t, func(t *testing.T, kernel string) {
+	kerneltest.ForEach(t, func(t *testing.T, kernel string) {
 		for _, c := range cases {
 			t.Run(c.Name, func(t *testing.T) {
 				var first oracle.Got
@@ -35,7 +36,7 @@ func TestVectors(t *testing.T) {
 						first = got
 						continue
 					}
-					require.True(t, sameBits(first, got), "workers=%d inPlace=%v: bits differ from workers=1 in place", cfg.workers, cfg.inPlace)
+					require.NoError(t, sameBits(got, first), "workers=%d inPlace=%v: bits differ from workers=1 in place", cfg.workers, cfg.inPlace)
 				}
 			})
 		}
@@ -59,6 +60,8 @@ func TestOracleAgreesWithVectors(t *testing.T) {
 
 func abs(x float64) float64 { return max(x, -x) }
 
-func sameBits(a, b oracle.Got) bool {
-	return fmt.Sprint(f32bits(a.State), a.Out, f32bits(a.OutF32)) == fmt.Sprint(f32bits(b.State), b.Out, f32bits(b.OutF32))
+// sameBits is nil if a and b hold the same bits, else an error naming the tensor and the index.
+func sameBits(a, b oracle.Got) error {
+	return errors.Join(kerneltest.DiffBits("State", a.State, b.State), kerneltest.DiffBits("Out", a.Out, b.Out),
+		kerneltest.DiffBits("OutF32", a.OutF32, b.OutF32))
 }

@@ -1,0 +1,339 @@
+//go:build (amd64 || arm64) && !purego
+
+package gdnsimd_test
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/gdnsimd/gdnsimd"
+	"github.com/gdnsimd/gdnsimd/internal/kerneltest"
+)
+
+// The vector pieces of every assembly kernel (AVX-512 and AVX2 on amd64, NEON on arm64), called
+// directly (below the gdn API, which hides o and the scratch), against the portable ones, with
+// guard bands around every slice, including o. They reach the unexported pieces through
+// export_test.go.
+
+// generic is the reference the pieces are compared with.
+var generic = pieces("generic")
+
+func pieces(name string) gdnsimd.Pieces {
+	k, ok := gdnsimd.Lookup(name)
+	if !ok {
+		panic(name + " not available")
+	}
+	return gdnsimd.PiecesOf(k)
+}
+
+// forEachAsm runs f for every assembly kernel (kerneltest.ForEach: skipped where unavailable, a
+// failure where GDN_REQUIRE_KERNEL names an unavailable one); generic, the reference, is skipped.
+func forEachAsm(t *testing.T, f func(t *testing.T, p gdnsimd.Pieces)) {
+	kerneltest.ForEach(t, func(t *testing.T, name string) {
+		if name == "generic" {
+			t.Skip("generic: the reference the pieces are compared with")
+		}
+		f(t, pieces(name))
+	})
+}
+
+// guarded is kerneltest.Guarded for float32.
+func guarded(t *testing.T, n, off int) ([]float32, func(what string)) {
+	return kerneltest.Guarded[float32](t, n, off)
+}
+
+func fill(r *rand.Rand, s []float32, sd float64) {
+	for i := range s {
+		s[i] = float32(sd * r.NormFloat64())
+	}
+}
+
+// near fails unless got is within tol·scale of want elementwise (NaN only where want is NaN).
+func near(t *testing.T, what string, got, want []float32, tol float64) {
+	t.Helper()
+	scale := 0.0
+	for _, w := range want {
+		if !math.IsNaN(float64(w)) && !math.IsInf(float64(w), 0) {
+			scale = max(scale, math.Abs(float64(w)))
+		}
+	}
+	for i := range want {
+		g, w := float64(got[i]), float64(want[i])
+		if math.IsNaN(w) != math.IsNaN(g) || (!math.IsNaN(w) && math.Abs(g-w) > tol*scale && g != w) {
+			t.Fatalf("%s[%d] = %g, want %g (scale %g)", what, i, g, w, scale)
+		}
+	}
+}
+
+var pieceSizes = []int{1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 47, 63, 64, 65, 100, 127, 128, 129, 143, 200, 255, 256, 257}
+
+func TestStatePiece(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 1))
+	forEachAsm(t, func(t *testing.T, p gdnsimd.Pieces) {
+		for n, V := range pieceSizes {
+			K := pieceSizes[(n*5+3)%len(pieceSizes)]
+			off := n % 16
+			sIn, cIn := guarded(t, K*V, off)
+			sOut, cOut := guarded(t, K*V, (off+3)%16)
+			kh, ck := guarded(t, K, (off+5)%16)
+			qh, cq := guarded(t, K, (off+7)%16)
+			v, cv := guarded(t, V, (off+9)%16)
+			o, co := guarded(t, V, (off+11)%16)
+			fill(r, sIn, 0.3)
+			fill(r, kh, 1/math.Sqrt(float64(K)))
+			fill(r, qh, 1/float64(K))
+			fill(r, v, 1)
+			em1, eg, beta, kq := float32(-0.07), float32(0.93), float32(0.6), float32(0.05)
+			orig := append([]float32(nil), sIn...)
+			p.State(sIn, sOut, kh, qh, v, o, em1, eg, beta, kq)
+			wantS, wantO := make([]float32, K*V), make([]float32, V)
+			generic.State(orig, wantS, kh, qh, v, wantO, em1, eg, beta, kq)
+			what := fmt.Sprintf("K=%d V=%d", K, V)
+			near(t, what+" sOut", sOut, wantS, 1e-5)
+			near(t, what+" o", o, wantO, 1e-5)
+			for i := range orig {
+				if math.Float32bits(orig[i]) != math.Float32bits(sIn[i]) {
+					t.Fatalf("%s: sIn modified out of place", what)
+				}
+			}
+			for _, c := range []func(string){cIn, cOut, ck, cq, cv, co} {
+				c(what)
+			}
+			// In place: the same result.
+			copy(sIn, orig)
+			p.State(sIn, sIn, kh, qh, v, o, em1, eg, beta, kq)
+			near(t, what+" in place", sIn, wantS, 1e-5)
+			cIn(what + " in place")
+		}
+	})
+}
+
+func TestL2Piece(t *testing.T) {
+	r := rand.New(rand.NewPCG(2, 2))
+	forEachAsm(t, func(t *testing.T, p gdnsimd.Pieces) {
+		for n := 0; n <= 70; n++ {
+			q, cq := guarded(t, n, n%16)
+			k, ck := guarded(t, n, (n*3)%16)
+			fill(r, q, 1)
+			fill(r, k, 1)
+			a, b, c := p.L2(q, k)
+			wa, wb, wc := generic.L2(q, k)
+			for _, p := range [][2]float64{{a, wa}, {b, wb}, {c, wc}} {
+				if math.Abs(p[0]-p[1]) > 1e-12*(1+math.Abs(p[1])) {
+					t.Fatalf("n=%d: l2 = %v, want %v", n, [3]float64{a, b, c}, [3]float64{wa, wb, wc})
+				}
+			}
+			cq(fmt.Sprint("q n=", n))
+			ck(fmt.Sprint("k n=", n))
+		}
+		// float64 accumulation: float32 squares of 1e30 would overflow.
+		big := []float32{1e30, -1e30, 3e30}
+		if a, _, _ := p.L2(big, big); !(math.Abs(a-11e60)/11e60 < 1e-6) {
+			t.Fatalf("l2 of huge values = %g, want 1.1e61", a)
+		}
+	})
+}
+
+// gateCheck runs the piece and the generic gate on the same inputs and compares: y within 1 ulp
+// (the operations are the same; only the summation order of Σo² may differ; a zero's sign must
+// agree), bf16 out exactly
+// BF16RNE of the piece's own y, and the bf16 of the generic within 1 bf16 step.
+func gateCheck(t *testing.T, p gdnsimd.Pieces, o, z, w []float32, eps float32, what string, wantOut, want32 bool) {
+	t.Helper()
+	V := len(o)
+	var out, wantO []uint16
+	var outF, wantF []float32
+	var chk []func(string)
+	if wantOut {
+		var c func(string)
+		out, c = kerneltest.Guarded[uint16](t, V, V%16)
+		chk = append(chk, c)
+		wantO = make([]uint16, V)
+	}
+	if want32 {
+		var c func(string)
+		outF, c = guarded(t, V, (V+5)%16)
+		chk = append(chk, c)
+		wantF = make([]float32, V)
+	}
+	p.Gate(o, z, w, eps, out, outF)
+	generic.Gate(o, z, w, eps, wantO, wantF)
+	for _, c := range chk {
+		c(what)
+	}
+	for j := 0; j < V; j++ {
+		if want32 {
+			g, e := outF[j], wantF[j]
+			// Bits, not ==: +0 and −0 differ (and ulps between values of opposite sign is huge).
+			if math.IsNaN(float64(e)) != math.IsNaN(float64(g)) || (!math.IsNaN(float64(e)) && ulps(g, e) > 1) {
+				t.Fatalf("%s: y[%d] = %g (%#x), want %g (%#x)", what, j, g, math.Float32bits(g), e, math.Float32bits(e))
+			}
+			if wantOut && out[j] != gdnsimd.BF16RNE(g) {
+				t.Fatalf("%s: out[%d] = %#x, want gdnsimd.BF16RNE(%g) = %#x", what, j, out[j], g, gdnsimd.BF16RNE(g))
+			}
+		}
+		if wantOut && !(bf16NaN(out[j]) && bf16NaN(wantO[j])) { // which of two NaNs wins may differ
+			if d := int(out[j]) - int(wantO[j]); d > 1 || d < -1 {
+				t.Fatalf("%s: out[%d] = %#x, generic %#x", what, j, out[j], wantO[j])
+			}
+		}
+	}
+}
+
+func bf16NaN(b uint16) bool { return b&0x7fff > 0x7f80 }
+
+func ulps(a, b float32) int64 {
+	d := int64(math.Float32bits(a)) - int64(math.Float32bits(b))
+	return max(d, -d)
+}
+
+func TestGatePiece(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 3))
+	forEachAsm(t, func(t *testing.T, p gdnsimd.Pieces) {
+		for n, V := range pieceSizes {
+			o, co := guarded(t, V, n%16)
+			z, cz := guarded(t, V, (n+1)%16)
+			w, cw := guarded(t, V, (n+2)%16)
+			fill(r, o, 1)
+			fill(r, z, 2)
+			fill(r, w, 1)
+			what := fmt.Sprint("V=", V)
+			gateCheck(t, p, o, z, w, 1e-6, what, true, true)
+			gateCheck(t, p, o, z, w, 1e-5, what+" out only", true, false)
+			gateCheck(t, p, o, z, w, 1e-6, what+" outF only", false, true)
+			co(what)
+			cz(what)
+			cw(what)
+		}
+	})
+}
+
+// TestGateSpecialValues covers Exp32's clamps and NaN propagation, infinities, huge o (Σo² in
+// float64), bf16 ties, overflow to Inf and NaN payloads, in every lane position.
+func TestGateSpecialValues(t *testing.T) {
+	nan := float32(math.NaN())
+	inf := float32(math.Inf(1))
+	negZero := float32(math.Copysign(0, -1)) // the literal -0.0 is +0 in Go
+	zs := []float32{0, negZero, 1, -1, 20, -20, 87, 88, 88.5, 89, 100, -87.3, -87.34, -88, -100, -103, -1e30, 1e30,
+		inf, -inf, nan, -nan, 1e-40, -1e-40, 0.5, -0.5, 2.5, 10, -10, 15.9, -15.9, 3}
+	forEachAsm(t, func(t *testing.T, p gdnsimd.Pieces) {
+		for _, V := range []int{len(zs), 17, 5} {
+			for shift := 0; shift < len(zs); shift += 7 {
+				z := make([]float32, V)
+				o := make([]float32, V)
+				w := make([]float32, V)
+				for j := range z {
+					z[j] = zs[(j+shift)%len(zs)]
+					o[j] = 1 + float32(j)/8
+					w[j] = 1
+				}
+				what := fmt.Sprintf("V=%d shift=%d", V, shift)
+				gateCheck(t, p, o, z, w, 1e-6, what, true, true)
+				// Huge o: float32 Σo² would overflow, float64 does not.
+				for j := range o {
+					o[j] = 1e30 * (1 + float32(j%3))
+				}
+				gateCheck(t, p, o, z, w, 1e-6, what+" huge o", true, true)
+				// A NaN or Inf in o spoils the head (r), like the generic kernel.
+				o[V/2] = nan
+				gateCheck(t, p, o, z, w, 1e-6, what+" NaN o", true, true)
+				o[V/2] = -inf
+				gateCheck(t, p, o, z, w, 1e-6, what+" Inf o", true, true)
+			}
+		}
+		// bf16 rounding: y = o·r·w·silu(z) with r = 1 exactly (o = 1s, eps 0) and silu(256) = 256
+		// exactly, so y = 256·w exactly: ties to even, carries into the exponent, overflow to Inf,
+		// NaN payloads and denormals (TestGateBF16Ties checks the ties against known bits).
+		ws := []float32{1, 1.00390625, 1.01171875, 1.0078125, 1.0000001, -1.00390625,
+			math.Float32frombits(0x3f808000), math.Float32frombits(0x3f818000), math.Float32frombits(0x3f80ffff),
+			math.Float32frombits(0x7f7fffff), -math.Float32frombits(0x7f7fffff), math.Float32frombits(0x7f7f8000),
+			math.Float32frombits(0x00008000), math.Float32frombits(0x00018000), math.Float32frombits(0x7fc12345),
+			math.Float32frombits(0xff812345), math.Float32frombits(0x7f800001), 0, negZero}
+		for _, V := range []int{len(ws), 16, 8, 4, 3, 1} {
+			o, z, w := make([]float32, V), make([]float32, V), make([]float32, V)
+			for j := range o {
+				o[j], z[j], w[j] = 1, 256, ws[j%len(ws)]
+			}
+			gateCheck(t, p, o, z, w, 0, fmt.Sprint("bf16 V=", V), true, true)
+		}
+	})
+}
+
+// bf16Ties are values y whose low 16 bits are exactly 0x8000 (ties) or next to it, with their
+// correctly rounded bf16 bits, written out (not computed by BF16RNE).
+var bf16Ties = []struct {
+	y    uint32
+	want uint16
+}{
+	{0x43808000, 0x4380}, // tie, even upper half: stays
+	{0x43818000, 0x4382}, // tie, odd upper half: rounds up
+	{0xc3808000, 0xc380}, // negative ties
+	{0xc3818000, 0xc382},
+	{0x437f8000, 0x4380}, // tie, odd: the carry runs into the exponent
+	{0x43807fff, 0x4380}, // just below and just above ties
+	{0x43808001, 0x4381},
+	{0x43817fff, 0x4381},
+	{0x43818001, 0x4382},
+	{0x7f7e8000, 0x7f7e}, // even tie at the top of the range
+	{0x7f7f8000, 0x7f80}, // odd tie at the top: +Inf
+	{0xff7f8000, 0xff80}, // and −Inf
+	{0x7f7f7fff, 0x7f7f}, // just below it: the largest finite bf16
+	{0x00808000, 0x0080}, // ties at the smallest normal exponent
+	{0x00818000, 0x0082},
+	{0x00008000, 0x0000}, // denormal ties: even stays (+0), odd rounds up
+	{0x00018000, 0x0002},
+	{0x80008000, 0x8000}, // −0
+	{0x007f8000, 0x0080}, // the largest denormal tie rounds up into the normals
+}
+
+// TestGateBF16Ties makes real rounding ties reach the gate's bf16 rounding of every kernel
+// (generic included) in every lane position, and compares with the known bits: y = o·r·w·silu(z)
+// with o = 1s and eps = 0 (r = 1 exactly), z = 256 (silu(256) = 256 exactly: Exp32(−256) is
+// clamped to 2^−126·…, and 1 + that is 1) and w = y/256 (exact), so y has the table's bits.
+func TestGateBF16Ties(t *testing.T) {
+	for _, c := range bf16Ties {
+		y := math.Float32frombits(c.y)
+		if w := y / 256; w*256 != y {
+			t.Fatalf("%#x/256 is not exact", c.y)
+		}
+		if got := gdnsimd.BF16RNE(y); got != c.want {
+			t.Errorf("BF16RNE(%#x) = %#x, want %#x", c.y, got, c.want)
+		}
+	}
+	kerneltest.ForEach(t, func(t *testing.T, name string) {
+		p := pieces(name)
+		n := len(bf16Ties)
+		for _, V := range []int{n, 16, 17, 8, 5, 3, 1} {
+			for shift := 0; shift < n; shift += 3 {
+				o, z, w := make([]float32, V), make([]float32, V), make([]float32, V)
+				for j := range o {
+					o[j], z[j] = 1, 256
+					w[j] = math.Float32frombits(bf16Ties[(j+shift)%n].y) / 256
+				}
+				for _, withF := range []bool{true, false} {
+					what := fmt.Sprintf("V=%d shift=%d outF=%v", V, shift, withF)
+					out, cOut := kerneltest.Guarded[uint16](t, V, V%16)
+					var outF []float32
+					cF := func(string) {}
+					if withF {
+						outF, cF = guarded(t, V, (V+5)%16)
+					}
+					p.Gate(o, z, w, 0, out, outF)
+					cOut(what + " out")
+					cF(what + " outF")
+					for j := range V {
+						c := bf16Ties[(j+shift)%n]
+						if withF && math.Float32bits(outF[j]) != c.y {
+							t.Fatalf("%s: y[%d] = %#x, want %#x", what, j, math.Float32bits(outF[j]), c.y)
+						}
+						if out[j] != c.want {
+							t.Fatalf("%s: out[%d] = %#x, want %#x (bf16 of y = %#x)", what, j, out[j], c.want, c.y)
+						}
+					}
+				}
+			}
+		}
+	})
+}
