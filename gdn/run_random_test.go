@@ -463,3 +463,52 @@ func TestRunRandom(t *testing.T) {
 		})
 	})
 }
+
+// TestRunBF16StoreTies: a bf16 pool stores the state rounded to nearest even at exact ties. The
+// state after one token from Zero with k = (2^20, 0, …) (k̂ = e₀ exactly, in float32 and float64)
+// and b = 50 (beta = 1 exactly) is S[0][j] = v_j exactly, S[i>0][j] = 0; v_j are float32 values
+// halfway between two bf16 with an even lower neighbour, so round-half-up would store the upper
+// one. Every format with bf16 storage, against the batch oracle (which must find them all exact).
+func TestRunBF16StoreTies(t *testing.T) {
+	d := oracle.BatchDims{HK: 1, HV: 2, K: 2, V: 64}
+	r := rand.New(rand.NewPCG(5, 5))
+	c := &oracle.BatchCase{Name: "ties", Dims: d, BF16: true}
+	oracle.RandomLayer(r, c)
+	c.Start, c.Read, c.Store = []int32{0, 1}, []int32{gdn.Zero}, []int32{0}
+	c.In = oracle.RandomTokens(r, d, 1)
+	c.In.K[0], c.In.K[1] = 1<<20, 0
+	for h := range d.HV {
+		c.In.B[h] = 50
+	}
+	for j := range c.In.V {
+		bits := uint32(0x3f00+2*r.IntN(0x100))<<16 | 0x8000 // even bf16 mantissa, then exactly half an ulp
+		if j%2 == 1 {
+			bits |= 1 << 31
+		}
+		c.In.V[j] = math.Float32frombits(bits)
+	}
+	c.State = oracle.WarmStates(r, c, 1, 0, true)
+	want, err := oracle.RunBatch(c)
+	require.NoError(t, err)
+	for h := range d.HV {
+		for j := range d.V {
+			require.Equal(t, float64(c.In.V[h*d.V+j]), want.Stored[0][h*d.K*d.V+j], "the float64 state is v exactly")
+		}
+	}
+	forEachKernel(t, func(t *testing.T, kernel string) {
+		forEachFormat(t, kernel, func(t *testing.T, format gdnsimd.Format) {
+			if !format.BF16 {
+				t.Skip("f32 storage: no rounding")
+			}
+			got := runBatch(t, batchLayer(t, c, kernel, format, 1), c, runSetup{format: format, rows: rowForms[0], workers: 1})
+			for h := range d.HV {
+				for j := range d.V {
+					v := c.In.V[h*d.V+j]
+					require.Equal(t, oracle.BF16(float64(v)), uint16(math.Float32bits(got.State[0][h*d.K*d.V+j])>>16),
+						"head %d column %d: v = %g (0x%08x) stored", h, j, v, math.Float32bits(v))
+				}
+			}
+			require.NoError(t, oracle.CheckBatch(c, &want, got))
+		})
+	})
+}
