@@ -1,0 +1,162 @@
+package gdn_test
+
+import (
+	"math"
+	"sync"
+	"testing"
+
+	"github.com/gdnsimd/gdnsimd"
+	"github.com/gdnsimd/gdnsimd/internal/oracle"
+	"github.com/stretchr/testify/require"
+)
+
+var seqVectors = sync.OnceValues(func() ([]oracle.SeqCase, error) { return oracle.LoadSeqVectors("../testdata/seq") })
+
+func loadSeqVectors(t testing.TB) []oracle.SeqCase {
+	t.Helper()
+	cases, err := seqVectors()
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, len(cases), 6)
+	return cases
+}
+
+// TestRunSeqVectors runs every multi-token reference vector (independent float64 numpy) through
+// Run with every kernel and every state format of the vector's storage type ([V][K]: the states
+// transposed), within SPEC's bounds (y relative to the vector's y_cond): in place, each final state
+// back to its slot (a 0-token sequence keeps its bits); snapshot vectors also out of place with
+// the state after every token in its own slot of a second pool.
+func TestRunSeqVectors(t *testing.T) {
+	cases := loadSeqVectors(t)
+	forEachKernel(t, func(t *testing.T, kernel string) {
+		forEachFormat(t, kernel, func(t *testing.T, format gdnsimd.Format) {
+			for _, sc := range cases {
+				t.Run(sc.Name, func(t *testing.T) {
+					if sc.BF16 != format.BF16 {
+						t.Skipf("the vector's state is %s", map[bool]string{false: "f32", true: "bf16"}[sc.BF16])
+					}
+					modes := []bool{false}
+					if sc.Snapshots {
+						modes = append(modes, true)
+					}
+					for _, snap := range modes {
+						c, want := sc.Batch(snap)
+						workers := 1 + 2*(len(sc.Tokens)%2) // Workers 1 and 3 across the vectors
+						got := runBatch(t, batchLayer(t, c, kernel, format, workers), c, runSetup{format: format, rows: rowForms[0], workers: workers})
+						require.NoError(t, oracle.CheckBatch(c, &want, got), "snapshots=%v workers=%d", snap, workers)
+					}
+					if sc.BF16 {
+						runTokenByToken(t, kernel, format, sc)
+					}
+				})
+			}
+		})
+	})
+}
+
+// runTokenByToken runs a bf16 vector as one Run per token (in place: the state is read from and
+// rounded to bf16 every call). Each call is held to SPEC's bounds against the batch oracle started
+// from the pool the kernel left; at the end the pool must be the vector's expected_token_by_token
+// state (every element within 1 bf16 ulp, ≥ 99.9 % exact) and the outputs its y and out_bf16.
+func runTokenByToken(t *testing.T, kernel string, format gdnsimd.Format, sc oracle.SeqCase) {
+	c, _ := sc.Batch(false)
+	d := c.Dims
+	l := batchLayer(t, c, kernel, format, 1)
+	pool := c.State
+	nv := d.HV * d.V
+	y := make([]float32, len(sc.TokenByToken.Y))
+	out := make([]uint16, len(sc.TokenByToken.OutBF16))
+	ycond := make([]float64, len(sc.Want.YCond))
+	for τ := 0; ; τ++ {
+		one := *c
+		one.Start, one.Read, one.State = []int32{0}, nil, pool
+		var rows []int
+		for n, tn := range sc.Tokens {
+			if τ < tn {
+				one.Read = append(one.Read, int32(n))
+				rows = append(rows, int(c.Start[n])+τ)
+				one.Start = append(one.Start, int32(len(rows)))
+			}
+		}
+		if len(rows) == 0 {
+			break
+		}
+		one.In = pickRows(c.In, d, rows)
+		want, err := oracle.RunBatch(&one)
+		require.NoError(t, err)
+		got := runBatch(t, l, &one, runSetup{format: format, rows: rowForms[0], workers: 1})
+		require.NoError(t, oracle.CheckBatch(&one, &want, got), "token-by-token call %d", τ)
+		for r, row := range rows {
+			copy(y[row*nv:(row+1)*nv], got.OutF32[r*nv:(r+1)*nv])
+			copy(out[row*nv:(row+1)*nv], got.Out[r*nv:(r+1)*nv])
+			copy(ycond[row*d.HV:(row+1)*d.HV], want.YCond[r*d.HV:(r+1)*d.HV])
+		}
+		pool = got.State
+	}
+	// Against the vector: the final bf16 states, then y and out with the y bound.
+	sl := d.SlotLen()
+	exact, total := 0, 0
+	for s, slot := range pool {
+		for i, x := range slot {
+			w := math.Float32frombits(uint32(sc.TokenByToken.StateBF16[s*sl+i]) << 16)
+			total++
+			if x == w {
+				exact++
+			}
+			require.LessOrEqual(t, math.Abs(float64(x-w)), oracle.BF16ULP(float64(w)), "token-by-token final state slot %d [%d]", s, i)
+		}
+	}
+	require.GreaterOrEqual(t, float64(exact)/float64(total), oracle.MinExactBF16State, "token-by-token final state: exactly the vector's bf16")
+	tbt := &oracle.BatchWant{Y: sc.TokenByToken.Y, OutBF16: sc.TokenByToken.OutBF16, YCond: ycond, Pad: make([]bool, c.Tokens()), Stored: map[int32][]float64{}}
+	outs := &oracle.BatchCase{Dims: d, Start: c.Start, Read: c.Read, State: pool}
+	require.NoError(t, oracle.CheckBatch(outs, tbt, oracle.BatchGot{Out: out, OutF32: y, State: pool}), "token-by-token outputs against the vector")
+}
+
+// pickRows returns the given token rows of in, densely.
+func pickRows(in oracle.TokenRows, d oracle.BatchDims, rows []int) oracle.TokenRows {
+	var o oracle.TokenRows
+	for _, t := range rows {
+		o.Q = append(o.Q, in.Q[t*d.HK*d.K:(t+1)*d.HK*d.K]...)
+		o.K = append(o.K, in.K[t*d.HK*d.K:(t+1)*d.HK*d.K]...)
+		o.V = append(o.V, in.V[t*d.HV*d.V:(t+1)*d.HV*d.V]...)
+		o.Z = append(o.Z, in.Z[t*d.HV*d.V:(t+1)*d.HV*d.V]...)
+		o.B = append(o.B, in.B[t*d.HV:(t+1)*d.HV]...)
+		o.A = append(o.A, in.A[t*d.HV:(t+1)*d.HV]...)
+	}
+	return o
+}
+
+// TestRunVectors runs the single-token reference vectors through Run (a Batch of one token per
+// sequence, sequence b reading and writing back slot b) with every kernel and f32 state format
+// ([V][K]: transposed), within oracle.Check's bounds. (bf16 pools: the vectors' states are not
+// bf16 values.)
+func TestRunVectors(t *testing.T) {
+	cases := loadVectors(t)
+	forEachKernel(t, func(t *testing.T, kernel string) {
+		forEachFormat(t, kernel, func(t *testing.T, format gdnsimd.Format) {
+			if format.BF16 {
+				t.Skip("the single-token vectors' states are not bf16 values")
+			}
+			for _, c := range cases {
+				t.Run(c.Name, func(t *testing.T) {
+					d := oracle.BatchDims{HK: c.Dims.HK, HV: c.Dims.HV, K: c.Dims.K, V: c.Dims.V}
+					bc := &oracle.BatchCase{
+						Dims: d, RMSEps: c.In.RMSEps, ALog: c.In.ALog, DtBias: c.In.DtBias, NormWeight: c.In.NormWeight,
+						Start: make([]int32, c.Dims.B+1), Read: make([]int32, c.Dims.B),
+						In: oracle.TokenRows{Q: c.In.Q, K: c.In.K, V: c.In.V, Z: c.In.Z, B: c.In.B, A: c.In.A},
+					}
+					sl := d.SlotLen()
+					for b := range c.Dims.B {
+						bc.Start[b+1], bc.Read[b] = int32(b+1), int32(b)
+						bc.State = append(bc.State, c.In.State[b*sl:(b+1)*sl])
+					}
+					got := runBatch(t, batchLayer(t, bc, kernel, format, 1), bc, runSetup{format: format, rows: rowForms[0], workers: 1})
+					g := oracle.Got{Out: got.Out, OutF32: got.OutF32}
+					for _, s := range got.State {
+						g.State = append(g.State, s...)
+					}
+					require.NoError(t, oracle.Check(c, g))
+				})
+			}
+		})
+	})
+}

@@ -1,0 +1,653 @@
+package oracle
+
+import (
+	"compress/gzip"
+	"encoding/json"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sort"
+)
+
+// This file extends the oracle to SPEC Part B's serving call: N sequences of T_n ≥ 0 tokens,
+// states read from and stored to slots of pools, Pad and Zero, per-token stores, a second pool,
+// bf16 storage. Written from SPEC.md alone (no kernel code): every (sequence, value head) carries
+// its state in float64 through the sequence's tokens; a stored state is rounded to bf16 once (bf16
+// pools) where it is stored, the running state is never rounded.
+
+// BatchDims are the shapes of a Layer.
+type BatchDims struct {
+	HK, HV, K, V int
+}
+
+// SlotLen is the elements of one slot, HV·K·V.
+func (d BatchDims) SlotLen() int { return d.HV * d.K * d.V }
+
+// TokenRows are a call's per-token inputs, dense and token-major: Q, K [T][HK][K]; V, Z [T][HV][V];
+// B, A [T][HV]. (How they are laid out for the call — strides, packing, bf16 — is the test's
+// business; the oracle reads the values.)
+type TokenRows struct {
+	Q, K, V, Z, B, A []float32
+}
+
+// BatchCase is one serving call in the oracle's terms. Pools are lists of slots, each [HV][K][V]
+// in the [K][V] order (element (h, i, j) at (h·K + i)·V + j), holding the values the call reads
+// (for bf16 pools: the widened bf16 values).
+type BatchCase struct {
+	Name                     string
+	Dims                     BatchDims
+	Tiled                    bool // GQA: v-head h reads k-head h mod HK (else h / (HV/HK))
+	RMSEps                   float64
+	ALog, DtBias, NormWeight []float32
+
+	Start []int32 // [N+1]
+	Read  []int32 // [N]: slot, Pad (-1) or Zero (-2)
+	Store []int32 // [T] slot or NoStore (-1), or nil: the state after the last token goes to the Read slot
+	In    TokenRows
+
+	State   [][]float32 // the pool read from (and written to, unless StoreTo is set)
+	StoreTo [][]float32 // nil, or a second pool receiving the stores (out of place)
+	BF16    bool        // the pools store bf16: a stored state is rounded to bf16 nearest-even
+
+	Random bool // random realistic inputs: SPEC's ≥ 99 % correctly rounded out rule applies
+}
+
+// The special slot values (SPEC Part B).
+const (
+	Pad     int32 = -1
+	Zero    int32 = -2
+	NoStore int32 = -1
+)
+
+// Tokens is T = Start[N].
+func (c *BatchCase) Tokens() int { return int(c.Start[len(c.Start)-1]) }
+
+// BatchWant is the float64 result of a call.
+type BatchWant struct {
+	Y       []float64 // [T][HV][V]
+	OutBF16 []uint16  // [T][HV][V], bf16 of Y (nearest even); +0 for padding tokens
+	YCond   []float64 // [T][HV]: max_j Σ_i |q̂_i||S'[i][j]| / max_j |o_j| (SPEC's y_cond)
+	Pad     []bool    // [T]: the token belongs to a padding sequence (its outputs are +0)
+	// Stored maps a destination slot to the float64 state stored there, [HV][K][V] in the [K][V]
+	// order (unrounded: the checker applies SPEC's bf16 rule). Slots not in it keep their bits.
+	Stored map[int32][]float64
+}
+
+// RunBatch evaluates the call in float64 (SPEC Part B over Part A). It refuses what SPEC's
+// validation refuses only as far as the evaluation needs (a Zero sequence with Store nil, slots
+// out of range, a slot written twice).
+func RunBatch(c *BatchCase) (BatchWant, error) {
+	d := c.Dims
+	HK, HV, K, V := d.HK, d.HV, d.K, d.V
+	N := len(c.Read)
+	if len(c.Start) != N+1 || c.Start[0] != 0 {
+		return BatchWant{}, fmt.Errorf("oracle: Start has %d entries for %d sequences", len(c.Start), N)
+	}
+	T := c.Tokens()
+	if c.Store != nil && len(c.Store) != T {
+		return BatchWant{}, fmt.Errorf("oracle: Store has %d entries, want T = %d", len(c.Store), T)
+	}
+	w := BatchWant{
+		Y: make([]float64, T*HV*V), OutBF16: make([]uint16, T*HV*V), YCond: make([]float64, T*HV),
+		Pad: make([]bool, T), Stored: map[int32][]float64{},
+	}
+	dst := c.State
+	if c.StoreTo != nil {
+		dst = c.StoreTo
+	}
+	store := func(slot int32, h int, S []float64) error {
+		if slot < 0 || int(slot) >= len(dst) {
+			return fmt.Errorf("oracle: store to slot %d of a pool of %d", slot, len(dst))
+		}
+		st := w.Stored[slot]
+		if st == nil {
+			st = make([]float64, d.SlotLen())
+			for i := range st {
+				st[i] = math.NaN()
+			}
+			w.Stored[slot] = st
+		} else if !math.IsNaN(st[h*K*V]) {
+			return fmt.Errorf("oracle: slot %d head %d stored twice", slot, h)
+		}
+		copy(st[h*K*V:(h+1)*K*V], S)
+		return nil
+	}
+	S := make([]float64, K*V)
+	qh, kh := make([]float64, K), make([]float64, K)
+	kv, o, A := make([]float64, V), make([]float64, V), make([]float64, V)
+	for n := range N {
+		t0, t1 := int(c.Start[n]), int(c.Start[n+1])
+		if t1 < t0 {
+			return BatchWant{}, fmt.Errorf("oracle: Start decreases at %d", n)
+		}
+		r := c.Read[n]
+		if r == Pad {
+			for t := t0; t < t1; t++ {
+				w.Pad[t] = true
+			}
+			continue
+		}
+		if t0 == t1 {
+			continue
+		}
+		if r == Zero && c.Store == nil {
+			return BatchWant{}, fmt.Errorf("oracle: sequence %d reads Zero with Store nil", n)
+		}
+		if r != Zero && (r < 0 || int(r) >= len(c.State)) {
+			return BatchWant{}, fmt.Errorf("oracle: sequence %d reads slot %d of a pool of %d", n, r, len(c.State))
+		}
+		for h := range HV {
+			hk := h / (HV / HK)
+			if c.Tiled {
+				hk = h % HK
+			}
+			if r == Zero {
+				clear(S)
+			} else {
+				for i, x := range c.State[r][h*K*V : (h+1)*K*V] {
+					S[i] = float64(x)
+				}
+			}
+			aLog, dtBias := float64(c.ALog[h]), float64(c.DtBias[h])
+			for t := t0; t < t1; t++ {
+				q := c.In.Q[(t*HK+hk)*K : (t*HK+hk+1)*K]
+				k := c.In.K[(t*HK+hk)*K : (t*HK+hk+1)*K]
+				var nq, nk float64
+				for i := range K {
+					nq += sq(float64(q[i]))
+					nk += sq(float64(k[i]))
+				}
+				for i := range K {
+					qh[i] = float64(q[i]) / math.Sqrt(nq+1e-6) / math.Sqrt(float64(K))
+					kh[i] = float64(k[i]) / math.Sqrt(nk+1e-6)
+				}
+				beta := 1 / (1 + math.Exp(-float64(c.In.B[t*HV+h])))
+				x := float64(c.In.A[t*HV+h]) + dtBias
+				sp := x
+				if !(x > 20) {
+					sp = math.Log1p(math.Exp(x))
+				}
+				eg := math.Exp(-math.Exp(aLog) * sp)
+				// Decay, then the delta rule.
+				for i := range S {
+					S[i] *= eg
+				}
+				v := c.In.V[(t*HV+h)*V : (t*HV+h+1)*V]
+				for j := range V {
+					kv[j] = 0
+					for i := range K {
+						kv[j] += kh[i] * S[i*V+j]
+					}
+				}
+				for i := range K {
+					for j := range V {
+						S[i*V+j] += kh[i] * (beta * (float64(v[j]) - kv[j]))
+					}
+				}
+				// o through the updated state, y_cond's numerator, the gated RMSNorm.
+				var ss, maxA, maxO float64
+				for j := range V {
+					o[j], A[j] = 0, 0
+					for i := range K {
+						o[j] += qh[i] * S[i*V+j]
+						A[j] += math.Abs(qh[i]) * math.Abs(S[i*V+j])
+					}
+					ss += o[j] * o[j]
+					maxA, maxO = max(maxA, A[j]), max(maxO, math.Abs(o[j]))
+				}
+				w.YCond[t*HV+h] = maxA / maxO // NaN (0/0) on a head whose o is all zero
+				rms := 1 / math.Sqrt(ss/float64(V)+c.RMSEps)
+				z := c.In.Z[(t*HV+h)*V : (t*HV+h+1)*V]
+				for j := range V {
+					zj := float64(z[j])
+					y := o[j] * rms * float64(c.NormWeight[j]) * (zj / (1 + math.Exp(-zj)))
+					w.Y[(t*HV+h)*V+j] = y
+					w.OutBF16[(t*HV+h)*V+j] = BF16(y)
+				}
+				slot := NoStore
+				if c.Store != nil {
+					slot = c.Store[t]
+				} else if t == t1-1 {
+					slot = r
+				}
+				if slot != NoStore {
+					if err := store(slot, h, S); err != nil {
+						return BatchWant{}, err
+					}
+				}
+			}
+		}
+	}
+	return w, nil
+}
+
+// BatchGot is what a call produced: the outputs (either may be nil) and the pools after the call,
+// as slots in the [K][V] order (bf16 pools widened).
+type BatchGot struct {
+	Out     []uint16
+	OutF32  []float32
+	State   [][]float32
+	StoreTo [][]float32 // the second pool, when the case has one
+}
+
+// Bounds of SPEC Part B.
+const (
+	CondTol             = 0x1p-19 // y: (RelTol + CondTol·y_cond)·head max
+	MinExactBF16State   = 0.999   // bf16 pools: fraction of stored elements exactly bf16(float64 state)
+	yCondNaNReplacement = 0       // a head with o ≡ 0 has no cancellation measure: RelTol alone
+)
+
+// CheckBatch holds got against want with SPEC Part B's bounds: per (token, head) y (OutF32)
+// within (1e-5 + 2⁻¹⁹·y_cond)·head max, Out within max(1 bf16 ulp of y, that bound), padding
+// outputs +0 exactly; on random cases ≥ 99 % of Out the correctly rounded bf16 of y. Every stored
+// head state (f32) within 1e-5·head max; (bf16) within max(1 bf16 ulp, 1e-5·head max) and ≥ 99.9 %
+// exactly bf16(float64 state). Every slot not stored keeps its bits, and the source pool keeps
+// all of its bits when the stores go to a second pool. It returns the first violation, or nil.
+func CheckBatch(c *BatchCase, w *BatchWant, g BatchGot) error {
+	d := c.Dims
+	HV, K, V := d.HV, d.K, d.V
+	T := c.Tokens()
+	same, total := 0, 0
+	for t := range T {
+		for h := range HV {
+			y := w.Y[(t*HV+h)*V : (t*HV+h+1)*V]
+			at := func(j int) string { return fmt.Sprintf("token %d head %d [%d]", t, h, j) }
+			if w.Pad[t] {
+				for j := range V {
+					if g.OutF32 != nil && math.Float32bits(g.OutF32[(t*HV+h)*V+j]) != 0 {
+						return fmt.Errorf("out_f32 %s: padding token: got %g, want +0", at(j), g.OutF32[(t*HV+h)*V+j])
+					}
+					if g.Out != nil && g.Out[(t*HV+h)*V+j] != 0 {
+						return fmt.Errorf("out %s: padding token: got 0x%04x, want +0", at(j), g.Out[(t*HV+h)*V+j])
+					}
+				}
+				continue
+			}
+			cond := w.YCond[t*HV+h]
+			if math.IsNaN(cond) {
+				cond = yCondNaNReplacement
+			}
+			hm := maxAbs(y)
+			tol := (RelTol + CondTol*cond) * hm
+			for j, yj := range y {
+				i := (t*HV+h)*V + j
+				if g.OutF32 != nil {
+					if e := math.Abs(float64(g.OutF32[i]) - yj); !(e <= tol) {
+						return fmt.Errorf("y %s: got %g, want %g: error %g > (1e-5 + 2^-19·y_cond %.3g)·head max %g = %g",
+							at(j), g.OutF32[i], yj, e, cond, hm, tol)
+					}
+				}
+				if g.Out != nil {
+					got := float64(math.Float32frombits(uint32(g.Out[i]) << 16))
+					if e := math.Abs(got - yj); !(e <= max(BF16ULP(yj), tol)) {
+						return fmt.Errorf("out %s: got %g (0x%04x), want %g (0x%04x): error %g > max(ulp %g, %g)",
+							at(j), got, g.Out[i], yj, w.OutBF16[i], e, BF16ULP(yj), tol)
+					}
+					total++
+					if g.Out[i] == w.OutBF16[i] {
+						same++
+					}
+				}
+			}
+		}
+	}
+	if c.Random && total > 0 {
+		if frac := float64(same) / float64(total); frac < MinCorrectBF16 {
+			return fmt.Errorf("out: only %.4f of %d values are correctly rounded, want >= %.2f", frac, total, MinCorrectBF16)
+		}
+	}
+	dst, gotDst, dstName := c.State, g.State, "State"
+	if c.StoreTo != nil {
+		dst, gotDst, dstName = c.StoreTo, g.StoreTo, "StoreTo"
+		if err := sameSlots("State (the source of an out-of-place call)", c.State, g.State, nil); err != nil {
+			return err
+		}
+	}
+	if err := sameSlots(dstName, dst, gotDst, w.Stored); err != nil {
+		return err
+	}
+	exact, stored := 0, 0
+	for slot, want := range w.Stored {
+		got := gotDst[slot]
+		for h := range HV {
+			ws, gs := want[h*K*V:(h+1)*K*V], got[h*K*V:(h+1)*K*V]
+			hm := maxAbs(ws)
+			tol := RelTol * hm
+			for i, x := range ws {
+				e := math.Abs(float64(gs[i]) - x)
+				if c.BF16 {
+					stored++
+					if uint16(math.Float32bits(gs[i])>>16) == BF16(x) {
+						exact++
+					}
+					if b := max(BF16ULP(x), tol); !(e <= b) {
+						return fmt.Errorf("state (bf16) %s slot %d head %d [%d]: got %g, want %g (bf16 %g): error %g > max(1 bf16 ulp, 1e-5·head max %g) = %g",
+							dstName, slot, h, i, gs[i], x, math.Float32frombits(uint32(BF16(x))<<16), e, hm, b)
+					}
+				} else if !(e <= tol) {
+					return fmt.Errorf("state %s slot %d head %d [%d]: got %g, want %g: error %g > 1e-5·head max %g = %g",
+						dstName, slot, h, i, gs[i], x, e, hm, tol)
+				}
+			}
+		}
+	}
+	if stored > 0 {
+		if frac := float64(exact) / float64(stored); frac < MinExactBF16State {
+			return fmt.Errorf("state (bf16): only %.5f of %d stored values are bf16(the float64 state), want >= %.3f", frac, stored, MinExactBF16State)
+		}
+	}
+	return nil
+}
+
+// sameSlots requires every slot of got not in except to hold the bits of want.
+func sameSlots(name string, want, got [][]float32, except map[int32][]float64) error {
+	if len(got) != len(want) {
+		return fmt.Errorf("pool %s: %d slots after the call, want %d", name, len(got), len(want))
+	}
+	for s := range want {
+		if _, ok := except[int32(s)]; ok {
+			continue
+		}
+		for i, x := range want[s] {
+			if math.Float32bits(got[s][i]) != math.Float32bits(x) {
+				return fmt.Errorf("pool %s slot %d [%d]: not stored by the call, but changed from %g to %g", name, s, i, x, got[s][i])
+			}
+		}
+	}
+	return nil
+}
+
+// RoundBF16 rounds every value of x to bf16 (nearest even) in place: inputs a bf16 buffer can
+// hold exactly.
+func RoundBF16(x []float32) {
+	for i, v := range x {
+		x[i] = math.Float32frombits(uint32(BF16(float64(v))) << 16)
+	}
+}
+
+// RandomTokens makes T tokens of realistic inputs (q, k, v, z, b ~ N(0, 1), a ~ N(−1, 1.5), as
+// Random does).
+func RandomTokens(r *rand.Rand, d BatchDims, T int) TokenRows {
+	return TokenRows{
+		Q: vec(r, T*d.HK*d.K, 0, 1), K: vec(r, T*d.HK*d.K, 0, 1),
+		V: vec(r, T*d.HV*d.V, 0, 1), Z: vec(r, T*d.HV*d.V, 0, 1),
+		B: vec(r, T*d.HV, 0, 1), A: vec(r, T*d.HV, -1, 1.5),
+	}
+}
+
+// RandomLayer sets the case's parameters to realistic values: norm_weight ~ N(1, 0.2), dt_bias ~
+// N(0, 1), A_log ~ N(0, 1) on odd heads and ≈ −4 on even heads (eg ≈ 0.98–0.99, the long memory
+// of real layers, where the near-1 decay form matters).
+func RandomLayer(r *rand.Rand, c *BatchCase) {
+	d := c.Dims
+	c.ALog, c.DtBias, c.NormWeight = vec(r, d.HV, 0, 1), vec(r, d.HV, 0, 1), vec(r, d.V, 1, 0.2)
+	for h := 0; h < d.HV; h += 2 {
+		c.ALog[h] = float32(-4 + 0.3*r.NormFloat64())
+	}
+	if c.RMSEps == 0 {
+		c.RMSEps = 1e-6
+	}
+}
+
+// WarmStates returns n realistic slots: each the float64 state after warm random tokens from the
+// zero state (the case's parameters), rounded to float32, or to bf16 when bf16 is set.
+func WarmStates(r *rand.Rand, c *BatchCase, n, warm int, bf16 bool) [][]float32 {
+	d := c.Dims
+	slots := make([][]float32, n)
+	if warm == 0 {
+		for s := range slots {
+			slots[s] = make([]float32, d.SlotLen())
+		}
+		return slots
+	}
+	wc := &BatchCase{
+		Dims: d, Tiled: c.Tiled, RMSEps: c.RMSEps, ALog: c.ALog, DtBias: c.DtBias, NormWeight: c.NormWeight,
+		Start: make([]int32, n+1), Read: make([]int32, n), Store: make([]int32, n*warm),
+		In: RandomTokens(r, d, n*warm), State: [][]float32{make([]float32, d.SlotLen())},
+		StoreTo: make([][]float32, n),
+	}
+	for s := range n {
+		wc.Start[s+1] = int32((s + 1) * warm)
+		wc.Read[s] = Zero
+		wc.StoreTo[s] = make([]float32, d.SlotLen())
+		for t := s * warm; t < (s+1)*warm; t++ {
+			wc.Store[t] = NoStore
+		}
+		wc.Store[(s+1)*warm-1] = int32(s)
+	}
+	w, err := RunBatch(wc)
+	if err != nil {
+		panic(err)
+	}
+	for s := range slots {
+		slots[s] = make([]float32, d.SlotLen())
+		for i, x := range w.Stored[int32(s)] {
+			slots[s][i] = float32(x)
+		}
+		if bf16 {
+			RoundBF16(slots[s])
+		}
+	}
+	return slots
+}
+
+// SeqCase is one multi-token reference vector (vectors/seq, FORMAT.md).
+type SeqCase struct {
+	Name, Note string
+	Dims       BatchDims
+	Tokens     []int // per sequence
+	RMSEps     float64
+	BF16       bool // state_dtype "bf16"
+	Snapshots  bool
+	In         TokenRows
+	ALog       []float32
+	DtBias     []float32
+	NormWeight []float32
+	State      []float32 // [B][HV][K][V] initial states (bf16 values in bf16 cases)
+
+	Want struct {
+		Y             []float64
+		OutBF16       []uint16
+		YCond         []float64
+		State         []float64 // [B][HV][K][V] final, float64
+		Snapshots     []float64 // [T][HV][K][V]
+		StateBF16     []uint16
+		SnapshotsBF16 []uint16
+	}
+	TokenByToken struct { // bf16 cases: one call per token
+		Y         []float64
+		OutBF16   []uint16
+		StateBF16 []uint16
+	}
+}
+
+// LoadSeqVectors reads every *.json.gz multi-token case in dir, sorted by name.
+func LoadSeqVectors(dir string) ([]SeqCase, error) {
+	files, err := filepath.Glob(filepath.Join(dir, "*.json.gz"))
+	if err != nil {
+		return nil, err
+	}
+	if len(files) == 0 {
+		return nil, fmt.Errorf("oracle: no *.json.gz vectors in %s", dir)
+	}
+	sort.Strings(files)
+	var cases []SeqCase
+	for _, f := range files {
+		c, err := loadSeq(f)
+		if err != nil {
+			return nil, fmt.Errorf("oracle: %s: %w", f, err)
+		}
+		cases = append(cases, c)
+	}
+	return cases, nil
+}
+
+func loadSeq(path string) (SeqCase, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return SeqCase{}, err
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		return SeqCase{}, err
+	}
+	type out struct {
+		Y             []float64
+		OutBF16       []uint16  `json:"out_bf16"`
+		YCond         []float64 `json:"y_cond"`
+		State         []float64
+		Snapshots     []float64
+		StateBF16     []uint16 `json:"state_bf16"`
+		SnapshotsBF16 []uint16 `json:"snapshots_bf16"`
+	}
+	var v struct {
+		Name, Note string
+		Dims       struct {
+			KHeads int `json:"k_heads"`
+			VHeads int `json:"v_heads"`
+			K      int `json:"k"`
+			V      int `json:"v"`
+		}
+		Tokens      []int
+		RMSEps      float64 `json:"rms_eps"`
+		StateDType  string  `json:"state_dtype"`
+		StateLayout string  `json:"state_layout"`
+		Snapshots   bool
+		Inputs      struct {
+			Q, K, V, Z, B, A, State []float32
+			ALog                    []float32 `json:"a_log"`
+			DtBias                  []float32 `json:"dt_bias"`
+			NormWeight              []float32 `json:"norm_weight"`
+		}
+		Expected     out
+		TokenByToken out `json:"expected_token_by_token"`
+	}
+	if err := json.NewDecoder(zr).Decode(&v); err != nil {
+		return SeqCase{}, err
+	}
+	if v.StateLayout != "KV" || (v.StateDType != "f32" && v.StateDType != "bf16") {
+		return SeqCase{}, fmt.Errorf("state_layout %q, state_dtype %q: unknown", v.StateLayout, v.StateDType)
+	}
+	c := SeqCase{
+		Name: v.Name, Note: v.Note,
+		Dims:   BatchDims{HK: v.Dims.KHeads, HV: v.Dims.VHeads, K: v.Dims.K, V: v.Dims.V},
+		Tokens: v.Tokens, RMSEps: v.RMSEps, BF16: v.StateDType == "bf16", Snapshots: v.Snapshots,
+		In:   TokenRows{Q: v.Inputs.Q, K: v.Inputs.K, V: v.Inputs.V, Z: v.Inputs.Z, B: v.Inputs.B, A: v.Inputs.A},
+		ALog: v.Inputs.ALog, DtBias: v.Inputs.DtBias, NormWeight: v.Inputs.NormWeight, State: v.Inputs.State,
+	}
+	e := v.Expected
+	c.Want.Y, c.Want.OutBF16, c.Want.YCond, c.Want.State = e.Y, e.OutBF16, e.YCond, e.State
+	c.Want.Snapshots, c.Want.StateBF16, c.Want.SnapshotsBF16 = e.Snapshots, e.StateBF16, e.SnapshotsBF16
+	c.TokenByToken.Y, c.TokenByToken.OutBF16, c.TokenByToken.StateBF16 = v.TokenByToken.Y, v.TokenByToken.OutBF16, v.TokenByToken.StateBF16
+	return c, c.validate()
+}
+
+func (c SeqCase) validate() error {
+	d := c.Dims
+	if d.HK < 1 || d.HV < 1 || d.K < 1 || d.V < 1 || d.HV%d.HK != 0 || len(c.Tokens) == 0 {
+		return fmt.Errorf("bad dims %+v, tokens %v", d, c.Tokens)
+	}
+	T := 0
+	for _, n := range c.Tokens {
+		if n < 0 {
+			return fmt.Errorf("tokens %v", c.Tokens)
+		}
+		T += n
+	}
+	B, sl := len(c.Tokens), d.SlotLen()
+	checks := []struct {
+		name      string
+		got, want int
+	}{
+		{"q", len(c.In.Q), T * d.HK * d.K}, {"k", len(c.In.K), T * d.HK * d.K},
+		{"v", len(c.In.V), T * d.HV * d.V}, {"z", len(c.In.Z), T * d.HV * d.V},
+		{"b", len(c.In.B), T * d.HV}, {"a", len(c.In.A), T * d.HV},
+		{"a_log", len(c.ALog), d.HV}, {"dt_bias", len(c.DtBias), d.HV}, {"norm_weight", len(c.NormWeight), d.V},
+		{"state", len(c.State), B * sl}, {"y", len(c.Want.Y), T * d.HV * d.V}, {"out_bf16", len(c.Want.OutBF16), T * d.HV * d.V},
+		{"y_cond", len(c.Want.YCond), T * d.HV}, {"expected state", len(c.Want.State), B * sl},
+	}
+	if c.Snapshots {
+		checks = append(checks, struct {
+			name      string
+			got, want int
+		}{"snapshots", len(c.Want.Snapshots), T * sl})
+	}
+	if c.BF16 {
+		checks = append(checks, []struct {
+			name      string
+			got, want int
+		}{
+			{"state_bf16", len(c.Want.StateBF16), B * sl},
+			{"token_by_token y", len(c.TokenByToken.Y), T * d.HV * d.V},
+			{"token_by_token out_bf16", len(c.TokenByToken.OutBF16), T * d.HV * d.V},
+			{"token_by_token state_bf16", len(c.TokenByToken.StateBF16), B * sl},
+		}...)
+		if c.Snapshots {
+			checks = append(checks, struct {
+				name      string
+				got, want int
+			}{"snapshots_bf16", len(c.Want.SnapshotsBF16), T * sl})
+		}
+	}
+	for _, x := range checks {
+		if x.got != x.want {
+			return fmt.Errorf("%s has %d values, want %d", x.name, x.got, x.want)
+		}
+	}
+	return nil
+}
+
+// Batch returns the vector as a call and its expectation from the vector (not from RunBatch).
+// Slot n of State is sequence n's initial state, read by sequence n. Without snapshots the call is
+// in place (Store nil: each final state goes back to its slot; a 0-token sequence keeps its
+// state). With snapshots, token t stores to slot t of a second pool (StoreTo, T zero slots): the
+// expectation is the state after every token, and State keeps its bits.
+func (c SeqCase) Batch(snapshots bool) (*BatchCase, BatchWant) {
+	d := c.Dims
+	B, sl := len(c.Tokens), d.SlotLen()
+	bc := &BatchCase{
+		Name: c.Name, Dims: d, RMSEps: c.RMSEps, ALog: c.ALog, DtBias: c.DtBias, NormWeight: c.NormWeight,
+		Start: make([]int32, B+1), Read: make([]int32, B), In: c.In, BF16: c.BF16,
+		State: make([][]float32, B),
+	}
+	for n, tn := range c.Tokens {
+		bc.Start[n+1] = bc.Start[n] + int32(tn)
+		bc.Read[n] = int32(n)
+		bc.State[n] = c.State[n*sl : (n+1)*sl]
+	}
+	T := bc.Tokens()
+	w := BatchWant{Y: c.Want.Y, OutBF16: c.Want.OutBF16, YCond: c.Want.YCond, Pad: make([]bool, T), Stored: map[int32][]float64{}}
+	if snapshots {
+		bc.Store = make([]int32, T)
+		bc.StoreTo = make([][]float32, T)
+		for t := range T {
+			bc.Store[t] = int32(t)
+			bc.StoreTo[t] = make([]float32, sl)
+			w.Stored[int32(t)] = c.Want.Snapshots[t*sl : (t+1)*sl]
+		}
+		return bc, w
+	}
+	for n, tn := range c.Tokens {
+		if tn > 0 {
+			w.Stored[int32(n)] = c.Want.State[n*sl : (n+1)*sl]
+		}
+	}
+	return bc, w
+}
+
+// TransposeSlot returns an [HV][K][V] slot in the [V][K] order (element (h, i, j) at
+// (h·V + j)·K + i), or back with k and v swapped.
+func TransposeSlot[E any](s []E, hv, k, v int) []E {
+	t := make([]E, len(s))
+	for h := range hv {
+		for i := range k {
+			for j := range v {
+				t[(h*v+j)*k+i] = s[(h*k+i)*v+j]
+			}
+		}
+	}
+	return t
+}
