@@ -165,7 +165,7 @@ func TestDriftSteadyDecay(t *testing.T) {
 	}
 	n := d.Heads() * d.K * d.V
 	var layers []*driftLayer
-	for _, k := range kernels(t) {
+	for _, k := range kerneltest.Names(t) {
 		kk, _ := gdnsimd.Lookup(k)
 		for _, f := range []gdnsimd.Format{{Layout: gdnsimd.KV}, {Layout: gdnsimd.KV}, {Layout: gdnsimd.VK}} {
 			run := len(layers) > 0 && layers[len(layers)-1].name == k+"/step"
@@ -319,7 +319,7 @@ func TestStrongDecay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range kernels(t) {
+	for _, k := range kerneltest.Names(t) {
 		kk, _ := gdnsimd.Lookup(k)
 		for _, f := range []gdnsimd.Format{{Layout: gdnsimd.KV}, {Layout: gdnsimd.VK}} {
 			t.Run("kernel="+k+"/format="+f.String(), func(t *testing.T) {

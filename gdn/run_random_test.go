@@ -9,6 +9,7 @@ import (
 
 	"github.com/gdnsimd/gdnsimd"
 	"github.com/gdnsimd/gdnsimd/gdn"
+	"github.com/gdnsimd/gdnsimd/internal/kerneltest"
 	"github.com/gdnsimd/gdnsimd/internal/oracle"
 	"github.com/stretchr/testify/require"
 )
@@ -443,7 +444,7 @@ func TestRunRandom(t *testing.T) {
 			cases[bf] = append(cases[bf], prepared{c, w, rf})
 		}
 	}
-	forEachKernel(t, func(t *testing.T, kernel string) {
+	kerneltest.ForEach(t, func(t *testing.T, kernel string) {
 		forEachFormat(t, kernel, func(t *testing.T, format gdnsimd.Format) {
 			for i, p := range cases[format.BF16] {
 				t.Run(p.c.Name, func(t *testing.T) {
@@ -495,7 +496,7 @@ func TestRunBF16StoreTies(t *testing.T) {
 			require.Equal(t, float64(c.In.V[h*d.V+j]), want.Stored[0][h*d.K*d.V+j], "the float64 state is v exactly")
 		}
 	}
-	forEachKernel(t, func(t *testing.T, kernel string) {
+	kerneltest.ForEach(t, func(t *testing.T, kernel string) {
 		forEachFormat(t, kernel, func(t *testing.T, format gdnsimd.Format) {
 			if !format.BF16 {
 				t.Skip("f32 storage: no rounding")

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/gdnsimd/gdnsimd"
+	"github.com/gdnsimd/gdnsimd/internal/kerneltest"
 	"github.com/gdnsimd/gdnsimd/internal/oracle"
 	"github.com/stretchr/testify/require"
 )
@@ -27,7 +28,7 @@ func loadSeqVectors(t testing.TB) []oracle.SeqCase {
 // the state after every token in its own slot of a second pool.
 func TestRunSeqVectors(t *testing.T) {
 	cases := loadSeqVectors(t)
-	forEachKernel(t, func(t *testing.T, kernel string) {
+	kerneltest.ForEach(t, func(t *testing.T, kernel string) {
 		forEachFormat(t, kernel, func(t *testing.T, format gdnsimd.Format) {
 			for _, sc := range cases {
 				t.Run(sc.Name, func(t *testing.T) {
@@ -131,7 +132,7 @@ func pickRows(in oracle.TokenRows, d oracle.BatchDims, rows []int) oracle.TokenR
 // bf16 values.)
 func TestRunVectors(t *testing.T) {
 	cases := loadVectors(t)
-	forEachKernel(t, func(t *testing.T, kernel string) {
+	kerneltest.ForEach(t, func(t *testing.T, kernel string) {
 		forEachFormat(t, kernel, func(t *testing.T, format gdnsimd.Format) {
 			if format.BF16 {
 				t.Skip("the single-token vectors' states are not bf16 values")
