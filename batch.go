@@ -184,10 +184,31 @@ func (s *Scratch) ensure(K, V int) {
 
 // RunBatch runs the work items [lo, hi) of b (see Items) with this kernel, which must implement
 // b.Format (Implements). Items are independent: the result of an item does not depend on lo, hi or
-// on any other item. Every slice an item uses is cut from b's slices with Go's bounds checks before
-// any routine runs on it, so a malformed Batch panics (like an index out of range) instead of
-// touching memory outside its slices; an item writes only its own head's outputs and states.
+// on any other item; an item writes only its own head's outputs and states.
+//
+// RunBatch panics before it writes anything unless the dimensions are ≥ 1 (VHeads a multiple of
+// KHeads), 0 ≤ lo ≤ hi ≤ Items(), Start (unless nil) has N+1 entries, Read (unless nil) N, Store
+// (unless nil) T = Start[N] (N without Start); ALog and DtBias hold VHeads elements, NormWeight V;
+// every row input has exactly one of F32 and BF16, a Stride of at least its width and
+// (T−1)·Stride + width elements; Out and OutF32 (unless nil) T·VHeads·V; the pools exactly one of
+// F32 and BF16 (StoreTo may have neither: the same pool as State) and a SlotStride of at least
+// VHeads·K·V. These checks are O(1). What they cannot check in O(1) — a slot or a Start entry that
+// reaches past a slice — is cut from b's slices with Go's bounds checks before any routine runs on
+// it, so a malformed Batch panics, like an index out of range, instead of touching memory outside
+// its slices (possibly after other items were written). Package gdn validates all of it first.
 func (k Kernel) RunBatch(b *Batch, lo, hi int, s *Scratch) {
+	k.runBatch(b, lo, hi, s, true)
+}
+
+// runBatch is RunBatch; check false skips the O(1) length checks, for Kernel.Run, which has made
+// its own (the slices of a Step need reach only as far as its heads [lo, hi)).
+func (k Kernel) runBatch(b *Batch, lo, hi int, s *Scratch, check bool) {
+	if k.im == nil {
+		panic("gdnsimd: RunBatch on the zero Kernel (use Kernels, Default or Lookup)")
+	}
+	if s == nil {
+		panic("gdnsimd: RunBatch with a nil Scratch")
+	}
 	f := k.im.cell(b.Format)
 	if f == nil {
 		panic(fmt.Sprintf("gdnsimd: kernel %s does not implement format %v", k.im.name, b.Format))
@@ -195,11 +216,11 @@ func (k Kernel) RunBatch(b *Batch, lo, hi int, s *Scratch) {
 	if b.KHeads <= 0 || b.VHeads <= 0 || b.VHeads%b.KHeads != 0 || b.K <= 0 || b.V <= 0 {
 		panic(fmt.Sprintf("gdnsimd: bad batch heads/dims KHeads=%d VHeads=%d K=%d V=%d", b.KHeads, b.VHeads, b.K, b.V))
 	}
+	if check {
+		b.check()
+	}
 	if lo < 0 || hi > b.Items() || lo > hi {
 		panic(fmt.Sprintf("gdnsimd: items [%d, %d) out of range [0, %d)", lo, hi, b.Items()))
-	}
-	if len(b.NormWeight) < b.V || len(b.ALog) < b.VHeads || len(b.DtBias) < b.VHeads {
-		panic("gdnsimd: Batch.NormWeight, ALog or DtBias too short")
 	}
 	s.ensure(b.K, b.V)
 	s.b = *b // the routines are func values: what they are given escapes, so b must not be given
@@ -207,6 +228,72 @@ func (k Kernel) RunBatch(b *Batch, lo, hi int, s *Scratch) {
 	defer func() { s.b = Batch{} }()
 	for w := lo; w < hi; w++ {
 		d.item(w)
+	}
+}
+
+// check panics, as RunBatch documents, unless b's lengths are consistent (O(1)).
+func (b *Batch) check() {
+	bad := func(format string, a ...any) { panic(fmt.Sprintf("gdnsimd: Batch."+format, a...)) }
+	if b.N < 0 || b.K > math.MaxInt/b.V || b.VHeads > math.MaxInt/(b.K*b.V) {
+		bad("N = %d, VHeads·K·V = %d·%d·%d: out of range", b.N, b.VHeads, b.K, b.V)
+	}
+	if len(b.ALog) < b.VHeads || len(b.DtBias) < b.VHeads || len(b.NormWeight) < b.V {
+		bad("ALog, DtBias, NormWeight have %d, %d, %d elements, want VHeads, VHeads, V = %d, %d, %d",
+			len(b.ALog), len(b.DtBias), len(b.NormWeight), b.VHeads, b.VHeads, b.V)
+	}
+	T := b.N
+	if b.Start != nil {
+		if len(b.Start) != b.N+1 {
+			bad("Start has %d entries, want N+1 = %d", len(b.Start), b.N+1)
+		}
+		T = int(b.Start[b.N])
+	}
+	if b.Read != nil && len(b.Read) != b.N {
+		bad("Read has %d entries, want N = %d", len(b.Read), b.N)
+	}
+	if b.Store != nil && len(b.Store) != T {
+		bad("Store has %d entries, want T = %d", len(b.Store), T)
+	}
+	if T < 0 || T > 0 && T > math.MaxInt/(b.VHeads*b.V) {
+		bad("T = %d tokens: out of range", T)
+	}
+	if T > 0 {
+		for _, r := range [...]struct {
+			name  string
+			r     Rows
+			width int
+		}{{"Q", b.Q, b.KHeads * b.K}, {"Key", b.Key, b.KHeads * b.K}, {"Val", b.Val, b.VHeads * b.V},
+			{"Z", b.Z, b.VHeads * b.V}, {"Beta", b.Beta, b.VHeads}, {"Gate", b.Gate, b.VHeads}} {
+			n := len(r.r.F32) + len(r.r.BF16)
+			if (r.r.F32 == nil) == (r.r.BF16 == nil) || r.r.Stride < r.width || n < r.width || (n-r.width)/r.r.Stride < T-1 {
+				bad("%s: %d elements (F32 set: %v, BF16 set: %v), Stride %d: want one of F32 and BF16 with (T−1)·Stride + width = %d·%d + %d elements, Stride ≥ width",
+					r.name, n, r.r.F32 != nil, r.r.BF16 != nil, r.r.Stride, T-1, r.r.Stride, r.width)
+			}
+		}
+	}
+	for _, o := range [...]struct {
+		name string
+		n    int
+		set  bool
+	}{{"Out", len(b.Out), b.Out != nil}, {"OutF32", len(b.OutF32), b.OutF32 != nil}} {
+		if o.set && o.n < T*b.VHeads*b.V {
+			bad("%s has %d elements, want T·VHeads·V = %d", o.name, o.n, T*b.VHeads*b.V)
+		}
+	}
+	slot := b.VHeads * b.K * b.V
+	for _, p := range [...]struct {
+		name     string
+		p        Pool
+		optional bool
+	}{{"State", b.State, false}, {"StoreTo", b.StoreTo, true}} {
+		set := p.p.F32 != nil || p.p.BF16 != nil
+		if p.p.F32 != nil && p.p.BF16 != nil || !set && !p.optional || set && p.p.SlotStride < slot {
+			bad("%s: F32 set: %v, BF16 set: %v, SlotStride %d: want one of F32 and BF16 and SlotStride ≥ VHeads·K·V = %d",
+				p.name, p.p.F32 != nil, p.p.BF16 != nil, p.p.SlotStride, slot)
+		}
+		if set && (p.p.BF16 != nil) != b.Format.BF16 {
+			bad("%s: the storage type is not the Format's (%v)", p.name, b.Format)
+		}
 	}
 }
 

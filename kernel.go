@@ -62,7 +62,7 @@ func (k Kernel) Run(s *Step, lo, hi int, scratch *Scratch) {
 	s.check(k, lo, hi, scratch)
 	b := s.Batch()
 	b.N = max(b.N, (hi+s.VHeads-1)/s.VHeads) // the slices need reach only as far as head hi−1
-	k.RunBatch(&b, lo, hi, scratch)
+	k.runBatch(&b, lo, hi, scratch, false)
 }
 
 // Batch is s as a Batch of one token per sequence: sequence b is token b, read from slot b of

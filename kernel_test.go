@@ -195,3 +195,120 @@ func TestRunRange(t *testing.T) {
 		}
 	})
 }
+
+// TestRunBatchChecksLengths: Kernel.RunBatch with any slice of a Batch one element short (with
+// spare capacity past it holding guard values) panics, and never writes outside a slice. The
+// slices RunBatch checks in O(1) (everything but the pools, whose slots are data) make it panic
+// before it writes anything at all.
+func TestRunBatchChecksLengths(t *testing.T) {
+	const N, T, HK, HV, K, V = 2, 3, 1, 2, 5, 7
+	const slot, slots, spare = HV * K * V, 3, 9
+	type field struct {
+		name   string
+		n      int
+		f32    *[]float32
+		bf16   *[]uint16
+		i32    *[]int32
+		output bool // written by a successful call
+	}
+	kerneltest.ForEach(t, func(t *testing.T, name string) {
+		k, _ := gdnsimd.Lookup(name)
+		for _, f := range gdnsimd.Formats() {
+			if !k.Implements(f) {
+				continue
+			}
+			for _, short := range []string{"", "Start", "Read", "Store", "Q", "Key", "Val", "Z", "Beta", "Gate",
+				"ALog", "DtBias", "NormWeight", "State", "Out", "OutF32"} {
+				what := fmt.Sprintf("%v, %s one short", f, short)
+				var b gdnsimd.Batch
+				var pool []float32
+				var pool16 []uint16
+				fields := []field{
+					{name: "Start", n: N + 1, i32: &b.Start}, {name: "Read", n: N, i32: &b.Read}, {name: "Store", n: T, i32: &b.Store},
+					{name: "Q", n: (T-1)*(2*HK*K+1) + HK*K, f32: &b.Q.F32}, {name: "Key", n: (T-1)*HK*K + HK*K, f32: &b.Key.F32},
+					{name: "Val", n: T * HV * V, f32: &b.Val.F32}, {name: "Z", n: T * HV * V, f32: &b.Z.F32},
+					{name: "Beta", n: T * HV, f32: &b.Beta.F32}, {name: "Gate", n: (T-1)*2*HV + HV, f32: &b.Gate.F32},
+					{name: "ALog", n: HV, f32: &b.ALog}, {name: "DtBias", n: HV, f32: &b.DtBias}, {name: "NormWeight", n: V, f32: &b.NormWeight},
+					{name: "Out", n: T * HV * V, bf16: &b.Out, output: true}, {name: "OutF32", n: T * HV * V, f32: &b.OutF32, output: true},
+				}
+				if f.BF16 {
+					fields = append(fields, field{name: "State", n: slots * slot, bf16: &pool16, output: true})
+				} else {
+					fields = append(fields, field{name: "State", n: slots * slot, f32: &pool, output: true})
+				}
+				r := rand.New(rand.NewPCG(7, 7))
+				var checks []func(written bool)
+				for i, fl := range fields {
+					n := fl.n
+					if fl.name == short {
+						n--
+					}
+					label := fmt.Sprintf("%s: %s", what, fl.name)
+					switch {
+					case fl.f32 != nil:
+						buf, check := kerneltest.Guarded[float32](t, n+spare, i%16)
+						if !fl.output {
+							for j := range buf[:n] {
+								buf[j] = float32(r.NormFloat64())
+							}
+						}
+						orig := append([]float32(nil), buf...)
+						*fl.f32 = buf[:n]
+						out := fl.output
+						checks = append(checks, func(written bool) {
+							check(label)
+							kerneltest.EqualBits(t, label+" past its length", buf[n:], orig[n:])
+							if !out || !written {
+								kerneltest.EqualBits(t, label, buf[:n], orig[:n])
+							}
+						})
+					case fl.bf16 != nil:
+						buf, check := kerneltest.Guarded[uint16](t, n+spare, i%16)
+						if !fl.output || fl.name == "State" {
+							for j := range buf[:n] {
+								buf[j] = gdnsimd.BF16RNE(float32(r.NormFloat64()))
+							}
+						}
+						orig := append([]uint16(nil), buf...)
+						*fl.bf16 = buf[:n]
+						out := fl.output
+						checks = append(checks, func(written bool) {
+							check(label)
+							kerneltest.EqualBits(t, label+" past its length", buf[n:], orig[n:])
+							if !out || !written {
+								kerneltest.EqualBits(t, label, buf[:n], orig[:n])
+							}
+						})
+					default:
+						buf, check := kerneltest.Guarded[int32](t, n+spare, i%16)
+						copy(buf, map[string][]int32{"Start": {0, 2, 3}, "Read": {0, gdnsimd.Zero}, "Store": {gdnsimd.NoStore, 1, 2}}[fl.name])
+						orig := append([]int32(nil), buf...)
+						*fl.i32 = buf[:n]
+						checks = append(checks, func(bool) {
+							check(label)
+							kerneltest.EqualBits(t, label, buf, orig)
+						})
+					}
+				}
+				b.KHeads, b.VHeads, b.K, b.V, b.RMSEps, b.Format, b.N = HK, HV, K, V, 1e-6, f, N
+				b.Q.Stride, b.Key.Stride, b.Val.Stride, b.Z.Stride, b.Beta.Stride, b.Gate.Stride = 2*HK*K+1, HK*K, HV*V, HV*V, HV, 2*HV
+				b.State = gdnsimd.Pool{F32: pool, BF16: pool16, SlotStride: slot}
+				run := func() { k.RunBatch(&b, 0, N*HV, new(gdnsimd.Scratch)) }
+				if short == "" {
+					run()
+					for _, c := range checks {
+						c(true)
+					}
+					continue
+				}
+				msg := mustPanic(t, what, run)
+				if short != "State" && !strings.Contains(msg, short) {
+					t.Errorf("%s: panic %q does not name %s", what, msg, short)
+				}
+				for _, c := range checks {
+					c(short == "State") // a pool's slots are data: items before the one out of range ran
+				}
+			}
+		}
+	})
+}
