@@ -277,7 +277,7 @@ func runErrCases() []runErrCase {
 		}, gdn.ErrSlot, []string{"Batch.Store[2] = 2", "Batch.StoreTo"}},
 		{"Store/implied to StoreTo out of range", func(b *gdn.Batch) {
 			b.StoreTo = &gdn.Pool{F32: make([]float32, 2*eSlot)} // sequence 2 stores slot 2 of it
-		}, gdn.ErrSlot, []string{"Batch.Store", "2", "Batch.StoreTo"}},
+		}, gdn.ErrSlot, []string{"Batch.Read[2] = 2", "Batch.StoreTo"}},
 		// Rule 2: pools.
 		{"State/SlotStride slot-1", func(b *gdn.Batch) { b.State.SlotStride = eSlot - 1 }, gdn.ErrShape, []string{"Batch.State.SlotStride = 11", "VHeads·K·V = 12"}},
 		{"State/SlotStride negative", func(b *gdn.Batch) { b.State.SlotStride = -12 }, gdn.ErrShape, []string{"Batch.State.SlotStride = -12"}},
