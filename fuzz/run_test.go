@@ -256,7 +256,7 @@ func decodeRun(data []byte) *runCase {
 	case 6:
 		b.StoreTo = &gdn.Pool{F32: b.State.F32, BF16: b.State.BF16, SlotStride: slot + 1 + int(y%3)}
 	case 7:
-		if b.State.F32 != nil {
+		if len(b.State.F32) > 0 {
 			b.StoreTo = &gdn.Pool{F32: b.State.F32[1+int(y)%len(b.State.F32):]}
 		} else if len(b.State.BF16) > 1 {
 			b.StoreTo = &gdn.Pool{BF16: b.State.BF16[1+int(y)%(len(b.State.BF16)-1):]}
