@@ -1029,6 +1029,12 @@ func seedRuns() []namedSeed {
 	add("read_out_of_range", mk(hdr(3, 3, 1, 0, 1, 2), []seq{{2, 16}}, 0, nil, plain))
 	add("written_twice", mk(hdr(3, 3, 1, 0, 2, 3), []seq{{1, slot0}, {1, slot1}}, 1, []byte{0xD2, 0xD2}, plain))
 	add("written_then_read", mk(hdr(3, 3, 1, 0, 2, 3), []seq{{1, slot0}, {1, slot1}}, 1, []byte{0xD1, 0}, plain))
+	st := plain
+	st[8] = 0x02 // StoreTo's SlotStride = slot + 1, State's dense
+	add("storeto_strided", mk(hdr(4, 3, 3, 0, 3, 3), []seq{{3, slot0}, {2, slot1}, {2, zero}}, 0x45, []byte{0x90, 0, 0x91, 0, 0x92, 0, 0x93}, st))
+	add("read_eq_slots_explicit", mk(hdr(3, 3, 1, 0, 2, 2), []seq{{2, slot0}, {1, 16}}, 1, []byte{0, 0x90, 0}, plain))
+	add("workers_parallel", mk(hdr(10, 10, 5, 16, 4, 5), []seq{{0xFF, slot0}, {0xFE, slot1}, {0xFF, slot2}, {0xFD, 24}}, 0, nil, plain))
+	add("workers_parallel_vk_bf16", mk(hdr(10, 10, 5, 3|16, 4, 5), []seq{{0xFF, slot0}, {0xFE, slot1}, {0xFF, slot2}, {0xFD, 24}}, 0, nil, plain))
 	add("fork", mk(hdr(3, 3, 1, 0, 2, 3), []seq{{2, slot1}, {2, slot1}}, 1, []byte{0, 0x90, 0, 0x91}, plain))
 	rows := plain
 	rows[1], rows[2], rows[3], rows[4], rows[5], rows[6] = 0x01, 0x04, 0x25, 0x02, 0x07, 0x03
