@@ -149,7 +149,7 @@ func TestRunWorkersEquivalent(t *testing.T) {
 		runOK(t, mustLayer(t, equivConfig(kernel, rf, 1)), ref)
 		for _, w := range []int{2, 3, 7, 0} {
 			l := mustLayer(t, equivConfig(kernel, rf, w))
-			for rep := range 3 { // the scheduling differs from run to run
+			for rep := range 2 { // the scheduling differs from run to run
 				b2 := makeBatch(equivConfig(kernel, rf, w), s, 1)
 				runOK(t, l, b2)
 				requireSameResults(t, fmt.Sprintf("Workers %d (run %d) vs 1", w, rep), ref, b2)
@@ -458,7 +458,7 @@ func TestRunBF16RowsAreWidened(t *testing.T) {
 	forEachEquiv(t, func(t *testing.T, kernel string, rf runFormat, s runSpec) {
 		c := equivConfig(kernel, rf, 1)
 		l := mustLayer(t, c)
-		for _, mix := range []string{"all", "q,v,b", "k,z,a"} {
+		for _, mix := range []string{"all", "k,z,a"} {
 			bf := makeBatch(c, s, 6)
 			fields := map[string]*gdn.Rows{"q": &bf.Q, "k": &bf.K, "v": &bf.V, "z": &bf.Z, "b": &bf.B, "a": &bf.A}
 			for name, r := range fields {
