@@ -238,6 +238,9 @@ func (v *validator) check(l *Layer, b *Batch) (gdnsimd.Batch, error) {
 		}
 		if b.Store == nil {
 			if t1 > t0 && r >= 0 {
+				if int64(r) >= int64(dstSlots) {
+					return kb, fmt.Errorf("%w: Batch.Read[%d] = %d with Batch.Store nil: the implied store wants a slot in [0, %d) of Batch.StoreTo", ErrSlot, n, r, dstSlots)
+				}
 				if err := v.addWrite(r, int32(n), int32(t1-1), "the implied store of Batch.Read"); err != nil {
 					return kb, err
 				}

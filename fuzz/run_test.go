@@ -1,0 +1,1084 @@
+package fuzz
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math"
+	"math/big"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"unsafe"
+
+	"github.com/gdnsimd/gdnsimd"
+	"github.com/gdnsimd/gdnsimd/gdn"
+)
+
+// FuzzRun (seed corpus: testdata/fuzz/FuzzRun): Batches decoded from the bytes, valid and not —
+// shapes, format, GQA order, tokens per sequence, Read/Store slots (Pad, Zero, NoStore, out of
+// range), StoreTo, slot strides, row strides, bf16/f32 rows, outputs, deliberate aliasing. Run
+// must never panic; it must fail exactly when the reference predicate below (SPEC Part B's rules
+// as simple loops, not the package's validator) says the batch is invalid, with a sentinel of a
+// violated rule, and then write nothing; a valid batch must give, on every kernel that
+// implements the format, the bits of the same kernel run one token per call (with an f32 pool:
+// the stored states of a bf16 pool are the bf16 rounding of those), write nothing else, and
+// agree with the generic kernel within the float32 forward-error bound.
+func FuzzRun(f *testing.F) {
+	for _, s := range seedRuns() {
+		f.Add(s.data)
+	}
+	f.Fuzz(checkRun)
+}
+
+var fuzzFormats = [...]gdnsimd.Format{{Layout: gdnsimd.KV}, {Layout: gdnsimd.VK}, {Layout: gdnsimd.KV, BF16: true}, {Layout: gdnsimd.VK, BF16: true}}
+
+// runCase is a decoded batch: the config and the batch (its slices are the fuzz case's memory).
+type runCase struct {
+	c      gdn.Config
+	format gdnsimd.Format
+	b      gdn.Batch
+}
+
+func normal(rng *rand.Rand, n int, mean, sd float64) []float32 {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32(mean + sd*rng.NormFloat64())
+	}
+	return v
+}
+
+// place is n elements of type T at byte offset off of arena (4-byte aligned).
+func place[T any](arena []float32, off, n int) []T {
+	if n == 0 {
+		return []T{}
+	}
+	return unsafe.Slice((*T)(unsafe.Pointer(uintptr(unsafe.Pointer(&arena[0]))+uintptr(off))), n)
+}
+
+func byteLen[T any](s []T) int {
+	var z T
+	return len(s) * int(unsafe.Sizeof(z))
+}
+
+// overlapped returns copies of a and b in one buffer, b starting 4 bytes before a ends.
+func overlapped[A, B any](a []A, b []B) ([]A, []B) {
+	la, lb := byteLen(a), byteLen(b)
+	if la < 4 || lb == 0 {
+		return a, b
+	}
+	arena := make([]float32, (la+lb)/4+2)
+	na := place[A](arena, 0, len(a))
+	copy(na, a)
+	nb := place[B](arena, (la-4)&^3, len(b))
+	copy(nb, b)
+	return na, nb
+}
+
+// decodeRun decodes a batch from the fuzz bytes.
+func decodeRun(data []byte) *runCase {
+	r := &reader{b: data}
+	rng := rand.New(rand.NewPCG(uint64(len(data)), uint64(r.next())))
+	rc := &runCase{}
+	c := &rc.c
+	c.K, c.V = 1+int(r.next()%10), 1+int(r.next()%10)
+	x := r.next()
+	c.KHeads = 1 + int(x%2)
+	c.VHeads = c.KHeads * (1 + int(x/2%3))
+	x = r.next()
+	rc.format = fuzzFormats[x%4]
+	c.StateLayout, c.StateDType = gdn.StateLayout(rc.format.Layout), gdn.DTypeF32
+	if rc.format.BF16 {
+		c.StateDType = gdn.DTypeBF16
+	}
+	c.GQA = gdn.GQAOrder(x >> 2 & 1)
+	c.Workers = [...]int{1, 2, 3, 0}[x>>3&3]
+	if x>>5&1 == 1 {
+		c.RMSEps = 1e-5
+	}
+	c.ALog, c.DtBias, c.NormWeight = normal(rng, c.VHeads, 0, 1), normal(rng, c.VHeads, 0, 1), normal(rng, c.V, 1, 0.2)
+	b := &rc.b
+	slot := c.VHeads * c.K * c.V
+	HV, hk, hv := c.VHeads, c.KHeads*c.K, c.VHeads*c.V
+
+	// Sequences, slots, stores.
+	x = r.next()
+	N := int(x&7) % 5
+	slots := 1 + int(x>>3%5)
+	b.Start = []int32{0}
+	b.Read = make([]int32, N)
+	for n := range N {
+		y := r.next()
+		l := int(y % 5)
+		if y >= 0xF8 {
+			l = 62 + int(y&7) // across the 64-token chunk
+		}
+		b.Start = append(b.Start, b.Start[n]+int32(l))
+		y = r.next()
+		switch y % 8 {
+		case 0, 1, 2, 3:
+			b.Read[n] = int32(int(y>>3) % (slots + 1)) // sometimes = slots: out of range
+		case 4:
+			b.Read[n] = gdn.Pad
+		case 5:
+			b.Read[n] = gdn.Zero
+		case 6:
+			b.Read[n] = int32(n % slots)
+		default:
+			b.Read[n] = [...]int32{-3, math.MaxInt32, int32(slots), math.MinInt32}[y>>3&3]
+		}
+	}
+	T := int(b.Start[N])
+	x = r.next()
+	toSlots := slots
+	storeToMode := x >> 4 % 8 // 0–3: nil; 4: its own pool; 5: State's slice; 6: State's slice, another stride; 7: overlapping
+	if storeToMode == 4 {
+		toSlots = 1 + int(x%5)
+	}
+	if x&1 == 1 { // explicit stores
+		b.Store = make([]int32, T)
+		fresh := 0
+		for t := range T {
+			y := r.next()
+			switch {
+			case y < 0x90:
+				b.Store[t] = gdn.NoStore
+			case y < 0xD0:
+				b.Store[t] = int32(fresh % (toSlots + 1))
+				fresh++
+			case y < 0xFC:
+				b.Store[t] = int32(int(y) % (toSlots + 1))
+			default:
+				b.Store[t] = [...]int32{-2, -3, math.MaxInt32, 1 << 20}[y&3]
+			}
+		}
+	}
+
+	// Rows.
+	scales := [...]float64{1, 1, 1, 1.0 / 64, 64, 1, 1e-3, 1}
+	fields := []struct {
+		r          *gdn.Rows
+		w          int
+		mean, sd   float64
+		scaleShift int
+	}{{&b.Q, hk, 0, 1, 0}, {&b.K, hk, 0, 1, 3}, {&b.V, hv, 0, 1, 0}, {&b.Z, hv, 0, 1, 3}, {&b.B, HV, 0, 1, 6}, {&b.A, HV, -1, 1.5, 6}}
+	sx := r.next()
+	for _, f := range fields {
+		y := r.next()
+		stride := 0
+		switch y >> 1 & 3 {
+		case 1:
+			stride = f.w
+		case 2:
+			stride = f.w + 1 + int(y>>4%3)
+		case 3:
+			if y>>4 == 0xF {
+				stride = [...]int{-1, 0, 0, 0}[y>>3&1] + f.w - 1 // width − 1 (invalid) or width-2
+			}
+		}
+		st := stride
+		if st <= 0 {
+			st = f.w
+		}
+		n := 0
+		if T > 0 {
+			n = (T-1)*st + f.w
+		}
+		if y>>3&0x1F == 0x1F {
+			n-- // one short
+		}
+		sc := scales[(int(sx)>>f.scaleShift)&7]
+		vals := normal(rng, max(n, 0), f.mean, f.sd*sc)
+		for i := range vals { // the gaps between rows are poison
+			if stride > f.w && i%stride >= f.w {
+				vals[i] = float32(math.NaN())
+			}
+		}
+		if y&1 == 1 {
+			rr := gdn.Rows{BF16: make([]gdn.BF16, len(vals)), Stride: stride}
+			for i, v := range vals {
+				rr.BF16[i] = gdn.BF16FromFloat32(v)
+			}
+			*f.r = rr
+		} else {
+			*f.r = gdn.Rows{F32: vals, Stride: stride}
+		}
+		if T > 0 && y == 0xF6 {
+			*f.r = gdn.Rows{Stride: stride} // no data
+		}
+		if T > 0 && y == 0xF7 {
+			f.r.BF16 = make([]gdn.BF16, len(vals)) // both
+			f.r.F32 = vals
+		}
+	}
+
+	// Pools.
+	x = r.next()
+	mkPool := func(n int, x byte, bf16 bool) *gdn.Pool {
+		stride := [...]int{0, slot, slot + 1 + int(x>>2%3), 0}[x%4]
+		if x%4 == 3 && x>>2%4 == 0 {
+			stride = slot - 1 // invalid
+		}
+		st := stride
+		if st <= 0 {
+			st = slot
+		}
+		size := (n-1)*st + slot
+		if x>>4&1 == 1 {
+			size += slot / 2 // a tail that is not a slot
+		}
+		if x>>5 == 7 {
+			size-- // the last slot one short
+		}
+		vals := normal(rng, max(size, 0), 0, 0.3)
+		if bf16 {
+			p := &gdn.Pool{BF16: make([]gdn.BF16, len(vals)), SlotStride: stride}
+			for i, v := range vals {
+				p.BF16[i] = gdn.BF16FromFloat32(v)
+			}
+			return p
+		}
+		return &gdn.Pool{F32: vals, SlotStride: stride}
+	}
+	dtBF16 := rc.format.BF16
+	if x == 0xFF {
+		dtBF16 = !dtBF16 // the wrong storage type
+	}
+	b.State = *mkPool(slots, x, dtBF16)
+	y := r.next()
+	switch storeToMode {
+	case 4:
+		b.StoreTo = mkPool(toSlots, y, rc.format.BF16 != (y == 0xFF))
+	case 5:
+		b.StoreTo = &gdn.Pool{F32: b.State.F32, BF16: b.State.BF16, SlotStride: [...]int{b.State.SlotStride, 0, slot, b.State.SlotStride}[y%4]}
+	case 6:
+		b.StoreTo = &gdn.Pool{F32: b.State.F32, BF16: b.State.BF16, SlotStride: slot + 1 + int(y%3)}
+	case 7:
+		if len(b.State.F32) > 0 {
+			b.StoreTo = &gdn.Pool{F32: b.State.F32[1+int(y)%len(b.State.F32):]}
+		} else if len(b.State.BF16) > 1 {
+			b.StoreTo = &gdn.Pool{BF16: b.State.BF16[1+int(y)%(len(b.State.BF16)-1):]}
+		}
+	}
+
+	// Outputs.
+	x = r.next()
+	b.Out, b.OutF32 = make([]gdn.BF16, T*hv), make([]float32, T*hv)
+	for i := range b.Out {
+		b.Out[i], b.OutF32[i] = 0x7fa1, math.Float32frombits(0x7fc0dead)
+	}
+	switch x % 8 {
+	case 0:
+		b.Out = nil
+	case 1:
+		b.OutF32 = nil
+	case 2:
+		b.Out, b.OutF32 = nil, nil
+	case 3:
+		b.Out = b.Out[:max(0, len(b.Out)-1)]
+	}
+
+	// Start and Store corruption, deliberate aliasing.
+	x = r.next()
+	if x >= 0xF0 && N > 0 {
+		switch x & 3 {
+		case 0:
+			b.Start[0] = 1
+		case 1:
+			b.Start[N] = b.Start[N-1] - 1
+		case 2:
+			b.Start = append(b.Start, b.Start[N])
+		case 3:
+			b.Start = b.Start[:N]
+		}
+	} else if x >= 0xE8 && b.Store != nil && len(b.Store) > 0 {
+		b.Store = b.Store[:len(b.Store)-1]
+	}
+	x = r.next()
+	if x >= 0xE0 {
+		switch x & 7 {
+		case 0: // OutF32 over Q
+			if b.Q.F32 != nil {
+				b.Q.F32, b.OutF32 = overlapped(b.Q.F32, b.OutF32)
+			}
+		case 1: // the pool over V
+			if b.V.F32 != nil && b.State.F32 != nil {
+				b.State.F32, b.V.F32 = overlapped(b.State.F32, b.V.F32)
+			}
+		case 2: // Out over OutF32
+			b.OutF32, b.Out = overlapped(b.OutF32, b.Out)
+		case 3: // OutF32 over the pool
+			if b.State.F32 != nil && b.StoreTo == nil {
+				b.State.F32, b.OutF32 = overlapped(b.State.F32, b.OutF32)
+			}
+		case 4: // rows sharing memory (valid)
+			b.K, b.A = b.Q, b.B
+		case 5: // StoreTo over Read
+			if b.StoreTo != nil && storeToMode == 4 && b.StoreTo.F32 != nil {
+				b.StoreTo.F32, b.Read = overlapped(b.StoreTo.F32, b.Read)
+			}
+		case 6: // the pool over Store
+			if b.State.F32 != nil && b.StoreTo == nil {
+				b.State.F32, b.Store = overlapped(b.State.F32, b.Store)
+			}
+		case 7: // Out over Start
+			b.Start, b.Out = overlapped(b.Start, b.Out)
+		}
+	}
+	return rc
+}
+
+// span is the memory of a slice, in bytes.
+type memSpan struct{ lo, hi uintptr }
+
+func spanOfSlice[T any](s []T) memSpan {
+	if len(s) == 0 {
+		return memSpan{}
+	}
+	lo := uintptr(unsafe.Pointer(unsafe.SliceData(s)))
+	return memSpan{lo, lo + uintptr(byteLen(s))}
+}
+
+func (a memSpan) overlaps(b memSpan) bool { return a.lo < b.hi && b.lo < a.hi }
+
+func poolSpan(p *gdn.Pool) memSpan {
+	if p.BF16 != nil {
+		return spanOfSlice(p.BF16)
+	}
+	return spanOfSlice(p.F32)
+}
+
+// expectRun is the reference validity predicate, SPEC Part B's rules 1–6 written out: it returns
+// the sentinels of every rule the batch violates (none: valid).
+func expectRun(c gdn.Config, b *gdn.Batch) []error {
+	var errs []error
+	add := func(e error) {
+		if !slices.Contains(errs, e) {
+			errs = append(errs, e)
+		}
+	}
+	N := len(b.Read)
+	// Rule 1.
+	if len(b.Start) != N+1 || b.Start[0] != 0 {
+		return []error{gdn.ErrShape}
+	}
+	for n := range N {
+		if b.Start[n+1] < b.Start[n] {
+			return []error{gdn.ErrShape}
+		}
+	}
+	T := int64(b.Start[N])
+	storeOK := b.Store == nil || int64(len(b.Store)) == T
+	if !storeOK {
+		add(gdn.ErrShape)
+	}
+	rows := []struct {
+		r *gdn.Rows
+		w int
+	}{{&b.Q, c.KHeads * c.K}, {&b.K, c.KHeads * c.K}, {&b.V, c.VHeads * c.V}, {&b.Z, c.VHeads * c.V}, {&b.B, c.VHeads}, {&b.A, c.VHeads}}
+	if T > 0 {
+		for _, f := range rows {
+			if (f.r.F32 != nil) == (f.r.BF16 != nil) {
+				add(gdn.ErrShape)
+				continue
+			}
+			st := f.r.Stride
+			if st == 0 {
+				st = f.w
+			}
+			if st < f.w {
+				add(gdn.ErrShape)
+				continue
+			}
+			need := new(big.Int).Mul(big.NewInt(T-1), big.NewInt(int64(st)))
+			need.Add(need, big.NewInt(int64(f.w)))
+			if need.Cmp(big.NewInt(int64(len(f.r.F32)+len(f.r.BF16)))) > 0 {
+				add(gdn.ErrShape)
+			}
+		}
+	}
+	outLen := T * int64(c.VHeads*c.V)
+	if b.Out != nil && int64(len(b.Out)) != outLen || b.OutF32 != nil && int64(len(b.OutF32)) != outLen {
+		add(gdn.ErrShape)
+	}
+	if T > 0 && b.Out == nil && b.OutF32 == nil {
+		add(gdn.ErrNoOutput)
+	}
+	// Rule 2: pools.
+	slot := c.VHeads * c.K * c.V
+	pool := func(p *gdn.Pool) (slots, stride int, ok bool) {
+		if (p.F32 != nil) == (p.BF16 != nil) || (p.BF16 != nil) != (c.StateDType == gdn.DTypeBF16) {
+			return 0, 0, false
+		}
+		stride = p.SlotStride
+		if stride == 0 {
+			stride = slot
+		}
+		n := len(p.F32) + len(p.BF16)
+		if stride < slot || n < slot {
+			return 0, 0, false
+		}
+		for s := 0; s*stride+slot <= n; s++ {
+			slots = s + 1
+		}
+		return slots, stride, true
+	}
+	srcSlots, srcStride, srcOK := pool(&b.State)
+	if !srcOK {
+		add(gdn.ErrShape)
+	}
+	dstSlots, dstOK := srcSlots, srcOK
+	samePool := true
+	if b.StoreTo != nil {
+		var dstStride int
+		dstSlots, dstStride, dstOK = pool(b.StoreTo)
+		if !dstOK {
+			add(gdn.ErrShape)
+		}
+		a, d := poolSpan(&b.State), poolSpan(b.StoreTo)
+		if a == d {
+			if srcOK && dstOK && srcStride != dstStride {
+				add(gdn.ErrOverlap)
+			}
+		} else {
+			samePool = false
+			if a.overlaps(d) {
+				add(gdn.ErrOverlap)
+			}
+		}
+	}
+	// Rules 2–5: slots.
+	writers := map[int64][]int{} // slot → the sequences writing it (once per write)
+	for n := range N {
+		t0, t1 := int(b.Start[n]), int(b.Start[n+1])
+		rd := b.Read[n]
+		if rd == gdn.Pad {
+			if b.Store != nil && storeOK {
+				for t := t0; t < t1; t++ {
+					if b.Store[t] != gdn.NoStore {
+						add(gdn.ErrSlot)
+					}
+				}
+			}
+			continue
+		}
+		if rd == gdn.Zero {
+			if b.Store == nil && t1 > t0 {
+				add(gdn.ErrSlot)
+			}
+		} else if rd < 0 || srcOK && int(rd) >= srcSlots {
+			add(gdn.ErrSlot)
+		}
+		if b.Store == nil {
+			if t1 > t0 && rd >= 0 {
+				if dstOK && int(rd) >= dstSlots {
+					add(gdn.ErrSlot)
+				}
+				writers[int64(rd)] = append(writers[int64(rd)], n)
+			}
+			continue
+		}
+		if !storeOK {
+			continue
+		}
+		for t := t0; t < t1; t++ {
+			s := b.Store[t]
+			if s == gdn.NoStore {
+				continue
+			}
+			if s < 0 || dstOK && int(s) >= dstSlots {
+				add(gdn.ErrSlot)
+				continue
+			}
+			writers[int64(s)] = append(writers[int64(s)], n)
+		}
+	}
+	for _, w := range writers {
+		if len(w) > 1 {
+			add(gdn.ErrSlot) // rule 3
+		}
+	}
+	if samePool {
+		for n := range N {
+			if rd := b.Read[n]; rd >= 0 && b.Start[n+1] > b.Start[n] {
+				for _, w := range writers[int64(rd)] {
+					if w != n {
+						add(gdn.ErrSlot) // rule 4
+					}
+				}
+			}
+		}
+	}
+	// Rule 6.
+	ins := []memSpan{spanOfSlice(b.Start), spanOfSlice(b.Read), spanOfSlice(b.Store)}
+	for _, f := range rows {
+		ins = append(ins, spanOfSlice(f.r.F32), spanOfSlice(f.r.BF16))
+	}
+	pools := []memSpan{poolSpan(&b.State)}
+	if b.StoreTo != nil {
+		pools = append(pools, poolSpan(b.StoreTo))
+	}
+	outs := []memSpan{spanOfSlice(b.Out), spanOfSlice(b.OutF32)}
+	if outs[0].overlaps(outs[1]) {
+		add(gdn.ErrOverlap)
+	}
+	for _, o := range outs {
+		for _, x := range append(slices.Clone(ins), pools...) {
+			if o.overlaps(x) {
+				add(gdn.ErrOverlap)
+			}
+		}
+	}
+	for _, p := range pools {
+		for _, x := range ins {
+			if p.overlaps(x) {
+				add(gdn.ErrOverlap)
+			}
+		}
+	}
+	return errs
+}
+
+// memoryOf lists the memory of every slice of b.
+func memoryOf(b *gdn.Batch) [][]byte {
+	bs := func(p unsafe.Pointer, n int) []byte {
+		if n == 0 {
+			return nil
+		}
+		return unsafe.Slice((*byte)(p), n)
+	}
+	var m [][]byte
+	addF := func(s []float32) { m = append(m, bs(unsafe.Pointer(unsafe.SliceData(s)), 4*len(s))) }
+	addH := func(s []gdn.BF16) { m = append(m, bs(unsafe.Pointer(unsafe.SliceData(s)), 2*len(s))) }
+	addI := func(s []int32) { m = append(m, bs(unsafe.Pointer(unsafe.SliceData(s)), 4*len(s))) }
+	addI(b.Start)
+	addI(b.Read)
+	addI(b.Store)
+	for _, r := range []*gdn.Rows{&b.Q, &b.K, &b.V, &b.Z, &b.B, &b.A} {
+		addF(r.F32)
+		addH(r.BF16)
+	}
+	addF(b.State.F32)
+	addH(b.State.BF16)
+	var to gdn.Pool
+	if b.StoreTo != nil {
+		to = *b.StoreTo
+	}
+	addF(to.F32)
+	addH(to.BF16)
+	addH(b.Out)
+	addF(b.OutF32)
+	return m
+}
+
+func cloneMem(m [][]byte) [][]byte {
+	c := make([][]byte, len(m))
+	for i, x := range m {
+		c[i] = bytes.Clone(x)
+	}
+	return c
+}
+
+// cloneBatch is a deep copy of the case's batch (aliasing is not kept: only valid batches are
+// cloned, whose aliasing is among inputs, which no one writes).
+func cloneBatch(b *gdn.Batch) *gdn.Batch {
+	c := *b
+	c.Start, c.Read, c.Store = slices.Clone(b.Start), slices.Clone(b.Read), slices.Clone(b.Store)
+	f32s, bf16s := map[memSpan][]float32{}, map[memSpan][]gdn.BF16{} // rows sharing a slice keep sharing it
+	for _, r := range []*gdn.Rows{&c.Q, &c.K, &c.V, &c.Z, &c.B, &c.A} {
+		if r.F32 != nil {
+			if x, ok := f32s[spanOfSlice(r.F32)]; ok {
+				r.F32 = x
+			} else {
+				x = slices.Clone(r.F32)
+				f32s[spanOfSlice(r.F32)], r.F32 = x, x
+			}
+		}
+		if r.BF16 != nil {
+			if x, ok := bf16s[spanOfSlice(r.BF16)]; ok {
+				r.BF16 = x
+			} else {
+				x = slices.Clone(r.BF16)
+				bf16s[spanOfSlice(r.BF16)], r.BF16 = x, x
+			}
+		}
+	}
+	same := b.StoreTo != nil && poolSpan(&b.State) == poolSpan(b.StoreTo)
+	c.State = gdn.Pool{F32: slices.Clone(b.State.F32), BF16: slices.Clone(b.State.BF16), SlotStride: b.State.SlotStride}
+	if b.StoreTo != nil {
+		st := gdn.Pool{F32: slices.Clone(b.StoreTo.F32), BF16: slices.Clone(b.StoreTo.BF16), SlotStride: b.StoreTo.SlotStride}
+		if same {
+			st.F32, st.BF16 = c.State.F32, c.State.BF16
+		}
+		c.StoreTo = &st
+	}
+	c.Out, c.OutF32 = slices.Clone(b.Out), slices.Clone(b.OutF32)
+	return &c
+}
+
+func runNoPanic(l *gdn.Layer, b *gdn.Batch) (err error, panicked any) {
+	defer func() { panicked = recover() }()
+	return l.Run(b), nil
+}
+
+// dense returns token t's row of r (width w) widened to float32.
+func denseRow(r *gdn.Rows, t, w int) []float32 {
+	st := r.Stride
+	if st == 0 {
+		st = w
+	}
+	out := make([]float32, w)
+	for i := range w {
+		if r.F32 != nil {
+			out[i] = r.F32[t*st+i]
+		} else {
+			out[i] = r.BF16[t*st+i].Float32()
+		}
+	}
+	return out
+}
+
+// tokenRun is a valid batch run one token per call with an f32 pool on one kernel: the output of
+// every token, the state after every token (of non-padding sequences) and the state before it.
+type tokenRun struct {
+	outF   [][]float32 // [T][HV·V]
+	out    [][]gdn.BF16
+	after  [][]float32 // [T][HV·K·V], nil for padding tokens
+	before [][]float32
+}
+
+// runTokens runs rc's batch token by token: call τ holds token τ of every sequence that has one,
+// reading the slot its previous token stored to (τ = 0: its Read slot, or Zero), storing to a
+// slot of its own. The pool holds State's slots (widened) and one slot per token.
+func runTokens(t *testing.T, rc *runCase, kernel string) tokenRun {
+	c := rc.c
+	c.StateDType, c.Workers, c.Kernel = gdn.DTypeF32, 1, kernel
+	l, err := gdn.New(c)
+	if err != nil {
+		t.Fatalf("token by token: New: %v", err)
+	}
+	b := &rc.b
+	N := len(b.Read)
+	T := int(b.Start[N])
+	slot := c.VHeads * c.K * c.V
+	hk, hv := c.KHeads*c.K, c.VHeads*c.V
+	st := b.State.SlotStride
+	if st == 0 {
+		st = slot
+	}
+	nS := (len(b.State.F32)+len(b.State.BF16)-slot)/st + 1
+	pool := make([]float32, (nS+T)*slot)
+	for s := range nS {
+		for i := range slot {
+			if b.State.F32 != nil {
+				pool[s*slot+i] = b.State.F32[s*st+i]
+			} else {
+				pool[s*slot+i] = b.State.BF16[s*st+i].Float32()
+			}
+		}
+	}
+	tr := tokenRun{outF: make([][]float32, T), out: make([][]gdn.BF16, T), after: make([][]float32, T), before: make([][]float32, T)}
+	prev := slices.Clone(b.Read)
+	for τ := 0; ; τ++ {
+		s := &gdn.Batch{Start: []int32{0}, State: gdn.Pool{F32: pool}}
+		var q, k, v, z, bb, a []float32
+		var toks []int
+		for n := range N {
+			t0, t1 := int(b.Start[n]), int(b.Start[n+1])
+			if τ >= t1-t0 {
+				continue
+			}
+			tk := t0 + τ
+			toks = append(toks, tk)
+			s.Start = append(s.Start, int32(len(toks)))
+			s.Read = append(s.Read, prev[n])
+			if prev[n] == gdn.Pad {
+				s.Store = append(s.Store, gdn.NoStore)
+			} else {
+				s.Store = append(s.Store, int32(nS+tk))
+				src := prev[n]
+				if src == gdn.Zero {
+					tr.before[tk] = make([]float32, slot)
+				} else {
+					tr.before[tk] = slices.Clone(pool[int(src)*slot : (int(src)+1)*slot])
+				}
+				prev[n] = int32(nS + tk)
+			}
+			q, k = append(q, denseRow(&b.Q, tk, hk)...), append(k, denseRow(&b.K, tk, hk)...)
+			v, z = append(v, denseRow(&b.V, tk, hv)...), append(z, denseRow(&b.Z, tk, hv)...)
+			bb, a = append(bb, denseRow(&b.B, tk, c.VHeads)...), append(a, denseRow(&b.A, tk, c.VHeads)...)
+		}
+		if len(toks) == 0 {
+			break
+		}
+		s.Q, s.K, s.V, s.Z, s.B, s.A = gdn.Rows{F32: q}, gdn.Rows{F32: k}, gdn.Rows{F32: v}, gdn.Rows{F32: z}, gdn.Rows{F32: bb}, gdn.Rows{F32: a}
+		s.Out, s.OutF32 = make([]gdn.BF16, len(toks)*hv), make([]float32, len(toks)*hv)
+		if err := l.Run(s); err != nil {
+			t.Fatalf("token by token, call %d: %v", τ, err)
+		}
+		for i, tk := range toks {
+			tr.outF[tk] = s.OutF32[i*hv : (i+1)*hv]
+			tr.out[tk] = s.Out[i*hv : (i+1)*hv]
+			if s.Store[i] >= 0 {
+				tr.after[tk] = slices.Clone(pool[(nS+tk)*slot : (nS+tk+1)*slot])
+			}
+		}
+	}
+	return tr
+}
+
+// expected applies a token run to copies of the batch's memory: the outputs, and every stored
+// state (explicit or implied) written to its slot, rounded for a bf16 pool.
+func expectedBatch(c gdn.Config, b *gdn.Batch, tr tokenRun) *gdn.Batch {
+	e := cloneBatch(b)
+	N := len(b.Read)
+	hv := c.VHeads * c.V
+	slot := c.VHeads * c.K * c.V
+	dst := &e.State
+	if b.StoreTo != nil {
+		dst = e.StoreTo
+	}
+	st := dst.SlotStride
+	if st == 0 {
+		st = slot
+	}
+	for n := range N {
+		t0, t1 := int(b.Start[n]), int(b.Start[n+1])
+		for tk := t0; tk < t1; tk++ {
+			if e.Out != nil {
+				copy(e.Out[tk*hv:(tk+1)*hv], tr.out[tk])
+			}
+			if e.OutF32 != nil {
+				copy(e.OutF32[tk*hv:(tk+1)*hv], tr.outF[tk])
+			}
+			if b.Read[n] == gdn.Pad {
+				continue
+			}
+			d := int32(gdn.NoStore)
+			if b.Store != nil {
+				d = b.Store[tk]
+			} else if tk == t1-1 {
+				d = b.Read[n]
+			}
+			if d < 0 {
+				continue
+			}
+			for i, x := range tr.after[tk] {
+				if dst.F32 != nil {
+					dst.F32[int(d)*st+i] = x
+				} else {
+					dst.BF16[int(d)*st+i] = gdn.BF16FromFloat32(x)
+				}
+			}
+		}
+	}
+	return e
+}
+
+func firstDiff(a, b [][]byte) (int, int) {
+	for i := range a {
+		if !bytes.Equal(a[i], b[i]) {
+			j := 0
+			for j < len(a[i]) && j < len(b[i]) && a[i][j] == b[i][j] {
+				j++
+			}
+			return i, j
+		}
+	}
+	return -1, -1
+}
+
+var memNames = []string{"Start", "Read", "Store", "Q.F32", "Q.BF16", "K.F32", "K.BF16", "V.F32", "V.BF16", "Z.F32", "Z.BF16", "B.F32", "B.BF16", "A.F32", "A.BF16", "State.F32", "State.BF16", "StoreTo.F32", "StoreTo.BF16", "Out", "OutF32"}
+
+func memName(i int) string {
+	if i < len(memNames) {
+		return memNames[i]
+	}
+	return fmt.Sprint(i)
+}
+
+func describeRun(rc *runCase) string {
+	b := &rc.b
+	s := fmt.Sprintf("KHeads %d VHeads %d K %d V %d %v GQA %d Workers %d; Start %v Read %v Store %v; State len %d stride %d",
+		rc.c.KHeads, rc.c.VHeads, rc.c.K, rc.c.V, rc.format, rc.c.GQA, rc.c.Workers, b.Start, b.Read, b.Store,
+		len(b.State.F32)+len(b.State.BF16), b.State.SlotStride)
+	if b.StoreTo != nil {
+		s += fmt.Sprintf("; StoreTo len %d stride %d", len(b.StoreTo.F32)+len(b.StoreTo.BF16), b.StoreTo.SlotStride)
+	}
+	for i, r := range []*gdn.Rows{&b.Q, &b.K, &b.V, &b.Z, &b.B, &b.A} {
+		s += fmt.Sprintf("; %c f32 %d bf16 %d stride %d", "QKVZBA"[i], len(r.F32), len(r.BF16), r.Stride)
+	}
+	return s + fmt.Sprintf("; Out %d OutF32 %d", len(b.Out), len(b.OutF32))
+}
+
+// checkRun is FuzzRun's property on one input.
+func checkRun(t *testing.T, data []byte) {
+	rc := decodeRun(data)
+	b := &rc.b
+	expect := expectRun(rc.c, b)
+	ks := kernels(t)
+	if len(expect) > 0 {
+		for _, k := range ks {
+			c := rc.c
+			c.Kernel = k
+			l, err := gdn.New(c)
+			if err != nil {
+				continue // the kernel lacks the format
+			}
+			before := cloneMem(memoryOf(b))
+			err, p := runNoPanic(l, b)
+			if p != nil {
+				t.Fatalf("%s: Run panicked: %v\n%s\n(want one of %v)", k, p, describeRun(rc), expect)
+			}
+			if err == nil || !slices.ContainsFunc(expect, func(e error) bool { return errors.Is(err, e) }) {
+				t.Fatalf("%s: Run(%s) = %v, want one of %v", k, describeRun(rc), err, expect)
+			}
+			if i, j := firstDiff(before, memoryOf(b)); i >= 0 {
+				t.Fatalf("%s: Run returned %v but wrote to %s (byte %d): %s", k, err, memName(i), j, describeRun(rc))
+			}
+		}
+		return
+	}
+	var gen tokenRun
+	for _, k := range ks {
+		kk, _ := gdnsimd.Lookup(k)
+		if !kk.Implements(rc.format) {
+			continue
+		}
+		c := rc.c
+		c.Kernel = k
+		l, err := gdn.New(c)
+		if err != nil {
+			t.Fatalf("%s: New: %v", k, err)
+		}
+		got := cloneBatch(b)
+		err, p := runNoPanic(l, got)
+		if p != nil || err != nil {
+			t.Fatalf("%s: Run(%s) = %v (panic %v), want success", k, describeRun(rc), err, p)
+		}
+		tr := runTokens(t, rc, k)
+		want := expectedBatch(rc.c, b, tr)
+		if i, j := firstDiff(memoryOf(want), memoryOf(got)); i >= 0 {
+			t.Fatalf("%s: Run vs token by token: %s differs at byte %d: %s", k, memName(i), j, describeRun(rc))
+		}
+		if got.Out != nil && got.OutF32 != nil {
+			for i, y := range got.OutF32 {
+				if got.Out[i] != gdn.BF16FromFloat32(y) {
+					t.Fatalf("%s: Out[%d] = 0x%04x is not bf16(OutF32 = %g)", k, i, got.Out[i], y)
+				}
+			}
+		}
+		if k == "generic" {
+			gen = tr
+		} else {
+			defer func(k string, tr tokenRun) { // once generic has run
+				if err := nearGeneric(rc, tr, gen); err != nil {
+					t.Fatalf("%s vs generic: %v: %s", k, err, describeRun(rc))
+				}
+			}(k, tr)
+		}
+	}
+}
+
+// nearGeneric holds a kernel's token run to the generic kernel's within the float32 forward-error
+// bound of the recurrence, per token and head, accumulated along each sequence (the exact map
+// S ↦ eg·(I − beta·k̂k̂ᵀ)·S + … does not grow an error in the Frobenius norm: only the new
+// rounding errors of each token add up).
+func nearGeneric(rc *runCase, got, gen tokenRun) error {
+	c, b := rc.c, &rc.b
+	K, V, HV := c.K, c.V, c.VHeads
+	eps := float64(c.RMSEps)
+	if eps == 0 {
+		eps = gdn.DefaultRMSEps
+	}
+	const u = 0x1p-24
+	hk := c.KHeads * c.K
+	idx := func(i, j int) int {
+		if rc.format.Layout == gdnsimd.VK {
+			return j*K + i
+		}
+		return i*V + j
+	}
+	N := len(b.Read)
+	for n := range N {
+		if b.Read[n] == gdn.Pad {
+			continue
+		}
+		errF := make([]float64, HV)
+		for tk := int(b.Start[n]); tk < int(b.Start[n+1]); tk++ {
+			q, k := denseRow(&b.Q, tk, hk), denseRow(&b.K, tk, hk)
+			v, z := denseRow(&b.V, tk, HV*V), denseRow(&b.Z, tk, HV*V)
+			bb := denseRow(&b.B, tk, HV)
+			for h := range HV {
+				kh := h / (HV / c.KHeads)
+				if c.GQA == gdn.GQATiled {
+					kh = h % c.KHeads
+				}
+				var qq, kk float64
+				for i := range K {
+					qq += sq(float64(q[kh*K+i]))
+					kk += sq(float64(k[kh*K+i]))
+				}
+				rq, rk := 1/math.Sqrt(qq+1e-6)/math.Sqrt(float64(K)), 1/math.Sqrt(kk+1e-6)
+				beta := 1 / (1 + math.Exp(-float64(bb[h])))
+				P, S := gen.before[tk][h*K*V:(h+1)*K*V], gen.after[tk][h*K*V:(h+1)*K*V]
+				var nP, nS, nv, kq, qn float64
+				for i := range K * V {
+					nP += sq(float64(P[i]))
+					nS += sq(float64(S[i]))
+				}
+				for j := range V {
+					nv += sq(float64(v[h*V+j]))
+				}
+				for i := range K {
+					kq += math.Abs(float64(q[kh*K+i]) * rq * float64(k[kh*K+i]) * rk)
+					qn += sq(float64(q[kh*K+i]) * rq)
+				}
+				nP, nS, nv, qn = math.Sqrt(nP), math.Sqrt(nS), math.Sqrt(nv), math.Sqrt(qn)
+				kf := float64(K + 8)
+				errF[h] += 8 * u * kf * (3*nP + nS + 3*nv)
+				tolS := 2*errF[h] + 0x1p-120
+				G := got.after[tk][h*K*V : (h+1)*K*V]
+				for i := range K * V {
+					if d := math.Abs(float64(G[i]) - float64(S[i])); !(d <= tolS) {
+						return fmt.Errorf("token %d head %d: state [%d]: %g vs %g: difference %g > %g", tk, h, i, G[i], S[i], d, tolS)
+					}
+				}
+				// y_j = o_j·r·w_j·silu(z_j), o = S'ᵀq̂.
+				o, errO := make([]float64, V), make([]float64, V)
+				var ss, relR float64
+				for j := range V {
+					var terms, kp float64
+					for i := range K {
+						qi := float64(q[kh*K+i]) * rq
+						o[j] += qi * float64(S[idx(i, j)])
+						terms += math.Abs(qi) * (math.Abs(float64(P[idx(i, j)])) + math.Abs(float64(S[idx(i, j)])))
+						kp += math.Abs(float64(k[kh*K+i])*rk) * math.Abs(float64(P[idx(i, j)]))
+					}
+					errO[j] = qn*errF[h] + 8*u*kf*(terms+kq*beta*(math.Abs(float64(v[h*V+j]))+kp)) + 0x1p-120
+					ss += o[j] * o[j]
+				}
+				for j := range V {
+					relR += math.Abs(o[j]) * errO[j] / (ss + float64(V)*eps)
+				}
+				if relR > 0.25 {
+					continue // the output cancels almost completely: no useful bound
+				}
+				r := 1 / math.Sqrt(ss/float64(V)+eps)
+				for j := range V {
+					zj := float64(z[h*V+j])
+					g := math.Abs(float64(c.NormWeight[j]) * zj / (1 + math.Exp(-zj)))
+					y := o[j] * r * g
+					tol := 4*(r*g*errO[j]+math.Abs(y)*(relR+16*u)) + 0x1p-120
+					a, w := float64(got.outF[tk][h*V+j]), float64(gen.outF[tk][h*V+j])
+					if d := math.Abs(a - w); !(d <= tol) {
+						return fmt.Errorf("token %d head %d: out_f32 [%d]: %g vs %g: difference %g > %g", tk, h, j, a, w, d, tol)
+					}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// seedRuns are FuzzRun's seeds. Byte layout (see decodeRun): rng, K, V, heads, format (layout,
+// dtype, GQA, Workers, eps), N + 8·(slots−1), per sequence (tokens, read), StoreTo/Store mode, a
+// store byte per token if explicit, row scales, six row bytes, pool, StoreTo, outputs,
+// Start/Store corruption, aliasing.
+func seedRuns() []namedSeed {
+	type seq struct{ l, r byte }
+	mk := func(hdr [6]byte, seqs []seq, mode byte, stores []byte, tail [12]byte) []byte {
+		b := hdr[:]
+		for _, s := range seqs {
+			b = append(b, s.l, s.r)
+		}
+		b = append(b, mode)
+		b = append(b, stores...)
+		return append(b, tail[:]...)
+	}
+	const (
+		slot0 = 0 // read byte: slot (byte>>3) % (slots+1)
+		slot1 = 8
+		slot2 = 16
+		pad   = 4
+		zero  = 5
+	)
+	plain := [12]byte{0, 0, 0, 0, 0, 0, 0, 0, 0, 4, 0, 0}
+	var s []namedSeed
+	add := func(name string, b []byte) { s = append(s, namedSeed{name, b}) }
+	hdr := func(K, V, heads, format, N, slots byte) [6]byte {
+		return [6]byte{1, K - 1, V - 1, heads, format, N + 8*(slots-1)}
+	}
+	for f := range byte(4) {
+		name := []string{"kv_f32", "vk_f32", "kv_bf16", "vk_bf16"}[f]
+		add("decode_"+name, mk(hdr(4, 3, 3, f, 3, 4), []seq{{1, slot0}, {1, slot1}, {1, slot2}}, 0, nil, plain))
+		add("prefill_zero_"+name, mk(hdr(5, 6, 1, f|4, 2, 3), []seq{{4, zero}, {3, slot1}}, 1, []byte{0, 0, 0, 0x90, 0, 0, 0x91}, plain))
+		add("chunk_"+name, mk(hdr(3, 2, 2, f|8, 1, 2), []seq{{0xFC, slot0}}, 0, nil, plain))
+		add("workers3_"+name, mk(hdr(6, 6, 5, f|16, 4, 5), []seq{{3, slot0}, {2, pad}, {4, slot2}, {1, 24}}, 0, nil, plain))
+	}
+	add("spec_snapshots", mk(hdr(4, 4, 1, 0, 2, 5), []seq{{4, slot0}, {2, slot1}}, 1, []byte{0x90, 0x91, 0x92, 0x93, 0, 0xC8}, plain))
+	add("storeto", mk(hdr(4, 4, 1, 0, 2, 3), []seq{{3, slot0}, {2, slot1}}, 0x40|3, []byte{0, 0x90, 0, 0x91, 0x92}, plain))
+	add("storeto_implied", mk(hdr(4, 4, 1, 2, 2, 3), []seq{{3, slot0}, {2, slot2}}, 0x42, nil, plain))
+	add("storeto_same", mk(hdr(3, 3, 1, 0, 2, 3), []seq{{2, slot0}, {2, slot1}}, 0x50, nil, plain))
+	add("storeto_same_other_stride", mk(hdr(3, 3, 1, 0, 2, 3), []seq{{2, slot0}, {2, slot1}}, 0x60, nil, plain))
+	add("storeto_overlapping", mk(hdr(3, 3, 1, 0, 2, 3), []seq{{2, slot0}, {2, slot1}}, 0x70, nil, plain))
+	add("zero_store_nil", mk(hdr(3, 3, 1, 0, 1, 2), []seq{{2, zero}}, 0, nil, plain))
+	add("pad_storing", mk(hdr(3, 3, 1, 0, 1, 2), []seq{{2, pad}}, 1, []byte{0, 0x90}, plain))
+	add("read_out_of_range", mk(hdr(3, 3, 1, 0, 1, 2), []seq{{2, 16}}, 0, nil, plain))
+	add("written_twice", mk(hdr(3, 3, 1, 0, 2, 3), []seq{{1, slot0}, {1, slot1}}, 1, []byte{0xD2, 0xD2}, plain))
+	add("written_then_read", mk(hdr(3, 3, 1, 0, 2, 3), []seq{{1, slot0}, {1, slot1}}, 1, []byte{0xD1, 0}, plain))
+	st := plain
+	st[8] = 0x02 // StoreTo's SlotStride = slot + 1, State's dense
+	add("storeto_strided", mk(hdr(4, 3, 3, 0, 3, 3), []seq{{3, slot0}, {2, slot1}, {2, zero}}, 0x45, []byte{0x90, 0, 0x91, 0, 0x92, 0, 0x93}, st))
+	add("read_eq_slots_explicit", mk(hdr(3, 3, 1, 0, 2, 2), []seq{{2, slot0}, {1, 16}}, 1, []byte{0, 0x90, 0}, plain))
+	add("workers_parallel", mk(hdr(10, 10, 5, 16, 4, 5), []seq{{0xFF, slot0}, {0xFE, slot1}, {0xFF, slot2}, {0xFD, 24}}, 0, nil, plain))
+	add("workers_parallel_vk_bf16", mk(hdr(10, 10, 5, 3|16, 4, 5), []seq{{0xFF, slot0}, {0xFE, slot1}, {0xFF, slot2}, {0xFD, 24}}, 0, nil, plain))
+	add("fork", mk(hdr(3, 3, 1, 0, 2, 3), []seq{{2, slot1}, {2, slot1}}, 1, []byte{0, 0x90, 0, 0x91}, plain))
+	rows := plain
+	rows[1], rows[2], rows[3], rows[4], rows[5], rows[6] = 0x01, 0x04, 0x25, 0x02, 0x07, 0x03
+	add("rows_strided_bf16", mk(hdr(5, 3, 3, 0, 2, 3), []seq{{3, slot0}, {2, slot1}}, 0, nil, rows))
+	short := plain
+	short[3] = 0xF8
+	add("row_short", mk(hdr(3, 3, 1, 0, 1, 2), []seq{{2, slot0}}, 0, nil, short))
+	for i, x := range []byte{0, 1, 2, 3} {
+		t := plain
+		t[9] = x
+		add(fmt.Sprintf("outputs_%d", i), mk(hdr(3, 3, 1, 0, 1, 2), []seq{{2, slot0}}, 0, nil, t))
+	}
+	for i := range byte(8) {
+		t := plain
+		t[11] = 0xE0 + i
+		add(fmt.Sprintf("alias_%d", i), mk(hdr(3, 3, 1, 0, 2, 3), []seq{{2, slot0}, {1, slot1}}, 0, nil, t))
+	}
+	for i := range byte(4) {
+		t := plain
+		t[10] = 0xF0 + i
+		add(fmt.Sprintf("start_%d", i), mk(hdr(3, 3, 1, 0, 2, 3), []seq{{2, slot0}, {1, slot1}}, 0, nil, t))
+	}
+	pools := plain
+	pools[7] = 0x16 // a bigger SlotStride and a tail
+	add("pool_strided_tail", mk(hdr(3, 3, 1, 0, 2, 3), []seq{{2, slot0}, {1, slot2}}, 0, nil, pools))
+	pools[7] = 0x03 // SlotStride slot−1
+	add("pool_stride_short", mk(hdr(3, 3, 1, 0, 2, 3), []seq{{2, slot0}, {1, slot2}}, 0, nil, pools))
+	pools[7] = 0xFF // the wrong dtype
+	add("pool_dtype", mk(hdr(3, 3, 1, 0, 2, 3), []seq{{2, slot0}, {1, slot2}}, 0, nil, pools))
+	return s
+}
+
+// TestWriteRunCorpus writes FuzzRun's seeds to testdata/fuzz/FuzzRun (GDN_WRITE_CORPUS=1);
+// otherwise it checks that the committed ones are current.
+func TestWriteRunCorpus(t *testing.T) {
+	seeds := seedRuns()
+	if os.Getenv("GDN_WRITE_CORPUS") == "1" {
+		writeCorpus(t, "FuzzRun", seeds)
+		return
+	}
+	for _, s := range seeds {
+		b, err := os.ReadFile(filepath.Join("testdata", "fuzz", "FuzzRun", "seed_"+s.name))
+		if err != nil || string(b) != fmt.Sprintf("go test fuzz v1\n[]byte(%q)\n", s.data) {
+			t.Fatalf("FuzzRun/seed_%s missing or stale (GDN_WRITE_CORPUS=1 go test -run TestWriteRunCorpus ./fuzz): %v", s.name, err)
+		}
+	}
+}
