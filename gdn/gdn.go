@@ -182,7 +182,7 @@ func (l *Layer) Step(in Input, out Output) error {
 // usable refuses a Layer that did not come from New.
 func (l *Layer) usable() error {
 	if l == nil || l.c.VHeads == 0 {
-		return fmt.Errorf("%w: a Layer that New did not make (the zero value or nil)", ErrConfig)
+		return fmt.Errorf("%w: a Layer not made by New (the zero value or nil)", ErrConfig)
 	}
 	return nil
 }

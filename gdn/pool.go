@@ -48,8 +48,6 @@ var pool struct {
 	tasks   chan task
 }
 
-var jobs = sync.Pool{New: func() any { return &job{done: make(chan struct{}, 1)} }}
-
 // ensureWorkers starts pool goroutines until there are at least n.
 func ensureWorkers(n int) {
 	pool.mu.Lock()
@@ -118,20 +116,20 @@ const rangesPerWorker = 4
 
 // parallel cuts the items into about rangesPerWorker·w ranges of equal cost (head-tokens), hands
 // w−1 pool goroutines a task to take ranges from, takes ranges itself until none is left, and
-// returns when all are done.
+// returns when all are done. The job is new for every call and never reused: a pool goroutine
+// that takes its task late (after the call returned) finds no range left in it and touches
+// nothing else (a recycled job would be written by the next call as that goroutine reads it).
 func (l *Layer) parallel(b *gdnsimd.Batch, w int) {
 	ensureWorkers(w - 1)
-	j := jobs.Get().(*job)
-	j.l, j.b = l, *b
-	j.bounds = splitCost(j.bounds[:0], b, min(b.Items(), rangesPerWorker*w))
-	j.next.Store(0)
+	j := &job{l: l, b: *b, done: make(chan struct{}, 1)}
+	j.bounds = splitCost(make([]int, 0, rangesPerWorker*w+1), b, min(b.Items(), rangesPerWorker*w))
 	j.pending.Store(int32(len(j.bounds) - 1))
 	for i := 1; i < w; i++ {
 		pool.tasks <- task{j}
 	}
 	j.work()
-	// Tasks no pool goroutine has taken yet found no range left; drain them so they are not run
-	// after this job is recycled.
+	// Tasks no pool goroutine has taken yet would find no range left: take them off the queue
+	// (running whatever ranges another call's task still offers).
 	for {
 		select {
 		case t := <-pool.tasks:
@@ -151,8 +149,6 @@ func (l *Layer) parallel(b *gdnsimd.Batch, w int) {
 		spinPause()
 	}
 	<-j.done // happens after every range's writes
-	j.l, j.b = nil, gdnsimd.Batch{}
-	jobs.Put(j)
 }
 
 // splitCost appends to bounds the boundaries of r ranges of b's items of about equal cost (every

@@ -11,6 +11,7 @@ import (
 
 	"github.com/gdnsimd/gdnsimd"
 	"github.com/gdnsimd/gdnsimd/gdn"
+	"github.com/gdnsimd/gdnsimd/internal/kerneltest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -34,7 +35,7 @@ func (f runFormat) implementedBy(kernel string) bool {
 // forEachKernelFormat runs f as subtest kernel=K/format=F for every kernel × format, skipping
 // (visibly) the cells a kernel does not implement.
 func forEachKernelFormat(t *testing.T, f func(t *testing.T, kernel string, rf runFormat)) {
-	forEachKernel(t, func(t *testing.T, kernel string) {
+	kerneltest.ForEach(t, func(t *testing.T, kernel string) {
 		for _, rf := range runFormats {
 			t.Run("format="+rf.name, func(t *testing.T) {
 				if !rf.implementedBy(kernel) {
@@ -88,14 +89,14 @@ func makeBatch(c gdn.Config, s runSpec, seed uint64) *gdn.Batch {
 	}
 	hk, hv := c.KHeads*c.K, c.VHeads*c.V
 	b.Q, b.K, b.V, b.Z, b.B, b.A = rows(hk, 0, 1), rows(hk, 0, 1), rows(hv, 0, 1), rows(hv, 0, 1), rows(c.VHeads, 0, 1), rows(c.VHeads, -1, 1.5)
-	b.State = makePool(c, s.slots, 0, r)
+	b.State = errPool(c, s.slots, 0, r)
 	b.Out, b.OutF32 = nanOutputs(T * hv)
 	return b
 }
 
 // makePool is a pool of n slots (stride 0: dense) of c's storage type with values of a decode
 // state's magnitude.
-func makePool(c gdn.Config, n, stride int, r *rand.Rand) gdn.Pool {
+func errPool(c gdn.Config, n, stride int, r *rand.Rand) gdn.Pool {
 	slot := c.VHeads * c.K * c.V
 	st := stride
 	if st == 0 {
