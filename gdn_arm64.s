@@ -121,7 +121,7 @@ delta32:
 	VLD1.P 64(R4), [V4.S4, V5.S4, V6.S4, V7.S4]
 	CBNZ   R9, delta32a
 
-	// eg·x: δ = beta·(v − eg·accK); o = eg·accQ + kq·δ; S' = eg·S + kh_i·δ
+	// eg·x: δ = beta·(v − eg·accK); o = eg·accQ + kq·δ
 	VFMLS  V10.S4, V16.S4, V0.S4
 	VFMLS  V10.S4, V17.S4, V1.S4
 	VFMLS  V10.S4, V18.S4, V2.S4
@@ -159,6 +159,7 @@ delta32:
 	CBZ    R14, next32
 
 write32b:
+	// S' = eg·S + kh_i·δ
 	VLD1.P  64(R10), [V0.S4, V1.S4, V2.S4, V3.S4]
 	VLD1.P  (R10)(R15), [V4.S4, V5.S4, V6.S4, V7.S4]
 	VLD1R.P 4(R12), [V8.S4]
@@ -185,7 +186,7 @@ write32b:
 	B       next32
 
 delta32a:
-	// x + em1·x: δ = beta·(v − (accK + em1·accK)); o = accQ + em1·accQ + kq·δ; S' = S + em1·S + kh_i·δ
+	// x + em1·x: kv = accK + em1·accK; δ = beta·(v − kv); o = accQ + em1·accQ + kq·δ
 	VFMLA  V13.S4, V16.S4, V16.S4
 	VFMLA  V13.S4, V17.S4, V17.S4
 	VFMLA  V13.S4, V18.S4, V18.S4
@@ -231,6 +232,7 @@ delta32a:
 	CBZ    R14, next32
 
 write32a:
+	// S' = S + em1·S + kh_i·δ
 	VLD1.P  64(R10), [V0.S4, V1.S4, V2.S4, V3.S4]
 	VLD1.P  (R10)(R15), [V4.S4, V5.S4, V6.S4, V7.S4]
 	VLD1R.P 4(R12), [V8.S4]
@@ -302,7 +304,7 @@ delta16:
 	VLD1.P 64(R4), [V0.S4, V1.S4, V2.S4, V3.S4]
 	CBNZ   R9, delta16a
 
-	// eg·x: δ = beta·(v − eg·accK); o = eg·accQ + kq·δ; S' = eg·S + kh_i·δ
+	// eg·x: δ = beta·(v − eg·accK); o = eg·accQ + kq·δ
 	VFMLS  V10.S4, V16.S4, V0.S4
 	VFMLS  V10.S4, V17.S4, V1.S4
 	VFMLS  V10.S4, V18.S4, V2.S4
@@ -323,6 +325,7 @@ delta16:
 	CBZ    R14, next16
 
 write16b:
+	// S' = eg·S + kh_i·δ
 	VLD1.P  (R10)(R8), [V0.S4, V1.S4, V2.S4, V3.S4]
 	VLD1R.P 4(R12), [V8.S4]
 	WORD    $0x6e2adc00 // FMUL V0.4S, V0.4S, V10.4S
@@ -339,7 +342,7 @@ write16b:
 	B       next16
 
 delta16a:
-	// x + em1·x: δ = beta·(v − (accK + em1·accK)); o = accQ + em1·accQ + kq·δ; S' = S + em1·S + kh_i·δ
+	// x + em1·x: kv = accK + em1·accK; δ = beta·(v − kv); o = accQ + em1·accQ + kq·δ
 	VFMLA  V13.S4, V16.S4, V16.S4
 	VFMLA  V13.S4, V17.S4, V17.S4
 	VFMLA  V13.S4, V18.S4, V18.S4
@@ -364,6 +367,7 @@ delta16a:
 	CBZ    R14, next16
 
 write16a:
+	// S' = S + em1·S + kh_i·δ
 	VLD1.P  (R10)(R8), [V0.S4, V1.S4, V2.S4, V3.S4]
 	VLD1R.P 4(R12), [V8.S4]
 	VFMLA   V13.S4, V0.S4, V0.S4
@@ -412,7 +416,7 @@ delta4:
 	VLD1.P 16(R4), [V0.S4]
 	CBNZ   R9, delta4a
 
-	// eg·x: δ = beta·(v − eg·accK); o = eg·accQ + kq·δ; S' = eg·S + kh_i·δ
+	// eg·x: δ = beta·(v − eg·accK); o = eg·accQ + kq·δ
 	VFMLS  V10.S4, V16.S4, V0.S4
 	WORD   $0x6e2bdc10 // FMUL V16.4S, V0.4S, V11.4S
 	WORD   $0x6e2adf18 // FMUL V24.4S, V24.4S, V10.4S
@@ -421,6 +425,7 @@ delta4:
 	CBZ    R14, next4
 
 write4b:
+	// S' = eg·S + kh_i·δ
 	VLD1.P  (R10)(R8), [V0.S4]
 	VLD1R.P 4(R12), [V8.S4]
 	WORD    $0x6e2adc00 // FMUL V0.4S, V0.4S, V10.4S
@@ -431,7 +436,7 @@ write4b:
 	B       next4
 
 delta4a:
-	// x + em1·x: δ = beta·(v − (accK + em1·accK)); o = accQ + em1·accQ + kq·δ; S' = S + em1·S + kh_i·δ
+	// x + em1·x: kv = accK + em1·accK; δ = beta·(v − kv); o = accQ + em1·accQ + kq·δ
 	VFMLA  V13.S4, V16.S4, V16.S4
 	WORD   $0x4eb0d400 // FSUB V0.4S, V0.4S, V16.4S
 	WORD   $0x6e2bdc10 // FMUL V16.4S, V0.4S, V11.4S
@@ -441,6 +446,7 @@ delta4a:
 	CBZ    R14, next4
 
 write4a:
+	// S' = S + em1·S + kh_i·δ
 	VLD1.P  (R10)(R8), [V0.S4]
 	VLD1R.P 4(R12), [V8.S4]
 	VFMLA   V13.S4, V0.S4, V0.S4
@@ -484,7 +490,7 @@ delta1:
 	FMOVS.P 4(R4), F0
 	CBNZ    R9, delta1a
 
-	// eg·x: δ = beta·(v − eg·accK); o = eg·accQ + kq·δ; S' = eg·S + kh_i·δ
+	// eg·x: δ = beta·(v − eg·accK); o = eg·accQ + kq·δ
 	FMSUBS  F10, F0, F16, F0 // F0 −= F16·F10
 	FMULS   F11, F0, F16
 	FMULS   F10, F24, F24
@@ -493,6 +499,7 @@ delta1:
 	CBZ     R14, next1
 
 write1b:
+	// S' = eg·S + kh_i·δ
 	FMOVS   (R10), F0
 	ADD     R8, R10, R10
 	FMOVS.P 4(R12), F8
@@ -505,7 +512,7 @@ write1b:
 	B       next1
 
 delta1a:
-	// x + em1·x: δ = beta·(v − (accK + em1·accK)); o = accQ + em1·accQ + kq·δ; S' = S + em1·S + kh_i·δ
+	// x + em1·x: kv = accK + em1·accK; δ = beta·(v − kv); o = accQ + em1·accQ + kq·δ
 	FMADDS  F13, F16, F16, F16 // F16 += F16·F13
 	FSUBS   F16, F0, F0
 	FMULS   F11, F0, F16
@@ -515,6 +522,7 @@ delta1a:
 	CBZ     R14, next1
 
 write1a:
+	// S' = S + em1·S + kh_i·δ
 	FMOVS   (R10), F0
 	ADD     R8, R10, R10
 	FMOVS.P 4(R12), F8

@@ -180,14 +180,15 @@ func (s shape) each(f func(j int)) {
 
 // form is a decay form of SPEC Part A: decay(x) = x + em1·x (near, when em1 ≥ −0.5) or eg·x.
 type form struct {
-	near   bool
-	suffix string // of the write loop's label
-	what   string
+	near        bool
+	suffix      string // of the write loop's label
+	what, write string // comments
 }
 
 var forms = []form{
-	{near: false, suffix: "b", what: "eg·x: δ = beta·(v − eg·accK); o = eg·accQ + kq·δ; S' = eg·S + kh_i·δ"},
-	{near: true, suffix: "a", what: "x + em1·x: δ = beta·(v − (accK + em1·accK)); o = accQ + em1·accQ + kq·δ; S' = S + em1·S + kh_i·δ"},
+	{near: false, suffix: "b", what: "eg·x: δ = beta·(v − eg·accK); o = eg·accQ + kq·δ", write: "S' = eg·S + kh_i·δ"},
+	{near: true, suffix: "a", what: "x + em1·x: kv = accK + em1·accK; δ = beta·(v − kv); o = accQ + em1·accQ + kq·δ",
+		write: "S' = S + em1·S + kh_i·δ"},
 }
 
 // decay replaces n by decay(n).
@@ -216,6 +217,7 @@ func (f form) body(e *emitter, s shape, next string) {
 
 	write := fmt.Sprintf("write%d%s", s.w, f.suffix)
 	e.label(write)
+	e.comment("%s", f.write)
 	s.loadRow(e, rRow)
 	s.bcast(e, rKp, nKh)
 	s.each(func(j int) { f.decay(e, s, j) })
