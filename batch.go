@@ -3,6 +3,7 @@ package gdnsimd
 import (
 	"fmt"
 	"math"
+	"unsafe"
 )
 
 // Layout is the order of a head's K×V state in memory.
@@ -147,6 +148,10 @@ type headCall struct {
 	tok  []float32 // [T][4] em1, eg, beta, kq
 	tmp  []float32 // K·V f32 scratch the routine may use
 	slab []float32 // K·genericBlock f32 scratch the routine may use
+
+	stores []unsafe.Pointer // [chunk] for the assembly adapters
+	zero32 []float32        // K·V zeros (never written)
+	zero16 []uint16         // K·V zeros (never written)
 }
 
 // stateFunc advances one head by the tokens of a headCall (SPEC Part A per token): for every τ,
@@ -163,6 +168,9 @@ type Scratch struct {
 	carry, tmp           []float32 // K·V
 	slab                 []float32
 	dst                  []stateRef
+	stores               []unsafe.Pointer
+	zero32               []float32
+	zero16               []uint16
 	hc                   headCall // the state routine's argument (a func value's argument escapes)
 	b                    Batch    // a copy of the batch being run
 	k, vd                int
@@ -180,6 +188,8 @@ func (s *Scratch) ensure(K, V int) {
 	s.carry, s.tmp = make([]float32, K*V), make([]float32, K*V)
 	s.slab = make([]float32, K*genericBlock)
 	s.dst = make([]stateRef, chunk)
+	s.stores = make([]unsafe.Pointer, chunk)
+	s.zero32, s.zero16 = make([]float32, K*V), make([]uint16, K*V)
 }
 
 // RunBatch runs the work items [lo, hi) of b (see Items) with this kernel, which must implement
@@ -406,6 +416,7 @@ func (d *driver) item(w int) {
 			K: K, V: V, src: src, dst: dst,
 			kh: s.kh[:T*K], qh: s.qh[:T*K], v: v, vs: vs, o: s.o[:T*V], tok: tok,
 			tmp: s.tmp[:hs:hs], slab: s.slab,
+			stores: s.stores, zero32: s.zero32[:hs:hs], zero16: s.zero16[:hs:hs],
 		}
 		d.state(&s.hc)
 		src = stateRef{f32: next.f32}

@@ -1,5 +1,7 @@
 package gdnsimd
 
+import "unsafe"
+
 // Exported for the external test package gdnsimd_test, whose piece tests (piece_test.go) iterate
 // the kernels with internal/kerneltest: that package imports gdnsimd, so gdnsimd's internal tests
 // could not import it.
@@ -13,3 +15,62 @@ type Pieces struct {
 
 // PiecesOf returns k's pieces; PiecesOf of the "generic" kernel is the reference.
 func PiecesOf(k Kernel) Pieces { return Pieces{State: k.im.state, Gate: k.im.gate, L2: k.im.l2} }
+
+// Tokens are a kernel's state routines over T tokens in the flat signature of the assembly
+// (tokensF32, tokensBF16 in tokens_generic.go), by layout (KV, VK); nil where the kernel has none.
+// The generic kernel's, wrapped around kvTokens and vkTokens, are the reference.
+type Tokens struct {
+	F32  [2]func(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok []float32)
+	BF16 [2]func(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok []float32)
+}
+
+// TokensOf returns k's flat state routines.
+func TokensOf(k Kernel) Tokens {
+	var t Tokens
+	if k.im == &genericImpl {
+		for l, st := range [2]stateFunc{kvTokens, vkTokens} {
+			t.F32[l] = flatF32(st)
+			t.BF16[l] = flatBF16(st)
+		}
+		return t
+	}
+	for l := range 2 {
+		t.F32[l] = k.im.tokF32[l]
+		t.BF16[l] = k.im.tokBF16[l]
+	}
+	return t
+}
+
+func flatF32(st stateFunc) func(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok []float32) {
+	return func(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok []float32) {
+		dst := make([]stateRef, len(tok)/4)
+		for τ, p := range stores {
+			if p != nil {
+				dst[τ].f32 = unsafe.Slice((*float32)(p), K*V)
+			}
+		}
+		st(&headCall{K: K, V: V, src: stateRef{f32: src}, dst: dst, kh: kh, qh: qh, v: v, vs: vs, o: o, tok: tok,
+			tmp: make([]float32, K*V), slab: make([]float32, K*genericBlock)})
+	}
+}
+
+func flatBF16(st stateFunc) func(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok []float32) {
+	return func(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok []float32) {
+		T := len(tok) / 4
+		dst := make([]stateRef, T)
+		for τ, p := range stores {
+			if p != nil {
+				dst[τ].bf16 = unsafe.Slice((*uint16)(p), K*V)
+			}
+		}
+		if carry != nil {
+			dst[T-1].f32 = carry
+		}
+		in := stateRef{bf16: src}
+		if src32 != nil {
+			in = stateRef{f32: src32}
+		}
+		st(&headCall{K: K, V: V, src: in, dst: dst, kh: kh, qh: qh, v: v, vs: vs, o: o, tok: tok,
+			tmp: make([]float32, K*V), slab: make([]float32, K*genericBlock)})
+	}
+}

@@ -38,6 +38,24 @@ type impl struct {
 	// cells are the state routines over T tokens by format, [bf16][layout]; a nil cell is a
 	// format the kernel does not implement.
 	cells [2][2]stateFunc
+
+	// tokF32 and tokBF16 are an assembly kernel's state routines over T tokens by layout, in
+	// the flat signature the cells adapt (asmTokensF32, asmTokensBF16; nil: none).
+	tokF32  [2]tokensF32
+	tokBF16 [2]tokensBF16
+}
+
+// withTokens fills the cells that im's flat routines implement and returns im.
+func withTokens(im impl) impl {
+	for l := range 2 {
+		if r := im.tokF32[l]; r != nil {
+			im.cells[0][l] = asmTokensF32(r)
+		}
+		if r := im.tokBF16[l]; r != nil {
+			im.cells[1][l] = asmTokensBF16(r)
+		}
+	}
+	return im
 }
 
 var genericImpl = impl{

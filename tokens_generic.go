@@ -1,6 +1,9 @@
 package gdnsimd
 
-import "math"
+import (
+	"math"
+	"unsafe"
+)
 
 // The portable state routines over T tokens, one per layout; the storage type is handled by
 // loadState and storeState only. Each keeps the part of the state it works on in float32 scratch
@@ -148,5 +151,77 @@ func tokenwise(piece func(sIn, sOut, kh, qh, v, o []float32, em1, eg, beta, kq f
 				h.v[τ*h.vs:τ*h.vs+V:τ*h.vs+V], h.o[τ*V:(τ+1)*V:(τ+1)*V], tk[0], tk[1], tk[2], tk[3])
 			cur = out
 		}
+	}
+}
+
+// The assembly state routines over T tokens have one flat, typed signature per storage type (so
+// go vet's asmdecl checks every argument):
+//
+//	f32:  routine(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok []float32)
+//	bf16: routine(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32,
+//	              kh, qh, v []float32, vs int, o, tok []float32)
+//
+// with E float32 or uint16 (bf16 bits), T = len(tok)/4 tokens, and, as the adapters below
+// guarantee: len(src) = K·V (the state before the first token; the zero state is a buffer of
+// zeros) — for a bf16 routine, unless src32 is not nil: then the state before the first token is
+// the K·V float32s of src32 (the previous chunk's carry) and src is not read; stores[τ] nil or the start of K·V elements of E receiving the state after token τ
+// (rounded to bf16 nearest even for uint16); carry (bf16 routines) nil or K·V float32s receiving
+// the state after the last token unrounded; len(kh) = len(qh) = T·K; token τ's v at v[τ·vs : τ·vs+V]; len(o) =
+// T·V (written); tok[4τ:4τ+4] = em1, eg, beta, kq. The routine keeps the state float32 between
+// tokens and must not touch memory outside these.
+type (
+	tokensF32  func(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok []float32)
+	tokensBF16 func(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok []float32)
+)
+
+// asmTokensF32 makes a stateFunc of an f32 routine: every dst is f32 (an f32 pool, or the carry
+// the driver adds at a chunk's end).
+func asmTokensF32(r tokensF32) stateFunc {
+	return func(h *headCall) {
+		hs := h.K * h.V
+		src := h.src.f32
+		if src == nil {
+			src = h.zero32
+		}
+		stores := h.stores[:len(h.dst)]
+		for τ, d := range h.dst {
+			stores[τ] = nil
+			if d.f32 != nil {
+				stores[τ] = unsafe.Pointer(unsafe.SliceData(d.f32[:hs]))
+			}
+		}
+		r(h.K, h.V, src[:hs:hs], stores, h.kh, h.qh, h.v, h.vs, h.o, h.tok)
+		clear(stores)
+	}
+}
+
+// asmTokensBF16 makes a stateFunc of a bf16 routine: every dst's bf16 part is a store, the f32
+// part (the driver's carry, only ever at the last token) the carry.
+func asmTokensBF16(r tokensBF16) stateFunc {
+	return func(h *headCall) {
+		hs := h.K * h.V
+		src, src32 := h.src.bf16, h.src.f32 // src32: the previous chunk's carry
+		if src == nil {
+			src = h.zero16
+		}
+		if src32 != nil {
+			src32 = src32[:hs:hs]
+		}
+		stores := h.stores[:len(h.dst)]
+		var carry []float32
+		for τ, d := range h.dst {
+			stores[τ] = nil
+			if d.bf16 != nil {
+				stores[τ] = unsafe.Pointer(unsafe.SliceData(d.bf16[:hs]))
+			}
+			if d.f32 != nil {
+				if τ != len(h.dst)-1 {
+					panic("gdnsimd: an f32 store before the last token of a bf16 call")
+				}
+				carry = d.f32[:hs:hs]
+			}
+		}
+		r(h.K, h.V, src[:hs:hs], src32, stores, carry, h.kh, h.qh, h.v, h.vs, h.o, h.tok)
+		clear(stores)
 	}
 }
