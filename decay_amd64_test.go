@@ -115,8 +115,9 @@ func decayClose(t *testing.T, what string, got, want []float32, tol float64) {
 type decayShape struct{ K, V, off int }
 
 // decayShapes: every V from 1 to 257 (every AVX-512 mask width and ZMM count, every AVX2 row
-// block, register block, YMM, XMM and scalar tail) with K cycling through a list, then the
-// named sizes crossed with several K.
+// block, register block, YMM, XMM and scalar tail) with K cycling through a list, the named
+// sizes crossed with several K (K is only a loop count: no K tails), and two V > 512 (the
+// 256-column block loops taken again after a block's two decay paths join).
 func decayShapes() []decayShape {
 	ks := []int{1, 2, 3, 7, 16, 17, 31, 64, 65, 128, 129}
 	var ss []decayShape
@@ -124,22 +125,32 @@ func decayShapes() []decayShape {
 		ss = append(ss, decayShape{K: ks[V%len(ks)], V: V, off: V % 16})
 	}
 	for n, V := range []int{16, 17, 32, 33, 64, 80, 96, 128, 129, 192, 200, 255, 256, 257} {
-		for m, K := range []int{1, 5, 128, 257} {
+		for m, K := range []int{1, 5, 33, 129} {
 			ss = append(ss, decayShape{K: K, V: V, off: (n + 3*m) % 16})
 		}
 	}
-	return ss
+	return append(ss, decayShape{K: 3, V: 513, off: 5}, decayShape{K: 2, V: 600, off: 9})
 }
 
-// runDecayCase runs im.state out of place and in place on one head and compares state and o with
-// stateGeneric's (tol as for decayClose).
-func runDecayCase(t *testing.T, im *impl, sh decayShape, c decayCase, fillIn func(sIn, kh, qh, v []float32), beta, kq float32, tol float64) {
+// decayHead is the input of one head: the state (K×V), k̂, q̂ (K) and v (V).
+type decayHead struct{ s, kh, qh, v []float32 }
+
+func newDecayHead(sh decayShape) decayHead {
+	return decayHead{make([]float32, sh.K*sh.V), make([]float32, sh.K), make([]float32, sh.K), make([]float32, sh.V)}
+}
+
+// runDecayCase runs im.state out of place and in place on a copy of in (in guarded slices) and
+// compares state and o with stateGeneric's (tol as for decayClose).
+func runDecayCase(t *testing.T, im *impl, sh decayShape, c decayCase, in decayHead, beta, kq float32, tol float64) {
 	t.Helper()
 	K, V, off := sh.K, sh.V, sh.off
 	sIn, sOut := newDecayBuf(K*V, off), newDecayBuf(K*V, (off+3)%16)
 	kh, qh := newDecayBuf(K, (off+5)%16), newDecayBuf(K, (off+7)%16)
 	v, o := newDecayBuf(V, (off+9)%16), newDecayBuf(V, (off+11)%16)
-	fillIn(sIn.s, kh.s, qh.s, v.s)
+	copy(sIn.s, in.s)
+	copy(kh.s, in.kh)
+	copy(qh.s, in.qh)
+	copy(v.s, in.v)
 	for _, b := range []*decayBuf{sIn, kh, qh, v} {
 		b.freeze()
 	}
@@ -183,20 +194,19 @@ func TestStateDecayForms(t *testing.T) {
 	decayKernels(t, func(t *testing.T, im *impl) {
 		r := rand.New(rand.NewPCG(7, 7))
 		for _, sh := range decayShapes() {
+			in := newDecayHead(sh)
+			for i := range in.s {
+				in.s[i] = float32(0.3 * r.NormFloat64())
+			}
+			for i := range in.kh {
+				in.kh[i] = float32(r.NormFloat64() / math.Sqrt(float64(sh.K)))
+				in.qh[i] = float32(r.NormFloat64() / float64(sh.K))
+			}
+			for i := range in.v {
+				in.v[i] = float32(r.NormFloat64())
+			}
 			for _, c := range decayCases {
-				fillIn := func(sIn, kh, qh, v []float32) {
-					for i := range sIn {
-						sIn[i] = float32(0.3 * r.NormFloat64())
-					}
-					for i := range kh {
-						kh[i] = float32(r.NormFloat64() / math.Sqrt(float64(sh.K)))
-						qh[i] = float32(r.NormFloat64() / float64(sh.K))
-					}
-					for i := range v {
-						v[i] = float32(r.NormFloat64())
-					}
-				}
-				runDecayCase(t, im, sh, c, fillIn, 0.6, 0.05, 1e-5)
+				runDecayCase(t, im, sh, c, in, 0.6, 0.05, 1e-5)
 			}
 		}
 	})
@@ -219,19 +229,18 @@ func TestStateDecayFormsExact(t *testing.T) {
 		r := rand.New(rand.NewPCG(8, 8))
 		dy := func(n int, step float32) float32 { return float32(r.IntN(2*n+1)-n) * step }
 		for _, sh := range decayShapes() {
+			in := newDecayHead(sh)
+			for i := range in.s {
+				in.s[i] = dy(16, 1.0/16)
+			}
+			for i := range in.kh {
+				in.kh[i], in.qh[i] = dy(4, 0.25), dy(4, 0.25)
+			}
+			for i := range in.v {
+				in.v[i] = dy(64, 1.0/16)
+			}
 			for _, c := range cases {
-				fillIn := func(sIn, kh, qh, v []float32) {
-					for i := range sIn {
-						sIn[i] = dy(16, 1.0/16)
-					}
-					for i := range kh {
-						kh[i], qh[i] = dy(4, 0.25), dy(4, 0.25)
-					}
-					for i := range v {
-						v[i] = dy(64, 1.0/16)
-					}
-				}
-				runDecayCase(t, im, sh, c, fillIn, 0.5, 0.25, 0)
+				runDecayCase(t, im, sh, c, in, 0.5, 0.25, 0)
 			}
 		}
 	})
