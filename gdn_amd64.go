@@ -40,10 +40,14 @@ var (
 // with K = len(kh) = len(qh), V = len(v) = len(o), len(sIn) = len(sOut) = K·V (not checked; sOut
 // may be sIn):
 //
+//	decay(x) := x + em1·x (fused: one rounding)   if em1 ≥ −0.5
+//	            eg·x                              otherwise (also for a NaN em1)
 //	for j := range V:
 //		kv, qs := Σ_i kh[i]·sIn[i*V+j], Σ_i qh[i]·sIn[i*V+j]
-//		d := beta·(v[j] − eg·kv);  o[j] = eg·qs + kq·d
-//		for i := range K: sOut[i*V+j] = eg·sIn[i*V+j] + kh[i]·d
+//		d := beta·(v[j] − decay(kv));  o[j] = decay(qs) + kq·d
+//		for i := range K: sOut[i*V+j] = decay(sIn[i*V+j]) + kh[i]·d
+//
+// The form is chosen once per call.
 //
 //go:noescape
 func stateAVX512(sIn, sOut, kh, qh, v, o []float32, em1, eg, beta, kq float32)

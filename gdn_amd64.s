@@ -388,9 +388,12 @@ GLOBL zero<>(SB), RODATA|NOPTR, $4
 DATA one_f64<>+0(SB)/8, $0x3ff0000000000000
 GLOBL one_f64<>(SB), RODATA|NOPTR, $8
 
+DATA nearone<>+0(SB)/4, $0xbf000000
+GLOBL nearone<>(SB), RODATA|NOPTR, $4
+
 // func stateAVX512(sIn []float32, sOut []float32, kh []float32, qh []float32, v []float32, o []float32, em1 float32, eg float32, beta float32, kq float32)
 // Requires: AVX, AVX512F, MMX+
-TEXT ·stateAVX512(SB), NOSPLIT, $336-160
+TEXT ·stateAVX512(SB), NOSPLIT, $344-160
 	MOVQ  sIn_base+0(FP), AX
 	MOVQ  sOut_base+24(FP), CX
 	MOVQ  kh_base+48(FP), DX
@@ -421,6 +424,11 @@ TEXT ·stateAVX512(SB), NOSPLIT, $336-160
 	IMULQ      R9, R10
 	ADDQ       AX, R10
 	MOVQ       R10, 8(SP)
+
+	// The decay form, once per call: near = em1 ≥ -0.5 (false for a NaN em1).
+	VMOVSS   em1+144(FP), X0
+	VUCOMISS nearone<>+0(SB), X0
+	SETCC    16(SP)
 
 	// Blocks of 256 columns.
 full_1:
@@ -456,7 +464,7 @@ full_1:
 	VBROADCASTSS zero<>+0(SB), Z25
 	VBROADCASTSS zero<>+0(SB), Z26
 	VBROADCASTSS zero<>+0(SB), Z27
-	LEAQ         16(SP), R10
+	LEAQ         24(SP), R10
 	ADDQ         $0x3f, R10
 	ANDQ         $-64, R10
 	VBROADCASTSS zero<>+0(SB), Z28
@@ -530,8 +538,220 @@ read_1:
 	INCQ         R12
 	CMPQ         R12, R8
 	JB           read_1
+	CMPB         16(SP), $0x00
+	JE           far_1
 
-	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	VBROADCASTSS em1+144(FP), Z28
+	VBROADCASTSS beta+152(FP), Z29
+	VBROADCASTSS kq+156(FP), Z30
+	VMOVUPS      (SI), Z31
+	VFMADD213PS  Z0, Z28, Z0
+	VSUBPS       Z0, Z31, Z0
+	VMULPS       Z0, Z29, Z0
+	VFMADD213PS  Z1, Z28, Z1
+	VFMADD231PS  Z0, Z30, Z1
+	VMOVUPS      Z1, (DI)
+	VMOVUPS      64(SI), Z1
+	VFMADD213PS  Z2, Z28, Z2
+	VSUBPS       Z2, Z1, Z2
+	VMULPS       Z2, Z29, Z2
+	VFMADD213PS  Z3, Z28, Z3
+	VFMADD231PS  Z2, Z30, Z3
+	VMOVUPS      Z3, 64(DI)
+	VMOVUPS      128(SI), Z1
+	VFMADD213PS  Z4, Z28, Z4
+	VSUBPS       Z4, Z1, Z4
+	VMULPS       Z4, Z29, Z4
+	VFMADD213PS  Z5, Z28, Z5
+	VFMADD231PS  Z4, Z30, Z5
+	VMOVUPS      Z5, 128(DI)
+	VMOVUPS      192(SI), Z1
+	VFMADD213PS  Z6, Z28, Z6
+	VSUBPS       Z6, Z1, Z6
+	VMULPS       Z6, Z29, Z6
+	VFMADD213PS  Z7, Z28, Z7
+	VFMADD231PS  Z6, Z30, Z7
+	VMOVUPS      Z7, 192(DI)
+	VMOVUPS      256(SI), Z1
+	VFMADD213PS  Z8, Z28, Z8
+	VSUBPS       Z8, Z1, Z8
+	VMULPS       Z8, Z29, Z8
+	VFMADD213PS  Z9, Z28, Z9
+	VFMADD231PS  Z8, Z30, Z9
+	VMOVUPS      Z9, 256(DI)
+	VMOVUPS      320(SI), Z1
+	VFMADD213PS  Z10, Z28, Z10
+	VSUBPS       Z10, Z1, Z10
+	VMULPS       Z10, Z29, Z10
+	VFMADD213PS  Z11, Z28, Z11
+	VFMADD231PS  Z10, Z30, Z11
+	VMOVUPS      Z11, 320(DI)
+	VMOVUPS      384(SI), Z1
+	VFMADD213PS  Z12, Z28, Z12
+	VSUBPS       Z12, Z1, Z12
+	VMULPS       Z12, Z29, Z12
+	VFMADD213PS  Z13, Z28, Z13
+	VFMADD231PS  Z12, Z30, Z13
+	VMOVUPS      Z13, 384(DI)
+	VMOVUPS      448(SI), Z1
+	VFMADD213PS  Z14, Z28, Z14
+	VSUBPS       Z14, Z1, Z14
+	VMULPS       Z14, Z29, Z14
+	VFMADD213PS  Z15, Z28, Z15
+	VFMADD231PS  Z14, Z30, Z15
+	VMOVUPS      Z15, 448(DI)
+	VMOVUPS      512(SI), Z1
+	VFMADD213PS  Z16, Z28, Z16
+	VSUBPS       Z16, Z1, Z16
+	VMULPS       Z16, Z29, Z16
+	VFMADD213PS  Z17, Z28, Z17
+	VFMADD231PS  Z16, Z30, Z17
+	VMOVUPS      Z17, 512(DI)
+	VMOVUPS      576(SI), Z1
+	VFMADD213PS  Z18, Z28, Z18
+	VSUBPS       Z18, Z1, Z18
+	VMULPS       Z18, Z29, Z18
+	VFMADD213PS  Z19, Z28, Z19
+	VFMADD231PS  Z18, Z30, Z19
+	VMOVUPS      Z19, 576(DI)
+	VMOVUPS      640(SI), Z1
+	VFMADD213PS  Z20, Z28, Z20
+	VSUBPS       Z20, Z1, Z20
+	VMULPS       Z20, Z29, Z20
+	VFMADD213PS  Z21, Z28, Z21
+	VFMADD231PS  Z20, Z30, Z21
+	VMOVUPS      Z21, 640(DI)
+	VMOVUPS      704(SI), Z1
+	VFMADD213PS  Z22, Z28, Z22
+	VSUBPS       Z22, Z1, Z22
+	VMULPS       Z22, Z29, Z22
+	VFMADD213PS  Z23, Z28, Z23
+	VFMADD231PS  Z22, Z30, Z23
+	VMOVUPS      Z23, 704(DI)
+	VMOVUPS      768(SI), Z1
+	VFMADD213PS  Z24, Z28, Z24
+	VSUBPS       Z24, Z1, Z24
+	VMULPS       Z24, Z29, Z24
+	VFMADD213PS  Z25, Z28, Z25
+	VFMADD231PS  Z24, Z30, Z25
+	VMOVUPS      Z25, 768(DI)
+	VMOVUPS      832(SI), Z1
+	VFMADD213PS  Z26, Z28, Z26
+	VSUBPS       Z26, Z1, Z26
+	VMULPS       Z26, Z29, Z26
+	VFMADD213PS  Z27, Z28, Z27
+	VFMADD231PS  Z26, Z30, Z27
+	VMOVUPS      Z27, 832(DI)
+	VMOVAPS      (R10), Z1
+	VMOVAPS      64(R10), Z3
+	VMOVUPS      896(SI), Z5
+	VFMADD213PS  Z1, Z28, Z1
+	VSUBPS       Z1, Z5, Z1
+	VMULPS       Z1, Z29, Z1
+	VFMADD213PS  Z3, Z28, Z3
+	VFMADD231PS  Z1, Z30, Z3
+	VMOVUPS      Z3, 896(DI)
+	VMOVAPS      Z1, 64(R10)
+	VMOVAPS      128(R10), Z1
+	VMOVAPS      192(R10), Z3
+	VMOVUPS      960(SI), Z5
+	VFMADD213PS  Z1, Z28, Z1
+	VSUBPS       Z1, Z5, Z1
+	VMULPS       Z1, Z29, Z1
+	VFMADD213PS  Z3, Z28, Z3
+	VFMADD231PS  Z1, Z30, Z3
+	VMOVUPS      Z3, 960(DI)
+	VMOVAPS      Z1, 192(R10)
+
+	// Write pass: S' = S + em1·S + k̂_i·δ over the same slab.
+	MOVQ AX, R11
+	MOVQ CX, R13
+	XORQ R12, R12
+
+write_1:
+	MOVQ         8(SP), R14
+	PREFETCHT1   (R14)
+	PREFETCHT1   256(R14)
+	PREFETCHT1   512(R14)
+	PREFETCHT1   768(R14)
+	ADDQ         $0x00000400, 8(SP)
+	VBROADCASTSS (DX)(R12*4), Z1
+	VMOVUPS      (R11), Z3
+	VFMADD213PS  Z3, Z28, Z3
+	VFMADD231PS  Z0, Z1, Z3
+	VMOVUPS      Z3, (R13)
+	VMOVUPS      64(R11), Z3
+	VFMADD213PS  Z3, Z28, Z3
+	VFMADD231PS  Z2, Z1, Z3
+	VMOVUPS      Z3, 64(R13)
+	VMOVUPS      128(R11), Z3
+	VFMADD213PS  Z3, Z28, Z3
+	VFMADD231PS  Z4, Z1, Z3
+	VMOVUPS      Z3, 128(R13)
+	VMOVUPS      192(R11), Z3
+	VFMADD213PS  Z3, Z28, Z3
+	VFMADD231PS  Z6, Z1, Z3
+	VMOVUPS      Z3, 192(R13)
+	VMOVUPS      256(R11), Z3
+	VFMADD213PS  Z3, Z28, Z3
+	VFMADD231PS  Z8, Z1, Z3
+	VMOVUPS      Z3, 256(R13)
+	VMOVUPS      320(R11), Z3
+	VFMADD213PS  Z3, Z28, Z3
+	VFMADD231PS  Z10, Z1, Z3
+	VMOVUPS      Z3, 320(R13)
+	VMOVUPS      384(R11), Z3
+	VFMADD213PS  Z3, Z28, Z3
+	VFMADD231PS  Z12, Z1, Z3
+	VMOVUPS      Z3, 384(R13)
+	VMOVUPS      448(R11), Z3
+	VFMADD213PS  Z3, Z28, Z3
+	VFMADD231PS  Z14, Z1, Z3
+	VMOVUPS      Z3, 448(R13)
+	VMOVUPS      512(R11), Z3
+	VFMADD213PS  Z3, Z28, Z3
+	VFMADD231PS  Z16, Z1, Z3
+	VMOVUPS      Z3, 512(R13)
+	VMOVUPS      576(R11), Z3
+	VFMADD213PS  Z3, Z28, Z3
+	VFMADD231PS  Z18, Z1, Z3
+	VMOVUPS      Z3, 576(R13)
+	VMOVUPS      640(R11), Z3
+	VFMADD213PS  Z3, Z28, Z3
+	VFMADD231PS  Z20, Z1, Z3
+	VMOVUPS      Z3, 640(R13)
+	VMOVUPS      704(R11), Z3
+	VFMADD213PS  Z3, Z28, Z3
+	VFMADD231PS  Z22, Z1, Z3
+	VMOVUPS      Z3, 704(R13)
+	VMOVUPS      768(R11), Z3
+	VFMADD213PS  Z3, Z28, Z3
+	VFMADD231PS  Z24, Z1, Z3
+	VMOVUPS      Z3, 768(R13)
+	VMOVUPS      832(R11), Z3
+	VFMADD213PS  Z3, Z28, Z3
+	VFMADD231PS  Z26, Z1, Z3
+	VMOVUPS      Z3, 832(R13)
+	VMOVUPS      896(R11), Z3
+	VFMADD213PS  Z3, Z28, Z3
+	VFMADD231PS  64(R10), Z1, Z3
+	VMOVUPS      Z3, 896(R13)
+	VMOVUPS      960(R11), Z3
+	VFMADD213PS  Z3, Z28, Z3
+	VFMADD231PS  192(R10), Z1, Z3
+	VMOVUPS      Z3, 960(R13)
+	ADDQ         R9, R11
+	ADDQ         R9, R13
+	INCQ         R12
+	CMPQ         R12, R8
+	JB           write_1
+	JMP          decayed_1
+
+far_1:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	VBROADCASTSS eg+148(FP), Z28
 	VBROADCASTSS beta+152(FP), Z29
 	VBROADCASTSS kq+156(FP), Z30
@@ -659,7 +879,7 @@ read_1:
 	MOVQ CX, R13
 	XORQ R12, R12
 
-write_1:
+write_2:
 	MOVQ         8(SP), R14
 	PREFETCHT1   (R14)
 	PREFETCHT1   256(R14)
@@ -735,13 +955,15 @@ write_1:
 	ADDQ         R9, R13
 	INCQ         R12
 	CMPQ         R12, R8
-	JB           write_1
-	ADDQ         $0x00000400, AX
-	ADDQ         $0x00000400, CX
-	ADDQ         $0x00000400, SI
-	ADDQ         $0x00000400, DI
-	SUBQ         $0x00000100, (SP)
-	JMP          full_1
+	JB           write_2
+
+decayed_1:
+	ADDQ $0x00000400, AX
+	ADDQ $0x00000400, CX
+	ADDQ $0x00000400, SI
+	ADDQ $0x00000400, DI
+	SUBQ $0x00000100, (SP)
+	JMP  full_1
 
 tail_1:
 	MOVQ  (SP), R10
@@ -801,8 +1023,124 @@ read_2:
 	INCQ         R11
 	CMPQ         R11, R8
 	JB           read_2
+	CMPB         16(SP), $0x00
+	JE           far_2
 
-	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	VBROADCASTSS em1+144(FP), Z16
+	VBROADCASTSS beta+152(FP), Z17
+	VBROADCASTSS kq+156(FP), Z18
+	VMOVUPS      (SI), Z19
+	VFMADD213PS  Z0, Z16, Z0
+	VSUBPS       Z0, Z19, Z0
+	VMULPS       Z0, Z17, Z0
+	VFMADD213PS  Z1, Z16, Z1
+	VFMADD231PS  Z0, Z18, Z1
+	VMOVUPS      Z1, (DI)
+	VMOVUPS      64(SI), Z1
+	VFMADD213PS  Z2, Z16, Z2
+	VSUBPS       Z2, Z1, Z2
+	VMULPS       Z2, Z17, Z2
+	VFMADD213PS  Z3, Z16, Z3
+	VFMADD231PS  Z2, Z18, Z3
+	VMOVUPS      Z3, 64(DI)
+	VMOVUPS      128(SI), Z1
+	VFMADD213PS  Z4, Z16, Z4
+	VSUBPS       Z4, Z1, Z4
+	VMULPS       Z4, Z17, Z4
+	VFMADD213PS  Z5, Z16, Z5
+	VFMADD231PS  Z4, Z18, Z5
+	VMOVUPS      Z5, 128(DI)
+	VMOVUPS      192(SI), Z1
+	VFMADD213PS  Z6, Z16, Z6
+	VSUBPS       Z6, Z1, Z6
+	VMULPS       Z6, Z17, Z6
+	VFMADD213PS  Z7, Z16, Z7
+	VFMADD231PS  Z6, Z18, Z7
+	VMOVUPS      Z7, 192(DI)
+	VMOVUPS      256(SI), Z1
+	VFMADD213PS  Z8, Z16, Z8
+	VSUBPS       Z8, Z1, Z8
+	VMULPS       Z8, Z17, Z8
+	VFMADD213PS  Z9, Z16, Z9
+	VFMADD231PS  Z8, Z18, Z9
+	VMOVUPS      Z9, 256(DI)
+	VMOVUPS      320(SI), Z1
+	VFMADD213PS  Z10, Z16, Z10
+	VSUBPS       Z10, Z1, Z10
+	VMULPS       Z10, Z17, Z10
+	VFMADD213PS  Z11, Z16, Z11
+	VFMADD231PS  Z10, Z18, Z11
+	VMOVUPS      Z11, 320(DI)
+	VMOVUPS      384(SI), Z1
+	VFMADD213PS  Z12, Z16, Z12
+	VSUBPS       Z12, Z1, Z12
+	VMULPS       Z12, Z17, Z12
+	VFMADD213PS  Z13, Z16, Z13
+	VFMADD231PS  Z12, Z18, Z13
+	VMOVUPS      Z13, 384(DI)
+	VMOVUPS      448(SI), Z1
+	VFMADD213PS  Z14, Z16, Z14
+	VSUBPS       Z14, Z1, Z14
+	VMULPS       Z14, Z17, Z14
+	VFMADD213PS  Z15, Z16, Z15
+	VFMADD231PS  Z14, Z18, Z15
+	VMOVUPS      Z15, 448(DI)
+
+	// Write pass: S' = S + em1·S + k̂_i·δ over the same slab.
+	MOVQ AX, R10
+	MOVQ CX, AX
+	XORQ R11, R11
+
+write_3:
+	MOVQ         8(SP), CX
+	PREFETCHT1   (CX)
+	PREFETCHT1   256(CX)
+	ADDQ         $0x00000200, 8(SP)
+	VBROADCASTSS (DX)(R11*4), Z1
+	VMOVUPS      (R10), Z3
+	VFMADD213PS  Z3, Z16, Z3
+	VFMADD231PS  Z0, Z1, Z3
+	VMOVUPS      Z3, (AX)
+	VMOVUPS      64(R10), Z3
+	VFMADD213PS  Z3, Z16, Z3
+	VFMADD231PS  Z2, Z1, Z3
+	VMOVUPS      Z3, 64(AX)
+	VMOVUPS      128(R10), Z3
+	VFMADD213PS  Z3, Z16, Z3
+	VFMADD231PS  Z4, Z1, Z3
+	VMOVUPS      Z3, 128(AX)
+	VMOVUPS      192(R10), Z3
+	VFMADD213PS  Z3, Z16, Z3
+	VFMADD231PS  Z6, Z1, Z3
+	VMOVUPS      Z3, 192(AX)
+	VMOVUPS      256(R10), Z3
+	VFMADD213PS  Z3, Z16, Z3
+	VFMADD231PS  Z8, Z1, Z3
+	VMOVUPS      Z3, 256(AX)
+	VMOVUPS      320(R10), Z3
+	VFMADD213PS  Z3, Z16, Z3
+	VFMADD231PS  Z10, Z1, Z3
+	VMOVUPS      Z3, 320(AX)
+	VMOVUPS      384(R10), Z3
+	VFMADD213PS  Z3, Z16, Z3
+	VFMADD231PS  Z12, Z1, Z3
+	VMOVUPS      Z3, 384(AX)
+	VMOVUPS      448(R10), Z3
+	VFMADD213PS  Z3, Z16, Z3
+	VFMADD231PS  Z14, Z1, Z3
+	VMOVUPS      Z3, 448(AX)
+	ADDQ         R9, R10
+	ADDQ         R9, AX
+	INCQ         R11
+	CMPQ         R11, R8
+	JB           write_3
+	JMP          decayed_2
+
+far_2:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	VBROADCASTSS eg+148(FP), Z16
 	VBROADCASTSS beta+152(FP), Z17
 	VBROADCASTSS kq+156(FP), Z18
@@ -868,7 +1206,7 @@ read_2:
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_2:
+write_4:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	PREFETCHT1   256(CX)
@@ -910,8 +1248,10 @@ write_2:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_2
-	JMP          stateAVX512_done_1
+	JB           write_4
+
+decayed_2:
+	JMP stateAVX512_done_1
 
 maskedtail_1:
 	// Tail: 1 to 16 ZMM, the last one masked.
@@ -973,8 +1313,46 @@ read_3:
 	INCQ         R11
 	CMPQ         R11, R8
 	JB           read_3
+	CMPB         16(SP), $0x00
+	JE           far_3
 
-	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	VBROADCASTSS em1+144(FP), Z2
+	VBROADCASTSS beta+152(FP), Z3
+	VBROADCASTSS kq+156(FP), Z4
+	VMOVUPS.Z    (SI), K1, Z5
+	VFMADD213PS  Z0, Z2, Z0
+	VSUBPS       Z0, Z5, Z0
+	VMULPS       Z0, Z3, Z0
+	VFMADD213PS  Z1, Z2, Z1
+	VFMADD231PS  Z0, Z4, Z1
+	VMOVUPS      Z1, K1, (DI)
+
+	// Write pass: S' = S + em1·S + k̂_i·δ over the same slab.
+	MOVQ AX, R10
+	MOVQ CX, AX
+	XORQ R11, R11
+
+write_5:
+	MOVQ         8(SP), CX
+	PREFETCHT1   (CX)
+	ADDQ         $0x00000040, 8(SP)
+	VBROADCASTSS (DX)(R11*4), Z1
+	VMOVUPS.Z    (R10), K1, Z3
+	VFMADD213PS  Z3, Z2, Z3
+	VFMADD231PS  Z0, Z1, Z3
+	VMOVUPS      Z3, K1, (AX)
+	ADDQ         R9, R10
+	ADDQ         R9, AX
+	INCQ         R11
+	CMPQ         R11, R8
+	JB           write_5
+	JMP          decayed_3
+
+far_3:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	VBROADCASTSS eg+148(FP), Z2
 	VBROADCASTSS beta+152(FP), Z3
 	VBROADCASTSS kq+156(FP), Z4
@@ -991,7 +1369,7 @@ read_3:
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_3:
+write_6:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	ADDQ         $0x00000040, 8(SP)
@@ -1004,8 +1382,10 @@ write_3:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_3
-	JMP          stateAVX512_done_1
+	JB           write_6
+
+decayed_3:
+	JMP stateAVX512_done_1
 
 masked2_1:
 	// Block of 32 columns: read pass (Sᵀk̂, Sᵀq̂ of 2 vectors in registers).
@@ -1029,8 +1409,57 @@ read_4:
 	INCQ         R11
 	CMPQ         R11, R8
 	JB           read_4
+	CMPB         16(SP), $0x00
+	JE           far_4
 
-	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	VBROADCASTSS em1+144(FP), Z4
+	VBROADCASTSS beta+152(FP), Z5
+	VBROADCASTSS kq+156(FP), Z6
+	VMOVUPS      (SI), Z7
+	VFMADD213PS  Z0, Z4, Z0
+	VSUBPS       Z0, Z7, Z0
+	VMULPS       Z0, Z5, Z0
+	VFMADD213PS  Z1, Z4, Z1
+	VFMADD231PS  Z0, Z6, Z1
+	VMOVUPS      Z1, (DI)
+	VMOVUPS.Z    64(SI), K1, Z1
+	VFMADD213PS  Z2, Z4, Z2
+	VSUBPS       Z2, Z1, Z2
+	VMULPS       Z2, Z5, Z2
+	VFMADD213PS  Z3, Z4, Z3
+	VFMADD231PS  Z2, Z6, Z3
+	VMOVUPS      Z3, K1, 64(DI)
+
+	// Write pass: S' = S + em1·S + k̂_i·δ over the same slab.
+	MOVQ AX, R10
+	MOVQ CX, AX
+	XORQ R11, R11
+
+write_7:
+	MOVQ         8(SP), CX
+	PREFETCHT1   (CX)
+	ADDQ         $0x00000080, 8(SP)
+	VBROADCASTSS (DX)(R11*4), Z1
+	VMOVUPS      (R10), Z3
+	VFMADD213PS  Z3, Z4, Z3
+	VFMADD231PS  Z0, Z1, Z3
+	VMOVUPS      Z3, (AX)
+	VMOVUPS.Z    64(R10), K1, Z3
+	VFMADD213PS  Z3, Z4, Z3
+	VFMADD231PS  Z2, Z1, Z3
+	VMOVUPS      Z3, K1, 64(AX)
+	ADDQ         R9, R10
+	ADDQ         R9, AX
+	INCQ         R11
+	CMPQ         R11, R8
+	JB           write_7
+	JMP          decayed_4
+
+far_4:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	VBROADCASTSS eg+148(FP), Z4
 	VBROADCASTSS beta+152(FP), Z5
 	VBROADCASTSS kq+156(FP), Z6
@@ -1054,7 +1483,7 @@ read_4:
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_4:
+write_8:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	ADDQ         $0x00000080, 8(SP)
@@ -1071,8 +1500,10 @@ write_4:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_4
-	JMP          stateAVX512_done_1
+	JB           write_8
+
+decayed_4:
+	JMP stateAVX512_done_1
 
 masked3_1:
 	// Block of 48 columns: read pass (Sᵀk̂, Sᵀq̂ of 3 vectors in registers).
@@ -1101,8 +1532,68 @@ read_5:
 	INCQ         R11
 	CMPQ         R11, R8
 	JB           read_5
+	CMPB         16(SP), $0x00
+	JE           far_5
 
-	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	VBROADCASTSS em1+144(FP), Z6
+	VBROADCASTSS beta+152(FP), Z7
+	VBROADCASTSS kq+156(FP), Z8
+	VMOVUPS      (SI), Z9
+	VFMADD213PS  Z0, Z6, Z0
+	VSUBPS       Z0, Z9, Z0
+	VMULPS       Z0, Z7, Z0
+	VFMADD213PS  Z1, Z6, Z1
+	VFMADD231PS  Z0, Z8, Z1
+	VMOVUPS      Z1, (DI)
+	VMOVUPS      64(SI), Z1
+	VFMADD213PS  Z2, Z6, Z2
+	VSUBPS       Z2, Z1, Z2
+	VMULPS       Z2, Z7, Z2
+	VFMADD213PS  Z3, Z6, Z3
+	VFMADD231PS  Z2, Z8, Z3
+	VMOVUPS      Z3, 64(DI)
+	VMOVUPS.Z    128(SI), K1, Z1
+	VFMADD213PS  Z4, Z6, Z4
+	VSUBPS       Z4, Z1, Z4
+	VMULPS       Z4, Z7, Z4
+	VFMADD213PS  Z5, Z6, Z5
+	VFMADD231PS  Z4, Z8, Z5
+	VMOVUPS      Z5, K1, 128(DI)
+
+	// Write pass: S' = S + em1·S + k̂_i·δ over the same slab.
+	MOVQ AX, R10
+	MOVQ CX, AX
+	XORQ R11, R11
+
+write_9:
+	MOVQ         8(SP), CX
+	PREFETCHT1   (CX)
+	ADDQ         $0x000000c0, 8(SP)
+	VBROADCASTSS (DX)(R11*4), Z1
+	VMOVUPS      (R10), Z3
+	VFMADD213PS  Z3, Z6, Z3
+	VFMADD231PS  Z0, Z1, Z3
+	VMOVUPS      Z3, (AX)
+	VMOVUPS      64(R10), Z3
+	VFMADD213PS  Z3, Z6, Z3
+	VFMADD231PS  Z2, Z1, Z3
+	VMOVUPS      Z3, 64(AX)
+	VMOVUPS.Z    128(R10), K1, Z3
+	VFMADD213PS  Z3, Z6, Z3
+	VFMADD231PS  Z4, Z1, Z3
+	VMOVUPS      Z3, K1, 128(AX)
+	ADDQ         R9, R10
+	ADDQ         R9, AX
+	INCQ         R11
+	CMPQ         R11, R8
+	JB           write_9
+	JMP          decayed_5
+
+far_5:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	VBROADCASTSS eg+148(FP), Z6
 	VBROADCASTSS beta+152(FP), Z7
 	VBROADCASTSS kq+156(FP), Z8
@@ -1133,7 +1624,7 @@ read_5:
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_5:
+write_10:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	ADDQ         $0x000000c0, 8(SP)
@@ -1154,8 +1645,10 @@ write_5:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_5
-	JMP          stateAVX512_done_1
+	JB           write_10
+
+decayed_5:
+	JMP stateAVX512_done_1
 
 masked4_1:
 	// Block of 64 columns: read pass (Sᵀk̂, Sᵀq̂ of 4 vectors in registers).
@@ -1189,8 +1682,79 @@ read_6:
 	INCQ         R11
 	CMPQ         R11, R8
 	JB           read_6
+	CMPB         16(SP), $0x00
+	JE           far_6
 
-	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	VBROADCASTSS em1+144(FP), Z8
+	VBROADCASTSS beta+152(FP), Z9
+	VBROADCASTSS kq+156(FP), Z10
+	VMOVUPS      (SI), Z11
+	VFMADD213PS  Z0, Z8, Z0
+	VSUBPS       Z0, Z11, Z0
+	VMULPS       Z0, Z9, Z0
+	VFMADD213PS  Z1, Z8, Z1
+	VFMADD231PS  Z0, Z10, Z1
+	VMOVUPS      Z1, (DI)
+	VMOVUPS      64(SI), Z1
+	VFMADD213PS  Z2, Z8, Z2
+	VSUBPS       Z2, Z1, Z2
+	VMULPS       Z2, Z9, Z2
+	VFMADD213PS  Z3, Z8, Z3
+	VFMADD231PS  Z2, Z10, Z3
+	VMOVUPS      Z3, 64(DI)
+	VMOVUPS      128(SI), Z1
+	VFMADD213PS  Z4, Z8, Z4
+	VSUBPS       Z4, Z1, Z4
+	VMULPS       Z4, Z9, Z4
+	VFMADD213PS  Z5, Z8, Z5
+	VFMADD231PS  Z4, Z10, Z5
+	VMOVUPS      Z5, 128(DI)
+	VMOVUPS.Z    192(SI), K1, Z1
+	VFMADD213PS  Z6, Z8, Z6
+	VSUBPS       Z6, Z1, Z6
+	VMULPS       Z6, Z9, Z6
+	VFMADD213PS  Z7, Z8, Z7
+	VFMADD231PS  Z6, Z10, Z7
+	VMOVUPS      Z7, K1, 192(DI)
+
+	// Write pass: S' = S + em1·S + k̂_i·δ over the same slab.
+	MOVQ AX, R10
+	MOVQ CX, AX
+	XORQ R11, R11
+
+write_11:
+	MOVQ         8(SP), CX
+	PREFETCHT1   (CX)
+	ADDQ         $0x00000100, 8(SP)
+	VBROADCASTSS (DX)(R11*4), Z1
+	VMOVUPS      (R10), Z3
+	VFMADD213PS  Z3, Z8, Z3
+	VFMADD231PS  Z0, Z1, Z3
+	VMOVUPS      Z3, (AX)
+	VMOVUPS      64(R10), Z3
+	VFMADD213PS  Z3, Z8, Z3
+	VFMADD231PS  Z2, Z1, Z3
+	VMOVUPS      Z3, 64(AX)
+	VMOVUPS      128(R10), Z3
+	VFMADD213PS  Z3, Z8, Z3
+	VFMADD231PS  Z4, Z1, Z3
+	VMOVUPS      Z3, 128(AX)
+	VMOVUPS.Z    192(R10), K1, Z3
+	VFMADD213PS  Z3, Z8, Z3
+	VFMADD231PS  Z6, Z1, Z3
+	VMOVUPS      Z3, K1, 192(AX)
+	ADDQ         R9, R10
+	ADDQ         R9, AX
+	INCQ         R11
+	CMPQ         R11, R8
+	JB           write_11
+	JMP          decayed_6
+
+far_6:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	VBROADCASTSS eg+148(FP), Z8
 	VBROADCASTSS beta+152(FP), Z9
 	VBROADCASTSS kq+156(FP), Z10
@@ -1228,7 +1792,7 @@ read_6:
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_6:
+write_12:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	ADDQ         $0x00000100, 8(SP)
@@ -1253,8 +1817,10 @@ write_6:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_6
-	JMP          stateAVX512_done_1
+	JB           write_12
+
+decayed_6:
+	JMP stateAVX512_done_1
 
 masked5_1:
 	// Block of 80 columns: read pass (Sᵀk̂, Sᵀq̂ of 5 vectors in registers).
@@ -1293,8 +1859,91 @@ read_7:
 	INCQ         R11
 	CMPQ         R11, R8
 	JB           read_7
+	CMPB         16(SP), $0x00
+	JE           far_7
 
-	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	VBROADCASTSS em1+144(FP), Z10
+	VBROADCASTSS beta+152(FP), Z11
+	VBROADCASTSS kq+156(FP), Z12
+	VMOVUPS      (SI), Z13
+	VFMADD213PS  Z0, Z10, Z0
+	VSUBPS       Z0, Z13, Z0
+	VMULPS       Z0, Z11, Z0
+	VFMADD213PS  Z1, Z10, Z1
+	VFMADD231PS  Z0, Z12, Z1
+	VMOVUPS      Z1, (DI)
+	VMOVUPS      64(SI), Z1
+	VFMADD213PS  Z2, Z10, Z2
+	VSUBPS       Z2, Z1, Z2
+	VMULPS       Z2, Z11, Z2
+	VFMADD213PS  Z3, Z10, Z3
+	VFMADD231PS  Z2, Z12, Z3
+	VMOVUPS      Z3, 64(DI)
+	VMOVUPS      128(SI), Z1
+	VFMADD213PS  Z4, Z10, Z4
+	VSUBPS       Z4, Z1, Z4
+	VMULPS       Z4, Z11, Z4
+	VFMADD213PS  Z5, Z10, Z5
+	VFMADD231PS  Z4, Z12, Z5
+	VMOVUPS      Z5, 128(DI)
+	VMOVUPS      192(SI), Z1
+	VFMADD213PS  Z6, Z10, Z6
+	VSUBPS       Z6, Z1, Z6
+	VMULPS       Z6, Z11, Z6
+	VFMADD213PS  Z7, Z10, Z7
+	VFMADD231PS  Z6, Z12, Z7
+	VMOVUPS      Z7, 192(DI)
+	VMOVUPS.Z    256(SI), K1, Z1
+	VFMADD213PS  Z8, Z10, Z8
+	VSUBPS       Z8, Z1, Z8
+	VMULPS       Z8, Z11, Z8
+	VFMADD213PS  Z9, Z10, Z9
+	VFMADD231PS  Z8, Z12, Z9
+	VMOVUPS      Z9, K1, 256(DI)
+
+	// Write pass: S' = S + em1·S + k̂_i·δ over the same slab.
+	MOVQ AX, R10
+	MOVQ CX, AX
+	XORQ R11, R11
+
+write_13:
+	MOVQ         8(SP), CX
+	PREFETCHT1   (CX)
+	PREFETCHT1   256(CX)
+	ADDQ         $0x00000140, 8(SP)
+	VBROADCASTSS (DX)(R11*4), Z1
+	VMOVUPS      (R10), Z3
+	VFMADD213PS  Z3, Z10, Z3
+	VFMADD231PS  Z0, Z1, Z3
+	VMOVUPS      Z3, (AX)
+	VMOVUPS      64(R10), Z3
+	VFMADD213PS  Z3, Z10, Z3
+	VFMADD231PS  Z2, Z1, Z3
+	VMOVUPS      Z3, 64(AX)
+	VMOVUPS      128(R10), Z3
+	VFMADD213PS  Z3, Z10, Z3
+	VFMADD231PS  Z4, Z1, Z3
+	VMOVUPS      Z3, 128(AX)
+	VMOVUPS      192(R10), Z3
+	VFMADD213PS  Z3, Z10, Z3
+	VFMADD231PS  Z6, Z1, Z3
+	VMOVUPS      Z3, 192(AX)
+	VMOVUPS.Z    256(R10), K1, Z3
+	VFMADD213PS  Z3, Z10, Z3
+	VFMADD231PS  Z8, Z1, Z3
+	VMOVUPS      Z3, K1, 256(AX)
+	ADDQ         R9, R10
+	ADDQ         R9, AX
+	INCQ         R11
+	CMPQ         R11, R8
+	JB           write_13
+	JMP          decayed_7
+
+far_7:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	VBROADCASTSS eg+148(FP), Z10
 	VBROADCASTSS beta+152(FP), Z11
 	VBROADCASTSS kq+156(FP), Z12
@@ -1339,7 +1988,7 @@ read_7:
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_7:
+write_14:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	PREFETCHT1   256(CX)
@@ -1369,8 +2018,10 @@ write_7:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_7
-	JMP          stateAVX512_done_1
+	JB           write_14
+
+decayed_7:
+	JMP stateAVX512_done_1
 
 masked6_1:
 	// Block of 96 columns: read pass (Sᵀk̂, Sᵀq̂ of 6 vectors in registers).
@@ -1414,8 +2065,102 @@ read_8:
 	INCQ         R11
 	CMPQ         R11, R8
 	JB           read_8
+	CMPB         16(SP), $0x00
+	JE           far_8
 
-	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	VBROADCASTSS em1+144(FP), Z12
+	VBROADCASTSS beta+152(FP), Z13
+	VBROADCASTSS kq+156(FP), Z14
+	VMOVUPS      (SI), Z15
+	VFMADD213PS  Z0, Z12, Z0
+	VSUBPS       Z0, Z15, Z0
+	VMULPS       Z0, Z13, Z0
+	VFMADD213PS  Z1, Z12, Z1
+	VFMADD231PS  Z0, Z14, Z1
+	VMOVUPS      Z1, (DI)
+	VMOVUPS      64(SI), Z1
+	VFMADD213PS  Z2, Z12, Z2
+	VSUBPS       Z2, Z1, Z2
+	VMULPS       Z2, Z13, Z2
+	VFMADD213PS  Z3, Z12, Z3
+	VFMADD231PS  Z2, Z14, Z3
+	VMOVUPS      Z3, 64(DI)
+	VMOVUPS      128(SI), Z1
+	VFMADD213PS  Z4, Z12, Z4
+	VSUBPS       Z4, Z1, Z4
+	VMULPS       Z4, Z13, Z4
+	VFMADD213PS  Z5, Z12, Z5
+	VFMADD231PS  Z4, Z14, Z5
+	VMOVUPS      Z5, 128(DI)
+	VMOVUPS      192(SI), Z1
+	VFMADD213PS  Z6, Z12, Z6
+	VSUBPS       Z6, Z1, Z6
+	VMULPS       Z6, Z13, Z6
+	VFMADD213PS  Z7, Z12, Z7
+	VFMADD231PS  Z6, Z14, Z7
+	VMOVUPS      Z7, 192(DI)
+	VMOVUPS      256(SI), Z1
+	VFMADD213PS  Z8, Z12, Z8
+	VSUBPS       Z8, Z1, Z8
+	VMULPS       Z8, Z13, Z8
+	VFMADD213PS  Z9, Z12, Z9
+	VFMADD231PS  Z8, Z14, Z9
+	VMOVUPS      Z9, 256(DI)
+	VMOVUPS.Z    320(SI), K1, Z1
+	VFMADD213PS  Z10, Z12, Z10
+	VSUBPS       Z10, Z1, Z10
+	VMULPS       Z10, Z13, Z10
+	VFMADD213PS  Z11, Z12, Z11
+	VFMADD231PS  Z10, Z14, Z11
+	VMOVUPS      Z11, K1, 320(DI)
+
+	// Write pass: S' = S + em1·S + k̂_i·δ over the same slab.
+	MOVQ AX, R10
+	MOVQ CX, AX
+	XORQ R11, R11
+
+write_15:
+	MOVQ         8(SP), CX
+	PREFETCHT1   (CX)
+	PREFETCHT1   256(CX)
+	ADDQ         $0x00000180, 8(SP)
+	VBROADCASTSS (DX)(R11*4), Z1
+	VMOVUPS      (R10), Z3
+	VFMADD213PS  Z3, Z12, Z3
+	VFMADD231PS  Z0, Z1, Z3
+	VMOVUPS      Z3, (AX)
+	VMOVUPS      64(R10), Z3
+	VFMADD213PS  Z3, Z12, Z3
+	VFMADD231PS  Z2, Z1, Z3
+	VMOVUPS      Z3, 64(AX)
+	VMOVUPS      128(R10), Z3
+	VFMADD213PS  Z3, Z12, Z3
+	VFMADD231PS  Z4, Z1, Z3
+	VMOVUPS      Z3, 128(AX)
+	VMOVUPS      192(R10), Z3
+	VFMADD213PS  Z3, Z12, Z3
+	VFMADD231PS  Z6, Z1, Z3
+	VMOVUPS      Z3, 192(AX)
+	VMOVUPS      256(R10), Z3
+	VFMADD213PS  Z3, Z12, Z3
+	VFMADD231PS  Z8, Z1, Z3
+	VMOVUPS      Z3, 256(AX)
+	VMOVUPS.Z    320(R10), K1, Z3
+	VFMADD213PS  Z3, Z12, Z3
+	VFMADD231PS  Z10, Z1, Z3
+	VMOVUPS      Z3, K1, 320(AX)
+	ADDQ         R9, R10
+	ADDQ         R9, AX
+	INCQ         R11
+	CMPQ         R11, R8
+	JB           write_15
+	JMP          decayed_8
+
+far_8:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	VBROADCASTSS eg+148(FP), Z12
 	VBROADCASTSS beta+152(FP), Z13
 	VBROADCASTSS kq+156(FP), Z14
@@ -1467,7 +2212,7 @@ read_8:
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_8:
+write_16:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	PREFETCHT1   256(CX)
@@ -1501,8 +2246,10 @@ write_8:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_8
-	JMP          stateAVX512_done_1
+	JB           write_16
+
+decayed_8:
+	JMP stateAVX512_done_1
 
 masked7_1:
 	// Block of 112 columns: read pass (Sᵀk̂, Sᵀq̂ of 7 vectors in registers).
@@ -1551,8 +2298,113 @@ read_9:
 	INCQ         R11
 	CMPQ         R11, R8
 	JB           read_9
+	CMPB         16(SP), $0x00
+	JE           far_9
 
-	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	VBROADCASTSS em1+144(FP), Z14
+	VBROADCASTSS beta+152(FP), Z15
+	VBROADCASTSS kq+156(FP), Z16
+	VMOVUPS      (SI), Z17
+	VFMADD213PS  Z0, Z14, Z0
+	VSUBPS       Z0, Z17, Z0
+	VMULPS       Z0, Z15, Z0
+	VFMADD213PS  Z1, Z14, Z1
+	VFMADD231PS  Z0, Z16, Z1
+	VMOVUPS      Z1, (DI)
+	VMOVUPS      64(SI), Z1
+	VFMADD213PS  Z2, Z14, Z2
+	VSUBPS       Z2, Z1, Z2
+	VMULPS       Z2, Z15, Z2
+	VFMADD213PS  Z3, Z14, Z3
+	VFMADD231PS  Z2, Z16, Z3
+	VMOVUPS      Z3, 64(DI)
+	VMOVUPS      128(SI), Z1
+	VFMADD213PS  Z4, Z14, Z4
+	VSUBPS       Z4, Z1, Z4
+	VMULPS       Z4, Z15, Z4
+	VFMADD213PS  Z5, Z14, Z5
+	VFMADD231PS  Z4, Z16, Z5
+	VMOVUPS      Z5, 128(DI)
+	VMOVUPS      192(SI), Z1
+	VFMADD213PS  Z6, Z14, Z6
+	VSUBPS       Z6, Z1, Z6
+	VMULPS       Z6, Z15, Z6
+	VFMADD213PS  Z7, Z14, Z7
+	VFMADD231PS  Z6, Z16, Z7
+	VMOVUPS      Z7, 192(DI)
+	VMOVUPS      256(SI), Z1
+	VFMADD213PS  Z8, Z14, Z8
+	VSUBPS       Z8, Z1, Z8
+	VMULPS       Z8, Z15, Z8
+	VFMADD213PS  Z9, Z14, Z9
+	VFMADD231PS  Z8, Z16, Z9
+	VMOVUPS      Z9, 256(DI)
+	VMOVUPS      320(SI), Z1
+	VFMADD213PS  Z10, Z14, Z10
+	VSUBPS       Z10, Z1, Z10
+	VMULPS       Z10, Z15, Z10
+	VFMADD213PS  Z11, Z14, Z11
+	VFMADD231PS  Z10, Z16, Z11
+	VMOVUPS      Z11, 320(DI)
+	VMOVUPS.Z    384(SI), K1, Z1
+	VFMADD213PS  Z12, Z14, Z12
+	VSUBPS       Z12, Z1, Z12
+	VMULPS       Z12, Z15, Z12
+	VFMADD213PS  Z13, Z14, Z13
+	VFMADD231PS  Z12, Z16, Z13
+	VMOVUPS      Z13, K1, 384(DI)
+
+	// Write pass: S' = S + em1·S + k̂_i·δ over the same slab.
+	MOVQ AX, R10
+	MOVQ CX, AX
+	XORQ R11, R11
+
+write_17:
+	MOVQ         8(SP), CX
+	PREFETCHT1   (CX)
+	PREFETCHT1   256(CX)
+	ADDQ         $0x000001c0, 8(SP)
+	VBROADCASTSS (DX)(R11*4), Z1
+	VMOVUPS      (R10), Z3
+	VFMADD213PS  Z3, Z14, Z3
+	VFMADD231PS  Z0, Z1, Z3
+	VMOVUPS      Z3, (AX)
+	VMOVUPS      64(R10), Z3
+	VFMADD213PS  Z3, Z14, Z3
+	VFMADD231PS  Z2, Z1, Z3
+	VMOVUPS      Z3, 64(AX)
+	VMOVUPS      128(R10), Z3
+	VFMADD213PS  Z3, Z14, Z3
+	VFMADD231PS  Z4, Z1, Z3
+	VMOVUPS      Z3, 128(AX)
+	VMOVUPS      192(R10), Z3
+	VFMADD213PS  Z3, Z14, Z3
+	VFMADD231PS  Z6, Z1, Z3
+	VMOVUPS      Z3, 192(AX)
+	VMOVUPS      256(R10), Z3
+	VFMADD213PS  Z3, Z14, Z3
+	VFMADD231PS  Z8, Z1, Z3
+	VMOVUPS      Z3, 256(AX)
+	VMOVUPS      320(R10), Z3
+	VFMADD213PS  Z3, Z14, Z3
+	VFMADD231PS  Z10, Z1, Z3
+	VMOVUPS      Z3, 320(AX)
+	VMOVUPS.Z    384(R10), K1, Z3
+	VFMADD213PS  Z3, Z14, Z3
+	VFMADD231PS  Z12, Z1, Z3
+	VMOVUPS      Z3, K1, 384(AX)
+	ADDQ         R9, R10
+	ADDQ         R9, AX
+	INCQ         R11
+	CMPQ         R11, R8
+	JB           write_17
+	JMP          decayed_9
+
+far_9:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	VBROADCASTSS eg+148(FP), Z14
 	VBROADCASTSS beta+152(FP), Z15
 	VBROADCASTSS kq+156(FP), Z16
@@ -1611,7 +2463,7 @@ read_9:
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_9:
+write_18:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	PREFETCHT1   256(CX)
@@ -1649,8 +2501,10 @@ write_9:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_9
-	JMP          stateAVX512_done_1
+	JB           write_18
+
+decayed_9:
+	JMP stateAVX512_done_1
 
 masked8_1:
 	// Block of 128 columns: read pass (Sᵀk̂, Sᵀq̂ of 8 vectors in registers).
@@ -1704,8 +2558,124 @@ read_10:
 	INCQ         R11
 	CMPQ         R11, R8
 	JB           read_10
+	CMPB         16(SP), $0x00
+	JE           far_10
 
-	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	VBROADCASTSS em1+144(FP), Z16
+	VBROADCASTSS beta+152(FP), Z17
+	VBROADCASTSS kq+156(FP), Z18
+	VMOVUPS      (SI), Z19
+	VFMADD213PS  Z0, Z16, Z0
+	VSUBPS       Z0, Z19, Z0
+	VMULPS       Z0, Z17, Z0
+	VFMADD213PS  Z1, Z16, Z1
+	VFMADD231PS  Z0, Z18, Z1
+	VMOVUPS      Z1, (DI)
+	VMOVUPS      64(SI), Z1
+	VFMADD213PS  Z2, Z16, Z2
+	VSUBPS       Z2, Z1, Z2
+	VMULPS       Z2, Z17, Z2
+	VFMADD213PS  Z3, Z16, Z3
+	VFMADD231PS  Z2, Z18, Z3
+	VMOVUPS      Z3, 64(DI)
+	VMOVUPS      128(SI), Z1
+	VFMADD213PS  Z4, Z16, Z4
+	VSUBPS       Z4, Z1, Z4
+	VMULPS       Z4, Z17, Z4
+	VFMADD213PS  Z5, Z16, Z5
+	VFMADD231PS  Z4, Z18, Z5
+	VMOVUPS      Z5, 128(DI)
+	VMOVUPS      192(SI), Z1
+	VFMADD213PS  Z6, Z16, Z6
+	VSUBPS       Z6, Z1, Z6
+	VMULPS       Z6, Z17, Z6
+	VFMADD213PS  Z7, Z16, Z7
+	VFMADD231PS  Z6, Z18, Z7
+	VMOVUPS      Z7, 192(DI)
+	VMOVUPS      256(SI), Z1
+	VFMADD213PS  Z8, Z16, Z8
+	VSUBPS       Z8, Z1, Z8
+	VMULPS       Z8, Z17, Z8
+	VFMADD213PS  Z9, Z16, Z9
+	VFMADD231PS  Z8, Z18, Z9
+	VMOVUPS      Z9, 256(DI)
+	VMOVUPS      320(SI), Z1
+	VFMADD213PS  Z10, Z16, Z10
+	VSUBPS       Z10, Z1, Z10
+	VMULPS       Z10, Z17, Z10
+	VFMADD213PS  Z11, Z16, Z11
+	VFMADD231PS  Z10, Z18, Z11
+	VMOVUPS      Z11, 320(DI)
+	VMOVUPS      384(SI), Z1
+	VFMADD213PS  Z12, Z16, Z12
+	VSUBPS       Z12, Z1, Z12
+	VMULPS       Z12, Z17, Z12
+	VFMADD213PS  Z13, Z16, Z13
+	VFMADD231PS  Z12, Z18, Z13
+	VMOVUPS      Z13, 384(DI)
+	VMOVUPS.Z    448(SI), K1, Z1
+	VFMADD213PS  Z14, Z16, Z14
+	VSUBPS       Z14, Z1, Z14
+	VMULPS       Z14, Z17, Z14
+	VFMADD213PS  Z15, Z16, Z15
+	VFMADD231PS  Z14, Z18, Z15
+	VMOVUPS      Z15, K1, 448(DI)
+
+	// Write pass: S' = S + em1·S + k̂_i·δ over the same slab.
+	MOVQ AX, R10
+	MOVQ CX, AX
+	XORQ R11, R11
+
+write_19:
+	MOVQ         8(SP), CX
+	PREFETCHT1   (CX)
+	PREFETCHT1   256(CX)
+	ADDQ         $0x00000200, 8(SP)
+	VBROADCASTSS (DX)(R11*4), Z1
+	VMOVUPS      (R10), Z3
+	VFMADD213PS  Z3, Z16, Z3
+	VFMADD231PS  Z0, Z1, Z3
+	VMOVUPS      Z3, (AX)
+	VMOVUPS      64(R10), Z3
+	VFMADD213PS  Z3, Z16, Z3
+	VFMADD231PS  Z2, Z1, Z3
+	VMOVUPS      Z3, 64(AX)
+	VMOVUPS      128(R10), Z3
+	VFMADD213PS  Z3, Z16, Z3
+	VFMADD231PS  Z4, Z1, Z3
+	VMOVUPS      Z3, 128(AX)
+	VMOVUPS      192(R10), Z3
+	VFMADD213PS  Z3, Z16, Z3
+	VFMADD231PS  Z6, Z1, Z3
+	VMOVUPS      Z3, 192(AX)
+	VMOVUPS      256(R10), Z3
+	VFMADD213PS  Z3, Z16, Z3
+	VFMADD231PS  Z8, Z1, Z3
+	VMOVUPS      Z3, 256(AX)
+	VMOVUPS      320(R10), Z3
+	VFMADD213PS  Z3, Z16, Z3
+	VFMADD231PS  Z10, Z1, Z3
+	VMOVUPS      Z3, 320(AX)
+	VMOVUPS      384(R10), Z3
+	VFMADD213PS  Z3, Z16, Z3
+	VFMADD231PS  Z12, Z1, Z3
+	VMOVUPS      Z3, 384(AX)
+	VMOVUPS.Z    448(R10), K1, Z3
+	VFMADD213PS  Z3, Z16, Z3
+	VFMADD231PS  Z14, Z1, Z3
+	VMOVUPS      Z3, K1, 448(AX)
+	ADDQ         R9, R10
+	ADDQ         R9, AX
+	INCQ         R11
+	CMPQ         R11, R8
+	JB           write_19
+	JMP          decayed_10
+
+far_10:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	VBROADCASTSS eg+148(FP), Z16
 	VBROADCASTSS beta+152(FP), Z17
 	VBROADCASTSS kq+156(FP), Z18
@@ -1771,7 +2741,7 @@ read_10:
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_10:
+write_20:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	PREFETCHT1   256(CX)
@@ -1813,8 +2783,10 @@ write_10:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_10
-	JMP          stateAVX512_done_1
+	JB           write_20
+
+decayed_10:
+	JMP stateAVX512_done_1
 
 masked9_1:
 	// Block of 144 columns: read pass (Sᵀk̂, Sᵀq̂ of 9 vectors in registers).
@@ -1873,8 +2845,136 @@ read_11:
 	INCQ         R11
 	CMPQ         R11, R8
 	JB           read_11
+	CMPB         16(SP), $0x00
+	JE           far_11
 
-	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	VBROADCASTSS em1+144(FP), Z18
+	VBROADCASTSS beta+152(FP), Z19
+	VBROADCASTSS kq+156(FP), Z20
+	VMOVUPS      (SI), Z21
+	VFMADD213PS  Z0, Z18, Z0
+	VSUBPS       Z0, Z21, Z0
+	VMULPS       Z0, Z19, Z0
+	VFMADD213PS  Z1, Z18, Z1
+	VFMADD231PS  Z0, Z20, Z1
+	VMOVUPS      Z1, (DI)
+	VMOVUPS      64(SI), Z1
+	VFMADD213PS  Z2, Z18, Z2
+	VSUBPS       Z2, Z1, Z2
+	VMULPS       Z2, Z19, Z2
+	VFMADD213PS  Z3, Z18, Z3
+	VFMADD231PS  Z2, Z20, Z3
+	VMOVUPS      Z3, 64(DI)
+	VMOVUPS      128(SI), Z1
+	VFMADD213PS  Z4, Z18, Z4
+	VSUBPS       Z4, Z1, Z4
+	VMULPS       Z4, Z19, Z4
+	VFMADD213PS  Z5, Z18, Z5
+	VFMADD231PS  Z4, Z20, Z5
+	VMOVUPS      Z5, 128(DI)
+	VMOVUPS      192(SI), Z1
+	VFMADD213PS  Z6, Z18, Z6
+	VSUBPS       Z6, Z1, Z6
+	VMULPS       Z6, Z19, Z6
+	VFMADD213PS  Z7, Z18, Z7
+	VFMADD231PS  Z6, Z20, Z7
+	VMOVUPS      Z7, 192(DI)
+	VMOVUPS      256(SI), Z1
+	VFMADD213PS  Z8, Z18, Z8
+	VSUBPS       Z8, Z1, Z8
+	VMULPS       Z8, Z19, Z8
+	VFMADD213PS  Z9, Z18, Z9
+	VFMADD231PS  Z8, Z20, Z9
+	VMOVUPS      Z9, 256(DI)
+	VMOVUPS      320(SI), Z1
+	VFMADD213PS  Z10, Z18, Z10
+	VSUBPS       Z10, Z1, Z10
+	VMULPS       Z10, Z19, Z10
+	VFMADD213PS  Z11, Z18, Z11
+	VFMADD231PS  Z10, Z20, Z11
+	VMOVUPS      Z11, 320(DI)
+	VMOVUPS      384(SI), Z1
+	VFMADD213PS  Z12, Z18, Z12
+	VSUBPS       Z12, Z1, Z12
+	VMULPS       Z12, Z19, Z12
+	VFMADD213PS  Z13, Z18, Z13
+	VFMADD231PS  Z12, Z20, Z13
+	VMOVUPS      Z13, 384(DI)
+	VMOVUPS      448(SI), Z1
+	VFMADD213PS  Z14, Z18, Z14
+	VSUBPS       Z14, Z1, Z14
+	VMULPS       Z14, Z19, Z14
+	VFMADD213PS  Z15, Z18, Z15
+	VFMADD231PS  Z14, Z20, Z15
+	VMOVUPS      Z15, 448(DI)
+	VMOVUPS.Z    512(SI), K1, Z1
+	VFMADD213PS  Z16, Z18, Z16
+	VSUBPS       Z16, Z1, Z16
+	VMULPS       Z16, Z19, Z16
+	VFMADD213PS  Z17, Z18, Z17
+	VFMADD231PS  Z16, Z20, Z17
+	VMOVUPS      Z17, K1, 512(DI)
+
+	// Write pass: S' = S + em1·S + k̂_i·δ over the same slab.
+	MOVQ AX, R10
+	MOVQ CX, AX
+	XORQ R11, R11
+
+write_21:
+	MOVQ         8(SP), CX
+	PREFETCHT1   (CX)
+	PREFETCHT1   256(CX)
+	PREFETCHT1   512(CX)
+	ADDQ         $0x00000240, 8(SP)
+	VBROADCASTSS (DX)(R11*4), Z1
+	VMOVUPS      (R10), Z3
+	VFMADD213PS  Z3, Z18, Z3
+	VFMADD231PS  Z0, Z1, Z3
+	VMOVUPS      Z3, (AX)
+	VMOVUPS      64(R10), Z3
+	VFMADD213PS  Z3, Z18, Z3
+	VFMADD231PS  Z2, Z1, Z3
+	VMOVUPS      Z3, 64(AX)
+	VMOVUPS      128(R10), Z3
+	VFMADD213PS  Z3, Z18, Z3
+	VFMADD231PS  Z4, Z1, Z3
+	VMOVUPS      Z3, 128(AX)
+	VMOVUPS      192(R10), Z3
+	VFMADD213PS  Z3, Z18, Z3
+	VFMADD231PS  Z6, Z1, Z3
+	VMOVUPS      Z3, 192(AX)
+	VMOVUPS      256(R10), Z3
+	VFMADD213PS  Z3, Z18, Z3
+	VFMADD231PS  Z8, Z1, Z3
+	VMOVUPS      Z3, 256(AX)
+	VMOVUPS      320(R10), Z3
+	VFMADD213PS  Z3, Z18, Z3
+	VFMADD231PS  Z10, Z1, Z3
+	VMOVUPS      Z3, 320(AX)
+	VMOVUPS      384(R10), Z3
+	VFMADD213PS  Z3, Z18, Z3
+	VFMADD231PS  Z12, Z1, Z3
+	VMOVUPS      Z3, 384(AX)
+	VMOVUPS      448(R10), Z3
+	VFMADD213PS  Z3, Z18, Z3
+	VFMADD231PS  Z14, Z1, Z3
+	VMOVUPS      Z3, 448(AX)
+	VMOVUPS.Z    512(R10), K1, Z3
+	VFMADD213PS  Z3, Z18, Z3
+	VFMADD231PS  Z16, Z1, Z3
+	VMOVUPS      Z3, K1, 512(AX)
+	ADDQ         R9, R10
+	ADDQ         R9, AX
+	INCQ         R11
+	CMPQ         R11, R8
+	JB           write_21
+	JMP          decayed_11
+
+far_11:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	VBROADCASTSS eg+148(FP), Z18
 	VBROADCASTSS beta+152(FP), Z19
 	VBROADCASTSS kq+156(FP), Z20
@@ -1947,7 +3047,7 @@ read_11:
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_11:
+write_22:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	PREFETCHT1   256(CX)
@@ -1994,8 +3094,10 @@ write_11:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_11
-	JMP          stateAVX512_done_1
+	JB           write_22
+
+decayed_11:
+	JMP stateAVX512_done_1
 
 masked10_1:
 	// Block of 160 columns: read pass (Sᵀk̂, Sᵀq̂ of 10 vectors in registers).
@@ -2059,8 +3161,147 @@ read_12:
 	INCQ         R11
 	CMPQ         R11, R8
 	JB           read_12
+	CMPB         16(SP), $0x00
+	JE           far_12
 
-	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	VBROADCASTSS em1+144(FP), Z20
+	VBROADCASTSS beta+152(FP), Z21
+	VBROADCASTSS kq+156(FP), Z22
+	VMOVUPS      (SI), Z23
+	VFMADD213PS  Z0, Z20, Z0
+	VSUBPS       Z0, Z23, Z0
+	VMULPS       Z0, Z21, Z0
+	VFMADD213PS  Z1, Z20, Z1
+	VFMADD231PS  Z0, Z22, Z1
+	VMOVUPS      Z1, (DI)
+	VMOVUPS      64(SI), Z1
+	VFMADD213PS  Z2, Z20, Z2
+	VSUBPS       Z2, Z1, Z2
+	VMULPS       Z2, Z21, Z2
+	VFMADD213PS  Z3, Z20, Z3
+	VFMADD231PS  Z2, Z22, Z3
+	VMOVUPS      Z3, 64(DI)
+	VMOVUPS      128(SI), Z1
+	VFMADD213PS  Z4, Z20, Z4
+	VSUBPS       Z4, Z1, Z4
+	VMULPS       Z4, Z21, Z4
+	VFMADD213PS  Z5, Z20, Z5
+	VFMADD231PS  Z4, Z22, Z5
+	VMOVUPS      Z5, 128(DI)
+	VMOVUPS      192(SI), Z1
+	VFMADD213PS  Z6, Z20, Z6
+	VSUBPS       Z6, Z1, Z6
+	VMULPS       Z6, Z21, Z6
+	VFMADD213PS  Z7, Z20, Z7
+	VFMADD231PS  Z6, Z22, Z7
+	VMOVUPS      Z7, 192(DI)
+	VMOVUPS      256(SI), Z1
+	VFMADD213PS  Z8, Z20, Z8
+	VSUBPS       Z8, Z1, Z8
+	VMULPS       Z8, Z21, Z8
+	VFMADD213PS  Z9, Z20, Z9
+	VFMADD231PS  Z8, Z22, Z9
+	VMOVUPS      Z9, 256(DI)
+	VMOVUPS      320(SI), Z1
+	VFMADD213PS  Z10, Z20, Z10
+	VSUBPS       Z10, Z1, Z10
+	VMULPS       Z10, Z21, Z10
+	VFMADD213PS  Z11, Z20, Z11
+	VFMADD231PS  Z10, Z22, Z11
+	VMOVUPS      Z11, 320(DI)
+	VMOVUPS      384(SI), Z1
+	VFMADD213PS  Z12, Z20, Z12
+	VSUBPS       Z12, Z1, Z12
+	VMULPS       Z12, Z21, Z12
+	VFMADD213PS  Z13, Z20, Z13
+	VFMADD231PS  Z12, Z22, Z13
+	VMOVUPS      Z13, 384(DI)
+	VMOVUPS      448(SI), Z1
+	VFMADD213PS  Z14, Z20, Z14
+	VSUBPS       Z14, Z1, Z14
+	VMULPS       Z14, Z21, Z14
+	VFMADD213PS  Z15, Z20, Z15
+	VFMADD231PS  Z14, Z22, Z15
+	VMOVUPS      Z15, 448(DI)
+	VMOVUPS      512(SI), Z1
+	VFMADD213PS  Z16, Z20, Z16
+	VSUBPS       Z16, Z1, Z16
+	VMULPS       Z16, Z21, Z16
+	VFMADD213PS  Z17, Z20, Z17
+	VFMADD231PS  Z16, Z22, Z17
+	VMOVUPS      Z17, 512(DI)
+	VMOVUPS.Z    576(SI), K1, Z1
+	VFMADD213PS  Z18, Z20, Z18
+	VSUBPS       Z18, Z1, Z18
+	VMULPS       Z18, Z21, Z18
+	VFMADD213PS  Z19, Z20, Z19
+	VFMADD231PS  Z18, Z22, Z19
+	VMOVUPS      Z19, K1, 576(DI)
+
+	// Write pass: S' = S + em1·S + k̂_i·δ over the same slab.
+	MOVQ AX, R10
+	MOVQ CX, AX
+	XORQ R11, R11
+
+write_23:
+	MOVQ         8(SP), CX
+	PREFETCHT1   (CX)
+	PREFETCHT1   256(CX)
+	PREFETCHT1   512(CX)
+	ADDQ         $0x00000280, 8(SP)
+	VBROADCASTSS (DX)(R11*4), Z1
+	VMOVUPS      (R10), Z3
+	VFMADD213PS  Z3, Z20, Z3
+	VFMADD231PS  Z0, Z1, Z3
+	VMOVUPS      Z3, (AX)
+	VMOVUPS      64(R10), Z3
+	VFMADD213PS  Z3, Z20, Z3
+	VFMADD231PS  Z2, Z1, Z3
+	VMOVUPS      Z3, 64(AX)
+	VMOVUPS      128(R10), Z3
+	VFMADD213PS  Z3, Z20, Z3
+	VFMADD231PS  Z4, Z1, Z3
+	VMOVUPS      Z3, 128(AX)
+	VMOVUPS      192(R10), Z3
+	VFMADD213PS  Z3, Z20, Z3
+	VFMADD231PS  Z6, Z1, Z3
+	VMOVUPS      Z3, 192(AX)
+	VMOVUPS      256(R10), Z3
+	VFMADD213PS  Z3, Z20, Z3
+	VFMADD231PS  Z8, Z1, Z3
+	VMOVUPS      Z3, 256(AX)
+	VMOVUPS      320(R10), Z3
+	VFMADD213PS  Z3, Z20, Z3
+	VFMADD231PS  Z10, Z1, Z3
+	VMOVUPS      Z3, 320(AX)
+	VMOVUPS      384(R10), Z3
+	VFMADD213PS  Z3, Z20, Z3
+	VFMADD231PS  Z12, Z1, Z3
+	VMOVUPS      Z3, 384(AX)
+	VMOVUPS      448(R10), Z3
+	VFMADD213PS  Z3, Z20, Z3
+	VFMADD231PS  Z14, Z1, Z3
+	VMOVUPS      Z3, 448(AX)
+	VMOVUPS      512(R10), Z3
+	VFMADD213PS  Z3, Z20, Z3
+	VFMADD231PS  Z16, Z1, Z3
+	VMOVUPS      Z3, 512(AX)
+	VMOVUPS.Z    576(R10), K1, Z3
+	VFMADD213PS  Z3, Z20, Z3
+	VFMADD231PS  Z18, Z1, Z3
+	VMOVUPS      Z3, K1, 576(AX)
+	ADDQ         R9, R10
+	ADDQ         R9, AX
+	INCQ         R11
+	CMPQ         R11, R8
+	JB           write_23
+	JMP          decayed_12
+
+far_12:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	VBROADCASTSS eg+148(FP), Z20
 	VBROADCASTSS beta+152(FP), Z21
 	VBROADCASTSS kq+156(FP), Z22
@@ -2140,7 +3381,7 @@ read_12:
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_12:
+write_24:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	PREFETCHT1   256(CX)
@@ -2191,8 +3432,10 @@ write_12:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_12
-	JMP          stateAVX512_done_1
+	JB           write_24
+
+decayed_12:
+	JMP stateAVX512_done_1
 
 masked11_1:
 	// Block of 176 columns: read pass (Sᵀk̂, Sᵀq̂ of 11 vectors in registers).
@@ -2261,8 +3504,158 @@ read_13:
 	INCQ         R11
 	CMPQ         R11, R8
 	JB           read_13
+	CMPB         16(SP), $0x00
+	JE           far_13
 
-	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	VBROADCASTSS em1+144(FP), Z22
+	VBROADCASTSS beta+152(FP), Z23
+	VBROADCASTSS kq+156(FP), Z24
+	VMOVUPS      (SI), Z25
+	VFMADD213PS  Z0, Z22, Z0
+	VSUBPS       Z0, Z25, Z0
+	VMULPS       Z0, Z23, Z0
+	VFMADD213PS  Z1, Z22, Z1
+	VFMADD231PS  Z0, Z24, Z1
+	VMOVUPS      Z1, (DI)
+	VMOVUPS      64(SI), Z1
+	VFMADD213PS  Z2, Z22, Z2
+	VSUBPS       Z2, Z1, Z2
+	VMULPS       Z2, Z23, Z2
+	VFMADD213PS  Z3, Z22, Z3
+	VFMADD231PS  Z2, Z24, Z3
+	VMOVUPS      Z3, 64(DI)
+	VMOVUPS      128(SI), Z1
+	VFMADD213PS  Z4, Z22, Z4
+	VSUBPS       Z4, Z1, Z4
+	VMULPS       Z4, Z23, Z4
+	VFMADD213PS  Z5, Z22, Z5
+	VFMADD231PS  Z4, Z24, Z5
+	VMOVUPS      Z5, 128(DI)
+	VMOVUPS      192(SI), Z1
+	VFMADD213PS  Z6, Z22, Z6
+	VSUBPS       Z6, Z1, Z6
+	VMULPS       Z6, Z23, Z6
+	VFMADD213PS  Z7, Z22, Z7
+	VFMADD231PS  Z6, Z24, Z7
+	VMOVUPS      Z7, 192(DI)
+	VMOVUPS      256(SI), Z1
+	VFMADD213PS  Z8, Z22, Z8
+	VSUBPS       Z8, Z1, Z8
+	VMULPS       Z8, Z23, Z8
+	VFMADD213PS  Z9, Z22, Z9
+	VFMADD231PS  Z8, Z24, Z9
+	VMOVUPS      Z9, 256(DI)
+	VMOVUPS      320(SI), Z1
+	VFMADD213PS  Z10, Z22, Z10
+	VSUBPS       Z10, Z1, Z10
+	VMULPS       Z10, Z23, Z10
+	VFMADD213PS  Z11, Z22, Z11
+	VFMADD231PS  Z10, Z24, Z11
+	VMOVUPS      Z11, 320(DI)
+	VMOVUPS      384(SI), Z1
+	VFMADD213PS  Z12, Z22, Z12
+	VSUBPS       Z12, Z1, Z12
+	VMULPS       Z12, Z23, Z12
+	VFMADD213PS  Z13, Z22, Z13
+	VFMADD231PS  Z12, Z24, Z13
+	VMOVUPS      Z13, 384(DI)
+	VMOVUPS      448(SI), Z1
+	VFMADD213PS  Z14, Z22, Z14
+	VSUBPS       Z14, Z1, Z14
+	VMULPS       Z14, Z23, Z14
+	VFMADD213PS  Z15, Z22, Z15
+	VFMADD231PS  Z14, Z24, Z15
+	VMOVUPS      Z15, 448(DI)
+	VMOVUPS      512(SI), Z1
+	VFMADD213PS  Z16, Z22, Z16
+	VSUBPS       Z16, Z1, Z16
+	VMULPS       Z16, Z23, Z16
+	VFMADD213PS  Z17, Z22, Z17
+	VFMADD231PS  Z16, Z24, Z17
+	VMOVUPS      Z17, 512(DI)
+	VMOVUPS      576(SI), Z1
+	VFMADD213PS  Z18, Z22, Z18
+	VSUBPS       Z18, Z1, Z18
+	VMULPS       Z18, Z23, Z18
+	VFMADD213PS  Z19, Z22, Z19
+	VFMADD231PS  Z18, Z24, Z19
+	VMOVUPS      Z19, 576(DI)
+	VMOVUPS.Z    640(SI), K1, Z1
+	VFMADD213PS  Z20, Z22, Z20
+	VSUBPS       Z20, Z1, Z20
+	VMULPS       Z20, Z23, Z20
+	VFMADD213PS  Z21, Z22, Z21
+	VFMADD231PS  Z20, Z24, Z21
+	VMOVUPS      Z21, K1, 640(DI)
+
+	// Write pass: S' = S + em1·S + k̂_i·δ over the same slab.
+	MOVQ AX, R10
+	MOVQ CX, AX
+	XORQ R11, R11
+
+write_25:
+	MOVQ         8(SP), CX
+	PREFETCHT1   (CX)
+	PREFETCHT1   256(CX)
+	PREFETCHT1   512(CX)
+	ADDQ         $0x000002c0, 8(SP)
+	VBROADCASTSS (DX)(R11*4), Z1
+	VMOVUPS      (R10), Z3
+	VFMADD213PS  Z3, Z22, Z3
+	VFMADD231PS  Z0, Z1, Z3
+	VMOVUPS      Z3, (AX)
+	VMOVUPS      64(R10), Z3
+	VFMADD213PS  Z3, Z22, Z3
+	VFMADD231PS  Z2, Z1, Z3
+	VMOVUPS      Z3, 64(AX)
+	VMOVUPS      128(R10), Z3
+	VFMADD213PS  Z3, Z22, Z3
+	VFMADD231PS  Z4, Z1, Z3
+	VMOVUPS      Z3, 128(AX)
+	VMOVUPS      192(R10), Z3
+	VFMADD213PS  Z3, Z22, Z3
+	VFMADD231PS  Z6, Z1, Z3
+	VMOVUPS      Z3, 192(AX)
+	VMOVUPS      256(R10), Z3
+	VFMADD213PS  Z3, Z22, Z3
+	VFMADD231PS  Z8, Z1, Z3
+	VMOVUPS      Z3, 256(AX)
+	VMOVUPS      320(R10), Z3
+	VFMADD213PS  Z3, Z22, Z3
+	VFMADD231PS  Z10, Z1, Z3
+	VMOVUPS      Z3, 320(AX)
+	VMOVUPS      384(R10), Z3
+	VFMADD213PS  Z3, Z22, Z3
+	VFMADD231PS  Z12, Z1, Z3
+	VMOVUPS      Z3, 384(AX)
+	VMOVUPS      448(R10), Z3
+	VFMADD213PS  Z3, Z22, Z3
+	VFMADD231PS  Z14, Z1, Z3
+	VMOVUPS      Z3, 448(AX)
+	VMOVUPS      512(R10), Z3
+	VFMADD213PS  Z3, Z22, Z3
+	VFMADD231PS  Z16, Z1, Z3
+	VMOVUPS      Z3, 512(AX)
+	VMOVUPS      576(R10), Z3
+	VFMADD213PS  Z3, Z22, Z3
+	VFMADD231PS  Z18, Z1, Z3
+	VMOVUPS      Z3, 576(AX)
+	VMOVUPS.Z    640(R10), K1, Z3
+	VFMADD213PS  Z3, Z22, Z3
+	VFMADD231PS  Z20, Z1, Z3
+	VMOVUPS      Z3, K1, 640(AX)
+	ADDQ         R9, R10
+	ADDQ         R9, AX
+	INCQ         R11
+	CMPQ         R11, R8
+	JB           write_25
+	JMP          decayed_13
+
+far_13:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	VBROADCASTSS eg+148(FP), Z22
 	VBROADCASTSS beta+152(FP), Z23
 	VBROADCASTSS kq+156(FP), Z24
@@ -2349,7 +3742,7 @@ read_13:
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_13:
+write_26:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	PREFETCHT1   256(CX)
@@ -2404,8 +3797,10 @@ write_13:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_13
-	JMP          stateAVX512_done_1
+	JB           write_26
+
+decayed_13:
+	JMP stateAVX512_done_1
 
 masked12_1:
 	// Block of 192 columns: read pass (Sᵀk̂, Sᵀq̂ of 12 vectors in registers).
@@ -2479,8 +3874,169 @@ read_14:
 	INCQ         R11
 	CMPQ         R11, R8
 	JB           read_14
+	CMPB         16(SP), $0x00
+	JE           far_14
 
-	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	VBROADCASTSS em1+144(FP), Z24
+	VBROADCASTSS beta+152(FP), Z25
+	VBROADCASTSS kq+156(FP), Z26
+	VMOVUPS      (SI), Z27
+	VFMADD213PS  Z0, Z24, Z0
+	VSUBPS       Z0, Z27, Z0
+	VMULPS       Z0, Z25, Z0
+	VFMADD213PS  Z1, Z24, Z1
+	VFMADD231PS  Z0, Z26, Z1
+	VMOVUPS      Z1, (DI)
+	VMOVUPS      64(SI), Z1
+	VFMADD213PS  Z2, Z24, Z2
+	VSUBPS       Z2, Z1, Z2
+	VMULPS       Z2, Z25, Z2
+	VFMADD213PS  Z3, Z24, Z3
+	VFMADD231PS  Z2, Z26, Z3
+	VMOVUPS      Z3, 64(DI)
+	VMOVUPS      128(SI), Z1
+	VFMADD213PS  Z4, Z24, Z4
+	VSUBPS       Z4, Z1, Z4
+	VMULPS       Z4, Z25, Z4
+	VFMADD213PS  Z5, Z24, Z5
+	VFMADD231PS  Z4, Z26, Z5
+	VMOVUPS      Z5, 128(DI)
+	VMOVUPS      192(SI), Z1
+	VFMADD213PS  Z6, Z24, Z6
+	VSUBPS       Z6, Z1, Z6
+	VMULPS       Z6, Z25, Z6
+	VFMADD213PS  Z7, Z24, Z7
+	VFMADD231PS  Z6, Z26, Z7
+	VMOVUPS      Z7, 192(DI)
+	VMOVUPS      256(SI), Z1
+	VFMADD213PS  Z8, Z24, Z8
+	VSUBPS       Z8, Z1, Z8
+	VMULPS       Z8, Z25, Z8
+	VFMADD213PS  Z9, Z24, Z9
+	VFMADD231PS  Z8, Z26, Z9
+	VMOVUPS      Z9, 256(DI)
+	VMOVUPS      320(SI), Z1
+	VFMADD213PS  Z10, Z24, Z10
+	VSUBPS       Z10, Z1, Z10
+	VMULPS       Z10, Z25, Z10
+	VFMADD213PS  Z11, Z24, Z11
+	VFMADD231PS  Z10, Z26, Z11
+	VMOVUPS      Z11, 320(DI)
+	VMOVUPS      384(SI), Z1
+	VFMADD213PS  Z12, Z24, Z12
+	VSUBPS       Z12, Z1, Z12
+	VMULPS       Z12, Z25, Z12
+	VFMADD213PS  Z13, Z24, Z13
+	VFMADD231PS  Z12, Z26, Z13
+	VMOVUPS      Z13, 384(DI)
+	VMOVUPS      448(SI), Z1
+	VFMADD213PS  Z14, Z24, Z14
+	VSUBPS       Z14, Z1, Z14
+	VMULPS       Z14, Z25, Z14
+	VFMADD213PS  Z15, Z24, Z15
+	VFMADD231PS  Z14, Z26, Z15
+	VMOVUPS      Z15, 448(DI)
+	VMOVUPS      512(SI), Z1
+	VFMADD213PS  Z16, Z24, Z16
+	VSUBPS       Z16, Z1, Z16
+	VMULPS       Z16, Z25, Z16
+	VFMADD213PS  Z17, Z24, Z17
+	VFMADD231PS  Z16, Z26, Z17
+	VMOVUPS      Z17, 512(DI)
+	VMOVUPS      576(SI), Z1
+	VFMADD213PS  Z18, Z24, Z18
+	VSUBPS       Z18, Z1, Z18
+	VMULPS       Z18, Z25, Z18
+	VFMADD213PS  Z19, Z24, Z19
+	VFMADD231PS  Z18, Z26, Z19
+	VMOVUPS      Z19, 576(DI)
+	VMOVUPS      640(SI), Z1
+	VFMADD213PS  Z20, Z24, Z20
+	VSUBPS       Z20, Z1, Z20
+	VMULPS       Z20, Z25, Z20
+	VFMADD213PS  Z21, Z24, Z21
+	VFMADD231PS  Z20, Z26, Z21
+	VMOVUPS      Z21, 640(DI)
+	VMOVUPS.Z    704(SI), K1, Z1
+	VFMADD213PS  Z22, Z24, Z22
+	VSUBPS       Z22, Z1, Z22
+	VMULPS       Z22, Z25, Z22
+	VFMADD213PS  Z23, Z24, Z23
+	VFMADD231PS  Z22, Z26, Z23
+	VMOVUPS      Z23, K1, 704(DI)
+
+	// Write pass: S' = S + em1·S + k̂_i·δ over the same slab.
+	MOVQ AX, R10
+	MOVQ CX, AX
+	XORQ R11, R11
+
+write_27:
+	MOVQ         8(SP), CX
+	PREFETCHT1   (CX)
+	PREFETCHT1   256(CX)
+	PREFETCHT1   512(CX)
+	ADDQ         $0x00000300, 8(SP)
+	VBROADCASTSS (DX)(R11*4), Z1
+	VMOVUPS      (R10), Z3
+	VFMADD213PS  Z3, Z24, Z3
+	VFMADD231PS  Z0, Z1, Z3
+	VMOVUPS      Z3, (AX)
+	VMOVUPS      64(R10), Z3
+	VFMADD213PS  Z3, Z24, Z3
+	VFMADD231PS  Z2, Z1, Z3
+	VMOVUPS      Z3, 64(AX)
+	VMOVUPS      128(R10), Z3
+	VFMADD213PS  Z3, Z24, Z3
+	VFMADD231PS  Z4, Z1, Z3
+	VMOVUPS      Z3, 128(AX)
+	VMOVUPS      192(R10), Z3
+	VFMADD213PS  Z3, Z24, Z3
+	VFMADD231PS  Z6, Z1, Z3
+	VMOVUPS      Z3, 192(AX)
+	VMOVUPS      256(R10), Z3
+	VFMADD213PS  Z3, Z24, Z3
+	VFMADD231PS  Z8, Z1, Z3
+	VMOVUPS      Z3, 256(AX)
+	VMOVUPS      320(R10), Z3
+	VFMADD213PS  Z3, Z24, Z3
+	VFMADD231PS  Z10, Z1, Z3
+	VMOVUPS      Z3, 320(AX)
+	VMOVUPS      384(R10), Z3
+	VFMADD213PS  Z3, Z24, Z3
+	VFMADD231PS  Z12, Z1, Z3
+	VMOVUPS      Z3, 384(AX)
+	VMOVUPS      448(R10), Z3
+	VFMADD213PS  Z3, Z24, Z3
+	VFMADD231PS  Z14, Z1, Z3
+	VMOVUPS      Z3, 448(AX)
+	VMOVUPS      512(R10), Z3
+	VFMADD213PS  Z3, Z24, Z3
+	VFMADD231PS  Z16, Z1, Z3
+	VMOVUPS      Z3, 512(AX)
+	VMOVUPS      576(R10), Z3
+	VFMADD213PS  Z3, Z24, Z3
+	VFMADD231PS  Z18, Z1, Z3
+	VMOVUPS      Z3, 576(AX)
+	VMOVUPS      640(R10), Z3
+	VFMADD213PS  Z3, Z24, Z3
+	VFMADD231PS  Z20, Z1, Z3
+	VMOVUPS      Z3, 640(AX)
+	VMOVUPS.Z    704(R10), K1, Z3
+	VFMADD213PS  Z3, Z24, Z3
+	VFMADD231PS  Z22, Z1, Z3
+	VMOVUPS      Z3, K1, 704(AX)
+	ADDQ         R9, R10
+	ADDQ         R9, AX
+	INCQ         R11
+	CMPQ         R11, R8
+	JB           write_27
+	JMP          decayed_14
+
+far_14:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	VBROADCASTSS eg+148(FP), Z24
 	VBROADCASTSS beta+152(FP), Z25
 	VBROADCASTSS kq+156(FP), Z26
@@ -2574,7 +4130,7 @@ read_14:
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_14:
+write_28:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	PREFETCHT1   256(CX)
@@ -2633,8 +4189,10 @@ write_14:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_14
-	JMP          stateAVX512_done_1
+	JB           write_28
+
+decayed_14:
+	JMP stateAVX512_done_1
 
 masked13_1:
 	// Block of 208 columns: read pass (Sᵀk̂, Sᵀq̂ of 13 vectors in registers).
@@ -2713,8 +4271,181 @@ read_15:
 	INCQ         R11
 	CMPQ         R11, R8
 	JB           read_15
+	CMPB         16(SP), $0x00
+	JE           far_15
 
-	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	VBROADCASTSS em1+144(FP), Z26
+	VBROADCASTSS beta+152(FP), Z27
+	VBROADCASTSS kq+156(FP), Z28
+	VMOVUPS      (SI), Z29
+	VFMADD213PS  Z0, Z26, Z0
+	VSUBPS       Z0, Z29, Z0
+	VMULPS       Z0, Z27, Z0
+	VFMADD213PS  Z1, Z26, Z1
+	VFMADD231PS  Z0, Z28, Z1
+	VMOVUPS      Z1, (DI)
+	VMOVUPS      64(SI), Z1
+	VFMADD213PS  Z2, Z26, Z2
+	VSUBPS       Z2, Z1, Z2
+	VMULPS       Z2, Z27, Z2
+	VFMADD213PS  Z3, Z26, Z3
+	VFMADD231PS  Z2, Z28, Z3
+	VMOVUPS      Z3, 64(DI)
+	VMOVUPS      128(SI), Z1
+	VFMADD213PS  Z4, Z26, Z4
+	VSUBPS       Z4, Z1, Z4
+	VMULPS       Z4, Z27, Z4
+	VFMADD213PS  Z5, Z26, Z5
+	VFMADD231PS  Z4, Z28, Z5
+	VMOVUPS      Z5, 128(DI)
+	VMOVUPS      192(SI), Z1
+	VFMADD213PS  Z6, Z26, Z6
+	VSUBPS       Z6, Z1, Z6
+	VMULPS       Z6, Z27, Z6
+	VFMADD213PS  Z7, Z26, Z7
+	VFMADD231PS  Z6, Z28, Z7
+	VMOVUPS      Z7, 192(DI)
+	VMOVUPS      256(SI), Z1
+	VFMADD213PS  Z8, Z26, Z8
+	VSUBPS       Z8, Z1, Z8
+	VMULPS       Z8, Z27, Z8
+	VFMADD213PS  Z9, Z26, Z9
+	VFMADD231PS  Z8, Z28, Z9
+	VMOVUPS      Z9, 256(DI)
+	VMOVUPS      320(SI), Z1
+	VFMADD213PS  Z10, Z26, Z10
+	VSUBPS       Z10, Z1, Z10
+	VMULPS       Z10, Z27, Z10
+	VFMADD213PS  Z11, Z26, Z11
+	VFMADD231PS  Z10, Z28, Z11
+	VMOVUPS      Z11, 320(DI)
+	VMOVUPS      384(SI), Z1
+	VFMADD213PS  Z12, Z26, Z12
+	VSUBPS       Z12, Z1, Z12
+	VMULPS       Z12, Z27, Z12
+	VFMADD213PS  Z13, Z26, Z13
+	VFMADD231PS  Z12, Z28, Z13
+	VMOVUPS      Z13, 384(DI)
+	VMOVUPS      448(SI), Z1
+	VFMADD213PS  Z14, Z26, Z14
+	VSUBPS       Z14, Z1, Z14
+	VMULPS       Z14, Z27, Z14
+	VFMADD213PS  Z15, Z26, Z15
+	VFMADD231PS  Z14, Z28, Z15
+	VMOVUPS      Z15, 448(DI)
+	VMOVUPS      512(SI), Z1
+	VFMADD213PS  Z16, Z26, Z16
+	VSUBPS       Z16, Z1, Z16
+	VMULPS       Z16, Z27, Z16
+	VFMADD213PS  Z17, Z26, Z17
+	VFMADD231PS  Z16, Z28, Z17
+	VMOVUPS      Z17, 512(DI)
+	VMOVUPS      576(SI), Z1
+	VFMADD213PS  Z18, Z26, Z18
+	VSUBPS       Z18, Z1, Z18
+	VMULPS       Z18, Z27, Z18
+	VFMADD213PS  Z19, Z26, Z19
+	VFMADD231PS  Z18, Z28, Z19
+	VMOVUPS      Z19, 576(DI)
+	VMOVUPS      640(SI), Z1
+	VFMADD213PS  Z20, Z26, Z20
+	VSUBPS       Z20, Z1, Z20
+	VMULPS       Z20, Z27, Z20
+	VFMADD213PS  Z21, Z26, Z21
+	VFMADD231PS  Z20, Z28, Z21
+	VMOVUPS      Z21, 640(DI)
+	VMOVUPS      704(SI), Z1
+	VFMADD213PS  Z22, Z26, Z22
+	VSUBPS       Z22, Z1, Z22
+	VMULPS       Z22, Z27, Z22
+	VFMADD213PS  Z23, Z26, Z23
+	VFMADD231PS  Z22, Z28, Z23
+	VMOVUPS      Z23, 704(DI)
+	VMOVUPS.Z    768(SI), K1, Z1
+	VFMADD213PS  Z24, Z26, Z24
+	VSUBPS       Z24, Z1, Z24
+	VMULPS       Z24, Z27, Z24
+	VFMADD213PS  Z25, Z26, Z25
+	VFMADD231PS  Z24, Z28, Z25
+	VMOVUPS      Z25, K1, 768(DI)
+
+	// Write pass: S' = S + em1·S + k̂_i·δ over the same slab.
+	MOVQ AX, R10
+	MOVQ CX, AX
+	XORQ R11, R11
+
+write_29:
+	MOVQ         8(SP), CX
+	PREFETCHT1   (CX)
+	PREFETCHT1   256(CX)
+	PREFETCHT1   512(CX)
+	PREFETCHT1   768(CX)
+	ADDQ         $0x00000340, 8(SP)
+	VBROADCASTSS (DX)(R11*4), Z1
+	VMOVUPS      (R10), Z3
+	VFMADD213PS  Z3, Z26, Z3
+	VFMADD231PS  Z0, Z1, Z3
+	VMOVUPS      Z3, (AX)
+	VMOVUPS      64(R10), Z3
+	VFMADD213PS  Z3, Z26, Z3
+	VFMADD231PS  Z2, Z1, Z3
+	VMOVUPS      Z3, 64(AX)
+	VMOVUPS      128(R10), Z3
+	VFMADD213PS  Z3, Z26, Z3
+	VFMADD231PS  Z4, Z1, Z3
+	VMOVUPS      Z3, 128(AX)
+	VMOVUPS      192(R10), Z3
+	VFMADD213PS  Z3, Z26, Z3
+	VFMADD231PS  Z6, Z1, Z3
+	VMOVUPS      Z3, 192(AX)
+	VMOVUPS      256(R10), Z3
+	VFMADD213PS  Z3, Z26, Z3
+	VFMADD231PS  Z8, Z1, Z3
+	VMOVUPS      Z3, 256(AX)
+	VMOVUPS      320(R10), Z3
+	VFMADD213PS  Z3, Z26, Z3
+	VFMADD231PS  Z10, Z1, Z3
+	VMOVUPS      Z3, 320(AX)
+	VMOVUPS      384(R10), Z3
+	VFMADD213PS  Z3, Z26, Z3
+	VFMADD231PS  Z12, Z1, Z3
+	VMOVUPS      Z3, 384(AX)
+	VMOVUPS      448(R10), Z3
+	VFMADD213PS  Z3, Z26, Z3
+	VFMADD231PS  Z14, Z1, Z3
+	VMOVUPS      Z3, 448(AX)
+	VMOVUPS      512(R10), Z3
+	VFMADD213PS  Z3, Z26, Z3
+	VFMADD231PS  Z16, Z1, Z3
+	VMOVUPS      Z3, 512(AX)
+	VMOVUPS      576(R10), Z3
+	VFMADD213PS  Z3, Z26, Z3
+	VFMADD231PS  Z18, Z1, Z3
+	VMOVUPS      Z3, 576(AX)
+	VMOVUPS      640(R10), Z3
+	VFMADD213PS  Z3, Z26, Z3
+	VFMADD231PS  Z20, Z1, Z3
+	VMOVUPS      Z3, 640(AX)
+	VMOVUPS      704(R10), Z3
+	VFMADD213PS  Z3, Z26, Z3
+	VFMADD231PS  Z22, Z1, Z3
+	VMOVUPS      Z3, 704(AX)
+	VMOVUPS.Z    768(R10), K1, Z3
+	VFMADD213PS  Z3, Z26, Z3
+	VFMADD231PS  Z24, Z1, Z3
+	VMOVUPS      Z3, K1, 768(AX)
+	ADDQ         R9, R10
+	ADDQ         R9, AX
+	INCQ         R11
+	CMPQ         R11, R8
+	JB           write_29
+	JMP          decayed_15
+
+far_15:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	VBROADCASTSS eg+148(FP), Z26
 	VBROADCASTSS beta+152(FP), Z27
 	VBROADCASTSS kq+156(FP), Z28
@@ -2815,7 +4546,7 @@ read_15:
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_15:
+write_30:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	PREFETCHT1   256(CX)
@@ -2879,8 +4610,10 @@ write_15:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_15
-	JMP          stateAVX512_done_1
+	JB           write_30
+
+decayed_15:
+	JMP stateAVX512_done_1
 
 masked14_1:
 	// Block of 224 columns: read pass (Sᵀk̂, Sᵀq̂ of 14 vectors in registers).
@@ -2964,8 +4697,192 @@ read_16:
 	INCQ         R11
 	CMPQ         R11, R8
 	JB           read_16
+	CMPB         16(SP), $0x00
+	JE           far_16
 
-	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	VBROADCASTSS em1+144(FP), Z28
+	VBROADCASTSS beta+152(FP), Z29
+	VBROADCASTSS kq+156(FP), Z30
+	VMOVUPS      (SI), Z31
+	VFMADD213PS  Z0, Z28, Z0
+	VSUBPS       Z0, Z31, Z0
+	VMULPS       Z0, Z29, Z0
+	VFMADD213PS  Z1, Z28, Z1
+	VFMADD231PS  Z0, Z30, Z1
+	VMOVUPS      Z1, (DI)
+	VMOVUPS      64(SI), Z1
+	VFMADD213PS  Z2, Z28, Z2
+	VSUBPS       Z2, Z1, Z2
+	VMULPS       Z2, Z29, Z2
+	VFMADD213PS  Z3, Z28, Z3
+	VFMADD231PS  Z2, Z30, Z3
+	VMOVUPS      Z3, 64(DI)
+	VMOVUPS      128(SI), Z1
+	VFMADD213PS  Z4, Z28, Z4
+	VSUBPS       Z4, Z1, Z4
+	VMULPS       Z4, Z29, Z4
+	VFMADD213PS  Z5, Z28, Z5
+	VFMADD231PS  Z4, Z30, Z5
+	VMOVUPS      Z5, 128(DI)
+	VMOVUPS      192(SI), Z1
+	VFMADD213PS  Z6, Z28, Z6
+	VSUBPS       Z6, Z1, Z6
+	VMULPS       Z6, Z29, Z6
+	VFMADD213PS  Z7, Z28, Z7
+	VFMADD231PS  Z6, Z30, Z7
+	VMOVUPS      Z7, 192(DI)
+	VMOVUPS      256(SI), Z1
+	VFMADD213PS  Z8, Z28, Z8
+	VSUBPS       Z8, Z1, Z8
+	VMULPS       Z8, Z29, Z8
+	VFMADD213PS  Z9, Z28, Z9
+	VFMADD231PS  Z8, Z30, Z9
+	VMOVUPS      Z9, 256(DI)
+	VMOVUPS      320(SI), Z1
+	VFMADD213PS  Z10, Z28, Z10
+	VSUBPS       Z10, Z1, Z10
+	VMULPS       Z10, Z29, Z10
+	VFMADD213PS  Z11, Z28, Z11
+	VFMADD231PS  Z10, Z30, Z11
+	VMOVUPS      Z11, 320(DI)
+	VMOVUPS      384(SI), Z1
+	VFMADD213PS  Z12, Z28, Z12
+	VSUBPS       Z12, Z1, Z12
+	VMULPS       Z12, Z29, Z12
+	VFMADD213PS  Z13, Z28, Z13
+	VFMADD231PS  Z12, Z30, Z13
+	VMOVUPS      Z13, 384(DI)
+	VMOVUPS      448(SI), Z1
+	VFMADD213PS  Z14, Z28, Z14
+	VSUBPS       Z14, Z1, Z14
+	VMULPS       Z14, Z29, Z14
+	VFMADD213PS  Z15, Z28, Z15
+	VFMADD231PS  Z14, Z30, Z15
+	VMOVUPS      Z15, 448(DI)
+	VMOVUPS      512(SI), Z1
+	VFMADD213PS  Z16, Z28, Z16
+	VSUBPS       Z16, Z1, Z16
+	VMULPS       Z16, Z29, Z16
+	VFMADD213PS  Z17, Z28, Z17
+	VFMADD231PS  Z16, Z30, Z17
+	VMOVUPS      Z17, 512(DI)
+	VMOVUPS      576(SI), Z1
+	VFMADD213PS  Z18, Z28, Z18
+	VSUBPS       Z18, Z1, Z18
+	VMULPS       Z18, Z29, Z18
+	VFMADD213PS  Z19, Z28, Z19
+	VFMADD231PS  Z18, Z30, Z19
+	VMOVUPS      Z19, 576(DI)
+	VMOVUPS      640(SI), Z1
+	VFMADD213PS  Z20, Z28, Z20
+	VSUBPS       Z20, Z1, Z20
+	VMULPS       Z20, Z29, Z20
+	VFMADD213PS  Z21, Z28, Z21
+	VFMADD231PS  Z20, Z30, Z21
+	VMOVUPS      Z21, 640(DI)
+	VMOVUPS      704(SI), Z1
+	VFMADD213PS  Z22, Z28, Z22
+	VSUBPS       Z22, Z1, Z22
+	VMULPS       Z22, Z29, Z22
+	VFMADD213PS  Z23, Z28, Z23
+	VFMADD231PS  Z22, Z30, Z23
+	VMOVUPS      Z23, 704(DI)
+	VMOVUPS      768(SI), Z1
+	VFMADD213PS  Z24, Z28, Z24
+	VSUBPS       Z24, Z1, Z24
+	VMULPS       Z24, Z29, Z24
+	VFMADD213PS  Z25, Z28, Z25
+	VFMADD231PS  Z24, Z30, Z25
+	VMOVUPS      Z25, 768(DI)
+	VMOVUPS.Z    832(SI), K1, Z1
+	VFMADD213PS  Z26, Z28, Z26
+	VSUBPS       Z26, Z1, Z26
+	VMULPS       Z26, Z29, Z26
+	VFMADD213PS  Z27, Z28, Z27
+	VFMADD231PS  Z26, Z30, Z27
+	VMOVUPS      Z27, K1, 832(DI)
+
+	// Write pass: S' = S + em1·S + k̂_i·δ over the same slab.
+	MOVQ AX, R10
+	MOVQ CX, AX
+	XORQ R11, R11
+
+write_31:
+	MOVQ         8(SP), CX
+	PREFETCHT1   (CX)
+	PREFETCHT1   256(CX)
+	PREFETCHT1   512(CX)
+	PREFETCHT1   768(CX)
+	ADDQ         $0x00000380, 8(SP)
+	VBROADCASTSS (DX)(R11*4), Z1
+	VMOVUPS      (R10), Z3
+	VFMADD213PS  Z3, Z28, Z3
+	VFMADD231PS  Z0, Z1, Z3
+	VMOVUPS      Z3, (AX)
+	VMOVUPS      64(R10), Z3
+	VFMADD213PS  Z3, Z28, Z3
+	VFMADD231PS  Z2, Z1, Z3
+	VMOVUPS      Z3, 64(AX)
+	VMOVUPS      128(R10), Z3
+	VFMADD213PS  Z3, Z28, Z3
+	VFMADD231PS  Z4, Z1, Z3
+	VMOVUPS      Z3, 128(AX)
+	VMOVUPS      192(R10), Z3
+	VFMADD213PS  Z3, Z28, Z3
+	VFMADD231PS  Z6, Z1, Z3
+	VMOVUPS      Z3, 192(AX)
+	VMOVUPS      256(R10), Z3
+	VFMADD213PS  Z3, Z28, Z3
+	VFMADD231PS  Z8, Z1, Z3
+	VMOVUPS      Z3, 256(AX)
+	VMOVUPS      320(R10), Z3
+	VFMADD213PS  Z3, Z28, Z3
+	VFMADD231PS  Z10, Z1, Z3
+	VMOVUPS      Z3, 320(AX)
+	VMOVUPS      384(R10), Z3
+	VFMADD213PS  Z3, Z28, Z3
+	VFMADD231PS  Z12, Z1, Z3
+	VMOVUPS      Z3, 384(AX)
+	VMOVUPS      448(R10), Z3
+	VFMADD213PS  Z3, Z28, Z3
+	VFMADD231PS  Z14, Z1, Z3
+	VMOVUPS      Z3, 448(AX)
+	VMOVUPS      512(R10), Z3
+	VFMADD213PS  Z3, Z28, Z3
+	VFMADD231PS  Z16, Z1, Z3
+	VMOVUPS      Z3, 512(AX)
+	VMOVUPS      576(R10), Z3
+	VFMADD213PS  Z3, Z28, Z3
+	VFMADD231PS  Z18, Z1, Z3
+	VMOVUPS      Z3, 576(AX)
+	VMOVUPS      640(R10), Z3
+	VFMADD213PS  Z3, Z28, Z3
+	VFMADD231PS  Z20, Z1, Z3
+	VMOVUPS      Z3, 640(AX)
+	VMOVUPS      704(R10), Z3
+	VFMADD213PS  Z3, Z28, Z3
+	VFMADD231PS  Z22, Z1, Z3
+	VMOVUPS      Z3, 704(AX)
+	VMOVUPS      768(R10), Z3
+	VFMADD213PS  Z3, Z28, Z3
+	VFMADD231PS  Z24, Z1, Z3
+	VMOVUPS      Z3, 768(AX)
+	VMOVUPS.Z    832(R10), K1, Z3
+	VFMADD213PS  Z3, Z28, Z3
+	VFMADD231PS  Z26, Z1, Z3
+	VMOVUPS      Z3, K1, 832(AX)
+	ADDQ         R9, R10
+	ADDQ         R9, AX
+	INCQ         R11
+	CMPQ         R11, R8
+	JB           write_31
+	JMP          decayed_16
+
+far_16:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	VBROADCASTSS eg+148(FP), Z28
 	VBROADCASTSS beta+152(FP), Z29
 	VBROADCASTSS kq+156(FP), Z30
@@ -3073,7 +4990,7 @@ read_16:
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_16:
+write_32:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	PREFETCHT1   256(CX)
@@ -3141,8 +5058,10 @@ write_16:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_16
-	JMP          stateAVX512_done_1
+	JB           write_32
+
+decayed_16:
+	JMP stateAVX512_done_1
 
 masked15_1:
 	// Block of 240 columns: read pass (Sᵀk̂, Sᵀq̂ of 14 vectors in registers).
@@ -3174,7 +5093,7 @@ masked15_1:
 	VBROADCASTSS zero<>+0(SB), Z25
 	VBROADCASTSS zero<>+0(SB), Z26
 	VBROADCASTSS zero<>+0(SB), Z27
-	LEAQ         16(SP), R10
+	LEAQ         24(SP), R10
 	ADDQ         $0x3f, R10
 	ANDQ         $-64, R10
 	VBROADCASTSS zero<>+0(SB), Z28
@@ -3239,8 +5158,206 @@ read_17:
 	INCQ         R12
 	CMPQ         R12, R8
 	JB           read_17
+	CMPB         16(SP), $0x00
+	JE           far_17
 
-	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	VBROADCASTSS em1+144(FP), Z28
+	VBROADCASTSS beta+152(FP), Z29
+	VBROADCASTSS kq+156(FP), Z30
+	VMOVUPS      (SI), Z31
+	VFMADD213PS  Z0, Z28, Z0
+	VSUBPS       Z0, Z31, Z0
+	VMULPS       Z0, Z29, Z0
+	VFMADD213PS  Z1, Z28, Z1
+	VFMADD231PS  Z0, Z30, Z1
+	VMOVUPS      Z1, (DI)
+	VMOVUPS      64(SI), Z1
+	VFMADD213PS  Z2, Z28, Z2
+	VSUBPS       Z2, Z1, Z2
+	VMULPS       Z2, Z29, Z2
+	VFMADD213PS  Z3, Z28, Z3
+	VFMADD231PS  Z2, Z30, Z3
+	VMOVUPS      Z3, 64(DI)
+	VMOVUPS      128(SI), Z1
+	VFMADD213PS  Z4, Z28, Z4
+	VSUBPS       Z4, Z1, Z4
+	VMULPS       Z4, Z29, Z4
+	VFMADD213PS  Z5, Z28, Z5
+	VFMADD231PS  Z4, Z30, Z5
+	VMOVUPS      Z5, 128(DI)
+	VMOVUPS      192(SI), Z1
+	VFMADD213PS  Z6, Z28, Z6
+	VSUBPS       Z6, Z1, Z6
+	VMULPS       Z6, Z29, Z6
+	VFMADD213PS  Z7, Z28, Z7
+	VFMADD231PS  Z6, Z30, Z7
+	VMOVUPS      Z7, 192(DI)
+	VMOVUPS      256(SI), Z1
+	VFMADD213PS  Z8, Z28, Z8
+	VSUBPS       Z8, Z1, Z8
+	VMULPS       Z8, Z29, Z8
+	VFMADD213PS  Z9, Z28, Z9
+	VFMADD231PS  Z8, Z30, Z9
+	VMOVUPS      Z9, 256(DI)
+	VMOVUPS      320(SI), Z1
+	VFMADD213PS  Z10, Z28, Z10
+	VSUBPS       Z10, Z1, Z10
+	VMULPS       Z10, Z29, Z10
+	VFMADD213PS  Z11, Z28, Z11
+	VFMADD231PS  Z10, Z30, Z11
+	VMOVUPS      Z11, 320(DI)
+	VMOVUPS      384(SI), Z1
+	VFMADD213PS  Z12, Z28, Z12
+	VSUBPS       Z12, Z1, Z12
+	VMULPS       Z12, Z29, Z12
+	VFMADD213PS  Z13, Z28, Z13
+	VFMADD231PS  Z12, Z30, Z13
+	VMOVUPS      Z13, 384(DI)
+	VMOVUPS      448(SI), Z1
+	VFMADD213PS  Z14, Z28, Z14
+	VSUBPS       Z14, Z1, Z14
+	VMULPS       Z14, Z29, Z14
+	VFMADD213PS  Z15, Z28, Z15
+	VFMADD231PS  Z14, Z30, Z15
+	VMOVUPS      Z15, 448(DI)
+	VMOVUPS      512(SI), Z1
+	VFMADD213PS  Z16, Z28, Z16
+	VSUBPS       Z16, Z1, Z16
+	VMULPS       Z16, Z29, Z16
+	VFMADD213PS  Z17, Z28, Z17
+	VFMADD231PS  Z16, Z30, Z17
+	VMOVUPS      Z17, 512(DI)
+	VMOVUPS      576(SI), Z1
+	VFMADD213PS  Z18, Z28, Z18
+	VSUBPS       Z18, Z1, Z18
+	VMULPS       Z18, Z29, Z18
+	VFMADD213PS  Z19, Z28, Z19
+	VFMADD231PS  Z18, Z30, Z19
+	VMOVUPS      Z19, 576(DI)
+	VMOVUPS      640(SI), Z1
+	VFMADD213PS  Z20, Z28, Z20
+	VSUBPS       Z20, Z1, Z20
+	VMULPS       Z20, Z29, Z20
+	VFMADD213PS  Z21, Z28, Z21
+	VFMADD231PS  Z20, Z30, Z21
+	VMOVUPS      Z21, 640(DI)
+	VMOVUPS      704(SI), Z1
+	VFMADD213PS  Z22, Z28, Z22
+	VSUBPS       Z22, Z1, Z22
+	VMULPS       Z22, Z29, Z22
+	VFMADD213PS  Z23, Z28, Z23
+	VFMADD231PS  Z22, Z30, Z23
+	VMOVUPS      Z23, 704(DI)
+	VMOVUPS      768(SI), Z1
+	VFMADD213PS  Z24, Z28, Z24
+	VSUBPS       Z24, Z1, Z24
+	VMULPS       Z24, Z29, Z24
+	VFMADD213PS  Z25, Z28, Z25
+	VFMADD231PS  Z24, Z30, Z25
+	VMOVUPS      Z25, 768(DI)
+	VMOVUPS      832(SI), Z1
+	VFMADD213PS  Z26, Z28, Z26
+	VSUBPS       Z26, Z1, Z26
+	VMULPS       Z26, Z29, Z26
+	VFMADD213PS  Z27, Z28, Z27
+	VFMADD231PS  Z26, Z30, Z27
+	VMOVUPS      Z27, 832(DI)
+	VMOVAPS      (R10), Z1
+	VMOVAPS      64(R10), Z3
+	VMOVUPS.Z    896(SI), K1, Z5
+	VFMADD213PS  Z1, Z28, Z1
+	VSUBPS       Z1, Z5, Z1
+	VMULPS       Z1, Z29, Z1
+	VFMADD213PS  Z3, Z28, Z3
+	VFMADD231PS  Z1, Z30, Z3
+	VMOVUPS      Z3, K1, 896(DI)
+	VMOVAPS      Z1, 64(R10)
+
+	// Write pass: S' = S + em1·S + k̂_i·δ over the same slab.
+	MOVQ AX, R11
+	MOVQ CX, AX
+	XORQ R12, R12
+
+write_33:
+	MOVQ         8(SP), CX
+	PREFETCHT1   (CX)
+	PREFETCHT1   256(CX)
+	PREFETCHT1   512(CX)
+	PREFETCHT1   768(CX)
+	ADDQ         $0x000003c0, 8(SP)
+	VBROADCASTSS (DX)(R12*4), Z1
+	VMOVUPS      (R11), Z3
+	VFMADD213PS  Z3, Z28, Z3
+	VFMADD231PS  Z0, Z1, Z3
+	VMOVUPS      Z3, (AX)
+	VMOVUPS      64(R11), Z3
+	VFMADD213PS  Z3, Z28, Z3
+	VFMADD231PS  Z2, Z1, Z3
+	VMOVUPS      Z3, 64(AX)
+	VMOVUPS      128(R11), Z3
+	VFMADD213PS  Z3, Z28, Z3
+	VFMADD231PS  Z4, Z1, Z3
+	VMOVUPS      Z3, 128(AX)
+	VMOVUPS      192(R11), Z3
+	VFMADD213PS  Z3, Z28, Z3
+	VFMADD231PS  Z6, Z1, Z3
+	VMOVUPS      Z3, 192(AX)
+	VMOVUPS      256(R11), Z3
+	VFMADD213PS  Z3, Z28, Z3
+	VFMADD231PS  Z8, Z1, Z3
+	VMOVUPS      Z3, 256(AX)
+	VMOVUPS      320(R11), Z3
+	VFMADD213PS  Z3, Z28, Z3
+	VFMADD231PS  Z10, Z1, Z3
+	VMOVUPS      Z3, 320(AX)
+	VMOVUPS      384(R11), Z3
+	VFMADD213PS  Z3, Z28, Z3
+	VFMADD231PS  Z12, Z1, Z3
+	VMOVUPS      Z3, 384(AX)
+	VMOVUPS      448(R11), Z3
+	VFMADD213PS  Z3, Z28, Z3
+	VFMADD231PS  Z14, Z1, Z3
+	VMOVUPS      Z3, 448(AX)
+	VMOVUPS      512(R11), Z3
+	VFMADD213PS  Z3, Z28, Z3
+	VFMADD231PS  Z16, Z1, Z3
+	VMOVUPS      Z3, 512(AX)
+	VMOVUPS      576(R11), Z3
+	VFMADD213PS  Z3, Z28, Z3
+	VFMADD231PS  Z18, Z1, Z3
+	VMOVUPS      Z3, 576(AX)
+	VMOVUPS      640(R11), Z3
+	VFMADD213PS  Z3, Z28, Z3
+	VFMADD231PS  Z20, Z1, Z3
+	VMOVUPS      Z3, 640(AX)
+	VMOVUPS      704(R11), Z3
+	VFMADD213PS  Z3, Z28, Z3
+	VFMADD231PS  Z22, Z1, Z3
+	VMOVUPS      Z3, 704(AX)
+	VMOVUPS      768(R11), Z3
+	VFMADD213PS  Z3, Z28, Z3
+	VFMADD231PS  Z24, Z1, Z3
+	VMOVUPS      Z3, 768(AX)
+	VMOVUPS      832(R11), Z3
+	VFMADD213PS  Z3, Z28, Z3
+	VFMADD231PS  Z26, Z1, Z3
+	VMOVUPS      Z3, 832(AX)
+	VMOVUPS.Z    896(R11), K1, Z3
+	VFMADD213PS  Z3, Z28, Z3
+	VFMADD231PS  64(R10), Z1, Z3
+	VMOVUPS      Z3, K1, 896(AX)
+	ADDQ         R9, R11
+	ADDQ         R9, AX
+	INCQ         R12
+	CMPQ         R12, R8
+	JB           write_33
+	JMP          decayed_17
+
+far_17:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	VBROADCASTSS eg+148(FP), Z28
 	VBROADCASTSS beta+152(FP), Z29
 	VBROADCASTSS kq+156(FP), Z30
@@ -3358,7 +5475,7 @@ read_17:
 	MOVQ CX, AX
 	XORQ R12, R12
 
-write_17:
+write_34:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	PREFETCHT1   256(CX)
@@ -3430,8 +5547,10 @@ write_17:
 	ADDQ         R9, AX
 	INCQ         R12
 	CMPQ         R12, R8
-	JB           write_17
-	JMP          stateAVX512_done_1
+	JB           write_34
+
+decayed_17:
+	JMP stateAVX512_done_1
 
 masked16_1:
 	// Block of 256 columns: read pass (Sᵀk̂, Sᵀq̂ of 14 vectors in registers).
@@ -3463,7 +5582,7 @@ masked16_1:
 	VBROADCASTSS zero<>+0(SB), Z25
 	VBROADCASTSS zero<>+0(SB), Z26
 	VBROADCASTSS zero<>+0(SB), Z27
-	LEAQ         16(SP), R10
+	LEAQ         24(SP), R10
 	ADDQ         $0x3f, R10
 	ANDQ         $-64, R10
 	VBROADCASTSS zero<>+0(SB), Z28
@@ -3537,8 +5656,220 @@ read_18:
 	INCQ         R12
 	CMPQ         R12, R8
 	JB           read_18
+	CMPB         16(SP), $0x00
+	JE           far_18
 
-	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	VBROADCASTSS em1+144(FP), Z28
+	VBROADCASTSS beta+152(FP), Z29
+	VBROADCASTSS kq+156(FP), Z30
+	VMOVUPS      (SI), Z31
+	VFMADD213PS  Z0, Z28, Z0
+	VSUBPS       Z0, Z31, Z0
+	VMULPS       Z0, Z29, Z0
+	VFMADD213PS  Z1, Z28, Z1
+	VFMADD231PS  Z0, Z30, Z1
+	VMOVUPS      Z1, (DI)
+	VMOVUPS      64(SI), Z1
+	VFMADD213PS  Z2, Z28, Z2
+	VSUBPS       Z2, Z1, Z2
+	VMULPS       Z2, Z29, Z2
+	VFMADD213PS  Z3, Z28, Z3
+	VFMADD231PS  Z2, Z30, Z3
+	VMOVUPS      Z3, 64(DI)
+	VMOVUPS      128(SI), Z1
+	VFMADD213PS  Z4, Z28, Z4
+	VSUBPS       Z4, Z1, Z4
+	VMULPS       Z4, Z29, Z4
+	VFMADD213PS  Z5, Z28, Z5
+	VFMADD231PS  Z4, Z30, Z5
+	VMOVUPS      Z5, 128(DI)
+	VMOVUPS      192(SI), Z1
+	VFMADD213PS  Z6, Z28, Z6
+	VSUBPS       Z6, Z1, Z6
+	VMULPS       Z6, Z29, Z6
+	VFMADD213PS  Z7, Z28, Z7
+	VFMADD231PS  Z6, Z30, Z7
+	VMOVUPS      Z7, 192(DI)
+	VMOVUPS      256(SI), Z1
+	VFMADD213PS  Z8, Z28, Z8
+	VSUBPS       Z8, Z1, Z8
+	VMULPS       Z8, Z29, Z8
+	VFMADD213PS  Z9, Z28, Z9
+	VFMADD231PS  Z8, Z30, Z9
+	VMOVUPS      Z9, 256(DI)
+	VMOVUPS      320(SI), Z1
+	VFMADD213PS  Z10, Z28, Z10
+	VSUBPS       Z10, Z1, Z10
+	VMULPS       Z10, Z29, Z10
+	VFMADD213PS  Z11, Z28, Z11
+	VFMADD231PS  Z10, Z30, Z11
+	VMOVUPS      Z11, 320(DI)
+	VMOVUPS      384(SI), Z1
+	VFMADD213PS  Z12, Z28, Z12
+	VSUBPS       Z12, Z1, Z12
+	VMULPS       Z12, Z29, Z12
+	VFMADD213PS  Z13, Z28, Z13
+	VFMADD231PS  Z12, Z30, Z13
+	VMOVUPS      Z13, 384(DI)
+	VMOVUPS      448(SI), Z1
+	VFMADD213PS  Z14, Z28, Z14
+	VSUBPS       Z14, Z1, Z14
+	VMULPS       Z14, Z29, Z14
+	VFMADD213PS  Z15, Z28, Z15
+	VFMADD231PS  Z14, Z30, Z15
+	VMOVUPS      Z15, 448(DI)
+	VMOVUPS      512(SI), Z1
+	VFMADD213PS  Z16, Z28, Z16
+	VSUBPS       Z16, Z1, Z16
+	VMULPS       Z16, Z29, Z16
+	VFMADD213PS  Z17, Z28, Z17
+	VFMADD231PS  Z16, Z30, Z17
+	VMOVUPS      Z17, 512(DI)
+	VMOVUPS      576(SI), Z1
+	VFMADD213PS  Z18, Z28, Z18
+	VSUBPS       Z18, Z1, Z18
+	VMULPS       Z18, Z29, Z18
+	VFMADD213PS  Z19, Z28, Z19
+	VFMADD231PS  Z18, Z30, Z19
+	VMOVUPS      Z19, 576(DI)
+	VMOVUPS      640(SI), Z1
+	VFMADD213PS  Z20, Z28, Z20
+	VSUBPS       Z20, Z1, Z20
+	VMULPS       Z20, Z29, Z20
+	VFMADD213PS  Z21, Z28, Z21
+	VFMADD231PS  Z20, Z30, Z21
+	VMOVUPS      Z21, 640(DI)
+	VMOVUPS      704(SI), Z1
+	VFMADD213PS  Z22, Z28, Z22
+	VSUBPS       Z22, Z1, Z22
+	VMULPS       Z22, Z29, Z22
+	VFMADD213PS  Z23, Z28, Z23
+	VFMADD231PS  Z22, Z30, Z23
+	VMOVUPS      Z23, 704(DI)
+	VMOVUPS      768(SI), Z1
+	VFMADD213PS  Z24, Z28, Z24
+	VSUBPS       Z24, Z1, Z24
+	VMULPS       Z24, Z29, Z24
+	VFMADD213PS  Z25, Z28, Z25
+	VFMADD231PS  Z24, Z30, Z25
+	VMOVUPS      Z25, 768(DI)
+	VMOVUPS      832(SI), Z1
+	VFMADD213PS  Z26, Z28, Z26
+	VSUBPS       Z26, Z1, Z26
+	VMULPS       Z26, Z29, Z26
+	VFMADD213PS  Z27, Z28, Z27
+	VFMADD231PS  Z26, Z30, Z27
+	VMOVUPS      Z27, 832(DI)
+	VMOVAPS      (R10), Z1
+	VMOVAPS      64(R10), Z3
+	VMOVUPS      896(SI), Z5
+	VFMADD213PS  Z1, Z28, Z1
+	VSUBPS       Z1, Z5, Z1
+	VMULPS       Z1, Z29, Z1
+	VFMADD213PS  Z3, Z28, Z3
+	VFMADD231PS  Z1, Z30, Z3
+	VMOVUPS      Z3, 896(DI)
+	VMOVAPS      Z1, 64(R10)
+	VMOVAPS      128(R10), Z1
+	VMOVAPS      192(R10), Z3
+	VMOVUPS.Z    960(SI), K1, Z5
+	VFMADD213PS  Z1, Z28, Z1
+	VSUBPS       Z1, Z5, Z1
+	VMULPS       Z1, Z29, Z1
+	VFMADD213PS  Z3, Z28, Z3
+	VFMADD231PS  Z1, Z30, Z3
+	VMOVUPS      Z3, K1, 960(DI)
+	VMOVAPS      Z1, 192(R10)
+
+	// Write pass: S' = S + em1·S + k̂_i·δ over the same slab.
+	MOVQ AX, R11
+	MOVQ CX, AX
+	XORQ R12, R12
+
+write_35:
+	MOVQ         8(SP), CX
+	PREFETCHT1   (CX)
+	PREFETCHT1   256(CX)
+	PREFETCHT1   512(CX)
+	PREFETCHT1   768(CX)
+	ADDQ         $0x00000400, 8(SP)
+	VBROADCASTSS (DX)(R12*4), Z1
+	VMOVUPS      (R11), Z3
+	VFMADD213PS  Z3, Z28, Z3
+	VFMADD231PS  Z0, Z1, Z3
+	VMOVUPS      Z3, (AX)
+	VMOVUPS      64(R11), Z3
+	VFMADD213PS  Z3, Z28, Z3
+	VFMADD231PS  Z2, Z1, Z3
+	VMOVUPS      Z3, 64(AX)
+	VMOVUPS      128(R11), Z3
+	VFMADD213PS  Z3, Z28, Z3
+	VFMADD231PS  Z4, Z1, Z3
+	VMOVUPS      Z3, 128(AX)
+	VMOVUPS      192(R11), Z3
+	VFMADD213PS  Z3, Z28, Z3
+	VFMADD231PS  Z6, Z1, Z3
+	VMOVUPS      Z3, 192(AX)
+	VMOVUPS      256(R11), Z3
+	VFMADD213PS  Z3, Z28, Z3
+	VFMADD231PS  Z8, Z1, Z3
+	VMOVUPS      Z3, 256(AX)
+	VMOVUPS      320(R11), Z3
+	VFMADD213PS  Z3, Z28, Z3
+	VFMADD231PS  Z10, Z1, Z3
+	VMOVUPS      Z3, 320(AX)
+	VMOVUPS      384(R11), Z3
+	VFMADD213PS  Z3, Z28, Z3
+	VFMADD231PS  Z12, Z1, Z3
+	VMOVUPS      Z3, 384(AX)
+	VMOVUPS      448(R11), Z3
+	VFMADD213PS  Z3, Z28, Z3
+	VFMADD231PS  Z14, Z1, Z3
+	VMOVUPS      Z3, 448(AX)
+	VMOVUPS      512(R11), Z3
+	VFMADD213PS  Z3, Z28, Z3
+	VFMADD231PS  Z16, Z1, Z3
+	VMOVUPS      Z3, 512(AX)
+	VMOVUPS      576(R11), Z3
+	VFMADD213PS  Z3, Z28, Z3
+	VFMADD231PS  Z18, Z1, Z3
+	VMOVUPS      Z3, 576(AX)
+	VMOVUPS      640(R11), Z3
+	VFMADD213PS  Z3, Z28, Z3
+	VFMADD231PS  Z20, Z1, Z3
+	VMOVUPS      Z3, 640(AX)
+	VMOVUPS      704(R11), Z3
+	VFMADD213PS  Z3, Z28, Z3
+	VFMADD231PS  Z22, Z1, Z3
+	VMOVUPS      Z3, 704(AX)
+	VMOVUPS      768(R11), Z3
+	VFMADD213PS  Z3, Z28, Z3
+	VFMADD231PS  Z24, Z1, Z3
+	VMOVUPS      Z3, 768(AX)
+	VMOVUPS      832(R11), Z3
+	VFMADD213PS  Z3, Z28, Z3
+	VFMADD231PS  Z26, Z1, Z3
+	VMOVUPS      Z3, 832(AX)
+	VMOVUPS      896(R11), Z3
+	VFMADD213PS  Z3, Z28, Z3
+	VFMADD231PS  64(R10), Z1, Z3
+	VMOVUPS      Z3, 896(AX)
+	VMOVUPS.Z    960(R11), K1, Z3
+	VFMADD213PS  Z3, Z28, Z3
+	VFMADD231PS  192(R10), Z1, Z3
+	VMOVUPS      Z3, K1, 960(AX)
+	ADDQ         R9, R11
+	ADDQ         R9, AX
+	INCQ         R12
+	CMPQ         R12, R8
+	JB           write_35
+	JMP          decayed_18
+
+far_18:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	VBROADCASTSS eg+148(FP), Z28
 	VBROADCASTSS beta+152(FP), Z29
 	VBROADCASTSS kq+156(FP), Z30
@@ -3666,7 +5997,7 @@ read_18:
 	MOVQ CX, AX
 	XORQ R12, R12
 
-write_18:
+write_36:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	PREFETCHT1   256(CX)
@@ -3742,8 +6073,9 @@ write_18:
 	ADDQ         R9, AX
 	INCQ         R12
 	CMPQ         R12, R8
-	JB           write_18
+	JB           write_36
 
+decayed_18:
 stateAVX512_done_1:
 	VZEROUPPER
 	RET
@@ -4057,7 +6389,7 @@ l2reduce_1:
 
 // func stateAVX2(sIn []float32, sOut []float32, kh []float32, qh []float32, v []float32, o []float32, em1 float32, eg float32, beta float32, kq float32)
 // Requires: AVX, FMA3, MMX+
-TEXT ·stateAVX2(SB), NOSPLIT, $208-160
+TEXT ·stateAVX2(SB), NOSPLIT, $216-160
 	MOVQ  sIn_base+0(FP), AX
 	MOVQ  sOut_base+24(FP), CX
 	MOVQ  kh_base+48(FP), DX
@@ -4088,9 +6420,14 @@ TEXT ·stateAVX2(SB), NOSPLIT, $208-160
 	IMULQ      R9, R10
 	ADDQ       AX, R10
 	MOVQ       R10, 8(SP)
-	LEAQ       16(SP), R10
-	ADDQ       $0x1f, R10
-	ANDQ       $-32, R10
+
+	// The decay form, once per call: near = em1 ≥ -0.5 (false for a NaN em1).
+	VMOVSS   em1+144(FP), X0
+	VUCOMISS nearone<>+0(SB), X0
+	SETCC    16(SP)
+	LEAQ     24(SP), R10
+	ADDQ     $0x1f, R10
+	ANDQ     $-32, R10
 
 rows256_1:
 	CMPQ (SP), $0x00000100
@@ -4209,8 +6546,197 @@ rread_1:
 	INCQ         R12
 	CMPQ         R12, R8
 	JB           rread_1
+	CMPB         16(SP), $0x00
+	JE           far_19
 
-	// δ = beta·(v − eg·Sᵀk̂), in o.
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), in o.
+	VBROADCASTSS em1+144(FP), Y13
+	VBROADCASTSS beta+152(FP), Y14
+	VMOVUPS      (SI), Y15
+	VFMADD213PS  Y0, Y13, Y0
+	VSUBPS       Y0, Y15, Y0
+	VMULPS       Y0, Y14, Y0
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      32(SI), Y0
+	VFMADD213PS  Y1, Y13, Y1
+	VSUBPS       Y1, Y0, Y1
+	VMULPS       Y1, Y14, Y1
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      64(SI), Y0
+	VFMADD213PS  Y2, Y13, Y2
+	VSUBPS       Y2, Y0, Y2
+	VMULPS       Y2, Y14, Y2
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      96(SI), Y0
+	VFMADD213PS  Y3, Y13, Y3
+	VSUBPS       Y3, Y0, Y3
+	VMULPS       Y3, Y14, Y3
+	VMOVUPS      Y3, 96(DI)
+	VMOVUPS      128(SI), Y0
+	VFMADD213PS  Y4, Y13, Y4
+	VSUBPS       Y4, Y0, Y4
+	VMULPS       Y4, Y14, Y4
+	VMOVUPS      Y4, 128(DI)
+	VMOVUPS      160(SI), Y0
+	VFMADD213PS  Y5, Y13, Y5
+	VSUBPS       Y5, Y0, Y5
+	VMULPS       Y5, Y14, Y5
+	VMOVUPS      Y5, 160(DI)
+	VMOVUPS      192(SI), Y0
+	VFMADD213PS  Y6, Y13, Y6
+	VSUBPS       Y6, Y0, Y6
+	VMULPS       Y6, Y14, Y6
+	VMOVUPS      Y6, 192(DI)
+	VMOVUPS      224(SI), Y0
+	VFMADD213PS  Y7, Y13, Y7
+	VSUBPS       Y7, Y0, Y7
+	VMULPS       Y7, Y14, Y7
+	VMOVUPS      Y7, 224(DI)
+	VMOVUPS      256(SI), Y0
+	VFMADD213PS  Y8, Y13, Y8
+	VSUBPS       Y8, Y0, Y8
+	VMULPS       Y8, Y14, Y8
+	VMOVUPS      Y8, 256(DI)
+	VMOVUPS      288(SI), Y0
+	VFMADD213PS  Y9, Y13, Y9
+	VSUBPS       Y9, Y0, Y9
+	VMULPS       Y9, Y14, Y9
+	VMOVUPS      Y9, 288(DI)
+	VMOVUPS      320(SI), Y0
+	VFMADD213PS  Y10, Y13, Y10
+	VSUBPS       Y10, Y0, Y10
+	VMULPS       Y10, Y14, Y10
+	VMOVUPS      Y10, 320(DI)
+	VMOVUPS      352(SI), Y0
+	VFMADD213PS  Y11, Y13, Y11
+	VSUBPS       Y11, Y0, Y11
+	VMULPS       Y11, Y14, Y11
+	VMOVUPS      Y11, 352(DI)
+	VMOVUPS      384(SI), Y0
+	VFMADD213PS  Y12, Y13, Y12
+	VSUBPS       Y12, Y0, Y12
+	VMULPS       Y12, Y14, Y12
+	VMOVUPS      Y12, 384(DI)
+	VMOVUPS      416(DI), Y0
+	VMOVUPS      416(SI), Y1
+	VFMADD213PS  Y0, Y13, Y0
+	VSUBPS       Y0, Y1, Y0
+	VMULPS       Y0, Y14, Y0
+	VMOVUPS      Y0, 416(DI)
+	VMOVUPS      448(DI), Y0
+	VMOVUPS      448(SI), Y1
+	VFMADD213PS  Y0, Y13, Y0
+	VSUBPS       Y0, Y1, Y0
+	VMULPS       Y0, Y14, Y0
+	VMOVUPS      Y0, 448(DI)
+	VMOVUPS      480(DI), Y0
+	VMOVUPS      480(SI), Y1
+	VFMADD213PS  Y0, Y13, Y0
+	VSUBPS       Y0, Y1, Y0
+	VMULPS       Y0, Y14, Y0
+	VMOVUPS      Y0, 480(DI)
+	VMOVUPS      512(DI), Y0
+	VMOVUPS      512(SI), Y1
+	VFMADD213PS  Y0, Y13, Y0
+	VSUBPS       Y0, Y1, Y0
+	VMULPS       Y0, Y14, Y0
+	VMOVUPS      Y0, 512(DI)
+	VMOVUPS      544(DI), Y0
+	VMOVUPS      544(SI), Y1
+	VFMADD213PS  Y0, Y13, Y0
+	VSUBPS       Y0, Y1, Y0
+	VMULPS       Y0, Y14, Y0
+	VMOVUPS      Y0, 544(DI)
+	VMOVUPS      576(DI), Y0
+	VMOVUPS      576(SI), Y1
+	VFMADD213PS  Y0, Y13, Y0
+	VSUBPS       Y0, Y1, Y0
+	VMULPS       Y0, Y14, Y0
+	VMOVUPS      Y0, 576(DI)
+	VMOVUPS      608(DI), Y0
+	VMOVUPS      608(SI), Y1
+	VFMADD213PS  Y0, Y13, Y0
+	VSUBPS       Y0, Y1, Y0
+	VMULPS       Y0, Y14, Y0
+	VMOVUPS      Y0, 608(DI)
+	VMOVUPS      640(DI), Y0
+	VMOVUPS      640(SI), Y1
+	VFMADD213PS  Y0, Y13, Y0
+	VSUBPS       Y0, Y1, Y0
+	VMULPS       Y0, Y14, Y0
+	VMOVUPS      Y0, 640(DI)
+	VMOVUPS      672(DI), Y0
+	VMOVUPS      672(SI), Y1
+	VFMADD213PS  Y0, Y13, Y0
+	VSUBPS       Y0, Y1, Y0
+	VMULPS       Y0, Y14, Y0
+	VMOVUPS      Y0, 672(DI)
+	VMOVUPS      704(DI), Y0
+	VMOVUPS      704(SI), Y1
+	VFMADD213PS  Y0, Y13, Y0
+	VSUBPS       Y0, Y1, Y0
+	VMULPS       Y0, Y14, Y0
+	VMOVUPS      Y0, 704(DI)
+	VMOVUPS      736(DI), Y0
+	VMOVUPS      736(SI), Y1
+	VFMADD213PS  Y0, Y13, Y0
+	VSUBPS       Y0, Y1, Y0
+	VMULPS       Y0, Y14, Y0
+	VMOVUPS      Y0, 736(DI)
+	VMOVUPS      768(DI), Y0
+	VMOVUPS      768(SI), Y1
+	VFMADD213PS  Y0, Y13, Y0
+	VSUBPS       Y0, Y1, Y0
+	VMULPS       Y0, Y14, Y0
+	VMOVUPS      Y0, 768(DI)
+	VMOVUPS      800(DI), Y0
+	VMOVUPS      800(SI), Y1
+	VFMADD213PS  Y0, Y13, Y0
+	VSUBPS       Y0, Y1, Y0
+	VMULPS       Y0, Y14, Y0
+	VMOVUPS      Y0, 800(DI)
+	VMOVUPS      832(DI), Y0
+	VMOVUPS      832(SI), Y1
+	VFMADD213PS  Y0, Y13, Y0
+	VSUBPS       Y0, Y1, Y0
+	VMULPS       Y0, Y14, Y0
+	VMOVUPS      Y0, 832(DI)
+	VMOVUPS      864(DI), Y0
+	VMOVUPS      864(SI), Y1
+	VFMADD213PS  Y0, Y13, Y0
+	VSUBPS       Y0, Y1, Y0
+	VMULPS       Y0, Y14, Y0
+	VMOVUPS      Y0, 864(DI)
+	VMOVUPS      896(DI), Y0
+	VMOVUPS      896(SI), Y1
+	VFMADD213PS  Y0, Y13, Y0
+	VSUBPS       Y0, Y1, Y0
+	VMULPS       Y0, Y14, Y0
+	VMOVUPS      Y0, 896(DI)
+	VMOVUPS      928(DI), Y0
+	VMOVUPS      928(SI), Y1
+	VFMADD213PS  Y0, Y13, Y0
+	VSUBPS       Y0, Y1, Y0
+	VMULPS       Y0, Y14, Y0
+	VMOVUPS      Y0, 928(DI)
+	VMOVUPS      960(DI), Y0
+	VMOVUPS      960(SI), Y1
+	VFMADD213PS  Y0, Y13, Y0
+	VSUBPS       Y0, Y1, Y0
+	VMULPS       Y0, Y14, Y0
+	VMOVUPS      Y0, 960(DI)
+	VMOVUPS      992(DI), Y0
+	VMOVUPS      992(SI), Y1
+	VFMADD213PS  Y0, Y13, Y0
+	VSUBPS       Y0, Y1, Y0
+	VMULPS       Y0, Y14, Y0
+	VMOVUPS      Y0, 992(DI)
+	JMP          decayed_19
+
+far_19:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), in o.
 	VBROADCASTSS eg+148(FP), Y13
 	VBROADCASTSS beta+152(FP), Y14
 	VMOVUPS      (SI), Y15
@@ -4393,7 +6919,8 @@ rread_1:
 	VMULPS       Y0, Y14, Y0
 	VMOVUPS      Y0, 992(DI)
 
-	// Write pass over YMM 0–15: S' = eg·S + k̂_i·δ, Sᵀq̂ of YMM ≥ 11 in the frame.
+decayed_19:
+	// Write pass over YMM 0–15, Sᵀq̂ of YMM ≥ 11 in the frame.
 	VXORPS  Y0, Y0, Y0
 	VMOVAPS Y0, (R10)
 	VMOVAPS Y0, 32(R10)
@@ -4411,106 +6938,112 @@ rread_1:
 	VXORPS  Y8, Y8, Y8
 	VXORPS  Y9, Y9, Y9
 	VXORPS  Y10, Y10, Y10
-	MOVQ    AX, R11
-	MOVQ    CX, R13
-	XORQ    R12, R12
+	CMPB    16(SP), $0x00
+	JE      far_20
+
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// S' = S + em1·S + k̂_i·δ.
+	VBROADCASTSS em1+144(FP), Y11
+	MOVQ         AX, R11
+	MOVQ         CX, R13
+	XORQ         R12, R12
 
 rwrite_1:
 	MOVQ         8(SP), R14
 	PREFETCHT1   (R14)
 	PREFETCHT1   256(R14)
 	ADDQ         $0x00000200, 8(SP)
-	VBROADCASTSS (DX)(R12*4), Y11
-	VBROADCASTSS (BX)(R12*4), Y12
+	VBROADCASTSS (DX)(R12*4), Y12
+	VBROADCASTSS (BX)(R12*4), Y13
 	VMOVUPS      (R11), Y14
-	VFMADD231PS  Y14, Y12, Y0
-	VMULPS       Y14, Y13, Y14
-	VFMADD231PS  (DI), Y11, Y14
+	VFMADD231PS  Y14, Y13, Y0
+	VFMADD213PS  Y14, Y11, Y14
+	VFMADD231PS  (DI), Y12, Y14
 	VMOVUPS      Y14, (R13)
 	VMOVUPS      32(R11), Y14
-	VFMADD231PS  Y14, Y12, Y1
-	VMULPS       Y14, Y13, Y14
-	VFMADD231PS  32(DI), Y11, Y14
+	VFMADD231PS  Y14, Y13, Y1
+	VFMADD213PS  Y14, Y11, Y14
+	VFMADD231PS  32(DI), Y12, Y14
 	VMOVUPS      Y14, 32(R13)
 	VMOVUPS      64(R11), Y14
-	VFMADD231PS  Y14, Y12, Y2
-	VMULPS       Y14, Y13, Y14
-	VFMADD231PS  64(DI), Y11, Y14
+	VFMADD231PS  Y14, Y13, Y2
+	VFMADD213PS  Y14, Y11, Y14
+	VFMADD231PS  64(DI), Y12, Y14
 	VMOVUPS      Y14, 64(R13)
 	VMOVUPS      96(R11), Y14
-	VFMADD231PS  Y14, Y12, Y3
-	VMULPS       Y14, Y13, Y14
-	VFMADD231PS  96(DI), Y11, Y14
+	VFMADD231PS  Y14, Y13, Y3
+	VFMADD213PS  Y14, Y11, Y14
+	VFMADD231PS  96(DI), Y12, Y14
 	VMOVUPS      Y14, 96(R13)
 	VMOVUPS      128(R11), Y14
-	VFMADD231PS  Y14, Y12, Y4
-	VMULPS       Y14, Y13, Y14
-	VFMADD231PS  128(DI), Y11, Y14
+	VFMADD231PS  Y14, Y13, Y4
+	VFMADD213PS  Y14, Y11, Y14
+	VFMADD231PS  128(DI), Y12, Y14
 	VMOVUPS      Y14, 128(R13)
 	VMOVUPS      160(R11), Y14
-	VFMADD231PS  Y14, Y12, Y5
-	VMULPS       Y14, Y13, Y14
-	VFMADD231PS  160(DI), Y11, Y14
+	VFMADD231PS  Y14, Y13, Y5
+	VFMADD213PS  Y14, Y11, Y14
+	VFMADD231PS  160(DI), Y12, Y14
 	VMOVUPS      Y14, 160(R13)
 	VMOVUPS      192(R11), Y14
-	VFMADD231PS  Y14, Y12, Y6
-	VMULPS       Y14, Y13, Y14
-	VFMADD231PS  192(DI), Y11, Y14
+	VFMADD231PS  Y14, Y13, Y6
+	VFMADD213PS  Y14, Y11, Y14
+	VFMADD231PS  192(DI), Y12, Y14
 	VMOVUPS      Y14, 192(R13)
 	VMOVUPS      224(R11), Y14
-	VFMADD231PS  Y14, Y12, Y7
-	VMULPS       Y14, Y13, Y14
-	VFMADD231PS  224(DI), Y11, Y14
+	VFMADD231PS  Y14, Y13, Y7
+	VFMADD213PS  Y14, Y11, Y14
+	VFMADD231PS  224(DI), Y12, Y14
 	VMOVUPS      Y14, 224(R13)
 	VMOVUPS      256(R11), Y14
-	VFMADD231PS  Y14, Y12, Y8
-	VMULPS       Y14, Y13, Y14
-	VFMADD231PS  256(DI), Y11, Y14
+	VFMADD231PS  Y14, Y13, Y8
+	VFMADD213PS  Y14, Y11, Y14
+	VFMADD231PS  256(DI), Y12, Y14
 	VMOVUPS      Y14, 256(R13)
 	VMOVUPS      288(R11), Y14
-	VFMADD231PS  Y14, Y12, Y9
-	VMULPS       Y14, Y13, Y14
-	VFMADD231PS  288(DI), Y11, Y14
+	VFMADD231PS  Y14, Y13, Y9
+	VFMADD213PS  Y14, Y11, Y14
+	VFMADD231PS  288(DI), Y12, Y14
 	VMOVUPS      Y14, 288(R13)
 	VMOVUPS      320(R11), Y14
-	VFMADD231PS  Y14, Y12, Y10
-	VMULPS       Y14, Y13, Y14
-	VFMADD231PS  320(DI), Y11, Y14
+	VFMADD231PS  Y14, Y13, Y10
+	VFMADD213PS  Y14, Y11, Y14
+	VFMADD231PS  320(DI), Y12, Y14
 	VMOVUPS      Y14, 320(R13)
 	VMOVUPS      352(R11), Y14
 	VMOVAPS      (R10), Y15
-	VFMADD231PS  Y14, Y12, Y15
+	VFMADD231PS  Y14, Y13, Y15
 	VMOVAPS      Y15, (R10)
-	VMULPS       Y14, Y13, Y14
-	VFMADD231PS  352(DI), Y11, Y14
+	VFMADD213PS  Y14, Y11, Y14
+	VFMADD231PS  352(DI), Y12, Y14
 	VMOVUPS      Y14, 352(R13)
 	VMOVUPS      384(R11), Y14
 	VMOVAPS      32(R10), Y15
-	VFMADD231PS  Y14, Y12, Y15
+	VFMADD231PS  Y14, Y13, Y15
 	VMOVAPS      Y15, 32(R10)
-	VMULPS       Y14, Y13, Y14
-	VFMADD231PS  384(DI), Y11, Y14
+	VFMADD213PS  Y14, Y11, Y14
+	VFMADD231PS  384(DI), Y12, Y14
 	VMOVUPS      Y14, 384(R13)
 	VMOVUPS      416(R11), Y14
 	VMOVAPS      64(R10), Y15
-	VFMADD231PS  Y14, Y12, Y15
+	VFMADD231PS  Y14, Y13, Y15
 	VMOVAPS      Y15, 64(R10)
-	VMULPS       Y14, Y13, Y14
-	VFMADD231PS  416(DI), Y11, Y14
+	VFMADD213PS  Y14, Y11, Y14
+	VFMADD231PS  416(DI), Y12, Y14
 	VMOVUPS      Y14, 416(R13)
 	VMOVUPS      448(R11), Y14
 	VMOVAPS      96(R10), Y15
-	VFMADD231PS  Y14, Y12, Y15
+	VFMADD231PS  Y14, Y13, Y15
 	VMOVAPS      Y15, 96(R10)
-	VMULPS       Y14, Y13, Y14
-	VFMADD231PS  448(DI), Y11, Y14
+	VFMADD213PS  Y14, Y11, Y14
+	VFMADD231PS  448(DI), Y12, Y14
 	VMOVUPS      Y14, 448(R13)
 	VMOVUPS      480(R11), Y14
 	VMOVAPS      128(R10), Y15
-	VFMADD231PS  Y14, Y12, Y15
+	VFMADD231PS  Y14, Y13, Y15
 	VMOVAPS      Y15, 128(R10)
-	VMULPS       Y14, Y13, Y14
-	VFMADD231PS  480(DI), Y11, Y14
+	VFMADD213PS  Y14, Y11, Y14
+	VFMADD231PS  480(DI), Y12, Y14
 	VMOVUPS      Y14, 480(R13)
 	ADDQ         R9, R11
 	ADDQ         R9, R13
@@ -4518,58 +7051,232 @@ rwrite_1:
 	CMPQ         R12, R8
 	JB           rwrite_1
 
-	// o = eg·Sᵀq̂ + kq·δ over δ.
-	VBROADCASTSS kq+156(FP), Y11
-	VMULPS       Y0, Y13, Y0
-	VFMADD231PS  (DI), Y11, Y0
+	// o = decay(Sᵀq̂) + kq·δ over δ.
+	VBROADCASTSS kq+156(FP), Y12
+	VFMADD213PS  Y0, Y11, Y0
+	VFMADD231PS  (DI), Y12, Y0
 	VMOVUPS      Y0, (DI)
-	VMULPS       Y1, Y13, Y0
-	VFMADD231PS  32(DI), Y11, Y0
-	VMOVUPS      Y0, 32(DI)
-	VMULPS       Y2, Y13, Y0
-	VFMADD231PS  64(DI), Y11, Y0
-	VMOVUPS      Y0, 64(DI)
-	VMULPS       Y3, Y13, Y0
-	VFMADD231PS  96(DI), Y11, Y0
-	VMOVUPS      Y0, 96(DI)
-	VMULPS       Y4, Y13, Y0
-	VFMADD231PS  128(DI), Y11, Y0
-	VMOVUPS      Y0, 128(DI)
-	VMULPS       Y5, Y13, Y0
-	VFMADD231PS  160(DI), Y11, Y0
-	VMOVUPS      Y0, 160(DI)
-	VMULPS       Y6, Y13, Y0
-	VFMADD231PS  192(DI), Y11, Y0
-	VMOVUPS      Y0, 192(DI)
-	VMULPS       Y7, Y13, Y0
-	VFMADD231PS  224(DI), Y11, Y0
-	VMOVUPS      Y0, 224(DI)
-	VMULPS       Y8, Y13, Y0
-	VFMADD231PS  256(DI), Y11, Y0
-	VMOVUPS      Y0, 256(DI)
-	VMULPS       Y9, Y13, Y0
-	VFMADD231PS  288(DI), Y11, Y0
-	VMOVUPS      Y0, 288(DI)
-	VMULPS       Y10, Y13, Y0
-	VFMADD231PS  320(DI), Y11, Y0
-	VMOVUPS      Y0, 320(DI)
-	VMULPS       (R10), Y13, Y0
-	VFMADD231PS  352(DI), Y11, Y0
+	VFMADD213PS  Y1, Y11, Y1
+	VFMADD231PS  32(DI), Y12, Y1
+	VMOVUPS      Y1, 32(DI)
+	VFMADD213PS  Y2, Y11, Y2
+	VFMADD231PS  64(DI), Y12, Y2
+	VMOVUPS      Y2, 64(DI)
+	VFMADD213PS  Y3, Y11, Y3
+	VFMADD231PS  96(DI), Y12, Y3
+	VMOVUPS      Y3, 96(DI)
+	VFMADD213PS  Y4, Y11, Y4
+	VFMADD231PS  128(DI), Y12, Y4
+	VMOVUPS      Y4, 128(DI)
+	VFMADD213PS  Y5, Y11, Y5
+	VFMADD231PS  160(DI), Y12, Y5
+	VMOVUPS      Y5, 160(DI)
+	VFMADD213PS  Y6, Y11, Y6
+	VFMADD231PS  192(DI), Y12, Y6
+	VMOVUPS      Y6, 192(DI)
+	VFMADD213PS  Y7, Y11, Y7
+	VFMADD231PS  224(DI), Y12, Y7
+	VMOVUPS      Y7, 224(DI)
+	VFMADD213PS  Y8, Y11, Y8
+	VFMADD231PS  256(DI), Y12, Y8
+	VMOVUPS      Y8, 256(DI)
+	VFMADD213PS  Y9, Y11, Y9
+	VFMADD231PS  288(DI), Y12, Y9
+	VMOVUPS      Y9, 288(DI)
+	VFMADD213PS  Y10, Y11, Y10
+	VFMADD231PS  320(DI), Y12, Y10
+	VMOVUPS      Y10, 320(DI)
+	VMOVAPS      (R10), Y0
+	VFMADD213PS  Y0, Y11, Y0
+	VFMADD231PS  352(DI), Y12, Y0
 	VMOVUPS      Y0, 352(DI)
-	VMULPS       32(R10), Y13, Y0
-	VFMADD231PS  384(DI), Y11, Y0
+	VMOVAPS      32(R10), Y0
+	VFMADD213PS  Y0, Y11, Y0
+	VFMADD231PS  384(DI), Y12, Y0
 	VMOVUPS      Y0, 384(DI)
-	VMULPS       64(R10), Y13, Y0
-	VFMADD231PS  416(DI), Y11, Y0
+	VMOVAPS      64(R10), Y0
+	VFMADD213PS  Y0, Y11, Y0
+	VFMADD231PS  416(DI), Y12, Y0
 	VMOVUPS      Y0, 416(DI)
-	VMULPS       96(R10), Y13, Y0
-	VFMADD231PS  448(DI), Y11, Y0
+	VMOVAPS      96(R10), Y0
+	VFMADD213PS  Y0, Y11, Y0
+	VFMADD231PS  448(DI), Y12, Y0
 	VMOVUPS      Y0, 448(DI)
-	VMULPS       128(R10), Y13, Y0
-	VFMADD231PS  480(DI), Y11, Y0
+	VMOVAPS      128(R10), Y0
+	VFMADD213PS  Y0, Y11, Y0
+	VFMADD231PS  480(DI), Y12, Y0
+	VMOVUPS      Y0, 480(DI)
+	JMP          decayed_20
+
+far_20:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// S' = eg·S + k̂_i·δ.
+	VBROADCASTSS eg+148(FP), Y11
+	MOVQ         AX, R11
+	MOVQ         CX, R13
+	XORQ         R12, R12
+
+rwrite_2:
+	MOVQ         8(SP), R14
+	PREFETCHT1   (R14)
+	PREFETCHT1   256(R14)
+	ADDQ         $0x00000200, 8(SP)
+	VBROADCASTSS (DX)(R12*4), Y12
+	VBROADCASTSS (BX)(R12*4), Y13
+	VMOVUPS      (R11), Y14
+	VFMADD231PS  Y14, Y13, Y0
+	VMULPS       Y14, Y11, Y14
+	VFMADD231PS  (DI), Y12, Y14
+	VMOVUPS      Y14, (R13)
+	VMOVUPS      32(R11), Y14
+	VFMADD231PS  Y14, Y13, Y1
+	VMULPS       Y14, Y11, Y14
+	VFMADD231PS  32(DI), Y12, Y14
+	VMOVUPS      Y14, 32(R13)
+	VMOVUPS      64(R11), Y14
+	VFMADD231PS  Y14, Y13, Y2
+	VMULPS       Y14, Y11, Y14
+	VFMADD231PS  64(DI), Y12, Y14
+	VMOVUPS      Y14, 64(R13)
+	VMOVUPS      96(R11), Y14
+	VFMADD231PS  Y14, Y13, Y3
+	VMULPS       Y14, Y11, Y14
+	VFMADD231PS  96(DI), Y12, Y14
+	VMOVUPS      Y14, 96(R13)
+	VMOVUPS      128(R11), Y14
+	VFMADD231PS  Y14, Y13, Y4
+	VMULPS       Y14, Y11, Y14
+	VFMADD231PS  128(DI), Y12, Y14
+	VMOVUPS      Y14, 128(R13)
+	VMOVUPS      160(R11), Y14
+	VFMADD231PS  Y14, Y13, Y5
+	VMULPS       Y14, Y11, Y14
+	VFMADD231PS  160(DI), Y12, Y14
+	VMOVUPS      Y14, 160(R13)
+	VMOVUPS      192(R11), Y14
+	VFMADD231PS  Y14, Y13, Y6
+	VMULPS       Y14, Y11, Y14
+	VFMADD231PS  192(DI), Y12, Y14
+	VMOVUPS      Y14, 192(R13)
+	VMOVUPS      224(R11), Y14
+	VFMADD231PS  Y14, Y13, Y7
+	VMULPS       Y14, Y11, Y14
+	VFMADD231PS  224(DI), Y12, Y14
+	VMOVUPS      Y14, 224(R13)
+	VMOVUPS      256(R11), Y14
+	VFMADD231PS  Y14, Y13, Y8
+	VMULPS       Y14, Y11, Y14
+	VFMADD231PS  256(DI), Y12, Y14
+	VMOVUPS      Y14, 256(R13)
+	VMOVUPS      288(R11), Y14
+	VFMADD231PS  Y14, Y13, Y9
+	VMULPS       Y14, Y11, Y14
+	VFMADD231PS  288(DI), Y12, Y14
+	VMOVUPS      Y14, 288(R13)
+	VMOVUPS      320(R11), Y14
+	VFMADD231PS  Y14, Y13, Y10
+	VMULPS       Y14, Y11, Y14
+	VFMADD231PS  320(DI), Y12, Y14
+	VMOVUPS      Y14, 320(R13)
+	VMOVUPS      352(R11), Y14
+	VMOVAPS      (R10), Y15
+	VFMADD231PS  Y14, Y13, Y15
+	VMOVAPS      Y15, (R10)
+	VMULPS       Y14, Y11, Y14
+	VFMADD231PS  352(DI), Y12, Y14
+	VMOVUPS      Y14, 352(R13)
+	VMOVUPS      384(R11), Y14
+	VMOVAPS      32(R10), Y15
+	VFMADD231PS  Y14, Y13, Y15
+	VMOVAPS      Y15, 32(R10)
+	VMULPS       Y14, Y11, Y14
+	VFMADD231PS  384(DI), Y12, Y14
+	VMOVUPS      Y14, 384(R13)
+	VMOVUPS      416(R11), Y14
+	VMOVAPS      64(R10), Y15
+	VFMADD231PS  Y14, Y13, Y15
+	VMOVAPS      Y15, 64(R10)
+	VMULPS       Y14, Y11, Y14
+	VFMADD231PS  416(DI), Y12, Y14
+	VMOVUPS      Y14, 416(R13)
+	VMOVUPS      448(R11), Y14
+	VMOVAPS      96(R10), Y15
+	VFMADD231PS  Y14, Y13, Y15
+	VMOVAPS      Y15, 96(R10)
+	VMULPS       Y14, Y11, Y14
+	VFMADD231PS  448(DI), Y12, Y14
+	VMOVUPS      Y14, 448(R13)
+	VMOVUPS      480(R11), Y14
+	VMOVAPS      128(R10), Y15
+	VFMADD231PS  Y14, Y13, Y15
+	VMOVAPS      Y15, 128(R10)
+	VMULPS       Y14, Y11, Y14
+	VFMADD231PS  480(DI), Y12, Y14
+	VMOVUPS      Y14, 480(R13)
+	ADDQ         R9, R11
+	ADDQ         R9, R13
+	INCQ         R12
+	CMPQ         R12, R8
+	JB           rwrite_2
+
+	// o = decay(Sᵀq̂) + kq·δ over δ.
+	VBROADCASTSS kq+156(FP), Y12
+	VMULPS       Y0, Y11, Y0
+	VFMADD231PS  (DI), Y12, Y0
+	VMOVUPS      Y0, (DI)
+	VMULPS       Y1, Y11, Y1
+	VFMADD231PS  32(DI), Y12, Y1
+	VMOVUPS      Y1, 32(DI)
+	VMULPS       Y2, Y11, Y2
+	VFMADD231PS  64(DI), Y12, Y2
+	VMOVUPS      Y2, 64(DI)
+	VMULPS       Y3, Y11, Y3
+	VFMADD231PS  96(DI), Y12, Y3
+	VMOVUPS      Y3, 96(DI)
+	VMULPS       Y4, Y11, Y4
+	VFMADD231PS  128(DI), Y12, Y4
+	VMOVUPS      Y4, 128(DI)
+	VMULPS       Y5, Y11, Y5
+	VFMADD231PS  160(DI), Y12, Y5
+	VMOVUPS      Y5, 160(DI)
+	VMULPS       Y6, Y11, Y6
+	VFMADD231PS  192(DI), Y12, Y6
+	VMOVUPS      Y6, 192(DI)
+	VMULPS       Y7, Y11, Y7
+	VFMADD231PS  224(DI), Y12, Y7
+	VMOVUPS      Y7, 224(DI)
+	VMULPS       Y8, Y11, Y8
+	VFMADD231PS  256(DI), Y12, Y8
+	VMOVUPS      Y8, 256(DI)
+	VMULPS       Y9, Y11, Y9
+	VFMADD231PS  288(DI), Y12, Y9
+	VMOVUPS      Y9, 288(DI)
+	VMULPS       Y10, Y11, Y10
+	VFMADD231PS  320(DI), Y12, Y10
+	VMOVUPS      Y10, 320(DI)
+	VMOVAPS      (R10), Y0
+	VMULPS       Y0, Y11, Y0
+	VFMADD231PS  352(DI), Y12, Y0
+	VMOVUPS      Y0, 352(DI)
+	VMOVAPS      32(R10), Y0
+	VMULPS       Y0, Y11, Y0
+	VFMADD231PS  384(DI), Y12, Y0
+	VMOVUPS      Y0, 384(DI)
+	VMOVAPS      64(R10), Y0
+	VMULPS       Y0, Y11, Y0
+	VFMADD231PS  416(DI), Y12, Y0
+	VMOVUPS      Y0, 416(DI)
+	VMOVAPS      96(R10), Y0
+	VMULPS       Y0, Y11, Y0
+	VFMADD231PS  448(DI), Y12, Y0
+	VMOVUPS      Y0, 448(DI)
+	VMOVAPS      128(R10), Y0
+	VMULPS       Y0, Y11, Y0
+	VFMADD231PS  480(DI), Y12, Y0
 	VMOVUPS      Y0, 480(DI)
 
-	// Write pass over YMM 16–31: S' = eg·S + k̂_i·δ, Sᵀq̂ of YMM ≥ 27 in the frame.
+decayed_20:
+	// Write pass over YMM 16–31, Sᵀq̂ of YMM ≥ 27 in the frame.
 	VXORPS  Y0, Y0, Y0
 	VMOVAPS Y0, (R10)
 	VMOVAPS Y0, 32(R10)
@@ -4587,169 +7294,350 @@ rwrite_1:
 	VXORPS  Y8, Y8, Y8
 	VXORPS  Y9, Y9, Y9
 	VXORPS  Y10, Y10, Y10
-	MOVQ    AX, R11
-	MOVQ    CX, R13
-	XORQ    R12, R12
+	CMPB    16(SP), $0x00
+	JE      far_21
 
-rwrite_2:
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// S' = S + em1·S + k̂_i·δ.
+	VBROADCASTSS em1+144(FP), Y11
+	MOVQ         AX, R11
+	MOVQ         CX, R13
+	XORQ         R12, R12
+
+rwrite_3:
 	MOVQ         8(SP), R14
 	PREFETCHT1   (R14)
 	PREFETCHT1   256(R14)
 	ADDQ         $0x00000200, 8(SP)
-	VBROADCASTSS (DX)(R12*4), Y11
-	VBROADCASTSS (BX)(R12*4), Y12
+	VBROADCASTSS (DX)(R12*4), Y12
+	VBROADCASTSS (BX)(R12*4), Y13
 	VMOVUPS      512(R11), Y14
-	VFMADD231PS  Y14, Y12, Y0
-	VMULPS       Y14, Y13, Y14
-	VFMADD231PS  512(DI), Y11, Y14
+	VFMADD231PS  Y14, Y13, Y0
+	VFMADD213PS  Y14, Y11, Y14
+	VFMADD231PS  512(DI), Y12, Y14
 	VMOVUPS      Y14, 512(R13)
 	VMOVUPS      544(R11), Y14
-	VFMADD231PS  Y14, Y12, Y1
-	VMULPS       Y14, Y13, Y14
-	VFMADD231PS  544(DI), Y11, Y14
+	VFMADD231PS  Y14, Y13, Y1
+	VFMADD213PS  Y14, Y11, Y14
+	VFMADD231PS  544(DI), Y12, Y14
 	VMOVUPS      Y14, 544(R13)
 	VMOVUPS      576(R11), Y14
-	VFMADD231PS  Y14, Y12, Y2
-	VMULPS       Y14, Y13, Y14
-	VFMADD231PS  576(DI), Y11, Y14
+	VFMADD231PS  Y14, Y13, Y2
+	VFMADD213PS  Y14, Y11, Y14
+	VFMADD231PS  576(DI), Y12, Y14
 	VMOVUPS      Y14, 576(R13)
 	VMOVUPS      608(R11), Y14
-	VFMADD231PS  Y14, Y12, Y3
-	VMULPS       Y14, Y13, Y14
-	VFMADD231PS  608(DI), Y11, Y14
+	VFMADD231PS  Y14, Y13, Y3
+	VFMADD213PS  Y14, Y11, Y14
+	VFMADD231PS  608(DI), Y12, Y14
 	VMOVUPS      Y14, 608(R13)
 	VMOVUPS      640(R11), Y14
-	VFMADD231PS  Y14, Y12, Y4
-	VMULPS       Y14, Y13, Y14
-	VFMADD231PS  640(DI), Y11, Y14
+	VFMADD231PS  Y14, Y13, Y4
+	VFMADD213PS  Y14, Y11, Y14
+	VFMADD231PS  640(DI), Y12, Y14
 	VMOVUPS      Y14, 640(R13)
 	VMOVUPS      672(R11), Y14
-	VFMADD231PS  Y14, Y12, Y5
-	VMULPS       Y14, Y13, Y14
-	VFMADD231PS  672(DI), Y11, Y14
+	VFMADD231PS  Y14, Y13, Y5
+	VFMADD213PS  Y14, Y11, Y14
+	VFMADD231PS  672(DI), Y12, Y14
 	VMOVUPS      Y14, 672(R13)
 	VMOVUPS      704(R11), Y14
-	VFMADD231PS  Y14, Y12, Y6
-	VMULPS       Y14, Y13, Y14
-	VFMADD231PS  704(DI), Y11, Y14
+	VFMADD231PS  Y14, Y13, Y6
+	VFMADD213PS  Y14, Y11, Y14
+	VFMADD231PS  704(DI), Y12, Y14
 	VMOVUPS      Y14, 704(R13)
 	VMOVUPS      736(R11), Y14
-	VFMADD231PS  Y14, Y12, Y7
-	VMULPS       Y14, Y13, Y14
-	VFMADD231PS  736(DI), Y11, Y14
+	VFMADD231PS  Y14, Y13, Y7
+	VFMADD213PS  Y14, Y11, Y14
+	VFMADD231PS  736(DI), Y12, Y14
 	VMOVUPS      Y14, 736(R13)
 	VMOVUPS      768(R11), Y14
-	VFMADD231PS  Y14, Y12, Y8
-	VMULPS       Y14, Y13, Y14
-	VFMADD231PS  768(DI), Y11, Y14
+	VFMADD231PS  Y14, Y13, Y8
+	VFMADD213PS  Y14, Y11, Y14
+	VFMADD231PS  768(DI), Y12, Y14
 	VMOVUPS      Y14, 768(R13)
 	VMOVUPS      800(R11), Y14
-	VFMADD231PS  Y14, Y12, Y9
-	VMULPS       Y14, Y13, Y14
-	VFMADD231PS  800(DI), Y11, Y14
+	VFMADD231PS  Y14, Y13, Y9
+	VFMADD213PS  Y14, Y11, Y14
+	VFMADD231PS  800(DI), Y12, Y14
 	VMOVUPS      Y14, 800(R13)
 	VMOVUPS      832(R11), Y14
-	VFMADD231PS  Y14, Y12, Y10
-	VMULPS       Y14, Y13, Y14
-	VFMADD231PS  832(DI), Y11, Y14
+	VFMADD231PS  Y14, Y13, Y10
+	VFMADD213PS  Y14, Y11, Y14
+	VFMADD231PS  832(DI), Y12, Y14
 	VMOVUPS      Y14, 832(R13)
 	VMOVUPS      864(R11), Y14
 	VMOVAPS      (R10), Y15
-	VFMADD231PS  Y14, Y12, Y15
+	VFMADD231PS  Y14, Y13, Y15
 	VMOVAPS      Y15, (R10)
-	VMULPS       Y14, Y13, Y14
-	VFMADD231PS  864(DI), Y11, Y14
+	VFMADD213PS  Y14, Y11, Y14
+	VFMADD231PS  864(DI), Y12, Y14
 	VMOVUPS      Y14, 864(R13)
 	VMOVUPS      896(R11), Y14
 	VMOVAPS      32(R10), Y15
-	VFMADD231PS  Y14, Y12, Y15
+	VFMADD231PS  Y14, Y13, Y15
 	VMOVAPS      Y15, 32(R10)
-	VMULPS       Y14, Y13, Y14
-	VFMADD231PS  896(DI), Y11, Y14
+	VFMADD213PS  Y14, Y11, Y14
+	VFMADD231PS  896(DI), Y12, Y14
 	VMOVUPS      Y14, 896(R13)
 	VMOVUPS      928(R11), Y14
 	VMOVAPS      64(R10), Y15
-	VFMADD231PS  Y14, Y12, Y15
+	VFMADD231PS  Y14, Y13, Y15
 	VMOVAPS      Y15, 64(R10)
-	VMULPS       Y14, Y13, Y14
-	VFMADD231PS  928(DI), Y11, Y14
+	VFMADD213PS  Y14, Y11, Y14
+	VFMADD231PS  928(DI), Y12, Y14
 	VMOVUPS      Y14, 928(R13)
 	VMOVUPS      960(R11), Y14
 	VMOVAPS      96(R10), Y15
-	VFMADD231PS  Y14, Y12, Y15
+	VFMADD231PS  Y14, Y13, Y15
 	VMOVAPS      Y15, 96(R10)
-	VMULPS       Y14, Y13, Y14
-	VFMADD231PS  960(DI), Y11, Y14
+	VFMADD213PS  Y14, Y11, Y14
+	VFMADD231PS  960(DI), Y12, Y14
 	VMOVUPS      Y14, 960(R13)
 	VMOVUPS      992(R11), Y14
 	VMOVAPS      128(R10), Y15
-	VFMADD231PS  Y14, Y12, Y15
+	VFMADD231PS  Y14, Y13, Y15
 	VMOVAPS      Y15, 128(R10)
-	VMULPS       Y14, Y13, Y14
-	VFMADD231PS  992(DI), Y11, Y14
+	VFMADD213PS  Y14, Y11, Y14
+	VFMADD231PS  992(DI), Y12, Y14
 	VMOVUPS      Y14, 992(R13)
 	ADDQ         R9, R11
 	ADDQ         R9, R13
 	INCQ         R12
 	CMPQ         R12, R8
-	JB           rwrite_2
+	JB           rwrite_3
 
-	// o = eg·Sᵀq̂ + kq·δ over δ.
-	VBROADCASTSS kq+156(FP), Y11
-	VMULPS       Y0, Y13, Y0
-	VFMADD231PS  512(DI), Y11, Y0
+	// o = decay(Sᵀq̂) + kq·δ over δ.
+	VBROADCASTSS kq+156(FP), Y12
+	VFMADD213PS  Y0, Y11, Y0
+	VFMADD231PS  512(DI), Y12, Y0
 	VMOVUPS      Y0, 512(DI)
-	VMULPS       Y1, Y13, Y0
-	VFMADD231PS  544(DI), Y11, Y0
-	VMOVUPS      Y0, 544(DI)
-	VMULPS       Y2, Y13, Y0
-	VFMADD231PS  576(DI), Y11, Y0
-	VMOVUPS      Y0, 576(DI)
-	VMULPS       Y3, Y13, Y0
-	VFMADD231PS  608(DI), Y11, Y0
-	VMOVUPS      Y0, 608(DI)
-	VMULPS       Y4, Y13, Y0
-	VFMADD231PS  640(DI), Y11, Y0
-	VMOVUPS      Y0, 640(DI)
-	VMULPS       Y5, Y13, Y0
-	VFMADD231PS  672(DI), Y11, Y0
-	VMOVUPS      Y0, 672(DI)
-	VMULPS       Y6, Y13, Y0
-	VFMADD231PS  704(DI), Y11, Y0
-	VMOVUPS      Y0, 704(DI)
-	VMULPS       Y7, Y13, Y0
-	VFMADD231PS  736(DI), Y11, Y0
-	VMOVUPS      Y0, 736(DI)
-	VMULPS       Y8, Y13, Y0
-	VFMADD231PS  768(DI), Y11, Y0
-	VMOVUPS      Y0, 768(DI)
-	VMULPS       Y9, Y13, Y0
-	VFMADD231PS  800(DI), Y11, Y0
-	VMOVUPS      Y0, 800(DI)
-	VMULPS       Y10, Y13, Y0
-	VFMADD231PS  832(DI), Y11, Y0
-	VMOVUPS      Y0, 832(DI)
-	VMULPS       (R10), Y13, Y0
-	VFMADD231PS  864(DI), Y11, Y0
+	VFMADD213PS  Y1, Y11, Y1
+	VFMADD231PS  544(DI), Y12, Y1
+	VMOVUPS      Y1, 544(DI)
+	VFMADD213PS  Y2, Y11, Y2
+	VFMADD231PS  576(DI), Y12, Y2
+	VMOVUPS      Y2, 576(DI)
+	VFMADD213PS  Y3, Y11, Y3
+	VFMADD231PS  608(DI), Y12, Y3
+	VMOVUPS      Y3, 608(DI)
+	VFMADD213PS  Y4, Y11, Y4
+	VFMADD231PS  640(DI), Y12, Y4
+	VMOVUPS      Y4, 640(DI)
+	VFMADD213PS  Y5, Y11, Y5
+	VFMADD231PS  672(DI), Y12, Y5
+	VMOVUPS      Y5, 672(DI)
+	VFMADD213PS  Y6, Y11, Y6
+	VFMADD231PS  704(DI), Y12, Y6
+	VMOVUPS      Y6, 704(DI)
+	VFMADD213PS  Y7, Y11, Y7
+	VFMADD231PS  736(DI), Y12, Y7
+	VMOVUPS      Y7, 736(DI)
+	VFMADD213PS  Y8, Y11, Y8
+	VFMADD231PS  768(DI), Y12, Y8
+	VMOVUPS      Y8, 768(DI)
+	VFMADD213PS  Y9, Y11, Y9
+	VFMADD231PS  800(DI), Y12, Y9
+	VMOVUPS      Y9, 800(DI)
+	VFMADD213PS  Y10, Y11, Y10
+	VFMADD231PS  832(DI), Y12, Y10
+	VMOVUPS      Y10, 832(DI)
+	VMOVAPS      (R10), Y0
+	VFMADD213PS  Y0, Y11, Y0
+	VFMADD231PS  864(DI), Y12, Y0
 	VMOVUPS      Y0, 864(DI)
-	VMULPS       32(R10), Y13, Y0
-	VFMADD231PS  896(DI), Y11, Y0
+	VMOVAPS      32(R10), Y0
+	VFMADD213PS  Y0, Y11, Y0
+	VFMADD231PS  896(DI), Y12, Y0
 	VMOVUPS      Y0, 896(DI)
-	VMULPS       64(R10), Y13, Y0
-	VFMADD231PS  928(DI), Y11, Y0
+	VMOVAPS      64(R10), Y0
+	VFMADD213PS  Y0, Y11, Y0
+	VFMADD231PS  928(DI), Y12, Y0
 	VMOVUPS      Y0, 928(DI)
-	VMULPS       96(R10), Y13, Y0
-	VFMADD231PS  960(DI), Y11, Y0
+	VMOVAPS      96(R10), Y0
+	VFMADD213PS  Y0, Y11, Y0
+	VFMADD231PS  960(DI), Y12, Y0
 	VMOVUPS      Y0, 960(DI)
-	VMULPS       128(R10), Y13, Y0
-	VFMADD231PS  992(DI), Y11, Y0
+	VMOVAPS      128(R10), Y0
+	VFMADD213PS  Y0, Y11, Y0
+	VFMADD231PS  992(DI), Y12, Y0
 	VMOVUPS      Y0, 992(DI)
-	ADDQ         $0x00000400, AX
-	ADDQ         $0x00000400, CX
-	ADDQ         $0x00000400, SI
-	ADDQ         $0x00000400, DI
-	SUBQ         $0x00000100, (SP)
-	JMP          rows256_1
+	JMP          decayed_21
+
+far_21:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// S' = eg·S + k̂_i·δ.
+	VBROADCASTSS eg+148(FP), Y11
+	MOVQ         AX, R11
+	MOVQ         CX, R13
+	XORQ         R12, R12
+
+rwrite_4:
+	MOVQ         8(SP), R14
+	PREFETCHT1   (R14)
+	PREFETCHT1   256(R14)
+	ADDQ         $0x00000200, 8(SP)
+	VBROADCASTSS (DX)(R12*4), Y12
+	VBROADCASTSS (BX)(R12*4), Y13
+	VMOVUPS      512(R11), Y14
+	VFMADD231PS  Y14, Y13, Y0
+	VMULPS       Y14, Y11, Y14
+	VFMADD231PS  512(DI), Y12, Y14
+	VMOVUPS      Y14, 512(R13)
+	VMOVUPS      544(R11), Y14
+	VFMADD231PS  Y14, Y13, Y1
+	VMULPS       Y14, Y11, Y14
+	VFMADD231PS  544(DI), Y12, Y14
+	VMOVUPS      Y14, 544(R13)
+	VMOVUPS      576(R11), Y14
+	VFMADD231PS  Y14, Y13, Y2
+	VMULPS       Y14, Y11, Y14
+	VFMADD231PS  576(DI), Y12, Y14
+	VMOVUPS      Y14, 576(R13)
+	VMOVUPS      608(R11), Y14
+	VFMADD231PS  Y14, Y13, Y3
+	VMULPS       Y14, Y11, Y14
+	VFMADD231PS  608(DI), Y12, Y14
+	VMOVUPS      Y14, 608(R13)
+	VMOVUPS      640(R11), Y14
+	VFMADD231PS  Y14, Y13, Y4
+	VMULPS       Y14, Y11, Y14
+	VFMADD231PS  640(DI), Y12, Y14
+	VMOVUPS      Y14, 640(R13)
+	VMOVUPS      672(R11), Y14
+	VFMADD231PS  Y14, Y13, Y5
+	VMULPS       Y14, Y11, Y14
+	VFMADD231PS  672(DI), Y12, Y14
+	VMOVUPS      Y14, 672(R13)
+	VMOVUPS      704(R11), Y14
+	VFMADD231PS  Y14, Y13, Y6
+	VMULPS       Y14, Y11, Y14
+	VFMADD231PS  704(DI), Y12, Y14
+	VMOVUPS      Y14, 704(R13)
+	VMOVUPS      736(R11), Y14
+	VFMADD231PS  Y14, Y13, Y7
+	VMULPS       Y14, Y11, Y14
+	VFMADD231PS  736(DI), Y12, Y14
+	VMOVUPS      Y14, 736(R13)
+	VMOVUPS      768(R11), Y14
+	VFMADD231PS  Y14, Y13, Y8
+	VMULPS       Y14, Y11, Y14
+	VFMADD231PS  768(DI), Y12, Y14
+	VMOVUPS      Y14, 768(R13)
+	VMOVUPS      800(R11), Y14
+	VFMADD231PS  Y14, Y13, Y9
+	VMULPS       Y14, Y11, Y14
+	VFMADD231PS  800(DI), Y12, Y14
+	VMOVUPS      Y14, 800(R13)
+	VMOVUPS      832(R11), Y14
+	VFMADD231PS  Y14, Y13, Y10
+	VMULPS       Y14, Y11, Y14
+	VFMADD231PS  832(DI), Y12, Y14
+	VMOVUPS      Y14, 832(R13)
+	VMOVUPS      864(R11), Y14
+	VMOVAPS      (R10), Y15
+	VFMADD231PS  Y14, Y13, Y15
+	VMOVAPS      Y15, (R10)
+	VMULPS       Y14, Y11, Y14
+	VFMADD231PS  864(DI), Y12, Y14
+	VMOVUPS      Y14, 864(R13)
+	VMOVUPS      896(R11), Y14
+	VMOVAPS      32(R10), Y15
+	VFMADD231PS  Y14, Y13, Y15
+	VMOVAPS      Y15, 32(R10)
+	VMULPS       Y14, Y11, Y14
+	VFMADD231PS  896(DI), Y12, Y14
+	VMOVUPS      Y14, 896(R13)
+	VMOVUPS      928(R11), Y14
+	VMOVAPS      64(R10), Y15
+	VFMADD231PS  Y14, Y13, Y15
+	VMOVAPS      Y15, 64(R10)
+	VMULPS       Y14, Y11, Y14
+	VFMADD231PS  928(DI), Y12, Y14
+	VMOVUPS      Y14, 928(R13)
+	VMOVUPS      960(R11), Y14
+	VMOVAPS      96(R10), Y15
+	VFMADD231PS  Y14, Y13, Y15
+	VMOVAPS      Y15, 96(R10)
+	VMULPS       Y14, Y11, Y14
+	VFMADD231PS  960(DI), Y12, Y14
+	VMOVUPS      Y14, 960(R13)
+	VMOVUPS      992(R11), Y14
+	VMOVAPS      128(R10), Y15
+	VFMADD231PS  Y14, Y13, Y15
+	VMOVAPS      Y15, 128(R10)
+	VMULPS       Y14, Y11, Y14
+	VFMADD231PS  992(DI), Y12, Y14
+	VMOVUPS      Y14, 992(R13)
+	ADDQ         R9, R11
+	ADDQ         R9, R13
+	INCQ         R12
+	CMPQ         R12, R8
+	JB           rwrite_4
+
+	// o = decay(Sᵀq̂) + kq·δ over δ.
+	VBROADCASTSS kq+156(FP), Y12
+	VMULPS       Y0, Y11, Y0
+	VFMADD231PS  512(DI), Y12, Y0
+	VMOVUPS      Y0, 512(DI)
+	VMULPS       Y1, Y11, Y1
+	VFMADD231PS  544(DI), Y12, Y1
+	VMOVUPS      Y1, 544(DI)
+	VMULPS       Y2, Y11, Y2
+	VFMADD231PS  576(DI), Y12, Y2
+	VMOVUPS      Y2, 576(DI)
+	VMULPS       Y3, Y11, Y3
+	VFMADD231PS  608(DI), Y12, Y3
+	VMOVUPS      Y3, 608(DI)
+	VMULPS       Y4, Y11, Y4
+	VFMADD231PS  640(DI), Y12, Y4
+	VMOVUPS      Y4, 640(DI)
+	VMULPS       Y5, Y11, Y5
+	VFMADD231PS  672(DI), Y12, Y5
+	VMOVUPS      Y5, 672(DI)
+	VMULPS       Y6, Y11, Y6
+	VFMADD231PS  704(DI), Y12, Y6
+	VMOVUPS      Y6, 704(DI)
+	VMULPS       Y7, Y11, Y7
+	VFMADD231PS  736(DI), Y12, Y7
+	VMOVUPS      Y7, 736(DI)
+	VMULPS       Y8, Y11, Y8
+	VFMADD231PS  768(DI), Y12, Y8
+	VMOVUPS      Y8, 768(DI)
+	VMULPS       Y9, Y11, Y9
+	VFMADD231PS  800(DI), Y12, Y9
+	VMOVUPS      Y9, 800(DI)
+	VMULPS       Y10, Y11, Y10
+	VFMADD231PS  832(DI), Y12, Y10
+	VMOVUPS      Y10, 832(DI)
+	VMOVAPS      (R10), Y0
+	VMULPS       Y0, Y11, Y0
+	VFMADD231PS  864(DI), Y12, Y0
+	VMOVUPS      Y0, 864(DI)
+	VMOVAPS      32(R10), Y0
+	VMULPS       Y0, Y11, Y0
+	VFMADD231PS  896(DI), Y12, Y0
+	VMOVUPS      Y0, 896(DI)
+	VMOVAPS      64(R10), Y0
+	VMULPS       Y0, Y11, Y0
+	VFMADD231PS  928(DI), Y12, Y0
+	VMOVUPS      Y0, 928(DI)
+	VMOVAPS      96(R10), Y0
+	VMULPS       Y0, Y11, Y0
+	VFMADD231PS  960(DI), Y12, Y0
+	VMOVUPS      Y0, 960(DI)
+	VMOVAPS      128(R10), Y0
+	VMULPS       Y0, Y11, Y0
+	VFMADD231PS  992(DI), Y12, Y0
+	VMOVUPS      Y0, 992(DI)
+
+decayed_21:
+	ADDQ $0x00000400, AX
+	ADDQ $0x00000400, CX
+	ADDQ $0x00000400, SI
+	ADDQ $0x00000400, DI
+	SUBQ $0x00000100, (SP)
+	JMP  rows256_1
 
 rowsdone_1:
 	CMPQ (SP), $0x000000c0
@@ -4836,8 +7724,149 @@ rread_2:
 	INCQ         R12
 	CMPQ         R12, R8
 	JB           rread_2
+	CMPB         16(SP), $0x00
+	JE           far_22
 
-	// δ = beta·(v − eg·Sᵀk̂), in o.
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), in o.
+	VBROADCASTSS em1+144(FP), Y13
+	VBROADCASTSS beta+152(FP), Y14
+	VMOVUPS      (SI), Y15
+	VFMADD213PS  Y0, Y13, Y0
+	VSUBPS       Y0, Y15, Y0
+	VMULPS       Y0, Y14, Y0
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      32(SI), Y0
+	VFMADD213PS  Y1, Y13, Y1
+	VSUBPS       Y1, Y0, Y1
+	VMULPS       Y1, Y14, Y1
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      64(SI), Y0
+	VFMADD213PS  Y2, Y13, Y2
+	VSUBPS       Y2, Y0, Y2
+	VMULPS       Y2, Y14, Y2
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      96(SI), Y0
+	VFMADD213PS  Y3, Y13, Y3
+	VSUBPS       Y3, Y0, Y3
+	VMULPS       Y3, Y14, Y3
+	VMOVUPS      Y3, 96(DI)
+	VMOVUPS      128(SI), Y0
+	VFMADD213PS  Y4, Y13, Y4
+	VSUBPS       Y4, Y0, Y4
+	VMULPS       Y4, Y14, Y4
+	VMOVUPS      Y4, 128(DI)
+	VMOVUPS      160(SI), Y0
+	VFMADD213PS  Y5, Y13, Y5
+	VSUBPS       Y5, Y0, Y5
+	VMULPS       Y5, Y14, Y5
+	VMOVUPS      Y5, 160(DI)
+	VMOVUPS      192(SI), Y0
+	VFMADD213PS  Y6, Y13, Y6
+	VSUBPS       Y6, Y0, Y6
+	VMULPS       Y6, Y14, Y6
+	VMOVUPS      Y6, 192(DI)
+	VMOVUPS      224(SI), Y0
+	VFMADD213PS  Y7, Y13, Y7
+	VSUBPS       Y7, Y0, Y7
+	VMULPS       Y7, Y14, Y7
+	VMOVUPS      Y7, 224(DI)
+	VMOVUPS      256(SI), Y0
+	VFMADD213PS  Y8, Y13, Y8
+	VSUBPS       Y8, Y0, Y8
+	VMULPS       Y8, Y14, Y8
+	VMOVUPS      Y8, 256(DI)
+	VMOVUPS      288(SI), Y0
+	VFMADD213PS  Y9, Y13, Y9
+	VSUBPS       Y9, Y0, Y9
+	VMULPS       Y9, Y14, Y9
+	VMOVUPS      Y9, 288(DI)
+	VMOVUPS      320(SI), Y0
+	VFMADD213PS  Y10, Y13, Y10
+	VSUBPS       Y10, Y0, Y10
+	VMULPS       Y10, Y14, Y10
+	VMOVUPS      Y10, 320(DI)
+	VMOVUPS      352(SI), Y0
+	VFMADD213PS  Y11, Y13, Y11
+	VSUBPS       Y11, Y0, Y11
+	VMULPS       Y11, Y14, Y11
+	VMOVUPS      Y11, 352(DI)
+	VMOVUPS      384(SI), Y0
+	VFMADD213PS  Y12, Y13, Y12
+	VSUBPS       Y12, Y0, Y12
+	VMULPS       Y12, Y14, Y12
+	VMOVUPS      Y12, 384(DI)
+	VMOVUPS      416(DI), Y0
+	VMOVUPS      416(SI), Y1
+	VFMADD213PS  Y0, Y13, Y0
+	VSUBPS       Y0, Y1, Y0
+	VMULPS       Y0, Y14, Y0
+	VMOVUPS      Y0, 416(DI)
+	VMOVUPS      448(DI), Y0
+	VMOVUPS      448(SI), Y1
+	VFMADD213PS  Y0, Y13, Y0
+	VSUBPS       Y0, Y1, Y0
+	VMULPS       Y0, Y14, Y0
+	VMOVUPS      Y0, 448(DI)
+	VMOVUPS      480(DI), Y0
+	VMOVUPS      480(SI), Y1
+	VFMADD213PS  Y0, Y13, Y0
+	VSUBPS       Y0, Y1, Y0
+	VMULPS       Y0, Y14, Y0
+	VMOVUPS      Y0, 480(DI)
+	VMOVUPS      512(DI), Y0
+	VMOVUPS      512(SI), Y1
+	VFMADD213PS  Y0, Y13, Y0
+	VSUBPS       Y0, Y1, Y0
+	VMULPS       Y0, Y14, Y0
+	VMOVUPS      Y0, 512(DI)
+	VMOVUPS      544(DI), Y0
+	VMOVUPS      544(SI), Y1
+	VFMADD213PS  Y0, Y13, Y0
+	VSUBPS       Y0, Y1, Y0
+	VMULPS       Y0, Y14, Y0
+	VMOVUPS      Y0, 544(DI)
+	VMOVUPS      576(DI), Y0
+	VMOVUPS      576(SI), Y1
+	VFMADD213PS  Y0, Y13, Y0
+	VSUBPS       Y0, Y1, Y0
+	VMULPS       Y0, Y14, Y0
+	VMOVUPS      Y0, 576(DI)
+	VMOVUPS      608(DI), Y0
+	VMOVUPS      608(SI), Y1
+	VFMADD213PS  Y0, Y13, Y0
+	VSUBPS       Y0, Y1, Y0
+	VMULPS       Y0, Y14, Y0
+	VMOVUPS      Y0, 608(DI)
+	VMOVUPS      640(DI), Y0
+	VMOVUPS      640(SI), Y1
+	VFMADD213PS  Y0, Y13, Y0
+	VSUBPS       Y0, Y1, Y0
+	VMULPS       Y0, Y14, Y0
+	VMOVUPS      Y0, 640(DI)
+	VMOVUPS      672(DI), Y0
+	VMOVUPS      672(SI), Y1
+	VFMADD213PS  Y0, Y13, Y0
+	VSUBPS       Y0, Y1, Y0
+	VMULPS       Y0, Y14, Y0
+	VMOVUPS      Y0, 672(DI)
+	VMOVUPS      704(DI), Y0
+	VMOVUPS      704(SI), Y1
+	VFMADD213PS  Y0, Y13, Y0
+	VSUBPS       Y0, Y1, Y0
+	VMULPS       Y0, Y14, Y0
+	VMOVUPS      Y0, 704(DI)
+	VMOVUPS      736(DI), Y0
+	VMOVUPS      736(SI), Y1
+	VFMADD213PS  Y0, Y13, Y0
+	VSUBPS       Y0, Y1, Y0
+	VMULPS       Y0, Y14, Y0
+	VMOVUPS      Y0, 736(DI)
+	JMP          decayed_22
+
+far_22:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), in o.
 	VBROADCASTSS eg+148(FP), Y13
 	VBROADCASTSS beta+152(FP), Y14
 	VMOVUPS      (SI), Y15
@@ -4972,7 +8001,8 @@ rread_2:
 	VMULPS       Y0, Y14, Y0
 	VMOVUPS      Y0, 736(DI)
 
-	// Write pass over YMM 0–15: S' = eg·S + k̂_i·δ, Sᵀq̂ of YMM ≥ 11 in the frame.
+decayed_22:
+	// Write pass over YMM 0–15, Sᵀq̂ of YMM ≥ 11 in the frame.
 	VXORPS  Y0, Y0, Y0
 	VMOVAPS Y0, (R10)
 	VMOVAPS Y0, 32(R10)
@@ -4990,165 +8020,345 @@ rread_2:
 	VXORPS  Y8, Y8, Y8
 	VXORPS  Y9, Y9, Y9
 	VXORPS  Y10, Y10, Y10
-	MOVQ    AX, R11
-	MOVQ    CX, R13
-	XORQ    R12, R12
+	CMPB    16(SP), $0x00
+	JE      far_23
 
-rwrite_3:
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// S' = S + em1·S + k̂_i·δ.
+	VBROADCASTSS em1+144(FP), Y11
+	MOVQ         AX, R11
+	MOVQ         CX, R13
+	XORQ         R12, R12
+
+rwrite_5:
 	MOVQ         8(SP), R14
 	PREFETCHT1   (R14)
 	PREFETCHT1   256(R14)
 	ADDQ         $0x00000200, 8(SP)
-	VBROADCASTSS (DX)(R12*4), Y11
-	VBROADCASTSS (BX)(R12*4), Y12
+	VBROADCASTSS (DX)(R12*4), Y12
+	VBROADCASTSS (BX)(R12*4), Y13
 	VMOVUPS      (R11), Y14
-	VFMADD231PS  Y14, Y12, Y0
-	VMULPS       Y14, Y13, Y14
-	VFMADD231PS  (DI), Y11, Y14
+	VFMADD231PS  Y14, Y13, Y0
+	VFMADD213PS  Y14, Y11, Y14
+	VFMADD231PS  (DI), Y12, Y14
 	VMOVUPS      Y14, (R13)
 	VMOVUPS      32(R11), Y14
-	VFMADD231PS  Y14, Y12, Y1
-	VMULPS       Y14, Y13, Y14
-	VFMADD231PS  32(DI), Y11, Y14
+	VFMADD231PS  Y14, Y13, Y1
+	VFMADD213PS  Y14, Y11, Y14
+	VFMADD231PS  32(DI), Y12, Y14
 	VMOVUPS      Y14, 32(R13)
 	VMOVUPS      64(R11), Y14
-	VFMADD231PS  Y14, Y12, Y2
-	VMULPS       Y14, Y13, Y14
-	VFMADD231PS  64(DI), Y11, Y14
+	VFMADD231PS  Y14, Y13, Y2
+	VFMADD213PS  Y14, Y11, Y14
+	VFMADD231PS  64(DI), Y12, Y14
 	VMOVUPS      Y14, 64(R13)
 	VMOVUPS      96(R11), Y14
-	VFMADD231PS  Y14, Y12, Y3
-	VMULPS       Y14, Y13, Y14
-	VFMADD231PS  96(DI), Y11, Y14
+	VFMADD231PS  Y14, Y13, Y3
+	VFMADD213PS  Y14, Y11, Y14
+	VFMADD231PS  96(DI), Y12, Y14
 	VMOVUPS      Y14, 96(R13)
 	VMOVUPS      128(R11), Y14
-	VFMADD231PS  Y14, Y12, Y4
-	VMULPS       Y14, Y13, Y14
-	VFMADD231PS  128(DI), Y11, Y14
+	VFMADD231PS  Y14, Y13, Y4
+	VFMADD213PS  Y14, Y11, Y14
+	VFMADD231PS  128(DI), Y12, Y14
 	VMOVUPS      Y14, 128(R13)
 	VMOVUPS      160(R11), Y14
-	VFMADD231PS  Y14, Y12, Y5
-	VMULPS       Y14, Y13, Y14
-	VFMADD231PS  160(DI), Y11, Y14
+	VFMADD231PS  Y14, Y13, Y5
+	VFMADD213PS  Y14, Y11, Y14
+	VFMADD231PS  160(DI), Y12, Y14
 	VMOVUPS      Y14, 160(R13)
 	VMOVUPS      192(R11), Y14
-	VFMADD231PS  Y14, Y12, Y6
-	VMULPS       Y14, Y13, Y14
-	VFMADD231PS  192(DI), Y11, Y14
+	VFMADD231PS  Y14, Y13, Y6
+	VFMADD213PS  Y14, Y11, Y14
+	VFMADD231PS  192(DI), Y12, Y14
 	VMOVUPS      Y14, 192(R13)
 	VMOVUPS      224(R11), Y14
-	VFMADD231PS  Y14, Y12, Y7
-	VMULPS       Y14, Y13, Y14
-	VFMADD231PS  224(DI), Y11, Y14
+	VFMADD231PS  Y14, Y13, Y7
+	VFMADD213PS  Y14, Y11, Y14
+	VFMADD231PS  224(DI), Y12, Y14
 	VMOVUPS      Y14, 224(R13)
 	VMOVUPS      256(R11), Y14
-	VFMADD231PS  Y14, Y12, Y8
-	VMULPS       Y14, Y13, Y14
-	VFMADD231PS  256(DI), Y11, Y14
+	VFMADD231PS  Y14, Y13, Y8
+	VFMADD213PS  Y14, Y11, Y14
+	VFMADD231PS  256(DI), Y12, Y14
 	VMOVUPS      Y14, 256(R13)
 	VMOVUPS      288(R11), Y14
-	VFMADD231PS  Y14, Y12, Y9
-	VMULPS       Y14, Y13, Y14
-	VFMADD231PS  288(DI), Y11, Y14
+	VFMADD231PS  Y14, Y13, Y9
+	VFMADD213PS  Y14, Y11, Y14
+	VFMADD231PS  288(DI), Y12, Y14
 	VMOVUPS      Y14, 288(R13)
 	VMOVUPS      320(R11), Y14
-	VFMADD231PS  Y14, Y12, Y10
-	VMULPS       Y14, Y13, Y14
-	VFMADD231PS  320(DI), Y11, Y14
+	VFMADD231PS  Y14, Y13, Y10
+	VFMADD213PS  Y14, Y11, Y14
+	VFMADD231PS  320(DI), Y12, Y14
 	VMOVUPS      Y14, 320(R13)
 	VMOVUPS      352(R11), Y14
 	VMOVAPS      (R10), Y15
-	VFMADD231PS  Y14, Y12, Y15
+	VFMADD231PS  Y14, Y13, Y15
 	VMOVAPS      Y15, (R10)
-	VMULPS       Y14, Y13, Y14
-	VFMADD231PS  352(DI), Y11, Y14
+	VFMADD213PS  Y14, Y11, Y14
+	VFMADD231PS  352(DI), Y12, Y14
 	VMOVUPS      Y14, 352(R13)
 	VMOVUPS      384(R11), Y14
 	VMOVAPS      32(R10), Y15
-	VFMADD231PS  Y14, Y12, Y15
+	VFMADD231PS  Y14, Y13, Y15
 	VMOVAPS      Y15, 32(R10)
-	VMULPS       Y14, Y13, Y14
-	VFMADD231PS  384(DI), Y11, Y14
+	VFMADD213PS  Y14, Y11, Y14
+	VFMADD231PS  384(DI), Y12, Y14
 	VMOVUPS      Y14, 384(R13)
 	VMOVUPS      416(R11), Y14
 	VMOVAPS      64(R10), Y15
-	VFMADD231PS  Y14, Y12, Y15
+	VFMADD231PS  Y14, Y13, Y15
 	VMOVAPS      Y15, 64(R10)
-	VMULPS       Y14, Y13, Y14
-	VFMADD231PS  416(DI), Y11, Y14
+	VFMADD213PS  Y14, Y11, Y14
+	VFMADD231PS  416(DI), Y12, Y14
 	VMOVUPS      Y14, 416(R13)
 	VMOVUPS      448(R11), Y14
 	VMOVAPS      96(R10), Y15
-	VFMADD231PS  Y14, Y12, Y15
+	VFMADD231PS  Y14, Y13, Y15
 	VMOVAPS      Y15, 96(R10)
-	VMULPS       Y14, Y13, Y14
-	VFMADD231PS  448(DI), Y11, Y14
+	VFMADD213PS  Y14, Y11, Y14
+	VFMADD231PS  448(DI), Y12, Y14
 	VMOVUPS      Y14, 448(R13)
 	VMOVUPS      480(R11), Y14
 	VMOVAPS      128(R10), Y15
-	VFMADD231PS  Y14, Y12, Y15
+	VFMADD231PS  Y14, Y13, Y15
 	VMOVAPS      Y15, 128(R10)
-	VMULPS       Y14, Y13, Y14
-	VFMADD231PS  480(DI), Y11, Y14
+	VFMADD213PS  Y14, Y11, Y14
+	VFMADD231PS  480(DI), Y12, Y14
 	VMOVUPS      Y14, 480(R13)
 	ADDQ         R9, R11
 	ADDQ         R9, R13
 	INCQ         R12
 	CMPQ         R12, R8
-	JB           rwrite_3
+	JB           rwrite_5
 
-	// o = eg·Sᵀq̂ + kq·δ over δ.
-	VBROADCASTSS kq+156(FP), Y11
-	VMULPS       Y0, Y13, Y0
-	VFMADD231PS  (DI), Y11, Y0
+	// o = decay(Sᵀq̂) + kq·δ over δ.
+	VBROADCASTSS kq+156(FP), Y12
+	VFMADD213PS  Y0, Y11, Y0
+	VFMADD231PS  (DI), Y12, Y0
 	VMOVUPS      Y0, (DI)
-	VMULPS       Y1, Y13, Y0
-	VFMADD231PS  32(DI), Y11, Y0
-	VMOVUPS      Y0, 32(DI)
-	VMULPS       Y2, Y13, Y0
-	VFMADD231PS  64(DI), Y11, Y0
-	VMOVUPS      Y0, 64(DI)
-	VMULPS       Y3, Y13, Y0
-	VFMADD231PS  96(DI), Y11, Y0
-	VMOVUPS      Y0, 96(DI)
-	VMULPS       Y4, Y13, Y0
-	VFMADD231PS  128(DI), Y11, Y0
-	VMOVUPS      Y0, 128(DI)
-	VMULPS       Y5, Y13, Y0
-	VFMADD231PS  160(DI), Y11, Y0
-	VMOVUPS      Y0, 160(DI)
-	VMULPS       Y6, Y13, Y0
-	VFMADD231PS  192(DI), Y11, Y0
-	VMOVUPS      Y0, 192(DI)
-	VMULPS       Y7, Y13, Y0
-	VFMADD231PS  224(DI), Y11, Y0
-	VMOVUPS      Y0, 224(DI)
-	VMULPS       Y8, Y13, Y0
-	VFMADD231PS  256(DI), Y11, Y0
-	VMOVUPS      Y0, 256(DI)
-	VMULPS       Y9, Y13, Y0
-	VFMADD231PS  288(DI), Y11, Y0
-	VMOVUPS      Y0, 288(DI)
-	VMULPS       Y10, Y13, Y0
-	VFMADD231PS  320(DI), Y11, Y0
-	VMOVUPS      Y0, 320(DI)
-	VMULPS       (R10), Y13, Y0
-	VFMADD231PS  352(DI), Y11, Y0
+	VFMADD213PS  Y1, Y11, Y1
+	VFMADD231PS  32(DI), Y12, Y1
+	VMOVUPS      Y1, 32(DI)
+	VFMADD213PS  Y2, Y11, Y2
+	VFMADD231PS  64(DI), Y12, Y2
+	VMOVUPS      Y2, 64(DI)
+	VFMADD213PS  Y3, Y11, Y3
+	VFMADD231PS  96(DI), Y12, Y3
+	VMOVUPS      Y3, 96(DI)
+	VFMADD213PS  Y4, Y11, Y4
+	VFMADD231PS  128(DI), Y12, Y4
+	VMOVUPS      Y4, 128(DI)
+	VFMADD213PS  Y5, Y11, Y5
+	VFMADD231PS  160(DI), Y12, Y5
+	VMOVUPS      Y5, 160(DI)
+	VFMADD213PS  Y6, Y11, Y6
+	VFMADD231PS  192(DI), Y12, Y6
+	VMOVUPS      Y6, 192(DI)
+	VFMADD213PS  Y7, Y11, Y7
+	VFMADD231PS  224(DI), Y12, Y7
+	VMOVUPS      Y7, 224(DI)
+	VFMADD213PS  Y8, Y11, Y8
+	VFMADD231PS  256(DI), Y12, Y8
+	VMOVUPS      Y8, 256(DI)
+	VFMADD213PS  Y9, Y11, Y9
+	VFMADD231PS  288(DI), Y12, Y9
+	VMOVUPS      Y9, 288(DI)
+	VFMADD213PS  Y10, Y11, Y10
+	VFMADD231PS  320(DI), Y12, Y10
+	VMOVUPS      Y10, 320(DI)
+	VMOVAPS      (R10), Y0
+	VFMADD213PS  Y0, Y11, Y0
+	VFMADD231PS  352(DI), Y12, Y0
 	VMOVUPS      Y0, 352(DI)
-	VMULPS       32(R10), Y13, Y0
-	VFMADD231PS  384(DI), Y11, Y0
+	VMOVAPS      32(R10), Y0
+	VFMADD213PS  Y0, Y11, Y0
+	VFMADD231PS  384(DI), Y12, Y0
 	VMOVUPS      Y0, 384(DI)
-	VMULPS       64(R10), Y13, Y0
-	VFMADD231PS  416(DI), Y11, Y0
+	VMOVAPS      64(R10), Y0
+	VFMADD213PS  Y0, Y11, Y0
+	VFMADD231PS  416(DI), Y12, Y0
 	VMOVUPS      Y0, 416(DI)
-	VMULPS       96(R10), Y13, Y0
-	VFMADD231PS  448(DI), Y11, Y0
+	VMOVAPS      96(R10), Y0
+	VFMADD213PS  Y0, Y11, Y0
+	VFMADD231PS  448(DI), Y12, Y0
 	VMOVUPS      Y0, 448(DI)
-	VMULPS       128(R10), Y13, Y0
-	VFMADD231PS  480(DI), Y11, Y0
+	VMOVAPS      128(R10), Y0
+	VFMADD213PS  Y0, Y11, Y0
+	VFMADD231PS  480(DI), Y12, Y0
+	VMOVUPS      Y0, 480(DI)
+	JMP          decayed_23
+
+far_23:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// S' = eg·S + k̂_i·δ.
+	VBROADCASTSS eg+148(FP), Y11
+	MOVQ         AX, R11
+	MOVQ         CX, R13
+	XORQ         R12, R12
+
+rwrite_6:
+	MOVQ         8(SP), R14
+	PREFETCHT1   (R14)
+	PREFETCHT1   256(R14)
+	ADDQ         $0x00000200, 8(SP)
+	VBROADCASTSS (DX)(R12*4), Y12
+	VBROADCASTSS (BX)(R12*4), Y13
+	VMOVUPS      (R11), Y14
+	VFMADD231PS  Y14, Y13, Y0
+	VMULPS       Y14, Y11, Y14
+	VFMADD231PS  (DI), Y12, Y14
+	VMOVUPS      Y14, (R13)
+	VMOVUPS      32(R11), Y14
+	VFMADD231PS  Y14, Y13, Y1
+	VMULPS       Y14, Y11, Y14
+	VFMADD231PS  32(DI), Y12, Y14
+	VMOVUPS      Y14, 32(R13)
+	VMOVUPS      64(R11), Y14
+	VFMADD231PS  Y14, Y13, Y2
+	VMULPS       Y14, Y11, Y14
+	VFMADD231PS  64(DI), Y12, Y14
+	VMOVUPS      Y14, 64(R13)
+	VMOVUPS      96(R11), Y14
+	VFMADD231PS  Y14, Y13, Y3
+	VMULPS       Y14, Y11, Y14
+	VFMADD231PS  96(DI), Y12, Y14
+	VMOVUPS      Y14, 96(R13)
+	VMOVUPS      128(R11), Y14
+	VFMADD231PS  Y14, Y13, Y4
+	VMULPS       Y14, Y11, Y14
+	VFMADD231PS  128(DI), Y12, Y14
+	VMOVUPS      Y14, 128(R13)
+	VMOVUPS      160(R11), Y14
+	VFMADD231PS  Y14, Y13, Y5
+	VMULPS       Y14, Y11, Y14
+	VFMADD231PS  160(DI), Y12, Y14
+	VMOVUPS      Y14, 160(R13)
+	VMOVUPS      192(R11), Y14
+	VFMADD231PS  Y14, Y13, Y6
+	VMULPS       Y14, Y11, Y14
+	VFMADD231PS  192(DI), Y12, Y14
+	VMOVUPS      Y14, 192(R13)
+	VMOVUPS      224(R11), Y14
+	VFMADD231PS  Y14, Y13, Y7
+	VMULPS       Y14, Y11, Y14
+	VFMADD231PS  224(DI), Y12, Y14
+	VMOVUPS      Y14, 224(R13)
+	VMOVUPS      256(R11), Y14
+	VFMADD231PS  Y14, Y13, Y8
+	VMULPS       Y14, Y11, Y14
+	VFMADD231PS  256(DI), Y12, Y14
+	VMOVUPS      Y14, 256(R13)
+	VMOVUPS      288(R11), Y14
+	VFMADD231PS  Y14, Y13, Y9
+	VMULPS       Y14, Y11, Y14
+	VFMADD231PS  288(DI), Y12, Y14
+	VMOVUPS      Y14, 288(R13)
+	VMOVUPS      320(R11), Y14
+	VFMADD231PS  Y14, Y13, Y10
+	VMULPS       Y14, Y11, Y14
+	VFMADD231PS  320(DI), Y12, Y14
+	VMOVUPS      Y14, 320(R13)
+	VMOVUPS      352(R11), Y14
+	VMOVAPS      (R10), Y15
+	VFMADD231PS  Y14, Y13, Y15
+	VMOVAPS      Y15, (R10)
+	VMULPS       Y14, Y11, Y14
+	VFMADD231PS  352(DI), Y12, Y14
+	VMOVUPS      Y14, 352(R13)
+	VMOVUPS      384(R11), Y14
+	VMOVAPS      32(R10), Y15
+	VFMADD231PS  Y14, Y13, Y15
+	VMOVAPS      Y15, 32(R10)
+	VMULPS       Y14, Y11, Y14
+	VFMADD231PS  384(DI), Y12, Y14
+	VMOVUPS      Y14, 384(R13)
+	VMOVUPS      416(R11), Y14
+	VMOVAPS      64(R10), Y15
+	VFMADD231PS  Y14, Y13, Y15
+	VMOVAPS      Y15, 64(R10)
+	VMULPS       Y14, Y11, Y14
+	VFMADD231PS  416(DI), Y12, Y14
+	VMOVUPS      Y14, 416(R13)
+	VMOVUPS      448(R11), Y14
+	VMOVAPS      96(R10), Y15
+	VFMADD231PS  Y14, Y13, Y15
+	VMOVAPS      Y15, 96(R10)
+	VMULPS       Y14, Y11, Y14
+	VFMADD231PS  448(DI), Y12, Y14
+	VMOVUPS      Y14, 448(R13)
+	VMOVUPS      480(R11), Y14
+	VMOVAPS      128(R10), Y15
+	VFMADD231PS  Y14, Y13, Y15
+	VMOVAPS      Y15, 128(R10)
+	VMULPS       Y14, Y11, Y14
+	VFMADD231PS  480(DI), Y12, Y14
+	VMOVUPS      Y14, 480(R13)
+	ADDQ         R9, R11
+	ADDQ         R9, R13
+	INCQ         R12
+	CMPQ         R12, R8
+	JB           rwrite_6
+
+	// o = decay(Sᵀq̂) + kq·δ over δ.
+	VBROADCASTSS kq+156(FP), Y12
+	VMULPS       Y0, Y11, Y0
+	VFMADD231PS  (DI), Y12, Y0
+	VMOVUPS      Y0, (DI)
+	VMULPS       Y1, Y11, Y1
+	VFMADD231PS  32(DI), Y12, Y1
+	VMOVUPS      Y1, 32(DI)
+	VMULPS       Y2, Y11, Y2
+	VFMADD231PS  64(DI), Y12, Y2
+	VMOVUPS      Y2, 64(DI)
+	VMULPS       Y3, Y11, Y3
+	VFMADD231PS  96(DI), Y12, Y3
+	VMOVUPS      Y3, 96(DI)
+	VMULPS       Y4, Y11, Y4
+	VFMADD231PS  128(DI), Y12, Y4
+	VMOVUPS      Y4, 128(DI)
+	VMULPS       Y5, Y11, Y5
+	VFMADD231PS  160(DI), Y12, Y5
+	VMOVUPS      Y5, 160(DI)
+	VMULPS       Y6, Y11, Y6
+	VFMADD231PS  192(DI), Y12, Y6
+	VMOVUPS      Y6, 192(DI)
+	VMULPS       Y7, Y11, Y7
+	VFMADD231PS  224(DI), Y12, Y7
+	VMOVUPS      Y7, 224(DI)
+	VMULPS       Y8, Y11, Y8
+	VFMADD231PS  256(DI), Y12, Y8
+	VMOVUPS      Y8, 256(DI)
+	VMULPS       Y9, Y11, Y9
+	VFMADD231PS  288(DI), Y12, Y9
+	VMOVUPS      Y9, 288(DI)
+	VMULPS       Y10, Y11, Y10
+	VFMADD231PS  320(DI), Y12, Y10
+	VMOVUPS      Y10, 320(DI)
+	VMOVAPS      (R10), Y0
+	VMULPS       Y0, Y11, Y0
+	VFMADD231PS  352(DI), Y12, Y0
+	VMOVUPS      Y0, 352(DI)
+	VMOVAPS      32(R10), Y0
+	VMULPS       Y0, Y11, Y0
+	VFMADD231PS  384(DI), Y12, Y0
+	VMOVUPS      Y0, 384(DI)
+	VMOVAPS      64(R10), Y0
+	VMULPS       Y0, Y11, Y0
+	VFMADD231PS  416(DI), Y12, Y0
+	VMOVUPS      Y0, 416(DI)
+	VMOVAPS      96(R10), Y0
+	VMULPS       Y0, Y11, Y0
+	VFMADD231PS  448(DI), Y12, Y0
+	VMOVUPS      Y0, 448(DI)
+	VMOVAPS      128(R10), Y0
+	VMULPS       Y0, Y11, Y0
+	VFMADD231PS  480(DI), Y12, Y0
 	VMOVUPS      Y0, 480(DI)
 
-	// Write pass over YMM 16–23: S' = eg·S + k̂_i·δ, Sᵀq̂ of YMM ≥ 27 in the frame.
+decayed_23:
+	// Write pass over YMM 16–23, Sᵀq̂ of YMM ≥ 27 in the frame.
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
@@ -5157,93 +8367,189 @@ rwrite_3:
 	VXORPS Y5, Y5, Y5
 	VXORPS Y6, Y6, Y6
 	VXORPS Y7, Y7, Y7
-	MOVQ   AX, R11
-	MOVQ   CX, R13
-	XORQ   R12, R12
+	CMPB   16(SP), $0x00
+	JE     far_24
 
-rwrite_4:
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// S' = S + em1·S + k̂_i·δ.
+	VBROADCASTSS em1+144(FP), Y8
+	MOVQ         AX, R11
+	MOVQ         CX, R13
+	XORQ         R12, R12
+
+rwrite_7:
 	MOVQ         8(SP), R14
 	PREFETCHT1   (R14)
 	ADDQ         $0x00000100, 8(SP)
-	VBROADCASTSS (DX)(R12*4), Y8
-	VBROADCASTSS (BX)(R12*4), Y9
-	VMOVUPS      512(R11), Y10
-	VFMADD231PS  Y10, Y9, Y0
-	VMULPS       Y10, Y13, Y10
-	VFMADD231PS  512(DI), Y8, Y10
-	VMOVUPS      Y10, 512(R13)
-	VMOVUPS      544(R11), Y10
-	VFMADD231PS  Y10, Y9, Y1
-	VMULPS       Y10, Y13, Y10
-	VFMADD231PS  544(DI), Y8, Y10
-	VMOVUPS      Y10, 544(R13)
-	VMOVUPS      576(R11), Y10
-	VFMADD231PS  Y10, Y9, Y2
-	VMULPS       Y10, Y13, Y10
-	VFMADD231PS  576(DI), Y8, Y10
-	VMOVUPS      Y10, 576(R13)
-	VMOVUPS      608(R11), Y10
-	VFMADD231PS  Y10, Y9, Y3
-	VMULPS       Y10, Y13, Y10
-	VFMADD231PS  608(DI), Y8, Y10
-	VMOVUPS      Y10, 608(R13)
-	VMOVUPS      640(R11), Y10
-	VFMADD231PS  Y10, Y9, Y4
-	VMULPS       Y10, Y13, Y10
-	VFMADD231PS  640(DI), Y8, Y10
-	VMOVUPS      Y10, 640(R13)
-	VMOVUPS      672(R11), Y10
-	VFMADD231PS  Y10, Y9, Y5
-	VMULPS       Y10, Y13, Y10
-	VFMADD231PS  672(DI), Y8, Y10
-	VMOVUPS      Y10, 672(R13)
-	VMOVUPS      704(R11), Y10
-	VFMADD231PS  Y10, Y9, Y6
-	VMULPS       Y10, Y13, Y10
-	VFMADD231PS  704(DI), Y8, Y10
-	VMOVUPS      Y10, 704(R13)
-	VMOVUPS      736(R11), Y10
-	VFMADD231PS  Y10, Y9, Y7
-	VMULPS       Y10, Y13, Y10
-	VFMADD231PS  736(DI), Y8, Y10
-	VMOVUPS      Y10, 736(R13)
+	VBROADCASTSS (DX)(R12*4), Y9
+	VBROADCASTSS (BX)(R12*4), Y10
+	VMOVUPS      512(R11), Y11
+	VFMADD231PS  Y11, Y10, Y0
+	VFMADD213PS  Y11, Y8, Y11
+	VFMADD231PS  512(DI), Y9, Y11
+	VMOVUPS      Y11, 512(R13)
+	VMOVUPS      544(R11), Y11
+	VFMADD231PS  Y11, Y10, Y1
+	VFMADD213PS  Y11, Y8, Y11
+	VFMADD231PS  544(DI), Y9, Y11
+	VMOVUPS      Y11, 544(R13)
+	VMOVUPS      576(R11), Y11
+	VFMADD231PS  Y11, Y10, Y2
+	VFMADD213PS  Y11, Y8, Y11
+	VFMADD231PS  576(DI), Y9, Y11
+	VMOVUPS      Y11, 576(R13)
+	VMOVUPS      608(R11), Y11
+	VFMADD231PS  Y11, Y10, Y3
+	VFMADD213PS  Y11, Y8, Y11
+	VFMADD231PS  608(DI), Y9, Y11
+	VMOVUPS      Y11, 608(R13)
+	VMOVUPS      640(R11), Y11
+	VFMADD231PS  Y11, Y10, Y4
+	VFMADD213PS  Y11, Y8, Y11
+	VFMADD231PS  640(DI), Y9, Y11
+	VMOVUPS      Y11, 640(R13)
+	VMOVUPS      672(R11), Y11
+	VFMADD231PS  Y11, Y10, Y5
+	VFMADD213PS  Y11, Y8, Y11
+	VFMADD231PS  672(DI), Y9, Y11
+	VMOVUPS      Y11, 672(R13)
+	VMOVUPS      704(R11), Y11
+	VFMADD231PS  Y11, Y10, Y6
+	VFMADD213PS  Y11, Y8, Y11
+	VFMADD231PS  704(DI), Y9, Y11
+	VMOVUPS      Y11, 704(R13)
+	VMOVUPS      736(R11), Y11
+	VFMADD231PS  Y11, Y10, Y7
+	VFMADD213PS  Y11, Y8, Y11
+	VFMADD231PS  736(DI), Y9, Y11
+	VMOVUPS      Y11, 736(R13)
 	ADDQ         R9, R11
 	ADDQ         R9, R13
 	INCQ         R12
 	CMPQ         R12, R8
-	JB           rwrite_4
+	JB           rwrite_7
 
-	// o = eg·Sᵀq̂ + kq·δ over δ.
-	VBROADCASTSS kq+156(FP), Y8
-	VMULPS       Y0, Y13, Y0
-	VFMADD231PS  512(DI), Y8, Y0
+	// o = decay(Sᵀq̂) + kq·δ over δ.
+	VBROADCASTSS kq+156(FP), Y9
+	VFMADD213PS  Y0, Y8, Y0
+	VFMADD231PS  512(DI), Y9, Y0
 	VMOVUPS      Y0, 512(DI)
-	VMULPS       Y1, Y13, Y0
-	VFMADD231PS  544(DI), Y8, Y0
-	VMOVUPS      Y0, 544(DI)
-	VMULPS       Y2, Y13, Y0
-	VFMADD231PS  576(DI), Y8, Y0
-	VMOVUPS      Y0, 576(DI)
-	VMULPS       Y3, Y13, Y0
-	VFMADD231PS  608(DI), Y8, Y0
-	VMOVUPS      Y0, 608(DI)
-	VMULPS       Y4, Y13, Y0
-	VFMADD231PS  640(DI), Y8, Y0
-	VMOVUPS      Y0, 640(DI)
-	VMULPS       Y5, Y13, Y0
-	VFMADD231PS  672(DI), Y8, Y0
-	VMOVUPS      Y0, 672(DI)
-	VMULPS       Y6, Y13, Y0
-	VFMADD231PS  704(DI), Y8, Y0
-	VMOVUPS      Y0, 704(DI)
-	VMULPS       Y7, Y13, Y0
-	VFMADD231PS  736(DI), Y8, Y0
-	VMOVUPS      Y0, 736(DI)
-	ADDQ         $0x00000300, AX
-	ADDQ         $0x00000300, CX
-	ADDQ         $0x00000300, SI
-	ADDQ         $0x00000300, DI
-	SUBQ         $0x000000c0, (SP)
+	VFMADD213PS  Y1, Y8, Y1
+	VFMADD231PS  544(DI), Y9, Y1
+	VMOVUPS      Y1, 544(DI)
+	VFMADD213PS  Y2, Y8, Y2
+	VFMADD231PS  576(DI), Y9, Y2
+	VMOVUPS      Y2, 576(DI)
+	VFMADD213PS  Y3, Y8, Y3
+	VFMADD231PS  608(DI), Y9, Y3
+	VMOVUPS      Y3, 608(DI)
+	VFMADD213PS  Y4, Y8, Y4
+	VFMADD231PS  640(DI), Y9, Y4
+	VMOVUPS      Y4, 640(DI)
+	VFMADD213PS  Y5, Y8, Y5
+	VFMADD231PS  672(DI), Y9, Y5
+	VMOVUPS      Y5, 672(DI)
+	VFMADD213PS  Y6, Y8, Y6
+	VFMADD231PS  704(DI), Y9, Y6
+	VMOVUPS      Y6, 704(DI)
+	VFMADD213PS  Y7, Y8, Y7
+	VFMADD231PS  736(DI), Y9, Y7
+	VMOVUPS      Y7, 736(DI)
+	JMP          decayed_24
+
+far_24:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// S' = eg·S + k̂_i·δ.
+	VBROADCASTSS eg+148(FP), Y8
+	MOVQ         AX, R11
+	MOVQ         CX, R13
+	XORQ         R12, R12
+
+rwrite_8:
+	MOVQ         8(SP), R14
+	PREFETCHT1   (R14)
+	ADDQ         $0x00000100, 8(SP)
+	VBROADCASTSS (DX)(R12*4), Y9
+	VBROADCASTSS (BX)(R12*4), Y10
+	VMOVUPS      512(R11), Y11
+	VFMADD231PS  Y11, Y10, Y0
+	VMULPS       Y11, Y8, Y11
+	VFMADD231PS  512(DI), Y9, Y11
+	VMOVUPS      Y11, 512(R13)
+	VMOVUPS      544(R11), Y11
+	VFMADD231PS  Y11, Y10, Y1
+	VMULPS       Y11, Y8, Y11
+	VFMADD231PS  544(DI), Y9, Y11
+	VMOVUPS      Y11, 544(R13)
+	VMOVUPS      576(R11), Y11
+	VFMADD231PS  Y11, Y10, Y2
+	VMULPS       Y11, Y8, Y11
+	VFMADD231PS  576(DI), Y9, Y11
+	VMOVUPS      Y11, 576(R13)
+	VMOVUPS      608(R11), Y11
+	VFMADD231PS  Y11, Y10, Y3
+	VMULPS       Y11, Y8, Y11
+	VFMADD231PS  608(DI), Y9, Y11
+	VMOVUPS      Y11, 608(R13)
+	VMOVUPS      640(R11), Y11
+	VFMADD231PS  Y11, Y10, Y4
+	VMULPS       Y11, Y8, Y11
+	VFMADD231PS  640(DI), Y9, Y11
+	VMOVUPS      Y11, 640(R13)
+	VMOVUPS      672(R11), Y11
+	VFMADD231PS  Y11, Y10, Y5
+	VMULPS       Y11, Y8, Y11
+	VFMADD231PS  672(DI), Y9, Y11
+	VMOVUPS      Y11, 672(R13)
+	VMOVUPS      704(R11), Y11
+	VFMADD231PS  Y11, Y10, Y6
+	VMULPS       Y11, Y8, Y11
+	VFMADD231PS  704(DI), Y9, Y11
+	VMOVUPS      Y11, 704(R13)
+	VMOVUPS      736(R11), Y11
+	VFMADD231PS  Y11, Y10, Y7
+	VMULPS       Y11, Y8, Y11
+	VFMADD231PS  736(DI), Y9, Y11
+	VMOVUPS      Y11, 736(R13)
+	ADDQ         R9, R11
+	ADDQ         R9, R13
+	INCQ         R12
+	CMPQ         R12, R8
+	JB           rwrite_8
+
+	// o = decay(Sᵀq̂) + kq·δ over δ.
+	VBROADCASTSS kq+156(FP), Y9
+	VMULPS       Y0, Y8, Y0
+	VFMADD231PS  512(DI), Y9, Y0
+	VMOVUPS      Y0, 512(DI)
+	VMULPS       Y1, Y8, Y1
+	VFMADD231PS  544(DI), Y9, Y1
+	VMOVUPS      Y1, 544(DI)
+	VMULPS       Y2, Y8, Y2
+	VFMADD231PS  576(DI), Y9, Y2
+	VMOVUPS      Y2, 576(DI)
+	VMULPS       Y3, Y8, Y3
+	VFMADD231PS  608(DI), Y9, Y3
+	VMOVUPS      Y3, 608(DI)
+	VMULPS       Y4, Y8, Y4
+	VFMADD231PS  640(DI), Y9, Y4
+	VMOVUPS      Y4, 640(DI)
+	VMULPS       Y5, Y8, Y5
+	VFMADD231PS  672(DI), Y9, Y5
+	VMOVUPS      Y5, 672(DI)
+	VMULPS       Y6, Y8, Y6
+	VFMADD231PS  704(DI), Y9, Y6
+	VMOVUPS      Y6, 704(DI)
+	VMULPS       Y7, Y8, Y7
+	VFMADD231PS  736(DI), Y9, Y7
+	VMOVUPS      Y7, 736(DI)
+
+decayed_24:
+	ADDQ $0x00000300, AX
+	ADDQ $0x00000300, CX
+	ADDQ $0x00000300, SI
+	ADDQ $0x00000300, DI
+	SUBQ $0x000000c0, (SP)
 
 rowsdone_2:
 	CMPQ (SP), $0x00000080
@@ -5298,8 +8604,101 @@ rread_3:
 	INCQ         R12
 	CMPQ         R12, R8
 	JB           rread_3
+	CMPB         16(SP), $0x00
+	JE           far_25
 
-	// δ = beta·(v − eg·Sᵀk̂), in o.
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), in o.
+	VBROADCASTSS em1+144(FP), Y13
+	VBROADCASTSS beta+152(FP), Y14
+	VMOVUPS      (SI), Y15
+	VFMADD213PS  Y0, Y13, Y0
+	VSUBPS       Y0, Y15, Y0
+	VMULPS       Y0, Y14, Y0
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      32(SI), Y0
+	VFMADD213PS  Y1, Y13, Y1
+	VSUBPS       Y1, Y0, Y1
+	VMULPS       Y1, Y14, Y1
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      64(SI), Y0
+	VFMADD213PS  Y2, Y13, Y2
+	VSUBPS       Y2, Y0, Y2
+	VMULPS       Y2, Y14, Y2
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      96(SI), Y0
+	VFMADD213PS  Y3, Y13, Y3
+	VSUBPS       Y3, Y0, Y3
+	VMULPS       Y3, Y14, Y3
+	VMOVUPS      Y3, 96(DI)
+	VMOVUPS      128(SI), Y0
+	VFMADD213PS  Y4, Y13, Y4
+	VSUBPS       Y4, Y0, Y4
+	VMULPS       Y4, Y14, Y4
+	VMOVUPS      Y4, 128(DI)
+	VMOVUPS      160(SI), Y0
+	VFMADD213PS  Y5, Y13, Y5
+	VSUBPS       Y5, Y0, Y5
+	VMULPS       Y5, Y14, Y5
+	VMOVUPS      Y5, 160(DI)
+	VMOVUPS      192(SI), Y0
+	VFMADD213PS  Y6, Y13, Y6
+	VSUBPS       Y6, Y0, Y6
+	VMULPS       Y6, Y14, Y6
+	VMOVUPS      Y6, 192(DI)
+	VMOVUPS      224(SI), Y0
+	VFMADD213PS  Y7, Y13, Y7
+	VSUBPS       Y7, Y0, Y7
+	VMULPS       Y7, Y14, Y7
+	VMOVUPS      Y7, 224(DI)
+	VMOVUPS      256(SI), Y0
+	VFMADD213PS  Y8, Y13, Y8
+	VSUBPS       Y8, Y0, Y8
+	VMULPS       Y8, Y14, Y8
+	VMOVUPS      Y8, 256(DI)
+	VMOVUPS      288(SI), Y0
+	VFMADD213PS  Y9, Y13, Y9
+	VSUBPS       Y9, Y0, Y9
+	VMULPS       Y9, Y14, Y9
+	VMOVUPS      Y9, 288(DI)
+	VMOVUPS      320(SI), Y0
+	VFMADD213PS  Y10, Y13, Y10
+	VSUBPS       Y10, Y0, Y10
+	VMULPS       Y10, Y14, Y10
+	VMOVUPS      Y10, 320(DI)
+	VMOVUPS      352(SI), Y0
+	VFMADD213PS  Y11, Y13, Y11
+	VSUBPS       Y11, Y0, Y11
+	VMULPS       Y11, Y14, Y11
+	VMOVUPS      Y11, 352(DI)
+	VMOVUPS      384(SI), Y0
+	VFMADD213PS  Y12, Y13, Y12
+	VSUBPS       Y12, Y0, Y12
+	VMULPS       Y12, Y14, Y12
+	VMOVUPS      Y12, 384(DI)
+	VMOVUPS      416(DI), Y0
+	VMOVUPS      416(SI), Y1
+	VFMADD213PS  Y0, Y13, Y0
+	VSUBPS       Y0, Y1, Y0
+	VMULPS       Y0, Y14, Y0
+	VMOVUPS      Y0, 416(DI)
+	VMOVUPS      448(DI), Y0
+	VMOVUPS      448(SI), Y1
+	VFMADD213PS  Y0, Y13, Y0
+	VSUBPS       Y0, Y1, Y0
+	VMULPS       Y0, Y14, Y0
+	VMOVUPS      Y0, 448(DI)
+	VMOVUPS      480(DI), Y0
+	VMOVUPS      480(SI), Y1
+	VFMADD213PS  Y0, Y13, Y0
+	VSUBPS       Y0, Y1, Y0
+	VMULPS       Y0, Y14, Y0
+	VMOVUPS      Y0, 480(DI)
+	JMP          decayed_25
+
+far_25:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), in o.
 	VBROADCASTSS eg+148(FP), Y13
 	VBROADCASTSS beta+152(FP), Y14
 	VMOVUPS      (SI), Y15
@@ -5386,7 +8785,8 @@ rread_3:
 	VMULPS       Y0, Y14, Y0
 	VMOVUPS      Y0, 480(DI)
 
-	// Write pass over YMM 0–15: S' = eg·S + k̂_i·δ, Sᵀq̂ of YMM ≥ 11 in the frame.
+decayed_25:
+	// Write pass over YMM 0–15, Sᵀq̂ of YMM ≥ 11 in the frame.
 	VXORPS  Y0, Y0, Y0
 	VMOVAPS Y0, (R10)
 	VMOVAPS Y0, 32(R10)
@@ -5404,168 +8804,349 @@ rread_3:
 	VXORPS  Y8, Y8, Y8
 	VXORPS  Y9, Y9, Y9
 	VXORPS  Y10, Y10, Y10
-	MOVQ    AX, R11
-	MOVQ    CX, R13
-	XORQ    R12, R12
+	CMPB    16(SP), $0x00
+	JE      far_26
 
-rwrite_5:
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// S' = S + em1·S + k̂_i·δ.
+	VBROADCASTSS em1+144(FP), Y11
+	MOVQ         AX, R11
+	MOVQ         CX, R13
+	XORQ         R12, R12
+
+rwrite_9:
 	MOVQ         8(SP), R14
 	PREFETCHT1   (R14)
 	PREFETCHT1   256(R14)
 	ADDQ         $0x00000200, 8(SP)
-	VBROADCASTSS (DX)(R12*4), Y11
-	VBROADCASTSS (BX)(R12*4), Y12
+	VBROADCASTSS (DX)(R12*4), Y12
+	VBROADCASTSS (BX)(R12*4), Y13
 	VMOVUPS      (R11), Y14
-	VFMADD231PS  Y14, Y12, Y0
-	VMULPS       Y14, Y13, Y14
-	VFMADD231PS  (DI), Y11, Y14
+	VFMADD231PS  Y14, Y13, Y0
+	VFMADD213PS  Y14, Y11, Y14
+	VFMADD231PS  (DI), Y12, Y14
 	VMOVUPS      Y14, (R13)
 	VMOVUPS      32(R11), Y14
-	VFMADD231PS  Y14, Y12, Y1
-	VMULPS       Y14, Y13, Y14
-	VFMADD231PS  32(DI), Y11, Y14
+	VFMADD231PS  Y14, Y13, Y1
+	VFMADD213PS  Y14, Y11, Y14
+	VFMADD231PS  32(DI), Y12, Y14
 	VMOVUPS      Y14, 32(R13)
 	VMOVUPS      64(R11), Y14
-	VFMADD231PS  Y14, Y12, Y2
-	VMULPS       Y14, Y13, Y14
-	VFMADD231PS  64(DI), Y11, Y14
+	VFMADD231PS  Y14, Y13, Y2
+	VFMADD213PS  Y14, Y11, Y14
+	VFMADD231PS  64(DI), Y12, Y14
 	VMOVUPS      Y14, 64(R13)
 	VMOVUPS      96(R11), Y14
-	VFMADD231PS  Y14, Y12, Y3
-	VMULPS       Y14, Y13, Y14
-	VFMADD231PS  96(DI), Y11, Y14
+	VFMADD231PS  Y14, Y13, Y3
+	VFMADD213PS  Y14, Y11, Y14
+	VFMADD231PS  96(DI), Y12, Y14
 	VMOVUPS      Y14, 96(R13)
 	VMOVUPS      128(R11), Y14
-	VFMADD231PS  Y14, Y12, Y4
-	VMULPS       Y14, Y13, Y14
-	VFMADD231PS  128(DI), Y11, Y14
+	VFMADD231PS  Y14, Y13, Y4
+	VFMADD213PS  Y14, Y11, Y14
+	VFMADD231PS  128(DI), Y12, Y14
 	VMOVUPS      Y14, 128(R13)
 	VMOVUPS      160(R11), Y14
-	VFMADD231PS  Y14, Y12, Y5
-	VMULPS       Y14, Y13, Y14
-	VFMADD231PS  160(DI), Y11, Y14
+	VFMADD231PS  Y14, Y13, Y5
+	VFMADD213PS  Y14, Y11, Y14
+	VFMADD231PS  160(DI), Y12, Y14
 	VMOVUPS      Y14, 160(R13)
 	VMOVUPS      192(R11), Y14
-	VFMADD231PS  Y14, Y12, Y6
-	VMULPS       Y14, Y13, Y14
-	VFMADD231PS  192(DI), Y11, Y14
+	VFMADD231PS  Y14, Y13, Y6
+	VFMADD213PS  Y14, Y11, Y14
+	VFMADD231PS  192(DI), Y12, Y14
 	VMOVUPS      Y14, 192(R13)
 	VMOVUPS      224(R11), Y14
-	VFMADD231PS  Y14, Y12, Y7
-	VMULPS       Y14, Y13, Y14
-	VFMADD231PS  224(DI), Y11, Y14
+	VFMADD231PS  Y14, Y13, Y7
+	VFMADD213PS  Y14, Y11, Y14
+	VFMADD231PS  224(DI), Y12, Y14
 	VMOVUPS      Y14, 224(R13)
 	VMOVUPS      256(R11), Y14
-	VFMADD231PS  Y14, Y12, Y8
-	VMULPS       Y14, Y13, Y14
-	VFMADD231PS  256(DI), Y11, Y14
+	VFMADD231PS  Y14, Y13, Y8
+	VFMADD213PS  Y14, Y11, Y14
+	VFMADD231PS  256(DI), Y12, Y14
 	VMOVUPS      Y14, 256(R13)
 	VMOVUPS      288(R11), Y14
-	VFMADD231PS  Y14, Y12, Y9
-	VMULPS       Y14, Y13, Y14
-	VFMADD231PS  288(DI), Y11, Y14
+	VFMADD231PS  Y14, Y13, Y9
+	VFMADD213PS  Y14, Y11, Y14
+	VFMADD231PS  288(DI), Y12, Y14
 	VMOVUPS      Y14, 288(R13)
 	VMOVUPS      320(R11), Y14
-	VFMADD231PS  Y14, Y12, Y10
-	VMULPS       Y14, Y13, Y14
-	VFMADD231PS  320(DI), Y11, Y14
+	VFMADD231PS  Y14, Y13, Y10
+	VFMADD213PS  Y14, Y11, Y14
+	VFMADD231PS  320(DI), Y12, Y14
 	VMOVUPS      Y14, 320(R13)
 	VMOVUPS      352(R11), Y14
 	VMOVAPS      (R10), Y15
-	VFMADD231PS  Y14, Y12, Y15
+	VFMADD231PS  Y14, Y13, Y15
 	VMOVAPS      Y15, (R10)
-	VMULPS       Y14, Y13, Y14
-	VFMADD231PS  352(DI), Y11, Y14
+	VFMADD213PS  Y14, Y11, Y14
+	VFMADD231PS  352(DI), Y12, Y14
 	VMOVUPS      Y14, 352(R13)
 	VMOVUPS      384(R11), Y14
 	VMOVAPS      32(R10), Y15
-	VFMADD231PS  Y14, Y12, Y15
+	VFMADD231PS  Y14, Y13, Y15
 	VMOVAPS      Y15, 32(R10)
-	VMULPS       Y14, Y13, Y14
-	VFMADD231PS  384(DI), Y11, Y14
+	VFMADD213PS  Y14, Y11, Y14
+	VFMADD231PS  384(DI), Y12, Y14
 	VMOVUPS      Y14, 384(R13)
 	VMOVUPS      416(R11), Y14
 	VMOVAPS      64(R10), Y15
-	VFMADD231PS  Y14, Y12, Y15
+	VFMADD231PS  Y14, Y13, Y15
 	VMOVAPS      Y15, 64(R10)
-	VMULPS       Y14, Y13, Y14
-	VFMADD231PS  416(DI), Y11, Y14
+	VFMADD213PS  Y14, Y11, Y14
+	VFMADD231PS  416(DI), Y12, Y14
 	VMOVUPS      Y14, 416(R13)
 	VMOVUPS      448(R11), Y14
 	VMOVAPS      96(R10), Y15
-	VFMADD231PS  Y14, Y12, Y15
+	VFMADD231PS  Y14, Y13, Y15
 	VMOVAPS      Y15, 96(R10)
-	VMULPS       Y14, Y13, Y14
-	VFMADD231PS  448(DI), Y11, Y14
+	VFMADD213PS  Y14, Y11, Y14
+	VFMADD231PS  448(DI), Y12, Y14
 	VMOVUPS      Y14, 448(R13)
 	VMOVUPS      480(R11), Y14
 	VMOVAPS      128(R10), Y15
-	VFMADD231PS  Y14, Y12, Y15
+	VFMADD231PS  Y14, Y13, Y15
 	VMOVAPS      Y15, 128(R10)
-	VMULPS       Y14, Y13, Y14
-	VFMADD231PS  480(DI), Y11, Y14
+	VFMADD213PS  Y14, Y11, Y14
+	VFMADD231PS  480(DI), Y12, Y14
 	VMOVUPS      Y14, 480(R13)
 	ADDQ         R9, R11
 	ADDQ         R9, R13
 	INCQ         R12
 	CMPQ         R12, R8
-	JB           rwrite_5
+	JB           rwrite_9
 
-	// o = eg·Sᵀq̂ + kq·δ over δ.
-	VBROADCASTSS kq+156(FP), Y11
-	VMULPS       Y0, Y13, Y0
-	VFMADD231PS  (DI), Y11, Y0
+	// o = decay(Sᵀq̂) + kq·δ over δ.
+	VBROADCASTSS kq+156(FP), Y12
+	VFMADD213PS  Y0, Y11, Y0
+	VFMADD231PS  (DI), Y12, Y0
 	VMOVUPS      Y0, (DI)
-	VMULPS       Y1, Y13, Y0
-	VFMADD231PS  32(DI), Y11, Y0
-	VMOVUPS      Y0, 32(DI)
-	VMULPS       Y2, Y13, Y0
-	VFMADD231PS  64(DI), Y11, Y0
-	VMOVUPS      Y0, 64(DI)
-	VMULPS       Y3, Y13, Y0
-	VFMADD231PS  96(DI), Y11, Y0
-	VMOVUPS      Y0, 96(DI)
-	VMULPS       Y4, Y13, Y0
-	VFMADD231PS  128(DI), Y11, Y0
-	VMOVUPS      Y0, 128(DI)
-	VMULPS       Y5, Y13, Y0
-	VFMADD231PS  160(DI), Y11, Y0
-	VMOVUPS      Y0, 160(DI)
-	VMULPS       Y6, Y13, Y0
-	VFMADD231PS  192(DI), Y11, Y0
-	VMOVUPS      Y0, 192(DI)
-	VMULPS       Y7, Y13, Y0
-	VFMADD231PS  224(DI), Y11, Y0
-	VMOVUPS      Y0, 224(DI)
-	VMULPS       Y8, Y13, Y0
-	VFMADD231PS  256(DI), Y11, Y0
-	VMOVUPS      Y0, 256(DI)
-	VMULPS       Y9, Y13, Y0
-	VFMADD231PS  288(DI), Y11, Y0
-	VMOVUPS      Y0, 288(DI)
-	VMULPS       Y10, Y13, Y0
-	VFMADD231PS  320(DI), Y11, Y0
-	VMOVUPS      Y0, 320(DI)
-	VMULPS       (R10), Y13, Y0
-	VFMADD231PS  352(DI), Y11, Y0
+	VFMADD213PS  Y1, Y11, Y1
+	VFMADD231PS  32(DI), Y12, Y1
+	VMOVUPS      Y1, 32(DI)
+	VFMADD213PS  Y2, Y11, Y2
+	VFMADD231PS  64(DI), Y12, Y2
+	VMOVUPS      Y2, 64(DI)
+	VFMADD213PS  Y3, Y11, Y3
+	VFMADD231PS  96(DI), Y12, Y3
+	VMOVUPS      Y3, 96(DI)
+	VFMADD213PS  Y4, Y11, Y4
+	VFMADD231PS  128(DI), Y12, Y4
+	VMOVUPS      Y4, 128(DI)
+	VFMADD213PS  Y5, Y11, Y5
+	VFMADD231PS  160(DI), Y12, Y5
+	VMOVUPS      Y5, 160(DI)
+	VFMADD213PS  Y6, Y11, Y6
+	VFMADD231PS  192(DI), Y12, Y6
+	VMOVUPS      Y6, 192(DI)
+	VFMADD213PS  Y7, Y11, Y7
+	VFMADD231PS  224(DI), Y12, Y7
+	VMOVUPS      Y7, 224(DI)
+	VFMADD213PS  Y8, Y11, Y8
+	VFMADD231PS  256(DI), Y12, Y8
+	VMOVUPS      Y8, 256(DI)
+	VFMADD213PS  Y9, Y11, Y9
+	VFMADD231PS  288(DI), Y12, Y9
+	VMOVUPS      Y9, 288(DI)
+	VFMADD213PS  Y10, Y11, Y10
+	VFMADD231PS  320(DI), Y12, Y10
+	VMOVUPS      Y10, 320(DI)
+	VMOVAPS      (R10), Y0
+	VFMADD213PS  Y0, Y11, Y0
+	VFMADD231PS  352(DI), Y12, Y0
 	VMOVUPS      Y0, 352(DI)
-	VMULPS       32(R10), Y13, Y0
-	VFMADD231PS  384(DI), Y11, Y0
+	VMOVAPS      32(R10), Y0
+	VFMADD213PS  Y0, Y11, Y0
+	VFMADD231PS  384(DI), Y12, Y0
 	VMOVUPS      Y0, 384(DI)
-	VMULPS       64(R10), Y13, Y0
-	VFMADD231PS  416(DI), Y11, Y0
+	VMOVAPS      64(R10), Y0
+	VFMADD213PS  Y0, Y11, Y0
+	VFMADD231PS  416(DI), Y12, Y0
 	VMOVUPS      Y0, 416(DI)
-	VMULPS       96(R10), Y13, Y0
-	VFMADD231PS  448(DI), Y11, Y0
+	VMOVAPS      96(R10), Y0
+	VFMADD213PS  Y0, Y11, Y0
+	VFMADD231PS  448(DI), Y12, Y0
 	VMOVUPS      Y0, 448(DI)
-	VMULPS       128(R10), Y13, Y0
-	VFMADD231PS  480(DI), Y11, Y0
+	VMOVAPS      128(R10), Y0
+	VFMADD213PS  Y0, Y11, Y0
+	VFMADD231PS  480(DI), Y12, Y0
 	VMOVUPS      Y0, 480(DI)
-	ADDQ         $0x00000200, AX
-	ADDQ         $0x00000200, CX
-	ADDQ         $0x00000200, SI
-	ADDQ         $0x00000200, DI
-	SUBQ         $0x00000080, (SP)
+	JMP          decayed_26
+
+far_26:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// S' = eg·S + k̂_i·δ.
+	VBROADCASTSS eg+148(FP), Y11
+	MOVQ         AX, R11
+	MOVQ         CX, R13
+	XORQ         R12, R12
+
+rwrite_10:
+	MOVQ         8(SP), R14
+	PREFETCHT1   (R14)
+	PREFETCHT1   256(R14)
+	ADDQ         $0x00000200, 8(SP)
+	VBROADCASTSS (DX)(R12*4), Y12
+	VBROADCASTSS (BX)(R12*4), Y13
+	VMOVUPS      (R11), Y14
+	VFMADD231PS  Y14, Y13, Y0
+	VMULPS       Y14, Y11, Y14
+	VFMADD231PS  (DI), Y12, Y14
+	VMOVUPS      Y14, (R13)
+	VMOVUPS      32(R11), Y14
+	VFMADD231PS  Y14, Y13, Y1
+	VMULPS       Y14, Y11, Y14
+	VFMADD231PS  32(DI), Y12, Y14
+	VMOVUPS      Y14, 32(R13)
+	VMOVUPS      64(R11), Y14
+	VFMADD231PS  Y14, Y13, Y2
+	VMULPS       Y14, Y11, Y14
+	VFMADD231PS  64(DI), Y12, Y14
+	VMOVUPS      Y14, 64(R13)
+	VMOVUPS      96(R11), Y14
+	VFMADD231PS  Y14, Y13, Y3
+	VMULPS       Y14, Y11, Y14
+	VFMADD231PS  96(DI), Y12, Y14
+	VMOVUPS      Y14, 96(R13)
+	VMOVUPS      128(R11), Y14
+	VFMADD231PS  Y14, Y13, Y4
+	VMULPS       Y14, Y11, Y14
+	VFMADD231PS  128(DI), Y12, Y14
+	VMOVUPS      Y14, 128(R13)
+	VMOVUPS      160(R11), Y14
+	VFMADD231PS  Y14, Y13, Y5
+	VMULPS       Y14, Y11, Y14
+	VFMADD231PS  160(DI), Y12, Y14
+	VMOVUPS      Y14, 160(R13)
+	VMOVUPS      192(R11), Y14
+	VFMADD231PS  Y14, Y13, Y6
+	VMULPS       Y14, Y11, Y14
+	VFMADD231PS  192(DI), Y12, Y14
+	VMOVUPS      Y14, 192(R13)
+	VMOVUPS      224(R11), Y14
+	VFMADD231PS  Y14, Y13, Y7
+	VMULPS       Y14, Y11, Y14
+	VFMADD231PS  224(DI), Y12, Y14
+	VMOVUPS      Y14, 224(R13)
+	VMOVUPS      256(R11), Y14
+	VFMADD231PS  Y14, Y13, Y8
+	VMULPS       Y14, Y11, Y14
+	VFMADD231PS  256(DI), Y12, Y14
+	VMOVUPS      Y14, 256(R13)
+	VMOVUPS      288(R11), Y14
+	VFMADD231PS  Y14, Y13, Y9
+	VMULPS       Y14, Y11, Y14
+	VFMADD231PS  288(DI), Y12, Y14
+	VMOVUPS      Y14, 288(R13)
+	VMOVUPS      320(R11), Y14
+	VFMADD231PS  Y14, Y13, Y10
+	VMULPS       Y14, Y11, Y14
+	VFMADD231PS  320(DI), Y12, Y14
+	VMOVUPS      Y14, 320(R13)
+	VMOVUPS      352(R11), Y14
+	VMOVAPS      (R10), Y15
+	VFMADD231PS  Y14, Y13, Y15
+	VMOVAPS      Y15, (R10)
+	VMULPS       Y14, Y11, Y14
+	VFMADD231PS  352(DI), Y12, Y14
+	VMOVUPS      Y14, 352(R13)
+	VMOVUPS      384(R11), Y14
+	VMOVAPS      32(R10), Y15
+	VFMADD231PS  Y14, Y13, Y15
+	VMOVAPS      Y15, 32(R10)
+	VMULPS       Y14, Y11, Y14
+	VFMADD231PS  384(DI), Y12, Y14
+	VMOVUPS      Y14, 384(R13)
+	VMOVUPS      416(R11), Y14
+	VMOVAPS      64(R10), Y15
+	VFMADD231PS  Y14, Y13, Y15
+	VMOVAPS      Y15, 64(R10)
+	VMULPS       Y14, Y11, Y14
+	VFMADD231PS  416(DI), Y12, Y14
+	VMOVUPS      Y14, 416(R13)
+	VMOVUPS      448(R11), Y14
+	VMOVAPS      96(R10), Y15
+	VFMADD231PS  Y14, Y13, Y15
+	VMOVAPS      Y15, 96(R10)
+	VMULPS       Y14, Y11, Y14
+	VFMADD231PS  448(DI), Y12, Y14
+	VMOVUPS      Y14, 448(R13)
+	VMOVUPS      480(R11), Y14
+	VMOVAPS      128(R10), Y15
+	VFMADD231PS  Y14, Y13, Y15
+	VMOVAPS      Y15, 128(R10)
+	VMULPS       Y14, Y11, Y14
+	VFMADD231PS  480(DI), Y12, Y14
+	VMOVUPS      Y14, 480(R13)
+	ADDQ         R9, R11
+	ADDQ         R9, R13
+	INCQ         R12
+	CMPQ         R12, R8
+	JB           rwrite_10
+
+	// o = decay(Sᵀq̂) + kq·δ over δ.
+	VBROADCASTSS kq+156(FP), Y12
+	VMULPS       Y0, Y11, Y0
+	VFMADD231PS  (DI), Y12, Y0
+	VMOVUPS      Y0, (DI)
+	VMULPS       Y1, Y11, Y1
+	VFMADD231PS  32(DI), Y12, Y1
+	VMOVUPS      Y1, 32(DI)
+	VMULPS       Y2, Y11, Y2
+	VFMADD231PS  64(DI), Y12, Y2
+	VMOVUPS      Y2, 64(DI)
+	VMULPS       Y3, Y11, Y3
+	VFMADD231PS  96(DI), Y12, Y3
+	VMOVUPS      Y3, 96(DI)
+	VMULPS       Y4, Y11, Y4
+	VFMADD231PS  128(DI), Y12, Y4
+	VMOVUPS      Y4, 128(DI)
+	VMULPS       Y5, Y11, Y5
+	VFMADD231PS  160(DI), Y12, Y5
+	VMOVUPS      Y5, 160(DI)
+	VMULPS       Y6, Y11, Y6
+	VFMADD231PS  192(DI), Y12, Y6
+	VMOVUPS      Y6, 192(DI)
+	VMULPS       Y7, Y11, Y7
+	VFMADD231PS  224(DI), Y12, Y7
+	VMOVUPS      Y7, 224(DI)
+	VMULPS       Y8, Y11, Y8
+	VFMADD231PS  256(DI), Y12, Y8
+	VMOVUPS      Y8, 256(DI)
+	VMULPS       Y9, Y11, Y9
+	VFMADD231PS  288(DI), Y12, Y9
+	VMOVUPS      Y9, 288(DI)
+	VMULPS       Y10, Y11, Y10
+	VFMADD231PS  320(DI), Y12, Y10
+	VMOVUPS      Y10, 320(DI)
+	VMOVAPS      (R10), Y0
+	VMULPS       Y0, Y11, Y0
+	VFMADD231PS  352(DI), Y12, Y0
+	VMOVUPS      Y0, 352(DI)
+	VMOVAPS      32(R10), Y0
+	VMULPS       Y0, Y11, Y0
+	VFMADD231PS  384(DI), Y12, Y0
+	VMOVUPS      Y0, 384(DI)
+	VMOVAPS      64(R10), Y0
+	VMULPS       Y0, Y11, Y0
+	VFMADD231PS  416(DI), Y12, Y0
+	VMOVUPS      Y0, 416(DI)
+	VMOVAPS      96(R10), Y0
+	VMULPS       Y0, Y11, Y0
+	VFMADD231PS  448(DI), Y12, Y0
+	VMOVUPS      Y0, 448(DI)
+	VMOVAPS      128(R10), Y0
+	VMULPS       Y0, Y11, Y0
+	VFMADD231PS  480(DI), Y12, Y0
+	VMOVUPS      Y0, 480(DI)
+
+decayed_26:
+	ADDQ $0x00000200, AX
+	ADDQ $0x00000200, CX
+	ADDQ $0x00000200, SI
+	ADDQ $0x00000200, DI
+	SUBQ $0x00000080, (SP)
 
 rowsdone_3:
 	CMPQ (SP), $0x00000040
@@ -5597,8 +9178,58 @@ rread_4:
 	INCQ         R11
 	CMPQ         R11, R8
 	JB           rread_4
+	CMPB         16(SP), $0x00
+	JE           far_27
 
-	// δ = beta·(v − eg·Sᵀk̂), in o.
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), in o.
+	VBROADCASTSS em1+144(FP), Y8
+	VBROADCASTSS beta+152(FP), Y9
+	VMOVUPS      (SI), Y10
+	VFMADD213PS  Y0, Y8, Y0
+	VSUBPS       Y0, Y10, Y0
+	VMULPS       Y0, Y9, Y0
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      32(SI), Y0
+	VFMADD213PS  Y1, Y8, Y1
+	VSUBPS       Y1, Y0, Y1
+	VMULPS       Y1, Y9, Y1
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      64(SI), Y0
+	VFMADD213PS  Y2, Y8, Y2
+	VSUBPS       Y2, Y0, Y2
+	VMULPS       Y2, Y9, Y2
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      96(SI), Y0
+	VFMADD213PS  Y3, Y8, Y3
+	VSUBPS       Y3, Y0, Y3
+	VMULPS       Y3, Y9, Y3
+	VMOVUPS      Y3, 96(DI)
+	VMOVUPS      128(SI), Y0
+	VFMADD213PS  Y4, Y8, Y4
+	VSUBPS       Y4, Y0, Y4
+	VMULPS       Y4, Y9, Y4
+	VMOVUPS      Y4, 128(DI)
+	VMOVUPS      160(SI), Y0
+	VFMADD213PS  Y5, Y8, Y5
+	VSUBPS       Y5, Y0, Y5
+	VMULPS       Y5, Y9, Y5
+	VMOVUPS      Y5, 160(DI)
+	VMOVUPS      192(SI), Y0
+	VFMADD213PS  Y6, Y8, Y6
+	VSUBPS       Y6, Y0, Y6
+	VMULPS       Y6, Y9, Y6
+	VMOVUPS      Y6, 192(DI)
+	VMOVUPS      224(SI), Y0
+	VFMADD213PS  Y7, Y8, Y7
+	VSUBPS       Y7, Y0, Y7
+	VMULPS       Y7, Y9, Y7
+	VMOVUPS      Y7, 224(DI)
+	JMP          decayed_27
+
+far_27:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), in o.
 	VBROADCASTSS eg+148(FP), Y8
 	VBROADCASTSS beta+152(FP), Y9
 	VMOVUPS      (SI), Y10
@@ -5642,7 +9273,8 @@ rread_4:
 	VMULPS       Y7, Y9, Y7
 	VMOVUPS      Y7, 224(DI)
 
-	// Write pass over YMM 0–7: S' = eg·S + k̂_i·δ, Sᵀq̂ of YMM ≥ 11 in the frame.
+decayed_27:
+	// Write pass over YMM 0–7, Sᵀq̂ of YMM ≥ 11 in the frame.
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
@@ -5651,11 +9283,105 @@ rread_4:
 	VXORPS Y5, Y5, Y5
 	VXORPS Y6, Y6, Y6
 	VXORPS Y7, Y7, Y7
-	MOVQ   AX, R10
-	MOVQ   CX, R12
-	XORQ   R11, R11
+	CMPB   16(SP), $0x00
+	JE     far_28
 
-rwrite_6:
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// S' = S + em1·S + k̂_i·δ.
+	VBROADCASTSS em1+144(FP), Y8
+	MOVQ         AX, R10
+	MOVQ         CX, R12
+	XORQ         R11, R11
+
+rwrite_11:
+	MOVQ         8(SP), R13
+	PREFETCHT1   (R13)
+	ADDQ         $0x00000100, 8(SP)
+	VBROADCASTSS (DX)(R11*4), Y9
+	VBROADCASTSS (BX)(R11*4), Y10
+	VMOVUPS      (R10), Y11
+	VFMADD231PS  Y11, Y10, Y0
+	VFMADD213PS  Y11, Y8, Y11
+	VFMADD231PS  (DI), Y9, Y11
+	VMOVUPS      Y11, (R12)
+	VMOVUPS      32(R10), Y11
+	VFMADD231PS  Y11, Y10, Y1
+	VFMADD213PS  Y11, Y8, Y11
+	VFMADD231PS  32(DI), Y9, Y11
+	VMOVUPS      Y11, 32(R12)
+	VMOVUPS      64(R10), Y11
+	VFMADD231PS  Y11, Y10, Y2
+	VFMADD213PS  Y11, Y8, Y11
+	VFMADD231PS  64(DI), Y9, Y11
+	VMOVUPS      Y11, 64(R12)
+	VMOVUPS      96(R10), Y11
+	VFMADD231PS  Y11, Y10, Y3
+	VFMADD213PS  Y11, Y8, Y11
+	VFMADD231PS  96(DI), Y9, Y11
+	VMOVUPS      Y11, 96(R12)
+	VMOVUPS      128(R10), Y11
+	VFMADD231PS  Y11, Y10, Y4
+	VFMADD213PS  Y11, Y8, Y11
+	VFMADD231PS  128(DI), Y9, Y11
+	VMOVUPS      Y11, 128(R12)
+	VMOVUPS      160(R10), Y11
+	VFMADD231PS  Y11, Y10, Y5
+	VFMADD213PS  Y11, Y8, Y11
+	VFMADD231PS  160(DI), Y9, Y11
+	VMOVUPS      Y11, 160(R12)
+	VMOVUPS      192(R10), Y11
+	VFMADD231PS  Y11, Y10, Y6
+	VFMADD213PS  Y11, Y8, Y11
+	VFMADD231PS  192(DI), Y9, Y11
+	VMOVUPS      Y11, 192(R12)
+	VMOVUPS      224(R10), Y11
+	VFMADD231PS  Y11, Y10, Y7
+	VFMADD213PS  Y11, Y8, Y11
+	VFMADD231PS  224(DI), Y9, Y11
+	VMOVUPS      Y11, 224(R12)
+	ADDQ         R9, R10
+	ADDQ         R9, R12
+	INCQ         R11
+	CMPQ         R11, R8
+	JB           rwrite_11
+
+	// o = decay(Sᵀq̂) + kq·δ over δ.
+	VBROADCASTSS kq+156(FP), Y9
+	VFMADD213PS  Y0, Y8, Y0
+	VFMADD231PS  (DI), Y9, Y0
+	VMOVUPS      Y0, (DI)
+	VFMADD213PS  Y1, Y8, Y1
+	VFMADD231PS  32(DI), Y9, Y1
+	VMOVUPS      Y1, 32(DI)
+	VFMADD213PS  Y2, Y8, Y2
+	VFMADD231PS  64(DI), Y9, Y2
+	VMOVUPS      Y2, 64(DI)
+	VFMADD213PS  Y3, Y8, Y3
+	VFMADD231PS  96(DI), Y9, Y3
+	VMOVUPS      Y3, 96(DI)
+	VFMADD213PS  Y4, Y8, Y4
+	VFMADD231PS  128(DI), Y9, Y4
+	VMOVUPS      Y4, 128(DI)
+	VFMADD213PS  Y5, Y8, Y5
+	VFMADD231PS  160(DI), Y9, Y5
+	VMOVUPS      Y5, 160(DI)
+	VFMADD213PS  Y6, Y8, Y6
+	VFMADD231PS  192(DI), Y9, Y6
+	VMOVUPS      Y6, 192(DI)
+	VFMADD213PS  Y7, Y8, Y7
+	VFMADD231PS  224(DI), Y9, Y7
+	VMOVUPS      Y7, 224(DI)
+	JMP          decayed_28
+
+far_28:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// S' = eg·S + k̂_i·δ.
+	VBROADCASTSS eg+148(FP), Y8
+	MOVQ         AX, R10
+	MOVQ         CX, R12
+	XORQ         R11, R11
+
+rwrite_12:
 	MOVQ         8(SP), R13
 	PREFETCHT1   (R13)
 	ADDQ         $0x00000100, 8(SP)
@@ -5705,39 +9431,41 @@ rwrite_6:
 	ADDQ         R9, R12
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           rwrite_6
+	JB           rwrite_12
 
-	// o = eg·Sᵀq̂ + kq·δ over δ.
+	// o = decay(Sᵀq̂) + kq·δ over δ.
 	VBROADCASTSS kq+156(FP), Y9
 	VMULPS       Y0, Y8, Y0
 	VFMADD231PS  (DI), Y9, Y0
 	VMOVUPS      Y0, (DI)
-	VMULPS       Y1, Y8, Y0
-	VFMADD231PS  32(DI), Y9, Y0
-	VMOVUPS      Y0, 32(DI)
-	VMULPS       Y2, Y8, Y0
-	VFMADD231PS  64(DI), Y9, Y0
-	VMOVUPS      Y0, 64(DI)
-	VMULPS       Y3, Y8, Y0
-	VFMADD231PS  96(DI), Y9, Y0
-	VMOVUPS      Y0, 96(DI)
-	VMULPS       Y4, Y8, Y0
-	VFMADD231PS  128(DI), Y9, Y0
-	VMOVUPS      Y0, 128(DI)
-	VMULPS       Y5, Y8, Y0
-	VFMADD231PS  160(DI), Y9, Y0
-	VMOVUPS      Y0, 160(DI)
-	VMULPS       Y6, Y8, Y0
-	VFMADD231PS  192(DI), Y9, Y0
-	VMOVUPS      Y0, 192(DI)
-	VMULPS       Y7, Y8, Y0
-	VFMADD231PS  224(DI), Y9, Y0
-	VMOVUPS      Y0, 224(DI)
-	ADDQ         $0x00000100, AX
-	ADDQ         $0x00000100, CX
-	ADDQ         $0x00000100, SI
-	ADDQ         $0x00000100, DI
-	SUBQ         $0x00000040, (SP)
+	VMULPS       Y1, Y8, Y1
+	VFMADD231PS  32(DI), Y9, Y1
+	VMOVUPS      Y1, 32(DI)
+	VMULPS       Y2, Y8, Y2
+	VFMADD231PS  64(DI), Y9, Y2
+	VMOVUPS      Y2, 64(DI)
+	VMULPS       Y3, Y8, Y3
+	VFMADD231PS  96(DI), Y9, Y3
+	VMOVUPS      Y3, 96(DI)
+	VMULPS       Y4, Y8, Y4
+	VFMADD231PS  128(DI), Y9, Y4
+	VMOVUPS      Y4, 128(DI)
+	VMULPS       Y5, Y8, Y5
+	VFMADD231PS  160(DI), Y9, Y5
+	VMOVUPS      Y5, 160(DI)
+	VMULPS       Y6, Y8, Y6
+	VFMADD231PS  192(DI), Y9, Y6
+	VMOVUPS      Y6, 192(DI)
+	VMULPS       Y7, Y8, Y7
+	VFMADD231PS  224(DI), Y9, Y7
+	VMOVUPS      Y7, 224(DI)
+
+decayed_28:
+	ADDQ $0x00000100, AX
+	ADDQ $0x00000100, CX
+	ADDQ $0x00000100, SI
+	ADDQ $0x00000100, DI
+	SUBQ $0x00000040, (SP)
 
 rowsdone_4:
 	// Blocks of 32 columns.
@@ -5776,8 +9504,79 @@ read_19:
 	INCQ         R11
 	CMPQ         R11, R8
 	JB           read_19
+	CMPB         16(SP), $0x00
+	JE           far_29
 
-	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	VBROADCASTSS em1+144(FP), Y8
+	VBROADCASTSS beta+152(FP), Y9
+	VBROADCASTSS kq+156(FP), Y10
+	VMOVUPS      (SI), Y11
+	VFMADD213PS  Y0, Y8, Y0
+	VSUBPS       Y0, Y11, Y0
+	VMULPS       Y0, Y9, Y0
+	VFMADD213PS  Y1, Y8, Y1
+	VFMADD231PS  Y0, Y10, Y1
+	VMOVUPS      Y1, (DI)
+	VMOVUPS      32(SI), Y1
+	VFMADD213PS  Y2, Y8, Y2
+	VSUBPS       Y2, Y1, Y2
+	VMULPS       Y2, Y9, Y2
+	VFMADD213PS  Y3, Y8, Y3
+	VFMADD231PS  Y2, Y10, Y3
+	VMOVUPS      Y3, 32(DI)
+	VMOVUPS      64(SI), Y1
+	VFMADD213PS  Y4, Y8, Y4
+	VSUBPS       Y4, Y1, Y4
+	VMULPS       Y4, Y9, Y4
+	VFMADD213PS  Y5, Y8, Y5
+	VFMADD231PS  Y4, Y10, Y5
+	VMOVUPS      Y5, 64(DI)
+	VMOVUPS      96(SI), Y1
+	VFMADD213PS  Y6, Y8, Y6
+	VSUBPS       Y6, Y1, Y6
+	VMULPS       Y6, Y9, Y6
+	VFMADD213PS  Y7, Y8, Y7
+	VFMADD231PS  Y6, Y10, Y7
+	VMOVUPS      Y7, 96(DI)
+
+	// Write pass: S' = S + em1·S + k̂_i·δ over the same slab.
+	MOVQ AX, R10
+	MOVQ CX, R12
+	XORQ R11, R11
+
+write_37:
+	MOVQ         8(SP), R13
+	PREFETCHT1   (R13)
+	ADDQ         $0x00000080, 8(SP)
+	VBROADCASTSS (DX)(R11*4), Y1
+	VMOVUPS      (R10), Y3
+	VFMADD213PS  Y3, Y8, Y3
+	VFMADD231PS  Y0, Y1, Y3
+	VMOVUPS      Y3, (R12)
+	VMOVUPS      32(R10), Y3
+	VFMADD213PS  Y3, Y8, Y3
+	VFMADD231PS  Y2, Y1, Y3
+	VMOVUPS      Y3, 32(R12)
+	VMOVUPS      64(R10), Y3
+	VFMADD213PS  Y3, Y8, Y3
+	VFMADD231PS  Y4, Y1, Y3
+	VMOVUPS      Y3, 64(R12)
+	VMOVUPS      96(R10), Y3
+	VFMADD213PS  Y3, Y8, Y3
+	VFMADD231PS  Y6, Y1, Y3
+	VMOVUPS      Y3, 96(R12)
+	ADDQ         R9, R10
+	ADDQ         R9, R12
+	INCQ         R11
+	CMPQ         R11, R8
+	JB           write_37
+	JMP          decayed_29
+
+far_29:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	VBROADCASTSS eg+148(FP), Y8
 	VBROADCASTSS beta+152(FP), Y9
 	VBROADCASTSS kq+156(FP), Y10
@@ -5815,7 +9614,7 @@ read_19:
 	MOVQ CX, R12
 	XORQ R11, R11
 
-write_19:
+write_38:
 	MOVQ         8(SP), R13
 	PREFETCHT1   (R13)
 	ADDQ         $0x00000080, 8(SP)
@@ -5840,13 +9639,15 @@ write_19:
 	ADDQ         R9, R12
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_19
-	ADDQ         $0x00000080, AX
-	ADDQ         $0x00000080, CX
-	ADDQ         $0x00000080, SI
-	ADDQ         $0x00000080, DI
-	SUBQ         $0x00000020, (SP)
-	JMP          full_2
+	JB           write_38
+
+decayed_29:
+	ADDQ $0x00000080, AX
+	ADDQ $0x00000080, CX
+	ADDQ $0x00000080, SI
+	ADDQ $0x00000080, DI
+	SUBQ $0x00000020, (SP)
+	JMP  full_2
 
 tail_2:
 	MOVQ  (SP), R10
@@ -5881,8 +9682,46 @@ read_20:
 	INCQ         R12
 	CMPQ         R12, R8
 	JB           read_20
+	CMPB         16(SP), $0x00
+	JE           far_30
 
-	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	VBROADCASTSS em1+144(FP), Y2
+	VBROADCASTSS beta+152(FP), Y3
+	VBROADCASTSS kq+156(FP), Y4
+	VMOVUPS      (SI), Y5
+	VFMADD213PS  Y0, Y2, Y0
+	VSUBPS       Y0, Y5, Y0
+	VMULPS       Y0, Y3, Y0
+	VFMADD213PS  Y1, Y2, Y1
+	VFMADD231PS  Y0, Y4, Y1
+	VMOVUPS      Y1, (DI)
+
+	// Write pass: S' = S + em1·S + k̂_i·δ over the same slab.
+	MOVQ AX, R11
+	MOVQ CX, R13
+	XORQ R12, R12
+
+write_39:
+	MOVQ         8(SP), R14
+	PREFETCHT1   (R14)
+	ADDQ         $0x00000020, 8(SP)
+	VBROADCASTSS (DX)(R12*4), Y1
+	VMOVUPS      (R11), Y3
+	VFMADD213PS  Y3, Y2, Y3
+	VFMADD231PS  Y0, Y1, Y3
+	VMOVUPS      Y3, (R13)
+	ADDQ         R9, R11
+	ADDQ         R9, R13
+	INCQ         R12
+	CMPQ         R12, R8
+	JB           write_39
+	JMP          decayed_30
+
+far_30:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	VBROADCASTSS eg+148(FP), Y2
 	VBROADCASTSS beta+152(FP), Y3
 	VBROADCASTSS kq+156(FP), Y4
@@ -5899,7 +9738,7 @@ read_20:
 	MOVQ CX, R13
 	XORQ R12, R12
 
-write_20:
+write_40:
 	MOVQ         8(SP), R14
 	PREFETCHT1   (R14)
 	ADDQ         $0x00000020, 8(SP)
@@ -5912,12 +9751,14 @@ write_20:
 	ADDQ         R9, R13
 	INCQ         R12
 	CMPQ         R12, R8
-	JB           write_20
-	ADDQ         $0x00000020, AX
-	ADDQ         $0x00000020, CX
-	ADDQ         $0x00000020, SI
-	ADDQ         $0x00000020, DI
-	JMP          narrow_1
+	JB           write_40
+
+decayed_30:
+	ADDQ $0x00000020, AX
+	ADDQ $0x00000020, CX
+	ADDQ $0x00000020, SI
+	ADDQ $0x00000020, DI
+	JMP  narrow_1
 
 ymm2_1:
 	// Block of 16 columns: read pass (Sᵀk̂, Sᵀq̂ of 2 vectors in registers).
@@ -5941,8 +9782,57 @@ read_21:
 	INCQ         R12
 	CMPQ         R12, R8
 	JB           read_21
+	CMPB         16(SP), $0x00
+	JE           far_31
 
-	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	VBROADCASTSS em1+144(FP), Y4
+	VBROADCASTSS beta+152(FP), Y5
+	VBROADCASTSS kq+156(FP), Y6
+	VMOVUPS      (SI), Y7
+	VFMADD213PS  Y0, Y4, Y0
+	VSUBPS       Y0, Y7, Y0
+	VMULPS       Y0, Y5, Y0
+	VFMADD213PS  Y1, Y4, Y1
+	VFMADD231PS  Y0, Y6, Y1
+	VMOVUPS      Y1, (DI)
+	VMOVUPS      32(SI), Y1
+	VFMADD213PS  Y2, Y4, Y2
+	VSUBPS       Y2, Y1, Y2
+	VMULPS       Y2, Y5, Y2
+	VFMADD213PS  Y3, Y4, Y3
+	VFMADD231PS  Y2, Y6, Y3
+	VMOVUPS      Y3, 32(DI)
+
+	// Write pass: S' = S + em1·S + k̂_i·δ over the same slab.
+	MOVQ AX, R11
+	MOVQ CX, R13
+	XORQ R12, R12
+
+write_41:
+	MOVQ         8(SP), R14
+	PREFETCHT1   (R14)
+	ADDQ         $0x00000040, 8(SP)
+	VBROADCASTSS (DX)(R12*4), Y1
+	VMOVUPS      (R11), Y3
+	VFMADD213PS  Y3, Y4, Y3
+	VFMADD231PS  Y0, Y1, Y3
+	VMOVUPS      Y3, (R13)
+	VMOVUPS      32(R11), Y3
+	VFMADD213PS  Y3, Y4, Y3
+	VFMADD231PS  Y2, Y1, Y3
+	VMOVUPS      Y3, 32(R13)
+	ADDQ         R9, R11
+	ADDQ         R9, R13
+	INCQ         R12
+	CMPQ         R12, R8
+	JB           write_41
+	JMP          decayed_31
+
+far_31:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	VBROADCASTSS eg+148(FP), Y4
 	VBROADCASTSS beta+152(FP), Y5
 	VBROADCASTSS kq+156(FP), Y6
@@ -5966,7 +9856,7 @@ read_21:
 	MOVQ CX, R13
 	XORQ R12, R12
 
-write_21:
+write_42:
 	MOVQ         8(SP), R14
 	PREFETCHT1   (R14)
 	ADDQ         $0x00000040, 8(SP)
@@ -5983,12 +9873,14 @@ write_21:
 	ADDQ         R9, R13
 	INCQ         R12
 	CMPQ         R12, R8
-	JB           write_21
-	ADDQ         $0x00000040, AX
-	ADDQ         $0x00000040, CX
-	ADDQ         $0x00000040, SI
-	ADDQ         $0x00000040, DI
-	JMP          narrow_1
+	JB           write_42
+
+decayed_31:
+	ADDQ $0x00000040, AX
+	ADDQ $0x00000040, CX
+	ADDQ $0x00000040, SI
+	ADDQ $0x00000040, DI
+	JMP  narrow_1
 
 ymm3_1:
 	// Block of 24 columns: read pass (Sᵀk̂, Sᵀq̂ of 3 vectors in registers).
@@ -6017,8 +9909,68 @@ read_22:
 	INCQ         R12
 	CMPQ         R12, R8
 	JB           read_22
+	CMPB         16(SP), $0x00
+	JE           far_32
 
-	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	VBROADCASTSS em1+144(FP), Y6
+	VBROADCASTSS beta+152(FP), Y7
+	VBROADCASTSS kq+156(FP), Y8
+	VMOVUPS      (SI), Y9
+	VFMADD213PS  Y0, Y6, Y0
+	VSUBPS       Y0, Y9, Y0
+	VMULPS       Y0, Y7, Y0
+	VFMADD213PS  Y1, Y6, Y1
+	VFMADD231PS  Y0, Y8, Y1
+	VMOVUPS      Y1, (DI)
+	VMOVUPS      32(SI), Y1
+	VFMADD213PS  Y2, Y6, Y2
+	VSUBPS       Y2, Y1, Y2
+	VMULPS       Y2, Y7, Y2
+	VFMADD213PS  Y3, Y6, Y3
+	VFMADD231PS  Y2, Y8, Y3
+	VMOVUPS      Y3, 32(DI)
+	VMOVUPS      64(SI), Y1
+	VFMADD213PS  Y4, Y6, Y4
+	VSUBPS       Y4, Y1, Y4
+	VMULPS       Y4, Y7, Y4
+	VFMADD213PS  Y5, Y6, Y5
+	VFMADD231PS  Y4, Y8, Y5
+	VMOVUPS      Y5, 64(DI)
+
+	// Write pass: S' = S + em1·S + k̂_i·δ over the same slab.
+	MOVQ AX, R11
+	MOVQ CX, R13
+	XORQ R12, R12
+
+write_43:
+	MOVQ         8(SP), R14
+	PREFETCHT1   (R14)
+	ADDQ         $0x00000060, 8(SP)
+	VBROADCASTSS (DX)(R12*4), Y1
+	VMOVUPS      (R11), Y3
+	VFMADD213PS  Y3, Y6, Y3
+	VFMADD231PS  Y0, Y1, Y3
+	VMOVUPS      Y3, (R13)
+	VMOVUPS      32(R11), Y3
+	VFMADD213PS  Y3, Y6, Y3
+	VFMADD231PS  Y2, Y1, Y3
+	VMOVUPS      Y3, 32(R13)
+	VMOVUPS      64(R11), Y3
+	VFMADD213PS  Y3, Y6, Y3
+	VFMADD231PS  Y4, Y1, Y3
+	VMOVUPS      Y3, 64(R13)
+	ADDQ         R9, R11
+	ADDQ         R9, R13
+	INCQ         R12
+	CMPQ         R12, R8
+	JB           write_43
+	JMP          decayed_32
+
+far_32:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	VBROADCASTSS eg+148(FP), Y6
 	VBROADCASTSS beta+152(FP), Y7
 	VBROADCASTSS kq+156(FP), Y8
@@ -6049,7 +10001,7 @@ read_22:
 	MOVQ CX, R13
 	XORQ R12, R12
 
-write_22:
+write_44:
 	MOVQ         8(SP), R14
 	PREFETCHT1   (R14)
 	ADDQ         $0x00000060, 8(SP)
@@ -6070,11 +10022,13 @@ write_22:
 	ADDQ         R9, R13
 	INCQ         R12
 	CMPQ         R12, R8
-	JB           write_22
-	ADDQ         $0x00000060, AX
-	ADDQ         $0x00000060, CX
-	ADDQ         $0x00000060, SI
-	ADDQ         $0x00000060, DI
+	JB           write_44
+
+decayed_32:
+	ADDQ $0x00000060, AX
+	ADDQ $0x00000060, CX
+	ADDQ $0x00000060, SI
+	ADDQ $0x00000060, DI
 
 narrow_1:
 	ANDQ $0x00000007, R10
@@ -6111,8 +10065,46 @@ read_23:
 	INCQ         R11
 	CMPQ         R11, R8
 	JB           read_23
+	CMPB         16(SP), $0x00
+	JE           far_33
 
-	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	VBROADCASTSS em1+144(FP), Y2
+	VBROADCASTSS beta+152(FP), Y3
+	VBROADCASTSS kq+156(FP), Y4
+	VMOVSS       (SI), X5
+	VFMADD213SS  X0, X2, X0
+	VSUBSS       X0, X5, X0
+	VMULSS       X0, X3, X0
+	VFMADD213SS  X1, X2, X1
+	VFMADD231SS  X0, X4, X1
+	VMOVSS       X1, (DI)
+
+	// Write pass: S' = S + em1·S + k̂_i·δ over the same slab.
+	MOVQ AX, R10
+	MOVQ CX, AX
+	XORQ R11, R11
+
+write_45:
+	MOVQ         8(SP), CX
+	PREFETCHT1   (CX)
+	ADDQ         $0x00000004, 8(SP)
+	VBROADCASTSS (DX)(R11*4), Y1
+	VMOVSS       (R10), X3
+	VFMADD213SS  X3, X2, X3
+	VFMADD231SS  X0, X1, X3
+	VMOVSS       X3, (AX)
+	ADDQ         R9, R10
+	ADDQ         R9, AX
+	INCQ         R11
+	CMPQ         R11, R8
+	JB           write_45
+	JMP          decayed_33
+
+far_33:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	VBROADCASTSS eg+148(FP), Y2
 	VBROADCASTSS beta+152(FP), Y3
 	VBROADCASTSS kq+156(FP), Y4
@@ -6129,7 +10121,7 @@ read_23:
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_23:
+write_46:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	ADDQ         $0x00000004, 8(SP)
@@ -6142,8 +10134,10 @@ write_23:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_23
-	JMP          stateAVX2_done_1
+	JB           write_46
+
+decayed_33:
+	JMP stateAVX2_done_1
 
 cols2_1:
 	// Block of 2 columns: read pass (Sᵀk̂, Sᵀq̂ of 2 vectors in registers).
@@ -6167,8 +10161,57 @@ read_24:
 	INCQ         R11
 	CMPQ         R11, R8
 	JB           read_24
+	CMPB         16(SP), $0x00
+	JE           far_34
 
-	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	VBROADCASTSS em1+144(FP), Y4
+	VBROADCASTSS beta+152(FP), Y5
+	VBROADCASTSS kq+156(FP), Y6
+	VMOVSS       (SI), X7
+	VFMADD213SS  X0, X4, X0
+	VSUBSS       X0, X7, X0
+	VMULSS       X0, X5, X0
+	VFMADD213SS  X1, X4, X1
+	VFMADD231SS  X0, X6, X1
+	VMOVSS       X1, (DI)
+	VMOVSS       4(SI), X1
+	VFMADD213SS  X2, X4, X2
+	VSUBSS       X2, X1, X2
+	VMULSS       X2, X5, X2
+	VFMADD213SS  X3, X4, X3
+	VFMADD231SS  X2, X6, X3
+	VMOVSS       X3, 4(DI)
+
+	// Write pass: S' = S + em1·S + k̂_i·δ over the same slab.
+	MOVQ AX, R10
+	MOVQ CX, AX
+	XORQ R11, R11
+
+write_47:
+	MOVQ         8(SP), CX
+	PREFETCHT1   (CX)
+	ADDQ         $0x00000008, 8(SP)
+	VBROADCASTSS (DX)(R11*4), Y1
+	VMOVSS       (R10), X3
+	VFMADD213SS  X3, X4, X3
+	VFMADD231SS  X0, X1, X3
+	VMOVSS       X3, (AX)
+	VMOVSS       4(R10), X3
+	VFMADD213SS  X3, X4, X3
+	VFMADD231SS  X2, X1, X3
+	VMOVSS       X3, 4(AX)
+	ADDQ         R9, R10
+	ADDQ         R9, AX
+	INCQ         R11
+	CMPQ         R11, R8
+	JB           write_47
+	JMP          decayed_34
+
+far_34:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	VBROADCASTSS eg+148(FP), Y4
 	VBROADCASTSS beta+152(FP), Y5
 	VBROADCASTSS kq+156(FP), Y6
@@ -6192,7 +10235,7 @@ read_24:
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_24:
+write_48:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	ADDQ         $0x00000008, 8(SP)
@@ -6209,8 +10252,10 @@ write_24:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_24
-	JMP          stateAVX2_done_1
+	JB           write_48
+
+decayed_34:
+	JMP stateAVX2_done_1
 
 cols3_1:
 	// Block of 3 columns: read pass (Sᵀk̂, Sᵀq̂ of 3 vectors in registers).
@@ -6239,8 +10284,68 @@ read_25:
 	INCQ         R11
 	CMPQ         R11, R8
 	JB           read_25
+	CMPB         16(SP), $0x00
+	JE           far_35
 
-	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	VBROADCASTSS em1+144(FP), Y6
+	VBROADCASTSS beta+152(FP), Y7
+	VBROADCASTSS kq+156(FP), Y8
+	VMOVSS       (SI), X9
+	VFMADD213SS  X0, X6, X0
+	VSUBSS       X0, X9, X0
+	VMULSS       X0, X7, X0
+	VFMADD213SS  X1, X6, X1
+	VFMADD231SS  X0, X8, X1
+	VMOVSS       X1, (DI)
+	VMOVSS       4(SI), X1
+	VFMADD213SS  X2, X6, X2
+	VSUBSS       X2, X1, X2
+	VMULSS       X2, X7, X2
+	VFMADD213SS  X3, X6, X3
+	VFMADD231SS  X2, X8, X3
+	VMOVSS       X3, 4(DI)
+	VMOVSS       8(SI), X1
+	VFMADD213SS  X4, X6, X4
+	VSUBSS       X4, X1, X4
+	VMULSS       X4, X7, X4
+	VFMADD213SS  X5, X6, X5
+	VFMADD231SS  X4, X8, X5
+	VMOVSS       X5, 8(DI)
+
+	// Write pass: S' = S + em1·S + k̂_i·δ over the same slab.
+	MOVQ AX, R10
+	MOVQ CX, AX
+	XORQ R11, R11
+
+write_49:
+	MOVQ         8(SP), CX
+	PREFETCHT1   (CX)
+	ADDQ         $0x0000000c, 8(SP)
+	VBROADCASTSS (DX)(R11*4), Y1
+	VMOVSS       (R10), X3
+	VFMADD213SS  X3, X6, X3
+	VFMADD231SS  X0, X1, X3
+	VMOVSS       X3, (AX)
+	VMOVSS       4(R10), X3
+	VFMADD213SS  X3, X6, X3
+	VFMADD231SS  X2, X1, X3
+	VMOVSS       X3, 4(AX)
+	VMOVSS       8(R10), X3
+	VFMADD213SS  X3, X6, X3
+	VFMADD231SS  X4, X1, X3
+	VMOVSS       X3, 8(AX)
+	ADDQ         R9, R10
+	ADDQ         R9, AX
+	INCQ         R11
+	CMPQ         R11, R8
+	JB           write_49
+	JMP          decayed_35
+
+far_35:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	VBROADCASTSS eg+148(FP), Y6
 	VBROADCASTSS beta+152(FP), Y7
 	VBROADCASTSS kq+156(FP), Y8
@@ -6271,7 +10376,7 @@ read_25:
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_25:
+write_50:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	ADDQ         $0x0000000c, 8(SP)
@@ -6292,8 +10397,10 @@ write_25:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_25
-	JMP          stateAVX2_done_1
+	JB           write_50
+
+decayed_35:
+	JMP stateAVX2_done_1
 
 cols4_1:
 	// Block of 4 columns: read pass (Sᵀk̂, Sᵀq̂ of 1 vectors in registers).
@@ -6312,8 +10419,46 @@ read_26:
 	INCQ         R11
 	CMPQ         R11, R8
 	JB           read_26
+	CMPB         16(SP), $0x00
+	JE           far_36
 
-	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	VBROADCASTSS em1+144(FP), Y2
+	VBROADCASTSS beta+152(FP), Y3
+	VBROADCASTSS kq+156(FP), Y4
+	VMOVUPS      (SI), X5
+	VFMADD213PS  X0, X2, X0
+	VSUBPS       X0, X5, X0
+	VMULPS       X0, X3, X0
+	VFMADD213PS  X1, X2, X1
+	VFMADD231PS  X0, X4, X1
+	VMOVUPS      X1, (DI)
+
+	// Write pass: S' = S + em1·S + k̂_i·δ over the same slab.
+	MOVQ AX, R10
+	MOVQ CX, AX
+	XORQ R11, R11
+
+write_51:
+	MOVQ         8(SP), CX
+	PREFETCHT1   (CX)
+	ADDQ         $0x00000010, 8(SP)
+	VBROADCASTSS (DX)(R11*4), Y1
+	VMOVUPS      (R10), X3
+	VFMADD213PS  X3, X2, X3
+	VFMADD231PS  X0, X1, X3
+	VMOVUPS      X3, (AX)
+	ADDQ         R9, R10
+	ADDQ         R9, AX
+	INCQ         R11
+	CMPQ         R11, R8
+	JB           write_51
+	JMP          decayed_36
+
+far_36:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	VBROADCASTSS eg+148(FP), Y2
 	VBROADCASTSS beta+152(FP), Y3
 	VBROADCASTSS kq+156(FP), Y4
@@ -6330,7 +10475,7 @@ read_26:
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_26:
+write_52:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	ADDQ         $0x00000010, 8(SP)
@@ -6343,8 +10488,10 @@ write_26:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_26
-	JMP          stateAVX2_done_1
+	JB           write_52
+
+decayed_36:
+	JMP stateAVX2_done_1
 
 cols5_1:
 	// Block of 5 columns: read pass (Sᵀk̂, Sᵀq̂ of 2 vectors in registers).
@@ -6368,8 +10515,57 @@ read_27:
 	INCQ         R11
 	CMPQ         R11, R8
 	JB           read_27
+	CMPB         16(SP), $0x00
+	JE           far_37
 
-	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	VBROADCASTSS em1+144(FP), Y4
+	VBROADCASTSS beta+152(FP), Y5
+	VBROADCASTSS kq+156(FP), Y6
+	VMOVUPS      (SI), X7
+	VFMADD213PS  X0, X4, X0
+	VSUBPS       X0, X7, X0
+	VMULPS       X0, X5, X0
+	VFMADD213PS  X1, X4, X1
+	VFMADD231PS  X0, X6, X1
+	VMOVUPS      X1, (DI)
+	VMOVSS       16(SI), X1
+	VFMADD213SS  X2, X4, X2
+	VSUBSS       X2, X1, X2
+	VMULSS       X2, X5, X2
+	VFMADD213SS  X3, X4, X3
+	VFMADD231SS  X2, X6, X3
+	VMOVSS       X3, 16(DI)
+
+	// Write pass: S' = S + em1·S + k̂_i·δ over the same slab.
+	MOVQ AX, R10
+	MOVQ CX, AX
+	XORQ R11, R11
+
+write_53:
+	MOVQ         8(SP), CX
+	PREFETCHT1   (CX)
+	ADDQ         $0x00000014, 8(SP)
+	VBROADCASTSS (DX)(R11*4), Y1
+	VMOVUPS      (R10), X3
+	VFMADD213PS  X3, X4, X3
+	VFMADD231PS  X0, X1, X3
+	VMOVUPS      X3, (AX)
+	VMOVSS       16(R10), X3
+	VFMADD213SS  X3, X4, X3
+	VFMADD231SS  X2, X1, X3
+	VMOVSS       X3, 16(AX)
+	ADDQ         R9, R10
+	ADDQ         R9, AX
+	INCQ         R11
+	CMPQ         R11, R8
+	JB           write_53
+	JMP          decayed_37
+
+far_37:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	VBROADCASTSS eg+148(FP), Y4
 	VBROADCASTSS beta+152(FP), Y5
 	VBROADCASTSS kq+156(FP), Y6
@@ -6393,7 +10589,7 @@ read_27:
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_27:
+write_54:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	ADDQ         $0x00000014, 8(SP)
@@ -6410,8 +10606,10 @@ write_27:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_27
-	JMP          stateAVX2_done_1
+	JB           write_54
+
+decayed_37:
+	JMP stateAVX2_done_1
 
 cols6_1:
 	// Block of 6 columns: read pass (Sᵀk̂, Sᵀq̂ of 3 vectors in registers).
@@ -6440,8 +10638,68 @@ read_28:
 	INCQ         R11
 	CMPQ         R11, R8
 	JB           read_28
+	CMPB         16(SP), $0x00
+	JE           far_38
 
-	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	VBROADCASTSS em1+144(FP), Y6
+	VBROADCASTSS beta+152(FP), Y7
+	VBROADCASTSS kq+156(FP), Y8
+	VMOVUPS      (SI), X9
+	VFMADD213PS  X0, X6, X0
+	VSUBPS       X0, X9, X0
+	VMULPS       X0, X7, X0
+	VFMADD213PS  X1, X6, X1
+	VFMADD231PS  X0, X8, X1
+	VMOVUPS      X1, (DI)
+	VMOVSS       16(SI), X1
+	VFMADD213SS  X2, X6, X2
+	VSUBSS       X2, X1, X2
+	VMULSS       X2, X7, X2
+	VFMADD213SS  X3, X6, X3
+	VFMADD231SS  X2, X8, X3
+	VMOVSS       X3, 16(DI)
+	VMOVSS       20(SI), X1
+	VFMADD213SS  X4, X6, X4
+	VSUBSS       X4, X1, X4
+	VMULSS       X4, X7, X4
+	VFMADD213SS  X5, X6, X5
+	VFMADD231SS  X4, X8, X5
+	VMOVSS       X5, 20(DI)
+
+	// Write pass: S' = S + em1·S + k̂_i·δ over the same slab.
+	MOVQ AX, R10
+	MOVQ CX, AX
+	XORQ R11, R11
+
+write_55:
+	MOVQ         8(SP), CX
+	PREFETCHT1   (CX)
+	ADDQ         $0x00000018, 8(SP)
+	VBROADCASTSS (DX)(R11*4), Y1
+	VMOVUPS      (R10), X3
+	VFMADD213PS  X3, X6, X3
+	VFMADD231PS  X0, X1, X3
+	VMOVUPS      X3, (AX)
+	VMOVSS       16(R10), X3
+	VFMADD213SS  X3, X6, X3
+	VFMADD231SS  X2, X1, X3
+	VMOVSS       X3, 16(AX)
+	VMOVSS       20(R10), X3
+	VFMADD213SS  X3, X6, X3
+	VFMADD231SS  X4, X1, X3
+	VMOVSS       X3, 20(AX)
+	ADDQ         R9, R10
+	ADDQ         R9, AX
+	INCQ         R11
+	CMPQ         R11, R8
+	JB           write_55
+	JMP          decayed_38
+
+far_38:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	VBROADCASTSS eg+148(FP), Y6
 	VBROADCASTSS beta+152(FP), Y7
 	VBROADCASTSS kq+156(FP), Y8
@@ -6472,7 +10730,7 @@ read_28:
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_28:
+write_56:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	ADDQ         $0x00000018, 8(SP)
@@ -6493,8 +10751,10 @@ write_28:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_28
-	JMP          stateAVX2_done_1
+	JB           write_56
+
+decayed_38:
+	JMP stateAVX2_done_1
 
 cols7_1:
 	// Block of 7 columns: read pass (Sᵀk̂, Sᵀq̂ of 4 vectors in registers).
@@ -6528,8 +10788,79 @@ read_29:
 	INCQ         R11
 	CMPQ         R11, R8
 	JB           read_29
+	CMPB         16(SP), $0x00
+	JE           far_39
 
-	// δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	VBROADCASTSS em1+144(FP), Y8
+	VBROADCASTSS beta+152(FP), Y9
+	VBROADCASTSS kq+156(FP), Y10
+	VMOVUPS      (SI), X11
+	VFMADD213PS  X0, X8, X0
+	VSUBPS       X0, X11, X0
+	VMULPS       X0, X9, X0
+	VFMADD213PS  X1, X8, X1
+	VFMADD231PS  X0, X10, X1
+	VMOVUPS      X1, (DI)
+	VMOVSS       16(SI), X1
+	VFMADD213SS  X2, X8, X2
+	VSUBSS       X2, X1, X2
+	VMULSS       X2, X9, X2
+	VFMADD213SS  X3, X8, X3
+	VFMADD231SS  X2, X10, X3
+	VMOVSS       X3, 16(DI)
+	VMOVSS       20(SI), X1
+	VFMADD213SS  X4, X8, X4
+	VSUBSS       X4, X1, X4
+	VMULSS       X4, X9, X4
+	VFMADD213SS  X5, X8, X5
+	VFMADD231SS  X4, X10, X5
+	VMOVSS       X5, 20(DI)
+	VMOVSS       24(SI), X1
+	VFMADD213SS  X6, X8, X6
+	VSUBSS       X6, X1, X6
+	VMULSS       X6, X9, X6
+	VFMADD213SS  X7, X8, X7
+	VFMADD231SS  X6, X10, X7
+	VMOVSS       X7, 24(DI)
+
+	// Write pass: S' = S + em1·S + k̂_i·δ over the same slab.
+	MOVQ AX, R10
+	MOVQ CX, AX
+	XORQ R11, R11
+
+write_57:
+	MOVQ         8(SP), CX
+	PREFETCHT1   (CX)
+	ADDQ         $0x0000001c, 8(SP)
+	VBROADCASTSS (DX)(R11*4), Y1
+	VMOVUPS      (R10), X3
+	VFMADD213PS  X3, X8, X3
+	VFMADD231PS  X0, X1, X3
+	VMOVUPS      X3, (AX)
+	VMOVSS       16(R10), X3
+	VFMADD213SS  X3, X8, X3
+	VFMADD231SS  X2, X1, X3
+	VMOVSS       X3, 16(AX)
+	VMOVSS       20(R10), X3
+	VFMADD213SS  X3, X8, X3
+	VFMADD231SS  X4, X1, X3
+	VMOVSS       X3, 20(AX)
+	VMOVSS       24(R10), X3
+	VFMADD213SS  X3, X8, X3
+	VFMADD231SS  X6, X1, X3
+	VMOVSS       X3, 24(AX)
+	ADDQ         R9, R10
+	ADDQ         R9, AX
+	INCQ         R11
+	CMPQ         R11, R8
+	JB           write_57
+	JMP          decayed_39
+
+far_39:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	VBROADCASTSS eg+148(FP), Y8
 	VBROADCASTSS beta+152(FP), Y9
 	VBROADCASTSS kq+156(FP), Y10
@@ -6567,7 +10898,7 @@ read_29:
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_29:
+write_58:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	ADDQ         $0x0000001c, 8(SP)
@@ -6592,8 +10923,9 @@ write_29:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_29
+	JB           write_58
 
+decayed_39:
 stateAVX2_done_1:
 	VZEROUPPER
 	RET

@@ -9,7 +9,15 @@
 //	gate   the gated RMSNorm of o: Σo² in float64, r, silu(z) through a vectorised Exp32, bf16 RNE
 //	l2     Σq², Σk², Σk·q in float64
 //
-// The scalar transcendentals of a head (beta, eg, the l2 factors) stay in the Go driver.
+// The scalar transcendentals of a head (beta, em1, eg, the l2 factors) stay in the Go driver.
+//
+// # The two decays
+//
+// decay(x) is x + em1·x (one VFMADD213) when em1 ≥ −0.5, else eg·x (one VMULPS), as in SPEC Part
+// A. The prologue compares em1 with −0.5 once (a NaN em1 takes eg·x) and keeps the answer in a
+// frame byte; every column block branches on it once after its read pass, into its δ, o and
+// write pass emitted for either form (eachForm), so no loop carries an extra instruction; the
+// price is that this code exists twice in every block.
 //
 // # Measured on the machine this was tuned on (AMD EPYC, Zen 4, 2 cores, L1d 32 KiB, L2 1 MiB)
 //
@@ -39,7 +47,7 @@
 //
 // One head's state is K×V float32 with V contiguous: 64 KiB at 128×128. δ_j needs the whole
 // column j of Sᵀk̂ before any S'[i][j] can be written, so every column is read twice: once to
-// accumulate Sᵀk̂ and Sᵀq̂, once to write S' = eg·S + k̂_i·δ_j. The columns are cut into blocks; for
+// accumulate Sᵀk̂ and Sᵀq̂, once to write S' = decay(S) + k̂_i·δ_j. The columns are cut into blocks; for
 // one block the read pass streams its K rows from memory into register accumulators, δ and o are
 // formed in registers, and the write pass re-reads the same K×block slab, which must still be in
 // the L1 (or at worst L2) cache, so that memory sees each state byte read once and written once.
@@ -73,7 +81,7 @@
 //     pass accumulates only Sᵀk̂ (13 YMM in registers, the rest in the block's part of o, in
 //     L1), δ replaces it in o, and Sᵀq̂ is accumulated by the write pass from the state it
 //     re-reads (from L2), one sub-block of at most 128 columns at a time (11 YMM in registers,
-//     the rest in 160 bytes of the frame); then o = eg·Sᵀq̂ + kq·δ. The products and their order
+//     the rest in 160 bytes of the frame); then o = decay(Sᵀq̂) + kq·δ. The products and their order
 //     are those of a read-pass Sᵀq̂, so the results are the same bits. Before, the read pass took
 //     whole-row chunks of 128 columns (Sᵀk̂ and Sᵀq̂ of 3 YMM in registers, the others in o and
 //     416 bytes of the frame): at V = 256 a strided walk over half of every row. Ratio to
@@ -224,6 +232,19 @@ func (p piece) sub(a, b, dst VecVirtual) {
 	VSUBPS(p.view(b), p.view(a), p.view(dst))
 }
 
+// decay replaces x by decay(x) in form f (see form), c holding the form's broadcast constant: one
+// instruction either way, VFMADD213 (x = c·x + x, one rounding) or VMUL.
+func (p piece) decay(f form, c, x VecVirtual) {
+	switch {
+	case !f.near:
+		p.mul(x, c, x)
+	case p.w == 1:
+		VFMADD213SS(x.AsX(), c.AsX(), x.AsX())
+	default:
+		VFMADD213PS(p.view(x), p.view(c), p.view(x))
+	}
+}
+
 // zero clears r (the whole register).
 func zero(a isa, r VecVirtual) {
 	if a.lanes == 16 {
@@ -249,7 +270,7 @@ var (
 	cIota, cAbs, cNaNMin, cLSB, cRound, cQuiet, cBias, cSign Mem
 	cHi, cLo, cLog2e, cHalf, cC1, cC2, cOne                  Mem
 	cP                                                       [6]Mem
-	cOneF64, cZero                                           Mem
+	cOneF64, cZero, cNearOne                                 Mem
 )
 
 // expConsts are Exp32's constants in gdn_generic.go, rounded to float32 as Go rounds them there.
@@ -299,6 +320,8 @@ func constants() {
 	DATA(0, U32(0))
 	cOneF64 = GLOBL("one_f64", RODATA|NOPTR)
 	DATA(0, U64(math.Float64bits(1)))
+	cNearOne = GLOBL("nearone", RODATA|NOPTR)
+	DATA(0, U32(math.Float32bits(nearOne)))
 }
 
 // tailMask sets k to the first n lanes (1 ≤ n ≤ 16, n in a GP register, clobbered as 32 bits).
@@ -365,6 +388,48 @@ type stateRegs struct {
 	sIn, sOut, kh, qh, v, o GPVirtual // sIn, sOut, v, o advance block by block
 	k, stride               GPVirtual // K, V·4
 	next                    Mem       // frame slot: where the write passes prefetch (see prefetchNext)
+	near                    Mem       // frame byte: 1 if em1 ≥ nearOne (form near), else 0 (see eachForm)
+}
+
+// nearOne is the em1 from which the state decays as x + em1·x rather than eg·x (nearOne in
+// gdn_generic.go, SPEC Part A).
+const nearOne = -0.5
+
+// form is one of the two decays of SPEC Part A: decay(x) = x + em1·x, fused into one rounding,
+// when em1 ≥ nearOne (a decay near 1 keeps its digits), else eg·x (a strong decay keeps its
+// relative accuracy). param is the scalar parameter the form multiplies by.
+type form struct {
+	near  bool
+	param string
+}
+
+var (
+	nearForm = form{near: true, param: "em1"}
+	farForm  = form{near: false, param: "eg"}
+)
+
+// of returns decay(x) as text, for comments.
+func (f form) of(x string) string {
+	if f.near {
+		return x + " + em1·" + x
+	}
+	return "eg·" + x
+}
+
+// eachForm emits body once per form behind a branch on the flag the prologue set (once per
+// call): the form is chosen per column block, outside every loop, so a loop body is the same
+// length in either form. Both paths continue after the last one.
+func eachForm(r stateRegs, body func(f form)) {
+	far, join := label("far"), label("decayed")
+	CMPB(r.near, U8(0))
+	JE(LabelRef(far))
+	Commentf("em1 ≥ %g: decay(x) = %s.", nearOne, nearForm.of("x"))
+	body(nearForm)
+	JMP(LabelRef(join))
+	Label(far)
+	Commentf("em1 < %g or NaN: decay(x) = %s.", nearOne, farForm.of("x"))
+	body(farForm)
+	Label(join)
 }
 
 func stateRoutine(a isa) {
@@ -401,6 +466,14 @@ func stateRoutine(a isa) {
 		IMULQ(r.stride, nx)
 		ADDQ(r.sIn, nx)
 		MOVQ(nx, r.next) // the byte after the head: the next head, if the caller has one
+	}
+	Commentf("The decay form, once per call: near = em1 ≥ %g (false for a NaN em1).", nearOne)
+	r.near = AllocLocal(8)
+	{
+		x := XMM()
+		VMOVSS(paramMem("em1"), x)
+		VUCOMISS(cNearOne, x) // CF = em1 < nearOne or unordered
+		SETCC(r.near)
 	}
 
 	if a.lanes == 8 {
@@ -546,8 +619,9 @@ func paramMem(name string) Mem {
 }
 
 // rowRegsK and rowRegsQ are the numbers of YMM accumulators of rowBlock that stay in registers:
-// 13 of Sᵀk̂ in the read pass (beside k̂_i and a temporary; δ needs eg, beta and v beside them),
-// 11 of Sᵀq̂ in the write pass (beside eg, k̂_i, q̂_i, the state vector and a temporary). rowLocal is the frame for the other Sᵀq̂ of a
+// 13 of Sᵀk̂ in the read pass (beside k̂_i and a temporary; δ needs em1 or eg, beta and v beside
+// them), 11 of Sᵀq̂ in the write pass (beside em1 or eg, k̂_i, q̂_i, the state vector and a
+// temporary). rowLocal is the frame for the other Sᵀq̂ of a
 // 16-YMM sub-block, 32-byte aligned (small enough for NOSPLIT, which keeps the routine free of the
 // stack-check prologue and its TLS access, which -dynlink executables cannot link).
 const (
@@ -561,7 +635,8 @@ const (
 // part of o; δ replaces Sᵀk̂ in o; then each sub-block of subs[c] YMM (at most 16) has a write
 // pass that also accumulates Sᵀq̂ from the state it re-reads (the same products, in the same
 // order, as a read-pass accumulation), 11 YMM in registers and the rest in acc, and ends with
-// o = eg·Sᵀq̂ + kq·δ over δ.
+// o = decay(Sᵀq̂) + kq·δ over δ. δ and each sub-block's write pass and o are emitted for both
+// decay forms (eachForm).
 func rowBlock(r stateRegs, subs []int, acc GPVirtual) {
 	n := 0
 	for _, m := range subs {
@@ -582,6 +657,7 @@ func rowBlock(r stateRegs, subs []int, acc GPVirtual) {
 		accK[t] = YMM()
 		VXORPS(accK[t], accK[t], accK[t])
 	}
+	ymm := piece{w: 8}
 	p, i := GP64(), GP64()
 	MOVQ(r.sIn, p)
 	XORQ(i, i)
@@ -604,28 +680,30 @@ func rowBlock(r stateRegs, subs []int, acc GPVirtual) {
 	CMPQ(i, r.k)
 	JB(LabelRef(read))
 
-	Comment("δ = beta·(v − eg·Sᵀk̂), in o.")
-	eg, beta := YMM(), YMM()
-	VBROADCASTSS(paramMem("eg"), eg)
-	VBROADCASTSS(paramMem("beta"), beta)
-	for t := 0; t < n; t++ {
-		ak := YMM()
-		if t < nk {
-			ak = accK[t]
-		} else {
-			VMOVUPS(slotO(t), ak)
+	eachForm(r, func(f form) {
+		Comment("δ = beta·(v − decay(Sᵀk̂)), in o.")
+		c, beta := YMM(), YMM()
+		VBROADCASTSS(paramMem(f.param), c)
+		VBROADCASTSS(paramMem("beta"), beta)
+		for t := 0; t < n; t++ {
+			ak := YMM()
+			if t < nk {
+				ak = accK[t]
+			} else {
+				VMOVUPS(slotO(t), ak)
+			}
+			vt := YMM()
+			VMOVUPS(Mem{Base: r.v, Disp: 32 * t}, vt)
+			ymm.decay(f, c, ak)
+			VSUBPS(ak, vt, ak)
+			VMULPS(ak, beta, ak)
+			VMOVUPS(ak, slotO(t))
 		}
-		vt := YMM()
-		VMOVUPS(Mem{Base: r.v, Disp: 32 * t}, vt)
-		VMULPS(ak, eg, ak)
-		VSUBPS(ak, vt, ak)
-		VMULPS(ak, beta, ak)
-		VMOVUPS(ak, slotO(t))
-	}
+	})
 
 	t0 := 0
 	for _, m := range subs {
-		Commentf("Write pass over YMM %d–%d: S' = eg·S + k̂_i·δ, Sᵀq̂ of YMM ≥ %d in the frame.", t0, t0+m-1, t0+rowRegsQ)
+		Commentf("Write pass over YMM %d–%d, Sᵀq̂ of YMM ≥ %d in the frame.", t0, t0+m-1, t0+rowRegsQ)
 		nq := min(m, rowRegsQ)
 		slotQ := func(t int) Mem { return Mem{Base: acc, Disp: 32 * (t - t0 - nq)} }
 		if m > nq {
@@ -640,50 +718,56 @@ func rowBlock(r stateRegs, subs []int, acc GPVirtual) {
 			accQ[t] = YMM()
 			VXORPS(accQ[t], accQ[t], accQ[t])
 		}
-		q := GP64()
-		MOVQ(r.sIn, p)
-		MOVQ(r.sOut, q)
-		XORQ(i, i)
-		write := label("rwrite")
-		Label(write)
-		prefetchNext(r, 32*m)
-		bk2, bq := YMM(), YMM()
-		VBROADCASTSS(Mem{Base: r.kh, Index: i, Scale: 4}, bk2)
-		VBROADCASTSS(Mem{Base: r.qh, Index: i, Scale: 4}, bq)
-		for t := t0; t < t0+m; t++ {
-			y := YMM()
-			VMOVUPS(Mem{Base: p, Disp: 32 * t}, y)
-			if t-t0 < nq {
-				VFMADD231PS(y, bq, accQ[t-t0])
-			} else {
-				a := YMM()
-				VMOVAPS(slotQ(t), a)
-				VFMADD231PS(y, bq, a)
-				VMOVAPS(a, slotQ(t))
+		eachForm(r, func(f form) {
+			Commentf("S' = %s + k̂_i·δ.", f.of("S"))
+			c := YMM()
+			VBROADCASTSS(paramMem(f.param), c)
+			q := GP64()
+			MOVQ(r.sIn, p)
+			MOVQ(r.sOut, q)
+			XORQ(i, i)
+			write := label("rwrite")
+			Label(write)
+			prefetchNext(r, 32*m)
+			bk2, bq := YMM(), YMM()
+			VBROADCASTSS(Mem{Base: r.kh, Index: i, Scale: 4}, bk2)
+			VBROADCASTSS(Mem{Base: r.qh, Index: i, Scale: 4}, bq)
+			for t := t0; t < t0+m; t++ {
+				y := YMM()
+				VMOVUPS(Mem{Base: p, Disp: 32 * t}, y)
+				if t-t0 < nq {
+					VFMADD231PS(y, bq, accQ[t-t0])
+				} else {
+					a := YMM()
+					VMOVAPS(slotQ(t), a)
+					VFMADD231PS(y, bq, a)
+					VMOVAPS(a, slotQ(t))
+				}
+				ymm.decay(f, c, y)
+				VFMADD231PS(slotO(t), bk2, y)
+				VMOVUPS(y, Mem{Base: q, Disp: 32 * t})
 			}
-			VMULPS(y, eg, y)
-			VFMADD231PS(slotO(t), bk2, y)
-			VMOVUPS(y, Mem{Base: q, Disp: 32 * t})
-		}
-		ADDQ(r.stride, p)
-		ADDQ(r.stride, q)
-		INCQ(i)
-		CMPQ(i, r.k)
-		JB(LabelRef(write))
+			ADDQ(r.stride, p)
+			ADDQ(r.stride, q)
+			INCQ(i)
+			CMPQ(i, r.k)
+			JB(LabelRef(write))
 
-		Comment("o = eg·Sᵀq̂ + kq·δ over δ.")
-		kq := YMM()
-		VBROADCASTSS(paramMem("kq"), kq)
-		for t := t0; t < t0+m; t++ {
-			ot := YMM()
-			if t-t0 < nq {
-				VMULPS(accQ[t-t0], eg, ot)
-			} else {
-				VMULPS(slotQ(t), eg, ot)
+			Comment("o = decay(Sᵀq̂) + kq·δ over δ.")
+			kq := YMM()
+			VBROADCASTSS(paramMem("kq"), kq)
+			for t := t0; t < t0+m; t++ {
+				ot := YMM()
+				if t-t0 < nq {
+					ot = accQ[t-t0]
+				} else {
+					VMOVAPS(slotQ(t), ot)
+				}
+				ymm.decay(f, c, ot)
+				VFMADD231PS(slotO(t), kq, ot)
+				VMOVUPS(ot, slotO(t))
 			}
-			VFMADD231PS(slotO(t), kq, ot)
-			VMOVUPS(ot, slotO(t))
-		}
+		})
 		t0 += m
 	}
 }
@@ -715,8 +799,9 @@ func prefetchAfter(p, n GPVirtual) {
 	}
 }
 
-// stateBlock emits one column block: the read pass, δ and o, the write pass. The accumulators of
-// pieces from a.regVecs on live in local (Sᵀk̂, then Sᵀq̂ and later δ, 64 bytes each per piece).
+// stateBlock emits one column block: the read pass, then, once per decay form (eachForm), δ and
+// o and the write pass. The accumulators of pieces from a.regVecs on live in local (Sᵀk̂, then
+// Sᵀq̂ and later δ, 64 bytes each per piece).
 func stateBlock(a isa, r stateRegs, ps []piece, local Mem) {
 	nreg := min(len(ps), a.regVecs)
 	Commentf("Block of %d columns: read pass (Sᵀk̂, Sᵀq̂ of %d vectors in registers).", width(ps), nreg)
@@ -772,9 +857,17 @@ func stateBlock(a isa, r stateRegs, ps []piece, local Mem) {
 	CMPQ(i, r.k)
 	JB(LabelRef(read))
 
-	Comment("δ = beta·(v − eg·Sᵀk̂), o = eg·Sᵀq̂ + kq·δ.")
-	eg, beta, kq := a.vec(), a.vec(), a.vec()
-	VBROADCASTSS(paramMem("eg"), eg)
+	// One path per form from here: δ and o, then the write pass.
+	eachForm(r, func(f form) { stateBlockWrite(a, r, ps, f, accK, accQ, slotK, slotQ, p, i) })
+}
+
+// stateBlockWrite emits the rest of a column block after its read pass, in form f: δ and o from
+// the accumulators, then the write pass.
+func stateBlockWrite(a isa, r stateRegs, ps []piece, f form, accK, accQ []VecVirtual, slotK, slotQ func(int) Mem, p, i GPVirtual) {
+	nreg := len(accK)
+	Comment("δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.")
+	c, beta, kq := a.vec(), a.vec(), a.vec()
+	VBROADCASTSS(paramMem(f.param), c)
 	VBROADCASTSS(paramMem("beta"), beta)
 	VBROADCASTSS(paramMem("kq"), kq)
 	// In place: δ replaces Sᵀk̂ in its registers (or its Sᵀq̂ slot), o is formed in Sᵀq̂'s.
@@ -789,10 +882,10 @@ func stateBlock(a isa, r stateRegs, ps []piece, local Mem) {
 		}
 		vt := a.vec()
 		pc.load(Mem{Base: r.v, Disp: pc.off}, vt)
-		pc.mul(ak, eg, ak)
+		pc.decay(f, c, ak)
 		pc.sub(vt, ak, ak)
 		pc.mul(ak, beta, ak)
-		pc.mul(aq, eg, aq)
+		pc.decay(f, c, aq)
 		pc.fma(ak, kq, aq)
 		pc.store(aq, Mem{Base: r.o, Disp: pc.off})
 		if t >= nreg {
@@ -800,7 +893,7 @@ func stateBlock(a isa, r stateRegs, ps []piece, local Mem) {
 		}
 	}
 
-	Comment("Write pass: S' = eg·S + k̂_i·δ over the same slab.")
+	Commentf("Write pass: S' = %s + k̂_i·δ over the same slab.", f.of("S"))
 	q := GP64()
 	MOVQ(r.sIn, p)
 	MOVQ(r.sOut, q)
@@ -812,7 +905,7 @@ func stateBlock(a isa, r stateRegs, ps []piece, local Mem) {
 	VBROADCASTSS(Mem{Base: r.kh, Index: i, Scale: 4}, bk2)
 	for t, pc := range ps {
 		pc.load(Mem{Base: p, Disp: pc.off}, y)
-		pc.mul(y, eg, y)
+		pc.decay(f, c, y)
 		if t < nreg {
 			pc.fma(d[t], bk2, y)
 		} else {
