@@ -47,10 +47,11 @@
 //
 // One head's state is K×V float32 with V contiguous: 64 KiB at 128×128. δ_j needs the whole
 // column j of Sᵀk̂ before any S'[i][j] can be written, so every column is read twice: once to
-// accumulate Sᵀk̂ and Sᵀq̂, once to write S' = decay(S) + k̂_i·δ_j. The columns are cut into blocks; for
-// one block the read pass streams its K rows from memory into register accumulators, δ and o are
-// formed in registers, and the write pass re-reads the same K×block slab, which must still be in
-// the L1 (or at worst L2) cache, so that memory sees each state byte read once and written once.
+// accumulate Sᵀk̂ and Sᵀq̂, once to write S' = decay(S) + k̂_i·δ_j. The columns are cut into
+// blocks; for one block the read pass streams its K rows from memory into register accumulators,
+// δ and o are formed in registers, and the write pass re-reads the same K×block slab, which must
+// still be in the L1 (or at worst L2) cache, so that memory sees each state byte read once and
+// written once.
 //
 //   - AVX-512: whole rows up to V = 256: blocks of 256 columns = 16 ZMM per row, and for
 //     V mod 256 one block of 1–16 ZMM (8 unmasked ZMM at the hot shape V = 128). A 128-column row
@@ -81,10 +82,10 @@
 //     pass accumulates only Sᵀk̂ (13 YMM in registers, the rest in the block's part of o, in
 //     L1), δ replaces it in o, and Sᵀq̂ is accumulated by the write pass from the state it
 //     re-reads (from L2), one sub-block of at most 128 columns at a time (11 YMM in registers,
-//     the rest in 160 bytes of the frame); then o = decay(Sᵀq̂) + kq·δ. The products and their order
-//     are those of a read-pass Sᵀq̂, so the results are the same bits. Before, the read pass took
-//     whole-row chunks of 128 columns (Sᵀk̂ and Sᵀq̂ of 3 YMM in registers, the others in o and
-//     416 bytes of the frame): at V = 256 a strided walk over half of every row. Ratio to
+//     the rest in 160 bytes of the frame); then o = decay(Sᵀq̂) + kq·δ. The products and their
+//     order are those of a read-pass Sᵀq̂, so the results are the same bits. Before, the read pass
+//     took whole-row chunks of 128 columns (Sᵀk̂ and Sᵀq̂ of 3 YMM in registers, the others in o
+//     and 416 bytes of the frame): at V = 256 a strided walk over half of every row. Ratio to
 //     copy() (in place, Workers 1; go run ./bench -kernels avx2 -workers 1 -reps 7, medians of
 //     two interleaved runs each) at K = V = 256, B = 1, 4, 8: 0.89–0.91, 2.00–2.07, 1.98–2.01
 //     before, 0.75–0.77, 1.17–1.21, 1.18 after; K = V = 192, B = 8: 1.19–1.20 before, 1.00–1.02
@@ -621,9 +622,9 @@ func paramMem(name string) Mem {
 // rowRegsK and rowRegsQ are the numbers of YMM accumulators of rowBlock that stay in registers:
 // 13 of Sᵀk̂ in the read pass (beside k̂_i and a temporary; δ needs em1 or eg, beta and v beside
 // them), 11 of Sᵀq̂ in the write pass (beside em1 or eg, k̂_i, q̂_i, the state vector and a
-// temporary). rowLocal is the frame for the other Sᵀq̂ of a
-// 16-YMM sub-block, 32-byte aligned (small enough for NOSPLIT, which keeps the routine free of the
-// stack-check prologue and its TLS access, which -dynlink executables cannot link).
+// temporary). rowLocal is the frame for the other Sᵀq̂ of a 16-YMM sub-block, 32-byte aligned
+// (small enough for NOSPLIT, which keeps the routine free of the stack-check prologue and its TLS
+// access, which -dynlink executables cannot link).
 const (
 	rowRegsK = 13
 	rowRegsQ = 11
