@@ -1,10 +1,11 @@
-// Package gdnsimd is the engine room of the fused gated delta-rule (GDN) decode step: the raw
-// per-head kernels over flat slices (portable Go, AVX-512, AVX2, NEON), the scalar driver they share,
-// and the kernel-selection API. It does no validation, no allocation and starts no goroutine.
+// Package gdnsimd is the kernel layer under package github.com/gdnsimd/gdnsimd/gdn, which is what
+// users import.
 //
-// Users import package github.com/gdnsimd/gdnsimd/gdn, which validates shapes, splits the batch
-// over workers and picks a kernel from this package per Layer. The exact semantics are in that
-// package's documentation.
+// It holds the raw per-head kernels of the fused gated delta-rule (GDN) decode step over flat
+// slices (portable Go, AVX-512, AVX2, NEON), the scalar driver they share, and the kernel-selection
+// API. It does no validation, no allocation and starts no goroutine: the caller guarantees every
+// length. Package gdn validates shapes, splits the batch over workers and picks a kernel from this
+// package per Layer; the exact semantics are in that package's documentation.
 package gdnsimd
 
 // Step is one decode step's data for a batch, in the layout of package gdn (row-major, flattened
