@@ -1,11 +1,13 @@
-// Package gdnsimd is the engine room of the fused gated delta-rule (GDN) decode step: the raw
-// per-head kernels over flat slices (portable Go, AVX-512, AVX2, NEON), the scalar driver they share,
-// and the kernel-selection API. It checks only what keeps Kernel.Run within its slices (and panics
-// if that fails), allocates nothing and starts no goroutine.
+// Package gdnsimd is the kernel layer under package github.com/gdnsimd/gdnsimd/gdn, which is what
+// users import.
 //
-// Users import package github.com/gdnsimd/gdnsimd/gdn, which validates shapes, splits the batch
-// over workers and picks a kernel from this package per Layer. The exact semantics are in that
-// package's documentation.
+// It holds the raw per-head kernels of the fused gated delta-rule (GDN) step over flat slices
+// (portable Go, AVX-512, AVX2, NEON) for every state format, the driver they share (Kernel.RunBatch
+// over the work items of a Batch; Kernel.Run for a Step), and the kernel-selection API. It checks
+// only what keeps its calls within their slices (and panics when that fails), allocates only
+// scratch that grows once, and starts no goroutine. Package gdn validates calls completely, splits
+// them over workers and picks a kernel from this package per Layer; the exact semantics are in
+// that package's documentation.
 package gdnsimd
 
 import (

@@ -28,7 +28,7 @@ import (
 	"github.com/gdnsimd/gdnsimd/gdn"
 )
 
-// Config are the command's options.
+// Config holds what Measure runs (the command's flags).
 type Config struct {
 	Layers  []Shape  // B unset
 	Bs      []int    // batch sizes

@@ -1,4 +1,5 @@
-// Package fuzz holds the differential fuzz targets of gdnsimd (test files only):
+// Package fuzz holds the differential fuzz tests of gdnsimd; it has no API (everything is in test
+// files):
 //
 //   - FuzzStep derives a shape (B 0–5, KHeads, the GQA ratio 1–6, K and V 1–300, small and odd
 //     most often), slice offsets and values (ordinary, tiny, huge, zeros, denormals, very large |a|
