@@ -45,19 +45,6 @@ type impl struct {
 	tokBF16 [2]tokensBF16
 }
 
-// withTokens fills the cells that im's flat routines implement and returns im.
-func withTokens(im impl) impl {
-	for l := range 2 {
-		if r := im.tokF32[l]; r != nil {
-			im.cells[0][l] = asmTokensF32(r)
-		}
-		if r := im.tokBF16[l]; r != nil {
-			im.cells[1][l] = asmTokensBF16(r)
-		}
-	}
-	return im
-}
-
 var genericImpl = impl{
 	name: "generic", state: stateGeneric, gate: gateGeneric, l2: l2Generic, widen: widenGeneric,
 	cells: [2][2]stateFunc{{kvTokens, vkTokens}, {kvTokens, vkTokens}},

@@ -130,30 +130,6 @@ func widenGeneric(dst []float32, src []uint16) {
 	}
 }
 
-// tokenwise makes a [K][V] f32 state routine over T tokens out of a single-token piece: token τ
-// reads the state the token before wrote (in place where it may) and writes it to dst[τ], or to
-// the scratch tmp when that token's state is not kept.
-func tokenwise(piece func(sIn, sOut, kh, qh, v, o []float32, em1, eg, beta, kq float32)) stateFunc {
-	return func(h *headCall) {
-		K, V, T := h.K, h.V, len(h.tok)/4
-		cur := h.src.f32
-		for τ := range T {
-			out := h.dst[τ].f32
-			if out == nil {
-				out = h.tmp
-			}
-			if cur == nil { // the zero state
-				clear(out)
-				cur = out
-			}
-			tk := h.tok[4*τ : 4*τ+4]
-			piece(cur, out, h.kh[τ*K:(τ+1)*K:(τ+1)*K], h.qh[τ*K:(τ+1)*K:(τ+1)*K],
-				h.v[τ*h.vs:τ*h.vs+V:τ*h.vs+V], h.o[τ*V:(τ+1)*V:(τ+1)*V], tk[0], tk[1], tk[2], tk[3])
-			cur = out
-		}
-	}
-}
-
 // The assembly state routines over T tokens have one flat, typed signature per storage type (so
 // go vet's asmdecl checks every argument):
 //
@@ -173,55 +149,3 @@ type (
 	tokensF32  func(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok []float32)
 	tokensBF16 func(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok []float32)
 )
-
-// asmTokensF32 makes a stateFunc of an f32 routine: every dst is f32 (an f32 pool, or the carry
-// the driver adds at a chunk's end).
-func asmTokensF32(r tokensF32) stateFunc {
-	return func(h *headCall) {
-		hs := h.K * h.V
-		src := h.src.f32
-		if src == nil {
-			src = h.zero32
-		}
-		stores := h.stores[:len(h.dst)]
-		for τ, d := range h.dst {
-			stores[τ] = nil
-			if d.f32 != nil {
-				stores[τ] = unsafe.Pointer(unsafe.SliceData(d.f32[:hs]))
-			}
-		}
-		r(h.K, h.V, src[:hs:hs], stores, h.kh, h.qh, h.v, h.vs, h.o, h.tok)
-		clear(stores)
-	}
-}
-
-// asmTokensBF16 makes a stateFunc of a bf16 routine: every dst's bf16 part is a store, the f32
-// part (the driver's carry, only ever at the last token) the carry.
-func asmTokensBF16(r tokensBF16) stateFunc {
-	return func(h *headCall) {
-		hs := h.K * h.V
-		src, src32 := h.src.bf16, h.src.f32 // src32: the previous chunk's carry
-		if src == nil {
-			src = h.zero16
-		}
-		if src32 != nil {
-			src32 = src32[:hs:hs]
-		}
-		stores := h.stores[:len(h.dst)]
-		var carry []float32
-		for τ, d := range h.dst {
-			stores[τ] = nil
-			if d.bf16 != nil {
-				stores[τ] = unsafe.Pointer(unsafe.SliceData(d.bf16[:hs]))
-			}
-			if d.f32 != nil {
-				if τ != len(h.dst)-1 {
-					panic("gdnsimd: an f32 store before the last token of a bf16 call")
-				}
-				carry = d.f32[:hs:hs]
-			}
-		}
-		r(h.K, h.V, src[:hs:hs], src32, stores, carry, h.kh, h.qh, h.v, h.vs, h.o, h.tok)
-		clear(stores)
-	}
-}

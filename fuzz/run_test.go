@@ -619,9 +619,9 @@ func cloneBatch(b *gdn.Batch) *gdn.Batch {
 	return &c
 }
 
-func runNoPanic(l *gdn.Layer, b *gdn.Batch) (err error, panicked any) {
+func runNoPanic(l *gdn.Layer, b *gdn.Batch) (panicked any, err error) {
 	defer func() { panicked = recover() }()
-	return l.Run(b), nil
+	return nil, l.Run(b)
 }
 
 // dense returns token t's row of r (width w) widened to float32.
@@ -829,7 +829,7 @@ func checkRun(t *testing.T, data []byte) {
 				continue // the kernel lacks the format
 			}
 			before := cloneMem(memoryOf(b))
-			err, p := runNoPanic(l, b)
+			p, err := runNoPanic(l, b)
 			if p != nil {
 				t.Fatalf("%s: Run panicked: %v\n%s\n(want one of %v)", k, p, describeRun(rc), expect)
 			}
@@ -855,7 +855,7 @@ func checkRun(t *testing.T, data []byte) {
 			t.Fatalf("%s: New: %v", k, err)
 		}
 		got := cloneBatch(b)
-		err, p := runNoPanic(l, got)
+		p, err := runNoPanic(l, got)
 		if p != nil || err != nil {
 			t.Fatalf("%s: Run(%s) = %v (panic %v), want success", k, describeRun(rc), err, p)
 		}

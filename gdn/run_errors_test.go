@@ -210,10 +210,6 @@ func moveInto(r *gdn.Rows, buf []float32, off int) {
 	r.F32 = buf[off : off+n : off+n]
 }
 
-func i32AsF32(s []int32) []float32 {
-	return unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(s))), len(s))
-}
-
 type runErrCase struct {
 	name string
 	mod  func(b *gdn.Batch)
