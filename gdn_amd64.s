@@ -11338,3 +11338,10498 @@ l2reduce_2:
 	VMOVSD       X0, kq+64(FP)
 	VZEROUPPER
 	RET
+
+// func stateKVf32AVX512(K int, V int, src []float32, stores []uintptr, kh []float32, qh []float32, v []float32, vs int, o []float32, tok []float32, work []float32)
+// Requires: AVX, AVX512F, CMOV
+TEXT ·stateKVf32AVX512(SB), NOSPLIT, $96-216
+	MOVQ  K+0(FP), AX
+	MOVQ  V+8(FP), CX
+	MOVQ  tok_len+176(FP), DX
+	SHRQ  $0x02, DX
+	TESTQ AX, AX
+	JZ    stateKVf32AVX512_done1
+	TESTQ CX, CX
+	JZ    stateKVf32AVX512_done1
+	TESTQ DX, DX
+	JZ    stateKVf32AVX512_done1
+	MOVQ  CX, 8(SP)
+	MOVQ  work_base+192(FP), CX
+	ADDQ  $0x3f, CX
+	ANDQ  $-64, CX
+	MOVQ  CX, (SP)
+
+	// K > 512 does not fit work: the Go wrapper never calls with it.
+	CMPQ AX, $0x00000200
+	JA   stateKVf32AVX512_done1
+
+	// Vectors per full block: the most (≤ 4) whose K rows fit 32768 bytes.
+	MOVQ    $0x00000001, CX
+	MOVQ    $0x00000002, DX
+	CMPQ    AX, $0x00000100
+	CMOVQLS DX, CX
+	MOVQ    $0x00000003, DX
+	CMPQ    AX, $0x000000aa
+	CMOVQLS DX, CX
+	MOVQ    $0x00000004, DX
+	CMPQ    AX, $0x00000080
+	CMOVQLS DX, CX
+	MOVQ    CX, 32(SP)
+	XORQ    CX, CX
+	MOVQ    CX, 16(SP)
+
+	// Column blocks.
+stateKVf32AVX512_blocks1:
+	MOVQ         8(SP), AX
+	TESTQ        AX, AX
+	JZ           stateKVf32AVX512_done1
+	MOVQ         32(SP), CX
+	SHLQ         $0x04, CX
+	CMPQ         AX, CX
+	CMOVQCS      AX, CX
+	MOVQ         CX, 24(SP)
+	MOVQ         CX, AX
+	DECQ         AX
+	SHRQ         $0x04, AX
+	MOVQ         AX, DX
+	SHLQ         $0x04, DX
+	NEGQ         DX
+	ADDQ         CX, DX
+	VPBROADCASTD DX, Z0
+	VPCMPGTD     iota<>+0(SB), Z0, K1
+	CMPQ         AX, $0x00000000
+	JE           stateKVf32AVX512_shape1
+	CMPQ         AX, $0x00000001
+	JE           stateKVf32AVX512_shape2
+	CMPQ         AX, $0x00000002
+	JE           stateKVf32AVX512_shape3
+	JMP          stateKVf32AVX512_shape4
+
+stateKVf32AVX512_shape1:
+	// Block of 16 columns (rows in work of 64 bytes): pass 0 loads it, with token 0's read.
+	MOVQ         K+0(FP), AX
+	MOVQ         16(SP), CX
+	MOVQ         src_base+16(FP), DX
+	MOVQ         V+8(FP), BX
+	LEAQ         (DX)(CX*4), DX
+	SHLQ         $0x02, BX
+	VBROADCASTSS zero<>+0(SB), Z0
+	VBROADCASTSS zero<>+0(SB), Z1
+	MOVQ         kh_base+64(FP), SI
+	MOVQ         qh_base+88(FP), DI
+	MOVQ         (SP), R8
+	XORQ         R9, R9
+
+stateKVf32AVX512_pass01:
+	VBROADCASTSS (SI)(R9*4), Z2
+	VBROADCASTSS (DI)(R9*4), Z3
+	VMOVUPS.Z    (DX), K1, Z4
+	VMOVUPS      Z4, (R8)
+	VFMADD231PS  Z4, Z2, Z0
+	VFMADD231PS  Z4, Z3, Z1
+	ADDQ         BX, DX
+	ADDQ         $0x00000040, R8
+	INCQ         R9
+	CMPQ         R9, AX
+	JB           stateKVf32AVX512_pass01
+
+	// The tokens.
+	XORQ AX, AX
+	MOVQ AX, 40(SP)
+	MOVQ kh_base+64(FP), AX
+	MOVQ AX, 48(SP)
+	MOVQ tok_base+168(FP), AX
+	MOVQ AX, 88(SP)
+	MOVQ v_base+112(FP), AX
+	LEAQ (AX)(CX*4), AX
+	MOVQ AX, 72(SP)
+	MOVQ o_base+144(FP), AX
+	LEAQ (AX)(CX*4), AX
+	MOVQ AX, 80(SP)
+
+stateKVf32AVX512_token1:
+	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
+	MOVQ 40(SP), AX
+	MOVQ K+0(FP), CX
+	INCQ AX
+	MOVQ tok_len+176(FP), DX
+	SHRQ $0x02, DX
+	CMPQ AX, DX
+	JB   stateKVf32AVX512_notlast1
+	DECQ AX
+
+stateKVf32AVX512_notlast1:
+	IMULQ    CX, AX
+	MOVQ     kh_base+64(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 56(SP)
+	MOVQ     qh_base+88(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 64(SP)
+	MOVQ     88(SP), AX
+	VMOVSS   (AX), X2
+	VUCOMISS nearone<>+0(SB), X2
+	JCS      stateKVf32AVX512_far1
+
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         88(SP), AX
+	VBROADCASTSS (AX), Z2
+	VBROADCASTSS 8(AX), Z3
+	VBROADCASTSS 12(AX), Z4
+	MOVQ         72(SP), AX
+	MOVQ         80(SP), CX
+	VMOVUPS.Z    (AX), K1, Z5
+	VFMADD213PS  Z0, Z2, Z0
+	VSUBPS       Z0, Z5, Z5
+	VMULPS       Z5, Z3, Z5
+	VFMADD213PS  Z1, Z2, Z1
+	VFMADD231PS  Z5, Z4, Z1
+	VMOVUPS      Z1, K1, (CX)
+	VBROADCASTSS zero<>+0(SB), Z0
+	VBROADCASTSS zero<>+0(SB), Z1
+
+	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  48(SP), BX
+	MOVQ  56(SP), SI
+	MOVQ  64(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  40(SP), R10
+	MOVQ  stores_base+40(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
+	JZ    stateKVf32AVX512_nostore1
+	LEAQ  (R9)(R8*4), R9
+
+stateKVf32AVX512_nostore1:
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
+
+stateKVf32AVX512_rows1:
+	VBROADCASTSS (BX)(CX*4), Z3
+	VBROADCASTSS (SI)(CX*4), Z4
+	VBROADCASTSS (DI)(CX*4), Z6
+	VMOVUPS      (AX), Z7
+	VFMADD213PS  Z7, Z2, Z7
+	VFMADD231PS  Z5, Z3, Z7
+	VMOVUPS      Z7, (AX)
+	VFMADD231PS  Z7, Z4, Z0
+	VFMADD231PS  Z7, Z6, Z1
+	TESTQ        R9, R9
+	JZ           stateKVf32AVX512_nostorerow1
+	VMOVUPS      (AX), Z3
+	VMOVUPS      Z3, K1, (R9)
+	ADDQ         R8, R9
+
+stateKVf32AVX512_nostorerow1:
+	ADDQ $0x00000040, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVf32AVX512_rows1
+	JMP  stateKVf32AVX512_tokdone1
+
+stateKVf32AVX512_far1:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         88(SP), AX
+	VBROADCASTSS 4(AX), Z2
+	VBROADCASTSS 8(AX), Z3
+	VBROADCASTSS 12(AX), Z4
+	MOVQ         72(SP), AX
+	MOVQ         80(SP), CX
+	VMOVUPS.Z    (AX), K1, Z5
+	VMULPS       Z0, Z2, Z0
+	VSUBPS       Z0, Z5, Z5
+	VMULPS       Z5, Z3, Z5
+	VMULPS       Z1, Z2, Z1
+	VFMADD231PS  Z5, Z4, Z1
+	VMOVUPS      Z1, K1, (CX)
+	VBROADCASTSS zero<>+0(SB), Z0
+	VBROADCASTSS zero<>+0(SB), Z1
+
+	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  48(SP), BX
+	MOVQ  56(SP), SI
+	MOVQ  64(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  40(SP), R10
+	MOVQ  stores_base+40(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
+	JZ    stateKVf32AVX512_nostore2
+	LEAQ  (R9)(R8*4), R9
+
+stateKVf32AVX512_nostore2:
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
+
+stateKVf32AVX512_rows2:
+	VBROADCASTSS (BX)(CX*4), Z3
+	VBROADCASTSS (SI)(CX*4), Z4
+	VBROADCASTSS (DI)(CX*4), Z6
+	VMOVUPS      (AX), Z7
+	VMULPS       Z7, Z2, Z7
+	VFMADD231PS  Z5, Z3, Z7
+	VMOVUPS      Z7, (AX)
+	VFMADD231PS  Z7, Z4, Z0
+	VFMADD231PS  Z7, Z6, Z1
+	TESTQ        R9, R9
+	JZ           stateKVf32AVX512_nostorerow2
+	VMOVUPS      (AX), Z3
+	VMOVUPS      Z3, K1, (R9)
+	ADDQ         R8, R9
+
+stateKVf32AVX512_nostorerow2:
+	ADDQ $0x00000040, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVf32AVX512_rows2
+
+stateKVf32AVX512_tokdone1:
+	MOVQ 56(SP), AX
+	MOVQ AX, 48(SP)
+	ADDQ $0x10, 88(SP)
+	MOVQ vs+136(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 72(SP)
+	MOVQ V+8(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 80(SP)
+	MOVQ 40(SP), CX
+	INCQ CX
+	MOVQ CX, 40(SP)
+	MOVQ tok_len+176(FP), AX
+	SHRQ $0x02, AX
+	CMPQ CX, AX
+	JB   stateKVf32AVX512_token1
+	MOVQ 24(SP), AX
+	ADDQ AX, 16(SP)
+	SUBQ AX, 8(SP)
+	JMP  stateKVf32AVX512_blocks1
+
+stateKVf32AVX512_shape2:
+	// Block of 32 columns (rows in work of 128 bytes): pass 0 loads it, with token 0's read.
+	MOVQ         K+0(FP), AX
+	MOVQ         16(SP), CX
+	MOVQ         src_base+16(FP), DX
+	MOVQ         V+8(FP), BX
+	LEAQ         (DX)(CX*4), DX
+	SHLQ         $0x02, BX
+	VBROADCASTSS zero<>+0(SB), Z0
+	VBROADCASTSS zero<>+0(SB), Z1
+	VBROADCASTSS zero<>+0(SB), Z2
+	VBROADCASTSS zero<>+0(SB), Z3
+	MOVQ         kh_base+64(FP), SI
+	MOVQ         qh_base+88(FP), DI
+	MOVQ         (SP), R8
+	XORQ         R9, R9
+
+stateKVf32AVX512_pass02:
+	VBROADCASTSS (SI)(R9*4), Z4
+	VBROADCASTSS (DI)(R9*4), Z5
+	VMOVUPS      (DX), Z6
+	VMOVUPS      Z6, (R8)
+	VFMADD231PS  Z6, Z4, Z0
+	VFMADD231PS  Z6, Z5, Z1
+	VMOVUPS.Z    64(DX), K1, Z6
+	VMOVUPS      Z6, 64(R8)
+	VFMADD231PS  Z6, Z4, Z2
+	VFMADD231PS  Z6, Z5, Z3
+	ADDQ         BX, DX
+	ADDQ         $0x00000080, R8
+	INCQ         R9
+	CMPQ         R9, AX
+	JB           stateKVf32AVX512_pass02
+
+	// The tokens.
+	XORQ AX, AX
+	MOVQ AX, 40(SP)
+	MOVQ kh_base+64(FP), AX
+	MOVQ AX, 48(SP)
+	MOVQ tok_base+168(FP), AX
+	MOVQ AX, 88(SP)
+	MOVQ v_base+112(FP), AX
+	LEAQ (AX)(CX*4), AX
+	MOVQ AX, 72(SP)
+	MOVQ o_base+144(FP), AX
+	LEAQ (AX)(CX*4), AX
+	MOVQ AX, 80(SP)
+
+stateKVf32AVX512_token2:
+	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
+	MOVQ 40(SP), AX
+	MOVQ K+0(FP), CX
+	INCQ AX
+	MOVQ tok_len+176(FP), DX
+	SHRQ $0x02, DX
+	CMPQ AX, DX
+	JB   stateKVf32AVX512_notlast2
+	DECQ AX
+
+stateKVf32AVX512_notlast2:
+	IMULQ    CX, AX
+	MOVQ     kh_base+64(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 56(SP)
+	MOVQ     qh_base+88(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 64(SP)
+	MOVQ     88(SP), AX
+	VMOVSS   (AX), X4
+	VUCOMISS nearone<>+0(SB), X4
+	JCS      stateKVf32AVX512_far2
+
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         88(SP), AX
+	VBROADCASTSS (AX), Z4
+	VBROADCASTSS 8(AX), Z5
+	VBROADCASTSS 12(AX), Z6
+	MOVQ         72(SP), AX
+	MOVQ         80(SP), CX
+	VMOVUPS      (AX), Z7
+	VFMADD213PS  Z0, Z4, Z0
+	VSUBPS       Z0, Z7, Z7
+	VMULPS       Z7, Z5, Z7
+	VFMADD213PS  Z1, Z4, Z1
+	VFMADD231PS  Z7, Z6, Z1
+	VMOVUPS      Z1, (CX)
+	VMOVUPS.Z    64(AX), K1, Z8
+	VFMADD213PS  Z2, Z4, Z2
+	VSUBPS       Z2, Z8, Z8
+	VMULPS       Z8, Z5, Z8
+	VFMADD213PS  Z3, Z4, Z3
+	VFMADD231PS  Z8, Z6, Z3
+	VMOVUPS      Z3, K1, 64(CX)
+	VBROADCASTSS zero<>+0(SB), Z0
+	VBROADCASTSS zero<>+0(SB), Z1
+	VBROADCASTSS zero<>+0(SB), Z2
+	VBROADCASTSS zero<>+0(SB), Z3
+
+	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  48(SP), BX
+	MOVQ  56(SP), SI
+	MOVQ  64(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  40(SP), R10
+	MOVQ  stores_base+40(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
+	JZ    stateKVf32AVX512_nostore3
+	LEAQ  (R9)(R8*4), R9
+
+stateKVf32AVX512_nostore3:
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
+
+stateKVf32AVX512_rows3:
+	VBROADCASTSS (BX)(CX*4), Z5
+	VBROADCASTSS (SI)(CX*4), Z6
+	VBROADCASTSS (DI)(CX*4), Z9
+	VMOVUPS      (AX), Z10
+	VFMADD213PS  Z10, Z4, Z10
+	VFMADD231PS  Z7, Z5, Z10
+	VMOVUPS      Z10, (AX)
+	VFMADD231PS  Z10, Z6, Z0
+	VFMADD231PS  Z10, Z9, Z1
+	VMOVUPS      64(AX), Z10
+	VFMADD213PS  Z10, Z4, Z10
+	VFMADD231PS  Z8, Z5, Z10
+	VMOVUPS      Z10, 64(AX)
+	VFMADD231PS  Z10, Z6, Z2
+	VFMADD231PS  Z10, Z9, Z3
+	TESTQ        R9, R9
+	JZ           stateKVf32AVX512_nostorerow3
+	VMOVUPS      (AX), Z5
+	VMOVUPS      Z5, (R9)
+	VMOVUPS      64(AX), Z5
+	VMOVUPS      Z5, K1, 64(R9)
+	ADDQ         R8, R9
+
+stateKVf32AVX512_nostorerow3:
+	ADDQ $0x00000080, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVf32AVX512_rows3
+	JMP  stateKVf32AVX512_tokdone2
+
+stateKVf32AVX512_far2:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         88(SP), AX
+	VBROADCASTSS 4(AX), Z4
+	VBROADCASTSS 8(AX), Z5
+	VBROADCASTSS 12(AX), Z6
+	MOVQ         72(SP), AX
+	MOVQ         80(SP), CX
+	VMOVUPS      (AX), Z7
+	VMULPS       Z0, Z4, Z0
+	VSUBPS       Z0, Z7, Z7
+	VMULPS       Z7, Z5, Z7
+	VMULPS       Z1, Z4, Z1
+	VFMADD231PS  Z7, Z6, Z1
+	VMOVUPS      Z1, (CX)
+	VMOVUPS.Z    64(AX), K1, Z8
+	VMULPS       Z2, Z4, Z2
+	VSUBPS       Z2, Z8, Z8
+	VMULPS       Z8, Z5, Z8
+	VMULPS       Z3, Z4, Z3
+	VFMADD231PS  Z8, Z6, Z3
+	VMOVUPS      Z3, K1, 64(CX)
+	VBROADCASTSS zero<>+0(SB), Z0
+	VBROADCASTSS zero<>+0(SB), Z1
+	VBROADCASTSS zero<>+0(SB), Z2
+	VBROADCASTSS zero<>+0(SB), Z3
+
+	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  48(SP), BX
+	MOVQ  56(SP), SI
+	MOVQ  64(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  40(SP), R10
+	MOVQ  stores_base+40(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
+	JZ    stateKVf32AVX512_nostore4
+	LEAQ  (R9)(R8*4), R9
+
+stateKVf32AVX512_nostore4:
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
+
+stateKVf32AVX512_rows4:
+	VBROADCASTSS (BX)(CX*4), Z5
+	VBROADCASTSS (SI)(CX*4), Z6
+	VBROADCASTSS (DI)(CX*4), Z9
+	VMOVUPS      (AX), Z10
+	VMULPS       Z10, Z4, Z10
+	VFMADD231PS  Z7, Z5, Z10
+	VMOVUPS      Z10, (AX)
+	VFMADD231PS  Z10, Z6, Z0
+	VFMADD231PS  Z10, Z9, Z1
+	VMOVUPS      64(AX), Z10
+	VMULPS       Z10, Z4, Z10
+	VFMADD231PS  Z8, Z5, Z10
+	VMOVUPS      Z10, 64(AX)
+	VFMADD231PS  Z10, Z6, Z2
+	VFMADD231PS  Z10, Z9, Z3
+	TESTQ        R9, R9
+	JZ           stateKVf32AVX512_nostorerow4
+	VMOVUPS      (AX), Z5
+	VMOVUPS      Z5, (R9)
+	VMOVUPS      64(AX), Z5
+	VMOVUPS      Z5, K1, 64(R9)
+	ADDQ         R8, R9
+
+stateKVf32AVX512_nostorerow4:
+	ADDQ $0x00000080, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVf32AVX512_rows4
+
+stateKVf32AVX512_tokdone2:
+	MOVQ 56(SP), AX
+	MOVQ AX, 48(SP)
+	ADDQ $0x10, 88(SP)
+	MOVQ vs+136(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 72(SP)
+	MOVQ V+8(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 80(SP)
+	MOVQ 40(SP), CX
+	INCQ CX
+	MOVQ CX, 40(SP)
+	MOVQ tok_len+176(FP), AX
+	SHRQ $0x02, AX
+	CMPQ CX, AX
+	JB   stateKVf32AVX512_token2
+	MOVQ 24(SP), AX
+	ADDQ AX, 16(SP)
+	SUBQ AX, 8(SP)
+	JMP  stateKVf32AVX512_blocks1
+
+stateKVf32AVX512_shape3:
+	// Block of 48 columns (rows in work of 192 bytes): pass 0 loads it, with token 0's read.
+	MOVQ         K+0(FP), AX
+	MOVQ         16(SP), CX
+	MOVQ         src_base+16(FP), DX
+	MOVQ         V+8(FP), BX
+	LEAQ         (DX)(CX*4), DX
+	SHLQ         $0x02, BX
+	VBROADCASTSS zero<>+0(SB), Z0
+	VBROADCASTSS zero<>+0(SB), Z1
+	VBROADCASTSS zero<>+0(SB), Z2
+	VBROADCASTSS zero<>+0(SB), Z3
+	VBROADCASTSS zero<>+0(SB), Z4
+	VBROADCASTSS zero<>+0(SB), Z5
+	MOVQ         kh_base+64(FP), SI
+	MOVQ         qh_base+88(FP), DI
+	MOVQ         (SP), R8
+	XORQ         R9, R9
+
+stateKVf32AVX512_pass03:
+	VBROADCASTSS (SI)(R9*4), Z6
+	VBROADCASTSS (DI)(R9*4), Z7
+	VMOVUPS      (DX), Z8
+	VMOVUPS      Z8, (R8)
+	VFMADD231PS  Z8, Z6, Z0
+	VFMADD231PS  Z8, Z7, Z1
+	VMOVUPS      64(DX), Z8
+	VMOVUPS      Z8, 64(R8)
+	VFMADD231PS  Z8, Z6, Z2
+	VFMADD231PS  Z8, Z7, Z3
+	VMOVUPS.Z    128(DX), K1, Z8
+	VMOVUPS      Z8, 128(R8)
+	VFMADD231PS  Z8, Z6, Z4
+	VFMADD231PS  Z8, Z7, Z5
+	ADDQ         BX, DX
+	ADDQ         $0x000000c0, R8
+	INCQ         R9
+	CMPQ         R9, AX
+	JB           stateKVf32AVX512_pass03
+
+	// The tokens.
+	XORQ AX, AX
+	MOVQ AX, 40(SP)
+	MOVQ kh_base+64(FP), AX
+	MOVQ AX, 48(SP)
+	MOVQ tok_base+168(FP), AX
+	MOVQ AX, 88(SP)
+	MOVQ v_base+112(FP), AX
+	LEAQ (AX)(CX*4), AX
+	MOVQ AX, 72(SP)
+	MOVQ o_base+144(FP), AX
+	LEAQ (AX)(CX*4), AX
+	MOVQ AX, 80(SP)
+
+stateKVf32AVX512_token3:
+	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
+	MOVQ 40(SP), AX
+	MOVQ K+0(FP), CX
+	INCQ AX
+	MOVQ tok_len+176(FP), DX
+	SHRQ $0x02, DX
+	CMPQ AX, DX
+	JB   stateKVf32AVX512_notlast3
+	DECQ AX
+
+stateKVf32AVX512_notlast3:
+	IMULQ    CX, AX
+	MOVQ     kh_base+64(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 56(SP)
+	MOVQ     qh_base+88(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 64(SP)
+	MOVQ     88(SP), AX
+	VMOVSS   (AX), X6
+	VUCOMISS nearone<>+0(SB), X6
+	JCS      stateKVf32AVX512_far3
+
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         88(SP), AX
+	VBROADCASTSS (AX), Z6
+	VBROADCASTSS 8(AX), Z7
+	VBROADCASTSS 12(AX), Z8
+	MOVQ         72(SP), AX
+	MOVQ         80(SP), CX
+	VMOVUPS      (AX), Z9
+	VFMADD213PS  Z0, Z6, Z0
+	VSUBPS       Z0, Z9, Z9
+	VMULPS       Z9, Z7, Z9
+	VFMADD213PS  Z1, Z6, Z1
+	VFMADD231PS  Z9, Z8, Z1
+	VMOVUPS      Z1, (CX)
+	VMOVUPS      64(AX), Z10
+	VFMADD213PS  Z2, Z6, Z2
+	VSUBPS       Z2, Z10, Z10
+	VMULPS       Z10, Z7, Z10
+	VFMADD213PS  Z3, Z6, Z3
+	VFMADD231PS  Z10, Z8, Z3
+	VMOVUPS      Z3, 64(CX)
+	VMOVUPS.Z    128(AX), K1, Z11
+	VFMADD213PS  Z4, Z6, Z4
+	VSUBPS       Z4, Z11, Z11
+	VMULPS       Z11, Z7, Z11
+	VFMADD213PS  Z5, Z6, Z5
+	VFMADD231PS  Z11, Z8, Z5
+	VMOVUPS      Z5, K1, 128(CX)
+	VBROADCASTSS zero<>+0(SB), Z0
+	VBROADCASTSS zero<>+0(SB), Z1
+	VBROADCASTSS zero<>+0(SB), Z2
+	VBROADCASTSS zero<>+0(SB), Z3
+	VBROADCASTSS zero<>+0(SB), Z4
+	VBROADCASTSS zero<>+0(SB), Z5
+
+	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  48(SP), BX
+	MOVQ  56(SP), SI
+	MOVQ  64(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  40(SP), R10
+	MOVQ  stores_base+40(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
+	JZ    stateKVf32AVX512_nostore5
+	LEAQ  (R9)(R8*4), R9
+
+stateKVf32AVX512_nostore5:
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
+
+stateKVf32AVX512_rows5:
+	VBROADCASTSS (BX)(CX*4), Z7
+	VBROADCASTSS (SI)(CX*4), Z8
+	VBROADCASTSS (DI)(CX*4), Z12
+	VMOVUPS      (AX), Z13
+	VFMADD213PS  Z13, Z6, Z13
+	VFMADD231PS  Z9, Z7, Z13
+	VMOVUPS      Z13, (AX)
+	VFMADD231PS  Z13, Z8, Z0
+	VFMADD231PS  Z13, Z12, Z1
+	VMOVUPS      64(AX), Z13
+	VFMADD213PS  Z13, Z6, Z13
+	VFMADD231PS  Z10, Z7, Z13
+	VMOVUPS      Z13, 64(AX)
+	VFMADD231PS  Z13, Z8, Z2
+	VFMADD231PS  Z13, Z12, Z3
+	VMOVUPS      128(AX), Z13
+	VFMADD213PS  Z13, Z6, Z13
+	VFMADD231PS  Z11, Z7, Z13
+	VMOVUPS      Z13, 128(AX)
+	VFMADD231PS  Z13, Z8, Z4
+	VFMADD231PS  Z13, Z12, Z5
+	TESTQ        R9, R9
+	JZ           stateKVf32AVX512_nostorerow5
+	VMOVUPS      (AX), Z7
+	VMOVUPS      Z7, (R9)
+	VMOVUPS      64(AX), Z7
+	VMOVUPS      Z7, 64(R9)
+	VMOVUPS      128(AX), Z7
+	VMOVUPS      Z7, K1, 128(R9)
+	ADDQ         R8, R9
+
+stateKVf32AVX512_nostorerow5:
+	ADDQ $0x000000c0, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVf32AVX512_rows5
+	JMP  stateKVf32AVX512_tokdone3
+
+stateKVf32AVX512_far3:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         88(SP), AX
+	VBROADCASTSS 4(AX), Z6
+	VBROADCASTSS 8(AX), Z7
+	VBROADCASTSS 12(AX), Z8
+	MOVQ         72(SP), AX
+	MOVQ         80(SP), CX
+	VMOVUPS      (AX), Z9
+	VMULPS       Z0, Z6, Z0
+	VSUBPS       Z0, Z9, Z9
+	VMULPS       Z9, Z7, Z9
+	VMULPS       Z1, Z6, Z1
+	VFMADD231PS  Z9, Z8, Z1
+	VMOVUPS      Z1, (CX)
+	VMOVUPS      64(AX), Z10
+	VMULPS       Z2, Z6, Z2
+	VSUBPS       Z2, Z10, Z10
+	VMULPS       Z10, Z7, Z10
+	VMULPS       Z3, Z6, Z3
+	VFMADD231PS  Z10, Z8, Z3
+	VMOVUPS      Z3, 64(CX)
+	VMOVUPS.Z    128(AX), K1, Z11
+	VMULPS       Z4, Z6, Z4
+	VSUBPS       Z4, Z11, Z11
+	VMULPS       Z11, Z7, Z11
+	VMULPS       Z5, Z6, Z5
+	VFMADD231PS  Z11, Z8, Z5
+	VMOVUPS      Z5, K1, 128(CX)
+	VBROADCASTSS zero<>+0(SB), Z0
+	VBROADCASTSS zero<>+0(SB), Z1
+	VBROADCASTSS zero<>+0(SB), Z2
+	VBROADCASTSS zero<>+0(SB), Z3
+	VBROADCASTSS zero<>+0(SB), Z4
+	VBROADCASTSS zero<>+0(SB), Z5
+
+	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  48(SP), BX
+	MOVQ  56(SP), SI
+	MOVQ  64(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  40(SP), R10
+	MOVQ  stores_base+40(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
+	JZ    stateKVf32AVX512_nostore6
+	LEAQ  (R9)(R8*4), R9
+
+stateKVf32AVX512_nostore6:
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
+
+stateKVf32AVX512_rows6:
+	VBROADCASTSS (BX)(CX*4), Z7
+	VBROADCASTSS (SI)(CX*4), Z8
+	VBROADCASTSS (DI)(CX*4), Z12
+	VMOVUPS      (AX), Z13
+	VMULPS       Z13, Z6, Z13
+	VFMADD231PS  Z9, Z7, Z13
+	VMOVUPS      Z13, (AX)
+	VFMADD231PS  Z13, Z8, Z0
+	VFMADD231PS  Z13, Z12, Z1
+	VMOVUPS      64(AX), Z13
+	VMULPS       Z13, Z6, Z13
+	VFMADD231PS  Z10, Z7, Z13
+	VMOVUPS      Z13, 64(AX)
+	VFMADD231PS  Z13, Z8, Z2
+	VFMADD231PS  Z13, Z12, Z3
+	VMOVUPS      128(AX), Z13
+	VMULPS       Z13, Z6, Z13
+	VFMADD231PS  Z11, Z7, Z13
+	VMOVUPS      Z13, 128(AX)
+	VFMADD231PS  Z13, Z8, Z4
+	VFMADD231PS  Z13, Z12, Z5
+	TESTQ        R9, R9
+	JZ           stateKVf32AVX512_nostorerow6
+	VMOVUPS      (AX), Z7
+	VMOVUPS      Z7, (R9)
+	VMOVUPS      64(AX), Z7
+	VMOVUPS      Z7, 64(R9)
+	VMOVUPS      128(AX), Z7
+	VMOVUPS      Z7, K1, 128(R9)
+	ADDQ         R8, R9
+
+stateKVf32AVX512_nostorerow6:
+	ADDQ $0x000000c0, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVf32AVX512_rows6
+
+stateKVf32AVX512_tokdone3:
+	MOVQ 56(SP), AX
+	MOVQ AX, 48(SP)
+	ADDQ $0x10, 88(SP)
+	MOVQ vs+136(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 72(SP)
+	MOVQ V+8(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 80(SP)
+	MOVQ 40(SP), CX
+	INCQ CX
+	MOVQ CX, 40(SP)
+	MOVQ tok_len+176(FP), AX
+	SHRQ $0x02, AX
+	CMPQ CX, AX
+	JB   stateKVf32AVX512_token3
+	MOVQ 24(SP), AX
+	ADDQ AX, 16(SP)
+	SUBQ AX, 8(SP)
+	JMP  stateKVf32AVX512_blocks1
+
+stateKVf32AVX512_shape4:
+	// Block of 64 columns (rows in work of 256 bytes): pass 0 loads it, with token 0's read.
+	MOVQ         K+0(FP), AX
+	MOVQ         16(SP), CX
+	MOVQ         src_base+16(FP), DX
+	MOVQ         V+8(FP), BX
+	LEAQ         (DX)(CX*4), DX
+	SHLQ         $0x02, BX
+	VBROADCASTSS zero<>+0(SB), Z0
+	VBROADCASTSS zero<>+0(SB), Z1
+	VBROADCASTSS zero<>+0(SB), Z2
+	VBROADCASTSS zero<>+0(SB), Z3
+	VBROADCASTSS zero<>+0(SB), Z4
+	VBROADCASTSS zero<>+0(SB), Z5
+	VBROADCASTSS zero<>+0(SB), Z6
+	VBROADCASTSS zero<>+0(SB), Z7
+	MOVQ         kh_base+64(FP), SI
+	MOVQ         qh_base+88(FP), DI
+	MOVQ         (SP), R8
+	XORQ         R9, R9
+
+stateKVf32AVX512_pass04:
+	VBROADCASTSS (SI)(R9*4), Z8
+	VBROADCASTSS (DI)(R9*4), Z9
+	VMOVUPS      (DX), Z10
+	VMOVUPS      Z10, (R8)
+	VFMADD231PS  Z10, Z8, Z0
+	VFMADD231PS  Z10, Z9, Z1
+	VMOVUPS      64(DX), Z10
+	VMOVUPS      Z10, 64(R8)
+	VFMADD231PS  Z10, Z8, Z2
+	VFMADD231PS  Z10, Z9, Z3
+	VMOVUPS      128(DX), Z10
+	VMOVUPS      Z10, 128(R8)
+	VFMADD231PS  Z10, Z8, Z4
+	VFMADD231PS  Z10, Z9, Z5
+	VMOVUPS.Z    192(DX), K1, Z10
+	VMOVUPS      Z10, 192(R8)
+	VFMADD231PS  Z10, Z8, Z6
+	VFMADD231PS  Z10, Z9, Z7
+	ADDQ         BX, DX
+	ADDQ         $0x00000100, R8
+	INCQ         R9
+	CMPQ         R9, AX
+	JB           stateKVf32AVX512_pass04
+
+	// The tokens.
+	XORQ AX, AX
+	MOVQ AX, 40(SP)
+	MOVQ kh_base+64(FP), AX
+	MOVQ AX, 48(SP)
+	MOVQ tok_base+168(FP), AX
+	MOVQ AX, 88(SP)
+	MOVQ v_base+112(FP), AX
+	LEAQ (AX)(CX*4), AX
+	MOVQ AX, 72(SP)
+	MOVQ o_base+144(FP), AX
+	LEAQ (AX)(CX*4), AX
+	MOVQ AX, 80(SP)
+
+stateKVf32AVX512_token4:
+	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
+	MOVQ 40(SP), AX
+	MOVQ K+0(FP), CX
+	INCQ AX
+	MOVQ tok_len+176(FP), DX
+	SHRQ $0x02, DX
+	CMPQ AX, DX
+	JB   stateKVf32AVX512_notlast4
+	DECQ AX
+
+stateKVf32AVX512_notlast4:
+	IMULQ    CX, AX
+	MOVQ     kh_base+64(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 56(SP)
+	MOVQ     qh_base+88(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 64(SP)
+	MOVQ     88(SP), AX
+	VMOVSS   (AX), X8
+	VUCOMISS nearone<>+0(SB), X8
+	JCS      stateKVf32AVX512_far4
+
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         88(SP), AX
+	VBROADCASTSS (AX), Z8
+	VBROADCASTSS 8(AX), Z9
+	VBROADCASTSS 12(AX), Z10
+	MOVQ         72(SP), AX
+	MOVQ         80(SP), CX
+	VMOVUPS      (AX), Z11
+	VFMADD213PS  Z0, Z8, Z0
+	VSUBPS       Z0, Z11, Z11
+	VMULPS       Z11, Z9, Z11
+	VFMADD213PS  Z1, Z8, Z1
+	VFMADD231PS  Z11, Z10, Z1
+	VMOVUPS      Z1, (CX)
+	VMOVUPS      64(AX), Z12
+	VFMADD213PS  Z2, Z8, Z2
+	VSUBPS       Z2, Z12, Z12
+	VMULPS       Z12, Z9, Z12
+	VFMADD213PS  Z3, Z8, Z3
+	VFMADD231PS  Z12, Z10, Z3
+	VMOVUPS      Z3, 64(CX)
+	VMOVUPS      128(AX), Z13
+	VFMADD213PS  Z4, Z8, Z4
+	VSUBPS       Z4, Z13, Z13
+	VMULPS       Z13, Z9, Z13
+	VFMADD213PS  Z5, Z8, Z5
+	VFMADD231PS  Z13, Z10, Z5
+	VMOVUPS      Z5, 128(CX)
+	VMOVUPS.Z    192(AX), K1, Z14
+	VFMADD213PS  Z6, Z8, Z6
+	VSUBPS       Z6, Z14, Z14
+	VMULPS       Z14, Z9, Z14
+	VFMADD213PS  Z7, Z8, Z7
+	VFMADD231PS  Z14, Z10, Z7
+	VMOVUPS      Z7, K1, 192(CX)
+	VBROADCASTSS zero<>+0(SB), Z0
+	VBROADCASTSS zero<>+0(SB), Z1
+	VBROADCASTSS zero<>+0(SB), Z2
+	VBROADCASTSS zero<>+0(SB), Z3
+	VBROADCASTSS zero<>+0(SB), Z4
+	VBROADCASTSS zero<>+0(SB), Z5
+	VBROADCASTSS zero<>+0(SB), Z6
+	VBROADCASTSS zero<>+0(SB), Z7
+
+	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  48(SP), BX
+	MOVQ  56(SP), SI
+	MOVQ  64(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  40(SP), R10
+	MOVQ  stores_base+40(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
+	JZ    stateKVf32AVX512_nostore7
+	LEAQ  (R9)(R8*4), R9
+
+stateKVf32AVX512_nostore7:
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
+
+stateKVf32AVX512_rows7:
+	VBROADCASTSS (BX)(CX*4), Z9
+	VBROADCASTSS (SI)(CX*4), Z10
+	VBROADCASTSS (DI)(CX*4), Z15
+	VMOVUPS      (AX), Z16
+	VFMADD213PS  Z16, Z8, Z16
+	VFMADD231PS  Z11, Z9, Z16
+	VMOVUPS      Z16, (AX)
+	VFMADD231PS  Z16, Z10, Z0
+	VFMADD231PS  Z16, Z15, Z1
+	VMOVUPS      64(AX), Z16
+	VFMADD213PS  Z16, Z8, Z16
+	VFMADD231PS  Z12, Z9, Z16
+	VMOVUPS      Z16, 64(AX)
+	VFMADD231PS  Z16, Z10, Z2
+	VFMADD231PS  Z16, Z15, Z3
+	VMOVUPS      128(AX), Z16
+	VFMADD213PS  Z16, Z8, Z16
+	VFMADD231PS  Z13, Z9, Z16
+	VMOVUPS      Z16, 128(AX)
+	VFMADD231PS  Z16, Z10, Z4
+	VFMADD231PS  Z16, Z15, Z5
+	VMOVUPS      192(AX), Z16
+	VFMADD213PS  Z16, Z8, Z16
+	VFMADD231PS  Z14, Z9, Z16
+	VMOVUPS      Z16, 192(AX)
+	VFMADD231PS  Z16, Z10, Z6
+	VFMADD231PS  Z16, Z15, Z7
+	TESTQ        R9, R9
+	JZ           stateKVf32AVX512_nostorerow7
+	VMOVUPS      (AX), Z9
+	VMOVUPS      Z9, (R9)
+	VMOVUPS      64(AX), Z9
+	VMOVUPS      Z9, 64(R9)
+	VMOVUPS      128(AX), Z9
+	VMOVUPS      Z9, 128(R9)
+	VMOVUPS      192(AX), Z9
+	VMOVUPS      Z9, K1, 192(R9)
+	ADDQ         R8, R9
+
+stateKVf32AVX512_nostorerow7:
+	ADDQ $0x00000100, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVf32AVX512_rows7
+	JMP  stateKVf32AVX512_tokdone4
+
+stateKVf32AVX512_far4:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         88(SP), AX
+	VBROADCASTSS 4(AX), Z8
+	VBROADCASTSS 8(AX), Z9
+	VBROADCASTSS 12(AX), Z10
+	MOVQ         72(SP), AX
+	MOVQ         80(SP), CX
+	VMOVUPS      (AX), Z11
+	VMULPS       Z0, Z8, Z0
+	VSUBPS       Z0, Z11, Z11
+	VMULPS       Z11, Z9, Z11
+	VMULPS       Z1, Z8, Z1
+	VFMADD231PS  Z11, Z10, Z1
+	VMOVUPS      Z1, (CX)
+	VMOVUPS      64(AX), Z12
+	VMULPS       Z2, Z8, Z2
+	VSUBPS       Z2, Z12, Z12
+	VMULPS       Z12, Z9, Z12
+	VMULPS       Z3, Z8, Z3
+	VFMADD231PS  Z12, Z10, Z3
+	VMOVUPS      Z3, 64(CX)
+	VMOVUPS      128(AX), Z13
+	VMULPS       Z4, Z8, Z4
+	VSUBPS       Z4, Z13, Z13
+	VMULPS       Z13, Z9, Z13
+	VMULPS       Z5, Z8, Z5
+	VFMADD231PS  Z13, Z10, Z5
+	VMOVUPS      Z5, 128(CX)
+	VMOVUPS.Z    192(AX), K1, Z14
+	VMULPS       Z6, Z8, Z6
+	VSUBPS       Z6, Z14, Z14
+	VMULPS       Z14, Z9, Z14
+	VMULPS       Z7, Z8, Z7
+	VFMADD231PS  Z14, Z10, Z7
+	VMOVUPS      Z7, K1, 192(CX)
+	VBROADCASTSS zero<>+0(SB), Z0
+	VBROADCASTSS zero<>+0(SB), Z1
+	VBROADCASTSS zero<>+0(SB), Z2
+	VBROADCASTSS zero<>+0(SB), Z3
+	VBROADCASTSS zero<>+0(SB), Z4
+	VBROADCASTSS zero<>+0(SB), Z5
+	VBROADCASTSS zero<>+0(SB), Z6
+	VBROADCASTSS zero<>+0(SB), Z7
+
+	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  48(SP), BX
+	MOVQ  56(SP), SI
+	MOVQ  64(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  40(SP), R10
+	MOVQ  stores_base+40(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
+	JZ    stateKVf32AVX512_nostore8
+	LEAQ  (R9)(R8*4), R9
+
+stateKVf32AVX512_nostore8:
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
+
+stateKVf32AVX512_rows8:
+	VBROADCASTSS (BX)(CX*4), Z9
+	VBROADCASTSS (SI)(CX*4), Z10
+	VBROADCASTSS (DI)(CX*4), Z15
+	VMOVUPS      (AX), Z16
+	VMULPS       Z16, Z8, Z16
+	VFMADD231PS  Z11, Z9, Z16
+	VMOVUPS      Z16, (AX)
+	VFMADD231PS  Z16, Z10, Z0
+	VFMADD231PS  Z16, Z15, Z1
+	VMOVUPS      64(AX), Z16
+	VMULPS       Z16, Z8, Z16
+	VFMADD231PS  Z12, Z9, Z16
+	VMOVUPS      Z16, 64(AX)
+	VFMADD231PS  Z16, Z10, Z2
+	VFMADD231PS  Z16, Z15, Z3
+	VMOVUPS      128(AX), Z16
+	VMULPS       Z16, Z8, Z16
+	VFMADD231PS  Z13, Z9, Z16
+	VMOVUPS      Z16, 128(AX)
+	VFMADD231PS  Z16, Z10, Z4
+	VFMADD231PS  Z16, Z15, Z5
+	VMOVUPS      192(AX), Z16
+	VMULPS       Z16, Z8, Z16
+	VFMADD231PS  Z14, Z9, Z16
+	VMOVUPS      Z16, 192(AX)
+	VFMADD231PS  Z16, Z10, Z6
+	VFMADD231PS  Z16, Z15, Z7
+	TESTQ        R9, R9
+	JZ           stateKVf32AVX512_nostorerow8
+	VMOVUPS      (AX), Z9
+	VMOVUPS      Z9, (R9)
+	VMOVUPS      64(AX), Z9
+	VMOVUPS      Z9, 64(R9)
+	VMOVUPS      128(AX), Z9
+	VMOVUPS      Z9, 128(R9)
+	VMOVUPS      192(AX), Z9
+	VMOVUPS      Z9, K1, 192(R9)
+	ADDQ         R8, R9
+
+stateKVf32AVX512_nostorerow8:
+	ADDQ $0x00000100, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVf32AVX512_rows8
+
+stateKVf32AVX512_tokdone4:
+	MOVQ 56(SP), AX
+	MOVQ AX, 48(SP)
+	ADDQ $0x10, 88(SP)
+	MOVQ vs+136(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 72(SP)
+	MOVQ V+8(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 80(SP)
+	MOVQ 40(SP), CX
+	INCQ CX
+	MOVQ CX, 40(SP)
+	MOVQ tok_len+176(FP), AX
+	SHRQ $0x02, AX
+	CMPQ CX, AX
+	JB   stateKVf32AVX512_token4
+	MOVQ 24(SP), AX
+	ADDQ AX, 16(SP)
+	SUBQ AX, 8(SP)
+	JMP  stateKVf32AVX512_blocks1
+
+stateKVf32AVX512_done1:
+	VZEROUPPER
+	RET
+
+// func stateKVbf16AVX512(K int, V int, src []uint16, src32 []float32, stores []uintptr, carry []float32, kh []float32, qh []float32, v []float32, vs int, o []float32, tok []float32, work []float32)
+// Requires: AVX, AVX512F, CMOV
+TEXT ·stateKVbf16AVX512(SB), NOSPLIT, $96-264
+	MOVQ  K+0(FP), AX
+	MOVQ  V+8(FP), CX
+	MOVQ  tok_len+224(FP), DX
+	SHRQ  $0x02, DX
+	TESTQ AX, AX
+	JZ    stateKVbf16AVX512_done1
+	TESTQ CX, CX
+	JZ    stateKVbf16AVX512_done1
+	TESTQ DX, DX
+	JZ    stateKVbf16AVX512_done1
+	MOVQ  CX, 8(SP)
+	MOVQ  work_base+240(FP), CX
+	ADDQ  $0x3f, CX
+	ANDQ  $-64, CX
+	MOVQ  CX, (SP)
+
+	// K > 512 does not fit work: the Go wrapper never calls with it.
+	CMPQ AX, $0x00000200
+	JA   stateKVbf16AVX512_done1
+
+	// Vectors per full block: the most (≤ 4) whose K rows fit 32768 bytes.
+	MOVQ    $0x00000001, CX
+	MOVQ    $0x00000002, DX
+	CMPQ    AX, $0x00000100
+	CMOVQLS DX, CX
+	MOVQ    $0x00000003, DX
+	CMPQ    AX, $0x000000aa
+	CMOVQLS DX, CX
+	MOVQ    $0x00000004, DX
+	CMPQ    AX, $0x00000080
+	CMOVQLS DX, CX
+	MOVQ    CX, 32(SP)
+	XORQ    CX, CX
+	MOVQ    CX, 16(SP)
+
+	// Column blocks.
+stateKVbf16AVX512_blocks1:
+	MOVQ         8(SP), AX
+	TESTQ        AX, AX
+	JZ           stateKVbf16AVX512_done1
+	MOVQ         32(SP), CX
+	SHLQ         $0x04, CX
+	CMPQ         AX, CX
+	CMOVQCS      AX, CX
+	MOVQ         CX, 24(SP)
+	MOVQ         CX, AX
+	DECQ         AX
+	SHRQ         $0x04, AX
+	MOVQ         AX, DX
+	SHLQ         $0x04, DX
+	NEGQ         DX
+	ADDQ         CX, DX
+	VPBROADCASTD DX, Z0
+	VPCMPGTD     iota<>+0(SB), Z0, K1
+	CMPQ         AX, $0x00000000
+	JE           stateKVbf16AVX512_shape1
+	CMPQ         AX, $0x00000001
+	JE           stateKVbf16AVX512_shape2
+	CMPQ         AX, $0x00000002
+	JE           stateKVbf16AVX512_shape3
+	JMP          stateKVbf16AVX512_shape4
+
+stateKVbf16AVX512_shape1:
+	// Block of 16 columns (rows in work of 64 bytes): pass 0 loads it, with token 0's read.
+	MOVQ  K+0(FP), AX
+	MOVQ  16(SP), CX
+	MOVQ  src32_base+40(FP), DX
+	TESTQ DX, DX
+	JZ    stateKVbf16AVX512_from161
+
+	// From src32 (f32).
+	MOVQ         V+8(FP), BX
+	LEAQ         (DX)(CX*4), DX
+	SHLQ         $0x02, BX
+	VBROADCASTSS zero<>+0(SB), Z0
+	VBROADCASTSS zero<>+0(SB), Z1
+	MOVQ         kh_base+112(FP), SI
+	MOVQ         qh_base+136(FP), DI
+	MOVQ         (SP), R8
+	XORQ         R9, R9
+
+stateKVbf16AVX512_pass01:
+	VBROADCASTSS (SI)(R9*4), Z2
+	VBROADCASTSS (DI)(R9*4), Z3
+	VMOVUPS.Z    (DX), K1, Z4
+	VMOVUPS      Z4, (R8)
+	VFMADD231PS  Z4, Z2, Z0
+	VFMADD231PS  Z4, Z3, Z1
+	ADDQ         BX, DX
+	ADDQ         $0x00000040, R8
+	INCQ         R9
+	CMPQ         R9, AX
+	JB           stateKVbf16AVX512_pass01
+	JMP          stateKVbf16AVX512_loaded1
+
+stateKVbf16AVX512_from161:
+	// From src (bf16).
+	MOVQ         src_base+16(FP), DX
+	MOVQ         V+8(FP), BX
+	LEAQ         (DX)(CX*2), DX
+	SHLQ         $0x01, BX
+	VBROADCASTSS zero<>+0(SB), Z0
+	VBROADCASTSS zero<>+0(SB), Z1
+	MOVQ         kh_base+112(FP), SI
+	MOVQ         qh_base+136(FP), DI
+	MOVQ         (SP), R8
+	XORQ         R9, R9
+
+stateKVbf16AVX512_pass02:
+	VBROADCASTSS (SI)(R9*4), Z2
+	VBROADCASTSS (DI)(R9*4), Z3
+	VPMOVZXWD.Z  (DX), K1, Z4
+	VPSLLD       $0x10, Z4, Z4
+	VMOVUPS      Z4, (R8)
+	VFMADD231PS  Z4, Z2, Z0
+	VFMADD231PS  Z4, Z3, Z1
+	ADDQ         BX, DX
+	ADDQ         $0x00000040, R8
+	INCQ         R9
+	CMPQ         R9, AX
+	JB           stateKVbf16AVX512_pass02
+
+stateKVbf16AVX512_loaded1:
+	// The tokens.
+	XORQ AX, AX
+	MOVQ AX, 40(SP)
+	MOVQ kh_base+112(FP), AX
+	MOVQ AX, 48(SP)
+	MOVQ tok_base+216(FP), AX
+	MOVQ AX, 88(SP)
+	MOVQ v_base+160(FP), AX
+	LEAQ (AX)(CX*4), AX
+	MOVQ AX, 72(SP)
+	MOVQ o_base+192(FP), AX
+	LEAQ (AX)(CX*4), AX
+	MOVQ AX, 80(SP)
+
+stateKVbf16AVX512_token1:
+	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
+	MOVQ 40(SP), AX
+	MOVQ K+0(FP), CX
+	INCQ AX
+	MOVQ tok_len+224(FP), DX
+	SHRQ $0x02, DX
+	CMPQ AX, DX
+	JB   stateKVbf16AVX512_notlast1
+	DECQ AX
+
+stateKVbf16AVX512_notlast1:
+	IMULQ    CX, AX
+	MOVQ     kh_base+112(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 56(SP)
+	MOVQ     qh_base+136(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 64(SP)
+	MOVQ     88(SP), AX
+	VMOVSS   (AX), X2
+	VUCOMISS nearone<>+0(SB), X2
+	JCS      stateKVbf16AVX512_far1
+
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         88(SP), AX
+	VBROADCASTSS (AX), Z2
+	VBROADCASTSS 8(AX), Z3
+	VBROADCASTSS 12(AX), Z4
+	MOVQ         72(SP), AX
+	MOVQ         80(SP), CX
+	VMOVUPS.Z    (AX), K1, Z5
+	VFMADD213PS  Z0, Z2, Z0
+	VSUBPS       Z0, Z5, Z5
+	VMULPS       Z5, Z3, Z5
+	VFMADD213PS  Z1, Z2, Z1
+	VFMADD231PS  Z5, Z4, Z1
+	VMOVUPS      Z1, K1, (CX)
+	VBROADCASTSS zero<>+0(SB), Z0
+	VBROADCASTSS zero<>+0(SB), Z1
+
+	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  48(SP), BX
+	MOVQ  56(SP), SI
+	MOVQ  64(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  40(SP), R10
+	MOVQ  stores_base+64(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
+	JZ    stateKVbf16AVX512_nostore1
+	LEAQ  (R9)(R8*2), R9
+
+stateKVbf16AVX512_nostore1:
+	MOVQ  V+8(FP), R10
+	SHLQ  $0x01, R10
+	MOVQ  40(SP), R12
+	INCQ  R12
+	MOVQ  tok_len+224(FP), R13
+	SHRQ  $0x02, R13
+	XORQ  R11, R11
+	CMPQ  R12, R13
+	JNE   stateKVbf16AVX512_nocarry1
+	MOVQ  carry_base+88(FP), R11
+	TESTQ R11, R11
+	JZ    stateKVbf16AVX512_nocarry1
+	LEAQ  (R11)(R8*4), R11
+
+stateKVbf16AVX512_nocarry1:
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
+
+stateKVbf16AVX512_rows1:
+	VBROADCASTSS (BX)(CX*4), Z3
+	VBROADCASTSS (SI)(CX*4), Z4
+	VBROADCASTSS (DI)(CX*4), Z6
+	VMOVUPS      (AX), Z7
+	VFMADD213PS  Z7, Z2, Z7
+	VFMADD231PS  Z5, Z3, Z7
+	VMOVUPS      Z7, (AX)
+	VFMADD231PS  Z7, Z4, Z0
+	VFMADD231PS  Z7, Z6, Z1
+	TESTQ        R9, R9
+	JZ           stateKVbf16AVX512_nostorerow1
+	VMOVUPS      (AX), Z3
+	VPSRLD       $0x10, Z3, Z4
+	VPANDD       absmask<>+0(SB), Z3, Z6
+	VPCMPGTD     infbits<>+0(SB), Z6, K2
+	VPANDD       one_i<>+0(SB), Z4, Z6
+	VPADDD       round<>+0(SB), Z3, Z3
+	VPADDD       Z6, Z3, Z3
+	VPSRLD       $0x10, Z3, Z3
+	VPORD        quiet<>+0(SB), Z4, K2, Z3
+	VPMOVDW      Z3, K1, (R9)
+	ADDQ         R10, R9
+
+stateKVbf16AVX512_nostorerow1:
+	TESTQ   R11, R11
+	JZ      stateKVbf16AVX512_nocarryrow1
+	VMOVUPS (AX), Z3
+	VMOVUPS Z3, K1, (R11)
+	ADDQ    R8, R11
+
+stateKVbf16AVX512_nocarryrow1:
+	ADDQ $0x00000040, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVbf16AVX512_rows1
+	JMP  stateKVbf16AVX512_tokdone1
+
+stateKVbf16AVX512_far1:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         88(SP), AX
+	VBROADCASTSS 4(AX), Z2
+	VBROADCASTSS 8(AX), Z3
+	VBROADCASTSS 12(AX), Z4
+	MOVQ         72(SP), AX
+	MOVQ         80(SP), CX
+	VMOVUPS.Z    (AX), K1, Z5
+	VMULPS       Z0, Z2, Z0
+	VSUBPS       Z0, Z5, Z5
+	VMULPS       Z5, Z3, Z5
+	VMULPS       Z1, Z2, Z1
+	VFMADD231PS  Z5, Z4, Z1
+	VMOVUPS      Z1, K1, (CX)
+	VBROADCASTSS zero<>+0(SB), Z0
+	VBROADCASTSS zero<>+0(SB), Z1
+
+	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  48(SP), BX
+	MOVQ  56(SP), SI
+	MOVQ  64(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  40(SP), R10
+	MOVQ  stores_base+64(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
+	JZ    stateKVbf16AVX512_nostore2
+	LEAQ  (R9)(R8*2), R9
+
+stateKVbf16AVX512_nostore2:
+	MOVQ  V+8(FP), R10
+	SHLQ  $0x01, R10
+	MOVQ  40(SP), R12
+	INCQ  R12
+	MOVQ  tok_len+224(FP), R13
+	SHRQ  $0x02, R13
+	XORQ  R11, R11
+	CMPQ  R12, R13
+	JNE   stateKVbf16AVX512_nocarry2
+	MOVQ  carry_base+88(FP), R11
+	TESTQ R11, R11
+	JZ    stateKVbf16AVX512_nocarry2
+	LEAQ  (R11)(R8*4), R11
+
+stateKVbf16AVX512_nocarry2:
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
+
+stateKVbf16AVX512_rows2:
+	VBROADCASTSS (BX)(CX*4), Z3
+	VBROADCASTSS (SI)(CX*4), Z4
+	VBROADCASTSS (DI)(CX*4), Z6
+	VMOVUPS      (AX), Z7
+	VMULPS       Z7, Z2, Z7
+	VFMADD231PS  Z5, Z3, Z7
+	VMOVUPS      Z7, (AX)
+	VFMADD231PS  Z7, Z4, Z0
+	VFMADD231PS  Z7, Z6, Z1
+	TESTQ        R9, R9
+	JZ           stateKVbf16AVX512_nostorerow2
+	VMOVUPS      (AX), Z3
+	VPSRLD       $0x10, Z3, Z4
+	VPANDD       absmask<>+0(SB), Z3, Z6
+	VPCMPGTD     infbits<>+0(SB), Z6, K2
+	VPANDD       one_i<>+0(SB), Z4, Z6
+	VPADDD       round<>+0(SB), Z3, Z3
+	VPADDD       Z6, Z3, Z3
+	VPSRLD       $0x10, Z3, Z3
+	VPORD        quiet<>+0(SB), Z4, K2, Z3
+	VPMOVDW      Z3, K1, (R9)
+	ADDQ         R10, R9
+
+stateKVbf16AVX512_nostorerow2:
+	TESTQ   R11, R11
+	JZ      stateKVbf16AVX512_nocarryrow2
+	VMOVUPS (AX), Z3
+	VMOVUPS Z3, K1, (R11)
+	ADDQ    R8, R11
+
+stateKVbf16AVX512_nocarryrow2:
+	ADDQ $0x00000040, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVbf16AVX512_rows2
+
+stateKVbf16AVX512_tokdone1:
+	MOVQ 56(SP), AX
+	MOVQ AX, 48(SP)
+	ADDQ $0x10, 88(SP)
+	MOVQ vs+184(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 72(SP)
+	MOVQ V+8(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 80(SP)
+	MOVQ 40(SP), CX
+	INCQ CX
+	MOVQ CX, 40(SP)
+	MOVQ tok_len+224(FP), AX
+	SHRQ $0x02, AX
+	CMPQ CX, AX
+	JB   stateKVbf16AVX512_token1
+	MOVQ 24(SP), AX
+	ADDQ AX, 16(SP)
+	SUBQ AX, 8(SP)
+	JMP  stateKVbf16AVX512_blocks1
+
+stateKVbf16AVX512_shape2:
+	// Block of 32 columns (rows in work of 128 bytes): pass 0 loads it, with token 0's read.
+	MOVQ  K+0(FP), AX
+	MOVQ  16(SP), CX
+	MOVQ  src32_base+40(FP), DX
+	TESTQ DX, DX
+	JZ    stateKVbf16AVX512_from162
+
+	// From src32 (f32).
+	MOVQ         V+8(FP), BX
+	LEAQ         (DX)(CX*4), DX
+	SHLQ         $0x02, BX
+	VBROADCASTSS zero<>+0(SB), Z0
+	VBROADCASTSS zero<>+0(SB), Z1
+	VBROADCASTSS zero<>+0(SB), Z2
+	VBROADCASTSS zero<>+0(SB), Z3
+	MOVQ         kh_base+112(FP), SI
+	MOVQ         qh_base+136(FP), DI
+	MOVQ         (SP), R8
+	XORQ         R9, R9
+
+stateKVbf16AVX512_pass03:
+	VBROADCASTSS (SI)(R9*4), Z4
+	VBROADCASTSS (DI)(R9*4), Z5
+	VMOVUPS      (DX), Z6
+	VMOVUPS      Z6, (R8)
+	VFMADD231PS  Z6, Z4, Z0
+	VFMADD231PS  Z6, Z5, Z1
+	VMOVUPS.Z    64(DX), K1, Z6
+	VMOVUPS      Z6, 64(R8)
+	VFMADD231PS  Z6, Z4, Z2
+	VFMADD231PS  Z6, Z5, Z3
+	ADDQ         BX, DX
+	ADDQ         $0x00000080, R8
+	INCQ         R9
+	CMPQ         R9, AX
+	JB           stateKVbf16AVX512_pass03
+	JMP          stateKVbf16AVX512_loaded2
+
+stateKVbf16AVX512_from162:
+	// From src (bf16).
+	MOVQ         src_base+16(FP), DX
+	MOVQ         V+8(FP), BX
+	LEAQ         (DX)(CX*2), DX
+	SHLQ         $0x01, BX
+	VBROADCASTSS zero<>+0(SB), Z0
+	VBROADCASTSS zero<>+0(SB), Z1
+	VBROADCASTSS zero<>+0(SB), Z2
+	VBROADCASTSS zero<>+0(SB), Z3
+	MOVQ         kh_base+112(FP), SI
+	MOVQ         qh_base+136(FP), DI
+	MOVQ         (SP), R8
+	XORQ         R9, R9
+
+stateKVbf16AVX512_pass04:
+	VBROADCASTSS (SI)(R9*4), Z4
+	VBROADCASTSS (DI)(R9*4), Z5
+	VPMOVZXWD    (DX), Z6
+	VPSLLD       $0x10, Z6, Z6
+	VMOVUPS      Z6, (R8)
+	VFMADD231PS  Z6, Z4, Z0
+	VFMADD231PS  Z6, Z5, Z1
+	VPMOVZXWD.Z  32(DX), K1, Z6
+	VPSLLD       $0x10, Z6, Z6
+	VMOVUPS      Z6, 64(R8)
+	VFMADD231PS  Z6, Z4, Z2
+	VFMADD231PS  Z6, Z5, Z3
+	ADDQ         BX, DX
+	ADDQ         $0x00000080, R8
+	INCQ         R9
+	CMPQ         R9, AX
+	JB           stateKVbf16AVX512_pass04
+
+stateKVbf16AVX512_loaded2:
+	// The tokens.
+	XORQ AX, AX
+	MOVQ AX, 40(SP)
+	MOVQ kh_base+112(FP), AX
+	MOVQ AX, 48(SP)
+	MOVQ tok_base+216(FP), AX
+	MOVQ AX, 88(SP)
+	MOVQ v_base+160(FP), AX
+	LEAQ (AX)(CX*4), AX
+	MOVQ AX, 72(SP)
+	MOVQ o_base+192(FP), AX
+	LEAQ (AX)(CX*4), AX
+	MOVQ AX, 80(SP)
+
+stateKVbf16AVX512_token2:
+	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
+	MOVQ 40(SP), AX
+	MOVQ K+0(FP), CX
+	INCQ AX
+	MOVQ tok_len+224(FP), DX
+	SHRQ $0x02, DX
+	CMPQ AX, DX
+	JB   stateKVbf16AVX512_notlast2
+	DECQ AX
+
+stateKVbf16AVX512_notlast2:
+	IMULQ    CX, AX
+	MOVQ     kh_base+112(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 56(SP)
+	MOVQ     qh_base+136(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 64(SP)
+	MOVQ     88(SP), AX
+	VMOVSS   (AX), X4
+	VUCOMISS nearone<>+0(SB), X4
+	JCS      stateKVbf16AVX512_far2
+
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         88(SP), AX
+	VBROADCASTSS (AX), Z4
+	VBROADCASTSS 8(AX), Z5
+	VBROADCASTSS 12(AX), Z6
+	MOVQ         72(SP), AX
+	MOVQ         80(SP), CX
+	VMOVUPS      (AX), Z7
+	VFMADD213PS  Z0, Z4, Z0
+	VSUBPS       Z0, Z7, Z7
+	VMULPS       Z7, Z5, Z7
+	VFMADD213PS  Z1, Z4, Z1
+	VFMADD231PS  Z7, Z6, Z1
+	VMOVUPS      Z1, (CX)
+	VMOVUPS.Z    64(AX), K1, Z8
+	VFMADD213PS  Z2, Z4, Z2
+	VSUBPS       Z2, Z8, Z8
+	VMULPS       Z8, Z5, Z8
+	VFMADD213PS  Z3, Z4, Z3
+	VFMADD231PS  Z8, Z6, Z3
+	VMOVUPS      Z3, K1, 64(CX)
+	VBROADCASTSS zero<>+0(SB), Z0
+	VBROADCASTSS zero<>+0(SB), Z1
+	VBROADCASTSS zero<>+0(SB), Z2
+	VBROADCASTSS zero<>+0(SB), Z3
+
+	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  48(SP), BX
+	MOVQ  56(SP), SI
+	MOVQ  64(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  40(SP), R10
+	MOVQ  stores_base+64(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
+	JZ    stateKVbf16AVX512_nostore3
+	LEAQ  (R9)(R8*2), R9
+
+stateKVbf16AVX512_nostore3:
+	MOVQ  V+8(FP), R10
+	SHLQ  $0x01, R10
+	MOVQ  40(SP), R12
+	INCQ  R12
+	MOVQ  tok_len+224(FP), R13
+	SHRQ  $0x02, R13
+	XORQ  R11, R11
+	CMPQ  R12, R13
+	JNE   stateKVbf16AVX512_nocarry3
+	MOVQ  carry_base+88(FP), R11
+	TESTQ R11, R11
+	JZ    stateKVbf16AVX512_nocarry3
+	LEAQ  (R11)(R8*4), R11
+
+stateKVbf16AVX512_nocarry3:
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
+
+stateKVbf16AVX512_rows3:
+	VBROADCASTSS (BX)(CX*4), Z5
+	VBROADCASTSS (SI)(CX*4), Z6
+	VBROADCASTSS (DI)(CX*4), Z9
+	VMOVUPS      (AX), Z10
+	VFMADD213PS  Z10, Z4, Z10
+	VFMADD231PS  Z7, Z5, Z10
+	VMOVUPS      Z10, (AX)
+	VFMADD231PS  Z10, Z6, Z0
+	VFMADD231PS  Z10, Z9, Z1
+	VMOVUPS      64(AX), Z10
+	VFMADD213PS  Z10, Z4, Z10
+	VFMADD231PS  Z8, Z5, Z10
+	VMOVUPS      Z10, 64(AX)
+	VFMADD231PS  Z10, Z6, Z2
+	VFMADD231PS  Z10, Z9, Z3
+	TESTQ        R9, R9
+	JZ           stateKVbf16AVX512_nostorerow3
+	VMOVUPS      (AX), Z5
+	VPSRLD       $0x10, Z5, Z6
+	VPANDD       absmask<>+0(SB), Z5, Z9
+	VPCMPGTD     infbits<>+0(SB), Z9, K2
+	VPANDD       one_i<>+0(SB), Z6, Z9
+	VPADDD       round<>+0(SB), Z5, Z5
+	VPADDD       Z9, Z5, Z5
+	VPSRLD       $0x10, Z5, Z5
+	VPORD        quiet<>+0(SB), Z6, K2, Z5
+	VPMOVDW      Z5, (R9)
+	VMOVUPS      64(AX), Z5
+	VPSRLD       $0x10, Z5, Z6
+	VPANDD       absmask<>+0(SB), Z5, Z9
+	VPCMPGTD     infbits<>+0(SB), Z9, K2
+	VPANDD       one_i<>+0(SB), Z6, Z9
+	VPADDD       round<>+0(SB), Z5, Z5
+	VPADDD       Z9, Z5, Z5
+	VPSRLD       $0x10, Z5, Z5
+	VPORD        quiet<>+0(SB), Z6, K2, Z5
+	VPMOVDW      Z5, K1, 32(R9)
+	ADDQ         R10, R9
+
+stateKVbf16AVX512_nostorerow3:
+	TESTQ   R11, R11
+	JZ      stateKVbf16AVX512_nocarryrow3
+	VMOVUPS (AX), Z5
+	VMOVUPS Z5, (R11)
+	VMOVUPS 64(AX), Z5
+	VMOVUPS Z5, K1, 64(R11)
+	ADDQ    R8, R11
+
+stateKVbf16AVX512_nocarryrow3:
+	ADDQ $0x00000080, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVbf16AVX512_rows3
+	JMP  stateKVbf16AVX512_tokdone2
+
+stateKVbf16AVX512_far2:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         88(SP), AX
+	VBROADCASTSS 4(AX), Z4
+	VBROADCASTSS 8(AX), Z5
+	VBROADCASTSS 12(AX), Z6
+	MOVQ         72(SP), AX
+	MOVQ         80(SP), CX
+	VMOVUPS      (AX), Z7
+	VMULPS       Z0, Z4, Z0
+	VSUBPS       Z0, Z7, Z7
+	VMULPS       Z7, Z5, Z7
+	VMULPS       Z1, Z4, Z1
+	VFMADD231PS  Z7, Z6, Z1
+	VMOVUPS      Z1, (CX)
+	VMOVUPS.Z    64(AX), K1, Z8
+	VMULPS       Z2, Z4, Z2
+	VSUBPS       Z2, Z8, Z8
+	VMULPS       Z8, Z5, Z8
+	VMULPS       Z3, Z4, Z3
+	VFMADD231PS  Z8, Z6, Z3
+	VMOVUPS      Z3, K1, 64(CX)
+	VBROADCASTSS zero<>+0(SB), Z0
+	VBROADCASTSS zero<>+0(SB), Z1
+	VBROADCASTSS zero<>+0(SB), Z2
+	VBROADCASTSS zero<>+0(SB), Z3
+
+	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  48(SP), BX
+	MOVQ  56(SP), SI
+	MOVQ  64(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  40(SP), R10
+	MOVQ  stores_base+64(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
+	JZ    stateKVbf16AVX512_nostore4
+	LEAQ  (R9)(R8*2), R9
+
+stateKVbf16AVX512_nostore4:
+	MOVQ  V+8(FP), R10
+	SHLQ  $0x01, R10
+	MOVQ  40(SP), R12
+	INCQ  R12
+	MOVQ  tok_len+224(FP), R13
+	SHRQ  $0x02, R13
+	XORQ  R11, R11
+	CMPQ  R12, R13
+	JNE   stateKVbf16AVX512_nocarry4
+	MOVQ  carry_base+88(FP), R11
+	TESTQ R11, R11
+	JZ    stateKVbf16AVX512_nocarry4
+	LEAQ  (R11)(R8*4), R11
+
+stateKVbf16AVX512_nocarry4:
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
+
+stateKVbf16AVX512_rows4:
+	VBROADCASTSS (BX)(CX*4), Z5
+	VBROADCASTSS (SI)(CX*4), Z6
+	VBROADCASTSS (DI)(CX*4), Z9
+	VMOVUPS      (AX), Z10
+	VMULPS       Z10, Z4, Z10
+	VFMADD231PS  Z7, Z5, Z10
+	VMOVUPS      Z10, (AX)
+	VFMADD231PS  Z10, Z6, Z0
+	VFMADD231PS  Z10, Z9, Z1
+	VMOVUPS      64(AX), Z10
+	VMULPS       Z10, Z4, Z10
+	VFMADD231PS  Z8, Z5, Z10
+	VMOVUPS      Z10, 64(AX)
+	VFMADD231PS  Z10, Z6, Z2
+	VFMADD231PS  Z10, Z9, Z3
+	TESTQ        R9, R9
+	JZ           stateKVbf16AVX512_nostorerow4
+	VMOVUPS      (AX), Z5
+	VPSRLD       $0x10, Z5, Z6
+	VPANDD       absmask<>+0(SB), Z5, Z9
+	VPCMPGTD     infbits<>+0(SB), Z9, K2
+	VPANDD       one_i<>+0(SB), Z6, Z9
+	VPADDD       round<>+0(SB), Z5, Z5
+	VPADDD       Z9, Z5, Z5
+	VPSRLD       $0x10, Z5, Z5
+	VPORD        quiet<>+0(SB), Z6, K2, Z5
+	VPMOVDW      Z5, (R9)
+	VMOVUPS      64(AX), Z5
+	VPSRLD       $0x10, Z5, Z6
+	VPANDD       absmask<>+0(SB), Z5, Z9
+	VPCMPGTD     infbits<>+0(SB), Z9, K2
+	VPANDD       one_i<>+0(SB), Z6, Z9
+	VPADDD       round<>+0(SB), Z5, Z5
+	VPADDD       Z9, Z5, Z5
+	VPSRLD       $0x10, Z5, Z5
+	VPORD        quiet<>+0(SB), Z6, K2, Z5
+	VPMOVDW      Z5, K1, 32(R9)
+	ADDQ         R10, R9
+
+stateKVbf16AVX512_nostorerow4:
+	TESTQ   R11, R11
+	JZ      stateKVbf16AVX512_nocarryrow4
+	VMOVUPS (AX), Z5
+	VMOVUPS Z5, (R11)
+	VMOVUPS 64(AX), Z5
+	VMOVUPS Z5, K1, 64(R11)
+	ADDQ    R8, R11
+
+stateKVbf16AVX512_nocarryrow4:
+	ADDQ $0x00000080, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVbf16AVX512_rows4
+
+stateKVbf16AVX512_tokdone2:
+	MOVQ 56(SP), AX
+	MOVQ AX, 48(SP)
+	ADDQ $0x10, 88(SP)
+	MOVQ vs+184(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 72(SP)
+	MOVQ V+8(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 80(SP)
+	MOVQ 40(SP), CX
+	INCQ CX
+	MOVQ CX, 40(SP)
+	MOVQ tok_len+224(FP), AX
+	SHRQ $0x02, AX
+	CMPQ CX, AX
+	JB   stateKVbf16AVX512_token2
+	MOVQ 24(SP), AX
+	ADDQ AX, 16(SP)
+	SUBQ AX, 8(SP)
+	JMP  stateKVbf16AVX512_blocks1
+
+stateKVbf16AVX512_shape3:
+	// Block of 48 columns (rows in work of 192 bytes): pass 0 loads it, with token 0's read.
+	MOVQ  K+0(FP), AX
+	MOVQ  16(SP), CX
+	MOVQ  src32_base+40(FP), DX
+	TESTQ DX, DX
+	JZ    stateKVbf16AVX512_from163
+
+	// From src32 (f32).
+	MOVQ         V+8(FP), BX
+	LEAQ         (DX)(CX*4), DX
+	SHLQ         $0x02, BX
+	VBROADCASTSS zero<>+0(SB), Z0
+	VBROADCASTSS zero<>+0(SB), Z1
+	VBROADCASTSS zero<>+0(SB), Z2
+	VBROADCASTSS zero<>+0(SB), Z3
+	VBROADCASTSS zero<>+0(SB), Z4
+	VBROADCASTSS zero<>+0(SB), Z5
+	MOVQ         kh_base+112(FP), SI
+	MOVQ         qh_base+136(FP), DI
+	MOVQ         (SP), R8
+	XORQ         R9, R9
+
+stateKVbf16AVX512_pass05:
+	VBROADCASTSS (SI)(R9*4), Z6
+	VBROADCASTSS (DI)(R9*4), Z7
+	VMOVUPS      (DX), Z8
+	VMOVUPS      Z8, (R8)
+	VFMADD231PS  Z8, Z6, Z0
+	VFMADD231PS  Z8, Z7, Z1
+	VMOVUPS      64(DX), Z8
+	VMOVUPS      Z8, 64(R8)
+	VFMADD231PS  Z8, Z6, Z2
+	VFMADD231PS  Z8, Z7, Z3
+	VMOVUPS.Z    128(DX), K1, Z8
+	VMOVUPS      Z8, 128(R8)
+	VFMADD231PS  Z8, Z6, Z4
+	VFMADD231PS  Z8, Z7, Z5
+	ADDQ         BX, DX
+	ADDQ         $0x000000c0, R8
+	INCQ         R9
+	CMPQ         R9, AX
+	JB           stateKVbf16AVX512_pass05
+	JMP          stateKVbf16AVX512_loaded3
+
+stateKVbf16AVX512_from163:
+	// From src (bf16).
+	MOVQ         src_base+16(FP), DX
+	MOVQ         V+8(FP), BX
+	LEAQ         (DX)(CX*2), DX
+	SHLQ         $0x01, BX
+	VBROADCASTSS zero<>+0(SB), Z0
+	VBROADCASTSS zero<>+0(SB), Z1
+	VBROADCASTSS zero<>+0(SB), Z2
+	VBROADCASTSS zero<>+0(SB), Z3
+	VBROADCASTSS zero<>+0(SB), Z4
+	VBROADCASTSS zero<>+0(SB), Z5
+	MOVQ         kh_base+112(FP), SI
+	MOVQ         qh_base+136(FP), DI
+	MOVQ         (SP), R8
+	XORQ         R9, R9
+
+stateKVbf16AVX512_pass06:
+	VBROADCASTSS (SI)(R9*4), Z6
+	VBROADCASTSS (DI)(R9*4), Z7
+	VPMOVZXWD    (DX), Z8
+	VPSLLD       $0x10, Z8, Z8
+	VMOVUPS      Z8, (R8)
+	VFMADD231PS  Z8, Z6, Z0
+	VFMADD231PS  Z8, Z7, Z1
+	VPMOVZXWD    32(DX), Z8
+	VPSLLD       $0x10, Z8, Z8
+	VMOVUPS      Z8, 64(R8)
+	VFMADD231PS  Z8, Z6, Z2
+	VFMADD231PS  Z8, Z7, Z3
+	VPMOVZXWD.Z  64(DX), K1, Z8
+	VPSLLD       $0x10, Z8, Z8
+	VMOVUPS      Z8, 128(R8)
+	VFMADD231PS  Z8, Z6, Z4
+	VFMADD231PS  Z8, Z7, Z5
+	ADDQ         BX, DX
+	ADDQ         $0x000000c0, R8
+	INCQ         R9
+	CMPQ         R9, AX
+	JB           stateKVbf16AVX512_pass06
+
+stateKVbf16AVX512_loaded3:
+	// The tokens.
+	XORQ AX, AX
+	MOVQ AX, 40(SP)
+	MOVQ kh_base+112(FP), AX
+	MOVQ AX, 48(SP)
+	MOVQ tok_base+216(FP), AX
+	MOVQ AX, 88(SP)
+	MOVQ v_base+160(FP), AX
+	LEAQ (AX)(CX*4), AX
+	MOVQ AX, 72(SP)
+	MOVQ o_base+192(FP), AX
+	LEAQ (AX)(CX*4), AX
+	MOVQ AX, 80(SP)
+
+stateKVbf16AVX512_token3:
+	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
+	MOVQ 40(SP), AX
+	MOVQ K+0(FP), CX
+	INCQ AX
+	MOVQ tok_len+224(FP), DX
+	SHRQ $0x02, DX
+	CMPQ AX, DX
+	JB   stateKVbf16AVX512_notlast3
+	DECQ AX
+
+stateKVbf16AVX512_notlast3:
+	IMULQ    CX, AX
+	MOVQ     kh_base+112(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 56(SP)
+	MOVQ     qh_base+136(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 64(SP)
+	MOVQ     88(SP), AX
+	VMOVSS   (AX), X6
+	VUCOMISS nearone<>+0(SB), X6
+	JCS      stateKVbf16AVX512_far3
+
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         88(SP), AX
+	VBROADCASTSS (AX), Z6
+	VBROADCASTSS 8(AX), Z7
+	VBROADCASTSS 12(AX), Z8
+	MOVQ         72(SP), AX
+	MOVQ         80(SP), CX
+	VMOVUPS      (AX), Z9
+	VFMADD213PS  Z0, Z6, Z0
+	VSUBPS       Z0, Z9, Z9
+	VMULPS       Z9, Z7, Z9
+	VFMADD213PS  Z1, Z6, Z1
+	VFMADD231PS  Z9, Z8, Z1
+	VMOVUPS      Z1, (CX)
+	VMOVUPS      64(AX), Z10
+	VFMADD213PS  Z2, Z6, Z2
+	VSUBPS       Z2, Z10, Z10
+	VMULPS       Z10, Z7, Z10
+	VFMADD213PS  Z3, Z6, Z3
+	VFMADD231PS  Z10, Z8, Z3
+	VMOVUPS      Z3, 64(CX)
+	VMOVUPS.Z    128(AX), K1, Z11
+	VFMADD213PS  Z4, Z6, Z4
+	VSUBPS       Z4, Z11, Z11
+	VMULPS       Z11, Z7, Z11
+	VFMADD213PS  Z5, Z6, Z5
+	VFMADD231PS  Z11, Z8, Z5
+	VMOVUPS      Z5, K1, 128(CX)
+	VBROADCASTSS zero<>+0(SB), Z0
+	VBROADCASTSS zero<>+0(SB), Z1
+	VBROADCASTSS zero<>+0(SB), Z2
+	VBROADCASTSS zero<>+0(SB), Z3
+	VBROADCASTSS zero<>+0(SB), Z4
+	VBROADCASTSS zero<>+0(SB), Z5
+
+	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  48(SP), BX
+	MOVQ  56(SP), SI
+	MOVQ  64(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  40(SP), R10
+	MOVQ  stores_base+64(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
+	JZ    stateKVbf16AVX512_nostore5
+	LEAQ  (R9)(R8*2), R9
+
+stateKVbf16AVX512_nostore5:
+	MOVQ  V+8(FP), R10
+	SHLQ  $0x01, R10
+	MOVQ  40(SP), R12
+	INCQ  R12
+	MOVQ  tok_len+224(FP), R13
+	SHRQ  $0x02, R13
+	XORQ  R11, R11
+	CMPQ  R12, R13
+	JNE   stateKVbf16AVX512_nocarry5
+	MOVQ  carry_base+88(FP), R11
+	TESTQ R11, R11
+	JZ    stateKVbf16AVX512_nocarry5
+	LEAQ  (R11)(R8*4), R11
+
+stateKVbf16AVX512_nocarry5:
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
+
+stateKVbf16AVX512_rows5:
+	VBROADCASTSS (BX)(CX*4), Z7
+	VBROADCASTSS (SI)(CX*4), Z8
+	VBROADCASTSS (DI)(CX*4), Z12
+	VMOVUPS      (AX), Z13
+	VFMADD213PS  Z13, Z6, Z13
+	VFMADD231PS  Z9, Z7, Z13
+	VMOVUPS      Z13, (AX)
+	VFMADD231PS  Z13, Z8, Z0
+	VFMADD231PS  Z13, Z12, Z1
+	VMOVUPS      64(AX), Z13
+	VFMADD213PS  Z13, Z6, Z13
+	VFMADD231PS  Z10, Z7, Z13
+	VMOVUPS      Z13, 64(AX)
+	VFMADD231PS  Z13, Z8, Z2
+	VFMADD231PS  Z13, Z12, Z3
+	VMOVUPS      128(AX), Z13
+	VFMADD213PS  Z13, Z6, Z13
+	VFMADD231PS  Z11, Z7, Z13
+	VMOVUPS      Z13, 128(AX)
+	VFMADD231PS  Z13, Z8, Z4
+	VFMADD231PS  Z13, Z12, Z5
+	TESTQ        R9, R9
+	JZ           stateKVbf16AVX512_nostorerow5
+	VMOVUPS      (AX), Z7
+	VPSRLD       $0x10, Z7, Z8
+	VPANDD       absmask<>+0(SB), Z7, Z12
+	VPCMPGTD     infbits<>+0(SB), Z12, K2
+	VPANDD       one_i<>+0(SB), Z8, Z12
+	VPADDD       round<>+0(SB), Z7, Z7
+	VPADDD       Z12, Z7, Z7
+	VPSRLD       $0x10, Z7, Z7
+	VPORD        quiet<>+0(SB), Z8, K2, Z7
+	VPMOVDW      Z7, (R9)
+	VMOVUPS      64(AX), Z7
+	VPSRLD       $0x10, Z7, Z8
+	VPANDD       absmask<>+0(SB), Z7, Z12
+	VPCMPGTD     infbits<>+0(SB), Z12, K2
+	VPANDD       one_i<>+0(SB), Z8, Z12
+	VPADDD       round<>+0(SB), Z7, Z7
+	VPADDD       Z12, Z7, Z7
+	VPSRLD       $0x10, Z7, Z7
+	VPORD        quiet<>+0(SB), Z8, K2, Z7
+	VPMOVDW      Z7, 32(R9)
+	VMOVUPS      128(AX), Z7
+	VPSRLD       $0x10, Z7, Z8
+	VPANDD       absmask<>+0(SB), Z7, Z12
+	VPCMPGTD     infbits<>+0(SB), Z12, K2
+	VPANDD       one_i<>+0(SB), Z8, Z12
+	VPADDD       round<>+0(SB), Z7, Z7
+	VPADDD       Z12, Z7, Z7
+	VPSRLD       $0x10, Z7, Z7
+	VPORD        quiet<>+0(SB), Z8, K2, Z7
+	VPMOVDW      Z7, K1, 64(R9)
+	ADDQ         R10, R9
+
+stateKVbf16AVX512_nostorerow5:
+	TESTQ   R11, R11
+	JZ      stateKVbf16AVX512_nocarryrow5
+	VMOVUPS (AX), Z7
+	VMOVUPS Z7, (R11)
+	VMOVUPS 64(AX), Z7
+	VMOVUPS Z7, 64(R11)
+	VMOVUPS 128(AX), Z7
+	VMOVUPS Z7, K1, 128(R11)
+	ADDQ    R8, R11
+
+stateKVbf16AVX512_nocarryrow5:
+	ADDQ $0x000000c0, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVbf16AVX512_rows5
+	JMP  stateKVbf16AVX512_tokdone3
+
+stateKVbf16AVX512_far3:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         88(SP), AX
+	VBROADCASTSS 4(AX), Z6
+	VBROADCASTSS 8(AX), Z7
+	VBROADCASTSS 12(AX), Z8
+	MOVQ         72(SP), AX
+	MOVQ         80(SP), CX
+	VMOVUPS      (AX), Z9
+	VMULPS       Z0, Z6, Z0
+	VSUBPS       Z0, Z9, Z9
+	VMULPS       Z9, Z7, Z9
+	VMULPS       Z1, Z6, Z1
+	VFMADD231PS  Z9, Z8, Z1
+	VMOVUPS      Z1, (CX)
+	VMOVUPS      64(AX), Z10
+	VMULPS       Z2, Z6, Z2
+	VSUBPS       Z2, Z10, Z10
+	VMULPS       Z10, Z7, Z10
+	VMULPS       Z3, Z6, Z3
+	VFMADD231PS  Z10, Z8, Z3
+	VMOVUPS      Z3, 64(CX)
+	VMOVUPS.Z    128(AX), K1, Z11
+	VMULPS       Z4, Z6, Z4
+	VSUBPS       Z4, Z11, Z11
+	VMULPS       Z11, Z7, Z11
+	VMULPS       Z5, Z6, Z5
+	VFMADD231PS  Z11, Z8, Z5
+	VMOVUPS      Z5, K1, 128(CX)
+	VBROADCASTSS zero<>+0(SB), Z0
+	VBROADCASTSS zero<>+0(SB), Z1
+	VBROADCASTSS zero<>+0(SB), Z2
+	VBROADCASTSS zero<>+0(SB), Z3
+	VBROADCASTSS zero<>+0(SB), Z4
+	VBROADCASTSS zero<>+0(SB), Z5
+
+	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  48(SP), BX
+	MOVQ  56(SP), SI
+	MOVQ  64(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  40(SP), R10
+	MOVQ  stores_base+64(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
+	JZ    stateKVbf16AVX512_nostore6
+	LEAQ  (R9)(R8*2), R9
+
+stateKVbf16AVX512_nostore6:
+	MOVQ  V+8(FP), R10
+	SHLQ  $0x01, R10
+	MOVQ  40(SP), R12
+	INCQ  R12
+	MOVQ  tok_len+224(FP), R13
+	SHRQ  $0x02, R13
+	XORQ  R11, R11
+	CMPQ  R12, R13
+	JNE   stateKVbf16AVX512_nocarry6
+	MOVQ  carry_base+88(FP), R11
+	TESTQ R11, R11
+	JZ    stateKVbf16AVX512_nocarry6
+	LEAQ  (R11)(R8*4), R11
+
+stateKVbf16AVX512_nocarry6:
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
+
+stateKVbf16AVX512_rows6:
+	VBROADCASTSS (BX)(CX*4), Z7
+	VBROADCASTSS (SI)(CX*4), Z8
+	VBROADCASTSS (DI)(CX*4), Z12
+	VMOVUPS      (AX), Z13
+	VMULPS       Z13, Z6, Z13
+	VFMADD231PS  Z9, Z7, Z13
+	VMOVUPS      Z13, (AX)
+	VFMADD231PS  Z13, Z8, Z0
+	VFMADD231PS  Z13, Z12, Z1
+	VMOVUPS      64(AX), Z13
+	VMULPS       Z13, Z6, Z13
+	VFMADD231PS  Z10, Z7, Z13
+	VMOVUPS      Z13, 64(AX)
+	VFMADD231PS  Z13, Z8, Z2
+	VFMADD231PS  Z13, Z12, Z3
+	VMOVUPS      128(AX), Z13
+	VMULPS       Z13, Z6, Z13
+	VFMADD231PS  Z11, Z7, Z13
+	VMOVUPS      Z13, 128(AX)
+	VFMADD231PS  Z13, Z8, Z4
+	VFMADD231PS  Z13, Z12, Z5
+	TESTQ        R9, R9
+	JZ           stateKVbf16AVX512_nostorerow6
+	VMOVUPS      (AX), Z7
+	VPSRLD       $0x10, Z7, Z8
+	VPANDD       absmask<>+0(SB), Z7, Z12
+	VPCMPGTD     infbits<>+0(SB), Z12, K2
+	VPANDD       one_i<>+0(SB), Z8, Z12
+	VPADDD       round<>+0(SB), Z7, Z7
+	VPADDD       Z12, Z7, Z7
+	VPSRLD       $0x10, Z7, Z7
+	VPORD        quiet<>+0(SB), Z8, K2, Z7
+	VPMOVDW      Z7, (R9)
+	VMOVUPS      64(AX), Z7
+	VPSRLD       $0x10, Z7, Z8
+	VPANDD       absmask<>+0(SB), Z7, Z12
+	VPCMPGTD     infbits<>+0(SB), Z12, K2
+	VPANDD       one_i<>+0(SB), Z8, Z12
+	VPADDD       round<>+0(SB), Z7, Z7
+	VPADDD       Z12, Z7, Z7
+	VPSRLD       $0x10, Z7, Z7
+	VPORD        quiet<>+0(SB), Z8, K2, Z7
+	VPMOVDW      Z7, 32(R9)
+	VMOVUPS      128(AX), Z7
+	VPSRLD       $0x10, Z7, Z8
+	VPANDD       absmask<>+0(SB), Z7, Z12
+	VPCMPGTD     infbits<>+0(SB), Z12, K2
+	VPANDD       one_i<>+0(SB), Z8, Z12
+	VPADDD       round<>+0(SB), Z7, Z7
+	VPADDD       Z12, Z7, Z7
+	VPSRLD       $0x10, Z7, Z7
+	VPORD        quiet<>+0(SB), Z8, K2, Z7
+	VPMOVDW      Z7, K1, 64(R9)
+	ADDQ         R10, R9
+
+stateKVbf16AVX512_nostorerow6:
+	TESTQ   R11, R11
+	JZ      stateKVbf16AVX512_nocarryrow6
+	VMOVUPS (AX), Z7
+	VMOVUPS Z7, (R11)
+	VMOVUPS 64(AX), Z7
+	VMOVUPS Z7, 64(R11)
+	VMOVUPS 128(AX), Z7
+	VMOVUPS Z7, K1, 128(R11)
+	ADDQ    R8, R11
+
+stateKVbf16AVX512_nocarryrow6:
+	ADDQ $0x000000c0, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVbf16AVX512_rows6
+
+stateKVbf16AVX512_tokdone3:
+	MOVQ 56(SP), AX
+	MOVQ AX, 48(SP)
+	ADDQ $0x10, 88(SP)
+	MOVQ vs+184(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 72(SP)
+	MOVQ V+8(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 80(SP)
+	MOVQ 40(SP), CX
+	INCQ CX
+	MOVQ CX, 40(SP)
+	MOVQ tok_len+224(FP), AX
+	SHRQ $0x02, AX
+	CMPQ CX, AX
+	JB   stateKVbf16AVX512_token3
+	MOVQ 24(SP), AX
+	ADDQ AX, 16(SP)
+	SUBQ AX, 8(SP)
+	JMP  stateKVbf16AVX512_blocks1
+
+stateKVbf16AVX512_shape4:
+	// Block of 64 columns (rows in work of 256 bytes): pass 0 loads it, with token 0's read.
+	MOVQ  K+0(FP), AX
+	MOVQ  16(SP), CX
+	MOVQ  src32_base+40(FP), DX
+	TESTQ DX, DX
+	JZ    stateKVbf16AVX512_from164
+
+	// From src32 (f32).
+	MOVQ         V+8(FP), BX
+	LEAQ         (DX)(CX*4), DX
+	SHLQ         $0x02, BX
+	VBROADCASTSS zero<>+0(SB), Z0
+	VBROADCASTSS zero<>+0(SB), Z1
+	VBROADCASTSS zero<>+0(SB), Z2
+	VBROADCASTSS zero<>+0(SB), Z3
+	VBROADCASTSS zero<>+0(SB), Z4
+	VBROADCASTSS zero<>+0(SB), Z5
+	VBROADCASTSS zero<>+0(SB), Z6
+	VBROADCASTSS zero<>+0(SB), Z7
+	MOVQ         kh_base+112(FP), SI
+	MOVQ         qh_base+136(FP), DI
+	MOVQ         (SP), R8
+	XORQ         R9, R9
+
+stateKVbf16AVX512_pass07:
+	VBROADCASTSS (SI)(R9*4), Z8
+	VBROADCASTSS (DI)(R9*4), Z9
+	VMOVUPS      (DX), Z10
+	VMOVUPS      Z10, (R8)
+	VFMADD231PS  Z10, Z8, Z0
+	VFMADD231PS  Z10, Z9, Z1
+	VMOVUPS      64(DX), Z10
+	VMOVUPS      Z10, 64(R8)
+	VFMADD231PS  Z10, Z8, Z2
+	VFMADD231PS  Z10, Z9, Z3
+	VMOVUPS      128(DX), Z10
+	VMOVUPS      Z10, 128(R8)
+	VFMADD231PS  Z10, Z8, Z4
+	VFMADD231PS  Z10, Z9, Z5
+	VMOVUPS.Z    192(DX), K1, Z10
+	VMOVUPS      Z10, 192(R8)
+	VFMADD231PS  Z10, Z8, Z6
+	VFMADD231PS  Z10, Z9, Z7
+	ADDQ         BX, DX
+	ADDQ         $0x00000100, R8
+	INCQ         R9
+	CMPQ         R9, AX
+	JB           stateKVbf16AVX512_pass07
+	JMP          stateKVbf16AVX512_loaded4
+
+stateKVbf16AVX512_from164:
+	// From src (bf16).
+	MOVQ         src_base+16(FP), DX
+	MOVQ         V+8(FP), BX
+	LEAQ         (DX)(CX*2), DX
+	SHLQ         $0x01, BX
+	VBROADCASTSS zero<>+0(SB), Z0
+	VBROADCASTSS zero<>+0(SB), Z1
+	VBROADCASTSS zero<>+0(SB), Z2
+	VBROADCASTSS zero<>+0(SB), Z3
+	VBROADCASTSS zero<>+0(SB), Z4
+	VBROADCASTSS zero<>+0(SB), Z5
+	VBROADCASTSS zero<>+0(SB), Z6
+	VBROADCASTSS zero<>+0(SB), Z7
+	MOVQ         kh_base+112(FP), SI
+	MOVQ         qh_base+136(FP), DI
+	MOVQ         (SP), R8
+	XORQ         R9, R9
+
+stateKVbf16AVX512_pass08:
+	VBROADCASTSS (SI)(R9*4), Z8
+	VBROADCASTSS (DI)(R9*4), Z9
+	VPMOVZXWD    (DX), Z10
+	VPSLLD       $0x10, Z10, Z10
+	VMOVUPS      Z10, (R8)
+	VFMADD231PS  Z10, Z8, Z0
+	VFMADD231PS  Z10, Z9, Z1
+	VPMOVZXWD    32(DX), Z10
+	VPSLLD       $0x10, Z10, Z10
+	VMOVUPS      Z10, 64(R8)
+	VFMADD231PS  Z10, Z8, Z2
+	VFMADD231PS  Z10, Z9, Z3
+	VPMOVZXWD    64(DX), Z10
+	VPSLLD       $0x10, Z10, Z10
+	VMOVUPS      Z10, 128(R8)
+	VFMADD231PS  Z10, Z8, Z4
+	VFMADD231PS  Z10, Z9, Z5
+	VPMOVZXWD.Z  96(DX), K1, Z10
+	VPSLLD       $0x10, Z10, Z10
+	VMOVUPS      Z10, 192(R8)
+	VFMADD231PS  Z10, Z8, Z6
+	VFMADD231PS  Z10, Z9, Z7
+	ADDQ         BX, DX
+	ADDQ         $0x00000100, R8
+	INCQ         R9
+	CMPQ         R9, AX
+	JB           stateKVbf16AVX512_pass08
+
+stateKVbf16AVX512_loaded4:
+	// The tokens.
+	XORQ AX, AX
+	MOVQ AX, 40(SP)
+	MOVQ kh_base+112(FP), AX
+	MOVQ AX, 48(SP)
+	MOVQ tok_base+216(FP), AX
+	MOVQ AX, 88(SP)
+	MOVQ v_base+160(FP), AX
+	LEAQ (AX)(CX*4), AX
+	MOVQ AX, 72(SP)
+	MOVQ o_base+192(FP), AX
+	LEAQ (AX)(CX*4), AX
+	MOVQ AX, 80(SP)
+
+stateKVbf16AVX512_token4:
+	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
+	MOVQ 40(SP), AX
+	MOVQ K+0(FP), CX
+	INCQ AX
+	MOVQ tok_len+224(FP), DX
+	SHRQ $0x02, DX
+	CMPQ AX, DX
+	JB   stateKVbf16AVX512_notlast4
+	DECQ AX
+
+stateKVbf16AVX512_notlast4:
+	IMULQ    CX, AX
+	MOVQ     kh_base+112(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 56(SP)
+	MOVQ     qh_base+136(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 64(SP)
+	MOVQ     88(SP), AX
+	VMOVSS   (AX), X8
+	VUCOMISS nearone<>+0(SB), X8
+	JCS      stateKVbf16AVX512_far4
+
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         88(SP), AX
+	VBROADCASTSS (AX), Z8
+	VBROADCASTSS 8(AX), Z9
+	VBROADCASTSS 12(AX), Z10
+	MOVQ         72(SP), AX
+	MOVQ         80(SP), CX
+	VMOVUPS      (AX), Z11
+	VFMADD213PS  Z0, Z8, Z0
+	VSUBPS       Z0, Z11, Z11
+	VMULPS       Z11, Z9, Z11
+	VFMADD213PS  Z1, Z8, Z1
+	VFMADD231PS  Z11, Z10, Z1
+	VMOVUPS      Z1, (CX)
+	VMOVUPS      64(AX), Z12
+	VFMADD213PS  Z2, Z8, Z2
+	VSUBPS       Z2, Z12, Z12
+	VMULPS       Z12, Z9, Z12
+	VFMADD213PS  Z3, Z8, Z3
+	VFMADD231PS  Z12, Z10, Z3
+	VMOVUPS      Z3, 64(CX)
+	VMOVUPS      128(AX), Z13
+	VFMADD213PS  Z4, Z8, Z4
+	VSUBPS       Z4, Z13, Z13
+	VMULPS       Z13, Z9, Z13
+	VFMADD213PS  Z5, Z8, Z5
+	VFMADD231PS  Z13, Z10, Z5
+	VMOVUPS      Z5, 128(CX)
+	VMOVUPS.Z    192(AX), K1, Z14
+	VFMADD213PS  Z6, Z8, Z6
+	VSUBPS       Z6, Z14, Z14
+	VMULPS       Z14, Z9, Z14
+	VFMADD213PS  Z7, Z8, Z7
+	VFMADD231PS  Z14, Z10, Z7
+	VMOVUPS      Z7, K1, 192(CX)
+	VBROADCASTSS zero<>+0(SB), Z0
+	VBROADCASTSS zero<>+0(SB), Z1
+	VBROADCASTSS zero<>+0(SB), Z2
+	VBROADCASTSS zero<>+0(SB), Z3
+	VBROADCASTSS zero<>+0(SB), Z4
+	VBROADCASTSS zero<>+0(SB), Z5
+	VBROADCASTSS zero<>+0(SB), Z6
+	VBROADCASTSS zero<>+0(SB), Z7
+
+	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  48(SP), BX
+	MOVQ  56(SP), SI
+	MOVQ  64(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  40(SP), R10
+	MOVQ  stores_base+64(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
+	JZ    stateKVbf16AVX512_nostore7
+	LEAQ  (R9)(R8*2), R9
+
+stateKVbf16AVX512_nostore7:
+	MOVQ  V+8(FP), R10
+	SHLQ  $0x01, R10
+	MOVQ  40(SP), R12
+	INCQ  R12
+	MOVQ  tok_len+224(FP), R13
+	SHRQ  $0x02, R13
+	XORQ  R11, R11
+	CMPQ  R12, R13
+	JNE   stateKVbf16AVX512_nocarry7
+	MOVQ  carry_base+88(FP), R11
+	TESTQ R11, R11
+	JZ    stateKVbf16AVX512_nocarry7
+	LEAQ  (R11)(R8*4), R11
+
+stateKVbf16AVX512_nocarry7:
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
+
+stateKVbf16AVX512_rows7:
+	VBROADCASTSS (BX)(CX*4), Z9
+	VBROADCASTSS (SI)(CX*4), Z10
+	VBROADCASTSS (DI)(CX*4), Z15
+	VMOVUPS      (AX), Z16
+	VFMADD213PS  Z16, Z8, Z16
+	VFMADD231PS  Z11, Z9, Z16
+	VMOVUPS      Z16, (AX)
+	VFMADD231PS  Z16, Z10, Z0
+	VFMADD231PS  Z16, Z15, Z1
+	VMOVUPS      64(AX), Z16
+	VFMADD213PS  Z16, Z8, Z16
+	VFMADD231PS  Z12, Z9, Z16
+	VMOVUPS      Z16, 64(AX)
+	VFMADD231PS  Z16, Z10, Z2
+	VFMADD231PS  Z16, Z15, Z3
+	VMOVUPS      128(AX), Z16
+	VFMADD213PS  Z16, Z8, Z16
+	VFMADD231PS  Z13, Z9, Z16
+	VMOVUPS      Z16, 128(AX)
+	VFMADD231PS  Z16, Z10, Z4
+	VFMADD231PS  Z16, Z15, Z5
+	VMOVUPS      192(AX), Z16
+	VFMADD213PS  Z16, Z8, Z16
+	VFMADD231PS  Z14, Z9, Z16
+	VMOVUPS      Z16, 192(AX)
+	VFMADD231PS  Z16, Z10, Z6
+	VFMADD231PS  Z16, Z15, Z7
+	TESTQ        R9, R9
+	JZ           stateKVbf16AVX512_nostorerow7
+	VMOVUPS      (AX), Z9
+	VPSRLD       $0x10, Z9, Z10
+	VPANDD       absmask<>+0(SB), Z9, Z15
+	VPCMPGTD     infbits<>+0(SB), Z15, K2
+	VPANDD       one_i<>+0(SB), Z10, Z15
+	VPADDD       round<>+0(SB), Z9, Z9
+	VPADDD       Z15, Z9, Z9
+	VPSRLD       $0x10, Z9, Z9
+	VPORD        quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW      Z9, (R9)
+	VMOVUPS      64(AX), Z9
+	VPSRLD       $0x10, Z9, Z10
+	VPANDD       absmask<>+0(SB), Z9, Z15
+	VPCMPGTD     infbits<>+0(SB), Z15, K2
+	VPANDD       one_i<>+0(SB), Z10, Z15
+	VPADDD       round<>+0(SB), Z9, Z9
+	VPADDD       Z15, Z9, Z9
+	VPSRLD       $0x10, Z9, Z9
+	VPORD        quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW      Z9, 32(R9)
+	VMOVUPS      128(AX), Z9
+	VPSRLD       $0x10, Z9, Z10
+	VPANDD       absmask<>+0(SB), Z9, Z15
+	VPCMPGTD     infbits<>+0(SB), Z15, K2
+	VPANDD       one_i<>+0(SB), Z10, Z15
+	VPADDD       round<>+0(SB), Z9, Z9
+	VPADDD       Z15, Z9, Z9
+	VPSRLD       $0x10, Z9, Z9
+	VPORD        quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW      Z9, 64(R9)
+	VMOVUPS      192(AX), Z9
+	VPSRLD       $0x10, Z9, Z10
+	VPANDD       absmask<>+0(SB), Z9, Z15
+	VPCMPGTD     infbits<>+0(SB), Z15, K2
+	VPANDD       one_i<>+0(SB), Z10, Z15
+	VPADDD       round<>+0(SB), Z9, Z9
+	VPADDD       Z15, Z9, Z9
+	VPSRLD       $0x10, Z9, Z9
+	VPORD        quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW      Z9, K1, 96(R9)
+	ADDQ         R10, R9
+
+stateKVbf16AVX512_nostorerow7:
+	TESTQ   R11, R11
+	JZ      stateKVbf16AVX512_nocarryrow7
+	VMOVUPS (AX), Z9
+	VMOVUPS Z9, (R11)
+	VMOVUPS 64(AX), Z9
+	VMOVUPS Z9, 64(R11)
+	VMOVUPS 128(AX), Z9
+	VMOVUPS Z9, 128(R11)
+	VMOVUPS 192(AX), Z9
+	VMOVUPS Z9, K1, 192(R11)
+	ADDQ    R8, R11
+
+stateKVbf16AVX512_nocarryrow7:
+	ADDQ $0x00000100, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVbf16AVX512_rows7
+	JMP  stateKVbf16AVX512_tokdone4
+
+stateKVbf16AVX512_far4:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         88(SP), AX
+	VBROADCASTSS 4(AX), Z8
+	VBROADCASTSS 8(AX), Z9
+	VBROADCASTSS 12(AX), Z10
+	MOVQ         72(SP), AX
+	MOVQ         80(SP), CX
+	VMOVUPS      (AX), Z11
+	VMULPS       Z0, Z8, Z0
+	VSUBPS       Z0, Z11, Z11
+	VMULPS       Z11, Z9, Z11
+	VMULPS       Z1, Z8, Z1
+	VFMADD231PS  Z11, Z10, Z1
+	VMOVUPS      Z1, (CX)
+	VMOVUPS      64(AX), Z12
+	VMULPS       Z2, Z8, Z2
+	VSUBPS       Z2, Z12, Z12
+	VMULPS       Z12, Z9, Z12
+	VMULPS       Z3, Z8, Z3
+	VFMADD231PS  Z12, Z10, Z3
+	VMOVUPS      Z3, 64(CX)
+	VMOVUPS      128(AX), Z13
+	VMULPS       Z4, Z8, Z4
+	VSUBPS       Z4, Z13, Z13
+	VMULPS       Z13, Z9, Z13
+	VMULPS       Z5, Z8, Z5
+	VFMADD231PS  Z13, Z10, Z5
+	VMOVUPS      Z5, 128(CX)
+	VMOVUPS.Z    192(AX), K1, Z14
+	VMULPS       Z6, Z8, Z6
+	VSUBPS       Z6, Z14, Z14
+	VMULPS       Z14, Z9, Z14
+	VMULPS       Z7, Z8, Z7
+	VFMADD231PS  Z14, Z10, Z7
+	VMOVUPS      Z7, K1, 192(CX)
+	VBROADCASTSS zero<>+0(SB), Z0
+	VBROADCASTSS zero<>+0(SB), Z1
+	VBROADCASTSS zero<>+0(SB), Z2
+	VBROADCASTSS zero<>+0(SB), Z3
+	VBROADCASTSS zero<>+0(SB), Z4
+	VBROADCASTSS zero<>+0(SB), Z5
+	VBROADCASTSS zero<>+0(SB), Z6
+	VBROADCASTSS zero<>+0(SB), Z7
+
+	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  48(SP), BX
+	MOVQ  56(SP), SI
+	MOVQ  64(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  40(SP), R10
+	MOVQ  stores_base+64(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
+	JZ    stateKVbf16AVX512_nostore8
+	LEAQ  (R9)(R8*2), R9
+
+stateKVbf16AVX512_nostore8:
+	MOVQ  V+8(FP), R10
+	SHLQ  $0x01, R10
+	MOVQ  40(SP), R12
+	INCQ  R12
+	MOVQ  tok_len+224(FP), R13
+	SHRQ  $0x02, R13
+	XORQ  R11, R11
+	CMPQ  R12, R13
+	JNE   stateKVbf16AVX512_nocarry8
+	MOVQ  carry_base+88(FP), R11
+	TESTQ R11, R11
+	JZ    stateKVbf16AVX512_nocarry8
+	LEAQ  (R11)(R8*4), R11
+
+stateKVbf16AVX512_nocarry8:
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
+
+stateKVbf16AVX512_rows8:
+	VBROADCASTSS (BX)(CX*4), Z9
+	VBROADCASTSS (SI)(CX*4), Z10
+	VBROADCASTSS (DI)(CX*4), Z15
+	VMOVUPS      (AX), Z16
+	VMULPS       Z16, Z8, Z16
+	VFMADD231PS  Z11, Z9, Z16
+	VMOVUPS      Z16, (AX)
+	VFMADD231PS  Z16, Z10, Z0
+	VFMADD231PS  Z16, Z15, Z1
+	VMOVUPS      64(AX), Z16
+	VMULPS       Z16, Z8, Z16
+	VFMADD231PS  Z12, Z9, Z16
+	VMOVUPS      Z16, 64(AX)
+	VFMADD231PS  Z16, Z10, Z2
+	VFMADD231PS  Z16, Z15, Z3
+	VMOVUPS      128(AX), Z16
+	VMULPS       Z16, Z8, Z16
+	VFMADD231PS  Z13, Z9, Z16
+	VMOVUPS      Z16, 128(AX)
+	VFMADD231PS  Z16, Z10, Z4
+	VFMADD231PS  Z16, Z15, Z5
+	VMOVUPS      192(AX), Z16
+	VMULPS       Z16, Z8, Z16
+	VFMADD231PS  Z14, Z9, Z16
+	VMOVUPS      Z16, 192(AX)
+	VFMADD231PS  Z16, Z10, Z6
+	VFMADD231PS  Z16, Z15, Z7
+	TESTQ        R9, R9
+	JZ           stateKVbf16AVX512_nostorerow8
+	VMOVUPS      (AX), Z9
+	VPSRLD       $0x10, Z9, Z10
+	VPANDD       absmask<>+0(SB), Z9, Z15
+	VPCMPGTD     infbits<>+0(SB), Z15, K2
+	VPANDD       one_i<>+0(SB), Z10, Z15
+	VPADDD       round<>+0(SB), Z9, Z9
+	VPADDD       Z15, Z9, Z9
+	VPSRLD       $0x10, Z9, Z9
+	VPORD        quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW      Z9, (R9)
+	VMOVUPS      64(AX), Z9
+	VPSRLD       $0x10, Z9, Z10
+	VPANDD       absmask<>+0(SB), Z9, Z15
+	VPCMPGTD     infbits<>+0(SB), Z15, K2
+	VPANDD       one_i<>+0(SB), Z10, Z15
+	VPADDD       round<>+0(SB), Z9, Z9
+	VPADDD       Z15, Z9, Z9
+	VPSRLD       $0x10, Z9, Z9
+	VPORD        quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW      Z9, 32(R9)
+	VMOVUPS      128(AX), Z9
+	VPSRLD       $0x10, Z9, Z10
+	VPANDD       absmask<>+0(SB), Z9, Z15
+	VPCMPGTD     infbits<>+0(SB), Z15, K2
+	VPANDD       one_i<>+0(SB), Z10, Z15
+	VPADDD       round<>+0(SB), Z9, Z9
+	VPADDD       Z15, Z9, Z9
+	VPSRLD       $0x10, Z9, Z9
+	VPORD        quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW      Z9, 64(R9)
+	VMOVUPS      192(AX), Z9
+	VPSRLD       $0x10, Z9, Z10
+	VPANDD       absmask<>+0(SB), Z9, Z15
+	VPCMPGTD     infbits<>+0(SB), Z15, K2
+	VPANDD       one_i<>+0(SB), Z10, Z15
+	VPADDD       round<>+0(SB), Z9, Z9
+	VPADDD       Z15, Z9, Z9
+	VPSRLD       $0x10, Z9, Z9
+	VPORD        quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW      Z9, K1, 96(R9)
+	ADDQ         R10, R9
+
+stateKVbf16AVX512_nostorerow8:
+	TESTQ   R11, R11
+	JZ      stateKVbf16AVX512_nocarryrow8
+	VMOVUPS (AX), Z9
+	VMOVUPS Z9, (R11)
+	VMOVUPS 64(AX), Z9
+	VMOVUPS Z9, 64(R11)
+	VMOVUPS 128(AX), Z9
+	VMOVUPS Z9, 128(R11)
+	VMOVUPS 192(AX), Z9
+	VMOVUPS Z9, K1, 192(R11)
+	ADDQ    R8, R11
+
+stateKVbf16AVX512_nocarryrow8:
+	ADDQ $0x00000100, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVbf16AVX512_rows8
+
+stateKVbf16AVX512_tokdone4:
+	MOVQ 56(SP), AX
+	MOVQ AX, 48(SP)
+	ADDQ $0x10, 88(SP)
+	MOVQ vs+184(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 72(SP)
+	MOVQ V+8(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 80(SP)
+	MOVQ 40(SP), CX
+	INCQ CX
+	MOVQ CX, 40(SP)
+	MOVQ tok_len+224(FP), AX
+	SHRQ $0x02, AX
+	CMPQ CX, AX
+	JB   stateKVbf16AVX512_token4
+	MOVQ 24(SP), AX
+	ADDQ AX, 16(SP)
+	SUBQ AX, 8(SP)
+	JMP  stateKVbf16AVX512_blocks1
+
+stateKVbf16AVX512_done1:
+	VZEROUPPER
+	RET
+
+// func widenAVX512(dst []float32, src []uint16)
+// Requires: AVX, AVX512F
+TEXT ·widenAVX512(SB), NOSPLIT, $0-48
+	MOVQ dst_base+0(FP), AX
+	MOVQ src_base+24(FP), CX
+	MOVQ dst_len+8(FP), DX
+
+widenAVX512_loop:
+	CMPQ      DX, $0x00000010
+	JB        widenAVX512_tail
+	VPMOVZXWD (CX), Z0
+	VPSLLD    $0x10, Z0, Z0
+	VMOVUPS   Z0, (AX)
+	ADDQ      $0x00000020, CX
+	ADDQ      $0x00000040, AX
+	SUBQ      $0x00000010, DX
+	JMP       widenAVX512_loop
+
+widenAVX512_tail:
+	TESTQ        DX, DX
+	JZ           widenAVX512_done
+	VPBROADCASTD DX, Z0
+	VPCMPGTD     iota<>+0(SB), Z0, K1
+	VPMOVZXWD.Z  (CX), K1, Z0
+	VPSLLD       $0x10, Z0, Z0
+	VMOVUPS      Z0, K1, (AX)
+
+widenAVX512_done:
+	VZEROUPPER
+	RET
+
+// func stateKVf32AVX2(K int, V int, src []float32, stores []uintptr, kh []float32, qh []float32, v []float32, vs int, o []float32, tok []float32, work []float32)
+// Requires: AVX, CMOV, FMA3
+TEXT ·stateKVf32AVX2(SB), NOSPLIT, $224-216
+	MOVQ  K+0(FP), AX
+	MOVQ  V+8(FP), CX
+	MOVQ  tok_len+176(FP), DX
+	SHRQ  $0x02, DX
+	TESTQ AX, AX
+	JZ    stateKVf32AVX2_done1
+	TESTQ CX, CX
+	JZ    stateKVf32AVX2_done1
+	TESTQ DX, DX
+	JZ    stateKVf32AVX2_done1
+	MOVQ  CX, 8(SP)
+	MOVQ  work_base+192(FP), CX
+	ADDQ  $0x3f, CX
+	ANDQ  $-64, CX
+	MOVQ  CX, (SP)
+
+	// K > 1024 does not fit work: the Go wrapper never calls with it.
+	CMPQ AX, $0x00000400
+	JA   stateKVf32AVX2_done1
+
+	// Vectors per full block: the most (≤ 4) whose K rows fit 32768 bytes.
+	MOVQ    $0x00000001, CX
+	MOVQ    $0x00000002, DX
+	CMPQ    AX, $0x00000200
+	CMOVQLS DX, CX
+	MOVQ    $0x00000003, DX
+	CMPQ    AX, $0x00000155
+	CMOVQLS DX, CX
+	MOVQ    $0x00000004, DX
+	CMPQ    AX, $0x00000100
+	CMOVQLS DX, CX
+	MOVQ    CX, 32(SP)
+	XORQ    CX, CX
+	MOVQ    CX, 16(SP)
+
+	// Column blocks.
+stateKVf32AVX2_blocks1:
+	MOVQ  8(SP), AX
+	TESTQ AX, AX
+	JZ    stateKVf32AVX2_done1
+	MOVQ  32(SP), CX
+	MOVQ  CX, DX
+	SHLQ  $0x03, DX
+	CMPQ  AX, DX
+	JB    stateKVf32AVX2_notfull1
+	MOVQ  DX, 24(SP)
+	CMPQ  CX, $0x00000001
+	JE    stateKVf32AVX2_shape1
+	CMPQ  CX, $0x00000002
+	JE    stateKVf32AVX2_shape2
+	CMPQ  CX, $0x00000003
+	JE    stateKVf32AVX2_shape3
+	JMP   stateKVf32AVX2_shape4
+
+stateKVf32AVX2_notfull1:
+	MOVQ AX, CX
+	SHRQ $0x03, CX
+	JZ   stateKVf32AVX2_narrow1
+	SHLQ $0x03, CX
+	MOVQ CX, 24(SP)
+	SHRQ $0x03, CX
+	CMPQ CX, $0x00000001
+	JE   stateKVf32AVX2_shape1
+	CMPQ CX, $0x00000002
+	JE   stateKVf32AVX2_shape2
+	CMPQ CX, $0x00000003
+	JE   stateKVf32AVX2_shape3
+	JMP  stateKVf32AVX2_shape4
+
+stateKVf32AVX2_narrow1:
+	MOVQ AX, 24(SP)
+	CMPQ AX, $0x00000001
+	JE   stateKVf32AVX2_shape5
+	CMPQ AX, $0x00000002
+	JE   stateKVf32AVX2_shape6
+	CMPQ AX, $0x00000003
+	JE   stateKVf32AVX2_shape7
+	CMPQ AX, $0x00000004
+	JE   stateKVf32AVX2_shape8
+	CMPQ AX, $0x00000005
+	JE   stateKVf32AVX2_shape9
+	CMPQ AX, $0x00000006
+	JE   stateKVf32AVX2_shape10
+	JMP  stateKVf32AVX2_shape11
+
+stateKVf32AVX2_shape1:
+	// Block of 8 columns (rows in work of 32 bytes): pass 0 loads it, with token 0's read.
+	MOVQ   K+0(FP), AX
+	MOVQ   16(SP), CX
+	MOVQ   src_base+16(FP), DX
+	MOVQ   V+8(FP), BX
+	LEAQ   (DX)(CX*4), DX
+	SHLQ   $0x02, BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	MOVQ   kh_base+64(FP), SI
+	MOVQ   qh_base+88(FP), DI
+	MOVQ   (SP), R8
+	XORQ   R9, R9
+
+stateKVf32AVX2_pass01:
+	VBROADCASTSS (SI)(R9*4), Y2
+	VBROADCASTSS (DI)(R9*4), Y3
+	VMOVUPS      (DX), Y4
+	VMOVUPS      Y4, (R8)
+	VFMADD231PS  Y4, Y2, Y0
+	VFMADD231PS  Y4, Y3, Y1
+	ADDQ         BX, DX
+	ADDQ         $0x00000020, R8
+	INCQ         R9
+	CMPQ         R9, AX
+	JB           stateKVf32AVX2_pass01
+
+	// The tokens.
+	XORQ AX, AX
+	MOVQ AX, 40(SP)
+	MOVQ kh_base+64(FP), AX
+	MOVQ AX, 48(SP)
+	MOVQ tok_base+168(FP), AX
+	MOVQ AX, 88(SP)
+	MOVQ v_base+112(FP), AX
+	LEAQ (AX)(CX*4), AX
+	MOVQ AX, 72(SP)
+	MOVQ o_base+144(FP), AX
+	LEAQ (AX)(CX*4), AX
+	MOVQ AX, 80(SP)
+
+stateKVf32AVX2_token1:
+	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
+	MOVQ 40(SP), AX
+	MOVQ K+0(FP), CX
+	INCQ AX
+	MOVQ tok_len+176(FP), DX
+	SHRQ $0x02, DX
+	CMPQ AX, DX
+	JB   stateKVf32AVX2_notlast1
+	DECQ AX
+
+stateKVf32AVX2_notlast1:
+	IMULQ    CX, AX
+	MOVQ     kh_base+64(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 56(SP)
+	MOVQ     qh_base+88(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 64(SP)
+	MOVQ     88(SP), AX
+	VMOVSS   (AX), X2
+	VUCOMISS nearone<>+0(SB), X2
+	JCS      stateKVf32AVX2_far1
+
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         88(SP), AX
+	VBROADCASTSS (AX), Y2
+	VBROADCASTSS 8(AX), Y3
+	VBROADCASTSS 12(AX), Y4
+	MOVQ         72(SP), AX
+	MOVQ         80(SP), CX
+	VMOVUPS      (AX), Y5
+	VFMADD213PS  Y0, Y2, Y0
+	VSUBPS       Y0, Y5, Y5
+	VMULPS       Y5, Y3, Y5
+	VFMADD213PS  Y1, Y2, Y1
+	VFMADD231PS  Y5, Y4, Y1
+	VMOVUPS      Y1, (CX)
+	VMOVUPS      Y5, 96(SP)
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y1, Y1, Y1
+
+	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  48(SP), BX
+	MOVQ  56(SP), SI
+	MOVQ  64(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  40(SP), R10
+	MOVQ  stores_base+40(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
+	JZ    stateKVf32AVX2_nostore1
+	LEAQ  (R9)(R8*4), R9
+
+stateKVf32AVX2_nostore1:
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
+
+stateKVf32AVX2_rows1:
+	VBROADCASTSS (BX)(CX*4), Y3
+	VBROADCASTSS (SI)(CX*4), Y4
+	VBROADCASTSS (DI)(CX*4), Y5
+	VMOVUPS      (AX), Y6
+	VFMADD213PS  Y6, Y2, Y6
+	VFMADD231PS  96(SP), Y3, Y6
+	VMOVUPS      Y6, (AX)
+	VFMADD231PS  Y6, Y4, Y0
+	VFMADD231PS  Y6, Y5, Y1
+	TESTQ        R9, R9
+	JZ           stateKVf32AVX2_nostorerow1
+	VMOVUPS      (AX), Y3
+	VMOVUPS      Y3, (R9)
+	ADDQ         R8, R9
+
+stateKVf32AVX2_nostorerow1:
+	ADDQ $0x00000020, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVf32AVX2_rows1
+	JMP  stateKVf32AVX2_tokdone1
+
+stateKVf32AVX2_far1:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         88(SP), AX
+	VBROADCASTSS 4(AX), Y2
+	VBROADCASTSS 8(AX), Y3
+	VBROADCASTSS 12(AX), Y4
+	MOVQ         72(SP), AX
+	MOVQ         80(SP), CX
+	VMOVUPS      (AX), Y5
+	VMULPS       Y0, Y2, Y0
+	VSUBPS       Y0, Y5, Y5
+	VMULPS       Y5, Y3, Y5
+	VMULPS       Y1, Y2, Y1
+	VFMADD231PS  Y5, Y4, Y1
+	VMOVUPS      Y1, (CX)
+	VMOVUPS      Y5, 96(SP)
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y1, Y1, Y1
+
+	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  48(SP), BX
+	MOVQ  56(SP), SI
+	MOVQ  64(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  40(SP), R10
+	MOVQ  stores_base+40(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
+	JZ    stateKVf32AVX2_nostore2
+	LEAQ  (R9)(R8*4), R9
+
+stateKVf32AVX2_nostore2:
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
+
+stateKVf32AVX2_rows2:
+	VBROADCASTSS (BX)(CX*4), Y3
+	VBROADCASTSS (SI)(CX*4), Y4
+	VBROADCASTSS (DI)(CX*4), Y5
+	VMOVUPS      (AX), Y6
+	VMULPS       Y6, Y2, Y6
+	VFMADD231PS  96(SP), Y3, Y6
+	VMOVUPS      Y6, (AX)
+	VFMADD231PS  Y6, Y4, Y0
+	VFMADD231PS  Y6, Y5, Y1
+	TESTQ        R9, R9
+	JZ           stateKVf32AVX2_nostorerow2
+	VMOVUPS      (AX), Y3
+	VMOVUPS      Y3, (R9)
+	ADDQ         R8, R9
+
+stateKVf32AVX2_nostorerow2:
+	ADDQ $0x00000020, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVf32AVX2_rows2
+
+stateKVf32AVX2_tokdone1:
+	MOVQ 56(SP), AX
+	MOVQ AX, 48(SP)
+	ADDQ $0x10, 88(SP)
+	MOVQ vs+136(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 72(SP)
+	MOVQ V+8(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 80(SP)
+	MOVQ 40(SP), CX
+	INCQ CX
+	MOVQ CX, 40(SP)
+	MOVQ tok_len+176(FP), AX
+	SHRQ $0x02, AX
+	CMPQ CX, AX
+	JB   stateKVf32AVX2_token1
+	MOVQ 24(SP), AX
+	ADDQ AX, 16(SP)
+	SUBQ AX, 8(SP)
+	JMP  stateKVf32AVX2_blocks1
+
+stateKVf32AVX2_shape2:
+	// Block of 16 columns (rows in work of 64 bytes): pass 0 loads it, with token 0's read.
+	MOVQ   K+0(FP), AX
+	MOVQ   16(SP), CX
+	MOVQ   src_base+16(FP), DX
+	MOVQ   V+8(FP), BX
+	LEAQ   (DX)(CX*4), DX
+	SHLQ   $0x02, BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   kh_base+64(FP), SI
+	MOVQ   qh_base+88(FP), DI
+	MOVQ   (SP), R8
+	XORQ   R9, R9
+
+stateKVf32AVX2_pass02:
+	VBROADCASTSS (SI)(R9*4), Y4
+	VBROADCASTSS (DI)(R9*4), Y5
+	VMOVUPS      (DX), Y6
+	VMOVUPS      Y6, (R8)
+	VFMADD231PS  Y6, Y4, Y0
+	VFMADD231PS  Y6, Y5, Y1
+	VMOVUPS      32(DX), Y6
+	VMOVUPS      Y6, 32(R8)
+	VFMADD231PS  Y6, Y4, Y2
+	VFMADD231PS  Y6, Y5, Y3
+	ADDQ         BX, DX
+	ADDQ         $0x00000040, R8
+	INCQ         R9
+	CMPQ         R9, AX
+	JB           stateKVf32AVX2_pass02
+
+	// The tokens.
+	XORQ AX, AX
+	MOVQ AX, 40(SP)
+	MOVQ kh_base+64(FP), AX
+	MOVQ AX, 48(SP)
+	MOVQ tok_base+168(FP), AX
+	MOVQ AX, 88(SP)
+	MOVQ v_base+112(FP), AX
+	LEAQ (AX)(CX*4), AX
+	MOVQ AX, 72(SP)
+	MOVQ o_base+144(FP), AX
+	LEAQ (AX)(CX*4), AX
+	MOVQ AX, 80(SP)
+
+stateKVf32AVX2_token2:
+	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
+	MOVQ 40(SP), AX
+	MOVQ K+0(FP), CX
+	INCQ AX
+	MOVQ tok_len+176(FP), DX
+	SHRQ $0x02, DX
+	CMPQ AX, DX
+	JB   stateKVf32AVX2_notlast2
+	DECQ AX
+
+stateKVf32AVX2_notlast2:
+	IMULQ    CX, AX
+	MOVQ     kh_base+64(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 56(SP)
+	MOVQ     qh_base+88(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 64(SP)
+	MOVQ     88(SP), AX
+	VMOVSS   (AX), X4
+	VUCOMISS nearone<>+0(SB), X4
+	JCS      stateKVf32AVX2_far2
+
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         88(SP), AX
+	VBROADCASTSS (AX), Y4
+	VBROADCASTSS 8(AX), Y5
+	VBROADCASTSS 12(AX), Y6
+	MOVQ         72(SP), AX
+	MOVQ         80(SP), CX
+	VMOVUPS      (AX), Y7
+	VFMADD213PS  Y0, Y4, Y0
+	VSUBPS       Y0, Y7, Y7
+	VMULPS       Y7, Y5, Y7
+	VFMADD213PS  Y1, Y4, Y1
+	VFMADD231PS  Y7, Y6, Y1
+	VMOVUPS      Y1, (CX)
+	VMOVUPS      Y7, 96(SP)
+	VMOVUPS      32(AX), Y0
+	VFMADD213PS  Y2, Y4, Y2
+	VSUBPS       Y2, Y0, Y0
+	VMULPS       Y0, Y5, Y0
+	VFMADD213PS  Y3, Y4, Y3
+	VFMADD231PS  Y0, Y6, Y3
+	VMOVUPS      Y3, 32(CX)
+	VMOVUPS      Y0, 128(SP)
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y1, Y1, Y1
+	VXORPS       Y2, Y2, Y2
+	VXORPS       Y3, Y3, Y3
+
+	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  48(SP), BX
+	MOVQ  56(SP), SI
+	MOVQ  64(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  40(SP), R10
+	MOVQ  stores_base+40(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
+	JZ    stateKVf32AVX2_nostore3
+	LEAQ  (R9)(R8*4), R9
+
+stateKVf32AVX2_nostore3:
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
+
+stateKVf32AVX2_rows3:
+	VBROADCASTSS (BX)(CX*4), Y5
+	VBROADCASTSS (SI)(CX*4), Y6
+	VBROADCASTSS (DI)(CX*4), Y7
+	VMOVUPS      (AX), Y8
+	VFMADD213PS  Y8, Y4, Y8
+	VFMADD231PS  96(SP), Y5, Y8
+	VMOVUPS      Y8, (AX)
+	VFMADD231PS  Y8, Y6, Y0
+	VFMADD231PS  Y8, Y7, Y1
+	VMOVUPS      32(AX), Y8
+	VFMADD213PS  Y8, Y4, Y8
+	VFMADD231PS  128(SP), Y5, Y8
+	VMOVUPS      Y8, 32(AX)
+	VFMADD231PS  Y8, Y6, Y2
+	VFMADD231PS  Y8, Y7, Y3
+	TESTQ        R9, R9
+	JZ           stateKVf32AVX2_nostorerow3
+	VMOVUPS      (AX), Y5
+	VMOVUPS      Y5, (R9)
+	VMOVUPS      32(AX), Y5
+	VMOVUPS      Y5, 32(R9)
+	ADDQ         R8, R9
+
+stateKVf32AVX2_nostorerow3:
+	ADDQ $0x00000040, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVf32AVX2_rows3
+	JMP  stateKVf32AVX2_tokdone2
+
+stateKVf32AVX2_far2:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         88(SP), AX
+	VBROADCASTSS 4(AX), Y4
+	VBROADCASTSS 8(AX), Y5
+	VBROADCASTSS 12(AX), Y6
+	MOVQ         72(SP), AX
+	MOVQ         80(SP), CX
+	VMOVUPS      (AX), Y7
+	VMULPS       Y0, Y4, Y0
+	VSUBPS       Y0, Y7, Y7
+	VMULPS       Y7, Y5, Y7
+	VMULPS       Y1, Y4, Y1
+	VFMADD231PS  Y7, Y6, Y1
+	VMOVUPS      Y1, (CX)
+	VMOVUPS      Y7, 96(SP)
+	VMOVUPS      32(AX), Y0
+	VMULPS       Y2, Y4, Y2
+	VSUBPS       Y2, Y0, Y0
+	VMULPS       Y0, Y5, Y0
+	VMULPS       Y3, Y4, Y3
+	VFMADD231PS  Y0, Y6, Y3
+	VMOVUPS      Y3, 32(CX)
+	VMOVUPS      Y0, 128(SP)
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y1, Y1, Y1
+	VXORPS       Y2, Y2, Y2
+	VXORPS       Y3, Y3, Y3
+
+	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  48(SP), BX
+	MOVQ  56(SP), SI
+	MOVQ  64(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  40(SP), R10
+	MOVQ  stores_base+40(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
+	JZ    stateKVf32AVX2_nostore4
+	LEAQ  (R9)(R8*4), R9
+
+stateKVf32AVX2_nostore4:
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
+
+stateKVf32AVX2_rows4:
+	VBROADCASTSS (BX)(CX*4), Y5
+	VBROADCASTSS (SI)(CX*4), Y6
+	VBROADCASTSS (DI)(CX*4), Y7
+	VMOVUPS      (AX), Y8
+	VMULPS       Y8, Y4, Y8
+	VFMADD231PS  96(SP), Y5, Y8
+	VMOVUPS      Y8, (AX)
+	VFMADD231PS  Y8, Y6, Y0
+	VFMADD231PS  Y8, Y7, Y1
+	VMOVUPS      32(AX), Y8
+	VMULPS       Y8, Y4, Y8
+	VFMADD231PS  128(SP), Y5, Y8
+	VMOVUPS      Y8, 32(AX)
+	VFMADD231PS  Y8, Y6, Y2
+	VFMADD231PS  Y8, Y7, Y3
+	TESTQ        R9, R9
+	JZ           stateKVf32AVX2_nostorerow4
+	VMOVUPS      (AX), Y5
+	VMOVUPS      Y5, (R9)
+	VMOVUPS      32(AX), Y5
+	VMOVUPS      Y5, 32(R9)
+	ADDQ         R8, R9
+
+stateKVf32AVX2_nostorerow4:
+	ADDQ $0x00000040, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVf32AVX2_rows4
+
+stateKVf32AVX2_tokdone2:
+	MOVQ 56(SP), AX
+	MOVQ AX, 48(SP)
+	ADDQ $0x10, 88(SP)
+	MOVQ vs+136(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 72(SP)
+	MOVQ V+8(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 80(SP)
+	MOVQ 40(SP), CX
+	INCQ CX
+	MOVQ CX, 40(SP)
+	MOVQ tok_len+176(FP), AX
+	SHRQ $0x02, AX
+	CMPQ CX, AX
+	JB   stateKVf32AVX2_token2
+	MOVQ 24(SP), AX
+	ADDQ AX, 16(SP)
+	SUBQ AX, 8(SP)
+	JMP  stateKVf32AVX2_blocks1
+
+stateKVf32AVX2_shape3:
+	// Block of 24 columns (rows in work of 96 bytes): pass 0 loads it, with token 0's read.
+	MOVQ   K+0(FP), AX
+	MOVQ   16(SP), CX
+	MOVQ   src_base+16(FP), DX
+	MOVQ   V+8(FP), BX
+	LEAQ   (DX)(CX*4), DX
+	SHLQ   $0x02, BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	MOVQ   kh_base+64(FP), SI
+	MOVQ   qh_base+88(FP), DI
+	MOVQ   (SP), R8
+	XORQ   R9, R9
+
+stateKVf32AVX2_pass03:
+	VBROADCASTSS (SI)(R9*4), Y6
+	VBROADCASTSS (DI)(R9*4), Y7
+	VMOVUPS      (DX), Y8
+	VMOVUPS      Y8, (R8)
+	VFMADD231PS  Y8, Y6, Y0
+	VFMADD231PS  Y8, Y7, Y1
+	VMOVUPS      32(DX), Y8
+	VMOVUPS      Y8, 32(R8)
+	VFMADD231PS  Y8, Y6, Y2
+	VFMADD231PS  Y8, Y7, Y3
+	VMOVUPS      64(DX), Y8
+	VMOVUPS      Y8, 64(R8)
+	VFMADD231PS  Y8, Y6, Y4
+	VFMADD231PS  Y8, Y7, Y5
+	ADDQ         BX, DX
+	ADDQ         $0x00000060, R8
+	INCQ         R9
+	CMPQ         R9, AX
+	JB           stateKVf32AVX2_pass03
+
+	// The tokens.
+	XORQ AX, AX
+	MOVQ AX, 40(SP)
+	MOVQ kh_base+64(FP), AX
+	MOVQ AX, 48(SP)
+	MOVQ tok_base+168(FP), AX
+	MOVQ AX, 88(SP)
+	MOVQ v_base+112(FP), AX
+	LEAQ (AX)(CX*4), AX
+	MOVQ AX, 72(SP)
+	MOVQ o_base+144(FP), AX
+	LEAQ (AX)(CX*4), AX
+	MOVQ AX, 80(SP)
+
+stateKVf32AVX2_token3:
+	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
+	MOVQ 40(SP), AX
+	MOVQ K+0(FP), CX
+	INCQ AX
+	MOVQ tok_len+176(FP), DX
+	SHRQ $0x02, DX
+	CMPQ AX, DX
+	JB   stateKVf32AVX2_notlast3
+	DECQ AX
+
+stateKVf32AVX2_notlast3:
+	IMULQ    CX, AX
+	MOVQ     kh_base+64(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 56(SP)
+	MOVQ     qh_base+88(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 64(SP)
+	MOVQ     88(SP), AX
+	VMOVSS   (AX), X6
+	VUCOMISS nearone<>+0(SB), X6
+	JCS      stateKVf32AVX2_far3
+
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         88(SP), AX
+	VBROADCASTSS (AX), Y6
+	VBROADCASTSS 8(AX), Y7
+	VBROADCASTSS 12(AX), Y8
+	MOVQ         72(SP), AX
+	MOVQ         80(SP), CX
+	VMOVUPS      (AX), Y9
+	VFMADD213PS  Y0, Y6, Y0
+	VSUBPS       Y0, Y9, Y9
+	VMULPS       Y9, Y7, Y9
+	VFMADD213PS  Y1, Y6, Y1
+	VFMADD231PS  Y9, Y8, Y1
+	VMOVUPS      Y1, (CX)
+	VMOVUPS      Y9, 96(SP)
+	VMOVUPS      32(AX), Y0
+	VFMADD213PS  Y2, Y6, Y2
+	VSUBPS       Y2, Y0, Y0
+	VMULPS       Y0, Y7, Y0
+	VFMADD213PS  Y3, Y6, Y3
+	VFMADD231PS  Y0, Y8, Y3
+	VMOVUPS      Y3, 32(CX)
+	VMOVUPS      Y0, 128(SP)
+	VMOVUPS      64(AX), Y0
+	VFMADD213PS  Y4, Y6, Y4
+	VSUBPS       Y4, Y0, Y0
+	VMULPS       Y0, Y7, Y0
+	VFMADD213PS  Y5, Y6, Y5
+	VFMADD231PS  Y0, Y8, Y5
+	VMOVUPS      Y5, 64(CX)
+	VMOVUPS      Y0, 160(SP)
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y1, Y1, Y1
+	VXORPS       Y2, Y2, Y2
+	VXORPS       Y3, Y3, Y3
+	VXORPS       Y4, Y4, Y4
+	VXORPS       Y5, Y5, Y5
+
+	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  48(SP), BX
+	MOVQ  56(SP), SI
+	MOVQ  64(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  40(SP), R10
+	MOVQ  stores_base+40(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
+	JZ    stateKVf32AVX2_nostore5
+	LEAQ  (R9)(R8*4), R9
+
+stateKVf32AVX2_nostore5:
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
+
+stateKVf32AVX2_rows5:
+	VBROADCASTSS (BX)(CX*4), Y7
+	VBROADCASTSS (SI)(CX*4), Y8
+	VBROADCASTSS (DI)(CX*4), Y9
+	VMOVUPS      (AX), Y10
+	VFMADD213PS  Y10, Y6, Y10
+	VFMADD231PS  96(SP), Y7, Y10
+	VMOVUPS      Y10, (AX)
+	VFMADD231PS  Y10, Y8, Y0
+	VFMADD231PS  Y10, Y9, Y1
+	VMOVUPS      32(AX), Y10
+	VFMADD213PS  Y10, Y6, Y10
+	VFMADD231PS  128(SP), Y7, Y10
+	VMOVUPS      Y10, 32(AX)
+	VFMADD231PS  Y10, Y8, Y2
+	VFMADD231PS  Y10, Y9, Y3
+	VMOVUPS      64(AX), Y10
+	VFMADD213PS  Y10, Y6, Y10
+	VFMADD231PS  160(SP), Y7, Y10
+	VMOVUPS      Y10, 64(AX)
+	VFMADD231PS  Y10, Y8, Y4
+	VFMADD231PS  Y10, Y9, Y5
+	TESTQ        R9, R9
+	JZ           stateKVf32AVX2_nostorerow5
+	VMOVUPS      (AX), Y7
+	VMOVUPS      Y7, (R9)
+	VMOVUPS      32(AX), Y7
+	VMOVUPS      Y7, 32(R9)
+	VMOVUPS      64(AX), Y7
+	VMOVUPS      Y7, 64(R9)
+	ADDQ         R8, R9
+
+stateKVf32AVX2_nostorerow5:
+	ADDQ $0x00000060, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVf32AVX2_rows5
+	JMP  stateKVf32AVX2_tokdone3
+
+stateKVf32AVX2_far3:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         88(SP), AX
+	VBROADCASTSS 4(AX), Y6
+	VBROADCASTSS 8(AX), Y7
+	VBROADCASTSS 12(AX), Y8
+	MOVQ         72(SP), AX
+	MOVQ         80(SP), CX
+	VMOVUPS      (AX), Y9
+	VMULPS       Y0, Y6, Y0
+	VSUBPS       Y0, Y9, Y9
+	VMULPS       Y9, Y7, Y9
+	VMULPS       Y1, Y6, Y1
+	VFMADD231PS  Y9, Y8, Y1
+	VMOVUPS      Y1, (CX)
+	VMOVUPS      Y9, 96(SP)
+	VMOVUPS      32(AX), Y0
+	VMULPS       Y2, Y6, Y2
+	VSUBPS       Y2, Y0, Y0
+	VMULPS       Y0, Y7, Y0
+	VMULPS       Y3, Y6, Y3
+	VFMADD231PS  Y0, Y8, Y3
+	VMOVUPS      Y3, 32(CX)
+	VMOVUPS      Y0, 128(SP)
+	VMOVUPS      64(AX), Y0
+	VMULPS       Y4, Y6, Y4
+	VSUBPS       Y4, Y0, Y0
+	VMULPS       Y0, Y7, Y0
+	VMULPS       Y5, Y6, Y5
+	VFMADD231PS  Y0, Y8, Y5
+	VMOVUPS      Y5, 64(CX)
+	VMOVUPS      Y0, 160(SP)
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y1, Y1, Y1
+	VXORPS       Y2, Y2, Y2
+	VXORPS       Y3, Y3, Y3
+	VXORPS       Y4, Y4, Y4
+	VXORPS       Y5, Y5, Y5
+
+	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  48(SP), BX
+	MOVQ  56(SP), SI
+	MOVQ  64(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  40(SP), R10
+	MOVQ  stores_base+40(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
+	JZ    stateKVf32AVX2_nostore6
+	LEAQ  (R9)(R8*4), R9
+
+stateKVf32AVX2_nostore6:
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
+
+stateKVf32AVX2_rows6:
+	VBROADCASTSS (BX)(CX*4), Y7
+	VBROADCASTSS (SI)(CX*4), Y8
+	VBROADCASTSS (DI)(CX*4), Y9
+	VMOVUPS      (AX), Y10
+	VMULPS       Y10, Y6, Y10
+	VFMADD231PS  96(SP), Y7, Y10
+	VMOVUPS      Y10, (AX)
+	VFMADD231PS  Y10, Y8, Y0
+	VFMADD231PS  Y10, Y9, Y1
+	VMOVUPS      32(AX), Y10
+	VMULPS       Y10, Y6, Y10
+	VFMADD231PS  128(SP), Y7, Y10
+	VMOVUPS      Y10, 32(AX)
+	VFMADD231PS  Y10, Y8, Y2
+	VFMADD231PS  Y10, Y9, Y3
+	VMOVUPS      64(AX), Y10
+	VMULPS       Y10, Y6, Y10
+	VFMADD231PS  160(SP), Y7, Y10
+	VMOVUPS      Y10, 64(AX)
+	VFMADD231PS  Y10, Y8, Y4
+	VFMADD231PS  Y10, Y9, Y5
+	TESTQ        R9, R9
+	JZ           stateKVf32AVX2_nostorerow6
+	VMOVUPS      (AX), Y7
+	VMOVUPS      Y7, (R9)
+	VMOVUPS      32(AX), Y7
+	VMOVUPS      Y7, 32(R9)
+	VMOVUPS      64(AX), Y7
+	VMOVUPS      Y7, 64(R9)
+	ADDQ         R8, R9
+
+stateKVf32AVX2_nostorerow6:
+	ADDQ $0x00000060, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVf32AVX2_rows6
+
+stateKVf32AVX2_tokdone3:
+	MOVQ 56(SP), AX
+	MOVQ AX, 48(SP)
+	ADDQ $0x10, 88(SP)
+	MOVQ vs+136(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 72(SP)
+	MOVQ V+8(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 80(SP)
+	MOVQ 40(SP), CX
+	INCQ CX
+	MOVQ CX, 40(SP)
+	MOVQ tok_len+176(FP), AX
+	SHRQ $0x02, AX
+	CMPQ CX, AX
+	JB   stateKVf32AVX2_token3
+	MOVQ 24(SP), AX
+	ADDQ AX, 16(SP)
+	SUBQ AX, 8(SP)
+	JMP  stateKVf32AVX2_blocks1
+
+stateKVf32AVX2_shape4:
+	// Block of 32 columns (rows in work of 128 bytes): pass 0 loads it, with token 0's read.
+	MOVQ   K+0(FP), AX
+	MOVQ   16(SP), CX
+	MOVQ   src_base+16(FP), DX
+	MOVQ   V+8(FP), BX
+	LEAQ   (DX)(CX*4), DX
+	SHLQ   $0x02, BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ   kh_base+64(FP), SI
+	MOVQ   qh_base+88(FP), DI
+	MOVQ   (SP), R8
+	XORQ   R9, R9
+
+stateKVf32AVX2_pass04:
+	VBROADCASTSS (SI)(R9*4), Y8
+	VBROADCASTSS (DI)(R9*4), Y9
+	VMOVUPS      (DX), Y10
+	VMOVUPS      Y10, (R8)
+	VFMADD231PS  Y10, Y8, Y0
+	VFMADD231PS  Y10, Y9, Y1
+	VMOVUPS      32(DX), Y10
+	VMOVUPS      Y10, 32(R8)
+	VFMADD231PS  Y10, Y8, Y2
+	VFMADD231PS  Y10, Y9, Y3
+	VMOVUPS      64(DX), Y10
+	VMOVUPS      Y10, 64(R8)
+	VFMADD231PS  Y10, Y8, Y4
+	VFMADD231PS  Y10, Y9, Y5
+	VMOVUPS      96(DX), Y10
+	VMOVUPS      Y10, 96(R8)
+	VFMADD231PS  Y10, Y8, Y6
+	VFMADD231PS  Y10, Y9, Y7
+	ADDQ         BX, DX
+	ADDQ         $0x00000080, R8
+	INCQ         R9
+	CMPQ         R9, AX
+	JB           stateKVf32AVX2_pass04
+
+	// The tokens.
+	XORQ AX, AX
+	MOVQ AX, 40(SP)
+	MOVQ kh_base+64(FP), AX
+	MOVQ AX, 48(SP)
+	MOVQ tok_base+168(FP), AX
+	MOVQ AX, 88(SP)
+	MOVQ v_base+112(FP), AX
+	LEAQ (AX)(CX*4), AX
+	MOVQ AX, 72(SP)
+	MOVQ o_base+144(FP), AX
+	LEAQ (AX)(CX*4), AX
+	MOVQ AX, 80(SP)
+
+stateKVf32AVX2_token4:
+	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
+	MOVQ 40(SP), AX
+	MOVQ K+0(FP), CX
+	INCQ AX
+	MOVQ tok_len+176(FP), DX
+	SHRQ $0x02, DX
+	CMPQ AX, DX
+	JB   stateKVf32AVX2_notlast4
+	DECQ AX
+
+stateKVf32AVX2_notlast4:
+	IMULQ    CX, AX
+	MOVQ     kh_base+64(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 56(SP)
+	MOVQ     qh_base+88(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 64(SP)
+	MOVQ     88(SP), AX
+	VMOVSS   (AX), X8
+	VUCOMISS nearone<>+0(SB), X8
+	JCS      stateKVf32AVX2_far4
+
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         88(SP), AX
+	VBROADCASTSS (AX), Y8
+	VBROADCASTSS 8(AX), Y9
+	VBROADCASTSS 12(AX), Y10
+	MOVQ         72(SP), AX
+	MOVQ         80(SP), CX
+	VMOVUPS      (AX), Y11
+	VFMADD213PS  Y0, Y8, Y0
+	VSUBPS       Y0, Y11, Y11
+	VMULPS       Y11, Y9, Y11
+	VFMADD213PS  Y1, Y8, Y1
+	VFMADD231PS  Y11, Y10, Y1
+	VMOVUPS      Y1, (CX)
+	VMOVUPS      Y11, 96(SP)
+	VMOVUPS      32(AX), Y0
+	VFMADD213PS  Y2, Y8, Y2
+	VSUBPS       Y2, Y0, Y0
+	VMULPS       Y0, Y9, Y0
+	VFMADD213PS  Y3, Y8, Y3
+	VFMADD231PS  Y0, Y10, Y3
+	VMOVUPS      Y3, 32(CX)
+	VMOVUPS      Y0, 128(SP)
+	VMOVUPS      64(AX), Y0
+	VFMADD213PS  Y4, Y8, Y4
+	VSUBPS       Y4, Y0, Y0
+	VMULPS       Y0, Y9, Y0
+	VFMADD213PS  Y5, Y8, Y5
+	VFMADD231PS  Y0, Y10, Y5
+	VMOVUPS      Y5, 64(CX)
+	VMOVUPS      Y0, 160(SP)
+	VMOVUPS      96(AX), Y0
+	VFMADD213PS  Y6, Y8, Y6
+	VSUBPS       Y6, Y0, Y0
+	VMULPS       Y0, Y9, Y0
+	VFMADD213PS  Y7, Y8, Y7
+	VFMADD231PS  Y0, Y10, Y7
+	VMOVUPS      Y7, 96(CX)
+	VMOVUPS      Y0, 192(SP)
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y1, Y1, Y1
+	VXORPS       Y2, Y2, Y2
+	VXORPS       Y3, Y3, Y3
+	VXORPS       Y4, Y4, Y4
+	VXORPS       Y5, Y5, Y5
+	VXORPS       Y6, Y6, Y6
+	VXORPS       Y7, Y7, Y7
+
+	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  48(SP), BX
+	MOVQ  56(SP), SI
+	MOVQ  64(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  40(SP), R10
+	MOVQ  stores_base+40(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
+	JZ    stateKVf32AVX2_nostore7
+	LEAQ  (R9)(R8*4), R9
+
+stateKVf32AVX2_nostore7:
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
+
+stateKVf32AVX2_rows7:
+	VBROADCASTSS (BX)(CX*4), Y9
+	VBROADCASTSS (SI)(CX*4), Y10
+	VBROADCASTSS (DI)(CX*4), Y11
+	VMOVUPS      (AX), Y12
+	VFMADD213PS  Y12, Y8, Y12
+	VFMADD231PS  96(SP), Y9, Y12
+	VMOVUPS      Y12, (AX)
+	VFMADD231PS  Y12, Y10, Y0
+	VFMADD231PS  Y12, Y11, Y1
+	VMOVUPS      32(AX), Y12
+	VFMADD213PS  Y12, Y8, Y12
+	VFMADD231PS  128(SP), Y9, Y12
+	VMOVUPS      Y12, 32(AX)
+	VFMADD231PS  Y12, Y10, Y2
+	VFMADD231PS  Y12, Y11, Y3
+	VMOVUPS      64(AX), Y12
+	VFMADD213PS  Y12, Y8, Y12
+	VFMADD231PS  160(SP), Y9, Y12
+	VMOVUPS      Y12, 64(AX)
+	VFMADD231PS  Y12, Y10, Y4
+	VFMADD231PS  Y12, Y11, Y5
+	VMOVUPS      96(AX), Y12
+	VFMADD213PS  Y12, Y8, Y12
+	VFMADD231PS  192(SP), Y9, Y12
+	VMOVUPS      Y12, 96(AX)
+	VFMADD231PS  Y12, Y10, Y6
+	VFMADD231PS  Y12, Y11, Y7
+	TESTQ        R9, R9
+	JZ           stateKVf32AVX2_nostorerow7
+	VMOVUPS      (AX), Y9
+	VMOVUPS      Y9, (R9)
+	VMOVUPS      32(AX), Y9
+	VMOVUPS      Y9, 32(R9)
+	VMOVUPS      64(AX), Y9
+	VMOVUPS      Y9, 64(R9)
+	VMOVUPS      96(AX), Y9
+	VMOVUPS      Y9, 96(R9)
+	ADDQ         R8, R9
+
+stateKVf32AVX2_nostorerow7:
+	ADDQ $0x00000080, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVf32AVX2_rows7
+	JMP  stateKVf32AVX2_tokdone4
+
+stateKVf32AVX2_far4:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         88(SP), AX
+	VBROADCASTSS 4(AX), Y8
+	VBROADCASTSS 8(AX), Y9
+	VBROADCASTSS 12(AX), Y10
+	MOVQ         72(SP), AX
+	MOVQ         80(SP), CX
+	VMOVUPS      (AX), Y11
+	VMULPS       Y0, Y8, Y0
+	VSUBPS       Y0, Y11, Y11
+	VMULPS       Y11, Y9, Y11
+	VMULPS       Y1, Y8, Y1
+	VFMADD231PS  Y11, Y10, Y1
+	VMOVUPS      Y1, (CX)
+	VMOVUPS      Y11, 96(SP)
+	VMOVUPS      32(AX), Y0
+	VMULPS       Y2, Y8, Y2
+	VSUBPS       Y2, Y0, Y0
+	VMULPS       Y0, Y9, Y0
+	VMULPS       Y3, Y8, Y3
+	VFMADD231PS  Y0, Y10, Y3
+	VMOVUPS      Y3, 32(CX)
+	VMOVUPS      Y0, 128(SP)
+	VMOVUPS      64(AX), Y0
+	VMULPS       Y4, Y8, Y4
+	VSUBPS       Y4, Y0, Y0
+	VMULPS       Y0, Y9, Y0
+	VMULPS       Y5, Y8, Y5
+	VFMADD231PS  Y0, Y10, Y5
+	VMOVUPS      Y5, 64(CX)
+	VMOVUPS      Y0, 160(SP)
+	VMOVUPS      96(AX), Y0
+	VMULPS       Y6, Y8, Y6
+	VSUBPS       Y6, Y0, Y0
+	VMULPS       Y0, Y9, Y0
+	VMULPS       Y7, Y8, Y7
+	VFMADD231PS  Y0, Y10, Y7
+	VMOVUPS      Y7, 96(CX)
+	VMOVUPS      Y0, 192(SP)
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y1, Y1, Y1
+	VXORPS       Y2, Y2, Y2
+	VXORPS       Y3, Y3, Y3
+	VXORPS       Y4, Y4, Y4
+	VXORPS       Y5, Y5, Y5
+	VXORPS       Y6, Y6, Y6
+	VXORPS       Y7, Y7, Y7
+
+	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  48(SP), BX
+	MOVQ  56(SP), SI
+	MOVQ  64(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  40(SP), R10
+	MOVQ  stores_base+40(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
+	JZ    stateKVf32AVX2_nostore8
+	LEAQ  (R9)(R8*4), R9
+
+stateKVf32AVX2_nostore8:
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
+
+stateKVf32AVX2_rows8:
+	VBROADCASTSS (BX)(CX*4), Y9
+	VBROADCASTSS (SI)(CX*4), Y10
+	VBROADCASTSS (DI)(CX*4), Y11
+	VMOVUPS      (AX), Y12
+	VMULPS       Y12, Y8, Y12
+	VFMADD231PS  96(SP), Y9, Y12
+	VMOVUPS      Y12, (AX)
+	VFMADD231PS  Y12, Y10, Y0
+	VFMADD231PS  Y12, Y11, Y1
+	VMOVUPS      32(AX), Y12
+	VMULPS       Y12, Y8, Y12
+	VFMADD231PS  128(SP), Y9, Y12
+	VMOVUPS      Y12, 32(AX)
+	VFMADD231PS  Y12, Y10, Y2
+	VFMADD231PS  Y12, Y11, Y3
+	VMOVUPS      64(AX), Y12
+	VMULPS       Y12, Y8, Y12
+	VFMADD231PS  160(SP), Y9, Y12
+	VMOVUPS      Y12, 64(AX)
+	VFMADD231PS  Y12, Y10, Y4
+	VFMADD231PS  Y12, Y11, Y5
+	VMOVUPS      96(AX), Y12
+	VMULPS       Y12, Y8, Y12
+	VFMADD231PS  192(SP), Y9, Y12
+	VMOVUPS      Y12, 96(AX)
+	VFMADD231PS  Y12, Y10, Y6
+	VFMADD231PS  Y12, Y11, Y7
+	TESTQ        R9, R9
+	JZ           stateKVf32AVX2_nostorerow8
+	VMOVUPS      (AX), Y9
+	VMOVUPS      Y9, (R9)
+	VMOVUPS      32(AX), Y9
+	VMOVUPS      Y9, 32(R9)
+	VMOVUPS      64(AX), Y9
+	VMOVUPS      Y9, 64(R9)
+	VMOVUPS      96(AX), Y9
+	VMOVUPS      Y9, 96(R9)
+	ADDQ         R8, R9
+
+stateKVf32AVX2_nostorerow8:
+	ADDQ $0x00000080, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVf32AVX2_rows8
+
+stateKVf32AVX2_tokdone4:
+	MOVQ 56(SP), AX
+	MOVQ AX, 48(SP)
+	ADDQ $0x10, 88(SP)
+	MOVQ vs+136(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 72(SP)
+	MOVQ V+8(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 80(SP)
+	MOVQ 40(SP), CX
+	INCQ CX
+	MOVQ CX, 40(SP)
+	MOVQ tok_len+176(FP), AX
+	SHRQ $0x02, AX
+	CMPQ CX, AX
+	JB   stateKVf32AVX2_token4
+	MOVQ 24(SP), AX
+	ADDQ AX, 16(SP)
+	SUBQ AX, 8(SP)
+	JMP  stateKVf32AVX2_blocks1
+
+stateKVf32AVX2_shape5:
+	// Block of 1 columns (rows in work of 32 bytes): pass 0 loads it, with token 0's read.
+	MOVQ   K+0(FP), AX
+	MOVQ   16(SP), CX
+	MOVQ   src_base+16(FP), DX
+	MOVQ   V+8(FP), BX
+	LEAQ   (DX)(CX*4), DX
+	SHLQ   $0x02, BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	MOVQ   kh_base+64(FP), SI
+	MOVQ   qh_base+88(FP), DI
+	MOVQ   (SP), R8
+	XORQ   R9, R9
+
+stateKVf32AVX2_pass05:
+	VBROADCASTSS (SI)(R9*4), Y2
+	VBROADCASTSS (DI)(R9*4), Y3
+	VMOVSS       (DX), X4
+	VMOVSS       X4, (R8)
+	VFMADD231SS  X4, X2, X0
+	VFMADD231SS  X4, X3, X1
+	ADDQ         BX, DX
+	ADDQ         $0x00000020, R8
+	INCQ         R9
+	CMPQ         R9, AX
+	JB           stateKVf32AVX2_pass05
+
+	// The tokens.
+	XORQ AX, AX
+	MOVQ AX, 40(SP)
+	MOVQ kh_base+64(FP), AX
+	MOVQ AX, 48(SP)
+	MOVQ tok_base+168(FP), AX
+	MOVQ AX, 88(SP)
+	MOVQ v_base+112(FP), AX
+	LEAQ (AX)(CX*4), AX
+	MOVQ AX, 72(SP)
+	MOVQ o_base+144(FP), AX
+	LEAQ (AX)(CX*4), AX
+	MOVQ AX, 80(SP)
+
+stateKVf32AVX2_token5:
+	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
+	MOVQ 40(SP), AX
+	MOVQ K+0(FP), CX
+	INCQ AX
+	MOVQ tok_len+176(FP), DX
+	SHRQ $0x02, DX
+	CMPQ AX, DX
+	JB   stateKVf32AVX2_notlast5
+	DECQ AX
+
+stateKVf32AVX2_notlast5:
+	IMULQ    CX, AX
+	MOVQ     kh_base+64(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 56(SP)
+	MOVQ     qh_base+88(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 64(SP)
+	MOVQ     88(SP), AX
+	VMOVSS   (AX), X2
+	VUCOMISS nearone<>+0(SB), X2
+	JCS      stateKVf32AVX2_far5
+
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         88(SP), AX
+	VBROADCASTSS (AX), Y2
+	VBROADCASTSS 8(AX), Y3
+	VBROADCASTSS 12(AX), Y4
+	MOVQ         72(SP), AX
+	MOVQ         80(SP), CX
+	VMOVSS       (AX), X5
+	VFMADD213SS  X0, X2, X0
+	VSUBSS       X0, X5, X5
+	VMULSS       X5, X3, X5
+	VFMADD213SS  X1, X2, X1
+	VFMADD231SS  X5, X4, X1
+	VMOVSS       X1, (CX)
+	VMOVSS       X5, 96(SP)
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y1, Y1, Y1
+
+	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  48(SP), BX
+	MOVQ  56(SP), SI
+	MOVQ  64(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  40(SP), R10
+	MOVQ  stores_base+40(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
+	JZ    stateKVf32AVX2_nostore9
+	LEAQ  (R9)(R8*4), R9
+
+stateKVf32AVX2_nostore9:
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
+
+stateKVf32AVX2_rows9:
+	VBROADCASTSS (BX)(CX*4), Y3
+	VBROADCASTSS (SI)(CX*4), Y4
+	VBROADCASTSS (DI)(CX*4), Y5
+	VMOVSS       (AX), X6
+	VFMADD213SS  X6, X2, X6
+	VFMADD231SS  96(SP), X3, X6
+	VMOVSS       X6, (AX)
+	VFMADD231SS  X6, X4, X0
+	VFMADD231SS  X6, X5, X1
+	TESTQ        R9, R9
+	JZ           stateKVf32AVX2_nostorerow9
+	VMOVSS       (AX), X3
+	VMOVSS       X3, (R9)
+	ADDQ         R8, R9
+
+stateKVf32AVX2_nostorerow9:
+	ADDQ $0x00000020, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVf32AVX2_rows9
+	JMP  stateKVf32AVX2_tokdone5
+
+stateKVf32AVX2_far5:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         88(SP), AX
+	VBROADCASTSS 4(AX), Y2
+	VBROADCASTSS 8(AX), Y3
+	VBROADCASTSS 12(AX), Y4
+	MOVQ         72(SP), AX
+	MOVQ         80(SP), CX
+	VMOVSS       (AX), X5
+	VMULSS       X0, X2, X0
+	VSUBSS       X0, X5, X5
+	VMULSS       X5, X3, X5
+	VMULSS       X1, X2, X1
+	VFMADD231SS  X5, X4, X1
+	VMOVSS       X1, (CX)
+	VMOVSS       X5, 96(SP)
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y1, Y1, Y1
+
+	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  48(SP), BX
+	MOVQ  56(SP), SI
+	MOVQ  64(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  40(SP), R10
+	MOVQ  stores_base+40(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
+	JZ    stateKVf32AVX2_nostore10
+	LEAQ  (R9)(R8*4), R9
+
+stateKVf32AVX2_nostore10:
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
+
+stateKVf32AVX2_rows10:
+	VBROADCASTSS (BX)(CX*4), Y3
+	VBROADCASTSS (SI)(CX*4), Y4
+	VBROADCASTSS (DI)(CX*4), Y5
+	VMOVSS       (AX), X6
+	VMULSS       X6, X2, X6
+	VFMADD231SS  96(SP), X3, X6
+	VMOVSS       X6, (AX)
+	VFMADD231SS  X6, X4, X0
+	VFMADD231SS  X6, X5, X1
+	TESTQ        R9, R9
+	JZ           stateKVf32AVX2_nostorerow10
+	VMOVSS       (AX), X3
+	VMOVSS       X3, (R9)
+	ADDQ         R8, R9
+
+stateKVf32AVX2_nostorerow10:
+	ADDQ $0x00000020, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVf32AVX2_rows10
+
+stateKVf32AVX2_tokdone5:
+	MOVQ 56(SP), AX
+	MOVQ AX, 48(SP)
+	ADDQ $0x10, 88(SP)
+	MOVQ vs+136(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 72(SP)
+	MOVQ V+8(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 80(SP)
+	MOVQ 40(SP), CX
+	INCQ CX
+	MOVQ CX, 40(SP)
+	MOVQ tok_len+176(FP), AX
+	SHRQ $0x02, AX
+	CMPQ CX, AX
+	JB   stateKVf32AVX2_token5
+	MOVQ 24(SP), AX
+	ADDQ AX, 16(SP)
+	SUBQ AX, 8(SP)
+	JMP  stateKVf32AVX2_blocks1
+
+stateKVf32AVX2_shape6:
+	// Block of 2 columns (rows in work of 32 bytes): pass 0 loads it, with token 0's read.
+	MOVQ   K+0(FP), AX
+	MOVQ   16(SP), CX
+	MOVQ   src_base+16(FP), DX
+	MOVQ   V+8(FP), BX
+	LEAQ   (DX)(CX*4), DX
+	SHLQ   $0x02, BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   kh_base+64(FP), SI
+	MOVQ   qh_base+88(FP), DI
+	MOVQ   (SP), R8
+	XORQ   R9, R9
+
+stateKVf32AVX2_pass06:
+	VBROADCASTSS (SI)(R9*4), Y4
+	VBROADCASTSS (DI)(R9*4), Y5
+	VMOVSS       (DX), X6
+	VMOVSS       X6, (R8)
+	VFMADD231SS  X6, X4, X0
+	VFMADD231SS  X6, X5, X1
+	VMOVSS       4(DX), X6
+	VMOVSS       X6, 4(R8)
+	VFMADD231SS  X6, X4, X2
+	VFMADD231SS  X6, X5, X3
+	ADDQ         BX, DX
+	ADDQ         $0x00000020, R8
+	INCQ         R9
+	CMPQ         R9, AX
+	JB           stateKVf32AVX2_pass06
+
+	// The tokens.
+	XORQ AX, AX
+	MOVQ AX, 40(SP)
+	MOVQ kh_base+64(FP), AX
+	MOVQ AX, 48(SP)
+	MOVQ tok_base+168(FP), AX
+	MOVQ AX, 88(SP)
+	MOVQ v_base+112(FP), AX
+	LEAQ (AX)(CX*4), AX
+	MOVQ AX, 72(SP)
+	MOVQ o_base+144(FP), AX
+	LEAQ (AX)(CX*4), AX
+	MOVQ AX, 80(SP)
+
+stateKVf32AVX2_token6:
+	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
+	MOVQ 40(SP), AX
+	MOVQ K+0(FP), CX
+	INCQ AX
+	MOVQ tok_len+176(FP), DX
+	SHRQ $0x02, DX
+	CMPQ AX, DX
+	JB   stateKVf32AVX2_notlast6
+	DECQ AX
+
+stateKVf32AVX2_notlast6:
+	IMULQ    CX, AX
+	MOVQ     kh_base+64(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 56(SP)
+	MOVQ     qh_base+88(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 64(SP)
+	MOVQ     88(SP), AX
+	VMOVSS   (AX), X4
+	VUCOMISS nearone<>+0(SB), X4
+	JCS      stateKVf32AVX2_far6
+
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         88(SP), AX
+	VBROADCASTSS (AX), Y4
+	VBROADCASTSS 8(AX), Y5
+	VBROADCASTSS 12(AX), Y6
+	MOVQ         72(SP), AX
+	MOVQ         80(SP), CX
+	VMOVSS       (AX), X7
+	VFMADD213SS  X0, X4, X0
+	VSUBSS       X0, X7, X7
+	VMULSS       X7, X5, X7
+	VFMADD213SS  X1, X4, X1
+	VFMADD231SS  X7, X6, X1
+	VMOVSS       X1, (CX)
+	VMOVSS       X7, 96(SP)
+	VMOVSS       4(AX), X0
+	VFMADD213SS  X2, X4, X2
+	VSUBSS       X2, X0, X0
+	VMULSS       X0, X5, X0
+	VFMADD213SS  X3, X4, X3
+	VFMADD231SS  X0, X6, X3
+	VMOVSS       X3, 4(CX)
+	VMOVSS       X0, 128(SP)
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y1, Y1, Y1
+	VXORPS       Y2, Y2, Y2
+	VXORPS       Y3, Y3, Y3
+
+	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  48(SP), BX
+	MOVQ  56(SP), SI
+	MOVQ  64(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  40(SP), R10
+	MOVQ  stores_base+40(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
+	JZ    stateKVf32AVX2_nostore11
+	LEAQ  (R9)(R8*4), R9
+
+stateKVf32AVX2_nostore11:
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
+
+stateKVf32AVX2_rows11:
+	VBROADCASTSS (BX)(CX*4), Y5
+	VBROADCASTSS (SI)(CX*4), Y6
+	VBROADCASTSS (DI)(CX*4), Y7
+	VMOVSS       (AX), X8
+	VFMADD213SS  X8, X4, X8
+	VFMADD231SS  96(SP), X5, X8
+	VMOVSS       X8, (AX)
+	VFMADD231SS  X8, X6, X0
+	VFMADD231SS  X8, X7, X1
+	VMOVSS       4(AX), X8
+	VFMADD213SS  X8, X4, X8
+	VFMADD231SS  128(SP), X5, X8
+	VMOVSS       X8, 4(AX)
+	VFMADD231SS  X8, X6, X2
+	VFMADD231SS  X8, X7, X3
+	TESTQ        R9, R9
+	JZ           stateKVf32AVX2_nostorerow11
+	VMOVSS       (AX), X5
+	VMOVSS       X5, (R9)
+	VMOVSS       4(AX), X5
+	VMOVSS       X5, 4(R9)
+	ADDQ         R8, R9
+
+stateKVf32AVX2_nostorerow11:
+	ADDQ $0x00000020, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVf32AVX2_rows11
+	JMP  stateKVf32AVX2_tokdone6
+
+stateKVf32AVX2_far6:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         88(SP), AX
+	VBROADCASTSS 4(AX), Y4
+	VBROADCASTSS 8(AX), Y5
+	VBROADCASTSS 12(AX), Y6
+	MOVQ         72(SP), AX
+	MOVQ         80(SP), CX
+	VMOVSS       (AX), X7
+	VMULSS       X0, X4, X0
+	VSUBSS       X0, X7, X7
+	VMULSS       X7, X5, X7
+	VMULSS       X1, X4, X1
+	VFMADD231SS  X7, X6, X1
+	VMOVSS       X1, (CX)
+	VMOVSS       X7, 96(SP)
+	VMOVSS       4(AX), X0
+	VMULSS       X2, X4, X2
+	VSUBSS       X2, X0, X0
+	VMULSS       X0, X5, X0
+	VMULSS       X3, X4, X3
+	VFMADD231SS  X0, X6, X3
+	VMOVSS       X3, 4(CX)
+	VMOVSS       X0, 128(SP)
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y1, Y1, Y1
+	VXORPS       Y2, Y2, Y2
+	VXORPS       Y3, Y3, Y3
+
+	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  48(SP), BX
+	MOVQ  56(SP), SI
+	MOVQ  64(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  40(SP), R10
+	MOVQ  stores_base+40(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
+	JZ    stateKVf32AVX2_nostore12
+	LEAQ  (R9)(R8*4), R9
+
+stateKVf32AVX2_nostore12:
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
+
+stateKVf32AVX2_rows12:
+	VBROADCASTSS (BX)(CX*4), Y5
+	VBROADCASTSS (SI)(CX*4), Y6
+	VBROADCASTSS (DI)(CX*4), Y7
+	VMOVSS       (AX), X8
+	VMULSS       X8, X4, X8
+	VFMADD231SS  96(SP), X5, X8
+	VMOVSS       X8, (AX)
+	VFMADD231SS  X8, X6, X0
+	VFMADD231SS  X8, X7, X1
+	VMOVSS       4(AX), X8
+	VMULSS       X8, X4, X8
+	VFMADD231SS  128(SP), X5, X8
+	VMOVSS       X8, 4(AX)
+	VFMADD231SS  X8, X6, X2
+	VFMADD231SS  X8, X7, X3
+	TESTQ        R9, R9
+	JZ           stateKVf32AVX2_nostorerow12
+	VMOVSS       (AX), X5
+	VMOVSS       X5, (R9)
+	VMOVSS       4(AX), X5
+	VMOVSS       X5, 4(R9)
+	ADDQ         R8, R9
+
+stateKVf32AVX2_nostorerow12:
+	ADDQ $0x00000020, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVf32AVX2_rows12
+
+stateKVf32AVX2_tokdone6:
+	MOVQ 56(SP), AX
+	MOVQ AX, 48(SP)
+	ADDQ $0x10, 88(SP)
+	MOVQ vs+136(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 72(SP)
+	MOVQ V+8(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 80(SP)
+	MOVQ 40(SP), CX
+	INCQ CX
+	MOVQ CX, 40(SP)
+	MOVQ tok_len+176(FP), AX
+	SHRQ $0x02, AX
+	CMPQ CX, AX
+	JB   stateKVf32AVX2_token6
+	MOVQ 24(SP), AX
+	ADDQ AX, 16(SP)
+	SUBQ AX, 8(SP)
+	JMP  stateKVf32AVX2_blocks1
+
+stateKVf32AVX2_shape7:
+	// Block of 3 columns (rows in work of 32 bytes): pass 0 loads it, with token 0's read.
+	MOVQ   K+0(FP), AX
+	MOVQ   16(SP), CX
+	MOVQ   src_base+16(FP), DX
+	MOVQ   V+8(FP), BX
+	LEAQ   (DX)(CX*4), DX
+	SHLQ   $0x02, BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	MOVQ   kh_base+64(FP), SI
+	MOVQ   qh_base+88(FP), DI
+	MOVQ   (SP), R8
+	XORQ   R9, R9
+
+stateKVf32AVX2_pass07:
+	VBROADCASTSS (SI)(R9*4), Y6
+	VBROADCASTSS (DI)(R9*4), Y7
+	VMOVSS       (DX), X8
+	VMOVSS       X8, (R8)
+	VFMADD231SS  X8, X6, X0
+	VFMADD231SS  X8, X7, X1
+	VMOVSS       4(DX), X8
+	VMOVSS       X8, 4(R8)
+	VFMADD231SS  X8, X6, X2
+	VFMADD231SS  X8, X7, X3
+	VMOVSS       8(DX), X8
+	VMOVSS       X8, 8(R8)
+	VFMADD231SS  X8, X6, X4
+	VFMADD231SS  X8, X7, X5
+	ADDQ         BX, DX
+	ADDQ         $0x00000020, R8
+	INCQ         R9
+	CMPQ         R9, AX
+	JB           stateKVf32AVX2_pass07
+
+	// The tokens.
+	XORQ AX, AX
+	MOVQ AX, 40(SP)
+	MOVQ kh_base+64(FP), AX
+	MOVQ AX, 48(SP)
+	MOVQ tok_base+168(FP), AX
+	MOVQ AX, 88(SP)
+	MOVQ v_base+112(FP), AX
+	LEAQ (AX)(CX*4), AX
+	MOVQ AX, 72(SP)
+	MOVQ o_base+144(FP), AX
+	LEAQ (AX)(CX*4), AX
+	MOVQ AX, 80(SP)
+
+stateKVf32AVX2_token7:
+	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
+	MOVQ 40(SP), AX
+	MOVQ K+0(FP), CX
+	INCQ AX
+	MOVQ tok_len+176(FP), DX
+	SHRQ $0x02, DX
+	CMPQ AX, DX
+	JB   stateKVf32AVX2_notlast7
+	DECQ AX
+
+stateKVf32AVX2_notlast7:
+	IMULQ    CX, AX
+	MOVQ     kh_base+64(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 56(SP)
+	MOVQ     qh_base+88(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 64(SP)
+	MOVQ     88(SP), AX
+	VMOVSS   (AX), X6
+	VUCOMISS nearone<>+0(SB), X6
+	JCS      stateKVf32AVX2_far7
+
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         88(SP), AX
+	VBROADCASTSS (AX), Y6
+	VBROADCASTSS 8(AX), Y7
+	VBROADCASTSS 12(AX), Y8
+	MOVQ         72(SP), AX
+	MOVQ         80(SP), CX
+	VMOVSS       (AX), X9
+	VFMADD213SS  X0, X6, X0
+	VSUBSS       X0, X9, X9
+	VMULSS       X9, X7, X9
+	VFMADD213SS  X1, X6, X1
+	VFMADD231SS  X9, X8, X1
+	VMOVSS       X1, (CX)
+	VMOVSS       X9, 96(SP)
+	VMOVSS       4(AX), X0
+	VFMADD213SS  X2, X6, X2
+	VSUBSS       X2, X0, X0
+	VMULSS       X0, X7, X0
+	VFMADD213SS  X3, X6, X3
+	VFMADD231SS  X0, X8, X3
+	VMOVSS       X3, 4(CX)
+	VMOVSS       X0, 128(SP)
+	VMOVSS       8(AX), X0
+	VFMADD213SS  X4, X6, X4
+	VSUBSS       X4, X0, X0
+	VMULSS       X0, X7, X0
+	VFMADD213SS  X5, X6, X5
+	VFMADD231SS  X0, X8, X5
+	VMOVSS       X5, 8(CX)
+	VMOVSS       X0, 160(SP)
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y1, Y1, Y1
+	VXORPS       Y2, Y2, Y2
+	VXORPS       Y3, Y3, Y3
+	VXORPS       Y4, Y4, Y4
+	VXORPS       Y5, Y5, Y5
+
+	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  48(SP), BX
+	MOVQ  56(SP), SI
+	MOVQ  64(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  40(SP), R10
+	MOVQ  stores_base+40(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
+	JZ    stateKVf32AVX2_nostore13
+	LEAQ  (R9)(R8*4), R9
+
+stateKVf32AVX2_nostore13:
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
+
+stateKVf32AVX2_rows13:
+	VBROADCASTSS (BX)(CX*4), Y7
+	VBROADCASTSS (SI)(CX*4), Y8
+	VBROADCASTSS (DI)(CX*4), Y9
+	VMOVSS       (AX), X10
+	VFMADD213SS  X10, X6, X10
+	VFMADD231SS  96(SP), X7, X10
+	VMOVSS       X10, (AX)
+	VFMADD231SS  X10, X8, X0
+	VFMADD231SS  X10, X9, X1
+	VMOVSS       4(AX), X10
+	VFMADD213SS  X10, X6, X10
+	VFMADD231SS  128(SP), X7, X10
+	VMOVSS       X10, 4(AX)
+	VFMADD231SS  X10, X8, X2
+	VFMADD231SS  X10, X9, X3
+	VMOVSS       8(AX), X10
+	VFMADD213SS  X10, X6, X10
+	VFMADD231SS  160(SP), X7, X10
+	VMOVSS       X10, 8(AX)
+	VFMADD231SS  X10, X8, X4
+	VFMADD231SS  X10, X9, X5
+	TESTQ        R9, R9
+	JZ           stateKVf32AVX2_nostorerow13
+	VMOVSS       (AX), X7
+	VMOVSS       X7, (R9)
+	VMOVSS       4(AX), X7
+	VMOVSS       X7, 4(R9)
+	VMOVSS       8(AX), X7
+	VMOVSS       X7, 8(R9)
+	ADDQ         R8, R9
+
+stateKVf32AVX2_nostorerow13:
+	ADDQ $0x00000020, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVf32AVX2_rows13
+	JMP  stateKVf32AVX2_tokdone7
+
+stateKVf32AVX2_far7:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         88(SP), AX
+	VBROADCASTSS 4(AX), Y6
+	VBROADCASTSS 8(AX), Y7
+	VBROADCASTSS 12(AX), Y8
+	MOVQ         72(SP), AX
+	MOVQ         80(SP), CX
+	VMOVSS       (AX), X9
+	VMULSS       X0, X6, X0
+	VSUBSS       X0, X9, X9
+	VMULSS       X9, X7, X9
+	VMULSS       X1, X6, X1
+	VFMADD231SS  X9, X8, X1
+	VMOVSS       X1, (CX)
+	VMOVSS       X9, 96(SP)
+	VMOVSS       4(AX), X0
+	VMULSS       X2, X6, X2
+	VSUBSS       X2, X0, X0
+	VMULSS       X0, X7, X0
+	VMULSS       X3, X6, X3
+	VFMADD231SS  X0, X8, X3
+	VMOVSS       X3, 4(CX)
+	VMOVSS       X0, 128(SP)
+	VMOVSS       8(AX), X0
+	VMULSS       X4, X6, X4
+	VSUBSS       X4, X0, X0
+	VMULSS       X0, X7, X0
+	VMULSS       X5, X6, X5
+	VFMADD231SS  X0, X8, X5
+	VMOVSS       X5, 8(CX)
+	VMOVSS       X0, 160(SP)
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y1, Y1, Y1
+	VXORPS       Y2, Y2, Y2
+	VXORPS       Y3, Y3, Y3
+	VXORPS       Y4, Y4, Y4
+	VXORPS       Y5, Y5, Y5
+
+	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  48(SP), BX
+	MOVQ  56(SP), SI
+	MOVQ  64(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  40(SP), R10
+	MOVQ  stores_base+40(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
+	JZ    stateKVf32AVX2_nostore14
+	LEAQ  (R9)(R8*4), R9
+
+stateKVf32AVX2_nostore14:
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
+
+stateKVf32AVX2_rows14:
+	VBROADCASTSS (BX)(CX*4), Y7
+	VBROADCASTSS (SI)(CX*4), Y8
+	VBROADCASTSS (DI)(CX*4), Y9
+	VMOVSS       (AX), X10
+	VMULSS       X10, X6, X10
+	VFMADD231SS  96(SP), X7, X10
+	VMOVSS       X10, (AX)
+	VFMADD231SS  X10, X8, X0
+	VFMADD231SS  X10, X9, X1
+	VMOVSS       4(AX), X10
+	VMULSS       X10, X6, X10
+	VFMADD231SS  128(SP), X7, X10
+	VMOVSS       X10, 4(AX)
+	VFMADD231SS  X10, X8, X2
+	VFMADD231SS  X10, X9, X3
+	VMOVSS       8(AX), X10
+	VMULSS       X10, X6, X10
+	VFMADD231SS  160(SP), X7, X10
+	VMOVSS       X10, 8(AX)
+	VFMADD231SS  X10, X8, X4
+	VFMADD231SS  X10, X9, X5
+	TESTQ        R9, R9
+	JZ           stateKVf32AVX2_nostorerow14
+	VMOVSS       (AX), X7
+	VMOVSS       X7, (R9)
+	VMOVSS       4(AX), X7
+	VMOVSS       X7, 4(R9)
+	VMOVSS       8(AX), X7
+	VMOVSS       X7, 8(R9)
+	ADDQ         R8, R9
+
+stateKVf32AVX2_nostorerow14:
+	ADDQ $0x00000020, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVf32AVX2_rows14
+
+stateKVf32AVX2_tokdone7:
+	MOVQ 56(SP), AX
+	MOVQ AX, 48(SP)
+	ADDQ $0x10, 88(SP)
+	MOVQ vs+136(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 72(SP)
+	MOVQ V+8(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 80(SP)
+	MOVQ 40(SP), CX
+	INCQ CX
+	MOVQ CX, 40(SP)
+	MOVQ tok_len+176(FP), AX
+	SHRQ $0x02, AX
+	CMPQ CX, AX
+	JB   stateKVf32AVX2_token7
+	MOVQ 24(SP), AX
+	ADDQ AX, 16(SP)
+	SUBQ AX, 8(SP)
+	JMP  stateKVf32AVX2_blocks1
+
+stateKVf32AVX2_shape8:
+	// Block of 4 columns (rows in work of 32 bytes): pass 0 loads it, with token 0's read.
+	MOVQ   K+0(FP), AX
+	MOVQ   16(SP), CX
+	MOVQ   src_base+16(FP), DX
+	MOVQ   V+8(FP), BX
+	LEAQ   (DX)(CX*4), DX
+	SHLQ   $0x02, BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	MOVQ   kh_base+64(FP), SI
+	MOVQ   qh_base+88(FP), DI
+	MOVQ   (SP), R8
+	XORQ   R9, R9
+
+stateKVf32AVX2_pass08:
+	VBROADCASTSS (SI)(R9*4), Y2
+	VBROADCASTSS (DI)(R9*4), Y3
+	VMOVUPS      (DX), X4
+	VMOVUPS      X4, (R8)
+	VFMADD231PS  X4, X2, X0
+	VFMADD231PS  X4, X3, X1
+	ADDQ         BX, DX
+	ADDQ         $0x00000020, R8
+	INCQ         R9
+	CMPQ         R9, AX
+	JB           stateKVf32AVX2_pass08
+
+	// The tokens.
+	XORQ AX, AX
+	MOVQ AX, 40(SP)
+	MOVQ kh_base+64(FP), AX
+	MOVQ AX, 48(SP)
+	MOVQ tok_base+168(FP), AX
+	MOVQ AX, 88(SP)
+	MOVQ v_base+112(FP), AX
+	LEAQ (AX)(CX*4), AX
+	MOVQ AX, 72(SP)
+	MOVQ o_base+144(FP), AX
+	LEAQ (AX)(CX*4), AX
+	MOVQ AX, 80(SP)
+
+stateKVf32AVX2_token8:
+	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
+	MOVQ 40(SP), AX
+	MOVQ K+0(FP), CX
+	INCQ AX
+	MOVQ tok_len+176(FP), DX
+	SHRQ $0x02, DX
+	CMPQ AX, DX
+	JB   stateKVf32AVX2_notlast8
+	DECQ AX
+
+stateKVf32AVX2_notlast8:
+	IMULQ    CX, AX
+	MOVQ     kh_base+64(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 56(SP)
+	MOVQ     qh_base+88(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 64(SP)
+	MOVQ     88(SP), AX
+	VMOVSS   (AX), X2
+	VUCOMISS nearone<>+0(SB), X2
+	JCS      stateKVf32AVX2_far8
+
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         88(SP), AX
+	VBROADCASTSS (AX), Y2
+	VBROADCASTSS 8(AX), Y3
+	VBROADCASTSS 12(AX), Y4
+	MOVQ         72(SP), AX
+	MOVQ         80(SP), CX
+	VMOVUPS      (AX), X5
+	VFMADD213PS  X0, X2, X0
+	VSUBPS       X0, X5, X5
+	VMULPS       X5, X3, X5
+	VFMADD213PS  X1, X2, X1
+	VFMADD231PS  X5, X4, X1
+	VMOVUPS      X1, (CX)
+	VMOVUPS      X5, 96(SP)
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y1, Y1, Y1
+
+	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  48(SP), BX
+	MOVQ  56(SP), SI
+	MOVQ  64(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  40(SP), R10
+	MOVQ  stores_base+40(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
+	JZ    stateKVf32AVX2_nostore15
+	LEAQ  (R9)(R8*4), R9
+
+stateKVf32AVX2_nostore15:
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
+
+stateKVf32AVX2_rows15:
+	VBROADCASTSS (BX)(CX*4), Y3
+	VBROADCASTSS (SI)(CX*4), Y4
+	VBROADCASTSS (DI)(CX*4), Y5
+	VMOVUPS      (AX), X6
+	VFMADD213PS  X6, X2, X6
+	VFMADD231PS  96(SP), X3, X6
+	VMOVUPS      X6, (AX)
+	VFMADD231PS  X6, X4, X0
+	VFMADD231PS  X6, X5, X1
+	TESTQ        R9, R9
+	JZ           stateKVf32AVX2_nostorerow15
+	VMOVUPS      (AX), X3
+	VMOVUPS      X3, (R9)
+	ADDQ         R8, R9
+
+stateKVf32AVX2_nostorerow15:
+	ADDQ $0x00000020, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVf32AVX2_rows15
+	JMP  stateKVf32AVX2_tokdone8
+
+stateKVf32AVX2_far8:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         88(SP), AX
+	VBROADCASTSS 4(AX), Y2
+	VBROADCASTSS 8(AX), Y3
+	VBROADCASTSS 12(AX), Y4
+	MOVQ         72(SP), AX
+	MOVQ         80(SP), CX
+	VMOVUPS      (AX), X5
+	VMULPS       X0, X2, X0
+	VSUBPS       X0, X5, X5
+	VMULPS       X5, X3, X5
+	VMULPS       X1, X2, X1
+	VFMADD231PS  X5, X4, X1
+	VMOVUPS      X1, (CX)
+	VMOVUPS      X5, 96(SP)
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y1, Y1, Y1
+
+	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  48(SP), BX
+	MOVQ  56(SP), SI
+	MOVQ  64(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  40(SP), R10
+	MOVQ  stores_base+40(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
+	JZ    stateKVf32AVX2_nostore16
+	LEAQ  (R9)(R8*4), R9
+
+stateKVf32AVX2_nostore16:
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
+
+stateKVf32AVX2_rows16:
+	VBROADCASTSS (BX)(CX*4), Y3
+	VBROADCASTSS (SI)(CX*4), Y4
+	VBROADCASTSS (DI)(CX*4), Y5
+	VMOVUPS      (AX), X6
+	VMULPS       X6, X2, X6
+	VFMADD231PS  96(SP), X3, X6
+	VMOVUPS      X6, (AX)
+	VFMADD231PS  X6, X4, X0
+	VFMADD231PS  X6, X5, X1
+	TESTQ        R9, R9
+	JZ           stateKVf32AVX2_nostorerow16
+	VMOVUPS      (AX), X3
+	VMOVUPS      X3, (R9)
+	ADDQ         R8, R9
+
+stateKVf32AVX2_nostorerow16:
+	ADDQ $0x00000020, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVf32AVX2_rows16
+
+stateKVf32AVX2_tokdone8:
+	MOVQ 56(SP), AX
+	MOVQ AX, 48(SP)
+	ADDQ $0x10, 88(SP)
+	MOVQ vs+136(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 72(SP)
+	MOVQ V+8(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 80(SP)
+	MOVQ 40(SP), CX
+	INCQ CX
+	MOVQ CX, 40(SP)
+	MOVQ tok_len+176(FP), AX
+	SHRQ $0x02, AX
+	CMPQ CX, AX
+	JB   stateKVf32AVX2_token8
+	MOVQ 24(SP), AX
+	ADDQ AX, 16(SP)
+	SUBQ AX, 8(SP)
+	JMP  stateKVf32AVX2_blocks1
+
+stateKVf32AVX2_shape9:
+	// Block of 5 columns (rows in work of 32 bytes): pass 0 loads it, with token 0's read.
+	MOVQ   K+0(FP), AX
+	MOVQ   16(SP), CX
+	MOVQ   src_base+16(FP), DX
+	MOVQ   V+8(FP), BX
+	LEAQ   (DX)(CX*4), DX
+	SHLQ   $0x02, BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   kh_base+64(FP), SI
+	MOVQ   qh_base+88(FP), DI
+	MOVQ   (SP), R8
+	XORQ   R9, R9
+
+stateKVf32AVX2_pass09:
+	VBROADCASTSS (SI)(R9*4), Y4
+	VBROADCASTSS (DI)(R9*4), Y5
+	VMOVUPS      (DX), X6
+	VMOVUPS      X6, (R8)
+	VFMADD231PS  X6, X4, X0
+	VFMADD231PS  X6, X5, X1
+	VMOVSS       16(DX), X6
+	VMOVSS       X6, 16(R8)
+	VFMADD231SS  X6, X4, X2
+	VFMADD231SS  X6, X5, X3
+	ADDQ         BX, DX
+	ADDQ         $0x00000020, R8
+	INCQ         R9
+	CMPQ         R9, AX
+	JB           stateKVf32AVX2_pass09
+
+	// The tokens.
+	XORQ AX, AX
+	MOVQ AX, 40(SP)
+	MOVQ kh_base+64(FP), AX
+	MOVQ AX, 48(SP)
+	MOVQ tok_base+168(FP), AX
+	MOVQ AX, 88(SP)
+	MOVQ v_base+112(FP), AX
+	LEAQ (AX)(CX*4), AX
+	MOVQ AX, 72(SP)
+	MOVQ o_base+144(FP), AX
+	LEAQ (AX)(CX*4), AX
+	MOVQ AX, 80(SP)
+
+stateKVf32AVX2_token9:
+	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
+	MOVQ 40(SP), AX
+	MOVQ K+0(FP), CX
+	INCQ AX
+	MOVQ tok_len+176(FP), DX
+	SHRQ $0x02, DX
+	CMPQ AX, DX
+	JB   stateKVf32AVX2_notlast9
+	DECQ AX
+
+stateKVf32AVX2_notlast9:
+	IMULQ    CX, AX
+	MOVQ     kh_base+64(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 56(SP)
+	MOVQ     qh_base+88(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 64(SP)
+	MOVQ     88(SP), AX
+	VMOVSS   (AX), X4
+	VUCOMISS nearone<>+0(SB), X4
+	JCS      stateKVf32AVX2_far9
+
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         88(SP), AX
+	VBROADCASTSS (AX), Y4
+	VBROADCASTSS 8(AX), Y5
+	VBROADCASTSS 12(AX), Y6
+	MOVQ         72(SP), AX
+	MOVQ         80(SP), CX
+	VMOVUPS      (AX), X7
+	VFMADD213PS  X0, X4, X0
+	VSUBPS       X0, X7, X7
+	VMULPS       X7, X5, X7
+	VFMADD213PS  X1, X4, X1
+	VFMADD231PS  X7, X6, X1
+	VMOVUPS      X1, (CX)
+	VMOVUPS      X7, 96(SP)
+	VMOVSS       16(AX), X0
+	VFMADD213SS  X2, X4, X2
+	VSUBSS       X2, X0, X0
+	VMULSS       X0, X5, X0
+	VFMADD213SS  X3, X4, X3
+	VFMADD231SS  X0, X6, X3
+	VMOVSS       X3, 16(CX)
+	VMOVSS       X0, 128(SP)
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y1, Y1, Y1
+	VXORPS       Y2, Y2, Y2
+	VXORPS       Y3, Y3, Y3
+
+	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  48(SP), BX
+	MOVQ  56(SP), SI
+	MOVQ  64(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  40(SP), R10
+	MOVQ  stores_base+40(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
+	JZ    stateKVf32AVX2_nostore17
+	LEAQ  (R9)(R8*4), R9
+
+stateKVf32AVX2_nostore17:
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
+
+stateKVf32AVX2_rows17:
+	VBROADCASTSS (BX)(CX*4), Y5
+	VBROADCASTSS (SI)(CX*4), Y6
+	VBROADCASTSS (DI)(CX*4), Y7
+	VMOVUPS      (AX), X8
+	VFMADD213PS  X8, X4, X8
+	VFMADD231PS  96(SP), X5, X8
+	VMOVUPS      X8, (AX)
+	VFMADD231PS  X8, X6, X0
+	VFMADD231PS  X8, X7, X1
+	VMOVSS       16(AX), X8
+	VFMADD213SS  X8, X4, X8
+	VFMADD231SS  128(SP), X5, X8
+	VMOVSS       X8, 16(AX)
+	VFMADD231SS  X8, X6, X2
+	VFMADD231SS  X8, X7, X3
+	TESTQ        R9, R9
+	JZ           stateKVf32AVX2_nostorerow17
+	VMOVUPS      (AX), X5
+	VMOVUPS      X5, (R9)
+	VMOVSS       16(AX), X5
+	VMOVSS       X5, 16(R9)
+	ADDQ         R8, R9
+
+stateKVf32AVX2_nostorerow17:
+	ADDQ $0x00000020, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVf32AVX2_rows17
+	JMP  stateKVf32AVX2_tokdone9
+
+stateKVf32AVX2_far9:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         88(SP), AX
+	VBROADCASTSS 4(AX), Y4
+	VBROADCASTSS 8(AX), Y5
+	VBROADCASTSS 12(AX), Y6
+	MOVQ         72(SP), AX
+	MOVQ         80(SP), CX
+	VMOVUPS      (AX), X7
+	VMULPS       X0, X4, X0
+	VSUBPS       X0, X7, X7
+	VMULPS       X7, X5, X7
+	VMULPS       X1, X4, X1
+	VFMADD231PS  X7, X6, X1
+	VMOVUPS      X1, (CX)
+	VMOVUPS      X7, 96(SP)
+	VMOVSS       16(AX), X0
+	VMULSS       X2, X4, X2
+	VSUBSS       X2, X0, X0
+	VMULSS       X0, X5, X0
+	VMULSS       X3, X4, X3
+	VFMADD231SS  X0, X6, X3
+	VMOVSS       X3, 16(CX)
+	VMOVSS       X0, 128(SP)
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y1, Y1, Y1
+	VXORPS       Y2, Y2, Y2
+	VXORPS       Y3, Y3, Y3
+
+	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  48(SP), BX
+	MOVQ  56(SP), SI
+	MOVQ  64(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  40(SP), R10
+	MOVQ  stores_base+40(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
+	JZ    stateKVf32AVX2_nostore18
+	LEAQ  (R9)(R8*4), R9
+
+stateKVf32AVX2_nostore18:
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
+
+stateKVf32AVX2_rows18:
+	VBROADCASTSS (BX)(CX*4), Y5
+	VBROADCASTSS (SI)(CX*4), Y6
+	VBROADCASTSS (DI)(CX*4), Y7
+	VMOVUPS      (AX), X8
+	VMULPS       X8, X4, X8
+	VFMADD231PS  96(SP), X5, X8
+	VMOVUPS      X8, (AX)
+	VFMADD231PS  X8, X6, X0
+	VFMADD231PS  X8, X7, X1
+	VMOVSS       16(AX), X8
+	VMULSS       X8, X4, X8
+	VFMADD231SS  128(SP), X5, X8
+	VMOVSS       X8, 16(AX)
+	VFMADD231SS  X8, X6, X2
+	VFMADD231SS  X8, X7, X3
+	TESTQ        R9, R9
+	JZ           stateKVf32AVX2_nostorerow18
+	VMOVUPS      (AX), X5
+	VMOVUPS      X5, (R9)
+	VMOVSS       16(AX), X5
+	VMOVSS       X5, 16(R9)
+	ADDQ         R8, R9
+
+stateKVf32AVX2_nostorerow18:
+	ADDQ $0x00000020, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVf32AVX2_rows18
+
+stateKVf32AVX2_tokdone9:
+	MOVQ 56(SP), AX
+	MOVQ AX, 48(SP)
+	ADDQ $0x10, 88(SP)
+	MOVQ vs+136(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 72(SP)
+	MOVQ V+8(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 80(SP)
+	MOVQ 40(SP), CX
+	INCQ CX
+	MOVQ CX, 40(SP)
+	MOVQ tok_len+176(FP), AX
+	SHRQ $0x02, AX
+	CMPQ CX, AX
+	JB   stateKVf32AVX2_token9
+	MOVQ 24(SP), AX
+	ADDQ AX, 16(SP)
+	SUBQ AX, 8(SP)
+	JMP  stateKVf32AVX2_blocks1
+
+stateKVf32AVX2_shape10:
+	// Block of 6 columns (rows in work of 32 bytes): pass 0 loads it, with token 0's read.
+	MOVQ   K+0(FP), AX
+	MOVQ   16(SP), CX
+	MOVQ   src_base+16(FP), DX
+	MOVQ   V+8(FP), BX
+	LEAQ   (DX)(CX*4), DX
+	SHLQ   $0x02, BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	MOVQ   kh_base+64(FP), SI
+	MOVQ   qh_base+88(FP), DI
+	MOVQ   (SP), R8
+	XORQ   R9, R9
+
+stateKVf32AVX2_pass010:
+	VBROADCASTSS (SI)(R9*4), Y6
+	VBROADCASTSS (DI)(R9*4), Y7
+	VMOVUPS      (DX), X8
+	VMOVUPS      X8, (R8)
+	VFMADD231PS  X8, X6, X0
+	VFMADD231PS  X8, X7, X1
+	VMOVSS       16(DX), X8
+	VMOVSS       X8, 16(R8)
+	VFMADD231SS  X8, X6, X2
+	VFMADD231SS  X8, X7, X3
+	VMOVSS       20(DX), X8
+	VMOVSS       X8, 20(R8)
+	VFMADD231SS  X8, X6, X4
+	VFMADD231SS  X8, X7, X5
+	ADDQ         BX, DX
+	ADDQ         $0x00000020, R8
+	INCQ         R9
+	CMPQ         R9, AX
+	JB           stateKVf32AVX2_pass010
+
+	// The tokens.
+	XORQ AX, AX
+	MOVQ AX, 40(SP)
+	MOVQ kh_base+64(FP), AX
+	MOVQ AX, 48(SP)
+	MOVQ tok_base+168(FP), AX
+	MOVQ AX, 88(SP)
+	MOVQ v_base+112(FP), AX
+	LEAQ (AX)(CX*4), AX
+	MOVQ AX, 72(SP)
+	MOVQ o_base+144(FP), AX
+	LEAQ (AX)(CX*4), AX
+	MOVQ AX, 80(SP)
+
+stateKVf32AVX2_token10:
+	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
+	MOVQ 40(SP), AX
+	MOVQ K+0(FP), CX
+	INCQ AX
+	MOVQ tok_len+176(FP), DX
+	SHRQ $0x02, DX
+	CMPQ AX, DX
+	JB   stateKVf32AVX2_notlast10
+	DECQ AX
+
+stateKVf32AVX2_notlast10:
+	IMULQ    CX, AX
+	MOVQ     kh_base+64(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 56(SP)
+	MOVQ     qh_base+88(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 64(SP)
+	MOVQ     88(SP), AX
+	VMOVSS   (AX), X6
+	VUCOMISS nearone<>+0(SB), X6
+	JCS      stateKVf32AVX2_far10
+
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         88(SP), AX
+	VBROADCASTSS (AX), Y6
+	VBROADCASTSS 8(AX), Y7
+	VBROADCASTSS 12(AX), Y8
+	MOVQ         72(SP), AX
+	MOVQ         80(SP), CX
+	VMOVUPS      (AX), X9
+	VFMADD213PS  X0, X6, X0
+	VSUBPS       X0, X9, X9
+	VMULPS       X9, X7, X9
+	VFMADD213PS  X1, X6, X1
+	VFMADD231PS  X9, X8, X1
+	VMOVUPS      X1, (CX)
+	VMOVUPS      X9, 96(SP)
+	VMOVSS       16(AX), X0
+	VFMADD213SS  X2, X6, X2
+	VSUBSS       X2, X0, X0
+	VMULSS       X0, X7, X0
+	VFMADD213SS  X3, X6, X3
+	VFMADD231SS  X0, X8, X3
+	VMOVSS       X3, 16(CX)
+	VMOVSS       X0, 128(SP)
+	VMOVSS       20(AX), X0
+	VFMADD213SS  X4, X6, X4
+	VSUBSS       X4, X0, X0
+	VMULSS       X0, X7, X0
+	VFMADD213SS  X5, X6, X5
+	VFMADD231SS  X0, X8, X5
+	VMOVSS       X5, 20(CX)
+	VMOVSS       X0, 160(SP)
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y1, Y1, Y1
+	VXORPS       Y2, Y2, Y2
+	VXORPS       Y3, Y3, Y3
+	VXORPS       Y4, Y4, Y4
+	VXORPS       Y5, Y5, Y5
+
+	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  48(SP), BX
+	MOVQ  56(SP), SI
+	MOVQ  64(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  40(SP), R10
+	MOVQ  stores_base+40(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
+	JZ    stateKVf32AVX2_nostore19
+	LEAQ  (R9)(R8*4), R9
+
+stateKVf32AVX2_nostore19:
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
+
+stateKVf32AVX2_rows19:
+	VBROADCASTSS (BX)(CX*4), Y7
+	VBROADCASTSS (SI)(CX*4), Y8
+	VBROADCASTSS (DI)(CX*4), Y9
+	VMOVUPS      (AX), X10
+	VFMADD213PS  X10, X6, X10
+	VFMADD231PS  96(SP), X7, X10
+	VMOVUPS      X10, (AX)
+	VFMADD231PS  X10, X8, X0
+	VFMADD231PS  X10, X9, X1
+	VMOVSS       16(AX), X10
+	VFMADD213SS  X10, X6, X10
+	VFMADD231SS  128(SP), X7, X10
+	VMOVSS       X10, 16(AX)
+	VFMADD231SS  X10, X8, X2
+	VFMADD231SS  X10, X9, X3
+	VMOVSS       20(AX), X10
+	VFMADD213SS  X10, X6, X10
+	VFMADD231SS  160(SP), X7, X10
+	VMOVSS       X10, 20(AX)
+	VFMADD231SS  X10, X8, X4
+	VFMADD231SS  X10, X9, X5
+	TESTQ        R9, R9
+	JZ           stateKVf32AVX2_nostorerow19
+	VMOVUPS      (AX), X7
+	VMOVUPS      X7, (R9)
+	VMOVSS       16(AX), X7
+	VMOVSS       X7, 16(R9)
+	VMOVSS       20(AX), X7
+	VMOVSS       X7, 20(R9)
+	ADDQ         R8, R9
+
+stateKVf32AVX2_nostorerow19:
+	ADDQ $0x00000020, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVf32AVX2_rows19
+	JMP  stateKVf32AVX2_tokdone10
+
+stateKVf32AVX2_far10:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         88(SP), AX
+	VBROADCASTSS 4(AX), Y6
+	VBROADCASTSS 8(AX), Y7
+	VBROADCASTSS 12(AX), Y8
+	MOVQ         72(SP), AX
+	MOVQ         80(SP), CX
+	VMOVUPS      (AX), X9
+	VMULPS       X0, X6, X0
+	VSUBPS       X0, X9, X9
+	VMULPS       X9, X7, X9
+	VMULPS       X1, X6, X1
+	VFMADD231PS  X9, X8, X1
+	VMOVUPS      X1, (CX)
+	VMOVUPS      X9, 96(SP)
+	VMOVSS       16(AX), X0
+	VMULSS       X2, X6, X2
+	VSUBSS       X2, X0, X0
+	VMULSS       X0, X7, X0
+	VMULSS       X3, X6, X3
+	VFMADD231SS  X0, X8, X3
+	VMOVSS       X3, 16(CX)
+	VMOVSS       X0, 128(SP)
+	VMOVSS       20(AX), X0
+	VMULSS       X4, X6, X4
+	VSUBSS       X4, X0, X0
+	VMULSS       X0, X7, X0
+	VMULSS       X5, X6, X5
+	VFMADD231SS  X0, X8, X5
+	VMOVSS       X5, 20(CX)
+	VMOVSS       X0, 160(SP)
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y1, Y1, Y1
+	VXORPS       Y2, Y2, Y2
+	VXORPS       Y3, Y3, Y3
+	VXORPS       Y4, Y4, Y4
+	VXORPS       Y5, Y5, Y5
+
+	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  48(SP), BX
+	MOVQ  56(SP), SI
+	MOVQ  64(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  40(SP), R10
+	MOVQ  stores_base+40(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
+	JZ    stateKVf32AVX2_nostore20
+	LEAQ  (R9)(R8*4), R9
+
+stateKVf32AVX2_nostore20:
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
+
+stateKVf32AVX2_rows20:
+	VBROADCASTSS (BX)(CX*4), Y7
+	VBROADCASTSS (SI)(CX*4), Y8
+	VBROADCASTSS (DI)(CX*4), Y9
+	VMOVUPS      (AX), X10
+	VMULPS       X10, X6, X10
+	VFMADD231PS  96(SP), X7, X10
+	VMOVUPS      X10, (AX)
+	VFMADD231PS  X10, X8, X0
+	VFMADD231PS  X10, X9, X1
+	VMOVSS       16(AX), X10
+	VMULSS       X10, X6, X10
+	VFMADD231SS  128(SP), X7, X10
+	VMOVSS       X10, 16(AX)
+	VFMADD231SS  X10, X8, X2
+	VFMADD231SS  X10, X9, X3
+	VMOVSS       20(AX), X10
+	VMULSS       X10, X6, X10
+	VFMADD231SS  160(SP), X7, X10
+	VMOVSS       X10, 20(AX)
+	VFMADD231SS  X10, X8, X4
+	VFMADD231SS  X10, X9, X5
+	TESTQ        R9, R9
+	JZ           stateKVf32AVX2_nostorerow20
+	VMOVUPS      (AX), X7
+	VMOVUPS      X7, (R9)
+	VMOVSS       16(AX), X7
+	VMOVSS       X7, 16(R9)
+	VMOVSS       20(AX), X7
+	VMOVSS       X7, 20(R9)
+	ADDQ         R8, R9
+
+stateKVf32AVX2_nostorerow20:
+	ADDQ $0x00000020, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVf32AVX2_rows20
+
+stateKVf32AVX2_tokdone10:
+	MOVQ 56(SP), AX
+	MOVQ AX, 48(SP)
+	ADDQ $0x10, 88(SP)
+	MOVQ vs+136(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 72(SP)
+	MOVQ V+8(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 80(SP)
+	MOVQ 40(SP), CX
+	INCQ CX
+	MOVQ CX, 40(SP)
+	MOVQ tok_len+176(FP), AX
+	SHRQ $0x02, AX
+	CMPQ CX, AX
+	JB   stateKVf32AVX2_token10
+	MOVQ 24(SP), AX
+	ADDQ AX, 16(SP)
+	SUBQ AX, 8(SP)
+	JMP  stateKVf32AVX2_blocks1
+
+stateKVf32AVX2_shape11:
+	// Block of 7 columns (rows in work of 32 bytes): pass 0 loads it, with token 0's read.
+	MOVQ   K+0(FP), AX
+	MOVQ   16(SP), CX
+	MOVQ   src_base+16(FP), DX
+	MOVQ   V+8(FP), BX
+	LEAQ   (DX)(CX*4), DX
+	SHLQ   $0x02, BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ   kh_base+64(FP), SI
+	MOVQ   qh_base+88(FP), DI
+	MOVQ   (SP), R8
+	XORQ   R9, R9
+
+stateKVf32AVX2_pass011:
+	VBROADCASTSS (SI)(R9*4), Y8
+	VBROADCASTSS (DI)(R9*4), Y9
+	VMOVUPS      (DX), X10
+	VMOVUPS      X10, (R8)
+	VFMADD231PS  X10, X8, X0
+	VFMADD231PS  X10, X9, X1
+	VMOVSS       16(DX), X10
+	VMOVSS       X10, 16(R8)
+	VFMADD231SS  X10, X8, X2
+	VFMADD231SS  X10, X9, X3
+	VMOVSS       20(DX), X10
+	VMOVSS       X10, 20(R8)
+	VFMADD231SS  X10, X8, X4
+	VFMADD231SS  X10, X9, X5
+	VMOVSS       24(DX), X10
+	VMOVSS       X10, 24(R8)
+	VFMADD231SS  X10, X8, X6
+	VFMADD231SS  X10, X9, X7
+	ADDQ         BX, DX
+	ADDQ         $0x00000020, R8
+	INCQ         R9
+	CMPQ         R9, AX
+	JB           stateKVf32AVX2_pass011
+
+	// The tokens.
+	XORQ AX, AX
+	MOVQ AX, 40(SP)
+	MOVQ kh_base+64(FP), AX
+	MOVQ AX, 48(SP)
+	MOVQ tok_base+168(FP), AX
+	MOVQ AX, 88(SP)
+	MOVQ v_base+112(FP), AX
+	LEAQ (AX)(CX*4), AX
+	MOVQ AX, 72(SP)
+	MOVQ o_base+144(FP), AX
+	LEAQ (AX)(CX*4), AX
+	MOVQ AX, 80(SP)
+
+stateKVf32AVX2_token11:
+	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
+	MOVQ 40(SP), AX
+	MOVQ K+0(FP), CX
+	INCQ AX
+	MOVQ tok_len+176(FP), DX
+	SHRQ $0x02, DX
+	CMPQ AX, DX
+	JB   stateKVf32AVX2_notlast11
+	DECQ AX
+
+stateKVf32AVX2_notlast11:
+	IMULQ    CX, AX
+	MOVQ     kh_base+64(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 56(SP)
+	MOVQ     qh_base+88(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 64(SP)
+	MOVQ     88(SP), AX
+	VMOVSS   (AX), X8
+	VUCOMISS nearone<>+0(SB), X8
+	JCS      stateKVf32AVX2_far11
+
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         88(SP), AX
+	VBROADCASTSS (AX), Y8
+	VBROADCASTSS 8(AX), Y9
+	VBROADCASTSS 12(AX), Y10
+	MOVQ         72(SP), AX
+	MOVQ         80(SP), CX
+	VMOVUPS      (AX), X11
+	VFMADD213PS  X0, X8, X0
+	VSUBPS       X0, X11, X11
+	VMULPS       X11, X9, X11
+	VFMADD213PS  X1, X8, X1
+	VFMADD231PS  X11, X10, X1
+	VMOVUPS      X1, (CX)
+	VMOVUPS      X11, 96(SP)
+	VMOVSS       16(AX), X0
+	VFMADD213SS  X2, X8, X2
+	VSUBSS       X2, X0, X0
+	VMULSS       X0, X9, X0
+	VFMADD213SS  X3, X8, X3
+	VFMADD231SS  X0, X10, X3
+	VMOVSS       X3, 16(CX)
+	VMOVSS       X0, 128(SP)
+	VMOVSS       20(AX), X0
+	VFMADD213SS  X4, X8, X4
+	VSUBSS       X4, X0, X0
+	VMULSS       X0, X9, X0
+	VFMADD213SS  X5, X8, X5
+	VFMADD231SS  X0, X10, X5
+	VMOVSS       X5, 20(CX)
+	VMOVSS       X0, 160(SP)
+	VMOVSS       24(AX), X0
+	VFMADD213SS  X6, X8, X6
+	VSUBSS       X6, X0, X0
+	VMULSS       X0, X9, X0
+	VFMADD213SS  X7, X8, X7
+	VFMADD231SS  X0, X10, X7
+	VMOVSS       X7, 24(CX)
+	VMOVSS       X0, 192(SP)
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y1, Y1, Y1
+	VXORPS       Y2, Y2, Y2
+	VXORPS       Y3, Y3, Y3
+	VXORPS       Y4, Y4, Y4
+	VXORPS       Y5, Y5, Y5
+	VXORPS       Y6, Y6, Y6
+	VXORPS       Y7, Y7, Y7
+
+	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  48(SP), BX
+	MOVQ  56(SP), SI
+	MOVQ  64(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  40(SP), R10
+	MOVQ  stores_base+40(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
+	JZ    stateKVf32AVX2_nostore21
+	LEAQ  (R9)(R8*4), R9
+
+stateKVf32AVX2_nostore21:
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
+
+stateKVf32AVX2_rows21:
+	VBROADCASTSS (BX)(CX*4), Y9
+	VBROADCASTSS (SI)(CX*4), Y10
+	VBROADCASTSS (DI)(CX*4), Y11
+	VMOVUPS      (AX), X12
+	VFMADD213PS  X12, X8, X12
+	VFMADD231PS  96(SP), X9, X12
+	VMOVUPS      X12, (AX)
+	VFMADD231PS  X12, X10, X0
+	VFMADD231PS  X12, X11, X1
+	VMOVSS       16(AX), X12
+	VFMADD213SS  X12, X8, X12
+	VFMADD231SS  128(SP), X9, X12
+	VMOVSS       X12, 16(AX)
+	VFMADD231SS  X12, X10, X2
+	VFMADD231SS  X12, X11, X3
+	VMOVSS       20(AX), X12
+	VFMADD213SS  X12, X8, X12
+	VFMADD231SS  160(SP), X9, X12
+	VMOVSS       X12, 20(AX)
+	VFMADD231SS  X12, X10, X4
+	VFMADD231SS  X12, X11, X5
+	VMOVSS       24(AX), X12
+	VFMADD213SS  X12, X8, X12
+	VFMADD231SS  192(SP), X9, X12
+	VMOVSS       X12, 24(AX)
+	VFMADD231SS  X12, X10, X6
+	VFMADD231SS  X12, X11, X7
+	TESTQ        R9, R9
+	JZ           stateKVf32AVX2_nostorerow21
+	VMOVUPS      (AX), X9
+	VMOVUPS      X9, (R9)
+	VMOVSS       16(AX), X9
+	VMOVSS       X9, 16(R9)
+	VMOVSS       20(AX), X9
+	VMOVSS       X9, 20(R9)
+	VMOVSS       24(AX), X9
+	VMOVSS       X9, 24(R9)
+	ADDQ         R8, R9
+
+stateKVf32AVX2_nostorerow21:
+	ADDQ $0x00000020, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVf32AVX2_rows21
+	JMP  stateKVf32AVX2_tokdone11
+
+stateKVf32AVX2_far11:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         88(SP), AX
+	VBROADCASTSS 4(AX), Y8
+	VBROADCASTSS 8(AX), Y9
+	VBROADCASTSS 12(AX), Y10
+	MOVQ         72(SP), AX
+	MOVQ         80(SP), CX
+	VMOVUPS      (AX), X11
+	VMULPS       X0, X8, X0
+	VSUBPS       X0, X11, X11
+	VMULPS       X11, X9, X11
+	VMULPS       X1, X8, X1
+	VFMADD231PS  X11, X10, X1
+	VMOVUPS      X1, (CX)
+	VMOVUPS      X11, 96(SP)
+	VMOVSS       16(AX), X0
+	VMULSS       X2, X8, X2
+	VSUBSS       X2, X0, X0
+	VMULSS       X0, X9, X0
+	VMULSS       X3, X8, X3
+	VFMADD231SS  X0, X10, X3
+	VMOVSS       X3, 16(CX)
+	VMOVSS       X0, 128(SP)
+	VMOVSS       20(AX), X0
+	VMULSS       X4, X8, X4
+	VSUBSS       X4, X0, X0
+	VMULSS       X0, X9, X0
+	VMULSS       X5, X8, X5
+	VFMADD231SS  X0, X10, X5
+	VMOVSS       X5, 20(CX)
+	VMOVSS       X0, 160(SP)
+	VMOVSS       24(AX), X0
+	VMULSS       X6, X8, X6
+	VSUBSS       X6, X0, X0
+	VMULSS       X0, X9, X0
+	VMULSS       X7, X8, X7
+	VFMADD231SS  X0, X10, X7
+	VMOVSS       X7, 24(CX)
+	VMOVSS       X0, 192(SP)
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y1, Y1, Y1
+	VXORPS       Y2, Y2, Y2
+	VXORPS       Y3, Y3, Y3
+	VXORPS       Y4, Y4, Y4
+	VXORPS       Y5, Y5, Y5
+	VXORPS       Y6, Y6, Y6
+	VXORPS       Y7, Y7, Y7
+
+	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  48(SP), BX
+	MOVQ  56(SP), SI
+	MOVQ  64(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  40(SP), R10
+	MOVQ  stores_base+40(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
+	JZ    stateKVf32AVX2_nostore22
+	LEAQ  (R9)(R8*4), R9
+
+stateKVf32AVX2_nostore22:
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
+
+stateKVf32AVX2_rows22:
+	VBROADCASTSS (BX)(CX*4), Y9
+	VBROADCASTSS (SI)(CX*4), Y10
+	VBROADCASTSS (DI)(CX*4), Y11
+	VMOVUPS      (AX), X12
+	VMULPS       X12, X8, X12
+	VFMADD231PS  96(SP), X9, X12
+	VMOVUPS      X12, (AX)
+	VFMADD231PS  X12, X10, X0
+	VFMADD231PS  X12, X11, X1
+	VMOVSS       16(AX), X12
+	VMULSS       X12, X8, X12
+	VFMADD231SS  128(SP), X9, X12
+	VMOVSS       X12, 16(AX)
+	VFMADD231SS  X12, X10, X2
+	VFMADD231SS  X12, X11, X3
+	VMOVSS       20(AX), X12
+	VMULSS       X12, X8, X12
+	VFMADD231SS  160(SP), X9, X12
+	VMOVSS       X12, 20(AX)
+	VFMADD231SS  X12, X10, X4
+	VFMADD231SS  X12, X11, X5
+	VMOVSS       24(AX), X12
+	VMULSS       X12, X8, X12
+	VFMADD231SS  192(SP), X9, X12
+	VMOVSS       X12, 24(AX)
+	VFMADD231SS  X12, X10, X6
+	VFMADD231SS  X12, X11, X7
+	TESTQ        R9, R9
+	JZ           stateKVf32AVX2_nostorerow22
+	VMOVUPS      (AX), X9
+	VMOVUPS      X9, (R9)
+	VMOVSS       16(AX), X9
+	VMOVSS       X9, 16(R9)
+	VMOVSS       20(AX), X9
+	VMOVSS       X9, 20(R9)
+	VMOVSS       24(AX), X9
+	VMOVSS       X9, 24(R9)
+	ADDQ         R8, R9
+
+stateKVf32AVX2_nostorerow22:
+	ADDQ $0x00000020, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVf32AVX2_rows22
+
+stateKVf32AVX2_tokdone11:
+	MOVQ 56(SP), AX
+	MOVQ AX, 48(SP)
+	ADDQ $0x10, 88(SP)
+	MOVQ vs+136(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 72(SP)
+	MOVQ V+8(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 80(SP)
+	MOVQ 40(SP), CX
+	INCQ CX
+	MOVQ CX, 40(SP)
+	MOVQ tok_len+176(FP), AX
+	SHRQ $0x02, AX
+	CMPQ CX, AX
+	JB   stateKVf32AVX2_token11
+	MOVQ 24(SP), AX
+	ADDQ AX, 16(SP)
+	SUBQ AX, 8(SP)
+	JMP  stateKVf32AVX2_blocks1
+
+stateKVf32AVX2_done1:
+	VZEROUPPER
+	RET
+
+// func stateKVbf16AVX2(K int, V int, src []uint16, src32 []float32, stores []uintptr, carry []float32, kh []float32, qh []float32, v []float32, vs int, o []float32, tok []float32, work []float32)
+// Requires: AVX, AVX2, CMOV, FMA3
+TEXT ·stateKVbf16AVX2(SB), NOSPLIT, $224-264
+	MOVQ  K+0(FP), AX
+	MOVQ  V+8(FP), CX
+	MOVQ  tok_len+224(FP), DX
+	SHRQ  $0x02, DX
+	TESTQ AX, AX
+	JZ    stateKVbf16AVX2_done1
+	TESTQ CX, CX
+	JZ    stateKVbf16AVX2_done1
+	TESTQ DX, DX
+	JZ    stateKVbf16AVX2_done1
+	MOVQ  CX, 8(SP)
+	MOVQ  work_base+240(FP), CX
+	ADDQ  $0x3f, CX
+	ANDQ  $-64, CX
+	MOVQ  CX, (SP)
+
+	// K > 1024 does not fit work: the Go wrapper never calls with it.
+	CMPQ AX, $0x00000400
+	JA   stateKVbf16AVX2_done1
+
+	// Vectors per full block: the most (≤ 4) whose K rows fit 32768 bytes.
+	MOVQ    $0x00000001, CX
+	MOVQ    $0x00000002, DX
+	CMPQ    AX, $0x00000200
+	CMOVQLS DX, CX
+	MOVQ    $0x00000003, DX
+	CMPQ    AX, $0x00000155
+	CMOVQLS DX, CX
+	MOVQ    $0x00000004, DX
+	CMPQ    AX, $0x00000100
+	CMOVQLS DX, CX
+	MOVQ    CX, 32(SP)
+	XORQ    CX, CX
+	MOVQ    CX, 16(SP)
+
+	// Column blocks.
+stateKVbf16AVX2_blocks1:
+	MOVQ  8(SP), AX
+	TESTQ AX, AX
+	JZ    stateKVbf16AVX2_done1
+	MOVQ  32(SP), CX
+	MOVQ  CX, DX
+	SHLQ  $0x03, DX
+	CMPQ  AX, DX
+	JB    stateKVbf16AVX2_notfull1
+	MOVQ  DX, 24(SP)
+	CMPQ  CX, $0x00000001
+	JE    stateKVbf16AVX2_shape1
+	CMPQ  CX, $0x00000002
+	JE    stateKVbf16AVX2_shape2
+	CMPQ  CX, $0x00000003
+	JE    stateKVbf16AVX2_shape3
+	JMP   stateKVbf16AVX2_shape4
+
+stateKVbf16AVX2_notfull1:
+	MOVQ AX, CX
+	SHRQ $0x03, CX
+	JZ   stateKVbf16AVX2_narrow1
+	SHLQ $0x03, CX
+	MOVQ CX, 24(SP)
+	SHRQ $0x03, CX
+	CMPQ CX, $0x00000001
+	JE   stateKVbf16AVX2_shape1
+	CMPQ CX, $0x00000002
+	JE   stateKVbf16AVX2_shape2
+	CMPQ CX, $0x00000003
+	JE   stateKVbf16AVX2_shape3
+	JMP  stateKVbf16AVX2_shape4
+
+stateKVbf16AVX2_narrow1:
+	MOVQ AX, 24(SP)
+	CMPQ AX, $0x00000001
+	JE   stateKVbf16AVX2_shape5
+	CMPQ AX, $0x00000002
+	JE   stateKVbf16AVX2_shape6
+	CMPQ AX, $0x00000003
+	JE   stateKVbf16AVX2_shape7
+	CMPQ AX, $0x00000004
+	JE   stateKVbf16AVX2_shape8
+	CMPQ AX, $0x00000005
+	JE   stateKVbf16AVX2_shape9
+	CMPQ AX, $0x00000006
+	JE   stateKVbf16AVX2_shape10
+	JMP  stateKVbf16AVX2_shape11
+
+stateKVbf16AVX2_shape1:
+	// Block of 8 columns (rows in work of 32 bytes): pass 0 loads it, with token 0's read.
+	MOVQ  K+0(FP), AX
+	MOVQ  16(SP), CX
+	MOVQ  src32_base+40(FP), DX
+	TESTQ DX, DX
+	JZ    stateKVbf16AVX2_from161
+
+	// From src32 (f32).
+	MOVQ   V+8(FP), BX
+	LEAQ   (DX)(CX*4), DX
+	SHLQ   $0x02, BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	MOVQ   kh_base+112(FP), SI
+	MOVQ   qh_base+136(FP), DI
+	MOVQ   (SP), R8
+	XORQ   R9, R9
+
+stateKVbf16AVX2_pass01:
+	VBROADCASTSS (SI)(R9*4), Y2
+	VBROADCASTSS (DI)(R9*4), Y3
+	VMOVUPS      (DX), Y4
+	VMOVUPS      Y4, (R8)
+	VFMADD231PS  Y4, Y2, Y0
+	VFMADD231PS  Y4, Y3, Y1
+	ADDQ         BX, DX
+	ADDQ         $0x00000020, R8
+	INCQ         R9
+	CMPQ         R9, AX
+	JB           stateKVbf16AVX2_pass01
+	JMP          stateKVbf16AVX2_loaded1
+
+stateKVbf16AVX2_from161:
+	// From src (bf16).
+	MOVQ   src_base+16(FP), DX
+	MOVQ   V+8(FP), BX
+	LEAQ   (DX)(CX*2), DX
+	SHLQ   $0x01, BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	MOVQ   kh_base+112(FP), SI
+	MOVQ   qh_base+136(FP), DI
+	MOVQ   (SP), R8
+	XORQ   R9, R9
+
+stateKVbf16AVX2_pass02:
+	VBROADCASTSS (SI)(R9*4), Y2
+	VBROADCASTSS (DI)(R9*4), Y3
+	VPMOVZXWD    (DX), Y4
+	VPSLLD       $0x10, Y4, Y4
+	VMOVUPS      Y4, (R8)
+	VFMADD231PS  Y4, Y2, Y0
+	VFMADD231PS  Y4, Y3, Y1
+	ADDQ         BX, DX
+	ADDQ         $0x00000020, R8
+	INCQ         R9
+	CMPQ         R9, AX
+	JB           stateKVbf16AVX2_pass02
+
+stateKVbf16AVX2_loaded1:
+	// The tokens.
+	XORQ AX, AX
+	MOVQ AX, 40(SP)
+	MOVQ kh_base+112(FP), AX
+	MOVQ AX, 48(SP)
+	MOVQ tok_base+216(FP), AX
+	MOVQ AX, 88(SP)
+	MOVQ v_base+160(FP), AX
+	LEAQ (AX)(CX*4), AX
+	MOVQ AX, 72(SP)
+	MOVQ o_base+192(FP), AX
+	LEAQ (AX)(CX*4), AX
+	MOVQ AX, 80(SP)
+
+stateKVbf16AVX2_token1:
+	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
+	MOVQ 40(SP), AX
+	MOVQ K+0(FP), CX
+	INCQ AX
+	MOVQ tok_len+224(FP), DX
+	SHRQ $0x02, DX
+	CMPQ AX, DX
+	JB   stateKVbf16AVX2_notlast1
+	DECQ AX
+
+stateKVbf16AVX2_notlast1:
+	IMULQ    CX, AX
+	MOVQ     kh_base+112(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 56(SP)
+	MOVQ     qh_base+136(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 64(SP)
+	MOVQ     88(SP), AX
+	VMOVSS   (AX), X2
+	VUCOMISS nearone<>+0(SB), X2
+	JCS      stateKVbf16AVX2_far1
+
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         88(SP), AX
+	VBROADCASTSS (AX), Y2
+	VBROADCASTSS 8(AX), Y3
+	VBROADCASTSS 12(AX), Y4
+	MOVQ         72(SP), AX
+	MOVQ         80(SP), CX
+	VMOVUPS      (AX), Y5
+	VFMADD213PS  Y0, Y2, Y0
+	VSUBPS       Y0, Y5, Y5
+	VMULPS       Y5, Y3, Y5
+	VFMADD213PS  Y1, Y2, Y1
+	VFMADD231PS  Y5, Y4, Y1
+	VMOVUPS      Y1, (CX)
+	VMOVUPS      Y5, 96(SP)
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y1, Y1, Y1
+
+	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  48(SP), BX
+	MOVQ  56(SP), SI
+	MOVQ  64(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  40(SP), R10
+	MOVQ  stores_base+64(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
+	JZ    stateKVbf16AVX2_nostore1
+	LEAQ  (R9)(R8*2), R9
+
+stateKVbf16AVX2_nostore1:
+	MOVQ  V+8(FP), R10
+	SHLQ  $0x01, R10
+	MOVQ  40(SP), R12
+	INCQ  R12
+	MOVQ  tok_len+224(FP), R13
+	SHRQ  $0x02, R13
+	XORQ  R11, R11
+	CMPQ  R12, R13
+	JNE   stateKVbf16AVX2_nocarry1
+	MOVQ  carry_base+88(FP), R11
+	TESTQ R11, R11
+	JZ    stateKVbf16AVX2_nocarry1
+	LEAQ  (R11)(R8*4), R11
+
+stateKVbf16AVX2_nocarry1:
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
+
+stateKVbf16AVX2_rows1:
+	VBROADCASTSS (BX)(CX*4), Y3
+	VBROADCASTSS (SI)(CX*4), Y4
+	VBROADCASTSS (DI)(CX*4), Y5
+	VMOVUPS      (AX), Y6
+	VFMADD213PS  Y6, Y2, Y6
+	VFMADD231PS  96(SP), Y3, Y6
+	VMOVUPS      Y6, (AX)
+	VFMADD231PS  Y6, Y4, Y0
+	VFMADD231PS  Y6, Y5, Y1
+	TESTQ        R9, R9
+	JZ           stateKVbf16AVX2_nostorerow1
+	VMOVUPS      (AX), Y3
+	VPSRLD       $0x10, Y3, Y4
+	VPAND        absmask<>+0(SB), Y3, Y5
+	VPCMPGTD     infbits<>+0(SB), Y5, Y6
+	VPAND        one_i<>+0(SB), Y4, Y5
+	VPADDD       round<>+0(SB), Y3, Y3
+	VPADDD       Y5, Y3, Y3
+	VPSRLD       $0x10, Y3, Y3
+	VPOR         quiet<>+0(SB), Y4, Y4
+	VPBLENDVB    Y6, Y4, Y3, Y3
+	VEXTRACTI128 $0x01, Y3, X4
+	VPACKUSDW    X4, X3, X4
+	VMOVDQU      X4, (R9)
+	ADDQ         R10, R9
+
+stateKVbf16AVX2_nostorerow1:
+	TESTQ   R11, R11
+	JZ      stateKVbf16AVX2_nocarryrow1
+	VMOVUPS (AX), Y3
+	VMOVUPS Y3, (R11)
+	ADDQ    R8, R11
+
+stateKVbf16AVX2_nocarryrow1:
+	ADDQ $0x00000020, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVbf16AVX2_rows1
+	JMP  stateKVbf16AVX2_tokdone1
+
+stateKVbf16AVX2_far1:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         88(SP), AX
+	VBROADCASTSS 4(AX), Y2
+	VBROADCASTSS 8(AX), Y3
+	VBROADCASTSS 12(AX), Y4
+	MOVQ         72(SP), AX
+	MOVQ         80(SP), CX
+	VMOVUPS      (AX), Y5
+	VMULPS       Y0, Y2, Y0
+	VSUBPS       Y0, Y5, Y5
+	VMULPS       Y5, Y3, Y5
+	VMULPS       Y1, Y2, Y1
+	VFMADD231PS  Y5, Y4, Y1
+	VMOVUPS      Y1, (CX)
+	VMOVUPS      Y5, 96(SP)
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y1, Y1, Y1
+
+	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  48(SP), BX
+	MOVQ  56(SP), SI
+	MOVQ  64(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  40(SP), R10
+	MOVQ  stores_base+64(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
+	JZ    stateKVbf16AVX2_nostore2
+	LEAQ  (R9)(R8*2), R9
+
+stateKVbf16AVX2_nostore2:
+	MOVQ  V+8(FP), R10
+	SHLQ  $0x01, R10
+	MOVQ  40(SP), R12
+	INCQ  R12
+	MOVQ  tok_len+224(FP), R13
+	SHRQ  $0x02, R13
+	XORQ  R11, R11
+	CMPQ  R12, R13
+	JNE   stateKVbf16AVX2_nocarry2
+	MOVQ  carry_base+88(FP), R11
+	TESTQ R11, R11
+	JZ    stateKVbf16AVX2_nocarry2
+	LEAQ  (R11)(R8*4), R11
+
+stateKVbf16AVX2_nocarry2:
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
+
+stateKVbf16AVX2_rows2:
+	VBROADCASTSS (BX)(CX*4), Y3
+	VBROADCASTSS (SI)(CX*4), Y4
+	VBROADCASTSS (DI)(CX*4), Y5
+	VMOVUPS      (AX), Y6
+	VMULPS       Y6, Y2, Y6
+	VFMADD231PS  96(SP), Y3, Y6
+	VMOVUPS      Y6, (AX)
+	VFMADD231PS  Y6, Y4, Y0
+	VFMADD231PS  Y6, Y5, Y1
+	TESTQ        R9, R9
+	JZ           stateKVbf16AVX2_nostorerow2
+	VMOVUPS      (AX), Y3
+	VPSRLD       $0x10, Y3, Y4
+	VPAND        absmask<>+0(SB), Y3, Y5
+	VPCMPGTD     infbits<>+0(SB), Y5, Y6
+	VPAND        one_i<>+0(SB), Y4, Y5
+	VPADDD       round<>+0(SB), Y3, Y3
+	VPADDD       Y5, Y3, Y3
+	VPSRLD       $0x10, Y3, Y3
+	VPOR         quiet<>+0(SB), Y4, Y4
+	VPBLENDVB    Y6, Y4, Y3, Y3
+	VEXTRACTI128 $0x01, Y3, X4
+	VPACKUSDW    X4, X3, X4
+	VMOVDQU      X4, (R9)
+	ADDQ         R10, R9
+
+stateKVbf16AVX2_nostorerow2:
+	TESTQ   R11, R11
+	JZ      stateKVbf16AVX2_nocarryrow2
+	VMOVUPS (AX), Y3
+	VMOVUPS Y3, (R11)
+	ADDQ    R8, R11
+
+stateKVbf16AVX2_nocarryrow2:
+	ADDQ $0x00000020, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVbf16AVX2_rows2
+
+stateKVbf16AVX2_tokdone1:
+	MOVQ 56(SP), AX
+	MOVQ AX, 48(SP)
+	ADDQ $0x10, 88(SP)
+	MOVQ vs+184(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 72(SP)
+	MOVQ V+8(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 80(SP)
+	MOVQ 40(SP), CX
+	INCQ CX
+	MOVQ CX, 40(SP)
+	MOVQ tok_len+224(FP), AX
+	SHRQ $0x02, AX
+	CMPQ CX, AX
+	JB   stateKVbf16AVX2_token1
+	MOVQ 24(SP), AX
+	ADDQ AX, 16(SP)
+	SUBQ AX, 8(SP)
+	JMP  stateKVbf16AVX2_blocks1
+
+stateKVbf16AVX2_shape2:
+	// Block of 16 columns (rows in work of 64 bytes): pass 0 loads it, with token 0's read.
+	MOVQ  K+0(FP), AX
+	MOVQ  16(SP), CX
+	MOVQ  src32_base+40(FP), DX
+	TESTQ DX, DX
+	JZ    stateKVbf16AVX2_from162
+
+	// From src32 (f32).
+	MOVQ   V+8(FP), BX
+	LEAQ   (DX)(CX*4), DX
+	SHLQ   $0x02, BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   kh_base+112(FP), SI
+	MOVQ   qh_base+136(FP), DI
+	MOVQ   (SP), R8
+	XORQ   R9, R9
+
+stateKVbf16AVX2_pass03:
+	VBROADCASTSS (SI)(R9*4), Y4
+	VBROADCASTSS (DI)(R9*4), Y5
+	VMOVUPS      (DX), Y6
+	VMOVUPS      Y6, (R8)
+	VFMADD231PS  Y6, Y4, Y0
+	VFMADD231PS  Y6, Y5, Y1
+	VMOVUPS      32(DX), Y6
+	VMOVUPS      Y6, 32(R8)
+	VFMADD231PS  Y6, Y4, Y2
+	VFMADD231PS  Y6, Y5, Y3
+	ADDQ         BX, DX
+	ADDQ         $0x00000040, R8
+	INCQ         R9
+	CMPQ         R9, AX
+	JB           stateKVbf16AVX2_pass03
+	JMP          stateKVbf16AVX2_loaded2
+
+stateKVbf16AVX2_from162:
+	// From src (bf16).
+	MOVQ   src_base+16(FP), DX
+	MOVQ   V+8(FP), BX
+	LEAQ   (DX)(CX*2), DX
+	SHLQ   $0x01, BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   kh_base+112(FP), SI
+	MOVQ   qh_base+136(FP), DI
+	MOVQ   (SP), R8
+	XORQ   R9, R9
+
+stateKVbf16AVX2_pass04:
+	VBROADCASTSS (SI)(R9*4), Y4
+	VBROADCASTSS (DI)(R9*4), Y5
+	VPMOVZXWD    (DX), Y6
+	VPSLLD       $0x10, Y6, Y6
+	VMOVUPS      Y6, (R8)
+	VFMADD231PS  Y6, Y4, Y0
+	VFMADD231PS  Y6, Y5, Y1
+	VPMOVZXWD    16(DX), Y6
+	VPSLLD       $0x10, Y6, Y6
+	VMOVUPS      Y6, 32(R8)
+	VFMADD231PS  Y6, Y4, Y2
+	VFMADD231PS  Y6, Y5, Y3
+	ADDQ         BX, DX
+	ADDQ         $0x00000040, R8
+	INCQ         R9
+	CMPQ         R9, AX
+	JB           stateKVbf16AVX2_pass04
+
+stateKVbf16AVX2_loaded2:
+	// The tokens.
+	XORQ AX, AX
+	MOVQ AX, 40(SP)
+	MOVQ kh_base+112(FP), AX
+	MOVQ AX, 48(SP)
+	MOVQ tok_base+216(FP), AX
+	MOVQ AX, 88(SP)
+	MOVQ v_base+160(FP), AX
+	LEAQ (AX)(CX*4), AX
+	MOVQ AX, 72(SP)
+	MOVQ o_base+192(FP), AX
+	LEAQ (AX)(CX*4), AX
+	MOVQ AX, 80(SP)
+
+stateKVbf16AVX2_token2:
+	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
+	MOVQ 40(SP), AX
+	MOVQ K+0(FP), CX
+	INCQ AX
+	MOVQ tok_len+224(FP), DX
+	SHRQ $0x02, DX
+	CMPQ AX, DX
+	JB   stateKVbf16AVX2_notlast2
+	DECQ AX
+
+stateKVbf16AVX2_notlast2:
+	IMULQ    CX, AX
+	MOVQ     kh_base+112(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 56(SP)
+	MOVQ     qh_base+136(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 64(SP)
+	MOVQ     88(SP), AX
+	VMOVSS   (AX), X4
+	VUCOMISS nearone<>+0(SB), X4
+	JCS      stateKVbf16AVX2_far2
+
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         88(SP), AX
+	VBROADCASTSS (AX), Y4
+	VBROADCASTSS 8(AX), Y5
+	VBROADCASTSS 12(AX), Y6
+	MOVQ         72(SP), AX
+	MOVQ         80(SP), CX
+	VMOVUPS      (AX), Y7
+	VFMADD213PS  Y0, Y4, Y0
+	VSUBPS       Y0, Y7, Y7
+	VMULPS       Y7, Y5, Y7
+	VFMADD213PS  Y1, Y4, Y1
+	VFMADD231PS  Y7, Y6, Y1
+	VMOVUPS      Y1, (CX)
+	VMOVUPS      Y7, 96(SP)
+	VMOVUPS      32(AX), Y0
+	VFMADD213PS  Y2, Y4, Y2
+	VSUBPS       Y2, Y0, Y0
+	VMULPS       Y0, Y5, Y0
+	VFMADD213PS  Y3, Y4, Y3
+	VFMADD231PS  Y0, Y6, Y3
+	VMOVUPS      Y3, 32(CX)
+	VMOVUPS      Y0, 128(SP)
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y1, Y1, Y1
+	VXORPS       Y2, Y2, Y2
+	VXORPS       Y3, Y3, Y3
+
+	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  48(SP), BX
+	MOVQ  56(SP), SI
+	MOVQ  64(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  40(SP), R10
+	MOVQ  stores_base+64(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
+	JZ    stateKVbf16AVX2_nostore3
+	LEAQ  (R9)(R8*2), R9
+
+stateKVbf16AVX2_nostore3:
+	MOVQ  V+8(FP), R10
+	SHLQ  $0x01, R10
+	MOVQ  40(SP), R12
+	INCQ  R12
+	MOVQ  tok_len+224(FP), R13
+	SHRQ  $0x02, R13
+	XORQ  R11, R11
+	CMPQ  R12, R13
+	JNE   stateKVbf16AVX2_nocarry3
+	MOVQ  carry_base+88(FP), R11
+	TESTQ R11, R11
+	JZ    stateKVbf16AVX2_nocarry3
+	LEAQ  (R11)(R8*4), R11
+
+stateKVbf16AVX2_nocarry3:
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
+
+stateKVbf16AVX2_rows3:
+	VBROADCASTSS (BX)(CX*4), Y5
+	VBROADCASTSS (SI)(CX*4), Y6
+	VBROADCASTSS (DI)(CX*4), Y7
+	VMOVUPS      (AX), Y8
+	VFMADD213PS  Y8, Y4, Y8
+	VFMADD231PS  96(SP), Y5, Y8
+	VMOVUPS      Y8, (AX)
+	VFMADD231PS  Y8, Y6, Y0
+	VFMADD231PS  Y8, Y7, Y1
+	VMOVUPS      32(AX), Y8
+	VFMADD213PS  Y8, Y4, Y8
+	VFMADD231PS  128(SP), Y5, Y8
+	VMOVUPS      Y8, 32(AX)
+	VFMADD231PS  Y8, Y6, Y2
+	VFMADD231PS  Y8, Y7, Y3
+	TESTQ        R9, R9
+	JZ           stateKVbf16AVX2_nostorerow3
+	VMOVUPS      (AX), Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X6
+	VPACKUSDW    X6, X5, X6
+	VMOVDQU      X6, (R9)
+	VMOVUPS      32(AX), Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X6
+	VPACKUSDW    X6, X5, X6
+	VMOVDQU      X6, 16(R9)
+	ADDQ         R10, R9
+
+stateKVbf16AVX2_nostorerow3:
+	TESTQ   R11, R11
+	JZ      stateKVbf16AVX2_nocarryrow3
+	VMOVUPS (AX), Y5
+	VMOVUPS Y5, (R11)
+	VMOVUPS 32(AX), Y5
+	VMOVUPS Y5, 32(R11)
+	ADDQ    R8, R11
+
+stateKVbf16AVX2_nocarryrow3:
+	ADDQ $0x00000040, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVbf16AVX2_rows3
+	JMP  stateKVbf16AVX2_tokdone2
+
+stateKVbf16AVX2_far2:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         88(SP), AX
+	VBROADCASTSS 4(AX), Y4
+	VBROADCASTSS 8(AX), Y5
+	VBROADCASTSS 12(AX), Y6
+	MOVQ         72(SP), AX
+	MOVQ         80(SP), CX
+	VMOVUPS      (AX), Y7
+	VMULPS       Y0, Y4, Y0
+	VSUBPS       Y0, Y7, Y7
+	VMULPS       Y7, Y5, Y7
+	VMULPS       Y1, Y4, Y1
+	VFMADD231PS  Y7, Y6, Y1
+	VMOVUPS      Y1, (CX)
+	VMOVUPS      Y7, 96(SP)
+	VMOVUPS      32(AX), Y0
+	VMULPS       Y2, Y4, Y2
+	VSUBPS       Y2, Y0, Y0
+	VMULPS       Y0, Y5, Y0
+	VMULPS       Y3, Y4, Y3
+	VFMADD231PS  Y0, Y6, Y3
+	VMOVUPS      Y3, 32(CX)
+	VMOVUPS      Y0, 128(SP)
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y1, Y1, Y1
+	VXORPS       Y2, Y2, Y2
+	VXORPS       Y3, Y3, Y3
+
+	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  48(SP), BX
+	MOVQ  56(SP), SI
+	MOVQ  64(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  40(SP), R10
+	MOVQ  stores_base+64(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
+	JZ    stateKVbf16AVX2_nostore4
+	LEAQ  (R9)(R8*2), R9
+
+stateKVbf16AVX2_nostore4:
+	MOVQ  V+8(FP), R10
+	SHLQ  $0x01, R10
+	MOVQ  40(SP), R12
+	INCQ  R12
+	MOVQ  tok_len+224(FP), R13
+	SHRQ  $0x02, R13
+	XORQ  R11, R11
+	CMPQ  R12, R13
+	JNE   stateKVbf16AVX2_nocarry4
+	MOVQ  carry_base+88(FP), R11
+	TESTQ R11, R11
+	JZ    stateKVbf16AVX2_nocarry4
+	LEAQ  (R11)(R8*4), R11
+
+stateKVbf16AVX2_nocarry4:
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
+
+stateKVbf16AVX2_rows4:
+	VBROADCASTSS (BX)(CX*4), Y5
+	VBROADCASTSS (SI)(CX*4), Y6
+	VBROADCASTSS (DI)(CX*4), Y7
+	VMOVUPS      (AX), Y8
+	VMULPS       Y8, Y4, Y8
+	VFMADD231PS  96(SP), Y5, Y8
+	VMOVUPS      Y8, (AX)
+	VFMADD231PS  Y8, Y6, Y0
+	VFMADD231PS  Y8, Y7, Y1
+	VMOVUPS      32(AX), Y8
+	VMULPS       Y8, Y4, Y8
+	VFMADD231PS  128(SP), Y5, Y8
+	VMOVUPS      Y8, 32(AX)
+	VFMADD231PS  Y8, Y6, Y2
+	VFMADD231PS  Y8, Y7, Y3
+	TESTQ        R9, R9
+	JZ           stateKVbf16AVX2_nostorerow4
+	VMOVUPS      (AX), Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X6
+	VPACKUSDW    X6, X5, X6
+	VMOVDQU      X6, (R9)
+	VMOVUPS      32(AX), Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X6
+	VPACKUSDW    X6, X5, X6
+	VMOVDQU      X6, 16(R9)
+	ADDQ         R10, R9
+
+stateKVbf16AVX2_nostorerow4:
+	TESTQ   R11, R11
+	JZ      stateKVbf16AVX2_nocarryrow4
+	VMOVUPS (AX), Y5
+	VMOVUPS Y5, (R11)
+	VMOVUPS 32(AX), Y5
+	VMOVUPS Y5, 32(R11)
+	ADDQ    R8, R11
+
+stateKVbf16AVX2_nocarryrow4:
+	ADDQ $0x00000040, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVbf16AVX2_rows4
+
+stateKVbf16AVX2_tokdone2:
+	MOVQ 56(SP), AX
+	MOVQ AX, 48(SP)
+	ADDQ $0x10, 88(SP)
+	MOVQ vs+184(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 72(SP)
+	MOVQ V+8(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 80(SP)
+	MOVQ 40(SP), CX
+	INCQ CX
+	MOVQ CX, 40(SP)
+	MOVQ tok_len+224(FP), AX
+	SHRQ $0x02, AX
+	CMPQ CX, AX
+	JB   stateKVbf16AVX2_token2
+	MOVQ 24(SP), AX
+	ADDQ AX, 16(SP)
+	SUBQ AX, 8(SP)
+	JMP  stateKVbf16AVX2_blocks1
+
+stateKVbf16AVX2_shape3:
+	// Block of 24 columns (rows in work of 96 bytes): pass 0 loads it, with token 0's read.
+	MOVQ  K+0(FP), AX
+	MOVQ  16(SP), CX
+	MOVQ  src32_base+40(FP), DX
+	TESTQ DX, DX
+	JZ    stateKVbf16AVX2_from163
+
+	// From src32 (f32).
+	MOVQ   V+8(FP), BX
+	LEAQ   (DX)(CX*4), DX
+	SHLQ   $0x02, BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	MOVQ   kh_base+112(FP), SI
+	MOVQ   qh_base+136(FP), DI
+	MOVQ   (SP), R8
+	XORQ   R9, R9
+
+stateKVbf16AVX2_pass05:
+	VBROADCASTSS (SI)(R9*4), Y6
+	VBROADCASTSS (DI)(R9*4), Y7
+	VMOVUPS      (DX), Y8
+	VMOVUPS      Y8, (R8)
+	VFMADD231PS  Y8, Y6, Y0
+	VFMADD231PS  Y8, Y7, Y1
+	VMOVUPS      32(DX), Y8
+	VMOVUPS      Y8, 32(R8)
+	VFMADD231PS  Y8, Y6, Y2
+	VFMADD231PS  Y8, Y7, Y3
+	VMOVUPS      64(DX), Y8
+	VMOVUPS      Y8, 64(R8)
+	VFMADD231PS  Y8, Y6, Y4
+	VFMADD231PS  Y8, Y7, Y5
+	ADDQ         BX, DX
+	ADDQ         $0x00000060, R8
+	INCQ         R9
+	CMPQ         R9, AX
+	JB           stateKVbf16AVX2_pass05
+	JMP          stateKVbf16AVX2_loaded3
+
+stateKVbf16AVX2_from163:
+	// From src (bf16).
+	MOVQ   src_base+16(FP), DX
+	MOVQ   V+8(FP), BX
+	LEAQ   (DX)(CX*2), DX
+	SHLQ   $0x01, BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	MOVQ   kh_base+112(FP), SI
+	MOVQ   qh_base+136(FP), DI
+	MOVQ   (SP), R8
+	XORQ   R9, R9
+
+stateKVbf16AVX2_pass06:
+	VBROADCASTSS (SI)(R9*4), Y6
+	VBROADCASTSS (DI)(R9*4), Y7
+	VPMOVZXWD    (DX), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VMOVUPS      Y8, (R8)
+	VFMADD231PS  Y8, Y6, Y0
+	VFMADD231PS  Y8, Y7, Y1
+	VPMOVZXWD    16(DX), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VMOVUPS      Y8, 32(R8)
+	VFMADD231PS  Y8, Y6, Y2
+	VFMADD231PS  Y8, Y7, Y3
+	VPMOVZXWD    32(DX), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VMOVUPS      Y8, 64(R8)
+	VFMADD231PS  Y8, Y6, Y4
+	VFMADD231PS  Y8, Y7, Y5
+	ADDQ         BX, DX
+	ADDQ         $0x00000060, R8
+	INCQ         R9
+	CMPQ         R9, AX
+	JB           stateKVbf16AVX2_pass06
+
+stateKVbf16AVX2_loaded3:
+	// The tokens.
+	XORQ AX, AX
+	MOVQ AX, 40(SP)
+	MOVQ kh_base+112(FP), AX
+	MOVQ AX, 48(SP)
+	MOVQ tok_base+216(FP), AX
+	MOVQ AX, 88(SP)
+	MOVQ v_base+160(FP), AX
+	LEAQ (AX)(CX*4), AX
+	MOVQ AX, 72(SP)
+	MOVQ o_base+192(FP), AX
+	LEAQ (AX)(CX*4), AX
+	MOVQ AX, 80(SP)
+
+stateKVbf16AVX2_token3:
+	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
+	MOVQ 40(SP), AX
+	MOVQ K+0(FP), CX
+	INCQ AX
+	MOVQ tok_len+224(FP), DX
+	SHRQ $0x02, DX
+	CMPQ AX, DX
+	JB   stateKVbf16AVX2_notlast3
+	DECQ AX
+
+stateKVbf16AVX2_notlast3:
+	IMULQ    CX, AX
+	MOVQ     kh_base+112(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 56(SP)
+	MOVQ     qh_base+136(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 64(SP)
+	MOVQ     88(SP), AX
+	VMOVSS   (AX), X6
+	VUCOMISS nearone<>+0(SB), X6
+	JCS      stateKVbf16AVX2_far3
+
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         88(SP), AX
+	VBROADCASTSS (AX), Y6
+	VBROADCASTSS 8(AX), Y7
+	VBROADCASTSS 12(AX), Y8
+	MOVQ         72(SP), AX
+	MOVQ         80(SP), CX
+	VMOVUPS      (AX), Y9
+	VFMADD213PS  Y0, Y6, Y0
+	VSUBPS       Y0, Y9, Y9
+	VMULPS       Y9, Y7, Y9
+	VFMADD213PS  Y1, Y6, Y1
+	VFMADD231PS  Y9, Y8, Y1
+	VMOVUPS      Y1, (CX)
+	VMOVUPS      Y9, 96(SP)
+	VMOVUPS      32(AX), Y0
+	VFMADD213PS  Y2, Y6, Y2
+	VSUBPS       Y2, Y0, Y0
+	VMULPS       Y0, Y7, Y0
+	VFMADD213PS  Y3, Y6, Y3
+	VFMADD231PS  Y0, Y8, Y3
+	VMOVUPS      Y3, 32(CX)
+	VMOVUPS      Y0, 128(SP)
+	VMOVUPS      64(AX), Y0
+	VFMADD213PS  Y4, Y6, Y4
+	VSUBPS       Y4, Y0, Y0
+	VMULPS       Y0, Y7, Y0
+	VFMADD213PS  Y5, Y6, Y5
+	VFMADD231PS  Y0, Y8, Y5
+	VMOVUPS      Y5, 64(CX)
+	VMOVUPS      Y0, 160(SP)
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y1, Y1, Y1
+	VXORPS       Y2, Y2, Y2
+	VXORPS       Y3, Y3, Y3
+	VXORPS       Y4, Y4, Y4
+	VXORPS       Y5, Y5, Y5
+
+	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  48(SP), BX
+	MOVQ  56(SP), SI
+	MOVQ  64(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  40(SP), R10
+	MOVQ  stores_base+64(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
+	JZ    stateKVbf16AVX2_nostore5
+	LEAQ  (R9)(R8*2), R9
+
+stateKVbf16AVX2_nostore5:
+	MOVQ  V+8(FP), R10
+	SHLQ  $0x01, R10
+	MOVQ  40(SP), R12
+	INCQ  R12
+	MOVQ  tok_len+224(FP), R13
+	SHRQ  $0x02, R13
+	XORQ  R11, R11
+	CMPQ  R12, R13
+	JNE   stateKVbf16AVX2_nocarry5
+	MOVQ  carry_base+88(FP), R11
+	TESTQ R11, R11
+	JZ    stateKVbf16AVX2_nocarry5
+	LEAQ  (R11)(R8*4), R11
+
+stateKVbf16AVX2_nocarry5:
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
+
+stateKVbf16AVX2_rows5:
+	VBROADCASTSS (BX)(CX*4), Y7
+	VBROADCASTSS (SI)(CX*4), Y8
+	VBROADCASTSS (DI)(CX*4), Y9
+	VMOVUPS      (AX), Y10
+	VFMADD213PS  Y10, Y6, Y10
+	VFMADD231PS  96(SP), Y7, Y10
+	VMOVUPS      Y10, (AX)
+	VFMADD231PS  Y10, Y8, Y0
+	VFMADD231PS  Y10, Y9, Y1
+	VMOVUPS      32(AX), Y10
+	VFMADD213PS  Y10, Y6, Y10
+	VFMADD231PS  128(SP), Y7, Y10
+	VMOVUPS      Y10, 32(AX)
+	VFMADD231PS  Y10, Y8, Y2
+	VFMADD231PS  Y10, Y9, Y3
+	VMOVUPS      64(AX), Y10
+	VFMADD213PS  Y10, Y6, Y10
+	VFMADD231PS  160(SP), Y7, Y10
+	VMOVUPS      Y10, 64(AX)
+	VFMADD231PS  Y10, Y8, Y4
+	VFMADD231PS  Y10, Y9, Y5
+	TESTQ        R9, R9
+	JZ           stateKVbf16AVX2_nostorerow5
+	VMOVUPS      (AX), Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        absmask<>+0(SB), Y7, Y9
+	VPCMPGTD     infbits<>+0(SB), Y9, Y10
+	VPAND        one_i<>+0(SB), Y8, Y9
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y9, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VPOR         quiet<>+0(SB), Y8, Y8
+	VPBLENDVB    Y10, Y8, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X8
+	VPACKUSDW    X8, X7, X8
+	VMOVDQU      X8, (R9)
+	VMOVUPS      32(AX), Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        absmask<>+0(SB), Y7, Y9
+	VPCMPGTD     infbits<>+0(SB), Y9, Y10
+	VPAND        one_i<>+0(SB), Y8, Y9
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y9, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VPOR         quiet<>+0(SB), Y8, Y8
+	VPBLENDVB    Y10, Y8, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X8
+	VPACKUSDW    X8, X7, X8
+	VMOVDQU      X8, 16(R9)
+	VMOVUPS      64(AX), Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        absmask<>+0(SB), Y7, Y9
+	VPCMPGTD     infbits<>+0(SB), Y9, Y10
+	VPAND        one_i<>+0(SB), Y8, Y9
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y9, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VPOR         quiet<>+0(SB), Y8, Y8
+	VPBLENDVB    Y10, Y8, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X8
+	VPACKUSDW    X8, X7, X8
+	VMOVDQU      X8, 32(R9)
+	ADDQ         R10, R9
+
+stateKVbf16AVX2_nostorerow5:
+	TESTQ   R11, R11
+	JZ      stateKVbf16AVX2_nocarryrow5
+	VMOVUPS (AX), Y7
+	VMOVUPS Y7, (R11)
+	VMOVUPS 32(AX), Y7
+	VMOVUPS Y7, 32(R11)
+	VMOVUPS 64(AX), Y7
+	VMOVUPS Y7, 64(R11)
+	ADDQ    R8, R11
+
+stateKVbf16AVX2_nocarryrow5:
+	ADDQ $0x00000060, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVbf16AVX2_rows5
+	JMP  stateKVbf16AVX2_tokdone3
+
+stateKVbf16AVX2_far3:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         88(SP), AX
+	VBROADCASTSS 4(AX), Y6
+	VBROADCASTSS 8(AX), Y7
+	VBROADCASTSS 12(AX), Y8
+	MOVQ         72(SP), AX
+	MOVQ         80(SP), CX
+	VMOVUPS      (AX), Y9
+	VMULPS       Y0, Y6, Y0
+	VSUBPS       Y0, Y9, Y9
+	VMULPS       Y9, Y7, Y9
+	VMULPS       Y1, Y6, Y1
+	VFMADD231PS  Y9, Y8, Y1
+	VMOVUPS      Y1, (CX)
+	VMOVUPS      Y9, 96(SP)
+	VMOVUPS      32(AX), Y0
+	VMULPS       Y2, Y6, Y2
+	VSUBPS       Y2, Y0, Y0
+	VMULPS       Y0, Y7, Y0
+	VMULPS       Y3, Y6, Y3
+	VFMADD231PS  Y0, Y8, Y3
+	VMOVUPS      Y3, 32(CX)
+	VMOVUPS      Y0, 128(SP)
+	VMOVUPS      64(AX), Y0
+	VMULPS       Y4, Y6, Y4
+	VSUBPS       Y4, Y0, Y0
+	VMULPS       Y0, Y7, Y0
+	VMULPS       Y5, Y6, Y5
+	VFMADD231PS  Y0, Y8, Y5
+	VMOVUPS      Y5, 64(CX)
+	VMOVUPS      Y0, 160(SP)
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y1, Y1, Y1
+	VXORPS       Y2, Y2, Y2
+	VXORPS       Y3, Y3, Y3
+	VXORPS       Y4, Y4, Y4
+	VXORPS       Y5, Y5, Y5
+
+	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  48(SP), BX
+	MOVQ  56(SP), SI
+	MOVQ  64(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  40(SP), R10
+	MOVQ  stores_base+64(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
+	JZ    stateKVbf16AVX2_nostore6
+	LEAQ  (R9)(R8*2), R9
+
+stateKVbf16AVX2_nostore6:
+	MOVQ  V+8(FP), R10
+	SHLQ  $0x01, R10
+	MOVQ  40(SP), R12
+	INCQ  R12
+	MOVQ  tok_len+224(FP), R13
+	SHRQ  $0x02, R13
+	XORQ  R11, R11
+	CMPQ  R12, R13
+	JNE   stateKVbf16AVX2_nocarry6
+	MOVQ  carry_base+88(FP), R11
+	TESTQ R11, R11
+	JZ    stateKVbf16AVX2_nocarry6
+	LEAQ  (R11)(R8*4), R11
+
+stateKVbf16AVX2_nocarry6:
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
+
+stateKVbf16AVX2_rows6:
+	VBROADCASTSS (BX)(CX*4), Y7
+	VBROADCASTSS (SI)(CX*4), Y8
+	VBROADCASTSS (DI)(CX*4), Y9
+	VMOVUPS      (AX), Y10
+	VMULPS       Y10, Y6, Y10
+	VFMADD231PS  96(SP), Y7, Y10
+	VMOVUPS      Y10, (AX)
+	VFMADD231PS  Y10, Y8, Y0
+	VFMADD231PS  Y10, Y9, Y1
+	VMOVUPS      32(AX), Y10
+	VMULPS       Y10, Y6, Y10
+	VFMADD231PS  128(SP), Y7, Y10
+	VMOVUPS      Y10, 32(AX)
+	VFMADD231PS  Y10, Y8, Y2
+	VFMADD231PS  Y10, Y9, Y3
+	VMOVUPS      64(AX), Y10
+	VMULPS       Y10, Y6, Y10
+	VFMADD231PS  160(SP), Y7, Y10
+	VMOVUPS      Y10, 64(AX)
+	VFMADD231PS  Y10, Y8, Y4
+	VFMADD231PS  Y10, Y9, Y5
+	TESTQ        R9, R9
+	JZ           stateKVbf16AVX2_nostorerow6
+	VMOVUPS      (AX), Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        absmask<>+0(SB), Y7, Y9
+	VPCMPGTD     infbits<>+0(SB), Y9, Y10
+	VPAND        one_i<>+0(SB), Y8, Y9
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y9, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VPOR         quiet<>+0(SB), Y8, Y8
+	VPBLENDVB    Y10, Y8, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X8
+	VPACKUSDW    X8, X7, X8
+	VMOVDQU      X8, (R9)
+	VMOVUPS      32(AX), Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        absmask<>+0(SB), Y7, Y9
+	VPCMPGTD     infbits<>+0(SB), Y9, Y10
+	VPAND        one_i<>+0(SB), Y8, Y9
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y9, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VPOR         quiet<>+0(SB), Y8, Y8
+	VPBLENDVB    Y10, Y8, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X8
+	VPACKUSDW    X8, X7, X8
+	VMOVDQU      X8, 16(R9)
+	VMOVUPS      64(AX), Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        absmask<>+0(SB), Y7, Y9
+	VPCMPGTD     infbits<>+0(SB), Y9, Y10
+	VPAND        one_i<>+0(SB), Y8, Y9
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y9, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VPOR         quiet<>+0(SB), Y8, Y8
+	VPBLENDVB    Y10, Y8, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X8
+	VPACKUSDW    X8, X7, X8
+	VMOVDQU      X8, 32(R9)
+	ADDQ         R10, R9
+
+stateKVbf16AVX2_nostorerow6:
+	TESTQ   R11, R11
+	JZ      stateKVbf16AVX2_nocarryrow6
+	VMOVUPS (AX), Y7
+	VMOVUPS Y7, (R11)
+	VMOVUPS 32(AX), Y7
+	VMOVUPS Y7, 32(R11)
+	VMOVUPS 64(AX), Y7
+	VMOVUPS Y7, 64(R11)
+	ADDQ    R8, R11
+
+stateKVbf16AVX2_nocarryrow6:
+	ADDQ $0x00000060, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVbf16AVX2_rows6
+
+stateKVbf16AVX2_tokdone3:
+	MOVQ 56(SP), AX
+	MOVQ AX, 48(SP)
+	ADDQ $0x10, 88(SP)
+	MOVQ vs+184(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 72(SP)
+	MOVQ V+8(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 80(SP)
+	MOVQ 40(SP), CX
+	INCQ CX
+	MOVQ CX, 40(SP)
+	MOVQ tok_len+224(FP), AX
+	SHRQ $0x02, AX
+	CMPQ CX, AX
+	JB   stateKVbf16AVX2_token3
+	MOVQ 24(SP), AX
+	ADDQ AX, 16(SP)
+	SUBQ AX, 8(SP)
+	JMP  stateKVbf16AVX2_blocks1
+
+stateKVbf16AVX2_shape4:
+	// Block of 32 columns (rows in work of 128 bytes): pass 0 loads it, with token 0's read.
+	MOVQ  K+0(FP), AX
+	MOVQ  16(SP), CX
+	MOVQ  src32_base+40(FP), DX
+	TESTQ DX, DX
+	JZ    stateKVbf16AVX2_from164
+
+	// From src32 (f32).
+	MOVQ   V+8(FP), BX
+	LEAQ   (DX)(CX*4), DX
+	SHLQ   $0x02, BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ   kh_base+112(FP), SI
+	MOVQ   qh_base+136(FP), DI
+	MOVQ   (SP), R8
+	XORQ   R9, R9
+
+stateKVbf16AVX2_pass07:
+	VBROADCASTSS (SI)(R9*4), Y8
+	VBROADCASTSS (DI)(R9*4), Y9
+	VMOVUPS      (DX), Y10
+	VMOVUPS      Y10, (R8)
+	VFMADD231PS  Y10, Y8, Y0
+	VFMADD231PS  Y10, Y9, Y1
+	VMOVUPS      32(DX), Y10
+	VMOVUPS      Y10, 32(R8)
+	VFMADD231PS  Y10, Y8, Y2
+	VFMADD231PS  Y10, Y9, Y3
+	VMOVUPS      64(DX), Y10
+	VMOVUPS      Y10, 64(R8)
+	VFMADD231PS  Y10, Y8, Y4
+	VFMADD231PS  Y10, Y9, Y5
+	VMOVUPS      96(DX), Y10
+	VMOVUPS      Y10, 96(R8)
+	VFMADD231PS  Y10, Y8, Y6
+	VFMADD231PS  Y10, Y9, Y7
+	ADDQ         BX, DX
+	ADDQ         $0x00000080, R8
+	INCQ         R9
+	CMPQ         R9, AX
+	JB           stateKVbf16AVX2_pass07
+	JMP          stateKVbf16AVX2_loaded4
+
+stateKVbf16AVX2_from164:
+	// From src (bf16).
+	MOVQ   src_base+16(FP), DX
+	MOVQ   V+8(FP), BX
+	LEAQ   (DX)(CX*2), DX
+	SHLQ   $0x01, BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ   kh_base+112(FP), SI
+	MOVQ   qh_base+136(FP), DI
+	MOVQ   (SP), R8
+	XORQ   R9, R9
+
+stateKVbf16AVX2_pass08:
+	VBROADCASTSS (SI)(R9*4), Y8
+	VBROADCASTSS (DI)(R9*4), Y9
+	VPMOVZXWD    (DX), Y10
+	VPSLLD       $0x10, Y10, Y10
+	VMOVUPS      Y10, (R8)
+	VFMADD231PS  Y10, Y8, Y0
+	VFMADD231PS  Y10, Y9, Y1
+	VPMOVZXWD    16(DX), Y10
+	VPSLLD       $0x10, Y10, Y10
+	VMOVUPS      Y10, 32(R8)
+	VFMADD231PS  Y10, Y8, Y2
+	VFMADD231PS  Y10, Y9, Y3
+	VPMOVZXWD    32(DX), Y10
+	VPSLLD       $0x10, Y10, Y10
+	VMOVUPS      Y10, 64(R8)
+	VFMADD231PS  Y10, Y8, Y4
+	VFMADD231PS  Y10, Y9, Y5
+	VPMOVZXWD    48(DX), Y10
+	VPSLLD       $0x10, Y10, Y10
+	VMOVUPS      Y10, 96(R8)
+	VFMADD231PS  Y10, Y8, Y6
+	VFMADD231PS  Y10, Y9, Y7
+	ADDQ         BX, DX
+	ADDQ         $0x00000080, R8
+	INCQ         R9
+	CMPQ         R9, AX
+	JB           stateKVbf16AVX2_pass08
+
+stateKVbf16AVX2_loaded4:
+	// The tokens.
+	XORQ AX, AX
+	MOVQ AX, 40(SP)
+	MOVQ kh_base+112(FP), AX
+	MOVQ AX, 48(SP)
+	MOVQ tok_base+216(FP), AX
+	MOVQ AX, 88(SP)
+	MOVQ v_base+160(FP), AX
+	LEAQ (AX)(CX*4), AX
+	MOVQ AX, 72(SP)
+	MOVQ o_base+192(FP), AX
+	LEAQ (AX)(CX*4), AX
+	MOVQ AX, 80(SP)
+
+stateKVbf16AVX2_token4:
+	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
+	MOVQ 40(SP), AX
+	MOVQ K+0(FP), CX
+	INCQ AX
+	MOVQ tok_len+224(FP), DX
+	SHRQ $0x02, DX
+	CMPQ AX, DX
+	JB   stateKVbf16AVX2_notlast4
+	DECQ AX
+
+stateKVbf16AVX2_notlast4:
+	IMULQ    CX, AX
+	MOVQ     kh_base+112(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 56(SP)
+	MOVQ     qh_base+136(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 64(SP)
+	MOVQ     88(SP), AX
+	VMOVSS   (AX), X8
+	VUCOMISS nearone<>+0(SB), X8
+	JCS      stateKVbf16AVX2_far4
+
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         88(SP), AX
+	VBROADCASTSS (AX), Y8
+	VBROADCASTSS 8(AX), Y9
+	VBROADCASTSS 12(AX), Y10
+	MOVQ         72(SP), AX
+	MOVQ         80(SP), CX
+	VMOVUPS      (AX), Y11
+	VFMADD213PS  Y0, Y8, Y0
+	VSUBPS       Y0, Y11, Y11
+	VMULPS       Y11, Y9, Y11
+	VFMADD213PS  Y1, Y8, Y1
+	VFMADD231PS  Y11, Y10, Y1
+	VMOVUPS      Y1, (CX)
+	VMOVUPS      Y11, 96(SP)
+	VMOVUPS      32(AX), Y0
+	VFMADD213PS  Y2, Y8, Y2
+	VSUBPS       Y2, Y0, Y0
+	VMULPS       Y0, Y9, Y0
+	VFMADD213PS  Y3, Y8, Y3
+	VFMADD231PS  Y0, Y10, Y3
+	VMOVUPS      Y3, 32(CX)
+	VMOVUPS      Y0, 128(SP)
+	VMOVUPS      64(AX), Y0
+	VFMADD213PS  Y4, Y8, Y4
+	VSUBPS       Y4, Y0, Y0
+	VMULPS       Y0, Y9, Y0
+	VFMADD213PS  Y5, Y8, Y5
+	VFMADD231PS  Y0, Y10, Y5
+	VMOVUPS      Y5, 64(CX)
+	VMOVUPS      Y0, 160(SP)
+	VMOVUPS      96(AX), Y0
+	VFMADD213PS  Y6, Y8, Y6
+	VSUBPS       Y6, Y0, Y0
+	VMULPS       Y0, Y9, Y0
+	VFMADD213PS  Y7, Y8, Y7
+	VFMADD231PS  Y0, Y10, Y7
+	VMOVUPS      Y7, 96(CX)
+	VMOVUPS      Y0, 192(SP)
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y1, Y1, Y1
+	VXORPS       Y2, Y2, Y2
+	VXORPS       Y3, Y3, Y3
+	VXORPS       Y4, Y4, Y4
+	VXORPS       Y5, Y5, Y5
+	VXORPS       Y6, Y6, Y6
+	VXORPS       Y7, Y7, Y7
+
+	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  48(SP), BX
+	MOVQ  56(SP), SI
+	MOVQ  64(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  40(SP), R10
+	MOVQ  stores_base+64(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
+	JZ    stateKVbf16AVX2_nostore7
+	LEAQ  (R9)(R8*2), R9
+
+stateKVbf16AVX2_nostore7:
+	MOVQ  V+8(FP), R10
+	SHLQ  $0x01, R10
+	MOVQ  40(SP), R12
+	INCQ  R12
+	MOVQ  tok_len+224(FP), R13
+	SHRQ  $0x02, R13
+	XORQ  R11, R11
+	CMPQ  R12, R13
+	JNE   stateKVbf16AVX2_nocarry7
+	MOVQ  carry_base+88(FP), R11
+	TESTQ R11, R11
+	JZ    stateKVbf16AVX2_nocarry7
+	LEAQ  (R11)(R8*4), R11
+
+stateKVbf16AVX2_nocarry7:
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
+
+stateKVbf16AVX2_rows7:
+	VBROADCASTSS (BX)(CX*4), Y9
+	VBROADCASTSS (SI)(CX*4), Y10
+	VBROADCASTSS (DI)(CX*4), Y11
+	VMOVUPS      (AX), Y12
+	VFMADD213PS  Y12, Y8, Y12
+	VFMADD231PS  96(SP), Y9, Y12
+	VMOVUPS      Y12, (AX)
+	VFMADD231PS  Y12, Y10, Y0
+	VFMADD231PS  Y12, Y11, Y1
+	VMOVUPS      32(AX), Y12
+	VFMADD213PS  Y12, Y8, Y12
+	VFMADD231PS  128(SP), Y9, Y12
+	VMOVUPS      Y12, 32(AX)
+	VFMADD231PS  Y12, Y10, Y2
+	VFMADD231PS  Y12, Y11, Y3
+	VMOVUPS      64(AX), Y12
+	VFMADD213PS  Y12, Y8, Y12
+	VFMADD231PS  160(SP), Y9, Y12
+	VMOVUPS      Y12, 64(AX)
+	VFMADD231PS  Y12, Y10, Y4
+	VFMADD231PS  Y12, Y11, Y5
+	VMOVUPS      96(AX), Y12
+	VFMADD213PS  Y12, Y8, Y12
+	VFMADD231PS  192(SP), Y9, Y12
+	VMOVUPS      Y12, 96(AX)
+	VFMADD231PS  Y12, Y10, Y6
+	VFMADD231PS  Y12, Y11, Y7
+	TESTQ        R9, R9
+	JZ           stateKVbf16AVX2_nostorerow7
+	VMOVUPS      (AX), Y9
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        absmask<>+0(SB), Y9, Y11
+	VPCMPGTD     infbits<>+0(SB), Y11, Y12
+	VPAND        one_i<>+0(SB), Y10, Y11
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y11, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPOR         quiet<>+0(SB), Y10, Y10
+	VPBLENDVB    Y12, Y10, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X10
+	VPACKUSDW    X10, X9, X10
+	VMOVDQU      X10, (R9)
+	VMOVUPS      32(AX), Y9
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        absmask<>+0(SB), Y9, Y11
+	VPCMPGTD     infbits<>+0(SB), Y11, Y12
+	VPAND        one_i<>+0(SB), Y10, Y11
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y11, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPOR         quiet<>+0(SB), Y10, Y10
+	VPBLENDVB    Y12, Y10, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X10
+	VPACKUSDW    X10, X9, X10
+	VMOVDQU      X10, 16(R9)
+	VMOVUPS      64(AX), Y9
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        absmask<>+0(SB), Y9, Y11
+	VPCMPGTD     infbits<>+0(SB), Y11, Y12
+	VPAND        one_i<>+0(SB), Y10, Y11
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y11, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPOR         quiet<>+0(SB), Y10, Y10
+	VPBLENDVB    Y12, Y10, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X10
+	VPACKUSDW    X10, X9, X10
+	VMOVDQU      X10, 32(R9)
+	VMOVUPS      96(AX), Y9
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        absmask<>+0(SB), Y9, Y11
+	VPCMPGTD     infbits<>+0(SB), Y11, Y12
+	VPAND        one_i<>+0(SB), Y10, Y11
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y11, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPOR         quiet<>+0(SB), Y10, Y10
+	VPBLENDVB    Y12, Y10, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X10
+	VPACKUSDW    X10, X9, X10
+	VMOVDQU      X10, 48(R9)
+	ADDQ         R10, R9
+
+stateKVbf16AVX2_nostorerow7:
+	TESTQ   R11, R11
+	JZ      stateKVbf16AVX2_nocarryrow7
+	VMOVUPS (AX), Y9
+	VMOVUPS Y9, (R11)
+	VMOVUPS 32(AX), Y9
+	VMOVUPS Y9, 32(R11)
+	VMOVUPS 64(AX), Y9
+	VMOVUPS Y9, 64(R11)
+	VMOVUPS 96(AX), Y9
+	VMOVUPS Y9, 96(R11)
+	ADDQ    R8, R11
+
+stateKVbf16AVX2_nocarryrow7:
+	ADDQ $0x00000080, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVbf16AVX2_rows7
+	JMP  stateKVbf16AVX2_tokdone4
+
+stateKVbf16AVX2_far4:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         88(SP), AX
+	VBROADCASTSS 4(AX), Y8
+	VBROADCASTSS 8(AX), Y9
+	VBROADCASTSS 12(AX), Y10
+	MOVQ         72(SP), AX
+	MOVQ         80(SP), CX
+	VMOVUPS      (AX), Y11
+	VMULPS       Y0, Y8, Y0
+	VSUBPS       Y0, Y11, Y11
+	VMULPS       Y11, Y9, Y11
+	VMULPS       Y1, Y8, Y1
+	VFMADD231PS  Y11, Y10, Y1
+	VMOVUPS      Y1, (CX)
+	VMOVUPS      Y11, 96(SP)
+	VMOVUPS      32(AX), Y0
+	VMULPS       Y2, Y8, Y2
+	VSUBPS       Y2, Y0, Y0
+	VMULPS       Y0, Y9, Y0
+	VMULPS       Y3, Y8, Y3
+	VFMADD231PS  Y0, Y10, Y3
+	VMOVUPS      Y3, 32(CX)
+	VMOVUPS      Y0, 128(SP)
+	VMOVUPS      64(AX), Y0
+	VMULPS       Y4, Y8, Y4
+	VSUBPS       Y4, Y0, Y0
+	VMULPS       Y0, Y9, Y0
+	VMULPS       Y5, Y8, Y5
+	VFMADD231PS  Y0, Y10, Y5
+	VMOVUPS      Y5, 64(CX)
+	VMOVUPS      Y0, 160(SP)
+	VMOVUPS      96(AX), Y0
+	VMULPS       Y6, Y8, Y6
+	VSUBPS       Y6, Y0, Y0
+	VMULPS       Y0, Y9, Y0
+	VMULPS       Y7, Y8, Y7
+	VFMADD231PS  Y0, Y10, Y7
+	VMOVUPS      Y7, 96(CX)
+	VMOVUPS      Y0, 192(SP)
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y1, Y1, Y1
+	VXORPS       Y2, Y2, Y2
+	VXORPS       Y3, Y3, Y3
+	VXORPS       Y4, Y4, Y4
+	VXORPS       Y5, Y5, Y5
+	VXORPS       Y6, Y6, Y6
+	VXORPS       Y7, Y7, Y7
+
+	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  48(SP), BX
+	MOVQ  56(SP), SI
+	MOVQ  64(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  40(SP), R10
+	MOVQ  stores_base+64(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
+	JZ    stateKVbf16AVX2_nostore8
+	LEAQ  (R9)(R8*2), R9
+
+stateKVbf16AVX2_nostore8:
+	MOVQ  V+8(FP), R10
+	SHLQ  $0x01, R10
+	MOVQ  40(SP), R12
+	INCQ  R12
+	MOVQ  tok_len+224(FP), R13
+	SHRQ  $0x02, R13
+	XORQ  R11, R11
+	CMPQ  R12, R13
+	JNE   stateKVbf16AVX2_nocarry8
+	MOVQ  carry_base+88(FP), R11
+	TESTQ R11, R11
+	JZ    stateKVbf16AVX2_nocarry8
+	LEAQ  (R11)(R8*4), R11
+
+stateKVbf16AVX2_nocarry8:
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
+
+stateKVbf16AVX2_rows8:
+	VBROADCASTSS (BX)(CX*4), Y9
+	VBROADCASTSS (SI)(CX*4), Y10
+	VBROADCASTSS (DI)(CX*4), Y11
+	VMOVUPS      (AX), Y12
+	VMULPS       Y12, Y8, Y12
+	VFMADD231PS  96(SP), Y9, Y12
+	VMOVUPS      Y12, (AX)
+	VFMADD231PS  Y12, Y10, Y0
+	VFMADD231PS  Y12, Y11, Y1
+	VMOVUPS      32(AX), Y12
+	VMULPS       Y12, Y8, Y12
+	VFMADD231PS  128(SP), Y9, Y12
+	VMOVUPS      Y12, 32(AX)
+	VFMADD231PS  Y12, Y10, Y2
+	VFMADD231PS  Y12, Y11, Y3
+	VMOVUPS      64(AX), Y12
+	VMULPS       Y12, Y8, Y12
+	VFMADD231PS  160(SP), Y9, Y12
+	VMOVUPS      Y12, 64(AX)
+	VFMADD231PS  Y12, Y10, Y4
+	VFMADD231PS  Y12, Y11, Y5
+	VMOVUPS      96(AX), Y12
+	VMULPS       Y12, Y8, Y12
+	VFMADD231PS  192(SP), Y9, Y12
+	VMOVUPS      Y12, 96(AX)
+	VFMADD231PS  Y12, Y10, Y6
+	VFMADD231PS  Y12, Y11, Y7
+	TESTQ        R9, R9
+	JZ           stateKVbf16AVX2_nostorerow8
+	VMOVUPS      (AX), Y9
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        absmask<>+0(SB), Y9, Y11
+	VPCMPGTD     infbits<>+0(SB), Y11, Y12
+	VPAND        one_i<>+0(SB), Y10, Y11
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y11, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPOR         quiet<>+0(SB), Y10, Y10
+	VPBLENDVB    Y12, Y10, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X10
+	VPACKUSDW    X10, X9, X10
+	VMOVDQU      X10, (R9)
+	VMOVUPS      32(AX), Y9
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        absmask<>+0(SB), Y9, Y11
+	VPCMPGTD     infbits<>+0(SB), Y11, Y12
+	VPAND        one_i<>+0(SB), Y10, Y11
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y11, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPOR         quiet<>+0(SB), Y10, Y10
+	VPBLENDVB    Y12, Y10, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X10
+	VPACKUSDW    X10, X9, X10
+	VMOVDQU      X10, 16(R9)
+	VMOVUPS      64(AX), Y9
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        absmask<>+0(SB), Y9, Y11
+	VPCMPGTD     infbits<>+0(SB), Y11, Y12
+	VPAND        one_i<>+0(SB), Y10, Y11
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y11, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPOR         quiet<>+0(SB), Y10, Y10
+	VPBLENDVB    Y12, Y10, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X10
+	VPACKUSDW    X10, X9, X10
+	VMOVDQU      X10, 32(R9)
+	VMOVUPS      96(AX), Y9
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        absmask<>+0(SB), Y9, Y11
+	VPCMPGTD     infbits<>+0(SB), Y11, Y12
+	VPAND        one_i<>+0(SB), Y10, Y11
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y11, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPOR         quiet<>+0(SB), Y10, Y10
+	VPBLENDVB    Y12, Y10, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X10
+	VPACKUSDW    X10, X9, X10
+	VMOVDQU      X10, 48(R9)
+	ADDQ         R10, R9
+
+stateKVbf16AVX2_nostorerow8:
+	TESTQ   R11, R11
+	JZ      stateKVbf16AVX2_nocarryrow8
+	VMOVUPS (AX), Y9
+	VMOVUPS Y9, (R11)
+	VMOVUPS 32(AX), Y9
+	VMOVUPS Y9, 32(R11)
+	VMOVUPS 64(AX), Y9
+	VMOVUPS Y9, 64(R11)
+	VMOVUPS 96(AX), Y9
+	VMOVUPS Y9, 96(R11)
+	ADDQ    R8, R11
+
+stateKVbf16AVX2_nocarryrow8:
+	ADDQ $0x00000080, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVbf16AVX2_rows8
+
+stateKVbf16AVX2_tokdone4:
+	MOVQ 56(SP), AX
+	MOVQ AX, 48(SP)
+	ADDQ $0x10, 88(SP)
+	MOVQ vs+184(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 72(SP)
+	MOVQ V+8(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 80(SP)
+	MOVQ 40(SP), CX
+	INCQ CX
+	MOVQ CX, 40(SP)
+	MOVQ tok_len+224(FP), AX
+	SHRQ $0x02, AX
+	CMPQ CX, AX
+	JB   stateKVbf16AVX2_token4
+	MOVQ 24(SP), AX
+	ADDQ AX, 16(SP)
+	SUBQ AX, 8(SP)
+	JMP  stateKVbf16AVX2_blocks1
+
+stateKVbf16AVX2_shape5:
+	// Block of 1 columns (rows in work of 32 bytes): pass 0 loads it, with token 0's read.
+	MOVQ  K+0(FP), AX
+	MOVQ  16(SP), CX
+	MOVQ  src32_base+40(FP), DX
+	TESTQ DX, DX
+	JZ    stateKVbf16AVX2_from165
+
+	// From src32 (f32).
+	MOVQ   V+8(FP), BX
+	LEAQ   (DX)(CX*4), DX
+	SHLQ   $0x02, BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	MOVQ   kh_base+112(FP), SI
+	MOVQ   qh_base+136(FP), DI
+	MOVQ   (SP), R8
+	XORQ   R9, R9
+
+stateKVbf16AVX2_pass09:
+	VBROADCASTSS (SI)(R9*4), Y2
+	VBROADCASTSS (DI)(R9*4), Y3
+	VMOVSS       (DX), X4
+	VMOVSS       X4, (R8)
+	VFMADD231SS  X4, X2, X0
+	VFMADD231SS  X4, X3, X1
+	ADDQ         BX, DX
+	ADDQ         $0x00000020, R8
+	INCQ         R9
+	CMPQ         R9, AX
+	JB           stateKVbf16AVX2_pass09
+	JMP          stateKVbf16AVX2_loaded5
+
+stateKVbf16AVX2_from165:
+	// From src (bf16).
+	MOVQ   src_base+16(FP), DX
+	MOVQ   V+8(FP), BX
+	LEAQ   (DX)(CX*2), DX
+	SHLQ   $0x01, BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	MOVQ   kh_base+112(FP), SI
+	MOVQ   qh_base+136(FP), DI
+	MOVQ   (SP), R8
+	XORQ   R9, R9
+
+stateKVbf16AVX2_pass010:
+	VBROADCASTSS (SI)(R9*4), Y2
+	VBROADCASTSS (DI)(R9*4), Y3
+	MOVWLZX      (DX), R10
+	VMOVD        R10, X4
+	VPSLLD       $0x10, X4, X4
+	VMOVSS       X4, (R8)
+	VFMADD231SS  X4, X2, X0
+	VFMADD231SS  X4, X3, X1
+	ADDQ         BX, DX
+	ADDQ         $0x00000020, R8
+	INCQ         R9
+	CMPQ         R9, AX
+	JB           stateKVbf16AVX2_pass010
+
+stateKVbf16AVX2_loaded5:
+	// The tokens.
+	XORQ AX, AX
+	MOVQ AX, 40(SP)
+	MOVQ kh_base+112(FP), AX
+	MOVQ AX, 48(SP)
+	MOVQ tok_base+216(FP), AX
+	MOVQ AX, 88(SP)
+	MOVQ v_base+160(FP), AX
+	LEAQ (AX)(CX*4), AX
+	MOVQ AX, 72(SP)
+	MOVQ o_base+192(FP), AX
+	LEAQ (AX)(CX*4), AX
+	MOVQ AX, 80(SP)
+
+stateKVbf16AVX2_token5:
+	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
+	MOVQ 40(SP), AX
+	MOVQ K+0(FP), CX
+	INCQ AX
+	MOVQ tok_len+224(FP), DX
+	SHRQ $0x02, DX
+	CMPQ AX, DX
+	JB   stateKVbf16AVX2_notlast5
+	DECQ AX
+
+stateKVbf16AVX2_notlast5:
+	IMULQ    CX, AX
+	MOVQ     kh_base+112(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 56(SP)
+	MOVQ     qh_base+136(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 64(SP)
+	MOVQ     88(SP), AX
+	VMOVSS   (AX), X2
+	VUCOMISS nearone<>+0(SB), X2
+	JCS      stateKVbf16AVX2_far5
+
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         88(SP), AX
+	VBROADCASTSS (AX), Y2
+	VBROADCASTSS 8(AX), Y3
+	VBROADCASTSS 12(AX), Y4
+	MOVQ         72(SP), AX
+	MOVQ         80(SP), CX
+	VMOVSS       (AX), X5
+	VFMADD213SS  X0, X2, X0
+	VSUBSS       X0, X5, X5
+	VMULSS       X5, X3, X5
+	VFMADD213SS  X1, X2, X1
+	VFMADD231SS  X5, X4, X1
+	VMOVSS       X1, (CX)
+	VMOVSS       X5, 96(SP)
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y1, Y1, Y1
+
+	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  48(SP), BX
+	MOVQ  56(SP), SI
+	MOVQ  64(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  40(SP), R10
+	MOVQ  stores_base+64(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
+	JZ    stateKVbf16AVX2_nostore9
+	LEAQ  (R9)(R8*2), R9
+
+stateKVbf16AVX2_nostore9:
+	MOVQ  V+8(FP), R10
+	SHLQ  $0x01, R10
+	MOVQ  40(SP), R12
+	INCQ  R12
+	MOVQ  tok_len+224(FP), R13
+	SHRQ  $0x02, R13
+	XORQ  R11, R11
+	CMPQ  R12, R13
+	JNE   stateKVbf16AVX2_nocarry9
+	MOVQ  carry_base+88(FP), R11
+	TESTQ R11, R11
+	JZ    stateKVbf16AVX2_nocarry9
+	LEAQ  (R11)(R8*4), R11
+
+stateKVbf16AVX2_nocarry9:
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
+
+stateKVbf16AVX2_rows9:
+	VBROADCASTSS (BX)(CX*4), Y3
+	VBROADCASTSS (SI)(CX*4), Y4
+	VBROADCASTSS (DI)(CX*4), Y5
+	VMOVSS       (AX), X6
+	VFMADD213SS  X6, X2, X6
+	VFMADD231SS  96(SP), X3, X6
+	VMOVSS       X6, (AX)
+	VFMADD231SS  X6, X4, X0
+	VFMADD231SS  X6, X5, X1
+	TESTQ        R9, R9
+	JZ           stateKVbf16AVX2_nostorerow9
+	VMOVSS       (AX), X3
+	VPSRLD       $0x10, X3, X4
+	VPAND        absmask<>+0(SB), X3, X5
+	VPCMPGTD     infbits<>+0(SB), X5, X6
+	VPAND        one_i<>+0(SB), X4, X5
+	VPADDD       round<>+0(SB), X3, X3
+	VPADDD       X5, X3, X3
+	VPSRLD       $0x10, X3, X3
+	VPOR         quiet<>+0(SB), X4, X4
+	VPBLENDVB    X6, X4, X3, X3
+	VPEXTRW      $0x00, X3, (R9)
+	ADDQ         R10, R9
+
+stateKVbf16AVX2_nostorerow9:
+	TESTQ  R11, R11
+	JZ     stateKVbf16AVX2_nocarryrow9
+	VMOVSS (AX), X3
+	VMOVSS X3, (R11)
+	ADDQ   R8, R11
+
+stateKVbf16AVX2_nocarryrow9:
+	ADDQ $0x00000020, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVbf16AVX2_rows9
+	JMP  stateKVbf16AVX2_tokdone5
+
+stateKVbf16AVX2_far5:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         88(SP), AX
+	VBROADCASTSS 4(AX), Y2
+	VBROADCASTSS 8(AX), Y3
+	VBROADCASTSS 12(AX), Y4
+	MOVQ         72(SP), AX
+	MOVQ         80(SP), CX
+	VMOVSS       (AX), X5
+	VMULSS       X0, X2, X0
+	VSUBSS       X0, X5, X5
+	VMULSS       X5, X3, X5
+	VMULSS       X1, X2, X1
+	VFMADD231SS  X5, X4, X1
+	VMOVSS       X1, (CX)
+	VMOVSS       X5, 96(SP)
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y1, Y1, Y1
+
+	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  48(SP), BX
+	MOVQ  56(SP), SI
+	MOVQ  64(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  40(SP), R10
+	MOVQ  stores_base+64(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
+	JZ    stateKVbf16AVX2_nostore10
+	LEAQ  (R9)(R8*2), R9
+
+stateKVbf16AVX2_nostore10:
+	MOVQ  V+8(FP), R10
+	SHLQ  $0x01, R10
+	MOVQ  40(SP), R12
+	INCQ  R12
+	MOVQ  tok_len+224(FP), R13
+	SHRQ  $0x02, R13
+	XORQ  R11, R11
+	CMPQ  R12, R13
+	JNE   stateKVbf16AVX2_nocarry10
+	MOVQ  carry_base+88(FP), R11
+	TESTQ R11, R11
+	JZ    stateKVbf16AVX2_nocarry10
+	LEAQ  (R11)(R8*4), R11
+
+stateKVbf16AVX2_nocarry10:
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
+
+stateKVbf16AVX2_rows10:
+	VBROADCASTSS (BX)(CX*4), Y3
+	VBROADCASTSS (SI)(CX*4), Y4
+	VBROADCASTSS (DI)(CX*4), Y5
+	VMOVSS       (AX), X6
+	VMULSS       X6, X2, X6
+	VFMADD231SS  96(SP), X3, X6
+	VMOVSS       X6, (AX)
+	VFMADD231SS  X6, X4, X0
+	VFMADD231SS  X6, X5, X1
+	TESTQ        R9, R9
+	JZ           stateKVbf16AVX2_nostorerow10
+	VMOVSS       (AX), X3
+	VPSRLD       $0x10, X3, X4
+	VPAND        absmask<>+0(SB), X3, X5
+	VPCMPGTD     infbits<>+0(SB), X5, X6
+	VPAND        one_i<>+0(SB), X4, X5
+	VPADDD       round<>+0(SB), X3, X3
+	VPADDD       X5, X3, X3
+	VPSRLD       $0x10, X3, X3
+	VPOR         quiet<>+0(SB), X4, X4
+	VPBLENDVB    X6, X4, X3, X3
+	VPEXTRW      $0x00, X3, (R9)
+	ADDQ         R10, R9
+
+stateKVbf16AVX2_nostorerow10:
+	TESTQ  R11, R11
+	JZ     stateKVbf16AVX2_nocarryrow10
+	VMOVSS (AX), X3
+	VMOVSS X3, (R11)
+	ADDQ   R8, R11
+
+stateKVbf16AVX2_nocarryrow10:
+	ADDQ $0x00000020, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVbf16AVX2_rows10
+
+stateKVbf16AVX2_tokdone5:
+	MOVQ 56(SP), AX
+	MOVQ AX, 48(SP)
+	ADDQ $0x10, 88(SP)
+	MOVQ vs+184(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 72(SP)
+	MOVQ V+8(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 80(SP)
+	MOVQ 40(SP), CX
+	INCQ CX
+	MOVQ CX, 40(SP)
+	MOVQ tok_len+224(FP), AX
+	SHRQ $0x02, AX
+	CMPQ CX, AX
+	JB   stateKVbf16AVX2_token5
+	MOVQ 24(SP), AX
+	ADDQ AX, 16(SP)
+	SUBQ AX, 8(SP)
+	JMP  stateKVbf16AVX2_blocks1
+
+stateKVbf16AVX2_shape6:
+	// Block of 2 columns (rows in work of 32 bytes): pass 0 loads it, with token 0's read.
+	MOVQ  K+0(FP), AX
+	MOVQ  16(SP), CX
+	MOVQ  src32_base+40(FP), DX
+	TESTQ DX, DX
+	JZ    stateKVbf16AVX2_from166
+
+	// From src32 (f32).
+	MOVQ   V+8(FP), BX
+	LEAQ   (DX)(CX*4), DX
+	SHLQ   $0x02, BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   kh_base+112(FP), SI
+	MOVQ   qh_base+136(FP), DI
+	MOVQ   (SP), R8
+	XORQ   R9, R9
+
+stateKVbf16AVX2_pass011:
+	VBROADCASTSS (SI)(R9*4), Y4
+	VBROADCASTSS (DI)(R9*4), Y5
+	VMOVSS       (DX), X6
+	VMOVSS       X6, (R8)
+	VFMADD231SS  X6, X4, X0
+	VFMADD231SS  X6, X5, X1
+	VMOVSS       4(DX), X6
+	VMOVSS       X6, 4(R8)
+	VFMADD231SS  X6, X4, X2
+	VFMADD231SS  X6, X5, X3
+	ADDQ         BX, DX
+	ADDQ         $0x00000020, R8
+	INCQ         R9
+	CMPQ         R9, AX
+	JB           stateKVbf16AVX2_pass011
+	JMP          stateKVbf16AVX2_loaded6
+
+stateKVbf16AVX2_from166:
+	// From src (bf16).
+	MOVQ   src_base+16(FP), DX
+	MOVQ   V+8(FP), BX
+	LEAQ   (DX)(CX*2), DX
+	SHLQ   $0x01, BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   kh_base+112(FP), SI
+	MOVQ   qh_base+136(FP), DI
+	MOVQ   (SP), R8
+	XORQ   R9, R9
+
+stateKVbf16AVX2_pass012:
+	VBROADCASTSS (SI)(R9*4), Y4
+	VBROADCASTSS (DI)(R9*4), Y5
+	MOVWLZX      (DX), R10
+	VMOVD        R10, X6
+	VPSLLD       $0x10, X6, X6
+	VMOVSS       X6, (R8)
+	VFMADD231SS  X6, X4, X0
+	VFMADD231SS  X6, X5, X1
+	MOVWLZX      2(DX), R10
+	VMOVD        R10, X6
+	VPSLLD       $0x10, X6, X6
+	VMOVSS       X6, 4(R8)
+	VFMADD231SS  X6, X4, X2
+	VFMADD231SS  X6, X5, X3
+	ADDQ         BX, DX
+	ADDQ         $0x00000020, R8
+	INCQ         R9
+	CMPQ         R9, AX
+	JB           stateKVbf16AVX2_pass012
+
+stateKVbf16AVX2_loaded6:
+	// The tokens.
+	XORQ AX, AX
+	MOVQ AX, 40(SP)
+	MOVQ kh_base+112(FP), AX
+	MOVQ AX, 48(SP)
+	MOVQ tok_base+216(FP), AX
+	MOVQ AX, 88(SP)
+	MOVQ v_base+160(FP), AX
+	LEAQ (AX)(CX*4), AX
+	MOVQ AX, 72(SP)
+	MOVQ o_base+192(FP), AX
+	LEAQ (AX)(CX*4), AX
+	MOVQ AX, 80(SP)
+
+stateKVbf16AVX2_token6:
+	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
+	MOVQ 40(SP), AX
+	MOVQ K+0(FP), CX
+	INCQ AX
+	MOVQ tok_len+224(FP), DX
+	SHRQ $0x02, DX
+	CMPQ AX, DX
+	JB   stateKVbf16AVX2_notlast6
+	DECQ AX
+
+stateKVbf16AVX2_notlast6:
+	IMULQ    CX, AX
+	MOVQ     kh_base+112(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 56(SP)
+	MOVQ     qh_base+136(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 64(SP)
+	MOVQ     88(SP), AX
+	VMOVSS   (AX), X4
+	VUCOMISS nearone<>+0(SB), X4
+	JCS      stateKVbf16AVX2_far6
+
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         88(SP), AX
+	VBROADCASTSS (AX), Y4
+	VBROADCASTSS 8(AX), Y5
+	VBROADCASTSS 12(AX), Y6
+	MOVQ         72(SP), AX
+	MOVQ         80(SP), CX
+	VMOVSS       (AX), X7
+	VFMADD213SS  X0, X4, X0
+	VSUBSS       X0, X7, X7
+	VMULSS       X7, X5, X7
+	VFMADD213SS  X1, X4, X1
+	VFMADD231SS  X7, X6, X1
+	VMOVSS       X1, (CX)
+	VMOVSS       X7, 96(SP)
+	VMOVSS       4(AX), X0
+	VFMADD213SS  X2, X4, X2
+	VSUBSS       X2, X0, X0
+	VMULSS       X0, X5, X0
+	VFMADD213SS  X3, X4, X3
+	VFMADD231SS  X0, X6, X3
+	VMOVSS       X3, 4(CX)
+	VMOVSS       X0, 128(SP)
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y1, Y1, Y1
+	VXORPS       Y2, Y2, Y2
+	VXORPS       Y3, Y3, Y3
+
+	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  48(SP), BX
+	MOVQ  56(SP), SI
+	MOVQ  64(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  40(SP), R10
+	MOVQ  stores_base+64(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
+	JZ    stateKVbf16AVX2_nostore11
+	LEAQ  (R9)(R8*2), R9
+
+stateKVbf16AVX2_nostore11:
+	MOVQ  V+8(FP), R10
+	SHLQ  $0x01, R10
+	MOVQ  40(SP), R12
+	INCQ  R12
+	MOVQ  tok_len+224(FP), R13
+	SHRQ  $0x02, R13
+	XORQ  R11, R11
+	CMPQ  R12, R13
+	JNE   stateKVbf16AVX2_nocarry11
+	MOVQ  carry_base+88(FP), R11
+	TESTQ R11, R11
+	JZ    stateKVbf16AVX2_nocarry11
+	LEAQ  (R11)(R8*4), R11
+
+stateKVbf16AVX2_nocarry11:
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
+
+stateKVbf16AVX2_rows11:
+	VBROADCASTSS (BX)(CX*4), Y5
+	VBROADCASTSS (SI)(CX*4), Y6
+	VBROADCASTSS (DI)(CX*4), Y7
+	VMOVSS       (AX), X8
+	VFMADD213SS  X8, X4, X8
+	VFMADD231SS  96(SP), X5, X8
+	VMOVSS       X8, (AX)
+	VFMADD231SS  X8, X6, X0
+	VFMADD231SS  X8, X7, X1
+	VMOVSS       4(AX), X8
+	VFMADD213SS  X8, X4, X8
+	VFMADD231SS  128(SP), X5, X8
+	VMOVSS       X8, 4(AX)
+	VFMADD231SS  X8, X6, X2
+	VFMADD231SS  X8, X7, X3
+	TESTQ        R9, R9
+	JZ           stateKVbf16AVX2_nostorerow11
+	VMOVSS       (AX), X5
+	VPSRLD       $0x10, X5, X6
+	VPAND        absmask<>+0(SB), X5, X7
+	VPCMPGTD     infbits<>+0(SB), X7, X8
+	VPAND        one_i<>+0(SB), X6, X7
+	VPADDD       round<>+0(SB), X5, X5
+	VPADDD       X7, X5, X5
+	VPSRLD       $0x10, X5, X5
+	VPOR         quiet<>+0(SB), X6, X6
+	VPBLENDVB    X8, X6, X5, X5
+	VPEXTRW      $0x00, X5, (R9)
+	VMOVSS       4(AX), X5
+	VPSRLD       $0x10, X5, X6
+	VPAND        absmask<>+0(SB), X5, X7
+	VPCMPGTD     infbits<>+0(SB), X7, X8
+	VPAND        one_i<>+0(SB), X6, X7
+	VPADDD       round<>+0(SB), X5, X5
+	VPADDD       X7, X5, X5
+	VPSRLD       $0x10, X5, X5
+	VPOR         quiet<>+0(SB), X6, X6
+	VPBLENDVB    X8, X6, X5, X5
+	VPEXTRW      $0x00, X5, 2(R9)
+	ADDQ         R10, R9
+
+stateKVbf16AVX2_nostorerow11:
+	TESTQ  R11, R11
+	JZ     stateKVbf16AVX2_nocarryrow11
+	VMOVSS (AX), X5
+	VMOVSS X5, (R11)
+	VMOVSS 4(AX), X5
+	VMOVSS X5, 4(R11)
+	ADDQ   R8, R11
+
+stateKVbf16AVX2_nocarryrow11:
+	ADDQ $0x00000020, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVbf16AVX2_rows11
+	JMP  stateKVbf16AVX2_tokdone6
+
+stateKVbf16AVX2_far6:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         88(SP), AX
+	VBROADCASTSS 4(AX), Y4
+	VBROADCASTSS 8(AX), Y5
+	VBROADCASTSS 12(AX), Y6
+	MOVQ         72(SP), AX
+	MOVQ         80(SP), CX
+	VMOVSS       (AX), X7
+	VMULSS       X0, X4, X0
+	VSUBSS       X0, X7, X7
+	VMULSS       X7, X5, X7
+	VMULSS       X1, X4, X1
+	VFMADD231SS  X7, X6, X1
+	VMOVSS       X1, (CX)
+	VMOVSS       X7, 96(SP)
+	VMOVSS       4(AX), X0
+	VMULSS       X2, X4, X2
+	VSUBSS       X2, X0, X0
+	VMULSS       X0, X5, X0
+	VMULSS       X3, X4, X3
+	VFMADD231SS  X0, X6, X3
+	VMOVSS       X3, 4(CX)
+	VMOVSS       X0, 128(SP)
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y1, Y1, Y1
+	VXORPS       Y2, Y2, Y2
+	VXORPS       Y3, Y3, Y3
+
+	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  48(SP), BX
+	MOVQ  56(SP), SI
+	MOVQ  64(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  40(SP), R10
+	MOVQ  stores_base+64(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
+	JZ    stateKVbf16AVX2_nostore12
+	LEAQ  (R9)(R8*2), R9
+
+stateKVbf16AVX2_nostore12:
+	MOVQ  V+8(FP), R10
+	SHLQ  $0x01, R10
+	MOVQ  40(SP), R12
+	INCQ  R12
+	MOVQ  tok_len+224(FP), R13
+	SHRQ  $0x02, R13
+	XORQ  R11, R11
+	CMPQ  R12, R13
+	JNE   stateKVbf16AVX2_nocarry12
+	MOVQ  carry_base+88(FP), R11
+	TESTQ R11, R11
+	JZ    stateKVbf16AVX2_nocarry12
+	LEAQ  (R11)(R8*4), R11
+
+stateKVbf16AVX2_nocarry12:
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
+
+stateKVbf16AVX2_rows12:
+	VBROADCASTSS (BX)(CX*4), Y5
+	VBROADCASTSS (SI)(CX*4), Y6
+	VBROADCASTSS (DI)(CX*4), Y7
+	VMOVSS       (AX), X8
+	VMULSS       X8, X4, X8
+	VFMADD231SS  96(SP), X5, X8
+	VMOVSS       X8, (AX)
+	VFMADD231SS  X8, X6, X0
+	VFMADD231SS  X8, X7, X1
+	VMOVSS       4(AX), X8
+	VMULSS       X8, X4, X8
+	VFMADD231SS  128(SP), X5, X8
+	VMOVSS       X8, 4(AX)
+	VFMADD231SS  X8, X6, X2
+	VFMADD231SS  X8, X7, X3
+	TESTQ        R9, R9
+	JZ           stateKVbf16AVX2_nostorerow12
+	VMOVSS       (AX), X5
+	VPSRLD       $0x10, X5, X6
+	VPAND        absmask<>+0(SB), X5, X7
+	VPCMPGTD     infbits<>+0(SB), X7, X8
+	VPAND        one_i<>+0(SB), X6, X7
+	VPADDD       round<>+0(SB), X5, X5
+	VPADDD       X7, X5, X5
+	VPSRLD       $0x10, X5, X5
+	VPOR         quiet<>+0(SB), X6, X6
+	VPBLENDVB    X8, X6, X5, X5
+	VPEXTRW      $0x00, X5, (R9)
+	VMOVSS       4(AX), X5
+	VPSRLD       $0x10, X5, X6
+	VPAND        absmask<>+0(SB), X5, X7
+	VPCMPGTD     infbits<>+0(SB), X7, X8
+	VPAND        one_i<>+0(SB), X6, X7
+	VPADDD       round<>+0(SB), X5, X5
+	VPADDD       X7, X5, X5
+	VPSRLD       $0x10, X5, X5
+	VPOR         quiet<>+0(SB), X6, X6
+	VPBLENDVB    X8, X6, X5, X5
+	VPEXTRW      $0x00, X5, 2(R9)
+	ADDQ         R10, R9
+
+stateKVbf16AVX2_nostorerow12:
+	TESTQ  R11, R11
+	JZ     stateKVbf16AVX2_nocarryrow12
+	VMOVSS (AX), X5
+	VMOVSS X5, (R11)
+	VMOVSS 4(AX), X5
+	VMOVSS X5, 4(R11)
+	ADDQ   R8, R11
+
+stateKVbf16AVX2_nocarryrow12:
+	ADDQ $0x00000020, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVbf16AVX2_rows12
+
+stateKVbf16AVX2_tokdone6:
+	MOVQ 56(SP), AX
+	MOVQ AX, 48(SP)
+	ADDQ $0x10, 88(SP)
+	MOVQ vs+184(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 72(SP)
+	MOVQ V+8(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 80(SP)
+	MOVQ 40(SP), CX
+	INCQ CX
+	MOVQ CX, 40(SP)
+	MOVQ tok_len+224(FP), AX
+	SHRQ $0x02, AX
+	CMPQ CX, AX
+	JB   stateKVbf16AVX2_token6
+	MOVQ 24(SP), AX
+	ADDQ AX, 16(SP)
+	SUBQ AX, 8(SP)
+	JMP  stateKVbf16AVX2_blocks1
+
+stateKVbf16AVX2_shape7:
+	// Block of 3 columns (rows in work of 32 bytes): pass 0 loads it, with token 0's read.
+	MOVQ  K+0(FP), AX
+	MOVQ  16(SP), CX
+	MOVQ  src32_base+40(FP), DX
+	TESTQ DX, DX
+	JZ    stateKVbf16AVX2_from167
+
+	// From src32 (f32).
+	MOVQ   V+8(FP), BX
+	LEAQ   (DX)(CX*4), DX
+	SHLQ   $0x02, BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	MOVQ   kh_base+112(FP), SI
+	MOVQ   qh_base+136(FP), DI
+	MOVQ   (SP), R8
+	XORQ   R9, R9
+
+stateKVbf16AVX2_pass013:
+	VBROADCASTSS (SI)(R9*4), Y6
+	VBROADCASTSS (DI)(R9*4), Y7
+	VMOVSS       (DX), X8
+	VMOVSS       X8, (R8)
+	VFMADD231SS  X8, X6, X0
+	VFMADD231SS  X8, X7, X1
+	VMOVSS       4(DX), X8
+	VMOVSS       X8, 4(R8)
+	VFMADD231SS  X8, X6, X2
+	VFMADD231SS  X8, X7, X3
+	VMOVSS       8(DX), X8
+	VMOVSS       X8, 8(R8)
+	VFMADD231SS  X8, X6, X4
+	VFMADD231SS  X8, X7, X5
+	ADDQ         BX, DX
+	ADDQ         $0x00000020, R8
+	INCQ         R9
+	CMPQ         R9, AX
+	JB           stateKVbf16AVX2_pass013
+	JMP          stateKVbf16AVX2_loaded7
+
+stateKVbf16AVX2_from167:
+	// From src (bf16).
+	MOVQ   src_base+16(FP), DX
+	MOVQ   V+8(FP), BX
+	LEAQ   (DX)(CX*2), DX
+	SHLQ   $0x01, BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	MOVQ   kh_base+112(FP), SI
+	MOVQ   qh_base+136(FP), DI
+	MOVQ   (SP), R8
+	XORQ   R9, R9
+
+stateKVbf16AVX2_pass014:
+	VBROADCASTSS (SI)(R9*4), Y6
+	VBROADCASTSS (DI)(R9*4), Y7
+	MOVWLZX      (DX), R10
+	VMOVD        R10, X8
+	VPSLLD       $0x10, X8, X8
+	VMOVSS       X8, (R8)
+	VFMADD231SS  X8, X6, X0
+	VFMADD231SS  X8, X7, X1
+	MOVWLZX      2(DX), R10
+	VMOVD        R10, X8
+	VPSLLD       $0x10, X8, X8
+	VMOVSS       X8, 4(R8)
+	VFMADD231SS  X8, X6, X2
+	VFMADD231SS  X8, X7, X3
+	MOVWLZX      4(DX), R10
+	VMOVD        R10, X8
+	VPSLLD       $0x10, X8, X8
+	VMOVSS       X8, 8(R8)
+	VFMADD231SS  X8, X6, X4
+	VFMADD231SS  X8, X7, X5
+	ADDQ         BX, DX
+	ADDQ         $0x00000020, R8
+	INCQ         R9
+	CMPQ         R9, AX
+	JB           stateKVbf16AVX2_pass014
+
+stateKVbf16AVX2_loaded7:
+	// The tokens.
+	XORQ AX, AX
+	MOVQ AX, 40(SP)
+	MOVQ kh_base+112(FP), AX
+	MOVQ AX, 48(SP)
+	MOVQ tok_base+216(FP), AX
+	MOVQ AX, 88(SP)
+	MOVQ v_base+160(FP), AX
+	LEAQ (AX)(CX*4), AX
+	MOVQ AX, 72(SP)
+	MOVQ o_base+192(FP), AX
+	LEAQ (AX)(CX*4), AX
+	MOVQ AX, 80(SP)
+
+stateKVbf16AVX2_token7:
+	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
+	MOVQ 40(SP), AX
+	MOVQ K+0(FP), CX
+	INCQ AX
+	MOVQ tok_len+224(FP), DX
+	SHRQ $0x02, DX
+	CMPQ AX, DX
+	JB   stateKVbf16AVX2_notlast7
+	DECQ AX
+
+stateKVbf16AVX2_notlast7:
+	IMULQ    CX, AX
+	MOVQ     kh_base+112(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 56(SP)
+	MOVQ     qh_base+136(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 64(SP)
+	MOVQ     88(SP), AX
+	VMOVSS   (AX), X6
+	VUCOMISS nearone<>+0(SB), X6
+	JCS      stateKVbf16AVX2_far7
+
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         88(SP), AX
+	VBROADCASTSS (AX), Y6
+	VBROADCASTSS 8(AX), Y7
+	VBROADCASTSS 12(AX), Y8
+	MOVQ         72(SP), AX
+	MOVQ         80(SP), CX
+	VMOVSS       (AX), X9
+	VFMADD213SS  X0, X6, X0
+	VSUBSS       X0, X9, X9
+	VMULSS       X9, X7, X9
+	VFMADD213SS  X1, X6, X1
+	VFMADD231SS  X9, X8, X1
+	VMOVSS       X1, (CX)
+	VMOVSS       X9, 96(SP)
+	VMOVSS       4(AX), X0
+	VFMADD213SS  X2, X6, X2
+	VSUBSS       X2, X0, X0
+	VMULSS       X0, X7, X0
+	VFMADD213SS  X3, X6, X3
+	VFMADD231SS  X0, X8, X3
+	VMOVSS       X3, 4(CX)
+	VMOVSS       X0, 128(SP)
+	VMOVSS       8(AX), X0
+	VFMADD213SS  X4, X6, X4
+	VSUBSS       X4, X0, X0
+	VMULSS       X0, X7, X0
+	VFMADD213SS  X5, X6, X5
+	VFMADD231SS  X0, X8, X5
+	VMOVSS       X5, 8(CX)
+	VMOVSS       X0, 160(SP)
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y1, Y1, Y1
+	VXORPS       Y2, Y2, Y2
+	VXORPS       Y3, Y3, Y3
+	VXORPS       Y4, Y4, Y4
+	VXORPS       Y5, Y5, Y5
+
+	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  48(SP), BX
+	MOVQ  56(SP), SI
+	MOVQ  64(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  40(SP), R10
+	MOVQ  stores_base+64(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
+	JZ    stateKVbf16AVX2_nostore13
+	LEAQ  (R9)(R8*2), R9
+
+stateKVbf16AVX2_nostore13:
+	MOVQ  V+8(FP), R10
+	SHLQ  $0x01, R10
+	MOVQ  40(SP), R12
+	INCQ  R12
+	MOVQ  tok_len+224(FP), R13
+	SHRQ  $0x02, R13
+	XORQ  R11, R11
+	CMPQ  R12, R13
+	JNE   stateKVbf16AVX2_nocarry13
+	MOVQ  carry_base+88(FP), R11
+	TESTQ R11, R11
+	JZ    stateKVbf16AVX2_nocarry13
+	LEAQ  (R11)(R8*4), R11
+
+stateKVbf16AVX2_nocarry13:
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
+
+stateKVbf16AVX2_rows13:
+	VBROADCASTSS (BX)(CX*4), Y7
+	VBROADCASTSS (SI)(CX*4), Y8
+	VBROADCASTSS (DI)(CX*4), Y9
+	VMOVSS       (AX), X10
+	VFMADD213SS  X10, X6, X10
+	VFMADD231SS  96(SP), X7, X10
+	VMOVSS       X10, (AX)
+	VFMADD231SS  X10, X8, X0
+	VFMADD231SS  X10, X9, X1
+	VMOVSS       4(AX), X10
+	VFMADD213SS  X10, X6, X10
+	VFMADD231SS  128(SP), X7, X10
+	VMOVSS       X10, 4(AX)
+	VFMADD231SS  X10, X8, X2
+	VFMADD231SS  X10, X9, X3
+	VMOVSS       8(AX), X10
+	VFMADD213SS  X10, X6, X10
+	VFMADD231SS  160(SP), X7, X10
+	VMOVSS       X10, 8(AX)
+	VFMADD231SS  X10, X8, X4
+	VFMADD231SS  X10, X9, X5
+	TESTQ        R9, R9
+	JZ           stateKVbf16AVX2_nostorerow13
+	VMOVSS       (AX), X7
+	VPSRLD       $0x10, X7, X8
+	VPAND        absmask<>+0(SB), X7, X9
+	VPCMPGTD     infbits<>+0(SB), X9, X10
+	VPAND        one_i<>+0(SB), X8, X9
+	VPADDD       round<>+0(SB), X7, X7
+	VPADDD       X9, X7, X7
+	VPSRLD       $0x10, X7, X7
+	VPOR         quiet<>+0(SB), X8, X8
+	VPBLENDVB    X10, X8, X7, X7
+	VPEXTRW      $0x00, X7, (R9)
+	VMOVSS       4(AX), X7
+	VPSRLD       $0x10, X7, X8
+	VPAND        absmask<>+0(SB), X7, X9
+	VPCMPGTD     infbits<>+0(SB), X9, X10
+	VPAND        one_i<>+0(SB), X8, X9
+	VPADDD       round<>+0(SB), X7, X7
+	VPADDD       X9, X7, X7
+	VPSRLD       $0x10, X7, X7
+	VPOR         quiet<>+0(SB), X8, X8
+	VPBLENDVB    X10, X8, X7, X7
+	VPEXTRW      $0x00, X7, 2(R9)
+	VMOVSS       8(AX), X7
+	VPSRLD       $0x10, X7, X8
+	VPAND        absmask<>+0(SB), X7, X9
+	VPCMPGTD     infbits<>+0(SB), X9, X10
+	VPAND        one_i<>+0(SB), X8, X9
+	VPADDD       round<>+0(SB), X7, X7
+	VPADDD       X9, X7, X7
+	VPSRLD       $0x10, X7, X7
+	VPOR         quiet<>+0(SB), X8, X8
+	VPBLENDVB    X10, X8, X7, X7
+	VPEXTRW      $0x00, X7, 4(R9)
+	ADDQ         R10, R9
+
+stateKVbf16AVX2_nostorerow13:
+	TESTQ  R11, R11
+	JZ     stateKVbf16AVX2_nocarryrow13
+	VMOVSS (AX), X7
+	VMOVSS X7, (R11)
+	VMOVSS 4(AX), X7
+	VMOVSS X7, 4(R11)
+	VMOVSS 8(AX), X7
+	VMOVSS X7, 8(R11)
+	ADDQ   R8, R11
+
+stateKVbf16AVX2_nocarryrow13:
+	ADDQ $0x00000020, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVbf16AVX2_rows13
+	JMP  stateKVbf16AVX2_tokdone7
+
+stateKVbf16AVX2_far7:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         88(SP), AX
+	VBROADCASTSS 4(AX), Y6
+	VBROADCASTSS 8(AX), Y7
+	VBROADCASTSS 12(AX), Y8
+	MOVQ         72(SP), AX
+	MOVQ         80(SP), CX
+	VMOVSS       (AX), X9
+	VMULSS       X0, X6, X0
+	VSUBSS       X0, X9, X9
+	VMULSS       X9, X7, X9
+	VMULSS       X1, X6, X1
+	VFMADD231SS  X9, X8, X1
+	VMOVSS       X1, (CX)
+	VMOVSS       X9, 96(SP)
+	VMOVSS       4(AX), X0
+	VMULSS       X2, X6, X2
+	VSUBSS       X2, X0, X0
+	VMULSS       X0, X7, X0
+	VMULSS       X3, X6, X3
+	VFMADD231SS  X0, X8, X3
+	VMOVSS       X3, 4(CX)
+	VMOVSS       X0, 128(SP)
+	VMOVSS       8(AX), X0
+	VMULSS       X4, X6, X4
+	VSUBSS       X4, X0, X0
+	VMULSS       X0, X7, X0
+	VMULSS       X5, X6, X5
+	VFMADD231SS  X0, X8, X5
+	VMOVSS       X5, 8(CX)
+	VMOVSS       X0, 160(SP)
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y1, Y1, Y1
+	VXORPS       Y2, Y2, Y2
+	VXORPS       Y3, Y3, Y3
+	VXORPS       Y4, Y4, Y4
+	VXORPS       Y5, Y5, Y5
+
+	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  48(SP), BX
+	MOVQ  56(SP), SI
+	MOVQ  64(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  40(SP), R10
+	MOVQ  stores_base+64(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
+	JZ    stateKVbf16AVX2_nostore14
+	LEAQ  (R9)(R8*2), R9
+
+stateKVbf16AVX2_nostore14:
+	MOVQ  V+8(FP), R10
+	SHLQ  $0x01, R10
+	MOVQ  40(SP), R12
+	INCQ  R12
+	MOVQ  tok_len+224(FP), R13
+	SHRQ  $0x02, R13
+	XORQ  R11, R11
+	CMPQ  R12, R13
+	JNE   stateKVbf16AVX2_nocarry14
+	MOVQ  carry_base+88(FP), R11
+	TESTQ R11, R11
+	JZ    stateKVbf16AVX2_nocarry14
+	LEAQ  (R11)(R8*4), R11
+
+stateKVbf16AVX2_nocarry14:
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
+
+stateKVbf16AVX2_rows14:
+	VBROADCASTSS (BX)(CX*4), Y7
+	VBROADCASTSS (SI)(CX*4), Y8
+	VBROADCASTSS (DI)(CX*4), Y9
+	VMOVSS       (AX), X10
+	VMULSS       X10, X6, X10
+	VFMADD231SS  96(SP), X7, X10
+	VMOVSS       X10, (AX)
+	VFMADD231SS  X10, X8, X0
+	VFMADD231SS  X10, X9, X1
+	VMOVSS       4(AX), X10
+	VMULSS       X10, X6, X10
+	VFMADD231SS  128(SP), X7, X10
+	VMOVSS       X10, 4(AX)
+	VFMADD231SS  X10, X8, X2
+	VFMADD231SS  X10, X9, X3
+	VMOVSS       8(AX), X10
+	VMULSS       X10, X6, X10
+	VFMADD231SS  160(SP), X7, X10
+	VMOVSS       X10, 8(AX)
+	VFMADD231SS  X10, X8, X4
+	VFMADD231SS  X10, X9, X5
+	TESTQ        R9, R9
+	JZ           stateKVbf16AVX2_nostorerow14
+	VMOVSS       (AX), X7
+	VPSRLD       $0x10, X7, X8
+	VPAND        absmask<>+0(SB), X7, X9
+	VPCMPGTD     infbits<>+0(SB), X9, X10
+	VPAND        one_i<>+0(SB), X8, X9
+	VPADDD       round<>+0(SB), X7, X7
+	VPADDD       X9, X7, X7
+	VPSRLD       $0x10, X7, X7
+	VPOR         quiet<>+0(SB), X8, X8
+	VPBLENDVB    X10, X8, X7, X7
+	VPEXTRW      $0x00, X7, (R9)
+	VMOVSS       4(AX), X7
+	VPSRLD       $0x10, X7, X8
+	VPAND        absmask<>+0(SB), X7, X9
+	VPCMPGTD     infbits<>+0(SB), X9, X10
+	VPAND        one_i<>+0(SB), X8, X9
+	VPADDD       round<>+0(SB), X7, X7
+	VPADDD       X9, X7, X7
+	VPSRLD       $0x10, X7, X7
+	VPOR         quiet<>+0(SB), X8, X8
+	VPBLENDVB    X10, X8, X7, X7
+	VPEXTRW      $0x00, X7, 2(R9)
+	VMOVSS       8(AX), X7
+	VPSRLD       $0x10, X7, X8
+	VPAND        absmask<>+0(SB), X7, X9
+	VPCMPGTD     infbits<>+0(SB), X9, X10
+	VPAND        one_i<>+0(SB), X8, X9
+	VPADDD       round<>+0(SB), X7, X7
+	VPADDD       X9, X7, X7
+	VPSRLD       $0x10, X7, X7
+	VPOR         quiet<>+0(SB), X8, X8
+	VPBLENDVB    X10, X8, X7, X7
+	VPEXTRW      $0x00, X7, 4(R9)
+	ADDQ         R10, R9
+
+stateKVbf16AVX2_nostorerow14:
+	TESTQ  R11, R11
+	JZ     stateKVbf16AVX2_nocarryrow14
+	VMOVSS (AX), X7
+	VMOVSS X7, (R11)
+	VMOVSS 4(AX), X7
+	VMOVSS X7, 4(R11)
+	VMOVSS 8(AX), X7
+	VMOVSS X7, 8(R11)
+	ADDQ   R8, R11
+
+stateKVbf16AVX2_nocarryrow14:
+	ADDQ $0x00000020, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVbf16AVX2_rows14
+
+stateKVbf16AVX2_tokdone7:
+	MOVQ 56(SP), AX
+	MOVQ AX, 48(SP)
+	ADDQ $0x10, 88(SP)
+	MOVQ vs+184(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 72(SP)
+	MOVQ V+8(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 80(SP)
+	MOVQ 40(SP), CX
+	INCQ CX
+	MOVQ CX, 40(SP)
+	MOVQ tok_len+224(FP), AX
+	SHRQ $0x02, AX
+	CMPQ CX, AX
+	JB   stateKVbf16AVX2_token7
+	MOVQ 24(SP), AX
+	ADDQ AX, 16(SP)
+	SUBQ AX, 8(SP)
+	JMP  stateKVbf16AVX2_blocks1
+
+stateKVbf16AVX2_shape8:
+	// Block of 4 columns (rows in work of 32 bytes): pass 0 loads it, with token 0's read.
+	MOVQ  K+0(FP), AX
+	MOVQ  16(SP), CX
+	MOVQ  src32_base+40(FP), DX
+	TESTQ DX, DX
+	JZ    stateKVbf16AVX2_from168
+
+	// From src32 (f32).
+	MOVQ   V+8(FP), BX
+	LEAQ   (DX)(CX*4), DX
+	SHLQ   $0x02, BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	MOVQ   kh_base+112(FP), SI
+	MOVQ   qh_base+136(FP), DI
+	MOVQ   (SP), R8
+	XORQ   R9, R9
+
+stateKVbf16AVX2_pass015:
+	VBROADCASTSS (SI)(R9*4), Y2
+	VBROADCASTSS (DI)(R9*4), Y3
+	VMOVUPS      (DX), X4
+	VMOVUPS      X4, (R8)
+	VFMADD231PS  X4, X2, X0
+	VFMADD231PS  X4, X3, X1
+	ADDQ         BX, DX
+	ADDQ         $0x00000020, R8
+	INCQ         R9
+	CMPQ         R9, AX
+	JB           stateKVbf16AVX2_pass015
+	JMP          stateKVbf16AVX2_loaded8
+
+stateKVbf16AVX2_from168:
+	// From src (bf16).
+	MOVQ   src_base+16(FP), DX
+	MOVQ   V+8(FP), BX
+	LEAQ   (DX)(CX*2), DX
+	SHLQ   $0x01, BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	MOVQ   kh_base+112(FP), SI
+	MOVQ   qh_base+136(FP), DI
+	MOVQ   (SP), R8
+	XORQ   R9, R9
+
+stateKVbf16AVX2_pass016:
+	VBROADCASTSS (SI)(R9*4), Y2
+	VBROADCASTSS (DI)(R9*4), Y3
+	VPMOVZXWD    (DX), X4
+	VPSLLD       $0x10, X4, X4
+	VMOVUPS      X4, (R8)
+	VFMADD231PS  X4, X2, X0
+	VFMADD231PS  X4, X3, X1
+	ADDQ         BX, DX
+	ADDQ         $0x00000020, R8
+	INCQ         R9
+	CMPQ         R9, AX
+	JB           stateKVbf16AVX2_pass016
+
+stateKVbf16AVX2_loaded8:
+	// The tokens.
+	XORQ AX, AX
+	MOVQ AX, 40(SP)
+	MOVQ kh_base+112(FP), AX
+	MOVQ AX, 48(SP)
+	MOVQ tok_base+216(FP), AX
+	MOVQ AX, 88(SP)
+	MOVQ v_base+160(FP), AX
+	LEAQ (AX)(CX*4), AX
+	MOVQ AX, 72(SP)
+	MOVQ o_base+192(FP), AX
+	LEAQ (AX)(CX*4), AX
+	MOVQ AX, 80(SP)
+
+stateKVbf16AVX2_token8:
+	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
+	MOVQ 40(SP), AX
+	MOVQ K+0(FP), CX
+	INCQ AX
+	MOVQ tok_len+224(FP), DX
+	SHRQ $0x02, DX
+	CMPQ AX, DX
+	JB   stateKVbf16AVX2_notlast8
+	DECQ AX
+
+stateKVbf16AVX2_notlast8:
+	IMULQ    CX, AX
+	MOVQ     kh_base+112(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 56(SP)
+	MOVQ     qh_base+136(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 64(SP)
+	MOVQ     88(SP), AX
+	VMOVSS   (AX), X2
+	VUCOMISS nearone<>+0(SB), X2
+	JCS      stateKVbf16AVX2_far8
+
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         88(SP), AX
+	VBROADCASTSS (AX), Y2
+	VBROADCASTSS 8(AX), Y3
+	VBROADCASTSS 12(AX), Y4
+	MOVQ         72(SP), AX
+	MOVQ         80(SP), CX
+	VMOVUPS      (AX), X5
+	VFMADD213PS  X0, X2, X0
+	VSUBPS       X0, X5, X5
+	VMULPS       X5, X3, X5
+	VFMADD213PS  X1, X2, X1
+	VFMADD231PS  X5, X4, X1
+	VMOVUPS      X1, (CX)
+	VMOVUPS      X5, 96(SP)
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y1, Y1, Y1
+
+	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  48(SP), BX
+	MOVQ  56(SP), SI
+	MOVQ  64(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  40(SP), R10
+	MOVQ  stores_base+64(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
+	JZ    stateKVbf16AVX2_nostore15
+	LEAQ  (R9)(R8*2), R9
+
+stateKVbf16AVX2_nostore15:
+	MOVQ  V+8(FP), R10
+	SHLQ  $0x01, R10
+	MOVQ  40(SP), R12
+	INCQ  R12
+	MOVQ  tok_len+224(FP), R13
+	SHRQ  $0x02, R13
+	XORQ  R11, R11
+	CMPQ  R12, R13
+	JNE   stateKVbf16AVX2_nocarry15
+	MOVQ  carry_base+88(FP), R11
+	TESTQ R11, R11
+	JZ    stateKVbf16AVX2_nocarry15
+	LEAQ  (R11)(R8*4), R11
+
+stateKVbf16AVX2_nocarry15:
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
+
+stateKVbf16AVX2_rows15:
+	VBROADCASTSS (BX)(CX*4), Y3
+	VBROADCASTSS (SI)(CX*4), Y4
+	VBROADCASTSS (DI)(CX*4), Y5
+	VMOVUPS      (AX), X6
+	VFMADD213PS  X6, X2, X6
+	VFMADD231PS  96(SP), X3, X6
+	VMOVUPS      X6, (AX)
+	VFMADD231PS  X6, X4, X0
+	VFMADD231PS  X6, X5, X1
+	TESTQ        R9, R9
+	JZ           stateKVbf16AVX2_nostorerow15
+	VMOVUPS      (AX), X3
+	VPSRLD       $0x10, X3, X4
+	VPAND        absmask<>+0(SB), X3, X5
+	VPCMPGTD     infbits<>+0(SB), X5, X6
+	VPAND        one_i<>+0(SB), X4, X5
+	VPADDD       round<>+0(SB), X3, X3
+	VPADDD       X5, X3, X3
+	VPSRLD       $0x10, X3, X3
+	VPOR         quiet<>+0(SB), X4, X4
+	VPBLENDVB    X6, X4, X3, X3
+	VPACKUSDW    X3, X3, X3
+	VMOVQ        X3, (R9)
+	ADDQ         R10, R9
+
+stateKVbf16AVX2_nostorerow15:
+	TESTQ   R11, R11
+	JZ      stateKVbf16AVX2_nocarryrow15
+	VMOVUPS (AX), X3
+	VMOVUPS X3, (R11)
+	ADDQ    R8, R11
+
+stateKVbf16AVX2_nocarryrow15:
+	ADDQ $0x00000020, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVbf16AVX2_rows15
+	JMP  stateKVbf16AVX2_tokdone8
+
+stateKVbf16AVX2_far8:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         88(SP), AX
+	VBROADCASTSS 4(AX), Y2
+	VBROADCASTSS 8(AX), Y3
+	VBROADCASTSS 12(AX), Y4
+	MOVQ         72(SP), AX
+	MOVQ         80(SP), CX
+	VMOVUPS      (AX), X5
+	VMULPS       X0, X2, X0
+	VSUBPS       X0, X5, X5
+	VMULPS       X5, X3, X5
+	VMULPS       X1, X2, X1
+	VFMADD231PS  X5, X4, X1
+	VMOVUPS      X1, (CX)
+	VMOVUPS      X5, 96(SP)
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y1, Y1, Y1
+
+	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  48(SP), BX
+	MOVQ  56(SP), SI
+	MOVQ  64(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  40(SP), R10
+	MOVQ  stores_base+64(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
+	JZ    stateKVbf16AVX2_nostore16
+	LEAQ  (R9)(R8*2), R9
+
+stateKVbf16AVX2_nostore16:
+	MOVQ  V+8(FP), R10
+	SHLQ  $0x01, R10
+	MOVQ  40(SP), R12
+	INCQ  R12
+	MOVQ  tok_len+224(FP), R13
+	SHRQ  $0x02, R13
+	XORQ  R11, R11
+	CMPQ  R12, R13
+	JNE   stateKVbf16AVX2_nocarry16
+	MOVQ  carry_base+88(FP), R11
+	TESTQ R11, R11
+	JZ    stateKVbf16AVX2_nocarry16
+	LEAQ  (R11)(R8*4), R11
+
+stateKVbf16AVX2_nocarry16:
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
+
+stateKVbf16AVX2_rows16:
+	VBROADCASTSS (BX)(CX*4), Y3
+	VBROADCASTSS (SI)(CX*4), Y4
+	VBROADCASTSS (DI)(CX*4), Y5
+	VMOVUPS      (AX), X6
+	VMULPS       X6, X2, X6
+	VFMADD231PS  96(SP), X3, X6
+	VMOVUPS      X6, (AX)
+	VFMADD231PS  X6, X4, X0
+	VFMADD231PS  X6, X5, X1
+	TESTQ        R9, R9
+	JZ           stateKVbf16AVX2_nostorerow16
+	VMOVUPS      (AX), X3
+	VPSRLD       $0x10, X3, X4
+	VPAND        absmask<>+0(SB), X3, X5
+	VPCMPGTD     infbits<>+0(SB), X5, X6
+	VPAND        one_i<>+0(SB), X4, X5
+	VPADDD       round<>+0(SB), X3, X3
+	VPADDD       X5, X3, X3
+	VPSRLD       $0x10, X3, X3
+	VPOR         quiet<>+0(SB), X4, X4
+	VPBLENDVB    X6, X4, X3, X3
+	VPACKUSDW    X3, X3, X3
+	VMOVQ        X3, (R9)
+	ADDQ         R10, R9
+
+stateKVbf16AVX2_nostorerow16:
+	TESTQ   R11, R11
+	JZ      stateKVbf16AVX2_nocarryrow16
+	VMOVUPS (AX), X3
+	VMOVUPS X3, (R11)
+	ADDQ    R8, R11
+
+stateKVbf16AVX2_nocarryrow16:
+	ADDQ $0x00000020, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVbf16AVX2_rows16
+
+stateKVbf16AVX2_tokdone8:
+	MOVQ 56(SP), AX
+	MOVQ AX, 48(SP)
+	ADDQ $0x10, 88(SP)
+	MOVQ vs+184(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 72(SP)
+	MOVQ V+8(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 80(SP)
+	MOVQ 40(SP), CX
+	INCQ CX
+	MOVQ CX, 40(SP)
+	MOVQ tok_len+224(FP), AX
+	SHRQ $0x02, AX
+	CMPQ CX, AX
+	JB   stateKVbf16AVX2_token8
+	MOVQ 24(SP), AX
+	ADDQ AX, 16(SP)
+	SUBQ AX, 8(SP)
+	JMP  stateKVbf16AVX2_blocks1
+
+stateKVbf16AVX2_shape9:
+	// Block of 5 columns (rows in work of 32 bytes): pass 0 loads it, with token 0's read.
+	MOVQ  K+0(FP), AX
+	MOVQ  16(SP), CX
+	MOVQ  src32_base+40(FP), DX
+	TESTQ DX, DX
+	JZ    stateKVbf16AVX2_from169
+
+	// From src32 (f32).
+	MOVQ   V+8(FP), BX
+	LEAQ   (DX)(CX*4), DX
+	SHLQ   $0x02, BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   kh_base+112(FP), SI
+	MOVQ   qh_base+136(FP), DI
+	MOVQ   (SP), R8
+	XORQ   R9, R9
+
+stateKVbf16AVX2_pass017:
+	VBROADCASTSS (SI)(R9*4), Y4
+	VBROADCASTSS (DI)(R9*4), Y5
+	VMOVUPS      (DX), X6
+	VMOVUPS      X6, (R8)
+	VFMADD231PS  X6, X4, X0
+	VFMADD231PS  X6, X5, X1
+	VMOVSS       16(DX), X6
+	VMOVSS       X6, 16(R8)
+	VFMADD231SS  X6, X4, X2
+	VFMADD231SS  X6, X5, X3
+	ADDQ         BX, DX
+	ADDQ         $0x00000020, R8
+	INCQ         R9
+	CMPQ         R9, AX
+	JB           stateKVbf16AVX2_pass017
+	JMP          stateKVbf16AVX2_loaded9
+
+stateKVbf16AVX2_from169:
+	// From src (bf16).
+	MOVQ   src_base+16(FP), DX
+	MOVQ   V+8(FP), BX
+	LEAQ   (DX)(CX*2), DX
+	SHLQ   $0x01, BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   kh_base+112(FP), SI
+	MOVQ   qh_base+136(FP), DI
+	MOVQ   (SP), R8
+	XORQ   R9, R9
+
+stateKVbf16AVX2_pass018:
+	VBROADCASTSS (SI)(R9*4), Y4
+	VBROADCASTSS (DI)(R9*4), Y5
+	VPMOVZXWD    (DX), X6
+	VPSLLD       $0x10, X6, X6
+	VMOVUPS      X6, (R8)
+	VFMADD231PS  X6, X4, X0
+	VFMADD231PS  X6, X5, X1
+	MOVWLZX      8(DX), R10
+	VMOVD        R10, X6
+	VPSLLD       $0x10, X6, X6
+	VMOVSS       X6, 16(R8)
+	VFMADD231SS  X6, X4, X2
+	VFMADD231SS  X6, X5, X3
+	ADDQ         BX, DX
+	ADDQ         $0x00000020, R8
+	INCQ         R9
+	CMPQ         R9, AX
+	JB           stateKVbf16AVX2_pass018
+
+stateKVbf16AVX2_loaded9:
+	// The tokens.
+	XORQ AX, AX
+	MOVQ AX, 40(SP)
+	MOVQ kh_base+112(FP), AX
+	MOVQ AX, 48(SP)
+	MOVQ tok_base+216(FP), AX
+	MOVQ AX, 88(SP)
+	MOVQ v_base+160(FP), AX
+	LEAQ (AX)(CX*4), AX
+	MOVQ AX, 72(SP)
+	MOVQ o_base+192(FP), AX
+	LEAQ (AX)(CX*4), AX
+	MOVQ AX, 80(SP)
+
+stateKVbf16AVX2_token9:
+	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
+	MOVQ 40(SP), AX
+	MOVQ K+0(FP), CX
+	INCQ AX
+	MOVQ tok_len+224(FP), DX
+	SHRQ $0x02, DX
+	CMPQ AX, DX
+	JB   stateKVbf16AVX2_notlast9
+	DECQ AX
+
+stateKVbf16AVX2_notlast9:
+	IMULQ    CX, AX
+	MOVQ     kh_base+112(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 56(SP)
+	MOVQ     qh_base+136(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 64(SP)
+	MOVQ     88(SP), AX
+	VMOVSS   (AX), X4
+	VUCOMISS nearone<>+0(SB), X4
+	JCS      stateKVbf16AVX2_far9
+
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         88(SP), AX
+	VBROADCASTSS (AX), Y4
+	VBROADCASTSS 8(AX), Y5
+	VBROADCASTSS 12(AX), Y6
+	MOVQ         72(SP), AX
+	MOVQ         80(SP), CX
+	VMOVUPS      (AX), X7
+	VFMADD213PS  X0, X4, X0
+	VSUBPS       X0, X7, X7
+	VMULPS       X7, X5, X7
+	VFMADD213PS  X1, X4, X1
+	VFMADD231PS  X7, X6, X1
+	VMOVUPS      X1, (CX)
+	VMOVUPS      X7, 96(SP)
+	VMOVSS       16(AX), X0
+	VFMADD213SS  X2, X4, X2
+	VSUBSS       X2, X0, X0
+	VMULSS       X0, X5, X0
+	VFMADD213SS  X3, X4, X3
+	VFMADD231SS  X0, X6, X3
+	VMOVSS       X3, 16(CX)
+	VMOVSS       X0, 128(SP)
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y1, Y1, Y1
+	VXORPS       Y2, Y2, Y2
+	VXORPS       Y3, Y3, Y3
+
+	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  48(SP), BX
+	MOVQ  56(SP), SI
+	MOVQ  64(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  40(SP), R10
+	MOVQ  stores_base+64(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
+	JZ    stateKVbf16AVX2_nostore17
+	LEAQ  (R9)(R8*2), R9
+
+stateKVbf16AVX2_nostore17:
+	MOVQ  V+8(FP), R10
+	SHLQ  $0x01, R10
+	MOVQ  40(SP), R12
+	INCQ  R12
+	MOVQ  tok_len+224(FP), R13
+	SHRQ  $0x02, R13
+	XORQ  R11, R11
+	CMPQ  R12, R13
+	JNE   stateKVbf16AVX2_nocarry17
+	MOVQ  carry_base+88(FP), R11
+	TESTQ R11, R11
+	JZ    stateKVbf16AVX2_nocarry17
+	LEAQ  (R11)(R8*4), R11
+
+stateKVbf16AVX2_nocarry17:
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
+
+stateKVbf16AVX2_rows17:
+	VBROADCASTSS (BX)(CX*4), Y5
+	VBROADCASTSS (SI)(CX*4), Y6
+	VBROADCASTSS (DI)(CX*4), Y7
+	VMOVUPS      (AX), X8
+	VFMADD213PS  X8, X4, X8
+	VFMADD231PS  96(SP), X5, X8
+	VMOVUPS      X8, (AX)
+	VFMADD231PS  X8, X6, X0
+	VFMADD231PS  X8, X7, X1
+	VMOVSS       16(AX), X8
+	VFMADD213SS  X8, X4, X8
+	VFMADD231SS  128(SP), X5, X8
+	VMOVSS       X8, 16(AX)
+	VFMADD231SS  X8, X6, X2
+	VFMADD231SS  X8, X7, X3
+	TESTQ        R9, R9
+	JZ           stateKVbf16AVX2_nostorerow17
+	VMOVUPS      (AX), X5
+	VPSRLD       $0x10, X5, X6
+	VPAND        absmask<>+0(SB), X5, X7
+	VPCMPGTD     infbits<>+0(SB), X7, X8
+	VPAND        one_i<>+0(SB), X6, X7
+	VPADDD       round<>+0(SB), X5, X5
+	VPADDD       X7, X5, X5
+	VPSRLD       $0x10, X5, X5
+	VPOR         quiet<>+0(SB), X6, X6
+	VPBLENDVB    X8, X6, X5, X5
+	VPACKUSDW    X5, X5, X5
+	VMOVQ        X5, (R9)
+	VMOVSS       16(AX), X5
+	VPSRLD       $0x10, X5, X6
+	VPAND        absmask<>+0(SB), X5, X7
+	VPCMPGTD     infbits<>+0(SB), X7, X8
+	VPAND        one_i<>+0(SB), X6, X7
+	VPADDD       round<>+0(SB), X5, X5
+	VPADDD       X7, X5, X5
+	VPSRLD       $0x10, X5, X5
+	VPOR         quiet<>+0(SB), X6, X6
+	VPBLENDVB    X8, X6, X5, X5
+	VPEXTRW      $0x00, X5, 8(R9)
+	ADDQ         R10, R9
+
+stateKVbf16AVX2_nostorerow17:
+	TESTQ   R11, R11
+	JZ      stateKVbf16AVX2_nocarryrow17
+	VMOVUPS (AX), X5
+	VMOVUPS X5, (R11)
+	VMOVSS  16(AX), X5
+	VMOVSS  X5, 16(R11)
+	ADDQ    R8, R11
+
+stateKVbf16AVX2_nocarryrow17:
+	ADDQ $0x00000020, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVbf16AVX2_rows17
+	JMP  stateKVbf16AVX2_tokdone9
+
+stateKVbf16AVX2_far9:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         88(SP), AX
+	VBROADCASTSS 4(AX), Y4
+	VBROADCASTSS 8(AX), Y5
+	VBROADCASTSS 12(AX), Y6
+	MOVQ         72(SP), AX
+	MOVQ         80(SP), CX
+	VMOVUPS      (AX), X7
+	VMULPS       X0, X4, X0
+	VSUBPS       X0, X7, X7
+	VMULPS       X7, X5, X7
+	VMULPS       X1, X4, X1
+	VFMADD231PS  X7, X6, X1
+	VMOVUPS      X1, (CX)
+	VMOVUPS      X7, 96(SP)
+	VMOVSS       16(AX), X0
+	VMULSS       X2, X4, X2
+	VSUBSS       X2, X0, X0
+	VMULSS       X0, X5, X0
+	VMULSS       X3, X4, X3
+	VFMADD231SS  X0, X6, X3
+	VMOVSS       X3, 16(CX)
+	VMOVSS       X0, 128(SP)
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y1, Y1, Y1
+	VXORPS       Y2, Y2, Y2
+	VXORPS       Y3, Y3, Y3
+
+	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  48(SP), BX
+	MOVQ  56(SP), SI
+	MOVQ  64(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  40(SP), R10
+	MOVQ  stores_base+64(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
+	JZ    stateKVbf16AVX2_nostore18
+	LEAQ  (R9)(R8*2), R9
+
+stateKVbf16AVX2_nostore18:
+	MOVQ  V+8(FP), R10
+	SHLQ  $0x01, R10
+	MOVQ  40(SP), R12
+	INCQ  R12
+	MOVQ  tok_len+224(FP), R13
+	SHRQ  $0x02, R13
+	XORQ  R11, R11
+	CMPQ  R12, R13
+	JNE   stateKVbf16AVX2_nocarry18
+	MOVQ  carry_base+88(FP), R11
+	TESTQ R11, R11
+	JZ    stateKVbf16AVX2_nocarry18
+	LEAQ  (R11)(R8*4), R11
+
+stateKVbf16AVX2_nocarry18:
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
+
+stateKVbf16AVX2_rows18:
+	VBROADCASTSS (BX)(CX*4), Y5
+	VBROADCASTSS (SI)(CX*4), Y6
+	VBROADCASTSS (DI)(CX*4), Y7
+	VMOVUPS      (AX), X8
+	VMULPS       X8, X4, X8
+	VFMADD231PS  96(SP), X5, X8
+	VMOVUPS      X8, (AX)
+	VFMADD231PS  X8, X6, X0
+	VFMADD231PS  X8, X7, X1
+	VMOVSS       16(AX), X8
+	VMULSS       X8, X4, X8
+	VFMADD231SS  128(SP), X5, X8
+	VMOVSS       X8, 16(AX)
+	VFMADD231SS  X8, X6, X2
+	VFMADD231SS  X8, X7, X3
+	TESTQ        R9, R9
+	JZ           stateKVbf16AVX2_nostorerow18
+	VMOVUPS      (AX), X5
+	VPSRLD       $0x10, X5, X6
+	VPAND        absmask<>+0(SB), X5, X7
+	VPCMPGTD     infbits<>+0(SB), X7, X8
+	VPAND        one_i<>+0(SB), X6, X7
+	VPADDD       round<>+0(SB), X5, X5
+	VPADDD       X7, X5, X5
+	VPSRLD       $0x10, X5, X5
+	VPOR         quiet<>+0(SB), X6, X6
+	VPBLENDVB    X8, X6, X5, X5
+	VPACKUSDW    X5, X5, X5
+	VMOVQ        X5, (R9)
+	VMOVSS       16(AX), X5
+	VPSRLD       $0x10, X5, X6
+	VPAND        absmask<>+0(SB), X5, X7
+	VPCMPGTD     infbits<>+0(SB), X7, X8
+	VPAND        one_i<>+0(SB), X6, X7
+	VPADDD       round<>+0(SB), X5, X5
+	VPADDD       X7, X5, X5
+	VPSRLD       $0x10, X5, X5
+	VPOR         quiet<>+0(SB), X6, X6
+	VPBLENDVB    X8, X6, X5, X5
+	VPEXTRW      $0x00, X5, 8(R9)
+	ADDQ         R10, R9
+
+stateKVbf16AVX2_nostorerow18:
+	TESTQ   R11, R11
+	JZ      stateKVbf16AVX2_nocarryrow18
+	VMOVUPS (AX), X5
+	VMOVUPS X5, (R11)
+	VMOVSS  16(AX), X5
+	VMOVSS  X5, 16(R11)
+	ADDQ    R8, R11
+
+stateKVbf16AVX2_nocarryrow18:
+	ADDQ $0x00000020, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVbf16AVX2_rows18
+
+stateKVbf16AVX2_tokdone9:
+	MOVQ 56(SP), AX
+	MOVQ AX, 48(SP)
+	ADDQ $0x10, 88(SP)
+	MOVQ vs+184(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 72(SP)
+	MOVQ V+8(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 80(SP)
+	MOVQ 40(SP), CX
+	INCQ CX
+	MOVQ CX, 40(SP)
+	MOVQ tok_len+224(FP), AX
+	SHRQ $0x02, AX
+	CMPQ CX, AX
+	JB   stateKVbf16AVX2_token9
+	MOVQ 24(SP), AX
+	ADDQ AX, 16(SP)
+	SUBQ AX, 8(SP)
+	JMP  stateKVbf16AVX2_blocks1
+
+stateKVbf16AVX2_shape10:
+	// Block of 6 columns (rows in work of 32 bytes): pass 0 loads it, with token 0's read.
+	MOVQ  K+0(FP), AX
+	MOVQ  16(SP), CX
+	MOVQ  src32_base+40(FP), DX
+	TESTQ DX, DX
+	JZ    stateKVbf16AVX2_from1610
+
+	// From src32 (f32).
+	MOVQ   V+8(FP), BX
+	LEAQ   (DX)(CX*4), DX
+	SHLQ   $0x02, BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	MOVQ   kh_base+112(FP), SI
+	MOVQ   qh_base+136(FP), DI
+	MOVQ   (SP), R8
+	XORQ   R9, R9
+
+stateKVbf16AVX2_pass019:
+	VBROADCASTSS (SI)(R9*4), Y6
+	VBROADCASTSS (DI)(R9*4), Y7
+	VMOVUPS      (DX), X8
+	VMOVUPS      X8, (R8)
+	VFMADD231PS  X8, X6, X0
+	VFMADD231PS  X8, X7, X1
+	VMOVSS       16(DX), X8
+	VMOVSS       X8, 16(R8)
+	VFMADD231SS  X8, X6, X2
+	VFMADD231SS  X8, X7, X3
+	VMOVSS       20(DX), X8
+	VMOVSS       X8, 20(R8)
+	VFMADD231SS  X8, X6, X4
+	VFMADD231SS  X8, X7, X5
+	ADDQ         BX, DX
+	ADDQ         $0x00000020, R8
+	INCQ         R9
+	CMPQ         R9, AX
+	JB           stateKVbf16AVX2_pass019
+	JMP          stateKVbf16AVX2_loaded10
+
+stateKVbf16AVX2_from1610:
+	// From src (bf16).
+	MOVQ   src_base+16(FP), DX
+	MOVQ   V+8(FP), BX
+	LEAQ   (DX)(CX*2), DX
+	SHLQ   $0x01, BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	MOVQ   kh_base+112(FP), SI
+	MOVQ   qh_base+136(FP), DI
+	MOVQ   (SP), R8
+	XORQ   R9, R9
+
+stateKVbf16AVX2_pass020:
+	VBROADCASTSS (SI)(R9*4), Y6
+	VBROADCASTSS (DI)(R9*4), Y7
+	VPMOVZXWD    (DX), X8
+	VPSLLD       $0x10, X8, X8
+	VMOVUPS      X8, (R8)
+	VFMADD231PS  X8, X6, X0
+	VFMADD231PS  X8, X7, X1
+	MOVWLZX      8(DX), R10
+	VMOVD        R10, X8
+	VPSLLD       $0x10, X8, X8
+	VMOVSS       X8, 16(R8)
+	VFMADD231SS  X8, X6, X2
+	VFMADD231SS  X8, X7, X3
+	MOVWLZX      10(DX), R10
+	VMOVD        R10, X8
+	VPSLLD       $0x10, X8, X8
+	VMOVSS       X8, 20(R8)
+	VFMADD231SS  X8, X6, X4
+	VFMADD231SS  X8, X7, X5
+	ADDQ         BX, DX
+	ADDQ         $0x00000020, R8
+	INCQ         R9
+	CMPQ         R9, AX
+	JB           stateKVbf16AVX2_pass020
+
+stateKVbf16AVX2_loaded10:
+	// The tokens.
+	XORQ AX, AX
+	MOVQ AX, 40(SP)
+	MOVQ kh_base+112(FP), AX
+	MOVQ AX, 48(SP)
+	MOVQ tok_base+216(FP), AX
+	MOVQ AX, 88(SP)
+	MOVQ v_base+160(FP), AX
+	LEAQ (AX)(CX*4), AX
+	MOVQ AX, 72(SP)
+	MOVQ o_base+192(FP), AX
+	LEAQ (AX)(CX*4), AX
+	MOVQ AX, 80(SP)
+
+stateKVbf16AVX2_token10:
+	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
+	MOVQ 40(SP), AX
+	MOVQ K+0(FP), CX
+	INCQ AX
+	MOVQ tok_len+224(FP), DX
+	SHRQ $0x02, DX
+	CMPQ AX, DX
+	JB   stateKVbf16AVX2_notlast10
+	DECQ AX
+
+stateKVbf16AVX2_notlast10:
+	IMULQ    CX, AX
+	MOVQ     kh_base+112(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 56(SP)
+	MOVQ     qh_base+136(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 64(SP)
+	MOVQ     88(SP), AX
+	VMOVSS   (AX), X6
+	VUCOMISS nearone<>+0(SB), X6
+	JCS      stateKVbf16AVX2_far10
+
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         88(SP), AX
+	VBROADCASTSS (AX), Y6
+	VBROADCASTSS 8(AX), Y7
+	VBROADCASTSS 12(AX), Y8
+	MOVQ         72(SP), AX
+	MOVQ         80(SP), CX
+	VMOVUPS      (AX), X9
+	VFMADD213PS  X0, X6, X0
+	VSUBPS       X0, X9, X9
+	VMULPS       X9, X7, X9
+	VFMADD213PS  X1, X6, X1
+	VFMADD231PS  X9, X8, X1
+	VMOVUPS      X1, (CX)
+	VMOVUPS      X9, 96(SP)
+	VMOVSS       16(AX), X0
+	VFMADD213SS  X2, X6, X2
+	VSUBSS       X2, X0, X0
+	VMULSS       X0, X7, X0
+	VFMADD213SS  X3, X6, X3
+	VFMADD231SS  X0, X8, X3
+	VMOVSS       X3, 16(CX)
+	VMOVSS       X0, 128(SP)
+	VMOVSS       20(AX), X0
+	VFMADD213SS  X4, X6, X4
+	VSUBSS       X4, X0, X0
+	VMULSS       X0, X7, X0
+	VFMADD213SS  X5, X6, X5
+	VFMADD231SS  X0, X8, X5
+	VMOVSS       X5, 20(CX)
+	VMOVSS       X0, 160(SP)
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y1, Y1, Y1
+	VXORPS       Y2, Y2, Y2
+	VXORPS       Y3, Y3, Y3
+	VXORPS       Y4, Y4, Y4
+	VXORPS       Y5, Y5, Y5
+
+	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  48(SP), BX
+	MOVQ  56(SP), SI
+	MOVQ  64(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  40(SP), R10
+	MOVQ  stores_base+64(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
+	JZ    stateKVbf16AVX2_nostore19
+	LEAQ  (R9)(R8*2), R9
+
+stateKVbf16AVX2_nostore19:
+	MOVQ  V+8(FP), R10
+	SHLQ  $0x01, R10
+	MOVQ  40(SP), R12
+	INCQ  R12
+	MOVQ  tok_len+224(FP), R13
+	SHRQ  $0x02, R13
+	XORQ  R11, R11
+	CMPQ  R12, R13
+	JNE   stateKVbf16AVX2_nocarry19
+	MOVQ  carry_base+88(FP), R11
+	TESTQ R11, R11
+	JZ    stateKVbf16AVX2_nocarry19
+	LEAQ  (R11)(R8*4), R11
+
+stateKVbf16AVX2_nocarry19:
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
+
+stateKVbf16AVX2_rows19:
+	VBROADCASTSS (BX)(CX*4), Y7
+	VBROADCASTSS (SI)(CX*4), Y8
+	VBROADCASTSS (DI)(CX*4), Y9
+	VMOVUPS      (AX), X10
+	VFMADD213PS  X10, X6, X10
+	VFMADD231PS  96(SP), X7, X10
+	VMOVUPS      X10, (AX)
+	VFMADD231PS  X10, X8, X0
+	VFMADD231PS  X10, X9, X1
+	VMOVSS       16(AX), X10
+	VFMADD213SS  X10, X6, X10
+	VFMADD231SS  128(SP), X7, X10
+	VMOVSS       X10, 16(AX)
+	VFMADD231SS  X10, X8, X2
+	VFMADD231SS  X10, X9, X3
+	VMOVSS       20(AX), X10
+	VFMADD213SS  X10, X6, X10
+	VFMADD231SS  160(SP), X7, X10
+	VMOVSS       X10, 20(AX)
+	VFMADD231SS  X10, X8, X4
+	VFMADD231SS  X10, X9, X5
+	TESTQ        R9, R9
+	JZ           stateKVbf16AVX2_nostorerow19
+	VMOVUPS      (AX), X7
+	VPSRLD       $0x10, X7, X8
+	VPAND        absmask<>+0(SB), X7, X9
+	VPCMPGTD     infbits<>+0(SB), X9, X10
+	VPAND        one_i<>+0(SB), X8, X9
+	VPADDD       round<>+0(SB), X7, X7
+	VPADDD       X9, X7, X7
+	VPSRLD       $0x10, X7, X7
+	VPOR         quiet<>+0(SB), X8, X8
+	VPBLENDVB    X10, X8, X7, X7
+	VPACKUSDW    X7, X7, X7
+	VMOVQ        X7, (R9)
+	VMOVSS       16(AX), X7
+	VPSRLD       $0x10, X7, X8
+	VPAND        absmask<>+0(SB), X7, X9
+	VPCMPGTD     infbits<>+0(SB), X9, X10
+	VPAND        one_i<>+0(SB), X8, X9
+	VPADDD       round<>+0(SB), X7, X7
+	VPADDD       X9, X7, X7
+	VPSRLD       $0x10, X7, X7
+	VPOR         quiet<>+0(SB), X8, X8
+	VPBLENDVB    X10, X8, X7, X7
+	VPEXTRW      $0x00, X7, 8(R9)
+	VMOVSS       20(AX), X7
+	VPSRLD       $0x10, X7, X8
+	VPAND        absmask<>+0(SB), X7, X9
+	VPCMPGTD     infbits<>+0(SB), X9, X10
+	VPAND        one_i<>+0(SB), X8, X9
+	VPADDD       round<>+0(SB), X7, X7
+	VPADDD       X9, X7, X7
+	VPSRLD       $0x10, X7, X7
+	VPOR         quiet<>+0(SB), X8, X8
+	VPBLENDVB    X10, X8, X7, X7
+	VPEXTRW      $0x00, X7, 10(R9)
+	ADDQ         R10, R9
+
+stateKVbf16AVX2_nostorerow19:
+	TESTQ   R11, R11
+	JZ      stateKVbf16AVX2_nocarryrow19
+	VMOVUPS (AX), X7
+	VMOVUPS X7, (R11)
+	VMOVSS  16(AX), X7
+	VMOVSS  X7, 16(R11)
+	VMOVSS  20(AX), X7
+	VMOVSS  X7, 20(R11)
+	ADDQ    R8, R11
+
+stateKVbf16AVX2_nocarryrow19:
+	ADDQ $0x00000020, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVbf16AVX2_rows19
+	JMP  stateKVbf16AVX2_tokdone10
+
+stateKVbf16AVX2_far10:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         88(SP), AX
+	VBROADCASTSS 4(AX), Y6
+	VBROADCASTSS 8(AX), Y7
+	VBROADCASTSS 12(AX), Y8
+	MOVQ         72(SP), AX
+	MOVQ         80(SP), CX
+	VMOVUPS      (AX), X9
+	VMULPS       X0, X6, X0
+	VSUBPS       X0, X9, X9
+	VMULPS       X9, X7, X9
+	VMULPS       X1, X6, X1
+	VFMADD231PS  X9, X8, X1
+	VMOVUPS      X1, (CX)
+	VMOVUPS      X9, 96(SP)
+	VMOVSS       16(AX), X0
+	VMULSS       X2, X6, X2
+	VSUBSS       X2, X0, X0
+	VMULSS       X0, X7, X0
+	VMULSS       X3, X6, X3
+	VFMADD231SS  X0, X8, X3
+	VMOVSS       X3, 16(CX)
+	VMOVSS       X0, 128(SP)
+	VMOVSS       20(AX), X0
+	VMULSS       X4, X6, X4
+	VSUBSS       X4, X0, X0
+	VMULSS       X0, X7, X0
+	VMULSS       X5, X6, X5
+	VFMADD231SS  X0, X8, X5
+	VMOVSS       X5, 20(CX)
+	VMOVSS       X0, 160(SP)
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y1, Y1, Y1
+	VXORPS       Y2, Y2, Y2
+	VXORPS       Y3, Y3, Y3
+	VXORPS       Y4, Y4, Y4
+	VXORPS       Y5, Y5, Y5
+
+	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  48(SP), BX
+	MOVQ  56(SP), SI
+	MOVQ  64(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  40(SP), R10
+	MOVQ  stores_base+64(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
+	JZ    stateKVbf16AVX2_nostore20
+	LEAQ  (R9)(R8*2), R9
+
+stateKVbf16AVX2_nostore20:
+	MOVQ  V+8(FP), R10
+	SHLQ  $0x01, R10
+	MOVQ  40(SP), R12
+	INCQ  R12
+	MOVQ  tok_len+224(FP), R13
+	SHRQ  $0x02, R13
+	XORQ  R11, R11
+	CMPQ  R12, R13
+	JNE   stateKVbf16AVX2_nocarry20
+	MOVQ  carry_base+88(FP), R11
+	TESTQ R11, R11
+	JZ    stateKVbf16AVX2_nocarry20
+	LEAQ  (R11)(R8*4), R11
+
+stateKVbf16AVX2_nocarry20:
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
+
+stateKVbf16AVX2_rows20:
+	VBROADCASTSS (BX)(CX*4), Y7
+	VBROADCASTSS (SI)(CX*4), Y8
+	VBROADCASTSS (DI)(CX*4), Y9
+	VMOVUPS      (AX), X10
+	VMULPS       X10, X6, X10
+	VFMADD231PS  96(SP), X7, X10
+	VMOVUPS      X10, (AX)
+	VFMADD231PS  X10, X8, X0
+	VFMADD231PS  X10, X9, X1
+	VMOVSS       16(AX), X10
+	VMULSS       X10, X6, X10
+	VFMADD231SS  128(SP), X7, X10
+	VMOVSS       X10, 16(AX)
+	VFMADD231SS  X10, X8, X2
+	VFMADD231SS  X10, X9, X3
+	VMOVSS       20(AX), X10
+	VMULSS       X10, X6, X10
+	VFMADD231SS  160(SP), X7, X10
+	VMOVSS       X10, 20(AX)
+	VFMADD231SS  X10, X8, X4
+	VFMADD231SS  X10, X9, X5
+	TESTQ        R9, R9
+	JZ           stateKVbf16AVX2_nostorerow20
+	VMOVUPS      (AX), X7
+	VPSRLD       $0x10, X7, X8
+	VPAND        absmask<>+0(SB), X7, X9
+	VPCMPGTD     infbits<>+0(SB), X9, X10
+	VPAND        one_i<>+0(SB), X8, X9
+	VPADDD       round<>+0(SB), X7, X7
+	VPADDD       X9, X7, X7
+	VPSRLD       $0x10, X7, X7
+	VPOR         quiet<>+0(SB), X8, X8
+	VPBLENDVB    X10, X8, X7, X7
+	VPACKUSDW    X7, X7, X7
+	VMOVQ        X7, (R9)
+	VMOVSS       16(AX), X7
+	VPSRLD       $0x10, X7, X8
+	VPAND        absmask<>+0(SB), X7, X9
+	VPCMPGTD     infbits<>+0(SB), X9, X10
+	VPAND        one_i<>+0(SB), X8, X9
+	VPADDD       round<>+0(SB), X7, X7
+	VPADDD       X9, X7, X7
+	VPSRLD       $0x10, X7, X7
+	VPOR         quiet<>+0(SB), X8, X8
+	VPBLENDVB    X10, X8, X7, X7
+	VPEXTRW      $0x00, X7, 8(R9)
+	VMOVSS       20(AX), X7
+	VPSRLD       $0x10, X7, X8
+	VPAND        absmask<>+0(SB), X7, X9
+	VPCMPGTD     infbits<>+0(SB), X9, X10
+	VPAND        one_i<>+0(SB), X8, X9
+	VPADDD       round<>+0(SB), X7, X7
+	VPADDD       X9, X7, X7
+	VPSRLD       $0x10, X7, X7
+	VPOR         quiet<>+0(SB), X8, X8
+	VPBLENDVB    X10, X8, X7, X7
+	VPEXTRW      $0x00, X7, 10(R9)
+	ADDQ         R10, R9
+
+stateKVbf16AVX2_nostorerow20:
+	TESTQ   R11, R11
+	JZ      stateKVbf16AVX2_nocarryrow20
+	VMOVUPS (AX), X7
+	VMOVUPS X7, (R11)
+	VMOVSS  16(AX), X7
+	VMOVSS  X7, 16(R11)
+	VMOVSS  20(AX), X7
+	VMOVSS  X7, 20(R11)
+	ADDQ    R8, R11
+
+stateKVbf16AVX2_nocarryrow20:
+	ADDQ $0x00000020, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVbf16AVX2_rows20
+
+stateKVbf16AVX2_tokdone10:
+	MOVQ 56(SP), AX
+	MOVQ AX, 48(SP)
+	ADDQ $0x10, 88(SP)
+	MOVQ vs+184(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 72(SP)
+	MOVQ V+8(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 80(SP)
+	MOVQ 40(SP), CX
+	INCQ CX
+	MOVQ CX, 40(SP)
+	MOVQ tok_len+224(FP), AX
+	SHRQ $0x02, AX
+	CMPQ CX, AX
+	JB   stateKVbf16AVX2_token10
+	MOVQ 24(SP), AX
+	ADDQ AX, 16(SP)
+	SUBQ AX, 8(SP)
+	JMP  stateKVbf16AVX2_blocks1
+
+stateKVbf16AVX2_shape11:
+	// Block of 7 columns (rows in work of 32 bytes): pass 0 loads it, with token 0's read.
+	MOVQ  K+0(FP), AX
+	MOVQ  16(SP), CX
+	MOVQ  src32_base+40(FP), DX
+	TESTQ DX, DX
+	JZ    stateKVbf16AVX2_from1611
+
+	// From src32 (f32).
+	MOVQ   V+8(FP), BX
+	LEAQ   (DX)(CX*4), DX
+	SHLQ   $0x02, BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ   kh_base+112(FP), SI
+	MOVQ   qh_base+136(FP), DI
+	MOVQ   (SP), R8
+	XORQ   R9, R9
+
+stateKVbf16AVX2_pass021:
+	VBROADCASTSS (SI)(R9*4), Y8
+	VBROADCASTSS (DI)(R9*4), Y9
+	VMOVUPS      (DX), X10
+	VMOVUPS      X10, (R8)
+	VFMADD231PS  X10, X8, X0
+	VFMADD231PS  X10, X9, X1
+	VMOVSS       16(DX), X10
+	VMOVSS       X10, 16(R8)
+	VFMADD231SS  X10, X8, X2
+	VFMADD231SS  X10, X9, X3
+	VMOVSS       20(DX), X10
+	VMOVSS       X10, 20(R8)
+	VFMADD231SS  X10, X8, X4
+	VFMADD231SS  X10, X9, X5
+	VMOVSS       24(DX), X10
+	VMOVSS       X10, 24(R8)
+	VFMADD231SS  X10, X8, X6
+	VFMADD231SS  X10, X9, X7
+	ADDQ         BX, DX
+	ADDQ         $0x00000020, R8
+	INCQ         R9
+	CMPQ         R9, AX
+	JB           stateKVbf16AVX2_pass021
+	JMP          stateKVbf16AVX2_loaded11
+
+stateKVbf16AVX2_from1611:
+	// From src (bf16).
+	MOVQ   src_base+16(FP), DX
+	MOVQ   V+8(FP), BX
+	LEAQ   (DX)(CX*2), DX
+	SHLQ   $0x01, BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ   kh_base+112(FP), SI
+	MOVQ   qh_base+136(FP), DI
+	MOVQ   (SP), R8
+	XORQ   R9, R9
+
+stateKVbf16AVX2_pass022:
+	VBROADCASTSS (SI)(R9*4), Y8
+	VBROADCASTSS (DI)(R9*4), Y9
+	VPMOVZXWD    (DX), X10
+	VPSLLD       $0x10, X10, X10
+	VMOVUPS      X10, (R8)
+	VFMADD231PS  X10, X8, X0
+	VFMADD231PS  X10, X9, X1
+	MOVWLZX      8(DX), R10
+	VMOVD        R10, X10
+	VPSLLD       $0x10, X10, X10
+	VMOVSS       X10, 16(R8)
+	VFMADD231SS  X10, X8, X2
+	VFMADD231SS  X10, X9, X3
+	MOVWLZX      10(DX), R10
+	VMOVD        R10, X10
+	VPSLLD       $0x10, X10, X10
+	VMOVSS       X10, 20(R8)
+	VFMADD231SS  X10, X8, X4
+	VFMADD231SS  X10, X9, X5
+	MOVWLZX      12(DX), R10
+	VMOVD        R10, X10
+	VPSLLD       $0x10, X10, X10
+	VMOVSS       X10, 24(R8)
+	VFMADD231SS  X10, X8, X6
+	VFMADD231SS  X10, X9, X7
+	ADDQ         BX, DX
+	ADDQ         $0x00000020, R8
+	INCQ         R9
+	CMPQ         R9, AX
+	JB           stateKVbf16AVX2_pass022
+
+stateKVbf16AVX2_loaded11:
+	// The tokens.
+	XORQ AX, AX
+	MOVQ AX, 40(SP)
+	MOVQ kh_base+112(FP), AX
+	MOVQ AX, 48(SP)
+	MOVQ tok_base+216(FP), AX
+	MOVQ AX, 88(SP)
+	MOVQ v_base+160(FP), AX
+	LEAQ (AX)(CX*4), AX
+	MOVQ AX, 72(SP)
+	MOVQ o_base+192(FP), AX
+	LEAQ (AX)(CX*4), AX
+	MOVQ AX, 80(SP)
+
+stateKVbf16AVX2_token11:
+	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
+	MOVQ 40(SP), AX
+	MOVQ K+0(FP), CX
+	INCQ AX
+	MOVQ tok_len+224(FP), DX
+	SHRQ $0x02, DX
+	CMPQ AX, DX
+	JB   stateKVbf16AVX2_notlast11
+	DECQ AX
+
+stateKVbf16AVX2_notlast11:
+	IMULQ    CX, AX
+	MOVQ     kh_base+112(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 56(SP)
+	MOVQ     qh_base+136(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 64(SP)
+	MOVQ     88(SP), AX
+	VMOVSS   (AX), X8
+	VUCOMISS nearone<>+0(SB), X8
+	JCS      stateKVbf16AVX2_far11
+
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         88(SP), AX
+	VBROADCASTSS (AX), Y8
+	VBROADCASTSS 8(AX), Y9
+	VBROADCASTSS 12(AX), Y10
+	MOVQ         72(SP), AX
+	MOVQ         80(SP), CX
+	VMOVUPS      (AX), X11
+	VFMADD213PS  X0, X8, X0
+	VSUBPS       X0, X11, X11
+	VMULPS       X11, X9, X11
+	VFMADD213PS  X1, X8, X1
+	VFMADD231PS  X11, X10, X1
+	VMOVUPS      X1, (CX)
+	VMOVUPS      X11, 96(SP)
+	VMOVSS       16(AX), X0
+	VFMADD213SS  X2, X8, X2
+	VSUBSS       X2, X0, X0
+	VMULSS       X0, X9, X0
+	VFMADD213SS  X3, X8, X3
+	VFMADD231SS  X0, X10, X3
+	VMOVSS       X3, 16(CX)
+	VMOVSS       X0, 128(SP)
+	VMOVSS       20(AX), X0
+	VFMADD213SS  X4, X8, X4
+	VSUBSS       X4, X0, X0
+	VMULSS       X0, X9, X0
+	VFMADD213SS  X5, X8, X5
+	VFMADD231SS  X0, X10, X5
+	VMOVSS       X5, 20(CX)
+	VMOVSS       X0, 160(SP)
+	VMOVSS       24(AX), X0
+	VFMADD213SS  X6, X8, X6
+	VSUBSS       X6, X0, X0
+	VMULSS       X0, X9, X0
+	VFMADD213SS  X7, X8, X7
+	VFMADD231SS  X0, X10, X7
+	VMOVSS       X7, 24(CX)
+	VMOVSS       X0, 192(SP)
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y1, Y1, Y1
+	VXORPS       Y2, Y2, Y2
+	VXORPS       Y3, Y3, Y3
+	VXORPS       Y4, Y4, Y4
+	VXORPS       Y5, Y5, Y5
+	VXORPS       Y6, Y6, Y6
+	VXORPS       Y7, Y7, Y7
+
+	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  48(SP), BX
+	MOVQ  56(SP), SI
+	MOVQ  64(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  40(SP), R10
+	MOVQ  stores_base+64(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
+	JZ    stateKVbf16AVX2_nostore21
+	LEAQ  (R9)(R8*2), R9
+
+stateKVbf16AVX2_nostore21:
+	MOVQ  V+8(FP), R10
+	SHLQ  $0x01, R10
+	MOVQ  40(SP), R12
+	INCQ  R12
+	MOVQ  tok_len+224(FP), R13
+	SHRQ  $0x02, R13
+	XORQ  R11, R11
+	CMPQ  R12, R13
+	JNE   stateKVbf16AVX2_nocarry21
+	MOVQ  carry_base+88(FP), R11
+	TESTQ R11, R11
+	JZ    stateKVbf16AVX2_nocarry21
+	LEAQ  (R11)(R8*4), R11
+
+stateKVbf16AVX2_nocarry21:
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
+
+stateKVbf16AVX2_rows21:
+	VBROADCASTSS (BX)(CX*4), Y9
+	VBROADCASTSS (SI)(CX*4), Y10
+	VBROADCASTSS (DI)(CX*4), Y11
+	VMOVUPS      (AX), X12
+	VFMADD213PS  X12, X8, X12
+	VFMADD231PS  96(SP), X9, X12
+	VMOVUPS      X12, (AX)
+	VFMADD231PS  X12, X10, X0
+	VFMADD231PS  X12, X11, X1
+	VMOVSS       16(AX), X12
+	VFMADD213SS  X12, X8, X12
+	VFMADD231SS  128(SP), X9, X12
+	VMOVSS       X12, 16(AX)
+	VFMADD231SS  X12, X10, X2
+	VFMADD231SS  X12, X11, X3
+	VMOVSS       20(AX), X12
+	VFMADD213SS  X12, X8, X12
+	VFMADD231SS  160(SP), X9, X12
+	VMOVSS       X12, 20(AX)
+	VFMADD231SS  X12, X10, X4
+	VFMADD231SS  X12, X11, X5
+	VMOVSS       24(AX), X12
+	VFMADD213SS  X12, X8, X12
+	VFMADD231SS  192(SP), X9, X12
+	VMOVSS       X12, 24(AX)
+	VFMADD231SS  X12, X10, X6
+	VFMADD231SS  X12, X11, X7
+	TESTQ        R9, R9
+	JZ           stateKVbf16AVX2_nostorerow21
+	VMOVUPS      (AX), X9
+	VPSRLD       $0x10, X9, X10
+	VPAND        absmask<>+0(SB), X9, X11
+	VPCMPGTD     infbits<>+0(SB), X11, X12
+	VPAND        one_i<>+0(SB), X10, X11
+	VPADDD       round<>+0(SB), X9, X9
+	VPADDD       X11, X9, X9
+	VPSRLD       $0x10, X9, X9
+	VPOR         quiet<>+0(SB), X10, X10
+	VPBLENDVB    X12, X10, X9, X9
+	VPACKUSDW    X9, X9, X9
+	VMOVQ        X9, (R9)
+	VMOVSS       16(AX), X9
+	VPSRLD       $0x10, X9, X10
+	VPAND        absmask<>+0(SB), X9, X11
+	VPCMPGTD     infbits<>+0(SB), X11, X12
+	VPAND        one_i<>+0(SB), X10, X11
+	VPADDD       round<>+0(SB), X9, X9
+	VPADDD       X11, X9, X9
+	VPSRLD       $0x10, X9, X9
+	VPOR         quiet<>+0(SB), X10, X10
+	VPBLENDVB    X12, X10, X9, X9
+	VPEXTRW      $0x00, X9, 8(R9)
+	VMOVSS       20(AX), X9
+	VPSRLD       $0x10, X9, X10
+	VPAND        absmask<>+0(SB), X9, X11
+	VPCMPGTD     infbits<>+0(SB), X11, X12
+	VPAND        one_i<>+0(SB), X10, X11
+	VPADDD       round<>+0(SB), X9, X9
+	VPADDD       X11, X9, X9
+	VPSRLD       $0x10, X9, X9
+	VPOR         quiet<>+0(SB), X10, X10
+	VPBLENDVB    X12, X10, X9, X9
+	VPEXTRW      $0x00, X9, 10(R9)
+	VMOVSS       24(AX), X9
+	VPSRLD       $0x10, X9, X10
+	VPAND        absmask<>+0(SB), X9, X11
+	VPCMPGTD     infbits<>+0(SB), X11, X12
+	VPAND        one_i<>+0(SB), X10, X11
+	VPADDD       round<>+0(SB), X9, X9
+	VPADDD       X11, X9, X9
+	VPSRLD       $0x10, X9, X9
+	VPOR         quiet<>+0(SB), X10, X10
+	VPBLENDVB    X12, X10, X9, X9
+	VPEXTRW      $0x00, X9, 12(R9)
+	ADDQ         R10, R9
+
+stateKVbf16AVX2_nostorerow21:
+	TESTQ   R11, R11
+	JZ      stateKVbf16AVX2_nocarryrow21
+	VMOVUPS (AX), X9
+	VMOVUPS X9, (R11)
+	VMOVSS  16(AX), X9
+	VMOVSS  X9, 16(R11)
+	VMOVSS  20(AX), X9
+	VMOVSS  X9, 20(R11)
+	VMOVSS  24(AX), X9
+	VMOVSS  X9, 24(R11)
+	ADDQ    R8, R11
+
+stateKVbf16AVX2_nocarryrow21:
+	ADDQ $0x00000020, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVbf16AVX2_rows21
+	JMP  stateKVbf16AVX2_tokdone11
+
+stateKVbf16AVX2_far11:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         88(SP), AX
+	VBROADCASTSS 4(AX), Y8
+	VBROADCASTSS 8(AX), Y9
+	VBROADCASTSS 12(AX), Y10
+	MOVQ         72(SP), AX
+	MOVQ         80(SP), CX
+	VMOVUPS      (AX), X11
+	VMULPS       X0, X8, X0
+	VSUBPS       X0, X11, X11
+	VMULPS       X11, X9, X11
+	VMULPS       X1, X8, X1
+	VFMADD231PS  X11, X10, X1
+	VMOVUPS      X1, (CX)
+	VMOVUPS      X11, 96(SP)
+	VMOVSS       16(AX), X0
+	VMULSS       X2, X8, X2
+	VSUBSS       X2, X0, X0
+	VMULSS       X0, X9, X0
+	VMULSS       X3, X8, X3
+	VFMADD231SS  X0, X10, X3
+	VMOVSS       X3, 16(CX)
+	VMOVSS       X0, 128(SP)
+	VMOVSS       20(AX), X0
+	VMULSS       X4, X8, X4
+	VSUBSS       X4, X0, X0
+	VMULSS       X0, X9, X0
+	VMULSS       X5, X8, X5
+	VFMADD231SS  X0, X10, X5
+	VMOVSS       X5, 20(CX)
+	VMOVSS       X0, 160(SP)
+	VMOVSS       24(AX), X0
+	VMULSS       X6, X8, X6
+	VSUBSS       X6, X0, X0
+	VMULSS       X0, X9, X0
+	VMULSS       X7, X8, X7
+	VFMADD231SS  X0, X10, X7
+	VMOVSS       X7, 24(CX)
+	VMOVSS       X0, 192(SP)
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y1, Y1, Y1
+	VXORPS       Y2, Y2, Y2
+	VXORPS       Y3, Y3, Y3
+	VXORPS       Y4, Y4, Y4
+	VXORPS       Y5, Y5, Y5
+	VXORPS       Y6, Y6, Y6
+	VXORPS       Y7, Y7, Y7
+
+	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  48(SP), BX
+	MOVQ  56(SP), SI
+	MOVQ  64(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  40(SP), R10
+	MOVQ  stores_base+64(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
+	JZ    stateKVbf16AVX2_nostore22
+	LEAQ  (R9)(R8*2), R9
+
+stateKVbf16AVX2_nostore22:
+	MOVQ  V+8(FP), R10
+	SHLQ  $0x01, R10
+	MOVQ  40(SP), R12
+	INCQ  R12
+	MOVQ  tok_len+224(FP), R13
+	SHRQ  $0x02, R13
+	XORQ  R11, R11
+	CMPQ  R12, R13
+	JNE   stateKVbf16AVX2_nocarry22
+	MOVQ  carry_base+88(FP), R11
+	TESTQ R11, R11
+	JZ    stateKVbf16AVX2_nocarry22
+	LEAQ  (R11)(R8*4), R11
+
+stateKVbf16AVX2_nocarry22:
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
+
+stateKVbf16AVX2_rows22:
+	VBROADCASTSS (BX)(CX*4), Y9
+	VBROADCASTSS (SI)(CX*4), Y10
+	VBROADCASTSS (DI)(CX*4), Y11
+	VMOVUPS      (AX), X12
+	VMULPS       X12, X8, X12
+	VFMADD231PS  96(SP), X9, X12
+	VMOVUPS      X12, (AX)
+	VFMADD231PS  X12, X10, X0
+	VFMADD231PS  X12, X11, X1
+	VMOVSS       16(AX), X12
+	VMULSS       X12, X8, X12
+	VFMADD231SS  128(SP), X9, X12
+	VMOVSS       X12, 16(AX)
+	VFMADD231SS  X12, X10, X2
+	VFMADD231SS  X12, X11, X3
+	VMOVSS       20(AX), X12
+	VMULSS       X12, X8, X12
+	VFMADD231SS  160(SP), X9, X12
+	VMOVSS       X12, 20(AX)
+	VFMADD231SS  X12, X10, X4
+	VFMADD231SS  X12, X11, X5
+	VMOVSS       24(AX), X12
+	VMULSS       X12, X8, X12
+	VFMADD231SS  192(SP), X9, X12
+	VMOVSS       X12, 24(AX)
+	VFMADD231SS  X12, X10, X6
+	VFMADD231SS  X12, X11, X7
+	TESTQ        R9, R9
+	JZ           stateKVbf16AVX2_nostorerow22
+	VMOVUPS      (AX), X9
+	VPSRLD       $0x10, X9, X10
+	VPAND        absmask<>+0(SB), X9, X11
+	VPCMPGTD     infbits<>+0(SB), X11, X12
+	VPAND        one_i<>+0(SB), X10, X11
+	VPADDD       round<>+0(SB), X9, X9
+	VPADDD       X11, X9, X9
+	VPSRLD       $0x10, X9, X9
+	VPOR         quiet<>+0(SB), X10, X10
+	VPBLENDVB    X12, X10, X9, X9
+	VPACKUSDW    X9, X9, X9
+	VMOVQ        X9, (R9)
+	VMOVSS       16(AX), X9
+	VPSRLD       $0x10, X9, X10
+	VPAND        absmask<>+0(SB), X9, X11
+	VPCMPGTD     infbits<>+0(SB), X11, X12
+	VPAND        one_i<>+0(SB), X10, X11
+	VPADDD       round<>+0(SB), X9, X9
+	VPADDD       X11, X9, X9
+	VPSRLD       $0x10, X9, X9
+	VPOR         quiet<>+0(SB), X10, X10
+	VPBLENDVB    X12, X10, X9, X9
+	VPEXTRW      $0x00, X9, 8(R9)
+	VMOVSS       20(AX), X9
+	VPSRLD       $0x10, X9, X10
+	VPAND        absmask<>+0(SB), X9, X11
+	VPCMPGTD     infbits<>+0(SB), X11, X12
+	VPAND        one_i<>+0(SB), X10, X11
+	VPADDD       round<>+0(SB), X9, X9
+	VPADDD       X11, X9, X9
+	VPSRLD       $0x10, X9, X9
+	VPOR         quiet<>+0(SB), X10, X10
+	VPBLENDVB    X12, X10, X9, X9
+	VPEXTRW      $0x00, X9, 10(R9)
+	VMOVSS       24(AX), X9
+	VPSRLD       $0x10, X9, X10
+	VPAND        absmask<>+0(SB), X9, X11
+	VPCMPGTD     infbits<>+0(SB), X11, X12
+	VPAND        one_i<>+0(SB), X10, X11
+	VPADDD       round<>+0(SB), X9, X9
+	VPADDD       X11, X9, X9
+	VPSRLD       $0x10, X9, X9
+	VPOR         quiet<>+0(SB), X10, X10
+	VPBLENDVB    X12, X10, X9, X9
+	VPEXTRW      $0x00, X9, 12(R9)
+	ADDQ         R10, R9
+
+stateKVbf16AVX2_nostorerow22:
+	TESTQ   R11, R11
+	JZ      stateKVbf16AVX2_nocarryrow22
+	VMOVUPS (AX), X9
+	VMOVUPS X9, (R11)
+	VMOVSS  16(AX), X9
+	VMOVSS  X9, 16(R11)
+	VMOVSS  20(AX), X9
+	VMOVSS  X9, 20(R11)
+	VMOVSS  24(AX), X9
+	VMOVSS  X9, 24(R11)
+	ADDQ    R8, R11
+
+stateKVbf16AVX2_nocarryrow22:
+	ADDQ $0x00000020, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVbf16AVX2_rows22
+
+stateKVbf16AVX2_tokdone11:
+	MOVQ 56(SP), AX
+	MOVQ AX, 48(SP)
+	ADDQ $0x10, 88(SP)
+	MOVQ vs+184(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 72(SP)
+	MOVQ V+8(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 80(SP)
+	MOVQ 40(SP), CX
+	INCQ CX
+	MOVQ CX, 40(SP)
+	MOVQ tok_len+224(FP), AX
+	SHRQ $0x02, AX
+	CMPQ CX, AX
+	JB   stateKVbf16AVX2_token11
+	MOVQ 24(SP), AX
+	ADDQ AX, 16(SP)
+	SUBQ AX, 8(SP)
+	JMP  stateKVbf16AVX2_blocks1
+
+stateKVbf16AVX2_done1:
+	VZEROUPPER
+	RET
+
+// func widenAVX2(dst []float32, src []uint16)
+// Requires: AVX, AVX2
+TEXT ·widenAVX2(SB), NOSPLIT, $0-48
+	MOVQ dst_base+0(FP), AX
+	MOVQ src_base+24(FP), CX
+	MOVQ dst_len+8(FP), DX
+
+widenAVX2_loop:
+	CMPQ      DX, $0x00000008
+	JB        widenAVX2_tail
+	VPMOVZXWD (CX), Y0
+	VPSLLD    $0x10, Y0, Y0
+	VMOVUPS   Y0, (AX)
+	ADDQ      $0x00000010, CX
+	ADDQ      $0x00000020, AX
+	SUBQ      $0x00000008, DX
+	JMP       widenAVX2_loop
+
+widenAVX2_tail:
+	TESTQ     DX, DX
+	JZ        widenAVX2_done
+	CMPQ      DX, $0x00000004
+	JB        widenAVX2_scalar
+	VPMOVZXWD (CX), X0
+	VPSLLD    $0x10, X0, X0
+	VMOVUPS   X0, (AX)
+	ADDQ      $0x00000008, CX
+	ADDQ      $0x00000010, AX
+	SUBQ      $0x00000004, DX
+	JZ        widenAVX2_done
+
+widenAVX2_scalar:
+	MOVWLZX (CX), BX
+	SHLL    $0x10, BX
+	MOVL    BX, (AX)
+	ADDQ    $0x00000002, CX
+	ADDQ    $0x00000004, AX
+	DECQ    DX
+	JNZ     widenAVX2_scalar
+
+widenAVX2_done:
+	VZEROUPPER
+	RET

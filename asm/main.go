@@ -134,6 +134,12 @@ func main() {
 	gateRoutine(avx2)
 	l2Routine(avx2)
 
+	for _, a := range []isa{avx512, avx2} {
+		stateKVTokens(kvVariant{a: a})
+		stateKVTokens(kvVariant{a: a, bf16: true})
+		widenRoutine(a)
+	}
+
 	Generate()
 }
 

@@ -104,7 +104,8 @@ func routines(t *testing.T) map[string]string {
 // lacks (Z, K, X16–X31, Y16–Y31); the AVX-512 ones need no more than AVX512F and AVX512VL.
 func TestHygiene(t *testing.T) {
 	rs := routines(t)
-	want := []string{"stateAVX512", "gateAVX512", "l2AVX512", "stateAVX2", "gateAVX2", "l2AVX2"}
+	want := []string{"stateAVX512", "gateAVX512", "l2AVX512", "stateAVX2", "gateAVX2", "l2AVX2",
+		"stateKVf32AVX512", "stateKVbf16AVX512", "widenAVX512", "stateKVf32AVX2", "stateKVbf16AVX2", "widenAVX2"}
 	if len(rs) != len(want) {
 		t.Fatalf("routines %v, want %v", keys(rs), want)
 	}
@@ -126,10 +127,12 @@ func TestHygiene(t *testing.T) {
 			t.Fatalf("%s: no Requires line", name)
 		}
 		for _, f := range strings.Split(req[1], ", ") {
-			// MMX+: PREFETCHT1 (SSE, part of every amd64 CPU).
-			allowed := map[string]bool{"AVX": true, "AVX2": true, "FMA3": true, "MMX+": true}
+			// MMX+: PREFETCHT1 (SSE), CMOV: part of every amd64 CPU.
+			allowed := map[string]bool{"AVX": true, "AVX2": true, "FMA3": true, "MMX+": true, "CMOV": true}
 			if strings.HasSuffix(name, "AVX512") {
 				allowed["AVX512F"], allowed["AVX512VL"] = true, true
+				// VPMOVZXWD into a ZMM (bf16) is AVX512BW, which avo does not list; checked.
+				allowed["AVX512BW"] = true
 			}
 			if !allowed[f] {
 				t.Errorf("%s requires %s (dispatch in gdn_amd64.go does not check it)", name, f)
