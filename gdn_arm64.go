@@ -4,6 +4,7 @@ package gdnsimd
 
 import (
 	"math"
+	"unsafe"
 
 	"golang.org/x/sys/cpu"
 )
@@ -19,9 +20,69 @@ func arm64Kernels() []*impl {
 	return []*impl{&neonImpl}
 }
 
-// neonImpl is the NEON kernel: all three pieces in gdn_arm64.s (gate's sum of squares through l2NEON).
-var neonImpl = impl{name: "neon", state: stateNEON, gate: gateNEON, l2: l2NEON, widen: widenGeneric,
-	cells: [2][2]stateFunc{{tokenwise(stateNEON)}}}
+// neonImpl is the NEON kernel: the pieces and the four state routines over T tokens in
+// gdn_arm64.s (gate's sum of squares through l2NEON). The routines keep their part of the state in
+// a 16 KiB slab on the stack, so a head with K > neonMaxK goes to the generic routine of its format
+// (both storage types alike, whatever T: the equivalences between formats and calls hold).
+var neonImpl = neonLimits(withTokens(impl{name: "neon", state: stateNEON, gate: gateNEON, l2: l2NEON, widen: widenNEON,
+	tokF32:  [2]tokensF32{stateKVf32NEON, stateVKf32NEON},
+	tokBF16: [2]tokensBF16{stateKVbf16NEON, stateVKbf16NEON},
+}))
+
+// neonMaxK is the largest K the routines over T tokens take: one column (a [K][V] strip) or one
+// row ([V][K]) in the 4096-float slab.
+const neonMaxK = 4096
+
+// neonLimits sends the heads the routines cannot take to the generic ones.
+func neonLimits(im impl) impl {
+	for b := range 2 {
+		for l, c := range im.cells[b] {
+			if c == nil {
+				continue
+			}
+			generic := genericImpl.cells[b][l]
+			im.cells[b][l] = func(h *headCall) {
+				if h.K > neonMaxK {
+					generic(h)
+					return
+				}
+				c(h)
+			}
+		}
+	}
+	return im
+}
+
+// The state routines over T tokens (tokens_generic.go: the flat signature and its contract), for
+// K ≤ neonMaxK. Per token they compute stateNEON's arithmetic ([K][V]: each column's sums in row
+// order, the same δ, o and write pass) or, for [V][K], per row j (K contiguous):
+//
+//	kv, qs := dot2(S[j], kh, qh)               // dot2's order: four partial sums (i mod 4),
+//	                                           // ((s0 + s1) + (s2 + s3)), then the tail one by one
+//	δ := beta·(v[j] − decay(kv));  o[j] = decay(qs) + kq·δ
+//	S[j][i] = decay(S[j][i]) + kh[i]·δ
+//
+// with decay per token from em1 (≥ −0.5: x + em1·x fused; else, or NaN, eg·x). The f32 and bf16
+// routine of a layout do the same arithmetic: bf16 is widened exactly on load and rounded to
+// nearest even (BF16RNE) at each store only.
+//
+//go:noescape
+func stateKVf32NEON(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok []float32)
+
+//go:noescape
+func stateVKf32NEON(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok []float32)
+
+//go:noescape
+func stateKVbf16NEON(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok []float32)
+
+//go:noescape
+func stateVKbf16NEON(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok []float32)
+
+// widenNEON is widenGeneric in NEON: dst[i] = the float32 of the bf16 bits src[i] for i < len(dst)
+// (len(src) ≥ len(dst), not checked).
+//
+//go:noescape
+func widenNEON(dst []float32, src []uint16)
 
 // stateNEON is stateGeneric in NEON: the same column-blocked read pass (Sᵀk̂ and Sᵀq̂ together) and
 // write pass S' = decay(S) + k̂⊗δ, in 32-column strips (then at most one of 16, three of 4 and three

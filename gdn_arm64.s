@@ -8,9 +8,11 @@
 //
 // The Go assembler has native forms for VFMLA/VFMLS (operands reversed: VFMLA Vm, Vn, Vd is
 // Vd += Vn×Vm), VLD1/VST1 (multi-register, .P post-increment), VLD1R, VDUP, VEOR, VORR, VADD (integer),
-// VSHL/VUSHR, VBIF and the scalar F* instructions. Every other instruction is a WORD whose trailing
+// VSHL/VUSHR, VBIF, VZIP1/VZIP2, VUZP2 and the scalar F* instructions. Every other instruction is a WORD whose trailing
 // comment is the ARM mnemonic; asm/neon's tests decode each WORD and check the comment.
-// R16, R17 (linker veneers), R18 (platform), R26-R30 are not touched.
+// R16, R17 (linker veneers), R18 (platform), R26-R30 are not touched. The state routines over T tokens
+// have a local frame (the slab): their prologue, written by the assembler, may use R16, R17, R20 and
+// R27 before the first instruction below.
 
 #include "textflag.h"
 
@@ -751,4 +753,4108 @@ gnob1:
 	B   gtail
 
 gdone:
+	RET
+
+// func widenNEON(dst []float32, src []uint16)
+//
+// dst[i] = the float32 of the bf16 bits src[i] for i < len(dst): eight per iteration (VLD1 of eight
+// halfwords, VZIP1/VZIP2 with zeros below them), then four, then one at a time.
+TEXT ·widenNEON(SB), NOSPLIT, $0-48
+	MOVD dst_base+0(FP), R11
+	MOVD dst_len+8(FP), R8
+	MOVD src_base+24(FP), R10
+	VEOR V6.B16, V6.B16, V6.B16
+
+wx8:
+	CMP    $8, R8
+	BLT    wx4
+	VLD1.P 16(R10), [V5.H8]
+	VZIP1  V5.H8, V6.H8, V0.H8
+	VZIP2  V5.H8, V6.H8, V1.H8
+	VST1.P [V0.S4, V1.S4], 32(R11)
+	SUB    $8, R8, R8
+	B      wx8
+
+wx4:
+	CMP    $4, R8
+	BLT    wx1
+	VLD1.P 8(R10), [V5.H4]
+	VZIP1  V5.H8, V6.H8, V0.H8
+	VST1.P [V0.S4], 16(R11)
+	SUB    $4, R8, R8
+
+wx1:
+	CBZ     R8, wend
+	MOVHU.P 2(R10), R9
+	LSLW    $16, R9, R9
+	FMOVS   R9, F0
+	FMOVS.P F0, 4(R11)
+	SUB     $1, R8, R8
+	B       wx1
+
+wend:
+	RET
+
+// func stateKVf32NEON(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok []float32)
+//
+// The [K][V] state over T = len(tok)/4 tokens (tokens_generic.go's contract), in column strips of
+// stateNEON's widths (32 while they fit, then 16, 4, 1 columns) no wider than the slab on the
+// stack holds (K·w ≤ 4096 floats: 32 columns up to K = 128, 16 up to 256). A strip's K rows are
+// copied (widened) into the slab once; for each token stateNEON's passes run over the slab:
+//
+//	read pass  accK += kh_i·S[i][strip], accQ += qh_i·S[i][strip] (rows i = 0..K-1 in order);
+//	δ, o       δ = beta·(v − decay(accK)), o = decay(accQ) + kq·δ;
+//	write pass S[i][strip] ← decay(S[i][strip]) + kh_i·δ;
+//	store      the strip's rows to stores[τ] (rounded to nearest even for bf16) where not nil;
+//
+// after the last token the strip goes to carry (bf16 routine, when not nil). A column's arithmetic
+// is stateNEON's for every strip width, T and storage type; decay(x) is x + em1·x (one FMLA) when
+// em1 ≥ −0.5, else eg·x, decided per token (NaN: eg·x). K ≤ 4096 (the adapter's guard).
+//
+// Registers: R0 src strip, R1 slab, R2/R3 token's kh/qh, R4/R5 token's v/o at the strip, R6 K,
+// R7 columns left, R8 copy count, R9 form, R10/R11 slab/row pointers, R12/R13 kh/qh pointers, R14
+// row counter, R15 state row stride V·es, R19 strip's first column, R20 tokens left, R21 tok, R22
+// stores, R23 row start, R24/R25 scratch.
+TEXT ·stateKVf32NEON(SB), 0, $16384-192
+	MOVD K+0(FP), R6
+	MOVD V+8(FP), R7
+	MOVD src_base+16(FP), R0
+	MOVD $slab-16384(SP), R1
+	LSL  $2, R7, R15
+	MOVD $0, R19
+	MOVD tok_len+176(FP), R24
+	CBZ  R24, done
+	CBZ  R6, done
+
+s32:
+	// strips of 32 columns while they fit (K·32 ≤ 4096)
+	MOVD $128, R24
+	CMP  R24, R6
+	BGT  s16
+	CMP  $32, R7
+	BLT  s16
+	MOVD R0, R23
+	MOVD R1, R10
+	MOVD R6, R14
+
+s32in:
+	MOVD $32, R8
+	MOVD R23, R11
+
+s32incx8:
+	CMP    $8, R8
+	BLT    s32incx4
+	VLD1.P 32(R11), [V0.S4, V1.S4]
+	VST1.P [V0.S4, V1.S4], 32(R10)
+	SUB    $8, R8, R8
+	B      s32incx8
+
+s32incx4:
+	CMP    $4, R8
+	BLT    s32incx1
+	VLD1.P 16(R11), [V0.S4]
+	VST1.P [V0.S4], 16(R10)
+	SUB    $4, R8, R8
+
+s32incx1:
+	CBZ     R8, s32incend
+	FMOVS.P 4(R11), F0
+	FMOVS.P F0, 4(R10)
+	SUB     $1, R8, R8
+	B       s32incx1
+
+s32incend:
+	ADD  R15, R23, R23
+	SUBS $1, R14, R14
+	BNE  s32in
+
+s32tok0:
+	MOVD tok_len+176(FP), R20
+	LSR  $2, R20, R20
+	MOVD tok_base+168(FP), R21
+	MOVD kh_base+64(FP), R2
+	MOVD qh_base+88(FP), R3
+	MOVD v_base+112(FP), R4
+	ADD  R19<<2, R4, R4
+	MOVD o_base+144(FP), R5
+	ADD  R19<<2, R5, R5
+	MOVD stores_base+40(FP), R22
+
+s32tok:
+	FMOVS 0(R21), F13
+	FMOVS 4(R21), F10
+	FMOVS 8(R21), F11
+	FMOVS 12(R21), F12
+	VDUP  V13.S[0], V13.S4
+	VDUP  V10.S[0], V10.S4
+	VDUP  V11.S[0], V11.S4
+	VDUP  V12.S[0], V12.S4
+	FMOVS $(-0.5), F14
+	FCMPS F14, F13 // em1 vs −0.5: GE is false for NaN
+	CSET  GE, R9
+	VEOR  V16.B16, V16.B16, V16.B16
+	VEOR  V17.B16, V17.B16, V17.B16
+	VEOR  V18.B16, V18.B16, V18.B16
+	VEOR  V19.B16, V19.B16, V19.B16
+	VEOR  V20.B16, V20.B16, V20.B16
+	VEOR  V21.B16, V21.B16, V21.B16
+	VEOR  V22.B16, V22.B16, V22.B16
+	VEOR  V23.B16, V23.B16, V23.B16
+	VEOR  V24.B16, V24.B16, V24.B16
+	VEOR  V25.B16, V25.B16, V25.B16
+	VEOR  V26.B16, V26.B16, V26.B16
+	VEOR  V27.B16, V27.B16, V27.B16
+	VEOR  V28.B16, V28.B16, V28.B16
+	VEOR  V29.B16, V29.B16, V29.B16
+	VEOR  V30.B16, V30.B16, V30.B16
+	VEOR  V31.B16, V31.B16, V31.B16
+	MOVD  R1, R10
+	MOVD  R2, R12
+	MOVD  R3, R13
+	MOVD  R6, R14
+
+s32read:
+	VLD1.P  64(R10), [V0.S4, V1.S4, V2.S4, V3.S4]
+	VLD1.P  64(R10), [V4.S4, V5.S4, V6.S4, V7.S4]
+	VLD1R.P 4(R12), [V8.S4]
+	VLD1R.P 4(R13), [V9.S4]
+	VFMLA   V8.S4, V0.S4, V16.S4
+	VFMLA   V8.S4, V1.S4, V17.S4
+	VFMLA   V8.S4, V2.S4, V18.S4
+	VFMLA   V8.S4, V3.S4, V19.S4
+	VFMLA   V8.S4, V4.S4, V20.S4
+	VFMLA   V8.S4, V5.S4, V21.S4
+	VFMLA   V8.S4, V6.S4, V22.S4
+	VFMLA   V8.S4, V7.S4, V23.S4
+	VFMLA   V9.S4, V0.S4, V24.S4
+	VFMLA   V9.S4, V1.S4, V25.S4
+	VFMLA   V9.S4, V2.S4, V26.S4
+	VFMLA   V9.S4, V3.S4, V27.S4
+	VFMLA   V9.S4, V4.S4, V28.S4
+	VFMLA   V9.S4, V5.S4, V29.S4
+	VFMLA   V9.S4, V6.S4, V30.S4
+	VFMLA   V9.S4, V7.S4, V31.S4
+	SUBS    $1, R14, R14
+	BNE     s32read
+	CBNZ    R9, s32near
+
+	// eg·x: δ = beta·(v − eg·accK); o = eg·accQ + kq·δ
+	MOVD   R4, R24
+	VLD1.P 64(R24), [V0.S4, V1.S4, V2.S4, V3.S4]
+	VLD1.P 64(R24), [V4.S4, V5.S4, V6.S4, V7.S4]
+	VFMLS  V10.S4, V16.S4, V0.S4
+	VFMLS  V10.S4, V17.S4, V1.S4
+	VFMLS  V10.S4, V18.S4, V2.S4
+	VFMLS  V10.S4, V19.S4, V3.S4
+	VFMLS  V10.S4, V20.S4, V4.S4
+	VFMLS  V10.S4, V21.S4, V5.S4
+	VFMLS  V10.S4, V22.S4, V6.S4
+	VFMLS  V10.S4, V23.S4, V7.S4
+	WORD   $0x6e2bdc10 // FMUL V16.4S, V0.4S, V11.4S
+	WORD   $0x6e2bdc31 // FMUL V17.4S, V1.4S, V11.4S
+	WORD   $0x6e2bdc52 // FMUL V18.4S, V2.4S, V11.4S
+	WORD   $0x6e2bdc73 // FMUL V19.4S, V3.4S, V11.4S
+	WORD   $0x6e2bdc94 // FMUL V20.4S, V4.4S, V11.4S
+	WORD   $0x6e2bdcb5 // FMUL V21.4S, V5.4S, V11.4S
+	WORD   $0x6e2bdcd6 // FMUL V22.4S, V6.4S, V11.4S
+	WORD   $0x6e2bdcf7 // FMUL V23.4S, V7.4S, V11.4S
+	WORD   $0x6e2adf18 // FMUL V24.4S, V24.4S, V10.4S
+	WORD   $0x6e2adf39 // FMUL V25.4S, V25.4S, V10.4S
+	WORD   $0x6e2adf5a // FMUL V26.4S, V26.4S, V10.4S
+	WORD   $0x6e2adf7b // FMUL V27.4S, V27.4S, V10.4S
+	WORD   $0x6e2adf9c // FMUL V28.4S, V28.4S, V10.4S
+	WORD   $0x6e2adfbd // FMUL V29.4S, V29.4S, V10.4S
+	WORD   $0x6e2adfde // FMUL V30.4S, V30.4S, V10.4S
+	WORD   $0x6e2adfff // FMUL V31.4S, V31.4S, V10.4S
+	VFMLA  V12.S4, V16.S4, V24.S4
+	VFMLA  V12.S4, V17.S4, V25.S4
+	VFMLA  V12.S4, V18.S4, V26.S4
+	VFMLA  V12.S4, V19.S4, V27.S4
+	VFMLA  V12.S4, V20.S4, V28.S4
+	VFMLA  V12.S4, V21.S4, V29.S4
+	VFMLA  V12.S4, V22.S4, V30.S4
+	VFMLA  V12.S4, V23.S4, V31.S4
+	MOVD   R5, R24
+	VST1.P [V24.S4, V25.S4, V26.S4, V27.S4], 64(R24)
+	VST1.P [V28.S4, V29.S4, V30.S4, V31.S4], 64(R24)
+	MOVD   R1, R10
+	MOVD   R1, R11
+	MOVD   R2, R12
+	MOVD   R6, R14
+
+s32wb:
+	// S' = eg·S + kh_i·δ
+	VLD1.P  64(R10), [V0.S4, V1.S4, V2.S4, V3.S4]
+	VLD1.P  64(R10), [V4.S4, V5.S4, V6.S4, V7.S4]
+	VLD1R.P 4(R12), [V8.S4]
+	WORD    $0x6e2adc00 // FMUL V0.4S, V0.4S, V10.4S
+	WORD    $0x6e2adc21 // FMUL V1.4S, V1.4S, V10.4S
+	WORD    $0x6e2adc42 // FMUL V2.4S, V2.4S, V10.4S
+	WORD    $0x6e2adc63 // FMUL V3.4S, V3.4S, V10.4S
+	WORD    $0x6e2adc84 // FMUL V4.4S, V4.4S, V10.4S
+	WORD    $0x6e2adca5 // FMUL V5.4S, V5.4S, V10.4S
+	WORD    $0x6e2adcc6 // FMUL V6.4S, V6.4S, V10.4S
+	WORD    $0x6e2adce7 // FMUL V7.4S, V7.4S, V10.4S
+	VFMLA   V8.S4, V16.S4, V0.S4
+	VFMLA   V8.S4, V17.S4, V1.S4
+	VFMLA   V8.S4, V18.S4, V2.S4
+	VFMLA   V8.S4, V19.S4, V3.S4
+	VFMLA   V8.S4, V20.S4, V4.S4
+	VFMLA   V8.S4, V21.S4, V5.S4
+	VFMLA   V8.S4, V22.S4, V6.S4
+	VFMLA   V8.S4, V23.S4, V7.S4
+	VST1.P  [V0.S4, V1.S4, V2.S4, V3.S4], 64(R11)
+	VST1.P  [V4.S4, V5.S4, V6.S4, V7.S4], 64(R11)
+	SUBS    $1, R14, R14
+	BNE     s32wb
+	B       s32store
+
+s32near:
+	// x + em1·x: kv = accK + em1·accK; δ = beta·(v − kv); o = accQ + em1·accQ + kq·δ
+	MOVD   R4, R24
+	VLD1.P 64(R24), [V0.S4, V1.S4, V2.S4, V3.S4]
+	VLD1.P 64(R24), [V4.S4, V5.S4, V6.S4, V7.S4]
+	VFMLA  V13.S4, V16.S4, V16.S4
+	VFMLA  V13.S4, V17.S4, V17.S4
+	VFMLA  V13.S4, V18.S4, V18.S4
+	VFMLA  V13.S4, V19.S4, V19.S4
+	VFMLA  V13.S4, V20.S4, V20.S4
+	VFMLA  V13.S4, V21.S4, V21.S4
+	VFMLA  V13.S4, V22.S4, V22.S4
+	VFMLA  V13.S4, V23.S4, V23.S4
+	WORD   $0x4eb0d400 // FSUB V0.4S, V0.4S, V16.4S
+	WORD   $0x4eb1d421 // FSUB V1.4S, V1.4S, V17.4S
+	WORD   $0x4eb2d442 // FSUB V2.4S, V2.4S, V18.4S
+	WORD   $0x4eb3d463 // FSUB V3.4S, V3.4S, V19.4S
+	WORD   $0x4eb4d484 // FSUB V4.4S, V4.4S, V20.4S
+	WORD   $0x4eb5d4a5 // FSUB V5.4S, V5.4S, V21.4S
+	WORD   $0x4eb6d4c6 // FSUB V6.4S, V6.4S, V22.4S
+	WORD   $0x4eb7d4e7 // FSUB V7.4S, V7.4S, V23.4S
+	WORD   $0x6e2bdc10 // FMUL V16.4S, V0.4S, V11.4S
+	WORD   $0x6e2bdc31 // FMUL V17.4S, V1.4S, V11.4S
+	WORD   $0x6e2bdc52 // FMUL V18.4S, V2.4S, V11.4S
+	WORD   $0x6e2bdc73 // FMUL V19.4S, V3.4S, V11.4S
+	WORD   $0x6e2bdc94 // FMUL V20.4S, V4.4S, V11.4S
+	WORD   $0x6e2bdcb5 // FMUL V21.4S, V5.4S, V11.4S
+	WORD   $0x6e2bdcd6 // FMUL V22.4S, V6.4S, V11.4S
+	WORD   $0x6e2bdcf7 // FMUL V23.4S, V7.4S, V11.4S
+	VFMLA  V13.S4, V24.S4, V24.S4
+	VFMLA  V13.S4, V25.S4, V25.S4
+	VFMLA  V13.S4, V26.S4, V26.S4
+	VFMLA  V13.S4, V27.S4, V27.S4
+	VFMLA  V13.S4, V28.S4, V28.S4
+	VFMLA  V13.S4, V29.S4, V29.S4
+	VFMLA  V13.S4, V30.S4, V30.S4
+	VFMLA  V13.S4, V31.S4, V31.S4
+	VFMLA  V12.S4, V16.S4, V24.S4
+	VFMLA  V12.S4, V17.S4, V25.S4
+	VFMLA  V12.S4, V18.S4, V26.S4
+	VFMLA  V12.S4, V19.S4, V27.S4
+	VFMLA  V12.S4, V20.S4, V28.S4
+	VFMLA  V12.S4, V21.S4, V29.S4
+	VFMLA  V12.S4, V22.S4, V30.S4
+	VFMLA  V12.S4, V23.S4, V31.S4
+	MOVD   R5, R24
+	VST1.P [V24.S4, V25.S4, V26.S4, V27.S4], 64(R24)
+	VST1.P [V28.S4, V29.S4, V30.S4, V31.S4], 64(R24)
+	MOVD   R1, R10
+	MOVD   R1, R11
+	MOVD   R2, R12
+	MOVD   R6, R14
+
+s32wa:
+	// S' = S + em1·S + kh_i·δ
+	VLD1.P  64(R10), [V0.S4, V1.S4, V2.S4, V3.S4]
+	VLD1.P  64(R10), [V4.S4, V5.S4, V6.S4, V7.S4]
+	VLD1R.P 4(R12), [V8.S4]
+	VFMLA   V13.S4, V0.S4, V0.S4
+	VFMLA   V13.S4, V1.S4, V1.S4
+	VFMLA   V13.S4, V2.S4, V2.S4
+	VFMLA   V13.S4, V3.S4, V3.S4
+	VFMLA   V13.S4, V4.S4, V4.S4
+	VFMLA   V13.S4, V5.S4, V5.S4
+	VFMLA   V13.S4, V6.S4, V6.S4
+	VFMLA   V13.S4, V7.S4, V7.S4
+	VFMLA   V8.S4, V16.S4, V0.S4
+	VFMLA   V8.S4, V17.S4, V1.S4
+	VFMLA   V8.S4, V18.S4, V2.S4
+	VFMLA   V8.S4, V19.S4, V3.S4
+	VFMLA   V8.S4, V20.S4, V4.S4
+	VFMLA   V8.S4, V21.S4, V5.S4
+	VFMLA   V8.S4, V22.S4, V6.S4
+	VFMLA   V8.S4, V23.S4, V7.S4
+	VST1.P  [V0.S4, V1.S4, V2.S4, V3.S4], 64(R11)
+	VST1.P  [V4.S4, V5.S4, V6.S4, V7.S4], 64(R11)
+	SUBS    $1, R14, R14
+	BNE     s32wa
+
+s32store:
+	MOVD (R22), R23
+	CBZ  R23, s32next
+	ADD  R19<<2, R23, R23
+	MOVD R1, R10
+	MOVD R6, R14
+
+s32st:
+	MOVD $32, R8
+	MOVD R23, R11
+
+s32stcx8:
+	CMP    $8, R8
+	BLT    s32stcx4
+	VLD1.P 32(R10), [V0.S4, V1.S4]
+	VST1.P [V0.S4, V1.S4], 32(R11)
+	SUB    $8, R8, R8
+	B      s32stcx8
+
+s32stcx4:
+	CMP    $4, R8
+	BLT    s32stcx1
+	VLD1.P 16(R10), [V0.S4]
+	VST1.P [V0.S4], 16(R11)
+	SUB    $4, R8, R8
+
+s32stcx1:
+	CBZ     R8, s32stcend
+	FMOVS.P 4(R10), F0
+	FMOVS.P F0, 4(R11)
+	SUB     $1, R8, R8
+	B       s32stcx1
+
+s32stcend:
+	ADD  R15, R23, R23
+	SUBS $1, R14, R14
+	BNE  s32st
+
+s32next:
+	LSL  $2, R6, R24
+	ADD  R24, R2, R2
+	ADD  R24, R3, R3
+	MOVD vs+136(FP), R24
+	LSL  $2, R24, R24
+	ADD  R24, R4, R4
+	MOVD V+8(FP), R24
+	LSL  $2, R24, R24
+	ADD  R24, R5, R5
+	ADD  $16, R21, R21
+	ADD  $8, R22, R22
+	SUBS $1, R20, R20
+	BNE  s32tok
+
+s32adv:
+	ADD $128, R0, R0
+	ADD $32, R19, R19
+	SUB $32, R7, R7
+	B   s32
+
+s16:
+	// strips of 16 columns while they fit (K·16 ≤ 4096)
+	MOVD $256, R24
+	CMP  R24, R6
+	BGT  s4
+	CMP  $16, R7
+	BLT  s4
+	MOVD R0, R23
+	MOVD R1, R10
+	MOVD R6, R14
+
+s16in:
+	MOVD $16, R8
+	MOVD R23, R11
+
+s16incx8:
+	CMP    $8, R8
+	BLT    s16incx4
+	VLD1.P 32(R11), [V0.S4, V1.S4]
+	VST1.P [V0.S4, V1.S4], 32(R10)
+	SUB    $8, R8, R8
+	B      s16incx8
+
+s16incx4:
+	CMP    $4, R8
+	BLT    s16incx1
+	VLD1.P 16(R11), [V0.S4]
+	VST1.P [V0.S4], 16(R10)
+	SUB    $4, R8, R8
+
+s16incx1:
+	CBZ     R8, s16incend
+	FMOVS.P 4(R11), F0
+	FMOVS.P F0, 4(R10)
+	SUB     $1, R8, R8
+	B       s16incx1
+
+s16incend:
+	ADD  R15, R23, R23
+	SUBS $1, R14, R14
+	BNE  s16in
+
+s16tok0:
+	MOVD tok_len+176(FP), R20
+	LSR  $2, R20, R20
+	MOVD tok_base+168(FP), R21
+	MOVD kh_base+64(FP), R2
+	MOVD qh_base+88(FP), R3
+	MOVD v_base+112(FP), R4
+	ADD  R19<<2, R4, R4
+	MOVD o_base+144(FP), R5
+	ADD  R19<<2, R5, R5
+	MOVD stores_base+40(FP), R22
+
+s16tok:
+	FMOVS 0(R21), F13
+	FMOVS 4(R21), F10
+	FMOVS 8(R21), F11
+	FMOVS 12(R21), F12
+	VDUP  V13.S[0], V13.S4
+	VDUP  V10.S[0], V10.S4
+	VDUP  V11.S[0], V11.S4
+	VDUP  V12.S[0], V12.S4
+	FMOVS $(-0.5), F14
+	FCMPS F14, F13 // em1 vs −0.5: GE is false for NaN
+	CSET  GE, R9
+	VEOR  V16.B16, V16.B16, V16.B16
+	VEOR  V17.B16, V17.B16, V17.B16
+	VEOR  V18.B16, V18.B16, V18.B16
+	VEOR  V19.B16, V19.B16, V19.B16
+	VEOR  V24.B16, V24.B16, V24.B16
+	VEOR  V25.B16, V25.B16, V25.B16
+	VEOR  V26.B16, V26.B16, V26.B16
+	VEOR  V27.B16, V27.B16, V27.B16
+	MOVD  R1, R10
+	MOVD  R2, R12
+	MOVD  R3, R13
+	MOVD  R6, R14
+
+s16read:
+	VLD1.P  64(R10), [V0.S4, V1.S4, V2.S4, V3.S4]
+	VLD1R.P 4(R12), [V8.S4]
+	VLD1R.P 4(R13), [V9.S4]
+	VFMLA   V8.S4, V0.S4, V16.S4
+	VFMLA   V8.S4, V1.S4, V17.S4
+	VFMLA   V8.S4, V2.S4, V18.S4
+	VFMLA   V8.S4, V3.S4, V19.S4
+	VFMLA   V9.S4, V0.S4, V24.S4
+	VFMLA   V9.S4, V1.S4, V25.S4
+	VFMLA   V9.S4, V2.S4, V26.S4
+	VFMLA   V9.S4, V3.S4, V27.S4
+	SUBS    $1, R14, R14
+	BNE     s16read
+	CBNZ    R9, s16near
+
+	// eg·x: δ = beta·(v − eg·accK); o = eg·accQ + kq·δ
+	MOVD   R4, R24
+	VLD1.P 64(R24), [V0.S4, V1.S4, V2.S4, V3.S4]
+	VFMLS  V10.S4, V16.S4, V0.S4
+	VFMLS  V10.S4, V17.S4, V1.S4
+	VFMLS  V10.S4, V18.S4, V2.S4
+	VFMLS  V10.S4, V19.S4, V3.S4
+	WORD   $0x6e2bdc10 // FMUL V16.4S, V0.4S, V11.4S
+	WORD   $0x6e2bdc31 // FMUL V17.4S, V1.4S, V11.4S
+	WORD   $0x6e2bdc52 // FMUL V18.4S, V2.4S, V11.4S
+	WORD   $0x6e2bdc73 // FMUL V19.4S, V3.4S, V11.4S
+	WORD   $0x6e2adf18 // FMUL V24.4S, V24.4S, V10.4S
+	WORD   $0x6e2adf39 // FMUL V25.4S, V25.4S, V10.4S
+	WORD   $0x6e2adf5a // FMUL V26.4S, V26.4S, V10.4S
+	WORD   $0x6e2adf7b // FMUL V27.4S, V27.4S, V10.4S
+	VFMLA  V12.S4, V16.S4, V24.S4
+	VFMLA  V12.S4, V17.S4, V25.S4
+	VFMLA  V12.S4, V18.S4, V26.S4
+	VFMLA  V12.S4, V19.S4, V27.S4
+	MOVD   R5, R24
+	VST1.P [V24.S4, V25.S4, V26.S4, V27.S4], 64(R24)
+	MOVD   R1, R10
+	MOVD   R1, R11
+	MOVD   R2, R12
+	MOVD   R6, R14
+
+s16wb:
+	// S' = eg·S + kh_i·δ
+	VLD1.P  64(R10), [V0.S4, V1.S4, V2.S4, V3.S4]
+	VLD1R.P 4(R12), [V8.S4]
+	WORD    $0x6e2adc00 // FMUL V0.4S, V0.4S, V10.4S
+	WORD    $0x6e2adc21 // FMUL V1.4S, V1.4S, V10.4S
+	WORD    $0x6e2adc42 // FMUL V2.4S, V2.4S, V10.4S
+	WORD    $0x6e2adc63 // FMUL V3.4S, V3.4S, V10.4S
+	VFMLA   V8.S4, V16.S4, V0.S4
+	VFMLA   V8.S4, V17.S4, V1.S4
+	VFMLA   V8.S4, V18.S4, V2.S4
+	VFMLA   V8.S4, V19.S4, V3.S4
+	VST1.P  [V0.S4, V1.S4, V2.S4, V3.S4], 64(R11)
+	SUBS    $1, R14, R14
+	BNE     s16wb
+	B       s16store
+
+s16near:
+	// x + em1·x: kv = accK + em1·accK; δ = beta·(v − kv); o = accQ + em1·accQ + kq·δ
+	MOVD   R4, R24
+	VLD1.P 64(R24), [V0.S4, V1.S4, V2.S4, V3.S4]
+	VFMLA  V13.S4, V16.S4, V16.S4
+	VFMLA  V13.S4, V17.S4, V17.S4
+	VFMLA  V13.S4, V18.S4, V18.S4
+	VFMLA  V13.S4, V19.S4, V19.S4
+	WORD   $0x4eb0d400 // FSUB V0.4S, V0.4S, V16.4S
+	WORD   $0x4eb1d421 // FSUB V1.4S, V1.4S, V17.4S
+	WORD   $0x4eb2d442 // FSUB V2.4S, V2.4S, V18.4S
+	WORD   $0x4eb3d463 // FSUB V3.4S, V3.4S, V19.4S
+	WORD   $0x6e2bdc10 // FMUL V16.4S, V0.4S, V11.4S
+	WORD   $0x6e2bdc31 // FMUL V17.4S, V1.4S, V11.4S
+	WORD   $0x6e2bdc52 // FMUL V18.4S, V2.4S, V11.4S
+	WORD   $0x6e2bdc73 // FMUL V19.4S, V3.4S, V11.4S
+	VFMLA  V13.S4, V24.S4, V24.S4
+	VFMLA  V13.S4, V25.S4, V25.S4
+	VFMLA  V13.S4, V26.S4, V26.S4
+	VFMLA  V13.S4, V27.S4, V27.S4
+	VFMLA  V12.S4, V16.S4, V24.S4
+	VFMLA  V12.S4, V17.S4, V25.S4
+	VFMLA  V12.S4, V18.S4, V26.S4
+	VFMLA  V12.S4, V19.S4, V27.S4
+	MOVD   R5, R24
+	VST1.P [V24.S4, V25.S4, V26.S4, V27.S4], 64(R24)
+	MOVD   R1, R10
+	MOVD   R1, R11
+	MOVD   R2, R12
+	MOVD   R6, R14
+
+s16wa:
+	// S' = S + em1·S + kh_i·δ
+	VLD1.P  64(R10), [V0.S4, V1.S4, V2.S4, V3.S4]
+	VLD1R.P 4(R12), [V8.S4]
+	VFMLA   V13.S4, V0.S4, V0.S4
+	VFMLA   V13.S4, V1.S4, V1.S4
+	VFMLA   V13.S4, V2.S4, V2.S4
+	VFMLA   V13.S4, V3.S4, V3.S4
+	VFMLA   V8.S4, V16.S4, V0.S4
+	VFMLA   V8.S4, V17.S4, V1.S4
+	VFMLA   V8.S4, V18.S4, V2.S4
+	VFMLA   V8.S4, V19.S4, V3.S4
+	VST1.P  [V0.S4, V1.S4, V2.S4, V3.S4], 64(R11)
+	SUBS    $1, R14, R14
+	BNE     s16wa
+
+s16store:
+	MOVD (R22), R23
+	CBZ  R23, s16next
+	ADD  R19<<2, R23, R23
+	MOVD R1, R10
+	MOVD R6, R14
+
+s16st:
+	MOVD $16, R8
+	MOVD R23, R11
+
+s16stcx8:
+	CMP    $8, R8
+	BLT    s16stcx4
+	VLD1.P 32(R10), [V0.S4, V1.S4]
+	VST1.P [V0.S4, V1.S4], 32(R11)
+	SUB    $8, R8, R8
+	B      s16stcx8
+
+s16stcx4:
+	CMP    $4, R8
+	BLT    s16stcx1
+	VLD1.P 16(R10), [V0.S4]
+	VST1.P [V0.S4], 16(R11)
+	SUB    $4, R8, R8
+
+s16stcx1:
+	CBZ     R8, s16stcend
+	FMOVS.P 4(R10), F0
+	FMOVS.P F0, 4(R11)
+	SUB     $1, R8, R8
+	B       s16stcx1
+
+s16stcend:
+	ADD  R15, R23, R23
+	SUBS $1, R14, R14
+	BNE  s16st
+
+s16next:
+	LSL  $2, R6, R24
+	ADD  R24, R2, R2
+	ADD  R24, R3, R3
+	MOVD vs+136(FP), R24
+	LSL  $2, R24, R24
+	ADD  R24, R4, R4
+	MOVD V+8(FP), R24
+	LSL  $2, R24, R24
+	ADD  R24, R5, R5
+	ADD  $16, R21, R21
+	ADD  $8, R22, R22
+	SUBS $1, R20, R20
+	BNE  s16tok
+
+s16adv:
+	ADD $64, R0, R0
+	ADD $16, R19, R19
+	SUB $16, R7, R7
+	B   s16
+
+s4:
+	// strips of 4 columns while they fit (K·4 ≤ 4096)
+	MOVD $1024, R24
+	CMP  R24, R6
+	BGT  s1
+	CMP  $4, R7
+	BLT  s1
+	MOVD R0, R23
+	MOVD R1, R10
+	MOVD R6, R14
+
+s4in:
+	MOVD $4, R8
+	MOVD R23, R11
+
+s4incx8:
+	CMP    $8, R8
+	BLT    s4incx4
+	VLD1.P 32(R11), [V0.S4, V1.S4]
+	VST1.P [V0.S4, V1.S4], 32(R10)
+	SUB    $8, R8, R8
+	B      s4incx8
+
+s4incx4:
+	CMP    $4, R8
+	BLT    s4incx1
+	VLD1.P 16(R11), [V0.S4]
+	VST1.P [V0.S4], 16(R10)
+	SUB    $4, R8, R8
+
+s4incx1:
+	CBZ     R8, s4incend
+	FMOVS.P 4(R11), F0
+	FMOVS.P F0, 4(R10)
+	SUB     $1, R8, R8
+	B       s4incx1
+
+s4incend:
+	ADD  R15, R23, R23
+	SUBS $1, R14, R14
+	BNE  s4in
+
+s4tok0:
+	MOVD tok_len+176(FP), R20
+	LSR  $2, R20, R20
+	MOVD tok_base+168(FP), R21
+	MOVD kh_base+64(FP), R2
+	MOVD qh_base+88(FP), R3
+	MOVD v_base+112(FP), R4
+	ADD  R19<<2, R4, R4
+	MOVD o_base+144(FP), R5
+	ADD  R19<<2, R5, R5
+	MOVD stores_base+40(FP), R22
+
+s4tok:
+	FMOVS 0(R21), F13
+	FMOVS 4(R21), F10
+	FMOVS 8(R21), F11
+	FMOVS 12(R21), F12
+	VDUP  V13.S[0], V13.S4
+	VDUP  V10.S[0], V10.S4
+	VDUP  V11.S[0], V11.S4
+	VDUP  V12.S[0], V12.S4
+	FMOVS $(-0.5), F14
+	FCMPS F14, F13 // em1 vs −0.5: GE is false for NaN
+	CSET  GE, R9
+	VEOR  V16.B16, V16.B16, V16.B16
+	VEOR  V24.B16, V24.B16, V24.B16
+	MOVD  R1, R10
+	MOVD  R2, R12
+	MOVD  R3, R13
+	MOVD  R6, R14
+
+s4read:
+	VLD1.P  16(R10), [V0.S4]
+	VLD1R.P 4(R12), [V8.S4]
+	VLD1R.P 4(R13), [V9.S4]
+	VFMLA   V8.S4, V0.S4, V16.S4
+	VFMLA   V9.S4, V0.S4, V24.S4
+	SUBS    $1, R14, R14
+	BNE     s4read
+	CBNZ    R9, s4near
+
+	// eg·x: δ = beta·(v − eg·accK); o = eg·accQ + kq·δ
+	MOVD   R4, R24
+	VLD1.P 16(R24), [V0.S4]
+	VFMLS  V10.S4, V16.S4, V0.S4
+	WORD   $0x6e2bdc10 // FMUL V16.4S, V0.4S, V11.4S
+	WORD   $0x6e2adf18 // FMUL V24.4S, V24.4S, V10.4S
+	VFMLA  V12.S4, V16.S4, V24.S4
+	MOVD   R5, R24
+	VST1.P [V24.S4], 16(R24)
+	MOVD   R1, R10
+	MOVD   R1, R11
+	MOVD   R2, R12
+	MOVD   R6, R14
+
+s4wb:
+	// S' = eg·S + kh_i·δ
+	VLD1.P  16(R10), [V0.S4]
+	VLD1R.P 4(R12), [V8.S4]
+	WORD    $0x6e2adc00 // FMUL V0.4S, V0.4S, V10.4S
+	VFMLA   V8.S4, V16.S4, V0.S4
+	VST1.P  [V0.S4], 16(R11)
+	SUBS    $1, R14, R14
+	BNE     s4wb
+	B       s4store
+
+s4near:
+	// x + em1·x: kv = accK + em1·accK; δ = beta·(v − kv); o = accQ + em1·accQ + kq·δ
+	MOVD   R4, R24
+	VLD1.P 16(R24), [V0.S4]
+	VFMLA  V13.S4, V16.S4, V16.S4
+	WORD   $0x4eb0d400 // FSUB V0.4S, V0.4S, V16.4S
+	WORD   $0x6e2bdc10 // FMUL V16.4S, V0.4S, V11.4S
+	VFMLA  V13.S4, V24.S4, V24.S4
+	VFMLA  V12.S4, V16.S4, V24.S4
+	MOVD   R5, R24
+	VST1.P [V24.S4], 16(R24)
+	MOVD   R1, R10
+	MOVD   R1, R11
+	MOVD   R2, R12
+	MOVD   R6, R14
+
+s4wa:
+	// S' = S + em1·S + kh_i·δ
+	VLD1.P  16(R10), [V0.S4]
+	VLD1R.P 4(R12), [V8.S4]
+	VFMLA   V13.S4, V0.S4, V0.S4
+	VFMLA   V8.S4, V16.S4, V0.S4
+	VST1.P  [V0.S4], 16(R11)
+	SUBS    $1, R14, R14
+	BNE     s4wa
+
+s4store:
+	MOVD (R22), R23
+	CBZ  R23, s4next
+	ADD  R19<<2, R23, R23
+	MOVD R1, R10
+	MOVD R6, R14
+
+s4st:
+	MOVD $4, R8
+	MOVD R23, R11
+
+s4stcx8:
+	CMP    $8, R8
+	BLT    s4stcx4
+	VLD1.P 32(R10), [V0.S4, V1.S4]
+	VST1.P [V0.S4, V1.S4], 32(R11)
+	SUB    $8, R8, R8
+	B      s4stcx8
+
+s4stcx4:
+	CMP    $4, R8
+	BLT    s4stcx1
+	VLD1.P 16(R10), [V0.S4]
+	VST1.P [V0.S4], 16(R11)
+	SUB    $4, R8, R8
+
+s4stcx1:
+	CBZ     R8, s4stcend
+	FMOVS.P 4(R10), F0
+	FMOVS.P F0, 4(R11)
+	SUB     $1, R8, R8
+	B       s4stcx1
+
+s4stcend:
+	ADD  R15, R23, R23
+	SUBS $1, R14, R14
+	BNE  s4st
+
+s4next:
+	LSL  $2, R6, R24
+	ADD  R24, R2, R2
+	ADD  R24, R3, R3
+	MOVD vs+136(FP), R24
+	LSL  $2, R24, R24
+	ADD  R24, R4, R4
+	MOVD V+8(FP), R24
+	LSL  $2, R24, R24
+	ADD  R24, R5, R5
+	ADD  $16, R21, R21
+	ADD  $8, R22, R22
+	SUBS $1, R20, R20
+	BNE  s4tok
+
+s4adv:
+	ADD $16, R0, R0
+	ADD $4, R19, R19
+	SUB $4, R7, R7
+	B   s4
+
+s1:
+	// strips of 1 columns while they fit (K·1 ≤ 4096)
+	MOVD $4096, R24
+	CMP  R24, R6
+	BGT  done
+	CMP  $1, R7
+	BLT  done
+	MOVD R0, R23
+	MOVD R1, R10
+	MOVD R6, R14
+
+s1in:
+	MOVD $1, R8
+	MOVD R23, R11
+
+s1incx8:
+	CMP    $8, R8
+	BLT    s1incx4
+	VLD1.P 32(R11), [V0.S4, V1.S4]
+	VST1.P [V0.S4, V1.S4], 32(R10)
+	SUB    $8, R8, R8
+	B      s1incx8
+
+s1incx4:
+	CMP    $4, R8
+	BLT    s1incx1
+	VLD1.P 16(R11), [V0.S4]
+	VST1.P [V0.S4], 16(R10)
+	SUB    $4, R8, R8
+
+s1incx1:
+	CBZ     R8, s1incend
+	FMOVS.P 4(R11), F0
+	FMOVS.P F0, 4(R10)
+	SUB     $1, R8, R8
+	B       s1incx1
+
+s1incend:
+	ADD  R15, R23, R23
+	SUBS $1, R14, R14
+	BNE  s1in
+
+s1tok0:
+	MOVD tok_len+176(FP), R20
+	LSR  $2, R20, R20
+	MOVD tok_base+168(FP), R21
+	MOVD kh_base+64(FP), R2
+	MOVD qh_base+88(FP), R3
+	MOVD v_base+112(FP), R4
+	ADD  R19<<2, R4, R4
+	MOVD o_base+144(FP), R5
+	ADD  R19<<2, R5, R5
+	MOVD stores_base+40(FP), R22
+
+s1tok:
+	FMOVS 0(R21), F13
+	FMOVS 4(R21), F10
+	FMOVS 8(R21), F11
+	FMOVS 12(R21), F12
+	VDUP  V13.S[0], V13.S4
+	VDUP  V10.S[0], V10.S4
+	VDUP  V11.S[0], V11.S4
+	VDUP  V12.S[0], V12.S4
+	FMOVS $(-0.5), F14
+	FCMPS F14, F13 // em1 vs −0.5: GE is false for NaN
+	CSET  GE, R9
+	FMOVS ZR, F16
+	FMOVS ZR, F24
+	MOVD  R1, R10
+	MOVD  R2, R12
+	MOVD  R3, R13
+	MOVD  R6, R14
+
+s1read:
+	FMOVS.P 4(R10), F0
+	FMOVS.P 4(R12), F8
+	FMOVS.P 4(R13), F9
+	FMADDS  F8, F16, F0, F16 // F16 += F0·F8
+	FMADDS  F9, F24, F0, F24 // F24 += F0·F9
+	SUBS    $1, R14, R14
+	BNE     s1read
+	CBNZ    R9, s1near
+
+	// eg·x: δ = beta·(v − eg·accK); o = eg·accQ + kq·δ
+	MOVD   R4, R24
+	FMOVS  (R24), F0
+	FMSUBS F10, F0, F16, F0 // F0 −= F16·F10
+	FMULS  F11, F0, F16
+	FMULS  F10, F24, F24
+	FMADDS F12, F24, F16, F24 // F24 += F16·F12
+	MOVD   R5, R24
+	FMOVS  F24, (R24)
+	MOVD   R1, R10
+	MOVD   R1, R11
+	MOVD   R2, R12
+	MOVD   R6, R14
+
+s1wb:
+	// S' = eg·S + kh_i·δ
+	FMOVS.P 4(R10), F0
+	FMOVS.P 4(R12), F8
+	FMULS   F10, F0, F0
+	FMADDS  F8, F0, F16, F0 // F0 += F16·F8
+	FMOVS.P F0, 4(R11)
+	SUBS    $1, R14, R14
+	BNE     s1wb
+	B       s1store
+
+s1near:
+	// x + em1·x: kv = accK + em1·accK; δ = beta·(v − kv); o = accQ + em1·accQ + kq·δ
+	MOVD   R4, R24
+	FMOVS  (R24), F0
+	FMADDS F13, F16, F16, F16 // F16 += F16·F13
+	FSUBS  F16, F0, F0
+	FMULS  F11, F0, F16
+	FMADDS F13, F24, F24, F24 // F24 += F24·F13
+	FMADDS F12, F24, F16, F24 // F24 += F16·F12
+	MOVD   R5, R24
+	FMOVS  F24, (R24)
+	MOVD   R1, R10
+	MOVD   R1, R11
+	MOVD   R2, R12
+	MOVD   R6, R14
+
+s1wa:
+	// S' = S + em1·S + kh_i·δ
+	FMOVS.P 4(R10), F0
+	FMOVS.P 4(R12), F8
+	FMADDS  F13, F0, F0, F0 // F0 += F0·F13
+	FMADDS  F8, F0, F16, F0 // F0 += F16·F8
+	FMOVS.P F0, 4(R11)
+	SUBS    $1, R14, R14
+	BNE     s1wa
+
+s1store:
+	MOVD (R22), R23
+	CBZ  R23, s1next
+	ADD  R19<<2, R23, R23
+	MOVD R1, R10
+	MOVD R6, R14
+
+s1st:
+	MOVD $1, R8
+	MOVD R23, R11
+
+s1stcx8:
+	CMP    $8, R8
+	BLT    s1stcx4
+	VLD1.P 32(R10), [V0.S4, V1.S4]
+	VST1.P [V0.S4, V1.S4], 32(R11)
+	SUB    $8, R8, R8
+	B      s1stcx8
+
+s1stcx4:
+	CMP    $4, R8
+	BLT    s1stcx1
+	VLD1.P 16(R10), [V0.S4]
+	VST1.P [V0.S4], 16(R11)
+	SUB    $4, R8, R8
+
+s1stcx1:
+	CBZ     R8, s1stcend
+	FMOVS.P 4(R10), F0
+	FMOVS.P F0, 4(R11)
+	SUB     $1, R8, R8
+	B       s1stcx1
+
+s1stcend:
+	ADD  R15, R23, R23
+	SUBS $1, R14, R14
+	BNE  s1st
+
+s1next:
+	LSL  $2, R6, R24
+	ADD  R24, R2, R2
+	ADD  R24, R3, R3
+	MOVD vs+136(FP), R24
+	LSL  $2, R24, R24
+	ADD  R24, R4, R4
+	MOVD V+8(FP), R24
+	LSL  $2, R24, R24
+	ADD  R24, R5, R5
+	ADD  $16, R21, R21
+	ADD  $8, R22, R22
+	SUBS $1, R20, R20
+	BNE  s1tok
+
+s1adv:
+	ADD $4, R0, R0
+	ADD $1, R19, R19
+	SUB $1, R7, R7
+	B   s1
+
+done:
+	RET
+
+// func stateVKf32NEON(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok []float32)
+//
+// The [V][K] state over T = len(tok)/4 tokens (tokens_generic.go's contract). Rows (value columns
+// of the maths, K contiguous) go in groups of four while four remain, then one by one; a group's
+// g·K floats are copied (widened) into the slab on the stack once and, for each token:
+//
+//	dots   row_r·kh and row_r·qh in dot2's order: one accumulator per row and dot (lane l: the
+//	       elements i ≡ l mod 4), 8 floats a step, then 4; three FADDPs give lane r = row r's
+//	       ((l0 + l1) + (l2 + l3)); the last K mod 4 elements are added one at a time (FMLA);
+//	δ, o   for the four rows in one vector: δ = beta·(v − decay(kv)), o = decay(qs) + kq·δ;
+//	axpy   row_r ← decay(row_r) + kh·δ_r over the slab;
+//	store  the group's g·K floats to stores[τ] (rounded to nearest even for bf16) where it is not nil.
+//
+// After the last token the slab goes to carry (bf16 routine, when not nil). decay(x) is x + em1·x
+// (one FMLA) when em1 ≥ −0.5, else eg·x, decided per token (NaN: eg·x). A row's arithmetic depends
+// on K only (not on T, the group or the storage type). Needs 4·K ≤ 4096 for groups of four (else
+// single rows) and K ≤ 4096 (the adapter's guard).
+//
+// Registers: R0 src group, R1 slab, R2/R3 token's kh/qh, R4/R5 token's v/o at the group, R6 K,
+// R7 rows left, R8 copy count, R9 form, R10-R13 slab rows, R14/R15 kh/qh pointers, R19 group's row
+// index·4, R20 tokens left, R21 tok, R22 stores, R23 K counter, R24 group's offset in elements, R25
+// scratch.
+TEXT ·stateVKf32NEON(SB), 0, $16384-192
+	MOVD K+0(FP), R6
+	MOVD V+8(FP), R7
+	MOVD src_base+16(FP), R0
+	MOVD $slab-16384(SP), R1
+	MOVD $0, R19
+	MOVD $0, R24
+	MOVD tok_len+176(FP), R25
+	CBZ  R25, done
+	CBZ  R6, done
+
+g4:
+	// groups of 4 rows
+	CMP  $1024, R6
+	BGT  g1
+	CMP  $4, R7
+	BLT  g1
+	MOVD R1, R11
+	LSL  $2, R6, R8
+	MOVD R0, R10
+
+g4inx8:
+	CMP    $8, R8
+	BLT    g4inx4
+	VLD1.P 32(R10), [V0.S4, V1.S4]
+	VST1.P [V0.S4, V1.S4], 32(R11)
+	SUB    $8, R8, R8
+	B      g4inx8
+
+g4inx4:
+	CMP    $4, R8
+	BLT    g4inx1
+	VLD1.P 16(R10), [V0.S4]
+	VST1.P [V0.S4], 16(R11)
+	SUB    $4, R8, R8
+
+g4inx1:
+	CBZ     R8, g4inend
+	FMOVS.P 4(R10), F0
+	FMOVS.P F0, 4(R11)
+	SUB     $1, R8, R8
+	B       g4inx1
+
+g4inend:
+
+g4tok0:
+	MOVD tok_len+176(FP), R20
+	LSR  $2, R20, R20
+	MOVD tok_base+168(FP), R21
+	MOVD kh_base+64(FP), R2
+	MOVD qh_base+88(FP), R3
+	MOVD v_base+112(FP), R4
+	ADD  R19, R4, R4
+	MOVD o_base+144(FP), R5
+	ADD  R19, R5, R5
+	MOVD stores_base+40(FP), R22
+
+g4tok:
+	FMOVS 0(R21), F14
+	FMOVS 4(R21), F15
+	VDUP  V14.S[0], V14.S4
+	VDUP  V15.S[0], V15.S4
+	FMOVS $(-0.5), F0
+	FCMPS F0, F14 // em1 vs −0.5: GE is false for NaN
+	CSET  GE, R9
+	MOVD  R1, R10
+	LSL   $2, R6, R25
+	ADD   R25, R10, R11
+	ADD   R25, R11, R12
+	ADD   R25, R12, R13
+	VEOR  V16.B16, V16.B16, V16.B16
+	VEOR  V24.B16, V24.B16, V24.B16
+	VEOR  V17.B16, V17.B16, V17.B16
+	VEOR  V25.B16, V25.B16, V25.B16
+	VEOR  V18.B16, V18.B16, V18.B16
+	VEOR  V26.B16, V26.B16, V26.B16
+	VEOR  V19.B16, V19.B16, V19.B16
+	VEOR  V27.B16, V27.B16, V27.B16
+	MOVD  R2, R14
+	MOVD  R3, R15
+	MOVD  R6, R23
+
+g4dot8:
+	CMP    $8, R23
+	BLT    g4dot4
+	VLD1.P 32(R14), [V8.S4, V9.S4]
+	VLD1.P 32(R15), [V10.S4, V11.S4]
+	VLD1.P 32(R10), [V0.S4, V1.S4]
+	VLD1.P 32(R11), [V2.S4, V3.S4]
+	VLD1.P 32(R12), [V4.S4, V5.S4]
+	VLD1.P 32(R13), [V6.S4, V7.S4]
+	VFMLA  V8.S4, V0.S4, V16.S4
+	VFMLA  V10.S4, V0.S4, V24.S4
+	VFMLA  V8.S4, V2.S4, V17.S4
+	VFMLA  V10.S4, V2.S4, V25.S4
+	VFMLA  V8.S4, V4.S4, V18.S4
+	VFMLA  V10.S4, V4.S4, V26.S4
+	VFMLA  V8.S4, V6.S4, V19.S4
+	VFMLA  V10.S4, V6.S4, V27.S4
+	VFMLA  V9.S4, V1.S4, V16.S4
+	VFMLA  V11.S4, V1.S4, V24.S4
+	VFMLA  V9.S4, V3.S4, V17.S4
+	VFMLA  V11.S4, V3.S4, V25.S4
+	VFMLA  V9.S4, V5.S4, V18.S4
+	VFMLA  V11.S4, V5.S4, V26.S4
+	VFMLA  V9.S4, V7.S4, V19.S4
+	VFMLA  V11.S4, V7.S4, V27.S4
+	SUB    $8, R23, R23
+	B      g4dot8
+
+g4dot4:
+	CMP    $4, R23
+	BLT    g4dotsum
+	VLD1.P 16(R14), [V8.S4]
+	VLD1.P 16(R15), [V10.S4]
+	VLD1.P 16(R10), [V0.S4]
+	VLD1.P 16(R11), [V2.S4]
+	VLD1.P 16(R12), [V4.S4]
+	VLD1.P 16(R13), [V6.S4]
+	VFMLA  V8.S4, V0.S4, V16.S4
+	VFMLA  V10.S4, V0.S4, V24.S4
+	VFMLA  V8.S4, V2.S4, V17.S4
+	VFMLA  V10.S4, V2.S4, V25.S4
+	VFMLA  V8.S4, V4.S4, V18.S4
+	VFMLA  V10.S4, V4.S4, V26.S4
+	VFMLA  V8.S4, V6.S4, V19.S4
+	VFMLA  V10.S4, V6.S4, V27.S4
+	SUB    $4, R23, R23
+
+g4dotsum:
+	// kv, qs: lane r = row r's ((l0 + l1) + (l2 + l3))
+	WORD $0x6e31d600 // FADDP V0.4S, V16.4S, V17.4S
+	WORD $0x6e33d641 // FADDP V1.4S, V18.4S, V19.4S
+	WORD $0x6e21d40c // FADDP V12.4S, V0.4S, V1.4S
+	WORD $0x6e39d700 // FADDP V0.4S, V24.4S, V25.4S
+	WORD $0x6e3bd741 // FADDP V1.4S, V26.4S, V27.4S
+	WORD $0x6e21d40d // FADDP V13.4S, V0.4S, V1.4S
+
+	// the last K mod 4 elements, one at a time: lane r += row_r[i]·kh_i (qh_i)
+
+g4dot1:
+	CBZ     R23, g4dotend
+	VLD1R.P 4(R14), [V8.S4]
+	VLD1R.P 4(R15), [V10.S4]
+	VLD1.P  4(R10), V0.S[0]
+	VLD1.P  4(R11), V0.S[1]
+	VLD1.P  4(R12), V0.S[2]
+	VLD1.P  4(R13), V0.S[3]
+	VFMLA   V8.S4, V0.S4, V12.S4
+	VFMLA   V10.S4, V0.S4, V13.S4
+	SUB     $1, R23, R23
+	B       g4dot1
+
+g4dotend:
+	CBNZ R9, g4near
+
+	// decay eg·x
+	FMOVS 8(R21), F10
+	FMOVS 12(R21), F11
+	VDUP  V10.S[0], V10.S4
+	VDUP  V11.S[0], V11.S4
+	VLD1  (R4), [V0.S4]
+	VFMLS V15.S4, V12.S4, V0.S4
+	WORD  $0x6e2adc01 // FMUL V1.4S, V0.4S, V10.4S
+	WORD  $0x6e2fddad // FMUL V13.4S, V13.4S, V15.4S
+	VFMLA V11.S4, V1.S4, V13.S4
+	VST1  [V13.S4], (R5)
+	VDUP  V1.S[0], V16.S4
+	VDUP  V1.S[1], V17.S4
+	VDUP  V1.S[2], V18.S4
+	VDUP  V1.S[3], V19.S4
+	MOVD  R1, R10
+	LSL   $2, R6, R25
+	ADD   R25, R10, R11
+	ADD   R25, R11, R12
+	ADD   R25, R12, R13
+	MOVD  R2, R14
+	MOVD  R6, R23
+
+g4eg8:
+	CMP    $8, R23
+	BLT    g4eg4
+	VLD1.P 32(R14), [V8.S4, V9.S4]
+	VLD1   (R10), [V0.S4, V1.S4]
+	WORD   $0x6e2fdc00 // FMUL V0.4S, V0.4S, V15.4S
+	VFMLA  V16.S4, V8.S4, V0.S4
+	WORD   $0x6e2fdc21 // FMUL V1.4S, V1.4S, V15.4S
+	VFMLA  V16.S4, V9.S4, V1.S4
+	VST1.P [V0.S4, V1.S4], 32(R10)
+	VLD1   (R11), [V2.S4, V3.S4]
+	WORD   $0x6e2fdc42 // FMUL V2.4S, V2.4S, V15.4S
+	VFMLA  V17.S4, V8.S4, V2.S4
+	WORD   $0x6e2fdc63 // FMUL V3.4S, V3.4S, V15.4S
+	VFMLA  V17.S4, V9.S4, V3.S4
+	VST1.P [V2.S4, V3.S4], 32(R11)
+	VLD1   (R12), [V4.S4, V5.S4]
+	WORD   $0x6e2fdc84 // FMUL V4.4S, V4.4S, V15.4S
+	VFMLA  V18.S4, V8.S4, V4.S4
+	WORD   $0x6e2fdca5 // FMUL V5.4S, V5.4S, V15.4S
+	VFMLA  V18.S4, V9.S4, V5.S4
+	VST1.P [V4.S4, V5.S4], 32(R12)
+	VLD1   (R13), [V6.S4, V7.S4]
+	WORD   $0x6e2fdcc6 // FMUL V6.4S, V6.4S, V15.4S
+	VFMLA  V19.S4, V8.S4, V6.S4
+	WORD   $0x6e2fdce7 // FMUL V7.4S, V7.4S, V15.4S
+	VFMLA  V19.S4, V9.S4, V7.S4
+	VST1.P [V6.S4, V7.S4], 32(R13)
+	SUB    $8, R23, R23
+	B      g4eg8
+
+g4eg4:
+	CMP    $4, R23
+	BLT    g4eg1
+	VLD1.P 16(R14), [V8.S4]
+	VLD1   (R10), [V0.S4]
+	WORD   $0x6e2fdc00 // FMUL V0.4S, V0.4S, V15.4S
+	VFMLA  V16.S4, V8.S4, V0.S4
+	VST1.P [V0.S4], 16(R10)
+	VLD1   (R11), [V2.S4]
+	WORD   $0x6e2fdc42 // FMUL V2.4S, V2.4S, V15.4S
+	VFMLA  V17.S4, V8.S4, V2.S4
+	VST1.P [V2.S4], 16(R11)
+	VLD1   (R12), [V4.S4]
+	WORD   $0x6e2fdc84 // FMUL V4.4S, V4.4S, V15.4S
+	VFMLA  V18.S4, V8.S4, V4.S4
+	VST1.P [V4.S4], 16(R12)
+	VLD1   (R13), [V6.S4]
+	WORD   $0x6e2fdcc6 // FMUL V6.4S, V6.4S, V15.4S
+	VFMLA  V19.S4, V8.S4, V6.S4
+	VST1.P [V6.S4], 16(R13)
+	SUB    $4, R23, R23
+
+g4eg1:
+	CBZ     R23, g4egend
+	FMOVS.P 4(R14), F8
+	FMOVS   (R10), F0
+	WORD    $0x6e2fdc00 // FMUL V0.4S, V0.4S, V15.4S
+	VFMLA   V16.S4, V8.S4, V0.S4
+	FMOVS.P F0, 4(R10)
+	FMOVS   (R11), F2
+	WORD    $0x6e2fdc42 // FMUL V2.4S, V2.4S, V15.4S
+	VFMLA   V17.S4, V8.S4, V2.S4
+	FMOVS.P F2, 4(R11)
+	FMOVS   (R12), F4
+	WORD    $0x6e2fdc84 // FMUL V4.4S, V4.4S, V15.4S
+	VFMLA   V18.S4, V8.S4, V4.S4
+	FMOVS.P F4, 4(R12)
+	FMOVS   (R13), F6
+	WORD    $0x6e2fdcc6 // FMUL V6.4S, V6.4S, V15.4S
+	VFMLA   V19.S4, V8.S4, V6.S4
+	FMOVS.P F6, 4(R13)
+	SUB     $1, R23, R23
+	B       g4eg1
+
+g4egend:
+	B g4store
+
+g4near:
+	// decay x + em1·x
+	FMOVS 8(R21), F10
+	FMOVS 12(R21), F11
+	VDUP  V10.S[0], V10.S4
+	VDUP  V11.S[0], V11.S4
+	VLD1  (R4), [V0.S4]
+	VFMLA V14.S4, V12.S4, V12.S4
+	WORD  $0x4eacd400 // FSUB V0.4S, V0.4S, V12.4S
+	WORD  $0x6e2adc01 // FMUL V1.4S, V0.4S, V10.4S
+	VFMLA V14.S4, V13.S4, V13.S4
+	VFMLA V11.S4, V1.S4, V13.S4
+	VST1  [V13.S4], (R5)
+	VDUP  V1.S[0], V16.S4
+	VDUP  V1.S[1], V17.S4
+	VDUP  V1.S[2], V18.S4
+	VDUP  V1.S[3], V19.S4
+	MOVD  R1, R10
+	LSL   $2, R6, R25
+	ADD   R25, R10, R11
+	ADD   R25, R11, R12
+	ADD   R25, R12, R13
+	MOVD  R2, R14
+	MOVD  R6, R23
+
+g4near8:
+	CMP    $8, R23
+	BLT    g4near4
+	VLD1.P 32(R14), [V8.S4, V9.S4]
+	VLD1   (R10), [V0.S4, V1.S4]
+	VFMLA  V14.S4, V0.S4, V0.S4
+	VFMLA  V16.S4, V8.S4, V0.S4
+	VFMLA  V14.S4, V1.S4, V1.S4
+	VFMLA  V16.S4, V9.S4, V1.S4
+	VST1.P [V0.S4, V1.S4], 32(R10)
+	VLD1   (R11), [V2.S4, V3.S4]
+	VFMLA  V14.S4, V2.S4, V2.S4
+	VFMLA  V17.S4, V8.S4, V2.S4
+	VFMLA  V14.S4, V3.S4, V3.S4
+	VFMLA  V17.S4, V9.S4, V3.S4
+	VST1.P [V2.S4, V3.S4], 32(R11)
+	VLD1   (R12), [V4.S4, V5.S4]
+	VFMLA  V14.S4, V4.S4, V4.S4
+	VFMLA  V18.S4, V8.S4, V4.S4
+	VFMLA  V14.S4, V5.S4, V5.S4
+	VFMLA  V18.S4, V9.S4, V5.S4
+	VST1.P [V4.S4, V5.S4], 32(R12)
+	VLD1   (R13), [V6.S4, V7.S4]
+	VFMLA  V14.S4, V6.S4, V6.S4
+	VFMLA  V19.S4, V8.S4, V6.S4
+	VFMLA  V14.S4, V7.S4, V7.S4
+	VFMLA  V19.S4, V9.S4, V7.S4
+	VST1.P [V6.S4, V7.S4], 32(R13)
+	SUB    $8, R23, R23
+	B      g4near8
+
+g4near4:
+	CMP    $4, R23
+	BLT    g4near1
+	VLD1.P 16(R14), [V8.S4]
+	VLD1   (R10), [V0.S4]
+	VFMLA  V14.S4, V0.S4, V0.S4
+	VFMLA  V16.S4, V8.S4, V0.S4
+	VST1.P [V0.S4], 16(R10)
+	VLD1   (R11), [V2.S4]
+	VFMLA  V14.S4, V2.S4, V2.S4
+	VFMLA  V17.S4, V8.S4, V2.S4
+	VST1.P [V2.S4], 16(R11)
+	VLD1   (R12), [V4.S4]
+	VFMLA  V14.S4, V4.S4, V4.S4
+	VFMLA  V18.S4, V8.S4, V4.S4
+	VST1.P [V4.S4], 16(R12)
+	VLD1   (R13), [V6.S4]
+	VFMLA  V14.S4, V6.S4, V6.S4
+	VFMLA  V19.S4, V8.S4, V6.S4
+	VST1.P [V6.S4], 16(R13)
+	SUB    $4, R23, R23
+
+g4near1:
+	CBZ     R23, g4nearend
+	FMOVS.P 4(R14), F8
+	FMOVS   (R10), F0
+	VFMLA   V14.S4, V0.S4, V0.S4
+	VFMLA   V16.S4, V8.S4, V0.S4
+	FMOVS.P F0, 4(R10)
+	FMOVS   (R11), F2
+	VFMLA   V14.S4, V2.S4, V2.S4
+	VFMLA   V17.S4, V8.S4, V2.S4
+	FMOVS.P F2, 4(R11)
+	FMOVS   (R12), F4
+	VFMLA   V14.S4, V4.S4, V4.S4
+	VFMLA   V18.S4, V8.S4, V4.S4
+	FMOVS.P F4, 4(R12)
+	FMOVS   (R13), F6
+	VFMLA   V14.S4, V6.S4, V6.S4
+	VFMLA   V19.S4, V8.S4, V6.S4
+	FMOVS.P F6, 4(R13)
+	SUB     $1, R23, R23
+	B       g4near1
+
+g4nearend:
+
+g4store:
+	MOVD (R22), R11
+	CBZ  R11, g4next
+	ADD  R24<<2, R11, R11
+	MOVD R1, R10
+	LSL  $2, R6, R8
+
+g4stx8:
+	CMP    $8, R8
+	BLT    g4stx4
+	VLD1.P 32(R10), [V0.S4, V1.S4]
+	VST1.P [V0.S4, V1.S4], 32(R11)
+	SUB    $8, R8, R8
+	B      g4stx8
+
+g4stx4:
+	CMP    $4, R8
+	BLT    g4stx1
+	VLD1.P 16(R10), [V0.S4]
+	VST1.P [V0.S4], 16(R11)
+	SUB    $4, R8, R8
+
+g4stx1:
+	CBZ     R8, g4stend
+	FMOVS.P 4(R10), F0
+	FMOVS.P F0, 4(R11)
+	SUB     $1, R8, R8
+	B       g4stx1
+
+g4stend:
+
+g4next:
+	LSL  $2, R6, R25
+	ADD  R25, R2, R2
+	ADD  R25, R3, R3
+	MOVD vs+136(FP), R25
+	LSL  $2, R25, R25
+	ADD  R25, R4, R4
+	MOVD V+8(FP), R25
+	LSL  $2, R25, R25
+	ADD  R25, R5, R5
+	ADD  $16, R21, R21
+	ADD  $8, R22, R22
+	SUBS $1, R20, R20
+	BNE  g4tok
+
+g4adv:
+	LSL $2, R6, R25
+	ADD R25<<2, R0, R0
+	ADD R25, R24, R24
+	ADD $16, R19, R19
+	SUB $4, R7, R7
+	B   g4
+
+g1:
+	// groups of 1 rows
+	CMP  $1, R7
+	BLT  done
+	MOVD R1, R11
+	LSL  $0, R6, R8
+	MOVD R0, R10
+
+g1inx8:
+	CMP    $8, R8
+	BLT    g1inx4
+	VLD1.P 32(R10), [V0.S4, V1.S4]
+	VST1.P [V0.S4, V1.S4], 32(R11)
+	SUB    $8, R8, R8
+	B      g1inx8
+
+g1inx4:
+	CMP    $4, R8
+	BLT    g1inx1
+	VLD1.P 16(R10), [V0.S4]
+	VST1.P [V0.S4], 16(R11)
+	SUB    $4, R8, R8
+
+g1inx1:
+	CBZ     R8, g1inend
+	FMOVS.P 4(R10), F0
+	FMOVS.P F0, 4(R11)
+	SUB     $1, R8, R8
+	B       g1inx1
+
+g1inend:
+
+g1tok0:
+	MOVD tok_len+176(FP), R20
+	LSR  $2, R20, R20
+	MOVD tok_base+168(FP), R21
+	MOVD kh_base+64(FP), R2
+	MOVD qh_base+88(FP), R3
+	MOVD v_base+112(FP), R4
+	ADD  R19, R4, R4
+	MOVD o_base+144(FP), R5
+	ADD  R19, R5, R5
+	MOVD stores_base+40(FP), R22
+
+g1tok:
+	FMOVS 0(R21), F14
+	FMOVS 4(R21), F15
+	VDUP  V14.S[0], V14.S4
+	VDUP  V15.S[0], V15.S4
+	FMOVS $(-0.5), F0
+	FCMPS F0, F14 // em1 vs −0.5: GE is false for NaN
+	CSET  GE, R9
+	MOVD  R1, R10
+	VEOR  V16.B16, V16.B16, V16.B16
+	VEOR  V24.B16, V24.B16, V24.B16
+	MOVD  R2, R14
+	MOVD  R3, R15
+	MOVD  R6, R23
+
+g1dot8:
+	CMP    $8, R23
+	BLT    g1dot4
+	VLD1.P 32(R14), [V8.S4, V9.S4]
+	VLD1.P 32(R15), [V10.S4, V11.S4]
+	VLD1.P 32(R10), [V0.S4, V1.S4]
+	VFMLA  V8.S4, V0.S4, V16.S4
+	VFMLA  V10.S4, V0.S4, V24.S4
+	VFMLA  V9.S4, V1.S4, V16.S4
+	VFMLA  V11.S4, V1.S4, V24.S4
+	SUB    $8, R23, R23
+	B      g1dot8
+
+g1dot4:
+	CMP    $4, R23
+	BLT    g1dotsum
+	VLD1.P 16(R14), [V8.S4]
+	VLD1.P 16(R15), [V10.S4]
+	VLD1.P 16(R10), [V0.S4]
+	VFMLA  V8.S4, V0.S4, V16.S4
+	VFMLA  V10.S4, V0.S4, V24.S4
+	SUB    $4, R23, R23
+
+g1dotsum:
+	// kv, qs: lane r = row r's ((l0 + l1) + (l2 + l3))
+	WORD $0x6e30d600 // FADDP V0.4S, V16.4S, V16.4S
+	WORD $0x6e20d40c // FADDP V12.4S, V0.4S, V0.4S
+	WORD $0x6e38d700 // FADDP V0.4S, V24.4S, V24.4S
+	WORD $0x6e20d40d // FADDP V13.4S, V0.4S, V0.4S
+
+	// the last K mod 4 elements, one at a time: lane r += row_r[i]·kh_i (qh_i)
+
+g1dot1:
+	CBZ     R23, g1dotend
+	VLD1R.P 4(R14), [V8.S4]
+	VLD1R.P 4(R15), [V10.S4]
+	FMOVS.P 4(R10), F0
+	VFMLA   V8.S4, V0.S4, V12.S4
+	VFMLA   V10.S4, V0.S4, V13.S4
+	SUB     $1, R23, R23
+	B       g1dot1
+
+g1dotend:
+	CBNZ R9, g1near
+
+	// decay eg·x
+	FMOVS 8(R21), F10
+	FMOVS 12(R21), F11
+	VDUP  V10.S[0], V10.S4
+	VDUP  V11.S[0], V11.S4
+	FMOVS (R4), F0
+	VFMLS V15.S4, V12.S4, V0.S4
+	WORD  $0x6e2adc01 // FMUL V1.4S, V0.4S, V10.4S
+	WORD  $0x6e2fddad // FMUL V13.4S, V13.4S, V15.4S
+	VFMLA V11.S4, V1.S4, V13.S4
+	FMOVS F13, (R5)
+	VDUP  V1.S[0], V16.S4
+	MOVD  R1, R10
+	MOVD  R2, R14
+	MOVD  R6, R23
+
+g1eg8:
+	CMP    $8, R23
+	BLT    g1eg4
+	VLD1.P 32(R14), [V8.S4, V9.S4]
+	VLD1   (R10), [V0.S4, V1.S4]
+	WORD   $0x6e2fdc00 // FMUL V0.4S, V0.4S, V15.4S
+	VFMLA  V16.S4, V8.S4, V0.S4
+	WORD   $0x6e2fdc21 // FMUL V1.4S, V1.4S, V15.4S
+	VFMLA  V16.S4, V9.S4, V1.S4
+	VST1.P [V0.S4, V1.S4], 32(R10)
+	SUB    $8, R23, R23
+	B      g1eg8
+
+g1eg4:
+	CMP    $4, R23
+	BLT    g1eg1
+	VLD1.P 16(R14), [V8.S4]
+	VLD1   (R10), [V0.S4]
+	WORD   $0x6e2fdc00 // FMUL V0.4S, V0.4S, V15.4S
+	VFMLA  V16.S4, V8.S4, V0.S4
+	VST1.P [V0.S4], 16(R10)
+	SUB    $4, R23, R23
+
+g1eg1:
+	CBZ     R23, g1egend
+	FMOVS.P 4(R14), F8
+	FMOVS   (R10), F0
+	WORD    $0x6e2fdc00 // FMUL V0.4S, V0.4S, V15.4S
+	VFMLA   V16.S4, V8.S4, V0.S4
+	FMOVS.P F0, 4(R10)
+	SUB     $1, R23, R23
+	B       g1eg1
+
+g1egend:
+	B g1store
+
+g1near:
+	// decay x + em1·x
+	FMOVS 8(R21), F10
+	FMOVS 12(R21), F11
+	VDUP  V10.S[0], V10.S4
+	VDUP  V11.S[0], V11.S4
+	FMOVS (R4), F0
+	VFMLA V14.S4, V12.S4, V12.S4
+	WORD  $0x4eacd400 // FSUB V0.4S, V0.4S, V12.4S
+	WORD  $0x6e2adc01 // FMUL V1.4S, V0.4S, V10.4S
+	VFMLA V14.S4, V13.S4, V13.S4
+	VFMLA V11.S4, V1.S4, V13.S4
+	FMOVS F13, (R5)
+	VDUP  V1.S[0], V16.S4
+	MOVD  R1, R10
+	MOVD  R2, R14
+	MOVD  R6, R23
+
+g1near8:
+	CMP    $8, R23
+	BLT    g1near4
+	VLD1.P 32(R14), [V8.S4, V9.S4]
+	VLD1   (R10), [V0.S4, V1.S4]
+	VFMLA  V14.S4, V0.S4, V0.S4
+	VFMLA  V16.S4, V8.S4, V0.S4
+	VFMLA  V14.S4, V1.S4, V1.S4
+	VFMLA  V16.S4, V9.S4, V1.S4
+	VST1.P [V0.S4, V1.S4], 32(R10)
+	SUB    $8, R23, R23
+	B      g1near8
+
+g1near4:
+	CMP    $4, R23
+	BLT    g1near1
+	VLD1.P 16(R14), [V8.S4]
+	VLD1   (R10), [V0.S4]
+	VFMLA  V14.S4, V0.S4, V0.S4
+	VFMLA  V16.S4, V8.S4, V0.S4
+	VST1.P [V0.S4], 16(R10)
+	SUB    $4, R23, R23
+
+g1near1:
+	CBZ     R23, g1nearend
+	FMOVS.P 4(R14), F8
+	FMOVS   (R10), F0
+	VFMLA   V14.S4, V0.S4, V0.S4
+	VFMLA   V16.S4, V8.S4, V0.S4
+	FMOVS.P F0, 4(R10)
+	SUB     $1, R23, R23
+	B       g1near1
+
+g1nearend:
+
+g1store:
+	MOVD (R22), R11
+	CBZ  R11, g1next
+	ADD  R24<<2, R11, R11
+	MOVD R1, R10
+	LSL  $0, R6, R8
+
+g1stx8:
+	CMP    $8, R8
+	BLT    g1stx4
+	VLD1.P 32(R10), [V0.S4, V1.S4]
+	VST1.P [V0.S4, V1.S4], 32(R11)
+	SUB    $8, R8, R8
+	B      g1stx8
+
+g1stx4:
+	CMP    $4, R8
+	BLT    g1stx1
+	VLD1.P 16(R10), [V0.S4]
+	VST1.P [V0.S4], 16(R11)
+	SUB    $4, R8, R8
+
+g1stx1:
+	CBZ     R8, g1stend
+	FMOVS.P 4(R10), F0
+	FMOVS.P F0, 4(R11)
+	SUB     $1, R8, R8
+	B       g1stx1
+
+g1stend:
+
+g1next:
+	LSL  $2, R6, R25
+	ADD  R25, R2, R2
+	ADD  R25, R3, R3
+	MOVD vs+136(FP), R25
+	LSL  $2, R25, R25
+	ADD  R25, R4, R4
+	MOVD V+8(FP), R25
+	LSL  $2, R25, R25
+	ADD  R25, R5, R5
+	ADD  $16, R21, R21
+	ADD  $8, R22, R22
+	SUBS $1, R20, R20
+	BNE  g1tok
+
+g1adv:
+	LSL $0, R6, R25
+	ADD R25<<2, R0, R0
+	ADD R25, R24, R24
+	ADD $4, R19, R19
+	SUB $1, R7, R7
+	B   g1
+
+done:
+	RET
+
+// func stateKVbf16NEON(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok []float32)
+//
+// The [K][V] state over T = len(tok)/4 tokens (tokens_generic.go's contract), in column strips of
+// stateNEON's widths (32 while they fit, then 16, 4, 1 columns) no wider than the slab on the
+// stack holds (K·w ≤ 4096 floats: 32 columns up to K = 128, 16 up to 256). A strip's K rows are
+// copied (widened) into the slab once; for each token stateNEON's passes run over the slab:
+//
+//	read pass  accK += kh_i·S[i][strip], accQ += qh_i·S[i][strip] (rows i = 0..K-1 in order);
+//	δ, o       δ = beta·(v − decay(accK)), o = decay(accQ) + kq·δ;
+//	write pass S[i][strip] ← decay(S[i][strip]) + kh_i·δ;
+//	store      the strip's rows to stores[τ] (rounded to nearest even for bf16) where not nil;
+//
+// after the last token the strip goes to carry (bf16 routine, when not nil). A column's arithmetic
+// is stateNEON's for every strip width, T and storage type; decay(x) is x + em1·x (one FMLA) when
+// em1 ≥ −0.5, else eg·x, decided per token (NaN: eg·x). K ≤ 4096 (the adapter's guard).
+//
+// Registers: R0 src strip, R1 slab, R2/R3 token's kh/qh, R4/R5 token's v/o at the strip, R6 K,
+// R7 columns left, R8 copy count, R9 form, R10/R11 slab/row pointers, R12/R13 kh/qh pointers, R14
+// row counter, R15 state row stride V·es, R19 strip's first column, R20 tokens left, R21 tok, R22
+// stores, R23 row start, R24/R25 scratch.
+TEXT ·stateKVbf16NEON(SB), 0, $16384-240
+	MOVD K+0(FP), R6
+	MOVD V+8(FP), R7
+	MOVD src_base+16(FP), R0
+	MOVD $slab-16384(SP), R1
+	LSL  $1, R7, R15
+	MOVD $0, R19
+	MOVD tok_len+224(FP), R24
+	CBZ  R24, done
+	CBZ  R6, done
+
+s32:
+	// strips of 32 columns while they fit (K·32 ≤ 4096)
+	MOVD $128, R24
+	CMP  R24, R6
+	BGT  s16
+	CMP  $32, R7
+	BLT  s16
+	MOVD src32_base+40(FP), R23
+	CBZ  R23, s32in16
+	ADD  R19<<2, R23, R23
+	MOVD V+8(FP), R24
+	LSL  $2, R24, R24
+	MOVD R1, R10
+	MOVD R6, R14
+
+s32in32:
+	MOVD $32, R8
+	MOVD R23, R11
+
+s32in32cx8:
+	CMP    $8, R8
+	BLT    s32in32cx4
+	VLD1.P 32(R11), [V0.S4, V1.S4]
+	VST1.P [V0.S4, V1.S4], 32(R10)
+	SUB    $8, R8, R8
+	B      s32in32cx8
+
+s32in32cx4:
+	CMP    $4, R8
+	BLT    s32in32cx1
+	VLD1.P 16(R11), [V0.S4]
+	VST1.P [V0.S4], 16(R10)
+	SUB    $4, R8, R8
+
+s32in32cx1:
+	CBZ     R8, s32in32cend
+	FMOVS.P 4(R11), F0
+	FMOVS.P F0, 4(R10)
+	SUB     $1, R8, R8
+	B       s32in32cx1
+
+s32in32cend:
+	ADD  R24, R23, R23
+	SUBS $1, R14, R14
+	BNE  s32in32
+	B    s32tok0
+
+s32in16:
+	MOVD R0, R23
+	VEOR V6.B16, V6.B16, V6.B16
+	MOVD R1, R10
+	MOVD R6, R14
+
+s32in:
+	MOVD $32, R8
+	MOVD R23, R11
+
+s32incx8:
+	CMP    $8, R8
+	BLT    s32incx4
+	VLD1.P 16(R11), [V5.H8]
+	VZIP1  V5.H8, V6.H8, V0.H8
+	VZIP2  V5.H8, V6.H8, V1.H8
+	VST1.P [V0.S4, V1.S4], 32(R10)
+	SUB    $8, R8, R8
+	B      s32incx8
+
+s32incx4:
+	CMP    $4, R8
+	BLT    s32incx1
+	VLD1.P 8(R11), [V5.H4]
+	VZIP1  V5.H8, V6.H8, V0.H8
+	VST1.P [V0.S4], 16(R10)
+	SUB    $4, R8, R8
+
+s32incx1:
+	CBZ     R8, s32incend
+	MOVHU.P 2(R11), R25
+	LSLW    $16, R25, R25
+	FMOVS   R25, F0
+	FMOVS.P F0, 4(R10)
+	SUB     $1, R8, R8
+	B       s32incx1
+
+s32incend:
+	ADD  R15, R23, R23
+	SUBS $1, R14, R14
+	BNE  s32in
+
+s32tok0:
+	MOVD tok_len+224(FP), R20
+	LSR  $2, R20, R20
+	MOVD tok_base+216(FP), R21
+	MOVD kh_base+112(FP), R2
+	MOVD qh_base+136(FP), R3
+	MOVD v_base+160(FP), R4
+	ADD  R19<<2, R4, R4
+	MOVD o_base+192(FP), R5
+	ADD  R19<<2, R5, R5
+	MOVD stores_base+64(FP), R22
+
+s32tok:
+	FMOVS 0(R21), F13
+	FMOVS 4(R21), F10
+	FMOVS 8(R21), F11
+	FMOVS 12(R21), F12
+	VDUP  V13.S[0], V13.S4
+	VDUP  V10.S[0], V10.S4
+	VDUP  V11.S[0], V11.S4
+	VDUP  V12.S[0], V12.S4
+	FMOVS $(-0.5), F14
+	FCMPS F14, F13 // em1 vs −0.5: GE is false for NaN
+	CSET  GE, R9
+	VEOR  V16.B16, V16.B16, V16.B16
+	VEOR  V17.B16, V17.B16, V17.B16
+	VEOR  V18.B16, V18.B16, V18.B16
+	VEOR  V19.B16, V19.B16, V19.B16
+	VEOR  V20.B16, V20.B16, V20.B16
+	VEOR  V21.B16, V21.B16, V21.B16
+	VEOR  V22.B16, V22.B16, V22.B16
+	VEOR  V23.B16, V23.B16, V23.B16
+	VEOR  V24.B16, V24.B16, V24.B16
+	VEOR  V25.B16, V25.B16, V25.B16
+	VEOR  V26.B16, V26.B16, V26.B16
+	VEOR  V27.B16, V27.B16, V27.B16
+	VEOR  V28.B16, V28.B16, V28.B16
+	VEOR  V29.B16, V29.B16, V29.B16
+	VEOR  V30.B16, V30.B16, V30.B16
+	VEOR  V31.B16, V31.B16, V31.B16
+	MOVD  R1, R10
+	MOVD  R2, R12
+	MOVD  R3, R13
+	MOVD  R6, R14
+
+s32read:
+	VLD1.P  64(R10), [V0.S4, V1.S4, V2.S4, V3.S4]
+	VLD1.P  64(R10), [V4.S4, V5.S4, V6.S4, V7.S4]
+	VLD1R.P 4(R12), [V8.S4]
+	VLD1R.P 4(R13), [V9.S4]
+	VFMLA   V8.S4, V0.S4, V16.S4
+	VFMLA   V8.S4, V1.S4, V17.S4
+	VFMLA   V8.S4, V2.S4, V18.S4
+	VFMLA   V8.S4, V3.S4, V19.S4
+	VFMLA   V8.S4, V4.S4, V20.S4
+	VFMLA   V8.S4, V5.S4, V21.S4
+	VFMLA   V8.S4, V6.S4, V22.S4
+	VFMLA   V8.S4, V7.S4, V23.S4
+	VFMLA   V9.S4, V0.S4, V24.S4
+	VFMLA   V9.S4, V1.S4, V25.S4
+	VFMLA   V9.S4, V2.S4, V26.S4
+	VFMLA   V9.S4, V3.S4, V27.S4
+	VFMLA   V9.S4, V4.S4, V28.S4
+	VFMLA   V9.S4, V5.S4, V29.S4
+	VFMLA   V9.S4, V6.S4, V30.S4
+	VFMLA   V9.S4, V7.S4, V31.S4
+	SUBS    $1, R14, R14
+	BNE     s32read
+	CBNZ    R9, s32near
+
+	// eg·x: δ = beta·(v − eg·accK); o = eg·accQ + kq·δ
+	MOVD   R4, R24
+	VLD1.P 64(R24), [V0.S4, V1.S4, V2.S4, V3.S4]
+	VLD1.P 64(R24), [V4.S4, V5.S4, V6.S4, V7.S4]
+	VFMLS  V10.S4, V16.S4, V0.S4
+	VFMLS  V10.S4, V17.S4, V1.S4
+	VFMLS  V10.S4, V18.S4, V2.S4
+	VFMLS  V10.S4, V19.S4, V3.S4
+	VFMLS  V10.S4, V20.S4, V4.S4
+	VFMLS  V10.S4, V21.S4, V5.S4
+	VFMLS  V10.S4, V22.S4, V6.S4
+	VFMLS  V10.S4, V23.S4, V7.S4
+	WORD   $0x6e2bdc10 // FMUL V16.4S, V0.4S, V11.4S
+	WORD   $0x6e2bdc31 // FMUL V17.4S, V1.4S, V11.4S
+	WORD   $0x6e2bdc52 // FMUL V18.4S, V2.4S, V11.4S
+	WORD   $0x6e2bdc73 // FMUL V19.4S, V3.4S, V11.4S
+	WORD   $0x6e2bdc94 // FMUL V20.4S, V4.4S, V11.4S
+	WORD   $0x6e2bdcb5 // FMUL V21.4S, V5.4S, V11.4S
+	WORD   $0x6e2bdcd6 // FMUL V22.4S, V6.4S, V11.4S
+	WORD   $0x6e2bdcf7 // FMUL V23.4S, V7.4S, V11.4S
+	WORD   $0x6e2adf18 // FMUL V24.4S, V24.4S, V10.4S
+	WORD   $0x6e2adf39 // FMUL V25.4S, V25.4S, V10.4S
+	WORD   $0x6e2adf5a // FMUL V26.4S, V26.4S, V10.4S
+	WORD   $0x6e2adf7b // FMUL V27.4S, V27.4S, V10.4S
+	WORD   $0x6e2adf9c // FMUL V28.4S, V28.4S, V10.4S
+	WORD   $0x6e2adfbd // FMUL V29.4S, V29.4S, V10.4S
+	WORD   $0x6e2adfde // FMUL V30.4S, V30.4S, V10.4S
+	WORD   $0x6e2adfff // FMUL V31.4S, V31.4S, V10.4S
+	VFMLA  V12.S4, V16.S4, V24.S4
+	VFMLA  V12.S4, V17.S4, V25.S4
+	VFMLA  V12.S4, V18.S4, V26.S4
+	VFMLA  V12.S4, V19.S4, V27.S4
+	VFMLA  V12.S4, V20.S4, V28.S4
+	VFMLA  V12.S4, V21.S4, V29.S4
+	VFMLA  V12.S4, V22.S4, V30.S4
+	VFMLA  V12.S4, V23.S4, V31.S4
+	MOVD   R5, R24
+	VST1.P [V24.S4, V25.S4, V26.S4, V27.S4], 64(R24)
+	VST1.P [V28.S4, V29.S4, V30.S4, V31.S4], 64(R24)
+	MOVD   R1, R10
+	MOVD   R1, R11
+	MOVD   R2, R12
+	MOVD   R6, R14
+
+s32wb:
+	// S' = eg·S + kh_i·δ
+	VLD1.P  64(R10), [V0.S4, V1.S4, V2.S4, V3.S4]
+	VLD1.P  64(R10), [V4.S4, V5.S4, V6.S4, V7.S4]
+	VLD1R.P 4(R12), [V8.S4]
+	WORD    $0x6e2adc00 // FMUL V0.4S, V0.4S, V10.4S
+	WORD    $0x6e2adc21 // FMUL V1.4S, V1.4S, V10.4S
+	WORD    $0x6e2adc42 // FMUL V2.4S, V2.4S, V10.4S
+	WORD    $0x6e2adc63 // FMUL V3.4S, V3.4S, V10.4S
+	WORD    $0x6e2adc84 // FMUL V4.4S, V4.4S, V10.4S
+	WORD    $0x6e2adca5 // FMUL V5.4S, V5.4S, V10.4S
+	WORD    $0x6e2adcc6 // FMUL V6.4S, V6.4S, V10.4S
+	WORD    $0x6e2adce7 // FMUL V7.4S, V7.4S, V10.4S
+	VFMLA   V8.S4, V16.S4, V0.S4
+	VFMLA   V8.S4, V17.S4, V1.S4
+	VFMLA   V8.S4, V18.S4, V2.S4
+	VFMLA   V8.S4, V19.S4, V3.S4
+	VFMLA   V8.S4, V20.S4, V4.S4
+	VFMLA   V8.S4, V21.S4, V5.S4
+	VFMLA   V8.S4, V22.S4, V6.S4
+	VFMLA   V8.S4, V23.S4, V7.S4
+	VST1.P  [V0.S4, V1.S4, V2.S4, V3.S4], 64(R11)
+	VST1.P  [V4.S4, V5.S4, V6.S4, V7.S4], 64(R11)
+	SUBS    $1, R14, R14
+	BNE     s32wb
+	B       s32store
+
+s32near:
+	// x + em1·x: kv = accK + em1·accK; δ = beta·(v − kv); o = accQ + em1·accQ + kq·δ
+	MOVD   R4, R24
+	VLD1.P 64(R24), [V0.S4, V1.S4, V2.S4, V3.S4]
+	VLD1.P 64(R24), [V4.S4, V5.S4, V6.S4, V7.S4]
+	VFMLA  V13.S4, V16.S4, V16.S4
+	VFMLA  V13.S4, V17.S4, V17.S4
+	VFMLA  V13.S4, V18.S4, V18.S4
+	VFMLA  V13.S4, V19.S4, V19.S4
+	VFMLA  V13.S4, V20.S4, V20.S4
+	VFMLA  V13.S4, V21.S4, V21.S4
+	VFMLA  V13.S4, V22.S4, V22.S4
+	VFMLA  V13.S4, V23.S4, V23.S4
+	WORD   $0x4eb0d400 // FSUB V0.4S, V0.4S, V16.4S
+	WORD   $0x4eb1d421 // FSUB V1.4S, V1.4S, V17.4S
+	WORD   $0x4eb2d442 // FSUB V2.4S, V2.4S, V18.4S
+	WORD   $0x4eb3d463 // FSUB V3.4S, V3.4S, V19.4S
+	WORD   $0x4eb4d484 // FSUB V4.4S, V4.4S, V20.4S
+	WORD   $0x4eb5d4a5 // FSUB V5.4S, V5.4S, V21.4S
+	WORD   $0x4eb6d4c6 // FSUB V6.4S, V6.4S, V22.4S
+	WORD   $0x4eb7d4e7 // FSUB V7.4S, V7.4S, V23.4S
+	WORD   $0x6e2bdc10 // FMUL V16.4S, V0.4S, V11.4S
+	WORD   $0x6e2bdc31 // FMUL V17.4S, V1.4S, V11.4S
+	WORD   $0x6e2bdc52 // FMUL V18.4S, V2.4S, V11.4S
+	WORD   $0x6e2bdc73 // FMUL V19.4S, V3.4S, V11.4S
+	WORD   $0x6e2bdc94 // FMUL V20.4S, V4.4S, V11.4S
+	WORD   $0x6e2bdcb5 // FMUL V21.4S, V5.4S, V11.4S
+	WORD   $0x6e2bdcd6 // FMUL V22.4S, V6.4S, V11.4S
+	WORD   $0x6e2bdcf7 // FMUL V23.4S, V7.4S, V11.4S
+	VFMLA  V13.S4, V24.S4, V24.S4
+	VFMLA  V13.S4, V25.S4, V25.S4
+	VFMLA  V13.S4, V26.S4, V26.S4
+	VFMLA  V13.S4, V27.S4, V27.S4
+	VFMLA  V13.S4, V28.S4, V28.S4
+	VFMLA  V13.S4, V29.S4, V29.S4
+	VFMLA  V13.S4, V30.S4, V30.S4
+	VFMLA  V13.S4, V31.S4, V31.S4
+	VFMLA  V12.S4, V16.S4, V24.S4
+	VFMLA  V12.S4, V17.S4, V25.S4
+	VFMLA  V12.S4, V18.S4, V26.S4
+	VFMLA  V12.S4, V19.S4, V27.S4
+	VFMLA  V12.S4, V20.S4, V28.S4
+	VFMLA  V12.S4, V21.S4, V29.S4
+	VFMLA  V12.S4, V22.S4, V30.S4
+	VFMLA  V12.S4, V23.S4, V31.S4
+	MOVD   R5, R24
+	VST1.P [V24.S4, V25.S4, V26.S4, V27.S4], 64(R24)
+	VST1.P [V28.S4, V29.S4, V30.S4, V31.S4], 64(R24)
+	MOVD   R1, R10
+	MOVD   R1, R11
+	MOVD   R2, R12
+	MOVD   R6, R14
+
+s32wa:
+	// S' = S + em1·S + kh_i·δ
+	VLD1.P  64(R10), [V0.S4, V1.S4, V2.S4, V3.S4]
+	VLD1.P  64(R10), [V4.S4, V5.S4, V6.S4, V7.S4]
+	VLD1R.P 4(R12), [V8.S4]
+	VFMLA   V13.S4, V0.S4, V0.S4
+	VFMLA   V13.S4, V1.S4, V1.S4
+	VFMLA   V13.S4, V2.S4, V2.S4
+	VFMLA   V13.S4, V3.S4, V3.S4
+	VFMLA   V13.S4, V4.S4, V4.S4
+	VFMLA   V13.S4, V5.S4, V5.S4
+	VFMLA   V13.S4, V6.S4, V6.S4
+	VFMLA   V13.S4, V7.S4, V7.S4
+	VFMLA   V8.S4, V16.S4, V0.S4
+	VFMLA   V8.S4, V17.S4, V1.S4
+	VFMLA   V8.S4, V18.S4, V2.S4
+	VFMLA   V8.S4, V19.S4, V3.S4
+	VFMLA   V8.S4, V20.S4, V4.S4
+	VFMLA   V8.S4, V21.S4, V5.S4
+	VFMLA   V8.S4, V22.S4, V6.S4
+	VFMLA   V8.S4, V23.S4, V7.S4
+	VST1.P  [V0.S4, V1.S4, V2.S4, V3.S4], 64(R11)
+	VST1.P  [V4.S4, V5.S4, V6.S4, V7.S4], 64(R11)
+	SUBS    $1, R14, R14
+	BNE     s32wa
+
+s32store:
+	MOVD (R22), R23
+	CBZ  R23, s32next
+	ADD  R19<<1, R23, R23
+	MOVW $0x7fff, R25
+	VDUP R25, V6.S4
+	MOVW $0x00400000, R25
+	VDUP R25, V7.S4
+	MOVD R1, R10
+	MOVD R6, R14
+
+s32st:
+	MOVD $32, R8
+	MOVD R23, R11
+
+s32stcx8:
+	CMP    $8, R8
+	BLT    s32stcx4
+	VLD1.P 32(R10), [V0.S4, V1.S4]
+	VSHL   $15, V0.S4, V2.S4
+	VUSHR  $31, V2.S4, V2.S4
+	VADD   V6.S4, V2.S4, V2.S4
+	VADD   V2.S4, V0.S4, V3.S4
+	VORR   V7.B16, V0.B16, V2.B16
+	WORD   $0x4e20e404 // FCMEQ V4.4S, V0.4S, V0.4S
+	VBIF   V4.B16, V2.B16, V3.B16
+	VSHL   $15, V1.S4, V2.S4
+	VUSHR  $31, V2.S4, V2.S4
+	VADD   V6.S4, V2.S4, V2.S4
+	VADD   V2.S4, V1.S4, V5.S4
+	VORR   V7.B16, V1.B16, V2.B16
+	WORD   $0x4e21e424 // FCMEQ V4.4S, V1.4S, V1.4S
+	VBIF   V4.B16, V2.B16, V5.B16
+	VUZP2  V5.H8, V3.H8, V3.H8
+	VST1.P [V3.H8], 16(R11)
+	SUB    $8, R8, R8
+	B      s32stcx8
+
+s32stcx4:
+	CMP    $4, R8
+	BLT    s32stcx1
+	VLD1.P 16(R10), [V0.S4]
+	VSHL   $15, V0.S4, V2.S4
+	VUSHR  $31, V2.S4, V2.S4
+	VADD   V6.S4, V2.S4, V2.S4
+	VADD   V2.S4, V0.S4, V3.S4
+	VORR   V7.B16, V0.B16, V2.B16
+	WORD   $0x4e20e404 // FCMEQ V4.4S, V0.4S, V0.4S
+	VBIF   V4.B16, V2.B16, V3.B16
+	VUZP2  V3.H8, V3.H8, V3.H8
+	VST1.P [V3.H4], 8(R11)
+	SUB    $4, R8, R8
+
+s32stcx1:
+	CBZ     R8, s32stcend
+	FMOVS.P 4(R10), F0
+	VSHL    $15, V0.S4, V2.S4
+	VUSHR   $31, V2.S4, V2.S4
+	VADD    V6.S4, V2.S4, V2.S4
+	VADD    V2.S4, V0.S4, V3.S4
+	VORR    V7.B16, V0.B16, V2.B16
+	WORD    $0x4e20e404 // FCMEQ V4.4S, V0.4S, V0.4S
+	VBIF    V4.B16, V2.B16, V3.B16
+	VUZP2   V3.H8, V3.H8, V3.H8
+	VST1.P  V3.H[0], 2(R11)
+	SUB     $1, R8, R8
+	B       s32stcx1
+
+s32stcend:
+	ADD  R15, R23, R23
+	SUBS $1, R14, R14
+	BNE  s32st
+
+s32next:
+	LSL  $2, R6, R24
+	ADD  R24, R2, R2
+	ADD  R24, R3, R3
+	MOVD vs+184(FP), R24
+	LSL  $2, R24, R24
+	ADD  R24, R4, R4
+	MOVD V+8(FP), R24
+	LSL  $2, R24, R24
+	ADD  R24, R5, R5
+	ADD  $16, R21, R21
+	ADD  $8, R22, R22
+	SUBS $1, R20, R20
+	BNE  s32tok
+
+	// the f32 strip after the last token to carry
+	MOVD carry_base+88(FP), R23
+	CBZ  R23, s32adv
+	ADD  R19<<2, R23, R23
+	MOVD V+8(FP), R24
+	LSL  $2, R24, R24
+	MOVD R1, R10
+	MOVD R6, R14
+
+s32cy:
+	MOVD $32, R8
+	MOVD R23, R11
+
+s32cycx8:
+	CMP    $8, R8
+	BLT    s32cycx4
+	VLD1.P 32(R10), [V0.S4, V1.S4]
+	VST1.P [V0.S4, V1.S4], 32(R11)
+	SUB    $8, R8, R8
+	B      s32cycx8
+
+s32cycx4:
+	CMP    $4, R8
+	BLT    s32cycx1
+	VLD1.P 16(R10), [V0.S4]
+	VST1.P [V0.S4], 16(R11)
+	SUB    $4, R8, R8
+
+s32cycx1:
+	CBZ     R8, s32cycend
+	FMOVS.P 4(R10), F0
+	FMOVS.P F0, 4(R11)
+	SUB     $1, R8, R8
+	B       s32cycx1
+
+s32cycend:
+	ADD  R24, R23, R23
+	SUBS $1, R14, R14
+	BNE  s32cy
+
+s32adv:
+	ADD $64, R0, R0
+	ADD $32, R19, R19
+	SUB $32, R7, R7
+	B   s32
+
+s16:
+	// strips of 16 columns while they fit (K·16 ≤ 4096)
+	MOVD $256, R24
+	CMP  R24, R6
+	BGT  s4
+	CMP  $16, R7
+	BLT  s4
+	MOVD src32_base+40(FP), R23
+	CBZ  R23, s16in16
+	ADD  R19<<2, R23, R23
+	MOVD V+8(FP), R24
+	LSL  $2, R24, R24
+	MOVD R1, R10
+	MOVD R6, R14
+
+s16in32:
+	MOVD $16, R8
+	MOVD R23, R11
+
+s16in32cx8:
+	CMP    $8, R8
+	BLT    s16in32cx4
+	VLD1.P 32(R11), [V0.S4, V1.S4]
+	VST1.P [V0.S4, V1.S4], 32(R10)
+	SUB    $8, R8, R8
+	B      s16in32cx8
+
+s16in32cx4:
+	CMP    $4, R8
+	BLT    s16in32cx1
+	VLD1.P 16(R11), [V0.S4]
+	VST1.P [V0.S4], 16(R10)
+	SUB    $4, R8, R8
+
+s16in32cx1:
+	CBZ     R8, s16in32cend
+	FMOVS.P 4(R11), F0
+	FMOVS.P F0, 4(R10)
+	SUB     $1, R8, R8
+	B       s16in32cx1
+
+s16in32cend:
+	ADD  R24, R23, R23
+	SUBS $1, R14, R14
+	BNE  s16in32
+	B    s16tok0
+
+s16in16:
+	MOVD R0, R23
+	VEOR V6.B16, V6.B16, V6.B16
+	MOVD R1, R10
+	MOVD R6, R14
+
+s16in:
+	MOVD $16, R8
+	MOVD R23, R11
+
+s16incx8:
+	CMP    $8, R8
+	BLT    s16incx4
+	VLD1.P 16(R11), [V5.H8]
+	VZIP1  V5.H8, V6.H8, V0.H8
+	VZIP2  V5.H8, V6.H8, V1.H8
+	VST1.P [V0.S4, V1.S4], 32(R10)
+	SUB    $8, R8, R8
+	B      s16incx8
+
+s16incx4:
+	CMP    $4, R8
+	BLT    s16incx1
+	VLD1.P 8(R11), [V5.H4]
+	VZIP1  V5.H8, V6.H8, V0.H8
+	VST1.P [V0.S4], 16(R10)
+	SUB    $4, R8, R8
+
+s16incx1:
+	CBZ     R8, s16incend
+	MOVHU.P 2(R11), R25
+	LSLW    $16, R25, R25
+	FMOVS   R25, F0
+	FMOVS.P F0, 4(R10)
+	SUB     $1, R8, R8
+	B       s16incx1
+
+s16incend:
+	ADD  R15, R23, R23
+	SUBS $1, R14, R14
+	BNE  s16in
+
+s16tok0:
+	MOVD tok_len+224(FP), R20
+	LSR  $2, R20, R20
+	MOVD tok_base+216(FP), R21
+	MOVD kh_base+112(FP), R2
+	MOVD qh_base+136(FP), R3
+	MOVD v_base+160(FP), R4
+	ADD  R19<<2, R4, R4
+	MOVD o_base+192(FP), R5
+	ADD  R19<<2, R5, R5
+	MOVD stores_base+64(FP), R22
+
+s16tok:
+	FMOVS 0(R21), F13
+	FMOVS 4(R21), F10
+	FMOVS 8(R21), F11
+	FMOVS 12(R21), F12
+	VDUP  V13.S[0], V13.S4
+	VDUP  V10.S[0], V10.S4
+	VDUP  V11.S[0], V11.S4
+	VDUP  V12.S[0], V12.S4
+	FMOVS $(-0.5), F14
+	FCMPS F14, F13 // em1 vs −0.5: GE is false for NaN
+	CSET  GE, R9
+	VEOR  V16.B16, V16.B16, V16.B16
+	VEOR  V17.B16, V17.B16, V17.B16
+	VEOR  V18.B16, V18.B16, V18.B16
+	VEOR  V19.B16, V19.B16, V19.B16
+	VEOR  V24.B16, V24.B16, V24.B16
+	VEOR  V25.B16, V25.B16, V25.B16
+	VEOR  V26.B16, V26.B16, V26.B16
+	VEOR  V27.B16, V27.B16, V27.B16
+	MOVD  R1, R10
+	MOVD  R2, R12
+	MOVD  R3, R13
+	MOVD  R6, R14
+
+s16read:
+	VLD1.P  64(R10), [V0.S4, V1.S4, V2.S4, V3.S4]
+	VLD1R.P 4(R12), [V8.S4]
+	VLD1R.P 4(R13), [V9.S4]
+	VFMLA   V8.S4, V0.S4, V16.S4
+	VFMLA   V8.S4, V1.S4, V17.S4
+	VFMLA   V8.S4, V2.S4, V18.S4
+	VFMLA   V8.S4, V3.S4, V19.S4
+	VFMLA   V9.S4, V0.S4, V24.S4
+	VFMLA   V9.S4, V1.S4, V25.S4
+	VFMLA   V9.S4, V2.S4, V26.S4
+	VFMLA   V9.S4, V3.S4, V27.S4
+	SUBS    $1, R14, R14
+	BNE     s16read
+	CBNZ    R9, s16near
+
+	// eg·x: δ = beta·(v − eg·accK); o = eg·accQ + kq·δ
+	MOVD   R4, R24
+	VLD1.P 64(R24), [V0.S4, V1.S4, V2.S4, V3.S4]
+	VFMLS  V10.S4, V16.S4, V0.S4
+	VFMLS  V10.S4, V17.S4, V1.S4
+	VFMLS  V10.S4, V18.S4, V2.S4
+	VFMLS  V10.S4, V19.S4, V3.S4
+	WORD   $0x6e2bdc10 // FMUL V16.4S, V0.4S, V11.4S
+	WORD   $0x6e2bdc31 // FMUL V17.4S, V1.4S, V11.4S
+	WORD   $0x6e2bdc52 // FMUL V18.4S, V2.4S, V11.4S
+	WORD   $0x6e2bdc73 // FMUL V19.4S, V3.4S, V11.4S
+	WORD   $0x6e2adf18 // FMUL V24.4S, V24.4S, V10.4S
+	WORD   $0x6e2adf39 // FMUL V25.4S, V25.4S, V10.4S
+	WORD   $0x6e2adf5a // FMUL V26.4S, V26.4S, V10.4S
+	WORD   $0x6e2adf7b // FMUL V27.4S, V27.4S, V10.4S
+	VFMLA  V12.S4, V16.S4, V24.S4
+	VFMLA  V12.S4, V17.S4, V25.S4
+	VFMLA  V12.S4, V18.S4, V26.S4
+	VFMLA  V12.S4, V19.S4, V27.S4
+	MOVD   R5, R24
+	VST1.P [V24.S4, V25.S4, V26.S4, V27.S4], 64(R24)
+	MOVD   R1, R10
+	MOVD   R1, R11
+	MOVD   R2, R12
+	MOVD   R6, R14
+
+s16wb:
+	// S' = eg·S + kh_i·δ
+	VLD1.P  64(R10), [V0.S4, V1.S4, V2.S4, V3.S4]
+	VLD1R.P 4(R12), [V8.S4]
+	WORD    $0x6e2adc00 // FMUL V0.4S, V0.4S, V10.4S
+	WORD    $0x6e2adc21 // FMUL V1.4S, V1.4S, V10.4S
+	WORD    $0x6e2adc42 // FMUL V2.4S, V2.4S, V10.4S
+	WORD    $0x6e2adc63 // FMUL V3.4S, V3.4S, V10.4S
+	VFMLA   V8.S4, V16.S4, V0.S4
+	VFMLA   V8.S4, V17.S4, V1.S4
+	VFMLA   V8.S4, V18.S4, V2.S4
+	VFMLA   V8.S4, V19.S4, V3.S4
+	VST1.P  [V0.S4, V1.S4, V2.S4, V3.S4], 64(R11)
+	SUBS    $1, R14, R14
+	BNE     s16wb
+	B       s16store
+
+s16near:
+	// x + em1·x: kv = accK + em1·accK; δ = beta·(v − kv); o = accQ + em1·accQ + kq·δ
+	MOVD   R4, R24
+	VLD1.P 64(R24), [V0.S4, V1.S4, V2.S4, V3.S4]
+	VFMLA  V13.S4, V16.S4, V16.S4
+	VFMLA  V13.S4, V17.S4, V17.S4
+	VFMLA  V13.S4, V18.S4, V18.S4
+	VFMLA  V13.S4, V19.S4, V19.S4
+	WORD   $0x4eb0d400 // FSUB V0.4S, V0.4S, V16.4S
+	WORD   $0x4eb1d421 // FSUB V1.4S, V1.4S, V17.4S
+	WORD   $0x4eb2d442 // FSUB V2.4S, V2.4S, V18.4S
+	WORD   $0x4eb3d463 // FSUB V3.4S, V3.4S, V19.4S
+	WORD   $0x6e2bdc10 // FMUL V16.4S, V0.4S, V11.4S
+	WORD   $0x6e2bdc31 // FMUL V17.4S, V1.4S, V11.4S
+	WORD   $0x6e2bdc52 // FMUL V18.4S, V2.4S, V11.4S
+	WORD   $0x6e2bdc73 // FMUL V19.4S, V3.4S, V11.4S
+	VFMLA  V13.S4, V24.S4, V24.S4
+	VFMLA  V13.S4, V25.S4, V25.S4
+	VFMLA  V13.S4, V26.S4, V26.S4
+	VFMLA  V13.S4, V27.S4, V27.S4
+	VFMLA  V12.S4, V16.S4, V24.S4
+	VFMLA  V12.S4, V17.S4, V25.S4
+	VFMLA  V12.S4, V18.S4, V26.S4
+	VFMLA  V12.S4, V19.S4, V27.S4
+	MOVD   R5, R24
+	VST1.P [V24.S4, V25.S4, V26.S4, V27.S4], 64(R24)
+	MOVD   R1, R10
+	MOVD   R1, R11
+	MOVD   R2, R12
+	MOVD   R6, R14
+
+s16wa:
+	// S' = S + em1·S + kh_i·δ
+	VLD1.P  64(R10), [V0.S4, V1.S4, V2.S4, V3.S4]
+	VLD1R.P 4(R12), [V8.S4]
+	VFMLA   V13.S4, V0.S4, V0.S4
+	VFMLA   V13.S4, V1.S4, V1.S4
+	VFMLA   V13.S4, V2.S4, V2.S4
+	VFMLA   V13.S4, V3.S4, V3.S4
+	VFMLA   V8.S4, V16.S4, V0.S4
+	VFMLA   V8.S4, V17.S4, V1.S4
+	VFMLA   V8.S4, V18.S4, V2.S4
+	VFMLA   V8.S4, V19.S4, V3.S4
+	VST1.P  [V0.S4, V1.S4, V2.S4, V3.S4], 64(R11)
+	SUBS    $1, R14, R14
+	BNE     s16wa
+
+s16store:
+	MOVD (R22), R23
+	CBZ  R23, s16next
+	ADD  R19<<1, R23, R23
+	MOVW $0x7fff, R25
+	VDUP R25, V6.S4
+	MOVW $0x00400000, R25
+	VDUP R25, V7.S4
+	MOVD R1, R10
+	MOVD R6, R14
+
+s16st:
+	MOVD $16, R8
+	MOVD R23, R11
+
+s16stcx8:
+	CMP    $8, R8
+	BLT    s16stcx4
+	VLD1.P 32(R10), [V0.S4, V1.S4]
+	VSHL   $15, V0.S4, V2.S4
+	VUSHR  $31, V2.S4, V2.S4
+	VADD   V6.S4, V2.S4, V2.S4
+	VADD   V2.S4, V0.S4, V3.S4
+	VORR   V7.B16, V0.B16, V2.B16
+	WORD   $0x4e20e404 // FCMEQ V4.4S, V0.4S, V0.4S
+	VBIF   V4.B16, V2.B16, V3.B16
+	VSHL   $15, V1.S4, V2.S4
+	VUSHR  $31, V2.S4, V2.S4
+	VADD   V6.S4, V2.S4, V2.S4
+	VADD   V2.S4, V1.S4, V5.S4
+	VORR   V7.B16, V1.B16, V2.B16
+	WORD   $0x4e21e424 // FCMEQ V4.4S, V1.4S, V1.4S
+	VBIF   V4.B16, V2.B16, V5.B16
+	VUZP2  V5.H8, V3.H8, V3.H8
+	VST1.P [V3.H8], 16(R11)
+	SUB    $8, R8, R8
+	B      s16stcx8
+
+s16stcx4:
+	CMP    $4, R8
+	BLT    s16stcx1
+	VLD1.P 16(R10), [V0.S4]
+	VSHL   $15, V0.S4, V2.S4
+	VUSHR  $31, V2.S4, V2.S4
+	VADD   V6.S4, V2.S4, V2.S4
+	VADD   V2.S4, V0.S4, V3.S4
+	VORR   V7.B16, V0.B16, V2.B16
+	WORD   $0x4e20e404 // FCMEQ V4.4S, V0.4S, V0.4S
+	VBIF   V4.B16, V2.B16, V3.B16
+	VUZP2  V3.H8, V3.H8, V3.H8
+	VST1.P [V3.H4], 8(R11)
+	SUB    $4, R8, R8
+
+s16stcx1:
+	CBZ     R8, s16stcend
+	FMOVS.P 4(R10), F0
+	VSHL    $15, V0.S4, V2.S4
+	VUSHR   $31, V2.S4, V2.S4
+	VADD    V6.S4, V2.S4, V2.S4
+	VADD    V2.S4, V0.S4, V3.S4
+	VORR    V7.B16, V0.B16, V2.B16
+	WORD    $0x4e20e404 // FCMEQ V4.4S, V0.4S, V0.4S
+	VBIF    V4.B16, V2.B16, V3.B16
+	VUZP2   V3.H8, V3.H8, V3.H8
+	VST1.P  V3.H[0], 2(R11)
+	SUB     $1, R8, R8
+	B       s16stcx1
+
+s16stcend:
+	ADD  R15, R23, R23
+	SUBS $1, R14, R14
+	BNE  s16st
+
+s16next:
+	LSL  $2, R6, R24
+	ADD  R24, R2, R2
+	ADD  R24, R3, R3
+	MOVD vs+184(FP), R24
+	LSL  $2, R24, R24
+	ADD  R24, R4, R4
+	MOVD V+8(FP), R24
+	LSL  $2, R24, R24
+	ADD  R24, R5, R5
+	ADD  $16, R21, R21
+	ADD  $8, R22, R22
+	SUBS $1, R20, R20
+	BNE  s16tok
+
+	// the f32 strip after the last token to carry
+	MOVD carry_base+88(FP), R23
+	CBZ  R23, s16adv
+	ADD  R19<<2, R23, R23
+	MOVD V+8(FP), R24
+	LSL  $2, R24, R24
+	MOVD R1, R10
+	MOVD R6, R14
+
+s16cy:
+	MOVD $16, R8
+	MOVD R23, R11
+
+s16cycx8:
+	CMP    $8, R8
+	BLT    s16cycx4
+	VLD1.P 32(R10), [V0.S4, V1.S4]
+	VST1.P [V0.S4, V1.S4], 32(R11)
+	SUB    $8, R8, R8
+	B      s16cycx8
+
+s16cycx4:
+	CMP    $4, R8
+	BLT    s16cycx1
+	VLD1.P 16(R10), [V0.S4]
+	VST1.P [V0.S4], 16(R11)
+	SUB    $4, R8, R8
+
+s16cycx1:
+	CBZ     R8, s16cycend
+	FMOVS.P 4(R10), F0
+	FMOVS.P F0, 4(R11)
+	SUB     $1, R8, R8
+	B       s16cycx1
+
+s16cycend:
+	ADD  R24, R23, R23
+	SUBS $1, R14, R14
+	BNE  s16cy
+
+s16adv:
+	ADD $32, R0, R0
+	ADD $16, R19, R19
+	SUB $16, R7, R7
+	B   s16
+
+s4:
+	// strips of 4 columns while they fit (K·4 ≤ 4096)
+	MOVD $1024, R24
+	CMP  R24, R6
+	BGT  s1
+	CMP  $4, R7
+	BLT  s1
+	MOVD src32_base+40(FP), R23
+	CBZ  R23, s4in16
+	ADD  R19<<2, R23, R23
+	MOVD V+8(FP), R24
+	LSL  $2, R24, R24
+	MOVD R1, R10
+	MOVD R6, R14
+
+s4in32:
+	MOVD $4, R8
+	MOVD R23, R11
+
+s4in32cx8:
+	CMP    $8, R8
+	BLT    s4in32cx4
+	VLD1.P 32(R11), [V0.S4, V1.S4]
+	VST1.P [V0.S4, V1.S4], 32(R10)
+	SUB    $8, R8, R8
+	B      s4in32cx8
+
+s4in32cx4:
+	CMP    $4, R8
+	BLT    s4in32cx1
+	VLD1.P 16(R11), [V0.S4]
+	VST1.P [V0.S4], 16(R10)
+	SUB    $4, R8, R8
+
+s4in32cx1:
+	CBZ     R8, s4in32cend
+	FMOVS.P 4(R11), F0
+	FMOVS.P F0, 4(R10)
+	SUB     $1, R8, R8
+	B       s4in32cx1
+
+s4in32cend:
+	ADD  R24, R23, R23
+	SUBS $1, R14, R14
+	BNE  s4in32
+	B    s4tok0
+
+s4in16:
+	MOVD R0, R23
+	VEOR V6.B16, V6.B16, V6.B16
+	MOVD R1, R10
+	MOVD R6, R14
+
+s4in:
+	MOVD $4, R8
+	MOVD R23, R11
+
+s4incx8:
+	CMP    $8, R8
+	BLT    s4incx4
+	VLD1.P 16(R11), [V5.H8]
+	VZIP1  V5.H8, V6.H8, V0.H8
+	VZIP2  V5.H8, V6.H8, V1.H8
+	VST1.P [V0.S4, V1.S4], 32(R10)
+	SUB    $8, R8, R8
+	B      s4incx8
+
+s4incx4:
+	CMP    $4, R8
+	BLT    s4incx1
+	VLD1.P 8(R11), [V5.H4]
+	VZIP1  V5.H8, V6.H8, V0.H8
+	VST1.P [V0.S4], 16(R10)
+	SUB    $4, R8, R8
+
+s4incx1:
+	CBZ     R8, s4incend
+	MOVHU.P 2(R11), R25
+	LSLW    $16, R25, R25
+	FMOVS   R25, F0
+	FMOVS.P F0, 4(R10)
+	SUB     $1, R8, R8
+	B       s4incx1
+
+s4incend:
+	ADD  R15, R23, R23
+	SUBS $1, R14, R14
+	BNE  s4in
+
+s4tok0:
+	MOVD tok_len+224(FP), R20
+	LSR  $2, R20, R20
+	MOVD tok_base+216(FP), R21
+	MOVD kh_base+112(FP), R2
+	MOVD qh_base+136(FP), R3
+	MOVD v_base+160(FP), R4
+	ADD  R19<<2, R4, R4
+	MOVD o_base+192(FP), R5
+	ADD  R19<<2, R5, R5
+	MOVD stores_base+64(FP), R22
+
+s4tok:
+	FMOVS 0(R21), F13
+	FMOVS 4(R21), F10
+	FMOVS 8(R21), F11
+	FMOVS 12(R21), F12
+	VDUP  V13.S[0], V13.S4
+	VDUP  V10.S[0], V10.S4
+	VDUP  V11.S[0], V11.S4
+	VDUP  V12.S[0], V12.S4
+	FMOVS $(-0.5), F14
+	FCMPS F14, F13 // em1 vs −0.5: GE is false for NaN
+	CSET  GE, R9
+	VEOR  V16.B16, V16.B16, V16.B16
+	VEOR  V24.B16, V24.B16, V24.B16
+	MOVD  R1, R10
+	MOVD  R2, R12
+	MOVD  R3, R13
+	MOVD  R6, R14
+
+s4read:
+	VLD1.P  16(R10), [V0.S4]
+	VLD1R.P 4(R12), [V8.S4]
+	VLD1R.P 4(R13), [V9.S4]
+	VFMLA   V8.S4, V0.S4, V16.S4
+	VFMLA   V9.S4, V0.S4, V24.S4
+	SUBS    $1, R14, R14
+	BNE     s4read
+	CBNZ    R9, s4near
+
+	// eg·x: δ = beta·(v − eg·accK); o = eg·accQ + kq·δ
+	MOVD   R4, R24
+	VLD1.P 16(R24), [V0.S4]
+	VFMLS  V10.S4, V16.S4, V0.S4
+	WORD   $0x6e2bdc10 // FMUL V16.4S, V0.4S, V11.4S
+	WORD   $0x6e2adf18 // FMUL V24.4S, V24.4S, V10.4S
+	VFMLA  V12.S4, V16.S4, V24.S4
+	MOVD   R5, R24
+	VST1.P [V24.S4], 16(R24)
+	MOVD   R1, R10
+	MOVD   R1, R11
+	MOVD   R2, R12
+	MOVD   R6, R14
+
+s4wb:
+	// S' = eg·S + kh_i·δ
+	VLD1.P  16(R10), [V0.S4]
+	VLD1R.P 4(R12), [V8.S4]
+	WORD    $0x6e2adc00 // FMUL V0.4S, V0.4S, V10.4S
+	VFMLA   V8.S4, V16.S4, V0.S4
+	VST1.P  [V0.S4], 16(R11)
+	SUBS    $1, R14, R14
+	BNE     s4wb
+	B       s4store
+
+s4near:
+	// x + em1·x: kv = accK + em1·accK; δ = beta·(v − kv); o = accQ + em1·accQ + kq·δ
+	MOVD   R4, R24
+	VLD1.P 16(R24), [V0.S4]
+	VFMLA  V13.S4, V16.S4, V16.S4
+	WORD   $0x4eb0d400 // FSUB V0.4S, V0.4S, V16.4S
+	WORD   $0x6e2bdc10 // FMUL V16.4S, V0.4S, V11.4S
+	VFMLA  V13.S4, V24.S4, V24.S4
+	VFMLA  V12.S4, V16.S4, V24.S4
+	MOVD   R5, R24
+	VST1.P [V24.S4], 16(R24)
+	MOVD   R1, R10
+	MOVD   R1, R11
+	MOVD   R2, R12
+	MOVD   R6, R14
+
+s4wa:
+	// S' = S + em1·S + kh_i·δ
+	VLD1.P  16(R10), [V0.S4]
+	VLD1R.P 4(R12), [V8.S4]
+	VFMLA   V13.S4, V0.S4, V0.S4
+	VFMLA   V8.S4, V16.S4, V0.S4
+	VST1.P  [V0.S4], 16(R11)
+	SUBS    $1, R14, R14
+	BNE     s4wa
+
+s4store:
+	MOVD (R22), R23
+	CBZ  R23, s4next
+	ADD  R19<<1, R23, R23
+	MOVW $0x7fff, R25
+	VDUP R25, V6.S4
+	MOVW $0x00400000, R25
+	VDUP R25, V7.S4
+	MOVD R1, R10
+	MOVD R6, R14
+
+s4st:
+	MOVD $4, R8
+	MOVD R23, R11
+
+s4stcx8:
+	CMP    $8, R8
+	BLT    s4stcx4
+	VLD1.P 32(R10), [V0.S4, V1.S4]
+	VSHL   $15, V0.S4, V2.S4
+	VUSHR  $31, V2.S4, V2.S4
+	VADD   V6.S4, V2.S4, V2.S4
+	VADD   V2.S4, V0.S4, V3.S4
+	VORR   V7.B16, V0.B16, V2.B16
+	WORD   $0x4e20e404 // FCMEQ V4.4S, V0.4S, V0.4S
+	VBIF   V4.B16, V2.B16, V3.B16
+	VSHL   $15, V1.S4, V2.S4
+	VUSHR  $31, V2.S4, V2.S4
+	VADD   V6.S4, V2.S4, V2.S4
+	VADD   V2.S4, V1.S4, V5.S4
+	VORR   V7.B16, V1.B16, V2.B16
+	WORD   $0x4e21e424 // FCMEQ V4.4S, V1.4S, V1.4S
+	VBIF   V4.B16, V2.B16, V5.B16
+	VUZP2  V5.H8, V3.H8, V3.H8
+	VST1.P [V3.H8], 16(R11)
+	SUB    $8, R8, R8
+	B      s4stcx8
+
+s4stcx4:
+	CMP    $4, R8
+	BLT    s4stcx1
+	VLD1.P 16(R10), [V0.S4]
+	VSHL   $15, V0.S4, V2.S4
+	VUSHR  $31, V2.S4, V2.S4
+	VADD   V6.S4, V2.S4, V2.S4
+	VADD   V2.S4, V0.S4, V3.S4
+	VORR   V7.B16, V0.B16, V2.B16
+	WORD   $0x4e20e404 // FCMEQ V4.4S, V0.4S, V0.4S
+	VBIF   V4.B16, V2.B16, V3.B16
+	VUZP2  V3.H8, V3.H8, V3.H8
+	VST1.P [V3.H4], 8(R11)
+	SUB    $4, R8, R8
+
+s4stcx1:
+	CBZ     R8, s4stcend
+	FMOVS.P 4(R10), F0
+	VSHL    $15, V0.S4, V2.S4
+	VUSHR   $31, V2.S4, V2.S4
+	VADD    V6.S4, V2.S4, V2.S4
+	VADD    V2.S4, V0.S4, V3.S4
+	VORR    V7.B16, V0.B16, V2.B16
+	WORD    $0x4e20e404 // FCMEQ V4.4S, V0.4S, V0.4S
+	VBIF    V4.B16, V2.B16, V3.B16
+	VUZP2   V3.H8, V3.H8, V3.H8
+	VST1.P  V3.H[0], 2(R11)
+	SUB     $1, R8, R8
+	B       s4stcx1
+
+s4stcend:
+	ADD  R15, R23, R23
+	SUBS $1, R14, R14
+	BNE  s4st
+
+s4next:
+	LSL  $2, R6, R24
+	ADD  R24, R2, R2
+	ADD  R24, R3, R3
+	MOVD vs+184(FP), R24
+	LSL  $2, R24, R24
+	ADD  R24, R4, R4
+	MOVD V+8(FP), R24
+	LSL  $2, R24, R24
+	ADD  R24, R5, R5
+	ADD  $16, R21, R21
+	ADD  $8, R22, R22
+	SUBS $1, R20, R20
+	BNE  s4tok
+
+	// the f32 strip after the last token to carry
+	MOVD carry_base+88(FP), R23
+	CBZ  R23, s4adv
+	ADD  R19<<2, R23, R23
+	MOVD V+8(FP), R24
+	LSL  $2, R24, R24
+	MOVD R1, R10
+	MOVD R6, R14
+
+s4cy:
+	MOVD $4, R8
+	MOVD R23, R11
+
+s4cycx8:
+	CMP    $8, R8
+	BLT    s4cycx4
+	VLD1.P 32(R10), [V0.S4, V1.S4]
+	VST1.P [V0.S4, V1.S4], 32(R11)
+	SUB    $8, R8, R8
+	B      s4cycx8
+
+s4cycx4:
+	CMP    $4, R8
+	BLT    s4cycx1
+	VLD1.P 16(R10), [V0.S4]
+	VST1.P [V0.S4], 16(R11)
+	SUB    $4, R8, R8
+
+s4cycx1:
+	CBZ     R8, s4cycend
+	FMOVS.P 4(R10), F0
+	FMOVS.P F0, 4(R11)
+	SUB     $1, R8, R8
+	B       s4cycx1
+
+s4cycend:
+	ADD  R24, R23, R23
+	SUBS $1, R14, R14
+	BNE  s4cy
+
+s4adv:
+	ADD $8, R0, R0
+	ADD $4, R19, R19
+	SUB $4, R7, R7
+	B   s4
+
+s1:
+	// strips of 1 columns while they fit (K·1 ≤ 4096)
+	MOVD $4096, R24
+	CMP  R24, R6
+	BGT  done
+	CMP  $1, R7
+	BLT  done
+	MOVD src32_base+40(FP), R23
+	CBZ  R23, s1in16
+	ADD  R19<<2, R23, R23
+	MOVD V+8(FP), R24
+	LSL  $2, R24, R24
+	MOVD R1, R10
+	MOVD R6, R14
+
+s1in32:
+	MOVD $1, R8
+	MOVD R23, R11
+
+s1in32cx8:
+	CMP    $8, R8
+	BLT    s1in32cx4
+	VLD1.P 32(R11), [V0.S4, V1.S4]
+	VST1.P [V0.S4, V1.S4], 32(R10)
+	SUB    $8, R8, R8
+	B      s1in32cx8
+
+s1in32cx4:
+	CMP    $4, R8
+	BLT    s1in32cx1
+	VLD1.P 16(R11), [V0.S4]
+	VST1.P [V0.S4], 16(R10)
+	SUB    $4, R8, R8
+
+s1in32cx1:
+	CBZ     R8, s1in32cend
+	FMOVS.P 4(R11), F0
+	FMOVS.P F0, 4(R10)
+	SUB     $1, R8, R8
+	B       s1in32cx1
+
+s1in32cend:
+	ADD  R24, R23, R23
+	SUBS $1, R14, R14
+	BNE  s1in32
+	B    s1tok0
+
+s1in16:
+	MOVD R0, R23
+	VEOR V6.B16, V6.B16, V6.B16
+	MOVD R1, R10
+	MOVD R6, R14
+
+s1in:
+	MOVD $1, R8
+	MOVD R23, R11
+
+s1incx8:
+	CMP    $8, R8
+	BLT    s1incx4
+	VLD1.P 16(R11), [V5.H8]
+	VZIP1  V5.H8, V6.H8, V0.H8
+	VZIP2  V5.H8, V6.H8, V1.H8
+	VST1.P [V0.S4, V1.S4], 32(R10)
+	SUB    $8, R8, R8
+	B      s1incx8
+
+s1incx4:
+	CMP    $4, R8
+	BLT    s1incx1
+	VLD1.P 8(R11), [V5.H4]
+	VZIP1  V5.H8, V6.H8, V0.H8
+	VST1.P [V0.S4], 16(R10)
+	SUB    $4, R8, R8
+
+s1incx1:
+	CBZ     R8, s1incend
+	MOVHU.P 2(R11), R25
+	LSLW    $16, R25, R25
+	FMOVS   R25, F0
+	FMOVS.P F0, 4(R10)
+	SUB     $1, R8, R8
+	B       s1incx1
+
+s1incend:
+	ADD  R15, R23, R23
+	SUBS $1, R14, R14
+	BNE  s1in
+
+s1tok0:
+	MOVD tok_len+224(FP), R20
+	LSR  $2, R20, R20
+	MOVD tok_base+216(FP), R21
+	MOVD kh_base+112(FP), R2
+	MOVD qh_base+136(FP), R3
+	MOVD v_base+160(FP), R4
+	ADD  R19<<2, R4, R4
+	MOVD o_base+192(FP), R5
+	ADD  R19<<2, R5, R5
+	MOVD stores_base+64(FP), R22
+
+s1tok:
+	FMOVS 0(R21), F13
+	FMOVS 4(R21), F10
+	FMOVS 8(R21), F11
+	FMOVS 12(R21), F12
+	VDUP  V13.S[0], V13.S4
+	VDUP  V10.S[0], V10.S4
+	VDUP  V11.S[0], V11.S4
+	VDUP  V12.S[0], V12.S4
+	FMOVS $(-0.5), F14
+	FCMPS F14, F13 // em1 vs −0.5: GE is false for NaN
+	CSET  GE, R9
+	FMOVS ZR, F16
+	FMOVS ZR, F24
+	MOVD  R1, R10
+	MOVD  R2, R12
+	MOVD  R3, R13
+	MOVD  R6, R14
+
+s1read:
+	FMOVS.P 4(R10), F0
+	FMOVS.P 4(R12), F8
+	FMOVS.P 4(R13), F9
+	FMADDS  F8, F16, F0, F16 // F16 += F0·F8
+	FMADDS  F9, F24, F0, F24 // F24 += F0·F9
+	SUBS    $1, R14, R14
+	BNE     s1read
+	CBNZ    R9, s1near
+
+	// eg·x: δ = beta·(v − eg·accK); o = eg·accQ + kq·δ
+	MOVD   R4, R24
+	FMOVS  (R24), F0
+	FMSUBS F10, F0, F16, F0 // F0 −= F16·F10
+	FMULS  F11, F0, F16
+	FMULS  F10, F24, F24
+	FMADDS F12, F24, F16, F24 // F24 += F16·F12
+	MOVD   R5, R24
+	FMOVS  F24, (R24)
+	MOVD   R1, R10
+	MOVD   R1, R11
+	MOVD   R2, R12
+	MOVD   R6, R14
+
+s1wb:
+	// S' = eg·S + kh_i·δ
+	FMOVS.P 4(R10), F0
+	FMOVS.P 4(R12), F8
+	FMULS   F10, F0, F0
+	FMADDS  F8, F0, F16, F0 // F0 += F16·F8
+	FMOVS.P F0, 4(R11)
+	SUBS    $1, R14, R14
+	BNE     s1wb
+	B       s1store
+
+s1near:
+	// x + em1·x: kv = accK + em1·accK; δ = beta·(v − kv); o = accQ + em1·accQ + kq·δ
+	MOVD   R4, R24
+	FMOVS  (R24), F0
+	FMADDS F13, F16, F16, F16 // F16 += F16·F13
+	FSUBS  F16, F0, F0
+	FMULS  F11, F0, F16
+	FMADDS F13, F24, F24, F24 // F24 += F24·F13
+	FMADDS F12, F24, F16, F24 // F24 += F16·F12
+	MOVD   R5, R24
+	FMOVS  F24, (R24)
+	MOVD   R1, R10
+	MOVD   R1, R11
+	MOVD   R2, R12
+	MOVD   R6, R14
+
+s1wa:
+	// S' = S + em1·S + kh_i·δ
+	FMOVS.P 4(R10), F0
+	FMOVS.P 4(R12), F8
+	FMADDS  F13, F0, F0, F0 // F0 += F0·F13
+	FMADDS  F8, F0, F16, F0 // F0 += F16·F8
+	FMOVS.P F0, 4(R11)
+	SUBS    $1, R14, R14
+	BNE     s1wa
+
+s1store:
+	MOVD (R22), R23
+	CBZ  R23, s1next
+	ADD  R19<<1, R23, R23
+	MOVW $0x7fff, R25
+	VDUP R25, V6.S4
+	MOVW $0x00400000, R25
+	VDUP R25, V7.S4
+	MOVD R1, R10
+	MOVD R6, R14
+
+s1st:
+	MOVD $1, R8
+	MOVD R23, R11
+
+s1stcx8:
+	CMP    $8, R8
+	BLT    s1stcx4
+	VLD1.P 32(R10), [V0.S4, V1.S4]
+	VSHL   $15, V0.S4, V2.S4
+	VUSHR  $31, V2.S4, V2.S4
+	VADD   V6.S4, V2.S4, V2.S4
+	VADD   V2.S4, V0.S4, V3.S4
+	VORR   V7.B16, V0.B16, V2.B16
+	WORD   $0x4e20e404 // FCMEQ V4.4S, V0.4S, V0.4S
+	VBIF   V4.B16, V2.B16, V3.B16
+	VSHL   $15, V1.S4, V2.S4
+	VUSHR  $31, V2.S4, V2.S4
+	VADD   V6.S4, V2.S4, V2.S4
+	VADD   V2.S4, V1.S4, V5.S4
+	VORR   V7.B16, V1.B16, V2.B16
+	WORD   $0x4e21e424 // FCMEQ V4.4S, V1.4S, V1.4S
+	VBIF   V4.B16, V2.B16, V5.B16
+	VUZP2  V5.H8, V3.H8, V3.H8
+	VST1.P [V3.H8], 16(R11)
+	SUB    $8, R8, R8
+	B      s1stcx8
+
+s1stcx4:
+	CMP    $4, R8
+	BLT    s1stcx1
+	VLD1.P 16(R10), [V0.S4]
+	VSHL   $15, V0.S4, V2.S4
+	VUSHR  $31, V2.S4, V2.S4
+	VADD   V6.S4, V2.S4, V2.S4
+	VADD   V2.S4, V0.S4, V3.S4
+	VORR   V7.B16, V0.B16, V2.B16
+	WORD   $0x4e20e404 // FCMEQ V4.4S, V0.4S, V0.4S
+	VBIF   V4.B16, V2.B16, V3.B16
+	VUZP2  V3.H8, V3.H8, V3.H8
+	VST1.P [V3.H4], 8(R11)
+	SUB    $4, R8, R8
+
+s1stcx1:
+	CBZ     R8, s1stcend
+	FMOVS.P 4(R10), F0
+	VSHL    $15, V0.S4, V2.S4
+	VUSHR   $31, V2.S4, V2.S4
+	VADD    V6.S4, V2.S4, V2.S4
+	VADD    V2.S4, V0.S4, V3.S4
+	VORR    V7.B16, V0.B16, V2.B16
+	WORD    $0x4e20e404 // FCMEQ V4.4S, V0.4S, V0.4S
+	VBIF    V4.B16, V2.B16, V3.B16
+	VUZP2   V3.H8, V3.H8, V3.H8
+	VST1.P  V3.H[0], 2(R11)
+	SUB     $1, R8, R8
+	B       s1stcx1
+
+s1stcend:
+	ADD  R15, R23, R23
+	SUBS $1, R14, R14
+	BNE  s1st
+
+s1next:
+	LSL  $2, R6, R24
+	ADD  R24, R2, R2
+	ADD  R24, R3, R3
+	MOVD vs+184(FP), R24
+	LSL  $2, R24, R24
+	ADD  R24, R4, R4
+	MOVD V+8(FP), R24
+	LSL  $2, R24, R24
+	ADD  R24, R5, R5
+	ADD  $16, R21, R21
+	ADD  $8, R22, R22
+	SUBS $1, R20, R20
+	BNE  s1tok
+
+	// the f32 strip after the last token to carry
+	MOVD carry_base+88(FP), R23
+	CBZ  R23, s1adv
+	ADD  R19<<2, R23, R23
+	MOVD V+8(FP), R24
+	LSL  $2, R24, R24
+	MOVD R1, R10
+	MOVD R6, R14
+
+s1cy:
+	MOVD $1, R8
+	MOVD R23, R11
+
+s1cycx8:
+	CMP    $8, R8
+	BLT    s1cycx4
+	VLD1.P 32(R10), [V0.S4, V1.S4]
+	VST1.P [V0.S4, V1.S4], 32(R11)
+	SUB    $8, R8, R8
+	B      s1cycx8
+
+s1cycx4:
+	CMP    $4, R8
+	BLT    s1cycx1
+	VLD1.P 16(R10), [V0.S4]
+	VST1.P [V0.S4], 16(R11)
+	SUB    $4, R8, R8
+
+s1cycx1:
+	CBZ     R8, s1cycend
+	FMOVS.P 4(R10), F0
+	FMOVS.P F0, 4(R11)
+	SUB     $1, R8, R8
+	B       s1cycx1
+
+s1cycend:
+	ADD  R24, R23, R23
+	SUBS $1, R14, R14
+	BNE  s1cy
+
+s1adv:
+	ADD $2, R0, R0
+	ADD $1, R19, R19
+	SUB $1, R7, R7
+	B   s1
+
+done:
+	RET
+
+// func stateVKbf16NEON(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok []float32)
+//
+// The [V][K] state over T = len(tok)/4 tokens (tokens_generic.go's contract). Rows (value columns
+// of the maths, K contiguous) go in groups of four while four remain, then one by one; a group's
+// g·K floats are copied (widened) into the slab on the stack once and, for each token:
+//
+//	dots   row_r·kh and row_r·qh in dot2's order: one accumulator per row and dot (lane l: the
+//	       elements i ≡ l mod 4), 8 floats a step, then 4; three FADDPs give lane r = row r's
+//	       ((l0 + l1) + (l2 + l3)); the last K mod 4 elements are added one at a time (FMLA);
+//	δ, o   for the four rows in one vector: δ = beta·(v − decay(kv)), o = decay(qs) + kq·δ;
+//	axpy   row_r ← decay(row_r) + kh·δ_r over the slab;
+//	store  the group's g·K floats to stores[τ] (rounded to nearest even for bf16) where it is not nil.
+//
+// After the last token the slab goes to carry (bf16 routine, when not nil). decay(x) is x + em1·x
+// (one FMLA) when em1 ≥ −0.5, else eg·x, decided per token (NaN: eg·x). A row's arithmetic depends
+// on K only (not on T, the group or the storage type). Needs 4·K ≤ 4096 for groups of four (else
+// single rows) and K ≤ 4096 (the adapter's guard).
+//
+// Registers: R0 src group, R1 slab, R2/R3 token's kh/qh, R4/R5 token's v/o at the group, R6 K,
+// R7 rows left, R8 copy count, R9 form, R10-R13 slab rows, R14/R15 kh/qh pointers, R19 group's row
+// index·4, R20 tokens left, R21 tok, R22 stores, R23 K counter, R24 group's offset in elements, R25
+// scratch.
+TEXT ·stateVKbf16NEON(SB), 0, $16384-240
+	MOVD K+0(FP), R6
+	MOVD V+8(FP), R7
+	MOVD src_base+16(FP), R0
+	MOVD $slab-16384(SP), R1
+	MOVD $0, R19
+	MOVD $0, R24
+	MOVD tok_len+224(FP), R25
+	CBZ  R25, done
+	CBZ  R6, done
+
+g4:
+	// groups of 4 rows
+	CMP  $1024, R6
+	BGT  g1
+	CMP  $4, R7
+	BLT  g1
+	MOVD R1, R11
+	LSL  $2, R6, R8
+	MOVD src32_base+40(FP), R10
+	CBZ  R10, g4in16
+	ADD  R24<<2, R10, R10
+
+g4in32x8:
+	CMP    $8, R8
+	BLT    g4in32x4
+	VLD1.P 32(R10), [V0.S4, V1.S4]
+	VST1.P [V0.S4, V1.S4], 32(R11)
+	SUB    $8, R8, R8
+	B      g4in32x8
+
+g4in32x4:
+	CMP    $4, R8
+	BLT    g4in32x1
+	VLD1.P 16(R10), [V0.S4]
+	VST1.P [V0.S4], 16(R11)
+	SUB    $4, R8, R8
+
+g4in32x1:
+	CBZ     R8, g4in32end
+	FMOVS.P 4(R10), F0
+	FMOVS.P F0, 4(R11)
+	SUB     $1, R8, R8
+	B       g4in32x1
+
+g4in32end:
+	B g4tok0
+
+g4in16:
+	MOVD R0, R10
+	VEOR V6.B16, V6.B16, V6.B16
+
+g4inx8:
+	CMP    $8, R8
+	BLT    g4inx4
+	VLD1.P 16(R10), [V5.H8]
+	VZIP1  V5.H8, V6.H8, V0.H8
+	VZIP2  V5.H8, V6.H8, V1.H8
+	VST1.P [V0.S4, V1.S4], 32(R11)
+	SUB    $8, R8, R8
+	B      g4inx8
+
+g4inx4:
+	CMP    $4, R8
+	BLT    g4inx1
+	VLD1.P 8(R10), [V5.H4]
+	VZIP1  V5.H8, V6.H8, V0.H8
+	VST1.P [V0.S4], 16(R11)
+	SUB    $4, R8, R8
+
+g4inx1:
+	CBZ     R8, g4inend
+	MOVHU.P 2(R10), R25
+	LSLW    $16, R25, R25
+	FMOVS   R25, F0
+	FMOVS.P F0, 4(R11)
+	SUB     $1, R8, R8
+	B       g4inx1
+
+g4inend:
+
+g4tok0:
+	MOVD tok_len+224(FP), R20
+	LSR  $2, R20, R20
+	MOVD tok_base+216(FP), R21
+	MOVD kh_base+112(FP), R2
+	MOVD qh_base+136(FP), R3
+	MOVD v_base+160(FP), R4
+	ADD  R19, R4, R4
+	MOVD o_base+192(FP), R5
+	ADD  R19, R5, R5
+	MOVD stores_base+64(FP), R22
+
+g4tok:
+	FMOVS 0(R21), F14
+	FMOVS 4(R21), F15
+	VDUP  V14.S[0], V14.S4
+	VDUP  V15.S[0], V15.S4
+	FMOVS $(-0.5), F0
+	FCMPS F0, F14 // em1 vs −0.5: GE is false for NaN
+	CSET  GE, R9
+	MOVD  R1, R10
+	LSL   $2, R6, R25
+	ADD   R25, R10, R11
+	ADD   R25, R11, R12
+	ADD   R25, R12, R13
+	VEOR  V16.B16, V16.B16, V16.B16
+	VEOR  V24.B16, V24.B16, V24.B16
+	VEOR  V17.B16, V17.B16, V17.B16
+	VEOR  V25.B16, V25.B16, V25.B16
+	VEOR  V18.B16, V18.B16, V18.B16
+	VEOR  V26.B16, V26.B16, V26.B16
+	VEOR  V19.B16, V19.B16, V19.B16
+	VEOR  V27.B16, V27.B16, V27.B16
+	MOVD  R2, R14
+	MOVD  R3, R15
+	MOVD  R6, R23
+
+g4dot8:
+	CMP    $8, R23
+	BLT    g4dot4
+	VLD1.P 32(R14), [V8.S4, V9.S4]
+	VLD1.P 32(R15), [V10.S4, V11.S4]
+	VLD1.P 32(R10), [V0.S4, V1.S4]
+	VLD1.P 32(R11), [V2.S4, V3.S4]
+	VLD1.P 32(R12), [V4.S4, V5.S4]
+	VLD1.P 32(R13), [V6.S4, V7.S4]
+	VFMLA  V8.S4, V0.S4, V16.S4
+	VFMLA  V10.S4, V0.S4, V24.S4
+	VFMLA  V8.S4, V2.S4, V17.S4
+	VFMLA  V10.S4, V2.S4, V25.S4
+	VFMLA  V8.S4, V4.S4, V18.S4
+	VFMLA  V10.S4, V4.S4, V26.S4
+	VFMLA  V8.S4, V6.S4, V19.S4
+	VFMLA  V10.S4, V6.S4, V27.S4
+	VFMLA  V9.S4, V1.S4, V16.S4
+	VFMLA  V11.S4, V1.S4, V24.S4
+	VFMLA  V9.S4, V3.S4, V17.S4
+	VFMLA  V11.S4, V3.S4, V25.S4
+	VFMLA  V9.S4, V5.S4, V18.S4
+	VFMLA  V11.S4, V5.S4, V26.S4
+	VFMLA  V9.S4, V7.S4, V19.S4
+	VFMLA  V11.S4, V7.S4, V27.S4
+	SUB    $8, R23, R23
+	B      g4dot8
+
+g4dot4:
+	CMP    $4, R23
+	BLT    g4dotsum
+	VLD1.P 16(R14), [V8.S4]
+	VLD1.P 16(R15), [V10.S4]
+	VLD1.P 16(R10), [V0.S4]
+	VLD1.P 16(R11), [V2.S4]
+	VLD1.P 16(R12), [V4.S4]
+	VLD1.P 16(R13), [V6.S4]
+	VFMLA  V8.S4, V0.S4, V16.S4
+	VFMLA  V10.S4, V0.S4, V24.S4
+	VFMLA  V8.S4, V2.S4, V17.S4
+	VFMLA  V10.S4, V2.S4, V25.S4
+	VFMLA  V8.S4, V4.S4, V18.S4
+	VFMLA  V10.S4, V4.S4, V26.S4
+	VFMLA  V8.S4, V6.S4, V19.S4
+	VFMLA  V10.S4, V6.S4, V27.S4
+	SUB    $4, R23, R23
+
+g4dotsum:
+	// kv, qs: lane r = row r's ((l0 + l1) + (l2 + l3))
+	WORD $0x6e31d600 // FADDP V0.4S, V16.4S, V17.4S
+	WORD $0x6e33d641 // FADDP V1.4S, V18.4S, V19.4S
+	WORD $0x6e21d40c // FADDP V12.4S, V0.4S, V1.4S
+	WORD $0x6e39d700 // FADDP V0.4S, V24.4S, V25.4S
+	WORD $0x6e3bd741 // FADDP V1.4S, V26.4S, V27.4S
+	WORD $0x6e21d40d // FADDP V13.4S, V0.4S, V1.4S
+
+	// the last K mod 4 elements, one at a time: lane r += row_r[i]·kh_i (qh_i)
+
+g4dot1:
+	CBZ     R23, g4dotend
+	VLD1R.P 4(R14), [V8.S4]
+	VLD1R.P 4(R15), [V10.S4]
+	VLD1.P  4(R10), V0.S[0]
+	VLD1.P  4(R11), V0.S[1]
+	VLD1.P  4(R12), V0.S[2]
+	VLD1.P  4(R13), V0.S[3]
+	VFMLA   V8.S4, V0.S4, V12.S4
+	VFMLA   V10.S4, V0.S4, V13.S4
+	SUB     $1, R23, R23
+	B       g4dot1
+
+g4dotend:
+	CBNZ R9, g4near
+
+	// decay eg·x
+	FMOVS 8(R21), F10
+	FMOVS 12(R21), F11
+	VDUP  V10.S[0], V10.S4
+	VDUP  V11.S[0], V11.S4
+	VLD1  (R4), [V0.S4]
+	VFMLS V15.S4, V12.S4, V0.S4
+	WORD  $0x6e2adc01 // FMUL V1.4S, V0.4S, V10.4S
+	WORD  $0x6e2fddad // FMUL V13.4S, V13.4S, V15.4S
+	VFMLA V11.S4, V1.S4, V13.S4
+	VST1  [V13.S4], (R5)
+	VDUP  V1.S[0], V16.S4
+	VDUP  V1.S[1], V17.S4
+	VDUP  V1.S[2], V18.S4
+	VDUP  V1.S[3], V19.S4
+	MOVD  R1, R10
+	LSL   $2, R6, R25
+	ADD   R25, R10, R11
+	ADD   R25, R11, R12
+	ADD   R25, R12, R13
+	MOVD  R2, R14
+	MOVD  R6, R23
+
+g4eg8:
+	CMP    $8, R23
+	BLT    g4eg4
+	VLD1.P 32(R14), [V8.S4, V9.S4]
+	VLD1   (R10), [V0.S4, V1.S4]
+	WORD   $0x6e2fdc00 // FMUL V0.4S, V0.4S, V15.4S
+	VFMLA  V16.S4, V8.S4, V0.S4
+	WORD   $0x6e2fdc21 // FMUL V1.4S, V1.4S, V15.4S
+	VFMLA  V16.S4, V9.S4, V1.S4
+	VST1.P [V0.S4, V1.S4], 32(R10)
+	VLD1   (R11), [V2.S4, V3.S4]
+	WORD   $0x6e2fdc42 // FMUL V2.4S, V2.4S, V15.4S
+	VFMLA  V17.S4, V8.S4, V2.S4
+	WORD   $0x6e2fdc63 // FMUL V3.4S, V3.4S, V15.4S
+	VFMLA  V17.S4, V9.S4, V3.S4
+	VST1.P [V2.S4, V3.S4], 32(R11)
+	VLD1   (R12), [V4.S4, V5.S4]
+	WORD   $0x6e2fdc84 // FMUL V4.4S, V4.4S, V15.4S
+	VFMLA  V18.S4, V8.S4, V4.S4
+	WORD   $0x6e2fdca5 // FMUL V5.4S, V5.4S, V15.4S
+	VFMLA  V18.S4, V9.S4, V5.S4
+	VST1.P [V4.S4, V5.S4], 32(R12)
+	VLD1   (R13), [V6.S4, V7.S4]
+	WORD   $0x6e2fdcc6 // FMUL V6.4S, V6.4S, V15.4S
+	VFMLA  V19.S4, V8.S4, V6.S4
+	WORD   $0x6e2fdce7 // FMUL V7.4S, V7.4S, V15.4S
+	VFMLA  V19.S4, V9.S4, V7.S4
+	VST1.P [V6.S4, V7.S4], 32(R13)
+	SUB    $8, R23, R23
+	B      g4eg8
+
+g4eg4:
+	CMP    $4, R23
+	BLT    g4eg1
+	VLD1.P 16(R14), [V8.S4]
+	VLD1   (R10), [V0.S4]
+	WORD   $0x6e2fdc00 // FMUL V0.4S, V0.4S, V15.4S
+	VFMLA  V16.S4, V8.S4, V0.S4
+	VST1.P [V0.S4], 16(R10)
+	VLD1   (R11), [V2.S4]
+	WORD   $0x6e2fdc42 // FMUL V2.4S, V2.4S, V15.4S
+	VFMLA  V17.S4, V8.S4, V2.S4
+	VST1.P [V2.S4], 16(R11)
+	VLD1   (R12), [V4.S4]
+	WORD   $0x6e2fdc84 // FMUL V4.4S, V4.4S, V15.4S
+	VFMLA  V18.S4, V8.S4, V4.S4
+	VST1.P [V4.S4], 16(R12)
+	VLD1   (R13), [V6.S4]
+	WORD   $0x6e2fdcc6 // FMUL V6.4S, V6.4S, V15.4S
+	VFMLA  V19.S4, V8.S4, V6.S4
+	VST1.P [V6.S4], 16(R13)
+	SUB    $4, R23, R23
+
+g4eg1:
+	CBZ     R23, g4egend
+	FMOVS.P 4(R14), F8
+	FMOVS   (R10), F0
+	WORD    $0x6e2fdc00 // FMUL V0.4S, V0.4S, V15.4S
+	VFMLA   V16.S4, V8.S4, V0.S4
+	FMOVS.P F0, 4(R10)
+	FMOVS   (R11), F2
+	WORD    $0x6e2fdc42 // FMUL V2.4S, V2.4S, V15.4S
+	VFMLA   V17.S4, V8.S4, V2.S4
+	FMOVS.P F2, 4(R11)
+	FMOVS   (R12), F4
+	WORD    $0x6e2fdc84 // FMUL V4.4S, V4.4S, V15.4S
+	VFMLA   V18.S4, V8.S4, V4.S4
+	FMOVS.P F4, 4(R12)
+	FMOVS   (R13), F6
+	WORD    $0x6e2fdcc6 // FMUL V6.4S, V6.4S, V15.4S
+	VFMLA   V19.S4, V8.S4, V6.S4
+	FMOVS.P F6, 4(R13)
+	SUB     $1, R23, R23
+	B       g4eg1
+
+g4egend:
+	B g4store
+
+g4near:
+	// decay x + em1·x
+	FMOVS 8(R21), F10
+	FMOVS 12(R21), F11
+	VDUP  V10.S[0], V10.S4
+	VDUP  V11.S[0], V11.S4
+	VLD1  (R4), [V0.S4]
+	VFMLA V14.S4, V12.S4, V12.S4
+	WORD  $0x4eacd400 // FSUB V0.4S, V0.4S, V12.4S
+	WORD  $0x6e2adc01 // FMUL V1.4S, V0.4S, V10.4S
+	VFMLA V14.S4, V13.S4, V13.S4
+	VFMLA V11.S4, V1.S4, V13.S4
+	VST1  [V13.S4], (R5)
+	VDUP  V1.S[0], V16.S4
+	VDUP  V1.S[1], V17.S4
+	VDUP  V1.S[2], V18.S4
+	VDUP  V1.S[3], V19.S4
+	MOVD  R1, R10
+	LSL   $2, R6, R25
+	ADD   R25, R10, R11
+	ADD   R25, R11, R12
+	ADD   R25, R12, R13
+	MOVD  R2, R14
+	MOVD  R6, R23
+
+g4near8:
+	CMP    $8, R23
+	BLT    g4near4
+	VLD1.P 32(R14), [V8.S4, V9.S4]
+	VLD1   (R10), [V0.S4, V1.S4]
+	VFMLA  V14.S4, V0.S4, V0.S4
+	VFMLA  V16.S4, V8.S4, V0.S4
+	VFMLA  V14.S4, V1.S4, V1.S4
+	VFMLA  V16.S4, V9.S4, V1.S4
+	VST1.P [V0.S4, V1.S4], 32(R10)
+	VLD1   (R11), [V2.S4, V3.S4]
+	VFMLA  V14.S4, V2.S4, V2.S4
+	VFMLA  V17.S4, V8.S4, V2.S4
+	VFMLA  V14.S4, V3.S4, V3.S4
+	VFMLA  V17.S4, V9.S4, V3.S4
+	VST1.P [V2.S4, V3.S4], 32(R11)
+	VLD1   (R12), [V4.S4, V5.S4]
+	VFMLA  V14.S4, V4.S4, V4.S4
+	VFMLA  V18.S4, V8.S4, V4.S4
+	VFMLA  V14.S4, V5.S4, V5.S4
+	VFMLA  V18.S4, V9.S4, V5.S4
+	VST1.P [V4.S4, V5.S4], 32(R12)
+	VLD1   (R13), [V6.S4, V7.S4]
+	VFMLA  V14.S4, V6.S4, V6.S4
+	VFMLA  V19.S4, V8.S4, V6.S4
+	VFMLA  V14.S4, V7.S4, V7.S4
+	VFMLA  V19.S4, V9.S4, V7.S4
+	VST1.P [V6.S4, V7.S4], 32(R13)
+	SUB    $8, R23, R23
+	B      g4near8
+
+g4near4:
+	CMP    $4, R23
+	BLT    g4near1
+	VLD1.P 16(R14), [V8.S4]
+	VLD1   (R10), [V0.S4]
+	VFMLA  V14.S4, V0.S4, V0.S4
+	VFMLA  V16.S4, V8.S4, V0.S4
+	VST1.P [V0.S4], 16(R10)
+	VLD1   (R11), [V2.S4]
+	VFMLA  V14.S4, V2.S4, V2.S4
+	VFMLA  V17.S4, V8.S4, V2.S4
+	VST1.P [V2.S4], 16(R11)
+	VLD1   (R12), [V4.S4]
+	VFMLA  V14.S4, V4.S4, V4.S4
+	VFMLA  V18.S4, V8.S4, V4.S4
+	VST1.P [V4.S4], 16(R12)
+	VLD1   (R13), [V6.S4]
+	VFMLA  V14.S4, V6.S4, V6.S4
+	VFMLA  V19.S4, V8.S4, V6.S4
+	VST1.P [V6.S4], 16(R13)
+	SUB    $4, R23, R23
+
+g4near1:
+	CBZ     R23, g4nearend
+	FMOVS.P 4(R14), F8
+	FMOVS   (R10), F0
+	VFMLA   V14.S4, V0.S4, V0.S4
+	VFMLA   V16.S4, V8.S4, V0.S4
+	FMOVS.P F0, 4(R10)
+	FMOVS   (R11), F2
+	VFMLA   V14.S4, V2.S4, V2.S4
+	VFMLA   V17.S4, V8.S4, V2.S4
+	FMOVS.P F2, 4(R11)
+	FMOVS   (R12), F4
+	VFMLA   V14.S4, V4.S4, V4.S4
+	VFMLA   V18.S4, V8.S4, V4.S4
+	FMOVS.P F4, 4(R12)
+	FMOVS   (R13), F6
+	VFMLA   V14.S4, V6.S4, V6.S4
+	VFMLA   V19.S4, V8.S4, V6.S4
+	FMOVS.P F6, 4(R13)
+	SUB     $1, R23, R23
+	B       g4near1
+
+g4nearend:
+
+g4store:
+	MOVD (R22), R11
+	CBZ  R11, g4next
+	ADD  R24<<1, R11, R11
+	MOVD R1, R10
+	LSL  $2, R6, R8
+	MOVW $0x7fff, R25
+	VDUP R25, V6.S4
+	MOVW $0x00400000, R25
+	VDUP R25, V7.S4
+
+g4stx8:
+	CMP    $8, R8
+	BLT    g4stx4
+	VLD1.P 32(R10), [V0.S4, V1.S4]
+	VSHL   $15, V0.S4, V2.S4
+	VUSHR  $31, V2.S4, V2.S4
+	VADD   V6.S4, V2.S4, V2.S4
+	VADD   V2.S4, V0.S4, V3.S4
+	VORR   V7.B16, V0.B16, V2.B16
+	WORD   $0x4e20e404 // FCMEQ V4.4S, V0.4S, V0.4S
+	VBIF   V4.B16, V2.B16, V3.B16
+	VSHL   $15, V1.S4, V2.S4
+	VUSHR  $31, V2.S4, V2.S4
+	VADD   V6.S4, V2.S4, V2.S4
+	VADD   V2.S4, V1.S4, V5.S4
+	VORR   V7.B16, V1.B16, V2.B16
+	WORD   $0x4e21e424 // FCMEQ V4.4S, V1.4S, V1.4S
+	VBIF   V4.B16, V2.B16, V5.B16
+	VUZP2  V5.H8, V3.H8, V3.H8
+	VST1.P [V3.H8], 16(R11)
+	SUB    $8, R8, R8
+	B      g4stx8
+
+g4stx4:
+	CMP    $4, R8
+	BLT    g4stx1
+	VLD1.P 16(R10), [V0.S4]
+	VSHL   $15, V0.S4, V2.S4
+	VUSHR  $31, V2.S4, V2.S4
+	VADD   V6.S4, V2.S4, V2.S4
+	VADD   V2.S4, V0.S4, V3.S4
+	VORR   V7.B16, V0.B16, V2.B16
+	WORD   $0x4e20e404 // FCMEQ V4.4S, V0.4S, V0.4S
+	VBIF   V4.B16, V2.B16, V3.B16
+	VUZP2  V3.H8, V3.H8, V3.H8
+	VST1.P [V3.H4], 8(R11)
+	SUB    $4, R8, R8
+
+g4stx1:
+	CBZ     R8, g4stend
+	FMOVS.P 4(R10), F0
+	VSHL    $15, V0.S4, V2.S4
+	VUSHR   $31, V2.S4, V2.S4
+	VADD    V6.S4, V2.S4, V2.S4
+	VADD    V2.S4, V0.S4, V3.S4
+	VORR    V7.B16, V0.B16, V2.B16
+	WORD    $0x4e20e404 // FCMEQ V4.4S, V0.4S, V0.4S
+	VBIF    V4.B16, V2.B16, V3.B16
+	VUZP2   V3.H8, V3.H8, V3.H8
+	VST1.P  V3.H[0], 2(R11)
+	SUB     $1, R8, R8
+	B       g4stx1
+
+g4stend:
+
+g4next:
+	LSL  $2, R6, R25
+	ADD  R25, R2, R2
+	ADD  R25, R3, R3
+	MOVD vs+184(FP), R25
+	LSL  $2, R25, R25
+	ADD  R25, R4, R4
+	MOVD V+8(FP), R25
+	LSL  $2, R25, R25
+	ADD  R25, R5, R5
+	ADD  $16, R21, R21
+	ADD  $8, R22, R22
+	SUBS $1, R20, R20
+	BNE  g4tok
+
+	// the f32 state after the last token to carry
+	MOVD carry_base+88(FP), R11
+	CBZ  R11, g4adv
+	ADD  R24<<2, R11, R11
+	MOVD R1, R10
+	LSL  $2, R6, R8
+
+g4cyx8:
+	CMP    $8, R8
+	BLT    g4cyx4
+	VLD1.P 32(R10), [V0.S4, V1.S4]
+	VST1.P [V0.S4, V1.S4], 32(R11)
+	SUB    $8, R8, R8
+	B      g4cyx8
+
+g4cyx4:
+	CMP    $4, R8
+	BLT    g4cyx1
+	VLD1.P 16(R10), [V0.S4]
+	VST1.P [V0.S4], 16(R11)
+	SUB    $4, R8, R8
+
+g4cyx1:
+	CBZ     R8, g4cyend
+	FMOVS.P 4(R10), F0
+	FMOVS.P F0, 4(R11)
+	SUB     $1, R8, R8
+	B       g4cyx1
+
+g4cyend:
+
+g4adv:
+	LSL $2, R6, R25
+	ADD R25<<1, R0, R0
+	ADD R25, R24, R24
+	ADD $16, R19, R19
+	SUB $4, R7, R7
+	B   g4
+
+g1:
+	// groups of 1 rows
+	CMP  $1, R7
+	BLT  done
+	MOVD R1, R11
+	LSL  $0, R6, R8
+	MOVD src32_base+40(FP), R10
+	CBZ  R10, g1in16
+	ADD  R24<<2, R10, R10
+
+g1in32x8:
+	CMP    $8, R8
+	BLT    g1in32x4
+	VLD1.P 32(R10), [V0.S4, V1.S4]
+	VST1.P [V0.S4, V1.S4], 32(R11)
+	SUB    $8, R8, R8
+	B      g1in32x8
+
+g1in32x4:
+	CMP    $4, R8
+	BLT    g1in32x1
+	VLD1.P 16(R10), [V0.S4]
+	VST1.P [V0.S4], 16(R11)
+	SUB    $4, R8, R8
+
+g1in32x1:
+	CBZ     R8, g1in32end
+	FMOVS.P 4(R10), F0
+	FMOVS.P F0, 4(R11)
+	SUB     $1, R8, R8
+	B       g1in32x1
+
+g1in32end:
+	B g1tok0
+
+g1in16:
+	MOVD R0, R10
+	VEOR V6.B16, V6.B16, V6.B16
+
+g1inx8:
+	CMP    $8, R8
+	BLT    g1inx4
+	VLD1.P 16(R10), [V5.H8]
+	VZIP1  V5.H8, V6.H8, V0.H8
+	VZIP2  V5.H8, V6.H8, V1.H8
+	VST1.P [V0.S4, V1.S4], 32(R11)
+	SUB    $8, R8, R8
+	B      g1inx8
+
+g1inx4:
+	CMP    $4, R8
+	BLT    g1inx1
+	VLD1.P 8(R10), [V5.H4]
+	VZIP1  V5.H8, V6.H8, V0.H8
+	VST1.P [V0.S4], 16(R11)
+	SUB    $4, R8, R8
+
+g1inx1:
+	CBZ     R8, g1inend
+	MOVHU.P 2(R10), R25
+	LSLW    $16, R25, R25
+	FMOVS   R25, F0
+	FMOVS.P F0, 4(R11)
+	SUB     $1, R8, R8
+	B       g1inx1
+
+g1inend:
+
+g1tok0:
+	MOVD tok_len+224(FP), R20
+	LSR  $2, R20, R20
+	MOVD tok_base+216(FP), R21
+	MOVD kh_base+112(FP), R2
+	MOVD qh_base+136(FP), R3
+	MOVD v_base+160(FP), R4
+	ADD  R19, R4, R4
+	MOVD o_base+192(FP), R5
+	ADD  R19, R5, R5
+	MOVD stores_base+64(FP), R22
+
+g1tok:
+	FMOVS 0(R21), F14
+	FMOVS 4(R21), F15
+	VDUP  V14.S[0], V14.S4
+	VDUP  V15.S[0], V15.S4
+	FMOVS $(-0.5), F0
+	FCMPS F0, F14 // em1 vs −0.5: GE is false for NaN
+	CSET  GE, R9
+	MOVD  R1, R10
+	VEOR  V16.B16, V16.B16, V16.B16
+	VEOR  V24.B16, V24.B16, V24.B16
+	MOVD  R2, R14
+	MOVD  R3, R15
+	MOVD  R6, R23
+
+g1dot8:
+	CMP    $8, R23
+	BLT    g1dot4
+	VLD1.P 32(R14), [V8.S4, V9.S4]
+	VLD1.P 32(R15), [V10.S4, V11.S4]
+	VLD1.P 32(R10), [V0.S4, V1.S4]
+	VFMLA  V8.S4, V0.S4, V16.S4
+	VFMLA  V10.S4, V0.S4, V24.S4
+	VFMLA  V9.S4, V1.S4, V16.S4
+	VFMLA  V11.S4, V1.S4, V24.S4
+	SUB    $8, R23, R23
+	B      g1dot8
+
+g1dot4:
+	CMP    $4, R23
+	BLT    g1dotsum
+	VLD1.P 16(R14), [V8.S4]
+	VLD1.P 16(R15), [V10.S4]
+	VLD1.P 16(R10), [V0.S4]
+	VFMLA  V8.S4, V0.S4, V16.S4
+	VFMLA  V10.S4, V0.S4, V24.S4
+	SUB    $4, R23, R23
+
+g1dotsum:
+	// kv, qs: lane r = row r's ((l0 + l1) + (l2 + l3))
+	WORD $0x6e30d600 // FADDP V0.4S, V16.4S, V16.4S
+	WORD $0x6e20d40c // FADDP V12.4S, V0.4S, V0.4S
+	WORD $0x6e38d700 // FADDP V0.4S, V24.4S, V24.4S
+	WORD $0x6e20d40d // FADDP V13.4S, V0.4S, V0.4S
+
+	// the last K mod 4 elements, one at a time: lane r += row_r[i]·kh_i (qh_i)
+
+g1dot1:
+	CBZ     R23, g1dotend
+	VLD1R.P 4(R14), [V8.S4]
+	VLD1R.P 4(R15), [V10.S4]
+	FMOVS.P 4(R10), F0
+	VFMLA   V8.S4, V0.S4, V12.S4
+	VFMLA   V10.S4, V0.S4, V13.S4
+	SUB     $1, R23, R23
+	B       g1dot1
+
+g1dotend:
+	CBNZ R9, g1near
+
+	// decay eg·x
+	FMOVS 8(R21), F10
+	FMOVS 12(R21), F11
+	VDUP  V10.S[0], V10.S4
+	VDUP  V11.S[0], V11.S4
+	FMOVS (R4), F0
+	VFMLS V15.S4, V12.S4, V0.S4
+	WORD  $0x6e2adc01 // FMUL V1.4S, V0.4S, V10.4S
+	WORD  $0x6e2fddad // FMUL V13.4S, V13.4S, V15.4S
+	VFMLA V11.S4, V1.S4, V13.S4
+	FMOVS F13, (R5)
+	VDUP  V1.S[0], V16.S4
+	MOVD  R1, R10
+	MOVD  R2, R14
+	MOVD  R6, R23
+
+g1eg8:
+	CMP    $8, R23
+	BLT    g1eg4
+	VLD1.P 32(R14), [V8.S4, V9.S4]
+	VLD1   (R10), [V0.S4, V1.S4]
+	WORD   $0x6e2fdc00 // FMUL V0.4S, V0.4S, V15.4S
+	VFMLA  V16.S4, V8.S4, V0.S4
+	WORD   $0x6e2fdc21 // FMUL V1.4S, V1.4S, V15.4S
+	VFMLA  V16.S4, V9.S4, V1.S4
+	VST1.P [V0.S4, V1.S4], 32(R10)
+	SUB    $8, R23, R23
+	B      g1eg8
+
+g1eg4:
+	CMP    $4, R23
+	BLT    g1eg1
+	VLD1.P 16(R14), [V8.S4]
+	VLD1   (R10), [V0.S4]
+	WORD   $0x6e2fdc00 // FMUL V0.4S, V0.4S, V15.4S
+	VFMLA  V16.S4, V8.S4, V0.S4
+	VST1.P [V0.S4], 16(R10)
+	SUB    $4, R23, R23
+
+g1eg1:
+	CBZ     R23, g1egend
+	FMOVS.P 4(R14), F8
+	FMOVS   (R10), F0
+	WORD    $0x6e2fdc00 // FMUL V0.4S, V0.4S, V15.4S
+	VFMLA   V16.S4, V8.S4, V0.S4
+	FMOVS.P F0, 4(R10)
+	SUB     $1, R23, R23
+	B       g1eg1
+
+g1egend:
+	B g1store
+
+g1near:
+	// decay x + em1·x
+	FMOVS 8(R21), F10
+	FMOVS 12(R21), F11
+	VDUP  V10.S[0], V10.S4
+	VDUP  V11.S[0], V11.S4
+	FMOVS (R4), F0
+	VFMLA V14.S4, V12.S4, V12.S4
+	WORD  $0x4eacd400 // FSUB V0.4S, V0.4S, V12.4S
+	WORD  $0x6e2adc01 // FMUL V1.4S, V0.4S, V10.4S
+	VFMLA V14.S4, V13.S4, V13.S4
+	VFMLA V11.S4, V1.S4, V13.S4
+	FMOVS F13, (R5)
+	VDUP  V1.S[0], V16.S4
+	MOVD  R1, R10
+	MOVD  R2, R14
+	MOVD  R6, R23
+
+g1near8:
+	CMP    $8, R23
+	BLT    g1near4
+	VLD1.P 32(R14), [V8.S4, V9.S4]
+	VLD1   (R10), [V0.S4, V1.S4]
+	VFMLA  V14.S4, V0.S4, V0.S4
+	VFMLA  V16.S4, V8.S4, V0.S4
+	VFMLA  V14.S4, V1.S4, V1.S4
+	VFMLA  V16.S4, V9.S4, V1.S4
+	VST1.P [V0.S4, V1.S4], 32(R10)
+	SUB    $8, R23, R23
+	B      g1near8
+
+g1near4:
+	CMP    $4, R23
+	BLT    g1near1
+	VLD1.P 16(R14), [V8.S4]
+	VLD1   (R10), [V0.S4]
+	VFMLA  V14.S4, V0.S4, V0.S4
+	VFMLA  V16.S4, V8.S4, V0.S4
+	VST1.P [V0.S4], 16(R10)
+	SUB    $4, R23, R23
+
+g1near1:
+	CBZ     R23, g1nearend
+	FMOVS.P 4(R14), F8
+	FMOVS   (R10), F0
+	VFMLA   V14.S4, V0.S4, V0.S4
+	VFMLA   V16.S4, V8.S4, V0.S4
+	FMOVS.P F0, 4(R10)
+	SUB     $1, R23, R23
+	B       g1near1
+
+g1nearend:
+
+g1store:
+	MOVD (R22), R11
+	CBZ  R11, g1next
+	ADD  R24<<1, R11, R11
+	MOVD R1, R10
+	LSL  $0, R6, R8
+	MOVW $0x7fff, R25
+	VDUP R25, V6.S4
+	MOVW $0x00400000, R25
+	VDUP R25, V7.S4
+
+g1stx8:
+	CMP    $8, R8
+	BLT    g1stx4
+	VLD1.P 32(R10), [V0.S4, V1.S4]
+	VSHL   $15, V0.S4, V2.S4
+	VUSHR  $31, V2.S4, V2.S4
+	VADD   V6.S4, V2.S4, V2.S4
+	VADD   V2.S4, V0.S4, V3.S4
+	VORR   V7.B16, V0.B16, V2.B16
+	WORD   $0x4e20e404 // FCMEQ V4.4S, V0.4S, V0.4S
+	VBIF   V4.B16, V2.B16, V3.B16
+	VSHL   $15, V1.S4, V2.S4
+	VUSHR  $31, V2.S4, V2.S4
+	VADD   V6.S4, V2.S4, V2.S4
+	VADD   V2.S4, V1.S4, V5.S4
+	VORR   V7.B16, V1.B16, V2.B16
+	WORD   $0x4e21e424 // FCMEQ V4.4S, V1.4S, V1.4S
+	VBIF   V4.B16, V2.B16, V5.B16
+	VUZP2  V5.H8, V3.H8, V3.H8
+	VST1.P [V3.H8], 16(R11)
+	SUB    $8, R8, R8
+	B      g1stx8
+
+g1stx4:
+	CMP    $4, R8
+	BLT    g1stx1
+	VLD1.P 16(R10), [V0.S4]
+	VSHL   $15, V0.S4, V2.S4
+	VUSHR  $31, V2.S4, V2.S4
+	VADD   V6.S4, V2.S4, V2.S4
+	VADD   V2.S4, V0.S4, V3.S4
+	VORR   V7.B16, V0.B16, V2.B16
+	WORD   $0x4e20e404 // FCMEQ V4.4S, V0.4S, V0.4S
+	VBIF   V4.B16, V2.B16, V3.B16
+	VUZP2  V3.H8, V3.H8, V3.H8
+	VST1.P [V3.H4], 8(R11)
+	SUB    $4, R8, R8
+
+g1stx1:
+	CBZ     R8, g1stend
+	FMOVS.P 4(R10), F0
+	VSHL    $15, V0.S4, V2.S4
+	VUSHR   $31, V2.S4, V2.S4
+	VADD    V6.S4, V2.S4, V2.S4
+	VADD    V2.S4, V0.S4, V3.S4
+	VORR    V7.B16, V0.B16, V2.B16
+	WORD    $0x4e20e404 // FCMEQ V4.4S, V0.4S, V0.4S
+	VBIF    V4.B16, V2.B16, V3.B16
+	VUZP2   V3.H8, V3.H8, V3.H8
+	VST1.P  V3.H[0], 2(R11)
+	SUB     $1, R8, R8
+	B       g1stx1
+
+g1stend:
+
+g1next:
+	LSL  $2, R6, R25
+	ADD  R25, R2, R2
+	ADD  R25, R3, R3
+	MOVD vs+184(FP), R25
+	LSL  $2, R25, R25
+	ADD  R25, R4, R4
+	MOVD V+8(FP), R25
+	LSL  $2, R25, R25
+	ADD  R25, R5, R5
+	ADD  $16, R21, R21
+	ADD  $8, R22, R22
+	SUBS $1, R20, R20
+	BNE  g1tok
+
+	// the f32 state after the last token to carry
+	MOVD carry_base+88(FP), R11
+	CBZ  R11, g1adv
+	ADD  R24<<2, R11, R11
+	MOVD R1, R10
+	LSL  $0, R6, R8
+
+g1cyx8:
+	CMP    $8, R8
+	BLT    g1cyx4
+	VLD1.P 32(R10), [V0.S4, V1.S4]
+	VST1.P [V0.S4, V1.S4], 32(R11)
+	SUB    $8, R8, R8
+	B      g1cyx8
+
+g1cyx4:
+	CMP    $4, R8
+	BLT    g1cyx1
+	VLD1.P 16(R10), [V0.S4]
+	VST1.P [V0.S4], 16(R11)
+	SUB    $4, R8, R8
+
+g1cyx1:
+	CBZ     R8, g1cyend
+	FMOVS.P 4(R10), F0
+	FMOVS.P F0, 4(R11)
+	SUB     $1, R8, R8
+	B       g1cyx1
+
+g1cyend:
+
+g1adv:
+	LSL $0, R6, R25
+	ADD R25<<1, R0, R0
+	ADD R25, R24, R24
+	ADD $4, R19, R19
+	SUB $1, R7, R7
+	B   g1
+
+done:
 	RET

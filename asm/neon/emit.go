@@ -66,6 +66,12 @@ func (e *emitter) doc(lines ...string) {
 // text opens a routine: TEXT ·name(SB), NOSPLIT, $0-args.
 func (e *emitter) text(name string, args int) { e.raw("TEXT ·%s(SB), NOSPLIT, $0-%d", name, args) }
 
+// textFrame opens a routine with a local frame of frame bytes: not NOSPLIT (the prologue checks the
+// stack and grows it), TEXT ·name(SB), 0, $frame-args.
+func (e *emitter) textFrame(name string, frame, args int) {
+	e.raw("TEXT ·%s(SB), 0, $%d-%d", name, frame, args)
+}
+
 // label writes "name:" after a blank line.
 func (e *emitter) label(name string) {
 	e.blank()

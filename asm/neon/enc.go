@@ -29,13 +29,14 @@ type arr int
 const (
 	B16 arr = iota + 1
 	H4
+	H8
 	S2
 	S4
 	D2
 )
 
 // arrNames holds each arrangement's Go and ARM spelling.
-var arrNames = map[arr][2]string{B16: {"B16", "16B"}, H4: {"H4", "4H"}, S2: {"S2", "2S"}, S4: {"S4", "4S"}, D2: {"D2", "2D"}}
+var arrNames = map[arr][2]string{B16: {"B16", "16B"}, H4: {"H4", "4H"}, H8: {"H8", "8H"}, S2: {"S2", "2S"}, S4: {"S4", "4S"}, D2: {"D2", "2D"}}
 
 // Vec is a vector operand: a register and its arrangement.
 type Vec struct {
@@ -45,6 +46,7 @@ type Vec struct {
 
 func (r Vreg) B16() Vec { return Vec{r, B16} }
 func (r Vreg) H4() Vec  { return Vec{r, H4} }
+func (r Vreg) H8() Vec  { return Vec{r, H8} }
 func (r Vreg) S2() Vec  { return Vec{r, S2} }
 func (r Vreg) S4() Vec  { return Vec{r, S4} }
 func (r Vreg) D2() Vec  { return Vec{r, D2} }
@@ -119,6 +121,9 @@ func fdiv(d, n, m Vec) inst  { return three("FDIV", 0x6e20fc00, d, n, m) }
 func fmax(d, n, m Vec) inst  { return three("FMAX", 0x4e20f400, d, n, m) }
 func fmin(d, n, m Vec) inst  { return three("FMIN", 0x4ea0f400, d, n, m) }
 func fcmeq(d, n, m Vec) inst { return three("FCMEQ", 0x4e20e400, d, n, m) }
+
+// faddp is the pairwise sum: Vd = [n0+n1, n2+n3, m0+m1, m2+m3] (.4S; .2D: [n0+n1, m0+m1]).
+func faddp(d, n, m Vec) inst { return three("FADDP", 0x6e20d400, d, n, m) }
 
 // Vd = op(Vn), lane by lane (.4S or .2D); FCVTZS to integers of the same width, FRINTM towards −∞.
 func fneg(d, n Vec) inst   { return two("FNEG", 0x6ea0f800, d, n) }

@@ -30,7 +30,7 @@ func encoders() []encoder {
 	for _, c := range []struct {
 		name string
 		f    func(d, n, m Vec) inst
-	}{{"FADD", fadd}, {"FSUB", fsub}, {"FMUL", fmul}, {"FDIV", fdiv}, {"FMAX", fmax}, {"FMIN", fmin}, {"FCMEQ", fcmeq}} {
+	}{{"FADD", fadd}, {"FSUB", fsub}, {"FMUL", fmul}, {"FDIV", fdiv}, {"FMAX", fmax}, {"FMIN", fmin}, {"FCMEQ", fcmeq}, {"FADDP", faddp}} {
 		es = append(es,
 			encoder{c.name + ".4S", 3, v3(c.f, S4), c.name + " V%d.4S, V%d.4S, V%d.4S"},
 			encoder{c.name + ".2D", 3, v3(c.f, D2), c.name + " V%d.2D, V%d.2D, V%d.2D"})
@@ -124,6 +124,7 @@ func TestEncodersPanic(t *testing.T) {
 		"FCVTL2 .2S":       func() { fcvtl2(Vreg(0).D2(), Vreg(1).S2()) },
 		"XTN .4S dest":     func() { xtn(Vreg(0).S4(), Vreg(1).S4()) },
 		"FADDP .4S":        func() { faddpD(Freg(0), Vreg(1).S4()) },
+		"FADDP vector .8H": func() { faddp(Vreg(0).H8(), Vreg(1).H8(), Vreg(2).H8()) },
 	} {
 		if !panics(f) {
 			t.Errorf("%s did not panic", name)

@@ -24,14 +24,21 @@ func generate() []byte {
 		"",
 		"The Go assembler has native forms for VFMLA/VFMLS (operands reversed: VFMLA Vm, Vn, Vd is",
 		"Vd += Vn×Vm), VLD1/VST1 (multi-register, .P post-increment), VLD1R, VDUP, VEOR, VORR, VADD (integer),",
-		"VSHL/VUSHR, VBIF and the scalar F* instructions. Every other instruction is a WORD whose trailing",
+		"VSHL/VUSHR, VBIF, VZIP1/VZIP2, VUZP2 and the scalar F* instructions. Every other instruction is a WORD whose trailing",
 		"comment is the ARM mnemonic; asm/neon's tests decode each WORD and check the comment.",
-		"R16, R17 (linker veneers), R18 (platform), R26-R30 are not touched.")
+		"R16, R17 (linker veneers), R18 (platform), R26-R30 are not touched. The state routines over T tokens",
+		"have a local frame (the slab): their prologue, written by the assembler, may use R16, R17, R20 and",
+		"R27 before the first instruction below.")
 	e.blank()
 	e.raw("#include \"textflag.h\"")
 	stateNEON(e)
 	l2NEON(e)
 	gateNEON4(e)
+	widenNEON(e)
+	for _, st := range storages {
+		stateKV(e, st)
+		stateVK(e, st)
+	}
 	return e.bytes()
 }
 

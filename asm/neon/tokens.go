@@ -1,0 +1,271 @@
+package main
+
+import "fmt"
+
+// The state routines over T tokens (the flat signature of tokens_generic.go), one generator per
+// layout, each parameterised by the storage type: the f32 and the bf16 routine of a layout are the
+// same instructions but for the loads of the state before the first token and the stores after a
+// token, so a bf16 pool's states are the f32 pool's rounded (SPEC's exact equivalence).
+//
+// Both layouts keep the part of the state they work on — a column strip of [K][V], a group of rows
+// of [V][K] — in float32 in a slab on the stack for all of a call's tokens: it is loaded (widened)
+// once, advanced through every token in L1 and stored (rounded) where a token's state is kept.
+
+// slabBytes is the local frame of the routines over T tokens: the slab (16 KiB: a 128×32 strip).
+const slabBytes = 16384
+
+// slabFloats is the slab in floats; the adapters in gdn_arm64.go call these routines only for
+// K ≤ slabFloats (a [K][V] strip of one column, a [V][K] row).
+const slabFloats = slabBytes / 4
+
+// storage is the element type of a routine's state in memory.
+type storage struct{ bf16 bool }
+
+var storages = []storage{{false}, {true}}
+
+func (st storage) String() string {
+	if st.bf16 {
+		return "bf16"
+	}
+	return "f32"
+}
+
+// shift is log2 of the element size.
+func (st storage) shift() int {
+	if st.bf16 {
+		return 1
+	}
+	return 2
+}
+
+// args returns the frame offset of each argument and the size of the arguments.
+func (st storage) args() (map[string]int, int) {
+	names := []string{"K", "V", "src"}
+	if st.bf16 {
+		names = append(names, "src32", "stores", "carry")
+	} else {
+		names = append(names, "stores")
+	}
+	names = append(names, "kh", "qh", "v", "vs", "o", "tok")
+	off, at := map[string]int{}, 0
+	for _, n := range names {
+		off[n] = at
+		if n == "K" || n == "V" || n == "vs" {
+			at += 8
+		} else {
+			at += 24
+		}
+	}
+	return off, at
+}
+
+// signature is the Go declaration the routine implements (for its doc comment).
+func (st storage) signature(name string) string {
+	if st.bf16 {
+		return "func " + name + "(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok []float32)"
+	}
+	return "func " + name + "(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok []float32)"
+}
+
+// frame is a routine's argument accessor.
+type frame map[string]int
+
+// base, length and word are the operands of an argument (a slice's base and length, an int).
+func (f frame) base(n string) string { return arg(n+"_base", f[n]) }
+func (f frame) length(n string) string {
+	return arg(n+"_len", f[n]+8)
+}
+func (f frame) word(n string) string { return arg(n, f[n]) }
+
+// conv is what copyN does with each element.
+type conv int
+
+const (
+	f32f32  conv = iota // copy
+	bf16f32             // widen: u << 16
+	f32bf16             // round to nearest even (BF16RNE)
+)
+
+// Registers of copyN: V0, V1 data, V2–V5 temporaries, V6 zero (widen) or int 0x7fff (round), V7
+// int 0x00400000 (round: the quiet bit of a NaN, in the high half).
+const (
+	cZero, cRound, cQuiet = Vreg(6), Vreg(6), Vreg(7)
+)
+
+// copyConsts sets the constants copyN of c needs; tmp is a scratch register.
+func copyConsts(e *emitter, c conv, tmp Reg) {
+	switch c {
+	case bf16f32:
+		e.op("VEOR", cZero.B16(), cZero.B16(), cZero.B16())
+	case f32bf16:
+		e.op("MOVW", "$0x7fff", tmp)
+		e.op("VDUP", tmp, cRound.S4())
+		e.op("MOVW", "$0x00400000", tmp)
+		e.op("VDUP", tmp, cQuiet.S4())
+	}
+}
+
+// round sets out to BF16RNE of each lane of x in the high half of the lane: u + 0x7fff + (u>>16 & 1),
+// or u | 0x00400000 where x is NaN (FCMEQ x, x false). Temporaries V2, V4.
+func round(e *emitter, x, out Vreg) {
+	t, m := Vreg(2), Vreg(4)
+	e.op("VSHL", imm(15), x.S4(), t.S4())
+	e.op("VUSHR", imm(31), t.S4(), t.S4())
+	e.op("VADD", cRound.S4(), t.S4(), t.S4())
+	e.op("VADD", t.S4(), x.S4(), out.S4())
+	e.op("VORR", cQuiet.B16(), x.B16(), t.B16())
+	e.word(fcmeq(m.S4(), x.S4(), x.S4()))
+	e.op("VBIF", m.B16(), t.B16(), out.B16())
+}
+
+// copyN converts n elements from src to dst (both advanced past them, n ends 0): eight per
+// iteration, then at most one group of four, then one at a time. tmp is a scratch register;
+// copyConsts(c) must have run.
+func copyN(e *emitter, c conv, lab string, src, dst, n, tmp Reg) {
+	load := func(w int) {
+		switch {
+		case c == bf16f32 && w == 8:
+			e.op("VLD1.P", post(16, src), list(Vreg(5).H8()))
+			e.op("VZIP1", Vreg(5).H8(), cZero.H8(), Vreg(0).H8())
+			e.op("VZIP2", Vreg(5).H8(), cZero.H8(), Vreg(1).H8())
+		case c == bf16f32 && w == 4:
+			e.op("VLD1.P", post(8, src), list(Vreg(5).H4()))
+			e.op("VZIP1", Vreg(5).H8(), cZero.H8(), Vreg(0).H8())
+		case c == bf16f32:
+			e.op("MOVHU.P", post(2, src), tmp)
+			e.op("LSLW", imm(16), tmp, tmp)
+			e.op("FMOVS", tmp, Freg(0))
+		case w == 8:
+			e.op("VLD1.P", post(32, src), list(Vreg(0).S4(), Vreg(1).S4()))
+		case w == 4:
+			e.op("VLD1.P", post(16, src), list(Vreg(0).S4()))
+		default:
+			e.op("FMOVS.P", post(4, src), Freg(0))
+		}
+	}
+	store := func(w int) {
+		if c != f32bf16 {
+			switch w {
+			case 8:
+				e.op("VST1.P", list(Vreg(0).S4(), Vreg(1).S4()), post(32, dst))
+			case 4:
+				e.op("VST1.P", list(Vreg(0).S4()), post(16, dst))
+			default:
+				e.op("FMOVS.P", Freg(0), post(4, dst))
+			}
+			return
+		}
+		out := Vreg(3)
+		round(e, 0, out)
+		switch w {
+		case 8:
+			round(e, 1, 5)
+			e.op("VUZP2", Vreg(5).H8(), out.H8(), out.H8())
+			e.op("VST1.P", list(out.H8()), post(16, dst))
+		case 4:
+			e.op("VUZP2", out.H8(), out.H8(), out.H8())
+			e.op("VST1.P", list(out.H4()), post(8, dst))
+		default:
+			e.op("VUZP2", out.H8(), out.H8(), out.H8())
+			e.op("VST1.P", out.H(0), post(2, dst))
+		}
+	}
+	e.label(lab + "x8")
+	e.op("CMP", imm(8), n)
+	e.op("BLT", lab+"x4")
+	load(8)
+	store(8)
+	e.op("SUB", imm(8), n, n)
+	e.op("B", lab+"x8")
+	e.label(lab + "x4")
+	e.op("CMP", imm(4), n)
+	e.op("BLT", lab+"x1")
+	load(4)
+	store(4)
+	e.op("SUB", imm(4), n, n)
+	e.label(lab + "x1")
+	e.op("CBZ", n, lab+"end")
+	load(1)
+	store(1)
+	e.op("SUB", imm(1), n, n)
+	e.op("B", lab+"x1")
+	e.label(lab + "end")
+}
+
+// widenNEON: the widen piece.
+func widenNEON(e *emitter) {
+	e.doc("func widenNEON(dst []float32, src []uint16)",
+		"",
+		"dst[i] = the float32 of the bf16 bits src[i] for i < len(dst): eight per iteration (VLD1 of eight",
+		"halfwords, VZIP1/VZIP2 with zeros below them), then four, then one at a time.")
+	e.text("widenNEON", 48)
+	dst, src, n, tmp := Reg(11), Reg(10), Reg(8), Reg(9)
+	e.op("MOVD", arg("dst_base", 0), dst)
+	e.op("MOVD", arg("dst_len", 8), n)
+	e.op("MOVD", arg("src_base", 24), src)
+	copyConsts(e, bf16f32, tmp)
+	copyN(e, bf16f32, "w", src, dst, n, tmp)
+	e.op("RET")
+}
+
+// decayForm is the decay of one token: x + em1·x (near) or eg·x.
+type decayForm struct {
+	near   bool
+	em1    Vreg // broadcast em1 (near) or eg
+	suffix string
+}
+
+// apply replaces x by decay(x): x + em1·x in one FMLA, or eg·x.
+func (f decayForm) apply(e *emitter, x Vreg) {
+	if f.near {
+		e.op("VFMLA", f.em1.S4(), x.S4(), x.S4())
+		return
+	}
+	e.word(fmul(x.S4(), x.S4(), f.em1.S4()))
+}
+
+// deltaO computes, lane by lane, δ = beta·(v − decay(kv)) into d and o = decay(qs) + kq·δ into qs
+// (v is overwritten), as stateNEON does: x + em1·x fused, v − eg·kv in one FMLS.
+func (f decayForm) deltaO(e *emitter, v, kv, qs, d, beta, kq Vreg) {
+	if f.near {
+		f.apply(e, kv)
+		e.word(fsub(v.S4(), v.S4(), kv.S4()))
+	} else {
+		e.op("VFMLS", f.em1.S4(), kv.S4(), v.S4())
+	}
+	e.word(fmul(d.S4(), v.S4(), beta.S4()))
+	f.apply(e, qs)
+	e.op("VFMLA", kq.S4(), d.S4(), qs.S4())
+}
+
+// scalars loads the floats at tok+4·i into F-register regs[i] (i: 0 em1, 1 eg, 2 beta, 3 kq; a
+// negative register skips one) and broadcasts each.
+func scalars(e *emitter, tok Reg, regs ...Vreg) {
+	for i, r := range regs {
+		if r >= 0 {
+			e.op("FMOVS", post(4*i, tok), Freg(r))
+		}
+	}
+	for _, r := range regs {
+		if r >= 0 {
+			e.op("VDUP", r.S(0), r.S4())
+		}
+	}
+}
+
+// formFlag sets form to 1 for x + em1·x (em1 ≥ −0.5; false for NaN), else 0; tmp is scratch.
+func formFlag(e *emitter, em1 Vreg, form Reg, tmp Vreg) {
+	e.op("FMOVS", "$(-0.5)", Freg(tmp))
+	e.opn("em1 vs −0.5: GE is false for NaN", "FCMPS", Freg(tmp), Freg(em1))
+	e.op("CSET", "GE", form)
+}
+
+// loadScaled sets dst to the argument word (an element count) times 1<<sh.
+func loadScaled(e *emitter, f frame, name string, sh int, dst Reg) {
+	e.op("MOVD", f.word(name), dst)
+	if sh > 0 {
+		e.op("LSL", imm(sh), dst, dst)
+	}
+}
+
+func routineName(layout string, st storage) string { return fmt.Sprintf("state%s%sNEON", layout, st) }
