@@ -17,30 +17,6 @@ func withTokens(im impl) impl {
 	return im
 }
 
-// tokenwise makes a [K][V] f32 state routine over T tokens out of a single-token piece: token τ
-// reads the state the token before wrote (in place where it may) and writes it to dst[τ], or to
-// the scratch tmp when that token's state is not kept.
-func tokenwise(piece func(sIn, sOut, kh, qh, v, o []float32, em1, eg, beta, kq float32)) stateFunc {
-	return func(h *headCall) {
-		K, V, T := h.K, h.V, len(h.tok)/4
-		cur := h.src.f32
-		for τ := range T {
-			out := h.dst[τ].f32
-			if out == nil {
-				out = h.tmp
-			}
-			if cur == nil { // the zero state
-				clear(out)
-				cur = out
-			}
-			tk := h.tok[4*τ : 4*τ+4]
-			piece(cur, out, h.kh[τ*K:(τ+1)*K:(τ+1)*K], h.qh[τ*K:(τ+1)*K:(τ+1)*K],
-				h.v[τ*h.vs:τ*h.vs+V:τ*h.vs+V], h.o[τ*V:(τ+1)*V:(τ+1)*V], tk[0], tk[1], tk[2], tk[3])
-			cur = out
-		}
-	}
-}
-
 // asmTokensF32 makes a stateFunc of an f32 routine: every dst is f32 (an f32 pool, or the carry
 // the driver adds at a chunk's end).
 func asmTokensF32(r tokensF32) stateFunc {
