@@ -491,7 +491,14 @@ func poolRef(p *Pool, s, h, hs int) stateRef {
 // cut is x[off : off+n] with length and capacity n, checked against len(x) (not its capacity).
 func cut[T any](x []T, off, n int) []T {
 	if off < 0 || n < 0 || off > len(x) || n > len(x)-off {
-		panic(fmt.Sprintf("gdnsimd: slice [%d:%d] out of range of length %d", off, off+n, len(x)))
+		cutPanic(off, n, len(x))
 	}
 	return x[off : off+n : off+n]
+}
+
+// cutPanic is cut's panic, out of line so that cut inlines.
+//
+//go:noinline
+func cutPanic(off, n, l int) {
+	panic(fmt.Sprintf("gdnsimd: slice [%d:%d] out of range of length %d", off, off+n, l))
 }
