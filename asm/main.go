@@ -120,6 +120,8 @@ import (
 	. "github.com/mmcloughlin/avo/build"
 	. "github.com/mmcloughlin/avo/operand"
 	. "github.com/mmcloughlin/avo/reg"
+
+	ec "github.com/gdnsimd/gdnsimd/asm/internal/exp32consts"
 )
 
 func main() {
@@ -280,15 +282,6 @@ var (
 	cOneF64, cZero, cNearOne                                 Mem
 )
 
-// expConsts are Exp32's constants in gdn_generic.go, rounded to float32 as Go rounds them there.
-var expConsts = struct {
-	hi, lo, log2e, c1, c2 float32
-	p                     [6]float32
-}{
-	hi: 88.0, lo: -87.33654, log2e: 1.44269504088896341, c1: 0.693359375, c2: -2.12194440e-4,
-	p: [6]float32{1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1},
-}
-
 // splat declares a 64-byte constant holding v in each of its 16 dwords, so that it can be a m512,
 // m256 or m128 operand, or a VBROADCASTSS source.
 func splat(name string, v uint32) Mem {
@@ -312,15 +305,16 @@ func constants() {
 	cLSB = splat("one_i", 1)
 	cRound = splat("round", 0x7fff)
 	cQuiet = splat("quiet", 0x40)
-	cBias = splat("bias", 127)
-	cOne = splatF("one", 1)
-	cHalf = splatF("half", 0.5)
-	cHi = splatF("exphi", expConsts.hi)
-	cLo = splatF("explo", expConsts.lo)
-	cLog2e = splatF("log2e", expConsts.log2e)
-	cC1 = splatF("expc1", expConsts.c1)
-	cC2 = splatF("expc2", expConsts.c2)
-	for i, p := range expConsts.p {
+	// Exp32's constants: the one table both generators use (asm/internal/exp32consts).
+	cBias = splat("bias", ec.Bias)
+	cOne = splatF("one", ec.One)
+	cHalf = splatF("half", ec.Half)
+	cHi = splatF("exphi", ec.Hi)
+	cLo = splatF("explo", ec.Lo)
+	cLog2e = splatF("log2e", ec.Log2e)
+	cC1 = splatF("expc1", ec.C1)
+	cC2 = splatF("expc2", ec.C2)
+	for i, p := range ec.P {
 		cP[i] = splatF(fmt.Sprintf("expp%d", i), p)
 	}
 	cZero = GLOBL("zero", RODATA|NOPTR)
@@ -1014,7 +1008,7 @@ func exp32(a isa, pc piece, x VecVirtual) {
 	// 2^n: (n + 127) << 23.
 	VCVTTPS2DQ(v(n), v(n))
 	VPADDD(cBias, v(n), v(n))
-	VPSLLD(U8(23), v(n), v(n))
+	VPSLLD(U8(ec.Shift), v(n), v(n))
 	VMULPS(v(n), v(p), v(x))
 }
 
