@@ -189,9 +189,16 @@ func TestTokensPiece(t *testing.T) {
 									near(t, fmt.Sprintf("%s state after token %d", what, τ), got.stores[τ], want.stores[τ], 1e-5)
 									continue
 								}
-								// bf16: within one bf16 step of the generic rounding of (almost) the same f32.
+								// bf16: within one bf16 step of the generic rounding of (almost) the same f32,
+								// or (SPEC) within 1e-5 of the head max: an element that cancels to near 0
+								// carries the f32 rounding of the head's magnitudes, many of its own bf16 steps.
+								scale := 0.0
+								for _, x := range want.stores[τ] {
+									scale = max(scale, math.Abs(float64(x)))
+								}
 								for i, b := range got.bf16[τ] {
-									if d := int(b) - int(want.bf16[τ][i]); (d > 1 || d < -1) && b&0x7fff != 0 {
+									diff := math.Abs(float64(got.stores[τ][i]) - float64(want.stores[τ][i]))
+									if d := int(b) - int(want.bf16[τ][i]); (d > 1 || d < -1) && b&0x7fff != 0 && diff > 1e-5*scale {
 										t.Fatalf("%s bf16 state after token %d [%d] = %#x, generic %#x", what, τ, i, b, want.bf16[τ][i])
 									}
 								}

@@ -133,6 +133,9 @@ func main() {
 	gateRoutine(avx2)
 	l2Routine(avx2)
 
+	vkRoutines()    // state_vk.go
+	benchRoutines() // bench_floor.go
+
 	Generate()
 }
 

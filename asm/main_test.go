@@ -104,7 +104,9 @@ func routines(t *testing.T) map[string]string {
 // lacks (Z, K, X16–X31, Y16–Y31); the AVX-512 ones need no more than AVX512F and AVX512VL.
 func TestHygiene(t *testing.T) {
 	rs := routines(t)
-	want := []string{"stateAVX512", "gateAVX512", "l2AVX512", "stateAVX2", "gateAVX2", "l2AVX2"}
+	want := []string{"stateAVX512", "gateAVX512", "l2AVX512", "stateAVX2", "gateAVX2", "l2AVX2",
+		"vkf32AVX512", "vkbf16AVX512", "vkf32AVX2", "vkbf16AVX2", // state_vk.go
+		"scaleInPlaceAVX512", "fmaLoopAVX512", "scaleInPlaceAVX2", "fmaLoopAVX2"} // bench_floor.go
 	if len(rs) != len(want) {
 		t.Fatalf("routines %v, want %v", keys(rs), want)
 	}
