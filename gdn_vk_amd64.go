@@ -104,3 +104,8 @@ func scaleInPlaceAVX2(x []float32, s float32)
 func fmaLoopAVX512(n int)
 
 func fmaLoopAVX2(n int)
+
+func init() {
+	floorScale["avx512"], floorFMA["avx512"], floorLanes["avx512"] = scaleInPlaceAVX512, fmaLoopAVX512, 16
+	floorScale["avx2"], floorFMA["avx2"], floorLanes["avx2"] = scaleInPlaceAVX2, fmaLoopAVX2, 8
+}
