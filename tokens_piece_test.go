@@ -48,7 +48,9 @@ func newTokCase(r *rand.Rand, K, V, T int, zero bool) tokCase {
 		if τ%3 == 2 {
 			em1 = -0.9 // a strong decay: the eg·S form
 		}
-		c.tok[4*τ], c.tok[4*τ+1] = em1, 1+em1
+		// eg is deliberately not 1 + em1 (by 2%): a routine taking the wrong form's parameter
+		// differs visibly from the generic one.
+		c.tok[4*τ], c.tok[4*τ+1] = em1, (1+em1)*1.02
 		c.tok[4*τ+2], c.tok[4*τ+3] = float32(0.3+0.1*float64(τ)), float32(0.05*r.NormFloat64())
 	}
 	c.srcF = make([]float32, K*V)
