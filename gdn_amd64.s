@@ -11668,7 +11668,7 @@ DATA vkand<>+60(SB)/4, $0xffffffff
 GLOBL vkand<>(SB), RODATA|NOPTR, $64
 
 // func vkf32AVX512(K int, V int, src []float32, stores []uintptr, kh []float32, qh []float32, v []float32, vs int, o []float32, tok []float32)
-// Requires: AVX, AVX512F, AVX512VL, FMA3
+// Requires: AVX, AVX512F, AVX512VL, FMA3, MMX+
 TEXT ·vkf32AVX512(SB), NOSPLIT, $40-192
 	MOVQ  K+0(FP), CX
 	MOVQ  V+8(FP), AX
@@ -11744,36 +11744,44 @@ vkf32AVX512_group_1:
 	JB   vkf32AVX512_groupsdone_1
 
 	// Load 8 row(s) of 1 vectors.
-	MOVQ      src_base+16(FP), AX
-	MOVQ      (SP), CX
-	IMULQ     R9, CX
-	ADDQ      CX, AX
-	VMOVUPS.Z (AX), K1, Z0
-	ADDQ      R9, AX
-	VMOVUPS.Z (AX), K1, Z3
-	ADDQ      R9, AX
-	VMOVUPS.Z (AX), K1, Z4
-	ADDQ      R9, AX
-	VMOVUPS.Z (AX), K1, Z5
-	ADDQ      R9, AX
-	VMOVUPS.Z (AX), K1, Z6
-	ADDQ      R9, AX
-	VMOVUPS.Z (AX), K1, Z7
-	ADDQ      R9, AX
-	VMOVUPS.Z (AX), K1, Z8
-	ADDQ      R9, AX
-	VMOVUPS.Z (AX), K1, Z9
-	MOVQ      kh_base+64(FP), AX
-	MOVQ      qh_base+88(FP), CX
-	MOVQ      tok_base+168(FP), DX
-	MOVQ      stores_base+40(FP), BX
-	MOVQ      v_base+112(FP), SI
-	MOVQ      o_base+144(FP), DI
-	MOVQ      (SP), R8
-	SHLQ      $0x02, R8
-	ADDQ      R8, SI
-	ADDQ      R8, DI
-	MOVQ      16(SP), R8
+	MOVQ       src_base+16(FP), AX
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	PREFETCHT0 8448(AX)
+	PREFETCHT0 8512(AX)
+	PREFETCHT0 8576(AX)
+	PREFETCHT0 8640(AX)
+	VMOVUPS.Z  (AX), K1, Z0
+	ADDQ       R9, AX
+	VMOVUPS.Z  (AX), K1, Z3
+	ADDQ       R9, AX
+	VMOVUPS.Z  (AX), K1, Z4
+	ADDQ       R9, AX
+	VMOVUPS.Z  (AX), K1, Z5
+	ADDQ       R9, AX
+	VMOVUPS.Z  (AX), K1, Z6
+	ADDQ       R9, AX
+	VMOVUPS.Z  (AX), K1, Z7
+	ADDQ       R9, AX
+	VMOVUPS.Z  (AX), K1, Z8
+	ADDQ       R9, AX
+	VMOVUPS.Z  (AX), K1, Z9
+	MOVQ       kh_base+64(FP), AX
+	MOVQ       qh_base+88(FP), CX
+	MOVQ       tok_base+168(FP), DX
+	MOVQ       stores_base+40(FP), BX
+	MOVQ       v_base+112(FP), SI
+	MOVQ       o_base+144(FP), DI
+	MOVQ       (SP), R8
+	SHLQ       $0x02, R8
+	ADDQ       R8, SI
+	ADDQ       R8, DI
+	MOVQ       16(SP), R8
 
 vkf32AVX512_token_1:
 	VMULPS.Z     (AX), Z0, K1, Z10
@@ -11973,22 +11981,23 @@ vkf32AVX512_group_2:
 	JB   vkf32AVX512_groupsdone_2
 
 	// Load 1 row(s) of 1 vectors.
-	MOVQ      src_base+16(FP), AX
-	MOVQ      (SP), CX
-	IMULQ     R9, CX
-	ADDQ      CX, AX
-	VMOVUPS.Z (AX), K1, Z0
-	MOVQ      kh_base+64(FP), AX
-	MOVQ      qh_base+88(FP), CX
-	MOVQ      tok_base+168(FP), DX
-	MOVQ      stores_base+40(FP), BX
-	MOVQ      v_base+112(FP), SI
-	MOVQ      o_base+144(FP), DI
-	MOVQ      (SP), R8
-	SHLQ      $0x02, R8
-	ADDQ      R8, SI
-	ADDQ      R8, DI
-	MOVQ      16(SP), R8
+	MOVQ       src_base+16(FP), AX
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	VMOVUPS.Z  (AX), K1, Z0
+	MOVQ       kh_base+64(FP), AX
+	MOVQ       qh_base+88(FP), CX
+	MOVQ       tok_base+168(FP), DX
+	MOVQ       stores_base+40(FP), BX
+	MOVQ       v_base+112(FP), SI
+	MOVQ       o_base+144(FP), DI
+	MOVQ       (SP), R8
+	SHLQ       $0x02, R8
+	ADDQ       R8, SI
+	ADDQ       R8, DI
+	MOVQ       16(SP), R8
 
 vkf32AVX512_token_2:
 	VMULPS.Z     (AX), Z0, K1, Z1
@@ -12083,38 +12092,50 @@ vkf32AVX512_group_3:
 	KMOVW AX, K6
 
 	// Load 6 row(s) of 2 vectors.
-	MOVQ      src_base+16(FP), AX
-	MOVQ      (SP), CX
-	IMULQ     R9, CX
-	ADDQ      CX, AX
-	VMOVUPS   (AX), Z0
-	VMOVUPS.Z 64(AX), K1, Z3
-	ADDQ      R9, AX
-	VMOVUPS   (AX), Z4
-	VMOVUPS.Z 64(AX), K1, Z5
-	ADDQ      R9, AX
-	VMOVUPS   (AX), Z6
-	VMOVUPS.Z 64(AX), K1, Z7
-	ADDQ      R9, AX
-	VMOVUPS   (AX), Z8
-	VMOVUPS.Z 64(AX), K1, Z9
-	ADDQ      R9, AX
-	VMOVUPS   (AX), Z10
-	VMOVUPS.Z 64(AX), K1, Z11
-	ADDQ      R9, AX
-	VMOVUPS   (AX), Z12
-	VMOVUPS.Z 64(AX), K1, Z13
-	MOVQ      kh_base+64(FP), AX
-	MOVQ      qh_base+88(FP), CX
-	MOVQ      tok_base+168(FP), DX
-	MOVQ      stores_base+40(FP), BX
-	MOVQ      v_base+112(FP), SI
-	MOVQ      o_base+144(FP), DI
-	MOVQ      (SP), R8
-	SHLQ      $0x02, R8
-	ADDQ      R8, SI
-	ADDQ      R8, DI
-	MOVQ      16(SP), R8
+	MOVQ       src_base+16(FP), AX
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	PREFETCHT0 8448(AX)
+	PREFETCHT0 8512(AX)
+	PREFETCHT0 8576(AX)
+	PREFETCHT0 8640(AX)
+	PREFETCHT0 8704(AX)
+	PREFETCHT0 8768(AX)
+	PREFETCHT0 8832(AX)
+	PREFETCHT0 8896(AX)
+	VMOVUPS    (AX), Z0
+	VMOVUPS.Z  64(AX), K1, Z3
+	ADDQ       R9, AX
+	VMOVUPS    (AX), Z4
+	VMOVUPS.Z  64(AX), K1, Z5
+	ADDQ       R9, AX
+	VMOVUPS    (AX), Z6
+	VMOVUPS.Z  64(AX), K1, Z7
+	ADDQ       R9, AX
+	VMOVUPS    (AX), Z8
+	VMOVUPS.Z  64(AX), K1, Z9
+	ADDQ       R9, AX
+	VMOVUPS    (AX), Z10
+	VMOVUPS.Z  64(AX), K1, Z11
+	ADDQ       R9, AX
+	VMOVUPS    (AX), Z12
+	VMOVUPS.Z  64(AX), K1, Z13
+	MOVQ       kh_base+64(FP), AX
+	MOVQ       qh_base+88(FP), CX
+	MOVQ       tok_base+168(FP), DX
+	MOVQ       stores_base+40(FP), BX
+	MOVQ       v_base+112(FP), SI
+	MOVQ       o_base+144(FP), DI
+	MOVQ       (SP), R8
+	SHLQ       $0x02, R8
+	ADDQ       R8, SI
+	ADDQ       R8, DI
+	MOVQ       16(SP), R8
 
 vkf32AVX512_token_3:
 	VMULPS       (AX), Z0, Z14
@@ -12323,23 +12344,25 @@ vkf32AVX512_group_4:
 	JB   vkf32AVX512_groupsdone_4
 
 	// Load 1 row(s) of 2 vectors.
-	MOVQ      src_base+16(FP), AX
-	MOVQ      (SP), CX
-	IMULQ     R9, CX
-	ADDQ      CX, AX
-	VMOVUPS   (AX), Z0
-	VMOVUPS.Z 64(AX), K1, Z1
-	MOVQ      kh_base+64(FP), AX
-	MOVQ      qh_base+88(FP), CX
-	MOVQ      tok_base+168(FP), DX
-	MOVQ      stores_base+40(FP), BX
-	MOVQ      v_base+112(FP), SI
-	MOVQ      o_base+144(FP), DI
-	MOVQ      (SP), R8
-	SHLQ      $0x02, R8
-	ADDQ      R8, SI
-	ADDQ      R8, DI
-	MOVQ      16(SP), R8
+	MOVQ       src_base+16(FP), AX
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	VMOVUPS    (AX), Z0
+	VMOVUPS.Z  64(AX), K1, Z1
+	MOVQ       kh_base+64(FP), AX
+	MOVQ       qh_base+88(FP), CX
+	MOVQ       tok_base+168(FP), DX
+	MOVQ       stores_base+40(FP), BX
+	MOVQ       v_base+112(FP), SI
+	MOVQ       o_base+144(FP), DI
+	MOVQ       (SP), R8
+	SHLQ       $0x02, R8
+	ADDQ       R8, SI
+	ADDQ       R8, DI
+	MOVQ       16(SP), R8
 
 vkf32AVX512_token_4:
 	VMULPS       (AX), Z0, Z3
@@ -12443,40 +12466,55 @@ vkf32AVX512_group_5:
 	KMOVW AX, K6
 
 	// Load 5 row(s) of 3 vectors.
-	MOVQ      src_base+16(FP), AX
-	MOVQ      (SP), CX
-	IMULQ     R9, CX
-	ADDQ      CX, AX
-	VMOVUPS   (AX), Z0
-	VMOVUPS   64(AX), Z3
-	VMOVUPS.Z 128(AX), K1, Z4
-	ADDQ      R9, AX
-	VMOVUPS   (AX), Z5
-	VMOVUPS   64(AX), Z6
-	VMOVUPS.Z 128(AX), K1, Z7
-	ADDQ      R9, AX
-	VMOVUPS   (AX), Z8
-	VMOVUPS   64(AX), Z9
-	VMOVUPS.Z 128(AX), K1, Z10
-	ADDQ      R9, AX
-	VMOVUPS   (AX), Z11
-	VMOVUPS   64(AX), Z12
-	VMOVUPS.Z 128(AX), K1, Z13
-	ADDQ      R9, AX
-	VMOVUPS   (AX), Z14
-	VMOVUPS   64(AX), Z15
-	VMOVUPS.Z 128(AX), K1, Z16
-	MOVQ      kh_base+64(FP), AX
-	MOVQ      qh_base+88(FP), CX
-	MOVQ      tok_base+168(FP), DX
-	MOVQ      stores_base+40(FP), BX
-	MOVQ      v_base+112(FP), SI
-	MOVQ      o_base+144(FP), DI
-	MOVQ      (SP), R8
-	SHLQ      $0x02, R8
-	ADDQ      R8, SI
-	ADDQ      R8, DI
-	MOVQ      16(SP), R8
+	MOVQ       src_base+16(FP), AX
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	PREFETCHT0 8448(AX)
+	PREFETCHT0 8512(AX)
+	PREFETCHT0 8576(AX)
+	PREFETCHT0 8640(AX)
+	PREFETCHT0 8704(AX)
+	PREFETCHT0 8768(AX)
+	PREFETCHT0 8832(AX)
+	PREFETCHT0 8896(AX)
+	PREFETCHT0 8960(AX)
+	PREFETCHT0 9024(AX)
+	PREFETCHT0 9088(AX)
+	VMOVUPS    (AX), Z0
+	VMOVUPS    64(AX), Z3
+	VMOVUPS.Z  128(AX), K1, Z4
+	ADDQ       R9, AX
+	VMOVUPS    (AX), Z5
+	VMOVUPS    64(AX), Z6
+	VMOVUPS.Z  128(AX), K1, Z7
+	ADDQ       R9, AX
+	VMOVUPS    (AX), Z8
+	VMOVUPS    64(AX), Z9
+	VMOVUPS.Z  128(AX), K1, Z10
+	ADDQ       R9, AX
+	VMOVUPS    (AX), Z11
+	VMOVUPS    64(AX), Z12
+	VMOVUPS.Z  128(AX), K1, Z13
+	ADDQ       R9, AX
+	VMOVUPS    (AX), Z14
+	VMOVUPS    64(AX), Z15
+	VMOVUPS.Z  128(AX), K1, Z16
+	MOVQ       kh_base+64(FP), AX
+	MOVQ       qh_base+88(FP), CX
+	MOVQ       tok_base+168(FP), DX
+	MOVQ       stores_base+40(FP), BX
+	MOVQ       v_base+112(FP), SI
+	MOVQ       o_base+144(FP), DI
+	MOVQ       (SP), R8
+	SHLQ       $0x02, R8
+	ADDQ       R8, SI
+	ADDQ       R8, DI
+	MOVQ       16(SP), R8
 
 vkf32AVX512_token_5:
 	VMULPS       (AX), Z0, Z17
@@ -12698,24 +12736,27 @@ vkf32AVX512_group_6:
 	JB   vkf32AVX512_groupsdone_6
 
 	// Load 1 row(s) of 3 vectors.
-	MOVQ      src_base+16(FP), AX
-	MOVQ      (SP), CX
-	IMULQ     R9, CX
-	ADDQ      CX, AX
-	VMOVUPS   (AX), Z0
-	VMOVUPS   64(AX), Z1
-	VMOVUPS.Z 128(AX), K1, Z3
-	MOVQ      kh_base+64(FP), AX
-	MOVQ      qh_base+88(FP), CX
-	MOVQ      tok_base+168(FP), DX
-	MOVQ      stores_base+40(FP), BX
-	MOVQ      v_base+112(FP), SI
-	MOVQ      o_base+144(FP), DI
-	MOVQ      (SP), R8
-	SHLQ      $0x02, R8
-	ADDQ      R8, SI
-	ADDQ      R8, DI
-	MOVQ      16(SP), R8
+	MOVQ       src_base+16(FP), AX
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	VMOVUPS    (AX), Z0
+	VMOVUPS    64(AX), Z1
+	VMOVUPS.Z  128(AX), K1, Z3
+	MOVQ       kh_base+64(FP), AX
+	MOVQ       qh_base+88(FP), CX
+	MOVQ       tok_base+168(FP), DX
+	MOVQ       stores_base+40(FP), BX
+	MOVQ       v_base+112(FP), SI
+	MOVQ       o_base+144(FP), DI
+	MOVQ       (SP), R8
+	SHLQ       $0x02, R8
+	ADDQ       R8, SI
+	ADDQ       R8, DI
+	MOVQ       16(SP), R8
 
 vkf32AVX512_token_6:
 	VMULPS       (AX), Z0, Z4
@@ -12828,40 +12869,56 @@ vkf32AVX512_group_7:
 	KMOVW AX, K6
 
 	// Load 4 row(s) of 4 vectors.
-	MOVQ      src_base+16(FP), AX
-	MOVQ      (SP), CX
-	IMULQ     R9, CX
-	ADDQ      CX, AX
-	VMOVUPS   (AX), Z0
-	VMOVUPS   64(AX), Z3
-	VMOVUPS   128(AX), Z4
-	VMOVUPS.Z 192(AX), K1, Z5
-	ADDQ      R9, AX
-	VMOVUPS   (AX), Z6
-	VMOVUPS   64(AX), Z7
-	VMOVUPS   128(AX), Z8
-	VMOVUPS.Z 192(AX), K1, Z9
-	ADDQ      R9, AX
-	VMOVUPS   (AX), Z10
-	VMOVUPS   64(AX), Z11
-	VMOVUPS   128(AX), Z12
-	VMOVUPS.Z 192(AX), K1, Z13
-	ADDQ      R9, AX
-	VMOVUPS   (AX), Z14
-	VMOVUPS   64(AX), Z15
-	VMOVUPS   128(AX), Z16
-	VMOVUPS.Z 192(AX), K1, Z17
-	MOVQ      kh_base+64(FP), AX
-	MOVQ      qh_base+88(FP), CX
-	MOVQ      tok_base+168(FP), DX
-	MOVQ      stores_base+40(FP), BX
-	MOVQ      v_base+112(FP), SI
-	MOVQ      o_base+144(FP), DI
-	MOVQ      (SP), R8
-	SHLQ      $0x02, R8
-	ADDQ      R8, SI
-	ADDQ      R8, DI
-	MOVQ      16(SP), R8
+	MOVQ       src_base+16(FP), AX
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	PREFETCHT0 8448(AX)
+	PREFETCHT0 8512(AX)
+	PREFETCHT0 8576(AX)
+	PREFETCHT0 8640(AX)
+	PREFETCHT0 8704(AX)
+	PREFETCHT0 8768(AX)
+	PREFETCHT0 8832(AX)
+	PREFETCHT0 8896(AX)
+	PREFETCHT0 8960(AX)
+	PREFETCHT0 9024(AX)
+	PREFETCHT0 9088(AX)
+	PREFETCHT0 9152(AX)
+	VMOVUPS    (AX), Z0
+	VMOVUPS    64(AX), Z3
+	VMOVUPS    128(AX), Z4
+	VMOVUPS.Z  192(AX), K1, Z5
+	ADDQ       R9, AX
+	VMOVUPS    (AX), Z6
+	VMOVUPS    64(AX), Z7
+	VMOVUPS    128(AX), Z8
+	VMOVUPS.Z  192(AX), K1, Z9
+	ADDQ       R9, AX
+	VMOVUPS    (AX), Z10
+	VMOVUPS    64(AX), Z11
+	VMOVUPS    128(AX), Z12
+	VMOVUPS.Z  192(AX), K1, Z13
+	ADDQ       R9, AX
+	VMOVUPS    (AX), Z14
+	VMOVUPS    64(AX), Z15
+	VMOVUPS    128(AX), Z16
+	VMOVUPS.Z  192(AX), K1, Z17
+	MOVQ       kh_base+64(FP), AX
+	MOVQ       qh_base+88(FP), CX
+	MOVQ       tok_base+168(FP), DX
+	MOVQ       stores_base+40(FP), BX
+	MOVQ       v_base+112(FP), SI
+	MOVQ       o_base+144(FP), DI
+	MOVQ       (SP), R8
+	SHLQ       $0x02, R8
+	ADDQ       R8, SI
+	ADDQ       R8, DI
+	MOVQ       16(SP), R8
 
 vkf32AVX512_token_7:
 	VMULPS       (AX), Z0, Z18
@@ -13076,25 +13133,29 @@ vkf32AVX512_group_8:
 	JB   vkf32AVX512_groupsdone_8
 
 	// Load 1 row(s) of 4 vectors.
-	MOVQ      src_base+16(FP), AX
-	MOVQ      (SP), CX
-	IMULQ     R9, CX
-	ADDQ      CX, AX
-	VMOVUPS   (AX), Z0
-	VMOVUPS   64(AX), Z1
-	VMOVUPS   128(AX), Z3
-	VMOVUPS.Z 192(AX), K1, Z4
-	MOVQ      kh_base+64(FP), AX
-	MOVQ      qh_base+88(FP), CX
-	MOVQ      tok_base+168(FP), DX
-	MOVQ      stores_base+40(FP), BX
-	MOVQ      v_base+112(FP), SI
-	MOVQ      o_base+144(FP), DI
-	MOVQ      (SP), R8
-	SHLQ      $0x02, R8
-	ADDQ      R8, SI
-	ADDQ      R8, DI
-	MOVQ      16(SP), R8
+	MOVQ       src_base+16(FP), AX
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	VMOVUPS    (AX), Z0
+	VMOVUPS    64(AX), Z1
+	VMOVUPS    128(AX), Z3
+	VMOVUPS.Z  192(AX), K1, Z4
+	MOVQ       kh_base+64(FP), AX
+	MOVQ       qh_base+88(FP), CX
+	MOVQ       tok_base+168(FP), DX
+	MOVQ       stores_base+40(FP), BX
+	MOVQ       v_base+112(FP), SI
+	MOVQ       o_base+144(FP), DI
+	MOVQ       (SP), R8
+	SHLQ       $0x02, R8
+	ADDQ       R8, SI
+	ADDQ       R8, DI
+	MOVQ       16(SP), R8
 
 vkf32AVX512_token_8:
 	VMULPS       (AX), Z0, Z5
@@ -13216,38 +13277,53 @@ vkf32AVX512_group_9:
 	KMOVW AX, K6
 
 	// Load 3 row(s) of 5 vectors.
-	MOVQ      src_base+16(FP), AX
-	MOVQ      (SP), CX
-	IMULQ     R9, CX
-	ADDQ      CX, AX
-	VMOVUPS   (AX), Z0
-	VMOVUPS   64(AX), Z3
-	VMOVUPS   128(AX), Z4
-	VMOVUPS   192(AX), Z5
-	VMOVUPS.Z 256(AX), K1, Z6
-	ADDQ      R9, AX
-	VMOVUPS   (AX), Z7
-	VMOVUPS   64(AX), Z8
-	VMOVUPS   128(AX), Z9
-	VMOVUPS   192(AX), Z10
-	VMOVUPS.Z 256(AX), K1, Z11
-	ADDQ      R9, AX
-	VMOVUPS   (AX), Z12
-	VMOVUPS   64(AX), Z13
-	VMOVUPS   128(AX), Z14
-	VMOVUPS   192(AX), Z15
-	VMOVUPS.Z 256(AX), K1, Z16
-	MOVQ      kh_base+64(FP), AX
-	MOVQ      qh_base+88(FP), CX
-	MOVQ      tok_base+168(FP), DX
-	MOVQ      stores_base+40(FP), BX
-	MOVQ      v_base+112(FP), SI
-	MOVQ      o_base+144(FP), DI
-	MOVQ      (SP), R8
-	SHLQ      $0x02, R8
-	ADDQ      R8, SI
-	ADDQ      R8, DI
-	MOVQ      16(SP), R8
+	MOVQ       src_base+16(FP), AX
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	PREFETCHT0 8448(AX)
+	PREFETCHT0 8512(AX)
+	PREFETCHT0 8576(AX)
+	PREFETCHT0 8640(AX)
+	PREFETCHT0 8704(AX)
+	PREFETCHT0 8768(AX)
+	PREFETCHT0 8832(AX)
+	PREFETCHT0 8896(AX)
+	PREFETCHT0 8960(AX)
+	PREFETCHT0 9024(AX)
+	PREFETCHT0 9088(AX)
+	VMOVUPS    (AX), Z0
+	VMOVUPS    64(AX), Z3
+	VMOVUPS    128(AX), Z4
+	VMOVUPS    192(AX), Z5
+	VMOVUPS.Z  256(AX), K1, Z6
+	ADDQ       R9, AX
+	VMOVUPS    (AX), Z7
+	VMOVUPS    64(AX), Z8
+	VMOVUPS    128(AX), Z9
+	VMOVUPS    192(AX), Z10
+	VMOVUPS.Z  256(AX), K1, Z11
+	ADDQ       R9, AX
+	VMOVUPS    (AX), Z12
+	VMOVUPS    64(AX), Z13
+	VMOVUPS    128(AX), Z14
+	VMOVUPS    192(AX), Z15
+	VMOVUPS.Z  256(AX), K1, Z16
+	MOVQ       kh_base+64(FP), AX
+	MOVQ       qh_base+88(FP), CX
+	MOVQ       tok_base+168(FP), DX
+	MOVQ       stores_base+40(FP), BX
+	MOVQ       v_base+112(FP), SI
+	MOVQ       o_base+144(FP), DI
+	MOVQ       (SP), R8
+	SHLQ       $0x02, R8
+	ADDQ       R8, SI
+	ADDQ       R8, DI
+	MOVQ       16(SP), R8
 
 vkf32AVX512_token_9:
 	VMULPS       (AX), Z0, Z17
@@ -13453,26 +13529,31 @@ vkf32AVX512_group_10:
 	JB   vkf32AVX512_groupsdone_10
 
 	// Load 1 row(s) of 5 vectors.
-	MOVQ      src_base+16(FP), AX
-	MOVQ      (SP), CX
-	IMULQ     R9, CX
-	ADDQ      CX, AX
-	VMOVUPS   (AX), Z0
-	VMOVUPS   64(AX), Z1
-	VMOVUPS   128(AX), Z3
-	VMOVUPS   192(AX), Z4
-	VMOVUPS.Z 256(AX), K1, Z5
-	MOVQ      kh_base+64(FP), AX
-	MOVQ      qh_base+88(FP), CX
-	MOVQ      tok_base+168(FP), DX
-	MOVQ      stores_base+40(FP), BX
-	MOVQ      v_base+112(FP), SI
-	MOVQ      o_base+144(FP), DI
-	MOVQ      (SP), R8
-	SHLQ      $0x02, R8
-	ADDQ      R8, SI
-	ADDQ      R8, DI
-	MOVQ      16(SP), R8
+	MOVQ       src_base+16(FP), AX
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	PREFETCHT0 8448(AX)
+	VMOVUPS    (AX), Z0
+	VMOVUPS    64(AX), Z1
+	VMOVUPS    128(AX), Z3
+	VMOVUPS    192(AX), Z4
+	VMOVUPS.Z  256(AX), K1, Z5
+	MOVQ       kh_base+64(FP), AX
+	MOVQ       qh_base+88(FP), CX
+	MOVQ       tok_base+168(FP), DX
+	MOVQ       stores_base+40(FP), BX
+	MOVQ       v_base+112(FP), SI
+	MOVQ       o_base+144(FP), DI
+	MOVQ       (SP), R8
+	SHLQ       $0x02, R8
+	ADDQ       R8, SI
+	ADDQ       R8, DI
+	MOVQ       16(SP), R8
 
 vkf32AVX512_token_10:
 	VMULPS       (AX), Z0, Z6
@@ -13601,34 +13682,46 @@ vkf32AVX512_group_11:
 	KMOVW AX, K6
 
 	// Load 2 row(s) of 6 vectors.
-	MOVQ      src_base+16(FP), AX
-	MOVQ      (SP), CX
-	IMULQ     R9, CX
-	ADDQ      CX, AX
-	VMOVUPS   (AX), Z0
-	VMOVUPS   64(AX), Z3
-	VMOVUPS   128(AX), Z4
-	VMOVUPS   192(AX), Z5
-	VMOVUPS   256(AX), Z6
-	VMOVUPS.Z 320(AX), K1, Z7
-	ADDQ      R9, AX
-	VMOVUPS   (AX), Z8
-	VMOVUPS   64(AX), Z9
-	VMOVUPS   128(AX), Z10
-	VMOVUPS   192(AX), Z11
-	VMOVUPS   256(AX), Z12
-	VMOVUPS.Z 320(AX), K1, Z13
-	MOVQ      kh_base+64(FP), AX
-	MOVQ      qh_base+88(FP), CX
-	MOVQ      tok_base+168(FP), DX
-	MOVQ      stores_base+40(FP), BX
-	MOVQ      v_base+112(FP), SI
-	MOVQ      o_base+144(FP), DI
-	MOVQ      (SP), R8
-	SHLQ      $0x02, R8
-	ADDQ      R8, SI
-	ADDQ      R8, DI
-	MOVQ      16(SP), R8
+	MOVQ       src_base+16(FP), AX
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	PREFETCHT0 8448(AX)
+	PREFETCHT0 8512(AX)
+	PREFETCHT0 8576(AX)
+	PREFETCHT0 8640(AX)
+	PREFETCHT0 8704(AX)
+	PREFETCHT0 8768(AX)
+	PREFETCHT0 8832(AX)
+	PREFETCHT0 8896(AX)
+	VMOVUPS    (AX), Z0
+	VMOVUPS    64(AX), Z3
+	VMOVUPS    128(AX), Z4
+	VMOVUPS    192(AX), Z5
+	VMOVUPS    256(AX), Z6
+	VMOVUPS.Z  320(AX), K1, Z7
+	ADDQ       R9, AX
+	VMOVUPS    (AX), Z8
+	VMOVUPS    64(AX), Z9
+	VMOVUPS    128(AX), Z10
+	VMOVUPS    192(AX), Z11
+	VMOVUPS    256(AX), Z12
+	VMOVUPS.Z  320(AX), K1, Z13
+	MOVQ       kh_base+64(FP), AX
+	MOVQ       qh_base+88(FP), CX
+	MOVQ       tok_base+168(FP), DX
+	MOVQ       stores_base+40(FP), BX
+	MOVQ       v_base+112(FP), SI
+	MOVQ       o_base+144(FP), DI
+	MOVQ       (SP), R8
+	SHLQ       $0x02, R8
+	ADDQ       R8, SI
+	ADDQ       R8, DI
+	MOVQ       16(SP), R8
 
 vkf32AVX512_token_11:
 	VMULPS       (AX), Z0, Z14
@@ -13800,27 +13893,33 @@ vkf32AVX512_group_12:
 	JB   vkf32AVX512_groupsdone_12
 
 	// Load 1 row(s) of 6 vectors.
-	MOVQ      src_base+16(FP), AX
-	MOVQ      (SP), CX
-	IMULQ     R9, CX
-	ADDQ      CX, AX
-	VMOVUPS   (AX), Z0
-	VMOVUPS   64(AX), Z1
-	VMOVUPS   128(AX), Z3
-	VMOVUPS   192(AX), Z4
-	VMOVUPS   256(AX), Z5
-	VMOVUPS.Z 320(AX), K1, Z6
-	MOVQ      kh_base+64(FP), AX
-	MOVQ      qh_base+88(FP), CX
-	MOVQ      tok_base+168(FP), DX
-	MOVQ      stores_base+40(FP), BX
-	MOVQ      v_base+112(FP), SI
-	MOVQ      o_base+144(FP), DI
-	MOVQ      (SP), R8
-	SHLQ      $0x02, R8
-	ADDQ      R8, SI
-	ADDQ      R8, DI
-	MOVQ      16(SP), R8
+	MOVQ       src_base+16(FP), AX
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	PREFETCHT0 8448(AX)
+	PREFETCHT0 8512(AX)
+	VMOVUPS    (AX), Z0
+	VMOVUPS    64(AX), Z1
+	VMOVUPS    128(AX), Z3
+	VMOVUPS    192(AX), Z4
+	VMOVUPS    256(AX), Z5
+	VMOVUPS.Z  320(AX), K1, Z6
+	MOVQ       kh_base+64(FP), AX
+	MOVQ       qh_base+88(FP), CX
+	MOVQ       tok_base+168(FP), DX
+	MOVQ       stores_base+40(FP), BX
+	MOVQ       v_base+112(FP), SI
+	MOVQ       o_base+144(FP), DI
+	MOVQ       (SP), R8
+	SHLQ       $0x02, R8
+	ADDQ       R8, SI
+	ADDQ       R8, DI
+	MOVQ       16(SP), R8
 
 vkf32AVX512_token_12:
 	VMULPS       (AX), Z0, Z7
@@ -13956,36 +14055,50 @@ vkf32AVX512_group_13:
 	KMOVW AX, K6
 
 	// Load 2 row(s) of 7 vectors.
-	MOVQ      src_base+16(FP), AX
-	MOVQ      (SP), CX
-	IMULQ     R9, CX
-	ADDQ      CX, AX
-	VMOVUPS   (AX), Z0
-	VMOVUPS   64(AX), Z3
-	VMOVUPS   128(AX), Z4
-	VMOVUPS   192(AX), Z5
-	VMOVUPS   256(AX), Z6
-	VMOVUPS   320(AX), Z7
-	VMOVUPS.Z 384(AX), K1, Z8
-	ADDQ      R9, AX
-	VMOVUPS   (AX), Z9
-	VMOVUPS   64(AX), Z10
-	VMOVUPS   128(AX), Z11
-	VMOVUPS   192(AX), Z12
-	VMOVUPS   256(AX), Z13
-	VMOVUPS   320(AX), Z14
-	VMOVUPS.Z 384(AX), K1, Z15
-	MOVQ      kh_base+64(FP), AX
-	MOVQ      qh_base+88(FP), CX
-	MOVQ      tok_base+168(FP), DX
-	MOVQ      stores_base+40(FP), BX
-	MOVQ      v_base+112(FP), SI
-	MOVQ      o_base+144(FP), DI
-	MOVQ      (SP), R8
-	SHLQ      $0x02, R8
-	ADDQ      R8, SI
-	ADDQ      R8, DI
-	MOVQ      16(SP), R8
+	MOVQ       src_base+16(FP), AX
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	PREFETCHT0 8448(AX)
+	PREFETCHT0 8512(AX)
+	PREFETCHT0 8576(AX)
+	PREFETCHT0 8640(AX)
+	PREFETCHT0 8704(AX)
+	PREFETCHT0 8768(AX)
+	PREFETCHT0 8832(AX)
+	PREFETCHT0 8896(AX)
+	PREFETCHT0 8960(AX)
+	PREFETCHT0 9024(AX)
+	VMOVUPS    (AX), Z0
+	VMOVUPS    64(AX), Z3
+	VMOVUPS    128(AX), Z4
+	VMOVUPS    192(AX), Z5
+	VMOVUPS    256(AX), Z6
+	VMOVUPS    320(AX), Z7
+	VMOVUPS.Z  384(AX), K1, Z8
+	ADDQ       R9, AX
+	VMOVUPS    (AX), Z9
+	VMOVUPS    64(AX), Z10
+	VMOVUPS    128(AX), Z11
+	VMOVUPS    192(AX), Z12
+	VMOVUPS    256(AX), Z13
+	VMOVUPS    320(AX), Z14
+	VMOVUPS.Z  384(AX), K1, Z15
+	MOVQ       kh_base+64(FP), AX
+	MOVQ       qh_base+88(FP), CX
+	MOVQ       tok_base+168(FP), DX
+	MOVQ       stores_base+40(FP), BX
+	MOVQ       v_base+112(FP), SI
+	MOVQ       o_base+144(FP), DI
+	MOVQ       (SP), R8
+	SHLQ       $0x02, R8
+	ADDQ       R8, SI
+	ADDQ       R8, DI
+	MOVQ       16(SP), R8
 
 vkf32AVX512_token_13:
 	VMULPS       (AX), Z0, Z16
@@ -14171,28 +14284,35 @@ vkf32AVX512_group_14:
 	JB   vkf32AVX512_groupsdone_14
 
 	// Load 1 row(s) of 7 vectors.
-	MOVQ      src_base+16(FP), AX
-	MOVQ      (SP), CX
-	IMULQ     R9, CX
-	ADDQ      CX, AX
-	VMOVUPS   (AX), Z0
-	VMOVUPS   64(AX), Z1
-	VMOVUPS   128(AX), Z3
-	VMOVUPS   192(AX), Z4
-	VMOVUPS   256(AX), Z5
-	VMOVUPS   320(AX), Z6
-	VMOVUPS.Z 384(AX), K1, Z7
-	MOVQ      kh_base+64(FP), AX
-	MOVQ      qh_base+88(FP), CX
-	MOVQ      tok_base+168(FP), DX
-	MOVQ      stores_base+40(FP), BX
-	MOVQ      v_base+112(FP), SI
-	MOVQ      o_base+144(FP), DI
-	MOVQ      (SP), R8
-	SHLQ      $0x02, R8
-	ADDQ      R8, SI
-	ADDQ      R8, DI
-	MOVQ      16(SP), R8
+	MOVQ       src_base+16(FP), AX
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	PREFETCHT0 8448(AX)
+	PREFETCHT0 8512(AX)
+	PREFETCHT0 8576(AX)
+	VMOVUPS    (AX), Z0
+	VMOVUPS    64(AX), Z1
+	VMOVUPS    128(AX), Z3
+	VMOVUPS    192(AX), Z4
+	VMOVUPS    256(AX), Z5
+	VMOVUPS    320(AX), Z6
+	VMOVUPS.Z  384(AX), K1, Z7
+	MOVQ       kh_base+64(FP), AX
+	MOVQ       qh_base+88(FP), CX
+	MOVQ       tok_base+168(FP), DX
+	MOVQ       stores_base+40(FP), BX
+	MOVQ       v_base+112(FP), SI
+	MOVQ       o_base+144(FP), DI
+	MOVQ       (SP), R8
+	SHLQ       $0x02, R8
+	ADDQ       R8, SI
+	ADDQ       R8, DI
+	MOVQ       16(SP), R8
 
 vkf32AVX512_token_14:
 	VMULPS       (AX), Z0, Z8
@@ -14335,38 +14455,54 @@ vkf32AVX512_group_15:
 	KMOVW AX, K6
 
 	// Load 2 row(s) of 8 vectors.
-	MOVQ      src_base+16(FP), AX
-	MOVQ      (SP), CX
-	IMULQ     R9, CX
-	ADDQ      CX, AX
-	VMOVUPS   (AX), Z0
-	VMOVUPS   64(AX), Z3
-	VMOVUPS   128(AX), Z4
-	VMOVUPS   192(AX), Z5
-	VMOVUPS   256(AX), Z6
-	VMOVUPS   320(AX), Z7
-	VMOVUPS   384(AX), Z8
-	VMOVUPS.Z 448(AX), K1, Z9
-	ADDQ      R9, AX
-	VMOVUPS   (AX), Z10
-	VMOVUPS   64(AX), Z11
-	VMOVUPS   128(AX), Z12
-	VMOVUPS   192(AX), Z13
-	VMOVUPS   256(AX), Z14
-	VMOVUPS   320(AX), Z15
-	VMOVUPS   384(AX), Z16
-	VMOVUPS.Z 448(AX), K1, Z17
-	MOVQ      kh_base+64(FP), AX
-	MOVQ      qh_base+88(FP), CX
-	MOVQ      tok_base+168(FP), DX
-	MOVQ      stores_base+40(FP), BX
-	MOVQ      v_base+112(FP), SI
-	MOVQ      o_base+144(FP), DI
-	MOVQ      (SP), R8
-	SHLQ      $0x02, R8
-	ADDQ      R8, SI
-	ADDQ      R8, DI
-	MOVQ      16(SP), R8
+	MOVQ       src_base+16(FP), AX
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	PREFETCHT0 8448(AX)
+	PREFETCHT0 8512(AX)
+	PREFETCHT0 8576(AX)
+	PREFETCHT0 8640(AX)
+	PREFETCHT0 8704(AX)
+	PREFETCHT0 8768(AX)
+	PREFETCHT0 8832(AX)
+	PREFETCHT0 8896(AX)
+	PREFETCHT0 8960(AX)
+	PREFETCHT0 9024(AX)
+	PREFETCHT0 9088(AX)
+	PREFETCHT0 9152(AX)
+	VMOVUPS    (AX), Z0
+	VMOVUPS    64(AX), Z3
+	VMOVUPS    128(AX), Z4
+	VMOVUPS    192(AX), Z5
+	VMOVUPS    256(AX), Z6
+	VMOVUPS    320(AX), Z7
+	VMOVUPS    384(AX), Z8
+	VMOVUPS.Z  448(AX), K1, Z9
+	ADDQ       R9, AX
+	VMOVUPS    (AX), Z10
+	VMOVUPS    64(AX), Z11
+	VMOVUPS    128(AX), Z12
+	VMOVUPS    192(AX), Z13
+	VMOVUPS    256(AX), Z14
+	VMOVUPS    320(AX), Z15
+	VMOVUPS    384(AX), Z16
+	VMOVUPS.Z  448(AX), K1, Z17
+	MOVQ       kh_base+64(FP), AX
+	MOVQ       qh_base+88(FP), CX
+	MOVQ       tok_base+168(FP), DX
+	MOVQ       stores_base+40(FP), BX
+	MOVQ       v_base+112(FP), SI
+	MOVQ       o_base+144(FP), DI
+	MOVQ       (SP), R8
+	SHLQ       $0x02, R8
+	ADDQ       R8, SI
+	ADDQ       R8, DI
+	MOVQ       16(SP), R8
 
 vkf32AVX512_token_15:
 	VMULPS       (AX), Z0, Z18
@@ -14566,29 +14702,37 @@ vkf32AVX512_group_16:
 	JB   vkf32AVX512_groupsdone_16
 
 	// Load 1 row(s) of 8 vectors.
-	MOVQ      src_base+16(FP), AX
-	MOVQ      (SP), CX
-	IMULQ     R9, CX
-	ADDQ      CX, AX
-	VMOVUPS   (AX), Z0
-	VMOVUPS   64(AX), Z1
-	VMOVUPS   128(AX), Z3
-	VMOVUPS   192(AX), Z4
-	VMOVUPS   256(AX), Z5
-	VMOVUPS   320(AX), Z6
-	VMOVUPS   384(AX), Z7
-	VMOVUPS.Z 448(AX), K1, Z8
-	MOVQ      kh_base+64(FP), AX
-	MOVQ      qh_base+88(FP), CX
-	MOVQ      tok_base+168(FP), DX
-	MOVQ      stores_base+40(FP), BX
-	MOVQ      v_base+112(FP), SI
-	MOVQ      o_base+144(FP), DI
-	MOVQ      (SP), R8
-	SHLQ      $0x02, R8
-	ADDQ      R8, SI
-	ADDQ      R8, DI
-	MOVQ      16(SP), R8
+	MOVQ       src_base+16(FP), AX
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	PREFETCHT0 8448(AX)
+	PREFETCHT0 8512(AX)
+	PREFETCHT0 8576(AX)
+	PREFETCHT0 8640(AX)
+	VMOVUPS    (AX), Z0
+	VMOVUPS    64(AX), Z1
+	VMOVUPS    128(AX), Z3
+	VMOVUPS    192(AX), Z4
+	VMOVUPS    256(AX), Z5
+	VMOVUPS    320(AX), Z6
+	VMOVUPS    384(AX), Z7
+	VMOVUPS.Z  448(AX), K1, Z8
+	MOVQ       kh_base+64(FP), AX
+	MOVQ       qh_base+88(FP), CX
+	MOVQ       tok_base+168(FP), DX
+	MOVQ       stores_base+40(FP), BX
+	MOVQ       v_base+112(FP), SI
+	MOVQ       o_base+144(FP), DI
+	MOVQ       (SP), R8
+	SHLQ       $0x02, R8
+	ADDQ       R8, SI
+	ADDQ       R8, DI
+	MOVQ       16(SP), R8
 
 vkf32AVX512_token_16:
 	VMULPS       (AX), Z0, Z9
@@ -14738,40 +14882,58 @@ vkf32AVX512_group_17:
 	KMOVW AX, K6
 
 	// Load 2 row(s) of 9 vectors.
-	MOVQ      src_base+16(FP), AX
-	MOVQ      (SP), CX
-	IMULQ     R9, CX
-	ADDQ      CX, AX
-	VMOVUPS   (AX), Z0
-	VMOVUPS   64(AX), Z3
-	VMOVUPS   128(AX), Z4
-	VMOVUPS   192(AX), Z5
-	VMOVUPS   256(AX), Z6
-	VMOVUPS   320(AX), Z7
-	VMOVUPS   384(AX), Z8
-	VMOVUPS   448(AX), Z9
-	VMOVUPS.Z 512(AX), K1, Z10
-	ADDQ      R9, AX
-	VMOVUPS   (AX), Z11
-	VMOVUPS   64(AX), Z12
-	VMOVUPS   128(AX), Z13
-	VMOVUPS   192(AX), Z14
-	VMOVUPS   256(AX), Z15
-	VMOVUPS   320(AX), Z16
-	VMOVUPS   384(AX), Z17
-	VMOVUPS   448(AX), Z18
-	VMOVUPS.Z 512(AX), K1, Z19
-	MOVQ      kh_base+64(FP), AX
-	MOVQ      qh_base+88(FP), CX
-	MOVQ      tok_base+168(FP), DX
-	MOVQ      stores_base+40(FP), BX
-	MOVQ      v_base+112(FP), SI
-	MOVQ      o_base+144(FP), DI
-	MOVQ      (SP), R8
-	SHLQ      $0x02, R8
-	ADDQ      R8, SI
-	ADDQ      R8, DI
-	MOVQ      16(SP), R8
+	MOVQ       src_base+16(FP), AX
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	PREFETCHT0 8448(AX)
+	PREFETCHT0 8512(AX)
+	PREFETCHT0 8576(AX)
+	PREFETCHT0 8640(AX)
+	PREFETCHT0 8704(AX)
+	PREFETCHT0 8768(AX)
+	PREFETCHT0 8832(AX)
+	PREFETCHT0 8896(AX)
+	PREFETCHT0 8960(AX)
+	PREFETCHT0 9024(AX)
+	PREFETCHT0 9088(AX)
+	PREFETCHT0 9152(AX)
+	PREFETCHT0 9216(AX)
+	PREFETCHT0 9280(AX)
+	VMOVUPS    (AX), Z0
+	VMOVUPS    64(AX), Z3
+	VMOVUPS    128(AX), Z4
+	VMOVUPS    192(AX), Z5
+	VMOVUPS    256(AX), Z6
+	VMOVUPS    320(AX), Z7
+	VMOVUPS    384(AX), Z8
+	VMOVUPS    448(AX), Z9
+	VMOVUPS.Z  512(AX), K1, Z10
+	ADDQ       R9, AX
+	VMOVUPS    (AX), Z11
+	VMOVUPS    64(AX), Z12
+	VMOVUPS    128(AX), Z13
+	VMOVUPS    192(AX), Z14
+	VMOVUPS    256(AX), Z15
+	VMOVUPS    320(AX), Z16
+	VMOVUPS    384(AX), Z17
+	VMOVUPS    448(AX), Z18
+	VMOVUPS.Z  512(AX), K1, Z19
+	MOVQ       kh_base+64(FP), AX
+	MOVQ       qh_base+88(FP), CX
+	MOVQ       tok_base+168(FP), DX
+	MOVQ       stores_base+40(FP), BX
+	MOVQ       v_base+112(FP), SI
+	MOVQ       o_base+144(FP), DI
+	MOVQ       (SP), R8
+	SHLQ       $0x02, R8
+	ADDQ       R8, SI
+	ADDQ       R8, DI
+	MOVQ       16(SP), R8
 
 vkf32AVX512_token_17:
 	VMULPS       (AX), Z0, Z20
@@ -14985,30 +15147,39 @@ vkf32AVX512_group_18:
 	JB   vkf32AVX512_groupsdone_18
 
 	// Load 1 row(s) of 9 vectors.
-	MOVQ      src_base+16(FP), AX
-	MOVQ      (SP), CX
-	IMULQ     R9, CX
-	ADDQ      CX, AX
-	VMOVUPS   (AX), Z0
-	VMOVUPS   64(AX), Z1
-	VMOVUPS   128(AX), Z3
-	VMOVUPS   192(AX), Z4
-	VMOVUPS   256(AX), Z5
-	VMOVUPS   320(AX), Z6
-	VMOVUPS   384(AX), Z7
-	VMOVUPS   448(AX), Z8
-	VMOVUPS.Z 512(AX), K1, Z9
-	MOVQ      kh_base+64(FP), AX
-	MOVQ      qh_base+88(FP), CX
-	MOVQ      tok_base+168(FP), DX
-	MOVQ      stores_base+40(FP), BX
-	MOVQ      v_base+112(FP), SI
-	MOVQ      o_base+144(FP), DI
-	MOVQ      (SP), R8
-	SHLQ      $0x02, R8
-	ADDQ      R8, SI
-	ADDQ      R8, DI
-	MOVQ      16(SP), R8
+	MOVQ       src_base+16(FP), AX
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	PREFETCHT0 8448(AX)
+	PREFETCHT0 8512(AX)
+	PREFETCHT0 8576(AX)
+	PREFETCHT0 8640(AX)
+	PREFETCHT0 8704(AX)
+	VMOVUPS    (AX), Z0
+	VMOVUPS    64(AX), Z1
+	VMOVUPS    128(AX), Z3
+	VMOVUPS    192(AX), Z4
+	VMOVUPS    256(AX), Z5
+	VMOVUPS    320(AX), Z6
+	VMOVUPS    384(AX), Z7
+	VMOVUPS    448(AX), Z8
+	VMOVUPS.Z  512(AX), K1, Z9
+	MOVQ       kh_base+64(FP), AX
+	MOVQ       qh_base+88(FP), CX
+	MOVQ       tok_base+168(FP), DX
+	MOVQ       stores_base+40(FP), BX
+	MOVQ       v_base+112(FP), SI
+	MOVQ       o_base+144(FP), DI
+	MOVQ       (SP), R8
+	SHLQ       $0x02, R8
+	ADDQ       R8, SI
+	ADDQ       R8, DI
+	MOVQ       16(SP), R8
 
 vkf32AVX512_token_18:
 	VMULPS       (AX), Z0, Z10
@@ -15163,31 +15334,41 @@ vkf32AVX512_group_19:
 	JB   vkf32AVX512_groupsdone_19
 
 	// Load 1 row(s) of 10 vectors.
-	MOVQ      src_base+16(FP), AX
-	MOVQ      (SP), CX
-	IMULQ     R9, CX
-	ADDQ      CX, AX
-	VMOVUPS   (AX), Z0
-	VMOVUPS   64(AX), Z2
-	VMOVUPS   128(AX), Z3
-	VMOVUPS   192(AX), Z4
-	VMOVUPS   256(AX), Z5
-	VMOVUPS   320(AX), Z6
-	VMOVUPS   384(AX), Z7
-	VMOVUPS   448(AX), Z8
-	VMOVUPS   512(AX), Z9
-	VMOVUPS.Z 576(AX), K1, Z10
-	MOVQ      kh_base+64(FP), AX
-	MOVQ      qh_base+88(FP), CX
-	MOVQ      tok_base+168(FP), DX
-	MOVQ      stores_base+40(FP), BX
-	MOVQ      v_base+112(FP), SI
-	MOVQ      o_base+144(FP), DI
-	MOVQ      (SP), R8
-	SHLQ      $0x02, R8
-	ADDQ      R8, SI
-	ADDQ      R8, DI
-	MOVQ      16(SP), R8
+	MOVQ       src_base+16(FP), AX
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	PREFETCHT0 8448(AX)
+	PREFETCHT0 8512(AX)
+	PREFETCHT0 8576(AX)
+	PREFETCHT0 8640(AX)
+	PREFETCHT0 8704(AX)
+	PREFETCHT0 8768(AX)
+	VMOVUPS    (AX), Z0
+	VMOVUPS    64(AX), Z2
+	VMOVUPS    128(AX), Z3
+	VMOVUPS    192(AX), Z4
+	VMOVUPS    256(AX), Z5
+	VMOVUPS    320(AX), Z6
+	VMOVUPS    384(AX), Z7
+	VMOVUPS    448(AX), Z8
+	VMOVUPS    512(AX), Z9
+	VMOVUPS.Z  576(AX), K1, Z10
+	MOVQ       kh_base+64(FP), AX
+	MOVQ       qh_base+88(FP), CX
+	MOVQ       tok_base+168(FP), DX
+	MOVQ       stores_base+40(FP), BX
+	MOVQ       v_base+112(FP), SI
+	MOVQ       o_base+144(FP), DI
+	MOVQ       (SP), R8
+	SHLQ       $0x02, R8
+	ADDQ       R8, SI
+	ADDQ       R8, DI
+	MOVQ       16(SP), R8
 
 vkf32AVX512_token_19:
 	VMULPS       (AX), Z0, Z11
@@ -15349,32 +15530,43 @@ vkf32AVX512_group_20:
 	JB   vkf32AVX512_groupsdone_20
 
 	// Load 1 row(s) of 11 vectors.
-	MOVQ      src_base+16(FP), AX
-	MOVQ      (SP), CX
-	IMULQ     R9, CX
-	ADDQ      CX, AX
-	VMOVUPS   (AX), Z0
-	VMOVUPS   64(AX), Z2
-	VMOVUPS   128(AX), Z3
-	VMOVUPS   192(AX), Z4
-	VMOVUPS   256(AX), Z5
-	VMOVUPS   320(AX), Z6
-	VMOVUPS   384(AX), Z7
-	VMOVUPS   448(AX), Z8
-	VMOVUPS   512(AX), Z9
-	VMOVUPS   576(AX), Z10
-	VMOVUPS.Z 640(AX), K1, Z11
-	MOVQ      kh_base+64(FP), AX
-	MOVQ      qh_base+88(FP), CX
-	MOVQ      tok_base+168(FP), DX
-	MOVQ      stores_base+40(FP), BX
-	MOVQ      v_base+112(FP), SI
-	MOVQ      o_base+144(FP), DI
-	MOVQ      (SP), R8
-	SHLQ      $0x02, R8
-	ADDQ      R8, SI
-	ADDQ      R8, DI
-	MOVQ      16(SP), R8
+	MOVQ       src_base+16(FP), AX
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	PREFETCHT0 8448(AX)
+	PREFETCHT0 8512(AX)
+	PREFETCHT0 8576(AX)
+	PREFETCHT0 8640(AX)
+	PREFETCHT0 8704(AX)
+	PREFETCHT0 8768(AX)
+	PREFETCHT0 8832(AX)
+	VMOVUPS    (AX), Z0
+	VMOVUPS    64(AX), Z2
+	VMOVUPS    128(AX), Z3
+	VMOVUPS    192(AX), Z4
+	VMOVUPS    256(AX), Z5
+	VMOVUPS    320(AX), Z6
+	VMOVUPS    384(AX), Z7
+	VMOVUPS    448(AX), Z8
+	VMOVUPS    512(AX), Z9
+	VMOVUPS    576(AX), Z10
+	VMOVUPS.Z  640(AX), K1, Z11
+	MOVQ       kh_base+64(FP), AX
+	MOVQ       qh_base+88(FP), CX
+	MOVQ       tok_base+168(FP), DX
+	MOVQ       stores_base+40(FP), BX
+	MOVQ       v_base+112(FP), SI
+	MOVQ       o_base+144(FP), DI
+	MOVQ       (SP), R8
+	SHLQ       $0x02, R8
+	ADDQ       R8, SI
+	ADDQ       R8, DI
+	MOVQ       16(SP), R8
 
 vkf32AVX512_token_20:
 	VMULPS       (AX), Z0, Z12
@@ -15543,33 +15735,45 @@ vkf32AVX512_group_21:
 	JB   vkf32AVX512_groupsdone_21
 
 	// Load 1 row(s) of 12 vectors.
-	MOVQ      src_base+16(FP), AX
-	MOVQ      (SP), CX
-	IMULQ     R9, CX
-	ADDQ      CX, AX
-	VMOVUPS   (AX), Z0
-	VMOVUPS   64(AX), Z2
-	VMOVUPS   128(AX), Z3
-	VMOVUPS   192(AX), Z4
-	VMOVUPS   256(AX), Z5
-	VMOVUPS   320(AX), Z6
-	VMOVUPS   384(AX), Z7
-	VMOVUPS   448(AX), Z8
-	VMOVUPS   512(AX), Z9
-	VMOVUPS   576(AX), Z10
-	VMOVUPS   640(AX), Z11
-	VMOVUPS.Z 704(AX), K1, Z12
-	MOVQ      kh_base+64(FP), AX
-	MOVQ      qh_base+88(FP), CX
-	MOVQ      tok_base+168(FP), DX
-	MOVQ      stores_base+40(FP), BX
-	MOVQ      v_base+112(FP), SI
-	MOVQ      o_base+144(FP), DI
-	MOVQ      (SP), R8
-	SHLQ      $0x02, R8
-	ADDQ      R8, SI
-	ADDQ      R8, DI
-	MOVQ      16(SP), R8
+	MOVQ       src_base+16(FP), AX
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	PREFETCHT0 8448(AX)
+	PREFETCHT0 8512(AX)
+	PREFETCHT0 8576(AX)
+	PREFETCHT0 8640(AX)
+	PREFETCHT0 8704(AX)
+	PREFETCHT0 8768(AX)
+	PREFETCHT0 8832(AX)
+	PREFETCHT0 8896(AX)
+	VMOVUPS    (AX), Z0
+	VMOVUPS    64(AX), Z2
+	VMOVUPS    128(AX), Z3
+	VMOVUPS    192(AX), Z4
+	VMOVUPS    256(AX), Z5
+	VMOVUPS    320(AX), Z6
+	VMOVUPS    384(AX), Z7
+	VMOVUPS    448(AX), Z8
+	VMOVUPS    512(AX), Z9
+	VMOVUPS    576(AX), Z10
+	VMOVUPS    640(AX), Z11
+	VMOVUPS.Z  704(AX), K1, Z12
+	MOVQ       kh_base+64(FP), AX
+	MOVQ       qh_base+88(FP), CX
+	MOVQ       tok_base+168(FP), DX
+	MOVQ       stores_base+40(FP), BX
+	MOVQ       v_base+112(FP), SI
+	MOVQ       o_base+144(FP), DI
+	MOVQ       (SP), R8
+	SHLQ       $0x02, R8
+	ADDQ       R8, SI
+	ADDQ       R8, DI
+	MOVQ       16(SP), R8
 
 vkf32AVX512_token_21:
 	VMULPS       (AX), Z0, Z13
@@ -15745,34 +15949,47 @@ vkf32AVX512_group_22:
 	JB   vkf32AVX512_groupsdone_22
 
 	// Load 1 row(s) of 13 vectors.
-	MOVQ      src_base+16(FP), AX
-	MOVQ      (SP), CX
-	IMULQ     R9, CX
-	ADDQ      CX, AX
-	VMOVUPS   (AX), Z0
-	VMOVUPS   64(AX), Z2
-	VMOVUPS   128(AX), Z3
-	VMOVUPS   192(AX), Z4
-	VMOVUPS   256(AX), Z5
-	VMOVUPS   320(AX), Z6
-	VMOVUPS   384(AX), Z7
-	VMOVUPS   448(AX), Z8
-	VMOVUPS   512(AX), Z9
-	VMOVUPS   576(AX), Z10
-	VMOVUPS   640(AX), Z11
-	VMOVUPS   704(AX), Z12
-	VMOVUPS.Z 768(AX), K1, Z13
-	MOVQ      kh_base+64(FP), AX
-	MOVQ      qh_base+88(FP), CX
-	MOVQ      tok_base+168(FP), DX
-	MOVQ      stores_base+40(FP), BX
-	MOVQ      v_base+112(FP), SI
-	MOVQ      o_base+144(FP), DI
-	MOVQ      (SP), R8
-	SHLQ      $0x02, R8
-	ADDQ      R8, SI
-	ADDQ      R8, DI
-	MOVQ      16(SP), R8
+	MOVQ       src_base+16(FP), AX
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	PREFETCHT0 8448(AX)
+	PREFETCHT0 8512(AX)
+	PREFETCHT0 8576(AX)
+	PREFETCHT0 8640(AX)
+	PREFETCHT0 8704(AX)
+	PREFETCHT0 8768(AX)
+	PREFETCHT0 8832(AX)
+	PREFETCHT0 8896(AX)
+	PREFETCHT0 8960(AX)
+	VMOVUPS    (AX), Z0
+	VMOVUPS    64(AX), Z2
+	VMOVUPS    128(AX), Z3
+	VMOVUPS    192(AX), Z4
+	VMOVUPS    256(AX), Z5
+	VMOVUPS    320(AX), Z6
+	VMOVUPS    384(AX), Z7
+	VMOVUPS    448(AX), Z8
+	VMOVUPS    512(AX), Z9
+	VMOVUPS    576(AX), Z10
+	VMOVUPS    640(AX), Z11
+	VMOVUPS    704(AX), Z12
+	VMOVUPS.Z  768(AX), K1, Z13
+	MOVQ       kh_base+64(FP), AX
+	MOVQ       qh_base+88(FP), CX
+	MOVQ       tok_base+168(FP), DX
+	MOVQ       stores_base+40(FP), BX
+	MOVQ       v_base+112(FP), SI
+	MOVQ       o_base+144(FP), DI
+	MOVQ       (SP), R8
+	SHLQ       $0x02, R8
+	ADDQ       R8, SI
+	ADDQ       R8, DI
+	MOVQ       16(SP), R8
 
 vkf32AVX512_token_22:
 	VMULPS       (AX), Z0, Z14
@@ -15955,35 +16172,49 @@ vkf32AVX512_group_23:
 	JB   vkf32AVX512_groupsdone_23
 
 	// Load 1 row(s) of 14 vectors.
-	MOVQ      src_base+16(FP), AX
-	MOVQ      (SP), CX
-	IMULQ     R9, CX
-	ADDQ      CX, AX
-	VMOVUPS   (AX), Z0
-	VMOVUPS   64(AX), Z2
-	VMOVUPS   128(AX), Z3
-	VMOVUPS   192(AX), Z4
-	VMOVUPS   256(AX), Z5
-	VMOVUPS   320(AX), Z6
-	VMOVUPS   384(AX), Z7
-	VMOVUPS   448(AX), Z8
-	VMOVUPS   512(AX), Z9
-	VMOVUPS   576(AX), Z10
-	VMOVUPS   640(AX), Z11
-	VMOVUPS   704(AX), Z12
-	VMOVUPS   768(AX), Z13
-	VMOVUPS.Z 832(AX), K1, Z14
-	MOVQ      kh_base+64(FP), AX
-	MOVQ      qh_base+88(FP), CX
-	MOVQ      tok_base+168(FP), DX
-	MOVQ      stores_base+40(FP), BX
-	MOVQ      v_base+112(FP), SI
-	MOVQ      o_base+144(FP), DI
-	MOVQ      (SP), R8
-	SHLQ      $0x02, R8
-	ADDQ      R8, SI
-	ADDQ      R8, DI
-	MOVQ      16(SP), R8
+	MOVQ       src_base+16(FP), AX
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	PREFETCHT0 8448(AX)
+	PREFETCHT0 8512(AX)
+	PREFETCHT0 8576(AX)
+	PREFETCHT0 8640(AX)
+	PREFETCHT0 8704(AX)
+	PREFETCHT0 8768(AX)
+	PREFETCHT0 8832(AX)
+	PREFETCHT0 8896(AX)
+	PREFETCHT0 8960(AX)
+	PREFETCHT0 9024(AX)
+	VMOVUPS    (AX), Z0
+	VMOVUPS    64(AX), Z2
+	VMOVUPS    128(AX), Z3
+	VMOVUPS    192(AX), Z4
+	VMOVUPS    256(AX), Z5
+	VMOVUPS    320(AX), Z6
+	VMOVUPS    384(AX), Z7
+	VMOVUPS    448(AX), Z8
+	VMOVUPS    512(AX), Z9
+	VMOVUPS    576(AX), Z10
+	VMOVUPS    640(AX), Z11
+	VMOVUPS    704(AX), Z12
+	VMOVUPS    768(AX), Z13
+	VMOVUPS.Z  832(AX), K1, Z14
+	MOVQ       kh_base+64(FP), AX
+	MOVQ       qh_base+88(FP), CX
+	MOVQ       tok_base+168(FP), DX
+	MOVQ       stores_base+40(FP), BX
+	MOVQ       v_base+112(FP), SI
+	MOVQ       o_base+144(FP), DI
+	MOVQ       (SP), R8
+	SHLQ       $0x02, R8
+	ADDQ       R8, SI
+	ADDQ       R8, DI
+	MOVQ       16(SP), R8
 
 vkf32AVX512_token_23:
 	VMULPS       (AX), Z0, Z15
@@ -16173,36 +16404,51 @@ vkf32AVX512_group_24:
 	JB   vkf32AVX512_groupsdone_24
 
 	// Load 1 row(s) of 15 vectors.
-	MOVQ      src_base+16(FP), AX
-	MOVQ      (SP), CX
-	IMULQ     R9, CX
-	ADDQ      CX, AX
-	VMOVUPS   (AX), Z0
-	VMOVUPS   64(AX), Z2
-	VMOVUPS   128(AX), Z3
-	VMOVUPS   192(AX), Z4
-	VMOVUPS   256(AX), Z5
-	VMOVUPS   320(AX), Z6
-	VMOVUPS   384(AX), Z7
-	VMOVUPS   448(AX), Z8
-	VMOVUPS   512(AX), Z9
-	VMOVUPS   576(AX), Z10
-	VMOVUPS   640(AX), Z11
-	VMOVUPS   704(AX), Z12
-	VMOVUPS   768(AX), Z13
-	VMOVUPS   832(AX), Z14
-	VMOVUPS.Z 896(AX), K1, Z15
-	MOVQ      kh_base+64(FP), AX
-	MOVQ      qh_base+88(FP), CX
-	MOVQ      tok_base+168(FP), DX
-	MOVQ      stores_base+40(FP), BX
-	MOVQ      v_base+112(FP), SI
-	MOVQ      o_base+144(FP), DI
-	MOVQ      (SP), R8
-	SHLQ      $0x02, R8
-	ADDQ      R8, SI
-	ADDQ      R8, DI
-	MOVQ      16(SP), R8
+	MOVQ       src_base+16(FP), AX
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	PREFETCHT0 8448(AX)
+	PREFETCHT0 8512(AX)
+	PREFETCHT0 8576(AX)
+	PREFETCHT0 8640(AX)
+	PREFETCHT0 8704(AX)
+	PREFETCHT0 8768(AX)
+	PREFETCHT0 8832(AX)
+	PREFETCHT0 8896(AX)
+	PREFETCHT0 8960(AX)
+	PREFETCHT0 9024(AX)
+	PREFETCHT0 9088(AX)
+	VMOVUPS    (AX), Z0
+	VMOVUPS    64(AX), Z2
+	VMOVUPS    128(AX), Z3
+	VMOVUPS    192(AX), Z4
+	VMOVUPS    256(AX), Z5
+	VMOVUPS    320(AX), Z6
+	VMOVUPS    384(AX), Z7
+	VMOVUPS    448(AX), Z8
+	VMOVUPS    512(AX), Z9
+	VMOVUPS    576(AX), Z10
+	VMOVUPS    640(AX), Z11
+	VMOVUPS    704(AX), Z12
+	VMOVUPS    768(AX), Z13
+	VMOVUPS    832(AX), Z14
+	VMOVUPS.Z  896(AX), K1, Z15
+	MOVQ       kh_base+64(FP), AX
+	MOVQ       qh_base+88(FP), CX
+	MOVQ       tok_base+168(FP), DX
+	MOVQ       stores_base+40(FP), BX
+	MOVQ       v_base+112(FP), SI
+	MOVQ       o_base+144(FP), DI
+	MOVQ       (SP), R8
+	SHLQ       $0x02, R8
+	ADDQ       R8, SI
+	ADDQ       R8, DI
+	MOVQ       16(SP), R8
 
 vkf32AVX512_token_24:
 	VMULPS       (AX), Z0, Z16
@@ -16399,37 +16645,53 @@ vkf32AVX512_group_25:
 	JB   vkf32AVX512_groupsdone_25
 
 	// Load 1 row(s) of 16 vectors.
-	MOVQ      src_base+16(FP), AX
-	MOVQ      (SP), CX
-	IMULQ     R9, CX
-	ADDQ      CX, AX
-	VMOVUPS   (AX), Z0
-	VMOVUPS   64(AX), Z2
-	VMOVUPS   128(AX), Z3
-	VMOVUPS   192(AX), Z4
-	VMOVUPS   256(AX), Z5
-	VMOVUPS   320(AX), Z6
-	VMOVUPS   384(AX), Z7
-	VMOVUPS   448(AX), Z8
-	VMOVUPS   512(AX), Z9
-	VMOVUPS   576(AX), Z10
-	VMOVUPS   640(AX), Z11
-	VMOVUPS   704(AX), Z12
-	VMOVUPS   768(AX), Z13
-	VMOVUPS   832(AX), Z14
-	VMOVUPS   896(AX), Z15
-	VMOVUPS.Z 960(AX), K1, Z16
-	MOVQ      kh_base+64(FP), AX
-	MOVQ      qh_base+88(FP), CX
-	MOVQ      tok_base+168(FP), DX
-	MOVQ      stores_base+40(FP), BX
-	MOVQ      v_base+112(FP), SI
-	MOVQ      o_base+144(FP), DI
-	MOVQ      (SP), R8
-	SHLQ      $0x02, R8
-	ADDQ      R8, SI
-	ADDQ      R8, DI
-	MOVQ      16(SP), R8
+	MOVQ       src_base+16(FP), AX
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	PREFETCHT0 8448(AX)
+	PREFETCHT0 8512(AX)
+	PREFETCHT0 8576(AX)
+	PREFETCHT0 8640(AX)
+	PREFETCHT0 8704(AX)
+	PREFETCHT0 8768(AX)
+	PREFETCHT0 8832(AX)
+	PREFETCHT0 8896(AX)
+	PREFETCHT0 8960(AX)
+	PREFETCHT0 9024(AX)
+	PREFETCHT0 9088(AX)
+	PREFETCHT0 9152(AX)
+	VMOVUPS    (AX), Z0
+	VMOVUPS    64(AX), Z2
+	VMOVUPS    128(AX), Z3
+	VMOVUPS    192(AX), Z4
+	VMOVUPS    256(AX), Z5
+	VMOVUPS    320(AX), Z6
+	VMOVUPS    384(AX), Z7
+	VMOVUPS    448(AX), Z8
+	VMOVUPS    512(AX), Z9
+	VMOVUPS    576(AX), Z10
+	VMOVUPS    640(AX), Z11
+	VMOVUPS    704(AX), Z12
+	VMOVUPS    768(AX), Z13
+	VMOVUPS    832(AX), Z14
+	VMOVUPS    896(AX), Z15
+	VMOVUPS.Z  960(AX), K1, Z16
+	MOVQ       kh_base+64(FP), AX
+	MOVQ       qh_base+88(FP), CX
+	MOVQ       tok_base+168(FP), DX
+	MOVQ       stores_base+40(FP), BX
+	MOVQ       v_base+112(FP), SI
+	MOVQ       o_base+144(FP), DI
+	MOVQ       (SP), R8
+	SHLQ       $0x02, R8
+	ADDQ       R8, SI
+	ADDQ       R8, DI
+	MOVQ       16(SP), R8
 
 vkf32AVX512_token_25:
 	VMULPS       (AX), Z0, Z17
@@ -16623,7 +16885,7 @@ vkf32AVX512_done_1:
 	RET
 
 // func vkbf16AVX512(K int, V int, src []uint16, src32 []float32, stores []uintptr, carry []float32, kh []float32, qh []float32, v []float32, vs int, o []float32, tok []float32)
-// Requires: AVX, AVX512F, AVX512VL, FMA3
+// Requires: AVX, AVX512F, AVX512VL, FMA3, MMX+
 TEXT ·vkbf16AVX512(SB), NOSPLIT, $40-240
 	MOVQ  K+0(FP), AX
 	MOVQ  V+8(FP), CX
@@ -16698,34 +16960,46 @@ vkbf16AVX512_group_1:
 	JB   vkbf16AVX512_groupsdone_1
 
 	// Load 8 row(s) of 1 vectors.
-	MOVQ      src32_base+40(FP), AX
-	TESTQ     AX, AX
-	JZ        vkbf16AVX512_frombf16_1
-	MOVQ      (SP), CX
-	IMULQ     R9, CX
-	ADDQ      CX, AX
-	VMOVUPS.Z (AX), K1, Z0
-	ADDQ      R9, AX
-	VMOVUPS.Z (AX), K1, Z3
-	ADDQ      R9, AX
-	VMOVUPS.Z (AX), K1, Z4
-	ADDQ      R9, AX
-	VMOVUPS.Z (AX), K1, Z5
-	ADDQ      R9, AX
-	VMOVUPS.Z (AX), K1, Z6
-	ADDQ      R9, AX
-	VMOVUPS.Z (AX), K1, Z7
-	ADDQ      R9, AX
-	VMOVUPS.Z (AX), K1, Z8
-	ADDQ      R9, AX
-	VMOVUPS.Z (AX), K1, Z9
-	JMP       vkbf16AVX512_loaded_1
+	MOVQ       src32_base+40(FP), AX
+	TESTQ      AX, AX
+	JZ         vkbf16AVX512_frombf16_1
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	PREFETCHT0 8448(AX)
+	PREFETCHT0 8512(AX)
+	PREFETCHT0 8576(AX)
+	PREFETCHT0 8640(AX)
+	VMOVUPS.Z  (AX), K1, Z0
+	ADDQ       R9, AX
+	VMOVUPS.Z  (AX), K1, Z3
+	ADDQ       R9, AX
+	VMOVUPS.Z  (AX), K1, Z4
+	ADDQ       R9, AX
+	VMOVUPS.Z  (AX), K1, Z5
+	ADDQ       R9, AX
+	VMOVUPS.Z  (AX), K1, Z6
+	ADDQ       R9, AX
+	VMOVUPS.Z  (AX), K1, Z7
+	ADDQ       R9, AX
+	VMOVUPS.Z  (AX), K1, Z8
+	ADDQ       R9, AX
+	VMOVUPS.Z  (AX), K1, Z9
+	JMP        vkbf16AVX512_loaded_1
 
 vkbf16AVX512_frombf16_1:
 	MOVQ        src_base+16(FP), AX
 	MOVQ        (SP), CX
 	IMULQ       R10, CX
 	ADDQ        CX, AX
+	PREFETCHT0  8192(AX)
+	PREFETCHT0  8256(AX)
+	PREFETCHT0  8320(AX)
+	PREFETCHT0  8384(AX)
 	VPMOVZXWD.Z (AX), K1, Z0
 	VPSLLD      $0x10, Z0, Z0
 	ADDQ        R10, AX
@@ -17058,20 +17332,22 @@ vkbf16AVX512_group_2:
 	JB   vkbf16AVX512_groupsdone_2
 
 	// Load 1 row(s) of 1 vectors.
-	MOVQ      src32_base+40(FP), AX
-	TESTQ     AX, AX
-	JZ        vkbf16AVX512_frombf16_2
-	MOVQ      (SP), CX
-	IMULQ     R9, CX
-	ADDQ      CX, AX
-	VMOVUPS.Z (AX), K1, Z0
-	JMP       vkbf16AVX512_loaded_2
+	MOVQ       src32_base+40(FP), AX
+	TESTQ      AX, AX
+	JZ         vkbf16AVX512_frombf16_2
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	VMOVUPS.Z  (AX), K1, Z0
+	JMP        vkbf16AVX512_loaded_2
 
 vkbf16AVX512_frombf16_2:
 	MOVQ        src_base+16(FP), AX
 	MOVQ        (SP), CX
 	IMULQ       R10, CX
 	ADDQ        CX, AX
+	PREFETCHT0  8192(AX)
 	VPMOVZXWD.Z (AX), K1, Z0
 	VPSLLD      $0x10, Z0, Z0
 
@@ -17201,36 +17477,54 @@ vkbf16AVX512_group_3:
 	KMOVW AX, K6
 
 	// Load 6 row(s) of 2 vectors.
-	MOVQ      src32_base+40(FP), AX
-	TESTQ     AX, AX
-	JZ        vkbf16AVX512_frombf16_3
-	MOVQ      (SP), CX
-	IMULQ     R9, CX
-	ADDQ      CX, AX
-	VMOVUPS   (AX), Z0
-	VMOVUPS.Z 64(AX), K1, Z3
-	ADDQ      R9, AX
-	VMOVUPS   (AX), Z4
-	VMOVUPS.Z 64(AX), K1, Z5
-	ADDQ      R9, AX
-	VMOVUPS   (AX), Z6
-	VMOVUPS.Z 64(AX), K1, Z7
-	ADDQ      R9, AX
-	VMOVUPS   (AX), Z8
-	VMOVUPS.Z 64(AX), K1, Z9
-	ADDQ      R9, AX
-	VMOVUPS   (AX), Z10
-	VMOVUPS.Z 64(AX), K1, Z11
-	ADDQ      R9, AX
-	VMOVUPS   (AX), Z12
-	VMOVUPS.Z 64(AX), K1, Z13
-	JMP       vkbf16AVX512_loaded_3
+	MOVQ       src32_base+40(FP), AX
+	TESTQ      AX, AX
+	JZ         vkbf16AVX512_frombf16_3
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	PREFETCHT0 8448(AX)
+	PREFETCHT0 8512(AX)
+	PREFETCHT0 8576(AX)
+	PREFETCHT0 8640(AX)
+	PREFETCHT0 8704(AX)
+	PREFETCHT0 8768(AX)
+	PREFETCHT0 8832(AX)
+	PREFETCHT0 8896(AX)
+	VMOVUPS    (AX), Z0
+	VMOVUPS.Z  64(AX), K1, Z3
+	ADDQ       R9, AX
+	VMOVUPS    (AX), Z4
+	VMOVUPS.Z  64(AX), K1, Z5
+	ADDQ       R9, AX
+	VMOVUPS    (AX), Z6
+	VMOVUPS.Z  64(AX), K1, Z7
+	ADDQ       R9, AX
+	VMOVUPS    (AX), Z8
+	VMOVUPS.Z  64(AX), K1, Z9
+	ADDQ       R9, AX
+	VMOVUPS    (AX), Z10
+	VMOVUPS.Z  64(AX), K1, Z11
+	ADDQ       R9, AX
+	VMOVUPS    (AX), Z12
+	VMOVUPS.Z  64(AX), K1, Z13
+	JMP        vkbf16AVX512_loaded_3
 
 vkbf16AVX512_frombf16_3:
 	MOVQ        src_base+16(FP), AX
 	MOVQ        (SP), CX
 	IMULQ       R10, CX
 	ADDQ        CX, AX
+	PREFETCHT0  8192(AX)
+	PREFETCHT0  8256(AX)
+	PREFETCHT0  8320(AX)
+	PREFETCHT0  8384(AX)
+	PREFETCHT0  8448(AX)
+	PREFETCHT0  8512(AX)
 	VPMOVZXWD   (AX), Z0
 	VPSLLD      $0x10, Z0, Z0
 	VPMOVZXWD.Z 32(AX), K1, Z3
@@ -17616,21 +17910,24 @@ vkbf16AVX512_group_4:
 	JB   vkbf16AVX512_groupsdone_4
 
 	// Load 1 row(s) of 2 vectors.
-	MOVQ      src32_base+40(FP), AX
-	TESTQ     AX, AX
-	JZ        vkbf16AVX512_frombf16_4
-	MOVQ      (SP), CX
-	IMULQ     R9, CX
-	ADDQ      CX, AX
-	VMOVUPS   (AX), Z0
-	VMOVUPS.Z 64(AX), K1, Z1
-	JMP       vkbf16AVX512_loaded_4
+	MOVQ       src32_base+40(FP), AX
+	TESTQ      AX, AX
+	JZ         vkbf16AVX512_frombf16_4
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	VMOVUPS    (AX), Z0
+	VMOVUPS.Z  64(AX), K1, Z1
+	JMP        vkbf16AVX512_loaded_4
 
 vkbf16AVX512_frombf16_4:
 	MOVQ        src_base+16(FP), AX
 	MOVQ        (SP), CX
 	IMULQ       R10, CX
 	ADDQ        CX, AX
+	PREFETCHT0  8192(AX)
 	VPMOVZXWD   (AX), Z0
 	VPSLLD      $0x10, Z0, Z0
 	VPMOVZXWD.Z 32(AX), K1, Z1
@@ -17781,38 +18078,61 @@ vkbf16AVX512_group_5:
 	KMOVW AX, K6
 
 	// Load 5 row(s) of 3 vectors.
-	MOVQ      src32_base+40(FP), AX
-	TESTQ     AX, AX
-	JZ        vkbf16AVX512_frombf16_5
-	MOVQ      (SP), CX
-	IMULQ     R9, CX
-	ADDQ      CX, AX
-	VMOVUPS   (AX), Z0
-	VMOVUPS   64(AX), Z3
-	VMOVUPS.Z 128(AX), K1, Z4
-	ADDQ      R9, AX
-	VMOVUPS   (AX), Z5
-	VMOVUPS   64(AX), Z6
-	VMOVUPS.Z 128(AX), K1, Z7
-	ADDQ      R9, AX
-	VMOVUPS   (AX), Z8
-	VMOVUPS   64(AX), Z9
-	VMOVUPS.Z 128(AX), K1, Z10
-	ADDQ      R9, AX
-	VMOVUPS   (AX), Z11
-	VMOVUPS   64(AX), Z12
-	VMOVUPS.Z 128(AX), K1, Z13
-	ADDQ      R9, AX
-	VMOVUPS   (AX), Z14
-	VMOVUPS   64(AX), Z15
-	VMOVUPS.Z 128(AX), K1, Z16
-	JMP       vkbf16AVX512_loaded_5
+	MOVQ       src32_base+40(FP), AX
+	TESTQ      AX, AX
+	JZ         vkbf16AVX512_frombf16_5
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	PREFETCHT0 8448(AX)
+	PREFETCHT0 8512(AX)
+	PREFETCHT0 8576(AX)
+	PREFETCHT0 8640(AX)
+	PREFETCHT0 8704(AX)
+	PREFETCHT0 8768(AX)
+	PREFETCHT0 8832(AX)
+	PREFETCHT0 8896(AX)
+	PREFETCHT0 8960(AX)
+	PREFETCHT0 9024(AX)
+	PREFETCHT0 9088(AX)
+	VMOVUPS    (AX), Z0
+	VMOVUPS    64(AX), Z3
+	VMOVUPS.Z  128(AX), K1, Z4
+	ADDQ       R9, AX
+	VMOVUPS    (AX), Z5
+	VMOVUPS    64(AX), Z6
+	VMOVUPS.Z  128(AX), K1, Z7
+	ADDQ       R9, AX
+	VMOVUPS    (AX), Z8
+	VMOVUPS    64(AX), Z9
+	VMOVUPS.Z  128(AX), K1, Z10
+	ADDQ       R9, AX
+	VMOVUPS    (AX), Z11
+	VMOVUPS    64(AX), Z12
+	VMOVUPS.Z  128(AX), K1, Z13
+	ADDQ       R9, AX
+	VMOVUPS    (AX), Z14
+	VMOVUPS    64(AX), Z15
+	VMOVUPS.Z  128(AX), K1, Z16
+	JMP        vkbf16AVX512_loaded_5
 
 vkbf16AVX512_frombf16_5:
 	MOVQ        src_base+16(FP), AX
 	MOVQ        (SP), CX
 	IMULQ       R10, CX
 	ADDQ        CX, AX
+	PREFETCHT0  8192(AX)
+	PREFETCHT0  8256(AX)
+	PREFETCHT0  8320(AX)
+	PREFETCHT0  8384(AX)
+	PREFETCHT0  8448(AX)
+	PREFETCHT0  8512(AX)
+	PREFETCHT0  8576(AX)
+	PREFETCHT0  8640(AX)
 	VPMOVZXWD   (AX), Z0
 	VPSLLD      $0x10, Z0, Z0
 	VPMOVZXWD   32(AX), Z3
@@ -18245,22 +18565,27 @@ vkbf16AVX512_group_6:
 	JB   vkbf16AVX512_groupsdone_6
 
 	// Load 1 row(s) of 3 vectors.
-	MOVQ      src32_base+40(FP), AX
-	TESTQ     AX, AX
-	JZ        vkbf16AVX512_frombf16_6
-	MOVQ      (SP), CX
-	IMULQ     R9, CX
-	ADDQ      CX, AX
-	VMOVUPS   (AX), Z0
-	VMOVUPS   64(AX), Z1
-	VMOVUPS.Z 128(AX), K1, Z3
-	JMP       vkbf16AVX512_loaded_6
+	MOVQ       src32_base+40(FP), AX
+	TESTQ      AX, AX
+	JZ         vkbf16AVX512_frombf16_6
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	VMOVUPS    (AX), Z0
+	VMOVUPS    64(AX), Z1
+	VMOVUPS.Z  128(AX), K1, Z3
+	JMP        vkbf16AVX512_loaded_6
 
 vkbf16AVX512_frombf16_6:
 	MOVQ        src_base+16(FP), AX
 	MOVQ        (SP), CX
 	IMULQ       R10, CX
 	ADDQ        CX, AX
+	PREFETCHT0  8192(AX)
+	PREFETCHT0  8256(AX)
 	VPMOVZXWD   (AX), Z0
 	VPSLLD      $0x10, Z0, Z0
 	VPMOVZXWD   32(AX), Z1
@@ -18432,38 +18757,62 @@ vkbf16AVX512_group_7:
 	KMOVW AX, K6
 
 	// Load 4 row(s) of 4 vectors.
-	MOVQ      src32_base+40(FP), AX
-	TESTQ     AX, AX
-	JZ        vkbf16AVX512_frombf16_7
-	MOVQ      (SP), CX
-	IMULQ     R9, CX
-	ADDQ      CX, AX
-	VMOVUPS   (AX), Z0
-	VMOVUPS   64(AX), Z3
-	VMOVUPS   128(AX), Z4
-	VMOVUPS.Z 192(AX), K1, Z5
-	ADDQ      R9, AX
-	VMOVUPS   (AX), Z6
-	VMOVUPS   64(AX), Z7
-	VMOVUPS   128(AX), Z8
-	VMOVUPS.Z 192(AX), K1, Z9
-	ADDQ      R9, AX
-	VMOVUPS   (AX), Z10
-	VMOVUPS   64(AX), Z11
-	VMOVUPS   128(AX), Z12
-	VMOVUPS.Z 192(AX), K1, Z13
-	ADDQ      R9, AX
-	VMOVUPS   (AX), Z14
-	VMOVUPS   64(AX), Z15
-	VMOVUPS   128(AX), Z16
-	VMOVUPS.Z 192(AX), K1, Z17
-	JMP       vkbf16AVX512_loaded_7
+	MOVQ       src32_base+40(FP), AX
+	TESTQ      AX, AX
+	JZ         vkbf16AVX512_frombf16_7
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	PREFETCHT0 8448(AX)
+	PREFETCHT0 8512(AX)
+	PREFETCHT0 8576(AX)
+	PREFETCHT0 8640(AX)
+	PREFETCHT0 8704(AX)
+	PREFETCHT0 8768(AX)
+	PREFETCHT0 8832(AX)
+	PREFETCHT0 8896(AX)
+	PREFETCHT0 8960(AX)
+	PREFETCHT0 9024(AX)
+	PREFETCHT0 9088(AX)
+	PREFETCHT0 9152(AX)
+	VMOVUPS    (AX), Z0
+	VMOVUPS    64(AX), Z3
+	VMOVUPS    128(AX), Z4
+	VMOVUPS.Z  192(AX), K1, Z5
+	ADDQ       R9, AX
+	VMOVUPS    (AX), Z6
+	VMOVUPS    64(AX), Z7
+	VMOVUPS    128(AX), Z8
+	VMOVUPS.Z  192(AX), K1, Z9
+	ADDQ       R9, AX
+	VMOVUPS    (AX), Z10
+	VMOVUPS    64(AX), Z11
+	VMOVUPS    128(AX), Z12
+	VMOVUPS.Z  192(AX), K1, Z13
+	ADDQ       R9, AX
+	VMOVUPS    (AX), Z14
+	VMOVUPS    64(AX), Z15
+	VMOVUPS    128(AX), Z16
+	VMOVUPS.Z  192(AX), K1, Z17
+	JMP        vkbf16AVX512_loaded_7
 
 vkbf16AVX512_frombf16_7:
 	MOVQ        src_base+16(FP), AX
 	MOVQ        (SP), CX
 	IMULQ       R10, CX
 	ADDQ        CX, AX
+	PREFETCHT0  8192(AX)
+	PREFETCHT0  8256(AX)
+	PREFETCHT0  8320(AX)
+	PREFETCHT0  8384(AX)
+	PREFETCHT0  8448(AX)
+	PREFETCHT0  8512(AX)
+	PREFETCHT0  8576(AX)
+	PREFETCHT0  8640(AX)
 	VPMOVZXWD   (AX), Z0
 	VPSLLD      $0x10, Z0, Z0
 	VPMOVZXWD   32(AX), Z3
@@ -18899,23 +19248,29 @@ vkbf16AVX512_group_8:
 	JB   vkbf16AVX512_groupsdone_8
 
 	// Load 1 row(s) of 4 vectors.
-	MOVQ      src32_base+40(FP), AX
-	TESTQ     AX, AX
-	JZ        vkbf16AVX512_frombf16_8
-	MOVQ      (SP), CX
-	IMULQ     R9, CX
-	ADDQ      CX, AX
-	VMOVUPS   (AX), Z0
-	VMOVUPS   64(AX), Z1
-	VMOVUPS   128(AX), Z3
-	VMOVUPS.Z 192(AX), K1, Z4
-	JMP       vkbf16AVX512_loaded_8
+	MOVQ       src32_base+40(FP), AX
+	TESTQ      AX, AX
+	JZ         vkbf16AVX512_frombf16_8
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	VMOVUPS    (AX), Z0
+	VMOVUPS    64(AX), Z1
+	VMOVUPS    128(AX), Z3
+	VMOVUPS.Z  192(AX), K1, Z4
+	JMP        vkbf16AVX512_loaded_8
 
 vkbf16AVX512_frombf16_8:
 	MOVQ        src_base+16(FP), AX
 	MOVQ        (SP), CX
 	IMULQ       R10, CX
 	ADDQ        CX, AX
+	PREFETCHT0  8192(AX)
+	PREFETCHT0  8256(AX)
 	VPMOVZXWD   (AX), Z0
 	VPSLLD      $0x10, Z0, Z0
 	VPMOVZXWD   32(AX), Z1
@@ -19108,36 +19463,59 @@ vkbf16AVX512_group_9:
 	KMOVW AX, K6
 
 	// Load 3 row(s) of 5 vectors.
-	MOVQ      src32_base+40(FP), AX
-	TESTQ     AX, AX
-	JZ        vkbf16AVX512_frombf16_9
-	MOVQ      (SP), CX
-	IMULQ     R9, CX
-	ADDQ      CX, AX
-	VMOVUPS   (AX), Z0
-	VMOVUPS   64(AX), Z3
-	VMOVUPS   128(AX), Z4
-	VMOVUPS   192(AX), Z5
-	VMOVUPS.Z 256(AX), K1, Z6
-	ADDQ      R9, AX
-	VMOVUPS   (AX), Z7
-	VMOVUPS   64(AX), Z8
-	VMOVUPS   128(AX), Z9
-	VMOVUPS   192(AX), Z10
-	VMOVUPS.Z 256(AX), K1, Z11
-	ADDQ      R9, AX
-	VMOVUPS   (AX), Z12
-	VMOVUPS   64(AX), Z13
-	VMOVUPS   128(AX), Z14
-	VMOVUPS   192(AX), Z15
-	VMOVUPS.Z 256(AX), K1, Z16
-	JMP       vkbf16AVX512_loaded_9
+	MOVQ       src32_base+40(FP), AX
+	TESTQ      AX, AX
+	JZ         vkbf16AVX512_frombf16_9
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	PREFETCHT0 8448(AX)
+	PREFETCHT0 8512(AX)
+	PREFETCHT0 8576(AX)
+	PREFETCHT0 8640(AX)
+	PREFETCHT0 8704(AX)
+	PREFETCHT0 8768(AX)
+	PREFETCHT0 8832(AX)
+	PREFETCHT0 8896(AX)
+	PREFETCHT0 8960(AX)
+	PREFETCHT0 9024(AX)
+	PREFETCHT0 9088(AX)
+	VMOVUPS    (AX), Z0
+	VMOVUPS    64(AX), Z3
+	VMOVUPS    128(AX), Z4
+	VMOVUPS    192(AX), Z5
+	VMOVUPS.Z  256(AX), K1, Z6
+	ADDQ       R9, AX
+	VMOVUPS    (AX), Z7
+	VMOVUPS    64(AX), Z8
+	VMOVUPS    128(AX), Z9
+	VMOVUPS    192(AX), Z10
+	VMOVUPS.Z  256(AX), K1, Z11
+	ADDQ       R9, AX
+	VMOVUPS    (AX), Z12
+	VMOVUPS    64(AX), Z13
+	VMOVUPS    128(AX), Z14
+	VMOVUPS    192(AX), Z15
+	VMOVUPS.Z  256(AX), K1, Z16
+	JMP        vkbf16AVX512_loaded_9
 
 vkbf16AVX512_frombf16_9:
 	MOVQ        src_base+16(FP), AX
 	MOVQ        (SP), CX
 	IMULQ       R10, CX
 	ADDQ        CX, AX
+	PREFETCHT0  8192(AX)
+	PREFETCHT0  8256(AX)
+	PREFETCHT0  8320(AX)
+	PREFETCHT0  8384(AX)
+	PREFETCHT0  8448(AX)
+	PREFETCHT0  8512(AX)
+	PREFETCHT0  8576(AX)
+	PREFETCHT0  8640(AX)
 	VPMOVZXWD   (AX), Z0
 	VPSLLD      $0x10, Z0, Z0
 	VPMOVZXWD   32(AX), Z3
@@ -19550,24 +19928,32 @@ vkbf16AVX512_group_10:
 	JB   vkbf16AVX512_groupsdone_10
 
 	// Load 1 row(s) of 5 vectors.
-	MOVQ      src32_base+40(FP), AX
-	TESTQ     AX, AX
-	JZ        vkbf16AVX512_frombf16_10
-	MOVQ      (SP), CX
-	IMULQ     R9, CX
-	ADDQ      CX, AX
-	VMOVUPS   (AX), Z0
-	VMOVUPS   64(AX), Z1
-	VMOVUPS   128(AX), Z3
-	VMOVUPS   192(AX), Z4
-	VMOVUPS.Z 256(AX), K1, Z5
-	JMP       vkbf16AVX512_loaded_10
+	MOVQ       src32_base+40(FP), AX
+	TESTQ      AX, AX
+	JZ         vkbf16AVX512_frombf16_10
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	PREFETCHT0 8448(AX)
+	VMOVUPS    (AX), Z0
+	VMOVUPS    64(AX), Z1
+	VMOVUPS    128(AX), Z3
+	VMOVUPS    192(AX), Z4
+	VMOVUPS.Z  256(AX), K1, Z5
+	JMP        vkbf16AVX512_loaded_10
 
 vkbf16AVX512_frombf16_10:
 	MOVQ        src_base+16(FP), AX
 	MOVQ        (SP), CX
 	IMULQ       R10, CX
 	ADDQ        CX, AX
+	PREFETCHT0  8192(AX)
+	PREFETCHT0  8256(AX)
+	PREFETCHT0  8320(AX)
 	VPMOVZXWD   (AX), Z0
 	VPSLLD      $0x10, Z0, Z0
 	VPMOVZXWD   32(AX), Z1
@@ -19779,32 +20165,50 @@ vkbf16AVX512_group_11:
 	KMOVW AX, K6
 
 	// Load 2 row(s) of 6 vectors.
-	MOVQ      src32_base+40(FP), AX
-	TESTQ     AX, AX
-	JZ        vkbf16AVX512_frombf16_11
-	MOVQ      (SP), CX
-	IMULQ     R9, CX
-	ADDQ      CX, AX
-	VMOVUPS   (AX), Z0
-	VMOVUPS   64(AX), Z3
-	VMOVUPS   128(AX), Z4
-	VMOVUPS   192(AX), Z5
-	VMOVUPS   256(AX), Z6
-	VMOVUPS.Z 320(AX), K1, Z7
-	ADDQ      R9, AX
-	VMOVUPS   (AX), Z8
-	VMOVUPS   64(AX), Z9
-	VMOVUPS   128(AX), Z10
-	VMOVUPS   192(AX), Z11
-	VMOVUPS   256(AX), Z12
-	VMOVUPS.Z 320(AX), K1, Z13
-	JMP       vkbf16AVX512_loaded_11
+	MOVQ       src32_base+40(FP), AX
+	TESTQ      AX, AX
+	JZ         vkbf16AVX512_frombf16_11
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	PREFETCHT0 8448(AX)
+	PREFETCHT0 8512(AX)
+	PREFETCHT0 8576(AX)
+	PREFETCHT0 8640(AX)
+	PREFETCHT0 8704(AX)
+	PREFETCHT0 8768(AX)
+	PREFETCHT0 8832(AX)
+	PREFETCHT0 8896(AX)
+	VMOVUPS    (AX), Z0
+	VMOVUPS    64(AX), Z3
+	VMOVUPS    128(AX), Z4
+	VMOVUPS    192(AX), Z5
+	VMOVUPS    256(AX), Z6
+	VMOVUPS.Z  320(AX), K1, Z7
+	ADDQ       R9, AX
+	VMOVUPS    (AX), Z8
+	VMOVUPS    64(AX), Z9
+	VMOVUPS    128(AX), Z10
+	VMOVUPS    192(AX), Z11
+	VMOVUPS    256(AX), Z12
+	VMOVUPS.Z  320(AX), K1, Z13
+	JMP        vkbf16AVX512_loaded_11
 
 vkbf16AVX512_frombf16_11:
 	MOVQ        src_base+16(FP), AX
 	MOVQ        (SP), CX
 	IMULQ       R10, CX
 	ADDQ        CX, AX
+	PREFETCHT0  8192(AX)
+	PREFETCHT0  8256(AX)
+	PREFETCHT0  8320(AX)
+	PREFETCHT0  8384(AX)
+	PREFETCHT0  8448(AX)
+	PREFETCHT0  8512(AX)
 	VPMOVZXWD   (AX), Z0
 	VPSLLD      $0x10, Z0, Z0
 	VPMOVZXWD   32(AX), Z3
@@ -20145,25 +20549,34 @@ vkbf16AVX512_group_12:
 	JB   vkbf16AVX512_groupsdone_12
 
 	// Load 1 row(s) of 6 vectors.
-	MOVQ      src32_base+40(FP), AX
-	TESTQ     AX, AX
-	JZ        vkbf16AVX512_frombf16_12
-	MOVQ      (SP), CX
-	IMULQ     R9, CX
-	ADDQ      CX, AX
-	VMOVUPS   (AX), Z0
-	VMOVUPS   64(AX), Z1
-	VMOVUPS   128(AX), Z3
-	VMOVUPS   192(AX), Z4
-	VMOVUPS   256(AX), Z5
-	VMOVUPS.Z 320(AX), K1, Z6
-	JMP       vkbf16AVX512_loaded_12
+	MOVQ       src32_base+40(FP), AX
+	TESTQ      AX, AX
+	JZ         vkbf16AVX512_frombf16_12
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	PREFETCHT0 8448(AX)
+	PREFETCHT0 8512(AX)
+	VMOVUPS    (AX), Z0
+	VMOVUPS    64(AX), Z1
+	VMOVUPS    128(AX), Z3
+	VMOVUPS    192(AX), Z4
+	VMOVUPS    256(AX), Z5
+	VMOVUPS.Z  320(AX), K1, Z6
+	JMP        vkbf16AVX512_loaded_12
 
 vkbf16AVX512_frombf16_12:
 	MOVQ        src_base+16(FP), AX
 	MOVQ        (SP), CX
 	IMULQ       R10, CX
 	ADDQ        CX, AX
+	PREFETCHT0  8192(AX)
+	PREFETCHT0  8256(AX)
+	PREFETCHT0  8320(AX)
 	VPMOVZXWD   (AX), Z0
 	VPSLLD      $0x10, Z0, Z0
 	VPMOVZXWD   32(AX), Z1
@@ -20394,34 +20807,55 @@ vkbf16AVX512_group_13:
 	KMOVW AX, K6
 
 	// Load 2 row(s) of 7 vectors.
-	MOVQ      src32_base+40(FP), AX
-	TESTQ     AX, AX
-	JZ        vkbf16AVX512_frombf16_13
-	MOVQ      (SP), CX
-	IMULQ     R9, CX
-	ADDQ      CX, AX
-	VMOVUPS   (AX), Z0
-	VMOVUPS   64(AX), Z3
-	VMOVUPS   128(AX), Z4
-	VMOVUPS   192(AX), Z5
-	VMOVUPS   256(AX), Z6
-	VMOVUPS   320(AX), Z7
-	VMOVUPS.Z 384(AX), K1, Z8
-	ADDQ      R9, AX
-	VMOVUPS   (AX), Z9
-	VMOVUPS   64(AX), Z10
-	VMOVUPS   128(AX), Z11
-	VMOVUPS   192(AX), Z12
-	VMOVUPS   256(AX), Z13
-	VMOVUPS   320(AX), Z14
-	VMOVUPS.Z 384(AX), K1, Z15
-	JMP       vkbf16AVX512_loaded_13
+	MOVQ       src32_base+40(FP), AX
+	TESTQ      AX, AX
+	JZ         vkbf16AVX512_frombf16_13
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	PREFETCHT0 8448(AX)
+	PREFETCHT0 8512(AX)
+	PREFETCHT0 8576(AX)
+	PREFETCHT0 8640(AX)
+	PREFETCHT0 8704(AX)
+	PREFETCHT0 8768(AX)
+	PREFETCHT0 8832(AX)
+	PREFETCHT0 8896(AX)
+	PREFETCHT0 8960(AX)
+	PREFETCHT0 9024(AX)
+	VMOVUPS    (AX), Z0
+	VMOVUPS    64(AX), Z3
+	VMOVUPS    128(AX), Z4
+	VMOVUPS    192(AX), Z5
+	VMOVUPS    256(AX), Z6
+	VMOVUPS    320(AX), Z7
+	VMOVUPS.Z  384(AX), K1, Z8
+	ADDQ       R9, AX
+	VMOVUPS    (AX), Z9
+	VMOVUPS    64(AX), Z10
+	VMOVUPS    128(AX), Z11
+	VMOVUPS    192(AX), Z12
+	VMOVUPS    256(AX), Z13
+	VMOVUPS    320(AX), Z14
+	VMOVUPS.Z  384(AX), K1, Z15
+	JMP        vkbf16AVX512_loaded_13
 
 vkbf16AVX512_frombf16_13:
 	MOVQ        src_base+16(FP), AX
 	MOVQ        (SP), CX
 	IMULQ       R10, CX
 	ADDQ        CX, AX
+	PREFETCHT0  8192(AX)
+	PREFETCHT0  8256(AX)
+	PREFETCHT0  8320(AX)
+	PREFETCHT0  8384(AX)
+	PREFETCHT0  8448(AX)
+	PREFETCHT0  8512(AX)
+	PREFETCHT0  8576(AX)
 	VPMOVZXWD   (AX), Z0
 	VPSLLD      $0x10, Z0, Z0
 	VPMOVZXWD   32(AX), Z3
@@ -20800,26 +21234,37 @@ vkbf16AVX512_group_14:
 	JB   vkbf16AVX512_groupsdone_14
 
 	// Load 1 row(s) of 7 vectors.
-	MOVQ      src32_base+40(FP), AX
-	TESTQ     AX, AX
-	JZ        vkbf16AVX512_frombf16_14
-	MOVQ      (SP), CX
-	IMULQ     R9, CX
-	ADDQ      CX, AX
-	VMOVUPS   (AX), Z0
-	VMOVUPS   64(AX), Z1
-	VMOVUPS   128(AX), Z3
-	VMOVUPS   192(AX), Z4
-	VMOVUPS   256(AX), Z5
-	VMOVUPS   320(AX), Z6
-	VMOVUPS.Z 384(AX), K1, Z7
-	JMP       vkbf16AVX512_loaded_14
+	MOVQ       src32_base+40(FP), AX
+	TESTQ      AX, AX
+	JZ         vkbf16AVX512_frombf16_14
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	PREFETCHT0 8448(AX)
+	PREFETCHT0 8512(AX)
+	PREFETCHT0 8576(AX)
+	VMOVUPS    (AX), Z0
+	VMOVUPS    64(AX), Z1
+	VMOVUPS    128(AX), Z3
+	VMOVUPS    192(AX), Z4
+	VMOVUPS    256(AX), Z5
+	VMOVUPS    320(AX), Z6
+	VMOVUPS.Z  384(AX), K1, Z7
+	JMP        vkbf16AVX512_loaded_14
 
 vkbf16AVX512_frombf16_14:
 	MOVQ        src_base+16(FP), AX
 	MOVQ        (SP), CX
 	IMULQ       R10, CX
 	ADDQ        CX, AX
+	PREFETCHT0  8192(AX)
+	PREFETCHT0  8256(AX)
+	PREFETCHT0  8320(AX)
+	PREFETCHT0  8384(AX)
 	VPMOVZXWD   (AX), Z0
 	VPSLLD      $0x10, Z0, Z0
 	VPMOVZXWD   32(AX), Z1
@@ -21069,36 +21514,60 @@ vkbf16AVX512_group_15:
 	KMOVW AX, K6
 
 	// Load 2 row(s) of 8 vectors.
-	MOVQ      src32_base+40(FP), AX
-	TESTQ     AX, AX
-	JZ        vkbf16AVX512_frombf16_15
-	MOVQ      (SP), CX
-	IMULQ     R9, CX
-	ADDQ      CX, AX
-	VMOVUPS   (AX), Z0
-	VMOVUPS   64(AX), Z3
-	VMOVUPS   128(AX), Z4
-	VMOVUPS   192(AX), Z5
-	VMOVUPS   256(AX), Z6
-	VMOVUPS   320(AX), Z7
-	VMOVUPS   384(AX), Z8
-	VMOVUPS.Z 448(AX), K1, Z9
-	ADDQ      R9, AX
-	VMOVUPS   (AX), Z10
-	VMOVUPS   64(AX), Z11
-	VMOVUPS   128(AX), Z12
-	VMOVUPS   192(AX), Z13
-	VMOVUPS   256(AX), Z14
-	VMOVUPS   320(AX), Z15
-	VMOVUPS   384(AX), Z16
-	VMOVUPS.Z 448(AX), K1, Z17
-	JMP       vkbf16AVX512_loaded_15
+	MOVQ       src32_base+40(FP), AX
+	TESTQ      AX, AX
+	JZ         vkbf16AVX512_frombf16_15
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	PREFETCHT0 8448(AX)
+	PREFETCHT0 8512(AX)
+	PREFETCHT0 8576(AX)
+	PREFETCHT0 8640(AX)
+	PREFETCHT0 8704(AX)
+	PREFETCHT0 8768(AX)
+	PREFETCHT0 8832(AX)
+	PREFETCHT0 8896(AX)
+	PREFETCHT0 8960(AX)
+	PREFETCHT0 9024(AX)
+	PREFETCHT0 9088(AX)
+	PREFETCHT0 9152(AX)
+	VMOVUPS    (AX), Z0
+	VMOVUPS    64(AX), Z3
+	VMOVUPS    128(AX), Z4
+	VMOVUPS    192(AX), Z5
+	VMOVUPS    256(AX), Z6
+	VMOVUPS    320(AX), Z7
+	VMOVUPS    384(AX), Z8
+	VMOVUPS.Z  448(AX), K1, Z9
+	ADDQ       R9, AX
+	VMOVUPS    (AX), Z10
+	VMOVUPS    64(AX), Z11
+	VMOVUPS    128(AX), Z12
+	VMOVUPS    192(AX), Z13
+	VMOVUPS    256(AX), Z14
+	VMOVUPS    320(AX), Z15
+	VMOVUPS    384(AX), Z16
+	VMOVUPS.Z  448(AX), K1, Z17
+	JMP        vkbf16AVX512_loaded_15
 
 vkbf16AVX512_frombf16_15:
 	MOVQ        src_base+16(FP), AX
 	MOVQ        (SP), CX
 	IMULQ       R10, CX
 	ADDQ        CX, AX
+	PREFETCHT0  8192(AX)
+	PREFETCHT0  8256(AX)
+	PREFETCHT0  8320(AX)
+	PREFETCHT0  8384(AX)
+	PREFETCHT0  8448(AX)
+	PREFETCHT0  8512(AX)
+	PREFETCHT0  8576(AX)
+	PREFETCHT0  8640(AX)
 	VPMOVZXWD   (AX), Z0
 	VPSLLD      $0x10, Z0, Z0
 	VPMOVZXWD   32(AX), Z3
@@ -21515,27 +21984,39 @@ vkbf16AVX512_group_16:
 	JB   vkbf16AVX512_groupsdone_16
 
 	// Load 1 row(s) of 8 vectors.
-	MOVQ      src32_base+40(FP), AX
-	TESTQ     AX, AX
-	JZ        vkbf16AVX512_frombf16_16
-	MOVQ      (SP), CX
-	IMULQ     R9, CX
-	ADDQ      CX, AX
-	VMOVUPS   (AX), Z0
-	VMOVUPS   64(AX), Z1
-	VMOVUPS   128(AX), Z3
-	VMOVUPS   192(AX), Z4
-	VMOVUPS   256(AX), Z5
-	VMOVUPS   320(AX), Z6
-	VMOVUPS   384(AX), Z7
-	VMOVUPS.Z 448(AX), K1, Z8
-	JMP       vkbf16AVX512_loaded_16
+	MOVQ       src32_base+40(FP), AX
+	TESTQ      AX, AX
+	JZ         vkbf16AVX512_frombf16_16
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	PREFETCHT0 8448(AX)
+	PREFETCHT0 8512(AX)
+	PREFETCHT0 8576(AX)
+	PREFETCHT0 8640(AX)
+	VMOVUPS    (AX), Z0
+	VMOVUPS    64(AX), Z1
+	VMOVUPS    128(AX), Z3
+	VMOVUPS    192(AX), Z4
+	VMOVUPS    256(AX), Z5
+	VMOVUPS    320(AX), Z6
+	VMOVUPS    384(AX), Z7
+	VMOVUPS.Z  448(AX), K1, Z8
+	JMP        vkbf16AVX512_loaded_16
 
 vkbf16AVX512_frombf16_16:
 	MOVQ        src_base+16(FP), AX
 	MOVQ        (SP), CX
 	IMULQ       R10, CX
 	ADDQ        CX, AX
+	PREFETCHT0  8192(AX)
+	PREFETCHT0  8256(AX)
+	PREFETCHT0  8320(AX)
+	PREFETCHT0  8384(AX)
 	VPMOVZXWD   (AX), Z0
 	VPSLLD      $0x10, Z0, Z0
 	VPMOVZXWD   32(AX), Z1
@@ -21804,38 +22285,65 @@ vkbf16AVX512_group_17:
 	KMOVW AX, K6
 
 	// Load 2 row(s) of 9 vectors.
-	MOVQ      src32_base+40(FP), AX
-	TESTQ     AX, AX
-	JZ        vkbf16AVX512_frombf16_17
-	MOVQ      (SP), CX
-	IMULQ     R9, CX
-	ADDQ      CX, AX
-	VMOVUPS   (AX), Z0
-	VMOVUPS   64(AX), Z3
-	VMOVUPS   128(AX), Z4
-	VMOVUPS   192(AX), Z5
-	VMOVUPS   256(AX), Z6
-	VMOVUPS   320(AX), Z7
-	VMOVUPS   384(AX), Z8
-	VMOVUPS   448(AX), Z9
-	VMOVUPS.Z 512(AX), K1, Z10
-	ADDQ      R9, AX
-	VMOVUPS   (AX), Z11
-	VMOVUPS   64(AX), Z12
-	VMOVUPS   128(AX), Z13
-	VMOVUPS   192(AX), Z14
-	VMOVUPS   256(AX), Z15
-	VMOVUPS   320(AX), Z16
-	VMOVUPS   384(AX), Z17
-	VMOVUPS   448(AX), Z18
-	VMOVUPS.Z 512(AX), K1, Z19
-	JMP       vkbf16AVX512_loaded_17
+	MOVQ       src32_base+40(FP), AX
+	TESTQ      AX, AX
+	JZ         vkbf16AVX512_frombf16_17
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	PREFETCHT0 8448(AX)
+	PREFETCHT0 8512(AX)
+	PREFETCHT0 8576(AX)
+	PREFETCHT0 8640(AX)
+	PREFETCHT0 8704(AX)
+	PREFETCHT0 8768(AX)
+	PREFETCHT0 8832(AX)
+	PREFETCHT0 8896(AX)
+	PREFETCHT0 8960(AX)
+	PREFETCHT0 9024(AX)
+	PREFETCHT0 9088(AX)
+	PREFETCHT0 9152(AX)
+	PREFETCHT0 9216(AX)
+	PREFETCHT0 9280(AX)
+	VMOVUPS    (AX), Z0
+	VMOVUPS    64(AX), Z3
+	VMOVUPS    128(AX), Z4
+	VMOVUPS    192(AX), Z5
+	VMOVUPS    256(AX), Z6
+	VMOVUPS    320(AX), Z7
+	VMOVUPS    384(AX), Z8
+	VMOVUPS    448(AX), Z9
+	VMOVUPS.Z  512(AX), K1, Z10
+	ADDQ       R9, AX
+	VMOVUPS    (AX), Z11
+	VMOVUPS    64(AX), Z12
+	VMOVUPS    128(AX), Z13
+	VMOVUPS    192(AX), Z14
+	VMOVUPS    256(AX), Z15
+	VMOVUPS    320(AX), Z16
+	VMOVUPS    384(AX), Z17
+	VMOVUPS    448(AX), Z18
+	VMOVUPS.Z  512(AX), K1, Z19
+	JMP        vkbf16AVX512_loaded_17
 
 vkbf16AVX512_frombf16_17:
 	MOVQ        src_base+16(FP), AX
 	MOVQ        (SP), CX
 	IMULQ       R10, CX
 	ADDQ        CX, AX
+	PREFETCHT0  8192(AX)
+	PREFETCHT0  8256(AX)
+	PREFETCHT0  8320(AX)
+	PREFETCHT0  8384(AX)
+	PREFETCHT0  8448(AX)
+	PREFETCHT0  8512(AX)
+	PREFETCHT0  8576(AX)
+	PREFETCHT0  8640(AX)
+	PREFETCHT0  8704(AX)
 	VPMOVZXWD   (AX), Z0
 	VPSLLD      $0x10, Z0, Z0
 	VPMOVZXWD   32(AX), Z3
@@ -22290,28 +22798,42 @@ vkbf16AVX512_group_18:
 	JB   vkbf16AVX512_groupsdone_18
 
 	// Load 1 row(s) of 9 vectors.
-	MOVQ      src32_base+40(FP), AX
-	TESTQ     AX, AX
-	JZ        vkbf16AVX512_frombf16_18
-	MOVQ      (SP), CX
-	IMULQ     R9, CX
-	ADDQ      CX, AX
-	VMOVUPS   (AX), Z0
-	VMOVUPS   64(AX), Z1
-	VMOVUPS   128(AX), Z3
-	VMOVUPS   192(AX), Z4
-	VMOVUPS   256(AX), Z5
-	VMOVUPS   320(AX), Z6
-	VMOVUPS   384(AX), Z7
-	VMOVUPS   448(AX), Z8
-	VMOVUPS.Z 512(AX), K1, Z9
-	JMP       vkbf16AVX512_loaded_18
+	MOVQ       src32_base+40(FP), AX
+	TESTQ      AX, AX
+	JZ         vkbf16AVX512_frombf16_18
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	PREFETCHT0 8448(AX)
+	PREFETCHT0 8512(AX)
+	PREFETCHT0 8576(AX)
+	PREFETCHT0 8640(AX)
+	PREFETCHT0 8704(AX)
+	VMOVUPS    (AX), Z0
+	VMOVUPS    64(AX), Z1
+	VMOVUPS    128(AX), Z3
+	VMOVUPS    192(AX), Z4
+	VMOVUPS    256(AX), Z5
+	VMOVUPS    320(AX), Z6
+	VMOVUPS    384(AX), Z7
+	VMOVUPS    448(AX), Z8
+	VMOVUPS.Z  512(AX), K1, Z9
+	JMP        vkbf16AVX512_loaded_18
 
 vkbf16AVX512_frombf16_18:
 	MOVQ        src_base+16(FP), AX
 	MOVQ        (SP), CX
 	IMULQ       R10, CX
 	ADDQ        CX, AX
+	PREFETCHT0  8192(AX)
+	PREFETCHT0  8256(AX)
+	PREFETCHT0  8320(AX)
+	PREFETCHT0  8384(AX)
+	PREFETCHT0  8448(AX)
 	VPMOVZXWD   (AX), Z0
 	VPSLLD      $0x10, Z0, Z0
 	VPMOVZXWD   32(AX), Z1
@@ -22597,29 +23119,44 @@ vkbf16AVX512_group_19:
 	JB   vkbf16AVX512_groupsdone_19
 
 	// Load 1 row(s) of 10 vectors.
-	MOVQ      src32_base+40(FP), AX
-	TESTQ     AX, AX
-	JZ        vkbf16AVX512_frombf16_19
-	MOVQ      (SP), CX
-	IMULQ     R9, CX
-	ADDQ      CX, AX
-	VMOVUPS   (AX), Z0
-	VMOVUPS   64(AX), Z2
-	VMOVUPS   128(AX), Z3
-	VMOVUPS   192(AX), Z4
-	VMOVUPS   256(AX), Z5
-	VMOVUPS   320(AX), Z6
-	VMOVUPS   384(AX), Z7
-	VMOVUPS   448(AX), Z8
-	VMOVUPS   512(AX), Z9
-	VMOVUPS.Z 576(AX), K1, Z10
-	JMP       vkbf16AVX512_loaded_19
+	MOVQ       src32_base+40(FP), AX
+	TESTQ      AX, AX
+	JZ         vkbf16AVX512_frombf16_19
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	PREFETCHT0 8448(AX)
+	PREFETCHT0 8512(AX)
+	PREFETCHT0 8576(AX)
+	PREFETCHT0 8640(AX)
+	PREFETCHT0 8704(AX)
+	PREFETCHT0 8768(AX)
+	VMOVUPS    (AX), Z0
+	VMOVUPS    64(AX), Z2
+	VMOVUPS    128(AX), Z3
+	VMOVUPS    192(AX), Z4
+	VMOVUPS    256(AX), Z5
+	VMOVUPS    320(AX), Z6
+	VMOVUPS    384(AX), Z7
+	VMOVUPS    448(AX), Z8
+	VMOVUPS    512(AX), Z9
+	VMOVUPS.Z  576(AX), K1, Z10
+	JMP        vkbf16AVX512_loaded_19
 
 vkbf16AVX512_frombf16_19:
 	MOVQ        src_base+16(FP), AX
 	MOVQ        (SP), CX
 	IMULQ       R10, CX
 	ADDQ        CX, AX
+	PREFETCHT0  8192(AX)
+	PREFETCHT0  8256(AX)
+	PREFETCHT0  8320(AX)
+	PREFETCHT0  8384(AX)
+	PREFETCHT0  8448(AX)
 	VPMOVZXWD   (AX), Z0
 	VPSLLD      $0x10, Z0, Z0
 	VPMOVZXWD   32(AX), Z2
@@ -22924,30 +23461,47 @@ vkbf16AVX512_group_20:
 	JB   vkbf16AVX512_groupsdone_20
 
 	// Load 1 row(s) of 11 vectors.
-	MOVQ      src32_base+40(FP), AX
-	TESTQ     AX, AX
-	JZ        vkbf16AVX512_frombf16_20
-	MOVQ      (SP), CX
-	IMULQ     R9, CX
-	ADDQ      CX, AX
-	VMOVUPS   (AX), Z0
-	VMOVUPS   64(AX), Z2
-	VMOVUPS   128(AX), Z3
-	VMOVUPS   192(AX), Z4
-	VMOVUPS   256(AX), Z5
-	VMOVUPS   320(AX), Z6
-	VMOVUPS   384(AX), Z7
-	VMOVUPS   448(AX), Z8
-	VMOVUPS   512(AX), Z9
-	VMOVUPS   576(AX), Z10
-	VMOVUPS.Z 640(AX), K1, Z11
-	JMP       vkbf16AVX512_loaded_20
+	MOVQ       src32_base+40(FP), AX
+	TESTQ      AX, AX
+	JZ         vkbf16AVX512_frombf16_20
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	PREFETCHT0 8448(AX)
+	PREFETCHT0 8512(AX)
+	PREFETCHT0 8576(AX)
+	PREFETCHT0 8640(AX)
+	PREFETCHT0 8704(AX)
+	PREFETCHT0 8768(AX)
+	PREFETCHT0 8832(AX)
+	VMOVUPS    (AX), Z0
+	VMOVUPS    64(AX), Z2
+	VMOVUPS    128(AX), Z3
+	VMOVUPS    192(AX), Z4
+	VMOVUPS    256(AX), Z5
+	VMOVUPS    320(AX), Z6
+	VMOVUPS    384(AX), Z7
+	VMOVUPS    448(AX), Z8
+	VMOVUPS    512(AX), Z9
+	VMOVUPS    576(AX), Z10
+	VMOVUPS.Z  640(AX), K1, Z11
+	JMP        vkbf16AVX512_loaded_20
 
 vkbf16AVX512_frombf16_20:
 	MOVQ        src_base+16(FP), AX
 	MOVQ        (SP), CX
 	IMULQ       R10, CX
 	ADDQ        CX, AX
+	PREFETCHT0  8192(AX)
+	PREFETCHT0  8256(AX)
+	PREFETCHT0  8320(AX)
+	PREFETCHT0  8384(AX)
+	PREFETCHT0  8448(AX)
+	PREFETCHT0  8512(AX)
 	VPMOVZXWD   (AX), Z0
 	VPSLLD      $0x10, Z0, Z0
 	VPMOVZXWD   32(AX), Z2
@@ -23271,31 +23825,49 @@ vkbf16AVX512_group_21:
 	JB   vkbf16AVX512_groupsdone_21
 
 	// Load 1 row(s) of 12 vectors.
-	MOVQ      src32_base+40(FP), AX
-	TESTQ     AX, AX
-	JZ        vkbf16AVX512_frombf16_21
-	MOVQ      (SP), CX
-	IMULQ     R9, CX
-	ADDQ      CX, AX
-	VMOVUPS   (AX), Z0
-	VMOVUPS   64(AX), Z2
-	VMOVUPS   128(AX), Z3
-	VMOVUPS   192(AX), Z4
-	VMOVUPS   256(AX), Z5
-	VMOVUPS   320(AX), Z6
-	VMOVUPS   384(AX), Z7
-	VMOVUPS   448(AX), Z8
-	VMOVUPS   512(AX), Z9
-	VMOVUPS   576(AX), Z10
-	VMOVUPS   640(AX), Z11
-	VMOVUPS.Z 704(AX), K1, Z12
-	JMP       vkbf16AVX512_loaded_21
+	MOVQ       src32_base+40(FP), AX
+	TESTQ      AX, AX
+	JZ         vkbf16AVX512_frombf16_21
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	PREFETCHT0 8448(AX)
+	PREFETCHT0 8512(AX)
+	PREFETCHT0 8576(AX)
+	PREFETCHT0 8640(AX)
+	PREFETCHT0 8704(AX)
+	PREFETCHT0 8768(AX)
+	PREFETCHT0 8832(AX)
+	PREFETCHT0 8896(AX)
+	VMOVUPS    (AX), Z0
+	VMOVUPS    64(AX), Z2
+	VMOVUPS    128(AX), Z3
+	VMOVUPS    192(AX), Z4
+	VMOVUPS    256(AX), Z5
+	VMOVUPS    320(AX), Z6
+	VMOVUPS    384(AX), Z7
+	VMOVUPS    448(AX), Z8
+	VMOVUPS    512(AX), Z9
+	VMOVUPS    576(AX), Z10
+	VMOVUPS    640(AX), Z11
+	VMOVUPS.Z  704(AX), K1, Z12
+	JMP        vkbf16AVX512_loaded_21
 
 vkbf16AVX512_frombf16_21:
 	MOVQ        src_base+16(FP), AX
 	MOVQ        (SP), CX
 	IMULQ       R10, CX
 	ADDQ        CX, AX
+	PREFETCHT0  8192(AX)
+	PREFETCHT0  8256(AX)
+	PREFETCHT0  8320(AX)
+	PREFETCHT0  8384(AX)
+	PREFETCHT0  8448(AX)
+	PREFETCHT0  8512(AX)
 	VPMOVZXWD   (AX), Z0
 	VPSLLD      $0x10, Z0, Z0
 	VPMOVZXWD   32(AX), Z2
@@ -23638,32 +24210,52 @@ vkbf16AVX512_group_22:
 	JB   vkbf16AVX512_groupsdone_22
 
 	// Load 1 row(s) of 13 vectors.
-	MOVQ      src32_base+40(FP), AX
-	TESTQ     AX, AX
-	JZ        vkbf16AVX512_frombf16_22
-	MOVQ      (SP), CX
-	IMULQ     R9, CX
-	ADDQ      CX, AX
-	VMOVUPS   (AX), Z0
-	VMOVUPS   64(AX), Z2
-	VMOVUPS   128(AX), Z3
-	VMOVUPS   192(AX), Z4
-	VMOVUPS   256(AX), Z5
-	VMOVUPS   320(AX), Z6
-	VMOVUPS   384(AX), Z7
-	VMOVUPS   448(AX), Z8
-	VMOVUPS   512(AX), Z9
-	VMOVUPS   576(AX), Z10
-	VMOVUPS   640(AX), Z11
-	VMOVUPS   704(AX), Z12
-	VMOVUPS.Z 768(AX), K1, Z13
-	JMP       vkbf16AVX512_loaded_22
+	MOVQ       src32_base+40(FP), AX
+	TESTQ      AX, AX
+	JZ         vkbf16AVX512_frombf16_22
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	PREFETCHT0 8448(AX)
+	PREFETCHT0 8512(AX)
+	PREFETCHT0 8576(AX)
+	PREFETCHT0 8640(AX)
+	PREFETCHT0 8704(AX)
+	PREFETCHT0 8768(AX)
+	PREFETCHT0 8832(AX)
+	PREFETCHT0 8896(AX)
+	PREFETCHT0 8960(AX)
+	VMOVUPS    (AX), Z0
+	VMOVUPS    64(AX), Z2
+	VMOVUPS    128(AX), Z3
+	VMOVUPS    192(AX), Z4
+	VMOVUPS    256(AX), Z5
+	VMOVUPS    320(AX), Z6
+	VMOVUPS    384(AX), Z7
+	VMOVUPS    448(AX), Z8
+	VMOVUPS    512(AX), Z9
+	VMOVUPS    576(AX), Z10
+	VMOVUPS    640(AX), Z11
+	VMOVUPS    704(AX), Z12
+	VMOVUPS.Z  768(AX), K1, Z13
+	JMP        vkbf16AVX512_loaded_22
 
 vkbf16AVX512_frombf16_22:
 	MOVQ        src_base+16(FP), AX
 	MOVQ        (SP), CX
 	IMULQ       R10, CX
 	ADDQ        CX, AX
+	PREFETCHT0  8192(AX)
+	PREFETCHT0  8256(AX)
+	PREFETCHT0  8320(AX)
+	PREFETCHT0  8384(AX)
+	PREFETCHT0  8448(AX)
+	PREFETCHT0  8512(AX)
+	PREFETCHT0  8576(AX)
 	VPMOVZXWD   (AX), Z0
 	VPSLLD      $0x10, Z0, Z0
 	VPMOVZXWD   32(AX), Z2
@@ -24025,33 +24617,54 @@ vkbf16AVX512_group_23:
 	JB   vkbf16AVX512_groupsdone_23
 
 	// Load 1 row(s) of 14 vectors.
-	MOVQ      src32_base+40(FP), AX
-	TESTQ     AX, AX
-	JZ        vkbf16AVX512_frombf16_23
-	MOVQ      (SP), CX
-	IMULQ     R9, CX
-	ADDQ      CX, AX
-	VMOVUPS   (AX), Z0
-	VMOVUPS   64(AX), Z2
-	VMOVUPS   128(AX), Z3
-	VMOVUPS   192(AX), Z4
-	VMOVUPS   256(AX), Z5
-	VMOVUPS   320(AX), Z6
-	VMOVUPS   384(AX), Z7
-	VMOVUPS   448(AX), Z8
-	VMOVUPS   512(AX), Z9
-	VMOVUPS   576(AX), Z10
-	VMOVUPS   640(AX), Z11
-	VMOVUPS   704(AX), Z12
-	VMOVUPS   768(AX), Z13
-	VMOVUPS.Z 832(AX), K1, Z14
-	JMP       vkbf16AVX512_loaded_23
+	MOVQ       src32_base+40(FP), AX
+	TESTQ      AX, AX
+	JZ         vkbf16AVX512_frombf16_23
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	PREFETCHT0 8448(AX)
+	PREFETCHT0 8512(AX)
+	PREFETCHT0 8576(AX)
+	PREFETCHT0 8640(AX)
+	PREFETCHT0 8704(AX)
+	PREFETCHT0 8768(AX)
+	PREFETCHT0 8832(AX)
+	PREFETCHT0 8896(AX)
+	PREFETCHT0 8960(AX)
+	PREFETCHT0 9024(AX)
+	VMOVUPS    (AX), Z0
+	VMOVUPS    64(AX), Z2
+	VMOVUPS    128(AX), Z3
+	VMOVUPS    192(AX), Z4
+	VMOVUPS    256(AX), Z5
+	VMOVUPS    320(AX), Z6
+	VMOVUPS    384(AX), Z7
+	VMOVUPS    448(AX), Z8
+	VMOVUPS    512(AX), Z9
+	VMOVUPS    576(AX), Z10
+	VMOVUPS    640(AX), Z11
+	VMOVUPS    704(AX), Z12
+	VMOVUPS    768(AX), Z13
+	VMOVUPS.Z  832(AX), K1, Z14
+	JMP        vkbf16AVX512_loaded_23
 
 vkbf16AVX512_frombf16_23:
 	MOVQ        src_base+16(FP), AX
 	MOVQ        (SP), CX
 	IMULQ       R10, CX
 	ADDQ        CX, AX
+	PREFETCHT0  8192(AX)
+	PREFETCHT0  8256(AX)
+	PREFETCHT0  8320(AX)
+	PREFETCHT0  8384(AX)
+	PREFETCHT0  8448(AX)
+	PREFETCHT0  8512(AX)
+	PREFETCHT0  8576(AX)
 	VPMOVZXWD   (AX), Z0
 	VPSLLD      $0x10, Z0, Z0
 	VPMOVZXWD   32(AX), Z2
@@ -24432,34 +25045,57 @@ vkbf16AVX512_group_24:
 	JB   vkbf16AVX512_groupsdone_24
 
 	// Load 1 row(s) of 15 vectors.
-	MOVQ      src32_base+40(FP), AX
-	TESTQ     AX, AX
-	JZ        vkbf16AVX512_frombf16_24
-	MOVQ      (SP), CX
-	IMULQ     R9, CX
-	ADDQ      CX, AX
-	VMOVUPS   (AX), Z0
-	VMOVUPS   64(AX), Z2
-	VMOVUPS   128(AX), Z3
-	VMOVUPS   192(AX), Z4
-	VMOVUPS   256(AX), Z5
-	VMOVUPS   320(AX), Z6
-	VMOVUPS   384(AX), Z7
-	VMOVUPS   448(AX), Z8
-	VMOVUPS   512(AX), Z9
-	VMOVUPS   576(AX), Z10
-	VMOVUPS   640(AX), Z11
-	VMOVUPS   704(AX), Z12
-	VMOVUPS   768(AX), Z13
-	VMOVUPS   832(AX), Z14
-	VMOVUPS.Z 896(AX), K1, Z15
-	JMP       vkbf16AVX512_loaded_24
+	MOVQ       src32_base+40(FP), AX
+	TESTQ      AX, AX
+	JZ         vkbf16AVX512_frombf16_24
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	PREFETCHT0 8448(AX)
+	PREFETCHT0 8512(AX)
+	PREFETCHT0 8576(AX)
+	PREFETCHT0 8640(AX)
+	PREFETCHT0 8704(AX)
+	PREFETCHT0 8768(AX)
+	PREFETCHT0 8832(AX)
+	PREFETCHT0 8896(AX)
+	PREFETCHT0 8960(AX)
+	PREFETCHT0 9024(AX)
+	PREFETCHT0 9088(AX)
+	VMOVUPS    (AX), Z0
+	VMOVUPS    64(AX), Z2
+	VMOVUPS    128(AX), Z3
+	VMOVUPS    192(AX), Z4
+	VMOVUPS    256(AX), Z5
+	VMOVUPS    320(AX), Z6
+	VMOVUPS    384(AX), Z7
+	VMOVUPS    448(AX), Z8
+	VMOVUPS    512(AX), Z9
+	VMOVUPS    576(AX), Z10
+	VMOVUPS    640(AX), Z11
+	VMOVUPS    704(AX), Z12
+	VMOVUPS    768(AX), Z13
+	VMOVUPS    832(AX), Z14
+	VMOVUPS.Z  896(AX), K1, Z15
+	JMP        vkbf16AVX512_loaded_24
 
 vkbf16AVX512_frombf16_24:
 	MOVQ        src_base+16(FP), AX
 	MOVQ        (SP), CX
 	IMULQ       R10, CX
 	ADDQ        CX, AX
+	PREFETCHT0  8192(AX)
+	PREFETCHT0  8256(AX)
+	PREFETCHT0  8320(AX)
+	PREFETCHT0  8384(AX)
+	PREFETCHT0  8448(AX)
+	PREFETCHT0  8512(AX)
+	PREFETCHT0  8576(AX)
+	PREFETCHT0  8640(AX)
 	VPMOVZXWD   (AX), Z0
 	VPSLLD      $0x10, Z0, Z0
 	VPMOVZXWD   32(AX), Z2
@@ -24859,35 +25495,59 @@ vkbf16AVX512_group_25:
 	JB   vkbf16AVX512_groupsdone_25
 
 	// Load 1 row(s) of 16 vectors.
-	MOVQ      src32_base+40(FP), AX
-	TESTQ     AX, AX
-	JZ        vkbf16AVX512_frombf16_25
-	MOVQ      (SP), CX
-	IMULQ     R9, CX
-	ADDQ      CX, AX
-	VMOVUPS   (AX), Z0
-	VMOVUPS   64(AX), Z2
-	VMOVUPS   128(AX), Z3
-	VMOVUPS   192(AX), Z4
-	VMOVUPS   256(AX), Z5
-	VMOVUPS   320(AX), Z6
-	VMOVUPS   384(AX), Z7
-	VMOVUPS   448(AX), Z8
-	VMOVUPS   512(AX), Z9
-	VMOVUPS   576(AX), Z10
-	VMOVUPS   640(AX), Z11
-	VMOVUPS   704(AX), Z12
-	VMOVUPS   768(AX), Z13
-	VMOVUPS   832(AX), Z14
-	VMOVUPS   896(AX), Z15
-	VMOVUPS.Z 960(AX), K1, Z16
-	JMP       vkbf16AVX512_loaded_25
+	MOVQ       src32_base+40(FP), AX
+	TESTQ      AX, AX
+	JZ         vkbf16AVX512_frombf16_25
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	PREFETCHT0 8448(AX)
+	PREFETCHT0 8512(AX)
+	PREFETCHT0 8576(AX)
+	PREFETCHT0 8640(AX)
+	PREFETCHT0 8704(AX)
+	PREFETCHT0 8768(AX)
+	PREFETCHT0 8832(AX)
+	PREFETCHT0 8896(AX)
+	PREFETCHT0 8960(AX)
+	PREFETCHT0 9024(AX)
+	PREFETCHT0 9088(AX)
+	PREFETCHT0 9152(AX)
+	VMOVUPS    (AX), Z0
+	VMOVUPS    64(AX), Z2
+	VMOVUPS    128(AX), Z3
+	VMOVUPS    192(AX), Z4
+	VMOVUPS    256(AX), Z5
+	VMOVUPS    320(AX), Z6
+	VMOVUPS    384(AX), Z7
+	VMOVUPS    448(AX), Z8
+	VMOVUPS    512(AX), Z9
+	VMOVUPS    576(AX), Z10
+	VMOVUPS    640(AX), Z11
+	VMOVUPS    704(AX), Z12
+	VMOVUPS    768(AX), Z13
+	VMOVUPS    832(AX), Z14
+	VMOVUPS    896(AX), Z15
+	VMOVUPS.Z  960(AX), K1, Z16
+	JMP        vkbf16AVX512_loaded_25
 
 vkbf16AVX512_frombf16_25:
 	MOVQ        src_base+16(FP), AX
 	MOVQ        (SP), CX
 	IMULQ       R10, CX
 	ADDQ        CX, AX
+	PREFETCHT0  8192(AX)
+	PREFETCHT0  8256(AX)
+	PREFETCHT0  8320(AX)
+	PREFETCHT0  8384(AX)
+	PREFETCHT0  8448(AX)
+	PREFETCHT0  8512(AX)
+	PREFETCHT0  8576(AX)
+	PREFETCHT0  8640(AX)
 	VPMOVZXWD   (AX), Z0
 	VPSLLD      $0x10, Z0, Z0
 	VPMOVZXWD   32(AX), Z2
@@ -25296,7 +25956,7 @@ vkbf16AVX512_done_1:
 	RET
 
 // func vkf32AVX2(K int, V int, src []float32, stores []uintptr, kh []float32, qh []float32, v []float32, vs int, o []float32, tok []float32)
-// Requires: AVX, AVX2, FMA3
+// Requires: AVX, AVX2, FMA3, MMX+
 TEXT ·vkf32AVX2(SB), NOSPLIT, $296-192
 	MOVQ  K+0(FP), CX
 	MOVQ  V+8(FP), AX
@@ -25375,23 +26035,24 @@ vkf32AVX2_group_1:
 	JB   vkf32AVX2_groupsdone_1
 
 	// Load 1 row(s) of 1 vectors.
-	MOVQ    src_base+16(FP), AX
-	MOVQ    (SP), CX
-	IMULQ   R9, CX
-	ADDQ    CX, AX
-	VMOVUPS -32(AX)(R9*1), Y0
-	VANDPS  40(SP), Y0, Y0
-	MOVQ    kh_base+64(FP), AX
-	MOVQ    qh_base+88(FP), CX
-	MOVQ    tok_base+168(FP), DX
-	MOVQ    stores_base+40(FP), BX
-	MOVQ    v_base+112(FP), SI
-	MOVQ    o_base+144(FP), DI
-	MOVQ    (SP), R8
-	SHLQ    $0x02, R8
-	ADDQ    R8, SI
-	ADDQ    R8, DI
-	MOVQ    16(SP), R8
+	MOVQ       src_base+16(FP), AX
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	VMOVUPS    -32(AX)(R9*1), Y0
+	VANDPS     40(SP), Y0, Y0
+	MOVQ       kh_base+64(FP), AX
+	MOVQ       qh_base+88(FP), CX
+	MOVQ       tok_base+168(FP), DX
+	MOVQ       stores_base+40(FP), BX
+	MOVQ       v_base+112(FP), SI
+	MOVQ       o_base+144(FP), DI
+	MOVQ       (SP), R8
+	SHLQ       $0x02, R8
+	ADDQ       R8, SI
+	ADDQ       R8, DI
+	MOVQ       16(SP), R8
 
 vkf32AVX2_token_1:
 	VMULPS       -32(AX)(R9*1), Y0, Y1
@@ -25486,24 +26147,25 @@ vkf32AVX2_group_2:
 	JB   vkf32AVX2_groupsdone_2
 
 	// Load 1 row(s) of 2 vectors.
-	MOVQ    src_base+16(FP), AX
-	MOVQ    (SP), CX
-	IMULQ   R9, CX
-	ADDQ    CX, AX
-	VMOVUPS (AX), Y0
-	VMOVUPS -32(AX)(R9*1), Y1
-	VANDPS  40(SP), Y1, Y1
-	MOVQ    kh_base+64(FP), AX
-	MOVQ    qh_base+88(FP), CX
-	MOVQ    tok_base+168(FP), DX
-	MOVQ    stores_base+40(FP), BX
-	MOVQ    v_base+112(FP), SI
-	MOVQ    o_base+144(FP), DI
-	MOVQ    (SP), R8
-	SHLQ    $0x02, R8
-	ADDQ    R8, SI
-	ADDQ    R8, DI
-	MOVQ    16(SP), R8
+	MOVQ       src_base+16(FP), AX
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	VMOVUPS    (AX), Y0
+	VMOVUPS    -32(AX)(R9*1), Y1
+	VANDPS     40(SP), Y1, Y1
+	MOVQ       kh_base+64(FP), AX
+	MOVQ       qh_base+88(FP), CX
+	MOVQ       tok_base+168(FP), DX
+	MOVQ       stores_base+40(FP), BX
+	MOVQ       v_base+112(FP), SI
+	MOVQ       o_base+144(FP), DI
+	MOVQ       (SP), R8
+	SHLQ       $0x02, R8
+	ADDQ       R8, SI
+	ADDQ       R8, DI
+	MOVQ       16(SP), R8
 
 vkf32AVX2_token_2:
 	VMULPS       (AX), Y0, Y2
@@ -25607,25 +26269,27 @@ vkf32AVX2_group_3:
 	JB   vkf32AVX2_groupsdone_3
 
 	// Load 1 row(s) of 3 vectors.
-	MOVQ    src_base+16(FP), AX
-	MOVQ    (SP), CX
-	IMULQ   R9, CX
-	ADDQ    CX, AX
-	VMOVUPS (AX), Y0
-	VMOVUPS 32(AX), Y1
-	VMOVUPS -32(AX)(R9*1), Y2
-	VANDPS  40(SP), Y2, Y2
-	MOVQ    kh_base+64(FP), AX
-	MOVQ    qh_base+88(FP), CX
-	MOVQ    tok_base+168(FP), DX
-	MOVQ    stores_base+40(FP), BX
-	MOVQ    v_base+112(FP), SI
-	MOVQ    o_base+144(FP), DI
-	MOVQ    (SP), R8
-	SHLQ    $0x02, R8
-	ADDQ    R8, SI
-	ADDQ    R8, DI
-	MOVQ    16(SP), R8
+	MOVQ       src_base+16(FP), AX
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	VMOVUPS    (AX), Y0
+	VMOVUPS    32(AX), Y1
+	VMOVUPS    -32(AX)(R9*1), Y2
+	VANDPS     40(SP), Y2, Y2
+	MOVQ       kh_base+64(FP), AX
+	MOVQ       qh_base+88(FP), CX
+	MOVQ       tok_base+168(FP), DX
+	MOVQ       stores_base+40(FP), BX
+	MOVQ       v_base+112(FP), SI
+	MOVQ       o_base+144(FP), DI
+	MOVQ       (SP), R8
+	SHLQ       $0x02, R8
+	ADDQ       R8, SI
+	ADDQ       R8, DI
+	MOVQ       16(SP), R8
 
 vkf32AVX2_token_3:
 	VMULPS       (AX), Y0, Y3
@@ -25736,26 +26400,28 @@ vkf32AVX2_group_4:
 	JB   vkf32AVX2_groupsdone_4
 
 	// Load 1 row(s) of 4 vectors.
-	MOVQ    src_base+16(FP), AX
-	MOVQ    (SP), CX
-	IMULQ   R9, CX
-	ADDQ    CX, AX
-	VMOVUPS (AX), Y0
-	VMOVUPS 32(AX), Y1
-	VMOVUPS 64(AX), Y2
-	VMOVUPS -32(AX)(R9*1), Y3
-	VANDPS  40(SP), Y3, Y3
-	MOVQ    kh_base+64(FP), AX
-	MOVQ    qh_base+88(FP), CX
-	MOVQ    tok_base+168(FP), DX
-	MOVQ    stores_base+40(FP), BX
-	MOVQ    v_base+112(FP), SI
-	MOVQ    o_base+144(FP), DI
-	MOVQ    (SP), R8
-	SHLQ    $0x02, R8
-	ADDQ    R8, SI
-	ADDQ    R8, DI
-	MOVQ    16(SP), R8
+	MOVQ       src_base+16(FP), AX
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	VMOVUPS    (AX), Y0
+	VMOVUPS    32(AX), Y1
+	VMOVUPS    64(AX), Y2
+	VMOVUPS    -32(AX)(R9*1), Y3
+	VANDPS     40(SP), Y3, Y3
+	MOVQ       kh_base+64(FP), AX
+	MOVQ       qh_base+88(FP), CX
+	MOVQ       tok_base+168(FP), DX
+	MOVQ       stores_base+40(FP), BX
+	MOVQ       v_base+112(FP), SI
+	MOVQ       o_base+144(FP), DI
+	MOVQ       (SP), R8
+	SHLQ       $0x02, R8
+	ADDQ       R8, SI
+	ADDQ       R8, DI
+	MOVQ       16(SP), R8
 
 vkf32AVX2_token_4:
 	VMULPS       (AX), Y0, Y4
@@ -25873,27 +26539,30 @@ vkf32AVX2_group_5:
 	JB   vkf32AVX2_groupsdone_5
 
 	// Load 1 row(s) of 5 vectors.
-	MOVQ    src_base+16(FP), AX
-	MOVQ    (SP), CX
-	IMULQ   R9, CX
-	ADDQ    CX, AX
-	VMOVUPS (AX), Y0
-	VMOVUPS 32(AX), Y1
-	VMOVUPS 64(AX), Y2
-	VMOVUPS 96(AX), Y3
-	VMOVUPS -32(AX)(R9*1), Y4
-	VANDPS  40(SP), Y4, Y4
-	MOVQ    kh_base+64(FP), AX
-	MOVQ    qh_base+88(FP), CX
-	MOVQ    tok_base+168(FP), DX
-	MOVQ    stores_base+40(FP), BX
-	MOVQ    v_base+112(FP), SI
-	MOVQ    o_base+144(FP), DI
-	MOVQ    (SP), R8
-	SHLQ    $0x02, R8
-	ADDQ    R8, SI
-	ADDQ    R8, DI
-	MOVQ    16(SP), R8
+	MOVQ       src_base+16(FP), AX
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	VMOVUPS    (AX), Y0
+	VMOVUPS    32(AX), Y1
+	VMOVUPS    64(AX), Y2
+	VMOVUPS    96(AX), Y3
+	VMOVUPS    -32(AX)(R9*1), Y4
+	VANDPS     40(SP), Y4, Y4
+	MOVQ       kh_base+64(FP), AX
+	MOVQ       qh_base+88(FP), CX
+	MOVQ       tok_base+168(FP), DX
+	MOVQ       stores_base+40(FP), BX
+	MOVQ       v_base+112(FP), SI
+	MOVQ       o_base+144(FP), DI
+	MOVQ       (SP), R8
+	SHLQ       $0x02, R8
+	ADDQ       R8, SI
+	ADDQ       R8, DI
+	MOVQ       16(SP), R8
 
 vkf32AVX2_token_5:
 	VMULPS       (AX), Y0, Y5
@@ -26018,28 +26687,31 @@ vkf32AVX2_group_6:
 	JB   vkf32AVX2_groupsdone_6
 
 	// Load 1 row(s) of 6 vectors.
-	MOVQ    src_base+16(FP), AX
-	MOVQ    (SP), CX
-	IMULQ   R9, CX
-	ADDQ    CX, AX
-	VMOVUPS (AX), Y0
-	VMOVUPS 32(AX), Y1
-	VMOVUPS 64(AX), Y2
-	VMOVUPS 96(AX), Y3
-	VMOVUPS 128(AX), Y4
-	VMOVUPS -32(AX)(R9*1), Y5
-	VANDPS  40(SP), Y5, Y5
-	MOVQ    kh_base+64(FP), AX
-	MOVQ    qh_base+88(FP), CX
-	MOVQ    tok_base+168(FP), DX
-	MOVQ    stores_base+40(FP), BX
-	MOVQ    v_base+112(FP), SI
-	MOVQ    o_base+144(FP), DI
-	MOVQ    (SP), R8
-	SHLQ    $0x02, R8
-	ADDQ    R8, SI
-	ADDQ    R8, DI
-	MOVQ    16(SP), R8
+	MOVQ       src_base+16(FP), AX
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	VMOVUPS    (AX), Y0
+	VMOVUPS    32(AX), Y1
+	VMOVUPS    64(AX), Y2
+	VMOVUPS    96(AX), Y3
+	VMOVUPS    128(AX), Y4
+	VMOVUPS    -32(AX)(R9*1), Y5
+	VANDPS     40(SP), Y5, Y5
+	MOVQ       kh_base+64(FP), AX
+	MOVQ       qh_base+88(FP), CX
+	MOVQ       tok_base+168(FP), DX
+	MOVQ       stores_base+40(FP), BX
+	MOVQ       v_base+112(FP), SI
+	MOVQ       o_base+144(FP), DI
+	MOVQ       (SP), R8
+	SHLQ       $0x02, R8
+	ADDQ       R8, SI
+	ADDQ       R8, DI
+	MOVQ       16(SP), R8
 
 vkf32AVX2_token_6:
 	VMULPS       (AX), Y0, Y6
@@ -26171,29 +26843,33 @@ vkf32AVX2_group_7:
 	JB   vkf32AVX2_groupsdone_7
 
 	// Load 1 row(s) of 7 vectors.
-	MOVQ    src_base+16(FP), AX
-	MOVQ    (SP), CX
-	IMULQ   R9, CX
-	ADDQ    CX, AX
-	VMOVUPS (AX), Y0
-	VMOVUPS 32(AX), Y1
-	VMOVUPS 64(AX), Y2
-	VMOVUPS 96(AX), Y3
-	VMOVUPS 128(AX), Y4
-	VMOVUPS 160(AX), Y5
-	VMOVUPS -32(AX)(R9*1), Y6
-	VANDPS  40(SP), Y6, Y6
-	MOVQ    kh_base+64(FP), AX
-	MOVQ    qh_base+88(FP), CX
-	MOVQ    tok_base+168(FP), DX
-	MOVQ    stores_base+40(FP), BX
-	MOVQ    v_base+112(FP), SI
-	MOVQ    o_base+144(FP), DI
-	MOVQ    (SP), R8
-	SHLQ    $0x02, R8
-	ADDQ    R8, SI
-	ADDQ    R8, DI
-	MOVQ    16(SP), R8
+	MOVQ       src_base+16(FP), AX
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	VMOVUPS    (AX), Y0
+	VMOVUPS    32(AX), Y1
+	VMOVUPS    64(AX), Y2
+	VMOVUPS    96(AX), Y3
+	VMOVUPS    128(AX), Y4
+	VMOVUPS    160(AX), Y5
+	VMOVUPS    -32(AX)(R9*1), Y6
+	VANDPS     40(SP), Y6, Y6
+	MOVQ       kh_base+64(FP), AX
+	MOVQ       qh_base+88(FP), CX
+	MOVQ       tok_base+168(FP), DX
+	MOVQ       stores_base+40(FP), BX
+	MOVQ       v_base+112(FP), SI
+	MOVQ       o_base+144(FP), DI
+	MOVQ       (SP), R8
+	SHLQ       $0x02, R8
+	ADDQ       R8, SI
+	ADDQ       R8, DI
+	MOVQ       16(SP), R8
 
 vkf32AVX2_token_7:
 	VMULPS       (AX), Y0, Y7
@@ -26332,30 +27008,34 @@ vkf32AVX2_group_8:
 	JB   vkf32AVX2_groupsdone_8
 
 	// Load 1 row(s) of 8 vectors.
-	MOVQ    src_base+16(FP), AX
-	MOVQ    (SP), CX
-	IMULQ   R9, CX
-	ADDQ    CX, AX
-	VMOVUPS (AX), Y0
-	VMOVUPS 32(AX), Y1
-	VMOVUPS 64(AX), Y2
-	VMOVUPS 96(AX), Y3
-	VMOVUPS 128(AX), Y4
-	VMOVUPS 160(AX), Y5
-	VMOVUPS 192(AX), Y6
-	VMOVUPS -32(AX)(R9*1), Y7
-	VANDPS  40(SP), Y7, Y7
-	MOVQ    kh_base+64(FP), AX
-	MOVQ    qh_base+88(FP), CX
-	MOVQ    tok_base+168(FP), DX
-	MOVQ    stores_base+40(FP), BX
-	MOVQ    v_base+112(FP), SI
-	MOVQ    o_base+144(FP), DI
-	MOVQ    (SP), R8
-	SHLQ    $0x02, R8
-	ADDQ    R8, SI
-	ADDQ    R8, DI
-	MOVQ    16(SP), R8
+	MOVQ       src_base+16(FP), AX
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	VMOVUPS    (AX), Y0
+	VMOVUPS    32(AX), Y1
+	VMOVUPS    64(AX), Y2
+	VMOVUPS    96(AX), Y3
+	VMOVUPS    128(AX), Y4
+	VMOVUPS    160(AX), Y5
+	VMOVUPS    192(AX), Y6
+	VMOVUPS    -32(AX)(R9*1), Y7
+	VANDPS     40(SP), Y7, Y7
+	MOVQ       kh_base+64(FP), AX
+	MOVQ       qh_base+88(FP), CX
+	MOVQ       tok_base+168(FP), DX
+	MOVQ       stores_base+40(FP), BX
+	MOVQ       v_base+112(FP), SI
+	MOVQ       o_base+144(FP), DI
+	MOVQ       (SP), R8
+	SHLQ       $0x02, R8
+	ADDQ       R8, SI
+	ADDQ       R8, DI
+	MOVQ       16(SP), R8
 
 vkf32AVX2_token_8:
 	VMULPS       (AX), Y0, Y8
@@ -26501,31 +27181,36 @@ vkf32AVX2_group_9:
 	JB   vkf32AVX2_groupsdone_9
 
 	// Load 1 row(s) of 9 vectors.
-	MOVQ    src_base+16(FP), AX
-	MOVQ    (SP), CX
-	IMULQ   R9, CX
-	ADDQ    CX, AX
-	VMOVUPS (AX), Y0
-	VMOVUPS 32(AX), Y1
-	VMOVUPS 64(AX), Y2
-	VMOVUPS 96(AX), Y3
-	VMOVUPS 128(AX), Y4
-	VMOVUPS 160(AX), Y5
-	VMOVUPS 192(AX), Y6
-	VMOVUPS 224(AX), Y7
-	VMOVUPS -32(AX)(R9*1), Y8
-	VANDPS  40(SP), Y8, Y8
-	MOVQ    kh_base+64(FP), AX
-	MOVQ    qh_base+88(FP), CX
-	MOVQ    tok_base+168(FP), DX
-	MOVQ    stores_base+40(FP), BX
-	MOVQ    v_base+112(FP), SI
-	MOVQ    o_base+144(FP), DI
-	MOVQ    (SP), R8
-	SHLQ    $0x02, R8
-	ADDQ    R8, SI
-	ADDQ    R8, DI
-	MOVQ    16(SP), R8
+	MOVQ       src_base+16(FP), AX
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	PREFETCHT0 8448(AX)
+	VMOVUPS    (AX), Y0
+	VMOVUPS    32(AX), Y1
+	VMOVUPS    64(AX), Y2
+	VMOVUPS    96(AX), Y3
+	VMOVUPS    128(AX), Y4
+	VMOVUPS    160(AX), Y5
+	VMOVUPS    192(AX), Y6
+	VMOVUPS    224(AX), Y7
+	VMOVUPS    -32(AX)(R9*1), Y8
+	VANDPS     40(SP), Y8, Y8
+	MOVQ       kh_base+64(FP), AX
+	MOVQ       qh_base+88(FP), CX
+	MOVQ       tok_base+168(FP), DX
+	MOVQ       stores_base+40(FP), BX
+	MOVQ       v_base+112(FP), SI
+	MOVQ       o_base+144(FP), DI
+	MOVQ       (SP), R8
+	SHLQ       $0x02, R8
+	ADDQ       R8, SI
+	ADDQ       R8, DI
+	MOVQ       16(SP), R8
 
 vkf32AVX2_token_9:
 	VMULPS       (AX), Y0, Y9
@@ -26678,33 +27363,38 @@ vkf32AVX2_group_10:
 	JB   vkf32AVX2_groupsdone_10
 
 	// Load 1 row(s) of 10 vectors.
-	MOVQ    src_base+16(FP), AX
-	MOVQ    (SP), CX
-	IMULQ   R9, CX
-	ADDQ    CX, AX
-	VMOVUPS (AX), Y0
-	VMOVUPS 32(AX), Y1
-	VMOVUPS 64(AX), Y2
-	VMOVUPS 96(AX), Y3
-	VMOVUPS 128(AX), Y4
-	VMOVUPS 160(AX), Y5
-	VMOVUPS 192(AX), Y6
-	VMOVUPS 224(AX), Y7
-	VMOVUPS 256(AX), Y8
-	VMOVUPS -32(AX)(R9*1), Y9
-	VANDPS  40(SP), Y9, Y9
-	VMOVUPS Y9, 72(SP)
-	MOVQ    kh_base+64(FP), AX
-	MOVQ    qh_base+88(FP), CX
-	MOVQ    tok_base+168(FP), DX
-	MOVQ    stores_base+40(FP), BX
-	MOVQ    v_base+112(FP), SI
-	MOVQ    o_base+144(FP), DI
-	MOVQ    (SP), R8
-	SHLQ    $0x02, R8
-	ADDQ    R8, SI
-	ADDQ    R8, DI
-	MOVQ    16(SP), R8
+	MOVQ       src_base+16(FP), AX
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	PREFETCHT0 8448(AX)
+	VMOVUPS    (AX), Y0
+	VMOVUPS    32(AX), Y1
+	VMOVUPS    64(AX), Y2
+	VMOVUPS    96(AX), Y3
+	VMOVUPS    128(AX), Y4
+	VMOVUPS    160(AX), Y5
+	VMOVUPS    192(AX), Y6
+	VMOVUPS    224(AX), Y7
+	VMOVUPS    256(AX), Y8
+	VMOVUPS    -32(AX)(R9*1), Y9
+	VANDPS     40(SP), Y9, Y9
+	VMOVUPS    Y9, 72(SP)
+	MOVQ       kh_base+64(FP), AX
+	MOVQ       qh_base+88(FP), CX
+	MOVQ       tok_base+168(FP), DX
+	MOVQ       stores_base+40(FP), BX
+	MOVQ       v_base+112(FP), SI
+	MOVQ       o_base+144(FP), DI
+	MOVQ       (SP), R8
+	SHLQ       $0x02, R8
+	ADDQ       R8, SI
+	ADDQ       R8, DI
+	MOVQ       16(SP), R8
 
 vkf32AVX2_token_10:
 	VMULPS       (AX), Y0, Y9
@@ -26870,35 +27560,41 @@ vkf32AVX2_group_11:
 	JB   vkf32AVX2_groupsdone_11
 
 	// Load 1 row(s) of 11 vectors.
-	MOVQ    src_base+16(FP), AX
-	MOVQ    (SP), CX
-	IMULQ   R9, CX
-	ADDQ    CX, AX
-	VMOVUPS (AX), Y0
-	VMOVUPS 32(AX), Y1
-	VMOVUPS 64(AX), Y2
-	VMOVUPS 96(AX), Y3
-	VMOVUPS 128(AX), Y4
-	VMOVUPS 160(AX), Y5
-	VMOVUPS 192(AX), Y6
-	VMOVUPS 224(AX), Y7
-	VMOVUPS 256(AX), Y8
-	VMOVUPS 288(AX), Y9
-	VMOVUPS Y9, 72(SP)
-	VMOVUPS -32(AX)(R9*1), Y9
-	VANDPS  40(SP), Y9, Y9
-	VMOVUPS Y9, 104(SP)
-	MOVQ    kh_base+64(FP), AX
-	MOVQ    qh_base+88(FP), CX
-	MOVQ    tok_base+168(FP), DX
-	MOVQ    stores_base+40(FP), BX
-	MOVQ    v_base+112(FP), SI
-	MOVQ    o_base+144(FP), DI
-	MOVQ    (SP), R8
-	SHLQ    $0x02, R8
-	ADDQ    R8, SI
-	ADDQ    R8, DI
-	MOVQ    16(SP), R8
+	MOVQ       src_base+16(FP), AX
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	PREFETCHT0 8448(AX)
+	PREFETCHT0 8512(AX)
+	VMOVUPS    (AX), Y0
+	VMOVUPS    32(AX), Y1
+	VMOVUPS    64(AX), Y2
+	VMOVUPS    96(AX), Y3
+	VMOVUPS    128(AX), Y4
+	VMOVUPS    160(AX), Y5
+	VMOVUPS    192(AX), Y6
+	VMOVUPS    224(AX), Y7
+	VMOVUPS    256(AX), Y8
+	VMOVUPS    288(AX), Y9
+	VMOVUPS    Y9, 72(SP)
+	VMOVUPS    -32(AX)(R9*1), Y9
+	VANDPS     40(SP), Y9, Y9
+	VMOVUPS    Y9, 104(SP)
+	MOVQ       kh_base+64(FP), AX
+	MOVQ       qh_base+88(FP), CX
+	MOVQ       tok_base+168(FP), DX
+	MOVQ       stores_base+40(FP), BX
+	MOVQ       v_base+112(FP), SI
+	MOVQ       o_base+144(FP), DI
+	MOVQ       (SP), R8
+	SHLQ       $0x02, R8
+	ADDQ       R8, SI
+	ADDQ       R8, DI
+	MOVQ       16(SP), R8
 
 vkf32AVX2_token_11:
 	VMULPS       (AX), Y0, Y9
@@ -27077,37 +27773,43 @@ vkf32AVX2_group_12:
 	JB   vkf32AVX2_groupsdone_12
 
 	// Load 1 row(s) of 12 vectors.
-	MOVQ    src_base+16(FP), AX
-	MOVQ    (SP), CX
-	IMULQ   R9, CX
-	ADDQ    CX, AX
-	VMOVUPS (AX), Y0
-	VMOVUPS 32(AX), Y1
-	VMOVUPS 64(AX), Y2
-	VMOVUPS 96(AX), Y3
-	VMOVUPS 128(AX), Y4
-	VMOVUPS 160(AX), Y5
-	VMOVUPS 192(AX), Y6
-	VMOVUPS 224(AX), Y7
-	VMOVUPS 256(AX), Y8
-	VMOVUPS 288(AX), Y9
-	VMOVUPS Y9, 72(SP)
-	VMOVUPS 320(AX), Y9
-	VMOVUPS Y9, 104(SP)
-	VMOVUPS -32(AX)(R9*1), Y9
-	VANDPS  40(SP), Y9, Y9
-	VMOVUPS Y9, 136(SP)
-	MOVQ    kh_base+64(FP), AX
-	MOVQ    qh_base+88(FP), CX
-	MOVQ    tok_base+168(FP), DX
-	MOVQ    stores_base+40(FP), BX
-	MOVQ    v_base+112(FP), SI
-	MOVQ    o_base+144(FP), DI
-	MOVQ    (SP), R8
-	SHLQ    $0x02, R8
-	ADDQ    R8, SI
-	ADDQ    R8, DI
-	MOVQ    16(SP), R8
+	MOVQ       src_base+16(FP), AX
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	PREFETCHT0 8448(AX)
+	PREFETCHT0 8512(AX)
+	VMOVUPS    (AX), Y0
+	VMOVUPS    32(AX), Y1
+	VMOVUPS    64(AX), Y2
+	VMOVUPS    96(AX), Y3
+	VMOVUPS    128(AX), Y4
+	VMOVUPS    160(AX), Y5
+	VMOVUPS    192(AX), Y6
+	VMOVUPS    224(AX), Y7
+	VMOVUPS    256(AX), Y8
+	VMOVUPS    288(AX), Y9
+	VMOVUPS    Y9, 72(SP)
+	VMOVUPS    320(AX), Y9
+	VMOVUPS    Y9, 104(SP)
+	VMOVUPS    -32(AX)(R9*1), Y9
+	VANDPS     40(SP), Y9, Y9
+	VMOVUPS    Y9, 136(SP)
+	MOVQ       kh_base+64(FP), AX
+	MOVQ       qh_base+88(FP), CX
+	MOVQ       tok_base+168(FP), DX
+	MOVQ       stores_base+40(FP), BX
+	MOVQ       v_base+112(FP), SI
+	MOVQ       o_base+144(FP), DI
+	MOVQ       (SP), R8
+	SHLQ       $0x02, R8
+	ADDQ       R8, SI
+	ADDQ       R8, DI
+	MOVQ       16(SP), R8
 
 vkf32AVX2_token_12:
 	VMULPS       (AX), Y0, Y9
@@ -27299,39 +28001,46 @@ vkf32AVX2_group_13:
 	JB   vkf32AVX2_groupsdone_13
 
 	// Load 1 row(s) of 13 vectors.
-	MOVQ    src_base+16(FP), AX
-	MOVQ    (SP), CX
-	IMULQ   R9, CX
-	ADDQ    CX, AX
-	VMOVUPS (AX), Y0
-	VMOVUPS 32(AX), Y1
-	VMOVUPS 64(AX), Y2
-	VMOVUPS 96(AX), Y3
-	VMOVUPS 128(AX), Y4
-	VMOVUPS 160(AX), Y5
-	VMOVUPS 192(AX), Y6
-	VMOVUPS 224(AX), Y7
-	VMOVUPS 256(AX), Y8
-	VMOVUPS 288(AX), Y9
-	VMOVUPS Y9, 72(SP)
-	VMOVUPS 320(AX), Y9
-	VMOVUPS Y9, 104(SP)
-	VMOVUPS 352(AX), Y9
-	VMOVUPS Y9, 136(SP)
-	VMOVUPS -32(AX)(R9*1), Y9
-	VANDPS  40(SP), Y9, Y9
-	VMOVUPS Y9, 168(SP)
-	MOVQ    kh_base+64(FP), AX
-	MOVQ    qh_base+88(FP), CX
-	MOVQ    tok_base+168(FP), DX
-	MOVQ    stores_base+40(FP), BX
-	MOVQ    v_base+112(FP), SI
-	MOVQ    o_base+144(FP), DI
-	MOVQ    (SP), R8
-	SHLQ    $0x02, R8
-	ADDQ    R8, SI
-	ADDQ    R8, DI
-	MOVQ    16(SP), R8
+	MOVQ       src_base+16(FP), AX
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	PREFETCHT0 8448(AX)
+	PREFETCHT0 8512(AX)
+	PREFETCHT0 8576(AX)
+	VMOVUPS    (AX), Y0
+	VMOVUPS    32(AX), Y1
+	VMOVUPS    64(AX), Y2
+	VMOVUPS    96(AX), Y3
+	VMOVUPS    128(AX), Y4
+	VMOVUPS    160(AX), Y5
+	VMOVUPS    192(AX), Y6
+	VMOVUPS    224(AX), Y7
+	VMOVUPS    256(AX), Y8
+	VMOVUPS    288(AX), Y9
+	VMOVUPS    Y9, 72(SP)
+	VMOVUPS    320(AX), Y9
+	VMOVUPS    Y9, 104(SP)
+	VMOVUPS    352(AX), Y9
+	VMOVUPS    Y9, 136(SP)
+	VMOVUPS    -32(AX)(R9*1), Y9
+	VANDPS     40(SP), Y9, Y9
+	VMOVUPS    Y9, 168(SP)
+	MOVQ       kh_base+64(FP), AX
+	MOVQ       qh_base+88(FP), CX
+	MOVQ       tok_base+168(FP), DX
+	MOVQ       stores_base+40(FP), BX
+	MOVQ       v_base+112(FP), SI
+	MOVQ       o_base+144(FP), DI
+	MOVQ       (SP), R8
+	SHLQ       $0x02, R8
+	ADDQ       R8, SI
+	ADDQ       R8, DI
+	MOVQ       16(SP), R8
 
 vkf32AVX2_token_13:
 	VMULPS       (AX), Y0, Y9
@@ -27536,41 +28245,48 @@ vkf32AVX2_group_14:
 	JB   vkf32AVX2_groupsdone_14
 
 	// Load 1 row(s) of 14 vectors.
-	MOVQ    src_base+16(FP), AX
-	MOVQ    (SP), CX
-	IMULQ   R9, CX
-	ADDQ    CX, AX
-	VMOVUPS (AX), Y0
-	VMOVUPS 32(AX), Y1
-	VMOVUPS 64(AX), Y2
-	VMOVUPS 96(AX), Y3
-	VMOVUPS 128(AX), Y4
-	VMOVUPS 160(AX), Y5
-	VMOVUPS 192(AX), Y6
-	VMOVUPS 224(AX), Y7
-	VMOVUPS 256(AX), Y8
-	VMOVUPS 288(AX), Y9
-	VMOVUPS Y9, 72(SP)
-	VMOVUPS 320(AX), Y9
-	VMOVUPS Y9, 104(SP)
-	VMOVUPS 352(AX), Y9
-	VMOVUPS Y9, 136(SP)
-	VMOVUPS 384(AX), Y9
-	VMOVUPS Y9, 168(SP)
-	VMOVUPS -32(AX)(R9*1), Y9
-	VANDPS  40(SP), Y9, Y9
-	VMOVUPS Y9, 200(SP)
-	MOVQ    kh_base+64(FP), AX
-	MOVQ    qh_base+88(FP), CX
-	MOVQ    tok_base+168(FP), DX
-	MOVQ    stores_base+40(FP), BX
-	MOVQ    v_base+112(FP), SI
-	MOVQ    o_base+144(FP), DI
-	MOVQ    (SP), R8
-	SHLQ    $0x02, R8
-	ADDQ    R8, SI
-	ADDQ    R8, DI
-	MOVQ    16(SP), R8
+	MOVQ       src_base+16(FP), AX
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	PREFETCHT0 8448(AX)
+	PREFETCHT0 8512(AX)
+	PREFETCHT0 8576(AX)
+	VMOVUPS    (AX), Y0
+	VMOVUPS    32(AX), Y1
+	VMOVUPS    64(AX), Y2
+	VMOVUPS    96(AX), Y3
+	VMOVUPS    128(AX), Y4
+	VMOVUPS    160(AX), Y5
+	VMOVUPS    192(AX), Y6
+	VMOVUPS    224(AX), Y7
+	VMOVUPS    256(AX), Y8
+	VMOVUPS    288(AX), Y9
+	VMOVUPS    Y9, 72(SP)
+	VMOVUPS    320(AX), Y9
+	VMOVUPS    Y9, 104(SP)
+	VMOVUPS    352(AX), Y9
+	VMOVUPS    Y9, 136(SP)
+	VMOVUPS    384(AX), Y9
+	VMOVUPS    Y9, 168(SP)
+	VMOVUPS    -32(AX)(R9*1), Y9
+	VANDPS     40(SP), Y9, Y9
+	VMOVUPS    Y9, 200(SP)
+	MOVQ       kh_base+64(FP), AX
+	MOVQ       qh_base+88(FP), CX
+	MOVQ       tok_base+168(FP), DX
+	MOVQ       stores_base+40(FP), BX
+	MOVQ       v_base+112(FP), SI
+	MOVQ       o_base+144(FP), DI
+	MOVQ       (SP), R8
+	SHLQ       $0x02, R8
+	ADDQ       R8, SI
+	ADDQ       R8, DI
+	MOVQ       16(SP), R8
 
 vkf32AVX2_token_14:
 	VMULPS       (AX), Y0, Y9
@@ -27788,43 +28504,51 @@ vkf32AVX2_group_15:
 	JB   vkf32AVX2_groupsdone_15
 
 	// Load 1 row(s) of 15 vectors.
-	MOVQ    src_base+16(FP), AX
-	MOVQ    (SP), CX
-	IMULQ   R9, CX
-	ADDQ    CX, AX
-	VMOVUPS (AX), Y0
-	VMOVUPS 32(AX), Y1
-	VMOVUPS 64(AX), Y2
-	VMOVUPS 96(AX), Y3
-	VMOVUPS 128(AX), Y4
-	VMOVUPS 160(AX), Y5
-	VMOVUPS 192(AX), Y6
-	VMOVUPS 224(AX), Y7
-	VMOVUPS 256(AX), Y8
-	VMOVUPS 288(AX), Y9
-	VMOVUPS Y9, 72(SP)
-	VMOVUPS 320(AX), Y9
-	VMOVUPS Y9, 104(SP)
-	VMOVUPS 352(AX), Y9
-	VMOVUPS Y9, 136(SP)
-	VMOVUPS 384(AX), Y9
-	VMOVUPS Y9, 168(SP)
-	VMOVUPS 416(AX), Y9
-	VMOVUPS Y9, 200(SP)
-	VMOVUPS -32(AX)(R9*1), Y9
-	VANDPS  40(SP), Y9, Y9
-	VMOVUPS Y9, 232(SP)
-	MOVQ    kh_base+64(FP), AX
-	MOVQ    qh_base+88(FP), CX
-	MOVQ    tok_base+168(FP), DX
-	MOVQ    stores_base+40(FP), BX
-	MOVQ    v_base+112(FP), SI
-	MOVQ    o_base+144(FP), DI
-	MOVQ    (SP), R8
-	SHLQ    $0x02, R8
-	ADDQ    R8, SI
-	ADDQ    R8, DI
-	MOVQ    16(SP), R8
+	MOVQ       src_base+16(FP), AX
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	PREFETCHT0 8448(AX)
+	PREFETCHT0 8512(AX)
+	PREFETCHT0 8576(AX)
+	PREFETCHT0 8640(AX)
+	VMOVUPS    (AX), Y0
+	VMOVUPS    32(AX), Y1
+	VMOVUPS    64(AX), Y2
+	VMOVUPS    96(AX), Y3
+	VMOVUPS    128(AX), Y4
+	VMOVUPS    160(AX), Y5
+	VMOVUPS    192(AX), Y6
+	VMOVUPS    224(AX), Y7
+	VMOVUPS    256(AX), Y8
+	VMOVUPS    288(AX), Y9
+	VMOVUPS    Y9, 72(SP)
+	VMOVUPS    320(AX), Y9
+	VMOVUPS    Y9, 104(SP)
+	VMOVUPS    352(AX), Y9
+	VMOVUPS    Y9, 136(SP)
+	VMOVUPS    384(AX), Y9
+	VMOVUPS    Y9, 168(SP)
+	VMOVUPS    416(AX), Y9
+	VMOVUPS    Y9, 200(SP)
+	VMOVUPS    -32(AX)(R9*1), Y9
+	VANDPS     40(SP), Y9, Y9
+	VMOVUPS    Y9, 232(SP)
+	MOVQ       kh_base+64(FP), AX
+	MOVQ       qh_base+88(FP), CX
+	MOVQ       tok_base+168(FP), DX
+	MOVQ       stores_base+40(FP), BX
+	MOVQ       v_base+112(FP), SI
+	MOVQ       o_base+144(FP), DI
+	MOVQ       (SP), R8
+	SHLQ       $0x02, R8
+	ADDQ       R8, SI
+	ADDQ       R8, DI
+	MOVQ       16(SP), R8
 
 vkf32AVX2_token_15:
 	VMULPS       (AX), Y0, Y9
@@ -28055,45 +28779,53 @@ vkf32AVX2_group_16:
 	JB   vkf32AVX2_groupsdone_16
 
 	// Load 1 row(s) of 16 vectors.
-	MOVQ    src_base+16(FP), AX
-	MOVQ    (SP), CX
-	IMULQ   R9, CX
-	ADDQ    CX, AX
-	VMOVUPS (AX), Y0
-	VMOVUPS 32(AX), Y1
-	VMOVUPS 64(AX), Y2
-	VMOVUPS 96(AX), Y3
-	VMOVUPS 128(AX), Y4
-	VMOVUPS 160(AX), Y5
-	VMOVUPS 192(AX), Y6
-	VMOVUPS 224(AX), Y7
-	VMOVUPS 256(AX), Y8
-	VMOVUPS 288(AX), Y9
-	VMOVUPS Y9, 72(SP)
-	VMOVUPS 320(AX), Y9
-	VMOVUPS Y9, 104(SP)
-	VMOVUPS 352(AX), Y9
-	VMOVUPS Y9, 136(SP)
-	VMOVUPS 384(AX), Y9
-	VMOVUPS Y9, 168(SP)
-	VMOVUPS 416(AX), Y9
-	VMOVUPS Y9, 200(SP)
-	VMOVUPS 448(AX), Y9
-	VMOVUPS Y9, 232(SP)
-	VMOVUPS -32(AX)(R9*1), Y9
-	VANDPS  40(SP), Y9, Y9
-	VMOVUPS Y9, 264(SP)
-	MOVQ    kh_base+64(FP), AX
-	MOVQ    qh_base+88(FP), CX
-	MOVQ    tok_base+168(FP), DX
-	MOVQ    stores_base+40(FP), BX
-	MOVQ    v_base+112(FP), SI
-	MOVQ    o_base+144(FP), DI
-	MOVQ    (SP), R8
-	SHLQ    $0x02, R8
-	ADDQ    R8, SI
-	ADDQ    R8, DI
-	MOVQ    16(SP), R8
+	MOVQ       src_base+16(FP), AX
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	PREFETCHT0 8448(AX)
+	PREFETCHT0 8512(AX)
+	PREFETCHT0 8576(AX)
+	PREFETCHT0 8640(AX)
+	VMOVUPS    (AX), Y0
+	VMOVUPS    32(AX), Y1
+	VMOVUPS    64(AX), Y2
+	VMOVUPS    96(AX), Y3
+	VMOVUPS    128(AX), Y4
+	VMOVUPS    160(AX), Y5
+	VMOVUPS    192(AX), Y6
+	VMOVUPS    224(AX), Y7
+	VMOVUPS    256(AX), Y8
+	VMOVUPS    288(AX), Y9
+	VMOVUPS    Y9, 72(SP)
+	VMOVUPS    320(AX), Y9
+	VMOVUPS    Y9, 104(SP)
+	VMOVUPS    352(AX), Y9
+	VMOVUPS    Y9, 136(SP)
+	VMOVUPS    384(AX), Y9
+	VMOVUPS    Y9, 168(SP)
+	VMOVUPS    416(AX), Y9
+	VMOVUPS    Y9, 200(SP)
+	VMOVUPS    448(AX), Y9
+	VMOVUPS    Y9, 232(SP)
+	VMOVUPS    -32(AX)(R9*1), Y9
+	VANDPS     40(SP), Y9, Y9
+	VMOVUPS    Y9, 264(SP)
+	MOVQ       kh_base+64(FP), AX
+	MOVQ       qh_base+88(FP), CX
+	MOVQ       tok_base+168(FP), DX
+	MOVQ       stores_base+40(FP), BX
+	MOVQ       v_base+112(FP), SI
+	MOVQ       o_base+144(FP), DI
+	MOVQ       (SP), R8
+	SHLQ       $0x02, R8
+	ADDQ       R8, SI
+	ADDQ       R8, DI
+	MOVQ       16(SP), R8
 
 vkf32AVX2_token_16:
 	VMULPS       (AX), Y0, Y9
@@ -28324,7 +29056,7 @@ vkf32AVX2_done_1:
 	RET
 
 // func vkbf16AVX2(K int, V int, src []uint16, src32 []float32, stores []uintptr, carry []float32, kh []float32, qh []float32, v []float32, vs int, o []float32, tok []float32)
-// Requires: AVX, AVX2, FMA3
+// Requires: AVX, AVX2, FMA3, MMX+
 TEXT ·vkbf16AVX2(SB), NOSPLIT, $296-240
 	MOVQ  K+0(FP), AX
 	MOVQ  V+8(FP), CX
@@ -28402,24 +29134,26 @@ vkbf16AVX2_group_1:
 	JB   vkbf16AVX2_groupsdone_1
 
 	// Load 1 row(s) of 1 vectors.
-	MOVQ    src32_base+40(FP), AX
-	TESTQ   AX, AX
-	JZ      vkbf16AVX2_frombf16_1
-	MOVQ    (SP), CX
-	IMULQ   R9, CX
-	ADDQ    CX, AX
-	VMOVUPS -32(AX)(R9*1), Y0
-	VANDPS  40(SP), Y0, Y0
-	JMP     vkbf16AVX2_loaded_1
+	MOVQ       src32_base+40(FP), AX
+	TESTQ      AX, AX
+	JZ         vkbf16AVX2_frombf16_1
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	VMOVUPS    -32(AX)(R9*1), Y0
+	VANDPS     40(SP), Y0, Y0
+	JMP        vkbf16AVX2_loaded_1
 
 vkbf16AVX2_frombf16_1:
-	MOVQ      src_base+16(FP), AX
-	MOVQ      (SP), CX
-	IMULQ     R10, CX
-	ADDQ      CX, AX
-	VPMOVZXWD -16(AX)(R10*1), Y0
-	VPSLLD    $0x10, Y0, Y0
-	VANDPS    40(SP), Y0, Y0
+	MOVQ       src_base+16(FP), AX
+	MOVQ       (SP), CX
+	IMULQ      R10, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	VPMOVZXWD  -16(AX)(R10*1), Y0
+	VPSLLD     $0x10, Y0, Y0
+	VANDPS     40(SP), Y0, Y0
 
 vkbf16AVX2_loaded_1:
 	MOVQ kh_base+112(FP), AX
@@ -28550,27 +29284,29 @@ vkbf16AVX2_group_2:
 	JB   vkbf16AVX2_groupsdone_2
 
 	// Load 1 row(s) of 2 vectors.
-	MOVQ    src32_base+40(FP), AX
-	TESTQ   AX, AX
-	JZ      vkbf16AVX2_frombf16_2
-	MOVQ    (SP), CX
-	IMULQ   R9, CX
-	ADDQ    CX, AX
-	VMOVUPS (AX), Y0
-	VMOVUPS -32(AX)(R9*1), Y1
-	VANDPS  40(SP), Y1, Y1
-	JMP     vkbf16AVX2_loaded_2
+	MOVQ       src32_base+40(FP), AX
+	TESTQ      AX, AX
+	JZ         vkbf16AVX2_frombf16_2
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	VMOVUPS    (AX), Y0
+	VMOVUPS    -32(AX)(R9*1), Y1
+	VANDPS     40(SP), Y1, Y1
+	JMP        vkbf16AVX2_loaded_2
 
 vkbf16AVX2_frombf16_2:
-	MOVQ      src_base+16(FP), AX
-	MOVQ      (SP), CX
-	IMULQ     R10, CX
-	ADDQ      CX, AX
-	VPMOVZXWD (AX), Y0
-	VPSLLD    $0x10, Y0, Y0
-	VPMOVZXWD -16(AX)(R10*1), Y1
-	VPSLLD    $0x10, Y1, Y1
-	VANDPS    40(SP), Y1, Y1
+	MOVQ       src_base+16(FP), AX
+	MOVQ       (SP), CX
+	IMULQ      R10, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	VPMOVZXWD  (AX), Y0
+	VPSLLD     $0x10, Y0, Y0
+	VPMOVZXWD  -16(AX)(R10*1), Y1
+	VPSLLD     $0x10, Y1, Y1
+	VANDPS     40(SP), Y1, Y1
 
 vkbf16AVX2_loaded_2:
 	MOVQ kh_base+112(FP), AX
@@ -28723,30 +29459,33 @@ vkbf16AVX2_group_3:
 	JB   vkbf16AVX2_groupsdone_3
 
 	// Load 1 row(s) of 3 vectors.
-	MOVQ    src32_base+40(FP), AX
-	TESTQ   AX, AX
-	JZ      vkbf16AVX2_frombf16_3
-	MOVQ    (SP), CX
-	IMULQ   R9, CX
-	ADDQ    CX, AX
-	VMOVUPS (AX), Y0
-	VMOVUPS 32(AX), Y1
-	VMOVUPS -32(AX)(R9*1), Y2
-	VANDPS  40(SP), Y2, Y2
-	JMP     vkbf16AVX2_loaded_3
+	MOVQ       src32_base+40(FP), AX
+	TESTQ      AX, AX
+	JZ         vkbf16AVX2_frombf16_3
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	VMOVUPS    (AX), Y0
+	VMOVUPS    32(AX), Y1
+	VMOVUPS    -32(AX)(R9*1), Y2
+	VANDPS     40(SP), Y2, Y2
+	JMP        vkbf16AVX2_loaded_3
 
 vkbf16AVX2_frombf16_3:
-	MOVQ      src_base+16(FP), AX
-	MOVQ      (SP), CX
-	IMULQ     R10, CX
-	ADDQ      CX, AX
-	VPMOVZXWD (AX), Y0
-	VPSLLD    $0x10, Y0, Y0
-	VPMOVZXWD 16(AX), Y1
-	VPSLLD    $0x10, Y1, Y1
-	VPMOVZXWD -16(AX)(R10*1), Y2
-	VPSLLD    $0x10, Y2, Y2
-	VANDPS    40(SP), Y2, Y2
+	MOVQ       src_base+16(FP), AX
+	MOVQ       (SP), CX
+	IMULQ      R10, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	VPMOVZXWD  (AX), Y0
+	VPSLLD     $0x10, Y0, Y0
+	VPMOVZXWD  16(AX), Y1
+	VPSLLD     $0x10, Y1, Y1
+	VPMOVZXWD  -16(AX)(R10*1), Y2
+	VPSLLD     $0x10, Y2, Y2
+	VANDPS     40(SP), Y2, Y2
 
 vkbf16AVX2_loaded_3:
 	MOVQ kh_base+112(FP), AX
@@ -28919,33 +29658,36 @@ vkbf16AVX2_group_4:
 	JB   vkbf16AVX2_groupsdone_4
 
 	// Load 1 row(s) of 4 vectors.
-	MOVQ    src32_base+40(FP), AX
-	TESTQ   AX, AX
-	JZ      vkbf16AVX2_frombf16_4
-	MOVQ    (SP), CX
-	IMULQ   R9, CX
-	ADDQ    CX, AX
-	VMOVUPS (AX), Y0
-	VMOVUPS 32(AX), Y1
-	VMOVUPS 64(AX), Y2
-	VMOVUPS -32(AX)(R9*1), Y3
-	VANDPS  40(SP), Y3, Y3
-	JMP     vkbf16AVX2_loaded_4
+	MOVQ       src32_base+40(FP), AX
+	TESTQ      AX, AX
+	JZ         vkbf16AVX2_frombf16_4
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	VMOVUPS    (AX), Y0
+	VMOVUPS    32(AX), Y1
+	VMOVUPS    64(AX), Y2
+	VMOVUPS    -32(AX)(R9*1), Y3
+	VANDPS     40(SP), Y3, Y3
+	JMP        vkbf16AVX2_loaded_4
 
 vkbf16AVX2_frombf16_4:
-	MOVQ      src_base+16(FP), AX
-	MOVQ      (SP), CX
-	IMULQ     R10, CX
-	ADDQ      CX, AX
-	VPMOVZXWD (AX), Y0
-	VPSLLD    $0x10, Y0, Y0
-	VPMOVZXWD 16(AX), Y1
-	VPSLLD    $0x10, Y1, Y1
-	VPMOVZXWD 32(AX), Y2
-	VPSLLD    $0x10, Y2, Y2
-	VPMOVZXWD -16(AX)(R10*1), Y3
-	VPSLLD    $0x10, Y3, Y3
-	VANDPS    40(SP), Y3, Y3
+	MOVQ       src_base+16(FP), AX
+	MOVQ       (SP), CX
+	IMULQ      R10, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	VPMOVZXWD  (AX), Y0
+	VPSLLD     $0x10, Y0, Y0
+	VPMOVZXWD  16(AX), Y1
+	VPSLLD     $0x10, Y1, Y1
+	VPMOVZXWD  32(AX), Y2
+	VPSLLD     $0x10, Y2, Y2
+	VPMOVZXWD  -16(AX)(R10*1), Y3
+	VPSLLD     $0x10, Y3, Y3
+	VANDPS     40(SP), Y3, Y3
 
 vkbf16AVX2_loaded_4:
 	MOVQ kh_base+112(FP), AX
@@ -29138,36 +29880,41 @@ vkbf16AVX2_group_5:
 	JB   vkbf16AVX2_groupsdone_5
 
 	// Load 1 row(s) of 5 vectors.
-	MOVQ    src32_base+40(FP), AX
-	TESTQ   AX, AX
-	JZ      vkbf16AVX2_frombf16_5
-	MOVQ    (SP), CX
-	IMULQ   R9, CX
-	ADDQ    CX, AX
-	VMOVUPS (AX), Y0
-	VMOVUPS 32(AX), Y1
-	VMOVUPS 64(AX), Y2
-	VMOVUPS 96(AX), Y3
-	VMOVUPS -32(AX)(R9*1), Y4
-	VANDPS  40(SP), Y4, Y4
-	JMP     vkbf16AVX2_loaded_5
+	MOVQ       src32_base+40(FP), AX
+	TESTQ      AX, AX
+	JZ         vkbf16AVX2_frombf16_5
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	VMOVUPS    (AX), Y0
+	VMOVUPS    32(AX), Y1
+	VMOVUPS    64(AX), Y2
+	VMOVUPS    96(AX), Y3
+	VMOVUPS    -32(AX)(R9*1), Y4
+	VANDPS     40(SP), Y4, Y4
+	JMP        vkbf16AVX2_loaded_5
 
 vkbf16AVX2_frombf16_5:
-	MOVQ      src_base+16(FP), AX
-	MOVQ      (SP), CX
-	IMULQ     R10, CX
-	ADDQ      CX, AX
-	VPMOVZXWD (AX), Y0
-	VPSLLD    $0x10, Y0, Y0
-	VPMOVZXWD 16(AX), Y1
-	VPSLLD    $0x10, Y1, Y1
-	VPMOVZXWD 32(AX), Y2
-	VPSLLD    $0x10, Y2, Y2
-	VPMOVZXWD 48(AX), Y3
-	VPSLLD    $0x10, Y3, Y3
-	VPMOVZXWD -16(AX)(R10*1), Y4
-	VPSLLD    $0x10, Y4, Y4
-	VANDPS    40(SP), Y4, Y4
+	MOVQ       src_base+16(FP), AX
+	MOVQ       (SP), CX
+	IMULQ      R10, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	VPMOVZXWD  (AX), Y0
+	VPSLLD     $0x10, Y0, Y0
+	VPMOVZXWD  16(AX), Y1
+	VPSLLD     $0x10, Y1, Y1
+	VPMOVZXWD  32(AX), Y2
+	VPSLLD     $0x10, Y2, Y2
+	VPMOVZXWD  48(AX), Y3
+	VPSLLD     $0x10, Y3, Y3
+	VPMOVZXWD  -16(AX)(R10*1), Y4
+	VPSLLD     $0x10, Y4, Y4
+	VANDPS     40(SP), Y4, Y4
 
 vkbf16AVX2_loaded_5:
 	MOVQ kh_base+112(FP), AX
@@ -29380,39 +30127,44 @@ vkbf16AVX2_group_6:
 	JB   vkbf16AVX2_groupsdone_6
 
 	// Load 1 row(s) of 6 vectors.
-	MOVQ    src32_base+40(FP), AX
-	TESTQ   AX, AX
-	JZ      vkbf16AVX2_frombf16_6
-	MOVQ    (SP), CX
-	IMULQ   R9, CX
-	ADDQ    CX, AX
-	VMOVUPS (AX), Y0
-	VMOVUPS 32(AX), Y1
-	VMOVUPS 64(AX), Y2
-	VMOVUPS 96(AX), Y3
-	VMOVUPS 128(AX), Y4
-	VMOVUPS -32(AX)(R9*1), Y5
-	VANDPS  40(SP), Y5, Y5
-	JMP     vkbf16AVX2_loaded_6
+	MOVQ       src32_base+40(FP), AX
+	TESTQ      AX, AX
+	JZ         vkbf16AVX2_frombf16_6
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	VMOVUPS    (AX), Y0
+	VMOVUPS    32(AX), Y1
+	VMOVUPS    64(AX), Y2
+	VMOVUPS    96(AX), Y3
+	VMOVUPS    128(AX), Y4
+	VMOVUPS    -32(AX)(R9*1), Y5
+	VANDPS     40(SP), Y5, Y5
+	JMP        vkbf16AVX2_loaded_6
 
 vkbf16AVX2_frombf16_6:
-	MOVQ      src_base+16(FP), AX
-	MOVQ      (SP), CX
-	IMULQ     R10, CX
-	ADDQ      CX, AX
-	VPMOVZXWD (AX), Y0
-	VPSLLD    $0x10, Y0, Y0
-	VPMOVZXWD 16(AX), Y1
-	VPSLLD    $0x10, Y1, Y1
-	VPMOVZXWD 32(AX), Y2
-	VPSLLD    $0x10, Y2, Y2
-	VPMOVZXWD 48(AX), Y3
-	VPSLLD    $0x10, Y3, Y3
-	VPMOVZXWD 64(AX), Y4
-	VPSLLD    $0x10, Y4, Y4
-	VPMOVZXWD -16(AX)(R10*1), Y5
-	VPSLLD    $0x10, Y5, Y5
-	VANDPS    40(SP), Y5, Y5
+	MOVQ       src_base+16(FP), AX
+	MOVQ       (SP), CX
+	IMULQ      R10, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	VPMOVZXWD  (AX), Y0
+	VPSLLD     $0x10, Y0, Y0
+	VPMOVZXWD  16(AX), Y1
+	VPSLLD     $0x10, Y1, Y1
+	VPMOVZXWD  32(AX), Y2
+	VPSLLD     $0x10, Y2, Y2
+	VPMOVZXWD  48(AX), Y3
+	VPSLLD     $0x10, Y3, Y3
+	VPMOVZXWD  64(AX), Y4
+	VPSLLD     $0x10, Y4, Y4
+	VPMOVZXWD  -16(AX)(R10*1), Y5
+	VPSLLD     $0x10, Y5, Y5
+	VANDPS     40(SP), Y5, Y5
 
 vkbf16AVX2_loaded_6:
 	MOVQ kh_base+112(FP), AX
@@ -29645,42 +30397,48 @@ vkbf16AVX2_group_7:
 	JB   vkbf16AVX2_groupsdone_7
 
 	// Load 1 row(s) of 7 vectors.
-	MOVQ    src32_base+40(FP), AX
-	TESTQ   AX, AX
-	JZ      vkbf16AVX2_frombf16_7
-	MOVQ    (SP), CX
-	IMULQ   R9, CX
-	ADDQ    CX, AX
-	VMOVUPS (AX), Y0
-	VMOVUPS 32(AX), Y1
-	VMOVUPS 64(AX), Y2
-	VMOVUPS 96(AX), Y3
-	VMOVUPS 128(AX), Y4
-	VMOVUPS 160(AX), Y5
-	VMOVUPS -32(AX)(R9*1), Y6
-	VANDPS  40(SP), Y6, Y6
-	JMP     vkbf16AVX2_loaded_7
+	MOVQ       src32_base+40(FP), AX
+	TESTQ      AX, AX
+	JZ         vkbf16AVX2_frombf16_7
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	VMOVUPS    (AX), Y0
+	VMOVUPS    32(AX), Y1
+	VMOVUPS    64(AX), Y2
+	VMOVUPS    96(AX), Y3
+	VMOVUPS    128(AX), Y4
+	VMOVUPS    160(AX), Y5
+	VMOVUPS    -32(AX)(R9*1), Y6
+	VANDPS     40(SP), Y6, Y6
+	JMP        vkbf16AVX2_loaded_7
 
 vkbf16AVX2_frombf16_7:
-	MOVQ      src_base+16(FP), AX
-	MOVQ      (SP), CX
-	IMULQ     R10, CX
-	ADDQ      CX, AX
-	VPMOVZXWD (AX), Y0
-	VPSLLD    $0x10, Y0, Y0
-	VPMOVZXWD 16(AX), Y1
-	VPSLLD    $0x10, Y1, Y1
-	VPMOVZXWD 32(AX), Y2
-	VPSLLD    $0x10, Y2, Y2
-	VPMOVZXWD 48(AX), Y3
-	VPSLLD    $0x10, Y3, Y3
-	VPMOVZXWD 64(AX), Y4
-	VPSLLD    $0x10, Y4, Y4
-	VPMOVZXWD 80(AX), Y5
-	VPSLLD    $0x10, Y5, Y5
-	VPMOVZXWD -16(AX)(R10*1), Y6
-	VPSLLD    $0x10, Y6, Y6
-	VANDPS    40(SP), Y6, Y6
+	MOVQ       src_base+16(FP), AX
+	MOVQ       (SP), CX
+	IMULQ      R10, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	VPMOVZXWD  (AX), Y0
+	VPSLLD     $0x10, Y0, Y0
+	VPMOVZXWD  16(AX), Y1
+	VPSLLD     $0x10, Y1, Y1
+	VPMOVZXWD  32(AX), Y2
+	VPSLLD     $0x10, Y2, Y2
+	VPMOVZXWD  48(AX), Y3
+	VPSLLD     $0x10, Y3, Y3
+	VPMOVZXWD  64(AX), Y4
+	VPSLLD     $0x10, Y4, Y4
+	VPMOVZXWD  80(AX), Y5
+	VPSLLD     $0x10, Y5, Y5
+	VPMOVZXWD  -16(AX)(R10*1), Y6
+	VPSLLD     $0x10, Y6, Y6
+	VANDPS     40(SP), Y6, Y6
 
 vkbf16AVX2_loaded_7:
 	MOVQ kh_base+112(FP), AX
@@ -29933,45 +30691,51 @@ vkbf16AVX2_group_8:
 	JB   vkbf16AVX2_groupsdone_8
 
 	// Load 1 row(s) of 8 vectors.
-	MOVQ    src32_base+40(FP), AX
-	TESTQ   AX, AX
-	JZ      vkbf16AVX2_frombf16_8
-	MOVQ    (SP), CX
-	IMULQ   R9, CX
-	ADDQ    CX, AX
-	VMOVUPS (AX), Y0
-	VMOVUPS 32(AX), Y1
-	VMOVUPS 64(AX), Y2
-	VMOVUPS 96(AX), Y3
-	VMOVUPS 128(AX), Y4
-	VMOVUPS 160(AX), Y5
-	VMOVUPS 192(AX), Y6
-	VMOVUPS -32(AX)(R9*1), Y7
-	VANDPS  40(SP), Y7, Y7
-	JMP     vkbf16AVX2_loaded_8
+	MOVQ       src32_base+40(FP), AX
+	TESTQ      AX, AX
+	JZ         vkbf16AVX2_frombf16_8
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	VMOVUPS    (AX), Y0
+	VMOVUPS    32(AX), Y1
+	VMOVUPS    64(AX), Y2
+	VMOVUPS    96(AX), Y3
+	VMOVUPS    128(AX), Y4
+	VMOVUPS    160(AX), Y5
+	VMOVUPS    192(AX), Y6
+	VMOVUPS    -32(AX)(R9*1), Y7
+	VANDPS     40(SP), Y7, Y7
+	JMP        vkbf16AVX2_loaded_8
 
 vkbf16AVX2_frombf16_8:
-	MOVQ      src_base+16(FP), AX
-	MOVQ      (SP), CX
-	IMULQ     R10, CX
-	ADDQ      CX, AX
-	VPMOVZXWD (AX), Y0
-	VPSLLD    $0x10, Y0, Y0
-	VPMOVZXWD 16(AX), Y1
-	VPSLLD    $0x10, Y1, Y1
-	VPMOVZXWD 32(AX), Y2
-	VPSLLD    $0x10, Y2, Y2
-	VPMOVZXWD 48(AX), Y3
-	VPSLLD    $0x10, Y3, Y3
-	VPMOVZXWD 64(AX), Y4
-	VPSLLD    $0x10, Y4, Y4
-	VPMOVZXWD 80(AX), Y5
-	VPSLLD    $0x10, Y5, Y5
-	VPMOVZXWD 96(AX), Y6
-	VPSLLD    $0x10, Y6, Y6
-	VPMOVZXWD -16(AX)(R10*1), Y7
-	VPSLLD    $0x10, Y7, Y7
-	VANDPS    40(SP), Y7, Y7
+	MOVQ       src_base+16(FP), AX
+	MOVQ       (SP), CX
+	IMULQ      R10, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	VPMOVZXWD  (AX), Y0
+	VPSLLD     $0x10, Y0, Y0
+	VPMOVZXWD  16(AX), Y1
+	VPSLLD     $0x10, Y1, Y1
+	VPMOVZXWD  32(AX), Y2
+	VPSLLD     $0x10, Y2, Y2
+	VPMOVZXWD  48(AX), Y3
+	VPSLLD     $0x10, Y3, Y3
+	VPMOVZXWD  64(AX), Y4
+	VPSLLD     $0x10, Y4, Y4
+	VPMOVZXWD  80(AX), Y5
+	VPSLLD     $0x10, Y5, Y5
+	VPMOVZXWD  96(AX), Y6
+	VPSLLD     $0x10, Y6, Y6
+	VPMOVZXWD  -16(AX)(R10*1), Y7
+	VPSLLD     $0x10, Y7, Y7
+	VANDPS     40(SP), Y7, Y7
 
 vkbf16AVX2_loaded_8:
 	MOVQ kh_base+112(FP), AX
@@ -30244,48 +31008,56 @@ vkbf16AVX2_group_9:
 	JB   vkbf16AVX2_groupsdone_9
 
 	// Load 1 row(s) of 9 vectors.
-	MOVQ    src32_base+40(FP), AX
-	TESTQ   AX, AX
-	JZ      vkbf16AVX2_frombf16_9
-	MOVQ    (SP), CX
-	IMULQ   R9, CX
-	ADDQ    CX, AX
-	VMOVUPS (AX), Y0
-	VMOVUPS 32(AX), Y1
-	VMOVUPS 64(AX), Y2
-	VMOVUPS 96(AX), Y3
-	VMOVUPS 128(AX), Y4
-	VMOVUPS 160(AX), Y5
-	VMOVUPS 192(AX), Y6
-	VMOVUPS 224(AX), Y7
-	VMOVUPS -32(AX)(R9*1), Y8
-	VANDPS  40(SP), Y8, Y8
-	JMP     vkbf16AVX2_loaded_9
+	MOVQ       src32_base+40(FP), AX
+	TESTQ      AX, AX
+	JZ         vkbf16AVX2_frombf16_9
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	PREFETCHT0 8448(AX)
+	VMOVUPS    (AX), Y0
+	VMOVUPS    32(AX), Y1
+	VMOVUPS    64(AX), Y2
+	VMOVUPS    96(AX), Y3
+	VMOVUPS    128(AX), Y4
+	VMOVUPS    160(AX), Y5
+	VMOVUPS    192(AX), Y6
+	VMOVUPS    224(AX), Y7
+	VMOVUPS    -32(AX)(R9*1), Y8
+	VANDPS     40(SP), Y8, Y8
+	JMP        vkbf16AVX2_loaded_9
 
 vkbf16AVX2_frombf16_9:
-	MOVQ      src_base+16(FP), AX
-	MOVQ      (SP), CX
-	IMULQ     R10, CX
-	ADDQ      CX, AX
-	VPMOVZXWD (AX), Y0
-	VPSLLD    $0x10, Y0, Y0
-	VPMOVZXWD 16(AX), Y1
-	VPSLLD    $0x10, Y1, Y1
-	VPMOVZXWD 32(AX), Y2
-	VPSLLD    $0x10, Y2, Y2
-	VPMOVZXWD 48(AX), Y3
-	VPSLLD    $0x10, Y3, Y3
-	VPMOVZXWD 64(AX), Y4
-	VPSLLD    $0x10, Y4, Y4
-	VPMOVZXWD 80(AX), Y5
-	VPSLLD    $0x10, Y5, Y5
-	VPMOVZXWD 96(AX), Y6
-	VPSLLD    $0x10, Y6, Y6
-	VPMOVZXWD 112(AX), Y7
-	VPSLLD    $0x10, Y7, Y7
-	VPMOVZXWD -16(AX)(R10*1), Y8
-	VPSLLD    $0x10, Y8, Y8
-	VANDPS    40(SP), Y8, Y8
+	MOVQ       src_base+16(FP), AX
+	MOVQ       (SP), CX
+	IMULQ      R10, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	VPMOVZXWD  (AX), Y0
+	VPSLLD     $0x10, Y0, Y0
+	VPMOVZXWD  16(AX), Y1
+	VPSLLD     $0x10, Y1, Y1
+	VPMOVZXWD  32(AX), Y2
+	VPSLLD     $0x10, Y2, Y2
+	VPMOVZXWD  48(AX), Y3
+	VPSLLD     $0x10, Y3, Y3
+	VPMOVZXWD  64(AX), Y4
+	VPSLLD     $0x10, Y4, Y4
+	VPMOVZXWD  80(AX), Y5
+	VPSLLD     $0x10, Y5, Y5
+	VPMOVZXWD  96(AX), Y6
+	VPSLLD     $0x10, Y6, Y6
+	VPMOVZXWD  112(AX), Y7
+	VPSLLD     $0x10, Y7, Y7
+	VPMOVZXWD  -16(AX)(R10*1), Y8
+	VPSLLD     $0x10, Y8, Y8
+	VANDPS     40(SP), Y8, Y8
 
 vkbf16AVX2_loaded_9:
 	MOVQ kh_base+112(FP), AX
@@ -30578,53 +31350,61 @@ vkbf16AVX2_group_10:
 	JB   vkbf16AVX2_groupsdone_10
 
 	// Load 1 row(s) of 10 vectors.
-	MOVQ    src32_base+40(FP), AX
-	TESTQ   AX, AX
-	JZ      vkbf16AVX2_frombf16_10
-	MOVQ    (SP), CX
-	IMULQ   R9, CX
-	ADDQ    CX, AX
-	VMOVUPS (AX), Y0
-	VMOVUPS 32(AX), Y1
-	VMOVUPS 64(AX), Y2
-	VMOVUPS 96(AX), Y3
-	VMOVUPS 128(AX), Y4
-	VMOVUPS 160(AX), Y5
-	VMOVUPS 192(AX), Y6
-	VMOVUPS 224(AX), Y7
-	VMOVUPS 256(AX), Y8
-	VMOVUPS -32(AX)(R9*1), Y9
-	VANDPS  40(SP), Y9, Y9
-	VMOVUPS Y9, 72(SP)
-	JMP     vkbf16AVX2_loaded_10
+	MOVQ       src32_base+40(FP), AX
+	TESTQ      AX, AX
+	JZ         vkbf16AVX2_frombf16_10
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	PREFETCHT0 8448(AX)
+	VMOVUPS    (AX), Y0
+	VMOVUPS    32(AX), Y1
+	VMOVUPS    64(AX), Y2
+	VMOVUPS    96(AX), Y3
+	VMOVUPS    128(AX), Y4
+	VMOVUPS    160(AX), Y5
+	VMOVUPS    192(AX), Y6
+	VMOVUPS    224(AX), Y7
+	VMOVUPS    256(AX), Y8
+	VMOVUPS    -32(AX)(R9*1), Y9
+	VANDPS     40(SP), Y9, Y9
+	VMOVUPS    Y9, 72(SP)
+	JMP        vkbf16AVX2_loaded_10
 
 vkbf16AVX2_frombf16_10:
-	MOVQ      src_base+16(FP), AX
-	MOVQ      (SP), CX
-	IMULQ     R10, CX
-	ADDQ      CX, AX
-	VPMOVZXWD (AX), Y0
-	VPSLLD    $0x10, Y0, Y0
-	VPMOVZXWD 16(AX), Y1
-	VPSLLD    $0x10, Y1, Y1
-	VPMOVZXWD 32(AX), Y2
-	VPSLLD    $0x10, Y2, Y2
-	VPMOVZXWD 48(AX), Y3
-	VPSLLD    $0x10, Y3, Y3
-	VPMOVZXWD 64(AX), Y4
-	VPSLLD    $0x10, Y4, Y4
-	VPMOVZXWD 80(AX), Y5
-	VPSLLD    $0x10, Y5, Y5
-	VPMOVZXWD 96(AX), Y6
-	VPSLLD    $0x10, Y6, Y6
-	VPMOVZXWD 112(AX), Y7
-	VPSLLD    $0x10, Y7, Y7
-	VPMOVZXWD 128(AX), Y8
-	VPSLLD    $0x10, Y8, Y8
-	VPMOVZXWD -16(AX)(R10*1), Y9
-	VPSLLD    $0x10, Y9, Y9
-	VANDPS    40(SP), Y9, Y9
-	VMOVUPS   Y9, 72(SP)
+	MOVQ       src_base+16(FP), AX
+	MOVQ       (SP), CX
+	IMULQ      R10, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	VPMOVZXWD  (AX), Y0
+	VPSLLD     $0x10, Y0, Y0
+	VPMOVZXWD  16(AX), Y1
+	VPSLLD     $0x10, Y1, Y1
+	VPMOVZXWD  32(AX), Y2
+	VPSLLD     $0x10, Y2, Y2
+	VPMOVZXWD  48(AX), Y3
+	VPSLLD     $0x10, Y3, Y3
+	VPMOVZXWD  64(AX), Y4
+	VPSLLD     $0x10, Y4, Y4
+	VPMOVZXWD  80(AX), Y5
+	VPSLLD     $0x10, Y5, Y5
+	VPMOVZXWD  96(AX), Y6
+	VPSLLD     $0x10, Y6, Y6
+	VPMOVZXWD  112(AX), Y7
+	VPSLLD     $0x10, Y7, Y7
+	VPMOVZXWD  128(AX), Y8
+	VPSLLD     $0x10, Y8, Y8
+	VPMOVZXWD  -16(AX)(R10*1), Y9
+	VPSLLD     $0x10, Y9, Y9
+	VANDPS     40(SP), Y9, Y9
+	VMOVUPS    Y9, 72(SP)
 
 vkbf16AVX2_loaded_10:
 	MOVQ kh_base+112(FP), AX
@@ -30944,58 +31724,67 @@ vkbf16AVX2_group_11:
 	JB   vkbf16AVX2_groupsdone_11
 
 	// Load 1 row(s) of 11 vectors.
-	MOVQ    src32_base+40(FP), AX
-	TESTQ   AX, AX
-	JZ      vkbf16AVX2_frombf16_11
-	MOVQ    (SP), CX
-	IMULQ   R9, CX
-	ADDQ    CX, AX
-	VMOVUPS (AX), Y0
-	VMOVUPS 32(AX), Y1
-	VMOVUPS 64(AX), Y2
-	VMOVUPS 96(AX), Y3
-	VMOVUPS 128(AX), Y4
-	VMOVUPS 160(AX), Y5
-	VMOVUPS 192(AX), Y6
-	VMOVUPS 224(AX), Y7
-	VMOVUPS 256(AX), Y8
-	VMOVUPS 288(AX), Y9
-	VMOVUPS Y9, 72(SP)
-	VMOVUPS -32(AX)(R9*1), Y9
-	VANDPS  40(SP), Y9, Y9
-	VMOVUPS Y9, 104(SP)
-	JMP     vkbf16AVX2_loaded_11
+	MOVQ       src32_base+40(FP), AX
+	TESTQ      AX, AX
+	JZ         vkbf16AVX2_frombf16_11
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	PREFETCHT0 8448(AX)
+	PREFETCHT0 8512(AX)
+	VMOVUPS    (AX), Y0
+	VMOVUPS    32(AX), Y1
+	VMOVUPS    64(AX), Y2
+	VMOVUPS    96(AX), Y3
+	VMOVUPS    128(AX), Y4
+	VMOVUPS    160(AX), Y5
+	VMOVUPS    192(AX), Y6
+	VMOVUPS    224(AX), Y7
+	VMOVUPS    256(AX), Y8
+	VMOVUPS    288(AX), Y9
+	VMOVUPS    Y9, 72(SP)
+	VMOVUPS    -32(AX)(R9*1), Y9
+	VANDPS     40(SP), Y9, Y9
+	VMOVUPS    Y9, 104(SP)
+	JMP        vkbf16AVX2_loaded_11
 
 vkbf16AVX2_frombf16_11:
-	MOVQ      src_base+16(FP), AX
-	MOVQ      (SP), CX
-	IMULQ     R10, CX
-	ADDQ      CX, AX
-	VPMOVZXWD (AX), Y0
-	VPSLLD    $0x10, Y0, Y0
-	VPMOVZXWD 16(AX), Y1
-	VPSLLD    $0x10, Y1, Y1
-	VPMOVZXWD 32(AX), Y2
-	VPSLLD    $0x10, Y2, Y2
-	VPMOVZXWD 48(AX), Y3
-	VPSLLD    $0x10, Y3, Y3
-	VPMOVZXWD 64(AX), Y4
-	VPSLLD    $0x10, Y4, Y4
-	VPMOVZXWD 80(AX), Y5
-	VPSLLD    $0x10, Y5, Y5
-	VPMOVZXWD 96(AX), Y6
-	VPSLLD    $0x10, Y6, Y6
-	VPMOVZXWD 112(AX), Y7
-	VPSLLD    $0x10, Y7, Y7
-	VPMOVZXWD 128(AX), Y8
-	VPSLLD    $0x10, Y8, Y8
-	VPMOVZXWD 144(AX), Y9
-	VPSLLD    $0x10, Y9, Y9
-	VMOVUPS   Y9, 72(SP)
-	VPMOVZXWD -16(AX)(R10*1), Y9
-	VPSLLD    $0x10, Y9, Y9
-	VANDPS    40(SP), Y9, Y9
-	VMOVUPS   Y9, 104(SP)
+	MOVQ       src_base+16(FP), AX
+	MOVQ       (SP), CX
+	IMULQ      R10, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	VPMOVZXWD  (AX), Y0
+	VPSLLD     $0x10, Y0, Y0
+	VPMOVZXWD  16(AX), Y1
+	VPSLLD     $0x10, Y1, Y1
+	VPMOVZXWD  32(AX), Y2
+	VPSLLD     $0x10, Y2, Y2
+	VPMOVZXWD  48(AX), Y3
+	VPSLLD     $0x10, Y3, Y3
+	VPMOVZXWD  64(AX), Y4
+	VPSLLD     $0x10, Y4, Y4
+	VPMOVZXWD  80(AX), Y5
+	VPSLLD     $0x10, Y5, Y5
+	VPMOVZXWD  96(AX), Y6
+	VPSLLD     $0x10, Y6, Y6
+	VPMOVZXWD  112(AX), Y7
+	VPSLLD     $0x10, Y7, Y7
+	VPMOVZXWD  128(AX), Y8
+	VPSLLD     $0x10, Y8, Y8
+	VPMOVZXWD  144(AX), Y9
+	VPSLLD     $0x10, Y9, Y9
+	VMOVUPS    Y9, 72(SP)
+	VPMOVZXWD  -16(AX)(R10*1), Y9
+	VPSLLD     $0x10, Y9, Y9
+	VANDPS     40(SP), Y9, Y9
+	VMOVUPS    Y9, 104(SP)
 
 vkbf16AVX2_loaded_11:
 	MOVQ kh_base+112(FP), AX
@@ -31342,63 +32131,72 @@ vkbf16AVX2_group_12:
 	JB   vkbf16AVX2_groupsdone_12
 
 	// Load 1 row(s) of 12 vectors.
-	MOVQ    src32_base+40(FP), AX
-	TESTQ   AX, AX
-	JZ      vkbf16AVX2_frombf16_12
-	MOVQ    (SP), CX
-	IMULQ   R9, CX
-	ADDQ    CX, AX
-	VMOVUPS (AX), Y0
-	VMOVUPS 32(AX), Y1
-	VMOVUPS 64(AX), Y2
-	VMOVUPS 96(AX), Y3
-	VMOVUPS 128(AX), Y4
-	VMOVUPS 160(AX), Y5
-	VMOVUPS 192(AX), Y6
-	VMOVUPS 224(AX), Y7
-	VMOVUPS 256(AX), Y8
-	VMOVUPS 288(AX), Y9
-	VMOVUPS Y9, 72(SP)
-	VMOVUPS 320(AX), Y9
-	VMOVUPS Y9, 104(SP)
-	VMOVUPS -32(AX)(R9*1), Y9
-	VANDPS  40(SP), Y9, Y9
-	VMOVUPS Y9, 136(SP)
-	JMP     vkbf16AVX2_loaded_12
+	MOVQ       src32_base+40(FP), AX
+	TESTQ      AX, AX
+	JZ         vkbf16AVX2_frombf16_12
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	PREFETCHT0 8448(AX)
+	PREFETCHT0 8512(AX)
+	VMOVUPS    (AX), Y0
+	VMOVUPS    32(AX), Y1
+	VMOVUPS    64(AX), Y2
+	VMOVUPS    96(AX), Y3
+	VMOVUPS    128(AX), Y4
+	VMOVUPS    160(AX), Y5
+	VMOVUPS    192(AX), Y6
+	VMOVUPS    224(AX), Y7
+	VMOVUPS    256(AX), Y8
+	VMOVUPS    288(AX), Y9
+	VMOVUPS    Y9, 72(SP)
+	VMOVUPS    320(AX), Y9
+	VMOVUPS    Y9, 104(SP)
+	VMOVUPS    -32(AX)(R9*1), Y9
+	VANDPS     40(SP), Y9, Y9
+	VMOVUPS    Y9, 136(SP)
+	JMP        vkbf16AVX2_loaded_12
 
 vkbf16AVX2_frombf16_12:
-	MOVQ      src_base+16(FP), AX
-	MOVQ      (SP), CX
-	IMULQ     R10, CX
-	ADDQ      CX, AX
-	VPMOVZXWD (AX), Y0
-	VPSLLD    $0x10, Y0, Y0
-	VPMOVZXWD 16(AX), Y1
-	VPSLLD    $0x10, Y1, Y1
-	VPMOVZXWD 32(AX), Y2
-	VPSLLD    $0x10, Y2, Y2
-	VPMOVZXWD 48(AX), Y3
-	VPSLLD    $0x10, Y3, Y3
-	VPMOVZXWD 64(AX), Y4
-	VPSLLD    $0x10, Y4, Y4
-	VPMOVZXWD 80(AX), Y5
-	VPSLLD    $0x10, Y5, Y5
-	VPMOVZXWD 96(AX), Y6
-	VPSLLD    $0x10, Y6, Y6
-	VPMOVZXWD 112(AX), Y7
-	VPSLLD    $0x10, Y7, Y7
-	VPMOVZXWD 128(AX), Y8
-	VPSLLD    $0x10, Y8, Y8
-	VPMOVZXWD 144(AX), Y9
-	VPSLLD    $0x10, Y9, Y9
-	VMOVUPS   Y9, 72(SP)
-	VPMOVZXWD 160(AX), Y9
-	VPSLLD    $0x10, Y9, Y9
-	VMOVUPS   Y9, 104(SP)
-	VPMOVZXWD -16(AX)(R10*1), Y9
-	VPSLLD    $0x10, Y9, Y9
-	VANDPS    40(SP), Y9, Y9
-	VMOVUPS   Y9, 136(SP)
+	MOVQ       src_base+16(FP), AX
+	MOVQ       (SP), CX
+	IMULQ      R10, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	VPMOVZXWD  (AX), Y0
+	VPSLLD     $0x10, Y0, Y0
+	VPMOVZXWD  16(AX), Y1
+	VPSLLD     $0x10, Y1, Y1
+	VPMOVZXWD  32(AX), Y2
+	VPSLLD     $0x10, Y2, Y2
+	VPMOVZXWD  48(AX), Y3
+	VPSLLD     $0x10, Y3, Y3
+	VPMOVZXWD  64(AX), Y4
+	VPSLLD     $0x10, Y4, Y4
+	VPMOVZXWD  80(AX), Y5
+	VPSLLD     $0x10, Y5, Y5
+	VPMOVZXWD  96(AX), Y6
+	VPSLLD     $0x10, Y6, Y6
+	VPMOVZXWD  112(AX), Y7
+	VPSLLD     $0x10, Y7, Y7
+	VPMOVZXWD  128(AX), Y8
+	VPSLLD     $0x10, Y8, Y8
+	VPMOVZXWD  144(AX), Y9
+	VPSLLD     $0x10, Y9, Y9
+	VMOVUPS    Y9, 72(SP)
+	VPMOVZXWD  160(AX), Y9
+	VPSLLD     $0x10, Y9, Y9
+	VMOVUPS    Y9, 104(SP)
+	VPMOVZXWD  -16(AX)(R10*1), Y9
+	VPSLLD     $0x10, Y9, Y9
+	VANDPS     40(SP), Y9, Y9
+	VMOVUPS    Y9, 136(SP)
 
 vkbf16AVX2_loaded_12:
 	MOVQ kh_base+112(FP), AX
@@ -31772,68 +32570,79 @@ vkbf16AVX2_group_13:
 	JB   vkbf16AVX2_groupsdone_13
 
 	// Load 1 row(s) of 13 vectors.
-	MOVQ    src32_base+40(FP), AX
-	TESTQ   AX, AX
-	JZ      vkbf16AVX2_frombf16_13
-	MOVQ    (SP), CX
-	IMULQ   R9, CX
-	ADDQ    CX, AX
-	VMOVUPS (AX), Y0
-	VMOVUPS 32(AX), Y1
-	VMOVUPS 64(AX), Y2
-	VMOVUPS 96(AX), Y3
-	VMOVUPS 128(AX), Y4
-	VMOVUPS 160(AX), Y5
-	VMOVUPS 192(AX), Y6
-	VMOVUPS 224(AX), Y7
-	VMOVUPS 256(AX), Y8
-	VMOVUPS 288(AX), Y9
-	VMOVUPS Y9, 72(SP)
-	VMOVUPS 320(AX), Y9
-	VMOVUPS Y9, 104(SP)
-	VMOVUPS 352(AX), Y9
-	VMOVUPS Y9, 136(SP)
-	VMOVUPS -32(AX)(R9*1), Y9
-	VANDPS  40(SP), Y9, Y9
-	VMOVUPS Y9, 168(SP)
-	JMP     vkbf16AVX2_loaded_13
+	MOVQ       src32_base+40(FP), AX
+	TESTQ      AX, AX
+	JZ         vkbf16AVX2_frombf16_13
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	PREFETCHT0 8448(AX)
+	PREFETCHT0 8512(AX)
+	PREFETCHT0 8576(AX)
+	VMOVUPS    (AX), Y0
+	VMOVUPS    32(AX), Y1
+	VMOVUPS    64(AX), Y2
+	VMOVUPS    96(AX), Y3
+	VMOVUPS    128(AX), Y4
+	VMOVUPS    160(AX), Y5
+	VMOVUPS    192(AX), Y6
+	VMOVUPS    224(AX), Y7
+	VMOVUPS    256(AX), Y8
+	VMOVUPS    288(AX), Y9
+	VMOVUPS    Y9, 72(SP)
+	VMOVUPS    320(AX), Y9
+	VMOVUPS    Y9, 104(SP)
+	VMOVUPS    352(AX), Y9
+	VMOVUPS    Y9, 136(SP)
+	VMOVUPS    -32(AX)(R9*1), Y9
+	VANDPS     40(SP), Y9, Y9
+	VMOVUPS    Y9, 168(SP)
+	JMP        vkbf16AVX2_loaded_13
 
 vkbf16AVX2_frombf16_13:
-	MOVQ      src_base+16(FP), AX
-	MOVQ      (SP), CX
-	IMULQ     R10, CX
-	ADDQ      CX, AX
-	VPMOVZXWD (AX), Y0
-	VPSLLD    $0x10, Y0, Y0
-	VPMOVZXWD 16(AX), Y1
-	VPSLLD    $0x10, Y1, Y1
-	VPMOVZXWD 32(AX), Y2
-	VPSLLD    $0x10, Y2, Y2
-	VPMOVZXWD 48(AX), Y3
-	VPSLLD    $0x10, Y3, Y3
-	VPMOVZXWD 64(AX), Y4
-	VPSLLD    $0x10, Y4, Y4
-	VPMOVZXWD 80(AX), Y5
-	VPSLLD    $0x10, Y5, Y5
-	VPMOVZXWD 96(AX), Y6
-	VPSLLD    $0x10, Y6, Y6
-	VPMOVZXWD 112(AX), Y7
-	VPSLLD    $0x10, Y7, Y7
-	VPMOVZXWD 128(AX), Y8
-	VPSLLD    $0x10, Y8, Y8
-	VPMOVZXWD 144(AX), Y9
-	VPSLLD    $0x10, Y9, Y9
-	VMOVUPS   Y9, 72(SP)
-	VPMOVZXWD 160(AX), Y9
-	VPSLLD    $0x10, Y9, Y9
-	VMOVUPS   Y9, 104(SP)
-	VPMOVZXWD 176(AX), Y9
-	VPSLLD    $0x10, Y9, Y9
-	VMOVUPS   Y9, 136(SP)
-	VPMOVZXWD -16(AX)(R10*1), Y9
-	VPSLLD    $0x10, Y9, Y9
-	VANDPS    40(SP), Y9, Y9
-	VMOVUPS   Y9, 168(SP)
+	MOVQ       src_base+16(FP), AX
+	MOVQ       (SP), CX
+	IMULQ      R10, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	VPMOVZXWD  (AX), Y0
+	VPSLLD     $0x10, Y0, Y0
+	VPMOVZXWD  16(AX), Y1
+	VPSLLD     $0x10, Y1, Y1
+	VPMOVZXWD  32(AX), Y2
+	VPSLLD     $0x10, Y2, Y2
+	VPMOVZXWD  48(AX), Y3
+	VPSLLD     $0x10, Y3, Y3
+	VPMOVZXWD  64(AX), Y4
+	VPSLLD     $0x10, Y4, Y4
+	VPMOVZXWD  80(AX), Y5
+	VPSLLD     $0x10, Y5, Y5
+	VPMOVZXWD  96(AX), Y6
+	VPSLLD     $0x10, Y6, Y6
+	VPMOVZXWD  112(AX), Y7
+	VPSLLD     $0x10, Y7, Y7
+	VPMOVZXWD  128(AX), Y8
+	VPSLLD     $0x10, Y8, Y8
+	VPMOVZXWD  144(AX), Y9
+	VPSLLD     $0x10, Y9, Y9
+	VMOVUPS    Y9, 72(SP)
+	VPMOVZXWD  160(AX), Y9
+	VPSLLD     $0x10, Y9, Y9
+	VMOVUPS    Y9, 104(SP)
+	VPMOVZXWD  176(AX), Y9
+	VPSLLD     $0x10, Y9, Y9
+	VMOVUPS    Y9, 136(SP)
+	VPMOVZXWD  -16(AX)(R10*1), Y9
+	VPSLLD     $0x10, Y9, Y9
+	VANDPS     40(SP), Y9, Y9
+	VMOVUPS    Y9, 168(SP)
 
 vkbf16AVX2_loaded_13:
 	MOVQ kh_base+112(FP), AX
@@ -32234,73 +33043,84 @@ vkbf16AVX2_group_14:
 	JB   vkbf16AVX2_groupsdone_14
 
 	// Load 1 row(s) of 14 vectors.
-	MOVQ    src32_base+40(FP), AX
-	TESTQ   AX, AX
-	JZ      vkbf16AVX2_frombf16_14
-	MOVQ    (SP), CX
-	IMULQ   R9, CX
-	ADDQ    CX, AX
-	VMOVUPS (AX), Y0
-	VMOVUPS 32(AX), Y1
-	VMOVUPS 64(AX), Y2
-	VMOVUPS 96(AX), Y3
-	VMOVUPS 128(AX), Y4
-	VMOVUPS 160(AX), Y5
-	VMOVUPS 192(AX), Y6
-	VMOVUPS 224(AX), Y7
-	VMOVUPS 256(AX), Y8
-	VMOVUPS 288(AX), Y9
-	VMOVUPS Y9, 72(SP)
-	VMOVUPS 320(AX), Y9
-	VMOVUPS Y9, 104(SP)
-	VMOVUPS 352(AX), Y9
-	VMOVUPS Y9, 136(SP)
-	VMOVUPS 384(AX), Y9
-	VMOVUPS Y9, 168(SP)
-	VMOVUPS -32(AX)(R9*1), Y9
-	VANDPS  40(SP), Y9, Y9
-	VMOVUPS Y9, 200(SP)
-	JMP     vkbf16AVX2_loaded_14
+	MOVQ       src32_base+40(FP), AX
+	TESTQ      AX, AX
+	JZ         vkbf16AVX2_frombf16_14
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	PREFETCHT0 8448(AX)
+	PREFETCHT0 8512(AX)
+	PREFETCHT0 8576(AX)
+	VMOVUPS    (AX), Y0
+	VMOVUPS    32(AX), Y1
+	VMOVUPS    64(AX), Y2
+	VMOVUPS    96(AX), Y3
+	VMOVUPS    128(AX), Y4
+	VMOVUPS    160(AX), Y5
+	VMOVUPS    192(AX), Y6
+	VMOVUPS    224(AX), Y7
+	VMOVUPS    256(AX), Y8
+	VMOVUPS    288(AX), Y9
+	VMOVUPS    Y9, 72(SP)
+	VMOVUPS    320(AX), Y9
+	VMOVUPS    Y9, 104(SP)
+	VMOVUPS    352(AX), Y9
+	VMOVUPS    Y9, 136(SP)
+	VMOVUPS    384(AX), Y9
+	VMOVUPS    Y9, 168(SP)
+	VMOVUPS    -32(AX)(R9*1), Y9
+	VANDPS     40(SP), Y9, Y9
+	VMOVUPS    Y9, 200(SP)
+	JMP        vkbf16AVX2_loaded_14
 
 vkbf16AVX2_frombf16_14:
-	MOVQ      src_base+16(FP), AX
-	MOVQ      (SP), CX
-	IMULQ     R10, CX
-	ADDQ      CX, AX
-	VPMOVZXWD (AX), Y0
-	VPSLLD    $0x10, Y0, Y0
-	VPMOVZXWD 16(AX), Y1
-	VPSLLD    $0x10, Y1, Y1
-	VPMOVZXWD 32(AX), Y2
-	VPSLLD    $0x10, Y2, Y2
-	VPMOVZXWD 48(AX), Y3
-	VPSLLD    $0x10, Y3, Y3
-	VPMOVZXWD 64(AX), Y4
-	VPSLLD    $0x10, Y4, Y4
-	VPMOVZXWD 80(AX), Y5
-	VPSLLD    $0x10, Y5, Y5
-	VPMOVZXWD 96(AX), Y6
-	VPSLLD    $0x10, Y6, Y6
-	VPMOVZXWD 112(AX), Y7
-	VPSLLD    $0x10, Y7, Y7
-	VPMOVZXWD 128(AX), Y8
-	VPSLLD    $0x10, Y8, Y8
-	VPMOVZXWD 144(AX), Y9
-	VPSLLD    $0x10, Y9, Y9
-	VMOVUPS   Y9, 72(SP)
-	VPMOVZXWD 160(AX), Y9
-	VPSLLD    $0x10, Y9, Y9
-	VMOVUPS   Y9, 104(SP)
-	VPMOVZXWD 176(AX), Y9
-	VPSLLD    $0x10, Y9, Y9
-	VMOVUPS   Y9, 136(SP)
-	VPMOVZXWD 192(AX), Y9
-	VPSLLD    $0x10, Y9, Y9
-	VMOVUPS   Y9, 168(SP)
-	VPMOVZXWD -16(AX)(R10*1), Y9
-	VPSLLD    $0x10, Y9, Y9
-	VANDPS    40(SP), Y9, Y9
-	VMOVUPS   Y9, 200(SP)
+	MOVQ       src_base+16(FP), AX
+	MOVQ       (SP), CX
+	IMULQ      R10, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	VPMOVZXWD  (AX), Y0
+	VPSLLD     $0x10, Y0, Y0
+	VPMOVZXWD  16(AX), Y1
+	VPSLLD     $0x10, Y1, Y1
+	VPMOVZXWD  32(AX), Y2
+	VPSLLD     $0x10, Y2, Y2
+	VPMOVZXWD  48(AX), Y3
+	VPSLLD     $0x10, Y3, Y3
+	VPMOVZXWD  64(AX), Y4
+	VPSLLD     $0x10, Y4, Y4
+	VPMOVZXWD  80(AX), Y5
+	VPSLLD     $0x10, Y5, Y5
+	VPMOVZXWD  96(AX), Y6
+	VPSLLD     $0x10, Y6, Y6
+	VPMOVZXWD  112(AX), Y7
+	VPSLLD     $0x10, Y7, Y7
+	VPMOVZXWD  128(AX), Y8
+	VPSLLD     $0x10, Y8, Y8
+	VPMOVZXWD  144(AX), Y9
+	VPSLLD     $0x10, Y9, Y9
+	VMOVUPS    Y9, 72(SP)
+	VPMOVZXWD  160(AX), Y9
+	VPSLLD     $0x10, Y9, Y9
+	VMOVUPS    Y9, 104(SP)
+	VPMOVZXWD  176(AX), Y9
+	VPSLLD     $0x10, Y9, Y9
+	VMOVUPS    Y9, 136(SP)
+	VPMOVZXWD  192(AX), Y9
+	VPSLLD     $0x10, Y9, Y9
+	VMOVUPS    Y9, 168(SP)
+	VPMOVZXWD  -16(AX)(R10*1), Y9
+	VPSLLD     $0x10, Y9, Y9
+	VANDPS     40(SP), Y9, Y9
+	VMOVUPS    Y9, 200(SP)
 
 vkbf16AVX2_loaded_14:
 	MOVQ kh_base+112(FP), AX
@@ -32728,78 +33548,90 @@ vkbf16AVX2_group_15:
 	JB   vkbf16AVX2_groupsdone_15
 
 	// Load 1 row(s) of 15 vectors.
-	MOVQ    src32_base+40(FP), AX
-	TESTQ   AX, AX
-	JZ      vkbf16AVX2_frombf16_15
-	MOVQ    (SP), CX
-	IMULQ   R9, CX
-	ADDQ    CX, AX
-	VMOVUPS (AX), Y0
-	VMOVUPS 32(AX), Y1
-	VMOVUPS 64(AX), Y2
-	VMOVUPS 96(AX), Y3
-	VMOVUPS 128(AX), Y4
-	VMOVUPS 160(AX), Y5
-	VMOVUPS 192(AX), Y6
-	VMOVUPS 224(AX), Y7
-	VMOVUPS 256(AX), Y8
-	VMOVUPS 288(AX), Y9
-	VMOVUPS Y9, 72(SP)
-	VMOVUPS 320(AX), Y9
-	VMOVUPS Y9, 104(SP)
-	VMOVUPS 352(AX), Y9
-	VMOVUPS Y9, 136(SP)
-	VMOVUPS 384(AX), Y9
-	VMOVUPS Y9, 168(SP)
-	VMOVUPS 416(AX), Y9
-	VMOVUPS Y9, 200(SP)
-	VMOVUPS -32(AX)(R9*1), Y9
-	VANDPS  40(SP), Y9, Y9
-	VMOVUPS Y9, 232(SP)
-	JMP     vkbf16AVX2_loaded_15
+	MOVQ       src32_base+40(FP), AX
+	TESTQ      AX, AX
+	JZ         vkbf16AVX2_frombf16_15
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	PREFETCHT0 8448(AX)
+	PREFETCHT0 8512(AX)
+	PREFETCHT0 8576(AX)
+	PREFETCHT0 8640(AX)
+	VMOVUPS    (AX), Y0
+	VMOVUPS    32(AX), Y1
+	VMOVUPS    64(AX), Y2
+	VMOVUPS    96(AX), Y3
+	VMOVUPS    128(AX), Y4
+	VMOVUPS    160(AX), Y5
+	VMOVUPS    192(AX), Y6
+	VMOVUPS    224(AX), Y7
+	VMOVUPS    256(AX), Y8
+	VMOVUPS    288(AX), Y9
+	VMOVUPS    Y9, 72(SP)
+	VMOVUPS    320(AX), Y9
+	VMOVUPS    Y9, 104(SP)
+	VMOVUPS    352(AX), Y9
+	VMOVUPS    Y9, 136(SP)
+	VMOVUPS    384(AX), Y9
+	VMOVUPS    Y9, 168(SP)
+	VMOVUPS    416(AX), Y9
+	VMOVUPS    Y9, 200(SP)
+	VMOVUPS    -32(AX)(R9*1), Y9
+	VANDPS     40(SP), Y9, Y9
+	VMOVUPS    Y9, 232(SP)
+	JMP        vkbf16AVX2_loaded_15
 
 vkbf16AVX2_frombf16_15:
-	MOVQ      src_base+16(FP), AX
-	MOVQ      (SP), CX
-	IMULQ     R10, CX
-	ADDQ      CX, AX
-	VPMOVZXWD (AX), Y0
-	VPSLLD    $0x10, Y0, Y0
-	VPMOVZXWD 16(AX), Y1
-	VPSLLD    $0x10, Y1, Y1
-	VPMOVZXWD 32(AX), Y2
-	VPSLLD    $0x10, Y2, Y2
-	VPMOVZXWD 48(AX), Y3
-	VPSLLD    $0x10, Y3, Y3
-	VPMOVZXWD 64(AX), Y4
-	VPSLLD    $0x10, Y4, Y4
-	VPMOVZXWD 80(AX), Y5
-	VPSLLD    $0x10, Y5, Y5
-	VPMOVZXWD 96(AX), Y6
-	VPSLLD    $0x10, Y6, Y6
-	VPMOVZXWD 112(AX), Y7
-	VPSLLD    $0x10, Y7, Y7
-	VPMOVZXWD 128(AX), Y8
-	VPSLLD    $0x10, Y8, Y8
-	VPMOVZXWD 144(AX), Y9
-	VPSLLD    $0x10, Y9, Y9
-	VMOVUPS   Y9, 72(SP)
-	VPMOVZXWD 160(AX), Y9
-	VPSLLD    $0x10, Y9, Y9
-	VMOVUPS   Y9, 104(SP)
-	VPMOVZXWD 176(AX), Y9
-	VPSLLD    $0x10, Y9, Y9
-	VMOVUPS   Y9, 136(SP)
-	VPMOVZXWD 192(AX), Y9
-	VPSLLD    $0x10, Y9, Y9
-	VMOVUPS   Y9, 168(SP)
-	VPMOVZXWD 208(AX), Y9
-	VPSLLD    $0x10, Y9, Y9
-	VMOVUPS   Y9, 200(SP)
-	VPMOVZXWD -16(AX)(R10*1), Y9
-	VPSLLD    $0x10, Y9, Y9
-	VANDPS    40(SP), Y9, Y9
-	VMOVUPS   Y9, 232(SP)
+	MOVQ       src_base+16(FP), AX
+	MOVQ       (SP), CX
+	IMULQ      R10, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	VPMOVZXWD  (AX), Y0
+	VPSLLD     $0x10, Y0, Y0
+	VPMOVZXWD  16(AX), Y1
+	VPSLLD     $0x10, Y1, Y1
+	VPMOVZXWD  32(AX), Y2
+	VPSLLD     $0x10, Y2, Y2
+	VPMOVZXWD  48(AX), Y3
+	VPSLLD     $0x10, Y3, Y3
+	VPMOVZXWD  64(AX), Y4
+	VPSLLD     $0x10, Y4, Y4
+	VPMOVZXWD  80(AX), Y5
+	VPSLLD     $0x10, Y5, Y5
+	VPMOVZXWD  96(AX), Y6
+	VPSLLD     $0x10, Y6, Y6
+	VPMOVZXWD  112(AX), Y7
+	VPSLLD     $0x10, Y7, Y7
+	VPMOVZXWD  128(AX), Y8
+	VPSLLD     $0x10, Y8, Y8
+	VPMOVZXWD  144(AX), Y9
+	VPSLLD     $0x10, Y9, Y9
+	VMOVUPS    Y9, 72(SP)
+	VPMOVZXWD  160(AX), Y9
+	VPSLLD     $0x10, Y9, Y9
+	VMOVUPS    Y9, 104(SP)
+	VPMOVZXWD  176(AX), Y9
+	VPSLLD     $0x10, Y9, Y9
+	VMOVUPS    Y9, 136(SP)
+	VPMOVZXWD  192(AX), Y9
+	VPSLLD     $0x10, Y9, Y9
+	VMOVUPS    Y9, 168(SP)
+	VPMOVZXWD  208(AX), Y9
+	VPSLLD     $0x10, Y9, Y9
+	VMOVUPS    Y9, 200(SP)
+	VPMOVZXWD  -16(AX)(R10*1), Y9
+	VPSLLD     $0x10, Y9, Y9
+	VANDPS     40(SP), Y9, Y9
+	VMOVUPS    Y9, 232(SP)
 
 vkbf16AVX2_loaded_15:
 	MOVQ kh_base+112(FP), AX
@@ -33254,83 +34086,95 @@ vkbf16AVX2_group_16:
 	JB   vkbf16AVX2_groupsdone_16
 
 	// Load 1 row(s) of 16 vectors.
-	MOVQ    src32_base+40(FP), AX
-	TESTQ   AX, AX
-	JZ      vkbf16AVX2_frombf16_16
-	MOVQ    (SP), CX
-	IMULQ   R9, CX
-	ADDQ    CX, AX
-	VMOVUPS (AX), Y0
-	VMOVUPS 32(AX), Y1
-	VMOVUPS 64(AX), Y2
-	VMOVUPS 96(AX), Y3
-	VMOVUPS 128(AX), Y4
-	VMOVUPS 160(AX), Y5
-	VMOVUPS 192(AX), Y6
-	VMOVUPS 224(AX), Y7
-	VMOVUPS 256(AX), Y8
-	VMOVUPS 288(AX), Y9
-	VMOVUPS Y9, 72(SP)
-	VMOVUPS 320(AX), Y9
-	VMOVUPS Y9, 104(SP)
-	VMOVUPS 352(AX), Y9
-	VMOVUPS Y9, 136(SP)
-	VMOVUPS 384(AX), Y9
-	VMOVUPS Y9, 168(SP)
-	VMOVUPS 416(AX), Y9
-	VMOVUPS Y9, 200(SP)
-	VMOVUPS 448(AX), Y9
-	VMOVUPS Y9, 232(SP)
-	VMOVUPS -32(AX)(R9*1), Y9
-	VANDPS  40(SP), Y9, Y9
-	VMOVUPS Y9, 264(SP)
-	JMP     vkbf16AVX2_loaded_16
+	MOVQ       src32_base+40(FP), AX
+	TESTQ      AX, AX
+	JZ         vkbf16AVX2_frombf16_16
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	PREFETCHT0 8448(AX)
+	PREFETCHT0 8512(AX)
+	PREFETCHT0 8576(AX)
+	PREFETCHT0 8640(AX)
+	VMOVUPS    (AX), Y0
+	VMOVUPS    32(AX), Y1
+	VMOVUPS    64(AX), Y2
+	VMOVUPS    96(AX), Y3
+	VMOVUPS    128(AX), Y4
+	VMOVUPS    160(AX), Y5
+	VMOVUPS    192(AX), Y6
+	VMOVUPS    224(AX), Y7
+	VMOVUPS    256(AX), Y8
+	VMOVUPS    288(AX), Y9
+	VMOVUPS    Y9, 72(SP)
+	VMOVUPS    320(AX), Y9
+	VMOVUPS    Y9, 104(SP)
+	VMOVUPS    352(AX), Y9
+	VMOVUPS    Y9, 136(SP)
+	VMOVUPS    384(AX), Y9
+	VMOVUPS    Y9, 168(SP)
+	VMOVUPS    416(AX), Y9
+	VMOVUPS    Y9, 200(SP)
+	VMOVUPS    448(AX), Y9
+	VMOVUPS    Y9, 232(SP)
+	VMOVUPS    -32(AX)(R9*1), Y9
+	VANDPS     40(SP), Y9, Y9
+	VMOVUPS    Y9, 264(SP)
+	JMP        vkbf16AVX2_loaded_16
 
 vkbf16AVX2_frombf16_16:
-	MOVQ      src_base+16(FP), AX
-	MOVQ      (SP), CX
-	IMULQ     R10, CX
-	ADDQ      CX, AX
-	VPMOVZXWD (AX), Y0
-	VPSLLD    $0x10, Y0, Y0
-	VPMOVZXWD 16(AX), Y1
-	VPSLLD    $0x10, Y1, Y1
-	VPMOVZXWD 32(AX), Y2
-	VPSLLD    $0x10, Y2, Y2
-	VPMOVZXWD 48(AX), Y3
-	VPSLLD    $0x10, Y3, Y3
-	VPMOVZXWD 64(AX), Y4
-	VPSLLD    $0x10, Y4, Y4
-	VPMOVZXWD 80(AX), Y5
-	VPSLLD    $0x10, Y5, Y5
-	VPMOVZXWD 96(AX), Y6
-	VPSLLD    $0x10, Y6, Y6
-	VPMOVZXWD 112(AX), Y7
-	VPSLLD    $0x10, Y7, Y7
-	VPMOVZXWD 128(AX), Y8
-	VPSLLD    $0x10, Y8, Y8
-	VPMOVZXWD 144(AX), Y9
-	VPSLLD    $0x10, Y9, Y9
-	VMOVUPS   Y9, 72(SP)
-	VPMOVZXWD 160(AX), Y9
-	VPSLLD    $0x10, Y9, Y9
-	VMOVUPS   Y9, 104(SP)
-	VPMOVZXWD 176(AX), Y9
-	VPSLLD    $0x10, Y9, Y9
-	VMOVUPS   Y9, 136(SP)
-	VPMOVZXWD 192(AX), Y9
-	VPSLLD    $0x10, Y9, Y9
-	VMOVUPS   Y9, 168(SP)
-	VPMOVZXWD 208(AX), Y9
-	VPSLLD    $0x10, Y9, Y9
-	VMOVUPS   Y9, 200(SP)
-	VPMOVZXWD 224(AX), Y9
-	VPSLLD    $0x10, Y9, Y9
-	VMOVUPS   Y9, 232(SP)
-	VPMOVZXWD -16(AX)(R10*1), Y9
-	VPSLLD    $0x10, Y9, Y9
-	VANDPS    40(SP), Y9, Y9
-	VMOVUPS   Y9, 264(SP)
+	MOVQ       src_base+16(FP), AX
+	MOVQ       (SP), CX
+	IMULQ      R10, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	VPMOVZXWD  (AX), Y0
+	VPSLLD     $0x10, Y0, Y0
+	VPMOVZXWD  16(AX), Y1
+	VPSLLD     $0x10, Y1, Y1
+	VPMOVZXWD  32(AX), Y2
+	VPSLLD     $0x10, Y2, Y2
+	VPMOVZXWD  48(AX), Y3
+	VPSLLD     $0x10, Y3, Y3
+	VPMOVZXWD  64(AX), Y4
+	VPSLLD     $0x10, Y4, Y4
+	VPMOVZXWD  80(AX), Y5
+	VPSLLD     $0x10, Y5, Y5
+	VPMOVZXWD  96(AX), Y6
+	VPSLLD     $0x10, Y6, Y6
+	VPMOVZXWD  112(AX), Y7
+	VPSLLD     $0x10, Y7, Y7
+	VPMOVZXWD  128(AX), Y8
+	VPSLLD     $0x10, Y8, Y8
+	VPMOVZXWD  144(AX), Y9
+	VPSLLD     $0x10, Y9, Y9
+	VMOVUPS    Y9, 72(SP)
+	VPMOVZXWD  160(AX), Y9
+	VPSLLD     $0x10, Y9, Y9
+	VMOVUPS    Y9, 104(SP)
+	VPMOVZXWD  176(AX), Y9
+	VPSLLD     $0x10, Y9, Y9
+	VMOVUPS    Y9, 136(SP)
+	VPMOVZXWD  192(AX), Y9
+	VPSLLD     $0x10, Y9, Y9
+	VMOVUPS    Y9, 168(SP)
+	VPMOVZXWD  208(AX), Y9
+	VPSLLD     $0x10, Y9, Y9
+	VMOVUPS    Y9, 200(SP)
+	VPMOVZXWD  224(AX), Y9
+	VPSLLD     $0x10, Y9, Y9
+	VMOVUPS    Y9, 232(SP)
+	VPMOVZXWD  -16(AX)(R10*1), Y9
+	VPSLLD     $0x10, Y9, Y9
+	VANDPS     40(SP), Y9, Y9
+	VMOVUPS    Y9, 264(SP)
 
 vkbf16AVX2_loaded_16:
 	MOVQ kh_base+112(FP), AX

@@ -55,6 +55,9 @@ func (v vkVariant) es() int {
 	return 4
 }
 
+// vkAhead is how far ahead of a group's rows load prefetches.
+const vkAhead = 8192
+
 // vkMaxVecs is the most vectors per row the routines carry (K ≤ 256 AVX-512, 128 AVX2).
 const vkMaxVecs = 16
 
@@ -337,6 +340,10 @@ func (b *vkBody) load(p GPVirtual, bf16 bool) {
 	idx := b.r.k4
 	if bf16 {
 		es, idx = 2, b.r.ks
+	}
+	// Prefetch the rows vkAhead bytes on (a hint: past the head it touches the next one or nothing).
+	for l := 0; l < b.g*b.n*b.a.lanes*es; l += 64 {
+		PREFETCHT0(Mem{Base: p, Disp: vkAhead + l})
 	}
 	for r := range b.g {
 		if r > 0 {
