@@ -141,6 +141,8 @@ func main() {
 		stateKVTokens(kvVariant{a: a, bf16: true})
 		widenRoutine(a)
 	}
+	vkRoutines()    // state_vk.go
+	benchRoutines() // bench_floor.go
 
 	Generate()
 }

@@ -105,7 +105,9 @@ func routines(t *testing.T) map[string]string {
 func TestHygiene(t *testing.T) {
 	rs := routines(t)
 	want := []string{"stateAVX512", "gateAVX512", "l2AVX512", "stateAVX2", "gateAVX2", "l2AVX2",
-		"stateKVf32AVX512", "stateKVbf16AVX512", "widenAVX512", "stateKVf32AVX2", "stateKVbf16AVX2", "widenAVX2"}
+		"stateKVf32AVX512", "stateKVbf16AVX512", "widenAVX512", "stateKVf32AVX2", "stateKVbf16AVX2", "widenAVX2", // state_kv_tokens.go, widen.go
+		"vkf32AVX512", "vkbf16AVX512", "vkf32AVX2", "vkbf16AVX2", // state_vk.go
+		"scaleInPlaceAVX512", "fmaLoopAVX512", "scaleInPlaceAVX2", "fmaLoopAVX2"} // bench_floor.go
 	if len(rs) != len(want) {
 		t.Fatalf("routines %v, want %v", keys(rs), want)
 	}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gdnsimd/gdnsimd"
 	"github.com/gdnsimd/gdnsimd/gdn"
 )
 
@@ -173,7 +174,49 @@ type ServeResult struct {
 	Call    float64 // median seconds per call
 	Copy    float64 // median seconds per copy() of the B sequences' f32 state, interleaved
 	Single  float64 // median seconds per single-token call (T = 1, same B), interleaved (T > 1 only)
+	Floor   float64 // median seconds per in-place scale pass over the B sequences' f32 state (gdnsimd.FloorScale, the kernel's ISA; 0: none)
+	FMA     float64 // the call's 4·B·T·HV·K·V FMAs at the FMA throughput measured with gdnsimd.FloorFMA (0: none)
 }
+
+// Floors runs n in-place scale passes over Dst with the kernel's vectors (gdnsimd.FloorScale)
+// and returns the elapsed time, or 0 if the kernel has none. s = 1 keeps the data.
+func (d *RunData) Floors(kernel string, n int) time.Duration {
+	t0 := time.Now()
+	for range n {
+		if !gdnsimd.FloorScale(kernel, d.Dst, 1) {
+			return 0
+		}
+	}
+	return time.Since(t0)
+}
+
+// fmaRate returns the kernel's vector FMAs per second (gdnsimd.FloorFMA: the best of 5 runs of
+// ≈ 1 ms, measured once per process) and their lanes, or 0.
+func fmaRate(kernel string) (float64, int) {
+	if r, ok := fmaRates[kernel]; ok {
+		return r.rate, r.lanes
+	}
+	const n = 1 << 19
+	best, lanes := 0.0, gdnsimd.FloorFMA(kernel, 1000)
+	for range 5 {
+		if lanes == 0 {
+			break
+		}
+		t0 := time.Now()
+		gdnsimd.FloorFMA(kernel, n)
+		best = max(best, float64(n*gdnsimd.FloorFMAChains)/time.Since(t0).Seconds())
+	}
+	fmaRates[kernel] = struct {
+		rate  float64
+		lanes int
+	}{best, lanes}
+	return best, lanes
+}
+
+var fmaRates = map[string]struct {
+	rate  float64
+	lanes int
+}{}
 
 // MeasureServe measures every case × format × kernel (that implements the format) × workers of
 // c, alternating as Measure does: per repetition a batch of calls, of copies and, for T > 1, of
@@ -232,7 +275,15 @@ func measureServe(c Config, d, d1 *RunData, l *gdn.Layer, kernel string, workers
 		t1, _ := d1.Runs(l1, 1)
 		n1 = batchLen(t1, c.Batch)
 	}
-	var calls, copies, singles []float64
+	nf := 0
+	if t := d.Floors(kernel, 1); t > 0 {
+		nf = batchLen(d.Floors(kernel, 1), c.Batch)
+	}
+	if rate, lanes := fmaRate(kernel); rate > 0 {
+		s := d.Case.Shape
+		r.FMA = 4 * float64(s.B*d.Case.T*s.HV*s.K*s.V) / float64(lanes) / rate
+	}
+	var calls, copies, singles, floors []float64
 	for range c.Reps {
 		d.Runs(l, 1)
 		t, err := d.Runs(l, n)
@@ -250,23 +301,39 @@ func measureServe(c Config, d, d1 *RunData, l *gdn.Layer, kernel string, workers
 			}
 			singles = append(singles, t1.Seconds()/float64(n1))
 		}
+		if nf > 0 {
+			d.Floors(kernel, 1)
+			floors = append(floors, d.Floors(kernel, nf).Seconds()/float64(nf))
+		}
 	}
-	r.Call, r.Copy, r.Single = median(calls), median(copies), median(singles)
+	r.Call, r.Copy, r.Single, r.Floor = median(calls), median(copies), median(singles), median(floors)
 	return r, nil
 }
 
 // printServe writes the serving results as a markdown table: per call and per token, the ratio
-// to copy() of the B sequences' f32 state, and for T > 1 the time per token over a single-token
-// call (same kernel, format, B and workers).
+// to copy() of the B sequences' f32 state, for T > 1 the time per token over a single-token call
+// (same kernel, format, B and workers); then the call over the in-place floor (a load–scale–store
+// pass of the kernel's ISA over the f32 state's bytes) and over the FMA bound (the call's
+// 4·B·T·HV·K·V FMAs at the measured FMA throughput, also shown per head-token).
 func printServe(w io.Writer, res []ServeResult) {
-	fmt.Fprintln(w, "| kernel | format | case | workers | µs/call | µs/token | t/copy() | per token / single-token call |")
-	fmt.Fprintln(w, "|---|---|---|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "| kernel | format | case | workers | µs/call | µs/token | t/copy() | per token / single-token call | t/floor | t/FMA bound | FMA bound µs/head-token |")
+	fmt.Fprintln(w, "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+	ratio := func(a, b float64) string {
+		if b <= 0 {
+			return "—"
+		}
+		return fmt.Sprintf("%.2f", a/b)
+	}
 	for _, r := range res {
 		per := "—"
 		if r.Single > 0 {
 			per = fmt.Sprintf("%.2f", r.Call/float64(r.Case.T)/r.Single)
 		}
-		fmt.Fprintf(w, "| %s | %v | %v | %d | %s | %s | %.2f | %s |\n", r.Kernel, r.Format, r.Case, r.Workers,
-			micros(r.Call), micros(r.Call/float64(r.Case.T)), r.Call/r.Copy, per)
+		fb := "—"
+		if r.FMA > 0 {
+			fb = fmt.Sprintf("%.3f", r.FMA*1e6/float64(r.Case.Shape.B*r.Case.T*r.Case.Shape.HV))
+		}
+		fmt.Fprintf(w, "| %s | %v | %v | %d | %s | %s | %.2f | %s | %s | %s | %s |\n", r.Kernel, r.Format, r.Case, r.Workers,
+			micros(r.Call), micros(r.Call/float64(r.Case.T)), r.Call/r.Copy, per, ratio(r.Call, r.Floor), ratio(r.Call, r.FMA), fb)
 	}
 }

@@ -1,0 +1,93 @@
+package main
+
+// Benchmark floors (package bench measures them beside the kernels, see gdn_vk_amd64.go):
+//
+//	scaleInPlace<ISA>(x []float32, s float32)   x[i] *= s: one load–scale–store pass in place, the
+//	                                            memory floor of a one-pass state update
+//	fmaLoop<ISA>(n int)                         n iterations of 12 independent VFMADD231PS chains
+//	                                            on registers: the FMA throughput of the core
+
+import (
+	"fmt"
+
+	. "github.com/mmcloughlin/avo/build"
+	. "github.com/mmcloughlin/avo/operand"
+	. "github.com/mmcloughlin/avo/reg"
+)
+
+// fmaChains is the number of independent FMA chains of fmaLoop (≥ latency × throughput).
+const fmaChains = 12
+
+func benchRoutines() {
+	for _, a := range []isa{avx512, avx2} {
+		scaleInPlace(a)
+		fmaLoop(a)
+	}
+}
+
+func scaleInPlace(a isa) {
+	TEXT("scaleInPlace"+a.name, NOSPLIT, "func(x []float32, s float32)")
+	Doc(fmt.Sprintf("scaleInPlace%s sets x[i] = x[i]·s (%s; a benchmark floor).", a.name, a.name))
+	p, n := GP64(), GP64()
+	Load(Param("x").Base(), p)
+	Load(Param("x").Len(), n)
+	s := a.vec()
+	VBROADCASTSS(paramMem("s"), vkView(a, s))
+	step := 4 * a.lanes
+	loop, tail, scalar, done := label("scale"+a.name), label("scaletail"+a.name), label("scalescalar"+a.name), label("scaledone"+a.name)
+	Label(loop)
+	CMPQ(n, U32(4*a.lanes))
+	JB(LabelRef(tail))
+	for i := range 4 {
+		x := a.vec()
+		VMULPS(Mem{Base: p, Disp: i * step}, vkView(a, s), vkView(a, x))
+		VMOVUPS(vkView(a, x), Mem{Base: p, Disp: i * step})
+	}
+	ADDQ(U32(4*step), p)
+	SUBQ(U32(4*a.lanes), n)
+	JMP(LabelRef(loop))
+	Label(tail)
+	Label(scalar)
+	TESTQ(n, n)
+	JZ(LabelRef(done))
+	x := XMM()
+	VMULSS(Mem{Base: p}, s.AsX(), x)
+	VMOVSS(x, Mem{Base: p})
+	ADDQ(U8(4), p)
+	DECQ(n)
+	JMP(LabelRef(scalar))
+	Label(done)
+	VZEROUPPER()
+	RET()
+}
+
+func fmaLoop(a isa) {
+	TEXT("fmaLoop"+a.name, NOSPLIT, "func(n int)")
+	Doc(fmt.Sprintf("fmaLoop%s runs n iterations of %d independent VFMADD231PS chains (%s; a benchmark floor).", a.name, fmaChains, a.name))
+	n := GP64()
+	Load(Param("n"), n)
+	var acc [fmaChains]VecVirtual
+	for i := range acc {
+		acc[i] = a.vec()
+		zero(a, acc[i])
+	}
+	x, y := a.vec(), a.vec()
+	VBROADCASTSS(cOne, vkView(a, x))
+	VBROADCASTSS(cHalf, vkView(a, y))
+	loop, done := label("fma"+a.name), label("fmadone"+a.name)
+	Label(loop)
+	TESTQ(n, n)
+	JZ(LabelRef(done))
+	for i := range acc {
+		VFMADD231PS(vkView(a, x), vkView(a, y), vkView(a, acc[i]))
+	}
+	DECQ(n)
+	JMP(LabelRef(loop))
+	Label(done)
+	// Keep the chains live: sum them into x (not returned; the loop is the measurement).
+	for i := range acc {
+		VADDPS(vkView(a, acc[i]), vkView(a, x), vkView(a, x))
+	}
+	VZEROUPPER()
+	RET()
+}

@@ -1,0 +1,789 @@
+package main
+
+// The [V][K] state routines over T tokens (tokens_generic.go: tokensF32, tokensBF16).
+//
+// Row j of a [V][K] head (column j of the maths) is K contiguous elements, and it evolves on its
+// own for the whole call (SPEC "Useful identities"). A group of G rows is loaded once, carried in
+// registers (AVX2: partly in the frame) through all T tokens and stored at every token that has a
+// store (and, bf16, into the f32 carry after the last token). Per token and row:
+//
+//	kv' = Σ_i k̂_i·S[j][i]   qs' = Σ_i q̂_i·S[j][i]        (k̂, q̂ memory operands, A accumulators each)
+//	δ_j = beta·(v_j − decay(kv'))   o_j = decay(qs') + kq·δ_j
+//	S[j][i] ← decay(S[j][i]) + k̂_i·δ_j
+//
+// The 2G dot accumulators of a group are reduced together by a transpose-add (vkReduce), so the
+// horizontal-sum shuffles are shared by the group; δ and o are then computed for the G rows in one
+// vector. The decay form is chosen per token from em1 (two branches on the same compare).
+//
+// A row is N vectors, specialised per N (K ≤ 16·16 for AVX-512, 8 ≤ K ≤ 8·16 for AVX2; the Go
+// wrapper in gdn_vk_amd64.go runs the portable routine outside that range). The last vector of a
+// row is AVX-512: masked (K1); AVX2: the 8 elements ending at K, with the lanes the vector before
+// already holds zeroed by an AND mask (so they add nothing to the dots and stay 0), stored before
+// that vector so its correct values win.
+
+import (
+	"fmt"
+
+	. "github.com/mmcloughlin/avo/build"
+	. "github.com/mmcloughlin/avo/operand"
+	. "github.com/mmcloughlin/avo/reg"
+)
+
+// vkVariant is one [V][K] routine: an ISA and a storage type.
+type vkVariant struct {
+	a    isa
+	bf16 bool
+}
+
+var vkVariants = []vkVariant{{avx512, false}, {avx512, true}, {avx2, false}, {avx2, true}}
+
+func (v vkVariant) storage() string {
+	if v.bf16 {
+		return "bf16"
+	}
+	return "f32"
+}
+
+// name is the assembly routine's name (the Go wrapper is stateVK<storage><ISA>).
+func (v vkVariant) name() string { return "vk" + v.storage() + v.a.name }
+
+// es is the storage element size in bytes.
+func (v vkVariant) es() int {
+	if v.bf16 {
+		return 2
+	}
+	return 4
+}
+
+// vkAhead is how far ahead of a group's rows load prefetches.
+const vkAhead = 8192
+
+// vkMaxVecs is the most vectors per row the routines carry (K ≤ 256 AVX-512, 128 AVX2).
+const vkMaxVecs = 16
+
+// vkRegSlots is the number of a row's vectors AVX2 keeps in registers; the others live in the
+// frame (16 YMM hold the accumulators, δ and the temporaries beside them).
+const vkRegSlots = 9
+
+// vkGroup returns the rows per group and the accumulators per dot for rows of n vectors: the most
+// rows (≤ 8) whose state, 2·G·A accumulators (≥ 8 chains in all, to cover the FMA latency) and
+// five temporaries fit the 32 ZMM; AVX2: one row, two accumulators.
+func vkGroup(a isa, n int) (g, acc int) {
+	if a.lanes == 8 {
+		return 1, min(2, n)
+	}
+	for g = 8; g > 1; g-- {
+		acc = min(n, (4+g-1)/g)
+		if g*n+2*g*acc+5 <= 32 {
+			return g, acc
+		}
+	}
+	return 1, min(n, 4)
+}
+
+// lab is one lane of the transpose-add simulation: partial sums of input in over the lanes in
+// mask.
+type lab struct {
+	in   int
+	mask uint32
+}
+
+// vkLevel is one level of the transpose-add: how a pair (x, y) is shuffled into two vectors whose
+// sum halves the number of lanes per input.
+type vkLevel struct {
+	ins        string // VSHUFF32X4, VPERM2F128 or VSHUFPS
+	imm1, imm2 uint8
+}
+
+func vkLevels(a isa) []vkLevel {
+	in128 := []vkLevel{{"VSHUFPS", 0x44, 0xEE}, {"VSHUFPS", 0x88, 0xDD}}
+	if a.lanes == 16 {
+		return append([]vkLevel{{"VSHUFF32X4", 0x44, 0xEE}, {"VSHUFF32X4", 0x88, 0xDD}}, in128...)
+	}
+	return append([]vkLevel{{"VPERM2F128", 0x20, 0x31}}, in128...)
+}
+
+// simShuffle is what l's instruction with imm does to (x = src1, y = src2).
+func simShuffle(l vkLevel, imm uint8, x, y []lab) []lab {
+	n := len(x)
+	out := make([]lab, n)
+	switch l.ins {
+	case "VSHUFF32X4": // 128-bit chunks: two from x, two from y
+		for c := range 4 {
+			sel := int(imm>>(2*c)) & 3
+			src := x
+			if c >= 2 {
+				src = y
+			}
+			copy(out[4*c:4*c+4], src[4*sel:4*sel+4])
+		}
+	case "VPERM2F128":
+		for c := range 2 {
+			sel := int(imm>>(4*c)) & 3
+			src := x
+			if sel >= 2 {
+				src = y
+			}
+			copy(out[4*c:4*c+4], src[4*(sel&1):4*(sel&1)+4])
+		}
+	case "VSHUFPS": // per 128-bit lane: two from x, two from y
+		for c := 0; c < n; c += 4 {
+			for e := range 4 {
+				sel := int(imm>>(2*e)) & 3
+				src := x
+				if e >= 2 {
+					src = y
+				}
+				out[c+e] = src[c+sel]
+			}
+		}
+	}
+	return out
+}
+
+func simAdd(x, y []lab) []lab {
+	out := make([]lab, len(x))
+	for i := range x {
+		if x[i].in != y[i].in || x[i].mask&y[i].mask != 0 {
+			panic("vkReduce: lanes of different inputs or overlapping sums added")
+		}
+		out[i] = lab{x[i].in, x[i].mask | y[i].mask}
+	}
+	return out
+}
+
+// vkReduce emits the transpose-add of ins (at most lanes vectors) and returns the vector holding
+// every input's total; vkLanes says which lane holds which.
+func vkReduce(a isa, ins []VecVirtual) VecVirtual {
+	vs := ins
+	for _, l := range vkLevels(a) {
+		var nvs []VecVirtual
+		for p := 0; p < len(vs); p += 2 {
+			x, y := vs[p], vs[min(p+1, len(vs)-1)] // an odd one out pairs with itself
+			t1, t2 := a.vec(), a.vec()
+			vkShuffle(a, l.ins, l.imm1, x, y, t1)
+			vkShuffle(a, l.ins, l.imm2, x, y, t2)
+			VADDPS(vkView(a, t2), vkView(a, t1), vkView(a, t1))
+			nvs = append(nvs, t1)
+		}
+		vs = nvs
+	}
+	if len(vs) != 1 {
+		panic("vkReduce: more inputs than lanes")
+	}
+	return vs[0]
+}
+
+// vkLanes simulates vkReduce of m inputs lane by lane (checking that every addition adds
+// disjoint partial sums of one input) and returns the lane holding each input's total.
+func vkLanes(a isa, m int) []int {
+	sim := make([][]lab, m)
+	for k := range sim {
+		sim[k] = make([]lab, a.lanes)
+		for i := range sim[k] {
+			sim[k][i] = lab{k, 1 << i}
+		}
+	}
+	for _, l := range vkLevels(a) {
+		var nsim [][]lab
+		for p := 0; p < len(sim); p += 2 {
+			x, y := sim[p], sim[min(p+1, len(sim)-1)]
+			nsim = append(nsim, simAdd(simShuffle(l, l.imm1, x, y), simShuffle(l, l.imm2, x, y)))
+		}
+		sim = nsim
+	}
+	if len(sim) != 1 {
+		panic("vkLanes: more inputs than lanes")
+	}
+	full := uint32(1)<<a.lanes - 1
+	lane := make([]int, m)
+	for k := range lane {
+		lane[k] = -1
+		for i, x := range sim[0] {
+			if x.in == k && x.mask == full {
+				lane[k] = i
+				break
+			}
+		}
+		if lane[k] < 0 {
+			panic("vkLanes: an input's total is in no lane")
+		}
+	}
+	return lane
+}
+
+func vkView(a isa, r VecVirtual) Register {
+	if a.lanes == 16 {
+		return r.AsZ()
+	}
+	return r.AsY()
+}
+
+func vkShuffle(a isa, ins string, imm uint8, x, y, dst VecVirtual) {
+	X, Y, D := vkView(a, x), vkView(a, y), vkView(a, dst)
+	switch ins {
+	case "VSHUFF32X4":
+		VSHUFF32X4(U8(imm), Y, X, D)
+	case "VPERM2F128":
+		VPERM2F128(U8(imm), Y, X, D)
+	case "VSHUFPS":
+		VSHUFPS(U8(imm), Y, X, D)
+	}
+}
+
+// vkLane are the broadcast lane indices 1..7 (VPERMPS) and vkPerm the permutations of each
+// (ISA, G) that bring kv of row r to lane r and qs to lane lanes/2 + r.
+var (
+	vkLane [8]Mem
+	vkPerm = map[string]Mem{}
+)
+
+func vkConstants() {
+	for r := 1; r < 8; r++ {
+		vkLane[r] = splat(fmt.Sprintf("vklane%d", r), uint32(r))
+	}
+	for _, a := range []isa{avx512, avx2} {
+		for g := 1; g <= a.lanes/2; g++ {
+			vkPermFor(a, g, vkLanes(a, 2*g))
+		}
+	}
+	// The and-masks of the AVX2 last vector: vkand + 4·n is 8 dwords whose first 8 − n are 0.
+	vkAnd = GLOBL("vkand", RODATA|NOPTR)
+	for i := range 16 {
+		v := uint32(0)
+		if i >= 8 {
+			v = 0xffffffff
+		}
+		DATA(4*i, U32(v))
+	}
+}
+
+var vkAnd Mem
+
+// vkPermFor declares (once) the permutation constant of a reduction's lanes.
+func vkPermFor(a isa, g int, lane []int) Mem {
+	key := fmt.Sprintf("vkperm%s_%d", a.name, g)
+	if m, ok := vkPerm[key]; ok {
+		return m
+	}
+	m := GLOBL(key, RODATA|NOPTR)
+	idx := make([]uint32, a.lanes)
+	for r := range g {
+		idx[r] = uint32(lane[r])
+		idx[a.lanes/2+r] = uint32(lane[g+r])
+	}
+	for i, x := range idx {
+		DATA(4*i, U32(x))
+	}
+	vkPerm[key] = m
+	return m
+}
+
+// vkRegs are the routine's GP registers and frame slots.
+type vkRegs struct {
+	pk, pq, pt, ps, pv, po, cnt, k4, ks GPVirtual
+	j, rows, t, v4, vs4                 Mem // frame: row index, rows left, T, V·4, vs·4
+	andMask                             Mem // AVX2: the last vector's and-mask (32 bytes)
+	slots                               Mem // AVX2: the frame part of a row
+}
+
+// vkRow is the state of one row of a group: its vectors in registers, or (AVX2) frame slots.
+type vkRow struct {
+	reg []VecVirtual
+	mem []Mem
+}
+
+type vkBody struct {
+	v    vkVariant
+	a    isa
+	n, g int // vectors per row, rows in the group
+	acc  int
+	r    vkRegs
+	rows []vkRow
+	last bool // the last vector is special (masked / overlapping)
+}
+
+// vecDisp returns the memory operand of vector i of a row at base (element size es): AVX2's last
+// vector ends at element K (index register idx = K·es).
+func (b *vkBody) vecMem(base GPVirtual, i, es int, idx GPVirtual) Mem {
+	if b.a.lanes == 8 && i == b.n-1 {
+		return Mem{Base: base, Index: idx, Scale: 1, Disp: -8 * es}
+	}
+	return Mem{Base: base, Disp: i * b.a.lanes * es}
+}
+
+func (b *vkBody) masked(i int) bool { return b.a.lanes == 16 && i == b.n-1 }
+
+// kMem is vector i of a [K] f32 row (k̂ or q̂) at base.
+func (b *vkBody) kMem(base GPVirtual, i int) Mem { return b.vecMem(base, i, 4, b.r.k4) }
+
+// get returns vector i of row r in a register (loaded from its frame slot if need be).
+func (b *vkBody) get(r, i int) VecVirtual {
+	if x := b.rows[r].reg[i]; x != nil {
+		return x
+	}
+	t := b.a.vec()
+	VMOVUPS(b.rows[r].mem[i], vkView(b.a, t))
+	return t
+}
+
+// put writes back x as vector i of row r if that lives in the frame.
+func (b *vkBody) put(r, i int, x VecVirtual) {
+	if b.rows[r].reg[i] == nil {
+		VMOVUPS(vkView(b.a, x), b.rows[r].mem[i])
+	}
+}
+
+// load loads the group's rows from row pointer p (clobbered): bf16 widened, else f32.
+func (b *vkBody) load(p GPVirtual, bf16 bool) {
+	es := 4
+	idx := b.r.k4
+	if bf16 {
+		es, idx = 2, b.r.ks
+	}
+	// Prefetch the rows vkAhead bytes on (a hint: past the head it touches the next one or nothing).
+	for l := 0; l < b.g*b.n*b.a.lanes*es; l += 64 {
+		PREFETCHT0(Mem{Base: p, Disp: vkAhead + l})
+	}
+	for r := range b.g {
+		if r > 0 {
+			ADDQ(idx, p)
+		}
+		for i := range b.n {
+			x := b.rows[r].reg[i]
+			if x == nil {
+				x = b.a.vec()
+			}
+			m := b.vecMem(p, i, es, idx)
+			X := vkView(b.a, x)
+			switch {
+			case bf16 && b.masked(i):
+				VPMOVZXWD_Z(m, K1, X)
+			case bf16:
+				VPMOVZXWD(m, X)
+			case b.masked(i):
+				VMOVUPS_Z(m, K1, X)
+			default:
+				VMOVUPS(m, X)
+			}
+			if bf16 {
+				VPSLLD(U8(16), X, X)
+			}
+			if b.a.lanes == 8 && i == b.n-1 {
+				VANDPS(b.r.andMask, X, X)
+			}
+			b.put(r, i, x)
+		}
+	}
+}
+
+// store writes the group's rows to row pointer p (clobbered), bf16-rounded if bf16.
+func (b *vkBody) store(p GPVirtual, bf16 bool) {
+	es := 4
+	idx := b.r.k4
+	if bf16 {
+		es, idx = 2, b.r.ks
+	}
+	order := make([]int, 0, b.n)
+	if b.a.lanes == 8 {
+		order = append(order, b.n-1) // the overlapping last vector first
+		for i := 0; i < b.n-1; i++ {
+			order = append(order, i)
+		}
+	} else {
+		for i := range b.n {
+			order = append(order, i)
+		}
+	}
+	for r := range b.g {
+		if r > 0 {
+			ADDQ(idx, p)
+		}
+		for _, i := range order {
+			x := b.get(r, i)
+			m := b.vecMem(p, i, es, idx)
+			var mask Register
+			if b.masked(i) {
+				mask = K1
+			}
+			if bf16 {
+				y := b.a.vec()
+				VMOVAPS(vkView(b.a, x), vkView(b.a, y))
+				bf16Store(b.a, piece{w: b.a.lanes, mask: mask}, y, m)
+				continue
+			}
+			if mask != nil {
+				VMOVUPS(vkView(b.a, x), mask, m)
+			} else {
+				VMOVUPS(vkView(b.a, x), m)
+			}
+		}
+	}
+}
+
+// fma: acc += m·x (acc = m·x if first), masked for the last AVX-512 vector.
+func (b *vkBody) fma(m Mem, x, acc VecVirtual, i int, first bool) {
+	X, A := vkView(b.a, x), vkView(b.a, acc)
+	switch {
+	case first && b.masked(i):
+		VMULPS_Z(m, X, K1, A)
+	case first:
+		VMULPS(m, X, A)
+	case b.masked(i):
+		VFMADD231PS(m, X, K1, A)
+	default:
+		VFMADD231PS(m, X, A)
+	}
+}
+
+// decay replaces x by decay(x) in form f, c holding em1 or eg.
+func (b *vkBody) decay(f form, c, x VecVirtual) {
+	pc := piece{w: b.a.lanes}
+	pc.decay(f, c, x)
+}
+
+// vkForm emits body for each decay form of the current token (pt), em1 compared with nearOne.
+func vkForm(b *vkBody, body func(f form, c VecVirtual)) {
+	far, join := label(b.v.name()+"_far"), label(b.v.name()+"_decayed")
+	x := XMM()
+	VMOVSS(Mem{Base: b.r.pt}, x)
+	VUCOMISS(cNearOne, x) // CF: em1 < nearOne or unordered
+	JCS(LabelRef(far))
+	c := b.a.vec()
+	VBROADCASTSS(Mem{Base: b.r.pt}, vkView(b.a, c))
+	body(nearForm, c)
+	JMP(LabelRef(join))
+	Label(far)
+	c = b.a.vec()
+	VBROADCASTSS(Mem{Base: b.r.pt, Disp: 4}, vkView(b.a, c))
+	body(farForm, c)
+	Label(join)
+}
+
+// token emits one token of the group.
+func (b *vkBody) token() {
+	a := b.a
+	// The dots.
+	var ins []VecVirtual
+	accK, accQ := make([][]VecVirtual, b.g), make([][]VecVirtual, b.g)
+	for r := range b.g {
+		for range b.acc {
+			accK[r] = append(accK[r], a.vec())
+			accQ[r] = append(accQ[r], a.vec())
+		}
+	}
+	for i := range b.n {
+		for r := range b.g {
+			x := b.get(r, i)
+			b.fma(b.kMem(b.r.pk, i), x, accK[r][i%b.acc], i, i < b.acc)
+			b.fma(b.kMem(b.r.pq, i), x, accQ[r][i%b.acc], i, i < b.acc)
+		}
+	}
+	sum := func(acc []VecVirtual) VecVirtual {
+		for len(acc) > 1 {
+			var n []VecVirtual
+			for p := 0; p+1 < len(acc); p += 2 {
+				VADDPS(vkView(a, acc[p+1]), vkView(a, acc[p]), vkView(a, acc[p]))
+				n = append(n, acc[p])
+			}
+			if len(acc)%2 == 1 {
+				n = append(n, acc[len(acc)-1])
+			}
+			acc = n
+		}
+		return acc[0]
+	}
+	for r := range b.g {
+		ins = append(ins, sum(accK[r]))
+	}
+	for r := range b.g {
+		ins = append(ins, sum(accQ[r]))
+	}
+	red := vkReduce(a, ins)
+	idx := a.vec()
+	VMOVUPS(vkPerm[fmt.Sprintf("vkperm%s_%d", a.name, b.g)], vkView(a, idx))
+	p := a.vec()
+	VPERMPS(vkView(a, red), vkView(a, idx), vkView(a, p)) // kv_r at r, qs_r at lanes/2 + r
+	vkForm(b, func(f form, c VecVirtual) { b.decay(f, c, p) })
+	// δ and o for the group's rows at once (the low half of p: kv, the high half: qs).
+	half := func(x VecVirtual) Register {
+		if a.lanes == 16 {
+			return x.AsY()
+		}
+		return x.AsX()
+	}
+	hi := a.vec()
+	if a.lanes == 16 {
+		VEXTRACTF64X4(U8(1), p.AsZ(), hi.AsY())
+	} else {
+		VEXTRACTF128(U8(1), p.AsY(), hi.AsX())
+	}
+	vv := a.vec()
+	switch {
+	case b.g == 1:
+		VMOVSS(Mem{Base: b.r.pv}, vv.AsX())
+	case b.g == a.lanes/2:
+		VMOVUPS(Mem{Base: b.r.pv}, half(vv))
+	default:
+		VMOVUPS_Z(Mem{Base: b.r.pv}, K6, half(vv))
+	}
+	VSUBPS(half(p), half(vv), half(vv)) // v − decay(kv')
+	beta := a.vec()
+	VBROADCASTSS(Mem{Base: b.r.pt, Disp: 8}, vkView(a, beta))
+	d := a.vec()
+	VMULPS(half(beta), half(vv), half(d)) // δ
+	kq := a.vec()
+	VBROADCASTSS(Mem{Base: b.r.pt, Disp: 12}, vkView(a, kq))
+	VFMADD231PS(half(kq), half(d), half(hi)) // o = decay(qs') + kq·δ
+	switch {
+	case b.g == 1:
+		VMOVSS(hi.AsX(), Mem{Base: b.r.po})
+	case b.g == a.lanes/2:
+		VMOVUPS(half(hi), Mem{Base: b.r.po})
+	default:
+		VMOVUPS(half(hi), K6, Mem{Base: b.r.po})
+	}
+	// The rows: S ← decay(S) + k̂·δ_r.
+	vkForm(b, func(f form, c VecVirtual) {
+		for r := range b.g {
+			db := a.vec()
+			if r == 0 {
+				VBROADCASTSS(d.AsX(), vkView(a, db))
+			} else {
+				ix := a.vec()
+				VMOVUPS(vkLane[r], vkView(a, ix))
+				VPERMPS(vkView(a, d), vkView(a, ix), vkView(a, db))
+			}
+			for i := range b.n {
+				x := b.get(r, i)
+				b.decay(f, c, x)
+				if b.masked(i) {
+					VFMADD231PS(b.kMem(b.r.pk, i), vkView(a, db), K1, vkView(a, x))
+				} else {
+					VFMADD231PS(b.kMem(b.r.pk, i), vkView(a, db), vkView(a, x))
+				}
+				if a.lanes == 8 && i == b.n-1 {
+					VANDPS(b.r.andMask, vkView(a, x), vkView(a, x))
+				}
+				b.put(r, i, x)
+			}
+		}
+	})
+}
+
+// group emits the loop over groups of b.g rows (while at least b.g rows are left).
+func (b *vkBody) group() {
+	v, a, r := b.v, b.a, b.r
+	pre := v.name()
+	b.rows = make([]vkRow, b.g)
+	slot := 0
+	for j := range b.rows {
+		b.rows[j] = vkRow{reg: make([]VecVirtual, b.n), mem: make([]Mem, b.n)}
+		for i := range b.n {
+			if a.lanes == 8 && i >= vkRegSlots {
+				b.rows[j].mem[i] = r.slots.Offset(32 * slot)
+				slot++
+				continue
+			}
+			b.rows[j].reg[i] = a.vec()
+		}
+	}
+	loop, done := label(pre+"_group"), label(pre+"_groupsdone")
+	Label(loop)
+	CMPQ(r.rows, U32(b.g))
+	JB(LabelRef(done))
+	if a.lanes == 16 && b.g > 1 && b.g < 8 {
+		m := GP32()
+		MOVL(U32(1<<b.g-1), m)
+		KMOVW(m, K6)
+	}
+	Commentf("Load %d row(s) of %d vectors.", b.g, b.n)
+	if v.bf16 {
+		from16, loaded := label(pre+"_frombf16"), label(pre+"_loaded")
+		p := GP64()
+		Load(Param("src32").Base(), p)
+		TESTQ(p, p)
+		JZ(LabelRef(from16))
+		off := GP64()
+		MOVQ(r.j, off)
+		IMULQ(r.k4, off)
+		ADDQ(off, p)
+		b.load(p, false)
+		JMP(LabelRef(loaded))
+		Label(from16)
+		p = GP64()
+		Load(Param("src").Base(), p)
+		off = GP64()
+		MOVQ(r.j, off)
+		IMULQ(r.ks, off)
+		ADDQ(off, p)
+		b.load(p, true)
+		Label(loaded)
+	} else {
+		p, off := GP64(), GP64()
+		Load(Param("src").Base(), p)
+		MOVQ(r.j, off)
+		IMULQ(r.k4, off)
+		ADDQ(off, p)
+		b.load(p, false)
+	}
+	b.tokens()
+	ADDQ(U32(b.g), r.j)
+	SUBQ(U32(b.g), r.rows)
+	JMP(LabelRef(loop))
+	Label(done)
+}
+
+// tokens emits the token loop of a loaded group and the carry.
+func (b *vkBody) tokens() {
+	v, r := b.v, b.r
+	pre := v.name()
+	Load(Param("kh").Base(), r.pk)
+	Load(Param("qh").Base(), r.pq)
+	Load(Param("tok").Base(), r.pt)
+	Load(Param("stores").Base(), r.ps)
+	Load(Param("v").Base(), r.pv)
+	Load(Param("o").Base(), r.po)
+	j4 := GP64()
+	MOVQ(r.j, j4)
+	SHLQ(U8(2), j4)
+	ADDQ(j4, r.pv)
+	ADDQ(j4, r.po)
+	MOVQ(r.t, r.cnt)
+	loop, nostore := label(pre+"_token"), label(pre+"_nostore")
+	Label(loop)
+	b.token()
+	Comment("The state after this token, if stored.")
+	d := GP64()
+	MOVQ(Mem{Base: r.ps}, d)
+	TESTQ(d, d)
+	JZ(LabelRef(nostore))
+	off := GP64()
+	MOVQ(r.j, off)
+	if v.bf16 {
+		IMULQ(r.ks, off)
+	} else {
+		IMULQ(r.k4, off)
+	}
+	ADDQ(off, d)
+	b.store(d, v.bf16)
+	Label(nostore)
+	ADDQ(r.k4, r.pk)
+	ADDQ(r.k4, r.pq)
+	ADDQ(U8(16), r.pt)
+	ADDQ(U8(8), r.ps)
+	ADDQ(r.vs4, r.pv)
+	ADDQ(r.v4, r.po)
+	DECQ(r.cnt)
+	JNZ(LabelRef(loop))
+	if v.bf16 {
+		Comment("The f32 carry after the last token, if asked for.")
+		nocarry := label(pre + "_nocarry")
+		d := GP64()
+		Load(Param("carry").Base(), d)
+		TESTQ(d, d)
+		JZ(LabelRef(nocarry))
+		off := GP64()
+		MOVQ(r.j, off)
+		IMULQ(r.k4, off)
+		ADDQ(off, d)
+		b.store(d, false)
+		Label(nocarry)
+	}
+}
+
+func bf16Store(a isa, pc piece, y VecVirtual, m Mem) { bf16(a, pc, y, m) }
+
+// stateVK emits the routine of variant v.
+func stateVK(v vkVariant) {
+	a := v.a
+	sig := "func(K, V int, src []float32, stores []uintptr, kh, qh, v []float32, vs int, o, tok []float32)"
+	if v.bf16 {
+		sig = "func(K, V int, src []uint16, src32 []float32, stores []uintptr, carry []float32, kh, qh, v []float32, vs int, o, tok []float32)"
+	}
+	TEXT(v.name(), NOSPLIT, sig)
+	Doc(fmt.Sprintf("%s is the [V][K] %s state routine over T tokens in %s; see stateVK%s%s in gdn_vk_amd64.go.", v.name(), v.storage(), a.name, v.storage(), a.name))
+	pre := v.name()
+	r := vkRegs{pk: GP64(), pq: GP64(), pt: GP64(), ps: GP64(), pv: GP64(), po: GP64(), cnt: GP64(), k4: GP64(), ks: GP64()}
+	r.j, r.rows, r.t, r.v4, r.vs4 = AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8)
+	if a.lanes == 8 {
+		r.andMask = AllocLocal(32)
+		r.slots = AllocLocal(32 * (vkMaxVecs - vkRegSlots))
+	}
+	done := label(pre + "_done")
+	k, n, t := GP64(), GP64(), GP64()
+	Load(Param("K"), k)
+	Load(Param("V"), n)
+	Load(Param("tok").Len(), t)
+	SHRQ(U8(2), t)
+	TESTQ(k, k)
+	JZ(LabelRef(done))
+	TESTQ(n, n)
+	JZ(LabelRef(done))
+	TESTQ(t, t)
+	JZ(LabelRef(done))
+	MOVQ(n, r.rows)
+	MOVQ(t, r.t)
+	MOVQ(U32(0), r.j)
+	SHLQ(U8(2), n)
+	MOVQ(n, r.v4)
+	vs := GP64()
+	Load(Param("vs"), vs)
+	SHLQ(U8(2), vs)
+	MOVQ(vs, r.vs4)
+	MOVQ(k, r.k4)
+	SHLQ(U8(2), r.k4)
+	MOVQ(k, r.ks)
+	SHLQ(U8(1), r.ks)
+	Commentf("Dispatch on the vectors per row, N = ceil(K/%d).", a.lanes)
+	nm1 := GP64()
+	MOVQ(k, nm1)
+	DECQ(nm1)
+	SHRQ(U8(map[int]uint8{16: 4, 8: 3}[a.lanes]), nm1)
+	var targets []string
+	for nv := 1; nv <= vkMaxVecs; nv++ {
+		targets = append(targets, label(fmt.Sprintf("%s_n%d", pre, nv)))
+	}
+	for nv := 1; nv <= vkMaxVecs; nv++ {
+		CMPQ(nm1, U32(nv-1))
+		JE(LabelRef(targets[nv-1]))
+	}
+	JMP(LabelRef(done)) // K beyond the routine's range: the Go wrapper does not call it
+	for nv := 1; nv <= vkMaxVecs; nv++ {
+		Label(targets[nv-1])
+		Commentf("Rows of %d vectors.", nv)
+		lanes := GP64()
+		MOVQ(r.k4, lanes)
+		SHRQ(U8(2), lanes)
+		SUBQ(U32(a.lanes*(nv-1)), lanes) // elements in the last vector
+		if a.lanes == 16 {
+			tailMask(lanes, K1)
+		} else {
+			// and-mask: vkand + 4·lanes, whose first 8 − lanes dwords are 0.
+			SHLQ(U8(2), lanes)
+			q := GP64()
+			LEAQ(vkAnd, q)
+			ADDQ(lanes, q)
+			y := YMM()
+			VMOVUPS(Mem{Base: q}, y)
+			VMOVUPS(y, r.andMask)
+		}
+		g, acc := vkGroup(a, nv)
+		(&vkBody{v: v, a: a, n: nv, g: g, acc: acc, r: r}).group()
+		if g > 1 {
+			(&vkBody{v: v, a: a, n: nv, g: 1, acc: min(nv, 4), r: r}).group()
+		}
+		JMP(LabelRef(done))
+	}
+	Label(done)
+	VZEROUPPER()
+	RET()
+}
+
+// vkRoutines emits every [V][K] routine (and their constants).
+func vkRoutines() {
+	vkConstants()
+	for _, v := range vkVariants {
+		stateVK(v)
+	}
+}

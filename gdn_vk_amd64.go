@@ -1,0 +1,111 @@
+//go:build !purego
+
+package gdnsimd
+
+import "unsafe"
+
+// The [V][K] state routines over T tokens of the "avx512" and "avx2" kernels (asm/state_vk.go), in
+// the flat signature of tokensF32 and tokensBF16 (tokens_generic.go). Per row j (K contiguous
+// elements) and token τ, with tok[4τ:4τ+4] = em1, eg, beta, kq and decay(x) = x + em1·x (fused)
+// when em1 ≥ −0.5, else eg·x (also for a NaN em1), chosen per token:
+//
+//	kv, qs := Σ_i kh[τK+i]·S[j][i], Σ_i qh[τK+i]·S[j][i]
+//	d := beta·(v[τ·vs+j] − decay(kv));  o[τV+j] = decay(qs) + kq·d   (fused)
+//	S[j][i] = decay(S[j][i]) + kh[τK+i]·d                            (fused)
+//
+// Groups of rows are loaded once, carried in registers through the T tokens and stored where
+// stores[τ] is not nil (bf16: rounded to nearest even; then the f32 carry, if not nil). The
+// assembly handles K ≤ 256 (AVX-512) and 8 ≤ K ≤ 128 (AVX2); outside that range these wrappers run
+// the portable routine (vkTokens), which allocates its per-call bookkeeping.
+
+func stateVKf32AVX512(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok []float32) {
+	if K > 256 {
+		vkPortableF32(K, V, src, stores, kh, qh, v, vs, o, tok)
+		return
+	}
+	vkf32AVX512(K, V, src, stores, kh, qh, v, vs, o, tok)
+}
+
+func stateVKbf16AVX512(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok []float32) {
+	if K > 256 {
+		vkPortableBF16(K, V, src, src32, stores, carry, kh, qh, v, vs, o, tok)
+		return
+	}
+	vkbf16AVX512(K, V, src, src32, stores, carry, kh, qh, v, vs, o, tok)
+}
+
+func stateVKf32AVX2(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok []float32) {
+	if K < 8 || K > 128 {
+		vkPortableF32(K, V, src, stores, kh, qh, v, vs, o, tok)
+		return
+	}
+	vkf32AVX2(K, V, src, stores, kh, qh, v, vs, o, tok)
+}
+
+func stateVKbf16AVX2(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok []float32) {
+	if K < 8 || K > 128 {
+		vkPortableBF16(K, V, src, src32, stores, carry, kh, qh, v, vs, o, tok)
+		return
+	}
+	vkbf16AVX2(K, V, src, src32, stores, carry, kh, qh, v, vs, o, tok)
+}
+
+// vkPortableF32 and vkPortableBF16 are vkTokens behind the flat signatures.
+func vkPortableF32(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok []float32) {
+	dst := make([]stateRef, len(tok)/4)
+	for τ, p := range stores[:len(dst)] {
+		if p != nil {
+			dst[τ].f32 = unsafe.Slice((*float32)(p), K*V)
+		}
+	}
+	vkTokens(&headCall{K: K, V: V, src: stateRef{f32: src}, dst: dst, kh: kh, qh: qh, v: v, vs: vs, o: o, tok: tok, slab: make([]float32, K)})
+}
+
+func vkPortableBF16(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok []float32) {
+	dst := make([]stateRef, len(tok)/4)
+	for τ, p := range stores[:len(dst)] {
+		if p != nil {
+			dst[τ].bf16 = unsafe.Slice((*uint16)(p), K*V)
+		}
+	}
+	if carry != nil {
+		dst[len(dst)-1].f32 = carry
+	}
+	in := stateRef{bf16: src}
+	if src32 != nil {
+		in = stateRef{f32: src32}
+	}
+	vkTokens(&headCall{K: K, V: V, src: in, dst: dst, kh: kh, qh: qh, v: v, vs: vs, o: o, tok: tok, slab: make([]float32, K)})
+}
+
+// The assembly routines (K in range, see above; len(tok) = 4T, T ≥ 1; the contract of tokensF32
+// and tokensBF16).
+
+//go:noescape
+func vkf32AVX512(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok []float32)
+
+//go:noescape
+func vkbf16AVX512(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok []float32)
+
+//go:noescape
+func vkf32AVX2(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok []float32)
+
+//go:noescape
+func vkbf16AVX2(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok []float32)
+
+// Benchmark floors (asm/bench_floor.go), exported through BenchFloors.
+
+//go:noescape
+func scaleInPlaceAVX512(x []float32, s float32)
+
+//go:noescape
+func scaleInPlaceAVX2(x []float32, s float32)
+
+func fmaLoopAVX512(n int)
+
+func fmaLoopAVX2(n int)
+
+func init() {
+	floorScale["avx512"], floorFMA["avx512"], floorLanes["avx512"] = scaleInPlaceAVX512, fmaLoopAVX512, 16
+	floorScale["avx2"], floorFMA["avx2"], floorLanes["avx2"] = scaleInPlaceAVX2, fmaLoopAVX2, 8
+}
