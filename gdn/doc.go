@@ -120,6 +120,6 @@
 // can run, best first ("generic" is always there, also under -tags purego). A kernel implements
 // some state formats (StateLayout × StateDType); Config.Kernel "" picks the best kernel of this
 // CPU that implements the Layer's format, a named kernel that lacks it is ErrKernel, and
-// Layer.Kernel tells which runs. Today the assembly kernels implement [K][V] f32, the portable
-// kernel every format. There is no global switch.
+// Layer.Kernel tells which runs. Every kernel implements every format (the assembly ones with
+// routines over T tokens per layout and storage type). There is no global switch.
 package gdn

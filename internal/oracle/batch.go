@@ -7,8 +7,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
-	"sort"
 )
 
 // This file extends the oracle to SPEC Part B's serving call: N sequences of T_n ≥ 0 tokens,
@@ -464,25 +462,7 @@ type SeqCase struct {
 }
 
 // LoadSeqVectors reads every *.json.gz multi-token case in dir, sorted by name.
-func LoadSeqVectors(dir string) ([]SeqCase, error) {
-	files, err := filepath.Glob(filepath.Join(dir, "*.json.gz"))
-	if err != nil {
-		return nil, err
-	}
-	if len(files) == 0 {
-		return nil, fmt.Errorf("oracle: no *.json.gz vectors in %s", dir)
-	}
-	sort.Strings(files)
-	var cases []SeqCase
-	for _, f := range files {
-		c, err := loadSeq(f)
-		if err != nil {
-			return nil, fmt.Errorf("oracle: %s: %w", f, err)
-		}
-		cases = append(cases, c)
-	}
-	return cases, nil
-}
+func LoadSeqVectors(dir string) ([]SeqCase, error) { return loadDir(dir, loadSeq) }
 
 func loadSeq(path string) (SeqCase, error) {
 	f, err := os.Open(path)

@@ -157,7 +157,10 @@ func BF16ULP(y float64) float64 {
 }
 
 // LoadVectors reads every *.json.gz case in dir, sorted by name.
-func LoadVectors(dir string) ([]Case, error) {
+func LoadVectors(dir string) ([]Case, error) { return loadDir(dir, loadVector) }
+
+// loadDir reads every *.json.gz file in dir, sorted by name, with load.
+func loadDir[C any](dir string, load func(path string) (C, error)) ([]C, error) {
 	files, err := filepath.Glob(filepath.Join(dir, "*.json.gz"))
 	if err != nil {
 		return nil, err
@@ -166,9 +169,9 @@ func LoadVectors(dir string) ([]Case, error) {
 		return nil, fmt.Errorf("oracle: no *.json.gz vectors in %s", dir)
 	}
 	sort.Strings(files)
-	var cases []Case
+	var cases []C
 	for _, f := range files {
-		c, err := loadVector(f)
+		c, err := load(f)
 		if err != nil {
 			return nil, fmt.Errorf("oracle: %s: %w", f, err)
 		}
