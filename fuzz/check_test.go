@@ -112,9 +112,12 @@ func tolerances(d oracle.Dims, in oracle.Inputs, want oracle.Expected) []headTol
 				errO[j] = max(e1, e2)
 			}
 			// y_j = o_j·r·w_j·silu(z_j), r = 1/sqrt(Σo²/V + eps).
+			// Σo² is off by Σ (2|o_j|·err_j + err_j²): the second-order term dominates where an o_j
+			// that is nearly 0 carries a large error (the identity o = eg·Sᵀq̂ + (k̂·q̂)·δ cancels
+			// when the update does: corpus entry found_o_residual_dominates_rms).
 			relR := 4 * u
 			for j := range V {
-				relR += math.Abs(o[j]) * errO[j] / (ss + float64(V)*in.RMSEps)
+				relR += (math.Abs(o[j])*errO[j] + errO[j]*errO[j]/2) / (ss + float64(V)*in.RMSEps)
 			}
 			for j := range V {
 				z := float64(in.Z[bh*V+j])
@@ -163,8 +166,9 @@ func tolerances(d oracle.Dims, in oracle.Inputs, want oracle.Expected) []headTol
 			natO := eg*Q[j]/sqK + math.Abs(kq*delta)
 			numO = max(numO, gain*natO)
 			// r = 1/sqrt(Σo²/V + eps) is as ill-conditioned as the o_j that dominate Σo²,
-			// whatever their gains.
-			numR += math.Abs(o[j]) * natO
+			// whatever their gains — also a nearly-0 o_j whose error (about u·natO) squared is
+			// not small against Σo².
+			numR += math.Abs(o[j])*natO + unit*natO*natO
 			maxO = max(maxO, gain*math.Abs(o[j]))
 			maxRawO = max(maxRawO, math.Abs(o[j]))
 			for i := range K {
