@@ -47,14 +47,6 @@ func (v vkVariant) storage() string {
 // name is the assembly routine's name (the Go wrapper is stateVK<storage><ISA>).
 func (v vkVariant) name() string { return "vk" + v.storage() + v.a.name }
 
-// es is the storage element size in bytes.
-func (v vkVariant) es() int {
-	if v.bf16 {
-		return 2
-	}
-	return 4
-}
-
 // vkAhead is how far ahead of a group's rows load prefetches.
 const vkAhead = 8192
 
@@ -300,7 +292,6 @@ type vkBody struct {
 	acc  int
 	r    vkRegs
 	rows []vkRow
-	last bool // the last vector is special (masked / overlapping)
 }
 
 // vecDisp returns the memory operand of vector i of a row at base (element size es): AVX2's last
