@@ -190,6 +190,7 @@ func (s *Scratch) ensure(K, V int) {
 	s.dst = make([]stateRef, chunk)
 	s.stores = make([]unsafe.Pointer, chunk)
 	s.zero32, s.zero16 = make([]float32, K*V), make([]uint16, K*V)
+	s.hc = headCall{K: K, V: V, tmp: s.tmp, slab: s.slab, stores: s.stores, zero32: s.zero32, zero16: s.zero16}
 }
 
 // RunBatch runs the work items [lo, hi) of b (see Items) with this kernel, which must implement
@@ -235,7 +236,11 @@ func (k Kernel) runBatch(b *Batch, lo, hi int, s *Scratch, check bool) {
 	s.ensure(b.K, b.V)
 	s.b = *b // the routines are func values: what they are given escapes, so b must not be given
 	d := driver{im: k.im, b: &s.b, s: s, state: f, w: b.NormWeight[:b.V:b.V]}
-	defer func() { s.b = Batch{} }()
+	defer func() { // drop every reference to the caller's memory
+		s.b = Batch{}
+		clear(s.dst)
+		s.hc.src, s.hc.dst, s.hc.v = stateRef{}, nil, nil
+	}()
 	for w := lo; w < hi; w++ {
 		d.item(w)
 	}
@@ -347,10 +352,10 @@ func (d *driver) item(w int) {
 	if read == Pad {
 		for t := t0; t < t1; t++ {
 			if b.Out != nil {
-				clear(cut(b.Out, (t*HV+h)*V, V))
+				clear(cutU16(b.Out, (t*HV+h)*V, V))
 			}
 			if b.OutF32 != nil {
-				clear(cut(b.OutF32, (t*HV+h)*V, V))
+				clear(cutF32(b.OutF32, (t*HV+h)*V, V))
 			}
 		}
 		return
@@ -387,11 +392,11 @@ func (d *driver) item(w int) {
 		vs := V
 		if b.Val.F32 != nil {
 			vs = b.Val.Stride
-			v = cut(b.Val.F32, c0*vs+h*V, (T-1)*vs+V)
+			v = cutF32(b.Val.F32, c0*vs+h*V, (T-1)*vs+V)
 		} else {
 			v = s.v[:T*V]
 			for τ := range T {
-				d.im.widen(v[τ*V:(τ+1)*V], cut(b.Val.BF16, (c0+τ)*b.Val.Stride+h*V, V))
+				d.im.widen(v[τ*V:(τ+1)*V], cutU16(b.Val.BF16, (c0+τ)*b.Val.Stride+h*V, V))
 			}
 		}
 		dst := s.dst[:T]
@@ -412,30 +417,27 @@ func (d *driver) item(w int) {
 			dst[T-1].f32 = s.carry[:hs:hs]
 			next = stateRef{f32: dst[T-1].f32}
 		}
-		s.hc = headCall{
-			K: K, V: V, src: src, dst: dst,
-			kh: s.kh[:T*K], qh: s.qh[:T*K], v: v, vs: vs, o: s.o[:T*V], tok: tok,
-			tmp: s.tmp[:hs:hs], slab: s.slab,
-			stores: s.stores, zero32: s.zero32[:hs:hs], zero16: s.zero16[:hs:hs],
-		}
+		hc := &s.hc // its scratch fields are set once by ensure
+		hc.src, hc.dst = src, dst
+		hc.kh, hc.qh, hc.v, hc.vs, hc.o, hc.tok = s.kh[:T*K], s.qh[:T*K], v, vs, s.o[:T*V], tok
 		d.state(&s.hc)
 		src = stateRef{f32: next.f32}
 		for τ := range T {
 			t := c0 + τ
 			var z []float32
 			if b.Z.F32 != nil {
-				z = cut(b.Z.F32, t*b.Z.Stride+h*V, V)
+				z = cutF32(b.Z.F32, t*b.Z.Stride+h*V, V)
 			} else {
 				z = s.z[:V]
-				d.im.widen(z, cut(b.Z.BF16, t*b.Z.Stride+h*V, V))
+				d.im.widen(z, cutU16(b.Z.BF16, t*b.Z.Stride+h*V, V))
 			}
 			var out []uint16
 			var outF []float32
 			if b.Out != nil {
-				out = cut(b.Out, (t*HV+h)*V, V)
+				out = cutU16(b.Out, (t*HV+h)*V, V)
 			}
 			if b.OutF32 != nil {
-				outF = cut(b.OutF32, (t*HV+h)*V, V)
+				outF = cutF32(b.OutF32, (t*HV+h)*V, V)
 			}
 			d.im.gate(s.o[τ*V:(τ+1)*V:(τ+1)*V], z, d.w, b.RMSEps, out, outF)
 		}
@@ -451,16 +453,16 @@ func (d *driver) prepareQK(c0, c1, hk int) {
 		t := c0 + τ
 		var q, k []float32
 		if b.Q.F32 != nil {
-			q = cut(b.Q.F32, t*b.Q.Stride+hk*K, K)
+			q = cutF32(b.Q.F32, t*b.Q.Stride+hk*K, K)
 		} else {
 			q = s.row[:K:K]
-			d.im.widen(q, cut(b.Q.BF16, t*b.Q.Stride+hk*K, K))
+			d.im.widen(q, cutU16(b.Q.BF16, t*b.Q.Stride+hk*K, K))
 		}
 		if b.Key.F32 != nil {
-			k = cut(b.Key.F32, t*b.Key.Stride+hk*K, K)
+			k = cutF32(b.Key.F32, t*b.Key.Stride+hk*K, K)
 		} else {
 			k = s.row[K : 2*K : 2*K]
-			d.im.widen(k, cut(b.Key.BF16, t*b.Key.Stride+hk*K, K))
+			d.im.widen(k, cutU16(b.Key.BF16, t*b.Key.Stride+hk*K, K))
 		}
 		qq, kk, qk := d.im.l2(q, k)
 		rq := 1 / math.Sqrt(qq+l2Eps) * invSqrtK
@@ -474,31 +476,23 @@ func (d *driver) prepareQK(c0, c1, hk int) {
 // rowAt returns element h of token t's row of r, widened.
 func rowAt(r *Rows, t, h int) float32 {
 	if r.F32 != nil {
-		return cut(r.F32, t*r.Stride+h, 1)[0]
+		return cutF32(r.F32, t*r.Stride+h, 1)[0]
 	}
-	return math.Float32frombits(uint32(cut(r.BF16, t*r.Stride+h, 1)[0]) << 16)
+	return math.Float32frombits(uint32(cutU16(r.BF16, t*r.Stride+h, 1)[0]) << 16)
 }
 
 // poolRef is head h of slot s of p (hs = K·V elements).
 func poolRef(p *Pool, s, h, hs int) stateRef {
 	off := s*p.SlotStride + h*hs
 	if p.F32 != nil {
-		return stateRef{f32: cut(p.F32, off, hs)}
+		return stateRef{f32: cutF32(p.F32, off, hs)}
 	}
-	return stateRef{bf16: cut(p.BF16, off, hs)}
+	return stateRef{bf16: cutU16(p.BF16, off, hs)}
 }
 
-// cut is x[off : off+n] with length and capacity n, checked against len(x) (not its capacity).
-func cut[T any](x []T, off, n int) []T {
-	if off < 0 || n < 0 || off > len(x) || n > len(x)-off {
-		cutPanic(off, n, len(x))
-	}
-	return x[off : off+n : off+n]
-}
+// cutF32 is x[off : off+n] with length and capacity n, bounds-checked against len(x), not its
+// capacity (the capacity is cut to the length first); cutU16 the same for []uint16. Not generic,
+// so that they inline.
+func cutF32(x []float32, off, n int) []float32 { return x[:len(x):len(x)][off : off+n : off+n] }
 
-// cutPanic is cut's panic, out of line so that cut inlines.
-//
-//go:noinline
-func cutPanic(off, n, l int) {
-	panic(fmt.Sprintf("gdnsimd: slice [%d:%d] out of range of length %d", off, off+n, l))
-}
+func cutU16(x []uint16, off, n int) []uint16 { return x[:len(x):len(x)][off : off+n : off+n] }

@@ -64,7 +64,13 @@ func headGates(b, a, aLog, dtBias float64) (beta, em1, eg float32) {
 		sp = math.Log1p(math.Exp(x))
 	}
 	g := -math.Exp(aLog) * sp
-	return beta, float32(math.Expm1(g)), float32(math.Exp(g))
+	em1d := math.Expm1(g)
+	if em1d >= nearOne {
+		// eg ≥ 0.5: 1 + expm1(g) is exp(g) to within 2⁻⁵³ (an exponential saved per head and
+		// token); a strong decay takes exp(g) itself, whose digits 1 + expm1(g) would lose.
+		return beta, float32(em1d), float32(1 + em1d)
+	}
+	return beta, float32(em1d), float32(math.Exp(g))
 }
 
 // nearOne is the em1 from which decay(x) is x + em1·x rather than eg·x (eg ≥ 0.5).
