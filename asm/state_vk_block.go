@@ -37,9 +37,10 @@ const vkBlockWork = 2*vkSub*64*vkBlockVecs + 2*2*vkSub*64 + 2*64
 
 type vkBlk struct {
 	b    *vkBody
-	nb   int // sub-blocks
-	rb   int // row stride in work, bytes
-	kreg []VecVirtual
+	nb   int          // sub-blocks
+	rb   int          // row stride in work, bytes
+	kreg []VecVirtual // k̂ of the token
+	qreg []VecVirtual // q̂ of the token
 }
 
 func (k *vkBlk) rows() int { return k.nb * vkSub }
@@ -212,6 +213,15 @@ func (k *vkBlk) tokens() {
 			VMOVUPS(b.kMem(r.pk, i), k.kreg[i])
 		}
 	}
+	k.qreg = make([]VecVirtual, b.n)
+	for i := range b.n {
+		k.qreg[i] = ZMM()
+		if b.masked(i) {
+			VMOVUPS_Z(b.kMem(r.pq, i), K1, k.qreg[i])
+		} else {
+			VMOVUPS(b.kMem(r.pq, i), k.qreg[i])
+		}
+	}
 	kv, qs := make([]VecVirtual, k.nb), make([]VecVirtual, k.nb)
 	for s := range k.nb {
 		k.dots(s)
@@ -283,7 +293,7 @@ func (k *vkBlk) dots(s int) {
 			x := ZMM()
 			VMOVUPS(Mem{Base: pr, Disp: rr*k.rb + i*64}, x)
 			b.fma(k.kreg[i], x, ak[i%na], i, i < na)
-			b.fma(b.kMem(b.r.pq, i), x, aq[i%na], i, i < na)
+			b.fma(k.qreg[i], x, aq[i%na], i, i < na)
 		}
 		if na == 2 {
 			VADDPS(ak[1], ak[0], ak[0])
