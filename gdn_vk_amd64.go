@@ -17,13 +17,18 @@ import "unsafe"
 // stores[τ] is not nil (bf16: rounded to nearest even; then the f32 carry, if not nil). AVX-512,
 // K ≤ 128: blocks of 32, then 16 rows are carried in work instead (a workPool space, at least
 // 5152 + 16 float32s; the routine aligns it to 64 bytes), 16 or 32 rows in flight per token
-// (asm/state_vk_block.go); the rows left take the register groups. The
+// (asm/state_vk_block.go); the rows left, and every row when T = 1 (work may then be nil), take
+// the register groups. The
 // assembly handles K ≤ 256 (AVX-512) and 8 ≤ K ≤ 128 (AVX2); outside that range these wrappers run
 // the portable routine (vkTokens), which allocates its per-call bookkeeping.
 
 func stateVKf32AVX512(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok []float32) {
 	if K > 256 {
 		vkPortableF32(K, V, src, stores, kh, qh, v, vs, o, tok)
+		return
+	}
+	if len(tok) == 4 { // one token: the register groups, no work space
+		vkf32AVX512(K, V, src, stores, kh, qh, v, vs, o, tok, nil)
 		return
 	}
 	w := workPool.Get().(*[]float32)
@@ -34,6 +39,10 @@ func stateVKf32AVX512(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, 
 func stateVKbf16AVX512(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok []float32) {
 	if K > 256 {
 		vkPortableBF16(K, V, src, src32, stores, carry, kh, qh, v, vs, o, tok)
+		return
+	}
+	if len(tok) == 4 { // one token: the register groups, no work space
+		vkbf16AVX512(K, V, src, src32, stores, carry, kh, qh, v, vs, o, tok, nil)
 		return
 	}
 	w := workPool.Get().(*[]float32)
