@@ -14,7 +14,11 @@ import "unsafe"
 //	S[j][i] = decay(S[j][i]) + kh[τK+i]·d                            (fused)
 //
 // Groups of rows are loaded once, carried in registers through the T tokens and stored where
-// stores[τ] is not nil (bf16: rounded to nearest even; then the f32 carry, if not nil). The
+// stores[τ] is not nil (bf16: rounded to nearest even; then the f32 carry, if not nil). AVX-512,
+// K ≤ 128: blocks of 32, then 16 rows are carried in work instead (a workPool space, at least
+// 5152 + 16 float32s; the routine aligns it to 64 bytes), 16 or 32 rows in flight per token
+// (asm/state_vk_block.go); the rows left, and every row when T = 1 (work may then be nil), take
+// the register groups. The
 // assembly handles K ≤ 256 (AVX-512) and 8 ≤ K ≤ 128 (AVX2); outside that range these wrappers run
 // the portable routine (vkTokens), which allocates its per-call bookkeeping.
 
@@ -23,7 +27,13 @@ func stateVKf32AVX512(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, 
 		vkPortableF32(K, V, src, stores, kh, qh, v, vs, o, tok)
 		return
 	}
-	vkf32AVX512(K, V, src, stores, kh, qh, v, vs, o, tok)
+	if len(tok) == 4 { // one token: the register groups, no work space
+		vkf32AVX512(K, V, src, stores, kh, qh, v, vs, o, tok, nil)
+		return
+	}
+	w := workPool.Get().(*[]float32)
+	vkf32AVX512(K, V, src, stores, kh, qh, v, vs, o, tok, *w)
+	workPool.Put(w)
 }
 
 func stateVKbf16AVX512(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok []float32) {
@@ -31,7 +41,13 @@ func stateVKbf16AVX512(K, V int, src []uint16, src32 []float32, stores []unsafe.
 		vkPortableBF16(K, V, src, src32, stores, carry, kh, qh, v, vs, o, tok)
 		return
 	}
-	vkbf16AVX512(K, V, src, src32, stores, carry, kh, qh, v, vs, o, tok)
+	if len(tok) == 4 { // one token: the register groups, no work space
+		vkbf16AVX512(K, V, src, src32, stores, carry, kh, qh, v, vs, o, tok, nil)
+		return
+	}
+	w := workPool.Get().(*[]float32)
+	vkbf16AVX512(K, V, src, src32, stores, carry, kh, qh, v, vs, o, tok, *w)
+	workPool.Put(w)
 }
 
 func stateVKf32AVX2(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok []float32) {
@@ -82,10 +98,10 @@ func vkPortableBF16(K, V int, src []uint16, src32 []float32, stores []unsafe.Poi
 // and tokensBF16).
 
 //go:noescape
-func vkf32AVX512(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok []float32)
+func vkf32AVX512(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok, work []float32)
 
 //go:noescape
-func vkbf16AVX512(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok []float32)
+func vkbf16AVX512(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok, work []float32)
 
 //go:noescape
 func vkf32AVX2(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok []float32)

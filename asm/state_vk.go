@@ -60,17 +60,32 @@ const vkRegSlots = 9
 // vkGroup returns the rows per group and the accumulators per dot for rows of n vectors: the most
 // rows (≤ 8) whose state, 2·G·A accumulators (≥ 8 chains in all, to cover the FMA latency) and
 // five temporaries fit the 32 ZMM; AVX2: one row, two accumulators.
+//
+// AVX-512 rows that the blocks of state_vk_block.go also take (n ≤ vkBlockVecs) use the blocks'
+// accumulators, min(n, 2), in every group, the one-row tail included: a row's arithmetic must not
+// depend on whether a call's T sends it to a block or to a group (T = 1 does).
 func vkGroup(a isa, n int) (g, acc int) {
 	if a.lanes == 8 {
 		return 1, min(2, n)
 	}
 	for g = 8; g > 1; g-- {
 		acc = min(n, (4+g-1)/g)
+		if n <= vkBlockVecs {
+			acc = min(n, 2)
+		}
 		if g*n+2*g*acc+5 <= 32 {
 			return g, acc
 		}
 	}
-	return 1, min(n, 4)
+	return 1, vkTailAcc(n)
+}
+
+// vkTailAcc is the accumulators per dot of the one-row AVX-512 groups.
+func vkTailAcc(n int) int {
+	if n <= vkBlockVecs {
+		return min(n, 2)
+	}
+	return min(n, 4)
 }
 
 // lab is one lane of the transpose-add simulation: partial sums of input in over the lanes in
@@ -146,9 +161,12 @@ func simAdd(x, y []lab) []lab {
 
 // vkReduce emits the transpose-add of ins (at most lanes vectors) and returns the vector holding
 // every input's total; vkLanes says which lane holds which.
-func vkReduce(a isa, ins []VecVirtual) VecVirtual {
+func vkReduce(a isa, ins []VecVirtual) VecVirtual { return vkReduceLevels(a, ins, vkLevels(a)) }
+
+// vkReduceLevels emits the given levels of the transpose-add of ins.
+func vkReduceLevels(a isa, ins []VecVirtual, levels []vkLevel) VecVirtual {
 	vs := ins
-	for _, l := range vkLevels(a) {
+	for _, l := range levels {
 		var nvs []VecVirtual
 		for p := 0; p < len(vs); p += 2 {
 			x, y := vs[p], vs[min(p+1, len(vs)-1)] // an odd one out pairs with itself
@@ -239,6 +257,11 @@ func vkConstants() {
 			vkPermFor(a, g, vkLanes(a, 2*g))
 		}
 	}
+	// vkblockperm brings the total of input r of a 16-input AVX-512 reduction to lane r.
+	vkBlockPerm = GLOBL("vkblockperm", RODATA|NOPTR)
+	for r, l := range vkLanes(avx512, vkSub) {
+		DATA(4*r, U32(uint32(l)))
+	}
 	// The and-masks of the AVX2 last vector: vkand + 4·n is 8 dwords whose first 8 − n are 0.
 	vkAnd = GLOBL("vkand", RODATA|NOPTR)
 	for i := range 16 {
@@ -250,7 +273,7 @@ func vkConstants() {
 	}
 }
 
-var vkAnd Mem
+var vkAnd, vkBlockPerm Mem
 
 // vkPermFor declares (once) the permutation constant of a reduction's lanes.
 func vkPermFor(a isa, g int, lane []int) Mem {
@@ -275,6 +298,7 @@ func vkPermFor(a isa, g int, lane []int) Mem {
 type vkRegs struct {
 	pk, pq, pt, ps, pv, po, cnt, k4, ks GPVirtual
 	j, rows, t, v4, vs4                 Mem // frame: row index, rows left, T, V·4, vs·4
+	work                                Mem // AVX-512: the work space, aligned to 64 bytes
 	andMask                             Mem // AVX2: the last vector's and-mask (32 bytes)
 	slots                               Mem // AVX2: the frame part of a row
 }
@@ -413,7 +437,7 @@ func (b *vkBody) store(p GPVirtual, bf16 bool) {
 }
 
 // fma: acc += m·x (acc = m·x if first), masked for the last AVX-512 vector.
-func (b *vkBody) fma(m Mem, x, acc VecVirtual, i int, first bool) {
+func (b *vkBody) fma(m Op, x, acc VecVirtual, i int, first bool) {
 	X, A := vkView(b.a, x), vkView(b.a, acc)
 	switch {
 	case first && b.masked(i):
@@ -688,15 +712,22 @@ func bf16Store(a isa, pc piece, y VecVirtual, m Mem) { bf16(a, pc, y, m) }
 // stateVK emits the routine of variant v.
 func stateVK(v vkVariant) {
 	a := v.a
-	sig := "func(K, V int, src []float32, stores []uintptr, kh, qh, v []float32, vs int, o, tok []float32)"
+	sig := "func(K, V int, src []float32, stores []uintptr, kh, qh, v []float32, vs int, o, tok []float32"
 	if v.bf16 {
-		sig = "func(K, V int, src []uint16, src32 []float32, stores []uintptr, carry []float32, kh, qh, v []float32, vs int, o, tok []float32)"
+		sig = "func(K, V int, src []uint16, src32 []float32, stores []uintptr, carry []float32, kh, qh, v []float32, vs int, o, tok []float32"
 	}
+	if a.lanes == 16 {
+		sig += ", work []float32"
+	}
+	sig += ")"
 	TEXT(v.name(), NOSPLIT, sig)
 	Doc(fmt.Sprintf("%s is the [V][K] %s state routine over T tokens in %s; see stateVK%s%s in gdn_vk_amd64.go.", v.name(), v.storage(), a.name, v.storage(), a.name))
 	pre := v.name()
 	r := vkRegs{pk: GP64(), pq: GP64(), pt: GP64(), ps: GP64(), pv: GP64(), po: GP64(), cnt: GP64(), k4: GP64(), ks: GP64()}
 	r.j, r.rows, r.t, r.v4, r.vs4 = AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8)
+	if a.lanes == 16 {
+		r.work = AllocLocal(8)
+	}
 	if a.lanes == 8 {
 		r.andMask = AllocLocal(32)
 		r.slots = AllocLocal(32 * (vkMaxVecs - vkRegSlots))
@@ -715,6 +746,13 @@ func stateVK(v vkVariant) {
 	JZ(LabelRef(done))
 	MOVQ(n, r.rows)
 	MOVQ(t, r.t)
+	if a.lanes == 16 {
+		w := GP64()
+		Load(Param("work").Base(), w)
+		ADDQ(U8(63), w)
+		ANDQ(I8(-64), w)
+		MOVQ(w, r.work)
+	}
 	MOVQ(U32(0), r.j)
 	SHLQ(U8(2), n)
 	MOVQ(n, r.v4)
@@ -759,10 +797,20 @@ func stateVK(v vkVariant) {
 			VMOVUPS(Mem{Base: q}, y)
 			VMOVUPS(y, r.andMask)
 		}
+		if a.lanes == 16 && nv <= vkBlockVecs {
+			// One token (decode): the copies into and out of work cost more than the groups lose.
+			groups := label(pre + "_groups")
+			CMPQ(r.t, U8(1))
+			JE(LabelRef(groups))
+			for _, nb := range []int{2, 1} {
+				(&vkBlk{b: &vkBody{v: v, a: a, n: nv, r: r}, nb: nb, rb: 64 * nv}).emit()
+			}
+			Label(groups)
+		}
 		g, acc := vkGroup(a, nv)
 		(&vkBody{v: v, a: a, n: nv, g: g, acc: acc, r: r}).group()
 		if g > 1 {
-			(&vkBody{v: v, a: a, n: nv, g: 1, acc: min(nv, 4), r: r}).group()
+			(&vkBody{v: v, a: a, n: nv, g: 1, acc: vkTailAcc(nv), r: r}).group()
 		}
 		JMP(LabelRef(done))
 	}

@@ -1,0 +1,204 @@
+//go:build !purego
+
+package gdnsimd
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+	"unsafe"
+)
+
+// BenchmarkVKRoutine times the [V][K] routines alone on 128×128 heads: prefill (one head, T = 64
+// tokens, one store after the last) in ns per head-token, and decode (T = 1, in place, over 32
+// heads of one contiguous 2 MiB (f32) pool, so the state comes from L2/L3) in ns per head.
+func BenchmarkVKRoutine(b *testing.B) {
+	const K, V, hs = 128, 128, 128 * 128
+	r := rand.New(rand.NewPCG(1, 2))
+	rnd := func(n int, s float32) []float32 {
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = s * (2*r.Float32() - 1)
+		}
+		return x
+	}
+	type kern struct {
+		name string
+		f32  tokensF32
+		bf16 tokensBF16
+	}
+	var ks []kern
+	for _, im := range available {
+		switch im.name {
+		case "avx512":
+			ks = append(ks, kern{"avx512", stateVKf32AVX512, stateVKbf16AVX512})
+		case "avx2":
+			ks = append(ks, kern{"avx2", stateVKf32AVX2, stateVKbf16AVX2})
+		}
+	}
+	tokens := func(T int) (kh, qh, v, o, tok []float32) {
+		kh, qh, v, o = rnd(T*K, 0.09), rnd(T*K, 0.09), rnd(T*V, 1), make([]float32, T*V)
+		tok = make([]float32, 4*T)
+		for τ := range T {
+			em1 := -0.02 * r.Float32()
+			tok[4*τ], tok[4*τ+1], tok[4*τ+2], tok[4*τ+3] = em1, 1+em1, 0.5, 0.3
+		}
+		return
+	}
+	for _, k := range ks {
+		for _, bf := range []bool{false, true} {
+			st := "f32"
+			if bf {
+				st = "bf16"
+			}
+			b.Run(k.name+"/"+st+"/prefill-T64", func(b *testing.B) {
+				const T = 64
+				kh, qh, v, o, tok := tokens(T)
+				src := rnd(hs, 0.5)
+				src16 := make([]uint16, hs)
+				for i, x := range src {
+					src16[i] = BF16RNE(x)
+				}
+				dst, dst16 := make([]float32, hs), make([]uint16, hs)
+				stores := make([]unsafe.Pointer, T)
+				b.ResetTimer()
+				for range b.N {
+					if bf {
+						stores[T-1] = unsafe.Pointer(&dst16[0])
+						k.bf16(K, V, src16, nil, stores, nil, kh, qh, v, V, o, tok)
+					} else {
+						stores[T-1] = unsafe.Pointer(&dst[0])
+						k.f32(K, V, src, stores, kh, qh, v, V, o, tok)
+					}
+				}
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*T), "ns/head-token")
+			})
+			b.Run(k.name+"/"+st+"/decode-32heads", func(b *testing.B) {
+				const H = 32
+				kh, qh, v, o, tok := tokens(1)
+				pool := rnd(H*hs, 0.5)
+				pool16 := make([]uint16, H*hs)
+				for i, x := range pool {
+					pool16[i] = BF16RNE(x)
+				}
+				stores := make([]unsafe.Pointer, 1)
+				b.ResetTimer()
+				for range b.N {
+					for h := range H {
+						if bf {
+							s := pool16[h*hs : (h+1)*hs]
+							stores[0] = unsafe.Pointer(&s[0])
+							k.bf16(K, V, s, nil, stores, nil, kh, qh, v, V, o, tok)
+						} else {
+							s := pool[h*hs : (h+1)*hs]
+							stores[0] = unsafe.Pointer(&s[0])
+							k.f32(K, V, s, stores, kh, qh, v, V, o, tok)
+						}
+					}
+				}
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*H), "ns/head")
+			})
+		}
+	}
+}
+
+// TestVKChunksAMD64: the amd64 [V][K] routines give the same bits for one call of T tokens and T
+// calls of one (T = 1 takes the register groups, T > 1 the AVX-512 blocks for K ≤ 128), and the
+// bf16 routine stores BF16RNE of the f32 routine's state, for K and V around the vector, group and
+// block sizes.
+func TestVKChunksAMD64(t *testing.T) {
+	type rt struct {
+		name string
+		f32  tokensF32
+		bf16 tokensBF16
+	}
+	var rs []rt
+	for _, im := range available {
+		switch im.name {
+		case "avx512":
+			rs = append(rs, rt{"avx512", stateVKf32AVX512, stateVKbf16AVX512})
+		case "avx2":
+			rs = append(rs, rt{"avx2", stateVKf32AVX2, stateVKbf16AVX2})
+		}
+	}
+	r := rand.New(rand.NewPCG(5, 6))
+	rnd := func(n int, s float32) []float32 {
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = s * (2*r.Float32() - 1)
+		}
+		return x
+	}
+	const T = 4
+	for _, rr := range rs {
+		for _, K := range []int{1, 5, 16, 17, 32, 40, 64, 100, 127, 128, 129, 200} {
+			for _, V := range []int{1, 3, 15, 16, 17, 31, 32, 33, 47, 48, 50, 64, 65, 97, 128} {
+				hs, vs := K*V, V+2
+				kh, qh, v := rnd(T*K, 0.3), rnd(T*K, 0.1), rnd((T-1)*vs+V, 1)
+				tok := make([]float32, 4*T)
+				for τ := range T {
+					em1 := -0.03 * float32(τ+1)
+					if τ == 2 {
+						em1 = -0.8
+					}
+					tok[4*τ], tok[4*τ+1], tok[4*τ+2], tok[4*τ+3] = em1, 1.02*(1+em1), 0.4+0.1*float32(τ), 0.2
+				}
+				src := rnd(hs, 1)
+				what := fmt.Sprintf("%s K=%d V=%d", rr.name, K, V)
+				// One call of T tokens, a store at every token.
+				all, o := make([]float32, T*hs), make([]float32, T*V)
+				stores := make([]unsafe.Pointer, T)
+				for τ := range T {
+					stores[τ] = unsafe.Pointer(&all[τ*hs])
+				}
+				rr.f32(K, V, src, stores, kh, qh, v, vs, o, tok)
+				// T calls of one token.
+				cur, o1 := append([]float32(nil), src...), make([]float32, T*V)
+				for τ := range T {
+					next := make([]float32, hs)
+					rr.f32(K, V, cur, []unsafe.Pointer{unsafe.Pointer(&next[0])}, kh[τ*K:(τ+1)*K], qh[τ*K:(τ+1)*K], v[τ*vs:τ*vs+V], vs, o1[τ*V:(τ+1)*V], tok[4*τ:4*τ+4])
+					for i := range next {
+						if math.Float32bits(next[i]) != math.Float32bits(all[τ*hs+i]) {
+							t.Fatalf("%s: state after token %d [%d]: %g one by one, %g in one call", what, τ, i, next[i], all[τ*hs+i])
+						}
+					}
+					cur = next
+				}
+				for i := range o {
+					if math.Float32bits(o[i]) != math.Float32bits(o1[i]) {
+						t.Fatalf("%s: o[%d]: %g in one call, %g one by one", what, i, o[i], o1[i])
+					}
+				}
+				// bf16 from the same (bf16-exact) state: stores are BF16RNE of the f32 routine's.
+				src16 := make([]uint16, hs)
+				srcR := make([]float32, hs)
+				for i, x := range src {
+					src16[i] = BF16RNE(x)
+					srcR[i] = math.Float32frombits(uint32(src16[i]) << 16)
+				}
+				rr.f32(K, V, srcR, stores, kh, qh, v, vs, o, tok)
+				all16, o16, carry := make([]uint16, T*hs), make([]float32, T*V), make([]float32, hs)
+				for τ := range T {
+					stores[τ] = unsafe.Pointer(&all16[τ*hs])
+				}
+				rr.bf16(K, V, src16, nil, stores, carry, kh, qh, v, vs, o16, tok)
+				for i := range all16 {
+					if all16[i] != BF16RNE(all[i]) {
+						t.Fatalf("%s: bf16 state %d: %#x, BF16RNE(f32 routine) %#x", what, i, all16[i], BF16RNE(all[i]))
+					}
+				}
+				for i := range o {
+					if math.Float32bits(o[i]) != math.Float32bits(o16[i]) {
+						t.Fatalf("%s: bf16 o[%d]: %g, f32 routine %g", what, i, o16[i], o[i])
+					}
+				}
+				for i := range carry {
+					if math.Float32bits(carry[i]) != math.Float32bits(all[(T-1)*hs+i]) {
+						t.Fatalf("%s: carry[%d]: %g, f32 routine %g", what, i, carry[i], all[(T-1)*hs+i])
+					}
+				}
+			}
+		}
+	}
+}
