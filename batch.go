@@ -235,7 +235,7 @@ func (k Kernel) runBatch(b *Batch, lo, hi int, s *Scratch, check bool) {
 	}
 	s.ensure(b.K, b.V)
 	s.b = *b // the routines are func values: what they are given escapes, so b must not be given
-	d := driver{im: k.im, b: &s.b, s: s, state: f, w: b.NormWeight[:b.V:b.V]}
+	d := driver{im: k.im, b: &s.b, s: s, state: f, w: b.NormWeight[:b.V:b.V], single: b.Format == Format{}}
 	defer func() { // drop every reference to the caller's memory
 		s.b = Batch{}
 		clear(s.dst)
@@ -329,11 +329,12 @@ func (im *impl) cell(f Format) stateFunc {
 
 // driver runs items of one batch on one worker.
 type driver struct {
-	im    *impl
-	b     *Batch
-	s     *Scratch
-	state stateFunc
-	w     []float32
+	im     *impl
+	b      *Batch
+	s      *Scratch
+	state  stateFunc
+	w      []float32
+	single bool // one-token sequences take token (the [K][V] f32 format)
 
 	// The normalised q, k of the last (sequence, k-head, chunk start) prepared, reused by the
 	// next v-heads that share the k-head (GQA by index, never a copy).
@@ -374,6 +375,10 @@ func (d *driver) item(w int) {
 		dstPool = &b.StoreTo
 	}
 	aLog, dtBias := float64(b.ALog[h]), float64(b.DtBias[h])
+	if t1-t0 == 1 && d.single {
+		d.token(n, h, hk, t0, read, src, dstPool, aLog, dtBias)
+		return
+	}
 	for c0 := t0; c0 < t1; c0 += chunk {
 		c1 := min(t1, c0+chunk)
 		T := c1 - c0
@@ -442,6 +447,59 @@ func (d *driver) item(w int) {
 			d.im.gate(s.o[τ*V:(τ+1)*V:(τ+1)*V], z, d.w, b.RMSEps, out, outF)
 		}
 	}
+}
+
+// token is item's path for a sequence of one token in the [K][V] f32 format (decode, Step): the
+// single-token state piece on the pool's memory directly, without the head call of the routines
+// over T tokens. Every kernel's routine over T tokens computes each token as its single-token
+// piece does, so the bits are the same either way (gdn's equivalence tests hold them to it).
+func (d *driver) token(n, h, hk, t int, read int32, src stateRef, dstPool *Pool, aLog, dtBias float64) {
+	b, s := d.b, d.s
+	K, V, HV := b.K, b.V, b.VHeads
+	hs := K * V
+	if d.lastN != n+1 || d.lastHK != hk || d.lastC0 != t || d.lastC1 != t+1 {
+		d.prepareQK(t, t+1, hk)
+		d.lastN, d.lastHK, d.lastC0, d.lastC1 = n+1, hk, t, t+1
+	}
+	beta, em1, eg := headGates(float64(rowAt(&b.Beta, t, h)), float64(rowAt(&b.Gate, t, h)), aLog, dtBias)
+	var v []float32
+	if b.Val.F32 != nil {
+		v = cutF32(b.Val.F32, t*b.Val.Stride+h*V, V)
+	} else {
+		v = s.v[:V:V]
+		d.im.widen(v, cutU16(b.Val.BF16, t*b.Val.Stride+h*V, V))
+	}
+	in := src.f32
+	if in == nil {
+		in = s.zero32[:hs:hs]
+	}
+	var out []float32
+	switch {
+	case b.Store != nil && b.Store[t] >= 0:
+		out = poolRef(dstPool, int(b.Store[t]), h, hs).f32
+	case b.Store == nil:
+		out = poolRef(dstPool, int(read), h, hs).f32
+	default:
+		out = s.tmp[:hs:hs] // not kept
+	}
+	o := s.o[:V:V]
+	d.im.state(in, out, s.kh[:K:K], s.qh[:K:K], v, o, em1, eg, beta, s.kq[0])
+	var z []float32
+	if b.Z.F32 != nil {
+		z = cutF32(b.Z.F32, t*b.Z.Stride+h*V, V)
+	} else {
+		z = s.z[:V:V]
+		d.im.widen(z, cutU16(b.Z.BF16, t*b.Z.Stride+h*V, V))
+	}
+	var outB []uint16
+	var outF []float32
+	if b.Out != nil {
+		outB = cutU16(b.Out, (t*HV+h)*V, V)
+	}
+	if b.OutF32 != nil {
+		outF = cutF32(b.OutF32, (t*HV+h)*V, V)
+	}
+	d.im.gate(o, z, d.w, b.RMSEps, outB, outF)
 }
 
 // prepareQK writes k̂, q̂ and k̂·q̂ of tokens [c0, c1), k-head hk, into the scratch.

@@ -63,15 +63,20 @@ func headGates(b, a, aLog, dtBias float64) (beta, em1, eg float32) {
 	if !(x > 20) {
 		sp = math.Log1p(math.Exp(x))
 	}
+	// One exponential of g: where eg ≥ 0.5, expm1(g) (1 + expm1(g) is exp(g) to within 2⁻⁵³);
+	// below, exp(g) (eg − 1 loses nothing there, while 1 + expm1(g) would lose eg's digits).
 	g := -math.Exp(aLog) * sp
-	em1d := math.Expm1(g)
-	if em1d >= nearOne {
-		// eg ≥ 0.5: 1 + expm1(g) is exp(g) to within 2⁻⁵³ (an exponential saved per head and
-		// token); a strong decay takes exp(g) itself, whose digits 1 + expm1(g) would lose.
+	if g >= ln2Half {
+		em1d := math.Expm1(g)
 		return beta, float32(em1d), float32(1 + em1d)
 	}
-	return beta, float32(em1d), float32(math.Exp(g))
+	egd := math.Exp(g)
+	return beta, float32(egd - 1), float32(egd)
 }
+
+// ln2Half is ln(0.5): the split between the two formulas (near it both are exact to 2⁻⁵³); the
+// decay's form itself is chosen from the float32 em1 (nearOne), the same way in every kernel.
+const ln2Half = -0.6931471805599453
 
 // nearOne is the em1 from which decay(x) is x + em1·x rather than eg·x (eg ≥ 0.5).
 const nearOne = -0.5

@@ -92,7 +92,7 @@
 // # Workers
 //
 // A call's work items are its (sequence, value head) pairs — a prefill of one sequence splits its
-// heads. They are cut into about four ranges per worker of equal cost (head-tokens), and the
+// heads. They are cut into about two ranges per worker of equal cost (head-tokens), and the
 // workers (Config.Workers, at most GOMAXPROCS; 0 means as many as pay off, each with at least
 // 128 KiB of state traffic) take ranges until none is left: the caller's goroutine and goroutines
 // of a package-level pool. A worker the OS deschedules holds up one small range, not the call.
