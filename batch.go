@@ -428,25 +428,31 @@ func (d *driver) item(w int) {
 		d.state(&s.hc)
 		src = stateRef{f32: next.f32}
 		for τ := range T {
-			t := c0 + τ
-			var z []float32
-			if b.Z.F32 != nil {
-				z = cutF32(b.Z.F32, t*b.Z.Stride+h*V, V)
-			} else {
-				z = s.z[:V]
-				d.im.widen(z, cutU16(b.Z.BF16, t*b.Z.Stride+h*V, V))
-			}
-			var out []uint16
-			var outF []float32
-			if b.Out != nil {
-				out = cutU16(b.Out, (t*HV+h)*V, V)
-			}
-			if b.OutF32 != nil {
-				outF = cutF32(b.OutF32, (t*HV+h)*V, V)
-			}
-			d.im.gate(s.o[τ*V:(τ+1)*V:(τ+1)*V], z, d.w, b.RMSEps, out, outF)
+			d.gate(c0+τ, h, s.o[τ*V:(τ+1)*V:(τ+1)*V])
 		}
 	}
+}
+
+// gate writes token t's outputs of v-head h: the gated RMSNorm of o with the token's z.
+func (d *driver) gate(t, h int, o []float32) {
+	b, s := d.b, d.s
+	V, HV := b.V, b.VHeads
+	var z []float32
+	if b.Z.F32 != nil {
+		z = cutF32(b.Z.F32, t*b.Z.Stride+h*V, V)
+	} else {
+		z = s.z[:V:V]
+		d.im.widen(z, cutU16(b.Z.BF16, t*b.Z.Stride+h*V, V))
+	}
+	var out []uint16
+	var outF []float32
+	if b.Out != nil {
+		out = cutU16(b.Out, (t*HV+h)*V, V)
+	}
+	if b.OutF32 != nil {
+		outF = cutF32(b.OutF32, (t*HV+h)*V, V)
+	}
+	d.im.gate(o, z, d.w, b.RMSEps, out, outF)
 }
 
 // token is item's path for a sequence of one token in the [K][V] f32 format (decode, Step): the
@@ -455,7 +461,7 @@ func (d *driver) item(w int) {
 // piece does, so the bits are the same either way (gdn's equivalence tests hold them to it).
 func (d *driver) token(n, h, hk, t int, read int32, src stateRef, dstPool *Pool, aLog, dtBias float64) {
 	b, s := d.b, d.s
-	K, V, HV := b.K, b.V, b.VHeads
+	K, V := b.K, b.V
 	hs := K * V
 	if d.lastN != n+1 || d.lastHK != hk || d.lastC0 != t || d.lastC1 != t+1 {
 		d.prepareQK(t, t+1, hk)
@@ -484,22 +490,7 @@ func (d *driver) token(n, h, hk, t int, read int32, src stateRef, dstPool *Pool,
 	}
 	o := s.o[:V:V]
 	d.im.state(in, out, s.kh[:K:K], s.qh[:K:K], v, o, em1, eg, beta, s.kq[0])
-	var z []float32
-	if b.Z.F32 != nil {
-		z = cutF32(b.Z.F32, t*b.Z.Stride+h*V, V)
-	} else {
-		z = s.z[:V:V]
-		d.im.widen(z, cutU16(b.Z.BF16, t*b.Z.Stride+h*V, V))
-	}
-	var outB []uint16
-	var outF []float32
-	if b.Out != nil {
-		outB = cutU16(b.Out, (t*HV+h)*V, V)
-	}
-	if b.OutF32 != nil {
-		outF = cutF32(b.OutF32, (t*HV+h)*V, V)
-	}
-	d.im.gate(o, z, d.w, b.RMSEps, outB, outF)
+	d.gate(t, h, o)
 }
 
 // prepareQK writes k̂, q̂ and k̂·q̂ of tokens [c0, c1), k-head hk, into the scratch.
