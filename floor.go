@@ -23,13 +23,15 @@ func FloorScale(kernel string, x []float32, s float32) bool {
 }
 
 // FloorFMA runs n iterations of FloorFMAChains independent VFMADD231PS chains on registers with
-// the named kernel's widest vectors (the core's FMA throughput) and returns the float32 lanes of
-// one FMA, or 0 if the kernel has no such loop.
+// the named kernel's widest vectors (the core's FMA throughput; n ≤ 0 runs none) and returns the
+// float32 lanes of one FMA, or 0 if the kernel has no such loop.
 func FloorFMA(kernel string, n int) int {
 	f := floorFMA[kernel]
 	if f == nil {
 		return 0
 	}
-	f(n)
+	if n > 0 {
+		f(n)
+	}
 	return floorLanes[kernel]
 }
