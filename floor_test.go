@@ -1,6 +1,7 @@
 package gdnsimd_test
 
 import (
+	"math"
 	"testing"
 
 	"github.com/gdnsimd/gdnsimd"
@@ -29,7 +30,7 @@ func TestFloors(t *testing.T) {
 				}
 			}
 		}
-		for _, n := range []int{-1 << 62, -1, 0, 1, 3} {
+		for _, n := range []int{math.MinInt, -1, 0, 1, 3} {
 			if l := gdnsimd.FloorFMA(name, n); l != 8 && l != 16 {
 				t.Fatalf("%s: FloorFMA(%d) lanes %d", name, n, l)
 			}
