@@ -653,6 +653,16 @@ func (b *vkBody) group() {
 func (b *vkBody) tokens() {
 	v, r := b.v, b.r
 	pre := v.name()
+	tokensStart(r)
+	loop, nostore := label(pre+"_token"), label(pre+"_nostore")
+	Label(loop)
+	b.token()
+	tokensEnd(r, v.bf16, loop, nostore, pre+"_nocarry", b.store)
+}
+
+// tokensStart emits the set-up of a [V][K] token loop: the k̂, q̂, tok and stores pointers, v and
+// o advanced to the first row (column) j, the token count.
+func tokensStart(r vkRegs) {
 	Load(Param("kh").Base(), r.pk)
 	Load(Param("qh").Base(), r.pq)
 	Load(Param("tok").Base(), r.pt)
@@ -665,9 +675,13 @@ func (b *vkBody) tokens() {
 	ADDQ(j4, r.pv)
 	ADDQ(j4, r.po)
 	MOVQ(r.t, r.cnt)
-	loop, nostore := label(pre+"_token"), label(pre+"_nostore")
-	Label(loop)
-	b.token()
+}
+
+// tokensEnd emits the end of a [V][K] token iteration: the rows stored (store, rounded to bf16
+// for a bf16 routine) where the token has a store, every pointer on to the next token, the loop
+// back to loop and, after the last token of a bf16 routine, the f32 carry if asked for (its label
+// made from carryLabel here, so that labels keep their order in the output).
+func tokensEnd(r vkRegs, bf16 bool, loop, nostore, carryLabel string, store func(d GPVirtual, bf16 bool)) {
 	Comment("The state after this token, if stored.")
 	d := GP64()
 	MOVQ(Mem{Base: r.ps}, d)
@@ -675,13 +689,13 @@ func (b *vkBody) tokens() {
 	JZ(LabelRef(nostore))
 	off := GP64()
 	MOVQ(r.j, off)
-	if v.bf16 {
+	if bf16 {
 		IMULQ(r.ks, off)
 	} else {
 		IMULQ(r.k4, off)
 	}
 	ADDQ(off, d)
-	b.store(d, v.bf16)
+	store(d, bf16)
 	Label(nostore)
 	ADDQ(r.k4, r.pk)
 	ADDQ(r.k4, r.pq)
@@ -691,9 +705,9 @@ func (b *vkBody) tokens() {
 	ADDQ(r.v4, r.po)
 	DECQ(r.cnt)
 	JNZ(LabelRef(loop))
-	if v.bf16 {
+	if bf16 {
 		Comment("The f32 carry after the last token, if asked for.")
-		nocarry := label(pre + "_nocarry")
+		nocarry := label(carryLabel)
 		d := GP64()
 		Load(Param("carry").Base(), d)
 		TESTQ(d, d)
@@ -702,7 +716,7 @@ func (b *vkBody) tokens() {
 		MOVQ(r.j, off)
 		IMULQ(r.k4, off)
 		ADDQ(off, d)
-		b.store(d, false)
+		store(d, false)
 		Label(nocarry)
 	}
 }

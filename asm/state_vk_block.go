@@ -190,18 +190,7 @@ func (k *vkBlk) tokens() {
 	b := k.b
 	v, r := b.v, b.r
 	pre := v.name()
-	Load(Param("kh").Base(), r.pk)
-	Load(Param("qh").Base(), r.pq)
-	Load(Param("tok").Base(), r.pt)
-	Load(Param("stores").Base(), r.ps)
-	Load(Param("v").Base(), r.pv)
-	Load(Param("o").Base(), r.po)
-	j4 := GP64()
-	MOVQ(r.j, j4)
-	SHLQ(U8(2), j4)
-	ADDQ(j4, r.pv)
-	ADDQ(j4, r.po)
-	MOVQ(r.t, r.cnt)
+	tokensStart(r)
 	loop, nostore := label(pre+"_btoken"), label(pre+"_bnostore")
 	Label(loop)
 	k.kreg = make([]VecVirtual, b.n)
@@ -235,43 +224,7 @@ func (k *vkBlk) tokens() {
 			k.update(s, f, c)
 		}
 	})
-	Comment("The state after this token, if stored.")
-	d := GP64()
-	MOVQ(Mem{Base: r.ps}, d)
-	TESTQ(d, d)
-	JZ(LabelRef(nostore))
-	off := GP64()
-	MOVQ(r.j, off)
-	if v.bf16 {
-		IMULQ(r.ks, off)
-	} else {
-		IMULQ(r.k4, off)
-	}
-	ADDQ(off, d)
-	k.store(d, v.bf16)
-	Label(nostore)
-	ADDQ(r.k4, r.pk)
-	ADDQ(r.k4, r.pq)
-	ADDQ(U8(16), r.pt)
-	ADDQ(U8(8), r.ps)
-	ADDQ(r.vs4, r.pv)
-	ADDQ(r.v4, r.po)
-	DECQ(r.cnt)
-	JNZ(LabelRef(loop))
-	if v.bf16 {
-		Comment("The f32 carry after the last token, if asked for.")
-		nocarry := label(pre + "_bnocarry")
-		d := GP64()
-		Load(Param("carry").Base(), d)
-		TESTQ(d, d)
-		JZ(LabelRef(nocarry))
-		off := GP64()
-		MOVQ(r.j, off)
-		IMULQ(r.k4, off)
-		ADDQ(off, d)
-		k.store(d, false)
-		Label(nocarry)
-	}
+	tokensEnd(r, v.bf16, loop, nostore, pre+"_bnocarry", k.store)
 }
 
 // dots writes the kv' and qs' sums (vectors) of sub-block s's rows to work, two rows per
