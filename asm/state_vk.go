@@ -613,35 +613,7 @@ func (b *vkBody) group() {
 		KMOVW(m, K6)
 	}
 	Commentf("Load %d row(s) of %d vectors.", b.g, b.n)
-	if v.bf16 {
-		from16, loaded := label(pre+"_frombf16"), label(pre+"_loaded")
-		p := GP64()
-		Load(Param("src32").Base(), p)
-		TESTQ(p, p)
-		JZ(LabelRef(from16))
-		off := GP64()
-		MOVQ(r.j, off)
-		IMULQ(r.k4, off)
-		ADDQ(off, p)
-		b.load(p, false)
-		JMP(LabelRef(loaded))
-		Label(from16)
-		p = GP64()
-		Load(Param("src").Base(), p)
-		off = GP64()
-		MOVQ(r.j, off)
-		IMULQ(r.ks, off)
-		ADDQ(off, p)
-		b.load(p, true)
-		Label(loaded)
-	} else {
-		p, off := GP64(), GP64()
-		Load(Param("src").Base(), p)
-		MOVQ(r.j, off)
-		IMULQ(r.k4, off)
-		ADDQ(off, p)
-		b.load(p, false)
-	}
+	loadRows(r, v.bf16, pre+"_frombf16", pre+"_loaded", b.load)
 	b.tokens()
 	ADDQ(U32(b.g), r.j)
 	SUBQ(U32(b.g), r.rows)
@@ -658,6 +630,41 @@ func (b *vkBody) tokens() {
 	Label(loop)
 	b.token()
 	tokensEnd(r, v.bf16, loop, nostore, pre+"_nocarry", b.store)
+}
+
+// loadRows emits the load of the rows from row j on (load: from the element pointer it is given,
+// widening bf16): for a bf16 routine from src32 if that is not nil (the previous chunk's carry),
+// else from src; the labels are made from fromLabel and loadedLabel here, in that order.
+func loadRows(r vkRegs, bf16 bool, fromLabel, loadedLabel string, load func(p GPVirtual, bf16 bool)) {
+	if bf16 {
+		from16, loaded := label(fromLabel), label(loadedLabel)
+		p := GP64()
+		Load(Param("src32").Base(), p)
+		TESTQ(p, p)
+		JZ(LabelRef(from16))
+		off := GP64()
+		MOVQ(r.j, off)
+		IMULQ(r.k4, off)
+		ADDQ(off, p)
+		load(p, false)
+		JMP(LabelRef(loaded))
+		Label(from16)
+		p = GP64()
+		Load(Param("src").Base(), p)
+		off = GP64()
+		MOVQ(r.j, off)
+		IMULQ(r.ks, off)
+		ADDQ(off, p)
+		load(p, true)
+		Label(loaded)
+		return
+	}
+	p, off := GP64(), GP64()
+	Load(Param("src").Base(), p)
+	MOVQ(r.j, off)
+	IMULQ(r.k4, off)
+	ADDQ(off, p)
+	load(p, false)
 }
 
 // tokensStart emits the set-up of a [V][K] token loop: the k̂, q̂, tok and stores pointers, v and
