@@ -1,0 +1,63 @@
+package main
+
+import (
+	"fmt"
+	"math"
+
+	. "github.com/mmcloughlin/avo/build"
+	. "github.com/mmcloughlin/avo/operand"
+
+	ec "github.com/gdnsimd/gdnsimd/asm/internal/exp32consts"
+)
+
+// --- constants ---
+
+var (
+	cIota, cAbs, cNaNMin, cLSB, cRound, cQuiet, cBias, cSign Mem
+	cHi, cLo, cLog2e, cHalf, cC1, cC2, cOne                  Mem
+	cP                                                       [6]Mem
+	cOneF64, cZero, cNearOne                                 Mem
+)
+
+// splat declares a 64-byte constant holding v in each of its 16 dwords, so that it can be a m512,
+// m256 or m128 operand, or a VBROADCASTSS source.
+func splat(name string, v uint32) Mem {
+	m := GLOBL(name, RODATA|NOPTR)
+	for i := 0; i < 16; i++ {
+		DATA(4*i, U32(v))
+	}
+	return m
+}
+
+func splatF(name string, f float32) Mem { return splat(name, math.Float32bits(f)) }
+
+func constants() {
+	cIota = GLOBL("iota", RODATA|NOPTR)
+	for i := 0; i < 16; i++ {
+		DATA(4*i, U32(uint32(i)))
+	}
+	cAbs = splat("absmask", 0x7fffffff)
+	cSign = splat("signmask", 0x80000000)
+	cNaNMin = splat("infbits", 0x7f800000)
+	cLSB = splat("one_i", 1)
+	cRound = splat("round", 0x7fff)
+	cQuiet = splat("quiet", 0x40)
+	// Exp32's constants: the one table both generators use (asm/internal/exp32consts).
+	cBias = splat("bias", ec.Bias)
+	cOne = splatF("one", ec.One)
+	cHalf = splatF("half", ec.Half)
+	cHi = splatF("exphi", ec.Hi)
+	cLo = splatF("explo", ec.Lo)
+	cLog2e = splatF("log2e", ec.Log2e)
+	cC1 = splatF("expc1", ec.C1)
+	cC2 = splatF("expc2", ec.C2)
+	for i, p := range ec.P {
+		cP[i] = splatF(fmt.Sprintf("expp%d", i), p)
+	}
+	cZero = GLOBL("zero", RODATA|NOPTR)
+	DATA(0, U32(0))
+	cOneF64 = GLOBL("one_f64", RODATA|NOPTR)
+	DATA(0, U64(math.Float64bits(1)))
+	cNearOne = GLOBL("nearone", RODATA|NOPTR)
+	DATA(0, U32(math.Float32bits(nearOne)))
+}

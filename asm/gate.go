@@ -1,0 +1,335 @@
+package main
+
+import (
+	"fmt"
+
+	. "github.com/mmcloughlin/avo/build"
+	. "github.com/mmcloughlin/avo/operand"
+	. "github.com/mmcloughlin/avo/reg"
+
+	ec "github.com/gdnsimd/gdnsimd/asm/internal/exp32consts"
+)
+
+// --- gate ---
+
+// gatePiece emits the gate for one piece at element offset 0 of the GP pointers:
+// y = ((o·r)·w)·silu(z), stored to outF if non-nil and as bf16 to out if non-nil.
+type gateRegs struct {
+	o, z, w, out, outF GPVirtual
+	r                  VecVirtual // broadcast RMS factor
+}
+
+func gatePiece(a isa, g gateRegs, pc piece) {
+	xo, xz, xw := a.vec(), a.vec(), a.vec()
+	pc.load(Mem{Base: g.o}, xo)
+	pc.load(Mem{Base: g.z}, xz)
+	pc.load(Mem{Base: g.w}, xw)
+	v := func(r VecVirtual) Register {
+		if pc.w == 1 {
+			return r.AsX() // scalar pieces compute in all four lanes of an XMM: the others are 0
+		}
+		return pc.view(r)
+	}
+	// silu(z) = z / (1 + Exp32(−z))
+	e := a.vec()
+	if a.lanes == 16 {
+		VPXORD(cSign, v(xz), v(e))
+	} else {
+		VXORPS(cSign, v(xz), v(e))
+	}
+	exp32(a, pc, e)
+	VADDPS(cOne, v(e), v(e))
+	VDIVPS(v(e), v(xz), v(xz)) // xz = z / e
+	VMULPS(v(g.r), v(xo), v(xo))
+	VMULPS(v(xw), v(xo), v(xo))
+	VMULPS(v(xz), v(xo), v(xo))
+
+	skipF, skipB := label("nof32"), label("nobf16")
+	TESTQ(g.outF, g.outF)
+	JZ(LabelRef(skipF))
+	pc.store(xo, Mem{Base: g.outF})
+	Label(skipF)
+	TESTQ(g.out, g.out)
+	JZ(LabelRef(skipB))
+	bf16(a, pc, xo, Mem{Base: g.out})
+	Label(skipB)
+}
+
+// exp32 replaces x by Exp32(x), operation for operation as gdn_generic.go computes it (no fused
+// multiply-adds, so the result is the Go function's, bit for bit, on amd64). NaN stays NaN: the
+// clamps take x as their second source operand, which VMINPS/VMAXPS return when either is NaN.
+func exp32(a isa, pc piece, x VecVirtual) {
+	v := func(r VecVirtual) Register {
+		if pc.w == 1 {
+			return r.AsX()
+		}
+		return pc.view(r)
+	}
+	c := a.vec()
+	VBROADCASTSS(cHi, v(c))
+	VMINPS(v(x), v(c), v(x)) // hi < x ? hi : x
+	VBROADCASTSS(cLo, v(c))
+	VMAXPS(v(x), v(c), v(x)) // lo > x ? lo : x
+	n := a.vec()
+	VMULPS(cLog2e, v(x), v(n))
+	VADDPS(cHalf, v(n), v(n))
+	if a.lanes == 16 {
+		VRNDSCALEPS(U8(9), v(n), v(n)) // floor, no precision exception
+	} else {
+		VROUNDPS(U8(9), v(n), v(n))
+	}
+	t := a.vec()
+	VMULPS(cC1, v(n), v(t))
+	VSUBPS(v(t), v(x), v(x)) // r = x − n·c1
+	VMULPS(cC2, v(n), v(t))
+	VSUBPS(v(t), v(x), v(x)) // r = r − n·c2
+	p := a.vec()
+	VMULPS(cP[0], v(x), v(p)) // p0·r
+	for _, ci := range cP[1:] {
+		VADDPS(ci, v(p), v(p))
+		VMULPS(v(x), v(p), v(p))
+	}
+	// Now p = (…)·r; finish p·r·r + r + 1 as Go evaluates it: ((p·r)·r + r) + 1.
+	// The loop multiplied by r after the last constant, so p holds p·r: multiply once more.
+	VMULPS(v(x), v(p), v(p))
+	VADDPS(v(x), v(p), v(p))
+	VADDPS(cOne, v(p), v(p))
+	// 2^n: (n + 127) << 23.
+	VCVTTPS2DQ(v(n), v(n))
+	VPADDD(cBias, v(n), v(n))
+	VPSLLD(U8(ec.Shift), v(n), v(n))
+	VMULPS(v(n), v(p), v(x))
+}
+
+// bf16 stores BF16RNE(y) (see gdn_generic.go) for the piece's lanes at m; y is clobbered.
+func bf16(a isa, pc piece, y VecVirtual, m Mem) {
+	v := func(r VecVirtual) Register {
+		if pc.w == 1 {
+			return r.AsX()
+		}
+		return pc.view(r)
+	}
+	hi, t := a.vec(), a.vec()
+	VPSRLD(U8(16), v(y), v(hi)) // u >> 16
+	if a.lanes == 16 {
+		VPANDD(cAbs, v(y), v(t))
+		VPCMPGTD(cNaNMin, v(t), K2) // NaN: |u| > 0x7f800000
+		VPANDD(cLSB, v(hi), v(t))
+		VPADDD(cRound, v(y), v(y))
+		VPADDD(v(t), v(y), v(y))
+		VPSRLD(U8(16), v(y), v(y))
+		VPORD(cQuiet, v(hi), K2, v(y)) // NaN lanes: (u >> 16) | 0x40
+		if pc.mask != nil {
+			VPMOVDW(v(y), pc.mask, m)
+		} else {
+			VPMOVDW(v(y), m)
+		}
+		return
+	}
+	nan := a.vec()
+	VPAND(cAbs, v(y), v(t))
+	VPCMPGTD(cNaNMin, v(t), v(nan))
+	VPAND(cLSB, v(hi), v(t))
+	VPADDD(cRound, v(y), v(y))
+	VPADDD(v(t), v(y), v(y))
+	VPSRLD(U8(16), v(y), v(y))
+	VPOR(cQuiet, v(hi), v(hi))
+	VPBLENDVB(v(nan), v(hi), v(y), v(y)) // nan ? (u>>16)|0x40 : rounded
+	switch pc.w {
+	case 8:
+		h := XMM()
+		VEXTRACTI128(U8(1), y.AsY(), h)
+		VPACKUSDW(h, y.AsX(), h) // values ≤ 0xffff: no saturation
+		VMOVDQU(h, m)
+	case 4:
+		VPACKUSDW(y.AsX(), y.AsX(), y.AsX())
+		VMOVQ(y.AsX(), m)
+	case 1:
+		VPEXTRW(U8(0), y.AsX(), m)
+	}
+}
+
+// sumSquares returns Σ p[i]² over n float32s in float64 (the whole register's lanes summed into
+// the low lane of the returned XMM). p and n are clobbered.
+func sumSquares(a isa, p, n GPVirtual) VecVirtual {
+	acc := [4]VecVirtual{a.vec(), a.vec(), a.vec(), a.vec()}
+	for _, r := range acc {
+		zero(a, r)
+	}
+	per := a.lanes / 2 // doubles per register = floats per VCVTPS2PD
+	loop4, loop1, tail, reduce := label("ss4"), label("ss1"), label("sstail"), label("ssreduce")
+	Label(loop4)
+	CMPQ(n, U32(4*per))
+	JB(LabelRef(loop1))
+	for t := range acc {
+		x := a.vec()
+		cvt(a, Mem{Base: p, Disp: 4 * per * t}, x, nil)
+		VFMADD231PD(x, x, acc[t])
+	}
+	ADDQ(U32(16*per), p)
+	SUBQ(U32(4*per), n)
+	JMP(LabelRef(loop4))
+	Label(loop1)
+	CMPQ(n, U32(per))
+	JB(LabelRef(tail))
+	x := a.vec()
+	cvt(a, Mem{Base: p}, x, nil)
+	VFMADD231PD(x, x, acc[0])
+	ADDQ(U32(4*per), p)
+	SUBQ(U32(per), n)
+	JMP(LabelRef(loop1))
+	Label(tail)
+	TESTQ(n, n)
+	JZ(LabelRef(reduce))
+	if a.lanes == 16 {
+		tailMask(n, K1)
+		x := a.vec()
+		cvt(a, Mem{Base: p}, x, K1)
+		VFMADD231PD(x, x, acc[1])
+	} else {
+		// Scalar tail into its own XMM: a VEX scalar op on acc[1] would clear its upper half.
+		st := XMM()
+		VXORPS(st, st, st)
+		stail := label("ssscalar")
+		Label(stail)
+		x := XMM()
+		VCVTSS2SD(Mem{Base: p}, x, x)
+		VFMADD231SD(x, x, st)
+		ADDQ(U32(4), p)
+		DECQ(n)
+		JNZ(LabelRef(stail))
+		VADDPD(st.AsY(), acc[1], acc[1])
+	}
+	Label(reduce)
+	VADDPD(acc[1], acc[0], acc[0])
+	VADDPD(acc[3], acc[2], acc[2])
+	VADDPD(acc[2], acc[0], acc[0])
+	return hsumPD(a, acc[0])
+}
+
+// cvt loads 8 (AVX-512) or 4 (AVX2) float32s from m as float64s into x, under k if non-nil.
+func cvt(a isa, m Mem, x VecVirtual, k Register) {
+	switch {
+	case k != nil:
+		VCVTPS2PD_Z(m, k, x.AsZ())
+	case a.lanes == 16:
+		VCVTPS2PD(m, x.AsZ())
+	default:
+		VCVTPS2PD(m, x.AsY())
+	}
+}
+
+// hsumPD sums the float64 lanes of r into the low lane of the returned register.
+func hsumPD(a isa, r VecVirtual) VecVirtual {
+	if a.lanes == 16 {
+		h := YMM()
+		VEXTRACTF64X4(U8(1), r.AsZ(), h)
+		VADDPD(h, r.AsY(), h)
+		h2 := XMM()
+		VEXTRACTF32X4(U8(1), h, h2)
+		VADDPD(h2, h.AsX(), h2)
+		h3 := XMM()
+		VPERMILPD(U8(1), h2, h3)
+		VADDSD(h3, h2, h2)
+		return h2
+	}
+	h := XMM()
+	VEXTRACTF128(U8(1), r.AsY(), h)
+	VADDPD(h, r.AsX(), h)
+	h3 := XMM()
+	VPERMILPD(U8(1), h, h3)
+	VADDSD(h3, h, h)
+	return h
+}
+
+func gateRoutine(a isa) {
+	TEXT("gate"+a.name, NOSPLIT, "func(o, z, w []float32, eps float32, out []uint16, outF []float32)")
+	Doc(fmt.Sprintf("gate%s is impl.gate (gateGeneric) in %s; see gdn_amd64.go.", a.name, a.name))
+	g := gateRegs{o: GP64(), z: GP64(), w: GP64(), out: GP64(), outF: GP64()}
+	n := GP64()
+	Load(Param("o").Len(), n)
+	done := label("gate" + a.name + "_done")
+	TESTQ(n, n)
+	JZ(LabelRef(done))
+	Load(Param("o").Base(), g.o)
+	{
+		Comment("Hint: the next head's z (the caller's z usually continues with it).")
+		z := GP64()
+		Load(Param("z").Base(), z)
+		prefetchAfter(z, n)
+	}
+
+	Comment("r = 1/sqrt(Σo²/V + eps), Σo² in float64.")
+	p, cnt := GP64(), GP64()
+	MOVQ(g.o, p)
+	MOVQ(n, cnt)
+	ss := sumSquares(a, p, cnt)
+	fv := XMM()
+	VCVTSI2SDQ(n, fv, fv)
+	VDIVSD(fv, ss.AsX(), ss.AsX())
+	VCVTSS2SD(paramMem("eps"), fv, fv)
+	VADDSD(fv, ss.AsX(), ss.AsX())
+	VSQRTSD(ss.AsX(), ss.AsX(), ss.AsX())
+	one := XMM()
+	VMOVSD(cOneF64, one)
+	VDIVSD(ss.AsX(), one, one)
+	VCVTSD2SS(one, one, one)
+	g.r = a.vec()
+	VBROADCASTSS(one, g.r)
+
+	Load(Param("z").Base(), g.z)
+	Load(Param("w").Base(), g.w)
+	Load(Param("out").Base(), g.out)
+	Load(Param("outF").Base(), g.outF)
+
+	Comment("y = o·r·w·silu(z).")
+	loop, narrow := label("gloop"), label("gnarrow")
+	Label(loop)
+	CMPQ(n, U32(a.lanes))
+	JB(LabelRef(narrow))
+	gatePiece(a, g, piece{w: a.lanes})
+	gateAdvance(g, 4*a.lanes, 2*a.lanes)
+	SUBQ(U32(a.lanes), n)
+	JMP(LabelRef(loop))
+	Label(narrow)
+	TESTQ(n, n)
+	JZ(LabelRef(done))
+	if a.lanes == 16 {
+		tailMask(n, K1)
+		gatePiece(a, g, piece{w: 16, mask: K1})
+	} else {
+		scalar := label("gscalar")
+		CMPQ(n, U32(4))
+		JB(LabelRef(scalar))
+		gatePiece(a, g, piece{w: 4})
+		gateAdvance(g, 16, 8)
+		SUBQ(U32(4), n)
+		JZ(LabelRef(done))
+		Label(scalar)
+		gatePiece(a, g, piece{w: 1})
+		gateAdvance(g, 4, 2)
+		DECQ(n)
+		JNZ(LabelRef(scalar))
+	}
+	Label(done)
+	VZEROUPPER()
+	RET()
+}
+
+// gateAdvance moves the gate pointers by f bytes (float32 slices) and h bytes (out); a nil out or
+// outF stays nil.
+func gateAdvance(g gateRegs, f, h int) {
+	ADDQ(U32(f), g.o)
+	ADDQ(U32(f), g.z)
+	ADDQ(U32(f), g.w)
+	for _, pr := range []struct {
+		r GPVirtual
+		n int
+	}{{g.outF, f}, {g.out, h}} {
+		skip := label("nil")
+		TESTQ(pr.r, pr.r)
+		JZ(LabelRef(skip))
+		ADDQ(U32(pr.n), pr.r)
+		Label(skip)
+	}
+}

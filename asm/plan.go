@@ -1,0 +1,142 @@
+package main
+
+import (
+	. "github.com/mmcloughlin/avo/build"
+	. "github.com/mmcloughlin/avo/operand"
+	. "github.com/mmcloughlin/avo/reg"
+)
+
+// piece is one vector (or scalar) of a row of a state block, or one step of a gate/l2 loop.
+type piece struct {
+	w    int      // float32 lanes: 16 (ZMM), 8 (YMM), 4 (XMM) or 1 (scalar in an XMM)
+	off  int      // byte offset from the start of the block
+	mask Register // opmask for a partial ZMM, or nil
+}
+
+// view returns the part of r this piece works on.
+func (p piece) view(r VecVirtual) Register {
+	switch p.w {
+	case 16:
+		return r.AsZ()
+	case 8:
+		return r.AsY()
+	default:
+		return r.AsX()
+	}
+}
+
+func (p piece) load(m Mem, dst VecVirtual) {
+	switch {
+	case p.w == 1:
+		VMOVSS(m, dst.AsX())
+	case p.mask != nil:
+		VMOVUPS_Z(m, p.mask, p.view(dst))
+	default:
+		VMOVUPS(m, p.view(dst))
+	}
+}
+
+func (p piece) store(src VecVirtual, m Mem) {
+	switch {
+	case p.w == 1:
+		VMOVSS(src.AsX(), m)
+	case p.mask != nil:
+		VMOVUPS(p.view(src), p.mask, m)
+	default:
+		VMOVUPS(p.view(src), m)
+	}
+}
+
+// fma computes acc += a·b.
+func (p piece) fma(a, b, acc VecVirtual) {
+	if p.w == 1 {
+		VFMADD231SS(a.AsX(), b.AsX(), acc.AsX())
+		return
+	}
+	VFMADD231PS(p.view(a), p.view(b), p.view(acc))
+}
+
+// mul computes dst = a·b.
+func (p piece) mul(a, b, dst VecVirtual) {
+	if p.w == 1 {
+		VMULSS(a.AsX(), b.AsX(), dst.AsX())
+		return
+	}
+	VMULPS(p.view(a), p.view(b), p.view(dst))
+}
+
+// sub computes dst = a − b.
+func (p piece) sub(a, b, dst VecVirtual) {
+	if p.w == 1 {
+		VSUBSS(b.AsX(), a.AsX(), dst.AsX())
+		return
+	}
+	VSUBPS(p.view(b), p.view(a), p.view(dst))
+}
+
+// decay replaces x by decay(x) in form f (see form), c holding the form's broadcast constant: one
+// instruction either way, VFMADD213 (x = c·x + x, one rounding) or VMUL.
+func (p piece) decay(f form, c, x VecVirtual) {
+	switch {
+	case !f.near:
+		p.mul(x, c, x)
+	case p.w == 1:
+		VFMADD213SS(x.AsX(), c.AsX(), x.AsX())
+	default:
+		VFMADD213PS(p.view(x), p.view(c), p.view(x))
+	}
+}
+
+// --- state ---
+
+// Plans: how the ISA cuts a block of columns into pieces (tested in plan_test.go).
+
+// vecBlock is a block of nv unmasked vectors of the given number of float32 lanes.
+func vecBlock(lanes, nv int) []piece {
+	ps := make([]piece, nv)
+	for i := range ps {
+		ps[i] = piece{w: lanes, off: 4 * lanes * i}
+	}
+	return ps
+}
+
+// fullBlock is the main block: blockVecs unmasked vectors.
+func fullBlock(a isa) []piece { return vecBlock(a.lanes, a.blockVecs) }
+
+// zmmBlock is an AVX-512 block of nv unmasked ZMM.
+func zmmBlock(nv int) []piece { return vecBlock(16, nv) }
+
+// maskedBlock is an AVX-512 tail block of nv vectors, the last one under K1.
+func maskedBlock(nv int) []piece {
+	ps := vecBlock(16, nv)
+	ps[nv-1].mask = K1
+	return ps
+}
+
+// ymmBlock is an AVX2 tail block of nv full YMM.
+func ymmBlock(nv int) []piece { return vecBlock(8, nv) }
+
+// narrowBlock is the AVX2 tail block of n < 8 columns: an XMM if n ≥ 4, then scalars.
+func narrowBlock(n int) []piece {
+	var ps []piece
+	off := 0
+	if n >= 4 {
+		ps = append(ps, piece{w: 4})
+		off, n = 16, n-4
+	}
+	for ; n > 0; n-- {
+		ps = append(ps, piece{w: 1, off: off})
+		off += 4
+	}
+	return ps
+}
+
+func width(ps []piece) int {
+	n := 0
+	for _, p := range ps {
+		n += p.w
+	}
+	return n
+}
+
+// stateRegs are the GP registers of the state routine.

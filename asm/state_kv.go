@@ -1,0 +1,505 @@
+package main
+
+import (
+	"fmt"
+
+	. "github.com/mmcloughlin/avo/build"
+	. "github.com/mmcloughlin/avo/operand"
+	. "github.com/mmcloughlin/avo/reg"
+)
+
+type stateRegs struct {
+	sIn, sOut, kh, qh, v, o GPVirtual // sIn, sOut, v, o advance block by block
+	k, stride               GPVirtual // K, V·4
+	next                    Mem       // frame slot: where the write passes prefetch (see prefetchNext)
+	near                    Mem       // frame byte: 1 if em1 ≥ nearOne (form near), else 0 (see eachForm)
+}
+
+// nearOne is the em1 from which the state decays as x + em1·x rather than eg·x (nearOne in
+func stateRoutine(a isa) {
+	TEXT("state"+a.name, NOSPLIT, "func(sIn, sOut, kh, qh, v, o []float32, em1, eg, beta, kq float32)")
+	Doc(fmt.Sprintf("state%s is impl.state (stateGeneric) for one head, in %s; see gdn_amd64.go.", a.name, a.name))
+	r := stateRegs{
+		sIn: GP64(), sOut: GP64(), kh: GP64(), qh: GP64(), v: GP64(), o: GP64(), k: GP64(), stride: GP64(),
+	}
+	Load(Param("sIn").Base(), r.sIn)
+	Load(Param("sOut").Base(), r.sOut)
+	Load(Param("kh").Base(), r.kh)
+	Load(Param("qh").Base(), r.qh)
+	Load(Param("v").Base(), r.v)
+	Load(Param("o").Base(), r.o)
+	Load(Param("kh").Len(), r.k)
+	rem := GP64()
+	Load(Param("v").Len(), rem)
+	done := label("state" + a.name + "_done")
+	TESTQ(r.k, r.k)
+	JZ(LabelRef(done))
+	TESTQ(rem, rem)
+	JZ(LabelRef(done))
+	MOVQ(rem, r.stride)
+	SHLQ(U8(2), r.stride) // row stride in bytes
+	// The columns left, in the frame: the write passes need every register but R15 (-dynlink).
+	remMem := AllocLocal(8)
+	MOVQ(rem, remMem)
+	Comment("Hint: the next head's v (the caller's v usually continues with it).")
+	prefetchAfter(r.v, rem)
+	r.next = AllocLocal(8)
+	{
+		nx := GP64()
+		MOVQ(r.k, nx)
+		IMULQ(r.stride, nx)
+		ADDQ(r.sIn, nx)
+		MOVQ(nx, r.next) // the byte after the head: the next head, if the caller has one
+	}
+	Commentf("The decay form, once per call: near = em1 ≥ %g (false for a NaN em1).", nearOne)
+	r.near = AllocLocal(8)
+	{
+		x := XMM()
+		VMOVSS(paramMem("em1"), x)
+		VUCOMISS(cNearOne, x) // CF = em1 < nearOne or unordered
+		SETCC(r.near)
+	}
+
+	if a.lanes == 8 {
+		// Whole rows of 256 columns, then of 192, 128 or 64 (see rowBlock), then the register
+		// blocks for the last V mod 64 columns.
+		acc := GP64()
+		LEAQ(AllocLocal(rowLocal), acc)
+		ADDQ(U8(31), acc)
+		ANDQ(I8(-32), acc)
+		for _, subs := range [][]int{{16, 16}, {16, 8}, {16}, {8}} {
+			n := 0
+			for _, m := range subs {
+				n += m
+			}
+			loop, next := label(fmt.Sprintf("rows%d", 8*n)), label("rowsdone")
+			Label(loop)
+			CMPQ(remMem, U32(8*n))
+			JB(LabelRef(next))
+			rowBlock(r, subs, acc)
+			advance(r, 32*n)
+			SUBQ(U32(8*n), remMem)
+			if n == 32 {
+				JMP(LabelRef(loop))
+			}
+			Label(next)
+		}
+	}
+
+	var local Mem
+	if a.regVecs < a.blockVecs {
+		local = AllocLocal(stateLocal)
+	}
+	blockCols := a.lanes * a.blockVecs
+	Commentf("Blocks of %d columns.", blockCols)
+	loop, tail := label("full"), label("tail")
+	Label(loop)
+	CMPQ(remMem, U32(blockCols))
+	JB(LabelRef(tail))
+	stateBlock(a, r, fullBlock(a), local)
+	advance(r, 4*blockCols)
+	SUBQ(U32(blockCols), remMem)
+	JMP(LabelRef(loop))
+
+	Label(tail)
+	rem = GP64()
+	MOVQ(remMem, rem)
+	TESTQ(rem, rem)
+	JZ(LabelRef(done))
+	if a.lanes == 16 {
+		// V = 128, the hot shape: 8 unmasked ZMM.
+		masked := label("maskedtail")
+		CMPQ(rem, U32(128))
+		JNE(LabelRef(masked))
+		stateBlock(a, r, zmmBlock(8), local)
+		JMP(LabelRef(done))
+		Label(masked)
+		// rem in 1..16·blockVecs−1: nv = ceil(rem/16) vectors, the last with rem − 16(nv−1) lanes.
+		Commentf("Tail: 1 to %d ZMM, the last one masked.", a.blockVecs)
+		nvm1 := GP64()
+		MOVQ(rem, nvm1)
+		DECQ(nvm1)
+		SHRQ(U8(4), nvm1) // nv − 1
+		lanes := GP64()
+		MOVQ(nvm1, lanes)
+		SHLQ(U8(4), lanes)
+		NEGQ(lanes)
+		ADDQ(rem, lanes) // rem − 16(nv−1)
+		tailMask(lanes, K1)
+		var targets []string
+		for nv := 1; nv <= a.blockVecs; nv++ {
+			targets = append(targets, label(fmt.Sprintf("masked%d", nv)))
+		}
+		for nv := 1; nv < a.blockVecs; nv++ {
+			CMPQ(nvm1, U32(nv-1))
+			JE(LabelRef(targets[nv-1]))
+		}
+		JMP(LabelRef(targets[a.blockVecs-1]))
+		for nv := 1; nv <= a.blockVecs; nv++ {
+			Label(targets[nv-1])
+			stateBlock(a, r, maskedBlock(nv), local)
+			JMP(LabelRef(done))
+		}
+	} else {
+		// rem in 1..31: first 0..3 YMM, then 0..7 columns as XMM and scalars.
+		Comment("Tail: 1 to 3 YMM, then up to 7 columns as an XMM and scalars.")
+		nv := GP64()
+		MOVQ(rem, nv)
+		SHRQ(U8(3), nv)
+		narrow := label("narrow")
+		var ytargets []string
+		for n := 1; n < a.blockVecs; n++ {
+			ytargets = append(ytargets, label(fmt.Sprintf("ymm%d", n)))
+		}
+		for n := 1; n < a.blockVecs; n++ {
+			CMPQ(nv, U32(n))
+			JE(LabelRef(ytargets[n-1]))
+		}
+		JMP(LabelRef(narrow))
+		for n := 1; n < a.blockVecs; n++ {
+			Label(ytargets[n-1])
+			stateBlock(a, r, ymmBlock(n), local)
+			advance(r, 32*n)
+			JMP(LabelRef(narrow))
+		}
+		Label(narrow)
+		ANDQ(U32(7), rem)
+		var ntargets []string
+		for n := 1; n < 8; n++ {
+			ntargets = append(ntargets, label(fmt.Sprintf("cols%d", n)))
+		}
+		for n := 1; n < 8; n++ {
+			CMPQ(rem, U32(n))
+			JE(LabelRef(ntargets[n-1]))
+		}
+		JMP(LabelRef(done))
+		for n := 1; n < 8; n++ {
+			Label(ntargets[n-1])
+			stateBlock(a, r, narrowBlock(n), local)
+			JMP(LabelRef(done))
+		}
+	}
+
+	Label(done)
+	VZEROUPPER()
+	RET()
+}
+
+// advance moves the block pointers by n bytes.
+func advance(r stateRegs, n int) {
+	ADDQ(U32(n), r.sIn)
+	ADDQ(U32(n), r.sOut)
+	ADDQ(U32(n), r.v)
+	ADDQ(U32(n), r.o)
+}
+
+// paramMem is the frame address of a scalar parameter.
+func paramMem(name string) Mem {
+	b, err := Param(name).Resolve()
+	if err != nil {
+		panic(err)
+	}
+	return b.Addr
+}
+
+// rowRegsK and rowRegsQ are the numbers of YMM accumulators of rowBlock that stay in registers:
+// 13 of Sᵀk̂ in the read pass (beside k̂_i and a temporary; δ needs em1 or eg, beta and v beside
+// them), 11 of Sᵀq̂ in the write pass (beside em1 or eg, k̂_i, q̂_i, the state vector and a
+// temporary). rowLocal is the frame for the other Sᵀq̂ of a 16-YMM sub-block, 32-byte aligned
+// (small enough for NOSPLIT, which keeps the routine free of the stack-check prologue and its TLS
+// access, which -dynlink executables cannot link).
+const (
+	rowRegsK = 13
+	rowRegsQ = 11
+	rowLocal = (16-rowRegsQ)*32 + 32
+)
+
+// rowBlock is the AVX2 state block of whole rows of 8·Σsubs columns (at most 32 YMM): the read
+// pass accumulates only Sᵀk̂, over whole rows, 13 YMM in registers and the rest in the block's
+// part of o; δ replaces Sᵀk̂ in o; then each sub-block of subs[c] YMM (at most 16) has a write
+// pass that also accumulates Sᵀq̂ from the state it re-reads (the same products, in the same
+// order, as a read-pass accumulation), 11 YMM in registers and the rest in acc, and ends with
+// o = decay(Sᵀq̂) + kq·δ over δ. δ and each sub-block's write pass and o are emitted for both
+// decay forms (eachForm).
+func rowBlock(r stateRegs, subs []int, acc GPVirtual) {
+	n := 0
+	for _, m := range subs {
+		n += m
+	}
+	Commentf("Rows of %d columns: read pass, Sᵀk̂ of YMM ≥ %d in o.", 8*n, rowRegsK)
+	slotO := func(t int) Mem { return Mem{Base: r.o, Disp: 32 * t} }
+	nk := min(n, rowRegsK)
+	if n > nk {
+		zy := YMM()
+		VXORPS(zy, zy, zy)
+		for t := nk; t < n; t++ {
+			VMOVUPS(zy, slotO(t))
+		}
+	}
+	accK := make([]VecVirtual, nk)
+	for t := range accK {
+		accK[t] = YMM()
+		VXORPS(accK[t], accK[t], accK[t])
+	}
+	ymm := piece{w: 8}
+	p, i := GP64(), GP64()
+	MOVQ(r.sIn, p)
+	XORQ(i, i)
+	read := label("rread")
+	Label(read)
+	bk := YMM()
+	VBROADCASTSS(Mem{Base: r.kh, Index: i, Scale: 4}, bk)
+	for t := 0; t < n; t++ {
+		if t < nk {
+			VFMADD231PS(Mem{Base: p, Disp: 32 * t}, bk, accK[t])
+			continue
+		}
+		m := YMM()
+		VMOVUPS(slotO(t), m)
+		VFMADD231PS(Mem{Base: p, Disp: 32 * t}, bk, m)
+		VMOVUPS(m, slotO(t))
+	}
+	ADDQ(r.stride, p)
+	INCQ(i)
+	CMPQ(i, r.k)
+	JB(LabelRef(read))
+
+	eachForm(r, func(f form) {
+		Comment("δ = beta·(v − decay(Sᵀk̂)), in o.")
+		c, beta := YMM(), YMM()
+		VBROADCASTSS(paramMem(f.param), c)
+		VBROADCASTSS(paramMem("beta"), beta)
+		for t := 0; t < n; t++ {
+			ak := YMM()
+			if t < nk {
+				ak = accK[t]
+			} else {
+				VMOVUPS(slotO(t), ak)
+			}
+			vt := YMM()
+			VMOVUPS(Mem{Base: r.v, Disp: 32 * t}, vt)
+			ymm.decay(f, c, ak)
+			VSUBPS(ak, vt, ak)
+			VMULPS(ak, beta, ak)
+			VMOVUPS(ak, slotO(t))
+		}
+	})
+
+	t0 := 0
+	for _, m := range subs {
+		Commentf("Write pass over YMM %d–%d, Sᵀq̂ of YMM ≥ %d in the frame.", t0, t0+m-1, t0+rowRegsQ)
+		nq := min(m, rowRegsQ)
+		slotQ := func(t int) Mem { return Mem{Base: acc, Disp: 32 * (t - t0 - nq)} }
+		if m > nq {
+			zy := YMM()
+			VXORPS(zy, zy, zy)
+			for t := t0 + nq; t < t0+m; t++ {
+				VMOVAPS(zy, slotQ(t))
+			}
+		}
+		accQ := make([]VecVirtual, nq)
+		for t := range accQ {
+			accQ[t] = YMM()
+			VXORPS(accQ[t], accQ[t], accQ[t])
+		}
+		eachForm(r, func(f form) {
+			Commentf("S' = %s + k̂_i·δ.", f.of("S"))
+			c := YMM()
+			VBROADCASTSS(paramMem(f.param), c)
+			q := GP64()
+			MOVQ(r.sIn, p)
+			MOVQ(r.sOut, q)
+			XORQ(i, i)
+			write := label("rwrite")
+			Label(write)
+			prefetchNext(r, 32*m)
+			bk2, bq := YMM(), YMM()
+			VBROADCASTSS(Mem{Base: r.kh, Index: i, Scale: 4}, bk2)
+			VBROADCASTSS(Mem{Base: r.qh, Index: i, Scale: 4}, bq)
+			for t := t0; t < t0+m; t++ {
+				y := YMM()
+				VMOVUPS(Mem{Base: p, Disp: 32 * t}, y)
+				if t-t0 < nq {
+					VFMADD231PS(y, bq, accQ[t-t0])
+				} else {
+					a := YMM()
+					VMOVAPS(slotQ(t), a)
+					VFMADD231PS(y, bq, a)
+					VMOVAPS(a, slotQ(t))
+				}
+				ymm.decay(f, c, y)
+				VFMADD231PS(slotO(t), bk2, y)
+				VMOVUPS(y, Mem{Base: q, Disp: 32 * t})
+			}
+			ADDQ(r.stride, p)
+			ADDQ(r.stride, q)
+			INCQ(i)
+			CMPQ(i, r.k)
+			JB(LabelRef(write))
+
+			Comment("o = decay(Sᵀq̂) + kq·δ over δ.")
+			kq := YMM()
+			VBROADCASTSS(paramMem("kq"), kq)
+			for t := t0; t < t0+m; t++ {
+				ot := YMM()
+				if t-t0 < nq {
+					ot = accQ[t-t0]
+				} else {
+					VMOVAPS(slotQ(t), ot)
+				}
+				ymm.decay(f, c, ot)
+				VFMADD231PS(slotO(t), kq, ot)
+				VMOVUPS(ot, slotO(t))
+			}
+		})
+		t0 += m
+	}
+}
+
+// prefetchNext emits, in a row of a write pass that writes n bytes, PREFETCHT1 of the lines at
+// r.next, r.next + 256, ... below r.next + n, and advances r.next by n: over the write passes of a
+// head it walks the K·V·4 bytes after the head in order, one line in four, so that memory keeps
+// streaming the next head while the write pass runs from L2 (see the package comment for what
+// was measured). The caller's state usually has the next head right there; past the end of the
+// state these are hints about memory that may not be ours, which never fault or change anything.
+func prefetchNext(r stateRegs, n int) {
+	nx := GP64()
+	MOVQ(r.next, nx)
+	for o := 0; o < n; o += 256 {
+		PREFETCHT1(Mem{Base: nx, Disp: o})
+	}
+	ADDQ(U32(n), r.next)
+}
+
+// prefetchAfter emits PREFETCHT1 of the 512 bytes after the n float32s at p: the next head's
+// vector of a [B][HV][V] input (z, v), read by the next call after this head's ≈ 3 µs of state
+// traffic. Those 512 bytes came from memory when the call needed them, stalling it (the gate was
+// 5 % of a B = 64 step); past the end of the input they are hints that never fault.
+func prefetchAfter(p, n GPVirtual) {
+	t := GP64()
+	LEAQ(Mem{Base: p, Index: n, Scale: 4}, t)
+	for l := 0; l < 8; l++ {
+		PREFETCHT1(Mem{Base: t, Disp: 64 * l})
+	}
+}
+
+// stateBlock emits one column block: the read pass, then, once per decay form (eachForm), δ and
+// o and the write pass. The accumulators of pieces from a.regVecs on live in local (Sᵀk̂, then
+// Sᵀq̂ and later δ, 64 bytes each per piece).
+func stateBlock(a isa, r stateRegs, ps []piece, local Mem) {
+	nreg := min(len(ps), a.regVecs)
+	Commentf("Block of %d columns: read pass (Sᵀk̂, Sᵀq̂ of %d vectors in registers).", width(ps), nreg)
+	accK := make([]VecVirtual, nreg)
+	accQ := make([]VecVirtual, nreg)
+	for t := range accK {
+		accK[t], accQ[t] = a.vec(), a.vec()
+		zero(a, accK[t])
+		zero(a, accQ[t])
+	}
+	var slot GPVirtual
+	slotK := func(t int) Mem { return Mem{Base: slot, Disp: 128 * (t - nreg)} }
+	slotQ := func(t int) Mem { return Mem{Base: slot, Disp: 128*(t-nreg) + 64} }
+	if nreg < len(ps) {
+		slot = GP64()
+		LEAQ(local, slot)
+		ADDQ(U8(63), slot)
+		ANDQ(I8(-64), slot)
+		z := a.vec()
+		zero(a, z)
+		for t := nreg; t < len(ps); t++ {
+			VMOVAPS(z.AsZ(), slotK(t))
+			VMOVAPS(z.AsZ(), slotQ(t))
+		}
+	}
+	p, i := GP64(), GP64()
+	MOVQ(r.sIn, p)
+	XORQ(i, i)
+	read := label("read")
+	Label(read)
+	bk, bq := a.vec(), a.vec()
+	VBROADCASTSS(Mem{Base: r.kh, Index: i, Scale: 4}, bk)
+	VBROADCASTSS(Mem{Base: r.qh, Index: i, Scale: 4}, bq)
+	x := a.vec()
+	for t, pc := range ps {
+		pc.load(Mem{Base: p, Disp: pc.off}, x)
+		if t < nreg {
+			pc.fma(x, bk, accK[t])
+			pc.fma(x, bq, accQ[t])
+			continue
+		}
+		// Whole ZMM in the frame: the masked-out lanes of x are zero.
+		m := a.vec()
+		VMOVAPS(slotK(t), m.AsZ())
+		VFMADD231PS(x.AsZ(), bk.AsZ(), m.AsZ())
+		VMOVAPS(m.AsZ(), slotK(t))
+		VMOVAPS(slotQ(t), m.AsZ())
+		VFMADD231PS(x.AsZ(), bq.AsZ(), m.AsZ())
+		VMOVAPS(m.AsZ(), slotQ(t))
+	}
+	ADDQ(r.stride, p)
+	INCQ(i)
+	CMPQ(i, r.k)
+	JB(LabelRef(read))
+
+	// One path per form from here: δ and o, then the write pass.
+	eachForm(r, func(f form) { stateBlockWrite(a, r, ps, f, accK, accQ, slotK, slotQ, p, i) })
+}
+
+// stateBlockWrite emits the rest of a column block after its read pass, in form f: δ and o from
+// the accumulators, then the write pass.
+func stateBlockWrite(a isa, r stateRegs, ps []piece, f form, accK, accQ []VecVirtual, slotK, slotQ func(int) Mem, p, i GPVirtual) {
+	nreg := len(accK)
+	Comment("δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.")
+	c, beta, kq := a.vec(), a.vec(), a.vec()
+	VBROADCASTSS(paramMem(f.param), c)
+	VBROADCASTSS(paramMem("beta"), beta)
+	VBROADCASTSS(paramMem("kq"), kq)
+	// In place: δ replaces Sᵀk̂ in its registers (or its Sᵀq̂ slot), o is formed in Sᵀq̂'s.
+	d := accK
+	for t, pc := range ps {
+		ak, aq := a.vec(), a.vec()
+		if t < nreg {
+			ak, aq = accK[t], accQ[t]
+		} else {
+			VMOVAPS(slotK(t), ak.AsZ())
+			VMOVAPS(slotQ(t), aq.AsZ())
+		}
+		vt := a.vec()
+		pc.load(Mem{Base: r.v, Disp: pc.off}, vt)
+		pc.decay(f, c, ak)
+		pc.sub(vt, ak, ak)
+		pc.mul(ak, beta, ak)
+		pc.decay(f, c, aq)
+		pc.fma(ak, kq, aq)
+		pc.store(aq, Mem{Base: r.o, Disp: pc.off})
+		if t >= nreg {
+			VMOVAPS(ak.AsZ(), slotQ(t))
+		}
+	}
+
+	Commentf("Write pass: S' = %s + k̂_i·δ over the same slab.", f.of("S"))
+	q := GP64()
+	MOVQ(r.sIn, p)
+	MOVQ(r.sOut, q)
+	XORQ(i, i)
+	write := label("write")
+	Label(write)
+	prefetchNext(r, 4*width(ps))
+	bk2, y := a.vec(), a.vec()
+	VBROADCASTSS(Mem{Base: r.kh, Index: i, Scale: 4}, bk2)
+	for t, pc := range ps {
+		pc.load(Mem{Base: p, Disp: pc.off}, y)
+		pc.decay(f, c, y)
+		if t < nreg {
+			pc.fma(d[t], bk2, y)
+		} else {
+			VFMADD231PS(slotQ(t), bk2.AsZ(), y.AsZ())
+		}
+		pc.store(y, Mem{Base: q, Disp: pc.off})
+	}
+	ADDQ(r.stride, p)
+	ADDQ(r.stride, q)
+	INCQ(i)
+	CMPQ(i, r.k)
+	JB(LabelRef(write))
+}
