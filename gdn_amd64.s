@@ -431,9 +431,9 @@ TEXT ·stateAVX512(SB), NOSPLIT, $344-160
 	SETCC    16(SP)
 
 	// Blocks of 256 columns.
-full_1:
+stateAVX512_full_1:
 	CMPQ (SP), $0x00000100
-	JB   tail_1
+	JB   stateAVX512_tail_1
 
 	// Block of 256 columns: read pass (Sᵀk̂, Sᵀq̂ of 14 vectors in registers).
 	VBROADCASTSS zero<>+0(SB), Z0
@@ -475,7 +475,7 @@ full_1:
 	MOVQ         AX, R11
 	XORQ         R12, R12
 
-read_1:
+stateAVX512_read_1:
 	VBROADCASTSS (DX)(R12*4), Z28
 	VBROADCASTSS (BX)(R12*4), Z29
 	VMOVUPS      (R11), Z30
@@ -537,9 +537,9 @@ read_1:
 	ADDQ         R9, R11
 	INCQ         R12
 	CMPQ         R12, R8
-	JB           read_1
+	JB           stateAVX512_read_1
 	CMPB         16(SP), $0x00
-	JE           far_1
+	JE           stateAVX512_far_1
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
@@ -670,7 +670,7 @@ read_1:
 	MOVQ CX, R13
 	XORQ R12, R12
 
-write_1:
+stateAVX512_write_1:
 	MOVQ         8(SP), R14
 	PREFETCHT1   (R14)
 	PREFETCHT1   256(R14)
@@ -746,10 +746,10 @@ write_1:
 	ADDQ         R9, R13
 	INCQ         R12
 	CMPQ         R12, R8
-	JB           write_1
-	JMP          decayed_1
+	JB           stateAVX512_write_1
+	JMP          stateAVX512_decayed_1
 
-far_1:
+stateAVX512_far_1:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	VBROADCASTSS eg+148(FP), Z28
@@ -879,7 +879,7 @@ far_1:
 	MOVQ CX, R13
 	XORQ R12, R12
 
-write_2:
+stateAVX512_write_2:
 	MOVQ         8(SP), R14
 	PREFETCHT1   (R14)
 	PREFETCHT1   256(R14)
@@ -955,22 +955,22 @@ write_2:
 	ADDQ         R9, R13
 	INCQ         R12
 	CMPQ         R12, R8
-	JB           write_2
+	JB           stateAVX512_write_2
 
-decayed_1:
+stateAVX512_decayed_1:
 	ADDQ $0x00000400, AX
 	ADDQ $0x00000400, CX
 	ADDQ $0x00000400, SI
 	ADDQ $0x00000400, DI
 	SUBQ $0x00000100, (SP)
-	JMP  full_1
+	JMP  stateAVX512_full_1
 
-tail_1:
+stateAVX512_tail_1:
 	MOVQ  (SP), R10
 	TESTQ R10, R10
 	JZ    stateAVX512_done_1
 	CMPQ  R10, $0x00000080
-	JNE   maskedtail_1
+	JNE   stateAVX512_maskedtail_1
 
 	// Block of 128 columns: read pass (Sᵀk̂, Sᵀq̂ of 8 vectors in registers).
 	VBROADCASTSS zero<>+0(SB), Z0
@@ -992,7 +992,7 @@ tail_1:
 	MOVQ         AX, R10
 	XORQ         R11, R11
 
-read_2:
+stateAVX512_read_2:
 	VBROADCASTSS (DX)(R11*4), Z16
 	VBROADCASTSS (BX)(R11*4), Z17
 	VMOVUPS      (R10), Z18
@@ -1022,9 +1022,9 @@ read_2:
 	ADDQ         R9, R10
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           read_2
+	JB           stateAVX512_read_2
 	CMPB         16(SP), $0x00
-	JE           far_2
+	JE           stateAVX512_far_2
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
@@ -1093,7 +1093,7 @@ read_2:
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_3:
+stateAVX512_write_3:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	PREFETCHT1   256(CX)
@@ -1135,10 +1135,10 @@ write_3:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_3
-	JMP          decayed_2
+	JB           stateAVX512_write_3
+	JMP          stateAVX512_decayed_2
 
-far_2:
+stateAVX512_far_2:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	VBROADCASTSS eg+148(FP), Z16
@@ -1206,7 +1206,7 @@ far_2:
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_4:
+stateAVX512_write_4:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	PREFETCHT1   256(CX)
@@ -1248,12 +1248,12 @@ write_4:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_4
+	JB           stateAVX512_write_4
 
-decayed_2:
+stateAVX512_decayed_2:
 	JMP stateAVX512_done_1
 
-maskedtail_1:
+stateAVX512_maskedtail_1:
 	// Tail: 1 to 16 ZMM, the last one masked.
 	MOVQ         R10, R11
 	DECQ         R11
@@ -1265,45 +1265,45 @@ maskedtail_1:
 	VPBROADCASTD R12, Z0
 	VPCMPGTD     iota<>+0(SB), Z0, K1
 	CMPQ         R11, $0x00000000
-	JE           masked1_1
+	JE           stateAVX512_masked1_1
 	CMPQ         R11, $0x00000001
-	JE           masked2_1
+	JE           stateAVX512_masked2_1
 	CMPQ         R11, $0x00000002
-	JE           masked3_1
+	JE           stateAVX512_masked3_1
 	CMPQ         R11, $0x00000003
-	JE           masked4_1
+	JE           stateAVX512_masked4_1
 	CMPQ         R11, $0x00000004
-	JE           masked5_1
+	JE           stateAVX512_masked5_1
 	CMPQ         R11, $0x00000005
-	JE           masked6_1
+	JE           stateAVX512_masked6_1
 	CMPQ         R11, $0x00000006
-	JE           masked7_1
+	JE           stateAVX512_masked7_1
 	CMPQ         R11, $0x00000007
-	JE           masked8_1
+	JE           stateAVX512_masked8_1
 	CMPQ         R11, $0x00000008
-	JE           masked9_1
+	JE           stateAVX512_masked9_1
 	CMPQ         R11, $0x00000009
-	JE           masked10_1
+	JE           stateAVX512_masked10_1
 	CMPQ         R11, $0x0000000a
-	JE           masked11_1
+	JE           stateAVX512_masked11_1
 	CMPQ         R11, $0x0000000b
-	JE           masked12_1
+	JE           stateAVX512_masked12_1
 	CMPQ         R11, $0x0000000c
-	JE           masked13_1
+	JE           stateAVX512_masked13_1
 	CMPQ         R11, $0x0000000d
-	JE           masked14_1
+	JE           stateAVX512_masked14_1
 	CMPQ         R11, $0x0000000e
-	JE           masked15_1
-	JMP          masked16_1
+	JE           stateAVX512_masked15_1
+	JMP          stateAVX512_masked16_1
 
-masked1_1:
+stateAVX512_masked1_1:
 	// Block of 16 columns: read pass (Sᵀk̂, Sᵀq̂ of 1 vectors in registers).
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
 	MOVQ         AX, R10
 	XORQ         R11, R11
 
-read_3:
+stateAVX512_read_3:
 	VBROADCASTSS (DX)(R11*4), Z2
 	VBROADCASTSS (BX)(R11*4), Z3
 	VMOVUPS.Z    (R10), K1, Z4
@@ -1312,9 +1312,9 @@ read_3:
 	ADDQ         R9, R10
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           read_3
+	JB           stateAVX512_read_3
 	CMPB         16(SP), $0x00
-	JE           far_3
+	JE           stateAVX512_far_3
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
@@ -1334,7 +1334,7 @@ read_3:
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_5:
+stateAVX512_write_5:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	ADDQ         $0x00000040, 8(SP)
@@ -1347,10 +1347,10 @@ write_5:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_5
-	JMP          decayed_3
+	JB           stateAVX512_write_5
+	JMP          stateAVX512_decayed_3
 
-far_3:
+stateAVX512_far_3:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	VBROADCASTSS eg+148(FP), Z2
@@ -1369,7 +1369,7 @@ far_3:
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_6:
+stateAVX512_write_6:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	ADDQ         $0x00000040, 8(SP)
@@ -1382,12 +1382,12 @@ write_6:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_6
+	JB           stateAVX512_write_6
 
-decayed_3:
+stateAVX512_decayed_3:
 	JMP stateAVX512_done_1
 
-masked2_1:
+stateAVX512_masked2_1:
 	// Block of 32 columns: read pass (Sᵀk̂, Sᵀq̂ of 2 vectors in registers).
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
@@ -1396,7 +1396,7 @@ masked2_1:
 	MOVQ         AX, R10
 	XORQ         R11, R11
 
-read_4:
+stateAVX512_read_4:
 	VBROADCASTSS (DX)(R11*4), Z4
 	VBROADCASTSS (BX)(R11*4), Z5
 	VMOVUPS      (R10), Z6
@@ -1408,9 +1408,9 @@ read_4:
 	ADDQ         R9, R10
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           read_4
+	JB           stateAVX512_read_4
 	CMPB         16(SP), $0x00
-	JE           far_4
+	JE           stateAVX512_far_4
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
@@ -1437,7 +1437,7 @@ read_4:
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_7:
+stateAVX512_write_7:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	ADDQ         $0x00000080, 8(SP)
@@ -1454,10 +1454,10 @@ write_7:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_7
-	JMP          decayed_4
+	JB           stateAVX512_write_7
+	JMP          stateAVX512_decayed_4
 
-far_4:
+stateAVX512_far_4:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	VBROADCASTSS eg+148(FP), Z4
@@ -1483,7 +1483,7 @@ far_4:
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_8:
+stateAVX512_write_8:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	ADDQ         $0x00000080, 8(SP)
@@ -1500,12 +1500,12 @@ write_8:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_8
+	JB           stateAVX512_write_8
 
-decayed_4:
+stateAVX512_decayed_4:
 	JMP stateAVX512_done_1
 
-masked3_1:
+stateAVX512_masked3_1:
 	// Block of 48 columns: read pass (Sᵀk̂, Sᵀq̂ of 3 vectors in registers).
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
@@ -1516,7 +1516,7 @@ masked3_1:
 	MOVQ         AX, R10
 	XORQ         R11, R11
 
-read_5:
+stateAVX512_read_5:
 	VBROADCASTSS (DX)(R11*4), Z6
 	VBROADCASTSS (BX)(R11*4), Z7
 	VMOVUPS      (R10), Z8
@@ -1531,9 +1531,9 @@ read_5:
 	ADDQ         R9, R10
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           read_5
+	JB           stateAVX512_read_5
 	CMPB         16(SP), $0x00
-	JE           far_5
+	JE           stateAVX512_far_5
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
@@ -1567,7 +1567,7 @@ read_5:
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_9:
+stateAVX512_write_9:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	ADDQ         $0x000000c0, 8(SP)
@@ -1588,10 +1588,10 @@ write_9:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_9
-	JMP          decayed_5
+	JB           stateAVX512_write_9
+	JMP          stateAVX512_decayed_5
 
-far_5:
+stateAVX512_far_5:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	VBROADCASTSS eg+148(FP), Z6
@@ -1624,7 +1624,7 @@ far_5:
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_10:
+stateAVX512_write_10:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	ADDQ         $0x000000c0, 8(SP)
@@ -1645,12 +1645,12 @@ write_10:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_10
+	JB           stateAVX512_write_10
 
-decayed_5:
+stateAVX512_decayed_5:
 	JMP stateAVX512_done_1
 
-masked4_1:
+stateAVX512_masked4_1:
 	// Block of 64 columns: read pass (Sᵀk̂, Sᵀq̂ of 4 vectors in registers).
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
@@ -1663,7 +1663,7 @@ masked4_1:
 	MOVQ         AX, R10
 	XORQ         R11, R11
 
-read_6:
+stateAVX512_read_6:
 	VBROADCASTSS (DX)(R11*4), Z8
 	VBROADCASTSS (BX)(R11*4), Z9
 	VMOVUPS      (R10), Z10
@@ -1681,9 +1681,9 @@ read_6:
 	ADDQ         R9, R10
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           read_6
+	JB           stateAVX512_read_6
 	CMPB         16(SP), $0x00
-	JE           far_6
+	JE           stateAVX512_far_6
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
@@ -1724,7 +1724,7 @@ read_6:
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_11:
+stateAVX512_write_11:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	ADDQ         $0x00000100, 8(SP)
@@ -1749,10 +1749,10 @@ write_11:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_11
-	JMP          decayed_6
+	JB           stateAVX512_write_11
+	JMP          stateAVX512_decayed_6
 
-far_6:
+stateAVX512_far_6:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	VBROADCASTSS eg+148(FP), Z8
@@ -1792,7 +1792,7 @@ far_6:
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_12:
+stateAVX512_write_12:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	ADDQ         $0x00000100, 8(SP)
@@ -1817,12 +1817,12 @@ write_12:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_12
+	JB           stateAVX512_write_12
 
-decayed_6:
+stateAVX512_decayed_6:
 	JMP stateAVX512_done_1
 
-masked5_1:
+stateAVX512_masked5_1:
 	// Block of 80 columns: read pass (Sᵀk̂, Sᵀq̂ of 5 vectors in registers).
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
@@ -1837,7 +1837,7 @@ masked5_1:
 	MOVQ         AX, R10
 	XORQ         R11, R11
 
-read_7:
+stateAVX512_read_7:
 	VBROADCASTSS (DX)(R11*4), Z10
 	VBROADCASTSS (BX)(R11*4), Z11
 	VMOVUPS      (R10), Z12
@@ -1858,9 +1858,9 @@ read_7:
 	ADDQ         R9, R10
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           read_7
+	JB           stateAVX512_read_7
 	CMPB         16(SP), $0x00
-	JE           far_7
+	JE           stateAVX512_far_7
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
@@ -1908,7 +1908,7 @@ read_7:
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_13:
+stateAVX512_write_13:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	PREFETCHT1   256(CX)
@@ -1938,10 +1938,10 @@ write_13:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_13
-	JMP          decayed_7
+	JB           stateAVX512_write_13
+	JMP          stateAVX512_decayed_7
 
-far_7:
+stateAVX512_far_7:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	VBROADCASTSS eg+148(FP), Z10
@@ -1988,7 +1988,7 @@ far_7:
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_14:
+stateAVX512_write_14:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	PREFETCHT1   256(CX)
@@ -2018,12 +2018,12 @@ write_14:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_14
+	JB           stateAVX512_write_14
 
-decayed_7:
+stateAVX512_decayed_7:
 	JMP stateAVX512_done_1
 
-masked6_1:
+stateAVX512_masked6_1:
 	// Block of 96 columns: read pass (Sᵀk̂, Sᵀq̂ of 6 vectors in registers).
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
@@ -2040,7 +2040,7 @@ masked6_1:
 	MOVQ         AX, R10
 	XORQ         R11, R11
 
-read_8:
+stateAVX512_read_8:
 	VBROADCASTSS (DX)(R11*4), Z12
 	VBROADCASTSS (BX)(R11*4), Z13
 	VMOVUPS      (R10), Z14
@@ -2064,9 +2064,9 @@ read_8:
 	ADDQ         R9, R10
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           read_8
+	JB           stateAVX512_read_8
 	CMPB         16(SP), $0x00
-	JE           far_8
+	JE           stateAVX512_far_8
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
@@ -2121,7 +2121,7 @@ read_8:
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_15:
+stateAVX512_write_15:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	PREFETCHT1   256(CX)
@@ -2155,10 +2155,10 @@ write_15:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_15
-	JMP          decayed_8
+	JB           stateAVX512_write_15
+	JMP          stateAVX512_decayed_8
 
-far_8:
+stateAVX512_far_8:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	VBROADCASTSS eg+148(FP), Z12
@@ -2212,7 +2212,7 @@ far_8:
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_16:
+stateAVX512_write_16:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	PREFETCHT1   256(CX)
@@ -2246,12 +2246,12 @@ write_16:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_16
+	JB           stateAVX512_write_16
 
-decayed_8:
+stateAVX512_decayed_8:
 	JMP stateAVX512_done_1
 
-masked7_1:
+stateAVX512_masked7_1:
 	// Block of 112 columns: read pass (Sᵀk̂, Sᵀq̂ of 7 vectors in registers).
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
@@ -2270,7 +2270,7 @@ masked7_1:
 	MOVQ         AX, R10
 	XORQ         R11, R11
 
-read_9:
+stateAVX512_read_9:
 	VBROADCASTSS (DX)(R11*4), Z14
 	VBROADCASTSS (BX)(R11*4), Z15
 	VMOVUPS      (R10), Z16
@@ -2297,9 +2297,9 @@ read_9:
 	ADDQ         R9, R10
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           read_9
+	JB           stateAVX512_read_9
 	CMPB         16(SP), $0x00
-	JE           far_9
+	JE           stateAVX512_far_9
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
@@ -2361,7 +2361,7 @@ read_9:
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_17:
+stateAVX512_write_17:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	PREFETCHT1   256(CX)
@@ -2399,10 +2399,10 @@ write_17:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_17
-	JMP          decayed_9
+	JB           stateAVX512_write_17
+	JMP          stateAVX512_decayed_9
 
-far_9:
+stateAVX512_far_9:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	VBROADCASTSS eg+148(FP), Z14
@@ -2463,7 +2463,7 @@ far_9:
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_18:
+stateAVX512_write_18:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	PREFETCHT1   256(CX)
@@ -2501,12 +2501,12 @@ write_18:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_18
+	JB           stateAVX512_write_18
 
-decayed_9:
+stateAVX512_decayed_9:
 	JMP stateAVX512_done_1
 
-masked8_1:
+stateAVX512_masked8_1:
 	// Block of 128 columns: read pass (Sᵀk̂, Sᵀq̂ of 8 vectors in registers).
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
@@ -2527,7 +2527,7 @@ masked8_1:
 	MOVQ         AX, R10
 	XORQ         R11, R11
 
-read_10:
+stateAVX512_read_10:
 	VBROADCASTSS (DX)(R11*4), Z16
 	VBROADCASTSS (BX)(R11*4), Z17
 	VMOVUPS      (R10), Z18
@@ -2557,9 +2557,9 @@ read_10:
 	ADDQ         R9, R10
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           read_10
+	JB           stateAVX512_read_10
 	CMPB         16(SP), $0x00
-	JE           far_10
+	JE           stateAVX512_far_10
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
@@ -2628,7 +2628,7 @@ read_10:
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_19:
+stateAVX512_write_19:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	PREFETCHT1   256(CX)
@@ -2670,10 +2670,10 @@ write_19:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_19
-	JMP          decayed_10
+	JB           stateAVX512_write_19
+	JMP          stateAVX512_decayed_10
 
-far_10:
+stateAVX512_far_10:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	VBROADCASTSS eg+148(FP), Z16
@@ -2741,7 +2741,7 @@ far_10:
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_20:
+stateAVX512_write_20:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	PREFETCHT1   256(CX)
@@ -2783,12 +2783,12 @@ write_20:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_20
+	JB           stateAVX512_write_20
 
-decayed_10:
+stateAVX512_decayed_10:
 	JMP stateAVX512_done_1
 
-masked9_1:
+stateAVX512_masked9_1:
 	// Block of 144 columns: read pass (Sᵀk̂, Sᵀq̂ of 9 vectors in registers).
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
@@ -2811,7 +2811,7 @@ masked9_1:
 	MOVQ         AX, R10
 	XORQ         R11, R11
 
-read_11:
+stateAVX512_read_11:
 	VBROADCASTSS (DX)(R11*4), Z18
 	VBROADCASTSS (BX)(R11*4), Z19
 	VMOVUPS      (R10), Z20
@@ -2844,9 +2844,9 @@ read_11:
 	ADDQ         R9, R10
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           read_11
+	JB           stateAVX512_read_11
 	CMPB         16(SP), $0x00
-	JE           far_11
+	JE           stateAVX512_far_11
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
@@ -2922,7 +2922,7 @@ read_11:
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_21:
+stateAVX512_write_21:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	PREFETCHT1   256(CX)
@@ -2969,10 +2969,10 @@ write_21:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_21
-	JMP          decayed_11
+	JB           stateAVX512_write_21
+	JMP          stateAVX512_decayed_11
 
-far_11:
+stateAVX512_far_11:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	VBROADCASTSS eg+148(FP), Z18
@@ -3047,7 +3047,7 @@ far_11:
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_22:
+stateAVX512_write_22:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	PREFETCHT1   256(CX)
@@ -3094,12 +3094,12 @@ write_22:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_22
+	JB           stateAVX512_write_22
 
-decayed_11:
+stateAVX512_decayed_11:
 	JMP stateAVX512_done_1
 
-masked10_1:
+stateAVX512_masked10_1:
 	// Block of 160 columns: read pass (Sᵀk̂, Sᵀq̂ of 10 vectors in registers).
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
@@ -3124,7 +3124,7 @@ masked10_1:
 	MOVQ         AX, R10
 	XORQ         R11, R11
 
-read_12:
+stateAVX512_read_12:
 	VBROADCASTSS (DX)(R11*4), Z20
 	VBROADCASTSS (BX)(R11*4), Z21
 	VMOVUPS      (R10), Z22
@@ -3160,9 +3160,9 @@ read_12:
 	ADDQ         R9, R10
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           read_12
+	JB           stateAVX512_read_12
 	CMPB         16(SP), $0x00
-	JE           far_12
+	JE           stateAVX512_far_12
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
@@ -3245,7 +3245,7 @@ read_12:
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_23:
+stateAVX512_write_23:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	PREFETCHT1   256(CX)
@@ -3296,10 +3296,10 @@ write_23:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_23
-	JMP          decayed_12
+	JB           stateAVX512_write_23
+	JMP          stateAVX512_decayed_12
 
-far_12:
+stateAVX512_far_12:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	VBROADCASTSS eg+148(FP), Z20
@@ -3381,7 +3381,7 @@ far_12:
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_24:
+stateAVX512_write_24:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	PREFETCHT1   256(CX)
@@ -3432,12 +3432,12 @@ write_24:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_24
+	JB           stateAVX512_write_24
 
-decayed_12:
+stateAVX512_decayed_12:
 	JMP stateAVX512_done_1
 
-masked11_1:
+stateAVX512_masked11_1:
 	// Block of 176 columns: read pass (Sᵀk̂, Sᵀq̂ of 11 vectors in registers).
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
@@ -3464,7 +3464,7 @@ masked11_1:
 	MOVQ         AX, R10
 	XORQ         R11, R11
 
-read_13:
+stateAVX512_read_13:
 	VBROADCASTSS (DX)(R11*4), Z22
 	VBROADCASTSS (BX)(R11*4), Z23
 	VMOVUPS      (R10), Z24
@@ -3503,9 +3503,9 @@ read_13:
 	ADDQ         R9, R10
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           read_13
+	JB           stateAVX512_read_13
 	CMPB         16(SP), $0x00
-	JE           far_13
+	JE           stateAVX512_far_13
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
@@ -3595,7 +3595,7 @@ read_13:
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_25:
+stateAVX512_write_25:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	PREFETCHT1   256(CX)
@@ -3650,10 +3650,10 @@ write_25:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_25
-	JMP          decayed_13
+	JB           stateAVX512_write_25
+	JMP          stateAVX512_decayed_13
 
-far_13:
+stateAVX512_far_13:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	VBROADCASTSS eg+148(FP), Z22
@@ -3742,7 +3742,7 @@ far_13:
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_26:
+stateAVX512_write_26:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	PREFETCHT1   256(CX)
@@ -3797,12 +3797,12 @@ write_26:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_26
+	JB           stateAVX512_write_26
 
-decayed_13:
+stateAVX512_decayed_13:
 	JMP stateAVX512_done_1
 
-masked12_1:
+stateAVX512_masked12_1:
 	// Block of 192 columns: read pass (Sᵀk̂, Sᵀq̂ of 12 vectors in registers).
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
@@ -3831,7 +3831,7 @@ masked12_1:
 	MOVQ         AX, R10
 	XORQ         R11, R11
 
-read_14:
+stateAVX512_read_14:
 	VBROADCASTSS (DX)(R11*4), Z24
 	VBROADCASTSS (BX)(R11*4), Z25
 	VMOVUPS      (R10), Z26
@@ -3873,9 +3873,9 @@ read_14:
 	ADDQ         R9, R10
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           read_14
+	JB           stateAVX512_read_14
 	CMPB         16(SP), $0x00
-	JE           far_14
+	JE           stateAVX512_far_14
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
@@ -3972,7 +3972,7 @@ read_14:
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_27:
+stateAVX512_write_27:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	PREFETCHT1   256(CX)
@@ -4031,10 +4031,10 @@ write_27:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_27
-	JMP          decayed_14
+	JB           stateAVX512_write_27
+	JMP          stateAVX512_decayed_14
 
-far_14:
+stateAVX512_far_14:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	VBROADCASTSS eg+148(FP), Z24
@@ -4130,7 +4130,7 @@ far_14:
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_28:
+stateAVX512_write_28:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	PREFETCHT1   256(CX)
@@ -4189,12 +4189,12 @@ write_28:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_28
+	JB           stateAVX512_write_28
 
-decayed_14:
+stateAVX512_decayed_14:
 	JMP stateAVX512_done_1
 
-masked13_1:
+stateAVX512_masked13_1:
 	// Block of 208 columns: read pass (Sᵀk̂, Sᵀq̂ of 13 vectors in registers).
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
@@ -4225,7 +4225,7 @@ masked13_1:
 	MOVQ         AX, R10
 	XORQ         R11, R11
 
-read_15:
+stateAVX512_read_15:
 	VBROADCASTSS (DX)(R11*4), Z26
 	VBROADCASTSS (BX)(R11*4), Z27
 	VMOVUPS      (R10), Z28
@@ -4270,9 +4270,9 @@ read_15:
 	ADDQ         R9, R10
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           read_15
+	JB           stateAVX512_read_15
 	CMPB         16(SP), $0x00
-	JE           far_15
+	JE           stateAVX512_far_15
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
@@ -4376,7 +4376,7 @@ read_15:
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_29:
+stateAVX512_write_29:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	PREFETCHT1   256(CX)
@@ -4440,10 +4440,10 @@ write_29:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_29
-	JMP          decayed_15
+	JB           stateAVX512_write_29
+	JMP          stateAVX512_decayed_15
 
-far_15:
+stateAVX512_far_15:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	VBROADCASTSS eg+148(FP), Z26
@@ -4546,7 +4546,7 @@ far_15:
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_30:
+stateAVX512_write_30:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	PREFETCHT1   256(CX)
@@ -4610,12 +4610,12 @@ write_30:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_30
+	JB           stateAVX512_write_30
 
-decayed_15:
+stateAVX512_decayed_15:
 	JMP stateAVX512_done_1
 
-masked14_1:
+stateAVX512_masked14_1:
 	// Block of 224 columns: read pass (Sᵀk̂, Sᵀq̂ of 14 vectors in registers).
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
@@ -4648,7 +4648,7 @@ masked14_1:
 	MOVQ         AX, R10
 	XORQ         R11, R11
 
-read_16:
+stateAVX512_read_16:
 	VBROADCASTSS (DX)(R11*4), Z28
 	VBROADCASTSS (BX)(R11*4), Z29
 	VMOVUPS      (R10), Z30
@@ -4696,9 +4696,9 @@ read_16:
 	ADDQ         R9, R10
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           read_16
+	JB           stateAVX512_read_16
 	CMPB         16(SP), $0x00
-	JE           far_16
+	JE           stateAVX512_far_16
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
@@ -4809,7 +4809,7 @@ read_16:
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_31:
+stateAVX512_write_31:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	PREFETCHT1   256(CX)
@@ -4877,10 +4877,10 @@ write_31:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_31
-	JMP          decayed_16
+	JB           stateAVX512_write_31
+	JMP          stateAVX512_decayed_16
 
-far_16:
+stateAVX512_far_16:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	VBROADCASTSS eg+148(FP), Z28
@@ -4990,7 +4990,7 @@ far_16:
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_32:
+stateAVX512_write_32:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	PREFETCHT1   256(CX)
@@ -5058,12 +5058,12 @@ write_32:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_32
+	JB           stateAVX512_write_32
 
-decayed_16:
+stateAVX512_decayed_16:
 	JMP stateAVX512_done_1
 
-masked15_1:
+stateAVX512_masked15_1:
 	// Block of 240 columns: read pass (Sᵀk̂, Sᵀq̂ of 14 vectors in registers).
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
@@ -5102,7 +5102,7 @@ masked15_1:
 	MOVQ         AX, R11
 	XORQ         R12, R12
 
-read_17:
+stateAVX512_read_17:
 	VBROADCASTSS (DX)(R12*4), Z28
 	VBROADCASTSS (BX)(R12*4), Z29
 	VMOVUPS      (R11), Z30
@@ -5157,9 +5157,9 @@ read_17:
 	ADDQ         R9, R11
 	INCQ         R12
 	CMPQ         R12, R8
-	JB           read_17
+	JB           stateAVX512_read_17
 	CMPB         16(SP), $0x00
-	JE           far_17
+	JE           stateAVX512_far_17
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
@@ -5280,7 +5280,7 @@ read_17:
 	MOVQ CX, AX
 	XORQ R12, R12
 
-write_33:
+stateAVX512_write_33:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	PREFETCHT1   256(CX)
@@ -5352,10 +5352,10 @@ write_33:
 	ADDQ         R9, AX
 	INCQ         R12
 	CMPQ         R12, R8
-	JB           write_33
-	JMP          decayed_17
+	JB           stateAVX512_write_33
+	JMP          stateAVX512_decayed_17
 
-far_17:
+stateAVX512_far_17:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	VBROADCASTSS eg+148(FP), Z28
@@ -5475,7 +5475,7 @@ far_17:
 	MOVQ CX, AX
 	XORQ R12, R12
 
-write_34:
+stateAVX512_write_34:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	PREFETCHT1   256(CX)
@@ -5547,12 +5547,12 @@ write_34:
 	ADDQ         R9, AX
 	INCQ         R12
 	CMPQ         R12, R8
-	JB           write_34
+	JB           stateAVX512_write_34
 
-decayed_17:
+stateAVX512_decayed_17:
 	JMP stateAVX512_done_1
 
-masked16_1:
+stateAVX512_masked16_1:
 	// Block of 256 columns: read pass (Sᵀk̂, Sᵀq̂ of 14 vectors in registers).
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
@@ -5593,7 +5593,7 @@ masked16_1:
 	MOVQ         AX, R11
 	XORQ         R12, R12
 
-read_18:
+stateAVX512_read_18:
 	VBROADCASTSS (DX)(R12*4), Z28
 	VBROADCASTSS (BX)(R12*4), Z29
 	VMOVUPS      (R11), Z30
@@ -5655,9 +5655,9 @@ read_18:
 	ADDQ         R9, R11
 	INCQ         R12
 	CMPQ         R12, R8
-	JB           read_18
+	JB           stateAVX512_read_18
 	CMPB         16(SP), $0x00
-	JE           far_18
+	JE           stateAVX512_far_18
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
@@ -5788,7 +5788,7 @@ read_18:
 	MOVQ CX, AX
 	XORQ R12, R12
 
-write_35:
+stateAVX512_write_35:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	PREFETCHT1   256(CX)
@@ -5864,10 +5864,10 @@ write_35:
 	ADDQ         R9, AX
 	INCQ         R12
 	CMPQ         R12, R8
-	JB           write_35
-	JMP          decayed_18
+	JB           stateAVX512_write_35
+	JMP          stateAVX512_decayed_18
 
-far_18:
+stateAVX512_far_18:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	VBROADCASTSS eg+148(FP), Z28
@@ -5997,7 +5997,7 @@ far_18:
 	MOVQ CX, AX
 	XORQ R12, R12
 
-write_36:
+stateAVX512_write_36:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	PREFETCHT1   256(CX)
@@ -6073,9 +6073,9 @@ write_36:
 	ADDQ         R9, AX
 	INCQ         R12
 	CMPQ         R12, R8
-	JB           write_36
+	JB           stateAVX512_write_36
 
-decayed_18:
+stateAVX512_decayed_18:
 stateAVX512_done_1:
 	VZEROUPPER
 	RET
@@ -6108,9 +6108,9 @@ TEXT ·gateAVX512(SB), NOSPLIT, $0-128
 	VBROADCASTSS zero<>+0(SB), Z2
 	VBROADCASTSS zero<>+0(SB), Z3
 
-ss4_1:
+gateAVX512_ss4_1:
 	CMPQ        DX, $0x00000020
-	JB          ss1_1
+	JB          gateAVX512_ss1_1
 	VCVTPS2PD   (CX), Z4
 	VFMADD231PD Z4, Z4, Z0
 	VCVTPS2PD   32(CX), Z4
@@ -6121,26 +6121,26 @@ ss4_1:
 	VFMADD231PD Z4, Z4, Z3
 	ADDQ        $0x00000080, CX
 	SUBQ        $0x00000020, DX
-	JMP         ss4_1
+	JMP         gateAVX512_ss4_1
 
-ss1_1:
+gateAVX512_ss1_1:
 	CMPQ        DX, $0x00000008
-	JB          sstail_1
+	JB          gateAVX512_sstail_1
 	VCVTPS2PD   (CX), Z4
 	VFMADD231PD Z4, Z4, Z0
 	ADDQ        $0x00000020, CX
 	SUBQ        $0x00000008, DX
-	JMP         ss1_1
+	JMP         gateAVX512_ss1_1
 
-sstail_1:
+gateAVX512_sstail_1:
 	TESTQ        DX, DX
-	JZ           ssreduce_1
+	JZ           gateAVX512_ssreduce_1
 	VPBROADCASTD DX, Z4
 	VPCMPGTD     iota<>+0(SB), Z4, K1
 	VCVTPS2PD.Z  (CX), K1, Z4
 	VFMADD231PD  Z4, Z4, Z1
 
-ssreduce_1:
+gateAVX512_ssreduce_1:
 	VADDPD        Z1, Z0, Z0
 	VADDPD        Z3, Z2, Z2
 	VADDPD        Z2, Z0, Z0
@@ -6165,9 +6165,9 @@ ssreduce_1:
 	MOVQ          outF_base+104(FP), SI
 
 	// y = o·r·w·silu(z).
-gloop_1:
+gateAVX512_gloop_1:
 	CMPQ         DI, $0x00000010
-	JB           gnarrow_1
+	JB           gateAVX512_gnarrow_1
 	VMOVUPS      (AX), Z1
 	VMOVUPS      (CX), Z2
 	VMOVUPS      (DX), Z3
@@ -6207,12 +6207,12 @@ gloop_1:
 	VMULPS       Z3, Z1, Z1
 	VMULPS       Z2, Z1, Z1
 	TESTQ        SI, SI
-	JZ           nof32_1
+	JZ           gateAVX512_nof32_1
 	VMOVUPS      Z1, (SI)
 
-nof32_1:
+gateAVX512_nof32_1:
 	TESTQ    BX, BX
-	JZ       nobf16_1
+	JZ       gateAVX512_nobf16_1
 	VPSRLD   $0x10, Z1, Z2
 	VPANDD   absmask<>+0(SB), Z1, Z3
 	VPCMPGTD infbits<>+0(SB), Z3, K2
@@ -6223,24 +6223,24 @@ nof32_1:
 	VPORD    quiet<>+0(SB), Z2, K2, Z1
 	VPMOVDW  Z1, (BX)
 
-nobf16_1:
+gateAVX512_nobf16_1:
 	ADDQ  $0x00000040, AX
 	ADDQ  $0x00000040, CX
 	ADDQ  $0x00000040, DX
 	TESTQ SI, SI
-	JZ    nil_1
+	JZ    gateAVX512_nil_1
 	ADDQ  $0x00000040, SI
 
-nil_1:
+gateAVX512_nil_1:
 	TESTQ BX, BX
-	JZ    nil_2
+	JZ    gateAVX512_nil_2
 	ADDQ  $0x00000020, BX
 
-nil_2:
+gateAVX512_nil_2:
 	SUBQ $0x00000010, DI
-	JMP  gloop_1
+	JMP  gateAVX512_gloop_1
 
-gnarrow_1:
+gateAVX512_gnarrow_1:
 	TESTQ        DI, DI
 	JZ           gateAVX512_done_1
 	VPBROADCASTD DI, Z1
@@ -6284,12 +6284,12 @@ gnarrow_1:
 	VMULPS       Z3, Z1, Z1
 	VMULPS       Z2, Z1, Z1
 	TESTQ        SI, SI
-	JZ           nof32_2
+	JZ           gateAVX512_nof32_2
 	VMOVUPS      Z1, K1, (SI)
 
-nof32_2:
+gateAVX512_nof32_2:
 	TESTQ    BX, BX
-	JZ       nobf16_2
+	JZ       gateAVX512_nobf16_2
 	VPSRLD   $0x10, Z1, Z0
 	VPANDD   absmask<>+0(SB), Z1, Z2
 	VPCMPGTD infbits<>+0(SB), Z2, K2
@@ -6300,7 +6300,7 @@ nof32_2:
 	VPORD    quiet<>+0(SB), Z0, K2, Z1
 	VPMOVDW  Z1, K1, (BX)
 
-nobf16_2:
+gateAVX512_nobf16_2:
 gateAVX512_done_1:
 	VZEROUPPER
 	RET
@@ -6318,9 +6318,9 @@ TEXT ·l2AVX512(SB), NOSPLIT, $0-72
 	VBROADCASTSS zero<>+0(SB), Z4
 	VBROADCASTSS zero<>+0(SB), Z5
 
-l2x2_1:
+l2AVX512_l2x2_1:
 	CMPQ        DX, $0x00000010
-	JB          l2x1_1
+	JB          l2AVX512_l2x1_1
 	VCVTPS2PD   (AX), Z6
 	VCVTPS2PD   (CX), Z7
 	VFMADD231PD Z6, Z6, Z0
@@ -6334,11 +6334,11 @@ l2x2_1:
 	ADDQ        $0x00000040, AX
 	ADDQ        $0x00000040, CX
 	SUBQ        $0x00000010, DX
-	JMP         l2x2_1
+	JMP         l2AVX512_l2x2_1
 
-l2x1_1:
+l2AVX512_l2x1_1:
 	CMPQ        DX, $0x00000008
-	JB          l2tail_1
+	JB          l2AVX512_l2tail_1
 	VCVTPS2PD   (AX), Z6
 	VCVTPS2PD   (CX), Z7
 	VFMADD231PD Z6, Z6, Z0
@@ -6348,9 +6348,9 @@ l2x1_1:
 	ADDQ        $0x00000020, CX
 	SUBQ        $0x00000008, DX
 
-l2tail_1:
+l2AVX512_l2tail_1:
 	TESTQ        DX, DX
-	JZ           l2reduce_1
+	JZ           l2AVX512_l2reduce_1
 	VPBROADCASTD DX, Z6
 	VPCMPGTD     iota<>+0(SB), Z6, K1
 	VCVTPS2PD.Z  (AX), K1, Z6
@@ -6359,7 +6359,7 @@ l2tail_1:
 	VFMADD231PD  Z7, Z7, Z4
 	VFMADD231PD  Z6, Z7, Z5
 
-l2reduce_1:
+l2AVX512_l2reduce_1:
 	VADDPD        Z3, Z0, Z0
 	VEXTRACTF64X4 $0x01, Z0, Y3
 	VADDPD        Y3, Y0, Y3
@@ -6429,9 +6429,9 @@ TEXT ·stateAVX2(SB), NOSPLIT, $216-160
 	ADDQ     $0x1f, R10
 	ANDQ     $-32, R10
 
-rows256_1:
+stateAVX2_rows256_1:
 	CMPQ (SP), $0x00000100
-	JB   rowsdone_1
+	JB   stateAVX2_rowsdone_1
 
 	// Rows of 256 columns: read pass, Sᵀk̂ of YMM ≥ 13 in o.
 	VXORPS  Y0, Y0, Y0
@@ -6470,7 +6470,7 @@ rows256_1:
 	MOVQ    AX, R11
 	XORQ    R12, R12
 
-rread_1:
+stateAVX2_rread_1:
 	VBROADCASTSS (DX)(R12*4), Y13
 	VFMADD231PS  (R11), Y13, Y0
 	VFMADD231PS  32(R11), Y13, Y1
@@ -6545,9 +6545,9 @@ rread_1:
 	ADDQ         R9, R11
 	INCQ         R12
 	CMPQ         R12, R8
-	JB           rread_1
+	JB           stateAVX2_rread_1
 	CMPB         16(SP), $0x00
-	JE           far_19
+	JE           stateAVX2_far_1
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), in o.
@@ -6732,9 +6732,9 @@ rread_1:
 	VSUBPS       Y0, Y1, Y0
 	VMULPS       Y0, Y14, Y0
 	VMOVUPS      Y0, 992(DI)
-	JMP          decayed_19
+	JMP          stateAVX2_decayed_1
 
-far_19:
+stateAVX2_far_1:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), in o.
 	VBROADCASTSS eg+148(FP), Y13
@@ -6919,7 +6919,7 @@ far_19:
 	VMULPS       Y0, Y14, Y0
 	VMOVUPS      Y0, 992(DI)
 
-decayed_19:
+stateAVX2_decayed_1:
 	// Write pass over YMM 0–15, Sᵀq̂ of YMM ≥ 11 in the frame.
 	VXORPS  Y0, Y0, Y0
 	VMOVAPS Y0, (R10)
@@ -6939,7 +6939,7 @@ decayed_19:
 	VXORPS  Y9, Y9, Y9
 	VXORPS  Y10, Y10, Y10
 	CMPB    16(SP), $0x00
-	JE      far_20
+	JE      stateAVX2_far_2
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// S' = S + em1·S + k̂_i·δ.
@@ -6948,7 +6948,7 @@ decayed_19:
 	MOVQ         CX, R13
 	XORQ         R12, R12
 
-rwrite_1:
+stateAVX2_rwrite_1:
 	MOVQ         8(SP), R14
 	PREFETCHT1   (R14)
 	PREFETCHT1   256(R14)
@@ -7049,7 +7049,7 @@ rwrite_1:
 	ADDQ         R9, R13
 	INCQ         R12
 	CMPQ         R12, R8
-	JB           rwrite_1
+	JB           stateAVX2_rwrite_1
 
 	// o = decay(Sᵀq̂) + kq·δ over δ.
 	VBROADCASTSS kq+156(FP), Y12
@@ -7106,9 +7106,9 @@ rwrite_1:
 	VFMADD213PS  Y0, Y11, Y0
 	VFMADD231PS  480(DI), Y12, Y0
 	VMOVUPS      Y0, 480(DI)
-	JMP          decayed_20
+	JMP          stateAVX2_decayed_2
 
-far_20:
+stateAVX2_far_2:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// S' = eg·S + k̂_i·δ.
 	VBROADCASTSS eg+148(FP), Y11
@@ -7116,7 +7116,7 @@ far_20:
 	MOVQ         CX, R13
 	XORQ         R12, R12
 
-rwrite_2:
+stateAVX2_rwrite_2:
 	MOVQ         8(SP), R14
 	PREFETCHT1   (R14)
 	PREFETCHT1   256(R14)
@@ -7217,7 +7217,7 @@ rwrite_2:
 	ADDQ         R9, R13
 	INCQ         R12
 	CMPQ         R12, R8
-	JB           rwrite_2
+	JB           stateAVX2_rwrite_2
 
 	// o = decay(Sᵀq̂) + kq·δ over δ.
 	VBROADCASTSS kq+156(FP), Y12
@@ -7275,7 +7275,7 @@ rwrite_2:
 	VFMADD231PS  480(DI), Y12, Y0
 	VMOVUPS      Y0, 480(DI)
 
-decayed_20:
+stateAVX2_decayed_2:
 	// Write pass over YMM 16–31, Sᵀq̂ of YMM ≥ 27 in the frame.
 	VXORPS  Y0, Y0, Y0
 	VMOVAPS Y0, (R10)
@@ -7295,7 +7295,7 @@ decayed_20:
 	VXORPS  Y9, Y9, Y9
 	VXORPS  Y10, Y10, Y10
 	CMPB    16(SP), $0x00
-	JE      far_21
+	JE      stateAVX2_far_3
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// S' = S + em1·S + k̂_i·δ.
@@ -7304,7 +7304,7 @@ decayed_20:
 	MOVQ         CX, R13
 	XORQ         R12, R12
 
-rwrite_3:
+stateAVX2_rwrite_3:
 	MOVQ         8(SP), R14
 	PREFETCHT1   (R14)
 	PREFETCHT1   256(R14)
@@ -7405,7 +7405,7 @@ rwrite_3:
 	ADDQ         R9, R13
 	INCQ         R12
 	CMPQ         R12, R8
-	JB           rwrite_3
+	JB           stateAVX2_rwrite_3
 
 	// o = decay(Sᵀq̂) + kq·δ over δ.
 	VBROADCASTSS kq+156(FP), Y12
@@ -7462,9 +7462,9 @@ rwrite_3:
 	VFMADD213PS  Y0, Y11, Y0
 	VFMADD231PS  992(DI), Y12, Y0
 	VMOVUPS      Y0, 992(DI)
-	JMP          decayed_21
+	JMP          stateAVX2_decayed_3
 
-far_21:
+stateAVX2_far_3:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// S' = eg·S + k̂_i·δ.
 	VBROADCASTSS eg+148(FP), Y11
@@ -7472,7 +7472,7 @@ far_21:
 	MOVQ         CX, R13
 	XORQ         R12, R12
 
-rwrite_4:
+stateAVX2_rwrite_4:
 	MOVQ         8(SP), R14
 	PREFETCHT1   (R14)
 	PREFETCHT1   256(R14)
@@ -7573,7 +7573,7 @@ rwrite_4:
 	ADDQ         R9, R13
 	INCQ         R12
 	CMPQ         R12, R8
-	JB           rwrite_4
+	JB           stateAVX2_rwrite_4
 
 	// o = decay(Sᵀq̂) + kq·δ over δ.
 	VBROADCASTSS kq+156(FP), Y12
@@ -7631,17 +7631,17 @@ rwrite_4:
 	VFMADD231PS  992(DI), Y12, Y0
 	VMOVUPS      Y0, 992(DI)
 
-decayed_21:
+stateAVX2_decayed_3:
 	ADDQ $0x00000400, AX
 	ADDQ $0x00000400, CX
 	ADDQ $0x00000400, SI
 	ADDQ $0x00000400, DI
 	SUBQ $0x00000100, (SP)
-	JMP  rows256_1
+	JMP  stateAVX2_rows256_1
 
-rowsdone_1:
+stateAVX2_rowsdone_1:
 	CMPQ (SP), $0x000000c0
-	JB   rowsdone_2
+	JB   stateAVX2_rowsdone_2
 
 	// Rows of 192 columns: read pass, Sᵀk̂ of YMM ≥ 13 in o.
 	VXORPS  Y0, Y0, Y0
@@ -7672,7 +7672,7 @@ rowsdone_1:
 	MOVQ    AX, R11
 	XORQ    R12, R12
 
-rread_2:
+stateAVX2_rread_2:
 	VBROADCASTSS (DX)(R12*4), Y13
 	VFMADD231PS  (R11), Y13, Y0
 	VFMADD231PS  32(R11), Y13, Y1
@@ -7723,9 +7723,9 @@ rread_2:
 	ADDQ         R9, R11
 	INCQ         R12
 	CMPQ         R12, R8
-	JB           rread_2
+	JB           stateAVX2_rread_2
 	CMPB         16(SP), $0x00
-	JE           far_22
+	JE           stateAVX2_far_4
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), in o.
@@ -7862,9 +7862,9 @@ rread_2:
 	VSUBPS       Y0, Y1, Y0
 	VMULPS       Y0, Y14, Y0
 	VMOVUPS      Y0, 736(DI)
-	JMP          decayed_22
+	JMP          stateAVX2_decayed_4
 
-far_22:
+stateAVX2_far_4:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), in o.
 	VBROADCASTSS eg+148(FP), Y13
@@ -8001,7 +8001,7 @@ far_22:
 	VMULPS       Y0, Y14, Y0
 	VMOVUPS      Y0, 736(DI)
 
-decayed_22:
+stateAVX2_decayed_4:
 	// Write pass over YMM 0–15, Sᵀq̂ of YMM ≥ 11 in the frame.
 	VXORPS  Y0, Y0, Y0
 	VMOVAPS Y0, (R10)
@@ -8021,7 +8021,7 @@ decayed_22:
 	VXORPS  Y9, Y9, Y9
 	VXORPS  Y10, Y10, Y10
 	CMPB    16(SP), $0x00
-	JE      far_23
+	JE      stateAVX2_far_5
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// S' = S + em1·S + k̂_i·δ.
@@ -8030,7 +8030,7 @@ decayed_22:
 	MOVQ         CX, R13
 	XORQ         R12, R12
 
-rwrite_5:
+stateAVX2_rwrite_5:
 	MOVQ         8(SP), R14
 	PREFETCHT1   (R14)
 	PREFETCHT1   256(R14)
@@ -8131,7 +8131,7 @@ rwrite_5:
 	ADDQ         R9, R13
 	INCQ         R12
 	CMPQ         R12, R8
-	JB           rwrite_5
+	JB           stateAVX2_rwrite_5
 
 	// o = decay(Sᵀq̂) + kq·δ over δ.
 	VBROADCASTSS kq+156(FP), Y12
@@ -8188,9 +8188,9 @@ rwrite_5:
 	VFMADD213PS  Y0, Y11, Y0
 	VFMADD231PS  480(DI), Y12, Y0
 	VMOVUPS      Y0, 480(DI)
-	JMP          decayed_23
+	JMP          stateAVX2_decayed_5
 
-far_23:
+stateAVX2_far_5:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// S' = eg·S + k̂_i·δ.
 	VBROADCASTSS eg+148(FP), Y11
@@ -8198,7 +8198,7 @@ far_23:
 	MOVQ         CX, R13
 	XORQ         R12, R12
 
-rwrite_6:
+stateAVX2_rwrite_6:
 	MOVQ         8(SP), R14
 	PREFETCHT1   (R14)
 	PREFETCHT1   256(R14)
@@ -8299,7 +8299,7 @@ rwrite_6:
 	ADDQ         R9, R13
 	INCQ         R12
 	CMPQ         R12, R8
-	JB           rwrite_6
+	JB           stateAVX2_rwrite_6
 
 	// o = decay(Sᵀq̂) + kq·δ over δ.
 	VBROADCASTSS kq+156(FP), Y12
@@ -8357,7 +8357,7 @@ rwrite_6:
 	VFMADD231PS  480(DI), Y12, Y0
 	VMOVUPS      Y0, 480(DI)
 
-decayed_23:
+stateAVX2_decayed_5:
 	// Write pass over YMM 16–23, Sᵀq̂ of YMM ≥ 27 in the frame.
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
@@ -8368,7 +8368,7 @@ decayed_23:
 	VXORPS Y6, Y6, Y6
 	VXORPS Y7, Y7, Y7
 	CMPB   16(SP), $0x00
-	JE     far_24
+	JE     stateAVX2_far_6
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// S' = S + em1·S + k̂_i·δ.
@@ -8377,7 +8377,7 @@ decayed_23:
 	MOVQ         CX, R13
 	XORQ         R12, R12
 
-rwrite_7:
+stateAVX2_rwrite_7:
 	MOVQ         8(SP), R14
 	PREFETCHT1   (R14)
 	ADDQ         $0x00000100, 8(SP)
@@ -8427,7 +8427,7 @@ rwrite_7:
 	ADDQ         R9, R13
 	INCQ         R12
 	CMPQ         R12, R8
-	JB           rwrite_7
+	JB           stateAVX2_rwrite_7
 
 	// o = decay(Sᵀq̂) + kq·δ over δ.
 	VBROADCASTSS kq+156(FP), Y9
@@ -8455,9 +8455,9 @@ rwrite_7:
 	VFMADD213PS  Y7, Y8, Y7
 	VFMADD231PS  736(DI), Y9, Y7
 	VMOVUPS      Y7, 736(DI)
-	JMP          decayed_24
+	JMP          stateAVX2_decayed_6
 
-far_24:
+stateAVX2_far_6:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// S' = eg·S + k̂_i·δ.
 	VBROADCASTSS eg+148(FP), Y8
@@ -8465,7 +8465,7 @@ far_24:
 	MOVQ         CX, R13
 	XORQ         R12, R12
 
-rwrite_8:
+stateAVX2_rwrite_8:
 	MOVQ         8(SP), R14
 	PREFETCHT1   (R14)
 	ADDQ         $0x00000100, 8(SP)
@@ -8515,7 +8515,7 @@ rwrite_8:
 	ADDQ         R9, R13
 	INCQ         R12
 	CMPQ         R12, R8
-	JB           rwrite_8
+	JB           stateAVX2_rwrite_8
 
 	// o = decay(Sᵀq̂) + kq·δ over δ.
 	VBROADCASTSS kq+156(FP), Y9
@@ -8544,16 +8544,16 @@ rwrite_8:
 	VFMADD231PS  736(DI), Y9, Y7
 	VMOVUPS      Y7, 736(DI)
 
-decayed_24:
+stateAVX2_decayed_6:
 	ADDQ $0x00000300, AX
 	ADDQ $0x00000300, CX
 	ADDQ $0x00000300, SI
 	ADDQ $0x00000300, DI
 	SUBQ $0x000000c0, (SP)
 
-rowsdone_2:
+stateAVX2_rowsdone_2:
 	CMPQ (SP), $0x00000080
-	JB   rowsdone_3
+	JB   stateAVX2_rowsdone_3
 
 	// Rows of 128 columns: read pass, Sᵀk̂ of YMM ≥ 13 in o.
 	VXORPS  Y0, Y0, Y0
@@ -8576,7 +8576,7 @@ rowsdone_2:
 	MOVQ    AX, R11
 	XORQ    R12, R12
 
-rread_3:
+stateAVX2_rread_3:
 	VBROADCASTSS (DX)(R12*4), Y13
 	VFMADD231PS  (R11), Y13, Y0
 	VFMADD231PS  32(R11), Y13, Y1
@@ -8603,9 +8603,9 @@ rread_3:
 	ADDQ         R9, R11
 	INCQ         R12
 	CMPQ         R12, R8
-	JB           rread_3
+	JB           stateAVX2_rread_3
 	CMPB         16(SP), $0x00
-	JE           far_25
+	JE           stateAVX2_far_7
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), in o.
@@ -8694,9 +8694,9 @@ rread_3:
 	VSUBPS       Y0, Y1, Y0
 	VMULPS       Y0, Y14, Y0
 	VMOVUPS      Y0, 480(DI)
-	JMP          decayed_25
+	JMP          stateAVX2_decayed_7
 
-far_25:
+stateAVX2_far_7:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), in o.
 	VBROADCASTSS eg+148(FP), Y13
@@ -8785,7 +8785,7 @@ far_25:
 	VMULPS       Y0, Y14, Y0
 	VMOVUPS      Y0, 480(DI)
 
-decayed_25:
+stateAVX2_decayed_7:
 	// Write pass over YMM 0–15, Sᵀq̂ of YMM ≥ 11 in the frame.
 	VXORPS  Y0, Y0, Y0
 	VMOVAPS Y0, (R10)
@@ -8805,7 +8805,7 @@ decayed_25:
 	VXORPS  Y9, Y9, Y9
 	VXORPS  Y10, Y10, Y10
 	CMPB    16(SP), $0x00
-	JE      far_26
+	JE      stateAVX2_far_8
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// S' = S + em1·S + k̂_i·δ.
@@ -8814,7 +8814,7 @@ decayed_25:
 	MOVQ         CX, R13
 	XORQ         R12, R12
 
-rwrite_9:
+stateAVX2_rwrite_9:
 	MOVQ         8(SP), R14
 	PREFETCHT1   (R14)
 	PREFETCHT1   256(R14)
@@ -8915,7 +8915,7 @@ rwrite_9:
 	ADDQ         R9, R13
 	INCQ         R12
 	CMPQ         R12, R8
-	JB           rwrite_9
+	JB           stateAVX2_rwrite_9
 
 	// o = decay(Sᵀq̂) + kq·δ over δ.
 	VBROADCASTSS kq+156(FP), Y12
@@ -8972,9 +8972,9 @@ rwrite_9:
 	VFMADD213PS  Y0, Y11, Y0
 	VFMADD231PS  480(DI), Y12, Y0
 	VMOVUPS      Y0, 480(DI)
-	JMP          decayed_26
+	JMP          stateAVX2_decayed_8
 
-far_26:
+stateAVX2_far_8:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// S' = eg·S + k̂_i·δ.
 	VBROADCASTSS eg+148(FP), Y11
@@ -8982,7 +8982,7 @@ far_26:
 	MOVQ         CX, R13
 	XORQ         R12, R12
 
-rwrite_10:
+stateAVX2_rwrite_10:
 	MOVQ         8(SP), R14
 	PREFETCHT1   (R14)
 	PREFETCHT1   256(R14)
@@ -9083,7 +9083,7 @@ rwrite_10:
 	ADDQ         R9, R13
 	INCQ         R12
 	CMPQ         R12, R8
-	JB           rwrite_10
+	JB           stateAVX2_rwrite_10
 
 	// o = decay(Sᵀq̂) + kq·δ over δ.
 	VBROADCASTSS kq+156(FP), Y12
@@ -9141,16 +9141,16 @@ rwrite_10:
 	VFMADD231PS  480(DI), Y12, Y0
 	VMOVUPS      Y0, 480(DI)
 
-decayed_26:
+stateAVX2_decayed_8:
 	ADDQ $0x00000200, AX
 	ADDQ $0x00000200, CX
 	ADDQ $0x00000200, SI
 	ADDQ $0x00000200, DI
 	SUBQ $0x00000080, (SP)
 
-rowsdone_3:
+stateAVX2_rowsdone_3:
 	CMPQ (SP), $0x00000040
-	JB   rowsdone_4
+	JB   stateAVX2_rowsdone_4
 
 	// Rows of 64 columns: read pass, Sᵀk̂ of YMM ≥ 13 in o.
 	VXORPS Y0, Y0, Y0
@@ -9164,7 +9164,7 @@ rowsdone_3:
 	MOVQ   AX, R10
 	XORQ   R11, R11
 
-rread_4:
+stateAVX2_rread_4:
 	VBROADCASTSS (DX)(R11*4), Y8
 	VFMADD231PS  (R10), Y8, Y0
 	VFMADD231PS  32(R10), Y8, Y1
@@ -9177,9 +9177,9 @@ rread_4:
 	ADDQ         R9, R10
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           rread_4
+	JB           stateAVX2_rread_4
 	CMPB         16(SP), $0x00
-	JE           far_27
+	JE           stateAVX2_far_9
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), in o.
@@ -9225,9 +9225,9 @@ rread_4:
 	VSUBPS       Y7, Y0, Y7
 	VMULPS       Y7, Y9, Y7
 	VMOVUPS      Y7, 224(DI)
-	JMP          decayed_27
+	JMP          stateAVX2_decayed_9
 
-far_27:
+stateAVX2_far_9:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), in o.
 	VBROADCASTSS eg+148(FP), Y8
@@ -9273,7 +9273,7 @@ far_27:
 	VMULPS       Y7, Y9, Y7
 	VMOVUPS      Y7, 224(DI)
 
-decayed_27:
+stateAVX2_decayed_9:
 	// Write pass over YMM 0–7, Sᵀq̂ of YMM ≥ 11 in the frame.
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
@@ -9284,7 +9284,7 @@ decayed_27:
 	VXORPS Y6, Y6, Y6
 	VXORPS Y7, Y7, Y7
 	CMPB   16(SP), $0x00
-	JE     far_28
+	JE     stateAVX2_far_10
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// S' = S + em1·S + k̂_i·δ.
@@ -9293,7 +9293,7 @@ decayed_27:
 	MOVQ         CX, R12
 	XORQ         R11, R11
 
-rwrite_11:
+stateAVX2_rwrite_11:
 	MOVQ         8(SP), R13
 	PREFETCHT1   (R13)
 	ADDQ         $0x00000100, 8(SP)
@@ -9343,7 +9343,7 @@ rwrite_11:
 	ADDQ         R9, R12
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           rwrite_11
+	JB           stateAVX2_rwrite_11
 
 	// o = decay(Sᵀq̂) + kq·δ over δ.
 	VBROADCASTSS kq+156(FP), Y9
@@ -9371,9 +9371,9 @@ rwrite_11:
 	VFMADD213PS  Y7, Y8, Y7
 	VFMADD231PS  224(DI), Y9, Y7
 	VMOVUPS      Y7, 224(DI)
-	JMP          decayed_28
+	JMP          stateAVX2_decayed_10
 
-far_28:
+stateAVX2_far_10:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// S' = eg·S + k̂_i·δ.
 	VBROADCASTSS eg+148(FP), Y8
@@ -9381,7 +9381,7 @@ far_28:
 	MOVQ         CX, R12
 	XORQ         R11, R11
 
-rwrite_12:
+stateAVX2_rwrite_12:
 	MOVQ         8(SP), R13
 	PREFETCHT1   (R13)
 	ADDQ         $0x00000100, 8(SP)
@@ -9431,7 +9431,7 @@ rwrite_12:
 	ADDQ         R9, R12
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           rwrite_12
+	JB           stateAVX2_rwrite_12
 
 	// o = decay(Sᵀq̂) + kq·δ over δ.
 	VBROADCASTSS kq+156(FP), Y9
@@ -9460,18 +9460,18 @@ rwrite_12:
 	VFMADD231PS  224(DI), Y9, Y7
 	VMOVUPS      Y7, 224(DI)
 
-decayed_28:
+stateAVX2_decayed_10:
 	ADDQ $0x00000100, AX
 	ADDQ $0x00000100, CX
 	ADDQ $0x00000100, SI
 	ADDQ $0x00000100, DI
 	SUBQ $0x00000040, (SP)
 
-rowsdone_4:
+stateAVX2_rowsdone_4:
 	// Blocks of 32 columns.
-full_2:
+stateAVX2_full_1:
 	CMPQ (SP), $0x00000020
-	JB   tail_2
+	JB   stateAVX2_tail_1
 
 	// Block of 32 columns: read pass (Sᵀk̂, Sᵀq̂ of 4 vectors in registers).
 	VXORPS Y0, Y0, Y0
@@ -9485,7 +9485,7 @@ full_2:
 	MOVQ   AX, R10
 	XORQ   R11, R11
 
-read_19:
+stateAVX2_read_1:
 	VBROADCASTSS (DX)(R11*4), Y8
 	VBROADCASTSS (BX)(R11*4), Y9
 	VMOVUPS      (R10), Y10
@@ -9503,9 +9503,9 @@ read_19:
 	ADDQ         R9, R10
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           read_19
+	JB           stateAVX2_read_1
 	CMPB         16(SP), $0x00
-	JE           far_29
+	JE           stateAVX2_far_11
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
@@ -9546,7 +9546,7 @@ read_19:
 	MOVQ CX, R12
 	XORQ R11, R11
 
-write_37:
+stateAVX2_write_1:
 	MOVQ         8(SP), R13
 	PREFETCHT1   (R13)
 	ADDQ         $0x00000080, 8(SP)
@@ -9571,10 +9571,10 @@ write_37:
 	ADDQ         R9, R12
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_37
-	JMP          decayed_29
+	JB           stateAVX2_write_1
+	JMP          stateAVX2_decayed_11
 
-far_29:
+stateAVX2_far_11:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	VBROADCASTSS eg+148(FP), Y8
@@ -9614,7 +9614,7 @@ far_29:
 	MOVQ CX, R12
 	XORQ R11, R11
 
-write_38:
+stateAVX2_write_2:
 	MOVQ         8(SP), R13
 	PREFETCHT1   (R13)
 	ADDQ         $0x00000080, 8(SP)
@@ -9639,17 +9639,17 @@ write_38:
 	ADDQ         R9, R12
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_38
+	JB           stateAVX2_write_2
 
-decayed_29:
+stateAVX2_decayed_11:
 	ADDQ $0x00000080, AX
 	ADDQ $0x00000080, CX
 	ADDQ $0x00000080, SI
 	ADDQ $0x00000080, DI
 	SUBQ $0x00000020, (SP)
-	JMP  full_2
+	JMP  stateAVX2_full_1
 
-tail_2:
+stateAVX2_tail_1:
 	MOVQ  (SP), R10
 	TESTQ R10, R10
 	JZ    stateAVX2_done_1
@@ -9658,21 +9658,21 @@ tail_2:
 	MOVQ R10, R11
 	SHRQ $0x03, R11
 	CMPQ R11, $0x00000001
-	JE   ymm1_1
+	JE   stateAVX2_ymm1_1
 	CMPQ R11, $0x00000002
-	JE   ymm2_1
+	JE   stateAVX2_ymm2_1
 	CMPQ R11, $0x00000003
-	JE   ymm3_1
-	JMP  narrow_1
+	JE   stateAVX2_ymm3_1
+	JMP  stateAVX2_narrow_1
 
-ymm1_1:
+stateAVX2_ymm1_1:
 	// Block of 8 columns: read pass (Sᵀk̂, Sᵀq̂ of 1 vectors in registers).
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	MOVQ   AX, R11
 	XORQ   R12, R12
 
-read_20:
+stateAVX2_read_2:
 	VBROADCASTSS (DX)(R12*4), Y2
 	VBROADCASTSS (BX)(R12*4), Y3
 	VMOVUPS      (R11), Y4
@@ -9681,9 +9681,9 @@ read_20:
 	ADDQ         R9, R11
 	INCQ         R12
 	CMPQ         R12, R8
-	JB           read_20
+	JB           stateAVX2_read_2
 	CMPB         16(SP), $0x00
-	JE           far_30
+	JE           stateAVX2_far_12
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
@@ -9703,7 +9703,7 @@ read_20:
 	MOVQ CX, R13
 	XORQ R12, R12
 
-write_39:
+stateAVX2_write_3:
 	MOVQ         8(SP), R14
 	PREFETCHT1   (R14)
 	ADDQ         $0x00000020, 8(SP)
@@ -9716,10 +9716,10 @@ write_39:
 	ADDQ         R9, R13
 	INCQ         R12
 	CMPQ         R12, R8
-	JB           write_39
-	JMP          decayed_30
+	JB           stateAVX2_write_3
+	JMP          stateAVX2_decayed_12
 
-far_30:
+stateAVX2_far_12:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	VBROADCASTSS eg+148(FP), Y2
@@ -9738,7 +9738,7 @@ far_30:
 	MOVQ CX, R13
 	XORQ R12, R12
 
-write_40:
+stateAVX2_write_4:
 	MOVQ         8(SP), R14
 	PREFETCHT1   (R14)
 	ADDQ         $0x00000020, 8(SP)
@@ -9751,16 +9751,16 @@ write_40:
 	ADDQ         R9, R13
 	INCQ         R12
 	CMPQ         R12, R8
-	JB           write_40
+	JB           stateAVX2_write_4
 
-decayed_30:
+stateAVX2_decayed_12:
 	ADDQ $0x00000020, AX
 	ADDQ $0x00000020, CX
 	ADDQ $0x00000020, SI
 	ADDQ $0x00000020, DI
-	JMP  narrow_1
+	JMP  stateAVX2_narrow_1
 
-ymm2_1:
+stateAVX2_ymm2_1:
 	// Block of 16 columns: read pass (Sᵀk̂, Sᵀq̂ of 2 vectors in registers).
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
@@ -9769,7 +9769,7 @@ ymm2_1:
 	MOVQ   AX, R11
 	XORQ   R12, R12
 
-read_21:
+stateAVX2_read_3:
 	VBROADCASTSS (DX)(R12*4), Y4
 	VBROADCASTSS (BX)(R12*4), Y5
 	VMOVUPS      (R11), Y6
@@ -9781,9 +9781,9 @@ read_21:
 	ADDQ         R9, R11
 	INCQ         R12
 	CMPQ         R12, R8
-	JB           read_21
+	JB           stateAVX2_read_3
 	CMPB         16(SP), $0x00
-	JE           far_31
+	JE           stateAVX2_far_13
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
@@ -9810,7 +9810,7 @@ read_21:
 	MOVQ CX, R13
 	XORQ R12, R12
 
-write_41:
+stateAVX2_write_5:
 	MOVQ         8(SP), R14
 	PREFETCHT1   (R14)
 	ADDQ         $0x00000040, 8(SP)
@@ -9827,10 +9827,10 @@ write_41:
 	ADDQ         R9, R13
 	INCQ         R12
 	CMPQ         R12, R8
-	JB           write_41
-	JMP          decayed_31
+	JB           stateAVX2_write_5
+	JMP          stateAVX2_decayed_13
 
-far_31:
+stateAVX2_far_13:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	VBROADCASTSS eg+148(FP), Y4
@@ -9856,7 +9856,7 @@ far_31:
 	MOVQ CX, R13
 	XORQ R12, R12
 
-write_42:
+stateAVX2_write_6:
 	MOVQ         8(SP), R14
 	PREFETCHT1   (R14)
 	ADDQ         $0x00000040, 8(SP)
@@ -9873,16 +9873,16 @@ write_42:
 	ADDQ         R9, R13
 	INCQ         R12
 	CMPQ         R12, R8
-	JB           write_42
+	JB           stateAVX2_write_6
 
-decayed_31:
+stateAVX2_decayed_13:
 	ADDQ $0x00000040, AX
 	ADDQ $0x00000040, CX
 	ADDQ $0x00000040, SI
 	ADDQ $0x00000040, DI
-	JMP  narrow_1
+	JMP  stateAVX2_narrow_1
 
-ymm3_1:
+stateAVX2_ymm3_1:
 	// Block of 24 columns: read pass (Sᵀk̂, Sᵀq̂ of 3 vectors in registers).
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
@@ -9893,7 +9893,7 @@ ymm3_1:
 	MOVQ   AX, R11
 	XORQ   R12, R12
 
-read_22:
+stateAVX2_read_4:
 	VBROADCASTSS (DX)(R12*4), Y6
 	VBROADCASTSS (BX)(R12*4), Y7
 	VMOVUPS      (R11), Y8
@@ -9908,9 +9908,9 @@ read_22:
 	ADDQ         R9, R11
 	INCQ         R12
 	CMPQ         R12, R8
-	JB           read_22
+	JB           stateAVX2_read_4
 	CMPB         16(SP), $0x00
-	JE           far_32
+	JE           stateAVX2_far_14
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
@@ -9944,7 +9944,7 @@ read_22:
 	MOVQ CX, R13
 	XORQ R12, R12
 
-write_43:
+stateAVX2_write_7:
 	MOVQ         8(SP), R14
 	PREFETCHT1   (R14)
 	ADDQ         $0x00000060, 8(SP)
@@ -9965,10 +9965,10 @@ write_43:
 	ADDQ         R9, R13
 	INCQ         R12
 	CMPQ         R12, R8
-	JB           write_43
-	JMP          decayed_32
+	JB           stateAVX2_write_7
+	JMP          stateAVX2_decayed_14
 
-far_32:
+stateAVX2_far_14:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	VBROADCASTSS eg+148(FP), Y6
@@ -10001,7 +10001,7 @@ far_32:
 	MOVQ CX, R13
 	XORQ R12, R12
 
-write_44:
+stateAVX2_write_8:
 	MOVQ         8(SP), R14
 	PREFETCHT1   (R14)
 	ADDQ         $0x00000060, 8(SP)
@@ -10022,40 +10022,40 @@ write_44:
 	ADDQ         R9, R13
 	INCQ         R12
 	CMPQ         R12, R8
-	JB           write_44
+	JB           stateAVX2_write_8
 
-decayed_32:
+stateAVX2_decayed_14:
 	ADDQ $0x00000060, AX
 	ADDQ $0x00000060, CX
 	ADDQ $0x00000060, SI
 	ADDQ $0x00000060, DI
 
-narrow_1:
+stateAVX2_narrow_1:
 	ANDQ $0x00000007, R10
 	CMPQ R10, $0x00000001
-	JE   cols1_1
+	JE   stateAVX2_cols1_1
 	CMPQ R10, $0x00000002
-	JE   cols2_1
+	JE   stateAVX2_cols2_1
 	CMPQ R10, $0x00000003
-	JE   cols3_1
+	JE   stateAVX2_cols3_1
 	CMPQ R10, $0x00000004
-	JE   cols4_1
+	JE   stateAVX2_cols4_1
 	CMPQ R10, $0x00000005
-	JE   cols5_1
+	JE   stateAVX2_cols5_1
 	CMPQ R10, $0x00000006
-	JE   cols6_1
+	JE   stateAVX2_cols6_1
 	CMPQ R10, $0x00000007
-	JE   cols7_1
+	JE   stateAVX2_cols7_1
 	JMP  stateAVX2_done_1
 
-cols1_1:
+stateAVX2_cols1_1:
 	// Block of 1 columns: read pass (Sᵀk̂, Sᵀq̂ of 1 vectors in registers).
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	MOVQ   AX, R10
 	XORQ   R11, R11
 
-read_23:
+stateAVX2_read_5:
 	VBROADCASTSS (DX)(R11*4), Y2
 	VBROADCASTSS (BX)(R11*4), Y3
 	VMOVSS       (R10), X4
@@ -10064,9 +10064,9 @@ read_23:
 	ADDQ         R9, R10
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           read_23
+	JB           stateAVX2_read_5
 	CMPB         16(SP), $0x00
-	JE           far_33
+	JE           stateAVX2_far_15
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
@@ -10086,7 +10086,7 @@ read_23:
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_45:
+stateAVX2_write_9:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	ADDQ         $0x00000004, 8(SP)
@@ -10099,10 +10099,10 @@ write_45:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_45
-	JMP          decayed_33
+	JB           stateAVX2_write_9
+	JMP          stateAVX2_decayed_15
 
-far_33:
+stateAVX2_far_15:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	VBROADCASTSS eg+148(FP), Y2
@@ -10121,7 +10121,7 @@ far_33:
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_46:
+stateAVX2_write_10:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	ADDQ         $0x00000004, 8(SP)
@@ -10134,12 +10134,12 @@ write_46:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_46
+	JB           stateAVX2_write_10
 
-decayed_33:
+stateAVX2_decayed_15:
 	JMP stateAVX2_done_1
 
-cols2_1:
+stateAVX2_cols2_1:
 	// Block of 2 columns: read pass (Sᵀk̂, Sᵀq̂ of 2 vectors in registers).
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
@@ -10148,7 +10148,7 @@ cols2_1:
 	MOVQ   AX, R10
 	XORQ   R11, R11
 
-read_24:
+stateAVX2_read_6:
 	VBROADCASTSS (DX)(R11*4), Y4
 	VBROADCASTSS (BX)(R11*4), Y5
 	VMOVSS       (R10), X6
@@ -10160,9 +10160,9 @@ read_24:
 	ADDQ         R9, R10
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           read_24
+	JB           stateAVX2_read_6
 	CMPB         16(SP), $0x00
-	JE           far_34
+	JE           stateAVX2_far_16
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
@@ -10189,7 +10189,7 @@ read_24:
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_47:
+stateAVX2_write_11:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	ADDQ         $0x00000008, 8(SP)
@@ -10206,10 +10206,10 @@ write_47:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_47
-	JMP          decayed_34
+	JB           stateAVX2_write_11
+	JMP          stateAVX2_decayed_16
 
-far_34:
+stateAVX2_far_16:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	VBROADCASTSS eg+148(FP), Y4
@@ -10235,7 +10235,7 @@ far_34:
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_48:
+stateAVX2_write_12:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	ADDQ         $0x00000008, 8(SP)
@@ -10252,12 +10252,12 @@ write_48:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_48
+	JB           stateAVX2_write_12
 
-decayed_34:
+stateAVX2_decayed_16:
 	JMP stateAVX2_done_1
 
-cols3_1:
+stateAVX2_cols3_1:
 	// Block of 3 columns: read pass (Sᵀk̂, Sᵀq̂ of 3 vectors in registers).
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
@@ -10268,7 +10268,7 @@ cols3_1:
 	MOVQ   AX, R10
 	XORQ   R11, R11
 
-read_25:
+stateAVX2_read_7:
 	VBROADCASTSS (DX)(R11*4), Y6
 	VBROADCASTSS (BX)(R11*4), Y7
 	VMOVSS       (R10), X8
@@ -10283,9 +10283,9 @@ read_25:
 	ADDQ         R9, R10
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           read_25
+	JB           stateAVX2_read_7
 	CMPB         16(SP), $0x00
-	JE           far_35
+	JE           stateAVX2_far_17
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
@@ -10319,7 +10319,7 @@ read_25:
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_49:
+stateAVX2_write_13:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	ADDQ         $0x0000000c, 8(SP)
@@ -10340,10 +10340,10 @@ write_49:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_49
-	JMP          decayed_35
+	JB           stateAVX2_write_13
+	JMP          stateAVX2_decayed_17
 
-far_35:
+stateAVX2_far_17:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	VBROADCASTSS eg+148(FP), Y6
@@ -10376,7 +10376,7 @@ far_35:
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_50:
+stateAVX2_write_14:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	ADDQ         $0x0000000c, 8(SP)
@@ -10397,19 +10397,19 @@ write_50:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_50
+	JB           stateAVX2_write_14
 
-decayed_35:
+stateAVX2_decayed_17:
 	JMP stateAVX2_done_1
 
-cols4_1:
+stateAVX2_cols4_1:
 	// Block of 4 columns: read pass (Sᵀk̂, Sᵀq̂ of 1 vectors in registers).
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	MOVQ   AX, R10
 	XORQ   R11, R11
 
-read_26:
+stateAVX2_read_8:
 	VBROADCASTSS (DX)(R11*4), Y2
 	VBROADCASTSS (BX)(R11*4), Y3
 	VMOVUPS      (R10), X4
@@ -10418,9 +10418,9 @@ read_26:
 	ADDQ         R9, R10
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           read_26
+	JB           stateAVX2_read_8
 	CMPB         16(SP), $0x00
-	JE           far_36
+	JE           stateAVX2_far_18
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
@@ -10440,7 +10440,7 @@ read_26:
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_51:
+stateAVX2_write_15:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	ADDQ         $0x00000010, 8(SP)
@@ -10453,10 +10453,10 @@ write_51:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_51
-	JMP          decayed_36
+	JB           stateAVX2_write_15
+	JMP          stateAVX2_decayed_18
 
-far_36:
+stateAVX2_far_18:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	VBROADCASTSS eg+148(FP), Y2
@@ -10475,7 +10475,7 @@ far_36:
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_52:
+stateAVX2_write_16:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	ADDQ         $0x00000010, 8(SP)
@@ -10488,12 +10488,12 @@ write_52:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_52
+	JB           stateAVX2_write_16
 
-decayed_36:
+stateAVX2_decayed_18:
 	JMP stateAVX2_done_1
 
-cols5_1:
+stateAVX2_cols5_1:
 	// Block of 5 columns: read pass (Sᵀk̂, Sᵀq̂ of 2 vectors in registers).
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
@@ -10502,7 +10502,7 @@ cols5_1:
 	MOVQ   AX, R10
 	XORQ   R11, R11
 
-read_27:
+stateAVX2_read_9:
 	VBROADCASTSS (DX)(R11*4), Y4
 	VBROADCASTSS (BX)(R11*4), Y5
 	VMOVUPS      (R10), X6
@@ -10514,9 +10514,9 @@ read_27:
 	ADDQ         R9, R10
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           read_27
+	JB           stateAVX2_read_9
 	CMPB         16(SP), $0x00
-	JE           far_37
+	JE           stateAVX2_far_19
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
@@ -10543,7 +10543,7 @@ read_27:
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_53:
+stateAVX2_write_17:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	ADDQ         $0x00000014, 8(SP)
@@ -10560,10 +10560,10 @@ write_53:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_53
-	JMP          decayed_37
+	JB           stateAVX2_write_17
+	JMP          stateAVX2_decayed_19
 
-far_37:
+stateAVX2_far_19:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	VBROADCASTSS eg+148(FP), Y4
@@ -10589,7 +10589,7 @@ far_37:
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_54:
+stateAVX2_write_18:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	ADDQ         $0x00000014, 8(SP)
@@ -10606,12 +10606,12 @@ write_54:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_54
+	JB           stateAVX2_write_18
 
-decayed_37:
+stateAVX2_decayed_19:
 	JMP stateAVX2_done_1
 
-cols6_1:
+stateAVX2_cols6_1:
 	// Block of 6 columns: read pass (Sᵀk̂, Sᵀq̂ of 3 vectors in registers).
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
@@ -10622,7 +10622,7 @@ cols6_1:
 	MOVQ   AX, R10
 	XORQ   R11, R11
 
-read_28:
+stateAVX2_read_10:
 	VBROADCASTSS (DX)(R11*4), Y6
 	VBROADCASTSS (BX)(R11*4), Y7
 	VMOVUPS      (R10), X8
@@ -10637,9 +10637,9 @@ read_28:
 	ADDQ         R9, R10
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           read_28
+	JB           stateAVX2_read_10
 	CMPB         16(SP), $0x00
-	JE           far_38
+	JE           stateAVX2_far_20
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
@@ -10673,7 +10673,7 @@ read_28:
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_55:
+stateAVX2_write_19:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	ADDQ         $0x00000018, 8(SP)
@@ -10694,10 +10694,10 @@ write_55:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_55
-	JMP          decayed_38
+	JB           stateAVX2_write_19
+	JMP          stateAVX2_decayed_20
 
-far_38:
+stateAVX2_far_20:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	VBROADCASTSS eg+148(FP), Y6
@@ -10730,7 +10730,7 @@ far_38:
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_56:
+stateAVX2_write_20:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	ADDQ         $0x00000018, 8(SP)
@@ -10751,12 +10751,12 @@ write_56:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_56
+	JB           stateAVX2_write_20
 
-decayed_38:
+stateAVX2_decayed_20:
 	JMP stateAVX2_done_1
 
-cols7_1:
+stateAVX2_cols7_1:
 	// Block of 7 columns: read pass (Sᵀk̂, Sᵀq̂ of 4 vectors in registers).
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
@@ -10769,7 +10769,7 @@ cols7_1:
 	MOVQ   AX, R10
 	XORQ   R11, R11
 
-read_29:
+stateAVX2_read_11:
 	VBROADCASTSS (DX)(R11*4), Y8
 	VBROADCASTSS (BX)(R11*4), Y9
 	VMOVUPS      (R10), X10
@@ -10787,9 +10787,9 @@ read_29:
 	ADDQ         R9, R10
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           read_29
+	JB           stateAVX2_read_11
 	CMPB         16(SP), $0x00
-	JE           far_39
+	JE           stateAVX2_far_21
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
@@ -10830,7 +10830,7 @@ read_29:
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_57:
+stateAVX2_write_21:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	ADDQ         $0x0000001c, 8(SP)
@@ -10855,10 +10855,10 @@ write_57:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_57
-	JMP          decayed_39
+	JB           stateAVX2_write_21
+	JMP          stateAVX2_decayed_21
 
-far_39:
+stateAVX2_far_21:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	VBROADCASTSS eg+148(FP), Y8
@@ -10898,7 +10898,7 @@ far_39:
 	MOVQ CX, AX
 	XORQ R11, R11
 
-write_58:
+stateAVX2_write_22:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	ADDQ         $0x0000001c, 8(SP)
@@ -10923,9 +10923,9 @@ write_58:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           write_58
+	JB           stateAVX2_write_22
 
-decayed_39:
+stateAVX2_decayed_21:
 stateAVX2_done_1:
 	VZEROUPPER
 	RET
@@ -10958,9 +10958,9 @@ TEXT ·gateAVX2(SB), NOSPLIT, $0-128
 	VXORPS Y2, Y2, Y2
 	VXORPS Y3, Y3, Y3
 
-ss4_2:
+gateAVX2_ss4_1:
 	CMPQ        DX, $0x00000010
-	JB          ss1_2
+	JB          gateAVX2_ss1_1
 	VCVTPS2PD   (CX), Y4
 	VFMADD231PD Y4, Y4, Y0
 	VCVTPS2PD   16(CX), Y4
@@ -10971,31 +10971,31 @@ ss4_2:
 	VFMADD231PD Y4, Y4, Y3
 	ADDQ        $0x00000040, CX
 	SUBQ        $0x00000010, DX
-	JMP         ss4_2
+	JMP         gateAVX2_ss4_1
 
-ss1_2:
+gateAVX2_ss1_1:
 	CMPQ        DX, $0x00000004
-	JB          sstail_2
+	JB          gateAVX2_sstail_1
 	VCVTPS2PD   (CX), Y4
 	VFMADD231PD Y4, Y4, Y0
 	ADDQ        $0x00000010, CX
 	SUBQ        $0x00000004, DX
-	JMP         ss1_2
+	JMP         gateAVX2_ss1_1
 
-sstail_2:
+gateAVX2_sstail_1:
 	TESTQ  DX, DX
-	JZ     ssreduce_2
+	JZ     gateAVX2_ssreduce_1
 	VXORPS X5, X5, X5
 
-ssscalar_1:
+gateAVX2_ssscalar_1:
 	VCVTSS2SD   (CX), X6, X6
 	VFMADD231SD X6, X6, X5
 	ADDQ        $0x00000004, CX
 	DECQ        DX
-	JNZ         ssscalar_1
+	JNZ         gateAVX2_ssscalar_1
 	VADDPD      Y5, Y1, Y1
 
-ssreduce_2:
+gateAVX2_ssreduce_1:
 	VADDPD       Y1, Y0, Y0
 	VADDPD       Y3, Y2, Y2
 	VADDPD       Y2, Y0, Y0
@@ -11018,9 +11018,9 @@ ssreduce_2:
 	MOVQ         outF_base+104(FP), SI
 
 	// y = o·r·w·silu(z).
-gloop_2:
+gateAVX2_gloop_1:
 	CMPQ         DI, $0x00000008
-	JB           gnarrow_2
+	JB           gateAVX2_gnarrow_1
 	VMOVUPS      (AX), Y1
 	VMOVUPS      (CX), Y2
 	VMOVUPS      (DX), Y3
@@ -11060,12 +11060,12 @@ gloop_2:
 	VMULPS       Y3, Y1, Y1
 	VMULPS       Y2, Y1, Y1
 	TESTQ        SI, SI
-	JZ           nof32_3
+	JZ           gateAVX2_nof32_1
 	VMOVUPS      Y1, (SI)
 
-nof32_3:
+gateAVX2_nof32_1:
 	TESTQ        BX, BX
-	JZ           nobf16_3
+	JZ           gateAVX2_nobf16_1
 	VPSRLD       $0x10, Y1, Y2
 	VPAND        absmask<>+0(SB), Y1, Y3
 	VPCMPGTD     infbits<>+0(SB), Y3, Y4
@@ -11079,28 +11079,28 @@ nof32_3:
 	VPACKUSDW    X2, X1, X2
 	VMOVDQU      X2, (BX)
 
-nobf16_3:
+gateAVX2_nobf16_1:
 	ADDQ  $0x00000020, AX
 	ADDQ  $0x00000020, CX
 	ADDQ  $0x00000020, DX
 	TESTQ SI, SI
-	JZ    nil_3
+	JZ    gateAVX2_nil_1
 	ADDQ  $0x00000020, SI
 
-nil_3:
+gateAVX2_nil_1:
 	TESTQ BX, BX
-	JZ    nil_4
+	JZ    gateAVX2_nil_2
 	ADDQ  $0x00000010, BX
 
-nil_4:
+gateAVX2_nil_2:
 	SUBQ $0x00000008, DI
-	JMP  gloop_2
+	JMP  gateAVX2_gloop_1
 
-gnarrow_2:
+gateAVX2_gnarrow_1:
 	TESTQ        DI, DI
 	JZ           gateAVX2_done_1
 	CMPQ         DI, $0x00000004
-	JB           gscalar_1
+	JB           gateAVX2_gscalar_1
 	VMOVUPS      (AX), X1
 	VMOVUPS      (CX), X2
 	VMOVUPS      (DX), X3
@@ -11140,12 +11140,12 @@ gnarrow_2:
 	VMULPS       X3, X1, X1
 	VMULPS       X2, X1, X1
 	TESTQ        SI, SI
-	JZ           nof32_4
+	JZ           gateAVX2_nof32_2
 	VMOVUPS      X1, (SI)
 
-nof32_4:
+gateAVX2_nof32_2:
 	TESTQ     BX, BX
-	JZ        nobf16_4
+	JZ        gateAVX2_nobf16_2
 	VPSRLD    $0x10, X1, X2
 	VPAND     absmask<>+0(SB), X1, X3
 	VPCMPGTD  infbits<>+0(SB), X3, X4
@@ -11158,24 +11158,24 @@ nof32_4:
 	VPACKUSDW X1, X1, X1
 	VMOVQ     X1, (BX)
 
-nobf16_4:
+gateAVX2_nobf16_2:
 	ADDQ  $0x00000010, AX
 	ADDQ  $0x00000010, CX
 	ADDQ  $0x00000010, DX
 	TESTQ SI, SI
-	JZ    nil_5
+	JZ    gateAVX2_nil_3
 	ADDQ  $0x00000010, SI
 
-nil_5:
+gateAVX2_nil_3:
 	TESTQ BX, BX
-	JZ    nil_6
+	JZ    gateAVX2_nil_4
 	ADDQ  $0x00000008, BX
 
-nil_6:
+gateAVX2_nil_4:
 	SUBQ $0x00000004, DI
 	JZ   gateAVX2_done_1
 
-gscalar_1:
+gateAVX2_gscalar_1:
 	VMOVSS       (AX), X1
 	VMOVSS       (CX), X2
 	VMOVSS       (DX), X3
@@ -11215,12 +11215,12 @@ gscalar_1:
 	VMULPS       X3, X1, X1
 	VMULPS       X2, X1, X1
 	TESTQ        SI, SI
-	JZ           nof32_5
+	JZ           gateAVX2_nof32_3
 	VMOVSS       X1, (SI)
 
-nof32_5:
+gateAVX2_nof32_3:
 	TESTQ     BX, BX
-	JZ        nobf16_5
+	JZ        gateAVX2_nobf16_3
 	VPSRLD    $0x10, X1, X2
 	VPAND     absmask<>+0(SB), X1, X3
 	VPCMPGTD  infbits<>+0(SB), X3, X4
@@ -11232,22 +11232,22 @@ nof32_5:
 	VPBLENDVB X4, X2, X1, X1
 	VPEXTRW   $0x00, X1, (BX)
 
-nobf16_5:
+gateAVX2_nobf16_3:
 	ADDQ  $0x00000004, AX
 	ADDQ  $0x00000004, CX
 	ADDQ  $0x00000004, DX
 	TESTQ SI, SI
-	JZ    nil_7
+	JZ    gateAVX2_nil_5
 	ADDQ  $0x00000004, SI
 
-nil_7:
+gateAVX2_nil_5:
 	TESTQ BX, BX
-	JZ    nil_8
+	JZ    gateAVX2_nil_6
 	ADDQ  $0x00000002, BX
 
-nil_8:
+gateAVX2_nil_6:
 	DECQ DI
-	JNZ  gscalar_1
+	JNZ  gateAVX2_gscalar_1
 
 gateAVX2_done_1:
 	VZEROUPPER
@@ -11266,9 +11266,9 @@ TEXT ·l2AVX2(SB), NOSPLIT, $0-72
 	VXORPS Y4, Y4, Y4
 	VXORPS Y5, Y5, Y5
 
-l2x2_2:
+l2AVX2_l2x2_1:
 	CMPQ        DX, $0x00000008
-	JB          l2x1_2
+	JB          l2AVX2_l2x1_1
 	VCVTPS2PD   (AX), Y6
 	VCVTPS2PD   (CX), Y7
 	VFMADD231PD Y6, Y6, Y0
@@ -11282,11 +11282,11 @@ l2x2_2:
 	ADDQ        $0x00000020, AX
 	ADDQ        $0x00000020, CX
 	SUBQ        $0x00000008, DX
-	JMP         l2x2_2
+	JMP         l2AVX2_l2x2_1
 
-l2x1_2:
+l2AVX2_l2x1_1:
 	CMPQ        DX, $0x00000004
-	JB          l2tail_2
+	JB          l2AVX2_l2tail_1
 	VCVTPS2PD   (AX), Y6
 	VCVTPS2PD   (CX), Y7
 	VFMADD231PD Y6, Y6, Y0
@@ -11296,14 +11296,14 @@ l2x1_2:
 	ADDQ        $0x00000010, CX
 	SUBQ        $0x00000004, DX
 
-l2tail_2:
+l2AVX2_l2tail_1:
 	TESTQ  DX, DX
-	JZ     l2reduce_2
+	JZ     l2AVX2_l2reduce_1
 	VXORPS X8, X8, X8
 	VXORPS X9, X9, X9
 	VXORPS X10, X10, X10
 
-l2scalar_1:
+l2AVX2_l2scalar_1:
 	VCVTSS2SD   (AX), X11, X11
 	VCVTSS2SD   (CX), X12, X12
 	VFMADD231SD X11, X11, X8
@@ -11312,12 +11312,12 @@ l2scalar_1:
 	ADDQ        $0x00000004, AX
 	ADDQ        $0x00000004, CX
 	DECQ        DX
-	JNZ         l2scalar_1
+	JNZ         l2AVX2_l2scalar_1
 	VADDPD      Y8, Y3, Y3
 	VADDPD      Y9, Y4, Y4
 	VADDPD      Y10, Y5, Y5
 
-l2reduce_2:
+l2AVX2_l2reduce_1:
 	VADDPD       Y3, Y0, Y0
 	VEXTRACTF128 $0x01, Y0, X3
 	VADDPD       X3, X0, X3
@@ -11347,11 +11347,11 @@ TEXT ·stateKVf32AVX512(SB), NOSPLIT, $96-216
 	MOVQ  tok_len+176(FP), DX
 	SHRQ  $0x02, DX
 	TESTQ AX, AX
-	JZ    stateKVf32AVX512_done1
+	JZ    stateKVf32AVX512_done_1
 	TESTQ CX, CX
-	JZ    stateKVf32AVX512_done1
+	JZ    stateKVf32AVX512_done_1
 	TESTQ DX, DX
-	JZ    stateKVf32AVX512_done1
+	JZ    stateKVf32AVX512_done_1
 	MOVQ  CX, 8(SP)
 	MOVQ  work_base+192(FP), CX
 	ADDQ  $0x3f, CX
@@ -11360,7 +11360,7 @@ TEXT ·stateKVf32AVX512(SB), NOSPLIT, $96-216
 
 	// K > 512 does not fit work: the Go wrapper never calls with it.
 	CMPQ AX, $0x00000200
-	JA   stateKVf32AVX512_done1
+	JA   stateKVf32AVX512_done_1
 
 	// Vectors per full block: the most (≤ 4) whose K rows fit 32768 bytes.
 	MOVQ    $0x00000001, CX
@@ -11378,10 +11378,10 @@ TEXT ·stateKVf32AVX512(SB), NOSPLIT, $96-216
 	MOVQ    CX, 16(SP)
 
 	// Column blocks.
-stateKVf32AVX512_blocks1:
+stateKVf32AVX512_blocks_1:
 	MOVQ         8(SP), AX
 	TESTQ        AX, AX
-	JZ           stateKVf32AVX512_done1
+	JZ           stateKVf32AVX512_done_1
 	MOVQ         32(SP), CX
 	SHLQ         $0x04, CX
 	CMPQ         AX, CX
@@ -11397,14 +11397,14 @@ stateKVf32AVX512_blocks1:
 	VPBROADCASTD DX, Z0
 	VPCMPGTD     iota<>+0(SB), Z0, K1
 	CMPQ         AX, $0x00000000
-	JE           stateKVf32AVX512_shape1
+	JE           stateKVf32AVX512_shape_1
 	CMPQ         AX, $0x00000001
-	JE           stateKVf32AVX512_shape2
+	JE           stateKVf32AVX512_shape_2
 	CMPQ         AX, $0x00000002
-	JE           stateKVf32AVX512_shape3
-	JMP          stateKVf32AVX512_shape4
+	JE           stateKVf32AVX512_shape_3
+	JMP          stateKVf32AVX512_shape_4
 
-stateKVf32AVX512_shape1:
+stateKVf32AVX512_shape_1:
 	// Block of 16 columns (rows in work of 64 bytes): pass 0 loads it, with token 0's read.
 	MOVQ         K+0(FP), AX
 	MOVQ         16(SP), CX
@@ -11419,7 +11419,7 @@ stateKVf32AVX512_shape1:
 	MOVQ         (SP), R8
 	XORQ         R9, R9
 
-stateKVf32AVX512_pass01:
+stateKVf32AVX512_pass0_1:
 	VBROADCASTSS (SI)(R9*4), Z2
 	VBROADCASTSS (DI)(R9*4), Z3
 	VMOVUPS.Z    (DX), K1, Z4
@@ -11430,7 +11430,7 @@ stateKVf32AVX512_pass01:
 	ADDQ         $0x00000040, R8
 	INCQ         R9
 	CMPQ         R9, AX
-	JB           stateKVf32AVX512_pass01
+	JB           stateKVf32AVX512_pass0_1
 
 	// The tokens.
 	XORQ AX, AX
@@ -11446,7 +11446,7 @@ stateKVf32AVX512_pass01:
 	LEAQ (AX)(CX*4), AX
 	MOVQ AX, 80(SP)
 
-stateKVf32AVX512_token1:
+stateKVf32AVX512_token_1:
 	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
 	MOVQ 40(SP), AX
 	MOVQ K+0(FP), CX
@@ -11454,10 +11454,10 @@ stateKVf32AVX512_token1:
 	MOVQ tok_len+176(FP), DX
 	SHRQ $0x02, DX
 	CMPQ AX, DX
-	JB   stateKVf32AVX512_notlast1
+	JB   stateKVf32AVX512_notlast_1
 	DECQ AX
 
-stateKVf32AVX512_notlast1:
+stateKVf32AVX512_notlast_1:
 	IMULQ    CX, AX
 	MOVQ     kh_base+64(FP), CX
 	LEAQ     (CX)(AX*4), CX
@@ -11468,7 +11468,7 @@ stateKVf32AVX512_notlast1:
 	MOVQ     88(SP), AX
 	VMOVSS   (AX), X2
 	VUCOMISS nearone<>+0(SB), X2
-	JCS      stateKVf32AVX512_far1
+	JCS      stateKVf32AVX512_far_1
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
@@ -11500,14 +11500,14 @@ stateKVf32AVX512_notlast1:
 	MOVQ  stores_base+40(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
-	JZ    stateKVf32AVX512_nostore1
+	JZ    stateKVf32AVX512_nostore_1
 	LEAQ  (R9)(R8*4), R9
 
-stateKVf32AVX512_nostore1:
+stateKVf32AVX512_nostore_1:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
 
-stateKVf32AVX512_rows1:
+stateKVf32AVX512_rows_1:
 	VBROADCASTSS (BX)(CX*4), Z3
 	VBROADCASTSS (SI)(CX*4), Z4
 	VBROADCASTSS (DI)(CX*4), Z6
@@ -11518,19 +11518,19 @@ stateKVf32AVX512_rows1:
 	VFMADD231PS  Z7, Z4, Z0
 	VFMADD231PS  Z7, Z6, Z1
 	TESTQ        R9, R9
-	JZ           stateKVf32AVX512_nostorerow1
+	JZ           stateKVf32AVX512_nostorerow_1
 	VMOVUPS      (AX), Z3
 	VMOVUPS      Z3, K1, (R9)
 	ADDQ         R8, R9
 
-stateKVf32AVX512_nostorerow1:
+stateKVf32AVX512_nostorerow_1:
 	ADDQ $0x00000040, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVf32AVX512_rows1
-	JMP  stateKVf32AVX512_tokdone1
+	JB   stateKVf32AVX512_rows_1
+	JMP  stateKVf32AVX512_tokdone_1
 
-stateKVf32AVX512_far1:
+stateKVf32AVX512_far_1:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	MOVQ         88(SP), AX
@@ -11561,14 +11561,14 @@ stateKVf32AVX512_far1:
 	MOVQ  stores_base+40(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
-	JZ    stateKVf32AVX512_nostore2
+	JZ    stateKVf32AVX512_nostore_2
 	LEAQ  (R9)(R8*4), R9
 
-stateKVf32AVX512_nostore2:
+stateKVf32AVX512_nostore_2:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
 
-stateKVf32AVX512_rows2:
+stateKVf32AVX512_rows_2:
 	VBROADCASTSS (BX)(CX*4), Z3
 	VBROADCASTSS (SI)(CX*4), Z4
 	VBROADCASTSS (DI)(CX*4), Z6
@@ -11579,18 +11579,18 @@ stateKVf32AVX512_rows2:
 	VFMADD231PS  Z7, Z4, Z0
 	VFMADD231PS  Z7, Z6, Z1
 	TESTQ        R9, R9
-	JZ           stateKVf32AVX512_nostorerow2
+	JZ           stateKVf32AVX512_nostorerow_2
 	VMOVUPS      (AX), Z3
 	VMOVUPS      Z3, K1, (R9)
 	ADDQ         R8, R9
 
-stateKVf32AVX512_nostorerow2:
+stateKVf32AVX512_nostorerow_2:
 	ADDQ $0x00000040, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVf32AVX512_rows2
+	JB   stateKVf32AVX512_rows_2
 
-stateKVf32AVX512_tokdone1:
+stateKVf32AVX512_tokdone_1:
 	MOVQ 56(SP), AX
 	MOVQ AX, 48(SP)
 	ADDQ $0x10, 88(SP)
@@ -11606,13 +11606,13 @@ stateKVf32AVX512_tokdone1:
 	MOVQ tok_len+176(FP), AX
 	SHRQ $0x02, AX
 	CMPQ CX, AX
-	JB   stateKVf32AVX512_token1
+	JB   stateKVf32AVX512_token_1
 	MOVQ 24(SP), AX
 	ADDQ AX, 16(SP)
 	SUBQ AX, 8(SP)
-	JMP  stateKVf32AVX512_blocks1
+	JMP  stateKVf32AVX512_blocks_1
 
-stateKVf32AVX512_shape2:
+stateKVf32AVX512_shape_2:
 	// Block of 32 columns (rows in work of 128 bytes): pass 0 loads it, with token 0's read.
 	MOVQ         K+0(FP), AX
 	MOVQ         16(SP), CX
@@ -11629,7 +11629,7 @@ stateKVf32AVX512_shape2:
 	MOVQ         (SP), R8
 	XORQ         R9, R9
 
-stateKVf32AVX512_pass02:
+stateKVf32AVX512_pass0_2:
 	VBROADCASTSS (SI)(R9*4), Z4
 	VBROADCASTSS (DI)(R9*4), Z5
 	VMOVUPS      (DX), Z6
@@ -11644,7 +11644,7 @@ stateKVf32AVX512_pass02:
 	ADDQ         $0x00000080, R8
 	INCQ         R9
 	CMPQ         R9, AX
-	JB           stateKVf32AVX512_pass02
+	JB           stateKVf32AVX512_pass0_2
 
 	// The tokens.
 	XORQ AX, AX
@@ -11660,7 +11660,7 @@ stateKVf32AVX512_pass02:
 	LEAQ (AX)(CX*4), AX
 	MOVQ AX, 80(SP)
 
-stateKVf32AVX512_token2:
+stateKVf32AVX512_token_2:
 	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
 	MOVQ 40(SP), AX
 	MOVQ K+0(FP), CX
@@ -11668,10 +11668,10 @@ stateKVf32AVX512_token2:
 	MOVQ tok_len+176(FP), DX
 	SHRQ $0x02, DX
 	CMPQ AX, DX
-	JB   stateKVf32AVX512_notlast2
+	JB   stateKVf32AVX512_notlast_2
 	DECQ AX
 
-stateKVf32AVX512_notlast2:
+stateKVf32AVX512_notlast_2:
 	IMULQ    CX, AX
 	MOVQ     kh_base+64(FP), CX
 	LEAQ     (CX)(AX*4), CX
@@ -11682,7 +11682,7 @@ stateKVf32AVX512_notlast2:
 	MOVQ     88(SP), AX
 	VMOVSS   (AX), X4
 	VUCOMISS nearone<>+0(SB), X4
-	JCS      stateKVf32AVX512_far2
+	JCS      stateKVf32AVX512_far_2
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
@@ -11723,14 +11723,14 @@ stateKVf32AVX512_notlast2:
 	MOVQ  stores_base+40(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
-	JZ    stateKVf32AVX512_nostore3
+	JZ    stateKVf32AVX512_nostore_3
 	LEAQ  (R9)(R8*4), R9
 
-stateKVf32AVX512_nostore3:
+stateKVf32AVX512_nostore_3:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
 
-stateKVf32AVX512_rows3:
+stateKVf32AVX512_rows_3:
 	VBROADCASTSS (BX)(CX*4), Z5
 	VBROADCASTSS (SI)(CX*4), Z6
 	VBROADCASTSS (DI)(CX*4), Z9
@@ -11747,21 +11747,21 @@ stateKVf32AVX512_rows3:
 	VFMADD231PS  Z10, Z6, Z2
 	VFMADD231PS  Z10, Z9, Z3
 	TESTQ        R9, R9
-	JZ           stateKVf32AVX512_nostorerow3
+	JZ           stateKVf32AVX512_nostorerow_3
 	VMOVUPS      (AX), Z5
 	VMOVUPS      Z5, (R9)
 	VMOVUPS      64(AX), Z5
 	VMOVUPS      Z5, K1, 64(R9)
 	ADDQ         R8, R9
 
-stateKVf32AVX512_nostorerow3:
+stateKVf32AVX512_nostorerow_3:
 	ADDQ $0x00000080, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVf32AVX512_rows3
-	JMP  stateKVf32AVX512_tokdone2
+	JB   stateKVf32AVX512_rows_3
+	JMP  stateKVf32AVX512_tokdone_2
 
-stateKVf32AVX512_far2:
+stateKVf32AVX512_far_2:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	MOVQ         88(SP), AX
@@ -11801,14 +11801,14 @@ stateKVf32AVX512_far2:
 	MOVQ  stores_base+40(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
-	JZ    stateKVf32AVX512_nostore4
+	JZ    stateKVf32AVX512_nostore_4
 	LEAQ  (R9)(R8*4), R9
 
-stateKVf32AVX512_nostore4:
+stateKVf32AVX512_nostore_4:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
 
-stateKVf32AVX512_rows4:
+stateKVf32AVX512_rows_4:
 	VBROADCASTSS (BX)(CX*4), Z5
 	VBROADCASTSS (SI)(CX*4), Z6
 	VBROADCASTSS (DI)(CX*4), Z9
@@ -11825,20 +11825,20 @@ stateKVf32AVX512_rows4:
 	VFMADD231PS  Z10, Z6, Z2
 	VFMADD231PS  Z10, Z9, Z3
 	TESTQ        R9, R9
-	JZ           stateKVf32AVX512_nostorerow4
+	JZ           stateKVf32AVX512_nostorerow_4
 	VMOVUPS      (AX), Z5
 	VMOVUPS      Z5, (R9)
 	VMOVUPS      64(AX), Z5
 	VMOVUPS      Z5, K1, 64(R9)
 	ADDQ         R8, R9
 
-stateKVf32AVX512_nostorerow4:
+stateKVf32AVX512_nostorerow_4:
 	ADDQ $0x00000080, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVf32AVX512_rows4
+	JB   stateKVf32AVX512_rows_4
 
-stateKVf32AVX512_tokdone2:
+stateKVf32AVX512_tokdone_2:
 	MOVQ 56(SP), AX
 	MOVQ AX, 48(SP)
 	ADDQ $0x10, 88(SP)
@@ -11854,13 +11854,13 @@ stateKVf32AVX512_tokdone2:
 	MOVQ tok_len+176(FP), AX
 	SHRQ $0x02, AX
 	CMPQ CX, AX
-	JB   stateKVf32AVX512_token2
+	JB   stateKVf32AVX512_token_2
 	MOVQ 24(SP), AX
 	ADDQ AX, 16(SP)
 	SUBQ AX, 8(SP)
-	JMP  stateKVf32AVX512_blocks1
+	JMP  stateKVf32AVX512_blocks_1
 
-stateKVf32AVX512_shape3:
+stateKVf32AVX512_shape_3:
 	// Block of 48 columns (rows in work of 192 bytes): pass 0 loads it, with token 0's read.
 	MOVQ         K+0(FP), AX
 	MOVQ         16(SP), CX
@@ -11879,7 +11879,7 @@ stateKVf32AVX512_shape3:
 	MOVQ         (SP), R8
 	XORQ         R9, R9
 
-stateKVf32AVX512_pass03:
+stateKVf32AVX512_pass0_3:
 	VBROADCASTSS (SI)(R9*4), Z6
 	VBROADCASTSS (DI)(R9*4), Z7
 	VMOVUPS      (DX), Z8
@@ -11898,7 +11898,7 @@ stateKVf32AVX512_pass03:
 	ADDQ         $0x000000c0, R8
 	INCQ         R9
 	CMPQ         R9, AX
-	JB           stateKVf32AVX512_pass03
+	JB           stateKVf32AVX512_pass0_3
 
 	// The tokens.
 	XORQ AX, AX
@@ -11914,7 +11914,7 @@ stateKVf32AVX512_pass03:
 	LEAQ (AX)(CX*4), AX
 	MOVQ AX, 80(SP)
 
-stateKVf32AVX512_token3:
+stateKVf32AVX512_token_3:
 	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
 	MOVQ 40(SP), AX
 	MOVQ K+0(FP), CX
@@ -11922,10 +11922,10 @@ stateKVf32AVX512_token3:
 	MOVQ tok_len+176(FP), DX
 	SHRQ $0x02, DX
 	CMPQ AX, DX
-	JB   stateKVf32AVX512_notlast3
+	JB   stateKVf32AVX512_notlast_3
 	DECQ AX
 
-stateKVf32AVX512_notlast3:
+stateKVf32AVX512_notlast_3:
 	IMULQ    CX, AX
 	MOVQ     kh_base+64(FP), CX
 	LEAQ     (CX)(AX*4), CX
@@ -11936,7 +11936,7 @@ stateKVf32AVX512_notlast3:
 	MOVQ     88(SP), AX
 	VMOVSS   (AX), X6
 	VUCOMISS nearone<>+0(SB), X6
-	JCS      stateKVf32AVX512_far3
+	JCS      stateKVf32AVX512_far_3
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
@@ -11986,14 +11986,14 @@ stateKVf32AVX512_notlast3:
 	MOVQ  stores_base+40(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
-	JZ    stateKVf32AVX512_nostore5
+	JZ    stateKVf32AVX512_nostore_5
 	LEAQ  (R9)(R8*4), R9
 
-stateKVf32AVX512_nostore5:
+stateKVf32AVX512_nostore_5:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
 
-stateKVf32AVX512_rows5:
+stateKVf32AVX512_rows_5:
 	VBROADCASTSS (BX)(CX*4), Z7
 	VBROADCASTSS (SI)(CX*4), Z8
 	VBROADCASTSS (DI)(CX*4), Z12
@@ -12016,7 +12016,7 @@ stateKVf32AVX512_rows5:
 	VFMADD231PS  Z13, Z8, Z4
 	VFMADD231PS  Z13, Z12, Z5
 	TESTQ        R9, R9
-	JZ           stateKVf32AVX512_nostorerow5
+	JZ           stateKVf32AVX512_nostorerow_5
 	VMOVUPS      (AX), Z7
 	VMOVUPS      Z7, (R9)
 	VMOVUPS      64(AX), Z7
@@ -12025,14 +12025,14 @@ stateKVf32AVX512_rows5:
 	VMOVUPS      Z7, K1, 128(R9)
 	ADDQ         R8, R9
 
-stateKVf32AVX512_nostorerow5:
+stateKVf32AVX512_nostorerow_5:
 	ADDQ $0x000000c0, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVf32AVX512_rows5
-	JMP  stateKVf32AVX512_tokdone3
+	JB   stateKVf32AVX512_rows_5
+	JMP  stateKVf32AVX512_tokdone_3
 
-stateKVf32AVX512_far3:
+stateKVf32AVX512_far_3:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	MOVQ         88(SP), AX
@@ -12081,14 +12081,14 @@ stateKVf32AVX512_far3:
 	MOVQ  stores_base+40(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
-	JZ    stateKVf32AVX512_nostore6
+	JZ    stateKVf32AVX512_nostore_6
 	LEAQ  (R9)(R8*4), R9
 
-stateKVf32AVX512_nostore6:
+stateKVf32AVX512_nostore_6:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
 
-stateKVf32AVX512_rows6:
+stateKVf32AVX512_rows_6:
 	VBROADCASTSS (BX)(CX*4), Z7
 	VBROADCASTSS (SI)(CX*4), Z8
 	VBROADCASTSS (DI)(CX*4), Z12
@@ -12111,7 +12111,7 @@ stateKVf32AVX512_rows6:
 	VFMADD231PS  Z13, Z8, Z4
 	VFMADD231PS  Z13, Z12, Z5
 	TESTQ        R9, R9
-	JZ           stateKVf32AVX512_nostorerow6
+	JZ           stateKVf32AVX512_nostorerow_6
 	VMOVUPS      (AX), Z7
 	VMOVUPS      Z7, (R9)
 	VMOVUPS      64(AX), Z7
@@ -12120,13 +12120,13 @@ stateKVf32AVX512_rows6:
 	VMOVUPS      Z7, K1, 128(R9)
 	ADDQ         R8, R9
 
-stateKVf32AVX512_nostorerow6:
+stateKVf32AVX512_nostorerow_6:
 	ADDQ $0x000000c0, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVf32AVX512_rows6
+	JB   stateKVf32AVX512_rows_6
 
-stateKVf32AVX512_tokdone3:
+stateKVf32AVX512_tokdone_3:
 	MOVQ 56(SP), AX
 	MOVQ AX, 48(SP)
 	ADDQ $0x10, 88(SP)
@@ -12142,13 +12142,13 @@ stateKVf32AVX512_tokdone3:
 	MOVQ tok_len+176(FP), AX
 	SHRQ $0x02, AX
 	CMPQ CX, AX
-	JB   stateKVf32AVX512_token3
+	JB   stateKVf32AVX512_token_3
 	MOVQ 24(SP), AX
 	ADDQ AX, 16(SP)
 	SUBQ AX, 8(SP)
-	JMP  stateKVf32AVX512_blocks1
+	JMP  stateKVf32AVX512_blocks_1
 
-stateKVf32AVX512_shape4:
+stateKVf32AVX512_shape_4:
 	// Block of 64 columns (rows in work of 256 bytes): pass 0 loads it, with token 0's read.
 	MOVQ         K+0(FP), AX
 	MOVQ         16(SP), CX
@@ -12169,7 +12169,7 @@ stateKVf32AVX512_shape4:
 	MOVQ         (SP), R8
 	XORQ         R9, R9
 
-stateKVf32AVX512_pass04:
+stateKVf32AVX512_pass0_4:
 	VBROADCASTSS (SI)(R9*4), Z8
 	VBROADCASTSS (DI)(R9*4), Z9
 	VMOVUPS      (DX), Z10
@@ -12192,7 +12192,7 @@ stateKVf32AVX512_pass04:
 	ADDQ         $0x00000100, R8
 	INCQ         R9
 	CMPQ         R9, AX
-	JB           stateKVf32AVX512_pass04
+	JB           stateKVf32AVX512_pass0_4
 
 	// The tokens.
 	XORQ AX, AX
@@ -12208,7 +12208,7 @@ stateKVf32AVX512_pass04:
 	LEAQ (AX)(CX*4), AX
 	MOVQ AX, 80(SP)
 
-stateKVf32AVX512_token4:
+stateKVf32AVX512_token_4:
 	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
 	MOVQ 40(SP), AX
 	MOVQ K+0(FP), CX
@@ -12216,10 +12216,10 @@ stateKVf32AVX512_token4:
 	MOVQ tok_len+176(FP), DX
 	SHRQ $0x02, DX
 	CMPQ AX, DX
-	JB   stateKVf32AVX512_notlast4
+	JB   stateKVf32AVX512_notlast_4
 	DECQ AX
 
-stateKVf32AVX512_notlast4:
+stateKVf32AVX512_notlast_4:
 	IMULQ    CX, AX
 	MOVQ     kh_base+64(FP), CX
 	LEAQ     (CX)(AX*4), CX
@@ -12230,7 +12230,7 @@ stateKVf32AVX512_notlast4:
 	MOVQ     88(SP), AX
 	VMOVSS   (AX), X8
 	VUCOMISS nearone<>+0(SB), X8
-	JCS      stateKVf32AVX512_far4
+	JCS      stateKVf32AVX512_far_4
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
@@ -12289,14 +12289,14 @@ stateKVf32AVX512_notlast4:
 	MOVQ  stores_base+40(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
-	JZ    stateKVf32AVX512_nostore7
+	JZ    stateKVf32AVX512_nostore_7
 	LEAQ  (R9)(R8*4), R9
 
-stateKVf32AVX512_nostore7:
+stateKVf32AVX512_nostore_7:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
 
-stateKVf32AVX512_rows7:
+stateKVf32AVX512_rows_7:
 	VBROADCASTSS (BX)(CX*4), Z9
 	VBROADCASTSS (SI)(CX*4), Z10
 	VBROADCASTSS (DI)(CX*4), Z15
@@ -12325,7 +12325,7 @@ stateKVf32AVX512_rows7:
 	VFMADD231PS  Z16, Z10, Z6
 	VFMADD231PS  Z16, Z15, Z7
 	TESTQ        R9, R9
-	JZ           stateKVf32AVX512_nostorerow7
+	JZ           stateKVf32AVX512_nostorerow_7
 	VMOVUPS      (AX), Z9
 	VMOVUPS      Z9, (R9)
 	VMOVUPS      64(AX), Z9
@@ -12336,14 +12336,14 @@ stateKVf32AVX512_rows7:
 	VMOVUPS      Z9, K1, 192(R9)
 	ADDQ         R8, R9
 
-stateKVf32AVX512_nostorerow7:
+stateKVf32AVX512_nostorerow_7:
 	ADDQ $0x00000100, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVf32AVX512_rows7
-	JMP  stateKVf32AVX512_tokdone4
+	JB   stateKVf32AVX512_rows_7
+	JMP  stateKVf32AVX512_tokdone_4
 
-stateKVf32AVX512_far4:
+stateKVf32AVX512_far_4:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	MOVQ         88(SP), AX
@@ -12401,14 +12401,14 @@ stateKVf32AVX512_far4:
 	MOVQ  stores_base+40(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
-	JZ    stateKVf32AVX512_nostore8
+	JZ    stateKVf32AVX512_nostore_8
 	LEAQ  (R9)(R8*4), R9
 
-stateKVf32AVX512_nostore8:
+stateKVf32AVX512_nostore_8:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
 
-stateKVf32AVX512_rows8:
+stateKVf32AVX512_rows_8:
 	VBROADCASTSS (BX)(CX*4), Z9
 	VBROADCASTSS (SI)(CX*4), Z10
 	VBROADCASTSS (DI)(CX*4), Z15
@@ -12437,7 +12437,7 @@ stateKVf32AVX512_rows8:
 	VFMADD231PS  Z16, Z10, Z6
 	VFMADD231PS  Z16, Z15, Z7
 	TESTQ        R9, R9
-	JZ           stateKVf32AVX512_nostorerow8
+	JZ           stateKVf32AVX512_nostorerow_8
 	VMOVUPS      (AX), Z9
 	VMOVUPS      Z9, (R9)
 	VMOVUPS      64(AX), Z9
@@ -12448,13 +12448,13 @@ stateKVf32AVX512_rows8:
 	VMOVUPS      Z9, K1, 192(R9)
 	ADDQ         R8, R9
 
-stateKVf32AVX512_nostorerow8:
+stateKVf32AVX512_nostorerow_8:
 	ADDQ $0x00000100, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVf32AVX512_rows8
+	JB   stateKVf32AVX512_rows_8
 
-stateKVf32AVX512_tokdone4:
+stateKVf32AVX512_tokdone_4:
 	MOVQ 56(SP), AX
 	MOVQ AX, 48(SP)
 	ADDQ $0x10, 88(SP)
@@ -12470,13 +12470,13 @@ stateKVf32AVX512_tokdone4:
 	MOVQ tok_len+176(FP), AX
 	SHRQ $0x02, AX
 	CMPQ CX, AX
-	JB   stateKVf32AVX512_token4
+	JB   stateKVf32AVX512_token_4
 	MOVQ 24(SP), AX
 	ADDQ AX, 16(SP)
 	SUBQ AX, 8(SP)
-	JMP  stateKVf32AVX512_blocks1
+	JMP  stateKVf32AVX512_blocks_1
 
-stateKVf32AVX512_done1:
+stateKVf32AVX512_done_1:
 	VZEROUPPER
 	RET
 
@@ -12488,11 +12488,11 @@ TEXT ·stateKVbf16AVX512(SB), NOSPLIT, $96-264
 	MOVQ  tok_len+224(FP), DX
 	SHRQ  $0x02, DX
 	TESTQ AX, AX
-	JZ    stateKVbf16AVX512_done1
+	JZ    stateKVbf16AVX512_done_1
 	TESTQ CX, CX
-	JZ    stateKVbf16AVX512_done1
+	JZ    stateKVbf16AVX512_done_1
 	TESTQ DX, DX
-	JZ    stateKVbf16AVX512_done1
+	JZ    stateKVbf16AVX512_done_1
 	MOVQ  CX, 8(SP)
 	MOVQ  work_base+240(FP), CX
 	ADDQ  $0x3f, CX
@@ -12501,7 +12501,7 @@ TEXT ·stateKVbf16AVX512(SB), NOSPLIT, $96-264
 
 	// K > 512 does not fit work: the Go wrapper never calls with it.
 	CMPQ AX, $0x00000200
-	JA   stateKVbf16AVX512_done1
+	JA   stateKVbf16AVX512_done_1
 
 	// Vectors per full block: the most (≤ 4) whose K rows fit 32768 bytes.
 	MOVQ    $0x00000001, CX
@@ -12519,10 +12519,10 @@ TEXT ·stateKVbf16AVX512(SB), NOSPLIT, $96-264
 	MOVQ    CX, 16(SP)
 
 	// Column blocks.
-stateKVbf16AVX512_blocks1:
+stateKVbf16AVX512_blocks_1:
 	MOVQ         8(SP), AX
 	TESTQ        AX, AX
-	JZ           stateKVbf16AVX512_done1
+	JZ           stateKVbf16AVX512_done_1
 	MOVQ         32(SP), CX
 	SHLQ         $0x04, CX
 	CMPQ         AX, CX
@@ -12538,20 +12538,20 @@ stateKVbf16AVX512_blocks1:
 	VPBROADCASTD DX, Z0
 	VPCMPGTD     iota<>+0(SB), Z0, K1
 	CMPQ         AX, $0x00000000
-	JE           stateKVbf16AVX512_shape1
+	JE           stateKVbf16AVX512_shape_1
 	CMPQ         AX, $0x00000001
-	JE           stateKVbf16AVX512_shape2
+	JE           stateKVbf16AVX512_shape_2
 	CMPQ         AX, $0x00000002
-	JE           stateKVbf16AVX512_shape3
-	JMP          stateKVbf16AVX512_shape4
+	JE           stateKVbf16AVX512_shape_3
+	JMP          stateKVbf16AVX512_shape_4
 
-stateKVbf16AVX512_shape1:
+stateKVbf16AVX512_shape_1:
 	// Block of 16 columns (rows in work of 64 bytes): pass 0 loads it, with token 0's read.
 	MOVQ  K+0(FP), AX
 	MOVQ  16(SP), CX
 	MOVQ  src32_base+40(FP), DX
 	TESTQ DX, DX
-	JZ    stateKVbf16AVX512_from161
+	JZ    stateKVbf16AVX512_from16_1
 
 	// From src32 (f32).
 	MOVQ         V+8(FP), BX
@@ -12564,7 +12564,7 @@ stateKVbf16AVX512_shape1:
 	MOVQ         (SP), R8
 	XORQ         R9, R9
 
-stateKVbf16AVX512_pass01:
+stateKVbf16AVX512_pass0_1:
 	VBROADCASTSS (SI)(R9*4), Z2
 	VBROADCASTSS (DI)(R9*4), Z3
 	VMOVUPS.Z    (DX), K1, Z4
@@ -12575,10 +12575,10 @@ stateKVbf16AVX512_pass01:
 	ADDQ         $0x00000040, R8
 	INCQ         R9
 	CMPQ         R9, AX
-	JB           stateKVbf16AVX512_pass01
-	JMP          stateKVbf16AVX512_loaded1
+	JB           stateKVbf16AVX512_pass0_1
+	JMP          stateKVbf16AVX512_loaded_1
 
-stateKVbf16AVX512_from161:
+stateKVbf16AVX512_from16_1:
 	// From src (bf16).
 	MOVQ         src_base+16(FP), DX
 	MOVQ         V+8(FP), BX
@@ -12591,7 +12591,7 @@ stateKVbf16AVX512_from161:
 	MOVQ         (SP), R8
 	XORQ         R9, R9
 
-stateKVbf16AVX512_pass02:
+stateKVbf16AVX512_pass0_2:
 	VBROADCASTSS (SI)(R9*4), Z2
 	VBROADCASTSS (DI)(R9*4), Z3
 	VPMOVZXWD.Z  (DX), K1, Z4
@@ -12603,9 +12603,9 @@ stateKVbf16AVX512_pass02:
 	ADDQ         $0x00000040, R8
 	INCQ         R9
 	CMPQ         R9, AX
-	JB           stateKVbf16AVX512_pass02
+	JB           stateKVbf16AVX512_pass0_2
 
-stateKVbf16AVX512_loaded1:
+stateKVbf16AVX512_loaded_1:
 	// The tokens.
 	XORQ AX, AX
 	MOVQ AX, 40(SP)
@@ -12620,7 +12620,7 @@ stateKVbf16AVX512_loaded1:
 	LEAQ (AX)(CX*4), AX
 	MOVQ AX, 80(SP)
 
-stateKVbf16AVX512_token1:
+stateKVbf16AVX512_token_1:
 	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
 	MOVQ 40(SP), AX
 	MOVQ K+0(FP), CX
@@ -12628,10 +12628,10 @@ stateKVbf16AVX512_token1:
 	MOVQ tok_len+224(FP), DX
 	SHRQ $0x02, DX
 	CMPQ AX, DX
-	JB   stateKVbf16AVX512_notlast1
+	JB   stateKVbf16AVX512_notlast_1
 	DECQ AX
 
-stateKVbf16AVX512_notlast1:
+stateKVbf16AVX512_notlast_1:
 	IMULQ    CX, AX
 	MOVQ     kh_base+112(FP), CX
 	LEAQ     (CX)(AX*4), CX
@@ -12642,7 +12642,7 @@ stateKVbf16AVX512_notlast1:
 	MOVQ     88(SP), AX
 	VMOVSS   (AX), X2
 	VUCOMISS nearone<>+0(SB), X2
-	JCS      stateKVbf16AVX512_far1
+	JCS      stateKVbf16AVX512_far_1
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
@@ -12674,10 +12674,10 @@ stateKVbf16AVX512_notlast1:
 	MOVQ  stores_base+64(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
-	JZ    stateKVbf16AVX512_nostore1
+	JZ    stateKVbf16AVX512_nostore_1
 	LEAQ  (R9)(R8*2), R9
 
-stateKVbf16AVX512_nostore1:
+stateKVbf16AVX512_nostore_1:
 	MOVQ  V+8(FP), R10
 	SHLQ  $0x01, R10
 	MOVQ  40(SP), R12
@@ -12686,17 +12686,17 @@ stateKVbf16AVX512_nostore1:
 	SHRQ  $0x02, R13
 	XORQ  R11, R11
 	CMPQ  R12, R13
-	JNE   stateKVbf16AVX512_nocarry1
+	JNE   stateKVbf16AVX512_nocarry_1
 	MOVQ  carry_base+88(FP), R11
 	TESTQ R11, R11
-	JZ    stateKVbf16AVX512_nocarry1
+	JZ    stateKVbf16AVX512_nocarry_1
 	LEAQ  (R11)(R8*4), R11
 
-stateKVbf16AVX512_nocarry1:
+stateKVbf16AVX512_nocarry_1:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
 
-stateKVbf16AVX512_rows1:
+stateKVbf16AVX512_rows_1:
 	VBROADCASTSS (BX)(CX*4), Z3
 	VBROADCASTSS (SI)(CX*4), Z4
 	VBROADCASTSS (DI)(CX*4), Z6
@@ -12707,7 +12707,7 @@ stateKVbf16AVX512_rows1:
 	VFMADD231PS  Z7, Z4, Z0
 	VFMADD231PS  Z7, Z6, Z1
 	TESTQ        R9, R9
-	JZ           stateKVbf16AVX512_nostorerow1
+	JZ           stateKVbf16AVX512_nostorerow_1
 	VMOVUPS      (AX), Z3
 	VPSRLD       $0x10, Z3, Z4
 	VPANDD       absmask<>+0(SB), Z3, Z6
@@ -12720,21 +12720,21 @@ stateKVbf16AVX512_rows1:
 	VPMOVDW      Z3, K1, (R9)
 	ADDQ         R10, R9
 
-stateKVbf16AVX512_nostorerow1:
+stateKVbf16AVX512_nostorerow_1:
 	TESTQ   R11, R11
-	JZ      stateKVbf16AVX512_nocarryrow1
+	JZ      stateKVbf16AVX512_nocarryrow_1
 	VMOVUPS (AX), Z3
 	VMOVUPS Z3, K1, (R11)
 	ADDQ    R8, R11
 
-stateKVbf16AVX512_nocarryrow1:
+stateKVbf16AVX512_nocarryrow_1:
 	ADDQ $0x00000040, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVbf16AVX512_rows1
-	JMP  stateKVbf16AVX512_tokdone1
+	JB   stateKVbf16AVX512_rows_1
+	JMP  stateKVbf16AVX512_tokdone_1
 
-stateKVbf16AVX512_far1:
+stateKVbf16AVX512_far_1:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	MOVQ         88(SP), AX
@@ -12765,10 +12765,10 @@ stateKVbf16AVX512_far1:
 	MOVQ  stores_base+64(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
-	JZ    stateKVbf16AVX512_nostore2
+	JZ    stateKVbf16AVX512_nostore_2
 	LEAQ  (R9)(R8*2), R9
 
-stateKVbf16AVX512_nostore2:
+stateKVbf16AVX512_nostore_2:
 	MOVQ  V+8(FP), R10
 	SHLQ  $0x01, R10
 	MOVQ  40(SP), R12
@@ -12777,17 +12777,17 @@ stateKVbf16AVX512_nostore2:
 	SHRQ  $0x02, R13
 	XORQ  R11, R11
 	CMPQ  R12, R13
-	JNE   stateKVbf16AVX512_nocarry2
+	JNE   stateKVbf16AVX512_nocarry_2
 	MOVQ  carry_base+88(FP), R11
 	TESTQ R11, R11
-	JZ    stateKVbf16AVX512_nocarry2
+	JZ    stateKVbf16AVX512_nocarry_2
 	LEAQ  (R11)(R8*4), R11
 
-stateKVbf16AVX512_nocarry2:
+stateKVbf16AVX512_nocarry_2:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
 
-stateKVbf16AVX512_rows2:
+stateKVbf16AVX512_rows_2:
 	VBROADCASTSS (BX)(CX*4), Z3
 	VBROADCASTSS (SI)(CX*4), Z4
 	VBROADCASTSS (DI)(CX*4), Z6
@@ -12798,7 +12798,7 @@ stateKVbf16AVX512_rows2:
 	VFMADD231PS  Z7, Z4, Z0
 	VFMADD231PS  Z7, Z6, Z1
 	TESTQ        R9, R9
-	JZ           stateKVbf16AVX512_nostorerow2
+	JZ           stateKVbf16AVX512_nostorerow_2
 	VMOVUPS      (AX), Z3
 	VPSRLD       $0x10, Z3, Z4
 	VPANDD       absmask<>+0(SB), Z3, Z6
@@ -12811,20 +12811,20 @@ stateKVbf16AVX512_rows2:
 	VPMOVDW      Z3, K1, (R9)
 	ADDQ         R10, R9
 
-stateKVbf16AVX512_nostorerow2:
+stateKVbf16AVX512_nostorerow_2:
 	TESTQ   R11, R11
-	JZ      stateKVbf16AVX512_nocarryrow2
+	JZ      stateKVbf16AVX512_nocarryrow_2
 	VMOVUPS (AX), Z3
 	VMOVUPS Z3, K1, (R11)
 	ADDQ    R8, R11
 
-stateKVbf16AVX512_nocarryrow2:
+stateKVbf16AVX512_nocarryrow_2:
 	ADDQ $0x00000040, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVbf16AVX512_rows2
+	JB   stateKVbf16AVX512_rows_2
 
-stateKVbf16AVX512_tokdone1:
+stateKVbf16AVX512_tokdone_1:
 	MOVQ 56(SP), AX
 	MOVQ AX, 48(SP)
 	ADDQ $0x10, 88(SP)
@@ -12840,19 +12840,19 @@ stateKVbf16AVX512_tokdone1:
 	MOVQ tok_len+224(FP), AX
 	SHRQ $0x02, AX
 	CMPQ CX, AX
-	JB   stateKVbf16AVX512_token1
+	JB   stateKVbf16AVX512_token_1
 	MOVQ 24(SP), AX
 	ADDQ AX, 16(SP)
 	SUBQ AX, 8(SP)
-	JMP  stateKVbf16AVX512_blocks1
+	JMP  stateKVbf16AVX512_blocks_1
 
-stateKVbf16AVX512_shape2:
+stateKVbf16AVX512_shape_2:
 	// Block of 32 columns (rows in work of 128 bytes): pass 0 loads it, with token 0's read.
 	MOVQ  K+0(FP), AX
 	MOVQ  16(SP), CX
 	MOVQ  src32_base+40(FP), DX
 	TESTQ DX, DX
-	JZ    stateKVbf16AVX512_from162
+	JZ    stateKVbf16AVX512_from16_2
 
 	// From src32 (f32).
 	MOVQ         V+8(FP), BX
@@ -12867,7 +12867,7 @@ stateKVbf16AVX512_shape2:
 	MOVQ         (SP), R8
 	XORQ         R9, R9
 
-stateKVbf16AVX512_pass03:
+stateKVbf16AVX512_pass0_3:
 	VBROADCASTSS (SI)(R9*4), Z4
 	VBROADCASTSS (DI)(R9*4), Z5
 	VMOVUPS      (DX), Z6
@@ -12882,10 +12882,10 @@ stateKVbf16AVX512_pass03:
 	ADDQ         $0x00000080, R8
 	INCQ         R9
 	CMPQ         R9, AX
-	JB           stateKVbf16AVX512_pass03
-	JMP          stateKVbf16AVX512_loaded2
+	JB           stateKVbf16AVX512_pass0_3
+	JMP          stateKVbf16AVX512_loaded_2
 
-stateKVbf16AVX512_from162:
+stateKVbf16AVX512_from16_2:
 	// From src (bf16).
 	MOVQ         src_base+16(FP), DX
 	MOVQ         V+8(FP), BX
@@ -12900,7 +12900,7 @@ stateKVbf16AVX512_from162:
 	MOVQ         (SP), R8
 	XORQ         R9, R9
 
-stateKVbf16AVX512_pass04:
+stateKVbf16AVX512_pass0_4:
 	VBROADCASTSS (SI)(R9*4), Z4
 	VBROADCASTSS (DI)(R9*4), Z5
 	VPMOVZXWD    (DX), Z6
@@ -12917,9 +12917,9 @@ stateKVbf16AVX512_pass04:
 	ADDQ         $0x00000080, R8
 	INCQ         R9
 	CMPQ         R9, AX
-	JB           stateKVbf16AVX512_pass04
+	JB           stateKVbf16AVX512_pass0_4
 
-stateKVbf16AVX512_loaded2:
+stateKVbf16AVX512_loaded_2:
 	// The tokens.
 	XORQ AX, AX
 	MOVQ AX, 40(SP)
@@ -12934,7 +12934,7 @@ stateKVbf16AVX512_loaded2:
 	LEAQ (AX)(CX*4), AX
 	MOVQ AX, 80(SP)
 
-stateKVbf16AVX512_token2:
+stateKVbf16AVX512_token_2:
 	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
 	MOVQ 40(SP), AX
 	MOVQ K+0(FP), CX
@@ -12942,10 +12942,10 @@ stateKVbf16AVX512_token2:
 	MOVQ tok_len+224(FP), DX
 	SHRQ $0x02, DX
 	CMPQ AX, DX
-	JB   stateKVbf16AVX512_notlast2
+	JB   stateKVbf16AVX512_notlast_2
 	DECQ AX
 
-stateKVbf16AVX512_notlast2:
+stateKVbf16AVX512_notlast_2:
 	IMULQ    CX, AX
 	MOVQ     kh_base+112(FP), CX
 	LEAQ     (CX)(AX*4), CX
@@ -12956,7 +12956,7 @@ stateKVbf16AVX512_notlast2:
 	MOVQ     88(SP), AX
 	VMOVSS   (AX), X4
 	VUCOMISS nearone<>+0(SB), X4
-	JCS      stateKVbf16AVX512_far2
+	JCS      stateKVbf16AVX512_far_2
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
@@ -12997,10 +12997,10 @@ stateKVbf16AVX512_notlast2:
 	MOVQ  stores_base+64(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
-	JZ    stateKVbf16AVX512_nostore3
+	JZ    stateKVbf16AVX512_nostore_3
 	LEAQ  (R9)(R8*2), R9
 
-stateKVbf16AVX512_nostore3:
+stateKVbf16AVX512_nostore_3:
 	MOVQ  V+8(FP), R10
 	SHLQ  $0x01, R10
 	MOVQ  40(SP), R12
@@ -13009,17 +13009,17 @@ stateKVbf16AVX512_nostore3:
 	SHRQ  $0x02, R13
 	XORQ  R11, R11
 	CMPQ  R12, R13
-	JNE   stateKVbf16AVX512_nocarry3
+	JNE   stateKVbf16AVX512_nocarry_3
 	MOVQ  carry_base+88(FP), R11
 	TESTQ R11, R11
-	JZ    stateKVbf16AVX512_nocarry3
+	JZ    stateKVbf16AVX512_nocarry_3
 	LEAQ  (R11)(R8*4), R11
 
-stateKVbf16AVX512_nocarry3:
+stateKVbf16AVX512_nocarry_3:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
 
-stateKVbf16AVX512_rows3:
+stateKVbf16AVX512_rows_3:
 	VBROADCASTSS (BX)(CX*4), Z5
 	VBROADCASTSS (SI)(CX*4), Z6
 	VBROADCASTSS (DI)(CX*4), Z9
@@ -13036,7 +13036,7 @@ stateKVbf16AVX512_rows3:
 	VFMADD231PS  Z10, Z6, Z2
 	VFMADD231PS  Z10, Z9, Z3
 	TESTQ        R9, R9
-	JZ           stateKVbf16AVX512_nostorerow3
+	JZ           stateKVbf16AVX512_nostorerow_3
 	VMOVUPS      (AX), Z5
 	VPSRLD       $0x10, Z5, Z6
 	VPANDD       absmask<>+0(SB), Z5, Z9
@@ -13059,23 +13059,23 @@ stateKVbf16AVX512_rows3:
 	VPMOVDW      Z5, K1, 32(R9)
 	ADDQ         R10, R9
 
-stateKVbf16AVX512_nostorerow3:
+stateKVbf16AVX512_nostorerow_3:
 	TESTQ   R11, R11
-	JZ      stateKVbf16AVX512_nocarryrow3
+	JZ      stateKVbf16AVX512_nocarryrow_3
 	VMOVUPS (AX), Z5
 	VMOVUPS Z5, (R11)
 	VMOVUPS 64(AX), Z5
 	VMOVUPS Z5, K1, 64(R11)
 	ADDQ    R8, R11
 
-stateKVbf16AVX512_nocarryrow3:
+stateKVbf16AVX512_nocarryrow_3:
 	ADDQ $0x00000080, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVbf16AVX512_rows3
-	JMP  stateKVbf16AVX512_tokdone2
+	JB   stateKVbf16AVX512_rows_3
+	JMP  stateKVbf16AVX512_tokdone_2
 
-stateKVbf16AVX512_far2:
+stateKVbf16AVX512_far_2:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	MOVQ         88(SP), AX
@@ -13115,10 +13115,10 @@ stateKVbf16AVX512_far2:
 	MOVQ  stores_base+64(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
-	JZ    stateKVbf16AVX512_nostore4
+	JZ    stateKVbf16AVX512_nostore_4
 	LEAQ  (R9)(R8*2), R9
 
-stateKVbf16AVX512_nostore4:
+stateKVbf16AVX512_nostore_4:
 	MOVQ  V+8(FP), R10
 	SHLQ  $0x01, R10
 	MOVQ  40(SP), R12
@@ -13127,17 +13127,17 @@ stateKVbf16AVX512_nostore4:
 	SHRQ  $0x02, R13
 	XORQ  R11, R11
 	CMPQ  R12, R13
-	JNE   stateKVbf16AVX512_nocarry4
+	JNE   stateKVbf16AVX512_nocarry_4
 	MOVQ  carry_base+88(FP), R11
 	TESTQ R11, R11
-	JZ    stateKVbf16AVX512_nocarry4
+	JZ    stateKVbf16AVX512_nocarry_4
 	LEAQ  (R11)(R8*4), R11
 
-stateKVbf16AVX512_nocarry4:
+stateKVbf16AVX512_nocarry_4:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
 
-stateKVbf16AVX512_rows4:
+stateKVbf16AVX512_rows_4:
 	VBROADCASTSS (BX)(CX*4), Z5
 	VBROADCASTSS (SI)(CX*4), Z6
 	VBROADCASTSS (DI)(CX*4), Z9
@@ -13154,7 +13154,7 @@ stateKVbf16AVX512_rows4:
 	VFMADD231PS  Z10, Z6, Z2
 	VFMADD231PS  Z10, Z9, Z3
 	TESTQ        R9, R9
-	JZ           stateKVbf16AVX512_nostorerow4
+	JZ           stateKVbf16AVX512_nostorerow_4
 	VMOVUPS      (AX), Z5
 	VPSRLD       $0x10, Z5, Z6
 	VPANDD       absmask<>+0(SB), Z5, Z9
@@ -13177,22 +13177,22 @@ stateKVbf16AVX512_rows4:
 	VPMOVDW      Z5, K1, 32(R9)
 	ADDQ         R10, R9
 
-stateKVbf16AVX512_nostorerow4:
+stateKVbf16AVX512_nostorerow_4:
 	TESTQ   R11, R11
-	JZ      stateKVbf16AVX512_nocarryrow4
+	JZ      stateKVbf16AVX512_nocarryrow_4
 	VMOVUPS (AX), Z5
 	VMOVUPS Z5, (R11)
 	VMOVUPS 64(AX), Z5
 	VMOVUPS Z5, K1, 64(R11)
 	ADDQ    R8, R11
 
-stateKVbf16AVX512_nocarryrow4:
+stateKVbf16AVX512_nocarryrow_4:
 	ADDQ $0x00000080, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVbf16AVX512_rows4
+	JB   stateKVbf16AVX512_rows_4
 
-stateKVbf16AVX512_tokdone2:
+stateKVbf16AVX512_tokdone_2:
 	MOVQ 56(SP), AX
 	MOVQ AX, 48(SP)
 	ADDQ $0x10, 88(SP)
@@ -13208,19 +13208,19 @@ stateKVbf16AVX512_tokdone2:
 	MOVQ tok_len+224(FP), AX
 	SHRQ $0x02, AX
 	CMPQ CX, AX
-	JB   stateKVbf16AVX512_token2
+	JB   stateKVbf16AVX512_token_2
 	MOVQ 24(SP), AX
 	ADDQ AX, 16(SP)
 	SUBQ AX, 8(SP)
-	JMP  stateKVbf16AVX512_blocks1
+	JMP  stateKVbf16AVX512_blocks_1
 
-stateKVbf16AVX512_shape3:
+stateKVbf16AVX512_shape_3:
 	// Block of 48 columns (rows in work of 192 bytes): pass 0 loads it, with token 0's read.
 	MOVQ  K+0(FP), AX
 	MOVQ  16(SP), CX
 	MOVQ  src32_base+40(FP), DX
 	TESTQ DX, DX
-	JZ    stateKVbf16AVX512_from163
+	JZ    stateKVbf16AVX512_from16_3
 
 	// From src32 (f32).
 	MOVQ         V+8(FP), BX
@@ -13237,7 +13237,7 @@ stateKVbf16AVX512_shape3:
 	MOVQ         (SP), R8
 	XORQ         R9, R9
 
-stateKVbf16AVX512_pass05:
+stateKVbf16AVX512_pass0_5:
 	VBROADCASTSS (SI)(R9*4), Z6
 	VBROADCASTSS (DI)(R9*4), Z7
 	VMOVUPS      (DX), Z8
@@ -13256,10 +13256,10 @@ stateKVbf16AVX512_pass05:
 	ADDQ         $0x000000c0, R8
 	INCQ         R9
 	CMPQ         R9, AX
-	JB           stateKVbf16AVX512_pass05
-	JMP          stateKVbf16AVX512_loaded3
+	JB           stateKVbf16AVX512_pass0_5
+	JMP          stateKVbf16AVX512_loaded_3
 
-stateKVbf16AVX512_from163:
+stateKVbf16AVX512_from16_3:
 	// From src (bf16).
 	MOVQ         src_base+16(FP), DX
 	MOVQ         V+8(FP), BX
@@ -13276,7 +13276,7 @@ stateKVbf16AVX512_from163:
 	MOVQ         (SP), R8
 	XORQ         R9, R9
 
-stateKVbf16AVX512_pass06:
+stateKVbf16AVX512_pass0_6:
 	VBROADCASTSS (SI)(R9*4), Z6
 	VBROADCASTSS (DI)(R9*4), Z7
 	VPMOVZXWD    (DX), Z8
@@ -13298,9 +13298,9 @@ stateKVbf16AVX512_pass06:
 	ADDQ         $0x000000c0, R8
 	INCQ         R9
 	CMPQ         R9, AX
-	JB           stateKVbf16AVX512_pass06
+	JB           stateKVbf16AVX512_pass0_6
 
-stateKVbf16AVX512_loaded3:
+stateKVbf16AVX512_loaded_3:
 	// The tokens.
 	XORQ AX, AX
 	MOVQ AX, 40(SP)
@@ -13315,7 +13315,7 @@ stateKVbf16AVX512_loaded3:
 	LEAQ (AX)(CX*4), AX
 	MOVQ AX, 80(SP)
 
-stateKVbf16AVX512_token3:
+stateKVbf16AVX512_token_3:
 	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
 	MOVQ 40(SP), AX
 	MOVQ K+0(FP), CX
@@ -13323,10 +13323,10 @@ stateKVbf16AVX512_token3:
 	MOVQ tok_len+224(FP), DX
 	SHRQ $0x02, DX
 	CMPQ AX, DX
-	JB   stateKVbf16AVX512_notlast3
+	JB   stateKVbf16AVX512_notlast_3
 	DECQ AX
 
-stateKVbf16AVX512_notlast3:
+stateKVbf16AVX512_notlast_3:
 	IMULQ    CX, AX
 	MOVQ     kh_base+112(FP), CX
 	LEAQ     (CX)(AX*4), CX
@@ -13337,7 +13337,7 @@ stateKVbf16AVX512_notlast3:
 	MOVQ     88(SP), AX
 	VMOVSS   (AX), X6
 	VUCOMISS nearone<>+0(SB), X6
-	JCS      stateKVbf16AVX512_far3
+	JCS      stateKVbf16AVX512_far_3
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
@@ -13387,10 +13387,10 @@ stateKVbf16AVX512_notlast3:
 	MOVQ  stores_base+64(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
-	JZ    stateKVbf16AVX512_nostore5
+	JZ    stateKVbf16AVX512_nostore_5
 	LEAQ  (R9)(R8*2), R9
 
-stateKVbf16AVX512_nostore5:
+stateKVbf16AVX512_nostore_5:
 	MOVQ  V+8(FP), R10
 	SHLQ  $0x01, R10
 	MOVQ  40(SP), R12
@@ -13399,17 +13399,17 @@ stateKVbf16AVX512_nostore5:
 	SHRQ  $0x02, R13
 	XORQ  R11, R11
 	CMPQ  R12, R13
-	JNE   stateKVbf16AVX512_nocarry5
+	JNE   stateKVbf16AVX512_nocarry_5
 	MOVQ  carry_base+88(FP), R11
 	TESTQ R11, R11
-	JZ    stateKVbf16AVX512_nocarry5
+	JZ    stateKVbf16AVX512_nocarry_5
 	LEAQ  (R11)(R8*4), R11
 
-stateKVbf16AVX512_nocarry5:
+stateKVbf16AVX512_nocarry_5:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
 
-stateKVbf16AVX512_rows5:
+stateKVbf16AVX512_rows_5:
 	VBROADCASTSS (BX)(CX*4), Z7
 	VBROADCASTSS (SI)(CX*4), Z8
 	VBROADCASTSS (DI)(CX*4), Z12
@@ -13432,7 +13432,7 @@ stateKVbf16AVX512_rows5:
 	VFMADD231PS  Z13, Z8, Z4
 	VFMADD231PS  Z13, Z12, Z5
 	TESTQ        R9, R9
-	JZ           stateKVbf16AVX512_nostorerow5
+	JZ           stateKVbf16AVX512_nostorerow_5
 	VMOVUPS      (AX), Z7
 	VPSRLD       $0x10, Z7, Z8
 	VPANDD       absmask<>+0(SB), Z7, Z12
@@ -13465,9 +13465,9 @@ stateKVbf16AVX512_rows5:
 	VPMOVDW      Z7, K1, 64(R9)
 	ADDQ         R10, R9
 
-stateKVbf16AVX512_nostorerow5:
+stateKVbf16AVX512_nostorerow_5:
 	TESTQ   R11, R11
-	JZ      stateKVbf16AVX512_nocarryrow5
+	JZ      stateKVbf16AVX512_nocarryrow_5
 	VMOVUPS (AX), Z7
 	VMOVUPS Z7, (R11)
 	VMOVUPS 64(AX), Z7
@@ -13476,14 +13476,14 @@ stateKVbf16AVX512_nostorerow5:
 	VMOVUPS Z7, K1, 128(R11)
 	ADDQ    R8, R11
 
-stateKVbf16AVX512_nocarryrow5:
+stateKVbf16AVX512_nocarryrow_5:
 	ADDQ $0x000000c0, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVbf16AVX512_rows5
-	JMP  stateKVbf16AVX512_tokdone3
+	JB   stateKVbf16AVX512_rows_5
+	JMP  stateKVbf16AVX512_tokdone_3
 
-stateKVbf16AVX512_far3:
+stateKVbf16AVX512_far_3:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	MOVQ         88(SP), AX
@@ -13532,10 +13532,10 @@ stateKVbf16AVX512_far3:
 	MOVQ  stores_base+64(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
-	JZ    stateKVbf16AVX512_nostore6
+	JZ    stateKVbf16AVX512_nostore_6
 	LEAQ  (R9)(R8*2), R9
 
-stateKVbf16AVX512_nostore6:
+stateKVbf16AVX512_nostore_6:
 	MOVQ  V+8(FP), R10
 	SHLQ  $0x01, R10
 	MOVQ  40(SP), R12
@@ -13544,17 +13544,17 @@ stateKVbf16AVX512_nostore6:
 	SHRQ  $0x02, R13
 	XORQ  R11, R11
 	CMPQ  R12, R13
-	JNE   stateKVbf16AVX512_nocarry6
+	JNE   stateKVbf16AVX512_nocarry_6
 	MOVQ  carry_base+88(FP), R11
 	TESTQ R11, R11
-	JZ    stateKVbf16AVX512_nocarry6
+	JZ    stateKVbf16AVX512_nocarry_6
 	LEAQ  (R11)(R8*4), R11
 
-stateKVbf16AVX512_nocarry6:
+stateKVbf16AVX512_nocarry_6:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
 
-stateKVbf16AVX512_rows6:
+stateKVbf16AVX512_rows_6:
 	VBROADCASTSS (BX)(CX*4), Z7
 	VBROADCASTSS (SI)(CX*4), Z8
 	VBROADCASTSS (DI)(CX*4), Z12
@@ -13577,7 +13577,7 @@ stateKVbf16AVX512_rows6:
 	VFMADD231PS  Z13, Z8, Z4
 	VFMADD231PS  Z13, Z12, Z5
 	TESTQ        R9, R9
-	JZ           stateKVbf16AVX512_nostorerow6
+	JZ           stateKVbf16AVX512_nostorerow_6
 	VMOVUPS      (AX), Z7
 	VPSRLD       $0x10, Z7, Z8
 	VPANDD       absmask<>+0(SB), Z7, Z12
@@ -13610,9 +13610,9 @@ stateKVbf16AVX512_rows6:
 	VPMOVDW      Z7, K1, 64(R9)
 	ADDQ         R10, R9
 
-stateKVbf16AVX512_nostorerow6:
+stateKVbf16AVX512_nostorerow_6:
 	TESTQ   R11, R11
-	JZ      stateKVbf16AVX512_nocarryrow6
+	JZ      stateKVbf16AVX512_nocarryrow_6
 	VMOVUPS (AX), Z7
 	VMOVUPS Z7, (R11)
 	VMOVUPS 64(AX), Z7
@@ -13621,13 +13621,13 @@ stateKVbf16AVX512_nostorerow6:
 	VMOVUPS Z7, K1, 128(R11)
 	ADDQ    R8, R11
 
-stateKVbf16AVX512_nocarryrow6:
+stateKVbf16AVX512_nocarryrow_6:
 	ADDQ $0x000000c0, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVbf16AVX512_rows6
+	JB   stateKVbf16AVX512_rows_6
 
-stateKVbf16AVX512_tokdone3:
+stateKVbf16AVX512_tokdone_3:
 	MOVQ 56(SP), AX
 	MOVQ AX, 48(SP)
 	ADDQ $0x10, 88(SP)
@@ -13643,19 +13643,19 @@ stateKVbf16AVX512_tokdone3:
 	MOVQ tok_len+224(FP), AX
 	SHRQ $0x02, AX
 	CMPQ CX, AX
-	JB   stateKVbf16AVX512_token3
+	JB   stateKVbf16AVX512_token_3
 	MOVQ 24(SP), AX
 	ADDQ AX, 16(SP)
 	SUBQ AX, 8(SP)
-	JMP  stateKVbf16AVX512_blocks1
+	JMP  stateKVbf16AVX512_blocks_1
 
-stateKVbf16AVX512_shape4:
+stateKVbf16AVX512_shape_4:
 	// Block of 64 columns (rows in work of 256 bytes): pass 0 loads it, with token 0's read.
 	MOVQ  K+0(FP), AX
 	MOVQ  16(SP), CX
 	MOVQ  src32_base+40(FP), DX
 	TESTQ DX, DX
-	JZ    stateKVbf16AVX512_from164
+	JZ    stateKVbf16AVX512_from16_4
 
 	// From src32 (f32).
 	MOVQ         V+8(FP), BX
@@ -13674,7 +13674,7 @@ stateKVbf16AVX512_shape4:
 	MOVQ         (SP), R8
 	XORQ         R9, R9
 
-stateKVbf16AVX512_pass07:
+stateKVbf16AVX512_pass0_7:
 	VBROADCASTSS (SI)(R9*4), Z8
 	VBROADCASTSS (DI)(R9*4), Z9
 	VMOVUPS      (DX), Z10
@@ -13697,10 +13697,10 @@ stateKVbf16AVX512_pass07:
 	ADDQ         $0x00000100, R8
 	INCQ         R9
 	CMPQ         R9, AX
-	JB           stateKVbf16AVX512_pass07
-	JMP          stateKVbf16AVX512_loaded4
+	JB           stateKVbf16AVX512_pass0_7
+	JMP          stateKVbf16AVX512_loaded_4
 
-stateKVbf16AVX512_from164:
+stateKVbf16AVX512_from16_4:
 	// From src (bf16).
 	MOVQ         src_base+16(FP), DX
 	MOVQ         V+8(FP), BX
@@ -13719,7 +13719,7 @@ stateKVbf16AVX512_from164:
 	MOVQ         (SP), R8
 	XORQ         R9, R9
 
-stateKVbf16AVX512_pass08:
+stateKVbf16AVX512_pass0_8:
 	VBROADCASTSS (SI)(R9*4), Z8
 	VBROADCASTSS (DI)(R9*4), Z9
 	VPMOVZXWD    (DX), Z10
@@ -13746,9 +13746,9 @@ stateKVbf16AVX512_pass08:
 	ADDQ         $0x00000100, R8
 	INCQ         R9
 	CMPQ         R9, AX
-	JB           stateKVbf16AVX512_pass08
+	JB           stateKVbf16AVX512_pass0_8
 
-stateKVbf16AVX512_loaded4:
+stateKVbf16AVX512_loaded_4:
 	// The tokens.
 	XORQ AX, AX
 	MOVQ AX, 40(SP)
@@ -13763,7 +13763,7 @@ stateKVbf16AVX512_loaded4:
 	LEAQ (AX)(CX*4), AX
 	MOVQ AX, 80(SP)
 
-stateKVbf16AVX512_token4:
+stateKVbf16AVX512_token_4:
 	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
 	MOVQ 40(SP), AX
 	MOVQ K+0(FP), CX
@@ -13771,10 +13771,10 @@ stateKVbf16AVX512_token4:
 	MOVQ tok_len+224(FP), DX
 	SHRQ $0x02, DX
 	CMPQ AX, DX
-	JB   stateKVbf16AVX512_notlast4
+	JB   stateKVbf16AVX512_notlast_4
 	DECQ AX
 
-stateKVbf16AVX512_notlast4:
+stateKVbf16AVX512_notlast_4:
 	IMULQ    CX, AX
 	MOVQ     kh_base+112(FP), CX
 	LEAQ     (CX)(AX*4), CX
@@ -13785,7 +13785,7 @@ stateKVbf16AVX512_notlast4:
 	MOVQ     88(SP), AX
 	VMOVSS   (AX), X8
 	VUCOMISS nearone<>+0(SB), X8
-	JCS      stateKVbf16AVX512_far4
+	JCS      stateKVbf16AVX512_far_4
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
@@ -13844,10 +13844,10 @@ stateKVbf16AVX512_notlast4:
 	MOVQ  stores_base+64(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
-	JZ    stateKVbf16AVX512_nostore7
+	JZ    stateKVbf16AVX512_nostore_7
 	LEAQ  (R9)(R8*2), R9
 
-stateKVbf16AVX512_nostore7:
+stateKVbf16AVX512_nostore_7:
 	MOVQ  V+8(FP), R10
 	SHLQ  $0x01, R10
 	MOVQ  40(SP), R12
@@ -13856,17 +13856,17 @@ stateKVbf16AVX512_nostore7:
 	SHRQ  $0x02, R13
 	XORQ  R11, R11
 	CMPQ  R12, R13
-	JNE   stateKVbf16AVX512_nocarry7
+	JNE   stateKVbf16AVX512_nocarry_7
 	MOVQ  carry_base+88(FP), R11
 	TESTQ R11, R11
-	JZ    stateKVbf16AVX512_nocarry7
+	JZ    stateKVbf16AVX512_nocarry_7
 	LEAQ  (R11)(R8*4), R11
 
-stateKVbf16AVX512_nocarry7:
+stateKVbf16AVX512_nocarry_7:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
 
-stateKVbf16AVX512_rows7:
+stateKVbf16AVX512_rows_7:
 	VBROADCASTSS (BX)(CX*4), Z9
 	VBROADCASTSS (SI)(CX*4), Z10
 	VBROADCASTSS (DI)(CX*4), Z15
@@ -13895,7 +13895,7 @@ stateKVbf16AVX512_rows7:
 	VFMADD231PS  Z16, Z10, Z6
 	VFMADD231PS  Z16, Z15, Z7
 	TESTQ        R9, R9
-	JZ           stateKVbf16AVX512_nostorerow7
+	JZ           stateKVbf16AVX512_nostorerow_7
 	VMOVUPS      (AX), Z9
 	VPSRLD       $0x10, Z9, Z10
 	VPANDD       absmask<>+0(SB), Z9, Z15
@@ -13938,9 +13938,9 @@ stateKVbf16AVX512_rows7:
 	VPMOVDW      Z9, K1, 96(R9)
 	ADDQ         R10, R9
 
-stateKVbf16AVX512_nostorerow7:
+stateKVbf16AVX512_nostorerow_7:
 	TESTQ   R11, R11
-	JZ      stateKVbf16AVX512_nocarryrow7
+	JZ      stateKVbf16AVX512_nocarryrow_7
 	VMOVUPS (AX), Z9
 	VMOVUPS Z9, (R11)
 	VMOVUPS 64(AX), Z9
@@ -13951,14 +13951,14 @@ stateKVbf16AVX512_nostorerow7:
 	VMOVUPS Z9, K1, 192(R11)
 	ADDQ    R8, R11
 
-stateKVbf16AVX512_nocarryrow7:
+stateKVbf16AVX512_nocarryrow_7:
 	ADDQ $0x00000100, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVbf16AVX512_rows7
-	JMP  stateKVbf16AVX512_tokdone4
+	JB   stateKVbf16AVX512_rows_7
+	JMP  stateKVbf16AVX512_tokdone_4
 
-stateKVbf16AVX512_far4:
+stateKVbf16AVX512_far_4:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	MOVQ         88(SP), AX
@@ -14016,10 +14016,10 @@ stateKVbf16AVX512_far4:
 	MOVQ  stores_base+64(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
-	JZ    stateKVbf16AVX512_nostore8
+	JZ    stateKVbf16AVX512_nostore_8
 	LEAQ  (R9)(R8*2), R9
 
-stateKVbf16AVX512_nostore8:
+stateKVbf16AVX512_nostore_8:
 	MOVQ  V+8(FP), R10
 	SHLQ  $0x01, R10
 	MOVQ  40(SP), R12
@@ -14028,17 +14028,17 @@ stateKVbf16AVX512_nostore8:
 	SHRQ  $0x02, R13
 	XORQ  R11, R11
 	CMPQ  R12, R13
-	JNE   stateKVbf16AVX512_nocarry8
+	JNE   stateKVbf16AVX512_nocarry_8
 	MOVQ  carry_base+88(FP), R11
 	TESTQ R11, R11
-	JZ    stateKVbf16AVX512_nocarry8
+	JZ    stateKVbf16AVX512_nocarry_8
 	LEAQ  (R11)(R8*4), R11
 
-stateKVbf16AVX512_nocarry8:
+stateKVbf16AVX512_nocarry_8:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
 
-stateKVbf16AVX512_rows8:
+stateKVbf16AVX512_rows_8:
 	VBROADCASTSS (BX)(CX*4), Z9
 	VBROADCASTSS (SI)(CX*4), Z10
 	VBROADCASTSS (DI)(CX*4), Z15
@@ -14067,7 +14067,7 @@ stateKVbf16AVX512_rows8:
 	VFMADD231PS  Z16, Z10, Z6
 	VFMADD231PS  Z16, Z15, Z7
 	TESTQ        R9, R9
-	JZ           stateKVbf16AVX512_nostorerow8
+	JZ           stateKVbf16AVX512_nostorerow_8
 	VMOVUPS      (AX), Z9
 	VPSRLD       $0x10, Z9, Z10
 	VPANDD       absmask<>+0(SB), Z9, Z15
@@ -14110,9 +14110,9 @@ stateKVbf16AVX512_rows8:
 	VPMOVDW      Z9, K1, 96(R9)
 	ADDQ         R10, R9
 
-stateKVbf16AVX512_nostorerow8:
+stateKVbf16AVX512_nostorerow_8:
 	TESTQ   R11, R11
-	JZ      stateKVbf16AVX512_nocarryrow8
+	JZ      stateKVbf16AVX512_nocarryrow_8
 	VMOVUPS (AX), Z9
 	VMOVUPS Z9, (R11)
 	VMOVUPS 64(AX), Z9
@@ -14123,13 +14123,13 @@ stateKVbf16AVX512_nostorerow8:
 	VMOVUPS Z9, K1, 192(R11)
 	ADDQ    R8, R11
 
-stateKVbf16AVX512_nocarryrow8:
+stateKVbf16AVX512_nocarryrow_8:
 	ADDQ $0x00000100, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVbf16AVX512_rows8
+	JB   stateKVbf16AVX512_rows_8
 
-stateKVbf16AVX512_tokdone4:
+stateKVbf16AVX512_tokdone_4:
 	MOVQ 56(SP), AX
 	MOVQ AX, 48(SP)
 	ADDQ $0x10, 88(SP)
@@ -14145,13 +14145,13 @@ stateKVbf16AVX512_tokdone4:
 	MOVQ tok_len+224(FP), AX
 	SHRQ $0x02, AX
 	CMPQ CX, AX
-	JB   stateKVbf16AVX512_token4
+	JB   stateKVbf16AVX512_token_4
 	MOVQ 24(SP), AX
 	ADDQ AX, 16(SP)
 	SUBQ AX, 8(SP)
-	JMP  stateKVbf16AVX512_blocks1
+	JMP  stateKVbf16AVX512_blocks_1
 
-stateKVbf16AVX512_done1:
+stateKVbf16AVX512_done_1:
 	VZEROUPPER
 	RET
 
@@ -14194,11 +14194,11 @@ TEXT ·stateKVf32AVX2(SB), NOSPLIT, $224-216
 	MOVQ  tok_len+176(FP), DX
 	SHRQ  $0x02, DX
 	TESTQ AX, AX
-	JZ    stateKVf32AVX2_done1
+	JZ    stateKVf32AVX2_done_1
 	TESTQ CX, CX
-	JZ    stateKVf32AVX2_done1
+	JZ    stateKVf32AVX2_done_1
 	TESTQ DX, DX
-	JZ    stateKVf32AVX2_done1
+	JZ    stateKVf32AVX2_done_1
 	MOVQ  CX, 8(SP)
 	MOVQ  work_base+192(FP), CX
 	ADDQ  $0x3f, CX
@@ -14207,7 +14207,7 @@ TEXT ·stateKVf32AVX2(SB), NOSPLIT, $224-216
 
 	// K > 1024 does not fit work: the Go wrapper never calls with it.
 	CMPQ AX, $0x00000400
-	JA   stateKVf32AVX2_done1
+	JA   stateKVf32AVX2_done_1
 
 	// Vectors per full block: the most (≤ 4) whose K rows fit 32768 bytes.
 	MOVQ    $0x00000001, CX
@@ -14225,56 +14225,56 @@ TEXT ·stateKVf32AVX2(SB), NOSPLIT, $224-216
 	MOVQ    CX, 16(SP)
 
 	// Column blocks.
-stateKVf32AVX2_blocks1:
+stateKVf32AVX2_blocks_1:
 	MOVQ  8(SP), AX
 	TESTQ AX, AX
-	JZ    stateKVf32AVX2_done1
+	JZ    stateKVf32AVX2_done_1
 	MOVQ  32(SP), CX
 	MOVQ  CX, DX
 	SHLQ  $0x03, DX
 	CMPQ  AX, DX
-	JB    stateKVf32AVX2_notfull1
+	JB    stateKVf32AVX2_notfull_1
 	MOVQ  DX, 24(SP)
 	CMPQ  CX, $0x00000001
-	JE    stateKVf32AVX2_shape1
+	JE    stateKVf32AVX2_shape_1
 	CMPQ  CX, $0x00000002
-	JE    stateKVf32AVX2_shape2
+	JE    stateKVf32AVX2_shape_2
 	CMPQ  CX, $0x00000003
-	JE    stateKVf32AVX2_shape3
-	JMP   stateKVf32AVX2_shape4
+	JE    stateKVf32AVX2_shape_3
+	JMP   stateKVf32AVX2_shape_4
 
-stateKVf32AVX2_notfull1:
+stateKVf32AVX2_notfull_1:
 	MOVQ AX, CX
 	SHRQ $0x03, CX
-	JZ   stateKVf32AVX2_narrow1
+	JZ   stateKVf32AVX2_narrow_1
 	SHLQ $0x03, CX
 	MOVQ CX, 24(SP)
 	SHRQ $0x03, CX
 	CMPQ CX, $0x00000001
-	JE   stateKVf32AVX2_shape1
+	JE   stateKVf32AVX2_shape_1
 	CMPQ CX, $0x00000002
-	JE   stateKVf32AVX2_shape2
+	JE   stateKVf32AVX2_shape_2
 	CMPQ CX, $0x00000003
-	JE   stateKVf32AVX2_shape3
-	JMP  stateKVf32AVX2_shape4
+	JE   stateKVf32AVX2_shape_3
+	JMP  stateKVf32AVX2_shape_4
 
-stateKVf32AVX2_narrow1:
+stateKVf32AVX2_narrow_1:
 	MOVQ AX, 24(SP)
 	CMPQ AX, $0x00000001
-	JE   stateKVf32AVX2_shape5
+	JE   stateKVf32AVX2_shape_5
 	CMPQ AX, $0x00000002
-	JE   stateKVf32AVX2_shape6
+	JE   stateKVf32AVX2_shape_6
 	CMPQ AX, $0x00000003
-	JE   stateKVf32AVX2_shape7
+	JE   stateKVf32AVX2_shape_7
 	CMPQ AX, $0x00000004
-	JE   stateKVf32AVX2_shape8
+	JE   stateKVf32AVX2_shape_8
 	CMPQ AX, $0x00000005
-	JE   stateKVf32AVX2_shape9
+	JE   stateKVf32AVX2_shape_9
 	CMPQ AX, $0x00000006
-	JE   stateKVf32AVX2_shape10
-	JMP  stateKVf32AVX2_shape11
+	JE   stateKVf32AVX2_shape_10
+	JMP  stateKVf32AVX2_shape_11
 
-stateKVf32AVX2_shape1:
+stateKVf32AVX2_shape_1:
 	// Block of 8 columns (rows in work of 32 bytes): pass 0 loads it, with token 0's read.
 	MOVQ   K+0(FP), AX
 	MOVQ   16(SP), CX
@@ -14289,7 +14289,7 @@ stateKVf32AVX2_shape1:
 	MOVQ   (SP), R8
 	XORQ   R9, R9
 
-stateKVf32AVX2_pass01:
+stateKVf32AVX2_pass0_1:
 	VBROADCASTSS (SI)(R9*4), Y2
 	VBROADCASTSS (DI)(R9*4), Y3
 	VMOVUPS      (DX), Y4
@@ -14300,7 +14300,7 @@ stateKVf32AVX2_pass01:
 	ADDQ         $0x00000020, R8
 	INCQ         R9
 	CMPQ         R9, AX
-	JB           stateKVf32AVX2_pass01
+	JB           stateKVf32AVX2_pass0_1
 
 	// The tokens.
 	XORQ AX, AX
@@ -14316,7 +14316,7 @@ stateKVf32AVX2_pass01:
 	LEAQ (AX)(CX*4), AX
 	MOVQ AX, 80(SP)
 
-stateKVf32AVX2_token1:
+stateKVf32AVX2_token_1:
 	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
 	MOVQ 40(SP), AX
 	MOVQ K+0(FP), CX
@@ -14324,10 +14324,10 @@ stateKVf32AVX2_token1:
 	MOVQ tok_len+176(FP), DX
 	SHRQ $0x02, DX
 	CMPQ AX, DX
-	JB   stateKVf32AVX2_notlast1
+	JB   stateKVf32AVX2_notlast_1
 	DECQ AX
 
-stateKVf32AVX2_notlast1:
+stateKVf32AVX2_notlast_1:
 	IMULQ    CX, AX
 	MOVQ     kh_base+64(FP), CX
 	LEAQ     (CX)(AX*4), CX
@@ -14338,7 +14338,7 @@ stateKVf32AVX2_notlast1:
 	MOVQ     88(SP), AX
 	VMOVSS   (AX), X2
 	VUCOMISS nearone<>+0(SB), X2
-	JCS      stateKVf32AVX2_far1
+	JCS      stateKVf32AVX2_far_1
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
@@ -14371,14 +14371,14 @@ stateKVf32AVX2_notlast1:
 	MOVQ  stores_base+40(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
-	JZ    stateKVf32AVX2_nostore1
+	JZ    stateKVf32AVX2_nostore_1
 	LEAQ  (R9)(R8*4), R9
 
-stateKVf32AVX2_nostore1:
+stateKVf32AVX2_nostore_1:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
 
-stateKVf32AVX2_rows1:
+stateKVf32AVX2_rows_1:
 	VBROADCASTSS (BX)(CX*4), Y3
 	VBROADCASTSS (SI)(CX*4), Y4
 	VBROADCASTSS (DI)(CX*4), Y5
@@ -14389,19 +14389,19 @@ stateKVf32AVX2_rows1:
 	VFMADD231PS  Y6, Y4, Y0
 	VFMADD231PS  Y6, Y5, Y1
 	TESTQ        R9, R9
-	JZ           stateKVf32AVX2_nostorerow1
+	JZ           stateKVf32AVX2_nostorerow_1
 	VMOVUPS      (AX), Y3
 	VMOVUPS      Y3, (R9)
 	ADDQ         R8, R9
 
-stateKVf32AVX2_nostorerow1:
+stateKVf32AVX2_nostorerow_1:
 	ADDQ $0x00000020, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVf32AVX2_rows1
-	JMP  stateKVf32AVX2_tokdone1
+	JB   stateKVf32AVX2_rows_1
+	JMP  stateKVf32AVX2_tokdone_1
 
-stateKVf32AVX2_far1:
+stateKVf32AVX2_far_1:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	MOVQ         88(SP), AX
@@ -14433,14 +14433,14 @@ stateKVf32AVX2_far1:
 	MOVQ  stores_base+40(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
-	JZ    stateKVf32AVX2_nostore2
+	JZ    stateKVf32AVX2_nostore_2
 	LEAQ  (R9)(R8*4), R9
 
-stateKVf32AVX2_nostore2:
+stateKVf32AVX2_nostore_2:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
 
-stateKVf32AVX2_rows2:
+stateKVf32AVX2_rows_2:
 	VBROADCASTSS (BX)(CX*4), Y3
 	VBROADCASTSS (SI)(CX*4), Y4
 	VBROADCASTSS (DI)(CX*4), Y5
@@ -14451,18 +14451,18 @@ stateKVf32AVX2_rows2:
 	VFMADD231PS  Y6, Y4, Y0
 	VFMADD231PS  Y6, Y5, Y1
 	TESTQ        R9, R9
-	JZ           stateKVf32AVX2_nostorerow2
+	JZ           stateKVf32AVX2_nostorerow_2
 	VMOVUPS      (AX), Y3
 	VMOVUPS      Y3, (R9)
 	ADDQ         R8, R9
 
-stateKVf32AVX2_nostorerow2:
+stateKVf32AVX2_nostorerow_2:
 	ADDQ $0x00000020, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVf32AVX2_rows2
+	JB   stateKVf32AVX2_rows_2
 
-stateKVf32AVX2_tokdone1:
+stateKVf32AVX2_tokdone_1:
 	MOVQ 56(SP), AX
 	MOVQ AX, 48(SP)
 	ADDQ $0x10, 88(SP)
@@ -14478,13 +14478,13 @@ stateKVf32AVX2_tokdone1:
 	MOVQ tok_len+176(FP), AX
 	SHRQ $0x02, AX
 	CMPQ CX, AX
-	JB   stateKVf32AVX2_token1
+	JB   stateKVf32AVX2_token_1
 	MOVQ 24(SP), AX
 	ADDQ AX, 16(SP)
 	SUBQ AX, 8(SP)
-	JMP  stateKVf32AVX2_blocks1
+	JMP  stateKVf32AVX2_blocks_1
 
-stateKVf32AVX2_shape2:
+stateKVf32AVX2_shape_2:
 	// Block of 16 columns (rows in work of 64 bytes): pass 0 loads it, with token 0's read.
 	MOVQ   K+0(FP), AX
 	MOVQ   16(SP), CX
@@ -14501,7 +14501,7 @@ stateKVf32AVX2_shape2:
 	MOVQ   (SP), R8
 	XORQ   R9, R9
 
-stateKVf32AVX2_pass02:
+stateKVf32AVX2_pass0_2:
 	VBROADCASTSS (SI)(R9*4), Y4
 	VBROADCASTSS (DI)(R9*4), Y5
 	VMOVUPS      (DX), Y6
@@ -14516,7 +14516,7 @@ stateKVf32AVX2_pass02:
 	ADDQ         $0x00000040, R8
 	INCQ         R9
 	CMPQ         R9, AX
-	JB           stateKVf32AVX2_pass02
+	JB           stateKVf32AVX2_pass0_2
 
 	// The tokens.
 	XORQ AX, AX
@@ -14532,7 +14532,7 @@ stateKVf32AVX2_pass02:
 	LEAQ (AX)(CX*4), AX
 	MOVQ AX, 80(SP)
 
-stateKVf32AVX2_token2:
+stateKVf32AVX2_token_2:
 	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
 	MOVQ 40(SP), AX
 	MOVQ K+0(FP), CX
@@ -14540,10 +14540,10 @@ stateKVf32AVX2_token2:
 	MOVQ tok_len+176(FP), DX
 	SHRQ $0x02, DX
 	CMPQ AX, DX
-	JB   stateKVf32AVX2_notlast2
+	JB   stateKVf32AVX2_notlast_2
 	DECQ AX
 
-stateKVf32AVX2_notlast2:
+stateKVf32AVX2_notlast_2:
 	IMULQ    CX, AX
 	MOVQ     kh_base+64(FP), CX
 	LEAQ     (CX)(AX*4), CX
@@ -14554,7 +14554,7 @@ stateKVf32AVX2_notlast2:
 	MOVQ     88(SP), AX
 	VMOVSS   (AX), X4
 	VUCOMISS nearone<>+0(SB), X4
-	JCS      stateKVf32AVX2_far2
+	JCS      stateKVf32AVX2_far_2
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
@@ -14597,14 +14597,14 @@ stateKVf32AVX2_notlast2:
 	MOVQ  stores_base+40(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
-	JZ    stateKVf32AVX2_nostore3
+	JZ    stateKVf32AVX2_nostore_3
 	LEAQ  (R9)(R8*4), R9
 
-stateKVf32AVX2_nostore3:
+stateKVf32AVX2_nostore_3:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
 
-stateKVf32AVX2_rows3:
+stateKVf32AVX2_rows_3:
 	VBROADCASTSS (BX)(CX*4), Y5
 	VBROADCASTSS (SI)(CX*4), Y6
 	VBROADCASTSS (DI)(CX*4), Y7
@@ -14621,21 +14621,21 @@ stateKVf32AVX2_rows3:
 	VFMADD231PS  Y8, Y6, Y2
 	VFMADD231PS  Y8, Y7, Y3
 	TESTQ        R9, R9
-	JZ           stateKVf32AVX2_nostorerow3
+	JZ           stateKVf32AVX2_nostorerow_3
 	VMOVUPS      (AX), Y5
 	VMOVUPS      Y5, (R9)
 	VMOVUPS      32(AX), Y5
 	VMOVUPS      Y5, 32(R9)
 	ADDQ         R8, R9
 
-stateKVf32AVX2_nostorerow3:
+stateKVf32AVX2_nostorerow_3:
 	ADDQ $0x00000040, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVf32AVX2_rows3
-	JMP  stateKVf32AVX2_tokdone2
+	JB   stateKVf32AVX2_rows_3
+	JMP  stateKVf32AVX2_tokdone_2
 
-stateKVf32AVX2_far2:
+stateKVf32AVX2_far_2:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	MOVQ         88(SP), AX
@@ -14677,14 +14677,14 @@ stateKVf32AVX2_far2:
 	MOVQ  stores_base+40(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
-	JZ    stateKVf32AVX2_nostore4
+	JZ    stateKVf32AVX2_nostore_4
 	LEAQ  (R9)(R8*4), R9
 
-stateKVf32AVX2_nostore4:
+stateKVf32AVX2_nostore_4:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
 
-stateKVf32AVX2_rows4:
+stateKVf32AVX2_rows_4:
 	VBROADCASTSS (BX)(CX*4), Y5
 	VBROADCASTSS (SI)(CX*4), Y6
 	VBROADCASTSS (DI)(CX*4), Y7
@@ -14701,20 +14701,20 @@ stateKVf32AVX2_rows4:
 	VFMADD231PS  Y8, Y6, Y2
 	VFMADD231PS  Y8, Y7, Y3
 	TESTQ        R9, R9
-	JZ           stateKVf32AVX2_nostorerow4
+	JZ           stateKVf32AVX2_nostorerow_4
 	VMOVUPS      (AX), Y5
 	VMOVUPS      Y5, (R9)
 	VMOVUPS      32(AX), Y5
 	VMOVUPS      Y5, 32(R9)
 	ADDQ         R8, R9
 
-stateKVf32AVX2_nostorerow4:
+stateKVf32AVX2_nostorerow_4:
 	ADDQ $0x00000040, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVf32AVX2_rows4
+	JB   stateKVf32AVX2_rows_4
 
-stateKVf32AVX2_tokdone2:
+stateKVf32AVX2_tokdone_2:
 	MOVQ 56(SP), AX
 	MOVQ AX, 48(SP)
 	ADDQ $0x10, 88(SP)
@@ -14730,13 +14730,13 @@ stateKVf32AVX2_tokdone2:
 	MOVQ tok_len+176(FP), AX
 	SHRQ $0x02, AX
 	CMPQ CX, AX
-	JB   stateKVf32AVX2_token2
+	JB   stateKVf32AVX2_token_2
 	MOVQ 24(SP), AX
 	ADDQ AX, 16(SP)
 	SUBQ AX, 8(SP)
-	JMP  stateKVf32AVX2_blocks1
+	JMP  stateKVf32AVX2_blocks_1
 
-stateKVf32AVX2_shape3:
+stateKVf32AVX2_shape_3:
 	// Block of 24 columns (rows in work of 96 bytes): pass 0 loads it, with token 0's read.
 	MOVQ   K+0(FP), AX
 	MOVQ   16(SP), CX
@@ -14755,7 +14755,7 @@ stateKVf32AVX2_shape3:
 	MOVQ   (SP), R8
 	XORQ   R9, R9
 
-stateKVf32AVX2_pass03:
+stateKVf32AVX2_pass0_3:
 	VBROADCASTSS (SI)(R9*4), Y6
 	VBROADCASTSS (DI)(R9*4), Y7
 	VMOVUPS      (DX), Y8
@@ -14774,7 +14774,7 @@ stateKVf32AVX2_pass03:
 	ADDQ         $0x00000060, R8
 	INCQ         R9
 	CMPQ         R9, AX
-	JB           stateKVf32AVX2_pass03
+	JB           stateKVf32AVX2_pass0_3
 
 	// The tokens.
 	XORQ AX, AX
@@ -14790,7 +14790,7 @@ stateKVf32AVX2_pass03:
 	LEAQ (AX)(CX*4), AX
 	MOVQ AX, 80(SP)
 
-stateKVf32AVX2_token3:
+stateKVf32AVX2_token_3:
 	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
 	MOVQ 40(SP), AX
 	MOVQ K+0(FP), CX
@@ -14798,10 +14798,10 @@ stateKVf32AVX2_token3:
 	MOVQ tok_len+176(FP), DX
 	SHRQ $0x02, DX
 	CMPQ AX, DX
-	JB   stateKVf32AVX2_notlast3
+	JB   stateKVf32AVX2_notlast_3
 	DECQ AX
 
-stateKVf32AVX2_notlast3:
+stateKVf32AVX2_notlast_3:
 	IMULQ    CX, AX
 	MOVQ     kh_base+64(FP), CX
 	LEAQ     (CX)(AX*4), CX
@@ -14812,7 +14812,7 @@ stateKVf32AVX2_notlast3:
 	MOVQ     88(SP), AX
 	VMOVSS   (AX), X6
 	VUCOMISS nearone<>+0(SB), X6
-	JCS      stateKVf32AVX2_far3
+	JCS      stateKVf32AVX2_far_3
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
@@ -14865,14 +14865,14 @@ stateKVf32AVX2_notlast3:
 	MOVQ  stores_base+40(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
-	JZ    stateKVf32AVX2_nostore5
+	JZ    stateKVf32AVX2_nostore_5
 	LEAQ  (R9)(R8*4), R9
 
-stateKVf32AVX2_nostore5:
+stateKVf32AVX2_nostore_5:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
 
-stateKVf32AVX2_rows5:
+stateKVf32AVX2_rows_5:
 	VBROADCASTSS (BX)(CX*4), Y7
 	VBROADCASTSS (SI)(CX*4), Y8
 	VBROADCASTSS (DI)(CX*4), Y9
@@ -14895,7 +14895,7 @@ stateKVf32AVX2_rows5:
 	VFMADD231PS  Y10, Y8, Y4
 	VFMADD231PS  Y10, Y9, Y5
 	TESTQ        R9, R9
-	JZ           stateKVf32AVX2_nostorerow5
+	JZ           stateKVf32AVX2_nostorerow_5
 	VMOVUPS      (AX), Y7
 	VMOVUPS      Y7, (R9)
 	VMOVUPS      32(AX), Y7
@@ -14904,14 +14904,14 @@ stateKVf32AVX2_rows5:
 	VMOVUPS      Y7, 64(R9)
 	ADDQ         R8, R9
 
-stateKVf32AVX2_nostorerow5:
+stateKVf32AVX2_nostorerow_5:
 	ADDQ $0x00000060, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVf32AVX2_rows5
-	JMP  stateKVf32AVX2_tokdone3
+	JB   stateKVf32AVX2_rows_5
+	JMP  stateKVf32AVX2_tokdone_3
 
-stateKVf32AVX2_far3:
+stateKVf32AVX2_far_3:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	MOVQ         88(SP), AX
@@ -14963,14 +14963,14 @@ stateKVf32AVX2_far3:
 	MOVQ  stores_base+40(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
-	JZ    stateKVf32AVX2_nostore6
+	JZ    stateKVf32AVX2_nostore_6
 	LEAQ  (R9)(R8*4), R9
 
-stateKVf32AVX2_nostore6:
+stateKVf32AVX2_nostore_6:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
 
-stateKVf32AVX2_rows6:
+stateKVf32AVX2_rows_6:
 	VBROADCASTSS (BX)(CX*4), Y7
 	VBROADCASTSS (SI)(CX*4), Y8
 	VBROADCASTSS (DI)(CX*4), Y9
@@ -14993,7 +14993,7 @@ stateKVf32AVX2_rows6:
 	VFMADD231PS  Y10, Y8, Y4
 	VFMADD231PS  Y10, Y9, Y5
 	TESTQ        R9, R9
-	JZ           stateKVf32AVX2_nostorerow6
+	JZ           stateKVf32AVX2_nostorerow_6
 	VMOVUPS      (AX), Y7
 	VMOVUPS      Y7, (R9)
 	VMOVUPS      32(AX), Y7
@@ -15002,13 +15002,13 @@ stateKVf32AVX2_rows6:
 	VMOVUPS      Y7, 64(R9)
 	ADDQ         R8, R9
 
-stateKVf32AVX2_nostorerow6:
+stateKVf32AVX2_nostorerow_6:
 	ADDQ $0x00000060, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVf32AVX2_rows6
+	JB   stateKVf32AVX2_rows_6
 
-stateKVf32AVX2_tokdone3:
+stateKVf32AVX2_tokdone_3:
 	MOVQ 56(SP), AX
 	MOVQ AX, 48(SP)
 	ADDQ $0x10, 88(SP)
@@ -15024,13 +15024,13 @@ stateKVf32AVX2_tokdone3:
 	MOVQ tok_len+176(FP), AX
 	SHRQ $0x02, AX
 	CMPQ CX, AX
-	JB   stateKVf32AVX2_token3
+	JB   stateKVf32AVX2_token_3
 	MOVQ 24(SP), AX
 	ADDQ AX, 16(SP)
 	SUBQ AX, 8(SP)
-	JMP  stateKVf32AVX2_blocks1
+	JMP  stateKVf32AVX2_blocks_1
 
-stateKVf32AVX2_shape4:
+stateKVf32AVX2_shape_4:
 	// Block of 32 columns (rows in work of 128 bytes): pass 0 loads it, with token 0's read.
 	MOVQ   K+0(FP), AX
 	MOVQ   16(SP), CX
@@ -15051,7 +15051,7 @@ stateKVf32AVX2_shape4:
 	MOVQ   (SP), R8
 	XORQ   R9, R9
 
-stateKVf32AVX2_pass04:
+stateKVf32AVX2_pass0_4:
 	VBROADCASTSS (SI)(R9*4), Y8
 	VBROADCASTSS (DI)(R9*4), Y9
 	VMOVUPS      (DX), Y10
@@ -15074,7 +15074,7 @@ stateKVf32AVX2_pass04:
 	ADDQ         $0x00000080, R8
 	INCQ         R9
 	CMPQ         R9, AX
-	JB           stateKVf32AVX2_pass04
+	JB           stateKVf32AVX2_pass0_4
 
 	// The tokens.
 	XORQ AX, AX
@@ -15090,7 +15090,7 @@ stateKVf32AVX2_pass04:
 	LEAQ (AX)(CX*4), AX
 	MOVQ AX, 80(SP)
 
-stateKVf32AVX2_token4:
+stateKVf32AVX2_token_4:
 	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
 	MOVQ 40(SP), AX
 	MOVQ K+0(FP), CX
@@ -15098,10 +15098,10 @@ stateKVf32AVX2_token4:
 	MOVQ tok_len+176(FP), DX
 	SHRQ $0x02, DX
 	CMPQ AX, DX
-	JB   stateKVf32AVX2_notlast4
+	JB   stateKVf32AVX2_notlast_4
 	DECQ AX
 
-stateKVf32AVX2_notlast4:
+stateKVf32AVX2_notlast_4:
 	IMULQ    CX, AX
 	MOVQ     kh_base+64(FP), CX
 	LEAQ     (CX)(AX*4), CX
@@ -15112,7 +15112,7 @@ stateKVf32AVX2_notlast4:
 	MOVQ     88(SP), AX
 	VMOVSS   (AX), X8
 	VUCOMISS nearone<>+0(SB), X8
-	JCS      stateKVf32AVX2_far4
+	JCS      stateKVf32AVX2_far_4
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
@@ -15175,14 +15175,14 @@ stateKVf32AVX2_notlast4:
 	MOVQ  stores_base+40(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
-	JZ    stateKVf32AVX2_nostore7
+	JZ    stateKVf32AVX2_nostore_7
 	LEAQ  (R9)(R8*4), R9
 
-stateKVf32AVX2_nostore7:
+stateKVf32AVX2_nostore_7:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
 
-stateKVf32AVX2_rows7:
+stateKVf32AVX2_rows_7:
 	VBROADCASTSS (BX)(CX*4), Y9
 	VBROADCASTSS (SI)(CX*4), Y10
 	VBROADCASTSS (DI)(CX*4), Y11
@@ -15211,7 +15211,7 @@ stateKVf32AVX2_rows7:
 	VFMADD231PS  Y12, Y10, Y6
 	VFMADD231PS  Y12, Y11, Y7
 	TESTQ        R9, R9
-	JZ           stateKVf32AVX2_nostorerow7
+	JZ           stateKVf32AVX2_nostorerow_7
 	VMOVUPS      (AX), Y9
 	VMOVUPS      Y9, (R9)
 	VMOVUPS      32(AX), Y9
@@ -15222,14 +15222,14 @@ stateKVf32AVX2_rows7:
 	VMOVUPS      Y9, 96(R9)
 	ADDQ         R8, R9
 
-stateKVf32AVX2_nostorerow7:
+stateKVf32AVX2_nostorerow_7:
 	ADDQ $0x00000080, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVf32AVX2_rows7
-	JMP  stateKVf32AVX2_tokdone4
+	JB   stateKVf32AVX2_rows_7
+	JMP  stateKVf32AVX2_tokdone_4
 
-stateKVf32AVX2_far4:
+stateKVf32AVX2_far_4:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	MOVQ         88(SP), AX
@@ -15291,14 +15291,14 @@ stateKVf32AVX2_far4:
 	MOVQ  stores_base+40(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
-	JZ    stateKVf32AVX2_nostore8
+	JZ    stateKVf32AVX2_nostore_8
 	LEAQ  (R9)(R8*4), R9
 
-stateKVf32AVX2_nostore8:
+stateKVf32AVX2_nostore_8:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
 
-stateKVf32AVX2_rows8:
+stateKVf32AVX2_rows_8:
 	VBROADCASTSS (BX)(CX*4), Y9
 	VBROADCASTSS (SI)(CX*4), Y10
 	VBROADCASTSS (DI)(CX*4), Y11
@@ -15327,7 +15327,7 @@ stateKVf32AVX2_rows8:
 	VFMADD231PS  Y12, Y10, Y6
 	VFMADD231PS  Y12, Y11, Y7
 	TESTQ        R9, R9
-	JZ           stateKVf32AVX2_nostorerow8
+	JZ           stateKVf32AVX2_nostorerow_8
 	VMOVUPS      (AX), Y9
 	VMOVUPS      Y9, (R9)
 	VMOVUPS      32(AX), Y9
@@ -15338,13 +15338,13 @@ stateKVf32AVX2_rows8:
 	VMOVUPS      Y9, 96(R9)
 	ADDQ         R8, R9
 
-stateKVf32AVX2_nostorerow8:
+stateKVf32AVX2_nostorerow_8:
 	ADDQ $0x00000080, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVf32AVX2_rows8
+	JB   stateKVf32AVX2_rows_8
 
-stateKVf32AVX2_tokdone4:
+stateKVf32AVX2_tokdone_4:
 	MOVQ 56(SP), AX
 	MOVQ AX, 48(SP)
 	ADDQ $0x10, 88(SP)
@@ -15360,13 +15360,13 @@ stateKVf32AVX2_tokdone4:
 	MOVQ tok_len+176(FP), AX
 	SHRQ $0x02, AX
 	CMPQ CX, AX
-	JB   stateKVf32AVX2_token4
+	JB   stateKVf32AVX2_token_4
 	MOVQ 24(SP), AX
 	ADDQ AX, 16(SP)
 	SUBQ AX, 8(SP)
-	JMP  stateKVf32AVX2_blocks1
+	JMP  stateKVf32AVX2_blocks_1
 
-stateKVf32AVX2_shape5:
+stateKVf32AVX2_shape_5:
 	// Block of 1 columns (rows in work of 32 bytes): pass 0 loads it, with token 0's read.
 	MOVQ   K+0(FP), AX
 	MOVQ   16(SP), CX
@@ -15381,7 +15381,7 @@ stateKVf32AVX2_shape5:
 	MOVQ   (SP), R8
 	XORQ   R9, R9
 
-stateKVf32AVX2_pass05:
+stateKVf32AVX2_pass0_5:
 	VBROADCASTSS (SI)(R9*4), Y2
 	VBROADCASTSS (DI)(R9*4), Y3
 	VMOVSS       (DX), X4
@@ -15392,7 +15392,7 @@ stateKVf32AVX2_pass05:
 	ADDQ         $0x00000020, R8
 	INCQ         R9
 	CMPQ         R9, AX
-	JB           stateKVf32AVX2_pass05
+	JB           stateKVf32AVX2_pass0_5
 
 	// The tokens.
 	XORQ AX, AX
@@ -15408,7 +15408,7 @@ stateKVf32AVX2_pass05:
 	LEAQ (AX)(CX*4), AX
 	MOVQ AX, 80(SP)
 
-stateKVf32AVX2_token5:
+stateKVf32AVX2_token_5:
 	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
 	MOVQ 40(SP), AX
 	MOVQ K+0(FP), CX
@@ -15416,10 +15416,10 @@ stateKVf32AVX2_token5:
 	MOVQ tok_len+176(FP), DX
 	SHRQ $0x02, DX
 	CMPQ AX, DX
-	JB   stateKVf32AVX2_notlast5
+	JB   stateKVf32AVX2_notlast_5
 	DECQ AX
 
-stateKVf32AVX2_notlast5:
+stateKVf32AVX2_notlast_5:
 	IMULQ    CX, AX
 	MOVQ     kh_base+64(FP), CX
 	LEAQ     (CX)(AX*4), CX
@@ -15430,7 +15430,7 @@ stateKVf32AVX2_notlast5:
 	MOVQ     88(SP), AX
 	VMOVSS   (AX), X2
 	VUCOMISS nearone<>+0(SB), X2
-	JCS      stateKVf32AVX2_far5
+	JCS      stateKVf32AVX2_far_5
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
@@ -15463,14 +15463,14 @@ stateKVf32AVX2_notlast5:
 	MOVQ  stores_base+40(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
-	JZ    stateKVf32AVX2_nostore9
+	JZ    stateKVf32AVX2_nostore_9
 	LEAQ  (R9)(R8*4), R9
 
-stateKVf32AVX2_nostore9:
+stateKVf32AVX2_nostore_9:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
 
-stateKVf32AVX2_rows9:
+stateKVf32AVX2_rows_9:
 	VBROADCASTSS (BX)(CX*4), Y3
 	VBROADCASTSS (SI)(CX*4), Y4
 	VBROADCASTSS (DI)(CX*4), Y5
@@ -15481,19 +15481,19 @@ stateKVf32AVX2_rows9:
 	VFMADD231SS  X6, X4, X0
 	VFMADD231SS  X6, X5, X1
 	TESTQ        R9, R9
-	JZ           stateKVf32AVX2_nostorerow9
+	JZ           stateKVf32AVX2_nostorerow_9
 	VMOVSS       (AX), X3
 	VMOVSS       X3, (R9)
 	ADDQ         R8, R9
 
-stateKVf32AVX2_nostorerow9:
+stateKVf32AVX2_nostorerow_9:
 	ADDQ $0x00000020, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVf32AVX2_rows9
-	JMP  stateKVf32AVX2_tokdone5
+	JB   stateKVf32AVX2_rows_9
+	JMP  stateKVf32AVX2_tokdone_5
 
-stateKVf32AVX2_far5:
+stateKVf32AVX2_far_5:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	MOVQ         88(SP), AX
@@ -15525,14 +15525,14 @@ stateKVf32AVX2_far5:
 	MOVQ  stores_base+40(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
-	JZ    stateKVf32AVX2_nostore10
+	JZ    stateKVf32AVX2_nostore_10
 	LEAQ  (R9)(R8*4), R9
 
-stateKVf32AVX2_nostore10:
+stateKVf32AVX2_nostore_10:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
 
-stateKVf32AVX2_rows10:
+stateKVf32AVX2_rows_10:
 	VBROADCASTSS (BX)(CX*4), Y3
 	VBROADCASTSS (SI)(CX*4), Y4
 	VBROADCASTSS (DI)(CX*4), Y5
@@ -15543,18 +15543,18 @@ stateKVf32AVX2_rows10:
 	VFMADD231SS  X6, X4, X0
 	VFMADD231SS  X6, X5, X1
 	TESTQ        R9, R9
-	JZ           stateKVf32AVX2_nostorerow10
+	JZ           stateKVf32AVX2_nostorerow_10
 	VMOVSS       (AX), X3
 	VMOVSS       X3, (R9)
 	ADDQ         R8, R9
 
-stateKVf32AVX2_nostorerow10:
+stateKVf32AVX2_nostorerow_10:
 	ADDQ $0x00000020, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVf32AVX2_rows10
+	JB   stateKVf32AVX2_rows_10
 
-stateKVf32AVX2_tokdone5:
+stateKVf32AVX2_tokdone_5:
 	MOVQ 56(SP), AX
 	MOVQ AX, 48(SP)
 	ADDQ $0x10, 88(SP)
@@ -15570,13 +15570,13 @@ stateKVf32AVX2_tokdone5:
 	MOVQ tok_len+176(FP), AX
 	SHRQ $0x02, AX
 	CMPQ CX, AX
-	JB   stateKVf32AVX2_token5
+	JB   stateKVf32AVX2_token_5
 	MOVQ 24(SP), AX
 	ADDQ AX, 16(SP)
 	SUBQ AX, 8(SP)
-	JMP  stateKVf32AVX2_blocks1
+	JMP  stateKVf32AVX2_blocks_1
 
-stateKVf32AVX2_shape6:
+stateKVf32AVX2_shape_6:
 	// Block of 2 columns (rows in work of 32 bytes): pass 0 loads it, with token 0's read.
 	MOVQ   K+0(FP), AX
 	MOVQ   16(SP), CX
@@ -15593,7 +15593,7 @@ stateKVf32AVX2_shape6:
 	MOVQ   (SP), R8
 	XORQ   R9, R9
 
-stateKVf32AVX2_pass06:
+stateKVf32AVX2_pass0_6:
 	VBROADCASTSS (SI)(R9*4), Y4
 	VBROADCASTSS (DI)(R9*4), Y5
 	VMOVSS       (DX), X6
@@ -15608,7 +15608,7 @@ stateKVf32AVX2_pass06:
 	ADDQ         $0x00000020, R8
 	INCQ         R9
 	CMPQ         R9, AX
-	JB           stateKVf32AVX2_pass06
+	JB           stateKVf32AVX2_pass0_6
 
 	// The tokens.
 	XORQ AX, AX
@@ -15624,7 +15624,7 @@ stateKVf32AVX2_pass06:
 	LEAQ (AX)(CX*4), AX
 	MOVQ AX, 80(SP)
 
-stateKVf32AVX2_token6:
+stateKVf32AVX2_token_6:
 	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
 	MOVQ 40(SP), AX
 	MOVQ K+0(FP), CX
@@ -15632,10 +15632,10 @@ stateKVf32AVX2_token6:
 	MOVQ tok_len+176(FP), DX
 	SHRQ $0x02, DX
 	CMPQ AX, DX
-	JB   stateKVf32AVX2_notlast6
+	JB   stateKVf32AVX2_notlast_6
 	DECQ AX
 
-stateKVf32AVX2_notlast6:
+stateKVf32AVX2_notlast_6:
 	IMULQ    CX, AX
 	MOVQ     kh_base+64(FP), CX
 	LEAQ     (CX)(AX*4), CX
@@ -15646,7 +15646,7 @@ stateKVf32AVX2_notlast6:
 	MOVQ     88(SP), AX
 	VMOVSS   (AX), X4
 	VUCOMISS nearone<>+0(SB), X4
-	JCS      stateKVf32AVX2_far6
+	JCS      stateKVf32AVX2_far_6
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
@@ -15689,14 +15689,14 @@ stateKVf32AVX2_notlast6:
 	MOVQ  stores_base+40(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
-	JZ    stateKVf32AVX2_nostore11
+	JZ    stateKVf32AVX2_nostore_11
 	LEAQ  (R9)(R8*4), R9
 
-stateKVf32AVX2_nostore11:
+stateKVf32AVX2_nostore_11:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
 
-stateKVf32AVX2_rows11:
+stateKVf32AVX2_rows_11:
 	VBROADCASTSS (BX)(CX*4), Y5
 	VBROADCASTSS (SI)(CX*4), Y6
 	VBROADCASTSS (DI)(CX*4), Y7
@@ -15713,21 +15713,21 @@ stateKVf32AVX2_rows11:
 	VFMADD231SS  X8, X6, X2
 	VFMADD231SS  X8, X7, X3
 	TESTQ        R9, R9
-	JZ           stateKVf32AVX2_nostorerow11
+	JZ           stateKVf32AVX2_nostorerow_11
 	VMOVSS       (AX), X5
 	VMOVSS       X5, (R9)
 	VMOVSS       4(AX), X5
 	VMOVSS       X5, 4(R9)
 	ADDQ         R8, R9
 
-stateKVf32AVX2_nostorerow11:
+stateKVf32AVX2_nostorerow_11:
 	ADDQ $0x00000020, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVf32AVX2_rows11
-	JMP  stateKVf32AVX2_tokdone6
+	JB   stateKVf32AVX2_rows_11
+	JMP  stateKVf32AVX2_tokdone_6
 
-stateKVf32AVX2_far6:
+stateKVf32AVX2_far_6:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	MOVQ         88(SP), AX
@@ -15769,14 +15769,14 @@ stateKVf32AVX2_far6:
 	MOVQ  stores_base+40(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
-	JZ    stateKVf32AVX2_nostore12
+	JZ    stateKVf32AVX2_nostore_12
 	LEAQ  (R9)(R8*4), R9
 
-stateKVf32AVX2_nostore12:
+stateKVf32AVX2_nostore_12:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
 
-stateKVf32AVX2_rows12:
+stateKVf32AVX2_rows_12:
 	VBROADCASTSS (BX)(CX*4), Y5
 	VBROADCASTSS (SI)(CX*4), Y6
 	VBROADCASTSS (DI)(CX*4), Y7
@@ -15793,20 +15793,20 @@ stateKVf32AVX2_rows12:
 	VFMADD231SS  X8, X6, X2
 	VFMADD231SS  X8, X7, X3
 	TESTQ        R9, R9
-	JZ           stateKVf32AVX2_nostorerow12
+	JZ           stateKVf32AVX2_nostorerow_12
 	VMOVSS       (AX), X5
 	VMOVSS       X5, (R9)
 	VMOVSS       4(AX), X5
 	VMOVSS       X5, 4(R9)
 	ADDQ         R8, R9
 
-stateKVf32AVX2_nostorerow12:
+stateKVf32AVX2_nostorerow_12:
 	ADDQ $0x00000020, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVf32AVX2_rows12
+	JB   stateKVf32AVX2_rows_12
 
-stateKVf32AVX2_tokdone6:
+stateKVf32AVX2_tokdone_6:
 	MOVQ 56(SP), AX
 	MOVQ AX, 48(SP)
 	ADDQ $0x10, 88(SP)
@@ -15822,13 +15822,13 @@ stateKVf32AVX2_tokdone6:
 	MOVQ tok_len+176(FP), AX
 	SHRQ $0x02, AX
 	CMPQ CX, AX
-	JB   stateKVf32AVX2_token6
+	JB   stateKVf32AVX2_token_6
 	MOVQ 24(SP), AX
 	ADDQ AX, 16(SP)
 	SUBQ AX, 8(SP)
-	JMP  stateKVf32AVX2_blocks1
+	JMP  stateKVf32AVX2_blocks_1
 
-stateKVf32AVX2_shape7:
+stateKVf32AVX2_shape_7:
 	// Block of 3 columns (rows in work of 32 bytes): pass 0 loads it, with token 0's read.
 	MOVQ   K+0(FP), AX
 	MOVQ   16(SP), CX
@@ -15847,7 +15847,7 @@ stateKVf32AVX2_shape7:
 	MOVQ   (SP), R8
 	XORQ   R9, R9
 
-stateKVf32AVX2_pass07:
+stateKVf32AVX2_pass0_7:
 	VBROADCASTSS (SI)(R9*4), Y6
 	VBROADCASTSS (DI)(R9*4), Y7
 	VMOVSS       (DX), X8
@@ -15866,7 +15866,7 @@ stateKVf32AVX2_pass07:
 	ADDQ         $0x00000020, R8
 	INCQ         R9
 	CMPQ         R9, AX
-	JB           stateKVf32AVX2_pass07
+	JB           stateKVf32AVX2_pass0_7
 
 	// The tokens.
 	XORQ AX, AX
@@ -15882,7 +15882,7 @@ stateKVf32AVX2_pass07:
 	LEAQ (AX)(CX*4), AX
 	MOVQ AX, 80(SP)
 
-stateKVf32AVX2_token7:
+stateKVf32AVX2_token_7:
 	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
 	MOVQ 40(SP), AX
 	MOVQ K+0(FP), CX
@@ -15890,10 +15890,10 @@ stateKVf32AVX2_token7:
 	MOVQ tok_len+176(FP), DX
 	SHRQ $0x02, DX
 	CMPQ AX, DX
-	JB   stateKVf32AVX2_notlast7
+	JB   stateKVf32AVX2_notlast_7
 	DECQ AX
 
-stateKVf32AVX2_notlast7:
+stateKVf32AVX2_notlast_7:
 	IMULQ    CX, AX
 	MOVQ     kh_base+64(FP), CX
 	LEAQ     (CX)(AX*4), CX
@@ -15904,7 +15904,7 @@ stateKVf32AVX2_notlast7:
 	MOVQ     88(SP), AX
 	VMOVSS   (AX), X6
 	VUCOMISS nearone<>+0(SB), X6
-	JCS      stateKVf32AVX2_far7
+	JCS      stateKVf32AVX2_far_7
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
@@ -15957,14 +15957,14 @@ stateKVf32AVX2_notlast7:
 	MOVQ  stores_base+40(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
-	JZ    stateKVf32AVX2_nostore13
+	JZ    stateKVf32AVX2_nostore_13
 	LEAQ  (R9)(R8*4), R9
 
-stateKVf32AVX2_nostore13:
+stateKVf32AVX2_nostore_13:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
 
-stateKVf32AVX2_rows13:
+stateKVf32AVX2_rows_13:
 	VBROADCASTSS (BX)(CX*4), Y7
 	VBROADCASTSS (SI)(CX*4), Y8
 	VBROADCASTSS (DI)(CX*4), Y9
@@ -15987,7 +15987,7 @@ stateKVf32AVX2_rows13:
 	VFMADD231SS  X10, X8, X4
 	VFMADD231SS  X10, X9, X5
 	TESTQ        R9, R9
-	JZ           stateKVf32AVX2_nostorerow13
+	JZ           stateKVf32AVX2_nostorerow_13
 	VMOVSS       (AX), X7
 	VMOVSS       X7, (R9)
 	VMOVSS       4(AX), X7
@@ -15996,14 +15996,14 @@ stateKVf32AVX2_rows13:
 	VMOVSS       X7, 8(R9)
 	ADDQ         R8, R9
 
-stateKVf32AVX2_nostorerow13:
+stateKVf32AVX2_nostorerow_13:
 	ADDQ $0x00000020, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVf32AVX2_rows13
-	JMP  stateKVf32AVX2_tokdone7
+	JB   stateKVf32AVX2_rows_13
+	JMP  stateKVf32AVX2_tokdone_7
 
-stateKVf32AVX2_far7:
+stateKVf32AVX2_far_7:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	MOVQ         88(SP), AX
@@ -16055,14 +16055,14 @@ stateKVf32AVX2_far7:
 	MOVQ  stores_base+40(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
-	JZ    stateKVf32AVX2_nostore14
+	JZ    stateKVf32AVX2_nostore_14
 	LEAQ  (R9)(R8*4), R9
 
-stateKVf32AVX2_nostore14:
+stateKVf32AVX2_nostore_14:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
 
-stateKVf32AVX2_rows14:
+stateKVf32AVX2_rows_14:
 	VBROADCASTSS (BX)(CX*4), Y7
 	VBROADCASTSS (SI)(CX*4), Y8
 	VBROADCASTSS (DI)(CX*4), Y9
@@ -16085,7 +16085,7 @@ stateKVf32AVX2_rows14:
 	VFMADD231SS  X10, X8, X4
 	VFMADD231SS  X10, X9, X5
 	TESTQ        R9, R9
-	JZ           stateKVf32AVX2_nostorerow14
+	JZ           stateKVf32AVX2_nostorerow_14
 	VMOVSS       (AX), X7
 	VMOVSS       X7, (R9)
 	VMOVSS       4(AX), X7
@@ -16094,13 +16094,13 @@ stateKVf32AVX2_rows14:
 	VMOVSS       X7, 8(R9)
 	ADDQ         R8, R9
 
-stateKVf32AVX2_nostorerow14:
+stateKVf32AVX2_nostorerow_14:
 	ADDQ $0x00000020, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVf32AVX2_rows14
+	JB   stateKVf32AVX2_rows_14
 
-stateKVf32AVX2_tokdone7:
+stateKVf32AVX2_tokdone_7:
 	MOVQ 56(SP), AX
 	MOVQ AX, 48(SP)
 	ADDQ $0x10, 88(SP)
@@ -16116,13 +16116,13 @@ stateKVf32AVX2_tokdone7:
 	MOVQ tok_len+176(FP), AX
 	SHRQ $0x02, AX
 	CMPQ CX, AX
-	JB   stateKVf32AVX2_token7
+	JB   stateKVf32AVX2_token_7
 	MOVQ 24(SP), AX
 	ADDQ AX, 16(SP)
 	SUBQ AX, 8(SP)
-	JMP  stateKVf32AVX2_blocks1
+	JMP  stateKVf32AVX2_blocks_1
 
-stateKVf32AVX2_shape8:
+stateKVf32AVX2_shape_8:
 	// Block of 4 columns (rows in work of 32 bytes): pass 0 loads it, with token 0's read.
 	MOVQ   K+0(FP), AX
 	MOVQ   16(SP), CX
@@ -16137,7 +16137,7 @@ stateKVf32AVX2_shape8:
 	MOVQ   (SP), R8
 	XORQ   R9, R9
 
-stateKVf32AVX2_pass08:
+stateKVf32AVX2_pass0_8:
 	VBROADCASTSS (SI)(R9*4), Y2
 	VBROADCASTSS (DI)(R9*4), Y3
 	VMOVUPS      (DX), X4
@@ -16148,7 +16148,7 @@ stateKVf32AVX2_pass08:
 	ADDQ         $0x00000020, R8
 	INCQ         R9
 	CMPQ         R9, AX
-	JB           stateKVf32AVX2_pass08
+	JB           stateKVf32AVX2_pass0_8
 
 	// The tokens.
 	XORQ AX, AX
@@ -16164,7 +16164,7 @@ stateKVf32AVX2_pass08:
 	LEAQ (AX)(CX*4), AX
 	MOVQ AX, 80(SP)
 
-stateKVf32AVX2_token8:
+stateKVf32AVX2_token_8:
 	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
 	MOVQ 40(SP), AX
 	MOVQ K+0(FP), CX
@@ -16172,10 +16172,10 @@ stateKVf32AVX2_token8:
 	MOVQ tok_len+176(FP), DX
 	SHRQ $0x02, DX
 	CMPQ AX, DX
-	JB   stateKVf32AVX2_notlast8
+	JB   stateKVf32AVX2_notlast_8
 	DECQ AX
 
-stateKVf32AVX2_notlast8:
+stateKVf32AVX2_notlast_8:
 	IMULQ    CX, AX
 	MOVQ     kh_base+64(FP), CX
 	LEAQ     (CX)(AX*4), CX
@@ -16186,7 +16186,7 @@ stateKVf32AVX2_notlast8:
 	MOVQ     88(SP), AX
 	VMOVSS   (AX), X2
 	VUCOMISS nearone<>+0(SB), X2
-	JCS      stateKVf32AVX2_far8
+	JCS      stateKVf32AVX2_far_8
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
@@ -16219,14 +16219,14 @@ stateKVf32AVX2_notlast8:
 	MOVQ  stores_base+40(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
-	JZ    stateKVf32AVX2_nostore15
+	JZ    stateKVf32AVX2_nostore_15
 	LEAQ  (R9)(R8*4), R9
 
-stateKVf32AVX2_nostore15:
+stateKVf32AVX2_nostore_15:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
 
-stateKVf32AVX2_rows15:
+stateKVf32AVX2_rows_15:
 	VBROADCASTSS (BX)(CX*4), Y3
 	VBROADCASTSS (SI)(CX*4), Y4
 	VBROADCASTSS (DI)(CX*4), Y5
@@ -16237,19 +16237,19 @@ stateKVf32AVX2_rows15:
 	VFMADD231PS  X6, X4, X0
 	VFMADD231PS  X6, X5, X1
 	TESTQ        R9, R9
-	JZ           stateKVf32AVX2_nostorerow15
+	JZ           stateKVf32AVX2_nostorerow_15
 	VMOVUPS      (AX), X3
 	VMOVUPS      X3, (R9)
 	ADDQ         R8, R9
 
-stateKVf32AVX2_nostorerow15:
+stateKVf32AVX2_nostorerow_15:
 	ADDQ $0x00000020, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVf32AVX2_rows15
-	JMP  stateKVf32AVX2_tokdone8
+	JB   stateKVf32AVX2_rows_15
+	JMP  stateKVf32AVX2_tokdone_8
 
-stateKVf32AVX2_far8:
+stateKVf32AVX2_far_8:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	MOVQ         88(SP), AX
@@ -16281,14 +16281,14 @@ stateKVf32AVX2_far8:
 	MOVQ  stores_base+40(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
-	JZ    stateKVf32AVX2_nostore16
+	JZ    stateKVf32AVX2_nostore_16
 	LEAQ  (R9)(R8*4), R9
 
-stateKVf32AVX2_nostore16:
+stateKVf32AVX2_nostore_16:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
 
-stateKVf32AVX2_rows16:
+stateKVf32AVX2_rows_16:
 	VBROADCASTSS (BX)(CX*4), Y3
 	VBROADCASTSS (SI)(CX*4), Y4
 	VBROADCASTSS (DI)(CX*4), Y5
@@ -16299,18 +16299,18 @@ stateKVf32AVX2_rows16:
 	VFMADD231PS  X6, X4, X0
 	VFMADD231PS  X6, X5, X1
 	TESTQ        R9, R9
-	JZ           stateKVf32AVX2_nostorerow16
+	JZ           stateKVf32AVX2_nostorerow_16
 	VMOVUPS      (AX), X3
 	VMOVUPS      X3, (R9)
 	ADDQ         R8, R9
 
-stateKVf32AVX2_nostorerow16:
+stateKVf32AVX2_nostorerow_16:
 	ADDQ $0x00000020, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVf32AVX2_rows16
+	JB   stateKVf32AVX2_rows_16
 
-stateKVf32AVX2_tokdone8:
+stateKVf32AVX2_tokdone_8:
 	MOVQ 56(SP), AX
 	MOVQ AX, 48(SP)
 	ADDQ $0x10, 88(SP)
@@ -16326,13 +16326,13 @@ stateKVf32AVX2_tokdone8:
 	MOVQ tok_len+176(FP), AX
 	SHRQ $0x02, AX
 	CMPQ CX, AX
-	JB   stateKVf32AVX2_token8
+	JB   stateKVf32AVX2_token_8
 	MOVQ 24(SP), AX
 	ADDQ AX, 16(SP)
 	SUBQ AX, 8(SP)
-	JMP  stateKVf32AVX2_blocks1
+	JMP  stateKVf32AVX2_blocks_1
 
-stateKVf32AVX2_shape9:
+stateKVf32AVX2_shape_9:
 	// Block of 5 columns (rows in work of 32 bytes): pass 0 loads it, with token 0's read.
 	MOVQ   K+0(FP), AX
 	MOVQ   16(SP), CX
@@ -16349,7 +16349,7 @@ stateKVf32AVX2_shape9:
 	MOVQ   (SP), R8
 	XORQ   R9, R9
 
-stateKVf32AVX2_pass09:
+stateKVf32AVX2_pass0_9:
 	VBROADCASTSS (SI)(R9*4), Y4
 	VBROADCASTSS (DI)(R9*4), Y5
 	VMOVUPS      (DX), X6
@@ -16364,7 +16364,7 @@ stateKVf32AVX2_pass09:
 	ADDQ         $0x00000020, R8
 	INCQ         R9
 	CMPQ         R9, AX
-	JB           stateKVf32AVX2_pass09
+	JB           stateKVf32AVX2_pass0_9
 
 	// The tokens.
 	XORQ AX, AX
@@ -16380,7 +16380,7 @@ stateKVf32AVX2_pass09:
 	LEAQ (AX)(CX*4), AX
 	MOVQ AX, 80(SP)
 
-stateKVf32AVX2_token9:
+stateKVf32AVX2_token_9:
 	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
 	MOVQ 40(SP), AX
 	MOVQ K+0(FP), CX
@@ -16388,10 +16388,10 @@ stateKVf32AVX2_token9:
 	MOVQ tok_len+176(FP), DX
 	SHRQ $0x02, DX
 	CMPQ AX, DX
-	JB   stateKVf32AVX2_notlast9
+	JB   stateKVf32AVX2_notlast_9
 	DECQ AX
 
-stateKVf32AVX2_notlast9:
+stateKVf32AVX2_notlast_9:
 	IMULQ    CX, AX
 	MOVQ     kh_base+64(FP), CX
 	LEAQ     (CX)(AX*4), CX
@@ -16402,7 +16402,7 @@ stateKVf32AVX2_notlast9:
 	MOVQ     88(SP), AX
 	VMOVSS   (AX), X4
 	VUCOMISS nearone<>+0(SB), X4
-	JCS      stateKVf32AVX2_far9
+	JCS      stateKVf32AVX2_far_9
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
@@ -16445,14 +16445,14 @@ stateKVf32AVX2_notlast9:
 	MOVQ  stores_base+40(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
-	JZ    stateKVf32AVX2_nostore17
+	JZ    stateKVf32AVX2_nostore_17
 	LEAQ  (R9)(R8*4), R9
 
-stateKVf32AVX2_nostore17:
+stateKVf32AVX2_nostore_17:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
 
-stateKVf32AVX2_rows17:
+stateKVf32AVX2_rows_17:
 	VBROADCASTSS (BX)(CX*4), Y5
 	VBROADCASTSS (SI)(CX*4), Y6
 	VBROADCASTSS (DI)(CX*4), Y7
@@ -16469,21 +16469,21 @@ stateKVf32AVX2_rows17:
 	VFMADD231SS  X8, X6, X2
 	VFMADD231SS  X8, X7, X3
 	TESTQ        R9, R9
-	JZ           stateKVf32AVX2_nostorerow17
+	JZ           stateKVf32AVX2_nostorerow_17
 	VMOVUPS      (AX), X5
 	VMOVUPS      X5, (R9)
 	VMOVSS       16(AX), X5
 	VMOVSS       X5, 16(R9)
 	ADDQ         R8, R9
 
-stateKVf32AVX2_nostorerow17:
+stateKVf32AVX2_nostorerow_17:
 	ADDQ $0x00000020, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVf32AVX2_rows17
-	JMP  stateKVf32AVX2_tokdone9
+	JB   stateKVf32AVX2_rows_17
+	JMP  stateKVf32AVX2_tokdone_9
 
-stateKVf32AVX2_far9:
+stateKVf32AVX2_far_9:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	MOVQ         88(SP), AX
@@ -16525,14 +16525,14 @@ stateKVf32AVX2_far9:
 	MOVQ  stores_base+40(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
-	JZ    stateKVf32AVX2_nostore18
+	JZ    stateKVf32AVX2_nostore_18
 	LEAQ  (R9)(R8*4), R9
 
-stateKVf32AVX2_nostore18:
+stateKVf32AVX2_nostore_18:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
 
-stateKVf32AVX2_rows18:
+stateKVf32AVX2_rows_18:
 	VBROADCASTSS (BX)(CX*4), Y5
 	VBROADCASTSS (SI)(CX*4), Y6
 	VBROADCASTSS (DI)(CX*4), Y7
@@ -16549,20 +16549,20 @@ stateKVf32AVX2_rows18:
 	VFMADD231SS  X8, X6, X2
 	VFMADD231SS  X8, X7, X3
 	TESTQ        R9, R9
-	JZ           stateKVf32AVX2_nostorerow18
+	JZ           stateKVf32AVX2_nostorerow_18
 	VMOVUPS      (AX), X5
 	VMOVUPS      X5, (R9)
 	VMOVSS       16(AX), X5
 	VMOVSS       X5, 16(R9)
 	ADDQ         R8, R9
 
-stateKVf32AVX2_nostorerow18:
+stateKVf32AVX2_nostorerow_18:
 	ADDQ $0x00000020, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVf32AVX2_rows18
+	JB   stateKVf32AVX2_rows_18
 
-stateKVf32AVX2_tokdone9:
+stateKVf32AVX2_tokdone_9:
 	MOVQ 56(SP), AX
 	MOVQ AX, 48(SP)
 	ADDQ $0x10, 88(SP)
@@ -16578,13 +16578,13 @@ stateKVf32AVX2_tokdone9:
 	MOVQ tok_len+176(FP), AX
 	SHRQ $0x02, AX
 	CMPQ CX, AX
-	JB   stateKVf32AVX2_token9
+	JB   stateKVf32AVX2_token_9
 	MOVQ 24(SP), AX
 	ADDQ AX, 16(SP)
 	SUBQ AX, 8(SP)
-	JMP  stateKVf32AVX2_blocks1
+	JMP  stateKVf32AVX2_blocks_1
 
-stateKVf32AVX2_shape10:
+stateKVf32AVX2_shape_10:
 	// Block of 6 columns (rows in work of 32 bytes): pass 0 loads it, with token 0's read.
 	MOVQ   K+0(FP), AX
 	MOVQ   16(SP), CX
@@ -16603,7 +16603,7 @@ stateKVf32AVX2_shape10:
 	MOVQ   (SP), R8
 	XORQ   R9, R9
 
-stateKVf32AVX2_pass010:
+stateKVf32AVX2_pass0_10:
 	VBROADCASTSS (SI)(R9*4), Y6
 	VBROADCASTSS (DI)(R9*4), Y7
 	VMOVUPS      (DX), X8
@@ -16622,7 +16622,7 @@ stateKVf32AVX2_pass010:
 	ADDQ         $0x00000020, R8
 	INCQ         R9
 	CMPQ         R9, AX
-	JB           stateKVf32AVX2_pass010
+	JB           stateKVf32AVX2_pass0_10
 
 	// The tokens.
 	XORQ AX, AX
@@ -16638,7 +16638,7 @@ stateKVf32AVX2_pass010:
 	LEAQ (AX)(CX*4), AX
 	MOVQ AX, 80(SP)
 
-stateKVf32AVX2_token10:
+stateKVf32AVX2_token_10:
 	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
 	MOVQ 40(SP), AX
 	MOVQ K+0(FP), CX
@@ -16646,10 +16646,10 @@ stateKVf32AVX2_token10:
 	MOVQ tok_len+176(FP), DX
 	SHRQ $0x02, DX
 	CMPQ AX, DX
-	JB   stateKVf32AVX2_notlast10
+	JB   stateKVf32AVX2_notlast_10
 	DECQ AX
 
-stateKVf32AVX2_notlast10:
+stateKVf32AVX2_notlast_10:
 	IMULQ    CX, AX
 	MOVQ     kh_base+64(FP), CX
 	LEAQ     (CX)(AX*4), CX
@@ -16660,7 +16660,7 @@ stateKVf32AVX2_notlast10:
 	MOVQ     88(SP), AX
 	VMOVSS   (AX), X6
 	VUCOMISS nearone<>+0(SB), X6
-	JCS      stateKVf32AVX2_far10
+	JCS      stateKVf32AVX2_far_10
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
@@ -16713,14 +16713,14 @@ stateKVf32AVX2_notlast10:
 	MOVQ  stores_base+40(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
-	JZ    stateKVf32AVX2_nostore19
+	JZ    stateKVf32AVX2_nostore_19
 	LEAQ  (R9)(R8*4), R9
 
-stateKVf32AVX2_nostore19:
+stateKVf32AVX2_nostore_19:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
 
-stateKVf32AVX2_rows19:
+stateKVf32AVX2_rows_19:
 	VBROADCASTSS (BX)(CX*4), Y7
 	VBROADCASTSS (SI)(CX*4), Y8
 	VBROADCASTSS (DI)(CX*4), Y9
@@ -16743,7 +16743,7 @@ stateKVf32AVX2_rows19:
 	VFMADD231SS  X10, X8, X4
 	VFMADD231SS  X10, X9, X5
 	TESTQ        R9, R9
-	JZ           stateKVf32AVX2_nostorerow19
+	JZ           stateKVf32AVX2_nostorerow_19
 	VMOVUPS      (AX), X7
 	VMOVUPS      X7, (R9)
 	VMOVSS       16(AX), X7
@@ -16752,14 +16752,14 @@ stateKVf32AVX2_rows19:
 	VMOVSS       X7, 20(R9)
 	ADDQ         R8, R9
 
-stateKVf32AVX2_nostorerow19:
+stateKVf32AVX2_nostorerow_19:
 	ADDQ $0x00000020, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVf32AVX2_rows19
-	JMP  stateKVf32AVX2_tokdone10
+	JB   stateKVf32AVX2_rows_19
+	JMP  stateKVf32AVX2_tokdone_10
 
-stateKVf32AVX2_far10:
+stateKVf32AVX2_far_10:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	MOVQ         88(SP), AX
@@ -16811,14 +16811,14 @@ stateKVf32AVX2_far10:
 	MOVQ  stores_base+40(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
-	JZ    stateKVf32AVX2_nostore20
+	JZ    stateKVf32AVX2_nostore_20
 	LEAQ  (R9)(R8*4), R9
 
-stateKVf32AVX2_nostore20:
+stateKVf32AVX2_nostore_20:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
 
-stateKVf32AVX2_rows20:
+stateKVf32AVX2_rows_20:
 	VBROADCASTSS (BX)(CX*4), Y7
 	VBROADCASTSS (SI)(CX*4), Y8
 	VBROADCASTSS (DI)(CX*4), Y9
@@ -16841,7 +16841,7 @@ stateKVf32AVX2_rows20:
 	VFMADD231SS  X10, X8, X4
 	VFMADD231SS  X10, X9, X5
 	TESTQ        R9, R9
-	JZ           stateKVf32AVX2_nostorerow20
+	JZ           stateKVf32AVX2_nostorerow_20
 	VMOVUPS      (AX), X7
 	VMOVUPS      X7, (R9)
 	VMOVSS       16(AX), X7
@@ -16850,13 +16850,13 @@ stateKVf32AVX2_rows20:
 	VMOVSS       X7, 20(R9)
 	ADDQ         R8, R9
 
-stateKVf32AVX2_nostorerow20:
+stateKVf32AVX2_nostorerow_20:
 	ADDQ $0x00000020, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVf32AVX2_rows20
+	JB   stateKVf32AVX2_rows_20
 
-stateKVf32AVX2_tokdone10:
+stateKVf32AVX2_tokdone_10:
 	MOVQ 56(SP), AX
 	MOVQ AX, 48(SP)
 	ADDQ $0x10, 88(SP)
@@ -16872,13 +16872,13 @@ stateKVf32AVX2_tokdone10:
 	MOVQ tok_len+176(FP), AX
 	SHRQ $0x02, AX
 	CMPQ CX, AX
-	JB   stateKVf32AVX2_token10
+	JB   stateKVf32AVX2_token_10
 	MOVQ 24(SP), AX
 	ADDQ AX, 16(SP)
 	SUBQ AX, 8(SP)
-	JMP  stateKVf32AVX2_blocks1
+	JMP  stateKVf32AVX2_blocks_1
 
-stateKVf32AVX2_shape11:
+stateKVf32AVX2_shape_11:
 	// Block of 7 columns (rows in work of 32 bytes): pass 0 loads it, with token 0's read.
 	MOVQ   K+0(FP), AX
 	MOVQ   16(SP), CX
@@ -16899,7 +16899,7 @@ stateKVf32AVX2_shape11:
 	MOVQ   (SP), R8
 	XORQ   R9, R9
 
-stateKVf32AVX2_pass011:
+stateKVf32AVX2_pass0_11:
 	VBROADCASTSS (SI)(R9*4), Y8
 	VBROADCASTSS (DI)(R9*4), Y9
 	VMOVUPS      (DX), X10
@@ -16922,7 +16922,7 @@ stateKVf32AVX2_pass011:
 	ADDQ         $0x00000020, R8
 	INCQ         R9
 	CMPQ         R9, AX
-	JB           stateKVf32AVX2_pass011
+	JB           stateKVf32AVX2_pass0_11
 
 	// The tokens.
 	XORQ AX, AX
@@ -16938,7 +16938,7 @@ stateKVf32AVX2_pass011:
 	LEAQ (AX)(CX*4), AX
 	MOVQ AX, 80(SP)
 
-stateKVf32AVX2_token11:
+stateKVf32AVX2_token_11:
 	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
 	MOVQ 40(SP), AX
 	MOVQ K+0(FP), CX
@@ -16946,10 +16946,10 @@ stateKVf32AVX2_token11:
 	MOVQ tok_len+176(FP), DX
 	SHRQ $0x02, DX
 	CMPQ AX, DX
-	JB   stateKVf32AVX2_notlast11
+	JB   stateKVf32AVX2_notlast_11
 	DECQ AX
 
-stateKVf32AVX2_notlast11:
+stateKVf32AVX2_notlast_11:
 	IMULQ    CX, AX
 	MOVQ     kh_base+64(FP), CX
 	LEAQ     (CX)(AX*4), CX
@@ -16960,7 +16960,7 @@ stateKVf32AVX2_notlast11:
 	MOVQ     88(SP), AX
 	VMOVSS   (AX), X8
 	VUCOMISS nearone<>+0(SB), X8
-	JCS      stateKVf32AVX2_far11
+	JCS      stateKVf32AVX2_far_11
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
@@ -17023,14 +17023,14 @@ stateKVf32AVX2_notlast11:
 	MOVQ  stores_base+40(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
-	JZ    stateKVf32AVX2_nostore21
+	JZ    stateKVf32AVX2_nostore_21
 	LEAQ  (R9)(R8*4), R9
 
-stateKVf32AVX2_nostore21:
+stateKVf32AVX2_nostore_21:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
 
-stateKVf32AVX2_rows21:
+stateKVf32AVX2_rows_21:
 	VBROADCASTSS (BX)(CX*4), Y9
 	VBROADCASTSS (SI)(CX*4), Y10
 	VBROADCASTSS (DI)(CX*4), Y11
@@ -17059,7 +17059,7 @@ stateKVf32AVX2_rows21:
 	VFMADD231SS  X12, X10, X6
 	VFMADD231SS  X12, X11, X7
 	TESTQ        R9, R9
-	JZ           stateKVf32AVX2_nostorerow21
+	JZ           stateKVf32AVX2_nostorerow_21
 	VMOVUPS      (AX), X9
 	VMOVUPS      X9, (R9)
 	VMOVSS       16(AX), X9
@@ -17070,14 +17070,14 @@ stateKVf32AVX2_rows21:
 	VMOVSS       X9, 24(R9)
 	ADDQ         R8, R9
 
-stateKVf32AVX2_nostorerow21:
+stateKVf32AVX2_nostorerow_21:
 	ADDQ $0x00000020, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVf32AVX2_rows21
-	JMP  stateKVf32AVX2_tokdone11
+	JB   stateKVf32AVX2_rows_21
+	JMP  stateKVf32AVX2_tokdone_11
 
-stateKVf32AVX2_far11:
+stateKVf32AVX2_far_11:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	MOVQ         88(SP), AX
@@ -17139,14 +17139,14 @@ stateKVf32AVX2_far11:
 	MOVQ  stores_base+40(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
-	JZ    stateKVf32AVX2_nostore22
+	JZ    stateKVf32AVX2_nostore_22
 	LEAQ  (R9)(R8*4), R9
 
-stateKVf32AVX2_nostore22:
+stateKVf32AVX2_nostore_22:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
 
-stateKVf32AVX2_rows22:
+stateKVf32AVX2_rows_22:
 	VBROADCASTSS (BX)(CX*4), Y9
 	VBROADCASTSS (SI)(CX*4), Y10
 	VBROADCASTSS (DI)(CX*4), Y11
@@ -17175,7 +17175,7 @@ stateKVf32AVX2_rows22:
 	VFMADD231SS  X12, X10, X6
 	VFMADD231SS  X12, X11, X7
 	TESTQ        R9, R9
-	JZ           stateKVf32AVX2_nostorerow22
+	JZ           stateKVf32AVX2_nostorerow_22
 	VMOVUPS      (AX), X9
 	VMOVUPS      X9, (R9)
 	VMOVSS       16(AX), X9
@@ -17186,13 +17186,13 @@ stateKVf32AVX2_rows22:
 	VMOVSS       X9, 24(R9)
 	ADDQ         R8, R9
 
-stateKVf32AVX2_nostorerow22:
+stateKVf32AVX2_nostorerow_22:
 	ADDQ $0x00000020, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVf32AVX2_rows22
+	JB   stateKVf32AVX2_rows_22
 
-stateKVf32AVX2_tokdone11:
+stateKVf32AVX2_tokdone_11:
 	MOVQ 56(SP), AX
 	MOVQ AX, 48(SP)
 	ADDQ $0x10, 88(SP)
@@ -17208,13 +17208,13 @@ stateKVf32AVX2_tokdone11:
 	MOVQ tok_len+176(FP), AX
 	SHRQ $0x02, AX
 	CMPQ CX, AX
-	JB   stateKVf32AVX2_token11
+	JB   stateKVf32AVX2_token_11
 	MOVQ 24(SP), AX
 	ADDQ AX, 16(SP)
 	SUBQ AX, 8(SP)
-	JMP  stateKVf32AVX2_blocks1
+	JMP  stateKVf32AVX2_blocks_1
 
-stateKVf32AVX2_done1:
+stateKVf32AVX2_done_1:
 	VZEROUPPER
 	RET
 
@@ -17226,11 +17226,11 @@ TEXT ·stateKVbf16AVX2(SB), NOSPLIT, $224-264
 	MOVQ  tok_len+224(FP), DX
 	SHRQ  $0x02, DX
 	TESTQ AX, AX
-	JZ    stateKVbf16AVX2_done1
+	JZ    stateKVbf16AVX2_done_1
 	TESTQ CX, CX
-	JZ    stateKVbf16AVX2_done1
+	JZ    stateKVbf16AVX2_done_1
 	TESTQ DX, DX
-	JZ    stateKVbf16AVX2_done1
+	JZ    stateKVbf16AVX2_done_1
 	MOVQ  CX, 8(SP)
 	MOVQ  work_base+240(FP), CX
 	ADDQ  $0x3f, CX
@@ -17239,7 +17239,7 @@ TEXT ·stateKVbf16AVX2(SB), NOSPLIT, $224-264
 
 	// K > 1024 does not fit work: the Go wrapper never calls with it.
 	CMPQ AX, $0x00000400
-	JA   stateKVbf16AVX2_done1
+	JA   stateKVbf16AVX2_done_1
 
 	// Vectors per full block: the most (≤ 4) whose K rows fit 32768 bytes.
 	MOVQ    $0x00000001, CX
@@ -17257,62 +17257,62 @@ TEXT ·stateKVbf16AVX2(SB), NOSPLIT, $224-264
 	MOVQ    CX, 16(SP)
 
 	// Column blocks.
-stateKVbf16AVX2_blocks1:
+stateKVbf16AVX2_blocks_1:
 	MOVQ  8(SP), AX
 	TESTQ AX, AX
-	JZ    stateKVbf16AVX2_done1
+	JZ    stateKVbf16AVX2_done_1
 	MOVQ  32(SP), CX
 	MOVQ  CX, DX
 	SHLQ  $0x03, DX
 	CMPQ  AX, DX
-	JB    stateKVbf16AVX2_notfull1
+	JB    stateKVbf16AVX2_notfull_1
 	MOVQ  DX, 24(SP)
 	CMPQ  CX, $0x00000001
-	JE    stateKVbf16AVX2_shape1
+	JE    stateKVbf16AVX2_shape_1
 	CMPQ  CX, $0x00000002
-	JE    stateKVbf16AVX2_shape2
+	JE    stateKVbf16AVX2_shape_2
 	CMPQ  CX, $0x00000003
-	JE    stateKVbf16AVX2_shape3
-	JMP   stateKVbf16AVX2_shape4
+	JE    stateKVbf16AVX2_shape_3
+	JMP   stateKVbf16AVX2_shape_4
 
-stateKVbf16AVX2_notfull1:
+stateKVbf16AVX2_notfull_1:
 	MOVQ AX, CX
 	SHRQ $0x03, CX
-	JZ   stateKVbf16AVX2_narrow1
+	JZ   stateKVbf16AVX2_narrow_1
 	SHLQ $0x03, CX
 	MOVQ CX, 24(SP)
 	SHRQ $0x03, CX
 	CMPQ CX, $0x00000001
-	JE   stateKVbf16AVX2_shape1
+	JE   stateKVbf16AVX2_shape_1
 	CMPQ CX, $0x00000002
-	JE   stateKVbf16AVX2_shape2
+	JE   stateKVbf16AVX2_shape_2
 	CMPQ CX, $0x00000003
-	JE   stateKVbf16AVX2_shape3
-	JMP  stateKVbf16AVX2_shape4
+	JE   stateKVbf16AVX2_shape_3
+	JMP  stateKVbf16AVX2_shape_4
 
-stateKVbf16AVX2_narrow1:
+stateKVbf16AVX2_narrow_1:
 	MOVQ AX, 24(SP)
 	CMPQ AX, $0x00000001
-	JE   stateKVbf16AVX2_shape5
+	JE   stateKVbf16AVX2_shape_5
 	CMPQ AX, $0x00000002
-	JE   stateKVbf16AVX2_shape6
+	JE   stateKVbf16AVX2_shape_6
 	CMPQ AX, $0x00000003
-	JE   stateKVbf16AVX2_shape7
+	JE   stateKVbf16AVX2_shape_7
 	CMPQ AX, $0x00000004
-	JE   stateKVbf16AVX2_shape8
+	JE   stateKVbf16AVX2_shape_8
 	CMPQ AX, $0x00000005
-	JE   stateKVbf16AVX2_shape9
+	JE   stateKVbf16AVX2_shape_9
 	CMPQ AX, $0x00000006
-	JE   stateKVbf16AVX2_shape10
-	JMP  stateKVbf16AVX2_shape11
+	JE   stateKVbf16AVX2_shape_10
+	JMP  stateKVbf16AVX2_shape_11
 
-stateKVbf16AVX2_shape1:
+stateKVbf16AVX2_shape_1:
 	// Block of 8 columns (rows in work of 32 bytes): pass 0 loads it, with token 0's read.
 	MOVQ  K+0(FP), AX
 	MOVQ  16(SP), CX
 	MOVQ  src32_base+40(FP), DX
 	TESTQ DX, DX
-	JZ    stateKVbf16AVX2_from161
+	JZ    stateKVbf16AVX2_from16_1
 
 	// From src32 (f32).
 	MOVQ   V+8(FP), BX
@@ -17325,7 +17325,7 @@ stateKVbf16AVX2_shape1:
 	MOVQ   (SP), R8
 	XORQ   R9, R9
 
-stateKVbf16AVX2_pass01:
+stateKVbf16AVX2_pass0_1:
 	VBROADCASTSS (SI)(R9*4), Y2
 	VBROADCASTSS (DI)(R9*4), Y3
 	VMOVUPS      (DX), Y4
@@ -17336,10 +17336,10 @@ stateKVbf16AVX2_pass01:
 	ADDQ         $0x00000020, R8
 	INCQ         R9
 	CMPQ         R9, AX
-	JB           stateKVbf16AVX2_pass01
-	JMP          stateKVbf16AVX2_loaded1
+	JB           stateKVbf16AVX2_pass0_1
+	JMP          stateKVbf16AVX2_loaded_1
 
-stateKVbf16AVX2_from161:
+stateKVbf16AVX2_from16_1:
 	// From src (bf16).
 	MOVQ   src_base+16(FP), DX
 	MOVQ   V+8(FP), BX
@@ -17352,7 +17352,7 @@ stateKVbf16AVX2_from161:
 	MOVQ   (SP), R8
 	XORQ   R9, R9
 
-stateKVbf16AVX2_pass02:
+stateKVbf16AVX2_pass0_2:
 	VBROADCASTSS (SI)(R9*4), Y2
 	VBROADCASTSS (DI)(R9*4), Y3
 	VPMOVZXWD    (DX), Y4
@@ -17364,9 +17364,9 @@ stateKVbf16AVX2_pass02:
 	ADDQ         $0x00000020, R8
 	INCQ         R9
 	CMPQ         R9, AX
-	JB           stateKVbf16AVX2_pass02
+	JB           stateKVbf16AVX2_pass0_2
 
-stateKVbf16AVX2_loaded1:
+stateKVbf16AVX2_loaded_1:
 	// The tokens.
 	XORQ AX, AX
 	MOVQ AX, 40(SP)
@@ -17381,7 +17381,7 @@ stateKVbf16AVX2_loaded1:
 	LEAQ (AX)(CX*4), AX
 	MOVQ AX, 80(SP)
 
-stateKVbf16AVX2_token1:
+stateKVbf16AVX2_token_1:
 	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
 	MOVQ 40(SP), AX
 	MOVQ K+0(FP), CX
@@ -17389,10 +17389,10 @@ stateKVbf16AVX2_token1:
 	MOVQ tok_len+224(FP), DX
 	SHRQ $0x02, DX
 	CMPQ AX, DX
-	JB   stateKVbf16AVX2_notlast1
+	JB   stateKVbf16AVX2_notlast_1
 	DECQ AX
 
-stateKVbf16AVX2_notlast1:
+stateKVbf16AVX2_notlast_1:
 	IMULQ    CX, AX
 	MOVQ     kh_base+112(FP), CX
 	LEAQ     (CX)(AX*4), CX
@@ -17403,7 +17403,7 @@ stateKVbf16AVX2_notlast1:
 	MOVQ     88(SP), AX
 	VMOVSS   (AX), X2
 	VUCOMISS nearone<>+0(SB), X2
-	JCS      stateKVbf16AVX2_far1
+	JCS      stateKVbf16AVX2_far_1
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
@@ -17436,10 +17436,10 @@ stateKVbf16AVX2_notlast1:
 	MOVQ  stores_base+64(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
-	JZ    stateKVbf16AVX2_nostore1
+	JZ    stateKVbf16AVX2_nostore_1
 	LEAQ  (R9)(R8*2), R9
 
-stateKVbf16AVX2_nostore1:
+stateKVbf16AVX2_nostore_1:
 	MOVQ  V+8(FP), R10
 	SHLQ  $0x01, R10
 	MOVQ  40(SP), R12
@@ -17448,17 +17448,17 @@ stateKVbf16AVX2_nostore1:
 	SHRQ  $0x02, R13
 	XORQ  R11, R11
 	CMPQ  R12, R13
-	JNE   stateKVbf16AVX2_nocarry1
+	JNE   stateKVbf16AVX2_nocarry_1
 	MOVQ  carry_base+88(FP), R11
 	TESTQ R11, R11
-	JZ    stateKVbf16AVX2_nocarry1
+	JZ    stateKVbf16AVX2_nocarry_1
 	LEAQ  (R11)(R8*4), R11
 
-stateKVbf16AVX2_nocarry1:
+stateKVbf16AVX2_nocarry_1:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
 
-stateKVbf16AVX2_rows1:
+stateKVbf16AVX2_rows_1:
 	VBROADCASTSS (BX)(CX*4), Y3
 	VBROADCASTSS (SI)(CX*4), Y4
 	VBROADCASTSS (DI)(CX*4), Y5
@@ -17469,7 +17469,7 @@ stateKVbf16AVX2_rows1:
 	VFMADD231PS  Y6, Y4, Y0
 	VFMADD231PS  Y6, Y5, Y1
 	TESTQ        R9, R9
-	JZ           stateKVbf16AVX2_nostorerow1
+	JZ           stateKVbf16AVX2_nostorerow_1
 	VMOVUPS      (AX), Y3
 	VPSRLD       $0x10, Y3, Y4
 	VPAND        absmask<>+0(SB), Y3, Y5
@@ -17485,21 +17485,21 @@ stateKVbf16AVX2_rows1:
 	VMOVDQU      X4, (R9)
 	ADDQ         R10, R9
 
-stateKVbf16AVX2_nostorerow1:
+stateKVbf16AVX2_nostorerow_1:
 	TESTQ   R11, R11
-	JZ      stateKVbf16AVX2_nocarryrow1
+	JZ      stateKVbf16AVX2_nocarryrow_1
 	VMOVUPS (AX), Y3
 	VMOVUPS Y3, (R11)
 	ADDQ    R8, R11
 
-stateKVbf16AVX2_nocarryrow1:
+stateKVbf16AVX2_nocarryrow_1:
 	ADDQ $0x00000020, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVbf16AVX2_rows1
-	JMP  stateKVbf16AVX2_tokdone1
+	JB   stateKVbf16AVX2_rows_1
+	JMP  stateKVbf16AVX2_tokdone_1
 
-stateKVbf16AVX2_far1:
+stateKVbf16AVX2_far_1:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	MOVQ         88(SP), AX
@@ -17531,10 +17531,10 @@ stateKVbf16AVX2_far1:
 	MOVQ  stores_base+64(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
-	JZ    stateKVbf16AVX2_nostore2
+	JZ    stateKVbf16AVX2_nostore_2
 	LEAQ  (R9)(R8*2), R9
 
-stateKVbf16AVX2_nostore2:
+stateKVbf16AVX2_nostore_2:
 	MOVQ  V+8(FP), R10
 	SHLQ  $0x01, R10
 	MOVQ  40(SP), R12
@@ -17543,17 +17543,17 @@ stateKVbf16AVX2_nostore2:
 	SHRQ  $0x02, R13
 	XORQ  R11, R11
 	CMPQ  R12, R13
-	JNE   stateKVbf16AVX2_nocarry2
+	JNE   stateKVbf16AVX2_nocarry_2
 	MOVQ  carry_base+88(FP), R11
 	TESTQ R11, R11
-	JZ    stateKVbf16AVX2_nocarry2
+	JZ    stateKVbf16AVX2_nocarry_2
 	LEAQ  (R11)(R8*4), R11
 
-stateKVbf16AVX2_nocarry2:
+stateKVbf16AVX2_nocarry_2:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
 
-stateKVbf16AVX2_rows2:
+stateKVbf16AVX2_rows_2:
 	VBROADCASTSS (BX)(CX*4), Y3
 	VBROADCASTSS (SI)(CX*4), Y4
 	VBROADCASTSS (DI)(CX*4), Y5
@@ -17564,7 +17564,7 @@ stateKVbf16AVX2_rows2:
 	VFMADD231PS  Y6, Y4, Y0
 	VFMADD231PS  Y6, Y5, Y1
 	TESTQ        R9, R9
-	JZ           stateKVbf16AVX2_nostorerow2
+	JZ           stateKVbf16AVX2_nostorerow_2
 	VMOVUPS      (AX), Y3
 	VPSRLD       $0x10, Y3, Y4
 	VPAND        absmask<>+0(SB), Y3, Y5
@@ -17580,20 +17580,20 @@ stateKVbf16AVX2_rows2:
 	VMOVDQU      X4, (R9)
 	ADDQ         R10, R9
 
-stateKVbf16AVX2_nostorerow2:
+stateKVbf16AVX2_nostorerow_2:
 	TESTQ   R11, R11
-	JZ      stateKVbf16AVX2_nocarryrow2
+	JZ      stateKVbf16AVX2_nocarryrow_2
 	VMOVUPS (AX), Y3
 	VMOVUPS Y3, (R11)
 	ADDQ    R8, R11
 
-stateKVbf16AVX2_nocarryrow2:
+stateKVbf16AVX2_nocarryrow_2:
 	ADDQ $0x00000020, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVbf16AVX2_rows2
+	JB   stateKVbf16AVX2_rows_2
 
-stateKVbf16AVX2_tokdone1:
+stateKVbf16AVX2_tokdone_1:
 	MOVQ 56(SP), AX
 	MOVQ AX, 48(SP)
 	ADDQ $0x10, 88(SP)
@@ -17609,19 +17609,19 @@ stateKVbf16AVX2_tokdone1:
 	MOVQ tok_len+224(FP), AX
 	SHRQ $0x02, AX
 	CMPQ CX, AX
-	JB   stateKVbf16AVX2_token1
+	JB   stateKVbf16AVX2_token_1
 	MOVQ 24(SP), AX
 	ADDQ AX, 16(SP)
 	SUBQ AX, 8(SP)
-	JMP  stateKVbf16AVX2_blocks1
+	JMP  stateKVbf16AVX2_blocks_1
 
-stateKVbf16AVX2_shape2:
+stateKVbf16AVX2_shape_2:
 	// Block of 16 columns (rows in work of 64 bytes): pass 0 loads it, with token 0's read.
 	MOVQ  K+0(FP), AX
 	MOVQ  16(SP), CX
 	MOVQ  src32_base+40(FP), DX
 	TESTQ DX, DX
-	JZ    stateKVbf16AVX2_from162
+	JZ    stateKVbf16AVX2_from16_2
 
 	// From src32 (f32).
 	MOVQ   V+8(FP), BX
@@ -17636,7 +17636,7 @@ stateKVbf16AVX2_shape2:
 	MOVQ   (SP), R8
 	XORQ   R9, R9
 
-stateKVbf16AVX2_pass03:
+stateKVbf16AVX2_pass0_3:
 	VBROADCASTSS (SI)(R9*4), Y4
 	VBROADCASTSS (DI)(R9*4), Y5
 	VMOVUPS      (DX), Y6
@@ -17651,10 +17651,10 @@ stateKVbf16AVX2_pass03:
 	ADDQ         $0x00000040, R8
 	INCQ         R9
 	CMPQ         R9, AX
-	JB           stateKVbf16AVX2_pass03
-	JMP          stateKVbf16AVX2_loaded2
+	JB           stateKVbf16AVX2_pass0_3
+	JMP          stateKVbf16AVX2_loaded_2
 
-stateKVbf16AVX2_from162:
+stateKVbf16AVX2_from16_2:
 	// From src (bf16).
 	MOVQ   src_base+16(FP), DX
 	MOVQ   V+8(FP), BX
@@ -17669,7 +17669,7 @@ stateKVbf16AVX2_from162:
 	MOVQ   (SP), R8
 	XORQ   R9, R9
 
-stateKVbf16AVX2_pass04:
+stateKVbf16AVX2_pass0_4:
 	VBROADCASTSS (SI)(R9*4), Y4
 	VBROADCASTSS (DI)(R9*4), Y5
 	VPMOVZXWD    (DX), Y6
@@ -17686,9 +17686,9 @@ stateKVbf16AVX2_pass04:
 	ADDQ         $0x00000040, R8
 	INCQ         R9
 	CMPQ         R9, AX
-	JB           stateKVbf16AVX2_pass04
+	JB           stateKVbf16AVX2_pass0_4
 
-stateKVbf16AVX2_loaded2:
+stateKVbf16AVX2_loaded_2:
 	// The tokens.
 	XORQ AX, AX
 	MOVQ AX, 40(SP)
@@ -17703,7 +17703,7 @@ stateKVbf16AVX2_loaded2:
 	LEAQ (AX)(CX*4), AX
 	MOVQ AX, 80(SP)
 
-stateKVbf16AVX2_token2:
+stateKVbf16AVX2_token_2:
 	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
 	MOVQ 40(SP), AX
 	MOVQ K+0(FP), CX
@@ -17711,10 +17711,10 @@ stateKVbf16AVX2_token2:
 	MOVQ tok_len+224(FP), DX
 	SHRQ $0x02, DX
 	CMPQ AX, DX
-	JB   stateKVbf16AVX2_notlast2
+	JB   stateKVbf16AVX2_notlast_2
 	DECQ AX
 
-stateKVbf16AVX2_notlast2:
+stateKVbf16AVX2_notlast_2:
 	IMULQ    CX, AX
 	MOVQ     kh_base+112(FP), CX
 	LEAQ     (CX)(AX*4), CX
@@ -17725,7 +17725,7 @@ stateKVbf16AVX2_notlast2:
 	MOVQ     88(SP), AX
 	VMOVSS   (AX), X4
 	VUCOMISS nearone<>+0(SB), X4
-	JCS      stateKVbf16AVX2_far2
+	JCS      stateKVbf16AVX2_far_2
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
@@ -17768,10 +17768,10 @@ stateKVbf16AVX2_notlast2:
 	MOVQ  stores_base+64(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
-	JZ    stateKVbf16AVX2_nostore3
+	JZ    stateKVbf16AVX2_nostore_3
 	LEAQ  (R9)(R8*2), R9
 
-stateKVbf16AVX2_nostore3:
+stateKVbf16AVX2_nostore_3:
 	MOVQ  V+8(FP), R10
 	SHLQ  $0x01, R10
 	MOVQ  40(SP), R12
@@ -17780,17 +17780,17 @@ stateKVbf16AVX2_nostore3:
 	SHRQ  $0x02, R13
 	XORQ  R11, R11
 	CMPQ  R12, R13
-	JNE   stateKVbf16AVX2_nocarry3
+	JNE   stateKVbf16AVX2_nocarry_3
 	MOVQ  carry_base+88(FP), R11
 	TESTQ R11, R11
-	JZ    stateKVbf16AVX2_nocarry3
+	JZ    stateKVbf16AVX2_nocarry_3
 	LEAQ  (R11)(R8*4), R11
 
-stateKVbf16AVX2_nocarry3:
+stateKVbf16AVX2_nocarry_3:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
 
-stateKVbf16AVX2_rows3:
+stateKVbf16AVX2_rows_3:
 	VBROADCASTSS (BX)(CX*4), Y5
 	VBROADCASTSS (SI)(CX*4), Y6
 	VBROADCASTSS (DI)(CX*4), Y7
@@ -17807,7 +17807,7 @@ stateKVbf16AVX2_rows3:
 	VFMADD231PS  Y8, Y6, Y2
 	VFMADD231PS  Y8, Y7, Y3
 	TESTQ        R9, R9
-	JZ           stateKVbf16AVX2_nostorerow3
+	JZ           stateKVbf16AVX2_nostorerow_3
 	VMOVUPS      (AX), Y5
 	VPSRLD       $0x10, Y5, Y6
 	VPAND        absmask<>+0(SB), Y5, Y7
@@ -17836,23 +17836,23 @@ stateKVbf16AVX2_rows3:
 	VMOVDQU      X6, 16(R9)
 	ADDQ         R10, R9
 
-stateKVbf16AVX2_nostorerow3:
+stateKVbf16AVX2_nostorerow_3:
 	TESTQ   R11, R11
-	JZ      stateKVbf16AVX2_nocarryrow3
+	JZ      stateKVbf16AVX2_nocarryrow_3
 	VMOVUPS (AX), Y5
 	VMOVUPS Y5, (R11)
 	VMOVUPS 32(AX), Y5
 	VMOVUPS Y5, 32(R11)
 	ADDQ    R8, R11
 
-stateKVbf16AVX2_nocarryrow3:
+stateKVbf16AVX2_nocarryrow_3:
 	ADDQ $0x00000040, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVbf16AVX2_rows3
-	JMP  stateKVbf16AVX2_tokdone2
+	JB   stateKVbf16AVX2_rows_3
+	JMP  stateKVbf16AVX2_tokdone_2
 
-stateKVbf16AVX2_far2:
+stateKVbf16AVX2_far_2:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	MOVQ         88(SP), AX
@@ -17894,10 +17894,10 @@ stateKVbf16AVX2_far2:
 	MOVQ  stores_base+64(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
-	JZ    stateKVbf16AVX2_nostore4
+	JZ    stateKVbf16AVX2_nostore_4
 	LEAQ  (R9)(R8*2), R9
 
-stateKVbf16AVX2_nostore4:
+stateKVbf16AVX2_nostore_4:
 	MOVQ  V+8(FP), R10
 	SHLQ  $0x01, R10
 	MOVQ  40(SP), R12
@@ -17906,17 +17906,17 @@ stateKVbf16AVX2_nostore4:
 	SHRQ  $0x02, R13
 	XORQ  R11, R11
 	CMPQ  R12, R13
-	JNE   stateKVbf16AVX2_nocarry4
+	JNE   stateKVbf16AVX2_nocarry_4
 	MOVQ  carry_base+88(FP), R11
 	TESTQ R11, R11
-	JZ    stateKVbf16AVX2_nocarry4
+	JZ    stateKVbf16AVX2_nocarry_4
 	LEAQ  (R11)(R8*4), R11
 
-stateKVbf16AVX2_nocarry4:
+stateKVbf16AVX2_nocarry_4:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
 
-stateKVbf16AVX2_rows4:
+stateKVbf16AVX2_rows_4:
 	VBROADCASTSS (BX)(CX*4), Y5
 	VBROADCASTSS (SI)(CX*4), Y6
 	VBROADCASTSS (DI)(CX*4), Y7
@@ -17933,7 +17933,7 @@ stateKVbf16AVX2_rows4:
 	VFMADD231PS  Y8, Y6, Y2
 	VFMADD231PS  Y8, Y7, Y3
 	TESTQ        R9, R9
-	JZ           stateKVbf16AVX2_nostorerow4
+	JZ           stateKVbf16AVX2_nostorerow_4
 	VMOVUPS      (AX), Y5
 	VPSRLD       $0x10, Y5, Y6
 	VPAND        absmask<>+0(SB), Y5, Y7
@@ -17962,22 +17962,22 @@ stateKVbf16AVX2_rows4:
 	VMOVDQU      X6, 16(R9)
 	ADDQ         R10, R9
 
-stateKVbf16AVX2_nostorerow4:
+stateKVbf16AVX2_nostorerow_4:
 	TESTQ   R11, R11
-	JZ      stateKVbf16AVX2_nocarryrow4
+	JZ      stateKVbf16AVX2_nocarryrow_4
 	VMOVUPS (AX), Y5
 	VMOVUPS Y5, (R11)
 	VMOVUPS 32(AX), Y5
 	VMOVUPS Y5, 32(R11)
 	ADDQ    R8, R11
 
-stateKVbf16AVX2_nocarryrow4:
+stateKVbf16AVX2_nocarryrow_4:
 	ADDQ $0x00000040, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVbf16AVX2_rows4
+	JB   stateKVbf16AVX2_rows_4
 
-stateKVbf16AVX2_tokdone2:
+stateKVbf16AVX2_tokdone_2:
 	MOVQ 56(SP), AX
 	MOVQ AX, 48(SP)
 	ADDQ $0x10, 88(SP)
@@ -17993,19 +17993,19 @@ stateKVbf16AVX2_tokdone2:
 	MOVQ tok_len+224(FP), AX
 	SHRQ $0x02, AX
 	CMPQ CX, AX
-	JB   stateKVbf16AVX2_token2
+	JB   stateKVbf16AVX2_token_2
 	MOVQ 24(SP), AX
 	ADDQ AX, 16(SP)
 	SUBQ AX, 8(SP)
-	JMP  stateKVbf16AVX2_blocks1
+	JMP  stateKVbf16AVX2_blocks_1
 
-stateKVbf16AVX2_shape3:
+stateKVbf16AVX2_shape_3:
 	// Block of 24 columns (rows in work of 96 bytes): pass 0 loads it, with token 0's read.
 	MOVQ  K+0(FP), AX
 	MOVQ  16(SP), CX
 	MOVQ  src32_base+40(FP), DX
 	TESTQ DX, DX
-	JZ    stateKVbf16AVX2_from163
+	JZ    stateKVbf16AVX2_from16_3
 
 	// From src32 (f32).
 	MOVQ   V+8(FP), BX
@@ -18022,7 +18022,7 @@ stateKVbf16AVX2_shape3:
 	MOVQ   (SP), R8
 	XORQ   R9, R9
 
-stateKVbf16AVX2_pass05:
+stateKVbf16AVX2_pass0_5:
 	VBROADCASTSS (SI)(R9*4), Y6
 	VBROADCASTSS (DI)(R9*4), Y7
 	VMOVUPS      (DX), Y8
@@ -18041,10 +18041,10 @@ stateKVbf16AVX2_pass05:
 	ADDQ         $0x00000060, R8
 	INCQ         R9
 	CMPQ         R9, AX
-	JB           stateKVbf16AVX2_pass05
-	JMP          stateKVbf16AVX2_loaded3
+	JB           stateKVbf16AVX2_pass0_5
+	JMP          stateKVbf16AVX2_loaded_3
 
-stateKVbf16AVX2_from163:
+stateKVbf16AVX2_from16_3:
 	// From src (bf16).
 	MOVQ   src_base+16(FP), DX
 	MOVQ   V+8(FP), BX
@@ -18061,7 +18061,7 @@ stateKVbf16AVX2_from163:
 	MOVQ   (SP), R8
 	XORQ   R9, R9
 
-stateKVbf16AVX2_pass06:
+stateKVbf16AVX2_pass0_6:
 	VBROADCASTSS (SI)(R9*4), Y6
 	VBROADCASTSS (DI)(R9*4), Y7
 	VPMOVZXWD    (DX), Y8
@@ -18083,9 +18083,9 @@ stateKVbf16AVX2_pass06:
 	ADDQ         $0x00000060, R8
 	INCQ         R9
 	CMPQ         R9, AX
-	JB           stateKVbf16AVX2_pass06
+	JB           stateKVbf16AVX2_pass0_6
 
-stateKVbf16AVX2_loaded3:
+stateKVbf16AVX2_loaded_3:
 	// The tokens.
 	XORQ AX, AX
 	MOVQ AX, 40(SP)
@@ -18100,7 +18100,7 @@ stateKVbf16AVX2_loaded3:
 	LEAQ (AX)(CX*4), AX
 	MOVQ AX, 80(SP)
 
-stateKVbf16AVX2_token3:
+stateKVbf16AVX2_token_3:
 	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
 	MOVQ 40(SP), AX
 	MOVQ K+0(FP), CX
@@ -18108,10 +18108,10 @@ stateKVbf16AVX2_token3:
 	MOVQ tok_len+224(FP), DX
 	SHRQ $0x02, DX
 	CMPQ AX, DX
-	JB   stateKVbf16AVX2_notlast3
+	JB   stateKVbf16AVX2_notlast_3
 	DECQ AX
 
-stateKVbf16AVX2_notlast3:
+stateKVbf16AVX2_notlast_3:
 	IMULQ    CX, AX
 	MOVQ     kh_base+112(FP), CX
 	LEAQ     (CX)(AX*4), CX
@@ -18122,7 +18122,7 @@ stateKVbf16AVX2_notlast3:
 	MOVQ     88(SP), AX
 	VMOVSS   (AX), X6
 	VUCOMISS nearone<>+0(SB), X6
-	JCS      stateKVbf16AVX2_far3
+	JCS      stateKVbf16AVX2_far_3
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
@@ -18175,10 +18175,10 @@ stateKVbf16AVX2_notlast3:
 	MOVQ  stores_base+64(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
-	JZ    stateKVbf16AVX2_nostore5
+	JZ    stateKVbf16AVX2_nostore_5
 	LEAQ  (R9)(R8*2), R9
 
-stateKVbf16AVX2_nostore5:
+stateKVbf16AVX2_nostore_5:
 	MOVQ  V+8(FP), R10
 	SHLQ  $0x01, R10
 	MOVQ  40(SP), R12
@@ -18187,17 +18187,17 @@ stateKVbf16AVX2_nostore5:
 	SHRQ  $0x02, R13
 	XORQ  R11, R11
 	CMPQ  R12, R13
-	JNE   stateKVbf16AVX2_nocarry5
+	JNE   stateKVbf16AVX2_nocarry_5
 	MOVQ  carry_base+88(FP), R11
 	TESTQ R11, R11
-	JZ    stateKVbf16AVX2_nocarry5
+	JZ    stateKVbf16AVX2_nocarry_5
 	LEAQ  (R11)(R8*4), R11
 
-stateKVbf16AVX2_nocarry5:
+stateKVbf16AVX2_nocarry_5:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
 
-stateKVbf16AVX2_rows5:
+stateKVbf16AVX2_rows_5:
 	VBROADCASTSS (BX)(CX*4), Y7
 	VBROADCASTSS (SI)(CX*4), Y8
 	VBROADCASTSS (DI)(CX*4), Y9
@@ -18220,7 +18220,7 @@ stateKVbf16AVX2_rows5:
 	VFMADD231PS  Y10, Y8, Y4
 	VFMADD231PS  Y10, Y9, Y5
 	TESTQ        R9, R9
-	JZ           stateKVbf16AVX2_nostorerow5
+	JZ           stateKVbf16AVX2_nostorerow_5
 	VMOVUPS      (AX), Y7
 	VPSRLD       $0x10, Y7, Y8
 	VPAND        absmask<>+0(SB), Y7, Y9
@@ -18262,9 +18262,9 @@ stateKVbf16AVX2_rows5:
 	VMOVDQU      X8, 32(R9)
 	ADDQ         R10, R9
 
-stateKVbf16AVX2_nostorerow5:
+stateKVbf16AVX2_nostorerow_5:
 	TESTQ   R11, R11
-	JZ      stateKVbf16AVX2_nocarryrow5
+	JZ      stateKVbf16AVX2_nocarryrow_5
 	VMOVUPS (AX), Y7
 	VMOVUPS Y7, (R11)
 	VMOVUPS 32(AX), Y7
@@ -18273,14 +18273,14 @@ stateKVbf16AVX2_nostorerow5:
 	VMOVUPS Y7, 64(R11)
 	ADDQ    R8, R11
 
-stateKVbf16AVX2_nocarryrow5:
+stateKVbf16AVX2_nocarryrow_5:
 	ADDQ $0x00000060, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVbf16AVX2_rows5
-	JMP  stateKVbf16AVX2_tokdone3
+	JB   stateKVbf16AVX2_rows_5
+	JMP  stateKVbf16AVX2_tokdone_3
 
-stateKVbf16AVX2_far3:
+stateKVbf16AVX2_far_3:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	MOVQ         88(SP), AX
@@ -18332,10 +18332,10 @@ stateKVbf16AVX2_far3:
 	MOVQ  stores_base+64(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
-	JZ    stateKVbf16AVX2_nostore6
+	JZ    stateKVbf16AVX2_nostore_6
 	LEAQ  (R9)(R8*2), R9
 
-stateKVbf16AVX2_nostore6:
+stateKVbf16AVX2_nostore_6:
 	MOVQ  V+8(FP), R10
 	SHLQ  $0x01, R10
 	MOVQ  40(SP), R12
@@ -18344,17 +18344,17 @@ stateKVbf16AVX2_nostore6:
 	SHRQ  $0x02, R13
 	XORQ  R11, R11
 	CMPQ  R12, R13
-	JNE   stateKVbf16AVX2_nocarry6
+	JNE   stateKVbf16AVX2_nocarry_6
 	MOVQ  carry_base+88(FP), R11
 	TESTQ R11, R11
-	JZ    stateKVbf16AVX2_nocarry6
+	JZ    stateKVbf16AVX2_nocarry_6
 	LEAQ  (R11)(R8*4), R11
 
-stateKVbf16AVX2_nocarry6:
+stateKVbf16AVX2_nocarry_6:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
 
-stateKVbf16AVX2_rows6:
+stateKVbf16AVX2_rows_6:
 	VBROADCASTSS (BX)(CX*4), Y7
 	VBROADCASTSS (SI)(CX*4), Y8
 	VBROADCASTSS (DI)(CX*4), Y9
@@ -18377,7 +18377,7 @@ stateKVbf16AVX2_rows6:
 	VFMADD231PS  Y10, Y8, Y4
 	VFMADD231PS  Y10, Y9, Y5
 	TESTQ        R9, R9
-	JZ           stateKVbf16AVX2_nostorerow6
+	JZ           stateKVbf16AVX2_nostorerow_6
 	VMOVUPS      (AX), Y7
 	VPSRLD       $0x10, Y7, Y8
 	VPAND        absmask<>+0(SB), Y7, Y9
@@ -18419,9 +18419,9 @@ stateKVbf16AVX2_rows6:
 	VMOVDQU      X8, 32(R9)
 	ADDQ         R10, R9
 
-stateKVbf16AVX2_nostorerow6:
+stateKVbf16AVX2_nostorerow_6:
 	TESTQ   R11, R11
-	JZ      stateKVbf16AVX2_nocarryrow6
+	JZ      stateKVbf16AVX2_nocarryrow_6
 	VMOVUPS (AX), Y7
 	VMOVUPS Y7, (R11)
 	VMOVUPS 32(AX), Y7
@@ -18430,13 +18430,13 @@ stateKVbf16AVX2_nostorerow6:
 	VMOVUPS Y7, 64(R11)
 	ADDQ    R8, R11
 
-stateKVbf16AVX2_nocarryrow6:
+stateKVbf16AVX2_nocarryrow_6:
 	ADDQ $0x00000060, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVbf16AVX2_rows6
+	JB   stateKVbf16AVX2_rows_6
 
-stateKVbf16AVX2_tokdone3:
+stateKVbf16AVX2_tokdone_3:
 	MOVQ 56(SP), AX
 	MOVQ AX, 48(SP)
 	ADDQ $0x10, 88(SP)
@@ -18452,19 +18452,19 @@ stateKVbf16AVX2_tokdone3:
 	MOVQ tok_len+224(FP), AX
 	SHRQ $0x02, AX
 	CMPQ CX, AX
-	JB   stateKVbf16AVX2_token3
+	JB   stateKVbf16AVX2_token_3
 	MOVQ 24(SP), AX
 	ADDQ AX, 16(SP)
 	SUBQ AX, 8(SP)
-	JMP  stateKVbf16AVX2_blocks1
+	JMP  stateKVbf16AVX2_blocks_1
 
-stateKVbf16AVX2_shape4:
+stateKVbf16AVX2_shape_4:
 	// Block of 32 columns (rows in work of 128 bytes): pass 0 loads it, with token 0's read.
 	MOVQ  K+0(FP), AX
 	MOVQ  16(SP), CX
 	MOVQ  src32_base+40(FP), DX
 	TESTQ DX, DX
-	JZ    stateKVbf16AVX2_from164
+	JZ    stateKVbf16AVX2_from16_4
 
 	// From src32 (f32).
 	MOVQ   V+8(FP), BX
@@ -18483,7 +18483,7 @@ stateKVbf16AVX2_shape4:
 	MOVQ   (SP), R8
 	XORQ   R9, R9
 
-stateKVbf16AVX2_pass07:
+stateKVbf16AVX2_pass0_7:
 	VBROADCASTSS (SI)(R9*4), Y8
 	VBROADCASTSS (DI)(R9*4), Y9
 	VMOVUPS      (DX), Y10
@@ -18506,10 +18506,10 @@ stateKVbf16AVX2_pass07:
 	ADDQ         $0x00000080, R8
 	INCQ         R9
 	CMPQ         R9, AX
-	JB           stateKVbf16AVX2_pass07
-	JMP          stateKVbf16AVX2_loaded4
+	JB           stateKVbf16AVX2_pass0_7
+	JMP          stateKVbf16AVX2_loaded_4
 
-stateKVbf16AVX2_from164:
+stateKVbf16AVX2_from16_4:
 	// From src (bf16).
 	MOVQ   src_base+16(FP), DX
 	MOVQ   V+8(FP), BX
@@ -18528,7 +18528,7 @@ stateKVbf16AVX2_from164:
 	MOVQ   (SP), R8
 	XORQ   R9, R9
 
-stateKVbf16AVX2_pass08:
+stateKVbf16AVX2_pass0_8:
 	VBROADCASTSS (SI)(R9*4), Y8
 	VBROADCASTSS (DI)(R9*4), Y9
 	VPMOVZXWD    (DX), Y10
@@ -18555,9 +18555,9 @@ stateKVbf16AVX2_pass08:
 	ADDQ         $0x00000080, R8
 	INCQ         R9
 	CMPQ         R9, AX
-	JB           stateKVbf16AVX2_pass08
+	JB           stateKVbf16AVX2_pass0_8
 
-stateKVbf16AVX2_loaded4:
+stateKVbf16AVX2_loaded_4:
 	// The tokens.
 	XORQ AX, AX
 	MOVQ AX, 40(SP)
@@ -18572,7 +18572,7 @@ stateKVbf16AVX2_loaded4:
 	LEAQ (AX)(CX*4), AX
 	MOVQ AX, 80(SP)
 
-stateKVbf16AVX2_token4:
+stateKVbf16AVX2_token_4:
 	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
 	MOVQ 40(SP), AX
 	MOVQ K+0(FP), CX
@@ -18580,10 +18580,10 @@ stateKVbf16AVX2_token4:
 	MOVQ tok_len+224(FP), DX
 	SHRQ $0x02, DX
 	CMPQ AX, DX
-	JB   stateKVbf16AVX2_notlast4
+	JB   stateKVbf16AVX2_notlast_4
 	DECQ AX
 
-stateKVbf16AVX2_notlast4:
+stateKVbf16AVX2_notlast_4:
 	IMULQ    CX, AX
 	MOVQ     kh_base+112(FP), CX
 	LEAQ     (CX)(AX*4), CX
@@ -18594,7 +18594,7 @@ stateKVbf16AVX2_notlast4:
 	MOVQ     88(SP), AX
 	VMOVSS   (AX), X8
 	VUCOMISS nearone<>+0(SB), X8
-	JCS      stateKVbf16AVX2_far4
+	JCS      stateKVbf16AVX2_far_4
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
@@ -18657,10 +18657,10 @@ stateKVbf16AVX2_notlast4:
 	MOVQ  stores_base+64(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
-	JZ    stateKVbf16AVX2_nostore7
+	JZ    stateKVbf16AVX2_nostore_7
 	LEAQ  (R9)(R8*2), R9
 
-stateKVbf16AVX2_nostore7:
+stateKVbf16AVX2_nostore_7:
 	MOVQ  V+8(FP), R10
 	SHLQ  $0x01, R10
 	MOVQ  40(SP), R12
@@ -18669,17 +18669,17 @@ stateKVbf16AVX2_nostore7:
 	SHRQ  $0x02, R13
 	XORQ  R11, R11
 	CMPQ  R12, R13
-	JNE   stateKVbf16AVX2_nocarry7
+	JNE   stateKVbf16AVX2_nocarry_7
 	MOVQ  carry_base+88(FP), R11
 	TESTQ R11, R11
-	JZ    stateKVbf16AVX2_nocarry7
+	JZ    stateKVbf16AVX2_nocarry_7
 	LEAQ  (R11)(R8*4), R11
 
-stateKVbf16AVX2_nocarry7:
+stateKVbf16AVX2_nocarry_7:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
 
-stateKVbf16AVX2_rows7:
+stateKVbf16AVX2_rows_7:
 	VBROADCASTSS (BX)(CX*4), Y9
 	VBROADCASTSS (SI)(CX*4), Y10
 	VBROADCASTSS (DI)(CX*4), Y11
@@ -18708,7 +18708,7 @@ stateKVbf16AVX2_rows7:
 	VFMADD231PS  Y12, Y10, Y6
 	VFMADD231PS  Y12, Y11, Y7
 	TESTQ        R9, R9
-	JZ           stateKVbf16AVX2_nostorerow7
+	JZ           stateKVbf16AVX2_nostorerow_7
 	VMOVUPS      (AX), Y9
 	VPSRLD       $0x10, Y9, Y10
 	VPAND        absmask<>+0(SB), Y9, Y11
@@ -18763,9 +18763,9 @@ stateKVbf16AVX2_rows7:
 	VMOVDQU      X10, 48(R9)
 	ADDQ         R10, R9
 
-stateKVbf16AVX2_nostorerow7:
+stateKVbf16AVX2_nostorerow_7:
 	TESTQ   R11, R11
-	JZ      stateKVbf16AVX2_nocarryrow7
+	JZ      stateKVbf16AVX2_nocarryrow_7
 	VMOVUPS (AX), Y9
 	VMOVUPS Y9, (R11)
 	VMOVUPS 32(AX), Y9
@@ -18776,14 +18776,14 @@ stateKVbf16AVX2_nostorerow7:
 	VMOVUPS Y9, 96(R11)
 	ADDQ    R8, R11
 
-stateKVbf16AVX2_nocarryrow7:
+stateKVbf16AVX2_nocarryrow_7:
 	ADDQ $0x00000080, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVbf16AVX2_rows7
-	JMP  stateKVbf16AVX2_tokdone4
+	JB   stateKVbf16AVX2_rows_7
+	JMP  stateKVbf16AVX2_tokdone_4
 
-stateKVbf16AVX2_far4:
+stateKVbf16AVX2_far_4:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	MOVQ         88(SP), AX
@@ -18845,10 +18845,10 @@ stateKVbf16AVX2_far4:
 	MOVQ  stores_base+64(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
-	JZ    stateKVbf16AVX2_nostore8
+	JZ    stateKVbf16AVX2_nostore_8
 	LEAQ  (R9)(R8*2), R9
 
-stateKVbf16AVX2_nostore8:
+stateKVbf16AVX2_nostore_8:
 	MOVQ  V+8(FP), R10
 	SHLQ  $0x01, R10
 	MOVQ  40(SP), R12
@@ -18857,17 +18857,17 @@ stateKVbf16AVX2_nostore8:
 	SHRQ  $0x02, R13
 	XORQ  R11, R11
 	CMPQ  R12, R13
-	JNE   stateKVbf16AVX2_nocarry8
+	JNE   stateKVbf16AVX2_nocarry_8
 	MOVQ  carry_base+88(FP), R11
 	TESTQ R11, R11
-	JZ    stateKVbf16AVX2_nocarry8
+	JZ    stateKVbf16AVX2_nocarry_8
 	LEAQ  (R11)(R8*4), R11
 
-stateKVbf16AVX2_nocarry8:
+stateKVbf16AVX2_nocarry_8:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
 
-stateKVbf16AVX2_rows8:
+stateKVbf16AVX2_rows_8:
 	VBROADCASTSS (BX)(CX*4), Y9
 	VBROADCASTSS (SI)(CX*4), Y10
 	VBROADCASTSS (DI)(CX*4), Y11
@@ -18896,7 +18896,7 @@ stateKVbf16AVX2_rows8:
 	VFMADD231PS  Y12, Y10, Y6
 	VFMADD231PS  Y12, Y11, Y7
 	TESTQ        R9, R9
-	JZ           stateKVbf16AVX2_nostorerow8
+	JZ           stateKVbf16AVX2_nostorerow_8
 	VMOVUPS      (AX), Y9
 	VPSRLD       $0x10, Y9, Y10
 	VPAND        absmask<>+0(SB), Y9, Y11
@@ -18951,9 +18951,9 @@ stateKVbf16AVX2_rows8:
 	VMOVDQU      X10, 48(R9)
 	ADDQ         R10, R9
 
-stateKVbf16AVX2_nostorerow8:
+stateKVbf16AVX2_nostorerow_8:
 	TESTQ   R11, R11
-	JZ      stateKVbf16AVX2_nocarryrow8
+	JZ      stateKVbf16AVX2_nocarryrow_8
 	VMOVUPS (AX), Y9
 	VMOVUPS Y9, (R11)
 	VMOVUPS 32(AX), Y9
@@ -18964,13 +18964,13 @@ stateKVbf16AVX2_nostorerow8:
 	VMOVUPS Y9, 96(R11)
 	ADDQ    R8, R11
 
-stateKVbf16AVX2_nocarryrow8:
+stateKVbf16AVX2_nocarryrow_8:
 	ADDQ $0x00000080, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVbf16AVX2_rows8
+	JB   stateKVbf16AVX2_rows_8
 
-stateKVbf16AVX2_tokdone4:
+stateKVbf16AVX2_tokdone_4:
 	MOVQ 56(SP), AX
 	MOVQ AX, 48(SP)
 	ADDQ $0x10, 88(SP)
@@ -18986,19 +18986,19 @@ stateKVbf16AVX2_tokdone4:
 	MOVQ tok_len+224(FP), AX
 	SHRQ $0x02, AX
 	CMPQ CX, AX
-	JB   stateKVbf16AVX2_token4
+	JB   stateKVbf16AVX2_token_4
 	MOVQ 24(SP), AX
 	ADDQ AX, 16(SP)
 	SUBQ AX, 8(SP)
-	JMP  stateKVbf16AVX2_blocks1
+	JMP  stateKVbf16AVX2_blocks_1
 
-stateKVbf16AVX2_shape5:
+stateKVbf16AVX2_shape_5:
 	// Block of 1 columns (rows in work of 32 bytes): pass 0 loads it, with token 0's read.
 	MOVQ  K+0(FP), AX
 	MOVQ  16(SP), CX
 	MOVQ  src32_base+40(FP), DX
 	TESTQ DX, DX
-	JZ    stateKVbf16AVX2_from165
+	JZ    stateKVbf16AVX2_from16_5
 
 	// From src32 (f32).
 	MOVQ   V+8(FP), BX
@@ -19011,7 +19011,7 @@ stateKVbf16AVX2_shape5:
 	MOVQ   (SP), R8
 	XORQ   R9, R9
 
-stateKVbf16AVX2_pass09:
+stateKVbf16AVX2_pass0_9:
 	VBROADCASTSS (SI)(R9*4), Y2
 	VBROADCASTSS (DI)(R9*4), Y3
 	VMOVSS       (DX), X4
@@ -19022,10 +19022,10 @@ stateKVbf16AVX2_pass09:
 	ADDQ         $0x00000020, R8
 	INCQ         R9
 	CMPQ         R9, AX
-	JB           stateKVbf16AVX2_pass09
-	JMP          stateKVbf16AVX2_loaded5
+	JB           stateKVbf16AVX2_pass0_9
+	JMP          stateKVbf16AVX2_loaded_5
 
-stateKVbf16AVX2_from165:
+stateKVbf16AVX2_from16_5:
 	// From src (bf16).
 	MOVQ   src_base+16(FP), DX
 	MOVQ   V+8(FP), BX
@@ -19038,7 +19038,7 @@ stateKVbf16AVX2_from165:
 	MOVQ   (SP), R8
 	XORQ   R9, R9
 
-stateKVbf16AVX2_pass010:
+stateKVbf16AVX2_pass0_10:
 	VBROADCASTSS (SI)(R9*4), Y2
 	VBROADCASTSS (DI)(R9*4), Y3
 	MOVWLZX      (DX), R10
@@ -19051,9 +19051,9 @@ stateKVbf16AVX2_pass010:
 	ADDQ         $0x00000020, R8
 	INCQ         R9
 	CMPQ         R9, AX
-	JB           stateKVbf16AVX2_pass010
+	JB           stateKVbf16AVX2_pass0_10
 
-stateKVbf16AVX2_loaded5:
+stateKVbf16AVX2_loaded_5:
 	// The tokens.
 	XORQ AX, AX
 	MOVQ AX, 40(SP)
@@ -19068,7 +19068,7 @@ stateKVbf16AVX2_loaded5:
 	LEAQ (AX)(CX*4), AX
 	MOVQ AX, 80(SP)
 
-stateKVbf16AVX2_token5:
+stateKVbf16AVX2_token_5:
 	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
 	MOVQ 40(SP), AX
 	MOVQ K+0(FP), CX
@@ -19076,10 +19076,10 @@ stateKVbf16AVX2_token5:
 	MOVQ tok_len+224(FP), DX
 	SHRQ $0x02, DX
 	CMPQ AX, DX
-	JB   stateKVbf16AVX2_notlast5
+	JB   stateKVbf16AVX2_notlast_5
 	DECQ AX
 
-stateKVbf16AVX2_notlast5:
+stateKVbf16AVX2_notlast_5:
 	IMULQ    CX, AX
 	MOVQ     kh_base+112(FP), CX
 	LEAQ     (CX)(AX*4), CX
@@ -19090,7 +19090,7 @@ stateKVbf16AVX2_notlast5:
 	MOVQ     88(SP), AX
 	VMOVSS   (AX), X2
 	VUCOMISS nearone<>+0(SB), X2
-	JCS      stateKVbf16AVX2_far5
+	JCS      stateKVbf16AVX2_far_5
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
@@ -19123,10 +19123,10 @@ stateKVbf16AVX2_notlast5:
 	MOVQ  stores_base+64(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
-	JZ    stateKVbf16AVX2_nostore9
+	JZ    stateKVbf16AVX2_nostore_9
 	LEAQ  (R9)(R8*2), R9
 
-stateKVbf16AVX2_nostore9:
+stateKVbf16AVX2_nostore_9:
 	MOVQ  V+8(FP), R10
 	SHLQ  $0x01, R10
 	MOVQ  40(SP), R12
@@ -19135,17 +19135,17 @@ stateKVbf16AVX2_nostore9:
 	SHRQ  $0x02, R13
 	XORQ  R11, R11
 	CMPQ  R12, R13
-	JNE   stateKVbf16AVX2_nocarry9
+	JNE   stateKVbf16AVX2_nocarry_9
 	MOVQ  carry_base+88(FP), R11
 	TESTQ R11, R11
-	JZ    stateKVbf16AVX2_nocarry9
+	JZ    stateKVbf16AVX2_nocarry_9
 	LEAQ  (R11)(R8*4), R11
 
-stateKVbf16AVX2_nocarry9:
+stateKVbf16AVX2_nocarry_9:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
 
-stateKVbf16AVX2_rows9:
+stateKVbf16AVX2_rows_9:
 	VBROADCASTSS (BX)(CX*4), Y3
 	VBROADCASTSS (SI)(CX*4), Y4
 	VBROADCASTSS (DI)(CX*4), Y5
@@ -19156,7 +19156,7 @@ stateKVbf16AVX2_rows9:
 	VFMADD231SS  X6, X4, X0
 	VFMADD231SS  X6, X5, X1
 	TESTQ        R9, R9
-	JZ           stateKVbf16AVX2_nostorerow9
+	JZ           stateKVbf16AVX2_nostorerow_9
 	VMOVSS       (AX), X3
 	VPSRLD       $0x10, X3, X4
 	VPAND        absmask<>+0(SB), X3, X5
@@ -19170,21 +19170,21 @@ stateKVbf16AVX2_rows9:
 	VPEXTRW      $0x00, X3, (R9)
 	ADDQ         R10, R9
 
-stateKVbf16AVX2_nostorerow9:
+stateKVbf16AVX2_nostorerow_9:
 	TESTQ  R11, R11
-	JZ     stateKVbf16AVX2_nocarryrow9
+	JZ     stateKVbf16AVX2_nocarryrow_9
 	VMOVSS (AX), X3
 	VMOVSS X3, (R11)
 	ADDQ   R8, R11
 
-stateKVbf16AVX2_nocarryrow9:
+stateKVbf16AVX2_nocarryrow_9:
 	ADDQ $0x00000020, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVbf16AVX2_rows9
-	JMP  stateKVbf16AVX2_tokdone5
+	JB   stateKVbf16AVX2_rows_9
+	JMP  stateKVbf16AVX2_tokdone_5
 
-stateKVbf16AVX2_far5:
+stateKVbf16AVX2_far_5:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	MOVQ         88(SP), AX
@@ -19216,10 +19216,10 @@ stateKVbf16AVX2_far5:
 	MOVQ  stores_base+64(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
-	JZ    stateKVbf16AVX2_nostore10
+	JZ    stateKVbf16AVX2_nostore_10
 	LEAQ  (R9)(R8*2), R9
 
-stateKVbf16AVX2_nostore10:
+stateKVbf16AVX2_nostore_10:
 	MOVQ  V+8(FP), R10
 	SHLQ  $0x01, R10
 	MOVQ  40(SP), R12
@@ -19228,17 +19228,17 @@ stateKVbf16AVX2_nostore10:
 	SHRQ  $0x02, R13
 	XORQ  R11, R11
 	CMPQ  R12, R13
-	JNE   stateKVbf16AVX2_nocarry10
+	JNE   stateKVbf16AVX2_nocarry_10
 	MOVQ  carry_base+88(FP), R11
 	TESTQ R11, R11
-	JZ    stateKVbf16AVX2_nocarry10
+	JZ    stateKVbf16AVX2_nocarry_10
 	LEAQ  (R11)(R8*4), R11
 
-stateKVbf16AVX2_nocarry10:
+stateKVbf16AVX2_nocarry_10:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
 
-stateKVbf16AVX2_rows10:
+stateKVbf16AVX2_rows_10:
 	VBROADCASTSS (BX)(CX*4), Y3
 	VBROADCASTSS (SI)(CX*4), Y4
 	VBROADCASTSS (DI)(CX*4), Y5
@@ -19249,7 +19249,7 @@ stateKVbf16AVX2_rows10:
 	VFMADD231SS  X6, X4, X0
 	VFMADD231SS  X6, X5, X1
 	TESTQ        R9, R9
-	JZ           stateKVbf16AVX2_nostorerow10
+	JZ           stateKVbf16AVX2_nostorerow_10
 	VMOVSS       (AX), X3
 	VPSRLD       $0x10, X3, X4
 	VPAND        absmask<>+0(SB), X3, X5
@@ -19263,20 +19263,20 @@ stateKVbf16AVX2_rows10:
 	VPEXTRW      $0x00, X3, (R9)
 	ADDQ         R10, R9
 
-stateKVbf16AVX2_nostorerow10:
+stateKVbf16AVX2_nostorerow_10:
 	TESTQ  R11, R11
-	JZ     stateKVbf16AVX2_nocarryrow10
+	JZ     stateKVbf16AVX2_nocarryrow_10
 	VMOVSS (AX), X3
 	VMOVSS X3, (R11)
 	ADDQ   R8, R11
 
-stateKVbf16AVX2_nocarryrow10:
+stateKVbf16AVX2_nocarryrow_10:
 	ADDQ $0x00000020, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVbf16AVX2_rows10
+	JB   stateKVbf16AVX2_rows_10
 
-stateKVbf16AVX2_tokdone5:
+stateKVbf16AVX2_tokdone_5:
 	MOVQ 56(SP), AX
 	MOVQ AX, 48(SP)
 	ADDQ $0x10, 88(SP)
@@ -19292,19 +19292,19 @@ stateKVbf16AVX2_tokdone5:
 	MOVQ tok_len+224(FP), AX
 	SHRQ $0x02, AX
 	CMPQ CX, AX
-	JB   stateKVbf16AVX2_token5
+	JB   stateKVbf16AVX2_token_5
 	MOVQ 24(SP), AX
 	ADDQ AX, 16(SP)
 	SUBQ AX, 8(SP)
-	JMP  stateKVbf16AVX2_blocks1
+	JMP  stateKVbf16AVX2_blocks_1
 
-stateKVbf16AVX2_shape6:
+stateKVbf16AVX2_shape_6:
 	// Block of 2 columns (rows in work of 32 bytes): pass 0 loads it, with token 0's read.
 	MOVQ  K+0(FP), AX
 	MOVQ  16(SP), CX
 	MOVQ  src32_base+40(FP), DX
 	TESTQ DX, DX
-	JZ    stateKVbf16AVX2_from166
+	JZ    stateKVbf16AVX2_from16_6
 
 	// From src32 (f32).
 	MOVQ   V+8(FP), BX
@@ -19319,7 +19319,7 @@ stateKVbf16AVX2_shape6:
 	MOVQ   (SP), R8
 	XORQ   R9, R9
 
-stateKVbf16AVX2_pass011:
+stateKVbf16AVX2_pass0_11:
 	VBROADCASTSS (SI)(R9*4), Y4
 	VBROADCASTSS (DI)(R9*4), Y5
 	VMOVSS       (DX), X6
@@ -19334,10 +19334,10 @@ stateKVbf16AVX2_pass011:
 	ADDQ         $0x00000020, R8
 	INCQ         R9
 	CMPQ         R9, AX
-	JB           stateKVbf16AVX2_pass011
-	JMP          stateKVbf16AVX2_loaded6
+	JB           stateKVbf16AVX2_pass0_11
+	JMP          stateKVbf16AVX2_loaded_6
 
-stateKVbf16AVX2_from166:
+stateKVbf16AVX2_from16_6:
 	// From src (bf16).
 	MOVQ   src_base+16(FP), DX
 	MOVQ   V+8(FP), BX
@@ -19352,7 +19352,7 @@ stateKVbf16AVX2_from166:
 	MOVQ   (SP), R8
 	XORQ   R9, R9
 
-stateKVbf16AVX2_pass012:
+stateKVbf16AVX2_pass0_12:
 	VBROADCASTSS (SI)(R9*4), Y4
 	VBROADCASTSS (DI)(R9*4), Y5
 	MOVWLZX      (DX), R10
@@ -19371,9 +19371,9 @@ stateKVbf16AVX2_pass012:
 	ADDQ         $0x00000020, R8
 	INCQ         R9
 	CMPQ         R9, AX
-	JB           stateKVbf16AVX2_pass012
+	JB           stateKVbf16AVX2_pass0_12
 
-stateKVbf16AVX2_loaded6:
+stateKVbf16AVX2_loaded_6:
 	// The tokens.
 	XORQ AX, AX
 	MOVQ AX, 40(SP)
@@ -19388,7 +19388,7 @@ stateKVbf16AVX2_loaded6:
 	LEAQ (AX)(CX*4), AX
 	MOVQ AX, 80(SP)
 
-stateKVbf16AVX2_token6:
+stateKVbf16AVX2_token_6:
 	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
 	MOVQ 40(SP), AX
 	MOVQ K+0(FP), CX
@@ -19396,10 +19396,10 @@ stateKVbf16AVX2_token6:
 	MOVQ tok_len+224(FP), DX
 	SHRQ $0x02, DX
 	CMPQ AX, DX
-	JB   stateKVbf16AVX2_notlast6
+	JB   stateKVbf16AVX2_notlast_6
 	DECQ AX
 
-stateKVbf16AVX2_notlast6:
+stateKVbf16AVX2_notlast_6:
 	IMULQ    CX, AX
 	MOVQ     kh_base+112(FP), CX
 	LEAQ     (CX)(AX*4), CX
@@ -19410,7 +19410,7 @@ stateKVbf16AVX2_notlast6:
 	MOVQ     88(SP), AX
 	VMOVSS   (AX), X4
 	VUCOMISS nearone<>+0(SB), X4
-	JCS      stateKVbf16AVX2_far6
+	JCS      stateKVbf16AVX2_far_6
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
@@ -19453,10 +19453,10 @@ stateKVbf16AVX2_notlast6:
 	MOVQ  stores_base+64(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
-	JZ    stateKVbf16AVX2_nostore11
+	JZ    stateKVbf16AVX2_nostore_11
 	LEAQ  (R9)(R8*2), R9
 
-stateKVbf16AVX2_nostore11:
+stateKVbf16AVX2_nostore_11:
 	MOVQ  V+8(FP), R10
 	SHLQ  $0x01, R10
 	MOVQ  40(SP), R12
@@ -19465,17 +19465,17 @@ stateKVbf16AVX2_nostore11:
 	SHRQ  $0x02, R13
 	XORQ  R11, R11
 	CMPQ  R12, R13
-	JNE   stateKVbf16AVX2_nocarry11
+	JNE   stateKVbf16AVX2_nocarry_11
 	MOVQ  carry_base+88(FP), R11
 	TESTQ R11, R11
-	JZ    stateKVbf16AVX2_nocarry11
+	JZ    stateKVbf16AVX2_nocarry_11
 	LEAQ  (R11)(R8*4), R11
 
-stateKVbf16AVX2_nocarry11:
+stateKVbf16AVX2_nocarry_11:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
 
-stateKVbf16AVX2_rows11:
+stateKVbf16AVX2_rows_11:
 	VBROADCASTSS (BX)(CX*4), Y5
 	VBROADCASTSS (SI)(CX*4), Y6
 	VBROADCASTSS (DI)(CX*4), Y7
@@ -19492,7 +19492,7 @@ stateKVbf16AVX2_rows11:
 	VFMADD231SS  X8, X6, X2
 	VFMADD231SS  X8, X7, X3
 	TESTQ        R9, R9
-	JZ           stateKVbf16AVX2_nostorerow11
+	JZ           stateKVbf16AVX2_nostorerow_11
 	VMOVSS       (AX), X5
 	VPSRLD       $0x10, X5, X6
 	VPAND        absmask<>+0(SB), X5, X7
@@ -19517,23 +19517,23 @@ stateKVbf16AVX2_rows11:
 	VPEXTRW      $0x00, X5, 2(R9)
 	ADDQ         R10, R9
 
-stateKVbf16AVX2_nostorerow11:
+stateKVbf16AVX2_nostorerow_11:
 	TESTQ  R11, R11
-	JZ     stateKVbf16AVX2_nocarryrow11
+	JZ     stateKVbf16AVX2_nocarryrow_11
 	VMOVSS (AX), X5
 	VMOVSS X5, (R11)
 	VMOVSS 4(AX), X5
 	VMOVSS X5, 4(R11)
 	ADDQ   R8, R11
 
-stateKVbf16AVX2_nocarryrow11:
+stateKVbf16AVX2_nocarryrow_11:
 	ADDQ $0x00000020, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVbf16AVX2_rows11
-	JMP  stateKVbf16AVX2_tokdone6
+	JB   stateKVbf16AVX2_rows_11
+	JMP  stateKVbf16AVX2_tokdone_6
 
-stateKVbf16AVX2_far6:
+stateKVbf16AVX2_far_6:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	MOVQ         88(SP), AX
@@ -19575,10 +19575,10 @@ stateKVbf16AVX2_far6:
 	MOVQ  stores_base+64(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
-	JZ    stateKVbf16AVX2_nostore12
+	JZ    stateKVbf16AVX2_nostore_12
 	LEAQ  (R9)(R8*2), R9
 
-stateKVbf16AVX2_nostore12:
+stateKVbf16AVX2_nostore_12:
 	MOVQ  V+8(FP), R10
 	SHLQ  $0x01, R10
 	MOVQ  40(SP), R12
@@ -19587,17 +19587,17 @@ stateKVbf16AVX2_nostore12:
 	SHRQ  $0x02, R13
 	XORQ  R11, R11
 	CMPQ  R12, R13
-	JNE   stateKVbf16AVX2_nocarry12
+	JNE   stateKVbf16AVX2_nocarry_12
 	MOVQ  carry_base+88(FP), R11
 	TESTQ R11, R11
-	JZ    stateKVbf16AVX2_nocarry12
+	JZ    stateKVbf16AVX2_nocarry_12
 	LEAQ  (R11)(R8*4), R11
 
-stateKVbf16AVX2_nocarry12:
+stateKVbf16AVX2_nocarry_12:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
 
-stateKVbf16AVX2_rows12:
+stateKVbf16AVX2_rows_12:
 	VBROADCASTSS (BX)(CX*4), Y5
 	VBROADCASTSS (SI)(CX*4), Y6
 	VBROADCASTSS (DI)(CX*4), Y7
@@ -19614,7 +19614,7 @@ stateKVbf16AVX2_rows12:
 	VFMADD231SS  X8, X6, X2
 	VFMADD231SS  X8, X7, X3
 	TESTQ        R9, R9
-	JZ           stateKVbf16AVX2_nostorerow12
+	JZ           stateKVbf16AVX2_nostorerow_12
 	VMOVSS       (AX), X5
 	VPSRLD       $0x10, X5, X6
 	VPAND        absmask<>+0(SB), X5, X7
@@ -19639,22 +19639,22 @@ stateKVbf16AVX2_rows12:
 	VPEXTRW      $0x00, X5, 2(R9)
 	ADDQ         R10, R9
 
-stateKVbf16AVX2_nostorerow12:
+stateKVbf16AVX2_nostorerow_12:
 	TESTQ  R11, R11
-	JZ     stateKVbf16AVX2_nocarryrow12
+	JZ     stateKVbf16AVX2_nocarryrow_12
 	VMOVSS (AX), X5
 	VMOVSS X5, (R11)
 	VMOVSS 4(AX), X5
 	VMOVSS X5, 4(R11)
 	ADDQ   R8, R11
 
-stateKVbf16AVX2_nocarryrow12:
+stateKVbf16AVX2_nocarryrow_12:
 	ADDQ $0x00000020, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVbf16AVX2_rows12
+	JB   stateKVbf16AVX2_rows_12
 
-stateKVbf16AVX2_tokdone6:
+stateKVbf16AVX2_tokdone_6:
 	MOVQ 56(SP), AX
 	MOVQ AX, 48(SP)
 	ADDQ $0x10, 88(SP)
@@ -19670,19 +19670,19 @@ stateKVbf16AVX2_tokdone6:
 	MOVQ tok_len+224(FP), AX
 	SHRQ $0x02, AX
 	CMPQ CX, AX
-	JB   stateKVbf16AVX2_token6
+	JB   stateKVbf16AVX2_token_6
 	MOVQ 24(SP), AX
 	ADDQ AX, 16(SP)
 	SUBQ AX, 8(SP)
-	JMP  stateKVbf16AVX2_blocks1
+	JMP  stateKVbf16AVX2_blocks_1
 
-stateKVbf16AVX2_shape7:
+stateKVbf16AVX2_shape_7:
 	// Block of 3 columns (rows in work of 32 bytes): pass 0 loads it, with token 0's read.
 	MOVQ  K+0(FP), AX
 	MOVQ  16(SP), CX
 	MOVQ  src32_base+40(FP), DX
 	TESTQ DX, DX
-	JZ    stateKVbf16AVX2_from167
+	JZ    stateKVbf16AVX2_from16_7
 
 	// From src32 (f32).
 	MOVQ   V+8(FP), BX
@@ -19699,7 +19699,7 @@ stateKVbf16AVX2_shape7:
 	MOVQ   (SP), R8
 	XORQ   R9, R9
 
-stateKVbf16AVX2_pass013:
+stateKVbf16AVX2_pass0_13:
 	VBROADCASTSS (SI)(R9*4), Y6
 	VBROADCASTSS (DI)(R9*4), Y7
 	VMOVSS       (DX), X8
@@ -19718,10 +19718,10 @@ stateKVbf16AVX2_pass013:
 	ADDQ         $0x00000020, R8
 	INCQ         R9
 	CMPQ         R9, AX
-	JB           stateKVbf16AVX2_pass013
-	JMP          stateKVbf16AVX2_loaded7
+	JB           stateKVbf16AVX2_pass0_13
+	JMP          stateKVbf16AVX2_loaded_7
 
-stateKVbf16AVX2_from167:
+stateKVbf16AVX2_from16_7:
 	// From src (bf16).
 	MOVQ   src_base+16(FP), DX
 	MOVQ   V+8(FP), BX
@@ -19738,7 +19738,7 @@ stateKVbf16AVX2_from167:
 	MOVQ   (SP), R8
 	XORQ   R9, R9
 
-stateKVbf16AVX2_pass014:
+stateKVbf16AVX2_pass0_14:
 	VBROADCASTSS (SI)(R9*4), Y6
 	VBROADCASTSS (DI)(R9*4), Y7
 	MOVWLZX      (DX), R10
@@ -19763,9 +19763,9 @@ stateKVbf16AVX2_pass014:
 	ADDQ         $0x00000020, R8
 	INCQ         R9
 	CMPQ         R9, AX
-	JB           stateKVbf16AVX2_pass014
+	JB           stateKVbf16AVX2_pass0_14
 
-stateKVbf16AVX2_loaded7:
+stateKVbf16AVX2_loaded_7:
 	// The tokens.
 	XORQ AX, AX
 	MOVQ AX, 40(SP)
@@ -19780,7 +19780,7 @@ stateKVbf16AVX2_loaded7:
 	LEAQ (AX)(CX*4), AX
 	MOVQ AX, 80(SP)
 
-stateKVbf16AVX2_token7:
+stateKVbf16AVX2_token_7:
 	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
 	MOVQ 40(SP), AX
 	MOVQ K+0(FP), CX
@@ -19788,10 +19788,10 @@ stateKVbf16AVX2_token7:
 	MOVQ tok_len+224(FP), DX
 	SHRQ $0x02, DX
 	CMPQ AX, DX
-	JB   stateKVbf16AVX2_notlast7
+	JB   stateKVbf16AVX2_notlast_7
 	DECQ AX
 
-stateKVbf16AVX2_notlast7:
+stateKVbf16AVX2_notlast_7:
 	IMULQ    CX, AX
 	MOVQ     kh_base+112(FP), CX
 	LEAQ     (CX)(AX*4), CX
@@ -19802,7 +19802,7 @@ stateKVbf16AVX2_notlast7:
 	MOVQ     88(SP), AX
 	VMOVSS   (AX), X6
 	VUCOMISS nearone<>+0(SB), X6
-	JCS      stateKVbf16AVX2_far7
+	JCS      stateKVbf16AVX2_far_7
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
@@ -19855,10 +19855,10 @@ stateKVbf16AVX2_notlast7:
 	MOVQ  stores_base+64(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
-	JZ    stateKVbf16AVX2_nostore13
+	JZ    stateKVbf16AVX2_nostore_13
 	LEAQ  (R9)(R8*2), R9
 
-stateKVbf16AVX2_nostore13:
+stateKVbf16AVX2_nostore_13:
 	MOVQ  V+8(FP), R10
 	SHLQ  $0x01, R10
 	MOVQ  40(SP), R12
@@ -19867,17 +19867,17 @@ stateKVbf16AVX2_nostore13:
 	SHRQ  $0x02, R13
 	XORQ  R11, R11
 	CMPQ  R12, R13
-	JNE   stateKVbf16AVX2_nocarry13
+	JNE   stateKVbf16AVX2_nocarry_13
 	MOVQ  carry_base+88(FP), R11
 	TESTQ R11, R11
-	JZ    stateKVbf16AVX2_nocarry13
+	JZ    stateKVbf16AVX2_nocarry_13
 	LEAQ  (R11)(R8*4), R11
 
-stateKVbf16AVX2_nocarry13:
+stateKVbf16AVX2_nocarry_13:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
 
-stateKVbf16AVX2_rows13:
+stateKVbf16AVX2_rows_13:
 	VBROADCASTSS (BX)(CX*4), Y7
 	VBROADCASTSS (SI)(CX*4), Y8
 	VBROADCASTSS (DI)(CX*4), Y9
@@ -19900,7 +19900,7 @@ stateKVbf16AVX2_rows13:
 	VFMADD231SS  X10, X8, X4
 	VFMADD231SS  X10, X9, X5
 	TESTQ        R9, R9
-	JZ           stateKVbf16AVX2_nostorerow13
+	JZ           stateKVbf16AVX2_nostorerow_13
 	VMOVSS       (AX), X7
 	VPSRLD       $0x10, X7, X8
 	VPAND        absmask<>+0(SB), X7, X9
@@ -19936,9 +19936,9 @@ stateKVbf16AVX2_rows13:
 	VPEXTRW      $0x00, X7, 4(R9)
 	ADDQ         R10, R9
 
-stateKVbf16AVX2_nostorerow13:
+stateKVbf16AVX2_nostorerow_13:
 	TESTQ  R11, R11
-	JZ     stateKVbf16AVX2_nocarryrow13
+	JZ     stateKVbf16AVX2_nocarryrow_13
 	VMOVSS (AX), X7
 	VMOVSS X7, (R11)
 	VMOVSS 4(AX), X7
@@ -19947,14 +19947,14 @@ stateKVbf16AVX2_nostorerow13:
 	VMOVSS X7, 8(R11)
 	ADDQ   R8, R11
 
-stateKVbf16AVX2_nocarryrow13:
+stateKVbf16AVX2_nocarryrow_13:
 	ADDQ $0x00000020, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVbf16AVX2_rows13
-	JMP  stateKVbf16AVX2_tokdone7
+	JB   stateKVbf16AVX2_rows_13
+	JMP  stateKVbf16AVX2_tokdone_7
 
-stateKVbf16AVX2_far7:
+stateKVbf16AVX2_far_7:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	MOVQ         88(SP), AX
@@ -20006,10 +20006,10 @@ stateKVbf16AVX2_far7:
 	MOVQ  stores_base+64(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
-	JZ    stateKVbf16AVX2_nostore14
+	JZ    stateKVbf16AVX2_nostore_14
 	LEAQ  (R9)(R8*2), R9
 
-stateKVbf16AVX2_nostore14:
+stateKVbf16AVX2_nostore_14:
 	MOVQ  V+8(FP), R10
 	SHLQ  $0x01, R10
 	MOVQ  40(SP), R12
@@ -20018,17 +20018,17 @@ stateKVbf16AVX2_nostore14:
 	SHRQ  $0x02, R13
 	XORQ  R11, R11
 	CMPQ  R12, R13
-	JNE   stateKVbf16AVX2_nocarry14
+	JNE   stateKVbf16AVX2_nocarry_14
 	MOVQ  carry_base+88(FP), R11
 	TESTQ R11, R11
-	JZ    stateKVbf16AVX2_nocarry14
+	JZ    stateKVbf16AVX2_nocarry_14
 	LEAQ  (R11)(R8*4), R11
 
-stateKVbf16AVX2_nocarry14:
+stateKVbf16AVX2_nocarry_14:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
 
-stateKVbf16AVX2_rows14:
+stateKVbf16AVX2_rows_14:
 	VBROADCASTSS (BX)(CX*4), Y7
 	VBROADCASTSS (SI)(CX*4), Y8
 	VBROADCASTSS (DI)(CX*4), Y9
@@ -20051,7 +20051,7 @@ stateKVbf16AVX2_rows14:
 	VFMADD231SS  X10, X8, X4
 	VFMADD231SS  X10, X9, X5
 	TESTQ        R9, R9
-	JZ           stateKVbf16AVX2_nostorerow14
+	JZ           stateKVbf16AVX2_nostorerow_14
 	VMOVSS       (AX), X7
 	VPSRLD       $0x10, X7, X8
 	VPAND        absmask<>+0(SB), X7, X9
@@ -20087,9 +20087,9 @@ stateKVbf16AVX2_rows14:
 	VPEXTRW      $0x00, X7, 4(R9)
 	ADDQ         R10, R9
 
-stateKVbf16AVX2_nostorerow14:
+stateKVbf16AVX2_nostorerow_14:
 	TESTQ  R11, R11
-	JZ     stateKVbf16AVX2_nocarryrow14
+	JZ     stateKVbf16AVX2_nocarryrow_14
 	VMOVSS (AX), X7
 	VMOVSS X7, (R11)
 	VMOVSS 4(AX), X7
@@ -20098,13 +20098,13 @@ stateKVbf16AVX2_nostorerow14:
 	VMOVSS X7, 8(R11)
 	ADDQ   R8, R11
 
-stateKVbf16AVX2_nocarryrow14:
+stateKVbf16AVX2_nocarryrow_14:
 	ADDQ $0x00000020, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVbf16AVX2_rows14
+	JB   stateKVbf16AVX2_rows_14
 
-stateKVbf16AVX2_tokdone7:
+stateKVbf16AVX2_tokdone_7:
 	MOVQ 56(SP), AX
 	MOVQ AX, 48(SP)
 	ADDQ $0x10, 88(SP)
@@ -20120,19 +20120,19 @@ stateKVbf16AVX2_tokdone7:
 	MOVQ tok_len+224(FP), AX
 	SHRQ $0x02, AX
 	CMPQ CX, AX
-	JB   stateKVbf16AVX2_token7
+	JB   stateKVbf16AVX2_token_7
 	MOVQ 24(SP), AX
 	ADDQ AX, 16(SP)
 	SUBQ AX, 8(SP)
-	JMP  stateKVbf16AVX2_blocks1
+	JMP  stateKVbf16AVX2_blocks_1
 
-stateKVbf16AVX2_shape8:
+stateKVbf16AVX2_shape_8:
 	// Block of 4 columns (rows in work of 32 bytes): pass 0 loads it, with token 0's read.
 	MOVQ  K+0(FP), AX
 	MOVQ  16(SP), CX
 	MOVQ  src32_base+40(FP), DX
 	TESTQ DX, DX
-	JZ    stateKVbf16AVX2_from168
+	JZ    stateKVbf16AVX2_from16_8
 
 	// From src32 (f32).
 	MOVQ   V+8(FP), BX
@@ -20145,7 +20145,7 @@ stateKVbf16AVX2_shape8:
 	MOVQ   (SP), R8
 	XORQ   R9, R9
 
-stateKVbf16AVX2_pass015:
+stateKVbf16AVX2_pass0_15:
 	VBROADCASTSS (SI)(R9*4), Y2
 	VBROADCASTSS (DI)(R9*4), Y3
 	VMOVUPS      (DX), X4
@@ -20156,10 +20156,10 @@ stateKVbf16AVX2_pass015:
 	ADDQ         $0x00000020, R8
 	INCQ         R9
 	CMPQ         R9, AX
-	JB           stateKVbf16AVX2_pass015
-	JMP          stateKVbf16AVX2_loaded8
+	JB           stateKVbf16AVX2_pass0_15
+	JMP          stateKVbf16AVX2_loaded_8
 
-stateKVbf16AVX2_from168:
+stateKVbf16AVX2_from16_8:
 	// From src (bf16).
 	MOVQ   src_base+16(FP), DX
 	MOVQ   V+8(FP), BX
@@ -20172,7 +20172,7 @@ stateKVbf16AVX2_from168:
 	MOVQ   (SP), R8
 	XORQ   R9, R9
 
-stateKVbf16AVX2_pass016:
+stateKVbf16AVX2_pass0_16:
 	VBROADCASTSS (SI)(R9*4), Y2
 	VBROADCASTSS (DI)(R9*4), Y3
 	VPMOVZXWD    (DX), X4
@@ -20184,9 +20184,9 @@ stateKVbf16AVX2_pass016:
 	ADDQ         $0x00000020, R8
 	INCQ         R9
 	CMPQ         R9, AX
-	JB           stateKVbf16AVX2_pass016
+	JB           stateKVbf16AVX2_pass0_16
 
-stateKVbf16AVX2_loaded8:
+stateKVbf16AVX2_loaded_8:
 	// The tokens.
 	XORQ AX, AX
 	MOVQ AX, 40(SP)
@@ -20201,7 +20201,7 @@ stateKVbf16AVX2_loaded8:
 	LEAQ (AX)(CX*4), AX
 	MOVQ AX, 80(SP)
 
-stateKVbf16AVX2_token8:
+stateKVbf16AVX2_token_8:
 	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
 	MOVQ 40(SP), AX
 	MOVQ K+0(FP), CX
@@ -20209,10 +20209,10 @@ stateKVbf16AVX2_token8:
 	MOVQ tok_len+224(FP), DX
 	SHRQ $0x02, DX
 	CMPQ AX, DX
-	JB   stateKVbf16AVX2_notlast8
+	JB   stateKVbf16AVX2_notlast_8
 	DECQ AX
 
-stateKVbf16AVX2_notlast8:
+stateKVbf16AVX2_notlast_8:
 	IMULQ    CX, AX
 	MOVQ     kh_base+112(FP), CX
 	LEAQ     (CX)(AX*4), CX
@@ -20223,7 +20223,7 @@ stateKVbf16AVX2_notlast8:
 	MOVQ     88(SP), AX
 	VMOVSS   (AX), X2
 	VUCOMISS nearone<>+0(SB), X2
-	JCS      stateKVbf16AVX2_far8
+	JCS      stateKVbf16AVX2_far_8
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
@@ -20256,10 +20256,10 @@ stateKVbf16AVX2_notlast8:
 	MOVQ  stores_base+64(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
-	JZ    stateKVbf16AVX2_nostore15
+	JZ    stateKVbf16AVX2_nostore_15
 	LEAQ  (R9)(R8*2), R9
 
-stateKVbf16AVX2_nostore15:
+stateKVbf16AVX2_nostore_15:
 	MOVQ  V+8(FP), R10
 	SHLQ  $0x01, R10
 	MOVQ  40(SP), R12
@@ -20268,17 +20268,17 @@ stateKVbf16AVX2_nostore15:
 	SHRQ  $0x02, R13
 	XORQ  R11, R11
 	CMPQ  R12, R13
-	JNE   stateKVbf16AVX2_nocarry15
+	JNE   stateKVbf16AVX2_nocarry_15
 	MOVQ  carry_base+88(FP), R11
 	TESTQ R11, R11
-	JZ    stateKVbf16AVX2_nocarry15
+	JZ    stateKVbf16AVX2_nocarry_15
 	LEAQ  (R11)(R8*4), R11
 
-stateKVbf16AVX2_nocarry15:
+stateKVbf16AVX2_nocarry_15:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
 
-stateKVbf16AVX2_rows15:
+stateKVbf16AVX2_rows_15:
 	VBROADCASTSS (BX)(CX*4), Y3
 	VBROADCASTSS (SI)(CX*4), Y4
 	VBROADCASTSS (DI)(CX*4), Y5
@@ -20289,7 +20289,7 @@ stateKVbf16AVX2_rows15:
 	VFMADD231PS  X6, X4, X0
 	VFMADD231PS  X6, X5, X1
 	TESTQ        R9, R9
-	JZ           stateKVbf16AVX2_nostorerow15
+	JZ           stateKVbf16AVX2_nostorerow_15
 	VMOVUPS      (AX), X3
 	VPSRLD       $0x10, X3, X4
 	VPAND        absmask<>+0(SB), X3, X5
@@ -20304,21 +20304,21 @@ stateKVbf16AVX2_rows15:
 	VMOVQ        X3, (R9)
 	ADDQ         R10, R9
 
-stateKVbf16AVX2_nostorerow15:
+stateKVbf16AVX2_nostorerow_15:
 	TESTQ   R11, R11
-	JZ      stateKVbf16AVX2_nocarryrow15
+	JZ      stateKVbf16AVX2_nocarryrow_15
 	VMOVUPS (AX), X3
 	VMOVUPS X3, (R11)
 	ADDQ    R8, R11
 
-stateKVbf16AVX2_nocarryrow15:
+stateKVbf16AVX2_nocarryrow_15:
 	ADDQ $0x00000020, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVbf16AVX2_rows15
-	JMP  stateKVbf16AVX2_tokdone8
+	JB   stateKVbf16AVX2_rows_15
+	JMP  stateKVbf16AVX2_tokdone_8
 
-stateKVbf16AVX2_far8:
+stateKVbf16AVX2_far_8:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	MOVQ         88(SP), AX
@@ -20350,10 +20350,10 @@ stateKVbf16AVX2_far8:
 	MOVQ  stores_base+64(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
-	JZ    stateKVbf16AVX2_nostore16
+	JZ    stateKVbf16AVX2_nostore_16
 	LEAQ  (R9)(R8*2), R9
 
-stateKVbf16AVX2_nostore16:
+stateKVbf16AVX2_nostore_16:
 	MOVQ  V+8(FP), R10
 	SHLQ  $0x01, R10
 	MOVQ  40(SP), R12
@@ -20362,17 +20362,17 @@ stateKVbf16AVX2_nostore16:
 	SHRQ  $0x02, R13
 	XORQ  R11, R11
 	CMPQ  R12, R13
-	JNE   stateKVbf16AVX2_nocarry16
+	JNE   stateKVbf16AVX2_nocarry_16
 	MOVQ  carry_base+88(FP), R11
 	TESTQ R11, R11
-	JZ    stateKVbf16AVX2_nocarry16
+	JZ    stateKVbf16AVX2_nocarry_16
 	LEAQ  (R11)(R8*4), R11
 
-stateKVbf16AVX2_nocarry16:
+stateKVbf16AVX2_nocarry_16:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
 
-stateKVbf16AVX2_rows16:
+stateKVbf16AVX2_rows_16:
 	VBROADCASTSS (BX)(CX*4), Y3
 	VBROADCASTSS (SI)(CX*4), Y4
 	VBROADCASTSS (DI)(CX*4), Y5
@@ -20383,7 +20383,7 @@ stateKVbf16AVX2_rows16:
 	VFMADD231PS  X6, X4, X0
 	VFMADD231PS  X6, X5, X1
 	TESTQ        R9, R9
-	JZ           stateKVbf16AVX2_nostorerow16
+	JZ           stateKVbf16AVX2_nostorerow_16
 	VMOVUPS      (AX), X3
 	VPSRLD       $0x10, X3, X4
 	VPAND        absmask<>+0(SB), X3, X5
@@ -20398,20 +20398,20 @@ stateKVbf16AVX2_rows16:
 	VMOVQ        X3, (R9)
 	ADDQ         R10, R9
 
-stateKVbf16AVX2_nostorerow16:
+stateKVbf16AVX2_nostorerow_16:
 	TESTQ   R11, R11
-	JZ      stateKVbf16AVX2_nocarryrow16
+	JZ      stateKVbf16AVX2_nocarryrow_16
 	VMOVUPS (AX), X3
 	VMOVUPS X3, (R11)
 	ADDQ    R8, R11
 
-stateKVbf16AVX2_nocarryrow16:
+stateKVbf16AVX2_nocarryrow_16:
 	ADDQ $0x00000020, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVbf16AVX2_rows16
+	JB   stateKVbf16AVX2_rows_16
 
-stateKVbf16AVX2_tokdone8:
+stateKVbf16AVX2_tokdone_8:
 	MOVQ 56(SP), AX
 	MOVQ AX, 48(SP)
 	ADDQ $0x10, 88(SP)
@@ -20427,19 +20427,19 @@ stateKVbf16AVX2_tokdone8:
 	MOVQ tok_len+224(FP), AX
 	SHRQ $0x02, AX
 	CMPQ CX, AX
-	JB   stateKVbf16AVX2_token8
+	JB   stateKVbf16AVX2_token_8
 	MOVQ 24(SP), AX
 	ADDQ AX, 16(SP)
 	SUBQ AX, 8(SP)
-	JMP  stateKVbf16AVX2_blocks1
+	JMP  stateKVbf16AVX2_blocks_1
 
-stateKVbf16AVX2_shape9:
+stateKVbf16AVX2_shape_9:
 	// Block of 5 columns (rows in work of 32 bytes): pass 0 loads it, with token 0's read.
 	MOVQ  K+0(FP), AX
 	MOVQ  16(SP), CX
 	MOVQ  src32_base+40(FP), DX
 	TESTQ DX, DX
-	JZ    stateKVbf16AVX2_from169
+	JZ    stateKVbf16AVX2_from16_9
 
 	// From src32 (f32).
 	MOVQ   V+8(FP), BX
@@ -20454,7 +20454,7 @@ stateKVbf16AVX2_shape9:
 	MOVQ   (SP), R8
 	XORQ   R9, R9
 
-stateKVbf16AVX2_pass017:
+stateKVbf16AVX2_pass0_17:
 	VBROADCASTSS (SI)(R9*4), Y4
 	VBROADCASTSS (DI)(R9*4), Y5
 	VMOVUPS      (DX), X6
@@ -20469,10 +20469,10 @@ stateKVbf16AVX2_pass017:
 	ADDQ         $0x00000020, R8
 	INCQ         R9
 	CMPQ         R9, AX
-	JB           stateKVbf16AVX2_pass017
-	JMP          stateKVbf16AVX2_loaded9
+	JB           stateKVbf16AVX2_pass0_17
+	JMP          stateKVbf16AVX2_loaded_9
 
-stateKVbf16AVX2_from169:
+stateKVbf16AVX2_from16_9:
 	// From src (bf16).
 	MOVQ   src_base+16(FP), DX
 	MOVQ   V+8(FP), BX
@@ -20487,7 +20487,7 @@ stateKVbf16AVX2_from169:
 	MOVQ   (SP), R8
 	XORQ   R9, R9
 
-stateKVbf16AVX2_pass018:
+stateKVbf16AVX2_pass0_18:
 	VBROADCASTSS (SI)(R9*4), Y4
 	VBROADCASTSS (DI)(R9*4), Y5
 	VPMOVZXWD    (DX), X6
@@ -20505,9 +20505,9 @@ stateKVbf16AVX2_pass018:
 	ADDQ         $0x00000020, R8
 	INCQ         R9
 	CMPQ         R9, AX
-	JB           stateKVbf16AVX2_pass018
+	JB           stateKVbf16AVX2_pass0_18
 
-stateKVbf16AVX2_loaded9:
+stateKVbf16AVX2_loaded_9:
 	// The tokens.
 	XORQ AX, AX
 	MOVQ AX, 40(SP)
@@ -20522,7 +20522,7 @@ stateKVbf16AVX2_loaded9:
 	LEAQ (AX)(CX*4), AX
 	MOVQ AX, 80(SP)
 
-stateKVbf16AVX2_token9:
+stateKVbf16AVX2_token_9:
 	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
 	MOVQ 40(SP), AX
 	MOVQ K+0(FP), CX
@@ -20530,10 +20530,10 @@ stateKVbf16AVX2_token9:
 	MOVQ tok_len+224(FP), DX
 	SHRQ $0x02, DX
 	CMPQ AX, DX
-	JB   stateKVbf16AVX2_notlast9
+	JB   stateKVbf16AVX2_notlast_9
 	DECQ AX
 
-stateKVbf16AVX2_notlast9:
+stateKVbf16AVX2_notlast_9:
 	IMULQ    CX, AX
 	MOVQ     kh_base+112(FP), CX
 	LEAQ     (CX)(AX*4), CX
@@ -20544,7 +20544,7 @@ stateKVbf16AVX2_notlast9:
 	MOVQ     88(SP), AX
 	VMOVSS   (AX), X4
 	VUCOMISS nearone<>+0(SB), X4
-	JCS      stateKVbf16AVX2_far9
+	JCS      stateKVbf16AVX2_far_9
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
@@ -20587,10 +20587,10 @@ stateKVbf16AVX2_notlast9:
 	MOVQ  stores_base+64(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
-	JZ    stateKVbf16AVX2_nostore17
+	JZ    stateKVbf16AVX2_nostore_17
 	LEAQ  (R9)(R8*2), R9
 
-stateKVbf16AVX2_nostore17:
+stateKVbf16AVX2_nostore_17:
 	MOVQ  V+8(FP), R10
 	SHLQ  $0x01, R10
 	MOVQ  40(SP), R12
@@ -20599,17 +20599,17 @@ stateKVbf16AVX2_nostore17:
 	SHRQ  $0x02, R13
 	XORQ  R11, R11
 	CMPQ  R12, R13
-	JNE   stateKVbf16AVX2_nocarry17
+	JNE   stateKVbf16AVX2_nocarry_17
 	MOVQ  carry_base+88(FP), R11
 	TESTQ R11, R11
-	JZ    stateKVbf16AVX2_nocarry17
+	JZ    stateKVbf16AVX2_nocarry_17
 	LEAQ  (R11)(R8*4), R11
 
-stateKVbf16AVX2_nocarry17:
+stateKVbf16AVX2_nocarry_17:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
 
-stateKVbf16AVX2_rows17:
+stateKVbf16AVX2_rows_17:
 	VBROADCASTSS (BX)(CX*4), Y5
 	VBROADCASTSS (SI)(CX*4), Y6
 	VBROADCASTSS (DI)(CX*4), Y7
@@ -20626,7 +20626,7 @@ stateKVbf16AVX2_rows17:
 	VFMADD231SS  X8, X6, X2
 	VFMADD231SS  X8, X7, X3
 	TESTQ        R9, R9
-	JZ           stateKVbf16AVX2_nostorerow17
+	JZ           stateKVbf16AVX2_nostorerow_17
 	VMOVUPS      (AX), X5
 	VPSRLD       $0x10, X5, X6
 	VPAND        absmask<>+0(SB), X5, X7
@@ -20652,23 +20652,23 @@ stateKVbf16AVX2_rows17:
 	VPEXTRW      $0x00, X5, 8(R9)
 	ADDQ         R10, R9
 
-stateKVbf16AVX2_nostorerow17:
+stateKVbf16AVX2_nostorerow_17:
 	TESTQ   R11, R11
-	JZ      stateKVbf16AVX2_nocarryrow17
+	JZ      stateKVbf16AVX2_nocarryrow_17
 	VMOVUPS (AX), X5
 	VMOVUPS X5, (R11)
 	VMOVSS  16(AX), X5
 	VMOVSS  X5, 16(R11)
 	ADDQ    R8, R11
 
-stateKVbf16AVX2_nocarryrow17:
+stateKVbf16AVX2_nocarryrow_17:
 	ADDQ $0x00000020, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVbf16AVX2_rows17
-	JMP  stateKVbf16AVX2_tokdone9
+	JB   stateKVbf16AVX2_rows_17
+	JMP  stateKVbf16AVX2_tokdone_9
 
-stateKVbf16AVX2_far9:
+stateKVbf16AVX2_far_9:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	MOVQ         88(SP), AX
@@ -20710,10 +20710,10 @@ stateKVbf16AVX2_far9:
 	MOVQ  stores_base+64(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
-	JZ    stateKVbf16AVX2_nostore18
+	JZ    stateKVbf16AVX2_nostore_18
 	LEAQ  (R9)(R8*2), R9
 
-stateKVbf16AVX2_nostore18:
+stateKVbf16AVX2_nostore_18:
 	MOVQ  V+8(FP), R10
 	SHLQ  $0x01, R10
 	MOVQ  40(SP), R12
@@ -20722,17 +20722,17 @@ stateKVbf16AVX2_nostore18:
 	SHRQ  $0x02, R13
 	XORQ  R11, R11
 	CMPQ  R12, R13
-	JNE   stateKVbf16AVX2_nocarry18
+	JNE   stateKVbf16AVX2_nocarry_18
 	MOVQ  carry_base+88(FP), R11
 	TESTQ R11, R11
-	JZ    stateKVbf16AVX2_nocarry18
+	JZ    stateKVbf16AVX2_nocarry_18
 	LEAQ  (R11)(R8*4), R11
 
-stateKVbf16AVX2_nocarry18:
+stateKVbf16AVX2_nocarry_18:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
 
-stateKVbf16AVX2_rows18:
+stateKVbf16AVX2_rows_18:
 	VBROADCASTSS (BX)(CX*4), Y5
 	VBROADCASTSS (SI)(CX*4), Y6
 	VBROADCASTSS (DI)(CX*4), Y7
@@ -20749,7 +20749,7 @@ stateKVbf16AVX2_rows18:
 	VFMADD231SS  X8, X6, X2
 	VFMADD231SS  X8, X7, X3
 	TESTQ        R9, R9
-	JZ           stateKVbf16AVX2_nostorerow18
+	JZ           stateKVbf16AVX2_nostorerow_18
 	VMOVUPS      (AX), X5
 	VPSRLD       $0x10, X5, X6
 	VPAND        absmask<>+0(SB), X5, X7
@@ -20775,22 +20775,22 @@ stateKVbf16AVX2_rows18:
 	VPEXTRW      $0x00, X5, 8(R9)
 	ADDQ         R10, R9
 
-stateKVbf16AVX2_nostorerow18:
+stateKVbf16AVX2_nostorerow_18:
 	TESTQ   R11, R11
-	JZ      stateKVbf16AVX2_nocarryrow18
+	JZ      stateKVbf16AVX2_nocarryrow_18
 	VMOVUPS (AX), X5
 	VMOVUPS X5, (R11)
 	VMOVSS  16(AX), X5
 	VMOVSS  X5, 16(R11)
 	ADDQ    R8, R11
 
-stateKVbf16AVX2_nocarryrow18:
+stateKVbf16AVX2_nocarryrow_18:
 	ADDQ $0x00000020, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVbf16AVX2_rows18
+	JB   stateKVbf16AVX2_rows_18
 
-stateKVbf16AVX2_tokdone9:
+stateKVbf16AVX2_tokdone_9:
 	MOVQ 56(SP), AX
 	MOVQ AX, 48(SP)
 	ADDQ $0x10, 88(SP)
@@ -20806,19 +20806,19 @@ stateKVbf16AVX2_tokdone9:
 	MOVQ tok_len+224(FP), AX
 	SHRQ $0x02, AX
 	CMPQ CX, AX
-	JB   stateKVbf16AVX2_token9
+	JB   stateKVbf16AVX2_token_9
 	MOVQ 24(SP), AX
 	ADDQ AX, 16(SP)
 	SUBQ AX, 8(SP)
-	JMP  stateKVbf16AVX2_blocks1
+	JMP  stateKVbf16AVX2_blocks_1
 
-stateKVbf16AVX2_shape10:
+stateKVbf16AVX2_shape_10:
 	// Block of 6 columns (rows in work of 32 bytes): pass 0 loads it, with token 0's read.
 	MOVQ  K+0(FP), AX
 	MOVQ  16(SP), CX
 	MOVQ  src32_base+40(FP), DX
 	TESTQ DX, DX
-	JZ    stateKVbf16AVX2_from1610
+	JZ    stateKVbf16AVX2_from16_10
 
 	// From src32 (f32).
 	MOVQ   V+8(FP), BX
@@ -20835,7 +20835,7 @@ stateKVbf16AVX2_shape10:
 	MOVQ   (SP), R8
 	XORQ   R9, R9
 
-stateKVbf16AVX2_pass019:
+stateKVbf16AVX2_pass0_19:
 	VBROADCASTSS (SI)(R9*4), Y6
 	VBROADCASTSS (DI)(R9*4), Y7
 	VMOVUPS      (DX), X8
@@ -20854,10 +20854,10 @@ stateKVbf16AVX2_pass019:
 	ADDQ         $0x00000020, R8
 	INCQ         R9
 	CMPQ         R9, AX
-	JB           stateKVbf16AVX2_pass019
-	JMP          stateKVbf16AVX2_loaded10
+	JB           stateKVbf16AVX2_pass0_19
+	JMP          stateKVbf16AVX2_loaded_10
 
-stateKVbf16AVX2_from1610:
+stateKVbf16AVX2_from16_10:
 	// From src (bf16).
 	MOVQ   src_base+16(FP), DX
 	MOVQ   V+8(FP), BX
@@ -20874,7 +20874,7 @@ stateKVbf16AVX2_from1610:
 	MOVQ   (SP), R8
 	XORQ   R9, R9
 
-stateKVbf16AVX2_pass020:
+stateKVbf16AVX2_pass0_20:
 	VBROADCASTSS (SI)(R9*4), Y6
 	VBROADCASTSS (DI)(R9*4), Y7
 	VPMOVZXWD    (DX), X8
@@ -20898,9 +20898,9 @@ stateKVbf16AVX2_pass020:
 	ADDQ         $0x00000020, R8
 	INCQ         R9
 	CMPQ         R9, AX
-	JB           stateKVbf16AVX2_pass020
+	JB           stateKVbf16AVX2_pass0_20
 
-stateKVbf16AVX2_loaded10:
+stateKVbf16AVX2_loaded_10:
 	// The tokens.
 	XORQ AX, AX
 	MOVQ AX, 40(SP)
@@ -20915,7 +20915,7 @@ stateKVbf16AVX2_loaded10:
 	LEAQ (AX)(CX*4), AX
 	MOVQ AX, 80(SP)
 
-stateKVbf16AVX2_token10:
+stateKVbf16AVX2_token_10:
 	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
 	MOVQ 40(SP), AX
 	MOVQ K+0(FP), CX
@@ -20923,10 +20923,10 @@ stateKVbf16AVX2_token10:
 	MOVQ tok_len+224(FP), DX
 	SHRQ $0x02, DX
 	CMPQ AX, DX
-	JB   stateKVbf16AVX2_notlast10
+	JB   stateKVbf16AVX2_notlast_10
 	DECQ AX
 
-stateKVbf16AVX2_notlast10:
+stateKVbf16AVX2_notlast_10:
 	IMULQ    CX, AX
 	MOVQ     kh_base+112(FP), CX
 	LEAQ     (CX)(AX*4), CX
@@ -20937,7 +20937,7 @@ stateKVbf16AVX2_notlast10:
 	MOVQ     88(SP), AX
 	VMOVSS   (AX), X6
 	VUCOMISS nearone<>+0(SB), X6
-	JCS      stateKVbf16AVX2_far10
+	JCS      stateKVbf16AVX2_far_10
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
@@ -20990,10 +20990,10 @@ stateKVbf16AVX2_notlast10:
 	MOVQ  stores_base+64(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
-	JZ    stateKVbf16AVX2_nostore19
+	JZ    stateKVbf16AVX2_nostore_19
 	LEAQ  (R9)(R8*2), R9
 
-stateKVbf16AVX2_nostore19:
+stateKVbf16AVX2_nostore_19:
 	MOVQ  V+8(FP), R10
 	SHLQ  $0x01, R10
 	MOVQ  40(SP), R12
@@ -21002,17 +21002,17 @@ stateKVbf16AVX2_nostore19:
 	SHRQ  $0x02, R13
 	XORQ  R11, R11
 	CMPQ  R12, R13
-	JNE   stateKVbf16AVX2_nocarry19
+	JNE   stateKVbf16AVX2_nocarry_19
 	MOVQ  carry_base+88(FP), R11
 	TESTQ R11, R11
-	JZ    stateKVbf16AVX2_nocarry19
+	JZ    stateKVbf16AVX2_nocarry_19
 	LEAQ  (R11)(R8*4), R11
 
-stateKVbf16AVX2_nocarry19:
+stateKVbf16AVX2_nocarry_19:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
 
-stateKVbf16AVX2_rows19:
+stateKVbf16AVX2_rows_19:
 	VBROADCASTSS (BX)(CX*4), Y7
 	VBROADCASTSS (SI)(CX*4), Y8
 	VBROADCASTSS (DI)(CX*4), Y9
@@ -21035,7 +21035,7 @@ stateKVbf16AVX2_rows19:
 	VFMADD231SS  X10, X8, X4
 	VFMADD231SS  X10, X9, X5
 	TESTQ        R9, R9
-	JZ           stateKVbf16AVX2_nostorerow19
+	JZ           stateKVbf16AVX2_nostorerow_19
 	VMOVUPS      (AX), X7
 	VPSRLD       $0x10, X7, X8
 	VPAND        absmask<>+0(SB), X7, X9
@@ -21072,9 +21072,9 @@ stateKVbf16AVX2_rows19:
 	VPEXTRW      $0x00, X7, 10(R9)
 	ADDQ         R10, R9
 
-stateKVbf16AVX2_nostorerow19:
+stateKVbf16AVX2_nostorerow_19:
 	TESTQ   R11, R11
-	JZ      stateKVbf16AVX2_nocarryrow19
+	JZ      stateKVbf16AVX2_nocarryrow_19
 	VMOVUPS (AX), X7
 	VMOVUPS X7, (R11)
 	VMOVSS  16(AX), X7
@@ -21083,14 +21083,14 @@ stateKVbf16AVX2_nostorerow19:
 	VMOVSS  X7, 20(R11)
 	ADDQ    R8, R11
 
-stateKVbf16AVX2_nocarryrow19:
+stateKVbf16AVX2_nocarryrow_19:
 	ADDQ $0x00000020, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVbf16AVX2_rows19
-	JMP  stateKVbf16AVX2_tokdone10
+	JB   stateKVbf16AVX2_rows_19
+	JMP  stateKVbf16AVX2_tokdone_10
 
-stateKVbf16AVX2_far10:
+stateKVbf16AVX2_far_10:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	MOVQ         88(SP), AX
@@ -21142,10 +21142,10 @@ stateKVbf16AVX2_far10:
 	MOVQ  stores_base+64(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
-	JZ    stateKVbf16AVX2_nostore20
+	JZ    stateKVbf16AVX2_nostore_20
 	LEAQ  (R9)(R8*2), R9
 
-stateKVbf16AVX2_nostore20:
+stateKVbf16AVX2_nostore_20:
 	MOVQ  V+8(FP), R10
 	SHLQ  $0x01, R10
 	MOVQ  40(SP), R12
@@ -21154,17 +21154,17 @@ stateKVbf16AVX2_nostore20:
 	SHRQ  $0x02, R13
 	XORQ  R11, R11
 	CMPQ  R12, R13
-	JNE   stateKVbf16AVX2_nocarry20
+	JNE   stateKVbf16AVX2_nocarry_20
 	MOVQ  carry_base+88(FP), R11
 	TESTQ R11, R11
-	JZ    stateKVbf16AVX2_nocarry20
+	JZ    stateKVbf16AVX2_nocarry_20
 	LEAQ  (R11)(R8*4), R11
 
-stateKVbf16AVX2_nocarry20:
+stateKVbf16AVX2_nocarry_20:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
 
-stateKVbf16AVX2_rows20:
+stateKVbf16AVX2_rows_20:
 	VBROADCASTSS (BX)(CX*4), Y7
 	VBROADCASTSS (SI)(CX*4), Y8
 	VBROADCASTSS (DI)(CX*4), Y9
@@ -21187,7 +21187,7 @@ stateKVbf16AVX2_rows20:
 	VFMADD231SS  X10, X8, X4
 	VFMADD231SS  X10, X9, X5
 	TESTQ        R9, R9
-	JZ           stateKVbf16AVX2_nostorerow20
+	JZ           stateKVbf16AVX2_nostorerow_20
 	VMOVUPS      (AX), X7
 	VPSRLD       $0x10, X7, X8
 	VPAND        absmask<>+0(SB), X7, X9
@@ -21224,9 +21224,9 @@ stateKVbf16AVX2_rows20:
 	VPEXTRW      $0x00, X7, 10(R9)
 	ADDQ         R10, R9
 
-stateKVbf16AVX2_nostorerow20:
+stateKVbf16AVX2_nostorerow_20:
 	TESTQ   R11, R11
-	JZ      stateKVbf16AVX2_nocarryrow20
+	JZ      stateKVbf16AVX2_nocarryrow_20
 	VMOVUPS (AX), X7
 	VMOVUPS X7, (R11)
 	VMOVSS  16(AX), X7
@@ -21235,13 +21235,13 @@ stateKVbf16AVX2_nostorerow20:
 	VMOVSS  X7, 20(R11)
 	ADDQ    R8, R11
 
-stateKVbf16AVX2_nocarryrow20:
+stateKVbf16AVX2_nocarryrow_20:
 	ADDQ $0x00000020, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVbf16AVX2_rows20
+	JB   stateKVbf16AVX2_rows_20
 
-stateKVbf16AVX2_tokdone10:
+stateKVbf16AVX2_tokdone_10:
 	MOVQ 56(SP), AX
 	MOVQ AX, 48(SP)
 	ADDQ $0x10, 88(SP)
@@ -21257,19 +21257,19 @@ stateKVbf16AVX2_tokdone10:
 	MOVQ tok_len+224(FP), AX
 	SHRQ $0x02, AX
 	CMPQ CX, AX
-	JB   stateKVbf16AVX2_token10
+	JB   stateKVbf16AVX2_token_10
 	MOVQ 24(SP), AX
 	ADDQ AX, 16(SP)
 	SUBQ AX, 8(SP)
-	JMP  stateKVbf16AVX2_blocks1
+	JMP  stateKVbf16AVX2_blocks_1
 
-stateKVbf16AVX2_shape11:
+stateKVbf16AVX2_shape_11:
 	// Block of 7 columns (rows in work of 32 bytes): pass 0 loads it, with token 0's read.
 	MOVQ  K+0(FP), AX
 	MOVQ  16(SP), CX
 	MOVQ  src32_base+40(FP), DX
 	TESTQ DX, DX
-	JZ    stateKVbf16AVX2_from1611
+	JZ    stateKVbf16AVX2_from16_11
 
 	// From src32 (f32).
 	MOVQ   V+8(FP), BX
@@ -21288,7 +21288,7 @@ stateKVbf16AVX2_shape11:
 	MOVQ   (SP), R8
 	XORQ   R9, R9
 
-stateKVbf16AVX2_pass021:
+stateKVbf16AVX2_pass0_21:
 	VBROADCASTSS (SI)(R9*4), Y8
 	VBROADCASTSS (DI)(R9*4), Y9
 	VMOVUPS      (DX), X10
@@ -21311,10 +21311,10 @@ stateKVbf16AVX2_pass021:
 	ADDQ         $0x00000020, R8
 	INCQ         R9
 	CMPQ         R9, AX
-	JB           stateKVbf16AVX2_pass021
-	JMP          stateKVbf16AVX2_loaded11
+	JB           stateKVbf16AVX2_pass0_21
+	JMP          stateKVbf16AVX2_loaded_11
 
-stateKVbf16AVX2_from1611:
+stateKVbf16AVX2_from16_11:
 	// From src (bf16).
 	MOVQ   src_base+16(FP), DX
 	MOVQ   V+8(FP), BX
@@ -21333,7 +21333,7 @@ stateKVbf16AVX2_from1611:
 	MOVQ   (SP), R8
 	XORQ   R9, R9
 
-stateKVbf16AVX2_pass022:
+stateKVbf16AVX2_pass0_22:
 	VBROADCASTSS (SI)(R9*4), Y8
 	VBROADCASTSS (DI)(R9*4), Y9
 	VPMOVZXWD    (DX), X10
@@ -21363,9 +21363,9 @@ stateKVbf16AVX2_pass022:
 	ADDQ         $0x00000020, R8
 	INCQ         R9
 	CMPQ         R9, AX
-	JB           stateKVbf16AVX2_pass022
+	JB           stateKVbf16AVX2_pass0_22
 
-stateKVbf16AVX2_loaded11:
+stateKVbf16AVX2_loaded_11:
 	// The tokens.
 	XORQ AX, AX
 	MOVQ AX, 40(SP)
@@ -21380,7 +21380,7 @@ stateKVbf16AVX2_loaded11:
 	LEAQ (AX)(CX*4), AX
 	MOVQ AX, 80(SP)
 
-stateKVbf16AVX2_token11:
+stateKVbf16AVX2_token_11:
 	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
 	MOVQ 40(SP), AX
 	MOVQ K+0(FP), CX
@@ -21388,10 +21388,10 @@ stateKVbf16AVX2_token11:
 	MOVQ tok_len+224(FP), DX
 	SHRQ $0x02, DX
 	CMPQ AX, DX
-	JB   stateKVbf16AVX2_notlast11
+	JB   stateKVbf16AVX2_notlast_11
 	DECQ AX
 
-stateKVbf16AVX2_notlast11:
+stateKVbf16AVX2_notlast_11:
 	IMULQ    CX, AX
 	MOVQ     kh_base+112(FP), CX
 	LEAQ     (CX)(AX*4), CX
@@ -21402,7 +21402,7 @@ stateKVbf16AVX2_notlast11:
 	MOVQ     88(SP), AX
 	VMOVSS   (AX), X8
 	VUCOMISS nearone<>+0(SB), X8
-	JCS      stateKVbf16AVX2_far11
+	JCS      stateKVbf16AVX2_far_11
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
@@ -21465,10 +21465,10 @@ stateKVbf16AVX2_notlast11:
 	MOVQ  stores_base+64(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
-	JZ    stateKVbf16AVX2_nostore21
+	JZ    stateKVbf16AVX2_nostore_21
 	LEAQ  (R9)(R8*2), R9
 
-stateKVbf16AVX2_nostore21:
+stateKVbf16AVX2_nostore_21:
 	MOVQ  V+8(FP), R10
 	SHLQ  $0x01, R10
 	MOVQ  40(SP), R12
@@ -21477,17 +21477,17 @@ stateKVbf16AVX2_nostore21:
 	SHRQ  $0x02, R13
 	XORQ  R11, R11
 	CMPQ  R12, R13
-	JNE   stateKVbf16AVX2_nocarry21
+	JNE   stateKVbf16AVX2_nocarry_21
 	MOVQ  carry_base+88(FP), R11
 	TESTQ R11, R11
-	JZ    stateKVbf16AVX2_nocarry21
+	JZ    stateKVbf16AVX2_nocarry_21
 	LEAQ  (R11)(R8*4), R11
 
-stateKVbf16AVX2_nocarry21:
+stateKVbf16AVX2_nocarry_21:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
 
-stateKVbf16AVX2_rows21:
+stateKVbf16AVX2_rows_21:
 	VBROADCASTSS (BX)(CX*4), Y9
 	VBROADCASTSS (SI)(CX*4), Y10
 	VBROADCASTSS (DI)(CX*4), Y11
@@ -21516,7 +21516,7 @@ stateKVbf16AVX2_rows21:
 	VFMADD231SS  X12, X10, X6
 	VFMADD231SS  X12, X11, X7
 	TESTQ        R9, R9
-	JZ           stateKVbf16AVX2_nostorerow21
+	JZ           stateKVbf16AVX2_nostorerow_21
 	VMOVUPS      (AX), X9
 	VPSRLD       $0x10, X9, X10
 	VPAND        absmask<>+0(SB), X9, X11
@@ -21564,9 +21564,9 @@ stateKVbf16AVX2_rows21:
 	VPEXTRW      $0x00, X9, 12(R9)
 	ADDQ         R10, R9
 
-stateKVbf16AVX2_nostorerow21:
+stateKVbf16AVX2_nostorerow_21:
 	TESTQ   R11, R11
-	JZ      stateKVbf16AVX2_nocarryrow21
+	JZ      stateKVbf16AVX2_nocarryrow_21
 	VMOVUPS (AX), X9
 	VMOVUPS X9, (R11)
 	VMOVSS  16(AX), X9
@@ -21577,14 +21577,14 @@ stateKVbf16AVX2_nostorerow21:
 	VMOVSS  X9, 24(R11)
 	ADDQ    R8, R11
 
-stateKVbf16AVX2_nocarryrow21:
+stateKVbf16AVX2_nocarryrow_21:
 	ADDQ $0x00000020, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVbf16AVX2_rows21
-	JMP  stateKVbf16AVX2_tokdone11
+	JB   stateKVbf16AVX2_rows_21
+	JMP  stateKVbf16AVX2_tokdone_11
 
-stateKVbf16AVX2_far11:
+stateKVbf16AVX2_far_11:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	MOVQ         88(SP), AX
@@ -21646,10 +21646,10 @@ stateKVbf16AVX2_far11:
 	MOVQ  stores_base+64(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
-	JZ    stateKVbf16AVX2_nostore22
+	JZ    stateKVbf16AVX2_nostore_22
 	LEAQ  (R9)(R8*2), R9
 
-stateKVbf16AVX2_nostore22:
+stateKVbf16AVX2_nostore_22:
 	MOVQ  V+8(FP), R10
 	SHLQ  $0x01, R10
 	MOVQ  40(SP), R12
@@ -21658,17 +21658,17 @@ stateKVbf16AVX2_nostore22:
 	SHRQ  $0x02, R13
 	XORQ  R11, R11
 	CMPQ  R12, R13
-	JNE   stateKVbf16AVX2_nocarry22
+	JNE   stateKVbf16AVX2_nocarry_22
 	MOVQ  carry_base+88(FP), R11
 	TESTQ R11, R11
-	JZ    stateKVbf16AVX2_nocarry22
+	JZ    stateKVbf16AVX2_nocarry_22
 	LEAQ  (R11)(R8*4), R11
 
-stateKVbf16AVX2_nocarry22:
+stateKVbf16AVX2_nocarry_22:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
 
-stateKVbf16AVX2_rows22:
+stateKVbf16AVX2_rows_22:
 	VBROADCASTSS (BX)(CX*4), Y9
 	VBROADCASTSS (SI)(CX*4), Y10
 	VBROADCASTSS (DI)(CX*4), Y11
@@ -21697,7 +21697,7 @@ stateKVbf16AVX2_rows22:
 	VFMADD231SS  X12, X10, X6
 	VFMADD231SS  X12, X11, X7
 	TESTQ        R9, R9
-	JZ           stateKVbf16AVX2_nostorerow22
+	JZ           stateKVbf16AVX2_nostorerow_22
 	VMOVUPS      (AX), X9
 	VPSRLD       $0x10, X9, X10
 	VPAND        absmask<>+0(SB), X9, X11
@@ -21745,9 +21745,9 @@ stateKVbf16AVX2_rows22:
 	VPEXTRW      $0x00, X9, 12(R9)
 	ADDQ         R10, R9
 
-stateKVbf16AVX2_nostorerow22:
+stateKVbf16AVX2_nostorerow_22:
 	TESTQ   R11, R11
-	JZ      stateKVbf16AVX2_nocarryrow22
+	JZ      stateKVbf16AVX2_nocarryrow_22
 	VMOVUPS (AX), X9
 	VMOVUPS X9, (R11)
 	VMOVSS  16(AX), X9
@@ -21758,13 +21758,13 @@ stateKVbf16AVX2_nostorerow22:
 	VMOVSS  X9, 24(R11)
 	ADDQ    R8, R11
 
-stateKVbf16AVX2_nocarryrow22:
+stateKVbf16AVX2_nocarryrow_22:
 	ADDQ $0x00000020, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVbf16AVX2_rows22
+	JB   stateKVbf16AVX2_rows_22
 
-stateKVbf16AVX2_tokdone11:
+stateKVbf16AVX2_tokdone_11:
 	MOVQ 56(SP), AX
 	MOVQ AX, 48(SP)
 	ADDQ $0x10, 88(SP)
@@ -21780,13 +21780,13 @@ stateKVbf16AVX2_tokdone11:
 	MOVQ tok_len+224(FP), AX
 	SHRQ $0x02, AX
 	CMPQ CX, AX
-	JB   stateKVbf16AVX2_token11
+	JB   stateKVbf16AVX2_token_11
 	MOVQ 24(SP), AX
 	ADDQ AX, 16(SP)
 	SUBQ AX, 8(SP)
-	JMP  stateKVbf16AVX2_blocks1
+	JMP  stateKVbf16AVX2_blocks_1
 
-stateKVbf16AVX2_done1:
+stateKVbf16AVX2_done_1:
 	VZEROUPPER
 	RET
 
@@ -63663,9 +63663,9 @@ TEXT ·scaleInPlaceAVX512(SB), NOSPLIT, $0-28
 	MOVQ         x_len+8(FP), CX
 	VBROADCASTSS s+24(FP), Z0
 
-scaleAVX512_1:
+scaleInPlaceAVX512_scale_1:
 	CMPQ    CX, $0x00000040
-	JB      scaletailAVX512_1
+	JB      scaleInPlaceAVX512_scaletail_1
 	VMULPS  (AX), Z0, Z1
 	VMOVUPS Z1, (AX)
 	VMULPS  64(AX), Z0, Z1
@@ -63676,19 +63676,19 @@ scaleAVX512_1:
 	VMOVUPS Z1, 192(AX)
 	ADDQ    $0x00000100, AX
 	SUBQ    $0x00000040, CX
-	JMP     scaleAVX512_1
+	JMP     scaleInPlaceAVX512_scale_1
 
-scaletailAVX512_1:
-scalescalarAVX512_1:
+scaleInPlaceAVX512_scaletail_1:
+scaleInPlaceAVX512_scalescalar_1:
 	TESTQ  CX, CX
-	JZ     scaledoneAVX512_1
+	JZ     scaleInPlaceAVX512_scaledone_1
 	VMULSS (AX), X0, X1
 	VMOVSS X1, (AX)
 	ADDQ   $0x04, AX
 	DECQ   CX
-	JMP    scalescalarAVX512_1
+	JMP    scaleInPlaceAVX512_scalescalar_1
 
-scaledoneAVX512_1:
+scaleInPlaceAVX512_scaledone_1:
 	VZEROUPPER
 	RET
 
@@ -63711,9 +63711,9 @@ TEXT ·fmaLoopAVX512(SB), NOSPLIT, $0-8
 	VBROADCASTSS one<>+0(SB), Z12
 	VBROADCASTSS half<>+0(SB), Z13
 
-fmaAVX512_1:
+fmaLoopAVX512_fma_1:
 	TESTQ       AX, AX
-	JZ          fmadoneAVX512_1
+	JZ          fmaLoopAVX512_fmadone_1
 	VFMADD231PS Z12, Z13, Z0
 	VFMADD231PS Z12, Z13, Z1
 	VFMADD231PS Z12, Z13, Z2
@@ -63727,9 +63727,9 @@ fmaAVX512_1:
 	VFMADD231PS Z12, Z13, Z10
 	VFMADD231PS Z12, Z13, Z11
 	DECQ        AX
-	JMP         fmaAVX512_1
+	JMP         fmaLoopAVX512_fma_1
 
-fmadoneAVX512_1:
+fmaLoopAVX512_fmadone_1:
 	VADDPS Z0, Z12, Z12
 	VADDPS Z1, Z12, Z12
 	VADDPS Z2, Z12, Z12
@@ -63752,9 +63752,9 @@ TEXT ·scaleInPlaceAVX2(SB), NOSPLIT, $0-28
 	MOVQ         x_len+8(FP), CX
 	VBROADCASTSS s+24(FP), Y0
 
-scaleAVX2_1:
+scaleInPlaceAVX2_scale_1:
 	CMPQ    CX, $0x00000020
-	JB      scaletailAVX2_1
+	JB      scaleInPlaceAVX2_scaletail_1
 	VMULPS  (AX), Y0, Y1
 	VMOVUPS Y1, (AX)
 	VMULPS  32(AX), Y0, Y1
@@ -63765,19 +63765,19 @@ scaleAVX2_1:
 	VMOVUPS Y1, 96(AX)
 	ADDQ    $0x00000080, AX
 	SUBQ    $0x00000020, CX
-	JMP     scaleAVX2_1
+	JMP     scaleInPlaceAVX2_scale_1
 
-scaletailAVX2_1:
-scalescalarAVX2_1:
+scaleInPlaceAVX2_scaletail_1:
+scaleInPlaceAVX2_scalescalar_1:
 	TESTQ  CX, CX
-	JZ     scaledoneAVX2_1
+	JZ     scaleInPlaceAVX2_scaledone_1
 	VMULSS (AX), X0, X1
 	VMOVSS X1, (AX)
 	ADDQ   $0x04, AX
 	DECQ   CX
-	JMP    scalescalarAVX2_1
+	JMP    scaleInPlaceAVX2_scalescalar_1
 
-scaledoneAVX2_1:
+scaleInPlaceAVX2_scaledone_1:
 	VZEROUPPER
 	RET
 
@@ -63800,9 +63800,9 @@ TEXT ·fmaLoopAVX2(SB), NOSPLIT, $0-8
 	VBROADCASTSS one<>+0(SB), Y12
 	VBROADCASTSS half<>+0(SB), Y13
 
-fmaAVX2_1:
+fmaLoopAVX2_fma_1:
 	TESTQ       AX, AX
-	JZ          fmadoneAVX2_1
+	JZ          fmaLoopAVX2_fmadone_1
 	VFMADD231PS Y12, Y13, Y0
 	VFMADD231PS Y12, Y13, Y1
 	VFMADD231PS Y12, Y13, Y2
@@ -63816,9 +63816,9 @@ fmaAVX2_1:
 	VFMADD231PS Y12, Y13, Y10
 	VFMADD231PS Y12, Y13, Y11
 	DECQ        AX
-	JMP         fmaAVX2_1
+	JMP         fmaLoopAVX2_fma_1
 
-fmadoneAVX2_1:
+fmaLoopAVX2_fmadone_1:
 	VADDPS Y0, Y12, Y12
 	VADDPS Y1, Y12, Y12
 	VADDPS Y2, Y12, Y12

@@ -26,7 +26,7 @@ func benchRoutines() {
 }
 
 func scaleInPlace(a isa) {
-	TEXT("scaleInPlace"+a.name, NOSPLIT, "func(x []float32, s float32)")
+	routine("scaleInPlace"+a.name, NOSPLIT, "func(x []float32, s float32)")
 	Doc(fmt.Sprintf("scaleInPlace%s sets x[i] = x[i]·s (%s; a benchmark floor).", a.name, a.name))
 	p, n := GP64(), GP64()
 	Load(Param("x").Base(), p)
@@ -34,7 +34,7 @@ func scaleInPlace(a isa) {
 	s := a.vec()
 	VBROADCASTSS(paramMem("s"), vkView(a, s))
 	step := 4 * a.lanes
-	loop, tail, scalar, done := label("scale"+a.name), label("scaletail"+a.name), label("scalescalar"+a.name), label("scaledone"+a.name)
+	loop, tail, scalar, done := label("scale"), label("scaletail"), label("scalescalar"), label("scaledone")
 	Label(loop)
 	CMPQ(n, U32(4*a.lanes))
 	JB(LabelRef(tail))
@@ -62,7 +62,7 @@ func scaleInPlace(a isa) {
 }
 
 func fmaLoop(a isa) {
-	TEXT("fmaLoop"+a.name, NOSPLIT, "func(n int)")
+	routine("fmaLoop"+a.name, NOSPLIT, "func(n int)")
 	Doc(fmt.Sprintf("fmaLoop%s runs n iterations of %d independent VFMADD231PS chains (%s; a benchmark floor).", a.name, fmaChains, a.name))
 	n := GP64()
 	Load(Param("n"), n)
@@ -74,7 +74,7 @@ func fmaLoop(a isa) {
 	x, y := a.vec(), a.vec()
 	VBROADCASTSS(cOne, vkView(a, x))
 	VBROADCASTSS(cHalf, vkView(a, y))
-	loop, done := label("fma"+a.name), label("fmadone"+a.name)
+	loop, done := label("fma"), label("fmadone")
 	Label(loop)
 	TESTQ(n, n)
 	JZ(LabelRef(done))

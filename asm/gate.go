@@ -243,12 +243,12 @@ func hsumPD(a isa, r VecVirtual) VecVirtual {
 }
 
 func gateRoutine(a isa) {
-	TEXT("gate"+a.name, NOSPLIT, "func(o, z, w []float32, eps float32, out []uint16, outF []float32)")
+	routine("gate"+a.name, NOSPLIT, "func(o, z, w []float32, eps float32, out []uint16, outF []float32)")
 	Doc(fmt.Sprintf("gate%s is impl.gate (gateGeneric) in %s; see gdn_amd64.go.", a.name, a.name))
 	g := gateRegs{o: GP64(), z: GP64(), w: GP64(), out: GP64(), outF: GP64()}
 	n := GP64()
 	Load(Param("o").Len(), n)
-	done := label("gate" + a.name + "_done")
+	done := label("done")
 	TESTQ(n, n)
 	JZ(LabelRef(done))
 	Load(Param("o").Base(), g.o)

@@ -11,7 +11,7 @@ import (
 // --- l2 ---
 
 func l2Routine(a isa) {
-	TEXT("l2"+a.name, NOSPLIT, "func(q, k []float32) (qq, kk, kq float64)")
+	routine("l2"+a.name, NOSPLIT, "func(q, k []float32) (qq, kk, kq float64)")
 	Doc(fmt.Sprintf("l2%s is impl.l2 (l2Generic) in %s; see gdn_amd64.go.", a.name, a.name))
 	q, k, n := GP64(), GP64(), GP64()
 	Load(Param("q").Base(), q)

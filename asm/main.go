@@ -116,6 +116,7 @@ package main
 import (
 	"fmt"
 
+	"github.com/mmcloughlin/avo/attr"
 	. "github.com/mmcloughlin/avo/build"
 )
 
@@ -143,10 +144,21 @@ func main() {
 }
 
 // isa describes one instruction set's vector register file.
-var labels = map[string]int{}
+// current is the routine being emitted, labels its label counters: labels are scoped per routine
+// (name_prefix_n), so adding or changing a routine never renumbers another's.
+var (
+	current string
+	labels  map[string]int
+)
 
-// label returns a fresh label name with the given prefix.
+// routine starts the routine name (avo's TEXT) and its label scope.
+func routine(name string, a attr.Attribute, signature string) {
+	TEXT(name, a, signature)
+	current, labels = name, map[string]int{}
+}
+
+// label returns a fresh label of the current routine: "<routine>_<prefix>_<n>".
 func label(prefix string) string {
 	labels[prefix]++
-	return fmt.Sprintf("%s_%d", prefix, labels[prefix])
+	return fmt.Sprintf("%s_%s_%d", current, prefix, labels[prefix])
 }

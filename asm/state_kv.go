@@ -17,7 +17,7 @@ type stateRegs struct {
 
 // nearOne is the em1 from which the state decays as x + em1·x rather than eg·x (nearOne in
 func stateRoutine(a isa) {
-	TEXT("state"+a.name, NOSPLIT, "func(sIn, sOut, kh, qh, v, o []float32, em1, eg, beta, kq float32)")
+	routine("state"+a.name, NOSPLIT, "func(sIn, sOut, kh, qh, v, o []float32, em1, eg, beta, kq float32)")
 	Doc(fmt.Sprintf("state%s is impl.state (stateGeneric) for one head, in %s; see gdn_amd64.go.", a.name, a.name))
 	r := stateRegs{
 		sIn: GP64(), sOut: GP64(), kh: GP64(), qh: GP64(), v: GP64(), o: GP64(), k: GP64(), stride: GP64(),
@@ -31,7 +31,7 @@ func stateRoutine(a isa) {
 	Load(Param("kh").Len(), r.k)
 	rem := GP64()
 	Load(Param("v").Len(), rem)
-	done := label("state" + a.name + "_done")
+	done := label("done")
 	TESTQ(r.k, r.k)
 	JZ(LabelRef(done))
 	TESTQ(rem, rem)

@@ -69,7 +69,6 @@ func (v kvVariant) es() int {
 // routine renumbers no other.
 type kvGen struct {
 	kvVariant
-	labels map[string]int
 
 	// frame slots
 	work                          Mem // aligned pointer to the block
@@ -78,21 +77,16 @@ type kvGen struct {
 	dslots                        Mem // AVX2: δ of the block's vectors
 }
 
-func (g *kvGen) label(p string) string {
-	g.labels[p]++
-	return fmt.Sprintf("%s_%s%d", g.name(), p, g.labels[p])
-}
-
 // kvMaxK is the largest K whose rows of one vector fit kvWork.
 func kvMaxK(a isa) int { return kvWork / (4 * a.lanes) }
 
 func stateKVTokens(vr kvVariant) {
-	g := &kvGen{kvVariant: vr, labels: map[string]int{}}
+	g := &kvGen{kvVariant: vr}
 	a := vr.a
 	if vr.bf16 {
-		TEXT(g.name(), NOSPLIT, "func(K, V int, src []uint16, src32 []float32, stores []uintptr, carry []float32, kh, qh, v []float32, vs int, o, tok, work []float32)")
+		routine(g.name(), NOSPLIT, "func(K, V int, src []uint16, src32 []float32, stores []uintptr, carry []float32, kh, qh, v []float32, vs int, o, tok, work []float32)")
 	} else {
-		TEXT(g.name(), NOSPLIT, "func(K, V int, src []float32, stores []uintptr, kh, qh, v []float32, vs int, o, tok, work []float32)")
+		routine(g.name(), NOSPLIT, "func(K, V int, src []float32, stores []uintptr, kh, qh, v []float32, vs int, o, tok, work []float32)")
 	}
 	Doc(fmt.Sprintf("%s is the [K][V] state routine over T tokens in %s; see gdn_kv_amd64.go.", g.name(), a.name))
 	g.work, g.cols, g.j0, g.wcols, g.nvb = AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8)
@@ -100,7 +94,7 @@ func stateKVTokens(vr kvVariant) {
 	if a.lanes == 8 {
 		g.dslots = AllocLocal(32 * kvBlockVecs)
 	}
-	done := g.label("done")
+	done := label("done")
 	k, v, t := GP64(), GP64(), GP64()
 	Load(Param("K"), k)
 	Load(Param("V"), v)
@@ -136,7 +130,7 @@ func stateKVTokens(vr kvVariant) {
 	MOVQ(w, g.j0)
 
 	Comment("Column blocks.")
-	blocks := g.label("blocks")
+	blocks := label("blocks")
 	Label(blocks)
 	rem := GP64()
 	MOVQ(g.cols, rem)
@@ -147,7 +141,7 @@ func stateKVTokens(vr kvVariant) {
 		ps  []piece
 	}
 	add := func(ps []piece) string {
-		l := g.label("shape")
+		l := label("shape")
 		shapes = append(shapes, struct {
 			lab string
 			ps  []piece
@@ -192,7 +186,7 @@ func stateKVTokens(vr kvVariant) {
 		for nv := 1; nv <= kvBlockVecs; nv++ {
 			labs = append(labs, add(ymmBlock(nv)))
 		}
-		notFull := g.label("notfull")
+		notFull := label("notfull")
 		CMPQ(rem, full)
 		JB(LabelRef(notFull))
 		MOVQ(full, g.wcols)
@@ -205,7 +199,7 @@ func stateKVTokens(vr kvVariant) {
 		ny := GP64()
 		MOVQ(rem, ny)
 		SHRQ(U8(3), ny)
-		narrow := g.label("narrow")
+		narrow := label("narrow")
 		JZ(LabelRef(narrow))
 		SHLQ(U8(3), ny)
 		MOVQ(ny, g.wcols)
@@ -296,7 +290,7 @@ func (g *kvGen) block(ps []piece) {
 		Load(Param("qh").Base(), qh)
 		MOVQ(g.work, w)
 		XORQ(i, i)
-		loop := g.label("pass0")
+		loop := label("pass0")
 		Label(loop)
 		bk, bq := a.vec(), a.vec()
 		VBROADCASTSS(Mem{Base: kh, Index: i, Scale: 4}, bk)
@@ -315,7 +309,7 @@ func (g *kvGen) block(ps []piece) {
 		JB(LabelRef(loop))
 	}
 	if g.bf16 {
-		s32, after, from16 := GP64(), g.label("loaded"), g.label("from16")
+		s32, after, from16 := GP64(), label("loaded"), label("from16")
 		Load(Param("src32").Base(), s32)
 		TESTQ(s32, s32)
 		JZ(LabelRef(from16))
@@ -360,7 +354,7 @@ func (g *kvGen) block(ps []piece) {
 		LEAQ(Mem{Base: x, Index: j0, Scale: 4}, x)
 		MOVQ(x, g.op)
 	}
-	tokens, far, next := g.label("token"), g.label("far"), g.label("tokdone")
+	tokens, far, next := label("token"), label("far"), label("tokdone")
 	Label(tokens)
 	{
 		Comment("k̂ and q̂ of the next token (of this one at the last: accumulated, never used).")
@@ -371,7 +365,7 @@ func (g *kvGen) block(ps []piece) {
 		Load(Param("tok").Len(), t)
 		SHRQ(U8(2), t)
 		CMPQ(tau, t)
-		notLast := g.label("notlast")
+		notLast := label("notlast")
 		JB(LabelRef(notLast))
 		DECQ(tau)
 		Label(notLast)
@@ -471,7 +465,7 @@ func (g *kvGen) token(ps []piece, f form, accK, accQ []VecVirtual, cOff int, rb 
 		MOVQ(g.tau, tau)
 		Load(Param("stores").Base(), dst)
 		MOVQ(Mem{Base: dst, Index: tau, Scale: 8}, dst)
-		none := g.label("nostore")
+		none := label("nostore")
 		TESTQ(dst, dst)
 		JZ(LabelRef(none))
 		LEAQ(Mem{Base: dst, Index: j0, Scale: uint8(g.es())}, dst)
@@ -488,7 +482,7 @@ func (g *kvGen) token(ps []piece, f form, accK, accQ []VecVirtual, cOff int, rb 
 		Load(Param("tok").Len(), t)
 		SHRQ(U8(2), t)
 		XORQ(carry, carry)
-		none := g.label("nocarry")
+		none := label("nocarry")
 		CMPQ(tau, t)
 		JNE(LabelRef(none))
 		Load(Param("carry").Base(), carry)
@@ -499,7 +493,7 @@ func (g *kvGen) token(ps []piece, f form, accK, accQ []VecVirtual, cOff int, rb 
 		Load(Param("V"), cStride)
 		SHLQ(U8(2), cStride)
 	}
-	loop := g.label("rows")
+	loop := label("rows")
 	Label(loop)
 	bk, bkn, bqn := a.vec(), a.vec(), a.vec()
 	VBROADCASTSS(Mem{Base: kp, Index: i, Scale: 4}, bk)
@@ -519,7 +513,7 @@ func (g *kvGen) token(ps []piece, f form, accK, accQ []VecVirtual, cOff int, rb 
 		u.fma(y, bkn, accK[t])
 		u.fma(y, bqn, accQ[t])
 	}
-	skip := g.label("nostorerow")
+	skip := label("nostorerow")
 	TESTQ(dst, dst)
 	JZ(LabelRef(skip))
 	for _, pc := range ps {
@@ -530,7 +524,7 @@ func (g *kvGen) token(ps []piece, f form, accK, accQ []VecVirtual, cOff int, rb 
 	ADDQ(dstStride, dst)
 	Label(skip)
 	if g.bf16 {
-		skip := g.label("nocarryrow")
+		skip := label("nocarryrow")
 		TESTQ(carry, carry)
 		JZ(LabelRef(skip))
 		for _, pc := range ps {

@@ -459,7 +459,7 @@ func (b *vkBody) decay(f form, c, x VecVirtual) {
 
 // vkForm emits body for each decay form of the current token (pt), em1 compared with nearOne.
 func vkForm(b *vkBody, body func(f form, c VecVirtual)) {
-	far, join := label(b.v.name()+"_far"), label(b.v.name()+"_decayed")
+	far, join := label("far"), label("decayed")
 	x := XMM()
 	VMOVSS(Mem{Base: b.r.pt}, x)
 	VUCOMISS(cNearOne, x) // CF: em1 < nearOne or unordered
@@ -589,7 +589,6 @@ func (b *vkBody) token() {
 // group emits the loop over groups of b.g rows (while at least b.g rows are left).
 func (b *vkBody) group() {
 	v, a, r := b.v, b.a, b.r
-	pre := v.name()
 	b.rows = make([]vkRow, b.g)
 	slot := 0
 	for j := range b.rows {
@@ -603,7 +602,7 @@ func (b *vkBody) group() {
 			b.rows[j].reg[i] = a.vec()
 		}
 	}
-	loop, done := label(pre+"_group"), label(pre+"_groupsdone")
+	loop, done := label("group"), label("groupsdone")
 	Label(loop)
 	CMPQ(r.rows, U32(b.g))
 	JB(LabelRef(done))
@@ -613,7 +612,7 @@ func (b *vkBody) group() {
 		KMOVW(m, K6)
 	}
 	Commentf("Load %d row(s) of %d vectors.", b.g, b.n)
-	loadRows(r, v.bf16, pre+"_frombf16", pre+"_loaded", b.load)
+	loadRows(r, v.bf16, "frombf16", "loaded", b.load)
 	b.tokens()
 	ADDQ(U32(b.g), r.j)
 	SUBQ(U32(b.g), r.rows)
@@ -624,12 +623,11 @@ func (b *vkBody) group() {
 // tokens emits the token loop of a loaded group and the carry.
 func (b *vkBody) tokens() {
 	v, r := b.v, b.r
-	pre := v.name()
 	tokensStart(r)
-	loop, nostore := label(pre+"_token"), label(pre+"_nostore")
+	loop, nostore := label("token"), label("nostore")
 	Label(loop)
 	b.token()
-	tokensEnd(r, v.bf16, loop, nostore, pre+"_nocarry", b.store)
+	tokensEnd(r, v.bf16, loop, nostore, "nocarry", b.store)
 }
 
 // loadRows emits the load of the rows from row j on (load: from the element pointer it is given,
@@ -741,9 +739,8 @@ func stateVK(v vkVariant) {
 		sig += ", work []float32"
 	}
 	sig += ")"
-	TEXT(v.name(), NOSPLIT, sig)
+	routine(v.name(), NOSPLIT, sig)
 	Doc(fmt.Sprintf("%s is the [V][K] %s state routine over T tokens in %s; see stateVK%s%s in gdn_vk_amd64.go.", v.name(), v.storage(), a.name, v.storage(), a.name))
-	pre := v.name()
 	r := vkRegs{pk: GP64(), pq: GP64(), pt: GP64(), ps: GP64(), pv: GP64(), po: GP64(), cnt: GP64(), k4: GP64(), ks: GP64()}
 	r.j, r.rows, r.t, r.v4, r.vs4 = AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8)
 	if a.lanes == 16 {
@@ -753,7 +750,7 @@ func stateVK(v vkVariant) {
 		r.andMask = AllocLocal(32)
 		r.slots = AllocLocal(32 * (vkMaxVecs - vkRegSlots))
 	}
-	done := label(pre + "_done")
+	done := label("done")
 	k, n, t := GP64(), GP64(), GP64()
 	Load(Param("K"), k)
 	Load(Param("V"), n)
@@ -792,7 +789,7 @@ func stateVK(v vkVariant) {
 	SHRQ(U8(map[int]uint8{16: 4, 8: 3}[a.lanes]), nm1)
 	var targets []string
 	for nv := 1; nv <= vkMaxVecs; nv++ {
-		targets = append(targets, label(fmt.Sprintf("%s_n%d", pre, nv)))
+		targets = append(targets, label(fmt.Sprintf("n%d", nv)))
 	}
 	for nv := 1; nv <= vkMaxVecs; nv++ {
 		CMPQ(nm1, U32(nv-1))
@@ -820,7 +817,7 @@ func stateVK(v vkVariant) {
 		}
 		if a.lanes == 16 && nv <= vkBlockVecs {
 			// One token (decode): the copies into and out of work cost more than the groups lose.
-			groups := label(pre + "_groups")
+			groups := label("groups")
 			CMPQ(r.t, U8(1))
 			JE(LabelRef(groups))
 			for _, nb := range []int{2, 1} {

@@ -66,16 +66,15 @@ func (k *vkBlk) workPtr(off int) GPVirtual {
 func (k *vkBlk) emit() {
 	b := k.b
 	v, r := b.v, b.r
-	pre := v.name()
 	if k.rows()*k.rb+2*k.nb*vkSub*64+k.nb*64 > vkBlockWork {
 		panic("vkBlk: work too small")
 	}
-	loop, done := label(pre+"_block"), label(pre+"_blocksdone")
+	loop, done := label("block"), label("blocksdone")
 	Label(loop)
 	CMPQ(r.rows, U32(k.rows()))
 	JB(LabelRef(done))
 	Commentf("A block of %d rows of %d vectors in work.", k.rows(), b.n)
-	loadRows(r, v.bf16, pre+"_bfrombf16", pre+"_bloaded", k.load)
+	loadRows(r, v.bf16, "bfrombf16", "bloaded", k.load)
 	k.tokens()
 	ADDQ(U32(k.rows()), r.j)
 	SUBQ(U32(k.rows()), r.rows)
@@ -93,7 +92,7 @@ func (k *vkBlk) load(p GPVirtual, bf16 bool) {
 	w := k.workPtr(0)
 	c := GP64()
 	MOVQ(U32(k.rows()), c)
-	l := label(b.v.name() + "_bload")
+	l := label("bload")
 	Label(l)
 	for off := 0; off < b.n*16*es; off += 64 {
 		PREFETCHT0(Mem{Base: p, Disp: vkAhead + off})
@@ -132,7 +131,7 @@ func (k *vkBlk) store(d GPVirtual, bf16 bool) {
 	w := k.workPtr(0)
 	c := GP64()
 	MOVQ(U32(k.rows()), c)
-	l := label(b.v.name() + "_bstore")
+	l := label("bstore")
 	Label(l)
 	for i := range b.n {
 		x := ZMM()
@@ -161,9 +160,8 @@ func (k *vkBlk) store(d GPVirtual, bf16 bool) {
 func (k *vkBlk) tokens() {
 	b := k.b
 	v, r := b.v, b.r
-	pre := v.name()
 	tokensStart(r)
-	loop, nostore := label(pre+"_btoken"), label(pre+"_bnostore")
+	loop, nostore := label("btoken"), label("bnostore")
 	Label(loop)
 	k.kreg = make([]VecVirtual, b.n)
 	for i := range b.n {
@@ -196,7 +194,7 @@ func (k *vkBlk) tokens() {
 			k.update(s, f, c)
 		}
 	})
-	tokensEnd(r, v.bf16, loop, nostore, pre+"_bnocarry", k.store)
+	tokensEnd(r, v.bf16, loop, nostore, "bnocarry", k.store)
 }
 
 // dots writes the kv' and qs' sums (vectors) of sub-block s's rows to work, two rows per
@@ -206,7 +204,7 @@ func (k *vkBlk) dots(s int) {
 	pr, pd := k.workPtr(s*vkSub*k.rb), k.workPtr(k.dotOff(s, 0, 0))
 	c := GP64()
 	MOVQ(U32(vkSub/2), c)
-	l := label(b.v.name() + "_bdots")
+	l := label("bdots")
 	Label(l)
 	na := min(b.n, 2)
 	for rr := range 2 {
@@ -283,7 +281,7 @@ func (k *vkBlk) update(s int, f form, c VecVirtual) {
 	pr, pd := k.workPtr(s*vkSub*k.rb), k.workPtr(k.dOff(s))
 	cnt := GP64()
 	MOVQ(U32(vkSub/2), cnt)
-	l := label(b.v.name() + "_bupdate")
+	l := label("bupdate")
 	Label(l)
 	for rr := range 2 {
 		db := ZMM()
