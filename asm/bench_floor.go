@@ -69,7 +69,7 @@ func fmaLoop(a isa) {
 	var acc [fmaChains]VecVirtual
 	for i := range acc {
 		acc[i] = a.vec()
-		zero(a, acc[i])
+		a.zero(acc[i])
 	}
 	x, y := a.vec(), a.vec()
 	VBROADCASTSS(cOne, vkView(a, x))

@@ -154,7 +154,7 @@ func bf16(a isa, pc piece, y VecVirtual, m Mem) {
 func sumSquares(a isa, p, n GPVirtual) VecVirtual {
 	acc := [4]VecVirtual{a.vec(), a.vec(), a.vec(), a.vec()}
 	for _, r := range acc {
-		zero(a, r)
+		a.zero(r)
 	}
 	per := a.lanes / 2 // doubles per register = floats per VCVTPS2PD
 	loop4, loop1, tail, reduce := label("ss4"), label("ss1"), label("sstail"), label("ssreduce")

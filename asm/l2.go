@@ -20,9 +20,9 @@ func l2Routine(a isa) {
 	var qq, kk, kq [2]VecVirtual
 	for u := 0; u < 2; u++ {
 		qq[u], kk[u], kq[u] = a.vec(), a.vec(), a.vec()
-		zero(a, qq[u])
-		zero(a, kk[u])
-		zero(a, kq[u])
+		a.zero(qq[u])
+		a.zero(kk[u])
+		a.zero(kq[u])
 	}
 	per := a.lanes / 2
 	step := func(u int, off int, mask Register) {

@@ -8,6 +8,7 @@ import (
 	. "github.com/mmcloughlin/avo/reg"
 )
 
+// stateRegs are the GP registers of the state routine.
 type stateRegs struct {
 	sIn, sOut, kh, qh, v, o GPVirtual // sIn, sOut, v, o advance block by block
 	k, stride               GPVirtual // K, V·4
@@ -393,8 +394,8 @@ func stateBlock(a isa, r stateRegs, ps []piece, local Mem) {
 	accQ := make([]VecVirtual, nreg)
 	for t := range accK {
 		accK[t], accQ[t] = a.vec(), a.vec()
-		zero(a, accK[t])
-		zero(a, accQ[t])
+		a.zero(accK[t])
+		a.zero(accQ[t])
 	}
 	var slot GPVirtual
 	slotK := func(t int) Mem { return Mem{Base: slot, Disp: 128 * (t - nreg)} }
@@ -405,7 +406,7 @@ func stateBlock(a isa, r stateRegs, ps []piece, local Mem) {
 		ADDQ(U8(63), slot)
 		ANDQ(I8(-64), slot)
 		z := a.vec()
-		zero(a, z)
+		a.zero(z)
 		for t := nreg; t < len(ps); t++ {
 			VMOVAPS(z.AsZ(), slotK(t))
 			VMOVAPS(z.AsZ(), slotQ(t))

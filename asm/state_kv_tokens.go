@@ -282,8 +282,8 @@ func (g *kvGen) block(ps []piece) {
 	MOVQ(g.j0, j0)
 	pass0 := func(f32 bool, base GPVirtual, stride GPVirtual) {
 		for t := range ps {
-			zero(a, accK[t])
-			zero(a, accQ[t])
+			a.zero(accK[t])
+			a.zero(accQ[t])
 		}
 		kh, qh, w, i := GP64(), GP64(), GP64(), GP64()
 		Load(Param("kh").Base(), kh)
@@ -446,8 +446,8 @@ func (g *kvGen) token(ps []piece, f form, accK, accQ []VecVirtual, cOff int, rb 
 		}
 	}
 	for t := range ps {
-		zero(a, accK[t])
-		zero(a, accQ[t])
+		a.zero(accK[t])
+		a.zero(accQ[t])
 	}
 	Commentf("S' = %s + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.", f.of("S"))
 	w, i, k, kp, kn, qn := GP64(), GP64(), GP64(), GP64(), GP64(), GP64()
