@@ -18,13 +18,7 @@ import (
 // fmaChains is the number of independent FMA chains of fmaLoop (≥ latency × throughput).
 const fmaChains = 12
 
-func benchRoutines() {
-	for _, a := range []isa{avx512, avx2} {
-		scaleInPlace(a)
-		fmaLoop(a)
-	}
-}
-
+// scaleInPlace emits scaleInPlace<ISA>.
 func scaleInPlace(a isa) {
 	routine("scaleInPlace"+a.name, NOSPLIT, "func(x []float32, s float32)")
 	Doc(fmt.Sprintf("scaleInPlace%s sets x[i] = x[i]·s (%s; a benchmark floor).", a.name, a.name))
@@ -32,7 +26,7 @@ func scaleInPlace(a isa) {
 	Load(Param("x").Base(), p)
 	Load(Param("x").Len(), n)
 	s := a.vec()
-	VBROADCASTSS(paramMem("s"), vkView(a, s))
+	VBROADCASTSS(paramMem("s"), a.view(s))
 	step := 4 * a.lanes
 	loop, tail, scalar, done := label("scale"), label("scaletail"), label("scalescalar"), label("scaledone")
 	Label(loop)
@@ -40,8 +34,8 @@ func scaleInPlace(a isa) {
 	JB(LabelRef(tail))
 	for i := range 4 {
 		x := a.vec()
-		VMULPS(Mem{Base: p, Disp: i * step}, vkView(a, s), vkView(a, x))
-		VMOVUPS(vkView(a, x), Mem{Base: p, Disp: i * step})
+		VMULPS(Mem{Base: p, Disp: i * step}, a.view(s), a.view(x))
+		VMOVUPS(a.view(x), Mem{Base: p, Disp: i * step})
 	}
 	ADDQ(U32(4*step), p)
 	SUBQ(U32(4*a.lanes), n)
@@ -61,6 +55,7 @@ func scaleInPlace(a isa) {
 	RET()
 }
 
+// fmaLoop emits fmaLoop<ISA>.
 func fmaLoop(a isa) {
 	routine("fmaLoop"+a.name, NOSPLIT, "func(n int)")
 	Doc(fmt.Sprintf("fmaLoop%s runs n iterations of %d independent VFMADD231PS chains (%s; a benchmark floor).", a.name, fmaChains, a.name))
@@ -72,21 +67,21 @@ func fmaLoop(a isa) {
 		a.zero(acc[i])
 	}
 	x, y := a.vec(), a.vec()
-	VBROADCASTSS(cOne, vkView(a, x))
-	VBROADCASTSS(cHalf, vkView(a, y))
+	VBROADCASTSS(cOne, a.view(x))
+	VBROADCASTSS(cHalf, a.view(y))
 	loop, done := label("fma"), label("fmadone")
 	Label(loop)
 	TESTQ(n, n)
 	JZ(LabelRef(done))
 	for i := range acc {
-		VFMADD231PS(vkView(a, x), vkView(a, y), vkView(a, acc[i]))
+		VFMADD231PS(a.view(x), a.view(y), vkView(a, acc[i]))
 	}
 	DECQ(n)
 	JMP(LabelRef(loop))
 	Label(done)
 	// Keep the chains live: sum them into x (not returned; the loop is the measurement).
 	for i := range acc {
-		VADDPS(vkView(a, acc[i]), vkView(a, x), vkView(a, x))
+		VADDPS(vkView(a, acc[i]), a.view(x), a.view(x))
 	}
 	VZEROUPPER()
 	RET()

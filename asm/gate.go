@@ -32,7 +32,7 @@ func gatePiece(a isa, g gateRegs, pc piece) {
 	}
 	// silu(z) = z / (1 + Exp32(−z))
 	e := a.vec()
-	if a.lanes == 16 {
+	if a.evex {
 		VPXORD(cSign, v(xz), v(e))
 	} else {
 		VXORPS(cSign, v(xz), v(e))
@@ -73,7 +73,7 @@ func exp32(a isa, pc piece, x VecVirtual) {
 	n := a.vec()
 	VMULPS(cLog2e, v(x), v(n))
 	VADDPS(cHalf, v(n), v(n))
-	if a.lanes == 16 {
+	if a.evex {
 		VRNDSCALEPS(U8(9), v(n), v(n)) // floor, no precision exception
 	} else {
 		VROUNDPS(U8(9), v(n), v(n))
@@ -111,7 +111,7 @@ func bf16(a isa, pc piece, y VecVirtual, m Mem) {
 	}
 	hi, t := a.vec(), a.vec()
 	VPSRLD(U8(16), v(y), v(hi)) // u >> 16
-	if a.lanes == 16 {
+	if a.evex {
 		VPANDD(cAbs, v(y), v(t))
 		VPCMPGTD(cNaNMin, v(t), K2) // NaN: |u| > 0x7f800000
 		VPANDD(cLSB, v(hi), v(t))
@@ -181,7 +181,7 @@ func sumSquares(a isa, p, n GPVirtual) VecVirtual {
 	Label(tail)
 	TESTQ(n, n)
 	JZ(LabelRef(reduce))
-	if a.lanes == 16 {
+	if a.masks {
 		tailMask(n, K1)
 		x := a.vec()
 		cvt(a, Mem{Base: p}, x, K1)
@@ -212,7 +212,7 @@ func cvt(a isa, m Mem, x VecVirtual, k Register) {
 	switch {
 	case k != nil:
 		VCVTPS2PD_Z(m, k, x.AsZ())
-	case a.lanes == 16:
+	case a.evex:
 		VCVTPS2PD(m, x.AsZ())
 	default:
 		VCVTPS2PD(m, x.AsY())
@@ -221,7 +221,7 @@ func cvt(a isa, m Mem, x VecVirtual, k Register) {
 
 // hsumPD sums the float64 lanes of r into the low lane of the returned register.
 func hsumPD(a isa, r VecVirtual) VecVirtual {
-	if a.lanes == 16 {
+	if a.evex {
 		h := YMM()
 		VEXTRACTF64X4(U8(1), r.AsZ(), h)
 		VADDPD(h, r.AsY(), h)
@@ -294,7 +294,7 @@ func gateRoutine(a isa) {
 	Label(narrow)
 	TESTQ(n, n)
 	JZ(LabelRef(done))
-	if a.lanes == 16 {
+	if a.masks {
 		tailMask(n, K1)
 		gatePiece(a, g, piece{w: 16, mask: K1})
 	} else {

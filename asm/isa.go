@@ -15,6 +15,9 @@ type isa struct {
 	// stores: masked-out lanes are neither read nor written); without them a tail is narrower
 	// vectors and scalars, or an overlapping vector.
 	masks bool
+	// evex: the widest register is a ZMM, written with EVEX-only instructions where AVX2 has a
+	// VEX one (VPXORD for VXORPS, VRNDSCALEPS for VROUNDPS, VEXTRACTF64X4, …).
+	evex bool
 	// blockVecs is the number of full vectors per row in a state block (see the package comment).
 	blockVecs int
 	// regVecs is the number of vectors of a block whose accumulators stay in registers; those of
@@ -23,7 +26,7 @@ type isa struct {
 }
 
 var (
-	avx512 = isa{name: "AVX512", lanes: 16, regs: 32, masks: true, blockVecs: 16, regVecs: 14}
+	avx512 = isa{name: "AVX512", lanes: 16, regs: 32, masks: true, evex: true, blockVecs: 16, regVecs: 14}
 	avx2   = isa{name: "AVX2", lanes: 8, regs: 16, blockVecs: 4, regVecs: 4}
 )
 

@@ -53,7 +53,7 @@ func l2Routine(a isa) {
 	Label(tail)
 	TESTQ(n, n)
 	JZ(LabelRef(reduce))
-	if a.lanes == 16 {
+	if a.masks {
 		tailMask(n, K1)
 		step(1, 0, K1)
 	} else {

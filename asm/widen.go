@@ -35,7 +35,7 @@ func widenRoutine(a isa) {
 	Label(tail)
 	TESTQ(n, n)
 	JZ(LabelRef(done))
-	if a.lanes == 16 {
+	if a.masks {
 		tailMask(n, K1)
 		m := piece{w: 16, mask: K1}
 		x := a.vec()
