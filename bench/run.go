@@ -178,13 +178,47 @@ type ServeResult struct {
 	FMA     float64 // the call's 4·B·T·HV·K·V FMAs at the FMA throughput measured with gdnsimd.FloorFMA (0: none)
 }
 
-// Floors runs n in-place scale passes over Dst with the kernel's vectors (gdnsimd.FloorScale)
-// and returns the elapsed time, or 0 if the kernel has none. s = 1 keeps the data.
+// Floors runs n floors of the call and returns the elapsed time, or 0 if the kernel has none:
+// for a case without snapshots an in-place scale pass over Dst with the kernel's vectors
+// (gdnsimd.FloorScale; s = 1 keeps the data), the memory traffic of an in-place step; with
+// snapshots the snapshot floor, SnapshotCopies: the call writes every token's state to a fresh
+// slot, and that traffic (from caches the call leaves as it finds them) is its lower bound.
 func (d *RunData) Floors(kernel string, n int) time.Duration {
+	if d.Case.Snapshots {
+		if !gdnsimd.FloorScale(kernel, nil, 1) { // the same kernels as the in-place floor
+			return 0
+		}
+		return d.SnapshotCopies(n)
+	}
 	t0 := time.Now()
 	for range n {
 		if !gdnsimd.FloorScale(kernel, d.Dst, 1) {
 			return 0
+		}
+	}
+	return time.Since(t0)
+}
+
+// SnapshotCopies runs n times copy() of each sequence's state (its Read slot, in the pool's
+// dtype) into the Store slot of each of its tokens, and returns the elapsed time: the bytes a
+// call with per-token snapshots must read and write, moved by the runtime's memmove
+// (non-temporal stores for copies this large).
+func (d *RunData) SnapshotCopies(n int) time.Duration {
+	s, b := d.Case.Shape, &d.Batch
+	slot := s.HV * s.K * s.V
+	t0 := time.Now()
+	for range n {
+		for q := range s.B {
+			src := int(b.Read[q]) * slot
+			for t := b.Start[q]; t < b.Start[q+1]; t++ {
+				dst := int(b.Store[t]) * slot
+				if p := b.State.F32; p != nil {
+					copy(p[dst:dst+slot], p[src:src+slot])
+				} else {
+					p := b.State.BF16
+					copy(p[dst:dst+slot], p[src:src+slot])
+				}
+			}
 		}
 	}
 	return time.Since(t0)
@@ -312,8 +346,9 @@ func measureServe(c Config, d, d1 *RunData, l *gdn.Layer, kernel string, workers
 
 // printServe writes the serving results as a markdown table: per call and per token, the ratio
 // to copy() of the B sequences' f32 state, for T > 1 the time per token over a single-token call
-// (same kernel, format, B and workers); then the call over the in-place floor (a load–scale–store
-// pass of the kernel's ISA over the f32 state's bytes) and over the FMA bound (the call's
+// (same kernel, format, B and workers); then the call over its floor (RunData.Floors: the in-place
+// floor, a load–scale–store pass of the kernel's ISA over the f32 state's bytes; with snapshots
+// the snapshot floor, copy() of the states into the snapshot slots) and over the FMA bound (the call's
 // 4·B·T·HV·K·V FMAs at the measured FMA throughput, also shown per head-token).
 func printServe(w io.Writer, res []ServeResult) {
 	fmt.Fprintln(w, "| kernel | format | case | workers | µs/call | µs/token | t/copy() | per token / single-token call | t/floor | t/FMA bound | FMA bound µs/head-token |")
