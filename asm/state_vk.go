@@ -53,9 +53,45 @@ const vkAhead = 8192
 // vkMaxVecs is the most vectors per row the routines carry (K ≤ 256 AVX-512, 128 AVX2).
 const vkMaxVecs = 16
 
-// vkRegSlots is the number of a row's vectors AVX2 keeps in registers; the others live in the
-// frame (16 YMM hold the accumulators, δ and the temporaries beside them).
-const vkRegSlots = 9
+// The strategies of the [V][K] routines that differ per ISA.
+
+// vkMultiRow says whether a group may carry several rows: its g v's are loaded and its g o's stored
+// under a mask (K6); without masks a group is one row.
+func (a isa) vkMultiRow() bool { return a.masks }
+
+// vkBlocks says whether rows of at most vkBlockVecs vectors go in L1 blocks when T > 1
+// (state_vk_block.go): k̂ and q̂ of a token live in 2·vkBlockVecs registers beside the dots, and
+// a sub-block's 16 rows reduce into one vector: 32 ZMM.
+func (a isa) vkBlocks() bool { return a.masks && a.regs >= 32 }
+
+// vkRowRegs is the number of a row's vectors kept in registers; the others live in frame slots.
+// With 16 registers, 9: the accumulators, δ and the temporaries take the other 7.
+func (a isa) vkRowRegs() int {
+	if a.regs >= 32 {
+		return vkMaxVecs
+	}
+	return 9
+}
+
+// vkView is r as the ISA's widest register (bench_floor.go uses it).
+func vkView(a isa, r VecVirtual) Register { return a.view(r) }
+
+// vkHalf is the low half of x (YMM of a ZMM, XMM of a YMM).
+func (a isa) vkHalf(x VecVirtual) Register {
+	if a.bytes() == 64 {
+		return x.AsY()
+	}
+	return x.AsX()
+}
+
+// vkExtractHigh writes the high half of x to the low half of dst.
+func (a isa) vkExtractHigh(x, dst VecVirtual) {
+	if a.bytes() == 64 {
+		VEXTRACTF64X4(U8(1), x.AsZ(), dst.AsY())
+	} else {
+		VEXTRACTF128(U8(1), x.AsY(), dst.AsX())
+	}
+}
 
 // vkGroup returns the rows per group and the accumulators per dot for rows of n vectors: the most
 // rows (≤ 8) whose state, 2·G·A accumulators (≥ 8 chains in all, to cover the FMA latency) and
@@ -65,7 +101,7 @@ const vkRegSlots = 9
 // accumulators, min(n, 2), in every group, the one-row tail included: a row's arithmetic must not
 // depend on whether a call's T sends it to a block or to a group (T = 1 does).
 func vkGroup(a isa, n int) (g, acc int) {
-	if a.lanes == 8 {
+	if !a.vkMultiRow() {
 		return 1, min(2, n)
 	}
 	for g = 8; g > 1; g-- {
@@ -104,10 +140,10 @@ type vkLevel struct {
 
 func vkLevels(a isa) []vkLevel {
 	in128 := []vkLevel{{"VSHUFPS", 0x44, 0xEE}, {"VSHUFPS", 0x88, 0xDD}}
-	if a.lanes == 16 {
+	if a.bytes() == 64 { // four 128-bit quarters
 		return append([]vkLevel{{"VSHUFF32X4", 0x44, 0xEE}, {"VSHUFF32X4", 0x88, 0xDD}}, in128...)
 	}
-	return append([]vkLevel{{"VPERM2F128", 0x20, 0x31}}, in128...)
+	return append([]vkLevel{{"VPERM2F128", 0x20, 0x31}}, in128...) // two halves
 }
 
 // simShuffle is what l's instruction with imm does to (x = src1, y = src2).
@@ -173,7 +209,7 @@ func vkReduceLevels(a isa, ins []VecVirtual, levels []vkLevel) VecVirtual {
 			t1, t2 := a.vec(), a.vec()
 			vkShuffle(a, l.ins, l.imm1, x, y, t1)
 			vkShuffle(a, l.ins, l.imm2, x, y, t2)
-			VADDPS(vkView(a, t2), vkView(a, t1), vkView(a, t1))
+			VADDPS(a.view(t2), a.view(t1), a.view(t1))
 			nvs = append(nvs, t1)
 		}
 		vs = nvs
@@ -222,15 +258,8 @@ func vkLanes(a isa, m int) []int {
 	return lane
 }
 
-func vkView(a isa, r VecVirtual) Register {
-	if a.lanes == 16 {
-		return r.AsZ()
-	}
-	return r.AsY()
-}
-
 func vkShuffle(a isa, ins string, imm uint8, x, y, dst VecVirtual) {
-	X, Y, D := vkView(a, x), vkView(a, y), vkView(a, dst)
+	X, Y, D := a.view(x), a.view(y), a.view(dst)
 	switch ins {
 	case "VSHUFF32X4":
 		VSHUFF32X4(U8(imm), Y, X, D)
@@ -321,13 +350,16 @@ type vkBody struct {
 // vecDisp returns the memory operand of vector i of a row at base (element size es): AVX2's last
 // vector ends at element K (index register idx = K·es).
 func (b *vkBody) vecMem(base GPVirtual, i, es int, idx GPVirtual) Mem {
-	if b.a.lanes == 8 && i == b.n-1 {
-		return Mem{Base: base, Index: idx, Scale: 1, Disp: -8 * es}
+	if b.tail(i) {
+		return Mem{Base: base, Index: idx, Scale: 1, Disp: -b.a.lanes * es}
 	}
 	return Mem{Base: base, Disp: i * b.a.lanes * es}
 }
 
-func (b *vkBody) masked(i int) bool { return b.a.lanes == 16 && i == b.n-1 }
+func (b *vkBody) masked(i int) bool { return b.a.masks && i == b.n-1 }
+
+// tail says whether vector i of a row is the overlapping last vector of an ISA without masks.
+func (b *vkBody) tail(i int) bool { return !b.a.masks && i == b.n-1 }
 
 // kMem is vector i of a [K] f32 row (k̂ or q̂) at base.
 func (b *vkBody) kMem(base GPVirtual, i int) Mem { return b.vecMem(base, i, 4, b.r.k4) }
@@ -338,14 +370,14 @@ func (b *vkBody) get(r, i int) VecVirtual {
 		return x
 	}
 	t := b.a.vec()
-	VMOVUPS(b.rows[r].mem[i], vkView(b.a, t))
+	VMOVUPS(b.rows[r].mem[i], b.a.view(t))
 	return t
 }
 
 // put writes back x as vector i of row r if that lives in the frame.
 func (b *vkBody) put(r, i int, x VecVirtual) {
 	if b.rows[r].reg[i] == nil {
-		VMOVUPS(vkView(b.a, x), b.rows[r].mem[i])
+		VMOVUPS(b.a.view(x), b.rows[r].mem[i])
 	}
 }
 
@@ -370,7 +402,7 @@ func (b *vkBody) load(p GPVirtual, bf16 bool) {
 				x = b.a.vec()
 			}
 			m := b.vecMem(p, i, es, idx)
-			X := vkView(b.a, x)
+			X := b.a.view(x)
 			switch {
 			case bf16 && b.masked(i):
 				VPMOVZXWD_Z(m, K1, X)
@@ -384,7 +416,7 @@ func (b *vkBody) load(p GPVirtual, bf16 bool) {
 			if bf16 {
 				VPSLLD(U8(16), X, X)
 			}
-			if b.a.lanes == 8 && i == b.n-1 {
+			if b.tail(i) {
 				VANDPS(b.r.andMask, X, X)
 			}
 			b.put(r, i, x)
@@ -400,7 +432,7 @@ func (b *vkBody) store(p GPVirtual, bf16 bool) {
 		es, idx = 2, b.r.ks
 	}
 	order := make([]int, 0, b.n)
-	if b.a.lanes == 8 {
+	if !b.a.masks {
 		order = append(order, b.n-1) // the overlapping last vector first
 		for i := 0; i < b.n-1; i++ {
 			order = append(order, i)
@@ -423,14 +455,14 @@ func (b *vkBody) store(p GPVirtual, bf16 bool) {
 			}
 			if bf16 {
 				y := b.a.vec()
-				VMOVAPS(vkView(b.a, x), vkView(b.a, y))
+				VMOVAPS(b.a.view(x), b.a.view(y))
 				bf16Store(b.a, piece{w: b.a.lanes, mask: mask}, y, m)
 				continue
 			}
 			if mask != nil {
-				VMOVUPS(vkView(b.a, x), mask, m)
+				VMOVUPS(b.a.view(x), mask, m)
 			} else {
-				VMOVUPS(vkView(b.a, x), m)
+				VMOVUPS(b.a.view(x), m)
 			}
 		}
 	}
@@ -438,7 +470,7 @@ func (b *vkBody) store(p GPVirtual, bf16 bool) {
 
 // fma: acc += m·x (acc = m·x if first), masked for the last AVX-512 vector.
 func (b *vkBody) fma(m Op, x, acc VecVirtual, i int, first bool) {
-	X, A := vkView(b.a, x), vkView(b.a, acc)
+	X, A := b.a.view(x), b.a.view(acc)
 	switch {
 	case first && b.masked(i):
 		VMULPS_Z(m, X, K1, A)
@@ -465,12 +497,12 @@ func vkForm(b *vkBody, body func(f form, c VecVirtual)) {
 	VUCOMISS(cNearOne, x) // CF: em1 < nearOne or unordered
 	JCS(LabelRef(far))
 	c := b.a.vec()
-	VBROADCASTSS(Mem{Base: b.r.pt}, vkView(b.a, c))
+	VBROADCASTSS(Mem{Base: b.r.pt}, b.a.view(c))
 	body(nearForm, c)
 	JMP(LabelRef(join))
 	Label(far)
 	c = b.a.vec()
-	VBROADCASTSS(Mem{Base: b.r.pt, Disp: 4}, vkView(b.a, c))
+	VBROADCASTSS(Mem{Base: b.r.pt, Disp: 4}, b.a.view(c))
 	body(farForm, c)
 	Label(join)
 }
@@ -498,7 +530,7 @@ func (b *vkBody) token() {
 		for len(acc) > 1 {
 			var n []VecVirtual
 			for p := 0; p+1 < len(acc); p += 2 {
-				VADDPS(vkView(a, acc[p+1]), vkView(a, acc[p]), vkView(a, acc[p]))
+				VADDPS(a.view(acc[p+1]), a.view(acc[p]), a.view(acc[p]))
 				n = append(n, acc[p])
 			}
 			if len(acc)%2 == 1 {
@@ -516,23 +548,14 @@ func (b *vkBody) token() {
 	}
 	red := vkReduce(a, ins)
 	idx := a.vec()
-	VMOVUPS(vkPerm[fmt.Sprintf("vkperm%s_%d", a.name, b.g)], vkView(a, idx))
+	VMOVUPS(vkPerm[fmt.Sprintf("vkperm%s_%d", a.name, b.g)], a.view(idx))
 	p := a.vec()
-	VPERMPS(vkView(a, red), vkView(a, idx), vkView(a, p)) // kv_r at r, qs_r at lanes/2 + r
+	VPERMPS(a.view(red), a.view(idx), a.view(p)) // kv_r at r, qs_r at lanes/2 + r
 	vkForm(b, func(f form, c VecVirtual) { b.decay(f, c, p) })
 	// δ and o for the group's rows at once (the low half of p: kv, the high half: qs).
-	half := func(x VecVirtual) Register {
-		if a.lanes == 16 {
-			return x.AsY()
-		}
-		return x.AsX()
-	}
+	half := a.vkHalf
 	hi := a.vec()
-	if a.lanes == 16 {
-		VEXTRACTF64X4(U8(1), p.AsZ(), hi.AsY())
-	} else {
-		VEXTRACTF128(U8(1), p.AsY(), hi.AsX())
-	}
+	a.vkExtractHigh(p, hi)
 	vv := a.vec()
 	switch {
 	case b.g == 1:
@@ -544,11 +567,11 @@ func (b *vkBody) token() {
 	}
 	VSUBPS(half(p), half(vv), half(vv)) // v − decay(kv')
 	beta := a.vec()
-	VBROADCASTSS(Mem{Base: b.r.pt, Disp: 8}, vkView(a, beta))
+	VBROADCASTSS(Mem{Base: b.r.pt, Disp: 8}, a.view(beta))
 	d := a.vec()
 	VMULPS(half(beta), half(vv), half(d)) // δ
 	kq := a.vec()
-	VBROADCASTSS(Mem{Base: b.r.pt, Disp: 12}, vkView(a, kq))
+	VBROADCASTSS(Mem{Base: b.r.pt, Disp: 12}, a.view(kq))
 	VFMADD231PS(half(kq), half(d), half(hi)) // o = decay(qs') + kq·δ
 	switch {
 	case b.g == 1:
@@ -563,22 +586,22 @@ func (b *vkBody) token() {
 		for r := range b.g {
 			db := a.vec()
 			if r == 0 {
-				VBROADCASTSS(d.AsX(), vkView(a, db))
+				VBROADCASTSS(d.AsX(), a.view(db))
 			} else {
 				ix := a.vec()
-				VMOVUPS(vkLane[r], vkView(a, ix))
-				VPERMPS(vkView(a, d), vkView(a, ix), vkView(a, db))
+				VMOVUPS(vkLane[r], a.view(ix))
+				VPERMPS(a.view(d), a.view(ix), a.view(db))
 			}
 			for i := range b.n {
 				x := b.get(r, i)
 				b.decay(f, c, x)
 				if b.masked(i) {
-					VFMADD231PS(b.kMem(b.r.pk, i), vkView(a, db), K1, vkView(a, x))
+					VFMADD231PS(b.kMem(b.r.pk, i), a.view(db), K1, a.view(x))
 				} else {
-					VFMADD231PS(b.kMem(b.r.pk, i), vkView(a, db), vkView(a, x))
+					VFMADD231PS(b.kMem(b.r.pk, i), a.view(db), a.view(x))
 				}
-				if a.lanes == 8 && i == b.n-1 {
-					VANDPS(b.r.andMask, vkView(a, x), vkView(a, x))
+				if b.tail(i) {
+					VANDPS(b.r.andMask, a.view(x), a.view(x))
 				}
 				b.put(r, i, x)
 			}
@@ -594,7 +617,7 @@ func (b *vkBody) group() {
 	for j := range b.rows {
 		b.rows[j] = vkRow{reg: make([]VecVirtual, b.n), mem: make([]Mem, b.n)}
 		for i := range b.n {
-			if a.lanes == 8 && i >= vkRegSlots {
+			if i >= a.vkRowRegs() {
 				b.rows[j].mem[i] = r.slots.Offset(32 * slot)
 				slot++
 				continue
@@ -606,7 +629,7 @@ func (b *vkBody) group() {
 	Label(loop)
 	CMPQ(r.rows, U32(b.g))
 	JB(LabelRef(done))
-	if a.lanes == 16 && b.g > 1 && b.g < 8 {
+	if b.g > 1 && b.g < 8 { // (multi-row groups need masks)
 		m := GP32()
 		MOVL(U32(1<<b.g-1), m)
 		KMOVW(m, K6)
@@ -735,7 +758,7 @@ func stateVK(v vkVariant) {
 	if v.bf16 {
 		sig = "func(K, V int, src []uint16, src32 []float32, stores []uintptr, carry []float32, kh, qh, v []float32, vs int, o, tok []float32"
 	}
-	if a.lanes == 16 {
+	if a.vkBlocks() {
 		sig += ", work []float32"
 	}
 	sig += ")"
@@ -743,12 +766,14 @@ func stateVK(v vkVariant) {
 	Doc(fmt.Sprintf("%s is the [V][K] %s state routine over T tokens in %s; see stateVK%s%s in gdn_vk_amd64.go.", v.name(), v.storage(), a.name, v.storage(), a.name))
 	r := vkRegs{pk: GP64(), pq: GP64(), pt: GP64(), ps: GP64(), pv: GP64(), po: GP64(), cnt: GP64(), k4: GP64(), ks: GP64()}
 	r.j, r.rows, r.t, r.v4, r.vs4 = AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8)
-	if a.lanes == 16 {
+	if a.vkBlocks() {
 		r.work = AllocLocal(8)
 	}
-	if a.lanes == 8 {
-		r.andMask = AllocLocal(32)
-		r.slots = AllocLocal(32 * (vkMaxVecs - vkRegSlots))
+	if !a.masks {
+		r.andMask = AllocLocal(a.bytes())
+	}
+	if a.vkRowRegs() < vkMaxVecs {
+		r.slots = AllocLocal(a.bytes() * (vkMaxVecs - a.vkRowRegs()))
 	}
 	done := label("done")
 	k, n, t := GP64(), GP64(), GP64()
@@ -764,7 +789,7 @@ func stateVK(v vkVariant) {
 	JZ(LabelRef(done))
 	MOVQ(n, r.rows)
 	MOVQ(t, r.t)
-	if a.lanes == 16 {
+	if a.vkBlocks() {
 		w := GP64()
 		Load(Param("work").Base(), w)
 		ADDQ(U8(63), w)
@@ -786,7 +811,7 @@ func stateVK(v vkVariant) {
 	nm1 := GP64()
 	MOVQ(k, nm1)
 	DECQ(nm1)
-	SHRQ(U8(map[int]uint8{16: 4, 8: 3}[a.lanes]), nm1)
+	SHRQ(U8(a.shift()), nm1)
 	var targets []string
 	for nv := 1; nv <= vkMaxVecs; nv++ {
 		targets = append(targets, label(fmt.Sprintf("n%d", nv)))
@@ -803,7 +828,7 @@ func stateVK(v vkVariant) {
 		MOVQ(r.k4, lanes)
 		SHRQ(U8(2), lanes)
 		SUBQ(U32(a.lanes*(nv-1)), lanes) // elements in the last vector
-		if a.lanes == 16 {
+		if a.masks {
 			tailMask(lanes, K1)
 		} else {
 			// and-mask: vkand + 4·lanes, whose first 8 − lanes dwords are 0.
@@ -815,7 +840,7 @@ func stateVK(v vkVariant) {
 			VMOVUPS(Mem{Base: q}, y)
 			VMOVUPS(y, r.andMask)
 		}
-		if a.lanes == 16 && nv <= vkBlockVecs {
+		if a.vkBlocks() && nv <= vkBlockVecs {
 			// One token (decode): the copies into and out of work cost more than the groups lose.
 			groups := label("groups")
 			CMPQ(r.t, U8(1))
