@@ -17,15 +17,15 @@ package main
 //
 // A row is L = ceil(K/lanes) vectors (K ≤ 16·16 for AVX-512, 8 ≤ K ≤ 8·16 for AVX2; the Go
 // wrapper in gdn_vk_amd64.go runs the portable routine outside that range). The code is not
-// specialised per L but per shape (vkShapes: L ≤ 4, 8, 12, 16): the code of a shape of n vectors
-// serves L = n − 3 … n, the positions a row's K leaves dead skipped by predictable branches and
+// specialised per L but per shape (vkShapes): the code of a shape of n vectors serves L from the
+// shape before's n + 1 to n, the positions a row's K leaves dead skipped by predictable branches and
 // the last live one masked (AVX-512: a mask per position that can be last; AVX2: the lanes
 // elements ending at K, and-masked); see vkBody. Each shape is a full unroll at a model's K.
 //
 // Line counts in gdn_amd64.s (TEXT to TEXT): specialised per L (N = 1…16) the four routines
 // took 41,476 lines (vkf32AVX512 13,776, vkbf16AVX512 19,013, vkf32AVX2 3,100, vkbf16AVX2
-// 5,587); as shapes, with the blocks' sub-block count a runtime count, 9,854 (2,755, 4,102,
-// 1,091, 1,906). TestVKLineBudget keeps them under a budget.
+// 5,587); as shapes, with the blocks' sub-block count a runtime count, 11,671 (3,554, 5,280,
+// 1,027, 1,810). TestVKLineBudget keeps them under a budget.
 
 import (
 	"fmt"
@@ -59,11 +59,28 @@ const vkAhead = 8192
 // vkMaxVecs is the most vectors per row the routines carry (K ≤ 256 AVX-512, 128 AVX2).
 const vkMaxVecs = 16
 
+// vkModelK are the K of the models (64, 128, 192, 256) and of the odd shape (96): their rows run
+// at the top of a shape, where no position is dead.
+var vkModelK = []int{64, 96, 128, 192, 256}
+
 // vkShapes are the row shapes of an ISA's routine, in vectors per row: rows of L vectors take the
-// first shape n ≥ L, whose code serves L = (the shape before) + 1 … n (vkBody). Each has its full
-// unroll at a model's K (64, 128, 192, 256 AVX-512; 32, 64, 96, 128 AVX2, where K = 96 is the odd
-// shape's).
-func vkShapes(a isa) []int { return []int{4, 8, 12, vkMaxVecs} }
+// first shape n ≥ L, whose code serves L = (the shape before) + 1 … n (vkBody). They are L = 4
+// (so that a small K does not run through many dead positions) and the L of each model K:
+// AVX-512 4, 6, 8, 12, 16; AVX2 4, 8, 12, 16. (K = 96 served by the AVX-512 shape of 7…8 vectors,
+// two positions dead, took 5–7 % longer in decode, f32: BenchmarkVKRoutine, minima of 8–16
+// interleaved runs.)
+func vkShapes(a isa) []int {
+	shapes := []int{4}
+	for _, k := range vkModelK {
+		if n := (k + a.lanes - 1) / a.lanes; n <= vkMaxVecs && n > shapes[len(shapes)-1] {
+			shapes = append(shapes, n)
+		}
+	}
+	if shapes[len(shapes)-1] != vkMaxVecs {
+		panic("vkShapes: the last shape must take the widest rows")
+	}
+	return shapes
+}
 
 // The strategies of the [V][K] routines that differ per ISA.
 
@@ -403,17 +420,60 @@ func (b *vkBody) need(i int) int {
 // guarded says whether position i is dead for some K of the shape.
 func (b *vkBody) guarded(i int) bool { return b.need(i) > b.kMin() }
 
-// guard emits body, behind a branch that skips it where position i is dead if it is guarded.
-func (b *vkBody) guard(i int, body func()) {
-	if !b.guarded(i) {
-		body()
-		return
+// run emits body(j) for j = 0 … count − 1, need(j) being the smallest K for which j is live:
+// those live for every K of the shape as they are, the others (need not decreasing among them)
+// each behind a compare of K and a branch that, where j is dead, skips it and the rest of the
+// run's guarded ones (dead too): one taken branch per run.
+func (b *vkBody) run(count int, need func(j int) int, body func(j int)) {
+	end, last := "", 0
+	for j := range count {
+		n := need(j)
+		if n <= b.kMin() {
+			if end != "" {
+				Label(end)
+				end = ""
+			}
+			body(j)
+			continue
+		}
+		if n < last {
+			panic("vkBody.run: guarded items out of order")
+		}
+		if end == "" {
+			end = label("dead")
+		}
+		CMPQ(b.r.k4, U32(4*(n-1)))
+		JBE(LabelRef(end))
+		body(j)
+		last = n
 	}
-	skip := label("dead")
-	CMPQ(b.r.k4, U32(4*(b.need(i)-1)))
-	JBE(LabelRef(skip))
-	body()
-	Label(skip)
+	if end != "" {
+		Label(end)
+	}
+}
+
+// each emits body(i) for the positions in order, the guarded ones behind their guards (run).
+func (b *vkBody) each(order []int, body func(i int)) {
+	b.run(len(order), func(j int) int { return b.need(order[j]) }, func(j int) { body(order[j]) })
+}
+
+// positions are 0 … n − 1.
+func (b *vkBody) positions() []int {
+	p := make([]int, b.n)
+	for i := range p {
+		p[i] = i
+	}
+	return p
+}
+
+// prefetch emits the prefetches of rows rows at p (each K·es bytes) vkAhead bytes on (a hint:
+// past the head it touches the next one or nothing): the lines the shape's smallest K needs, and
+// behind guards those a larger one does.
+func (b *vkBody) prefetch(p GPVirtual, rows, es int) {
+	lines := (rows*b.n*b.a.lanes*es + 63) / 64
+	b.run(lines, func(m int) int { return 64*m/(rows*es) + 1 }, func(m int) {
+		PREFETCHT0(Mem{Base: p, Disp: vkAhead + 64*m})
+	})
 }
 
 // first says whether position i's product sets its accumulator (else it is added to it; the
@@ -546,32 +606,32 @@ func (b *vkBody) load(p GPVirtual, bf16 bool) {
 	if bf16 {
 		es, idx = 2, b.r.ks
 	}
-	// Prefetch the rows vkAhead bytes on (a hint: past the head it touches the next one or nothing).
-	for l := 0; l < b.g*b.n*b.a.lanes*es; l += 64 {
-		PREFETCHT0(Mem{Base: p, Disp: vkAhead + l})
-	}
+	b.prefetch(p, b.g, es)
 	for r := range b.g {
 		if r > 0 {
 			ADDQ(idx, p)
 		}
-		for i := range b.n {
-			x := b.rows[r].reg[i]
-			if b.a.masks {
-				b.loadVec(b.vecMem(p, i, es, idx), i, bf16, b.a.view(x))
-				continue
+		if b.a.masks {
+			for i := range b.n {
+				b.loadVec(b.vecMem(p, i, es, idx), i, bf16, b.a.view(b.rows[r].reg[i]))
 			}
+			continue
+		}
+		// (The registers of guarded positions are zeroed: the allocator needs them written on
+		// every path to their uses, which are all behind the same guards.)
+		for i, x := range b.rows[r].reg {
 			if x != nil && b.guarded(i) {
 				b.a.zero(x)
 			}
-			b.guard(i, func() {
-				y := x
-				if y == nil {
-					y = b.a.vec()
-				}
-				b.loadVec(b.vecMem(p, i, es, idx), i, bf16, b.a.view(y))
-				b.put(r, i, y)
-			})
 		}
+		b.each(b.positions(), func(i int) {
+			x := b.rows[r].reg[i]
+			if x == nil {
+				x = b.a.vec()
+			}
+			b.loadVec(b.vecMem(p, i, es, idx), i, bf16, b.a.view(x))
+			b.put(r, i, x)
+		})
 	}
 }
 
@@ -586,9 +646,7 @@ func (b *vkBody) store(p GPVirtual, bf16 bool) {
 		if r > 0 {
 			ADDQ(idx, p)
 		}
-		for _, i := range b.storeOrder() {
-			b.guard(i, func() { b.storeVec(b.get(r, i), b.vecMem(p, i, es, idx), i, bf16) })
-		}
+		b.each(b.storeOrder(), func(i int) { b.storeVec(b.get(r, i), b.vecMem(p, i, es, idx), i, bf16) })
 	}
 }
 
@@ -659,15 +717,13 @@ func (b *vkBody) token() {
 		b.zeroAccs(accK[r])
 		b.zeroAccs(accQ[r])
 	}
-	for i := range b.n {
-		b.guard(i, func() {
-			for r := range b.g {
-				x := b.get(r, i)
-				b.fma(b.kMem(b.r.pk, i), x, accK[r][i%b.acc], i, b.first(i))
-				b.fma(b.kMem(b.r.pq, i), x, accQ[r][i%b.acc], i, b.first(i))
-			}
-		})
-	}
+	b.each(b.positions(), func(i int) {
+		for r := range b.g {
+			x := b.get(r, i)
+			b.fma(b.kMem(b.r.pk, i), x, accK[r][i%b.acc], i, b.first(i))
+			b.fma(b.kMem(b.r.pq, i), x, accQ[r][i%b.acc], i, b.first(i))
+		}
+	})
 	sum := func(acc []VecVirtual) VecVirtual {
 		for len(acc) > 1 {
 			var n []VecVirtual
@@ -736,15 +792,13 @@ func (b *vkBody) token() {
 				VPERMPS(a.view(d), a.view(ix), a.view(db[r]))
 			}
 		}
-		for i := range b.n {
-			b.guard(i, func() {
-				for r := range b.g {
-					x := b.get(r, i)
-					b.update(f, c, b.kMem(b.r.pk, i), db[r], x, i)
-					b.put(r, i, x)
-				}
-			})
-		}
+		b.each(b.positions(), func(i int) {
+			for r := range b.g {
+				x := b.get(r, i)
+				b.update(f, c, b.kMem(b.r.pk, i), db[r], x, i)
+				b.put(r, i, x)
+			}
+		})
 	})
 }
 

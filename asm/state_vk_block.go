@@ -113,9 +113,7 @@ func (k *vkBlk) load(p GPVirtual, bf16 bool) {
 	c := k.rowCount()
 	l := label("bload")
 	Label(l)
-	for off := 0; off < b.n*16*es; off += 64 {
-		PREFETCHT0(Mem{Base: p, Disp: vkAhead + off})
-	}
+	b.prefetch(p, 1, es)
 	for i := range b.n { // (a dead position's mask is empty: 0 in work)
 		x := ZMM()
 		b.loadVec(Mem{Base: p, Disp: i * 16 * es}, i, bf16, x)
@@ -138,18 +136,16 @@ func (k *vkBlk) store(d GPVirtual, bf16 bool) {
 	c := k.rowCount()
 	l := label("bstore")
 	Label(l)
-	for i := range b.n {
-		b.guard(i, func() {
-			x := ZMM()
-			VMOVUPS(Mem{Base: w, Disp: i * 64}, x)
-			m := Mem{Base: d, Disp: i * 16 * es}
-			if bf16 {
-				bf16Store(b.a, piece{w: 16, mask: b.mask(i)}, x, m)
-			} else {
-				b.storeVec(x, m, i, false)
-			}
-		})
-	}
+	b.each(b.positions(), func(i int) {
+		x := ZMM()
+		VMOVUPS(Mem{Base: w, Disp: i * 64}, x)
+		m := Mem{Base: d, Disp: i * 16 * es}
+		if bf16 {
+			bf16Store(b.a, piece{w: 16, mask: b.mask(i)}, x, m)
+		} else {
+			b.storeVec(x, m, i, false)
+		}
+	})
 	ADDQ(idx, d)
 	ADDQ(U32(k.rb), w)
 	DECQ(c)
@@ -222,16 +218,14 @@ func (k *vkBlk) dots(pr, pd GPVirtual) {
 		b.zeroAccs(ak[rr])
 		b.zeroAccs(aq[rr])
 	}
-	for i := range b.n {
-		b.guard(i, func() {
-			for rr := range 2 {
-				x := ZMM()
-				VMOVUPS(Mem{Base: pr, Disp: rr*k.rb + i*64}, x)
-				b.fma(k.kreg[i], x, ak[rr][i%na], i, b.first(i))
-				b.fma(k.qreg[i], x, aq[rr][i%na], i, b.first(i))
-			}
-		})
-	}
+	b.each(b.positions(), func(i int) {
+		for rr := range 2 {
+			x := ZMM()
+			VMOVUPS(Mem{Base: pr, Disp: rr*k.rb + i*64}, x)
+			b.fma(k.kreg[i], x, ak[rr][i%na], i, b.first(i))
+			b.fma(k.qreg[i], x, aq[rr][i%na], i, b.first(i))
+		}
+	})
 	for rr := range 2 {
 		if na == 2 {
 			VADDPS(ak[rr][1], ak[rr][0], ak[rr][0])
@@ -320,17 +314,15 @@ func (k *vkBlk) update(f form, c VecVirtual) {
 		db[rr] = ZMM()
 		VBROADCASTSS(Mem{Base: pd, Disp: 4 * rr}, db[rr])
 	}
-	for i := range b.n {
-		b.guard(i, func() {
-			for rr := range 2 {
-				y := ZMM()
-				m := Mem{Base: pr, Disp: rr*k.rb + i*64}
-				VMOVUPS(m, y)
-				b.update(f, c, k.kreg[i], db[rr], y, i)
-				VMOVUPS(y, m)
-			}
-		})
-	}
+	b.each(b.positions(), func(i int) {
+		for rr := range 2 {
+			y := ZMM()
+			m := Mem{Base: pr, Disp: rr*k.rb + i*64}
+			VMOVUPS(m, y)
+			b.update(f, c, k.kreg[i], db[rr], y, i)
+			VMOVUPS(y, m)
+		}
+	})
 	ADDQ(U32(2*k.rb), pr)
 	ADDQ(U8(8), pd)
 	DECQ(cnt)

@@ -7,9 +7,9 @@ import (
 
 // TestVKLineBudget keeps the [V][K] routines under a line budget in gdn_amd64.s (the routine's
 // comment, TEXT line and body), so that their growth is a decision: specialised per row width
-// they took 41,476 lines; as shapes (state_vk.go) about 9,900.
+// they took 41,476 lines; as shapes (state_vk.go) 11,671.
 func TestVKLineBudget(t *testing.T) {
-	budget := map[string]int{"vkf32AVX512": 3000, "vkbf16AVX512": 4500, "vkf32AVX2": 1200, "vkbf16AVX2": 2100}
+	budget := map[string]int{"vkf32AVX512": 3700, "vkbf16AVX512": 5500, "vkf32AVX2": 1100, "vkbf16AVX2": 1900}
 	rs := routines(t)
 	total := 0
 	for name, max := range budget {
