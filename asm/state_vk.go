@@ -123,7 +123,7 @@ func (a isa) vkExtractHigh(x, dst VecVirtual) {
 }
 
 // vkGroup returns the rows per group and the accumulators per dot for rows of n vectors: the most
-// rows (≤ 8) whose state, 2·G·A accumulators (≥ 8 chains in all, to cover the FMA latency) and
+// rows (≤ lanes/2) whose state, 2·G·A accumulators (≥ 8 chains in all, to cover the FMA latency) and
 // five temporaries fit the registers (32 ZMM); without masks (AVX2): one row, two accumulators.
 //
 // AVX-512 rows that the blocks of state_vk_block.go also take (n ≤ vkBlockVecs) use the blocks'
@@ -380,9 +380,10 @@ type vkRow struct {
 //
 // A position that is dead for some K of the shape is guarded: a compare of K (k4) with a
 // constant and a branch skip it in the dots, the update and the stores (without masks also in the
-// load). The branch goes the same way for the whole call, so it predicts; it costs integer-port
-// µops only. A guarded position's accumulator is zeroed rather than set by its first product, so
-// a row's arithmetic is that of its positions in order, whatever the shape's live count.
+// load), as they skip the prefetches of the lines beyond K (run). The branch goes the same way for
+// the whole call, so it predicts; it costs integer-port µops only. An accumulator whose first
+// position is guarded is zeroed rather than set by that position's product, so a row's
+// arithmetic is that of its live positions in order, whatever the shape.
 type vkBody struct {
 	v     vkVariant
 	a     isa
@@ -527,7 +528,7 @@ func (b *vkBody) setMasks() {
 		if i > 0 {
 			SUBQ(U32(b.a.lanes*i), t) // elements from position i on: ≤ 0 dead, ≥ lanes full
 		}
-		tailMask(t, b.mask(i))
+		tailMask(t, b.mask(i)) // (a signed compare: t ≤ 0 sets no lane, t ≥ lanes every lane)
 	}
 }
 
