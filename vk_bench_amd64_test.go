@@ -10,11 +10,11 @@ import (
 	"unsafe"
 )
 
-// BenchmarkVKRoutine times the [V][K] routines alone on 128×128 heads: prefill (one head, T = 64
-// tokens, one store after the last) in ns per head-token, and decode (T = 1, in place, over 32
-// heads of one contiguous 2 MiB (f32) pool, so the state comes from L2/L3) in ns per head.
+// BenchmarkVKRoutine times the [V][K] routines alone on 128×128 heads and on the odd shape K = 96,
+// V = 80: prefill (one head, T = 64 tokens, one store after the last) in ns per head-token, and
+// decode (T = 1, in place, over H heads of one contiguous pool of at least 2 MiB (f32), so the
+// state comes from L2/L3) in ns per head.
 func BenchmarkVKRoutine(b *testing.B) {
-	const K, V, hs = 128, 128, 128 * 128
 	r := rand.New(rand.NewPCG(1, 2))
 	rnd := func(n int, s float32) []float32 {
 		x := make([]float32, n)
@@ -37,7 +37,7 @@ func BenchmarkVKRoutine(b *testing.B) {
 			ks = append(ks, kern{"avx2", stateVKf32AVX2, stateVKbf16AVX2})
 		}
 	}
-	tokens := func(T int) (kh, qh, v, o, tok []float32) {
+	tokens := func(K, V, T int) (kh, qh, v, o, tok []float32) {
 		kh, qh, v, o = rnd(T*K, 0.09), rnd(T*K, 0.09), rnd(T*V, 1), make([]float32, T*V)
 		tok = make([]float32, 4*T)
 		for τ := range T {
@@ -52,53 +52,58 @@ func BenchmarkVKRoutine(b *testing.B) {
 			if bf {
 				st = "bf16"
 			}
-			b.Run(k.name+"/"+st+"/prefill-T64", func(b *testing.B) {
-				const T = 64
-				kh, qh, v, o, tok := tokens(T)
-				src := rnd(hs, 0.5)
-				src16 := make([]uint16, hs)
-				for i, x := range src {
-					src16[i] = BF16RNE(x)
-				}
-				dst, dst16 := make([]float32, hs), make([]uint16, hs)
-				stores := make([]unsafe.Pointer, T)
-				b.ResetTimer()
-				for range b.N {
-					if bf {
-						stores[T-1] = unsafe.Pointer(&dst16[0])
-						k.bf16(K, V, src16, nil, stores, nil, kh, qh, v, V, o, tok)
-					} else {
-						stores[T-1] = unsafe.Pointer(&dst[0])
-						k.f32(K, V, src, stores, kh, qh, v, V, o, tok)
+			for _, sh := range [][2]int{{128, 128}, {96, 80}} {
+				K, V := sh[0], sh[1]
+				hs := K * V
+				name := fmt.Sprintf("%s/%s/K=%d,V=%d", k.name, st, K, V)
+				b.Run(name+"/prefill-T64", func(b *testing.B) {
+					const T = 64
+					kh, qh, v, o, tok := tokens(K, V, T)
+					src := rnd(hs, 0.5)
+					src16 := make([]uint16, hs)
+					for i, x := range src {
+						src16[i] = BF16RNE(x)
 					}
-				}
-				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*T), "ns/head-token")
-			})
-			b.Run(k.name+"/"+st+"/decode-32heads", func(b *testing.B) {
-				const H = 32
-				kh, qh, v, o, tok := tokens(1)
-				pool := rnd(H*hs, 0.5)
-				pool16 := make([]uint16, H*hs)
-				for i, x := range pool {
-					pool16[i] = BF16RNE(x)
-				}
-				stores := make([]unsafe.Pointer, 1)
-				b.ResetTimer()
-				for range b.N {
-					for h := range H {
+					dst, dst16 := make([]float32, hs), make([]uint16, hs)
+					stores := make([]unsafe.Pointer, T)
+					b.ResetTimer()
+					for range b.N {
 						if bf {
-							s := pool16[h*hs : (h+1)*hs]
-							stores[0] = unsafe.Pointer(&s[0])
-							k.bf16(K, V, s, nil, stores, nil, kh, qh, v, V, o, tok)
+							stores[T-1] = unsafe.Pointer(&dst16[0])
+							k.bf16(K, V, src16, nil, stores, nil, kh, qh, v, V, o, tok)
 						} else {
-							s := pool[h*hs : (h+1)*hs]
-							stores[0] = unsafe.Pointer(&s[0])
-							k.f32(K, V, s, stores, kh, qh, v, V, o, tok)
+							stores[T-1] = unsafe.Pointer(&dst[0])
+							k.f32(K, V, src, stores, kh, qh, v, V, o, tok)
 						}
 					}
-				}
-				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*H), "ns/head")
-			})
+					b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*T), "ns/head-token")
+				})
+				H := (1<<19 + hs - 1) / hs // 32 heads of 128×128
+				b.Run(fmt.Sprintf("%s/decode-%dheads", name, H), func(b *testing.B) {
+					kh, qh, v, o, tok := tokens(K, V, 1)
+					pool := rnd(H*hs, 0.5)
+					pool16 := make([]uint16, H*hs)
+					for i, x := range pool {
+						pool16[i] = BF16RNE(x)
+					}
+					stores := make([]unsafe.Pointer, 1)
+					b.ResetTimer()
+					for range b.N {
+						for h := range H {
+							if bf {
+								s := pool16[h*hs : (h+1)*hs]
+								stores[0] = unsafe.Pointer(&s[0])
+								k.bf16(K, V, s, nil, stores, nil, kh, qh, v, V, o, tok)
+							} else {
+								s := pool[h*hs : (h+1)*hs]
+								stores[0] = unsafe.Pointer(&s[0])
+								k.f32(K, V, s, stores, kh, qh, v, V, o, tok)
+							}
+						}
+					}
+					b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*H), "ns/head")
+				})
+			}
 		}
 	}
 }

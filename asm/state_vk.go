@@ -15,11 +15,17 @@ package main
 // horizontal-sum shuffles are shared by the group; δ and o are then computed for the G rows in one
 // vector. The decay form is chosen per token from em1 (two branches on the same compare).
 //
-// A row is N vectors, specialised per N (K ≤ 16·16 for AVX-512, 8 ≤ K ≤ 8·16 for AVX2; the Go
-// wrapper in gdn_vk_amd64.go runs the portable routine outside that range). The last vector of a
-// row is AVX-512: masked (K1); AVX2: the 8 elements ending at K, with the lanes the vector before
-// already holds zeroed by an AND mask (so they add nothing to the dots and stay 0), stored before
-// that vector so its correct values win.
+// A row is L = ceil(K/lanes) vectors (K ≤ 16·16 for AVX-512, 8 ≤ K ≤ 8·16 for AVX2; the Go
+// wrapper in gdn_vk_amd64.go runs the portable routine outside that range). The code is not
+// specialised per L but per shape (vkShapes): the code of a shape of n vectors serves L from the
+// shape before's n + 1 to n, the positions a row's K leaves dead skipped by predictable branches and
+// the last live one masked (AVX-512: a mask per position that can be last; AVX2: the lanes
+// elements ending at K, and-masked); see vkBody. Each shape is a full unroll at a model's K.
+//
+// Line counts in gdn_amd64.s (TEXT to TEXT): specialised per L (N = 1…16) the four routines
+// took 41,476 lines (vkf32AVX512 13,776, vkbf16AVX512 19,013, vkf32AVX2 3,100, vkbf16AVX2
+// 5,587); as shapes, with the blocks' sub-block count a runtime count, 11,671 (3,554, 5,280,
+// 1,027, 1,810). TestVKLineBudget keeps them under a budget.
 
 import (
 	"fmt"
@@ -53,27 +59,86 @@ const vkAhead = 8192
 // vkMaxVecs is the most vectors per row the routines carry (K ≤ 256 AVX-512, 128 AVX2).
 const vkMaxVecs = 16
 
-// vkRegSlots is the number of a row's vectors AVX2 keeps in registers; the others live in the
-// frame (16 YMM hold the accumulators, δ and the temporaries beside them).
-const vkRegSlots = 9
+// vkModelK are the K of the models (64, 128, 192, 256) and of the odd shape (96): their rows run
+// at the top of a shape, where no position is dead.
+var vkModelK = []int{64, 96, 128, 192, 256}
+
+// vkShapes are the row shapes of an ISA's routine, in vectors per row: rows of L vectors take the
+// first shape n ≥ L, whose code serves L = (the shape before) + 1 … n (vkBody). They are L = 4
+// (so that a small K does not run through many dead positions) and the L of each model K:
+// AVX-512 4, 6, 8, 12, 16; AVX2 4, 8, 12, 16. (K = 96 served by the AVX-512 shape of 7…8 vectors,
+// two positions dead, took 5–7 % longer in decode, f32: BenchmarkVKRoutine, minima of 8–16
+// interleaved runs.)
+func vkShapes(a isa) []int {
+	shapes := []int{4}
+	for _, k := range vkModelK {
+		if n := (k + a.lanes - 1) / a.lanes; n <= vkMaxVecs && n > shapes[len(shapes)-1] {
+			shapes = append(shapes, n)
+		}
+	}
+	if shapes[len(shapes)-1] != vkMaxVecs {
+		panic("vkShapes: the last shape must take the widest rows")
+	}
+	return shapes
+}
+
+// The strategies of the [V][K] routines that differ per ISA.
+
+// vkMultiRow says whether a group may carry several rows: its g v's are loaded and its g o's stored
+// under a mask (K6); without masks a group is one row.
+func (a isa) vkMultiRow() bool { return a.masks }
+
+// vkBlocks says whether rows of at most vkBlockVecs vectors go in L1 blocks when T > 1
+// (state_vk_block.go): k̂ and q̂ of a token live in 2·vkBlockVecs registers beside the dots, and
+// a sub-block's 16 rows reduce into one vector: 32 ZMM.
+func (a isa) vkBlocks() bool { return a.masks && a.regs >= 32 }
+
+// vkRowRegs is the number of a row's vectors kept in registers; the others live in frame slots.
+// With 16 registers, 9: the accumulators, δ and the temporaries take the other 7.
+func (a isa) vkRowRegs() int {
+	if a.regs >= 32 {
+		return vkMaxVecs
+	}
+	return 9
+}
+
+// vkView is r as the ISA's widest register (bench_floor.go uses it).
+func vkView(a isa, r VecVirtual) Register { return a.view(r) }
+
+// vkHalf is the low half of x (YMM of a ZMM, XMM of a YMM).
+func (a isa) vkHalf(x VecVirtual) Register {
+	if a.bytes() == 64 {
+		return x.AsY()
+	}
+	return x.AsX()
+}
+
+// vkExtractHigh writes the high half of x to the low half of dst.
+func (a isa) vkExtractHigh(x, dst VecVirtual) {
+	if a.bytes() == 64 {
+		VEXTRACTF64X4(U8(1), x.AsZ(), dst.AsY())
+	} else {
+		VEXTRACTF128(U8(1), x.AsY(), dst.AsX())
+	}
+}
 
 // vkGroup returns the rows per group and the accumulators per dot for rows of n vectors: the most
-// rows (≤ 8) whose state, 2·G·A accumulators (≥ 8 chains in all, to cover the FMA latency) and
-// five temporaries fit the 32 ZMM; AVX2: one row, two accumulators.
+// rows (≤ lanes/2) whose state, 2·G·A accumulators (≥ 8 chains in all, to cover the FMA latency) and
+// five temporaries fit the registers (32 ZMM); without masks (AVX2): one row, two accumulators.
 //
 // AVX-512 rows that the blocks of state_vk_block.go also take (n ≤ vkBlockVecs) use the blocks'
 // accumulators, min(n, 2), in every group, the one-row tail included: a row's arithmetic must not
 // depend on whether a call's T sends it to a block or to a group (T = 1 does).
 func vkGroup(a isa, n int) (g, acc int) {
-	if a.lanes == 8 {
+	if !a.vkMultiRow() {
 		return 1, min(2, n)
 	}
-	for g = 8; g > 1; g-- {
+	for g = a.lanes / 2; g > 1; g-- { // (δ and o of the group's rows: one half vector each)
 		acc = min(n, (4+g-1)/g)
 		if n <= vkBlockVecs {
 			acc = min(n, 2)
 		}
-		if g*n+2*g*acc+5 <= 32 {
+		if g*n+2*g*acc+5 <= a.regs {
 			return g, acc
 		}
 	}
@@ -104,10 +169,10 @@ type vkLevel struct {
 
 func vkLevels(a isa) []vkLevel {
 	in128 := []vkLevel{{"VSHUFPS", 0x44, 0xEE}, {"VSHUFPS", 0x88, 0xDD}}
-	if a.lanes == 16 {
+	if a.bytes() == 64 { // four 128-bit quarters
 		return append([]vkLevel{{"VSHUFF32X4", 0x44, 0xEE}, {"VSHUFF32X4", 0x88, 0xDD}}, in128...)
 	}
-	return append([]vkLevel{{"VPERM2F128", 0x20, 0x31}}, in128...)
+	return append([]vkLevel{{"VPERM2F128", 0x20, 0x31}}, in128...) // two halves
 }
 
 // simShuffle is what l's instruction with imm does to (x = src1, y = src2).
@@ -173,7 +238,7 @@ func vkReduceLevels(a isa, ins []VecVirtual, levels []vkLevel) VecVirtual {
 			t1, t2 := a.vec(), a.vec()
 			vkShuffle(a, l.ins, l.imm1, x, y, t1)
 			vkShuffle(a, l.ins, l.imm2, x, y, t2)
-			VADDPS(vkView(a, t2), vkView(a, t1), vkView(a, t1))
+			VADDPS(a.view(t2), a.view(t1), a.view(t1))
 			nvs = append(nvs, t1)
 		}
 		vs = nvs
@@ -222,15 +287,8 @@ func vkLanes(a isa, m int) []int {
 	return lane
 }
 
-func vkView(a isa, r VecVirtual) Register {
-	if a.lanes == 16 {
-		return r.AsZ()
-	}
-	return r.AsY()
-}
-
 func vkShuffle(a isa, ins string, imm uint8, x, y, dst VecVirtual) {
-	X, Y, D := vkView(a, x), vkView(a, y), vkView(a, dst)
+	X, Y, D := a.view(x), a.view(y), a.view(dst)
 	switch ins {
 	case "VSHUFF32X4":
 		VSHUFF32X4(U8(imm), Y, X, D)
@@ -262,7 +320,7 @@ func vkConstants() {
 	for r, l := range vkLanes(avx512, vkSub) {
 		DATA(4*r, U32(uint32(l)))
 	}
-	// The and-masks of the AVX2 last vector: vkand + 4·n is 8 dwords whose first 8 − n are 0.
+	// The and-masks of the AVX2 tail vector: vkand + 4·n is 8 dwords whose first 8 − n are 0.
 	vkAnd = GLOBL("vkand", RODATA|NOPTR)
 	for i := range 16 {
 		v := uint32(0)
@@ -298,39 +356,181 @@ func vkPermFor(a isa, g int, lane []int) Mem {
 type vkRegs struct {
 	pk, pq, pt, ps, pv, po, cnt, k4, ks GPVirtual
 	j, rows, t, v4, vs4                 Mem // frame: row index, rows left, T, V·4, vs·4
-	work                                Mem // AVX-512: the work space, aligned to 64 bytes
-	andMask                             Mem // AVX2: the last vector's and-mask (32 bytes)
-	slots                               Mem // AVX2: the frame part of a row
+	work, nb                            Mem // vkBlocks: the work space (aligned to 64 bytes), a block's sub-blocks
+	andMask                             Mem // no masks: the tail vector's and-mask
+	slots                               Mem // the vectors of a row beyond vkRowRegs
 }
 
-// vkRow is the state of one row of a group: its vectors in registers, or (AVX2) frame slots.
+// vkRow is the state of one row of a group: its vectors in registers, or frame slots.
 type vkRow struct {
 	reg []VecVirtual
 	mem []Mem
 }
 
+// vkBody is the code of one shape: rows of n vector positions that serve rows of L = lo…n vectors
+// (L = ceil(K/lanes)), in groups of g rows (or, vkBlk, in blocks) with acc accumulators per dot.
+//
+// With masks, position i holds elements lanes·i … lanes·i + lanes − 1 and is live when
+// K > lanes·i; each position that can be a row's last (i ≥ lo − 1) is under its own mask
+// (vkMasks: all lanes while the row goes on, the tail lanes at the last, none beyond), so a dead
+// position reads and writes nothing. Without masks the last position is the tail: the lanes
+// elements ending at K, those the vector before holds zeroed by an and-mask (so they add nothing to
+// the dots and stay 0), stored before the others so that their values win; the others are
+// elements lanes·i …, live when K > lanes·(i + 1), that is while they are not the last.
+//
+// A position that is dead for some K of the shape is guarded: a compare of K (k4) with a
+// constant and a branch skip it in the dots, the update and the stores (without masks also in the
+// load), as they skip the prefetches of the lines beyond K (run). The branch goes the same way for
+// the whole call, so it predicts; it costs integer-port µops only. An accumulator whose first
+// position is guarded is zeroed rather than set by that position's product, so a row's
+// arithmetic is that of its live positions in order, whatever the shape.
 type vkBody struct {
-	v    vkVariant
-	a    isa
-	n, g int // vectors per row, rows in the group
-	acc  int
-	r    vkRegs
-	rows []vkRow
+	v     vkVariant
+	a     isa
+	n, lo int // vector positions per row, the fewest live ones the shape serves
+	g     int // rows in the group
+	acc   int
+	r     vkRegs
+	rows  []vkRow
 }
 
-// vecDisp returns the memory operand of vector i of a row at base (element size es): AVX2's last
-// vector ends at element K (index register idx = K·es).
+// vkMasks are the masks of positions lo − 1 … n − 1 (K2 is the bf16 rounding's, K6 the group's).
+var vkMasks = []Register{K1, K3, K4, K5}
+
+// kMin is the smallest K the shape serves.
+func (b *vkBody) kMin() int {
+	k := b.a.lanes*(b.lo-1) + 1
+	if !b.a.masks {
+		k = max(k, b.a.lanes) // (the tail needs K ≥ lanes)
+	}
+	return k
+}
+
+// need is the smallest K for which position i is live.
+func (b *vkBody) need(i int) int {
+	switch {
+	case b.tail(i):
+		return 0
+	case b.a.masks:
+		return b.a.lanes*i + 1
+	default:
+		return b.a.lanes*(i+1) + 1
+	}
+}
+
+// guarded says whether position i is dead for some K of the shape.
+func (b *vkBody) guarded(i int) bool { return b.need(i) > b.kMin() }
+
+// run emits body(j) for j = 0 … count − 1, need(j) being the smallest K for which j is live:
+// those live for every K of the shape as they are, the others (need not decreasing among them)
+// each behind a compare of K and a branch that, where j is dead, skips it and the rest of the
+// run's guarded ones (dead too): one taken branch per run.
+func (b *vkBody) run(count int, need func(j int) int, body func(j int)) {
+	end, last := "", 0
+	for j := range count {
+		n := need(j)
+		if n <= b.kMin() {
+			if end != "" {
+				Label(end)
+				end = ""
+			}
+			body(j)
+			continue
+		}
+		if n < last {
+			panic("vkBody.run: guarded items out of order")
+		}
+		if end == "" {
+			end = label("dead")
+		}
+		CMPQ(b.r.k4, U32(4*(n-1)))
+		JBE(LabelRef(end))
+		body(j)
+		last = n
+	}
+	if end != "" {
+		Label(end)
+	}
+}
+
+// each emits body(i) for the positions in order, the guarded ones behind their guards (run).
+func (b *vkBody) each(order []int, body func(i int)) {
+	b.run(len(order), func(j int) int { return b.need(order[j]) }, func(j int) { body(order[j]) })
+}
+
+// positions are 0 … n − 1.
+func (b *vkBody) positions() []int {
+	p := make([]int, b.n)
+	for i := range p {
+		p[i] = i
+	}
+	return p
+}
+
+// prefetch emits the prefetches of rows rows at p (each K·es bytes) vkAhead bytes on (a hint:
+// past the head it touches the next one or nothing): the lines the shape's smallest K needs, and
+// behind guards those a larger one does.
+func (b *vkBody) prefetch(p GPVirtual, rows, es int) {
+	lines := (rows*b.n*b.a.lanes*es + 63) / 64
+	b.run(lines, func(m int) int { return 64*m/(rows*es) + 1 }, func(m int) {
+		PREFETCHT0(Mem{Base: p, Disp: vkAhead + 64*m})
+	})
+}
+
+// first says whether position i's product sets its accumulator (else it is added to it; the
+// accumulators whose first position is guarded start at 0, zeroAccs).
+func (b *vkBody) first(i int) bool { return i < b.acc && !b.guarded(i) }
+
+// zeroAccs zeroes the accumulators (acc of them, in order) whose first position is guarded.
+func (b *vkBody) zeroAccs(accs []VecVirtual) {
+	for i, x := range accs {
+		if b.guarded(i) {
+			b.a.zero(x)
+		}
+	}
+}
+
+// mask is position i's mask, or nil.
+func (b *vkBody) mask(i int) Register {
+	if !b.a.masks || i < b.lo-1 {
+		return nil
+	}
+	return vkMasks[i-(b.lo-1)]
+}
+
+// tail says whether position i of a row is the overlapping last vector of an ISA without masks.
+func (b *vkBody) tail(i int) bool { return !b.a.masks && i == b.n-1 }
+
+// vecMem returns the memory operand of position i of a row at base (element size es): the tail
+// ends at element K (index register idx = K·es).
 func (b *vkBody) vecMem(base GPVirtual, i, es int, idx GPVirtual) Mem {
-	if b.a.lanes == 8 && i == b.n-1 {
-		return Mem{Base: base, Index: idx, Scale: 1, Disp: -8 * es}
+	if b.tail(i) {
+		return Mem{Base: base, Index: idx, Scale: 1, Disp: -b.a.lanes * es}
 	}
 	return Mem{Base: base, Disp: i * b.a.lanes * es}
 }
 
-func (b *vkBody) masked(i int) bool { return b.a.lanes == 16 && i == b.n-1 }
-
 // kMem is vector i of a [K] f32 row (k̂ or q̂) at base.
 func (b *vkBody) kMem(base GPVirtual, i int) Mem { return b.vecMem(base, i, 4, b.r.k4) }
+
+// setMasks emits the shape's masks (with masks) for this K.
+func (b *vkBody) setMasks() {
+	if !b.a.masks {
+		return
+	}
+	if b.n-b.lo+1 > len(vkMasks) {
+		panic("vkBody: more masked positions than masks")
+	}
+	for i := b.lo - 1; i < b.n; i++ {
+		t := GP64()
+		MOVQ(b.r.k4, t)
+		SHRQ(U8(2), t)
+		if i > 0 {
+			SUBQ(U32(b.a.lanes*i), t) // elements from position i on: ≤ 0 dead, ≥ lanes full
+		}
+		tailMask(t, b.mask(i)) // (a signed compare: t ≤ 0 sets no lane, t ≥ lanes every lane)
+	}
+}
 
 // get returns vector i of row r in a register (loaded from its frame slot if need be).
 func (b *vkBody) get(r, i int) VecVirtual {
@@ -338,57 +538,101 @@ func (b *vkBody) get(r, i int) VecVirtual {
 		return x
 	}
 	t := b.a.vec()
-	VMOVUPS(b.rows[r].mem[i], vkView(b.a, t))
+	VMOVUPS(b.rows[r].mem[i], b.a.view(t))
 	return t
 }
 
 // put writes back x as vector i of row r if that lives in the frame.
 func (b *vkBody) put(r, i int, x VecVirtual) {
 	if b.rows[r].reg[i] == nil {
-		VMOVUPS(vkView(b.a, x), b.rows[r].mem[i])
+		VMOVUPS(b.a.view(x), b.rows[r].mem[i])
 	}
 }
 
-// load loads the group's rows from row pointer p (clobbered): bf16 widened, else f32.
+// loadVec loads position i of a row from m into X: bf16 widened, masked, the tail and-masked.
+func (b *vkBody) loadVec(m Mem, i int, bf16 bool, X Register) {
+	mask := b.mask(i)
+	switch {
+	case bf16 && mask != nil:
+		VPMOVZXWD_Z(m, mask, X)
+	case bf16:
+		VPMOVZXWD(m, X)
+	case mask != nil:
+		VMOVUPS_Z(m, mask, X)
+	default:
+		VMOVUPS(m, X)
+	}
+	if bf16 {
+		VPSLLD(U8(16), X, X)
+	}
+	if b.tail(i) {
+		VANDPS(b.r.andMask, X, X)
+	}
+}
+
+// storeVec stores x as position i of a row at m, bf16-rounded if bf16 (x is kept).
+func (b *vkBody) storeVec(x VecVirtual, m Mem, i int, bf16 bool) {
+	mask := b.mask(i)
+	switch {
+	case bf16:
+		y := b.a.vec()
+		VMOVAPS(b.a.view(x), b.a.view(y))
+		bf16Store(b.a, piece{w: b.a.lanes, mask: mask}, y, m)
+	case mask != nil:
+		VMOVUPS(b.a.view(x), mask, m)
+	default:
+		VMOVUPS(b.a.view(x), m)
+	}
+}
+
+// storeOrder is the order positions are stored in: the tail first.
+func (b *vkBody) storeOrder() []int {
+	var order []int
+	for i := range b.n {
+		if b.tail(i) {
+			order = append([]int{i}, order...)
+		} else {
+			order = append(order, i)
+		}
+	}
+	return order
+}
+
+// load loads the group's rows from row pointer p (clobbered): bf16 widened, else f32. With masks a
+// dead position loads nothing (its mask is empty: the register is 0); without, it is skipped and
+// its register zeroed.
 func (b *vkBody) load(p GPVirtual, bf16 bool) {
 	es := 4
 	idx := b.r.k4
 	if bf16 {
 		es, idx = 2, b.r.ks
 	}
-	// Prefetch the rows vkAhead bytes on (a hint: past the head it touches the next one or nothing).
-	for l := 0; l < b.g*b.n*b.a.lanes*es; l += 64 {
-		PREFETCHT0(Mem{Base: p, Disp: vkAhead + l})
-	}
+	b.prefetch(p, b.g, es)
 	for r := range b.g {
 		if r > 0 {
 			ADDQ(idx, p)
 		}
-		for i := range b.n {
+		if b.a.masks {
+			for i := range b.n {
+				b.loadVec(b.vecMem(p, i, es, idx), i, bf16, b.a.view(b.rows[r].reg[i]))
+			}
+			continue
+		}
+		// (The registers of guarded positions are zeroed: the allocator needs them written on
+		// every path to their uses, which are all behind the same guards.)
+		for i, x := range b.rows[r].reg {
+			if x != nil && b.guarded(i) {
+				b.a.zero(x)
+			}
+		}
+		b.each(b.positions(), func(i int) {
 			x := b.rows[r].reg[i]
 			if x == nil {
 				x = b.a.vec()
 			}
-			m := b.vecMem(p, i, es, idx)
-			X := vkView(b.a, x)
-			switch {
-			case bf16 && b.masked(i):
-				VPMOVZXWD_Z(m, K1, X)
-			case bf16:
-				VPMOVZXWD(m, X)
-			case b.masked(i):
-				VMOVUPS_Z(m, K1, X)
-			default:
-				VMOVUPS(m, X)
-			}
-			if bf16 {
-				VPSLLD(U8(16), X, X)
-			}
-			if b.a.lanes == 8 && i == b.n-1 {
-				VANDPS(b.r.andMask, X, X)
-			}
+			b.loadVec(b.vecMem(p, i, es, idx), i, bf16, b.a.view(x))
 			b.put(r, i, x)
-		}
+		})
 	}
 }
 
@@ -399,55 +643,40 @@ func (b *vkBody) store(p GPVirtual, bf16 bool) {
 	if bf16 {
 		es, idx = 2, b.r.ks
 	}
-	order := make([]int, 0, b.n)
-	if b.a.lanes == 8 {
-		order = append(order, b.n-1) // the overlapping last vector first
-		for i := 0; i < b.n-1; i++ {
-			order = append(order, i)
-		}
-	} else {
-		for i := range b.n {
-			order = append(order, i)
-		}
-	}
 	for r := range b.g {
 		if r > 0 {
 			ADDQ(idx, p)
 		}
-		for _, i := range order {
-			x := b.get(r, i)
-			m := b.vecMem(p, i, es, idx)
-			var mask Register
-			if b.masked(i) {
-				mask = K1
-			}
-			if bf16 {
-				y := b.a.vec()
-				VMOVAPS(vkView(b.a, x), vkView(b.a, y))
-				bf16Store(b.a, piece{w: b.a.lanes, mask: mask}, y, m)
-				continue
-			}
-			if mask != nil {
-				VMOVUPS(vkView(b.a, x), mask, m)
-			} else {
-				VMOVUPS(vkView(b.a, x), m)
-			}
-		}
+		b.each(b.storeOrder(), func(i int) { b.storeVec(b.get(r, i), b.vecMem(p, i, es, idx), i, bf16) })
 	}
 }
 
-// fma: acc += m·x (acc = m·x if first), masked for the last AVX-512 vector.
+// fma: acc += m·x (acc = m·x if first), under position i's mask.
 func (b *vkBody) fma(m Op, x, acc VecVirtual, i int, first bool) {
-	X, A := vkView(b.a, x), vkView(b.a, acc)
+	X, A := b.a.view(x), b.a.view(acc)
+	mask := b.mask(i)
 	switch {
-	case first && b.masked(i):
-		VMULPS_Z(m, X, K1, A)
+	case first && mask != nil:
+		VMULPS_Z(m, X, mask, A)
 	case first:
 		VMULPS(m, X, A)
-	case b.masked(i):
-		VFMADD231PS(m, X, K1, A)
+	case mask != nil:
+		VFMADD231PS(m, X, mask, A)
 	default:
 		VFMADD231PS(m, X, A)
+	}
+}
+
+// update replaces x (position i) by decay(x) + m·db in form f (c: em1 or eg), under i's mask.
+func (b *vkBody) update(f form, c VecVirtual, m Op, db, x VecVirtual, i int) {
+	b.decay(f, c, x)
+	if mask := b.mask(i); mask != nil {
+		VFMADD231PS(m, b.a.view(db), mask, b.a.view(x))
+	} else {
+		VFMADD231PS(m, b.a.view(db), b.a.view(x))
+	}
+	if b.tail(i) {
+		VANDPS(b.r.andMask, b.a.view(x), b.a.view(x))
 	}
 }
 
@@ -465,12 +694,12 @@ func vkForm(b *vkBody, body func(f form, c VecVirtual)) {
 	VUCOMISS(cNearOne, x) // CF: em1 < nearOne or unordered
 	JCS(LabelRef(far))
 	c := b.a.vec()
-	VBROADCASTSS(Mem{Base: b.r.pt}, vkView(b.a, c))
+	VBROADCASTSS(Mem{Base: b.r.pt}, b.a.view(c))
 	body(nearForm, c)
 	JMP(LabelRef(join))
 	Label(far)
 	c = b.a.vec()
-	VBROADCASTSS(Mem{Base: b.r.pt, Disp: 4}, vkView(b.a, c))
+	VBROADCASTSS(Mem{Base: b.r.pt, Disp: 4}, b.a.view(c))
 	body(farForm, c)
 	Label(join)
 }
@@ -486,19 +715,21 @@ func (b *vkBody) token() {
 			accK[r] = append(accK[r], a.vec())
 			accQ[r] = append(accQ[r], a.vec())
 		}
+		b.zeroAccs(accK[r])
+		b.zeroAccs(accQ[r])
 	}
-	for i := range b.n {
+	b.each(b.positions(), func(i int) {
 		for r := range b.g {
 			x := b.get(r, i)
-			b.fma(b.kMem(b.r.pk, i), x, accK[r][i%b.acc], i, i < b.acc)
-			b.fma(b.kMem(b.r.pq, i), x, accQ[r][i%b.acc], i, i < b.acc)
+			b.fma(b.kMem(b.r.pk, i), x, accK[r][i%b.acc], i, b.first(i))
+			b.fma(b.kMem(b.r.pq, i), x, accQ[r][i%b.acc], i, b.first(i))
 		}
-	}
+	})
 	sum := func(acc []VecVirtual) VecVirtual {
 		for len(acc) > 1 {
 			var n []VecVirtual
 			for p := 0; p+1 < len(acc); p += 2 {
-				VADDPS(vkView(a, acc[p+1]), vkView(a, acc[p]), vkView(a, acc[p]))
+				VADDPS(a.view(acc[p+1]), a.view(acc[p]), a.view(acc[p]))
 				n = append(n, acc[p])
 			}
 			if len(acc)%2 == 1 {
@@ -516,23 +747,14 @@ func (b *vkBody) token() {
 	}
 	red := vkReduce(a, ins)
 	idx := a.vec()
-	VMOVUPS(vkPerm[fmt.Sprintf("vkperm%s_%d", a.name, b.g)], vkView(a, idx))
+	VMOVUPS(vkPerm[fmt.Sprintf("vkperm%s_%d", a.name, b.g)], a.view(idx))
 	p := a.vec()
-	VPERMPS(vkView(a, red), vkView(a, idx), vkView(a, p)) // kv_r at r, qs_r at lanes/2 + r
+	VPERMPS(a.view(red), a.view(idx), a.view(p)) // kv_r at r, qs_r at lanes/2 + r
 	vkForm(b, func(f form, c VecVirtual) { b.decay(f, c, p) })
 	// δ and o for the group's rows at once (the low half of p: kv, the high half: qs).
-	half := func(x VecVirtual) Register {
-		if a.lanes == 16 {
-			return x.AsY()
-		}
-		return x.AsX()
-	}
+	half := a.vkHalf
 	hi := a.vec()
-	if a.lanes == 16 {
-		VEXTRACTF64X4(U8(1), p.AsZ(), hi.AsY())
-	} else {
-		VEXTRACTF128(U8(1), p.AsY(), hi.AsX())
-	}
+	a.vkExtractHigh(p, hi)
 	vv := a.vec()
 	switch {
 	case b.g == 1:
@@ -544,11 +766,11 @@ func (b *vkBody) token() {
 	}
 	VSUBPS(half(p), half(vv), half(vv)) // v − decay(kv')
 	beta := a.vec()
-	VBROADCASTSS(Mem{Base: b.r.pt, Disp: 8}, vkView(a, beta))
+	VBROADCASTSS(Mem{Base: b.r.pt, Disp: 8}, a.view(beta))
 	d := a.vec()
 	VMULPS(half(beta), half(vv), half(d)) // δ
 	kq := a.vec()
-	VBROADCASTSS(Mem{Base: b.r.pt, Disp: 12}, vkView(a, kq))
+	VBROADCASTSS(Mem{Base: b.r.pt, Disp: 12}, a.view(kq))
 	VFMADD231PS(half(kq), half(d), half(hi)) // o = decay(qs') + kq·δ
 	switch {
 	case b.g == 1:
@@ -558,31 +780,26 @@ func (b *vkBody) token() {
 	default:
 		VMOVUPS(half(hi), K6, Mem{Base: b.r.po})
 	}
-	// The rows: S ← decay(S) + k̂·δ_r.
+	// The rows: S ← decay(S) + k̂·δ_r, position by position (one guard for the group's rows).
 	vkForm(b, func(f form, c VecVirtual) {
+		db := make([]VecVirtual, b.g)
 		for r := range b.g {
-			db := a.vec()
+			db[r] = a.vec()
 			if r == 0 {
-				VBROADCASTSS(d.AsX(), vkView(a, db))
+				VBROADCASTSS(d.AsX(), a.view(db[r]))
 			} else {
 				ix := a.vec()
-				VMOVUPS(vkLane[r], vkView(a, ix))
-				VPERMPS(vkView(a, d), vkView(a, ix), vkView(a, db))
-			}
-			for i := range b.n {
-				x := b.get(r, i)
-				b.decay(f, c, x)
-				if b.masked(i) {
-					VFMADD231PS(b.kMem(b.r.pk, i), vkView(a, db), K1, vkView(a, x))
-				} else {
-					VFMADD231PS(b.kMem(b.r.pk, i), vkView(a, db), vkView(a, x))
-				}
-				if a.lanes == 8 && i == b.n-1 {
-					VANDPS(b.r.andMask, vkView(a, x), vkView(a, x))
-				}
-				b.put(r, i, x)
+				VMOVUPS(vkLane[r], a.view(ix))
+				VPERMPS(a.view(d), a.view(ix), a.view(db[r]))
 			}
 		}
+		b.each(b.positions(), func(i int) {
+			for r := range b.g {
+				x := b.get(r, i)
+				b.update(f, c, b.kMem(b.r.pk, i), db[r], x, i)
+				b.put(r, i, x)
+			}
+		})
 	})
 }
 
@@ -594,8 +811,9 @@ func (b *vkBody) group() {
 	for j := range b.rows {
 		b.rows[j] = vkRow{reg: make([]VecVirtual, b.n), mem: make([]Mem, b.n)}
 		for i := range b.n {
-			if a.lanes == 8 && i >= vkRegSlots {
-				b.rows[j].mem[i] = r.slots.Offset(32 * slot)
+			// In registers: the first vkRowRegs − 1 positions and the last one (the tail).
+			if i >= a.vkRowRegs()-1 && i < b.n-1 {
+				b.rows[j].mem[i] = r.slots.Offset(a.bytes() * slot)
 				slot++
 				continue
 			}
@@ -606,12 +824,12 @@ func (b *vkBody) group() {
 	Label(loop)
 	CMPQ(r.rows, U32(b.g))
 	JB(LabelRef(done))
-	if a.lanes == 16 && b.g > 1 && b.g < 8 {
+	if b.g > 1 && b.g < 8 { // (multi-row groups need masks)
 		m := GP32()
 		MOVL(U32(1<<b.g-1), m)
 		KMOVW(m, K6)
 	}
-	Commentf("Load %d row(s) of %d vectors.", b.g, b.n)
+	Commentf("Load %d row(s) of %d…%d vectors.", b.g, b.lo, b.n)
 	loadRows(r, v.bf16, "frombf16", "loaded", b.load)
 	b.tokens()
 	ADDQ(U32(b.g), r.j)
@@ -735,7 +953,7 @@ func stateVK(v vkVariant) {
 	if v.bf16 {
 		sig = "func(K, V int, src []uint16, src32 []float32, stores []uintptr, carry []float32, kh, qh, v []float32, vs int, o, tok []float32"
 	}
-	if a.lanes == 16 {
+	if a.vkBlocks() {
 		sig += ", work []float32"
 	}
 	sig += ")"
@@ -743,12 +961,14 @@ func stateVK(v vkVariant) {
 	Doc(fmt.Sprintf("%s is the [V][K] %s state routine over T tokens in %s; see stateVK%s%s in gdn_vk_amd64.go.", v.name(), v.storage(), a.name, v.storage(), a.name))
 	r := vkRegs{pk: GP64(), pq: GP64(), pt: GP64(), ps: GP64(), pv: GP64(), po: GP64(), cnt: GP64(), k4: GP64(), ks: GP64()}
 	r.j, r.rows, r.t, r.v4, r.vs4 = AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8)
-	if a.lanes == 16 {
-		r.work = AllocLocal(8)
+	if a.vkBlocks() {
+		r.work, r.nb = AllocLocal(8), AllocLocal(8)
 	}
-	if a.lanes == 8 {
-		r.andMask = AllocLocal(32)
-		r.slots = AllocLocal(32 * (vkMaxVecs - vkRegSlots))
+	if !a.masks {
+		r.andMask = AllocLocal(a.bytes())
+	}
+	if a.vkRowRegs() < vkMaxVecs {
+		r.slots = AllocLocal(a.bytes() * (vkMaxVecs - a.vkRowRegs()))
 	}
 	done := label("done")
 	k, n, t := GP64(), GP64(), GP64()
@@ -764,7 +984,7 @@ func stateVK(v vkVariant) {
 	JZ(LabelRef(done))
 	MOVQ(n, r.rows)
 	MOVQ(t, r.t)
-	if a.lanes == 16 {
+	if a.vkBlocks() {
 		w := GP64()
 		Load(Param("work").Base(), w)
 		ADDQ(U8(63), w)
@@ -782,55 +1002,57 @@ func stateVK(v vkVariant) {
 	SHLQ(U8(2), r.k4)
 	MOVQ(k, r.ks)
 	SHLQ(U8(1), r.ks)
-	Commentf("Dispatch on the vectors per row, N = ceil(K/%d).", a.lanes)
+	if !a.masks {
+		// The and-mask of the tail: vkand + 4·t, whose first lanes − t dwords are 0, t = the
+		// elements beyond the vector before the tail, (K − 1) mod lanes + 1.
+		t := GP64()
+		MOVQ(k, t)
+		DECQ(t)
+		ANDQ(U8(a.lanes-1), t)
+		INCQ(t)
+		SHLQ(U8(2), t)
+		q := GP64()
+		LEAQ(vkAnd, q)
+		ADDQ(t, q)
+		y := a.vec()
+		VMOVUPS(Mem{Base: q}, a.view(y))
+		VMOVUPS(a.view(y), r.andMask)
+	}
+	shapes := vkShapes(a)
+	Commentf("Dispatch on the vectors per row, L = ceil(K/%d), to the shapes %v.", a.lanes, shapes)
 	nm1 := GP64()
 	MOVQ(k, nm1)
 	DECQ(nm1)
-	SHRQ(U8(map[int]uint8{16: 4, 8: 3}[a.lanes]), nm1)
+	SHRQ(U8(a.shift()), nm1)
 	var targets []string
-	for nv := 1; nv <= vkMaxVecs; nv++ {
-		targets = append(targets, label(fmt.Sprintf("n%d", nv)))
+	for _, n := range shapes {
+		targets = append(targets, label(fmt.Sprintf("n%d", n)))
 	}
-	for nv := 1; nv <= vkMaxVecs; nv++ {
-		CMPQ(nm1, U32(nv-1))
-		JE(LabelRef(targets[nv-1]))
+	for s, n := range shapes {
+		CMPQ(nm1, U32(n-1))
+		JBE(LabelRef(targets[s]))
 	}
 	JMP(LabelRef(done)) // K beyond the routine's range: the Go wrapper does not call it
-	for nv := 1; nv <= vkMaxVecs; nv++ {
-		Label(targets[nv-1])
-		Commentf("Rows of %d vectors.", nv)
-		lanes := GP64()
-		MOVQ(r.k4, lanes)
-		SHRQ(U8(2), lanes)
-		SUBQ(U32(a.lanes*(nv-1)), lanes) // elements in the last vector
-		if a.lanes == 16 {
-			tailMask(lanes, K1)
-		} else {
-			// and-mask: vkand + 4·lanes, whose first 8 − lanes dwords are 0.
-			SHLQ(U8(2), lanes)
-			q := GP64()
-			LEAQ(vkAnd, q)
-			ADDQ(lanes, q)
-			y := YMM()
-			VMOVUPS(Mem{Base: q}, y)
-			VMOVUPS(y, r.andMask)
-		}
-		if a.lanes == 16 && nv <= vkBlockVecs {
+	lo := 1
+	for s, n := range shapes {
+		Label(targets[s])
+		Commentf("Rows of %d…%d vectors.", lo, n)
+		(&vkBody{v: v, a: a, n: n, lo: lo, r: r}).setMasks()
+		if a.vkBlocks() && n <= vkBlockVecs {
 			// One token (decode): the copies into and out of work cost more than the groups lose.
 			groups := label("groups")
 			CMPQ(r.t, U8(1))
 			JE(LabelRef(groups))
-			for _, nb := range []int{2, 1} {
-				(&vkBlk{b: &vkBody{v: v, a: a, n: nv, r: r}, nb: nb, rb: 64 * nv}).emit()
-			}
+			(&vkBlk{b: &vkBody{v: v, a: a, n: n, lo: lo, acc: min(n, 2), r: r}, rb: a.bytes() * n}).emit()
 			Label(groups)
 		}
-		g, acc := vkGroup(a, nv)
-		(&vkBody{v: v, a: a, n: nv, g: g, acc: acc, r: r}).group()
+		g, acc := vkGroup(a, n)
+		(&vkBody{v: v, a: a, n: n, lo: lo, g: g, acc: acc, r: r}).group()
 		if g > 1 {
-			(&vkBody{v: v, a: a, n: nv, g: 1, acc: vkTailAcc(nv), r: r}).group()
+			(&vkBody{v: v, a: a, n: n, lo: lo, g: 1, acc: vkTailAcc(n), r: r}).group()
 		}
 		JMP(LabelRef(done))
+		lo = n + 1
 	}
 	Label(done)
 	VZEROUPPER()

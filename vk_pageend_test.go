@@ -1,0 +1,150 @@
+//go:build linux && amd64 && !purego
+
+package gdnsimd_test
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"syscall"
+	"testing"
+	"unsafe"
+
+	"github.com/gdnsimd/gdnsimd"
+)
+
+// pageEnd is a slice of n elements that ends where an inaccessible page begins: an access even one
+// element past its end faults (guard bands only see what a routine writes or what a value it reads
+// changes, not a read whose lanes it then ignores).
+type pageEnd struct {
+	mem []byte
+	off int // byte offset of the slice in mem
+}
+
+func newPageEnd(t *testing.T, bytes int) *pageEnd {
+	t.Helper()
+	ps := syscall.Getpagesize()
+	n := (bytes+ps-1)/ps + 1
+	mem, err := syscall.Mmap(-1, 0, n*ps, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mprotect(mem[(n-1)*ps:], syscall.PROT_NONE); err != nil {
+		t.Fatal(err)
+	}
+	return &pageEnd{mem: mem, off: (n-1)*ps - bytes}
+}
+
+func (p *pageEnd) free() { syscall.Munmap(p.mem) }
+
+func pageEndF32(t *testing.T, x []float32, keep *[]*pageEnd) []float32 {
+	p := newPageEnd(t, 4*len(x))
+	*keep = append(*keep, p)
+	if len(x) == 0 {
+		return nil
+	}
+	s := unsafe.Slice((*float32)(unsafe.Pointer(&p.mem[p.off])), len(x))
+	copy(s, x)
+	return s
+}
+
+func pageEndU16(t *testing.T, x []uint16, keep *[]*pageEnd) []uint16 {
+	p := newPageEnd(t, 2*len(x))
+	*keep = append(*keep, p)
+	s := unsafe.Slice((*uint16)(unsafe.Pointer(&p.mem[p.off])), len(x))
+	copy(s, x)
+	return s
+}
+
+// TestVKPageEnd runs the amd64 [V][K] routines with every slice they read or write (the state in
+// and out, the carry, k̂, q̂, v, o, tok) ending at an inaccessible page, at every K from 1 to 264
+// and V = 2 and 33, T = 1 and 3 (TestVKTails has the same shapes; this adds that nothing past a
+// slice is touched, not even read), and compares the results with the generic routine's.
+func TestVKPageEnd(t *testing.T) {
+	ref, _ := gdnsimd.Lookup("generic")
+	rt := gdnsimd.TokensOf(ref)
+	l := int(gdnsimd.VK)
+	for _, name := range []string{"avx512", "avx2"} {
+		k, ok := gdnsimd.Lookup(name)
+		if !ok {
+			t.Logf("%s: not available", name)
+			continue
+		}
+		tk := gdnsimd.TokensOf(k)
+		r := rand.New(rand.NewPCG(31, 32))
+		for K := 1; K <= 264; K++ {
+			for _, V := range []int{2, 33} {
+				for _, T := range []int{1, 3} {
+					c := newTokCase(r, K, V, T, false)
+					c.vs = V // v rows without a gap: v ends with the last token's row
+					c.v = c.v[:0]
+					for range T * V {
+						c.v = append(c.v, float32(r.NormFloat64()))
+					}
+					for _, bf16 := range []bool{false, true} {
+						what := fmt.Sprintf("%s K=%d V=%d T=%d bf16=%v", name, K, V, T, bf16)
+						var keep []*pageEnd
+						kh, qh := pageEndF32(t, c.kh, &keep), pageEndF32(t, c.qh, &keep)
+						v, tok := pageEndF32(t, c.v, &keep), pageEndF32(t, c.tok, &keep)
+						o := pageEndF32(t, make([]float32, T*V), &keep)
+						hs := K * V
+						stores := make([]unsafe.Pointer, T)
+						var got [][]float32
+						var got16 [][]uint16
+						var carry []float32
+						if !bf16 {
+							src := pageEndF32(t, c.srcF, &keep)
+							for τ := range T {
+								s := pageEndF32(t, make([]float32, hs), &keep)
+								got, stores[τ] = append(got, s), unsafe.Pointer(&s[0])
+							}
+							tk.F32[l](K, V, src, stores, kh, qh, v, c.vs, o, tok)
+						} else {
+							src := pageEndU16(t, roundAll(c.srcF), &keep)
+							for τ := range T {
+								s := pageEndU16(t, make([]uint16, hs), &keep)
+								got16, stores[τ] = append(got16, s), unsafe.Pointer(&s[0])
+							}
+							carry = pageEndF32(t, make([]float32, hs), &keep)
+							tk.BF16[l](K, V, src, nil, stores, carry, kh, qh, v, c.vs, o, tok)
+						}
+						// The generic routine on ordinary slices.
+						wo := make([]float32, T*V)
+						wstores := make([]unsafe.Pointer, T)
+						var want [][]float32
+						var want16 [][]uint16
+						if !bf16 {
+							for τ := range T {
+								s := make([]float32, hs)
+								want, wstores[τ] = append(want, s), unsafe.Pointer(&s[0])
+							}
+							rt.F32[l](K, V, c.srcF, wstores, c.kh, c.qh, c.v, c.vs, wo, c.tok)
+						} else {
+							for τ := range T {
+								s := make([]uint16, hs)
+								want16, wstores[τ] = append(want16, s), unsafe.Pointer(&s[0])
+							}
+							rt.BF16[l](K, V, roundAll(c.srcF), nil, wstores, make([]float32, hs), c.kh, c.qh, c.v, c.vs, wo, c.tok)
+						}
+						near(t, what+" o", o, wo, 1e-5)
+						for τ := range T {
+							if !bf16 {
+								near(t, fmt.Sprintf("%s state after token %d", what, τ), got[τ], want[τ], 1e-5)
+								continue
+							}
+							g, w := widenAll(got16[τ]), widenAll(want16[τ])
+							for i := range g {
+								if math.Abs(float64(g[i])-float64(w[i])) > 1e-2*math.Max(1, math.Abs(float64(w[i]))) {
+									t.Fatalf("%s: bf16 state after token %d [%d] = %g, generic %g", what, τ, i, g[i], w[i])
+								}
+							}
+						}
+						for _, p := range keep {
+							p.free()
+						}
+					}
+				}
+			}
+		}
+	}
+}
