@@ -76,23 +76,7 @@ func stateRoutine(a isa) {
 		LEAQ(AllocLocal(rowLocal), acc)
 		ADDQ(U8(31), acc)
 		ANDQ(I8(-32), acc)
-		for _, subs := range [][]int{{16, 16}, {16, 8}, {16}, {8}} {
-			n := 0
-			for _, m := range subs {
-				n += m
-			}
-			loop, next := label(fmt.Sprintf("rows%d", 8*n)), label("rowsdone")
-			Label(loop)
-			CMPQ(remMem, U32(8*n))
-			JB(LabelRef(next))
-			rowBlock(r, subs, acc)
-			advance(r, 32*n)
-			SUBQ(U32(8*n), remMem)
-			if n == 32 {
-				JMP(LabelRef(loop))
-			}
-			Label(next)
-		}
+		rowBlocks(r, remMem, acc)
 		blockCols := a.lanes * a.blockVecs
 		Commentf("Spans of at most %d columns: %d full vectors, guarded, then the last V mod 8 columns, masked.", blockCols, a.blockVecs)
 		loop := label("spans")
@@ -215,18 +199,75 @@ const (
 	rowLocal = (16-rowRegsQ)*32 + 32
 )
 
-// rowBlock is the AVX2 state block of whole rows of 8·Σsubs columns (at most 32 YMM): the read
-// pass accumulates only Sᵀk̂, over whole rows, 13 YMM in registers and the rest in the block's
-// part of o; δ replaces Sᵀk̂ in o; then each sub-block of subs[c] YMM (at most 16) has a write
-// pass that also accumulates Sᵀq̂ from the state it re-reads (the same products, in the same
-// order, as a read-pass accumulation), 11 YMM in registers and the rest in acc, and ends with
-// o = decay(Sᵀq̂) + kq·δ over δ. δ and each sub-block's write pass and o are emitted for both
-// decay forms (eachForm).
-func rowBlock(r stateRegs, subs []int, acc GPVirtual) {
-	n := 0
-	for _, m := range subs {
-		n += m
+// rowSubs are the AVX2 blocks of whole rows (rowBlocks): 256 columns (in a loop), then one of
+// 192, 128 or 64, as sub-blocks of YMM.
+var rowSubs = [][]int{{16, 16}, {16, 8}, {16}, {8}}
+
+// rowBlocks emits the AVX2 blocks of whole rows of 8·Σsubs columns (at most 32 YMM) for every
+// entry of rowSubs, taken while the columns left (remMem) allow: the read pass accumulates only
+// Sᵀk̂, over whole rows, 13 YMM in registers and the rest in the block's part of o; δ replaces
+// Sᵀk̂ in o (rowRead); then each sub-block of subs[c] YMM (16 or 8) has a write pass that also
+// accumulates Sᵀq̂ from the state it re-reads (the same products, in the same order, as a
+// read-pass accumulation), 11 YMM in registers and the rest in acc, and ends with o =
+// decay(Sᵀq̂) + kq·δ over δ (rowWrite). δ and each sub-block's write pass and o are emitted for
+// both decay forms (eachForm). The write pass of a width is emitted once, after the blocks, for
+// all of them: a block jumps to it with its continuation's number in a frame slot, and it
+// jumps back by that number (a few compares, once per sub-block).
+func rowBlocks(r stateRegs, remMem Mem, acc GPVirtual) {
+	ret := AllocLocal(8)
+	type call struct {
+		id   int
+		back string
 	}
+	calls := map[int][]call{} // by sub-block width
+	entry := map[int]string{16: label("rwrite16"), 8: label("rwrite8")}
+	id := 0
+	for _, subs := range rowSubs {
+		n := 0
+		for _, m := range subs {
+			n += m
+		}
+		loop, next := label(fmt.Sprintf("rows%d", 8*n)), label("rowsdone")
+		Label(loop)
+		CMPQ(remMem, U32(8*n))
+		JB(LabelRef(next))
+		rowRead(r, n)
+		for _, m := range subs {
+			id++
+			c := call{id, label("rback")}
+			calls[m] = append(calls[m], c)
+			Commentf("Write pass over %d YMM (rowWrite), back to %s.", m, c.back)
+			MOVQ(U32(id), ret)
+			JMP(LabelRef(entry[m]))
+			Label(c.back)
+		}
+		// rowWrite advanced sIn, sOut and o.
+		ADDQ(U32(32*n), r.v)
+		SUBQ(U32(8*n), remMem)
+		if n == 32 {
+			JMP(LabelRef(loop))
+		}
+		Label(next)
+	}
+	after := label("rowsend")
+	JMP(LabelRef(after))
+	for _, m := range []int{16, 8} {
+		Label(entry[m])
+		rowWrite(r, m, acc)
+		x := GP64()
+		MOVQ(ret, x)
+		cs := calls[m]
+		for _, c := range cs[:len(cs)-1] {
+			CMPQ(x, U32(c.id))
+			JE(LabelRef(c.back))
+		}
+		JMP(LabelRef(cs[len(cs)-1].back))
+	}
+	Label(after)
+}
+
+// rowRead emits the read pass of a block of whole rows of n YMM and δ (see rowBlocks).
+func rowRead(r stateRegs, n int) {
 	Commentf("Rows of %d columns: read pass, Sᵀk̂ of YMM ≥ %d in o.", 8*n, rowRegsK)
 	slotO := func(t int) Mem { return Mem{Base: r.o, Disp: 32 * t} }
 	nk := min(n, rowRegsK)
@@ -285,76 +326,82 @@ func rowBlock(r stateRegs, subs []int, acc GPVirtual) {
 			VMOVUPS(ak, slotO(t))
 		}
 	})
+}
 
-	t0 := 0
-	for _, m := range subs {
-		Commentf("Write pass over YMM %d–%d, Sᵀq̂ of YMM ≥ %d in the frame.", t0, t0+m-1, t0+rowRegsQ)
-		nq := min(m, rowRegsQ)
-		slotQ := func(t int) Mem { return Mem{Base: acc, Disp: 32 * (t - t0 - nq)} }
-		if m > nq {
-			zy := YMM()
-			VXORPS(zy, zy, zy)
-			for t := t0 + nq; t < t0+m; t++ {
-				VMOVAPS(zy, slotQ(t))
-			}
+// rowWrite emits the write pass of a sub-block of m YMM at sIn, sOut and o (see rowBlocks), and
+// advances the three by its width.
+func rowWrite(r stateRegs, m int, acc GPVirtual) {
+	Commentf("Write pass over %d YMM, Sᵀq̂ of YMM ≥ %d in the frame.", m, rowRegsQ)
+	slotO := func(t int) Mem { return Mem{Base: r.o, Disp: 32 * t} }
+	ymm := piece{w: 8}
+	nq := min(m, rowRegsQ)
+	slotQ := func(t int) Mem { return Mem{Base: acc, Disp: 32 * (t - nq)} }
+	if m > nq {
+		zy := YMM()
+		VXORPS(zy, zy, zy)
+		for t := nq; t < m; t++ {
+			VMOVAPS(zy, slotQ(t))
 		}
-		accQ := make([]VecVirtual, nq)
-		for t := range accQ {
-			accQ[t] = YMM()
-			VXORPS(accQ[t], accQ[t], accQ[t])
-		}
-		eachForm(r, func(f form) {
-			Commentf("S' = %s + k̂_i·δ.", f.of("S"))
-			c := YMM()
-			VBROADCASTSS(paramMem(f.param), c)
-			q := GP64()
-			MOVQ(r.sIn, p)
-			MOVQ(r.sOut, q)
-			XORQ(i, i)
-			write := label("rwrite")
-			Label(write)
-			prefetchNext(r, 32*m)
-			bk2, bq := YMM(), YMM()
-			VBROADCASTSS(Mem{Base: r.kh, Index: i, Scale: 4}, bk2)
-			VBROADCASTSS(Mem{Base: r.qh, Index: i, Scale: 4}, bq)
-			for t := t0; t < t0+m; t++ {
-				y := YMM()
-				VMOVUPS(Mem{Base: p, Disp: 32 * t}, y)
-				if t-t0 < nq {
-					VFMADD231PS(y, bq, accQ[t-t0])
-				} else {
-					a := YMM()
-					VMOVAPS(slotQ(t), a)
-					VFMADD231PS(y, bq, a)
-					VMOVAPS(a, slotQ(t))
-				}
-				ymm.decay(f, c, y)
-				VFMADD231PS(slotO(t), bk2, y)
-				VMOVUPS(y, Mem{Base: q, Disp: 32 * t})
-			}
-			ADDQ(r.stride, p)
-			ADDQ(r.stride, q)
-			INCQ(i)
-			CMPQ(i, r.k)
-			JB(LabelRef(write))
-
-			Comment("o = decay(Sᵀq̂) + kq·δ over δ.")
-			kq := YMM()
-			VBROADCASTSS(paramMem("kq"), kq)
-			for t := t0; t < t0+m; t++ {
-				ot := YMM()
-				if t-t0 < nq {
-					ot = accQ[t-t0]
-				} else {
-					VMOVAPS(slotQ(t), ot)
-				}
-				ymm.decay(f, c, ot)
-				VFMADD231PS(slotO(t), kq, ot)
-				VMOVUPS(ot, slotO(t))
-			}
-		})
-		t0 += m
 	}
+	accQ := make([]VecVirtual, nq)
+	for t := range accQ {
+		accQ[t] = YMM()
+		VXORPS(accQ[t], accQ[t], accQ[t])
+	}
+	p, i := GP64(), GP64()
+	eachForm(r, func(f form) {
+		Commentf("S' = %s + k̂_i·δ.", f.of("S"))
+		c := YMM()
+		VBROADCASTSS(paramMem(f.param), c)
+		q := GP64()
+		MOVQ(r.sIn, p)
+		MOVQ(r.sOut, q)
+		XORQ(i, i)
+		write := label("rwrite")
+		Label(write)
+		prefetchNext(r, 32*m)
+		bk2, bq := YMM(), YMM()
+		VBROADCASTSS(Mem{Base: r.kh, Index: i, Scale: 4}, bk2)
+		VBROADCASTSS(Mem{Base: r.qh, Index: i, Scale: 4}, bq)
+		for t := 0; t < m; t++ {
+			y := YMM()
+			VMOVUPS(Mem{Base: p, Disp: 32 * t}, y)
+			if t < nq {
+				VFMADD231PS(y, bq, accQ[t])
+			} else {
+				a := YMM()
+				VMOVAPS(slotQ(t), a)
+				VFMADD231PS(y, bq, a)
+				VMOVAPS(a, slotQ(t))
+			}
+			ymm.decay(f, c, y)
+			VFMADD231PS(slotO(t), bk2, y)
+			VMOVUPS(y, Mem{Base: q, Disp: 32 * t})
+		}
+		ADDQ(r.stride, p)
+		ADDQ(r.stride, q)
+		INCQ(i)
+		CMPQ(i, r.k)
+		JB(LabelRef(write))
+
+		Comment("o = decay(Sᵀq̂) + kq·δ over δ.")
+		kq := YMM()
+		VBROADCASTSS(paramMem("kq"), kq)
+		for t := 0; t < m; t++ {
+			ot := YMM()
+			if t < nq {
+				ot = accQ[t]
+			} else {
+				VMOVAPS(slotQ(t), ot)
+			}
+			ymm.decay(f, c, ot)
+			VFMADD231PS(slotO(t), kq, ot)
+			VMOVUPS(ot, slotO(t))
+		}
+	})
+	ADDQ(U32(32*m), r.sIn)
+	ADDQ(U32(32*m), r.sOut)
+	ADDQ(U32(32*m), r.o)
 }
 
 // prefetchNext emits, in a row of a write pass that writes n bytes, PREFETCHT1 of the lines at

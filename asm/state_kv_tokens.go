@@ -175,6 +175,14 @@ func stateKVTokens(vr kvVariant) {
 		CMOVQCC(x, wd)
 	}
 	MOVQ(wd, g.wcols)
+	Commentf("A block of %d columns (the full one when K ≤ %d): %d full vectors.", a.lanes*kvBlockVecs, kvWork/(4*a.lanes*kvBlockVecs), kvBlockVecs)
+	spanLab, next := label("span"), label("blockdone")
+	CMPQ(wd, U32(a.lanes*kvBlockVecs))
+	JNE(LabelRef(spanLab))
+	g.block(fixedSpan(a, vecBlock(a.lanes, kvBlockVecs)))
+	JMP(LabelRef(next))
+	Label(spanLab)
+	Commentf("Any other block: %d full vectors guarded, then the masked one.", kvBlockVecs-1)
 	n := splitWidth(a, wd, g.lane)
 	{
 		Commentf("Row bytes in work: whole vectors.")
@@ -188,7 +196,8 @@ func stateKVTokens(vr kvVariant) {
 	if vr.narrowBF16() {
 		g.narrowMasks(wd, n)
 	}
-	g.block(guardedSpan(a, g.spanVecs(), 0, n, g.wcols, &g.lane))
+	g.block(guardedSpan(a, kvBlockVecs-1, 0, n, g.wcols, &g.lane))
+	Label(next)
 	{
 		x := GP64()
 		MOVQ(g.wcols, x)
@@ -336,7 +345,7 @@ func (g *kvGen) block(s span) {
 			pc.fma(x, bq, accQ[t])
 		})
 		ADDQ(stride, base)
-		ADDQ(g.rb, w)
+		g.nextRow(s, w)
 		INCQ(i)
 		CMPQ(i, k)
 		JB(LabelRef(loop))
@@ -483,13 +492,14 @@ func (g *kvGen) token(s span, f form, accK, accQ []VecVirtual, cOff int) {
 		a.zero(accQ[t])
 	}
 	Commentf("S' = %s + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.", f.of("S"))
-	w, i, kp, kn, qn := GP64(), GP64(), GP64(), GP64(), GP64()
+	w, i, k, kp, kn, qn := GP64(), GP64(), GP64(), GP64(), GP64(), GP64()
 	MOVQ(g.work, w)
 	XORQ(i, i)
+	Load(Param("K"), k)
 	MOVQ(g.kp, kp)
 	MOVQ(g.knp, kn)
 	MOVQ(g.qnp, qn)
-	dst := GP64()
+	dst, dstStride := GP64(), GP64()
 	{
 		tau, j0 := GP64(), GP64()
 		MOVQ(g.tau, tau)
@@ -501,10 +511,12 @@ func (g *kvGen) token(s span, f form, accK, accQ []VecVirtual, cOff int) {
 		JZ(LabelRef(none))
 		LEAQ(Mem{Base: dst, Index: j0, Scale: uint8(g.es())}, dst)
 		Label(none)
+		Load(Param("V"), dstStride)
+		SHLQ(U8(map[int]uint8{2: 1, 4: 2}[g.es()]), dstStride)
 	}
-	var carry GPVirtual
+	var carry, cStride GPVirtual
 	if g.bf16 {
-		carry = GP64()
+		carry, cStride = GP64(), GP64()
 		tau, t, j0 := GP64(), GP64(), GP64()
 		MOVQ(g.tau, tau)
 		INCQ(tau)
@@ -520,6 +532,8 @@ func (g *kvGen) token(s span, f form, accK, accQ []VecVirtual, cOff int) {
 		MOVQ(g.j0, j0)
 		LEAQ(Mem{Base: carry, Index: j0, Scale: 4}, carry)
 		Label(none)
+		Load(Param("V"), cStride)
+		SHLQ(U8(2), cStride)
 	}
 	loop := label("rows")
 	Label(loop)
@@ -550,7 +564,7 @@ func (g *kvGen) token(s span, f form, accK, accQ []VecVirtual, cOff int) {
 		u.load(u.at(w, 4), y)
 		g.storeState(pc, y, dst)
 	})
-	g.addParamV(dst, g.es())
+	ADDQ(dstStride, dst)
 	Label(skip)
 	if g.bf16 {
 		skip := label("nocarryrow")
@@ -562,21 +576,24 @@ func (g *kvGen) token(s span, f form, accK, accQ []VecVirtual, cOff int) {
 			u.load(u.at(w, 4), y)
 			pc.store(y, pc.at(carry, 4))
 		})
-		g.addParamV(carry, 4)
+		ADDQ(cStride, carry)
 		Label(skip)
 	}
-	ADDQ(g.rb, w)
+	g.nextRow(s, w)
 	INCQ(i)
-	CMPQ(i, paramMem("K"))
+	CMPQ(i, k)
 	JB(LabelRef(loop))
 }
 
-// addParamV adds V·es to p (a row of a [K][V] slice of es-byte elements).
-func (g *kvGen) addParamV(p GPVirtual, es int) {
-	x := GP64()
-	Load(Param("V"), x)
-	SHLQ(U8(map[int]uint8{2: 1, 4: 2}[es]), x)
-	ADDQ(x, p)
+// nextRow advances w to the next row of the block in work: whole vectors, g.rb bytes for a
+// guarded span.
+func (g *kvGen) nextRow(s span, w GPVirtual) {
+	if s.guarded() {
+		ADDQ(g.rb, w)
+		return
+	}
+	last := s.ps[len(s.ps)-1]
+	ADDQ(U32((last.off+4*g.a.lanes+31)&^31), w)
 }
 
 // fmaMem computes acc += m·b, m in memory.
