@@ -1263,13 +1263,217 @@ stateAVX512_spans_1:
 	VPCMPGTD     iota<>+0(SB), Z0, K1
 	SHLQ         $0x02, R10
 	MOVQ         R10, 24(SP)
-	CMPQ         R11, $0x00000040
-	JB           stateAVX512_span64_1
-	CMPQ         R11, $0x00000080
-	JB           stateAVX512_span128_1
 
-	// Tail of 129 to 256 columns.
-	// Block of 129–256 columns: read pass (Sᵀk̂, Sᵀq̂ of 14 vectors in registers).
+	// V = 65 to 80 (the odd 96×80): 4 full vectors and a masked one, no guard.
+	CMPQ R11, $0x00000040
+	JNE  stateAVX512_odd_1
+
+	// Block of 80 columns: read pass (Sᵀk̂, Sᵀq̂ of 5 vectors in registers).
+	VBROADCASTSS zero<>+0(SB), Z0
+	VBROADCASTSS zero<>+0(SB), Z1
+	VBROADCASTSS zero<>+0(SB), Z2
+	VBROADCASTSS zero<>+0(SB), Z3
+	VBROADCASTSS zero<>+0(SB), Z4
+	VBROADCASTSS zero<>+0(SB), Z5
+	VBROADCASTSS zero<>+0(SB), Z6
+	VBROADCASTSS zero<>+0(SB), Z7
+	VBROADCASTSS zero<>+0(SB), Z8
+	VBROADCASTSS zero<>+0(SB), Z9
+	MOVQ         AX, R10
+	XORQ         R11, R11
+
+stateAVX512_read_3:
+	VBROADCASTSS (DX)(R11*4), Z10
+	VBROADCASTSS (BX)(R11*4), Z11
+	VMOVUPS      (R10), Z12
+	VFMADD231PS  Z12, Z10, Z0
+	VFMADD231PS  Z12, Z11, Z1
+	VMOVUPS      64(R10), Z12
+	VFMADD231PS  Z12, Z10, Z2
+	VFMADD231PS  Z12, Z11, Z3
+	VMOVUPS      128(R10), Z12
+	VFMADD231PS  Z12, Z10, Z4
+	VFMADD231PS  Z12, Z11, Z5
+	VMOVUPS      192(R10), Z12
+	VFMADD231PS  Z12, Z10, Z6
+	VFMADD231PS  Z12, Z11, Z7
+	VMOVUPS.Z    256(R10), K1, Z12
+	VFMADD231PS  Z12, Z10, Z8
+	VFMADD231PS  Z12, Z11, Z9
+	ADDQ         R9, R10
+	INCQ         R11
+	CMPQ         R11, R8
+	JB           stateAVX512_read_3
+	CMPB         16(SP), $0x00
+	JE           stateAVX512_far_3
+
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	VBROADCASTSS em1+144(FP), Z10
+	VBROADCASTSS beta+152(FP), Z11
+	VBROADCASTSS kq+156(FP), Z12
+	VMOVUPS      (SI), Z13
+	VFMADD213PS  Z0, Z10, Z0
+	VSUBPS       Z0, Z13, Z0
+	VMULPS       Z0, Z11, Z0
+	VFMADD213PS  Z1, Z10, Z1
+	VFMADD231PS  Z0, Z12, Z1
+	VMOVUPS      Z1, (DI)
+	VMOVUPS      64(SI), Z1
+	VFMADD213PS  Z2, Z10, Z2
+	VSUBPS       Z2, Z1, Z2
+	VMULPS       Z2, Z11, Z2
+	VFMADD213PS  Z3, Z10, Z3
+	VFMADD231PS  Z2, Z12, Z3
+	VMOVUPS      Z3, 64(DI)
+	VMOVUPS      128(SI), Z1
+	VFMADD213PS  Z4, Z10, Z4
+	VSUBPS       Z4, Z1, Z4
+	VMULPS       Z4, Z11, Z4
+	VFMADD213PS  Z5, Z10, Z5
+	VFMADD231PS  Z4, Z12, Z5
+	VMOVUPS      Z5, 128(DI)
+	VMOVUPS      192(SI), Z1
+	VFMADD213PS  Z6, Z10, Z6
+	VSUBPS       Z6, Z1, Z6
+	VMULPS       Z6, Z11, Z6
+	VFMADD213PS  Z7, Z10, Z7
+	VFMADD231PS  Z6, Z12, Z7
+	VMOVUPS      Z7, 192(DI)
+	VMOVUPS.Z    256(SI), K1, Z1
+	VFMADD213PS  Z8, Z10, Z8
+	VSUBPS       Z8, Z1, Z8
+	VMULPS       Z8, Z11, Z8
+	VFMADD213PS  Z9, Z10, Z9
+	VFMADD231PS  Z8, Z12, Z9
+	VMOVUPS      Z9, K1, 256(DI)
+
+	// Write pass: S' = S + em1·S + k̂_i·δ over the same slab.
+	MOVQ AX, R10
+	MOVQ CX, AX
+	XORQ R11, R11
+
+stateAVX512_write_5:
+	MOVQ         8(SP), CX
+	PREFETCHT1   (CX)
+	PREFETCHT1   256(CX)
+	ADDQ         $0x00000140, 8(SP)
+	VBROADCASTSS (DX)(R11*4), Z1
+	VMOVUPS      (R10), Z3
+	VFMADD213PS  Z3, Z10, Z3
+	VFMADD231PS  Z0, Z1, Z3
+	VMOVUPS      Z3, (AX)
+	VMOVUPS      64(R10), Z3
+	VFMADD213PS  Z3, Z10, Z3
+	VFMADD231PS  Z2, Z1, Z3
+	VMOVUPS      Z3, 64(AX)
+	VMOVUPS      128(R10), Z3
+	VFMADD213PS  Z3, Z10, Z3
+	VFMADD231PS  Z4, Z1, Z3
+	VMOVUPS      Z3, 128(AX)
+	VMOVUPS      192(R10), Z3
+	VFMADD213PS  Z3, Z10, Z3
+	VFMADD231PS  Z6, Z1, Z3
+	VMOVUPS      Z3, 192(AX)
+	VMOVUPS.Z    256(R10), K1, Z3
+	VFMADD213PS  Z3, Z10, Z3
+	VFMADD231PS  Z8, Z1, Z3
+	VMOVUPS      Z3, K1, 256(AX)
+	ADDQ         R9, R10
+	ADDQ         R9, AX
+	INCQ         R11
+	CMPQ         R11, R8
+	JB           stateAVX512_write_5
+	JMP          stateAVX512_decayed_3
+
+stateAVX512_far_3:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	VBROADCASTSS eg+148(FP), Z10
+	VBROADCASTSS beta+152(FP), Z11
+	VBROADCASTSS kq+156(FP), Z12
+	VMOVUPS      (SI), Z13
+	VMULPS       Z0, Z10, Z0
+	VSUBPS       Z0, Z13, Z0
+	VMULPS       Z0, Z11, Z0
+	VMULPS       Z1, Z10, Z1
+	VFMADD231PS  Z0, Z12, Z1
+	VMOVUPS      Z1, (DI)
+	VMOVUPS      64(SI), Z1
+	VMULPS       Z2, Z10, Z2
+	VSUBPS       Z2, Z1, Z2
+	VMULPS       Z2, Z11, Z2
+	VMULPS       Z3, Z10, Z3
+	VFMADD231PS  Z2, Z12, Z3
+	VMOVUPS      Z3, 64(DI)
+	VMOVUPS      128(SI), Z1
+	VMULPS       Z4, Z10, Z4
+	VSUBPS       Z4, Z1, Z4
+	VMULPS       Z4, Z11, Z4
+	VMULPS       Z5, Z10, Z5
+	VFMADD231PS  Z4, Z12, Z5
+	VMOVUPS      Z5, 128(DI)
+	VMOVUPS      192(SI), Z1
+	VMULPS       Z6, Z10, Z6
+	VSUBPS       Z6, Z1, Z6
+	VMULPS       Z6, Z11, Z6
+	VMULPS       Z7, Z10, Z7
+	VFMADD231PS  Z6, Z12, Z7
+	VMOVUPS      Z7, 192(DI)
+	VMOVUPS.Z    256(SI), K1, Z1
+	VMULPS       Z8, Z10, Z8
+	VSUBPS       Z8, Z1, Z8
+	VMULPS       Z8, Z11, Z8
+	VMULPS       Z9, Z10, Z9
+	VFMADD231PS  Z8, Z12, Z9
+	VMOVUPS      Z9, K1, 256(DI)
+
+	// Write pass: S' = eg·S + k̂_i·δ over the same slab.
+	MOVQ AX, R10
+	MOVQ CX, AX
+	XORQ R11, R11
+
+stateAVX512_write_6:
+	MOVQ         8(SP), CX
+	PREFETCHT1   (CX)
+	PREFETCHT1   256(CX)
+	ADDQ         $0x00000140, 8(SP)
+	VBROADCASTSS (DX)(R11*4), Z1
+	VMOVUPS      (R10), Z3
+	VMULPS       Z3, Z10, Z3
+	VFMADD231PS  Z0, Z1, Z3
+	VMOVUPS      Z3, (AX)
+	VMOVUPS      64(R10), Z3
+	VMULPS       Z3, Z10, Z3
+	VFMADD231PS  Z2, Z1, Z3
+	VMOVUPS      Z3, 64(AX)
+	VMOVUPS      128(R10), Z3
+	VMULPS       Z3, Z10, Z3
+	VFMADD231PS  Z4, Z1, Z3
+	VMOVUPS      Z3, 128(AX)
+	VMOVUPS      192(R10), Z3
+	VMULPS       Z3, Z10, Z3
+	VFMADD231PS  Z6, Z1, Z3
+	VMOVUPS      Z3, 192(AX)
+	VMOVUPS.Z    256(R10), K1, Z3
+	VMULPS       Z3, Z10, Z3
+	VFMADD231PS  Z8, Z1, Z3
+	VMOVUPS      Z3, K1, 256(AX)
+	ADDQ         R9, R10
+	ADDQ         R9, AX
+	INCQ         R11
+	CMPQ         R11, R8
+	JB           stateAVX512_write_6
+
+stateAVX512_decayed_3:
+	JMP stateAVX512_done_1
+
+stateAVX512_odd_1:
+	CMPQ R11, $0x00000040
+	JB   stateAVX512_span64_1
+
+	// Tail of 81 to 256 columns.
+	// Block of 81–256 columns: read pass (Sᵀk̂, Sᵀq̂ of 14 vectors in registers).
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
 	VBROADCASTSS zero<>+0(SB), Z2
@@ -1309,7 +1513,7 @@ stateAVX512_spans_1:
 	MOVQ         AX, R12
 	XORQ         R13, R13
 
-stateAVX512_read_3:
+stateAVX512_read_4:
 	VBROADCASTSS (DX)(R13*4), Z28
 	VBROADCASTSS (BX)(R13*4), Z29
 	VMOVUPS      (R12), Z30
@@ -1327,12 +1531,18 @@ stateAVX512_read_3:
 	VMOVUPS      256(R12), Z30
 	VFMADD231PS  Z30, Z28, Z8
 	VFMADD231PS  Z30, Z29, Z9
+	CMPQ         R11, $0x00000050
+	JBE          stateAVX512_spantail_1
 	VMOVUPS      320(R12), Z30
 	VFMADD231PS  Z30, Z28, Z10
 	VFMADD231PS  Z30, Z29, Z11
+	CMPQ         R11, $0x00000060
+	JBE          stateAVX512_spantail_1
 	VMOVUPS      384(R12), Z30
 	VFMADD231PS  Z30, Z28, Z12
 	VFMADD231PS  Z30, Z29, Z13
+	CMPQ         R11, $0x00000070
+	JBE          stateAVX512_spantail_1
 	VMOVUPS      448(R12), Z30
 	VFMADD231PS  Z30, Z28, Z14
 	VFMADD231PS  Z30, Z29, Z15
@@ -1387,9 +1597,9 @@ stateAVX512_spantail_1:
 	ADDQ        R9, R12
 	INCQ        R13
 	CMPQ        R13, R8
-	JB          stateAVX512_read_3
+	JB          stateAVX512_read_4
 	CMPB        16(SP), $0x00
-	JE          stateAVX512_far_3
+	JE          stateAVX512_far_4
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
@@ -1431,6 +1641,8 @@ stateAVX512_spantail_1:
 	VFMADD213PS  Z9, Z28, Z9
 	VFMADD231PS  Z8, Z30, Z9
 	VMOVUPS      Z9, 256(DI)
+	CMPQ         R11, $0x00000050
+	JBE          stateAVX512_spantail_2
 	VMOVUPS      320(SI), Z1
 	VFMADD213PS  Z10, Z28, Z10
 	VSUBPS       Z10, Z1, Z10
@@ -1438,6 +1650,8 @@ stateAVX512_spantail_1:
 	VFMADD213PS  Z11, Z28, Z11
 	VFMADD231PS  Z10, Z30, Z11
 	VMOVUPS      Z11, 320(DI)
+	CMPQ         R11, $0x00000060
+	JBE          stateAVX512_spantail_2
 	VMOVUPS      384(SI), Z1
 	VFMADD213PS  Z12, Z28, Z12
 	VSUBPS       Z12, Z1, Z12
@@ -1445,6 +1659,8 @@ stateAVX512_spantail_1:
 	VFMADD213PS  Z13, Z28, Z13
 	VFMADD231PS  Z12, Z30, Z13
 	VMOVUPS      Z13, 384(DI)
+	CMPQ         R11, $0x00000070
+	JBE          stateAVX512_spantail_2
 	VMOVUPS      448(SI), Z1
 	VFMADD213PS  Z14, Z28, Z14
 	VSUBPS       Z14, Z1, Z14
@@ -1536,7 +1752,7 @@ stateAVX512_spantail_2:
 	MOVQ CX, AX
 	XORQ R13, R13
 
-stateAVX512_write_5:
+stateAVX512_write_7:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	PREFETCHT1   256(CX)
@@ -1565,14 +1781,20 @@ stateAVX512_write_5:
 	VFMADD213PS  Z3, Z28, Z3
 	VFMADD231PS  Z8, Z1, Z3
 	VMOVUPS      Z3, 256(AX)
+	CMPQ         R11, $0x00000050
+	JBE          stateAVX512_spantail_3
 	VMOVUPS      320(R12), Z3
 	VFMADD213PS  Z3, Z28, Z3
 	VFMADD231PS  Z10, Z1, Z3
 	VMOVUPS      Z3, 320(AX)
+	CMPQ         R11, $0x00000060
+	JBE          stateAVX512_spantail_3
 	VMOVUPS      384(R12), Z3
 	VFMADD213PS  Z3, Z28, Z3
 	VFMADD231PS  Z12, Z1, Z3
 	VMOVUPS      Z3, 384(AX)
+	CMPQ         R11, $0x00000070
+	JBE          stateAVX512_spantail_3
 	VMOVUPS      448(R12), Z3
 	VFMADD213PS  Z3, Z28, Z3
 	VFMADD231PS  Z14, Z1, Z3
@@ -1629,10 +1851,10 @@ stateAVX512_spantail_3:
 	ADDQ        R9, AX
 	INCQ        R13
 	CMPQ        R13, R8
-	JB          stateAVX512_write_5
-	JMP         stateAVX512_decayed_3
+	JB          stateAVX512_write_7
+	JMP         stateAVX512_decayed_4
 
-stateAVX512_far_3:
+stateAVX512_far_4:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	VBROADCASTSS eg+148(FP), Z28
@@ -1673,6 +1895,8 @@ stateAVX512_far_3:
 	VMULPS       Z9, Z28, Z9
 	VFMADD231PS  Z8, Z30, Z9
 	VMOVUPS      Z9, 256(DI)
+	CMPQ         R11, $0x00000050
+	JBE          stateAVX512_spantail_4
 	VMOVUPS      320(SI), Z1
 	VMULPS       Z10, Z28, Z10
 	VSUBPS       Z10, Z1, Z10
@@ -1680,6 +1904,8 @@ stateAVX512_far_3:
 	VMULPS       Z11, Z28, Z11
 	VFMADD231PS  Z10, Z30, Z11
 	VMOVUPS      Z11, 320(DI)
+	CMPQ         R11, $0x00000060
+	JBE          stateAVX512_spantail_4
 	VMOVUPS      384(SI), Z1
 	VMULPS       Z12, Z28, Z12
 	VSUBPS       Z12, Z1, Z12
@@ -1687,6 +1913,8 @@ stateAVX512_far_3:
 	VMULPS       Z13, Z28, Z13
 	VFMADD231PS  Z12, Z30, Z13
 	VMOVUPS      Z13, 384(DI)
+	CMPQ         R11, $0x00000070
+	JBE          stateAVX512_spantail_4
 	VMOVUPS      448(SI), Z1
 	VMULPS       Z14, Z28, Z14
 	VSUBPS       Z14, Z1, Z14
@@ -1778,7 +2006,7 @@ stateAVX512_spantail_4:
 	MOVQ CX, AX
 	XORQ R13, R13
 
-stateAVX512_write_6:
+stateAVX512_write_8:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	PREFETCHT1   256(CX)
@@ -1807,14 +2035,20 @@ stateAVX512_write_6:
 	VMULPS       Z3, Z28, Z3
 	VFMADD231PS  Z8, Z1, Z3
 	VMOVUPS      Z3, 256(AX)
+	CMPQ         R11, $0x00000050
+	JBE          stateAVX512_spantail_5
 	VMOVUPS      320(R12), Z3
 	VMULPS       Z3, Z28, Z3
 	VFMADD231PS  Z10, Z1, Z3
 	VMOVUPS      Z3, 320(AX)
+	CMPQ         R11, $0x00000060
+	JBE          stateAVX512_spantail_5
 	VMOVUPS      384(R12), Z3
 	VMULPS       Z3, Z28, Z3
 	VFMADD231PS  Z12, Z1, Z3
 	VMOVUPS      Z3, 384(AX)
+	CMPQ         R11, $0x00000070
+	JBE          stateAVX512_spantail_5
 	VMOVUPS      448(R12), Z3
 	VMULPS       Z3, Z28, Z3
 	VFMADD231PS  Z14, Z1, Z3
@@ -1871,331 +2105,6 @@ stateAVX512_spantail_5:
 	ADDQ        R9, AX
 	INCQ        R13
 	CMPQ        R13, R8
-	JB          stateAVX512_write_6
-
-stateAVX512_decayed_3:
-	JMP stateAVX512_done_1
-
-stateAVX512_span128_1:
-	// Tail of 65 to 128 columns.
-	// Block of 65–128 columns: read pass (Sᵀk̂, Sᵀq̂ of 8 vectors in registers).
-	VBROADCASTSS zero<>+0(SB), Z0
-	VBROADCASTSS zero<>+0(SB), Z1
-	VBROADCASTSS zero<>+0(SB), Z2
-	VBROADCASTSS zero<>+0(SB), Z3
-	VBROADCASTSS zero<>+0(SB), Z4
-	VBROADCASTSS zero<>+0(SB), Z5
-	VBROADCASTSS zero<>+0(SB), Z6
-	VBROADCASTSS zero<>+0(SB), Z7
-	VBROADCASTSS zero<>+0(SB), Z8
-	VBROADCASTSS zero<>+0(SB), Z9
-	VBROADCASTSS zero<>+0(SB), Z10
-	VBROADCASTSS zero<>+0(SB), Z11
-	VBROADCASTSS zero<>+0(SB), Z12
-	VBROADCASTSS zero<>+0(SB), Z13
-	VBROADCASTSS zero<>+0(SB), Z14
-	VBROADCASTSS zero<>+0(SB), Z15
-	MOVQ         AX, R10
-	XORQ         R12, R12
-
-stateAVX512_read_4:
-	VBROADCASTSS (DX)(R12*4), Z16
-	VBROADCASTSS (BX)(R12*4), Z17
-	VMOVUPS      (R10), Z18
-	VFMADD231PS  Z18, Z16, Z0
-	VFMADD231PS  Z18, Z17, Z1
-	VMOVUPS      64(R10), Z18
-	VFMADD231PS  Z18, Z16, Z2
-	VFMADD231PS  Z18, Z17, Z3
-	VMOVUPS      128(R10), Z18
-	VFMADD231PS  Z18, Z16, Z4
-	VFMADD231PS  Z18, Z17, Z5
-	VMOVUPS      192(R10), Z18
-	VFMADD231PS  Z18, Z16, Z6
-	VFMADD231PS  Z18, Z17, Z7
-	CMPQ         R11, $0x00000040
-	JBE          stateAVX512_spantail_6
-	VMOVUPS      256(R10), Z18
-	VFMADD231PS  Z18, Z16, Z8
-	VFMADD231PS  Z18, Z17, Z9
-	CMPQ         R11, $0x00000050
-	JBE          stateAVX512_spantail_6
-	VMOVUPS      320(R10), Z18
-	VFMADD231PS  Z18, Z16, Z10
-	VFMADD231PS  Z18, Z17, Z11
-	CMPQ         R11, $0x00000060
-	JBE          stateAVX512_spantail_6
-	VMOVUPS      384(R10), Z18
-	VFMADD231PS  Z18, Z16, Z12
-	VFMADD231PS  Z18, Z17, Z13
-
-stateAVX512_spantail_6:
-	VMOVUPS.Z   (R10)(R11*4), K1, Z18
-	VFMADD231PS Z18, Z16, Z14
-	VFMADD231PS Z18, Z17, Z15
-	ADDQ        R9, R10
-	INCQ        R12
-	CMPQ        R12, R8
-	JB          stateAVX512_read_4
-	CMPB        16(SP), $0x00
-	JE          stateAVX512_far_4
-
-	// em1 ≥ -0.5: decay(x) = x + em1·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	VBROADCASTSS em1+144(FP), Z16
-	VBROADCASTSS beta+152(FP), Z17
-	VBROADCASTSS kq+156(FP), Z18
-	VMOVUPS      (SI), Z19
-	VFMADD213PS  Z0, Z16, Z0
-	VSUBPS       Z0, Z19, Z0
-	VMULPS       Z0, Z17, Z0
-	VFMADD213PS  Z1, Z16, Z1
-	VFMADD231PS  Z0, Z18, Z1
-	VMOVUPS      Z1, (DI)
-	VMOVUPS      64(SI), Z1
-	VFMADD213PS  Z2, Z16, Z2
-	VSUBPS       Z2, Z1, Z2
-	VMULPS       Z2, Z17, Z2
-	VFMADD213PS  Z3, Z16, Z3
-	VFMADD231PS  Z2, Z18, Z3
-	VMOVUPS      Z3, 64(DI)
-	VMOVUPS      128(SI), Z1
-	VFMADD213PS  Z4, Z16, Z4
-	VSUBPS       Z4, Z1, Z4
-	VMULPS       Z4, Z17, Z4
-	VFMADD213PS  Z5, Z16, Z5
-	VFMADD231PS  Z4, Z18, Z5
-	VMOVUPS      Z5, 128(DI)
-	VMOVUPS      192(SI), Z1
-	VFMADD213PS  Z6, Z16, Z6
-	VSUBPS       Z6, Z1, Z6
-	VMULPS       Z6, Z17, Z6
-	VFMADD213PS  Z7, Z16, Z7
-	VFMADD231PS  Z6, Z18, Z7
-	VMOVUPS      Z7, 192(DI)
-	CMPQ         R11, $0x00000040
-	JBE          stateAVX512_spantail_7
-	VMOVUPS      256(SI), Z1
-	VFMADD213PS  Z8, Z16, Z8
-	VSUBPS       Z8, Z1, Z8
-	VMULPS       Z8, Z17, Z8
-	VFMADD213PS  Z9, Z16, Z9
-	VFMADD231PS  Z8, Z18, Z9
-	VMOVUPS      Z9, 256(DI)
-	CMPQ         R11, $0x00000050
-	JBE          stateAVX512_spantail_7
-	VMOVUPS      320(SI), Z1
-	VFMADD213PS  Z10, Z16, Z10
-	VSUBPS       Z10, Z1, Z10
-	VMULPS       Z10, Z17, Z10
-	VFMADD213PS  Z11, Z16, Z11
-	VFMADD231PS  Z10, Z18, Z11
-	VMOVUPS      Z11, 320(DI)
-	CMPQ         R11, $0x00000060
-	JBE          stateAVX512_spantail_7
-	VMOVUPS      384(SI), Z1
-	VFMADD213PS  Z12, Z16, Z12
-	VSUBPS       Z12, Z1, Z12
-	VMULPS       Z12, Z17, Z12
-	VFMADD213PS  Z13, Z16, Z13
-	VFMADD231PS  Z12, Z18, Z13
-	VMOVUPS      Z13, 384(DI)
-
-stateAVX512_spantail_7:
-	VMOVUPS.Z   (SI)(R11*4), K1, Z1
-	VFMADD213PS Z14, Z16, Z14
-	VSUBPS      Z14, Z1, Z14
-	VMULPS      Z14, Z17, Z14
-	VFMADD213PS Z15, Z16, Z15
-	VFMADD231PS Z14, Z18, Z15
-	VMOVUPS     Z15, K1, (DI)(R11*4)
-
-	// Write pass: S' = S + em1·S + k̂_i·δ over the same slab.
-	MOVQ AX, R10
-	MOVQ CX, AX
-	XORQ R12, R12
-
-stateAVX512_write_7:
-	MOVQ         8(SP), CX
-	PREFETCHT1   (CX)
-	PREFETCHT1   256(CX)
-	ADDQ         24(SP), CX
-	MOVQ         CX, 8(SP)
-	VBROADCASTSS (DX)(R12*4), Z1
-	VMOVUPS      (R10), Z3
-	VFMADD213PS  Z3, Z16, Z3
-	VFMADD231PS  Z0, Z1, Z3
-	VMOVUPS      Z3, (AX)
-	VMOVUPS      64(R10), Z3
-	VFMADD213PS  Z3, Z16, Z3
-	VFMADD231PS  Z2, Z1, Z3
-	VMOVUPS      Z3, 64(AX)
-	VMOVUPS      128(R10), Z3
-	VFMADD213PS  Z3, Z16, Z3
-	VFMADD231PS  Z4, Z1, Z3
-	VMOVUPS      Z3, 128(AX)
-	VMOVUPS      192(R10), Z3
-	VFMADD213PS  Z3, Z16, Z3
-	VFMADD231PS  Z6, Z1, Z3
-	VMOVUPS      Z3, 192(AX)
-	CMPQ         R11, $0x00000040
-	JBE          stateAVX512_spantail_8
-	VMOVUPS      256(R10), Z3
-	VFMADD213PS  Z3, Z16, Z3
-	VFMADD231PS  Z8, Z1, Z3
-	VMOVUPS      Z3, 256(AX)
-	CMPQ         R11, $0x00000050
-	JBE          stateAVX512_spantail_8
-	VMOVUPS      320(R10), Z3
-	VFMADD213PS  Z3, Z16, Z3
-	VFMADD231PS  Z10, Z1, Z3
-	VMOVUPS      Z3, 320(AX)
-	CMPQ         R11, $0x00000060
-	JBE          stateAVX512_spantail_8
-	VMOVUPS      384(R10), Z3
-	VFMADD213PS  Z3, Z16, Z3
-	VFMADD231PS  Z12, Z1, Z3
-	VMOVUPS      Z3, 384(AX)
-
-stateAVX512_spantail_8:
-	VMOVUPS.Z   (R10)(R11*4), K1, Z3
-	VFMADD213PS Z3, Z16, Z3
-	VFMADD231PS Z14, Z1, Z3
-	VMOVUPS     Z3, K1, (AX)(R11*4)
-	ADDQ        R9, R10
-	ADDQ        R9, AX
-	INCQ        R12
-	CMPQ        R12, R8
-	JB          stateAVX512_write_7
-	JMP         stateAVX512_decayed_4
-
-stateAVX512_far_4:
-	// em1 < -0.5 or NaN: decay(x) = eg·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	VBROADCASTSS eg+148(FP), Z16
-	VBROADCASTSS beta+152(FP), Z17
-	VBROADCASTSS kq+156(FP), Z18
-	VMOVUPS      (SI), Z19
-	VMULPS       Z0, Z16, Z0
-	VSUBPS       Z0, Z19, Z0
-	VMULPS       Z0, Z17, Z0
-	VMULPS       Z1, Z16, Z1
-	VFMADD231PS  Z0, Z18, Z1
-	VMOVUPS      Z1, (DI)
-	VMOVUPS      64(SI), Z1
-	VMULPS       Z2, Z16, Z2
-	VSUBPS       Z2, Z1, Z2
-	VMULPS       Z2, Z17, Z2
-	VMULPS       Z3, Z16, Z3
-	VFMADD231PS  Z2, Z18, Z3
-	VMOVUPS      Z3, 64(DI)
-	VMOVUPS      128(SI), Z1
-	VMULPS       Z4, Z16, Z4
-	VSUBPS       Z4, Z1, Z4
-	VMULPS       Z4, Z17, Z4
-	VMULPS       Z5, Z16, Z5
-	VFMADD231PS  Z4, Z18, Z5
-	VMOVUPS      Z5, 128(DI)
-	VMOVUPS      192(SI), Z1
-	VMULPS       Z6, Z16, Z6
-	VSUBPS       Z6, Z1, Z6
-	VMULPS       Z6, Z17, Z6
-	VMULPS       Z7, Z16, Z7
-	VFMADD231PS  Z6, Z18, Z7
-	VMOVUPS      Z7, 192(DI)
-	CMPQ         R11, $0x00000040
-	JBE          stateAVX512_spantail_9
-	VMOVUPS      256(SI), Z1
-	VMULPS       Z8, Z16, Z8
-	VSUBPS       Z8, Z1, Z8
-	VMULPS       Z8, Z17, Z8
-	VMULPS       Z9, Z16, Z9
-	VFMADD231PS  Z8, Z18, Z9
-	VMOVUPS      Z9, 256(DI)
-	CMPQ         R11, $0x00000050
-	JBE          stateAVX512_spantail_9
-	VMOVUPS      320(SI), Z1
-	VMULPS       Z10, Z16, Z10
-	VSUBPS       Z10, Z1, Z10
-	VMULPS       Z10, Z17, Z10
-	VMULPS       Z11, Z16, Z11
-	VFMADD231PS  Z10, Z18, Z11
-	VMOVUPS      Z11, 320(DI)
-	CMPQ         R11, $0x00000060
-	JBE          stateAVX512_spantail_9
-	VMOVUPS      384(SI), Z1
-	VMULPS       Z12, Z16, Z12
-	VSUBPS       Z12, Z1, Z12
-	VMULPS       Z12, Z17, Z12
-	VMULPS       Z13, Z16, Z13
-	VFMADD231PS  Z12, Z18, Z13
-	VMOVUPS      Z13, 384(DI)
-
-stateAVX512_spantail_9:
-	VMOVUPS.Z   (SI)(R11*4), K1, Z1
-	VMULPS      Z14, Z16, Z14
-	VSUBPS      Z14, Z1, Z14
-	VMULPS      Z14, Z17, Z14
-	VMULPS      Z15, Z16, Z15
-	VFMADD231PS Z14, Z18, Z15
-	VMOVUPS     Z15, K1, (DI)(R11*4)
-
-	// Write pass: S' = eg·S + k̂_i·δ over the same slab.
-	MOVQ AX, R10
-	MOVQ CX, AX
-	XORQ R12, R12
-
-stateAVX512_write_8:
-	MOVQ         8(SP), CX
-	PREFETCHT1   (CX)
-	PREFETCHT1   256(CX)
-	ADDQ         24(SP), CX
-	MOVQ         CX, 8(SP)
-	VBROADCASTSS (DX)(R12*4), Z1
-	VMOVUPS      (R10), Z3
-	VMULPS       Z3, Z16, Z3
-	VFMADD231PS  Z0, Z1, Z3
-	VMOVUPS      Z3, (AX)
-	VMOVUPS      64(R10), Z3
-	VMULPS       Z3, Z16, Z3
-	VFMADD231PS  Z2, Z1, Z3
-	VMOVUPS      Z3, 64(AX)
-	VMOVUPS      128(R10), Z3
-	VMULPS       Z3, Z16, Z3
-	VFMADD231PS  Z4, Z1, Z3
-	VMOVUPS      Z3, 128(AX)
-	VMOVUPS      192(R10), Z3
-	VMULPS       Z3, Z16, Z3
-	VFMADD231PS  Z6, Z1, Z3
-	VMOVUPS      Z3, 192(AX)
-	CMPQ         R11, $0x00000040
-	JBE          stateAVX512_spantail_10
-	VMOVUPS      256(R10), Z3
-	VMULPS       Z3, Z16, Z3
-	VFMADD231PS  Z8, Z1, Z3
-	VMOVUPS      Z3, 256(AX)
-	CMPQ         R11, $0x00000050
-	JBE          stateAVX512_spantail_10
-	VMOVUPS      320(R10), Z3
-	VMULPS       Z3, Z16, Z3
-	VFMADD231PS  Z10, Z1, Z3
-	VMOVUPS      Z3, 320(AX)
-	CMPQ         R11, $0x00000060
-	JBE          stateAVX512_spantail_10
-	VMOVUPS      384(R10), Z3
-	VMULPS       Z3, Z16, Z3
-	VFMADD231PS  Z12, Z1, Z3
-	VMOVUPS      Z3, 384(AX)
-
-stateAVX512_spantail_10:
-	VMOVUPS.Z   (R10)(R11*4), K1, Z3
-	VMULPS      Z3, Z16, Z3
-	VFMADD231PS Z14, Z1, Z3
-	VMOVUPS     Z3, K1, (AX)(R11*4)
-	ADDQ        R9, R10
-	ADDQ        R9, AX
-	INCQ        R12
-	CMPQ        R12, R8
 	JB          stateAVX512_write_8
 
 stateAVX512_decayed_4:
@@ -2219,22 +2128,22 @@ stateAVX512_read_5:
 	VBROADCASTSS (DX)(R12*4), Z8
 	VBROADCASTSS (BX)(R12*4), Z9
 	CMPQ         R11, $0x00000000
-	JBE          stateAVX512_spantail_11
+	JBE          stateAVX512_spantail_6
 	VMOVUPS      (R10), Z10
 	VFMADD231PS  Z10, Z8, Z0
 	VFMADD231PS  Z10, Z9, Z1
 	CMPQ         R11, $0x00000010
-	JBE          stateAVX512_spantail_11
+	JBE          stateAVX512_spantail_6
 	VMOVUPS      64(R10), Z10
 	VFMADD231PS  Z10, Z8, Z2
 	VFMADD231PS  Z10, Z9, Z3
 	CMPQ         R11, $0x00000020
-	JBE          stateAVX512_spantail_11
+	JBE          stateAVX512_spantail_6
 	VMOVUPS      128(R10), Z10
 	VFMADD231PS  Z10, Z8, Z4
 	VFMADD231PS  Z10, Z9, Z5
 
-stateAVX512_spantail_11:
+stateAVX512_spantail_6:
 	VMOVUPS.Z   (R10)(R11*4), K1, Z10
 	VFMADD231PS Z10, Z8, Z6
 	VFMADD231PS Z10, Z9, Z7
@@ -2251,7 +2160,7 @@ stateAVX512_spantail_11:
 	VBROADCASTSS beta+152(FP), Z9
 	VBROADCASTSS kq+156(FP), Z10
 	CMPQ         R11, $0x00000000
-	JBE          stateAVX512_spantail_12
+	JBE          stateAVX512_spantail_7
 	VMOVUPS      (SI), Z11
 	VFMADD213PS  Z0, Z8, Z0
 	VSUBPS       Z0, Z11, Z0
@@ -2260,7 +2169,7 @@ stateAVX512_spantail_11:
 	VFMADD231PS  Z0, Z10, Z1
 	VMOVUPS      Z1, (DI)
 	CMPQ         R11, $0x00000010
-	JBE          stateAVX512_spantail_12
+	JBE          stateAVX512_spantail_7
 	VMOVUPS      64(SI), Z1
 	VFMADD213PS  Z2, Z8, Z2
 	VSUBPS       Z2, Z1, Z2
@@ -2269,7 +2178,7 @@ stateAVX512_spantail_11:
 	VFMADD231PS  Z2, Z10, Z3
 	VMOVUPS      Z3, 64(DI)
 	CMPQ         R11, $0x00000020
-	JBE          stateAVX512_spantail_12
+	JBE          stateAVX512_spantail_7
 	VMOVUPS      128(SI), Z1
 	VFMADD213PS  Z4, Z8, Z4
 	VSUBPS       Z4, Z1, Z4
@@ -2278,7 +2187,7 @@ stateAVX512_spantail_11:
 	VFMADD231PS  Z4, Z10, Z5
 	VMOVUPS      Z5, 128(DI)
 
-stateAVX512_spantail_12:
+stateAVX512_spantail_7:
 	VMOVUPS.Z   (SI)(R11*4), K1, Z1
 	VFMADD213PS Z6, Z8, Z6
 	VSUBPS      Z6, Z1, Z6
@@ -2299,25 +2208,25 @@ stateAVX512_write_9:
 	MOVQ         CX, 8(SP)
 	VBROADCASTSS (DX)(R12*4), Z1
 	CMPQ         R11, $0x00000000
-	JBE          stateAVX512_spantail_13
+	JBE          stateAVX512_spantail_8
 	VMOVUPS      (R10), Z3
 	VFMADD213PS  Z3, Z8, Z3
 	VFMADD231PS  Z0, Z1, Z3
 	VMOVUPS      Z3, (AX)
 	CMPQ         R11, $0x00000010
-	JBE          stateAVX512_spantail_13
+	JBE          stateAVX512_spantail_8
 	VMOVUPS      64(R10), Z3
 	VFMADD213PS  Z3, Z8, Z3
 	VFMADD231PS  Z2, Z1, Z3
 	VMOVUPS      Z3, 64(AX)
 	CMPQ         R11, $0x00000020
-	JBE          stateAVX512_spantail_13
+	JBE          stateAVX512_spantail_8
 	VMOVUPS      128(R10), Z3
 	VFMADD213PS  Z3, Z8, Z3
 	VFMADD231PS  Z4, Z1, Z3
 	VMOVUPS      Z3, 128(AX)
 
-stateAVX512_spantail_13:
+stateAVX512_spantail_8:
 	VMOVUPS.Z   (R10)(R11*4), K1, Z3
 	VFMADD213PS Z3, Z8, Z3
 	VFMADD231PS Z6, Z1, Z3
@@ -2336,7 +2245,7 @@ stateAVX512_far_5:
 	VBROADCASTSS beta+152(FP), Z9
 	VBROADCASTSS kq+156(FP), Z10
 	CMPQ         R11, $0x00000000
-	JBE          stateAVX512_spantail_14
+	JBE          stateAVX512_spantail_9
 	VMOVUPS      (SI), Z11
 	VMULPS       Z0, Z8, Z0
 	VSUBPS       Z0, Z11, Z0
@@ -2345,7 +2254,7 @@ stateAVX512_far_5:
 	VFMADD231PS  Z0, Z10, Z1
 	VMOVUPS      Z1, (DI)
 	CMPQ         R11, $0x00000010
-	JBE          stateAVX512_spantail_14
+	JBE          stateAVX512_spantail_9
 	VMOVUPS      64(SI), Z1
 	VMULPS       Z2, Z8, Z2
 	VSUBPS       Z2, Z1, Z2
@@ -2354,7 +2263,7 @@ stateAVX512_far_5:
 	VFMADD231PS  Z2, Z10, Z3
 	VMOVUPS      Z3, 64(DI)
 	CMPQ         R11, $0x00000020
-	JBE          stateAVX512_spantail_14
+	JBE          stateAVX512_spantail_9
 	VMOVUPS      128(SI), Z1
 	VMULPS       Z4, Z8, Z4
 	VSUBPS       Z4, Z1, Z4
@@ -2363,7 +2272,7 @@ stateAVX512_far_5:
 	VFMADD231PS  Z4, Z10, Z5
 	VMOVUPS      Z5, 128(DI)
 
-stateAVX512_spantail_14:
+stateAVX512_spantail_9:
 	VMOVUPS.Z   (SI)(R11*4), K1, Z1
 	VMULPS      Z6, Z8, Z6
 	VSUBPS      Z6, Z1, Z6
@@ -2384,25 +2293,25 @@ stateAVX512_write_10:
 	MOVQ         CX, 8(SP)
 	VBROADCASTSS (DX)(R12*4), Z1
 	CMPQ         R11, $0x00000000
-	JBE          stateAVX512_spantail_15
+	JBE          stateAVX512_spantail_10
 	VMOVUPS      (R10), Z3
 	VMULPS       Z3, Z8, Z3
 	VFMADD231PS  Z0, Z1, Z3
 	VMOVUPS      Z3, (AX)
 	CMPQ         R11, $0x00000010
-	JBE          stateAVX512_spantail_15
+	JBE          stateAVX512_spantail_10
 	VMOVUPS      64(R10), Z3
 	VMULPS       Z3, Z8, Z3
 	VFMADD231PS  Z2, Z1, Z3
 	VMOVUPS      Z3, 64(AX)
 	CMPQ         R11, $0x00000020
-	JBE          stateAVX512_spantail_15
+	JBE          stateAVX512_spantail_10
 	VMOVUPS      128(R10), Z3
 	VMULPS       Z3, Z8, Z3
 	VFMADD231PS  Z4, Z1, Z3
 	VMOVUPS      Z3, 128(AX)
 
-stateAVX512_spantail_15:
+stateAVX512_spantail_10:
 	VMOVUPS.Z   (R10)(R11*4), K1, Z3
 	VMULPS      Z3, Z8, Z3
 	VFMADD231PS Z6, Z1, Z3
@@ -2772,26 +2681,16 @@ stateAVX2_rows256_1:
 	JB   stateAVX2_rowsdone_1
 
 	// Rows of 256 columns: read pass, Sᵀk̂ of YMM ≥ 13 in o.
-	VXORPS  Y0, Y0, Y0
-	VMOVUPS Y0, 416(DI)
-	VMOVUPS Y0, 448(DI)
-	VMOVUPS Y0, 480(DI)
-	VMOVUPS Y0, 512(DI)
-	VMOVUPS Y0, 544(DI)
-	VMOVUPS Y0, 576(DI)
-	VMOVUPS Y0, 608(DI)
-	VMOVUPS Y0, 640(DI)
-	VMOVUPS Y0, 672(DI)
-	VMOVUPS Y0, 704(DI)
-	VMOVUPS Y0, 736(DI)
-	VMOVUPS Y0, 768(DI)
-	VMOVUPS Y0, 800(DI)
-	VMOVUPS Y0, 832(DI)
-	VMOVUPS Y0, 864(DI)
-	VMOVUPS Y0, 896(DI)
-	VMOVUPS Y0, 928(DI)
-	VMOVUPS Y0, 960(DI)
-	VMOVUPS Y0, 992(DI)
+	// Zero the Sᵀk̂ of YMM 13–31 in o (a loop: once per block).
+	VXORPS Y0, Y0, Y0
+	LEAQ   416(DI), R11
+	MOVQ   $0x00000013, R12
+
+stateAVX2_rzero_1:
+	VMOVUPS Y0, (R11)
+	ADDQ    $0x20, R11
+	DECQ    R12
+	JNZ     stateAVX2_rzero_1
 	VXORPS  Y0, Y0, Y0
 	VXORPS  Y1, Y1, Y1
 	VXORPS  Y2, Y2, Y2
@@ -2956,121 +2855,24 @@ stateAVX2_rread_1:
 	VSUBPS       Y12, Y0, Y12
 	VMULPS       Y12, Y14, Y12
 	VMOVUPS      Y12, 384(DI)
-	VMOVUPS      416(DI), Y0
-	VMOVUPS      416(SI), Y1
-	VFMADD213PS  Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 416(DI)
-	VMOVUPS      448(DI), Y0
-	VMOVUPS      448(SI), Y1
-	VFMADD213PS  Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 448(DI)
-	VMOVUPS      480(DI), Y0
-	VMOVUPS      480(SI), Y1
-	VFMADD213PS  Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 480(DI)
-	VMOVUPS      512(DI), Y0
-	VMOVUPS      512(SI), Y1
-	VFMADD213PS  Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 512(DI)
-	VMOVUPS      544(DI), Y0
-	VMOVUPS      544(SI), Y1
-	VFMADD213PS  Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 544(DI)
-	VMOVUPS      576(DI), Y0
-	VMOVUPS      576(SI), Y1
-	VFMADD213PS  Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 576(DI)
-	VMOVUPS      608(DI), Y0
-	VMOVUPS      608(SI), Y1
-	VFMADD213PS  Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 608(DI)
-	VMOVUPS      640(DI), Y0
-	VMOVUPS      640(SI), Y1
-	VFMADD213PS  Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 640(DI)
-	VMOVUPS      672(DI), Y0
-	VMOVUPS      672(SI), Y1
-	VFMADD213PS  Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 672(DI)
-	VMOVUPS      704(DI), Y0
-	VMOVUPS      704(SI), Y1
-	VFMADD213PS  Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 704(DI)
-	VMOVUPS      736(DI), Y0
-	VMOVUPS      736(SI), Y1
-	VFMADD213PS  Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 736(DI)
-	VMOVUPS      768(DI), Y0
-	VMOVUPS      768(SI), Y1
-	VFMADD213PS  Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 768(DI)
-	VMOVUPS      800(DI), Y0
-	VMOVUPS      800(SI), Y1
-	VFMADD213PS  Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 800(DI)
-	VMOVUPS      832(DI), Y0
-	VMOVUPS      832(SI), Y1
-	VFMADD213PS  Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 832(DI)
-	VMOVUPS      864(DI), Y0
-	VMOVUPS      864(SI), Y1
-	VFMADD213PS  Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 864(DI)
-	VMOVUPS      896(DI), Y0
-	VMOVUPS      896(SI), Y1
-	VFMADD213PS  Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 896(DI)
-	VMOVUPS      928(DI), Y0
-	VMOVUPS      928(SI), Y1
-	VFMADD213PS  Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 928(DI)
-	VMOVUPS      960(DI), Y0
-	VMOVUPS      960(SI), Y1
-	VFMADD213PS  Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 960(DI)
-	VMOVUPS      992(DI), Y0
-	VMOVUPS      992(SI), Y1
-	VFMADD213PS  Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 992(DI)
-	JMP          stateAVX2_decayed_1
+
+	// YMM 13–31 from o (a loop: once per block).
+	LEAQ 416(DI), R11
+	LEAQ 416(SI), R12
+	MOVQ $0x00000013, R13
+
+stateAVX2_rdelta_1:
+	VMOVUPS     (R11), Y0
+	VMOVUPS     (R12), Y1
+	VFMADD213PS Y0, Y13, Y0
+	VSUBPS      Y0, Y1, Y0
+	VMULPS      Y0, Y14, Y0
+	VMOVUPS     Y0, (R11)
+	ADDQ        $0x20, R11
+	ADDQ        $0x20, R12
+	DECQ        R13
+	JNZ         stateAVX2_rdelta_1
+	JMP         stateAVX2_decayed_1
 
 stateAVX2_far_1:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
@@ -3142,120 +2944,23 @@ stateAVX2_far_1:
 	VSUBPS       Y12, Y0, Y12
 	VMULPS       Y12, Y14, Y12
 	VMOVUPS      Y12, 384(DI)
-	VMOVUPS      416(DI), Y0
-	VMOVUPS      416(SI), Y1
-	VMULPS       Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 416(DI)
-	VMOVUPS      448(DI), Y0
-	VMOVUPS      448(SI), Y1
-	VMULPS       Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 448(DI)
-	VMOVUPS      480(DI), Y0
-	VMOVUPS      480(SI), Y1
-	VMULPS       Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 480(DI)
-	VMOVUPS      512(DI), Y0
-	VMOVUPS      512(SI), Y1
-	VMULPS       Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 512(DI)
-	VMOVUPS      544(DI), Y0
-	VMOVUPS      544(SI), Y1
-	VMULPS       Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 544(DI)
-	VMOVUPS      576(DI), Y0
-	VMOVUPS      576(SI), Y1
-	VMULPS       Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 576(DI)
-	VMOVUPS      608(DI), Y0
-	VMOVUPS      608(SI), Y1
-	VMULPS       Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 608(DI)
-	VMOVUPS      640(DI), Y0
-	VMOVUPS      640(SI), Y1
-	VMULPS       Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 640(DI)
-	VMOVUPS      672(DI), Y0
-	VMOVUPS      672(SI), Y1
-	VMULPS       Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 672(DI)
-	VMOVUPS      704(DI), Y0
-	VMOVUPS      704(SI), Y1
-	VMULPS       Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 704(DI)
-	VMOVUPS      736(DI), Y0
-	VMOVUPS      736(SI), Y1
-	VMULPS       Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 736(DI)
-	VMOVUPS      768(DI), Y0
-	VMOVUPS      768(SI), Y1
-	VMULPS       Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 768(DI)
-	VMOVUPS      800(DI), Y0
-	VMOVUPS      800(SI), Y1
-	VMULPS       Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 800(DI)
-	VMOVUPS      832(DI), Y0
-	VMOVUPS      832(SI), Y1
-	VMULPS       Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 832(DI)
-	VMOVUPS      864(DI), Y0
-	VMOVUPS      864(SI), Y1
-	VMULPS       Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 864(DI)
-	VMOVUPS      896(DI), Y0
-	VMOVUPS      896(SI), Y1
-	VMULPS       Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 896(DI)
-	VMOVUPS      928(DI), Y0
-	VMOVUPS      928(SI), Y1
-	VMULPS       Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 928(DI)
-	VMOVUPS      960(DI), Y0
-	VMOVUPS      960(SI), Y1
-	VMULPS       Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 960(DI)
-	VMOVUPS      992(DI), Y0
-	VMOVUPS      992(SI), Y1
-	VMULPS       Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 992(DI)
+
+	// YMM 13–31 from o (a loop: once per block).
+	LEAQ 416(DI), R11
+	LEAQ 416(SI), R12
+	MOVQ $0x00000013, R13
+
+stateAVX2_rdelta_2:
+	VMOVUPS (R11), Y0
+	VMOVUPS (R12), Y1
+	VMULPS  Y0, Y13, Y0
+	VSUBPS  Y0, Y1, Y0
+	VMULPS  Y0, Y14, Y0
+	VMOVUPS Y0, (R11)
+	ADDQ    $0x20, R11
+	ADDQ    $0x20, R12
+	DECQ    R13
+	JNZ     stateAVX2_rdelta_2
 
 stateAVX2_decayed_1:
 	// Write pass over 16 YMM (rowWrite), back to stateAVX2_rback_1.
@@ -3277,18 +2982,16 @@ stateAVX2_rowsdone_1:
 	JB   stateAVX2_rowsdone_2
 
 	// Rows of 192 columns: read pass, Sᵀk̂ of YMM ≥ 13 in o.
-	VXORPS  Y0, Y0, Y0
-	VMOVUPS Y0, 416(DI)
-	VMOVUPS Y0, 448(DI)
-	VMOVUPS Y0, 480(DI)
-	VMOVUPS Y0, 512(DI)
-	VMOVUPS Y0, 544(DI)
-	VMOVUPS Y0, 576(DI)
-	VMOVUPS Y0, 608(DI)
-	VMOVUPS Y0, 640(DI)
-	VMOVUPS Y0, 672(DI)
-	VMOVUPS Y0, 704(DI)
-	VMOVUPS Y0, 736(DI)
+	// Zero the Sᵀk̂ of YMM 13–23 in o (a loop: once per block).
+	VXORPS Y0, Y0, Y0
+	LEAQ   416(DI), R11
+	MOVQ   $0x0000000b, R12
+
+stateAVX2_rzero_2:
+	VMOVUPS Y0, (R11)
+	ADDQ    $0x20, R11
+	DECQ    R12
+	JNZ     stateAVX2_rzero_2
 	VXORPS  Y0, Y0, Y0
 	VXORPS  Y1, Y1, Y1
 	VXORPS  Y2, Y2, Y2
@@ -3429,73 +3132,24 @@ stateAVX2_rread_2:
 	VSUBPS       Y12, Y0, Y12
 	VMULPS       Y12, Y14, Y12
 	VMOVUPS      Y12, 384(DI)
-	VMOVUPS      416(DI), Y0
-	VMOVUPS      416(SI), Y1
-	VFMADD213PS  Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 416(DI)
-	VMOVUPS      448(DI), Y0
-	VMOVUPS      448(SI), Y1
-	VFMADD213PS  Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 448(DI)
-	VMOVUPS      480(DI), Y0
-	VMOVUPS      480(SI), Y1
-	VFMADD213PS  Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 480(DI)
-	VMOVUPS      512(DI), Y0
-	VMOVUPS      512(SI), Y1
-	VFMADD213PS  Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 512(DI)
-	VMOVUPS      544(DI), Y0
-	VMOVUPS      544(SI), Y1
-	VFMADD213PS  Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 544(DI)
-	VMOVUPS      576(DI), Y0
-	VMOVUPS      576(SI), Y1
-	VFMADD213PS  Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 576(DI)
-	VMOVUPS      608(DI), Y0
-	VMOVUPS      608(SI), Y1
-	VFMADD213PS  Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 608(DI)
-	VMOVUPS      640(DI), Y0
-	VMOVUPS      640(SI), Y1
-	VFMADD213PS  Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 640(DI)
-	VMOVUPS      672(DI), Y0
-	VMOVUPS      672(SI), Y1
-	VFMADD213PS  Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 672(DI)
-	VMOVUPS      704(DI), Y0
-	VMOVUPS      704(SI), Y1
-	VFMADD213PS  Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 704(DI)
-	VMOVUPS      736(DI), Y0
-	VMOVUPS      736(SI), Y1
-	VFMADD213PS  Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 736(DI)
-	JMP          stateAVX2_decayed_2
+
+	// YMM 13–23 from o (a loop: once per block).
+	LEAQ 416(DI), R11
+	LEAQ 416(SI), R12
+	MOVQ $0x0000000b, R13
+
+stateAVX2_rdelta_3:
+	VMOVUPS     (R11), Y0
+	VMOVUPS     (R12), Y1
+	VFMADD213PS Y0, Y13, Y0
+	VSUBPS      Y0, Y1, Y0
+	VMULPS      Y0, Y14, Y0
+	VMOVUPS     Y0, (R11)
+	ADDQ        $0x20, R11
+	ADDQ        $0x20, R12
+	DECQ        R13
+	JNZ         stateAVX2_rdelta_3
+	JMP         stateAVX2_decayed_2
 
 stateAVX2_far_2:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
@@ -3567,72 +3221,23 @@ stateAVX2_far_2:
 	VSUBPS       Y12, Y0, Y12
 	VMULPS       Y12, Y14, Y12
 	VMOVUPS      Y12, 384(DI)
-	VMOVUPS      416(DI), Y0
-	VMOVUPS      416(SI), Y1
-	VMULPS       Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 416(DI)
-	VMOVUPS      448(DI), Y0
-	VMOVUPS      448(SI), Y1
-	VMULPS       Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 448(DI)
-	VMOVUPS      480(DI), Y0
-	VMOVUPS      480(SI), Y1
-	VMULPS       Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 480(DI)
-	VMOVUPS      512(DI), Y0
-	VMOVUPS      512(SI), Y1
-	VMULPS       Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 512(DI)
-	VMOVUPS      544(DI), Y0
-	VMOVUPS      544(SI), Y1
-	VMULPS       Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 544(DI)
-	VMOVUPS      576(DI), Y0
-	VMOVUPS      576(SI), Y1
-	VMULPS       Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 576(DI)
-	VMOVUPS      608(DI), Y0
-	VMOVUPS      608(SI), Y1
-	VMULPS       Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 608(DI)
-	VMOVUPS      640(DI), Y0
-	VMOVUPS      640(SI), Y1
-	VMULPS       Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 640(DI)
-	VMOVUPS      672(DI), Y0
-	VMOVUPS      672(SI), Y1
-	VMULPS       Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 672(DI)
-	VMOVUPS      704(DI), Y0
-	VMOVUPS      704(SI), Y1
-	VMULPS       Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 704(DI)
-	VMOVUPS      736(DI), Y0
-	VMOVUPS      736(SI), Y1
-	VMULPS       Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 736(DI)
+
+	// YMM 13–23 from o (a loop: once per block).
+	LEAQ 416(DI), R11
+	LEAQ 416(SI), R12
+	MOVQ $0x0000000b, R13
+
+stateAVX2_rdelta_4:
+	VMOVUPS (R11), Y0
+	VMOVUPS (R12), Y1
+	VMULPS  Y0, Y13, Y0
+	VSUBPS  Y0, Y1, Y0
+	VMULPS  Y0, Y14, Y0
+	VMOVUPS Y0, (R11)
+	ADDQ    $0x20, R11
+	ADDQ    $0x20, R12
+	DECQ    R13
+	JNZ     stateAVX2_rdelta_4
 
 stateAVX2_decayed_2:
 	// Write pass over 16 YMM (rowWrite), back to stateAVX2_rback_3.
@@ -3653,10 +3258,16 @@ stateAVX2_rowsdone_2:
 	JB   stateAVX2_rowsdone_3
 
 	// Rows of 128 columns: read pass, Sᵀk̂ of YMM ≥ 13 in o.
-	VXORPS  Y0, Y0, Y0
-	VMOVUPS Y0, 416(DI)
-	VMOVUPS Y0, 448(DI)
-	VMOVUPS Y0, 480(DI)
+	// Zero the Sᵀk̂ of YMM 13–15 in o (a loop: once per block).
+	VXORPS Y0, Y0, Y0
+	LEAQ   416(DI), R11
+	MOVQ   $0x00000003, R12
+
+stateAVX2_rzero_3:
+	VMOVUPS Y0, (R11)
+	ADDQ    $0x20, R11
+	DECQ    R12
+	JNZ     stateAVX2_rzero_3
 	VXORPS  Y0, Y0, Y0
 	VXORPS  Y1, Y1, Y1
 	VXORPS  Y2, Y2, Y2
@@ -3773,25 +3384,24 @@ stateAVX2_rread_3:
 	VSUBPS       Y12, Y0, Y12
 	VMULPS       Y12, Y14, Y12
 	VMOVUPS      Y12, 384(DI)
-	VMOVUPS      416(DI), Y0
-	VMOVUPS      416(SI), Y1
-	VFMADD213PS  Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 416(DI)
-	VMOVUPS      448(DI), Y0
-	VMOVUPS      448(SI), Y1
-	VFMADD213PS  Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 448(DI)
-	VMOVUPS      480(DI), Y0
-	VMOVUPS      480(SI), Y1
-	VFMADD213PS  Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 480(DI)
-	JMP          stateAVX2_decayed_3
+
+	// YMM 13–15 from o (a loop: once per block).
+	LEAQ 416(DI), R11
+	LEAQ 416(SI), R12
+	MOVQ $0x00000003, R13
+
+stateAVX2_rdelta_5:
+	VMOVUPS     (R11), Y0
+	VMOVUPS     (R12), Y1
+	VFMADD213PS Y0, Y13, Y0
+	VSUBPS      Y0, Y1, Y0
+	VMULPS      Y0, Y14, Y0
+	VMOVUPS     Y0, (R11)
+	ADDQ        $0x20, R11
+	ADDQ        $0x20, R12
+	DECQ        R13
+	JNZ         stateAVX2_rdelta_5
+	JMP         stateAVX2_decayed_3
 
 stateAVX2_far_3:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
@@ -3863,24 +3473,23 @@ stateAVX2_far_3:
 	VSUBPS       Y12, Y0, Y12
 	VMULPS       Y12, Y14, Y12
 	VMOVUPS      Y12, 384(DI)
-	VMOVUPS      416(DI), Y0
-	VMOVUPS      416(SI), Y1
-	VMULPS       Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 416(DI)
-	VMOVUPS      448(DI), Y0
-	VMOVUPS      448(SI), Y1
-	VMULPS       Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 448(DI)
-	VMOVUPS      480(DI), Y0
-	VMOVUPS      480(SI), Y1
-	VMULPS       Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 480(DI)
+
+	// YMM 13–15 from o (a loop: once per block).
+	LEAQ 416(DI), R11
+	LEAQ 416(SI), R12
+	MOVQ $0x00000003, R13
+
+stateAVX2_rdelta_6:
+	VMOVUPS (R11), Y0
+	VMOVUPS (R12), Y1
+	VMULPS  Y0, Y13, Y0
+	VSUBPS  Y0, Y1, Y0
+	VMULPS  Y0, Y14, Y0
+	VMOVUPS Y0, (R11)
+	ADDQ    $0x20, R11
+	ADDQ    $0x20, R12
+	DECQ    R13
+	JNZ     stateAVX2_rdelta_6
 
 stateAVX2_decayed_3:
 	// Write pass over 16 YMM (rowWrite), back to stateAVX2_rback_5.
@@ -4594,302 +4203,385 @@ stateAVX2_decayed_6:
 	JMP  stateAVX2_rback_6
 
 stateAVX2_rowsend_1:
-	// Spans of at most 32 columns: 4 full vectors, guarded, then the last V mod 8 columns, masked.
+	// Spans: blocks of 23 columns or less, cut to 16 at 24 or more (cutWidth).
 stateAVX2_spans_1:
-	MOVQ         (SP), R10
-	TESTQ        R10, R10
-	JZ           stateAVX2_done_1
-	MOVQ         $0x00000020, R11
-	CMPQ         R10, R11
-	CMOVQCS      R10, R11
-	MOVQ         R11, R10
-	ANDQ         $-8, R10
-	MOVQ         R11, R12
-	SUBQ         R10, R12
+	MOVQ    (SP), R10
+	TESTQ   R10, R10
+	JZ      stateAVX2_done_1
+	MOVQ    $0x00000010, R11
+	CMPQ    R10, $0x00000018
+	CMOVQCC R11, R10
+
+	// A block of 16 columns (V = 80: the 16 after 64): 2 full vectors, no guard.
+	CMPQ R10, $0x00000010
+	JNE  stateAVX2_span_1
+
+	// Block of 16 columns: read pass (Sᵀk̂, Sᵀq̂ of 2 vectors in registers).
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   AX, R10
+	XORQ   R11, R11
+
+stateAVX2_read_1:
+	VBROADCASTSS (DX)(R11*4), Y4
+	VBROADCASTSS (BX)(R11*4), Y5
+	VMOVUPS      (R10), Y6
+	VFMADD231PS  Y6, Y4, Y0
+	VFMADD231PS  Y6, Y5, Y1
+	VMOVUPS      32(R10), Y6
+	VFMADD231PS  Y6, Y4, Y2
+	VFMADD231PS  Y6, Y5, Y3
+	ADDQ         R9, R10
+	INCQ         R11
+	CMPQ         R11, R8
+	JB           stateAVX2_read_1
+	CMPB         16(SP), $0x00
+	JE           stateAVX2_far_7
+
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	VBROADCASTSS em1+144(FP), Y4
+	VBROADCASTSS beta+152(FP), Y5
+	VBROADCASTSS kq+156(FP), Y6
+	VMOVUPS      (SI), Y7
+	VFMADD213PS  Y0, Y4, Y0
+	VSUBPS       Y0, Y7, Y0
+	VMULPS       Y0, Y5, Y0
+	VFMADD213PS  Y1, Y4, Y1
+	VFMADD231PS  Y0, Y6, Y1
+	VMOVUPS      Y1, (DI)
+	VMOVUPS      32(SI), Y1
+	VFMADD213PS  Y2, Y4, Y2
+	VSUBPS       Y2, Y1, Y2
+	VMULPS       Y2, Y5, Y2
+	VFMADD213PS  Y3, Y4, Y3
+	VFMADD231PS  Y2, Y6, Y3
+	VMOVUPS      Y3, 32(DI)
+
+	// Write pass: S' = S + em1·S + k̂_i·δ over the same slab.
+	MOVQ AX, R10
+	MOVQ CX, R12
+	XORQ R11, R11
+
+stateAVX2_write_1:
+	MOVQ         8(SP), R13
+	PREFETCHT1   (R13)
+	ADDQ         $0x00000040, 8(SP)
+	VBROADCASTSS (DX)(R11*4), Y1
+	VMOVUPS      (R10), Y3
+	VFMADD213PS  Y3, Y4, Y3
+	VFMADD231PS  Y0, Y1, Y3
+	VMOVUPS      Y3, (R12)
+	VMOVUPS      32(R10), Y3
+	VFMADD213PS  Y3, Y4, Y3
+	VFMADD231PS  Y2, Y1, Y3
+	VMOVUPS      Y3, 32(R12)
+	ADDQ         R9, R10
+	ADDQ         R9, R12
+	INCQ         R11
+	CMPQ         R11, R8
+	JB           stateAVX2_write_1
+	JMP          stateAVX2_decayed_7
+
+stateAVX2_far_7:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	VBROADCASTSS eg+148(FP), Y4
+	VBROADCASTSS beta+152(FP), Y5
+	VBROADCASTSS kq+156(FP), Y6
+	VMOVUPS      (SI), Y7
+	VMULPS       Y0, Y4, Y0
+	VSUBPS       Y0, Y7, Y0
+	VMULPS       Y0, Y5, Y0
+	VMULPS       Y1, Y4, Y1
+	VFMADD231PS  Y0, Y6, Y1
+	VMOVUPS      Y1, (DI)
+	VMOVUPS      32(SI), Y1
+	VMULPS       Y2, Y4, Y2
+	VSUBPS       Y2, Y1, Y2
+	VMULPS       Y2, Y5, Y2
+	VMULPS       Y3, Y4, Y3
+	VFMADD231PS  Y2, Y6, Y3
+	VMOVUPS      Y3, 32(DI)
+
+	// Write pass: S' = eg·S + k̂_i·δ over the same slab.
+	MOVQ AX, R10
+	MOVQ CX, R12
+	XORQ R11, R11
+
+stateAVX2_write_2:
+	MOVQ         8(SP), R13
+	PREFETCHT1   (R13)
+	ADDQ         $0x00000040, 8(SP)
+	VBROADCASTSS (DX)(R11*4), Y1
+	VMOVUPS      (R10), Y3
+	VMULPS       Y3, Y4, Y3
+	VFMADD231PS  Y0, Y1, Y3
+	VMOVUPS      Y3, (R12)
+	VMOVUPS      32(R10), Y3
+	VMULPS       Y3, Y4, Y3
+	VFMADD231PS  Y2, Y1, Y3
+	VMOVUPS      Y3, 32(R12)
+	ADDQ         R9, R10
+	ADDQ         R9, R12
+	INCQ         R11
+	CMPQ         R11, R8
+	JB           stateAVX2_write_2
+
+stateAVX2_decayed_7:
+	ADDQ $0x00000040, AX
+	ADDQ $0x00000040, CX
+	ADDQ $0x00000040, SI
+	ADDQ $0x00000040, DI
+	SUBQ $0x00000010, (SP)
+	JMP  stateAVX2_spans_1
+
+stateAVX2_span_1:
+	MOVQ         R10, R11
+	ANDQ         $-8, R11
+	MOVQ         R10, R12
+	SUBQ         R11, R12
 	VMOVD        R12, X0
 	VPBROADCASTD X0, Y0
 	VPCMPGTD     iota<>+0(SB), Y0, Y0
 	VMOVUPS      Y0, 32(SP)
-	SUBQ         R11, (SP)
-	MOVQ         R11, 264(SP)
-	SHLQ         $0x02, R11
-	MOVQ         R11, 24(SP)
+	SUBQ         R10, (SP)
+	MOVQ         R10, 264(SP)
+	SHLQ         $0x02, R10
+	MOVQ         R10, 24(SP)
 
-	// Block of 1–40 columns: read pass (Sᵀk̂, Sᵀq̂ of 5 vectors in registers).
+	// Block of 1–24 columns: read pass (Sᵀk̂, Sᵀq̂ of 3 vectors in registers).
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
 	VXORPS Y3, Y3, Y3
 	VXORPS Y4, Y4, Y4
 	VXORPS Y5, Y5, Y5
-	VXORPS Y6, Y6, Y6
-	VXORPS Y7, Y7, Y7
-	VXORPS Y8, Y8, Y8
-	VXORPS Y9, Y9, Y9
-	MOVQ   AX, R11
+	MOVQ   AX, R10
 	XORQ   R12, R12
 
-stateAVX2_read_1:
-	VBROADCASTSS (DX)(R12*4), Y10
-	VBROADCASTSS (BX)(R12*4), Y11
-	CMPQ         R10, $0x00000000
+stateAVX2_read_2:
+	VBROADCASTSS (DX)(R12*4), Y6
+	VBROADCASTSS (BX)(R12*4), Y7
+	CMPQ         R11, $0x00000000
 	JBE          stateAVX2_spantail_1
-	VMOVUPS      (R11), Y12
-	VFMADD231PS  Y12, Y10, Y0
-	VFMADD231PS  Y12, Y11, Y1
-	CMPQ         R10, $0x00000008
+	VMOVUPS      (R10), Y8
+	VFMADD231PS  Y8, Y6, Y0
+	VFMADD231PS  Y8, Y7, Y1
+	CMPQ         R11, $0x00000008
 	JBE          stateAVX2_spantail_1
-	VMOVUPS      32(R11), Y12
-	VFMADD231PS  Y12, Y10, Y2
-	VFMADD231PS  Y12, Y11, Y3
-	CMPQ         R10, $0x00000010
-	JBE          stateAVX2_spantail_1
-	VMOVUPS      64(R11), Y12
-	VFMADD231PS  Y12, Y10, Y4
-	VFMADD231PS  Y12, Y11, Y5
-	CMPQ         R10, $0x00000018
-	JBE          stateAVX2_spantail_1
-	VMOVUPS      96(R11), Y12
-	VFMADD231PS  Y12, Y10, Y6
-	VFMADD231PS  Y12, Y11, Y7
+	VMOVUPS      32(R10), Y8
+	VFMADD231PS  Y8, Y6, Y2
+	VFMADD231PS  Y8, Y7, Y3
 
 stateAVX2_spantail_1:
-	CMPQ        264(SP), R10
-	JBE         stateAVX2_spanend_1
-	VMOVUPS     32(SP), Y12
-	VMASKMOVPS  (R11)(R10*4), Y12, Y12
-	VFMADD231PS Y12, Y10, Y8
-	VFMADD231PS Y12, Y11, Y9
+	CMPQ 264(SP), R11
+	JA   stateAVX2_spanmasked_1
 
-stateAVX2_spanend_1:
-	ADDQ R9, R11
+stateAVX2_spanback_1:
+	ADDQ R9, R10
 	INCQ R12
 	CMPQ R12, R8
-	JB   stateAVX2_read_1
+	JB   stateAVX2_read_2
+	JMP  stateAVX2_spanpast_1
+
+stateAVX2_spanmasked_1:
+	VMOVUPS     32(SP), Y8
+	VMASKMOVPS  (R10)(R11*4), Y8, Y8
+	VFMADD231PS Y8, Y6, Y4
+	VFMADD231PS Y8, Y7, Y5
+	JMP         stateAVX2_spanback_1
+
+stateAVX2_spanpast_1:
 	CMPB 16(SP), $0x00
-	JE   stateAVX2_far_7
+	JE   stateAVX2_far_8
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	VBROADCASTSS em1+144(FP), Y10
-	VBROADCASTSS beta+152(FP), Y11
-	VBROADCASTSS kq+156(FP), Y12
-	CMPQ         R10, $0x00000000
+	VBROADCASTSS em1+144(FP), Y6
+	VBROADCASTSS beta+152(FP), Y7
+	VBROADCASTSS kq+156(FP), Y8
+	CMPQ         R11, $0x00000000
 	JBE          stateAVX2_spantail_2
-	VMOVUPS      (SI), Y13
-	VFMADD213PS  Y0, Y10, Y0
-	VSUBPS       Y0, Y13, Y0
-	VMULPS       Y0, Y11, Y0
-	VFMADD213PS  Y1, Y10, Y1
-	VFMADD231PS  Y0, Y12, Y1
+	VMOVUPS      (SI), Y9
+	VFMADD213PS  Y0, Y6, Y0
+	VSUBPS       Y0, Y9, Y0
+	VMULPS       Y0, Y7, Y0
+	VFMADD213PS  Y1, Y6, Y1
+	VFMADD231PS  Y0, Y8, Y1
 	VMOVUPS      Y1, (DI)
-	CMPQ         R10, $0x00000008
+	CMPQ         R11, $0x00000008
 	JBE          stateAVX2_spantail_2
 	VMOVUPS      32(SI), Y1
-	VFMADD213PS  Y2, Y10, Y2
+	VFMADD213PS  Y2, Y6, Y2
 	VSUBPS       Y2, Y1, Y2
-	VMULPS       Y2, Y11, Y2
-	VFMADD213PS  Y3, Y10, Y3
-	VFMADD231PS  Y2, Y12, Y3
+	VMULPS       Y2, Y7, Y2
+	VFMADD213PS  Y3, Y6, Y3
+	VFMADD231PS  Y2, Y8, Y3
 	VMOVUPS      Y3, 32(DI)
-	CMPQ         R10, $0x00000010
-	JBE          stateAVX2_spantail_2
-	VMOVUPS      64(SI), Y1
-	VFMADD213PS  Y4, Y10, Y4
-	VSUBPS       Y4, Y1, Y4
-	VMULPS       Y4, Y11, Y4
-	VFMADD213PS  Y5, Y10, Y5
-	VFMADD231PS  Y4, Y12, Y5
-	VMOVUPS      Y5, 64(DI)
-	CMPQ         R10, $0x00000018
-	JBE          stateAVX2_spantail_2
-	VMOVUPS      96(SI), Y1
-	VFMADD213PS  Y6, Y10, Y6
-	VSUBPS       Y6, Y1, Y6
-	VMULPS       Y6, Y11, Y6
-	VFMADD213PS  Y7, Y10, Y7
-	VFMADD231PS  Y6, Y12, Y7
-	VMOVUPS      Y7, 96(DI)
 
 stateAVX2_spantail_2:
-	CMPQ        264(SP), R10
-	JBE         stateAVX2_spanend_2
-	VMOVUPS     32(SP), Y1
-	VMASKMOVPS  (SI)(R10*4), Y1, Y1
-	VFMADD213PS Y8, Y10, Y8
-	VSUBPS      Y8, Y1, Y8
-	VMULPS      Y8, Y11, Y8
-	VFMADD213PS Y9, Y10, Y9
-	VFMADD231PS Y8, Y12, Y9
-	VMOVUPS     32(SP), Y1
-	VMASKMOVPS  Y9, Y1, (DI)(R10*4)
+	CMPQ 264(SP), R11
+	JA   stateAVX2_spanmasked_2
 
-stateAVX2_spanend_2:
+stateAVX2_spanback_2:
+	JMP stateAVX2_spanpast_2
+
+stateAVX2_spanmasked_2:
+	VMOVUPS     32(SP), Y1
+	VMASKMOVPS  (SI)(R11*4), Y1, Y1
+	VFMADD213PS Y4, Y6, Y4
+	VSUBPS      Y4, Y1, Y4
+	VMULPS      Y4, Y7, Y4
+	VFMADD213PS Y5, Y6, Y5
+	VFMADD231PS Y4, Y8, Y5
+	VMOVUPS     32(SP), Y1
+	VMASKMOVPS  Y5, Y1, (DI)(R11*4)
+	JMP         stateAVX2_spanback_2
+
+stateAVX2_spanpast_2:
 	// Write pass: S' = S + em1·S + k̂_i·δ over the same slab.
-	MOVQ AX, R11
+	MOVQ AX, R10
 	MOVQ CX, R13
 	XORQ R12, R12
 
-stateAVX2_write_1:
+stateAVX2_write_3:
 	MOVQ         8(SP), R14
 	PREFETCHT1   (R14)
 	ADDQ         24(SP), R14
 	MOVQ         R14, 8(SP)
 	VBROADCASTSS (DX)(R12*4), Y1
-	CMPQ         R10, $0x00000000
+	CMPQ         R11, $0x00000000
 	JBE          stateAVX2_spantail_3
-	VMOVUPS      (R11), Y3
-	VFMADD213PS  Y3, Y10, Y3
+	VMOVUPS      (R10), Y3
+	VFMADD213PS  Y3, Y6, Y3
 	VFMADD231PS  Y0, Y1, Y3
 	VMOVUPS      Y3, (R13)
-	CMPQ         R10, $0x00000008
+	CMPQ         R11, $0x00000008
 	JBE          stateAVX2_spantail_3
-	VMOVUPS      32(R11), Y3
-	VFMADD213PS  Y3, Y10, Y3
+	VMOVUPS      32(R10), Y3
+	VFMADD213PS  Y3, Y6, Y3
 	VFMADD231PS  Y2, Y1, Y3
 	VMOVUPS      Y3, 32(R13)
-	CMPQ         R10, $0x00000010
-	JBE          stateAVX2_spantail_3
-	VMOVUPS      64(R11), Y3
-	VFMADD213PS  Y3, Y10, Y3
-	VFMADD231PS  Y4, Y1, Y3
-	VMOVUPS      Y3, 64(R13)
-	CMPQ         R10, $0x00000018
-	JBE          stateAVX2_spantail_3
-	VMOVUPS      96(R11), Y3
-	VFMADD213PS  Y3, Y10, Y3
-	VFMADD231PS  Y6, Y1, Y3
-	VMOVUPS      Y3, 96(R13)
 
 stateAVX2_spantail_3:
-	CMPQ        264(SP), R10
-	JBE         stateAVX2_spanend_3
-	VMOVUPS     32(SP), Y3
-	VMASKMOVPS  (R11)(R10*4), Y3, Y3
-	VFMADD213PS Y3, Y10, Y3
-	VFMADD231PS Y8, Y1, Y3
-	VMOVUPS     32(SP), Y1
-	VMASKMOVPS  Y3, Y1, (R13)(R10*4)
+	CMPQ 264(SP), R11
+	JA   stateAVX2_spanmasked_3
 
-stateAVX2_spanend_3:
-	ADDQ R9, R11
+stateAVX2_spanback_3:
+	ADDQ R9, R10
 	ADDQ R9, R13
 	INCQ R12
 	CMPQ R12, R8
-	JB   stateAVX2_write_1
-	JMP  stateAVX2_decayed_7
+	JB   stateAVX2_write_3
+	JMP  stateAVX2_spanpast_3
 
-stateAVX2_far_7:
+stateAVX2_spanmasked_3:
+	VMOVUPS     32(SP), Y3
+	VMASKMOVPS  (R10)(R11*4), Y3, Y3
+	VFMADD213PS Y3, Y6, Y3
+	VFMADD231PS Y4, Y1, Y3
+	VMOVUPS     32(SP), Y1
+	VMASKMOVPS  Y3, Y1, (R13)(R11*4)
+	JMP         stateAVX2_spanback_3
+
+stateAVX2_spanpast_3:
+	JMP stateAVX2_decayed_8
+
+stateAVX2_far_8:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	VBROADCASTSS eg+148(FP), Y10
-	VBROADCASTSS beta+152(FP), Y11
-	VBROADCASTSS kq+156(FP), Y12
-	CMPQ         R10, $0x00000000
+	VBROADCASTSS eg+148(FP), Y6
+	VBROADCASTSS beta+152(FP), Y7
+	VBROADCASTSS kq+156(FP), Y8
+	CMPQ         R11, $0x00000000
 	JBE          stateAVX2_spantail_4
-	VMOVUPS      (SI), Y13
-	VMULPS       Y0, Y10, Y0
-	VSUBPS       Y0, Y13, Y0
-	VMULPS       Y0, Y11, Y0
-	VMULPS       Y1, Y10, Y1
-	VFMADD231PS  Y0, Y12, Y1
+	VMOVUPS      (SI), Y9
+	VMULPS       Y0, Y6, Y0
+	VSUBPS       Y0, Y9, Y0
+	VMULPS       Y0, Y7, Y0
+	VMULPS       Y1, Y6, Y1
+	VFMADD231PS  Y0, Y8, Y1
 	VMOVUPS      Y1, (DI)
-	CMPQ         R10, $0x00000008
+	CMPQ         R11, $0x00000008
 	JBE          stateAVX2_spantail_4
 	VMOVUPS      32(SI), Y1
-	VMULPS       Y2, Y10, Y2
+	VMULPS       Y2, Y6, Y2
 	VSUBPS       Y2, Y1, Y2
-	VMULPS       Y2, Y11, Y2
-	VMULPS       Y3, Y10, Y3
-	VFMADD231PS  Y2, Y12, Y3
+	VMULPS       Y2, Y7, Y2
+	VMULPS       Y3, Y6, Y3
+	VFMADD231PS  Y2, Y8, Y3
 	VMOVUPS      Y3, 32(DI)
-	CMPQ         R10, $0x00000010
-	JBE          stateAVX2_spantail_4
-	VMOVUPS      64(SI), Y1
-	VMULPS       Y4, Y10, Y4
-	VSUBPS       Y4, Y1, Y4
-	VMULPS       Y4, Y11, Y4
-	VMULPS       Y5, Y10, Y5
-	VFMADD231PS  Y4, Y12, Y5
-	VMOVUPS      Y5, 64(DI)
-	CMPQ         R10, $0x00000018
-	JBE          stateAVX2_spantail_4
-	VMOVUPS      96(SI), Y1
-	VMULPS       Y6, Y10, Y6
-	VSUBPS       Y6, Y1, Y6
-	VMULPS       Y6, Y11, Y6
-	VMULPS       Y7, Y10, Y7
-	VFMADD231PS  Y6, Y12, Y7
-	VMOVUPS      Y7, 96(DI)
 
 stateAVX2_spantail_4:
-	CMPQ        264(SP), R10
-	JBE         stateAVX2_spanend_4
-	VMOVUPS     32(SP), Y1
-	VMASKMOVPS  (SI)(R10*4), Y1, Y1
-	VMULPS      Y8, Y10, Y8
-	VSUBPS      Y8, Y1, Y8
-	VMULPS      Y8, Y11, Y8
-	VMULPS      Y9, Y10, Y9
-	VFMADD231PS Y8, Y12, Y9
-	VMOVUPS     32(SP), Y1
-	VMASKMOVPS  Y9, Y1, (DI)(R10*4)
+	CMPQ 264(SP), R11
+	JA   stateAVX2_spanmasked_4
 
-stateAVX2_spanend_4:
+stateAVX2_spanback_4:
+	JMP stateAVX2_spanpast_4
+
+stateAVX2_spanmasked_4:
+	VMOVUPS     32(SP), Y1
+	VMASKMOVPS  (SI)(R11*4), Y1, Y1
+	VMULPS      Y4, Y6, Y4
+	VSUBPS      Y4, Y1, Y4
+	VMULPS      Y4, Y7, Y4
+	VMULPS      Y5, Y6, Y5
+	VFMADD231PS Y4, Y8, Y5
+	VMOVUPS     32(SP), Y1
+	VMASKMOVPS  Y5, Y1, (DI)(R11*4)
+	JMP         stateAVX2_spanback_4
+
+stateAVX2_spanpast_4:
 	// Write pass: S' = eg·S + k̂_i·δ over the same slab.
-	MOVQ AX, R11
+	MOVQ AX, R10
 	MOVQ CX, R13
 	XORQ R12, R12
 
-stateAVX2_write_2:
+stateAVX2_write_4:
 	MOVQ         8(SP), R14
 	PREFETCHT1   (R14)
 	ADDQ         24(SP), R14
 	MOVQ         R14, 8(SP)
 	VBROADCASTSS (DX)(R12*4), Y1
-	CMPQ         R10, $0x00000000
+	CMPQ         R11, $0x00000000
 	JBE          stateAVX2_spantail_5
-	VMOVUPS      (R11), Y3
-	VMULPS       Y3, Y10, Y3
+	VMOVUPS      (R10), Y3
+	VMULPS       Y3, Y6, Y3
 	VFMADD231PS  Y0, Y1, Y3
 	VMOVUPS      Y3, (R13)
-	CMPQ         R10, $0x00000008
+	CMPQ         R11, $0x00000008
 	JBE          stateAVX2_spantail_5
-	VMOVUPS      32(R11), Y3
-	VMULPS       Y3, Y10, Y3
+	VMOVUPS      32(R10), Y3
+	VMULPS       Y3, Y6, Y3
 	VFMADD231PS  Y2, Y1, Y3
 	VMOVUPS      Y3, 32(R13)
-	CMPQ         R10, $0x00000010
-	JBE          stateAVX2_spantail_5
-	VMOVUPS      64(R11), Y3
-	VMULPS       Y3, Y10, Y3
-	VFMADD231PS  Y4, Y1, Y3
-	VMOVUPS      Y3, 64(R13)
-	CMPQ         R10, $0x00000018
-	JBE          stateAVX2_spantail_5
-	VMOVUPS      96(R11), Y3
-	VMULPS       Y3, Y10, Y3
-	VFMADD231PS  Y6, Y1, Y3
-	VMOVUPS      Y3, 96(R13)
 
 stateAVX2_spantail_5:
-	CMPQ        264(SP), R10
-	JBE         stateAVX2_spanend_5
-	VMOVUPS     32(SP), Y3
-	VMASKMOVPS  (R11)(R10*4), Y3, Y3
-	VMULPS      Y3, Y10, Y3
-	VFMADD231PS Y8, Y1, Y3
-	VMOVUPS     32(SP), Y1
-	VMASKMOVPS  Y3, Y1, (R13)(R10*4)
+	CMPQ 264(SP), R11
+	JA   stateAVX2_spanmasked_5
 
-stateAVX2_spanend_5:
-	ADDQ R9, R11
+stateAVX2_spanback_5:
+	ADDQ R9, R10
 	ADDQ R9, R13
 	INCQ R12
 	CMPQ R12, R8
-	JB   stateAVX2_write_2
+	JB   stateAVX2_write_4
+	JMP  stateAVX2_spanpast_5
 
-stateAVX2_decayed_7:
+stateAVX2_spanmasked_5:
+	VMOVUPS     32(SP), Y3
+	VMASKMOVPS  (R10)(R11*4), Y3, Y3
+	VMULPS      Y3, Y6, Y3
+	VFMADD231PS Y4, Y1, Y3
+	VMOVUPS     32(SP), Y1
+	VMASKMOVPS  Y3, Y1, (R13)(R11*4)
+	JMP         stateAVX2_spanback_5
+
+stateAVX2_spanpast_5:
+stateAVX2_decayed_8:
 	MOVQ 24(SP), R10
 	ADDQ R10, AX
 	ADDQ R10, CX
@@ -5453,33 +5145,33 @@ stateKVf32AVX512_notlast_1:
 	VBROADCASTSS 12(AX), Z10
 	MOVQ         80(SP), AX
 	MOVQ         88(SP), CX
-	VMOVUPS      (AX), Z17
+	VMOVUPS      (AX), Z15
 	VFMADD213PS  Z0, Z8, Z0
-	VSUBPS       Z0, Z17, Z17
-	VMULPS       Z17, Z9, Z17
+	VSUBPS       Z0, Z15, Z15
+	VMULPS       Z15, Z9, Z15
 	VFMADD213PS  Z1, Z8, Z1
-	VFMADD231PS  Z17, Z10, Z1
+	VFMADD231PS  Z15, Z10, Z1
 	VMOVUPS      Z1, (CX)
-	VMOVUPS      64(AX), Z18
+	VMOVUPS      64(AX), Z16
 	VFMADD213PS  Z2, Z8, Z2
-	VSUBPS       Z2, Z18, Z18
-	VMULPS       Z18, Z9, Z18
+	VSUBPS       Z2, Z16, Z16
+	VMULPS       Z16, Z9, Z16
 	VFMADD213PS  Z3, Z8, Z3
-	VFMADD231PS  Z18, Z10, Z3
+	VFMADD231PS  Z16, Z10, Z3
 	VMOVUPS      Z3, 64(CX)
-	VMOVUPS      128(AX), Z19
+	VMOVUPS      128(AX), Z17
 	VFMADD213PS  Z4, Z8, Z4
-	VSUBPS       Z4, Z19, Z19
-	VMULPS       Z19, Z9, Z19
+	VSUBPS       Z4, Z17, Z17
+	VMULPS       Z17, Z9, Z17
 	VFMADD213PS  Z5, Z8, Z5
-	VFMADD231PS  Z19, Z10, Z5
+	VFMADD231PS  Z17, Z10, Z5
 	VMOVUPS      Z5, 128(CX)
-	VMOVUPS      192(AX), Z20
+	VMOVUPS      192(AX), Z18
 	VFMADD213PS  Z6, Z8, Z6
-	VSUBPS       Z6, Z20, Z20
-	VMULPS       Z20, Z9, Z20
+	VSUBPS       Z6, Z18, Z18
+	VMULPS       Z18, Z9, Z18
 	VFMADD213PS  Z7, Z8, Z7
-	VFMADD231PS  Z20, Z10, Z7
+	VFMADD231PS  Z18, Z10, Z7
 	VMOVUPS      Z7, 192(CX)
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
@@ -5497,57 +5189,57 @@ stateKVf32AVX512_notlast_1:
 	MOVQ  56(SP), BX
 	MOVQ  64(SP), SI
 	MOVQ  72(SP), DI
-	MOVQ  48(SP), R9
-	MOVQ  16(SP), R10
-	MOVQ  stores_base+40(FP), R8
-	MOVQ  (R8)(R9*8), R8
-	TESTQ R8, R8
+	MOVQ  16(SP), R8
+	MOVQ  48(SP), R10
+	MOVQ  stores_base+40(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
 	JZ    stateKVf32AVX512_nostore_1
-	LEAQ  (R8)(R10*4), R8
+	LEAQ  (R9)(R8*4), R9
 
 stateKVf32AVX512_nostore_1:
-	MOVQ V+8(FP), R9
-	SHLQ $0x02, R9
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
 
 stateKVf32AVX512_rows_1:
 	VBROADCASTSS (BX)(CX*4), Z9
 	VBROADCASTSS (SI)(CX*4), Z10
-	VBROADCASTSS (DI)(CX*4), Z21
-	VMOVUPS      (AX), Z22
-	VFMADD213PS  Z22, Z8, Z22
-	VFMADD231PS  Z17, Z9, Z22
-	VMOVUPS      Z22, (AX)
-	VFMADD231PS  Z22, Z10, Z0
-	VFMADD231PS  Z22, Z21, Z1
-	VMOVUPS      64(AX), Z22
-	VFMADD213PS  Z22, Z8, Z22
-	VFMADD231PS  Z18, Z9, Z22
-	VMOVUPS      Z22, 64(AX)
-	VFMADD231PS  Z22, Z10, Z2
-	VFMADD231PS  Z22, Z21, Z3
-	VMOVUPS      128(AX), Z22
-	VFMADD213PS  Z22, Z8, Z22
-	VFMADD231PS  Z19, Z9, Z22
-	VMOVUPS      Z22, 128(AX)
-	VFMADD231PS  Z22, Z10, Z4
-	VFMADD231PS  Z22, Z21, Z5
-	VMOVUPS      192(AX), Z22
-	VFMADD213PS  Z22, Z8, Z22
-	VFMADD231PS  Z20, Z9, Z22
-	VMOVUPS      Z22, 192(AX)
-	VFMADD231PS  Z22, Z10, Z6
-	VFMADD231PS  Z22, Z21, Z7
-	TESTQ        R8, R8
+	VBROADCASTSS (DI)(CX*4), Z19
+	VMOVUPS      (AX), Z20
+	VFMADD213PS  Z20, Z8, Z20
+	VFMADD231PS  Z15, Z9, Z20
+	VMOVUPS      Z20, (AX)
+	VFMADD231PS  Z20, Z10, Z0
+	VFMADD231PS  Z20, Z19, Z1
+	VMOVUPS      64(AX), Z20
+	VFMADD213PS  Z20, Z8, Z20
+	VFMADD231PS  Z16, Z9, Z20
+	VMOVUPS      Z20, 64(AX)
+	VFMADD231PS  Z20, Z10, Z2
+	VFMADD231PS  Z20, Z19, Z3
+	VMOVUPS      128(AX), Z20
+	VFMADD213PS  Z20, Z8, Z20
+	VFMADD231PS  Z17, Z9, Z20
+	VMOVUPS      Z20, 128(AX)
+	VFMADD231PS  Z20, Z10, Z4
+	VFMADD231PS  Z20, Z19, Z5
+	VMOVUPS      192(AX), Z20
+	VFMADD213PS  Z20, Z8, Z20
+	VFMADD231PS  Z18, Z9, Z20
+	VMOVUPS      Z20, 192(AX)
+	VFMADD231PS  Z20, Z10, Z6
+	VFMADD231PS  Z20, Z19, Z7
+	TESTQ        R9, R9
 	JZ           stateKVf32AVX512_nostorerow_1
 	VMOVUPS      (AX), Z9
-	VMOVUPS      Z9, (R8)
+	VMOVUPS      Z9, (R9)
 	VMOVUPS      64(AX), Z9
-	VMOVUPS      Z9, 64(R8)
+	VMOVUPS      Z9, 64(R9)
 	VMOVUPS      128(AX), Z9
-	VMOVUPS      Z9, 128(R8)
+	VMOVUPS      Z9, 128(R9)
 	VMOVUPS      192(AX), Z9
-	VMOVUPS      Z9, 192(R8)
-	ADDQ         R9, R8
+	VMOVUPS      Z9, 192(R9)
+	ADDQ         R8, R9
 
 stateKVf32AVX512_nostorerow_1:
 	ADDQ $0x00000100, AX
@@ -5565,33 +5257,33 @@ stateKVf32AVX512_far_1:
 	VBROADCASTSS 12(AX), Z10
 	MOVQ         80(SP), AX
 	MOVQ         88(SP), CX
-	VMOVUPS      (AX), Z17
+	VMOVUPS      (AX), Z15
 	VMULPS       Z0, Z8, Z0
-	VSUBPS       Z0, Z17, Z17
-	VMULPS       Z17, Z9, Z17
+	VSUBPS       Z0, Z15, Z15
+	VMULPS       Z15, Z9, Z15
 	VMULPS       Z1, Z8, Z1
-	VFMADD231PS  Z17, Z10, Z1
+	VFMADD231PS  Z15, Z10, Z1
 	VMOVUPS      Z1, (CX)
-	VMOVUPS      64(AX), Z18
+	VMOVUPS      64(AX), Z16
 	VMULPS       Z2, Z8, Z2
-	VSUBPS       Z2, Z18, Z18
-	VMULPS       Z18, Z9, Z18
+	VSUBPS       Z2, Z16, Z16
+	VMULPS       Z16, Z9, Z16
 	VMULPS       Z3, Z8, Z3
-	VFMADD231PS  Z18, Z10, Z3
+	VFMADD231PS  Z16, Z10, Z3
 	VMOVUPS      Z3, 64(CX)
-	VMOVUPS      128(AX), Z19
+	VMOVUPS      128(AX), Z17
 	VMULPS       Z4, Z8, Z4
-	VSUBPS       Z4, Z19, Z19
-	VMULPS       Z19, Z9, Z19
+	VSUBPS       Z4, Z17, Z17
+	VMULPS       Z17, Z9, Z17
 	VMULPS       Z5, Z8, Z5
-	VFMADD231PS  Z19, Z10, Z5
+	VFMADD231PS  Z17, Z10, Z5
 	VMOVUPS      Z5, 128(CX)
-	VMOVUPS      192(AX), Z20
+	VMOVUPS      192(AX), Z18
 	VMULPS       Z6, Z8, Z6
-	VSUBPS       Z6, Z20, Z20
-	VMULPS       Z20, Z9, Z20
+	VSUBPS       Z6, Z18, Z18
+	VMULPS       Z18, Z9, Z18
 	VMULPS       Z7, Z8, Z7
-	VFMADD231PS  Z20, Z10, Z7
+	VFMADD231PS  Z18, Z10, Z7
 	VMOVUPS      Z7, 192(CX)
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
@@ -5609,57 +5301,57 @@ stateKVf32AVX512_far_1:
 	MOVQ  56(SP), BX
 	MOVQ  64(SP), SI
 	MOVQ  72(SP), DI
-	MOVQ  48(SP), R9
-	MOVQ  16(SP), R10
-	MOVQ  stores_base+40(FP), R8
-	MOVQ  (R8)(R9*8), R8
-	TESTQ R8, R8
+	MOVQ  16(SP), R8
+	MOVQ  48(SP), R10
+	MOVQ  stores_base+40(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
 	JZ    stateKVf32AVX512_nostore_2
-	LEAQ  (R8)(R10*4), R8
+	LEAQ  (R9)(R8*4), R9
 
 stateKVf32AVX512_nostore_2:
-	MOVQ V+8(FP), R9
-	SHLQ $0x02, R9
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
 
 stateKVf32AVX512_rows_2:
 	VBROADCASTSS (BX)(CX*4), Z9
 	VBROADCASTSS (SI)(CX*4), Z10
-	VBROADCASTSS (DI)(CX*4), Z21
-	VMOVUPS      (AX), Z22
-	VMULPS       Z22, Z8, Z22
-	VFMADD231PS  Z17, Z9, Z22
-	VMOVUPS      Z22, (AX)
-	VFMADD231PS  Z22, Z10, Z0
-	VFMADD231PS  Z22, Z21, Z1
-	VMOVUPS      64(AX), Z22
-	VMULPS       Z22, Z8, Z22
-	VFMADD231PS  Z18, Z9, Z22
-	VMOVUPS      Z22, 64(AX)
-	VFMADD231PS  Z22, Z10, Z2
-	VFMADD231PS  Z22, Z21, Z3
-	VMOVUPS      128(AX), Z22
-	VMULPS       Z22, Z8, Z22
-	VFMADD231PS  Z19, Z9, Z22
-	VMOVUPS      Z22, 128(AX)
-	VFMADD231PS  Z22, Z10, Z4
-	VFMADD231PS  Z22, Z21, Z5
-	VMOVUPS      192(AX), Z22
-	VMULPS       Z22, Z8, Z22
-	VFMADD231PS  Z20, Z9, Z22
-	VMOVUPS      Z22, 192(AX)
-	VFMADD231PS  Z22, Z10, Z6
-	VFMADD231PS  Z22, Z21, Z7
-	TESTQ        R8, R8
+	VBROADCASTSS (DI)(CX*4), Z19
+	VMOVUPS      (AX), Z20
+	VMULPS       Z20, Z8, Z20
+	VFMADD231PS  Z15, Z9, Z20
+	VMOVUPS      Z20, (AX)
+	VFMADD231PS  Z20, Z10, Z0
+	VFMADD231PS  Z20, Z19, Z1
+	VMOVUPS      64(AX), Z20
+	VMULPS       Z20, Z8, Z20
+	VFMADD231PS  Z16, Z9, Z20
+	VMOVUPS      Z20, 64(AX)
+	VFMADD231PS  Z20, Z10, Z2
+	VFMADD231PS  Z20, Z19, Z3
+	VMOVUPS      128(AX), Z20
+	VMULPS       Z20, Z8, Z20
+	VFMADD231PS  Z17, Z9, Z20
+	VMOVUPS      Z20, 128(AX)
+	VFMADD231PS  Z20, Z10, Z4
+	VFMADD231PS  Z20, Z19, Z5
+	VMOVUPS      192(AX), Z20
+	VMULPS       Z20, Z8, Z20
+	VFMADD231PS  Z18, Z9, Z20
+	VMOVUPS      Z20, 192(AX)
+	VFMADD231PS  Z20, Z10, Z6
+	VFMADD231PS  Z20, Z19, Z7
+	TESTQ        R9, R9
 	JZ           stateKVf32AVX512_nostorerow_2
 	VMOVUPS      (AX), Z9
-	VMOVUPS      Z9, (R8)
+	VMOVUPS      Z9, (R9)
 	VMOVUPS      64(AX), Z9
-	VMOVUPS      Z9, 64(R8)
+	VMOVUPS      Z9, 64(R9)
 	VMOVUPS      128(AX), Z9
-	VMOVUPS      Z9, 128(R8)
+	VMOVUPS      Z9, 128(R9)
 	VMOVUPS      192(AX), Z9
-	VMOVUPS      Z9, 192(R8)
-	ADDQ         R9, R8
+	VMOVUPS      Z9, 192(R9)
+	ADDQ         R8, R9
 
 stateKVf32AVX512_nostorerow_2:
 	ADDQ $0x00000100, AX
@@ -5687,7 +5379,6 @@ stateKVf32AVX512_tokdone_1:
 	JMP  stateKVf32AVX512_blockdone_1
 
 stateKVf32AVX512_span_1:
-	// Any other block: 3 full vectors guarded, then the masked one.
 	MOVQ         AX, CX
 	DECQ         CX
 	ANDQ         $-16, CX
@@ -5696,6 +5387,216 @@ stateKVf32AVX512_span_1:
 	VPBROADCASTD DX, Z0
 	VPCMPGTD     iota<>+0(SB), Z0, K1
 
+	// A block of 1 vector (V = 80: the 16 columns after 64), masked: no guard.
+	CMPQ AX, $0x00000010
+	JA   stateKVf32AVX512_span_2
+
+	// Block of up to 16 columns (rows in work of whole vectors): pass 0 loads it, with token 0's read.
+	MOVQ         K+0(FP), AX
+	MOVQ         16(SP), CX
+	MOVQ         src_base+16(FP), DX
+	MOVQ         V+8(FP), BX
+	LEAQ         (DX)(CX*4), DX
+	SHLQ         $0x02, BX
+	VBROADCASTSS zero<>+0(SB), Z0
+	VBROADCASTSS zero<>+0(SB), Z1
+	MOVQ         kh_base+64(FP), SI
+	MOVQ         qh_base+88(FP), DI
+	MOVQ         (SP), R8
+	XORQ         R9, R9
+
+stateKVf32AVX512_pass0_2:
+	VBROADCASTSS (SI)(R9*4), Z2
+	VBROADCASTSS (DI)(R9*4), Z3
+	VMOVUPS.Z    (DX), K1, Z4
+	VMOVUPS      Z4, (R8)
+	VFMADD231PS  Z4, Z2, Z0
+	VFMADD231PS  Z4, Z3, Z1
+	ADDQ         BX, DX
+	ADDQ         $0x00000040, R8
+	INCQ         R9
+	CMPQ         R9, AX
+	JB           stateKVf32AVX512_pass0_2
+
+	// The tokens.
+	XORQ AX, AX
+	MOVQ AX, 48(SP)
+	MOVQ kh_base+64(FP), AX
+	MOVQ AX, 56(SP)
+	MOVQ tok_base+168(FP), AX
+	MOVQ AX, 96(SP)
+	MOVQ v_base+112(FP), AX
+	LEAQ (AX)(CX*4), AX
+	MOVQ AX, 80(SP)
+	MOVQ o_base+144(FP), AX
+	LEAQ (AX)(CX*4), AX
+	MOVQ AX, 88(SP)
+
+stateKVf32AVX512_token_2:
+	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
+	MOVQ 48(SP), AX
+	MOVQ K+0(FP), CX
+	INCQ AX
+	MOVQ tok_len+176(FP), DX
+	SHRQ $0x02, DX
+	CMPQ AX, DX
+	JB   stateKVf32AVX512_notlast_2
+	DECQ AX
+
+stateKVf32AVX512_notlast_2:
+	IMULQ    CX, AX
+	MOVQ     kh_base+64(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 64(SP)
+	MOVQ     qh_base+88(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 72(SP)
+	MOVQ     96(SP), AX
+	VMOVSS   (AX), X2
+	VUCOMISS nearone<>+0(SB), X2
+	JCS      stateKVf32AVX512_far_2
+
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         96(SP), AX
+	VBROADCASTSS (AX), Z2
+	VBROADCASTSS 8(AX), Z3
+	VBROADCASTSS 12(AX), Z4
+	MOVQ         80(SP), AX
+	MOVQ         88(SP), CX
+	VMOVUPS.Z    (AX), K1, Z5
+	VFMADD213PS  Z0, Z2, Z0
+	VSUBPS       Z0, Z5, Z5
+	VMULPS       Z5, Z3, Z5
+	VFMADD213PS  Z1, Z2, Z1
+	VFMADD231PS  Z5, Z4, Z1
+	VMOVUPS      Z1, K1, (CX)
+	VBROADCASTSS zero<>+0(SB), Z0
+	VBROADCASTSS zero<>+0(SB), Z1
+
+	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  56(SP), BX
+	MOVQ  64(SP), SI
+	MOVQ  72(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  48(SP), R10
+	MOVQ  stores_base+40(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
+	JZ    stateKVf32AVX512_nostore_3
+	LEAQ  (R9)(R8*4), R9
+
+stateKVf32AVX512_nostore_3:
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
+
+stateKVf32AVX512_rows_3:
+	VBROADCASTSS (BX)(CX*4), Z3
+	VBROADCASTSS (SI)(CX*4), Z4
+	VBROADCASTSS (DI)(CX*4), Z6
+	VMOVUPS      (AX), Z7
+	VFMADD213PS  Z7, Z2, Z7
+	VFMADD231PS  Z5, Z3, Z7
+	VMOVUPS      Z7, (AX)
+	VFMADD231PS  Z7, Z4, Z0
+	VFMADD231PS  Z7, Z6, Z1
+	TESTQ        R9, R9
+	JZ           stateKVf32AVX512_nostorerow_3
+	VMOVUPS      (AX), Z3
+	VMOVUPS      Z3, K1, (R9)
+	ADDQ         R8, R9
+
+stateKVf32AVX512_nostorerow_3:
+	ADDQ $0x00000040, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVf32AVX512_rows_3
+	JMP  stateKVf32AVX512_tokdone_2
+
+stateKVf32AVX512_far_2:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         96(SP), AX
+	VBROADCASTSS 4(AX), Z2
+	VBROADCASTSS 8(AX), Z3
+	VBROADCASTSS 12(AX), Z4
+	MOVQ         80(SP), AX
+	MOVQ         88(SP), CX
+	VMOVUPS.Z    (AX), K1, Z5
+	VMULPS       Z0, Z2, Z0
+	VSUBPS       Z0, Z5, Z5
+	VMULPS       Z5, Z3, Z5
+	VMULPS       Z1, Z2, Z1
+	VFMADD231PS  Z5, Z4, Z1
+	VMOVUPS      Z1, K1, (CX)
+	VBROADCASTSS zero<>+0(SB), Z0
+	VBROADCASTSS zero<>+0(SB), Z1
+
+	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  56(SP), BX
+	MOVQ  64(SP), SI
+	MOVQ  72(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  48(SP), R10
+	MOVQ  stores_base+40(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
+	JZ    stateKVf32AVX512_nostore_4
+	LEAQ  (R9)(R8*4), R9
+
+stateKVf32AVX512_nostore_4:
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
+
+stateKVf32AVX512_rows_4:
+	VBROADCASTSS (BX)(CX*4), Z3
+	VBROADCASTSS (SI)(CX*4), Z4
+	VBROADCASTSS (DI)(CX*4), Z6
+	VMOVUPS      (AX), Z7
+	VMULPS       Z7, Z2, Z7
+	VFMADD231PS  Z5, Z3, Z7
+	VMOVUPS      Z7, (AX)
+	VFMADD231PS  Z7, Z4, Z0
+	VFMADD231PS  Z7, Z6, Z1
+	TESTQ        R9, R9
+	JZ           stateKVf32AVX512_nostorerow_4
+	VMOVUPS      (AX), Z3
+	VMOVUPS      Z3, K1, (R9)
+	ADDQ         R8, R9
+
+stateKVf32AVX512_nostorerow_4:
+	ADDQ $0x00000040, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVf32AVX512_rows_4
+
+stateKVf32AVX512_tokdone_2:
+	MOVQ 64(SP), AX
+	MOVQ AX, 56(SP)
+	ADDQ $0x10, 96(SP)
+	MOVQ vs+136(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 80(SP)
+	MOVQ V+8(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 88(SP)
+	MOVQ 48(SP), CX
+	INCQ CX
+	MOVQ CX, 48(SP)
+	MOVQ tok_len+176(FP), AX
+	SHRQ $0x02, AX
+	CMPQ CX, AX
+	JB   stateKVf32AVX512_token_2
+	JMP  stateKVf32AVX512_blockdone_1
+
+stateKVf32AVX512_span_2:
+	// Any other block: 3 full vectors (the first 2 of them guarded), then the masked one.
 	// Row bytes in work: whole vectors.
 	ADDQ $0x0f, AX
 	ANDQ $-16, AX
@@ -5722,11 +5623,9 @@ stateKVf32AVX512_span_1:
 	MOVQ         (SP), R9
 	XORQ         R10, R10
 
-stateKVf32AVX512_pass0_2:
+stateKVf32AVX512_pass0_3:
 	VBROADCASTSS (DI)(R10*4), Z8
 	VBROADCASTSS (R8)(R10*4), Z9
-	CMPQ         CX, $0x00000000
-	JBE          stateKVf32AVX512_spantail_1
 	VMOVUPS      (BX), Z10
 	VMOVUPS      Z10, (R9)
 	VFMADD231PS  Z10, Z8, Z0
@@ -5753,7 +5652,7 @@ stateKVf32AVX512_spantail_1:
 	ADDQ        40(SP), R9
 	INCQ        R10
 	CMPQ        R10, AX
-	JB          stateKVf32AVX512_pass0_2
+	JB          stateKVf32AVX512_pass0_3
 
 	// The tokens.
 	XORQ AX, AX
@@ -5769,7 +5668,7 @@ stateKVf32AVX512_spantail_1:
 	LEAQ (AX)(DX*4), AX
 	MOVQ AX, 88(SP)
 
-stateKVf32AVX512_token_2:
+stateKVf32AVX512_token_3:
 	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
 	MOVQ 48(SP), AX
 	MOVQ K+0(FP), DX
@@ -5777,10 +5676,10 @@ stateKVf32AVX512_token_2:
 	MOVQ tok_len+176(FP), BX
 	SHRQ $0x02, BX
 	CMPQ AX, BX
-	JB   stateKVf32AVX512_notlast_2
+	JB   stateKVf32AVX512_notlast_3
 	DECQ AX
 
-stateKVf32AVX512_notlast_2:
+stateKVf32AVX512_notlast_3:
 	IMULQ    DX, AX
 	MOVQ     kh_base+64(FP), DX
 	LEAQ     (DX)(AX*4), DX
@@ -5791,7 +5690,7 @@ stateKVf32AVX512_notlast_2:
 	MOVQ     96(SP), AX
 	VMOVSS   (AX), X8
 	VUCOMISS nearone<>+0(SB), X8
-	JCS      stateKVf32AVX512_far_2
+	JCS      stateKVf32AVX512_far_3
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
@@ -5801,41 +5700,39 @@ stateKVf32AVX512_notlast_2:
 	VBROADCASTSS 12(AX), Z10
 	MOVQ         80(SP), AX
 	MOVQ         88(SP), DX
-	CMPQ         CX, $0x00000000
-	JBE          stateKVf32AVX512_spantail_2
-	VMOVUPS      (AX), Z11
+	VMOVUPS      (AX), Z15
 	VFMADD213PS  Z0, Z8, Z0
-	VSUBPS       Z0, Z11, Z11
-	VMULPS       Z11, Z9, Z11
+	VSUBPS       Z0, Z15, Z15
+	VMULPS       Z15, Z9, Z15
 	VFMADD213PS  Z1, Z8, Z1
-	VFMADD231PS  Z11, Z10, Z1
+	VFMADD231PS  Z15, Z10, Z1
 	VMOVUPS      Z1, (DX)
 	CMPQ         CX, $0x00000010
 	JBE          stateKVf32AVX512_spantail_2
-	VMOVUPS      64(AX), Z12
+	VMOVUPS      64(AX), Z11
 	VFMADD213PS  Z2, Z8, Z2
-	VSUBPS       Z2, Z12, Z12
-	VMULPS       Z12, Z9, Z12
+	VSUBPS       Z2, Z11, Z11
+	VMULPS       Z11, Z9, Z11
 	VFMADD213PS  Z3, Z8, Z3
-	VFMADD231PS  Z12, Z10, Z3
+	VFMADD231PS  Z11, Z10, Z3
 	VMOVUPS      Z3, 64(DX)
 	CMPQ         CX, $0x00000020
 	JBE          stateKVf32AVX512_spantail_2
-	VMOVUPS      128(AX), Z13
+	VMOVUPS      128(AX), Z12
 	VFMADD213PS  Z4, Z8, Z4
-	VSUBPS       Z4, Z13, Z13
-	VMULPS       Z13, Z9, Z13
+	VSUBPS       Z4, Z12, Z12
+	VMULPS       Z12, Z9, Z12
 	VFMADD213PS  Z5, Z8, Z5
-	VFMADD231PS  Z13, Z10, Z5
+	VFMADD231PS  Z12, Z10, Z5
 	VMOVUPS      Z5, 128(DX)
 
 stateKVf32AVX512_spantail_2:
-	VMOVUPS.Z    (AX)(CX*4), K1, Z17
+	VMOVUPS.Z    (AX)(CX*4), K1, Z16
 	VFMADD213PS  Z6, Z8, Z6
-	VSUBPS       Z6, Z17, Z17
-	VMULPS       Z17, Z9, Z17
+	VSUBPS       Z6, Z16, Z16
+	VMULPS       Z16, Z9, Z16
 	VFMADD213PS  Z7, Z8, Z7
-	VFMADD231PS  Z17, Z10, Z7
+	VFMADD231PS  Z16, Z10, Z7
 	VMOVUPS      Z7, K1, (DX)(CX*4)
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
@@ -5853,82 +5750,78 @@ stateKVf32AVX512_spantail_2:
 	MOVQ  56(SP), SI
 	MOVQ  64(SP), DI
 	MOVQ  72(SP), R8
-	MOVQ  48(SP), R10
-	MOVQ  16(SP), R11
-	MOVQ  stores_base+40(FP), R9
-	MOVQ  (R9)(R10*8), R9
-	TESTQ R9, R9
-	JZ    stateKVf32AVX512_nostore_3
-	LEAQ  (R9)(R11*4), R9
+	MOVQ  16(SP), R9
+	MOVQ  48(SP), R11
+	MOVQ  stores_base+40(FP), R10
+	MOVQ  (R10)(R11*8), R10
+	TESTQ R10, R10
+	JZ    stateKVf32AVX512_nostore_5
+	LEAQ  (R10)(R9*4), R10
 
-stateKVf32AVX512_nostore_3:
-	MOVQ V+8(FP), R10
-	SHLQ $0x02, R10
+stateKVf32AVX512_nostore_5:
+	MOVQ V+8(FP), R9
+	SHLQ $0x02, R9
 
-stateKVf32AVX512_rows_3:
+stateKVf32AVX512_rows_5:
 	VBROADCASTSS (SI)(DX*4), Z9
 	VBROADCASTSS (DI)(DX*4), Z10
-	VBROADCASTSS (R8)(DX*4), Z18
-	CMPQ         CX, $0x00000000
-	JBE          stateKVf32AVX512_spantail_3
-	VMOVUPS      (AX), Z19
-	VFMADD213PS  Z19, Z8, Z19
-	VFMADD231PS  Z11, Z9, Z19
-	VMOVUPS      Z19, (AX)
-	VFMADD231PS  Z19, Z10, Z0
-	VFMADD231PS  Z19, Z18, Z1
+	VBROADCASTSS (R8)(DX*4), Z17
+	VMOVUPS      (AX), Z18
+	VFMADD213PS  Z18, Z8, Z18
+	VFMADD231PS  Z15, Z9, Z18
+	VMOVUPS      Z18, (AX)
+	VFMADD231PS  Z18, Z10, Z0
+	VFMADD231PS  Z18, Z17, Z1
 	CMPQ         CX, $0x00000010
 	JBE          stateKVf32AVX512_spantail_3
-	VMOVUPS      64(AX), Z19
-	VFMADD213PS  Z19, Z8, Z19
-	VFMADD231PS  Z12, Z9, Z19
-	VMOVUPS      Z19, 64(AX)
-	VFMADD231PS  Z19, Z10, Z2
-	VFMADD231PS  Z19, Z18, Z3
+	VMOVUPS      64(AX), Z18
+	VFMADD213PS  Z18, Z8, Z18
+	VFMADD231PS  Z11, Z9, Z18
+	VMOVUPS      Z18, 64(AX)
+	VFMADD231PS  Z18, Z10, Z2
+	VFMADD231PS  Z18, Z17, Z3
 	CMPQ         CX, $0x00000020
 	JBE          stateKVf32AVX512_spantail_3
-	VMOVUPS      128(AX), Z19
-	VFMADD213PS  Z19, Z8, Z19
-	VFMADD231PS  Z13, Z9, Z19
-	VMOVUPS      Z19, 128(AX)
-	VFMADD231PS  Z19, Z10, Z4
-	VFMADD231PS  Z19, Z18, Z5
+	VMOVUPS      128(AX), Z18
+	VFMADD213PS  Z18, Z8, Z18
+	VFMADD231PS  Z12, Z9, Z18
+	VMOVUPS      Z18, 128(AX)
+	VFMADD231PS  Z18, Z10, Z4
+	VFMADD231PS  Z18, Z17, Z5
 
 stateKVf32AVX512_spantail_3:
-	VMOVUPS     (AX)(CX*4), Z19
-	VFMADD213PS Z19, Z8, Z19
-	VFMADD231PS Z17, Z9, Z19
-	VMOVUPS     Z19, (AX)(CX*4)
-	VFMADD231PS Z19, Z10, Z6
-	VFMADD231PS Z19, Z18, Z7
-	TESTQ       R9, R9
-	JZ          stateKVf32AVX512_nostorerow_3
-	CMPQ        CX, $0x00000000
-	JBE         stateKVf32AVX512_spantail_4
+	VMOVUPS     (AX)(CX*4), Z18
+	VFMADD213PS Z18, Z8, Z18
+	VFMADD231PS Z16, Z9, Z18
+	VMOVUPS     Z18, (AX)(CX*4)
+	VFMADD231PS Z18, Z10, Z6
+	VFMADD231PS Z18, Z17, Z7
+	TESTQ       R10, R10
+	JZ          stateKVf32AVX512_nostorerow_5
 	VMOVUPS     (AX), Z9
-	VMOVUPS     Z9, (R9)
+	VMOVUPS     Z9, (R10)
 	CMPQ        CX, $0x00000010
 	JBE         stateKVf32AVX512_spantail_4
 	VMOVUPS     64(AX), Z9
-	VMOVUPS     Z9, 64(R9)
+	VMOVUPS     Z9, 64(R10)
 	CMPQ        CX, $0x00000020
 	JBE         stateKVf32AVX512_spantail_4
 	VMOVUPS     128(AX), Z9
-	VMOVUPS     Z9, 128(R9)
+	VMOVUPS     Z9, 128(R10)
 
 stateKVf32AVX512_spantail_4:
 	VMOVUPS (AX)(CX*4), Z9
-	VMOVUPS Z9, K1, (R9)(CX*4)
-	ADDQ    R10, R9
+	VMOVUPS Z9, K1, (R10)(CX*4)
+	ADDQ    R9, R10
 
-stateKVf32AVX512_nostorerow_3:
+stateKVf32AVX512_nostorerow_5:
 	ADDQ 40(SP), AX
 	INCQ DX
 	CMPQ DX, BX
-	JB   stateKVf32AVX512_rows_3
-	JMP  stateKVf32AVX512_tokdone_2
+	JB   stateKVf32AVX512_rows_5
+	JMP  stateKVf32AVX512_tokdone_3
 
-stateKVf32AVX512_far_2:
+stateKVf32AVX512_far_3:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	MOVQ         96(SP), AX
@@ -5937,41 +5830,39 @@ stateKVf32AVX512_far_2:
 	VBROADCASTSS 12(AX), Z10
 	MOVQ         80(SP), AX
 	MOVQ         88(SP), DX
-	CMPQ         CX, $0x00000000
-	JBE          stateKVf32AVX512_spantail_5
-	VMOVUPS      (AX), Z14
+	VMOVUPS      (AX), Z15
 	VMULPS       Z0, Z8, Z0
-	VSUBPS       Z0, Z14, Z14
-	VMULPS       Z14, Z9, Z14
+	VSUBPS       Z0, Z15, Z15
+	VMULPS       Z15, Z9, Z15
 	VMULPS       Z1, Z8, Z1
-	VFMADD231PS  Z14, Z10, Z1
+	VFMADD231PS  Z15, Z10, Z1
 	VMOVUPS      Z1, (DX)
 	CMPQ         CX, $0x00000010
 	JBE          stateKVf32AVX512_spantail_5
-	VMOVUPS      64(AX), Z15
+	VMOVUPS      64(AX), Z13
 	VMULPS       Z2, Z8, Z2
-	VSUBPS       Z2, Z15, Z15
-	VMULPS       Z15, Z9, Z15
+	VSUBPS       Z2, Z13, Z13
+	VMULPS       Z13, Z9, Z13
 	VMULPS       Z3, Z8, Z3
-	VFMADD231PS  Z15, Z10, Z3
+	VFMADD231PS  Z13, Z10, Z3
 	VMOVUPS      Z3, 64(DX)
 	CMPQ         CX, $0x00000020
 	JBE          stateKVf32AVX512_spantail_5
-	VMOVUPS      128(AX), Z16
+	VMOVUPS      128(AX), Z14
 	VMULPS       Z4, Z8, Z4
-	VSUBPS       Z4, Z16, Z16
-	VMULPS       Z16, Z9, Z16
+	VSUBPS       Z4, Z14, Z14
+	VMULPS       Z14, Z9, Z14
 	VMULPS       Z5, Z8, Z5
-	VFMADD231PS  Z16, Z10, Z5
+	VFMADD231PS  Z14, Z10, Z5
 	VMOVUPS      Z5, 128(DX)
 
 stateKVf32AVX512_spantail_5:
-	VMOVUPS.Z    (AX)(CX*4), K1, Z17
+	VMOVUPS.Z    (AX)(CX*4), K1, Z16
 	VMULPS       Z6, Z8, Z6
-	VSUBPS       Z6, Z17, Z17
-	VMULPS       Z17, Z9, Z17
+	VSUBPS       Z6, Z16, Z16
+	VMULPS       Z16, Z9, Z16
 	VMULPS       Z7, Z8, Z7
-	VFMADD231PS  Z17, Z10, Z7
+	VFMADD231PS  Z16, Z10, Z7
 	VMOVUPS      Z7, K1, (DX)(CX*4)
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
@@ -5989,81 +5880,77 @@ stateKVf32AVX512_spantail_5:
 	MOVQ  56(SP), SI
 	MOVQ  64(SP), DI
 	MOVQ  72(SP), R8
-	MOVQ  48(SP), R10
-	MOVQ  16(SP), R11
-	MOVQ  stores_base+40(FP), R9
-	MOVQ  (R9)(R10*8), R9
-	TESTQ R9, R9
-	JZ    stateKVf32AVX512_nostore_4
-	LEAQ  (R9)(R11*4), R9
+	MOVQ  16(SP), R9
+	MOVQ  48(SP), R11
+	MOVQ  stores_base+40(FP), R10
+	MOVQ  (R10)(R11*8), R10
+	TESTQ R10, R10
+	JZ    stateKVf32AVX512_nostore_6
+	LEAQ  (R10)(R9*4), R10
 
-stateKVf32AVX512_nostore_4:
-	MOVQ V+8(FP), R10
-	SHLQ $0x02, R10
+stateKVf32AVX512_nostore_6:
+	MOVQ V+8(FP), R9
+	SHLQ $0x02, R9
 
-stateKVf32AVX512_rows_4:
+stateKVf32AVX512_rows_6:
 	VBROADCASTSS (SI)(DX*4), Z9
 	VBROADCASTSS (DI)(DX*4), Z10
-	VBROADCASTSS (R8)(DX*4), Z18
-	CMPQ         CX, $0x00000000
-	JBE          stateKVf32AVX512_spantail_6
-	VMOVUPS      (AX), Z19
-	VMULPS       Z19, Z8, Z19
-	VFMADD231PS  Z14, Z9, Z19
-	VMOVUPS      Z19, (AX)
-	VFMADD231PS  Z19, Z10, Z0
-	VFMADD231PS  Z19, Z18, Z1
+	VBROADCASTSS (R8)(DX*4), Z17
+	VMOVUPS      (AX), Z18
+	VMULPS       Z18, Z8, Z18
+	VFMADD231PS  Z15, Z9, Z18
+	VMOVUPS      Z18, (AX)
+	VFMADD231PS  Z18, Z10, Z0
+	VFMADD231PS  Z18, Z17, Z1
 	CMPQ         CX, $0x00000010
 	JBE          stateKVf32AVX512_spantail_6
-	VMOVUPS      64(AX), Z19
-	VMULPS       Z19, Z8, Z19
-	VFMADD231PS  Z15, Z9, Z19
-	VMOVUPS      Z19, 64(AX)
-	VFMADD231PS  Z19, Z10, Z2
-	VFMADD231PS  Z19, Z18, Z3
+	VMOVUPS      64(AX), Z18
+	VMULPS       Z18, Z8, Z18
+	VFMADD231PS  Z13, Z9, Z18
+	VMOVUPS      Z18, 64(AX)
+	VFMADD231PS  Z18, Z10, Z2
+	VFMADD231PS  Z18, Z17, Z3
 	CMPQ         CX, $0x00000020
 	JBE          stateKVf32AVX512_spantail_6
-	VMOVUPS      128(AX), Z19
-	VMULPS       Z19, Z8, Z19
-	VFMADD231PS  Z16, Z9, Z19
-	VMOVUPS      Z19, 128(AX)
-	VFMADD231PS  Z19, Z10, Z4
-	VFMADD231PS  Z19, Z18, Z5
+	VMOVUPS      128(AX), Z18
+	VMULPS       Z18, Z8, Z18
+	VFMADD231PS  Z14, Z9, Z18
+	VMOVUPS      Z18, 128(AX)
+	VFMADD231PS  Z18, Z10, Z4
+	VFMADD231PS  Z18, Z17, Z5
 
 stateKVf32AVX512_spantail_6:
-	VMOVUPS     (AX)(CX*4), Z19
-	VMULPS      Z19, Z8, Z19
-	VFMADD231PS Z17, Z9, Z19
-	VMOVUPS     Z19, (AX)(CX*4)
-	VFMADD231PS Z19, Z10, Z6
-	VFMADD231PS Z19, Z18, Z7
-	TESTQ       R9, R9
-	JZ          stateKVf32AVX512_nostorerow_4
-	CMPQ        CX, $0x00000000
-	JBE         stateKVf32AVX512_spantail_7
+	VMOVUPS     (AX)(CX*4), Z18
+	VMULPS      Z18, Z8, Z18
+	VFMADD231PS Z16, Z9, Z18
+	VMOVUPS     Z18, (AX)(CX*4)
+	VFMADD231PS Z18, Z10, Z6
+	VFMADD231PS Z18, Z17, Z7
+	TESTQ       R10, R10
+	JZ          stateKVf32AVX512_nostorerow_6
 	VMOVUPS     (AX), Z9
-	VMOVUPS     Z9, (R9)
+	VMOVUPS     Z9, (R10)
 	CMPQ        CX, $0x00000010
 	JBE         stateKVf32AVX512_spantail_7
 	VMOVUPS     64(AX), Z9
-	VMOVUPS     Z9, 64(R9)
+	VMOVUPS     Z9, 64(R10)
 	CMPQ        CX, $0x00000020
 	JBE         stateKVf32AVX512_spantail_7
 	VMOVUPS     128(AX), Z9
-	VMOVUPS     Z9, 128(R9)
+	VMOVUPS     Z9, 128(R10)
 
 stateKVf32AVX512_spantail_7:
 	VMOVUPS (AX)(CX*4), Z9
-	VMOVUPS Z9, K1, (R9)(CX*4)
-	ADDQ    R10, R9
+	VMOVUPS Z9, K1, (R10)(CX*4)
+	ADDQ    R9, R10
 
-stateKVf32AVX512_nostorerow_4:
+stateKVf32AVX512_nostorerow_6:
 	ADDQ 40(SP), AX
 	INCQ DX
 	CMPQ DX, BX
-	JB   stateKVf32AVX512_rows_4
+	JB   stateKVf32AVX512_rows_6
 
-stateKVf32AVX512_tokdone_2:
+stateKVf32AVX512_tokdone_3:
 	MOVQ 64(SP), AX
 	MOVQ AX, 56(SP)
 	ADDQ $0x10, 96(SP)
@@ -6079,7 +5966,7 @@ stateKVf32AVX512_tokdone_2:
 	MOVQ tok_len+176(FP), AX
 	SHRQ $0x02, AX
 	CMPQ DX, AX
-	JB   stateKVf32AVX512_token_2
+	JB   stateKVf32AVX512_token_3
 
 stateKVf32AVX512_blockdone_1:
 	MOVQ 24(SP), AX
@@ -6288,33 +6175,33 @@ stateKVbf16AVX512_notlast_1:
 	VBROADCASTSS 12(AX), Z10
 	MOVQ         80(SP), AX
 	MOVQ         88(SP), CX
-	VMOVUPS      (AX), Z17
+	VMOVUPS      (AX), Z15
 	VFMADD213PS  Z0, Z8, Z0
-	VSUBPS       Z0, Z17, Z17
-	VMULPS       Z17, Z9, Z17
+	VSUBPS       Z0, Z15, Z15
+	VMULPS       Z15, Z9, Z15
 	VFMADD213PS  Z1, Z8, Z1
-	VFMADD231PS  Z17, Z10, Z1
+	VFMADD231PS  Z15, Z10, Z1
 	VMOVUPS      Z1, (CX)
-	VMOVUPS      64(AX), Z18
+	VMOVUPS      64(AX), Z16
 	VFMADD213PS  Z2, Z8, Z2
-	VSUBPS       Z2, Z18, Z18
-	VMULPS       Z18, Z9, Z18
+	VSUBPS       Z2, Z16, Z16
+	VMULPS       Z16, Z9, Z16
 	VFMADD213PS  Z3, Z8, Z3
-	VFMADD231PS  Z18, Z10, Z3
+	VFMADD231PS  Z16, Z10, Z3
 	VMOVUPS      Z3, 64(CX)
-	VMOVUPS      128(AX), Z19
+	VMOVUPS      128(AX), Z17
 	VFMADD213PS  Z4, Z8, Z4
-	VSUBPS       Z4, Z19, Z19
-	VMULPS       Z19, Z9, Z19
+	VSUBPS       Z4, Z17, Z17
+	VMULPS       Z17, Z9, Z17
 	VFMADD213PS  Z5, Z8, Z5
-	VFMADD231PS  Z19, Z10, Z5
+	VFMADD231PS  Z17, Z10, Z5
 	VMOVUPS      Z5, 128(CX)
-	VMOVUPS      192(AX), Z20
+	VMOVUPS      192(AX), Z18
 	VFMADD213PS  Z6, Z8, Z6
-	VSUBPS       Z6, Z20, Z20
-	VMULPS       Z20, Z9, Z20
+	VSUBPS       Z6, Z18, Z18
+	VMULPS       Z18, Z9, Z18
 	VFMADD213PS  Z7, Z8, Z7
-	VFMADD231PS  Z20, Z10, Z7
+	VFMADD231PS  Z18, Z10, Z7
 	VMOVUPS      Z7, 192(CX)
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
@@ -6332,118 +6219,117 @@ stateKVbf16AVX512_notlast_1:
 	MOVQ  56(SP), BX
 	MOVQ  64(SP), SI
 	MOVQ  72(SP), DI
-	MOVQ  48(SP), R9
-	MOVQ  16(SP), R10
-	MOVQ  stores_base+64(FP), R8
-	MOVQ  (R8)(R9*8), R8
-	TESTQ R8, R8
+	MOVQ  16(SP), R8
+	MOVQ  48(SP), R10
+	MOVQ  stores_base+64(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
 	JZ    stateKVbf16AVX512_nostore_1
-	LEAQ  (R8)(R10*2), R8
+	LEAQ  (R9)(R8*2), R9
 
 stateKVbf16AVX512_nostore_1:
-	MOVQ  V+8(FP), R9
-	SHLQ  $0x01, R9
-	MOVQ  48(SP), R11
-	INCQ  R11
-	MOVQ  tok_len+224(FP), R12
-	SHRQ  $0x02, R12
-	XORQ  R10, R10
-	CMPQ  R11, R12
+	MOVQ  V+8(FP), R10
+	SHLQ  $0x01, R10
+	MOVQ  48(SP), R12
+	INCQ  R12
+	MOVQ  tok_len+224(FP), R13
+	SHRQ  $0x02, R13
+	XORQ  R11, R11
+	CMPQ  R12, R13
 	JNE   stateKVbf16AVX512_nocarry_1
-	MOVQ  carry_base+88(FP), R10
-	TESTQ R10, R10
+	MOVQ  carry_base+88(FP), R11
+	TESTQ R11, R11
 	JZ    stateKVbf16AVX512_nocarry_1
-	MOVQ  16(SP), R11
-	LEAQ  (R10)(R11*4), R10
+	LEAQ  (R11)(R8*4), R11
 
 stateKVbf16AVX512_nocarry_1:
-	MOVQ V+8(FP), R11
-	SHLQ $0x02, R11
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
 
 stateKVbf16AVX512_rows_1:
 	VBROADCASTSS (BX)(CX*4), Z9
 	VBROADCASTSS (SI)(CX*4), Z10
-	VBROADCASTSS (DI)(CX*4), Z21
-	VMOVUPS      (AX), Z22
-	VFMADD213PS  Z22, Z8, Z22
-	VFMADD231PS  Z17, Z9, Z22
-	VMOVUPS      Z22, (AX)
-	VFMADD231PS  Z22, Z10, Z0
-	VFMADD231PS  Z22, Z21, Z1
-	VMOVUPS      64(AX), Z22
-	VFMADD213PS  Z22, Z8, Z22
-	VFMADD231PS  Z18, Z9, Z22
-	VMOVUPS      Z22, 64(AX)
-	VFMADD231PS  Z22, Z10, Z2
-	VFMADD231PS  Z22, Z21, Z3
-	VMOVUPS      128(AX), Z22
-	VFMADD213PS  Z22, Z8, Z22
-	VFMADD231PS  Z19, Z9, Z22
-	VMOVUPS      Z22, 128(AX)
-	VFMADD231PS  Z22, Z10, Z4
-	VFMADD231PS  Z22, Z21, Z5
-	VMOVUPS      192(AX), Z22
-	VFMADD213PS  Z22, Z8, Z22
-	VFMADD231PS  Z20, Z9, Z22
-	VMOVUPS      Z22, 192(AX)
-	VFMADD231PS  Z22, Z10, Z6
-	VFMADD231PS  Z22, Z21, Z7
-	TESTQ        R8, R8
+	VBROADCASTSS (DI)(CX*4), Z19
+	VMOVUPS      (AX), Z20
+	VFMADD213PS  Z20, Z8, Z20
+	VFMADD231PS  Z15, Z9, Z20
+	VMOVUPS      Z20, (AX)
+	VFMADD231PS  Z20, Z10, Z0
+	VFMADD231PS  Z20, Z19, Z1
+	VMOVUPS      64(AX), Z20
+	VFMADD213PS  Z20, Z8, Z20
+	VFMADD231PS  Z16, Z9, Z20
+	VMOVUPS      Z20, 64(AX)
+	VFMADD231PS  Z20, Z10, Z2
+	VFMADD231PS  Z20, Z19, Z3
+	VMOVUPS      128(AX), Z20
+	VFMADD213PS  Z20, Z8, Z20
+	VFMADD231PS  Z17, Z9, Z20
+	VMOVUPS      Z20, 128(AX)
+	VFMADD231PS  Z20, Z10, Z4
+	VFMADD231PS  Z20, Z19, Z5
+	VMOVUPS      192(AX), Z20
+	VFMADD213PS  Z20, Z8, Z20
+	VFMADD231PS  Z18, Z9, Z20
+	VMOVUPS      Z20, 192(AX)
+	VFMADD231PS  Z20, Z10, Z6
+	VFMADD231PS  Z20, Z19, Z7
+	TESTQ        R9, R9
 	JZ           stateKVbf16AVX512_nostorerow_1
 	VMOVUPS      (AX), Z9
 	VPSRLD       $0x10, Z9, Z10
-	VPANDD       absmask<>+0(SB), Z9, Z21
-	VPCMPGTD     infbits<>+0(SB), Z21, K2
-	VPANDD       one_i<>+0(SB), Z10, Z21
+	VPANDD       absmask<>+0(SB), Z9, Z19
+	VPCMPGTD     infbits<>+0(SB), Z19, K2
+	VPANDD       one_i<>+0(SB), Z10, Z19
 	VPADDD       round<>+0(SB), Z9, Z9
-	VPADDD       Z21, Z9, Z9
+	VPADDD       Z19, Z9, Z9
 	VPSRLD       $0x10, Z9, Z9
 	VPORD        quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW      Z9, (R8)
+	VPMOVDW      Z9, (R9)
 	VMOVUPS      64(AX), Z9
 	VPSRLD       $0x10, Z9, Z10
-	VPANDD       absmask<>+0(SB), Z9, Z21
-	VPCMPGTD     infbits<>+0(SB), Z21, K2
-	VPANDD       one_i<>+0(SB), Z10, Z21
+	VPANDD       absmask<>+0(SB), Z9, Z19
+	VPCMPGTD     infbits<>+0(SB), Z19, K2
+	VPANDD       one_i<>+0(SB), Z10, Z19
 	VPADDD       round<>+0(SB), Z9, Z9
-	VPADDD       Z21, Z9, Z9
+	VPADDD       Z19, Z9, Z9
 	VPSRLD       $0x10, Z9, Z9
 	VPORD        quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW      Z9, 32(R8)
+	VPMOVDW      Z9, 32(R9)
 	VMOVUPS      128(AX), Z9
 	VPSRLD       $0x10, Z9, Z10
-	VPANDD       absmask<>+0(SB), Z9, Z21
-	VPCMPGTD     infbits<>+0(SB), Z21, K2
-	VPANDD       one_i<>+0(SB), Z10, Z21
+	VPANDD       absmask<>+0(SB), Z9, Z19
+	VPCMPGTD     infbits<>+0(SB), Z19, K2
+	VPANDD       one_i<>+0(SB), Z10, Z19
 	VPADDD       round<>+0(SB), Z9, Z9
-	VPADDD       Z21, Z9, Z9
+	VPADDD       Z19, Z9, Z9
 	VPSRLD       $0x10, Z9, Z9
 	VPORD        quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW      Z9, 64(R8)
+	VPMOVDW      Z9, 64(R9)
 	VMOVUPS      192(AX), Z9
 	VPSRLD       $0x10, Z9, Z10
-	VPANDD       absmask<>+0(SB), Z9, Z21
-	VPCMPGTD     infbits<>+0(SB), Z21, K2
-	VPANDD       one_i<>+0(SB), Z10, Z21
+	VPANDD       absmask<>+0(SB), Z9, Z19
+	VPCMPGTD     infbits<>+0(SB), Z19, K2
+	VPANDD       one_i<>+0(SB), Z10, Z19
 	VPADDD       round<>+0(SB), Z9, Z9
-	VPADDD       Z21, Z9, Z9
+	VPADDD       Z19, Z9, Z9
 	VPSRLD       $0x10, Z9, Z9
 	VPORD        quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW      Z9, 96(R8)
-	ADDQ         R9, R8
+	VPMOVDW      Z9, 96(R9)
+	ADDQ         R10, R9
 
 stateKVbf16AVX512_nostorerow_1:
-	TESTQ   R10, R10
+	TESTQ   R11, R11
 	JZ      stateKVbf16AVX512_nocarryrow_1
 	VMOVUPS (AX), Z9
-	VMOVUPS Z9, (R10)
+	VMOVUPS Z9, (R11)
 	VMOVUPS 64(AX), Z9
-	VMOVUPS Z9, 64(R10)
+	VMOVUPS Z9, 64(R11)
 	VMOVUPS 128(AX), Z9
-	VMOVUPS Z9, 128(R10)
+	VMOVUPS Z9, 128(R11)
 	VMOVUPS 192(AX), Z9
-	VMOVUPS Z9, 192(R10)
-	ADDQ    R11, R10
+	VMOVUPS Z9, 192(R11)
+	ADDQ    R8, R11
 
 stateKVbf16AVX512_nocarryrow_1:
 	ADDQ $0x00000100, AX
@@ -6461,33 +6347,33 @@ stateKVbf16AVX512_far_1:
 	VBROADCASTSS 12(AX), Z10
 	MOVQ         80(SP), AX
 	MOVQ         88(SP), CX
-	VMOVUPS      (AX), Z17
+	VMOVUPS      (AX), Z15
 	VMULPS       Z0, Z8, Z0
-	VSUBPS       Z0, Z17, Z17
-	VMULPS       Z17, Z9, Z17
+	VSUBPS       Z0, Z15, Z15
+	VMULPS       Z15, Z9, Z15
 	VMULPS       Z1, Z8, Z1
-	VFMADD231PS  Z17, Z10, Z1
+	VFMADD231PS  Z15, Z10, Z1
 	VMOVUPS      Z1, (CX)
-	VMOVUPS      64(AX), Z18
+	VMOVUPS      64(AX), Z16
 	VMULPS       Z2, Z8, Z2
-	VSUBPS       Z2, Z18, Z18
-	VMULPS       Z18, Z9, Z18
+	VSUBPS       Z2, Z16, Z16
+	VMULPS       Z16, Z9, Z16
 	VMULPS       Z3, Z8, Z3
-	VFMADD231PS  Z18, Z10, Z3
+	VFMADD231PS  Z16, Z10, Z3
 	VMOVUPS      Z3, 64(CX)
-	VMOVUPS      128(AX), Z19
+	VMOVUPS      128(AX), Z17
 	VMULPS       Z4, Z8, Z4
-	VSUBPS       Z4, Z19, Z19
-	VMULPS       Z19, Z9, Z19
+	VSUBPS       Z4, Z17, Z17
+	VMULPS       Z17, Z9, Z17
 	VMULPS       Z5, Z8, Z5
-	VFMADD231PS  Z19, Z10, Z5
+	VFMADD231PS  Z17, Z10, Z5
 	VMOVUPS      Z5, 128(CX)
-	VMOVUPS      192(AX), Z20
+	VMOVUPS      192(AX), Z18
 	VMULPS       Z6, Z8, Z6
-	VSUBPS       Z6, Z20, Z20
-	VMULPS       Z20, Z9, Z20
+	VSUBPS       Z6, Z18, Z18
+	VMULPS       Z18, Z9, Z18
 	VMULPS       Z7, Z8, Z7
-	VFMADD231PS  Z20, Z10, Z7
+	VFMADD231PS  Z18, Z10, Z7
 	VMOVUPS      Z7, 192(CX)
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
@@ -6505,118 +6391,117 @@ stateKVbf16AVX512_far_1:
 	MOVQ  56(SP), BX
 	MOVQ  64(SP), SI
 	MOVQ  72(SP), DI
-	MOVQ  48(SP), R9
-	MOVQ  16(SP), R10
-	MOVQ  stores_base+64(FP), R8
-	MOVQ  (R8)(R9*8), R8
-	TESTQ R8, R8
+	MOVQ  16(SP), R8
+	MOVQ  48(SP), R10
+	MOVQ  stores_base+64(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
 	JZ    stateKVbf16AVX512_nostore_2
-	LEAQ  (R8)(R10*2), R8
+	LEAQ  (R9)(R8*2), R9
 
 stateKVbf16AVX512_nostore_2:
-	MOVQ  V+8(FP), R9
-	SHLQ  $0x01, R9
-	MOVQ  48(SP), R11
-	INCQ  R11
-	MOVQ  tok_len+224(FP), R12
-	SHRQ  $0x02, R12
-	XORQ  R10, R10
-	CMPQ  R11, R12
+	MOVQ  V+8(FP), R10
+	SHLQ  $0x01, R10
+	MOVQ  48(SP), R12
+	INCQ  R12
+	MOVQ  tok_len+224(FP), R13
+	SHRQ  $0x02, R13
+	XORQ  R11, R11
+	CMPQ  R12, R13
 	JNE   stateKVbf16AVX512_nocarry_2
-	MOVQ  carry_base+88(FP), R10
-	TESTQ R10, R10
+	MOVQ  carry_base+88(FP), R11
+	TESTQ R11, R11
 	JZ    stateKVbf16AVX512_nocarry_2
-	MOVQ  16(SP), R11
-	LEAQ  (R10)(R11*4), R10
+	LEAQ  (R11)(R8*4), R11
 
 stateKVbf16AVX512_nocarry_2:
-	MOVQ V+8(FP), R11
-	SHLQ $0x02, R11
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
 
 stateKVbf16AVX512_rows_2:
 	VBROADCASTSS (BX)(CX*4), Z9
 	VBROADCASTSS (SI)(CX*4), Z10
-	VBROADCASTSS (DI)(CX*4), Z21
-	VMOVUPS      (AX), Z22
-	VMULPS       Z22, Z8, Z22
-	VFMADD231PS  Z17, Z9, Z22
-	VMOVUPS      Z22, (AX)
-	VFMADD231PS  Z22, Z10, Z0
-	VFMADD231PS  Z22, Z21, Z1
-	VMOVUPS      64(AX), Z22
-	VMULPS       Z22, Z8, Z22
-	VFMADD231PS  Z18, Z9, Z22
-	VMOVUPS      Z22, 64(AX)
-	VFMADD231PS  Z22, Z10, Z2
-	VFMADD231PS  Z22, Z21, Z3
-	VMOVUPS      128(AX), Z22
-	VMULPS       Z22, Z8, Z22
-	VFMADD231PS  Z19, Z9, Z22
-	VMOVUPS      Z22, 128(AX)
-	VFMADD231PS  Z22, Z10, Z4
-	VFMADD231PS  Z22, Z21, Z5
-	VMOVUPS      192(AX), Z22
-	VMULPS       Z22, Z8, Z22
-	VFMADD231PS  Z20, Z9, Z22
-	VMOVUPS      Z22, 192(AX)
-	VFMADD231PS  Z22, Z10, Z6
-	VFMADD231PS  Z22, Z21, Z7
-	TESTQ        R8, R8
+	VBROADCASTSS (DI)(CX*4), Z19
+	VMOVUPS      (AX), Z20
+	VMULPS       Z20, Z8, Z20
+	VFMADD231PS  Z15, Z9, Z20
+	VMOVUPS      Z20, (AX)
+	VFMADD231PS  Z20, Z10, Z0
+	VFMADD231PS  Z20, Z19, Z1
+	VMOVUPS      64(AX), Z20
+	VMULPS       Z20, Z8, Z20
+	VFMADD231PS  Z16, Z9, Z20
+	VMOVUPS      Z20, 64(AX)
+	VFMADD231PS  Z20, Z10, Z2
+	VFMADD231PS  Z20, Z19, Z3
+	VMOVUPS      128(AX), Z20
+	VMULPS       Z20, Z8, Z20
+	VFMADD231PS  Z17, Z9, Z20
+	VMOVUPS      Z20, 128(AX)
+	VFMADD231PS  Z20, Z10, Z4
+	VFMADD231PS  Z20, Z19, Z5
+	VMOVUPS      192(AX), Z20
+	VMULPS       Z20, Z8, Z20
+	VFMADD231PS  Z18, Z9, Z20
+	VMOVUPS      Z20, 192(AX)
+	VFMADD231PS  Z20, Z10, Z6
+	VFMADD231PS  Z20, Z19, Z7
+	TESTQ        R9, R9
 	JZ           stateKVbf16AVX512_nostorerow_2
 	VMOVUPS      (AX), Z9
 	VPSRLD       $0x10, Z9, Z10
-	VPANDD       absmask<>+0(SB), Z9, Z21
-	VPCMPGTD     infbits<>+0(SB), Z21, K2
-	VPANDD       one_i<>+0(SB), Z10, Z21
+	VPANDD       absmask<>+0(SB), Z9, Z19
+	VPCMPGTD     infbits<>+0(SB), Z19, K2
+	VPANDD       one_i<>+0(SB), Z10, Z19
 	VPADDD       round<>+0(SB), Z9, Z9
-	VPADDD       Z21, Z9, Z9
+	VPADDD       Z19, Z9, Z9
 	VPSRLD       $0x10, Z9, Z9
 	VPORD        quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW      Z9, (R8)
+	VPMOVDW      Z9, (R9)
 	VMOVUPS      64(AX), Z9
 	VPSRLD       $0x10, Z9, Z10
-	VPANDD       absmask<>+0(SB), Z9, Z21
-	VPCMPGTD     infbits<>+0(SB), Z21, K2
-	VPANDD       one_i<>+0(SB), Z10, Z21
+	VPANDD       absmask<>+0(SB), Z9, Z19
+	VPCMPGTD     infbits<>+0(SB), Z19, K2
+	VPANDD       one_i<>+0(SB), Z10, Z19
 	VPADDD       round<>+0(SB), Z9, Z9
-	VPADDD       Z21, Z9, Z9
+	VPADDD       Z19, Z9, Z9
 	VPSRLD       $0x10, Z9, Z9
 	VPORD        quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW      Z9, 32(R8)
+	VPMOVDW      Z9, 32(R9)
 	VMOVUPS      128(AX), Z9
 	VPSRLD       $0x10, Z9, Z10
-	VPANDD       absmask<>+0(SB), Z9, Z21
-	VPCMPGTD     infbits<>+0(SB), Z21, K2
-	VPANDD       one_i<>+0(SB), Z10, Z21
+	VPANDD       absmask<>+0(SB), Z9, Z19
+	VPCMPGTD     infbits<>+0(SB), Z19, K2
+	VPANDD       one_i<>+0(SB), Z10, Z19
 	VPADDD       round<>+0(SB), Z9, Z9
-	VPADDD       Z21, Z9, Z9
+	VPADDD       Z19, Z9, Z9
 	VPSRLD       $0x10, Z9, Z9
 	VPORD        quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW      Z9, 64(R8)
+	VPMOVDW      Z9, 64(R9)
 	VMOVUPS      192(AX), Z9
 	VPSRLD       $0x10, Z9, Z10
-	VPANDD       absmask<>+0(SB), Z9, Z21
-	VPCMPGTD     infbits<>+0(SB), Z21, K2
-	VPANDD       one_i<>+0(SB), Z10, Z21
+	VPANDD       absmask<>+0(SB), Z9, Z19
+	VPCMPGTD     infbits<>+0(SB), Z19, K2
+	VPANDD       one_i<>+0(SB), Z10, Z19
 	VPADDD       round<>+0(SB), Z9, Z9
-	VPADDD       Z21, Z9, Z9
+	VPADDD       Z19, Z9, Z9
 	VPSRLD       $0x10, Z9, Z9
 	VPORD        quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW      Z9, 96(R8)
-	ADDQ         R9, R8
+	VPMOVDW      Z9, 96(R9)
+	ADDQ         R10, R9
 
 stateKVbf16AVX512_nostorerow_2:
-	TESTQ   R10, R10
+	TESTQ   R11, R11
 	JZ      stateKVbf16AVX512_nocarryrow_2
 	VMOVUPS (AX), Z9
-	VMOVUPS Z9, (R10)
+	VMOVUPS Z9, (R11)
 	VMOVUPS 64(AX), Z9
-	VMOVUPS Z9, 64(R10)
+	VMOVUPS Z9, 64(R11)
 	VMOVUPS 128(AX), Z9
-	VMOVUPS Z9, 128(R10)
+	VMOVUPS Z9, 128(R11)
 	VMOVUPS 192(AX), Z9
-	VMOVUPS Z9, 192(R10)
-	ADDQ    R11, R10
+	VMOVUPS Z9, 192(R11)
+	ADDQ    R8, R11
 
 stateKVbf16AVX512_nocarryrow_2:
 	ADDQ $0x00000100, AX
@@ -6644,7 +6529,6 @@ stateKVbf16AVX512_tokdone_1:
 	JMP  stateKVbf16AVX512_blockdone_1
 
 stateKVbf16AVX512_span_1:
-	// Any other block: 3 full vectors guarded, then the masked one.
 	MOVQ         AX, CX
 	DECQ         CX
 	ANDQ         $-16, CX
@@ -6653,6 +6537,309 @@ stateKVbf16AVX512_span_1:
 	VPBROADCASTD DX, Z0
 	VPCMPGTD     iota<>+0(SB), Z0, K1
 
+	// A block of 1 vector (V = 80: the 16 columns after 64), masked: no guard.
+	CMPQ AX, $0x00000010
+	JA   stateKVbf16AVX512_span_2
+
+	// Block of up to 16 columns (rows in work of whole vectors): pass 0 loads it, with token 0's read.
+	MOVQ  K+0(FP), AX
+	MOVQ  16(SP), CX
+	MOVQ  src32_base+40(FP), DX
+	TESTQ DX, DX
+	JZ    stateKVbf16AVX512_from16_2
+
+	// From src32 (f32).
+	MOVQ         V+8(FP), BX
+	LEAQ         (DX)(CX*4), DX
+	SHLQ         $0x02, BX
+	VBROADCASTSS zero<>+0(SB), Z0
+	VBROADCASTSS zero<>+0(SB), Z1
+	MOVQ         kh_base+112(FP), SI
+	MOVQ         qh_base+136(FP), DI
+	MOVQ         (SP), R8
+	XORQ         R9, R9
+
+stateKVbf16AVX512_pass0_3:
+	VBROADCASTSS (SI)(R9*4), Z2
+	VBROADCASTSS (DI)(R9*4), Z3
+	VMOVUPS.Z    (DX), K1, Z4
+	VMOVUPS      Z4, (R8)
+	VFMADD231PS  Z4, Z2, Z0
+	VFMADD231PS  Z4, Z3, Z1
+	ADDQ         BX, DX
+	ADDQ         $0x00000040, R8
+	INCQ         R9
+	CMPQ         R9, AX
+	JB           stateKVbf16AVX512_pass0_3
+	JMP          stateKVbf16AVX512_loaded_2
+
+stateKVbf16AVX512_from16_2:
+	// From src (bf16).
+	MOVQ         src_base+16(FP), DX
+	MOVQ         V+8(FP), BX
+	LEAQ         (DX)(CX*2), DX
+	SHLQ         $0x01, BX
+	VBROADCASTSS zero<>+0(SB), Z0
+	VBROADCASTSS zero<>+0(SB), Z1
+	MOVQ         kh_base+112(FP), SI
+	MOVQ         qh_base+136(FP), DI
+	MOVQ         (SP), R8
+	XORQ         R9, R9
+
+stateKVbf16AVX512_pass0_4:
+	VBROADCASTSS (SI)(R9*4), Z2
+	VBROADCASTSS (DI)(R9*4), Z3
+	VPMOVZXWD.Z  (DX), K1, Z4
+	VPSLLD       $0x10, Z4, Z4
+	VMOVUPS      Z4, (R8)
+	VFMADD231PS  Z4, Z2, Z0
+	VFMADD231PS  Z4, Z3, Z1
+	ADDQ         BX, DX
+	ADDQ         $0x00000040, R8
+	INCQ         R9
+	CMPQ         R9, AX
+	JB           stateKVbf16AVX512_pass0_4
+
+stateKVbf16AVX512_loaded_2:
+	// The tokens.
+	XORQ AX, AX
+	MOVQ AX, 48(SP)
+	MOVQ kh_base+112(FP), AX
+	MOVQ AX, 56(SP)
+	MOVQ tok_base+216(FP), AX
+	MOVQ AX, 96(SP)
+	MOVQ v_base+160(FP), AX
+	LEAQ (AX)(CX*4), AX
+	MOVQ AX, 80(SP)
+	MOVQ o_base+192(FP), AX
+	LEAQ (AX)(CX*4), AX
+	MOVQ AX, 88(SP)
+
+stateKVbf16AVX512_token_2:
+	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
+	MOVQ 48(SP), AX
+	MOVQ K+0(FP), CX
+	INCQ AX
+	MOVQ tok_len+224(FP), DX
+	SHRQ $0x02, DX
+	CMPQ AX, DX
+	JB   stateKVbf16AVX512_notlast_2
+	DECQ AX
+
+stateKVbf16AVX512_notlast_2:
+	IMULQ    CX, AX
+	MOVQ     kh_base+112(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 64(SP)
+	MOVQ     qh_base+136(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 72(SP)
+	MOVQ     96(SP), AX
+	VMOVSS   (AX), X2
+	VUCOMISS nearone<>+0(SB), X2
+	JCS      stateKVbf16AVX512_far_2
+
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         96(SP), AX
+	VBROADCASTSS (AX), Z2
+	VBROADCASTSS 8(AX), Z3
+	VBROADCASTSS 12(AX), Z4
+	MOVQ         80(SP), AX
+	MOVQ         88(SP), CX
+	VMOVUPS.Z    (AX), K1, Z5
+	VFMADD213PS  Z0, Z2, Z0
+	VSUBPS       Z0, Z5, Z5
+	VMULPS       Z5, Z3, Z5
+	VFMADD213PS  Z1, Z2, Z1
+	VFMADD231PS  Z5, Z4, Z1
+	VMOVUPS      Z1, K1, (CX)
+	VBROADCASTSS zero<>+0(SB), Z0
+	VBROADCASTSS zero<>+0(SB), Z1
+
+	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  56(SP), BX
+	MOVQ  64(SP), SI
+	MOVQ  72(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  48(SP), R10
+	MOVQ  stores_base+64(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
+	JZ    stateKVbf16AVX512_nostore_3
+	LEAQ  (R9)(R8*2), R9
+
+stateKVbf16AVX512_nostore_3:
+	MOVQ  V+8(FP), R10
+	SHLQ  $0x01, R10
+	MOVQ  48(SP), R12
+	INCQ  R12
+	MOVQ  tok_len+224(FP), R13
+	SHRQ  $0x02, R13
+	XORQ  R11, R11
+	CMPQ  R12, R13
+	JNE   stateKVbf16AVX512_nocarry_3
+	MOVQ  carry_base+88(FP), R11
+	TESTQ R11, R11
+	JZ    stateKVbf16AVX512_nocarry_3
+	LEAQ  (R11)(R8*4), R11
+
+stateKVbf16AVX512_nocarry_3:
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
+
+stateKVbf16AVX512_rows_3:
+	VBROADCASTSS (BX)(CX*4), Z3
+	VBROADCASTSS (SI)(CX*4), Z4
+	VBROADCASTSS (DI)(CX*4), Z6
+	VMOVUPS      (AX), Z7
+	VFMADD213PS  Z7, Z2, Z7
+	VFMADD231PS  Z5, Z3, Z7
+	VMOVUPS      Z7, (AX)
+	VFMADD231PS  Z7, Z4, Z0
+	VFMADD231PS  Z7, Z6, Z1
+	TESTQ        R9, R9
+	JZ           stateKVbf16AVX512_nostorerow_3
+	VMOVUPS      (AX), Z3
+	VPSRLD       $0x10, Z3, Z4
+	VPANDD       absmask<>+0(SB), Z3, Z6
+	VPCMPGTD     infbits<>+0(SB), Z6, K2
+	VPANDD       one_i<>+0(SB), Z4, Z6
+	VPADDD       round<>+0(SB), Z3, Z3
+	VPADDD       Z6, Z3, Z3
+	VPSRLD       $0x10, Z3, Z3
+	VPORD        quiet<>+0(SB), Z4, K2, Z3
+	VPMOVDW      Z3, K1, (R9)
+	ADDQ         R10, R9
+
+stateKVbf16AVX512_nostorerow_3:
+	TESTQ   R11, R11
+	JZ      stateKVbf16AVX512_nocarryrow_3
+	VMOVUPS (AX), Z3
+	VMOVUPS Z3, K1, (R11)
+	ADDQ    R8, R11
+
+stateKVbf16AVX512_nocarryrow_3:
+	ADDQ $0x00000040, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVbf16AVX512_rows_3
+	JMP  stateKVbf16AVX512_tokdone_2
+
+stateKVbf16AVX512_far_2:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         96(SP), AX
+	VBROADCASTSS 4(AX), Z2
+	VBROADCASTSS 8(AX), Z3
+	VBROADCASTSS 12(AX), Z4
+	MOVQ         80(SP), AX
+	MOVQ         88(SP), CX
+	VMOVUPS.Z    (AX), K1, Z5
+	VMULPS       Z0, Z2, Z0
+	VSUBPS       Z0, Z5, Z5
+	VMULPS       Z5, Z3, Z5
+	VMULPS       Z1, Z2, Z1
+	VFMADD231PS  Z5, Z4, Z1
+	VMOVUPS      Z1, K1, (CX)
+	VBROADCASTSS zero<>+0(SB), Z0
+	VBROADCASTSS zero<>+0(SB), Z1
+
+	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  56(SP), BX
+	MOVQ  64(SP), SI
+	MOVQ  72(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  48(SP), R10
+	MOVQ  stores_base+64(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
+	JZ    stateKVbf16AVX512_nostore_4
+	LEAQ  (R9)(R8*2), R9
+
+stateKVbf16AVX512_nostore_4:
+	MOVQ  V+8(FP), R10
+	SHLQ  $0x01, R10
+	MOVQ  48(SP), R12
+	INCQ  R12
+	MOVQ  tok_len+224(FP), R13
+	SHRQ  $0x02, R13
+	XORQ  R11, R11
+	CMPQ  R12, R13
+	JNE   stateKVbf16AVX512_nocarry_4
+	MOVQ  carry_base+88(FP), R11
+	TESTQ R11, R11
+	JZ    stateKVbf16AVX512_nocarry_4
+	LEAQ  (R11)(R8*4), R11
+
+stateKVbf16AVX512_nocarry_4:
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
+
+stateKVbf16AVX512_rows_4:
+	VBROADCASTSS (BX)(CX*4), Z3
+	VBROADCASTSS (SI)(CX*4), Z4
+	VBROADCASTSS (DI)(CX*4), Z6
+	VMOVUPS      (AX), Z7
+	VMULPS       Z7, Z2, Z7
+	VFMADD231PS  Z5, Z3, Z7
+	VMOVUPS      Z7, (AX)
+	VFMADD231PS  Z7, Z4, Z0
+	VFMADD231PS  Z7, Z6, Z1
+	TESTQ        R9, R9
+	JZ           stateKVbf16AVX512_nostorerow_4
+	VMOVUPS      (AX), Z3
+	VPSRLD       $0x10, Z3, Z4
+	VPANDD       absmask<>+0(SB), Z3, Z6
+	VPCMPGTD     infbits<>+0(SB), Z6, K2
+	VPANDD       one_i<>+0(SB), Z4, Z6
+	VPADDD       round<>+0(SB), Z3, Z3
+	VPADDD       Z6, Z3, Z3
+	VPSRLD       $0x10, Z3, Z3
+	VPORD        quiet<>+0(SB), Z4, K2, Z3
+	VPMOVDW      Z3, K1, (R9)
+	ADDQ         R10, R9
+
+stateKVbf16AVX512_nostorerow_4:
+	TESTQ   R11, R11
+	JZ      stateKVbf16AVX512_nocarryrow_4
+	VMOVUPS (AX), Z3
+	VMOVUPS Z3, K1, (R11)
+	ADDQ    R8, R11
+
+stateKVbf16AVX512_nocarryrow_4:
+	ADDQ $0x00000040, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVbf16AVX512_rows_4
+
+stateKVbf16AVX512_tokdone_2:
+	MOVQ 64(SP), AX
+	MOVQ AX, 56(SP)
+	ADDQ $0x10, 96(SP)
+	MOVQ vs+184(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 80(SP)
+	MOVQ V+8(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 88(SP)
+	MOVQ 48(SP), CX
+	INCQ CX
+	MOVQ CX, 48(SP)
+	MOVQ tok_len+224(FP), AX
+	SHRQ $0x02, AX
+	CMPQ CX, AX
+	JB   stateKVbf16AVX512_token_2
+	JMP  stateKVbf16AVX512_blockdone_1
+
+stateKVbf16AVX512_span_2:
+	// Any other block: 3 full vectors (the first 2 of them guarded), then the masked one.
 	// Row bytes in work: whole vectors.
 	ADDQ $0x0f, AX
 	ANDQ $-16, AX
@@ -6664,7 +6851,7 @@ stateKVbf16AVX512_span_1:
 	MOVQ  16(SP), DX
 	MOVQ  src32_base+40(FP), BX
 	TESTQ BX, BX
-	JZ    stateKVbf16AVX512_from16_2
+	JZ    stateKVbf16AVX512_from16_3
 
 	// From src32 (f32).
 	MOVQ         V+8(FP), SI
@@ -6683,11 +6870,9 @@ stateKVbf16AVX512_span_1:
 	MOVQ         (SP), R9
 	XORQ         R10, R10
 
-stateKVbf16AVX512_pass0_3:
+stateKVbf16AVX512_pass0_5:
 	VBROADCASTSS (DI)(R10*4), Z8
 	VBROADCASTSS (R8)(R10*4), Z9
-	CMPQ         CX, $0x00000000
-	JBE          stateKVbf16AVX512_spantail_1
 	VMOVUPS      (BX), Z10
 	VMOVUPS      Z10, (R9)
 	VFMADD231PS  Z10, Z8, Z0
@@ -6714,10 +6899,10 @@ stateKVbf16AVX512_spantail_1:
 	ADDQ        40(SP), R9
 	INCQ        R10
 	CMPQ        R10, AX
-	JB          stateKVbf16AVX512_pass0_3
-	JMP         stateKVbf16AVX512_loaded_2
+	JB          stateKVbf16AVX512_pass0_5
+	JMP         stateKVbf16AVX512_loaded_3
 
-stateKVbf16AVX512_from16_2:
+stateKVbf16AVX512_from16_3:
 	// From src (bf16).
 	MOVQ         src_base+16(FP), BX
 	MOVQ         V+8(FP), SI
@@ -6736,11 +6921,9 @@ stateKVbf16AVX512_from16_2:
 	MOVQ         (SP), R9
 	XORQ         R10, R10
 
-stateKVbf16AVX512_pass0_4:
+stateKVbf16AVX512_pass0_6:
 	VBROADCASTSS (DI)(R10*4), Z8
 	VBROADCASTSS (R8)(R10*4), Z9
-	CMPQ         CX, $0x00000000
-	JBE          stateKVbf16AVX512_spantail_2
 	VPMOVZXWD    (BX), Z10
 	VPSLLD       $0x10, Z10, Z10
 	VMOVUPS      Z10, (R9)
@@ -6771,9 +6954,9 @@ stateKVbf16AVX512_spantail_2:
 	ADDQ        40(SP), R9
 	INCQ        R10
 	CMPQ        R10, AX
-	JB          stateKVbf16AVX512_pass0_4
+	JB          stateKVbf16AVX512_pass0_6
 
-stateKVbf16AVX512_loaded_2:
+stateKVbf16AVX512_loaded_3:
 	// The tokens.
 	XORQ AX, AX
 	MOVQ AX, 48(SP)
@@ -6788,7 +6971,7 @@ stateKVbf16AVX512_loaded_2:
 	LEAQ (AX)(DX*4), AX
 	MOVQ AX, 88(SP)
 
-stateKVbf16AVX512_token_2:
+stateKVbf16AVX512_token_3:
 	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
 	MOVQ 48(SP), AX
 	MOVQ K+0(FP), DX
@@ -6796,10 +6979,10 @@ stateKVbf16AVX512_token_2:
 	MOVQ tok_len+224(FP), BX
 	SHRQ $0x02, BX
 	CMPQ AX, BX
-	JB   stateKVbf16AVX512_notlast_2
+	JB   stateKVbf16AVX512_notlast_3
 	DECQ AX
 
-stateKVbf16AVX512_notlast_2:
+stateKVbf16AVX512_notlast_3:
 	IMULQ    DX, AX
 	MOVQ     kh_base+112(FP), DX
 	LEAQ     (DX)(AX*4), DX
@@ -6810,7 +6993,7 @@ stateKVbf16AVX512_notlast_2:
 	MOVQ     96(SP), AX
 	VMOVSS   (AX), X8
 	VUCOMISS nearone<>+0(SB), X8
-	JCS      stateKVbf16AVX512_far_2
+	JCS      stateKVbf16AVX512_far_3
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
@@ -6820,41 +7003,39 @@ stateKVbf16AVX512_notlast_2:
 	VBROADCASTSS 12(AX), Z10
 	MOVQ         80(SP), AX
 	MOVQ         88(SP), DX
-	CMPQ         CX, $0x00000000
-	JBE          stateKVbf16AVX512_spantail_3
-	VMOVUPS      (AX), Z11
+	VMOVUPS      (AX), Z15
 	VFMADD213PS  Z0, Z8, Z0
-	VSUBPS       Z0, Z11, Z11
-	VMULPS       Z11, Z9, Z11
+	VSUBPS       Z0, Z15, Z15
+	VMULPS       Z15, Z9, Z15
 	VFMADD213PS  Z1, Z8, Z1
-	VFMADD231PS  Z11, Z10, Z1
+	VFMADD231PS  Z15, Z10, Z1
 	VMOVUPS      Z1, (DX)
 	CMPQ         CX, $0x00000010
 	JBE          stateKVbf16AVX512_spantail_3
-	VMOVUPS      64(AX), Z12
+	VMOVUPS      64(AX), Z11
 	VFMADD213PS  Z2, Z8, Z2
-	VSUBPS       Z2, Z12, Z12
-	VMULPS       Z12, Z9, Z12
+	VSUBPS       Z2, Z11, Z11
+	VMULPS       Z11, Z9, Z11
 	VFMADD213PS  Z3, Z8, Z3
-	VFMADD231PS  Z12, Z10, Z3
+	VFMADD231PS  Z11, Z10, Z3
 	VMOVUPS      Z3, 64(DX)
 	CMPQ         CX, $0x00000020
 	JBE          stateKVbf16AVX512_spantail_3
-	VMOVUPS      128(AX), Z13
+	VMOVUPS      128(AX), Z12
 	VFMADD213PS  Z4, Z8, Z4
-	VSUBPS       Z4, Z13, Z13
-	VMULPS       Z13, Z9, Z13
+	VSUBPS       Z4, Z12, Z12
+	VMULPS       Z12, Z9, Z12
 	VFMADD213PS  Z5, Z8, Z5
-	VFMADD231PS  Z13, Z10, Z5
+	VFMADD231PS  Z12, Z10, Z5
 	VMOVUPS      Z5, 128(DX)
 
 stateKVbf16AVX512_spantail_3:
-	VMOVUPS.Z    (AX)(CX*4), K1, Z17
+	VMOVUPS.Z    (AX)(CX*4), K1, Z16
 	VFMADD213PS  Z6, Z8, Z6
-	VSUBPS       Z6, Z17, Z17
-	VMULPS       Z17, Z9, Z17
+	VSUBPS       Z6, Z16, Z16
+	VMULPS       Z16, Z9, Z16
 	VFMADD213PS  Z7, Z8, Z7
-	VFMADD231PS  Z17, Z10, Z7
+	VFMADD231PS  Z16, Z10, Z7
 	VMOVUPS      Z7, K1, (DX)(CX*4)
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
@@ -6872,151 +7053,144 @@ stateKVbf16AVX512_spantail_3:
 	MOVQ  56(SP), SI
 	MOVQ  64(SP), DI
 	MOVQ  72(SP), R8
-	MOVQ  48(SP), R10
-	MOVQ  16(SP), R11
-	MOVQ  stores_base+64(FP), R9
-	MOVQ  (R9)(R10*8), R9
-	TESTQ R9, R9
-	JZ    stateKVbf16AVX512_nostore_3
-	LEAQ  (R9)(R11*2), R9
+	MOVQ  16(SP), R9
+	MOVQ  48(SP), R11
+	MOVQ  stores_base+64(FP), R10
+	MOVQ  (R10)(R11*8), R10
+	TESTQ R10, R10
+	JZ    stateKVbf16AVX512_nostore_5
+	LEAQ  (R10)(R9*2), R10
 
-stateKVbf16AVX512_nostore_3:
-	MOVQ  V+8(FP), R10
-	SHLQ  $0x01, R10
-	MOVQ  48(SP), R12
-	INCQ  R12
-	MOVQ  tok_len+224(FP), R13
-	SHRQ  $0x02, R13
-	XORQ  R11, R11
-	CMPQ  R12, R13
-	JNE   stateKVbf16AVX512_nocarry_3
-	MOVQ  carry_base+88(FP), R11
-	TESTQ R11, R11
-	JZ    stateKVbf16AVX512_nocarry_3
-	MOVQ  16(SP), R12
-	LEAQ  (R11)(R12*4), R11
+stateKVbf16AVX512_nostore_5:
+	MOVQ  V+8(FP), R11
+	SHLQ  $0x01, R11
+	MOVQ  48(SP), R13
+	INCQ  R13
+	MOVQ  tok_len+224(FP), R14
+	SHRQ  $0x02, R14
+	XORQ  R12, R12
+	CMPQ  R13, R14
+	JNE   stateKVbf16AVX512_nocarry_5
+	MOVQ  carry_base+88(FP), R12
+	TESTQ R12, R12
+	JZ    stateKVbf16AVX512_nocarry_5
+	LEAQ  (R12)(R9*4), R12
 
-stateKVbf16AVX512_nocarry_3:
-	MOVQ V+8(FP), R12
-	SHLQ $0x02, R12
+stateKVbf16AVX512_nocarry_5:
+	MOVQ V+8(FP), R9
+	SHLQ $0x02, R9
 
-stateKVbf16AVX512_rows_3:
+stateKVbf16AVX512_rows_5:
 	VBROADCASTSS (SI)(DX*4), Z9
 	VBROADCASTSS (DI)(DX*4), Z10
-	VBROADCASTSS (R8)(DX*4), Z18
-	CMPQ         CX, $0x00000000
-	JBE          stateKVbf16AVX512_spantail_4
-	VMOVUPS      (AX), Z19
-	VFMADD213PS  Z19, Z8, Z19
-	VFMADD231PS  Z11, Z9, Z19
-	VMOVUPS      Z19, (AX)
-	VFMADD231PS  Z19, Z10, Z0
-	VFMADD231PS  Z19, Z18, Z1
+	VBROADCASTSS (R8)(DX*4), Z17
+	VMOVUPS      (AX), Z18
+	VFMADD213PS  Z18, Z8, Z18
+	VFMADD231PS  Z15, Z9, Z18
+	VMOVUPS      Z18, (AX)
+	VFMADD231PS  Z18, Z10, Z0
+	VFMADD231PS  Z18, Z17, Z1
 	CMPQ         CX, $0x00000010
 	JBE          stateKVbf16AVX512_spantail_4
-	VMOVUPS      64(AX), Z19
-	VFMADD213PS  Z19, Z8, Z19
-	VFMADD231PS  Z12, Z9, Z19
-	VMOVUPS      Z19, 64(AX)
-	VFMADD231PS  Z19, Z10, Z2
-	VFMADD231PS  Z19, Z18, Z3
+	VMOVUPS      64(AX), Z18
+	VFMADD213PS  Z18, Z8, Z18
+	VFMADD231PS  Z11, Z9, Z18
+	VMOVUPS      Z18, 64(AX)
+	VFMADD231PS  Z18, Z10, Z2
+	VFMADD231PS  Z18, Z17, Z3
 	CMPQ         CX, $0x00000020
 	JBE          stateKVbf16AVX512_spantail_4
-	VMOVUPS      128(AX), Z19
-	VFMADD213PS  Z19, Z8, Z19
-	VFMADD231PS  Z13, Z9, Z19
-	VMOVUPS      Z19, 128(AX)
-	VFMADD231PS  Z19, Z10, Z4
-	VFMADD231PS  Z19, Z18, Z5
+	VMOVUPS      128(AX), Z18
+	VFMADD213PS  Z18, Z8, Z18
+	VFMADD231PS  Z12, Z9, Z18
+	VMOVUPS      Z18, 128(AX)
+	VFMADD231PS  Z18, Z10, Z4
+	VFMADD231PS  Z18, Z17, Z5
 
 stateKVbf16AVX512_spantail_4:
-	VMOVUPS     (AX)(CX*4), Z19
-	VFMADD213PS Z19, Z8, Z19
-	VFMADD231PS Z17, Z9, Z19
-	VMOVUPS     Z19, (AX)(CX*4)
-	VFMADD231PS Z19, Z10, Z6
-	VFMADD231PS Z19, Z18, Z7
-	TESTQ       R9, R9
-	JZ          stateKVbf16AVX512_nostorerow_3
-	CMPQ        CX, $0x00000000
-	JBE         stateKVbf16AVX512_spantail_5
+	VMOVUPS     (AX)(CX*4), Z18
+	VFMADD213PS Z18, Z8, Z18
+	VFMADD231PS Z16, Z9, Z18
+	VMOVUPS     Z18, (AX)(CX*4)
+	VFMADD231PS Z18, Z10, Z6
+	VFMADD231PS Z18, Z17, Z7
+	TESTQ       R10, R10
+	JZ          stateKVbf16AVX512_nostorerow_5
 	VMOVUPS     (AX), Z9
 	VPSRLD      $0x10, Z9, Z10
-	VPANDD      absmask<>+0(SB), Z9, Z18
-	VPCMPGTD    infbits<>+0(SB), Z18, K2
-	VPANDD      one_i<>+0(SB), Z10, Z18
+	VPANDD      absmask<>+0(SB), Z9, Z17
+	VPCMPGTD    infbits<>+0(SB), Z17, K2
+	VPANDD      one_i<>+0(SB), Z10, Z17
 	VPADDD      round<>+0(SB), Z9, Z9
-	VPADDD      Z18, Z9, Z9
+	VPADDD      Z17, Z9, Z9
 	VPSRLD      $0x10, Z9, Z9
 	VPORD       quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW     Z9, (R9)
+	VPMOVDW     Z9, (R10)
 	CMPQ        CX, $0x00000010
 	JBE         stateKVbf16AVX512_spantail_5
 	VMOVUPS     64(AX), Z9
 	VPSRLD      $0x10, Z9, Z10
-	VPANDD      absmask<>+0(SB), Z9, Z18
-	VPCMPGTD    infbits<>+0(SB), Z18, K2
-	VPANDD      one_i<>+0(SB), Z10, Z18
+	VPANDD      absmask<>+0(SB), Z9, Z17
+	VPCMPGTD    infbits<>+0(SB), Z17, K2
+	VPANDD      one_i<>+0(SB), Z10, Z17
 	VPADDD      round<>+0(SB), Z9, Z9
-	VPADDD      Z18, Z9, Z9
+	VPADDD      Z17, Z9, Z9
 	VPSRLD      $0x10, Z9, Z9
 	VPORD       quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW     Z9, 32(R9)
+	VPMOVDW     Z9, 32(R10)
 	CMPQ        CX, $0x00000020
 	JBE         stateKVbf16AVX512_spantail_5
 	VMOVUPS     128(AX), Z9
 	VPSRLD      $0x10, Z9, Z10
-	VPANDD      absmask<>+0(SB), Z9, Z18
-	VPCMPGTD    infbits<>+0(SB), Z18, K2
-	VPANDD      one_i<>+0(SB), Z10, Z18
+	VPANDD      absmask<>+0(SB), Z9, Z17
+	VPCMPGTD    infbits<>+0(SB), Z17, K2
+	VPANDD      one_i<>+0(SB), Z10, Z17
 	VPADDD      round<>+0(SB), Z9, Z9
-	VPADDD      Z18, Z9, Z9
+	VPADDD      Z17, Z9, Z9
 	VPSRLD      $0x10, Z9, Z9
 	VPORD       quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW     Z9, 64(R9)
+	VPMOVDW     Z9, 64(R10)
 
 stateKVbf16AVX512_spantail_5:
 	VMOVUPS  (AX)(CX*4), Z9
 	VPSRLD   $0x10, Z9, Z10
-	VPANDD   absmask<>+0(SB), Z9, Z18
-	VPCMPGTD infbits<>+0(SB), Z18, K2
-	VPANDD   one_i<>+0(SB), Z10, Z18
+	VPANDD   absmask<>+0(SB), Z9, Z17
+	VPCMPGTD infbits<>+0(SB), Z17, K2
+	VPANDD   one_i<>+0(SB), Z10, Z17
 	VPADDD   round<>+0(SB), Z9, Z9
-	VPADDD   Z18, Z9, Z9
+	VPADDD   Z17, Z9, Z9
 	VPSRLD   $0x10, Z9, Z9
 	VPORD    quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW  Z9, K1, (R9)(CX*2)
-	ADDQ     R10, R9
+	VPMOVDW  Z9, K1, (R10)(CX*2)
+	ADDQ     R11, R10
 
-stateKVbf16AVX512_nostorerow_3:
-	TESTQ   R11, R11
-	JZ      stateKVbf16AVX512_nocarryrow_3
-	CMPQ    CX, $0x00000000
-	JBE     stateKVbf16AVX512_spantail_6
+stateKVbf16AVX512_nostorerow_5:
+	TESTQ   R12, R12
+	JZ      stateKVbf16AVX512_nocarryrow_5
 	VMOVUPS (AX), Z9
-	VMOVUPS Z9, (R11)
+	VMOVUPS Z9, (R12)
 	CMPQ    CX, $0x00000010
 	JBE     stateKVbf16AVX512_spantail_6
 	VMOVUPS 64(AX), Z9
-	VMOVUPS Z9, 64(R11)
+	VMOVUPS Z9, 64(R12)
 	CMPQ    CX, $0x00000020
 	JBE     stateKVbf16AVX512_spantail_6
 	VMOVUPS 128(AX), Z9
-	VMOVUPS Z9, 128(R11)
+	VMOVUPS Z9, 128(R12)
 
 stateKVbf16AVX512_spantail_6:
 	VMOVUPS (AX)(CX*4), Z9
-	VMOVUPS Z9, K1, (R11)(CX*4)
-	ADDQ    R12, R11
+	VMOVUPS Z9, K1, (R12)(CX*4)
+	ADDQ    R9, R12
 
-stateKVbf16AVX512_nocarryrow_3:
+stateKVbf16AVX512_nocarryrow_5:
 	ADDQ 40(SP), AX
 	INCQ DX
 	CMPQ DX, BX
-	JB   stateKVbf16AVX512_rows_3
-	JMP  stateKVbf16AVX512_tokdone_2
+	JB   stateKVbf16AVX512_rows_5
+	JMP  stateKVbf16AVX512_tokdone_3
 
-stateKVbf16AVX512_far_2:
+stateKVbf16AVX512_far_3:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	MOVQ         96(SP), AX
@@ -7025,41 +7199,39 @@ stateKVbf16AVX512_far_2:
 	VBROADCASTSS 12(AX), Z10
 	MOVQ         80(SP), AX
 	MOVQ         88(SP), DX
-	CMPQ         CX, $0x00000000
-	JBE          stateKVbf16AVX512_spantail_7
-	VMOVUPS      (AX), Z14
+	VMOVUPS      (AX), Z15
 	VMULPS       Z0, Z8, Z0
-	VSUBPS       Z0, Z14, Z14
-	VMULPS       Z14, Z9, Z14
+	VSUBPS       Z0, Z15, Z15
+	VMULPS       Z15, Z9, Z15
 	VMULPS       Z1, Z8, Z1
-	VFMADD231PS  Z14, Z10, Z1
+	VFMADD231PS  Z15, Z10, Z1
 	VMOVUPS      Z1, (DX)
 	CMPQ         CX, $0x00000010
 	JBE          stateKVbf16AVX512_spantail_7
-	VMOVUPS      64(AX), Z15
+	VMOVUPS      64(AX), Z13
 	VMULPS       Z2, Z8, Z2
-	VSUBPS       Z2, Z15, Z15
-	VMULPS       Z15, Z9, Z15
+	VSUBPS       Z2, Z13, Z13
+	VMULPS       Z13, Z9, Z13
 	VMULPS       Z3, Z8, Z3
-	VFMADD231PS  Z15, Z10, Z3
+	VFMADD231PS  Z13, Z10, Z3
 	VMOVUPS      Z3, 64(DX)
 	CMPQ         CX, $0x00000020
 	JBE          stateKVbf16AVX512_spantail_7
-	VMOVUPS      128(AX), Z16
+	VMOVUPS      128(AX), Z14
 	VMULPS       Z4, Z8, Z4
-	VSUBPS       Z4, Z16, Z16
-	VMULPS       Z16, Z9, Z16
+	VSUBPS       Z4, Z14, Z14
+	VMULPS       Z14, Z9, Z14
 	VMULPS       Z5, Z8, Z5
-	VFMADD231PS  Z16, Z10, Z5
+	VFMADD231PS  Z14, Z10, Z5
 	VMOVUPS      Z5, 128(DX)
 
 stateKVbf16AVX512_spantail_7:
-	VMOVUPS.Z    (AX)(CX*4), K1, Z17
+	VMOVUPS.Z    (AX)(CX*4), K1, Z16
 	VMULPS       Z6, Z8, Z6
-	VSUBPS       Z6, Z17, Z17
-	VMULPS       Z17, Z9, Z17
+	VSUBPS       Z6, Z16, Z16
+	VMULPS       Z16, Z9, Z16
 	VMULPS       Z7, Z8, Z7
-	VFMADD231PS  Z17, Z10, Z7
+	VFMADD231PS  Z16, Z10, Z7
 	VMOVUPS      Z7, K1, (DX)(CX*4)
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
@@ -7077,150 +7249,143 @@ stateKVbf16AVX512_spantail_7:
 	MOVQ  56(SP), SI
 	MOVQ  64(SP), DI
 	MOVQ  72(SP), R8
-	MOVQ  48(SP), R10
-	MOVQ  16(SP), R11
-	MOVQ  stores_base+64(FP), R9
-	MOVQ  (R9)(R10*8), R9
-	TESTQ R9, R9
-	JZ    stateKVbf16AVX512_nostore_4
-	LEAQ  (R9)(R11*2), R9
+	MOVQ  16(SP), R9
+	MOVQ  48(SP), R11
+	MOVQ  stores_base+64(FP), R10
+	MOVQ  (R10)(R11*8), R10
+	TESTQ R10, R10
+	JZ    stateKVbf16AVX512_nostore_6
+	LEAQ  (R10)(R9*2), R10
 
-stateKVbf16AVX512_nostore_4:
-	MOVQ  V+8(FP), R10
-	SHLQ  $0x01, R10
-	MOVQ  48(SP), R12
-	INCQ  R12
-	MOVQ  tok_len+224(FP), R13
-	SHRQ  $0x02, R13
-	XORQ  R11, R11
-	CMPQ  R12, R13
-	JNE   stateKVbf16AVX512_nocarry_4
-	MOVQ  carry_base+88(FP), R11
-	TESTQ R11, R11
-	JZ    stateKVbf16AVX512_nocarry_4
-	MOVQ  16(SP), R12
-	LEAQ  (R11)(R12*4), R11
+stateKVbf16AVX512_nostore_6:
+	MOVQ  V+8(FP), R11
+	SHLQ  $0x01, R11
+	MOVQ  48(SP), R13
+	INCQ  R13
+	MOVQ  tok_len+224(FP), R14
+	SHRQ  $0x02, R14
+	XORQ  R12, R12
+	CMPQ  R13, R14
+	JNE   stateKVbf16AVX512_nocarry_6
+	MOVQ  carry_base+88(FP), R12
+	TESTQ R12, R12
+	JZ    stateKVbf16AVX512_nocarry_6
+	LEAQ  (R12)(R9*4), R12
 
-stateKVbf16AVX512_nocarry_4:
-	MOVQ V+8(FP), R12
-	SHLQ $0x02, R12
+stateKVbf16AVX512_nocarry_6:
+	MOVQ V+8(FP), R9
+	SHLQ $0x02, R9
 
-stateKVbf16AVX512_rows_4:
+stateKVbf16AVX512_rows_6:
 	VBROADCASTSS (SI)(DX*4), Z9
 	VBROADCASTSS (DI)(DX*4), Z10
-	VBROADCASTSS (R8)(DX*4), Z18
-	CMPQ         CX, $0x00000000
-	JBE          stateKVbf16AVX512_spantail_8
-	VMOVUPS      (AX), Z19
-	VMULPS       Z19, Z8, Z19
-	VFMADD231PS  Z14, Z9, Z19
-	VMOVUPS      Z19, (AX)
-	VFMADD231PS  Z19, Z10, Z0
-	VFMADD231PS  Z19, Z18, Z1
+	VBROADCASTSS (R8)(DX*4), Z17
+	VMOVUPS      (AX), Z18
+	VMULPS       Z18, Z8, Z18
+	VFMADD231PS  Z15, Z9, Z18
+	VMOVUPS      Z18, (AX)
+	VFMADD231PS  Z18, Z10, Z0
+	VFMADD231PS  Z18, Z17, Z1
 	CMPQ         CX, $0x00000010
 	JBE          stateKVbf16AVX512_spantail_8
-	VMOVUPS      64(AX), Z19
-	VMULPS       Z19, Z8, Z19
-	VFMADD231PS  Z15, Z9, Z19
-	VMOVUPS      Z19, 64(AX)
-	VFMADD231PS  Z19, Z10, Z2
-	VFMADD231PS  Z19, Z18, Z3
+	VMOVUPS      64(AX), Z18
+	VMULPS       Z18, Z8, Z18
+	VFMADD231PS  Z13, Z9, Z18
+	VMOVUPS      Z18, 64(AX)
+	VFMADD231PS  Z18, Z10, Z2
+	VFMADD231PS  Z18, Z17, Z3
 	CMPQ         CX, $0x00000020
 	JBE          stateKVbf16AVX512_spantail_8
-	VMOVUPS      128(AX), Z19
-	VMULPS       Z19, Z8, Z19
-	VFMADD231PS  Z16, Z9, Z19
-	VMOVUPS      Z19, 128(AX)
-	VFMADD231PS  Z19, Z10, Z4
-	VFMADD231PS  Z19, Z18, Z5
+	VMOVUPS      128(AX), Z18
+	VMULPS       Z18, Z8, Z18
+	VFMADD231PS  Z14, Z9, Z18
+	VMOVUPS      Z18, 128(AX)
+	VFMADD231PS  Z18, Z10, Z4
+	VFMADD231PS  Z18, Z17, Z5
 
 stateKVbf16AVX512_spantail_8:
-	VMOVUPS     (AX)(CX*4), Z19
-	VMULPS      Z19, Z8, Z19
-	VFMADD231PS Z17, Z9, Z19
-	VMOVUPS     Z19, (AX)(CX*4)
-	VFMADD231PS Z19, Z10, Z6
-	VFMADD231PS Z19, Z18, Z7
-	TESTQ       R9, R9
-	JZ          stateKVbf16AVX512_nostorerow_4
-	CMPQ        CX, $0x00000000
-	JBE         stateKVbf16AVX512_spantail_9
+	VMOVUPS     (AX)(CX*4), Z18
+	VMULPS      Z18, Z8, Z18
+	VFMADD231PS Z16, Z9, Z18
+	VMOVUPS     Z18, (AX)(CX*4)
+	VFMADD231PS Z18, Z10, Z6
+	VFMADD231PS Z18, Z17, Z7
+	TESTQ       R10, R10
+	JZ          stateKVbf16AVX512_nostorerow_6
 	VMOVUPS     (AX), Z9
 	VPSRLD      $0x10, Z9, Z10
-	VPANDD      absmask<>+0(SB), Z9, Z18
-	VPCMPGTD    infbits<>+0(SB), Z18, K2
-	VPANDD      one_i<>+0(SB), Z10, Z18
+	VPANDD      absmask<>+0(SB), Z9, Z17
+	VPCMPGTD    infbits<>+0(SB), Z17, K2
+	VPANDD      one_i<>+0(SB), Z10, Z17
 	VPADDD      round<>+0(SB), Z9, Z9
-	VPADDD      Z18, Z9, Z9
+	VPADDD      Z17, Z9, Z9
 	VPSRLD      $0x10, Z9, Z9
 	VPORD       quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW     Z9, (R9)
+	VPMOVDW     Z9, (R10)
 	CMPQ        CX, $0x00000010
 	JBE         stateKVbf16AVX512_spantail_9
 	VMOVUPS     64(AX), Z9
 	VPSRLD      $0x10, Z9, Z10
-	VPANDD      absmask<>+0(SB), Z9, Z18
-	VPCMPGTD    infbits<>+0(SB), Z18, K2
-	VPANDD      one_i<>+0(SB), Z10, Z18
+	VPANDD      absmask<>+0(SB), Z9, Z17
+	VPCMPGTD    infbits<>+0(SB), Z17, K2
+	VPANDD      one_i<>+0(SB), Z10, Z17
 	VPADDD      round<>+0(SB), Z9, Z9
-	VPADDD      Z18, Z9, Z9
+	VPADDD      Z17, Z9, Z9
 	VPSRLD      $0x10, Z9, Z9
 	VPORD       quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW     Z9, 32(R9)
+	VPMOVDW     Z9, 32(R10)
 	CMPQ        CX, $0x00000020
 	JBE         stateKVbf16AVX512_spantail_9
 	VMOVUPS     128(AX), Z9
 	VPSRLD      $0x10, Z9, Z10
-	VPANDD      absmask<>+0(SB), Z9, Z18
-	VPCMPGTD    infbits<>+0(SB), Z18, K2
-	VPANDD      one_i<>+0(SB), Z10, Z18
+	VPANDD      absmask<>+0(SB), Z9, Z17
+	VPCMPGTD    infbits<>+0(SB), Z17, K2
+	VPANDD      one_i<>+0(SB), Z10, Z17
 	VPADDD      round<>+0(SB), Z9, Z9
-	VPADDD      Z18, Z9, Z9
+	VPADDD      Z17, Z9, Z9
 	VPSRLD      $0x10, Z9, Z9
 	VPORD       quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW     Z9, 64(R9)
+	VPMOVDW     Z9, 64(R10)
 
 stateKVbf16AVX512_spantail_9:
 	VMOVUPS  (AX)(CX*4), Z9
 	VPSRLD   $0x10, Z9, Z10
-	VPANDD   absmask<>+0(SB), Z9, Z18
-	VPCMPGTD infbits<>+0(SB), Z18, K2
-	VPANDD   one_i<>+0(SB), Z10, Z18
+	VPANDD   absmask<>+0(SB), Z9, Z17
+	VPCMPGTD infbits<>+0(SB), Z17, K2
+	VPANDD   one_i<>+0(SB), Z10, Z17
 	VPADDD   round<>+0(SB), Z9, Z9
-	VPADDD   Z18, Z9, Z9
+	VPADDD   Z17, Z9, Z9
 	VPSRLD   $0x10, Z9, Z9
 	VPORD    quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW  Z9, K1, (R9)(CX*2)
-	ADDQ     R10, R9
+	VPMOVDW  Z9, K1, (R10)(CX*2)
+	ADDQ     R11, R10
 
-stateKVbf16AVX512_nostorerow_4:
-	TESTQ   R11, R11
-	JZ      stateKVbf16AVX512_nocarryrow_4
-	CMPQ    CX, $0x00000000
-	JBE     stateKVbf16AVX512_spantail_10
+stateKVbf16AVX512_nostorerow_6:
+	TESTQ   R12, R12
+	JZ      stateKVbf16AVX512_nocarryrow_6
 	VMOVUPS (AX), Z9
-	VMOVUPS Z9, (R11)
+	VMOVUPS Z9, (R12)
 	CMPQ    CX, $0x00000010
 	JBE     stateKVbf16AVX512_spantail_10
 	VMOVUPS 64(AX), Z9
-	VMOVUPS Z9, 64(R11)
+	VMOVUPS Z9, 64(R12)
 	CMPQ    CX, $0x00000020
 	JBE     stateKVbf16AVX512_spantail_10
 	VMOVUPS 128(AX), Z9
-	VMOVUPS Z9, 128(R11)
+	VMOVUPS Z9, 128(R12)
 
 stateKVbf16AVX512_spantail_10:
 	VMOVUPS (AX)(CX*4), Z9
-	VMOVUPS Z9, K1, (R11)(CX*4)
-	ADDQ    R12, R11
+	VMOVUPS Z9, K1, (R12)(CX*4)
+	ADDQ    R9, R12
 
-stateKVbf16AVX512_nocarryrow_4:
+stateKVbf16AVX512_nocarryrow_6:
 	ADDQ 40(SP), AX
 	INCQ DX
 	CMPQ DX, BX
-	JB   stateKVbf16AVX512_rows_4
+	JB   stateKVbf16AVX512_rows_6
 
-stateKVbf16AVX512_tokdone_2:
+stateKVbf16AVX512_tokdone_3:
 	MOVQ 64(SP), AX
 	MOVQ AX, 56(SP)
 	ADDQ $0x10, 96(SP)
@@ -7236,7 +7401,7 @@ stateKVbf16AVX512_tokdone_2:
 	MOVQ tok_len+224(FP), AX
 	SHRQ $0x02, AX
 	CMPQ DX, AX
-	JB   stateKVbf16AVX512_token_2
+	JB   stateKVbf16AVX512_token_3
 
 stateKVbf16AVX512_blockdone_1:
 	MOVQ 24(SP), AX
@@ -7281,7 +7446,7 @@ widenAVX512_done:
 
 // func stateKVf32AVX2(K int, V int, src []float32, stores []uintptr, kh []float32, qh []float32, v []float32, vs int, o []float32, tok []float32, work []float32)
 // Requires: AVX, AVX2, CMOV, FMA3
-TEXT ·stateKVf32AVX2(SB), NOSPLIT, $296-216
+TEXT ·stateKVf32AVX2(SB), NOSPLIT, $264-216
 	MOVQ  K+0(FP), AX
 	MOVQ  V+8(FP), CX
 	MOVQ  tok_len+176(FP), DX
@@ -7470,17 +7635,17 @@ stateKVf32AVX2_notlast_1:
 	MOVQ  56(SP), BX
 	MOVQ  64(SP), SI
 	MOVQ  72(SP), DI
-	MOVQ  48(SP), R9
-	MOVQ  16(SP), R10
-	MOVQ  stores_base+40(FP), R8
-	MOVQ  (R8)(R9*8), R8
-	TESTQ R8, R8
+	MOVQ  16(SP), R8
+	MOVQ  48(SP), R10
+	MOVQ  stores_base+40(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
 	JZ    stateKVf32AVX2_nostore_1
-	LEAQ  (R8)(R10*4), R8
+	LEAQ  (R9)(R8*4), R9
 
 stateKVf32AVX2_nostore_1:
-	MOVQ V+8(FP), R9
-	SHLQ $0x02, R9
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
 
 stateKVf32AVX2_rows_1:
 	VBROADCASTSS (BX)(CX*4), Y9
@@ -7510,17 +7675,17 @@ stateKVf32AVX2_rows_1:
 	VMOVUPS      Y12, 96(AX)
 	VFMADD231PS  Y12, Y10, Y6
 	VFMADD231PS  Y12, Y11, Y7
-	TESTQ        R8, R8
+	TESTQ        R9, R9
 	JZ           stateKVf32AVX2_nostorerow_1
 	VMOVUPS      (AX), Y9
-	VMOVUPS      Y9, (R8)
+	VMOVUPS      Y9, (R9)
 	VMOVUPS      32(AX), Y9
-	VMOVUPS      Y9, 32(R8)
+	VMOVUPS      Y9, 32(R9)
 	VMOVUPS      64(AX), Y9
-	VMOVUPS      Y9, 64(R8)
+	VMOVUPS      Y9, 64(R9)
 	VMOVUPS      96(AX), Y9
-	VMOVUPS      Y9, 96(R8)
-	ADDQ         R9, R8
+	VMOVUPS      Y9, 96(R9)
+	ADDQ         R8, R9
 
 stateKVf32AVX2_nostorerow_1:
 	ADDQ $0x00000080, AX
@@ -7586,17 +7751,17 @@ stateKVf32AVX2_far_1:
 	MOVQ  56(SP), BX
 	MOVQ  64(SP), SI
 	MOVQ  72(SP), DI
-	MOVQ  48(SP), R9
-	MOVQ  16(SP), R10
-	MOVQ  stores_base+40(FP), R8
-	MOVQ  (R8)(R9*8), R8
-	TESTQ R8, R8
+	MOVQ  16(SP), R8
+	MOVQ  48(SP), R10
+	MOVQ  stores_base+40(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
 	JZ    stateKVf32AVX2_nostore_2
-	LEAQ  (R8)(R10*4), R8
+	LEAQ  (R9)(R8*4), R9
 
 stateKVf32AVX2_nostore_2:
-	MOVQ V+8(FP), R9
-	SHLQ $0x02, R9
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
 
 stateKVf32AVX2_rows_2:
 	VBROADCASTSS (BX)(CX*4), Y9
@@ -7626,17 +7791,17 @@ stateKVf32AVX2_rows_2:
 	VMOVUPS      Y12, 96(AX)
 	VFMADD231PS  Y12, Y10, Y6
 	VFMADD231PS  Y12, Y11, Y7
-	TESTQ        R8, R8
+	TESTQ        R9, R9
 	JZ           stateKVf32AVX2_nostorerow_2
 	VMOVUPS      (AX), Y9
-	VMOVUPS      Y9, (R8)
+	VMOVUPS      Y9, (R9)
 	VMOVUPS      32(AX), Y9
-	VMOVUPS      Y9, 32(R8)
+	VMOVUPS      Y9, 32(R9)
 	VMOVUPS      64(AX), Y9
-	VMOVUPS      Y9, 64(R8)
+	VMOVUPS      Y9, 64(R9)
 	VMOVUPS      96(AX), Y9
-	VMOVUPS      Y9, 96(R8)
-	ADDQ         R9, R8
+	VMOVUPS      Y9, 96(R9)
+	ADDQ         R8, R9
 
 stateKVf32AVX2_nostorerow_2:
 	ADDQ $0x00000080, AX
@@ -7664,7 +7829,264 @@ stateKVf32AVX2_tokdone_1:
 	JMP  stateKVf32AVX2_blockdone_1
 
 stateKVf32AVX2_span_1:
-	// Any other block: 3 full vectors guarded, then the masked one.
+	MOVQ    $0x00000010, CX
+	CMPQ    AX, $0x00000018
+	CMOVQCC CX, AX
+	MOVQ    AX, 24(SP)
+
+	// A block of 16 columns (V = 80: the 16 after 64): 2 full vectors, no guard.
+	CMPQ AX, $0x00000010
+	JNE  stateKVf32AVX2_span_2
+
+	// Block of up to 16 columns (rows in work of whole vectors): pass 0 loads it, with token 0's read.
+	MOVQ   K+0(FP), AX
+	MOVQ   16(SP), CX
+	MOVQ   src_base+16(FP), DX
+	MOVQ   V+8(FP), BX
+	LEAQ   (DX)(CX*4), DX
+	SHLQ   $0x02, BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   kh_base+64(FP), SI
+	MOVQ   qh_base+88(FP), DI
+	MOVQ   (SP), R8
+	XORQ   R9, R9
+
+stateKVf32AVX2_pass0_2:
+	VBROADCASTSS (SI)(R9*4), Y4
+	VBROADCASTSS (DI)(R9*4), Y5
+	VMOVUPS      (DX), Y6
+	VMOVUPS      Y6, (R8)
+	VFMADD231PS  Y6, Y4, Y0
+	VFMADD231PS  Y6, Y5, Y1
+	VMOVUPS      32(DX), Y6
+	VMOVUPS      Y6, 32(R8)
+	VFMADD231PS  Y6, Y4, Y2
+	VFMADD231PS  Y6, Y5, Y3
+	ADDQ         BX, DX
+	ADDQ         $0x00000040, R8
+	INCQ         R9
+	CMPQ         R9, AX
+	JB           stateKVf32AVX2_pass0_2
+
+	// The tokens.
+	XORQ AX, AX
+	MOVQ AX, 48(SP)
+	MOVQ kh_base+64(FP), AX
+	MOVQ AX, 56(SP)
+	MOVQ tok_base+168(FP), AX
+	MOVQ AX, 96(SP)
+	MOVQ v_base+112(FP), AX
+	LEAQ (AX)(CX*4), AX
+	MOVQ AX, 80(SP)
+	MOVQ o_base+144(FP), AX
+	LEAQ (AX)(CX*4), AX
+	MOVQ AX, 88(SP)
+
+stateKVf32AVX2_token_2:
+	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
+	MOVQ 48(SP), AX
+	MOVQ K+0(FP), CX
+	INCQ AX
+	MOVQ tok_len+176(FP), DX
+	SHRQ $0x02, DX
+	CMPQ AX, DX
+	JB   stateKVf32AVX2_notlast_2
+	DECQ AX
+
+stateKVf32AVX2_notlast_2:
+	IMULQ    CX, AX
+	MOVQ     kh_base+64(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 64(SP)
+	MOVQ     qh_base+88(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 72(SP)
+	MOVQ     96(SP), AX
+	VMOVSS   (AX), X4
+	VUCOMISS nearone<>+0(SB), X4
+	JCS      stateKVf32AVX2_far_2
+
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         96(SP), AX
+	VBROADCASTSS (AX), Y4
+	VBROADCASTSS 8(AX), Y5
+	VBROADCASTSS 12(AX), Y6
+	MOVQ         80(SP), AX
+	MOVQ         88(SP), CX
+	VMOVUPS      (AX), Y7
+	VFMADD213PS  Y0, Y4, Y0
+	VSUBPS       Y0, Y7, Y7
+	VMULPS       Y7, Y5, Y7
+	VFMADD213PS  Y1, Y4, Y1
+	VFMADD231PS  Y7, Y6, Y1
+	VMOVUPS      Y1, (CX)
+	VMOVUPS      Y7, 104(SP)
+	VMOVUPS      32(AX), Y0
+	VFMADD213PS  Y2, Y4, Y2
+	VSUBPS       Y2, Y0, Y0
+	VMULPS       Y0, Y5, Y0
+	VFMADD213PS  Y3, Y4, Y3
+	VFMADD231PS  Y0, Y6, Y3
+	VMOVUPS      Y3, 32(CX)
+	VMOVUPS      Y0, 136(SP)
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y1, Y1, Y1
+	VXORPS       Y2, Y2, Y2
+	VXORPS       Y3, Y3, Y3
+
+	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  56(SP), BX
+	MOVQ  64(SP), SI
+	MOVQ  72(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  48(SP), R10
+	MOVQ  stores_base+40(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
+	JZ    stateKVf32AVX2_nostore_3
+	LEAQ  (R9)(R8*4), R9
+
+stateKVf32AVX2_nostore_3:
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
+
+stateKVf32AVX2_rows_3:
+	VBROADCASTSS (BX)(CX*4), Y5
+	VBROADCASTSS (SI)(CX*4), Y6
+	VBROADCASTSS (DI)(CX*4), Y7
+	VMOVUPS      (AX), Y8
+	VFMADD213PS  Y8, Y4, Y8
+	VFMADD231PS  104(SP), Y5, Y8
+	VMOVUPS      Y8, (AX)
+	VFMADD231PS  Y8, Y6, Y0
+	VFMADD231PS  Y8, Y7, Y1
+	VMOVUPS      32(AX), Y8
+	VFMADD213PS  Y8, Y4, Y8
+	VFMADD231PS  136(SP), Y5, Y8
+	VMOVUPS      Y8, 32(AX)
+	VFMADD231PS  Y8, Y6, Y2
+	VFMADD231PS  Y8, Y7, Y3
+	TESTQ        R9, R9
+	JZ           stateKVf32AVX2_nostorerow_3
+	VMOVUPS      (AX), Y5
+	VMOVUPS      Y5, (R9)
+	VMOVUPS      32(AX), Y5
+	VMOVUPS      Y5, 32(R9)
+	ADDQ         R8, R9
+
+stateKVf32AVX2_nostorerow_3:
+	ADDQ $0x00000040, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVf32AVX2_rows_3
+	JMP  stateKVf32AVX2_tokdone_2
+
+stateKVf32AVX2_far_2:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         96(SP), AX
+	VBROADCASTSS 4(AX), Y4
+	VBROADCASTSS 8(AX), Y5
+	VBROADCASTSS 12(AX), Y6
+	MOVQ         80(SP), AX
+	MOVQ         88(SP), CX
+	VMOVUPS      (AX), Y7
+	VMULPS       Y0, Y4, Y0
+	VSUBPS       Y0, Y7, Y7
+	VMULPS       Y7, Y5, Y7
+	VMULPS       Y1, Y4, Y1
+	VFMADD231PS  Y7, Y6, Y1
+	VMOVUPS      Y1, (CX)
+	VMOVUPS      Y7, 104(SP)
+	VMOVUPS      32(AX), Y0
+	VMULPS       Y2, Y4, Y2
+	VSUBPS       Y2, Y0, Y0
+	VMULPS       Y0, Y5, Y0
+	VMULPS       Y3, Y4, Y3
+	VFMADD231PS  Y0, Y6, Y3
+	VMOVUPS      Y3, 32(CX)
+	VMOVUPS      Y0, 136(SP)
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y1, Y1, Y1
+	VXORPS       Y2, Y2, Y2
+	VXORPS       Y3, Y3, Y3
+
+	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  56(SP), BX
+	MOVQ  64(SP), SI
+	MOVQ  72(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  48(SP), R10
+	MOVQ  stores_base+40(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
+	JZ    stateKVf32AVX2_nostore_4
+	LEAQ  (R9)(R8*4), R9
+
+stateKVf32AVX2_nostore_4:
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
+
+stateKVf32AVX2_rows_4:
+	VBROADCASTSS (BX)(CX*4), Y5
+	VBROADCASTSS (SI)(CX*4), Y6
+	VBROADCASTSS (DI)(CX*4), Y7
+	VMOVUPS      (AX), Y8
+	VMULPS       Y8, Y4, Y8
+	VFMADD231PS  104(SP), Y5, Y8
+	VMOVUPS      Y8, (AX)
+	VFMADD231PS  Y8, Y6, Y0
+	VFMADD231PS  Y8, Y7, Y1
+	VMOVUPS      32(AX), Y8
+	VMULPS       Y8, Y4, Y8
+	VFMADD231PS  136(SP), Y5, Y8
+	VMOVUPS      Y8, 32(AX)
+	VFMADD231PS  Y8, Y6, Y2
+	VFMADD231PS  Y8, Y7, Y3
+	TESTQ        R9, R9
+	JZ           stateKVf32AVX2_nostorerow_4
+	VMOVUPS      (AX), Y5
+	VMOVUPS      Y5, (R9)
+	VMOVUPS      32(AX), Y5
+	VMOVUPS      Y5, 32(R9)
+	ADDQ         R8, R9
+
+stateKVf32AVX2_nostorerow_4:
+	ADDQ $0x00000040, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVf32AVX2_rows_4
+
+stateKVf32AVX2_tokdone_2:
+	MOVQ 64(SP), AX
+	MOVQ AX, 56(SP)
+	ADDQ $0x10, 96(SP)
+	MOVQ vs+136(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 80(SP)
+	MOVQ V+8(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 88(SP)
+	MOVQ 48(SP), CX
+	INCQ CX
+	MOVQ CX, 48(SP)
+	MOVQ tok_len+176(FP), AX
+	SHRQ $0x02, AX
+	CMPQ CX, AX
+	JB   stateKVf32AVX2_token_2
+	JMP  stateKVf32AVX2_blockdone_1
+
+stateKVf32AVX2_span_2:
 	MOVQ         AX, CX
 	ANDQ         $-8, CX
 	MOVQ         AX, DX
@@ -7672,15 +8094,16 @@ stateKVf32AVX2_span_1:
 	VMOVD        DX, X0
 	VPBROADCASTD X0, Y0
 	VPCMPGTD     iota<>+0(SB), Y0, Y0
-	VMOVUPS      Y0, 264(SP)
+	VMOVUPS      Y0, 232(SP)
 
+	// Any other block: 2 full vectors (the first 2 of them guarded), then the masked one.
 	// Row bytes in work: whole vectors.
 	ADDQ $0x07, AX
 	ANDQ $-8, AX
 	SHLQ $0x02, AX
 	MOVQ AX, 40(SP)
 
-	// Block of up to 32 columns (rows in work of whole vectors): pass 0 loads it, with token 0's read.
+	// Block of up to 24 columns (rows in work of whole vectors): pass 0 loads it, with token 0's read.
 	MOVQ   K+0(FP), AX
 	MOVQ   16(SP), DX
 	MOVQ   src_base+16(FP), BX
@@ -7693,51 +8116,48 @@ stateKVf32AVX2_span_1:
 	VXORPS Y3, Y3, Y3
 	VXORPS Y4, Y4, Y4
 	VXORPS Y5, Y5, Y5
-	VXORPS Y6, Y6, Y6
-	VXORPS Y7, Y7, Y7
 	MOVQ   kh_base+64(FP), DI
 	MOVQ   qh_base+88(FP), R8
 	MOVQ   (SP), R9
 	XORQ   R10, R10
 
-stateKVf32AVX2_pass0_2:
-	VBROADCASTSS (DI)(R10*4), Y8
-	VBROADCASTSS (R8)(R10*4), Y9
+stateKVf32AVX2_pass0_3:
+	VBROADCASTSS (DI)(R10*4), Y6
+	VBROADCASTSS (R8)(R10*4), Y7
 	CMPQ         CX, $0x00000000
 	JBE          stateKVf32AVX2_spantail_1
-	VMOVUPS      (BX), Y10
-	VMOVUPS      Y10, (R9)
-	VFMADD231PS  Y10, Y8, Y0
-	VFMADD231PS  Y10, Y9, Y1
+	VMOVUPS      (BX), Y8
+	VMOVUPS      Y8, (R9)
+	VFMADD231PS  Y8, Y6, Y0
+	VFMADD231PS  Y8, Y7, Y1
 	CMPQ         CX, $0x00000008
 	JBE          stateKVf32AVX2_spantail_1
-	VMOVUPS      32(BX), Y10
-	VMOVUPS      Y10, 32(R9)
-	VFMADD231PS  Y10, Y8, Y2
-	VFMADD231PS  Y10, Y9, Y3
-	CMPQ         CX, $0x00000010
-	JBE          stateKVf32AVX2_spantail_1
-	VMOVUPS      64(BX), Y10
-	VMOVUPS      Y10, 64(R9)
-	VFMADD231PS  Y10, Y8, Y4
-	VFMADD231PS  Y10, Y9, Y5
+	VMOVUPS      32(BX), Y8
+	VMOVUPS      Y8, 32(R9)
+	VFMADD231PS  Y8, Y6, Y2
+	VFMADD231PS  Y8, Y7, Y3
 
 stateKVf32AVX2_spantail_1:
-	CMPQ        24(SP), CX
-	JBE         stateKVf32AVX2_spanend_1
-	VMOVUPS     264(SP), Y10
-	VMASKMOVPS  (BX)(CX*4), Y10, Y10
-	VMOVUPS     Y10, (R9)(CX*4)
-	VFMADD231PS Y10, Y8, Y6
-	VFMADD231PS Y10, Y9, Y7
+	CMPQ 24(SP), CX
+	JA   stateKVf32AVX2_spanmasked_1
 
-stateKVf32AVX2_spanend_1:
+stateKVf32AVX2_spanback_1:
 	ADDQ SI, BX
 	ADDQ 40(SP), R9
 	INCQ R10
 	CMPQ R10, AX
-	JB   stateKVf32AVX2_pass0_2
+	JB   stateKVf32AVX2_pass0_3
+	JMP  stateKVf32AVX2_spanpast_1
 
+stateKVf32AVX2_spanmasked_1:
+	VMOVUPS     232(SP), Y8
+	VMASKMOVPS  (BX)(CX*4), Y8, Y8
+	VMOVUPS     Y8, (R9)(CX*4)
+	VFMADD231PS Y8, Y6, Y4
+	VFMADD231PS Y8, Y7, Y5
+	JMP         stateKVf32AVX2_spanback_1
+
+stateKVf32AVX2_spanpast_1:
 	// The tokens.
 	XORQ AX, AX
 	MOVQ AX, 48(SP)
@@ -7752,7 +8172,7 @@ stateKVf32AVX2_spanend_1:
 	LEAQ (AX)(DX*4), AX
 	MOVQ AX, 88(SP)
 
-stateKVf32AVX2_token_2:
+stateKVf32AVX2_token_3:
 	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
 	MOVQ 48(SP), AX
 	MOVQ K+0(FP), DX
@@ -7760,10 +8180,10 @@ stateKVf32AVX2_token_2:
 	MOVQ tok_len+176(FP), BX
 	SHRQ $0x02, BX
 	CMPQ AX, BX
-	JB   stateKVf32AVX2_notlast_2
+	JB   stateKVf32AVX2_notlast_3
 	DECQ AX
 
-stateKVf32AVX2_notlast_2:
+stateKVf32AVX2_notlast_3:
 	IMULQ    DX, AX
 	MOVQ     kh_base+64(FP), DX
 	LEAQ     (DX)(AX*4), DX
@@ -7772,72 +8192,66 @@ stateKVf32AVX2_notlast_2:
 	LEAQ     (DX)(AX*4), DX
 	MOVQ     DX, 72(SP)
 	MOVQ     96(SP), AX
-	VMOVSS   (AX), X8
-	VUCOMISS nearone<>+0(SB), X8
-	JCS      stateKVf32AVX2_far_2
+	VMOVSS   (AX), X6
+	VUCOMISS nearone<>+0(SB), X6
+	JCS      stateKVf32AVX2_far_3
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	MOVQ         96(SP), AX
-	VBROADCASTSS (AX), Y8
-	VBROADCASTSS 8(AX), Y9
-	VBROADCASTSS 12(AX), Y10
+	VBROADCASTSS (AX), Y6
+	VBROADCASTSS 8(AX), Y7
+	VBROADCASTSS 12(AX), Y8
 	MOVQ         80(SP), AX
 	MOVQ         88(SP), DX
 	CMPQ         CX, $0x00000000
 	JBE          stateKVf32AVX2_spantail_2
-	VMOVUPS      (AX), Y11
-	VFMADD213PS  Y0, Y8, Y0
-	VSUBPS       Y0, Y11, Y11
-	VMULPS       Y11, Y9, Y11
-	VFMADD213PS  Y1, Y8, Y1
-	VFMADD231PS  Y11, Y10, Y1
+	VMOVUPS      (AX), Y9
+	VFMADD213PS  Y0, Y6, Y0
+	VSUBPS       Y0, Y9, Y9
+	VMULPS       Y9, Y7, Y9
+	VFMADD213PS  Y1, Y6, Y1
+	VFMADD231PS  Y9, Y8, Y1
 	VMOVUPS      Y1, (DX)
-	VMOVUPS      Y11, 104(SP)
+	VMOVUPS      Y9, 104(SP)
 	CMPQ         CX, $0x00000008
 	JBE          stateKVf32AVX2_spantail_2
 	VMOVUPS      32(AX), Y0
-	VFMADD213PS  Y2, Y8, Y2
+	VFMADD213PS  Y2, Y6, Y2
 	VSUBPS       Y2, Y0, Y0
-	VMULPS       Y0, Y9, Y0
-	VFMADD213PS  Y3, Y8, Y3
-	VFMADD231PS  Y0, Y10, Y3
+	VMULPS       Y0, Y7, Y0
+	VFMADD213PS  Y3, Y6, Y3
+	VFMADD231PS  Y0, Y8, Y3
 	VMOVUPS      Y3, 32(DX)
 	VMOVUPS      Y0, 136(SP)
-	CMPQ         CX, $0x00000010
-	JBE          stateKVf32AVX2_spantail_2
-	VMOVUPS      64(AX), Y0
-	VFMADD213PS  Y4, Y8, Y4
-	VSUBPS       Y4, Y0, Y0
-	VMULPS       Y0, Y9, Y0
-	VFMADD213PS  Y5, Y8, Y5
-	VFMADD231PS  Y0, Y10, Y5
-	VMOVUPS      Y5, 64(DX)
-	VMOVUPS      Y0, 168(SP)
 
 stateKVf32AVX2_spantail_2:
-	CMPQ        24(SP), CX
-	JBE         stateKVf32AVX2_spanend_2
-	VMOVUPS     264(SP), Y0
-	VMASKMOVPS  (AX)(CX*4), Y0, Y0
-	VFMADD213PS Y6, Y8, Y6
-	VSUBPS      Y6, Y0, Y0
-	VMULPS      Y0, Y9, Y0
-	VFMADD213PS Y7, Y8, Y7
-	VFMADD231PS Y0, Y10, Y7
-	VMOVUPS     264(SP), Y1
-	VMASKMOVPS  Y7, Y1, (DX)(CX*4)
-	VMOVUPS     Y0, 200(SP)
+	CMPQ 24(SP), CX
+	JA   stateKVf32AVX2_spanmasked_2
 
-stateKVf32AVX2_spanend_2:
+stateKVf32AVX2_spanback_2:
+	JMP stateKVf32AVX2_spanpast_2
+
+stateKVf32AVX2_spanmasked_2:
+	VMOVUPS     232(SP), Y0
+	VMASKMOVPS  (AX)(CX*4), Y0, Y0
+	VFMADD213PS Y4, Y6, Y4
+	VSUBPS      Y4, Y0, Y0
+	VMULPS      Y0, Y7, Y0
+	VFMADD213PS Y5, Y6, Y5
+	VFMADD231PS Y0, Y8, Y5
+	VMOVUPS     232(SP), Y1
+	VMASKMOVPS  Y5, Y1, (DX)(CX*4)
+	VMOVUPS     Y0, 168(SP)
+	JMP         stateKVf32AVX2_spanback_2
+
+stateKVf32AVX2_spanpast_2:
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
 	VXORPS Y3, Y3, Y3
 	VXORPS Y4, Y4, Y4
 	VXORPS Y5, Y5, Y5
-	VXORPS Y6, Y6, Y6
-	VXORPS Y7, Y7, Y7
 
 	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
 	MOVQ  (SP), AX
@@ -7846,153 +8260,147 @@ stateKVf32AVX2_spanend_2:
 	MOVQ  56(SP), SI
 	MOVQ  64(SP), DI
 	MOVQ  72(SP), R8
-	MOVQ  48(SP), R10
-	MOVQ  16(SP), R11
-	MOVQ  stores_base+40(FP), R9
-	MOVQ  (R9)(R10*8), R9
-	TESTQ R9, R9
-	JZ    stateKVf32AVX2_nostore_3
-	LEAQ  (R9)(R11*4), R9
+	MOVQ  16(SP), R9
+	MOVQ  48(SP), R11
+	MOVQ  stores_base+40(FP), R10
+	MOVQ  (R10)(R11*8), R10
+	TESTQ R10, R10
+	JZ    stateKVf32AVX2_nostore_5
+	LEAQ  (R10)(R9*4), R10
 
-stateKVf32AVX2_nostore_3:
-	MOVQ V+8(FP), R10
-	SHLQ $0x02, R10
+stateKVf32AVX2_nostore_5:
+	MOVQ V+8(FP), R9
+	SHLQ $0x02, R9
 
-stateKVf32AVX2_rows_3:
-	VBROADCASTSS (SI)(DX*4), Y9
-	VBROADCASTSS (DI)(DX*4), Y10
-	VBROADCASTSS (R8)(DX*4), Y11
+stateKVf32AVX2_rows_5:
+	VBROADCASTSS (SI)(DX*4), Y7
+	VBROADCASTSS (DI)(DX*4), Y8
+	VBROADCASTSS (R8)(DX*4), Y9
 	CMPQ         CX, $0x00000000
 	JBE          stateKVf32AVX2_spantail_3
-	VMOVUPS      (AX), Y12
-	VFMADD213PS  Y12, Y8, Y12
-	VFMADD231PS  104(SP), Y9, Y12
-	VMOVUPS      Y12, (AX)
-	VFMADD231PS  Y12, Y10, Y0
-	VFMADD231PS  Y12, Y11, Y1
+	VMOVUPS      (AX), Y10
+	VFMADD213PS  Y10, Y6, Y10
+	VFMADD231PS  104(SP), Y7, Y10
+	VMOVUPS      Y10, (AX)
+	VFMADD231PS  Y10, Y8, Y0
+	VFMADD231PS  Y10, Y9, Y1
 	CMPQ         CX, $0x00000008
 	JBE          stateKVf32AVX2_spantail_3
-	VMOVUPS      32(AX), Y12
-	VFMADD213PS  Y12, Y8, Y12
-	VFMADD231PS  136(SP), Y9, Y12
-	VMOVUPS      Y12, 32(AX)
-	VFMADD231PS  Y12, Y10, Y2
-	VFMADD231PS  Y12, Y11, Y3
-	CMPQ         CX, $0x00000010
-	JBE          stateKVf32AVX2_spantail_3
-	VMOVUPS      64(AX), Y12
-	VFMADD213PS  Y12, Y8, Y12
-	VFMADD231PS  168(SP), Y9, Y12
-	VMOVUPS      Y12, 64(AX)
-	VFMADD231PS  Y12, Y10, Y4
-	VFMADD231PS  Y12, Y11, Y5
+	VMOVUPS      32(AX), Y10
+	VFMADD213PS  Y10, Y6, Y10
+	VFMADD231PS  136(SP), Y7, Y10
+	VMOVUPS      Y10, 32(AX)
+	VFMADD231PS  Y10, Y8, Y2
+	VFMADD231PS  Y10, Y9, Y3
 
 stateKVf32AVX2_spantail_3:
-	CMPQ        24(SP), CX
-	JBE         stateKVf32AVX2_spanend_3
-	VMOVUPS     (AX)(CX*4), Y12
-	VFMADD213PS Y12, Y8, Y12
-	VFMADD231PS 200(SP), Y9, Y12
-	VMOVUPS     Y12, (AX)(CX*4)
-	VFMADD231PS Y12, Y10, Y6
-	VFMADD231PS Y12, Y11, Y7
+	CMPQ 24(SP), CX
+	JA   stateKVf32AVX2_spanmasked_3
 
-stateKVf32AVX2_spanend_3:
-	TESTQ   R9, R9
-	JZ      stateKVf32AVX2_nostorerow_3
+stateKVf32AVX2_spanback_3:
+	TESTQ   R10, R10
+	JZ      stateKVf32AVX2_nostorerow_5
 	CMPQ    CX, $0x00000000
 	JBE     stateKVf32AVX2_spantail_4
-	VMOVUPS (AX), Y9
-	VMOVUPS Y9, (R9)
+	VMOVUPS (AX), Y7
+	VMOVUPS Y7, (R10)
 	CMPQ    CX, $0x00000008
 	JBE     stateKVf32AVX2_spantail_4
-	VMOVUPS 32(AX), Y9
-	VMOVUPS Y9, 32(R9)
-	CMPQ    CX, $0x00000010
-	JBE     stateKVf32AVX2_spantail_4
-	VMOVUPS 64(AX), Y9
-	VMOVUPS Y9, 64(R9)
+	VMOVUPS 32(AX), Y7
+	VMOVUPS Y7, 32(R10)
 
 stateKVf32AVX2_spantail_4:
-	CMPQ       24(SP), CX
-	JBE        stateKVf32AVX2_spanend_4
-	VMOVUPS    (AX)(CX*4), Y9
-	VMOVUPS    264(SP), Y10
-	VMASKMOVPS Y9, Y10, (R9)(CX*4)
+	CMPQ 24(SP), CX
+	JA   stateKVf32AVX2_spanmasked_4
 
-stateKVf32AVX2_spanend_4:
-	ADDQ R10, R9
+stateKVf32AVX2_spanback_4:
+	ADDQ R9, R10
 
-stateKVf32AVX2_nostorerow_3:
+stateKVf32AVX2_nostorerow_5:
 	ADDQ 40(SP), AX
 	INCQ DX
 	CMPQ DX, BX
-	JB   stateKVf32AVX2_rows_3
-	JMP  stateKVf32AVX2_tokdone_2
+	JB   stateKVf32AVX2_rows_5
+	JMP  stateKVf32AVX2_spanpast_3
 
-stateKVf32AVX2_far_2:
+stateKVf32AVX2_spanmasked_3:
+	VMOVUPS     (AX)(CX*4), Y10
+	VFMADD213PS Y10, Y6, Y10
+	VFMADD231PS 168(SP), Y7, Y10
+	VMOVUPS     Y10, (AX)(CX*4)
+	VFMADD231PS Y10, Y8, Y4
+	VFMADD231PS Y10, Y9, Y5
+	JMP         stateKVf32AVX2_spanback_3
+
+stateKVf32AVX2_spanpast_3:
+	JMP stateKVf32AVX2_spanpast_4
+
+stateKVf32AVX2_spanmasked_4:
+	VMOVUPS    (AX)(CX*4), Y7
+	VMOVUPS    232(SP), Y8
+	VMASKMOVPS Y7, Y8, (R10)(CX*4)
+	JMP        stateKVf32AVX2_spanback_4
+
+stateKVf32AVX2_spanpast_4:
+	JMP stateKVf32AVX2_tokdone_3
+
+stateKVf32AVX2_far_3:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	MOVQ         96(SP), AX
-	VBROADCASTSS 4(AX), Y8
-	VBROADCASTSS 8(AX), Y9
-	VBROADCASTSS 12(AX), Y10
+	VBROADCASTSS 4(AX), Y6
+	VBROADCASTSS 8(AX), Y7
+	VBROADCASTSS 12(AX), Y8
 	MOVQ         80(SP), AX
 	MOVQ         88(SP), DX
 	CMPQ         CX, $0x00000000
 	JBE          stateKVf32AVX2_spantail_5
-	VMOVUPS      (AX), Y11
-	VMULPS       Y0, Y8, Y0
-	VSUBPS       Y0, Y11, Y11
-	VMULPS       Y11, Y9, Y11
-	VMULPS       Y1, Y8, Y1
-	VFMADD231PS  Y11, Y10, Y1
+	VMOVUPS      (AX), Y9
+	VMULPS       Y0, Y6, Y0
+	VSUBPS       Y0, Y9, Y9
+	VMULPS       Y9, Y7, Y9
+	VMULPS       Y1, Y6, Y1
+	VFMADD231PS  Y9, Y8, Y1
 	VMOVUPS      Y1, (DX)
-	VMOVUPS      Y11, 104(SP)
+	VMOVUPS      Y9, 104(SP)
 	CMPQ         CX, $0x00000008
 	JBE          stateKVf32AVX2_spantail_5
 	VMOVUPS      32(AX), Y0
-	VMULPS       Y2, Y8, Y2
+	VMULPS       Y2, Y6, Y2
 	VSUBPS       Y2, Y0, Y0
-	VMULPS       Y0, Y9, Y0
-	VMULPS       Y3, Y8, Y3
-	VFMADD231PS  Y0, Y10, Y3
+	VMULPS       Y0, Y7, Y0
+	VMULPS       Y3, Y6, Y3
+	VFMADD231PS  Y0, Y8, Y3
 	VMOVUPS      Y3, 32(DX)
 	VMOVUPS      Y0, 136(SP)
-	CMPQ         CX, $0x00000010
-	JBE          stateKVf32AVX2_spantail_5
-	VMOVUPS      64(AX), Y0
-	VMULPS       Y4, Y8, Y4
-	VSUBPS       Y4, Y0, Y0
-	VMULPS       Y0, Y9, Y0
-	VMULPS       Y5, Y8, Y5
-	VFMADD231PS  Y0, Y10, Y5
-	VMOVUPS      Y5, 64(DX)
-	VMOVUPS      Y0, 168(SP)
 
 stateKVf32AVX2_spantail_5:
-	CMPQ        24(SP), CX
-	JBE         stateKVf32AVX2_spanend_5
-	VMOVUPS     264(SP), Y0
-	VMASKMOVPS  (AX)(CX*4), Y0, Y0
-	VMULPS      Y6, Y8, Y6
-	VSUBPS      Y6, Y0, Y0
-	VMULPS      Y0, Y9, Y0
-	VMULPS      Y7, Y8, Y7
-	VFMADD231PS Y0, Y10, Y7
-	VMOVUPS     264(SP), Y1
-	VMASKMOVPS  Y7, Y1, (DX)(CX*4)
-	VMOVUPS     Y0, 200(SP)
+	CMPQ 24(SP), CX
+	JA   stateKVf32AVX2_spanmasked_5
 
-stateKVf32AVX2_spanend_5:
+stateKVf32AVX2_spanback_5:
+	JMP stateKVf32AVX2_spanpast_5
+
+stateKVf32AVX2_spanmasked_5:
+	VMOVUPS     232(SP), Y0
+	VMASKMOVPS  (AX)(CX*4), Y0, Y0
+	VMULPS      Y4, Y6, Y4
+	VSUBPS      Y4, Y0, Y0
+	VMULPS      Y0, Y7, Y0
+	VMULPS      Y5, Y6, Y5
+	VFMADD231PS Y0, Y8, Y5
+	VMOVUPS     232(SP), Y1
+	VMASKMOVPS  Y5, Y1, (DX)(CX*4)
+	VMOVUPS     Y0, 168(SP)
+	JMP         stateKVf32AVX2_spanback_5
+
+stateKVf32AVX2_spanpast_5:
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
 	VXORPS Y3, Y3, Y3
 	VXORPS Y4, Y4, Y4
 	VXORPS Y5, Y5, Y5
-	VXORPS Y6, Y6, Y6
-	VXORPS Y7, Y7, Y7
 
 	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
 	MOVQ  (SP), AX
@@ -8001,90 +8409,89 @@ stateKVf32AVX2_spanend_5:
 	MOVQ  56(SP), SI
 	MOVQ  64(SP), DI
 	MOVQ  72(SP), R8
-	MOVQ  48(SP), R10
-	MOVQ  16(SP), R11
-	MOVQ  stores_base+40(FP), R9
-	MOVQ  (R9)(R10*8), R9
-	TESTQ R9, R9
-	JZ    stateKVf32AVX2_nostore_4
-	LEAQ  (R9)(R11*4), R9
+	MOVQ  16(SP), R9
+	MOVQ  48(SP), R11
+	MOVQ  stores_base+40(FP), R10
+	MOVQ  (R10)(R11*8), R10
+	TESTQ R10, R10
+	JZ    stateKVf32AVX2_nostore_6
+	LEAQ  (R10)(R9*4), R10
 
-stateKVf32AVX2_nostore_4:
-	MOVQ V+8(FP), R10
-	SHLQ $0x02, R10
+stateKVf32AVX2_nostore_6:
+	MOVQ V+8(FP), R9
+	SHLQ $0x02, R9
 
-stateKVf32AVX2_rows_4:
-	VBROADCASTSS (SI)(DX*4), Y9
-	VBROADCASTSS (DI)(DX*4), Y10
-	VBROADCASTSS (R8)(DX*4), Y11
+stateKVf32AVX2_rows_6:
+	VBROADCASTSS (SI)(DX*4), Y7
+	VBROADCASTSS (DI)(DX*4), Y8
+	VBROADCASTSS (R8)(DX*4), Y9
 	CMPQ         CX, $0x00000000
 	JBE          stateKVf32AVX2_spantail_6
-	VMOVUPS      (AX), Y12
-	VMULPS       Y12, Y8, Y12
-	VFMADD231PS  104(SP), Y9, Y12
-	VMOVUPS      Y12, (AX)
-	VFMADD231PS  Y12, Y10, Y0
-	VFMADD231PS  Y12, Y11, Y1
+	VMOVUPS      (AX), Y10
+	VMULPS       Y10, Y6, Y10
+	VFMADD231PS  104(SP), Y7, Y10
+	VMOVUPS      Y10, (AX)
+	VFMADD231PS  Y10, Y8, Y0
+	VFMADD231PS  Y10, Y9, Y1
 	CMPQ         CX, $0x00000008
 	JBE          stateKVf32AVX2_spantail_6
-	VMOVUPS      32(AX), Y12
-	VMULPS       Y12, Y8, Y12
-	VFMADD231PS  136(SP), Y9, Y12
-	VMOVUPS      Y12, 32(AX)
-	VFMADD231PS  Y12, Y10, Y2
-	VFMADD231PS  Y12, Y11, Y3
-	CMPQ         CX, $0x00000010
-	JBE          stateKVf32AVX2_spantail_6
-	VMOVUPS      64(AX), Y12
-	VMULPS       Y12, Y8, Y12
-	VFMADD231PS  168(SP), Y9, Y12
-	VMOVUPS      Y12, 64(AX)
-	VFMADD231PS  Y12, Y10, Y4
-	VFMADD231PS  Y12, Y11, Y5
+	VMOVUPS      32(AX), Y10
+	VMULPS       Y10, Y6, Y10
+	VFMADD231PS  136(SP), Y7, Y10
+	VMOVUPS      Y10, 32(AX)
+	VFMADD231PS  Y10, Y8, Y2
+	VFMADD231PS  Y10, Y9, Y3
 
 stateKVf32AVX2_spantail_6:
-	CMPQ        24(SP), CX
-	JBE         stateKVf32AVX2_spanend_6
-	VMOVUPS     (AX)(CX*4), Y12
-	VMULPS      Y12, Y8, Y12
-	VFMADD231PS 200(SP), Y9, Y12
-	VMOVUPS     Y12, (AX)(CX*4)
-	VFMADD231PS Y12, Y10, Y6
-	VFMADD231PS Y12, Y11, Y7
+	CMPQ 24(SP), CX
+	JA   stateKVf32AVX2_spanmasked_6
 
-stateKVf32AVX2_spanend_6:
-	TESTQ   R9, R9
-	JZ      stateKVf32AVX2_nostorerow_4
+stateKVf32AVX2_spanback_6:
+	TESTQ   R10, R10
+	JZ      stateKVf32AVX2_nostorerow_6
 	CMPQ    CX, $0x00000000
 	JBE     stateKVf32AVX2_spantail_7
-	VMOVUPS (AX), Y9
-	VMOVUPS Y9, (R9)
+	VMOVUPS (AX), Y7
+	VMOVUPS Y7, (R10)
 	CMPQ    CX, $0x00000008
 	JBE     stateKVf32AVX2_spantail_7
-	VMOVUPS 32(AX), Y9
-	VMOVUPS Y9, 32(R9)
-	CMPQ    CX, $0x00000010
-	JBE     stateKVf32AVX2_spantail_7
-	VMOVUPS 64(AX), Y9
-	VMOVUPS Y9, 64(R9)
+	VMOVUPS 32(AX), Y7
+	VMOVUPS Y7, 32(R10)
 
 stateKVf32AVX2_spantail_7:
-	CMPQ       24(SP), CX
-	JBE        stateKVf32AVX2_spanend_7
-	VMOVUPS    (AX)(CX*4), Y9
-	VMOVUPS    264(SP), Y10
-	VMASKMOVPS Y9, Y10, (R9)(CX*4)
+	CMPQ 24(SP), CX
+	JA   stateKVf32AVX2_spanmasked_7
 
-stateKVf32AVX2_spanend_7:
-	ADDQ R10, R9
+stateKVf32AVX2_spanback_7:
+	ADDQ R9, R10
 
-stateKVf32AVX2_nostorerow_4:
+stateKVf32AVX2_nostorerow_6:
 	ADDQ 40(SP), AX
 	INCQ DX
 	CMPQ DX, BX
-	JB   stateKVf32AVX2_rows_4
+	JB   stateKVf32AVX2_rows_6
+	JMP  stateKVf32AVX2_spanpast_6
 
-stateKVf32AVX2_tokdone_2:
+stateKVf32AVX2_spanmasked_6:
+	VMOVUPS     (AX)(CX*4), Y10
+	VMULPS      Y10, Y6, Y10
+	VFMADD231PS 168(SP), Y7, Y10
+	VMOVUPS     Y10, (AX)(CX*4)
+	VFMADD231PS Y10, Y8, Y4
+	VFMADD231PS Y10, Y9, Y5
+	JMP         stateKVf32AVX2_spanback_6
+
+stateKVf32AVX2_spanpast_6:
+	JMP stateKVf32AVX2_spanpast_7
+
+stateKVf32AVX2_spanmasked_7:
+	VMOVUPS    (AX)(CX*4), Y7
+	VMOVUPS    232(SP), Y8
+	VMASKMOVPS Y7, Y8, (R10)(CX*4)
+	JMP        stateKVf32AVX2_spanback_7
+
+stateKVf32AVX2_spanpast_7:
+stateKVf32AVX2_tokdone_3:
 	MOVQ 64(SP), AX
 	MOVQ AX, 56(SP)
 	ADDQ $0x10, 96(SP)
@@ -8100,7 +8507,7 @@ stateKVf32AVX2_tokdone_2:
 	MOVQ tok_len+176(FP), AX
 	SHRQ $0x02, AX
 	CMPQ DX, AX
-	JB   stateKVf32AVX2_token_2
+	JB   stateKVf32AVX2_token_3
 
 stateKVf32AVX2_blockdone_1:
 	MOVQ 24(SP), AX
@@ -8114,7 +8521,7 @@ stateKVf32AVX2_done_1:
 
 // func stateKVbf16AVX2(K int, V int, src []uint16, src32 []float32, stores []uintptr, carry []float32, kh []float32, qh []float32, v []float32, vs int, o []float32, tok []float32, work []float32)
 // Requires: AVX, AVX2, CMOV, FMA3
-TEXT ·stateKVbf16AVX2(SB), NOSPLIT, $368-264
+TEXT ·stateKVbf16AVX2(SB), NOSPLIT, $336-264
 	MOVQ  K+0(FP), AX
 	MOVQ  V+8(FP), CX
 	MOVQ  tok_len+224(FP), DX
@@ -8357,33 +8764,32 @@ stateKVbf16AVX2_notlast_1:
 	MOVQ  56(SP), BX
 	MOVQ  64(SP), SI
 	MOVQ  72(SP), DI
-	MOVQ  48(SP), R9
-	MOVQ  16(SP), R10
-	MOVQ  stores_base+64(FP), R8
-	MOVQ  (R8)(R9*8), R8
-	TESTQ R8, R8
+	MOVQ  16(SP), R8
+	MOVQ  48(SP), R10
+	MOVQ  stores_base+64(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
 	JZ    stateKVbf16AVX2_nostore_1
-	LEAQ  (R8)(R10*2), R8
+	LEAQ  (R9)(R8*2), R9
 
 stateKVbf16AVX2_nostore_1:
-	MOVQ  V+8(FP), R9
-	SHLQ  $0x01, R9
-	MOVQ  48(SP), R11
-	INCQ  R11
-	MOVQ  tok_len+224(FP), R12
-	SHRQ  $0x02, R12
-	XORQ  R10, R10
-	CMPQ  R11, R12
+	MOVQ  V+8(FP), R10
+	SHLQ  $0x01, R10
+	MOVQ  48(SP), R12
+	INCQ  R12
+	MOVQ  tok_len+224(FP), R13
+	SHRQ  $0x02, R13
+	XORQ  R11, R11
+	CMPQ  R12, R13
 	JNE   stateKVbf16AVX2_nocarry_1
-	MOVQ  carry_base+88(FP), R10
-	TESTQ R10, R10
+	MOVQ  carry_base+88(FP), R11
+	TESTQ R11, R11
 	JZ    stateKVbf16AVX2_nocarry_1
-	MOVQ  16(SP), R11
-	LEAQ  (R10)(R11*4), R10
+	LEAQ  (R11)(R8*4), R11
 
 stateKVbf16AVX2_nocarry_1:
-	MOVQ V+8(FP), R11
-	SHLQ $0x02, R11
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
 
 stateKVbf16AVX2_rows_1:
 	VBROADCASTSS (BX)(CX*4), Y9
@@ -8413,7 +8819,7 @@ stateKVbf16AVX2_rows_1:
 	VMOVUPS      Y12, 96(AX)
 	VFMADD231PS  Y12, Y10, Y6
 	VFMADD231PS  Y12, Y11, Y7
-	TESTQ        R8, R8
+	TESTQ        R9, R9
 	JZ           stateKVbf16AVX2_nostorerow_1
 	VMOVUPS      (AX), Y9
 	VPSRLD       $0x10, Y9, Y10
@@ -8427,7 +8833,7 @@ stateKVbf16AVX2_rows_1:
 	VPBLENDVB    Y12, Y10, Y9, Y9
 	VEXTRACTI128 $0x01, Y9, X10
 	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, (R8)
+	VMOVDQU      X10, (R9)
 	VMOVUPS      32(AX), Y9
 	VPSRLD       $0x10, Y9, Y10
 	VPAND        absmask<>+0(SB), Y9, Y11
@@ -8440,7 +8846,7 @@ stateKVbf16AVX2_rows_1:
 	VPBLENDVB    Y12, Y10, Y9, Y9
 	VEXTRACTI128 $0x01, Y9, X10
 	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 16(R8)
+	VMOVDQU      X10, 16(R9)
 	VMOVUPS      64(AX), Y9
 	VPSRLD       $0x10, Y9, Y10
 	VPAND        absmask<>+0(SB), Y9, Y11
@@ -8453,7 +8859,7 @@ stateKVbf16AVX2_rows_1:
 	VPBLENDVB    Y12, Y10, Y9, Y9
 	VEXTRACTI128 $0x01, Y9, X10
 	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 32(R8)
+	VMOVDQU      X10, 32(R9)
 	VMOVUPS      96(AX), Y9
 	VPSRLD       $0x10, Y9, Y10
 	VPAND        absmask<>+0(SB), Y9, Y11
@@ -8466,21 +8872,21 @@ stateKVbf16AVX2_rows_1:
 	VPBLENDVB    Y12, Y10, Y9, Y9
 	VEXTRACTI128 $0x01, Y9, X10
 	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 48(R8)
-	ADDQ         R9, R8
+	VMOVDQU      X10, 48(R9)
+	ADDQ         R10, R9
 
 stateKVbf16AVX2_nostorerow_1:
-	TESTQ   R10, R10
+	TESTQ   R11, R11
 	JZ      stateKVbf16AVX2_nocarryrow_1
 	VMOVUPS (AX), Y9
-	VMOVUPS Y9, (R10)
+	VMOVUPS Y9, (R11)
 	VMOVUPS 32(AX), Y9
-	VMOVUPS Y9, 32(R10)
+	VMOVUPS Y9, 32(R11)
 	VMOVUPS 64(AX), Y9
-	VMOVUPS Y9, 64(R10)
+	VMOVUPS Y9, 64(R11)
 	VMOVUPS 96(AX), Y9
-	VMOVUPS Y9, 96(R10)
-	ADDQ    R11, R10
+	VMOVUPS Y9, 96(R11)
+	ADDQ    R8, R11
 
 stateKVbf16AVX2_nocarryrow_1:
 	ADDQ $0x00000080, AX
@@ -8546,33 +8952,32 @@ stateKVbf16AVX2_far_1:
 	MOVQ  56(SP), BX
 	MOVQ  64(SP), SI
 	MOVQ  72(SP), DI
-	MOVQ  48(SP), R9
-	MOVQ  16(SP), R10
-	MOVQ  stores_base+64(FP), R8
-	MOVQ  (R8)(R9*8), R8
-	TESTQ R8, R8
+	MOVQ  16(SP), R8
+	MOVQ  48(SP), R10
+	MOVQ  stores_base+64(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
 	JZ    stateKVbf16AVX2_nostore_2
-	LEAQ  (R8)(R10*2), R8
+	LEAQ  (R9)(R8*2), R9
 
 stateKVbf16AVX2_nostore_2:
-	MOVQ  V+8(FP), R9
-	SHLQ  $0x01, R9
-	MOVQ  48(SP), R11
-	INCQ  R11
-	MOVQ  tok_len+224(FP), R12
-	SHRQ  $0x02, R12
-	XORQ  R10, R10
-	CMPQ  R11, R12
+	MOVQ  V+8(FP), R10
+	SHLQ  $0x01, R10
+	MOVQ  48(SP), R12
+	INCQ  R12
+	MOVQ  tok_len+224(FP), R13
+	SHRQ  $0x02, R13
+	XORQ  R11, R11
+	CMPQ  R12, R13
 	JNE   stateKVbf16AVX2_nocarry_2
-	MOVQ  carry_base+88(FP), R10
-	TESTQ R10, R10
+	MOVQ  carry_base+88(FP), R11
+	TESTQ R11, R11
 	JZ    stateKVbf16AVX2_nocarry_2
-	MOVQ  16(SP), R11
-	LEAQ  (R10)(R11*4), R10
+	LEAQ  (R11)(R8*4), R11
 
 stateKVbf16AVX2_nocarry_2:
-	MOVQ V+8(FP), R11
-	SHLQ $0x02, R11
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
 
 stateKVbf16AVX2_rows_2:
 	VBROADCASTSS (BX)(CX*4), Y9
@@ -8602,7 +9007,7 @@ stateKVbf16AVX2_rows_2:
 	VMOVUPS      Y12, 96(AX)
 	VFMADD231PS  Y12, Y10, Y6
 	VFMADD231PS  Y12, Y11, Y7
-	TESTQ        R8, R8
+	TESTQ        R9, R9
 	JZ           stateKVbf16AVX2_nostorerow_2
 	VMOVUPS      (AX), Y9
 	VPSRLD       $0x10, Y9, Y10
@@ -8616,7 +9021,7 @@ stateKVbf16AVX2_rows_2:
 	VPBLENDVB    Y12, Y10, Y9, Y9
 	VEXTRACTI128 $0x01, Y9, X10
 	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, (R8)
+	VMOVDQU      X10, (R9)
 	VMOVUPS      32(AX), Y9
 	VPSRLD       $0x10, Y9, Y10
 	VPAND        absmask<>+0(SB), Y9, Y11
@@ -8629,7 +9034,7 @@ stateKVbf16AVX2_rows_2:
 	VPBLENDVB    Y12, Y10, Y9, Y9
 	VEXTRACTI128 $0x01, Y9, X10
 	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 16(R8)
+	VMOVDQU      X10, 16(R9)
 	VMOVUPS      64(AX), Y9
 	VPSRLD       $0x10, Y9, Y10
 	VPAND        absmask<>+0(SB), Y9, Y11
@@ -8642,7 +9047,7 @@ stateKVbf16AVX2_rows_2:
 	VPBLENDVB    Y12, Y10, Y9, Y9
 	VEXTRACTI128 $0x01, Y9, X10
 	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 32(R8)
+	VMOVDQU      X10, 32(R9)
 	VMOVUPS      96(AX), Y9
 	VPSRLD       $0x10, Y9, Y10
 	VPAND        absmask<>+0(SB), Y9, Y11
@@ -8655,21 +9060,21 @@ stateKVbf16AVX2_rows_2:
 	VPBLENDVB    Y12, Y10, Y9, Y9
 	VEXTRACTI128 $0x01, Y9, X10
 	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 48(R8)
-	ADDQ         R9, R8
+	VMOVDQU      X10, 48(R9)
+	ADDQ         R10, R9
 
 stateKVbf16AVX2_nostorerow_2:
-	TESTQ   R10, R10
+	TESTQ   R11, R11
 	JZ      stateKVbf16AVX2_nocarryrow_2
 	VMOVUPS (AX), Y9
-	VMOVUPS Y9, (R10)
+	VMOVUPS Y9, (R11)
 	VMOVUPS 32(AX), Y9
-	VMOVUPS Y9, 32(R10)
+	VMOVUPS Y9, 32(R11)
 	VMOVUPS 64(AX), Y9
-	VMOVUPS Y9, 64(R10)
+	VMOVUPS Y9, 64(R11)
 	VMOVUPS 96(AX), Y9
-	VMOVUPS Y9, 96(R10)
-	ADDQ    R11, R10
+	VMOVUPS Y9, 96(R11)
+	ADDQ    R8, R11
 
 stateKVbf16AVX2_nocarryrow_2:
 	ADDQ $0x00000080, AX
@@ -8697,179 +9102,86 @@ stateKVbf16AVX2_tokdone_1:
 	JMP  stateKVbf16AVX2_blockdone_1
 
 stateKVbf16AVX2_span_1:
-	// Any other block: 3 full vectors guarded, then the masked one.
-	MOVQ         AX, CX
-	ANDQ         $-8, CX
-	MOVQ         AX, DX
-	SUBQ         CX, DX
-	VMOVD        DX, X0
-	VPBROADCASTD X0, Y0
-	VPCMPGTD     iota<>+0(SB), Y0, Y0
-	VMOVUPS      Y0, 264(SP)
+	MOVQ    $0x00000010, CX
+	CMPQ    AX, $0x00000018
+	CMOVQCC CX, AX
+	MOVQ    AX, 24(SP)
 
-	// Row bytes in work: whole vectors.
-	MOVQ AX, DX
-	ADDQ $0x07, DX
-	ANDQ $-8, DX
-	SHLQ $0x02, DX
-	MOVQ DX, 40(SP)
+	// A block of 16 columns (V = 80: the 16 after 64): 2 full vectors, no guard.
+	CMPQ AX, $0x00000010
+	JNE  stateKVbf16AVX2_span_2
 
-	// The last wd mod 8 bf16 columns: pairs (dwords), the word of the last one, a VPSHUFB control to word 0.
-	SUBQ         CX, AX
-	MOVQ         AX, DX
-	SHRQ         $0x01, DX
-	VMOVD        DX, X0
-	VPBROADCASTD X0, X0
-	VPCMPGTD     iota<>+0(SB), X0, X0
-	VMOVDQU      X0, 296(SP)
-	DECQ         AX
-	MOVQ         AX, 344(SP)
-	VMOVDQU      iota<>+0(SB), X1
-	VPACKUSDW    iota<>+16(SB), X1, X1
-	VMOVD        AX, X0
-	VPBROADCASTW X0, X0
-	VPCMPEQW     X1, X0, X0
-	VMOVDQU      X0, 312(SP)
-	ADDQ         AX, AX
-	MOVQ         AX, DX
-	INCQ         DX
-	SHLQ         $0x08, DX
-	ORQ          DX, AX
-	VMOVD        AX, X0
-	VPBROADCASTW X0, X0
-	VMOVDQU      X0, 328(SP)
-
-	// Block of up to 32 columns (rows in work of whole vectors): pass 0 loads it, with token 0's read.
+	// Block of up to 16 columns (rows in work of whole vectors): pass 0 loads it, with token 0's read.
 	MOVQ  K+0(FP), AX
-	MOVQ  16(SP), DX
-	MOVQ  src32_base+40(FP), BX
-	TESTQ BX, BX
+	MOVQ  16(SP), CX
+	MOVQ  src32_base+40(FP), DX
+	TESTQ DX, DX
 	JZ    stateKVbf16AVX2_from16_2
 
 	// From src32 (f32).
-	MOVQ   V+8(FP), SI
-	LEAQ   (BX)(DX*4), BX
-	SHLQ   $0x02, SI
+	MOVQ   V+8(FP), BX
+	LEAQ   (DX)(CX*4), DX
+	SHLQ   $0x02, BX
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
 	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-	VXORPS Y6, Y6, Y6
-	VXORPS Y7, Y7, Y7
-	MOVQ   kh_base+112(FP), DI
-	MOVQ   qh_base+136(FP), R8
-	MOVQ   (SP), R9
-	XORQ   R10, R10
+	MOVQ   kh_base+112(FP), SI
+	MOVQ   qh_base+136(FP), DI
+	MOVQ   (SP), R8
+	XORQ   R9, R9
 
 stateKVbf16AVX2_pass0_3:
-	VBROADCASTSS (DI)(R10*4), Y8
-	VBROADCASTSS (R8)(R10*4), Y9
-	CMPQ         CX, $0x00000000
-	JBE          stateKVbf16AVX2_spantail_1
-	VMOVUPS      (BX), Y10
-	VMOVUPS      Y10, (R9)
-	VFMADD231PS  Y10, Y8, Y0
-	VFMADD231PS  Y10, Y9, Y1
-	CMPQ         CX, $0x00000008
-	JBE          stateKVbf16AVX2_spantail_1
-	VMOVUPS      32(BX), Y10
-	VMOVUPS      Y10, 32(R9)
-	VFMADD231PS  Y10, Y8, Y2
-	VFMADD231PS  Y10, Y9, Y3
-	CMPQ         CX, $0x00000010
-	JBE          stateKVbf16AVX2_spantail_1
-	VMOVUPS      64(BX), Y10
-	VMOVUPS      Y10, 64(R9)
-	VFMADD231PS  Y10, Y8, Y4
-	VFMADD231PS  Y10, Y9, Y5
-
-stateKVbf16AVX2_spantail_1:
-	CMPQ        24(SP), CX
-	JBE         stateKVbf16AVX2_spanend_1
-	VMOVUPS     264(SP), Y10
-	VMASKMOVPS  (BX)(CX*4), Y10, Y10
-	VMOVUPS     Y10, (R9)(CX*4)
-	VFMADD231PS Y10, Y8, Y6
-	VFMADD231PS Y10, Y9, Y7
-
-stateKVbf16AVX2_spanend_1:
-	ADDQ SI, BX
-	ADDQ 40(SP), R9
-	INCQ R10
-	CMPQ R10, AX
-	JB   stateKVbf16AVX2_pass0_3
-	JMP  stateKVbf16AVX2_loaded_2
+	VBROADCASTSS (SI)(R9*4), Y4
+	VBROADCASTSS (DI)(R9*4), Y5
+	VMOVUPS      (DX), Y6
+	VMOVUPS      Y6, (R8)
+	VFMADD231PS  Y6, Y4, Y0
+	VFMADD231PS  Y6, Y5, Y1
+	VMOVUPS      32(DX), Y6
+	VMOVUPS      Y6, 32(R8)
+	VFMADD231PS  Y6, Y4, Y2
+	VFMADD231PS  Y6, Y5, Y3
+	ADDQ         BX, DX
+	ADDQ         $0x00000040, R8
+	INCQ         R9
+	CMPQ         R9, AX
+	JB           stateKVbf16AVX2_pass0_3
+	JMP          stateKVbf16AVX2_loaded_2
 
 stateKVbf16AVX2_from16_2:
 	// From src (bf16).
-	MOVQ   src_base+16(FP), BX
-	MOVQ   V+8(FP), SI
-	LEAQ   (BX)(DX*2), BX
-	SHLQ   $0x01, SI
+	MOVQ   src_base+16(FP), DX
+	MOVQ   V+8(FP), BX
+	LEAQ   (DX)(CX*2), DX
+	SHLQ   $0x01, BX
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
 	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-	VXORPS Y6, Y6, Y6
-	VXORPS Y7, Y7, Y7
-	MOVQ   kh_base+112(FP), DI
-	MOVQ   qh_base+136(FP), R8
-	MOVQ   (SP), R9
-	XORQ   R10, R10
+	MOVQ   kh_base+112(FP), SI
+	MOVQ   qh_base+136(FP), DI
+	MOVQ   (SP), R8
+	XORQ   R9, R9
 
 stateKVbf16AVX2_pass0_4:
-	VBROADCASTSS (DI)(R10*4), Y8
-	VBROADCASTSS (R8)(R10*4), Y9
-	CMPQ         CX, $0x00000000
-	JBE          stateKVbf16AVX2_spantail_2
-	VPMOVZXWD    (BX), Y10
-	VPSLLD       $0x10, Y10, Y10
-	VMOVUPS      Y10, (R9)
-	VFMADD231PS  Y10, Y8, Y0
-	VFMADD231PS  Y10, Y9, Y1
-	CMPQ         CX, $0x00000008
-	JBE          stateKVbf16AVX2_spantail_2
-	VPMOVZXWD    16(BX), Y10
-	VPSLLD       $0x10, Y10, Y10
-	VMOVUPS      Y10, 32(R9)
-	VFMADD231PS  Y10, Y8, Y2
-	VFMADD231PS  Y10, Y9, Y3
-	CMPQ         CX, $0x00000010
-	JBE          stateKVbf16AVX2_spantail_2
-	VPMOVZXWD    32(BX), Y10
-	VPSLLD       $0x10, Y10, Y10
-	VMOVUPS      Y10, 64(R9)
-	VFMADD231PS  Y10, Y8, Y4
-	VFMADD231PS  Y10, Y9, Y5
-
-stateKVbf16AVX2_spantail_2:
-	CMPQ         24(SP), CX
-	JBE          stateKVbf16AVX2_spanend_2
-	VMOVDQU      296(SP), X10
-	VPMASKMOVD   (BX)(CX*2), X10, X10
-	MOVQ         344(SP), R11
-	ADDQ         CX, R11
-	MOVWLZX      (BX)(R11*2), R11
-	VMOVD        R11, X11
-	VPBROADCASTW X11, X11
-	VMOVDQU      312(SP), X12
-	VPBLENDVB    X12, X11, X10, X10
-	VPMOVZXWD    X10, Y10
-	VPSLLD       $0x10, Y10, Y10
-	VMOVUPS      Y10, (R9)(CX*4)
-	VFMADD231PS  Y10, Y8, Y6
-	VFMADD231PS  Y10, Y9, Y7
-
-stateKVbf16AVX2_spanend_2:
-	ADDQ SI, BX
-	ADDQ 40(SP), R9
-	INCQ R10
-	CMPQ R10, AX
-	JB   stateKVbf16AVX2_pass0_4
+	VBROADCASTSS (SI)(R9*4), Y4
+	VBROADCASTSS (DI)(R9*4), Y5
+	VPMOVZXWD    (DX), Y6
+	VPSLLD       $0x10, Y6, Y6
+	VMOVUPS      Y6, (R8)
+	VFMADD231PS  Y6, Y4, Y0
+	VFMADD231PS  Y6, Y5, Y1
+	VPMOVZXWD    16(DX), Y6
+	VPSLLD       $0x10, Y6, Y6
+	VMOVUPS      Y6, 32(R8)
+	VFMADD231PS  Y6, Y4, Y2
+	VFMADD231PS  Y6, Y5, Y3
+	ADDQ         BX, DX
+	ADDQ         $0x00000040, R8
+	INCQ         R9
+	CMPQ         R9, AX
+	JB           stateKVbf16AVX2_pass0_4
 
 stateKVbf16AVX2_loaded_2:
 	// The tokens.
@@ -8880,113 +9192,79 @@ stateKVbf16AVX2_loaded_2:
 	MOVQ tok_base+216(FP), AX
 	MOVQ AX, 96(SP)
 	MOVQ v_base+160(FP), AX
-	LEAQ (AX)(DX*4), AX
+	LEAQ (AX)(CX*4), AX
 	MOVQ AX, 80(SP)
 	MOVQ o_base+192(FP), AX
-	LEAQ (AX)(DX*4), AX
+	LEAQ (AX)(CX*4), AX
 	MOVQ AX, 88(SP)
 
 stateKVbf16AVX2_token_2:
 	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
 	MOVQ 48(SP), AX
-	MOVQ K+0(FP), DX
+	MOVQ K+0(FP), CX
 	INCQ AX
-	MOVQ tok_len+224(FP), BX
-	SHRQ $0x02, BX
-	CMPQ AX, BX
+	MOVQ tok_len+224(FP), DX
+	SHRQ $0x02, DX
+	CMPQ AX, DX
 	JB   stateKVbf16AVX2_notlast_2
 	DECQ AX
 
 stateKVbf16AVX2_notlast_2:
-	IMULQ    DX, AX
-	MOVQ     kh_base+112(FP), DX
-	LEAQ     (DX)(AX*4), DX
-	MOVQ     DX, 64(SP)
-	MOVQ     qh_base+136(FP), DX
-	LEAQ     (DX)(AX*4), DX
-	MOVQ     DX, 72(SP)
+	IMULQ    CX, AX
+	MOVQ     kh_base+112(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 64(SP)
+	MOVQ     qh_base+136(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 72(SP)
 	MOVQ     96(SP), AX
-	VMOVSS   (AX), X8
-	VUCOMISS nearone<>+0(SB), X8
+	VMOVSS   (AX), X4
+	VUCOMISS nearone<>+0(SB), X4
 	JCS      stateKVbf16AVX2_far_2
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	MOVQ         96(SP), AX
-	VBROADCASTSS (AX), Y8
-	VBROADCASTSS 8(AX), Y9
-	VBROADCASTSS 12(AX), Y10
+	VBROADCASTSS (AX), Y4
+	VBROADCASTSS 8(AX), Y5
+	VBROADCASTSS 12(AX), Y6
 	MOVQ         80(SP), AX
-	MOVQ         88(SP), DX
-	CMPQ         CX, $0x00000000
-	JBE          stateKVbf16AVX2_spantail_3
-	VMOVUPS      (AX), Y11
-	VFMADD213PS  Y0, Y8, Y0
-	VSUBPS       Y0, Y11, Y11
-	VMULPS       Y11, Y9, Y11
-	VFMADD213PS  Y1, Y8, Y1
-	VFMADD231PS  Y11, Y10, Y1
-	VMOVUPS      Y1, (DX)
-	VMOVUPS      Y11, 104(SP)
-	CMPQ         CX, $0x00000008
-	JBE          stateKVbf16AVX2_spantail_3
+	MOVQ         88(SP), CX
+	VMOVUPS      (AX), Y7
+	VFMADD213PS  Y0, Y4, Y0
+	VSUBPS       Y0, Y7, Y7
+	VMULPS       Y7, Y5, Y7
+	VFMADD213PS  Y1, Y4, Y1
+	VFMADD231PS  Y7, Y6, Y1
+	VMOVUPS      Y1, (CX)
+	VMOVUPS      Y7, 104(SP)
 	VMOVUPS      32(AX), Y0
-	VFMADD213PS  Y2, Y8, Y2
+	VFMADD213PS  Y2, Y4, Y2
 	VSUBPS       Y2, Y0, Y0
-	VMULPS       Y0, Y9, Y0
-	VFMADD213PS  Y3, Y8, Y3
-	VFMADD231PS  Y0, Y10, Y3
-	VMOVUPS      Y3, 32(DX)
+	VMULPS       Y0, Y5, Y0
+	VFMADD213PS  Y3, Y4, Y3
+	VFMADD231PS  Y0, Y6, Y3
+	VMOVUPS      Y3, 32(CX)
 	VMOVUPS      Y0, 136(SP)
-	CMPQ         CX, $0x00000010
-	JBE          stateKVbf16AVX2_spantail_3
-	VMOVUPS      64(AX), Y0
-	VFMADD213PS  Y4, Y8, Y4
-	VSUBPS       Y4, Y0, Y0
-	VMULPS       Y0, Y9, Y0
-	VFMADD213PS  Y5, Y8, Y5
-	VFMADD231PS  Y0, Y10, Y5
-	VMOVUPS      Y5, 64(DX)
-	VMOVUPS      Y0, 168(SP)
-
-stateKVbf16AVX2_spantail_3:
-	CMPQ        24(SP), CX
-	JBE         stateKVbf16AVX2_spanend_3
-	VMOVUPS     264(SP), Y0
-	VMASKMOVPS  (AX)(CX*4), Y0, Y0
-	VFMADD213PS Y6, Y8, Y6
-	VSUBPS      Y6, Y0, Y0
-	VMULPS      Y0, Y9, Y0
-	VFMADD213PS Y7, Y8, Y7
-	VFMADD231PS Y0, Y10, Y7
-	VMOVUPS     264(SP), Y1
-	VMASKMOVPS  Y7, Y1, (DX)(CX*4)
-	VMOVUPS     Y0, 200(SP)
-
-stateKVbf16AVX2_spanend_3:
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-	VXORPS Y6, Y6, Y6
-	VXORPS Y7, Y7, Y7
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y1, Y1, Y1
+	VXORPS       Y2, Y2, Y2
+	VXORPS       Y3, Y3, Y3
 
 	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
 	MOVQ  (SP), AX
-	XORQ  DX, DX
-	MOVQ  K+0(FP), BX
-	MOVQ  56(SP), SI
-	MOVQ  64(SP), DI
-	MOVQ  72(SP), R8
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  56(SP), BX
+	MOVQ  64(SP), SI
+	MOVQ  72(SP), DI
+	MOVQ  16(SP), R8
 	MOVQ  48(SP), R10
-	MOVQ  16(SP), R11
 	MOVQ  stores_base+64(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
 	JZ    stateKVbf16AVX2_nostore_3
-	LEAQ  (R9)(R11*2), R9
+	LEAQ  (R9)(R8*2), R9
 
 stateKVbf16AVX2_nostore_3:
 	MOVQ  V+8(FP), R10
@@ -9001,158 +9279,71 @@ stateKVbf16AVX2_nostore_3:
 	MOVQ  carry_base+88(FP), R11
 	TESTQ R11, R11
 	JZ    stateKVbf16AVX2_nocarry_3
-	MOVQ  16(SP), R12
-	LEAQ  (R11)(R12*4), R11
+	LEAQ  (R11)(R8*4), R11
 
 stateKVbf16AVX2_nocarry_3:
-	MOVQ V+8(FP), R12
-	SHLQ $0x02, R12
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
 
 stateKVbf16AVX2_rows_3:
-	VBROADCASTSS (SI)(DX*4), Y9
-	VBROADCASTSS (DI)(DX*4), Y10
-	VBROADCASTSS (R8)(DX*4), Y11
-	CMPQ         CX, $0x00000000
-	JBE          stateKVbf16AVX2_spantail_4
-	VMOVUPS      (AX), Y12
-	VFMADD213PS  Y12, Y8, Y12
-	VFMADD231PS  104(SP), Y9, Y12
-	VMOVUPS      Y12, (AX)
-	VFMADD231PS  Y12, Y10, Y0
-	VFMADD231PS  Y12, Y11, Y1
-	CMPQ         CX, $0x00000008
-	JBE          stateKVbf16AVX2_spantail_4
-	VMOVUPS      32(AX), Y12
-	VFMADD213PS  Y12, Y8, Y12
-	VFMADD231PS  136(SP), Y9, Y12
-	VMOVUPS      Y12, 32(AX)
-	VFMADD231PS  Y12, Y10, Y2
-	VFMADD231PS  Y12, Y11, Y3
-	CMPQ         CX, $0x00000010
-	JBE          stateKVbf16AVX2_spantail_4
-	VMOVUPS      64(AX), Y12
-	VFMADD213PS  Y12, Y8, Y12
-	VFMADD231PS  168(SP), Y9, Y12
-	VMOVUPS      Y12, 64(AX)
-	VFMADD231PS  Y12, Y10, Y4
-	VFMADD231PS  Y12, Y11, Y5
-
-stateKVbf16AVX2_spantail_4:
-	CMPQ        24(SP), CX
-	JBE         stateKVbf16AVX2_spanend_4
-	VMOVUPS     (AX)(CX*4), Y12
-	VFMADD213PS Y12, Y8, Y12
-	VFMADD231PS 200(SP), Y9, Y12
-	VMOVUPS     Y12, (AX)(CX*4)
-	VFMADD231PS Y12, Y10, Y6
-	VFMADD231PS Y12, Y11, Y7
-
-stateKVbf16AVX2_spanend_4:
+	VBROADCASTSS (BX)(CX*4), Y5
+	VBROADCASTSS (SI)(CX*4), Y6
+	VBROADCASTSS (DI)(CX*4), Y7
+	VMOVUPS      (AX), Y8
+	VFMADD213PS  Y8, Y4, Y8
+	VFMADD231PS  104(SP), Y5, Y8
+	VMOVUPS      Y8, (AX)
+	VFMADD231PS  Y8, Y6, Y0
+	VFMADD231PS  Y8, Y7, Y1
+	VMOVUPS      32(AX), Y8
+	VFMADD213PS  Y8, Y4, Y8
+	VFMADD231PS  136(SP), Y5, Y8
+	VMOVUPS      Y8, 32(AX)
+	VFMADD231PS  Y8, Y6, Y2
+	VFMADD231PS  Y8, Y7, Y3
 	TESTQ        R9, R9
 	JZ           stateKVbf16AVX2_nostorerow_3
-	CMPQ         CX, $0x00000000
-	JBE          stateKVbf16AVX2_spantail_5
-	VMOVUPS      (AX), Y9
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        absmask<>+0(SB), Y9, Y11
-	VPCMPGTD     infbits<>+0(SB), Y11, Y12
-	VPAND        one_i<>+0(SB), Y10, Y11
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y11, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPOR         quiet<>+0(SB), Y10, Y10
-	VPBLENDVB    Y12, Y10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, (R9)
-	CMPQ         CX, $0x00000008
-	JBE          stateKVbf16AVX2_spantail_5
-	VMOVUPS      32(AX), Y9
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        absmask<>+0(SB), Y9, Y11
-	VPCMPGTD     infbits<>+0(SB), Y11, Y12
-	VPAND        one_i<>+0(SB), Y10, Y11
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y11, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPOR         quiet<>+0(SB), Y10, Y10
-	VPBLENDVB    Y12, Y10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 16(R9)
-	CMPQ         CX, $0x00000010
-	JBE          stateKVbf16AVX2_spantail_5
-	VMOVUPS      64(AX), Y9
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        absmask<>+0(SB), Y9, Y11
-	VPCMPGTD     infbits<>+0(SB), Y11, Y12
-	VPAND        one_i<>+0(SB), Y10, Y11
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y11, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPOR         quiet<>+0(SB), Y10, Y10
-	VPBLENDVB    Y12, Y10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 32(R9)
-
-stateKVbf16AVX2_spantail_5:
-	CMPQ         24(SP), CX
-	JBE          stateKVbf16AVX2_spanend_5
-	VMOVUPS      (AX)(CX*4), Y9
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        absmask<>+0(SB), Y9, Y11
-	VPCMPGTD     infbits<>+0(SB), Y11, Y12
-	VPAND        one_i<>+0(SB), Y10, Y11
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y11, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPOR         quiet<>+0(SB), Y10, Y10
-	VPBLENDVB    Y12, Y10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 352(SP)
-	VMOVDQU      352(SP), X9
-	VMOVDQU      296(SP), X10
-	VPMASKMOVD   X9, X10, (R9)(CX*2)
-	VPSHUFB      328(SP), X9, X9
-	MOVQ         344(SP), R13
-	ADDQ         CX, R13
-	VPEXTRW      $0x00, X9, (R9)(R13*2)
-
-stateKVbf16AVX2_spanend_5:
-	ADDQ R10, R9
+	VMOVUPS      (AX), Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X6
+	VPACKUSDW    X6, X5, X6
+	VMOVDQU      X6, (R9)
+	VMOVUPS      32(AX), Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X6
+	VPACKUSDW    X6, X5, X6
+	VMOVDQU      X6, 16(R9)
+	ADDQ         R10, R9
 
 stateKVbf16AVX2_nostorerow_3:
 	TESTQ   R11, R11
 	JZ      stateKVbf16AVX2_nocarryrow_3
-	CMPQ    CX, $0x00000000
-	JBE     stateKVbf16AVX2_spantail_6
-	VMOVUPS (AX), Y9
-	VMOVUPS Y9, (R11)
-	CMPQ    CX, $0x00000008
-	JBE     stateKVbf16AVX2_spantail_6
-	VMOVUPS 32(AX), Y9
-	VMOVUPS Y9, 32(R11)
-	CMPQ    CX, $0x00000010
-	JBE     stateKVbf16AVX2_spantail_6
-	VMOVUPS 64(AX), Y9
-	VMOVUPS Y9, 64(R11)
-
-stateKVbf16AVX2_spantail_6:
-	CMPQ       24(SP), CX
-	JBE        stateKVbf16AVX2_spanend_6
-	VMOVUPS    (AX)(CX*4), Y9
-	VMOVUPS    264(SP), Y10
-	VMASKMOVPS Y9, Y10, (R11)(CX*4)
-
-stateKVbf16AVX2_spanend_6:
-	ADDQ R12, R11
+	VMOVUPS (AX), Y5
+	VMOVUPS Y5, (R11)
+	VMOVUPS 32(AX), Y5
+	VMOVUPS Y5, 32(R11)
+	ADDQ    R8, R11
 
 stateKVbf16AVX2_nocarryrow_3:
-	ADDQ 40(SP), AX
-	INCQ DX
-	CMPQ DX, BX
+	ADDQ $0x00000040, AX
+	INCQ CX
+	CMPQ CX, DX
 	JB   stateKVbf16AVX2_rows_3
 	JMP  stateKVbf16AVX2_tokdone_2
 
@@ -9160,80 +9351,46 @@ stateKVbf16AVX2_far_2:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	MOVQ         96(SP), AX
-	VBROADCASTSS 4(AX), Y8
-	VBROADCASTSS 8(AX), Y9
-	VBROADCASTSS 12(AX), Y10
+	VBROADCASTSS 4(AX), Y4
+	VBROADCASTSS 8(AX), Y5
+	VBROADCASTSS 12(AX), Y6
 	MOVQ         80(SP), AX
-	MOVQ         88(SP), DX
-	CMPQ         CX, $0x00000000
-	JBE          stateKVbf16AVX2_spantail_7
-	VMOVUPS      (AX), Y11
-	VMULPS       Y0, Y8, Y0
-	VSUBPS       Y0, Y11, Y11
-	VMULPS       Y11, Y9, Y11
-	VMULPS       Y1, Y8, Y1
-	VFMADD231PS  Y11, Y10, Y1
-	VMOVUPS      Y1, (DX)
-	VMOVUPS      Y11, 104(SP)
-	CMPQ         CX, $0x00000008
-	JBE          stateKVbf16AVX2_spantail_7
+	MOVQ         88(SP), CX
+	VMOVUPS      (AX), Y7
+	VMULPS       Y0, Y4, Y0
+	VSUBPS       Y0, Y7, Y7
+	VMULPS       Y7, Y5, Y7
+	VMULPS       Y1, Y4, Y1
+	VFMADD231PS  Y7, Y6, Y1
+	VMOVUPS      Y1, (CX)
+	VMOVUPS      Y7, 104(SP)
 	VMOVUPS      32(AX), Y0
-	VMULPS       Y2, Y8, Y2
+	VMULPS       Y2, Y4, Y2
 	VSUBPS       Y2, Y0, Y0
-	VMULPS       Y0, Y9, Y0
-	VMULPS       Y3, Y8, Y3
-	VFMADD231PS  Y0, Y10, Y3
-	VMOVUPS      Y3, 32(DX)
+	VMULPS       Y0, Y5, Y0
+	VMULPS       Y3, Y4, Y3
+	VFMADD231PS  Y0, Y6, Y3
+	VMOVUPS      Y3, 32(CX)
 	VMOVUPS      Y0, 136(SP)
-	CMPQ         CX, $0x00000010
-	JBE          stateKVbf16AVX2_spantail_7
-	VMOVUPS      64(AX), Y0
-	VMULPS       Y4, Y8, Y4
-	VSUBPS       Y4, Y0, Y0
-	VMULPS       Y0, Y9, Y0
-	VMULPS       Y5, Y8, Y5
-	VFMADD231PS  Y0, Y10, Y5
-	VMOVUPS      Y5, 64(DX)
-	VMOVUPS      Y0, 168(SP)
-
-stateKVbf16AVX2_spantail_7:
-	CMPQ        24(SP), CX
-	JBE         stateKVbf16AVX2_spanend_7
-	VMOVUPS     264(SP), Y0
-	VMASKMOVPS  (AX)(CX*4), Y0, Y0
-	VMULPS      Y6, Y8, Y6
-	VSUBPS      Y6, Y0, Y0
-	VMULPS      Y0, Y9, Y0
-	VMULPS      Y7, Y8, Y7
-	VFMADD231PS Y0, Y10, Y7
-	VMOVUPS     264(SP), Y1
-	VMASKMOVPS  Y7, Y1, (DX)(CX*4)
-	VMOVUPS     Y0, 200(SP)
-
-stateKVbf16AVX2_spanend_7:
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-	VXORPS Y6, Y6, Y6
-	VXORPS Y7, Y7, Y7
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y1, Y1, Y1
+	VXORPS       Y2, Y2, Y2
+	VXORPS       Y3, Y3, Y3
 
 	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
 	MOVQ  (SP), AX
-	XORQ  DX, DX
-	MOVQ  K+0(FP), BX
-	MOVQ  56(SP), SI
-	MOVQ  64(SP), DI
-	MOVQ  72(SP), R8
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  56(SP), BX
+	MOVQ  64(SP), SI
+	MOVQ  72(SP), DI
+	MOVQ  16(SP), R8
 	MOVQ  48(SP), R10
-	MOVQ  16(SP), R11
 	MOVQ  stores_base+64(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
 	JZ    stateKVbf16AVX2_nostore_4
-	LEAQ  (R9)(R11*2), R9
+	LEAQ  (R9)(R8*2), R9
 
 stateKVbf16AVX2_nostore_4:
 	MOVQ  V+8(FP), R10
@@ -9248,161 +9405,760 @@ stateKVbf16AVX2_nostore_4:
 	MOVQ  carry_base+88(FP), R11
 	TESTQ R11, R11
 	JZ    stateKVbf16AVX2_nocarry_4
-	MOVQ  16(SP), R12
-	LEAQ  (R11)(R12*4), R11
+	LEAQ  (R11)(R8*4), R11
 
 stateKVbf16AVX2_nocarry_4:
-	MOVQ V+8(FP), R12
-	SHLQ $0x02, R12
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
 
 stateKVbf16AVX2_rows_4:
-	VBROADCASTSS (SI)(DX*4), Y9
-	VBROADCASTSS (DI)(DX*4), Y10
-	VBROADCASTSS (R8)(DX*4), Y11
-	CMPQ         CX, $0x00000000
-	JBE          stateKVbf16AVX2_spantail_8
-	VMOVUPS      (AX), Y12
-	VMULPS       Y12, Y8, Y12
-	VFMADD231PS  104(SP), Y9, Y12
-	VMOVUPS      Y12, (AX)
-	VFMADD231PS  Y12, Y10, Y0
-	VFMADD231PS  Y12, Y11, Y1
-	CMPQ         CX, $0x00000008
-	JBE          stateKVbf16AVX2_spantail_8
-	VMOVUPS      32(AX), Y12
-	VMULPS       Y12, Y8, Y12
-	VFMADD231PS  136(SP), Y9, Y12
-	VMOVUPS      Y12, 32(AX)
-	VFMADD231PS  Y12, Y10, Y2
-	VFMADD231PS  Y12, Y11, Y3
-	CMPQ         CX, $0x00000010
-	JBE          stateKVbf16AVX2_spantail_8
-	VMOVUPS      64(AX), Y12
-	VMULPS       Y12, Y8, Y12
-	VFMADD231PS  168(SP), Y9, Y12
-	VMOVUPS      Y12, 64(AX)
-	VFMADD231PS  Y12, Y10, Y4
-	VFMADD231PS  Y12, Y11, Y5
-
-stateKVbf16AVX2_spantail_8:
-	CMPQ        24(SP), CX
-	JBE         stateKVbf16AVX2_spanend_8
-	VMOVUPS     (AX)(CX*4), Y12
-	VMULPS      Y12, Y8, Y12
-	VFMADD231PS 200(SP), Y9, Y12
-	VMOVUPS     Y12, (AX)(CX*4)
-	VFMADD231PS Y12, Y10, Y6
-	VFMADD231PS Y12, Y11, Y7
-
-stateKVbf16AVX2_spanend_8:
+	VBROADCASTSS (BX)(CX*4), Y5
+	VBROADCASTSS (SI)(CX*4), Y6
+	VBROADCASTSS (DI)(CX*4), Y7
+	VMOVUPS      (AX), Y8
+	VMULPS       Y8, Y4, Y8
+	VFMADD231PS  104(SP), Y5, Y8
+	VMOVUPS      Y8, (AX)
+	VFMADD231PS  Y8, Y6, Y0
+	VFMADD231PS  Y8, Y7, Y1
+	VMOVUPS      32(AX), Y8
+	VMULPS       Y8, Y4, Y8
+	VFMADD231PS  136(SP), Y5, Y8
+	VMOVUPS      Y8, 32(AX)
+	VFMADD231PS  Y8, Y6, Y2
+	VFMADD231PS  Y8, Y7, Y3
 	TESTQ        R9, R9
 	JZ           stateKVbf16AVX2_nostorerow_4
-	CMPQ         CX, $0x00000000
-	JBE          stateKVbf16AVX2_spantail_9
-	VMOVUPS      (AX), Y9
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        absmask<>+0(SB), Y9, Y11
-	VPCMPGTD     infbits<>+0(SB), Y11, Y12
-	VPAND        one_i<>+0(SB), Y10, Y11
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y11, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPOR         quiet<>+0(SB), Y10, Y10
-	VPBLENDVB    Y12, Y10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, (R9)
-	CMPQ         CX, $0x00000008
-	JBE          stateKVbf16AVX2_spantail_9
-	VMOVUPS      32(AX), Y9
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        absmask<>+0(SB), Y9, Y11
-	VPCMPGTD     infbits<>+0(SB), Y11, Y12
-	VPAND        one_i<>+0(SB), Y10, Y11
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y11, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPOR         quiet<>+0(SB), Y10, Y10
-	VPBLENDVB    Y12, Y10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 16(R9)
-	CMPQ         CX, $0x00000010
-	JBE          stateKVbf16AVX2_spantail_9
-	VMOVUPS      64(AX), Y9
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        absmask<>+0(SB), Y9, Y11
-	VPCMPGTD     infbits<>+0(SB), Y11, Y12
-	VPAND        one_i<>+0(SB), Y10, Y11
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y11, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPOR         quiet<>+0(SB), Y10, Y10
-	VPBLENDVB    Y12, Y10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 32(R9)
-
-stateKVbf16AVX2_spantail_9:
-	CMPQ         24(SP), CX
-	JBE          stateKVbf16AVX2_spanend_9
-	VMOVUPS      (AX)(CX*4), Y9
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        absmask<>+0(SB), Y9, Y11
-	VPCMPGTD     infbits<>+0(SB), Y11, Y12
-	VPAND        one_i<>+0(SB), Y10, Y11
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y11, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPOR         quiet<>+0(SB), Y10, Y10
-	VPBLENDVB    Y12, Y10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 352(SP)
-	VMOVDQU      352(SP), X9
-	VMOVDQU      296(SP), X10
-	VPMASKMOVD   X9, X10, (R9)(CX*2)
-	VPSHUFB      328(SP), X9, X9
-	MOVQ         344(SP), R13
-	ADDQ         CX, R13
-	VPEXTRW      $0x00, X9, (R9)(R13*2)
-
-stateKVbf16AVX2_spanend_9:
-	ADDQ R10, R9
+	VMOVUPS      (AX), Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X6
+	VPACKUSDW    X6, X5, X6
+	VMOVDQU      X6, (R9)
+	VMOVUPS      32(AX), Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X6
+	VPACKUSDW    X6, X5, X6
+	VMOVDQU      X6, 16(R9)
+	ADDQ         R10, R9
 
 stateKVbf16AVX2_nostorerow_4:
 	TESTQ   R11, R11
 	JZ      stateKVbf16AVX2_nocarryrow_4
-	CMPQ    CX, $0x00000000
-	JBE     stateKVbf16AVX2_spantail_10
-	VMOVUPS (AX), Y9
-	VMOVUPS Y9, (R11)
-	CMPQ    CX, $0x00000008
-	JBE     stateKVbf16AVX2_spantail_10
-	VMOVUPS 32(AX), Y9
-	VMOVUPS Y9, 32(R11)
-	CMPQ    CX, $0x00000010
-	JBE     stateKVbf16AVX2_spantail_10
-	VMOVUPS 64(AX), Y9
-	VMOVUPS Y9, 64(R11)
-
-stateKVbf16AVX2_spantail_10:
-	CMPQ       24(SP), CX
-	JBE        stateKVbf16AVX2_spanend_10
-	VMOVUPS    (AX)(CX*4), Y9
-	VMOVUPS    264(SP), Y10
-	VMASKMOVPS Y9, Y10, (R11)(CX*4)
-
-stateKVbf16AVX2_spanend_10:
-	ADDQ R12, R11
+	VMOVUPS (AX), Y5
+	VMOVUPS Y5, (R11)
+	VMOVUPS 32(AX), Y5
+	VMOVUPS Y5, 32(R11)
+	ADDQ    R8, R11
 
 stateKVbf16AVX2_nocarryrow_4:
-	ADDQ 40(SP), AX
-	INCQ DX
-	CMPQ DX, BX
+	ADDQ $0x00000040, AX
+	INCQ CX
+	CMPQ CX, DX
 	JB   stateKVbf16AVX2_rows_4
 
 stateKVbf16AVX2_tokdone_2:
+	MOVQ 64(SP), AX
+	MOVQ AX, 56(SP)
+	ADDQ $0x10, 96(SP)
+	MOVQ vs+184(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 80(SP)
+	MOVQ V+8(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 88(SP)
+	MOVQ 48(SP), CX
+	INCQ CX
+	MOVQ CX, 48(SP)
+	MOVQ tok_len+224(FP), AX
+	SHRQ $0x02, AX
+	CMPQ CX, AX
+	JB   stateKVbf16AVX2_token_2
+	JMP  stateKVbf16AVX2_blockdone_1
+
+stateKVbf16AVX2_span_2:
+	MOVQ         AX, CX
+	ANDQ         $-8, CX
+	MOVQ         AX, DX
+	SUBQ         CX, DX
+	VMOVD        DX, X0
+	VPBROADCASTD X0, Y0
+	VPCMPGTD     iota<>+0(SB), Y0, Y0
+	VMOVUPS      Y0, 232(SP)
+
+	// Any other block: 2 full vectors (the first 2 of them guarded), then the masked one.
+	// Row bytes in work: whole vectors.
+	MOVQ AX, DX
+	ADDQ $0x07, DX
+	ANDQ $-8, DX
+	SHLQ $0x02, DX
+	MOVQ DX, 40(SP)
+
+	// The last wd mod 8 bf16 columns: pairs (dwords), the word of the last one, a VPSHUFB control to word 0.
+	SUBQ         CX, AX
+	MOVQ         AX, DX
+	SHRQ         $0x01, DX
+	VMOVD        DX, X0
+	VPBROADCASTD X0, X0
+	VPCMPGTD     iota<>+0(SB), X0, X0
+	VMOVDQU      X0, 264(SP)
+	DECQ         AX
+	MOVQ         AX, 312(SP)
+	VMOVDQU      iota<>+0(SB), X1
+	VPACKUSDW    iota<>+16(SB), X1, X1
+	VMOVD        AX, X0
+	VPBROADCASTW X0, X0
+	VPCMPEQW     X1, X0, X0
+	VMOVDQU      X0, 280(SP)
+	ADDQ         AX, AX
+	MOVQ         AX, DX
+	INCQ         DX
+	SHLQ         $0x08, DX
+	ORQ          DX, AX
+	VMOVD        AX, X0
+	VPBROADCASTW X0, X0
+	VMOVDQU      X0, 296(SP)
+
+	// Block of up to 24 columns (rows in work of whole vectors): pass 0 loads it, with token 0's read.
+	MOVQ  K+0(FP), AX
+	MOVQ  16(SP), DX
+	MOVQ  src32_base+40(FP), BX
+	TESTQ BX, BX
+	JZ    stateKVbf16AVX2_from16_3
+
+	// From src32 (f32).
+	MOVQ   V+8(FP), SI
+	LEAQ   (BX)(DX*4), BX
+	SHLQ   $0x02, SI
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	MOVQ   kh_base+112(FP), DI
+	MOVQ   qh_base+136(FP), R8
+	MOVQ   (SP), R9
+	XORQ   R10, R10
+
+stateKVbf16AVX2_pass0_5:
+	VBROADCASTSS (DI)(R10*4), Y6
+	VBROADCASTSS (R8)(R10*4), Y7
+	CMPQ         CX, $0x00000000
+	JBE          stateKVbf16AVX2_spantail_1
+	VMOVUPS      (BX), Y8
+	VMOVUPS      Y8, (R9)
+	VFMADD231PS  Y8, Y6, Y0
+	VFMADD231PS  Y8, Y7, Y1
+	CMPQ         CX, $0x00000008
+	JBE          stateKVbf16AVX2_spantail_1
+	VMOVUPS      32(BX), Y8
+	VMOVUPS      Y8, 32(R9)
+	VFMADD231PS  Y8, Y6, Y2
+	VFMADD231PS  Y8, Y7, Y3
+
+stateKVbf16AVX2_spantail_1:
+	CMPQ 24(SP), CX
+	JA   stateKVbf16AVX2_spanmasked_1
+
+stateKVbf16AVX2_spanback_1:
+	ADDQ SI, BX
+	ADDQ 40(SP), R9
+	INCQ R10
+	CMPQ R10, AX
+	JB   stateKVbf16AVX2_pass0_5
+	JMP  stateKVbf16AVX2_spanpast_1
+
+stateKVbf16AVX2_spanmasked_1:
+	VMOVUPS     232(SP), Y8
+	VMASKMOVPS  (BX)(CX*4), Y8, Y8
+	VMOVUPS     Y8, (R9)(CX*4)
+	VFMADD231PS Y8, Y6, Y4
+	VFMADD231PS Y8, Y7, Y5
+	JMP         stateKVbf16AVX2_spanback_1
+
+stateKVbf16AVX2_spanpast_1:
+	JMP stateKVbf16AVX2_loaded_3
+
+stateKVbf16AVX2_from16_3:
+	// From src (bf16).
+	MOVQ   src_base+16(FP), BX
+	MOVQ   V+8(FP), SI
+	LEAQ   (BX)(DX*2), BX
+	SHLQ   $0x01, SI
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	MOVQ   kh_base+112(FP), DI
+	MOVQ   qh_base+136(FP), R8
+	MOVQ   (SP), R9
+	XORQ   R10, R10
+
+stateKVbf16AVX2_pass0_6:
+	VBROADCASTSS (DI)(R10*4), Y6
+	VBROADCASTSS (R8)(R10*4), Y7
+	CMPQ         CX, $0x00000000
+	JBE          stateKVbf16AVX2_spantail_2
+	VPMOVZXWD    (BX), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VMOVUPS      Y8, (R9)
+	VFMADD231PS  Y8, Y6, Y0
+	VFMADD231PS  Y8, Y7, Y1
+	CMPQ         CX, $0x00000008
+	JBE          stateKVbf16AVX2_spantail_2
+	VPMOVZXWD    16(BX), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VMOVUPS      Y8, 32(R9)
+	VFMADD231PS  Y8, Y6, Y2
+	VFMADD231PS  Y8, Y7, Y3
+
+stateKVbf16AVX2_spantail_2:
+	CMPQ 24(SP), CX
+	JA   stateKVbf16AVX2_spanmasked_2
+
+stateKVbf16AVX2_spanback_2:
+	ADDQ SI, BX
+	ADDQ 40(SP), R9
+	INCQ R10
+	CMPQ R10, AX
+	JB   stateKVbf16AVX2_pass0_6
+	JMP  stateKVbf16AVX2_spanpast_2
+
+stateKVbf16AVX2_spanmasked_2:
+	VMOVDQU      264(SP), X8
+	VPMASKMOVD   (BX)(CX*2), X8, X8
+	MOVQ         312(SP), R11
+	ADDQ         CX, R11
+	MOVWLZX      (BX)(R11*2), R11
+	VMOVD        R11, X9
+	VPBROADCASTW X9, X9
+	VMOVDQU      280(SP), X10
+	VPBLENDVB    X10, X9, X8, X8
+	VPMOVZXWD    X8, Y8
+	VPSLLD       $0x10, Y8, Y8
+	VMOVUPS      Y8, (R9)(CX*4)
+	VFMADD231PS  Y8, Y6, Y4
+	VFMADD231PS  Y8, Y7, Y5
+	JMP          stateKVbf16AVX2_spanback_2
+
+stateKVbf16AVX2_spanpast_2:
+stateKVbf16AVX2_loaded_3:
+	// The tokens.
+	XORQ AX, AX
+	MOVQ AX, 48(SP)
+	MOVQ kh_base+112(FP), AX
+	MOVQ AX, 56(SP)
+	MOVQ tok_base+216(FP), AX
+	MOVQ AX, 96(SP)
+	MOVQ v_base+160(FP), AX
+	LEAQ (AX)(DX*4), AX
+	MOVQ AX, 80(SP)
+	MOVQ o_base+192(FP), AX
+	LEAQ (AX)(DX*4), AX
+	MOVQ AX, 88(SP)
+
+stateKVbf16AVX2_token_3:
+	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
+	MOVQ 48(SP), AX
+	MOVQ K+0(FP), DX
+	INCQ AX
+	MOVQ tok_len+224(FP), BX
+	SHRQ $0x02, BX
+	CMPQ AX, BX
+	JB   stateKVbf16AVX2_notlast_3
+	DECQ AX
+
+stateKVbf16AVX2_notlast_3:
+	IMULQ    DX, AX
+	MOVQ     kh_base+112(FP), DX
+	LEAQ     (DX)(AX*4), DX
+	MOVQ     DX, 64(SP)
+	MOVQ     qh_base+136(FP), DX
+	LEAQ     (DX)(AX*4), DX
+	MOVQ     DX, 72(SP)
+	MOVQ     96(SP), AX
+	VMOVSS   (AX), X6
+	VUCOMISS nearone<>+0(SB), X6
+	JCS      stateKVbf16AVX2_far_3
+
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         96(SP), AX
+	VBROADCASTSS (AX), Y6
+	VBROADCASTSS 8(AX), Y7
+	VBROADCASTSS 12(AX), Y8
+	MOVQ         80(SP), AX
+	MOVQ         88(SP), DX
+	CMPQ         CX, $0x00000000
+	JBE          stateKVbf16AVX2_spantail_3
+	VMOVUPS      (AX), Y9
+	VFMADD213PS  Y0, Y6, Y0
+	VSUBPS       Y0, Y9, Y9
+	VMULPS       Y9, Y7, Y9
+	VFMADD213PS  Y1, Y6, Y1
+	VFMADD231PS  Y9, Y8, Y1
+	VMOVUPS      Y1, (DX)
+	VMOVUPS      Y9, 104(SP)
+	CMPQ         CX, $0x00000008
+	JBE          stateKVbf16AVX2_spantail_3
+	VMOVUPS      32(AX), Y0
+	VFMADD213PS  Y2, Y6, Y2
+	VSUBPS       Y2, Y0, Y0
+	VMULPS       Y0, Y7, Y0
+	VFMADD213PS  Y3, Y6, Y3
+	VFMADD231PS  Y0, Y8, Y3
+	VMOVUPS      Y3, 32(DX)
+	VMOVUPS      Y0, 136(SP)
+
+stateKVbf16AVX2_spantail_3:
+	CMPQ 24(SP), CX
+	JA   stateKVbf16AVX2_spanmasked_3
+
+stateKVbf16AVX2_spanback_3:
+	JMP stateKVbf16AVX2_spanpast_3
+
+stateKVbf16AVX2_spanmasked_3:
+	VMOVUPS     232(SP), Y0
+	VMASKMOVPS  (AX)(CX*4), Y0, Y0
+	VFMADD213PS Y4, Y6, Y4
+	VSUBPS      Y4, Y0, Y0
+	VMULPS      Y0, Y7, Y0
+	VFMADD213PS Y5, Y6, Y5
+	VFMADD231PS Y0, Y8, Y5
+	VMOVUPS     232(SP), Y1
+	VMASKMOVPS  Y5, Y1, (DX)(CX*4)
+	VMOVUPS     Y0, 168(SP)
+	JMP         stateKVbf16AVX2_spanback_3
+
+stateKVbf16AVX2_spanpast_3:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+
+	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  DX, DX
+	MOVQ  K+0(FP), BX
+	MOVQ  56(SP), SI
+	MOVQ  64(SP), DI
+	MOVQ  72(SP), R8
+	MOVQ  16(SP), R9
+	MOVQ  48(SP), R11
+	MOVQ  stores_base+64(FP), R10
+	MOVQ  (R10)(R11*8), R10
+	TESTQ R10, R10
+	JZ    stateKVbf16AVX2_nostore_5
+	LEAQ  (R10)(R9*2), R10
+
+stateKVbf16AVX2_nostore_5:
+	MOVQ  V+8(FP), R11
+	SHLQ  $0x01, R11
+	MOVQ  48(SP), R13
+	INCQ  R13
+	MOVQ  tok_len+224(FP), R14
+	SHRQ  $0x02, R14
+	XORQ  R12, R12
+	CMPQ  R13, R14
+	JNE   stateKVbf16AVX2_nocarry_5
+	MOVQ  carry_base+88(FP), R12
+	TESTQ R12, R12
+	JZ    stateKVbf16AVX2_nocarry_5
+	LEAQ  (R12)(R9*4), R12
+
+stateKVbf16AVX2_nocarry_5:
+	MOVQ V+8(FP), R9
+	SHLQ $0x02, R9
+
+stateKVbf16AVX2_rows_5:
+	VBROADCASTSS (SI)(DX*4), Y7
+	VBROADCASTSS (DI)(DX*4), Y8
+	VBROADCASTSS (R8)(DX*4), Y9
+	CMPQ         CX, $0x00000000
+	JBE          stateKVbf16AVX2_spantail_4
+	VMOVUPS      (AX), Y10
+	VFMADD213PS  Y10, Y6, Y10
+	VFMADD231PS  104(SP), Y7, Y10
+	VMOVUPS      Y10, (AX)
+	VFMADD231PS  Y10, Y8, Y0
+	VFMADD231PS  Y10, Y9, Y1
+	CMPQ         CX, $0x00000008
+	JBE          stateKVbf16AVX2_spantail_4
+	VMOVUPS      32(AX), Y10
+	VFMADD213PS  Y10, Y6, Y10
+	VFMADD231PS  136(SP), Y7, Y10
+	VMOVUPS      Y10, 32(AX)
+	VFMADD231PS  Y10, Y8, Y2
+	VFMADD231PS  Y10, Y9, Y3
+
+stateKVbf16AVX2_spantail_4:
+	CMPQ 24(SP), CX
+	JA   stateKVbf16AVX2_spanmasked_4
+
+stateKVbf16AVX2_spanback_4:
+	TESTQ        R10, R10
+	JZ           stateKVbf16AVX2_nostorerow_5
+	CMPQ         CX, $0x00000000
+	JBE          stateKVbf16AVX2_spantail_5
+	VMOVUPS      (AX), Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        absmask<>+0(SB), Y7, Y9
+	VPCMPGTD     infbits<>+0(SB), Y9, Y10
+	VPAND        one_i<>+0(SB), Y8, Y9
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y9, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VPOR         quiet<>+0(SB), Y8, Y8
+	VPBLENDVB    Y10, Y8, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X8
+	VPACKUSDW    X8, X7, X8
+	VMOVDQU      X8, (R10)
+	CMPQ         CX, $0x00000008
+	JBE          stateKVbf16AVX2_spantail_5
+	VMOVUPS      32(AX), Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        absmask<>+0(SB), Y7, Y9
+	VPCMPGTD     infbits<>+0(SB), Y9, Y10
+	VPAND        one_i<>+0(SB), Y8, Y9
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y9, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VPOR         quiet<>+0(SB), Y8, Y8
+	VPBLENDVB    Y10, Y8, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X8
+	VPACKUSDW    X8, X7, X8
+	VMOVDQU      X8, 16(R10)
+
+stateKVbf16AVX2_spantail_5:
+	CMPQ 24(SP), CX
+	JA   stateKVbf16AVX2_spanmasked_5
+
+stateKVbf16AVX2_spanback_5:
+	ADDQ R11, R10
+
+stateKVbf16AVX2_nostorerow_5:
+	TESTQ   R12, R12
+	JZ      stateKVbf16AVX2_nocarryrow_5
+	CMPQ    CX, $0x00000000
+	JBE     stateKVbf16AVX2_spantail_6
+	VMOVUPS (AX), Y7
+	VMOVUPS Y7, (R12)
+	CMPQ    CX, $0x00000008
+	JBE     stateKVbf16AVX2_spantail_6
+	VMOVUPS 32(AX), Y7
+	VMOVUPS Y7, 32(R12)
+
+stateKVbf16AVX2_spantail_6:
+	CMPQ 24(SP), CX
+	JA   stateKVbf16AVX2_spanmasked_6
+
+stateKVbf16AVX2_spanback_6:
+	ADDQ R9, R12
+
+stateKVbf16AVX2_nocarryrow_5:
+	ADDQ 40(SP), AX
+	INCQ DX
+	CMPQ DX, BX
+	JB   stateKVbf16AVX2_rows_5
+	JMP  stateKVbf16AVX2_spanpast_4
+
+stateKVbf16AVX2_spanmasked_4:
+	VMOVUPS     (AX)(CX*4), Y10
+	VFMADD213PS Y10, Y6, Y10
+	VFMADD231PS 168(SP), Y7, Y10
+	VMOVUPS     Y10, (AX)(CX*4)
+	VFMADD231PS Y10, Y8, Y4
+	VFMADD231PS Y10, Y9, Y5
+	JMP         stateKVbf16AVX2_spanback_4
+
+stateKVbf16AVX2_spanpast_4:
+	JMP stateKVbf16AVX2_spanpast_5
+
+stateKVbf16AVX2_spanmasked_5:
+	VMOVUPS      (AX)(CX*4), Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        absmask<>+0(SB), Y7, Y9
+	VPCMPGTD     infbits<>+0(SB), Y9, Y10
+	VPAND        one_i<>+0(SB), Y8, Y9
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y9, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VPOR         quiet<>+0(SB), Y8, Y8
+	VPBLENDVB    Y10, Y8, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X8
+	VPACKUSDW    X8, X7, X8
+	VMOVDQU      X8, 320(SP)
+	VMOVDQU      320(SP), X7
+	VMOVDQU      264(SP), X8
+	VPMASKMOVD   X7, X8, (R10)(CX*2)
+	VPSHUFB      296(SP), X7, X7
+	MOVQ         312(SP), R13
+	ADDQ         CX, R13
+	VPEXTRW      $0x00, X7, (R10)(R13*2)
+	JMP          stateKVbf16AVX2_spanback_5
+
+stateKVbf16AVX2_spanpast_5:
+	JMP stateKVbf16AVX2_spanpast_6
+
+stateKVbf16AVX2_spanmasked_6:
+	VMOVUPS    (AX)(CX*4), Y7
+	VMOVUPS    232(SP), Y8
+	VMASKMOVPS Y7, Y8, (R12)(CX*4)
+	JMP        stateKVbf16AVX2_spanback_6
+
+stateKVbf16AVX2_spanpast_6:
+	JMP stateKVbf16AVX2_tokdone_3
+
+stateKVbf16AVX2_far_3:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         96(SP), AX
+	VBROADCASTSS 4(AX), Y6
+	VBROADCASTSS 8(AX), Y7
+	VBROADCASTSS 12(AX), Y8
+	MOVQ         80(SP), AX
+	MOVQ         88(SP), DX
+	CMPQ         CX, $0x00000000
+	JBE          stateKVbf16AVX2_spantail_7
+	VMOVUPS      (AX), Y9
+	VMULPS       Y0, Y6, Y0
+	VSUBPS       Y0, Y9, Y9
+	VMULPS       Y9, Y7, Y9
+	VMULPS       Y1, Y6, Y1
+	VFMADD231PS  Y9, Y8, Y1
+	VMOVUPS      Y1, (DX)
+	VMOVUPS      Y9, 104(SP)
+	CMPQ         CX, $0x00000008
+	JBE          stateKVbf16AVX2_spantail_7
+	VMOVUPS      32(AX), Y0
+	VMULPS       Y2, Y6, Y2
+	VSUBPS       Y2, Y0, Y0
+	VMULPS       Y0, Y7, Y0
+	VMULPS       Y3, Y6, Y3
+	VFMADD231PS  Y0, Y8, Y3
+	VMOVUPS      Y3, 32(DX)
+	VMOVUPS      Y0, 136(SP)
+
+stateKVbf16AVX2_spantail_7:
+	CMPQ 24(SP), CX
+	JA   stateKVbf16AVX2_spanmasked_7
+
+stateKVbf16AVX2_spanback_7:
+	JMP stateKVbf16AVX2_spanpast_7
+
+stateKVbf16AVX2_spanmasked_7:
+	VMOVUPS     232(SP), Y0
+	VMASKMOVPS  (AX)(CX*4), Y0, Y0
+	VMULPS      Y4, Y6, Y4
+	VSUBPS      Y4, Y0, Y0
+	VMULPS      Y0, Y7, Y0
+	VMULPS      Y5, Y6, Y5
+	VFMADD231PS Y0, Y8, Y5
+	VMOVUPS     232(SP), Y1
+	VMASKMOVPS  Y5, Y1, (DX)(CX*4)
+	VMOVUPS     Y0, 168(SP)
+	JMP         stateKVbf16AVX2_spanback_7
+
+stateKVbf16AVX2_spanpast_7:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+
+	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  DX, DX
+	MOVQ  K+0(FP), BX
+	MOVQ  56(SP), SI
+	MOVQ  64(SP), DI
+	MOVQ  72(SP), R8
+	MOVQ  16(SP), R9
+	MOVQ  48(SP), R11
+	MOVQ  stores_base+64(FP), R10
+	MOVQ  (R10)(R11*8), R10
+	TESTQ R10, R10
+	JZ    stateKVbf16AVX2_nostore_6
+	LEAQ  (R10)(R9*2), R10
+
+stateKVbf16AVX2_nostore_6:
+	MOVQ  V+8(FP), R11
+	SHLQ  $0x01, R11
+	MOVQ  48(SP), R13
+	INCQ  R13
+	MOVQ  tok_len+224(FP), R14
+	SHRQ  $0x02, R14
+	XORQ  R12, R12
+	CMPQ  R13, R14
+	JNE   stateKVbf16AVX2_nocarry_6
+	MOVQ  carry_base+88(FP), R12
+	TESTQ R12, R12
+	JZ    stateKVbf16AVX2_nocarry_6
+	LEAQ  (R12)(R9*4), R12
+
+stateKVbf16AVX2_nocarry_6:
+	MOVQ V+8(FP), R9
+	SHLQ $0x02, R9
+
+stateKVbf16AVX2_rows_6:
+	VBROADCASTSS (SI)(DX*4), Y7
+	VBROADCASTSS (DI)(DX*4), Y8
+	VBROADCASTSS (R8)(DX*4), Y9
+	CMPQ         CX, $0x00000000
+	JBE          stateKVbf16AVX2_spantail_8
+	VMOVUPS      (AX), Y10
+	VMULPS       Y10, Y6, Y10
+	VFMADD231PS  104(SP), Y7, Y10
+	VMOVUPS      Y10, (AX)
+	VFMADD231PS  Y10, Y8, Y0
+	VFMADD231PS  Y10, Y9, Y1
+	CMPQ         CX, $0x00000008
+	JBE          stateKVbf16AVX2_spantail_8
+	VMOVUPS      32(AX), Y10
+	VMULPS       Y10, Y6, Y10
+	VFMADD231PS  136(SP), Y7, Y10
+	VMOVUPS      Y10, 32(AX)
+	VFMADD231PS  Y10, Y8, Y2
+	VFMADD231PS  Y10, Y9, Y3
+
+stateKVbf16AVX2_spantail_8:
+	CMPQ 24(SP), CX
+	JA   stateKVbf16AVX2_spanmasked_8
+
+stateKVbf16AVX2_spanback_8:
+	TESTQ        R10, R10
+	JZ           stateKVbf16AVX2_nostorerow_6
+	CMPQ         CX, $0x00000000
+	JBE          stateKVbf16AVX2_spantail_9
+	VMOVUPS      (AX), Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        absmask<>+0(SB), Y7, Y9
+	VPCMPGTD     infbits<>+0(SB), Y9, Y10
+	VPAND        one_i<>+0(SB), Y8, Y9
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y9, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VPOR         quiet<>+0(SB), Y8, Y8
+	VPBLENDVB    Y10, Y8, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X8
+	VPACKUSDW    X8, X7, X8
+	VMOVDQU      X8, (R10)
+	CMPQ         CX, $0x00000008
+	JBE          stateKVbf16AVX2_spantail_9
+	VMOVUPS      32(AX), Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        absmask<>+0(SB), Y7, Y9
+	VPCMPGTD     infbits<>+0(SB), Y9, Y10
+	VPAND        one_i<>+0(SB), Y8, Y9
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y9, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VPOR         quiet<>+0(SB), Y8, Y8
+	VPBLENDVB    Y10, Y8, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X8
+	VPACKUSDW    X8, X7, X8
+	VMOVDQU      X8, 16(R10)
+
+stateKVbf16AVX2_spantail_9:
+	CMPQ 24(SP), CX
+	JA   stateKVbf16AVX2_spanmasked_9
+
+stateKVbf16AVX2_spanback_9:
+	ADDQ R11, R10
+
+stateKVbf16AVX2_nostorerow_6:
+	TESTQ   R12, R12
+	JZ      stateKVbf16AVX2_nocarryrow_6
+	CMPQ    CX, $0x00000000
+	JBE     stateKVbf16AVX2_spantail_10
+	VMOVUPS (AX), Y7
+	VMOVUPS Y7, (R12)
+	CMPQ    CX, $0x00000008
+	JBE     stateKVbf16AVX2_spantail_10
+	VMOVUPS 32(AX), Y7
+	VMOVUPS Y7, 32(R12)
+
+stateKVbf16AVX2_spantail_10:
+	CMPQ 24(SP), CX
+	JA   stateKVbf16AVX2_spanmasked_10
+
+stateKVbf16AVX2_spanback_10:
+	ADDQ R9, R12
+
+stateKVbf16AVX2_nocarryrow_6:
+	ADDQ 40(SP), AX
+	INCQ DX
+	CMPQ DX, BX
+	JB   stateKVbf16AVX2_rows_6
+	JMP  stateKVbf16AVX2_spanpast_8
+
+stateKVbf16AVX2_spanmasked_8:
+	VMOVUPS     (AX)(CX*4), Y10
+	VMULPS      Y10, Y6, Y10
+	VFMADD231PS 168(SP), Y7, Y10
+	VMOVUPS     Y10, (AX)(CX*4)
+	VFMADD231PS Y10, Y8, Y4
+	VFMADD231PS Y10, Y9, Y5
+	JMP         stateKVbf16AVX2_spanback_8
+
+stateKVbf16AVX2_spanpast_8:
+	JMP stateKVbf16AVX2_spanpast_9
+
+stateKVbf16AVX2_spanmasked_9:
+	VMOVUPS      (AX)(CX*4), Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        absmask<>+0(SB), Y7, Y9
+	VPCMPGTD     infbits<>+0(SB), Y9, Y10
+	VPAND        one_i<>+0(SB), Y8, Y9
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y9, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VPOR         quiet<>+0(SB), Y8, Y8
+	VPBLENDVB    Y10, Y8, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X8
+	VPACKUSDW    X8, X7, X8
+	VMOVDQU      X8, 320(SP)
+	VMOVDQU      320(SP), X7
+	VMOVDQU      264(SP), X8
+	VPMASKMOVD   X7, X8, (R10)(CX*2)
+	VPSHUFB      296(SP), X7, X7
+	MOVQ         312(SP), R13
+	ADDQ         CX, R13
+	VPEXTRW      $0x00, X7, (R10)(R13*2)
+	JMP          stateKVbf16AVX2_spanback_9
+
+stateKVbf16AVX2_spanpast_9:
+	JMP stateKVbf16AVX2_spanpast_10
+
+stateKVbf16AVX2_spanmasked_10:
+	VMOVUPS    (AX)(CX*4), Y7
+	VMOVUPS    232(SP), Y8
+	VMASKMOVPS Y7, Y8, (R12)(CX*4)
+	JMP        stateKVbf16AVX2_spanback_10
+
+stateKVbf16AVX2_spanpast_10:
+stateKVbf16AVX2_tokdone_3:
 	MOVQ 64(SP), AX
 	MOVQ AX, 56(SP)
 	ADDQ $0x10, 96(SP)
@@ -9418,7 +10174,7 @@ stateKVbf16AVX2_tokdone_2:
 	MOVQ tok_len+224(FP), AX
 	SHRQ $0x02, AX
 	CMPQ DX, AX
-	JB   stateKVbf16AVX2_token_2
+	JB   stateKVbf16AVX2_token_3
 
 stateKVbf16AVX2_blockdone_1:
 	MOVQ 24(SP), AX

@@ -77,25 +77,30 @@ func stateRoutine(a isa) {
 		ADDQ(U8(31), acc)
 		ANDQ(I8(-32), acc)
 		rowBlocks(r, remMem, acc)
-		blockCols := a.lanes * a.blockVecs
-		Commentf("Spans of at most %d columns: %d full vectors, guarded, then the last V mod 8 columns, masked.", blockCols, a.blockVecs)
+		Commentf("Spans: blocks of %d columns or less, cut to %d at %d or more (cutWidth).", 8*(narrowSpan+1)-1, 8*narrowSpan, 8*(narrowSpan+1))
 		loop := label("spans")
 		Label(loop)
-		rem = GP64()
-		MOVQ(remMem, rem)
-		TESTQ(rem, rem)
-		JZ(LabelRef(done))
 		wd := GP64()
-		MOVQ(U32(blockCols), wd)
-		CMPQ(rem, wd)
-		CMOVQCS(rem, wd) // min(rem, 32)
+		MOVQ(remMem, wd)
+		TESTQ(wd, wd)
+		JZ(LabelRef(done))
+		cutWidth(wd)
+		Commentf("A block of %d columns (V = 80: the 16 after 64): %d full vectors, no guard.", 8*narrowSpan, narrowSpan)
+		spans := label("span")
+		CMPQ(wd, U32(8*narrowSpan))
+		JNE(LabelRef(spans))
+		stateBlock(r, fixedSpan(a, vecBlock(8, narrowSpan)), Mem{})
+		advance(r, 32*narrowSpan)
+		SUBQ(U32(8*narrowSpan), remMem)
+		JMP(LabelRef(loop))
+		Label(spans)
 		n := splitWidth(a, wd, lane)
 		SUBQ(wd, remMem)
 		wdMem := AllocLocal(8)
 		MOVQ(wd, wdMem)
 		SHLQ(U8(2), wd)
 		MOVQ(wd, r.wb)
-		stateBlock(r, guardedSpan(a, a.blockVecs, 0, n, wdMem, &lane), Mem{})
+		stateBlock(r, guardedSpan(a, narrowSpan, 0, n, wdMem, &lane), Mem{})
 		wb := GP64()
 		MOVQ(r.wb, wb)
 		advanceBy(r, wb)
@@ -128,7 +133,14 @@ func stateRoutine(a isa) {
 		n := splitWidth(a, rem, Mem{})
 		SHLQ(U8(2), rem)
 		MOVQ(rem, r.wb)
-		// The spans: full vectors [lo, hi) guarded, then the masked one (1–16 columns).
+		Commentf("V = %d to %d (the odd 96×80): %d full vectors and a masked one, no guard.", a.lanes*oddVecs-a.lanes+1, a.lanes*oddVecs, oddVecs-1)
+		odd := label("odd")
+		CMPQ(n, U32(a.lanes*(oddVecs-1)))
+		JNE(LabelRef(odd))
+		stateBlock(r, fixedSpan(a, maskedBlock(oddVecs)), local)
+		JMP(LabelRef(done))
+		Label(odd)
+		// The spans: full vectors [lo, hi] guarded from fixed on, then the masked one (1–16 columns).
 		ranges := stateSpans(a)
 		labs := make([]string, len(ranges))
 		for k, rg := range ranges {
@@ -166,9 +178,15 @@ func advanceBy(r stateRegs, n GPVirtual) {
 // accumulators).
 func (a isa) frameAcc() bool { return a.regVecs < a.blockVecs }
 
+// oddVecs is the AVX-512 tail of the odd shape (V = 80: 4 full vectors and a masked one): a
+// fixed block, for V = 65…80. Guards in its loops, even never taken, cost 1–2 % there (four of
+// them: the span [0, 4] measured against this block, alternating in one process).
+const oddVecs = 5
+
 // stateSpans are the AVX-512 tail spans of the single-token routine: [fixed, full] full vectors
-// (then the masked one), in ascending order, together covering 0 to blockVecs − 1.
-func stateSpans(a isa) [][2]int { return [][2]int{{0, 3}, {4, 7}, {8, 15}} }
+// (then the masked one), in ascending order, together covering 0 to blockVecs − 1 but for
+// oddVecs − 1 (its fixed block).
+func stateSpans(a isa) [][2]int { return [][2]int{{0, 3}, {5, 15}} }
 
 // advance moves the block pointers by n bytes.
 func advance(r stateRegs, n int) {
@@ -272,11 +290,17 @@ func rowRead(r stateRegs, n int) {
 	slotO := func(t int) Mem { return Mem{Base: r.o, Disp: 32 * t} }
 	nk := min(n, rowRegsK)
 	if n > nk {
-		zy := YMM()
+		Commentf("Zero the Sᵀk̂ of YMM %d–%d in o (a loop: once per block).", nk, n-1)
+		zy, po, c := YMM(), GP64(), GP64()
 		VXORPS(zy, zy, zy)
-		for t := nk; t < n; t++ {
-			VMOVUPS(zy, slotO(t))
-		}
+		LEAQ(slotO(nk), po)
+		MOVQ(U32(n-nk), c)
+		zl := label("rzero")
+		Label(zl)
+		VMOVUPS(zy, Mem{Base: po})
+		ADDQ(U8(32), po)
+		DECQ(c)
+		JNZ(LabelRef(zl))
 	}
 	accK := make([]VecVirtual, nk)
 	for t := range accK {
@@ -311,19 +335,32 @@ func rowRead(r stateRegs, n int) {
 		c, beta := YMM(), YMM()
 		VBROADCASTSS(paramMem(f.param), c)
 		VBROADCASTSS(paramMem("beta"), beta)
-		for t := 0; t < n; t++ {
-			ak := YMM()
-			if t < nk {
-				ak = accK[t]
-			} else {
-				VMOVUPS(slotO(t), ak)
-			}
+		delta := func(ak VecVirtual, vm, om Mem) {
 			vt := YMM()
-			VMOVUPS(Mem{Base: r.v, Disp: 32 * t}, vt)
+			VMOVUPS(vm, vt)
 			ymm.decay(f, c, ak)
 			VSUBPS(ak, vt, ak)
 			VMULPS(ak, beta, ak)
-			VMOVUPS(ak, slotO(t))
+			VMOVUPS(ak, om)
+		}
+		for t := 0; t < nk; t++ {
+			delta(accK[t], Mem{Base: r.v, Disp: 32 * t}, slotO(t))
+		}
+		if n > nk {
+			Commentf("YMM %d–%d from o (a loop: once per block).", nk, n-1)
+			po, pv, k := GP64(), GP64(), GP64()
+			LEAQ(slotO(nk), po)
+			LEAQ(Mem{Base: r.v, Disp: 32 * nk}, pv)
+			MOVQ(U32(n-nk), k)
+			dl := label("rdelta")
+			Label(dl)
+			ak := YMM()
+			VMOVUPS(Mem{Base: po}, ak)
+			delta(ak, Mem{Base: pv}, Mem{Base: po})
+			ADDQ(U8(32), po)
+			ADDQ(U8(32), pv)
+			DECQ(k)
+			JNZ(LabelRef(dl))
 		}
 	})
 }
@@ -489,7 +526,7 @@ func stateBlock(r stateRegs, s span, local Mem) {
 	VBROADCASTSS(Mem{Base: r.kh, Index: i, Scale: 4}, bk)
 	VBROADCASTSS(Mem{Base: r.qh, Index: i, Scale: 4}, bq)
 	x := a.vec()
-	s.each(func(t int, pc piece) {
+	ool := s.each(func(t int, pc piece) {
 		pc.load(pc.at(p, 4), x)
 		if accK[t] != nil {
 			pc.fma(x, bk, accK[t])
@@ -509,6 +546,7 @@ func stateBlock(r stateRegs, s span, local Mem) {
 	INCQ(i)
 	CMPQ(i, r.k)
 	JB(LabelRef(read))
+	ool()
 
 	// One path per form from here: δ and o, then the write pass.
 	eachForm(r, func(f form) { stateBlockWrite(r, s, f, accK, accQ, slotK, slotQ, p, i) })
@@ -544,7 +582,7 @@ func stateBlockWrite(r stateRegs, s span, f form, accK, accQ []VecVirtual, slotK
 		if accK[t] == nil {
 			VMOVAPS(ak.AsZ(), slotQ(t))
 		}
-	})
+	})()
 
 	Commentf("Write pass: S' = %s + k̂_i·δ over the same slab.", f.of("S"))
 	q := GP64()
@@ -560,7 +598,7 @@ func stateBlockWrite(r stateRegs, s span, f form, accK, accQ []VecVirtual, slotK
 	}
 	bk2, y := a.vec(), a.vec()
 	VBROADCASTSS(Mem{Base: r.kh, Index: i, Scale: 4}, bk2)
-	s.each(func(t int, pc piece) {
+	ool := s.each(func(t int, pc piece) {
 		pc.load(pc.at(p, 4), y)
 		pc.decay(f, c, y)
 		if d[t] != nil {
@@ -575,6 +613,7 @@ func stateBlockWrite(r stateRegs, s span, f form, accK, accQ []VecVirtual, slotK
 	INCQ(i)
 	CMPQ(i, r.k)
 	JB(LabelRef(write))
+	ool()
 }
 
 // prefetchSpan is prefetchNext for a guarded span, whose row is at most max bytes: the lines at

@@ -65,11 +65,15 @@ func guardedSpan(a isa, full, fixed int, n GPVirtual, w Mem, lane *Mem) span {
 // guarded reports whether the span has run-time guards (then its width is not a constant).
 func (s span) guarded() bool { return s.n != nil }
 
-// each emits body for every piece of the span in order, a guarded piece behind its check: a dead
-// full vector jumps to the masked vector (every later full vector is dead too), a dead masked
-// vector past the last piece.
-func (s span) each(body func(t int, pc piece)) {
+// each emits body for every piece of the span in order, a guarded piece behind its check, and
+// returns what the caller must call after its loop's last instruction (after the JB to its
+// top): the out-of-line code, if any. A dead full vector jumps to the masked vector (every later
+// full vector is dead too), so the widest block of a span takes no branch. A guarded masked
+// vector (AVX2) is out of line: the blocks without one (w mod 8 = 0: every model shape, and the
+// odd 96×80) fall through its check; the others jump to it and back.
+func (s span) each(body func(t int, pc piece)) (outOfLine func()) {
 	var tail string
+	outOfLine = func() {}
 	for t, pc := range s.ps {
 		switch {
 		case pc.idx != nil:
@@ -77,11 +81,18 @@ func (s span) each(body func(t int, pc piece)) {
 				Label(tail)
 			}
 			if s.w != nil {
-				end := label("spanend")
+				ool, back := label("spanmasked"), label("spanback")
 				CMPQ(s.w, s.n)
-				JBE(LabelRef(end))
-				body(t, pc)
-				Label(end)
+				JA(LabelRef(ool))
+				Label(back)
+				outOfLine = func() {
+					past := label("spanpast")
+					JMP(LabelRef(past))
+					Label(ool)
+					body(t, pc)
+					JMP(LabelRef(back))
+					Label(past)
+				}
 				continue
 			}
 		case t >= s.fixed:
@@ -93,6 +104,22 @@ func (s span) each(body func(t int, pc piece)) {
 		}
 		body(t, pc)
 	}
+	return outOfLine
+}
+
+// narrowSpan is the number of full vectors of the AVX2 tail spans: 2. A block of 3·8 columns or
+// more takes 16 columns (cutWidth), the rest another block; a block of exactly 16 (V = 80: the
+// tail after 64) has a fixed block of its own: three checks per row, never taken, cost 0.5–3 %
+// there (alternating in one process).
+const narrowSpan = 2
+
+// cutWidth caps the width wd of a block that goes to an AVX2 span of narrowSpan full vectors:
+// wd ≥ 8·(narrowSpan+1) becomes 8·narrowSpan.
+func cutWidth(wd GPVirtual) {
+	x := GP64()
+	MOVQ(U32(8*narrowSpan), x)
+	CMPQ(wd, U32(8*(narrowSpan+1)))
+	CMOVQCC(x, wd)
 }
 
 // splitWidth computes, for a block of w ≥ 1 columns (w in a register, kept), n = lanes·(its full

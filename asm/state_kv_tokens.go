@@ -97,13 +97,21 @@ func (v kvVariant) deltaInFrame() bool { return v.a.regs < 32 }
 // and stores (opmasks have word granules).
 func (v kvVariant) narrowBF16() bool { return v.bf16 && !v.a.masks }
 
-// spanVecs is the number of full vectors of a block's span: AVX-512 kvBlockVecs − 1 (the last is
-// the masked one), AVX2 kvBlockVecs.
+// spanVecs and spanFixed are the numbers of full vectors of the span of a block that is neither
+// a full block nor (AVX-512) a block of one vector, and of those always live: AVX-512 3 and 1
+// (2 to 4 vectors, the last masked), AVX2 narrowSpan and 0 (1 to 23 columns).
 func (v kvVariant) spanVecs() int {
 	if v.a.maskedLast() {
 		return kvBlockVecs - 1
 	}
-	return kvBlockVecs
+	return narrowSpan
+}
+
+func (v kvVariant) spanFixed() int {
+	if v.a.maskedLast() {
+		return 1
+	}
+	return 0
 }
 
 func stateKVTokens(vr kvVariant) {
@@ -118,7 +126,7 @@ func stateKVTokens(vr kvVariant) {
 	g.work, g.cols, g.j0, g.wcols, g.nvb, g.rb = AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8)
 	g.tau, g.kp, g.knp, g.qnp, g.vp, g.op, g.tp = AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8)
 	if vr.deltaInFrame() {
-		g.dslots = AllocLocal(32 * (g.spanVecs() + 1))
+		g.dslots = AllocLocal(32 * kvBlockVecs)
 	}
 	if !a.masks {
 		g.lane = AllocLocal(32)
@@ -182,8 +190,28 @@ func stateKVTokens(vr kvVariant) {
 	g.block(fixedSpan(a, vecBlock(a.lanes, kvBlockVecs)))
 	JMP(LabelRef(next))
 	Label(spanLab)
-	Commentf("Any other block: %d full vectors guarded, then the masked one.", kvBlockVecs-1)
+	if !a.maskedLast() {
+		cutWidth(wd)
+		MOVQ(wd, g.wcols)
+		Commentf("A block of %d columns (V = 80: the 16 after 64): %d full vectors, no guard.", 8*narrowSpan, narrowSpan)
+		spanLab = label("span")
+		CMPQ(wd, U32(8*narrowSpan))
+		JNE(LabelRef(spanLab))
+		g.block(fixedSpan(a, vecBlock(8, narrowSpan)))
+		JMP(LabelRef(next))
+		Label(spanLab)
+	}
 	n := splitWidth(a, wd, g.lane)
+	if a.maskedLast() {
+		Comment("A block of 1 vector (V = 80: the 16 columns after 64), masked: no guard.")
+		spanLab = label("span")
+		CMPQ(wd, U32(a.lanes))
+		JA(LabelRef(spanLab))
+		g.block(fixedSpan(a, maskedBlock(1)))
+		JMP(LabelRef(next))
+		Label(spanLab)
+	}
+	Commentf("Any other block: %d full vectors (the first %d of them guarded), then the masked one.", g.spanVecs(), g.spanVecs()-g.spanFixed())
 	{
 		Commentf("Row bytes in work: whole vectors.")
 		x := GP64()
@@ -196,7 +224,7 @@ func stateKVTokens(vr kvVariant) {
 	if vr.narrowBF16() {
 		g.narrowMasks(wd, n)
 	}
-	g.block(guardedSpan(a, kvBlockVecs-1, 0, n, g.wcols, &g.lane))
+	g.block(guardedSpan(a, g.spanVecs(), g.spanFixed(), n, g.wcols, &g.lane))
 	Label(next)
 	{
 		x := GP64()
@@ -337,7 +365,7 @@ func (g *kvGen) block(s span) {
 		bk, bq := a.vec(), a.vec()
 		VBROADCASTSS(Mem{Base: kh, Index: i, Scale: 4}, bk)
 		VBROADCASTSS(Mem{Base: qh, Index: i, Scale: 4}, bq)
-		s.each(func(t int, pc piece) {
+		ool := s.each(func(t int, pc piece) {
 			x := a.vec()
 			g.loadState(pc, base, x, f32)
 			unmasked(pc).store(x, pc.at(w, 4))
@@ -349,6 +377,7 @@ func (g *kvGen) block(s span) {
 		INCQ(i)
 		CMPQ(i, k)
 		JB(LabelRef(loop))
+		ool()
 	}
 	if g.bf16 {
 		s32, after, from16 := GP64(), label("loaded"), label("from16")
@@ -485,7 +514,7 @@ func (g *kvGen) token(s span, f form, accK, accQ []VecVirtual, cOff int) {
 			} else {
 				d[t] = vt
 			}
-		})
+		})()
 	}
 	for t := range ps {
 		a.zero(accK[t])
@@ -499,11 +528,12 @@ func (g *kvGen) token(s span, f form, accK, accQ []VecVirtual, cOff int) {
 	MOVQ(g.kp, kp)
 	MOVQ(g.knp, kn)
 	MOVQ(g.qnp, qn)
+	j0 := GP64()
+	MOVQ(g.j0, j0)
 	dst, dstStride := GP64(), GP64()
 	{
-		tau, j0 := GP64(), GP64()
+		tau := GP64()
 		MOVQ(g.tau, tau)
-		MOVQ(g.j0, j0)
 		Load(Param("stores").Base(), dst)
 		MOVQ(Mem{Base: dst, Index: tau, Scale: 8}, dst)
 		none := label("nostore")
@@ -517,7 +547,7 @@ func (g *kvGen) token(s span, f form, accK, accQ []VecVirtual, cOff int) {
 	var carry, cStride GPVirtual
 	if g.bf16 {
 		carry, cStride = GP64(), GP64()
-		tau, t, j0 := GP64(), GP64(), GP64()
+		tau, t := GP64(), GP64()
 		MOVQ(g.tau, tau)
 		INCQ(tau)
 		Load(Param("tok").Len(), t)
@@ -529,7 +559,6 @@ func (g *kvGen) token(s span, f form, accK, accQ []VecVirtual, cOff int) {
 		Load(Param("carry").Base(), carry)
 		TESTQ(carry, carry)
 		JZ(LabelRef(none))
-		MOVQ(g.j0, j0)
 		LEAQ(Mem{Base: carry, Index: j0, Scale: 4}, carry)
 		Label(none)
 		Load(Param("V"), cStride)
@@ -541,7 +570,7 @@ func (g *kvGen) token(s span, f form, accK, accQ []VecVirtual, cOff int) {
 	VBROADCASTSS(Mem{Base: kp, Index: i, Scale: 4}, bk)
 	VBROADCASTSS(Mem{Base: kn, Index: i, Scale: 4}, bkn)
 	VBROADCASTSS(Mem{Base: qn, Index: i, Scale: 4}, bqn)
-	s.each(func(t int, pc piece) {
+	ool := []func(){s.each(func(t int, pc piece) {
 		u := unmasked(pc)
 		y := a.vec()
 		u.load(u.at(w, 4), y)
@@ -554,28 +583,28 @@ func (g *kvGen) token(s span, f form, accK, accQ []VecVirtual, cOff int) {
 		u.store(y, u.at(w, 4))
 		u.fma(y, bkn, accK[t])
 		u.fma(y, bqn, accQ[t])
-	})
+	})}
 	skip := label("nostorerow")
 	TESTQ(dst, dst)
 	JZ(LabelRef(skip))
-	s.each(func(t int, pc piece) {
+	ool = append(ool, s.each(func(t int, pc piece) {
 		y := a.vec()
 		u := unmasked(pc)
 		u.load(u.at(w, 4), y)
 		g.storeState(pc, y, dst)
-	})
+	}))
 	ADDQ(dstStride, dst)
 	Label(skip)
 	if g.bf16 {
 		skip := label("nocarryrow")
 		TESTQ(carry, carry)
 		JZ(LabelRef(skip))
-		s.each(func(t int, pc piece) {
+		ool = append(ool, s.each(func(t int, pc piece) {
 			y := a.vec()
 			u := unmasked(pc)
 			u.load(u.at(w, 4), y)
 			pc.store(y, pc.at(carry, 4))
-		})
+		}))
 		ADDQ(cStride, carry)
 		Label(skip)
 	}
@@ -583,6 +612,9 @@ func (g *kvGen) token(s span, f form, accK, accQ []VecVirtual, cOff int) {
 	INCQ(i)
 	CMPQ(i, k)
 	JB(LabelRef(loop))
+	for _, f := range ool {
+		f()
+	}
 }
 
 // nextRow advances w to the next row of the block in work: whole vectors, g.rb bytes for a
