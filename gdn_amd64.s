@@ -739,7 +739,7 @@ GLOBL vkand<>(SB), RODATA|NOPTR, $64
 
 // func stateAVX512(sIn []float32, sOut []float32, kh []float32, qh []float32, v []float32, o []float32, em1 float32, eg float32, beta float32, kq float32)
 // Requires: AVX, AVX512F, MMX+
-TEXT ·stateAVX512(SB), NOSPLIT, $344-160
+TEXT ·stateAVX512(SB), NOSPLIT, $352-160
 	MOVQ  sIn_base+0(FP), AX
 	MOVQ  sOut_base+24(FP), CX
 	MOVQ  kh_base+48(FP), DX
@@ -810,7 +810,7 @@ stateAVX512_full_1:
 	VBROADCASTSS zero<>+0(SB), Z25
 	VBROADCASTSS zero<>+0(SB), Z26
 	VBROADCASTSS zero<>+0(SB), Z27
-	LEAQ         24(SP), R10
+	LEAQ         32(SP), R10
 	ADDQ         $0x3f, R10
 	ANDQ         $-64, R10
 	VBROADCASTSS zero<>+0(SB), Z28
@@ -1316,7 +1316,7 @@ stateAVX512_tail_1:
 	TESTQ R10, R10
 	JZ    stateAVX512_done_1
 	CMPQ  R10, $0x00000080
-	JNE   stateAVX512_maskedtail_1
+	JNE   stateAVX512_spans_1
 
 	// Block of 128 columns: read pass (Sᵀk̂, Sᵀq̂ of 8 vectors in registers).
 	VBROADCASTSS zero<>+0(SB), Z0
@@ -1599,576 +1599,21 @@ stateAVX512_write_4:
 stateAVX512_decayed_2:
 	JMP stateAVX512_done_1
 
-stateAVX512_maskedtail_1:
-	// Tail: 1 to 16 ZMM, the last one masked.
+stateAVX512_spans_1:
 	MOVQ         R10, R11
 	DECQ         R11
-	SHRQ         $0x04, R11
-	MOVQ         R11, R12
-	SHLQ         $0x04, R12
-	NEGQ         R12
-	ADDQ         R10, R12
+	ANDQ         $-16, R11
+	MOVQ         R10, R12
+	SUBQ         R11, R12
 	VPBROADCASTD R12, Z0
 	VPCMPGTD     iota<>+0(SB), Z0, K1
-	CMPQ         R11, $0x00000000
-	JE           stateAVX512_masked1_1
-	CMPQ         R11, $0x00000001
-	JE           stateAVX512_masked2_1
-	CMPQ         R11, $0x00000002
-	JE           stateAVX512_masked3_1
-	CMPQ         R11, $0x00000003
-	JE           stateAVX512_masked4_1
-	CMPQ         R11, $0x00000004
-	JE           stateAVX512_masked5_1
-	CMPQ         R11, $0x00000005
-	JE           stateAVX512_masked6_1
-	CMPQ         R11, $0x00000006
-	JE           stateAVX512_masked7_1
-	CMPQ         R11, $0x00000007
-	JE           stateAVX512_masked8_1
-	CMPQ         R11, $0x00000008
-	JE           stateAVX512_masked9_1
-	CMPQ         R11, $0x00000009
-	JE           stateAVX512_masked10_1
-	CMPQ         R11, $0x0000000a
-	JE           stateAVX512_masked11_1
-	CMPQ         R11, $0x0000000b
-	JE           stateAVX512_masked12_1
-	CMPQ         R11, $0x0000000c
-	JE           stateAVX512_masked13_1
-	CMPQ         R11, $0x0000000d
-	JE           stateAVX512_masked14_1
-	CMPQ         R11, $0x0000000e
-	JE           stateAVX512_masked15_1
-	JMP          stateAVX512_masked16_1
+	SHLQ         $0x02, R10
+	MOVQ         R10, 24(SP)
 
-stateAVX512_masked1_1:
-	// Block of 16 columns: read pass (Sᵀk̂, Sᵀq̂ of 1 vectors in registers).
-	VBROADCASTSS zero<>+0(SB), Z0
-	VBROADCASTSS zero<>+0(SB), Z1
-	MOVQ         AX, R10
-	XORQ         R11, R11
+	// V = 65 to 80 (the odd 96×80): 4 full vectors and a masked one, no guard.
+	CMPQ R11, $0x00000040
+	JNE  stateAVX512_odd_1
 
-stateAVX512_read_3:
-	VBROADCASTSS (DX)(R11*4), Z2
-	VBROADCASTSS (BX)(R11*4), Z3
-	VMOVUPS.Z    (R10), K1, Z4
-	VFMADD231PS  Z4, Z2, Z0
-	VFMADD231PS  Z4, Z3, Z1
-	ADDQ         R9, R10
-	INCQ         R11
-	CMPQ         R11, R8
-	JB           stateAVX512_read_3
-	CMPB         16(SP), $0x00
-	JE           stateAVX512_far_3
-
-	// em1 ≥ -0.5: decay(x) = x + em1·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	VBROADCASTSS em1+144(FP), Z2
-	VBROADCASTSS beta+152(FP), Z3
-	VBROADCASTSS kq+156(FP), Z4
-	VMOVUPS.Z    (SI), K1, Z5
-	VFMADD213PS  Z0, Z2, Z0
-	VSUBPS       Z0, Z5, Z0
-	VMULPS       Z0, Z3, Z0
-	VFMADD213PS  Z1, Z2, Z1
-	VFMADD231PS  Z0, Z4, Z1
-	VMOVUPS      Z1, K1, (DI)
-
-	// Write pass: S' = S + em1·S + k̂_i·δ over the same slab.
-	MOVQ AX, R10
-	MOVQ CX, AX
-	XORQ R11, R11
-
-stateAVX512_write_5:
-	MOVQ         8(SP), CX
-	PREFETCHT1   (CX)
-	ADDQ         $0x00000040, 8(SP)
-	VBROADCASTSS (DX)(R11*4), Z1
-	VMOVUPS.Z    (R10), K1, Z3
-	VFMADD213PS  Z3, Z2, Z3
-	VFMADD231PS  Z0, Z1, Z3
-	VMOVUPS      Z3, K1, (AX)
-	ADDQ         R9, R10
-	ADDQ         R9, AX
-	INCQ         R11
-	CMPQ         R11, R8
-	JB           stateAVX512_write_5
-	JMP          stateAVX512_decayed_3
-
-stateAVX512_far_3:
-	// em1 < -0.5 or NaN: decay(x) = eg·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	VBROADCASTSS eg+148(FP), Z2
-	VBROADCASTSS beta+152(FP), Z3
-	VBROADCASTSS kq+156(FP), Z4
-	VMOVUPS.Z    (SI), K1, Z5
-	VMULPS       Z0, Z2, Z0
-	VSUBPS       Z0, Z5, Z0
-	VMULPS       Z0, Z3, Z0
-	VMULPS       Z1, Z2, Z1
-	VFMADD231PS  Z0, Z4, Z1
-	VMOVUPS      Z1, K1, (DI)
-
-	// Write pass: S' = eg·S + k̂_i·δ over the same slab.
-	MOVQ AX, R10
-	MOVQ CX, AX
-	XORQ R11, R11
-
-stateAVX512_write_6:
-	MOVQ         8(SP), CX
-	PREFETCHT1   (CX)
-	ADDQ         $0x00000040, 8(SP)
-	VBROADCASTSS (DX)(R11*4), Z1
-	VMOVUPS.Z    (R10), K1, Z3
-	VMULPS       Z3, Z2, Z3
-	VFMADD231PS  Z0, Z1, Z3
-	VMOVUPS      Z3, K1, (AX)
-	ADDQ         R9, R10
-	ADDQ         R9, AX
-	INCQ         R11
-	CMPQ         R11, R8
-	JB           stateAVX512_write_6
-
-stateAVX512_decayed_3:
-	JMP stateAVX512_done_1
-
-stateAVX512_masked2_1:
-	// Block of 32 columns: read pass (Sᵀk̂, Sᵀq̂ of 2 vectors in registers).
-	VBROADCASTSS zero<>+0(SB), Z0
-	VBROADCASTSS zero<>+0(SB), Z1
-	VBROADCASTSS zero<>+0(SB), Z2
-	VBROADCASTSS zero<>+0(SB), Z3
-	MOVQ         AX, R10
-	XORQ         R11, R11
-
-stateAVX512_read_4:
-	VBROADCASTSS (DX)(R11*4), Z4
-	VBROADCASTSS (BX)(R11*4), Z5
-	VMOVUPS      (R10), Z6
-	VFMADD231PS  Z6, Z4, Z0
-	VFMADD231PS  Z6, Z5, Z1
-	VMOVUPS.Z    64(R10), K1, Z6
-	VFMADD231PS  Z6, Z4, Z2
-	VFMADD231PS  Z6, Z5, Z3
-	ADDQ         R9, R10
-	INCQ         R11
-	CMPQ         R11, R8
-	JB           stateAVX512_read_4
-	CMPB         16(SP), $0x00
-	JE           stateAVX512_far_4
-
-	// em1 ≥ -0.5: decay(x) = x + em1·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	VBROADCASTSS em1+144(FP), Z4
-	VBROADCASTSS beta+152(FP), Z5
-	VBROADCASTSS kq+156(FP), Z6
-	VMOVUPS      (SI), Z7
-	VFMADD213PS  Z0, Z4, Z0
-	VSUBPS       Z0, Z7, Z0
-	VMULPS       Z0, Z5, Z0
-	VFMADD213PS  Z1, Z4, Z1
-	VFMADD231PS  Z0, Z6, Z1
-	VMOVUPS      Z1, (DI)
-	VMOVUPS.Z    64(SI), K1, Z1
-	VFMADD213PS  Z2, Z4, Z2
-	VSUBPS       Z2, Z1, Z2
-	VMULPS       Z2, Z5, Z2
-	VFMADD213PS  Z3, Z4, Z3
-	VFMADD231PS  Z2, Z6, Z3
-	VMOVUPS      Z3, K1, 64(DI)
-
-	// Write pass: S' = S + em1·S + k̂_i·δ over the same slab.
-	MOVQ AX, R10
-	MOVQ CX, AX
-	XORQ R11, R11
-
-stateAVX512_write_7:
-	MOVQ         8(SP), CX
-	PREFETCHT1   (CX)
-	ADDQ         $0x00000080, 8(SP)
-	VBROADCASTSS (DX)(R11*4), Z1
-	VMOVUPS      (R10), Z3
-	VFMADD213PS  Z3, Z4, Z3
-	VFMADD231PS  Z0, Z1, Z3
-	VMOVUPS      Z3, (AX)
-	VMOVUPS.Z    64(R10), K1, Z3
-	VFMADD213PS  Z3, Z4, Z3
-	VFMADD231PS  Z2, Z1, Z3
-	VMOVUPS      Z3, K1, 64(AX)
-	ADDQ         R9, R10
-	ADDQ         R9, AX
-	INCQ         R11
-	CMPQ         R11, R8
-	JB           stateAVX512_write_7
-	JMP          stateAVX512_decayed_4
-
-stateAVX512_far_4:
-	// em1 < -0.5 or NaN: decay(x) = eg·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	VBROADCASTSS eg+148(FP), Z4
-	VBROADCASTSS beta+152(FP), Z5
-	VBROADCASTSS kq+156(FP), Z6
-	VMOVUPS      (SI), Z7
-	VMULPS       Z0, Z4, Z0
-	VSUBPS       Z0, Z7, Z0
-	VMULPS       Z0, Z5, Z0
-	VMULPS       Z1, Z4, Z1
-	VFMADD231PS  Z0, Z6, Z1
-	VMOVUPS      Z1, (DI)
-	VMOVUPS.Z    64(SI), K1, Z1
-	VMULPS       Z2, Z4, Z2
-	VSUBPS       Z2, Z1, Z2
-	VMULPS       Z2, Z5, Z2
-	VMULPS       Z3, Z4, Z3
-	VFMADD231PS  Z2, Z6, Z3
-	VMOVUPS      Z3, K1, 64(DI)
-
-	// Write pass: S' = eg·S + k̂_i·δ over the same slab.
-	MOVQ AX, R10
-	MOVQ CX, AX
-	XORQ R11, R11
-
-stateAVX512_write_8:
-	MOVQ         8(SP), CX
-	PREFETCHT1   (CX)
-	ADDQ         $0x00000080, 8(SP)
-	VBROADCASTSS (DX)(R11*4), Z1
-	VMOVUPS      (R10), Z3
-	VMULPS       Z3, Z4, Z3
-	VFMADD231PS  Z0, Z1, Z3
-	VMOVUPS      Z3, (AX)
-	VMOVUPS.Z    64(R10), K1, Z3
-	VMULPS       Z3, Z4, Z3
-	VFMADD231PS  Z2, Z1, Z3
-	VMOVUPS      Z3, K1, 64(AX)
-	ADDQ         R9, R10
-	ADDQ         R9, AX
-	INCQ         R11
-	CMPQ         R11, R8
-	JB           stateAVX512_write_8
-
-stateAVX512_decayed_4:
-	JMP stateAVX512_done_1
-
-stateAVX512_masked3_1:
-	// Block of 48 columns: read pass (Sᵀk̂, Sᵀq̂ of 3 vectors in registers).
-	VBROADCASTSS zero<>+0(SB), Z0
-	VBROADCASTSS zero<>+0(SB), Z1
-	VBROADCASTSS zero<>+0(SB), Z2
-	VBROADCASTSS zero<>+0(SB), Z3
-	VBROADCASTSS zero<>+0(SB), Z4
-	VBROADCASTSS zero<>+0(SB), Z5
-	MOVQ         AX, R10
-	XORQ         R11, R11
-
-stateAVX512_read_5:
-	VBROADCASTSS (DX)(R11*4), Z6
-	VBROADCASTSS (BX)(R11*4), Z7
-	VMOVUPS      (R10), Z8
-	VFMADD231PS  Z8, Z6, Z0
-	VFMADD231PS  Z8, Z7, Z1
-	VMOVUPS      64(R10), Z8
-	VFMADD231PS  Z8, Z6, Z2
-	VFMADD231PS  Z8, Z7, Z3
-	VMOVUPS.Z    128(R10), K1, Z8
-	VFMADD231PS  Z8, Z6, Z4
-	VFMADD231PS  Z8, Z7, Z5
-	ADDQ         R9, R10
-	INCQ         R11
-	CMPQ         R11, R8
-	JB           stateAVX512_read_5
-	CMPB         16(SP), $0x00
-	JE           stateAVX512_far_5
-
-	// em1 ≥ -0.5: decay(x) = x + em1·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	VBROADCASTSS em1+144(FP), Z6
-	VBROADCASTSS beta+152(FP), Z7
-	VBROADCASTSS kq+156(FP), Z8
-	VMOVUPS      (SI), Z9
-	VFMADD213PS  Z0, Z6, Z0
-	VSUBPS       Z0, Z9, Z0
-	VMULPS       Z0, Z7, Z0
-	VFMADD213PS  Z1, Z6, Z1
-	VFMADD231PS  Z0, Z8, Z1
-	VMOVUPS      Z1, (DI)
-	VMOVUPS      64(SI), Z1
-	VFMADD213PS  Z2, Z6, Z2
-	VSUBPS       Z2, Z1, Z2
-	VMULPS       Z2, Z7, Z2
-	VFMADD213PS  Z3, Z6, Z3
-	VFMADD231PS  Z2, Z8, Z3
-	VMOVUPS      Z3, 64(DI)
-	VMOVUPS.Z    128(SI), K1, Z1
-	VFMADD213PS  Z4, Z6, Z4
-	VSUBPS       Z4, Z1, Z4
-	VMULPS       Z4, Z7, Z4
-	VFMADD213PS  Z5, Z6, Z5
-	VFMADD231PS  Z4, Z8, Z5
-	VMOVUPS      Z5, K1, 128(DI)
-
-	// Write pass: S' = S + em1·S + k̂_i·δ over the same slab.
-	MOVQ AX, R10
-	MOVQ CX, AX
-	XORQ R11, R11
-
-stateAVX512_write_9:
-	MOVQ         8(SP), CX
-	PREFETCHT1   (CX)
-	ADDQ         $0x000000c0, 8(SP)
-	VBROADCASTSS (DX)(R11*4), Z1
-	VMOVUPS      (R10), Z3
-	VFMADD213PS  Z3, Z6, Z3
-	VFMADD231PS  Z0, Z1, Z3
-	VMOVUPS      Z3, (AX)
-	VMOVUPS      64(R10), Z3
-	VFMADD213PS  Z3, Z6, Z3
-	VFMADD231PS  Z2, Z1, Z3
-	VMOVUPS      Z3, 64(AX)
-	VMOVUPS.Z    128(R10), K1, Z3
-	VFMADD213PS  Z3, Z6, Z3
-	VFMADD231PS  Z4, Z1, Z3
-	VMOVUPS      Z3, K1, 128(AX)
-	ADDQ         R9, R10
-	ADDQ         R9, AX
-	INCQ         R11
-	CMPQ         R11, R8
-	JB           stateAVX512_write_9
-	JMP          stateAVX512_decayed_5
-
-stateAVX512_far_5:
-	// em1 < -0.5 or NaN: decay(x) = eg·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	VBROADCASTSS eg+148(FP), Z6
-	VBROADCASTSS beta+152(FP), Z7
-	VBROADCASTSS kq+156(FP), Z8
-	VMOVUPS      (SI), Z9
-	VMULPS       Z0, Z6, Z0
-	VSUBPS       Z0, Z9, Z0
-	VMULPS       Z0, Z7, Z0
-	VMULPS       Z1, Z6, Z1
-	VFMADD231PS  Z0, Z8, Z1
-	VMOVUPS      Z1, (DI)
-	VMOVUPS      64(SI), Z1
-	VMULPS       Z2, Z6, Z2
-	VSUBPS       Z2, Z1, Z2
-	VMULPS       Z2, Z7, Z2
-	VMULPS       Z3, Z6, Z3
-	VFMADD231PS  Z2, Z8, Z3
-	VMOVUPS      Z3, 64(DI)
-	VMOVUPS.Z    128(SI), K1, Z1
-	VMULPS       Z4, Z6, Z4
-	VSUBPS       Z4, Z1, Z4
-	VMULPS       Z4, Z7, Z4
-	VMULPS       Z5, Z6, Z5
-	VFMADD231PS  Z4, Z8, Z5
-	VMOVUPS      Z5, K1, 128(DI)
-
-	// Write pass: S' = eg·S + k̂_i·δ over the same slab.
-	MOVQ AX, R10
-	MOVQ CX, AX
-	XORQ R11, R11
-
-stateAVX512_write_10:
-	MOVQ         8(SP), CX
-	PREFETCHT1   (CX)
-	ADDQ         $0x000000c0, 8(SP)
-	VBROADCASTSS (DX)(R11*4), Z1
-	VMOVUPS      (R10), Z3
-	VMULPS       Z3, Z6, Z3
-	VFMADD231PS  Z0, Z1, Z3
-	VMOVUPS      Z3, (AX)
-	VMOVUPS      64(R10), Z3
-	VMULPS       Z3, Z6, Z3
-	VFMADD231PS  Z2, Z1, Z3
-	VMOVUPS      Z3, 64(AX)
-	VMOVUPS.Z    128(R10), K1, Z3
-	VMULPS       Z3, Z6, Z3
-	VFMADD231PS  Z4, Z1, Z3
-	VMOVUPS      Z3, K1, 128(AX)
-	ADDQ         R9, R10
-	ADDQ         R9, AX
-	INCQ         R11
-	CMPQ         R11, R8
-	JB           stateAVX512_write_10
-
-stateAVX512_decayed_5:
-	JMP stateAVX512_done_1
-
-stateAVX512_masked4_1:
-	// Block of 64 columns: read pass (Sᵀk̂, Sᵀq̂ of 4 vectors in registers).
-	VBROADCASTSS zero<>+0(SB), Z0
-	VBROADCASTSS zero<>+0(SB), Z1
-	VBROADCASTSS zero<>+0(SB), Z2
-	VBROADCASTSS zero<>+0(SB), Z3
-	VBROADCASTSS zero<>+0(SB), Z4
-	VBROADCASTSS zero<>+0(SB), Z5
-	VBROADCASTSS zero<>+0(SB), Z6
-	VBROADCASTSS zero<>+0(SB), Z7
-	MOVQ         AX, R10
-	XORQ         R11, R11
-
-stateAVX512_read_6:
-	VBROADCASTSS (DX)(R11*4), Z8
-	VBROADCASTSS (BX)(R11*4), Z9
-	VMOVUPS      (R10), Z10
-	VFMADD231PS  Z10, Z8, Z0
-	VFMADD231PS  Z10, Z9, Z1
-	VMOVUPS      64(R10), Z10
-	VFMADD231PS  Z10, Z8, Z2
-	VFMADD231PS  Z10, Z9, Z3
-	VMOVUPS      128(R10), Z10
-	VFMADD231PS  Z10, Z8, Z4
-	VFMADD231PS  Z10, Z9, Z5
-	VMOVUPS.Z    192(R10), K1, Z10
-	VFMADD231PS  Z10, Z8, Z6
-	VFMADD231PS  Z10, Z9, Z7
-	ADDQ         R9, R10
-	INCQ         R11
-	CMPQ         R11, R8
-	JB           stateAVX512_read_6
-	CMPB         16(SP), $0x00
-	JE           stateAVX512_far_6
-
-	// em1 ≥ -0.5: decay(x) = x + em1·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	VBROADCASTSS em1+144(FP), Z8
-	VBROADCASTSS beta+152(FP), Z9
-	VBROADCASTSS kq+156(FP), Z10
-	VMOVUPS      (SI), Z11
-	VFMADD213PS  Z0, Z8, Z0
-	VSUBPS       Z0, Z11, Z0
-	VMULPS       Z0, Z9, Z0
-	VFMADD213PS  Z1, Z8, Z1
-	VFMADD231PS  Z0, Z10, Z1
-	VMOVUPS      Z1, (DI)
-	VMOVUPS      64(SI), Z1
-	VFMADD213PS  Z2, Z8, Z2
-	VSUBPS       Z2, Z1, Z2
-	VMULPS       Z2, Z9, Z2
-	VFMADD213PS  Z3, Z8, Z3
-	VFMADD231PS  Z2, Z10, Z3
-	VMOVUPS      Z3, 64(DI)
-	VMOVUPS      128(SI), Z1
-	VFMADD213PS  Z4, Z8, Z4
-	VSUBPS       Z4, Z1, Z4
-	VMULPS       Z4, Z9, Z4
-	VFMADD213PS  Z5, Z8, Z5
-	VFMADD231PS  Z4, Z10, Z5
-	VMOVUPS      Z5, 128(DI)
-	VMOVUPS.Z    192(SI), K1, Z1
-	VFMADD213PS  Z6, Z8, Z6
-	VSUBPS       Z6, Z1, Z6
-	VMULPS       Z6, Z9, Z6
-	VFMADD213PS  Z7, Z8, Z7
-	VFMADD231PS  Z6, Z10, Z7
-	VMOVUPS      Z7, K1, 192(DI)
-
-	// Write pass: S' = S + em1·S + k̂_i·δ over the same slab.
-	MOVQ AX, R10
-	MOVQ CX, AX
-	XORQ R11, R11
-
-stateAVX512_write_11:
-	MOVQ         8(SP), CX
-	PREFETCHT1   (CX)
-	ADDQ         $0x00000100, 8(SP)
-	VBROADCASTSS (DX)(R11*4), Z1
-	VMOVUPS      (R10), Z3
-	VFMADD213PS  Z3, Z8, Z3
-	VFMADD231PS  Z0, Z1, Z3
-	VMOVUPS      Z3, (AX)
-	VMOVUPS      64(R10), Z3
-	VFMADD213PS  Z3, Z8, Z3
-	VFMADD231PS  Z2, Z1, Z3
-	VMOVUPS      Z3, 64(AX)
-	VMOVUPS      128(R10), Z3
-	VFMADD213PS  Z3, Z8, Z3
-	VFMADD231PS  Z4, Z1, Z3
-	VMOVUPS      Z3, 128(AX)
-	VMOVUPS.Z    192(R10), K1, Z3
-	VFMADD213PS  Z3, Z8, Z3
-	VFMADD231PS  Z6, Z1, Z3
-	VMOVUPS      Z3, K1, 192(AX)
-	ADDQ         R9, R10
-	ADDQ         R9, AX
-	INCQ         R11
-	CMPQ         R11, R8
-	JB           stateAVX512_write_11
-	JMP          stateAVX512_decayed_6
-
-stateAVX512_far_6:
-	// em1 < -0.5 or NaN: decay(x) = eg·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	VBROADCASTSS eg+148(FP), Z8
-	VBROADCASTSS beta+152(FP), Z9
-	VBROADCASTSS kq+156(FP), Z10
-	VMOVUPS      (SI), Z11
-	VMULPS       Z0, Z8, Z0
-	VSUBPS       Z0, Z11, Z0
-	VMULPS       Z0, Z9, Z0
-	VMULPS       Z1, Z8, Z1
-	VFMADD231PS  Z0, Z10, Z1
-	VMOVUPS      Z1, (DI)
-	VMOVUPS      64(SI), Z1
-	VMULPS       Z2, Z8, Z2
-	VSUBPS       Z2, Z1, Z2
-	VMULPS       Z2, Z9, Z2
-	VMULPS       Z3, Z8, Z3
-	VFMADD231PS  Z2, Z10, Z3
-	VMOVUPS      Z3, 64(DI)
-	VMOVUPS      128(SI), Z1
-	VMULPS       Z4, Z8, Z4
-	VSUBPS       Z4, Z1, Z4
-	VMULPS       Z4, Z9, Z4
-	VMULPS       Z5, Z8, Z5
-	VFMADD231PS  Z4, Z10, Z5
-	VMOVUPS      Z5, 128(DI)
-	VMOVUPS.Z    192(SI), K1, Z1
-	VMULPS       Z6, Z8, Z6
-	VSUBPS       Z6, Z1, Z6
-	VMULPS       Z6, Z9, Z6
-	VMULPS       Z7, Z8, Z7
-	VFMADD231PS  Z6, Z10, Z7
-	VMOVUPS      Z7, K1, 192(DI)
-
-	// Write pass: S' = eg·S + k̂_i·δ over the same slab.
-	MOVQ AX, R10
-	MOVQ CX, AX
-	XORQ R11, R11
-
-stateAVX512_write_12:
-	MOVQ         8(SP), CX
-	PREFETCHT1   (CX)
-	ADDQ         $0x00000100, 8(SP)
-	VBROADCASTSS (DX)(R11*4), Z1
-	VMOVUPS      (R10), Z3
-	VMULPS       Z3, Z8, Z3
-	VFMADD231PS  Z0, Z1, Z3
-	VMOVUPS      Z3, (AX)
-	VMOVUPS      64(R10), Z3
-	VMULPS       Z3, Z8, Z3
-	VFMADD231PS  Z2, Z1, Z3
-	VMOVUPS      Z3, 64(AX)
-	VMOVUPS      128(R10), Z3
-	VMULPS       Z3, Z8, Z3
-	VFMADD231PS  Z4, Z1, Z3
-	VMOVUPS      Z3, 128(AX)
-	VMOVUPS.Z    192(R10), K1, Z3
-	VMULPS       Z3, Z8, Z3
-	VFMADD231PS  Z6, Z1, Z3
-	VMOVUPS      Z3, K1, 192(AX)
-	ADDQ         R9, R10
-	ADDQ         R9, AX
-	INCQ         R11
-	CMPQ         R11, R8
-	JB           stateAVX512_write_12
-
-stateAVX512_decayed_6:
-	JMP stateAVX512_done_1
-
-stateAVX512_masked5_1:
 	// Block of 80 columns: read pass (Sᵀk̂, Sᵀq̂ of 5 vectors in registers).
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
@@ -2183,7 +1628,7 @@ stateAVX512_masked5_1:
 	MOVQ         AX, R10
 	XORQ         R11, R11
 
-stateAVX512_read_7:
+stateAVX512_read_3:
 	VBROADCASTSS (DX)(R11*4), Z10
 	VBROADCASTSS (BX)(R11*4), Z11
 	VMOVUPS      (R10), Z12
@@ -2204,9 +1649,9 @@ stateAVX512_read_7:
 	ADDQ         R9, R10
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           stateAVX512_read_7
+	JB           stateAVX512_read_3
 	CMPB         16(SP), $0x00
-	JE           stateAVX512_far_7
+	JE           stateAVX512_far_3
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
@@ -2254,7 +1699,7 @@ stateAVX512_read_7:
 	MOVQ CX, AX
 	XORQ R11, R11
 
-stateAVX512_write_13:
+stateAVX512_write_5:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	PREFETCHT1   256(CX)
@@ -2284,10 +1729,10 @@ stateAVX512_write_13:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           stateAVX512_write_13
-	JMP          stateAVX512_decayed_7
+	JB           stateAVX512_write_5
+	JMP          stateAVX512_decayed_3
 
-stateAVX512_far_7:
+stateAVX512_far_3:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	VBROADCASTSS eg+148(FP), Z10
@@ -2334,7 +1779,7 @@ stateAVX512_far_7:
 	MOVQ CX, AX
 	XORQ R11, R11
 
-stateAVX512_write_14:
+stateAVX512_write_6:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	PREFETCHT1   256(CX)
@@ -2364,2605 +1809,17 @@ stateAVX512_write_14:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           stateAVX512_write_14
+	JB           stateAVX512_write_6
 
-stateAVX512_decayed_7:
+stateAVX512_decayed_3:
 	JMP stateAVX512_done_1
 
-stateAVX512_masked6_1:
-	// Block of 96 columns: read pass (Sᵀk̂, Sᵀq̂ of 6 vectors in registers).
-	VBROADCASTSS zero<>+0(SB), Z0
-	VBROADCASTSS zero<>+0(SB), Z1
-	VBROADCASTSS zero<>+0(SB), Z2
-	VBROADCASTSS zero<>+0(SB), Z3
-	VBROADCASTSS zero<>+0(SB), Z4
-	VBROADCASTSS zero<>+0(SB), Z5
-	VBROADCASTSS zero<>+0(SB), Z6
-	VBROADCASTSS zero<>+0(SB), Z7
-	VBROADCASTSS zero<>+0(SB), Z8
-	VBROADCASTSS zero<>+0(SB), Z9
-	VBROADCASTSS zero<>+0(SB), Z10
-	VBROADCASTSS zero<>+0(SB), Z11
-	MOVQ         AX, R10
-	XORQ         R11, R11
-
-stateAVX512_read_8:
-	VBROADCASTSS (DX)(R11*4), Z12
-	VBROADCASTSS (BX)(R11*4), Z13
-	VMOVUPS      (R10), Z14
-	VFMADD231PS  Z14, Z12, Z0
-	VFMADD231PS  Z14, Z13, Z1
-	VMOVUPS      64(R10), Z14
-	VFMADD231PS  Z14, Z12, Z2
-	VFMADD231PS  Z14, Z13, Z3
-	VMOVUPS      128(R10), Z14
-	VFMADD231PS  Z14, Z12, Z4
-	VFMADD231PS  Z14, Z13, Z5
-	VMOVUPS      192(R10), Z14
-	VFMADD231PS  Z14, Z12, Z6
-	VFMADD231PS  Z14, Z13, Z7
-	VMOVUPS      256(R10), Z14
-	VFMADD231PS  Z14, Z12, Z8
-	VFMADD231PS  Z14, Z13, Z9
-	VMOVUPS.Z    320(R10), K1, Z14
-	VFMADD231PS  Z14, Z12, Z10
-	VFMADD231PS  Z14, Z13, Z11
-	ADDQ         R9, R10
-	INCQ         R11
-	CMPQ         R11, R8
-	JB           stateAVX512_read_8
-	CMPB         16(SP), $0x00
-	JE           stateAVX512_far_8
-
-	// em1 ≥ -0.5: decay(x) = x + em1·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	VBROADCASTSS em1+144(FP), Z12
-	VBROADCASTSS beta+152(FP), Z13
-	VBROADCASTSS kq+156(FP), Z14
-	VMOVUPS      (SI), Z15
-	VFMADD213PS  Z0, Z12, Z0
-	VSUBPS       Z0, Z15, Z0
-	VMULPS       Z0, Z13, Z0
-	VFMADD213PS  Z1, Z12, Z1
-	VFMADD231PS  Z0, Z14, Z1
-	VMOVUPS      Z1, (DI)
-	VMOVUPS      64(SI), Z1
-	VFMADD213PS  Z2, Z12, Z2
-	VSUBPS       Z2, Z1, Z2
-	VMULPS       Z2, Z13, Z2
-	VFMADD213PS  Z3, Z12, Z3
-	VFMADD231PS  Z2, Z14, Z3
-	VMOVUPS      Z3, 64(DI)
-	VMOVUPS      128(SI), Z1
-	VFMADD213PS  Z4, Z12, Z4
-	VSUBPS       Z4, Z1, Z4
-	VMULPS       Z4, Z13, Z4
-	VFMADD213PS  Z5, Z12, Z5
-	VFMADD231PS  Z4, Z14, Z5
-	VMOVUPS      Z5, 128(DI)
-	VMOVUPS      192(SI), Z1
-	VFMADD213PS  Z6, Z12, Z6
-	VSUBPS       Z6, Z1, Z6
-	VMULPS       Z6, Z13, Z6
-	VFMADD213PS  Z7, Z12, Z7
-	VFMADD231PS  Z6, Z14, Z7
-	VMOVUPS      Z7, 192(DI)
-	VMOVUPS      256(SI), Z1
-	VFMADD213PS  Z8, Z12, Z8
-	VSUBPS       Z8, Z1, Z8
-	VMULPS       Z8, Z13, Z8
-	VFMADD213PS  Z9, Z12, Z9
-	VFMADD231PS  Z8, Z14, Z9
-	VMOVUPS      Z9, 256(DI)
-	VMOVUPS.Z    320(SI), K1, Z1
-	VFMADD213PS  Z10, Z12, Z10
-	VSUBPS       Z10, Z1, Z10
-	VMULPS       Z10, Z13, Z10
-	VFMADD213PS  Z11, Z12, Z11
-	VFMADD231PS  Z10, Z14, Z11
-	VMOVUPS      Z11, K1, 320(DI)
-
-	// Write pass: S' = S + em1·S + k̂_i·δ over the same slab.
-	MOVQ AX, R10
-	MOVQ CX, AX
-	XORQ R11, R11
-
-stateAVX512_write_15:
-	MOVQ         8(SP), CX
-	PREFETCHT1   (CX)
-	PREFETCHT1   256(CX)
-	ADDQ         $0x00000180, 8(SP)
-	VBROADCASTSS (DX)(R11*4), Z1
-	VMOVUPS      (R10), Z3
-	VFMADD213PS  Z3, Z12, Z3
-	VFMADD231PS  Z0, Z1, Z3
-	VMOVUPS      Z3, (AX)
-	VMOVUPS      64(R10), Z3
-	VFMADD213PS  Z3, Z12, Z3
-	VFMADD231PS  Z2, Z1, Z3
-	VMOVUPS      Z3, 64(AX)
-	VMOVUPS      128(R10), Z3
-	VFMADD213PS  Z3, Z12, Z3
-	VFMADD231PS  Z4, Z1, Z3
-	VMOVUPS      Z3, 128(AX)
-	VMOVUPS      192(R10), Z3
-	VFMADD213PS  Z3, Z12, Z3
-	VFMADD231PS  Z6, Z1, Z3
-	VMOVUPS      Z3, 192(AX)
-	VMOVUPS      256(R10), Z3
-	VFMADD213PS  Z3, Z12, Z3
-	VFMADD231PS  Z8, Z1, Z3
-	VMOVUPS      Z3, 256(AX)
-	VMOVUPS.Z    320(R10), K1, Z3
-	VFMADD213PS  Z3, Z12, Z3
-	VFMADD231PS  Z10, Z1, Z3
-	VMOVUPS      Z3, K1, 320(AX)
-	ADDQ         R9, R10
-	ADDQ         R9, AX
-	INCQ         R11
-	CMPQ         R11, R8
-	JB           stateAVX512_write_15
-	JMP          stateAVX512_decayed_8
-
-stateAVX512_far_8:
-	// em1 < -0.5 or NaN: decay(x) = eg·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	VBROADCASTSS eg+148(FP), Z12
-	VBROADCASTSS beta+152(FP), Z13
-	VBROADCASTSS kq+156(FP), Z14
-	VMOVUPS      (SI), Z15
-	VMULPS       Z0, Z12, Z0
-	VSUBPS       Z0, Z15, Z0
-	VMULPS       Z0, Z13, Z0
-	VMULPS       Z1, Z12, Z1
-	VFMADD231PS  Z0, Z14, Z1
-	VMOVUPS      Z1, (DI)
-	VMOVUPS      64(SI), Z1
-	VMULPS       Z2, Z12, Z2
-	VSUBPS       Z2, Z1, Z2
-	VMULPS       Z2, Z13, Z2
-	VMULPS       Z3, Z12, Z3
-	VFMADD231PS  Z2, Z14, Z3
-	VMOVUPS      Z3, 64(DI)
-	VMOVUPS      128(SI), Z1
-	VMULPS       Z4, Z12, Z4
-	VSUBPS       Z4, Z1, Z4
-	VMULPS       Z4, Z13, Z4
-	VMULPS       Z5, Z12, Z5
-	VFMADD231PS  Z4, Z14, Z5
-	VMOVUPS      Z5, 128(DI)
-	VMOVUPS      192(SI), Z1
-	VMULPS       Z6, Z12, Z6
-	VSUBPS       Z6, Z1, Z6
-	VMULPS       Z6, Z13, Z6
-	VMULPS       Z7, Z12, Z7
-	VFMADD231PS  Z6, Z14, Z7
-	VMOVUPS      Z7, 192(DI)
-	VMOVUPS      256(SI), Z1
-	VMULPS       Z8, Z12, Z8
-	VSUBPS       Z8, Z1, Z8
-	VMULPS       Z8, Z13, Z8
-	VMULPS       Z9, Z12, Z9
-	VFMADD231PS  Z8, Z14, Z9
-	VMOVUPS      Z9, 256(DI)
-	VMOVUPS.Z    320(SI), K1, Z1
-	VMULPS       Z10, Z12, Z10
-	VSUBPS       Z10, Z1, Z10
-	VMULPS       Z10, Z13, Z10
-	VMULPS       Z11, Z12, Z11
-	VFMADD231PS  Z10, Z14, Z11
-	VMOVUPS      Z11, K1, 320(DI)
-
-	// Write pass: S' = eg·S + k̂_i·δ over the same slab.
-	MOVQ AX, R10
-	MOVQ CX, AX
-	XORQ R11, R11
-
-stateAVX512_write_16:
-	MOVQ         8(SP), CX
-	PREFETCHT1   (CX)
-	PREFETCHT1   256(CX)
-	ADDQ         $0x00000180, 8(SP)
-	VBROADCASTSS (DX)(R11*4), Z1
-	VMOVUPS      (R10), Z3
-	VMULPS       Z3, Z12, Z3
-	VFMADD231PS  Z0, Z1, Z3
-	VMOVUPS      Z3, (AX)
-	VMOVUPS      64(R10), Z3
-	VMULPS       Z3, Z12, Z3
-	VFMADD231PS  Z2, Z1, Z3
-	VMOVUPS      Z3, 64(AX)
-	VMOVUPS      128(R10), Z3
-	VMULPS       Z3, Z12, Z3
-	VFMADD231PS  Z4, Z1, Z3
-	VMOVUPS      Z3, 128(AX)
-	VMOVUPS      192(R10), Z3
-	VMULPS       Z3, Z12, Z3
-	VFMADD231PS  Z6, Z1, Z3
-	VMOVUPS      Z3, 192(AX)
-	VMOVUPS      256(R10), Z3
-	VMULPS       Z3, Z12, Z3
-	VFMADD231PS  Z8, Z1, Z3
-	VMOVUPS      Z3, 256(AX)
-	VMOVUPS.Z    320(R10), K1, Z3
-	VMULPS       Z3, Z12, Z3
-	VFMADD231PS  Z10, Z1, Z3
-	VMOVUPS      Z3, K1, 320(AX)
-	ADDQ         R9, R10
-	ADDQ         R9, AX
-	INCQ         R11
-	CMPQ         R11, R8
-	JB           stateAVX512_write_16
-
-stateAVX512_decayed_8:
-	JMP stateAVX512_done_1
-
-stateAVX512_masked7_1:
-	// Block of 112 columns: read pass (Sᵀk̂, Sᵀq̂ of 7 vectors in registers).
-	VBROADCASTSS zero<>+0(SB), Z0
-	VBROADCASTSS zero<>+0(SB), Z1
-	VBROADCASTSS zero<>+0(SB), Z2
-	VBROADCASTSS zero<>+0(SB), Z3
-	VBROADCASTSS zero<>+0(SB), Z4
-	VBROADCASTSS zero<>+0(SB), Z5
-	VBROADCASTSS zero<>+0(SB), Z6
-	VBROADCASTSS zero<>+0(SB), Z7
-	VBROADCASTSS zero<>+0(SB), Z8
-	VBROADCASTSS zero<>+0(SB), Z9
-	VBROADCASTSS zero<>+0(SB), Z10
-	VBROADCASTSS zero<>+0(SB), Z11
-	VBROADCASTSS zero<>+0(SB), Z12
-	VBROADCASTSS zero<>+0(SB), Z13
-	MOVQ         AX, R10
-	XORQ         R11, R11
-
-stateAVX512_read_9:
-	VBROADCASTSS (DX)(R11*4), Z14
-	VBROADCASTSS (BX)(R11*4), Z15
-	VMOVUPS      (R10), Z16
-	VFMADD231PS  Z16, Z14, Z0
-	VFMADD231PS  Z16, Z15, Z1
-	VMOVUPS      64(R10), Z16
-	VFMADD231PS  Z16, Z14, Z2
-	VFMADD231PS  Z16, Z15, Z3
-	VMOVUPS      128(R10), Z16
-	VFMADD231PS  Z16, Z14, Z4
-	VFMADD231PS  Z16, Z15, Z5
-	VMOVUPS      192(R10), Z16
-	VFMADD231PS  Z16, Z14, Z6
-	VFMADD231PS  Z16, Z15, Z7
-	VMOVUPS      256(R10), Z16
-	VFMADD231PS  Z16, Z14, Z8
-	VFMADD231PS  Z16, Z15, Z9
-	VMOVUPS      320(R10), Z16
-	VFMADD231PS  Z16, Z14, Z10
-	VFMADD231PS  Z16, Z15, Z11
-	VMOVUPS.Z    384(R10), K1, Z16
-	VFMADD231PS  Z16, Z14, Z12
-	VFMADD231PS  Z16, Z15, Z13
-	ADDQ         R9, R10
-	INCQ         R11
-	CMPQ         R11, R8
-	JB           stateAVX512_read_9
-	CMPB         16(SP), $0x00
-	JE           stateAVX512_far_9
-
-	// em1 ≥ -0.5: decay(x) = x + em1·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	VBROADCASTSS em1+144(FP), Z14
-	VBROADCASTSS beta+152(FP), Z15
-	VBROADCASTSS kq+156(FP), Z16
-	VMOVUPS      (SI), Z17
-	VFMADD213PS  Z0, Z14, Z0
-	VSUBPS       Z0, Z17, Z0
-	VMULPS       Z0, Z15, Z0
-	VFMADD213PS  Z1, Z14, Z1
-	VFMADD231PS  Z0, Z16, Z1
-	VMOVUPS      Z1, (DI)
-	VMOVUPS      64(SI), Z1
-	VFMADD213PS  Z2, Z14, Z2
-	VSUBPS       Z2, Z1, Z2
-	VMULPS       Z2, Z15, Z2
-	VFMADD213PS  Z3, Z14, Z3
-	VFMADD231PS  Z2, Z16, Z3
-	VMOVUPS      Z3, 64(DI)
-	VMOVUPS      128(SI), Z1
-	VFMADD213PS  Z4, Z14, Z4
-	VSUBPS       Z4, Z1, Z4
-	VMULPS       Z4, Z15, Z4
-	VFMADD213PS  Z5, Z14, Z5
-	VFMADD231PS  Z4, Z16, Z5
-	VMOVUPS      Z5, 128(DI)
-	VMOVUPS      192(SI), Z1
-	VFMADD213PS  Z6, Z14, Z6
-	VSUBPS       Z6, Z1, Z6
-	VMULPS       Z6, Z15, Z6
-	VFMADD213PS  Z7, Z14, Z7
-	VFMADD231PS  Z6, Z16, Z7
-	VMOVUPS      Z7, 192(DI)
-	VMOVUPS      256(SI), Z1
-	VFMADD213PS  Z8, Z14, Z8
-	VSUBPS       Z8, Z1, Z8
-	VMULPS       Z8, Z15, Z8
-	VFMADD213PS  Z9, Z14, Z9
-	VFMADD231PS  Z8, Z16, Z9
-	VMOVUPS      Z9, 256(DI)
-	VMOVUPS      320(SI), Z1
-	VFMADD213PS  Z10, Z14, Z10
-	VSUBPS       Z10, Z1, Z10
-	VMULPS       Z10, Z15, Z10
-	VFMADD213PS  Z11, Z14, Z11
-	VFMADD231PS  Z10, Z16, Z11
-	VMOVUPS      Z11, 320(DI)
-	VMOVUPS.Z    384(SI), K1, Z1
-	VFMADD213PS  Z12, Z14, Z12
-	VSUBPS       Z12, Z1, Z12
-	VMULPS       Z12, Z15, Z12
-	VFMADD213PS  Z13, Z14, Z13
-	VFMADD231PS  Z12, Z16, Z13
-	VMOVUPS      Z13, K1, 384(DI)
-
-	// Write pass: S' = S + em1·S + k̂_i·δ over the same slab.
-	MOVQ AX, R10
-	MOVQ CX, AX
-	XORQ R11, R11
-
-stateAVX512_write_17:
-	MOVQ         8(SP), CX
-	PREFETCHT1   (CX)
-	PREFETCHT1   256(CX)
-	ADDQ         $0x000001c0, 8(SP)
-	VBROADCASTSS (DX)(R11*4), Z1
-	VMOVUPS      (R10), Z3
-	VFMADD213PS  Z3, Z14, Z3
-	VFMADD231PS  Z0, Z1, Z3
-	VMOVUPS      Z3, (AX)
-	VMOVUPS      64(R10), Z3
-	VFMADD213PS  Z3, Z14, Z3
-	VFMADD231PS  Z2, Z1, Z3
-	VMOVUPS      Z3, 64(AX)
-	VMOVUPS      128(R10), Z3
-	VFMADD213PS  Z3, Z14, Z3
-	VFMADD231PS  Z4, Z1, Z3
-	VMOVUPS      Z3, 128(AX)
-	VMOVUPS      192(R10), Z3
-	VFMADD213PS  Z3, Z14, Z3
-	VFMADD231PS  Z6, Z1, Z3
-	VMOVUPS      Z3, 192(AX)
-	VMOVUPS      256(R10), Z3
-	VFMADD213PS  Z3, Z14, Z3
-	VFMADD231PS  Z8, Z1, Z3
-	VMOVUPS      Z3, 256(AX)
-	VMOVUPS      320(R10), Z3
-	VFMADD213PS  Z3, Z14, Z3
-	VFMADD231PS  Z10, Z1, Z3
-	VMOVUPS      Z3, 320(AX)
-	VMOVUPS.Z    384(R10), K1, Z3
-	VFMADD213PS  Z3, Z14, Z3
-	VFMADD231PS  Z12, Z1, Z3
-	VMOVUPS      Z3, K1, 384(AX)
-	ADDQ         R9, R10
-	ADDQ         R9, AX
-	INCQ         R11
-	CMPQ         R11, R8
-	JB           stateAVX512_write_17
-	JMP          stateAVX512_decayed_9
-
-stateAVX512_far_9:
-	// em1 < -0.5 or NaN: decay(x) = eg·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	VBROADCASTSS eg+148(FP), Z14
-	VBROADCASTSS beta+152(FP), Z15
-	VBROADCASTSS kq+156(FP), Z16
-	VMOVUPS      (SI), Z17
-	VMULPS       Z0, Z14, Z0
-	VSUBPS       Z0, Z17, Z0
-	VMULPS       Z0, Z15, Z0
-	VMULPS       Z1, Z14, Z1
-	VFMADD231PS  Z0, Z16, Z1
-	VMOVUPS      Z1, (DI)
-	VMOVUPS      64(SI), Z1
-	VMULPS       Z2, Z14, Z2
-	VSUBPS       Z2, Z1, Z2
-	VMULPS       Z2, Z15, Z2
-	VMULPS       Z3, Z14, Z3
-	VFMADD231PS  Z2, Z16, Z3
-	VMOVUPS      Z3, 64(DI)
-	VMOVUPS      128(SI), Z1
-	VMULPS       Z4, Z14, Z4
-	VSUBPS       Z4, Z1, Z4
-	VMULPS       Z4, Z15, Z4
-	VMULPS       Z5, Z14, Z5
-	VFMADD231PS  Z4, Z16, Z5
-	VMOVUPS      Z5, 128(DI)
-	VMOVUPS      192(SI), Z1
-	VMULPS       Z6, Z14, Z6
-	VSUBPS       Z6, Z1, Z6
-	VMULPS       Z6, Z15, Z6
-	VMULPS       Z7, Z14, Z7
-	VFMADD231PS  Z6, Z16, Z7
-	VMOVUPS      Z7, 192(DI)
-	VMOVUPS      256(SI), Z1
-	VMULPS       Z8, Z14, Z8
-	VSUBPS       Z8, Z1, Z8
-	VMULPS       Z8, Z15, Z8
-	VMULPS       Z9, Z14, Z9
-	VFMADD231PS  Z8, Z16, Z9
-	VMOVUPS      Z9, 256(DI)
-	VMOVUPS      320(SI), Z1
-	VMULPS       Z10, Z14, Z10
-	VSUBPS       Z10, Z1, Z10
-	VMULPS       Z10, Z15, Z10
-	VMULPS       Z11, Z14, Z11
-	VFMADD231PS  Z10, Z16, Z11
-	VMOVUPS      Z11, 320(DI)
-	VMOVUPS.Z    384(SI), K1, Z1
-	VMULPS       Z12, Z14, Z12
-	VSUBPS       Z12, Z1, Z12
-	VMULPS       Z12, Z15, Z12
-	VMULPS       Z13, Z14, Z13
-	VFMADD231PS  Z12, Z16, Z13
-	VMOVUPS      Z13, K1, 384(DI)
-
-	// Write pass: S' = eg·S + k̂_i·δ over the same slab.
-	MOVQ AX, R10
-	MOVQ CX, AX
-	XORQ R11, R11
-
-stateAVX512_write_18:
-	MOVQ         8(SP), CX
-	PREFETCHT1   (CX)
-	PREFETCHT1   256(CX)
-	ADDQ         $0x000001c0, 8(SP)
-	VBROADCASTSS (DX)(R11*4), Z1
-	VMOVUPS      (R10), Z3
-	VMULPS       Z3, Z14, Z3
-	VFMADD231PS  Z0, Z1, Z3
-	VMOVUPS      Z3, (AX)
-	VMOVUPS      64(R10), Z3
-	VMULPS       Z3, Z14, Z3
-	VFMADD231PS  Z2, Z1, Z3
-	VMOVUPS      Z3, 64(AX)
-	VMOVUPS      128(R10), Z3
-	VMULPS       Z3, Z14, Z3
-	VFMADD231PS  Z4, Z1, Z3
-	VMOVUPS      Z3, 128(AX)
-	VMOVUPS      192(R10), Z3
-	VMULPS       Z3, Z14, Z3
-	VFMADD231PS  Z6, Z1, Z3
-	VMOVUPS      Z3, 192(AX)
-	VMOVUPS      256(R10), Z3
-	VMULPS       Z3, Z14, Z3
-	VFMADD231PS  Z8, Z1, Z3
-	VMOVUPS      Z3, 256(AX)
-	VMOVUPS      320(R10), Z3
-	VMULPS       Z3, Z14, Z3
-	VFMADD231PS  Z10, Z1, Z3
-	VMOVUPS      Z3, 320(AX)
-	VMOVUPS.Z    384(R10), K1, Z3
-	VMULPS       Z3, Z14, Z3
-	VFMADD231PS  Z12, Z1, Z3
-	VMOVUPS      Z3, K1, 384(AX)
-	ADDQ         R9, R10
-	ADDQ         R9, AX
-	INCQ         R11
-	CMPQ         R11, R8
-	JB           stateAVX512_write_18
-
-stateAVX512_decayed_9:
-	JMP stateAVX512_done_1
-
-stateAVX512_masked8_1:
-	// Block of 128 columns: read pass (Sᵀk̂, Sᵀq̂ of 8 vectors in registers).
-	VBROADCASTSS zero<>+0(SB), Z0
-	VBROADCASTSS zero<>+0(SB), Z1
-	VBROADCASTSS zero<>+0(SB), Z2
-	VBROADCASTSS zero<>+0(SB), Z3
-	VBROADCASTSS zero<>+0(SB), Z4
-	VBROADCASTSS zero<>+0(SB), Z5
-	VBROADCASTSS zero<>+0(SB), Z6
-	VBROADCASTSS zero<>+0(SB), Z7
-	VBROADCASTSS zero<>+0(SB), Z8
-	VBROADCASTSS zero<>+0(SB), Z9
-	VBROADCASTSS zero<>+0(SB), Z10
-	VBROADCASTSS zero<>+0(SB), Z11
-	VBROADCASTSS zero<>+0(SB), Z12
-	VBROADCASTSS zero<>+0(SB), Z13
-	VBROADCASTSS zero<>+0(SB), Z14
-	VBROADCASTSS zero<>+0(SB), Z15
-	MOVQ         AX, R10
-	XORQ         R11, R11
-
-stateAVX512_read_10:
-	VBROADCASTSS (DX)(R11*4), Z16
-	VBROADCASTSS (BX)(R11*4), Z17
-	VMOVUPS      (R10), Z18
-	VFMADD231PS  Z18, Z16, Z0
-	VFMADD231PS  Z18, Z17, Z1
-	VMOVUPS      64(R10), Z18
-	VFMADD231PS  Z18, Z16, Z2
-	VFMADD231PS  Z18, Z17, Z3
-	VMOVUPS      128(R10), Z18
-	VFMADD231PS  Z18, Z16, Z4
-	VFMADD231PS  Z18, Z17, Z5
-	VMOVUPS      192(R10), Z18
-	VFMADD231PS  Z18, Z16, Z6
-	VFMADD231PS  Z18, Z17, Z7
-	VMOVUPS      256(R10), Z18
-	VFMADD231PS  Z18, Z16, Z8
-	VFMADD231PS  Z18, Z17, Z9
-	VMOVUPS      320(R10), Z18
-	VFMADD231PS  Z18, Z16, Z10
-	VFMADD231PS  Z18, Z17, Z11
-	VMOVUPS      384(R10), Z18
-	VFMADD231PS  Z18, Z16, Z12
-	VFMADD231PS  Z18, Z17, Z13
-	VMOVUPS.Z    448(R10), K1, Z18
-	VFMADD231PS  Z18, Z16, Z14
-	VFMADD231PS  Z18, Z17, Z15
-	ADDQ         R9, R10
-	INCQ         R11
-	CMPQ         R11, R8
-	JB           stateAVX512_read_10
-	CMPB         16(SP), $0x00
-	JE           stateAVX512_far_10
-
-	// em1 ≥ -0.5: decay(x) = x + em1·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	VBROADCASTSS em1+144(FP), Z16
-	VBROADCASTSS beta+152(FP), Z17
-	VBROADCASTSS kq+156(FP), Z18
-	VMOVUPS      (SI), Z19
-	VFMADD213PS  Z0, Z16, Z0
-	VSUBPS       Z0, Z19, Z0
-	VMULPS       Z0, Z17, Z0
-	VFMADD213PS  Z1, Z16, Z1
-	VFMADD231PS  Z0, Z18, Z1
-	VMOVUPS      Z1, (DI)
-	VMOVUPS      64(SI), Z1
-	VFMADD213PS  Z2, Z16, Z2
-	VSUBPS       Z2, Z1, Z2
-	VMULPS       Z2, Z17, Z2
-	VFMADD213PS  Z3, Z16, Z3
-	VFMADD231PS  Z2, Z18, Z3
-	VMOVUPS      Z3, 64(DI)
-	VMOVUPS      128(SI), Z1
-	VFMADD213PS  Z4, Z16, Z4
-	VSUBPS       Z4, Z1, Z4
-	VMULPS       Z4, Z17, Z4
-	VFMADD213PS  Z5, Z16, Z5
-	VFMADD231PS  Z4, Z18, Z5
-	VMOVUPS      Z5, 128(DI)
-	VMOVUPS      192(SI), Z1
-	VFMADD213PS  Z6, Z16, Z6
-	VSUBPS       Z6, Z1, Z6
-	VMULPS       Z6, Z17, Z6
-	VFMADD213PS  Z7, Z16, Z7
-	VFMADD231PS  Z6, Z18, Z7
-	VMOVUPS      Z7, 192(DI)
-	VMOVUPS      256(SI), Z1
-	VFMADD213PS  Z8, Z16, Z8
-	VSUBPS       Z8, Z1, Z8
-	VMULPS       Z8, Z17, Z8
-	VFMADD213PS  Z9, Z16, Z9
-	VFMADD231PS  Z8, Z18, Z9
-	VMOVUPS      Z9, 256(DI)
-	VMOVUPS      320(SI), Z1
-	VFMADD213PS  Z10, Z16, Z10
-	VSUBPS       Z10, Z1, Z10
-	VMULPS       Z10, Z17, Z10
-	VFMADD213PS  Z11, Z16, Z11
-	VFMADD231PS  Z10, Z18, Z11
-	VMOVUPS      Z11, 320(DI)
-	VMOVUPS      384(SI), Z1
-	VFMADD213PS  Z12, Z16, Z12
-	VSUBPS       Z12, Z1, Z12
-	VMULPS       Z12, Z17, Z12
-	VFMADD213PS  Z13, Z16, Z13
-	VFMADD231PS  Z12, Z18, Z13
-	VMOVUPS      Z13, 384(DI)
-	VMOVUPS.Z    448(SI), K1, Z1
-	VFMADD213PS  Z14, Z16, Z14
-	VSUBPS       Z14, Z1, Z14
-	VMULPS       Z14, Z17, Z14
-	VFMADD213PS  Z15, Z16, Z15
-	VFMADD231PS  Z14, Z18, Z15
-	VMOVUPS      Z15, K1, 448(DI)
-
-	// Write pass: S' = S + em1·S + k̂_i·δ over the same slab.
-	MOVQ AX, R10
-	MOVQ CX, AX
-	XORQ R11, R11
-
-stateAVX512_write_19:
-	MOVQ         8(SP), CX
-	PREFETCHT1   (CX)
-	PREFETCHT1   256(CX)
-	ADDQ         $0x00000200, 8(SP)
-	VBROADCASTSS (DX)(R11*4), Z1
-	VMOVUPS      (R10), Z3
-	VFMADD213PS  Z3, Z16, Z3
-	VFMADD231PS  Z0, Z1, Z3
-	VMOVUPS      Z3, (AX)
-	VMOVUPS      64(R10), Z3
-	VFMADD213PS  Z3, Z16, Z3
-	VFMADD231PS  Z2, Z1, Z3
-	VMOVUPS      Z3, 64(AX)
-	VMOVUPS      128(R10), Z3
-	VFMADD213PS  Z3, Z16, Z3
-	VFMADD231PS  Z4, Z1, Z3
-	VMOVUPS      Z3, 128(AX)
-	VMOVUPS      192(R10), Z3
-	VFMADD213PS  Z3, Z16, Z3
-	VFMADD231PS  Z6, Z1, Z3
-	VMOVUPS      Z3, 192(AX)
-	VMOVUPS      256(R10), Z3
-	VFMADD213PS  Z3, Z16, Z3
-	VFMADD231PS  Z8, Z1, Z3
-	VMOVUPS      Z3, 256(AX)
-	VMOVUPS      320(R10), Z3
-	VFMADD213PS  Z3, Z16, Z3
-	VFMADD231PS  Z10, Z1, Z3
-	VMOVUPS      Z3, 320(AX)
-	VMOVUPS      384(R10), Z3
-	VFMADD213PS  Z3, Z16, Z3
-	VFMADD231PS  Z12, Z1, Z3
-	VMOVUPS      Z3, 384(AX)
-	VMOVUPS.Z    448(R10), K1, Z3
-	VFMADD213PS  Z3, Z16, Z3
-	VFMADD231PS  Z14, Z1, Z3
-	VMOVUPS      Z3, K1, 448(AX)
-	ADDQ         R9, R10
-	ADDQ         R9, AX
-	INCQ         R11
-	CMPQ         R11, R8
-	JB           stateAVX512_write_19
-	JMP          stateAVX512_decayed_10
-
-stateAVX512_far_10:
-	// em1 < -0.5 or NaN: decay(x) = eg·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	VBROADCASTSS eg+148(FP), Z16
-	VBROADCASTSS beta+152(FP), Z17
-	VBROADCASTSS kq+156(FP), Z18
-	VMOVUPS      (SI), Z19
-	VMULPS       Z0, Z16, Z0
-	VSUBPS       Z0, Z19, Z0
-	VMULPS       Z0, Z17, Z0
-	VMULPS       Z1, Z16, Z1
-	VFMADD231PS  Z0, Z18, Z1
-	VMOVUPS      Z1, (DI)
-	VMOVUPS      64(SI), Z1
-	VMULPS       Z2, Z16, Z2
-	VSUBPS       Z2, Z1, Z2
-	VMULPS       Z2, Z17, Z2
-	VMULPS       Z3, Z16, Z3
-	VFMADD231PS  Z2, Z18, Z3
-	VMOVUPS      Z3, 64(DI)
-	VMOVUPS      128(SI), Z1
-	VMULPS       Z4, Z16, Z4
-	VSUBPS       Z4, Z1, Z4
-	VMULPS       Z4, Z17, Z4
-	VMULPS       Z5, Z16, Z5
-	VFMADD231PS  Z4, Z18, Z5
-	VMOVUPS      Z5, 128(DI)
-	VMOVUPS      192(SI), Z1
-	VMULPS       Z6, Z16, Z6
-	VSUBPS       Z6, Z1, Z6
-	VMULPS       Z6, Z17, Z6
-	VMULPS       Z7, Z16, Z7
-	VFMADD231PS  Z6, Z18, Z7
-	VMOVUPS      Z7, 192(DI)
-	VMOVUPS      256(SI), Z1
-	VMULPS       Z8, Z16, Z8
-	VSUBPS       Z8, Z1, Z8
-	VMULPS       Z8, Z17, Z8
-	VMULPS       Z9, Z16, Z9
-	VFMADD231PS  Z8, Z18, Z9
-	VMOVUPS      Z9, 256(DI)
-	VMOVUPS      320(SI), Z1
-	VMULPS       Z10, Z16, Z10
-	VSUBPS       Z10, Z1, Z10
-	VMULPS       Z10, Z17, Z10
-	VMULPS       Z11, Z16, Z11
-	VFMADD231PS  Z10, Z18, Z11
-	VMOVUPS      Z11, 320(DI)
-	VMOVUPS      384(SI), Z1
-	VMULPS       Z12, Z16, Z12
-	VSUBPS       Z12, Z1, Z12
-	VMULPS       Z12, Z17, Z12
-	VMULPS       Z13, Z16, Z13
-	VFMADD231PS  Z12, Z18, Z13
-	VMOVUPS      Z13, 384(DI)
-	VMOVUPS.Z    448(SI), K1, Z1
-	VMULPS       Z14, Z16, Z14
-	VSUBPS       Z14, Z1, Z14
-	VMULPS       Z14, Z17, Z14
-	VMULPS       Z15, Z16, Z15
-	VFMADD231PS  Z14, Z18, Z15
-	VMOVUPS      Z15, K1, 448(DI)
-
-	// Write pass: S' = eg·S + k̂_i·δ over the same slab.
-	MOVQ AX, R10
-	MOVQ CX, AX
-	XORQ R11, R11
-
-stateAVX512_write_20:
-	MOVQ         8(SP), CX
-	PREFETCHT1   (CX)
-	PREFETCHT1   256(CX)
-	ADDQ         $0x00000200, 8(SP)
-	VBROADCASTSS (DX)(R11*4), Z1
-	VMOVUPS      (R10), Z3
-	VMULPS       Z3, Z16, Z3
-	VFMADD231PS  Z0, Z1, Z3
-	VMOVUPS      Z3, (AX)
-	VMOVUPS      64(R10), Z3
-	VMULPS       Z3, Z16, Z3
-	VFMADD231PS  Z2, Z1, Z3
-	VMOVUPS      Z3, 64(AX)
-	VMOVUPS      128(R10), Z3
-	VMULPS       Z3, Z16, Z3
-	VFMADD231PS  Z4, Z1, Z3
-	VMOVUPS      Z3, 128(AX)
-	VMOVUPS      192(R10), Z3
-	VMULPS       Z3, Z16, Z3
-	VFMADD231PS  Z6, Z1, Z3
-	VMOVUPS      Z3, 192(AX)
-	VMOVUPS      256(R10), Z3
-	VMULPS       Z3, Z16, Z3
-	VFMADD231PS  Z8, Z1, Z3
-	VMOVUPS      Z3, 256(AX)
-	VMOVUPS      320(R10), Z3
-	VMULPS       Z3, Z16, Z3
-	VFMADD231PS  Z10, Z1, Z3
-	VMOVUPS      Z3, 320(AX)
-	VMOVUPS      384(R10), Z3
-	VMULPS       Z3, Z16, Z3
-	VFMADD231PS  Z12, Z1, Z3
-	VMOVUPS      Z3, 384(AX)
-	VMOVUPS.Z    448(R10), K1, Z3
-	VMULPS       Z3, Z16, Z3
-	VFMADD231PS  Z14, Z1, Z3
-	VMOVUPS      Z3, K1, 448(AX)
-	ADDQ         R9, R10
-	ADDQ         R9, AX
-	INCQ         R11
-	CMPQ         R11, R8
-	JB           stateAVX512_write_20
-
-stateAVX512_decayed_10:
-	JMP stateAVX512_done_1
-
-stateAVX512_masked9_1:
-	// Block of 144 columns: read pass (Sᵀk̂, Sᵀq̂ of 9 vectors in registers).
-	VBROADCASTSS zero<>+0(SB), Z0
-	VBROADCASTSS zero<>+0(SB), Z1
-	VBROADCASTSS zero<>+0(SB), Z2
-	VBROADCASTSS zero<>+0(SB), Z3
-	VBROADCASTSS zero<>+0(SB), Z4
-	VBROADCASTSS zero<>+0(SB), Z5
-	VBROADCASTSS zero<>+0(SB), Z6
-	VBROADCASTSS zero<>+0(SB), Z7
-	VBROADCASTSS zero<>+0(SB), Z8
-	VBROADCASTSS zero<>+0(SB), Z9
-	VBROADCASTSS zero<>+0(SB), Z10
-	VBROADCASTSS zero<>+0(SB), Z11
-	VBROADCASTSS zero<>+0(SB), Z12
-	VBROADCASTSS zero<>+0(SB), Z13
-	VBROADCASTSS zero<>+0(SB), Z14
-	VBROADCASTSS zero<>+0(SB), Z15
-	VBROADCASTSS zero<>+0(SB), Z16
-	VBROADCASTSS zero<>+0(SB), Z17
-	MOVQ         AX, R10
-	XORQ         R11, R11
-
-stateAVX512_read_11:
-	VBROADCASTSS (DX)(R11*4), Z18
-	VBROADCASTSS (BX)(R11*4), Z19
-	VMOVUPS      (R10), Z20
-	VFMADD231PS  Z20, Z18, Z0
-	VFMADD231PS  Z20, Z19, Z1
-	VMOVUPS      64(R10), Z20
-	VFMADD231PS  Z20, Z18, Z2
-	VFMADD231PS  Z20, Z19, Z3
-	VMOVUPS      128(R10), Z20
-	VFMADD231PS  Z20, Z18, Z4
-	VFMADD231PS  Z20, Z19, Z5
-	VMOVUPS      192(R10), Z20
-	VFMADD231PS  Z20, Z18, Z6
-	VFMADD231PS  Z20, Z19, Z7
-	VMOVUPS      256(R10), Z20
-	VFMADD231PS  Z20, Z18, Z8
-	VFMADD231PS  Z20, Z19, Z9
-	VMOVUPS      320(R10), Z20
-	VFMADD231PS  Z20, Z18, Z10
-	VFMADD231PS  Z20, Z19, Z11
-	VMOVUPS      384(R10), Z20
-	VFMADD231PS  Z20, Z18, Z12
-	VFMADD231PS  Z20, Z19, Z13
-	VMOVUPS      448(R10), Z20
-	VFMADD231PS  Z20, Z18, Z14
-	VFMADD231PS  Z20, Z19, Z15
-	VMOVUPS.Z    512(R10), K1, Z20
-	VFMADD231PS  Z20, Z18, Z16
-	VFMADD231PS  Z20, Z19, Z17
-	ADDQ         R9, R10
-	INCQ         R11
-	CMPQ         R11, R8
-	JB           stateAVX512_read_11
-	CMPB         16(SP), $0x00
-	JE           stateAVX512_far_11
-
-	// em1 ≥ -0.5: decay(x) = x + em1·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	VBROADCASTSS em1+144(FP), Z18
-	VBROADCASTSS beta+152(FP), Z19
-	VBROADCASTSS kq+156(FP), Z20
-	VMOVUPS      (SI), Z21
-	VFMADD213PS  Z0, Z18, Z0
-	VSUBPS       Z0, Z21, Z0
-	VMULPS       Z0, Z19, Z0
-	VFMADD213PS  Z1, Z18, Z1
-	VFMADD231PS  Z0, Z20, Z1
-	VMOVUPS      Z1, (DI)
-	VMOVUPS      64(SI), Z1
-	VFMADD213PS  Z2, Z18, Z2
-	VSUBPS       Z2, Z1, Z2
-	VMULPS       Z2, Z19, Z2
-	VFMADD213PS  Z3, Z18, Z3
-	VFMADD231PS  Z2, Z20, Z3
-	VMOVUPS      Z3, 64(DI)
-	VMOVUPS      128(SI), Z1
-	VFMADD213PS  Z4, Z18, Z4
-	VSUBPS       Z4, Z1, Z4
-	VMULPS       Z4, Z19, Z4
-	VFMADD213PS  Z5, Z18, Z5
-	VFMADD231PS  Z4, Z20, Z5
-	VMOVUPS      Z5, 128(DI)
-	VMOVUPS      192(SI), Z1
-	VFMADD213PS  Z6, Z18, Z6
-	VSUBPS       Z6, Z1, Z6
-	VMULPS       Z6, Z19, Z6
-	VFMADD213PS  Z7, Z18, Z7
-	VFMADD231PS  Z6, Z20, Z7
-	VMOVUPS      Z7, 192(DI)
-	VMOVUPS      256(SI), Z1
-	VFMADD213PS  Z8, Z18, Z8
-	VSUBPS       Z8, Z1, Z8
-	VMULPS       Z8, Z19, Z8
-	VFMADD213PS  Z9, Z18, Z9
-	VFMADD231PS  Z8, Z20, Z9
-	VMOVUPS      Z9, 256(DI)
-	VMOVUPS      320(SI), Z1
-	VFMADD213PS  Z10, Z18, Z10
-	VSUBPS       Z10, Z1, Z10
-	VMULPS       Z10, Z19, Z10
-	VFMADD213PS  Z11, Z18, Z11
-	VFMADD231PS  Z10, Z20, Z11
-	VMOVUPS      Z11, 320(DI)
-	VMOVUPS      384(SI), Z1
-	VFMADD213PS  Z12, Z18, Z12
-	VSUBPS       Z12, Z1, Z12
-	VMULPS       Z12, Z19, Z12
-	VFMADD213PS  Z13, Z18, Z13
-	VFMADD231PS  Z12, Z20, Z13
-	VMOVUPS      Z13, 384(DI)
-	VMOVUPS      448(SI), Z1
-	VFMADD213PS  Z14, Z18, Z14
-	VSUBPS       Z14, Z1, Z14
-	VMULPS       Z14, Z19, Z14
-	VFMADD213PS  Z15, Z18, Z15
-	VFMADD231PS  Z14, Z20, Z15
-	VMOVUPS      Z15, 448(DI)
-	VMOVUPS.Z    512(SI), K1, Z1
-	VFMADD213PS  Z16, Z18, Z16
-	VSUBPS       Z16, Z1, Z16
-	VMULPS       Z16, Z19, Z16
-	VFMADD213PS  Z17, Z18, Z17
-	VFMADD231PS  Z16, Z20, Z17
-	VMOVUPS      Z17, K1, 512(DI)
-
-	// Write pass: S' = S + em1·S + k̂_i·δ over the same slab.
-	MOVQ AX, R10
-	MOVQ CX, AX
-	XORQ R11, R11
-
-stateAVX512_write_21:
-	MOVQ         8(SP), CX
-	PREFETCHT1   (CX)
-	PREFETCHT1   256(CX)
-	PREFETCHT1   512(CX)
-	ADDQ         $0x00000240, 8(SP)
-	VBROADCASTSS (DX)(R11*4), Z1
-	VMOVUPS      (R10), Z3
-	VFMADD213PS  Z3, Z18, Z3
-	VFMADD231PS  Z0, Z1, Z3
-	VMOVUPS      Z3, (AX)
-	VMOVUPS      64(R10), Z3
-	VFMADD213PS  Z3, Z18, Z3
-	VFMADD231PS  Z2, Z1, Z3
-	VMOVUPS      Z3, 64(AX)
-	VMOVUPS      128(R10), Z3
-	VFMADD213PS  Z3, Z18, Z3
-	VFMADD231PS  Z4, Z1, Z3
-	VMOVUPS      Z3, 128(AX)
-	VMOVUPS      192(R10), Z3
-	VFMADD213PS  Z3, Z18, Z3
-	VFMADD231PS  Z6, Z1, Z3
-	VMOVUPS      Z3, 192(AX)
-	VMOVUPS      256(R10), Z3
-	VFMADD213PS  Z3, Z18, Z3
-	VFMADD231PS  Z8, Z1, Z3
-	VMOVUPS      Z3, 256(AX)
-	VMOVUPS      320(R10), Z3
-	VFMADD213PS  Z3, Z18, Z3
-	VFMADD231PS  Z10, Z1, Z3
-	VMOVUPS      Z3, 320(AX)
-	VMOVUPS      384(R10), Z3
-	VFMADD213PS  Z3, Z18, Z3
-	VFMADD231PS  Z12, Z1, Z3
-	VMOVUPS      Z3, 384(AX)
-	VMOVUPS      448(R10), Z3
-	VFMADD213PS  Z3, Z18, Z3
-	VFMADD231PS  Z14, Z1, Z3
-	VMOVUPS      Z3, 448(AX)
-	VMOVUPS.Z    512(R10), K1, Z3
-	VFMADD213PS  Z3, Z18, Z3
-	VFMADD231PS  Z16, Z1, Z3
-	VMOVUPS      Z3, K1, 512(AX)
-	ADDQ         R9, R10
-	ADDQ         R9, AX
-	INCQ         R11
-	CMPQ         R11, R8
-	JB           stateAVX512_write_21
-	JMP          stateAVX512_decayed_11
-
-stateAVX512_far_11:
-	// em1 < -0.5 or NaN: decay(x) = eg·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	VBROADCASTSS eg+148(FP), Z18
-	VBROADCASTSS beta+152(FP), Z19
-	VBROADCASTSS kq+156(FP), Z20
-	VMOVUPS      (SI), Z21
-	VMULPS       Z0, Z18, Z0
-	VSUBPS       Z0, Z21, Z0
-	VMULPS       Z0, Z19, Z0
-	VMULPS       Z1, Z18, Z1
-	VFMADD231PS  Z0, Z20, Z1
-	VMOVUPS      Z1, (DI)
-	VMOVUPS      64(SI), Z1
-	VMULPS       Z2, Z18, Z2
-	VSUBPS       Z2, Z1, Z2
-	VMULPS       Z2, Z19, Z2
-	VMULPS       Z3, Z18, Z3
-	VFMADD231PS  Z2, Z20, Z3
-	VMOVUPS      Z3, 64(DI)
-	VMOVUPS      128(SI), Z1
-	VMULPS       Z4, Z18, Z4
-	VSUBPS       Z4, Z1, Z4
-	VMULPS       Z4, Z19, Z4
-	VMULPS       Z5, Z18, Z5
-	VFMADD231PS  Z4, Z20, Z5
-	VMOVUPS      Z5, 128(DI)
-	VMOVUPS      192(SI), Z1
-	VMULPS       Z6, Z18, Z6
-	VSUBPS       Z6, Z1, Z6
-	VMULPS       Z6, Z19, Z6
-	VMULPS       Z7, Z18, Z7
-	VFMADD231PS  Z6, Z20, Z7
-	VMOVUPS      Z7, 192(DI)
-	VMOVUPS      256(SI), Z1
-	VMULPS       Z8, Z18, Z8
-	VSUBPS       Z8, Z1, Z8
-	VMULPS       Z8, Z19, Z8
-	VMULPS       Z9, Z18, Z9
-	VFMADD231PS  Z8, Z20, Z9
-	VMOVUPS      Z9, 256(DI)
-	VMOVUPS      320(SI), Z1
-	VMULPS       Z10, Z18, Z10
-	VSUBPS       Z10, Z1, Z10
-	VMULPS       Z10, Z19, Z10
-	VMULPS       Z11, Z18, Z11
-	VFMADD231PS  Z10, Z20, Z11
-	VMOVUPS      Z11, 320(DI)
-	VMOVUPS      384(SI), Z1
-	VMULPS       Z12, Z18, Z12
-	VSUBPS       Z12, Z1, Z12
-	VMULPS       Z12, Z19, Z12
-	VMULPS       Z13, Z18, Z13
-	VFMADD231PS  Z12, Z20, Z13
-	VMOVUPS      Z13, 384(DI)
-	VMOVUPS      448(SI), Z1
-	VMULPS       Z14, Z18, Z14
-	VSUBPS       Z14, Z1, Z14
-	VMULPS       Z14, Z19, Z14
-	VMULPS       Z15, Z18, Z15
-	VFMADD231PS  Z14, Z20, Z15
-	VMOVUPS      Z15, 448(DI)
-	VMOVUPS.Z    512(SI), K1, Z1
-	VMULPS       Z16, Z18, Z16
-	VSUBPS       Z16, Z1, Z16
-	VMULPS       Z16, Z19, Z16
-	VMULPS       Z17, Z18, Z17
-	VFMADD231PS  Z16, Z20, Z17
-	VMOVUPS      Z17, K1, 512(DI)
-
-	// Write pass: S' = eg·S + k̂_i·δ over the same slab.
-	MOVQ AX, R10
-	MOVQ CX, AX
-	XORQ R11, R11
-
-stateAVX512_write_22:
-	MOVQ         8(SP), CX
-	PREFETCHT1   (CX)
-	PREFETCHT1   256(CX)
-	PREFETCHT1   512(CX)
-	ADDQ         $0x00000240, 8(SP)
-	VBROADCASTSS (DX)(R11*4), Z1
-	VMOVUPS      (R10), Z3
-	VMULPS       Z3, Z18, Z3
-	VFMADD231PS  Z0, Z1, Z3
-	VMOVUPS      Z3, (AX)
-	VMOVUPS      64(R10), Z3
-	VMULPS       Z3, Z18, Z3
-	VFMADD231PS  Z2, Z1, Z3
-	VMOVUPS      Z3, 64(AX)
-	VMOVUPS      128(R10), Z3
-	VMULPS       Z3, Z18, Z3
-	VFMADD231PS  Z4, Z1, Z3
-	VMOVUPS      Z3, 128(AX)
-	VMOVUPS      192(R10), Z3
-	VMULPS       Z3, Z18, Z3
-	VFMADD231PS  Z6, Z1, Z3
-	VMOVUPS      Z3, 192(AX)
-	VMOVUPS      256(R10), Z3
-	VMULPS       Z3, Z18, Z3
-	VFMADD231PS  Z8, Z1, Z3
-	VMOVUPS      Z3, 256(AX)
-	VMOVUPS      320(R10), Z3
-	VMULPS       Z3, Z18, Z3
-	VFMADD231PS  Z10, Z1, Z3
-	VMOVUPS      Z3, 320(AX)
-	VMOVUPS      384(R10), Z3
-	VMULPS       Z3, Z18, Z3
-	VFMADD231PS  Z12, Z1, Z3
-	VMOVUPS      Z3, 384(AX)
-	VMOVUPS      448(R10), Z3
-	VMULPS       Z3, Z18, Z3
-	VFMADD231PS  Z14, Z1, Z3
-	VMOVUPS      Z3, 448(AX)
-	VMOVUPS.Z    512(R10), K1, Z3
-	VMULPS       Z3, Z18, Z3
-	VFMADD231PS  Z16, Z1, Z3
-	VMOVUPS      Z3, K1, 512(AX)
-	ADDQ         R9, R10
-	ADDQ         R9, AX
-	INCQ         R11
-	CMPQ         R11, R8
-	JB           stateAVX512_write_22
-
-stateAVX512_decayed_11:
-	JMP stateAVX512_done_1
-
-stateAVX512_masked10_1:
-	// Block of 160 columns: read pass (Sᵀk̂, Sᵀq̂ of 10 vectors in registers).
-	VBROADCASTSS zero<>+0(SB), Z0
-	VBROADCASTSS zero<>+0(SB), Z1
-	VBROADCASTSS zero<>+0(SB), Z2
-	VBROADCASTSS zero<>+0(SB), Z3
-	VBROADCASTSS zero<>+0(SB), Z4
-	VBROADCASTSS zero<>+0(SB), Z5
-	VBROADCASTSS zero<>+0(SB), Z6
-	VBROADCASTSS zero<>+0(SB), Z7
-	VBROADCASTSS zero<>+0(SB), Z8
-	VBROADCASTSS zero<>+0(SB), Z9
-	VBROADCASTSS zero<>+0(SB), Z10
-	VBROADCASTSS zero<>+0(SB), Z11
-	VBROADCASTSS zero<>+0(SB), Z12
-	VBROADCASTSS zero<>+0(SB), Z13
-	VBROADCASTSS zero<>+0(SB), Z14
-	VBROADCASTSS zero<>+0(SB), Z15
-	VBROADCASTSS zero<>+0(SB), Z16
-	VBROADCASTSS zero<>+0(SB), Z17
-	VBROADCASTSS zero<>+0(SB), Z18
-	VBROADCASTSS zero<>+0(SB), Z19
-	MOVQ         AX, R10
-	XORQ         R11, R11
-
-stateAVX512_read_12:
-	VBROADCASTSS (DX)(R11*4), Z20
-	VBROADCASTSS (BX)(R11*4), Z21
-	VMOVUPS      (R10), Z22
-	VFMADD231PS  Z22, Z20, Z0
-	VFMADD231PS  Z22, Z21, Z1
-	VMOVUPS      64(R10), Z22
-	VFMADD231PS  Z22, Z20, Z2
-	VFMADD231PS  Z22, Z21, Z3
-	VMOVUPS      128(R10), Z22
-	VFMADD231PS  Z22, Z20, Z4
-	VFMADD231PS  Z22, Z21, Z5
-	VMOVUPS      192(R10), Z22
-	VFMADD231PS  Z22, Z20, Z6
-	VFMADD231PS  Z22, Z21, Z7
-	VMOVUPS      256(R10), Z22
-	VFMADD231PS  Z22, Z20, Z8
-	VFMADD231PS  Z22, Z21, Z9
-	VMOVUPS      320(R10), Z22
-	VFMADD231PS  Z22, Z20, Z10
-	VFMADD231PS  Z22, Z21, Z11
-	VMOVUPS      384(R10), Z22
-	VFMADD231PS  Z22, Z20, Z12
-	VFMADD231PS  Z22, Z21, Z13
-	VMOVUPS      448(R10), Z22
-	VFMADD231PS  Z22, Z20, Z14
-	VFMADD231PS  Z22, Z21, Z15
-	VMOVUPS      512(R10), Z22
-	VFMADD231PS  Z22, Z20, Z16
-	VFMADD231PS  Z22, Z21, Z17
-	VMOVUPS.Z    576(R10), K1, Z22
-	VFMADD231PS  Z22, Z20, Z18
-	VFMADD231PS  Z22, Z21, Z19
-	ADDQ         R9, R10
-	INCQ         R11
-	CMPQ         R11, R8
-	JB           stateAVX512_read_12
-	CMPB         16(SP), $0x00
-	JE           stateAVX512_far_12
-
-	// em1 ≥ -0.5: decay(x) = x + em1·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	VBROADCASTSS em1+144(FP), Z20
-	VBROADCASTSS beta+152(FP), Z21
-	VBROADCASTSS kq+156(FP), Z22
-	VMOVUPS      (SI), Z23
-	VFMADD213PS  Z0, Z20, Z0
-	VSUBPS       Z0, Z23, Z0
-	VMULPS       Z0, Z21, Z0
-	VFMADD213PS  Z1, Z20, Z1
-	VFMADD231PS  Z0, Z22, Z1
-	VMOVUPS      Z1, (DI)
-	VMOVUPS      64(SI), Z1
-	VFMADD213PS  Z2, Z20, Z2
-	VSUBPS       Z2, Z1, Z2
-	VMULPS       Z2, Z21, Z2
-	VFMADD213PS  Z3, Z20, Z3
-	VFMADD231PS  Z2, Z22, Z3
-	VMOVUPS      Z3, 64(DI)
-	VMOVUPS      128(SI), Z1
-	VFMADD213PS  Z4, Z20, Z4
-	VSUBPS       Z4, Z1, Z4
-	VMULPS       Z4, Z21, Z4
-	VFMADD213PS  Z5, Z20, Z5
-	VFMADD231PS  Z4, Z22, Z5
-	VMOVUPS      Z5, 128(DI)
-	VMOVUPS      192(SI), Z1
-	VFMADD213PS  Z6, Z20, Z6
-	VSUBPS       Z6, Z1, Z6
-	VMULPS       Z6, Z21, Z6
-	VFMADD213PS  Z7, Z20, Z7
-	VFMADD231PS  Z6, Z22, Z7
-	VMOVUPS      Z7, 192(DI)
-	VMOVUPS      256(SI), Z1
-	VFMADD213PS  Z8, Z20, Z8
-	VSUBPS       Z8, Z1, Z8
-	VMULPS       Z8, Z21, Z8
-	VFMADD213PS  Z9, Z20, Z9
-	VFMADD231PS  Z8, Z22, Z9
-	VMOVUPS      Z9, 256(DI)
-	VMOVUPS      320(SI), Z1
-	VFMADD213PS  Z10, Z20, Z10
-	VSUBPS       Z10, Z1, Z10
-	VMULPS       Z10, Z21, Z10
-	VFMADD213PS  Z11, Z20, Z11
-	VFMADD231PS  Z10, Z22, Z11
-	VMOVUPS      Z11, 320(DI)
-	VMOVUPS      384(SI), Z1
-	VFMADD213PS  Z12, Z20, Z12
-	VSUBPS       Z12, Z1, Z12
-	VMULPS       Z12, Z21, Z12
-	VFMADD213PS  Z13, Z20, Z13
-	VFMADD231PS  Z12, Z22, Z13
-	VMOVUPS      Z13, 384(DI)
-	VMOVUPS      448(SI), Z1
-	VFMADD213PS  Z14, Z20, Z14
-	VSUBPS       Z14, Z1, Z14
-	VMULPS       Z14, Z21, Z14
-	VFMADD213PS  Z15, Z20, Z15
-	VFMADD231PS  Z14, Z22, Z15
-	VMOVUPS      Z15, 448(DI)
-	VMOVUPS      512(SI), Z1
-	VFMADD213PS  Z16, Z20, Z16
-	VSUBPS       Z16, Z1, Z16
-	VMULPS       Z16, Z21, Z16
-	VFMADD213PS  Z17, Z20, Z17
-	VFMADD231PS  Z16, Z22, Z17
-	VMOVUPS      Z17, 512(DI)
-	VMOVUPS.Z    576(SI), K1, Z1
-	VFMADD213PS  Z18, Z20, Z18
-	VSUBPS       Z18, Z1, Z18
-	VMULPS       Z18, Z21, Z18
-	VFMADD213PS  Z19, Z20, Z19
-	VFMADD231PS  Z18, Z22, Z19
-	VMOVUPS      Z19, K1, 576(DI)
-
-	// Write pass: S' = S + em1·S + k̂_i·δ over the same slab.
-	MOVQ AX, R10
-	MOVQ CX, AX
-	XORQ R11, R11
-
-stateAVX512_write_23:
-	MOVQ         8(SP), CX
-	PREFETCHT1   (CX)
-	PREFETCHT1   256(CX)
-	PREFETCHT1   512(CX)
-	ADDQ         $0x00000280, 8(SP)
-	VBROADCASTSS (DX)(R11*4), Z1
-	VMOVUPS      (R10), Z3
-	VFMADD213PS  Z3, Z20, Z3
-	VFMADD231PS  Z0, Z1, Z3
-	VMOVUPS      Z3, (AX)
-	VMOVUPS      64(R10), Z3
-	VFMADD213PS  Z3, Z20, Z3
-	VFMADD231PS  Z2, Z1, Z3
-	VMOVUPS      Z3, 64(AX)
-	VMOVUPS      128(R10), Z3
-	VFMADD213PS  Z3, Z20, Z3
-	VFMADD231PS  Z4, Z1, Z3
-	VMOVUPS      Z3, 128(AX)
-	VMOVUPS      192(R10), Z3
-	VFMADD213PS  Z3, Z20, Z3
-	VFMADD231PS  Z6, Z1, Z3
-	VMOVUPS      Z3, 192(AX)
-	VMOVUPS      256(R10), Z3
-	VFMADD213PS  Z3, Z20, Z3
-	VFMADD231PS  Z8, Z1, Z3
-	VMOVUPS      Z3, 256(AX)
-	VMOVUPS      320(R10), Z3
-	VFMADD213PS  Z3, Z20, Z3
-	VFMADD231PS  Z10, Z1, Z3
-	VMOVUPS      Z3, 320(AX)
-	VMOVUPS      384(R10), Z3
-	VFMADD213PS  Z3, Z20, Z3
-	VFMADD231PS  Z12, Z1, Z3
-	VMOVUPS      Z3, 384(AX)
-	VMOVUPS      448(R10), Z3
-	VFMADD213PS  Z3, Z20, Z3
-	VFMADD231PS  Z14, Z1, Z3
-	VMOVUPS      Z3, 448(AX)
-	VMOVUPS      512(R10), Z3
-	VFMADD213PS  Z3, Z20, Z3
-	VFMADD231PS  Z16, Z1, Z3
-	VMOVUPS      Z3, 512(AX)
-	VMOVUPS.Z    576(R10), K1, Z3
-	VFMADD213PS  Z3, Z20, Z3
-	VFMADD231PS  Z18, Z1, Z3
-	VMOVUPS      Z3, K1, 576(AX)
-	ADDQ         R9, R10
-	ADDQ         R9, AX
-	INCQ         R11
-	CMPQ         R11, R8
-	JB           stateAVX512_write_23
-	JMP          stateAVX512_decayed_12
-
-stateAVX512_far_12:
-	// em1 < -0.5 or NaN: decay(x) = eg·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	VBROADCASTSS eg+148(FP), Z20
-	VBROADCASTSS beta+152(FP), Z21
-	VBROADCASTSS kq+156(FP), Z22
-	VMOVUPS      (SI), Z23
-	VMULPS       Z0, Z20, Z0
-	VSUBPS       Z0, Z23, Z0
-	VMULPS       Z0, Z21, Z0
-	VMULPS       Z1, Z20, Z1
-	VFMADD231PS  Z0, Z22, Z1
-	VMOVUPS      Z1, (DI)
-	VMOVUPS      64(SI), Z1
-	VMULPS       Z2, Z20, Z2
-	VSUBPS       Z2, Z1, Z2
-	VMULPS       Z2, Z21, Z2
-	VMULPS       Z3, Z20, Z3
-	VFMADD231PS  Z2, Z22, Z3
-	VMOVUPS      Z3, 64(DI)
-	VMOVUPS      128(SI), Z1
-	VMULPS       Z4, Z20, Z4
-	VSUBPS       Z4, Z1, Z4
-	VMULPS       Z4, Z21, Z4
-	VMULPS       Z5, Z20, Z5
-	VFMADD231PS  Z4, Z22, Z5
-	VMOVUPS      Z5, 128(DI)
-	VMOVUPS      192(SI), Z1
-	VMULPS       Z6, Z20, Z6
-	VSUBPS       Z6, Z1, Z6
-	VMULPS       Z6, Z21, Z6
-	VMULPS       Z7, Z20, Z7
-	VFMADD231PS  Z6, Z22, Z7
-	VMOVUPS      Z7, 192(DI)
-	VMOVUPS      256(SI), Z1
-	VMULPS       Z8, Z20, Z8
-	VSUBPS       Z8, Z1, Z8
-	VMULPS       Z8, Z21, Z8
-	VMULPS       Z9, Z20, Z9
-	VFMADD231PS  Z8, Z22, Z9
-	VMOVUPS      Z9, 256(DI)
-	VMOVUPS      320(SI), Z1
-	VMULPS       Z10, Z20, Z10
-	VSUBPS       Z10, Z1, Z10
-	VMULPS       Z10, Z21, Z10
-	VMULPS       Z11, Z20, Z11
-	VFMADD231PS  Z10, Z22, Z11
-	VMOVUPS      Z11, 320(DI)
-	VMOVUPS      384(SI), Z1
-	VMULPS       Z12, Z20, Z12
-	VSUBPS       Z12, Z1, Z12
-	VMULPS       Z12, Z21, Z12
-	VMULPS       Z13, Z20, Z13
-	VFMADD231PS  Z12, Z22, Z13
-	VMOVUPS      Z13, 384(DI)
-	VMOVUPS      448(SI), Z1
-	VMULPS       Z14, Z20, Z14
-	VSUBPS       Z14, Z1, Z14
-	VMULPS       Z14, Z21, Z14
-	VMULPS       Z15, Z20, Z15
-	VFMADD231PS  Z14, Z22, Z15
-	VMOVUPS      Z15, 448(DI)
-	VMOVUPS      512(SI), Z1
-	VMULPS       Z16, Z20, Z16
-	VSUBPS       Z16, Z1, Z16
-	VMULPS       Z16, Z21, Z16
-	VMULPS       Z17, Z20, Z17
-	VFMADD231PS  Z16, Z22, Z17
-	VMOVUPS      Z17, 512(DI)
-	VMOVUPS.Z    576(SI), K1, Z1
-	VMULPS       Z18, Z20, Z18
-	VSUBPS       Z18, Z1, Z18
-	VMULPS       Z18, Z21, Z18
-	VMULPS       Z19, Z20, Z19
-	VFMADD231PS  Z18, Z22, Z19
-	VMOVUPS      Z19, K1, 576(DI)
-
-	// Write pass: S' = eg·S + k̂_i·δ over the same slab.
-	MOVQ AX, R10
-	MOVQ CX, AX
-	XORQ R11, R11
-
-stateAVX512_write_24:
-	MOVQ         8(SP), CX
-	PREFETCHT1   (CX)
-	PREFETCHT1   256(CX)
-	PREFETCHT1   512(CX)
-	ADDQ         $0x00000280, 8(SP)
-	VBROADCASTSS (DX)(R11*4), Z1
-	VMOVUPS      (R10), Z3
-	VMULPS       Z3, Z20, Z3
-	VFMADD231PS  Z0, Z1, Z3
-	VMOVUPS      Z3, (AX)
-	VMOVUPS      64(R10), Z3
-	VMULPS       Z3, Z20, Z3
-	VFMADD231PS  Z2, Z1, Z3
-	VMOVUPS      Z3, 64(AX)
-	VMOVUPS      128(R10), Z3
-	VMULPS       Z3, Z20, Z3
-	VFMADD231PS  Z4, Z1, Z3
-	VMOVUPS      Z3, 128(AX)
-	VMOVUPS      192(R10), Z3
-	VMULPS       Z3, Z20, Z3
-	VFMADD231PS  Z6, Z1, Z3
-	VMOVUPS      Z3, 192(AX)
-	VMOVUPS      256(R10), Z3
-	VMULPS       Z3, Z20, Z3
-	VFMADD231PS  Z8, Z1, Z3
-	VMOVUPS      Z3, 256(AX)
-	VMOVUPS      320(R10), Z3
-	VMULPS       Z3, Z20, Z3
-	VFMADD231PS  Z10, Z1, Z3
-	VMOVUPS      Z3, 320(AX)
-	VMOVUPS      384(R10), Z3
-	VMULPS       Z3, Z20, Z3
-	VFMADD231PS  Z12, Z1, Z3
-	VMOVUPS      Z3, 384(AX)
-	VMOVUPS      448(R10), Z3
-	VMULPS       Z3, Z20, Z3
-	VFMADD231PS  Z14, Z1, Z3
-	VMOVUPS      Z3, 448(AX)
-	VMOVUPS      512(R10), Z3
-	VMULPS       Z3, Z20, Z3
-	VFMADD231PS  Z16, Z1, Z3
-	VMOVUPS      Z3, 512(AX)
-	VMOVUPS.Z    576(R10), K1, Z3
-	VMULPS       Z3, Z20, Z3
-	VFMADD231PS  Z18, Z1, Z3
-	VMOVUPS      Z3, K1, 576(AX)
-	ADDQ         R9, R10
-	ADDQ         R9, AX
-	INCQ         R11
-	CMPQ         R11, R8
-	JB           stateAVX512_write_24
-
-stateAVX512_decayed_12:
-	JMP stateAVX512_done_1
-
-stateAVX512_masked11_1:
-	// Block of 176 columns: read pass (Sᵀk̂, Sᵀq̂ of 11 vectors in registers).
-	VBROADCASTSS zero<>+0(SB), Z0
-	VBROADCASTSS zero<>+0(SB), Z1
-	VBROADCASTSS zero<>+0(SB), Z2
-	VBROADCASTSS zero<>+0(SB), Z3
-	VBROADCASTSS zero<>+0(SB), Z4
-	VBROADCASTSS zero<>+0(SB), Z5
-	VBROADCASTSS zero<>+0(SB), Z6
-	VBROADCASTSS zero<>+0(SB), Z7
-	VBROADCASTSS zero<>+0(SB), Z8
-	VBROADCASTSS zero<>+0(SB), Z9
-	VBROADCASTSS zero<>+0(SB), Z10
-	VBROADCASTSS zero<>+0(SB), Z11
-	VBROADCASTSS zero<>+0(SB), Z12
-	VBROADCASTSS zero<>+0(SB), Z13
-	VBROADCASTSS zero<>+0(SB), Z14
-	VBROADCASTSS zero<>+0(SB), Z15
-	VBROADCASTSS zero<>+0(SB), Z16
-	VBROADCASTSS zero<>+0(SB), Z17
-	VBROADCASTSS zero<>+0(SB), Z18
-	VBROADCASTSS zero<>+0(SB), Z19
-	VBROADCASTSS zero<>+0(SB), Z20
-	VBROADCASTSS zero<>+0(SB), Z21
-	MOVQ         AX, R10
-	XORQ         R11, R11
-
-stateAVX512_read_13:
-	VBROADCASTSS (DX)(R11*4), Z22
-	VBROADCASTSS (BX)(R11*4), Z23
-	VMOVUPS      (R10), Z24
-	VFMADD231PS  Z24, Z22, Z0
-	VFMADD231PS  Z24, Z23, Z1
-	VMOVUPS      64(R10), Z24
-	VFMADD231PS  Z24, Z22, Z2
-	VFMADD231PS  Z24, Z23, Z3
-	VMOVUPS      128(R10), Z24
-	VFMADD231PS  Z24, Z22, Z4
-	VFMADD231PS  Z24, Z23, Z5
-	VMOVUPS      192(R10), Z24
-	VFMADD231PS  Z24, Z22, Z6
-	VFMADD231PS  Z24, Z23, Z7
-	VMOVUPS      256(R10), Z24
-	VFMADD231PS  Z24, Z22, Z8
-	VFMADD231PS  Z24, Z23, Z9
-	VMOVUPS      320(R10), Z24
-	VFMADD231PS  Z24, Z22, Z10
-	VFMADD231PS  Z24, Z23, Z11
-	VMOVUPS      384(R10), Z24
-	VFMADD231PS  Z24, Z22, Z12
-	VFMADD231PS  Z24, Z23, Z13
-	VMOVUPS      448(R10), Z24
-	VFMADD231PS  Z24, Z22, Z14
-	VFMADD231PS  Z24, Z23, Z15
-	VMOVUPS      512(R10), Z24
-	VFMADD231PS  Z24, Z22, Z16
-	VFMADD231PS  Z24, Z23, Z17
-	VMOVUPS      576(R10), Z24
-	VFMADD231PS  Z24, Z22, Z18
-	VFMADD231PS  Z24, Z23, Z19
-	VMOVUPS.Z    640(R10), K1, Z24
-	VFMADD231PS  Z24, Z22, Z20
-	VFMADD231PS  Z24, Z23, Z21
-	ADDQ         R9, R10
-	INCQ         R11
-	CMPQ         R11, R8
-	JB           stateAVX512_read_13
-	CMPB         16(SP), $0x00
-	JE           stateAVX512_far_13
-
-	// em1 ≥ -0.5: decay(x) = x + em1·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	VBROADCASTSS em1+144(FP), Z22
-	VBROADCASTSS beta+152(FP), Z23
-	VBROADCASTSS kq+156(FP), Z24
-	VMOVUPS      (SI), Z25
-	VFMADD213PS  Z0, Z22, Z0
-	VSUBPS       Z0, Z25, Z0
-	VMULPS       Z0, Z23, Z0
-	VFMADD213PS  Z1, Z22, Z1
-	VFMADD231PS  Z0, Z24, Z1
-	VMOVUPS      Z1, (DI)
-	VMOVUPS      64(SI), Z1
-	VFMADD213PS  Z2, Z22, Z2
-	VSUBPS       Z2, Z1, Z2
-	VMULPS       Z2, Z23, Z2
-	VFMADD213PS  Z3, Z22, Z3
-	VFMADD231PS  Z2, Z24, Z3
-	VMOVUPS      Z3, 64(DI)
-	VMOVUPS      128(SI), Z1
-	VFMADD213PS  Z4, Z22, Z4
-	VSUBPS       Z4, Z1, Z4
-	VMULPS       Z4, Z23, Z4
-	VFMADD213PS  Z5, Z22, Z5
-	VFMADD231PS  Z4, Z24, Z5
-	VMOVUPS      Z5, 128(DI)
-	VMOVUPS      192(SI), Z1
-	VFMADD213PS  Z6, Z22, Z6
-	VSUBPS       Z6, Z1, Z6
-	VMULPS       Z6, Z23, Z6
-	VFMADD213PS  Z7, Z22, Z7
-	VFMADD231PS  Z6, Z24, Z7
-	VMOVUPS      Z7, 192(DI)
-	VMOVUPS      256(SI), Z1
-	VFMADD213PS  Z8, Z22, Z8
-	VSUBPS       Z8, Z1, Z8
-	VMULPS       Z8, Z23, Z8
-	VFMADD213PS  Z9, Z22, Z9
-	VFMADD231PS  Z8, Z24, Z9
-	VMOVUPS      Z9, 256(DI)
-	VMOVUPS      320(SI), Z1
-	VFMADD213PS  Z10, Z22, Z10
-	VSUBPS       Z10, Z1, Z10
-	VMULPS       Z10, Z23, Z10
-	VFMADD213PS  Z11, Z22, Z11
-	VFMADD231PS  Z10, Z24, Z11
-	VMOVUPS      Z11, 320(DI)
-	VMOVUPS      384(SI), Z1
-	VFMADD213PS  Z12, Z22, Z12
-	VSUBPS       Z12, Z1, Z12
-	VMULPS       Z12, Z23, Z12
-	VFMADD213PS  Z13, Z22, Z13
-	VFMADD231PS  Z12, Z24, Z13
-	VMOVUPS      Z13, 384(DI)
-	VMOVUPS      448(SI), Z1
-	VFMADD213PS  Z14, Z22, Z14
-	VSUBPS       Z14, Z1, Z14
-	VMULPS       Z14, Z23, Z14
-	VFMADD213PS  Z15, Z22, Z15
-	VFMADD231PS  Z14, Z24, Z15
-	VMOVUPS      Z15, 448(DI)
-	VMOVUPS      512(SI), Z1
-	VFMADD213PS  Z16, Z22, Z16
-	VSUBPS       Z16, Z1, Z16
-	VMULPS       Z16, Z23, Z16
-	VFMADD213PS  Z17, Z22, Z17
-	VFMADD231PS  Z16, Z24, Z17
-	VMOVUPS      Z17, 512(DI)
-	VMOVUPS      576(SI), Z1
-	VFMADD213PS  Z18, Z22, Z18
-	VSUBPS       Z18, Z1, Z18
-	VMULPS       Z18, Z23, Z18
-	VFMADD213PS  Z19, Z22, Z19
-	VFMADD231PS  Z18, Z24, Z19
-	VMOVUPS      Z19, 576(DI)
-	VMOVUPS.Z    640(SI), K1, Z1
-	VFMADD213PS  Z20, Z22, Z20
-	VSUBPS       Z20, Z1, Z20
-	VMULPS       Z20, Z23, Z20
-	VFMADD213PS  Z21, Z22, Z21
-	VFMADD231PS  Z20, Z24, Z21
-	VMOVUPS      Z21, K1, 640(DI)
-
-	// Write pass: S' = S + em1·S + k̂_i·δ over the same slab.
-	MOVQ AX, R10
-	MOVQ CX, AX
-	XORQ R11, R11
-
-stateAVX512_write_25:
-	MOVQ         8(SP), CX
-	PREFETCHT1   (CX)
-	PREFETCHT1   256(CX)
-	PREFETCHT1   512(CX)
-	ADDQ         $0x000002c0, 8(SP)
-	VBROADCASTSS (DX)(R11*4), Z1
-	VMOVUPS      (R10), Z3
-	VFMADD213PS  Z3, Z22, Z3
-	VFMADD231PS  Z0, Z1, Z3
-	VMOVUPS      Z3, (AX)
-	VMOVUPS      64(R10), Z3
-	VFMADD213PS  Z3, Z22, Z3
-	VFMADD231PS  Z2, Z1, Z3
-	VMOVUPS      Z3, 64(AX)
-	VMOVUPS      128(R10), Z3
-	VFMADD213PS  Z3, Z22, Z3
-	VFMADD231PS  Z4, Z1, Z3
-	VMOVUPS      Z3, 128(AX)
-	VMOVUPS      192(R10), Z3
-	VFMADD213PS  Z3, Z22, Z3
-	VFMADD231PS  Z6, Z1, Z3
-	VMOVUPS      Z3, 192(AX)
-	VMOVUPS      256(R10), Z3
-	VFMADD213PS  Z3, Z22, Z3
-	VFMADD231PS  Z8, Z1, Z3
-	VMOVUPS      Z3, 256(AX)
-	VMOVUPS      320(R10), Z3
-	VFMADD213PS  Z3, Z22, Z3
-	VFMADD231PS  Z10, Z1, Z3
-	VMOVUPS      Z3, 320(AX)
-	VMOVUPS      384(R10), Z3
-	VFMADD213PS  Z3, Z22, Z3
-	VFMADD231PS  Z12, Z1, Z3
-	VMOVUPS      Z3, 384(AX)
-	VMOVUPS      448(R10), Z3
-	VFMADD213PS  Z3, Z22, Z3
-	VFMADD231PS  Z14, Z1, Z3
-	VMOVUPS      Z3, 448(AX)
-	VMOVUPS      512(R10), Z3
-	VFMADD213PS  Z3, Z22, Z3
-	VFMADD231PS  Z16, Z1, Z3
-	VMOVUPS      Z3, 512(AX)
-	VMOVUPS      576(R10), Z3
-	VFMADD213PS  Z3, Z22, Z3
-	VFMADD231PS  Z18, Z1, Z3
-	VMOVUPS      Z3, 576(AX)
-	VMOVUPS.Z    640(R10), K1, Z3
-	VFMADD213PS  Z3, Z22, Z3
-	VFMADD231PS  Z20, Z1, Z3
-	VMOVUPS      Z3, K1, 640(AX)
-	ADDQ         R9, R10
-	ADDQ         R9, AX
-	INCQ         R11
-	CMPQ         R11, R8
-	JB           stateAVX512_write_25
-	JMP          stateAVX512_decayed_13
-
-stateAVX512_far_13:
-	// em1 < -0.5 or NaN: decay(x) = eg·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	VBROADCASTSS eg+148(FP), Z22
-	VBROADCASTSS beta+152(FP), Z23
-	VBROADCASTSS kq+156(FP), Z24
-	VMOVUPS      (SI), Z25
-	VMULPS       Z0, Z22, Z0
-	VSUBPS       Z0, Z25, Z0
-	VMULPS       Z0, Z23, Z0
-	VMULPS       Z1, Z22, Z1
-	VFMADD231PS  Z0, Z24, Z1
-	VMOVUPS      Z1, (DI)
-	VMOVUPS      64(SI), Z1
-	VMULPS       Z2, Z22, Z2
-	VSUBPS       Z2, Z1, Z2
-	VMULPS       Z2, Z23, Z2
-	VMULPS       Z3, Z22, Z3
-	VFMADD231PS  Z2, Z24, Z3
-	VMOVUPS      Z3, 64(DI)
-	VMOVUPS      128(SI), Z1
-	VMULPS       Z4, Z22, Z4
-	VSUBPS       Z4, Z1, Z4
-	VMULPS       Z4, Z23, Z4
-	VMULPS       Z5, Z22, Z5
-	VFMADD231PS  Z4, Z24, Z5
-	VMOVUPS      Z5, 128(DI)
-	VMOVUPS      192(SI), Z1
-	VMULPS       Z6, Z22, Z6
-	VSUBPS       Z6, Z1, Z6
-	VMULPS       Z6, Z23, Z6
-	VMULPS       Z7, Z22, Z7
-	VFMADD231PS  Z6, Z24, Z7
-	VMOVUPS      Z7, 192(DI)
-	VMOVUPS      256(SI), Z1
-	VMULPS       Z8, Z22, Z8
-	VSUBPS       Z8, Z1, Z8
-	VMULPS       Z8, Z23, Z8
-	VMULPS       Z9, Z22, Z9
-	VFMADD231PS  Z8, Z24, Z9
-	VMOVUPS      Z9, 256(DI)
-	VMOVUPS      320(SI), Z1
-	VMULPS       Z10, Z22, Z10
-	VSUBPS       Z10, Z1, Z10
-	VMULPS       Z10, Z23, Z10
-	VMULPS       Z11, Z22, Z11
-	VFMADD231PS  Z10, Z24, Z11
-	VMOVUPS      Z11, 320(DI)
-	VMOVUPS      384(SI), Z1
-	VMULPS       Z12, Z22, Z12
-	VSUBPS       Z12, Z1, Z12
-	VMULPS       Z12, Z23, Z12
-	VMULPS       Z13, Z22, Z13
-	VFMADD231PS  Z12, Z24, Z13
-	VMOVUPS      Z13, 384(DI)
-	VMOVUPS      448(SI), Z1
-	VMULPS       Z14, Z22, Z14
-	VSUBPS       Z14, Z1, Z14
-	VMULPS       Z14, Z23, Z14
-	VMULPS       Z15, Z22, Z15
-	VFMADD231PS  Z14, Z24, Z15
-	VMOVUPS      Z15, 448(DI)
-	VMOVUPS      512(SI), Z1
-	VMULPS       Z16, Z22, Z16
-	VSUBPS       Z16, Z1, Z16
-	VMULPS       Z16, Z23, Z16
-	VMULPS       Z17, Z22, Z17
-	VFMADD231PS  Z16, Z24, Z17
-	VMOVUPS      Z17, 512(DI)
-	VMOVUPS      576(SI), Z1
-	VMULPS       Z18, Z22, Z18
-	VSUBPS       Z18, Z1, Z18
-	VMULPS       Z18, Z23, Z18
-	VMULPS       Z19, Z22, Z19
-	VFMADD231PS  Z18, Z24, Z19
-	VMOVUPS      Z19, 576(DI)
-	VMOVUPS.Z    640(SI), K1, Z1
-	VMULPS       Z20, Z22, Z20
-	VSUBPS       Z20, Z1, Z20
-	VMULPS       Z20, Z23, Z20
-	VMULPS       Z21, Z22, Z21
-	VFMADD231PS  Z20, Z24, Z21
-	VMOVUPS      Z21, K1, 640(DI)
-
-	// Write pass: S' = eg·S + k̂_i·δ over the same slab.
-	MOVQ AX, R10
-	MOVQ CX, AX
-	XORQ R11, R11
-
-stateAVX512_write_26:
-	MOVQ         8(SP), CX
-	PREFETCHT1   (CX)
-	PREFETCHT1   256(CX)
-	PREFETCHT1   512(CX)
-	ADDQ         $0x000002c0, 8(SP)
-	VBROADCASTSS (DX)(R11*4), Z1
-	VMOVUPS      (R10), Z3
-	VMULPS       Z3, Z22, Z3
-	VFMADD231PS  Z0, Z1, Z3
-	VMOVUPS      Z3, (AX)
-	VMOVUPS      64(R10), Z3
-	VMULPS       Z3, Z22, Z3
-	VFMADD231PS  Z2, Z1, Z3
-	VMOVUPS      Z3, 64(AX)
-	VMOVUPS      128(R10), Z3
-	VMULPS       Z3, Z22, Z3
-	VFMADD231PS  Z4, Z1, Z3
-	VMOVUPS      Z3, 128(AX)
-	VMOVUPS      192(R10), Z3
-	VMULPS       Z3, Z22, Z3
-	VFMADD231PS  Z6, Z1, Z3
-	VMOVUPS      Z3, 192(AX)
-	VMOVUPS      256(R10), Z3
-	VMULPS       Z3, Z22, Z3
-	VFMADD231PS  Z8, Z1, Z3
-	VMOVUPS      Z3, 256(AX)
-	VMOVUPS      320(R10), Z3
-	VMULPS       Z3, Z22, Z3
-	VFMADD231PS  Z10, Z1, Z3
-	VMOVUPS      Z3, 320(AX)
-	VMOVUPS      384(R10), Z3
-	VMULPS       Z3, Z22, Z3
-	VFMADD231PS  Z12, Z1, Z3
-	VMOVUPS      Z3, 384(AX)
-	VMOVUPS      448(R10), Z3
-	VMULPS       Z3, Z22, Z3
-	VFMADD231PS  Z14, Z1, Z3
-	VMOVUPS      Z3, 448(AX)
-	VMOVUPS      512(R10), Z3
-	VMULPS       Z3, Z22, Z3
-	VFMADD231PS  Z16, Z1, Z3
-	VMOVUPS      Z3, 512(AX)
-	VMOVUPS      576(R10), Z3
-	VMULPS       Z3, Z22, Z3
-	VFMADD231PS  Z18, Z1, Z3
-	VMOVUPS      Z3, 576(AX)
-	VMOVUPS.Z    640(R10), K1, Z3
-	VMULPS       Z3, Z22, Z3
-	VFMADD231PS  Z20, Z1, Z3
-	VMOVUPS      Z3, K1, 640(AX)
-	ADDQ         R9, R10
-	ADDQ         R9, AX
-	INCQ         R11
-	CMPQ         R11, R8
-	JB           stateAVX512_write_26
-
-stateAVX512_decayed_13:
-	JMP stateAVX512_done_1
-
-stateAVX512_masked12_1:
-	// Block of 192 columns: read pass (Sᵀk̂, Sᵀq̂ of 12 vectors in registers).
-	VBROADCASTSS zero<>+0(SB), Z0
-	VBROADCASTSS zero<>+0(SB), Z1
-	VBROADCASTSS zero<>+0(SB), Z2
-	VBROADCASTSS zero<>+0(SB), Z3
-	VBROADCASTSS zero<>+0(SB), Z4
-	VBROADCASTSS zero<>+0(SB), Z5
-	VBROADCASTSS zero<>+0(SB), Z6
-	VBROADCASTSS zero<>+0(SB), Z7
-	VBROADCASTSS zero<>+0(SB), Z8
-	VBROADCASTSS zero<>+0(SB), Z9
-	VBROADCASTSS zero<>+0(SB), Z10
-	VBROADCASTSS zero<>+0(SB), Z11
-	VBROADCASTSS zero<>+0(SB), Z12
-	VBROADCASTSS zero<>+0(SB), Z13
-	VBROADCASTSS zero<>+0(SB), Z14
-	VBROADCASTSS zero<>+0(SB), Z15
-	VBROADCASTSS zero<>+0(SB), Z16
-	VBROADCASTSS zero<>+0(SB), Z17
-	VBROADCASTSS zero<>+0(SB), Z18
-	VBROADCASTSS zero<>+0(SB), Z19
-	VBROADCASTSS zero<>+0(SB), Z20
-	VBROADCASTSS zero<>+0(SB), Z21
-	VBROADCASTSS zero<>+0(SB), Z22
-	VBROADCASTSS zero<>+0(SB), Z23
-	MOVQ         AX, R10
-	XORQ         R11, R11
-
-stateAVX512_read_14:
-	VBROADCASTSS (DX)(R11*4), Z24
-	VBROADCASTSS (BX)(R11*4), Z25
-	VMOVUPS      (R10), Z26
-	VFMADD231PS  Z26, Z24, Z0
-	VFMADD231PS  Z26, Z25, Z1
-	VMOVUPS      64(R10), Z26
-	VFMADD231PS  Z26, Z24, Z2
-	VFMADD231PS  Z26, Z25, Z3
-	VMOVUPS      128(R10), Z26
-	VFMADD231PS  Z26, Z24, Z4
-	VFMADD231PS  Z26, Z25, Z5
-	VMOVUPS      192(R10), Z26
-	VFMADD231PS  Z26, Z24, Z6
-	VFMADD231PS  Z26, Z25, Z7
-	VMOVUPS      256(R10), Z26
-	VFMADD231PS  Z26, Z24, Z8
-	VFMADD231PS  Z26, Z25, Z9
-	VMOVUPS      320(R10), Z26
-	VFMADD231PS  Z26, Z24, Z10
-	VFMADD231PS  Z26, Z25, Z11
-	VMOVUPS      384(R10), Z26
-	VFMADD231PS  Z26, Z24, Z12
-	VFMADD231PS  Z26, Z25, Z13
-	VMOVUPS      448(R10), Z26
-	VFMADD231PS  Z26, Z24, Z14
-	VFMADD231PS  Z26, Z25, Z15
-	VMOVUPS      512(R10), Z26
-	VFMADD231PS  Z26, Z24, Z16
-	VFMADD231PS  Z26, Z25, Z17
-	VMOVUPS      576(R10), Z26
-	VFMADD231PS  Z26, Z24, Z18
-	VFMADD231PS  Z26, Z25, Z19
-	VMOVUPS      640(R10), Z26
-	VFMADD231PS  Z26, Z24, Z20
-	VFMADD231PS  Z26, Z25, Z21
-	VMOVUPS.Z    704(R10), K1, Z26
-	VFMADD231PS  Z26, Z24, Z22
-	VFMADD231PS  Z26, Z25, Z23
-	ADDQ         R9, R10
-	INCQ         R11
-	CMPQ         R11, R8
-	JB           stateAVX512_read_14
-	CMPB         16(SP), $0x00
-	JE           stateAVX512_far_14
-
-	// em1 ≥ -0.5: decay(x) = x + em1·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	VBROADCASTSS em1+144(FP), Z24
-	VBROADCASTSS beta+152(FP), Z25
-	VBROADCASTSS kq+156(FP), Z26
-	VMOVUPS      (SI), Z27
-	VFMADD213PS  Z0, Z24, Z0
-	VSUBPS       Z0, Z27, Z0
-	VMULPS       Z0, Z25, Z0
-	VFMADD213PS  Z1, Z24, Z1
-	VFMADD231PS  Z0, Z26, Z1
-	VMOVUPS      Z1, (DI)
-	VMOVUPS      64(SI), Z1
-	VFMADD213PS  Z2, Z24, Z2
-	VSUBPS       Z2, Z1, Z2
-	VMULPS       Z2, Z25, Z2
-	VFMADD213PS  Z3, Z24, Z3
-	VFMADD231PS  Z2, Z26, Z3
-	VMOVUPS      Z3, 64(DI)
-	VMOVUPS      128(SI), Z1
-	VFMADD213PS  Z4, Z24, Z4
-	VSUBPS       Z4, Z1, Z4
-	VMULPS       Z4, Z25, Z4
-	VFMADD213PS  Z5, Z24, Z5
-	VFMADD231PS  Z4, Z26, Z5
-	VMOVUPS      Z5, 128(DI)
-	VMOVUPS      192(SI), Z1
-	VFMADD213PS  Z6, Z24, Z6
-	VSUBPS       Z6, Z1, Z6
-	VMULPS       Z6, Z25, Z6
-	VFMADD213PS  Z7, Z24, Z7
-	VFMADD231PS  Z6, Z26, Z7
-	VMOVUPS      Z7, 192(DI)
-	VMOVUPS      256(SI), Z1
-	VFMADD213PS  Z8, Z24, Z8
-	VSUBPS       Z8, Z1, Z8
-	VMULPS       Z8, Z25, Z8
-	VFMADD213PS  Z9, Z24, Z9
-	VFMADD231PS  Z8, Z26, Z9
-	VMOVUPS      Z9, 256(DI)
-	VMOVUPS      320(SI), Z1
-	VFMADD213PS  Z10, Z24, Z10
-	VSUBPS       Z10, Z1, Z10
-	VMULPS       Z10, Z25, Z10
-	VFMADD213PS  Z11, Z24, Z11
-	VFMADD231PS  Z10, Z26, Z11
-	VMOVUPS      Z11, 320(DI)
-	VMOVUPS      384(SI), Z1
-	VFMADD213PS  Z12, Z24, Z12
-	VSUBPS       Z12, Z1, Z12
-	VMULPS       Z12, Z25, Z12
-	VFMADD213PS  Z13, Z24, Z13
-	VFMADD231PS  Z12, Z26, Z13
-	VMOVUPS      Z13, 384(DI)
-	VMOVUPS      448(SI), Z1
-	VFMADD213PS  Z14, Z24, Z14
-	VSUBPS       Z14, Z1, Z14
-	VMULPS       Z14, Z25, Z14
-	VFMADD213PS  Z15, Z24, Z15
-	VFMADD231PS  Z14, Z26, Z15
-	VMOVUPS      Z15, 448(DI)
-	VMOVUPS      512(SI), Z1
-	VFMADD213PS  Z16, Z24, Z16
-	VSUBPS       Z16, Z1, Z16
-	VMULPS       Z16, Z25, Z16
-	VFMADD213PS  Z17, Z24, Z17
-	VFMADD231PS  Z16, Z26, Z17
-	VMOVUPS      Z17, 512(DI)
-	VMOVUPS      576(SI), Z1
-	VFMADD213PS  Z18, Z24, Z18
-	VSUBPS       Z18, Z1, Z18
-	VMULPS       Z18, Z25, Z18
-	VFMADD213PS  Z19, Z24, Z19
-	VFMADD231PS  Z18, Z26, Z19
-	VMOVUPS      Z19, 576(DI)
-	VMOVUPS      640(SI), Z1
-	VFMADD213PS  Z20, Z24, Z20
-	VSUBPS       Z20, Z1, Z20
-	VMULPS       Z20, Z25, Z20
-	VFMADD213PS  Z21, Z24, Z21
-	VFMADD231PS  Z20, Z26, Z21
-	VMOVUPS      Z21, 640(DI)
-	VMOVUPS.Z    704(SI), K1, Z1
-	VFMADD213PS  Z22, Z24, Z22
-	VSUBPS       Z22, Z1, Z22
-	VMULPS       Z22, Z25, Z22
-	VFMADD213PS  Z23, Z24, Z23
-	VFMADD231PS  Z22, Z26, Z23
-	VMOVUPS      Z23, K1, 704(DI)
-
-	// Write pass: S' = S + em1·S + k̂_i·δ over the same slab.
-	MOVQ AX, R10
-	MOVQ CX, AX
-	XORQ R11, R11
-
-stateAVX512_write_27:
-	MOVQ         8(SP), CX
-	PREFETCHT1   (CX)
-	PREFETCHT1   256(CX)
-	PREFETCHT1   512(CX)
-	ADDQ         $0x00000300, 8(SP)
-	VBROADCASTSS (DX)(R11*4), Z1
-	VMOVUPS      (R10), Z3
-	VFMADD213PS  Z3, Z24, Z3
-	VFMADD231PS  Z0, Z1, Z3
-	VMOVUPS      Z3, (AX)
-	VMOVUPS      64(R10), Z3
-	VFMADD213PS  Z3, Z24, Z3
-	VFMADD231PS  Z2, Z1, Z3
-	VMOVUPS      Z3, 64(AX)
-	VMOVUPS      128(R10), Z3
-	VFMADD213PS  Z3, Z24, Z3
-	VFMADD231PS  Z4, Z1, Z3
-	VMOVUPS      Z3, 128(AX)
-	VMOVUPS      192(R10), Z3
-	VFMADD213PS  Z3, Z24, Z3
-	VFMADD231PS  Z6, Z1, Z3
-	VMOVUPS      Z3, 192(AX)
-	VMOVUPS      256(R10), Z3
-	VFMADD213PS  Z3, Z24, Z3
-	VFMADD231PS  Z8, Z1, Z3
-	VMOVUPS      Z3, 256(AX)
-	VMOVUPS      320(R10), Z3
-	VFMADD213PS  Z3, Z24, Z3
-	VFMADD231PS  Z10, Z1, Z3
-	VMOVUPS      Z3, 320(AX)
-	VMOVUPS      384(R10), Z3
-	VFMADD213PS  Z3, Z24, Z3
-	VFMADD231PS  Z12, Z1, Z3
-	VMOVUPS      Z3, 384(AX)
-	VMOVUPS      448(R10), Z3
-	VFMADD213PS  Z3, Z24, Z3
-	VFMADD231PS  Z14, Z1, Z3
-	VMOVUPS      Z3, 448(AX)
-	VMOVUPS      512(R10), Z3
-	VFMADD213PS  Z3, Z24, Z3
-	VFMADD231PS  Z16, Z1, Z3
-	VMOVUPS      Z3, 512(AX)
-	VMOVUPS      576(R10), Z3
-	VFMADD213PS  Z3, Z24, Z3
-	VFMADD231PS  Z18, Z1, Z3
-	VMOVUPS      Z3, 576(AX)
-	VMOVUPS      640(R10), Z3
-	VFMADD213PS  Z3, Z24, Z3
-	VFMADD231PS  Z20, Z1, Z3
-	VMOVUPS      Z3, 640(AX)
-	VMOVUPS.Z    704(R10), K1, Z3
-	VFMADD213PS  Z3, Z24, Z3
-	VFMADD231PS  Z22, Z1, Z3
-	VMOVUPS      Z3, K1, 704(AX)
-	ADDQ         R9, R10
-	ADDQ         R9, AX
-	INCQ         R11
-	CMPQ         R11, R8
-	JB           stateAVX512_write_27
-	JMP          stateAVX512_decayed_14
-
-stateAVX512_far_14:
-	// em1 < -0.5 or NaN: decay(x) = eg·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	VBROADCASTSS eg+148(FP), Z24
-	VBROADCASTSS beta+152(FP), Z25
-	VBROADCASTSS kq+156(FP), Z26
-	VMOVUPS      (SI), Z27
-	VMULPS       Z0, Z24, Z0
-	VSUBPS       Z0, Z27, Z0
-	VMULPS       Z0, Z25, Z0
-	VMULPS       Z1, Z24, Z1
-	VFMADD231PS  Z0, Z26, Z1
-	VMOVUPS      Z1, (DI)
-	VMOVUPS      64(SI), Z1
-	VMULPS       Z2, Z24, Z2
-	VSUBPS       Z2, Z1, Z2
-	VMULPS       Z2, Z25, Z2
-	VMULPS       Z3, Z24, Z3
-	VFMADD231PS  Z2, Z26, Z3
-	VMOVUPS      Z3, 64(DI)
-	VMOVUPS      128(SI), Z1
-	VMULPS       Z4, Z24, Z4
-	VSUBPS       Z4, Z1, Z4
-	VMULPS       Z4, Z25, Z4
-	VMULPS       Z5, Z24, Z5
-	VFMADD231PS  Z4, Z26, Z5
-	VMOVUPS      Z5, 128(DI)
-	VMOVUPS      192(SI), Z1
-	VMULPS       Z6, Z24, Z6
-	VSUBPS       Z6, Z1, Z6
-	VMULPS       Z6, Z25, Z6
-	VMULPS       Z7, Z24, Z7
-	VFMADD231PS  Z6, Z26, Z7
-	VMOVUPS      Z7, 192(DI)
-	VMOVUPS      256(SI), Z1
-	VMULPS       Z8, Z24, Z8
-	VSUBPS       Z8, Z1, Z8
-	VMULPS       Z8, Z25, Z8
-	VMULPS       Z9, Z24, Z9
-	VFMADD231PS  Z8, Z26, Z9
-	VMOVUPS      Z9, 256(DI)
-	VMOVUPS      320(SI), Z1
-	VMULPS       Z10, Z24, Z10
-	VSUBPS       Z10, Z1, Z10
-	VMULPS       Z10, Z25, Z10
-	VMULPS       Z11, Z24, Z11
-	VFMADD231PS  Z10, Z26, Z11
-	VMOVUPS      Z11, 320(DI)
-	VMOVUPS      384(SI), Z1
-	VMULPS       Z12, Z24, Z12
-	VSUBPS       Z12, Z1, Z12
-	VMULPS       Z12, Z25, Z12
-	VMULPS       Z13, Z24, Z13
-	VFMADD231PS  Z12, Z26, Z13
-	VMOVUPS      Z13, 384(DI)
-	VMOVUPS      448(SI), Z1
-	VMULPS       Z14, Z24, Z14
-	VSUBPS       Z14, Z1, Z14
-	VMULPS       Z14, Z25, Z14
-	VMULPS       Z15, Z24, Z15
-	VFMADD231PS  Z14, Z26, Z15
-	VMOVUPS      Z15, 448(DI)
-	VMOVUPS      512(SI), Z1
-	VMULPS       Z16, Z24, Z16
-	VSUBPS       Z16, Z1, Z16
-	VMULPS       Z16, Z25, Z16
-	VMULPS       Z17, Z24, Z17
-	VFMADD231PS  Z16, Z26, Z17
-	VMOVUPS      Z17, 512(DI)
-	VMOVUPS      576(SI), Z1
-	VMULPS       Z18, Z24, Z18
-	VSUBPS       Z18, Z1, Z18
-	VMULPS       Z18, Z25, Z18
-	VMULPS       Z19, Z24, Z19
-	VFMADD231PS  Z18, Z26, Z19
-	VMOVUPS      Z19, 576(DI)
-	VMOVUPS      640(SI), Z1
-	VMULPS       Z20, Z24, Z20
-	VSUBPS       Z20, Z1, Z20
-	VMULPS       Z20, Z25, Z20
-	VMULPS       Z21, Z24, Z21
-	VFMADD231PS  Z20, Z26, Z21
-	VMOVUPS      Z21, 640(DI)
-	VMOVUPS.Z    704(SI), K1, Z1
-	VMULPS       Z22, Z24, Z22
-	VSUBPS       Z22, Z1, Z22
-	VMULPS       Z22, Z25, Z22
-	VMULPS       Z23, Z24, Z23
-	VFMADD231PS  Z22, Z26, Z23
-	VMOVUPS      Z23, K1, 704(DI)
-
-	// Write pass: S' = eg·S + k̂_i·δ over the same slab.
-	MOVQ AX, R10
-	MOVQ CX, AX
-	XORQ R11, R11
-
-stateAVX512_write_28:
-	MOVQ         8(SP), CX
-	PREFETCHT1   (CX)
-	PREFETCHT1   256(CX)
-	PREFETCHT1   512(CX)
-	ADDQ         $0x00000300, 8(SP)
-	VBROADCASTSS (DX)(R11*4), Z1
-	VMOVUPS      (R10), Z3
-	VMULPS       Z3, Z24, Z3
-	VFMADD231PS  Z0, Z1, Z3
-	VMOVUPS      Z3, (AX)
-	VMOVUPS      64(R10), Z3
-	VMULPS       Z3, Z24, Z3
-	VFMADD231PS  Z2, Z1, Z3
-	VMOVUPS      Z3, 64(AX)
-	VMOVUPS      128(R10), Z3
-	VMULPS       Z3, Z24, Z3
-	VFMADD231PS  Z4, Z1, Z3
-	VMOVUPS      Z3, 128(AX)
-	VMOVUPS      192(R10), Z3
-	VMULPS       Z3, Z24, Z3
-	VFMADD231PS  Z6, Z1, Z3
-	VMOVUPS      Z3, 192(AX)
-	VMOVUPS      256(R10), Z3
-	VMULPS       Z3, Z24, Z3
-	VFMADD231PS  Z8, Z1, Z3
-	VMOVUPS      Z3, 256(AX)
-	VMOVUPS      320(R10), Z3
-	VMULPS       Z3, Z24, Z3
-	VFMADD231PS  Z10, Z1, Z3
-	VMOVUPS      Z3, 320(AX)
-	VMOVUPS      384(R10), Z3
-	VMULPS       Z3, Z24, Z3
-	VFMADD231PS  Z12, Z1, Z3
-	VMOVUPS      Z3, 384(AX)
-	VMOVUPS      448(R10), Z3
-	VMULPS       Z3, Z24, Z3
-	VFMADD231PS  Z14, Z1, Z3
-	VMOVUPS      Z3, 448(AX)
-	VMOVUPS      512(R10), Z3
-	VMULPS       Z3, Z24, Z3
-	VFMADD231PS  Z16, Z1, Z3
-	VMOVUPS      Z3, 512(AX)
-	VMOVUPS      576(R10), Z3
-	VMULPS       Z3, Z24, Z3
-	VFMADD231PS  Z18, Z1, Z3
-	VMOVUPS      Z3, 576(AX)
-	VMOVUPS      640(R10), Z3
-	VMULPS       Z3, Z24, Z3
-	VFMADD231PS  Z20, Z1, Z3
-	VMOVUPS      Z3, 640(AX)
-	VMOVUPS.Z    704(R10), K1, Z3
-	VMULPS       Z3, Z24, Z3
-	VFMADD231PS  Z22, Z1, Z3
-	VMOVUPS      Z3, K1, 704(AX)
-	ADDQ         R9, R10
-	ADDQ         R9, AX
-	INCQ         R11
-	CMPQ         R11, R8
-	JB           stateAVX512_write_28
-
-stateAVX512_decayed_14:
-	JMP stateAVX512_done_1
-
-stateAVX512_masked13_1:
-	// Block of 208 columns: read pass (Sᵀk̂, Sᵀq̂ of 13 vectors in registers).
-	VBROADCASTSS zero<>+0(SB), Z0
-	VBROADCASTSS zero<>+0(SB), Z1
-	VBROADCASTSS zero<>+0(SB), Z2
-	VBROADCASTSS zero<>+0(SB), Z3
-	VBROADCASTSS zero<>+0(SB), Z4
-	VBROADCASTSS zero<>+0(SB), Z5
-	VBROADCASTSS zero<>+0(SB), Z6
-	VBROADCASTSS zero<>+0(SB), Z7
-	VBROADCASTSS zero<>+0(SB), Z8
-	VBROADCASTSS zero<>+0(SB), Z9
-	VBROADCASTSS zero<>+0(SB), Z10
-	VBROADCASTSS zero<>+0(SB), Z11
-	VBROADCASTSS zero<>+0(SB), Z12
-	VBROADCASTSS zero<>+0(SB), Z13
-	VBROADCASTSS zero<>+0(SB), Z14
-	VBROADCASTSS zero<>+0(SB), Z15
-	VBROADCASTSS zero<>+0(SB), Z16
-	VBROADCASTSS zero<>+0(SB), Z17
-	VBROADCASTSS zero<>+0(SB), Z18
-	VBROADCASTSS zero<>+0(SB), Z19
-	VBROADCASTSS zero<>+0(SB), Z20
-	VBROADCASTSS zero<>+0(SB), Z21
-	VBROADCASTSS zero<>+0(SB), Z22
-	VBROADCASTSS zero<>+0(SB), Z23
-	VBROADCASTSS zero<>+0(SB), Z24
-	VBROADCASTSS zero<>+0(SB), Z25
-	MOVQ         AX, R10
-	XORQ         R11, R11
-
-stateAVX512_read_15:
-	VBROADCASTSS (DX)(R11*4), Z26
-	VBROADCASTSS (BX)(R11*4), Z27
-	VMOVUPS      (R10), Z28
-	VFMADD231PS  Z28, Z26, Z0
-	VFMADD231PS  Z28, Z27, Z1
-	VMOVUPS      64(R10), Z28
-	VFMADD231PS  Z28, Z26, Z2
-	VFMADD231PS  Z28, Z27, Z3
-	VMOVUPS      128(R10), Z28
-	VFMADD231PS  Z28, Z26, Z4
-	VFMADD231PS  Z28, Z27, Z5
-	VMOVUPS      192(R10), Z28
-	VFMADD231PS  Z28, Z26, Z6
-	VFMADD231PS  Z28, Z27, Z7
-	VMOVUPS      256(R10), Z28
-	VFMADD231PS  Z28, Z26, Z8
-	VFMADD231PS  Z28, Z27, Z9
-	VMOVUPS      320(R10), Z28
-	VFMADD231PS  Z28, Z26, Z10
-	VFMADD231PS  Z28, Z27, Z11
-	VMOVUPS      384(R10), Z28
-	VFMADD231PS  Z28, Z26, Z12
-	VFMADD231PS  Z28, Z27, Z13
-	VMOVUPS      448(R10), Z28
-	VFMADD231PS  Z28, Z26, Z14
-	VFMADD231PS  Z28, Z27, Z15
-	VMOVUPS      512(R10), Z28
-	VFMADD231PS  Z28, Z26, Z16
-	VFMADD231PS  Z28, Z27, Z17
-	VMOVUPS      576(R10), Z28
-	VFMADD231PS  Z28, Z26, Z18
-	VFMADD231PS  Z28, Z27, Z19
-	VMOVUPS      640(R10), Z28
-	VFMADD231PS  Z28, Z26, Z20
-	VFMADD231PS  Z28, Z27, Z21
-	VMOVUPS      704(R10), Z28
-	VFMADD231PS  Z28, Z26, Z22
-	VFMADD231PS  Z28, Z27, Z23
-	VMOVUPS.Z    768(R10), K1, Z28
-	VFMADD231PS  Z28, Z26, Z24
-	VFMADD231PS  Z28, Z27, Z25
-	ADDQ         R9, R10
-	INCQ         R11
-	CMPQ         R11, R8
-	JB           stateAVX512_read_15
-	CMPB         16(SP), $0x00
-	JE           stateAVX512_far_15
-
-	// em1 ≥ -0.5: decay(x) = x + em1·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	VBROADCASTSS em1+144(FP), Z26
-	VBROADCASTSS beta+152(FP), Z27
-	VBROADCASTSS kq+156(FP), Z28
-	VMOVUPS      (SI), Z29
-	VFMADD213PS  Z0, Z26, Z0
-	VSUBPS       Z0, Z29, Z0
-	VMULPS       Z0, Z27, Z0
-	VFMADD213PS  Z1, Z26, Z1
-	VFMADD231PS  Z0, Z28, Z1
-	VMOVUPS      Z1, (DI)
-	VMOVUPS      64(SI), Z1
-	VFMADD213PS  Z2, Z26, Z2
-	VSUBPS       Z2, Z1, Z2
-	VMULPS       Z2, Z27, Z2
-	VFMADD213PS  Z3, Z26, Z3
-	VFMADD231PS  Z2, Z28, Z3
-	VMOVUPS      Z3, 64(DI)
-	VMOVUPS      128(SI), Z1
-	VFMADD213PS  Z4, Z26, Z4
-	VSUBPS       Z4, Z1, Z4
-	VMULPS       Z4, Z27, Z4
-	VFMADD213PS  Z5, Z26, Z5
-	VFMADD231PS  Z4, Z28, Z5
-	VMOVUPS      Z5, 128(DI)
-	VMOVUPS      192(SI), Z1
-	VFMADD213PS  Z6, Z26, Z6
-	VSUBPS       Z6, Z1, Z6
-	VMULPS       Z6, Z27, Z6
-	VFMADD213PS  Z7, Z26, Z7
-	VFMADD231PS  Z6, Z28, Z7
-	VMOVUPS      Z7, 192(DI)
-	VMOVUPS      256(SI), Z1
-	VFMADD213PS  Z8, Z26, Z8
-	VSUBPS       Z8, Z1, Z8
-	VMULPS       Z8, Z27, Z8
-	VFMADD213PS  Z9, Z26, Z9
-	VFMADD231PS  Z8, Z28, Z9
-	VMOVUPS      Z9, 256(DI)
-	VMOVUPS      320(SI), Z1
-	VFMADD213PS  Z10, Z26, Z10
-	VSUBPS       Z10, Z1, Z10
-	VMULPS       Z10, Z27, Z10
-	VFMADD213PS  Z11, Z26, Z11
-	VFMADD231PS  Z10, Z28, Z11
-	VMOVUPS      Z11, 320(DI)
-	VMOVUPS      384(SI), Z1
-	VFMADD213PS  Z12, Z26, Z12
-	VSUBPS       Z12, Z1, Z12
-	VMULPS       Z12, Z27, Z12
-	VFMADD213PS  Z13, Z26, Z13
-	VFMADD231PS  Z12, Z28, Z13
-	VMOVUPS      Z13, 384(DI)
-	VMOVUPS      448(SI), Z1
-	VFMADD213PS  Z14, Z26, Z14
-	VSUBPS       Z14, Z1, Z14
-	VMULPS       Z14, Z27, Z14
-	VFMADD213PS  Z15, Z26, Z15
-	VFMADD231PS  Z14, Z28, Z15
-	VMOVUPS      Z15, 448(DI)
-	VMOVUPS      512(SI), Z1
-	VFMADD213PS  Z16, Z26, Z16
-	VSUBPS       Z16, Z1, Z16
-	VMULPS       Z16, Z27, Z16
-	VFMADD213PS  Z17, Z26, Z17
-	VFMADD231PS  Z16, Z28, Z17
-	VMOVUPS      Z17, 512(DI)
-	VMOVUPS      576(SI), Z1
-	VFMADD213PS  Z18, Z26, Z18
-	VSUBPS       Z18, Z1, Z18
-	VMULPS       Z18, Z27, Z18
-	VFMADD213PS  Z19, Z26, Z19
-	VFMADD231PS  Z18, Z28, Z19
-	VMOVUPS      Z19, 576(DI)
-	VMOVUPS      640(SI), Z1
-	VFMADD213PS  Z20, Z26, Z20
-	VSUBPS       Z20, Z1, Z20
-	VMULPS       Z20, Z27, Z20
-	VFMADD213PS  Z21, Z26, Z21
-	VFMADD231PS  Z20, Z28, Z21
-	VMOVUPS      Z21, 640(DI)
-	VMOVUPS      704(SI), Z1
-	VFMADD213PS  Z22, Z26, Z22
-	VSUBPS       Z22, Z1, Z22
-	VMULPS       Z22, Z27, Z22
-	VFMADD213PS  Z23, Z26, Z23
-	VFMADD231PS  Z22, Z28, Z23
-	VMOVUPS      Z23, 704(DI)
-	VMOVUPS.Z    768(SI), K1, Z1
-	VFMADD213PS  Z24, Z26, Z24
-	VSUBPS       Z24, Z1, Z24
-	VMULPS       Z24, Z27, Z24
-	VFMADD213PS  Z25, Z26, Z25
-	VFMADD231PS  Z24, Z28, Z25
-	VMOVUPS      Z25, K1, 768(DI)
-
-	// Write pass: S' = S + em1·S + k̂_i·δ over the same slab.
-	MOVQ AX, R10
-	MOVQ CX, AX
-	XORQ R11, R11
-
-stateAVX512_write_29:
-	MOVQ         8(SP), CX
-	PREFETCHT1   (CX)
-	PREFETCHT1   256(CX)
-	PREFETCHT1   512(CX)
-	PREFETCHT1   768(CX)
-	ADDQ         $0x00000340, 8(SP)
-	VBROADCASTSS (DX)(R11*4), Z1
-	VMOVUPS      (R10), Z3
-	VFMADD213PS  Z3, Z26, Z3
-	VFMADD231PS  Z0, Z1, Z3
-	VMOVUPS      Z3, (AX)
-	VMOVUPS      64(R10), Z3
-	VFMADD213PS  Z3, Z26, Z3
-	VFMADD231PS  Z2, Z1, Z3
-	VMOVUPS      Z3, 64(AX)
-	VMOVUPS      128(R10), Z3
-	VFMADD213PS  Z3, Z26, Z3
-	VFMADD231PS  Z4, Z1, Z3
-	VMOVUPS      Z3, 128(AX)
-	VMOVUPS      192(R10), Z3
-	VFMADD213PS  Z3, Z26, Z3
-	VFMADD231PS  Z6, Z1, Z3
-	VMOVUPS      Z3, 192(AX)
-	VMOVUPS      256(R10), Z3
-	VFMADD213PS  Z3, Z26, Z3
-	VFMADD231PS  Z8, Z1, Z3
-	VMOVUPS      Z3, 256(AX)
-	VMOVUPS      320(R10), Z3
-	VFMADD213PS  Z3, Z26, Z3
-	VFMADD231PS  Z10, Z1, Z3
-	VMOVUPS      Z3, 320(AX)
-	VMOVUPS      384(R10), Z3
-	VFMADD213PS  Z3, Z26, Z3
-	VFMADD231PS  Z12, Z1, Z3
-	VMOVUPS      Z3, 384(AX)
-	VMOVUPS      448(R10), Z3
-	VFMADD213PS  Z3, Z26, Z3
-	VFMADD231PS  Z14, Z1, Z3
-	VMOVUPS      Z3, 448(AX)
-	VMOVUPS      512(R10), Z3
-	VFMADD213PS  Z3, Z26, Z3
-	VFMADD231PS  Z16, Z1, Z3
-	VMOVUPS      Z3, 512(AX)
-	VMOVUPS      576(R10), Z3
-	VFMADD213PS  Z3, Z26, Z3
-	VFMADD231PS  Z18, Z1, Z3
-	VMOVUPS      Z3, 576(AX)
-	VMOVUPS      640(R10), Z3
-	VFMADD213PS  Z3, Z26, Z3
-	VFMADD231PS  Z20, Z1, Z3
-	VMOVUPS      Z3, 640(AX)
-	VMOVUPS      704(R10), Z3
-	VFMADD213PS  Z3, Z26, Z3
-	VFMADD231PS  Z22, Z1, Z3
-	VMOVUPS      Z3, 704(AX)
-	VMOVUPS.Z    768(R10), K1, Z3
-	VFMADD213PS  Z3, Z26, Z3
-	VFMADD231PS  Z24, Z1, Z3
-	VMOVUPS      Z3, K1, 768(AX)
-	ADDQ         R9, R10
-	ADDQ         R9, AX
-	INCQ         R11
-	CMPQ         R11, R8
-	JB           stateAVX512_write_29
-	JMP          stateAVX512_decayed_15
-
-stateAVX512_far_15:
-	// em1 < -0.5 or NaN: decay(x) = eg·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	VBROADCASTSS eg+148(FP), Z26
-	VBROADCASTSS beta+152(FP), Z27
-	VBROADCASTSS kq+156(FP), Z28
-	VMOVUPS      (SI), Z29
-	VMULPS       Z0, Z26, Z0
-	VSUBPS       Z0, Z29, Z0
-	VMULPS       Z0, Z27, Z0
-	VMULPS       Z1, Z26, Z1
-	VFMADD231PS  Z0, Z28, Z1
-	VMOVUPS      Z1, (DI)
-	VMOVUPS      64(SI), Z1
-	VMULPS       Z2, Z26, Z2
-	VSUBPS       Z2, Z1, Z2
-	VMULPS       Z2, Z27, Z2
-	VMULPS       Z3, Z26, Z3
-	VFMADD231PS  Z2, Z28, Z3
-	VMOVUPS      Z3, 64(DI)
-	VMOVUPS      128(SI), Z1
-	VMULPS       Z4, Z26, Z4
-	VSUBPS       Z4, Z1, Z4
-	VMULPS       Z4, Z27, Z4
-	VMULPS       Z5, Z26, Z5
-	VFMADD231PS  Z4, Z28, Z5
-	VMOVUPS      Z5, 128(DI)
-	VMOVUPS      192(SI), Z1
-	VMULPS       Z6, Z26, Z6
-	VSUBPS       Z6, Z1, Z6
-	VMULPS       Z6, Z27, Z6
-	VMULPS       Z7, Z26, Z7
-	VFMADD231PS  Z6, Z28, Z7
-	VMOVUPS      Z7, 192(DI)
-	VMOVUPS      256(SI), Z1
-	VMULPS       Z8, Z26, Z8
-	VSUBPS       Z8, Z1, Z8
-	VMULPS       Z8, Z27, Z8
-	VMULPS       Z9, Z26, Z9
-	VFMADD231PS  Z8, Z28, Z9
-	VMOVUPS      Z9, 256(DI)
-	VMOVUPS      320(SI), Z1
-	VMULPS       Z10, Z26, Z10
-	VSUBPS       Z10, Z1, Z10
-	VMULPS       Z10, Z27, Z10
-	VMULPS       Z11, Z26, Z11
-	VFMADD231PS  Z10, Z28, Z11
-	VMOVUPS      Z11, 320(DI)
-	VMOVUPS      384(SI), Z1
-	VMULPS       Z12, Z26, Z12
-	VSUBPS       Z12, Z1, Z12
-	VMULPS       Z12, Z27, Z12
-	VMULPS       Z13, Z26, Z13
-	VFMADD231PS  Z12, Z28, Z13
-	VMOVUPS      Z13, 384(DI)
-	VMOVUPS      448(SI), Z1
-	VMULPS       Z14, Z26, Z14
-	VSUBPS       Z14, Z1, Z14
-	VMULPS       Z14, Z27, Z14
-	VMULPS       Z15, Z26, Z15
-	VFMADD231PS  Z14, Z28, Z15
-	VMOVUPS      Z15, 448(DI)
-	VMOVUPS      512(SI), Z1
-	VMULPS       Z16, Z26, Z16
-	VSUBPS       Z16, Z1, Z16
-	VMULPS       Z16, Z27, Z16
-	VMULPS       Z17, Z26, Z17
-	VFMADD231PS  Z16, Z28, Z17
-	VMOVUPS      Z17, 512(DI)
-	VMOVUPS      576(SI), Z1
-	VMULPS       Z18, Z26, Z18
-	VSUBPS       Z18, Z1, Z18
-	VMULPS       Z18, Z27, Z18
-	VMULPS       Z19, Z26, Z19
-	VFMADD231PS  Z18, Z28, Z19
-	VMOVUPS      Z19, 576(DI)
-	VMOVUPS      640(SI), Z1
-	VMULPS       Z20, Z26, Z20
-	VSUBPS       Z20, Z1, Z20
-	VMULPS       Z20, Z27, Z20
-	VMULPS       Z21, Z26, Z21
-	VFMADD231PS  Z20, Z28, Z21
-	VMOVUPS      Z21, 640(DI)
-	VMOVUPS      704(SI), Z1
-	VMULPS       Z22, Z26, Z22
-	VSUBPS       Z22, Z1, Z22
-	VMULPS       Z22, Z27, Z22
-	VMULPS       Z23, Z26, Z23
-	VFMADD231PS  Z22, Z28, Z23
-	VMOVUPS      Z23, 704(DI)
-	VMOVUPS.Z    768(SI), K1, Z1
-	VMULPS       Z24, Z26, Z24
-	VSUBPS       Z24, Z1, Z24
-	VMULPS       Z24, Z27, Z24
-	VMULPS       Z25, Z26, Z25
-	VFMADD231PS  Z24, Z28, Z25
-	VMOVUPS      Z25, K1, 768(DI)
-
-	// Write pass: S' = eg·S + k̂_i·δ over the same slab.
-	MOVQ AX, R10
-	MOVQ CX, AX
-	XORQ R11, R11
-
-stateAVX512_write_30:
-	MOVQ         8(SP), CX
-	PREFETCHT1   (CX)
-	PREFETCHT1   256(CX)
-	PREFETCHT1   512(CX)
-	PREFETCHT1   768(CX)
-	ADDQ         $0x00000340, 8(SP)
-	VBROADCASTSS (DX)(R11*4), Z1
-	VMOVUPS      (R10), Z3
-	VMULPS       Z3, Z26, Z3
-	VFMADD231PS  Z0, Z1, Z3
-	VMOVUPS      Z3, (AX)
-	VMOVUPS      64(R10), Z3
-	VMULPS       Z3, Z26, Z3
-	VFMADD231PS  Z2, Z1, Z3
-	VMOVUPS      Z3, 64(AX)
-	VMOVUPS      128(R10), Z3
-	VMULPS       Z3, Z26, Z3
-	VFMADD231PS  Z4, Z1, Z3
-	VMOVUPS      Z3, 128(AX)
-	VMOVUPS      192(R10), Z3
-	VMULPS       Z3, Z26, Z3
-	VFMADD231PS  Z6, Z1, Z3
-	VMOVUPS      Z3, 192(AX)
-	VMOVUPS      256(R10), Z3
-	VMULPS       Z3, Z26, Z3
-	VFMADD231PS  Z8, Z1, Z3
-	VMOVUPS      Z3, 256(AX)
-	VMOVUPS      320(R10), Z3
-	VMULPS       Z3, Z26, Z3
-	VFMADD231PS  Z10, Z1, Z3
-	VMOVUPS      Z3, 320(AX)
-	VMOVUPS      384(R10), Z3
-	VMULPS       Z3, Z26, Z3
-	VFMADD231PS  Z12, Z1, Z3
-	VMOVUPS      Z3, 384(AX)
-	VMOVUPS      448(R10), Z3
-	VMULPS       Z3, Z26, Z3
-	VFMADD231PS  Z14, Z1, Z3
-	VMOVUPS      Z3, 448(AX)
-	VMOVUPS      512(R10), Z3
-	VMULPS       Z3, Z26, Z3
-	VFMADD231PS  Z16, Z1, Z3
-	VMOVUPS      Z3, 512(AX)
-	VMOVUPS      576(R10), Z3
-	VMULPS       Z3, Z26, Z3
-	VFMADD231PS  Z18, Z1, Z3
-	VMOVUPS      Z3, 576(AX)
-	VMOVUPS      640(R10), Z3
-	VMULPS       Z3, Z26, Z3
-	VFMADD231PS  Z20, Z1, Z3
-	VMOVUPS      Z3, 640(AX)
-	VMOVUPS      704(R10), Z3
-	VMULPS       Z3, Z26, Z3
-	VFMADD231PS  Z22, Z1, Z3
-	VMOVUPS      Z3, 704(AX)
-	VMOVUPS.Z    768(R10), K1, Z3
-	VMULPS       Z3, Z26, Z3
-	VFMADD231PS  Z24, Z1, Z3
-	VMOVUPS      Z3, K1, 768(AX)
-	ADDQ         R9, R10
-	ADDQ         R9, AX
-	INCQ         R11
-	CMPQ         R11, R8
-	JB           stateAVX512_write_30
-
-stateAVX512_decayed_15:
-	JMP stateAVX512_done_1
-
-stateAVX512_masked14_1:
-	// Block of 224 columns: read pass (Sᵀk̂, Sᵀq̂ of 14 vectors in registers).
+stateAVX512_odd_1:
+	CMPQ R11, $0x00000040
+	JB   stateAVX512_span64_1
+
+	// Tail of 81 to 256 columns.
+	// Block of 81–256 columns: read pass (Sᵀk̂, Sᵀq̂ of 14 vectors in registers).
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
 	VBROADCASTSS zero<>+0(SB), Z2
@@ -4991,944 +1848,7 @@ stateAVX512_masked14_1:
 	VBROADCASTSS zero<>+0(SB), Z25
 	VBROADCASTSS zero<>+0(SB), Z26
 	VBROADCASTSS zero<>+0(SB), Z27
-	MOVQ         AX, R10
-	XORQ         R11, R11
-
-stateAVX512_read_16:
-	VBROADCASTSS (DX)(R11*4), Z28
-	VBROADCASTSS (BX)(R11*4), Z29
-	VMOVUPS      (R10), Z30
-	VFMADD231PS  Z30, Z28, Z0
-	VFMADD231PS  Z30, Z29, Z1
-	VMOVUPS      64(R10), Z30
-	VFMADD231PS  Z30, Z28, Z2
-	VFMADD231PS  Z30, Z29, Z3
-	VMOVUPS      128(R10), Z30
-	VFMADD231PS  Z30, Z28, Z4
-	VFMADD231PS  Z30, Z29, Z5
-	VMOVUPS      192(R10), Z30
-	VFMADD231PS  Z30, Z28, Z6
-	VFMADD231PS  Z30, Z29, Z7
-	VMOVUPS      256(R10), Z30
-	VFMADD231PS  Z30, Z28, Z8
-	VFMADD231PS  Z30, Z29, Z9
-	VMOVUPS      320(R10), Z30
-	VFMADD231PS  Z30, Z28, Z10
-	VFMADD231PS  Z30, Z29, Z11
-	VMOVUPS      384(R10), Z30
-	VFMADD231PS  Z30, Z28, Z12
-	VFMADD231PS  Z30, Z29, Z13
-	VMOVUPS      448(R10), Z30
-	VFMADD231PS  Z30, Z28, Z14
-	VFMADD231PS  Z30, Z29, Z15
-	VMOVUPS      512(R10), Z30
-	VFMADD231PS  Z30, Z28, Z16
-	VFMADD231PS  Z30, Z29, Z17
-	VMOVUPS      576(R10), Z30
-	VFMADD231PS  Z30, Z28, Z18
-	VFMADD231PS  Z30, Z29, Z19
-	VMOVUPS      640(R10), Z30
-	VFMADD231PS  Z30, Z28, Z20
-	VFMADD231PS  Z30, Z29, Z21
-	VMOVUPS      704(R10), Z30
-	VFMADD231PS  Z30, Z28, Z22
-	VFMADD231PS  Z30, Z29, Z23
-	VMOVUPS      768(R10), Z30
-	VFMADD231PS  Z30, Z28, Z24
-	VFMADD231PS  Z30, Z29, Z25
-	VMOVUPS.Z    832(R10), K1, Z30
-	VFMADD231PS  Z30, Z28, Z26
-	VFMADD231PS  Z30, Z29, Z27
-	ADDQ         R9, R10
-	INCQ         R11
-	CMPQ         R11, R8
-	JB           stateAVX512_read_16
-	CMPB         16(SP), $0x00
-	JE           stateAVX512_far_16
-
-	// em1 ≥ -0.5: decay(x) = x + em1·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	VBROADCASTSS em1+144(FP), Z28
-	VBROADCASTSS beta+152(FP), Z29
-	VBROADCASTSS kq+156(FP), Z30
-	VMOVUPS      (SI), Z31
-	VFMADD213PS  Z0, Z28, Z0
-	VSUBPS       Z0, Z31, Z0
-	VMULPS       Z0, Z29, Z0
-	VFMADD213PS  Z1, Z28, Z1
-	VFMADD231PS  Z0, Z30, Z1
-	VMOVUPS      Z1, (DI)
-	VMOVUPS      64(SI), Z1
-	VFMADD213PS  Z2, Z28, Z2
-	VSUBPS       Z2, Z1, Z2
-	VMULPS       Z2, Z29, Z2
-	VFMADD213PS  Z3, Z28, Z3
-	VFMADD231PS  Z2, Z30, Z3
-	VMOVUPS      Z3, 64(DI)
-	VMOVUPS      128(SI), Z1
-	VFMADD213PS  Z4, Z28, Z4
-	VSUBPS       Z4, Z1, Z4
-	VMULPS       Z4, Z29, Z4
-	VFMADD213PS  Z5, Z28, Z5
-	VFMADD231PS  Z4, Z30, Z5
-	VMOVUPS      Z5, 128(DI)
-	VMOVUPS      192(SI), Z1
-	VFMADD213PS  Z6, Z28, Z6
-	VSUBPS       Z6, Z1, Z6
-	VMULPS       Z6, Z29, Z6
-	VFMADD213PS  Z7, Z28, Z7
-	VFMADD231PS  Z6, Z30, Z7
-	VMOVUPS      Z7, 192(DI)
-	VMOVUPS      256(SI), Z1
-	VFMADD213PS  Z8, Z28, Z8
-	VSUBPS       Z8, Z1, Z8
-	VMULPS       Z8, Z29, Z8
-	VFMADD213PS  Z9, Z28, Z9
-	VFMADD231PS  Z8, Z30, Z9
-	VMOVUPS      Z9, 256(DI)
-	VMOVUPS      320(SI), Z1
-	VFMADD213PS  Z10, Z28, Z10
-	VSUBPS       Z10, Z1, Z10
-	VMULPS       Z10, Z29, Z10
-	VFMADD213PS  Z11, Z28, Z11
-	VFMADD231PS  Z10, Z30, Z11
-	VMOVUPS      Z11, 320(DI)
-	VMOVUPS      384(SI), Z1
-	VFMADD213PS  Z12, Z28, Z12
-	VSUBPS       Z12, Z1, Z12
-	VMULPS       Z12, Z29, Z12
-	VFMADD213PS  Z13, Z28, Z13
-	VFMADD231PS  Z12, Z30, Z13
-	VMOVUPS      Z13, 384(DI)
-	VMOVUPS      448(SI), Z1
-	VFMADD213PS  Z14, Z28, Z14
-	VSUBPS       Z14, Z1, Z14
-	VMULPS       Z14, Z29, Z14
-	VFMADD213PS  Z15, Z28, Z15
-	VFMADD231PS  Z14, Z30, Z15
-	VMOVUPS      Z15, 448(DI)
-	VMOVUPS      512(SI), Z1
-	VFMADD213PS  Z16, Z28, Z16
-	VSUBPS       Z16, Z1, Z16
-	VMULPS       Z16, Z29, Z16
-	VFMADD213PS  Z17, Z28, Z17
-	VFMADD231PS  Z16, Z30, Z17
-	VMOVUPS      Z17, 512(DI)
-	VMOVUPS      576(SI), Z1
-	VFMADD213PS  Z18, Z28, Z18
-	VSUBPS       Z18, Z1, Z18
-	VMULPS       Z18, Z29, Z18
-	VFMADD213PS  Z19, Z28, Z19
-	VFMADD231PS  Z18, Z30, Z19
-	VMOVUPS      Z19, 576(DI)
-	VMOVUPS      640(SI), Z1
-	VFMADD213PS  Z20, Z28, Z20
-	VSUBPS       Z20, Z1, Z20
-	VMULPS       Z20, Z29, Z20
-	VFMADD213PS  Z21, Z28, Z21
-	VFMADD231PS  Z20, Z30, Z21
-	VMOVUPS      Z21, 640(DI)
-	VMOVUPS      704(SI), Z1
-	VFMADD213PS  Z22, Z28, Z22
-	VSUBPS       Z22, Z1, Z22
-	VMULPS       Z22, Z29, Z22
-	VFMADD213PS  Z23, Z28, Z23
-	VFMADD231PS  Z22, Z30, Z23
-	VMOVUPS      Z23, 704(DI)
-	VMOVUPS      768(SI), Z1
-	VFMADD213PS  Z24, Z28, Z24
-	VSUBPS       Z24, Z1, Z24
-	VMULPS       Z24, Z29, Z24
-	VFMADD213PS  Z25, Z28, Z25
-	VFMADD231PS  Z24, Z30, Z25
-	VMOVUPS      Z25, 768(DI)
-	VMOVUPS.Z    832(SI), K1, Z1
-	VFMADD213PS  Z26, Z28, Z26
-	VSUBPS       Z26, Z1, Z26
-	VMULPS       Z26, Z29, Z26
-	VFMADD213PS  Z27, Z28, Z27
-	VFMADD231PS  Z26, Z30, Z27
-	VMOVUPS      Z27, K1, 832(DI)
-
-	// Write pass: S' = S + em1·S + k̂_i·δ over the same slab.
-	MOVQ AX, R10
-	MOVQ CX, AX
-	XORQ R11, R11
-
-stateAVX512_write_31:
-	MOVQ         8(SP), CX
-	PREFETCHT1   (CX)
-	PREFETCHT1   256(CX)
-	PREFETCHT1   512(CX)
-	PREFETCHT1   768(CX)
-	ADDQ         $0x00000380, 8(SP)
-	VBROADCASTSS (DX)(R11*4), Z1
-	VMOVUPS      (R10), Z3
-	VFMADD213PS  Z3, Z28, Z3
-	VFMADD231PS  Z0, Z1, Z3
-	VMOVUPS      Z3, (AX)
-	VMOVUPS      64(R10), Z3
-	VFMADD213PS  Z3, Z28, Z3
-	VFMADD231PS  Z2, Z1, Z3
-	VMOVUPS      Z3, 64(AX)
-	VMOVUPS      128(R10), Z3
-	VFMADD213PS  Z3, Z28, Z3
-	VFMADD231PS  Z4, Z1, Z3
-	VMOVUPS      Z3, 128(AX)
-	VMOVUPS      192(R10), Z3
-	VFMADD213PS  Z3, Z28, Z3
-	VFMADD231PS  Z6, Z1, Z3
-	VMOVUPS      Z3, 192(AX)
-	VMOVUPS      256(R10), Z3
-	VFMADD213PS  Z3, Z28, Z3
-	VFMADD231PS  Z8, Z1, Z3
-	VMOVUPS      Z3, 256(AX)
-	VMOVUPS      320(R10), Z3
-	VFMADD213PS  Z3, Z28, Z3
-	VFMADD231PS  Z10, Z1, Z3
-	VMOVUPS      Z3, 320(AX)
-	VMOVUPS      384(R10), Z3
-	VFMADD213PS  Z3, Z28, Z3
-	VFMADD231PS  Z12, Z1, Z3
-	VMOVUPS      Z3, 384(AX)
-	VMOVUPS      448(R10), Z3
-	VFMADD213PS  Z3, Z28, Z3
-	VFMADD231PS  Z14, Z1, Z3
-	VMOVUPS      Z3, 448(AX)
-	VMOVUPS      512(R10), Z3
-	VFMADD213PS  Z3, Z28, Z3
-	VFMADD231PS  Z16, Z1, Z3
-	VMOVUPS      Z3, 512(AX)
-	VMOVUPS      576(R10), Z3
-	VFMADD213PS  Z3, Z28, Z3
-	VFMADD231PS  Z18, Z1, Z3
-	VMOVUPS      Z3, 576(AX)
-	VMOVUPS      640(R10), Z3
-	VFMADD213PS  Z3, Z28, Z3
-	VFMADD231PS  Z20, Z1, Z3
-	VMOVUPS      Z3, 640(AX)
-	VMOVUPS      704(R10), Z3
-	VFMADD213PS  Z3, Z28, Z3
-	VFMADD231PS  Z22, Z1, Z3
-	VMOVUPS      Z3, 704(AX)
-	VMOVUPS      768(R10), Z3
-	VFMADD213PS  Z3, Z28, Z3
-	VFMADD231PS  Z24, Z1, Z3
-	VMOVUPS      Z3, 768(AX)
-	VMOVUPS.Z    832(R10), K1, Z3
-	VFMADD213PS  Z3, Z28, Z3
-	VFMADD231PS  Z26, Z1, Z3
-	VMOVUPS      Z3, K1, 832(AX)
-	ADDQ         R9, R10
-	ADDQ         R9, AX
-	INCQ         R11
-	CMPQ         R11, R8
-	JB           stateAVX512_write_31
-	JMP          stateAVX512_decayed_16
-
-stateAVX512_far_16:
-	// em1 < -0.5 or NaN: decay(x) = eg·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	VBROADCASTSS eg+148(FP), Z28
-	VBROADCASTSS beta+152(FP), Z29
-	VBROADCASTSS kq+156(FP), Z30
-	VMOVUPS      (SI), Z31
-	VMULPS       Z0, Z28, Z0
-	VSUBPS       Z0, Z31, Z0
-	VMULPS       Z0, Z29, Z0
-	VMULPS       Z1, Z28, Z1
-	VFMADD231PS  Z0, Z30, Z1
-	VMOVUPS      Z1, (DI)
-	VMOVUPS      64(SI), Z1
-	VMULPS       Z2, Z28, Z2
-	VSUBPS       Z2, Z1, Z2
-	VMULPS       Z2, Z29, Z2
-	VMULPS       Z3, Z28, Z3
-	VFMADD231PS  Z2, Z30, Z3
-	VMOVUPS      Z3, 64(DI)
-	VMOVUPS      128(SI), Z1
-	VMULPS       Z4, Z28, Z4
-	VSUBPS       Z4, Z1, Z4
-	VMULPS       Z4, Z29, Z4
-	VMULPS       Z5, Z28, Z5
-	VFMADD231PS  Z4, Z30, Z5
-	VMOVUPS      Z5, 128(DI)
-	VMOVUPS      192(SI), Z1
-	VMULPS       Z6, Z28, Z6
-	VSUBPS       Z6, Z1, Z6
-	VMULPS       Z6, Z29, Z6
-	VMULPS       Z7, Z28, Z7
-	VFMADD231PS  Z6, Z30, Z7
-	VMOVUPS      Z7, 192(DI)
-	VMOVUPS      256(SI), Z1
-	VMULPS       Z8, Z28, Z8
-	VSUBPS       Z8, Z1, Z8
-	VMULPS       Z8, Z29, Z8
-	VMULPS       Z9, Z28, Z9
-	VFMADD231PS  Z8, Z30, Z9
-	VMOVUPS      Z9, 256(DI)
-	VMOVUPS      320(SI), Z1
-	VMULPS       Z10, Z28, Z10
-	VSUBPS       Z10, Z1, Z10
-	VMULPS       Z10, Z29, Z10
-	VMULPS       Z11, Z28, Z11
-	VFMADD231PS  Z10, Z30, Z11
-	VMOVUPS      Z11, 320(DI)
-	VMOVUPS      384(SI), Z1
-	VMULPS       Z12, Z28, Z12
-	VSUBPS       Z12, Z1, Z12
-	VMULPS       Z12, Z29, Z12
-	VMULPS       Z13, Z28, Z13
-	VFMADD231PS  Z12, Z30, Z13
-	VMOVUPS      Z13, 384(DI)
-	VMOVUPS      448(SI), Z1
-	VMULPS       Z14, Z28, Z14
-	VSUBPS       Z14, Z1, Z14
-	VMULPS       Z14, Z29, Z14
-	VMULPS       Z15, Z28, Z15
-	VFMADD231PS  Z14, Z30, Z15
-	VMOVUPS      Z15, 448(DI)
-	VMOVUPS      512(SI), Z1
-	VMULPS       Z16, Z28, Z16
-	VSUBPS       Z16, Z1, Z16
-	VMULPS       Z16, Z29, Z16
-	VMULPS       Z17, Z28, Z17
-	VFMADD231PS  Z16, Z30, Z17
-	VMOVUPS      Z17, 512(DI)
-	VMOVUPS      576(SI), Z1
-	VMULPS       Z18, Z28, Z18
-	VSUBPS       Z18, Z1, Z18
-	VMULPS       Z18, Z29, Z18
-	VMULPS       Z19, Z28, Z19
-	VFMADD231PS  Z18, Z30, Z19
-	VMOVUPS      Z19, 576(DI)
-	VMOVUPS      640(SI), Z1
-	VMULPS       Z20, Z28, Z20
-	VSUBPS       Z20, Z1, Z20
-	VMULPS       Z20, Z29, Z20
-	VMULPS       Z21, Z28, Z21
-	VFMADD231PS  Z20, Z30, Z21
-	VMOVUPS      Z21, 640(DI)
-	VMOVUPS      704(SI), Z1
-	VMULPS       Z22, Z28, Z22
-	VSUBPS       Z22, Z1, Z22
-	VMULPS       Z22, Z29, Z22
-	VMULPS       Z23, Z28, Z23
-	VFMADD231PS  Z22, Z30, Z23
-	VMOVUPS      Z23, 704(DI)
-	VMOVUPS      768(SI), Z1
-	VMULPS       Z24, Z28, Z24
-	VSUBPS       Z24, Z1, Z24
-	VMULPS       Z24, Z29, Z24
-	VMULPS       Z25, Z28, Z25
-	VFMADD231PS  Z24, Z30, Z25
-	VMOVUPS      Z25, 768(DI)
-	VMOVUPS.Z    832(SI), K1, Z1
-	VMULPS       Z26, Z28, Z26
-	VSUBPS       Z26, Z1, Z26
-	VMULPS       Z26, Z29, Z26
-	VMULPS       Z27, Z28, Z27
-	VFMADD231PS  Z26, Z30, Z27
-	VMOVUPS      Z27, K1, 832(DI)
-
-	// Write pass: S' = eg·S + k̂_i·δ over the same slab.
-	MOVQ AX, R10
-	MOVQ CX, AX
-	XORQ R11, R11
-
-stateAVX512_write_32:
-	MOVQ         8(SP), CX
-	PREFETCHT1   (CX)
-	PREFETCHT1   256(CX)
-	PREFETCHT1   512(CX)
-	PREFETCHT1   768(CX)
-	ADDQ         $0x00000380, 8(SP)
-	VBROADCASTSS (DX)(R11*4), Z1
-	VMOVUPS      (R10), Z3
-	VMULPS       Z3, Z28, Z3
-	VFMADD231PS  Z0, Z1, Z3
-	VMOVUPS      Z3, (AX)
-	VMOVUPS      64(R10), Z3
-	VMULPS       Z3, Z28, Z3
-	VFMADD231PS  Z2, Z1, Z3
-	VMOVUPS      Z3, 64(AX)
-	VMOVUPS      128(R10), Z3
-	VMULPS       Z3, Z28, Z3
-	VFMADD231PS  Z4, Z1, Z3
-	VMOVUPS      Z3, 128(AX)
-	VMOVUPS      192(R10), Z3
-	VMULPS       Z3, Z28, Z3
-	VFMADD231PS  Z6, Z1, Z3
-	VMOVUPS      Z3, 192(AX)
-	VMOVUPS      256(R10), Z3
-	VMULPS       Z3, Z28, Z3
-	VFMADD231PS  Z8, Z1, Z3
-	VMOVUPS      Z3, 256(AX)
-	VMOVUPS      320(R10), Z3
-	VMULPS       Z3, Z28, Z3
-	VFMADD231PS  Z10, Z1, Z3
-	VMOVUPS      Z3, 320(AX)
-	VMOVUPS      384(R10), Z3
-	VMULPS       Z3, Z28, Z3
-	VFMADD231PS  Z12, Z1, Z3
-	VMOVUPS      Z3, 384(AX)
-	VMOVUPS      448(R10), Z3
-	VMULPS       Z3, Z28, Z3
-	VFMADD231PS  Z14, Z1, Z3
-	VMOVUPS      Z3, 448(AX)
-	VMOVUPS      512(R10), Z3
-	VMULPS       Z3, Z28, Z3
-	VFMADD231PS  Z16, Z1, Z3
-	VMOVUPS      Z3, 512(AX)
-	VMOVUPS      576(R10), Z3
-	VMULPS       Z3, Z28, Z3
-	VFMADD231PS  Z18, Z1, Z3
-	VMOVUPS      Z3, 576(AX)
-	VMOVUPS      640(R10), Z3
-	VMULPS       Z3, Z28, Z3
-	VFMADD231PS  Z20, Z1, Z3
-	VMOVUPS      Z3, 640(AX)
-	VMOVUPS      704(R10), Z3
-	VMULPS       Z3, Z28, Z3
-	VFMADD231PS  Z22, Z1, Z3
-	VMOVUPS      Z3, 704(AX)
-	VMOVUPS      768(R10), Z3
-	VMULPS       Z3, Z28, Z3
-	VFMADD231PS  Z24, Z1, Z3
-	VMOVUPS      Z3, 768(AX)
-	VMOVUPS.Z    832(R10), K1, Z3
-	VMULPS       Z3, Z28, Z3
-	VFMADD231PS  Z26, Z1, Z3
-	VMOVUPS      Z3, K1, 832(AX)
-	ADDQ         R9, R10
-	ADDQ         R9, AX
-	INCQ         R11
-	CMPQ         R11, R8
-	JB           stateAVX512_write_32
-
-stateAVX512_decayed_16:
-	JMP stateAVX512_done_1
-
-stateAVX512_masked15_1:
-	// Block of 240 columns: read pass (Sᵀk̂, Sᵀq̂ of 14 vectors in registers).
-	VBROADCASTSS zero<>+0(SB), Z0
-	VBROADCASTSS zero<>+0(SB), Z1
-	VBROADCASTSS zero<>+0(SB), Z2
-	VBROADCASTSS zero<>+0(SB), Z3
-	VBROADCASTSS zero<>+0(SB), Z4
-	VBROADCASTSS zero<>+0(SB), Z5
-	VBROADCASTSS zero<>+0(SB), Z6
-	VBROADCASTSS zero<>+0(SB), Z7
-	VBROADCASTSS zero<>+0(SB), Z8
-	VBROADCASTSS zero<>+0(SB), Z9
-	VBROADCASTSS zero<>+0(SB), Z10
-	VBROADCASTSS zero<>+0(SB), Z11
-	VBROADCASTSS zero<>+0(SB), Z12
-	VBROADCASTSS zero<>+0(SB), Z13
-	VBROADCASTSS zero<>+0(SB), Z14
-	VBROADCASTSS zero<>+0(SB), Z15
-	VBROADCASTSS zero<>+0(SB), Z16
-	VBROADCASTSS zero<>+0(SB), Z17
-	VBROADCASTSS zero<>+0(SB), Z18
-	VBROADCASTSS zero<>+0(SB), Z19
-	VBROADCASTSS zero<>+0(SB), Z20
-	VBROADCASTSS zero<>+0(SB), Z21
-	VBROADCASTSS zero<>+0(SB), Z22
-	VBROADCASTSS zero<>+0(SB), Z23
-	VBROADCASTSS zero<>+0(SB), Z24
-	VBROADCASTSS zero<>+0(SB), Z25
-	VBROADCASTSS zero<>+0(SB), Z26
-	VBROADCASTSS zero<>+0(SB), Z27
-	LEAQ         24(SP), R10
-	ADDQ         $0x3f, R10
-	ANDQ         $-64, R10
-	VBROADCASTSS zero<>+0(SB), Z28
-	VMOVAPS      Z28, (R10)
-	VMOVAPS      Z28, 64(R10)
-	MOVQ         AX, R11
-	XORQ         R12, R12
-
-stateAVX512_read_17:
-	VBROADCASTSS (DX)(R12*4), Z28
-	VBROADCASTSS (BX)(R12*4), Z29
-	VMOVUPS      (R11), Z30
-	VFMADD231PS  Z30, Z28, Z0
-	VFMADD231PS  Z30, Z29, Z1
-	VMOVUPS      64(R11), Z30
-	VFMADD231PS  Z30, Z28, Z2
-	VFMADD231PS  Z30, Z29, Z3
-	VMOVUPS      128(R11), Z30
-	VFMADD231PS  Z30, Z28, Z4
-	VFMADD231PS  Z30, Z29, Z5
-	VMOVUPS      192(R11), Z30
-	VFMADD231PS  Z30, Z28, Z6
-	VFMADD231PS  Z30, Z29, Z7
-	VMOVUPS      256(R11), Z30
-	VFMADD231PS  Z30, Z28, Z8
-	VFMADD231PS  Z30, Z29, Z9
-	VMOVUPS      320(R11), Z30
-	VFMADD231PS  Z30, Z28, Z10
-	VFMADD231PS  Z30, Z29, Z11
-	VMOVUPS      384(R11), Z30
-	VFMADD231PS  Z30, Z28, Z12
-	VFMADD231PS  Z30, Z29, Z13
-	VMOVUPS      448(R11), Z30
-	VFMADD231PS  Z30, Z28, Z14
-	VFMADD231PS  Z30, Z29, Z15
-	VMOVUPS      512(R11), Z30
-	VFMADD231PS  Z30, Z28, Z16
-	VFMADD231PS  Z30, Z29, Z17
-	VMOVUPS      576(R11), Z30
-	VFMADD231PS  Z30, Z28, Z18
-	VFMADD231PS  Z30, Z29, Z19
-	VMOVUPS      640(R11), Z30
-	VFMADD231PS  Z30, Z28, Z20
-	VFMADD231PS  Z30, Z29, Z21
-	VMOVUPS      704(R11), Z30
-	VFMADD231PS  Z30, Z28, Z22
-	VFMADD231PS  Z30, Z29, Z23
-	VMOVUPS      768(R11), Z30
-	VFMADD231PS  Z30, Z28, Z24
-	VFMADD231PS  Z30, Z29, Z25
-	VMOVUPS      832(R11), Z30
-	VFMADD231PS  Z30, Z28, Z26
-	VFMADD231PS  Z30, Z29, Z27
-	VMOVUPS.Z    896(R11), K1, Z30
-	VMOVAPS      (R10), Z31
-	VFMADD231PS  Z30, Z28, Z31
-	VMOVAPS      Z31, (R10)
-	VMOVAPS      64(R10), Z31
-	VFMADD231PS  Z30, Z29, Z31
-	VMOVAPS      Z31, 64(R10)
-	ADDQ         R9, R11
-	INCQ         R12
-	CMPQ         R12, R8
-	JB           stateAVX512_read_17
-	CMPB         16(SP), $0x00
-	JE           stateAVX512_far_17
-
-	// em1 ≥ -0.5: decay(x) = x + em1·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	VBROADCASTSS em1+144(FP), Z28
-	VBROADCASTSS beta+152(FP), Z29
-	VBROADCASTSS kq+156(FP), Z30
-	VMOVUPS      (SI), Z31
-	VFMADD213PS  Z0, Z28, Z0
-	VSUBPS       Z0, Z31, Z0
-	VMULPS       Z0, Z29, Z0
-	VFMADD213PS  Z1, Z28, Z1
-	VFMADD231PS  Z0, Z30, Z1
-	VMOVUPS      Z1, (DI)
-	VMOVUPS      64(SI), Z1
-	VFMADD213PS  Z2, Z28, Z2
-	VSUBPS       Z2, Z1, Z2
-	VMULPS       Z2, Z29, Z2
-	VFMADD213PS  Z3, Z28, Z3
-	VFMADD231PS  Z2, Z30, Z3
-	VMOVUPS      Z3, 64(DI)
-	VMOVUPS      128(SI), Z1
-	VFMADD213PS  Z4, Z28, Z4
-	VSUBPS       Z4, Z1, Z4
-	VMULPS       Z4, Z29, Z4
-	VFMADD213PS  Z5, Z28, Z5
-	VFMADD231PS  Z4, Z30, Z5
-	VMOVUPS      Z5, 128(DI)
-	VMOVUPS      192(SI), Z1
-	VFMADD213PS  Z6, Z28, Z6
-	VSUBPS       Z6, Z1, Z6
-	VMULPS       Z6, Z29, Z6
-	VFMADD213PS  Z7, Z28, Z7
-	VFMADD231PS  Z6, Z30, Z7
-	VMOVUPS      Z7, 192(DI)
-	VMOVUPS      256(SI), Z1
-	VFMADD213PS  Z8, Z28, Z8
-	VSUBPS       Z8, Z1, Z8
-	VMULPS       Z8, Z29, Z8
-	VFMADD213PS  Z9, Z28, Z9
-	VFMADD231PS  Z8, Z30, Z9
-	VMOVUPS      Z9, 256(DI)
-	VMOVUPS      320(SI), Z1
-	VFMADD213PS  Z10, Z28, Z10
-	VSUBPS       Z10, Z1, Z10
-	VMULPS       Z10, Z29, Z10
-	VFMADD213PS  Z11, Z28, Z11
-	VFMADD231PS  Z10, Z30, Z11
-	VMOVUPS      Z11, 320(DI)
-	VMOVUPS      384(SI), Z1
-	VFMADD213PS  Z12, Z28, Z12
-	VSUBPS       Z12, Z1, Z12
-	VMULPS       Z12, Z29, Z12
-	VFMADD213PS  Z13, Z28, Z13
-	VFMADD231PS  Z12, Z30, Z13
-	VMOVUPS      Z13, 384(DI)
-	VMOVUPS      448(SI), Z1
-	VFMADD213PS  Z14, Z28, Z14
-	VSUBPS       Z14, Z1, Z14
-	VMULPS       Z14, Z29, Z14
-	VFMADD213PS  Z15, Z28, Z15
-	VFMADD231PS  Z14, Z30, Z15
-	VMOVUPS      Z15, 448(DI)
-	VMOVUPS      512(SI), Z1
-	VFMADD213PS  Z16, Z28, Z16
-	VSUBPS       Z16, Z1, Z16
-	VMULPS       Z16, Z29, Z16
-	VFMADD213PS  Z17, Z28, Z17
-	VFMADD231PS  Z16, Z30, Z17
-	VMOVUPS      Z17, 512(DI)
-	VMOVUPS      576(SI), Z1
-	VFMADD213PS  Z18, Z28, Z18
-	VSUBPS       Z18, Z1, Z18
-	VMULPS       Z18, Z29, Z18
-	VFMADD213PS  Z19, Z28, Z19
-	VFMADD231PS  Z18, Z30, Z19
-	VMOVUPS      Z19, 576(DI)
-	VMOVUPS      640(SI), Z1
-	VFMADD213PS  Z20, Z28, Z20
-	VSUBPS       Z20, Z1, Z20
-	VMULPS       Z20, Z29, Z20
-	VFMADD213PS  Z21, Z28, Z21
-	VFMADD231PS  Z20, Z30, Z21
-	VMOVUPS      Z21, 640(DI)
-	VMOVUPS      704(SI), Z1
-	VFMADD213PS  Z22, Z28, Z22
-	VSUBPS       Z22, Z1, Z22
-	VMULPS       Z22, Z29, Z22
-	VFMADD213PS  Z23, Z28, Z23
-	VFMADD231PS  Z22, Z30, Z23
-	VMOVUPS      Z23, 704(DI)
-	VMOVUPS      768(SI), Z1
-	VFMADD213PS  Z24, Z28, Z24
-	VSUBPS       Z24, Z1, Z24
-	VMULPS       Z24, Z29, Z24
-	VFMADD213PS  Z25, Z28, Z25
-	VFMADD231PS  Z24, Z30, Z25
-	VMOVUPS      Z25, 768(DI)
-	VMOVUPS      832(SI), Z1
-	VFMADD213PS  Z26, Z28, Z26
-	VSUBPS       Z26, Z1, Z26
-	VMULPS       Z26, Z29, Z26
-	VFMADD213PS  Z27, Z28, Z27
-	VFMADD231PS  Z26, Z30, Z27
-	VMOVUPS      Z27, 832(DI)
-	VMOVAPS      (R10), Z1
-	VMOVAPS      64(R10), Z3
-	VMOVUPS.Z    896(SI), K1, Z5
-	VFMADD213PS  Z1, Z28, Z1
-	VSUBPS       Z1, Z5, Z1
-	VMULPS       Z1, Z29, Z1
-	VFMADD213PS  Z3, Z28, Z3
-	VFMADD231PS  Z1, Z30, Z3
-	VMOVUPS      Z3, K1, 896(DI)
-	VMOVAPS      Z1, 64(R10)
-
-	// Write pass: S' = S + em1·S + k̂_i·δ over the same slab.
-	MOVQ AX, R11
-	MOVQ CX, AX
-	XORQ R12, R12
-
-stateAVX512_write_33:
-	MOVQ         8(SP), CX
-	PREFETCHT1   (CX)
-	PREFETCHT1   256(CX)
-	PREFETCHT1   512(CX)
-	PREFETCHT1   768(CX)
-	ADDQ         $0x000003c0, 8(SP)
-	VBROADCASTSS (DX)(R12*4), Z1
-	VMOVUPS      (R11), Z3
-	VFMADD213PS  Z3, Z28, Z3
-	VFMADD231PS  Z0, Z1, Z3
-	VMOVUPS      Z3, (AX)
-	VMOVUPS      64(R11), Z3
-	VFMADD213PS  Z3, Z28, Z3
-	VFMADD231PS  Z2, Z1, Z3
-	VMOVUPS      Z3, 64(AX)
-	VMOVUPS      128(R11), Z3
-	VFMADD213PS  Z3, Z28, Z3
-	VFMADD231PS  Z4, Z1, Z3
-	VMOVUPS      Z3, 128(AX)
-	VMOVUPS      192(R11), Z3
-	VFMADD213PS  Z3, Z28, Z3
-	VFMADD231PS  Z6, Z1, Z3
-	VMOVUPS      Z3, 192(AX)
-	VMOVUPS      256(R11), Z3
-	VFMADD213PS  Z3, Z28, Z3
-	VFMADD231PS  Z8, Z1, Z3
-	VMOVUPS      Z3, 256(AX)
-	VMOVUPS      320(R11), Z3
-	VFMADD213PS  Z3, Z28, Z3
-	VFMADD231PS  Z10, Z1, Z3
-	VMOVUPS      Z3, 320(AX)
-	VMOVUPS      384(R11), Z3
-	VFMADD213PS  Z3, Z28, Z3
-	VFMADD231PS  Z12, Z1, Z3
-	VMOVUPS      Z3, 384(AX)
-	VMOVUPS      448(R11), Z3
-	VFMADD213PS  Z3, Z28, Z3
-	VFMADD231PS  Z14, Z1, Z3
-	VMOVUPS      Z3, 448(AX)
-	VMOVUPS      512(R11), Z3
-	VFMADD213PS  Z3, Z28, Z3
-	VFMADD231PS  Z16, Z1, Z3
-	VMOVUPS      Z3, 512(AX)
-	VMOVUPS      576(R11), Z3
-	VFMADD213PS  Z3, Z28, Z3
-	VFMADD231PS  Z18, Z1, Z3
-	VMOVUPS      Z3, 576(AX)
-	VMOVUPS      640(R11), Z3
-	VFMADD213PS  Z3, Z28, Z3
-	VFMADD231PS  Z20, Z1, Z3
-	VMOVUPS      Z3, 640(AX)
-	VMOVUPS      704(R11), Z3
-	VFMADD213PS  Z3, Z28, Z3
-	VFMADD231PS  Z22, Z1, Z3
-	VMOVUPS      Z3, 704(AX)
-	VMOVUPS      768(R11), Z3
-	VFMADD213PS  Z3, Z28, Z3
-	VFMADD231PS  Z24, Z1, Z3
-	VMOVUPS      Z3, 768(AX)
-	VMOVUPS      832(R11), Z3
-	VFMADD213PS  Z3, Z28, Z3
-	VFMADD231PS  Z26, Z1, Z3
-	VMOVUPS      Z3, 832(AX)
-	VMOVUPS.Z    896(R11), K1, Z3
-	VFMADD213PS  Z3, Z28, Z3
-	VFMADD231PS  64(R10), Z1, Z3
-	VMOVUPS      Z3, K1, 896(AX)
-	ADDQ         R9, R11
-	ADDQ         R9, AX
-	INCQ         R12
-	CMPQ         R12, R8
-	JB           stateAVX512_write_33
-	JMP          stateAVX512_decayed_17
-
-stateAVX512_far_17:
-	// em1 < -0.5 or NaN: decay(x) = eg·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	VBROADCASTSS eg+148(FP), Z28
-	VBROADCASTSS beta+152(FP), Z29
-	VBROADCASTSS kq+156(FP), Z30
-	VMOVUPS      (SI), Z31
-	VMULPS       Z0, Z28, Z0
-	VSUBPS       Z0, Z31, Z0
-	VMULPS       Z0, Z29, Z0
-	VMULPS       Z1, Z28, Z1
-	VFMADD231PS  Z0, Z30, Z1
-	VMOVUPS      Z1, (DI)
-	VMOVUPS      64(SI), Z1
-	VMULPS       Z2, Z28, Z2
-	VSUBPS       Z2, Z1, Z2
-	VMULPS       Z2, Z29, Z2
-	VMULPS       Z3, Z28, Z3
-	VFMADD231PS  Z2, Z30, Z3
-	VMOVUPS      Z3, 64(DI)
-	VMOVUPS      128(SI), Z1
-	VMULPS       Z4, Z28, Z4
-	VSUBPS       Z4, Z1, Z4
-	VMULPS       Z4, Z29, Z4
-	VMULPS       Z5, Z28, Z5
-	VFMADD231PS  Z4, Z30, Z5
-	VMOVUPS      Z5, 128(DI)
-	VMOVUPS      192(SI), Z1
-	VMULPS       Z6, Z28, Z6
-	VSUBPS       Z6, Z1, Z6
-	VMULPS       Z6, Z29, Z6
-	VMULPS       Z7, Z28, Z7
-	VFMADD231PS  Z6, Z30, Z7
-	VMOVUPS      Z7, 192(DI)
-	VMOVUPS      256(SI), Z1
-	VMULPS       Z8, Z28, Z8
-	VSUBPS       Z8, Z1, Z8
-	VMULPS       Z8, Z29, Z8
-	VMULPS       Z9, Z28, Z9
-	VFMADD231PS  Z8, Z30, Z9
-	VMOVUPS      Z9, 256(DI)
-	VMOVUPS      320(SI), Z1
-	VMULPS       Z10, Z28, Z10
-	VSUBPS       Z10, Z1, Z10
-	VMULPS       Z10, Z29, Z10
-	VMULPS       Z11, Z28, Z11
-	VFMADD231PS  Z10, Z30, Z11
-	VMOVUPS      Z11, 320(DI)
-	VMOVUPS      384(SI), Z1
-	VMULPS       Z12, Z28, Z12
-	VSUBPS       Z12, Z1, Z12
-	VMULPS       Z12, Z29, Z12
-	VMULPS       Z13, Z28, Z13
-	VFMADD231PS  Z12, Z30, Z13
-	VMOVUPS      Z13, 384(DI)
-	VMOVUPS      448(SI), Z1
-	VMULPS       Z14, Z28, Z14
-	VSUBPS       Z14, Z1, Z14
-	VMULPS       Z14, Z29, Z14
-	VMULPS       Z15, Z28, Z15
-	VFMADD231PS  Z14, Z30, Z15
-	VMOVUPS      Z15, 448(DI)
-	VMOVUPS      512(SI), Z1
-	VMULPS       Z16, Z28, Z16
-	VSUBPS       Z16, Z1, Z16
-	VMULPS       Z16, Z29, Z16
-	VMULPS       Z17, Z28, Z17
-	VFMADD231PS  Z16, Z30, Z17
-	VMOVUPS      Z17, 512(DI)
-	VMOVUPS      576(SI), Z1
-	VMULPS       Z18, Z28, Z18
-	VSUBPS       Z18, Z1, Z18
-	VMULPS       Z18, Z29, Z18
-	VMULPS       Z19, Z28, Z19
-	VFMADD231PS  Z18, Z30, Z19
-	VMOVUPS      Z19, 576(DI)
-	VMOVUPS      640(SI), Z1
-	VMULPS       Z20, Z28, Z20
-	VSUBPS       Z20, Z1, Z20
-	VMULPS       Z20, Z29, Z20
-	VMULPS       Z21, Z28, Z21
-	VFMADD231PS  Z20, Z30, Z21
-	VMOVUPS      Z21, 640(DI)
-	VMOVUPS      704(SI), Z1
-	VMULPS       Z22, Z28, Z22
-	VSUBPS       Z22, Z1, Z22
-	VMULPS       Z22, Z29, Z22
-	VMULPS       Z23, Z28, Z23
-	VFMADD231PS  Z22, Z30, Z23
-	VMOVUPS      Z23, 704(DI)
-	VMOVUPS      768(SI), Z1
-	VMULPS       Z24, Z28, Z24
-	VSUBPS       Z24, Z1, Z24
-	VMULPS       Z24, Z29, Z24
-	VMULPS       Z25, Z28, Z25
-	VFMADD231PS  Z24, Z30, Z25
-	VMOVUPS      Z25, 768(DI)
-	VMOVUPS      832(SI), Z1
-	VMULPS       Z26, Z28, Z26
-	VSUBPS       Z26, Z1, Z26
-	VMULPS       Z26, Z29, Z26
-	VMULPS       Z27, Z28, Z27
-	VFMADD231PS  Z26, Z30, Z27
-	VMOVUPS      Z27, 832(DI)
-	VMOVAPS      (R10), Z1
-	VMOVAPS      64(R10), Z3
-	VMOVUPS.Z    896(SI), K1, Z5
-	VMULPS       Z1, Z28, Z1
-	VSUBPS       Z1, Z5, Z1
-	VMULPS       Z1, Z29, Z1
-	VMULPS       Z3, Z28, Z3
-	VFMADD231PS  Z1, Z30, Z3
-	VMOVUPS      Z3, K1, 896(DI)
-	VMOVAPS      Z1, 64(R10)
-
-	// Write pass: S' = eg·S + k̂_i·δ over the same slab.
-	MOVQ AX, R11
-	MOVQ CX, AX
-	XORQ R12, R12
-
-stateAVX512_write_34:
-	MOVQ         8(SP), CX
-	PREFETCHT1   (CX)
-	PREFETCHT1   256(CX)
-	PREFETCHT1   512(CX)
-	PREFETCHT1   768(CX)
-	ADDQ         $0x000003c0, 8(SP)
-	VBROADCASTSS (DX)(R12*4), Z1
-	VMOVUPS      (R11), Z3
-	VMULPS       Z3, Z28, Z3
-	VFMADD231PS  Z0, Z1, Z3
-	VMOVUPS      Z3, (AX)
-	VMOVUPS      64(R11), Z3
-	VMULPS       Z3, Z28, Z3
-	VFMADD231PS  Z2, Z1, Z3
-	VMOVUPS      Z3, 64(AX)
-	VMOVUPS      128(R11), Z3
-	VMULPS       Z3, Z28, Z3
-	VFMADD231PS  Z4, Z1, Z3
-	VMOVUPS      Z3, 128(AX)
-	VMOVUPS      192(R11), Z3
-	VMULPS       Z3, Z28, Z3
-	VFMADD231PS  Z6, Z1, Z3
-	VMOVUPS      Z3, 192(AX)
-	VMOVUPS      256(R11), Z3
-	VMULPS       Z3, Z28, Z3
-	VFMADD231PS  Z8, Z1, Z3
-	VMOVUPS      Z3, 256(AX)
-	VMOVUPS      320(R11), Z3
-	VMULPS       Z3, Z28, Z3
-	VFMADD231PS  Z10, Z1, Z3
-	VMOVUPS      Z3, 320(AX)
-	VMOVUPS      384(R11), Z3
-	VMULPS       Z3, Z28, Z3
-	VFMADD231PS  Z12, Z1, Z3
-	VMOVUPS      Z3, 384(AX)
-	VMOVUPS      448(R11), Z3
-	VMULPS       Z3, Z28, Z3
-	VFMADD231PS  Z14, Z1, Z3
-	VMOVUPS      Z3, 448(AX)
-	VMOVUPS      512(R11), Z3
-	VMULPS       Z3, Z28, Z3
-	VFMADD231PS  Z16, Z1, Z3
-	VMOVUPS      Z3, 512(AX)
-	VMOVUPS      576(R11), Z3
-	VMULPS       Z3, Z28, Z3
-	VFMADD231PS  Z18, Z1, Z3
-	VMOVUPS      Z3, 576(AX)
-	VMOVUPS      640(R11), Z3
-	VMULPS       Z3, Z28, Z3
-	VFMADD231PS  Z20, Z1, Z3
-	VMOVUPS      Z3, 640(AX)
-	VMOVUPS      704(R11), Z3
-	VMULPS       Z3, Z28, Z3
-	VFMADD231PS  Z22, Z1, Z3
-	VMOVUPS      Z3, 704(AX)
-	VMOVUPS      768(R11), Z3
-	VMULPS       Z3, Z28, Z3
-	VFMADD231PS  Z24, Z1, Z3
-	VMOVUPS      Z3, 768(AX)
-	VMOVUPS      832(R11), Z3
-	VMULPS       Z3, Z28, Z3
-	VFMADD231PS  Z26, Z1, Z3
-	VMOVUPS      Z3, 832(AX)
-	VMOVUPS.Z    896(R11), K1, Z3
-	VMULPS       Z3, Z28, Z3
-	VFMADD231PS  64(R10), Z1, Z3
-	VMOVUPS      Z3, K1, 896(AX)
-	ADDQ         R9, R11
-	ADDQ         R9, AX
-	INCQ         R12
-	CMPQ         R12, R8
-	JB           stateAVX512_write_34
-
-stateAVX512_decayed_17:
-	JMP stateAVX512_done_1
-
-stateAVX512_masked16_1:
-	// Block of 256 columns: read pass (Sᵀk̂, Sᵀq̂ of 14 vectors in registers).
-	VBROADCASTSS zero<>+0(SB), Z0
-	VBROADCASTSS zero<>+0(SB), Z1
-	VBROADCASTSS zero<>+0(SB), Z2
-	VBROADCASTSS zero<>+0(SB), Z3
-	VBROADCASTSS zero<>+0(SB), Z4
-	VBROADCASTSS zero<>+0(SB), Z5
-	VBROADCASTSS zero<>+0(SB), Z6
-	VBROADCASTSS zero<>+0(SB), Z7
-	VBROADCASTSS zero<>+0(SB), Z8
-	VBROADCASTSS zero<>+0(SB), Z9
-	VBROADCASTSS zero<>+0(SB), Z10
-	VBROADCASTSS zero<>+0(SB), Z11
-	VBROADCASTSS zero<>+0(SB), Z12
-	VBROADCASTSS zero<>+0(SB), Z13
-	VBROADCASTSS zero<>+0(SB), Z14
-	VBROADCASTSS zero<>+0(SB), Z15
-	VBROADCASTSS zero<>+0(SB), Z16
-	VBROADCASTSS zero<>+0(SB), Z17
-	VBROADCASTSS zero<>+0(SB), Z18
-	VBROADCASTSS zero<>+0(SB), Z19
-	VBROADCASTSS zero<>+0(SB), Z20
-	VBROADCASTSS zero<>+0(SB), Z21
-	VBROADCASTSS zero<>+0(SB), Z22
-	VBROADCASTSS zero<>+0(SB), Z23
-	VBROADCASTSS zero<>+0(SB), Z24
-	VBROADCASTSS zero<>+0(SB), Z25
-	VBROADCASTSS zero<>+0(SB), Z26
-	VBROADCASTSS zero<>+0(SB), Z27
-	LEAQ         24(SP), R10
+	LEAQ         32(SP), R10
 	ADDQ         $0x3f, R10
 	ANDQ         $-64, R10
 	VBROADCASTSS zero<>+0(SB), Z28
@@ -5936,74 +1856,96 @@ stateAVX512_masked16_1:
 	VMOVAPS      Z28, 64(R10)
 	VMOVAPS      Z28, 128(R10)
 	VMOVAPS      Z28, 192(R10)
-	MOVQ         AX, R11
-	XORQ         R12, R12
+	MOVQ         AX, R12
+	XORQ         R13, R13
 
-stateAVX512_read_18:
-	VBROADCASTSS (DX)(R12*4), Z28
-	VBROADCASTSS (BX)(R12*4), Z29
-	VMOVUPS      (R11), Z30
+stateAVX512_read_4:
+	VBROADCASTSS (DX)(R13*4), Z28
+	VBROADCASTSS (BX)(R13*4), Z29
+	VMOVUPS      (R12), Z30
 	VFMADD231PS  Z30, Z28, Z0
 	VFMADD231PS  Z30, Z29, Z1
-	VMOVUPS      64(R11), Z30
+	VMOVUPS      64(R12), Z30
 	VFMADD231PS  Z30, Z28, Z2
 	VFMADD231PS  Z30, Z29, Z3
-	VMOVUPS      128(R11), Z30
+	VMOVUPS      128(R12), Z30
 	VFMADD231PS  Z30, Z28, Z4
 	VFMADD231PS  Z30, Z29, Z5
-	VMOVUPS      192(R11), Z30
+	VMOVUPS      192(R12), Z30
 	VFMADD231PS  Z30, Z28, Z6
 	VFMADD231PS  Z30, Z29, Z7
-	VMOVUPS      256(R11), Z30
+	VMOVUPS      256(R12), Z30
 	VFMADD231PS  Z30, Z28, Z8
 	VFMADD231PS  Z30, Z29, Z9
-	VMOVUPS      320(R11), Z30
+	CMPQ         R11, $0x00000050
+	JBE          stateAVX512_spantail_1
+	VMOVUPS      320(R12), Z30
 	VFMADD231PS  Z30, Z28, Z10
 	VFMADD231PS  Z30, Z29, Z11
-	VMOVUPS      384(R11), Z30
+	CMPQ         R11, $0x00000060
+	JBE          stateAVX512_spantail_1
+	VMOVUPS      384(R12), Z30
 	VFMADD231PS  Z30, Z28, Z12
 	VFMADD231PS  Z30, Z29, Z13
-	VMOVUPS      448(R11), Z30
+	CMPQ         R11, $0x00000070
+	JBE          stateAVX512_spantail_1
+	VMOVUPS      448(R12), Z30
 	VFMADD231PS  Z30, Z28, Z14
 	VFMADD231PS  Z30, Z29, Z15
-	VMOVUPS      512(R11), Z30
+	CMPQ         R11, $0x00000080
+	JBE          stateAVX512_spantail_1
+	VMOVUPS      512(R12), Z30
 	VFMADD231PS  Z30, Z28, Z16
 	VFMADD231PS  Z30, Z29, Z17
-	VMOVUPS      576(R11), Z30
+	CMPQ         R11, $0x00000090
+	JBE          stateAVX512_spantail_1
+	VMOVUPS      576(R12), Z30
 	VFMADD231PS  Z30, Z28, Z18
 	VFMADD231PS  Z30, Z29, Z19
-	VMOVUPS      640(R11), Z30
+	CMPQ         R11, $0x000000a0
+	JBE          stateAVX512_spantail_1
+	VMOVUPS      640(R12), Z30
 	VFMADD231PS  Z30, Z28, Z20
 	VFMADD231PS  Z30, Z29, Z21
-	VMOVUPS      704(R11), Z30
+	CMPQ         R11, $0x000000b0
+	JBE          stateAVX512_spantail_1
+	VMOVUPS      704(R12), Z30
 	VFMADD231PS  Z30, Z28, Z22
 	VFMADD231PS  Z30, Z29, Z23
-	VMOVUPS      768(R11), Z30
+	CMPQ         R11, $0x000000c0
+	JBE          stateAVX512_spantail_1
+	VMOVUPS      768(R12), Z30
 	VFMADD231PS  Z30, Z28, Z24
 	VFMADD231PS  Z30, Z29, Z25
-	VMOVUPS      832(R11), Z30
-	VFMADD231PS  Z30, Z28, Z26
-	VFMADD231PS  Z30, Z29, Z27
-	VMOVUPS      896(R11), Z30
+	CMPQ         R11, $0x000000d0
+	JBE          stateAVX512_spantail_1
+	VMOVUPS      832(R12), Z30
 	VMOVAPS      (R10), Z31
 	VFMADD231PS  Z30, Z28, Z31
 	VMOVAPS      Z31, (R10)
 	VMOVAPS      64(R10), Z31
 	VFMADD231PS  Z30, Z29, Z31
 	VMOVAPS      Z31, 64(R10)
-	VMOVUPS.Z    960(R11), K1, Z30
+	CMPQ         R11, $0x000000e0
+	JBE          stateAVX512_spantail_1
+	VMOVUPS      896(R12), Z30
 	VMOVAPS      128(R10), Z31
 	VFMADD231PS  Z30, Z28, Z31
 	VMOVAPS      Z31, 128(R10)
 	VMOVAPS      192(R10), Z31
 	VFMADD231PS  Z30, Z29, Z31
 	VMOVAPS      Z31, 192(R10)
-	ADDQ         R9, R11
-	INCQ         R12
-	CMPQ         R12, R8
-	JB           stateAVX512_read_18
-	CMPB         16(SP), $0x00
-	JE           stateAVX512_far_18
+
+stateAVX512_spantail_1:
+	VMOVUPS.Z   (R12)(R11*4), K1, Z30
+	VFMADD231PS Z30, Z28, Z26
+	VFMADD231PS Z30, Z29, Z27
+	ADDQ        R9, R12
+	INCQ        R13
+	CMPQ        R13, R8
+	JB          stateAVX512_read_4
+	CMPB        16(SP), $0x00
+	JE          stateAVX512_far_4
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
@@ -6045,6 +1987,8 @@ stateAVX512_read_18:
 	VFMADD213PS  Z9, Z28, Z9
 	VFMADD231PS  Z8, Z30, Z9
 	VMOVUPS      Z9, 256(DI)
+	CMPQ         R11, $0x00000050
+	JBE          stateAVX512_spantail_2
 	VMOVUPS      320(SI), Z1
 	VFMADD213PS  Z10, Z28, Z10
 	VSUBPS       Z10, Z1, Z10
@@ -6052,6 +1996,8 @@ stateAVX512_read_18:
 	VFMADD213PS  Z11, Z28, Z11
 	VFMADD231PS  Z10, Z30, Z11
 	VMOVUPS      Z11, 320(DI)
+	CMPQ         R11, $0x00000060
+	JBE          stateAVX512_spantail_2
 	VMOVUPS      384(SI), Z1
 	VFMADD213PS  Z12, Z28, Z12
 	VSUBPS       Z12, Z1, Z12
@@ -6059,6 +2005,8 @@ stateAVX512_read_18:
 	VFMADD213PS  Z13, Z28, Z13
 	VFMADD231PS  Z12, Z30, Z13
 	VMOVUPS      Z13, 384(DI)
+	CMPQ         R11, $0x00000070
+	JBE          stateAVX512_spantail_2
 	VMOVUPS      448(SI), Z1
 	VFMADD213PS  Z14, Z28, Z14
 	VSUBPS       Z14, Z1, Z14
@@ -6066,6 +2014,8 @@ stateAVX512_read_18:
 	VFMADD213PS  Z15, Z28, Z15
 	VFMADD231PS  Z14, Z30, Z15
 	VMOVUPS      Z15, 448(DI)
+	CMPQ         R11, $0x00000080
+	JBE          stateAVX512_spantail_2
 	VMOVUPS      512(SI), Z1
 	VFMADD213PS  Z16, Z28, Z16
 	VSUBPS       Z16, Z1, Z16
@@ -6073,6 +2023,8 @@ stateAVX512_read_18:
 	VFMADD213PS  Z17, Z28, Z17
 	VFMADD231PS  Z16, Z30, Z17
 	VMOVUPS      Z17, 512(DI)
+	CMPQ         R11, $0x00000090
+	JBE          stateAVX512_spantail_2
 	VMOVUPS      576(SI), Z1
 	VFMADD213PS  Z18, Z28, Z18
 	VSUBPS       Z18, Z1, Z18
@@ -6080,6 +2032,8 @@ stateAVX512_read_18:
 	VFMADD213PS  Z19, Z28, Z19
 	VFMADD231PS  Z18, Z30, Z19
 	VMOVUPS      Z19, 576(DI)
+	CMPQ         R11, $0x000000a0
+	JBE          stateAVX512_spantail_2
 	VMOVUPS      640(SI), Z1
 	VFMADD213PS  Z20, Z28, Z20
 	VSUBPS       Z20, Z1, Z20
@@ -6087,6 +2041,8 @@ stateAVX512_read_18:
 	VFMADD213PS  Z21, Z28, Z21
 	VFMADD231PS  Z20, Z30, Z21
 	VMOVUPS      Z21, 640(DI)
+	CMPQ         R11, $0x000000b0
+	JBE          stateAVX512_spantail_2
 	VMOVUPS      704(SI), Z1
 	VFMADD213PS  Z22, Z28, Z22
 	VSUBPS       Z22, Z1, Z22
@@ -6094,6 +2050,8 @@ stateAVX512_read_18:
 	VFMADD213PS  Z23, Z28, Z23
 	VFMADD231PS  Z22, Z30, Z23
 	VMOVUPS      Z23, 704(DI)
+	CMPQ         R11, $0x000000c0
+	JBE          stateAVX512_spantail_2
 	VMOVUPS      768(SI), Z1
 	VFMADD213PS  Z24, Z28, Z24
 	VSUBPS       Z24, Z1, Z24
@@ -6101,15 +2059,22 @@ stateAVX512_read_18:
 	VFMADD213PS  Z25, Z28, Z25
 	VFMADD231PS  Z24, Z30, Z25
 	VMOVUPS      Z25, 768(DI)
-	VMOVUPS      832(SI), Z1
-	VFMADD213PS  Z26, Z28, Z26
-	VSUBPS       Z26, Z1, Z26
-	VMULPS       Z26, Z29, Z26
-	VFMADD213PS  Z27, Z28, Z27
-	VFMADD231PS  Z26, Z30, Z27
-	VMOVUPS      Z27, 832(DI)
+	CMPQ         R11, $0x000000d0
+	JBE          stateAVX512_spantail_2
 	VMOVAPS      (R10), Z1
 	VMOVAPS      64(R10), Z3
+	VMOVUPS      832(SI), Z5
+	VFMADD213PS  Z1, Z28, Z1
+	VSUBPS       Z1, Z5, Z1
+	VMULPS       Z1, Z29, Z1
+	VFMADD213PS  Z3, Z28, Z3
+	VFMADD231PS  Z1, Z30, Z3
+	VMOVUPS      Z3, 832(DI)
+	VMOVAPS      Z1, 64(R10)
+	CMPQ         R11, $0x000000e0
+	JBE          stateAVX512_spantail_2
+	VMOVAPS      128(R10), Z1
+	VMOVAPS      192(R10), Z3
 	VMOVUPS      896(SI), Z5
 	VFMADD213PS  Z1, Z28, Z1
 	VSUBPS       Z1, Z5, Z1
@@ -6117,103 +2082,125 @@ stateAVX512_read_18:
 	VFMADD213PS  Z3, Z28, Z3
 	VFMADD231PS  Z1, Z30, Z3
 	VMOVUPS      Z3, 896(DI)
-	VMOVAPS      Z1, 64(R10)
-	VMOVAPS      128(R10), Z1
-	VMOVAPS      192(R10), Z3
-	VMOVUPS.Z    960(SI), K1, Z5
-	VFMADD213PS  Z1, Z28, Z1
-	VSUBPS       Z1, Z5, Z1
-	VMULPS       Z1, Z29, Z1
-	VFMADD213PS  Z3, Z28, Z3
-	VFMADD231PS  Z1, Z30, Z3
-	VMOVUPS      Z3, K1, 960(DI)
 	VMOVAPS      Z1, 192(R10)
 
-	// Write pass: S' = S + em1·S + k̂_i·δ over the same slab.
-	MOVQ AX, R11
-	MOVQ CX, AX
-	XORQ R12, R12
+stateAVX512_spantail_2:
+	VMOVUPS.Z   (SI)(R11*4), K1, Z1
+	VFMADD213PS Z26, Z28, Z26
+	VSUBPS      Z26, Z1, Z26
+	VMULPS      Z26, Z29, Z26
+	VFMADD213PS Z27, Z28, Z27
+	VFMADD231PS Z26, Z30, Z27
+	VMOVUPS     Z27, K1, (DI)(R11*4)
 
-stateAVX512_write_35:
+	// Write pass: S' = S + em1·S + k̂_i·δ over the same slab.
+	MOVQ AX, R12
+	MOVQ CX, AX
+	XORQ R13, R13
+
+stateAVX512_write_7:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	PREFETCHT1   256(CX)
 	PREFETCHT1   512(CX)
 	PREFETCHT1   768(CX)
-	ADDQ         $0x00000400, 8(SP)
-	VBROADCASTSS (DX)(R12*4), Z1
-	VMOVUPS      (R11), Z3
+	ADDQ         24(SP), CX
+	MOVQ         CX, 8(SP)
+	VBROADCASTSS (DX)(R13*4), Z1
+	VMOVUPS      (R12), Z3
 	VFMADD213PS  Z3, Z28, Z3
 	VFMADD231PS  Z0, Z1, Z3
 	VMOVUPS      Z3, (AX)
-	VMOVUPS      64(R11), Z3
+	VMOVUPS      64(R12), Z3
 	VFMADD213PS  Z3, Z28, Z3
 	VFMADD231PS  Z2, Z1, Z3
 	VMOVUPS      Z3, 64(AX)
-	VMOVUPS      128(R11), Z3
+	VMOVUPS      128(R12), Z3
 	VFMADD213PS  Z3, Z28, Z3
 	VFMADD231PS  Z4, Z1, Z3
 	VMOVUPS      Z3, 128(AX)
-	VMOVUPS      192(R11), Z3
+	VMOVUPS      192(R12), Z3
 	VFMADD213PS  Z3, Z28, Z3
 	VFMADD231PS  Z6, Z1, Z3
 	VMOVUPS      Z3, 192(AX)
-	VMOVUPS      256(R11), Z3
+	VMOVUPS      256(R12), Z3
 	VFMADD213PS  Z3, Z28, Z3
 	VFMADD231PS  Z8, Z1, Z3
 	VMOVUPS      Z3, 256(AX)
-	VMOVUPS      320(R11), Z3
+	CMPQ         R11, $0x00000050
+	JBE          stateAVX512_spantail_3
+	VMOVUPS      320(R12), Z3
 	VFMADD213PS  Z3, Z28, Z3
 	VFMADD231PS  Z10, Z1, Z3
 	VMOVUPS      Z3, 320(AX)
-	VMOVUPS      384(R11), Z3
+	CMPQ         R11, $0x00000060
+	JBE          stateAVX512_spantail_3
+	VMOVUPS      384(R12), Z3
 	VFMADD213PS  Z3, Z28, Z3
 	VFMADD231PS  Z12, Z1, Z3
 	VMOVUPS      Z3, 384(AX)
-	VMOVUPS      448(R11), Z3
+	CMPQ         R11, $0x00000070
+	JBE          stateAVX512_spantail_3
+	VMOVUPS      448(R12), Z3
 	VFMADD213PS  Z3, Z28, Z3
 	VFMADD231PS  Z14, Z1, Z3
 	VMOVUPS      Z3, 448(AX)
-	VMOVUPS      512(R11), Z3
+	CMPQ         R11, $0x00000080
+	JBE          stateAVX512_spantail_3
+	VMOVUPS      512(R12), Z3
 	VFMADD213PS  Z3, Z28, Z3
 	VFMADD231PS  Z16, Z1, Z3
 	VMOVUPS      Z3, 512(AX)
-	VMOVUPS      576(R11), Z3
+	CMPQ         R11, $0x00000090
+	JBE          stateAVX512_spantail_3
+	VMOVUPS      576(R12), Z3
 	VFMADD213PS  Z3, Z28, Z3
 	VFMADD231PS  Z18, Z1, Z3
 	VMOVUPS      Z3, 576(AX)
-	VMOVUPS      640(R11), Z3
+	CMPQ         R11, $0x000000a0
+	JBE          stateAVX512_spantail_3
+	VMOVUPS      640(R12), Z3
 	VFMADD213PS  Z3, Z28, Z3
 	VFMADD231PS  Z20, Z1, Z3
 	VMOVUPS      Z3, 640(AX)
-	VMOVUPS      704(R11), Z3
+	CMPQ         R11, $0x000000b0
+	JBE          stateAVX512_spantail_3
+	VMOVUPS      704(R12), Z3
 	VFMADD213PS  Z3, Z28, Z3
 	VFMADD231PS  Z22, Z1, Z3
 	VMOVUPS      Z3, 704(AX)
-	VMOVUPS      768(R11), Z3
+	CMPQ         R11, $0x000000c0
+	JBE          stateAVX512_spantail_3
+	VMOVUPS      768(R12), Z3
 	VFMADD213PS  Z3, Z28, Z3
 	VFMADD231PS  Z24, Z1, Z3
 	VMOVUPS      Z3, 768(AX)
-	VMOVUPS      832(R11), Z3
-	VFMADD213PS  Z3, Z28, Z3
-	VFMADD231PS  Z26, Z1, Z3
-	VMOVUPS      Z3, 832(AX)
-	VMOVUPS      896(R11), Z3
+	CMPQ         R11, $0x000000d0
+	JBE          stateAVX512_spantail_3
+	VMOVUPS      832(R12), Z3
 	VFMADD213PS  Z3, Z28, Z3
 	VFMADD231PS  64(R10), Z1, Z3
-	VMOVUPS      Z3, 896(AX)
-	VMOVUPS.Z    960(R11), K1, Z3
+	VMOVUPS      Z3, 832(AX)
+	CMPQ         R11, $0x000000e0
+	JBE          stateAVX512_spantail_3
+	VMOVUPS      896(R12), Z3
 	VFMADD213PS  Z3, Z28, Z3
 	VFMADD231PS  192(R10), Z1, Z3
-	VMOVUPS      Z3, K1, 960(AX)
-	ADDQ         R9, R11
-	ADDQ         R9, AX
-	INCQ         R12
-	CMPQ         R12, R8
-	JB           stateAVX512_write_35
-	JMP          stateAVX512_decayed_18
+	VMOVUPS      Z3, 896(AX)
 
-stateAVX512_far_18:
+stateAVX512_spantail_3:
+	VMOVUPS.Z   (R12)(R11*4), K1, Z3
+	VFMADD213PS Z3, Z28, Z3
+	VFMADD231PS Z26, Z1, Z3
+	VMOVUPS     Z3, K1, (AX)(R11*4)
+	ADDQ        R9, R12
+	ADDQ        R9, AX
+	INCQ        R13
+	CMPQ        R13, R8
+	JB          stateAVX512_write_7
+	JMP         stateAVX512_decayed_4
+
+stateAVX512_far_4:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	VBROADCASTSS eg+148(FP), Z28
@@ -6254,6 +2241,8 @@ stateAVX512_far_18:
 	VMULPS       Z9, Z28, Z9
 	VFMADD231PS  Z8, Z30, Z9
 	VMOVUPS      Z9, 256(DI)
+	CMPQ         R11, $0x00000050
+	JBE          stateAVX512_spantail_4
 	VMOVUPS      320(SI), Z1
 	VMULPS       Z10, Z28, Z10
 	VSUBPS       Z10, Z1, Z10
@@ -6261,6 +2250,8 @@ stateAVX512_far_18:
 	VMULPS       Z11, Z28, Z11
 	VFMADD231PS  Z10, Z30, Z11
 	VMOVUPS      Z11, 320(DI)
+	CMPQ         R11, $0x00000060
+	JBE          stateAVX512_spantail_4
 	VMOVUPS      384(SI), Z1
 	VMULPS       Z12, Z28, Z12
 	VSUBPS       Z12, Z1, Z12
@@ -6268,6 +2259,8 @@ stateAVX512_far_18:
 	VMULPS       Z13, Z28, Z13
 	VFMADD231PS  Z12, Z30, Z13
 	VMOVUPS      Z13, 384(DI)
+	CMPQ         R11, $0x00000070
+	JBE          stateAVX512_spantail_4
 	VMOVUPS      448(SI), Z1
 	VMULPS       Z14, Z28, Z14
 	VSUBPS       Z14, Z1, Z14
@@ -6275,6 +2268,8 @@ stateAVX512_far_18:
 	VMULPS       Z15, Z28, Z15
 	VFMADD231PS  Z14, Z30, Z15
 	VMOVUPS      Z15, 448(DI)
+	CMPQ         R11, $0x00000080
+	JBE          stateAVX512_spantail_4
 	VMOVUPS      512(SI), Z1
 	VMULPS       Z16, Z28, Z16
 	VSUBPS       Z16, Z1, Z16
@@ -6282,6 +2277,8 @@ stateAVX512_far_18:
 	VMULPS       Z17, Z28, Z17
 	VFMADD231PS  Z16, Z30, Z17
 	VMOVUPS      Z17, 512(DI)
+	CMPQ         R11, $0x00000090
+	JBE          stateAVX512_spantail_4
 	VMOVUPS      576(SI), Z1
 	VMULPS       Z18, Z28, Z18
 	VSUBPS       Z18, Z1, Z18
@@ -6289,6 +2286,8 @@ stateAVX512_far_18:
 	VMULPS       Z19, Z28, Z19
 	VFMADD231PS  Z18, Z30, Z19
 	VMOVUPS      Z19, 576(DI)
+	CMPQ         R11, $0x000000a0
+	JBE          stateAVX512_spantail_4
 	VMOVUPS      640(SI), Z1
 	VMULPS       Z20, Z28, Z20
 	VSUBPS       Z20, Z1, Z20
@@ -6296,6 +2295,8 @@ stateAVX512_far_18:
 	VMULPS       Z21, Z28, Z21
 	VFMADD231PS  Z20, Z30, Z21
 	VMOVUPS      Z21, 640(DI)
+	CMPQ         R11, $0x000000b0
+	JBE          stateAVX512_spantail_4
 	VMOVUPS      704(SI), Z1
 	VMULPS       Z22, Z28, Z22
 	VSUBPS       Z22, Z1, Z22
@@ -6303,6 +2304,8 @@ stateAVX512_far_18:
 	VMULPS       Z23, Z28, Z23
 	VFMADD231PS  Z22, Z30, Z23
 	VMOVUPS      Z23, 704(DI)
+	CMPQ         R11, $0x000000c0
+	JBE          stateAVX512_spantail_4
 	VMOVUPS      768(SI), Z1
 	VMULPS       Z24, Z28, Z24
 	VSUBPS       Z24, Z1, Z24
@@ -6310,15 +2313,22 @@ stateAVX512_far_18:
 	VMULPS       Z25, Z28, Z25
 	VFMADD231PS  Z24, Z30, Z25
 	VMOVUPS      Z25, 768(DI)
-	VMOVUPS      832(SI), Z1
-	VMULPS       Z26, Z28, Z26
-	VSUBPS       Z26, Z1, Z26
-	VMULPS       Z26, Z29, Z26
-	VMULPS       Z27, Z28, Z27
-	VFMADD231PS  Z26, Z30, Z27
-	VMOVUPS      Z27, 832(DI)
+	CMPQ         R11, $0x000000d0
+	JBE          stateAVX512_spantail_4
 	VMOVAPS      (R10), Z1
 	VMOVAPS      64(R10), Z3
+	VMOVUPS      832(SI), Z5
+	VMULPS       Z1, Z28, Z1
+	VSUBPS       Z1, Z5, Z1
+	VMULPS       Z1, Z29, Z1
+	VMULPS       Z3, Z28, Z3
+	VFMADD231PS  Z1, Z30, Z3
+	VMOVUPS      Z3, 832(DI)
+	VMOVAPS      Z1, 64(R10)
+	CMPQ         R11, $0x000000e0
+	JBE          stateAVX512_spantail_4
+	VMOVAPS      128(R10), Z1
+	VMOVAPS      192(R10), Z3
 	VMOVUPS      896(SI), Z5
 	VMULPS       Z1, Z28, Z1
 	VSUBPS       Z1, Z5, Z1
@@ -6326,102 +2336,339 @@ stateAVX512_far_18:
 	VMULPS       Z3, Z28, Z3
 	VFMADD231PS  Z1, Z30, Z3
 	VMOVUPS      Z3, 896(DI)
-	VMOVAPS      Z1, 64(R10)
-	VMOVAPS      128(R10), Z1
-	VMOVAPS      192(R10), Z3
-	VMOVUPS.Z    960(SI), K1, Z5
-	VMULPS       Z1, Z28, Z1
-	VSUBPS       Z1, Z5, Z1
-	VMULPS       Z1, Z29, Z1
-	VMULPS       Z3, Z28, Z3
-	VFMADD231PS  Z1, Z30, Z3
-	VMOVUPS      Z3, K1, 960(DI)
 	VMOVAPS      Z1, 192(R10)
 
-	// Write pass: S' = eg·S + k̂_i·δ over the same slab.
-	MOVQ AX, R11
-	MOVQ CX, AX
-	XORQ R12, R12
+stateAVX512_spantail_4:
+	VMOVUPS.Z   (SI)(R11*4), K1, Z1
+	VMULPS      Z26, Z28, Z26
+	VSUBPS      Z26, Z1, Z26
+	VMULPS      Z26, Z29, Z26
+	VMULPS      Z27, Z28, Z27
+	VFMADD231PS Z26, Z30, Z27
+	VMOVUPS     Z27, K1, (DI)(R11*4)
 
-stateAVX512_write_36:
+	// Write pass: S' = eg·S + k̂_i·δ over the same slab.
+	MOVQ AX, R12
+	MOVQ CX, AX
+	XORQ R13, R13
+
+stateAVX512_write_8:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	PREFETCHT1   256(CX)
 	PREFETCHT1   512(CX)
 	PREFETCHT1   768(CX)
-	ADDQ         $0x00000400, 8(SP)
-	VBROADCASTSS (DX)(R12*4), Z1
-	VMOVUPS      (R11), Z3
+	ADDQ         24(SP), CX
+	MOVQ         CX, 8(SP)
+	VBROADCASTSS (DX)(R13*4), Z1
+	VMOVUPS      (R12), Z3
 	VMULPS       Z3, Z28, Z3
 	VFMADD231PS  Z0, Z1, Z3
 	VMOVUPS      Z3, (AX)
-	VMOVUPS      64(R11), Z3
+	VMOVUPS      64(R12), Z3
 	VMULPS       Z3, Z28, Z3
 	VFMADD231PS  Z2, Z1, Z3
 	VMOVUPS      Z3, 64(AX)
-	VMOVUPS      128(R11), Z3
+	VMOVUPS      128(R12), Z3
 	VMULPS       Z3, Z28, Z3
 	VFMADD231PS  Z4, Z1, Z3
 	VMOVUPS      Z3, 128(AX)
-	VMOVUPS      192(R11), Z3
+	VMOVUPS      192(R12), Z3
 	VMULPS       Z3, Z28, Z3
 	VFMADD231PS  Z6, Z1, Z3
 	VMOVUPS      Z3, 192(AX)
-	VMOVUPS      256(R11), Z3
+	VMOVUPS      256(R12), Z3
 	VMULPS       Z3, Z28, Z3
 	VFMADD231PS  Z8, Z1, Z3
 	VMOVUPS      Z3, 256(AX)
-	VMOVUPS      320(R11), Z3
+	CMPQ         R11, $0x00000050
+	JBE          stateAVX512_spantail_5
+	VMOVUPS      320(R12), Z3
 	VMULPS       Z3, Z28, Z3
 	VFMADD231PS  Z10, Z1, Z3
 	VMOVUPS      Z3, 320(AX)
-	VMOVUPS      384(R11), Z3
+	CMPQ         R11, $0x00000060
+	JBE          stateAVX512_spantail_5
+	VMOVUPS      384(R12), Z3
 	VMULPS       Z3, Z28, Z3
 	VFMADD231PS  Z12, Z1, Z3
 	VMOVUPS      Z3, 384(AX)
-	VMOVUPS      448(R11), Z3
+	CMPQ         R11, $0x00000070
+	JBE          stateAVX512_spantail_5
+	VMOVUPS      448(R12), Z3
 	VMULPS       Z3, Z28, Z3
 	VFMADD231PS  Z14, Z1, Z3
 	VMOVUPS      Z3, 448(AX)
-	VMOVUPS      512(R11), Z3
+	CMPQ         R11, $0x00000080
+	JBE          stateAVX512_spantail_5
+	VMOVUPS      512(R12), Z3
 	VMULPS       Z3, Z28, Z3
 	VFMADD231PS  Z16, Z1, Z3
 	VMOVUPS      Z3, 512(AX)
-	VMOVUPS      576(R11), Z3
+	CMPQ         R11, $0x00000090
+	JBE          stateAVX512_spantail_5
+	VMOVUPS      576(R12), Z3
 	VMULPS       Z3, Z28, Z3
 	VFMADD231PS  Z18, Z1, Z3
 	VMOVUPS      Z3, 576(AX)
-	VMOVUPS      640(R11), Z3
+	CMPQ         R11, $0x000000a0
+	JBE          stateAVX512_spantail_5
+	VMOVUPS      640(R12), Z3
 	VMULPS       Z3, Z28, Z3
 	VFMADD231PS  Z20, Z1, Z3
 	VMOVUPS      Z3, 640(AX)
-	VMOVUPS      704(R11), Z3
+	CMPQ         R11, $0x000000b0
+	JBE          stateAVX512_spantail_5
+	VMOVUPS      704(R12), Z3
 	VMULPS       Z3, Z28, Z3
 	VFMADD231PS  Z22, Z1, Z3
 	VMOVUPS      Z3, 704(AX)
-	VMOVUPS      768(R11), Z3
+	CMPQ         R11, $0x000000c0
+	JBE          stateAVX512_spantail_5
+	VMOVUPS      768(R12), Z3
 	VMULPS       Z3, Z28, Z3
 	VFMADD231PS  Z24, Z1, Z3
 	VMOVUPS      Z3, 768(AX)
-	VMOVUPS      832(R11), Z3
-	VMULPS       Z3, Z28, Z3
-	VFMADD231PS  Z26, Z1, Z3
-	VMOVUPS      Z3, 832(AX)
-	VMOVUPS      896(R11), Z3
+	CMPQ         R11, $0x000000d0
+	JBE          stateAVX512_spantail_5
+	VMOVUPS      832(R12), Z3
 	VMULPS       Z3, Z28, Z3
 	VFMADD231PS  64(R10), Z1, Z3
-	VMOVUPS      Z3, 896(AX)
-	VMOVUPS.Z    960(R11), K1, Z3
+	VMOVUPS      Z3, 832(AX)
+	CMPQ         R11, $0x000000e0
+	JBE          stateAVX512_spantail_5
+	VMOVUPS      896(R12), Z3
 	VMULPS       Z3, Z28, Z3
 	VFMADD231PS  192(R10), Z1, Z3
-	VMOVUPS      Z3, K1, 960(AX)
-	ADDQ         R9, R11
-	ADDQ         R9, AX
-	INCQ         R12
-	CMPQ         R12, R8
-	JB           stateAVX512_write_36
+	VMOVUPS      Z3, 896(AX)
 
-stateAVX512_decayed_18:
+stateAVX512_spantail_5:
+	VMOVUPS.Z   (R12)(R11*4), K1, Z3
+	VMULPS      Z3, Z28, Z3
+	VFMADD231PS Z26, Z1, Z3
+	VMOVUPS     Z3, K1, (AX)(R11*4)
+	ADDQ        R9, R12
+	ADDQ        R9, AX
+	INCQ        R13
+	CMPQ        R13, R8
+	JB          stateAVX512_write_8
+
+stateAVX512_decayed_4:
+	JMP stateAVX512_done_1
+
+stateAVX512_span64_1:
+	// Tail of 1 to 64 columns.
+	// Block of 1–64 columns: read pass (Sᵀk̂, Sᵀq̂ of 4 vectors in registers).
+	VBROADCASTSS zero<>+0(SB), Z0
+	VBROADCASTSS zero<>+0(SB), Z1
+	VBROADCASTSS zero<>+0(SB), Z2
+	VBROADCASTSS zero<>+0(SB), Z3
+	VBROADCASTSS zero<>+0(SB), Z4
+	VBROADCASTSS zero<>+0(SB), Z5
+	VBROADCASTSS zero<>+0(SB), Z6
+	VBROADCASTSS zero<>+0(SB), Z7
+	MOVQ         AX, R10
+	XORQ         R12, R12
+
+stateAVX512_read_5:
+	VBROADCASTSS (DX)(R12*4), Z8
+	VBROADCASTSS (BX)(R12*4), Z9
+	CMPQ         R11, $0x00000000
+	JBE          stateAVX512_spantail_6
+	VMOVUPS      (R10), Z10
+	VFMADD231PS  Z10, Z8, Z0
+	VFMADD231PS  Z10, Z9, Z1
+	CMPQ         R11, $0x00000010
+	JBE          stateAVX512_spantail_6
+	VMOVUPS      64(R10), Z10
+	VFMADD231PS  Z10, Z8, Z2
+	VFMADD231PS  Z10, Z9, Z3
+	CMPQ         R11, $0x00000020
+	JBE          stateAVX512_spantail_6
+	VMOVUPS      128(R10), Z10
+	VFMADD231PS  Z10, Z8, Z4
+	VFMADD231PS  Z10, Z9, Z5
+
+stateAVX512_spantail_6:
+	VMOVUPS.Z   (R10)(R11*4), K1, Z10
+	VFMADD231PS Z10, Z8, Z6
+	VFMADD231PS Z10, Z9, Z7
+	ADDQ        R9, R10
+	INCQ        R12
+	CMPQ        R12, R8
+	JB          stateAVX512_read_5
+	CMPB        16(SP), $0x00
+	JE          stateAVX512_far_5
+
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	VBROADCASTSS em1+144(FP), Z8
+	VBROADCASTSS beta+152(FP), Z9
+	VBROADCASTSS kq+156(FP), Z10
+	CMPQ         R11, $0x00000000
+	JBE          stateAVX512_spantail_7
+	VMOVUPS      (SI), Z11
+	VFMADD213PS  Z0, Z8, Z0
+	VSUBPS       Z0, Z11, Z0
+	VMULPS       Z0, Z9, Z0
+	VFMADD213PS  Z1, Z8, Z1
+	VFMADD231PS  Z0, Z10, Z1
+	VMOVUPS      Z1, (DI)
+	CMPQ         R11, $0x00000010
+	JBE          stateAVX512_spantail_7
+	VMOVUPS      64(SI), Z1
+	VFMADD213PS  Z2, Z8, Z2
+	VSUBPS       Z2, Z1, Z2
+	VMULPS       Z2, Z9, Z2
+	VFMADD213PS  Z3, Z8, Z3
+	VFMADD231PS  Z2, Z10, Z3
+	VMOVUPS      Z3, 64(DI)
+	CMPQ         R11, $0x00000020
+	JBE          stateAVX512_spantail_7
+	VMOVUPS      128(SI), Z1
+	VFMADD213PS  Z4, Z8, Z4
+	VSUBPS       Z4, Z1, Z4
+	VMULPS       Z4, Z9, Z4
+	VFMADD213PS  Z5, Z8, Z5
+	VFMADD231PS  Z4, Z10, Z5
+	VMOVUPS      Z5, 128(DI)
+
+stateAVX512_spantail_7:
+	VMOVUPS.Z   (SI)(R11*4), K1, Z1
+	VFMADD213PS Z6, Z8, Z6
+	VSUBPS      Z6, Z1, Z6
+	VMULPS      Z6, Z9, Z6
+	VFMADD213PS Z7, Z8, Z7
+	VFMADD231PS Z6, Z10, Z7
+	VMOVUPS     Z7, K1, (DI)(R11*4)
+
+	// Write pass: S' = S + em1·S + k̂_i·δ over the same slab.
+	MOVQ AX, R10
+	MOVQ CX, AX
+	XORQ R12, R12
+
+stateAVX512_write_9:
+	MOVQ         8(SP), CX
+	PREFETCHT1   (CX)
+	ADDQ         24(SP), CX
+	MOVQ         CX, 8(SP)
+	VBROADCASTSS (DX)(R12*4), Z1
+	CMPQ         R11, $0x00000000
+	JBE          stateAVX512_spantail_8
+	VMOVUPS      (R10), Z3
+	VFMADD213PS  Z3, Z8, Z3
+	VFMADD231PS  Z0, Z1, Z3
+	VMOVUPS      Z3, (AX)
+	CMPQ         R11, $0x00000010
+	JBE          stateAVX512_spantail_8
+	VMOVUPS      64(R10), Z3
+	VFMADD213PS  Z3, Z8, Z3
+	VFMADD231PS  Z2, Z1, Z3
+	VMOVUPS      Z3, 64(AX)
+	CMPQ         R11, $0x00000020
+	JBE          stateAVX512_spantail_8
+	VMOVUPS      128(R10), Z3
+	VFMADD213PS  Z3, Z8, Z3
+	VFMADD231PS  Z4, Z1, Z3
+	VMOVUPS      Z3, 128(AX)
+
+stateAVX512_spantail_8:
+	VMOVUPS.Z   (R10)(R11*4), K1, Z3
+	VFMADD213PS Z3, Z8, Z3
+	VFMADD231PS Z6, Z1, Z3
+	VMOVUPS     Z3, K1, (AX)(R11*4)
+	ADDQ        R9, R10
+	ADDQ        R9, AX
+	INCQ        R12
+	CMPQ        R12, R8
+	JB          stateAVX512_write_9
+	JMP         stateAVX512_decayed_5
+
+stateAVX512_far_5:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	VBROADCASTSS eg+148(FP), Z8
+	VBROADCASTSS beta+152(FP), Z9
+	VBROADCASTSS kq+156(FP), Z10
+	CMPQ         R11, $0x00000000
+	JBE          stateAVX512_spantail_9
+	VMOVUPS      (SI), Z11
+	VMULPS       Z0, Z8, Z0
+	VSUBPS       Z0, Z11, Z0
+	VMULPS       Z0, Z9, Z0
+	VMULPS       Z1, Z8, Z1
+	VFMADD231PS  Z0, Z10, Z1
+	VMOVUPS      Z1, (DI)
+	CMPQ         R11, $0x00000010
+	JBE          stateAVX512_spantail_9
+	VMOVUPS      64(SI), Z1
+	VMULPS       Z2, Z8, Z2
+	VSUBPS       Z2, Z1, Z2
+	VMULPS       Z2, Z9, Z2
+	VMULPS       Z3, Z8, Z3
+	VFMADD231PS  Z2, Z10, Z3
+	VMOVUPS      Z3, 64(DI)
+	CMPQ         R11, $0x00000020
+	JBE          stateAVX512_spantail_9
+	VMOVUPS      128(SI), Z1
+	VMULPS       Z4, Z8, Z4
+	VSUBPS       Z4, Z1, Z4
+	VMULPS       Z4, Z9, Z4
+	VMULPS       Z5, Z8, Z5
+	VFMADD231PS  Z4, Z10, Z5
+	VMOVUPS      Z5, 128(DI)
+
+stateAVX512_spantail_9:
+	VMOVUPS.Z   (SI)(R11*4), K1, Z1
+	VMULPS      Z6, Z8, Z6
+	VSUBPS      Z6, Z1, Z6
+	VMULPS      Z6, Z9, Z6
+	VMULPS      Z7, Z8, Z7
+	VFMADD231PS Z6, Z10, Z7
+	VMOVUPS     Z7, K1, (DI)(R11*4)
+
+	// Write pass: S' = eg·S + k̂_i·δ over the same slab.
+	MOVQ AX, R10
+	MOVQ CX, AX
+	XORQ R12, R12
+
+stateAVX512_write_10:
+	MOVQ         8(SP), CX
+	PREFETCHT1   (CX)
+	ADDQ         24(SP), CX
+	MOVQ         CX, 8(SP)
+	VBROADCASTSS (DX)(R12*4), Z1
+	CMPQ         R11, $0x00000000
+	JBE          stateAVX512_spantail_10
+	VMOVUPS      (R10), Z3
+	VMULPS       Z3, Z8, Z3
+	VFMADD231PS  Z0, Z1, Z3
+	VMOVUPS      Z3, (AX)
+	CMPQ         R11, $0x00000010
+	JBE          stateAVX512_spantail_10
+	VMOVUPS      64(R10), Z3
+	VMULPS       Z3, Z8, Z3
+	VFMADD231PS  Z2, Z1, Z3
+	VMOVUPS      Z3, 64(AX)
+	CMPQ         R11, $0x00000020
+	JBE          stateAVX512_spantail_10
+	VMOVUPS      128(R10), Z3
+	VMULPS       Z3, Z8, Z3
+	VFMADD231PS  Z4, Z1, Z3
+	VMOVUPS      Z3, 128(AX)
+
+stateAVX512_spantail_10:
+	VMOVUPS.Z   (R10)(R11*4), K1, Z3
+	VMULPS      Z3, Z8, Z3
+	VFMADD231PS Z6, Z1, Z3
+	VMOVUPS     Z3, K1, (AX)(R11*4)
+	ADDQ        R9, R10
+	ADDQ        R9, AX
+	INCQ        R12
+	CMPQ        R12, R8
+	JB          stateAVX512_write_10
+
+stateAVX512_decayed_5:
 stateAVX512_done_1:
 	VZEROUPPER
 	RET
@@ -6734,8 +2981,8 @@ l2AVX512_l2reduce_1:
 	RET
 
 // func stateAVX2(sIn []float32, sOut []float32, kh []float32, qh []float32, v []float32, o []float32, em1 float32, eg float32, beta float32, kq float32)
-// Requires: AVX, FMA3, MMX+
-TEXT ·stateAVX2(SB), NOSPLIT, $216-160
+// Requires: AVX, AVX2, CMOV, FMA3, MMX+
+TEXT ·stateAVX2(SB), NOSPLIT, $272-160
 	MOVQ  sIn_base+0(FP), AX
 	MOVQ  sOut_base+24(FP), CX
 	MOVQ  kh_base+48(FP), DX
@@ -6771,7 +3018,7 @@ TEXT ·stateAVX2(SB), NOSPLIT, $216-160
 	VMOVSS   em1+144(FP), X0
 	VUCOMISS nearone<>+0(SB), X0
 	SETCC    16(SP)
-	LEAQ     24(SP), R10
+	LEAQ     64(SP), R10
 	ADDQ     $0x1f, R10
 	ANDQ     $-32, R10
 
@@ -6780,26 +3027,16 @@ stateAVX2_rows256_1:
 	JB   stateAVX2_rowsdone_1
 
 	// Rows of 256 columns: read pass, Sᵀk̂ of YMM ≥ 13 in o.
-	VXORPS  Y0, Y0, Y0
-	VMOVUPS Y0, 416(DI)
-	VMOVUPS Y0, 448(DI)
-	VMOVUPS Y0, 480(DI)
-	VMOVUPS Y0, 512(DI)
-	VMOVUPS Y0, 544(DI)
-	VMOVUPS Y0, 576(DI)
-	VMOVUPS Y0, 608(DI)
-	VMOVUPS Y0, 640(DI)
-	VMOVUPS Y0, 672(DI)
-	VMOVUPS Y0, 704(DI)
-	VMOVUPS Y0, 736(DI)
-	VMOVUPS Y0, 768(DI)
-	VMOVUPS Y0, 800(DI)
-	VMOVUPS Y0, 832(DI)
-	VMOVUPS Y0, 864(DI)
-	VMOVUPS Y0, 896(DI)
-	VMOVUPS Y0, 928(DI)
-	VMOVUPS Y0, 960(DI)
-	VMOVUPS Y0, 992(DI)
+	// Zero the Sᵀk̂ of YMM 13–31 in o (a loop: once per block).
+	VXORPS Y0, Y0, Y0
+	LEAQ   416(DI), R11
+	MOVQ   $0x00000013, R12
+
+stateAVX2_rzero_1:
+	VMOVUPS Y0, (R11)
+	ADDQ    $0x20, R11
+	DECQ    R12
+	JNZ     stateAVX2_rzero_1
 	VXORPS  Y0, Y0, Y0
 	VXORPS  Y1, Y1, Y1
 	VXORPS  Y2, Y2, Y2
@@ -6964,121 +3201,24 @@ stateAVX2_rread_1:
 	VSUBPS       Y12, Y0, Y12
 	VMULPS       Y12, Y14, Y12
 	VMOVUPS      Y12, 384(DI)
-	VMOVUPS      416(DI), Y0
-	VMOVUPS      416(SI), Y1
-	VFMADD213PS  Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 416(DI)
-	VMOVUPS      448(DI), Y0
-	VMOVUPS      448(SI), Y1
-	VFMADD213PS  Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 448(DI)
-	VMOVUPS      480(DI), Y0
-	VMOVUPS      480(SI), Y1
-	VFMADD213PS  Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 480(DI)
-	VMOVUPS      512(DI), Y0
-	VMOVUPS      512(SI), Y1
-	VFMADD213PS  Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 512(DI)
-	VMOVUPS      544(DI), Y0
-	VMOVUPS      544(SI), Y1
-	VFMADD213PS  Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 544(DI)
-	VMOVUPS      576(DI), Y0
-	VMOVUPS      576(SI), Y1
-	VFMADD213PS  Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 576(DI)
-	VMOVUPS      608(DI), Y0
-	VMOVUPS      608(SI), Y1
-	VFMADD213PS  Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 608(DI)
-	VMOVUPS      640(DI), Y0
-	VMOVUPS      640(SI), Y1
-	VFMADD213PS  Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 640(DI)
-	VMOVUPS      672(DI), Y0
-	VMOVUPS      672(SI), Y1
-	VFMADD213PS  Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 672(DI)
-	VMOVUPS      704(DI), Y0
-	VMOVUPS      704(SI), Y1
-	VFMADD213PS  Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 704(DI)
-	VMOVUPS      736(DI), Y0
-	VMOVUPS      736(SI), Y1
-	VFMADD213PS  Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 736(DI)
-	VMOVUPS      768(DI), Y0
-	VMOVUPS      768(SI), Y1
-	VFMADD213PS  Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 768(DI)
-	VMOVUPS      800(DI), Y0
-	VMOVUPS      800(SI), Y1
-	VFMADD213PS  Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 800(DI)
-	VMOVUPS      832(DI), Y0
-	VMOVUPS      832(SI), Y1
-	VFMADD213PS  Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 832(DI)
-	VMOVUPS      864(DI), Y0
-	VMOVUPS      864(SI), Y1
-	VFMADD213PS  Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 864(DI)
-	VMOVUPS      896(DI), Y0
-	VMOVUPS      896(SI), Y1
-	VFMADD213PS  Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 896(DI)
-	VMOVUPS      928(DI), Y0
-	VMOVUPS      928(SI), Y1
-	VFMADD213PS  Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 928(DI)
-	VMOVUPS      960(DI), Y0
-	VMOVUPS      960(SI), Y1
-	VFMADD213PS  Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 960(DI)
-	VMOVUPS      992(DI), Y0
-	VMOVUPS      992(SI), Y1
-	VFMADD213PS  Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 992(DI)
-	JMP          stateAVX2_decayed_1
+
+	// YMM 13–31 from o (a loop: once per block).
+	LEAQ 416(DI), R11
+	LEAQ 416(SI), R12
+	MOVQ $0x00000013, R13
+
+stateAVX2_rdelta_1:
+	VMOVUPS     (R11), Y0
+	VMOVUPS     (R12), Y1
+	VFMADD213PS Y0, Y13, Y0
+	VSUBPS      Y0, Y1, Y0
+	VMULPS      Y0, Y14, Y0
+	VMOVUPS     Y0, (R11)
+	ADDQ        $0x20, R11
+	ADDQ        $0x20, R12
+	DECQ        R13
+	JNZ         stateAVX2_rdelta_1
+	JMP         stateAVX2_decayed_1
 
 stateAVX2_far_1:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
@@ -7150,123 +3290,701 @@ stateAVX2_far_1:
 	VSUBPS       Y12, Y0, Y12
 	VMULPS       Y12, Y14, Y12
 	VMOVUPS      Y12, 384(DI)
-	VMOVUPS      416(DI), Y0
-	VMOVUPS      416(SI), Y1
-	VMULPS       Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 416(DI)
-	VMOVUPS      448(DI), Y0
-	VMOVUPS      448(SI), Y1
-	VMULPS       Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 448(DI)
-	VMOVUPS      480(DI), Y0
-	VMOVUPS      480(SI), Y1
-	VMULPS       Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 480(DI)
-	VMOVUPS      512(DI), Y0
-	VMOVUPS      512(SI), Y1
-	VMULPS       Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 512(DI)
-	VMOVUPS      544(DI), Y0
-	VMOVUPS      544(SI), Y1
-	VMULPS       Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 544(DI)
-	VMOVUPS      576(DI), Y0
-	VMOVUPS      576(SI), Y1
-	VMULPS       Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 576(DI)
-	VMOVUPS      608(DI), Y0
-	VMOVUPS      608(SI), Y1
-	VMULPS       Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 608(DI)
-	VMOVUPS      640(DI), Y0
-	VMOVUPS      640(SI), Y1
-	VMULPS       Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 640(DI)
-	VMOVUPS      672(DI), Y0
-	VMOVUPS      672(SI), Y1
-	VMULPS       Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 672(DI)
-	VMOVUPS      704(DI), Y0
-	VMOVUPS      704(SI), Y1
-	VMULPS       Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 704(DI)
-	VMOVUPS      736(DI), Y0
-	VMOVUPS      736(SI), Y1
-	VMULPS       Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 736(DI)
-	VMOVUPS      768(DI), Y0
-	VMOVUPS      768(SI), Y1
-	VMULPS       Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 768(DI)
-	VMOVUPS      800(DI), Y0
-	VMOVUPS      800(SI), Y1
-	VMULPS       Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 800(DI)
-	VMOVUPS      832(DI), Y0
-	VMOVUPS      832(SI), Y1
-	VMULPS       Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 832(DI)
-	VMOVUPS      864(DI), Y0
-	VMOVUPS      864(SI), Y1
-	VMULPS       Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 864(DI)
-	VMOVUPS      896(DI), Y0
-	VMOVUPS      896(SI), Y1
-	VMULPS       Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 896(DI)
-	VMOVUPS      928(DI), Y0
-	VMOVUPS      928(SI), Y1
-	VMULPS       Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 928(DI)
-	VMOVUPS      960(DI), Y0
-	VMOVUPS      960(SI), Y1
-	VMULPS       Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 960(DI)
-	VMOVUPS      992(DI), Y0
-	VMOVUPS      992(SI), Y1
-	VMULPS       Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 992(DI)
+
+	// YMM 13–31 from o (a loop: once per block).
+	LEAQ 416(DI), R11
+	LEAQ 416(SI), R12
+	MOVQ $0x00000013, R13
+
+stateAVX2_rdelta_2:
+	VMOVUPS (R11), Y0
+	VMOVUPS (R12), Y1
+	VMULPS  Y0, Y13, Y0
+	VSUBPS  Y0, Y1, Y0
+	VMULPS  Y0, Y14, Y0
+	VMOVUPS Y0, (R11)
+	ADDQ    $0x20, R11
+	ADDQ    $0x20, R12
+	DECQ    R13
+	JNZ     stateAVX2_rdelta_2
 
 stateAVX2_decayed_1:
-	// Write pass over YMM 0–15, Sᵀq̂ of YMM ≥ 11 in the frame.
+	// Write pass over 16 YMM (rowWrite), back to stateAVX2_rback_1.
+	MOVQ $0x00000001, 256(SP)
+	JMP  stateAVX2_rwrite16_1
+
+stateAVX2_rback_1:
+	// Write pass over 16 YMM (rowWrite), back to stateAVX2_rback_2.
+	MOVQ $0x00000002, 256(SP)
+	JMP  stateAVX2_rwrite16_1
+
+stateAVX2_rback_2:
+	ADDQ $0x00000400, SI
+	SUBQ $0x00000100, (SP)
+	JMP  stateAVX2_rows256_1
+
+stateAVX2_rowsdone_1:
+	CMPQ (SP), $0x000000c0
+	JB   stateAVX2_rowsdone_2
+
+	// Rows of 192 columns: read pass, Sᵀk̂ of YMM ≥ 13 in o.
+	// Zero the Sᵀk̂ of YMM 13–23 in o (a loop: once per block).
+	VXORPS Y0, Y0, Y0
+	LEAQ   416(DI), R11
+	MOVQ   $0x0000000b, R12
+
+stateAVX2_rzero_2:
+	VMOVUPS Y0, (R11)
+	ADDQ    $0x20, R11
+	DECQ    R12
+	JNZ     stateAVX2_rzero_2
+	VXORPS  Y0, Y0, Y0
+	VXORPS  Y1, Y1, Y1
+	VXORPS  Y2, Y2, Y2
+	VXORPS  Y3, Y3, Y3
+	VXORPS  Y4, Y4, Y4
+	VXORPS  Y5, Y5, Y5
+	VXORPS  Y6, Y6, Y6
+	VXORPS  Y7, Y7, Y7
+	VXORPS  Y8, Y8, Y8
+	VXORPS  Y9, Y9, Y9
+	VXORPS  Y10, Y10, Y10
+	VXORPS  Y11, Y11, Y11
+	VXORPS  Y12, Y12, Y12
+	MOVQ    AX, R11
+	XORQ    R12, R12
+
+stateAVX2_rread_2:
+	VBROADCASTSS (DX)(R12*4), Y13
+	VFMADD231PS  (R11), Y13, Y0
+	VFMADD231PS  32(R11), Y13, Y1
+	VFMADD231PS  64(R11), Y13, Y2
+	VFMADD231PS  96(R11), Y13, Y3
+	VFMADD231PS  128(R11), Y13, Y4
+	VFMADD231PS  160(R11), Y13, Y5
+	VFMADD231PS  192(R11), Y13, Y6
+	VFMADD231PS  224(R11), Y13, Y7
+	VFMADD231PS  256(R11), Y13, Y8
+	VFMADD231PS  288(R11), Y13, Y9
+	VFMADD231PS  320(R11), Y13, Y10
+	VFMADD231PS  352(R11), Y13, Y11
+	VFMADD231PS  384(R11), Y13, Y12
+	VMOVUPS      416(DI), Y14
+	VFMADD231PS  416(R11), Y13, Y14
+	VMOVUPS      Y14, 416(DI)
+	VMOVUPS      448(DI), Y14
+	VFMADD231PS  448(R11), Y13, Y14
+	VMOVUPS      Y14, 448(DI)
+	VMOVUPS      480(DI), Y14
+	VFMADD231PS  480(R11), Y13, Y14
+	VMOVUPS      Y14, 480(DI)
+	VMOVUPS      512(DI), Y14
+	VFMADD231PS  512(R11), Y13, Y14
+	VMOVUPS      Y14, 512(DI)
+	VMOVUPS      544(DI), Y14
+	VFMADD231PS  544(R11), Y13, Y14
+	VMOVUPS      Y14, 544(DI)
+	VMOVUPS      576(DI), Y14
+	VFMADD231PS  576(R11), Y13, Y14
+	VMOVUPS      Y14, 576(DI)
+	VMOVUPS      608(DI), Y14
+	VFMADD231PS  608(R11), Y13, Y14
+	VMOVUPS      Y14, 608(DI)
+	VMOVUPS      640(DI), Y14
+	VFMADD231PS  640(R11), Y13, Y14
+	VMOVUPS      Y14, 640(DI)
+	VMOVUPS      672(DI), Y14
+	VFMADD231PS  672(R11), Y13, Y14
+	VMOVUPS      Y14, 672(DI)
+	VMOVUPS      704(DI), Y14
+	VFMADD231PS  704(R11), Y13, Y14
+	VMOVUPS      Y14, 704(DI)
+	VMOVUPS      736(DI), Y14
+	VFMADD231PS  736(R11), Y13, Y14
+	VMOVUPS      Y14, 736(DI)
+	ADDQ         R9, R11
+	INCQ         R12
+	CMPQ         R12, R8
+	JB           stateAVX2_rread_2
+	CMPB         16(SP), $0x00
+	JE           stateAVX2_far_2
+
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), in o.
+	VBROADCASTSS em1+144(FP), Y13
+	VBROADCASTSS beta+152(FP), Y14
+	VMOVUPS      (SI), Y15
+	VFMADD213PS  Y0, Y13, Y0
+	VSUBPS       Y0, Y15, Y0
+	VMULPS       Y0, Y14, Y0
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      32(SI), Y0
+	VFMADD213PS  Y1, Y13, Y1
+	VSUBPS       Y1, Y0, Y1
+	VMULPS       Y1, Y14, Y1
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      64(SI), Y0
+	VFMADD213PS  Y2, Y13, Y2
+	VSUBPS       Y2, Y0, Y2
+	VMULPS       Y2, Y14, Y2
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      96(SI), Y0
+	VFMADD213PS  Y3, Y13, Y3
+	VSUBPS       Y3, Y0, Y3
+	VMULPS       Y3, Y14, Y3
+	VMOVUPS      Y3, 96(DI)
+	VMOVUPS      128(SI), Y0
+	VFMADD213PS  Y4, Y13, Y4
+	VSUBPS       Y4, Y0, Y4
+	VMULPS       Y4, Y14, Y4
+	VMOVUPS      Y4, 128(DI)
+	VMOVUPS      160(SI), Y0
+	VFMADD213PS  Y5, Y13, Y5
+	VSUBPS       Y5, Y0, Y5
+	VMULPS       Y5, Y14, Y5
+	VMOVUPS      Y5, 160(DI)
+	VMOVUPS      192(SI), Y0
+	VFMADD213PS  Y6, Y13, Y6
+	VSUBPS       Y6, Y0, Y6
+	VMULPS       Y6, Y14, Y6
+	VMOVUPS      Y6, 192(DI)
+	VMOVUPS      224(SI), Y0
+	VFMADD213PS  Y7, Y13, Y7
+	VSUBPS       Y7, Y0, Y7
+	VMULPS       Y7, Y14, Y7
+	VMOVUPS      Y7, 224(DI)
+	VMOVUPS      256(SI), Y0
+	VFMADD213PS  Y8, Y13, Y8
+	VSUBPS       Y8, Y0, Y8
+	VMULPS       Y8, Y14, Y8
+	VMOVUPS      Y8, 256(DI)
+	VMOVUPS      288(SI), Y0
+	VFMADD213PS  Y9, Y13, Y9
+	VSUBPS       Y9, Y0, Y9
+	VMULPS       Y9, Y14, Y9
+	VMOVUPS      Y9, 288(DI)
+	VMOVUPS      320(SI), Y0
+	VFMADD213PS  Y10, Y13, Y10
+	VSUBPS       Y10, Y0, Y10
+	VMULPS       Y10, Y14, Y10
+	VMOVUPS      Y10, 320(DI)
+	VMOVUPS      352(SI), Y0
+	VFMADD213PS  Y11, Y13, Y11
+	VSUBPS       Y11, Y0, Y11
+	VMULPS       Y11, Y14, Y11
+	VMOVUPS      Y11, 352(DI)
+	VMOVUPS      384(SI), Y0
+	VFMADD213PS  Y12, Y13, Y12
+	VSUBPS       Y12, Y0, Y12
+	VMULPS       Y12, Y14, Y12
+	VMOVUPS      Y12, 384(DI)
+
+	// YMM 13–23 from o (a loop: once per block).
+	LEAQ 416(DI), R11
+	LEAQ 416(SI), R12
+	MOVQ $0x0000000b, R13
+
+stateAVX2_rdelta_3:
+	VMOVUPS     (R11), Y0
+	VMOVUPS     (R12), Y1
+	VFMADD213PS Y0, Y13, Y0
+	VSUBPS      Y0, Y1, Y0
+	VMULPS      Y0, Y14, Y0
+	VMOVUPS     Y0, (R11)
+	ADDQ        $0x20, R11
+	ADDQ        $0x20, R12
+	DECQ        R13
+	JNZ         stateAVX2_rdelta_3
+	JMP         stateAVX2_decayed_2
+
+stateAVX2_far_2:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), in o.
+	VBROADCASTSS eg+148(FP), Y13
+	VBROADCASTSS beta+152(FP), Y14
+	VMOVUPS      (SI), Y15
+	VMULPS       Y0, Y13, Y0
+	VSUBPS       Y0, Y15, Y0
+	VMULPS       Y0, Y14, Y0
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      32(SI), Y0
+	VMULPS       Y1, Y13, Y1
+	VSUBPS       Y1, Y0, Y1
+	VMULPS       Y1, Y14, Y1
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      64(SI), Y0
+	VMULPS       Y2, Y13, Y2
+	VSUBPS       Y2, Y0, Y2
+	VMULPS       Y2, Y14, Y2
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      96(SI), Y0
+	VMULPS       Y3, Y13, Y3
+	VSUBPS       Y3, Y0, Y3
+	VMULPS       Y3, Y14, Y3
+	VMOVUPS      Y3, 96(DI)
+	VMOVUPS      128(SI), Y0
+	VMULPS       Y4, Y13, Y4
+	VSUBPS       Y4, Y0, Y4
+	VMULPS       Y4, Y14, Y4
+	VMOVUPS      Y4, 128(DI)
+	VMOVUPS      160(SI), Y0
+	VMULPS       Y5, Y13, Y5
+	VSUBPS       Y5, Y0, Y5
+	VMULPS       Y5, Y14, Y5
+	VMOVUPS      Y5, 160(DI)
+	VMOVUPS      192(SI), Y0
+	VMULPS       Y6, Y13, Y6
+	VSUBPS       Y6, Y0, Y6
+	VMULPS       Y6, Y14, Y6
+	VMOVUPS      Y6, 192(DI)
+	VMOVUPS      224(SI), Y0
+	VMULPS       Y7, Y13, Y7
+	VSUBPS       Y7, Y0, Y7
+	VMULPS       Y7, Y14, Y7
+	VMOVUPS      Y7, 224(DI)
+	VMOVUPS      256(SI), Y0
+	VMULPS       Y8, Y13, Y8
+	VSUBPS       Y8, Y0, Y8
+	VMULPS       Y8, Y14, Y8
+	VMOVUPS      Y8, 256(DI)
+	VMOVUPS      288(SI), Y0
+	VMULPS       Y9, Y13, Y9
+	VSUBPS       Y9, Y0, Y9
+	VMULPS       Y9, Y14, Y9
+	VMOVUPS      Y9, 288(DI)
+	VMOVUPS      320(SI), Y0
+	VMULPS       Y10, Y13, Y10
+	VSUBPS       Y10, Y0, Y10
+	VMULPS       Y10, Y14, Y10
+	VMOVUPS      Y10, 320(DI)
+	VMOVUPS      352(SI), Y0
+	VMULPS       Y11, Y13, Y11
+	VSUBPS       Y11, Y0, Y11
+	VMULPS       Y11, Y14, Y11
+	VMOVUPS      Y11, 352(DI)
+	VMOVUPS      384(SI), Y0
+	VMULPS       Y12, Y13, Y12
+	VSUBPS       Y12, Y0, Y12
+	VMULPS       Y12, Y14, Y12
+	VMOVUPS      Y12, 384(DI)
+
+	// YMM 13–23 from o (a loop: once per block).
+	LEAQ 416(DI), R11
+	LEAQ 416(SI), R12
+	MOVQ $0x0000000b, R13
+
+stateAVX2_rdelta_4:
+	VMOVUPS (R11), Y0
+	VMOVUPS (R12), Y1
+	VMULPS  Y0, Y13, Y0
+	VSUBPS  Y0, Y1, Y0
+	VMULPS  Y0, Y14, Y0
+	VMOVUPS Y0, (R11)
+	ADDQ    $0x20, R11
+	ADDQ    $0x20, R12
+	DECQ    R13
+	JNZ     stateAVX2_rdelta_4
+
+stateAVX2_decayed_2:
+	// Write pass over 16 YMM (rowWrite), back to stateAVX2_rback_3.
+	MOVQ $0x00000003, 256(SP)
+	JMP  stateAVX2_rwrite16_1
+
+stateAVX2_rback_3:
+	// Write pass over 8 YMM (rowWrite), back to stateAVX2_rback_4.
+	MOVQ $0x00000004, 256(SP)
+	JMP  stateAVX2_rwrite8_1
+
+stateAVX2_rback_4:
+	ADDQ $0x00000300, SI
+	SUBQ $0x000000c0, (SP)
+
+stateAVX2_rowsdone_2:
+	CMPQ (SP), $0x00000080
+	JB   stateAVX2_rowsdone_3
+
+	// Rows of 128 columns: read pass, Sᵀk̂ of YMM ≥ 13 in o.
+	// Zero the Sᵀk̂ of YMM 13–15 in o (a loop: once per block).
+	VXORPS Y0, Y0, Y0
+	LEAQ   416(DI), R11
+	MOVQ   $0x00000003, R12
+
+stateAVX2_rzero_3:
+	VMOVUPS Y0, (R11)
+	ADDQ    $0x20, R11
+	DECQ    R12
+	JNZ     stateAVX2_rzero_3
+	VXORPS  Y0, Y0, Y0
+	VXORPS  Y1, Y1, Y1
+	VXORPS  Y2, Y2, Y2
+	VXORPS  Y3, Y3, Y3
+	VXORPS  Y4, Y4, Y4
+	VXORPS  Y5, Y5, Y5
+	VXORPS  Y6, Y6, Y6
+	VXORPS  Y7, Y7, Y7
+	VXORPS  Y8, Y8, Y8
+	VXORPS  Y9, Y9, Y9
+	VXORPS  Y10, Y10, Y10
+	VXORPS  Y11, Y11, Y11
+	VXORPS  Y12, Y12, Y12
+	MOVQ    AX, R11
+	XORQ    R12, R12
+
+stateAVX2_rread_3:
+	VBROADCASTSS (DX)(R12*4), Y13
+	VFMADD231PS  (R11), Y13, Y0
+	VFMADD231PS  32(R11), Y13, Y1
+	VFMADD231PS  64(R11), Y13, Y2
+	VFMADD231PS  96(R11), Y13, Y3
+	VFMADD231PS  128(R11), Y13, Y4
+	VFMADD231PS  160(R11), Y13, Y5
+	VFMADD231PS  192(R11), Y13, Y6
+	VFMADD231PS  224(R11), Y13, Y7
+	VFMADD231PS  256(R11), Y13, Y8
+	VFMADD231PS  288(R11), Y13, Y9
+	VFMADD231PS  320(R11), Y13, Y10
+	VFMADD231PS  352(R11), Y13, Y11
+	VFMADD231PS  384(R11), Y13, Y12
+	VMOVUPS      416(DI), Y14
+	VFMADD231PS  416(R11), Y13, Y14
+	VMOVUPS      Y14, 416(DI)
+	VMOVUPS      448(DI), Y14
+	VFMADD231PS  448(R11), Y13, Y14
+	VMOVUPS      Y14, 448(DI)
+	VMOVUPS      480(DI), Y14
+	VFMADD231PS  480(R11), Y13, Y14
+	VMOVUPS      Y14, 480(DI)
+	ADDQ         R9, R11
+	INCQ         R12
+	CMPQ         R12, R8
+	JB           stateAVX2_rread_3
+	CMPB         16(SP), $0x00
+	JE           stateAVX2_far_3
+
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), in o.
+	VBROADCASTSS em1+144(FP), Y13
+	VBROADCASTSS beta+152(FP), Y14
+	VMOVUPS      (SI), Y15
+	VFMADD213PS  Y0, Y13, Y0
+	VSUBPS       Y0, Y15, Y0
+	VMULPS       Y0, Y14, Y0
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      32(SI), Y0
+	VFMADD213PS  Y1, Y13, Y1
+	VSUBPS       Y1, Y0, Y1
+	VMULPS       Y1, Y14, Y1
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      64(SI), Y0
+	VFMADD213PS  Y2, Y13, Y2
+	VSUBPS       Y2, Y0, Y2
+	VMULPS       Y2, Y14, Y2
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      96(SI), Y0
+	VFMADD213PS  Y3, Y13, Y3
+	VSUBPS       Y3, Y0, Y3
+	VMULPS       Y3, Y14, Y3
+	VMOVUPS      Y3, 96(DI)
+	VMOVUPS      128(SI), Y0
+	VFMADD213PS  Y4, Y13, Y4
+	VSUBPS       Y4, Y0, Y4
+	VMULPS       Y4, Y14, Y4
+	VMOVUPS      Y4, 128(DI)
+	VMOVUPS      160(SI), Y0
+	VFMADD213PS  Y5, Y13, Y5
+	VSUBPS       Y5, Y0, Y5
+	VMULPS       Y5, Y14, Y5
+	VMOVUPS      Y5, 160(DI)
+	VMOVUPS      192(SI), Y0
+	VFMADD213PS  Y6, Y13, Y6
+	VSUBPS       Y6, Y0, Y6
+	VMULPS       Y6, Y14, Y6
+	VMOVUPS      Y6, 192(DI)
+	VMOVUPS      224(SI), Y0
+	VFMADD213PS  Y7, Y13, Y7
+	VSUBPS       Y7, Y0, Y7
+	VMULPS       Y7, Y14, Y7
+	VMOVUPS      Y7, 224(DI)
+	VMOVUPS      256(SI), Y0
+	VFMADD213PS  Y8, Y13, Y8
+	VSUBPS       Y8, Y0, Y8
+	VMULPS       Y8, Y14, Y8
+	VMOVUPS      Y8, 256(DI)
+	VMOVUPS      288(SI), Y0
+	VFMADD213PS  Y9, Y13, Y9
+	VSUBPS       Y9, Y0, Y9
+	VMULPS       Y9, Y14, Y9
+	VMOVUPS      Y9, 288(DI)
+	VMOVUPS      320(SI), Y0
+	VFMADD213PS  Y10, Y13, Y10
+	VSUBPS       Y10, Y0, Y10
+	VMULPS       Y10, Y14, Y10
+	VMOVUPS      Y10, 320(DI)
+	VMOVUPS      352(SI), Y0
+	VFMADD213PS  Y11, Y13, Y11
+	VSUBPS       Y11, Y0, Y11
+	VMULPS       Y11, Y14, Y11
+	VMOVUPS      Y11, 352(DI)
+	VMOVUPS      384(SI), Y0
+	VFMADD213PS  Y12, Y13, Y12
+	VSUBPS       Y12, Y0, Y12
+	VMULPS       Y12, Y14, Y12
+	VMOVUPS      Y12, 384(DI)
+
+	// YMM 13–15 from o (a loop: once per block).
+	LEAQ 416(DI), R11
+	LEAQ 416(SI), R12
+	MOVQ $0x00000003, R13
+
+stateAVX2_rdelta_5:
+	VMOVUPS     (R11), Y0
+	VMOVUPS     (R12), Y1
+	VFMADD213PS Y0, Y13, Y0
+	VSUBPS      Y0, Y1, Y0
+	VMULPS      Y0, Y14, Y0
+	VMOVUPS     Y0, (R11)
+	ADDQ        $0x20, R11
+	ADDQ        $0x20, R12
+	DECQ        R13
+	JNZ         stateAVX2_rdelta_5
+	JMP         stateAVX2_decayed_3
+
+stateAVX2_far_3:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), in o.
+	VBROADCASTSS eg+148(FP), Y13
+	VBROADCASTSS beta+152(FP), Y14
+	VMOVUPS      (SI), Y15
+	VMULPS       Y0, Y13, Y0
+	VSUBPS       Y0, Y15, Y0
+	VMULPS       Y0, Y14, Y0
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      32(SI), Y0
+	VMULPS       Y1, Y13, Y1
+	VSUBPS       Y1, Y0, Y1
+	VMULPS       Y1, Y14, Y1
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      64(SI), Y0
+	VMULPS       Y2, Y13, Y2
+	VSUBPS       Y2, Y0, Y2
+	VMULPS       Y2, Y14, Y2
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      96(SI), Y0
+	VMULPS       Y3, Y13, Y3
+	VSUBPS       Y3, Y0, Y3
+	VMULPS       Y3, Y14, Y3
+	VMOVUPS      Y3, 96(DI)
+	VMOVUPS      128(SI), Y0
+	VMULPS       Y4, Y13, Y4
+	VSUBPS       Y4, Y0, Y4
+	VMULPS       Y4, Y14, Y4
+	VMOVUPS      Y4, 128(DI)
+	VMOVUPS      160(SI), Y0
+	VMULPS       Y5, Y13, Y5
+	VSUBPS       Y5, Y0, Y5
+	VMULPS       Y5, Y14, Y5
+	VMOVUPS      Y5, 160(DI)
+	VMOVUPS      192(SI), Y0
+	VMULPS       Y6, Y13, Y6
+	VSUBPS       Y6, Y0, Y6
+	VMULPS       Y6, Y14, Y6
+	VMOVUPS      Y6, 192(DI)
+	VMOVUPS      224(SI), Y0
+	VMULPS       Y7, Y13, Y7
+	VSUBPS       Y7, Y0, Y7
+	VMULPS       Y7, Y14, Y7
+	VMOVUPS      Y7, 224(DI)
+	VMOVUPS      256(SI), Y0
+	VMULPS       Y8, Y13, Y8
+	VSUBPS       Y8, Y0, Y8
+	VMULPS       Y8, Y14, Y8
+	VMOVUPS      Y8, 256(DI)
+	VMOVUPS      288(SI), Y0
+	VMULPS       Y9, Y13, Y9
+	VSUBPS       Y9, Y0, Y9
+	VMULPS       Y9, Y14, Y9
+	VMOVUPS      Y9, 288(DI)
+	VMOVUPS      320(SI), Y0
+	VMULPS       Y10, Y13, Y10
+	VSUBPS       Y10, Y0, Y10
+	VMULPS       Y10, Y14, Y10
+	VMOVUPS      Y10, 320(DI)
+	VMOVUPS      352(SI), Y0
+	VMULPS       Y11, Y13, Y11
+	VSUBPS       Y11, Y0, Y11
+	VMULPS       Y11, Y14, Y11
+	VMOVUPS      Y11, 352(DI)
+	VMOVUPS      384(SI), Y0
+	VMULPS       Y12, Y13, Y12
+	VSUBPS       Y12, Y0, Y12
+	VMULPS       Y12, Y14, Y12
+	VMOVUPS      Y12, 384(DI)
+
+	// YMM 13–15 from o (a loop: once per block).
+	LEAQ 416(DI), R11
+	LEAQ 416(SI), R12
+	MOVQ $0x00000003, R13
+
+stateAVX2_rdelta_6:
+	VMOVUPS (R11), Y0
+	VMOVUPS (R12), Y1
+	VMULPS  Y0, Y13, Y0
+	VSUBPS  Y0, Y1, Y0
+	VMULPS  Y0, Y14, Y0
+	VMOVUPS Y0, (R11)
+	ADDQ    $0x20, R11
+	ADDQ    $0x20, R12
+	DECQ    R13
+	JNZ     stateAVX2_rdelta_6
+
+stateAVX2_decayed_3:
+	// Write pass over 16 YMM (rowWrite), back to stateAVX2_rback_5.
+	MOVQ $0x00000005, 256(SP)
+	JMP  stateAVX2_rwrite16_1
+
+stateAVX2_rback_5:
+	ADDQ $0x00000200, SI
+	SUBQ $0x00000080, (SP)
+
+stateAVX2_rowsdone_3:
+	CMPQ (SP), $0x00000040
+	JB   stateAVX2_rowsdone_4
+
+	// Rows of 64 columns: read pass, Sᵀk̂ of YMM ≥ 13 in o.
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ   AX, R11
+	XORQ   R12, R12
+
+stateAVX2_rread_4:
+	VBROADCASTSS (DX)(R12*4), Y8
+	VFMADD231PS  (R11), Y8, Y0
+	VFMADD231PS  32(R11), Y8, Y1
+	VFMADD231PS  64(R11), Y8, Y2
+	VFMADD231PS  96(R11), Y8, Y3
+	VFMADD231PS  128(R11), Y8, Y4
+	VFMADD231PS  160(R11), Y8, Y5
+	VFMADD231PS  192(R11), Y8, Y6
+	VFMADD231PS  224(R11), Y8, Y7
+	ADDQ         R9, R11
+	INCQ         R12
+	CMPQ         R12, R8
+	JB           stateAVX2_rread_4
+	CMPB         16(SP), $0x00
+	JE           stateAVX2_far_4
+
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), in o.
+	VBROADCASTSS em1+144(FP), Y8
+	VBROADCASTSS beta+152(FP), Y9
+	VMOVUPS      (SI), Y10
+	VFMADD213PS  Y0, Y8, Y0
+	VSUBPS       Y0, Y10, Y0
+	VMULPS       Y0, Y9, Y0
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      32(SI), Y0
+	VFMADD213PS  Y1, Y8, Y1
+	VSUBPS       Y1, Y0, Y1
+	VMULPS       Y1, Y9, Y1
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      64(SI), Y0
+	VFMADD213PS  Y2, Y8, Y2
+	VSUBPS       Y2, Y0, Y2
+	VMULPS       Y2, Y9, Y2
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      96(SI), Y0
+	VFMADD213PS  Y3, Y8, Y3
+	VSUBPS       Y3, Y0, Y3
+	VMULPS       Y3, Y9, Y3
+	VMOVUPS      Y3, 96(DI)
+	VMOVUPS      128(SI), Y0
+	VFMADD213PS  Y4, Y8, Y4
+	VSUBPS       Y4, Y0, Y4
+	VMULPS       Y4, Y9, Y4
+	VMOVUPS      Y4, 128(DI)
+	VMOVUPS      160(SI), Y0
+	VFMADD213PS  Y5, Y8, Y5
+	VSUBPS       Y5, Y0, Y5
+	VMULPS       Y5, Y9, Y5
+	VMOVUPS      Y5, 160(DI)
+	VMOVUPS      192(SI), Y0
+	VFMADD213PS  Y6, Y8, Y6
+	VSUBPS       Y6, Y0, Y6
+	VMULPS       Y6, Y9, Y6
+	VMOVUPS      Y6, 192(DI)
+	VMOVUPS      224(SI), Y0
+	VFMADD213PS  Y7, Y8, Y7
+	VSUBPS       Y7, Y0, Y7
+	VMULPS       Y7, Y9, Y7
+	VMOVUPS      Y7, 224(DI)
+	JMP          stateAVX2_decayed_4
+
+stateAVX2_far_4:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), in o.
+	VBROADCASTSS eg+148(FP), Y8
+	VBROADCASTSS beta+152(FP), Y9
+	VMOVUPS      (SI), Y10
+	VMULPS       Y0, Y8, Y0
+	VSUBPS       Y0, Y10, Y0
+	VMULPS       Y0, Y9, Y0
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      32(SI), Y0
+	VMULPS       Y1, Y8, Y1
+	VSUBPS       Y1, Y0, Y1
+	VMULPS       Y1, Y9, Y1
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      64(SI), Y0
+	VMULPS       Y2, Y8, Y2
+	VSUBPS       Y2, Y0, Y2
+	VMULPS       Y2, Y9, Y2
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      96(SI), Y0
+	VMULPS       Y3, Y8, Y3
+	VSUBPS       Y3, Y0, Y3
+	VMULPS       Y3, Y9, Y3
+	VMOVUPS      Y3, 96(DI)
+	VMOVUPS      128(SI), Y0
+	VMULPS       Y4, Y8, Y4
+	VSUBPS       Y4, Y0, Y4
+	VMULPS       Y4, Y9, Y4
+	VMOVUPS      Y4, 128(DI)
+	VMOVUPS      160(SI), Y0
+	VMULPS       Y5, Y8, Y5
+	VSUBPS       Y5, Y0, Y5
+	VMULPS       Y5, Y9, Y5
+	VMOVUPS      Y5, 160(DI)
+	VMOVUPS      192(SI), Y0
+	VMULPS       Y6, Y8, Y6
+	VSUBPS       Y6, Y0, Y6
+	VMULPS       Y6, Y9, Y6
+	VMOVUPS      Y6, 192(DI)
+	VMOVUPS      224(SI), Y0
+	VMULPS       Y7, Y8, Y7
+	VSUBPS       Y7, Y0, Y7
+	VMULPS       Y7, Y9, Y7
+	VMOVUPS      Y7, 224(DI)
+
+stateAVX2_decayed_4:
+	// Write pass over 8 YMM (rowWrite), back to stateAVX2_rback_6.
+	MOVQ $0x00000006, 256(SP)
+	JMP  stateAVX2_rwrite8_1
+
+stateAVX2_rback_6:
+	ADDQ $0x00000100, SI
+	SUBQ $0x00000040, (SP)
+
+stateAVX2_rowsdone_4:
+	JMP stateAVX2_rowsend_1
+
+stateAVX2_rwrite16_1:
+	// Write pass over 16 YMM, Sᵀq̂ of YMM ≥ 11 in the frame.
 	VXORPS  Y0, Y0, Y0
 	VMOVAPS Y0, (R10)
 	VMOVAPS Y0, 32(R10)
@@ -7285,7 +4003,7 @@ stateAVX2_decayed_1:
 	VXORPS  Y9, Y9, Y9
 	VXORPS  Y10, Y10, Y10
 	CMPB    16(SP), $0x00
-	JE      stateAVX2_far_2
+	JE      stateAVX2_far_5
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// S' = S + em1·S + k̂_i·δ.
@@ -7452,9 +4170,9 @@ stateAVX2_rwrite_1:
 	VFMADD213PS  Y0, Y11, Y0
 	VFMADD231PS  480(DI), Y12, Y0
 	VMOVUPS      Y0, 480(DI)
-	JMP          stateAVX2_decayed_2
+	JMP          stateAVX2_decayed_5
 
-stateAVX2_far_2:
+stateAVX2_far_5:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// S' = eg·S + k̂_i·δ.
 	VBROADCASTSS eg+148(FP), Y11
@@ -7621,1090 +4339,21 @@ stateAVX2_rwrite_2:
 	VFMADD231PS  480(DI), Y12, Y0
 	VMOVUPS      Y0, 480(DI)
 
-stateAVX2_decayed_2:
-	// Write pass over YMM 16–31, Sᵀq̂ of YMM ≥ 27 in the frame.
-	VXORPS  Y0, Y0, Y0
-	VMOVAPS Y0, (R10)
-	VMOVAPS Y0, 32(R10)
-	VMOVAPS Y0, 64(R10)
-	VMOVAPS Y0, 96(R10)
-	VMOVAPS Y0, 128(R10)
-	VXORPS  Y0, Y0, Y0
-	VXORPS  Y1, Y1, Y1
-	VXORPS  Y2, Y2, Y2
-	VXORPS  Y3, Y3, Y3
-	VXORPS  Y4, Y4, Y4
-	VXORPS  Y5, Y5, Y5
-	VXORPS  Y6, Y6, Y6
-	VXORPS  Y7, Y7, Y7
-	VXORPS  Y8, Y8, Y8
-	VXORPS  Y9, Y9, Y9
-	VXORPS  Y10, Y10, Y10
-	CMPB    16(SP), $0x00
-	JE      stateAVX2_far_3
-
-	// em1 ≥ -0.5: decay(x) = x + em1·x.
-	// S' = S + em1·S + k̂_i·δ.
-	VBROADCASTSS em1+144(FP), Y11
-	MOVQ         AX, R11
-	MOVQ         CX, R13
-	XORQ         R12, R12
-
-stateAVX2_rwrite_3:
-	MOVQ         8(SP), R14
-	PREFETCHT1   (R14)
-	PREFETCHT1   256(R14)
-	ADDQ         $0x00000200, 8(SP)
-	VBROADCASTSS (DX)(R12*4), Y12
-	VBROADCASTSS (BX)(R12*4), Y13
-	VMOVUPS      512(R11), Y14
-	VFMADD231PS  Y14, Y13, Y0
-	VFMADD213PS  Y14, Y11, Y14
-	VFMADD231PS  512(DI), Y12, Y14
-	VMOVUPS      Y14, 512(R13)
-	VMOVUPS      544(R11), Y14
-	VFMADD231PS  Y14, Y13, Y1
-	VFMADD213PS  Y14, Y11, Y14
-	VFMADD231PS  544(DI), Y12, Y14
-	VMOVUPS      Y14, 544(R13)
-	VMOVUPS      576(R11), Y14
-	VFMADD231PS  Y14, Y13, Y2
-	VFMADD213PS  Y14, Y11, Y14
-	VFMADD231PS  576(DI), Y12, Y14
-	VMOVUPS      Y14, 576(R13)
-	VMOVUPS      608(R11), Y14
-	VFMADD231PS  Y14, Y13, Y3
-	VFMADD213PS  Y14, Y11, Y14
-	VFMADD231PS  608(DI), Y12, Y14
-	VMOVUPS      Y14, 608(R13)
-	VMOVUPS      640(R11), Y14
-	VFMADD231PS  Y14, Y13, Y4
-	VFMADD213PS  Y14, Y11, Y14
-	VFMADD231PS  640(DI), Y12, Y14
-	VMOVUPS      Y14, 640(R13)
-	VMOVUPS      672(R11), Y14
-	VFMADD231PS  Y14, Y13, Y5
-	VFMADD213PS  Y14, Y11, Y14
-	VFMADD231PS  672(DI), Y12, Y14
-	VMOVUPS      Y14, 672(R13)
-	VMOVUPS      704(R11), Y14
-	VFMADD231PS  Y14, Y13, Y6
-	VFMADD213PS  Y14, Y11, Y14
-	VFMADD231PS  704(DI), Y12, Y14
-	VMOVUPS      Y14, 704(R13)
-	VMOVUPS      736(R11), Y14
-	VFMADD231PS  Y14, Y13, Y7
-	VFMADD213PS  Y14, Y11, Y14
-	VFMADD231PS  736(DI), Y12, Y14
-	VMOVUPS      Y14, 736(R13)
-	VMOVUPS      768(R11), Y14
-	VFMADD231PS  Y14, Y13, Y8
-	VFMADD213PS  Y14, Y11, Y14
-	VFMADD231PS  768(DI), Y12, Y14
-	VMOVUPS      Y14, 768(R13)
-	VMOVUPS      800(R11), Y14
-	VFMADD231PS  Y14, Y13, Y9
-	VFMADD213PS  Y14, Y11, Y14
-	VFMADD231PS  800(DI), Y12, Y14
-	VMOVUPS      Y14, 800(R13)
-	VMOVUPS      832(R11), Y14
-	VFMADD231PS  Y14, Y13, Y10
-	VFMADD213PS  Y14, Y11, Y14
-	VFMADD231PS  832(DI), Y12, Y14
-	VMOVUPS      Y14, 832(R13)
-	VMOVUPS      864(R11), Y14
-	VMOVAPS      (R10), Y15
-	VFMADD231PS  Y14, Y13, Y15
-	VMOVAPS      Y15, (R10)
-	VFMADD213PS  Y14, Y11, Y14
-	VFMADD231PS  864(DI), Y12, Y14
-	VMOVUPS      Y14, 864(R13)
-	VMOVUPS      896(R11), Y14
-	VMOVAPS      32(R10), Y15
-	VFMADD231PS  Y14, Y13, Y15
-	VMOVAPS      Y15, 32(R10)
-	VFMADD213PS  Y14, Y11, Y14
-	VFMADD231PS  896(DI), Y12, Y14
-	VMOVUPS      Y14, 896(R13)
-	VMOVUPS      928(R11), Y14
-	VMOVAPS      64(R10), Y15
-	VFMADD231PS  Y14, Y13, Y15
-	VMOVAPS      Y15, 64(R10)
-	VFMADD213PS  Y14, Y11, Y14
-	VFMADD231PS  928(DI), Y12, Y14
-	VMOVUPS      Y14, 928(R13)
-	VMOVUPS      960(R11), Y14
-	VMOVAPS      96(R10), Y15
-	VFMADD231PS  Y14, Y13, Y15
-	VMOVAPS      Y15, 96(R10)
-	VFMADD213PS  Y14, Y11, Y14
-	VFMADD231PS  960(DI), Y12, Y14
-	VMOVUPS      Y14, 960(R13)
-	VMOVUPS      992(R11), Y14
-	VMOVAPS      128(R10), Y15
-	VFMADD231PS  Y14, Y13, Y15
-	VMOVAPS      Y15, 128(R10)
-	VFMADD213PS  Y14, Y11, Y14
-	VFMADD231PS  992(DI), Y12, Y14
-	VMOVUPS      Y14, 992(R13)
-	ADDQ         R9, R11
-	ADDQ         R9, R13
-	INCQ         R12
-	CMPQ         R12, R8
-	JB           stateAVX2_rwrite_3
-
-	// o = decay(Sᵀq̂) + kq·δ over δ.
-	VBROADCASTSS kq+156(FP), Y12
-	VFMADD213PS  Y0, Y11, Y0
-	VFMADD231PS  512(DI), Y12, Y0
-	VMOVUPS      Y0, 512(DI)
-	VFMADD213PS  Y1, Y11, Y1
-	VFMADD231PS  544(DI), Y12, Y1
-	VMOVUPS      Y1, 544(DI)
-	VFMADD213PS  Y2, Y11, Y2
-	VFMADD231PS  576(DI), Y12, Y2
-	VMOVUPS      Y2, 576(DI)
-	VFMADD213PS  Y3, Y11, Y3
-	VFMADD231PS  608(DI), Y12, Y3
-	VMOVUPS      Y3, 608(DI)
-	VFMADD213PS  Y4, Y11, Y4
-	VFMADD231PS  640(DI), Y12, Y4
-	VMOVUPS      Y4, 640(DI)
-	VFMADD213PS  Y5, Y11, Y5
-	VFMADD231PS  672(DI), Y12, Y5
-	VMOVUPS      Y5, 672(DI)
-	VFMADD213PS  Y6, Y11, Y6
-	VFMADD231PS  704(DI), Y12, Y6
-	VMOVUPS      Y6, 704(DI)
-	VFMADD213PS  Y7, Y11, Y7
-	VFMADD231PS  736(DI), Y12, Y7
-	VMOVUPS      Y7, 736(DI)
-	VFMADD213PS  Y8, Y11, Y8
-	VFMADD231PS  768(DI), Y12, Y8
-	VMOVUPS      Y8, 768(DI)
-	VFMADD213PS  Y9, Y11, Y9
-	VFMADD231PS  800(DI), Y12, Y9
-	VMOVUPS      Y9, 800(DI)
-	VFMADD213PS  Y10, Y11, Y10
-	VFMADD231PS  832(DI), Y12, Y10
-	VMOVUPS      Y10, 832(DI)
-	VMOVAPS      (R10), Y0
-	VFMADD213PS  Y0, Y11, Y0
-	VFMADD231PS  864(DI), Y12, Y0
-	VMOVUPS      Y0, 864(DI)
-	VMOVAPS      32(R10), Y0
-	VFMADD213PS  Y0, Y11, Y0
-	VFMADD231PS  896(DI), Y12, Y0
-	VMOVUPS      Y0, 896(DI)
-	VMOVAPS      64(R10), Y0
-	VFMADD213PS  Y0, Y11, Y0
-	VFMADD231PS  928(DI), Y12, Y0
-	VMOVUPS      Y0, 928(DI)
-	VMOVAPS      96(R10), Y0
-	VFMADD213PS  Y0, Y11, Y0
-	VFMADD231PS  960(DI), Y12, Y0
-	VMOVUPS      Y0, 960(DI)
-	VMOVAPS      128(R10), Y0
-	VFMADD213PS  Y0, Y11, Y0
-	VFMADD231PS  992(DI), Y12, Y0
-	VMOVUPS      Y0, 992(DI)
-	JMP          stateAVX2_decayed_3
-
-stateAVX2_far_3:
-	// em1 < -0.5 or NaN: decay(x) = eg·x.
-	// S' = eg·S + k̂_i·δ.
-	VBROADCASTSS eg+148(FP), Y11
-	MOVQ         AX, R11
-	MOVQ         CX, R13
-	XORQ         R12, R12
-
-stateAVX2_rwrite_4:
-	MOVQ         8(SP), R14
-	PREFETCHT1   (R14)
-	PREFETCHT1   256(R14)
-	ADDQ         $0x00000200, 8(SP)
-	VBROADCASTSS (DX)(R12*4), Y12
-	VBROADCASTSS (BX)(R12*4), Y13
-	VMOVUPS      512(R11), Y14
-	VFMADD231PS  Y14, Y13, Y0
-	VMULPS       Y14, Y11, Y14
-	VFMADD231PS  512(DI), Y12, Y14
-	VMOVUPS      Y14, 512(R13)
-	VMOVUPS      544(R11), Y14
-	VFMADD231PS  Y14, Y13, Y1
-	VMULPS       Y14, Y11, Y14
-	VFMADD231PS  544(DI), Y12, Y14
-	VMOVUPS      Y14, 544(R13)
-	VMOVUPS      576(R11), Y14
-	VFMADD231PS  Y14, Y13, Y2
-	VMULPS       Y14, Y11, Y14
-	VFMADD231PS  576(DI), Y12, Y14
-	VMOVUPS      Y14, 576(R13)
-	VMOVUPS      608(R11), Y14
-	VFMADD231PS  Y14, Y13, Y3
-	VMULPS       Y14, Y11, Y14
-	VFMADD231PS  608(DI), Y12, Y14
-	VMOVUPS      Y14, 608(R13)
-	VMOVUPS      640(R11), Y14
-	VFMADD231PS  Y14, Y13, Y4
-	VMULPS       Y14, Y11, Y14
-	VFMADD231PS  640(DI), Y12, Y14
-	VMOVUPS      Y14, 640(R13)
-	VMOVUPS      672(R11), Y14
-	VFMADD231PS  Y14, Y13, Y5
-	VMULPS       Y14, Y11, Y14
-	VFMADD231PS  672(DI), Y12, Y14
-	VMOVUPS      Y14, 672(R13)
-	VMOVUPS      704(R11), Y14
-	VFMADD231PS  Y14, Y13, Y6
-	VMULPS       Y14, Y11, Y14
-	VFMADD231PS  704(DI), Y12, Y14
-	VMOVUPS      Y14, 704(R13)
-	VMOVUPS      736(R11), Y14
-	VFMADD231PS  Y14, Y13, Y7
-	VMULPS       Y14, Y11, Y14
-	VFMADD231PS  736(DI), Y12, Y14
-	VMOVUPS      Y14, 736(R13)
-	VMOVUPS      768(R11), Y14
-	VFMADD231PS  Y14, Y13, Y8
-	VMULPS       Y14, Y11, Y14
-	VFMADD231PS  768(DI), Y12, Y14
-	VMOVUPS      Y14, 768(R13)
-	VMOVUPS      800(R11), Y14
-	VFMADD231PS  Y14, Y13, Y9
-	VMULPS       Y14, Y11, Y14
-	VFMADD231PS  800(DI), Y12, Y14
-	VMOVUPS      Y14, 800(R13)
-	VMOVUPS      832(R11), Y14
-	VFMADD231PS  Y14, Y13, Y10
-	VMULPS       Y14, Y11, Y14
-	VFMADD231PS  832(DI), Y12, Y14
-	VMOVUPS      Y14, 832(R13)
-	VMOVUPS      864(R11), Y14
-	VMOVAPS      (R10), Y15
-	VFMADD231PS  Y14, Y13, Y15
-	VMOVAPS      Y15, (R10)
-	VMULPS       Y14, Y11, Y14
-	VFMADD231PS  864(DI), Y12, Y14
-	VMOVUPS      Y14, 864(R13)
-	VMOVUPS      896(R11), Y14
-	VMOVAPS      32(R10), Y15
-	VFMADD231PS  Y14, Y13, Y15
-	VMOVAPS      Y15, 32(R10)
-	VMULPS       Y14, Y11, Y14
-	VFMADD231PS  896(DI), Y12, Y14
-	VMOVUPS      Y14, 896(R13)
-	VMOVUPS      928(R11), Y14
-	VMOVAPS      64(R10), Y15
-	VFMADD231PS  Y14, Y13, Y15
-	VMOVAPS      Y15, 64(R10)
-	VMULPS       Y14, Y11, Y14
-	VFMADD231PS  928(DI), Y12, Y14
-	VMOVUPS      Y14, 928(R13)
-	VMOVUPS      960(R11), Y14
-	VMOVAPS      96(R10), Y15
-	VFMADD231PS  Y14, Y13, Y15
-	VMOVAPS      Y15, 96(R10)
-	VMULPS       Y14, Y11, Y14
-	VFMADD231PS  960(DI), Y12, Y14
-	VMOVUPS      Y14, 960(R13)
-	VMOVUPS      992(R11), Y14
-	VMOVAPS      128(R10), Y15
-	VFMADD231PS  Y14, Y13, Y15
-	VMOVAPS      Y15, 128(R10)
-	VMULPS       Y14, Y11, Y14
-	VFMADD231PS  992(DI), Y12, Y14
-	VMOVUPS      Y14, 992(R13)
-	ADDQ         R9, R11
-	ADDQ         R9, R13
-	INCQ         R12
-	CMPQ         R12, R8
-	JB           stateAVX2_rwrite_4
-
-	// o = decay(Sᵀq̂) + kq·δ over δ.
-	VBROADCASTSS kq+156(FP), Y12
-	VMULPS       Y0, Y11, Y0
-	VFMADD231PS  512(DI), Y12, Y0
-	VMOVUPS      Y0, 512(DI)
-	VMULPS       Y1, Y11, Y1
-	VFMADD231PS  544(DI), Y12, Y1
-	VMOVUPS      Y1, 544(DI)
-	VMULPS       Y2, Y11, Y2
-	VFMADD231PS  576(DI), Y12, Y2
-	VMOVUPS      Y2, 576(DI)
-	VMULPS       Y3, Y11, Y3
-	VFMADD231PS  608(DI), Y12, Y3
-	VMOVUPS      Y3, 608(DI)
-	VMULPS       Y4, Y11, Y4
-	VFMADD231PS  640(DI), Y12, Y4
-	VMOVUPS      Y4, 640(DI)
-	VMULPS       Y5, Y11, Y5
-	VFMADD231PS  672(DI), Y12, Y5
-	VMOVUPS      Y5, 672(DI)
-	VMULPS       Y6, Y11, Y6
-	VFMADD231PS  704(DI), Y12, Y6
-	VMOVUPS      Y6, 704(DI)
-	VMULPS       Y7, Y11, Y7
-	VFMADD231PS  736(DI), Y12, Y7
-	VMOVUPS      Y7, 736(DI)
-	VMULPS       Y8, Y11, Y8
-	VFMADD231PS  768(DI), Y12, Y8
-	VMOVUPS      Y8, 768(DI)
-	VMULPS       Y9, Y11, Y9
-	VFMADD231PS  800(DI), Y12, Y9
-	VMOVUPS      Y9, 800(DI)
-	VMULPS       Y10, Y11, Y10
-	VFMADD231PS  832(DI), Y12, Y10
-	VMOVUPS      Y10, 832(DI)
-	VMOVAPS      (R10), Y0
-	VMULPS       Y0, Y11, Y0
-	VFMADD231PS  864(DI), Y12, Y0
-	VMOVUPS      Y0, 864(DI)
-	VMOVAPS      32(R10), Y0
-	VMULPS       Y0, Y11, Y0
-	VFMADD231PS  896(DI), Y12, Y0
-	VMOVUPS      Y0, 896(DI)
-	VMOVAPS      64(R10), Y0
-	VMULPS       Y0, Y11, Y0
-	VFMADD231PS  928(DI), Y12, Y0
-	VMOVUPS      Y0, 928(DI)
-	VMOVAPS      96(R10), Y0
-	VMULPS       Y0, Y11, Y0
-	VFMADD231PS  960(DI), Y12, Y0
-	VMOVUPS      Y0, 960(DI)
-	VMOVAPS      128(R10), Y0
-	VMULPS       Y0, Y11, Y0
-	VFMADD231PS  992(DI), Y12, Y0
-	VMOVUPS      Y0, 992(DI)
-
-stateAVX2_decayed_3:
-	ADDQ $0x00000400, AX
-	ADDQ $0x00000400, CX
-	ADDQ $0x00000400, SI
-	ADDQ $0x00000400, DI
-	SUBQ $0x00000100, (SP)
-	JMP  stateAVX2_rows256_1
-
-stateAVX2_rowsdone_1:
-	CMPQ (SP), $0x000000c0
-	JB   stateAVX2_rowsdone_2
-
-	// Rows of 192 columns: read pass, Sᵀk̂ of YMM ≥ 13 in o.
-	VXORPS  Y0, Y0, Y0
-	VMOVUPS Y0, 416(DI)
-	VMOVUPS Y0, 448(DI)
-	VMOVUPS Y0, 480(DI)
-	VMOVUPS Y0, 512(DI)
-	VMOVUPS Y0, 544(DI)
-	VMOVUPS Y0, 576(DI)
-	VMOVUPS Y0, 608(DI)
-	VMOVUPS Y0, 640(DI)
-	VMOVUPS Y0, 672(DI)
-	VMOVUPS Y0, 704(DI)
-	VMOVUPS Y0, 736(DI)
-	VXORPS  Y0, Y0, Y0
-	VXORPS  Y1, Y1, Y1
-	VXORPS  Y2, Y2, Y2
-	VXORPS  Y3, Y3, Y3
-	VXORPS  Y4, Y4, Y4
-	VXORPS  Y5, Y5, Y5
-	VXORPS  Y6, Y6, Y6
-	VXORPS  Y7, Y7, Y7
-	VXORPS  Y8, Y8, Y8
-	VXORPS  Y9, Y9, Y9
-	VXORPS  Y10, Y10, Y10
-	VXORPS  Y11, Y11, Y11
-	VXORPS  Y12, Y12, Y12
-	MOVQ    AX, R11
-	XORQ    R12, R12
-
-stateAVX2_rread_2:
-	VBROADCASTSS (DX)(R12*4), Y13
-	VFMADD231PS  (R11), Y13, Y0
-	VFMADD231PS  32(R11), Y13, Y1
-	VFMADD231PS  64(R11), Y13, Y2
-	VFMADD231PS  96(R11), Y13, Y3
-	VFMADD231PS  128(R11), Y13, Y4
-	VFMADD231PS  160(R11), Y13, Y5
-	VFMADD231PS  192(R11), Y13, Y6
-	VFMADD231PS  224(R11), Y13, Y7
-	VFMADD231PS  256(R11), Y13, Y8
-	VFMADD231PS  288(R11), Y13, Y9
-	VFMADD231PS  320(R11), Y13, Y10
-	VFMADD231PS  352(R11), Y13, Y11
-	VFMADD231PS  384(R11), Y13, Y12
-	VMOVUPS      416(DI), Y14
-	VFMADD231PS  416(R11), Y13, Y14
-	VMOVUPS      Y14, 416(DI)
-	VMOVUPS      448(DI), Y14
-	VFMADD231PS  448(R11), Y13, Y14
-	VMOVUPS      Y14, 448(DI)
-	VMOVUPS      480(DI), Y14
-	VFMADD231PS  480(R11), Y13, Y14
-	VMOVUPS      Y14, 480(DI)
-	VMOVUPS      512(DI), Y14
-	VFMADD231PS  512(R11), Y13, Y14
-	VMOVUPS      Y14, 512(DI)
-	VMOVUPS      544(DI), Y14
-	VFMADD231PS  544(R11), Y13, Y14
-	VMOVUPS      Y14, 544(DI)
-	VMOVUPS      576(DI), Y14
-	VFMADD231PS  576(R11), Y13, Y14
-	VMOVUPS      Y14, 576(DI)
-	VMOVUPS      608(DI), Y14
-	VFMADD231PS  608(R11), Y13, Y14
-	VMOVUPS      Y14, 608(DI)
-	VMOVUPS      640(DI), Y14
-	VFMADD231PS  640(R11), Y13, Y14
-	VMOVUPS      Y14, 640(DI)
-	VMOVUPS      672(DI), Y14
-	VFMADD231PS  672(R11), Y13, Y14
-	VMOVUPS      Y14, 672(DI)
-	VMOVUPS      704(DI), Y14
-	VFMADD231PS  704(R11), Y13, Y14
-	VMOVUPS      Y14, 704(DI)
-	VMOVUPS      736(DI), Y14
-	VFMADD231PS  736(R11), Y13, Y14
-	VMOVUPS      Y14, 736(DI)
-	ADDQ         R9, R11
-	INCQ         R12
-	CMPQ         R12, R8
-	JB           stateAVX2_rread_2
-	CMPB         16(SP), $0x00
-	JE           stateAVX2_far_4
-
-	// em1 ≥ -0.5: decay(x) = x + em1·x.
-	// δ = beta·(v − decay(Sᵀk̂)), in o.
-	VBROADCASTSS em1+144(FP), Y13
-	VBROADCASTSS beta+152(FP), Y14
-	VMOVUPS      (SI), Y15
-	VFMADD213PS  Y0, Y13, Y0
-	VSUBPS       Y0, Y15, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, (DI)
-	VMOVUPS      32(SI), Y0
-	VFMADD213PS  Y1, Y13, Y1
-	VSUBPS       Y1, Y0, Y1
-	VMULPS       Y1, Y14, Y1
-	VMOVUPS      Y1, 32(DI)
-	VMOVUPS      64(SI), Y0
-	VFMADD213PS  Y2, Y13, Y2
-	VSUBPS       Y2, Y0, Y2
-	VMULPS       Y2, Y14, Y2
-	VMOVUPS      Y2, 64(DI)
-	VMOVUPS      96(SI), Y0
-	VFMADD213PS  Y3, Y13, Y3
-	VSUBPS       Y3, Y0, Y3
-	VMULPS       Y3, Y14, Y3
-	VMOVUPS      Y3, 96(DI)
-	VMOVUPS      128(SI), Y0
-	VFMADD213PS  Y4, Y13, Y4
-	VSUBPS       Y4, Y0, Y4
-	VMULPS       Y4, Y14, Y4
-	VMOVUPS      Y4, 128(DI)
-	VMOVUPS      160(SI), Y0
-	VFMADD213PS  Y5, Y13, Y5
-	VSUBPS       Y5, Y0, Y5
-	VMULPS       Y5, Y14, Y5
-	VMOVUPS      Y5, 160(DI)
-	VMOVUPS      192(SI), Y0
-	VFMADD213PS  Y6, Y13, Y6
-	VSUBPS       Y6, Y0, Y6
-	VMULPS       Y6, Y14, Y6
-	VMOVUPS      Y6, 192(DI)
-	VMOVUPS      224(SI), Y0
-	VFMADD213PS  Y7, Y13, Y7
-	VSUBPS       Y7, Y0, Y7
-	VMULPS       Y7, Y14, Y7
-	VMOVUPS      Y7, 224(DI)
-	VMOVUPS      256(SI), Y0
-	VFMADD213PS  Y8, Y13, Y8
-	VSUBPS       Y8, Y0, Y8
-	VMULPS       Y8, Y14, Y8
-	VMOVUPS      Y8, 256(DI)
-	VMOVUPS      288(SI), Y0
-	VFMADD213PS  Y9, Y13, Y9
-	VSUBPS       Y9, Y0, Y9
-	VMULPS       Y9, Y14, Y9
-	VMOVUPS      Y9, 288(DI)
-	VMOVUPS      320(SI), Y0
-	VFMADD213PS  Y10, Y13, Y10
-	VSUBPS       Y10, Y0, Y10
-	VMULPS       Y10, Y14, Y10
-	VMOVUPS      Y10, 320(DI)
-	VMOVUPS      352(SI), Y0
-	VFMADD213PS  Y11, Y13, Y11
-	VSUBPS       Y11, Y0, Y11
-	VMULPS       Y11, Y14, Y11
-	VMOVUPS      Y11, 352(DI)
-	VMOVUPS      384(SI), Y0
-	VFMADD213PS  Y12, Y13, Y12
-	VSUBPS       Y12, Y0, Y12
-	VMULPS       Y12, Y14, Y12
-	VMOVUPS      Y12, 384(DI)
-	VMOVUPS      416(DI), Y0
-	VMOVUPS      416(SI), Y1
-	VFMADD213PS  Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 416(DI)
-	VMOVUPS      448(DI), Y0
-	VMOVUPS      448(SI), Y1
-	VFMADD213PS  Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 448(DI)
-	VMOVUPS      480(DI), Y0
-	VMOVUPS      480(SI), Y1
-	VFMADD213PS  Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 480(DI)
-	VMOVUPS      512(DI), Y0
-	VMOVUPS      512(SI), Y1
-	VFMADD213PS  Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 512(DI)
-	VMOVUPS      544(DI), Y0
-	VMOVUPS      544(SI), Y1
-	VFMADD213PS  Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 544(DI)
-	VMOVUPS      576(DI), Y0
-	VMOVUPS      576(SI), Y1
-	VFMADD213PS  Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 576(DI)
-	VMOVUPS      608(DI), Y0
-	VMOVUPS      608(SI), Y1
-	VFMADD213PS  Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 608(DI)
-	VMOVUPS      640(DI), Y0
-	VMOVUPS      640(SI), Y1
-	VFMADD213PS  Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 640(DI)
-	VMOVUPS      672(DI), Y0
-	VMOVUPS      672(SI), Y1
-	VFMADD213PS  Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 672(DI)
-	VMOVUPS      704(DI), Y0
-	VMOVUPS      704(SI), Y1
-	VFMADD213PS  Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 704(DI)
-	VMOVUPS      736(DI), Y0
-	VMOVUPS      736(SI), Y1
-	VFMADD213PS  Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 736(DI)
-	JMP          stateAVX2_decayed_4
-
-stateAVX2_far_4:
-	// em1 < -0.5 or NaN: decay(x) = eg·x.
-	// δ = beta·(v − decay(Sᵀk̂)), in o.
-	VBROADCASTSS eg+148(FP), Y13
-	VBROADCASTSS beta+152(FP), Y14
-	VMOVUPS      (SI), Y15
-	VMULPS       Y0, Y13, Y0
-	VSUBPS       Y0, Y15, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, (DI)
-	VMOVUPS      32(SI), Y0
-	VMULPS       Y1, Y13, Y1
-	VSUBPS       Y1, Y0, Y1
-	VMULPS       Y1, Y14, Y1
-	VMOVUPS      Y1, 32(DI)
-	VMOVUPS      64(SI), Y0
-	VMULPS       Y2, Y13, Y2
-	VSUBPS       Y2, Y0, Y2
-	VMULPS       Y2, Y14, Y2
-	VMOVUPS      Y2, 64(DI)
-	VMOVUPS      96(SI), Y0
-	VMULPS       Y3, Y13, Y3
-	VSUBPS       Y3, Y0, Y3
-	VMULPS       Y3, Y14, Y3
-	VMOVUPS      Y3, 96(DI)
-	VMOVUPS      128(SI), Y0
-	VMULPS       Y4, Y13, Y4
-	VSUBPS       Y4, Y0, Y4
-	VMULPS       Y4, Y14, Y4
-	VMOVUPS      Y4, 128(DI)
-	VMOVUPS      160(SI), Y0
-	VMULPS       Y5, Y13, Y5
-	VSUBPS       Y5, Y0, Y5
-	VMULPS       Y5, Y14, Y5
-	VMOVUPS      Y5, 160(DI)
-	VMOVUPS      192(SI), Y0
-	VMULPS       Y6, Y13, Y6
-	VSUBPS       Y6, Y0, Y6
-	VMULPS       Y6, Y14, Y6
-	VMOVUPS      Y6, 192(DI)
-	VMOVUPS      224(SI), Y0
-	VMULPS       Y7, Y13, Y7
-	VSUBPS       Y7, Y0, Y7
-	VMULPS       Y7, Y14, Y7
-	VMOVUPS      Y7, 224(DI)
-	VMOVUPS      256(SI), Y0
-	VMULPS       Y8, Y13, Y8
-	VSUBPS       Y8, Y0, Y8
-	VMULPS       Y8, Y14, Y8
-	VMOVUPS      Y8, 256(DI)
-	VMOVUPS      288(SI), Y0
-	VMULPS       Y9, Y13, Y9
-	VSUBPS       Y9, Y0, Y9
-	VMULPS       Y9, Y14, Y9
-	VMOVUPS      Y9, 288(DI)
-	VMOVUPS      320(SI), Y0
-	VMULPS       Y10, Y13, Y10
-	VSUBPS       Y10, Y0, Y10
-	VMULPS       Y10, Y14, Y10
-	VMOVUPS      Y10, 320(DI)
-	VMOVUPS      352(SI), Y0
-	VMULPS       Y11, Y13, Y11
-	VSUBPS       Y11, Y0, Y11
-	VMULPS       Y11, Y14, Y11
-	VMOVUPS      Y11, 352(DI)
-	VMOVUPS      384(SI), Y0
-	VMULPS       Y12, Y13, Y12
-	VSUBPS       Y12, Y0, Y12
-	VMULPS       Y12, Y14, Y12
-	VMOVUPS      Y12, 384(DI)
-	VMOVUPS      416(DI), Y0
-	VMOVUPS      416(SI), Y1
-	VMULPS       Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 416(DI)
-	VMOVUPS      448(DI), Y0
-	VMOVUPS      448(SI), Y1
-	VMULPS       Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 448(DI)
-	VMOVUPS      480(DI), Y0
-	VMOVUPS      480(SI), Y1
-	VMULPS       Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 480(DI)
-	VMOVUPS      512(DI), Y0
-	VMOVUPS      512(SI), Y1
-	VMULPS       Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 512(DI)
-	VMOVUPS      544(DI), Y0
-	VMOVUPS      544(SI), Y1
-	VMULPS       Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 544(DI)
-	VMOVUPS      576(DI), Y0
-	VMOVUPS      576(SI), Y1
-	VMULPS       Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 576(DI)
-	VMOVUPS      608(DI), Y0
-	VMOVUPS      608(SI), Y1
-	VMULPS       Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 608(DI)
-	VMOVUPS      640(DI), Y0
-	VMOVUPS      640(SI), Y1
-	VMULPS       Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 640(DI)
-	VMOVUPS      672(DI), Y0
-	VMOVUPS      672(SI), Y1
-	VMULPS       Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 672(DI)
-	VMOVUPS      704(DI), Y0
-	VMOVUPS      704(SI), Y1
-	VMULPS       Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 704(DI)
-	VMOVUPS      736(DI), Y0
-	VMOVUPS      736(SI), Y1
-	VMULPS       Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 736(DI)
-
-stateAVX2_decayed_4:
-	// Write pass over YMM 0–15, Sᵀq̂ of YMM ≥ 11 in the frame.
-	VXORPS  Y0, Y0, Y0
-	VMOVAPS Y0, (R10)
-	VMOVAPS Y0, 32(R10)
-	VMOVAPS Y0, 64(R10)
-	VMOVAPS Y0, 96(R10)
-	VMOVAPS Y0, 128(R10)
-	VXORPS  Y0, Y0, Y0
-	VXORPS  Y1, Y1, Y1
-	VXORPS  Y2, Y2, Y2
-	VXORPS  Y3, Y3, Y3
-	VXORPS  Y4, Y4, Y4
-	VXORPS  Y5, Y5, Y5
-	VXORPS  Y6, Y6, Y6
-	VXORPS  Y7, Y7, Y7
-	VXORPS  Y8, Y8, Y8
-	VXORPS  Y9, Y9, Y9
-	VXORPS  Y10, Y10, Y10
-	CMPB    16(SP), $0x00
-	JE      stateAVX2_far_5
-
-	// em1 ≥ -0.5: decay(x) = x + em1·x.
-	// S' = S + em1·S + k̂_i·δ.
-	VBROADCASTSS em1+144(FP), Y11
-	MOVQ         AX, R11
-	MOVQ         CX, R13
-	XORQ         R12, R12
-
-stateAVX2_rwrite_5:
-	MOVQ         8(SP), R14
-	PREFETCHT1   (R14)
-	PREFETCHT1   256(R14)
-	ADDQ         $0x00000200, 8(SP)
-	VBROADCASTSS (DX)(R12*4), Y12
-	VBROADCASTSS (BX)(R12*4), Y13
-	VMOVUPS      (R11), Y14
-	VFMADD231PS  Y14, Y13, Y0
-	VFMADD213PS  Y14, Y11, Y14
-	VFMADD231PS  (DI), Y12, Y14
-	VMOVUPS      Y14, (R13)
-	VMOVUPS      32(R11), Y14
-	VFMADD231PS  Y14, Y13, Y1
-	VFMADD213PS  Y14, Y11, Y14
-	VFMADD231PS  32(DI), Y12, Y14
-	VMOVUPS      Y14, 32(R13)
-	VMOVUPS      64(R11), Y14
-	VFMADD231PS  Y14, Y13, Y2
-	VFMADD213PS  Y14, Y11, Y14
-	VFMADD231PS  64(DI), Y12, Y14
-	VMOVUPS      Y14, 64(R13)
-	VMOVUPS      96(R11), Y14
-	VFMADD231PS  Y14, Y13, Y3
-	VFMADD213PS  Y14, Y11, Y14
-	VFMADD231PS  96(DI), Y12, Y14
-	VMOVUPS      Y14, 96(R13)
-	VMOVUPS      128(R11), Y14
-	VFMADD231PS  Y14, Y13, Y4
-	VFMADD213PS  Y14, Y11, Y14
-	VFMADD231PS  128(DI), Y12, Y14
-	VMOVUPS      Y14, 128(R13)
-	VMOVUPS      160(R11), Y14
-	VFMADD231PS  Y14, Y13, Y5
-	VFMADD213PS  Y14, Y11, Y14
-	VFMADD231PS  160(DI), Y12, Y14
-	VMOVUPS      Y14, 160(R13)
-	VMOVUPS      192(R11), Y14
-	VFMADD231PS  Y14, Y13, Y6
-	VFMADD213PS  Y14, Y11, Y14
-	VFMADD231PS  192(DI), Y12, Y14
-	VMOVUPS      Y14, 192(R13)
-	VMOVUPS      224(R11), Y14
-	VFMADD231PS  Y14, Y13, Y7
-	VFMADD213PS  Y14, Y11, Y14
-	VFMADD231PS  224(DI), Y12, Y14
-	VMOVUPS      Y14, 224(R13)
-	VMOVUPS      256(R11), Y14
-	VFMADD231PS  Y14, Y13, Y8
-	VFMADD213PS  Y14, Y11, Y14
-	VFMADD231PS  256(DI), Y12, Y14
-	VMOVUPS      Y14, 256(R13)
-	VMOVUPS      288(R11), Y14
-	VFMADD231PS  Y14, Y13, Y9
-	VFMADD213PS  Y14, Y11, Y14
-	VFMADD231PS  288(DI), Y12, Y14
-	VMOVUPS      Y14, 288(R13)
-	VMOVUPS      320(R11), Y14
-	VFMADD231PS  Y14, Y13, Y10
-	VFMADD213PS  Y14, Y11, Y14
-	VFMADD231PS  320(DI), Y12, Y14
-	VMOVUPS      Y14, 320(R13)
-	VMOVUPS      352(R11), Y14
-	VMOVAPS      (R10), Y15
-	VFMADD231PS  Y14, Y13, Y15
-	VMOVAPS      Y15, (R10)
-	VFMADD213PS  Y14, Y11, Y14
-	VFMADD231PS  352(DI), Y12, Y14
-	VMOVUPS      Y14, 352(R13)
-	VMOVUPS      384(R11), Y14
-	VMOVAPS      32(R10), Y15
-	VFMADD231PS  Y14, Y13, Y15
-	VMOVAPS      Y15, 32(R10)
-	VFMADD213PS  Y14, Y11, Y14
-	VFMADD231PS  384(DI), Y12, Y14
-	VMOVUPS      Y14, 384(R13)
-	VMOVUPS      416(R11), Y14
-	VMOVAPS      64(R10), Y15
-	VFMADD231PS  Y14, Y13, Y15
-	VMOVAPS      Y15, 64(R10)
-	VFMADD213PS  Y14, Y11, Y14
-	VFMADD231PS  416(DI), Y12, Y14
-	VMOVUPS      Y14, 416(R13)
-	VMOVUPS      448(R11), Y14
-	VMOVAPS      96(R10), Y15
-	VFMADD231PS  Y14, Y13, Y15
-	VMOVAPS      Y15, 96(R10)
-	VFMADD213PS  Y14, Y11, Y14
-	VFMADD231PS  448(DI), Y12, Y14
-	VMOVUPS      Y14, 448(R13)
-	VMOVUPS      480(R11), Y14
-	VMOVAPS      128(R10), Y15
-	VFMADD231PS  Y14, Y13, Y15
-	VMOVAPS      Y15, 128(R10)
-	VFMADD213PS  Y14, Y11, Y14
-	VFMADD231PS  480(DI), Y12, Y14
-	VMOVUPS      Y14, 480(R13)
-	ADDQ         R9, R11
-	ADDQ         R9, R13
-	INCQ         R12
-	CMPQ         R12, R8
-	JB           stateAVX2_rwrite_5
-
-	// o = decay(Sᵀq̂) + kq·δ over δ.
-	VBROADCASTSS kq+156(FP), Y12
-	VFMADD213PS  Y0, Y11, Y0
-	VFMADD231PS  (DI), Y12, Y0
-	VMOVUPS      Y0, (DI)
-	VFMADD213PS  Y1, Y11, Y1
-	VFMADD231PS  32(DI), Y12, Y1
-	VMOVUPS      Y1, 32(DI)
-	VFMADD213PS  Y2, Y11, Y2
-	VFMADD231PS  64(DI), Y12, Y2
-	VMOVUPS      Y2, 64(DI)
-	VFMADD213PS  Y3, Y11, Y3
-	VFMADD231PS  96(DI), Y12, Y3
-	VMOVUPS      Y3, 96(DI)
-	VFMADD213PS  Y4, Y11, Y4
-	VFMADD231PS  128(DI), Y12, Y4
-	VMOVUPS      Y4, 128(DI)
-	VFMADD213PS  Y5, Y11, Y5
-	VFMADD231PS  160(DI), Y12, Y5
-	VMOVUPS      Y5, 160(DI)
-	VFMADD213PS  Y6, Y11, Y6
-	VFMADD231PS  192(DI), Y12, Y6
-	VMOVUPS      Y6, 192(DI)
-	VFMADD213PS  Y7, Y11, Y7
-	VFMADD231PS  224(DI), Y12, Y7
-	VMOVUPS      Y7, 224(DI)
-	VFMADD213PS  Y8, Y11, Y8
-	VFMADD231PS  256(DI), Y12, Y8
-	VMOVUPS      Y8, 256(DI)
-	VFMADD213PS  Y9, Y11, Y9
-	VFMADD231PS  288(DI), Y12, Y9
-	VMOVUPS      Y9, 288(DI)
-	VFMADD213PS  Y10, Y11, Y10
-	VFMADD231PS  320(DI), Y12, Y10
-	VMOVUPS      Y10, 320(DI)
-	VMOVAPS      (R10), Y0
-	VFMADD213PS  Y0, Y11, Y0
-	VFMADD231PS  352(DI), Y12, Y0
-	VMOVUPS      Y0, 352(DI)
-	VMOVAPS      32(R10), Y0
-	VFMADD213PS  Y0, Y11, Y0
-	VFMADD231PS  384(DI), Y12, Y0
-	VMOVUPS      Y0, 384(DI)
-	VMOVAPS      64(R10), Y0
-	VFMADD213PS  Y0, Y11, Y0
-	VFMADD231PS  416(DI), Y12, Y0
-	VMOVUPS      Y0, 416(DI)
-	VMOVAPS      96(R10), Y0
-	VFMADD213PS  Y0, Y11, Y0
-	VFMADD231PS  448(DI), Y12, Y0
-	VMOVUPS      Y0, 448(DI)
-	VMOVAPS      128(R10), Y0
-	VFMADD213PS  Y0, Y11, Y0
-	VFMADD231PS  480(DI), Y12, Y0
-	VMOVUPS      Y0, 480(DI)
-	JMP          stateAVX2_decayed_5
-
-stateAVX2_far_5:
-	// em1 < -0.5 or NaN: decay(x) = eg·x.
-	// S' = eg·S + k̂_i·δ.
-	VBROADCASTSS eg+148(FP), Y11
-	MOVQ         AX, R11
-	MOVQ         CX, R13
-	XORQ         R12, R12
-
-stateAVX2_rwrite_6:
-	MOVQ         8(SP), R14
-	PREFETCHT1   (R14)
-	PREFETCHT1   256(R14)
-	ADDQ         $0x00000200, 8(SP)
-	VBROADCASTSS (DX)(R12*4), Y12
-	VBROADCASTSS (BX)(R12*4), Y13
-	VMOVUPS      (R11), Y14
-	VFMADD231PS  Y14, Y13, Y0
-	VMULPS       Y14, Y11, Y14
-	VFMADD231PS  (DI), Y12, Y14
-	VMOVUPS      Y14, (R13)
-	VMOVUPS      32(R11), Y14
-	VFMADD231PS  Y14, Y13, Y1
-	VMULPS       Y14, Y11, Y14
-	VFMADD231PS  32(DI), Y12, Y14
-	VMOVUPS      Y14, 32(R13)
-	VMOVUPS      64(R11), Y14
-	VFMADD231PS  Y14, Y13, Y2
-	VMULPS       Y14, Y11, Y14
-	VFMADD231PS  64(DI), Y12, Y14
-	VMOVUPS      Y14, 64(R13)
-	VMOVUPS      96(R11), Y14
-	VFMADD231PS  Y14, Y13, Y3
-	VMULPS       Y14, Y11, Y14
-	VFMADD231PS  96(DI), Y12, Y14
-	VMOVUPS      Y14, 96(R13)
-	VMOVUPS      128(R11), Y14
-	VFMADD231PS  Y14, Y13, Y4
-	VMULPS       Y14, Y11, Y14
-	VFMADD231PS  128(DI), Y12, Y14
-	VMOVUPS      Y14, 128(R13)
-	VMOVUPS      160(R11), Y14
-	VFMADD231PS  Y14, Y13, Y5
-	VMULPS       Y14, Y11, Y14
-	VFMADD231PS  160(DI), Y12, Y14
-	VMOVUPS      Y14, 160(R13)
-	VMOVUPS      192(R11), Y14
-	VFMADD231PS  Y14, Y13, Y6
-	VMULPS       Y14, Y11, Y14
-	VFMADD231PS  192(DI), Y12, Y14
-	VMOVUPS      Y14, 192(R13)
-	VMOVUPS      224(R11), Y14
-	VFMADD231PS  Y14, Y13, Y7
-	VMULPS       Y14, Y11, Y14
-	VFMADD231PS  224(DI), Y12, Y14
-	VMOVUPS      Y14, 224(R13)
-	VMOVUPS      256(R11), Y14
-	VFMADD231PS  Y14, Y13, Y8
-	VMULPS       Y14, Y11, Y14
-	VFMADD231PS  256(DI), Y12, Y14
-	VMOVUPS      Y14, 256(R13)
-	VMOVUPS      288(R11), Y14
-	VFMADD231PS  Y14, Y13, Y9
-	VMULPS       Y14, Y11, Y14
-	VFMADD231PS  288(DI), Y12, Y14
-	VMOVUPS      Y14, 288(R13)
-	VMOVUPS      320(R11), Y14
-	VFMADD231PS  Y14, Y13, Y10
-	VMULPS       Y14, Y11, Y14
-	VFMADD231PS  320(DI), Y12, Y14
-	VMOVUPS      Y14, 320(R13)
-	VMOVUPS      352(R11), Y14
-	VMOVAPS      (R10), Y15
-	VFMADD231PS  Y14, Y13, Y15
-	VMOVAPS      Y15, (R10)
-	VMULPS       Y14, Y11, Y14
-	VFMADD231PS  352(DI), Y12, Y14
-	VMOVUPS      Y14, 352(R13)
-	VMOVUPS      384(R11), Y14
-	VMOVAPS      32(R10), Y15
-	VFMADD231PS  Y14, Y13, Y15
-	VMOVAPS      Y15, 32(R10)
-	VMULPS       Y14, Y11, Y14
-	VFMADD231PS  384(DI), Y12, Y14
-	VMOVUPS      Y14, 384(R13)
-	VMOVUPS      416(R11), Y14
-	VMOVAPS      64(R10), Y15
-	VFMADD231PS  Y14, Y13, Y15
-	VMOVAPS      Y15, 64(R10)
-	VMULPS       Y14, Y11, Y14
-	VFMADD231PS  416(DI), Y12, Y14
-	VMOVUPS      Y14, 416(R13)
-	VMOVUPS      448(R11), Y14
-	VMOVAPS      96(R10), Y15
-	VFMADD231PS  Y14, Y13, Y15
-	VMOVAPS      Y15, 96(R10)
-	VMULPS       Y14, Y11, Y14
-	VFMADD231PS  448(DI), Y12, Y14
-	VMOVUPS      Y14, 448(R13)
-	VMOVUPS      480(R11), Y14
-	VMOVAPS      128(R10), Y15
-	VFMADD231PS  Y14, Y13, Y15
-	VMOVAPS      Y15, 128(R10)
-	VMULPS       Y14, Y11, Y14
-	VFMADD231PS  480(DI), Y12, Y14
-	VMOVUPS      Y14, 480(R13)
-	ADDQ         R9, R11
-	ADDQ         R9, R13
-	INCQ         R12
-	CMPQ         R12, R8
-	JB           stateAVX2_rwrite_6
-
-	// o = decay(Sᵀq̂) + kq·δ over δ.
-	VBROADCASTSS kq+156(FP), Y12
-	VMULPS       Y0, Y11, Y0
-	VFMADD231PS  (DI), Y12, Y0
-	VMOVUPS      Y0, (DI)
-	VMULPS       Y1, Y11, Y1
-	VFMADD231PS  32(DI), Y12, Y1
-	VMOVUPS      Y1, 32(DI)
-	VMULPS       Y2, Y11, Y2
-	VFMADD231PS  64(DI), Y12, Y2
-	VMOVUPS      Y2, 64(DI)
-	VMULPS       Y3, Y11, Y3
-	VFMADD231PS  96(DI), Y12, Y3
-	VMOVUPS      Y3, 96(DI)
-	VMULPS       Y4, Y11, Y4
-	VFMADD231PS  128(DI), Y12, Y4
-	VMOVUPS      Y4, 128(DI)
-	VMULPS       Y5, Y11, Y5
-	VFMADD231PS  160(DI), Y12, Y5
-	VMOVUPS      Y5, 160(DI)
-	VMULPS       Y6, Y11, Y6
-	VFMADD231PS  192(DI), Y12, Y6
-	VMOVUPS      Y6, 192(DI)
-	VMULPS       Y7, Y11, Y7
-	VFMADD231PS  224(DI), Y12, Y7
-	VMOVUPS      Y7, 224(DI)
-	VMULPS       Y8, Y11, Y8
-	VFMADD231PS  256(DI), Y12, Y8
-	VMOVUPS      Y8, 256(DI)
-	VMULPS       Y9, Y11, Y9
-	VFMADD231PS  288(DI), Y12, Y9
-	VMOVUPS      Y9, 288(DI)
-	VMULPS       Y10, Y11, Y10
-	VFMADD231PS  320(DI), Y12, Y10
-	VMOVUPS      Y10, 320(DI)
-	VMOVAPS      (R10), Y0
-	VMULPS       Y0, Y11, Y0
-	VFMADD231PS  352(DI), Y12, Y0
-	VMOVUPS      Y0, 352(DI)
-	VMOVAPS      32(R10), Y0
-	VMULPS       Y0, Y11, Y0
-	VFMADD231PS  384(DI), Y12, Y0
-	VMOVUPS      Y0, 384(DI)
-	VMOVAPS      64(R10), Y0
-	VMULPS       Y0, Y11, Y0
-	VFMADD231PS  416(DI), Y12, Y0
-	VMOVUPS      Y0, 416(DI)
-	VMOVAPS      96(R10), Y0
-	VMULPS       Y0, Y11, Y0
-	VFMADD231PS  448(DI), Y12, Y0
-	VMOVUPS      Y0, 448(DI)
-	VMOVAPS      128(R10), Y0
-	VMULPS       Y0, Y11, Y0
-	VFMADD231PS  480(DI), Y12, Y0
-	VMOVUPS      Y0, 480(DI)
-
 stateAVX2_decayed_5:
-	// Write pass over YMM 16–23, Sᵀq̂ of YMM ≥ 27 in the frame.
+	ADDQ $0x00000200, AX
+	ADDQ $0x00000200, CX
+	ADDQ $0x00000200, DI
+	MOVQ 256(SP), R11
+	CMPQ R11, $0x00000001
+	JE   stateAVX2_rback_1
+	CMPQ R11, $0x00000002
+	JE   stateAVX2_rback_2
+	CMPQ R11, $0x00000003
+	JE   stateAVX2_rback_3
+	JMP  stateAVX2_rback_5
+
+stateAVX2_rwrite8_1:
+	// Write pass over 8 YMM, Sᵀq̂ of YMM ≥ 11 in the frame.
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
@@ -8723,84 +4372,84 @@ stateAVX2_decayed_5:
 	MOVQ         CX, R13
 	XORQ         R12, R12
 
-stateAVX2_rwrite_7:
+stateAVX2_rwrite_3:
 	MOVQ         8(SP), R14
 	PREFETCHT1   (R14)
 	ADDQ         $0x00000100, 8(SP)
 	VBROADCASTSS (DX)(R12*4), Y9
 	VBROADCASTSS (BX)(R12*4), Y10
-	VMOVUPS      512(R11), Y11
+	VMOVUPS      (R11), Y11
 	VFMADD231PS  Y11, Y10, Y0
 	VFMADD213PS  Y11, Y8, Y11
-	VFMADD231PS  512(DI), Y9, Y11
-	VMOVUPS      Y11, 512(R13)
-	VMOVUPS      544(R11), Y11
+	VFMADD231PS  (DI), Y9, Y11
+	VMOVUPS      Y11, (R13)
+	VMOVUPS      32(R11), Y11
 	VFMADD231PS  Y11, Y10, Y1
 	VFMADD213PS  Y11, Y8, Y11
-	VFMADD231PS  544(DI), Y9, Y11
-	VMOVUPS      Y11, 544(R13)
-	VMOVUPS      576(R11), Y11
+	VFMADD231PS  32(DI), Y9, Y11
+	VMOVUPS      Y11, 32(R13)
+	VMOVUPS      64(R11), Y11
 	VFMADD231PS  Y11, Y10, Y2
 	VFMADD213PS  Y11, Y8, Y11
-	VFMADD231PS  576(DI), Y9, Y11
-	VMOVUPS      Y11, 576(R13)
-	VMOVUPS      608(R11), Y11
+	VFMADD231PS  64(DI), Y9, Y11
+	VMOVUPS      Y11, 64(R13)
+	VMOVUPS      96(R11), Y11
 	VFMADD231PS  Y11, Y10, Y3
 	VFMADD213PS  Y11, Y8, Y11
-	VFMADD231PS  608(DI), Y9, Y11
-	VMOVUPS      Y11, 608(R13)
-	VMOVUPS      640(R11), Y11
+	VFMADD231PS  96(DI), Y9, Y11
+	VMOVUPS      Y11, 96(R13)
+	VMOVUPS      128(R11), Y11
 	VFMADD231PS  Y11, Y10, Y4
 	VFMADD213PS  Y11, Y8, Y11
-	VFMADD231PS  640(DI), Y9, Y11
-	VMOVUPS      Y11, 640(R13)
-	VMOVUPS      672(R11), Y11
+	VFMADD231PS  128(DI), Y9, Y11
+	VMOVUPS      Y11, 128(R13)
+	VMOVUPS      160(R11), Y11
 	VFMADD231PS  Y11, Y10, Y5
 	VFMADD213PS  Y11, Y8, Y11
-	VFMADD231PS  672(DI), Y9, Y11
-	VMOVUPS      Y11, 672(R13)
-	VMOVUPS      704(R11), Y11
+	VFMADD231PS  160(DI), Y9, Y11
+	VMOVUPS      Y11, 160(R13)
+	VMOVUPS      192(R11), Y11
 	VFMADD231PS  Y11, Y10, Y6
 	VFMADD213PS  Y11, Y8, Y11
-	VFMADD231PS  704(DI), Y9, Y11
-	VMOVUPS      Y11, 704(R13)
-	VMOVUPS      736(R11), Y11
+	VFMADD231PS  192(DI), Y9, Y11
+	VMOVUPS      Y11, 192(R13)
+	VMOVUPS      224(R11), Y11
 	VFMADD231PS  Y11, Y10, Y7
 	VFMADD213PS  Y11, Y8, Y11
-	VFMADD231PS  736(DI), Y9, Y11
-	VMOVUPS      Y11, 736(R13)
+	VFMADD231PS  224(DI), Y9, Y11
+	VMOVUPS      Y11, 224(R13)
 	ADDQ         R9, R11
 	ADDQ         R9, R13
 	INCQ         R12
 	CMPQ         R12, R8
-	JB           stateAVX2_rwrite_7
+	JB           stateAVX2_rwrite_3
 
 	// o = decay(Sᵀq̂) + kq·δ over δ.
 	VBROADCASTSS kq+156(FP), Y9
 	VFMADD213PS  Y0, Y8, Y0
-	VFMADD231PS  512(DI), Y9, Y0
-	VMOVUPS      Y0, 512(DI)
+	VFMADD231PS  (DI), Y9, Y0
+	VMOVUPS      Y0, (DI)
 	VFMADD213PS  Y1, Y8, Y1
-	VFMADD231PS  544(DI), Y9, Y1
-	VMOVUPS      Y1, 544(DI)
+	VFMADD231PS  32(DI), Y9, Y1
+	VMOVUPS      Y1, 32(DI)
 	VFMADD213PS  Y2, Y8, Y2
-	VFMADD231PS  576(DI), Y9, Y2
-	VMOVUPS      Y2, 576(DI)
+	VFMADD231PS  64(DI), Y9, Y2
+	VMOVUPS      Y2, 64(DI)
 	VFMADD213PS  Y3, Y8, Y3
-	VFMADD231PS  608(DI), Y9, Y3
-	VMOVUPS      Y3, 608(DI)
+	VFMADD231PS  96(DI), Y9, Y3
+	VMOVUPS      Y3, 96(DI)
 	VFMADD213PS  Y4, Y8, Y4
-	VFMADD231PS  640(DI), Y9, Y4
-	VMOVUPS      Y4, 640(DI)
+	VFMADD231PS  128(DI), Y9, Y4
+	VMOVUPS      Y4, 128(DI)
 	VFMADD213PS  Y5, Y8, Y5
-	VFMADD231PS  672(DI), Y9, Y5
-	VMOVUPS      Y5, 672(DI)
+	VFMADD231PS  160(DI), Y9, Y5
+	VMOVUPS      Y5, 160(DI)
 	VFMADD213PS  Y6, Y8, Y6
-	VFMADD231PS  704(DI), Y9, Y6
-	VMOVUPS      Y6, 704(DI)
+	VFMADD231PS  192(DI), Y9, Y6
+	VMOVUPS      Y6, 192(DI)
 	VFMADD213PS  Y7, Y8, Y7
-	VFMADD231PS  736(DI), Y9, Y7
-	VMOVUPS      Y7, 736(DI)
+	VFMADD231PS  224(DI), Y9, Y7
+	VMOVUPS      Y7, 224(DI)
 	JMP          stateAVX2_decayed_6
 
 stateAVX2_far_6:
@@ -8811,1325 +4460,131 @@ stateAVX2_far_6:
 	MOVQ         CX, R13
 	XORQ         R12, R12
 
-stateAVX2_rwrite_8:
+stateAVX2_rwrite_4:
 	MOVQ         8(SP), R14
 	PREFETCHT1   (R14)
 	ADDQ         $0x00000100, 8(SP)
 	VBROADCASTSS (DX)(R12*4), Y9
 	VBROADCASTSS (BX)(R12*4), Y10
-	VMOVUPS      512(R11), Y11
+	VMOVUPS      (R11), Y11
 	VFMADD231PS  Y11, Y10, Y0
 	VMULPS       Y11, Y8, Y11
-	VFMADD231PS  512(DI), Y9, Y11
-	VMOVUPS      Y11, 512(R13)
-	VMOVUPS      544(R11), Y11
+	VFMADD231PS  (DI), Y9, Y11
+	VMOVUPS      Y11, (R13)
+	VMOVUPS      32(R11), Y11
 	VFMADD231PS  Y11, Y10, Y1
 	VMULPS       Y11, Y8, Y11
-	VFMADD231PS  544(DI), Y9, Y11
-	VMOVUPS      Y11, 544(R13)
-	VMOVUPS      576(R11), Y11
+	VFMADD231PS  32(DI), Y9, Y11
+	VMOVUPS      Y11, 32(R13)
+	VMOVUPS      64(R11), Y11
 	VFMADD231PS  Y11, Y10, Y2
 	VMULPS       Y11, Y8, Y11
-	VFMADD231PS  576(DI), Y9, Y11
-	VMOVUPS      Y11, 576(R13)
-	VMOVUPS      608(R11), Y11
+	VFMADD231PS  64(DI), Y9, Y11
+	VMOVUPS      Y11, 64(R13)
+	VMOVUPS      96(R11), Y11
 	VFMADD231PS  Y11, Y10, Y3
 	VMULPS       Y11, Y8, Y11
-	VFMADD231PS  608(DI), Y9, Y11
-	VMOVUPS      Y11, 608(R13)
-	VMOVUPS      640(R11), Y11
+	VFMADD231PS  96(DI), Y9, Y11
+	VMOVUPS      Y11, 96(R13)
+	VMOVUPS      128(R11), Y11
 	VFMADD231PS  Y11, Y10, Y4
 	VMULPS       Y11, Y8, Y11
-	VFMADD231PS  640(DI), Y9, Y11
-	VMOVUPS      Y11, 640(R13)
-	VMOVUPS      672(R11), Y11
+	VFMADD231PS  128(DI), Y9, Y11
+	VMOVUPS      Y11, 128(R13)
+	VMOVUPS      160(R11), Y11
 	VFMADD231PS  Y11, Y10, Y5
 	VMULPS       Y11, Y8, Y11
-	VFMADD231PS  672(DI), Y9, Y11
-	VMOVUPS      Y11, 672(R13)
-	VMOVUPS      704(R11), Y11
+	VFMADD231PS  160(DI), Y9, Y11
+	VMOVUPS      Y11, 160(R13)
+	VMOVUPS      192(R11), Y11
 	VFMADD231PS  Y11, Y10, Y6
 	VMULPS       Y11, Y8, Y11
-	VFMADD231PS  704(DI), Y9, Y11
-	VMOVUPS      Y11, 704(R13)
-	VMOVUPS      736(R11), Y11
+	VFMADD231PS  192(DI), Y9, Y11
+	VMOVUPS      Y11, 192(R13)
+	VMOVUPS      224(R11), Y11
 	VFMADD231PS  Y11, Y10, Y7
 	VMULPS       Y11, Y8, Y11
-	VFMADD231PS  736(DI), Y9, Y11
-	VMOVUPS      Y11, 736(R13)
+	VFMADD231PS  224(DI), Y9, Y11
+	VMOVUPS      Y11, 224(R13)
 	ADDQ         R9, R11
 	ADDQ         R9, R13
 	INCQ         R12
 	CMPQ         R12, R8
-	JB           stateAVX2_rwrite_8
+	JB           stateAVX2_rwrite_4
 
 	// o = decay(Sᵀq̂) + kq·δ over δ.
 	VBROADCASTSS kq+156(FP), Y9
 	VMULPS       Y0, Y8, Y0
-	VFMADD231PS  512(DI), Y9, Y0
-	VMOVUPS      Y0, 512(DI)
+	VFMADD231PS  (DI), Y9, Y0
+	VMOVUPS      Y0, (DI)
 	VMULPS       Y1, Y8, Y1
-	VFMADD231PS  544(DI), Y9, Y1
-	VMOVUPS      Y1, 544(DI)
+	VFMADD231PS  32(DI), Y9, Y1
+	VMOVUPS      Y1, 32(DI)
 	VMULPS       Y2, Y8, Y2
-	VFMADD231PS  576(DI), Y9, Y2
-	VMOVUPS      Y2, 576(DI)
+	VFMADD231PS  64(DI), Y9, Y2
+	VMOVUPS      Y2, 64(DI)
 	VMULPS       Y3, Y8, Y3
-	VFMADD231PS  608(DI), Y9, Y3
-	VMOVUPS      Y3, 608(DI)
+	VFMADD231PS  96(DI), Y9, Y3
+	VMOVUPS      Y3, 96(DI)
 	VMULPS       Y4, Y8, Y4
-	VFMADD231PS  640(DI), Y9, Y4
-	VMOVUPS      Y4, 640(DI)
+	VFMADD231PS  128(DI), Y9, Y4
+	VMOVUPS      Y4, 128(DI)
 	VMULPS       Y5, Y8, Y5
-	VFMADD231PS  672(DI), Y9, Y5
-	VMOVUPS      Y5, 672(DI)
+	VFMADD231PS  160(DI), Y9, Y5
+	VMOVUPS      Y5, 160(DI)
 	VMULPS       Y6, Y8, Y6
-	VFMADD231PS  704(DI), Y9, Y6
-	VMOVUPS      Y6, 704(DI)
+	VFMADD231PS  192(DI), Y9, Y6
+	VMOVUPS      Y6, 192(DI)
 	VMULPS       Y7, Y8, Y7
-	VFMADD231PS  736(DI), Y9, Y7
-	VMOVUPS      Y7, 736(DI)
+	VFMADD231PS  224(DI), Y9, Y7
+	VMOVUPS      Y7, 224(DI)
 
 stateAVX2_decayed_6:
-	ADDQ $0x00000300, AX
-	ADDQ $0x00000300, CX
-	ADDQ $0x00000300, SI
-	ADDQ $0x00000300, DI
-	SUBQ $0x000000c0, (SP)
-
-stateAVX2_rowsdone_2:
-	CMPQ (SP), $0x00000080
-	JB   stateAVX2_rowsdone_3
-
-	// Rows of 128 columns: read pass, Sᵀk̂ of YMM ≥ 13 in o.
-	VXORPS  Y0, Y0, Y0
-	VMOVUPS Y0, 416(DI)
-	VMOVUPS Y0, 448(DI)
-	VMOVUPS Y0, 480(DI)
-	VXORPS  Y0, Y0, Y0
-	VXORPS  Y1, Y1, Y1
-	VXORPS  Y2, Y2, Y2
-	VXORPS  Y3, Y3, Y3
-	VXORPS  Y4, Y4, Y4
-	VXORPS  Y5, Y5, Y5
-	VXORPS  Y6, Y6, Y6
-	VXORPS  Y7, Y7, Y7
-	VXORPS  Y8, Y8, Y8
-	VXORPS  Y9, Y9, Y9
-	VXORPS  Y10, Y10, Y10
-	VXORPS  Y11, Y11, Y11
-	VXORPS  Y12, Y12, Y12
-	MOVQ    AX, R11
-	XORQ    R12, R12
-
-stateAVX2_rread_3:
-	VBROADCASTSS (DX)(R12*4), Y13
-	VFMADD231PS  (R11), Y13, Y0
-	VFMADD231PS  32(R11), Y13, Y1
-	VFMADD231PS  64(R11), Y13, Y2
-	VFMADD231PS  96(R11), Y13, Y3
-	VFMADD231PS  128(R11), Y13, Y4
-	VFMADD231PS  160(R11), Y13, Y5
-	VFMADD231PS  192(R11), Y13, Y6
-	VFMADD231PS  224(R11), Y13, Y7
-	VFMADD231PS  256(R11), Y13, Y8
-	VFMADD231PS  288(R11), Y13, Y9
-	VFMADD231PS  320(R11), Y13, Y10
-	VFMADD231PS  352(R11), Y13, Y11
-	VFMADD231PS  384(R11), Y13, Y12
-	VMOVUPS      416(DI), Y14
-	VFMADD231PS  416(R11), Y13, Y14
-	VMOVUPS      Y14, 416(DI)
-	VMOVUPS      448(DI), Y14
-	VFMADD231PS  448(R11), Y13, Y14
-	VMOVUPS      Y14, 448(DI)
-	VMOVUPS      480(DI), Y14
-	VFMADD231PS  480(R11), Y13, Y14
-	VMOVUPS      Y14, 480(DI)
-	ADDQ         R9, R11
-	INCQ         R12
-	CMPQ         R12, R8
-	JB           stateAVX2_rread_3
-	CMPB         16(SP), $0x00
-	JE           stateAVX2_far_7
-
-	// em1 ≥ -0.5: decay(x) = x + em1·x.
-	// δ = beta·(v − decay(Sᵀk̂)), in o.
-	VBROADCASTSS em1+144(FP), Y13
-	VBROADCASTSS beta+152(FP), Y14
-	VMOVUPS      (SI), Y15
-	VFMADD213PS  Y0, Y13, Y0
-	VSUBPS       Y0, Y15, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, (DI)
-	VMOVUPS      32(SI), Y0
-	VFMADD213PS  Y1, Y13, Y1
-	VSUBPS       Y1, Y0, Y1
-	VMULPS       Y1, Y14, Y1
-	VMOVUPS      Y1, 32(DI)
-	VMOVUPS      64(SI), Y0
-	VFMADD213PS  Y2, Y13, Y2
-	VSUBPS       Y2, Y0, Y2
-	VMULPS       Y2, Y14, Y2
-	VMOVUPS      Y2, 64(DI)
-	VMOVUPS      96(SI), Y0
-	VFMADD213PS  Y3, Y13, Y3
-	VSUBPS       Y3, Y0, Y3
-	VMULPS       Y3, Y14, Y3
-	VMOVUPS      Y3, 96(DI)
-	VMOVUPS      128(SI), Y0
-	VFMADD213PS  Y4, Y13, Y4
-	VSUBPS       Y4, Y0, Y4
-	VMULPS       Y4, Y14, Y4
-	VMOVUPS      Y4, 128(DI)
-	VMOVUPS      160(SI), Y0
-	VFMADD213PS  Y5, Y13, Y5
-	VSUBPS       Y5, Y0, Y5
-	VMULPS       Y5, Y14, Y5
-	VMOVUPS      Y5, 160(DI)
-	VMOVUPS      192(SI), Y0
-	VFMADD213PS  Y6, Y13, Y6
-	VSUBPS       Y6, Y0, Y6
-	VMULPS       Y6, Y14, Y6
-	VMOVUPS      Y6, 192(DI)
-	VMOVUPS      224(SI), Y0
-	VFMADD213PS  Y7, Y13, Y7
-	VSUBPS       Y7, Y0, Y7
-	VMULPS       Y7, Y14, Y7
-	VMOVUPS      Y7, 224(DI)
-	VMOVUPS      256(SI), Y0
-	VFMADD213PS  Y8, Y13, Y8
-	VSUBPS       Y8, Y0, Y8
-	VMULPS       Y8, Y14, Y8
-	VMOVUPS      Y8, 256(DI)
-	VMOVUPS      288(SI), Y0
-	VFMADD213PS  Y9, Y13, Y9
-	VSUBPS       Y9, Y0, Y9
-	VMULPS       Y9, Y14, Y9
-	VMOVUPS      Y9, 288(DI)
-	VMOVUPS      320(SI), Y0
-	VFMADD213PS  Y10, Y13, Y10
-	VSUBPS       Y10, Y0, Y10
-	VMULPS       Y10, Y14, Y10
-	VMOVUPS      Y10, 320(DI)
-	VMOVUPS      352(SI), Y0
-	VFMADD213PS  Y11, Y13, Y11
-	VSUBPS       Y11, Y0, Y11
-	VMULPS       Y11, Y14, Y11
-	VMOVUPS      Y11, 352(DI)
-	VMOVUPS      384(SI), Y0
-	VFMADD213PS  Y12, Y13, Y12
-	VSUBPS       Y12, Y0, Y12
-	VMULPS       Y12, Y14, Y12
-	VMOVUPS      Y12, 384(DI)
-	VMOVUPS      416(DI), Y0
-	VMOVUPS      416(SI), Y1
-	VFMADD213PS  Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 416(DI)
-	VMOVUPS      448(DI), Y0
-	VMOVUPS      448(SI), Y1
-	VFMADD213PS  Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 448(DI)
-	VMOVUPS      480(DI), Y0
-	VMOVUPS      480(SI), Y1
-	VFMADD213PS  Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 480(DI)
-	JMP          stateAVX2_decayed_7
-
-stateAVX2_far_7:
-	// em1 < -0.5 or NaN: decay(x) = eg·x.
-	// δ = beta·(v − decay(Sᵀk̂)), in o.
-	VBROADCASTSS eg+148(FP), Y13
-	VBROADCASTSS beta+152(FP), Y14
-	VMOVUPS      (SI), Y15
-	VMULPS       Y0, Y13, Y0
-	VSUBPS       Y0, Y15, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, (DI)
-	VMOVUPS      32(SI), Y0
-	VMULPS       Y1, Y13, Y1
-	VSUBPS       Y1, Y0, Y1
-	VMULPS       Y1, Y14, Y1
-	VMOVUPS      Y1, 32(DI)
-	VMOVUPS      64(SI), Y0
-	VMULPS       Y2, Y13, Y2
-	VSUBPS       Y2, Y0, Y2
-	VMULPS       Y2, Y14, Y2
-	VMOVUPS      Y2, 64(DI)
-	VMOVUPS      96(SI), Y0
-	VMULPS       Y3, Y13, Y3
-	VSUBPS       Y3, Y0, Y3
-	VMULPS       Y3, Y14, Y3
-	VMOVUPS      Y3, 96(DI)
-	VMOVUPS      128(SI), Y0
-	VMULPS       Y4, Y13, Y4
-	VSUBPS       Y4, Y0, Y4
-	VMULPS       Y4, Y14, Y4
-	VMOVUPS      Y4, 128(DI)
-	VMOVUPS      160(SI), Y0
-	VMULPS       Y5, Y13, Y5
-	VSUBPS       Y5, Y0, Y5
-	VMULPS       Y5, Y14, Y5
-	VMOVUPS      Y5, 160(DI)
-	VMOVUPS      192(SI), Y0
-	VMULPS       Y6, Y13, Y6
-	VSUBPS       Y6, Y0, Y6
-	VMULPS       Y6, Y14, Y6
-	VMOVUPS      Y6, 192(DI)
-	VMOVUPS      224(SI), Y0
-	VMULPS       Y7, Y13, Y7
-	VSUBPS       Y7, Y0, Y7
-	VMULPS       Y7, Y14, Y7
-	VMOVUPS      Y7, 224(DI)
-	VMOVUPS      256(SI), Y0
-	VMULPS       Y8, Y13, Y8
-	VSUBPS       Y8, Y0, Y8
-	VMULPS       Y8, Y14, Y8
-	VMOVUPS      Y8, 256(DI)
-	VMOVUPS      288(SI), Y0
-	VMULPS       Y9, Y13, Y9
-	VSUBPS       Y9, Y0, Y9
-	VMULPS       Y9, Y14, Y9
-	VMOVUPS      Y9, 288(DI)
-	VMOVUPS      320(SI), Y0
-	VMULPS       Y10, Y13, Y10
-	VSUBPS       Y10, Y0, Y10
-	VMULPS       Y10, Y14, Y10
-	VMOVUPS      Y10, 320(DI)
-	VMOVUPS      352(SI), Y0
-	VMULPS       Y11, Y13, Y11
-	VSUBPS       Y11, Y0, Y11
-	VMULPS       Y11, Y14, Y11
-	VMOVUPS      Y11, 352(DI)
-	VMOVUPS      384(SI), Y0
-	VMULPS       Y12, Y13, Y12
-	VSUBPS       Y12, Y0, Y12
-	VMULPS       Y12, Y14, Y12
-	VMOVUPS      Y12, 384(DI)
-	VMOVUPS      416(DI), Y0
-	VMOVUPS      416(SI), Y1
-	VMULPS       Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 416(DI)
-	VMOVUPS      448(DI), Y0
-	VMOVUPS      448(SI), Y1
-	VMULPS       Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 448(DI)
-	VMOVUPS      480(DI), Y0
-	VMOVUPS      480(SI), Y1
-	VMULPS       Y0, Y13, Y0
-	VSUBPS       Y0, Y1, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, 480(DI)
-
-stateAVX2_decayed_7:
-	// Write pass over YMM 0–15, Sᵀq̂ of YMM ≥ 11 in the frame.
-	VXORPS  Y0, Y0, Y0
-	VMOVAPS Y0, (R10)
-	VMOVAPS Y0, 32(R10)
-	VMOVAPS Y0, 64(R10)
-	VMOVAPS Y0, 96(R10)
-	VMOVAPS Y0, 128(R10)
-	VXORPS  Y0, Y0, Y0
-	VXORPS  Y1, Y1, Y1
-	VXORPS  Y2, Y2, Y2
-	VXORPS  Y3, Y3, Y3
-	VXORPS  Y4, Y4, Y4
-	VXORPS  Y5, Y5, Y5
-	VXORPS  Y6, Y6, Y6
-	VXORPS  Y7, Y7, Y7
-	VXORPS  Y8, Y8, Y8
-	VXORPS  Y9, Y9, Y9
-	VXORPS  Y10, Y10, Y10
-	CMPB    16(SP), $0x00
-	JE      stateAVX2_far_8
-
-	// em1 ≥ -0.5: decay(x) = x + em1·x.
-	// S' = S + em1·S + k̂_i·δ.
-	VBROADCASTSS em1+144(FP), Y11
-	MOVQ         AX, R11
-	MOVQ         CX, R13
-	XORQ         R12, R12
-
-stateAVX2_rwrite_9:
-	MOVQ         8(SP), R14
-	PREFETCHT1   (R14)
-	PREFETCHT1   256(R14)
-	ADDQ         $0x00000200, 8(SP)
-	VBROADCASTSS (DX)(R12*4), Y12
-	VBROADCASTSS (BX)(R12*4), Y13
-	VMOVUPS      (R11), Y14
-	VFMADD231PS  Y14, Y13, Y0
-	VFMADD213PS  Y14, Y11, Y14
-	VFMADD231PS  (DI), Y12, Y14
-	VMOVUPS      Y14, (R13)
-	VMOVUPS      32(R11), Y14
-	VFMADD231PS  Y14, Y13, Y1
-	VFMADD213PS  Y14, Y11, Y14
-	VFMADD231PS  32(DI), Y12, Y14
-	VMOVUPS      Y14, 32(R13)
-	VMOVUPS      64(R11), Y14
-	VFMADD231PS  Y14, Y13, Y2
-	VFMADD213PS  Y14, Y11, Y14
-	VFMADD231PS  64(DI), Y12, Y14
-	VMOVUPS      Y14, 64(R13)
-	VMOVUPS      96(R11), Y14
-	VFMADD231PS  Y14, Y13, Y3
-	VFMADD213PS  Y14, Y11, Y14
-	VFMADD231PS  96(DI), Y12, Y14
-	VMOVUPS      Y14, 96(R13)
-	VMOVUPS      128(R11), Y14
-	VFMADD231PS  Y14, Y13, Y4
-	VFMADD213PS  Y14, Y11, Y14
-	VFMADD231PS  128(DI), Y12, Y14
-	VMOVUPS      Y14, 128(R13)
-	VMOVUPS      160(R11), Y14
-	VFMADD231PS  Y14, Y13, Y5
-	VFMADD213PS  Y14, Y11, Y14
-	VFMADD231PS  160(DI), Y12, Y14
-	VMOVUPS      Y14, 160(R13)
-	VMOVUPS      192(R11), Y14
-	VFMADD231PS  Y14, Y13, Y6
-	VFMADD213PS  Y14, Y11, Y14
-	VFMADD231PS  192(DI), Y12, Y14
-	VMOVUPS      Y14, 192(R13)
-	VMOVUPS      224(R11), Y14
-	VFMADD231PS  Y14, Y13, Y7
-	VFMADD213PS  Y14, Y11, Y14
-	VFMADD231PS  224(DI), Y12, Y14
-	VMOVUPS      Y14, 224(R13)
-	VMOVUPS      256(R11), Y14
-	VFMADD231PS  Y14, Y13, Y8
-	VFMADD213PS  Y14, Y11, Y14
-	VFMADD231PS  256(DI), Y12, Y14
-	VMOVUPS      Y14, 256(R13)
-	VMOVUPS      288(R11), Y14
-	VFMADD231PS  Y14, Y13, Y9
-	VFMADD213PS  Y14, Y11, Y14
-	VFMADD231PS  288(DI), Y12, Y14
-	VMOVUPS      Y14, 288(R13)
-	VMOVUPS      320(R11), Y14
-	VFMADD231PS  Y14, Y13, Y10
-	VFMADD213PS  Y14, Y11, Y14
-	VFMADD231PS  320(DI), Y12, Y14
-	VMOVUPS      Y14, 320(R13)
-	VMOVUPS      352(R11), Y14
-	VMOVAPS      (R10), Y15
-	VFMADD231PS  Y14, Y13, Y15
-	VMOVAPS      Y15, (R10)
-	VFMADD213PS  Y14, Y11, Y14
-	VFMADD231PS  352(DI), Y12, Y14
-	VMOVUPS      Y14, 352(R13)
-	VMOVUPS      384(R11), Y14
-	VMOVAPS      32(R10), Y15
-	VFMADD231PS  Y14, Y13, Y15
-	VMOVAPS      Y15, 32(R10)
-	VFMADD213PS  Y14, Y11, Y14
-	VFMADD231PS  384(DI), Y12, Y14
-	VMOVUPS      Y14, 384(R13)
-	VMOVUPS      416(R11), Y14
-	VMOVAPS      64(R10), Y15
-	VFMADD231PS  Y14, Y13, Y15
-	VMOVAPS      Y15, 64(R10)
-	VFMADD213PS  Y14, Y11, Y14
-	VFMADD231PS  416(DI), Y12, Y14
-	VMOVUPS      Y14, 416(R13)
-	VMOVUPS      448(R11), Y14
-	VMOVAPS      96(R10), Y15
-	VFMADD231PS  Y14, Y13, Y15
-	VMOVAPS      Y15, 96(R10)
-	VFMADD213PS  Y14, Y11, Y14
-	VFMADD231PS  448(DI), Y12, Y14
-	VMOVUPS      Y14, 448(R13)
-	VMOVUPS      480(R11), Y14
-	VMOVAPS      128(R10), Y15
-	VFMADD231PS  Y14, Y13, Y15
-	VMOVAPS      Y15, 128(R10)
-	VFMADD213PS  Y14, Y11, Y14
-	VFMADD231PS  480(DI), Y12, Y14
-	VMOVUPS      Y14, 480(R13)
-	ADDQ         R9, R11
-	ADDQ         R9, R13
-	INCQ         R12
-	CMPQ         R12, R8
-	JB           stateAVX2_rwrite_9
-
-	// o = decay(Sᵀq̂) + kq·δ over δ.
-	VBROADCASTSS kq+156(FP), Y12
-	VFMADD213PS  Y0, Y11, Y0
-	VFMADD231PS  (DI), Y12, Y0
-	VMOVUPS      Y0, (DI)
-	VFMADD213PS  Y1, Y11, Y1
-	VFMADD231PS  32(DI), Y12, Y1
-	VMOVUPS      Y1, 32(DI)
-	VFMADD213PS  Y2, Y11, Y2
-	VFMADD231PS  64(DI), Y12, Y2
-	VMOVUPS      Y2, 64(DI)
-	VFMADD213PS  Y3, Y11, Y3
-	VFMADD231PS  96(DI), Y12, Y3
-	VMOVUPS      Y3, 96(DI)
-	VFMADD213PS  Y4, Y11, Y4
-	VFMADD231PS  128(DI), Y12, Y4
-	VMOVUPS      Y4, 128(DI)
-	VFMADD213PS  Y5, Y11, Y5
-	VFMADD231PS  160(DI), Y12, Y5
-	VMOVUPS      Y5, 160(DI)
-	VFMADD213PS  Y6, Y11, Y6
-	VFMADD231PS  192(DI), Y12, Y6
-	VMOVUPS      Y6, 192(DI)
-	VFMADD213PS  Y7, Y11, Y7
-	VFMADD231PS  224(DI), Y12, Y7
-	VMOVUPS      Y7, 224(DI)
-	VFMADD213PS  Y8, Y11, Y8
-	VFMADD231PS  256(DI), Y12, Y8
-	VMOVUPS      Y8, 256(DI)
-	VFMADD213PS  Y9, Y11, Y9
-	VFMADD231PS  288(DI), Y12, Y9
-	VMOVUPS      Y9, 288(DI)
-	VFMADD213PS  Y10, Y11, Y10
-	VFMADD231PS  320(DI), Y12, Y10
-	VMOVUPS      Y10, 320(DI)
-	VMOVAPS      (R10), Y0
-	VFMADD213PS  Y0, Y11, Y0
-	VFMADD231PS  352(DI), Y12, Y0
-	VMOVUPS      Y0, 352(DI)
-	VMOVAPS      32(R10), Y0
-	VFMADD213PS  Y0, Y11, Y0
-	VFMADD231PS  384(DI), Y12, Y0
-	VMOVUPS      Y0, 384(DI)
-	VMOVAPS      64(R10), Y0
-	VFMADD213PS  Y0, Y11, Y0
-	VFMADD231PS  416(DI), Y12, Y0
-	VMOVUPS      Y0, 416(DI)
-	VMOVAPS      96(R10), Y0
-	VFMADD213PS  Y0, Y11, Y0
-	VFMADD231PS  448(DI), Y12, Y0
-	VMOVUPS      Y0, 448(DI)
-	VMOVAPS      128(R10), Y0
-	VFMADD213PS  Y0, Y11, Y0
-	VFMADD231PS  480(DI), Y12, Y0
-	VMOVUPS      Y0, 480(DI)
-	JMP          stateAVX2_decayed_8
-
-stateAVX2_far_8:
-	// em1 < -0.5 or NaN: decay(x) = eg·x.
-	// S' = eg·S + k̂_i·δ.
-	VBROADCASTSS eg+148(FP), Y11
-	MOVQ         AX, R11
-	MOVQ         CX, R13
-	XORQ         R12, R12
-
-stateAVX2_rwrite_10:
-	MOVQ         8(SP), R14
-	PREFETCHT1   (R14)
-	PREFETCHT1   256(R14)
-	ADDQ         $0x00000200, 8(SP)
-	VBROADCASTSS (DX)(R12*4), Y12
-	VBROADCASTSS (BX)(R12*4), Y13
-	VMOVUPS      (R11), Y14
-	VFMADD231PS  Y14, Y13, Y0
-	VMULPS       Y14, Y11, Y14
-	VFMADD231PS  (DI), Y12, Y14
-	VMOVUPS      Y14, (R13)
-	VMOVUPS      32(R11), Y14
-	VFMADD231PS  Y14, Y13, Y1
-	VMULPS       Y14, Y11, Y14
-	VFMADD231PS  32(DI), Y12, Y14
-	VMOVUPS      Y14, 32(R13)
-	VMOVUPS      64(R11), Y14
-	VFMADD231PS  Y14, Y13, Y2
-	VMULPS       Y14, Y11, Y14
-	VFMADD231PS  64(DI), Y12, Y14
-	VMOVUPS      Y14, 64(R13)
-	VMOVUPS      96(R11), Y14
-	VFMADD231PS  Y14, Y13, Y3
-	VMULPS       Y14, Y11, Y14
-	VFMADD231PS  96(DI), Y12, Y14
-	VMOVUPS      Y14, 96(R13)
-	VMOVUPS      128(R11), Y14
-	VFMADD231PS  Y14, Y13, Y4
-	VMULPS       Y14, Y11, Y14
-	VFMADD231PS  128(DI), Y12, Y14
-	VMOVUPS      Y14, 128(R13)
-	VMOVUPS      160(R11), Y14
-	VFMADD231PS  Y14, Y13, Y5
-	VMULPS       Y14, Y11, Y14
-	VFMADD231PS  160(DI), Y12, Y14
-	VMOVUPS      Y14, 160(R13)
-	VMOVUPS      192(R11), Y14
-	VFMADD231PS  Y14, Y13, Y6
-	VMULPS       Y14, Y11, Y14
-	VFMADD231PS  192(DI), Y12, Y14
-	VMOVUPS      Y14, 192(R13)
-	VMOVUPS      224(R11), Y14
-	VFMADD231PS  Y14, Y13, Y7
-	VMULPS       Y14, Y11, Y14
-	VFMADD231PS  224(DI), Y12, Y14
-	VMOVUPS      Y14, 224(R13)
-	VMOVUPS      256(R11), Y14
-	VFMADD231PS  Y14, Y13, Y8
-	VMULPS       Y14, Y11, Y14
-	VFMADD231PS  256(DI), Y12, Y14
-	VMOVUPS      Y14, 256(R13)
-	VMOVUPS      288(R11), Y14
-	VFMADD231PS  Y14, Y13, Y9
-	VMULPS       Y14, Y11, Y14
-	VFMADD231PS  288(DI), Y12, Y14
-	VMOVUPS      Y14, 288(R13)
-	VMOVUPS      320(R11), Y14
-	VFMADD231PS  Y14, Y13, Y10
-	VMULPS       Y14, Y11, Y14
-	VFMADD231PS  320(DI), Y12, Y14
-	VMOVUPS      Y14, 320(R13)
-	VMOVUPS      352(R11), Y14
-	VMOVAPS      (R10), Y15
-	VFMADD231PS  Y14, Y13, Y15
-	VMOVAPS      Y15, (R10)
-	VMULPS       Y14, Y11, Y14
-	VFMADD231PS  352(DI), Y12, Y14
-	VMOVUPS      Y14, 352(R13)
-	VMOVUPS      384(R11), Y14
-	VMOVAPS      32(R10), Y15
-	VFMADD231PS  Y14, Y13, Y15
-	VMOVAPS      Y15, 32(R10)
-	VMULPS       Y14, Y11, Y14
-	VFMADD231PS  384(DI), Y12, Y14
-	VMOVUPS      Y14, 384(R13)
-	VMOVUPS      416(R11), Y14
-	VMOVAPS      64(R10), Y15
-	VFMADD231PS  Y14, Y13, Y15
-	VMOVAPS      Y15, 64(R10)
-	VMULPS       Y14, Y11, Y14
-	VFMADD231PS  416(DI), Y12, Y14
-	VMOVUPS      Y14, 416(R13)
-	VMOVUPS      448(R11), Y14
-	VMOVAPS      96(R10), Y15
-	VFMADD231PS  Y14, Y13, Y15
-	VMOVAPS      Y15, 96(R10)
-	VMULPS       Y14, Y11, Y14
-	VFMADD231PS  448(DI), Y12, Y14
-	VMOVUPS      Y14, 448(R13)
-	VMOVUPS      480(R11), Y14
-	VMOVAPS      128(R10), Y15
-	VFMADD231PS  Y14, Y13, Y15
-	VMOVAPS      Y15, 128(R10)
-	VMULPS       Y14, Y11, Y14
-	VFMADD231PS  480(DI), Y12, Y14
-	VMOVUPS      Y14, 480(R13)
-	ADDQ         R9, R11
-	ADDQ         R9, R13
-	INCQ         R12
-	CMPQ         R12, R8
-	JB           stateAVX2_rwrite_10
-
-	// o = decay(Sᵀq̂) + kq·δ over δ.
-	VBROADCASTSS kq+156(FP), Y12
-	VMULPS       Y0, Y11, Y0
-	VFMADD231PS  (DI), Y12, Y0
-	VMOVUPS      Y0, (DI)
-	VMULPS       Y1, Y11, Y1
-	VFMADD231PS  32(DI), Y12, Y1
-	VMOVUPS      Y1, 32(DI)
-	VMULPS       Y2, Y11, Y2
-	VFMADD231PS  64(DI), Y12, Y2
-	VMOVUPS      Y2, 64(DI)
-	VMULPS       Y3, Y11, Y3
-	VFMADD231PS  96(DI), Y12, Y3
-	VMOVUPS      Y3, 96(DI)
-	VMULPS       Y4, Y11, Y4
-	VFMADD231PS  128(DI), Y12, Y4
-	VMOVUPS      Y4, 128(DI)
-	VMULPS       Y5, Y11, Y5
-	VFMADD231PS  160(DI), Y12, Y5
-	VMOVUPS      Y5, 160(DI)
-	VMULPS       Y6, Y11, Y6
-	VFMADD231PS  192(DI), Y12, Y6
-	VMOVUPS      Y6, 192(DI)
-	VMULPS       Y7, Y11, Y7
-	VFMADD231PS  224(DI), Y12, Y7
-	VMOVUPS      Y7, 224(DI)
-	VMULPS       Y8, Y11, Y8
-	VFMADD231PS  256(DI), Y12, Y8
-	VMOVUPS      Y8, 256(DI)
-	VMULPS       Y9, Y11, Y9
-	VFMADD231PS  288(DI), Y12, Y9
-	VMOVUPS      Y9, 288(DI)
-	VMULPS       Y10, Y11, Y10
-	VFMADD231PS  320(DI), Y12, Y10
-	VMOVUPS      Y10, 320(DI)
-	VMOVAPS      (R10), Y0
-	VMULPS       Y0, Y11, Y0
-	VFMADD231PS  352(DI), Y12, Y0
-	VMOVUPS      Y0, 352(DI)
-	VMOVAPS      32(R10), Y0
-	VMULPS       Y0, Y11, Y0
-	VFMADD231PS  384(DI), Y12, Y0
-	VMOVUPS      Y0, 384(DI)
-	VMOVAPS      64(R10), Y0
-	VMULPS       Y0, Y11, Y0
-	VFMADD231PS  416(DI), Y12, Y0
-	VMOVUPS      Y0, 416(DI)
-	VMOVAPS      96(R10), Y0
-	VMULPS       Y0, Y11, Y0
-	VFMADD231PS  448(DI), Y12, Y0
-	VMOVUPS      Y0, 448(DI)
-	VMOVAPS      128(R10), Y0
-	VMULPS       Y0, Y11, Y0
-	VFMADD231PS  480(DI), Y12, Y0
-	VMOVUPS      Y0, 480(DI)
-
-stateAVX2_decayed_8:
-	ADDQ $0x00000200, AX
-	ADDQ $0x00000200, CX
-	ADDQ $0x00000200, SI
-	ADDQ $0x00000200, DI
-	SUBQ $0x00000080, (SP)
-
-stateAVX2_rowsdone_3:
-	CMPQ (SP), $0x00000040
-	JB   stateAVX2_rowsdone_4
-
-	// Rows of 64 columns: read pass, Sᵀk̂ of YMM ≥ 13 in o.
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-	VXORPS Y6, Y6, Y6
-	VXORPS Y7, Y7, Y7
-	MOVQ   AX, R10
-	XORQ   R11, R11
-
-stateAVX2_rread_4:
-	VBROADCASTSS (DX)(R11*4), Y8
-	VFMADD231PS  (R10), Y8, Y0
-	VFMADD231PS  32(R10), Y8, Y1
-	VFMADD231PS  64(R10), Y8, Y2
-	VFMADD231PS  96(R10), Y8, Y3
-	VFMADD231PS  128(R10), Y8, Y4
-	VFMADD231PS  160(R10), Y8, Y5
-	VFMADD231PS  192(R10), Y8, Y6
-	VFMADD231PS  224(R10), Y8, Y7
-	ADDQ         R9, R10
-	INCQ         R11
-	CMPQ         R11, R8
-	JB           stateAVX2_rread_4
-	CMPB         16(SP), $0x00
-	JE           stateAVX2_far_9
-
-	// em1 ≥ -0.5: decay(x) = x + em1·x.
-	// δ = beta·(v − decay(Sᵀk̂)), in o.
-	VBROADCASTSS em1+144(FP), Y8
-	VBROADCASTSS beta+152(FP), Y9
-	VMOVUPS      (SI), Y10
-	VFMADD213PS  Y0, Y8, Y0
-	VSUBPS       Y0, Y10, Y0
-	VMULPS       Y0, Y9, Y0
-	VMOVUPS      Y0, (DI)
-	VMOVUPS      32(SI), Y0
-	VFMADD213PS  Y1, Y8, Y1
-	VSUBPS       Y1, Y0, Y1
-	VMULPS       Y1, Y9, Y1
-	VMOVUPS      Y1, 32(DI)
-	VMOVUPS      64(SI), Y0
-	VFMADD213PS  Y2, Y8, Y2
-	VSUBPS       Y2, Y0, Y2
-	VMULPS       Y2, Y9, Y2
-	VMOVUPS      Y2, 64(DI)
-	VMOVUPS      96(SI), Y0
-	VFMADD213PS  Y3, Y8, Y3
-	VSUBPS       Y3, Y0, Y3
-	VMULPS       Y3, Y9, Y3
-	VMOVUPS      Y3, 96(DI)
-	VMOVUPS      128(SI), Y0
-	VFMADD213PS  Y4, Y8, Y4
-	VSUBPS       Y4, Y0, Y4
-	VMULPS       Y4, Y9, Y4
-	VMOVUPS      Y4, 128(DI)
-	VMOVUPS      160(SI), Y0
-	VFMADD213PS  Y5, Y8, Y5
-	VSUBPS       Y5, Y0, Y5
-	VMULPS       Y5, Y9, Y5
-	VMOVUPS      Y5, 160(DI)
-	VMOVUPS      192(SI), Y0
-	VFMADD213PS  Y6, Y8, Y6
-	VSUBPS       Y6, Y0, Y6
-	VMULPS       Y6, Y9, Y6
-	VMOVUPS      Y6, 192(DI)
-	VMOVUPS      224(SI), Y0
-	VFMADD213PS  Y7, Y8, Y7
-	VSUBPS       Y7, Y0, Y7
-	VMULPS       Y7, Y9, Y7
-	VMOVUPS      Y7, 224(DI)
-	JMP          stateAVX2_decayed_9
-
-stateAVX2_far_9:
-	// em1 < -0.5 or NaN: decay(x) = eg·x.
-	// δ = beta·(v − decay(Sᵀk̂)), in o.
-	VBROADCASTSS eg+148(FP), Y8
-	VBROADCASTSS beta+152(FP), Y9
-	VMOVUPS      (SI), Y10
-	VMULPS       Y0, Y8, Y0
-	VSUBPS       Y0, Y10, Y0
-	VMULPS       Y0, Y9, Y0
-	VMOVUPS      Y0, (DI)
-	VMOVUPS      32(SI), Y0
-	VMULPS       Y1, Y8, Y1
-	VSUBPS       Y1, Y0, Y1
-	VMULPS       Y1, Y9, Y1
-	VMOVUPS      Y1, 32(DI)
-	VMOVUPS      64(SI), Y0
-	VMULPS       Y2, Y8, Y2
-	VSUBPS       Y2, Y0, Y2
-	VMULPS       Y2, Y9, Y2
-	VMOVUPS      Y2, 64(DI)
-	VMOVUPS      96(SI), Y0
-	VMULPS       Y3, Y8, Y3
-	VSUBPS       Y3, Y0, Y3
-	VMULPS       Y3, Y9, Y3
-	VMOVUPS      Y3, 96(DI)
-	VMOVUPS      128(SI), Y0
-	VMULPS       Y4, Y8, Y4
-	VSUBPS       Y4, Y0, Y4
-	VMULPS       Y4, Y9, Y4
-	VMOVUPS      Y4, 128(DI)
-	VMOVUPS      160(SI), Y0
-	VMULPS       Y5, Y8, Y5
-	VSUBPS       Y5, Y0, Y5
-	VMULPS       Y5, Y9, Y5
-	VMOVUPS      Y5, 160(DI)
-	VMOVUPS      192(SI), Y0
-	VMULPS       Y6, Y8, Y6
-	VSUBPS       Y6, Y0, Y6
-	VMULPS       Y6, Y9, Y6
-	VMOVUPS      Y6, 192(DI)
-	VMOVUPS      224(SI), Y0
-	VMULPS       Y7, Y8, Y7
-	VSUBPS       Y7, Y0, Y7
-	VMULPS       Y7, Y9, Y7
-	VMOVUPS      Y7, 224(DI)
-
-stateAVX2_decayed_9:
-	// Write pass over YMM 0–7, Sᵀq̂ of YMM ≥ 11 in the frame.
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-	VXORPS Y6, Y6, Y6
-	VXORPS Y7, Y7, Y7
-	CMPB   16(SP), $0x00
-	JE     stateAVX2_far_10
-
-	// em1 ≥ -0.5: decay(x) = x + em1·x.
-	// S' = S + em1·S + k̂_i·δ.
-	VBROADCASTSS em1+144(FP), Y8
-	MOVQ         AX, R10
-	MOVQ         CX, R12
-	XORQ         R11, R11
-
-stateAVX2_rwrite_11:
-	MOVQ         8(SP), R13
-	PREFETCHT1   (R13)
-	ADDQ         $0x00000100, 8(SP)
-	VBROADCASTSS (DX)(R11*4), Y9
-	VBROADCASTSS (BX)(R11*4), Y10
-	VMOVUPS      (R10), Y11
-	VFMADD231PS  Y11, Y10, Y0
-	VFMADD213PS  Y11, Y8, Y11
-	VFMADD231PS  (DI), Y9, Y11
-	VMOVUPS      Y11, (R12)
-	VMOVUPS      32(R10), Y11
-	VFMADD231PS  Y11, Y10, Y1
-	VFMADD213PS  Y11, Y8, Y11
-	VFMADD231PS  32(DI), Y9, Y11
-	VMOVUPS      Y11, 32(R12)
-	VMOVUPS      64(R10), Y11
-	VFMADD231PS  Y11, Y10, Y2
-	VFMADD213PS  Y11, Y8, Y11
-	VFMADD231PS  64(DI), Y9, Y11
-	VMOVUPS      Y11, 64(R12)
-	VMOVUPS      96(R10), Y11
-	VFMADD231PS  Y11, Y10, Y3
-	VFMADD213PS  Y11, Y8, Y11
-	VFMADD231PS  96(DI), Y9, Y11
-	VMOVUPS      Y11, 96(R12)
-	VMOVUPS      128(R10), Y11
-	VFMADD231PS  Y11, Y10, Y4
-	VFMADD213PS  Y11, Y8, Y11
-	VFMADD231PS  128(DI), Y9, Y11
-	VMOVUPS      Y11, 128(R12)
-	VMOVUPS      160(R10), Y11
-	VFMADD231PS  Y11, Y10, Y5
-	VFMADD213PS  Y11, Y8, Y11
-	VFMADD231PS  160(DI), Y9, Y11
-	VMOVUPS      Y11, 160(R12)
-	VMOVUPS      192(R10), Y11
-	VFMADD231PS  Y11, Y10, Y6
-	VFMADD213PS  Y11, Y8, Y11
-	VFMADD231PS  192(DI), Y9, Y11
-	VMOVUPS      Y11, 192(R12)
-	VMOVUPS      224(R10), Y11
-	VFMADD231PS  Y11, Y10, Y7
-	VFMADD213PS  Y11, Y8, Y11
-	VFMADD231PS  224(DI), Y9, Y11
-	VMOVUPS      Y11, 224(R12)
-	ADDQ         R9, R10
-	ADDQ         R9, R12
-	INCQ         R11
-	CMPQ         R11, R8
-	JB           stateAVX2_rwrite_11
-
-	// o = decay(Sᵀq̂) + kq·δ over δ.
-	VBROADCASTSS kq+156(FP), Y9
-	VFMADD213PS  Y0, Y8, Y0
-	VFMADD231PS  (DI), Y9, Y0
-	VMOVUPS      Y0, (DI)
-	VFMADD213PS  Y1, Y8, Y1
-	VFMADD231PS  32(DI), Y9, Y1
-	VMOVUPS      Y1, 32(DI)
-	VFMADD213PS  Y2, Y8, Y2
-	VFMADD231PS  64(DI), Y9, Y2
-	VMOVUPS      Y2, 64(DI)
-	VFMADD213PS  Y3, Y8, Y3
-	VFMADD231PS  96(DI), Y9, Y3
-	VMOVUPS      Y3, 96(DI)
-	VFMADD213PS  Y4, Y8, Y4
-	VFMADD231PS  128(DI), Y9, Y4
-	VMOVUPS      Y4, 128(DI)
-	VFMADD213PS  Y5, Y8, Y5
-	VFMADD231PS  160(DI), Y9, Y5
-	VMOVUPS      Y5, 160(DI)
-	VFMADD213PS  Y6, Y8, Y6
-	VFMADD231PS  192(DI), Y9, Y6
-	VMOVUPS      Y6, 192(DI)
-	VFMADD213PS  Y7, Y8, Y7
-	VFMADD231PS  224(DI), Y9, Y7
-	VMOVUPS      Y7, 224(DI)
-	JMP          stateAVX2_decayed_10
-
-stateAVX2_far_10:
-	// em1 < -0.5 or NaN: decay(x) = eg·x.
-	// S' = eg·S + k̂_i·δ.
-	VBROADCASTSS eg+148(FP), Y8
-	MOVQ         AX, R10
-	MOVQ         CX, R12
-	XORQ         R11, R11
-
-stateAVX2_rwrite_12:
-	MOVQ         8(SP), R13
-	PREFETCHT1   (R13)
-	ADDQ         $0x00000100, 8(SP)
-	VBROADCASTSS (DX)(R11*4), Y9
-	VBROADCASTSS (BX)(R11*4), Y10
-	VMOVUPS      (R10), Y11
-	VFMADD231PS  Y11, Y10, Y0
-	VMULPS       Y11, Y8, Y11
-	VFMADD231PS  (DI), Y9, Y11
-	VMOVUPS      Y11, (R12)
-	VMOVUPS      32(R10), Y11
-	VFMADD231PS  Y11, Y10, Y1
-	VMULPS       Y11, Y8, Y11
-	VFMADD231PS  32(DI), Y9, Y11
-	VMOVUPS      Y11, 32(R12)
-	VMOVUPS      64(R10), Y11
-	VFMADD231PS  Y11, Y10, Y2
-	VMULPS       Y11, Y8, Y11
-	VFMADD231PS  64(DI), Y9, Y11
-	VMOVUPS      Y11, 64(R12)
-	VMOVUPS      96(R10), Y11
-	VFMADD231PS  Y11, Y10, Y3
-	VMULPS       Y11, Y8, Y11
-	VFMADD231PS  96(DI), Y9, Y11
-	VMOVUPS      Y11, 96(R12)
-	VMOVUPS      128(R10), Y11
-	VFMADD231PS  Y11, Y10, Y4
-	VMULPS       Y11, Y8, Y11
-	VFMADD231PS  128(DI), Y9, Y11
-	VMOVUPS      Y11, 128(R12)
-	VMOVUPS      160(R10), Y11
-	VFMADD231PS  Y11, Y10, Y5
-	VMULPS       Y11, Y8, Y11
-	VFMADD231PS  160(DI), Y9, Y11
-	VMOVUPS      Y11, 160(R12)
-	VMOVUPS      192(R10), Y11
-	VFMADD231PS  Y11, Y10, Y6
-	VMULPS       Y11, Y8, Y11
-	VFMADD231PS  192(DI), Y9, Y11
-	VMOVUPS      Y11, 192(R12)
-	VMOVUPS      224(R10), Y11
-	VFMADD231PS  Y11, Y10, Y7
-	VMULPS       Y11, Y8, Y11
-	VFMADD231PS  224(DI), Y9, Y11
-	VMOVUPS      Y11, 224(R12)
-	ADDQ         R9, R10
-	ADDQ         R9, R12
-	INCQ         R11
-	CMPQ         R11, R8
-	JB           stateAVX2_rwrite_12
-
-	// o = decay(Sᵀq̂) + kq·δ over δ.
-	VBROADCASTSS kq+156(FP), Y9
-	VMULPS       Y0, Y8, Y0
-	VFMADD231PS  (DI), Y9, Y0
-	VMOVUPS      Y0, (DI)
-	VMULPS       Y1, Y8, Y1
-	VFMADD231PS  32(DI), Y9, Y1
-	VMOVUPS      Y1, 32(DI)
-	VMULPS       Y2, Y8, Y2
-	VFMADD231PS  64(DI), Y9, Y2
-	VMOVUPS      Y2, 64(DI)
-	VMULPS       Y3, Y8, Y3
-	VFMADD231PS  96(DI), Y9, Y3
-	VMOVUPS      Y3, 96(DI)
-	VMULPS       Y4, Y8, Y4
-	VFMADD231PS  128(DI), Y9, Y4
-	VMOVUPS      Y4, 128(DI)
-	VMULPS       Y5, Y8, Y5
-	VFMADD231PS  160(DI), Y9, Y5
-	VMOVUPS      Y5, 160(DI)
-	VMULPS       Y6, Y8, Y6
-	VFMADD231PS  192(DI), Y9, Y6
-	VMOVUPS      Y6, 192(DI)
-	VMULPS       Y7, Y8, Y7
-	VFMADD231PS  224(DI), Y9, Y7
-	VMOVUPS      Y7, 224(DI)
-
-stateAVX2_decayed_10:
 	ADDQ $0x00000100, AX
 	ADDQ $0x00000100, CX
-	ADDQ $0x00000100, SI
 	ADDQ $0x00000100, DI
-	SUBQ $0x00000040, (SP)
+	MOVQ 256(SP), R11
+	CMPQ R11, $0x00000004
+	JE   stateAVX2_rback_4
+	JMP  stateAVX2_rback_6
 
-stateAVX2_rowsdone_4:
-	// Blocks of 32 columns.
-stateAVX2_full_1:
-	CMPQ (SP), $0x00000020
-	JB   stateAVX2_tail_1
+stateAVX2_rowsend_1:
+	// Spans: blocks of 23 columns or less, cut to 16 at 24 or more (cutWidth).
+stateAVX2_spans_1:
+	MOVQ    (SP), R10
+	TESTQ   R10, R10
+	JZ      stateAVX2_done_1
+	MOVQ    $0x00000010, R11
+	CMPQ    R10, $0x00000018
+	CMOVQCC R11, R10
 
-	// Block of 32 columns: read pass (Sᵀk̂, Sᵀq̂ of 4 vectors in registers).
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-	VXORPS Y6, Y6, Y6
-	VXORPS Y7, Y7, Y7
-	MOVQ   AX, R10
-	XORQ   R11, R11
+	// A block of 16 columns (V = 80: the 16 after 64): 2 full vectors, no guard.
+	CMPQ R10, $0x00000010
+	JNE  stateAVX2_span_1
 
-stateAVX2_read_1:
-	VBROADCASTSS (DX)(R11*4), Y8
-	VBROADCASTSS (BX)(R11*4), Y9
-	VMOVUPS      (R10), Y10
-	VFMADD231PS  Y10, Y8, Y0
-	VFMADD231PS  Y10, Y9, Y1
-	VMOVUPS      32(R10), Y10
-	VFMADD231PS  Y10, Y8, Y2
-	VFMADD231PS  Y10, Y9, Y3
-	VMOVUPS      64(R10), Y10
-	VFMADD231PS  Y10, Y8, Y4
-	VFMADD231PS  Y10, Y9, Y5
-	VMOVUPS      96(R10), Y10
-	VFMADD231PS  Y10, Y8, Y6
-	VFMADD231PS  Y10, Y9, Y7
-	ADDQ         R9, R10
-	INCQ         R11
-	CMPQ         R11, R8
-	JB           stateAVX2_read_1
-	CMPB         16(SP), $0x00
-	JE           stateAVX2_far_11
-
-	// em1 ≥ -0.5: decay(x) = x + em1·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	VBROADCASTSS em1+144(FP), Y8
-	VBROADCASTSS beta+152(FP), Y9
-	VBROADCASTSS kq+156(FP), Y10
-	VMOVUPS      (SI), Y11
-	VFMADD213PS  Y0, Y8, Y0
-	VSUBPS       Y0, Y11, Y0
-	VMULPS       Y0, Y9, Y0
-	VFMADD213PS  Y1, Y8, Y1
-	VFMADD231PS  Y0, Y10, Y1
-	VMOVUPS      Y1, (DI)
-	VMOVUPS      32(SI), Y1
-	VFMADD213PS  Y2, Y8, Y2
-	VSUBPS       Y2, Y1, Y2
-	VMULPS       Y2, Y9, Y2
-	VFMADD213PS  Y3, Y8, Y3
-	VFMADD231PS  Y2, Y10, Y3
-	VMOVUPS      Y3, 32(DI)
-	VMOVUPS      64(SI), Y1
-	VFMADD213PS  Y4, Y8, Y4
-	VSUBPS       Y4, Y1, Y4
-	VMULPS       Y4, Y9, Y4
-	VFMADD213PS  Y5, Y8, Y5
-	VFMADD231PS  Y4, Y10, Y5
-	VMOVUPS      Y5, 64(DI)
-	VMOVUPS      96(SI), Y1
-	VFMADD213PS  Y6, Y8, Y6
-	VSUBPS       Y6, Y1, Y6
-	VMULPS       Y6, Y9, Y6
-	VFMADD213PS  Y7, Y8, Y7
-	VFMADD231PS  Y6, Y10, Y7
-	VMOVUPS      Y7, 96(DI)
-
-	// Write pass: S' = S + em1·S + k̂_i·δ over the same slab.
-	MOVQ AX, R10
-	MOVQ CX, R12
-	XORQ R11, R11
-
-stateAVX2_write_1:
-	MOVQ         8(SP), R13
-	PREFETCHT1   (R13)
-	ADDQ         $0x00000080, 8(SP)
-	VBROADCASTSS (DX)(R11*4), Y1
-	VMOVUPS      (R10), Y3
-	VFMADD213PS  Y3, Y8, Y3
-	VFMADD231PS  Y0, Y1, Y3
-	VMOVUPS      Y3, (R12)
-	VMOVUPS      32(R10), Y3
-	VFMADD213PS  Y3, Y8, Y3
-	VFMADD231PS  Y2, Y1, Y3
-	VMOVUPS      Y3, 32(R12)
-	VMOVUPS      64(R10), Y3
-	VFMADD213PS  Y3, Y8, Y3
-	VFMADD231PS  Y4, Y1, Y3
-	VMOVUPS      Y3, 64(R12)
-	VMOVUPS      96(R10), Y3
-	VFMADD213PS  Y3, Y8, Y3
-	VFMADD231PS  Y6, Y1, Y3
-	VMOVUPS      Y3, 96(R12)
-	ADDQ         R9, R10
-	ADDQ         R9, R12
-	INCQ         R11
-	CMPQ         R11, R8
-	JB           stateAVX2_write_1
-	JMP          stateAVX2_decayed_11
-
-stateAVX2_far_11:
-	// em1 < -0.5 or NaN: decay(x) = eg·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	VBROADCASTSS eg+148(FP), Y8
-	VBROADCASTSS beta+152(FP), Y9
-	VBROADCASTSS kq+156(FP), Y10
-	VMOVUPS      (SI), Y11
-	VMULPS       Y0, Y8, Y0
-	VSUBPS       Y0, Y11, Y0
-	VMULPS       Y0, Y9, Y0
-	VMULPS       Y1, Y8, Y1
-	VFMADD231PS  Y0, Y10, Y1
-	VMOVUPS      Y1, (DI)
-	VMOVUPS      32(SI), Y1
-	VMULPS       Y2, Y8, Y2
-	VSUBPS       Y2, Y1, Y2
-	VMULPS       Y2, Y9, Y2
-	VMULPS       Y3, Y8, Y3
-	VFMADD231PS  Y2, Y10, Y3
-	VMOVUPS      Y3, 32(DI)
-	VMOVUPS      64(SI), Y1
-	VMULPS       Y4, Y8, Y4
-	VSUBPS       Y4, Y1, Y4
-	VMULPS       Y4, Y9, Y4
-	VMULPS       Y5, Y8, Y5
-	VFMADD231PS  Y4, Y10, Y5
-	VMOVUPS      Y5, 64(DI)
-	VMOVUPS      96(SI), Y1
-	VMULPS       Y6, Y8, Y6
-	VSUBPS       Y6, Y1, Y6
-	VMULPS       Y6, Y9, Y6
-	VMULPS       Y7, Y8, Y7
-	VFMADD231PS  Y6, Y10, Y7
-	VMOVUPS      Y7, 96(DI)
-
-	// Write pass: S' = eg·S + k̂_i·δ over the same slab.
-	MOVQ AX, R10
-	MOVQ CX, R12
-	XORQ R11, R11
-
-stateAVX2_write_2:
-	MOVQ         8(SP), R13
-	PREFETCHT1   (R13)
-	ADDQ         $0x00000080, 8(SP)
-	VBROADCASTSS (DX)(R11*4), Y1
-	VMOVUPS      (R10), Y3
-	VMULPS       Y3, Y8, Y3
-	VFMADD231PS  Y0, Y1, Y3
-	VMOVUPS      Y3, (R12)
-	VMOVUPS      32(R10), Y3
-	VMULPS       Y3, Y8, Y3
-	VFMADD231PS  Y2, Y1, Y3
-	VMOVUPS      Y3, 32(R12)
-	VMOVUPS      64(R10), Y3
-	VMULPS       Y3, Y8, Y3
-	VFMADD231PS  Y4, Y1, Y3
-	VMOVUPS      Y3, 64(R12)
-	VMOVUPS      96(R10), Y3
-	VMULPS       Y3, Y8, Y3
-	VFMADD231PS  Y6, Y1, Y3
-	VMOVUPS      Y3, 96(R12)
-	ADDQ         R9, R10
-	ADDQ         R9, R12
-	INCQ         R11
-	CMPQ         R11, R8
-	JB           stateAVX2_write_2
-
-stateAVX2_decayed_11:
-	ADDQ $0x00000080, AX
-	ADDQ $0x00000080, CX
-	ADDQ $0x00000080, SI
-	ADDQ $0x00000080, DI
-	SUBQ $0x00000020, (SP)
-	JMP  stateAVX2_full_1
-
-stateAVX2_tail_1:
-	MOVQ  (SP), R10
-	TESTQ R10, R10
-	JZ    stateAVX2_done_1
-
-	// Tail: 1 to 3 YMM, then up to 7 columns as an XMM and scalars.
-	MOVQ R10, R11
-	SHRQ $0x03, R11
-	CMPQ R11, $0x00000001
-	JE   stateAVX2_ymm1_1
-	CMPQ R11, $0x00000002
-	JE   stateAVX2_ymm2_1
-	CMPQ R11, $0x00000003
-	JE   stateAVX2_ymm3_1
-	JMP  stateAVX2_narrow_1
-
-stateAVX2_ymm1_1:
-	// Block of 8 columns: read pass (Sᵀk̂, Sᵀq̂ of 1 vectors in registers).
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	MOVQ   AX, R11
-	XORQ   R12, R12
-
-stateAVX2_read_2:
-	VBROADCASTSS (DX)(R12*4), Y2
-	VBROADCASTSS (BX)(R12*4), Y3
-	VMOVUPS      (R11), Y4
-	VFMADD231PS  Y4, Y2, Y0
-	VFMADD231PS  Y4, Y3, Y1
-	ADDQ         R9, R11
-	INCQ         R12
-	CMPQ         R12, R8
-	JB           stateAVX2_read_2
-	CMPB         16(SP), $0x00
-	JE           stateAVX2_far_12
-
-	// em1 ≥ -0.5: decay(x) = x + em1·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	VBROADCASTSS em1+144(FP), Y2
-	VBROADCASTSS beta+152(FP), Y3
-	VBROADCASTSS kq+156(FP), Y4
-	VMOVUPS      (SI), Y5
-	VFMADD213PS  Y0, Y2, Y0
-	VSUBPS       Y0, Y5, Y0
-	VMULPS       Y0, Y3, Y0
-	VFMADD213PS  Y1, Y2, Y1
-	VFMADD231PS  Y0, Y4, Y1
-	VMOVUPS      Y1, (DI)
-
-	// Write pass: S' = S + em1·S + k̂_i·δ over the same slab.
-	MOVQ AX, R11
-	MOVQ CX, R13
-	XORQ R12, R12
-
-stateAVX2_write_3:
-	MOVQ         8(SP), R14
-	PREFETCHT1   (R14)
-	ADDQ         $0x00000020, 8(SP)
-	VBROADCASTSS (DX)(R12*4), Y1
-	VMOVUPS      (R11), Y3
-	VFMADD213PS  Y3, Y2, Y3
-	VFMADD231PS  Y0, Y1, Y3
-	VMOVUPS      Y3, (R13)
-	ADDQ         R9, R11
-	ADDQ         R9, R13
-	INCQ         R12
-	CMPQ         R12, R8
-	JB           stateAVX2_write_3
-	JMP          stateAVX2_decayed_12
-
-stateAVX2_far_12:
-	// em1 < -0.5 or NaN: decay(x) = eg·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	VBROADCASTSS eg+148(FP), Y2
-	VBROADCASTSS beta+152(FP), Y3
-	VBROADCASTSS kq+156(FP), Y4
-	VMOVUPS      (SI), Y5
-	VMULPS       Y0, Y2, Y0
-	VSUBPS       Y0, Y5, Y0
-	VMULPS       Y0, Y3, Y0
-	VMULPS       Y1, Y2, Y1
-	VFMADD231PS  Y0, Y4, Y1
-	VMOVUPS      Y1, (DI)
-
-	// Write pass: S' = eg·S + k̂_i·δ over the same slab.
-	MOVQ AX, R11
-	MOVQ CX, R13
-	XORQ R12, R12
-
-stateAVX2_write_4:
-	MOVQ         8(SP), R14
-	PREFETCHT1   (R14)
-	ADDQ         $0x00000020, 8(SP)
-	VBROADCASTSS (DX)(R12*4), Y1
-	VMOVUPS      (R11), Y3
-	VMULPS       Y3, Y2, Y3
-	VFMADD231PS  Y0, Y1, Y3
-	VMOVUPS      Y3, (R13)
-	ADDQ         R9, R11
-	ADDQ         R9, R13
-	INCQ         R12
-	CMPQ         R12, R8
-	JB           stateAVX2_write_4
-
-stateAVX2_decayed_12:
-	ADDQ $0x00000020, AX
-	ADDQ $0x00000020, CX
-	ADDQ $0x00000020, SI
-	ADDQ $0x00000020, DI
-	JMP  stateAVX2_narrow_1
-
-stateAVX2_ymm2_1:
 	// Block of 16 columns: read pass (Sᵀk̂, Sᵀq̂ of 2 vectors in registers).
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
 	VXORPS Y3, Y3, Y3
-	MOVQ   AX, R11
-	XORQ   R12, R12
+	MOVQ   AX, R10
+	XORQ   R11, R11
 
-stateAVX2_read_3:
-	VBROADCASTSS (DX)(R12*4), Y4
-	VBROADCASTSS (BX)(R12*4), Y5
-	VMOVUPS      (R11), Y6
+stateAVX2_read_1:
+	VBROADCASTSS (DX)(R11*4), Y4
+	VBROADCASTSS (BX)(R11*4), Y5
+	VMOVUPS      (R10), Y6
 	VFMADD231PS  Y6, Y4, Y0
 	VFMADD231PS  Y6, Y5, Y1
-	VMOVUPS      32(R11), Y6
+	VMOVUPS      32(R10), Y6
 	VFMADD231PS  Y6, Y4, Y2
 	VFMADD231PS  Y6, Y5, Y3
-	ADDQ         R9, R11
-	INCQ         R12
-	CMPQ         R12, R8
-	JB           stateAVX2_read_3
+	ADDQ         R9, R10
+	INCQ         R11
+	CMPQ         R11, R8
+	JB           stateAVX2_read_1
 	CMPB         16(SP), $0x00
-	JE           stateAVX2_far_13
+	JE           stateAVX2_far_7
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
@@ -10152,31 +4607,31 @@ stateAVX2_read_3:
 	VMOVUPS      Y3, 32(DI)
 
 	// Write pass: S' = S + em1·S + k̂_i·δ over the same slab.
-	MOVQ AX, R11
-	MOVQ CX, R13
-	XORQ R12, R12
+	MOVQ AX, R10
+	MOVQ CX, R12
+	XORQ R11, R11
 
-stateAVX2_write_5:
-	MOVQ         8(SP), R14
-	PREFETCHT1   (R14)
+stateAVX2_write_1:
+	MOVQ         8(SP), R13
+	PREFETCHT1   (R13)
 	ADDQ         $0x00000040, 8(SP)
-	VBROADCASTSS (DX)(R12*4), Y1
-	VMOVUPS      (R11), Y3
+	VBROADCASTSS (DX)(R11*4), Y1
+	VMOVUPS      (R10), Y3
 	VFMADD213PS  Y3, Y4, Y3
 	VFMADD231PS  Y0, Y1, Y3
-	VMOVUPS      Y3, (R13)
-	VMOVUPS      32(R11), Y3
+	VMOVUPS      Y3, (R12)
+	VMOVUPS      32(R10), Y3
 	VFMADD213PS  Y3, Y4, Y3
 	VFMADD231PS  Y2, Y1, Y3
-	VMOVUPS      Y3, 32(R13)
-	ADDQ         R9, R11
-	ADDQ         R9, R13
-	INCQ         R12
-	CMPQ         R12, R8
-	JB           stateAVX2_write_5
-	JMP          stateAVX2_decayed_13
+	VMOVUPS      Y3, 32(R12)
+	ADDQ         R9, R10
+	ADDQ         R9, R12
+	INCQ         R11
+	CMPQ         R11, R8
+	JB           stateAVX2_write_1
+	JMP          stateAVX2_decayed_7
 
-stateAVX2_far_13:
+stateAVX2_far_7:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	VBROADCASTSS eg+148(FP), Y4
@@ -10198,71 +4653,104 @@ stateAVX2_far_13:
 	VMOVUPS      Y3, 32(DI)
 
 	// Write pass: S' = eg·S + k̂_i·δ over the same slab.
-	MOVQ AX, R11
-	MOVQ CX, R13
-	XORQ R12, R12
+	MOVQ AX, R10
+	MOVQ CX, R12
+	XORQ R11, R11
 
-stateAVX2_write_6:
-	MOVQ         8(SP), R14
-	PREFETCHT1   (R14)
+stateAVX2_write_2:
+	MOVQ         8(SP), R13
+	PREFETCHT1   (R13)
 	ADDQ         $0x00000040, 8(SP)
-	VBROADCASTSS (DX)(R12*4), Y1
-	VMOVUPS      (R11), Y3
+	VBROADCASTSS (DX)(R11*4), Y1
+	VMOVUPS      (R10), Y3
 	VMULPS       Y3, Y4, Y3
 	VFMADD231PS  Y0, Y1, Y3
-	VMOVUPS      Y3, (R13)
-	VMOVUPS      32(R11), Y3
+	VMOVUPS      Y3, (R12)
+	VMOVUPS      32(R10), Y3
 	VMULPS       Y3, Y4, Y3
 	VFMADD231PS  Y2, Y1, Y3
-	VMOVUPS      Y3, 32(R13)
-	ADDQ         R9, R11
-	ADDQ         R9, R13
-	INCQ         R12
-	CMPQ         R12, R8
-	JB           stateAVX2_write_6
+	VMOVUPS      Y3, 32(R12)
+	ADDQ         R9, R10
+	ADDQ         R9, R12
+	INCQ         R11
+	CMPQ         R11, R8
+	JB           stateAVX2_write_2
 
-stateAVX2_decayed_13:
+stateAVX2_decayed_7:
 	ADDQ $0x00000040, AX
 	ADDQ $0x00000040, CX
 	ADDQ $0x00000040, SI
 	ADDQ $0x00000040, DI
-	JMP  stateAVX2_narrow_1
+	SUBQ $0x00000010, (SP)
+	JMP  stateAVX2_spans_1
 
-stateAVX2_ymm3_1:
-	// Block of 24 columns: read pass (Sᵀk̂, Sᵀq̂ of 3 vectors in registers).
+stateAVX2_span_1:
+	MOVQ         R10, R11
+	ANDQ         $-8, R11
+	MOVQ         R10, R12
+	SUBQ         R11, R12
+	VMOVD        R12, X0
+	VPBROADCASTD X0, Y0
+	VPCMPGTD     iota<>+0(SB), Y0, Y0
+	VMOVUPS      Y0, 32(SP)
+	SUBQ         R10, (SP)
+	MOVQ         R10, 264(SP)
+	SHLQ         $0x02, R10
+	MOVQ         R10, 24(SP)
+
+	// Block of 1–24 columns: read pass (Sᵀk̂, Sᵀq̂ of 3 vectors in registers).
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
 	VXORPS Y3, Y3, Y3
 	VXORPS Y4, Y4, Y4
 	VXORPS Y5, Y5, Y5
-	MOVQ   AX, R11
+	MOVQ   AX, R10
 	XORQ   R12, R12
 
-stateAVX2_read_4:
+stateAVX2_read_2:
 	VBROADCASTSS (DX)(R12*4), Y6
 	VBROADCASTSS (BX)(R12*4), Y7
-	VMOVUPS      (R11), Y8
+	CMPQ         R11, $0x00000000
+	JBE          stateAVX2_spantail_1
+	VMOVUPS      (R10), Y8
 	VFMADD231PS  Y8, Y6, Y0
 	VFMADD231PS  Y8, Y7, Y1
-	VMOVUPS      32(R11), Y8
+	CMPQ         R11, $0x00000008
+	JBE          stateAVX2_spantail_1
+	VMOVUPS      32(R10), Y8
 	VFMADD231PS  Y8, Y6, Y2
 	VFMADD231PS  Y8, Y7, Y3
-	VMOVUPS      64(R11), Y8
-	VFMADD231PS  Y8, Y6, Y4
-	VFMADD231PS  Y8, Y7, Y5
-	ADDQ         R9, R11
-	INCQ         R12
-	CMPQ         R12, R8
-	JB           stateAVX2_read_4
-	CMPB         16(SP), $0x00
-	JE           stateAVX2_far_14
+
+stateAVX2_spantail_1:
+	CMPQ 264(SP), R11
+	JA   stateAVX2_spanmasked_1
+
+stateAVX2_spanback_1:
+	ADDQ R9, R10
+	INCQ R12
+	CMPQ R12, R8
+	JB   stateAVX2_read_2
+	JMP  stateAVX2_spanpast_1
+
+stateAVX2_spanmasked_1:
+	VMOVUPS     32(SP), Y8
+	VMASKMOVPS  (R10)(R11*4), Y8, Y8
+	VFMADD231PS Y8, Y6, Y4
+	VFMADD231PS Y8, Y7, Y5
+	JMP         stateAVX2_spanback_1
+
+stateAVX2_spanpast_1:
+	CMPB 16(SP), $0x00
+	JE   stateAVX2_far_8
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	VBROADCASTSS em1+144(FP), Y6
 	VBROADCASTSS beta+152(FP), Y7
 	VBROADCASTSS kq+156(FP), Y8
+	CMPQ         R11, $0x00000000
+	JBE          stateAVX2_spantail_2
 	VMOVUPS      (SI), Y9
 	VFMADD213PS  Y0, Y6, Y0
 	VSUBPS       Y0, Y9, Y0
@@ -10270,6 +4758,8 @@ stateAVX2_read_4:
 	VFMADD213PS  Y1, Y6, Y1
 	VFMADD231PS  Y0, Y8, Y1
 	VMOVUPS      Y1, (DI)
+	CMPQ         R11, $0x00000008
+	JBE          stateAVX2_spantail_2
 	VMOVUPS      32(SI), Y1
 	VFMADD213PS  Y2, Y6, Y2
 	VSUBPS       Y2, Y1, Y2
@@ -10277,49 +4767,83 @@ stateAVX2_read_4:
 	VFMADD213PS  Y3, Y6, Y3
 	VFMADD231PS  Y2, Y8, Y3
 	VMOVUPS      Y3, 32(DI)
-	VMOVUPS      64(SI), Y1
-	VFMADD213PS  Y4, Y6, Y4
-	VSUBPS       Y4, Y1, Y4
-	VMULPS       Y4, Y7, Y4
-	VFMADD213PS  Y5, Y6, Y5
-	VFMADD231PS  Y4, Y8, Y5
-	VMOVUPS      Y5, 64(DI)
 
+stateAVX2_spantail_2:
+	CMPQ 264(SP), R11
+	JA   stateAVX2_spanmasked_2
+
+stateAVX2_spanback_2:
+	JMP stateAVX2_spanpast_2
+
+stateAVX2_spanmasked_2:
+	VMOVUPS     32(SP), Y1
+	VMASKMOVPS  (SI)(R11*4), Y1, Y1
+	VFMADD213PS Y4, Y6, Y4
+	VSUBPS      Y4, Y1, Y4
+	VMULPS      Y4, Y7, Y4
+	VFMADD213PS Y5, Y6, Y5
+	VFMADD231PS Y4, Y8, Y5
+	VMOVUPS     32(SP), Y1
+	VMASKMOVPS  Y5, Y1, (DI)(R11*4)
+	JMP         stateAVX2_spanback_2
+
+stateAVX2_spanpast_2:
 	// Write pass: S' = S + em1·S + k̂_i·δ over the same slab.
-	MOVQ AX, R11
+	MOVQ AX, R10
 	MOVQ CX, R13
 	XORQ R12, R12
 
-stateAVX2_write_7:
+stateAVX2_write_3:
 	MOVQ         8(SP), R14
 	PREFETCHT1   (R14)
-	ADDQ         $0x00000060, 8(SP)
+	ADDQ         24(SP), R14
+	MOVQ         R14, 8(SP)
 	VBROADCASTSS (DX)(R12*4), Y1
-	VMOVUPS      (R11), Y3
+	CMPQ         R11, $0x00000000
+	JBE          stateAVX2_spantail_3
+	VMOVUPS      (R10), Y3
 	VFMADD213PS  Y3, Y6, Y3
 	VFMADD231PS  Y0, Y1, Y3
 	VMOVUPS      Y3, (R13)
-	VMOVUPS      32(R11), Y3
+	CMPQ         R11, $0x00000008
+	JBE          stateAVX2_spantail_3
+	VMOVUPS      32(R10), Y3
 	VFMADD213PS  Y3, Y6, Y3
 	VFMADD231PS  Y2, Y1, Y3
 	VMOVUPS      Y3, 32(R13)
-	VMOVUPS      64(R11), Y3
-	VFMADD213PS  Y3, Y6, Y3
-	VFMADD231PS  Y4, Y1, Y3
-	VMOVUPS      Y3, 64(R13)
-	ADDQ         R9, R11
-	ADDQ         R9, R13
-	INCQ         R12
-	CMPQ         R12, R8
-	JB           stateAVX2_write_7
-	JMP          stateAVX2_decayed_14
 
-stateAVX2_far_14:
+stateAVX2_spantail_3:
+	CMPQ 264(SP), R11
+	JA   stateAVX2_spanmasked_3
+
+stateAVX2_spanback_3:
+	ADDQ R9, R10
+	ADDQ R9, R13
+	INCQ R12
+	CMPQ R12, R8
+	JB   stateAVX2_write_3
+	JMP  stateAVX2_spanpast_3
+
+stateAVX2_spanmasked_3:
+	VMOVUPS     32(SP), Y3
+	VMASKMOVPS  (R10)(R11*4), Y3, Y3
+	VFMADD213PS Y3, Y6, Y3
+	VFMADD231PS Y4, Y1, Y3
+	VMOVUPS     32(SP), Y1
+	VMASKMOVPS  Y3, Y1, (R13)(R11*4)
+	JMP         stateAVX2_spanback_3
+
+stateAVX2_spanpast_3:
+	JMP stateAVX2_decayed_8
+
+stateAVX2_far_8:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	VBROADCASTSS eg+148(FP), Y6
 	VBROADCASTSS beta+152(FP), Y7
 	VBROADCASTSS kq+156(FP), Y8
+	CMPQ         R11, $0x00000000
+	JBE          stateAVX2_spantail_4
 	VMOVUPS      (SI), Y9
 	VMULPS       Y0, Y6, Y0
 	VSUBPS       Y0, Y9, Y0
@@ -10327,6 +4851,8 @@ stateAVX2_far_14:
 	VMULPS       Y1, Y6, Y1
 	VFMADD231PS  Y0, Y8, Y1
 	VMOVUPS      Y1, (DI)
+	CMPQ         R11, $0x00000008
+	JBE          stateAVX2_spantail_4
 	VMOVUPS      32(SI), Y1
 	VMULPS       Y2, Y6, Y2
 	VSUBPS       Y2, Y1, Y2
@@ -10334,944 +4860,81 @@ stateAVX2_far_14:
 	VMULPS       Y3, Y6, Y3
 	VFMADD231PS  Y2, Y8, Y3
 	VMOVUPS      Y3, 32(DI)
-	VMOVUPS      64(SI), Y1
-	VMULPS       Y4, Y6, Y4
-	VSUBPS       Y4, Y1, Y4
-	VMULPS       Y4, Y7, Y4
-	VMULPS       Y5, Y6, Y5
-	VFMADD231PS  Y4, Y8, Y5
-	VMOVUPS      Y5, 64(DI)
 
+stateAVX2_spantail_4:
+	CMPQ 264(SP), R11
+	JA   stateAVX2_spanmasked_4
+
+stateAVX2_spanback_4:
+	JMP stateAVX2_spanpast_4
+
+stateAVX2_spanmasked_4:
+	VMOVUPS     32(SP), Y1
+	VMASKMOVPS  (SI)(R11*4), Y1, Y1
+	VMULPS      Y4, Y6, Y4
+	VSUBPS      Y4, Y1, Y4
+	VMULPS      Y4, Y7, Y4
+	VMULPS      Y5, Y6, Y5
+	VFMADD231PS Y4, Y8, Y5
+	VMOVUPS     32(SP), Y1
+	VMASKMOVPS  Y5, Y1, (DI)(R11*4)
+	JMP         stateAVX2_spanback_4
+
+stateAVX2_spanpast_4:
 	// Write pass: S' = eg·S + k̂_i·δ over the same slab.
-	MOVQ AX, R11
+	MOVQ AX, R10
 	MOVQ CX, R13
 	XORQ R12, R12
 
-stateAVX2_write_8:
+stateAVX2_write_4:
 	MOVQ         8(SP), R14
 	PREFETCHT1   (R14)
-	ADDQ         $0x00000060, 8(SP)
+	ADDQ         24(SP), R14
+	MOVQ         R14, 8(SP)
 	VBROADCASTSS (DX)(R12*4), Y1
-	VMOVUPS      (R11), Y3
+	CMPQ         R11, $0x00000000
+	JBE          stateAVX2_spantail_5
+	VMOVUPS      (R10), Y3
 	VMULPS       Y3, Y6, Y3
 	VFMADD231PS  Y0, Y1, Y3
 	VMOVUPS      Y3, (R13)
-	VMOVUPS      32(R11), Y3
+	CMPQ         R11, $0x00000008
+	JBE          stateAVX2_spantail_5
+	VMOVUPS      32(R10), Y3
 	VMULPS       Y3, Y6, Y3
 	VFMADD231PS  Y2, Y1, Y3
 	VMOVUPS      Y3, 32(R13)
-	VMOVUPS      64(R11), Y3
-	VMULPS       Y3, Y6, Y3
-	VFMADD231PS  Y4, Y1, Y3
-	VMOVUPS      Y3, 64(R13)
-	ADDQ         R9, R11
-	ADDQ         R9, R13
-	INCQ         R12
-	CMPQ         R12, R8
-	JB           stateAVX2_write_8
 
-stateAVX2_decayed_14:
-	ADDQ $0x00000060, AX
-	ADDQ $0x00000060, CX
-	ADDQ $0x00000060, SI
-	ADDQ $0x00000060, DI
+stateAVX2_spantail_5:
+	CMPQ 264(SP), R11
+	JA   stateAVX2_spanmasked_5
+
+stateAVX2_spanback_5:
+	ADDQ R9, R10
+	ADDQ R9, R13
+	INCQ R12
+	CMPQ R12, R8
+	JB   stateAVX2_write_4
+	JMP  stateAVX2_spanpast_5
+
+stateAVX2_spanmasked_5:
+	VMOVUPS     32(SP), Y3
+	VMASKMOVPS  (R10)(R11*4), Y3, Y3
+	VMULPS      Y3, Y6, Y3
+	VFMADD231PS Y4, Y1, Y3
+	VMOVUPS     32(SP), Y1
+	VMASKMOVPS  Y3, Y1, (R13)(R11*4)
+	JMP         stateAVX2_spanback_5
+
+stateAVX2_spanpast_5:
+stateAVX2_decayed_8:
+	MOVQ 24(SP), R10
+	ADDQ R10, AX
+	ADDQ R10, CX
+	ADDQ R10, SI
+	ADDQ R10, DI
+	JMP  stateAVX2_spans_1
 
-stateAVX2_narrow_1:
-	ANDQ $0x00000007, R10
-	CMPQ R10, $0x00000001
-	JE   stateAVX2_cols1_1
-	CMPQ R10, $0x00000002
-	JE   stateAVX2_cols2_1
-	CMPQ R10, $0x00000003
-	JE   stateAVX2_cols3_1
-	CMPQ R10, $0x00000004
-	JE   stateAVX2_cols4_1
-	CMPQ R10, $0x00000005
-	JE   stateAVX2_cols5_1
-	CMPQ R10, $0x00000006
-	JE   stateAVX2_cols6_1
-	CMPQ R10, $0x00000007
-	JE   stateAVX2_cols7_1
-	JMP  stateAVX2_done_1
-
-stateAVX2_cols1_1:
-	// Block of 1 columns: read pass (Sᵀk̂, Sᵀq̂ of 1 vectors in registers).
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	MOVQ   AX, R10
-	XORQ   R11, R11
-
-stateAVX2_read_5:
-	VBROADCASTSS (DX)(R11*4), Y2
-	VBROADCASTSS (BX)(R11*4), Y3
-	VMOVSS       (R10), X4
-	VFMADD231SS  X4, X2, X0
-	VFMADD231SS  X4, X3, X1
-	ADDQ         R9, R10
-	INCQ         R11
-	CMPQ         R11, R8
-	JB           stateAVX2_read_5
-	CMPB         16(SP), $0x00
-	JE           stateAVX2_far_15
-
-	// em1 ≥ -0.5: decay(x) = x + em1·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	VBROADCASTSS em1+144(FP), Y2
-	VBROADCASTSS beta+152(FP), Y3
-	VBROADCASTSS kq+156(FP), Y4
-	VMOVSS       (SI), X5
-	VFMADD213SS  X0, X2, X0
-	VSUBSS       X0, X5, X0
-	VMULSS       X0, X3, X0
-	VFMADD213SS  X1, X2, X1
-	VFMADD231SS  X0, X4, X1
-	VMOVSS       X1, (DI)
-
-	// Write pass: S' = S + em1·S + k̂_i·δ over the same slab.
-	MOVQ AX, R10
-	MOVQ CX, AX
-	XORQ R11, R11
-
-stateAVX2_write_9:
-	MOVQ         8(SP), CX
-	PREFETCHT1   (CX)
-	ADDQ         $0x00000004, 8(SP)
-	VBROADCASTSS (DX)(R11*4), Y1
-	VMOVSS       (R10), X3
-	VFMADD213SS  X3, X2, X3
-	VFMADD231SS  X0, X1, X3
-	VMOVSS       X3, (AX)
-	ADDQ         R9, R10
-	ADDQ         R9, AX
-	INCQ         R11
-	CMPQ         R11, R8
-	JB           stateAVX2_write_9
-	JMP          stateAVX2_decayed_15
-
-stateAVX2_far_15:
-	// em1 < -0.5 or NaN: decay(x) = eg·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	VBROADCASTSS eg+148(FP), Y2
-	VBROADCASTSS beta+152(FP), Y3
-	VBROADCASTSS kq+156(FP), Y4
-	VMOVSS       (SI), X5
-	VMULSS       X0, X2, X0
-	VSUBSS       X0, X5, X0
-	VMULSS       X0, X3, X0
-	VMULSS       X1, X2, X1
-	VFMADD231SS  X0, X4, X1
-	VMOVSS       X1, (DI)
-
-	// Write pass: S' = eg·S + k̂_i·δ over the same slab.
-	MOVQ AX, R10
-	MOVQ CX, AX
-	XORQ R11, R11
-
-stateAVX2_write_10:
-	MOVQ         8(SP), CX
-	PREFETCHT1   (CX)
-	ADDQ         $0x00000004, 8(SP)
-	VBROADCASTSS (DX)(R11*4), Y1
-	VMOVSS       (R10), X3
-	VMULSS       X3, X2, X3
-	VFMADD231SS  X0, X1, X3
-	VMOVSS       X3, (AX)
-	ADDQ         R9, R10
-	ADDQ         R9, AX
-	INCQ         R11
-	CMPQ         R11, R8
-	JB           stateAVX2_write_10
-
-stateAVX2_decayed_15:
-	JMP stateAVX2_done_1
-
-stateAVX2_cols2_1:
-	// Block of 2 columns: read pass (Sᵀk̂, Sᵀq̂ of 2 vectors in registers).
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	MOVQ   AX, R10
-	XORQ   R11, R11
-
-stateAVX2_read_6:
-	VBROADCASTSS (DX)(R11*4), Y4
-	VBROADCASTSS (BX)(R11*4), Y5
-	VMOVSS       (R10), X6
-	VFMADD231SS  X6, X4, X0
-	VFMADD231SS  X6, X5, X1
-	VMOVSS       4(R10), X6
-	VFMADD231SS  X6, X4, X2
-	VFMADD231SS  X6, X5, X3
-	ADDQ         R9, R10
-	INCQ         R11
-	CMPQ         R11, R8
-	JB           stateAVX2_read_6
-	CMPB         16(SP), $0x00
-	JE           stateAVX2_far_16
-
-	// em1 ≥ -0.5: decay(x) = x + em1·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	VBROADCASTSS em1+144(FP), Y4
-	VBROADCASTSS beta+152(FP), Y5
-	VBROADCASTSS kq+156(FP), Y6
-	VMOVSS       (SI), X7
-	VFMADD213SS  X0, X4, X0
-	VSUBSS       X0, X7, X0
-	VMULSS       X0, X5, X0
-	VFMADD213SS  X1, X4, X1
-	VFMADD231SS  X0, X6, X1
-	VMOVSS       X1, (DI)
-	VMOVSS       4(SI), X1
-	VFMADD213SS  X2, X4, X2
-	VSUBSS       X2, X1, X2
-	VMULSS       X2, X5, X2
-	VFMADD213SS  X3, X4, X3
-	VFMADD231SS  X2, X6, X3
-	VMOVSS       X3, 4(DI)
-
-	// Write pass: S' = S + em1·S + k̂_i·δ over the same slab.
-	MOVQ AX, R10
-	MOVQ CX, AX
-	XORQ R11, R11
-
-stateAVX2_write_11:
-	MOVQ         8(SP), CX
-	PREFETCHT1   (CX)
-	ADDQ         $0x00000008, 8(SP)
-	VBROADCASTSS (DX)(R11*4), Y1
-	VMOVSS       (R10), X3
-	VFMADD213SS  X3, X4, X3
-	VFMADD231SS  X0, X1, X3
-	VMOVSS       X3, (AX)
-	VMOVSS       4(R10), X3
-	VFMADD213SS  X3, X4, X3
-	VFMADD231SS  X2, X1, X3
-	VMOVSS       X3, 4(AX)
-	ADDQ         R9, R10
-	ADDQ         R9, AX
-	INCQ         R11
-	CMPQ         R11, R8
-	JB           stateAVX2_write_11
-	JMP          stateAVX2_decayed_16
-
-stateAVX2_far_16:
-	// em1 < -0.5 or NaN: decay(x) = eg·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	VBROADCASTSS eg+148(FP), Y4
-	VBROADCASTSS beta+152(FP), Y5
-	VBROADCASTSS kq+156(FP), Y6
-	VMOVSS       (SI), X7
-	VMULSS       X0, X4, X0
-	VSUBSS       X0, X7, X0
-	VMULSS       X0, X5, X0
-	VMULSS       X1, X4, X1
-	VFMADD231SS  X0, X6, X1
-	VMOVSS       X1, (DI)
-	VMOVSS       4(SI), X1
-	VMULSS       X2, X4, X2
-	VSUBSS       X2, X1, X2
-	VMULSS       X2, X5, X2
-	VMULSS       X3, X4, X3
-	VFMADD231SS  X2, X6, X3
-	VMOVSS       X3, 4(DI)
-
-	// Write pass: S' = eg·S + k̂_i·δ over the same slab.
-	MOVQ AX, R10
-	MOVQ CX, AX
-	XORQ R11, R11
-
-stateAVX2_write_12:
-	MOVQ         8(SP), CX
-	PREFETCHT1   (CX)
-	ADDQ         $0x00000008, 8(SP)
-	VBROADCASTSS (DX)(R11*4), Y1
-	VMOVSS       (R10), X3
-	VMULSS       X3, X4, X3
-	VFMADD231SS  X0, X1, X3
-	VMOVSS       X3, (AX)
-	VMOVSS       4(R10), X3
-	VMULSS       X3, X4, X3
-	VFMADD231SS  X2, X1, X3
-	VMOVSS       X3, 4(AX)
-	ADDQ         R9, R10
-	ADDQ         R9, AX
-	INCQ         R11
-	CMPQ         R11, R8
-	JB           stateAVX2_write_12
-
-stateAVX2_decayed_16:
-	JMP stateAVX2_done_1
-
-stateAVX2_cols3_1:
-	// Block of 3 columns: read pass (Sᵀk̂, Sᵀq̂ of 3 vectors in registers).
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-	MOVQ   AX, R10
-	XORQ   R11, R11
-
-stateAVX2_read_7:
-	VBROADCASTSS (DX)(R11*4), Y6
-	VBROADCASTSS (BX)(R11*4), Y7
-	VMOVSS       (R10), X8
-	VFMADD231SS  X8, X6, X0
-	VFMADD231SS  X8, X7, X1
-	VMOVSS       4(R10), X8
-	VFMADD231SS  X8, X6, X2
-	VFMADD231SS  X8, X7, X3
-	VMOVSS       8(R10), X8
-	VFMADD231SS  X8, X6, X4
-	VFMADD231SS  X8, X7, X5
-	ADDQ         R9, R10
-	INCQ         R11
-	CMPQ         R11, R8
-	JB           stateAVX2_read_7
-	CMPB         16(SP), $0x00
-	JE           stateAVX2_far_17
-
-	// em1 ≥ -0.5: decay(x) = x + em1·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	VBROADCASTSS em1+144(FP), Y6
-	VBROADCASTSS beta+152(FP), Y7
-	VBROADCASTSS kq+156(FP), Y8
-	VMOVSS       (SI), X9
-	VFMADD213SS  X0, X6, X0
-	VSUBSS       X0, X9, X0
-	VMULSS       X0, X7, X0
-	VFMADD213SS  X1, X6, X1
-	VFMADD231SS  X0, X8, X1
-	VMOVSS       X1, (DI)
-	VMOVSS       4(SI), X1
-	VFMADD213SS  X2, X6, X2
-	VSUBSS       X2, X1, X2
-	VMULSS       X2, X7, X2
-	VFMADD213SS  X3, X6, X3
-	VFMADD231SS  X2, X8, X3
-	VMOVSS       X3, 4(DI)
-	VMOVSS       8(SI), X1
-	VFMADD213SS  X4, X6, X4
-	VSUBSS       X4, X1, X4
-	VMULSS       X4, X7, X4
-	VFMADD213SS  X5, X6, X5
-	VFMADD231SS  X4, X8, X5
-	VMOVSS       X5, 8(DI)
-
-	// Write pass: S' = S + em1·S + k̂_i·δ over the same slab.
-	MOVQ AX, R10
-	MOVQ CX, AX
-	XORQ R11, R11
-
-stateAVX2_write_13:
-	MOVQ         8(SP), CX
-	PREFETCHT1   (CX)
-	ADDQ         $0x0000000c, 8(SP)
-	VBROADCASTSS (DX)(R11*4), Y1
-	VMOVSS       (R10), X3
-	VFMADD213SS  X3, X6, X3
-	VFMADD231SS  X0, X1, X3
-	VMOVSS       X3, (AX)
-	VMOVSS       4(R10), X3
-	VFMADD213SS  X3, X6, X3
-	VFMADD231SS  X2, X1, X3
-	VMOVSS       X3, 4(AX)
-	VMOVSS       8(R10), X3
-	VFMADD213SS  X3, X6, X3
-	VFMADD231SS  X4, X1, X3
-	VMOVSS       X3, 8(AX)
-	ADDQ         R9, R10
-	ADDQ         R9, AX
-	INCQ         R11
-	CMPQ         R11, R8
-	JB           stateAVX2_write_13
-	JMP          stateAVX2_decayed_17
-
-stateAVX2_far_17:
-	// em1 < -0.5 or NaN: decay(x) = eg·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	VBROADCASTSS eg+148(FP), Y6
-	VBROADCASTSS beta+152(FP), Y7
-	VBROADCASTSS kq+156(FP), Y8
-	VMOVSS       (SI), X9
-	VMULSS       X0, X6, X0
-	VSUBSS       X0, X9, X0
-	VMULSS       X0, X7, X0
-	VMULSS       X1, X6, X1
-	VFMADD231SS  X0, X8, X1
-	VMOVSS       X1, (DI)
-	VMOVSS       4(SI), X1
-	VMULSS       X2, X6, X2
-	VSUBSS       X2, X1, X2
-	VMULSS       X2, X7, X2
-	VMULSS       X3, X6, X3
-	VFMADD231SS  X2, X8, X3
-	VMOVSS       X3, 4(DI)
-	VMOVSS       8(SI), X1
-	VMULSS       X4, X6, X4
-	VSUBSS       X4, X1, X4
-	VMULSS       X4, X7, X4
-	VMULSS       X5, X6, X5
-	VFMADD231SS  X4, X8, X5
-	VMOVSS       X5, 8(DI)
-
-	// Write pass: S' = eg·S + k̂_i·δ over the same slab.
-	MOVQ AX, R10
-	MOVQ CX, AX
-	XORQ R11, R11
-
-stateAVX2_write_14:
-	MOVQ         8(SP), CX
-	PREFETCHT1   (CX)
-	ADDQ         $0x0000000c, 8(SP)
-	VBROADCASTSS (DX)(R11*4), Y1
-	VMOVSS       (R10), X3
-	VMULSS       X3, X6, X3
-	VFMADD231SS  X0, X1, X3
-	VMOVSS       X3, (AX)
-	VMOVSS       4(R10), X3
-	VMULSS       X3, X6, X3
-	VFMADD231SS  X2, X1, X3
-	VMOVSS       X3, 4(AX)
-	VMOVSS       8(R10), X3
-	VMULSS       X3, X6, X3
-	VFMADD231SS  X4, X1, X3
-	VMOVSS       X3, 8(AX)
-	ADDQ         R9, R10
-	ADDQ         R9, AX
-	INCQ         R11
-	CMPQ         R11, R8
-	JB           stateAVX2_write_14
-
-stateAVX2_decayed_17:
-	JMP stateAVX2_done_1
-
-stateAVX2_cols4_1:
-	// Block of 4 columns: read pass (Sᵀk̂, Sᵀq̂ of 1 vectors in registers).
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	MOVQ   AX, R10
-	XORQ   R11, R11
-
-stateAVX2_read_8:
-	VBROADCASTSS (DX)(R11*4), Y2
-	VBROADCASTSS (BX)(R11*4), Y3
-	VMOVUPS      (R10), X4
-	VFMADD231PS  X4, X2, X0
-	VFMADD231PS  X4, X3, X1
-	ADDQ         R9, R10
-	INCQ         R11
-	CMPQ         R11, R8
-	JB           stateAVX2_read_8
-	CMPB         16(SP), $0x00
-	JE           stateAVX2_far_18
-
-	// em1 ≥ -0.5: decay(x) = x + em1·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	VBROADCASTSS em1+144(FP), Y2
-	VBROADCASTSS beta+152(FP), Y3
-	VBROADCASTSS kq+156(FP), Y4
-	VMOVUPS      (SI), X5
-	VFMADD213PS  X0, X2, X0
-	VSUBPS       X0, X5, X0
-	VMULPS       X0, X3, X0
-	VFMADD213PS  X1, X2, X1
-	VFMADD231PS  X0, X4, X1
-	VMOVUPS      X1, (DI)
-
-	// Write pass: S' = S + em1·S + k̂_i·δ over the same slab.
-	MOVQ AX, R10
-	MOVQ CX, AX
-	XORQ R11, R11
-
-stateAVX2_write_15:
-	MOVQ         8(SP), CX
-	PREFETCHT1   (CX)
-	ADDQ         $0x00000010, 8(SP)
-	VBROADCASTSS (DX)(R11*4), Y1
-	VMOVUPS      (R10), X3
-	VFMADD213PS  X3, X2, X3
-	VFMADD231PS  X0, X1, X3
-	VMOVUPS      X3, (AX)
-	ADDQ         R9, R10
-	ADDQ         R9, AX
-	INCQ         R11
-	CMPQ         R11, R8
-	JB           stateAVX2_write_15
-	JMP          stateAVX2_decayed_18
-
-stateAVX2_far_18:
-	// em1 < -0.5 or NaN: decay(x) = eg·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	VBROADCASTSS eg+148(FP), Y2
-	VBROADCASTSS beta+152(FP), Y3
-	VBROADCASTSS kq+156(FP), Y4
-	VMOVUPS      (SI), X5
-	VMULPS       X0, X2, X0
-	VSUBPS       X0, X5, X0
-	VMULPS       X0, X3, X0
-	VMULPS       X1, X2, X1
-	VFMADD231PS  X0, X4, X1
-	VMOVUPS      X1, (DI)
-
-	// Write pass: S' = eg·S + k̂_i·δ over the same slab.
-	MOVQ AX, R10
-	MOVQ CX, AX
-	XORQ R11, R11
-
-stateAVX2_write_16:
-	MOVQ         8(SP), CX
-	PREFETCHT1   (CX)
-	ADDQ         $0x00000010, 8(SP)
-	VBROADCASTSS (DX)(R11*4), Y1
-	VMOVUPS      (R10), X3
-	VMULPS       X3, X2, X3
-	VFMADD231PS  X0, X1, X3
-	VMOVUPS      X3, (AX)
-	ADDQ         R9, R10
-	ADDQ         R9, AX
-	INCQ         R11
-	CMPQ         R11, R8
-	JB           stateAVX2_write_16
-
-stateAVX2_decayed_18:
-	JMP stateAVX2_done_1
-
-stateAVX2_cols5_1:
-	// Block of 5 columns: read pass (Sᵀk̂, Sᵀq̂ of 2 vectors in registers).
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	MOVQ   AX, R10
-	XORQ   R11, R11
-
-stateAVX2_read_9:
-	VBROADCASTSS (DX)(R11*4), Y4
-	VBROADCASTSS (BX)(R11*4), Y5
-	VMOVUPS      (R10), X6
-	VFMADD231PS  X6, X4, X0
-	VFMADD231PS  X6, X5, X1
-	VMOVSS       16(R10), X6
-	VFMADD231SS  X6, X4, X2
-	VFMADD231SS  X6, X5, X3
-	ADDQ         R9, R10
-	INCQ         R11
-	CMPQ         R11, R8
-	JB           stateAVX2_read_9
-	CMPB         16(SP), $0x00
-	JE           stateAVX2_far_19
-
-	// em1 ≥ -0.5: decay(x) = x + em1·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	VBROADCASTSS em1+144(FP), Y4
-	VBROADCASTSS beta+152(FP), Y5
-	VBROADCASTSS kq+156(FP), Y6
-	VMOVUPS      (SI), X7
-	VFMADD213PS  X0, X4, X0
-	VSUBPS       X0, X7, X0
-	VMULPS       X0, X5, X0
-	VFMADD213PS  X1, X4, X1
-	VFMADD231PS  X0, X6, X1
-	VMOVUPS      X1, (DI)
-	VMOVSS       16(SI), X1
-	VFMADD213SS  X2, X4, X2
-	VSUBSS       X2, X1, X2
-	VMULSS       X2, X5, X2
-	VFMADD213SS  X3, X4, X3
-	VFMADD231SS  X2, X6, X3
-	VMOVSS       X3, 16(DI)
-
-	// Write pass: S' = S + em1·S + k̂_i·δ over the same slab.
-	MOVQ AX, R10
-	MOVQ CX, AX
-	XORQ R11, R11
-
-stateAVX2_write_17:
-	MOVQ         8(SP), CX
-	PREFETCHT1   (CX)
-	ADDQ         $0x00000014, 8(SP)
-	VBROADCASTSS (DX)(R11*4), Y1
-	VMOVUPS      (R10), X3
-	VFMADD213PS  X3, X4, X3
-	VFMADD231PS  X0, X1, X3
-	VMOVUPS      X3, (AX)
-	VMOVSS       16(R10), X3
-	VFMADD213SS  X3, X4, X3
-	VFMADD231SS  X2, X1, X3
-	VMOVSS       X3, 16(AX)
-	ADDQ         R9, R10
-	ADDQ         R9, AX
-	INCQ         R11
-	CMPQ         R11, R8
-	JB           stateAVX2_write_17
-	JMP          stateAVX2_decayed_19
-
-stateAVX2_far_19:
-	// em1 < -0.5 or NaN: decay(x) = eg·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	VBROADCASTSS eg+148(FP), Y4
-	VBROADCASTSS beta+152(FP), Y5
-	VBROADCASTSS kq+156(FP), Y6
-	VMOVUPS      (SI), X7
-	VMULPS       X0, X4, X0
-	VSUBPS       X0, X7, X0
-	VMULPS       X0, X5, X0
-	VMULPS       X1, X4, X1
-	VFMADD231PS  X0, X6, X1
-	VMOVUPS      X1, (DI)
-	VMOVSS       16(SI), X1
-	VMULSS       X2, X4, X2
-	VSUBSS       X2, X1, X2
-	VMULSS       X2, X5, X2
-	VMULSS       X3, X4, X3
-	VFMADD231SS  X2, X6, X3
-	VMOVSS       X3, 16(DI)
-
-	// Write pass: S' = eg·S + k̂_i·δ over the same slab.
-	MOVQ AX, R10
-	MOVQ CX, AX
-	XORQ R11, R11
-
-stateAVX2_write_18:
-	MOVQ         8(SP), CX
-	PREFETCHT1   (CX)
-	ADDQ         $0x00000014, 8(SP)
-	VBROADCASTSS (DX)(R11*4), Y1
-	VMOVUPS      (R10), X3
-	VMULPS       X3, X4, X3
-	VFMADD231PS  X0, X1, X3
-	VMOVUPS      X3, (AX)
-	VMOVSS       16(R10), X3
-	VMULSS       X3, X4, X3
-	VFMADD231SS  X2, X1, X3
-	VMOVSS       X3, 16(AX)
-	ADDQ         R9, R10
-	ADDQ         R9, AX
-	INCQ         R11
-	CMPQ         R11, R8
-	JB           stateAVX2_write_18
-
-stateAVX2_decayed_19:
-	JMP stateAVX2_done_1
-
-stateAVX2_cols6_1:
-	// Block of 6 columns: read pass (Sᵀk̂, Sᵀq̂ of 3 vectors in registers).
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-	MOVQ   AX, R10
-	XORQ   R11, R11
-
-stateAVX2_read_10:
-	VBROADCASTSS (DX)(R11*4), Y6
-	VBROADCASTSS (BX)(R11*4), Y7
-	VMOVUPS      (R10), X8
-	VFMADD231PS  X8, X6, X0
-	VFMADD231PS  X8, X7, X1
-	VMOVSS       16(R10), X8
-	VFMADD231SS  X8, X6, X2
-	VFMADD231SS  X8, X7, X3
-	VMOVSS       20(R10), X8
-	VFMADD231SS  X8, X6, X4
-	VFMADD231SS  X8, X7, X5
-	ADDQ         R9, R10
-	INCQ         R11
-	CMPQ         R11, R8
-	JB           stateAVX2_read_10
-	CMPB         16(SP), $0x00
-	JE           stateAVX2_far_20
-
-	// em1 ≥ -0.5: decay(x) = x + em1·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	VBROADCASTSS em1+144(FP), Y6
-	VBROADCASTSS beta+152(FP), Y7
-	VBROADCASTSS kq+156(FP), Y8
-	VMOVUPS      (SI), X9
-	VFMADD213PS  X0, X6, X0
-	VSUBPS       X0, X9, X0
-	VMULPS       X0, X7, X0
-	VFMADD213PS  X1, X6, X1
-	VFMADD231PS  X0, X8, X1
-	VMOVUPS      X1, (DI)
-	VMOVSS       16(SI), X1
-	VFMADD213SS  X2, X6, X2
-	VSUBSS       X2, X1, X2
-	VMULSS       X2, X7, X2
-	VFMADD213SS  X3, X6, X3
-	VFMADD231SS  X2, X8, X3
-	VMOVSS       X3, 16(DI)
-	VMOVSS       20(SI), X1
-	VFMADD213SS  X4, X6, X4
-	VSUBSS       X4, X1, X4
-	VMULSS       X4, X7, X4
-	VFMADD213SS  X5, X6, X5
-	VFMADD231SS  X4, X8, X5
-	VMOVSS       X5, 20(DI)
-
-	// Write pass: S' = S + em1·S + k̂_i·δ over the same slab.
-	MOVQ AX, R10
-	MOVQ CX, AX
-	XORQ R11, R11
-
-stateAVX2_write_19:
-	MOVQ         8(SP), CX
-	PREFETCHT1   (CX)
-	ADDQ         $0x00000018, 8(SP)
-	VBROADCASTSS (DX)(R11*4), Y1
-	VMOVUPS      (R10), X3
-	VFMADD213PS  X3, X6, X3
-	VFMADD231PS  X0, X1, X3
-	VMOVUPS      X3, (AX)
-	VMOVSS       16(R10), X3
-	VFMADD213SS  X3, X6, X3
-	VFMADD231SS  X2, X1, X3
-	VMOVSS       X3, 16(AX)
-	VMOVSS       20(R10), X3
-	VFMADD213SS  X3, X6, X3
-	VFMADD231SS  X4, X1, X3
-	VMOVSS       X3, 20(AX)
-	ADDQ         R9, R10
-	ADDQ         R9, AX
-	INCQ         R11
-	CMPQ         R11, R8
-	JB           stateAVX2_write_19
-	JMP          stateAVX2_decayed_20
-
-stateAVX2_far_20:
-	// em1 < -0.5 or NaN: decay(x) = eg·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	VBROADCASTSS eg+148(FP), Y6
-	VBROADCASTSS beta+152(FP), Y7
-	VBROADCASTSS kq+156(FP), Y8
-	VMOVUPS      (SI), X9
-	VMULPS       X0, X6, X0
-	VSUBPS       X0, X9, X0
-	VMULPS       X0, X7, X0
-	VMULPS       X1, X6, X1
-	VFMADD231PS  X0, X8, X1
-	VMOVUPS      X1, (DI)
-	VMOVSS       16(SI), X1
-	VMULSS       X2, X6, X2
-	VSUBSS       X2, X1, X2
-	VMULSS       X2, X7, X2
-	VMULSS       X3, X6, X3
-	VFMADD231SS  X2, X8, X3
-	VMOVSS       X3, 16(DI)
-	VMOVSS       20(SI), X1
-	VMULSS       X4, X6, X4
-	VSUBSS       X4, X1, X4
-	VMULSS       X4, X7, X4
-	VMULSS       X5, X6, X5
-	VFMADD231SS  X4, X8, X5
-	VMOVSS       X5, 20(DI)
-
-	// Write pass: S' = eg·S + k̂_i·δ over the same slab.
-	MOVQ AX, R10
-	MOVQ CX, AX
-	XORQ R11, R11
-
-stateAVX2_write_20:
-	MOVQ         8(SP), CX
-	PREFETCHT1   (CX)
-	ADDQ         $0x00000018, 8(SP)
-	VBROADCASTSS (DX)(R11*4), Y1
-	VMOVUPS      (R10), X3
-	VMULPS       X3, X6, X3
-	VFMADD231PS  X0, X1, X3
-	VMOVUPS      X3, (AX)
-	VMOVSS       16(R10), X3
-	VMULSS       X3, X6, X3
-	VFMADD231SS  X2, X1, X3
-	VMOVSS       X3, 16(AX)
-	VMOVSS       20(R10), X3
-	VMULSS       X3, X6, X3
-	VFMADD231SS  X4, X1, X3
-	VMOVSS       X3, 20(AX)
-	ADDQ         R9, R10
-	ADDQ         R9, AX
-	INCQ         R11
-	CMPQ         R11, R8
-	JB           stateAVX2_write_20
-
-stateAVX2_decayed_20:
-	JMP stateAVX2_done_1
-
-stateAVX2_cols7_1:
-	// Block of 7 columns: read pass (Sᵀk̂, Sᵀq̂ of 4 vectors in registers).
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-	VXORPS Y6, Y6, Y6
-	VXORPS Y7, Y7, Y7
-	MOVQ   AX, R10
-	XORQ   R11, R11
-
-stateAVX2_read_11:
-	VBROADCASTSS (DX)(R11*4), Y8
-	VBROADCASTSS (BX)(R11*4), Y9
-	VMOVUPS      (R10), X10
-	VFMADD231PS  X10, X8, X0
-	VFMADD231PS  X10, X9, X1
-	VMOVSS       16(R10), X10
-	VFMADD231SS  X10, X8, X2
-	VFMADD231SS  X10, X9, X3
-	VMOVSS       20(R10), X10
-	VFMADD231SS  X10, X8, X4
-	VFMADD231SS  X10, X9, X5
-	VMOVSS       24(R10), X10
-	VFMADD231SS  X10, X8, X6
-	VFMADD231SS  X10, X9, X7
-	ADDQ         R9, R10
-	INCQ         R11
-	CMPQ         R11, R8
-	JB           stateAVX2_read_11
-	CMPB         16(SP), $0x00
-	JE           stateAVX2_far_21
-
-	// em1 ≥ -0.5: decay(x) = x + em1·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	VBROADCASTSS em1+144(FP), Y8
-	VBROADCASTSS beta+152(FP), Y9
-	VBROADCASTSS kq+156(FP), Y10
-	VMOVUPS      (SI), X11
-	VFMADD213PS  X0, X8, X0
-	VSUBPS       X0, X11, X0
-	VMULPS       X0, X9, X0
-	VFMADD213PS  X1, X8, X1
-	VFMADD231PS  X0, X10, X1
-	VMOVUPS      X1, (DI)
-	VMOVSS       16(SI), X1
-	VFMADD213SS  X2, X8, X2
-	VSUBSS       X2, X1, X2
-	VMULSS       X2, X9, X2
-	VFMADD213SS  X3, X8, X3
-	VFMADD231SS  X2, X10, X3
-	VMOVSS       X3, 16(DI)
-	VMOVSS       20(SI), X1
-	VFMADD213SS  X4, X8, X4
-	VSUBSS       X4, X1, X4
-	VMULSS       X4, X9, X4
-	VFMADD213SS  X5, X8, X5
-	VFMADD231SS  X4, X10, X5
-	VMOVSS       X5, 20(DI)
-	VMOVSS       24(SI), X1
-	VFMADD213SS  X6, X8, X6
-	VSUBSS       X6, X1, X6
-	VMULSS       X6, X9, X6
-	VFMADD213SS  X7, X8, X7
-	VFMADD231SS  X6, X10, X7
-	VMOVSS       X7, 24(DI)
-
-	// Write pass: S' = S + em1·S + k̂_i·δ over the same slab.
-	MOVQ AX, R10
-	MOVQ CX, AX
-	XORQ R11, R11
-
-stateAVX2_write_21:
-	MOVQ         8(SP), CX
-	PREFETCHT1   (CX)
-	ADDQ         $0x0000001c, 8(SP)
-	VBROADCASTSS (DX)(R11*4), Y1
-	VMOVUPS      (R10), X3
-	VFMADD213PS  X3, X8, X3
-	VFMADD231PS  X0, X1, X3
-	VMOVUPS      X3, (AX)
-	VMOVSS       16(R10), X3
-	VFMADD213SS  X3, X8, X3
-	VFMADD231SS  X2, X1, X3
-	VMOVSS       X3, 16(AX)
-	VMOVSS       20(R10), X3
-	VFMADD213SS  X3, X8, X3
-	VFMADD231SS  X4, X1, X3
-	VMOVSS       X3, 20(AX)
-	VMOVSS       24(R10), X3
-	VFMADD213SS  X3, X8, X3
-	VFMADD231SS  X6, X1, X3
-	VMOVSS       X3, 24(AX)
-	ADDQ         R9, R10
-	ADDQ         R9, AX
-	INCQ         R11
-	CMPQ         R11, R8
-	JB           stateAVX2_write_21
-	JMP          stateAVX2_decayed_21
-
-stateAVX2_far_21:
-	// em1 < -0.5 or NaN: decay(x) = eg·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	VBROADCASTSS eg+148(FP), Y8
-	VBROADCASTSS beta+152(FP), Y9
-	VBROADCASTSS kq+156(FP), Y10
-	VMOVUPS      (SI), X11
-	VMULPS       X0, X8, X0
-	VSUBPS       X0, X11, X0
-	VMULPS       X0, X9, X0
-	VMULPS       X1, X8, X1
-	VFMADD231PS  X0, X10, X1
-	VMOVUPS      X1, (DI)
-	VMOVSS       16(SI), X1
-	VMULSS       X2, X8, X2
-	VSUBSS       X2, X1, X2
-	VMULSS       X2, X9, X2
-	VMULSS       X3, X8, X3
-	VFMADD231SS  X2, X10, X3
-	VMOVSS       X3, 16(DI)
-	VMOVSS       20(SI), X1
-	VMULSS       X4, X8, X4
-	VSUBSS       X4, X1, X4
-	VMULSS       X4, X9, X4
-	VMULSS       X5, X8, X5
-	VFMADD231SS  X4, X10, X5
-	VMOVSS       X5, 20(DI)
-	VMOVSS       24(SI), X1
-	VMULSS       X6, X8, X6
-	VSUBSS       X6, X1, X6
-	VMULSS       X6, X9, X6
-	VMULSS       X7, X8, X7
-	VFMADD231SS  X6, X10, X7
-	VMOVSS       X7, 24(DI)
-
-	// Write pass: S' = eg·S + k̂_i·δ over the same slab.
-	MOVQ AX, R10
-	MOVQ CX, AX
-	XORQ R11, R11
-
-stateAVX2_write_22:
-	MOVQ         8(SP), CX
-	PREFETCHT1   (CX)
-	ADDQ         $0x0000001c, 8(SP)
-	VBROADCASTSS (DX)(R11*4), Y1
-	VMOVUPS      (R10), X3
-	VMULPS       X3, X8, X3
-	VFMADD231PS  X0, X1, X3
-	VMOVUPS      X3, (AX)
-	VMOVSS       16(R10), X3
-	VMULSS       X3, X8, X3
-	VFMADD231SS  X2, X1, X3
-	VMOVSS       X3, 16(AX)
-	VMOVSS       20(R10), X3
-	VMULSS       X3, X8, X3
-	VFMADD231SS  X4, X1, X3
-	VMOVSS       X3, 20(AX)
-	VMOVSS       24(R10), X3
-	VMULSS       X3, X8, X3
-	VFMADD231SS  X6, X1, X3
-	VMOVSS       X3, 24(AX)
-	ADDQ         R9, R10
-	ADDQ         R9, AX
-	INCQ         R11
-	CMPQ         R11, R8
-	JB           stateAVX2_write_22
-
-stateAVX2_decayed_21:
 stateAVX2_done_1:
 	VZEROUPPER
 	RET
@@ -11687,7 +5350,7 @@ l2AVX2_l2reduce_1:
 
 // func stateKVf32AVX512(K int, V int, src []float32, stores []uintptr, kh []float32, qh []float32, v []float32, vs int, o []float32, tok []float32, work []float32)
 // Requires: AVX, AVX512F, CMOV
-TEXT ·stateKVf32AVX512(SB), NOSPLIT, $96-216
+TEXT ·stateKVf32AVX512(SB), NOSPLIT, $104-216
 	MOVQ  K+0(FP), AX
 	MOVQ  V+8(FP), CX
 	MOVQ  tok_len+176(FP), DX
@@ -11708,794 +5371,36 @@ TEXT ·stateKVf32AVX512(SB), NOSPLIT, $96-216
 	CMPQ AX, $0x00000200
 	JA   stateKVf32AVX512_done_1
 
-	// Vectors per full block: the most (≤ 4) whose K rows fit 32768 bytes.
-	MOVQ    $0x00000001, CX
-	MOVQ    $0x00000002, DX
+	// Columns per full block: 16 × the most vectors (≤ 4) whose K rows fit 32768 bytes.
+	MOVQ    $0x00000010, CX
+	MOVQ    $0x00000020, DX
 	CMPQ    AX, $0x00000100
 	CMOVQLS DX, CX
-	MOVQ    $0x00000003, DX
+	MOVQ    $0x00000030, DX
 	CMPQ    AX, $0x000000aa
 	CMOVQLS DX, CX
-	MOVQ    $0x00000004, DX
+	MOVQ    $0x00000040, DX
 	CMPQ    AX, $0x00000080
 	CMOVQLS DX, CX
 	MOVQ    CX, 32(SP)
 	XORQ    CX, CX
 	MOVQ    CX, 16(SP)
 
-	// Column blocks.
+	// Column blocks: min(V − j0, the full block's columns) each, one span for all.
 stateKVf32AVX512_blocks_1:
-	MOVQ         8(SP), AX
-	TESTQ        AX, AX
-	JZ           stateKVf32AVX512_done_1
-	MOVQ         32(SP), CX
-	SHLQ         $0x04, CX
-	CMPQ         AX, CX
-	CMOVQCS      AX, CX
-	MOVQ         CX, 24(SP)
-	MOVQ         CX, AX
-	DECQ         AX
-	SHRQ         $0x04, AX
-	MOVQ         AX, DX
-	SHLQ         $0x04, DX
-	NEGQ         DX
-	ADDQ         CX, DX
-	VPBROADCASTD DX, Z0
-	VPCMPGTD     iota<>+0(SB), Z0, K1
-	CMPQ         AX, $0x00000000
-	JE           stateKVf32AVX512_shape_1
-	CMPQ         AX, $0x00000001
-	JE           stateKVf32AVX512_shape_2
-	CMPQ         AX, $0x00000002
-	JE           stateKVf32AVX512_shape_3
-	JMP          stateKVf32AVX512_shape_4
+	MOVQ    8(SP), AX
+	TESTQ   AX, AX
+	JZ      stateKVf32AVX512_done_1
+	MOVQ    32(SP), CX
+	CMPQ    AX, CX
+	CMOVQCC CX, AX
+	MOVQ    AX, 24(SP)
 
-stateKVf32AVX512_shape_1:
-	// Block of 16 columns (rows in work of 64 bytes): pass 0 loads it, with token 0's read.
-	MOVQ         K+0(FP), AX
-	MOVQ         16(SP), CX
-	MOVQ         src_base+16(FP), DX
-	MOVQ         V+8(FP), BX
-	LEAQ         (DX)(CX*4), DX
-	SHLQ         $0x02, BX
-	VBROADCASTSS zero<>+0(SB), Z0
-	VBROADCASTSS zero<>+0(SB), Z1
-	MOVQ         kh_base+64(FP), SI
-	MOVQ         qh_base+88(FP), DI
-	MOVQ         (SP), R8
-	XORQ         R9, R9
+	// A block of 64 columns (the full one when K ≤ 128): 4 full vectors.
+	CMPQ AX, $0x00000040
+	JNE  stateKVf32AVX512_span_1
 
-stateKVf32AVX512_pass0_1:
-	VBROADCASTSS (SI)(R9*4), Z2
-	VBROADCASTSS (DI)(R9*4), Z3
-	VMOVUPS.Z    (DX), K1, Z4
-	VMOVUPS      Z4, (R8)
-	VFMADD231PS  Z4, Z2, Z0
-	VFMADD231PS  Z4, Z3, Z1
-	ADDQ         BX, DX
-	ADDQ         $0x00000040, R8
-	INCQ         R9
-	CMPQ         R9, AX
-	JB           stateKVf32AVX512_pass0_1
-
-	// The tokens.
-	XORQ AX, AX
-	MOVQ AX, 40(SP)
-	MOVQ kh_base+64(FP), AX
-	MOVQ AX, 48(SP)
-	MOVQ tok_base+168(FP), AX
-	MOVQ AX, 88(SP)
-	MOVQ v_base+112(FP), AX
-	LEAQ (AX)(CX*4), AX
-	MOVQ AX, 72(SP)
-	MOVQ o_base+144(FP), AX
-	LEAQ (AX)(CX*4), AX
-	MOVQ AX, 80(SP)
-
-stateKVf32AVX512_token_1:
-	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
-	MOVQ 40(SP), AX
-	MOVQ K+0(FP), CX
-	INCQ AX
-	MOVQ tok_len+176(FP), DX
-	SHRQ $0x02, DX
-	CMPQ AX, DX
-	JB   stateKVf32AVX512_notlast_1
-	DECQ AX
-
-stateKVf32AVX512_notlast_1:
-	IMULQ    CX, AX
-	MOVQ     kh_base+64(FP), CX
-	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 56(SP)
-	MOVQ     qh_base+88(FP), CX
-	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 64(SP)
-	MOVQ     88(SP), AX
-	VMOVSS   (AX), X2
-	VUCOMISS nearone<>+0(SB), X2
-	JCS      stateKVf32AVX512_far_1
-
-	// em1 ≥ -0.5: decay(x) = x + em1·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         88(SP), AX
-	VBROADCASTSS (AX), Z2
-	VBROADCASTSS 8(AX), Z3
-	VBROADCASTSS 12(AX), Z4
-	MOVQ         72(SP), AX
-	MOVQ         80(SP), CX
-	VMOVUPS.Z    (AX), K1, Z5
-	VFMADD213PS  Z0, Z2, Z0
-	VSUBPS       Z0, Z5, Z5
-	VMULPS       Z5, Z3, Z5
-	VFMADD213PS  Z1, Z2, Z1
-	VFMADD231PS  Z5, Z4, Z1
-	VMOVUPS      Z1, K1, (CX)
-	VBROADCASTSS zero<>+0(SB), Z0
-	VBROADCASTSS zero<>+0(SB), Z1
-
-	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
-	MOVQ  (SP), AX
-	XORQ  CX, CX
-	MOVQ  K+0(FP), DX
-	MOVQ  48(SP), BX
-	MOVQ  56(SP), SI
-	MOVQ  64(SP), DI
-	MOVQ  16(SP), R8
-	MOVQ  40(SP), R10
-	MOVQ  stores_base+40(FP), R9
-	MOVQ  (R9)(R10*8), R9
-	TESTQ R9, R9
-	JZ    stateKVf32AVX512_nostore_1
-	LEAQ  (R9)(R8*4), R9
-
-stateKVf32AVX512_nostore_1:
-	MOVQ V+8(FP), R8
-	SHLQ $0x02, R8
-
-stateKVf32AVX512_rows_1:
-	VBROADCASTSS (BX)(CX*4), Z3
-	VBROADCASTSS (SI)(CX*4), Z4
-	VBROADCASTSS (DI)(CX*4), Z6
-	VMOVUPS      (AX), Z7
-	VFMADD213PS  Z7, Z2, Z7
-	VFMADD231PS  Z5, Z3, Z7
-	VMOVUPS      Z7, (AX)
-	VFMADD231PS  Z7, Z4, Z0
-	VFMADD231PS  Z7, Z6, Z1
-	TESTQ        R9, R9
-	JZ           stateKVf32AVX512_nostorerow_1
-	VMOVUPS      (AX), Z3
-	VMOVUPS      Z3, K1, (R9)
-	ADDQ         R8, R9
-
-stateKVf32AVX512_nostorerow_1:
-	ADDQ $0x00000040, AX
-	INCQ CX
-	CMPQ CX, DX
-	JB   stateKVf32AVX512_rows_1
-	JMP  stateKVf32AVX512_tokdone_1
-
-stateKVf32AVX512_far_1:
-	// em1 < -0.5 or NaN: decay(x) = eg·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         88(SP), AX
-	VBROADCASTSS 4(AX), Z2
-	VBROADCASTSS 8(AX), Z3
-	VBROADCASTSS 12(AX), Z4
-	MOVQ         72(SP), AX
-	MOVQ         80(SP), CX
-	VMOVUPS.Z    (AX), K1, Z5
-	VMULPS       Z0, Z2, Z0
-	VSUBPS       Z0, Z5, Z5
-	VMULPS       Z5, Z3, Z5
-	VMULPS       Z1, Z2, Z1
-	VFMADD231PS  Z5, Z4, Z1
-	VMOVUPS      Z1, K1, (CX)
-	VBROADCASTSS zero<>+0(SB), Z0
-	VBROADCASTSS zero<>+0(SB), Z1
-
-	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
-	MOVQ  (SP), AX
-	XORQ  CX, CX
-	MOVQ  K+0(FP), DX
-	MOVQ  48(SP), BX
-	MOVQ  56(SP), SI
-	MOVQ  64(SP), DI
-	MOVQ  16(SP), R8
-	MOVQ  40(SP), R10
-	MOVQ  stores_base+40(FP), R9
-	MOVQ  (R9)(R10*8), R9
-	TESTQ R9, R9
-	JZ    stateKVf32AVX512_nostore_2
-	LEAQ  (R9)(R8*4), R9
-
-stateKVf32AVX512_nostore_2:
-	MOVQ V+8(FP), R8
-	SHLQ $0x02, R8
-
-stateKVf32AVX512_rows_2:
-	VBROADCASTSS (BX)(CX*4), Z3
-	VBROADCASTSS (SI)(CX*4), Z4
-	VBROADCASTSS (DI)(CX*4), Z6
-	VMOVUPS      (AX), Z7
-	VMULPS       Z7, Z2, Z7
-	VFMADD231PS  Z5, Z3, Z7
-	VMOVUPS      Z7, (AX)
-	VFMADD231PS  Z7, Z4, Z0
-	VFMADD231PS  Z7, Z6, Z1
-	TESTQ        R9, R9
-	JZ           stateKVf32AVX512_nostorerow_2
-	VMOVUPS      (AX), Z3
-	VMOVUPS      Z3, K1, (R9)
-	ADDQ         R8, R9
-
-stateKVf32AVX512_nostorerow_2:
-	ADDQ $0x00000040, AX
-	INCQ CX
-	CMPQ CX, DX
-	JB   stateKVf32AVX512_rows_2
-
-stateKVf32AVX512_tokdone_1:
-	MOVQ 56(SP), AX
-	MOVQ AX, 48(SP)
-	ADDQ $0x10, 88(SP)
-	MOVQ vs+136(FP), AX
-	SHLQ $0x02, AX
-	ADDQ AX, 72(SP)
-	MOVQ V+8(FP), AX
-	SHLQ $0x02, AX
-	ADDQ AX, 80(SP)
-	MOVQ 40(SP), CX
-	INCQ CX
-	MOVQ CX, 40(SP)
-	MOVQ tok_len+176(FP), AX
-	SHRQ $0x02, AX
-	CMPQ CX, AX
-	JB   stateKVf32AVX512_token_1
-	MOVQ 24(SP), AX
-	ADDQ AX, 16(SP)
-	SUBQ AX, 8(SP)
-	JMP  stateKVf32AVX512_blocks_1
-
-stateKVf32AVX512_shape_2:
-	// Block of 32 columns (rows in work of 128 bytes): pass 0 loads it, with token 0's read.
-	MOVQ         K+0(FP), AX
-	MOVQ         16(SP), CX
-	MOVQ         src_base+16(FP), DX
-	MOVQ         V+8(FP), BX
-	LEAQ         (DX)(CX*4), DX
-	SHLQ         $0x02, BX
-	VBROADCASTSS zero<>+0(SB), Z0
-	VBROADCASTSS zero<>+0(SB), Z1
-	VBROADCASTSS zero<>+0(SB), Z2
-	VBROADCASTSS zero<>+0(SB), Z3
-	MOVQ         kh_base+64(FP), SI
-	MOVQ         qh_base+88(FP), DI
-	MOVQ         (SP), R8
-	XORQ         R9, R9
-
-stateKVf32AVX512_pass0_2:
-	VBROADCASTSS (SI)(R9*4), Z4
-	VBROADCASTSS (DI)(R9*4), Z5
-	VMOVUPS      (DX), Z6
-	VMOVUPS      Z6, (R8)
-	VFMADD231PS  Z6, Z4, Z0
-	VFMADD231PS  Z6, Z5, Z1
-	VMOVUPS.Z    64(DX), K1, Z6
-	VMOVUPS      Z6, 64(R8)
-	VFMADD231PS  Z6, Z4, Z2
-	VFMADD231PS  Z6, Z5, Z3
-	ADDQ         BX, DX
-	ADDQ         $0x00000080, R8
-	INCQ         R9
-	CMPQ         R9, AX
-	JB           stateKVf32AVX512_pass0_2
-
-	// The tokens.
-	XORQ AX, AX
-	MOVQ AX, 40(SP)
-	MOVQ kh_base+64(FP), AX
-	MOVQ AX, 48(SP)
-	MOVQ tok_base+168(FP), AX
-	MOVQ AX, 88(SP)
-	MOVQ v_base+112(FP), AX
-	LEAQ (AX)(CX*4), AX
-	MOVQ AX, 72(SP)
-	MOVQ o_base+144(FP), AX
-	LEAQ (AX)(CX*4), AX
-	MOVQ AX, 80(SP)
-
-stateKVf32AVX512_token_2:
-	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
-	MOVQ 40(SP), AX
-	MOVQ K+0(FP), CX
-	INCQ AX
-	MOVQ tok_len+176(FP), DX
-	SHRQ $0x02, DX
-	CMPQ AX, DX
-	JB   stateKVf32AVX512_notlast_2
-	DECQ AX
-
-stateKVf32AVX512_notlast_2:
-	IMULQ    CX, AX
-	MOVQ     kh_base+64(FP), CX
-	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 56(SP)
-	MOVQ     qh_base+88(FP), CX
-	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 64(SP)
-	MOVQ     88(SP), AX
-	VMOVSS   (AX), X4
-	VUCOMISS nearone<>+0(SB), X4
-	JCS      stateKVf32AVX512_far_2
-
-	// em1 ≥ -0.5: decay(x) = x + em1·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         88(SP), AX
-	VBROADCASTSS (AX), Z4
-	VBROADCASTSS 8(AX), Z5
-	VBROADCASTSS 12(AX), Z6
-	MOVQ         72(SP), AX
-	MOVQ         80(SP), CX
-	VMOVUPS      (AX), Z7
-	VFMADD213PS  Z0, Z4, Z0
-	VSUBPS       Z0, Z7, Z7
-	VMULPS       Z7, Z5, Z7
-	VFMADD213PS  Z1, Z4, Z1
-	VFMADD231PS  Z7, Z6, Z1
-	VMOVUPS      Z1, (CX)
-	VMOVUPS.Z    64(AX), K1, Z8
-	VFMADD213PS  Z2, Z4, Z2
-	VSUBPS       Z2, Z8, Z8
-	VMULPS       Z8, Z5, Z8
-	VFMADD213PS  Z3, Z4, Z3
-	VFMADD231PS  Z8, Z6, Z3
-	VMOVUPS      Z3, K1, 64(CX)
-	VBROADCASTSS zero<>+0(SB), Z0
-	VBROADCASTSS zero<>+0(SB), Z1
-	VBROADCASTSS zero<>+0(SB), Z2
-	VBROADCASTSS zero<>+0(SB), Z3
-
-	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
-	MOVQ  (SP), AX
-	XORQ  CX, CX
-	MOVQ  K+0(FP), DX
-	MOVQ  48(SP), BX
-	MOVQ  56(SP), SI
-	MOVQ  64(SP), DI
-	MOVQ  16(SP), R8
-	MOVQ  40(SP), R10
-	MOVQ  stores_base+40(FP), R9
-	MOVQ  (R9)(R10*8), R9
-	TESTQ R9, R9
-	JZ    stateKVf32AVX512_nostore_3
-	LEAQ  (R9)(R8*4), R9
-
-stateKVf32AVX512_nostore_3:
-	MOVQ V+8(FP), R8
-	SHLQ $0x02, R8
-
-stateKVf32AVX512_rows_3:
-	VBROADCASTSS (BX)(CX*4), Z5
-	VBROADCASTSS (SI)(CX*4), Z6
-	VBROADCASTSS (DI)(CX*4), Z9
-	VMOVUPS      (AX), Z10
-	VFMADD213PS  Z10, Z4, Z10
-	VFMADD231PS  Z7, Z5, Z10
-	VMOVUPS      Z10, (AX)
-	VFMADD231PS  Z10, Z6, Z0
-	VFMADD231PS  Z10, Z9, Z1
-	VMOVUPS      64(AX), Z10
-	VFMADD213PS  Z10, Z4, Z10
-	VFMADD231PS  Z8, Z5, Z10
-	VMOVUPS      Z10, 64(AX)
-	VFMADD231PS  Z10, Z6, Z2
-	VFMADD231PS  Z10, Z9, Z3
-	TESTQ        R9, R9
-	JZ           stateKVf32AVX512_nostorerow_3
-	VMOVUPS      (AX), Z5
-	VMOVUPS      Z5, (R9)
-	VMOVUPS      64(AX), Z5
-	VMOVUPS      Z5, K1, 64(R9)
-	ADDQ         R8, R9
-
-stateKVf32AVX512_nostorerow_3:
-	ADDQ $0x00000080, AX
-	INCQ CX
-	CMPQ CX, DX
-	JB   stateKVf32AVX512_rows_3
-	JMP  stateKVf32AVX512_tokdone_2
-
-stateKVf32AVX512_far_2:
-	// em1 < -0.5 or NaN: decay(x) = eg·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         88(SP), AX
-	VBROADCASTSS 4(AX), Z4
-	VBROADCASTSS 8(AX), Z5
-	VBROADCASTSS 12(AX), Z6
-	MOVQ         72(SP), AX
-	MOVQ         80(SP), CX
-	VMOVUPS      (AX), Z7
-	VMULPS       Z0, Z4, Z0
-	VSUBPS       Z0, Z7, Z7
-	VMULPS       Z7, Z5, Z7
-	VMULPS       Z1, Z4, Z1
-	VFMADD231PS  Z7, Z6, Z1
-	VMOVUPS      Z1, (CX)
-	VMOVUPS.Z    64(AX), K1, Z8
-	VMULPS       Z2, Z4, Z2
-	VSUBPS       Z2, Z8, Z8
-	VMULPS       Z8, Z5, Z8
-	VMULPS       Z3, Z4, Z3
-	VFMADD231PS  Z8, Z6, Z3
-	VMOVUPS      Z3, K1, 64(CX)
-	VBROADCASTSS zero<>+0(SB), Z0
-	VBROADCASTSS zero<>+0(SB), Z1
-	VBROADCASTSS zero<>+0(SB), Z2
-	VBROADCASTSS zero<>+0(SB), Z3
-
-	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
-	MOVQ  (SP), AX
-	XORQ  CX, CX
-	MOVQ  K+0(FP), DX
-	MOVQ  48(SP), BX
-	MOVQ  56(SP), SI
-	MOVQ  64(SP), DI
-	MOVQ  16(SP), R8
-	MOVQ  40(SP), R10
-	MOVQ  stores_base+40(FP), R9
-	MOVQ  (R9)(R10*8), R9
-	TESTQ R9, R9
-	JZ    stateKVf32AVX512_nostore_4
-	LEAQ  (R9)(R8*4), R9
-
-stateKVf32AVX512_nostore_4:
-	MOVQ V+8(FP), R8
-	SHLQ $0x02, R8
-
-stateKVf32AVX512_rows_4:
-	VBROADCASTSS (BX)(CX*4), Z5
-	VBROADCASTSS (SI)(CX*4), Z6
-	VBROADCASTSS (DI)(CX*4), Z9
-	VMOVUPS      (AX), Z10
-	VMULPS       Z10, Z4, Z10
-	VFMADD231PS  Z7, Z5, Z10
-	VMOVUPS      Z10, (AX)
-	VFMADD231PS  Z10, Z6, Z0
-	VFMADD231PS  Z10, Z9, Z1
-	VMOVUPS      64(AX), Z10
-	VMULPS       Z10, Z4, Z10
-	VFMADD231PS  Z8, Z5, Z10
-	VMOVUPS      Z10, 64(AX)
-	VFMADD231PS  Z10, Z6, Z2
-	VFMADD231PS  Z10, Z9, Z3
-	TESTQ        R9, R9
-	JZ           stateKVf32AVX512_nostorerow_4
-	VMOVUPS      (AX), Z5
-	VMOVUPS      Z5, (R9)
-	VMOVUPS      64(AX), Z5
-	VMOVUPS      Z5, K1, 64(R9)
-	ADDQ         R8, R9
-
-stateKVf32AVX512_nostorerow_4:
-	ADDQ $0x00000080, AX
-	INCQ CX
-	CMPQ CX, DX
-	JB   stateKVf32AVX512_rows_4
-
-stateKVf32AVX512_tokdone_2:
-	MOVQ 56(SP), AX
-	MOVQ AX, 48(SP)
-	ADDQ $0x10, 88(SP)
-	MOVQ vs+136(FP), AX
-	SHLQ $0x02, AX
-	ADDQ AX, 72(SP)
-	MOVQ V+8(FP), AX
-	SHLQ $0x02, AX
-	ADDQ AX, 80(SP)
-	MOVQ 40(SP), CX
-	INCQ CX
-	MOVQ CX, 40(SP)
-	MOVQ tok_len+176(FP), AX
-	SHRQ $0x02, AX
-	CMPQ CX, AX
-	JB   stateKVf32AVX512_token_2
-	MOVQ 24(SP), AX
-	ADDQ AX, 16(SP)
-	SUBQ AX, 8(SP)
-	JMP  stateKVf32AVX512_blocks_1
-
-stateKVf32AVX512_shape_3:
-	// Block of 48 columns (rows in work of 192 bytes): pass 0 loads it, with token 0's read.
-	MOVQ         K+0(FP), AX
-	MOVQ         16(SP), CX
-	MOVQ         src_base+16(FP), DX
-	MOVQ         V+8(FP), BX
-	LEAQ         (DX)(CX*4), DX
-	SHLQ         $0x02, BX
-	VBROADCASTSS zero<>+0(SB), Z0
-	VBROADCASTSS zero<>+0(SB), Z1
-	VBROADCASTSS zero<>+0(SB), Z2
-	VBROADCASTSS zero<>+0(SB), Z3
-	VBROADCASTSS zero<>+0(SB), Z4
-	VBROADCASTSS zero<>+0(SB), Z5
-	MOVQ         kh_base+64(FP), SI
-	MOVQ         qh_base+88(FP), DI
-	MOVQ         (SP), R8
-	XORQ         R9, R9
-
-stateKVf32AVX512_pass0_3:
-	VBROADCASTSS (SI)(R9*4), Z6
-	VBROADCASTSS (DI)(R9*4), Z7
-	VMOVUPS      (DX), Z8
-	VMOVUPS      Z8, (R8)
-	VFMADD231PS  Z8, Z6, Z0
-	VFMADD231PS  Z8, Z7, Z1
-	VMOVUPS      64(DX), Z8
-	VMOVUPS      Z8, 64(R8)
-	VFMADD231PS  Z8, Z6, Z2
-	VFMADD231PS  Z8, Z7, Z3
-	VMOVUPS.Z    128(DX), K1, Z8
-	VMOVUPS      Z8, 128(R8)
-	VFMADD231PS  Z8, Z6, Z4
-	VFMADD231PS  Z8, Z7, Z5
-	ADDQ         BX, DX
-	ADDQ         $0x000000c0, R8
-	INCQ         R9
-	CMPQ         R9, AX
-	JB           stateKVf32AVX512_pass0_3
-
-	// The tokens.
-	XORQ AX, AX
-	MOVQ AX, 40(SP)
-	MOVQ kh_base+64(FP), AX
-	MOVQ AX, 48(SP)
-	MOVQ tok_base+168(FP), AX
-	MOVQ AX, 88(SP)
-	MOVQ v_base+112(FP), AX
-	LEAQ (AX)(CX*4), AX
-	MOVQ AX, 72(SP)
-	MOVQ o_base+144(FP), AX
-	LEAQ (AX)(CX*4), AX
-	MOVQ AX, 80(SP)
-
-stateKVf32AVX512_token_3:
-	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
-	MOVQ 40(SP), AX
-	MOVQ K+0(FP), CX
-	INCQ AX
-	MOVQ tok_len+176(FP), DX
-	SHRQ $0x02, DX
-	CMPQ AX, DX
-	JB   stateKVf32AVX512_notlast_3
-	DECQ AX
-
-stateKVf32AVX512_notlast_3:
-	IMULQ    CX, AX
-	MOVQ     kh_base+64(FP), CX
-	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 56(SP)
-	MOVQ     qh_base+88(FP), CX
-	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 64(SP)
-	MOVQ     88(SP), AX
-	VMOVSS   (AX), X6
-	VUCOMISS nearone<>+0(SB), X6
-	JCS      stateKVf32AVX512_far_3
-
-	// em1 ≥ -0.5: decay(x) = x + em1·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         88(SP), AX
-	VBROADCASTSS (AX), Z6
-	VBROADCASTSS 8(AX), Z7
-	VBROADCASTSS 12(AX), Z8
-	MOVQ         72(SP), AX
-	MOVQ         80(SP), CX
-	VMOVUPS      (AX), Z9
-	VFMADD213PS  Z0, Z6, Z0
-	VSUBPS       Z0, Z9, Z9
-	VMULPS       Z9, Z7, Z9
-	VFMADD213PS  Z1, Z6, Z1
-	VFMADD231PS  Z9, Z8, Z1
-	VMOVUPS      Z1, (CX)
-	VMOVUPS      64(AX), Z10
-	VFMADD213PS  Z2, Z6, Z2
-	VSUBPS       Z2, Z10, Z10
-	VMULPS       Z10, Z7, Z10
-	VFMADD213PS  Z3, Z6, Z3
-	VFMADD231PS  Z10, Z8, Z3
-	VMOVUPS      Z3, 64(CX)
-	VMOVUPS.Z    128(AX), K1, Z11
-	VFMADD213PS  Z4, Z6, Z4
-	VSUBPS       Z4, Z11, Z11
-	VMULPS       Z11, Z7, Z11
-	VFMADD213PS  Z5, Z6, Z5
-	VFMADD231PS  Z11, Z8, Z5
-	VMOVUPS      Z5, K1, 128(CX)
-	VBROADCASTSS zero<>+0(SB), Z0
-	VBROADCASTSS zero<>+0(SB), Z1
-	VBROADCASTSS zero<>+0(SB), Z2
-	VBROADCASTSS zero<>+0(SB), Z3
-	VBROADCASTSS zero<>+0(SB), Z4
-	VBROADCASTSS zero<>+0(SB), Z5
-
-	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
-	MOVQ  (SP), AX
-	XORQ  CX, CX
-	MOVQ  K+0(FP), DX
-	MOVQ  48(SP), BX
-	MOVQ  56(SP), SI
-	MOVQ  64(SP), DI
-	MOVQ  16(SP), R8
-	MOVQ  40(SP), R10
-	MOVQ  stores_base+40(FP), R9
-	MOVQ  (R9)(R10*8), R9
-	TESTQ R9, R9
-	JZ    stateKVf32AVX512_nostore_5
-	LEAQ  (R9)(R8*4), R9
-
-stateKVf32AVX512_nostore_5:
-	MOVQ V+8(FP), R8
-	SHLQ $0x02, R8
-
-stateKVf32AVX512_rows_5:
-	VBROADCASTSS (BX)(CX*4), Z7
-	VBROADCASTSS (SI)(CX*4), Z8
-	VBROADCASTSS (DI)(CX*4), Z12
-	VMOVUPS      (AX), Z13
-	VFMADD213PS  Z13, Z6, Z13
-	VFMADD231PS  Z9, Z7, Z13
-	VMOVUPS      Z13, (AX)
-	VFMADD231PS  Z13, Z8, Z0
-	VFMADD231PS  Z13, Z12, Z1
-	VMOVUPS      64(AX), Z13
-	VFMADD213PS  Z13, Z6, Z13
-	VFMADD231PS  Z10, Z7, Z13
-	VMOVUPS      Z13, 64(AX)
-	VFMADD231PS  Z13, Z8, Z2
-	VFMADD231PS  Z13, Z12, Z3
-	VMOVUPS      128(AX), Z13
-	VFMADD213PS  Z13, Z6, Z13
-	VFMADD231PS  Z11, Z7, Z13
-	VMOVUPS      Z13, 128(AX)
-	VFMADD231PS  Z13, Z8, Z4
-	VFMADD231PS  Z13, Z12, Z5
-	TESTQ        R9, R9
-	JZ           stateKVf32AVX512_nostorerow_5
-	VMOVUPS      (AX), Z7
-	VMOVUPS      Z7, (R9)
-	VMOVUPS      64(AX), Z7
-	VMOVUPS      Z7, 64(R9)
-	VMOVUPS      128(AX), Z7
-	VMOVUPS      Z7, K1, 128(R9)
-	ADDQ         R8, R9
-
-stateKVf32AVX512_nostorerow_5:
-	ADDQ $0x000000c0, AX
-	INCQ CX
-	CMPQ CX, DX
-	JB   stateKVf32AVX512_rows_5
-	JMP  stateKVf32AVX512_tokdone_3
-
-stateKVf32AVX512_far_3:
-	// em1 < -0.5 or NaN: decay(x) = eg·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         88(SP), AX
-	VBROADCASTSS 4(AX), Z6
-	VBROADCASTSS 8(AX), Z7
-	VBROADCASTSS 12(AX), Z8
-	MOVQ         72(SP), AX
-	MOVQ         80(SP), CX
-	VMOVUPS      (AX), Z9
-	VMULPS       Z0, Z6, Z0
-	VSUBPS       Z0, Z9, Z9
-	VMULPS       Z9, Z7, Z9
-	VMULPS       Z1, Z6, Z1
-	VFMADD231PS  Z9, Z8, Z1
-	VMOVUPS      Z1, (CX)
-	VMOVUPS      64(AX), Z10
-	VMULPS       Z2, Z6, Z2
-	VSUBPS       Z2, Z10, Z10
-	VMULPS       Z10, Z7, Z10
-	VMULPS       Z3, Z6, Z3
-	VFMADD231PS  Z10, Z8, Z3
-	VMOVUPS      Z3, 64(CX)
-	VMOVUPS.Z    128(AX), K1, Z11
-	VMULPS       Z4, Z6, Z4
-	VSUBPS       Z4, Z11, Z11
-	VMULPS       Z11, Z7, Z11
-	VMULPS       Z5, Z6, Z5
-	VFMADD231PS  Z11, Z8, Z5
-	VMOVUPS      Z5, K1, 128(CX)
-	VBROADCASTSS zero<>+0(SB), Z0
-	VBROADCASTSS zero<>+0(SB), Z1
-	VBROADCASTSS zero<>+0(SB), Z2
-	VBROADCASTSS zero<>+0(SB), Z3
-	VBROADCASTSS zero<>+0(SB), Z4
-	VBROADCASTSS zero<>+0(SB), Z5
-
-	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
-	MOVQ  (SP), AX
-	XORQ  CX, CX
-	MOVQ  K+0(FP), DX
-	MOVQ  48(SP), BX
-	MOVQ  56(SP), SI
-	MOVQ  64(SP), DI
-	MOVQ  16(SP), R8
-	MOVQ  40(SP), R10
-	MOVQ  stores_base+40(FP), R9
-	MOVQ  (R9)(R10*8), R9
-	TESTQ R9, R9
-	JZ    stateKVf32AVX512_nostore_6
-	LEAQ  (R9)(R8*4), R9
-
-stateKVf32AVX512_nostore_6:
-	MOVQ V+8(FP), R8
-	SHLQ $0x02, R8
-
-stateKVf32AVX512_rows_6:
-	VBROADCASTSS (BX)(CX*4), Z7
-	VBROADCASTSS (SI)(CX*4), Z8
-	VBROADCASTSS (DI)(CX*4), Z12
-	VMOVUPS      (AX), Z13
-	VMULPS       Z13, Z6, Z13
-	VFMADD231PS  Z9, Z7, Z13
-	VMOVUPS      Z13, (AX)
-	VFMADD231PS  Z13, Z8, Z0
-	VFMADD231PS  Z13, Z12, Z1
-	VMOVUPS      64(AX), Z13
-	VMULPS       Z13, Z6, Z13
-	VFMADD231PS  Z10, Z7, Z13
-	VMOVUPS      Z13, 64(AX)
-	VFMADD231PS  Z13, Z8, Z2
-	VFMADD231PS  Z13, Z12, Z3
-	VMOVUPS      128(AX), Z13
-	VMULPS       Z13, Z6, Z13
-	VFMADD231PS  Z11, Z7, Z13
-	VMOVUPS      Z13, 128(AX)
-	VFMADD231PS  Z13, Z8, Z4
-	VFMADD231PS  Z13, Z12, Z5
-	TESTQ        R9, R9
-	JZ           stateKVf32AVX512_nostorerow_6
-	VMOVUPS      (AX), Z7
-	VMOVUPS      Z7, (R9)
-	VMOVUPS      64(AX), Z7
-	VMOVUPS      Z7, 64(R9)
-	VMOVUPS      128(AX), Z7
-	VMOVUPS      Z7, K1, 128(R9)
-	ADDQ         R8, R9
-
-stateKVf32AVX512_nostorerow_6:
-	ADDQ $0x000000c0, AX
-	INCQ CX
-	CMPQ CX, DX
-	JB   stateKVf32AVX512_rows_6
-
-stateKVf32AVX512_tokdone_3:
-	MOVQ 56(SP), AX
-	MOVQ AX, 48(SP)
-	ADDQ $0x10, 88(SP)
-	MOVQ vs+136(FP), AX
-	SHLQ $0x02, AX
-	ADDQ AX, 72(SP)
-	MOVQ V+8(FP), AX
-	SHLQ $0x02, AX
-	ADDQ AX, 80(SP)
-	MOVQ 40(SP), CX
-	INCQ CX
-	MOVQ CX, 40(SP)
-	MOVQ tok_len+176(FP), AX
-	SHRQ $0x02, AX
-	CMPQ CX, AX
-	JB   stateKVf32AVX512_token_3
-	MOVQ 24(SP), AX
-	ADDQ AX, 16(SP)
-	SUBQ AX, 8(SP)
-	JMP  stateKVf32AVX512_blocks_1
-
-stateKVf32AVX512_shape_4:
-	// Block of 64 columns (rows in work of 256 bytes): pass 0 loads it, with token 0's read.
+	// Block of up to 64 columns (rows in work of whole vectors): pass 0 loads it, with token 0's read.
 	MOVQ         K+0(FP), AX
 	MOVQ         16(SP), CX
 	MOVQ         src_base+16(FP), DX
@@ -12515,7 +5420,7 @@ stateKVf32AVX512_shape_4:
 	MOVQ         (SP), R8
 	XORQ         R9, R9
 
-stateKVf32AVX512_pass0_4:
+stateKVf32AVX512_pass0_1:
 	VBROADCASTSS (SI)(R9*4), Z8
 	VBROADCASTSS (DI)(R9*4), Z9
 	VMOVUPS      (DX), Z10
@@ -12530,7 +5435,7 @@ stateKVf32AVX512_pass0_4:
 	VMOVUPS      Z10, 128(R8)
 	VFMADD231PS  Z10, Z8, Z4
 	VFMADD231PS  Z10, Z9, Z5
-	VMOVUPS.Z    192(DX), K1, Z10
+	VMOVUPS      192(DX), Z10
 	VMOVUPS      Z10, 192(R8)
 	VFMADD231PS  Z10, Z8, Z6
 	VFMADD231PS  Z10, Z9, Z7
@@ -12538,82 +5443,82 @@ stateKVf32AVX512_pass0_4:
 	ADDQ         $0x00000100, R8
 	INCQ         R9
 	CMPQ         R9, AX
-	JB           stateKVf32AVX512_pass0_4
+	JB           stateKVf32AVX512_pass0_1
 
 	// The tokens.
 	XORQ AX, AX
-	MOVQ AX, 40(SP)
-	MOVQ kh_base+64(FP), AX
 	MOVQ AX, 48(SP)
+	MOVQ kh_base+64(FP), AX
+	MOVQ AX, 56(SP)
 	MOVQ tok_base+168(FP), AX
-	MOVQ AX, 88(SP)
+	MOVQ AX, 96(SP)
 	MOVQ v_base+112(FP), AX
 	LEAQ (AX)(CX*4), AX
-	MOVQ AX, 72(SP)
+	MOVQ AX, 80(SP)
 	MOVQ o_base+144(FP), AX
 	LEAQ (AX)(CX*4), AX
-	MOVQ AX, 80(SP)
+	MOVQ AX, 88(SP)
 
-stateKVf32AVX512_token_4:
+stateKVf32AVX512_token_1:
 	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
-	MOVQ 40(SP), AX
+	MOVQ 48(SP), AX
 	MOVQ K+0(FP), CX
 	INCQ AX
 	MOVQ tok_len+176(FP), DX
 	SHRQ $0x02, DX
 	CMPQ AX, DX
-	JB   stateKVf32AVX512_notlast_4
+	JB   stateKVf32AVX512_notlast_1
 	DECQ AX
 
-stateKVf32AVX512_notlast_4:
+stateKVf32AVX512_notlast_1:
 	IMULQ    CX, AX
 	MOVQ     kh_base+64(FP), CX
 	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 56(SP)
+	MOVQ     CX, 64(SP)
 	MOVQ     qh_base+88(FP), CX
 	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 64(SP)
-	MOVQ     88(SP), AX
+	MOVQ     CX, 72(SP)
+	MOVQ     96(SP), AX
 	VMOVSS   (AX), X8
 	VUCOMISS nearone<>+0(SB), X8
-	JCS      stateKVf32AVX512_far_4
+	JCS      stateKVf32AVX512_far_1
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         88(SP), AX
+	MOVQ         96(SP), AX
 	VBROADCASTSS (AX), Z8
 	VBROADCASTSS 8(AX), Z9
 	VBROADCASTSS 12(AX), Z10
-	MOVQ         72(SP), AX
-	MOVQ         80(SP), CX
-	VMOVUPS      (AX), Z11
+	MOVQ         80(SP), AX
+	MOVQ         88(SP), CX
+	VMOVUPS      (AX), Z15
 	VFMADD213PS  Z0, Z8, Z0
-	VSUBPS       Z0, Z11, Z11
-	VMULPS       Z11, Z9, Z11
+	VSUBPS       Z0, Z15, Z15
+	VMULPS       Z15, Z9, Z15
 	VFMADD213PS  Z1, Z8, Z1
-	VFMADD231PS  Z11, Z10, Z1
+	VFMADD231PS  Z15, Z10, Z1
 	VMOVUPS      Z1, (CX)
-	VMOVUPS      64(AX), Z12
+	VMOVUPS      64(AX), Z16
 	VFMADD213PS  Z2, Z8, Z2
-	VSUBPS       Z2, Z12, Z12
-	VMULPS       Z12, Z9, Z12
+	VSUBPS       Z2, Z16, Z16
+	VMULPS       Z16, Z9, Z16
 	VFMADD213PS  Z3, Z8, Z3
-	VFMADD231PS  Z12, Z10, Z3
+	VFMADD231PS  Z16, Z10, Z3
 	VMOVUPS      Z3, 64(CX)
-	VMOVUPS      128(AX), Z13
+	VMOVUPS      128(AX), Z17
 	VFMADD213PS  Z4, Z8, Z4
-	VSUBPS       Z4, Z13, Z13
-	VMULPS       Z13, Z9, Z13
+	VSUBPS       Z4, Z17, Z17
+	VMULPS       Z17, Z9, Z17
 	VFMADD213PS  Z5, Z8, Z5
-	VFMADD231PS  Z13, Z10, Z5
+	VFMADD231PS  Z17, Z10, Z5
 	VMOVUPS      Z5, 128(CX)
-	VMOVUPS.Z    192(AX), K1, Z14
+	VMOVUPS      192(AX), Z18
 	VFMADD213PS  Z6, Z8, Z6
-	VSUBPS       Z6, Z14, Z14
-	VMULPS       Z14, Z9, Z14
+	VSUBPS       Z6, Z18, Z18
+	VMULPS       Z18, Z9, Z18
 	VFMADD213PS  Z7, Z8, Z7
-	VFMADD231PS  Z14, Z10, Z7
-	VMOVUPS      Z7, K1, 192(CX)
+	VFMADD231PS  Z18, Z10, Z7
+	VMOVUPS      Z7, 192(CX)
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
 	VBROADCASTSS zero<>+0(SB), Z2
@@ -12627,51 +5532,51 @@ stateKVf32AVX512_notlast_4:
 	MOVQ  (SP), AX
 	XORQ  CX, CX
 	MOVQ  K+0(FP), DX
-	MOVQ  48(SP), BX
-	MOVQ  56(SP), SI
-	MOVQ  64(SP), DI
+	MOVQ  56(SP), BX
+	MOVQ  64(SP), SI
+	MOVQ  72(SP), DI
 	MOVQ  16(SP), R8
-	MOVQ  40(SP), R10
+	MOVQ  48(SP), R10
 	MOVQ  stores_base+40(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
-	JZ    stateKVf32AVX512_nostore_7
+	JZ    stateKVf32AVX512_nostore_1
 	LEAQ  (R9)(R8*4), R9
 
-stateKVf32AVX512_nostore_7:
+stateKVf32AVX512_nostore_1:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
 
-stateKVf32AVX512_rows_7:
+stateKVf32AVX512_rows_1:
 	VBROADCASTSS (BX)(CX*4), Z9
 	VBROADCASTSS (SI)(CX*4), Z10
-	VBROADCASTSS (DI)(CX*4), Z15
-	VMOVUPS      (AX), Z16
-	VFMADD213PS  Z16, Z8, Z16
-	VFMADD231PS  Z11, Z9, Z16
-	VMOVUPS      Z16, (AX)
-	VFMADD231PS  Z16, Z10, Z0
-	VFMADD231PS  Z16, Z15, Z1
-	VMOVUPS      64(AX), Z16
-	VFMADD213PS  Z16, Z8, Z16
-	VFMADD231PS  Z12, Z9, Z16
-	VMOVUPS      Z16, 64(AX)
-	VFMADD231PS  Z16, Z10, Z2
-	VFMADD231PS  Z16, Z15, Z3
-	VMOVUPS      128(AX), Z16
-	VFMADD213PS  Z16, Z8, Z16
-	VFMADD231PS  Z13, Z9, Z16
-	VMOVUPS      Z16, 128(AX)
-	VFMADD231PS  Z16, Z10, Z4
-	VFMADD231PS  Z16, Z15, Z5
-	VMOVUPS      192(AX), Z16
-	VFMADD213PS  Z16, Z8, Z16
-	VFMADD231PS  Z14, Z9, Z16
-	VMOVUPS      Z16, 192(AX)
-	VFMADD231PS  Z16, Z10, Z6
-	VFMADD231PS  Z16, Z15, Z7
+	VBROADCASTSS (DI)(CX*4), Z19
+	VMOVUPS      (AX), Z20
+	VFMADD213PS  Z20, Z8, Z20
+	VFMADD231PS  Z15, Z9, Z20
+	VMOVUPS      Z20, (AX)
+	VFMADD231PS  Z20, Z10, Z0
+	VFMADD231PS  Z20, Z19, Z1
+	VMOVUPS      64(AX), Z20
+	VFMADD213PS  Z20, Z8, Z20
+	VFMADD231PS  Z16, Z9, Z20
+	VMOVUPS      Z20, 64(AX)
+	VFMADD231PS  Z20, Z10, Z2
+	VFMADD231PS  Z20, Z19, Z3
+	VMOVUPS      128(AX), Z20
+	VFMADD213PS  Z20, Z8, Z20
+	VFMADD231PS  Z17, Z9, Z20
+	VMOVUPS      Z20, 128(AX)
+	VFMADD231PS  Z20, Z10, Z4
+	VFMADD231PS  Z20, Z19, Z5
+	VMOVUPS      192(AX), Z20
+	VFMADD213PS  Z20, Z8, Z20
+	VFMADD231PS  Z18, Z9, Z20
+	VMOVUPS      Z20, 192(AX)
+	VFMADD231PS  Z20, Z10, Z6
+	VFMADD231PS  Z20, Z19, Z7
 	TESTQ        R9, R9
-	JZ           stateKVf32AVX512_nostorerow_7
+	JZ           stateKVf32AVX512_nostorerow_1
 	VMOVUPS      (AX), Z9
 	VMOVUPS      Z9, (R9)
 	VMOVUPS      64(AX), Z9
@@ -12679,53 +5584,53 @@ stateKVf32AVX512_rows_7:
 	VMOVUPS      128(AX), Z9
 	VMOVUPS      Z9, 128(R9)
 	VMOVUPS      192(AX), Z9
-	VMOVUPS      Z9, K1, 192(R9)
+	VMOVUPS      Z9, 192(R9)
 	ADDQ         R8, R9
 
-stateKVf32AVX512_nostorerow_7:
+stateKVf32AVX512_nostorerow_1:
 	ADDQ $0x00000100, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVf32AVX512_rows_7
-	JMP  stateKVf32AVX512_tokdone_4
+	JB   stateKVf32AVX512_rows_1
+	JMP  stateKVf32AVX512_tokdone_1
 
-stateKVf32AVX512_far_4:
+stateKVf32AVX512_far_1:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         88(SP), AX
+	MOVQ         96(SP), AX
 	VBROADCASTSS 4(AX), Z8
 	VBROADCASTSS 8(AX), Z9
 	VBROADCASTSS 12(AX), Z10
-	MOVQ         72(SP), AX
-	MOVQ         80(SP), CX
-	VMOVUPS      (AX), Z11
+	MOVQ         80(SP), AX
+	MOVQ         88(SP), CX
+	VMOVUPS      (AX), Z15
 	VMULPS       Z0, Z8, Z0
-	VSUBPS       Z0, Z11, Z11
-	VMULPS       Z11, Z9, Z11
+	VSUBPS       Z0, Z15, Z15
+	VMULPS       Z15, Z9, Z15
 	VMULPS       Z1, Z8, Z1
-	VFMADD231PS  Z11, Z10, Z1
+	VFMADD231PS  Z15, Z10, Z1
 	VMOVUPS      Z1, (CX)
-	VMOVUPS      64(AX), Z12
+	VMOVUPS      64(AX), Z16
 	VMULPS       Z2, Z8, Z2
-	VSUBPS       Z2, Z12, Z12
-	VMULPS       Z12, Z9, Z12
+	VSUBPS       Z2, Z16, Z16
+	VMULPS       Z16, Z9, Z16
 	VMULPS       Z3, Z8, Z3
-	VFMADD231PS  Z12, Z10, Z3
+	VFMADD231PS  Z16, Z10, Z3
 	VMOVUPS      Z3, 64(CX)
-	VMOVUPS      128(AX), Z13
+	VMOVUPS      128(AX), Z17
 	VMULPS       Z4, Z8, Z4
-	VSUBPS       Z4, Z13, Z13
-	VMULPS       Z13, Z9, Z13
+	VSUBPS       Z4, Z17, Z17
+	VMULPS       Z17, Z9, Z17
 	VMULPS       Z5, Z8, Z5
-	VFMADD231PS  Z13, Z10, Z5
+	VFMADD231PS  Z17, Z10, Z5
 	VMOVUPS      Z5, 128(CX)
-	VMOVUPS.Z    192(AX), K1, Z14
+	VMOVUPS      192(AX), Z18
 	VMULPS       Z6, Z8, Z6
-	VSUBPS       Z6, Z14, Z14
-	VMULPS       Z14, Z9, Z14
+	VSUBPS       Z6, Z18, Z18
+	VMULPS       Z18, Z9, Z18
 	VMULPS       Z7, Z8, Z7
-	VFMADD231PS  Z14, Z10, Z7
-	VMOVUPS      Z7, K1, 192(CX)
+	VFMADD231PS  Z18, Z10, Z7
+	VMOVUPS      Z7, 192(CX)
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
 	VBROADCASTSS zero<>+0(SB), Z2
@@ -12739,51 +5644,51 @@ stateKVf32AVX512_far_4:
 	MOVQ  (SP), AX
 	XORQ  CX, CX
 	MOVQ  K+0(FP), DX
-	MOVQ  48(SP), BX
-	MOVQ  56(SP), SI
-	MOVQ  64(SP), DI
+	MOVQ  56(SP), BX
+	MOVQ  64(SP), SI
+	MOVQ  72(SP), DI
 	MOVQ  16(SP), R8
-	MOVQ  40(SP), R10
+	MOVQ  48(SP), R10
 	MOVQ  stores_base+40(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
-	JZ    stateKVf32AVX512_nostore_8
+	JZ    stateKVf32AVX512_nostore_2
 	LEAQ  (R9)(R8*4), R9
 
-stateKVf32AVX512_nostore_8:
+stateKVf32AVX512_nostore_2:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
 
-stateKVf32AVX512_rows_8:
+stateKVf32AVX512_rows_2:
 	VBROADCASTSS (BX)(CX*4), Z9
 	VBROADCASTSS (SI)(CX*4), Z10
-	VBROADCASTSS (DI)(CX*4), Z15
-	VMOVUPS      (AX), Z16
-	VMULPS       Z16, Z8, Z16
-	VFMADD231PS  Z11, Z9, Z16
-	VMOVUPS      Z16, (AX)
-	VFMADD231PS  Z16, Z10, Z0
-	VFMADD231PS  Z16, Z15, Z1
-	VMOVUPS      64(AX), Z16
-	VMULPS       Z16, Z8, Z16
-	VFMADD231PS  Z12, Z9, Z16
-	VMOVUPS      Z16, 64(AX)
-	VFMADD231PS  Z16, Z10, Z2
-	VFMADD231PS  Z16, Z15, Z3
-	VMOVUPS      128(AX), Z16
-	VMULPS       Z16, Z8, Z16
-	VFMADD231PS  Z13, Z9, Z16
-	VMOVUPS      Z16, 128(AX)
-	VFMADD231PS  Z16, Z10, Z4
-	VFMADD231PS  Z16, Z15, Z5
-	VMOVUPS      192(AX), Z16
-	VMULPS       Z16, Z8, Z16
-	VFMADD231PS  Z14, Z9, Z16
-	VMOVUPS      Z16, 192(AX)
-	VFMADD231PS  Z16, Z10, Z6
-	VFMADD231PS  Z16, Z15, Z7
+	VBROADCASTSS (DI)(CX*4), Z19
+	VMOVUPS      (AX), Z20
+	VMULPS       Z20, Z8, Z20
+	VFMADD231PS  Z15, Z9, Z20
+	VMOVUPS      Z20, (AX)
+	VFMADD231PS  Z20, Z10, Z0
+	VFMADD231PS  Z20, Z19, Z1
+	VMOVUPS      64(AX), Z20
+	VMULPS       Z20, Z8, Z20
+	VFMADD231PS  Z16, Z9, Z20
+	VMOVUPS      Z20, 64(AX)
+	VFMADD231PS  Z20, Z10, Z2
+	VFMADD231PS  Z20, Z19, Z3
+	VMOVUPS      128(AX), Z20
+	VMULPS       Z20, Z8, Z20
+	VFMADD231PS  Z17, Z9, Z20
+	VMOVUPS      Z20, 128(AX)
+	VFMADD231PS  Z20, Z10, Z4
+	VFMADD231PS  Z20, Z19, Z5
+	VMOVUPS      192(AX), Z20
+	VMULPS       Z20, Z8, Z20
+	VFMADD231PS  Z18, Z9, Z20
+	VMOVUPS      Z20, 192(AX)
+	VFMADD231PS  Z20, Z10, Z6
+	VFMADD231PS  Z20, Z19, Z7
 	TESTQ        R9, R9
-	JZ           stateKVf32AVX512_nostorerow_8
+	JZ           stateKVf32AVX512_nostorerow_2
 	VMOVUPS      (AX), Z9
 	VMOVUPS      Z9, (R9)
 	VMOVUPS      64(AX), Z9
@@ -12791,32 +5696,625 @@ stateKVf32AVX512_rows_8:
 	VMOVUPS      128(AX), Z9
 	VMOVUPS      Z9, 128(R9)
 	VMOVUPS      192(AX), Z9
-	VMOVUPS      Z9, K1, 192(R9)
+	VMOVUPS      Z9, 192(R9)
 	ADDQ         R8, R9
 
-stateKVf32AVX512_nostorerow_8:
+stateKVf32AVX512_nostorerow_2:
 	ADDQ $0x00000100, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVf32AVX512_rows_8
+	JB   stateKVf32AVX512_rows_2
 
-stateKVf32AVX512_tokdone_4:
-	MOVQ 56(SP), AX
-	MOVQ AX, 48(SP)
-	ADDQ $0x10, 88(SP)
+stateKVf32AVX512_tokdone_1:
+	MOVQ 64(SP), AX
+	MOVQ AX, 56(SP)
+	ADDQ $0x10, 96(SP)
 	MOVQ vs+136(FP), AX
 	SHLQ $0x02, AX
-	ADDQ AX, 72(SP)
+	ADDQ AX, 80(SP)
 	MOVQ V+8(FP), AX
 	SHLQ $0x02, AX
-	ADDQ AX, 80(SP)
-	MOVQ 40(SP), CX
+	ADDQ AX, 88(SP)
+	MOVQ 48(SP), CX
 	INCQ CX
-	MOVQ CX, 40(SP)
+	MOVQ CX, 48(SP)
 	MOVQ tok_len+176(FP), AX
 	SHRQ $0x02, AX
 	CMPQ CX, AX
-	JB   stateKVf32AVX512_token_4
+	JB   stateKVf32AVX512_token_1
+	JMP  stateKVf32AVX512_blockdone_1
+
+stateKVf32AVX512_span_1:
+	MOVQ         AX, CX
+	DECQ         CX
+	ANDQ         $-16, CX
+	MOVQ         AX, DX
+	SUBQ         CX, DX
+	VPBROADCASTD DX, Z0
+	VPCMPGTD     iota<>+0(SB), Z0, K1
+
+	// A block of 1 vector (V = 80: the 16 columns after 64), masked: no guard.
+	CMPQ AX, $0x00000010
+	JA   stateKVf32AVX512_span_2
+
+	// Block of up to 16 columns (rows in work of whole vectors): pass 0 loads it, with token 0's read.
+	MOVQ         K+0(FP), AX
+	MOVQ         16(SP), CX
+	MOVQ         src_base+16(FP), DX
+	MOVQ         V+8(FP), BX
+	LEAQ         (DX)(CX*4), DX
+	SHLQ         $0x02, BX
+	VBROADCASTSS zero<>+0(SB), Z0
+	VBROADCASTSS zero<>+0(SB), Z1
+	MOVQ         kh_base+64(FP), SI
+	MOVQ         qh_base+88(FP), DI
+	MOVQ         (SP), R8
+	XORQ         R9, R9
+
+stateKVf32AVX512_pass0_2:
+	VBROADCASTSS (SI)(R9*4), Z2
+	VBROADCASTSS (DI)(R9*4), Z3
+	VMOVUPS.Z    (DX), K1, Z4
+	VMOVUPS      Z4, (R8)
+	VFMADD231PS  Z4, Z2, Z0
+	VFMADD231PS  Z4, Z3, Z1
+	ADDQ         BX, DX
+	ADDQ         $0x00000040, R8
+	INCQ         R9
+	CMPQ         R9, AX
+	JB           stateKVf32AVX512_pass0_2
+
+	// The tokens.
+	XORQ AX, AX
+	MOVQ AX, 48(SP)
+	MOVQ kh_base+64(FP), AX
+	MOVQ AX, 56(SP)
+	MOVQ tok_base+168(FP), AX
+	MOVQ AX, 96(SP)
+	MOVQ v_base+112(FP), AX
+	LEAQ (AX)(CX*4), AX
+	MOVQ AX, 80(SP)
+	MOVQ o_base+144(FP), AX
+	LEAQ (AX)(CX*4), AX
+	MOVQ AX, 88(SP)
+
+stateKVf32AVX512_token_2:
+	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
+	MOVQ 48(SP), AX
+	MOVQ K+0(FP), CX
+	INCQ AX
+	MOVQ tok_len+176(FP), DX
+	SHRQ $0x02, DX
+	CMPQ AX, DX
+	JB   stateKVf32AVX512_notlast_2
+	DECQ AX
+
+stateKVf32AVX512_notlast_2:
+	IMULQ    CX, AX
+	MOVQ     kh_base+64(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 64(SP)
+	MOVQ     qh_base+88(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 72(SP)
+	MOVQ     96(SP), AX
+	VMOVSS   (AX), X2
+	VUCOMISS nearone<>+0(SB), X2
+	JCS      stateKVf32AVX512_far_2
+
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         96(SP), AX
+	VBROADCASTSS (AX), Z2
+	VBROADCASTSS 8(AX), Z3
+	VBROADCASTSS 12(AX), Z4
+	MOVQ         80(SP), AX
+	MOVQ         88(SP), CX
+	VMOVUPS.Z    (AX), K1, Z5
+	VFMADD213PS  Z0, Z2, Z0
+	VSUBPS       Z0, Z5, Z5
+	VMULPS       Z5, Z3, Z5
+	VFMADD213PS  Z1, Z2, Z1
+	VFMADD231PS  Z5, Z4, Z1
+	VMOVUPS      Z1, K1, (CX)
+	VBROADCASTSS zero<>+0(SB), Z0
+	VBROADCASTSS zero<>+0(SB), Z1
+
+	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  56(SP), BX
+	MOVQ  64(SP), SI
+	MOVQ  72(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  48(SP), R10
+	MOVQ  stores_base+40(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
+	JZ    stateKVf32AVX512_nostore_3
+	LEAQ  (R9)(R8*4), R9
+
+stateKVf32AVX512_nostore_3:
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
+
+stateKVf32AVX512_rows_3:
+	VBROADCASTSS (BX)(CX*4), Z3
+	VBROADCASTSS (SI)(CX*4), Z4
+	VBROADCASTSS (DI)(CX*4), Z6
+	VMOVUPS      (AX), Z7
+	VFMADD213PS  Z7, Z2, Z7
+	VFMADD231PS  Z5, Z3, Z7
+	VMOVUPS      Z7, (AX)
+	VFMADD231PS  Z7, Z4, Z0
+	VFMADD231PS  Z7, Z6, Z1
+	TESTQ        R9, R9
+	JZ           stateKVf32AVX512_nostorerow_3
+	VMOVUPS      (AX), Z3
+	VMOVUPS      Z3, K1, (R9)
+	ADDQ         R8, R9
+
+stateKVf32AVX512_nostorerow_3:
+	ADDQ $0x00000040, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVf32AVX512_rows_3
+	JMP  stateKVf32AVX512_tokdone_2
+
+stateKVf32AVX512_far_2:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         96(SP), AX
+	VBROADCASTSS 4(AX), Z2
+	VBROADCASTSS 8(AX), Z3
+	VBROADCASTSS 12(AX), Z4
+	MOVQ         80(SP), AX
+	MOVQ         88(SP), CX
+	VMOVUPS.Z    (AX), K1, Z5
+	VMULPS       Z0, Z2, Z0
+	VSUBPS       Z0, Z5, Z5
+	VMULPS       Z5, Z3, Z5
+	VMULPS       Z1, Z2, Z1
+	VFMADD231PS  Z5, Z4, Z1
+	VMOVUPS      Z1, K1, (CX)
+	VBROADCASTSS zero<>+0(SB), Z0
+	VBROADCASTSS zero<>+0(SB), Z1
+
+	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  56(SP), BX
+	MOVQ  64(SP), SI
+	MOVQ  72(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  48(SP), R10
+	MOVQ  stores_base+40(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
+	JZ    stateKVf32AVX512_nostore_4
+	LEAQ  (R9)(R8*4), R9
+
+stateKVf32AVX512_nostore_4:
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
+
+stateKVf32AVX512_rows_4:
+	VBROADCASTSS (BX)(CX*4), Z3
+	VBROADCASTSS (SI)(CX*4), Z4
+	VBROADCASTSS (DI)(CX*4), Z6
+	VMOVUPS      (AX), Z7
+	VMULPS       Z7, Z2, Z7
+	VFMADD231PS  Z5, Z3, Z7
+	VMOVUPS      Z7, (AX)
+	VFMADD231PS  Z7, Z4, Z0
+	VFMADD231PS  Z7, Z6, Z1
+	TESTQ        R9, R9
+	JZ           stateKVf32AVX512_nostorerow_4
+	VMOVUPS      (AX), Z3
+	VMOVUPS      Z3, K1, (R9)
+	ADDQ         R8, R9
+
+stateKVf32AVX512_nostorerow_4:
+	ADDQ $0x00000040, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVf32AVX512_rows_4
+
+stateKVf32AVX512_tokdone_2:
+	MOVQ 64(SP), AX
+	MOVQ AX, 56(SP)
+	ADDQ $0x10, 96(SP)
+	MOVQ vs+136(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 80(SP)
+	MOVQ V+8(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 88(SP)
+	MOVQ 48(SP), CX
+	INCQ CX
+	MOVQ CX, 48(SP)
+	MOVQ tok_len+176(FP), AX
+	SHRQ $0x02, AX
+	CMPQ CX, AX
+	JB   stateKVf32AVX512_token_2
+	JMP  stateKVf32AVX512_blockdone_1
+
+stateKVf32AVX512_span_2:
+	// Any other block: 3 full vectors (the first 2 of them guarded), then the masked one.
+	// Row bytes in work: whole vectors.
+	ADDQ $0x0f, AX
+	ANDQ $-16, AX
+	SHLQ $0x02, AX
+	MOVQ AX, 40(SP)
+
+	// Block of up to 64 columns (rows in work of whole vectors): pass 0 loads it, with token 0's read.
+	MOVQ         K+0(FP), AX
+	MOVQ         16(SP), DX
+	MOVQ         src_base+16(FP), BX
+	MOVQ         V+8(FP), SI
+	LEAQ         (BX)(DX*4), BX
+	SHLQ         $0x02, SI
+	VBROADCASTSS zero<>+0(SB), Z0
+	VBROADCASTSS zero<>+0(SB), Z1
+	VBROADCASTSS zero<>+0(SB), Z2
+	VBROADCASTSS zero<>+0(SB), Z3
+	VBROADCASTSS zero<>+0(SB), Z4
+	VBROADCASTSS zero<>+0(SB), Z5
+	VBROADCASTSS zero<>+0(SB), Z6
+	VBROADCASTSS zero<>+0(SB), Z7
+	MOVQ         kh_base+64(FP), DI
+	MOVQ         qh_base+88(FP), R8
+	MOVQ         (SP), R9
+	XORQ         R10, R10
+
+stateKVf32AVX512_pass0_3:
+	VBROADCASTSS (DI)(R10*4), Z8
+	VBROADCASTSS (R8)(R10*4), Z9
+	VMOVUPS      (BX), Z10
+	VMOVUPS      Z10, (R9)
+	VFMADD231PS  Z10, Z8, Z0
+	VFMADD231PS  Z10, Z9, Z1
+	CMPQ         CX, $0x00000010
+	JBE          stateKVf32AVX512_spantail_1
+	VMOVUPS      64(BX), Z10
+	VMOVUPS      Z10, 64(R9)
+	VFMADD231PS  Z10, Z8, Z2
+	VFMADD231PS  Z10, Z9, Z3
+	CMPQ         CX, $0x00000020
+	JBE          stateKVf32AVX512_spantail_1
+	VMOVUPS      128(BX), Z10
+	VMOVUPS      Z10, 128(R9)
+	VFMADD231PS  Z10, Z8, Z4
+	VFMADD231PS  Z10, Z9, Z5
+
+stateKVf32AVX512_spantail_1:
+	VMOVUPS.Z   (BX)(CX*4), K1, Z10
+	VMOVUPS     Z10, (R9)(CX*4)
+	VFMADD231PS Z10, Z8, Z6
+	VFMADD231PS Z10, Z9, Z7
+	ADDQ        SI, BX
+	ADDQ        40(SP), R9
+	INCQ        R10
+	CMPQ        R10, AX
+	JB          stateKVf32AVX512_pass0_3
+
+	// The tokens.
+	XORQ AX, AX
+	MOVQ AX, 48(SP)
+	MOVQ kh_base+64(FP), AX
+	MOVQ AX, 56(SP)
+	MOVQ tok_base+168(FP), AX
+	MOVQ AX, 96(SP)
+	MOVQ v_base+112(FP), AX
+	LEAQ (AX)(DX*4), AX
+	MOVQ AX, 80(SP)
+	MOVQ o_base+144(FP), AX
+	LEAQ (AX)(DX*4), AX
+	MOVQ AX, 88(SP)
+
+stateKVf32AVX512_token_3:
+	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
+	MOVQ 48(SP), AX
+	MOVQ K+0(FP), DX
+	INCQ AX
+	MOVQ tok_len+176(FP), BX
+	SHRQ $0x02, BX
+	CMPQ AX, BX
+	JB   stateKVf32AVX512_notlast_3
+	DECQ AX
+
+stateKVf32AVX512_notlast_3:
+	IMULQ    DX, AX
+	MOVQ     kh_base+64(FP), DX
+	LEAQ     (DX)(AX*4), DX
+	MOVQ     DX, 64(SP)
+	MOVQ     qh_base+88(FP), DX
+	LEAQ     (DX)(AX*4), DX
+	MOVQ     DX, 72(SP)
+	MOVQ     96(SP), AX
+	VMOVSS   (AX), X8
+	VUCOMISS nearone<>+0(SB), X8
+	JCS      stateKVf32AVX512_far_3
+
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         96(SP), AX
+	VBROADCASTSS (AX), Z8
+	VBROADCASTSS 8(AX), Z9
+	VBROADCASTSS 12(AX), Z10
+	MOVQ         80(SP), AX
+	MOVQ         88(SP), DX
+	VMOVUPS      (AX), Z15
+	VFMADD213PS  Z0, Z8, Z0
+	VSUBPS       Z0, Z15, Z15
+	VMULPS       Z15, Z9, Z15
+	VFMADD213PS  Z1, Z8, Z1
+	VFMADD231PS  Z15, Z10, Z1
+	VMOVUPS      Z1, (DX)
+	CMPQ         CX, $0x00000010
+	JBE          stateKVf32AVX512_spantail_2
+	VMOVUPS      64(AX), Z11
+	VFMADD213PS  Z2, Z8, Z2
+	VSUBPS       Z2, Z11, Z11
+	VMULPS       Z11, Z9, Z11
+	VFMADD213PS  Z3, Z8, Z3
+	VFMADD231PS  Z11, Z10, Z3
+	VMOVUPS      Z3, 64(DX)
+	CMPQ         CX, $0x00000020
+	JBE          stateKVf32AVX512_spantail_2
+	VMOVUPS      128(AX), Z12
+	VFMADD213PS  Z4, Z8, Z4
+	VSUBPS       Z4, Z12, Z12
+	VMULPS       Z12, Z9, Z12
+	VFMADD213PS  Z5, Z8, Z5
+	VFMADD231PS  Z12, Z10, Z5
+	VMOVUPS      Z5, 128(DX)
+
+stateKVf32AVX512_spantail_2:
+	VMOVUPS.Z    (AX)(CX*4), K1, Z16
+	VFMADD213PS  Z6, Z8, Z6
+	VSUBPS       Z6, Z16, Z16
+	VMULPS       Z16, Z9, Z16
+	VFMADD213PS  Z7, Z8, Z7
+	VFMADD231PS  Z16, Z10, Z7
+	VMOVUPS      Z7, K1, (DX)(CX*4)
+	VBROADCASTSS zero<>+0(SB), Z0
+	VBROADCASTSS zero<>+0(SB), Z1
+	VBROADCASTSS zero<>+0(SB), Z2
+	VBROADCASTSS zero<>+0(SB), Z3
+	VBROADCASTSS zero<>+0(SB), Z4
+	VBROADCASTSS zero<>+0(SB), Z5
+	VBROADCASTSS zero<>+0(SB), Z6
+	VBROADCASTSS zero<>+0(SB), Z7
+
+	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  DX, DX
+	MOVQ  K+0(FP), BX
+	MOVQ  56(SP), SI
+	MOVQ  64(SP), DI
+	MOVQ  72(SP), R8
+	MOVQ  16(SP), R9
+	MOVQ  48(SP), R11
+	MOVQ  stores_base+40(FP), R10
+	MOVQ  (R10)(R11*8), R10
+	TESTQ R10, R10
+	JZ    stateKVf32AVX512_nostore_5
+	LEAQ  (R10)(R9*4), R10
+
+stateKVf32AVX512_nostore_5:
+	MOVQ V+8(FP), R9
+	SHLQ $0x02, R9
+
+stateKVf32AVX512_rows_5:
+	VBROADCASTSS (SI)(DX*4), Z9
+	VBROADCASTSS (DI)(DX*4), Z10
+	VBROADCASTSS (R8)(DX*4), Z17
+	VMOVUPS      (AX), Z18
+	VFMADD213PS  Z18, Z8, Z18
+	VFMADD231PS  Z15, Z9, Z18
+	VMOVUPS      Z18, (AX)
+	VFMADD231PS  Z18, Z10, Z0
+	VFMADD231PS  Z18, Z17, Z1
+	CMPQ         CX, $0x00000010
+	JBE          stateKVf32AVX512_spantail_3
+	VMOVUPS      64(AX), Z18
+	VFMADD213PS  Z18, Z8, Z18
+	VFMADD231PS  Z11, Z9, Z18
+	VMOVUPS      Z18, 64(AX)
+	VFMADD231PS  Z18, Z10, Z2
+	VFMADD231PS  Z18, Z17, Z3
+	CMPQ         CX, $0x00000020
+	JBE          stateKVf32AVX512_spantail_3
+	VMOVUPS      128(AX), Z18
+	VFMADD213PS  Z18, Z8, Z18
+	VFMADD231PS  Z12, Z9, Z18
+	VMOVUPS      Z18, 128(AX)
+	VFMADD231PS  Z18, Z10, Z4
+	VFMADD231PS  Z18, Z17, Z5
+
+stateKVf32AVX512_spantail_3:
+	VMOVUPS     (AX)(CX*4), Z18
+	VFMADD213PS Z18, Z8, Z18
+	VFMADD231PS Z16, Z9, Z18
+	VMOVUPS     Z18, (AX)(CX*4)
+	VFMADD231PS Z18, Z10, Z6
+	VFMADD231PS Z18, Z17, Z7
+	TESTQ       R10, R10
+	JZ          stateKVf32AVX512_nostorerow_5
+	VMOVUPS     (AX), Z9
+	VMOVUPS     Z9, (R10)
+	CMPQ        CX, $0x00000010
+	JBE         stateKVf32AVX512_spantail_4
+	VMOVUPS     64(AX), Z9
+	VMOVUPS     Z9, 64(R10)
+	CMPQ        CX, $0x00000020
+	JBE         stateKVf32AVX512_spantail_4
+	VMOVUPS     128(AX), Z9
+	VMOVUPS     Z9, 128(R10)
+
+stateKVf32AVX512_spantail_4:
+	VMOVUPS (AX)(CX*4), Z9
+	VMOVUPS Z9, K1, (R10)(CX*4)
+	ADDQ    R9, R10
+
+stateKVf32AVX512_nostorerow_5:
+	ADDQ 40(SP), AX
+	INCQ DX
+	CMPQ DX, BX
+	JB   stateKVf32AVX512_rows_5
+	JMP  stateKVf32AVX512_tokdone_3
+
+stateKVf32AVX512_far_3:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         96(SP), AX
+	VBROADCASTSS 4(AX), Z8
+	VBROADCASTSS 8(AX), Z9
+	VBROADCASTSS 12(AX), Z10
+	MOVQ         80(SP), AX
+	MOVQ         88(SP), DX
+	VMOVUPS      (AX), Z15
+	VMULPS       Z0, Z8, Z0
+	VSUBPS       Z0, Z15, Z15
+	VMULPS       Z15, Z9, Z15
+	VMULPS       Z1, Z8, Z1
+	VFMADD231PS  Z15, Z10, Z1
+	VMOVUPS      Z1, (DX)
+	CMPQ         CX, $0x00000010
+	JBE          stateKVf32AVX512_spantail_5
+	VMOVUPS      64(AX), Z13
+	VMULPS       Z2, Z8, Z2
+	VSUBPS       Z2, Z13, Z13
+	VMULPS       Z13, Z9, Z13
+	VMULPS       Z3, Z8, Z3
+	VFMADD231PS  Z13, Z10, Z3
+	VMOVUPS      Z3, 64(DX)
+	CMPQ         CX, $0x00000020
+	JBE          stateKVf32AVX512_spantail_5
+	VMOVUPS      128(AX), Z14
+	VMULPS       Z4, Z8, Z4
+	VSUBPS       Z4, Z14, Z14
+	VMULPS       Z14, Z9, Z14
+	VMULPS       Z5, Z8, Z5
+	VFMADD231PS  Z14, Z10, Z5
+	VMOVUPS      Z5, 128(DX)
+
+stateKVf32AVX512_spantail_5:
+	VMOVUPS.Z    (AX)(CX*4), K1, Z16
+	VMULPS       Z6, Z8, Z6
+	VSUBPS       Z6, Z16, Z16
+	VMULPS       Z16, Z9, Z16
+	VMULPS       Z7, Z8, Z7
+	VFMADD231PS  Z16, Z10, Z7
+	VMOVUPS      Z7, K1, (DX)(CX*4)
+	VBROADCASTSS zero<>+0(SB), Z0
+	VBROADCASTSS zero<>+0(SB), Z1
+	VBROADCASTSS zero<>+0(SB), Z2
+	VBROADCASTSS zero<>+0(SB), Z3
+	VBROADCASTSS zero<>+0(SB), Z4
+	VBROADCASTSS zero<>+0(SB), Z5
+	VBROADCASTSS zero<>+0(SB), Z6
+	VBROADCASTSS zero<>+0(SB), Z7
+
+	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  DX, DX
+	MOVQ  K+0(FP), BX
+	MOVQ  56(SP), SI
+	MOVQ  64(SP), DI
+	MOVQ  72(SP), R8
+	MOVQ  16(SP), R9
+	MOVQ  48(SP), R11
+	MOVQ  stores_base+40(FP), R10
+	MOVQ  (R10)(R11*8), R10
+	TESTQ R10, R10
+	JZ    stateKVf32AVX512_nostore_6
+	LEAQ  (R10)(R9*4), R10
+
+stateKVf32AVX512_nostore_6:
+	MOVQ V+8(FP), R9
+	SHLQ $0x02, R9
+
+stateKVf32AVX512_rows_6:
+	VBROADCASTSS (SI)(DX*4), Z9
+	VBROADCASTSS (DI)(DX*4), Z10
+	VBROADCASTSS (R8)(DX*4), Z17
+	VMOVUPS      (AX), Z18
+	VMULPS       Z18, Z8, Z18
+	VFMADD231PS  Z15, Z9, Z18
+	VMOVUPS      Z18, (AX)
+	VFMADD231PS  Z18, Z10, Z0
+	VFMADD231PS  Z18, Z17, Z1
+	CMPQ         CX, $0x00000010
+	JBE          stateKVf32AVX512_spantail_6
+	VMOVUPS      64(AX), Z18
+	VMULPS       Z18, Z8, Z18
+	VFMADD231PS  Z13, Z9, Z18
+	VMOVUPS      Z18, 64(AX)
+	VFMADD231PS  Z18, Z10, Z2
+	VFMADD231PS  Z18, Z17, Z3
+	CMPQ         CX, $0x00000020
+	JBE          stateKVf32AVX512_spantail_6
+	VMOVUPS      128(AX), Z18
+	VMULPS       Z18, Z8, Z18
+	VFMADD231PS  Z14, Z9, Z18
+	VMOVUPS      Z18, 128(AX)
+	VFMADD231PS  Z18, Z10, Z4
+	VFMADD231PS  Z18, Z17, Z5
+
+stateKVf32AVX512_spantail_6:
+	VMOVUPS     (AX)(CX*4), Z18
+	VMULPS      Z18, Z8, Z18
+	VFMADD231PS Z16, Z9, Z18
+	VMOVUPS     Z18, (AX)(CX*4)
+	VFMADD231PS Z18, Z10, Z6
+	VFMADD231PS Z18, Z17, Z7
+	TESTQ       R10, R10
+	JZ          stateKVf32AVX512_nostorerow_6
+	VMOVUPS     (AX), Z9
+	VMOVUPS     Z9, (R10)
+	CMPQ        CX, $0x00000010
+	JBE         stateKVf32AVX512_spantail_7
+	VMOVUPS     64(AX), Z9
+	VMOVUPS     Z9, 64(R10)
+	CMPQ        CX, $0x00000020
+	JBE         stateKVf32AVX512_spantail_7
+	VMOVUPS     128(AX), Z9
+	VMOVUPS     Z9, 128(R10)
+
+stateKVf32AVX512_spantail_7:
+	VMOVUPS (AX)(CX*4), Z9
+	VMOVUPS Z9, K1, (R10)(CX*4)
+	ADDQ    R9, R10
+
+stateKVf32AVX512_nostorerow_6:
+	ADDQ 40(SP), AX
+	INCQ DX
+	CMPQ DX, BX
+	JB   stateKVf32AVX512_rows_6
+
+stateKVf32AVX512_tokdone_3:
+	MOVQ 64(SP), AX
+	MOVQ AX, 56(SP)
+	ADDQ $0x10, 96(SP)
+	MOVQ vs+136(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 80(SP)
+	MOVQ V+8(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 88(SP)
+	MOVQ 48(SP), DX
+	INCQ DX
+	MOVQ DX, 48(SP)
+	MOVQ tok_len+176(FP), AX
+	SHRQ $0x02, AX
+	CMPQ DX, AX
+	JB   stateKVf32AVX512_token_3
+
+stateKVf32AVX512_blockdone_1:
 	MOVQ 24(SP), AX
 	ADDQ AX, 16(SP)
 	SUBQ AX, 8(SP)
@@ -12828,7 +6326,7 @@ stateKVf32AVX512_done_1:
 
 // func stateKVbf16AVX512(K int, V int, src []uint16, src32 []float32, stores []uintptr, carry []float32, kh []float32, qh []float32, v []float32, vs int, o []float32, tok []float32, work []float32)
 // Requires: AVX, AVX512F, CMOV
-TEXT ·stateKVbf16AVX512(SB), NOSPLIT, $96-264
+TEXT ·stateKVbf16AVX512(SB), NOSPLIT, $104-264
 	MOVQ  K+0(FP), AX
 	MOVQ  V+8(FP), CX
 	MOVQ  tok_len+224(FP), DX
@@ -12849,1159 +6347,41 @@ TEXT ·stateKVbf16AVX512(SB), NOSPLIT, $96-264
 	CMPQ AX, $0x00000200
 	JA   stateKVbf16AVX512_done_1
 
-	// Vectors per full block: the most (≤ 4) whose K rows fit 32768 bytes.
-	MOVQ    $0x00000001, CX
-	MOVQ    $0x00000002, DX
+	// Columns per full block: 16 × the most vectors (≤ 4) whose K rows fit 32768 bytes.
+	MOVQ    $0x00000010, CX
+	MOVQ    $0x00000020, DX
 	CMPQ    AX, $0x00000100
 	CMOVQLS DX, CX
-	MOVQ    $0x00000003, DX
+	MOVQ    $0x00000030, DX
 	CMPQ    AX, $0x000000aa
 	CMOVQLS DX, CX
-	MOVQ    $0x00000004, DX
+	MOVQ    $0x00000040, DX
 	CMPQ    AX, $0x00000080
 	CMOVQLS DX, CX
 	MOVQ    CX, 32(SP)
 	XORQ    CX, CX
 	MOVQ    CX, 16(SP)
 
-	// Column blocks.
+	// Column blocks: min(V − j0, the full block's columns) each, one span for all.
 stateKVbf16AVX512_blocks_1:
-	MOVQ         8(SP), AX
-	TESTQ        AX, AX
-	JZ           stateKVbf16AVX512_done_1
-	MOVQ         32(SP), CX
-	SHLQ         $0x04, CX
-	CMPQ         AX, CX
-	CMOVQCS      AX, CX
-	MOVQ         CX, 24(SP)
-	MOVQ         CX, AX
-	DECQ         AX
-	SHRQ         $0x04, AX
-	MOVQ         AX, DX
-	SHLQ         $0x04, DX
-	NEGQ         DX
-	ADDQ         CX, DX
-	VPBROADCASTD DX, Z0
-	VPCMPGTD     iota<>+0(SB), Z0, K1
-	CMPQ         AX, $0x00000000
-	JE           stateKVbf16AVX512_shape_1
-	CMPQ         AX, $0x00000001
-	JE           stateKVbf16AVX512_shape_2
-	CMPQ         AX, $0x00000002
-	JE           stateKVbf16AVX512_shape_3
-	JMP          stateKVbf16AVX512_shape_4
+	MOVQ    8(SP), AX
+	TESTQ   AX, AX
+	JZ      stateKVbf16AVX512_done_1
+	MOVQ    32(SP), CX
+	CMPQ    AX, CX
+	CMOVQCC CX, AX
+	MOVQ    AX, 24(SP)
 
-stateKVbf16AVX512_shape_1:
-	// Block of 16 columns (rows in work of 64 bytes): pass 0 loads it, with token 0's read.
+	// A block of 64 columns (the full one when K ≤ 128): 4 full vectors.
+	CMPQ AX, $0x00000040
+	JNE  stateKVbf16AVX512_span_1
+
+	// Block of up to 64 columns (rows in work of whole vectors): pass 0 loads it, with token 0's read.
 	MOVQ  K+0(FP), AX
 	MOVQ  16(SP), CX
 	MOVQ  src32_base+40(FP), DX
 	TESTQ DX, DX
 	JZ    stateKVbf16AVX512_from16_1
-
-	// From src32 (f32).
-	MOVQ         V+8(FP), BX
-	LEAQ         (DX)(CX*4), DX
-	SHLQ         $0x02, BX
-	VBROADCASTSS zero<>+0(SB), Z0
-	VBROADCASTSS zero<>+0(SB), Z1
-	MOVQ         kh_base+112(FP), SI
-	MOVQ         qh_base+136(FP), DI
-	MOVQ         (SP), R8
-	XORQ         R9, R9
-
-stateKVbf16AVX512_pass0_1:
-	VBROADCASTSS (SI)(R9*4), Z2
-	VBROADCASTSS (DI)(R9*4), Z3
-	VMOVUPS.Z    (DX), K1, Z4
-	VMOVUPS      Z4, (R8)
-	VFMADD231PS  Z4, Z2, Z0
-	VFMADD231PS  Z4, Z3, Z1
-	ADDQ         BX, DX
-	ADDQ         $0x00000040, R8
-	INCQ         R9
-	CMPQ         R9, AX
-	JB           stateKVbf16AVX512_pass0_1
-	JMP          stateKVbf16AVX512_loaded_1
-
-stateKVbf16AVX512_from16_1:
-	// From src (bf16).
-	MOVQ         src_base+16(FP), DX
-	MOVQ         V+8(FP), BX
-	LEAQ         (DX)(CX*2), DX
-	SHLQ         $0x01, BX
-	VBROADCASTSS zero<>+0(SB), Z0
-	VBROADCASTSS zero<>+0(SB), Z1
-	MOVQ         kh_base+112(FP), SI
-	MOVQ         qh_base+136(FP), DI
-	MOVQ         (SP), R8
-	XORQ         R9, R9
-
-stateKVbf16AVX512_pass0_2:
-	VBROADCASTSS (SI)(R9*4), Z2
-	VBROADCASTSS (DI)(R9*4), Z3
-	VPMOVZXWD.Z  (DX), K1, Z4
-	VPSLLD       $0x10, Z4, Z4
-	VMOVUPS      Z4, (R8)
-	VFMADD231PS  Z4, Z2, Z0
-	VFMADD231PS  Z4, Z3, Z1
-	ADDQ         BX, DX
-	ADDQ         $0x00000040, R8
-	INCQ         R9
-	CMPQ         R9, AX
-	JB           stateKVbf16AVX512_pass0_2
-
-stateKVbf16AVX512_loaded_1:
-	// The tokens.
-	XORQ AX, AX
-	MOVQ AX, 40(SP)
-	MOVQ kh_base+112(FP), AX
-	MOVQ AX, 48(SP)
-	MOVQ tok_base+216(FP), AX
-	MOVQ AX, 88(SP)
-	MOVQ v_base+160(FP), AX
-	LEAQ (AX)(CX*4), AX
-	MOVQ AX, 72(SP)
-	MOVQ o_base+192(FP), AX
-	LEAQ (AX)(CX*4), AX
-	MOVQ AX, 80(SP)
-
-stateKVbf16AVX512_token_1:
-	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
-	MOVQ 40(SP), AX
-	MOVQ K+0(FP), CX
-	INCQ AX
-	MOVQ tok_len+224(FP), DX
-	SHRQ $0x02, DX
-	CMPQ AX, DX
-	JB   stateKVbf16AVX512_notlast_1
-	DECQ AX
-
-stateKVbf16AVX512_notlast_1:
-	IMULQ    CX, AX
-	MOVQ     kh_base+112(FP), CX
-	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 56(SP)
-	MOVQ     qh_base+136(FP), CX
-	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 64(SP)
-	MOVQ     88(SP), AX
-	VMOVSS   (AX), X2
-	VUCOMISS nearone<>+0(SB), X2
-	JCS      stateKVbf16AVX512_far_1
-
-	// em1 ≥ -0.5: decay(x) = x + em1·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         88(SP), AX
-	VBROADCASTSS (AX), Z2
-	VBROADCASTSS 8(AX), Z3
-	VBROADCASTSS 12(AX), Z4
-	MOVQ         72(SP), AX
-	MOVQ         80(SP), CX
-	VMOVUPS.Z    (AX), K1, Z5
-	VFMADD213PS  Z0, Z2, Z0
-	VSUBPS       Z0, Z5, Z5
-	VMULPS       Z5, Z3, Z5
-	VFMADD213PS  Z1, Z2, Z1
-	VFMADD231PS  Z5, Z4, Z1
-	VMOVUPS      Z1, K1, (CX)
-	VBROADCASTSS zero<>+0(SB), Z0
-	VBROADCASTSS zero<>+0(SB), Z1
-
-	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
-	MOVQ  (SP), AX
-	XORQ  CX, CX
-	MOVQ  K+0(FP), DX
-	MOVQ  48(SP), BX
-	MOVQ  56(SP), SI
-	MOVQ  64(SP), DI
-	MOVQ  16(SP), R8
-	MOVQ  40(SP), R10
-	MOVQ  stores_base+64(FP), R9
-	MOVQ  (R9)(R10*8), R9
-	TESTQ R9, R9
-	JZ    stateKVbf16AVX512_nostore_1
-	LEAQ  (R9)(R8*2), R9
-
-stateKVbf16AVX512_nostore_1:
-	MOVQ  V+8(FP), R10
-	SHLQ  $0x01, R10
-	MOVQ  40(SP), R12
-	INCQ  R12
-	MOVQ  tok_len+224(FP), R13
-	SHRQ  $0x02, R13
-	XORQ  R11, R11
-	CMPQ  R12, R13
-	JNE   stateKVbf16AVX512_nocarry_1
-	MOVQ  carry_base+88(FP), R11
-	TESTQ R11, R11
-	JZ    stateKVbf16AVX512_nocarry_1
-	LEAQ  (R11)(R8*4), R11
-
-stateKVbf16AVX512_nocarry_1:
-	MOVQ V+8(FP), R8
-	SHLQ $0x02, R8
-
-stateKVbf16AVX512_rows_1:
-	VBROADCASTSS (BX)(CX*4), Z3
-	VBROADCASTSS (SI)(CX*4), Z4
-	VBROADCASTSS (DI)(CX*4), Z6
-	VMOVUPS      (AX), Z7
-	VFMADD213PS  Z7, Z2, Z7
-	VFMADD231PS  Z5, Z3, Z7
-	VMOVUPS      Z7, (AX)
-	VFMADD231PS  Z7, Z4, Z0
-	VFMADD231PS  Z7, Z6, Z1
-	TESTQ        R9, R9
-	JZ           stateKVbf16AVX512_nostorerow_1
-	VMOVUPS      (AX), Z3
-	VPSRLD       $0x10, Z3, Z4
-	VPANDD       absmask<>+0(SB), Z3, Z6
-	VPCMPGTD     infbits<>+0(SB), Z6, K2
-	VPANDD       one_i<>+0(SB), Z4, Z6
-	VPADDD       round<>+0(SB), Z3, Z3
-	VPADDD       Z6, Z3, Z3
-	VPSRLD       $0x10, Z3, Z3
-	VPORD        quiet<>+0(SB), Z4, K2, Z3
-	VPMOVDW      Z3, K1, (R9)
-	ADDQ         R10, R9
-
-stateKVbf16AVX512_nostorerow_1:
-	TESTQ   R11, R11
-	JZ      stateKVbf16AVX512_nocarryrow_1
-	VMOVUPS (AX), Z3
-	VMOVUPS Z3, K1, (R11)
-	ADDQ    R8, R11
-
-stateKVbf16AVX512_nocarryrow_1:
-	ADDQ $0x00000040, AX
-	INCQ CX
-	CMPQ CX, DX
-	JB   stateKVbf16AVX512_rows_1
-	JMP  stateKVbf16AVX512_tokdone_1
-
-stateKVbf16AVX512_far_1:
-	// em1 < -0.5 or NaN: decay(x) = eg·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         88(SP), AX
-	VBROADCASTSS 4(AX), Z2
-	VBROADCASTSS 8(AX), Z3
-	VBROADCASTSS 12(AX), Z4
-	MOVQ         72(SP), AX
-	MOVQ         80(SP), CX
-	VMOVUPS.Z    (AX), K1, Z5
-	VMULPS       Z0, Z2, Z0
-	VSUBPS       Z0, Z5, Z5
-	VMULPS       Z5, Z3, Z5
-	VMULPS       Z1, Z2, Z1
-	VFMADD231PS  Z5, Z4, Z1
-	VMOVUPS      Z1, K1, (CX)
-	VBROADCASTSS zero<>+0(SB), Z0
-	VBROADCASTSS zero<>+0(SB), Z1
-
-	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
-	MOVQ  (SP), AX
-	XORQ  CX, CX
-	MOVQ  K+0(FP), DX
-	MOVQ  48(SP), BX
-	MOVQ  56(SP), SI
-	MOVQ  64(SP), DI
-	MOVQ  16(SP), R8
-	MOVQ  40(SP), R10
-	MOVQ  stores_base+64(FP), R9
-	MOVQ  (R9)(R10*8), R9
-	TESTQ R9, R9
-	JZ    stateKVbf16AVX512_nostore_2
-	LEAQ  (R9)(R8*2), R9
-
-stateKVbf16AVX512_nostore_2:
-	MOVQ  V+8(FP), R10
-	SHLQ  $0x01, R10
-	MOVQ  40(SP), R12
-	INCQ  R12
-	MOVQ  tok_len+224(FP), R13
-	SHRQ  $0x02, R13
-	XORQ  R11, R11
-	CMPQ  R12, R13
-	JNE   stateKVbf16AVX512_nocarry_2
-	MOVQ  carry_base+88(FP), R11
-	TESTQ R11, R11
-	JZ    stateKVbf16AVX512_nocarry_2
-	LEAQ  (R11)(R8*4), R11
-
-stateKVbf16AVX512_nocarry_2:
-	MOVQ V+8(FP), R8
-	SHLQ $0x02, R8
-
-stateKVbf16AVX512_rows_2:
-	VBROADCASTSS (BX)(CX*4), Z3
-	VBROADCASTSS (SI)(CX*4), Z4
-	VBROADCASTSS (DI)(CX*4), Z6
-	VMOVUPS      (AX), Z7
-	VMULPS       Z7, Z2, Z7
-	VFMADD231PS  Z5, Z3, Z7
-	VMOVUPS      Z7, (AX)
-	VFMADD231PS  Z7, Z4, Z0
-	VFMADD231PS  Z7, Z6, Z1
-	TESTQ        R9, R9
-	JZ           stateKVbf16AVX512_nostorerow_2
-	VMOVUPS      (AX), Z3
-	VPSRLD       $0x10, Z3, Z4
-	VPANDD       absmask<>+0(SB), Z3, Z6
-	VPCMPGTD     infbits<>+0(SB), Z6, K2
-	VPANDD       one_i<>+0(SB), Z4, Z6
-	VPADDD       round<>+0(SB), Z3, Z3
-	VPADDD       Z6, Z3, Z3
-	VPSRLD       $0x10, Z3, Z3
-	VPORD        quiet<>+0(SB), Z4, K2, Z3
-	VPMOVDW      Z3, K1, (R9)
-	ADDQ         R10, R9
-
-stateKVbf16AVX512_nostorerow_2:
-	TESTQ   R11, R11
-	JZ      stateKVbf16AVX512_nocarryrow_2
-	VMOVUPS (AX), Z3
-	VMOVUPS Z3, K1, (R11)
-	ADDQ    R8, R11
-
-stateKVbf16AVX512_nocarryrow_2:
-	ADDQ $0x00000040, AX
-	INCQ CX
-	CMPQ CX, DX
-	JB   stateKVbf16AVX512_rows_2
-
-stateKVbf16AVX512_tokdone_1:
-	MOVQ 56(SP), AX
-	MOVQ AX, 48(SP)
-	ADDQ $0x10, 88(SP)
-	MOVQ vs+184(FP), AX
-	SHLQ $0x02, AX
-	ADDQ AX, 72(SP)
-	MOVQ V+8(FP), AX
-	SHLQ $0x02, AX
-	ADDQ AX, 80(SP)
-	MOVQ 40(SP), CX
-	INCQ CX
-	MOVQ CX, 40(SP)
-	MOVQ tok_len+224(FP), AX
-	SHRQ $0x02, AX
-	CMPQ CX, AX
-	JB   stateKVbf16AVX512_token_1
-	MOVQ 24(SP), AX
-	ADDQ AX, 16(SP)
-	SUBQ AX, 8(SP)
-	JMP  stateKVbf16AVX512_blocks_1
-
-stateKVbf16AVX512_shape_2:
-	// Block of 32 columns (rows in work of 128 bytes): pass 0 loads it, with token 0's read.
-	MOVQ  K+0(FP), AX
-	MOVQ  16(SP), CX
-	MOVQ  src32_base+40(FP), DX
-	TESTQ DX, DX
-	JZ    stateKVbf16AVX512_from16_2
-
-	// From src32 (f32).
-	MOVQ         V+8(FP), BX
-	LEAQ         (DX)(CX*4), DX
-	SHLQ         $0x02, BX
-	VBROADCASTSS zero<>+0(SB), Z0
-	VBROADCASTSS zero<>+0(SB), Z1
-	VBROADCASTSS zero<>+0(SB), Z2
-	VBROADCASTSS zero<>+0(SB), Z3
-	MOVQ         kh_base+112(FP), SI
-	MOVQ         qh_base+136(FP), DI
-	MOVQ         (SP), R8
-	XORQ         R9, R9
-
-stateKVbf16AVX512_pass0_3:
-	VBROADCASTSS (SI)(R9*4), Z4
-	VBROADCASTSS (DI)(R9*4), Z5
-	VMOVUPS      (DX), Z6
-	VMOVUPS      Z6, (R8)
-	VFMADD231PS  Z6, Z4, Z0
-	VFMADD231PS  Z6, Z5, Z1
-	VMOVUPS.Z    64(DX), K1, Z6
-	VMOVUPS      Z6, 64(R8)
-	VFMADD231PS  Z6, Z4, Z2
-	VFMADD231PS  Z6, Z5, Z3
-	ADDQ         BX, DX
-	ADDQ         $0x00000080, R8
-	INCQ         R9
-	CMPQ         R9, AX
-	JB           stateKVbf16AVX512_pass0_3
-	JMP          stateKVbf16AVX512_loaded_2
-
-stateKVbf16AVX512_from16_2:
-	// From src (bf16).
-	MOVQ         src_base+16(FP), DX
-	MOVQ         V+8(FP), BX
-	LEAQ         (DX)(CX*2), DX
-	SHLQ         $0x01, BX
-	VBROADCASTSS zero<>+0(SB), Z0
-	VBROADCASTSS zero<>+0(SB), Z1
-	VBROADCASTSS zero<>+0(SB), Z2
-	VBROADCASTSS zero<>+0(SB), Z3
-	MOVQ         kh_base+112(FP), SI
-	MOVQ         qh_base+136(FP), DI
-	MOVQ         (SP), R8
-	XORQ         R9, R9
-
-stateKVbf16AVX512_pass0_4:
-	VBROADCASTSS (SI)(R9*4), Z4
-	VBROADCASTSS (DI)(R9*4), Z5
-	VPMOVZXWD    (DX), Z6
-	VPSLLD       $0x10, Z6, Z6
-	VMOVUPS      Z6, (R8)
-	VFMADD231PS  Z6, Z4, Z0
-	VFMADD231PS  Z6, Z5, Z1
-	VPMOVZXWD.Z  32(DX), K1, Z6
-	VPSLLD       $0x10, Z6, Z6
-	VMOVUPS      Z6, 64(R8)
-	VFMADD231PS  Z6, Z4, Z2
-	VFMADD231PS  Z6, Z5, Z3
-	ADDQ         BX, DX
-	ADDQ         $0x00000080, R8
-	INCQ         R9
-	CMPQ         R9, AX
-	JB           stateKVbf16AVX512_pass0_4
-
-stateKVbf16AVX512_loaded_2:
-	// The tokens.
-	XORQ AX, AX
-	MOVQ AX, 40(SP)
-	MOVQ kh_base+112(FP), AX
-	MOVQ AX, 48(SP)
-	MOVQ tok_base+216(FP), AX
-	MOVQ AX, 88(SP)
-	MOVQ v_base+160(FP), AX
-	LEAQ (AX)(CX*4), AX
-	MOVQ AX, 72(SP)
-	MOVQ o_base+192(FP), AX
-	LEAQ (AX)(CX*4), AX
-	MOVQ AX, 80(SP)
-
-stateKVbf16AVX512_token_2:
-	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
-	MOVQ 40(SP), AX
-	MOVQ K+0(FP), CX
-	INCQ AX
-	MOVQ tok_len+224(FP), DX
-	SHRQ $0x02, DX
-	CMPQ AX, DX
-	JB   stateKVbf16AVX512_notlast_2
-	DECQ AX
-
-stateKVbf16AVX512_notlast_2:
-	IMULQ    CX, AX
-	MOVQ     kh_base+112(FP), CX
-	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 56(SP)
-	MOVQ     qh_base+136(FP), CX
-	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 64(SP)
-	MOVQ     88(SP), AX
-	VMOVSS   (AX), X4
-	VUCOMISS nearone<>+0(SB), X4
-	JCS      stateKVbf16AVX512_far_2
-
-	// em1 ≥ -0.5: decay(x) = x + em1·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         88(SP), AX
-	VBROADCASTSS (AX), Z4
-	VBROADCASTSS 8(AX), Z5
-	VBROADCASTSS 12(AX), Z6
-	MOVQ         72(SP), AX
-	MOVQ         80(SP), CX
-	VMOVUPS      (AX), Z7
-	VFMADD213PS  Z0, Z4, Z0
-	VSUBPS       Z0, Z7, Z7
-	VMULPS       Z7, Z5, Z7
-	VFMADD213PS  Z1, Z4, Z1
-	VFMADD231PS  Z7, Z6, Z1
-	VMOVUPS      Z1, (CX)
-	VMOVUPS.Z    64(AX), K1, Z8
-	VFMADD213PS  Z2, Z4, Z2
-	VSUBPS       Z2, Z8, Z8
-	VMULPS       Z8, Z5, Z8
-	VFMADD213PS  Z3, Z4, Z3
-	VFMADD231PS  Z8, Z6, Z3
-	VMOVUPS      Z3, K1, 64(CX)
-	VBROADCASTSS zero<>+0(SB), Z0
-	VBROADCASTSS zero<>+0(SB), Z1
-	VBROADCASTSS zero<>+0(SB), Z2
-	VBROADCASTSS zero<>+0(SB), Z3
-
-	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
-	MOVQ  (SP), AX
-	XORQ  CX, CX
-	MOVQ  K+0(FP), DX
-	MOVQ  48(SP), BX
-	MOVQ  56(SP), SI
-	MOVQ  64(SP), DI
-	MOVQ  16(SP), R8
-	MOVQ  40(SP), R10
-	MOVQ  stores_base+64(FP), R9
-	MOVQ  (R9)(R10*8), R9
-	TESTQ R9, R9
-	JZ    stateKVbf16AVX512_nostore_3
-	LEAQ  (R9)(R8*2), R9
-
-stateKVbf16AVX512_nostore_3:
-	MOVQ  V+8(FP), R10
-	SHLQ  $0x01, R10
-	MOVQ  40(SP), R12
-	INCQ  R12
-	MOVQ  tok_len+224(FP), R13
-	SHRQ  $0x02, R13
-	XORQ  R11, R11
-	CMPQ  R12, R13
-	JNE   stateKVbf16AVX512_nocarry_3
-	MOVQ  carry_base+88(FP), R11
-	TESTQ R11, R11
-	JZ    stateKVbf16AVX512_nocarry_3
-	LEAQ  (R11)(R8*4), R11
-
-stateKVbf16AVX512_nocarry_3:
-	MOVQ V+8(FP), R8
-	SHLQ $0x02, R8
-
-stateKVbf16AVX512_rows_3:
-	VBROADCASTSS (BX)(CX*4), Z5
-	VBROADCASTSS (SI)(CX*4), Z6
-	VBROADCASTSS (DI)(CX*4), Z9
-	VMOVUPS      (AX), Z10
-	VFMADD213PS  Z10, Z4, Z10
-	VFMADD231PS  Z7, Z5, Z10
-	VMOVUPS      Z10, (AX)
-	VFMADD231PS  Z10, Z6, Z0
-	VFMADD231PS  Z10, Z9, Z1
-	VMOVUPS      64(AX), Z10
-	VFMADD213PS  Z10, Z4, Z10
-	VFMADD231PS  Z8, Z5, Z10
-	VMOVUPS      Z10, 64(AX)
-	VFMADD231PS  Z10, Z6, Z2
-	VFMADD231PS  Z10, Z9, Z3
-	TESTQ        R9, R9
-	JZ           stateKVbf16AVX512_nostorerow_3
-	VMOVUPS      (AX), Z5
-	VPSRLD       $0x10, Z5, Z6
-	VPANDD       absmask<>+0(SB), Z5, Z9
-	VPCMPGTD     infbits<>+0(SB), Z9, K2
-	VPANDD       one_i<>+0(SB), Z6, Z9
-	VPADDD       round<>+0(SB), Z5, Z5
-	VPADDD       Z9, Z5, Z5
-	VPSRLD       $0x10, Z5, Z5
-	VPORD        quiet<>+0(SB), Z6, K2, Z5
-	VPMOVDW      Z5, (R9)
-	VMOVUPS      64(AX), Z5
-	VPSRLD       $0x10, Z5, Z6
-	VPANDD       absmask<>+0(SB), Z5, Z9
-	VPCMPGTD     infbits<>+0(SB), Z9, K2
-	VPANDD       one_i<>+0(SB), Z6, Z9
-	VPADDD       round<>+0(SB), Z5, Z5
-	VPADDD       Z9, Z5, Z5
-	VPSRLD       $0x10, Z5, Z5
-	VPORD        quiet<>+0(SB), Z6, K2, Z5
-	VPMOVDW      Z5, K1, 32(R9)
-	ADDQ         R10, R9
-
-stateKVbf16AVX512_nostorerow_3:
-	TESTQ   R11, R11
-	JZ      stateKVbf16AVX512_nocarryrow_3
-	VMOVUPS (AX), Z5
-	VMOVUPS Z5, (R11)
-	VMOVUPS 64(AX), Z5
-	VMOVUPS Z5, K1, 64(R11)
-	ADDQ    R8, R11
-
-stateKVbf16AVX512_nocarryrow_3:
-	ADDQ $0x00000080, AX
-	INCQ CX
-	CMPQ CX, DX
-	JB   stateKVbf16AVX512_rows_3
-	JMP  stateKVbf16AVX512_tokdone_2
-
-stateKVbf16AVX512_far_2:
-	// em1 < -0.5 or NaN: decay(x) = eg·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         88(SP), AX
-	VBROADCASTSS 4(AX), Z4
-	VBROADCASTSS 8(AX), Z5
-	VBROADCASTSS 12(AX), Z6
-	MOVQ         72(SP), AX
-	MOVQ         80(SP), CX
-	VMOVUPS      (AX), Z7
-	VMULPS       Z0, Z4, Z0
-	VSUBPS       Z0, Z7, Z7
-	VMULPS       Z7, Z5, Z7
-	VMULPS       Z1, Z4, Z1
-	VFMADD231PS  Z7, Z6, Z1
-	VMOVUPS      Z1, (CX)
-	VMOVUPS.Z    64(AX), K1, Z8
-	VMULPS       Z2, Z4, Z2
-	VSUBPS       Z2, Z8, Z8
-	VMULPS       Z8, Z5, Z8
-	VMULPS       Z3, Z4, Z3
-	VFMADD231PS  Z8, Z6, Z3
-	VMOVUPS      Z3, K1, 64(CX)
-	VBROADCASTSS zero<>+0(SB), Z0
-	VBROADCASTSS zero<>+0(SB), Z1
-	VBROADCASTSS zero<>+0(SB), Z2
-	VBROADCASTSS zero<>+0(SB), Z3
-
-	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
-	MOVQ  (SP), AX
-	XORQ  CX, CX
-	MOVQ  K+0(FP), DX
-	MOVQ  48(SP), BX
-	MOVQ  56(SP), SI
-	MOVQ  64(SP), DI
-	MOVQ  16(SP), R8
-	MOVQ  40(SP), R10
-	MOVQ  stores_base+64(FP), R9
-	MOVQ  (R9)(R10*8), R9
-	TESTQ R9, R9
-	JZ    stateKVbf16AVX512_nostore_4
-	LEAQ  (R9)(R8*2), R9
-
-stateKVbf16AVX512_nostore_4:
-	MOVQ  V+8(FP), R10
-	SHLQ  $0x01, R10
-	MOVQ  40(SP), R12
-	INCQ  R12
-	MOVQ  tok_len+224(FP), R13
-	SHRQ  $0x02, R13
-	XORQ  R11, R11
-	CMPQ  R12, R13
-	JNE   stateKVbf16AVX512_nocarry_4
-	MOVQ  carry_base+88(FP), R11
-	TESTQ R11, R11
-	JZ    stateKVbf16AVX512_nocarry_4
-	LEAQ  (R11)(R8*4), R11
-
-stateKVbf16AVX512_nocarry_4:
-	MOVQ V+8(FP), R8
-	SHLQ $0x02, R8
-
-stateKVbf16AVX512_rows_4:
-	VBROADCASTSS (BX)(CX*4), Z5
-	VBROADCASTSS (SI)(CX*4), Z6
-	VBROADCASTSS (DI)(CX*4), Z9
-	VMOVUPS      (AX), Z10
-	VMULPS       Z10, Z4, Z10
-	VFMADD231PS  Z7, Z5, Z10
-	VMOVUPS      Z10, (AX)
-	VFMADD231PS  Z10, Z6, Z0
-	VFMADD231PS  Z10, Z9, Z1
-	VMOVUPS      64(AX), Z10
-	VMULPS       Z10, Z4, Z10
-	VFMADD231PS  Z8, Z5, Z10
-	VMOVUPS      Z10, 64(AX)
-	VFMADD231PS  Z10, Z6, Z2
-	VFMADD231PS  Z10, Z9, Z3
-	TESTQ        R9, R9
-	JZ           stateKVbf16AVX512_nostorerow_4
-	VMOVUPS      (AX), Z5
-	VPSRLD       $0x10, Z5, Z6
-	VPANDD       absmask<>+0(SB), Z5, Z9
-	VPCMPGTD     infbits<>+0(SB), Z9, K2
-	VPANDD       one_i<>+0(SB), Z6, Z9
-	VPADDD       round<>+0(SB), Z5, Z5
-	VPADDD       Z9, Z5, Z5
-	VPSRLD       $0x10, Z5, Z5
-	VPORD        quiet<>+0(SB), Z6, K2, Z5
-	VPMOVDW      Z5, (R9)
-	VMOVUPS      64(AX), Z5
-	VPSRLD       $0x10, Z5, Z6
-	VPANDD       absmask<>+0(SB), Z5, Z9
-	VPCMPGTD     infbits<>+0(SB), Z9, K2
-	VPANDD       one_i<>+0(SB), Z6, Z9
-	VPADDD       round<>+0(SB), Z5, Z5
-	VPADDD       Z9, Z5, Z5
-	VPSRLD       $0x10, Z5, Z5
-	VPORD        quiet<>+0(SB), Z6, K2, Z5
-	VPMOVDW      Z5, K1, 32(R9)
-	ADDQ         R10, R9
-
-stateKVbf16AVX512_nostorerow_4:
-	TESTQ   R11, R11
-	JZ      stateKVbf16AVX512_nocarryrow_4
-	VMOVUPS (AX), Z5
-	VMOVUPS Z5, (R11)
-	VMOVUPS 64(AX), Z5
-	VMOVUPS Z5, K1, 64(R11)
-	ADDQ    R8, R11
-
-stateKVbf16AVX512_nocarryrow_4:
-	ADDQ $0x00000080, AX
-	INCQ CX
-	CMPQ CX, DX
-	JB   stateKVbf16AVX512_rows_4
-
-stateKVbf16AVX512_tokdone_2:
-	MOVQ 56(SP), AX
-	MOVQ AX, 48(SP)
-	ADDQ $0x10, 88(SP)
-	MOVQ vs+184(FP), AX
-	SHLQ $0x02, AX
-	ADDQ AX, 72(SP)
-	MOVQ V+8(FP), AX
-	SHLQ $0x02, AX
-	ADDQ AX, 80(SP)
-	MOVQ 40(SP), CX
-	INCQ CX
-	MOVQ CX, 40(SP)
-	MOVQ tok_len+224(FP), AX
-	SHRQ $0x02, AX
-	CMPQ CX, AX
-	JB   stateKVbf16AVX512_token_2
-	MOVQ 24(SP), AX
-	ADDQ AX, 16(SP)
-	SUBQ AX, 8(SP)
-	JMP  stateKVbf16AVX512_blocks_1
-
-stateKVbf16AVX512_shape_3:
-	// Block of 48 columns (rows in work of 192 bytes): pass 0 loads it, with token 0's read.
-	MOVQ  K+0(FP), AX
-	MOVQ  16(SP), CX
-	MOVQ  src32_base+40(FP), DX
-	TESTQ DX, DX
-	JZ    stateKVbf16AVX512_from16_3
-
-	// From src32 (f32).
-	MOVQ         V+8(FP), BX
-	LEAQ         (DX)(CX*4), DX
-	SHLQ         $0x02, BX
-	VBROADCASTSS zero<>+0(SB), Z0
-	VBROADCASTSS zero<>+0(SB), Z1
-	VBROADCASTSS zero<>+0(SB), Z2
-	VBROADCASTSS zero<>+0(SB), Z3
-	VBROADCASTSS zero<>+0(SB), Z4
-	VBROADCASTSS zero<>+0(SB), Z5
-	MOVQ         kh_base+112(FP), SI
-	MOVQ         qh_base+136(FP), DI
-	MOVQ         (SP), R8
-	XORQ         R9, R9
-
-stateKVbf16AVX512_pass0_5:
-	VBROADCASTSS (SI)(R9*4), Z6
-	VBROADCASTSS (DI)(R9*4), Z7
-	VMOVUPS      (DX), Z8
-	VMOVUPS      Z8, (R8)
-	VFMADD231PS  Z8, Z6, Z0
-	VFMADD231PS  Z8, Z7, Z1
-	VMOVUPS      64(DX), Z8
-	VMOVUPS      Z8, 64(R8)
-	VFMADD231PS  Z8, Z6, Z2
-	VFMADD231PS  Z8, Z7, Z3
-	VMOVUPS.Z    128(DX), K1, Z8
-	VMOVUPS      Z8, 128(R8)
-	VFMADD231PS  Z8, Z6, Z4
-	VFMADD231PS  Z8, Z7, Z5
-	ADDQ         BX, DX
-	ADDQ         $0x000000c0, R8
-	INCQ         R9
-	CMPQ         R9, AX
-	JB           stateKVbf16AVX512_pass0_5
-	JMP          stateKVbf16AVX512_loaded_3
-
-stateKVbf16AVX512_from16_3:
-	// From src (bf16).
-	MOVQ         src_base+16(FP), DX
-	MOVQ         V+8(FP), BX
-	LEAQ         (DX)(CX*2), DX
-	SHLQ         $0x01, BX
-	VBROADCASTSS zero<>+0(SB), Z0
-	VBROADCASTSS zero<>+0(SB), Z1
-	VBROADCASTSS zero<>+0(SB), Z2
-	VBROADCASTSS zero<>+0(SB), Z3
-	VBROADCASTSS zero<>+0(SB), Z4
-	VBROADCASTSS zero<>+0(SB), Z5
-	MOVQ         kh_base+112(FP), SI
-	MOVQ         qh_base+136(FP), DI
-	MOVQ         (SP), R8
-	XORQ         R9, R9
-
-stateKVbf16AVX512_pass0_6:
-	VBROADCASTSS (SI)(R9*4), Z6
-	VBROADCASTSS (DI)(R9*4), Z7
-	VPMOVZXWD    (DX), Z8
-	VPSLLD       $0x10, Z8, Z8
-	VMOVUPS      Z8, (R8)
-	VFMADD231PS  Z8, Z6, Z0
-	VFMADD231PS  Z8, Z7, Z1
-	VPMOVZXWD    32(DX), Z8
-	VPSLLD       $0x10, Z8, Z8
-	VMOVUPS      Z8, 64(R8)
-	VFMADD231PS  Z8, Z6, Z2
-	VFMADD231PS  Z8, Z7, Z3
-	VPMOVZXWD.Z  64(DX), K1, Z8
-	VPSLLD       $0x10, Z8, Z8
-	VMOVUPS      Z8, 128(R8)
-	VFMADD231PS  Z8, Z6, Z4
-	VFMADD231PS  Z8, Z7, Z5
-	ADDQ         BX, DX
-	ADDQ         $0x000000c0, R8
-	INCQ         R9
-	CMPQ         R9, AX
-	JB           stateKVbf16AVX512_pass0_6
-
-stateKVbf16AVX512_loaded_3:
-	// The tokens.
-	XORQ AX, AX
-	MOVQ AX, 40(SP)
-	MOVQ kh_base+112(FP), AX
-	MOVQ AX, 48(SP)
-	MOVQ tok_base+216(FP), AX
-	MOVQ AX, 88(SP)
-	MOVQ v_base+160(FP), AX
-	LEAQ (AX)(CX*4), AX
-	MOVQ AX, 72(SP)
-	MOVQ o_base+192(FP), AX
-	LEAQ (AX)(CX*4), AX
-	MOVQ AX, 80(SP)
-
-stateKVbf16AVX512_token_3:
-	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
-	MOVQ 40(SP), AX
-	MOVQ K+0(FP), CX
-	INCQ AX
-	MOVQ tok_len+224(FP), DX
-	SHRQ $0x02, DX
-	CMPQ AX, DX
-	JB   stateKVbf16AVX512_notlast_3
-	DECQ AX
-
-stateKVbf16AVX512_notlast_3:
-	IMULQ    CX, AX
-	MOVQ     kh_base+112(FP), CX
-	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 56(SP)
-	MOVQ     qh_base+136(FP), CX
-	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 64(SP)
-	MOVQ     88(SP), AX
-	VMOVSS   (AX), X6
-	VUCOMISS nearone<>+0(SB), X6
-	JCS      stateKVbf16AVX512_far_3
-
-	// em1 ≥ -0.5: decay(x) = x + em1·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         88(SP), AX
-	VBROADCASTSS (AX), Z6
-	VBROADCASTSS 8(AX), Z7
-	VBROADCASTSS 12(AX), Z8
-	MOVQ         72(SP), AX
-	MOVQ         80(SP), CX
-	VMOVUPS      (AX), Z9
-	VFMADD213PS  Z0, Z6, Z0
-	VSUBPS       Z0, Z9, Z9
-	VMULPS       Z9, Z7, Z9
-	VFMADD213PS  Z1, Z6, Z1
-	VFMADD231PS  Z9, Z8, Z1
-	VMOVUPS      Z1, (CX)
-	VMOVUPS      64(AX), Z10
-	VFMADD213PS  Z2, Z6, Z2
-	VSUBPS       Z2, Z10, Z10
-	VMULPS       Z10, Z7, Z10
-	VFMADD213PS  Z3, Z6, Z3
-	VFMADD231PS  Z10, Z8, Z3
-	VMOVUPS      Z3, 64(CX)
-	VMOVUPS.Z    128(AX), K1, Z11
-	VFMADD213PS  Z4, Z6, Z4
-	VSUBPS       Z4, Z11, Z11
-	VMULPS       Z11, Z7, Z11
-	VFMADD213PS  Z5, Z6, Z5
-	VFMADD231PS  Z11, Z8, Z5
-	VMOVUPS      Z5, K1, 128(CX)
-	VBROADCASTSS zero<>+0(SB), Z0
-	VBROADCASTSS zero<>+0(SB), Z1
-	VBROADCASTSS zero<>+0(SB), Z2
-	VBROADCASTSS zero<>+0(SB), Z3
-	VBROADCASTSS zero<>+0(SB), Z4
-	VBROADCASTSS zero<>+0(SB), Z5
-
-	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
-	MOVQ  (SP), AX
-	XORQ  CX, CX
-	MOVQ  K+0(FP), DX
-	MOVQ  48(SP), BX
-	MOVQ  56(SP), SI
-	MOVQ  64(SP), DI
-	MOVQ  16(SP), R8
-	MOVQ  40(SP), R10
-	MOVQ  stores_base+64(FP), R9
-	MOVQ  (R9)(R10*8), R9
-	TESTQ R9, R9
-	JZ    stateKVbf16AVX512_nostore_5
-	LEAQ  (R9)(R8*2), R9
-
-stateKVbf16AVX512_nostore_5:
-	MOVQ  V+8(FP), R10
-	SHLQ  $0x01, R10
-	MOVQ  40(SP), R12
-	INCQ  R12
-	MOVQ  tok_len+224(FP), R13
-	SHRQ  $0x02, R13
-	XORQ  R11, R11
-	CMPQ  R12, R13
-	JNE   stateKVbf16AVX512_nocarry_5
-	MOVQ  carry_base+88(FP), R11
-	TESTQ R11, R11
-	JZ    stateKVbf16AVX512_nocarry_5
-	LEAQ  (R11)(R8*4), R11
-
-stateKVbf16AVX512_nocarry_5:
-	MOVQ V+8(FP), R8
-	SHLQ $0x02, R8
-
-stateKVbf16AVX512_rows_5:
-	VBROADCASTSS (BX)(CX*4), Z7
-	VBROADCASTSS (SI)(CX*4), Z8
-	VBROADCASTSS (DI)(CX*4), Z12
-	VMOVUPS      (AX), Z13
-	VFMADD213PS  Z13, Z6, Z13
-	VFMADD231PS  Z9, Z7, Z13
-	VMOVUPS      Z13, (AX)
-	VFMADD231PS  Z13, Z8, Z0
-	VFMADD231PS  Z13, Z12, Z1
-	VMOVUPS      64(AX), Z13
-	VFMADD213PS  Z13, Z6, Z13
-	VFMADD231PS  Z10, Z7, Z13
-	VMOVUPS      Z13, 64(AX)
-	VFMADD231PS  Z13, Z8, Z2
-	VFMADD231PS  Z13, Z12, Z3
-	VMOVUPS      128(AX), Z13
-	VFMADD213PS  Z13, Z6, Z13
-	VFMADD231PS  Z11, Z7, Z13
-	VMOVUPS      Z13, 128(AX)
-	VFMADD231PS  Z13, Z8, Z4
-	VFMADD231PS  Z13, Z12, Z5
-	TESTQ        R9, R9
-	JZ           stateKVbf16AVX512_nostorerow_5
-	VMOVUPS      (AX), Z7
-	VPSRLD       $0x10, Z7, Z8
-	VPANDD       absmask<>+0(SB), Z7, Z12
-	VPCMPGTD     infbits<>+0(SB), Z12, K2
-	VPANDD       one_i<>+0(SB), Z8, Z12
-	VPADDD       round<>+0(SB), Z7, Z7
-	VPADDD       Z12, Z7, Z7
-	VPSRLD       $0x10, Z7, Z7
-	VPORD        quiet<>+0(SB), Z8, K2, Z7
-	VPMOVDW      Z7, (R9)
-	VMOVUPS      64(AX), Z7
-	VPSRLD       $0x10, Z7, Z8
-	VPANDD       absmask<>+0(SB), Z7, Z12
-	VPCMPGTD     infbits<>+0(SB), Z12, K2
-	VPANDD       one_i<>+0(SB), Z8, Z12
-	VPADDD       round<>+0(SB), Z7, Z7
-	VPADDD       Z12, Z7, Z7
-	VPSRLD       $0x10, Z7, Z7
-	VPORD        quiet<>+0(SB), Z8, K2, Z7
-	VPMOVDW      Z7, 32(R9)
-	VMOVUPS      128(AX), Z7
-	VPSRLD       $0x10, Z7, Z8
-	VPANDD       absmask<>+0(SB), Z7, Z12
-	VPCMPGTD     infbits<>+0(SB), Z12, K2
-	VPANDD       one_i<>+0(SB), Z8, Z12
-	VPADDD       round<>+0(SB), Z7, Z7
-	VPADDD       Z12, Z7, Z7
-	VPSRLD       $0x10, Z7, Z7
-	VPORD        quiet<>+0(SB), Z8, K2, Z7
-	VPMOVDW      Z7, K1, 64(R9)
-	ADDQ         R10, R9
-
-stateKVbf16AVX512_nostorerow_5:
-	TESTQ   R11, R11
-	JZ      stateKVbf16AVX512_nocarryrow_5
-	VMOVUPS (AX), Z7
-	VMOVUPS Z7, (R11)
-	VMOVUPS 64(AX), Z7
-	VMOVUPS Z7, 64(R11)
-	VMOVUPS 128(AX), Z7
-	VMOVUPS Z7, K1, 128(R11)
-	ADDQ    R8, R11
-
-stateKVbf16AVX512_nocarryrow_5:
-	ADDQ $0x000000c0, AX
-	INCQ CX
-	CMPQ CX, DX
-	JB   stateKVbf16AVX512_rows_5
-	JMP  stateKVbf16AVX512_tokdone_3
-
-stateKVbf16AVX512_far_3:
-	// em1 < -0.5 or NaN: decay(x) = eg·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         88(SP), AX
-	VBROADCASTSS 4(AX), Z6
-	VBROADCASTSS 8(AX), Z7
-	VBROADCASTSS 12(AX), Z8
-	MOVQ         72(SP), AX
-	MOVQ         80(SP), CX
-	VMOVUPS      (AX), Z9
-	VMULPS       Z0, Z6, Z0
-	VSUBPS       Z0, Z9, Z9
-	VMULPS       Z9, Z7, Z9
-	VMULPS       Z1, Z6, Z1
-	VFMADD231PS  Z9, Z8, Z1
-	VMOVUPS      Z1, (CX)
-	VMOVUPS      64(AX), Z10
-	VMULPS       Z2, Z6, Z2
-	VSUBPS       Z2, Z10, Z10
-	VMULPS       Z10, Z7, Z10
-	VMULPS       Z3, Z6, Z3
-	VFMADD231PS  Z10, Z8, Z3
-	VMOVUPS      Z3, 64(CX)
-	VMOVUPS.Z    128(AX), K1, Z11
-	VMULPS       Z4, Z6, Z4
-	VSUBPS       Z4, Z11, Z11
-	VMULPS       Z11, Z7, Z11
-	VMULPS       Z5, Z6, Z5
-	VFMADD231PS  Z11, Z8, Z5
-	VMOVUPS      Z5, K1, 128(CX)
-	VBROADCASTSS zero<>+0(SB), Z0
-	VBROADCASTSS zero<>+0(SB), Z1
-	VBROADCASTSS zero<>+0(SB), Z2
-	VBROADCASTSS zero<>+0(SB), Z3
-	VBROADCASTSS zero<>+0(SB), Z4
-	VBROADCASTSS zero<>+0(SB), Z5
-
-	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
-	MOVQ  (SP), AX
-	XORQ  CX, CX
-	MOVQ  K+0(FP), DX
-	MOVQ  48(SP), BX
-	MOVQ  56(SP), SI
-	MOVQ  64(SP), DI
-	MOVQ  16(SP), R8
-	MOVQ  40(SP), R10
-	MOVQ  stores_base+64(FP), R9
-	MOVQ  (R9)(R10*8), R9
-	TESTQ R9, R9
-	JZ    stateKVbf16AVX512_nostore_6
-	LEAQ  (R9)(R8*2), R9
-
-stateKVbf16AVX512_nostore_6:
-	MOVQ  V+8(FP), R10
-	SHLQ  $0x01, R10
-	MOVQ  40(SP), R12
-	INCQ  R12
-	MOVQ  tok_len+224(FP), R13
-	SHRQ  $0x02, R13
-	XORQ  R11, R11
-	CMPQ  R12, R13
-	JNE   stateKVbf16AVX512_nocarry_6
-	MOVQ  carry_base+88(FP), R11
-	TESTQ R11, R11
-	JZ    stateKVbf16AVX512_nocarry_6
-	LEAQ  (R11)(R8*4), R11
-
-stateKVbf16AVX512_nocarry_6:
-	MOVQ V+8(FP), R8
-	SHLQ $0x02, R8
-
-stateKVbf16AVX512_rows_6:
-	VBROADCASTSS (BX)(CX*4), Z7
-	VBROADCASTSS (SI)(CX*4), Z8
-	VBROADCASTSS (DI)(CX*4), Z12
-	VMOVUPS      (AX), Z13
-	VMULPS       Z13, Z6, Z13
-	VFMADD231PS  Z9, Z7, Z13
-	VMOVUPS      Z13, (AX)
-	VFMADD231PS  Z13, Z8, Z0
-	VFMADD231PS  Z13, Z12, Z1
-	VMOVUPS      64(AX), Z13
-	VMULPS       Z13, Z6, Z13
-	VFMADD231PS  Z10, Z7, Z13
-	VMOVUPS      Z13, 64(AX)
-	VFMADD231PS  Z13, Z8, Z2
-	VFMADD231PS  Z13, Z12, Z3
-	VMOVUPS      128(AX), Z13
-	VMULPS       Z13, Z6, Z13
-	VFMADD231PS  Z11, Z7, Z13
-	VMOVUPS      Z13, 128(AX)
-	VFMADD231PS  Z13, Z8, Z4
-	VFMADD231PS  Z13, Z12, Z5
-	TESTQ        R9, R9
-	JZ           stateKVbf16AVX512_nostorerow_6
-	VMOVUPS      (AX), Z7
-	VPSRLD       $0x10, Z7, Z8
-	VPANDD       absmask<>+0(SB), Z7, Z12
-	VPCMPGTD     infbits<>+0(SB), Z12, K2
-	VPANDD       one_i<>+0(SB), Z8, Z12
-	VPADDD       round<>+0(SB), Z7, Z7
-	VPADDD       Z12, Z7, Z7
-	VPSRLD       $0x10, Z7, Z7
-	VPORD        quiet<>+0(SB), Z8, K2, Z7
-	VPMOVDW      Z7, (R9)
-	VMOVUPS      64(AX), Z7
-	VPSRLD       $0x10, Z7, Z8
-	VPANDD       absmask<>+0(SB), Z7, Z12
-	VPCMPGTD     infbits<>+0(SB), Z12, K2
-	VPANDD       one_i<>+0(SB), Z8, Z12
-	VPADDD       round<>+0(SB), Z7, Z7
-	VPADDD       Z12, Z7, Z7
-	VPSRLD       $0x10, Z7, Z7
-	VPORD        quiet<>+0(SB), Z8, K2, Z7
-	VPMOVDW      Z7, 32(R9)
-	VMOVUPS      128(AX), Z7
-	VPSRLD       $0x10, Z7, Z8
-	VPANDD       absmask<>+0(SB), Z7, Z12
-	VPCMPGTD     infbits<>+0(SB), Z12, K2
-	VPANDD       one_i<>+0(SB), Z8, Z12
-	VPADDD       round<>+0(SB), Z7, Z7
-	VPADDD       Z12, Z7, Z7
-	VPSRLD       $0x10, Z7, Z7
-	VPORD        quiet<>+0(SB), Z8, K2, Z7
-	VPMOVDW      Z7, K1, 64(R9)
-	ADDQ         R10, R9
-
-stateKVbf16AVX512_nostorerow_6:
-	TESTQ   R11, R11
-	JZ      stateKVbf16AVX512_nocarryrow_6
-	VMOVUPS (AX), Z7
-	VMOVUPS Z7, (R11)
-	VMOVUPS 64(AX), Z7
-	VMOVUPS Z7, 64(R11)
-	VMOVUPS 128(AX), Z7
-	VMOVUPS Z7, K1, 128(R11)
-	ADDQ    R8, R11
-
-stateKVbf16AVX512_nocarryrow_6:
-	ADDQ $0x000000c0, AX
-	INCQ CX
-	CMPQ CX, DX
-	JB   stateKVbf16AVX512_rows_6
-
-stateKVbf16AVX512_tokdone_3:
-	MOVQ 56(SP), AX
-	MOVQ AX, 48(SP)
-	ADDQ $0x10, 88(SP)
-	MOVQ vs+184(FP), AX
-	SHLQ $0x02, AX
-	ADDQ AX, 72(SP)
-	MOVQ V+8(FP), AX
-	SHLQ $0x02, AX
-	ADDQ AX, 80(SP)
-	MOVQ 40(SP), CX
-	INCQ CX
-	MOVQ CX, 40(SP)
-	MOVQ tok_len+224(FP), AX
-	SHRQ $0x02, AX
-	CMPQ CX, AX
-	JB   stateKVbf16AVX512_token_3
-	MOVQ 24(SP), AX
-	ADDQ AX, 16(SP)
-	SUBQ AX, 8(SP)
-	JMP  stateKVbf16AVX512_blocks_1
-
-stateKVbf16AVX512_shape_4:
-	// Block of 64 columns (rows in work of 256 bytes): pass 0 loads it, with token 0's read.
-	MOVQ  K+0(FP), AX
-	MOVQ  16(SP), CX
-	MOVQ  src32_base+40(FP), DX
-	TESTQ DX, DX
-	JZ    stateKVbf16AVX512_from16_4
 
 	// From src32 (f32).
 	MOVQ         V+8(FP), BX
@@ -14020,7 +6400,7 @@ stateKVbf16AVX512_shape_4:
 	MOVQ         (SP), R8
 	XORQ         R9, R9
 
-stateKVbf16AVX512_pass0_7:
+stateKVbf16AVX512_pass0_1:
 	VBROADCASTSS (SI)(R9*4), Z8
 	VBROADCASTSS (DI)(R9*4), Z9
 	VMOVUPS      (DX), Z10
@@ -14035,7 +6415,7 @@ stateKVbf16AVX512_pass0_7:
 	VMOVUPS      Z10, 128(R8)
 	VFMADD231PS  Z10, Z8, Z4
 	VFMADD231PS  Z10, Z9, Z5
-	VMOVUPS.Z    192(DX), K1, Z10
+	VMOVUPS      192(DX), Z10
 	VMOVUPS      Z10, 192(R8)
 	VFMADD231PS  Z10, Z8, Z6
 	VFMADD231PS  Z10, Z9, Z7
@@ -14043,10 +6423,10 @@ stateKVbf16AVX512_pass0_7:
 	ADDQ         $0x00000100, R8
 	INCQ         R9
 	CMPQ         R9, AX
-	JB           stateKVbf16AVX512_pass0_7
-	JMP          stateKVbf16AVX512_loaded_4
+	JB           stateKVbf16AVX512_pass0_1
+	JMP          stateKVbf16AVX512_loaded_1
 
-stateKVbf16AVX512_from16_4:
+stateKVbf16AVX512_from16_1:
 	// From src (bf16).
 	MOVQ         src_base+16(FP), DX
 	MOVQ         V+8(FP), BX
@@ -14065,7 +6445,7 @@ stateKVbf16AVX512_from16_4:
 	MOVQ         (SP), R8
 	XORQ         R9, R9
 
-stateKVbf16AVX512_pass0_8:
+stateKVbf16AVX512_pass0_2:
 	VBROADCASTSS (SI)(R9*4), Z8
 	VBROADCASTSS (DI)(R9*4), Z9
 	VPMOVZXWD    (DX), Z10
@@ -14083,7 +6463,7 @@ stateKVbf16AVX512_pass0_8:
 	VMOVUPS      Z10, 128(R8)
 	VFMADD231PS  Z10, Z8, Z4
 	VFMADD231PS  Z10, Z9, Z5
-	VPMOVZXWD.Z  96(DX), K1, Z10
+	VPMOVZXWD    96(DX), Z10
 	VPSLLD       $0x10, Z10, Z10
 	VMOVUPS      Z10, 192(R8)
 	VFMADD231PS  Z10, Z8, Z6
@@ -14092,83 +6472,83 @@ stateKVbf16AVX512_pass0_8:
 	ADDQ         $0x00000100, R8
 	INCQ         R9
 	CMPQ         R9, AX
-	JB           stateKVbf16AVX512_pass0_8
+	JB           stateKVbf16AVX512_pass0_2
 
-stateKVbf16AVX512_loaded_4:
+stateKVbf16AVX512_loaded_1:
 	// The tokens.
 	XORQ AX, AX
-	MOVQ AX, 40(SP)
-	MOVQ kh_base+112(FP), AX
 	MOVQ AX, 48(SP)
+	MOVQ kh_base+112(FP), AX
+	MOVQ AX, 56(SP)
 	MOVQ tok_base+216(FP), AX
-	MOVQ AX, 88(SP)
+	MOVQ AX, 96(SP)
 	MOVQ v_base+160(FP), AX
 	LEAQ (AX)(CX*4), AX
-	MOVQ AX, 72(SP)
+	MOVQ AX, 80(SP)
 	MOVQ o_base+192(FP), AX
 	LEAQ (AX)(CX*4), AX
-	MOVQ AX, 80(SP)
+	MOVQ AX, 88(SP)
 
-stateKVbf16AVX512_token_4:
+stateKVbf16AVX512_token_1:
 	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
-	MOVQ 40(SP), AX
+	MOVQ 48(SP), AX
 	MOVQ K+0(FP), CX
 	INCQ AX
 	MOVQ tok_len+224(FP), DX
 	SHRQ $0x02, DX
 	CMPQ AX, DX
-	JB   stateKVbf16AVX512_notlast_4
+	JB   stateKVbf16AVX512_notlast_1
 	DECQ AX
 
-stateKVbf16AVX512_notlast_4:
+stateKVbf16AVX512_notlast_1:
 	IMULQ    CX, AX
 	MOVQ     kh_base+112(FP), CX
 	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 56(SP)
+	MOVQ     CX, 64(SP)
 	MOVQ     qh_base+136(FP), CX
 	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 64(SP)
-	MOVQ     88(SP), AX
+	MOVQ     CX, 72(SP)
+	MOVQ     96(SP), AX
 	VMOVSS   (AX), X8
 	VUCOMISS nearone<>+0(SB), X8
-	JCS      stateKVbf16AVX512_far_4
+	JCS      stateKVbf16AVX512_far_1
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         88(SP), AX
+	MOVQ         96(SP), AX
 	VBROADCASTSS (AX), Z8
 	VBROADCASTSS 8(AX), Z9
 	VBROADCASTSS 12(AX), Z10
-	MOVQ         72(SP), AX
-	MOVQ         80(SP), CX
-	VMOVUPS      (AX), Z11
+	MOVQ         80(SP), AX
+	MOVQ         88(SP), CX
+	VMOVUPS      (AX), Z15
 	VFMADD213PS  Z0, Z8, Z0
-	VSUBPS       Z0, Z11, Z11
-	VMULPS       Z11, Z9, Z11
+	VSUBPS       Z0, Z15, Z15
+	VMULPS       Z15, Z9, Z15
 	VFMADD213PS  Z1, Z8, Z1
-	VFMADD231PS  Z11, Z10, Z1
+	VFMADD231PS  Z15, Z10, Z1
 	VMOVUPS      Z1, (CX)
-	VMOVUPS      64(AX), Z12
+	VMOVUPS      64(AX), Z16
 	VFMADD213PS  Z2, Z8, Z2
-	VSUBPS       Z2, Z12, Z12
-	VMULPS       Z12, Z9, Z12
+	VSUBPS       Z2, Z16, Z16
+	VMULPS       Z16, Z9, Z16
 	VFMADD213PS  Z3, Z8, Z3
-	VFMADD231PS  Z12, Z10, Z3
+	VFMADD231PS  Z16, Z10, Z3
 	VMOVUPS      Z3, 64(CX)
-	VMOVUPS      128(AX), Z13
+	VMOVUPS      128(AX), Z17
 	VFMADD213PS  Z4, Z8, Z4
-	VSUBPS       Z4, Z13, Z13
-	VMULPS       Z13, Z9, Z13
+	VSUBPS       Z4, Z17, Z17
+	VMULPS       Z17, Z9, Z17
 	VFMADD213PS  Z5, Z8, Z5
-	VFMADD231PS  Z13, Z10, Z5
+	VFMADD231PS  Z17, Z10, Z5
 	VMOVUPS      Z5, 128(CX)
-	VMOVUPS.Z    192(AX), K1, Z14
+	VMOVUPS      192(AX), Z18
 	VFMADD213PS  Z6, Z8, Z6
-	VSUBPS       Z6, Z14, Z14
-	VMULPS       Z14, Z9, Z14
+	VSUBPS       Z6, Z18, Z18
+	VMULPS       Z18, Z9, Z18
 	VFMADD213PS  Z7, Z8, Z7
-	VFMADD231PS  Z14, Z10, Z7
-	VMOVUPS      Z7, K1, 192(CX)
+	VFMADD231PS  Z18, Z10, Z7
+	VMOVUPS      Z7, 192(CX)
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
 	VBROADCASTSS zero<>+0(SB), Z2
@@ -14182,111 +6562,111 @@ stateKVbf16AVX512_notlast_4:
 	MOVQ  (SP), AX
 	XORQ  CX, CX
 	MOVQ  K+0(FP), DX
-	MOVQ  48(SP), BX
-	MOVQ  56(SP), SI
-	MOVQ  64(SP), DI
+	MOVQ  56(SP), BX
+	MOVQ  64(SP), SI
+	MOVQ  72(SP), DI
 	MOVQ  16(SP), R8
-	MOVQ  40(SP), R10
+	MOVQ  48(SP), R10
 	MOVQ  stores_base+64(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
-	JZ    stateKVbf16AVX512_nostore_7
+	JZ    stateKVbf16AVX512_nostore_1
 	LEAQ  (R9)(R8*2), R9
 
-stateKVbf16AVX512_nostore_7:
+stateKVbf16AVX512_nostore_1:
 	MOVQ  V+8(FP), R10
 	SHLQ  $0x01, R10
-	MOVQ  40(SP), R12
+	MOVQ  48(SP), R12
 	INCQ  R12
 	MOVQ  tok_len+224(FP), R13
 	SHRQ  $0x02, R13
 	XORQ  R11, R11
 	CMPQ  R12, R13
-	JNE   stateKVbf16AVX512_nocarry_7
+	JNE   stateKVbf16AVX512_nocarry_1
 	MOVQ  carry_base+88(FP), R11
 	TESTQ R11, R11
-	JZ    stateKVbf16AVX512_nocarry_7
+	JZ    stateKVbf16AVX512_nocarry_1
 	LEAQ  (R11)(R8*4), R11
 
-stateKVbf16AVX512_nocarry_7:
+stateKVbf16AVX512_nocarry_1:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
 
-stateKVbf16AVX512_rows_7:
+stateKVbf16AVX512_rows_1:
 	VBROADCASTSS (BX)(CX*4), Z9
 	VBROADCASTSS (SI)(CX*4), Z10
-	VBROADCASTSS (DI)(CX*4), Z15
-	VMOVUPS      (AX), Z16
-	VFMADD213PS  Z16, Z8, Z16
-	VFMADD231PS  Z11, Z9, Z16
-	VMOVUPS      Z16, (AX)
-	VFMADD231PS  Z16, Z10, Z0
-	VFMADD231PS  Z16, Z15, Z1
-	VMOVUPS      64(AX), Z16
-	VFMADD213PS  Z16, Z8, Z16
-	VFMADD231PS  Z12, Z9, Z16
-	VMOVUPS      Z16, 64(AX)
-	VFMADD231PS  Z16, Z10, Z2
-	VFMADD231PS  Z16, Z15, Z3
-	VMOVUPS      128(AX), Z16
-	VFMADD213PS  Z16, Z8, Z16
-	VFMADD231PS  Z13, Z9, Z16
-	VMOVUPS      Z16, 128(AX)
-	VFMADD231PS  Z16, Z10, Z4
-	VFMADD231PS  Z16, Z15, Z5
-	VMOVUPS      192(AX), Z16
-	VFMADD213PS  Z16, Z8, Z16
-	VFMADD231PS  Z14, Z9, Z16
-	VMOVUPS      Z16, 192(AX)
-	VFMADD231PS  Z16, Z10, Z6
-	VFMADD231PS  Z16, Z15, Z7
+	VBROADCASTSS (DI)(CX*4), Z19
+	VMOVUPS      (AX), Z20
+	VFMADD213PS  Z20, Z8, Z20
+	VFMADD231PS  Z15, Z9, Z20
+	VMOVUPS      Z20, (AX)
+	VFMADD231PS  Z20, Z10, Z0
+	VFMADD231PS  Z20, Z19, Z1
+	VMOVUPS      64(AX), Z20
+	VFMADD213PS  Z20, Z8, Z20
+	VFMADD231PS  Z16, Z9, Z20
+	VMOVUPS      Z20, 64(AX)
+	VFMADD231PS  Z20, Z10, Z2
+	VFMADD231PS  Z20, Z19, Z3
+	VMOVUPS      128(AX), Z20
+	VFMADD213PS  Z20, Z8, Z20
+	VFMADD231PS  Z17, Z9, Z20
+	VMOVUPS      Z20, 128(AX)
+	VFMADD231PS  Z20, Z10, Z4
+	VFMADD231PS  Z20, Z19, Z5
+	VMOVUPS      192(AX), Z20
+	VFMADD213PS  Z20, Z8, Z20
+	VFMADD231PS  Z18, Z9, Z20
+	VMOVUPS      Z20, 192(AX)
+	VFMADD231PS  Z20, Z10, Z6
+	VFMADD231PS  Z20, Z19, Z7
 	TESTQ        R9, R9
-	JZ           stateKVbf16AVX512_nostorerow_7
+	JZ           stateKVbf16AVX512_nostorerow_1
 	VMOVUPS      (AX), Z9
 	VPSRLD       $0x10, Z9, Z10
-	VPANDD       absmask<>+0(SB), Z9, Z15
-	VPCMPGTD     infbits<>+0(SB), Z15, K2
-	VPANDD       one_i<>+0(SB), Z10, Z15
+	VPANDD       absmask<>+0(SB), Z9, Z19
+	VPCMPGTD     infbits<>+0(SB), Z19, K2
+	VPANDD       one_i<>+0(SB), Z10, Z19
 	VPADDD       round<>+0(SB), Z9, Z9
-	VPADDD       Z15, Z9, Z9
+	VPADDD       Z19, Z9, Z9
 	VPSRLD       $0x10, Z9, Z9
 	VPORD        quiet<>+0(SB), Z10, K2, Z9
 	VPMOVDW      Z9, (R9)
 	VMOVUPS      64(AX), Z9
 	VPSRLD       $0x10, Z9, Z10
-	VPANDD       absmask<>+0(SB), Z9, Z15
-	VPCMPGTD     infbits<>+0(SB), Z15, K2
-	VPANDD       one_i<>+0(SB), Z10, Z15
+	VPANDD       absmask<>+0(SB), Z9, Z19
+	VPCMPGTD     infbits<>+0(SB), Z19, K2
+	VPANDD       one_i<>+0(SB), Z10, Z19
 	VPADDD       round<>+0(SB), Z9, Z9
-	VPADDD       Z15, Z9, Z9
+	VPADDD       Z19, Z9, Z9
 	VPSRLD       $0x10, Z9, Z9
 	VPORD        quiet<>+0(SB), Z10, K2, Z9
 	VPMOVDW      Z9, 32(R9)
 	VMOVUPS      128(AX), Z9
 	VPSRLD       $0x10, Z9, Z10
-	VPANDD       absmask<>+0(SB), Z9, Z15
-	VPCMPGTD     infbits<>+0(SB), Z15, K2
-	VPANDD       one_i<>+0(SB), Z10, Z15
+	VPANDD       absmask<>+0(SB), Z9, Z19
+	VPCMPGTD     infbits<>+0(SB), Z19, K2
+	VPANDD       one_i<>+0(SB), Z10, Z19
 	VPADDD       round<>+0(SB), Z9, Z9
-	VPADDD       Z15, Z9, Z9
+	VPADDD       Z19, Z9, Z9
 	VPSRLD       $0x10, Z9, Z9
 	VPORD        quiet<>+0(SB), Z10, K2, Z9
 	VPMOVDW      Z9, 64(R9)
 	VMOVUPS      192(AX), Z9
 	VPSRLD       $0x10, Z9, Z10
-	VPANDD       absmask<>+0(SB), Z9, Z15
-	VPCMPGTD     infbits<>+0(SB), Z15, K2
-	VPANDD       one_i<>+0(SB), Z10, Z15
+	VPANDD       absmask<>+0(SB), Z9, Z19
+	VPCMPGTD     infbits<>+0(SB), Z19, K2
+	VPANDD       one_i<>+0(SB), Z10, Z19
 	VPADDD       round<>+0(SB), Z9, Z9
-	VPADDD       Z15, Z9, Z9
+	VPADDD       Z19, Z9, Z9
 	VPSRLD       $0x10, Z9, Z9
 	VPORD        quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW      Z9, K1, 96(R9)
+	VPMOVDW      Z9, 96(R9)
 	ADDQ         R10, R9
 
-stateKVbf16AVX512_nostorerow_7:
+stateKVbf16AVX512_nostorerow_1:
 	TESTQ   R11, R11
-	JZ      stateKVbf16AVX512_nocarryrow_7
+	JZ      stateKVbf16AVX512_nocarryrow_1
 	VMOVUPS (AX), Z9
 	VMOVUPS Z9, (R11)
 	VMOVUPS 64(AX), Z9
@@ -14294,53 +6674,53 @@ stateKVbf16AVX512_nostorerow_7:
 	VMOVUPS 128(AX), Z9
 	VMOVUPS Z9, 128(R11)
 	VMOVUPS 192(AX), Z9
-	VMOVUPS Z9, K1, 192(R11)
+	VMOVUPS Z9, 192(R11)
 	ADDQ    R8, R11
 
-stateKVbf16AVX512_nocarryrow_7:
+stateKVbf16AVX512_nocarryrow_1:
 	ADDQ $0x00000100, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVbf16AVX512_rows_7
-	JMP  stateKVbf16AVX512_tokdone_4
+	JB   stateKVbf16AVX512_rows_1
+	JMP  stateKVbf16AVX512_tokdone_1
 
-stateKVbf16AVX512_far_4:
+stateKVbf16AVX512_far_1:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         88(SP), AX
+	MOVQ         96(SP), AX
 	VBROADCASTSS 4(AX), Z8
 	VBROADCASTSS 8(AX), Z9
 	VBROADCASTSS 12(AX), Z10
-	MOVQ         72(SP), AX
-	MOVQ         80(SP), CX
-	VMOVUPS      (AX), Z11
+	MOVQ         80(SP), AX
+	MOVQ         88(SP), CX
+	VMOVUPS      (AX), Z15
 	VMULPS       Z0, Z8, Z0
-	VSUBPS       Z0, Z11, Z11
-	VMULPS       Z11, Z9, Z11
+	VSUBPS       Z0, Z15, Z15
+	VMULPS       Z15, Z9, Z15
 	VMULPS       Z1, Z8, Z1
-	VFMADD231PS  Z11, Z10, Z1
+	VFMADD231PS  Z15, Z10, Z1
 	VMOVUPS      Z1, (CX)
-	VMOVUPS      64(AX), Z12
+	VMOVUPS      64(AX), Z16
 	VMULPS       Z2, Z8, Z2
-	VSUBPS       Z2, Z12, Z12
-	VMULPS       Z12, Z9, Z12
+	VSUBPS       Z2, Z16, Z16
+	VMULPS       Z16, Z9, Z16
 	VMULPS       Z3, Z8, Z3
-	VFMADD231PS  Z12, Z10, Z3
+	VFMADD231PS  Z16, Z10, Z3
 	VMOVUPS      Z3, 64(CX)
-	VMOVUPS      128(AX), Z13
+	VMOVUPS      128(AX), Z17
 	VMULPS       Z4, Z8, Z4
-	VSUBPS       Z4, Z13, Z13
-	VMULPS       Z13, Z9, Z13
+	VSUBPS       Z4, Z17, Z17
+	VMULPS       Z17, Z9, Z17
 	VMULPS       Z5, Z8, Z5
-	VFMADD231PS  Z13, Z10, Z5
+	VFMADD231PS  Z17, Z10, Z5
 	VMOVUPS      Z5, 128(CX)
-	VMOVUPS.Z    192(AX), K1, Z14
+	VMOVUPS      192(AX), Z18
 	VMULPS       Z6, Z8, Z6
-	VSUBPS       Z6, Z14, Z14
-	VMULPS       Z14, Z9, Z14
+	VSUBPS       Z6, Z18, Z18
+	VMULPS       Z18, Z9, Z18
 	VMULPS       Z7, Z8, Z7
-	VFMADD231PS  Z14, Z10, Z7
-	VMOVUPS      Z7, K1, 192(CX)
+	VFMADD231PS  Z18, Z10, Z7
+	VMOVUPS      Z7, 192(CX)
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
 	VBROADCASTSS zero<>+0(SB), Z2
@@ -14354,111 +6734,111 @@ stateKVbf16AVX512_far_4:
 	MOVQ  (SP), AX
 	XORQ  CX, CX
 	MOVQ  K+0(FP), DX
-	MOVQ  48(SP), BX
-	MOVQ  56(SP), SI
-	MOVQ  64(SP), DI
+	MOVQ  56(SP), BX
+	MOVQ  64(SP), SI
+	MOVQ  72(SP), DI
 	MOVQ  16(SP), R8
-	MOVQ  40(SP), R10
+	MOVQ  48(SP), R10
 	MOVQ  stores_base+64(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
-	JZ    stateKVbf16AVX512_nostore_8
+	JZ    stateKVbf16AVX512_nostore_2
 	LEAQ  (R9)(R8*2), R9
 
-stateKVbf16AVX512_nostore_8:
+stateKVbf16AVX512_nostore_2:
 	MOVQ  V+8(FP), R10
 	SHLQ  $0x01, R10
-	MOVQ  40(SP), R12
+	MOVQ  48(SP), R12
 	INCQ  R12
 	MOVQ  tok_len+224(FP), R13
 	SHRQ  $0x02, R13
 	XORQ  R11, R11
 	CMPQ  R12, R13
-	JNE   stateKVbf16AVX512_nocarry_8
+	JNE   stateKVbf16AVX512_nocarry_2
 	MOVQ  carry_base+88(FP), R11
 	TESTQ R11, R11
-	JZ    stateKVbf16AVX512_nocarry_8
+	JZ    stateKVbf16AVX512_nocarry_2
 	LEAQ  (R11)(R8*4), R11
 
-stateKVbf16AVX512_nocarry_8:
+stateKVbf16AVX512_nocarry_2:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
 
-stateKVbf16AVX512_rows_8:
+stateKVbf16AVX512_rows_2:
 	VBROADCASTSS (BX)(CX*4), Z9
 	VBROADCASTSS (SI)(CX*4), Z10
-	VBROADCASTSS (DI)(CX*4), Z15
-	VMOVUPS      (AX), Z16
-	VMULPS       Z16, Z8, Z16
-	VFMADD231PS  Z11, Z9, Z16
-	VMOVUPS      Z16, (AX)
-	VFMADD231PS  Z16, Z10, Z0
-	VFMADD231PS  Z16, Z15, Z1
-	VMOVUPS      64(AX), Z16
-	VMULPS       Z16, Z8, Z16
-	VFMADD231PS  Z12, Z9, Z16
-	VMOVUPS      Z16, 64(AX)
-	VFMADD231PS  Z16, Z10, Z2
-	VFMADD231PS  Z16, Z15, Z3
-	VMOVUPS      128(AX), Z16
-	VMULPS       Z16, Z8, Z16
-	VFMADD231PS  Z13, Z9, Z16
-	VMOVUPS      Z16, 128(AX)
-	VFMADD231PS  Z16, Z10, Z4
-	VFMADD231PS  Z16, Z15, Z5
-	VMOVUPS      192(AX), Z16
-	VMULPS       Z16, Z8, Z16
-	VFMADD231PS  Z14, Z9, Z16
-	VMOVUPS      Z16, 192(AX)
-	VFMADD231PS  Z16, Z10, Z6
-	VFMADD231PS  Z16, Z15, Z7
+	VBROADCASTSS (DI)(CX*4), Z19
+	VMOVUPS      (AX), Z20
+	VMULPS       Z20, Z8, Z20
+	VFMADD231PS  Z15, Z9, Z20
+	VMOVUPS      Z20, (AX)
+	VFMADD231PS  Z20, Z10, Z0
+	VFMADD231PS  Z20, Z19, Z1
+	VMOVUPS      64(AX), Z20
+	VMULPS       Z20, Z8, Z20
+	VFMADD231PS  Z16, Z9, Z20
+	VMOVUPS      Z20, 64(AX)
+	VFMADD231PS  Z20, Z10, Z2
+	VFMADD231PS  Z20, Z19, Z3
+	VMOVUPS      128(AX), Z20
+	VMULPS       Z20, Z8, Z20
+	VFMADD231PS  Z17, Z9, Z20
+	VMOVUPS      Z20, 128(AX)
+	VFMADD231PS  Z20, Z10, Z4
+	VFMADD231PS  Z20, Z19, Z5
+	VMOVUPS      192(AX), Z20
+	VMULPS       Z20, Z8, Z20
+	VFMADD231PS  Z18, Z9, Z20
+	VMOVUPS      Z20, 192(AX)
+	VFMADD231PS  Z20, Z10, Z6
+	VFMADD231PS  Z20, Z19, Z7
 	TESTQ        R9, R9
-	JZ           stateKVbf16AVX512_nostorerow_8
+	JZ           stateKVbf16AVX512_nostorerow_2
 	VMOVUPS      (AX), Z9
 	VPSRLD       $0x10, Z9, Z10
-	VPANDD       absmask<>+0(SB), Z9, Z15
-	VPCMPGTD     infbits<>+0(SB), Z15, K2
-	VPANDD       one_i<>+0(SB), Z10, Z15
+	VPANDD       absmask<>+0(SB), Z9, Z19
+	VPCMPGTD     infbits<>+0(SB), Z19, K2
+	VPANDD       one_i<>+0(SB), Z10, Z19
 	VPADDD       round<>+0(SB), Z9, Z9
-	VPADDD       Z15, Z9, Z9
+	VPADDD       Z19, Z9, Z9
 	VPSRLD       $0x10, Z9, Z9
 	VPORD        quiet<>+0(SB), Z10, K2, Z9
 	VPMOVDW      Z9, (R9)
 	VMOVUPS      64(AX), Z9
 	VPSRLD       $0x10, Z9, Z10
-	VPANDD       absmask<>+0(SB), Z9, Z15
-	VPCMPGTD     infbits<>+0(SB), Z15, K2
-	VPANDD       one_i<>+0(SB), Z10, Z15
+	VPANDD       absmask<>+0(SB), Z9, Z19
+	VPCMPGTD     infbits<>+0(SB), Z19, K2
+	VPANDD       one_i<>+0(SB), Z10, Z19
 	VPADDD       round<>+0(SB), Z9, Z9
-	VPADDD       Z15, Z9, Z9
+	VPADDD       Z19, Z9, Z9
 	VPSRLD       $0x10, Z9, Z9
 	VPORD        quiet<>+0(SB), Z10, K2, Z9
 	VPMOVDW      Z9, 32(R9)
 	VMOVUPS      128(AX), Z9
 	VPSRLD       $0x10, Z9, Z10
-	VPANDD       absmask<>+0(SB), Z9, Z15
-	VPCMPGTD     infbits<>+0(SB), Z15, K2
-	VPANDD       one_i<>+0(SB), Z10, Z15
+	VPANDD       absmask<>+0(SB), Z9, Z19
+	VPCMPGTD     infbits<>+0(SB), Z19, K2
+	VPANDD       one_i<>+0(SB), Z10, Z19
 	VPADDD       round<>+0(SB), Z9, Z9
-	VPADDD       Z15, Z9, Z9
+	VPADDD       Z19, Z9, Z9
 	VPSRLD       $0x10, Z9, Z9
 	VPORD        quiet<>+0(SB), Z10, K2, Z9
 	VPMOVDW      Z9, 64(R9)
 	VMOVUPS      192(AX), Z9
 	VPSRLD       $0x10, Z9, Z10
-	VPANDD       absmask<>+0(SB), Z9, Z15
-	VPCMPGTD     infbits<>+0(SB), Z15, K2
-	VPANDD       one_i<>+0(SB), Z10, Z15
+	VPANDD       absmask<>+0(SB), Z9, Z19
+	VPCMPGTD     infbits<>+0(SB), Z19, K2
+	VPANDD       one_i<>+0(SB), Z10, Z19
 	VPADDD       round<>+0(SB), Z9, Z9
-	VPADDD       Z15, Z9, Z9
+	VPADDD       Z19, Z9, Z9
 	VPSRLD       $0x10, Z9, Z9
 	VPORD        quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW      Z9, K1, 96(R9)
+	VPMOVDW      Z9, 96(R9)
 	ADDQ         R10, R9
 
-stateKVbf16AVX512_nostorerow_8:
+stateKVbf16AVX512_nostorerow_2:
 	TESTQ   R11, R11
-	JZ      stateKVbf16AVX512_nocarryrow_8
+	JZ      stateKVbf16AVX512_nocarryrow_2
 	VMOVUPS (AX), Z9
 	VMOVUPS Z9, (R11)
 	VMOVUPS 64(AX), Z9
@@ -14466,32 +6846,910 @@ stateKVbf16AVX512_nostorerow_8:
 	VMOVUPS 128(AX), Z9
 	VMOVUPS Z9, 128(R11)
 	VMOVUPS 192(AX), Z9
-	VMOVUPS Z9, K1, 192(R11)
+	VMOVUPS Z9, 192(R11)
 	ADDQ    R8, R11
 
-stateKVbf16AVX512_nocarryrow_8:
+stateKVbf16AVX512_nocarryrow_2:
 	ADDQ $0x00000100, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVbf16AVX512_rows_8
+	JB   stateKVbf16AVX512_rows_2
 
-stateKVbf16AVX512_tokdone_4:
-	MOVQ 56(SP), AX
-	MOVQ AX, 48(SP)
-	ADDQ $0x10, 88(SP)
+stateKVbf16AVX512_tokdone_1:
+	MOVQ 64(SP), AX
+	MOVQ AX, 56(SP)
+	ADDQ $0x10, 96(SP)
 	MOVQ vs+184(FP), AX
 	SHLQ $0x02, AX
-	ADDQ AX, 72(SP)
+	ADDQ AX, 80(SP)
 	MOVQ V+8(FP), AX
 	SHLQ $0x02, AX
-	ADDQ AX, 80(SP)
-	MOVQ 40(SP), CX
+	ADDQ AX, 88(SP)
+	MOVQ 48(SP), CX
 	INCQ CX
-	MOVQ CX, 40(SP)
+	MOVQ CX, 48(SP)
 	MOVQ tok_len+224(FP), AX
 	SHRQ $0x02, AX
 	CMPQ CX, AX
-	JB   stateKVbf16AVX512_token_4
+	JB   stateKVbf16AVX512_token_1
+	JMP  stateKVbf16AVX512_blockdone_1
+
+stateKVbf16AVX512_span_1:
+	MOVQ         AX, CX
+	DECQ         CX
+	ANDQ         $-16, CX
+	MOVQ         AX, DX
+	SUBQ         CX, DX
+	VPBROADCASTD DX, Z0
+	VPCMPGTD     iota<>+0(SB), Z0, K1
+
+	// A block of 1 vector (V = 80: the 16 columns after 64), masked: no guard.
+	CMPQ AX, $0x00000010
+	JA   stateKVbf16AVX512_span_2
+
+	// Block of up to 16 columns (rows in work of whole vectors): pass 0 loads it, with token 0's read.
+	MOVQ  K+0(FP), AX
+	MOVQ  16(SP), CX
+	MOVQ  src32_base+40(FP), DX
+	TESTQ DX, DX
+	JZ    stateKVbf16AVX512_from16_2
+
+	// From src32 (f32).
+	MOVQ         V+8(FP), BX
+	LEAQ         (DX)(CX*4), DX
+	SHLQ         $0x02, BX
+	VBROADCASTSS zero<>+0(SB), Z0
+	VBROADCASTSS zero<>+0(SB), Z1
+	MOVQ         kh_base+112(FP), SI
+	MOVQ         qh_base+136(FP), DI
+	MOVQ         (SP), R8
+	XORQ         R9, R9
+
+stateKVbf16AVX512_pass0_3:
+	VBROADCASTSS (SI)(R9*4), Z2
+	VBROADCASTSS (DI)(R9*4), Z3
+	VMOVUPS.Z    (DX), K1, Z4
+	VMOVUPS      Z4, (R8)
+	VFMADD231PS  Z4, Z2, Z0
+	VFMADD231PS  Z4, Z3, Z1
+	ADDQ         BX, DX
+	ADDQ         $0x00000040, R8
+	INCQ         R9
+	CMPQ         R9, AX
+	JB           stateKVbf16AVX512_pass0_3
+	JMP          stateKVbf16AVX512_loaded_2
+
+stateKVbf16AVX512_from16_2:
+	// From src (bf16).
+	MOVQ         src_base+16(FP), DX
+	MOVQ         V+8(FP), BX
+	LEAQ         (DX)(CX*2), DX
+	SHLQ         $0x01, BX
+	VBROADCASTSS zero<>+0(SB), Z0
+	VBROADCASTSS zero<>+0(SB), Z1
+	MOVQ         kh_base+112(FP), SI
+	MOVQ         qh_base+136(FP), DI
+	MOVQ         (SP), R8
+	XORQ         R9, R9
+
+stateKVbf16AVX512_pass0_4:
+	VBROADCASTSS (SI)(R9*4), Z2
+	VBROADCASTSS (DI)(R9*4), Z3
+	VPMOVZXWD.Z  (DX), K1, Z4
+	VPSLLD       $0x10, Z4, Z4
+	VMOVUPS      Z4, (R8)
+	VFMADD231PS  Z4, Z2, Z0
+	VFMADD231PS  Z4, Z3, Z1
+	ADDQ         BX, DX
+	ADDQ         $0x00000040, R8
+	INCQ         R9
+	CMPQ         R9, AX
+	JB           stateKVbf16AVX512_pass0_4
+
+stateKVbf16AVX512_loaded_2:
+	// The tokens.
+	XORQ AX, AX
+	MOVQ AX, 48(SP)
+	MOVQ kh_base+112(FP), AX
+	MOVQ AX, 56(SP)
+	MOVQ tok_base+216(FP), AX
+	MOVQ AX, 96(SP)
+	MOVQ v_base+160(FP), AX
+	LEAQ (AX)(CX*4), AX
+	MOVQ AX, 80(SP)
+	MOVQ o_base+192(FP), AX
+	LEAQ (AX)(CX*4), AX
+	MOVQ AX, 88(SP)
+
+stateKVbf16AVX512_token_2:
+	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
+	MOVQ 48(SP), AX
+	MOVQ K+0(FP), CX
+	INCQ AX
+	MOVQ tok_len+224(FP), DX
+	SHRQ $0x02, DX
+	CMPQ AX, DX
+	JB   stateKVbf16AVX512_notlast_2
+	DECQ AX
+
+stateKVbf16AVX512_notlast_2:
+	IMULQ    CX, AX
+	MOVQ     kh_base+112(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 64(SP)
+	MOVQ     qh_base+136(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 72(SP)
+	MOVQ     96(SP), AX
+	VMOVSS   (AX), X2
+	VUCOMISS nearone<>+0(SB), X2
+	JCS      stateKVbf16AVX512_far_2
+
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         96(SP), AX
+	VBROADCASTSS (AX), Z2
+	VBROADCASTSS 8(AX), Z3
+	VBROADCASTSS 12(AX), Z4
+	MOVQ         80(SP), AX
+	MOVQ         88(SP), CX
+	VMOVUPS.Z    (AX), K1, Z5
+	VFMADD213PS  Z0, Z2, Z0
+	VSUBPS       Z0, Z5, Z5
+	VMULPS       Z5, Z3, Z5
+	VFMADD213PS  Z1, Z2, Z1
+	VFMADD231PS  Z5, Z4, Z1
+	VMOVUPS      Z1, K1, (CX)
+	VBROADCASTSS zero<>+0(SB), Z0
+	VBROADCASTSS zero<>+0(SB), Z1
+
+	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  56(SP), BX
+	MOVQ  64(SP), SI
+	MOVQ  72(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  48(SP), R10
+	MOVQ  stores_base+64(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
+	JZ    stateKVbf16AVX512_nostore_3
+	LEAQ  (R9)(R8*2), R9
+
+stateKVbf16AVX512_nostore_3:
+	MOVQ  V+8(FP), R10
+	SHLQ  $0x01, R10
+	MOVQ  48(SP), R12
+	INCQ  R12
+	MOVQ  tok_len+224(FP), R13
+	SHRQ  $0x02, R13
+	XORQ  R11, R11
+	CMPQ  R12, R13
+	JNE   stateKVbf16AVX512_nocarry_3
+	MOVQ  carry_base+88(FP), R11
+	TESTQ R11, R11
+	JZ    stateKVbf16AVX512_nocarry_3
+	LEAQ  (R11)(R8*4), R11
+
+stateKVbf16AVX512_nocarry_3:
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
+
+stateKVbf16AVX512_rows_3:
+	VBROADCASTSS (BX)(CX*4), Z3
+	VBROADCASTSS (SI)(CX*4), Z4
+	VBROADCASTSS (DI)(CX*4), Z6
+	VMOVUPS      (AX), Z7
+	VFMADD213PS  Z7, Z2, Z7
+	VFMADD231PS  Z5, Z3, Z7
+	VMOVUPS      Z7, (AX)
+	VFMADD231PS  Z7, Z4, Z0
+	VFMADD231PS  Z7, Z6, Z1
+	TESTQ        R9, R9
+	JZ           stateKVbf16AVX512_nostorerow_3
+	VMOVUPS      (AX), Z3
+	VPSRLD       $0x10, Z3, Z4
+	VPANDD       absmask<>+0(SB), Z3, Z6
+	VPCMPGTD     infbits<>+0(SB), Z6, K2
+	VPANDD       one_i<>+0(SB), Z4, Z6
+	VPADDD       round<>+0(SB), Z3, Z3
+	VPADDD       Z6, Z3, Z3
+	VPSRLD       $0x10, Z3, Z3
+	VPORD        quiet<>+0(SB), Z4, K2, Z3
+	VPMOVDW      Z3, K1, (R9)
+	ADDQ         R10, R9
+
+stateKVbf16AVX512_nostorerow_3:
+	TESTQ   R11, R11
+	JZ      stateKVbf16AVX512_nocarryrow_3
+	VMOVUPS (AX), Z3
+	VMOVUPS Z3, K1, (R11)
+	ADDQ    R8, R11
+
+stateKVbf16AVX512_nocarryrow_3:
+	ADDQ $0x00000040, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVbf16AVX512_rows_3
+	JMP  stateKVbf16AVX512_tokdone_2
+
+stateKVbf16AVX512_far_2:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         96(SP), AX
+	VBROADCASTSS 4(AX), Z2
+	VBROADCASTSS 8(AX), Z3
+	VBROADCASTSS 12(AX), Z4
+	MOVQ         80(SP), AX
+	MOVQ         88(SP), CX
+	VMOVUPS.Z    (AX), K1, Z5
+	VMULPS       Z0, Z2, Z0
+	VSUBPS       Z0, Z5, Z5
+	VMULPS       Z5, Z3, Z5
+	VMULPS       Z1, Z2, Z1
+	VFMADD231PS  Z5, Z4, Z1
+	VMOVUPS      Z1, K1, (CX)
+	VBROADCASTSS zero<>+0(SB), Z0
+	VBROADCASTSS zero<>+0(SB), Z1
+
+	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  56(SP), BX
+	MOVQ  64(SP), SI
+	MOVQ  72(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  48(SP), R10
+	MOVQ  stores_base+64(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
+	JZ    stateKVbf16AVX512_nostore_4
+	LEAQ  (R9)(R8*2), R9
+
+stateKVbf16AVX512_nostore_4:
+	MOVQ  V+8(FP), R10
+	SHLQ  $0x01, R10
+	MOVQ  48(SP), R12
+	INCQ  R12
+	MOVQ  tok_len+224(FP), R13
+	SHRQ  $0x02, R13
+	XORQ  R11, R11
+	CMPQ  R12, R13
+	JNE   stateKVbf16AVX512_nocarry_4
+	MOVQ  carry_base+88(FP), R11
+	TESTQ R11, R11
+	JZ    stateKVbf16AVX512_nocarry_4
+	LEAQ  (R11)(R8*4), R11
+
+stateKVbf16AVX512_nocarry_4:
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
+
+stateKVbf16AVX512_rows_4:
+	VBROADCASTSS (BX)(CX*4), Z3
+	VBROADCASTSS (SI)(CX*4), Z4
+	VBROADCASTSS (DI)(CX*4), Z6
+	VMOVUPS      (AX), Z7
+	VMULPS       Z7, Z2, Z7
+	VFMADD231PS  Z5, Z3, Z7
+	VMOVUPS      Z7, (AX)
+	VFMADD231PS  Z7, Z4, Z0
+	VFMADD231PS  Z7, Z6, Z1
+	TESTQ        R9, R9
+	JZ           stateKVbf16AVX512_nostorerow_4
+	VMOVUPS      (AX), Z3
+	VPSRLD       $0x10, Z3, Z4
+	VPANDD       absmask<>+0(SB), Z3, Z6
+	VPCMPGTD     infbits<>+0(SB), Z6, K2
+	VPANDD       one_i<>+0(SB), Z4, Z6
+	VPADDD       round<>+0(SB), Z3, Z3
+	VPADDD       Z6, Z3, Z3
+	VPSRLD       $0x10, Z3, Z3
+	VPORD        quiet<>+0(SB), Z4, K2, Z3
+	VPMOVDW      Z3, K1, (R9)
+	ADDQ         R10, R9
+
+stateKVbf16AVX512_nostorerow_4:
+	TESTQ   R11, R11
+	JZ      stateKVbf16AVX512_nocarryrow_4
+	VMOVUPS (AX), Z3
+	VMOVUPS Z3, K1, (R11)
+	ADDQ    R8, R11
+
+stateKVbf16AVX512_nocarryrow_4:
+	ADDQ $0x00000040, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVbf16AVX512_rows_4
+
+stateKVbf16AVX512_tokdone_2:
+	MOVQ 64(SP), AX
+	MOVQ AX, 56(SP)
+	ADDQ $0x10, 96(SP)
+	MOVQ vs+184(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 80(SP)
+	MOVQ V+8(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 88(SP)
+	MOVQ 48(SP), CX
+	INCQ CX
+	MOVQ CX, 48(SP)
+	MOVQ tok_len+224(FP), AX
+	SHRQ $0x02, AX
+	CMPQ CX, AX
+	JB   stateKVbf16AVX512_token_2
+	JMP  stateKVbf16AVX512_blockdone_1
+
+stateKVbf16AVX512_span_2:
+	// Any other block: 3 full vectors (the first 2 of them guarded), then the masked one.
+	// Row bytes in work: whole vectors.
+	ADDQ $0x0f, AX
+	ANDQ $-16, AX
+	SHLQ $0x02, AX
+	MOVQ AX, 40(SP)
+
+	// Block of up to 64 columns (rows in work of whole vectors): pass 0 loads it, with token 0's read.
+	MOVQ  K+0(FP), AX
+	MOVQ  16(SP), DX
+	MOVQ  src32_base+40(FP), BX
+	TESTQ BX, BX
+	JZ    stateKVbf16AVX512_from16_3
+
+	// From src32 (f32).
+	MOVQ         V+8(FP), SI
+	LEAQ         (BX)(DX*4), BX
+	SHLQ         $0x02, SI
+	VBROADCASTSS zero<>+0(SB), Z0
+	VBROADCASTSS zero<>+0(SB), Z1
+	VBROADCASTSS zero<>+0(SB), Z2
+	VBROADCASTSS zero<>+0(SB), Z3
+	VBROADCASTSS zero<>+0(SB), Z4
+	VBROADCASTSS zero<>+0(SB), Z5
+	VBROADCASTSS zero<>+0(SB), Z6
+	VBROADCASTSS zero<>+0(SB), Z7
+	MOVQ         kh_base+112(FP), DI
+	MOVQ         qh_base+136(FP), R8
+	MOVQ         (SP), R9
+	XORQ         R10, R10
+
+stateKVbf16AVX512_pass0_5:
+	VBROADCASTSS (DI)(R10*4), Z8
+	VBROADCASTSS (R8)(R10*4), Z9
+	VMOVUPS      (BX), Z10
+	VMOVUPS      Z10, (R9)
+	VFMADD231PS  Z10, Z8, Z0
+	VFMADD231PS  Z10, Z9, Z1
+	CMPQ         CX, $0x00000010
+	JBE          stateKVbf16AVX512_spantail_1
+	VMOVUPS      64(BX), Z10
+	VMOVUPS      Z10, 64(R9)
+	VFMADD231PS  Z10, Z8, Z2
+	VFMADD231PS  Z10, Z9, Z3
+	CMPQ         CX, $0x00000020
+	JBE          stateKVbf16AVX512_spantail_1
+	VMOVUPS      128(BX), Z10
+	VMOVUPS      Z10, 128(R9)
+	VFMADD231PS  Z10, Z8, Z4
+	VFMADD231PS  Z10, Z9, Z5
+
+stateKVbf16AVX512_spantail_1:
+	VMOVUPS.Z   (BX)(CX*4), K1, Z10
+	VMOVUPS     Z10, (R9)(CX*4)
+	VFMADD231PS Z10, Z8, Z6
+	VFMADD231PS Z10, Z9, Z7
+	ADDQ        SI, BX
+	ADDQ        40(SP), R9
+	INCQ        R10
+	CMPQ        R10, AX
+	JB          stateKVbf16AVX512_pass0_5
+	JMP         stateKVbf16AVX512_loaded_3
+
+stateKVbf16AVX512_from16_3:
+	// From src (bf16).
+	MOVQ         src_base+16(FP), BX
+	MOVQ         V+8(FP), SI
+	LEAQ         (BX)(DX*2), BX
+	SHLQ         $0x01, SI
+	VBROADCASTSS zero<>+0(SB), Z0
+	VBROADCASTSS zero<>+0(SB), Z1
+	VBROADCASTSS zero<>+0(SB), Z2
+	VBROADCASTSS zero<>+0(SB), Z3
+	VBROADCASTSS zero<>+0(SB), Z4
+	VBROADCASTSS zero<>+0(SB), Z5
+	VBROADCASTSS zero<>+0(SB), Z6
+	VBROADCASTSS zero<>+0(SB), Z7
+	MOVQ         kh_base+112(FP), DI
+	MOVQ         qh_base+136(FP), R8
+	MOVQ         (SP), R9
+	XORQ         R10, R10
+
+stateKVbf16AVX512_pass0_6:
+	VBROADCASTSS (DI)(R10*4), Z8
+	VBROADCASTSS (R8)(R10*4), Z9
+	VPMOVZXWD    (BX), Z10
+	VPSLLD       $0x10, Z10, Z10
+	VMOVUPS      Z10, (R9)
+	VFMADD231PS  Z10, Z8, Z0
+	VFMADD231PS  Z10, Z9, Z1
+	CMPQ         CX, $0x00000010
+	JBE          stateKVbf16AVX512_spantail_2
+	VPMOVZXWD    32(BX), Z10
+	VPSLLD       $0x10, Z10, Z10
+	VMOVUPS      Z10, 64(R9)
+	VFMADD231PS  Z10, Z8, Z2
+	VFMADD231PS  Z10, Z9, Z3
+	CMPQ         CX, $0x00000020
+	JBE          stateKVbf16AVX512_spantail_2
+	VPMOVZXWD    64(BX), Z10
+	VPSLLD       $0x10, Z10, Z10
+	VMOVUPS      Z10, 128(R9)
+	VFMADD231PS  Z10, Z8, Z4
+	VFMADD231PS  Z10, Z9, Z5
+
+stateKVbf16AVX512_spantail_2:
+	VPMOVZXWD.Z (BX)(CX*2), K1, Z10
+	VPSLLD      $0x10, Z10, Z10
+	VMOVUPS     Z10, (R9)(CX*4)
+	VFMADD231PS Z10, Z8, Z6
+	VFMADD231PS Z10, Z9, Z7
+	ADDQ        SI, BX
+	ADDQ        40(SP), R9
+	INCQ        R10
+	CMPQ        R10, AX
+	JB          stateKVbf16AVX512_pass0_6
+
+stateKVbf16AVX512_loaded_3:
+	// The tokens.
+	XORQ AX, AX
+	MOVQ AX, 48(SP)
+	MOVQ kh_base+112(FP), AX
+	MOVQ AX, 56(SP)
+	MOVQ tok_base+216(FP), AX
+	MOVQ AX, 96(SP)
+	MOVQ v_base+160(FP), AX
+	LEAQ (AX)(DX*4), AX
+	MOVQ AX, 80(SP)
+	MOVQ o_base+192(FP), AX
+	LEAQ (AX)(DX*4), AX
+	MOVQ AX, 88(SP)
+
+stateKVbf16AVX512_token_3:
+	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
+	MOVQ 48(SP), AX
+	MOVQ K+0(FP), DX
+	INCQ AX
+	MOVQ tok_len+224(FP), BX
+	SHRQ $0x02, BX
+	CMPQ AX, BX
+	JB   stateKVbf16AVX512_notlast_3
+	DECQ AX
+
+stateKVbf16AVX512_notlast_3:
+	IMULQ    DX, AX
+	MOVQ     kh_base+112(FP), DX
+	LEAQ     (DX)(AX*4), DX
+	MOVQ     DX, 64(SP)
+	MOVQ     qh_base+136(FP), DX
+	LEAQ     (DX)(AX*4), DX
+	MOVQ     DX, 72(SP)
+	MOVQ     96(SP), AX
+	VMOVSS   (AX), X8
+	VUCOMISS nearone<>+0(SB), X8
+	JCS      stateKVbf16AVX512_far_3
+
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         96(SP), AX
+	VBROADCASTSS (AX), Z8
+	VBROADCASTSS 8(AX), Z9
+	VBROADCASTSS 12(AX), Z10
+	MOVQ         80(SP), AX
+	MOVQ         88(SP), DX
+	VMOVUPS      (AX), Z15
+	VFMADD213PS  Z0, Z8, Z0
+	VSUBPS       Z0, Z15, Z15
+	VMULPS       Z15, Z9, Z15
+	VFMADD213PS  Z1, Z8, Z1
+	VFMADD231PS  Z15, Z10, Z1
+	VMOVUPS      Z1, (DX)
+	CMPQ         CX, $0x00000010
+	JBE          stateKVbf16AVX512_spantail_3
+	VMOVUPS      64(AX), Z11
+	VFMADD213PS  Z2, Z8, Z2
+	VSUBPS       Z2, Z11, Z11
+	VMULPS       Z11, Z9, Z11
+	VFMADD213PS  Z3, Z8, Z3
+	VFMADD231PS  Z11, Z10, Z3
+	VMOVUPS      Z3, 64(DX)
+	CMPQ         CX, $0x00000020
+	JBE          stateKVbf16AVX512_spantail_3
+	VMOVUPS      128(AX), Z12
+	VFMADD213PS  Z4, Z8, Z4
+	VSUBPS       Z4, Z12, Z12
+	VMULPS       Z12, Z9, Z12
+	VFMADD213PS  Z5, Z8, Z5
+	VFMADD231PS  Z12, Z10, Z5
+	VMOVUPS      Z5, 128(DX)
+
+stateKVbf16AVX512_spantail_3:
+	VMOVUPS.Z    (AX)(CX*4), K1, Z16
+	VFMADD213PS  Z6, Z8, Z6
+	VSUBPS       Z6, Z16, Z16
+	VMULPS       Z16, Z9, Z16
+	VFMADD213PS  Z7, Z8, Z7
+	VFMADD231PS  Z16, Z10, Z7
+	VMOVUPS      Z7, K1, (DX)(CX*4)
+	VBROADCASTSS zero<>+0(SB), Z0
+	VBROADCASTSS zero<>+0(SB), Z1
+	VBROADCASTSS zero<>+0(SB), Z2
+	VBROADCASTSS zero<>+0(SB), Z3
+	VBROADCASTSS zero<>+0(SB), Z4
+	VBROADCASTSS zero<>+0(SB), Z5
+	VBROADCASTSS zero<>+0(SB), Z6
+	VBROADCASTSS zero<>+0(SB), Z7
+
+	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  DX, DX
+	MOVQ  K+0(FP), BX
+	MOVQ  56(SP), SI
+	MOVQ  64(SP), DI
+	MOVQ  72(SP), R8
+	MOVQ  16(SP), R9
+	MOVQ  48(SP), R11
+	MOVQ  stores_base+64(FP), R10
+	MOVQ  (R10)(R11*8), R10
+	TESTQ R10, R10
+	JZ    stateKVbf16AVX512_nostore_5
+	LEAQ  (R10)(R9*2), R10
+
+stateKVbf16AVX512_nostore_5:
+	MOVQ  V+8(FP), R11
+	SHLQ  $0x01, R11
+	MOVQ  48(SP), R13
+	INCQ  R13
+	MOVQ  tok_len+224(FP), R14
+	SHRQ  $0x02, R14
+	XORQ  R12, R12
+	CMPQ  R13, R14
+	JNE   stateKVbf16AVX512_nocarry_5
+	MOVQ  carry_base+88(FP), R12
+	TESTQ R12, R12
+	JZ    stateKVbf16AVX512_nocarry_5
+	LEAQ  (R12)(R9*4), R12
+
+stateKVbf16AVX512_nocarry_5:
+	MOVQ V+8(FP), R9
+	SHLQ $0x02, R9
+
+stateKVbf16AVX512_rows_5:
+	VBROADCASTSS (SI)(DX*4), Z9
+	VBROADCASTSS (DI)(DX*4), Z10
+	VBROADCASTSS (R8)(DX*4), Z17
+	VMOVUPS      (AX), Z18
+	VFMADD213PS  Z18, Z8, Z18
+	VFMADD231PS  Z15, Z9, Z18
+	VMOVUPS      Z18, (AX)
+	VFMADD231PS  Z18, Z10, Z0
+	VFMADD231PS  Z18, Z17, Z1
+	CMPQ         CX, $0x00000010
+	JBE          stateKVbf16AVX512_spantail_4
+	VMOVUPS      64(AX), Z18
+	VFMADD213PS  Z18, Z8, Z18
+	VFMADD231PS  Z11, Z9, Z18
+	VMOVUPS      Z18, 64(AX)
+	VFMADD231PS  Z18, Z10, Z2
+	VFMADD231PS  Z18, Z17, Z3
+	CMPQ         CX, $0x00000020
+	JBE          stateKVbf16AVX512_spantail_4
+	VMOVUPS      128(AX), Z18
+	VFMADD213PS  Z18, Z8, Z18
+	VFMADD231PS  Z12, Z9, Z18
+	VMOVUPS      Z18, 128(AX)
+	VFMADD231PS  Z18, Z10, Z4
+	VFMADD231PS  Z18, Z17, Z5
+
+stateKVbf16AVX512_spantail_4:
+	VMOVUPS     (AX)(CX*4), Z18
+	VFMADD213PS Z18, Z8, Z18
+	VFMADD231PS Z16, Z9, Z18
+	VMOVUPS     Z18, (AX)(CX*4)
+	VFMADD231PS Z18, Z10, Z6
+	VFMADD231PS Z18, Z17, Z7
+	TESTQ       R10, R10
+	JZ          stateKVbf16AVX512_nostorerow_5
+	VMOVUPS     (AX), Z9
+	VPSRLD      $0x10, Z9, Z10
+	VPANDD      absmask<>+0(SB), Z9, Z17
+	VPCMPGTD    infbits<>+0(SB), Z17, K2
+	VPANDD      one_i<>+0(SB), Z10, Z17
+	VPADDD      round<>+0(SB), Z9, Z9
+	VPADDD      Z17, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPORD       quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW     Z9, (R10)
+	CMPQ        CX, $0x00000010
+	JBE         stateKVbf16AVX512_spantail_5
+	VMOVUPS     64(AX), Z9
+	VPSRLD      $0x10, Z9, Z10
+	VPANDD      absmask<>+0(SB), Z9, Z17
+	VPCMPGTD    infbits<>+0(SB), Z17, K2
+	VPANDD      one_i<>+0(SB), Z10, Z17
+	VPADDD      round<>+0(SB), Z9, Z9
+	VPADDD      Z17, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPORD       quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW     Z9, 32(R10)
+	CMPQ        CX, $0x00000020
+	JBE         stateKVbf16AVX512_spantail_5
+	VMOVUPS     128(AX), Z9
+	VPSRLD      $0x10, Z9, Z10
+	VPANDD      absmask<>+0(SB), Z9, Z17
+	VPCMPGTD    infbits<>+0(SB), Z17, K2
+	VPANDD      one_i<>+0(SB), Z10, Z17
+	VPADDD      round<>+0(SB), Z9, Z9
+	VPADDD      Z17, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPORD       quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW     Z9, 64(R10)
+
+stateKVbf16AVX512_spantail_5:
+	VMOVUPS  (AX)(CX*4), Z9
+	VPSRLD   $0x10, Z9, Z10
+	VPANDD   absmask<>+0(SB), Z9, Z17
+	VPCMPGTD infbits<>+0(SB), Z17, K2
+	VPANDD   one_i<>+0(SB), Z10, Z17
+	VPADDD   round<>+0(SB), Z9, Z9
+	VPADDD   Z17, Z9, Z9
+	VPSRLD   $0x10, Z9, Z9
+	VPORD    quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW  Z9, K1, (R10)(CX*2)
+	ADDQ     R11, R10
+
+stateKVbf16AVX512_nostorerow_5:
+	TESTQ   R12, R12
+	JZ      stateKVbf16AVX512_nocarryrow_5
+	VMOVUPS (AX), Z9
+	VMOVUPS Z9, (R12)
+	CMPQ    CX, $0x00000010
+	JBE     stateKVbf16AVX512_spantail_6
+	VMOVUPS 64(AX), Z9
+	VMOVUPS Z9, 64(R12)
+	CMPQ    CX, $0x00000020
+	JBE     stateKVbf16AVX512_spantail_6
+	VMOVUPS 128(AX), Z9
+	VMOVUPS Z9, 128(R12)
+
+stateKVbf16AVX512_spantail_6:
+	VMOVUPS (AX)(CX*4), Z9
+	VMOVUPS Z9, K1, (R12)(CX*4)
+	ADDQ    R9, R12
+
+stateKVbf16AVX512_nocarryrow_5:
+	ADDQ 40(SP), AX
+	INCQ DX
+	CMPQ DX, BX
+	JB   stateKVbf16AVX512_rows_5
+	JMP  stateKVbf16AVX512_tokdone_3
+
+stateKVbf16AVX512_far_3:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         96(SP), AX
+	VBROADCASTSS 4(AX), Z8
+	VBROADCASTSS 8(AX), Z9
+	VBROADCASTSS 12(AX), Z10
+	MOVQ         80(SP), AX
+	MOVQ         88(SP), DX
+	VMOVUPS      (AX), Z15
+	VMULPS       Z0, Z8, Z0
+	VSUBPS       Z0, Z15, Z15
+	VMULPS       Z15, Z9, Z15
+	VMULPS       Z1, Z8, Z1
+	VFMADD231PS  Z15, Z10, Z1
+	VMOVUPS      Z1, (DX)
+	CMPQ         CX, $0x00000010
+	JBE          stateKVbf16AVX512_spantail_7
+	VMOVUPS      64(AX), Z13
+	VMULPS       Z2, Z8, Z2
+	VSUBPS       Z2, Z13, Z13
+	VMULPS       Z13, Z9, Z13
+	VMULPS       Z3, Z8, Z3
+	VFMADD231PS  Z13, Z10, Z3
+	VMOVUPS      Z3, 64(DX)
+	CMPQ         CX, $0x00000020
+	JBE          stateKVbf16AVX512_spantail_7
+	VMOVUPS      128(AX), Z14
+	VMULPS       Z4, Z8, Z4
+	VSUBPS       Z4, Z14, Z14
+	VMULPS       Z14, Z9, Z14
+	VMULPS       Z5, Z8, Z5
+	VFMADD231PS  Z14, Z10, Z5
+	VMOVUPS      Z5, 128(DX)
+
+stateKVbf16AVX512_spantail_7:
+	VMOVUPS.Z    (AX)(CX*4), K1, Z16
+	VMULPS       Z6, Z8, Z6
+	VSUBPS       Z6, Z16, Z16
+	VMULPS       Z16, Z9, Z16
+	VMULPS       Z7, Z8, Z7
+	VFMADD231PS  Z16, Z10, Z7
+	VMOVUPS      Z7, K1, (DX)(CX*4)
+	VBROADCASTSS zero<>+0(SB), Z0
+	VBROADCASTSS zero<>+0(SB), Z1
+	VBROADCASTSS zero<>+0(SB), Z2
+	VBROADCASTSS zero<>+0(SB), Z3
+	VBROADCASTSS zero<>+0(SB), Z4
+	VBROADCASTSS zero<>+0(SB), Z5
+	VBROADCASTSS zero<>+0(SB), Z6
+	VBROADCASTSS zero<>+0(SB), Z7
+
+	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  DX, DX
+	MOVQ  K+0(FP), BX
+	MOVQ  56(SP), SI
+	MOVQ  64(SP), DI
+	MOVQ  72(SP), R8
+	MOVQ  16(SP), R9
+	MOVQ  48(SP), R11
+	MOVQ  stores_base+64(FP), R10
+	MOVQ  (R10)(R11*8), R10
+	TESTQ R10, R10
+	JZ    stateKVbf16AVX512_nostore_6
+	LEAQ  (R10)(R9*2), R10
+
+stateKVbf16AVX512_nostore_6:
+	MOVQ  V+8(FP), R11
+	SHLQ  $0x01, R11
+	MOVQ  48(SP), R13
+	INCQ  R13
+	MOVQ  tok_len+224(FP), R14
+	SHRQ  $0x02, R14
+	XORQ  R12, R12
+	CMPQ  R13, R14
+	JNE   stateKVbf16AVX512_nocarry_6
+	MOVQ  carry_base+88(FP), R12
+	TESTQ R12, R12
+	JZ    stateKVbf16AVX512_nocarry_6
+	LEAQ  (R12)(R9*4), R12
+
+stateKVbf16AVX512_nocarry_6:
+	MOVQ V+8(FP), R9
+	SHLQ $0x02, R9
+
+stateKVbf16AVX512_rows_6:
+	VBROADCASTSS (SI)(DX*4), Z9
+	VBROADCASTSS (DI)(DX*4), Z10
+	VBROADCASTSS (R8)(DX*4), Z17
+	VMOVUPS      (AX), Z18
+	VMULPS       Z18, Z8, Z18
+	VFMADD231PS  Z15, Z9, Z18
+	VMOVUPS      Z18, (AX)
+	VFMADD231PS  Z18, Z10, Z0
+	VFMADD231PS  Z18, Z17, Z1
+	CMPQ         CX, $0x00000010
+	JBE          stateKVbf16AVX512_spantail_8
+	VMOVUPS      64(AX), Z18
+	VMULPS       Z18, Z8, Z18
+	VFMADD231PS  Z13, Z9, Z18
+	VMOVUPS      Z18, 64(AX)
+	VFMADD231PS  Z18, Z10, Z2
+	VFMADD231PS  Z18, Z17, Z3
+	CMPQ         CX, $0x00000020
+	JBE          stateKVbf16AVX512_spantail_8
+	VMOVUPS      128(AX), Z18
+	VMULPS       Z18, Z8, Z18
+	VFMADD231PS  Z14, Z9, Z18
+	VMOVUPS      Z18, 128(AX)
+	VFMADD231PS  Z18, Z10, Z4
+	VFMADD231PS  Z18, Z17, Z5
+
+stateKVbf16AVX512_spantail_8:
+	VMOVUPS     (AX)(CX*4), Z18
+	VMULPS      Z18, Z8, Z18
+	VFMADD231PS Z16, Z9, Z18
+	VMOVUPS     Z18, (AX)(CX*4)
+	VFMADD231PS Z18, Z10, Z6
+	VFMADD231PS Z18, Z17, Z7
+	TESTQ       R10, R10
+	JZ          stateKVbf16AVX512_nostorerow_6
+	VMOVUPS     (AX), Z9
+	VPSRLD      $0x10, Z9, Z10
+	VPANDD      absmask<>+0(SB), Z9, Z17
+	VPCMPGTD    infbits<>+0(SB), Z17, K2
+	VPANDD      one_i<>+0(SB), Z10, Z17
+	VPADDD      round<>+0(SB), Z9, Z9
+	VPADDD      Z17, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPORD       quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW     Z9, (R10)
+	CMPQ        CX, $0x00000010
+	JBE         stateKVbf16AVX512_spantail_9
+	VMOVUPS     64(AX), Z9
+	VPSRLD      $0x10, Z9, Z10
+	VPANDD      absmask<>+0(SB), Z9, Z17
+	VPCMPGTD    infbits<>+0(SB), Z17, K2
+	VPANDD      one_i<>+0(SB), Z10, Z17
+	VPADDD      round<>+0(SB), Z9, Z9
+	VPADDD      Z17, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPORD       quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW     Z9, 32(R10)
+	CMPQ        CX, $0x00000020
+	JBE         stateKVbf16AVX512_spantail_9
+	VMOVUPS     128(AX), Z9
+	VPSRLD      $0x10, Z9, Z10
+	VPANDD      absmask<>+0(SB), Z9, Z17
+	VPCMPGTD    infbits<>+0(SB), Z17, K2
+	VPANDD      one_i<>+0(SB), Z10, Z17
+	VPADDD      round<>+0(SB), Z9, Z9
+	VPADDD      Z17, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPORD       quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW     Z9, 64(R10)
+
+stateKVbf16AVX512_spantail_9:
+	VMOVUPS  (AX)(CX*4), Z9
+	VPSRLD   $0x10, Z9, Z10
+	VPANDD   absmask<>+0(SB), Z9, Z17
+	VPCMPGTD infbits<>+0(SB), Z17, K2
+	VPANDD   one_i<>+0(SB), Z10, Z17
+	VPADDD   round<>+0(SB), Z9, Z9
+	VPADDD   Z17, Z9, Z9
+	VPSRLD   $0x10, Z9, Z9
+	VPORD    quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW  Z9, K1, (R10)(CX*2)
+	ADDQ     R11, R10
+
+stateKVbf16AVX512_nostorerow_6:
+	TESTQ   R12, R12
+	JZ      stateKVbf16AVX512_nocarryrow_6
+	VMOVUPS (AX), Z9
+	VMOVUPS Z9, (R12)
+	CMPQ    CX, $0x00000010
+	JBE     stateKVbf16AVX512_spantail_10
+	VMOVUPS 64(AX), Z9
+	VMOVUPS Z9, 64(R12)
+	CMPQ    CX, $0x00000020
+	JBE     stateKVbf16AVX512_spantail_10
+	VMOVUPS 128(AX), Z9
+	VMOVUPS Z9, 128(R12)
+
+stateKVbf16AVX512_spantail_10:
+	VMOVUPS (AX)(CX*4), Z9
+	VMOVUPS Z9, K1, (R12)(CX*4)
+	ADDQ    R9, R12
+
+stateKVbf16AVX512_nocarryrow_6:
+	ADDQ 40(SP), AX
+	INCQ DX
+	CMPQ DX, BX
+	JB   stateKVbf16AVX512_rows_6
+
+stateKVbf16AVX512_tokdone_3:
+	MOVQ 64(SP), AX
+	MOVQ AX, 56(SP)
+	ADDQ $0x10, 96(SP)
+	MOVQ vs+184(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 80(SP)
+	MOVQ V+8(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 88(SP)
+	MOVQ 48(SP), DX
+	INCQ DX
+	MOVQ DX, 48(SP)
+	MOVQ tok_len+224(FP), AX
+	SHRQ $0x02, AX
+	CMPQ DX, AX
+	JB   stateKVbf16AVX512_token_3
+
+stateKVbf16AVX512_blockdone_1:
 	MOVQ 24(SP), AX
 	ADDQ AX, 16(SP)
 	SUBQ AX, 8(SP)
@@ -14533,8 +7791,8 @@ widenAVX512_done:
 	RET
 
 // func stateKVf32AVX2(K int, V int, src []float32, stores []uintptr, kh []float32, qh []float32, v []float32, vs int, o []float32, tok []float32, work []float32)
-// Requires: AVX, CMOV, FMA3
-TEXT ·stateKVf32AVX2(SB), NOSPLIT, $224-216
+// Requires: AVX, AVX2, CMOV, FMA3
+TEXT ·stateKVf32AVX2(SB), NOSPLIT, $264-216
 	MOVQ  K+0(FP), AX
 	MOVQ  V+8(FP), CX
 	MOVQ  tok_len+176(FP), DX
@@ -14555,73 +7813,36 @@ TEXT ·stateKVf32AVX2(SB), NOSPLIT, $224-216
 	CMPQ AX, $0x00000400
 	JA   stateKVf32AVX2_done_1
 
-	// Vectors per full block: the most (≤ 4) whose K rows fit 32768 bytes.
-	MOVQ    $0x00000001, CX
-	MOVQ    $0x00000002, DX
+	// Columns per full block: 8 × the most vectors (≤ 4) whose K rows fit 32768 bytes.
+	MOVQ    $0x00000008, CX
+	MOVQ    $0x00000010, DX
 	CMPQ    AX, $0x00000200
 	CMOVQLS DX, CX
-	MOVQ    $0x00000003, DX
+	MOVQ    $0x00000018, DX
 	CMPQ    AX, $0x00000155
 	CMOVQLS DX, CX
-	MOVQ    $0x00000004, DX
+	MOVQ    $0x00000020, DX
 	CMPQ    AX, $0x00000100
 	CMOVQLS DX, CX
 	MOVQ    CX, 32(SP)
 	XORQ    CX, CX
 	MOVQ    CX, 16(SP)
 
-	// Column blocks.
+	// Column blocks: min(V − j0, the full block's columns) each, one span for all.
 stateKVf32AVX2_blocks_1:
-	MOVQ  8(SP), AX
-	TESTQ AX, AX
-	JZ    stateKVf32AVX2_done_1
-	MOVQ  32(SP), CX
-	MOVQ  CX, DX
-	SHLQ  $0x03, DX
-	CMPQ  AX, DX
-	JB    stateKVf32AVX2_notfull_1
-	MOVQ  DX, 24(SP)
-	CMPQ  CX, $0x00000001
-	JE    stateKVf32AVX2_shape_1
-	CMPQ  CX, $0x00000002
-	JE    stateKVf32AVX2_shape_2
-	CMPQ  CX, $0x00000003
-	JE    stateKVf32AVX2_shape_3
-	JMP   stateKVf32AVX2_shape_4
+	MOVQ    8(SP), AX
+	TESTQ   AX, AX
+	JZ      stateKVf32AVX2_done_1
+	MOVQ    32(SP), CX
+	CMPQ    AX, CX
+	CMOVQCC CX, AX
+	MOVQ    AX, 24(SP)
 
-stateKVf32AVX2_notfull_1:
-	MOVQ AX, CX
-	SHRQ $0x03, CX
-	JZ   stateKVf32AVX2_narrow_1
-	SHLQ $0x03, CX
-	MOVQ CX, 24(SP)
-	SHRQ $0x03, CX
-	CMPQ CX, $0x00000001
-	JE   stateKVf32AVX2_shape_1
-	CMPQ CX, $0x00000002
-	JE   stateKVf32AVX2_shape_2
-	CMPQ CX, $0x00000003
-	JE   stateKVf32AVX2_shape_3
-	JMP  stateKVf32AVX2_shape_4
+	// A block of 32 columns (the full one when K ≤ 256): 4 full vectors.
+	CMPQ AX, $0x00000020
+	JNE  stateKVf32AVX2_span_1
 
-stateKVf32AVX2_narrow_1:
-	MOVQ AX, 24(SP)
-	CMPQ AX, $0x00000001
-	JE   stateKVf32AVX2_shape_5
-	CMPQ AX, $0x00000002
-	JE   stateKVf32AVX2_shape_6
-	CMPQ AX, $0x00000003
-	JE   stateKVf32AVX2_shape_7
-	CMPQ AX, $0x00000004
-	JE   stateKVf32AVX2_shape_8
-	CMPQ AX, $0x00000005
-	JE   stateKVf32AVX2_shape_9
-	CMPQ AX, $0x00000006
-	JE   stateKVf32AVX2_shape_10
-	JMP  stateKVf32AVX2_shape_11
-
-stateKVf32AVX2_shape_1:
-	// Block of 8 columns (rows in work of 32 bytes): pass 0 loads it, with token 0's read.
+	// Block of up to 32 columns (rows in work of whole vectors): pass 0 loads it, with token 0's read.
 	MOVQ   K+0(FP), AX
 	MOVQ   16(SP), CX
 	MOVQ   src_base+16(FP), DX
@@ -14630,41 +7851,59 @@ stateKVf32AVX2_shape_1:
 	SHLQ   $0x02, BX
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
 	MOVQ   kh_base+64(FP), SI
 	MOVQ   qh_base+88(FP), DI
 	MOVQ   (SP), R8
 	XORQ   R9, R9
 
 stateKVf32AVX2_pass0_1:
-	VBROADCASTSS (SI)(R9*4), Y2
-	VBROADCASTSS (DI)(R9*4), Y3
-	VMOVUPS      (DX), Y4
-	VMOVUPS      Y4, (R8)
-	VFMADD231PS  Y4, Y2, Y0
-	VFMADD231PS  Y4, Y3, Y1
+	VBROADCASTSS (SI)(R9*4), Y8
+	VBROADCASTSS (DI)(R9*4), Y9
+	VMOVUPS      (DX), Y10
+	VMOVUPS      Y10, (R8)
+	VFMADD231PS  Y10, Y8, Y0
+	VFMADD231PS  Y10, Y9, Y1
+	VMOVUPS      32(DX), Y10
+	VMOVUPS      Y10, 32(R8)
+	VFMADD231PS  Y10, Y8, Y2
+	VFMADD231PS  Y10, Y9, Y3
+	VMOVUPS      64(DX), Y10
+	VMOVUPS      Y10, 64(R8)
+	VFMADD231PS  Y10, Y8, Y4
+	VFMADD231PS  Y10, Y9, Y5
+	VMOVUPS      96(DX), Y10
+	VMOVUPS      Y10, 96(R8)
+	VFMADD231PS  Y10, Y8, Y6
+	VFMADD231PS  Y10, Y9, Y7
 	ADDQ         BX, DX
-	ADDQ         $0x00000020, R8
+	ADDQ         $0x00000080, R8
 	INCQ         R9
 	CMPQ         R9, AX
 	JB           stateKVf32AVX2_pass0_1
 
 	// The tokens.
 	XORQ AX, AX
-	MOVQ AX, 40(SP)
-	MOVQ kh_base+64(FP), AX
 	MOVQ AX, 48(SP)
+	MOVQ kh_base+64(FP), AX
+	MOVQ AX, 56(SP)
 	MOVQ tok_base+168(FP), AX
-	MOVQ AX, 88(SP)
+	MOVQ AX, 96(SP)
 	MOVQ v_base+112(FP), AX
 	LEAQ (AX)(CX*4), AX
-	MOVQ AX, 72(SP)
+	MOVQ AX, 80(SP)
 	MOVQ o_base+144(FP), AX
 	LEAQ (AX)(CX*4), AX
-	MOVQ AX, 80(SP)
+	MOVQ AX, 88(SP)
 
 stateKVf32AVX2_token_1:
 	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
-	MOVQ 40(SP), AX
+	MOVQ 48(SP), AX
 	MOVQ K+0(FP), CX
 	INCQ AX
 	MOVQ tok_len+176(FP), DX
@@ -14677,43 +7916,73 @@ stateKVf32AVX2_notlast_1:
 	IMULQ    CX, AX
 	MOVQ     kh_base+64(FP), CX
 	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 56(SP)
+	MOVQ     CX, 64(SP)
 	MOVQ     qh_base+88(FP), CX
 	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 64(SP)
-	MOVQ     88(SP), AX
-	VMOVSS   (AX), X2
-	VUCOMISS nearone<>+0(SB), X2
+	MOVQ     CX, 72(SP)
+	MOVQ     96(SP), AX
+	VMOVSS   (AX), X8
+	VUCOMISS nearone<>+0(SB), X8
 	JCS      stateKVf32AVX2_far_1
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         88(SP), AX
-	VBROADCASTSS (AX), Y2
-	VBROADCASTSS 8(AX), Y3
-	VBROADCASTSS 12(AX), Y4
-	MOVQ         72(SP), AX
-	MOVQ         80(SP), CX
-	VMOVUPS      (AX), Y5
-	VFMADD213PS  Y0, Y2, Y0
-	VSUBPS       Y0, Y5, Y5
-	VMULPS       Y5, Y3, Y5
-	VFMADD213PS  Y1, Y2, Y1
-	VFMADD231PS  Y5, Y4, Y1
+	MOVQ         96(SP), AX
+	VBROADCASTSS (AX), Y8
+	VBROADCASTSS 8(AX), Y9
+	VBROADCASTSS 12(AX), Y10
+	MOVQ         80(SP), AX
+	MOVQ         88(SP), CX
+	VMOVUPS      (AX), Y11
+	VFMADD213PS  Y0, Y8, Y0
+	VSUBPS       Y0, Y11, Y11
+	VMULPS       Y11, Y9, Y11
+	VFMADD213PS  Y1, Y8, Y1
+	VFMADD231PS  Y11, Y10, Y1
 	VMOVUPS      Y1, (CX)
-	VMOVUPS      Y5, 96(SP)
+	VMOVUPS      Y11, 104(SP)
+	VMOVUPS      32(AX), Y0
+	VFMADD213PS  Y2, Y8, Y2
+	VSUBPS       Y2, Y0, Y0
+	VMULPS       Y0, Y9, Y0
+	VFMADD213PS  Y3, Y8, Y3
+	VFMADD231PS  Y0, Y10, Y3
+	VMOVUPS      Y3, 32(CX)
+	VMOVUPS      Y0, 136(SP)
+	VMOVUPS      64(AX), Y0
+	VFMADD213PS  Y4, Y8, Y4
+	VSUBPS       Y4, Y0, Y0
+	VMULPS       Y0, Y9, Y0
+	VFMADD213PS  Y5, Y8, Y5
+	VFMADD231PS  Y0, Y10, Y5
+	VMOVUPS      Y5, 64(CX)
+	VMOVUPS      Y0, 168(SP)
+	VMOVUPS      96(AX), Y0
+	VFMADD213PS  Y6, Y8, Y6
+	VSUBPS       Y6, Y0, Y0
+	VMULPS       Y0, Y9, Y0
+	VFMADD213PS  Y7, Y8, Y7
+	VFMADD231PS  Y0, Y10, Y7
+	VMOVUPS      Y7, 96(CX)
+	VMOVUPS      Y0, 200(SP)
 	VXORPS       Y0, Y0, Y0
 	VXORPS       Y1, Y1, Y1
+	VXORPS       Y2, Y2, Y2
+	VXORPS       Y3, Y3, Y3
+	VXORPS       Y4, Y4, Y4
+	VXORPS       Y5, Y5, Y5
+	VXORPS       Y6, Y6, Y6
+	VXORPS       Y7, Y7, Y7
 
 	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
 	MOVQ  (SP), AX
 	XORQ  CX, CX
 	MOVQ  K+0(FP), DX
-	MOVQ  48(SP), BX
-	MOVQ  56(SP), SI
-	MOVQ  64(SP), DI
+	MOVQ  56(SP), BX
+	MOVQ  64(SP), SI
+	MOVQ  72(SP), DI
 	MOVQ  16(SP), R8
-	MOVQ  40(SP), R10
+	MOVQ  48(SP), R10
 	MOVQ  stores_base+40(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
@@ -14725,23 +7994,47 @@ stateKVf32AVX2_nostore_1:
 	SHLQ $0x02, R8
 
 stateKVf32AVX2_rows_1:
-	VBROADCASTSS (BX)(CX*4), Y3
-	VBROADCASTSS (SI)(CX*4), Y4
-	VBROADCASTSS (DI)(CX*4), Y5
-	VMOVUPS      (AX), Y6
-	VFMADD213PS  Y6, Y2, Y6
-	VFMADD231PS  96(SP), Y3, Y6
-	VMOVUPS      Y6, (AX)
-	VFMADD231PS  Y6, Y4, Y0
-	VFMADD231PS  Y6, Y5, Y1
+	VBROADCASTSS (BX)(CX*4), Y9
+	VBROADCASTSS (SI)(CX*4), Y10
+	VBROADCASTSS (DI)(CX*4), Y11
+	VMOVUPS      (AX), Y12
+	VFMADD213PS  Y12, Y8, Y12
+	VFMADD231PS  104(SP), Y9, Y12
+	VMOVUPS      Y12, (AX)
+	VFMADD231PS  Y12, Y10, Y0
+	VFMADD231PS  Y12, Y11, Y1
+	VMOVUPS      32(AX), Y12
+	VFMADD213PS  Y12, Y8, Y12
+	VFMADD231PS  136(SP), Y9, Y12
+	VMOVUPS      Y12, 32(AX)
+	VFMADD231PS  Y12, Y10, Y2
+	VFMADD231PS  Y12, Y11, Y3
+	VMOVUPS      64(AX), Y12
+	VFMADD213PS  Y12, Y8, Y12
+	VFMADD231PS  168(SP), Y9, Y12
+	VMOVUPS      Y12, 64(AX)
+	VFMADD231PS  Y12, Y10, Y4
+	VFMADD231PS  Y12, Y11, Y5
+	VMOVUPS      96(AX), Y12
+	VFMADD213PS  Y12, Y8, Y12
+	VFMADD231PS  200(SP), Y9, Y12
+	VMOVUPS      Y12, 96(AX)
+	VFMADD231PS  Y12, Y10, Y6
+	VFMADD231PS  Y12, Y11, Y7
 	TESTQ        R9, R9
 	JZ           stateKVf32AVX2_nostorerow_1
-	VMOVUPS      (AX), Y3
-	VMOVUPS      Y3, (R9)
+	VMOVUPS      (AX), Y9
+	VMOVUPS      Y9, (R9)
+	VMOVUPS      32(AX), Y9
+	VMOVUPS      Y9, 32(R9)
+	VMOVUPS      64(AX), Y9
+	VMOVUPS      Y9, 64(R9)
+	VMOVUPS      96(AX), Y9
+	VMOVUPS      Y9, 96(R9)
 	ADDQ         R8, R9
 
 stateKVf32AVX2_nostorerow_1:
-	ADDQ $0x00000020, AX
+	ADDQ $0x00000080, AX
 	INCQ CX
 	CMPQ CX, DX
 	JB   stateKVf32AVX2_rows_1
@@ -14750,32 +8043,62 @@ stateKVf32AVX2_nostorerow_1:
 stateKVf32AVX2_far_1:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         88(SP), AX
-	VBROADCASTSS 4(AX), Y2
-	VBROADCASTSS 8(AX), Y3
-	VBROADCASTSS 12(AX), Y4
-	MOVQ         72(SP), AX
-	MOVQ         80(SP), CX
-	VMOVUPS      (AX), Y5
-	VMULPS       Y0, Y2, Y0
-	VSUBPS       Y0, Y5, Y5
-	VMULPS       Y5, Y3, Y5
-	VMULPS       Y1, Y2, Y1
-	VFMADD231PS  Y5, Y4, Y1
+	MOVQ         96(SP), AX
+	VBROADCASTSS 4(AX), Y8
+	VBROADCASTSS 8(AX), Y9
+	VBROADCASTSS 12(AX), Y10
+	MOVQ         80(SP), AX
+	MOVQ         88(SP), CX
+	VMOVUPS      (AX), Y11
+	VMULPS       Y0, Y8, Y0
+	VSUBPS       Y0, Y11, Y11
+	VMULPS       Y11, Y9, Y11
+	VMULPS       Y1, Y8, Y1
+	VFMADD231PS  Y11, Y10, Y1
 	VMOVUPS      Y1, (CX)
-	VMOVUPS      Y5, 96(SP)
+	VMOVUPS      Y11, 104(SP)
+	VMOVUPS      32(AX), Y0
+	VMULPS       Y2, Y8, Y2
+	VSUBPS       Y2, Y0, Y0
+	VMULPS       Y0, Y9, Y0
+	VMULPS       Y3, Y8, Y3
+	VFMADD231PS  Y0, Y10, Y3
+	VMOVUPS      Y3, 32(CX)
+	VMOVUPS      Y0, 136(SP)
+	VMOVUPS      64(AX), Y0
+	VMULPS       Y4, Y8, Y4
+	VSUBPS       Y4, Y0, Y0
+	VMULPS       Y0, Y9, Y0
+	VMULPS       Y5, Y8, Y5
+	VFMADD231PS  Y0, Y10, Y5
+	VMOVUPS      Y5, 64(CX)
+	VMOVUPS      Y0, 168(SP)
+	VMOVUPS      96(AX), Y0
+	VMULPS       Y6, Y8, Y6
+	VSUBPS       Y6, Y0, Y0
+	VMULPS       Y0, Y9, Y0
+	VMULPS       Y7, Y8, Y7
+	VFMADD231PS  Y0, Y10, Y7
+	VMOVUPS      Y7, 96(CX)
+	VMOVUPS      Y0, 200(SP)
 	VXORPS       Y0, Y0, Y0
 	VXORPS       Y1, Y1, Y1
+	VXORPS       Y2, Y2, Y2
+	VXORPS       Y3, Y3, Y3
+	VXORPS       Y4, Y4, Y4
+	VXORPS       Y5, Y5, Y5
+	VXORPS       Y6, Y6, Y6
+	VXORPS       Y7, Y7, Y7
 
 	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
 	MOVQ  (SP), AX
 	XORQ  CX, CX
 	MOVQ  K+0(FP), DX
-	MOVQ  48(SP), BX
-	MOVQ  56(SP), SI
-	MOVQ  64(SP), DI
+	MOVQ  56(SP), BX
+	MOVQ  64(SP), SI
+	MOVQ  72(SP), DI
 	MOVQ  16(SP), R8
-	MOVQ  40(SP), R10
+	MOVQ  48(SP), R10
 	MOVQ  stores_base+40(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
@@ -14787,51 +8110,81 @@ stateKVf32AVX2_nostore_2:
 	SHLQ $0x02, R8
 
 stateKVf32AVX2_rows_2:
-	VBROADCASTSS (BX)(CX*4), Y3
-	VBROADCASTSS (SI)(CX*4), Y4
-	VBROADCASTSS (DI)(CX*4), Y5
-	VMOVUPS      (AX), Y6
-	VMULPS       Y6, Y2, Y6
-	VFMADD231PS  96(SP), Y3, Y6
-	VMOVUPS      Y6, (AX)
-	VFMADD231PS  Y6, Y4, Y0
-	VFMADD231PS  Y6, Y5, Y1
+	VBROADCASTSS (BX)(CX*4), Y9
+	VBROADCASTSS (SI)(CX*4), Y10
+	VBROADCASTSS (DI)(CX*4), Y11
+	VMOVUPS      (AX), Y12
+	VMULPS       Y12, Y8, Y12
+	VFMADD231PS  104(SP), Y9, Y12
+	VMOVUPS      Y12, (AX)
+	VFMADD231PS  Y12, Y10, Y0
+	VFMADD231PS  Y12, Y11, Y1
+	VMOVUPS      32(AX), Y12
+	VMULPS       Y12, Y8, Y12
+	VFMADD231PS  136(SP), Y9, Y12
+	VMOVUPS      Y12, 32(AX)
+	VFMADD231PS  Y12, Y10, Y2
+	VFMADD231PS  Y12, Y11, Y3
+	VMOVUPS      64(AX), Y12
+	VMULPS       Y12, Y8, Y12
+	VFMADD231PS  168(SP), Y9, Y12
+	VMOVUPS      Y12, 64(AX)
+	VFMADD231PS  Y12, Y10, Y4
+	VFMADD231PS  Y12, Y11, Y5
+	VMOVUPS      96(AX), Y12
+	VMULPS       Y12, Y8, Y12
+	VFMADD231PS  200(SP), Y9, Y12
+	VMOVUPS      Y12, 96(AX)
+	VFMADD231PS  Y12, Y10, Y6
+	VFMADD231PS  Y12, Y11, Y7
 	TESTQ        R9, R9
 	JZ           stateKVf32AVX2_nostorerow_2
-	VMOVUPS      (AX), Y3
-	VMOVUPS      Y3, (R9)
+	VMOVUPS      (AX), Y9
+	VMOVUPS      Y9, (R9)
+	VMOVUPS      32(AX), Y9
+	VMOVUPS      Y9, 32(R9)
+	VMOVUPS      64(AX), Y9
+	VMOVUPS      Y9, 64(R9)
+	VMOVUPS      96(AX), Y9
+	VMOVUPS      Y9, 96(R9)
 	ADDQ         R8, R9
 
 stateKVf32AVX2_nostorerow_2:
-	ADDQ $0x00000020, AX
+	ADDQ $0x00000080, AX
 	INCQ CX
 	CMPQ CX, DX
 	JB   stateKVf32AVX2_rows_2
 
 stateKVf32AVX2_tokdone_1:
-	MOVQ 56(SP), AX
-	MOVQ AX, 48(SP)
-	ADDQ $0x10, 88(SP)
+	MOVQ 64(SP), AX
+	MOVQ AX, 56(SP)
+	ADDQ $0x10, 96(SP)
 	MOVQ vs+136(FP), AX
 	SHLQ $0x02, AX
-	ADDQ AX, 72(SP)
+	ADDQ AX, 80(SP)
 	MOVQ V+8(FP), AX
 	SHLQ $0x02, AX
-	ADDQ AX, 80(SP)
-	MOVQ 40(SP), CX
+	ADDQ AX, 88(SP)
+	MOVQ 48(SP), CX
 	INCQ CX
-	MOVQ CX, 40(SP)
+	MOVQ CX, 48(SP)
 	MOVQ tok_len+176(FP), AX
 	SHRQ $0x02, AX
 	CMPQ CX, AX
 	JB   stateKVf32AVX2_token_1
-	MOVQ 24(SP), AX
-	ADDQ AX, 16(SP)
-	SUBQ AX, 8(SP)
-	JMP  stateKVf32AVX2_blocks_1
+	JMP  stateKVf32AVX2_blockdone_1
 
-stateKVf32AVX2_shape_2:
-	// Block of 16 columns (rows in work of 64 bytes): pass 0 loads it, with token 0's read.
+stateKVf32AVX2_span_1:
+	MOVQ    $0x00000010, CX
+	CMPQ    AX, $0x00000018
+	CMOVQCC CX, AX
+	MOVQ    AX, 24(SP)
+
+	// A block of 16 columns (V = 80: the 16 after 64): 2 full vectors, no guard.
+	CMPQ AX, $0x00000010
+	JNE  stateKVf32AVX2_span_2
+
+	// Block of up to 16 columns (rows in work of whole vectors): pass 0 loads it, with token 0's read.
 	MOVQ   K+0(FP), AX
 	MOVQ   16(SP), CX
 	MOVQ   src_base+16(FP), DX
@@ -14866,21 +8219,21 @@ stateKVf32AVX2_pass0_2:
 
 	// The tokens.
 	XORQ AX, AX
-	MOVQ AX, 40(SP)
-	MOVQ kh_base+64(FP), AX
 	MOVQ AX, 48(SP)
+	MOVQ kh_base+64(FP), AX
+	MOVQ AX, 56(SP)
 	MOVQ tok_base+168(FP), AX
-	MOVQ AX, 88(SP)
+	MOVQ AX, 96(SP)
 	MOVQ v_base+112(FP), AX
 	LEAQ (AX)(CX*4), AX
-	MOVQ AX, 72(SP)
+	MOVQ AX, 80(SP)
 	MOVQ o_base+144(FP), AX
 	LEAQ (AX)(CX*4), AX
-	MOVQ AX, 80(SP)
+	MOVQ AX, 88(SP)
 
 stateKVf32AVX2_token_2:
 	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
-	MOVQ 40(SP), AX
+	MOVQ 48(SP), AX
 	MOVQ K+0(FP), CX
 	INCQ AX
 	MOVQ tok_len+176(FP), DX
@@ -14893,23 +8246,23 @@ stateKVf32AVX2_notlast_2:
 	IMULQ    CX, AX
 	MOVQ     kh_base+64(FP), CX
 	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 56(SP)
+	MOVQ     CX, 64(SP)
 	MOVQ     qh_base+88(FP), CX
 	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 64(SP)
-	MOVQ     88(SP), AX
+	MOVQ     CX, 72(SP)
+	MOVQ     96(SP), AX
 	VMOVSS   (AX), X4
 	VUCOMISS nearone<>+0(SB), X4
 	JCS      stateKVf32AVX2_far_2
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         88(SP), AX
+	MOVQ         96(SP), AX
 	VBROADCASTSS (AX), Y4
 	VBROADCASTSS 8(AX), Y5
 	VBROADCASTSS 12(AX), Y6
-	MOVQ         72(SP), AX
-	MOVQ         80(SP), CX
+	MOVQ         80(SP), AX
+	MOVQ         88(SP), CX
 	VMOVUPS      (AX), Y7
 	VFMADD213PS  Y0, Y4, Y0
 	VSUBPS       Y0, Y7, Y7
@@ -14917,7 +8270,7 @@ stateKVf32AVX2_notlast_2:
 	VFMADD213PS  Y1, Y4, Y1
 	VFMADD231PS  Y7, Y6, Y1
 	VMOVUPS      Y1, (CX)
-	VMOVUPS      Y7, 96(SP)
+	VMOVUPS      Y7, 104(SP)
 	VMOVUPS      32(AX), Y0
 	VFMADD213PS  Y2, Y4, Y2
 	VSUBPS       Y2, Y0, Y0
@@ -14925,7 +8278,7 @@ stateKVf32AVX2_notlast_2:
 	VFMADD213PS  Y3, Y4, Y3
 	VFMADD231PS  Y0, Y6, Y3
 	VMOVUPS      Y3, 32(CX)
-	VMOVUPS      Y0, 128(SP)
+	VMOVUPS      Y0, 136(SP)
 	VXORPS       Y0, Y0, Y0
 	VXORPS       Y1, Y1, Y1
 	VXORPS       Y2, Y2, Y2
@@ -14935,11 +8288,11 @@ stateKVf32AVX2_notlast_2:
 	MOVQ  (SP), AX
 	XORQ  CX, CX
 	MOVQ  K+0(FP), DX
-	MOVQ  48(SP), BX
-	MOVQ  56(SP), SI
-	MOVQ  64(SP), DI
+	MOVQ  56(SP), BX
+	MOVQ  64(SP), SI
+	MOVQ  72(SP), DI
 	MOVQ  16(SP), R8
-	MOVQ  40(SP), R10
+	MOVQ  48(SP), R10
 	MOVQ  stores_base+40(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
@@ -14956,13 +8309,13 @@ stateKVf32AVX2_rows_3:
 	VBROADCASTSS (DI)(CX*4), Y7
 	VMOVUPS      (AX), Y8
 	VFMADD213PS  Y8, Y4, Y8
-	VFMADD231PS  96(SP), Y5, Y8
+	VFMADD231PS  104(SP), Y5, Y8
 	VMOVUPS      Y8, (AX)
 	VFMADD231PS  Y8, Y6, Y0
 	VFMADD231PS  Y8, Y7, Y1
 	VMOVUPS      32(AX), Y8
 	VFMADD213PS  Y8, Y4, Y8
-	VFMADD231PS  128(SP), Y5, Y8
+	VFMADD231PS  136(SP), Y5, Y8
 	VMOVUPS      Y8, 32(AX)
 	VFMADD231PS  Y8, Y6, Y2
 	VFMADD231PS  Y8, Y7, Y3
@@ -14984,12 +8337,12 @@ stateKVf32AVX2_nostorerow_3:
 stateKVf32AVX2_far_2:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         88(SP), AX
+	MOVQ         96(SP), AX
 	VBROADCASTSS 4(AX), Y4
 	VBROADCASTSS 8(AX), Y5
 	VBROADCASTSS 12(AX), Y6
-	MOVQ         72(SP), AX
-	MOVQ         80(SP), CX
+	MOVQ         80(SP), AX
+	MOVQ         88(SP), CX
 	VMOVUPS      (AX), Y7
 	VMULPS       Y0, Y4, Y0
 	VSUBPS       Y0, Y7, Y7
@@ -14997,7 +8350,7 @@ stateKVf32AVX2_far_2:
 	VMULPS       Y1, Y4, Y1
 	VFMADD231PS  Y7, Y6, Y1
 	VMOVUPS      Y1, (CX)
-	VMOVUPS      Y7, 96(SP)
+	VMOVUPS      Y7, 104(SP)
 	VMOVUPS      32(AX), Y0
 	VMULPS       Y2, Y4, Y2
 	VSUBPS       Y2, Y0, Y0
@@ -15005,7 +8358,7 @@ stateKVf32AVX2_far_2:
 	VMULPS       Y3, Y4, Y3
 	VFMADD231PS  Y0, Y6, Y3
 	VMOVUPS      Y3, 32(CX)
-	VMOVUPS      Y0, 128(SP)
+	VMOVUPS      Y0, 136(SP)
 	VXORPS       Y0, Y0, Y0
 	VXORPS       Y1, Y1, Y1
 	VXORPS       Y2, Y2, Y2
@@ -15015,11 +8368,11 @@ stateKVf32AVX2_far_2:
 	MOVQ  (SP), AX
 	XORQ  CX, CX
 	MOVQ  K+0(FP), DX
-	MOVQ  48(SP), BX
-	MOVQ  56(SP), SI
-	MOVQ  64(SP), DI
+	MOVQ  56(SP), BX
+	MOVQ  64(SP), SI
+	MOVQ  72(SP), DI
 	MOVQ  16(SP), R8
-	MOVQ  40(SP), R10
+	MOVQ  48(SP), R10
 	MOVQ  stores_base+40(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
@@ -15036,13 +8389,13 @@ stateKVf32AVX2_rows_4:
 	VBROADCASTSS (DI)(CX*4), Y7
 	VMOVUPS      (AX), Y8
 	VMULPS       Y8, Y4, Y8
-	VFMADD231PS  96(SP), Y5, Y8
+	VFMADD231PS  104(SP), Y5, Y8
 	VMOVUPS      Y8, (AX)
 	VFMADD231PS  Y8, Y6, Y0
 	VFMADD231PS  Y8, Y7, Y1
 	VMOVUPS      32(AX), Y8
 	VMULPS       Y8, Y4, Y8
-	VFMADD231PS  128(SP), Y5, Y8
+	VFMADD231PS  136(SP), Y5, Y8
 	VMOVUPS      Y8, 32(AX)
 	VFMADD231PS  Y8, Y6, Y2
 	VFMADD231PS  Y8, Y7, Y3
@@ -15061,326 +8414,517 @@ stateKVf32AVX2_nostorerow_4:
 	JB   stateKVf32AVX2_rows_4
 
 stateKVf32AVX2_tokdone_2:
-	MOVQ 56(SP), AX
-	MOVQ AX, 48(SP)
-	ADDQ $0x10, 88(SP)
+	MOVQ 64(SP), AX
+	MOVQ AX, 56(SP)
+	ADDQ $0x10, 96(SP)
 	MOVQ vs+136(FP), AX
 	SHLQ $0x02, AX
-	ADDQ AX, 72(SP)
+	ADDQ AX, 80(SP)
 	MOVQ V+8(FP), AX
 	SHLQ $0x02, AX
-	ADDQ AX, 80(SP)
-	MOVQ 40(SP), CX
+	ADDQ AX, 88(SP)
+	MOVQ 48(SP), CX
 	INCQ CX
-	MOVQ CX, 40(SP)
+	MOVQ CX, 48(SP)
 	MOVQ tok_len+176(FP), AX
 	SHRQ $0x02, AX
 	CMPQ CX, AX
 	JB   stateKVf32AVX2_token_2
-	MOVQ 24(SP), AX
-	ADDQ AX, 16(SP)
-	SUBQ AX, 8(SP)
-	JMP  stateKVf32AVX2_blocks_1
+	JMP  stateKVf32AVX2_blockdone_1
 
-stateKVf32AVX2_shape_3:
-	// Block of 24 columns (rows in work of 96 bytes): pass 0 loads it, with token 0's read.
+stateKVf32AVX2_span_2:
+	MOVQ         AX, CX
+	ANDQ         $-8, CX
+	MOVQ         AX, DX
+	SUBQ         CX, DX
+	VMOVD        DX, X0
+	VPBROADCASTD X0, Y0
+	VPCMPGTD     iota<>+0(SB), Y0, Y0
+	VMOVUPS      Y0, 232(SP)
+
+	// Any other block: 2 full vectors (the first 2 of them guarded), then the masked one.
+	// Row bytes in work: whole vectors.
+	ADDQ $0x07, AX
+	ANDQ $-8, AX
+	SHLQ $0x02, AX
+	MOVQ AX, 40(SP)
+
+	// Block of up to 24 columns (rows in work of whole vectors): pass 0 loads it, with token 0's read.
 	MOVQ   K+0(FP), AX
-	MOVQ   16(SP), CX
-	MOVQ   src_base+16(FP), DX
-	MOVQ   V+8(FP), BX
-	LEAQ   (DX)(CX*4), DX
-	SHLQ   $0x02, BX
+	MOVQ   16(SP), DX
+	MOVQ   src_base+16(FP), BX
+	MOVQ   V+8(FP), SI
+	LEAQ   (BX)(DX*4), BX
+	SHLQ   $0x02, SI
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
 	VXORPS Y3, Y3, Y3
 	VXORPS Y4, Y4, Y4
 	VXORPS Y5, Y5, Y5
-	MOVQ   kh_base+64(FP), SI
-	MOVQ   qh_base+88(FP), DI
-	MOVQ   (SP), R8
-	XORQ   R9, R9
+	MOVQ   kh_base+64(FP), DI
+	MOVQ   qh_base+88(FP), R8
+	MOVQ   (SP), R9
+	XORQ   R10, R10
 
 stateKVf32AVX2_pass0_3:
-	VBROADCASTSS (SI)(R9*4), Y6
-	VBROADCASTSS (DI)(R9*4), Y7
-	VMOVUPS      (DX), Y8
-	VMOVUPS      Y8, (R8)
+	VBROADCASTSS (DI)(R10*4), Y6
+	VBROADCASTSS (R8)(R10*4), Y7
+	CMPQ         CX, $0x00000000
+	JBE          stateKVf32AVX2_spantail_1
+	VMOVUPS      (BX), Y8
+	VMOVUPS      Y8, (R9)
 	VFMADD231PS  Y8, Y6, Y0
 	VFMADD231PS  Y8, Y7, Y1
-	VMOVUPS      32(DX), Y8
-	VMOVUPS      Y8, 32(R8)
+	CMPQ         CX, $0x00000008
+	JBE          stateKVf32AVX2_spantail_1
+	VMOVUPS      32(BX), Y8
+	VMOVUPS      Y8, 32(R9)
 	VFMADD231PS  Y8, Y6, Y2
 	VFMADD231PS  Y8, Y7, Y3
-	VMOVUPS      64(DX), Y8
-	VMOVUPS      Y8, 64(R8)
-	VFMADD231PS  Y8, Y6, Y4
-	VFMADD231PS  Y8, Y7, Y5
-	ADDQ         BX, DX
-	ADDQ         $0x00000060, R8
-	INCQ         R9
-	CMPQ         R9, AX
-	JB           stateKVf32AVX2_pass0_3
 
+stateKVf32AVX2_spantail_1:
+	CMPQ 24(SP), CX
+	JA   stateKVf32AVX2_spanmasked_1
+
+stateKVf32AVX2_spanback_1:
+	ADDQ SI, BX
+	ADDQ 40(SP), R9
+	INCQ R10
+	CMPQ R10, AX
+	JB   stateKVf32AVX2_pass0_3
+	JMP  stateKVf32AVX2_spanpast_1
+
+stateKVf32AVX2_spanmasked_1:
+	VMOVUPS     232(SP), Y8
+	VMASKMOVPS  (BX)(CX*4), Y8, Y8
+	VMOVUPS     Y8, (R9)(CX*4)
+	VFMADD231PS Y8, Y6, Y4
+	VFMADD231PS Y8, Y7, Y5
+	JMP         stateKVf32AVX2_spanback_1
+
+stateKVf32AVX2_spanpast_1:
 	// The tokens.
 	XORQ AX, AX
-	MOVQ AX, 40(SP)
-	MOVQ kh_base+64(FP), AX
 	MOVQ AX, 48(SP)
+	MOVQ kh_base+64(FP), AX
+	MOVQ AX, 56(SP)
 	MOVQ tok_base+168(FP), AX
-	MOVQ AX, 88(SP)
+	MOVQ AX, 96(SP)
 	MOVQ v_base+112(FP), AX
-	LEAQ (AX)(CX*4), AX
-	MOVQ AX, 72(SP)
-	MOVQ o_base+144(FP), AX
-	LEAQ (AX)(CX*4), AX
+	LEAQ (AX)(DX*4), AX
 	MOVQ AX, 80(SP)
+	MOVQ o_base+144(FP), AX
+	LEAQ (AX)(DX*4), AX
+	MOVQ AX, 88(SP)
 
 stateKVf32AVX2_token_3:
 	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
-	MOVQ 40(SP), AX
-	MOVQ K+0(FP), CX
+	MOVQ 48(SP), AX
+	MOVQ K+0(FP), DX
 	INCQ AX
-	MOVQ tok_len+176(FP), DX
-	SHRQ $0x02, DX
-	CMPQ AX, DX
+	MOVQ tok_len+176(FP), BX
+	SHRQ $0x02, BX
+	CMPQ AX, BX
 	JB   stateKVf32AVX2_notlast_3
 	DECQ AX
 
 stateKVf32AVX2_notlast_3:
-	IMULQ    CX, AX
-	MOVQ     kh_base+64(FP), CX
-	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 56(SP)
-	MOVQ     qh_base+88(FP), CX
-	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 64(SP)
-	MOVQ     88(SP), AX
+	IMULQ    DX, AX
+	MOVQ     kh_base+64(FP), DX
+	LEAQ     (DX)(AX*4), DX
+	MOVQ     DX, 64(SP)
+	MOVQ     qh_base+88(FP), DX
+	LEAQ     (DX)(AX*4), DX
+	MOVQ     DX, 72(SP)
+	MOVQ     96(SP), AX
 	VMOVSS   (AX), X6
 	VUCOMISS nearone<>+0(SB), X6
 	JCS      stateKVf32AVX2_far_3
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         88(SP), AX
+	MOVQ         96(SP), AX
 	VBROADCASTSS (AX), Y6
 	VBROADCASTSS 8(AX), Y7
 	VBROADCASTSS 12(AX), Y8
-	MOVQ         72(SP), AX
-	MOVQ         80(SP), CX
+	MOVQ         80(SP), AX
+	MOVQ         88(SP), DX
+	CMPQ         CX, $0x00000000
+	JBE          stateKVf32AVX2_spantail_2
 	VMOVUPS      (AX), Y9
 	VFMADD213PS  Y0, Y6, Y0
 	VSUBPS       Y0, Y9, Y9
 	VMULPS       Y9, Y7, Y9
 	VFMADD213PS  Y1, Y6, Y1
 	VFMADD231PS  Y9, Y8, Y1
-	VMOVUPS      Y1, (CX)
-	VMOVUPS      Y9, 96(SP)
+	VMOVUPS      Y1, (DX)
+	VMOVUPS      Y9, 104(SP)
+	CMPQ         CX, $0x00000008
+	JBE          stateKVf32AVX2_spantail_2
 	VMOVUPS      32(AX), Y0
 	VFMADD213PS  Y2, Y6, Y2
 	VSUBPS       Y2, Y0, Y0
 	VMULPS       Y0, Y7, Y0
 	VFMADD213PS  Y3, Y6, Y3
 	VFMADD231PS  Y0, Y8, Y3
-	VMOVUPS      Y3, 32(CX)
-	VMOVUPS      Y0, 128(SP)
-	VMOVUPS      64(AX), Y0
-	VFMADD213PS  Y4, Y6, Y4
-	VSUBPS       Y4, Y0, Y0
-	VMULPS       Y0, Y7, Y0
-	VFMADD213PS  Y5, Y6, Y5
-	VFMADD231PS  Y0, Y8, Y5
-	VMOVUPS      Y5, 64(CX)
-	VMOVUPS      Y0, 160(SP)
-	VXORPS       Y0, Y0, Y0
-	VXORPS       Y1, Y1, Y1
-	VXORPS       Y2, Y2, Y2
-	VXORPS       Y3, Y3, Y3
-	VXORPS       Y4, Y4, Y4
-	VXORPS       Y5, Y5, Y5
+	VMOVUPS      Y3, 32(DX)
+	VMOVUPS      Y0, 136(SP)
+
+stateKVf32AVX2_spantail_2:
+	CMPQ 24(SP), CX
+	JA   stateKVf32AVX2_spanmasked_2
+
+stateKVf32AVX2_spanback_2:
+	JMP stateKVf32AVX2_spanpast_2
+
+stateKVf32AVX2_spanmasked_2:
+	VMOVUPS     232(SP), Y0
+	VMASKMOVPS  (AX)(CX*4), Y0, Y0
+	VFMADD213PS Y4, Y6, Y4
+	VSUBPS      Y4, Y0, Y0
+	VMULPS      Y0, Y7, Y0
+	VFMADD213PS Y5, Y6, Y5
+	VFMADD231PS Y0, Y8, Y5
+	VMOVUPS     232(SP), Y1
+	VMASKMOVPS  Y5, Y1, (DX)(CX*4)
+	VMOVUPS     Y0, 168(SP)
+	JMP         stateKVf32AVX2_spanback_2
+
+stateKVf32AVX2_spanpast_2:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
 
 	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
 	MOVQ  (SP), AX
-	XORQ  CX, CX
-	MOVQ  K+0(FP), DX
-	MOVQ  48(SP), BX
+	XORQ  DX, DX
+	MOVQ  K+0(FP), BX
 	MOVQ  56(SP), SI
 	MOVQ  64(SP), DI
-	MOVQ  16(SP), R8
-	MOVQ  40(SP), R10
-	MOVQ  stores_base+40(FP), R9
-	MOVQ  (R9)(R10*8), R9
-	TESTQ R9, R9
+	MOVQ  72(SP), R8
+	MOVQ  16(SP), R9
+	MOVQ  48(SP), R11
+	MOVQ  stores_base+40(FP), R10
+	MOVQ  (R10)(R11*8), R10
+	TESTQ R10, R10
 	JZ    stateKVf32AVX2_nostore_5
-	LEAQ  (R9)(R8*4), R9
+	LEAQ  (R10)(R9*4), R10
 
 stateKVf32AVX2_nostore_5:
-	MOVQ V+8(FP), R8
-	SHLQ $0x02, R8
+	MOVQ V+8(FP), R9
+	SHLQ $0x02, R9
 
 stateKVf32AVX2_rows_5:
-	VBROADCASTSS (BX)(CX*4), Y7
-	VBROADCASTSS (SI)(CX*4), Y8
-	VBROADCASTSS (DI)(CX*4), Y9
+	VBROADCASTSS (SI)(DX*4), Y7
+	VBROADCASTSS (DI)(DX*4), Y8
+	VBROADCASTSS (R8)(DX*4), Y9
+	CMPQ         CX, $0x00000000
+	JBE          stateKVf32AVX2_spantail_3
 	VMOVUPS      (AX), Y10
 	VFMADD213PS  Y10, Y6, Y10
-	VFMADD231PS  96(SP), Y7, Y10
+	VFMADD231PS  104(SP), Y7, Y10
 	VMOVUPS      Y10, (AX)
 	VFMADD231PS  Y10, Y8, Y0
 	VFMADD231PS  Y10, Y9, Y1
+	CMPQ         CX, $0x00000008
+	JBE          stateKVf32AVX2_spantail_3
 	VMOVUPS      32(AX), Y10
 	VFMADD213PS  Y10, Y6, Y10
-	VFMADD231PS  128(SP), Y7, Y10
+	VFMADD231PS  136(SP), Y7, Y10
 	VMOVUPS      Y10, 32(AX)
 	VFMADD231PS  Y10, Y8, Y2
 	VFMADD231PS  Y10, Y9, Y3
-	VMOVUPS      64(AX), Y10
-	VFMADD213PS  Y10, Y6, Y10
-	VFMADD231PS  160(SP), Y7, Y10
-	VMOVUPS      Y10, 64(AX)
-	VFMADD231PS  Y10, Y8, Y4
-	VFMADD231PS  Y10, Y9, Y5
-	TESTQ        R9, R9
-	JZ           stateKVf32AVX2_nostorerow_5
-	VMOVUPS      (AX), Y7
-	VMOVUPS      Y7, (R9)
-	VMOVUPS      32(AX), Y7
-	VMOVUPS      Y7, 32(R9)
-	VMOVUPS      64(AX), Y7
-	VMOVUPS      Y7, 64(R9)
-	ADDQ         R8, R9
+
+stateKVf32AVX2_spantail_3:
+	CMPQ 24(SP), CX
+	JA   stateKVf32AVX2_spanmasked_3
+
+stateKVf32AVX2_spanback_3:
+	TESTQ   R10, R10
+	JZ      stateKVf32AVX2_nostorerow_5
+	CMPQ    CX, $0x00000000
+	JBE     stateKVf32AVX2_spantail_4
+	VMOVUPS (AX), Y7
+	VMOVUPS Y7, (R10)
+	CMPQ    CX, $0x00000008
+	JBE     stateKVf32AVX2_spantail_4
+	VMOVUPS 32(AX), Y7
+	VMOVUPS Y7, 32(R10)
+
+stateKVf32AVX2_spantail_4:
+	CMPQ 24(SP), CX
+	JA   stateKVf32AVX2_spanmasked_4
+
+stateKVf32AVX2_spanback_4:
+	ADDQ R9, R10
 
 stateKVf32AVX2_nostorerow_5:
-	ADDQ $0x00000060, AX
-	INCQ CX
-	CMPQ CX, DX
+	ADDQ 40(SP), AX
+	INCQ DX
+	CMPQ DX, BX
 	JB   stateKVf32AVX2_rows_5
-	JMP  stateKVf32AVX2_tokdone_3
+	JMP  stateKVf32AVX2_spanpast_3
+
+stateKVf32AVX2_spanmasked_3:
+	VMOVUPS     (AX)(CX*4), Y10
+	VFMADD213PS Y10, Y6, Y10
+	VFMADD231PS 168(SP), Y7, Y10
+	VMOVUPS     Y10, (AX)(CX*4)
+	VFMADD231PS Y10, Y8, Y4
+	VFMADD231PS Y10, Y9, Y5
+	JMP         stateKVf32AVX2_spanback_3
+
+stateKVf32AVX2_spanpast_3:
+	JMP stateKVf32AVX2_spanpast_4
+
+stateKVf32AVX2_spanmasked_4:
+	VMOVUPS    (AX)(CX*4), Y7
+	VMOVUPS    232(SP), Y8
+	VMASKMOVPS Y7, Y8, (R10)(CX*4)
+	JMP        stateKVf32AVX2_spanback_4
+
+stateKVf32AVX2_spanpast_4:
+	JMP stateKVf32AVX2_tokdone_3
 
 stateKVf32AVX2_far_3:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         88(SP), AX
+	MOVQ         96(SP), AX
 	VBROADCASTSS 4(AX), Y6
 	VBROADCASTSS 8(AX), Y7
 	VBROADCASTSS 12(AX), Y8
-	MOVQ         72(SP), AX
-	MOVQ         80(SP), CX
+	MOVQ         80(SP), AX
+	MOVQ         88(SP), DX
+	CMPQ         CX, $0x00000000
+	JBE          stateKVf32AVX2_spantail_5
 	VMOVUPS      (AX), Y9
 	VMULPS       Y0, Y6, Y0
 	VSUBPS       Y0, Y9, Y9
 	VMULPS       Y9, Y7, Y9
 	VMULPS       Y1, Y6, Y1
 	VFMADD231PS  Y9, Y8, Y1
-	VMOVUPS      Y1, (CX)
-	VMOVUPS      Y9, 96(SP)
+	VMOVUPS      Y1, (DX)
+	VMOVUPS      Y9, 104(SP)
+	CMPQ         CX, $0x00000008
+	JBE          stateKVf32AVX2_spantail_5
 	VMOVUPS      32(AX), Y0
 	VMULPS       Y2, Y6, Y2
 	VSUBPS       Y2, Y0, Y0
 	VMULPS       Y0, Y7, Y0
 	VMULPS       Y3, Y6, Y3
 	VFMADD231PS  Y0, Y8, Y3
-	VMOVUPS      Y3, 32(CX)
-	VMOVUPS      Y0, 128(SP)
-	VMOVUPS      64(AX), Y0
-	VMULPS       Y4, Y6, Y4
-	VSUBPS       Y4, Y0, Y0
-	VMULPS       Y0, Y7, Y0
-	VMULPS       Y5, Y6, Y5
-	VFMADD231PS  Y0, Y8, Y5
-	VMOVUPS      Y5, 64(CX)
-	VMOVUPS      Y0, 160(SP)
-	VXORPS       Y0, Y0, Y0
-	VXORPS       Y1, Y1, Y1
-	VXORPS       Y2, Y2, Y2
-	VXORPS       Y3, Y3, Y3
-	VXORPS       Y4, Y4, Y4
-	VXORPS       Y5, Y5, Y5
+	VMOVUPS      Y3, 32(DX)
+	VMOVUPS      Y0, 136(SP)
+
+stateKVf32AVX2_spantail_5:
+	CMPQ 24(SP), CX
+	JA   stateKVf32AVX2_spanmasked_5
+
+stateKVf32AVX2_spanback_5:
+	JMP stateKVf32AVX2_spanpast_5
+
+stateKVf32AVX2_spanmasked_5:
+	VMOVUPS     232(SP), Y0
+	VMASKMOVPS  (AX)(CX*4), Y0, Y0
+	VMULPS      Y4, Y6, Y4
+	VSUBPS      Y4, Y0, Y0
+	VMULPS      Y0, Y7, Y0
+	VMULPS      Y5, Y6, Y5
+	VFMADD231PS Y0, Y8, Y5
+	VMOVUPS     232(SP), Y1
+	VMASKMOVPS  Y5, Y1, (DX)(CX*4)
+	VMOVUPS     Y0, 168(SP)
+	JMP         stateKVf32AVX2_spanback_5
+
+stateKVf32AVX2_spanpast_5:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
 
 	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
 	MOVQ  (SP), AX
-	XORQ  CX, CX
-	MOVQ  K+0(FP), DX
-	MOVQ  48(SP), BX
+	XORQ  DX, DX
+	MOVQ  K+0(FP), BX
 	MOVQ  56(SP), SI
 	MOVQ  64(SP), DI
-	MOVQ  16(SP), R8
-	MOVQ  40(SP), R10
-	MOVQ  stores_base+40(FP), R9
-	MOVQ  (R9)(R10*8), R9
-	TESTQ R9, R9
+	MOVQ  72(SP), R8
+	MOVQ  16(SP), R9
+	MOVQ  48(SP), R11
+	MOVQ  stores_base+40(FP), R10
+	MOVQ  (R10)(R11*8), R10
+	TESTQ R10, R10
 	JZ    stateKVf32AVX2_nostore_6
-	LEAQ  (R9)(R8*4), R9
+	LEAQ  (R10)(R9*4), R10
 
 stateKVf32AVX2_nostore_6:
-	MOVQ V+8(FP), R8
-	SHLQ $0x02, R8
+	MOVQ V+8(FP), R9
+	SHLQ $0x02, R9
 
 stateKVf32AVX2_rows_6:
-	VBROADCASTSS (BX)(CX*4), Y7
-	VBROADCASTSS (SI)(CX*4), Y8
-	VBROADCASTSS (DI)(CX*4), Y9
+	VBROADCASTSS (SI)(DX*4), Y7
+	VBROADCASTSS (DI)(DX*4), Y8
+	VBROADCASTSS (R8)(DX*4), Y9
+	CMPQ         CX, $0x00000000
+	JBE          stateKVf32AVX2_spantail_6
 	VMOVUPS      (AX), Y10
 	VMULPS       Y10, Y6, Y10
-	VFMADD231PS  96(SP), Y7, Y10
+	VFMADD231PS  104(SP), Y7, Y10
 	VMOVUPS      Y10, (AX)
 	VFMADD231PS  Y10, Y8, Y0
 	VFMADD231PS  Y10, Y9, Y1
+	CMPQ         CX, $0x00000008
+	JBE          stateKVf32AVX2_spantail_6
 	VMOVUPS      32(AX), Y10
 	VMULPS       Y10, Y6, Y10
-	VFMADD231PS  128(SP), Y7, Y10
+	VFMADD231PS  136(SP), Y7, Y10
 	VMOVUPS      Y10, 32(AX)
 	VFMADD231PS  Y10, Y8, Y2
 	VFMADD231PS  Y10, Y9, Y3
-	VMOVUPS      64(AX), Y10
-	VMULPS       Y10, Y6, Y10
-	VFMADD231PS  160(SP), Y7, Y10
-	VMOVUPS      Y10, 64(AX)
-	VFMADD231PS  Y10, Y8, Y4
-	VFMADD231PS  Y10, Y9, Y5
-	TESTQ        R9, R9
-	JZ           stateKVf32AVX2_nostorerow_6
-	VMOVUPS      (AX), Y7
-	VMOVUPS      Y7, (R9)
-	VMOVUPS      32(AX), Y7
-	VMOVUPS      Y7, 32(R9)
-	VMOVUPS      64(AX), Y7
-	VMOVUPS      Y7, 64(R9)
-	ADDQ         R8, R9
+
+stateKVf32AVX2_spantail_6:
+	CMPQ 24(SP), CX
+	JA   stateKVf32AVX2_spanmasked_6
+
+stateKVf32AVX2_spanback_6:
+	TESTQ   R10, R10
+	JZ      stateKVf32AVX2_nostorerow_6
+	CMPQ    CX, $0x00000000
+	JBE     stateKVf32AVX2_spantail_7
+	VMOVUPS (AX), Y7
+	VMOVUPS Y7, (R10)
+	CMPQ    CX, $0x00000008
+	JBE     stateKVf32AVX2_spantail_7
+	VMOVUPS 32(AX), Y7
+	VMOVUPS Y7, 32(R10)
+
+stateKVf32AVX2_spantail_7:
+	CMPQ 24(SP), CX
+	JA   stateKVf32AVX2_spanmasked_7
+
+stateKVf32AVX2_spanback_7:
+	ADDQ R9, R10
 
 stateKVf32AVX2_nostorerow_6:
-	ADDQ $0x00000060, AX
-	INCQ CX
-	CMPQ CX, DX
+	ADDQ 40(SP), AX
+	INCQ DX
+	CMPQ DX, BX
 	JB   stateKVf32AVX2_rows_6
+	JMP  stateKVf32AVX2_spanpast_6
 
+stateKVf32AVX2_spanmasked_6:
+	VMOVUPS     (AX)(CX*4), Y10
+	VMULPS      Y10, Y6, Y10
+	VFMADD231PS 168(SP), Y7, Y10
+	VMOVUPS     Y10, (AX)(CX*4)
+	VFMADD231PS Y10, Y8, Y4
+	VFMADD231PS Y10, Y9, Y5
+	JMP         stateKVf32AVX2_spanback_6
+
+stateKVf32AVX2_spanpast_6:
+	JMP stateKVf32AVX2_spanpast_7
+
+stateKVf32AVX2_spanmasked_7:
+	VMOVUPS    (AX)(CX*4), Y7
+	VMOVUPS    232(SP), Y8
+	VMASKMOVPS Y7, Y8, (R10)(CX*4)
+	JMP        stateKVf32AVX2_spanback_7
+
+stateKVf32AVX2_spanpast_7:
 stateKVf32AVX2_tokdone_3:
-	MOVQ 56(SP), AX
-	MOVQ AX, 48(SP)
-	ADDQ $0x10, 88(SP)
+	MOVQ 64(SP), AX
+	MOVQ AX, 56(SP)
+	ADDQ $0x10, 96(SP)
 	MOVQ vs+136(FP), AX
 	SHLQ $0x02, AX
-	ADDQ AX, 72(SP)
+	ADDQ AX, 80(SP)
 	MOVQ V+8(FP), AX
 	SHLQ $0x02, AX
-	ADDQ AX, 80(SP)
-	MOVQ 40(SP), CX
-	INCQ CX
-	MOVQ CX, 40(SP)
+	ADDQ AX, 88(SP)
+	MOVQ 48(SP), DX
+	INCQ DX
+	MOVQ DX, 48(SP)
 	MOVQ tok_len+176(FP), AX
 	SHRQ $0x02, AX
-	CMPQ CX, AX
+	CMPQ DX, AX
 	JB   stateKVf32AVX2_token_3
+
+stateKVf32AVX2_blockdone_1:
 	MOVQ 24(SP), AX
 	ADDQ AX, 16(SP)
 	SUBQ AX, 8(SP)
 	JMP  stateKVf32AVX2_blocks_1
 
-stateKVf32AVX2_shape_4:
-	// Block of 32 columns (rows in work of 128 bytes): pass 0 loads it, with token 0's read.
-	MOVQ   K+0(FP), AX
-	MOVQ   16(SP), CX
-	MOVQ   src_base+16(FP), DX
+stateKVf32AVX2_done_1:
+	VZEROUPPER
+	RET
+
+// func stateKVbf16AVX2(K int, V int, src []uint16, src32 []float32, stores []uintptr, carry []float32, kh []float32, qh []float32, v []float32, vs int, o []float32, tok []float32, work []float32)
+// Requires: AVX, AVX2, CMOV, FMA3
+TEXT ·stateKVbf16AVX2(SB), NOSPLIT, $336-264
+	MOVQ  K+0(FP), AX
+	MOVQ  V+8(FP), CX
+	MOVQ  tok_len+224(FP), DX
+	SHRQ  $0x02, DX
+	TESTQ AX, AX
+	JZ    stateKVbf16AVX2_done_1
+	TESTQ CX, CX
+	JZ    stateKVbf16AVX2_done_1
+	TESTQ DX, DX
+	JZ    stateKVbf16AVX2_done_1
+	MOVQ  CX, 8(SP)
+	MOVQ  work_base+240(FP), CX
+	ADDQ  $0x3f, CX
+	ANDQ  $-64, CX
+	MOVQ  CX, (SP)
+
+	// K > 1024 does not fit work: the Go wrapper never calls with it.
+	CMPQ AX, $0x00000400
+	JA   stateKVbf16AVX2_done_1
+
+	// Columns per full block: 8 × the most vectors (≤ 4) whose K rows fit 32768 bytes.
+	MOVQ    $0x00000008, CX
+	MOVQ    $0x00000010, DX
+	CMPQ    AX, $0x00000200
+	CMOVQLS DX, CX
+	MOVQ    $0x00000018, DX
+	CMPQ    AX, $0x00000155
+	CMOVQLS DX, CX
+	MOVQ    $0x00000020, DX
+	CMPQ    AX, $0x00000100
+	CMOVQLS DX, CX
+	MOVQ    CX, 32(SP)
+	XORQ    CX, CX
+	MOVQ    CX, 16(SP)
+
+	// Column blocks: min(V − j0, the full block's columns) each, one span for all.
+stateKVbf16AVX2_blocks_1:
+	MOVQ    8(SP), AX
+	TESTQ   AX, AX
+	JZ      stateKVbf16AVX2_done_1
+	MOVQ    32(SP), CX
+	CMPQ    AX, CX
+	CMOVQCC CX, AX
+	MOVQ    AX, 24(SP)
+
+	// A block of 32 columns (the full one when K ≤ 256): 4 full vectors.
+	CMPQ AX, $0x00000020
+	JNE  stateKVbf16AVX2_span_1
+
+	// Block of up to 32 columns (rows in work of whole vectors): pass 0 loads it, with token 0's read.
+	MOVQ  K+0(FP), AX
+	MOVQ  16(SP), CX
+	MOVQ  src32_base+40(FP), DX
+	TESTQ DX, DX
+	JZ    stateKVbf16AVX2_from16_1
+
+	// From src32 (f32).
 	MOVQ   V+8(FP), BX
 	LEAQ   (DX)(CX*4), DX
 	SHLQ   $0x02, BX
@@ -15392,12 +8936,12 @@ stateKVf32AVX2_shape_4:
 	VXORPS Y5, Y5, Y5
 	VXORPS Y6, Y6, Y6
 	VXORPS Y7, Y7, Y7
-	MOVQ   kh_base+64(FP), SI
-	MOVQ   qh_base+88(FP), DI
+	MOVQ   kh_base+112(FP), SI
+	MOVQ   qh_base+136(FP), DI
 	MOVQ   (SP), R8
 	XORQ   R9, R9
 
-stateKVf32AVX2_pass0_4:
+stateKVbf16AVX2_pass0_1:
 	VBROADCASTSS (SI)(R9*4), Y8
 	VBROADCASTSS (DI)(R9*4), Y9
 	VMOVUPS      (DX), Y10
@@ -15420,2268 +8964,6 @@ stateKVf32AVX2_pass0_4:
 	ADDQ         $0x00000080, R8
 	INCQ         R9
 	CMPQ         R9, AX
-	JB           stateKVf32AVX2_pass0_4
-
-	// The tokens.
-	XORQ AX, AX
-	MOVQ AX, 40(SP)
-	MOVQ kh_base+64(FP), AX
-	MOVQ AX, 48(SP)
-	MOVQ tok_base+168(FP), AX
-	MOVQ AX, 88(SP)
-	MOVQ v_base+112(FP), AX
-	LEAQ (AX)(CX*4), AX
-	MOVQ AX, 72(SP)
-	MOVQ o_base+144(FP), AX
-	LEAQ (AX)(CX*4), AX
-	MOVQ AX, 80(SP)
-
-stateKVf32AVX2_token_4:
-	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
-	MOVQ 40(SP), AX
-	MOVQ K+0(FP), CX
-	INCQ AX
-	MOVQ tok_len+176(FP), DX
-	SHRQ $0x02, DX
-	CMPQ AX, DX
-	JB   stateKVf32AVX2_notlast_4
-	DECQ AX
-
-stateKVf32AVX2_notlast_4:
-	IMULQ    CX, AX
-	MOVQ     kh_base+64(FP), CX
-	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 56(SP)
-	MOVQ     qh_base+88(FP), CX
-	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 64(SP)
-	MOVQ     88(SP), AX
-	VMOVSS   (AX), X8
-	VUCOMISS nearone<>+0(SB), X8
-	JCS      stateKVf32AVX2_far_4
-
-	// em1 ≥ -0.5: decay(x) = x + em1·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         88(SP), AX
-	VBROADCASTSS (AX), Y8
-	VBROADCASTSS 8(AX), Y9
-	VBROADCASTSS 12(AX), Y10
-	MOVQ         72(SP), AX
-	MOVQ         80(SP), CX
-	VMOVUPS      (AX), Y11
-	VFMADD213PS  Y0, Y8, Y0
-	VSUBPS       Y0, Y11, Y11
-	VMULPS       Y11, Y9, Y11
-	VFMADD213PS  Y1, Y8, Y1
-	VFMADD231PS  Y11, Y10, Y1
-	VMOVUPS      Y1, (CX)
-	VMOVUPS      Y11, 96(SP)
-	VMOVUPS      32(AX), Y0
-	VFMADD213PS  Y2, Y8, Y2
-	VSUBPS       Y2, Y0, Y0
-	VMULPS       Y0, Y9, Y0
-	VFMADD213PS  Y3, Y8, Y3
-	VFMADD231PS  Y0, Y10, Y3
-	VMOVUPS      Y3, 32(CX)
-	VMOVUPS      Y0, 128(SP)
-	VMOVUPS      64(AX), Y0
-	VFMADD213PS  Y4, Y8, Y4
-	VSUBPS       Y4, Y0, Y0
-	VMULPS       Y0, Y9, Y0
-	VFMADD213PS  Y5, Y8, Y5
-	VFMADD231PS  Y0, Y10, Y5
-	VMOVUPS      Y5, 64(CX)
-	VMOVUPS      Y0, 160(SP)
-	VMOVUPS      96(AX), Y0
-	VFMADD213PS  Y6, Y8, Y6
-	VSUBPS       Y6, Y0, Y0
-	VMULPS       Y0, Y9, Y0
-	VFMADD213PS  Y7, Y8, Y7
-	VFMADD231PS  Y0, Y10, Y7
-	VMOVUPS      Y7, 96(CX)
-	VMOVUPS      Y0, 192(SP)
-	VXORPS       Y0, Y0, Y0
-	VXORPS       Y1, Y1, Y1
-	VXORPS       Y2, Y2, Y2
-	VXORPS       Y3, Y3, Y3
-	VXORPS       Y4, Y4, Y4
-	VXORPS       Y5, Y5, Y5
-	VXORPS       Y6, Y6, Y6
-	VXORPS       Y7, Y7, Y7
-
-	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
-	MOVQ  (SP), AX
-	XORQ  CX, CX
-	MOVQ  K+0(FP), DX
-	MOVQ  48(SP), BX
-	MOVQ  56(SP), SI
-	MOVQ  64(SP), DI
-	MOVQ  16(SP), R8
-	MOVQ  40(SP), R10
-	MOVQ  stores_base+40(FP), R9
-	MOVQ  (R9)(R10*8), R9
-	TESTQ R9, R9
-	JZ    stateKVf32AVX2_nostore_7
-	LEAQ  (R9)(R8*4), R9
-
-stateKVf32AVX2_nostore_7:
-	MOVQ V+8(FP), R8
-	SHLQ $0x02, R8
-
-stateKVf32AVX2_rows_7:
-	VBROADCASTSS (BX)(CX*4), Y9
-	VBROADCASTSS (SI)(CX*4), Y10
-	VBROADCASTSS (DI)(CX*4), Y11
-	VMOVUPS      (AX), Y12
-	VFMADD213PS  Y12, Y8, Y12
-	VFMADD231PS  96(SP), Y9, Y12
-	VMOVUPS      Y12, (AX)
-	VFMADD231PS  Y12, Y10, Y0
-	VFMADD231PS  Y12, Y11, Y1
-	VMOVUPS      32(AX), Y12
-	VFMADD213PS  Y12, Y8, Y12
-	VFMADD231PS  128(SP), Y9, Y12
-	VMOVUPS      Y12, 32(AX)
-	VFMADD231PS  Y12, Y10, Y2
-	VFMADD231PS  Y12, Y11, Y3
-	VMOVUPS      64(AX), Y12
-	VFMADD213PS  Y12, Y8, Y12
-	VFMADD231PS  160(SP), Y9, Y12
-	VMOVUPS      Y12, 64(AX)
-	VFMADD231PS  Y12, Y10, Y4
-	VFMADD231PS  Y12, Y11, Y5
-	VMOVUPS      96(AX), Y12
-	VFMADD213PS  Y12, Y8, Y12
-	VFMADD231PS  192(SP), Y9, Y12
-	VMOVUPS      Y12, 96(AX)
-	VFMADD231PS  Y12, Y10, Y6
-	VFMADD231PS  Y12, Y11, Y7
-	TESTQ        R9, R9
-	JZ           stateKVf32AVX2_nostorerow_7
-	VMOVUPS      (AX), Y9
-	VMOVUPS      Y9, (R9)
-	VMOVUPS      32(AX), Y9
-	VMOVUPS      Y9, 32(R9)
-	VMOVUPS      64(AX), Y9
-	VMOVUPS      Y9, 64(R9)
-	VMOVUPS      96(AX), Y9
-	VMOVUPS      Y9, 96(R9)
-	ADDQ         R8, R9
-
-stateKVf32AVX2_nostorerow_7:
-	ADDQ $0x00000080, AX
-	INCQ CX
-	CMPQ CX, DX
-	JB   stateKVf32AVX2_rows_7
-	JMP  stateKVf32AVX2_tokdone_4
-
-stateKVf32AVX2_far_4:
-	// em1 < -0.5 or NaN: decay(x) = eg·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         88(SP), AX
-	VBROADCASTSS 4(AX), Y8
-	VBROADCASTSS 8(AX), Y9
-	VBROADCASTSS 12(AX), Y10
-	MOVQ         72(SP), AX
-	MOVQ         80(SP), CX
-	VMOVUPS      (AX), Y11
-	VMULPS       Y0, Y8, Y0
-	VSUBPS       Y0, Y11, Y11
-	VMULPS       Y11, Y9, Y11
-	VMULPS       Y1, Y8, Y1
-	VFMADD231PS  Y11, Y10, Y1
-	VMOVUPS      Y1, (CX)
-	VMOVUPS      Y11, 96(SP)
-	VMOVUPS      32(AX), Y0
-	VMULPS       Y2, Y8, Y2
-	VSUBPS       Y2, Y0, Y0
-	VMULPS       Y0, Y9, Y0
-	VMULPS       Y3, Y8, Y3
-	VFMADD231PS  Y0, Y10, Y3
-	VMOVUPS      Y3, 32(CX)
-	VMOVUPS      Y0, 128(SP)
-	VMOVUPS      64(AX), Y0
-	VMULPS       Y4, Y8, Y4
-	VSUBPS       Y4, Y0, Y0
-	VMULPS       Y0, Y9, Y0
-	VMULPS       Y5, Y8, Y5
-	VFMADD231PS  Y0, Y10, Y5
-	VMOVUPS      Y5, 64(CX)
-	VMOVUPS      Y0, 160(SP)
-	VMOVUPS      96(AX), Y0
-	VMULPS       Y6, Y8, Y6
-	VSUBPS       Y6, Y0, Y0
-	VMULPS       Y0, Y9, Y0
-	VMULPS       Y7, Y8, Y7
-	VFMADD231PS  Y0, Y10, Y7
-	VMOVUPS      Y7, 96(CX)
-	VMOVUPS      Y0, 192(SP)
-	VXORPS       Y0, Y0, Y0
-	VXORPS       Y1, Y1, Y1
-	VXORPS       Y2, Y2, Y2
-	VXORPS       Y3, Y3, Y3
-	VXORPS       Y4, Y4, Y4
-	VXORPS       Y5, Y5, Y5
-	VXORPS       Y6, Y6, Y6
-	VXORPS       Y7, Y7, Y7
-
-	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
-	MOVQ  (SP), AX
-	XORQ  CX, CX
-	MOVQ  K+0(FP), DX
-	MOVQ  48(SP), BX
-	MOVQ  56(SP), SI
-	MOVQ  64(SP), DI
-	MOVQ  16(SP), R8
-	MOVQ  40(SP), R10
-	MOVQ  stores_base+40(FP), R9
-	MOVQ  (R9)(R10*8), R9
-	TESTQ R9, R9
-	JZ    stateKVf32AVX2_nostore_8
-	LEAQ  (R9)(R8*4), R9
-
-stateKVf32AVX2_nostore_8:
-	MOVQ V+8(FP), R8
-	SHLQ $0x02, R8
-
-stateKVf32AVX2_rows_8:
-	VBROADCASTSS (BX)(CX*4), Y9
-	VBROADCASTSS (SI)(CX*4), Y10
-	VBROADCASTSS (DI)(CX*4), Y11
-	VMOVUPS      (AX), Y12
-	VMULPS       Y12, Y8, Y12
-	VFMADD231PS  96(SP), Y9, Y12
-	VMOVUPS      Y12, (AX)
-	VFMADD231PS  Y12, Y10, Y0
-	VFMADD231PS  Y12, Y11, Y1
-	VMOVUPS      32(AX), Y12
-	VMULPS       Y12, Y8, Y12
-	VFMADD231PS  128(SP), Y9, Y12
-	VMOVUPS      Y12, 32(AX)
-	VFMADD231PS  Y12, Y10, Y2
-	VFMADD231PS  Y12, Y11, Y3
-	VMOVUPS      64(AX), Y12
-	VMULPS       Y12, Y8, Y12
-	VFMADD231PS  160(SP), Y9, Y12
-	VMOVUPS      Y12, 64(AX)
-	VFMADD231PS  Y12, Y10, Y4
-	VFMADD231PS  Y12, Y11, Y5
-	VMOVUPS      96(AX), Y12
-	VMULPS       Y12, Y8, Y12
-	VFMADD231PS  192(SP), Y9, Y12
-	VMOVUPS      Y12, 96(AX)
-	VFMADD231PS  Y12, Y10, Y6
-	VFMADD231PS  Y12, Y11, Y7
-	TESTQ        R9, R9
-	JZ           stateKVf32AVX2_nostorerow_8
-	VMOVUPS      (AX), Y9
-	VMOVUPS      Y9, (R9)
-	VMOVUPS      32(AX), Y9
-	VMOVUPS      Y9, 32(R9)
-	VMOVUPS      64(AX), Y9
-	VMOVUPS      Y9, 64(R9)
-	VMOVUPS      96(AX), Y9
-	VMOVUPS      Y9, 96(R9)
-	ADDQ         R8, R9
-
-stateKVf32AVX2_nostorerow_8:
-	ADDQ $0x00000080, AX
-	INCQ CX
-	CMPQ CX, DX
-	JB   stateKVf32AVX2_rows_8
-
-stateKVf32AVX2_tokdone_4:
-	MOVQ 56(SP), AX
-	MOVQ AX, 48(SP)
-	ADDQ $0x10, 88(SP)
-	MOVQ vs+136(FP), AX
-	SHLQ $0x02, AX
-	ADDQ AX, 72(SP)
-	MOVQ V+8(FP), AX
-	SHLQ $0x02, AX
-	ADDQ AX, 80(SP)
-	MOVQ 40(SP), CX
-	INCQ CX
-	MOVQ CX, 40(SP)
-	MOVQ tok_len+176(FP), AX
-	SHRQ $0x02, AX
-	CMPQ CX, AX
-	JB   stateKVf32AVX2_token_4
-	MOVQ 24(SP), AX
-	ADDQ AX, 16(SP)
-	SUBQ AX, 8(SP)
-	JMP  stateKVf32AVX2_blocks_1
-
-stateKVf32AVX2_shape_5:
-	// Block of 1 columns (rows in work of 32 bytes): pass 0 loads it, with token 0's read.
-	MOVQ   K+0(FP), AX
-	MOVQ   16(SP), CX
-	MOVQ   src_base+16(FP), DX
-	MOVQ   V+8(FP), BX
-	LEAQ   (DX)(CX*4), DX
-	SHLQ   $0x02, BX
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	MOVQ   kh_base+64(FP), SI
-	MOVQ   qh_base+88(FP), DI
-	MOVQ   (SP), R8
-	XORQ   R9, R9
-
-stateKVf32AVX2_pass0_5:
-	VBROADCASTSS (SI)(R9*4), Y2
-	VBROADCASTSS (DI)(R9*4), Y3
-	VMOVSS       (DX), X4
-	VMOVSS       X4, (R8)
-	VFMADD231SS  X4, X2, X0
-	VFMADD231SS  X4, X3, X1
-	ADDQ         BX, DX
-	ADDQ         $0x00000020, R8
-	INCQ         R9
-	CMPQ         R9, AX
-	JB           stateKVf32AVX2_pass0_5
-
-	// The tokens.
-	XORQ AX, AX
-	MOVQ AX, 40(SP)
-	MOVQ kh_base+64(FP), AX
-	MOVQ AX, 48(SP)
-	MOVQ tok_base+168(FP), AX
-	MOVQ AX, 88(SP)
-	MOVQ v_base+112(FP), AX
-	LEAQ (AX)(CX*4), AX
-	MOVQ AX, 72(SP)
-	MOVQ o_base+144(FP), AX
-	LEAQ (AX)(CX*4), AX
-	MOVQ AX, 80(SP)
-
-stateKVf32AVX2_token_5:
-	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
-	MOVQ 40(SP), AX
-	MOVQ K+0(FP), CX
-	INCQ AX
-	MOVQ tok_len+176(FP), DX
-	SHRQ $0x02, DX
-	CMPQ AX, DX
-	JB   stateKVf32AVX2_notlast_5
-	DECQ AX
-
-stateKVf32AVX2_notlast_5:
-	IMULQ    CX, AX
-	MOVQ     kh_base+64(FP), CX
-	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 56(SP)
-	MOVQ     qh_base+88(FP), CX
-	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 64(SP)
-	MOVQ     88(SP), AX
-	VMOVSS   (AX), X2
-	VUCOMISS nearone<>+0(SB), X2
-	JCS      stateKVf32AVX2_far_5
-
-	// em1 ≥ -0.5: decay(x) = x + em1·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         88(SP), AX
-	VBROADCASTSS (AX), Y2
-	VBROADCASTSS 8(AX), Y3
-	VBROADCASTSS 12(AX), Y4
-	MOVQ         72(SP), AX
-	MOVQ         80(SP), CX
-	VMOVSS       (AX), X5
-	VFMADD213SS  X0, X2, X0
-	VSUBSS       X0, X5, X5
-	VMULSS       X5, X3, X5
-	VFMADD213SS  X1, X2, X1
-	VFMADD231SS  X5, X4, X1
-	VMOVSS       X1, (CX)
-	VMOVSS       X5, 96(SP)
-	VXORPS       Y0, Y0, Y0
-	VXORPS       Y1, Y1, Y1
-
-	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
-	MOVQ  (SP), AX
-	XORQ  CX, CX
-	MOVQ  K+0(FP), DX
-	MOVQ  48(SP), BX
-	MOVQ  56(SP), SI
-	MOVQ  64(SP), DI
-	MOVQ  16(SP), R8
-	MOVQ  40(SP), R10
-	MOVQ  stores_base+40(FP), R9
-	MOVQ  (R9)(R10*8), R9
-	TESTQ R9, R9
-	JZ    stateKVf32AVX2_nostore_9
-	LEAQ  (R9)(R8*4), R9
-
-stateKVf32AVX2_nostore_9:
-	MOVQ V+8(FP), R8
-	SHLQ $0x02, R8
-
-stateKVf32AVX2_rows_9:
-	VBROADCASTSS (BX)(CX*4), Y3
-	VBROADCASTSS (SI)(CX*4), Y4
-	VBROADCASTSS (DI)(CX*4), Y5
-	VMOVSS       (AX), X6
-	VFMADD213SS  X6, X2, X6
-	VFMADD231SS  96(SP), X3, X6
-	VMOVSS       X6, (AX)
-	VFMADD231SS  X6, X4, X0
-	VFMADD231SS  X6, X5, X1
-	TESTQ        R9, R9
-	JZ           stateKVf32AVX2_nostorerow_9
-	VMOVSS       (AX), X3
-	VMOVSS       X3, (R9)
-	ADDQ         R8, R9
-
-stateKVf32AVX2_nostorerow_9:
-	ADDQ $0x00000020, AX
-	INCQ CX
-	CMPQ CX, DX
-	JB   stateKVf32AVX2_rows_9
-	JMP  stateKVf32AVX2_tokdone_5
-
-stateKVf32AVX2_far_5:
-	// em1 < -0.5 or NaN: decay(x) = eg·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         88(SP), AX
-	VBROADCASTSS 4(AX), Y2
-	VBROADCASTSS 8(AX), Y3
-	VBROADCASTSS 12(AX), Y4
-	MOVQ         72(SP), AX
-	MOVQ         80(SP), CX
-	VMOVSS       (AX), X5
-	VMULSS       X0, X2, X0
-	VSUBSS       X0, X5, X5
-	VMULSS       X5, X3, X5
-	VMULSS       X1, X2, X1
-	VFMADD231SS  X5, X4, X1
-	VMOVSS       X1, (CX)
-	VMOVSS       X5, 96(SP)
-	VXORPS       Y0, Y0, Y0
-	VXORPS       Y1, Y1, Y1
-
-	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
-	MOVQ  (SP), AX
-	XORQ  CX, CX
-	MOVQ  K+0(FP), DX
-	MOVQ  48(SP), BX
-	MOVQ  56(SP), SI
-	MOVQ  64(SP), DI
-	MOVQ  16(SP), R8
-	MOVQ  40(SP), R10
-	MOVQ  stores_base+40(FP), R9
-	MOVQ  (R9)(R10*8), R9
-	TESTQ R9, R9
-	JZ    stateKVf32AVX2_nostore_10
-	LEAQ  (R9)(R8*4), R9
-
-stateKVf32AVX2_nostore_10:
-	MOVQ V+8(FP), R8
-	SHLQ $0x02, R8
-
-stateKVf32AVX2_rows_10:
-	VBROADCASTSS (BX)(CX*4), Y3
-	VBROADCASTSS (SI)(CX*4), Y4
-	VBROADCASTSS (DI)(CX*4), Y5
-	VMOVSS       (AX), X6
-	VMULSS       X6, X2, X6
-	VFMADD231SS  96(SP), X3, X6
-	VMOVSS       X6, (AX)
-	VFMADD231SS  X6, X4, X0
-	VFMADD231SS  X6, X5, X1
-	TESTQ        R9, R9
-	JZ           stateKVf32AVX2_nostorerow_10
-	VMOVSS       (AX), X3
-	VMOVSS       X3, (R9)
-	ADDQ         R8, R9
-
-stateKVf32AVX2_nostorerow_10:
-	ADDQ $0x00000020, AX
-	INCQ CX
-	CMPQ CX, DX
-	JB   stateKVf32AVX2_rows_10
-
-stateKVf32AVX2_tokdone_5:
-	MOVQ 56(SP), AX
-	MOVQ AX, 48(SP)
-	ADDQ $0x10, 88(SP)
-	MOVQ vs+136(FP), AX
-	SHLQ $0x02, AX
-	ADDQ AX, 72(SP)
-	MOVQ V+8(FP), AX
-	SHLQ $0x02, AX
-	ADDQ AX, 80(SP)
-	MOVQ 40(SP), CX
-	INCQ CX
-	MOVQ CX, 40(SP)
-	MOVQ tok_len+176(FP), AX
-	SHRQ $0x02, AX
-	CMPQ CX, AX
-	JB   stateKVf32AVX2_token_5
-	MOVQ 24(SP), AX
-	ADDQ AX, 16(SP)
-	SUBQ AX, 8(SP)
-	JMP  stateKVf32AVX2_blocks_1
-
-stateKVf32AVX2_shape_6:
-	// Block of 2 columns (rows in work of 32 bytes): pass 0 loads it, with token 0's read.
-	MOVQ   K+0(FP), AX
-	MOVQ   16(SP), CX
-	MOVQ   src_base+16(FP), DX
-	MOVQ   V+8(FP), BX
-	LEAQ   (DX)(CX*4), DX
-	SHLQ   $0x02, BX
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	MOVQ   kh_base+64(FP), SI
-	MOVQ   qh_base+88(FP), DI
-	MOVQ   (SP), R8
-	XORQ   R9, R9
-
-stateKVf32AVX2_pass0_6:
-	VBROADCASTSS (SI)(R9*4), Y4
-	VBROADCASTSS (DI)(R9*4), Y5
-	VMOVSS       (DX), X6
-	VMOVSS       X6, (R8)
-	VFMADD231SS  X6, X4, X0
-	VFMADD231SS  X6, X5, X1
-	VMOVSS       4(DX), X6
-	VMOVSS       X6, 4(R8)
-	VFMADD231SS  X6, X4, X2
-	VFMADD231SS  X6, X5, X3
-	ADDQ         BX, DX
-	ADDQ         $0x00000020, R8
-	INCQ         R9
-	CMPQ         R9, AX
-	JB           stateKVf32AVX2_pass0_6
-
-	// The tokens.
-	XORQ AX, AX
-	MOVQ AX, 40(SP)
-	MOVQ kh_base+64(FP), AX
-	MOVQ AX, 48(SP)
-	MOVQ tok_base+168(FP), AX
-	MOVQ AX, 88(SP)
-	MOVQ v_base+112(FP), AX
-	LEAQ (AX)(CX*4), AX
-	MOVQ AX, 72(SP)
-	MOVQ o_base+144(FP), AX
-	LEAQ (AX)(CX*4), AX
-	MOVQ AX, 80(SP)
-
-stateKVf32AVX2_token_6:
-	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
-	MOVQ 40(SP), AX
-	MOVQ K+0(FP), CX
-	INCQ AX
-	MOVQ tok_len+176(FP), DX
-	SHRQ $0x02, DX
-	CMPQ AX, DX
-	JB   stateKVf32AVX2_notlast_6
-	DECQ AX
-
-stateKVf32AVX2_notlast_6:
-	IMULQ    CX, AX
-	MOVQ     kh_base+64(FP), CX
-	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 56(SP)
-	MOVQ     qh_base+88(FP), CX
-	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 64(SP)
-	MOVQ     88(SP), AX
-	VMOVSS   (AX), X4
-	VUCOMISS nearone<>+0(SB), X4
-	JCS      stateKVf32AVX2_far_6
-
-	// em1 ≥ -0.5: decay(x) = x + em1·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         88(SP), AX
-	VBROADCASTSS (AX), Y4
-	VBROADCASTSS 8(AX), Y5
-	VBROADCASTSS 12(AX), Y6
-	MOVQ         72(SP), AX
-	MOVQ         80(SP), CX
-	VMOVSS       (AX), X7
-	VFMADD213SS  X0, X4, X0
-	VSUBSS       X0, X7, X7
-	VMULSS       X7, X5, X7
-	VFMADD213SS  X1, X4, X1
-	VFMADD231SS  X7, X6, X1
-	VMOVSS       X1, (CX)
-	VMOVSS       X7, 96(SP)
-	VMOVSS       4(AX), X0
-	VFMADD213SS  X2, X4, X2
-	VSUBSS       X2, X0, X0
-	VMULSS       X0, X5, X0
-	VFMADD213SS  X3, X4, X3
-	VFMADD231SS  X0, X6, X3
-	VMOVSS       X3, 4(CX)
-	VMOVSS       X0, 128(SP)
-	VXORPS       Y0, Y0, Y0
-	VXORPS       Y1, Y1, Y1
-	VXORPS       Y2, Y2, Y2
-	VXORPS       Y3, Y3, Y3
-
-	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
-	MOVQ  (SP), AX
-	XORQ  CX, CX
-	MOVQ  K+0(FP), DX
-	MOVQ  48(SP), BX
-	MOVQ  56(SP), SI
-	MOVQ  64(SP), DI
-	MOVQ  16(SP), R8
-	MOVQ  40(SP), R10
-	MOVQ  stores_base+40(FP), R9
-	MOVQ  (R9)(R10*8), R9
-	TESTQ R9, R9
-	JZ    stateKVf32AVX2_nostore_11
-	LEAQ  (R9)(R8*4), R9
-
-stateKVf32AVX2_nostore_11:
-	MOVQ V+8(FP), R8
-	SHLQ $0x02, R8
-
-stateKVf32AVX2_rows_11:
-	VBROADCASTSS (BX)(CX*4), Y5
-	VBROADCASTSS (SI)(CX*4), Y6
-	VBROADCASTSS (DI)(CX*4), Y7
-	VMOVSS       (AX), X8
-	VFMADD213SS  X8, X4, X8
-	VFMADD231SS  96(SP), X5, X8
-	VMOVSS       X8, (AX)
-	VFMADD231SS  X8, X6, X0
-	VFMADD231SS  X8, X7, X1
-	VMOVSS       4(AX), X8
-	VFMADD213SS  X8, X4, X8
-	VFMADD231SS  128(SP), X5, X8
-	VMOVSS       X8, 4(AX)
-	VFMADD231SS  X8, X6, X2
-	VFMADD231SS  X8, X7, X3
-	TESTQ        R9, R9
-	JZ           stateKVf32AVX2_nostorerow_11
-	VMOVSS       (AX), X5
-	VMOVSS       X5, (R9)
-	VMOVSS       4(AX), X5
-	VMOVSS       X5, 4(R9)
-	ADDQ         R8, R9
-
-stateKVf32AVX2_nostorerow_11:
-	ADDQ $0x00000020, AX
-	INCQ CX
-	CMPQ CX, DX
-	JB   stateKVf32AVX2_rows_11
-	JMP  stateKVf32AVX2_tokdone_6
-
-stateKVf32AVX2_far_6:
-	// em1 < -0.5 or NaN: decay(x) = eg·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         88(SP), AX
-	VBROADCASTSS 4(AX), Y4
-	VBROADCASTSS 8(AX), Y5
-	VBROADCASTSS 12(AX), Y6
-	MOVQ         72(SP), AX
-	MOVQ         80(SP), CX
-	VMOVSS       (AX), X7
-	VMULSS       X0, X4, X0
-	VSUBSS       X0, X7, X7
-	VMULSS       X7, X5, X7
-	VMULSS       X1, X4, X1
-	VFMADD231SS  X7, X6, X1
-	VMOVSS       X1, (CX)
-	VMOVSS       X7, 96(SP)
-	VMOVSS       4(AX), X0
-	VMULSS       X2, X4, X2
-	VSUBSS       X2, X0, X0
-	VMULSS       X0, X5, X0
-	VMULSS       X3, X4, X3
-	VFMADD231SS  X0, X6, X3
-	VMOVSS       X3, 4(CX)
-	VMOVSS       X0, 128(SP)
-	VXORPS       Y0, Y0, Y0
-	VXORPS       Y1, Y1, Y1
-	VXORPS       Y2, Y2, Y2
-	VXORPS       Y3, Y3, Y3
-
-	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
-	MOVQ  (SP), AX
-	XORQ  CX, CX
-	MOVQ  K+0(FP), DX
-	MOVQ  48(SP), BX
-	MOVQ  56(SP), SI
-	MOVQ  64(SP), DI
-	MOVQ  16(SP), R8
-	MOVQ  40(SP), R10
-	MOVQ  stores_base+40(FP), R9
-	MOVQ  (R9)(R10*8), R9
-	TESTQ R9, R9
-	JZ    stateKVf32AVX2_nostore_12
-	LEAQ  (R9)(R8*4), R9
-
-stateKVf32AVX2_nostore_12:
-	MOVQ V+8(FP), R8
-	SHLQ $0x02, R8
-
-stateKVf32AVX2_rows_12:
-	VBROADCASTSS (BX)(CX*4), Y5
-	VBROADCASTSS (SI)(CX*4), Y6
-	VBROADCASTSS (DI)(CX*4), Y7
-	VMOVSS       (AX), X8
-	VMULSS       X8, X4, X8
-	VFMADD231SS  96(SP), X5, X8
-	VMOVSS       X8, (AX)
-	VFMADD231SS  X8, X6, X0
-	VFMADD231SS  X8, X7, X1
-	VMOVSS       4(AX), X8
-	VMULSS       X8, X4, X8
-	VFMADD231SS  128(SP), X5, X8
-	VMOVSS       X8, 4(AX)
-	VFMADD231SS  X8, X6, X2
-	VFMADD231SS  X8, X7, X3
-	TESTQ        R9, R9
-	JZ           stateKVf32AVX2_nostorerow_12
-	VMOVSS       (AX), X5
-	VMOVSS       X5, (R9)
-	VMOVSS       4(AX), X5
-	VMOVSS       X5, 4(R9)
-	ADDQ         R8, R9
-
-stateKVf32AVX2_nostorerow_12:
-	ADDQ $0x00000020, AX
-	INCQ CX
-	CMPQ CX, DX
-	JB   stateKVf32AVX2_rows_12
-
-stateKVf32AVX2_tokdone_6:
-	MOVQ 56(SP), AX
-	MOVQ AX, 48(SP)
-	ADDQ $0x10, 88(SP)
-	MOVQ vs+136(FP), AX
-	SHLQ $0x02, AX
-	ADDQ AX, 72(SP)
-	MOVQ V+8(FP), AX
-	SHLQ $0x02, AX
-	ADDQ AX, 80(SP)
-	MOVQ 40(SP), CX
-	INCQ CX
-	MOVQ CX, 40(SP)
-	MOVQ tok_len+176(FP), AX
-	SHRQ $0x02, AX
-	CMPQ CX, AX
-	JB   stateKVf32AVX2_token_6
-	MOVQ 24(SP), AX
-	ADDQ AX, 16(SP)
-	SUBQ AX, 8(SP)
-	JMP  stateKVf32AVX2_blocks_1
-
-stateKVf32AVX2_shape_7:
-	// Block of 3 columns (rows in work of 32 bytes): pass 0 loads it, with token 0's read.
-	MOVQ   K+0(FP), AX
-	MOVQ   16(SP), CX
-	MOVQ   src_base+16(FP), DX
-	MOVQ   V+8(FP), BX
-	LEAQ   (DX)(CX*4), DX
-	SHLQ   $0x02, BX
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-	MOVQ   kh_base+64(FP), SI
-	MOVQ   qh_base+88(FP), DI
-	MOVQ   (SP), R8
-	XORQ   R9, R9
-
-stateKVf32AVX2_pass0_7:
-	VBROADCASTSS (SI)(R9*4), Y6
-	VBROADCASTSS (DI)(R9*4), Y7
-	VMOVSS       (DX), X8
-	VMOVSS       X8, (R8)
-	VFMADD231SS  X8, X6, X0
-	VFMADD231SS  X8, X7, X1
-	VMOVSS       4(DX), X8
-	VMOVSS       X8, 4(R8)
-	VFMADD231SS  X8, X6, X2
-	VFMADD231SS  X8, X7, X3
-	VMOVSS       8(DX), X8
-	VMOVSS       X8, 8(R8)
-	VFMADD231SS  X8, X6, X4
-	VFMADD231SS  X8, X7, X5
-	ADDQ         BX, DX
-	ADDQ         $0x00000020, R8
-	INCQ         R9
-	CMPQ         R9, AX
-	JB           stateKVf32AVX2_pass0_7
-
-	// The tokens.
-	XORQ AX, AX
-	MOVQ AX, 40(SP)
-	MOVQ kh_base+64(FP), AX
-	MOVQ AX, 48(SP)
-	MOVQ tok_base+168(FP), AX
-	MOVQ AX, 88(SP)
-	MOVQ v_base+112(FP), AX
-	LEAQ (AX)(CX*4), AX
-	MOVQ AX, 72(SP)
-	MOVQ o_base+144(FP), AX
-	LEAQ (AX)(CX*4), AX
-	MOVQ AX, 80(SP)
-
-stateKVf32AVX2_token_7:
-	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
-	MOVQ 40(SP), AX
-	MOVQ K+0(FP), CX
-	INCQ AX
-	MOVQ tok_len+176(FP), DX
-	SHRQ $0x02, DX
-	CMPQ AX, DX
-	JB   stateKVf32AVX2_notlast_7
-	DECQ AX
-
-stateKVf32AVX2_notlast_7:
-	IMULQ    CX, AX
-	MOVQ     kh_base+64(FP), CX
-	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 56(SP)
-	MOVQ     qh_base+88(FP), CX
-	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 64(SP)
-	MOVQ     88(SP), AX
-	VMOVSS   (AX), X6
-	VUCOMISS nearone<>+0(SB), X6
-	JCS      stateKVf32AVX2_far_7
-
-	// em1 ≥ -0.5: decay(x) = x + em1·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         88(SP), AX
-	VBROADCASTSS (AX), Y6
-	VBROADCASTSS 8(AX), Y7
-	VBROADCASTSS 12(AX), Y8
-	MOVQ         72(SP), AX
-	MOVQ         80(SP), CX
-	VMOVSS       (AX), X9
-	VFMADD213SS  X0, X6, X0
-	VSUBSS       X0, X9, X9
-	VMULSS       X9, X7, X9
-	VFMADD213SS  X1, X6, X1
-	VFMADD231SS  X9, X8, X1
-	VMOVSS       X1, (CX)
-	VMOVSS       X9, 96(SP)
-	VMOVSS       4(AX), X0
-	VFMADD213SS  X2, X6, X2
-	VSUBSS       X2, X0, X0
-	VMULSS       X0, X7, X0
-	VFMADD213SS  X3, X6, X3
-	VFMADD231SS  X0, X8, X3
-	VMOVSS       X3, 4(CX)
-	VMOVSS       X0, 128(SP)
-	VMOVSS       8(AX), X0
-	VFMADD213SS  X4, X6, X4
-	VSUBSS       X4, X0, X0
-	VMULSS       X0, X7, X0
-	VFMADD213SS  X5, X6, X5
-	VFMADD231SS  X0, X8, X5
-	VMOVSS       X5, 8(CX)
-	VMOVSS       X0, 160(SP)
-	VXORPS       Y0, Y0, Y0
-	VXORPS       Y1, Y1, Y1
-	VXORPS       Y2, Y2, Y2
-	VXORPS       Y3, Y3, Y3
-	VXORPS       Y4, Y4, Y4
-	VXORPS       Y5, Y5, Y5
-
-	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
-	MOVQ  (SP), AX
-	XORQ  CX, CX
-	MOVQ  K+0(FP), DX
-	MOVQ  48(SP), BX
-	MOVQ  56(SP), SI
-	MOVQ  64(SP), DI
-	MOVQ  16(SP), R8
-	MOVQ  40(SP), R10
-	MOVQ  stores_base+40(FP), R9
-	MOVQ  (R9)(R10*8), R9
-	TESTQ R9, R9
-	JZ    stateKVf32AVX2_nostore_13
-	LEAQ  (R9)(R8*4), R9
-
-stateKVf32AVX2_nostore_13:
-	MOVQ V+8(FP), R8
-	SHLQ $0x02, R8
-
-stateKVf32AVX2_rows_13:
-	VBROADCASTSS (BX)(CX*4), Y7
-	VBROADCASTSS (SI)(CX*4), Y8
-	VBROADCASTSS (DI)(CX*4), Y9
-	VMOVSS       (AX), X10
-	VFMADD213SS  X10, X6, X10
-	VFMADD231SS  96(SP), X7, X10
-	VMOVSS       X10, (AX)
-	VFMADD231SS  X10, X8, X0
-	VFMADD231SS  X10, X9, X1
-	VMOVSS       4(AX), X10
-	VFMADD213SS  X10, X6, X10
-	VFMADD231SS  128(SP), X7, X10
-	VMOVSS       X10, 4(AX)
-	VFMADD231SS  X10, X8, X2
-	VFMADD231SS  X10, X9, X3
-	VMOVSS       8(AX), X10
-	VFMADD213SS  X10, X6, X10
-	VFMADD231SS  160(SP), X7, X10
-	VMOVSS       X10, 8(AX)
-	VFMADD231SS  X10, X8, X4
-	VFMADD231SS  X10, X9, X5
-	TESTQ        R9, R9
-	JZ           stateKVf32AVX2_nostorerow_13
-	VMOVSS       (AX), X7
-	VMOVSS       X7, (R9)
-	VMOVSS       4(AX), X7
-	VMOVSS       X7, 4(R9)
-	VMOVSS       8(AX), X7
-	VMOVSS       X7, 8(R9)
-	ADDQ         R8, R9
-
-stateKVf32AVX2_nostorerow_13:
-	ADDQ $0x00000020, AX
-	INCQ CX
-	CMPQ CX, DX
-	JB   stateKVf32AVX2_rows_13
-	JMP  stateKVf32AVX2_tokdone_7
-
-stateKVf32AVX2_far_7:
-	// em1 < -0.5 or NaN: decay(x) = eg·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         88(SP), AX
-	VBROADCASTSS 4(AX), Y6
-	VBROADCASTSS 8(AX), Y7
-	VBROADCASTSS 12(AX), Y8
-	MOVQ         72(SP), AX
-	MOVQ         80(SP), CX
-	VMOVSS       (AX), X9
-	VMULSS       X0, X6, X0
-	VSUBSS       X0, X9, X9
-	VMULSS       X9, X7, X9
-	VMULSS       X1, X6, X1
-	VFMADD231SS  X9, X8, X1
-	VMOVSS       X1, (CX)
-	VMOVSS       X9, 96(SP)
-	VMOVSS       4(AX), X0
-	VMULSS       X2, X6, X2
-	VSUBSS       X2, X0, X0
-	VMULSS       X0, X7, X0
-	VMULSS       X3, X6, X3
-	VFMADD231SS  X0, X8, X3
-	VMOVSS       X3, 4(CX)
-	VMOVSS       X0, 128(SP)
-	VMOVSS       8(AX), X0
-	VMULSS       X4, X6, X4
-	VSUBSS       X4, X0, X0
-	VMULSS       X0, X7, X0
-	VMULSS       X5, X6, X5
-	VFMADD231SS  X0, X8, X5
-	VMOVSS       X5, 8(CX)
-	VMOVSS       X0, 160(SP)
-	VXORPS       Y0, Y0, Y0
-	VXORPS       Y1, Y1, Y1
-	VXORPS       Y2, Y2, Y2
-	VXORPS       Y3, Y3, Y3
-	VXORPS       Y4, Y4, Y4
-	VXORPS       Y5, Y5, Y5
-
-	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
-	MOVQ  (SP), AX
-	XORQ  CX, CX
-	MOVQ  K+0(FP), DX
-	MOVQ  48(SP), BX
-	MOVQ  56(SP), SI
-	MOVQ  64(SP), DI
-	MOVQ  16(SP), R8
-	MOVQ  40(SP), R10
-	MOVQ  stores_base+40(FP), R9
-	MOVQ  (R9)(R10*8), R9
-	TESTQ R9, R9
-	JZ    stateKVf32AVX2_nostore_14
-	LEAQ  (R9)(R8*4), R9
-
-stateKVf32AVX2_nostore_14:
-	MOVQ V+8(FP), R8
-	SHLQ $0x02, R8
-
-stateKVf32AVX2_rows_14:
-	VBROADCASTSS (BX)(CX*4), Y7
-	VBROADCASTSS (SI)(CX*4), Y8
-	VBROADCASTSS (DI)(CX*4), Y9
-	VMOVSS       (AX), X10
-	VMULSS       X10, X6, X10
-	VFMADD231SS  96(SP), X7, X10
-	VMOVSS       X10, (AX)
-	VFMADD231SS  X10, X8, X0
-	VFMADD231SS  X10, X9, X1
-	VMOVSS       4(AX), X10
-	VMULSS       X10, X6, X10
-	VFMADD231SS  128(SP), X7, X10
-	VMOVSS       X10, 4(AX)
-	VFMADD231SS  X10, X8, X2
-	VFMADD231SS  X10, X9, X3
-	VMOVSS       8(AX), X10
-	VMULSS       X10, X6, X10
-	VFMADD231SS  160(SP), X7, X10
-	VMOVSS       X10, 8(AX)
-	VFMADD231SS  X10, X8, X4
-	VFMADD231SS  X10, X9, X5
-	TESTQ        R9, R9
-	JZ           stateKVf32AVX2_nostorerow_14
-	VMOVSS       (AX), X7
-	VMOVSS       X7, (R9)
-	VMOVSS       4(AX), X7
-	VMOVSS       X7, 4(R9)
-	VMOVSS       8(AX), X7
-	VMOVSS       X7, 8(R9)
-	ADDQ         R8, R9
-
-stateKVf32AVX2_nostorerow_14:
-	ADDQ $0x00000020, AX
-	INCQ CX
-	CMPQ CX, DX
-	JB   stateKVf32AVX2_rows_14
-
-stateKVf32AVX2_tokdone_7:
-	MOVQ 56(SP), AX
-	MOVQ AX, 48(SP)
-	ADDQ $0x10, 88(SP)
-	MOVQ vs+136(FP), AX
-	SHLQ $0x02, AX
-	ADDQ AX, 72(SP)
-	MOVQ V+8(FP), AX
-	SHLQ $0x02, AX
-	ADDQ AX, 80(SP)
-	MOVQ 40(SP), CX
-	INCQ CX
-	MOVQ CX, 40(SP)
-	MOVQ tok_len+176(FP), AX
-	SHRQ $0x02, AX
-	CMPQ CX, AX
-	JB   stateKVf32AVX2_token_7
-	MOVQ 24(SP), AX
-	ADDQ AX, 16(SP)
-	SUBQ AX, 8(SP)
-	JMP  stateKVf32AVX2_blocks_1
-
-stateKVf32AVX2_shape_8:
-	// Block of 4 columns (rows in work of 32 bytes): pass 0 loads it, with token 0's read.
-	MOVQ   K+0(FP), AX
-	MOVQ   16(SP), CX
-	MOVQ   src_base+16(FP), DX
-	MOVQ   V+8(FP), BX
-	LEAQ   (DX)(CX*4), DX
-	SHLQ   $0x02, BX
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	MOVQ   kh_base+64(FP), SI
-	MOVQ   qh_base+88(FP), DI
-	MOVQ   (SP), R8
-	XORQ   R9, R9
-
-stateKVf32AVX2_pass0_8:
-	VBROADCASTSS (SI)(R9*4), Y2
-	VBROADCASTSS (DI)(R9*4), Y3
-	VMOVUPS      (DX), X4
-	VMOVUPS      X4, (R8)
-	VFMADD231PS  X4, X2, X0
-	VFMADD231PS  X4, X3, X1
-	ADDQ         BX, DX
-	ADDQ         $0x00000020, R8
-	INCQ         R9
-	CMPQ         R9, AX
-	JB           stateKVf32AVX2_pass0_8
-
-	// The tokens.
-	XORQ AX, AX
-	MOVQ AX, 40(SP)
-	MOVQ kh_base+64(FP), AX
-	MOVQ AX, 48(SP)
-	MOVQ tok_base+168(FP), AX
-	MOVQ AX, 88(SP)
-	MOVQ v_base+112(FP), AX
-	LEAQ (AX)(CX*4), AX
-	MOVQ AX, 72(SP)
-	MOVQ o_base+144(FP), AX
-	LEAQ (AX)(CX*4), AX
-	MOVQ AX, 80(SP)
-
-stateKVf32AVX2_token_8:
-	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
-	MOVQ 40(SP), AX
-	MOVQ K+0(FP), CX
-	INCQ AX
-	MOVQ tok_len+176(FP), DX
-	SHRQ $0x02, DX
-	CMPQ AX, DX
-	JB   stateKVf32AVX2_notlast_8
-	DECQ AX
-
-stateKVf32AVX2_notlast_8:
-	IMULQ    CX, AX
-	MOVQ     kh_base+64(FP), CX
-	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 56(SP)
-	MOVQ     qh_base+88(FP), CX
-	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 64(SP)
-	MOVQ     88(SP), AX
-	VMOVSS   (AX), X2
-	VUCOMISS nearone<>+0(SB), X2
-	JCS      stateKVf32AVX2_far_8
-
-	// em1 ≥ -0.5: decay(x) = x + em1·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         88(SP), AX
-	VBROADCASTSS (AX), Y2
-	VBROADCASTSS 8(AX), Y3
-	VBROADCASTSS 12(AX), Y4
-	MOVQ         72(SP), AX
-	MOVQ         80(SP), CX
-	VMOVUPS      (AX), X5
-	VFMADD213PS  X0, X2, X0
-	VSUBPS       X0, X5, X5
-	VMULPS       X5, X3, X5
-	VFMADD213PS  X1, X2, X1
-	VFMADD231PS  X5, X4, X1
-	VMOVUPS      X1, (CX)
-	VMOVUPS      X5, 96(SP)
-	VXORPS       Y0, Y0, Y0
-	VXORPS       Y1, Y1, Y1
-
-	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
-	MOVQ  (SP), AX
-	XORQ  CX, CX
-	MOVQ  K+0(FP), DX
-	MOVQ  48(SP), BX
-	MOVQ  56(SP), SI
-	MOVQ  64(SP), DI
-	MOVQ  16(SP), R8
-	MOVQ  40(SP), R10
-	MOVQ  stores_base+40(FP), R9
-	MOVQ  (R9)(R10*8), R9
-	TESTQ R9, R9
-	JZ    stateKVf32AVX2_nostore_15
-	LEAQ  (R9)(R8*4), R9
-
-stateKVf32AVX2_nostore_15:
-	MOVQ V+8(FP), R8
-	SHLQ $0x02, R8
-
-stateKVf32AVX2_rows_15:
-	VBROADCASTSS (BX)(CX*4), Y3
-	VBROADCASTSS (SI)(CX*4), Y4
-	VBROADCASTSS (DI)(CX*4), Y5
-	VMOVUPS      (AX), X6
-	VFMADD213PS  X6, X2, X6
-	VFMADD231PS  96(SP), X3, X6
-	VMOVUPS      X6, (AX)
-	VFMADD231PS  X6, X4, X0
-	VFMADD231PS  X6, X5, X1
-	TESTQ        R9, R9
-	JZ           stateKVf32AVX2_nostorerow_15
-	VMOVUPS      (AX), X3
-	VMOVUPS      X3, (R9)
-	ADDQ         R8, R9
-
-stateKVf32AVX2_nostorerow_15:
-	ADDQ $0x00000020, AX
-	INCQ CX
-	CMPQ CX, DX
-	JB   stateKVf32AVX2_rows_15
-	JMP  stateKVf32AVX2_tokdone_8
-
-stateKVf32AVX2_far_8:
-	// em1 < -0.5 or NaN: decay(x) = eg·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         88(SP), AX
-	VBROADCASTSS 4(AX), Y2
-	VBROADCASTSS 8(AX), Y3
-	VBROADCASTSS 12(AX), Y4
-	MOVQ         72(SP), AX
-	MOVQ         80(SP), CX
-	VMOVUPS      (AX), X5
-	VMULPS       X0, X2, X0
-	VSUBPS       X0, X5, X5
-	VMULPS       X5, X3, X5
-	VMULPS       X1, X2, X1
-	VFMADD231PS  X5, X4, X1
-	VMOVUPS      X1, (CX)
-	VMOVUPS      X5, 96(SP)
-	VXORPS       Y0, Y0, Y0
-	VXORPS       Y1, Y1, Y1
-
-	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
-	MOVQ  (SP), AX
-	XORQ  CX, CX
-	MOVQ  K+0(FP), DX
-	MOVQ  48(SP), BX
-	MOVQ  56(SP), SI
-	MOVQ  64(SP), DI
-	MOVQ  16(SP), R8
-	MOVQ  40(SP), R10
-	MOVQ  stores_base+40(FP), R9
-	MOVQ  (R9)(R10*8), R9
-	TESTQ R9, R9
-	JZ    stateKVf32AVX2_nostore_16
-	LEAQ  (R9)(R8*4), R9
-
-stateKVf32AVX2_nostore_16:
-	MOVQ V+8(FP), R8
-	SHLQ $0x02, R8
-
-stateKVf32AVX2_rows_16:
-	VBROADCASTSS (BX)(CX*4), Y3
-	VBROADCASTSS (SI)(CX*4), Y4
-	VBROADCASTSS (DI)(CX*4), Y5
-	VMOVUPS      (AX), X6
-	VMULPS       X6, X2, X6
-	VFMADD231PS  96(SP), X3, X6
-	VMOVUPS      X6, (AX)
-	VFMADD231PS  X6, X4, X0
-	VFMADD231PS  X6, X5, X1
-	TESTQ        R9, R9
-	JZ           stateKVf32AVX2_nostorerow_16
-	VMOVUPS      (AX), X3
-	VMOVUPS      X3, (R9)
-	ADDQ         R8, R9
-
-stateKVf32AVX2_nostorerow_16:
-	ADDQ $0x00000020, AX
-	INCQ CX
-	CMPQ CX, DX
-	JB   stateKVf32AVX2_rows_16
-
-stateKVf32AVX2_tokdone_8:
-	MOVQ 56(SP), AX
-	MOVQ AX, 48(SP)
-	ADDQ $0x10, 88(SP)
-	MOVQ vs+136(FP), AX
-	SHLQ $0x02, AX
-	ADDQ AX, 72(SP)
-	MOVQ V+8(FP), AX
-	SHLQ $0x02, AX
-	ADDQ AX, 80(SP)
-	MOVQ 40(SP), CX
-	INCQ CX
-	MOVQ CX, 40(SP)
-	MOVQ tok_len+176(FP), AX
-	SHRQ $0x02, AX
-	CMPQ CX, AX
-	JB   stateKVf32AVX2_token_8
-	MOVQ 24(SP), AX
-	ADDQ AX, 16(SP)
-	SUBQ AX, 8(SP)
-	JMP  stateKVf32AVX2_blocks_1
-
-stateKVf32AVX2_shape_9:
-	// Block of 5 columns (rows in work of 32 bytes): pass 0 loads it, with token 0's read.
-	MOVQ   K+0(FP), AX
-	MOVQ   16(SP), CX
-	MOVQ   src_base+16(FP), DX
-	MOVQ   V+8(FP), BX
-	LEAQ   (DX)(CX*4), DX
-	SHLQ   $0x02, BX
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	MOVQ   kh_base+64(FP), SI
-	MOVQ   qh_base+88(FP), DI
-	MOVQ   (SP), R8
-	XORQ   R9, R9
-
-stateKVf32AVX2_pass0_9:
-	VBROADCASTSS (SI)(R9*4), Y4
-	VBROADCASTSS (DI)(R9*4), Y5
-	VMOVUPS      (DX), X6
-	VMOVUPS      X6, (R8)
-	VFMADD231PS  X6, X4, X0
-	VFMADD231PS  X6, X5, X1
-	VMOVSS       16(DX), X6
-	VMOVSS       X6, 16(R8)
-	VFMADD231SS  X6, X4, X2
-	VFMADD231SS  X6, X5, X3
-	ADDQ         BX, DX
-	ADDQ         $0x00000020, R8
-	INCQ         R9
-	CMPQ         R9, AX
-	JB           stateKVf32AVX2_pass0_9
-
-	// The tokens.
-	XORQ AX, AX
-	MOVQ AX, 40(SP)
-	MOVQ kh_base+64(FP), AX
-	MOVQ AX, 48(SP)
-	MOVQ tok_base+168(FP), AX
-	MOVQ AX, 88(SP)
-	MOVQ v_base+112(FP), AX
-	LEAQ (AX)(CX*4), AX
-	MOVQ AX, 72(SP)
-	MOVQ o_base+144(FP), AX
-	LEAQ (AX)(CX*4), AX
-	MOVQ AX, 80(SP)
-
-stateKVf32AVX2_token_9:
-	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
-	MOVQ 40(SP), AX
-	MOVQ K+0(FP), CX
-	INCQ AX
-	MOVQ tok_len+176(FP), DX
-	SHRQ $0x02, DX
-	CMPQ AX, DX
-	JB   stateKVf32AVX2_notlast_9
-	DECQ AX
-
-stateKVf32AVX2_notlast_9:
-	IMULQ    CX, AX
-	MOVQ     kh_base+64(FP), CX
-	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 56(SP)
-	MOVQ     qh_base+88(FP), CX
-	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 64(SP)
-	MOVQ     88(SP), AX
-	VMOVSS   (AX), X4
-	VUCOMISS nearone<>+0(SB), X4
-	JCS      stateKVf32AVX2_far_9
-
-	// em1 ≥ -0.5: decay(x) = x + em1·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         88(SP), AX
-	VBROADCASTSS (AX), Y4
-	VBROADCASTSS 8(AX), Y5
-	VBROADCASTSS 12(AX), Y6
-	MOVQ         72(SP), AX
-	MOVQ         80(SP), CX
-	VMOVUPS      (AX), X7
-	VFMADD213PS  X0, X4, X0
-	VSUBPS       X0, X7, X7
-	VMULPS       X7, X5, X7
-	VFMADD213PS  X1, X4, X1
-	VFMADD231PS  X7, X6, X1
-	VMOVUPS      X1, (CX)
-	VMOVUPS      X7, 96(SP)
-	VMOVSS       16(AX), X0
-	VFMADD213SS  X2, X4, X2
-	VSUBSS       X2, X0, X0
-	VMULSS       X0, X5, X0
-	VFMADD213SS  X3, X4, X3
-	VFMADD231SS  X0, X6, X3
-	VMOVSS       X3, 16(CX)
-	VMOVSS       X0, 128(SP)
-	VXORPS       Y0, Y0, Y0
-	VXORPS       Y1, Y1, Y1
-	VXORPS       Y2, Y2, Y2
-	VXORPS       Y3, Y3, Y3
-
-	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
-	MOVQ  (SP), AX
-	XORQ  CX, CX
-	MOVQ  K+0(FP), DX
-	MOVQ  48(SP), BX
-	MOVQ  56(SP), SI
-	MOVQ  64(SP), DI
-	MOVQ  16(SP), R8
-	MOVQ  40(SP), R10
-	MOVQ  stores_base+40(FP), R9
-	MOVQ  (R9)(R10*8), R9
-	TESTQ R9, R9
-	JZ    stateKVf32AVX2_nostore_17
-	LEAQ  (R9)(R8*4), R9
-
-stateKVf32AVX2_nostore_17:
-	MOVQ V+8(FP), R8
-	SHLQ $0x02, R8
-
-stateKVf32AVX2_rows_17:
-	VBROADCASTSS (BX)(CX*4), Y5
-	VBROADCASTSS (SI)(CX*4), Y6
-	VBROADCASTSS (DI)(CX*4), Y7
-	VMOVUPS      (AX), X8
-	VFMADD213PS  X8, X4, X8
-	VFMADD231PS  96(SP), X5, X8
-	VMOVUPS      X8, (AX)
-	VFMADD231PS  X8, X6, X0
-	VFMADD231PS  X8, X7, X1
-	VMOVSS       16(AX), X8
-	VFMADD213SS  X8, X4, X8
-	VFMADD231SS  128(SP), X5, X8
-	VMOVSS       X8, 16(AX)
-	VFMADD231SS  X8, X6, X2
-	VFMADD231SS  X8, X7, X3
-	TESTQ        R9, R9
-	JZ           stateKVf32AVX2_nostorerow_17
-	VMOVUPS      (AX), X5
-	VMOVUPS      X5, (R9)
-	VMOVSS       16(AX), X5
-	VMOVSS       X5, 16(R9)
-	ADDQ         R8, R9
-
-stateKVf32AVX2_nostorerow_17:
-	ADDQ $0x00000020, AX
-	INCQ CX
-	CMPQ CX, DX
-	JB   stateKVf32AVX2_rows_17
-	JMP  stateKVf32AVX2_tokdone_9
-
-stateKVf32AVX2_far_9:
-	// em1 < -0.5 or NaN: decay(x) = eg·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         88(SP), AX
-	VBROADCASTSS 4(AX), Y4
-	VBROADCASTSS 8(AX), Y5
-	VBROADCASTSS 12(AX), Y6
-	MOVQ         72(SP), AX
-	MOVQ         80(SP), CX
-	VMOVUPS      (AX), X7
-	VMULPS       X0, X4, X0
-	VSUBPS       X0, X7, X7
-	VMULPS       X7, X5, X7
-	VMULPS       X1, X4, X1
-	VFMADD231PS  X7, X6, X1
-	VMOVUPS      X1, (CX)
-	VMOVUPS      X7, 96(SP)
-	VMOVSS       16(AX), X0
-	VMULSS       X2, X4, X2
-	VSUBSS       X2, X0, X0
-	VMULSS       X0, X5, X0
-	VMULSS       X3, X4, X3
-	VFMADD231SS  X0, X6, X3
-	VMOVSS       X3, 16(CX)
-	VMOVSS       X0, 128(SP)
-	VXORPS       Y0, Y0, Y0
-	VXORPS       Y1, Y1, Y1
-	VXORPS       Y2, Y2, Y2
-	VXORPS       Y3, Y3, Y3
-
-	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
-	MOVQ  (SP), AX
-	XORQ  CX, CX
-	MOVQ  K+0(FP), DX
-	MOVQ  48(SP), BX
-	MOVQ  56(SP), SI
-	MOVQ  64(SP), DI
-	MOVQ  16(SP), R8
-	MOVQ  40(SP), R10
-	MOVQ  stores_base+40(FP), R9
-	MOVQ  (R9)(R10*8), R9
-	TESTQ R9, R9
-	JZ    stateKVf32AVX2_nostore_18
-	LEAQ  (R9)(R8*4), R9
-
-stateKVf32AVX2_nostore_18:
-	MOVQ V+8(FP), R8
-	SHLQ $0x02, R8
-
-stateKVf32AVX2_rows_18:
-	VBROADCASTSS (BX)(CX*4), Y5
-	VBROADCASTSS (SI)(CX*4), Y6
-	VBROADCASTSS (DI)(CX*4), Y7
-	VMOVUPS      (AX), X8
-	VMULPS       X8, X4, X8
-	VFMADD231PS  96(SP), X5, X8
-	VMOVUPS      X8, (AX)
-	VFMADD231PS  X8, X6, X0
-	VFMADD231PS  X8, X7, X1
-	VMOVSS       16(AX), X8
-	VMULSS       X8, X4, X8
-	VFMADD231SS  128(SP), X5, X8
-	VMOVSS       X8, 16(AX)
-	VFMADD231SS  X8, X6, X2
-	VFMADD231SS  X8, X7, X3
-	TESTQ        R9, R9
-	JZ           stateKVf32AVX2_nostorerow_18
-	VMOVUPS      (AX), X5
-	VMOVUPS      X5, (R9)
-	VMOVSS       16(AX), X5
-	VMOVSS       X5, 16(R9)
-	ADDQ         R8, R9
-
-stateKVf32AVX2_nostorerow_18:
-	ADDQ $0x00000020, AX
-	INCQ CX
-	CMPQ CX, DX
-	JB   stateKVf32AVX2_rows_18
-
-stateKVf32AVX2_tokdone_9:
-	MOVQ 56(SP), AX
-	MOVQ AX, 48(SP)
-	ADDQ $0x10, 88(SP)
-	MOVQ vs+136(FP), AX
-	SHLQ $0x02, AX
-	ADDQ AX, 72(SP)
-	MOVQ V+8(FP), AX
-	SHLQ $0x02, AX
-	ADDQ AX, 80(SP)
-	MOVQ 40(SP), CX
-	INCQ CX
-	MOVQ CX, 40(SP)
-	MOVQ tok_len+176(FP), AX
-	SHRQ $0x02, AX
-	CMPQ CX, AX
-	JB   stateKVf32AVX2_token_9
-	MOVQ 24(SP), AX
-	ADDQ AX, 16(SP)
-	SUBQ AX, 8(SP)
-	JMP  stateKVf32AVX2_blocks_1
-
-stateKVf32AVX2_shape_10:
-	// Block of 6 columns (rows in work of 32 bytes): pass 0 loads it, with token 0's read.
-	MOVQ   K+0(FP), AX
-	MOVQ   16(SP), CX
-	MOVQ   src_base+16(FP), DX
-	MOVQ   V+8(FP), BX
-	LEAQ   (DX)(CX*4), DX
-	SHLQ   $0x02, BX
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-	MOVQ   kh_base+64(FP), SI
-	MOVQ   qh_base+88(FP), DI
-	MOVQ   (SP), R8
-	XORQ   R9, R9
-
-stateKVf32AVX2_pass0_10:
-	VBROADCASTSS (SI)(R9*4), Y6
-	VBROADCASTSS (DI)(R9*4), Y7
-	VMOVUPS      (DX), X8
-	VMOVUPS      X8, (R8)
-	VFMADD231PS  X8, X6, X0
-	VFMADD231PS  X8, X7, X1
-	VMOVSS       16(DX), X8
-	VMOVSS       X8, 16(R8)
-	VFMADD231SS  X8, X6, X2
-	VFMADD231SS  X8, X7, X3
-	VMOVSS       20(DX), X8
-	VMOVSS       X8, 20(R8)
-	VFMADD231SS  X8, X6, X4
-	VFMADD231SS  X8, X7, X5
-	ADDQ         BX, DX
-	ADDQ         $0x00000020, R8
-	INCQ         R9
-	CMPQ         R9, AX
-	JB           stateKVf32AVX2_pass0_10
-
-	// The tokens.
-	XORQ AX, AX
-	MOVQ AX, 40(SP)
-	MOVQ kh_base+64(FP), AX
-	MOVQ AX, 48(SP)
-	MOVQ tok_base+168(FP), AX
-	MOVQ AX, 88(SP)
-	MOVQ v_base+112(FP), AX
-	LEAQ (AX)(CX*4), AX
-	MOVQ AX, 72(SP)
-	MOVQ o_base+144(FP), AX
-	LEAQ (AX)(CX*4), AX
-	MOVQ AX, 80(SP)
-
-stateKVf32AVX2_token_10:
-	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
-	MOVQ 40(SP), AX
-	MOVQ K+0(FP), CX
-	INCQ AX
-	MOVQ tok_len+176(FP), DX
-	SHRQ $0x02, DX
-	CMPQ AX, DX
-	JB   stateKVf32AVX2_notlast_10
-	DECQ AX
-
-stateKVf32AVX2_notlast_10:
-	IMULQ    CX, AX
-	MOVQ     kh_base+64(FP), CX
-	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 56(SP)
-	MOVQ     qh_base+88(FP), CX
-	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 64(SP)
-	MOVQ     88(SP), AX
-	VMOVSS   (AX), X6
-	VUCOMISS nearone<>+0(SB), X6
-	JCS      stateKVf32AVX2_far_10
-
-	// em1 ≥ -0.5: decay(x) = x + em1·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         88(SP), AX
-	VBROADCASTSS (AX), Y6
-	VBROADCASTSS 8(AX), Y7
-	VBROADCASTSS 12(AX), Y8
-	MOVQ         72(SP), AX
-	MOVQ         80(SP), CX
-	VMOVUPS      (AX), X9
-	VFMADD213PS  X0, X6, X0
-	VSUBPS       X0, X9, X9
-	VMULPS       X9, X7, X9
-	VFMADD213PS  X1, X6, X1
-	VFMADD231PS  X9, X8, X1
-	VMOVUPS      X1, (CX)
-	VMOVUPS      X9, 96(SP)
-	VMOVSS       16(AX), X0
-	VFMADD213SS  X2, X6, X2
-	VSUBSS       X2, X0, X0
-	VMULSS       X0, X7, X0
-	VFMADD213SS  X3, X6, X3
-	VFMADD231SS  X0, X8, X3
-	VMOVSS       X3, 16(CX)
-	VMOVSS       X0, 128(SP)
-	VMOVSS       20(AX), X0
-	VFMADD213SS  X4, X6, X4
-	VSUBSS       X4, X0, X0
-	VMULSS       X0, X7, X0
-	VFMADD213SS  X5, X6, X5
-	VFMADD231SS  X0, X8, X5
-	VMOVSS       X5, 20(CX)
-	VMOVSS       X0, 160(SP)
-	VXORPS       Y0, Y0, Y0
-	VXORPS       Y1, Y1, Y1
-	VXORPS       Y2, Y2, Y2
-	VXORPS       Y3, Y3, Y3
-	VXORPS       Y4, Y4, Y4
-	VXORPS       Y5, Y5, Y5
-
-	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
-	MOVQ  (SP), AX
-	XORQ  CX, CX
-	MOVQ  K+0(FP), DX
-	MOVQ  48(SP), BX
-	MOVQ  56(SP), SI
-	MOVQ  64(SP), DI
-	MOVQ  16(SP), R8
-	MOVQ  40(SP), R10
-	MOVQ  stores_base+40(FP), R9
-	MOVQ  (R9)(R10*8), R9
-	TESTQ R9, R9
-	JZ    stateKVf32AVX2_nostore_19
-	LEAQ  (R9)(R8*4), R9
-
-stateKVf32AVX2_nostore_19:
-	MOVQ V+8(FP), R8
-	SHLQ $0x02, R8
-
-stateKVf32AVX2_rows_19:
-	VBROADCASTSS (BX)(CX*4), Y7
-	VBROADCASTSS (SI)(CX*4), Y8
-	VBROADCASTSS (DI)(CX*4), Y9
-	VMOVUPS      (AX), X10
-	VFMADD213PS  X10, X6, X10
-	VFMADD231PS  96(SP), X7, X10
-	VMOVUPS      X10, (AX)
-	VFMADD231PS  X10, X8, X0
-	VFMADD231PS  X10, X9, X1
-	VMOVSS       16(AX), X10
-	VFMADD213SS  X10, X6, X10
-	VFMADD231SS  128(SP), X7, X10
-	VMOVSS       X10, 16(AX)
-	VFMADD231SS  X10, X8, X2
-	VFMADD231SS  X10, X9, X3
-	VMOVSS       20(AX), X10
-	VFMADD213SS  X10, X6, X10
-	VFMADD231SS  160(SP), X7, X10
-	VMOVSS       X10, 20(AX)
-	VFMADD231SS  X10, X8, X4
-	VFMADD231SS  X10, X9, X5
-	TESTQ        R9, R9
-	JZ           stateKVf32AVX2_nostorerow_19
-	VMOVUPS      (AX), X7
-	VMOVUPS      X7, (R9)
-	VMOVSS       16(AX), X7
-	VMOVSS       X7, 16(R9)
-	VMOVSS       20(AX), X7
-	VMOVSS       X7, 20(R9)
-	ADDQ         R8, R9
-
-stateKVf32AVX2_nostorerow_19:
-	ADDQ $0x00000020, AX
-	INCQ CX
-	CMPQ CX, DX
-	JB   stateKVf32AVX2_rows_19
-	JMP  stateKVf32AVX2_tokdone_10
-
-stateKVf32AVX2_far_10:
-	// em1 < -0.5 or NaN: decay(x) = eg·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         88(SP), AX
-	VBROADCASTSS 4(AX), Y6
-	VBROADCASTSS 8(AX), Y7
-	VBROADCASTSS 12(AX), Y8
-	MOVQ         72(SP), AX
-	MOVQ         80(SP), CX
-	VMOVUPS      (AX), X9
-	VMULPS       X0, X6, X0
-	VSUBPS       X0, X9, X9
-	VMULPS       X9, X7, X9
-	VMULPS       X1, X6, X1
-	VFMADD231PS  X9, X8, X1
-	VMOVUPS      X1, (CX)
-	VMOVUPS      X9, 96(SP)
-	VMOVSS       16(AX), X0
-	VMULSS       X2, X6, X2
-	VSUBSS       X2, X0, X0
-	VMULSS       X0, X7, X0
-	VMULSS       X3, X6, X3
-	VFMADD231SS  X0, X8, X3
-	VMOVSS       X3, 16(CX)
-	VMOVSS       X0, 128(SP)
-	VMOVSS       20(AX), X0
-	VMULSS       X4, X6, X4
-	VSUBSS       X4, X0, X0
-	VMULSS       X0, X7, X0
-	VMULSS       X5, X6, X5
-	VFMADD231SS  X0, X8, X5
-	VMOVSS       X5, 20(CX)
-	VMOVSS       X0, 160(SP)
-	VXORPS       Y0, Y0, Y0
-	VXORPS       Y1, Y1, Y1
-	VXORPS       Y2, Y2, Y2
-	VXORPS       Y3, Y3, Y3
-	VXORPS       Y4, Y4, Y4
-	VXORPS       Y5, Y5, Y5
-
-	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
-	MOVQ  (SP), AX
-	XORQ  CX, CX
-	MOVQ  K+0(FP), DX
-	MOVQ  48(SP), BX
-	MOVQ  56(SP), SI
-	MOVQ  64(SP), DI
-	MOVQ  16(SP), R8
-	MOVQ  40(SP), R10
-	MOVQ  stores_base+40(FP), R9
-	MOVQ  (R9)(R10*8), R9
-	TESTQ R9, R9
-	JZ    stateKVf32AVX2_nostore_20
-	LEAQ  (R9)(R8*4), R9
-
-stateKVf32AVX2_nostore_20:
-	MOVQ V+8(FP), R8
-	SHLQ $0x02, R8
-
-stateKVf32AVX2_rows_20:
-	VBROADCASTSS (BX)(CX*4), Y7
-	VBROADCASTSS (SI)(CX*4), Y8
-	VBROADCASTSS (DI)(CX*4), Y9
-	VMOVUPS      (AX), X10
-	VMULPS       X10, X6, X10
-	VFMADD231PS  96(SP), X7, X10
-	VMOVUPS      X10, (AX)
-	VFMADD231PS  X10, X8, X0
-	VFMADD231PS  X10, X9, X1
-	VMOVSS       16(AX), X10
-	VMULSS       X10, X6, X10
-	VFMADD231SS  128(SP), X7, X10
-	VMOVSS       X10, 16(AX)
-	VFMADD231SS  X10, X8, X2
-	VFMADD231SS  X10, X9, X3
-	VMOVSS       20(AX), X10
-	VMULSS       X10, X6, X10
-	VFMADD231SS  160(SP), X7, X10
-	VMOVSS       X10, 20(AX)
-	VFMADD231SS  X10, X8, X4
-	VFMADD231SS  X10, X9, X5
-	TESTQ        R9, R9
-	JZ           stateKVf32AVX2_nostorerow_20
-	VMOVUPS      (AX), X7
-	VMOVUPS      X7, (R9)
-	VMOVSS       16(AX), X7
-	VMOVSS       X7, 16(R9)
-	VMOVSS       20(AX), X7
-	VMOVSS       X7, 20(R9)
-	ADDQ         R8, R9
-
-stateKVf32AVX2_nostorerow_20:
-	ADDQ $0x00000020, AX
-	INCQ CX
-	CMPQ CX, DX
-	JB   stateKVf32AVX2_rows_20
-
-stateKVf32AVX2_tokdone_10:
-	MOVQ 56(SP), AX
-	MOVQ AX, 48(SP)
-	ADDQ $0x10, 88(SP)
-	MOVQ vs+136(FP), AX
-	SHLQ $0x02, AX
-	ADDQ AX, 72(SP)
-	MOVQ V+8(FP), AX
-	SHLQ $0x02, AX
-	ADDQ AX, 80(SP)
-	MOVQ 40(SP), CX
-	INCQ CX
-	MOVQ CX, 40(SP)
-	MOVQ tok_len+176(FP), AX
-	SHRQ $0x02, AX
-	CMPQ CX, AX
-	JB   stateKVf32AVX2_token_10
-	MOVQ 24(SP), AX
-	ADDQ AX, 16(SP)
-	SUBQ AX, 8(SP)
-	JMP  stateKVf32AVX2_blocks_1
-
-stateKVf32AVX2_shape_11:
-	// Block of 7 columns (rows in work of 32 bytes): pass 0 loads it, with token 0's read.
-	MOVQ   K+0(FP), AX
-	MOVQ   16(SP), CX
-	MOVQ   src_base+16(FP), DX
-	MOVQ   V+8(FP), BX
-	LEAQ   (DX)(CX*4), DX
-	SHLQ   $0x02, BX
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-	VXORPS Y6, Y6, Y6
-	VXORPS Y7, Y7, Y7
-	MOVQ   kh_base+64(FP), SI
-	MOVQ   qh_base+88(FP), DI
-	MOVQ   (SP), R8
-	XORQ   R9, R9
-
-stateKVf32AVX2_pass0_11:
-	VBROADCASTSS (SI)(R9*4), Y8
-	VBROADCASTSS (DI)(R9*4), Y9
-	VMOVUPS      (DX), X10
-	VMOVUPS      X10, (R8)
-	VFMADD231PS  X10, X8, X0
-	VFMADD231PS  X10, X9, X1
-	VMOVSS       16(DX), X10
-	VMOVSS       X10, 16(R8)
-	VFMADD231SS  X10, X8, X2
-	VFMADD231SS  X10, X9, X3
-	VMOVSS       20(DX), X10
-	VMOVSS       X10, 20(R8)
-	VFMADD231SS  X10, X8, X4
-	VFMADD231SS  X10, X9, X5
-	VMOVSS       24(DX), X10
-	VMOVSS       X10, 24(R8)
-	VFMADD231SS  X10, X8, X6
-	VFMADD231SS  X10, X9, X7
-	ADDQ         BX, DX
-	ADDQ         $0x00000020, R8
-	INCQ         R9
-	CMPQ         R9, AX
-	JB           stateKVf32AVX2_pass0_11
-
-	// The tokens.
-	XORQ AX, AX
-	MOVQ AX, 40(SP)
-	MOVQ kh_base+64(FP), AX
-	MOVQ AX, 48(SP)
-	MOVQ tok_base+168(FP), AX
-	MOVQ AX, 88(SP)
-	MOVQ v_base+112(FP), AX
-	LEAQ (AX)(CX*4), AX
-	MOVQ AX, 72(SP)
-	MOVQ o_base+144(FP), AX
-	LEAQ (AX)(CX*4), AX
-	MOVQ AX, 80(SP)
-
-stateKVf32AVX2_token_11:
-	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
-	MOVQ 40(SP), AX
-	MOVQ K+0(FP), CX
-	INCQ AX
-	MOVQ tok_len+176(FP), DX
-	SHRQ $0x02, DX
-	CMPQ AX, DX
-	JB   stateKVf32AVX2_notlast_11
-	DECQ AX
-
-stateKVf32AVX2_notlast_11:
-	IMULQ    CX, AX
-	MOVQ     kh_base+64(FP), CX
-	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 56(SP)
-	MOVQ     qh_base+88(FP), CX
-	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 64(SP)
-	MOVQ     88(SP), AX
-	VMOVSS   (AX), X8
-	VUCOMISS nearone<>+0(SB), X8
-	JCS      stateKVf32AVX2_far_11
-
-	// em1 ≥ -0.5: decay(x) = x + em1·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         88(SP), AX
-	VBROADCASTSS (AX), Y8
-	VBROADCASTSS 8(AX), Y9
-	VBROADCASTSS 12(AX), Y10
-	MOVQ         72(SP), AX
-	MOVQ         80(SP), CX
-	VMOVUPS      (AX), X11
-	VFMADD213PS  X0, X8, X0
-	VSUBPS       X0, X11, X11
-	VMULPS       X11, X9, X11
-	VFMADD213PS  X1, X8, X1
-	VFMADD231PS  X11, X10, X1
-	VMOVUPS      X1, (CX)
-	VMOVUPS      X11, 96(SP)
-	VMOVSS       16(AX), X0
-	VFMADD213SS  X2, X8, X2
-	VSUBSS       X2, X0, X0
-	VMULSS       X0, X9, X0
-	VFMADD213SS  X3, X8, X3
-	VFMADD231SS  X0, X10, X3
-	VMOVSS       X3, 16(CX)
-	VMOVSS       X0, 128(SP)
-	VMOVSS       20(AX), X0
-	VFMADD213SS  X4, X8, X4
-	VSUBSS       X4, X0, X0
-	VMULSS       X0, X9, X0
-	VFMADD213SS  X5, X8, X5
-	VFMADD231SS  X0, X10, X5
-	VMOVSS       X5, 20(CX)
-	VMOVSS       X0, 160(SP)
-	VMOVSS       24(AX), X0
-	VFMADD213SS  X6, X8, X6
-	VSUBSS       X6, X0, X0
-	VMULSS       X0, X9, X0
-	VFMADD213SS  X7, X8, X7
-	VFMADD231SS  X0, X10, X7
-	VMOVSS       X7, 24(CX)
-	VMOVSS       X0, 192(SP)
-	VXORPS       Y0, Y0, Y0
-	VXORPS       Y1, Y1, Y1
-	VXORPS       Y2, Y2, Y2
-	VXORPS       Y3, Y3, Y3
-	VXORPS       Y4, Y4, Y4
-	VXORPS       Y5, Y5, Y5
-	VXORPS       Y6, Y6, Y6
-	VXORPS       Y7, Y7, Y7
-
-	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
-	MOVQ  (SP), AX
-	XORQ  CX, CX
-	MOVQ  K+0(FP), DX
-	MOVQ  48(SP), BX
-	MOVQ  56(SP), SI
-	MOVQ  64(SP), DI
-	MOVQ  16(SP), R8
-	MOVQ  40(SP), R10
-	MOVQ  stores_base+40(FP), R9
-	MOVQ  (R9)(R10*8), R9
-	TESTQ R9, R9
-	JZ    stateKVf32AVX2_nostore_21
-	LEAQ  (R9)(R8*4), R9
-
-stateKVf32AVX2_nostore_21:
-	MOVQ V+8(FP), R8
-	SHLQ $0x02, R8
-
-stateKVf32AVX2_rows_21:
-	VBROADCASTSS (BX)(CX*4), Y9
-	VBROADCASTSS (SI)(CX*4), Y10
-	VBROADCASTSS (DI)(CX*4), Y11
-	VMOVUPS      (AX), X12
-	VFMADD213PS  X12, X8, X12
-	VFMADD231PS  96(SP), X9, X12
-	VMOVUPS      X12, (AX)
-	VFMADD231PS  X12, X10, X0
-	VFMADD231PS  X12, X11, X1
-	VMOVSS       16(AX), X12
-	VFMADD213SS  X12, X8, X12
-	VFMADD231SS  128(SP), X9, X12
-	VMOVSS       X12, 16(AX)
-	VFMADD231SS  X12, X10, X2
-	VFMADD231SS  X12, X11, X3
-	VMOVSS       20(AX), X12
-	VFMADD213SS  X12, X8, X12
-	VFMADD231SS  160(SP), X9, X12
-	VMOVSS       X12, 20(AX)
-	VFMADD231SS  X12, X10, X4
-	VFMADD231SS  X12, X11, X5
-	VMOVSS       24(AX), X12
-	VFMADD213SS  X12, X8, X12
-	VFMADD231SS  192(SP), X9, X12
-	VMOVSS       X12, 24(AX)
-	VFMADD231SS  X12, X10, X6
-	VFMADD231SS  X12, X11, X7
-	TESTQ        R9, R9
-	JZ           stateKVf32AVX2_nostorerow_21
-	VMOVUPS      (AX), X9
-	VMOVUPS      X9, (R9)
-	VMOVSS       16(AX), X9
-	VMOVSS       X9, 16(R9)
-	VMOVSS       20(AX), X9
-	VMOVSS       X9, 20(R9)
-	VMOVSS       24(AX), X9
-	VMOVSS       X9, 24(R9)
-	ADDQ         R8, R9
-
-stateKVf32AVX2_nostorerow_21:
-	ADDQ $0x00000020, AX
-	INCQ CX
-	CMPQ CX, DX
-	JB   stateKVf32AVX2_rows_21
-	JMP  stateKVf32AVX2_tokdone_11
-
-stateKVf32AVX2_far_11:
-	// em1 < -0.5 or NaN: decay(x) = eg·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         88(SP), AX
-	VBROADCASTSS 4(AX), Y8
-	VBROADCASTSS 8(AX), Y9
-	VBROADCASTSS 12(AX), Y10
-	MOVQ         72(SP), AX
-	MOVQ         80(SP), CX
-	VMOVUPS      (AX), X11
-	VMULPS       X0, X8, X0
-	VSUBPS       X0, X11, X11
-	VMULPS       X11, X9, X11
-	VMULPS       X1, X8, X1
-	VFMADD231PS  X11, X10, X1
-	VMOVUPS      X1, (CX)
-	VMOVUPS      X11, 96(SP)
-	VMOVSS       16(AX), X0
-	VMULSS       X2, X8, X2
-	VSUBSS       X2, X0, X0
-	VMULSS       X0, X9, X0
-	VMULSS       X3, X8, X3
-	VFMADD231SS  X0, X10, X3
-	VMOVSS       X3, 16(CX)
-	VMOVSS       X0, 128(SP)
-	VMOVSS       20(AX), X0
-	VMULSS       X4, X8, X4
-	VSUBSS       X4, X0, X0
-	VMULSS       X0, X9, X0
-	VMULSS       X5, X8, X5
-	VFMADD231SS  X0, X10, X5
-	VMOVSS       X5, 20(CX)
-	VMOVSS       X0, 160(SP)
-	VMOVSS       24(AX), X0
-	VMULSS       X6, X8, X6
-	VSUBSS       X6, X0, X0
-	VMULSS       X0, X9, X0
-	VMULSS       X7, X8, X7
-	VFMADD231SS  X0, X10, X7
-	VMOVSS       X7, 24(CX)
-	VMOVSS       X0, 192(SP)
-	VXORPS       Y0, Y0, Y0
-	VXORPS       Y1, Y1, Y1
-	VXORPS       Y2, Y2, Y2
-	VXORPS       Y3, Y3, Y3
-	VXORPS       Y4, Y4, Y4
-	VXORPS       Y5, Y5, Y5
-	VXORPS       Y6, Y6, Y6
-	VXORPS       Y7, Y7, Y7
-
-	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
-	MOVQ  (SP), AX
-	XORQ  CX, CX
-	MOVQ  K+0(FP), DX
-	MOVQ  48(SP), BX
-	MOVQ  56(SP), SI
-	MOVQ  64(SP), DI
-	MOVQ  16(SP), R8
-	MOVQ  40(SP), R10
-	MOVQ  stores_base+40(FP), R9
-	MOVQ  (R9)(R10*8), R9
-	TESTQ R9, R9
-	JZ    stateKVf32AVX2_nostore_22
-	LEAQ  (R9)(R8*4), R9
-
-stateKVf32AVX2_nostore_22:
-	MOVQ V+8(FP), R8
-	SHLQ $0x02, R8
-
-stateKVf32AVX2_rows_22:
-	VBROADCASTSS (BX)(CX*4), Y9
-	VBROADCASTSS (SI)(CX*4), Y10
-	VBROADCASTSS (DI)(CX*4), Y11
-	VMOVUPS      (AX), X12
-	VMULPS       X12, X8, X12
-	VFMADD231PS  96(SP), X9, X12
-	VMOVUPS      X12, (AX)
-	VFMADD231PS  X12, X10, X0
-	VFMADD231PS  X12, X11, X1
-	VMOVSS       16(AX), X12
-	VMULSS       X12, X8, X12
-	VFMADD231SS  128(SP), X9, X12
-	VMOVSS       X12, 16(AX)
-	VFMADD231SS  X12, X10, X2
-	VFMADD231SS  X12, X11, X3
-	VMOVSS       20(AX), X12
-	VMULSS       X12, X8, X12
-	VFMADD231SS  160(SP), X9, X12
-	VMOVSS       X12, 20(AX)
-	VFMADD231SS  X12, X10, X4
-	VFMADD231SS  X12, X11, X5
-	VMOVSS       24(AX), X12
-	VMULSS       X12, X8, X12
-	VFMADD231SS  192(SP), X9, X12
-	VMOVSS       X12, 24(AX)
-	VFMADD231SS  X12, X10, X6
-	VFMADD231SS  X12, X11, X7
-	TESTQ        R9, R9
-	JZ           stateKVf32AVX2_nostorerow_22
-	VMOVUPS      (AX), X9
-	VMOVUPS      X9, (R9)
-	VMOVSS       16(AX), X9
-	VMOVSS       X9, 16(R9)
-	VMOVSS       20(AX), X9
-	VMOVSS       X9, 20(R9)
-	VMOVSS       24(AX), X9
-	VMOVSS       X9, 24(R9)
-	ADDQ         R8, R9
-
-stateKVf32AVX2_nostorerow_22:
-	ADDQ $0x00000020, AX
-	INCQ CX
-	CMPQ CX, DX
-	JB   stateKVf32AVX2_rows_22
-
-stateKVf32AVX2_tokdone_11:
-	MOVQ 56(SP), AX
-	MOVQ AX, 48(SP)
-	ADDQ $0x10, 88(SP)
-	MOVQ vs+136(FP), AX
-	SHLQ $0x02, AX
-	ADDQ AX, 72(SP)
-	MOVQ V+8(FP), AX
-	SHLQ $0x02, AX
-	ADDQ AX, 80(SP)
-	MOVQ 40(SP), CX
-	INCQ CX
-	MOVQ CX, 40(SP)
-	MOVQ tok_len+176(FP), AX
-	SHRQ $0x02, AX
-	CMPQ CX, AX
-	JB   stateKVf32AVX2_token_11
-	MOVQ 24(SP), AX
-	ADDQ AX, 16(SP)
-	SUBQ AX, 8(SP)
-	JMP  stateKVf32AVX2_blocks_1
-
-stateKVf32AVX2_done_1:
-	VZEROUPPER
-	RET
-
-// func stateKVbf16AVX2(K int, V int, src []uint16, src32 []float32, stores []uintptr, carry []float32, kh []float32, qh []float32, v []float32, vs int, o []float32, tok []float32, work []float32)
-// Requires: AVX, AVX2, CMOV, FMA3
-TEXT ·stateKVbf16AVX2(SB), NOSPLIT, $224-264
-	MOVQ  K+0(FP), AX
-	MOVQ  V+8(FP), CX
-	MOVQ  tok_len+224(FP), DX
-	SHRQ  $0x02, DX
-	TESTQ AX, AX
-	JZ    stateKVbf16AVX2_done_1
-	TESTQ CX, CX
-	JZ    stateKVbf16AVX2_done_1
-	TESTQ DX, DX
-	JZ    stateKVbf16AVX2_done_1
-	MOVQ  CX, 8(SP)
-	MOVQ  work_base+240(FP), CX
-	ADDQ  $0x3f, CX
-	ANDQ  $-64, CX
-	MOVQ  CX, (SP)
-
-	// K > 1024 does not fit work: the Go wrapper never calls with it.
-	CMPQ AX, $0x00000400
-	JA   stateKVbf16AVX2_done_1
-
-	// Vectors per full block: the most (≤ 4) whose K rows fit 32768 bytes.
-	MOVQ    $0x00000001, CX
-	MOVQ    $0x00000002, DX
-	CMPQ    AX, $0x00000200
-	CMOVQLS DX, CX
-	MOVQ    $0x00000003, DX
-	CMPQ    AX, $0x00000155
-	CMOVQLS DX, CX
-	MOVQ    $0x00000004, DX
-	CMPQ    AX, $0x00000100
-	CMOVQLS DX, CX
-	MOVQ    CX, 32(SP)
-	XORQ    CX, CX
-	MOVQ    CX, 16(SP)
-
-	// Column blocks.
-stateKVbf16AVX2_blocks_1:
-	MOVQ  8(SP), AX
-	TESTQ AX, AX
-	JZ    stateKVbf16AVX2_done_1
-	MOVQ  32(SP), CX
-	MOVQ  CX, DX
-	SHLQ  $0x03, DX
-	CMPQ  AX, DX
-	JB    stateKVbf16AVX2_notfull_1
-	MOVQ  DX, 24(SP)
-	CMPQ  CX, $0x00000001
-	JE    stateKVbf16AVX2_shape_1
-	CMPQ  CX, $0x00000002
-	JE    stateKVbf16AVX2_shape_2
-	CMPQ  CX, $0x00000003
-	JE    stateKVbf16AVX2_shape_3
-	JMP   stateKVbf16AVX2_shape_4
-
-stateKVbf16AVX2_notfull_1:
-	MOVQ AX, CX
-	SHRQ $0x03, CX
-	JZ   stateKVbf16AVX2_narrow_1
-	SHLQ $0x03, CX
-	MOVQ CX, 24(SP)
-	SHRQ $0x03, CX
-	CMPQ CX, $0x00000001
-	JE   stateKVbf16AVX2_shape_1
-	CMPQ CX, $0x00000002
-	JE   stateKVbf16AVX2_shape_2
-	CMPQ CX, $0x00000003
-	JE   stateKVbf16AVX2_shape_3
-	JMP  stateKVbf16AVX2_shape_4
-
-stateKVbf16AVX2_narrow_1:
-	MOVQ AX, 24(SP)
-	CMPQ AX, $0x00000001
-	JE   stateKVbf16AVX2_shape_5
-	CMPQ AX, $0x00000002
-	JE   stateKVbf16AVX2_shape_6
-	CMPQ AX, $0x00000003
-	JE   stateKVbf16AVX2_shape_7
-	CMPQ AX, $0x00000004
-	JE   stateKVbf16AVX2_shape_8
-	CMPQ AX, $0x00000005
-	JE   stateKVbf16AVX2_shape_9
-	CMPQ AX, $0x00000006
-	JE   stateKVbf16AVX2_shape_10
-	JMP  stateKVbf16AVX2_shape_11
-
-stateKVbf16AVX2_shape_1:
-	// Block of 8 columns (rows in work of 32 bytes): pass 0 loads it, with token 0's read.
-	MOVQ  K+0(FP), AX
-	MOVQ  16(SP), CX
-	MOVQ  src32_base+40(FP), DX
-	TESTQ DX, DX
-	JZ    stateKVbf16AVX2_from16_1
-
-	// From src32 (f32).
-	MOVQ   V+8(FP), BX
-	LEAQ   (DX)(CX*4), DX
-	SHLQ   $0x02, BX
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	MOVQ   kh_base+112(FP), SI
-	MOVQ   qh_base+136(FP), DI
-	MOVQ   (SP), R8
-	XORQ   R9, R9
-
-stateKVbf16AVX2_pass0_1:
-	VBROADCASTSS (SI)(R9*4), Y2
-	VBROADCASTSS (DI)(R9*4), Y3
-	VMOVUPS      (DX), Y4
-	VMOVUPS      Y4, (R8)
-	VFMADD231PS  Y4, Y2, Y0
-	VFMADD231PS  Y4, Y3, Y1
-	ADDQ         BX, DX
-	ADDQ         $0x00000020, R8
-	INCQ         R9
-	CMPQ         R9, AX
 	JB           stateKVbf16AVX2_pass0_1
 	JMP          stateKVbf16AVX2_loaded_1
 
@@ -17693,21 +8975,42 @@ stateKVbf16AVX2_from16_1:
 	SHLQ   $0x01, BX
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
 	MOVQ   kh_base+112(FP), SI
 	MOVQ   qh_base+136(FP), DI
 	MOVQ   (SP), R8
 	XORQ   R9, R9
 
 stateKVbf16AVX2_pass0_2:
-	VBROADCASTSS (SI)(R9*4), Y2
-	VBROADCASTSS (DI)(R9*4), Y3
-	VPMOVZXWD    (DX), Y4
-	VPSLLD       $0x10, Y4, Y4
-	VMOVUPS      Y4, (R8)
-	VFMADD231PS  Y4, Y2, Y0
-	VFMADD231PS  Y4, Y3, Y1
+	VBROADCASTSS (SI)(R9*4), Y8
+	VBROADCASTSS (DI)(R9*4), Y9
+	VPMOVZXWD    (DX), Y10
+	VPSLLD       $0x10, Y10, Y10
+	VMOVUPS      Y10, (R8)
+	VFMADD231PS  Y10, Y8, Y0
+	VFMADD231PS  Y10, Y9, Y1
+	VPMOVZXWD    16(DX), Y10
+	VPSLLD       $0x10, Y10, Y10
+	VMOVUPS      Y10, 32(R8)
+	VFMADD231PS  Y10, Y8, Y2
+	VFMADD231PS  Y10, Y9, Y3
+	VPMOVZXWD    32(DX), Y10
+	VPSLLD       $0x10, Y10, Y10
+	VMOVUPS      Y10, 64(R8)
+	VFMADD231PS  Y10, Y8, Y4
+	VFMADD231PS  Y10, Y9, Y5
+	VPMOVZXWD    48(DX), Y10
+	VPSLLD       $0x10, Y10, Y10
+	VMOVUPS      Y10, 96(R8)
+	VFMADD231PS  Y10, Y8, Y6
+	VFMADD231PS  Y10, Y9, Y7
 	ADDQ         BX, DX
-	ADDQ         $0x00000020, R8
+	ADDQ         $0x00000080, R8
 	INCQ         R9
 	CMPQ         R9, AX
 	JB           stateKVbf16AVX2_pass0_2
@@ -17715,21 +9018,21 @@ stateKVbf16AVX2_pass0_2:
 stateKVbf16AVX2_loaded_1:
 	// The tokens.
 	XORQ AX, AX
-	MOVQ AX, 40(SP)
-	MOVQ kh_base+112(FP), AX
 	MOVQ AX, 48(SP)
+	MOVQ kh_base+112(FP), AX
+	MOVQ AX, 56(SP)
 	MOVQ tok_base+216(FP), AX
-	MOVQ AX, 88(SP)
+	MOVQ AX, 96(SP)
 	MOVQ v_base+160(FP), AX
 	LEAQ (AX)(CX*4), AX
-	MOVQ AX, 72(SP)
+	MOVQ AX, 80(SP)
 	MOVQ o_base+192(FP), AX
 	LEAQ (AX)(CX*4), AX
-	MOVQ AX, 80(SP)
+	MOVQ AX, 88(SP)
 
 stateKVbf16AVX2_token_1:
 	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
-	MOVQ 40(SP), AX
+	MOVQ 48(SP), AX
 	MOVQ K+0(FP), CX
 	INCQ AX
 	MOVQ tok_len+224(FP), DX
@@ -17742,43 +9045,73 @@ stateKVbf16AVX2_notlast_1:
 	IMULQ    CX, AX
 	MOVQ     kh_base+112(FP), CX
 	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 56(SP)
+	MOVQ     CX, 64(SP)
 	MOVQ     qh_base+136(FP), CX
 	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 64(SP)
-	MOVQ     88(SP), AX
-	VMOVSS   (AX), X2
-	VUCOMISS nearone<>+0(SB), X2
+	MOVQ     CX, 72(SP)
+	MOVQ     96(SP), AX
+	VMOVSS   (AX), X8
+	VUCOMISS nearone<>+0(SB), X8
 	JCS      stateKVbf16AVX2_far_1
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         88(SP), AX
-	VBROADCASTSS (AX), Y2
-	VBROADCASTSS 8(AX), Y3
-	VBROADCASTSS 12(AX), Y4
-	MOVQ         72(SP), AX
-	MOVQ         80(SP), CX
-	VMOVUPS      (AX), Y5
-	VFMADD213PS  Y0, Y2, Y0
-	VSUBPS       Y0, Y5, Y5
-	VMULPS       Y5, Y3, Y5
-	VFMADD213PS  Y1, Y2, Y1
-	VFMADD231PS  Y5, Y4, Y1
+	MOVQ         96(SP), AX
+	VBROADCASTSS (AX), Y8
+	VBROADCASTSS 8(AX), Y9
+	VBROADCASTSS 12(AX), Y10
+	MOVQ         80(SP), AX
+	MOVQ         88(SP), CX
+	VMOVUPS      (AX), Y11
+	VFMADD213PS  Y0, Y8, Y0
+	VSUBPS       Y0, Y11, Y11
+	VMULPS       Y11, Y9, Y11
+	VFMADD213PS  Y1, Y8, Y1
+	VFMADD231PS  Y11, Y10, Y1
 	VMOVUPS      Y1, (CX)
-	VMOVUPS      Y5, 96(SP)
+	VMOVUPS      Y11, 104(SP)
+	VMOVUPS      32(AX), Y0
+	VFMADD213PS  Y2, Y8, Y2
+	VSUBPS       Y2, Y0, Y0
+	VMULPS       Y0, Y9, Y0
+	VFMADD213PS  Y3, Y8, Y3
+	VFMADD231PS  Y0, Y10, Y3
+	VMOVUPS      Y3, 32(CX)
+	VMOVUPS      Y0, 136(SP)
+	VMOVUPS      64(AX), Y0
+	VFMADD213PS  Y4, Y8, Y4
+	VSUBPS       Y4, Y0, Y0
+	VMULPS       Y0, Y9, Y0
+	VFMADD213PS  Y5, Y8, Y5
+	VFMADD231PS  Y0, Y10, Y5
+	VMOVUPS      Y5, 64(CX)
+	VMOVUPS      Y0, 168(SP)
+	VMOVUPS      96(AX), Y0
+	VFMADD213PS  Y6, Y8, Y6
+	VSUBPS       Y6, Y0, Y0
+	VMULPS       Y0, Y9, Y0
+	VFMADD213PS  Y7, Y8, Y7
+	VFMADD231PS  Y0, Y10, Y7
+	VMOVUPS      Y7, 96(CX)
+	VMOVUPS      Y0, 200(SP)
 	VXORPS       Y0, Y0, Y0
 	VXORPS       Y1, Y1, Y1
+	VXORPS       Y2, Y2, Y2
+	VXORPS       Y3, Y3, Y3
+	VXORPS       Y4, Y4, Y4
+	VXORPS       Y5, Y5, Y5
+	VXORPS       Y6, Y6, Y6
+	VXORPS       Y7, Y7, Y7
 
 	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
 	MOVQ  (SP), AX
 	XORQ  CX, CX
 	MOVQ  K+0(FP), DX
-	MOVQ  48(SP), BX
-	MOVQ  56(SP), SI
-	MOVQ  64(SP), DI
+	MOVQ  56(SP), BX
+	MOVQ  64(SP), SI
+	MOVQ  72(SP), DI
 	MOVQ  16(SP), R8
-	MOVQ  40(SP), R10
+	MOVQ  48(SP), R10
 	MOVQ  stores_base+64(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
@@ -17788,7 +9121,7 @@ stateKVbf16AVX2_notlast_1:
 stateKVbf16AVX2_nostore_1:
 	MOVQ  V+8(FP), R10
 	SHLQ  $0x01, R10
-	MOVQ  40(SP), R12
+	MOVQ  48(SP), R12
 	INCQ  R12
 	MOVQ  tok_len+224(FP), R13
 	SHRQ  $0x02, R13
@@ -17805,41 +9138,104 @@ stateKVbf16AVX2_nocarry_1:
 	SHLQ $0x02, R8
 
 stateKVbf16AVX2_rows_1:
-	VBROADCASTSS (BX)(CX*4), Y3
-	VBROADCASTSS (SI)(CX*4), Y4
-	VBROADCASTSS (DI)(CX*4), Y5
-	VMOVUPS      (AX), Y6
-	VFMADD213PS  Y6, Y2, Y6
-	VFMADD231PS  96(SP), Y3, Y6
-	VMOVUPS      Y6, (AX)
-	VFMADD231PS  Y6, Y4, Y0
-	VFMADD231PS  Y6, Y5, Y1
+	VBROADCASTSS (BX)(CX*4), Y9
+	VBROADCASTSS (SI)(CX*4), Y10
+	VBROADCASTSS (DI)(CX*4), Y11
+	VMOVUPS      (AX), Y12
+	VFMADD213PS  Y12, Y8, Y12
+	VFMADD231PS  104(SP), Y9, Y12
+	VMOVUPS      Y12, (AX)
+	VFMADD231PS  Y12, Y10, Y0
+	VFMADD231PS  Y12, Y11, Y1
+	VMOVUPS      32(AX), Y12
+	VFMADD213PS  Y12, Y8, Y12
+	VFMADD231PS  136(SP), Y9, Y12
+	VMOVUPS      Y12, 32(AX)
+	VFMADD231PS  Y12, Y10, Y2
+	VFMADD231PS  Y12, Y11, Y3
+	VMOVUPS      64(AX), Y12
+	VFMADD213PS  Y12, Y8, Y12
+	VFMADD231PS  168(SP), Y9, Y12
+	VMOVUPS      Y12, 64(AX)
+	VFMADD231PS  Y12, Y10, Y4
+	VFMADD231PS  Y12, Y11, Y5
+	VMOVUPS      96(AX), Y12
+	VFMADD213PS  Y12, Y8, Y12
+	VFMADD231PS  200(SP), Y9, Y12
+	VMOVUPS      Y12, 96(AX)
+	VFMADD231PS  Y12, Y10, Y6
+	VFMADD231PS  Y12, Y11, Y7
 	TESTQ        R9, R9
 	JZ           stateKVbf16AVX2_nostorerow_1
-	VMOVUPS      (AX), Y3
-	VPSRLD       $0x10, Y3, Y4
-	VPAND        absmask<>+0(SB), Y3, Y5
-	VPCMPGTD     infbits<>+0(SB), Y5, Y6
-	VPAND        one_i<>+0(SB), Y4, Y5
-	VPADDD       round<>+0(SB), Y3, Y3
-	VPADDD       Y5, Y3, Y3
-	VPSRLD       $0x10, Y3, Y3
-	VPOR         quiet<>+0(SB), Y4, Y4
-	VPBLENDVB    Y6, Y4, Y3, Y3
-	VEXTRACTI128 $0x01, Y3, X4
-	VPACKUSDW    X4, X3, X4
-	VMOVDQU      X4, (R9)
+	VMOVUPS      (AX), Y9
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        absmask<>+0(SB), Y9, Y11
+	VPCMPGTD     infbits<>+0(SB), Y11, Y12
+	VPAND        one_i<>+0(SB), Y10, Y11
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y11, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPOR         quiet<>+0(SB), Y10, Y10
+	VPBLENDVB    Y12, Y10, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X10
+	VPACKUSDW    X10, X9, X10
+	VMOVDQU      X10, (R9)
+	VMOVUPS      32(AX), Y9
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        absmask<>+0(SB), Y9, Y11
+	VPCMPGTD     infbits<>+0(SB), Y11, Y12
+	VPAND        one_i<>+0(SB), Y10, Y11
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y11, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPOR         quiet<>+0(SB), Y10, Y10
+	VPBLENDVB    Y12, Y10, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X10
+	VPACKUSDW    X10, X9, X10
+	VMOVDQU      X10, 16(R9)
+	VMOVUPS      64(AX), Y9
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        absmask<>+0(SB), Y9, Y11
+	VPCMPGTD     infbits<>+0(SB), Y11, Y12
+	VPAND        one_i<>+0(SB), Y10, Y11
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y11, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPOR         quiet<>+0(SB), Y10, Y10
+	VPBLENDVB    Y12, Y10, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X10
+	VPACKUSDW    X10, X9, X10
+	VMOVDQU      X10, 32(R9)
+	VMOVUPS      96(AX), Y9
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        absmask<>+0(SB), Y9, Y11
+	VPCMPGTD     infbits<>+0(SB), Y11, Y12
+	VPAND        one_i<>+0(SB), Y10, Y11
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y11, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPOR         quiet<>+0(SB), Y10, Y10
+	VPBLENDVB    Y12, Y10, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X10
+	VPACKUSDW    X10, X9, X10
+	VMOVDQU      X10, 48(R9)
 	ADDQ         R10, R9
 
 stateKVbf16AVX2_nostorerow_1:
 	TESTQ   R11, R11
 	JZ      stateKVbf16AVX2_nocarryrow_1
-	VMOVUPS (AX), Y3
-	VMOVUPS Y3, (R11)
+	VMOVUPS (AX), Y9
+	VMOVUPS Y9, (R11)
+	VMOVUPS 32(AX), Y9
+	VMOVUPS Y9, 32(R11)
+	VMOVUPS 64(AX), Y9
+	VMOVUPS Y9, 64(R11)
+	VMOVUPS 96(AX), Y9
+	VMOVUPS Y9, 96(R11)
 	ADDQ    R8, R11
 
 stateKVbf16AVX2_nocarryrow_1:
-	ADDQ $0x00000020, AX
+	ADDQ $0x00000080, AX
 	INCQ CX
 	CMPQ CX, DX
 	JB   stateKVbf16AVX2_rows_1
@@ -17848,32 +9244,62 @@ stateKVbf16AVX2_nocarryrow_1:
 stateKVbf16AVX2_far_1:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         88(SP), AX
-	VBROADCASTSS 4(AX), Y2
-	VBROADCASTSS 8(AX), Y3
-	VBROADCASTSS 12(AX), Y4
-	MOVQ         72(SP), AX
-	MOVQ         80(SP), CX
-	VMOVUPS      (AX), Y5
-	VMULPS       Y0, Y2, Y0
-	VSUBPS       Y0, Y5, Y5
-	VMULPS       Y5, Y3, Y5
-	VMULPS       Y1, Y2, Y1
-	VFMADD231PS  Y5, Y4, Y1
+	MOVQ         96(SP), AX
+	VBROADCASTSS 4(AX), Y8
+	VBROADCASTSS 8(AX), Y9
+	VBROADCASTSS 12(AX), Y10
+	MOVQ         80(SP), AX
+	MOVQ         88(SP), CX
+	VMOVUPS      (AX), Y11
+	VMULPS       Y0, Y8, Y0
+	VSUBPS       Y0, Y11, Y11
+	VMULPS       Y11, Y9, Y11
+	VMULPS       Y1, Y8, Y1
+	VFMADD231PS  Y11, Y10, Y1
 	VMOVUPS      Y1, (CX)
-	VMOVUPS      Y5, 96(SP)
+	VMOVUPS      Y11, 104(SP)
+	VMOVUPS      32(AX), Y0
+	VMULPS       Y2, Y8, Y2
+	VSUBPS       Y2, Y0, Y0
+	VMULPS       Y0, Y9, Y0
+	VMULPS       Y3, Y8, Y3
+	VFMADD231PS  Y0, Y10, Y3
+	VMOVUPS      Y3, 32(CX)
+	VMOVUPS      Y0, 136(SP)
+	VMOVUPS      64(AX), Y0
+	VMULPS       Y4, Y8, Y4
+	VSUBPS       Y4, Y0, Y0
+	VMULPS       Y0, Y9, Y0
+	VMULPS       Y5, Y8, Y5
+	VFMADD231PS  Y0, Y10, Y5
+	VMOVUPS      Y5, 64(CX)
+	VMOVUPS      Y0, 168(SP)
+	VMOVUPS      96(AX), Y0
+	VMULPS       Y6, Y8, Y6
+	VSUBPS       Y6, Y0, Y0
+	VMULPS       Y0, Y9, Y0
+	VMULPS       Y7, Y8, Y7
+	VFMADD231PS  Y0, Y10, Y7
+	VMOVUPS      Y7, 96(CX)
+	VMOVUPS      Y0, 200(SP)
 	VXORPS       Y0, Y0, Y0
 	VXORPS       Y1, Y1, Y1
+	VXORPS       Y2, Y2, Y2
+	VXORPS       Y3, Y3, Y3
+	VXORPS       Y4, Y4, Y4
+	VXORPS       Y5, Y5, Y5
+	VXORPS       Y6, Y6, Y6
+	VXORPS       Y7, Y7, Y7
 
 	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
 	MOVQ  (SP), AX
 	XORQ  CX, CX
 	MOVQ  K+0(FP), DX
-	MOVQ  48(SP), BX
-	MOVQ  56(SP), SI
-	MOVQ  64(SP), DI
+	MOVQ  56(SP), BX
+	MOVQ  64(SP), SI
+	MOVQ  72(SP), DI
 	MOVQ  16(SP), R8
-	MOVQ  40(SP), R10
+	MOVQ  48(SP), R10
 	MOVQ  stores_base+64(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
@@ -17883,7 +9309,7 @@ stateKVbf16AVX2_far_1:
 stateKVbf16AVX2_nostore_2:
 	MOVQ  V+8(FP), R10
 	SHLQ  $0x01, R10
-	MOVQ  40(SP), R12
+	MOVQ  48(SP), R12
 	INCQ  R12
 	MOVQ  tok_len+224(FP), R13
 	SHRQ  $0x02, R13
@@ -17900,69 +9326,138 @@ stateKVbf16AVX2_nocarry_2:
 	SHLQ $0x02, R8
 
 stateKVbf16AVX2_rows_2:
-	VBROADCASTSS (BX)(CX*4), Y3
-	VBROADCASTSS (SI)(CX*4), Y4
-	VBROADCASTSS (DI)(CX*4), Y5
-	VMOVUPS      (AX), Y6
-	VMULPS       Y6, Y2, Y6
-	VFMADD231PS  96(SP), Y3, Y6
-	VMOVUPS      Y6, (AX)
-	VFMADD231PS  Y6, Y4, Y0
-	VFMADD231PS  Y6, Y5, Y1
+	VBROADCASTSS (BX)(CX*4), Y9
+	VBROADCASTSS (SI)(CX*4), Y10
+	VBROADCASTSS (DI)(CX*4), Y11
+	VMOVUPS      (AX), Y12
+	VMULPS       Y12, Y8, Y12
+	VFMADD231PS  104(SP), Y9, Y12
+	VMOVUPS      Y12, (AX)
+	VFMADD231PS  Y12, Y10, Y0
+	VFMADD231PS  Y12, Y11, Y1
+	VMOVUPS      32(AX), Y12
+	VMULPS       Y12, Y8, Y12
+	VFMADD231PS  136(SP), Y9, Y12
+	VMOVUPS      Y12, 32(AX)
+	VFMADD231PS  Y12, Y10, Y2
+	VFMADD231PS  Y12, Y11, Y3
+	VMOVUPS      64(AX), Y12
+	VMULPS       Y12, Y8, Y12
+	VFMADD231PS  168(SP), Y9, Y12
+	VMOVUPS      Y12, 64(AX)
+	VFMADD231PS  Y12, Y10, Y4
+	VFMADD231PS  Y12, Y11, Y5
+	VMOVUPS      96(AX), Y12
+	VMULPS       Y12, Y8, Y12
+	VFMADD231PS  200(SP), Y9, Y12
+	VMOVUPS      Y12, 96(AX)
+	VFMADD231PS  Y12, Y10, Y6
+	VFMADD231PS  Y12, Y11, Y7
 	TESTQ        R9, R9
 	JZ           stateKVbf16AVX2_nostorerow_2
-	VMOVUPS      (AX), Y3
-	VPSRLD       $0x10, Y3, Y4
-	VPAND        absmask<>+0(SB), Y3, Y5
-	VPCMPGTD     infbits<>+0(SB), Y5, Y6
-	VPAND        one_i<>+0(SB), Y4, Y5
-	VPADDD       round<>+0(SB), Y3, Y3
-	VPADDD       Y5, Y3, Y3
-	VPSRLD       $0x10, Y3, Y3
-	VPOR         quiet<>+0(SB), Y4, Y4
-	VPBLENDVB    Y6, Y4, Y3, Y3
-	VEXTRACTI128 $0x01, Y3, X4
-	VPACKUSDW    X4, X3, X4
-	VMOVDQU      X4, (R9)
+	VMOVUPS      (AX), Y9
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        absmask<>+0(SB), Y9, Y11
+	VPCMPGTD     infbits<>+0(SB), Y11, Y12
+	VPAND        one_i<>+0(SB), Y10, Y11
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y11, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPOR         quiet<>+0(SB), Y10, Y10
+	VPBLENDVB    Y12, Y10, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X10
+	VPACKUSDW    X10, X9, X10
+	VMOVDQU      X10, (R9)
+	VMOVUPS      32(AX), Y9
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        absmask<>+0(SB), Y9, Y11
+	VPCMPGTD     infbits<>+0(SB), Y11, Y12
+	VPAND        one_i<>+0(SB), Y10, Y11
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y11, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPOR         quiet<>+0(SB), Y10, Y10
+	VPBLENDVB    Y12, Y10, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X10
+	VPACKUSDW    X10, X9, X10
+	VMOVDQU      X10, 16(R9)
+	VMOVUPS      64(AX), Y9
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        absmask<>+0(SB), Y9, Y11
+	VPCMPGTD     infbits<>+0(SB), Y11, Y12
+	VPAND        one_i<>+0(SB), Y10, Y11
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y11, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPOR         quiet<>+0(SB), Y10, Y10
+	VPBLENDVB    Y12, Y10, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X10
+	VPACKUSDW    X10, X9, X10
+	VMOVDQU      X10, 32(R9)
+	VMOVUPS      96(AX), Y9
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        absmask<>+0(SB), Y9, Y11
+	VPCMPGTD     infbits<>+0(SB), Y11, Y12
+	VPAND        one_i<>+0(SB), Y10, Y11
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y11, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPOR         quiet<>+0(SB), Y10, Y10
+	VPBLENDVB    Y12, Y10, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X10
+	VPACKUSDW    X10, X9, X10
+	VMOVDQU      X10, 48(R9)
 	ADDQ         R10, R9
 
 stateKVbf16AVX2_nostorerow_2:
 	TESTQ   R11, R11
 	JZ      stateKVbf16AVX2_nocarryrow_2
-	VMOVUPS (AX), Y3
-	VMOVUPS Y3, (R11)
+	VMOVUPS (AX), Y9
+	VMOVUPS Y9, (R11)
+	VMOVUPS 32(AX), Y9
+	VMOVUPS Y9, 32(R11)
+	VMOVUPS 64(AX), Y9
+	VMOVUPS Y9, 64(R11)
+	VMOVUPS 96(AX), Y9
+	VMOVUPS Y9, 96(R11)
 	ADDQ    R8, R11
 
 stateKVbf16AVX2_nocarryrow_2:
-	ADDQ $0x00000020, AX
+	ADDQ $0x00000080, AX
 	INCQ CX
 	CMPQ CX, DX
 	JB   stateKVbf16AVX2_rows_2
 
 stateKVbf16AVX2_tokdone_1:
-	MOVQ 56(SP), AX
-	MOVQ AX, 48(SP)
-	ADDQ $0x10, 88(SP)
+	MOVQ 64(SP), AX
+	MOVQ AX, 56(SP)
+	ADDQ $0x10, 96(SP)
 	MOVQ vs+184(FP), AX
 	SHLQ $0x02, AX
-	ADDQ AX, 72(SP)
+	ADDQ AX, 80(SP)
 	MOVQ V+8(FP), AX
 	SHLQ $0x02, AX
-	ADDQ AX, 80(SP)
-	MOVQ 40(SP), CX
+	ADDQ AX, 88(SP)
+	MOVQ 48(SP), CX
 	INCQ CX
-	MOVQ CX, 40(SP)
+	MOVQ CX, 48(SP)
 	MOVQ tok_len+224(FP), AX
 	SHRQ $0x02, AX
 	CMPQ CX, AX
 	JB   stateKVbf16AVX2_token_1
-	MOVQ 24(SP), AX
-	ADDQ AX, 16(SP)
-	SUBQ AX, 8(SP)
-	JMP  stateKVbf16AVX2_blocks_1
+	JMP  stateKVbf16AVX2_blockdone_1
 
-stateKVbf16AVX2_shape_2:
-	// Block of 16 columns (rows in work of 64 bytes): pass 0 loads it, with token 0's read.
+stateKVbf16AVX2_span_1:
+	MOVQ    $0x00000010, CX
+	CMPQ    AX, $0x00000018
+	CMOVQCC CX, AX
+	MOVQ    AX, 24(SP)
+
+	// A block of 16 columns (V = 80: the 16 after 64): 2 full vectors, no guard.
+	CMPQ AX, $0x00000010
+	JNE  stateKVbf16AVX2_span_2
+
+	// Block of up to 16 columns (rows in work of whole vectors): pass 0 loads it, with token 0's read.
 	MOVQ  K+0(FP), AX
 	MOVQ  16(SP), CX
 	MOVQ  src32_base+40(FP), DX
@@ -18037,21 +9532,21 @@ stateKVbf16AVX2_pass0_4:
 stateKVbf16AVX2_loaded_2:
 	// The tokens.
 	XORQ AX, AX
-	MOVQ AX, 40(SP)
-	MOVQ kh_base+112(FP), AX
 	MOVQ AX, 48(SP)
+	MOVQ kh_base+112(FP), AX
+	MOVQ AX, 56(SP)
 	MOVQ tok_base+216(FP), AX
-	MOVQ AX, 88(SP)
+	MOVQ AX, 96(SP)
 	MOVQ v_base+160(FP), AX
 	LEAQ (AX)(CX*4), AX
-	MOVQ AX, 72(SP)
+	MOVQ AX, 80(SP)
 	MOVQ o_base+192(FP), AX
 	LEAQ (AX)(CX*4), AX
-	MOVQ AX, 80(SP)
+	MOVQ AX, 88(SP)
 
 stateKVbf16AVX2_token_2:
 	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
-	MOVQ 40(SP), AX
+	MOVQ 48(SP), AX
 	MOVQ K+0(FP), CX
 	INCQ AX
 	MOVQ tok_len+224(FP), DX
@@ -18064,23 +9559,23 @@ stateKVbf16AVX2_notlast_2:
 	IMULQ    CX, AX
 	MOVQ     kh_base+112(FP), CX
 	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 56(SP)
+	MOVQ     CX, 64(SP)
 	MOVQ     qh_base+136(FP), CX
 	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 64(SP)
-	MOVQ     88(SP), AX
+	MOVQ     CX, 72(SP)
+	MOVQ     96(SP), AX
 	VMOVSS   (AX), X4
 	VUCOMISS nearone<>+0(SB), X4
 	JCS      stateKVbf16AVX2_far_2
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         88(SP), AX
+	MOVQ         96(SP), AX
 	VBROADCASTSS (AX), Y4
 	VBROADCASTSS 8(AX), Y5
 	VBROADCASTSS 12(AX), Y6
-	MOVQ         72(SP), AX
-	MOVQ         80(SP), CX
+	MOVQ         80(SP), AX
+	MOVQ         88(SP), CX
 	VMOVUPS      (AX), Y7
 	VFMADD213PS  Y0, Y4, Y0
 	VSUBPS       Y0, Y7, Y7
@@ -18088,7 +9583,7 @@ stateKVbf16AVX2_notlast_2:
 	VFMADD213PS  Y1, Y4, Y1
 	VFMADD231PS  Y7, Y6, Y1
 	VMOVUPS      Y1, (CX)
-	VMOVUPS      Y7, 96(SP)
+	VMOVUPS      Y7, 104(SP)
 	VMOVUPS      32(AX), Y0
 	VFMADD213PS  Y2, Y4, Y2
 	VSUBPS       Y2, Y0, Y0
@@ -18096,7 +9591,7 @@ stateKVbf16AVX2_notlast_2:
 	VFMADD213PS  Y3, Y4, Y3
 	VFMADD231PS  Y0, Y6, Y3
 	VMOVUPS      Y3, 32(CX)
-	VMOVUPS      Y0, 128(SP)
+	VMOVUPS      Y0, 136(SP)
 	VXORPS       Y0, Y0, Y0
 	VXORPS       Y1, Y1, Y1
 	VXORPS       Y2, Y2, Y2
@@ -18106,11 +9601,11 @@ stateKVbf16AVX2_notlast_2:
 	MOVQ  (SP), AX
 	XORQ  CX, CX
 	MOVQ  K+0(FP), DX
-	MOVQ  48(SP), BX
-	MOVQ  56(SP), SI
-	MOVQ  64(SP), DI
+	MOVQ  56(SP), BX
+	MOVQ  64(SP), SI
+	MOVQ  72(SP), DI
 	MOVQ  16(SP), R8
-	MOVQ  40(SP), R10
+	MOVQ  48(SP), R10
 	MOVQ  stores_base+64(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
@@ -18120,7 +9615,7 @@ stateKVbf16AVX2_notlast_2:
 stateKVbf16AVX2_nostore_3:
 	MOVQ  V+8(FP), R10
 	SHLQ  $0x01, R10
-	MOVQ  40(SP), R12
+	MOVQ  48(SP), R12
 	INCQ  R12
 	MOVQ  tok_len+224(FP), R13
 	SHRQ  $0x02, R13
@@ -18142,13 +9637,13 @@ stateKVbf16AVX2_rows_3:
 	VBROADCASTSS (DI)(CX*4), Y7
 	VMOVUPS      (AX), Y8
 	VFMADD213PS  Y8, Y4, Y8
-	VFMADD231PS  96(SP), Y5, Y8
+	VFMADD231PS  104(SP), Y5, Y8
 	VMOVUPS      Y8, (AX)
 	VFMADD231PS  Y8, Y6, Y0
 	VFMADD231PS  Y8, Y7, Y1
 	VMOVUPS      32(AX), Y8
 	VFMADD213PS  Y8, Y4, Y8
-	VFMADD231PS  128(SP), Y5, Y8
+	VFMADD231PS  136(SP), Y5, Y8
 	VMOVUPS      Y8, 32(AX)
 	VFMADD231PS  Y8, Y6, Y2
 	VFMADD231PS  Y8, Y7, Y3
@@ -18201,12 +9696,12 @@ stateKVbf16AVX2_nocarryrow_3:
 stateKVbf16AVX2_far_2:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         88(SP), AX
+	MOVQ         96(SP), AX
 	VBROADCASTSS 4(AX), Y4
 	VBROADCASTSS 8(AX), Y5
 	VBROADCASTSS 12(AX), Y6
-	MOVQ         72(SP), AX
-	MOVQ         80(SP), CX
+	MOVQ         80(SP), AX
+	MOVQ         88(SP), CX
 	VMOVUPS      (AX), Y7
 	VMULPS       Y0, Y4, Y0
 	VSUBPS       Y0, Y7, Y7
@@ -18214,7 +9709,7 @@ stateKVbf16AVX2_far_2:
 	VMULPS       Y1, Y4, Y1
 	VFMADD231PS  Y7, Y6, Y1
 	VMOVUPS      Y1, (CX)
-	VMOVUPS      Y7, 96(SP)
+	VMOVUPS      Y7, 104(SP)
 	VMOVUPS      32(AX), Y0
 	VMULPS       Y2, Y4, Y2
 	VSUBPS       Y2, Y0, Y0
@@ -18222,7 +9717,7 @@ stateKVbf16AVX2_far_2:
 	VMULPS       Y3, Y4, Y3
 	VFMADD231PS  Y0, Y6, Y3
 	VMOVUPS      Y3, 32(CX)
-	VMOVUPS      Y0, 128(SP)
+	VMOVUPS      Y0, 136(SP)
 	VXORPS       Y0, Y0, Y0
 	VXORPS       Y1, Y1, Y1
 	VXORPS       Y2, Y2, Y2
@@ -18232,11 +9727,11 @@ stateKVbf16AVX2_far_2:
 	MOVQ  (SP), AX
 	XORQ  CX, CX
 	MOVQ  K+0(FP), DX
-	MOVQ  48(SP), BX
-	MOVQ  56(SP), SI
-	MOVQ  64(SP), DI
+	MOVQ  56(SP), BX
+	MOVQ  64(SP), SI
+	MOVQ  72(SP), DI
 	MOVQ  16(SP), R8
-	MOVQ  40(SP), R10
+	MOVQ  48(SP), R10
 	MOVQ  stores_base+64(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
@@ -18246,7 +9741,7 @@ stateKVbf16AVX2_far_2:
 stateKVbf16AVX2_nostore_4:
 	MOVQ  V+8(FP), R10
 	SHLQ  $0x01, R10
-	MOVQ  40(SP), R12
+	MOVQ  48(SP), R12
 	INCQ  R12
 	MOVQ  tok_len+224(FP), R13
 	SHRQ  $0x02, R13
@@ -18268,13 +9763,13 @@ stateKVbf16AVX2_rows_4:
 	VBROADCASTSS (DI)(CX*4), Y7
 	VMOVUPS      (AX), Y8
 	VMULPS       Y8, Y4, Y8
-	VFMADD231PS  96(SP), Y5, Y8
+	VFMADD231PS  104(SP), Y5, Y8
 	VMOVUPS      Y8, (AX)
 	VFMADD231PS  Y8, Y6, Y0
 	VFMADD231PS  Y8, Y7, Y1
 	VMOVUPS      32(AX), Y8
 	VMULPS       Y8, Y4, Y8
-	VFMADD231PS  128(SP), Y5, Y8
+	VFMADD231PS  136(SP), Y5, Y8
 	VMOVUPS      Y8, 32(AX)
 	VFMADD231PS  Y8, Y6, Y2
 	VFMADD231PS  Y8, Y7, Y3
@@ -18324,249 +9819,353 @@ stateKVbf16AVX2_nocarryrow_4:
 	JB   stateKVbf16AVX2_rows_4
 
 stateKVbf16AVX2_tokdone_2:
-	MOVQ 56(SP), AX
-	MOVQ AX, 48(SP)
-	ADDQ $0x10, 88(SP)
+	MOVQ 64(SP), AX
+	MOVQ AX, 56(SP)
+	ADDQ $0x10, 96(SP)
 	MOVQ vs+184(FP), AX
 	SHLQ $0x02, AX
-	ADDQ AX, 72(SP)
+	ADDQ AX, 80(SP)
 	MOVQ V+8(FP), AX
 	SHLQ $0x02, AX
-	ADDQ AX, 80(SP)
-	MOVQ 40(SP), CX
+	ADDQ AX, 88(SP)
+	MOVQ 48(SP), CX
 	INCQ CX
-	MOVQ CX, 40(SP)
+	MOVQ CX, 48(SP)
 	MOVQ tok_len+224(FP), AX
 	SHRQ $0x02, AX
 	CMPQ CX, AX
 	JB   stateKVbf16AVX2_token_2
-	MOVQ 24(SP), AX
-	ADDQ AX, 16(SP)
-	SUBQ AX, 8(SP)
-	JMP  stateKVbf16AVX2_blocks_1
+	JMP  stateKVbf16AVX2_blockdone_1
 
-stateKVbf16AVX2_shape_3:
-	// Block of 24 columns (rows in work of 96 bytes): pass 0 loads it, with token 0's read.
+stateKVbf16AVX2_span_2:
+	MOVQ         AX, CX
+	ANDQ         $-8, CX
+	MOVQ         AX, DX
+	SUBQ         CX, DX
+	VMOVD        DX, X0
+	VPBROADCASTD X0, Y0
+	VPCMPGTD     iota<>+0(SB), Y0, Y0
+	VMOVUPS      Y0, 232(SP)
+
+	// Any other block: 2 full vectors (the first 2 of them guarded), then the masked one.
+	// Row bytes in work: whole vectors.
+	MOVQ AX, DX
+	ADDQ $0x07, DX
+	ANDQ $-8, DX
+	SHLQ $0x02, DX
+	MOVQ DX, 40(SP)
+
+	// The last wd mod 8 bf16 columns: pairs (dwords), the word of the last one, a VPSHUFB control to word 0.
+	SUBQ         CX, AX
+	MOVQ         AX, DX
+	SHRQ         $0x01, DX
+	VMOVD        DX, X0
+	VPBROADCASTD X0, X0
+	VPCMPGTD     iota<>+0(SB), X0, X0
+	VMOVDQU      X0, 264(SP)
+	DECQ         AX
+	MOVQ         AX, 312(SP)
+	VMOVDQU      iota<>+0(SB), X1
+	VPACKUSDW    iota<>+16(SB), X1, X1
+	VMOVD        AX, X0
+	VPBROADCASTW X0, X0
+	VPCMPEQW     X1, X0, X0
+	VMOVDQU      X0, 280(SP)
+	ADDQ         AX, AX
+	MOVQ         AX, DX
+	INCQ         DX
+	SHLQ         $0x08, DX
+	ORQ          DX, AX
+	VMOVD        AX, X0
+	VPBROADCASTW X0, X0
+	VMOVDQU      X0, 296(SP)
+
+	// Block of up to 24 columns (rows in work of whole vectors): pass 0 loads it, with token 0's read.
 	MOVQ  K+0(FP), AX
-	MOVQ  16(SP), CX
-	MOVQ  src32_base+40(FP), DX
-	TESTQ DX, DX
+	MOVQ  16(SP), DX
+	MOVQ  src32_base+40(FP), BX
+	TESTQ BX, BX
 	JZ    stateKVbf16AVX2_from16_3
 
 	// From src32 (f32).
-	MOVQ   V+8(FP), BX
-	LEAQ   (DX)(CX*4), DX
-	SHLQ   $0x02, BX
+	MOVQ   V+8(FP), SI
+	LEAQ   (BX)(DX*4), BX
+	SHLQ   $0x02, SI
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
 	VXORPS Y3, Y3, Y3
 	VXORPS Y4, Y4, Y4
 	VXORPS Y5, Y5, Y5
-	MOVQ   kh_base+112(FP), SI
-	MOVQ   qh_base+136(FP), DI
-	MOVQ   (SP), R8
-	XORQ   R9, R9
+	MOVQ   kh_base+112(FP), DI
+	MOVQ   qh_base+136(FP), R8
+	MOVQ   (SP), R9
+	XORQ   R10, R10
 
 stateKVbf16AVX2_pass0_5:
-	VBROADCASTSS (SI)(R9*4), Y6
-	VBROADCASTSS (DI)(R9*4), Y7
-	VMOVUPS      (DX), Y8
-	VMOVUPS      Y8, (R8)
+	VBROADCASTSS (DI)(R10*4), Y6
+	VBROADCASTSS (R8)(R10*4), Y7
+	CMPQ         CX, $0x00000000
+	JBE          stateKVbf16AVX2_spantail_1
+	VMOVUPS      (BX), Y8
+	VMOVUPS      Y8, (R9)
 	VFMADD231PS  Y8, Y6, Y0
 	VFMADD231PS  Y8, Y7, Y1
-	VMOVUPS      32(DX), Y8
-	VMOVUPS      Y8, 32(R8)
+	CMPQ         CX, $0x00000008
+	JBE          stateKVbf16AVX2_spantail_1
+	VMOVUPS      32(BX), Y8
+	VMOVUPS      Y8, 32(R9)
 	VFMADD231PS  Y8, Y6, Y2
 	VFMADD231PS  Y8, Y7, Y3
-	VMOVUPS      64(DX), Y8
-	VMOVUPS      Y8, 64(R8)
-	VFMADD231PS  Y8, Y6, Y4
-	VFMADD231PS  Y8, Y7, Y5
-	ADDQ         BX, DX
-	ADDQ         $0x00000060, R8
-	INCQ         R9
-	CMPQ         R9, AX
-	JB           stateKVbf16AVX2_pass0_5
-	JMP          stateKVbf16AVX2_loaded_3
+
+stateKVbf16AVX2_spantail_1:
+	CMPQ 24(SP), CX
+	JA   stateKVbf16AVX2_spanmasked_1
+
+stateKVbf16AVX2_spanback_1:
+	ADDQ SI, BX
+	ADDQ 40(SP), R9
+	INCQ R10
+	CMPQ R10, AX
+	JB   stateKVbf16AVX2_pass0_5
+	JMP  stateKVbf16AVX2_spanpast_1
+
+stateKVbf16AVX2_spanmasked_1:
+	VMOVUPS     232(SP), Y8
+	VMASKMOVPS  (BX)(CX*4), Y8, Y8
+	VMOVUPS     Y8, (R9)(CX*4)
+	VFMADD231PS Y8, Y6, Y4
+	VFMADD231PS Y8, Y7, Y5
+	JMP         stateKVbf16AVX2_spanback_1
+
+stateKVbf16AVX2_spanpast_1:
+	JMP stateKVbf16AVX2_loaded_3
 
 stateKVbf16AVX2_from16_3:
 	// From src (bf16).
-	MOVQ   src_base+16(FP), DX
-	MOVQ   V+8(FP), BX
-	LEAQ   (DX)(CX*2), DX
-	SHLQ   $0x01, BX
+	MOVQ   src_base+16(FP), BX
+	MOVQ   V+8(FP), SI
+	LEAQ   (BX)(DX*2), BX
+	SHLQ   $0x01, SI
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
 	VXORPS Y3, Y3, Y3
 	VXORPS Y4, Y4, Y4
 	VXORPS Y5, Y5, Y5
-	MOVQ   kh_base+112(FP), SI
-	MOVQ   qh_base+136(FP), DI
-	MOVQ   (SP), R8
-	XORQ   R9, R9
+	MOVQ   kh_base+112(FP), DI
+	MOVQ   qh_base+136(FP), R8
+	MOVQ   (SP), R9
+	XORQ   R10, R10
 
 stateKVbf16AVX2_pass0_6:
-	VBROADCASTSS (SI)(R9*4), Y6
-	VBROADCASTSS (DI)(R9*4), Y7
-	VPMOVZXWD    (DX), Y8
+	VBROADCASTSS (DI)(R10*4), Y6
+	VBROADCASTSS (R8)(R10*4), Y7
+	CMPQ         CX, $0x00000000
+	JBE          stateKVbf16AVX2_spantail_2
+	VPMOVZXWD    (BX), Y8
 	VPSLLD       $0x10, Y8, Y8
-	VMOVUPS      Y8, (R8)
+	VMOVUPS      Y8, (R9)
 	VFMADD231PS  Y8, Y6, Y0
 	VFMADD231PS  Y8, Y7, Y1
-	VPMOVZXWD    16(DX), Y8
+	CMPQ         CX, $0x00000008
+	JBE          stateKVbf16AVX2_spantail_2
+	VPMOVZXWD    16(BX), Y8
 	VPSLLD       $0x10, Y8, Y8
-	VMOVUPS      Y8, 32(R8)
+	VMOVUPS      Y8, 32(R9)
 	VFMADD231PS  Y8, Y6, Y2
 	VFMADD231PS  Y8, Y7, Y3
-	VPMOVZXWD    32(DX), Y8
+
+stateKVbf16AVX2_spantail_2:
+	CMPQ 24(SP), CX
+	JA   stateKVbf16AVX2_spanmasked_2
+
+stateKVbf16AVX2_spanback_2:
+	ADDQ SI, BX
+	ADDQ 40(SP), R9
+	INCQ R10
+	CMPQ R10, AX
+	JB   stateKVbf16AVX2_pass0_6
+	JMP  stateKVbf16AVX2_spanpast_2
+
+stateKVbf16AVX2_spanmasked_2:
+	VMOVDQU      264(SP), X8
+	VPMASKMOVD   (BX)(CX*2), X8, X8
+	MOVQ         312(SP), R11
+	ADDQ         CX, R11
+	MOVWLZX      (BX)(R11*2), R11
+	VMOVD        R11, X9
+	VPBROADCASTW X9, X9
+	VMOVDQU      280(SP), X10
+	VPBLENDVB    X10, X9, X8, X8
+	VPMOVZXWD    X8, Y8
 	VPSLLD       $0x10, Y8, Y8
-	VMOVUPS      Y8, 64(R8)
+	VMOVUPS      Y8, (R9)(CX*4)
 	VFMADD231PS  Y8, Y6, Y4
 	VFMADD231PS  Y8, Y7, Y5
-	ADDQ         BX, DX
-	ADDQ         $0x00000060, R8
-	INCQ         R9
-	CMPQ         R9, AX
-	JB           stateKVbf16AVX2_pass0_6
+	JMP          stateKVbf16AVX2_spanback_2
 
+stateKVbf16AVX2_spanpast_2:
 stateKVbf16AVX2_loaded_3:
 	// The tokens.
 	XORQ AX, AX
-	MOVQ AX, 40(SP)
-	MOVQ kh_base+112(FP), AX
 	MOVQ AX, 48(SP)
+	MOVQ kh_base+112(FP), AX
+	MOVQ AX, 56(SP)
 	MOVQ tok_base+216(FP), AX
-	MOVQ AX, 88(SP)
+	MOVQ AX, 96(SP)
 	MOVQ v_base+160(FP), AX
-	LEAQ (AX)(CX*4), AX
-	MOVQ AX, 72(SP)
-	MOVQ o_base+192(FP), AX
-	LEAQ (AX)(CX*4), AX
+	LEAQ (AX)(DX*4), AX
 	MOVQ AX, 80(SP)
+	MOVQ o_base+192(FP), AX
+	LEAQ (AX)(DX*4), AX
+	MOVQ AX, 88(SP)
 
 stateKVbf16AVX2_token_3:
 	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
-	MOVQ 40(SP), AX
-	MOVQ K+0(FP), CX
+	MOVQ 48(SP), AX
+	MOVQ K+0(FP), DX
 	INCQ AX
-	MOVQ tok_len+224(FP), DX
-	SHRQ $0x02, DX
-	CMPQ AX, DX
+	MOVQ tok_len+224(FP), BX
+	SHRQ $0x02, BX
+	CMPQ AX, BX
 	JB   stateKVbf16AVX2_notlast_3
 	DECQ AX
 
 stateKVbf16AVX2_notlast_3:
-	IMULQ    CX, AX
-	MOVQ     kh_base+112(FP), CX
-	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 56(SP)
-	MOVQ     qh_base+136(FP), CX
-	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 64(SP)
-	MOVQ     88(SP), AX
+	IMULQ    DX, AX
+	MOVQ     kh_base+112(FP), DX
+	LEAQ     (DX)(AX*4), DX
+	MOVQ     DX, 64(SP)
+	MOVQ     qh_base+136(FP), DX
+	LEAQ     (DX)(AX*4), DX
+	MOVQ     DX, 72(SP)
+	MOVQ     96(SP), AX
 	VMOVSS   (AX), X6
 	VUCOMISS nearone<>+0(SB), X6
 	JCS      stateKVbf16AVX2_far_3
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         88(SP), AX
+	MOVQ         96(SP), AX
 	VBROADCASTSS (AX), Y6
 	VBROADCASTSS 8(AX), Y7
 	VBROADCASTSS 12(AX), Y8
-	MOVQ         72(SP), AX
-	MOVQ         80(SP), CX
+	MOVQ         80(SP), AX
+	MOVQ         88(SP), DX
+	CMPQ         CX, $0x00000000
+	JBE          stateKVbf16AVX2_spantail_3
 	VMOVUPS      (AX), Y9
 	VFMADD213PS  Y0, Y6, Y0
 	VSUBPS       Y0, Y9, Y9
 	VMULPS       Y9, Y7, Y9
 	VFMADD213PS  Y1, Y6, Y1
 	VFMADD231PS  Y9, Y8, Y1
-	VMOVUPS      Y1, (CX)
-	VMOVUPS      Y9, 96(SP)
+	VMOVUPS      Y1, (DX)
+	VMOVUPS      Y9, 104(SP)
+	CMPQ         CX, $0x00000008
+	JBE          stateKVbf16AVX2_spantail_3
 	VMOVUPS      32(AX), Y0
 	VFMADD213PS  Y2, Y6, Y2
 	VSUBPS       Y2, Y0, Y0
 	VMULPS       Y0, Y7, Y0
 	VFMADD213PS  Y3, Y6, Y3
 	VFMADD231PS  Y0, Y8, Y3
-	VMOVUPS      Y3, 32(CX)
-	VMOVUPS      Y0, 128(SP)
-	VMOVUPS      64(AX), Y0
-	VFMADD213PS  Y4, Y6, Y4
-	VSUBPS       Y4, Y0, Y0
-	VMULPS       Y0, Y7, Y0
-	VFMADD213PS  Y5, Y6, Y5
-	VFMADD231PS  Y0, Y8, Y5
-	VMOVUPS      Y5, 64(CX)
-	VMOVUPS      Y0, 160(SP)
-	VXORPS       Y0, Y0, Y0
-	VXORPS       Y1, Y1, Y1
-	VXORPS       Y2, Y2, Y2
-	VXORPS       Y3, Y3, Y3
-	VXORPS       Y4, Y4, Y4
-	VXORPS       Y5, Y5, Y5
+	VMOVUPS      Y3, 32(DX)
+	VMOVUPS      Y0, 136(SP)
+
+stateKVbf16AVX2_spantail_3:
+	CMPQ 24(SP), CX
+	JA   stateKVbf16AVX2_spanmasked_3
+
+stateKVbf16AVX2_spanback_3:
+	JMP stateKVbf16AVX2_spanpast_3
+
+stateKVbf16AVX2_spanmasked_3:
+	VMOVUPS     232(SP), Y0
+	VMASKMOVPS  (AX)(CX*4), Y0, Y0
+	VFMADD213PS Y4, Y6, Y4
+	VSUBPS      Y4, Y0, Y0
+	VMULPS      Y0, Y7, Y0
+	VFMADD213PS Y5, Y6, Y5
+	VFMADD231PS Y0, Y8, Y5
+	VMOVUPS     232(SP), Y1
+	VMASKMOVPS  Y5, Y1, (DX)(CX*4)
+	VMOVUPS     Y0, 168(SP)
+	JMP         stateKVbf16AVX2_spanback_3
+
+stateKVbf16AVX2_spanpast_3:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
 
 	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
 	MOVQ  (SP), AX
-	XORQ  CX, CX
-	MOVQ  K+0(FP), DX
-	MOVQ  48(SP), BX
+	XORQ  DX, DX
+	MOVQ  K+0(FP), BX
 	MOVQ  56(SP), SI
 	MOVQ  64(SP), DI
-	MOVQ  16(SP), R8
-	MOVQ  40(SP), R10
-	MOVQ  stores_base+64(FP), R9
-	MOVQ  (R9)(R10*8), R9
-	TESTQ R9, R9
+	MOVQ  72(SP), R8
+	MOVQ  16(SP), R9
+	MOVQ  48(SP), R11
+	MOVQ  stores_base+64(FP), R10
+	MOVQ  (R10)(R11*8), R10
+	TESTQ R10, R10
 	JZ    stateKVbf16AVX2_nostore_5
-	LEAQ  (R9)(R8*2), R9
+	LEAQ  (R10)(R9*2), R10
 
 stateKVbf16AVX2_nostore_5:
-	MOVQ  V+8(FP), R10
-	SHLQ  $0x01, R10
-	MOVQ  40(SP), R12
-	INCQ  R12
-	MOVQ  tok_len+224(FP), R13
-	SHRQ  $0x02, R13
-	XORQ  R11, R11
-	CMPQ  R12, R13
+	MOVQ  V+8(FP), R11
+	SHLQ  $0x01, R11
+	MOVQ  48(SP), R13
+	INCQ  R13
+	MOVQ  tok_len+224(FP), R14
+	SHRQ  $0x02, R14
+	XORQ  R12, R12
+	CMPQ  R13, R14
 	JNE   stateKVbf16AVX2_nocarry_5
-	MOVQ  carry_base+88(FP), R11
-	TESTQ R11, R11
+	MOVQ  carry_base+88(FP), R12
+	TESTQ R12, R12
 	JZ    stateKVbf16AVX2_nocarry_5
-	LEAQ  (R11)(R8*4), R11
+	LEAQ  (R12)(R9*4), R12
 
 stateKVbf16AVX2_nocarry_5:
-	MOVQ V+8(FP), R8
-	SHLQ $0x02, R8
+	MOVQ V+8(FP), R9
+	SHLQ $0x02, R9
 
 stateKVbf16AVX2_rows_5:
-	VBROADCASTSS (BX)(CX*4), Y7
-	VBROADCASTSS (SI)(CX*4), Y8
-	VBROADCASTSS (DI)(CX*4), Y9
+	VBROADCASTSS (SI)(DX*4), Y7
+	VBROADCASTSS (DI)(DX*4), Y8
+	VBROADCASTSS (R8)(DX*4), Y9
+	CMPQ         CX, $0x00000000
+	JBE          stateKVbf16AVX2_spantail_4
 	VMOVUPS      (AX), Y10
 	VFMADD213PS  Y10, Y6, Y10
-	VFMADD231PS  96(SP), Y7, Y10
+	VFMADD231PS  104(SP), Y7, Y10
 	VMOVUPS      Y10, (AX)
 	VFMADD231PS  Y10, Y8, Y0
 	VFMADD231PS  Y10, Y9, Y1
+	CMPQ         CX, $0x00000008
+	JBE          stateKVbf16AVX2_spantail_4
 	VMOVUPS      32(AX), Y10
 	VFMADD213PS  Y10, Y6, Y10
-	VFMADD231PS  128(SP), Y7, Y10
+	VFMADD231PS  136(SP), Y7, Y10
 	VMOVUPS      Y10, 32(AX)
 	VFMADD231PS  Y10, Y8, Y2
 	VFMADD231PS  Y10, Y9, Y3
-	VMOVUPS      64(AX), Y10
-	VFMADD213PS  Y10, Y6, Y10
-	VFMADD231PS  160(SP), Y7, Y10
-	VMOVUPS      Y10, 64(AX)
-	VFMADD231PS  Y10, Y8, Y4
-	VFMADD231PS  Y10, Y9, Y5
-	TESTQ        R9, R9
+
+stateKVbf16AVX2_spantail_4:
+	CMPQ 24(SP), CX
+	JA   stateKVbf16AVX2_spanmasked_4
+
+stateKVbf16AVX2_spanback_4:
+	TESTQ        R10, R10
 	JZ           stateKVbf16AVX2_nostorerow_5
+	CMPQ         CX, $0x00000000
+	JBE          stateKVbf16AVX2_spantail_5
 	VMOVUPS      (AX), Y7
 	VPSRLD       $0x10, Y7, Y8
 	VPAND        absmask<>+0(SB), Y7, Y9
@@ -18579,7 +10178,9 @@ stateKVbf16AVX2_rows_5:
 	VPBLENDVB    Y10, Y8, Y7, Y7
 	VEXTRACTI128 $0x01, Y7, X8
 	VPACKUSDW    X8, X7, X8
-	VMOVDQU      X8, (R9)
+	VMOVDQU      X8, (R10)
+	CMPQ         CX, $0x00000008
+	JBE          stateKVbf16AVX2_spantail_5
 	VMOVUPS      32(AX), Y7
 	VPSRLD       $0x10, Y7, Y8
 	VPAND        absmask<>+0(SB), Y7, Y9
@@ -18592,8 +10193,55 @@ stateKVbf16AVX2_rows_5:
 	VPBLENDVB    Y10, Y8, Y7, Y7
 	VEXTRACTI128 $0x01, Y7, X8
 	VPACKUSDW    X8, X7, X8
-	VMOVDQU      X8, 16(R9)
-	VMOVUPS      64(AX), Y7
+	VMOVDQU      X8, 16(R10)
+
+stateKVbf16AVX2_spantail_5:
+	CMPQ 24(SP), CX
+	JA   stateKVbf16AVX2_spanmasked_5
+
+stateKVbf16AVX2_spanback_5:
+	ADDQ R11, R10
+
+stateKVbf16AVX2_nostorerow_5:
+	TESTQ   R12, R12
+	JZ      stateKVbf16AVX2_nocarryrow_5
+	CMPQ    CX, $0x00000000
+	JBE     stateKVbf16AVX2_spantail_6
+	VMOVUPS (AX), Y7
+	VMOVUPS Y7, (R12)
+	CMPQ    CX, $0x00000008
+	JBE     stateKVbf16AVX2_spantail_6
+	VMOVUPS 32(AX), Y7
+	VMOVUPS Y7, 32(R12)
+
+stateKVbf16AVX2_spantail_6:
+	CMPQ 24(SP), CX
+	JA   stateKVbf16AVX2_spanmasked_6
+
+stateKVbf16AVX2_spanback_6:
+	ADDQ R9, R12
+
+stateKVbf16AVX2_nocarryrow_5:
+	ADDQ 40(SP), AX
+	INCQ DX
+	CMPQ DX, BX
+	JB   stateKVbf16AVX2_rows_5
+	JMP  stateKVbf16AVX2_spanpast_4
+
+stateKVbf16AVX2_spanmasked_4:
+	VMOVUPS     (AX)(CX*4), Y10
+	VFMADD213PS Y10, Y6, Y10
+	VFMADD231PS 168(SP), Y7, Y10
+	VMOVUPS     Y10, (AX)(CX*4)
+	VFMADD231PS Y10, Y8, Y4
+	VFMADD231PS Y10, Y9, Y5
+	JMP         stateKVbf16AVX2_spanback_4
+
+stateKVbf16AVX2_spanpast_4:
+	JMP stateKVbf16AVX2_spanpast_5
+
+stateKVbf16AVX2_spanmasked_5:
+	VMOVUPS      (AX)(CX*4), Y7
 	VPSRLD       $0x10, Y7, Y8
 	VPAND        absmask<>+0(SB), Y7, Y9
 	VPCMPGTD     infbits<>+0(SB), Y9, Y10
@@ -18605,125 +10253,150 @@ stateKVbf16AVX2_rows_5:
 	VPBLENDVB    Y10, Y8, Y7, Y7
 	VEXTRACTI128 $0x01, Y7, X8
 	VPACKUSDW    X8, X7, X8
-	VMOVDQU      X8, 32(R9)
-	ADDQ         R10, R9
+	VMOVDQU      X8, 320(SP)
+	VMOVDQU      320(SP), X7
+	VMOVDQU      264(SP), X8
+	VPMASKMOVD   X7, X8, (R10)(CX*2)
+	VPSHUFB      296(SP), X7, X7
+	MOVQ         312(SP), R13
+	ADDQ         CX, R13
+	VPEXTRW      $0x00, X7, (R10)(R13*2)
+	JMP          stateKVbf16AVX2_spanback_5
 
-stateKVbf16AVX2_nostorerow_5:
-	TESTQ   R11, R11
-	JZ      stateKVbf16AVX2_nocarryrow_5
-	VMOVUPS (AX), Y7
-	VMOVUPS Y7, (R11)
-	VMOVUPS 32(AX), Y7
-	VMOVUPS Y7, 32(R11)
-	VMOVUPS 64(AX), Y7
-	VMOVUPS Y7, 64(R11)
-	ADDQ    R8, R11
+stateKVbf16AVX2_spanpast_5:
+	JMP stateKVbf16AVX2_spanpast_6
 
-stateKVbf16AVX2_nocarryrow_5:
-	ADDQ $0x00000060, AX
-	INCQ CX
-	CMPQ CX, DX
-	JB   stateKVbf16AVX2_rows_5
-	JMP  stateKVbf16AVX2_tokdone_3
+stateKVbf16AVX2_spanmasked_6:
+	VMOVUPS    (AX)(CX*4), Y7
+	VMOVUPS    232(SP), Y8
+	VMASKMOVPS Y7, Y8, (R12)(CX*4)
+	JMP        stateKVbf16AVX2_spanback_6
+
+stateKVbf16AVX2_spanpast_6:
+	JMP stateKVbf16AVX2_tokdone_3
 
 stateKVbf16AVX2_far_3:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         88(SP), AX
+	MOVQ         96(SP), AX
 	VBROADCASTSS 4(AX), Y6
 	VBROADCASTSS 8(AX), Y7
 	VBROADCASTSS 12(AX), Y8
-	MOVQ         72(SP), AX
-	MOVQ         80(SP), CX
+	MOVQ         80(SP), AX
+	MOVQ         88(SP), DX
+	CMPQ         CX, $0x00000000
+	JBE          stateKVbf16AVX2_spantail_7
 	VMOVUPS      (AX), Y9
 	VMULPS       Y0, Y6, Y0
 	VSUBPS       Y0, Y9, Y9
 	VMULPS       Y9, Y7, Y9
 	VMULPS       Y1, Y6, Y1
 	VFMADD231PS  Y9, Y8, Y1
-	VMOVUPS      Y1, (CX)
-	VMOVUPS      Y9, 96(SP)
+	VMOVUPS      Y1, (DX)
+	VMOVUPS      Y9, 104(SP)
+	CMPQ         CX, $0x00000008
+	JBE          stateKVbf16AVX2_spantail_7
 	VMOVUPS      32(AX), Y0
 	VMULPS       Y2, Y6, Y2
 	VSUBPS       Y2, Y0, Y0
 	VMULPS       Y0, Y7, Y0
 	VMULPS       Y3, Y6, Y3
 	VFMADD231PS  Y0, Y8, Y3
-	VMOVUPS      Y3, 32(CX)
-	VMOVUPS      Y0, 128(SP)
-	VMOVUPS      64(AX), Y0
-	VMULPS       Y4, Y6, Y4
-	VSUBPS       Y4, Y0, Y0
-	VMULPS       Y0, Y7, Y0
-	VMULPS       Y5, Y6, Y5
-	VFMADD231PS  Y0, Y8, Y5
-	VMOVUPS      Y5, 64(CX)
-	VMOVUPS      Y0, 160(SP)
-	VXORPS       Y0, Y0, Y0
-	VXORPS       Y1, Y1, Y1
-	VXORPS       Y2, Y2, Y2
-	VXORPS       Y3, Y3, Y3
-	VXORPS       Y4, Y4, Y4
-	VXORPS       Y5, Y5, Y5
+	VMOVUPS      Y3, 32(DX)
+	VMOVUPS      Y0, 136(SP)
+
+stateKVbf16AVX2_spantail_7:
+	CMPQ 24(SP), CX
+	JA   stateKVbf16AVX2_spanmasked_7
+
+stateKVbf16AVX2_spanback_7:
+	JMP stateKVbf16AVX2_spanpast_7
+
+stateKVbf16AVX2_spanmasked_7:
+	VMOVUPS     232(SP), Y0
+	VMASKMOVPS  (AX)(CX*4), Y0, Y0
+	VMULPS      Y4, Y6, Y4
+	VSUBPS      Y4, Y0, Y0
+	VMULPS      Y0, Y7, Y0
+	VMULPS      Y5, Y6, Y5
+	VFMADD231PS Y0, Y8, Y5
+	VMOVUPS     232(SP), Y1
+	VMASKMOVPS  Y5, Y1, (DX)(CX*4)
+	VMOVUPS     Y0, 168(SP)
+	JMP         stateKVbf16AVX2_spanback_7
+
+stateKVbf16AVX2_spanpast_7:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
 
 	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
 	MOVQ  (SP), AX
-	XORQ  CX, CX
-	MOVQ  K+0(FP), DX
-	MOVQ  48(SP), BX
+	XORQ  DX, DX
+	MOVQ  K+0(FP), BX
 	MOVQ  56(SP), SI
 	MOVQ  64(SP), DI
-	MOVQ  16(SP), R8
-	MOVQ  40(SP), R10
-	MOVQ  stores_base+64(FP), R9
-	MOVQ  (R9)(R10*8), R9
-	TESTQ R9, R9
+	MOVQ  72(SP), R8
+	MOVQ  16(SP), R9
+	MOVQ  48(SP), R11
+	MOVQ  stores_base+64(FP), R10
+	MOVQ  (R10)(R11*8), R10
+	TESTQ R10, R10
 	JZ    stateKVbf16AVX2_nostore_6
-	LEAQ  (R9)(R8*2), R9
+	LEAQ  (R10)(R9*2), R10
 
 stateKVbf16AVX2_nostore_6:
-	MOVQ  V+8(FP), R10
-	SHLQ  $0x01, R10
-	MOVQ  40(SP), R12
-	INCQ  R12
-	MOVQ  tok_len+224(FP), R13
-	SHRQ  $0x02, R13
-	XORQ  R11, R11
-	CMPQ  R12, R13
+	MOVQ  V+8(FP), R11
+	SHLQ  $0x01, R11
+	MOVQ  48(SP), R13
+	INCQ  R13
+	MOVQ  tok_len+224(FP), R14
+	SHRQ  $0x02, R14
+	XORQ  R12, R12
+	CMPQ  R13, R14
 	JNE   stateKVbf16AVX2_nocarry_6
-	MOVQ  carry_base+88(FP), R11
-	TESTQ R11, R11
+	MOVQ  carry_base+88(FP), R12
+	TESTQ R12, R12
 	JZ    stateKVbf16AVX2_nocarry_6
-	LEAQ  (R11)(R8*4), R11
+	LEAQ  (R12)(R9*4), R12
 
 stateKVbf16AVX2_nocarry_6:
-	MOVQ V+8(FP), R8
-	SHLQ $0x02, R8
+	MOVQ V+8(FP), R9
+	SHLQ $0x02, R9
 
 stateKVbf16AVX2_rows_6:
-	VBROADCASTSS (BX)(CX*4), Y7
-	VBROADCASTSS (SI)(CX*4), Y8
-	VBROADCASTSS (DI)(CX*4), Y9
+	VBROADCASTSS (SI)(DX*4), Y7
+	VBROADCASTSS (DI)(DX*4), Y8
+	VBROADCASTSS (R8)(DX*4), Y9
+	CMPQ         CX, $0x00000000
+	JBE          stateKVbf16AVX2_spantail_8
 	VMOVUPS      (AX), Y10
 	VMULPS       Y10, Y6, Y10
-	VFMADD231PS  96(SP), Y7, Y10
+	VFMADD231PS  104(SP), Y7, Y10
 	VMOVUPS      Y10, (AX)
 	VFMADD231PS  Y10, Y8, Y0
 	VFMADD231PS  Y10, Y9, Y1
+	CMPQ         CX, $0x00000008
+	JBE          stateKVbf16AVX2_spantail_8
 	VMOVUPS      32(AX), Y10
 	VMULPS       Y10, Y6, Y10
-	VFMADD231PS  128(SP), Y7, Y10
+	VFMADD231PS  136(SP), Y7, Y10
 	VMOVUPS      Y10, 32(AX)
 	VFMADD231PS  Y10, Y8, Y2
 	VFMADD231PS  Y10, Y9, Y3
-	VMOVUPS      64(AX), Y10
-	VMULPS       Y10, Y6, Y10
-	VFMADD231PS  160(SP), Y7, Y10
-	VMOVUPS      Y10, 64(AX)
-	VFMADD231PS  Y10, Y8, Y4
-	VFMADD231PS  Y10, Y9, Y5
-	TESTQ        R9, R9
+
+stateKVbf16AVX2_spantail_8:
+	CMPQ 24(SP), CX
+	JA   stateKVbf16AVX2_spanmasked_8
+
+stateKVbf16AVX2_spanback_8:
+	TESTQ        R10, R10
 	JZ           stateKVbf16AVX2_nostorerow_6
+	CMPQ         CX, $0x00000000
+	JBE          stateKVbf16AVX2_spantail_9
 	VMOVUPS      (AX), Y7
 	VPSRLD       $0x10, Y7, Y8
 	VPAND        absmask<>+0(SB), Y7, Y9
@@ -18736,7 +10409,9 @@ stateKVbf16AVX2_rows_6:
 	VPBLENDVB    Y10, Y8, Y7, Y7
 	VEXTRACTI128 $0x01, Y7, X8
 	VPACKUSDW    X8, X7, X8
-	VMOVDQU      X8, (R9)
+	VMOVDQU      X8, (R10)
+	CMPQ         CX, $0x00000008
+	JBE          stateKVbf16AVX2_spantail_9
 	VMOVUPS      32(AX), Y7
 	VPSRLD       $0x10, Y7, Y8
 	VPAND        absmask<>+0(SB), Y7, Y9
@@ -18749,8 +10424,55 @@ stateKVbf16AVX2_rows_6:
 	VPBLENDVB    Y10, Y8, Y7, Y7
 	VEXTRACTI128 $0x01, Y7, X8
 	VPACKUSDW    X8, X7, X8
-	VMOVDQU      X8, 16(R9)
-	VMOVUPS      64(AX), Y7
+	VMOVDQU      X8, 16(R10)
+
+stateKVbf16AVX2_spantail_9:
+	CMPQ 24(SP), CX
+	JA   stateKVbf16AVX2_spanmasked_9
+
+stateKVbf16AVX2_spanback_9:
+	ADDQ R11, R10
+
+stateKVbf16AVX2_nostorerow_6:
+	TESTQ   R12, R12
+	JZ      stateKVbf16AVX2_nocarryrow_6
+	CMPQ    CX, $0x00000000
+	JBE     stateKVbf16AVX2_spantail_10
+	VMOVUPS (AX), Y7
+	VMOVUPS Y7, (R12)
+	CMPQ    CX, $0x00000008
+	JBE     stateKVbf16AVX2_spantail_10
+	VMOVUPS 32(AX), Y7
+	VMOVUPS Y7, 32(R12)
+
+stateKVbf16AVX2_spantail_10:
+	CMPQ 24(SP), CX
+	JA   stateKVbf16AVX2_spanmasked_10
+
+stateKVbf16AVX2_spanback_10:
+	ADDQ R9, R12
+
+stateKVbf16AVX2_nocarryrow_6:
+	ADDQ 40(SP), AX
+	INCQ DX
+	CMPQ DX, BX
+	JB   stateKVbf16AVX2_rows_6
+	JMP  stateKVbf16AVX2_spanpast_8
+
+stateKVbf16AVX2_spanmasked_8:
+	VMOVUPS     (AX)(CX*4), Y10
+	VMULPS      Y10, Y6, Y10
+	VFMADD231PS 168(SP), Y7, Y10
+	VMOVUPS     Y10, (AX)(CX*4)
+	VFMADD231PS Y10, Y8, Y4
+	VFMADD231PS Y10, Y9, Y5
+	JMP         stateKVbf16AVX2_spanback_8
+
+stateKVbf16AVX2_spanpast_8:
+	JMP stateKVbf16AVX2_spanpast_9
+
+stateKVbf16AVX2_spanmasked_9:
+	VMOVUPS      (AX)(CX*4), Y7
 	VPSRLD       $0x10, Y7, Y8
 	VPAND        absmask<>+0(SB), Y7, Y9
 	VPCMPGTD     infbits<>+0(SB), Y9, Y10
@@ -18762,3371 +10484,45 @@ stateKVbf16AVX2_rows_6:
 	VPBLENDVB    Y10, Y8, Y7, Y7
 	VEXTRACTI128 $0x01, Y7, X8
 	VPACKUSDW    X8, X7, X8
-	VMOVDQU      X8, 32(R9)
-	ADDQ         R10, R9
+	VMOVDQU      X8, 320(SP)
+	VMOVDQU      320(SP), X7
+	VMOVDQU      264(SP), X8
+	VPMASKMOVD   X7, X8, (R10)(CX*2)
+	VPSHUFB      296(SP), X7, X7
+	MOVQ         312(SP), R13
+	ADDQ         CX, R13
+	VPEXTRW      $0x00, X7, (R10)(R13*2)
+	JMP          stateKVbf16AVX2_spanback_9
 
-stateKVbf16AVX2_nostorerow_6:
-	TESTQ   R11, R11
-	JZ      stateKVbf16AVX2_nocarryrow_6
-	VMOVUPS (AX), Y7
-	VMOVUPS Y7, (R11)
-	VMOVUPS 32(AX), Y7
-	VMOVUPS Y7, 32(R11)
-	VMOVUPS 64(AX), Y7
-	VMOVUPS Y7, 64(R11)
-	ADDQ    R8, R11
+stateKVbf16AVX2_spanpast_9:
+	JMP stateKVbf16AVX2_spanpast_10
 
-stateKVbf16AVX2_nocarryrow_6:
-	ADDQ $0x00000060, AX
-	INCQ CX
-	CMPQ CX, DX
-	JB   stateKVbf16AVX2_rows_6
+stateKVbf16AVX2_spanmasked_10:
+	VMOVUPS    (AX)(CX*4), Y7
+	VMOVUPS    232(SP), Y8
+	VMASKMOVPS Y7, Y8, (R12)(CX*4)
+	JMP        stateKVbf16AVX2_spanback_10
 
+stateKVbf16AVX2_spanpast_10:
 stateKVbf16AVX2_tokdone_3:
-	MOVQ 56(SP), AX
-	MOVQ AX, 48(SP)
-	ADDQ $0x10, 88(SP)
+	MOVQ 64(SP), AX
+	MOVQ AX, 56(SP)
+	ADDQ $0x10, 96(SP)
 	MOVQ vs+184(FP), AX
 	SHLQ $0x02, AX
-	ADDQ AX, 72(SP)
+	ADDQ AX, 80(SP)
 	MOVQ V+8(FP), AX
 	SHLQ $0x02, AX
-	ADDQ AX, 80(SP)
-	MOVQ 40(SP), CX
-	INCQ CX
-	MOVQ CX, 40(SP)
+	ADDQ AX, 88(SP)
+	MOVQ 48(SP), DX
+	INCQ DX
+	MOVQ DX, 48(SP)
 	MOVQ tok_len+224(FP), AX
 	SHRQ $0x02, AX
-	CMPQ CX, AX
+	CMPQ DX, AX
 	JB   stateKVbf16AVX2_token_3
-	MOVQ 24(SP), AX
-	ADDQ AX, 16(SP)
-	SUBQ AX, 8(SP)
-	JMP  stateKVbf16AVX2_blocks_1
 
-stateKVbf16AVX2_shape_4:
-	// Block of 32 columns (rows in work of 128 bytes): pass 0 loads it, with token 0's read.
-	MOVQ  K+0(FP), AX
-	MOVQ  16(SP), CX
-	MOVQ  src32_base+40(FP), DX
-	TESTQ DX, DX
-	JZ    stateKVbf16AVX2_from16_4
-
-	// From src32 (f32).
-	MOVQ   V+8(FP), BX
-	LEAQ   (DX)(CX*4), DX
-	SHLQ   $0x02, BX
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-	VXORPS Y6, Y6, Y6
-	VXORPS Y7, Y7, Y7
-	MOVQ   kh_base+112(FP), SI
-	MOVQ   qh_base+136(FP), DI
-	MOVQ   (SP), R8
-	XORQ   R9, R9
-
-stateKVbf16AVX2_pass0_7:
-	VBROADCASTSS (SI)(R9*4), Y8
-	VBROADCASTSS (DI)(R9*4), Y9
-	VMOVUPS      (DX), Y10
-	VMOVUPS      Y10, (R8)
-	VFMADD231PS  Y10, Y8, Y0
-	VFMADD231PS  Y10, Y9, Y1
-	VMOVUPS      32(DX), Y10
-	VMOVUPS      Y10, 32(R8)
-	VFMADD231PS  Y10, Y8, Y2
-	VFMADD231PS  Y10, Y9, Y3
-	VMOVUPS      64(DX), Y10
-	VMOVUPS      Y10, 64(R8)
-	VFMADD231PS  Y10, Y8, Y4
-	VFMADD231PS  Y10, Y9, Y5
-	VMOVUPS      96(DX), Y10
-	VMOVUPS      Y10, 96(R8)
-	VFMADD231PS  Y10, Y8, Y6
-	VFMADD231PS  Y10, Y9, Y7
-	ADDQ         BX, DX
-	ADDQ         $0x00000080, R8
-	INCQ         R9
-	CMPQ         R9, AX
-	JB           stateKVbf16AVX2_pass0_7
-	JMP          stateKVbf16AVX2_loaded_4
-
-stateKVbf16AVX2_from16_4:
-	// From src (bf16).
-	MOVQ   src_base+16(FP), DX
-	MOVQ   V+8(FP), BX
-	LEAQ   (DX)(CX*2), DX
-	SHLQ   $0x01, BX
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-	VXORPS Y6, Y6, Y6
-	VXORPS Y7, Y7, Y7
-	MOVQ   kh_base+112(FP), SI
-	MOVQ   qh_base+136(FP), DI
-	MOVQ   (SP), R8
-	XORQ   R9, R9
-
-stateKVbf16AVX2_pass0_8:
-	VBROADCASTSS (SI)(R9*4), Y8
-	VBROADCASTSS (DI)(R9*4), Y9
-	VPMOVZXWD    (DX), Y10
-	VPSLLD       $0x10, Y10, Y10
-	VMOVUPS      Y10, (R8)
-	VFMADD231PS  Y10, Y8, Y0
-	VFMADD231PS  Y10, Y9, Y1
-	VPMOVZXWD    16(DX), Y10
-	VPSLLD       $0x10, Y10, Y10
-	VMOVUPS      Y10, 32(R8)
-	VFMADD231PS  Y10, Y8, Y2
-	VFMADD231PS  Y10, Y9, Y3
-	VPMOVZXWD    32(DX), Y10
-	VPSLLD       $0x10, Y10, Y10
-	VMOVUPS      Y10, 64(R8)
-	VFMADD231PS  Y10, Y8, Y4
-	VFMADD231PS  Y10, Y9, Y5
-	VPMOVZXWD    48(DX), Y10
-	VPSLLD       $0x10, Y10, Y10
-	VMOVUPS      Y10, 96(R8)
-	VFMADD231PS  Y10, Y8, Y6
-	VFMADD231PS  Y10, Y9, Y7
-	ADDQ         BX, DX
-	ADDQ         $0x00000080, R8
-	INCQ         R9
-	CMPQ         R9, AX
-	JB           stateKVbf16AVX2_pass0_8
-
-stateKVbf16AVX2_loaded_4:
-	// The tokens.
-	XORQ AX, AX
-	MOVQ AX, 40(SP)
-	MOVQ kh_base+112(FP), AX
-	MOVQ AX, 48(SP)
-	MOVQ tok_base+216(FP), AX
-	MOVQ AX, 88(SP)
-	MOVQ v_base+160(FP), AX
-	LEAQ (AX)(CX*4), AX
-	MOVQ AX, 72(SP)
-	MOVQ o_base+192(FP), AX
-	LEAQ (AX)(CX*4), AX
-	MOVQ AX, 80(SP)
-
-stateKVbf16AVX2_token_4:
-	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
-	MOVQ 40(SP), AX
-	MOVQ K+0(FP), CX
-	INCQ AX
-	MOVQ tok_len+224(FP), DX
-	SHRQ $0x02, DX
-	CMPQ AX, DX
-	JB   stateKVbf16AVX2_notlast_4
-	DECQ AX
-
-stateKVbf16AVX2_notlast_4:
-	IMULQ    CX, AX
-	MOVQ     kh_base+112(FP), CX
-	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 56(SP)
-	MOVQ     qh_base+136(FP), CX
-	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 64(SP)
-	MOVQ     88(SP), AX
-	VMOVSS   (AX), X8
-	VUCOMISS nearone<>+0(SB), X8
-	JCS      stateKVbf16AVX2_far_4
-
-	// em1 ≥ -0.5: decay(x) = x + em1·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         88(SP), AX
-	VBROADCASTSS (AX), Y8
-	VBROADCASTSS 8(AX), Y9
-	VBROADCASTSS 12(AX), Y10
-	MOVQ         72(SP), AX
-	MOVQ         80(SP), CX
-	VMOVUPS      (AX), Y11
-	VFMADD213PS  Y0, Y8, Y0
-	VSUBPS       Y0, Y11, Y11
-	VMULPS       Y11, Y9, Y11
-	VFMADD213PS  Y1, Y8, Y1
-	VFMADD231PS  Y11, Y10, Y1
-	VMOVUPS      Y1, (CX)
-	VMOVUPS      Y11, 96(SP)
-	VMOVUPS      32(AX), Y0
-	VFMADD213PS  Y2, Y8, Y2
-	VSUBPS       Y2, Y0, Y0
-	VMULPS       Y0, Y9, Y0
-	VFMADD213PS  Y3, Y8, Y3
-	VFMADD231PS  Y0, Y10, Y3
-	VMOVUPS      Y3, 32(CX)
-	VMOVUPS      Y0, 128(SP)
-	VMOVUPS      64(AX), Y0
-	VFMADD213PS  Y4, Y8, Y4
-	VSUBPS       Y4, Y0, Y0
-	VMULPS       Y0, Y9, Y0
-	VFMADD213PS  Y5, Y8, Y5
-	VFMADD231PS  Y0, Y10, Y5
-	VMOVUPS      Y5, 64(CX)
-	VMOVUPS      Y0, 160(SP)
-	VMOVUPS      96(AX), Y0
-	VFMADD213PS  Y6, Y8, Y6
-	VSUBPS       Y6, Y0, Y0
-	VMULPS       Y0, Y9, Y0
-	VFMADD213PS  Y7, Y8, Y7
-	VFMADD231PS  Y0, Y10, Y7
-	VMOVUPS      Y7, 96(CX)
-	VMOVUPS      Y0, 192(SP)
-	VXORPS       Y0, Y0, Y0
-	VXORPS       Y1, Y1, Y1
-	VXORPS       Y2, Y2, Y2
-	VXORPS       Y3, Y3, Y3
-	VXORPS       Y4, Y4, Y4
-	VXORPS       Y5, Y5, Y5
-	VXORPS       Y6, Y6, Y6
-	VXORPS       Y7, Y7, Y7
-
-	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
-	MOVQ  (SP), AX
-	XORQ  CX, CX
-	MOVQ  K+0(FP), DX
-	MOVQ  48(SP), BX
-	MOVQ  56(SP), SI
-	MOVQ  64(SP), DI
-	MOVQ  16(SP), R8
-	MOVQ  40(SP), R10
-	MOVQ  stores_base+64(FP), R9
-	MOVQ  (R9)(R10*8), R9
-	TESTQ R9, R9
-	JZ    stateKVbf16AVX2_nostore_7
-	LEAQ  (R9)(R8*2), R9
-
-stateKVbf16AVX2_nostore_7:
-	MOVQ  V+8(FP), R10
-	SHLQ  $0x01, R10
-	MOVQ  40(SP), R12
-	INCQ  R12
-	MOVQ  tok_len+224(FP), R13
-	SHRQ  $0x02, R13
-	XORQ  R11, R11
-	CMPQ  R12, R13
-	JNE   stateKVbf16AVX2_nocarry_7
-	MOVQ  carry_base+88(FP), R11
-	TESTQ R11, R11
-	JZ    stateKVbf16AVX2_nocarry_7
-	LEAQ  (R11)(R8*4), R11
-
-stateKVbf16AVX2_nocarry_7:
-	MOVQ V+8(FP), R8
-	SHLQ $0x02, R8
-
-stateKVbf16AVX2_rows_7:
-	VBROADCASTSS (BX)(CX*4), Y9
-	VBROADCASTSS (SI)(CX*4), Y10
-	VBROADCASTSS (DI)(CX*4), Y11
-	VMOVUPS      (AX), Y12
-	VFMADD213PS  Y12, Y8, Y12
-	VFMADD231PS  96(SP), Y9, Y12
-	VMOVUPS      Y12, (AX)
-	VFMADD231PS  Y12, Y10, Y0
-	VFMADD231PS  Y12, Y11, Y1
-	VMOVUPS      32(AX), Y12
-	VFMADD213PS  Y12, Y8, Y12
-	VFMADD231PS  128(SP), Y9, Y12
-	VMOVUPS      Y12, 32(AX)
-	VFMADD231PS  Y12, Y10, Y2
-	VFMADD231PS  Y12, Y11, Y3
-	VMOVUPS      64(AX), Y12
-	VFMADD213PS  Y12, Y8, Y12
-	VFMADD231PS  160(SP), Y9, Y12
-	VMOVUPS      Y12, 64(AX)
-	VFMADD231PS  Y12, Y10, Y4
-	VFMADD231PS  Y12, Y11, Y5
-	VMOVUPS      96(AX), Y12
-	VFMADD213PS  Y12, Y8, Y12
-	VFMADD231PS  192(SP), Y9, Y12
-	VMOVUPS      Y12, 96(AX)
-	VFMADD231PS  Y12, Y10, Y6
-	VFMADD231PS  Y12, Y11, Y7
-	TESTQ        R9, R9
-	JZ           stateKVbf16AVX2_nostorerow_7
-	VMOVUPS      (AX), Y9
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        absmask<>+0(SB), Y9, Y11
-	VPCMPGTD     infbits<>+0(SB), Y11, Y12
-	VPAND        one_i<>+0(SB), Y10, Y11
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y11, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPOR         quiet<>+0(SB), Y10, Y10
-	VPBLENDVB    Y12, Y10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, (R9)
-	VMOVUPS      32(AX), Y9
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        absmask<>+0(SB), Y9, Y11
-	VPCMPGTD     infbits<>+0(SB), Y11, Y12
-	VPAND        one_i<>+0(SB), Y10, Y11
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y11, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPOR         quiet<>+0(SB), Y10, Y10
-	VPBLENDVB    Y12, Y10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 16(R9)
-	VMOVUPS      64(AX), Y9
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        absmask<>+0(SB), Y9, Y11
-	VPCMPGTD     infbits<>+0(SB), Y11, Y12
-	VPAND        one_i<>+0(SB), Y10, Y11
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y11, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPOR         quiet<>+0(SB), Y10, Y10
-	VPBLENDVB    Y12, Y10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 32(R9)
-	VMOVUPS      96(AX), Y9
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        absmask<>+0(SB), Y9, Y11
-	VPCMPGTD     infbits<>+0(SB), Y11, Y12
-	VPAND        one_i<>+0(SB), Y10, Y11
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y11, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPOR         quiet<>+0(SB), Y10, Y10
-	VPBLENDVB    Y12, Y10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 48(R9)
-	ADDQ         R10, R9
-
-stateKVbf16AVX2_nostorerow_7:
-	TESTQ   R11, R11
-	JZ      stateKVbf16AVX2_nocarryrow_7
-	VMOVUPS (AX), Y9
-	VMOVUPS Y9, (R11)
-	VMOVUPS 32(AX), Y9
-	VMOVUPS Y9, 32(R11)
-	VMOVUPS 64(AX), Y9
-	VMOVUPS Y9, 64(R11)
-	VMOVUPS 96(AX), Y9
-	VMOVUPS Y9, 96(R11)
-	ADDQ    R8, R11
-
-stateKVbf16AVX2_nocarryrow_7:
-	ADDQ $0x00000080, AX
-	INCQ CX
-	CMPQ CX, DX
-	JB   stateKVbf16AVX2_rows_7
-	JMP  stateKVbf16AVX2_tokdone_4
-
-stateKVbf16AVX2_far_4:
-	// em1 < -0.5 or NaN: decay(x) = eg·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         88(SP), AX
-	VBROADCASTSS 4(AX), Y8
-	VBROADCASTSS 8(AX), Y9
-	VBROADCASTSS 12(AX), Y10
-	MOVQ         72(SP), AX
-	MOVQ         80(SP), CX
-	VMOVUPS      (AX), Y11
-	VMULPS       Y0, Y8, Y0
-	VSUBPS       Y0, Y11, Y11
-	VMULPS       Y11, Y9, Y11
-	VMULPS       Y1, Y8, Y1
-	VFMADD231PS  Y11, Y10, Y1
-	VMOVUPS      Y1, (CX)
-	VMOVUPS      Y11, 96(SP)
-	VMOVUPS      32(AX), Y0
-	VMULPS       Y2, Y8, Y2
-	VSUBPS       Y2, Y0, Y0
-	VMULPS       Y0, Y9, Y0
-	VMULPS       Y3, Y8, Y3
-	VFMADD231PS  Y0, Y10, Y3
-	VMOVUPS      Y3, 32(CX)
-	VMOVUPS      Y0, 128(SP)
-	VMOVUPS      64(AX), Y0
-	VMULPS       Y4, Y8, Y4
-	VSUBPS       Y4, Y0, Y0
-	VMULPS       Y0, Y9, Y0
-	VMULPS       Y5, Y8, Y5
-	VFMADD231PS  Y0, Y10, Y5
-	VMOVUPS      Y5, 64(CX)
-	VMOVUPS      Y0, 160(SP)
-	VMOVUPS      96(AX), Y0
-	VMULPS       Y6, Y8, Y6
-	VSUBPS       Y6, Y0, Y0
-	VMULPS       Y0, Y9, Y0
-	VMULPS       Y7, Y8, Y7
-	VFMADD231PS  Y0, Y10, Y7
-	VMOVUPS      Y7, 96(CX)
-	VMOVUPS      Y0, 192(SP)
-	VXORPS       Y0, Y0, Y0
-	VXORPS       Y1, Y1, Y1
-	VXORPS       Y2, Y2, Y2
-	VXORPS       Y3, Y3, Y3
-	VXORPS       Y4, Y4, Y4
-	VXORPS       Y5, Y5, Y5
-	VXORPS       Y6, Y6, Y6
-	VXORPS       Y7, Y7, Y7
-
-	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
-	MOVQ  (SP), AX
-	XORQ  CX, CX
-	MOVQ  K+0(FP), DX
-	MOVQ  48(SP), BX
-	MOVQ  56(SP), SI
-	MOVQ  64(SP), DI
-	MOVQ  16(SP), R8
-	MOVQ  40(SP), R10
-	MOVQ  stores_base+64(FP), R9
-	MOVQ  (R9)(R10*8), R9
-	TESTQ R9, R9
-	JZ    stateKVbf16AVX2_nostore_8
-	LEAQ  (R9)(R8*2), R9
-
-stateKVbf16AVX2_nostore_8:
-	MOVQ  V+8(FP), R10
-	SHLQ  $0x01, R10
-	MOVQ  40(SP), R12
-	INCQ  R12
-	MOVQ  tok_len+224(FP), R13
-	SHRQ  $0x02, R13
-	XORQ  R11, R11
-	CMPQ  R12, R13
-	JNE   stateKVbf16AVX2_nocarry_8
-	MOVQ  carry_base+88(FP), R11
-	TESTQ R11, R11
-	JZ    stateKVbf16AVX2_nocarry_8
-	LEAQ  (R11)(R8*4), R11
-
-stateKVbf16AVX2_nocarry_8:
-	MOVQ V+8(FP), R8
-	SHLQ $0x02, R8
-
-stateKVbf16AVX2_rows_8:
-	VBROADCASTSS (BX)(CX*4), Y9
-	VBROADCASTSS (SI)(CX*4), Y10
-	VBROADCASTSS (DI)(CX*4), Y11
-	VMOVUPS      (AX), Y12
-	VMULPS       Y12, Y8, Y12
-	VFMADD231PS  96(SP), Y9, Y12
-	VMOVUPS      Y12, (AX)
-	VFMADD231PS  Y12, Y10, Y0
-	VFMADD231PS  Y12, Y11, Y1
-	VMOVUPS      32(AX), Y12
-	VMULPS       Y12, Y8, Y12
-	VFMADD231PS  128(SP), Y9, Y12
-	VMOVUPS      Y12, 32(AX)
-	VFMADD231PS  Y12, Y10, Y2
-	VFMADD231PS  Y12, Y11, Y3
-	VMOVUPS      64(AX), Y12
-	VMULPS       Y12, Y8, Y12
-	VFMADD231PS  160(SP), Y9, Y12
-	VMOVUPS      Y12, 64(AX)
-	VFMADD231PS  Y12, Y10, Y4
-	VFMADD231PS  Y12, Y11, Y5
-	VMOVUPS      96(AX), Y12
-	VMULPS       Y12, Y8, Y12
-	VFMADD231PS  192(SP), Y9, Y12
-	VMOVUPS      Y12, 96(AX)
-	VFMADD231PS  Y12, Y10, Y6
-	VFMADD231PS  Y12, Y11, Y7
-	TESTQ        R9, R9
-	JZ           stateKVbf16AVX2_nostorerow_8
-	VMOVUPS      (AX), Y9
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        absmask<>+0(SB), Y9, Y11
-	VPCMPGTD     infbits<>+0(SB), Y11, Y12
-	VPAND        one_i<>+0(SB), Y10, Y11
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y11, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPOR         quiet<>+0(SB), Y10, Y10
-	VPBLENDVB    Y12, Y10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, (R9)
-	VMOVUPS      32(AX), Y9
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        absmask<>+0(SB), Y9, Y11
-	VPCMPGTD     infbits<>+0(SB), Y11, Y12
-	VPAND        one_i<>+0(SB), Y10, Y11
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y11, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPOR         quiet<>+0(SB), Y10, Y10
-	VPBLENDVB    Y12, Y10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 16(R9)
-	VMOVUPS      64(AX), Y9
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        absmask<>+0(SB), Y9, Y11
-	VPCMPGTD     infbits<>+0(SB), Y11, Y12
-	VPAND        one_i<>+0(SB), Y10, Y11
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y11, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPOR         quiet<>+0(SB), Y10, Y10
-	VPBLENDVB    Y12, Y10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 32(R9)
-	VMOVUPS      96(AX), Y9
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        absmask<>+0(SB), Y9, Y11
-	VPCMPGTD     infbits<>+0(SB), Y11, Y12
-	VPAND        one_i<>+0(SB), Y10, Y11
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y11, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPOR         quiet<>+0(SB), Y10, Y10
-	VPBLENDVB    Y12, Y10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 48(R9)
-	ADDQ         R10, R9
-
-stateKVbf16AVX2_nostorerow_8:
-	TESTQ   R11, R11
-	JZ      stateKVbf16AVX2_nocarryrow_8
-	VMOVUPS (AX), Y9
-	VMOVUPS Y9, (R11)
-	VMOVUPS 32(AX), Y9
-	VMOVUPS Y9, 32(R11)
-	VMOVUPS 64(AX), Y9
-	VMOVUPS Y9, 64(R11)
-	VMOVUPS 96(AX), Y9
-	VMOVUPS Y9, 96(R11)
-	ADDQ    R8, R11
-
-stateKVbf16AVX2_nocarryrow_8:
-	ADDQ $0x00000080, AX
-	INCQ CX
-	CMPQ CX, DX
-	JB   stateKVbf16AVX2_rows_8
-
-stateKVbf16AVX2_tokdone_4:
-	MOVQ 56(SP), AX
-	MOVQ AX, 48(SP)
-	ADDQ $0x10, 88(SP)
-	MOVQ vs+184(FP), AX
-	SHLQ $0x02, AX
-	ADDQ AX, 72(SP)
-	MOVQ V+8(FP), AX
-	SHLQ $0x02, AX
-	ADDQ AX, 80(SP)
-	MOVQ 40(SP), CX
-	INCQ CX
-	MOVQ CX, 40(SP)
-	MOVQ tok_len+224(FP), AX
-	SHRQ $0x02, AX
-	CMPQ CX, AX
-	JB   stateKVbf16AVX2_token_4
-	MOVQ 24(SP), AX
-	ADDQ AX, 16(SP)
-	SUBQ AX, 8(SP)
-	JMP  stateKVbf16AVX2_blocks_1
-
-stateKVbf16AVX2_shape_5:
-	// Block of 1 columns (rows in work of 32 bytes): pass 0 loads it, with token 0's read.
-	MOVQ  K+0(FP), AX
-	MOVQ  16(SP), CX
-	MOVQ  src32_base+40(FP), DX
-	TESTQ DX, DX
-	JZ    stateKVbf16AVX2_from16_5
-
-	// From src32 (f32).
-	MOVQ   V+8(FP), BX
-	LEAQ   (DX)(CX*4), DX
-	SHLQ   $0x02, BX
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	MOVQ   kh_base+112(FP), SI
-	MOVQ   qh_base+136(FP), DI
-	MOVQ   (SP), R8
-	XORQ   R9, R9
-
-stateKVbf16AVX2_pass0_9:
-	VBROADCASTSS (SI)(R9*4), Y2
-	VBROADCASTSS (DI)(R9*4), Y3
-	VMOVSS       (DX), X4
-	VMOVSS       X4, (R8)
-	VFMADD231SS  X4, X2, X0
-	VFMADD231SS  X4, X3, X1
-	ADDQ         BX, DX
-	ADDQ         $0x00000020, R8
-	INCQ         R9
-	CMPQ         R9, AX
-	JB           stateKVbf16AVX2_pass0_9
-	JMP          stateKVbf16AVX2_loaded_5
-
-stateKVbf16AVX2_from16_5:
-	// From src (bf16).
-	MOVQ   src_base+16(FP), DX
-	MOVQ   V+8(FP), BX
-	LEAQ   (DX)(CX*2), DX
-	SHLQ   $0x01, BX
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	MOVQ   kh_base+112(FP), SI
-	MOVQ   qh_base+136(FP), DI
-	MOVQ   (SP), R8
-	XORQ   R9, R9
-
-stateKVbf16AVX2_pass0_10:
-	VBROADCASTSS (SI)(R9*4), Y2
-	VBROADCASTSS (DI)(R9*4), Y3
-	MOVWLZX      (DX), R10
-	VMOVD        R10, X4
-	VPSLLD       $0x10, X4, X4
-	VMOVSS       X4, (R8)
-	VFMADD231SS  X4, X2, X0
-	VFMADD231SS  X4, X3, X1
-	ADDQ         BX, DX
-	ADDQ         $0x00000020, R8
-	INCQ         R9
-	CMPQ         R9, AX
-	JB           stateKVbf16AVX2_pass0_10
-
-stateKVbf16AVX2_loaded_5:
-	// The tokens.
-	XORQ AX, AX
-	MOVQ AX, 40(SP)
-	MOVQ kh_base+112(FP), AX
-	MOVQ AX, 48(SP)
-	MOVQ tok_base+216(FP), AX
-	MOVQ AX, 88(SP)
-	MOVQ v_base+160(FP), AX
-	LEAQ (AX)(CX*4), AX
-	MOVQ AX, 72(SP)
-	MOVQ o_base+192(FP), AX
-	LEAQ (AX)(CX*4), AX
-	MOVQ AX, 80(SP)
-
-stateKVbf16AVX2_token_5:
-	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
-	MOVQ 40(SP), AX
-	MOVQ K+0(FP), CX
-	INCQ AX
-	MOVQ tok_len+224(FP), DX
-	SHRQ $0x02, DX
-	CMPQ AX, DX
-	JB   stateKVbf16AVX2_notlast_5
-	DECQ AX
-
-stateKVbf16AVX2_notlast_5:
-	IMULQ    CX, AX
-	MOVQ     kh_base+112(FP), CX
-	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 56(SP)
-	MOVQ     qh_base+136(FP), CX
-	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 64(SP)
-	MOVQ     88(SP), AX
-	VMOVSS   (AX), X2
-	VUCOMISS nearone<>+0(SB), X2
-	JCS      stateKVbf16AVX2_far_5
-
-	// em1 ≥ -0.5: decay(x) = x + em1·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         88(SP), AX
-	VBROADCASTSS (AX), Y2
-	VBROADCASTSS 8(AX), Y3
-	VBROADCASTSS 12(AX), Y4
-	MOVQ         72(SP), AX
-	MOVQ         80(SP), CX
-	VMOVSS       (AX), X5
-	VFMADD213SS  X0, X2, X0
-	VSUBSS       X0, X5, X5
-	VMULSS       X5, X3, X5
-	VFMADD213SS  X1, X2, X1
-	VFMADD231SS  X5, X4, X1
-	VMOVSS       X1, (CX)
-	VMOVSS       X5, 96(SP)
-	VXORPS       Y0, Y0, Y0
-	VXORPS       Y1, Y1, Y1
-
-	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
-	MOVQ  (SP), AX
-	XORQ  CX, CX
-	MOVQ  K+0(FP), DX
-	MOVQ  48(SP), BX
-	MOVQ  56(SP), SI
-	MOVQ  64(SP), DI
-	MOVQ  16(SP), R8
-	MOVQ  40(SP), R10
-	MOVQ  stores_base+64(FP), R9
-	MOVQ  (R9)(R10*8), R9
-	TESTQ R9, R9
-	JZ    stateKVbf16AVX2_nostore_9
-	LEAQ  (R9)(R8*2), R9
-
-stateKVbf16AVX2_nostore_9:
-	MOVQ  V+8(FP), R10
-	SHLQ  $0x01, R10
-	MOVQ  40(SP), R12
-	INCQ  R12
-	MOVQ  tok_len+224(FP), R13
-	SHRQ  $0x02, R13
-	XORQ  R11, R11
-	CMPQ  R12, R13
-	JNE   stateKVbf16AVX2_nocarry_9
-	MOVQ  carry_base+88(FP), R11
-	TESTQ R11, R11
-	JZ    stateKVbf16AVX2_nocarry_9
-	LEAQ  (R11)(R8*4), R11
-
-stateKVbf16AVX2_nocarry_9:
-	MOVQ V+8(FP), R8
-	SHLQ $0x02, R8
-
-stateKVbf16AVX2_rows_9:
-	VBROADCASTSS (BX)(CX*4), Y3
-	VBROADCASTSS (SI)(CX*4), Y4
-	VBROADCASTSS (DI)(CX*4), Y5
-	VMOVSS       (AX), X6
-	VFMADD213SS  X6, X2, X6
-	VFMADD231SS  96(SP), X3, X6
-	VMOVSS       X6, (AX)
-	VFMADD231SS  X6, X4, X0
-	VFMADD231SS  X6, X5, X1
-	TESTQ        R9, R9
-	JZ           stateKVbf16AVX2_nostorerow_9
-	VMOVSS       (AX), X3
-	VPSRLD       $0x10, X3, X4
-	VPAND        absmask<>+0(SB), X3, X5
-	VPCMPGTD     infbits<>+0(SB), X5, X6
-	VPAND        one_i<>+0(SB), X4, X5
-	VPADDD       round<>+0(SB), X3, X3
-	VPADDD       X5, X3, X3
-	VPSRLD       $0x10, X3, X3
-	VPOR         quiet<>+0(SB), X4, X4
-	VPBLENDVB    X6, X4, X3, X3
-	VPEXTRW      $0x00, X3, (R9)
-	ADDQ         R10, R9
-
-stateKVbf16AVX2_nostorerow_9:
-	TESTQ  R11, R11
-	JZ     stateKVbf16AVX2_nocarryrow_9
-	VMOVSS (AX), X3
-	VMOVSS X3, (R11)
-	ADDQ   R8, R11
-
-stateKVbf16AVX2_nocarryrow_9:
-	ADDQ $0x00000020, AX
-	INCQ CX
-	CMPQ CX, DX
-	JB   stateKVbf16AVX2_rows_9
-	JMP  stateKVbf16AVX2_tokdone_5
-
-stateKVbf16AVX2_far_5:
-	// em1 < -0.5 or NaN: decay(x) = eg·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         88(SP), AX
-	VBROADCASTSS 4(AX), Y2
-	VBROADCASTSS 8(AX), Y3
-	VBROADCASTSS 12(AX), Y4
-	MOVQ         72(SP), AX
-	MOVQ         80(SP), CX
-	VMOVSS       (AX), X5
-	VMULSS       X0, X2, X0
-	VSUBSS       X0, X5, X5
-	VMULSS       X5, X3, X5
-	VMULSS       X1, X2, X1
-	VFMADD231SS  X5, X4, X1
-	VMOVSS       X1, (CX)
-	VMOVSS       X5, 96(SP)
-	VXORPS       Y0, Y0, Y0
-	VXORPS       Y1, Y1, Y1
-
-	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
-	MOVQ  (SP), AX
-	XORQ  CX, CX
-	MOVQ  K+0(FP), DX
-	MOVQ  48(SP), BX
-	MOVQ  56(SP), SI
-	MOVQ  64(SP), DI
-	MOVQ  16(SP), R8
-	MOVQ  40(SP), R10
-	MOVQ  stores_base+64(FP), R9
-	MOVQ  (R9)(R10*8), R9
-	TESTQ R9, R9
-	JZ    stateKVbf16AVX2_nostore_10
-	LEAQ  (R9)(R8*2), R9
-
-stateKVbf16AVX2_nostore_10:
-	MOVQ  V+8(FP), R10
-	SHLQ  $0x01, R10
-	MOVQ  40(SP), R12
-	INCQ  R12
-	MOVQ  tok_len+224(FP), R13
-	SHRQ  $0x02, R13
-	XORQ  R11, R11
-	CMPQ  R12, R13
-	JNE   stateKVbf16AVX2_nocarry_10
-	MOVQ  carry_base+88(FP), R11
-	TESTQ R11, R11
-	JZ    stateKVbf16AVX2_nocarry_10
-	LEAQ  (R11)(R8*4), R11
-
-stateKVbf16AVX2_nocarry_10:
-	MOVQ V+8(FP), R8
-	SHLQ $0x02, R8
-
-stateKVbf16AVX2_rows_10:
-	VBROADCASTSS (BX)(CX*4), Y3
-	VBROADCASTSS (SI)(CX*4), Y4
-	VBROADCASTSS (DI)(CX*4), Y5
-	VMOVSS       (AX), X6
-	VMULSS       X6, X2, X6
-	VFMADD231SS  96(SP), X3, X6
-	VMOVSS       X6, (AX)
-	VFMADD231SS  X6, X4, X0
-	VFMADD231SS  X6, X5, X1
-	TESTQ        R9, R9
-	JZ           stateKVbf16AVX2_nostorerow_10
-	VMOVSS       (AX), X3
-	VPSRLD       $0x10, X3, X4
-	VPAND        absmask<>+0(SB), X3, X5
-	VPCMPGTD     infbits<>+0(SB), X5, X6
-	VPAND        one_i<>+0(SB), X4, X5
-	VPADDD       round<>+0(SB), X3, X3
-	VPADDD       X5, X3, X3
-	VPSRLD       $0x10, X3, X3
-	VPOR         quiet<>+0(SB), X4, X4
-	VPBLENDVB    X6, X4, X3, X3
-	VPEXTRW      $0x00, X3, (R9)
-	ADDQ         R10, R9
-
-stateKVbf16AVX2_nostorerow_10:
-	TESTQ  R11, R11
-	JZ     stateKVbf16AVX2_nocarryrow_10
-	VMOVSS (AX), X3
-	VMOVSS X3, (R11)
-	ADDQ   R8, R11
-
-stateKVbf16AVX2_nocarryrow_10:
-	ADDQ $0x00000020, AX
-	INCQ CX
-	CMPQ CX, DX
-	JB   stateKVbf16AVX2_rows_10
-
-stateKVbf16AVX2_tokdone_5:
-	MOVQ 56(SP), AX
-	MOVQ AX, 48(SP)
-	ADDQ $0x10, 88(SP)
-	MOVQ vs+184(FP), AX
-	SHLQ $0x02, AX
-	ADDQ AX, 72(SP)
-	MOVQ V+8(FP), AX
-	SHLQ $0x02, AX
-	ADDQ AX, 80(SP)
-	MOVQ 40(SP), CX
-	INCQ CX
-	MOVQ CX, 40(SP)
-	MOVQ tok_len+224(FP), AX
-	SHRQ $0x02, AX
-	CMPQ CX, AX
-	JB   stateKVbf16AVX2_token_5
-	MOVQ 24(SP), AX
-	ADDQ AX, 16(SP)
-	SUBQ AX, 8(SP)
-	JMP  stateKVbf16AVX2_blocks_1
-
-stateKVbf16AVX2_shape_6:
-	// Block of 2 columns (rows in work of 32 bytes): pass 0 loads it, with token 0's read.
-	MOVQ  K+0(FP), AX
-	MOVQ  16(SP), CX
-	MOVQ  src32_base+40(FP), DX
-	TESTQ DX, DX
-	JZ    stateKVbf16AVX2_from16_6
-
-	// From src32 (f32).
-	MOVQ   V+8(FP), BX
-	LEAQ   (DX)(CX*4), DX
-	SHLQ   $0x02, BX
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	MOVQ   kh_base+112(FP), SI
-	MOVQ   qh_base+136(FP), DI
-	MOVQ   (SP), R8
-	XORQ   R9, R9
-
-stateKVbf16AVX2_pass0_11:
-	VBROADCASTSS (SI)(R9*4), Y4
-	VBROADCASTSS (DI)(R9*4), Y5
-	VMOVSS       (DX), X6
-	VMOVSS       X6, (R8)
-	VFMADD231SS  X6, X4, X0
-	VFMADD231SS  X6, X5, X1
-	VMOVSS       4(DX), X6
-	VMOVSS       X6, 4(R8)
-	VFMADD231SS  X6, X4, X2
-	VFMADD231SS  X6, X5, X3
-	ADDQ         BX, DX
-	ADDQ         $0x00000020, R8
-	INCQ         R9
-	CMPQ         R9, AX
-	JB           stateKVbf16AVX2_pass0_11
-	JMP          stateKVbf16AVX2_loaded_6
-
-stateKVbf16AVX2_from16_6:
-	// From src (bf16).
-	MOVQ   src_base+16(FP), DX
-	MOVQ   V+8(FP), BX
-	LEAQ   (DX)(CX*2), DX
-	SHLQ   $0x01, BX
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	MOVQ   kh_base+112(FP), SI
-	MOVQ   qh_base+136(FP), DI
-	MOVQ   (SP), R8
-	XORQ   R9, R9
-
-stateKVbf16AVX2_pass0_12:
-	VBROADCASTSS (SI)(R9*4), Y4
-	VBROADCASTSS (DI)(R9*4), Y5
-	MOVWLZX      (DX), R10
-	VMOVD        R10, X6
-	VPSLLD       $0x10, X6, X6
-	VMOVSS       X6, (R8)
-	VFMADD231SS  X6, X4, X0
-	VFMADD231SS  X6, X5, X1
-	MOVWLZX      2(DX), R10
-	VMOVD        R10, X6
-	VPSLLD       $0x10, X6, X6
-	VMOVSS       X6, 4(R8)
-	VFMADD231SS  X6, X4, X2
-	VFMADD231SS  X6, X5, X3
-	ADDQ         BX, DX
-	ADDQ         $0x00000020, R8
-	INCQ         R9
-	CMPQ         R9, AX
-	JB           stateKVbf16AVX2_pass0_12
-
-stateKVbf16AVX2_loaded_6:
-	// The tokens.
-	XORQ AX, AX
-	MOVQ AX, 40(SP)
-	MOVQ kh_base+112(FP), AX
-	MOVQ AX, 48(SP)
-	MOVQ tok_base+216(FP), AX
-	MOVQ AX, 88(SP)
-	MOVQ v_base+160(FP), AX
-	LEAQ (AX)(CX*4), AX
-	MOVQ AX, 72(SP)
-	MOVQ o_base+192(FP), AX
-	LEAQ (AX)(CX*4), AX
-	MOVQ AX, 80(SP)
-
-stateKVbf16AVX2_token_6:
-	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
-	MOVQ 40(SP), AX
-	MOVQ K+0(FP), CX
-	INCQ AX
-	MOVQ tok_len+224(FP), DX
-	SHRQ $0x02, DX
-	CMPQ AX, DX
-	JB   stateKVbf16AVX2_notlast_6
-	DECQ AX
-
-stateKVbf16AVX2_notlast_6:
-	IMULQ    CX, AX
-	MOVQ     kh_base+112(FP), CX
-	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 56(SP)
-	MOVQ     qh_base+136(FP), CX
-	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 64(SP)
-	MOVQ     88(SP), AX
-	VMOVSS   (AX), X4
-	VUCOMISS nearone<>+0(SB), X4
-	JCS      stateKVbf16AVX2_far_6
-
-	// em1 ≥ -0.5: decay(x) = x + em1·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         88(SP), AX
-	VBROADCASTSS (AX), Y4
-	VBROADCASTSS 8(AX), Y5
-	VBROADCASTSS 12(AX), Y6
-	MOVQ         72(SP), AX
-	MOVQ         80(SP), CX
-	VMOVSS       (AX), X7
-	VFMADD213SS  X0, X4, X0
-	VSUBSS       X0, X7, X7
-	VMULSS       X7, X5, X7
-	VFMADD213SS  X1, X4, X1
-	VFMADD231SS  X7, X6, X1
-	VMOVSS       X1, (CX)
-	VMOVSS       X7, 96(SP)
-	VMOVSS       4(AX), X0
-	VFMADD213SS  X2, X4, X2
-	VSUBSS       X2, X0, X0
-	VMULSS       X0, X5, X0
-	VFMADD213SS  X3, X4, X3
-	VFMADD231SS  X0, X6, X3
-	VMOVSS       X3, 4(CX)
-	VMOVSS       X0, 128(SP)
-	VXORPS       Y0, Y0, Y0
-	VXORPS       Y1, Y1, Y1
-	VXORPS       Y2, Y2, Y2
-	VXORPS       Y3, Y3, Y3
-
-	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
-	MOVQ  (SP), AX
-	XORQ  CX, CX
-	MOVQ  K+0(FP), DX
-	MOVQ  48(SP), BX
-	MOVQ  56(SP), SI
-	MOVQ  64(SP), DI
-	MOVQ  16(SP), R8
-	MOVQ  40(SP), R10
-	MOVQ  stores_base+64(FP), R9
-	MOVQ  (R9)(R10*8), R9
-	TESTQ R9, R9
-	JZ    stateKVbf16AVX2_nostore_11
-	LEAQ  (R9)(R8*2), R9
-
-stateKVbf16AVX2_nostore_11:
-	MOVQ  V+8(FP), R10
-	SHLQ  $0x01, R10
-	MOVQ  40(SP), R12
-	INCQ  R12
-	MOVQ  tok_len+224(FP), R13
-	SHRQ  $0x02, R13
-	XORQ  R11, R11
-	CMPQ  R12, R13
-	JNE   stateKVbf16AVX2_nocarry_11
-	MOVQ  carry_base+88(FP), R11
-	TESTQ R11, R11
-	JZ    stateKVbf16AVX2_nocarry_11
-	LEAQ  (R11)(R8*4), R11
-
-stateKVbf16AVX2_nocarry_11:
-	MOVQ V+8(FP), R8
-	SHLQ $0x02, R8
-
-stateKVbf16AVX2_rows_11:
-	VBROADCASTSS (BX)(CX*4), Y5
-	VBROADCASTSS (SI)(CX*4), Y6
-	VBROADCASTSS (DI)(CX*4), Y7
-	VMOVSS       (AX), X8
-	VFMADD213SS  X8, X4, X8
-	VFMADD231SS  96(SP), X5, X8
-	VMOVSS       X8, (AX)
-	VFMADD231SS  X8, X6, X0
-	VFMADD231SS  X8, X7, X1
-	VMOVSS       4(AX), X8
-	VFMADD213SS  X8, X4, X8
-	VFMADD231SS  128(SP), X5, X8
-	VMOVSS       X8, 4(AX)
-	VFMADD231SS  X8, X6, X2
-	VFMADD231SS  X8, X7, X3
-	TESTQ        R9, R9
-	JZ           stateKVbf16AVX2_nostorerow_11
-	VMOVSS       (AX), X5
-	VPSRLD       $0x10, X5, X6
-	VPAND        absmask<>+0(SB), X5, X7
-	VPCMPGTD     infbits<>+0(SB), X7, X8
-	VPAND        one_i<>+0(SB), X6, X7
-	VPADDD       round<>+0(SB), X5, X5
-	VPADDD       X7, X5, X5
-	VPSRLD       $0x10, X5, X5
-	VPOR         quiet<>+0(SB), X6, X6
-	VPBLENDVB    X8, X6, X5, X5
-	VPEXTRW      $0x00, X5, (R9)
-	VMOVSS       4(AX), X5
-	VPSRLD       $0x10, X5, X6
-	VPAND        absmask<>+0(SB), X5, X7
-	VPCMPGTD     infbits<>+0(SB), X7, X8
-	VPAND        one_i<>+0(SB), X6, X7
-	VPADDD       round<>+0(SB), X5, X5
-	VPADDD       X7, X5, X5
-	VPSRLD       $0x10, X5, X5
-	VPOR         quiet<>+0(SB), X6, X6
-	VPBLENDVB    X8, X6, X5, X5
-	VPEXTRW      $0x00, X5, 2(R9)
-	ADDQ         R10, R9
-
-stateKVbf16AVX2_nostorerow_11:
-	TESTQ  R11, R11
-	JZ     stateKVbf16AVX2_nocarryrow_11
-	VMOVSS (AX), X5
-	VMOVSS X5, (R11)
-	VMOVSS 4(AX), X5
-	VMOVSS X5, 4(R11)
-	ADDQ   R8, R11
-
-stateKVbf16AVX2_nocarryrow_11:
-	ADDQ $0x00000020, AX
-	INCQ CX
-	CMPQ CX, DX
-	JB   stateKVbf16AVX2_rows_11
-	JMP  stateKVbf16AVX2_tokdone_6
-
-stateKVbf16AVX2_far_6:
-	// em1 < -0.5 or NaN: decay(x) = eg·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         88(SP), AX
-	VBROADCASTSS 4(AX), Y4
-	VBROADCASTSS 8(AX), Y5
-	VBROADCASTSS 12(AX), Y6
-	MOVQ         72(SP), AX
-	MOVQ         80(SP), CX
-	VMOVSS       (AX), X7
-	VMULSS       X0, X4, X0
-	VSUBSS       X0, X7, X7
-	VMULSS       X7, X5, X7
-	VMULSS       X1, X4, X1
-	VFMADD231SS  X7, X6, X1
-	VMOVSS       X1, (CX)
-	VMOVSS       X7, 96(SP)
-	VMOVSS       4(AX), X0
-	VMULSS       X2, X4, X2
-	VSUBSS       X2, X0, X0
-	VMULSS       X0, X5, X0
-	VMULSS       X3, X4, X3
-	VFMADD231SS  X0, X6, X3
-	VMOVSS       X3, 4(CX)
-	VMOVSS       X0, 128(SP)
-	VXORPS       Y0, Y0, Y0
-	VXORPS       Y1, Y1, Y1
-	VXORPS       Y2, Y2, Y2
-	VXORPS       Y3, Y3, Y3
-
-	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
-	MOVQ  (SP), AX
-	XORQ  CX, CX
-	MOVQ  K+0(FP), DX
-	MOVQ  48(SP), BX
-	MOVQ  56(SP), SI
-	MOVQ  64(SP), DI
-	MOVQ  16(SP), R8
-	MOVQ  40(SP), R10
-	MOVQ  stores_base+64(FP), R9
-	MOVQ  (R9)(R10*8), R9
-	TESTQ R9, R9
-	JZ    stateKVbf16AVX2_nostore_12
-	LEAQ  (R9)(R8*2), R9
-
-stateKVbf16AVX2_nostore_12:
-	MOVQ  V+8(FP), R10
-	SHLQ  $0x01, R10
-	MOVQ  40(SP), R12
-	INCQ  R12
-	MOVQ  tok_len+224(FP), R13
-	SHRQ  $0x02, R13
-	XORQ  R11, R11
-	CMPQ  R12, R13
-	JNE   stateKVbf16AVX2_nocarry_12
-	MOVQ  carry_base+88(FP), R11
-	TESTQ R11, R11
-	JZ    stateKVbf16AVX2_nocarry_12
-	LEAQ  (R11)(R8*4), R11
-
-stateKVbf16AVX2_nocarry_12:
-	MOVQ V+8(FP), R8
-	SHLQ $0x02, R8
-
-stateKVbf16AVX2_rows_12:
-	VBROADCASTSS (BX)(CX*4), Y5
-	VBROADCASTSS (SI)(CX*4), Y6
-	VBROADCASTSS (DI)(CX*4), Y7
-	VMOVSS       (AX), X8
-	VMULSS       X8, X4, X8
-	VFMADD231SS  96(SP), X5, X8
-	VMOVSS       X8, (AX)
-	VFMADD231SS  X8, X6, X0
-	VFMADD231SS  X8, X7, X1
-	VMOVSS       4(AX), X8
-	VMULSS       X8, X4, X8
-	VFMADD231SS  128(SP), X5, X8
-	VMOVSS       X8, 4(AX)
-	VFMADD231SS  X8, X6, X2
-	VFMADD231SS  X8, X7, X3
-	TESTQ        R9, R9
-	JZ           stateKVbf16AVX2_nostorerow_12
-	VMOVSS       (AX), X5
-	VPSRLD       $0x10, X5, X6
-	VPAND        absmask<>+0(SB), X5, X7
-	VPCMPGTD     infbits<>+0(SB), X7, X8
-	VPAND        one_i<>+0(SB), X6, X7
-	VPADDD       round<>+0(SB), X5, X5
-	VPADDD       X7, X5, X5
-	VPSRLD       $0x10, X5, X5
-	VPOR         quiet<>+0(SB), X6, X6
-	VPBLENDVB    X8, X6, X5, X5
-	VPEXTRW      $0x00, X5, (R9)
-	VMOVSS       4(AX), X5
-	VPSRLD       $0x10, X5, X6
-	VPAND        absmask<>+0(SB), X5, X7
-	VPCMPGTD     infbits<>+0(SB), X7, X8
-	VPAND        one_i<>+0(SB), X6, X7
-	VPADDD       round<>+0(SB), X5, X5
-	VPADDD       X7, X5, X5
-	VPSRLD       $0x10, X5, X5
-	VPOR         quiet<>+0(SB), X6, X6
-	VPBLENDVB    X8, X6, X5, X5
-	VPEXTRW      $0x00, X5, 2(R9)
-	ADDQ         R10, R9
-
-stateKVbf16AVX2_nostorerow_12:
-	TESTQ  R11, R11
-	JZ     stateKVbf16AVX2_nocarryrow_12
-	VMOVSS (AX), X5
-	VMOVSS X5, (R11)
-	VMOVSS 4(AX), X5
-	VMOVSS X5, 4(R11)
-	ADDQ   R8, R11
-
-stateKVbf16AVX2_nocarryrow_12:
-	ADDQ $0x00000020, AX
-	INCQ CX
-	CMPQ CX, DX
-	JB   stateKVbf16AVX2_rows_12
-
-stateKVbf16AVX2_tokdone_6:
-	MOVQ 56(SP), AX
-	MOVQ AX, 48(SP)
-	ADDQ $0x10, 88(SP)
-	MOVQ vs+184(FP), AX
-	SHLQ $0x02, AX
-	ADDQ AX, 72(SP)
-	MOVQ V+8(FP), AX
-	SHLQ $0x02, AX
-	ADDQ AX, 80(SP)
-	MOVQ 40(SP), CX
-	INCQ CX
-	MOVQ CX, 40(SP)
-	MOVQ tok_len+224(FP), AX
-	SHRQ $0x02, AX
-	CMPQ CX, AX
-	JB   stateKVbf16AVX2_token_6
-	MOVQ 24(SP), AX
-	ADDQ AX, 16(SP)
-	SUBQ AX, 8(SP)
-	JMP  stateKVbf16AVX2_blocks_1
-
-stateKVbf16AVX2_shape_7:
-	// Block of 3 columns (rows in work of 32 bytes): pass 0 loads it, with token 0's read.
-	MOVQ  K+0(FP), AX
-	MOVQ  16(SP), CX
-	MOVQ  src32_base+40(FP), DX
-	TESTQ DX, DX
-	JZ    stateKVbf16AVX2_from16_7
-
-	// From src32 (f32).
-	MOVQ   V+8(FP), BX
-	LEAQ   (DX)(CX*4), DX
-	SHLQ   $0x02, BX
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-	MOVQ   kh_base+112(FP), SI
-	MOVQ   qh_base+136(FP), DI
-	MOVQ   (SP), R8
-	XORQ   R9, R9
-
-stateKVbf16AVX2_pass0_13:
-	VBROADCASTSS (SI)(R9*4), Y6
-	VBROADCASTSS (DI)(R9*4), Y7
-	VMOVSS       (DX), X8
-	VMOVSS       X8, (R8)
-	VFMADD231SS  X8, X6, X0
-	VFMADD231SS  X8, X7, X1
-	VMOVSS       4(DX), X8
-	VMOVSS       X8, 4(R8)
-	VFMADD231SS  X8, X6, X2
-	VFMADD231SS  X8, X7, X3
-	VMOVSS       8(DX), X8
-	VMOVSS       X8, 8(R8)
-	VFMADD231SS  X8, X6, X4
-	VFMADD231SS  X8, X7, X5
-	ADDQ         BX, DX
-	ADDQ         $0x00000020, R8
-	INCQ         R9
-	CMPQ         R9, AX
-	JB           stateKVbf16AVX2_pass0_13
-	JMP          stateKVbf16AVX2_loaded_7
-
-stateKVbf16AVX2_from16_7:
-	// From src (bf16).
-	MOVQ   src_base+16(FP), DX
-	MOVQ   V+8(FP), BX
-	LEAQ   (DX)(CX*2), DX
-	SHLQ   $0x01, BX
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-	MOVQ   kh_base+112(FP), SI
-	MOVQ   qh_base+136(FP), DI
-	MOVQ   (SP), R8
-	XORQ   R9, R9
-
-stateKVbf16AVX2_pass0_14:
-	VBROADCASTSS (SI)(R9*4), Y6
-	VBROADCASTSS (DI)(R9*4), Y7
-	MOVWLZX      (DX), R10
-	VMOVD        R10, X8
-	VPSLLD       $0x10, X8, X8
-	VMOVSS       X8, (R8)
-	VFMADD231SS  X8, X6, X0
-	VFMADD231SS  X8, X7, X1
-	MOVWLZX      2(DX), R10
-	VMOVD        R10, X8
-	VPSLLD       $0x10, X8, X8
-	VMOVSS       X8, 4(R8)
-	VFMADD231SS  X8, X6, X2
-	VFMADD231SS  X8, X7, X3
-	MOVWLZX      4(DX), R10
-	VMOVD        R10, X8
-	VPSLLD       $0x10, X8, X8
-	VMOVSS       X8, 8(R8)
-	VFMADD231SS  X8, X6, X4
-	VFMADD231SS  X8, X7, X5
-	ADDQ         BX, DX
-	ADDQ         $0x00000020, R8
-	INCQ         R9
-	CMPQ         R9, AX
-	JB           stateKVbf16AVX2_pass0_14
-
-stateKVbf16AVX2_loaded_7:
-	// The tokens.
-	XORQ AX, AX
-	MOVQ AX, 40(SP)
-	MOVQ kh_base+112(FP), AX
-	MOVQ AX, 48(SP)
-	MOVQ tok_base+216(FP), AX
-	MOVQ AX, 88(SP)
-	MOVQ v_base+160(FP), AX
-	LEAQ (AX)(CX*4), AX
-	MOVQ AX, 72(SP)
-	MOVQ o_base+192(FP), AX
-	LEAQ (AX)(CX*4), AX
-	MOVQ AX, 80(SP)
-
-stateKVbf16AVX2_token_7:
-	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
-	MOVQ 40(SP), AX
-	MOVQ K+0(FP), CX
-	INCQ AX
-	MOVQ tok_len+224(FP), DX
-	SHRQ $0x02, DX
-	CMPQ AX, DX
-	JB   stateKVbf16AVX2_notlast_7
-	DECQ AX
-
-stateKVbf16AVX2_notlast_7:
-	IMULQ    CX, AX
-	MOVQ     kh_base+112(FP), CX
-	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 56(SP)
-	MOVQ     qh_base+136(FP), CX
-	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 64(SP)
-	MOVQ     88(SP), AX
-	VMOVSS   (AX), X6
-	VUCOMISS nearone<>+0(SB), X6
-	JCS      stateKVbf16AVX2_far_7
-
-	// em1 ≥ -0.5: decay(x) = x + em1·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         88(SP), AX
-	VBROADCASTSS (AX), Y6
-	VBROADCASTSS 8(AX), Y7
-	VBROADCASTSS 12(AX), Y8
-	MOVQ         72(SP), AX
-	MOVQ         80(SP), CX
-	VMOVSS       (AX), X9
-	VFMADD213SS  X0, X6, X0
-	VSUBSS       X0, X9, X9
-	VMULSS       X9, X7, X9
-	VFMADD213SS  X1, X6, X1
-	VFMADD231SS  X9, X8, X1
-	VMOVSS       X1, (CX)
-	VMOVSS       X9, 96(SP)
-	VMOVSS       4(AX), X0
-	VFMADD213SS  X2, X6, X2
-	VSUBSS       X2, X0, X0
-	VMULSS       X0, X7, X0
-	VFMADD213SS  X3, X6, X3
-	VFMADD231SS  X0, X8, X3
-	VMOVSS       X3, 4(CX)
-	VMOVSS       X0, 128(SP)
-	VMOVSS       8(AX), X0
-	VFMADD213SS  X4, X6, X4
-	VSUBSS       X4, X0, X0
-	VMULSS       X0, X7, X0
-	VFMADD213SS  X5, X6, X5
-	VFMADD231SS  X0, X8, X5
-	VMOVSS       X5, 8(CX)
-	VMOVSS       X0, 160(SP)
-	VXORPS       Y0, Y0, Y0
-	VXORPS       Y1, Y1, Y1
-	VXORPS       Y2, Y2, Y2
-	VXORPS       Y3, Y3, Y3
-	VXORPS       Y4, Y4, Y4
-	VXORPS       Y5, Y5, Y5
-
-	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
-	MOVQ  (SP), AX
-	XORQ  CX, CX
-	MOVQ  K+0(FP), DX
-	MOVQ  48(SP), BX
-	MOVQ  56(SP), SI
-	MOVQ  64(SP), DI
-	MOVQ  16(SP), R8
-	MOVQ  40(SP), R10
-	MOVQ  stores_base+64(FP), R9
-	MOVQ  (R9)(R10*8), R9
-	TESTQ R9, R9
-	JZ    stateKVbf16AVX2_nostore_13
-	LEAQ  (R9)(R8*2), R9
-
-stateKVbf16AVX2_nostore_13:
-	MOVQ  V+8(FP), R10
-	SHLQ  $0x01, R10
-	MOVQ  40(SP), R12
-	INCQ  R12
-	MOVQ  tok_len+224(FP), R13
-	SHRQ  $0x02, R13
-	XORQ  R11, R11
-	CMPQ  R12, R13
-	JNE   stateKVbf16AVX2_nocarry_13
-	MOVQ  carry_base+88(FP), R11
-	TESTQ R11, R11
-	JZ    stateKVbf16AVX2_nocarry_13
-	LEAQ  (R11)(R8*4), R11
-
-stateKVbf16AVX2_nocarry_13:
-	MOVQ V+8(FP), R8
-	SHLQ $0x02, R8
-
-stateKVbf16AVX2_rows_13:
-	VBROADCASTSS (BX)(CX*4), Y7
-	VBROADCASTSS (SI)(CX*4), Y8
-	VBROADCASTSS (DI)(CX*4), Y9
-	VMOVSS       (AX), X10
-	VFMADD213SS  X10, X6, X10
-	VFMADD231SS  96(SP), X7, X10
-	VMOVSS       X10, (AX)
-	VFMADD231SS  X10, X8, X0
-	VFMADD231SS  X10, X9, X1
-	VMOVSS       4(AX), X10
-	VFMADD213SS  X10, X6, X10
-	VFMADD231SS  128(SP), X7, X10
-	VMOVSS       X10, 4(AX)
-	VFMADD231SS  X10, X8, X2
-	VFMADD231SS  X10, X9, X3
-	VMOVSS       8(AX), X10
-	VFMADD213SS  X10, X6, X10
-	VFMADD231SS  160(SP), X7, X10
-	VMOVSS       X10, 8(AX)
-	VFMADD231SS  X10, X8, X4
-	VFMADD231SS  X10, X9, X5
-	TESTQ        R9, R9
-	JZ           stateKVbf16AVX2_nostorerow_13
-	VMOVSS       (AX), X7
-	VPSRLD       $0x10, X7, X8
-	VPAND        absmask<>+0(SB), X7, X9
-	VPCMPGTD     infbits<>+0(SB), X9, X10
-	VPAND        one_i<>+0(SB), X8, X9
-	VPADDD       round<>+0(SB), X7, X7
-	VPADDD       X9, X7, X7
-	VPSRLD       $0x10, X7, X7
-	VPOR         quiet<>+0(SB), X8, X8
-	VPBLENDVB    X10, X8, X7, X7
-	VPEXTRW      $0x00, X7, (R9)
-	VMOVSS       4(AX), X7
-	VPSRLD       $0x10, X7, X8
-	VPAND        absmask<>+0(SB), X7, X9
-	VPCMPGTD     infbits<>+0(SB), X9, X10
-	VPAND        one_i<>+0(SB), X8, X9
-	VPADDD       round<>+0(SB), X7, X7
-	VPADDD       X9, X7, X7
-	VPSRLD       $0x10, X7, X7
-	VPOR         quiet<>+0(SB), X8, X8
-	VPBLENDVB    X10, X8, X7, X7
-	VPEXTRW      $0x00, X7, 2(R9)
-	VMOVSS       8(AX), X7
-	VPSRLD       $0x10, X7, X8
-	VPAND        absmask<>+0(SB), X7, X9
-	VPCMPGTD     infbits<>+0(SB), X9, X10
-	VPAND        one_i<>+0(SB), X8, X9
-	VPADDD       round<>+0(SB), X7, X7
-	VPADDD       X9, X7, X7
-	VPSRLD       $0x10, X7, X7
-	VPOR         quiet<>+0(SB), X8, X8
-	VPBLENDVB    X10, X8, X7, X7
-	VPEXTRW      $0x00, X7, 4(R9)
-	ADDQ         R10, R9
-
-stateKVbf16AVX2_nostorerow_13:
-	TESTQ  R11, R11
-	JZ     stateKVbf16AVX2_nocarryrow_13
-	VMOVSS (AX), X7
-	VMOVSS X7, (R11)
-	VMOVSS 4(AX), X7
-	VMOVSS X7, 4(R11)
-	VMOVSS 8(AX), X7
-	VMOVSS X7, 8(R11)
-	ADDQ   R8, R11
-
-stateKVbf16AVX2_nocarryrow_13:
-	ADDQ $0x00000020, AX
-	INCQ CX
-	CMPQ CX, DX
-	JB   stateKVbf16AVX2_rows_13
-	JMP  stateKVbf16AVX2_tokdone_7
-
-stateKVbf16AVX2_far_7:
-	// em1 < -0.5 or NaN: decay(x) = eg·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         88(SP), AX
-	VBROADCASTSS 4(AX), Y6
-	VBROADCASTSS 8(AX), Y7
-	VBROADCASTSS 12(AX), Y8
-	MOVQ         72(SP), AX
-	MOVQ         80(SP), CX
-	VMOVSS       (AX), X9
-	VMULSS       X0, X6, X0
-	VSUBSS       X0, X9, X9
-	VMULSS       X9, X7, X9
-	VMULSS       X1, X6, X1
-	VFMADD231SS  X9, X8, X1
-	VMOVSS       X1, (CX)
-	VMOVSS       X9, 96(SP)
-	VMOVSS       4(AX), X0
-	VMULSS       X2, X6, X2
-	VSUBSS       X2, X0, X0
-	VMULSS       X0, X7, X0
-	VMULSS       X3, X6, X3
-	VFMADD231SS  X0, X8, X3
-	VMOVSS       X3, 4(CX)
-	VMOVSS       X0, 128(SP)
-	VMOVSS       8(AX), X0
-	VMULSS       X4, X6, X4
-	VSUBSS       X4, X0, X0
-	VMULSS       X0, X7, X0
-	VMULSS       X5, X6, X5
-	VFMADD231SS  X0, X8, X5
-	VMOVSS       X5, 8(CX)
-	VMOVSS       X0, 160(SP)
-	VXORPS       Y0, Y0, Y0
-	VXORPS       Y1, Y1, Y1
-	VXORPS       Y2, Y2, Y2
-	VXORPS       Y3, Y3, Y3
-	VXORPS       Y4, Y4, Y4
-	VXORPS       Y5, Y5, Y5
-
-	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
-	MOVQ  (SP), AX
-	XORQ  CX, CX
-	MOVQ  K+0(FP), DX
-	MOVQ  48(SP), BX
-	MOVQ  56(SP), SI
-	MOVQ  64(SP), DI
-	MOVQ  16(SP), R8
-	MOVQ  40(SP), R10
-	MOVQ  stores_base+64(FP), R9
-	MOVQ  (R9)(R10*8), R9
-	TESTQ R9, R9
-	JZ    stateKVbf16AVX2_nostore_14
-	LEAQ  (R9)(R8*2), R9
-
-stateKVbf16AVX2_nostore_14:
-	MOVQ  V+8(FP), R10
-	SHLQ  $0x01, R10
-	MOVQ  40(SP), R12
-	INCQ  R12
-	MOVQ  tok_len+224(FP), R13
-	SHRQ  $0x02, R13
-	XORQ  R11, R11
-	CMPQ  R12, R13
-	JNE   stateKVbf16AVX2_nocarry_14
-	MOVQ  carry_base+88(FP), R11
-	TESTQ R11, R11
-	JZ    stateKVbf16AVX2_nocarry_14
-	LEAQ  (R11)(R8*4), R11
-
-stateKVbf16AVX2_nocarry_14:
-	MOVQ V+8(FP), R8
-	SHLQ $0x02, R8
-
-stateKVbf16AVX2_rows_14:
-	VBROADCASTSS (BX)(CX*4), Y7
-	VBROADCASTSS (SI)(CX*4), Y8
-	VBROADCASTSS (DI)(CX*4), Y9
-	VMOVSS       (AX), X10
-	VMULSS       X10, X6, X10
-	VFMADD231SS  96(SP), X7, X10
-	VMOVSS       X10, (AX)
-	VFMADD231SS  X10, X8, X0
-	VFMADD231SS  X10, X9, X1
-	VMOVSS       4(AX), X10
-	VMULSS       X10, X6, X10
-	VFMADD231SS  128(SP), X7, X10
-	VMOVSS       X10, 4(AX)
-	VFMADD231SS  X10, X8, X2
-	VFMADD231SS  X10, X9, X3
-	VMOVSS       8(AX), X10
-	VMULSS       X10, X6, X10
-	VFMADD231SS  160(SP), X7, X10
-	VMOVSS       X10, 8(AX)
-	VFMADD231SS  X10, X8, X4
-	VFMADD231SS  X10, X9, X5
-	TESTQ        R9, R9
-	JZ           stateKVbf16AVX2_nostorerow_14
-	VMOVSS       (AX), X7
-	VPSRLD       $0x10, X7, X8
-	VPAND        absmask<>+0(SB), X7, X9
-	VPCMPGTD     infbits<>+0(SB), X9, X10
-	VPAND        one_i<>+0(SB), X8, X9
-	VPADDD       round<>+0(SB), X7, X7
-	VPADDD       X9, X7, X7
-	VPSRLD       $0x10, X7, X7
-	VPOR         quiet<>+0(SB), X8, X8
-	VPBLENDVB    X10, X8, X7, X7
-	VPEXTRW      $0x00, X7, (R9)
-	VMOVSS       4(AX), X7
-	VPSRLD       $0x10, X7, X8
-	VPAND        absmask<>+0(SB), X7, X9
-	VPCMPGTD     infbits<>+0(SB), X9, X10
-	VPAND        one_i<>+0(SB), X8, X9
-	VPADDD       round<>+0(SB), X7, X7
-	VPADDD       X9, X7, X7
-	VPSRLD       $0x10, X7, X7
-	VPOR         quiet<>+0(SB), X8, X8
-	VPBLENDVB    X10, X8, X7, X7
-	VPEXTRW      $0x00, X7, 2(R9)
-	VMOVSS       8(AX), X7
-	VPSRLD       $0x10, X7, X8
-	VPAND        absmask<>+0(SB), X7, X9
-	VPCMPGTD     infbits<>+0(SB), X9, X10
-	VPAND        one_i<>+0(SB), X8, X9
-	VPADDD       round<>+0(SB), X7, X7
-	VPADDD       X9, X7, X7
-	VPSRLD       $0x10, X7, X7
-	VPOR         quiet<>+0(SB), X8, X8
-	VPBLENDVB    X10, X8, X7, X7
-	VPEXTRW      $0x00, X7, 4(R9)
-	ADDQ         R10, R9
-
-stateKVbf16AVX2_nostorerow_14:
-	TESTQ  R11, R11
-	JZ     stateKVbf16AVX2_nocarryrow_14
-	VMOVSS (AX), X7
-	VMOVSS X7, (R11)
-	VMOVSS 4(AX), X7
-	VMOVSS X7, 4(R11)
-	VMOVSS 8(AX), X7
-	VMOVSS X7, 8(R11)
-	ADDQ   R8, R11
-
-stateKVbf16AVX2_nocarryrow_14:
-	ADDQ $0x00000020, AX
-	INCQ CX
-	CMPQ CX, DX
-	JB   stateKVbf16AVX2_rows_14
-
-stateKVbf16AVX2_tokdone_7:
-	MOVQ 56(SP), AX
-	MOVQ AX, 48(SP)
-	ADDQ $0x10, 88(SP)
-	MOVQ vs+184(FP), AX
-	SHLQ $0x02, AX
-	ADDQ AX, 72(SP)
-	MOVQ V+8(FP), AX
-	SHLQ $0x02, AX
-	ADDQ AX, 80(SP)
-	MOVQ 40(SP), CX
-	INCQ CX
-	MOVQ CX, 40(SP)
-	MOVQ tok_len+224(FP), AX
-	SHRQ $0x02, AX
-	CMPQ CX, AX
-	JB   stateKVbf16AVX2_token_7
-	MOVQ 24(SP), AX
-	ADDQ AX, 16(SP)
-	SUBQ AX, 8(SP)
-	JMP  stateKVbf16AVX2_blocks_1
-
-stateKVbf16AVX2_shape_8:
-	// Block of 4 columns (rows in work of 32 bytes): pass 0 loads it, with token 0's read.
-	MOVQ  K+0(FP), AX
-	MOVQ  16(SP), CX
-	MOVQ  src32_base+40(FP), DX
-	TESTQ DX, DX
-	JZ    stateKVbf16AVX2_from16_8
-
-	// From src32 (f32).
-	MOVQ   V+8(FP), BX
-	LEAQ   (DX)(CX*4), DX
-	SHLQ   $0x02, BX
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	MOVQ   kh_base+112(FP), SI
-	MOVQ   qh_base+136(FP), DI
-	MOVQ   (SP), R8
-	XORQ   R9, R9
-
-stateKVbf16AVX2_pass0_15:
-	VBROADCASTSS (SI)(R9*4), Y2
-	VBROADCASTSS (DI)(R9*4), Y3
-	VMOVUPS      (DX), X4
-	VMOVUPS      X4, (R8)
-	VFMADD231PS  X4, X2, X0
-	VFMADD231PS  X4, X3, X1
-	ADDQ         BX, DX
-	ADDQ         $0x00000020, R8
-	INCQ         R9
-	CMPQ         R9, AX
-	JB           stateKVbf16AVX2_pass0_15
-	JMP          stateKVbf16AVX2_loaded_8
-
-stateKVbf16AVX2_from16_8:
-	// From src (bf16).
-	MOVQ   src_base+16(FP), DX
-	MOVQ   V+8(FP), BX
-	LEAQ   (DX)(CX*2), DX
-	SHLQ   $0x01, BX
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	MOVQ   kh_base+112(FP), SI
-	MOVQ   qh_base+136(FP), DI
-	MOVQ   (SP), R8
-	XORQ   R9, R9
-
-stateKVbf16AVX2_pass0_16:
-	VBROADCASTSS (SI)(R9*4), Y2
-	VBROADCASTSS (DI)(R9*4), Y3
-	VPMOVZXWD    (DX), X4
-	VPSLLD       $0x10, X4, X4
-	VMOVUPS      X4, (R8)
-	VFMADD231PS  X4, X2, X0
-	VFMADD231PS  X4, X3, X1
-	ADDQ         BX, DX
-	ADDQ         $0x00000020, R8
-	INCQ         R9
-	CMPQ         R9, AX
-	JB           stateKVbf16AVX2_pass0_16
-
-stateKVbf16AVX2_loaded_8:
-	// The tokens.
-	XORQ AX, AX
-	MOVQ AX, 40(SP)
-	MOVQ kh_base+112(FP), AX
-	MOVQ AX, 48(SP)
-	MOVQ tok_base+216(FP), AX
-	MOVQ AX, 88(SP)
-	MOVQ v_base+160(FP), AX
-	LEAQ (AX)(CX*4), AX
-	MOVQ AX, 72(SP)
-	MOVQ o_base+192(FP), AX
-	LEAQ (AX)(CX*4), AX
-	MOVQ AX, 80(SP)
-
-stateKVbf16AVX2_token_8:
-	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
-	MOVQ 40(SP), AX
-	MOVQ K+0(FP), CX
-	INCQ AX
-	MOVQ tok_len+224(FP), DX
-	SHRQ $0x02, DX
-	CMPQ AX, DX
-	JB   stateKVbf16AVX2_notlast_8
-	DECQ AX
-
-stateKVbf16AVX2_notlast_8:
-	IMULQ    CX, AX
-	MOVQ     kh_base+112(FP), CX
-	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 56(SP)
-	MOVQ     qh_base+136(FP), CX
-	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 64(SP)
-	MOVQ     88(SP), AX
-	VMOVSS   (AX), X2
-	VUCOMISS nearone<>+0(SB), X2
-	JCS      stateKVbf16AVX2_far_8
-
-	// em1 ≥ -0.5: decay(x) = x + em1·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         88(SP), AX
-	VBROADCASTSS (AX), Y2
-	VBROADCASTSS 8(AX), Y3
-	VBROADCASTSS 12(AX), Y4
-	MOVQ         72(SP), AX
-	MOVQ         80(SP), CX
-	VMOVUPS      (AX), X5
-	VFMADD213PS  X0, X2, X0
-	VSUBPS       X0, X5, X5
-	VMULPS       X5, X3, X5
-	VFMADD213PS  X1, X2, X1
-	VFMADD231PS  X5, X4, X1
-	VMOVUPS      X1, (CX)
-	VMOVUPS      X5, 96(SP)
-	VXORPS       Y0, Y0, Y0
-	VXORPS       Y1, Y1, Y1
-
-	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
-	MOVQ  (SP), AX
-	XORQ  CX, CX
-	MOVQ  K+0(FP), DX
-	MOVQ  48(SP), BX
-	MOVQ  56(SP), SI
-	MOVQ  64(SP), DI
-	MOVQ  16(SP), R8
-	MOVQ  40(SP), R10
-	MOVQ  stores_base+64(FP), R9
-	MOVQ  (R9)(R10*8), R9
-	TESTQ R9, R9
-	JZ    stateKVbf16AVX2_nostore_15
-	LEAQ  (R9)(R8*2), R9
-
-stateKVbf16AVX2_nostore_15:
-	MOVQ  V+8(FP), R10
-	SHLQ  $0x01, R10
-	MOVQ  40(SP), R12
-	INCQ  R12
-	MOVQ  tok_len+224(FP), R13
-	SHRQ  $0x02, R13
-	XORQ  R11, R11
-	CMPQ  R12, R13
-	JNE   stateKVbf16AVX2_nocarry_15
-	MOVQ  carry_base+88(FP), R11
-	TESTQ R11, R11
-	JZ    stateKVbf16AVX2_nocarry_15
-	LEAQ  (R11)(R8*4), R11
-
-stateKVbf16AVX2_nocarry_15:
-	MOVQ V+8(FP), R8
-	SHLQ $0x02, R8
-
-stateKVbf16AVX2_rows_15:
-	VBROADCASTSS (BX)(CX*4), Y3
-	VBROADCASTSS (SI)(CX*4), Y4
-	VBROADCASTSS (DI)(CX*4), Y5
-	VMOVUPS      (AX), X6
-	VFMADD213PS  X6, X2, X6
-	VFMADD231PS  96(SP), X3, X6
-	VMOVUPS      X6, (AX)
-	VFMADD231PS  X6, X4, X0
-	VFMADD231PS  X6, X5, X1
-	TESTQ        R9, R9
-	JZ           stateKVbf16AVX2_nostorerow_15
-	VMOVUPS      (AX), X3
-	VPSRLD       $0x10, X3, X4
-	VPAND        absmask<>+0(SB), X3, X5
-	VPCMPGTD     infbits<>+0(SB), X5, X6
-	VPAND        one_i<>+0(SB), X4, X5
-	VPADDD       round<>+0(SB), X3, X3
-	VPADDD       X5, X3, X3
-	VPSRLD       $0x10, X3, X3
-	VPOR         quiet<>+0(SB), X4, X4
-	VPBLENDVB    X6, X4, X3, X3
-	VPACKUSDW    X3, X3, X3
-	VMOVQ        X3, (R9)
-	ADDQ         R10, R9
-
-stateKVbf16AVX2_nostorerow_15:
-	TESTQ   R11, R11
-	JZ      stateKVbf16AVX2_nocarryrow_15
-	VMOVUPS (AX), X3
-	VMOVUPS X3, (R11)
-	ADDQ    R8, R11
-
-stateKVbf16AVX2_nocarryrow_15:
-	ADDQ $0x00000020, AX
-	INCQ CX
-	CMPQ CX, DX
-	JB   stateKVbf16AVX2_rows_15
-	JMP  stateKVbf16AVX2_tokdone_8
-
-stateKVbf16AVX2_far_8:
-	// em1 < -0.5 or NaN: decay(x) = eg·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         88(SP), AX
-	VBROADCASTSS 4(AX), Y2
-	VBROADCASTSS 8(AX), Y3
-	VBROADCASTSS 12(AX), Y4
-	MOVQ         72(SP), AX
-	MOVQ         80(SP), CX
-	VMOVUPS      (AX), X5
-	VMULPS       X0, X2, X0
-	VSUBPS       X0, X5, X5
-	VMULPS       X5, X3, X5
-	VMULPS       X1, X2, X1
-	VFMADD231PS  X5, X4, X1
-	VMOVUPS      X1, (CX)
-	VMOVUPS      X5, 96(SP)
-	VXORPS       Y0, Y0, Y0
-	VXORPS       Y1, Y1, Y1
-
-	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
-	MOVQ  (SP), AX
-	XORQ  CX, CX
-	MOVQ  K+0(FP), DX
-	MOVQ  48(SP), BX
-	MOVQ  56(SP), SI
-	MOVQ  64(SP), DI
-	MOVQ  16(SP), R8
-	MOVQ  40(SP), R10
-	MOVQ  stores_base+64(FP), R9
-	MOVQ  (R9)(R10*8), R9
-	TESTQ R9, R9
-	JZ    stateKVbf16AVX2_nostore_16
-	LEAQ  (R9)(R8*2), R9
-
-stateKVbf16AVX2_nostore_16:
-	MOVQ  V+8(FP), R10
-	SHLQ  $0x01, R10
-	MOVQ  40(SP), R12
-	INCQ  R12
-	MOVQ  tok_len+224(FP), R13
-	SHRQ  $0x02, R13
-	XORQ  R11, R11
-	CMPQ  R12, R13
-	JNE   stateKVbf16AVX2_nocarry_16
-	MOVQ  carry_base+88(FP), R11
-	TESTQ R11, R11
-	JZ    stateKVbf16AVX2_nocarry_16
-	LEAQ  (R11)(R8*4), R11
-
-stateKVbf16AVX2_nocarry_16:
-	MOVQ V+8(FP), R8
-	SHLQ $0x02, R8
-
-stateKVbf16AVX2_rows_16:
-	VBROADCASTSS (BX)(CX*4), Y3
-	VBROADCASTSS (SI)(CX*4), Y4
-	VBROADCASTSS (DI)(CX*4), Y5
-	VMOVUPS      (AX), X6
-	VMULPS       X6, X2, X6
-	VFMADD231PS  96(SP), X3, X6
-	VMOVUPS      X6, (AX)
-	VFMADD231PS  X6, X4, X0
-	VFMADD231PS  X6, X5, X1
-	TESTQ        R9, R9
-	JZ           stateKVbf16AVX2_nostorerow_16
-	VMOVUPS      (AX), X3
-	VPSRLD       $0x10, X3, X4
-	VPAND        absmask<>+0(SB), X3, X5
-	VPCMPGTD     infbits<>+0(SB), X5, X6
-	VPAND        one_i<>+0(SB), X4, X5
-	VPADDD       round<>+0(SB), X3, X3
-	VPADDD       X5, X3, X3
-	VPSRLD       $0x10, X3, X3
-	VPOR         quiet<>+0(SB), X4, X4
-	VPBLENDVB    X6, X4, X3, X3
-	VPACKUSDW    X3, X3, X3
-	VMOVQ        X3, (R9)
-	ADDQ         R10, R9
-
-stateKVbf16AVX2_nostorerow_16:
-	TESTQ   R11, R11
-	JZ      stateKVbf16AVX2_nocarryrow_16
-	VMOVUPS (AX), X3
-	VMOVUPS X3, (R11)
-	ADDQ    R8, R11
-
-stateKVbf16AVX2_nocarryrow_16:
-	ADDQ $0x00000020, AX
-	INCQ CX
-	CMPQ CX, DX
-	JB   stateKVbf16AVX2_rows_16
-
-stateKVbf16AVX2_tokdone_8:
-	MOVQ 56(SP), AX
-	MOVQ AX, 48(SP)
-	ADDQ $0x10, 88(SP)
-	MOVQ vs+184(FP), AX
-	SHLQ $0x02, AX
-	ADDQ AX, 72(SP)
-	MOVQ V+8(FP), AX
-	SHLQ $0x02, AX
-	ADDQ AX, 80(SP)
-	MOVQ 40(SP), CX
-	INCQ CX
-	MOVQ CX, 40(SP)
-	MOVQ tok_len+224(FP), AX
-	SHRQ $0x02, AX
-	CMPQ CX, AX
-	JB   stateKVbf16AVX2_token_8
-	MOVQ 24(SP), AX
-	ADDQ AX, 16(SP)
-	SUBQ AX, 8(SP)
-	JMP  stateKVbf16AVX2_blocks_1
-
-stateKVbf16AVX2_shape_9:
-	// Block of 5 columns (rows in work of 32 bytes): pass 0 loads it, with token 0's read.
-	MOVQ  K+0(FP), AX
-	MOVQ  16(SP), CX
-	MOVQ  src32_base+40(FP), DX
-	TESTQ DX, DX
-	JZ    stateKVbf16AVX2_from16_9
-
-	// From src32 (f32).
-	MOVQ   V+8(FP), BX
-	LEAQ   (DX)(CX*4), DX
-	SHLQ   $0x02, BX
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	MOVQ   kh_base+112(FP), SI
-	MOVQ   qh_base+136(FP), DI
-	MOVQ   (SP), R8
-	XORQ   R9, R9
-
-stateKVbf16AVX2_pass0_17:
-	VBROADCASTSS (SI)(R9*4), Y4
-	VBROADCASTSS (DI)(R9*4), Y5
-	VMOVUPS      (DX), X6
-	VMOVUPS      X6, (R8)
-	VFMADD231PS  X6, X4, X0
-	VFMADD231PS  X6, X5, X1
-	VMOVSS       16(DX), X6
-	VMOVSS       X6, 16(R8)
-	VFMADD231SS  X6, X4, X2
-	VFMADD231SS  X6, X5, X3
-	ADDQ         BX, DX
-	ADDQ         $0x00000020, R8
-	INCQ         R9
-	CMPQ         R9, AX
-	JB           stateKVbf16AVX2_pass0_17
-	JMP          stateKVbf16AVX2_loaded_9
-
-stateKVbf16AVX2_from16_9:
-	// From src (bf16).
-	MOVQ   src_base+16(FP), DX
-	MOVQ   V+8(FP), BX
-	LEAQ   (DX)(CX*2), DX
-	SHLQ   $0x01, BX
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	MOVQ   kh_base+112(FP), SI
-	MOVQ   qh_base+136(FP), DI
-	MOVQ   (SP), R8
-	XORQ   R9, R9
-
-stateKVbf16AVX2_pass0_18:
-	VBROADCASTSS (SI)(R9*4), Y4
-	VBROADCASTSS (DI)(R9*4), Y5
-	VPMOVZXWD    (DX), X6
-	VPSLLD       $0x10, X6, X6
-	VMOVUPS      X6, (R8)
-	VFMADD231PS  X6, X4, X0
-	VFMADD231PS  X6, X5, X1
-	MOVWLZX      8(DX), R10
-	VMOVD        R10, X6
-	VPSLLD       $0x10, X6, X6
-	VMOVSS       X6, 16(R8)
-	VFMADD231SS  X6, X4, X2
-	VFMADD231SS  X6, X5, X3
-	ADDQ         BX, DX
-	ADDQ         $0x00000020, R8
-	INCQ         R9
-	CMPQ         R9, AX
-	JB           stateKVbf16AVX2_pass0_18
-
-stateKVbf16AVX2_loaded_9:
-	// The tokens.
-	XORQ AX, AX
-	MOVQ AX, 40(SP)
-	MOVQ kh_base+112(FP), AX
-	MOVQ AX, 48(SP)
-	MOVQ tok_base+216(FP), AX
-	MOVQ AX, 88(SP)
-	MOVQ v_base+160(FP), AX
-	LEAQ (AX)(CX*4), AX
-	MOVQ AX, 72(SP)
-	MOVQ o_base+192(FP), AX
-	LEAQ (AX)(CX*4), AX
-	MOVQ AX, 80(SP)
-
-stateKVbf16AVX2_token_9:
-	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
-	MOVQ 40(SP), AX
-	MOVQ K+0(FP), CX
-	INCQ AX
-	MOVQ tok_len+224(FP), DX
-	SHRQ $0x02, DX
-	CMPQ AX, DX
-	JB   stateKVbf16AVX2_notlast_9
-	DECQ AX
-
-stateKVbf16AVX2_notlast_9:
-	IMULQ    CX, AX
-	MOVQ     kh_base+112(FP), CX
-	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 56(SP)
-	MOVQ     qh_base+136(FP), CX
-	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 64(SP)
-	MOVQ     88(SP), AX
-	VMOVSS   (AX), X4
-	VUCOMISS nearone<>+0(SB), X4
-	JCS      stateKVbf16AVX2_far_9
-
-	// em1 ≥ -0.5: decay(x) = x + em1·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         88(SP), AX
-	VBROADCASTSS (AX), Y4
-	VBROADCASTSS 8(AX), Y5
-	VBROADCASTSS 12(AX), Y6
-	MOVQ         72(SP), AX
-	MOVQ         80(SP), CX
-	VMOVUPS      (AX), X7
-	VFMADD213PS  X0, X4, X0
-	VSUBPS       X0, X7, X7
-	VMULPS       X7, X5, X7
-	VFMADD213PS  X1, X4, X1
-	VFMADD231PS  X7, X6, X1
-	VMOVUPS      X1, (CX)
-	VMOVUPS      X7, 96(SP)
-	VMOVSS       16(AX), X0
-	VFMADD213SS  X2, X4, X2
-	VSUBSS       X2, X0, X0
-	VMULSS       X0, X5, X0
-	VFMADD213SS  X3, X4, X3
-	VFMADD231SS  X0, X6, X3
-	VMOVSS       X3, 16(CX)
-	VMOVSS       X0, 128(SP)
-	VXORPS       Y0, Y0, Y0
-	VXORPS       Y1, Y1, Y1
-	VXORPS       Y2, Y2, Y2
-	VXORPS       Y3, Y3, Y3
-
-	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
-	MOVQ  (SP), AX
-	XORQ  CX, CX
-	MOVQ  K+0(FP), DX
-	MOVQ  48(SP), BX
-	MOVQ  56(SP), SI
-	MOVQ  64(SP), DI
-	MOVQ  16(SP), R8
-	MOVQ  40(SP), R10
-	MOVQ  stores_base+64(FP), R9
-	MOVQ  (R9)(R10*8), R9
-	TESTQ R9, R9
-	JZ    stateKVbf16AVX2_nostore_17
-	LEAQ  (R9)(R8*2), R9
-
-stateKVbf16AVX2_nostore_17:
-	MOVQ  V+8(FP), R10
-	SHLQ  $0x01, R10
-	MOVQ  40(SP), R12
-	INCQ  R12
-	MOVQ  tok_len+224(FP), R13
-	SHRQ  $0x02, R13
-	XORQ  R11, R11
-	CMPQ  R12, R13
-	JNE   stateKVbf16AVX2_nocarry_17
-	MOVQ  carry_base+88(FP), R11
-	TESTQ R11, R11
-	JZ    stateKVbf16AVX2_nocarry_17
-	LEAQ  (R11)(R8*4), R11
-
-stateKVbf16AVX2_nocarry_17:
-	MOVQ V+8(FP), R8
-	SHLQ $0x02, R8
-
-stateKVbf16AVX2_rows_17:
-	VBROADCASTSS (BX)(CX*4), Y5
-	VBROADCASTSS (SI)(CX*4), Y6
-	VBROADCASTSS (DI)(CX*4), Y7
-	VMOVUPS      (AX), X8
-	VFMADD213PS  X8, X4, X8
-	VFMADD231PS  96(SP), X5, X8
-	VMOVUPS      X8, (AX)
-	VFMADD231PS  X8, X6, X0
-	VFMADD231PS  X8, X7, X1
-	VMOVSS       16(AX), X8
-	VFMADD213SS  X8, X4, X8
-	VFMADD231SS  128(SP), X5, X8
-	VMOVSS       X8, 16(AX)
-	VFMADD231SS  X8, X6, X2
-	VFMADD231SS  X8, X7, X3
-	TESTQ        R9, R9
-	JZ           stateKVbf16AVX2_nostorerow_17
-	VMOVUPS      (AX), X5
-	VPSRLD       $0x10, X5, X6
-	VPAND        absmask<>+0(SB), X5, X7
-	VPCMPGTD     infbits<>+0(SB), X7, X8
-	VPAND        one_i<>+0(SB), X6, X7
-	VPADDD       round<>+0(SB), X5, X5
-	VPADDD       X7, X5, X5
-	VPSRLD       $0x10, X5, X5
-	VPOR         quiet<>+0(SB), X6, X6
-	VPBLENDVB    X8, X6, X5, X5
-	VPACKUSDW    X5, X5, X5
-	VMOVQ        X5, (R9)
-	VMOVSS       16(AX), X5
-	VPSRLD       $0x10, X5, X6
-	VPAND        absmask<>+0(SB), X5, X7
-	VPCMPGTD     infbits<>+0(SB), X7, X8
-	VPAND        one_i<>+0(SB), X6, X7
-	VPADDD       round<>+0(SB), X5, X5
-	VPADDD       X7, X5, X5
-	VPSRLD       $0x10, X5, X5
-	VPOR         quiet<>+0(SB), X6, X6
-	VPBLENDVB    X8, X6, X5, X5
-	VPEXTRW      $0x00, X5, 8(R9)
-	ADDQ         R10, R9
-
-stateKVbf16AVX2_nostorerow_17:
-	TESTQ   R11, R11
-	JZ      stateKVbf16AVX2_nocarryrow_17
-	VMOVUPS (AX), X5
-	VMOVUPS X5, (R11)
-	VMOVSS  16(AX), X5
-	VMOVSS  X5, 16(R11)
-	ADDQ    R8, R11
-
-stateKVbf16AVX2_nocarryrow_17:
-	ADDQ $0x00000020, AX
-	INCQ CX
-	CMPQ CX, DX
-	JB   stateKVbf16AVX2_rows_17
-	JMP  stateKVbf16AVX2_tokdone_9
-
-stateKVbf16AVX2_far_9:
-	// em1 < -0.5 or NaN: decay(x) = eg·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         88(SP), AX
-	VBROADCASTSS 4(AX), Y4
-	VBROADCASTSS 8(AX), Y5
-	VBROADCASTSS 12(AX), Y6
-	MOVQ         72(SP), AX
-	MOVQ         80(SP), CX
-	VMOVUPS      (AX), X7
-	VMULPS       X0, X4, X0
-	VSUBPS       X0, X7, X7
-	VMULPS       X7, X5, X7
-	VMULPS       X1, X4, X1
-	VFMADD231PS  X7, X6, X1
-	VMOVUPS      X1, (CX)
-	VMOVUPS      X7, 96(SP)
-	VMOVSS       16(AX), X0
-	VMULSS       X2, X4, X2
-	VSUBSS       X2, X0, X0
-	VMULSS       X0, X5, X0
-	VMULSS       X3, X4, X3
-	VFMADD231SS  X0, X6, X3
-	VMOVSS       X3, 16(CX)
-	VMOVSS       X0, 128(SP)
-	VXORPS       Y0, Y0, Y0
-	VXORPS       Y1, Y1, Y1
-	VXORPS       Y2, Y2, Y2
-	VXORPS       Y3, Y3, Y3
-
-	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
-	MOVQ  (SP), AX
-	XORQ  CX, CX
-	MOVQ  K+0(FP), DX
-	MOVQ  48(SP), BX
-	MOVQ  56(SP), SI
-	MOVQ  64(SP), DI
-	MOVQ  16(SP), R8
-	MOVQ  40(SP), R10
-	MOVQ  stores_base+64(FP), R9
-	MOVQ  (R9)(R10*8), R9
-	TESTQ R9, R9
-	JZ    stateKVbf16AVX2_nostore_18
-	LEAQ  (R9)(R8*2), R9
-
-stateKVbf16AVX2_nostore_18:
-	MOVQ  V+8(FP), R10
-	SHLQ  $0x01, R10
-	MOVQ  40(SP), R12
-	INCQ  R12
-	MOVQ  tok_len+224(FP), R13
-	SHRQ  $0x02, R13
-	XORQ  R11, R11
-	CMPQ  R12, R13
-	JNE   stateKVbf16AVX2_nocarry_18
-	MOVQ  carry_base+88(FP), R11
-	TESTQ R11, R11
-	JZ    stateKVbf16AVX2_nocarry_18
-	LEAQ  (R11)(R8*4), R11
-
-stateKVbf16AVX2_nocarry_18:
-	MOVQ V+8(FP), R8
-	SHLQ $0x02, R8
-
-stateKVbf16AVX2_rows_18:
-	VBROADCASTSS (BX)(CX*4), Y5
-	VBROADCASTSS (SI)(CX*4), Y6
-	VBROADCASTSS (DI)(CX*4), Y7
-	VMOVUPS      (AX), X8
-	VMULPS       X8, X4, X8
-	VFMADD231PS  96(SP), X5, X8
-	VMOVUPS      X8, (AX)
-	VFMADD231PS  X8, X6, X0
-	VFMADD231PS  X8, X7, X1
-	VMOVSS       16(AX), X8
-	VMULSS       X8, X4, X8
-	VFMADD231SS  128(SP), X5, X8
-	VMOVSS       X8, 16(AX)
-	VFMADD231SS  X8, X6, X2
-	VFMADD231SS  X8, X7, X3
-	TESTQ        R9, R9
-	JZ           stateKVbf16AVX2_nostorerow_18
-	VMOVUPS      (AX), X5
-	VPSRLD       $0x10, X5, X6
-	VPAND        absmask<>+0(SB), X5, X7
-	VPCMPGTD     infbits<>+0(SB), X7, X8
-	VPAND        one_i<>+0(SB), X6, X7
-	VPADDD       round<>+0(SB), X5, X5
-	VPADDD       X7, X5, X5
-	VPSRLD       $0x10, X5, X5
-	VPOR         quiet<>+0(SB), X6, X6
-	VPBLENDVB    X8, X6, X5, X5
-	VPACKUSDW    X5, X5, X5
-	VMOVQ        X5, (R9)
-	VMOVSS       16(AX), X5
-	VPSRLD       $0x10, X5, X6
-	VPAND        absmask<>+0(SB), X5, X7
-	VPCMPGTD     infbits<>+0(SB), X7, X8
-	VPAND        one_i<>+0(SB), X6, X7
-	VPADDD       round<>+0(SB), X5, X5
-	VPADDD       X7, X5, X5
-	VPSRLD       $0x10, X5, X5
-	VPOR         quiet<>+0(SB), X6, X6
-	VPBLENDVB    X8, X6, X5, X5
-	VPEXTRW      $0x00, X5, 8(R9)
-	ADDQ         R10, R9
-
-stateKVbf16AVX2_nostorerow_18:
-	TESTQ   R11, R11
-	JZ      stateKVbf16AVX2_nocarryrow_18
-	VMOVUPS (AX), X5
-	VMOVUPS X5, (R11)
-	VMOVSS  16(AX), X5
-	VMOVSS  X5, 16(R11)
-	ADDQ    R8, R11
-
-stateKVbf16AVX2_nocarryrow_18:
-	ADDQ $0x00000020, AX
-	INCQ CX
-	CMPQ CX, DX
-	JB   stateKVbf16AVX2_rows_18
-
-stateKVbf16AVX2_tokdone_9:
-	MOVQ 56(SP), AX
-	MOVQ AX, 48(SP)
-	ADDQ $0x10, 88(SP)
-	MOVQ vs+184(FP), AX
-	SHLQ $0x02, AX
-	ADDQ AX, 72(SP)
-	MOVQ V+8(FP), AX
-	SHLQ $0x02, AX
-	ADDQ AX, 80(SP)
-	MOVQ 40(SP), CX
-	INCQ CX
-	MOVQ CX, 40(SP)
-	MOVQ tok_len+224(FP), AX
-	SHRQ $0x02, AX
-	CMPQ CX, AX
-	JB   stateKVbf16AVX2_token_9
-	MOVQ 24(SP), AX
-	ADDQ AX, 16(SP)
-	SUBQ AX, 8(SP)
-	JMP  stateKVbf16AVX2_blocks_1
-
-stateKVbf16AVX2_shape_10:
-	// Block of 6 columns (rows in work of 32 bytes): pass 0 loads it, with token 0's read.
-	MOVQ  K+0(FP), AX
-	MOVQ  16(SP), CX
-	MOVQ  src32_base+40(FP), DX
-	TESTQ DX, DX
-	JZ    stateKVbf16AVX2_from16_10
-
-	// From src32 (f32).
-	MOVQ   V+8(FP), BX
-	LEAQ   (DX)(CX*4), DX
-	SHLQ   $0x02, BX
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-	MOVQ   kh_base+112(FP), SI
-	MOVQ   qh_base+136(FP), DI
-	MOVQ   (SP), R8
-	XORQ   R9, R9
-
-stateKVbf16AVX2_pass0_19:
-	VBROADCASTSS (SI)(R9*4), Y6
-	VBROADCASTSS (DI)(R9*4), Y7
-	VMOVUPS      (DX), X8
-	VMOVUPS      X8, (R8)
-	VFMADD231PS  X8, X6, X0
-	VFMADD231PS  X8, X7, X1
-	VMOVSS       16(DX), X8
-	VMOVSS       X8, 16(R8)
-	VFMADD231SS  X8, X6, X2
-	VFMADD231SS  X8, X7, X3
-	VMOVSS       20(DX), X8
-	VMOVSS       X8, 20(R8)
-	VFMADD231SS  X8, X6, X4
-	VFMADD231SS  X8, X7, X5
-	ADDQ         BX, DX
-	ADDQ         $0x00000020, R8
-	INCQ         R9
-	CMPQ         R9, AX
-	JB           stateKVbf16AVX2_pass0_19
-	JMP          stateKVbf16AVX2_loaded_10
-
-stateKVbf16AVX2_from16_10:
-	// From src (bf16).
-	MOVQ   src_base+16(FP), DX
-	MOVQ   V+8(FP), BX
-	LEAQ   (DX)(CX*2), DX
-	SHLQ   $0x01, BX
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-	MOVQ   kh_base+112(FP), SI
-	MOVQ   qh_base+136(FP), DI
-	MOVQ   (SP), R8
-	XORQ   R9, R9
-
-stateKVbf16AVX2_pass0_20:
-	VBROADCASTSS (SI)(R9*4), Y6
-	VBROADCASTSS (DI)(R9*4), Y7
-	VPMOVZXWD    (DX), X8
-	VPSLLD       $0x10, X8, X8
-	VMOVUPS      X8, (R8)
-	VFMADD231PS  X8, X6, X0
-	VFMADD231PS  X8, X7, X1
-	MOVWLZX      8(DX), R10
-	VMOVD        R10, X8
-	VPSLLD       $0x10, X8, X8
-	VMOVSS       X8, 16(R8)
-	VFMADD231SS  X8, X6, X2
-	VFMADD231SS  X8, X7, X3
-	MOVWLZX      10(DX), R10
-	VMOVD        R10, X8
-	VPSLLD       $0x10, X8, X8
-	VMOVSS       X8, 20(R8)
-	VFMADD231SS  X8, X6, X4
-	VFMADD231SS  X8, X7, X5
-	ADDQ         BX, DX
-	ADDQ         $0x00000020, R8
-	INCQ         R9
-	CMPQ         R9, AX
-	JB           stateKVbf16AVX2_pass0_20
-
-stateKVbf16AVX2_loaded_10:
-	// The tokens.
-	XORQ AX, AX
-	MOVQ AX, 40(SP)
-	MOVQ kh_base+112(FP), AX
-	MOVQ AX, 48(SP)
-	MOVQ tok_base+216(FP), AX
-	MOVQ AX, 88(SP)
-	MOVQ v_base+160(FP), AX
-	LEAQ (AX)(CX*4), AX
-	MOVQ AX, 72(SP)
-	MOVQ o_base+192(FP), AX
-	LEAQ (AX)(CX*4), AX
-	MOVQ AX, 80(SP)
-
-stateKVbf16AVX2_token_10:
-	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
-	MOVQ 40(SP), AX
-	MOVQ K+0(FP), CX
-	INCQ AX
-	MOVQ tok_len+224(FP), DX
-	SHRQ $0x02, DX
-	CMPQ AX, DX
-	JB   stateKVbf16AVX2_notlast_10
-	DECQ AX
-
-stateKVbf16AVX2_notlast_10:
-	IMULQ    CX, AX
-	MOVQ     kh_base+112(FP), CX
-	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 56(SP)
-	MOVQ     qh_base+136(FP), CX
-	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 64(SP)
-	MOVQ     88(SP), AX
-	VMOVSS   (AX), X6
-	VUCOMISS nearone<>+0(SB), X6
-	JCS      stateKVbf16AVX2_far_10
-
-	// em1 ≥ -0.5: decay(x) = x + em1·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         88(SP), AX
-	VBROADCASTSS (AX), Y6
-	VBROADCASTSS 8(AX), Y7
-	VBROADCASTSS 12(AX), Y8
-	MOVQ         72(SP), AX
-	MOVQ         80(SP), CX
-	VMOVUPS      (AX), X9
-	VFMADD213PS  X0, X6, X0
-	VSUBPS       X0, X9, X9
-	VMULPS       X9, X7, X9
-	VFMADD213PS  X1, X6, X1
-	VFMADD231PS  X9, X8, X1
-	VMOVUPS      X1, (CX)
-	VMOVUPS      X9, 96(SP)
-	VMOVSS       16(AX), X0
-	VFMADD213SS  X2, X6, X2
-	VSUBSS       X2, X0, X0
-	VMULSS       X0, X7, X0
-	VFMADD213SS  X3, X6, X3
-	VFMADD231SS  X0, X8, X3
-	VMOVSS       X3, 16(CX)
-	VMOVSS       X0, 128(SP)
-	VMOVSS       20(AX), X0
-	VFMADD213SS  X4, X6, X4
-	VSUBSS       X4, X0, X0
-	VMULSS       X0, X7, X0
-	VFMADD213SS  X5, X6, X5
-	VFMADD231SS  X0, X8, X5
-	VMOVSS       X5, 20(CX)
-	VMOVSS       X0, 160(SP)
-	VXORPS       Y0, Y0, Y0
-	VXORPS       Y1, Y1, Y1
-	VXORPS       Y2, Y2, Y2
-	VXORPS       Y3, Y3, Y3
-	VXORPS       Y4, Y4, Y4
-	VXORPS       Y5, Y5, Y5
-
-	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
-	MOVQ  (SP), AX
-	XORQ  CX, CX
-	MOVQ  K+0(FP), DX
-	MOVQ  48(SP), BX
-	MOVQ  56(SP), SI
-	MOVQ  64(SP), DI
-	MOVQ  16(SP), R8
-	MOVQ  40(SP), R10
-	MOVQ  stores_base+64(FP), R9
-	MOVQ  (R9)(R10*8), R9
-	TESTQ R9, R9
-	JZ    stateKVbf16AVX2_nostore_19
-	LEAQ  (R9)(R8*2), R9
-
-stateKVbf16AVX2_nostore_19:
-	MOVQ  V+8(FP), R10
-	SHLQ  $0x01, R10
-	MOVQ  40(SP), R12
-	INCQ  R12
-	MOVQ  tok_len+224(FP), R13
-	SHRQ  $0x02, R13
-	XORQ  R11, R11
-	CMPQ  R12, R13
-	JNE   stateKVbf16AVX2_nocarry_19
-	MOVQ  carry_base+88(FP), R11
-	TESTQ R11, R11
-	JZ    stateKVbf16AVX2_nocarry_19
-	LEAQ  (R11)(R8*4), R11
-
-stateKVbf16AVX2_nocarry_19:
-	MOVQ V+8(FP), R8
-	SHLQ $0x02, R8
-
-stateKVbf16AVX2_rows_19:
-	VBROADCASTSS (BX)(CX*4), Y7
-	VBROADCASTSS (SI)(CX*4), Y8
-	VBROADCASTSS (DI)(CX*4), Y9
-	VMOVUPS      (AX), X10
-	VFMADD213PS  X10, X6, X10
-	VFMADD231PS  96(SP), X7, X10
-	VMOVUPS      X10, (AX)
-	VFMADD231PS  X10, X8, X0
-	VFMADD231PS  X10, X9, X1
-	VMOVSS       16(AX), X10
-	VFMADD213SS  X10, X6, X10
-	VFMADD231SS  128(SP), X7, X10
-	VMOVSS       X10, 16(AX)
-	VFMADD231SS  X10, X8, X2
-	VFMADD231SS  X10, X9, X3
-	VMOVSS       20(AX), X10
-	VFMADD213SS  X10, X6, X10
-	VFMADD231SS  160(SP), X7, X10
-	VMOVSS       X10, 20(AX)
-	VFMADD231SS  X10, X8, X4
-	VFMADD231SS  X10, X9, X5
-	TESTQ        R9, R9
-	JZ           stateKVbf16AVX2_nostorerow_19
-	VMOVUPS      (AX), X7
-	VPSRLD       $0x10, X7, X8
-	VPAND        absmask<>+0(SB), X7, X9
-	VPCMPGTD     infbits<>+0(SB), X9, X10
-	VPAND        one_i<>+0(SB), X8, X9
-	VPADDD       round<>+0(SB), X7, X7
-	VPADDD       X9, X7, X7
-	VPSRLD       $0x10, X7, X7
-	VPOR         quiet<>+0(SB), X8, X8
-	VPBLENDVB    X10, X8, X7, X7
-	VPACKUSDW    X7, X7, X7
-	VMOVQ        X7, (R9)
-	VMOVSS       16(AX), X7
-	VPSRLD       $0x10, X7, X8
-	VPAND        absmask<>+0(SB), X7, X9
-	VPCMPGTD     infbits<>+0(SB), X9, X10
-	VPAND        one_i<>+0(SB), X8, X9
-	VPADDD       round<>+0(SB), X7, X7
-	VPADDD       X9, X7, X7
-	VPSRLD       $0x10, X7, X7
-	VPOR         quiet<>+0(SB), X8, X8
-	VPBLENDVB    X10, X8, X7, X7
-	VPEXTRW      $0x00, X7, 8(R9)
-	VMOVSS       20(AX), X7
-	VPSRLD       $0x10, X7, X8
-	VPAND        absmask<>+0(SB), X7, X9
-	VPCMPGTD     infbits<>+0(SB), X9, X10
-	VPAND        one_i<>+0(SB), X8, X9
-	VPADDD       round<>+0(SB), X7, X7
-	VPADDD       X9, X7, X7
-	VPSRLD       $0x10, X7, X7
-	VPOR         quiet<>+0(SB), X8, X8
-	VPBLENDVB    X10, X8, X7, X7
-	VPEXTRW      $0x00, X7, 10(R9)
-	ADDQ         R10, R9
-
-stateKVbf16AVX2_nostorerow_19:
-	TESTQ   R11, R11
-	JZ      stateKVbf16AVX2_nocarryrow_19
-	VMOVUPS (AX), X7
-	VMOVUPS X7, (R11)
-	VMOVSS  16(AX), X7
-	VMOVSS  X7, 16(R11)
-	VMOVSS  20(AX), X7
-	VMOVSS  X7, 20(R11)
-	ADDQ    R8, R11
-
-stateKVbf16AVX2_nocarryrow_19:
-	ADDQ $0x00000020, AX
-	INCQ CX
-	CMPQ CX, DX
-	JB   stateKVbf16AVX2_rows_19
-	JMP  stateKVbf16AVX2_tokdone_10
-
-stateKVbf16AVX2_far_10:
-	// em1 < -0.5 or NaN: decay(x) = eg·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         88(SP), AX
-	VBROADCASTSS 4(AX), Y6
-	VBROADCASTSS 8(AX), Y7
-	VBROADCASTSS 12(AX), Y8
-	MOVQ         72(SP), AX
-	MOVQ         80(SP), CX
-	VMOVUPS      (AX), X9
-	VMULPS       X0, X6, X0
-	VSUBPS       X0, X9, X9
-	VMULPS       X9, X7, X9
-	VMULPS       X1, X6, X1
-	VFMADD231PS  X9, X8, X1
-	VMOVUPS      X1, (CX)
-	VMOVUPS      X9, 96(SP)
-	VMOVSS       16(AX), X0
-	VMULSS       X2, X6, X2
-	VSUBSS       X2, X0, X0
-	VMULSS       X0, X7, X0
-	VMULSS       X3, X6, X3
-	VFMADD231SS  X0, X8, X3
-	VMOVSS       X3, 16(CX)
-	VMOVSS       X0, 128(SP)
-	VMOVSS       20(AX), X0
-	VMULSS       X4, X6, X4
-	VSUBSS       X4, X0, X0
-	VMULSS       X0, X7, X0
-	VMULSS       X5, X6, X5
-	VFMADD231SS  X0, X8, X5
-	VMOVSS       X5, 20(CX)
-	VMOVSS       X0, 160(SP)
-	VXORPS       Y0, Y0, Y0
-	VXORPS       Y1, Y1, Y1
-	VXORPS       Y2, Y2, Y2
-	VXORPS       Y3, Y3, Y3
-	VXORPS       Y4, Y4, Y4
-	VXORPS       Y5, Y5, Y5
-
-	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
-	MOVQ  (SP), AX
-	XORQ  CX, CX
-	MOVQ  K+0(FP), DX
-	MOVQ  48(SP), BX
-	MOVQ  56(SP), SI
-	MOVQ  64(SP), DI
-	MOVQ  16(SP), R8
-	MOVQ  40(SP), R10
-	MOVQ  stores_base+64(FP), R9
-	MOVQ  (R9)(R10*8), R9
-	TESTQ R9, R9
-	JZ    stateKVbf16AVX2_nostore_20
-	LEAQ  (R9)(R8*2), R9
-
-stateKVbf16AVX2_nostore_20:
-	MOVQ  V+8(FP), R10
-	SHLQ  $0x01, R10
-	MOVQ  40(SP), R12
-	INCQ  R12
-	MOVQ  tok_len+224(FP), R13
-	SHRQ  $0x02, R13
-	XORQ  R11, R11
-	CMPQ  R12, R13
-	JNE   stateKVbf16AVX2_nocarry_20
-	MOVQ  carry_base+88(FP), R11
-	TESTQ R11, R11
-	JZ    stateKVbf16AVX2_nocarry_20
-	LEAQ  (R11)(R8*4), R11
-
-stateKVbf16AVX2_nocarry_20:
-	MOVQ V+8(FP), R8
-	SHLQ $0x02, R8
-
-stateKVbf16AVX2_rows_20:
-	VBROADCASTSS (BX)(CX*4), Y7
-	VBROADCASTSS (SI)(CX*4), Y8
-	VBROADCASTSS (DI)(CX*4), Y9
-	VMOVUPS      (AX), X10
-	VMULPS       X10, X6, X10
-	VFMADD231PS  96(SP), X7, X10
-	VMOVUPS      X10, (AX)
-	VFMADD231PS  X10, X8, X0
-	VFMADD231PS  X10, X9, X1
-	VMOVSS       16(AX), X10
-	VMULSS       X10, X6, X10
-	VFMADD231SS  128(SP), X7, X10
-	VMOVSS       X10, 16(AX)
-	VFMADD231SS  X10, X8, X2
-	VFMADD231SS  X10, X9, X3
-	VMOVSS       20(AX), X10
-	VMULSS       X10, X6, X10
-	VFMADD231SS  160(SP), X7, X10
-	VMOVSS       X10, 20(AX)
-	VFMADD231SS  X10, X8, X4
-	VFMADD231SS  X10, X9, X5
-	TESTQ        R9, R9
-	JZ           stateKVbf16AVX2_nostorerow_20
-	VMOVUPS      (AX), X7
-	VPSRLD       $0x10, X7, X8
-	VPAND        absmask<>+0(SB), X7, X9
-	VPCMPGTD     infbits<>+0(SB), X9, X10
-	VPAND        one_i<>+0(SB), X8, X9
-	VPADDD       round<>+0(SB), X7, X7
-	VPADDD       X9, X7, X7
-	VPSRLD       $0x10, X7, X7
-	VPOR         quiet<>+0(SB), X8, X8
-	VPBLENDVB    X10, X8, X7, X7
-	VPACKUSDW    X7, X7, X7
-	VMOVQ        X7, (R9)
-	VMOVSS       16(AX), X7
-	VPSRLD       $0x10, X7, X8
-	VPAND        absmask<>+0(SB), X7, X9
-	VPCMPGTD     infbits<>+0(SB), X9, X10
-	VPAND        one_i<>+0(SB), X8, X9
-	VPADDD       round<>+0(SB), X7, X7
-	VPADDD       X9, X7, X7
-	VPSRLD       $0x10, X7, X7
-	VPOR         quiet<>+0(SB), X8, X8
-	VPBLENDVB    X10, X8, X7, X7
-	VPEXTRW      $0x00, X7, 8(R9)
-	VMOVSS       20(AX), X7
-	VPSRLD       $0x10, X7, X8
-	VPAND        absmask<>+0(SB), X7, X9
-	VPCMPGTD     infbits<>+0(SB), X9, X10
-	VPAND        one_i<>+0(SB), X8, X9
-	VPADDD       round<>+0(SB), X7, X7
-	VPADDD       X9, X7, X7
-	VPSRLD       $0x10, X7, X7
-	VPOR         quiet<>+0(SB), X8, X8
-	VPBLENDVB    X10, X8, X7, X7
-	VPEXTRW      $0x00, X7, 10(R9)
-	ADDQ         R10, R9
-
-stateKVbf16AVX2_nostorerow_20:
-	TESTQ   R11, R11
-	JZ      stateKVbf16AVX2_nocarryrow_20
-	VMOVUPS (AX), X7
-	VMOVUPS X7, (R11)
-	VMOVSS  16(AX), X7
-	VMOVSS  X7, 16(R11)
-	VMOVSS  20(AX), X7
-	VMOVSS  X7, 20(R11)
-	ADDQ    R8, R11
-
-stateKVbf16AVX2_nocarryrow_20:
-	ADDQ $0x00000020, AX
-	INCQ CX
-	CMPQ CX, DX
-	JB   stateKVbf16AVX2_rows_20
-
-stateKVbf16AVX2_tokdone_10:
-	MOVQ 56(SP), AX
-	MOVQ AX, 48(SP)
-	ADDQ $0x10, 88(SP)
-	MOVQ vs+184(FP), AX
-	SHLQ $0x02, AX
-	ADDQ AX, 72(SP)
-	MOVQ V+8(FP), AX
-	SHLQ $0x02, AX
-	ADDQ AX, 80(SP)
-	MOVQ 40(SP), CX
-	INCQ CX
-	MOVQ CX, 40(SP)
-	MOVQ tok_len+224(FP), AX
-	SHRQ $0x02, AX
-	CMPQ CX, AX
-	JB   stateKVbf16AVX2_token_10
-	MOVQ 24(SP), AX
-	ADDQ AX, 16(SP)
-	SUBQ AX, 8(SP)
-	JMP  stateKVbf16AVX2_blocks_1
-
-stateKVbf16AVX2_shape_11:
-	// Block of 7 columns (rows in work of 32 bytes): pass 0 loads it, with token 0's read.
-	MOVQ  K+0(FP), AX
-	MOVQ  16(SP), CX
-	MOVQ  src32_base+40(FP), DX
-	TESTQ DX, DX
-	JZ    stateKVbf16AVX2_from16_11
-
-	// From src32 (f32).
-	MOVQ   V+8(FP), BX
-	LEAQ   (DX)(CX*4), DX
-	SHLQ   $0x02, BX
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-	VXORPS Y6, Y6, Y6
-	VXORPS Y7, Y7, Y7
-	MOVQ   kh_base+112(FP), SI
-	MOVQ   qh_base+136(FP), DI
-	MOVQ   (SP), R8
-	XORQ   R9, R9
-
-stateKVbf16AVX2_pass0_21:
-	VBROADCASTSS (SI)(R9*4), Y8
-	VBROADCASTSS (DI)(R9*4), Y9
-	VMOVUPS      (DX), X10
-	VMOVUPS      X10, (R8)
-	VFMADD231PS  X10, X8, X0
-	VFMADD231PS  X10, X9, X1
-	VMOVSS       16(DX), X10
-	VMOVSS       X10, 16(R8)
-	VFMADD231SS  X10, X8, X2
-	VFMADD231SS  X10, X9, X3
-	VMOVSS       20(DX), X10
-	VMOVSS       X10, 20(R8)
-	VFMADD231SS  X10, X8, X4
-	VFMADD231SS  X10, X9, X5
-	VMOVSS       24(DX), X10
-	VMOVSS       X10, 24(R8)
-	VFMADD231SS  X10, X8, X6
-	VFMADD231SS  X10, X9, X7
-	ADDQ         BX, DX
-	ADDQ         $0x00000020, R8
-	INCQ         R9
-	CMPQ         R9, AX
-	JB           stateKVbf16AVX2_pass0_21
-	JMP          stateKVbf16AVX2_loaded_11
-
-stateKVbf16AVX2_from16_11:
-	// From src (bf16).
-	MOVQ   src_base+16(FP), DX
-	MOVQ   V+8(FP), BX
-	LEAQ   (DX)(CX*2), DX
-	SHLQ   $0x01, BX
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-	VXORPS Y6, Y6, Y6
-	VXORPS Y7, Y7, Y7
-	MOVQ   kh_base+112(FP), SI
-	MOVQ   qh_base+136(FP), DI
-	MOVQ   (SP), R8
-	XORQ   R9, R9
-
-stateKVbf16AVX2_pass0_22:
-	VBROADCASTSS (SI)(R9*4), Y8
-	VBROADCASTSS (DI)(R9*4), Y9
-	VPMOVZXWD    (DX), X10
-	VPSLLD       $0x10, X10, X10
-	VMOVUPS      X10, (R8)
-	VFMADD231PS  X10, X8, X0
-	VFMADD231PS  X10, X9, X1
-	MOVWLZX      8(DX), R10
-	VMOVD        R10, X10
-	VPSLLD       $0x10, X10, X10
-	VMOVSS       X10, 16(R8)
-	VFMADD231SS  X10, X8, X2
-	VFMADD231SS  X10, X9, X3
-	MOVWLZX      10(DX), R10
-	VMOVD        R10, X10
-	VPSLLD       $0x10, X10, X10
-	VMOVSS       X10, 20(R8)
-	VFMADD231SS  X10, X8, X4
-	VFMADD231SS  X10, X9, X5
-	MOVWLZX      12(DX), R10
-	VMOVD        R10, X10
-	VPSLLD       $0x10, X10, X10
-	VMOVSS       X10, 24(R8)
-	VFMADD231SS  X10, X8, X6
-	VFMADD231SS  X10, X9, X7
-	ADDQ         BX, DX
-	ADDQ         $0x00000020, R8
-	INCQ         R9
-	CMPQ         R9, AX
-	JB           stateKVbf16AVX2_pass0_22
-
-stateKVbf16AVX2_loaded_11:
-	// The tokens.
-	XORQ AX, AX
-	MOVQ AX, 40(SP)
-	MOVQ kh_base+112(FP), AX
-	MOVQ AX, 48(SP)
-	MOVQ tok_base+216(FP), AX
-	MOVQ AX, 88(SP)
-	MOVQ v_base+160(FP), AX
-	LEAQ (AX)(CX*4), AX
-	MOVQ AX, 72(SP)
-	MOVQ o_base+192(FP), AX
-	LEAQ (AX)(CX*4), AX
-	MOVQ AX, 80(SP)
-
-stateKVbf16AVX2_token_11:
-	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
-	MOVQ 40(SP), AX
-	MOVQ K+0(FP), CX
-	INCQ AX
-	MOVQ tok_len+224(FP), DX
-	SHRQ $0x02, DX
-	CMPQ AX, DX
-	JB   stateKVbf16AVX2_notlast_11
-	DECQ AX
-
-stateKVbf16AVX2_notlast_11:
-	IMULQ    CX, AX
-	MOVQ     kh_base+112(FP), CX
-	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 56(SP)
-	MOVQ     qh_base+136(FP), CX
-	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 64(SP)
-	MOVQ     88(SP), AX
-	VMOVSS   (AX), X8
-	VUCOMISS nearone<>+0(SB), X8
-	JCS      stateKVbf16AVX2_far_11
-
-	// em1 ≥ -0.5: decay(x) = x + em1·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         88(SP), AX
-	VBROADCASTSS (AX), Y8
-	VBROADCASTSS 8(AX), Y9
-	VBROADCASTSS 12(AX), Y10
-	MOVQ         72(SP), AX
-	MOVQ         80(SP), CX
-	VMOVUPS      (AX), X11
-	VFMADD213PS  X0, X8, X0
-	VSUBPS       X0, X11, X11
-	VMULPS       X11, X9, X11
-	VFMADD213PS  X1, X8, X1
-	VFMADD231PS  X11, X10, X1
-	VMOVUPS      X1, (CX)
-	VMOVUPS      X11, 96(SP)
-	VMOVSS       16(AX), X0
-	VFMADD213SS  X2, X8, X2
-	VSUBSS       X2, X0, X0
-	VMULSS       X0, X9, X0
-	VFMADD213SS  X3, X8, X3
-	VFMADD231SS  X0, X10, X3
-	VMOVSS       X3, 16(CX)
-	VMOVSS       X0, 128(SP)
-	VMOVSS       20(AX), X0
-	VFMADD213SS  X4, X8, X4
-	VSUBSS       X4, X0, X0
-	VMULSS       X0, X9, X0
-	VFMADD213SS  X5, X8, X5
-	VFMADD231SS  X0, X10, X5
-	VMOVSS       X5, 20(CX)
-	VMOVSS       X0, 160(SP)
-	VMOVSS       24(AX), X0
-	VFMADD213SS  X6, X8, X6
-	VSUBSS       X6, X0, X0
-	VMULSS       X0, X9, X0
-	VFMADD213SS  X7, X8, X7
-	VFMADD231SS  X0, X10, X7
-	VMOVSS       X7, 24(CX)
-	VMOVSS       X0, 192(SP)
-	VXORPS       Y0, Y0, Y0
-	VXORPS       Y1, Y1, Y1
-	VXORPS       Y2, Y2, Y2
-	VXORPS       Y3, Y3, Y3
-	VXORPS       Y4, Y4, Y4
-	VXORPS       Y5, Y5, Y5
-	VXORPS       Y6, Y6, Y6
-	VXORPS       Y7, Y7, Y7
-
-	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
-	MOVQ  (SP), AX
-	XORQ  CX, CX
-	MOVQ  K+0(FP), DX
-	MOVQ  48(SP), BX
-	MOVQ  56(SP), SI
-	MOVQ  64(SP), DI
-	MOVQ  16(SP), R8
-	MOVQ  40(SP), R10
-	MOVQ  stores_base+64(FP), R9
-	MOVQ  (R9)(R10*8), R9
-	TESTQ R9, R9
-	JZ    stateKVbf16AVX2_nostore_21
-	LEAQ  (R9)(R8*2), R9
-
-stateKVbf16AVX2_nostore_21:
-	MOVQ  V+8(FP), R10
-	SHLQ  $0x01, R10
-	MOVQ  40(SP), R12
-	INCQ  R12
-	MOVQ  tok_len+224(FP), R13
-	SHRQ  $0x02, R13
-	XORQ  R11, R11
-	CMPQ  R12, R13
-	JNE   stateKVbf16AVX2_nocarry_21
-	MOVQ  carry_base+88(FP), R11
-	TESTQ R11, R11
-	JZ    stateKVbf16AVX2_nocarry_21
-	LEAQ  (R11)(R8*4), R11
-
-stateKVbf16AVX2_nocarry_21:
-	MOVQ V+8(FP), R8
-	SHLQ $0x02, R8
-
-stateKVbf16AVX2_rows_21:
-	VBROADCASTSS (BX)(CX*4), Y9
-	VBROADCASTSS (SI)(CX*4), Y10
-	VBROADCASTSS (DI)(CX*4), Y11
-	VMOVUPS      (AX), X12
-	VFMADD213PS  X12, X8, X12
-	VFMADD231PS  96(SP), X9, X12
-	VMOVUPS      X12, (AX)
-	VFMADD231PS  X12, X10, X0
-	VFMADD231PS  X12, X11, X1
-	VMOVSS       16(AX), X12
-	VFMADD213SS  X12, X8, X12
-	VFMADD231SS  128(SP), X9, X12
-	VMOVSS       X12, 16(AX)
-	VFMADD231SS  X12, X10, X2
-	VFMADD231SS  X12, X11, X3
-	VMOVSS       20(AX), X12
-	VFMADD213SS  X12, X8, X12
-	VFMADD231SS  160(SP), X9, X12
-	VMOVSS       X12, 20(AX)
-	VFMADD231SS  X12, X10, X4
-	VFMADD231SS  X12, X11, X5
-	VMOVSS       24(AX), X12
-	VFMADD213SS  X12, X8, X12
-	VFMADD231SS  192(SP), X9, X12
-	VMOVSS       X12, 24(AX)
-	VFMADD231SS  X12, X10, X6
-	VFMADD231SS  X12, X11, X7
-	TESTQ        R9, R9
-	JZ           stateKVbf16AVX2_nostorerow_21
-	VMOVUPS      (AX), X9
-	VPSRLD       $0x10, X9, X10
-	VPAND        absmask<>+0(SB), X9, X11
-	VPCMPGTD     infbits<>+0(SB), X11, X12
-	VPAND        one_i<>+0(SB), X10, X11
-	VPADDD       round<>+0(SB), X9, X9
-	VPADDD       X11, X9, X9
-	VPSRLD       $0x10, X9, X9
-	VPOR         quiet<>+0(SB), X10, X10
-	VPBLENDVB    X12, X10, X9, X9
-	VPACKUSDW    X9, X9, X9
-	VMOVQ        X9, (R9)
-	VMOVSS       16(AX), X9
-	VPSRLD       $0x10, X9, X10
-	VPAND        absmask<>+0(SB), X9, X11
-	VPCMPGTD     infbits<>+0(SB), X11, X12
-	VPAND        one_i<>+0(SB), X10, X11
-	VPADDD       round<>+0(SB), X9, X9
-	VPADDD       X11, X9, X9
-	VPSRLD       $0x10, X9, X9
-	VPOR         quiet<>+0(SB), X10, X10
-	VPBLENDVB    X12, X10, X9, X9
-	VPEXTRW      $0x00, X9, 8(R9)
-	VMOVSS       20(AX), X9
-	VPSRLD       $0x10, X9, X10
-	VPAND        absmask<>+0(SB), X9, X11
-	VPCMPGTD     infbits<>+0(SB), X11, X12
-	VPAND        one_i<>+0(SB), X10, X11
-	VPADDD       round<>+0(SB), X9, X9
-	VPADDD       X11, X9, X9
-	VPSRLD       $0x10, X9, X9
-	VPOR         quiet<>+0(SB), X10, X10
-	VPBLENDVB    X12, X10, X9, X9
-	VPEXTRW      $0x00, X9, 10(R9)
-	VMOVSS       24(AX), X9
-	VPSRLD       $0x10, X9, X10
-	VPAND        absmask<>+0(SB), X9, X11
-	VPCMPGTD     infbits<>+0(SB), X11, X12
-	VPAND        one_i<>+0(SB), X10, X11
-	VPADDD       round<>+0(SB), X9, X9
-	VPADDD       X11, X9, X9
-	VPSRLD       $0x10, X9, X9
-	VPOR         quiet<>+0(SB), X10, X10
-	VPBLENDVB    X12, X10, X9, X9
-	VPEXTRW      $0x00, X9, 12(R9)
-	ADDQ         R10, R9
-
-stateKVbf16AVX2_nostorerow_21:
-	TESTQ   R11, R11
-	JZ      stateKVbf16AVX2_nocarryrow_21
-	VMOVUPS (AX), X9
-	VMOVUPS X9, (R11)
-	VMOVSS  16(AX), X9
-	VMOVSS  X9, 16(R11)
-	VMOVSS  20(AX), X9
-	VMOVSS  X9, 20(R11)
-	VMOVSS  24(AX), X9
-	VMOVSS  X9, 24(R11)
-	ADDQ    R8, R11
-
-stateKVbf16AVX2_nocarryrow_21:
-	ADDQ $0x00000020, AX
-	INCQ CX
-	CMPQ CX, DX
-	JB   stateKVbf16AVX2_rows_21
-	JMP  stateKVbf16AVX2_tokdone_11
-
-stateKVbf16AVX2_far_11:
-	// em1 < -0.5 or NaN: decay(x) = eg·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         88(SP), AX
-	VBROADCASTSS 4(AX), Y8
-	VBROADCASTSS 8(AX), Y9
-	VBROADCASTSS 12(AX), Y10
-	MOVQ         72(SP), AX
-	MOVQ         80(SP), CX
-	VMOVUPS      (AX), X11
-	VMULPS       X0, X8, X0
-	VSUBPS       X0, X11, X11
-	VMULPS       X11, X9, X11
-	VMULPS       X1, X8, X1
-	VFMADD231PS  X11, X10, X1
-	VMOVUPS      X1, (CX)
-	VMOVUPS      X11, 96(SP)
-	VMOVSS       16(AX), X0
-	VMULSS       X2, X8, X2
-	VSUBSS       X2, X0, X0
-	VMULSS       X0, X9, X0
-	VMULSS       X3, X8, X3
-	VFMADD231SS  X0, X10, X3
-	VMOVSS       X3, 16(CX)
-	VMOVSS       X0, 128(SP)
-	VMOVSS       20(AX), X0
-	VMULSS       X4, X8, X4
-	VSUBSS       X4, X0, X0
-	VMULSS       X0, X9, X0
-	VMULSS       X5, X8, X5
-	VFMADD231SS  X0, X10, X5
-	VMOVSS       X5, 20(CX)
-	VMOVSS       X0, 160(SP)
-	VMOVSS       24(AX), X0
-	VMULSS       X6, X8, X6
-	VSUBSS       X6, X0, X0
-	VMULSS       X0, X9, X0
-	VMULSS       X7, X8, X7
-	VFMADD231SS  X0, X10, X7
-	VMOVSS       X7, 24(CX)
-	VMOVSS       X0, 192(SP)
-	VXORPS       Y0, Y0, Y0
-	VXORPS       Y1, Y1, Y1
-	VXORPS       Y2, Y2, Y2
-	VXORPS       Y3, Y3, Y3
-	VXORPS       Y4, Y4, Y4
-	VXORPS       Y5, Y5, Y5
-	VXORPS       Y6, Y6, Y6
-	VXORPS       Y7, Y7, Y7
-
-	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
-	MOVQ  (SP), AX
-	XORQ  CX, CX
-	MOVQ  K+0(FP), DX
-	MOVQ  48(SP), BX
-	MOVQ  56(SP), SI
-	MOVQ  64(SP), DI
-	MOVQ  16(SP), R8
-	MOVQ  40(SP), R10
-	MOVQ  stores_base+64(FP), R9
-	MOVQ  (R9)(R10*8), R9
-	TESTQ R9, R9
-	JZ    stateKVbf16AVX2_nostore_22
-	LEAQ  (R9)(R8*2), R9
-
-stateKVbf16AVX2_nostore_22:
-	MOVQ  V+8(FP), R10
-	SHLQ  $0x01, R10
-	MOVQ  40(SP), R12
-	INCQ  R12
-	MOVQ  tok_len+224(FP), R13
-	SHRQ  $0x02, R13
-	XORQ  R11, R11
-	CMPQ  R12, R13
-	JNE   stateKVbf16AVX2_nocarry_22
-	MOVQ  carry_base+88(FP), R11
-	TESTQ R11, R11
-	JZ    stateKVbf16AVX2_nocarry_22
-	LEAQ  (R11)(R8*4), R11
-
-stateKVbf16AVX2_nocarry_22:
-	MOVQ V+8(FP), R8
-	SHLQ $0x02, R8
-
-stateKVbf16AVX2_rows_22:
-	VBROADCASTSS (BX)(CX*4), Y9
-	VBROADCASTSS (SI)(CX*4), Y10
-	VBROADCASTSS (DI)(CX*4), Y11
-	VMOVUPS      (AX), X12
-	VMULPS       X12, X8, X12
-	VFMADD231PS  96(SP), X9, X12
-	VMOVUPS      X12, (AX)
-	VFMADD231PS  X12, X10, X0
-	VFMADD231PS  X12, X11, X1
-	VMOVSS       16(AX), X12
-	VMULSS       X12, X8, X12
-	VFMADD231SS  128(SP), X9, X12
-	VMOVSS       X12, 16(AX)
-	VFMADD231SS  X12, X10, X2
-	VFMADD231SS  X12, X11, X3
-	VMOVSS       20(AX), X12
-	VMULSS       X12, X8, X12
-	VFMADD231SS  160(SP), X9, X12
-	VMOVSS       X12, 20(AX)
-	VFMADD231SS  X12, X10, X4
-	VFMADD231SS  X12, X11, X5
-	VMOVSS       24(AX), X12
-	VMULSS       X12, X8, X12
-	VFMADD231SS  192(SP), X9, X12
-	VMOVSS       X12, 24(AX)
-	VFMADD231SS  X12, X10, X6
-	VFMADD231SS  X12, X11, X7
-	TESTQ        R9, R9
-	JZ           stateKVbf16AVX2_nostorerow_22
-	VMOVUPS      (AX), X9
-	VPSRLD       $0x10, X9, X10
-	VPAND        absmask<>+0(SB), X9, X11
-	VPCMPGTD     infbits<>+0(SB), X11, X12
-	VPAND        one_i<>+0(SB), X10, X11
-	VPADDD       round<>+0(SB), X9, X9
-	VPADDD       X11, X9, X9
-	VPSRLD       $0x10, X9, X9
-	VPOR         quiet<>+0(SB), X10, X10
-	VPBLENDVB    X12, X10, X9, X9
-	VPACKUSDW    X9, X9, X9
-	VMOVQ        X9, (R9)
-	VMOVSS       16(AX), X9
-	VPSRLD       $0x10, X9, X10
-	VPAND        absmask<>+0(SB), X9, X11
-	VPCMPGTD     infbits<>+0(SB), X11, X12
-	VPAND        one_i<>+0(SB), X10, X11
-	VPADDD       round<>+0(SB), X9, X9
-	VPADDD       X11, X9, X9
-	VPSRLD       $0x10, X9, X9
-	VPOR         quiet<>+0(SB), X10, X10
-	VPBLENDVB    X12, X10, X9, X9
-	VPEXTRW      $0x00, X9, 8(R9)
-	VMOVSS       20(AX), X9
-	VPSRLD       $0x10, X9, X10
-	VPAND        absmask<>+0(SB), X9, X11
-	VPCMPGTD     infbits<>+0(SB), X11, X12
-	VPAND        one_i<>+0(SB), X10, X11
-	VPADDD       round<>+0(SB), X9, X9
-	VPADDD       X11, X9, X9
-	VPSRLD       $0x10, X9, X9
-	VPOR         quiet<>+0(SB), X10, X10
-	VPBLENDVB    X12, X10, X9, X9
-	VPEXTRW      $0x00, X9, 10(R9)
-	VMOVSS       24(AX), X9
-	VPSRLD       $0x10, X9, X10
-	VPAND        absmask<>+0(SB), X9, X11
-	VPCMPGTD     infbits<>+0(SB), X11, X12
-	VPAND        one_i<>+0(SB), X10, X11
-	VPADDD       round<>+0(SB), X9, X9
-	VPADDD       X11, X9, X9
-	VPSRLD       $0x10, X9, X9
-	VPOR         quiet<>+0(SB), X10, X10
-	VPBLENDVB    X12, X10, X9, X9
-	VPEXTRW      $0x00, X9, 12(R9)
-	ADDQ         R10, R9
-
-stateKVbf16AVX2_nostorerow_22:
-	TESTQ   R11, R11
-	JZ      stateKVbf16AVX2_nocarryrow_22
-	VMOVUPS (AX), X9
-	VMOVUPS X9, (R11)
-	VMOVSS  16(AX), X9
-	VMOVSS  X9, 16(R11)
-	VMOVSS  20(AX), X9
-	VMOVSS  X9, 20(R11)
-	VMOVSS  24(AX), X9
-	VMOVSS  X9, 24(R11)
-	ADDQ    R8, R11
-
-stateKVbf16AVX2_nocarryrow_22:
-	ADDQ $0x00000020, AX
-	INCQ CX
-	CMPQ CX, DX
-	JB   stateKVbf16AVX2_rows_22
-
-stateKVbf16AVX2_tokdone_11:
-	MOVQ 56(SP), AX
-	MOVQ AX, 48(SP)
-	ADDQ $0x10, 88(SP)
-	MOVQ vs+184(FP), AX
-	SHLQ $0x02, AX
-	ADDQ AX, 72(SP)
-	MOVQ V+8(FP), AX
-	SHLQ $0x02, AX
-	ADDQ AX, 80(SP)
-	MOVQ 40(SP), CX
-	INCQ CX
-	MOVQ CX, 40(SP)
-	MOVQ tok_len+224(FP), AX
-	SHRQ $0x02, AX
-	CMPQ CX, AX
-	JB   stateKVbf16AVX2_token_11
+stateKVbf16AVX2_blockdone_1:
 	MOVQ 24(SP), AX
 	ADDQ AX, 16(SP)
 	SUBQ AX, 8(SP)

@@ -11,6 +11,28 @@ type piece struct {
 	w    int      // float32 lanes: 16 (ZMM), 8 (YMM), 4 (XMM) or 1 (scalar in an XMM)
 	off  int      // byte offset from the start of the block
 	mask Register // opmask for a partial ZMM, or nil
+	// idx, when not nil, holds the piece's first column as an element index from the start of
+	// the block (a column known only at run time: the masked vector of a span), instead of off.
+	idx GPVirtual
+	// lane, when not nil, is the frame slot of an AVX2 lane mask (VMASKMOVPS: the lanes whose
+	// top bit is set): a partial YMM whose masked-out lanes are neither read nor written.
+	lane *Mem
+}
+
+// at is the address of the piece in a row at base whose elements have es bytes (4: float32,
+// 2: bf16).
+func (p piece) at(base GPVirtual, es int) Mem {
+	if p.idx != nil {
+		return Mem{Base: base, Index: p.idx, Scale: uint8(es)}
+	}
+	return Mem{Base: base, Disp: p.off * es / 4}
+}
+
+// laneMask loads the piece's VMASKMOVPS lane mask into a register.
+func (p piece) laneMask() VecVirtual {
+	k := YMM()
+	VMOVUPS(*p.lane, k)
+	return k
 }
 
 // view returns the part of r this piece works on.
@@ -29,6 +51,8 @@ func (p piece) load(m Mem, dst VecVirtual) {
 	switch {
 	case p.w == 1:
 		VMOVSS(m, dst.AsX())
+	case p.lane != nil:
+		VMASKMOVPS(m, p.laneMask(), dst.AsY()) // masked-out lanes are zero
 	case p.mask != nil:
 		VMOVUPS_Z(m, p.mask, p.view(dst))
 	default:
@@ -40,6 +64,8 @@ func (p piece) store(src VecVirtual, m Mem) {
 	switch {
 	case p.w == 1:
 		VMOVSS(src.AsX(), m)
+	case p.lane != nil:
+		VMASKMOVPS(src.AsY(), p.laneMask(), m)
 	case p.mask != nil:
 		VMOVUPS(p.view(src), p.mask, m)
 	default:

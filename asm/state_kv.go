@@ -14,7 +14,13 @@ type stateRegs struct {
 	k, stride               GPVirtual // K, V·4
 	next                    Mem       // frame slot: where the write passes prefetch (see prefetchNext)
 	near                    Mem       // frame byte: 1 if em1 ≥ nearOne (form near), else 0 (see eachForm)
+	wb                      Mem       // frame slot: a guarded span's row bytes (see prefetchSpan)
 }
+
+// rowsQInWrite reports whether the single-token routine takes whole rows of 256 columns with Sᵀq̂
+// accumulated by the write pass (rowBlock): where the registers cannot hold a row's accumulators
+// nor a NOSPLIT frame the rest of them (AVX2; see the package comment for what was measured).
+func (a isa) rowsQInWrite() bool { return a.regs < 32 }
 
 // nearOne is the em1 from which the state decays as x + em1·x rather than eg·x (nearOne in
 func stateRoutine(a isa) {
@@ -61,122 +67,95 @@ func stateRoutine(a isa) {
 		SETCC(r.near)
 	}
 
-	if a.lanes == 8 {
-		// Whole rows of 256 columns, then of 192, 128 or 64 (see rowBlock), then the register
-		// blocks for the last V mod 64 columns.
+	r.wb = AllocLocal(8)
+	if a.rowsQInWrite() {
+		lane := AllocLocal(32)
+		// Whole rows of 256 columns, then of 192, 128 or 64 (see rowBlock), then spans of at
+		// most 32 columns for the last V mod 64.
 		acc := GP64()
 		LEAQ(AllocLocal(rowLocal), acc)
 		ADDQ(U8(31), acc)
 		ANDQ(I8(-32), acc)
-		for _, subs := range [][]int{{16, 16}, {16, 8}, {16}, {8}} {
-			n := 0
-			for _, m := range subs {
-				n += m
-			}
-			loop, next := label(fmt.Sprintf("rows%d", 8*n)), label("rowsdone")
-			Label(loop)
-			CMPQ(remMem, U32(8*n))
-			JB(LabelRef(next))
-			rowBlock(r, subs, acc)
-			advance(r, 32*n)
-			SUBQ(U32(8*n), remMem)
-			if n == 32 {
-				JMP(LabelRef(loop))
-			}
-			Label(next)
-		}
-	}
-
-	var local Mem
-	if a.regVecs < a.blockVecs {
-		local = AllocLocal(stateLocal)
-	}
-	blockCols := a.lanes * a.blockVecs
-	Commentf("Blocks of %d columns.", blockCols)
-	loop, tail := label("full"), label("tail")
-	Label(loop)
-	CMPQ(remMem, U32(blockCols))
-	JB(LabelRef(tail))
-	stateBlock(a, r, fullBlock(a), local)
-	advance(r, 4*blockCols)
-	SUBQ(U32(blockCols), remMem)
-	JMP(LabelRef(loop))
-
-	Label(tail)
-	rem = GP64()
-	MOVQ(remMem, rem)
-	TESTQ(rem, rem)
-	JZ(LabelRef(done))
-	if a.lanes == 16 {
-		// V = 128, the hot shape: 8 unmasked ZMM.
-		masked := label("maskedtail")
-		CMPQ(rem, U32(128))
-		JNE(LabelRef(masked))
-		stateBlock(a, r, zmmBlock(8), local)
-		JMP(LabelRef(done))
-		Label(masked)
-		// rem in 1..16·blockVecs−1: nv = ceil(rem/16) vectors, the last with rem − 16(nv−1) lanes.
-		Commentf("Tail: 1 to %d ZMM, the last one masked.", a.blockVecs)
-		nvm1 := GP64()
-		MOVQ(rem, nvm1)
-		DECQ(nvm1)
-		SHRQ(U8(4), nvm1) // nv − 1
-		lanes := GP64()
-		MOVQ(nvm1, lanes)
-		SHLQ(U8(4), lanes)
-		NEGQ(lanes)
-		ADDQ(rem, lanes) // rem − 16(nv−1)
-		tailMask(lanes, K1)
-		var targets []string
-		for nv := 1; nv <= a.blockVecs; nv++ {
-			targets = append(targets, label(fmt.Sprintf("masked%d", nv)))
-		}
-		for nv := 1; nv < a.blockVecs; nv++ {
-			CMPQ(nvm1, U32(nv-1))
-			JE(LabelRef(targets[nv-1]))
-		}
-		JMP(LabelRef(targets[a.blockVecs-1]))
-		for nv := 1; nv <= a.blockVecs; nv++ {
-			Label(targets[nv-1])
-			stateBlock(a, r, maskedBlock(nv), local)
-			JMP(LabelRef(done))
-		}
+		rowBlocks(r, remMem, acc)
+		Commentf("Spans: blocks of %d columns or less, cut to %d at %d or more (cutWidth).", 8*(narrowSpan+1)-1, 8*narrowSpan, 8*(narrowSpan+1))
+		loop := label("spans")
+		Label(loop)
+		wd := GP64()
+		MOVQ(remMem, wd)
+		TESTQ(wd, wd)
+		JZ(LabelRef(done))
+		cutWidth(wd)
+		Commentf("A block of %d columns (V = 80: the 16 after 64): %d full vectors, no guard.", 8*narrowSpan, narrowSpan)
+		spans := label("span")
+		CMPQ(wd, U32(8*narrowSpan))
+		JNE(LabelRef(spans))
+		stateBlock(r, fixedSpan(a, vecBlock(8, narrowSpan)), Mem{})
+		advance(r, 32*narrowSpan)
+		SUBQ(U32(8*narrowSpan), remMem)
+		JMP(LabelRef(loop))
+		Label(spans)
+		n := splitWidth(a, wd, lane)
+		SUBQ(wd, remMem)
+		wdMem := AllocLocal(8)
+		MOVQ(wd, wdMem)
+		SHLQ(U8(2), wd)
+		MOVQ(wd, r.wb)
+		stateBlock(r, guardedSpan(a, narrowSpan, 0, n, wdMem, &lane), Mem{})
+		wb := GP64()
+		MOVQ(r.wb, wb)
+		advanceBy(r, wb)
+		JMP(LabelRef(loop))
 	} else {
-		// rem in 1..31: first 0..3 YMM, then 0..7 columns as XMM and scalars.
-		Comment("Tail: 1 to 3 YMM, then up to 7 columns as an XMM and scalars.")
-		nv := GP64()
-		MOVQ(rem, nv)
-		SHRQ(U8(3), nv)
-		narrow := label("narrow")
-		var ytargets []string
-		for n := 1; n < a.blockVecs; n++ {
-			ytargets = append(ytargets, label(fmt.Sprintf("ymm%d", n)))
-		}
-		for n := 1; n < a.blockVecs; n++ {
-			CMPQ(nv, U32(n))
-			JE(LabelRef(ytargets[n-1]))
-		}
-		JMP(LabelRef(narrow))
-		for n := 1; n < a.blockVecs; n++ {
-			Label(ytargets[n-1])
-			stateBlock(a, r, ymmBlock(n), local)
-			advance(r, 32*n)
-			JMP(LabelRef(narrow))
-		}
-		Label(narrow)
-		ANDQ(U32(7), rem)
-		var ntargets []string
-		for n := 1; n < 8; n++ {
-			ntargets = append(ntargets, label(fmt.Sprintf("cols%d", n)))
-		}
-		for n := 1; n < 8; n++ {
-			CMPQ(rem, U32(n))
-			JE(LabelRef(ntargets[n-1]))
-		}
+		local := AllocLocal(stateLocal)
+		blockCols := a.lanes * a.blockVecs
+		Commentf("Blocks of %d columns.", blockCols)
+		loop, tail := label("full"), label("tail")
+		Label(loop)
+		CMPQ(remMem, U32(blockCols))
+		JB(LabelRef(tail))
+		stateBlock(r, fixedSpan(a, fullBlock(a)), local)
+		advance(r, 4*blockCols)
+		SUBQ(U32(blockCols), remMem)
+		JMP(LabelRef(loop))
+
+		Label(tail)
+		rem = GP64()
+		MOVQ(remMem, rem)
+		TESTQ(rem, rem)
+		JZ(LabelRef(done))
+		// V = 128, the hot shape: 8 unmasked vectors.
+		spans := label("spans")
+		CMPQ(rem, U32(8*a.lanes))
+		JNE(LabelRef(spans))
+		stateBlock(r, fixedSpan(a, vecBlock(a.lanes, 8)), local)
 		JMP(LabelRef(done))
-		for n := 1; n < 8; n++ {
-			Label(ntargets[n-1])
-			stateBlock(a, r, narrowBlock(n), local)
+		Label(spans)
+		n := splitWidth(a, rem, Mem{})
+		SHLQ(U8(2), rem)
+		MOVQ(rem, r.wb)
+		Commentf("V = %d to %d (the odd 96×80): %d full vectors and a masked one, no guard.", a.lanes*oddVecs-a.lanes+1, a.lanes*oddVecs, oddVecs-1)
+		odd := label("odd")
+		CMPQ(n, U32(a.lanes*(oddVecs-1)))
+		JNE(LabelRef(odd))
+		stateBlock(r, fixedSpan(a, maskedBlock(oddVecs)), local)
+		JMP(LabelRef(done))
+		Label(odd)
+		// The spans: full vectors [lo, hi] guarded from fixed on, then the masked one (1–16 columns).
+		ranges := stateSpans(a)
+		labs := make([]string, len(ranges))
+		for k, rg := range ranges {
+			labs[k] = label(fmt.Sprintf("span%d", a.lanes*(rg[1]+1)))
+			if k < len(ranges)-1 {
+				CMPQ(n, U32(a.lanes*(rg[1]+1)))
+				JB(LabelRef(labs[k]))
+			}
+		}
+		// The widest span first: the comparisons fall through to it.
+		for k := len(ranges) - 1; k >= 0; k-- {
+			rg := ranges[k]
+			Label(labs[k])
+			Commentf("Tail of %d to %d columns.", a.lanes*rg[0]+1, a.lanes*(rg[1]+1))
+			stateBlock(r, guardedSpan(a, rg[1], rg[0], n, Mem{}, nil), local)
 			JMP(LabelRef(done))
 		}
 	}
@@ -185,6 +164,29 @@ func stateRoutine(a isa) {
 	VZEROUPPER()
 	RET()
 }
+
+// advanceBy moves the block pointers by n bytes (a register).
+func advanceBy(r stateRegs, n GPVirtual) {
+	ADDQ(n, r.sIn)
+	ADDQ(n, r.sOut)
+	ADDQ(n, r.v)
+	ADDQ(n, r.o)
+}
+
+// frameAcc reports whether a block keeps the accumulators of its vectors from regVecs on in the
+// frame (AVX-512: 16-ZMM blocks); otherwise all are in registers (AVX2: a span of 5 YMM, 10
+// accumulators).
+func (a isa) frameAcc() bool { return a.regVecs < a.blockVecs }
+
+// oddVecs is the AVX-512 tail of the odd shape (V = 80: 4 full vectors and a masked one): a
+// fixed block, for V = 65…80. Guards in its loops, even never taken, cost 1–2 % there (four of
+// them: the span [0, 4] measured against this block, alternating in one process).
+const oddVecs = 5
+
+// stateSpans are the AVX-512 tail spans of the single-token routine: [fixed, full] full vectors
+// (then the masked one), in ascending order, together covering 0 to blockVecs − 1 but for
+// oddVecs − 1 (its fixed block).
+func stateSpans(a isa) [][2]int { return [][2]int{{0, 3}, {5, 15}} }
 
 // advance moves the block pointers by n bytes.
 func advance(r stateRegs, n int) {
@@ -215,27 +217,90 @@ const (
 	rowLocal = (16-rowRegsQ)*32 + 32
 )
 
-// rowBlock is the AVX2 state block of whole rows of 8·Σsubs columns (at most 32 YMM): the read
-// pass accumulates only Sᵀk̂, over whole rows, 13 YMM in registers and the rest in the block's
-// part of o; δ replaces Sᵀk̂ in o; then each sub-block of subs[c] YMM (at most 16) has a write
-// pass that also accumulates Sᵀq̂ from the state it re-reads (the same products, in the same
-// order, as a read-pass accumulation), 11 YMM in registers and the rest in acc, and ends with
-// o = decay(Sᵀq̂) + kq·δ over δ. δ and each sub-block's write pass and o are emitted for both
-// decay forms (eachForm).
-func rowBlock(r stateRegs, subs []int, acc GPVirtual) {
-	n := 0
-	for _, m := range subs {
-		n += m
+// rowSubs are the AVX2 blocks of whole rows (rowBlocks): 256 columns (in a loop), then one of
+// 192, 128 or 64, as sub-blocks of YMM.
+var rowSubs = [][]int{{16, 16}, {16, 8}, {16}, {8}}
+
+// rowBlocks emits the AVX2 blocks of whole rows of 8·Σsubs columns (at most 32 YMM) for every
+// entry of rowSubs, taken while the columns left (remMem) allow: the read pass accumulates only
+// Sᵀk̂, over whole rows, 13 YMM in registers and the rest in the block's part of o; δ replaces
+// Sᵀk̂ in o (rowRead); then each sub-block of subs[c] YMM (16 or 8) has a write pass that also
+// accumulates Sᵀq̂ from the state it re-reads (the same products, in the same order, as a
+// read-pass accumulation), 11 YMM in registers and the rest in acc, and ends with o =
+// decay(Sᵀq̂) + kq·δ over δ (rowWrite). δ and each sub-block's write pass and o are emitted for
+// both decay forms (eachForm). The write pass of a width is emitted once, after the blocks, for
+// all of them: a block jumps to it with its continuation's number in a frame slot, and it
+// jumps back by that number (a few compares, once per sub-block).
+func rowBlocks(r stateRegs, remMem Mem, acc GPVirtual) {
+	ret := AllocLocal(8)
+	type call struct {
+		id   int
+		back string
 	}
+	calls := map[int][]call{} // by sub-block width
+	entry := map[int]string{16: label("rwrite16"), 8: label("rwrite8")}
+	id := 0
+	for _, subs := range rowSubs {
+		n := 0
+		for _, m := range subs {
+			n += m
+		}
+		loop, next := label(fmt.Sprintf("rows%d", 8*n)), label("rowsdone")
+		Label(loop)
+		CMPQ(remMem, U32(8*n))
+		JB(LabelRef(next))
+		rowRead(r, n)
+		for _, m := range subs {
+			id++
+			c := call{id, label("rback")}
+			calls[m] = append(calls[m], c)
+			Commentf("Write pass over %d YMM (rowWrite), back to %s.", m, c.back)
+			MOVQ(U32(id), ret)
+			JMP(LabelRef(entry[m]))
+			Label(c.back)
+		}
+		// rowWrite advanced sIn, sOut and o.
+		ADDQ(U32(32*n), r.v)
+		SUBQ(U32(8*n), remMem)
+		if n == 32 {
+			JMP(LabelRef(loop))
+		}
+		Label(next)
+	}
+	after := label("rowsend")
+	JMP(LabelRef(after))
+	for _, m := range []int{16, 8} {
+		Label(entry[m])
+		rowWrite(r, m, acc)
+		x := GP64()
+		MOVQ(ret, x)
+		cs := calls[m]
+		for _, c := range cs[:len(cs)-1] {
+			CMPQ(x, U32(c.id))
+			JE(LabelRef(c.back))
+		}
+		JMP(LabelRef(cs[len(cs)-1].back))
+	}
+	Label(after)
+}
+
+// rowRead emits the read pass of a block of whole rows of n YMM and δ (see rowBlocks).
+func rowRead(r stateRegs, n int) {
 	Commentf("Rows of %d columns: read pass, Sᵀk̂ of YMM ≥ %d in o.", 8*n, rowRegsK)
 	slotO := func(t int) Mem { return Mem{Base: r.o, Disp: 32 * t} }
 	nk := min(n, rowRegsK)
 	if n > nk {
-		zy := YMM()
+		Commentf("Zero the Sᵀk̂ of YMM %d–%d in o (a loop: once per block).", nk, n-1)
+		zy, po, c := YMM(), GP64(), GP64()
 		VXORPS(zy, zy, zy)
-		for t := nk; t < n; t++ {
-			VMOVUPS(zy, slotO(t))
-		}
+		LEAQ(slotO(nk), po)
+		MOVQ(U32(n-nk), c)
+		zl := label("rzero")
+		Label(zl)
+		VMOVUPS(zy, Mem{Base: po})
+		ADDQ(U8(32), po)
+		DECQ(c)
+		JNZ(LabelRef(zl))
 	}
 	accK := make([]VecVirtual, nk)
 	for t := range accK {
@@ -270,91 +335,110 @@ func rowBlock(r stateRegs, subs []int, acc GPVirtual) {
 		c, beta := YMM(), YMM()
 		VBROADCASTSS(paramMem(f.param), c)
 		VBROADCASTSS(paramMem("beta"), beta)
-		for t := 0; t < n; t++ {
-			ak := YMM()
-			if t < nk {
-				ak = accK[t]
-			} else {
-				VMOVUPS(slotO(t), ak)
-			}
+		delta := func(ak VecVirtual, vm, om Mem) {
 			vt := YMM()
-			VMOVUPS(Mem{Base: r.v, Disp: 32 * t}, vt)
+			VMOVUPS(vm, vt)
 			ymm.decay(f, c, ak)
 			VSUBPS(ak, vt, ak)
 			VMULPS(ak, beta, ak)
-			VMOVUPS(ak, slotO(t))
+			VMOVUPS(ak, om)
+		}
+		for t := 0; t < nk; t++ {
+			delta(accK[t], Mem{Base: r.v, Disp: 32 * t}, slotO(t))
+		}
+		if n > nk {
+			Commentf("YMM %d–%d from o (a loop: once per block).", nk, n-1)
+			po, pv, k := GP64(), GP64(), GP64()
+			LEAQ(slotO(nk), po)
+			LEAQ(Mem{Base: r.v, Disp: 32 * nk}, pv)
+			MOVQ(U32(n-nk), k)
+			dl := label("rdelta")
+			Label(dl)
+			ak := YMM()
+			VMOVUPS(Mem{Base: po}, ak)
+			delta(ak, Mem{Base: pv}, Mem{Base: po})
+			ADDQ(U8(32), po)
+			ADDQ(U8(32), pv)
+			DECQ(k)
+			JNZ(LabelRef(dl))
 		}
 	})
+}
 
-	t0 := 0
-	for _, m := range subs {
-		Commentf("Write pass over YMM %d–%d, Sᵀq̂ of YMM ≥ %d in the frame.", t0, t0+m-1, t0+rowRegsQ)
-		nq := min(m, rowRegsQ)
-		slotQ := func(t int) Mem { return Mem{Base: acc, Disp: 32 * (t - t0 - nq)} }
-		if m > nq {
-			zy := YMM()
-			VXORPS(zy, zy, zy)
-			for t := t0 + nq; t < t0+m; t++ {
-				VMOVAPS(zy, slotQ(t))
-			}
+// rowWrite emits the write pass of a sub-block of m YMM at sIn, sOut and o (see rowBlocks), and
+// advances the three by its width.
+func rowWrite(r stateRegs, m int, acc GPVirtual) {
+	Commentf("Write pass over %d YMM, Sᵀq̂ of YMM ≥ %d in the frame.", m, rowRegsQ)
+	slotO := func(t int) Mem { return Mem{Base: r.o, Disp: 32 * t} }
+	ymm := piece{w: 8}
+	nq := min(m, rowRegsQ)
+	slotQ := func(t int) Mem { return Mem{Base: acc, Disp: 32 * (t - nq)} }
+	if m > nq {
+		zy := YMM()
+		VXORPS(zy, zy, zy)
+		for t := nq; t < m; t++ {
+			VMOVAPS(zy, slotQ(t))
 		}
-		accQ := make([]VecVirtual, nq)
-		for t := range accQ {
-			accQ[t] = YMM()
-			VXORPS(accQ[t], accQ[t], accQ[t])
-		}
-		eachForm(r, func(f form) {
-			Commentf("S' = %s + k̂_i·δ.", f.of("S"))
-			c := YMM()
-			VBROADCASTSS(paramMem(f.param), c)
-			q := GP64()
-			MOVQ(r.sIn, p)
-			MOVQ(r.sOut, q)
-			XORQ(i, i)
-			write := label("rwrite")
-			Label(write)
-			prefetchNext(r, 32*m)
-			bk2, bq := YMM(), YMM()
-			VBROADCASTSS(Mem{Base: r.kh, Index: i, Scale: 4}, bk2)
-			VBROADCASTSS(Mem{Base: r.qh, Index: i, Scale: 4}, bq)
-			for t := t0; t < t0+m; t++ {
-				y := YMM()
-				VMOVUPS(Mem{Base: p, Disp: 32 * t}, y)
-				if t-t0 < nq {
-					VFMADD231PS(y, bq, accQ[t-t0])
-				} else {
-					a := YMM()
-					VMOVAPS(slotQ(t), a)
-					VFMADD231PS(y, bq, a)
-					VMOVAPS(a, slotQ(t))
-				}
-				ymm.decay(f, c, y)
-				VFMADD231PS(slotO(t), bk2, y)
-				VMOVUPS(y, Mem{Base: q, Disp: 32 * t})
-			}
-			ADDQ(r.stride, p)
-			ADDQ(r.stride, q)
-			INCQ(i)
-			CMPQ(i, r.k)
-			JB(LabelRef(write))
-
-			Comment("o = decay(Sᵀq̂) + kq·δ over δ.")
-			kq := YMM()
-			VBROADCASTSS(paramMem("kq"), kq)
-			for t := t0; t < t0+m; t++ {
-				ot := YMM()
-				if t-t0 < nq {
-					ot = accQ[t-t0]
-				} else {
-					VMOVAPS(slotQ(t), ot)
-				}
-				ymm.decay(f, c, ot)
-				VFMADD231PS(slotO(t), kq, ot)
-				VMOVUPS(ot, slotO(t))
-			}
-		})
-		t0 += m
 	}
+	accQ := make([]VecVirtual, nq)
+	for t := range accQ {
+		accQ[t] = YMM()
+		VXORPS(accQ[t], accQ[t], accQ[t])
+	}
+	p, i := GP64(), GP64()
+	eachForm(r, func(f form) {
+		Commentf("S' = %s + k̂_i·δ.", f.of("S"))
+		c := YMM()
+		VBROADCASTSS(paramMem(f.param), c)
+		q := GP64()
+		MOVQ(r.sIn, p)
+		MOVQ(r.sOut, q)
+		XORQ(i, i)
+		write := label("rwrite")
+		Label(write)
+		prefetchNext(r, 32*m)
+		bk2, bq := YMM(), YMM()
+		VBROADCASTSS(Mem{Base: r.kh, Index: i, Scale: 4}, bk2)
+		VBROADCASTSS(Mem{Base: r.qh, Index: i, Scale: 4}, bq)
+		for t := 0; t < m; t++ {
+			y := YMM()
+			VMOVUPS(Mem{Base: p, Disp: 32 * t}, y)
+			if t < nq {
+				VFMADD231PS(y, bq, accQ[t])
+			} else {
+				a := YMM()
+				VMOVAPS(slotQ(t), a)
+				VFMADD231PS(y, bq, a)
+				VMOVAPS(a, slotQ(t))
+			}
+			ymm.decay(f, c, y)
+			VFMADD231PS(slotO(t), bk2, y)
+			VMOVUPS(y, Mem{Base: q, Disp: 32 * t})
+		}
+		ADDQ(r.stride, p)
+		ADDQ(r.stride, q)
+		INCQ(i)
+		CMPQ(i, r.k)
+		JB(LabelRef(write))
+
+		Comment("o = decay(Sᵀq̂) + kq·δ over δ.")
+		kq := YMM()
+		VBROADCASTSS(paramMem("kq"), kq)
+		for t := 0; t < m; t++ {
+			ot := YMM()
+			if t < nq {
+				ot = accQ[t]
+			} else {
+				VMOVAPS(slotQ(t), ot)
+			}
+			ymm.decay(f, c, ot)
+			VFMADD231PS(slotO(t), kq, ot)
+			VMOVUPS(ot, slotO(t))
+		}
+	})
+	ADDQ(U32(32*m), r.sIn)
+	ADDQ(U32(32*m), r.sOut)
+	ADDQ(U32(32*m), r.o)
 }
 
 // prefetchNext emits, in a row of a write pass that writes n bytes, PREFETCHT1 of the lines at
@@ -387,27 +471,48 @@ func prefetchAfter(p, n GPVirtual) {
 // stateBlock emits one column block: the read pass, then, once per decay form (eachForm), δ and
 // o and the write pass. The accumulators of pieces from a.regVecs on live in local (Sᵀk̂, then
 // Sᵀq̂ and later δ, 64 bytes each per piece).
-func stateBlock(a isa, r stateRegs, ps []piece, local Mem) {
-	nreg := min(len(ps), a.regVecs)
-	Commentf("Block of %d columns: read pass (Sᵀk̂, Sᵀq̂ of %d vectors in registers).", width(ps), nreg)
-	accK := make([]VecVirtual, nreg)
-	accQ := make([]VecVirtual, nreg)
-	for t := range accK {
+func stateBlock(r stateRegs, s span, local Mem) {
+	a, ps := s.a, s.ps
+	nreg := len(ps)
+	if a.frameAcc() {
+		nreg = min(nreg, a.regVecs)
+	}
+	if s.guarded() {
+		Commentf("Block of %d–%d columns: read pass (Sᵀk̂, Sᵀq̂ of %d vectors in registers).", a.lanes*s.fixed+1, a.lanes*len(ps), nreg)
+	} else {
+		Commentf("Block of %d columns: read pass (Sᵀk̂, Sᵀq̂ of %d vectors in registers).", width(ps), nreg)
+	}
+	// accK[t], accQ[t]: the accumulators of piece t, nil for one in the frame (slotK, slotQ): the
+	// pieces from nreg on, but a guarded span keeps its masked vector (always live) in registers
+	// and one more full vector in the frame (live only in the widest of its blocks).
+	inFrame := func(t int) bool { return t >= nreg }
+	if s.guarded() && nreg < len(ps) {
+		inFrame = func(t int) bool { return t >= nreg-1 && t < len(ps)-1 }
+	}
+	accK := make([]VecVirtual, len(ps))
+	accQ := make([]VecVirtual, len(ps))
+	var frame []int // the pieces in the frame, in slot order
+	for t := range ps {
+		if inFrame(t) {
+			frame = append(frame, t)
+			continue
+		}
 		accK[t], accQ[t] = a.vec(), a.vec()
 		a.zero(accK[t])
 		a.zero(accQ[t])
 	}
 	var slot GPVirtual
-	slotK := func(t int) Mem { return Mem{Base: slot, Disp: 128 * (t - nreg)} }
-	slotQ := func(t int) Mem { return Mem{Base: slot, Disp: 128*(t-nreg) + 64} }
-	if nreg < len(ps) {
+	slotOf := func(t int) int { return t - frame[0] }
+	slotK := func(t int) Mem { return Mem{Base: slot, Disp: 128 * slotOf(t)} }
+	slotQ := func(t int) Mem { return Mem{Base: slot, Disp: 128*slotOf(t) + 64} }
+	if len(frame) > 0 {
 		slot = GP64()
 		LEAQ(local, slot)
 		ADDQ(U8(63), slot)
 		ANDQ(I8(-64), slot)
 		z := a.vec()
 		a.zero(z)
-		for t := nreg; t < len(ps); t++ {
+		for _, t := range frame {
 			VMOVAPS(z.AsZ(), slotK(t))
 			VMOVAPS(z.AsZ(), slotQ(t))
 		}
@@ -421,12 +526,12 @@ func stateBlock(a isa, r stateRegs, ps []piece, local Mem) {
 	VBROADCASTSS(Mem{Base: r.kh, Index: i, Scale: 4}, bk)
 	VBROADCASTSS(Mem{Base: r.qh, Index: i, Scale: 4}, bq)
 	x := a.vec()
-	for t, pc := range ps {
-		pc.load(Mem{Base: p, Disp: pc.off}, x)
-		if t < nreg {
+	ool := s.each(func(t int, pc piece) {
+		pc.load(pc.at(p, 4), x)
+		if accK[t] != nil {
 			pc.fma(x, bk, accK[t])
 			pc.fma(x, bq, accQ[t])
-			continue
+			return
 		}
 		// Whole ZMM in the frame: the masked-out lanes of x are zero.
 		m := a.vec()
@@ -436,20 +541,21 @@ func stateBlock(a isa, r stateRegs, ps []piece, local Mem) {
 		VMOVAPS(slotQ(t), m.AsZ())
 		VFMADD231PS(x.AsZ(), bq.AsZ(), m.AsZ())
 		VMOVAPS(m.AsZ(), slotQ(t))
-	}
+	})
 	ADDQ(r.stride, p)
 	INCQ(i)
 	CMPQ(i, r.k)
 	JB(LabelRef(read))
+	ool()
 
 	// One path per form from here: δ and o, then the write pass.
-	eachForm(r, func(f form) { stateBlockWrite(a, r, ps, f, accK, accQ, slotK, slotQ, p, i) })
+	eachForm(r, func(f form) { stateBlockWrite(r, s, f, accK, accQ, slotK, slotQ, p, i) })
 }
 
 // stateBlockWrite emits the rest of a column block after its read pass, in form f: δ and o from
 // the accumulators, then the write pass.
-func stateBlockWrite(a isa, r stateRegs, ps []piece, f form, accK, accQ []VecVirtual, slotK, slotQ func(int) Mem, p, i GPVirtual) {
-	nreg := len(accK)
+func stateBlockWrite(r stateRegs, s span, f form, accK, accQ []VecVirtual, slotK, slotQ func(int) Mem, p, i GPVirtual) {
+	a := s.a
 	Comment("δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.")
 	c, beta, kq := a.vec(), a.vec(), a.vec()
 	VBROADCASTSS(paramMem(f.param), c)
@@ -457,26 +563,26 @@ func stateBlockWrite(a isa, r stateRegs, ps []piece, f form, accK, accQ []VecVir
 	VBROADCASTSS(paramMem("kq"), kq)
 	// In place: δ replaces Sᵀk̂ in its registers (or its Sᵀq̂ slot), o is formed in Sᵀq̂'s.
 	d := accK
-	for t, pc := range ps {
+	s.each(func(t int, pc piece) {
 		ak, aq := a.vec(), a.vec()
-		if t < nreg {
+		if accK[t] != nil {
 			ak, aq = accK[t], accQ[t]
 		} else {
 			VMOVAPS(slotK(t), ak.AsZ())
 			VMOVAPS(slotQ(t), aq.AsZ())
 		}
 		vt := a.vec()
-		pc.load(Mem{Base: r.v, Disp: pc.off}, vt)
+		pc.load(pc.at(r.v, 4), vt)
 		pc.decay(f, c, ak)
 		pc.sub(vt, ak, ak)
 		pc.mul(ak, beta, ak)
 		pc.decay(f, c, aq)
 		pc.fma(ak, kq, aq)
-		pc.store(aq, Mem{Base: r.o, Disp: pc.off})
-		if t >= nreg {
+		pc.store(aq, pc.at(r.o, 4))
+		if accK[t] == nil {
 			VMOVAPS(ak.AsZ(), slotQ(t))
 		}
-	}
+	})()
 
 	Commentf("Write pass: S' = %s + k̂_i·δ over the same slab.", f.of("S"))
 	q := GP64()
@@ -485,22 +591,40 @@ func stateBlockWrite(a isa, r stateRegs, ps []piece, f form, accK, accQ []VecVir
 	XORQ(i, i)
 	write := label("write")
 	Label(write)
-	prefetchNext(r, 4*width(ps))
+	if s.guarded() {
+		prefetchSpan(r, 4*a.lanes*len(s.ps))
+	} else {
+		prefetchNext(r, 4*width(s.ps))
+	}
 	bk2, y := a.vec(), a.vec()
 	VBROADCASTSS(Mem{Base: r.kh, Index: i, Scale: 4}, bk2)
-	for t, pc := range ps {
-		pc.load(Mem{Base: p, Disp: pc.off}, y)
+	ool := s.each(func(t int, pc piece) {
+		pc.load(pc.at(p, 4), y)
 		pc.decay(f, c, y)
-		if t < nreg {
+		if d[t] != nil {
 			pc.fma(d[t], bk2, y)
 		} else {
 			VFMADD231PS(slotQ(t), bk2.AsZ(), y.AsZ())
 		}
-		pc.store(y, Mem{Base: q, Disp: pc.off})
-	}
+		pc.store(y, pc.at(q, 4))
+	})
 	ADDQ(r.stride, p)
 	ADDQ(r.stride, q)
 	INCQ(i)
 	CMPQ(i, r.k)
 	JB(LabelRef(write))
+	ool()
+}
+
+// prefetchSpan is prefetchNext for a guarded span, whose row is at most max bytes: the lines at
+// r.next, r.next + 256, ... below r.next + max, and r.next advances by the block's row bytes
+// (r.wb), so that the walk over the next head is the same as for a block of that width.
+func prefetchSpan(r stateRegs, max int) {
+	nx := GP64()
+	MOVQ(r.next, nx)
+	for o := 0; o < max; o += 256 {
+		PREFETCHT1(Mem{Base: nx, Disp: o})
+	}
+	ADDQ(r.wb, nx)
+	MOVQ(nx, r.next)
 }

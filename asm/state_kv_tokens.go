@@ -6,7 +6,9 @@ package main
 // # Structure
 //
 // The columns are cut into blocks of at most kvBlockVecs vectors (64 columns for AVX-512, 32 for
-// AVX2; fewer when K is large, so that K rows of a block fit kvWork bytes). A block lives in the
+// AVX2; fewer when K is large, so that K rows of a block fit kvWork bytes), every block emitted
+// once, as one span (state_kv_span.go): AVX-512 1–3 full ZMM guarded and the masked last one,
+// AVX2 1–4 full YMM guarded and a VMASKMOVPS one for the last V mod 8 columns. A block lives in the
 // work (kvWork bytes, in L1) for all of the call's tokens:
 //
 //	pass 0:      load the block from src (widened for bf16; from src32 when it is given) into
@@ -72,13 +74,45 @@ type kvGen struct {
 
 	// frame slots
 	work                          Mem // aligned pointer to the block
-	cols, j0, wcols, nvb          Mem // V − j0 left, the block's first column, its width, vectors per full block
+	cols, j0, wcols, nvb, rb      Mem // V − j0 left, the block's first column, its width, vectors per full block, its row bytes in work
 	tau, kp, knp, qnp, vp, op, tp Mem // per token: τ, k̂_τ, k̂_τ+1, q̂_τ+1, v_τ + j0, o_τ + j0, tok_τ
-	dslots                        Mem // AVX2: δ of the block's vectors
+	dslots                        Mem // δ of the block's vectors (deltaInFrame)
+	lane                          Mem // AVX2: the VMASKMOVPS lane mask of the block's last w mod 8 columns
+	// AVX2 bf16: the last w mod 8 bf16 columns (see widenTail, storeTail): the mask of their
+	// pairs (dwords), of the word of the last one, the VPSHUFB control that moves that word to
+	// word 0, its index less the masked vector's, and 16 bytes for a rounded vector.
+	pairs, last, shuf, lastOff, tmp Mem
 }
 
 // kvMaxK is the largest K whose rows of one vector fit kvWork.
 func kvMaxK(a isa) int { return kvWork / (4 * a.lanes) }
+
+// deltaInFrame reports whether a token's pass keeps δ in the frame (AVX2: its 16 registers hold
+// the 2·5 accumulators of the next token, the decay constant, k̂_i, k̂_i+1, q̂_i+1 and the row's
+// vector) rather than in registers.
+func (v kvVariant) deltaInFrame() bool { return v.a.regs < 32 }
+
+// narrowBF16 reports whether the last w mod lanes bf16 columns of a block take widenTail and
+// storeTail (AVX2: VPMASKMOVD has dword granules) rather than the masked vector's own masked loads
+// and stores (opmasks have word granules).
+func (v kvVariant) narrowBF16() bool { return v.bf16 && !v.a.masks }
+
+// spanVecs and spanFixed are the numbers of full vectors of the span of a block that is neither
+// a full block nor (AVX-512) a block of one vector, and of those always live: AVX-512 3 and 1
+// (2 to 4 vectors, the last masked), AVX2 narrowSpan and 0 (1 to 23 columns).
+func (v kvVariant) spanVecs() int {
+	if v.a.maskedLast() {
+		return kvBlockVecs - 1
+	}
+	return narrowSpan
+}
+
+func (v kvVariant) spanFixed() int {
+	if v.a.maskedLast() {
+		return 1
+	}
+	return 0
+}
 
 func stateKVTokens(vr kvVariant) {
 	g := &kvGen{kvVariant: vr}
@@ -89,10 +123,16 @@ func stateKVTokens(vr kvVariant) {
 		routine(g.name(), NOSPLIT, "func(K, V int, src []float32, stores []uintptr, kh, qh, v []float32, vs int, o, tok, work []float32)")
 	}
 	Doc(fmt.Sprintf("%s is the [K][V] state routine over T tokens in %s; see gdn_kv_amd64.go.", g.name(), a.name))
-	g.work, g.cols, g.j0, g.wcols, g.nvb = AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8)
+	g.work, g.cols, g.j0, g.wcols, g.nvb, g.rb = AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8)
 	g.tau, g.kp, g.knp, g.qnp, g.vp, g.op, g.tp = AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8)
-	if a.lanes == 8 {
+	if vr.deltaInFrame() {
 		g.dslots = AllocLocal(32 * kvBlockVecs)
+	}
+	if !a.masks {
+		g.lane = AllocLocal(32)
+	}
+	if vr.narrowBF16() {
+		g.pairs, g.last, g.shuf, g.lastOff, g.tmp = AllocLocal(16), AllocLocal(16), AllocLocal(16), AllocLocal(8), AllocLocal(16)
 	}
 	done := label("done")
 	k, v, t := GP64(), GP64(), GP64()
@@ -115,12 +155,12 @@ func stateKVTokens(vr kvVariant) {
 	Commentf("K > %d does not fit work: the Go wrapper never calls with it.", kvMaxK(a))
 	CMPQ(k, U32(kvMaxK(a)))
 	JA(LabelRef(done))
-	Commentf("Vectors per full block: the most (≤ %d) whose K rows fit %d bytes.", kvBlockVecs, kvWork)
+	Commentf("Columns per full block: %d × the most vectors (≤ %d) whose K rows fit %d bytes.", a.lanes, kvBlockVecs, kvWork)
 	{
 		q, n := GP64(), GP64()
-		MOVQ(U32(1), q)
+		MOVQ(U32(a.lanes), q)
 		for nv := 2; nv <= kvBlockVecs; nv++ {
-			MOVQ(U32(nv), n)
+			MOVQ(U32(a.lanes*nv), n)
 			CMPQ(k, U32(kvWork/(4*a.lanes*nv)))
 			CMOVQLS(n, q)
 		}
@@ -129,149 +169,179 @@ func stateKVTokens(vr kvVariant) {
 	XORQ(w, w)
 	MOVQ(w, g.j0)
 
-	Comment("Column blocks.")
+	Comment("Column blocks: min(V − j0, the full block's columns) each, one span for all.")
 	blocks := label("blocks")
 	Label(blocks)
-	rem := GP64()
-	MOVQ(g.cols, rem)
-	TESTQ(rem, rem)
+	wd := GP64()
+	MOVQ(g.cols, wd)
+	TESTQ(wd, wd)
 	JZ(LabelRef(done))
-	var shapes []struct {
-		lab string
-		ps  []piece
+	{
+		x := GP64()
+		MOVQ(g.nvb, x)
+		CMPQ(wd, x)
+		CMOVQCC(x, wd)
 	}
-	add := func(ps []piece) string {
-		l := label("shape")
-		shapes = append(shapes, struct {
-			lab string
-			ps  []piece
-		}{l, ps})
-		return l
-	}
-	nvb := GP64()
-	MOVQ(g.nvb, nvb)
-	if a.lanes == 16 {
-		// width = min(16·nvb, rem); nv = ceil(width/16), the last ZMM under K1.
-		wd := GP64()
-		MOVQ(nvb, wd)
-		SHLQ(U8(4), wd)
-		CMPQ(rem, wd)
-		CMOVQCS(rem, wd)
+	MOVQ(wd, g.wcols)
+	Commentf("A block of %d columns (the full one when K ≤ %d): %d full vectors.", a.lanes*kvBlockVecs, kvWork/(4*a.lanes*kvBlockVecs), kvBlockVecs)
+	spanLab, next := label("span"), label("blockdone")
+	CMPQ(wd, U32(a.lanes*kvBlockVecs))
+	JNE(LabelRef(spanLab))
+	g.block(fixedSpan(a, vecBlock(a.lanes, kvBlockVecs)))
+	JMP(LabelRef(next))
+	Label(spanLab)
+	if !a.maskedLast() {
+		cutWidth(wd)
 		MOVQ(wd, g.wcols)
-		nvm1 := GP64()
-		MOVQ(wd, nvm1)
-		DECQ(nvm1)
-		SHRQ(U8(4), nvm1)
-		lanes := GP64()
-		MOVQ(nvm1, lanes)
-		SHLQ(U8(4), lanes)
-		NEGQ(lanes)
-		ADDQ(wd, lanes)
-		tailMask(lanes, K1)
-		var labs []string
-		for nv := 1; nv <= kvBlockVecs; nv++ {
-			labs = append(labs, add(maskedBlock(nv)))
-		}
-		for nv := 1; nv < kvBlockVecs; nv++ {
-			CMPQ(nvm1, U32(nv-1))
-			JE(LabelRef(labs[nv-1]))
-		}
-		JMP(LabelRef(labs[kvBlockVecs-1]))
-	} else {
-		// Full blocks of nvb YMM, then 1–3 YMM, then 1–7 columns (an XMM and scalars).
-		full := GP64()
-		MOVQ(nvb, full)
-		SHLQ(U8(3), full)
-		var labs []string
-		for nv := 1; nv <= kvBlockVecs; nv++ {
-			labs = append(labs, add(ymmBlock(nv)))
-		}
-		notFull := label("notfull")
-		CMPQ(rem, full)
-		JB(LabelRef(notFull))
-		MOVQ(full, g.wcols)
-		for nv := 1; nv < kvBlockVecs; nv++ {
-			CMPQ(nvb, U32(nv))
-			JE(LabelRef(labs[nv-1]))
-		}
-		JMP(LabelRef(labs[kvBlockVecs-1]))
-		Label(notFull)
-		ny := GP64()
-		MOVQ(rem, ny)
-		SHRQ(U8(3), ny)
-		narrow := label("narrow")
-		JZ(LabelRef(narrow))
-		SHLQ(U8(3), ny)
-		MOVQ(ny, g.wcols)
-		SHRQ(U8(3), ny)
-		for nv := 1; nv < kvBlockVecs; nv++ {
-			CMPQ(ny, U32(nv))
-			JE(LabelRef(labs[nv-1]))
-		}
-		JMP(LabelRef(labs[kvBlockVecs-1])) // not reached: rem < 8·nvb ≤ 32
-		Label(narrow)
-		MOVQ(rem, g.wcols)
-		var nlabs []string
-		for n := 1; n < 8; n++ {
-			nlabs = append(nlabs, add(narrowBlock(n)))
-		}
-		for n := 1; n < 7; n++ {
-			CMPQ(rem, U32(n))
-			JE(LabelRef(nlabs[n-1]))
-		}
-		JMP(LabelRef(nlabs[6]))
+		Commentf("A block of %d columns (V = 80: the 16 after 64): %d full vectors, no guard.", 8*narrowSpan, narrowSpan)
+		spanLab = label("span")
+		CMPQ(wd, U32(8*narrowSpan))
+		JNE(LabelRef(spanLab))
+		g.block(fixedSpan(a, vecBlock(8, narrowSpan)))
+		JMP(LabelRef(next))
+		Label(spanLab)
 	}
-	for _, s := range shapes {
-		Label(s.lab)
-		g.block(s.ps)
+	n := splitWidth(a, wd, g.lane)
+	if a.maskedLast() {
+		Comment("A block of 1 vector (V = 80: the 16 columns after 64), masked: no guard.")
+		spanLab = label("span")
+		CMPQ(wd, U32(a.lanes))
+		JA(LabelRef(spanLab))
+		g.block(fixedSpan(a, maskedBlock(1)))
+		JMP(LabelRef(next))
+		Label(spanLab)
+	}
+	Commentf("Any other block: %d full vectors (the first %d of them guarded), then the masked one.", g.spanVecs(), g.spanVecs()-g.spanFixed())
+	{
+		Commentf("Row bytes in work: whole vectors.")
+		x := GP64()
+		MOVQ(wd, x)
+		ADDQ(U8(a.lanes-1), x)
+		ANDQ(I8(-a.lanes), x)
+		SHLQ(U8(2), x)
+		MOVQ(x, g.rb)
+	}
+	if vr.narrowBF16() {
+		g.narrowMasks(wd, n)
+	}
+	g.block(guardedSpan(a, g.spanVecs(), g.spanFixed(), n, g.wcols, &g.lane))
+	Label(next)
+	{
 		x := GP64()
 		MOVQ(g.wcols, x)
 		ADDQ(x, g.j0)
 		SUBQ(x, g.cols)
-		JMP(LabelRef(blocks))
 	}
+	JMP(LabelRef(blocks))
 	Label(done)
 	VZEROUPPER()
 	RET()
 }
 
-// rowBytes is the row stride in work of a block of these pieces: whole vectors.
-func (g *kvGen) rowBytes(ps []piece) int {
-	last := ps[len(ps)-1]
-	n := last.off + 4*last.w
-	if last.mask != nil {
-		n = last.off + 64
-	}
-	return (n + 31) &^ 31
-}
-
 // unmasked is the piece as it is loaded from and stored to work: the whole vector.
-func unmasked(p piece) piece { p.mask = nil; return p }
+func unmasked(p piece) piece { p.mask, p.lane = nil, nil; return p }
 
-// loadState loads the piece's state elements at element offset pc.off/4 of m (widened for bf16).
+// loadState loads the piece's state elements from its column of the row at base (widened for
+// bf16).
 func (g *kvGen) loadState(pc piece, base GPVirtual, x VecVirtual, f32 bool) {
-	if f32 || !g.bf16 {
-		pc.load(Mem{Base: base, Disp: pc.off}, x)
-		return
+	switch {
+	case f32 || !g.bf16:
+		pc.load(pc.at(base, 4), x)
+	case pc.lane != nil:
+		g.widenTail(pc, base, x)
+	default:
+		widenPiece(pc, pc.at(base, 2), x)
 	}
-	widenPiece(pc, Mem{Base: base, Disp: pc.off / 2}, x)
 }
 
-// storeState stores the piece's lanes of y to base (rounded to bf16 for bf16 storage; y may
-// be clobbered).
-func (g *kvGen) storeState(pc piece, y VecVirtual, base GPVirtual, f32 bool) {
-	if f32 || !g.bf16 {
-		pc.store(y, Mem{Base: base, Disp: pc.off})
-		return
+// storeState stores the piece's lanes of y to its column of the row at base (rounded to bf16 for
+// bf16 storage; y may be clobbered).
+func (g *kvGen) storeState(pc piece, y VecVirtual, base GPVirtual) {
+	switch {
+	case !g.bf16:
+		pc.store(y, pc.at(base, 4))
+	case pc.lane != nil:
+		g.storeTail(pc, y, base)
+	default:
+		bf16(g.a, pc, y, pc.at(base, 2))
 	}
-	bf16(g.a, pc, y, Mem{Base: base, Disp: pc.off / 2})
 }
 
-// block emits one column block of the pieces ps at column g.j0: pass 0, then every token.
-func (g *kvGen) block(ps []piece) {
-	a := g.a
-	rb := g.rowBytes(ps)
-	Commentf("Block of %d columns (rows in work of %d bytes): pass 0 loads it, with token 0's read.", width(ps), rb)
+// narrowMasks sets the frame slots of widenTail and storeTail for a block of wd columns of which
+// the masked vector's p = wd − n (0–7; 0: the vector is skipped).
+func (g *kvGen) narrowMasks(wd, n GPVirtual) {
+	Comment("The last wd mod 8 bf16 columns: pairs (dwords), the word of the last one, a VPSHUFB control to word 0.")
+	p := GP64()
+	MOVQ(wd, p)
+	SUBQ(n, p)
+	x, y := XMM(), XMM()
+	h := GP64()
+	MOVQ(p, h)
+	SHRQ(U8(1), h)
+	VMOVD(h.As32(), x)
+	VPBROADCASTD(x, x)
+	VPCMPGTD(cIota, x, x) // dword j: p/2 > j
+	VMOVDQU(x, g.pairs)
+	DECQ(p)
+	MOVQ(p, g.lastOff)
+	VMOVDQU(cIota, y)
+	VPACKUSDW(cIota.Offset(16), y, y) // words 0…7
+	VMOVD(p.As32(), x)
+	VPBROADCASTW(x, x)
+	VPCMPEQW(y, x, x) // word j: j = p − 1
+	VMOVDQU(x, g.last)
+	ADDQ(p, p) // the bytes 2(p − 1), 2(p − 1) + 1 in every word
+	MOVQ(p, h)
+	INCQ(h)
+	SHLQ(U8(8), h)
+	ORQ(h, p)
+	VMOVD(p.As32(), x)
+	VPBROADCASTW(x, x)
+	VMOVDQU(x, g.shuf)
+}
+
+// widenTail loads the masked piece's last wd mod 8 bf16 elements (AVX2) from the row at base,
+// widened to float32 into x, the other lanes zero, reading nothing else: their pairs through a
+// VPMASKMOVD of dwords, then the last one (again, when their count is even) through a 16-bit load
+// blended into its word.
+func (g *kvGen) widenTail(pc piece, base GPVirtual, x VecVirtual) {
+	m := XMM()
+	VMOVDQU(g.pairs, m)
+	VPMASKMOVD(pc.at(base, 2), m, x.AsX())
+	t := GP64()
+	MOVQ(g.lastOff, t)
+	ADDQ(pc.idx, t)
+	r := GP32()
+	MOVWLZX(Mem{Base: base, Index: t, Scale: 2}, r)
+	y, sel := XMM(), XMM()
+	VMOVD(r, y)
+	VPBROADCASTW(y, y)
+	VMOVDQU(g.last, sel)
+	VPBLENDVB(sel, y, x.AsX(), x.AsX())
+	VPMOVZXWD(x.AsX(), x.AsY())
+	VPSLLD(U8(16), x.AsY(), x.AsY())
+}
+
+// storeTail stores BF16RNE of the masked piece's last wd mod 8 lanes of y (AVX2) to the row at
+// base, writing nothing else: rounded into the frame, then their pairs through a VPMASKMOVD of
+// dwords, then the last one (again, when their count is even) through VPEXTRW. y is clobbered.
+func (g *kvGen) storeTail(pc piece, y VecVirtual, base GPVirtual) {
+	bf16(g.a, piece{w: 8}, y, g.tmp)
+	x, m := XMM(), XMM()
+	VMOVDQU(g.tmp, x)
+	VMOVDQU(g.pairs, m)
+	VPMASKMOVD(x, m, pc.at(base, 2))
+	VPSHUFB(g.shuf, x, x)
+	t := GP64()
+	MOVQ(g.lastOff, t)
+	ADDQ(pc.idx, t)
+	VPEXTRW(U8(0), x, Mem{Base: base, Index: t, Scale: 2})
+}
+
+// block emits one column block, the span s at column g.j0: pass 0, then every token.
+func (g *kvGen) block(s span) {
+	a, ps := g.a, s.ps
+	Commentf("Block of up to %d columns (rows in work of whole vectors): pass 0 loads it, with token 0's read.", a.lanes*len(ps))
 	accK, accQ := make([]VecVirtual, len(ps)), make([]VecVirtual, len(ps))
 	for t := range ps {
 		accK[t], accQ[t] = a.vec(), a.vec()
@@ -295,18 +365,19 @@ func (g *kvGen) block(ps []piece) {
 		bk, bq := a.vec(), a.vec()
 		VBROADCASTSS(Mem{Base: kh, Index: i, Scale: 4}, bk)
 		VBROADCASTSS(Mem{Base: qh, Index: i, Scale: 4}, bq)
-		for t, pc := range ps {
+		ool := s.each(func(t int, pc piece) {
 			x := a.vec()
 			g.loadState(pc, base, x, f32)
-			unmasked(pc).store(x, Mem{Base: w, Disp: pc.off})
+			unmasked(pc).store(x, pc.at(w, 4))
 			pc.fma(x, bk, accK[t])
 			pc.fma(x, bq, accQ[t])
-		}
+		})
 		ADDQ(stride, base)
-		ADDQ(U32(rb), w)
+		g.nextRow(s, w)
 		INCQ(i)
 		CMPQ(i, k)
 		JB(LabelRef(loop))
+		ool()
 	}
 	if g.bf16 {
 		s32, after, from16 := GP64(), label("loaded"), label("from16")
@@ -385,11 +456,11 @@ func (g *kvGen) block(ps []piece) {
 		JCS(LabelRef(far))
 	}
 	Commentf("em1 ≥ %g: decay(x) = %s.", nearOne, nearForm.of("x"))
-	g.token(ps, nearForm, accK, accQ, 0, rb)
+	g.token(s, nearForm, accK, accQ, 0)
 	JMP(LabelRef(next))
 	Label(far)
 	Commentf("em1 < %g or NaN: decay(x) = %s.", nearOne, farForm.of("x"))
-	g.token(ps, farForm, accK, accQ, 4, rb)
+	g.token(s, farForm, accK, accQ, 4)
 	Label(next)
 	{
 		x, y := GP64(), GP64()
@@ -415,11 +486,11 @@ func (g *kvGen) block(ps []piece) {
 // token emits one token over the block in form f: δ and o from the accumulators, then the pass
 // over the rows in work (update, stores, the next token's accumulation). cOff is the byte offset of
 // the form's parameter in the token's four floats.
-func (g *kvGen) token(ps []piece, f form, accK, accQ []VecVirtual, cOff int, rb int) {
-	a := g.a
+func (g *kvGen) token(s span, f form, accK, accQ []VecVirtual, cOff int) {
+	a, ps := g.a, s.ps
 	Comment("δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.")
 	c := a.vec()
-	d := make([]VecVirtual, len(ps)) // δ in registers (AVX-512); AVX2: in the frame
+	d := make([]VecVirtual, len(ps)) // δ in registers, or nil: in the frame (deltaInFrame)
 	{
 		beta, kq := a.vec(), a.vec()
 		tp, vp, op := GP64(), GP64(), GP64()
@@ -429,21 +500,21 @@ func (g *kvGen) token(ps []piece, f form, accK, accQ []VecVirtual, cOff int, rb 
 		VBROADCASTSS(Mem{Base: tp, Disp: 12}, kq)
 		MOVQ(g.vp, vp)
 		MOVQ(g.op, op)
-		for t, pc := range ps {
+		s.each(func(t int, pc piece) {
 			vt := a.vec()
-			pc.load(Mem{Base: vp, Disp: pc.off}, vt)
+			pc.load(pc.at(vp, 4), vt)
 			pc.decay(f, c, accK[t])
 			pc.sub(vt, accK[t], vt)
 			pc.mul(vt, beta, vt)
 			pc.decay(f, c, accQ[t])
 			pc.fma(vt, kq, accQ[t])
-			pc.store(accQ[t], Mem{Base: op, Disp: pc.off})
-			if g.a.lanes == 8 {
+			pc.store(accQ[t], pc.at(op, 4))
+			if g.deltaInFrame() {
 				unmasked(pc).store(vt, g.dslot(t))
 			} else {
 				d[t] = vt
 			}
-		}
+		})()
 	}
 	for t := range ps {
 		a.zero(accK[t])
@@ -499,46 +570,62 @@ func (g *kvGen) token(ps []piece, f form, accK, accQ []VecVirtual, cOff int, rb 
 	VBROADCASTSS(Mem{Base: kp, Index: i, Scale: 4}, bk)
 	VBROADCASTSS(Mem{Base: kn, Index: i, Scale: 4}, bkn)
 	VBROADCASTSS(Mem{Base: qn, Index: i, Scale: 4}, bqn)
-	for t, pc := range ps {
+	ool := []func(){s.each(func(t int, pc piece) {
 		u := unmasked(pc)
 		y := a.vec()
-		u.load(Mem{Base: w, Disp: pc.off}, y)
+		u.load(u.at(w, 4), y)
 		u.decay(f, c, y)
 		if d[t] != nil {
 			u.fma(d[t], bk, y)
 		} else {
 			fmaMem(u, g.dslot(t), bk, y)
 		}
-		u.store(y, Mem{Base: w, Disp: pc.off})
+		u.store(y, u.at(w, 4))
 		u.fma(y, bkn, accK[t])
 		u.fma(y, bqn, accQ[t])
-	}
+	})}
 	skip := label("nostorerow")
 	TESTQ(dst, dst)
 	JZ(LabelRef(skip))
-	for _, pc := range ps {
+	ool = append(ool, s.each(func(t int, pc piece) {
 		y := a.vec()
-		unmasked(pc).load(Mem{Base: w, Disp: pc.off}, y)
-		g.storeState(pc, y, dst, false)
-	}
+		u := unmasked(pc)
+		u.load(u.at(w, 4), y)
+		g.storeState(pc, y, dst)
+	}))
 	ADDQ(dstStride, dst)
 	Label(skip)
 	if g.bf16 {
 		skip := label("nocarryrow")
 		TESTQ(carry, carry)
 		JZ(LabelRef(skip))
-		for _, pc := range ps {
+		ool = append(ool, s.each(func(t int, pc piece) {
 			y := a.vec()
-			unmasked(pc).load(Mem{Base: w, Disp: pc.off}, y)
-			pc.store(y, Mem{Base: carry, Disp: pc.off})
-		}
+			u := unmasked(pc)
+			u.load(u.at(w, 4), y)
+			pc.store(y, pc.at(carry, 4))
+		}))
 		ADDQ(cStride, carry)
 		Label(skip)
 	}
-	ADDQ(U32(rb), w)
+	g.nextRow(s, w)
 	INCQ(i)
 	CMPQ(i, k)
 	JB(LabelRef(loop))
+	for _, f := range ool {
+		f()
+	}
+}
+
+// nextRow advances w to the next row of the block in work: whole vectors, g.rb bytes for a
+// guarded span.
+func (g *kvGen) nextRow(s span, w GPVirtual) {
+	if s.guarded() {
+		ADDQ(g.rb, w)
+		return
+	}
+	last := s.ps[len(s.ps)-1]
+	ADDQ(U32((last.off+4*g.a.lanes+31)&^31), w)
 }
 
 // fmaMem computes acc += m·b, m in memory.
