@@ -36,8 +36,10 @@ var (
 		tokF32: [2]tokensF32{kvF32AVX2, stateVKf32AVX2}, tokBF16: [2]tokensBF16{kvBF16AVX2, stateVKbf16AVX2}})
 )
 
-// stateAVX512 is stateGeneric in AVX-512: column blocks of 256 (whole rows up to V = 256; then 1–16
-// ZMM, the last masked), each with one read pass and one write pass over its K×256 slab. Reference,
+// stateAVX512 is stateGeneric in AVX-512: column blocks of 256 (whole rows up to V = 256), then one
+// block of the rest: 8 ZMM at V mod 256 = 128, 4 and a masked one at 65–80, else a span of 1–16
+// ZMM (asm/state_kv_span.go), the last masked; each block with one read pass and one write pass
+// over its slab. Reference,
 // with K = len(kh) = len(qh), V = len(v) = len(o), len(sIn) = len(sOut) = K·V (not checked; sOut
 // may be sIn):
 //
@@ -73,8 +75,8 @@ func l2AVX512(q, k []float32) (qq, kk, kq float64)
 
 // stateAVX2 is stateAVX512 in AVX2: whole rows of 256 columns (then one block of 192, 128 or 64)
 // whose read pass accumulates Sᵀk̂ (in registers and o) and whose write pass, per 128 columns,
-// accumulates Sᵀq̂ from the state it re-reads; then a 32-column register block, 1–3 YMM, an XMM and
-// scalar columns.
+// accumulates Sᵀq̂ from the state it re-reads; then blocks of at most 23 columns (16 at 24 or
+// more): 2 YMM at 16, else a span of up to 2 YMM and a VMASKMOVPS one for the last V mod 8.
 //
 //go:noescape
 func stateAVX2(sIn, sOut, kh, qh, v, o []float32, em1, eg, beta, kq float32)

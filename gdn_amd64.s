@@ -4693,7 +4693,6 @@ stateAVX2_span_1:
 	VPBROADCASTD X0, Y0
 	VPCMPGTD     iota<>+0(SB), Y0, Y0
 	VMOVUPS      Y0, 32(SP)
-	SUBQ         R10, (SP)
 	MOVQ         R10, 264(SP)
 	SHLQ         $0x02, R10
 	MOVQ         R10, 24(SP)
@@ -4790,27 +4789,27 @@ stateAVX2_spanmasked_2:
 stateAVX2_spanpast_2:
 	// Write pass: S' = S + em1·S + k̂_i·δ over the same slab.
 	MOVQ AX, R10
-	MOVQ CX, R13
+	MOVQ CX, AX
 	XORQ R12, R12
 
 stateAVX2_write_3:
-	MOVQ         8(SP), R14
-	PREFETCHT1   (R14)
-	ADDQ         24(SP), R14
-	MOVQ         R14, 8(SP)
+	MOVQ         8(SP), CX
+	PREFETCHT1   (CX)
+	ADDQ         24(SP), CX
+	MOVQ         CX, 8(SP)
 	VBROADCASTSS (DX)(R12*4), Y1
 	CMPQ         R11, $0x00000000
 	JBE          stateAVX2_spantail_3
 	VMOVUPS      (R10), Y3
 	VFMADD213PS  Y3, Y6, Y3
 	VFMADD231PS  Y0, Y1, Y3
-	VMOVUPS      Y3, (R13)
+	VMOVUPS      Y3, (AX)
 	CMPQ         R11, $0x00000008
 	JBE          stateAVX2_spantail_3
 	VMOVUPS      32(R10), Y3
 	VFMADD213PS  Y3, Y6, Y3
 	VFMADD231PS  Y2, Y1, Y3
-	VMOVUPS      Y3, 32(R13)
+	VMOVUPS      Y3, 32(AX)
 
 stateAVX2_spantail_3:
 	CMPQ 264(SP), R11
@@ -4818,7 +4817,7 @@ stateAVX2_spantail_3:
 
 stateAVX2_spanback_3:
 	ADDQ R9, R10
-	ADDQ R9, R13
+	ADDQ R9, AX
 	INCQ R12
 	CMPQ R12, R8
 	JB   stateAVX2_write_3
@@ -4830,7 +4829,7 @@ stateAVX2_spanmasked_3:
 	VFMADD213PS Y3, Y6, Y3
 	VFMADD231PS Y4, Y1, Y3
 	VMOVUPS     32(SP), Y1
-	VMASKMOVPS  Y3, Y1, (R13)(R11*4)
+	VMASKMOVPS  Y3, Y1, (AX)(R11*4)
 	JMP         stateAVX2_spanback_3
 
 stateAVX2_spanpast_3:
@@ -4883,27 +4882,27 @@ stateAVX2_spanmasked_4:
 stateAVX2_spanpast_4:
 	// Write pass: S' = eg·S + k̂_i·δ over the same slab.
 	MOVQ AX, R10
-	MOVQ CX, R13
+	MOVQ CX, AX
 	XORQ R12, R12
 
 stateAVX2_write_4:
-	MOVQ         8(SP), R14
-	PREFETCHT1   (R14)
-	ADDQ         24(SP), R14
-	MOVQ         R14, 8(SP)
+	MOVQ         8(SP), CX
+	PREFETCHT1   (CX)
+	ADDQ         24(SP), CX
+	MOVQ         CX, 8(SP)
 	VBROADCASTSS (DX)(R12*4), Y1
 	CMPQ         R11, $0x00000000
 	JBE          stateAVX2_spantail_5
 	VMOVUPS      (R10), Y3
 	VMULPS       Y3, Y6, Y3
 	VFMADD231PS  Y0, Y1, Y3
-	VMOVUPS      Y3, (R13)
+	VMOVUPS      Y3, (AX)
 	CMPQ         R11, $0x00000008
 	JBE          stateAVX2_spantail_5
 	VMOVUPS      32(R10), Y3
 	VMULPS       Y3, Y6, Y3
 	VFMADD231PS  Y2, Y1, Y3
-	VMOVUPS      Y3, 32(R13)
+	VMOVUPS      Y3, 32(AX)
 
 stateAVX2_spantail_5:
 	CMPQ 264(SP), R11
@@ -4911,7 +4910,7 @@ stateAVX2_spantail_5:
 
 stateAVX2_spanback_5:
 	ADDQ R9, R10
-	ADDQ R9, R13
+	ADDQ R9, AX
 	INCQ R12
 	CMPQ R12, R8
 	JB   stateAVX2_write_4
@@ -4923,18 +4922,11 @@ stateAVX2_spanmasked_5:
 	VMULPS      Y3, Y6, Y3
 	VFMADD231PS Y4, Y1, Y3
 	VMOVUPS     32(SP), Y1
-	VMASKMOVPS  Y3, Y1, (R13)(R11*4)
+	VMASKMOVPS  Y3, Y1, (AX)(R11*4)
 	JMP         stateAVX2_spanback_5
 
 stateAVX2_spanpast_5:
 stateAVX2_decayed_8:
-	MOVQ 24(SP), R10
-	ADDQ R10, AX
-	ADDQ R10, CX
-	ADDQ R10, SI
-	ADDQ R10, DI
-	JMP  stateAVX2_spans_1
-
 stateAVX2_done_1:
 	VZEROUPPER
 	RET

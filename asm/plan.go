@@ -129,20 +129,21 @@ func vecBlock(lanes, nv int) []piece {
 // fullBlock is the main block: blockVecs unmasked vectors.
 func fullBlock(a isa) []piece { return vecBlock(a.lanes, a.blockVecs) }
 
-// zmmBlock is an AVX-512 block of nv unmasked ZMM.
-func zmmBlock(nv int) []piece { return vecBlock(16, nv) }
-
-// maskedBlock is an AVX-512 tail block of nv vectors, the last one under K1.
+// maskedBlock is an AVX-512 block of nv vectors, the last one under K1 (a fixed block of the
+// odd shape's width; any other width takes a span, state_kv_span.go).
 func maskedBlock(nv int) []piece {
 	ps := vecBlock(16, nv)
 	ps[nv-1].mask = K1
 	return ps
 }
 
-// ymmBlock is an AVX2 tail block of nv full YMM.
+// ymmBlock is an AVX2 block of nv full YMM (the routines take vecBlock and spans since the tails
+// became spans; TestPlans still checks it).
 func ymmBlock(nv int) []piece { return vecBlock(8, nv) }
 
-// narrowBlock is the AVX2 tail block of n < 8 columns: an XMM if n ≥ 4, then scalars.
+// narrowBlock is an AVX2 block of n < 8 columns: an XMM if n ≥ 4, then scalars (no routine takes
+// it since the last w mod 8 columns became a VMASKMOVPS vector of a span; TestPlans still checks
+// it).
 func narrowBlock(n int) []piece {
 	var ps []piece
 	off := 0

@@ -77,34 +77,31 @@ func stateRoutine(a isa) {
 		ADDQ(U8(31), acc)
 		ANDQ(I8(-32), acc)
 		rowBlocks(r, remMem, acc)
-		Commentf("Spans: blocks of %d columns or less, cut to %d at %d or more (cutWidth).", 8*(narrowSpan+1)-1, 8*narrowSpan, 8*(narrowSpan+1))
+		Commentf("Spans: blocks of %d columns or less, cut to %d at %d or more (cutWidth).", a.lanes*(narrowSpan+1)-1, a.lanes*narrowSpan, a.lanes*(narrowSpan+1))
 		loop := label("spans")
 		Label(loop)
 		wd := GP64()
 		MOVQ(remMem, wd)
 		TESTQ(wd, wd)
 		JZ(LabelRef(done))
-		cutWidth(wd)
-		Commentf("A block of %d columns (V = 80: the 16 after 64): %d full vectors, no guard.", 8*narrowSpan, narrowSpan)
+		cutWidth(a, wd)
+		Commentf("A block of %d columns (V = 80: the 16 after 64): %d full vectors, no guard.", a.lanes*narrowSpan, narrowSpan)
 		spans := label("span")
-		CMPQ(wd, U32(8*narrowSpan))
+		CMPQ(wd, U32(a.lanes*narrowSpan))
 		JNE(LabelRef(spans))
-		stateBlock(r, fixedSpan(a, vecBlock(8, narrowSpan)), Mem{})
-		advance(r, 32*narrowSpan)
-		SUBQ(U32(8*narrowSpan), remMem)
+		stateBlock(r, fixedSpan(a, vecBlock(a.lanes, narrowSpan)), Mem{})
+		advance(r, a.bytes()*narrowSpan)
+		SUBQ(U32(a.lanes*narrowSpan), remMem)
 		JMP(LabelRef(loop))
 		Label(spans)
 		n := splitWidth(a, wd, lane)
-		SUBQ(wd, remMem)
 		wdMem := AllocLocal(8)
 		MOVQ(wd, wdMem)
 		SHLQ(U8(2), wd)
 		MOVQ(wd, r.wb)
+		// The last block: what is left is below 24 columns and not 16.
 		stateBlock(r, guardedSpan(a, narrowSpan, 0, n, wdMem, &lane), Mem{})
-		wb := GP64()
-		MOVQ(r.wb, wb)
-		advanceBy(r, wb)
-		JMP(LabelRef(loop))
+		JMP(LabelRef(done))
 	} else {
 		local := AllocLocal(stateLocal)
 		blockCols := a.lanes * a.blockVecs
@@ -163,14 +160,6 @@ func stateRoutine(a isa) {
 	Label(done)
 	VZEROUPPER()
 	RET()
-}
-
-// advanceBy moves the block pointers by n bytes (a register).
-func advanceBy(r stateRegs, n GPVirtual) {
-	ADDQ(n, r.sIn)
-	ADDQ(n, r.sOut)
-	ADDQ(n, r.v)
-	ADDQ(n, r.o)
 }
 
 // frameAcc reports whether a block keeps the accumulators of its vectors from regVecs on in the

@@ -114,11 +114,11 @@ func (s span) each(body func(t int, pc piece)) (outOfLine func()) {
 const narrowSpan = 2
 
 // cutWidth caps the width wd of a block that goes to an AVX2 span of narrowSpan full vectors:
-// wd ≥ 8·(narrowSpan+1) becomes 8·narrowSpan.
-func cutWidth(wd GPVirtual) {
+// wd ≥ lanes·(narrowSpan+1) becomes lanes·narrowSpan.
+func cutWidth(a isa, wd GPVirtual) {
 	x := GP64()
-	MOVQ(U32(8*narrowSpan), x)
-	CMPQ(wd, U32(8*(narrowSpan+1)))
+	MOVQ(U32(a.lanes*narrowSpan), x)
+	CMPQ(wd, U32(a.lanes*(narrowSpan+1)))
 	CMOVQCC(x, wd)
 }
 

@@ -6,10 +6,14 @@ package main
 // # Structure
 //
 // The columns are cut into blocks of at most kvBlockVecs vectors (64 columns for AVX-512, 32 for
-// AVX2; fewer when K is large, so that K rows of a block fit kvWork bytes), every block emitted
-// once, as one span (state_kv_span.go): AVX-512 1–3 full ZMM guarded and the masked last one,
-// AVX2 1–4 full YMM guarded and a VMASKMOVPS one for the last V mod 8 columns. A block lives in the
-// work (kvWork bytes, in L1) for all of the call's tokens:
+// AVX2; fewer when K is large, so that K rows of a block fit kvWork bytes). Three shapes are
+// emitted: the full block of kvBlockVecs vectors (K ≤ 128 / 256: every block of V = 64·n / 32·n),
+// the tail of the odd 96×80 (AVX-512 one masked ZMM, AVX2 16 columns), both without a guard, and
+// one span (state_kv_span.go) for every other width: AVX-512 1 full ZMM, 2 guarded and the masked
+// one, AVX2 2 full YMM guarded and a VMASKMOVPS one for the last w mod 8 (blocks of 24–31
+// columns are cut to 16). A guard never taken still cost 1–3 % in these loops (they are short:
+// their per-row work is a few vectors), hence the fixed shapes. A block lives in the work (kvWork
+// bytes, in L1) for all of the call's tokens:
 //
 //	pass 0:      load the block from src (widened for bf16; from src32 when it is given) into
 //	             the work, accumulating token 0's Sᵀk̂ and Sᵀq̂ on the way
@@ -191,13 +195,13 @@ func stateKVTokens(vr kvVariant) {
 	JMP(LabelRef(next))
 	Label(spanLab)
 	if !a.maskedLast() {
-		cutWidth(wd)
+		cutWidth(a, wd)
 		MOVQ(wd, g.wcols)
-		Commentf("A block of %d columns (V = 80: the 16 after 64): %d full vectors, no guard.", 8*narrowSpan, narrowSpan)
+		Commentf("A block of %d columns (V = 80: the 16 after 64): %d full vectors, no guard.", a.lanes*narrowSpan, narrowSpan)
 		spanLab = label("span")
-		CMPQ(wd, U32(8*narrowSpan))
+		CMPQ(wd, U32(a.lanes*narrowSpan))
 		JNE(LabelRef(spanLab))
-		g.block(fixedSpan(a, vecBlock(8, narrowSpan)))
+		g.block(fixedSpan(a, vecBlock(a.lanes, narrowSpan)))
 		JMP(LabelRef(next))
 		Label(spanLab)
 	}

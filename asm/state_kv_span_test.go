@@ -1,0 +1,115 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	. "github.com/mmcloughlin/avo/operand"
+)
+
+// TestSpans checks the plans of the spans: full vectors contiguous from column 0, the masked one
+// last at a run-time column under the ISA's mask, and that the single-token spans (with the fixed
+// block of the odd shape) and the tokens routines' blocks cover every block width exactly once.
+func TestSpans(t *testing.T) {
+	for _, a := range []isa{avx512, avx2} {
+		for full := 0; full <= 15; full++ {
+			s := guardedSpan(a, full, 0, nil, Mem{}, &Mem{})
+			if len(s.ps) != full+1 {
+				t.Fatalf("%s span of %d: %d pieces", a.name, full, len(s.ps))
+			}
+			for i, p := range s.ps[:full] {
+				if p.w != a.lanes || p.off != a.bytes()*i || p.mask != nil || p.lane != nil || p.idx != nil {
+					t.Fatalf("%s span of %d: full piece %d = %+v", a.name, full, i, p)
+				}
+			}
+			m := s.ps[full]
+			if m.w != a.lanes || a.masks != (m.mask != nil) || a.masks == (m.lane != nil) {
+				t.Fatalf("%s span of %d: masked piece %+v", a.name, full, m)
+			}
+		}
+	}
+
+	// Single-token AVX-512 tail (1 ≤ V mod 256 ≤ 255): n = 16·((V − 1) >> 4) selects V = 128's
+	// fixed block, the odd shape's, or the span with fixed ≤ n/16 ≤ full.
+	ranges := stateSpans(avx512)
+	for V := 1; V < 256; V++ {
+		nfull := (V - 1) >> 4
+		hits := 0
+		if V == 128 {
+			continue
+		}
+		if nfull == oddVecs-1 {
+			hits++
+		}
+		for _, rg := range ranges {
+			if rg[0] <= nfull && nfull <= rg[1] && nfull != oddVecs-1 {
+				hits++
+			}
+		}
+		if hits != 1 {
+			t.Fatalf("single-token V = %d (%d full ZMM): %d blocks serve it", V, nfull, hits)
+		}
+	}
+	for k := 1; k < len(ranges); k++ {
+		if ranges[k][0] <= ranges[k-1][1] {
+			t.Fatalf("stateSpans %v: not ascending", ranges)
+		}
+	}
+	if ranges[len(ranges)-1][1] != avx512.blockVecs-1 {
+		t.Fatalf("stateSpans %v: the widest does not reach %d full vectors", ranges, avx512.blockVecs-1)
+	}
+
+	// AVX2 tails (single-token after the rows, tokens after the full blocks): a block of wd < 32
+	// columns (cut to 16 from 24 on) is the 16-column block or a span of narrowSpan full vectors.
+	for wd := 1; wd < 32; wd++ {
+		w := wd
+		if w >= 8*(narrowSpan+1) {
+			w = 8 * narrowSpan
+		}
+		if w != 8*narrowSpan && w>>3 > narrowSpan {
+			t.Fatalf("AVX2 block of %d columns: %d full YMM, the span has %d", w, w>>3, narrowSpan)
+		}
+	}
+
+	// Tokens AVX-512: a block of wd ≤ 64 columns is the full block (64), one masked ZMM (≤ 16),
+	// or the span [spanFixed, spanVecs] (then the masked one: nfull = (wd − 1) >> 4).
+	g := kvVariant{a: avx512}
+	for wd := 17; wd < 64; wd++ {
+		if nfull := (wd - 1) >> 4; nfull < g.spanFixed() || nfull > g.spanVecs() {
+			t.Fatalf("tokens AVX-512 block of %d columns: %d full ZMM, the span serves %d–%d", wd, nfull, g.spanFixed(), g.spanVecs())
+		}
+	}
+	if g := (kvVariant{a: avx2}); g.spanVecs() != narrowSpan || g.spanFixed() != 0 {
+		t.Fatalf("tokens AVX2 span: %d full YMM from %d", g.spanVecs(), g.spanFixed())
+	}
+}
+
+// kvLineBudget is the most lines each [K][V] routine of ../gdn_amd64.s may have (DESIGN.md §4: a
+// test keeps each routine under a line budget, so growth is a decision). Reached when the tails
+// became spans: 1,936, 1,959, 976, 1,435, 1,075, 1,667 (9,048; 20,652 before).
+var kvLineBudget = map[string]int{
+	"stateAVX512":       2000,
+	"stateAVX2":         2000,
+	"stateKVf32AVX512":  1000,
+	"stateKVbf16AVX512": 1475,
+	"stateKVf32AVX2":    1100,
+	"stateKVbf16AVX2":   1700,
+}
+
+func TestKVLineBudget(t *testing.T) {
+	rs := routines(t)
+	total := 0
+	for name, budget := range kvLineBudget {
+		body, ok := rs[name]
+		if !ok {
+			t.Fatalf("no routine %s", name)
+		}
+		_, text, _ := strings.Cut(body, "TEXT ·"+name)
+		n := strings.Count(text, "\n")
+		total += n
+		if n > budget {
+			t.Errorf("%s has %d lines, budget %d (kvLineBudget): a decision, not a drift", name, n, budget)
+		}
+	}
+	t.Logf("the [K][V] routines: %d lines", total)
+}
