@@ -10568,19 +10568,19 @@ widenAVX2_done:
 	VZEROUPPER
 	RET
 
-// func vkf32AVX512(K int, V int, src []float32, stores []uintptr, kh []float32, qh []float32, v []float32, vs int, o []float32, tok []float32, work []float32)
+// func stateVKf32AVX512(K int, V int, src []float32, stores []uintptr, kh []float32, qh []float32, v []float32, vs int, o []float32, tok []float32, work []float32)
 // Requires: AVX, AVX512F, AVX512VL, CMOV, FMA3, MMX+
-TEXT ·vkf32AVX512(SB), NOSPLIT, $56-216
+TEXT ·stateVKf32AVX512(SB), NOSPLIT, $56-216
 	MOVQ  K+0(FP), CX
 	MOVQ  V+8(FP), AX
 	MOVQ  tok_len+176(FP), DX
 	SHRQ  $0x02, DX
 	TESTQ CX, CX
-	JZ    vkf32AVX512_done_1
+	JZ    stateVKf32AVX512_done_1
 	TESTQ AX, AX
-	JZ    vkf32AVX512_done_1
+	JZ    stateVKf32AVX512_done_1
 	TESTQ DX, DX
-	JZ    vkf32AVX512_done_1
+	JZ    stateVKf32AVX512_done_1
 	MOVQ  AX, 8(SP)
 	MOVQ  DX, 16(SP)
 	MOVQ  work_base+192(FP), DX
@@ -10603,18 +10603,18 @@ TEXT ·vkf32AVX512(SB), NOSPLIT, $56-216
 	DECQ AX
 	SHRQ $0x04, AX
 	CMPQ AX, $0x00000003
-	JBE  vkf32AVX512_n4_1
+	JBE  stateVKf32AVX512_n4_1
 	CMPQ AX, $0x00000005
-	JBE  vkf32AVX512_n6_1
+	JBE  stateVKf32AVX512_n6_1
 	CMPQ AX, $0x00000007
-	JBE  vkf32AVX512_n8_1
+	JBE  stateVKf32AVX512_n8_1
 	CMPQ AX, $0x0000000b
-	JBE  vkf32AVX512_n12_1
+	JBE  stateVKf32AVX512_n12_1
 	CMPQ AX, $0x0000000f
-	JBE  vkf32AVX512_n16_1
-	JMP  vkf32AVX512_done_1
+	JBE  stateVKf32AVX512_n16_1
+	JMP  stateVKf32AVX512_done_1
 
-vkf32AVX512_n4_1:
+stateVKf32AVX512_n4_1:
 	// Rows of 1…4 vectors.
 	MOVQ         R9, AX
 	SHRQ         $0x02, AX
@@ -10636,11 +10636,11 @@ vkf32AVX512_n4_1:
 	VPBROADCASTD AX, Z0
 	VPCMPGTD     iota<>+0(SB), Z0, K5
 	CMPQ         16(SP), $0x01
-	JE           vkf32AVX512_groups_1
+	JE           stateVKf32AVX512_groups_1
 
-vkf32AVX512_block_1:
+stateVKf32AVX512_block_1:
 	CMPQ    8(SP), $0x10
-	JB      vkf32AVX512_blocksdone_1
+	JB      stateVKf32AVX512_blocksdone_1
 	MOVQ    $0x00000001, AX
 	MOVQ    $0x00000002, CX
 	CMPQ    8(SP), $0x20
@@ -10656,19 +10656,19 @@ vkf32AVX512_block_1:
 	MOVQ  48(SP), DX
 	SHLQ  $0x04, DX
 
-vkf32AVX512_bload_1:
+stateVKf32AVX512_bload_1:
 	PREFETCHT0 8192(AX)
 	CMPQ       R9, $0x00000040
-	JBE        vkf32AVX512_dead_1
+	JBE        stateVKf32AVX512_dead_1
 	PREFETCHT0 8256(AX)
 	CMPQ       R9, $0x00000080
-	JBE        vkf32AVX512_dead_1
+	JBE        stateVKf32AVX512_dead_1
 	PREFETCHT0 8320(AX)
 	CMPQ       R9, $0x000000c0
-	JBE        vkf32AVX512_dead_1
+	JBE        stateVKf32AVX512_dead_1
 	PREFETCHT0 8384(AX)
 
-vkf32AVX512_dead_1:
+stateVKf32AVX512_dead_1:
 	VMOVUPS.Z (AX), K1, Z0
 	VMOVUPS   Z0, (CX)
 	VMOVUPS.Z 64(AX), K3, Z0
@@ -10680,7 +10680,7 @@ vkf32AVX512_dead_1:
 	ADDQ      R9, AX
 	ADDQ      $0x00000100, CX
 	DECQ      DX
-	JNZ       vkf32AVX512_bload_1
+	JNZ       stateVKf32AVX512_bload_1
 	MOVQ      kh_base+64(FP), AX
 	MOVQ      qh_base+88(FP), CX
 	MOVQ      tok_base+168(FP), DX
@@ -10693,7 +10693,7 @@ vkf32AVX512_dead_1:
 	ADDQ      R8, DI
 	MOVQ      16(SP), R8
 
-vkf32AVX512_btoken_1:
+stateVKf32AVX512_btoken_1:
 	VMOVUPS.Z (AX), K1, Z0
 	VMOVUPS.Z 64(AX), K3, Z3
 	VMOVUPS.Z 128(AX), K4, Z4
@@ -10704,7 +10704,7 @@ vkf32AVX512_btoken_1:
 	VMOVUPS.Z 192(CX), K5, Z9
 	XORQ      R10, R10
 
-vkf32AVX512_bsub_1:
+stateVKf32AVX512_bsub_1:
 	MOVQ   R10, R11
 	IMUL3Q $0x00001000, R11, R11
 	ADDQ   40(SP), R11
@@ -10714,7 +10714,7 @@ vkf32AVX512_bsub_1:
 	ADDQ   $0x00002000, R12
 	MOVQ   $0x00000008, R13
 
-vkf32AVX512_bdots_1:
+stateVKf32AVX512_bdots_1:
 	VBROADCASTSS zero<>+0(SB), Z12
 	VBROADCASTSS zero<>+0(SB), Z13
 	VBROADCASTSS zero<>+0(SB), Z16
@@ -10726,7 +10726,7 @@ vkf32AVX512_bdots_1:
 	VMULPS.Z     Z0, Z15, K1, Z14
 	VMULPS.Z     Z6, Z15, K1, Z15
 	CMPQ         R9, $0x00000040
-	JBE          vkf32AVX512_dead_2
+	JBE          stateVKf32AVX512_dead_2
 	VMOVUPS      64(R11), Z18
 	VFMADD231PS  Z3, Z18, K3, Z12
 	VFMADD231PS  Z7, Z18, K3, Z13
@@ -10734,7 +10734,7 @@ vkf32AVX512_bdots_1:
 	VFMADD231PS  Z3, Z18, K3, Z16
 	VFMADD231PS  Z7, Z18, K3, Z17
 	CMPQ         R9, $0x00000080
-	JBE          vkf32AVX512_dead_2
+	JBE          stateVKf32AVX512_dead_2
 	VMOVUPS      128(R11), Z18
 	VFMADD231PS  Z4, Z18, K4, Z10
 	VFMADD231PS  Z8, Z18, K4, Z11
@@ -10742,7 +10742,7 @@ vkf32AVX512_bdots_1:
 	VFMADD231PS  Z4, Z18, K4, Z14
 	VFMADD231PS  Z8, Z18, K4, Z15
 	CMPQ         R9, $0x000000c0
-	JBE          vkf32AVX512_dead_2
+	JBE          stateVKf32AVX512_dead_2
 	VMOVUPS      192(R11), Z18
 	VFMADD231PS  Z5, Z18, K5, Z12
 	VFMADD231PS  Z9, Z18, K5, Z13
@@ -10750,7 +10750,7 @@ vkf32AVX512_bdots_1:
 	VFMADD231PS  Z5, Z18, K5, Z16
 	VFMADD231PS  Z9, Z18, K5, Z17
 
-vkf32AVX512_dead_2:
+stateVKf32AVX512_dead_2:
 	VADDPS       Z12, Z10, Z10
 	VADDPS       Z13, Z11, Z11
 	VMOVUPS      Z10, (R12)
@@ -10762,7 +10762,7 @@ vkf32AVX512_dead_2:
 	ADDQ         $0x00000200, R11
 	ADDQ         $0x80, R12
 	DECQ         R13
-	JNZ          vkf32AVX512_bdots_1
+	JNZ          stateVKf32AVX512_bdots_1
 	SUBQ         $0x00000400, R12
 	VMOVUPS      (R12), Z10
 	VMOVUPS      64(R12), Z11
@@ -10894,14 +10894,14 @@ vkf32AVX512_dead_2:
 	VMOVUPS      Z11, 64(R12)
 	INCQ         R10
 	CMPQ         R10, 48(SP)
-	JB           vkf32AVX512_bsub_1
+	JB           stateVKf32AVX512_bsub_1
 	VMOVSS       (DX), X1
 	VUCOMISS     nearone<>+0(SB), X1
-	JCS          vkf32AVX512_far_1
+	JCS          stateVKf32AVX512_far_1
 	VBROADCASTSS (DX), Z6
 	XORQ         R10, R10
 
-vkf32AVX512_bdelta_1:
+stateVKf32AVX512_bdelta_1:
 	MOVQ         R10, R11
 	SHLQ         $0x0b, R11
 	ADDQ         40(SP), R11
@@ -10923,14 +10923,14 @@ vkf32AVX512_bdelta_1:
 	VMOVUPS      Z8, (DI)(R11*1)
 	INCQ         R10
 	CMPQ         R10, 48(SP)
-	JB           vkf32AVX512_bdelta_1
+	JB           stateVKf32AVX512_bdelta_1
 	MOVQ         40(SP), R10
 	MOVQ         40(SP), R11
 	ADDQ         $0x00003000, R11
 	MOVQ         48(SP), R12
 	SHLQ         $0x03, R12
 
-vkf32AVX512_bupdate_1:
+stateVKf32AVX512_bupdate_1:
 	VBROADCASTSS (R11), Z7
 	VBROADCASTSS 4(R11), Z8
 	VMOVUPS      (R10), Z9
@@ -10942,7 +10942,7 @@ vkf32AVX512_bupdate_1:
 	VFMADD231PS  Z0, Z8, K1, Z9
 	VMOVUPS      Z9, 256(R10)
 	CMPQ         R9, $0x00000040
-	JBE          vkf32AVX512_dead_3
+	JBE          stateVKf32AVX512_dead_3
 	VMOVUPS      64(R10), Z9
 	VFMADD213PS  Z9, Z6, Z9
 	VFMADD231PS  Z3, Z7, K3, Z9
@@ -10952,7 +10952,7 @@ vkf32AVX512_bupdate_1:
 	VFMADD231PS  Z3, Z8, K3, Z9
 	VMOVUPS      Z9, 320(R10)
 	CMPQ         R9, $0x00000080
-	JBE          vkf32AVX512_dead_3
+	JBE          stateVKf32AVX512_dead_3
 	VMOVUPS      128(R10), Z9
 	VFMADD213PS  Z9, Z6, Z9
 	VFMADD231PS  Z4, Z7, K4, Z9
@@ -10962,7 +10962,7 @@ vkf32AVX512_bupdate_1:
 	VFMADD231PS  Z4, Z8, K4, Z9
 	VMOVUPS      Z9, 384(R10)
 	CMPQ         R9, $0x000000c0
-	JBE          vkf32AVX512_dead_3
+	JBE          stateVKf32AVX512_dead_3
 	VMOVUPS      192(R10), Z9
 	VFMADD213PS  Z9, Z6, Z9
 	VFMADD231PS  Z5, Z7, K5, Z9
@@ -10972,18 +10972,18 @@ vkf32AVX512_bupdate_1:
 	VFMADD231PS  Z5, Z8, K5, Z7
 	VMOVUPS      Z7, 448(R10)
 
-vkf32AVX512_dead_3:
+stateVKf32AVX512_dead_3:
 	ADDQ $0x00000200, R10
 	ADDQ $0x08, R11
 	DECQ R12
-	JNZ  vkf32AVX512_bupdate_1
-	JMP  vkf32AVX512_decayed_1
+	JNZ  stateVKf32AVX512_bupdate_1
+	JMP  stateVKf32AVX512_decayed_1
 
-vkf32AVX512_far_1:
+stateVKf32AVX512_far_1:
 	VBROADCASTSS 4(DX), Z6
 	XORQ         R10, R10
 
-vkf32AVX512_bdelta_2:
+stateVKf32AVX512_bdelta_2:
 	MOVQ         R10, R11
 	SHLQ         $0x0b, R11
 	ADDQ         40(SP), R11
@@ -11005,14 +11005,14 @@ vkf32AVX512_bdelta_2:
 	VMOVUPS      Z8, (DI)(R11*1)
 	INCQ         R10
 	CMPQ         R10, 48(SP)
-	JB           vkf32AVX512_bdelta_2
+	JB           stateVKf32AVX512_bdelta_2
 	MOVQ         40(SP), R10
 	MOVQ         40(SP), R11
 	ADDQ         $0x00003000, R11
 	MOVQ         48(SP), R12
 	SHLQ         $0x03, R12
 
-vkf32AVX512_bupdate_2:
+stateVKf32AVX512_bupdate_2:
 	VBROADCASTSS (R11), Z7
 	VBROADCASTSS 4(R11), Z8
 	VMOVUPS      (R10), Z9
@@ -11024,7 +11024,7 @@ vkf32AVX512_bupdate_2:
 	VFMADD231PS  Z0, Z8, K1, Z9
 	VMOVUPS      Z9, 256(R10)
 	CMPQ         R9, $0x00000040
-	JBE          vkf32AVX512_dead_4
+	JBE          stateVKf32AVX512_dead_4
 	VMOVUPS      64(R10), Z9
 	VMULPS       Z9, Z6, Z9
 	VFMADD231PS  Z3, Z7, K3, Z9
@@ -11034,7 +11034,7 @@ vkf32AVX512_bupdate_2:
 	VFMADD231PS  Z3, Z8, K3, Z9
 	VMOVUPS      Z9, 320(R10)
 	CMPQ         R9, $0x00000080
-	JBE          vkf32AVX512_dead_4
+	JBE          stateVKf32AVX512_dead_4
 	VMOVUPS      128(R10), Z9
 	VMULPS       Z9, Z6, Z9
 	VFMADD231PS  Z4, Z7, K4, Z9
@@ -11044,7 +11044,7 @@ vkf32AVX512_bupdate_2:
 	VFMADD231PS  Z4, Z8, K4, Z9
 	VMOVUPS      Z9, 384(R10)
 	CMPQ         R9, $0x000000c0
-	JBE          vkf32AVX512_dead_4
+	JBE          stateVKf32AVX512_dead_4
 	VMOVUPS      192(R10), Z9
 	VMULPS       Z9, Z6, Z9
 	VFMADD231PS  Z5, Z7, K5, Z9
@@ -11054,17 +11054,17 @@ vkf32AVX512_bupdate_2:
 	VFMADD231PS  Z5, Z8, K5, Z7
 	VMOVUPS      Z7, 448(R10)
 
-vkf32AVX512_dead_4:
+stateVKf32AVX512_dead_4:
 	ADDQ $0x00000200, R10
 	ADDQ $0x08, R11
 	DECQ R12
-	JNZ  vkf32AVX512_bupdate_2
+	JNZ  stateVKf32AVX512_bupdate_2
 
-vkf32AVX512_decayed_1:
+stateVKf32AVX512_decayed_1:
 	// The state after this token, if stored.
 	MOVQ  (BX), R10
 	TESTQ R10, R10
-	JZ    vkf32AVX512_bnostore_1
+	JZ    stateVKf32AVX512_bnostore_1
 	MOVQ  (SP), R11
 	IMULQ R9, R11
 	ADDQ  R11, R10
@@ -11072,29 +11072,29 @@ vkf32AVX512_decayed_1:
 	MOVQ  48(SP), R12
 	SHLQ  $0x04, R12
 
-vkf32AVX512_bstore_1:
+stateVKf32AVX512_bstore_1:
 	VMOVUPS (R11), Z0
 	VMOVUPS Z0, K1, (R10)
 	CMPQ    R9, $0x00000040
-	JBE     vkf32AVX512_dead_5
+	JBE     stateVKf32AVX512_dead_5
 	VMOVUPS 64(R11), Z0
 	VMOVUPS Z0, K3, 64(R10)
 	CMPQ    R9, $0x00000080
-	JBE     vkf32AVX512_dead_5
+	JBE     stateVKf32AVX512_dead_5
 	VMOVUPS 128(R11), Z0
 	VMOVUPS Z0, K4, 128(R10)
 	CMPQ    R9, $0x000000c0
-	JBE     vkf32AVX512_dead_5
+	JBE     stateVKf32AVX512_dead_5
 	VMOVUPS 192(R11), Z0
 	VMOVUPS Z0, K5, 192(R10)
 
-vkf32AVX512_dead_5:
+stateVKf32AVX512_dead_5:
 	ADDQ R9, R10
 	ADDQ $0x00000100, R11
 	DECQ R12
-	JNZ  vkf32AVX512_bstore_1
+	JNZ  stateVKf32AVX512_bstore_1
 
-vkf32AVX512_bnostore_1:
+stateVKf32AVX512_bnostore_1:
 	ADDQ R9, AX
 	ADDQ R9, CX
 	ADDQ $0x10, DX
@@ -11102,18 +11102,18 @@ vkf32AVX512_bnostore_1:
 	ADDQ 32(SP), SI
 	ADDQ 24(SP), DI
 	DECQ R8
-	JNZ  vkf32AVX512_btoken_1
+	JNZ  stateVKf32AVX512_btoken_1
 	MOVQ 48(SP), AX
 	SHLQ $0x04, AX
 	ADDQ AX, (SP)
 	SUBQ AX, 8(SP)
-	JMP  vkf32AVX512_block_1
+	JMP  stateVKf32AVX512_block_1
 
-vkf32AVX512_blocksdone_1:
-vkf32AVX512_groups_1:
-vkf32AVX512_group_1:
+stateVKf32AVX512_blocksdone_1:
+stateVKf32AVX512_groups_1:
+stateVKf32AVX512_group_1:
 	CMPQ  8(SP), $0x00000003
-	JB    vkf32AVX512_groupsdone_1
+	JB    stateVKf32AVX512_groupsdone_1
 	MOVL  $0x00000007, AX
 	KMOVW AX, K6
 
@@ -11124,40 +11124,40 @@ vkf32AVX512_group_1:
 	ADDQ       CX, AX
 	PREFETCHT0 8192(AX)
 	CMPQ       R9, $0x00000014
-	JBE        vkf32AVX512_dead_6
+	JBE        stateVKf32AVX512_dead_6
 	PREFETCHT0 8256(AX)
 	CMPQ       R9, $0x00000028
-	JBE        vkf32AVX512_dead_6
+	JBE        stateVKf32AVX512_dead_6
 	PREFETCHT0 8320(AX)
 	CMPQ       R9, $0x00000040
-	JBE        vkf32AVX512_dead_6
+	JBE        stateVKf32AVX512_dead_6
 	PREFETCHT0 8384(AX)
 	CMPQ       R9, $0x00000054
-	JBE        vkf32AVX512_dead_6
+	JBE        stateVKf32AVX512_dead_6
 	PREFETCHT0 8448(AX)
 	CMPQ       R9, $0x00000068
-	JBE        vkf32AVX512_dead_6
+	JBE        stateVKf32AVX512_dead_6
 	PREFETCHT0 8512(AX)
 	CMPQ       R9, $0x00000080
-	JBE        vkf32AVX512_dead_6
+	JBE        stateVKf32AVX512_dead_6
 	PREFETCHT0 8576(AX)
 	CMPQ       R9, $0x00000094
-	JBE        vkf32AVX512_dead_6
+	JBE        stateVKf32AVX512_dead_6
 	PREFETCHT0 8640(AX)
 	CMPQ       R9, $0x000000a8
-	JBE        vkf32AVX512_dead_6
+	JBE        stateVKf32AVX512_dead_6
 	PREFETCHT0 8704(AX)
 	CMPQ       R9, $0x000000c0
-	JBE        vkf32AVX512_dead_6
+	JBE        stateVKf32AVX512_dead_6
 	PREFETCHT0 8768(AX)
 	CMPQ       R9, $0x000000d4
-	JBE        vkf32AVX512_dead_6
+	JBE        stateVKf32AVX512_dead_6
 	PREFETCHT0 8832(AX)
 	CMPQ       R9, $0x000000e8
-	JBE        vkf32AVX512_dead_6
+	JBE        stateVKf32AVX512_dead_6
 	PREFETCHT0 8896(AX)
 
-vkf32AVX512_dead_6:
+stateVKf32AVX512_dead_6:
 	VMOVUPS.Z (AX), K1, Z0
 	VMOVUPS.Z 64(AX), K3, Z3
 	VMOVUPS.Z 128(AX), K4, Z4
@@ -11184,7 +11184,7 @@ vkf32AVX512_dead_6:
 	ADDQ      R8, DI
 	MOVQ      16(SP), R8
 
-vkf32AVX512_token_1:
+stateVKf32AVX512_token_1:
 	VBROADCASTSS zero<>+0(SB), Z16
 	VBROADCASTSS zero<>+0(SB), Z17
 	VBROADCASTSS zero<>+0(SB), Z20
@@ -11198,7 +11198,7 @@ vkf32AVX512_token_1:
 	VMULPS.Z     (AX), Z10, K1, Z22
 	VMULPS.Z     (CX), Z10, K1, Z23
 	CMPQ         R9, $0x00000040
-	JBE          vkf32AVX512_dead_7
+	JBE          stateVKf32AVX512_dead_7
 	VFMADD231PS  64(AX), Z3, K3, Z16
 	VFMADD231PS  64(CX), Z3, K3, Z17
 	VFMADD231PS  64(AX), Z7, K3, Z20
@@ -11206,7 +11206,7 @@ vkf32AVX512_token_1:
 	VFMADD231PS  64(AX), Z11, K3, Z24
 	VFMADD231PS  64(CX), Z11, K3, Z25
 	CMPQ         R9, $0x00000080
-	JBE          vkf32AVX512_dead_7
+	JBE          stateVKf32AVX512_dead_7
 	VFMADD231PS  128(AX), Z4, K4, Z14
 	VFMADD231PS  128(CX), Z4, K4, Z15
 	VFMADD231PS  128(AX), Z8, K4, Z18
@@ -11214,7 +11214,7 @@ vkf32AVX512_token_1:
 	VFMADD231PS  128(AX), Z12, K4, Z22
 	VFMADD231PS  128(CX), Z12, K4, Z23
 	CMPQ         R9, $0x000000c0
-	JBE          vkf32AVX512_dead_7
+	JBE          stateVKf32AVX512_dead_7
 	VFMADD231PS  192(AX), Z5, K5, Z16
 	VFMADD231PS  192(CX), Z5, K5, Z17
 	VFMADD231PS  192(AX), Z9, K5, Z20
@@ -11222,7 +11222,7 @@ vkf32AVX512_token_1:
 	VFMADD231PS  192(AX), Z13, K5, Z24
 	VFMADD231PS  192(CX), Z13, K5, Z25
 
-vkf32AVX512_dead_7:
+stateVKf32AVX512_dead_7:
 	VADDPS       Z16, Z14, Z14
 	VADDPS       Z20, Z18, Z18
 	VADDPS       Z24, Z22, Z22
@@ -11254,16 +11254,16 @@ vkf32AVX512_dead_7:
 	VPERMPS      Z14, Z15, Z14
 	VMOVSS       (DX), X1
 	VUCOMISS     nearone<>+0(SB), X1
-	JCS          vkf32AVX512_far_2
+	JCS          stateVKf32AVX512_far_2
 	VBROADCASTSS (DX), Z15
 	VFMADD213PS  Z14, Z15, Z14
-	JMP          vkf32AVX512_decayed_2
+	JMP          stateVKf32AVX512_decayed_2
 
-vkf32AVX512_far_2:
+stateVKf32AVX512_far_2:
 	VBROADCASTSS 4(DX), Z15
 	VMULPS       Z14, Z15, Z14
 
-vkf32AVX512_decayed_2:
+stateVKf32AVX512_decayed_2:
 	VEXTRACTF64X4 $0x01, Z14, Y15
 	VMOVUPS.Z     (SI), K6, Y1
 	VSUBPS        Y14, Y1, Y1
@@ -11274,7 +11274,7 @@ vkf32AVX512_decayed_2:
 	VMOVUPS       Y15, K6, (DI)
 	VMOVSS        (DX), X2
 	VUCOMISS      nearone<>+0(SB), X2
-	JCS           vkf32AVX512_far_3
+	JCS           stateVKf32AVX512_far_3
 	VBROADCASTSS  (DX), Z14
 	VBROADCASTSS  X1, Z15
 	VMOVUPS       vklane1<>+0(SB), Z16
@@ -11288,7 +11288,7 @@ vkf32AVX512_decayed_2:
 	VFMADD213PS   Z10, Z14, Z10
 	VFMADD231PS   (AX), Z17, K1, Z10
 	CMPQ          R9, $0x00000040
-	JBE           vkf32AVX512_dead_8
+	JBE           stateVKf32AVX512_dead_8
 	VFMADD213PS   Z3, Z14, Z3
 	VFMADD231PS   64(AX), Z15, K3, Z3
 	VFMADD213PS   Z7, Z14, Z7
@@ -11296,7 +11296,7 @@ vkf32AVX512_decayed_2:
 	VFMADD213PS   Z11, Z14, Z11
 	VFMADD231PS   64(AX), Z17, K3, Z11
 	CMPQ          R9, $0x00000080
-	JBE           vkf32AVX512_dead_8
+	JBE           stateVKf32AVX512_dead_8
 	VFMADD213PS   Z4, Z14, Z4
 	VFMADD231PS   128(AX), Z15, K4, Z4
 	VFMADD213PS   Z8, Z14, Z8
@@ -11304,7 +11304,7 @@ vkf32AVX512_decayed_2:
 	VFMADD213PS   Z12, Z14, Z12
 	VFMADD231PS   128(AX), Z17, K4, Z12
 	CMPQ          R9, $0x000000c0
-	JBE           vkf32AVX512_dead_8
+	JBE           stateVKf32AVX512_dead_8
 	VFMADD213PS   Z5, Z14, Z5
 	VFMADD231PS   192(AX), Z15, K5, Z5
 	VFMADD213PS   Z9, Z14, Z9
@@ -11312,10 +11312,10 @@ vkf32AVX512_decayed_2:
 	VFMADD213PS   Z13, Z14, Z13
 	VFMADD231PS   192(AX), Z17, K5, Z13
 
-vkf32AVX512_dead_8:
-	JMP vkf32AVX512_decayed_3
+stateVKf32AVX512_dead_8:
+	JMP stateVKf32AVX512_decayed_3
 
-vkf32AVX512_far_3:
+stateVKf32AVX512_far_3:
 	VBROADCASTSS 4(DX), Z14
 	VBROADCASTSS X1, Z15
 	VMOVUPS      vklane1<>+0(SB), Z16
@@ -11329,7 +11329,7 @@ vkf32AVX512_far_3:
 	VMULPS       Z10, Z14, Z10
 	VFMADD231PS  (AX), Z17, K1, Z10
 	CMPQ         R9, $0x00000040
-	JBE          vkf32AVX512_dead_9
+	JBE          stateVKf32AVX512_dead_9
 	VMULPS       Z3, Z14, Z3
 	VFMADD231PS  64(AX), Z15, K3, Z3
 	VMULPS       Z7, Z14, Z7
@@ -11337,7 +11337,7 @@ vkf32AVX512_far_3:
 	VMULPS       Z11, Z14, Z11
 	VFMADD231PS  64(AX), Z17, K3, Z11
 	CMPQ         R9, $0x00000080
-	JBE          vkf32AVX512_dead_9
+	JBE          stateVKf32AVX512_dead_9
 	VMULPS       Z4, Z14, Z4
 	VFMADD231PS  128(AX), Z15, K4, Z4
 	VMULPS       Z8, Z14, Z8
@@ -11345,7 +11345,7 @@ vkf32AVX512_far_3:
 	VMULPS       Z12, Z14, Z12
 	VFMADD231PS  128(AX), Z17, K4, Z12
 	CMPQ         R9, $0x000000c0
-	JBE          vkf32AVX512_dead_9
+	JBE          stateVKf32AVX512_dead_9
 	VMULPS       Z5, Z14, Z5
 	VFMADD231PS  192(AX), Z15, K5, Z5
 	VMULPS       Z9, Z14, Z9
@@ -11353,54 +11353,54 @@ vkf32AVX512_far_3:
 	VMULPS       Z13, Z14, Z13
 	VFMADD231PS  192(AX), Z17, K5, Z13
 
-vkf32AVX512_dead_9:
-vkf32AVX512_decayed_3:
+stateVKf32AVX512_dead_9:
+stateVKf32AVX512_decayed_3:
 	// The state after this token, if stored.
 	MOVQ    (BX), R10
 	TESTQ   R10, R10
-	JZ      vkf32AVX512_nostore_1
+	JZ      stateVKf32AVX512_nostore_1
 	MOVQ    (SP), R11
 	IMULQ   R9, R11
 	ADDQ    R11, R10
 	VMOVUPS Z0, K1, (R10)
 	CMPQ    R9, $0x00000040
-	JBE     vkf32AVX512_dead_10
+	JBE     stateVKf32AVX512_dead_10
 	VMOVUPS Z3, K3, 64(R10)
 	CMPQ    R9, $0x00000080
-	JBE     vkf32AVX512_dead_10
+	JBE     stateVKf32AVX512_dead_10
 	VMOVUPS Z4, K4, 128(R10)
 	CMPQ    R9, $0x000000c0
-	JBE     vkf32AVX512_dead_10
+	JBE     stateVKf32AVX512_dead_10
 	VMOVUPS Z5, K5, 192(R10)
 
-vkf32AVX512_dead_10:
+stateVKf32AVX512_dead_10:
 	ADDQ    R9, R10
 	VMOVUPS Z6, K1, (R10)
 	CMPQ    R9, $0x00000040
-	JBE     vkf32AVX512_dead_11
+	JBE     stateVKf32AVX512_dead_11
 	VMOVUPS Z7, K3, 64(R10)
 	CMPQ    R9, $0x00000080
-	JBE     vkf32AVX512_dead_11
+	JBE     stateVKf32AVX512_dead_11
 	VMOVUPS Z8, K4, 128(R10)
 	CMPQ    R9, $0x000000c0
-	JBE     vkf32AVX512_dead_11
+	JBE     stateVKf32AVX512_dead_11
 	VMOVUPS Z9, K5, 192(R10)
 
-vkf32AVX512_dead_11:
+stateVKf32AVX512_dead_11:
 	ADDQ    R9, R10
 	VMOVUPS Z10, K1, (R10)
 	CMPQ    R9, $0x00000040
-	JBE     vkf32AVX512_dead_12
+	JBE     stateVKf32AVX512_dead_12
 	VMOVUPS Z11, K3, 64(R10)
 	CMPQ    R9, $0x00000080
-	JBE     vkf32AVX512_dead_12
+	JBE     stateVKf32AVX512_dead_12
 	VMOVUPS Z12, K4, 128(R10)
 	CMPQ    R9, $0x000000c0
-	JBE     vkf32AVX512_dead_12
+	JBE     stateVKf32AVX512_dead_12
 	VMOVUPS Z13, K5, 192(R10)
 
-vkf32AVX512_dead_12:
-vkf32AVX512_nostore_1:
+stateVKf32AVX512_dead_12:
+stateVKf32AVX512_nostore_1:
 	ADDQ R9, AX
 	ADDQ R9, CX
 	ADDQ $0x10, DX
@@ -11408,15 +11408,15 @@ vkf32AVX512_nostore_1:
 	ADDQ 32(SP), SI
 	ADDQ 24(SP), DI
 	DECQ R8
-	JNZ  vkf32AVX512_token_1
+	JNZ  stateVKf32AVX512_token_1
 	ADDQ $0x00000003, (SP)
 	SUBQ $0x00000003, 8(SP)
-	JMP  vkf32AVX512_group_1
+	JMP  stateVKf32AVX512_group_1
 
-vkf32AVX512_groupsdone_1:
-vkf32AVX512_group_2:
+stateVKf32AVX512_groupsdone_1:
+stateVKf32AVX512_group_2:
 	CMPQ 8(SP), $0x00000001
-	JB   vkf32AVX512_groupsdone_2
+	JB   stateVKf32AVX512_groupsdone_2
 
 	// Load 1 row(s) of 1…4 vectors.
 	MOVQ       src_base+16(FP), AX
@@ -11425,16 +11425,16 @@ vkf32AVX512_group_2:
 	ADDQ       CX, AX
 	PREFETCHT0 8192(AX)
 	CMPQ       R9, $0x00000040
-	JBE        vkf32AVX512_dead_13
+	JBE        stateVKf32AVX512_dead_13
 	PREFETCHT0 8256(AX)
 	CMPQ       R9, $0x00000080
-	JBE        vkf32AVX512_dead_13
+	JBE        stateVKf32AVX512_dead_13
 	PREFETCHT0 8320(AX)
 	CMPQ       R9, $0x000000c0
-	JBE        vkf32AVX512_dead_13
+	JBE        stateVKf32AVX512_dead_13
 	PREFETCHT0 8384(AX)
 
-vkf32AVX512_dead_13:
+stateVKf32AVX512_dead_13:
 	VMOVUPS.Z (AX), K1, Z0
 	VMOVUPS.Z 64(AX), K3, Z1
 	VMOVUPS.Z 128(AX), K4, Z3
@@ -11451,25 +11451,25 @@ vkf32AVX512_dead_13:
 	ADDQ      R8, DI
 	MOVQ      16(SP), R8
 
-vkf32AVX512_token_2:
+stateVKf32AVX512_token_2:
 	VBROADCASTSS zero<>+0(SB), Z7
 	VBROADCASTSS zero<>+0(SB), Z8
 	VMULPS.Z     (AX), Z0, K1, Z5
 	VMULPS.Z     (CX), Z0, K1, Z6
 	CMPQ         R9, $0x00000040
-	JBE          vkf32AVX512_dead_14
+	JBE          stateVKf32AVX512_dead_14
 	VFMADD231PS  64(AX), Z1, K3, Z7
 	VFMADD231PS  64(CX), Z1, K3, Z8
 	CMPQ         R9, $0x00000080
-	JBE          vkf32AVX512_dead_14
+	JBE          stateVKf32AVX512_dead_14
 	VFMADD231PS  128(AX), Z3, K4, Z5
 	VFMADD231PS  128(CX), Z3, K4, Z6
 	CMPQ         R9, $0x000000c0
-	JBE          vkf32AVX512_dead_14
+	JBE          stateVKf32AVX512_dead_14
 	VFMADD231PS  192(AX), Z4, K5, Z7
 	VFMADD231PS  192(CX), Z4, K5, Z8
 
-vkf32AVX512_dead_14:
+stateVKf32AVX512_dead_14:
 	VADDPS       Z7, Z5, Z5
 	VADDPS       Z8, Z6, Z6
 	VSHUFF32X4   $0x44, Z6, Z5, Z7
@@ -11488,16 +11488,16 @@ vkf32AVX512_dead_14:
 	VPERMPS      Z5, Z6, Z5
 	VMOVSS       (DX), X2
 	VUCOMISS     nearone<>+0(SB), X2
-	JCS          vkf32AVX512_far_4
+	JCS          stateVKf32AVX512_far_4
 	VBROADCASTSS (DX), Z6
 	VFMADD213PS  Z5, Z6, Z5
-	JMP          vkf32AVX512_decayed_4
+	JMP          stateVKf32AVX512_decayed_4
 
-vkf32AVX512_far_4:
+stateVKf32AVX512_far_4:
 	VBROADCASTSS 4(DX), Z6
 	VMULPS       Z5, Z6, Z5
 
-vkf32AVX512_decayed_4:
+stateVKf32AVX512_decayed_4:
 	VEXTRACTF64X4 $0x01, Z5, Y6
 	VMOVSS        (SI), X2
 	VSUBPS        Y5, Y2, Y2
@@ -11508,67 +11508,67 @@ vkf32AVX512_decayed_4:
 	VMOVSS        X6, (DI)
 	VMOVSS        (DX), X2
 	VUCOMISS      nearone<>+0(SB), X2
-	JCS           vkf32AVX512_far_5
+	JCS           stateVKf32AVX512_far_5
 	VBROADCASTSS  (DX), Z6
 	VBROADCASTSS  X5, Z5
 	VFMADD213PS   Z0, Z6, Z0
 	VFMADD231PS   (AX), Z5, K1, Z0
 	CMPQ          R9, $0x00000040
-	JBE           vkf32AVX512_dead_15
+	JBE           stateVKf32AVX512_dead_15
 	VFMADD213PS   Z1, Z6, Z1
 	VFMADD231PS   64(AX), Z5, K3, Z1
 	CMPQ          R9, $0x00000080
-	JBE           vkf32AVX512_dead_15
+	JBE           stateVKf32AVX512_dead_15
 	VFMADD213PS   Z3, Z6, Z3
 	VFMADD231PS   128(AX), Z5, K4, Z3
 	CMPQ          R9, $0x000000c0
-	JBE           vkf32AVX512_dead_15
+	JBE           stateVKf32AVX512_dead_15
 	VFMADD213PS   Z4, Z6, Z4
 	VFMADD231PS   192(AX), Z5, K5, Z4
 
-vkf32AVX512_dead_15:
-	JMP vkf32AVX512_decayed_5
+stateVKf32AVX512_dead_15:
+	JMP stateVKf32AVX512_decayed_5
 
-vkf32AVX512_far_5:
+stateVKf32AVX512_far_5:
 	VBROADCASTSS 4(DX), Z6
 	VBROADCASTSS X5, Z5
 	VMULPS       Z0, Z6, Z0
 	VFMADD231PS  (AX), Z5, K1, Z0
 	CMPQ         R9, $0x00000040
-	JBE          vkf32AVX512_dead_16
+	JBE          stateVKf32AVX512_dead_16
 	VMULPS       Z1, Z6, Z1
 	VFMADD231PS  64(AX), Z5, K3, Z1
 	CMPQ         R9, $0x00000080
-	JBE          vkf32AVX512_dead_16
+	JBE          stateVKf32AVX512_dead_16
 	VMULPS       Z3, Z6, Z3
 	VFMADD231PS  128(AX), Z5, K4, Z3
 	CMPQ         R9, $0x000000c0
-	JBE          vkf32AVX512_dead_16
+	JBE          stateVKf32AVX512_dead_16
 	VMULPS       Z4, Z6, Z4
 	VFMADD231PS  192(AX), Z5, K5, Z4
 
-vkf32AVX512_dead_16:
-vkf32AVX512_decayed_5:
+stateVKf32AVX512_dead_16:
+stateVKf32AVX512_decayed_5:
 	// The state after this token, if stored.
 	MOVQ    (BX), R10
 	TESTQ   R10, R10
-	JZ      vkf32AVX512_nostore_2
+	JZ      stateVKf32AVX512_nostore_2
 	MOVQ    (SP), R11
 	IMULQ   R9, R11
 	ADDQ    R11, R10
 	VMOVUPS Z0, K1, (R10)
 	CMPQ    R9, $0x00000040
-	JBE     vkf32AVX512_dead_17
+	JBE     stateVKf32AVX512_dead_17
 	VMOVUPS Z1, K3, 64(R10)
 	CMPQ    R9, $0x00000080
-	JBE     vkf32AVX512_dead_17
+	JBE     stateVKf32AVX512_dead_17
 	VMOVUPS Z3, K4, 128(R10)
 	CMPQ    R9, $0x000000c0
-	JBE     vkf32AVX512_dead_17
+	JBE     stateVKf32AVX512_dead_17
 	VMOVUPS Z4, K5, 192(R10)
 
-vkf32AVX512_dead_17:
-vkf32AVX512_nostore_2:
+stateVKf32AVX512_dead_17:
+stateVKf32AVX512_nostore_2:
 	ADDQ R9, AX
 	ADDQ R9, CX
 	ADDQ $0x10, DX
@@ -11576,15 +11576,15 @@ vkf32AVX512_nostore_2:
 	ADDQ 32(SP), SI
 	ADDQ 24(SP), DI
 	DECQ R8
-	JNZ  vkf32AVX512_token_2
+	JNZ  stateVKf32AVX512_token_2
 	ADDQ $0x00000001, (SP)
 	SUBQ $0x00000001, 8(SP)
-	JMP  vkf32AVX512_group_2
+	JMP  stateVKf32AVX512_group_2
 
-vkf32AVX512_groupsdone_2:
-	JMP vkf32AVX512_done_1
+stateVKf32AVX512_groupsdone_2:
+	JMP stateVKf32AVX512_done_1
 
-vkf32AVX512_n6_1:
+stateVKf32AVX512_n6_1:
 	// Rows of 5…6 vectors.
 	MOVQ         R9, AX
 	SHRQ         $0x02, AX
@@ -11597,11 +11597,11 @@ vkf32AVX512_n6_1:
 	VPBROADCASTD AX, Z0
 	VPCMPGTD     iota<>+0(SB), Z0, K3
 	CMPQ         16(SP), $0x01
-	JE           vkf32AVX512_groups_2
+	JE           stateVKf32AVX512_groups_2
 
-vkf32AVX512_block_2:
+stateVKf32AVX512_block_2:
 	CMPQ    8(SP), $0x10
-	JB      vkf32AVX512_blocksdone_2
+	JB      stateVKf32AVX512_blocksdone_2
 	MOVQ    $0x00000001, AX
 	MOVQ    $0x00000002, CX
 	CMPQ    8(SP), $0x20
@@ -11617,17 +11617,17 @@ vkf32AVX512_block_2:
 	MOVQ  48(SP), DX
 	SHLQ  $0x04, DX
 
-vkf32AVX512_bload_2:
+stateVKf32AVX512_bload_2:
 	PREFETCHT0 8192(AX)
 	PREFETCHT0 8256(AX)
 	PREFETCHT0 8320(AX)
 	PREFETCHT0 8384(AX)
 	PREFETCHT0 8448(AX)
 	CMPQ       R9, $0x00000140
-	JBE        vkf32AVX512_dead_18
+	JBE        stateVKf32AVX512_dead_18
 	PREFETCHT0 8512(AX)
 
-vkf32AVX512_dead_18:
+stateVKf32AVX512_dead_18:
 	VMOVUPS   (AX), Z0
 	VMOVUPS   Z0, (CX)
 	VMOVUPS   64(AX), Z0
@@ -11643,7 +11643,7 @@ vkf32AVX512_dead_18:
 	ADDQ      R9, AX
 	ADDQ      $0x00000180, CX
 	DECQ      DX
-	JNZ       vkf32AVX512_bload_2
+	JNZ       stateVKf32AVX512_bload_2
 	MOVQ      kh_base+64(FP), AX
 	MOVQ      qh_base+88(FP), CX
 	MOVQ      tok_base+168(FP), DX
@@ -11656,7 +11656,7 @@ vkf32AVX512_dead_18:
 	ADDQ      R8, DI
 	MOVQ      16(SP), R8
 
-vkf32AVX512_btoken_2:
+stateVKf32AVX512_btoken_2:
 	VMOVUPS   (AX), Z0
 	VMOVUPS   64(AX), Z3
 	VMOVUPS   128(AX), Z4
@@ -11671,7 +11671,7 @@ vkf32AVX512_btoken_2:
 	VMOVUPS.Z 320(CX), K3, Z13
 	XORQ      R10, R10
 
-vkf32AVX512_bsub_2:
+stateVKf32AVX512_bsub_2:
 	MOVQ   R10, R11
 	IMUL3Q $0x00001800, R11, R11
 	ADDQ   40(SP), R11
@@ -11681,7 +11681,7 @@ vkf32AVX512_bsub_2:
 	ADDQ   $0x00003000, R12
 	MOVQ   $0x00000008, R13
 
-vkf32AVX512_bdots_2:
+stateVKf32AVX512_bdots_2:
 	VMOVUPS     (R11), Z15
 	VMULPS      Z0, Z15, Z14
 	VMULPS      Z8, Z15, Z15
@@ -11713,7 +11713,7 @@ vkf32AVX512_bdots_2:
 	VFMADD231PS Z6, Z22, K1, Z18
 	VFMADD231PS Z12, Z22, K1, Z19
 	CMPQ        R9, $0x00000140
-	JBE         vkf32AVX512_dead_19
+	JBE         stateVKf32AVX512_dead_19
 	VMOVUPS     320(R11), Z22
 	VFMADD231PS Z7, Z22, K3, Z16
 	VFMADD231PS Z13, Z22, K3, Z17
@@ -11721,7 +11721,7 @@ vkf32AVX512_bdots_2:
 	VFMADD231PS Z7, Z22, K3, Z20
 	VFMADD231PS Z13, Z22, K3, Z21
 
-vkf32AVX512_dead_19:
+stateVKf32AVX512_dead_19:
 	VADDPS       Z16, Z14, Z14
 	VADDPS       Z17, Z15, Z15
 	VMOVUPS      Z14, (R12)
@@ -11733,7 +11733,7 @@ vkf32AVX512_dead_19:
 	ADDQ         $0x00000300, R11
 	ADDQ         $0x80, R12
 	DECQ         R13
-	JNZ          vkf32AVX512_bdots_2
+	JNZ          stateVKf32AVX512_bdots_2
 	SUBQ         $0x00000400, R12
 	VMOVUPS      (R12), Z14
 	VMOVUPS      64(R12), Z15
@@ -11865,14 +11865,14 @@ vkf32AVX512_dead_19:
 	VMOVUPS      Z15, 64(R12)
 	INCQ         R10
 	CMPQ         R10, 48(SP)
-	JB           vkf32AVX512_bsub_2
+	JB           stateVKf32AVX512_bsub_2
 	VMOVSS       (DX), X1
 	VUCOMISS     nearone<>+0(SB), X1
-	JCS          vkf32AVX512_far_6
+	JCS          stateVKf32AVX512_far_6
 	VBROADCASTSS (DX), Z8
 	XORQ         R10, R10
 
-vkf32AVX512_bdelta_3:
+stateVKf32AVX512_bdelta_3:
 	MOVQ         R10, R11
 	SHLQ         $0x0b, R11
 	ADDQ         40(SP), R11
@@ -11894,14 +11894,14 @@ vkf32AVX512_bdelta_3:
 	VMOVUPS      Z10, (DI)(R11*1)
 	INCQ         R10
 	CMPQ         R10, 48(SP)
-	JB           vkf32AVX512_bdelta_3
+	JB           stateVKf32AVX512_bdelta_3
 	MOVQ         40(SP), R10
 	MOVQ         40(SP), R11
 	ADDQ         $0x00004000, R11
 	MOVQ         48(SP), R12
 	SHLQ         $0x03, R12
 
-vkf32AVX512_bupdate_3:
+stateVKf32AVX512_bupdate_3:
 	VBROADCASTSS (R11), Z9
 	VBROADCASTSS 4(R11), Z10
 	VMOVUPS      (R10), Z11
@@ -11945,7 +11945,7 @@ vkf32AVX512_bupdate_3:
 	VFMADD231PS  Z6, Z10, K1, Z11
 	VMOVUPS      Z11, 640(R10)
 	CMPQ         R9, $0x00000140
-	JBE          vkf32AVX512_dead_20
+	JBE          stateVKf32AVX512_dead_20
 	VMOVUPS      320(R10), Z11
 	VFMADD213PS  Z11, Z8, Z11
 	VFMADD231PS  Z7, Z9, K3, Z11
@@ -11955,18 +11955,18 @@ vkf32AVX512_bupdate_3:
 	VFMADD231PS  Z7, Z10, K3, Z9
 	VMOVUPS      Z9, 704(R10)
 
-vkf32AVX512_dead_20:
+stateVKf32AVX512_dead_20:
 	ADDQ $0x00000300, R10
 	ADDQ $0x08, R11
 	DECQ R12
-	JNZ  vkf32AVX512_bupdate_3
-	JMP  vkf32AVX512_decayed_6
+	JNZ  stateVKf32AVX512_bupdate_3
+	JMP  stateVKf32AVX512_decayed_6
 
-vkf32AVX512_far_6:
+stateVKf32AVX512_far_6:
 	VBROADCASTSS 4(DX), Z8
 	XORQ         R10, R10
 
-vkf32AVX512_bdelta_4:
+stateVKf32AVX512_bdelta_4:
 	MOVQ         R10, R11
 	SHLQ         $0x0b, R11
 	ADDQ         40(SP), R11
@@ -11988,14 +11988,14 @@ vkf32AVX512_bdelta_4:
 	VMOVUPS      Z10, (DI)(R11*1)
 	INCQ         R10
 	CMPQ         R10, 48(SP)
-	JB           vkf32AVX512_bdelta_4
+	JB           stateVKf32AVX512_bdelta_4
 	MOVQ         40(SP), R10
 	MOVQ         40(SP), R11
 	ADDQ         $0x00004000, R11
 	MOVQ         48(SP), R12
 	SHLQ         $0x03, R12
 
-vkf32AVX512_bupdate_4:
+stateVKf32AVX512_bupdate_4:
 	VBROADCASTSS (R11), Z9
 	VBROADCASTSS 4(R11), Z10
 	VMOVUPS      (R10), Z11
@@ -12039,7 +12039,7 @@ vkf32AVX512_bupdate_4:
 	VFMADD231PS  Z6, Z10, K1, Z11
 	VMOVUPS      Z11, 640(R10)
 	CMPQ         R9, $0x00000140
-	JBE          vkf32AVX512_dead_21
+	JBE          stateVKf32AVX512_dead_21
 	VMOVUPS      320(R10), Z11
 	VMULPS       Z11, Z8, Z11
 	VFMADD231PS  Z7, Z9, K3, Z11
@@ -12049,17 +12049,17 @@ vkf32AVX512_bupdate_4:
 	VFMADD231PS  Z7, Z10, K3, Z9
 	VMOVUPS      Z9, 704(R10)
 
-vkf32AVX512_dead_21:
+stateVKf32AVX512_dead_21:
 	ADDQ $0x00000300, R10
 	ADDQ $0x08, R11
 	DECQ R12
-	JNZ  vkf32AVX512_bupdate_4
+	JNZ  stateVKf32AVX512_bupdate_4
 
-vkf32AVX512_decayed_6:
+stateVKf32AVX512_decayed_6:
 	// The state after this token, if stored.
 	MOVQ  (BX), R10
 	TESTQ R10, R10
-	JZ    vkf32AVX512_bnostore_2
+	JZ    stateVKf32AVX512_bnostore_2
 	MOVQ  (SP), R11
 	IMULQ R9, R11
 	ADDQ  R11, R10
@@ -12067,7 +12067,7 @@ vkf32AVX512_decayed_6:
 	MOVQ  48(SP), R12
 	SHLQ  $0x04, R12
 
-vkf32AVX512_bstore_2:
+stateVKf32AVX512_bstore_2:
 	VMOVUPS (R11), Z0
 	VMOVUPS Z0, (R10)
 	VMOVUPS 64(R11), Z0
@@ -12079,17 +12079,17 @@ vkf32AVX512_bstore_2:
 	VMOVUPS 256(R11), Z0
 	VMOVUPS Z0, K1, 256(R10)
 	CMPQ    R9, $0x00000140
-	JBE     vkf32AVX512_dead_22
+	JBE     stateVKf32AVX512_dead_22
 	VMOVUPS 320(R11), Z0
 	VMOVUPS Z0, K3, 320(R10)
 
-vkf32AVX512_dead_22:
+stateVKf32AVX512_dead_22:
 	ADDQ R9, R10
 	ADDQ $0x00000180, R11
 	DECQ R12
-	JNZ  vkf32AVX512_bstore_2
+	JNZ  stateVKf32AVX512_bstore_2
 
-vkf32AVX512_bnostore_2:
+stateVKf32AVX512_bnostore_2:
 	ADDQ R9, AX
 	ADDQ R9, CX
 	ADDQ $0x10, DX
@@ -12097,18 +12097,18 @@ vkf32AVX512_bnostore_2:
 	ADDQ 32(SP), SI
 	ADDQ 24(SP), DI
 	DECQ R8
-	JNZ  vkf32AVX512_btoken_2
+	JNZ  stateVKf32AVX512_btoken_2
 	MOVQ 48(SP), AX
 	SHLQ $0x04, AX
 	ADDQ AX, (SP)
 	SUBQ AX, 8(SP)
-	JMP  vkf32AVX512_block_2
+	JMP  stateVKf32AVX512_block_2
 
-vkf32AVX512_blocksdone_2:
-vkf32AVX512_groups_2:
-vkf32AVX512_group_3:
+stateVKf32AVX512_blocksdone_2:
+stateVKf32AVX512_groups_2:
+stateVKf32AVX512_group_3:
 	CMPQ  8(SP), $0x00000002
-	JB    vkf32AVX512_groupsdone_3
+	JB    stateVKf32AVX512_groupsdone_3
 	MOVL  $0x00000003, AX
 	KMOVW AX, K6
 
@@ -12127,16 +12127,16 @@ vkf32AVX512_group_3:
 	PREFETCHT0 8640(AX)
 	PREFETCHT0 8704(AX)
 	CMPQ       R9, $0x00000120
-	JBE        vkf32AVX512_dead_23
+	JBE        stateVKf32AVX512_dead_23
 	PREFETCHT0 8768(AX)
 	CMPQ       R9, $0x00000140
-	JBE        vkf32AVX512_dead_23
+	JBE        stateVKf32AVX512_dead_23
 	PREFETCHT0 8832(AX)
 	CMPQ       R9, $0x00000160
-	JBE        vkf32AVX512_dead_23
+	JBE        stateVKf32AVX512_dead_23
 	PREFETCHT0 8896(AX)
 
-vkf32AVX512_dead_23:
+stateVKf32AVX512_dead_23:
 	VMOVUPS   (AX), Z0
 	VMOVUPS   64(AX), Z3
 	VMOVUPS   128(AX), Z4
@@ -12162,7 +12162,7 @@ vkf32AVX512_dead_23:
 	ADDQ      R8, DI
 	MOVQ      16(SP), R8
 
-vkf32AVX512_token_3:
+stateVKf32AVX512_token_3:
 	VMULPS      (AX), Z0, Z14
 	VMULPS      (CX), Z0, Z15
 	VMULPS      (AX), Z8, Z18
@@ -12184,13 +12184,13 @@ vkf32AVX512_token_3:
 	VFMADD231PS 256(AX), Z12, K1, Z18
 	VFMADD231PS 256(CX), Z12, K1, Z19
 	CMPQ        R9, $0x00000140
-	JBE         vkf32AVX512_dead_24
+	JBE         stateVKf32AVX512_dead_24
 	VFMADD231PS 320(AX), Z7, K3, Z16
 	VFMADD231PS 320(CX), Z7, K3, Z17
 	VFMADD231PS 320(AX), Z13, K3, Z20
 	VFMADD231PS 320(CX), Z13, K3, Z21
 
-vkf32AVX512_dead_24:
+stateVKf32AVX512_dead_24:
 	VADDPS       Z16, Z14, Z14
 	VADDPS       Z20, Z18, Z18
 	VADDPS       Z17, Z15, Z15
@@ -12214,16 +12214,16 @@ vkf32AVX512_dead_24:
 	VPERMPS      Z15, Z14, Z14
 	VMOVSS       (DX), X1
 	VUCOMISS     nearone<>+0(SB), X1
-	JCS          vkf32AVX512_far_7
+	JCS          stateVKf32AVX512_far_7
 	VBROADCASTSS (DX), Z15
 	VFMADD213PS  Z14, Z15, Z14
-	JMP          vkf32AVX512_decayed_7
+	JMP          stateVKf32AVX512_decayed_7
 
-vkf32AVX512_far_7:
+stateVKf32AVX512_far_7:
 	VBROADCASTSS 4(DX), Z15
 	VMULPS       Z14, Z15, Z14
 
-vkf32AVX512_decayed_7:
+stateVKf32AVX512_decayed_7:
 	VEXTRACTF64X4 $0x01, Z14, Y15
 	VMOVUPS.Z     (SI), K6, Y1
 	VSUBPS        Y14, Y1, Y1
@@ -12234,7 +12234,7 @@ vkf32AVX512_decayed_7:
 	VMOVUPS       Y15, K6, (DI)
 	VMOVSS        (DX), X2
 	VUCOMISS      nearone<>+0(SB), X2
-	JCS           vkf32AVX512_far_8
+	JCS           stateVKf32AVX512_far_8
 	VBROADCASTSS  (DX), Z14
 	VBROADCASTSS  X1, Z15
 	VMOVUPS       vklane1<>+0(SB), Z16
@@ -12260,16 +12260,16 @@ vkf32AVX512_decayed_7:
 	VFMADD213PS   Z12, Z14, Z12
 	VFMADD231PS   256(AX), Z16, K1, Z12
 	CMPQ          R9, $0x00000140
-	JBE           vkf32AVX512_dead_25
+	JBE           stateVKf32AVX512_dead_25
 	VFMADD213PS   Z7, Z14, Z7
 	VFMADD231PS   320(AX), Z15, K3, Z7
 	VFMADD213PS   Z13, Z14, Z13
 	VFMADD231PS   320(AX), Z16, K3, Z13
 
-vkf32AVX512_dead_25:
-	JMP vkf32AVX512_decayed_8
+stateVKf32AVX512_dead_25:
+	JMP stateVKf32AVX512_decayed_8
 
-vkf32AVX512_far_8:
+stateVKf32AVX512_far_8:
 	VBROADCASTSS 4(DX), Z14
 	VBROADCASTSS X1, Z15
 	VMOVUPS      vklane1<>+0(SB), Z16
@@ -12295,18 +12295,18 @@ vkf32AVX512_far_8:
 	VMULPS       Z12, Z14, Z12
 	VFMADD231PS  256(AX), Z16, K1, Z12
 	CMPQ         R9, $0x00000140
-	JBE          vkf32AVX512_dead_26
+	JBE          stateVKf32AVX512_dead_26
 	VMULPS       Z7, Z14, Z7
 	VFMADD231PS  320(AX), Z15, K3, Z7
 	VMULPS       Z13, Z14, Z13
 	VFMADD231PS  320(AX), Z16, K3, Z13
 
-vkf32AVX512_dead_26:
-vkf32AVX512_decayed_8:
+stateVKf32AVX512_dead_26:
+stateVKf32AVX512_decayed_8:
 	// The state after this token, if stored.
 	MOVQ    (BX), R10
 	TESTQ   R10, R10
-	JZ      vkf32AVX512_nostore_3
+	JZ      stateVKf32AVX512_nostore_3
 	MOVQ    (SP), R11
 	IMULQ   R9, R11
 	ADDQ    R11, R10
@@ -12316,10 +12316,10 @@ vkf32AVX512_decayed_8:
 	VMOVUPS Z5, 192(R10)
 	VMOVUPS Z6, K1, 256(R10)
 	CMPQ    R9, $0x00000140
-	JBE     vkf32AVX512_dead_27
+	JBE     stateVKf32AVX512_dead_27
 	VMOVUPS Z7, K3, 320(R10)
 
-vkf32AVX512_dead_27:
+stateVKf32AVX512_dead_27:
 	ADDQ    R9, R10
 	VMOVUPS Z8, (R10)
 	VMOVUPS Z9, 64(R10)
@@ -12327,11 +12327,11 @@ vkf32AVX512_dead_27:
 	VMOVUPS Z11, 192(R10)
 	VMOVUPS Z12, K1, 256(R10)
 	CMPQ    R9, $0x00000140
-	JBE     vkf32AVX512_dead_28
+	JBE     stateVKf32AVX512_dead_28
 	VMOVUPS Z13, K3, 320(R10)
 
-vkf32AVX512_dead_28:
-vkf32AVX512_nostore_3:
+stateVKf32AVX512_dead_28:
+stateVKf32AVX512_nostore_3:
 	ADDQ R9, AX
 	ADDQ R9, CX
 	ADDQ $0x10, DX
@@ -12339,15 +12339,15 @@ vkf32AVX512_nostore_3:
 	ADDQ 32(SP), SI
 	ADDQ 24(SP), DI
 	DECQ R8
-	JNZ  vkf32AVX512_token_3
+	JNZ  stateVKf32AVX512_token_3
 	ADDQ $0x00000002, (SP)
 	SUBQ $0x00000002, 8(SP)
-	JMP  vkf32AVX512_group_3
+	JMP  stateVKf32AVX512_group_3
 
-vkf32AVX512_groupsdone_3:
-vkf32AVX512_group_4:
+stateVKf32AVX512_groupsdone_3:
+stateVKf32AVX512_group_4:
 	CMPQ 8(SP), $0x00000001
-	JB   vkf32AVX512_groupsdone_4
+	JB   stateVKf32AVX512_groupsdone_4
 
 	// Load 1 row(s) of 5…6 vectors.
 	MOVQ       src_base+16(FP), AX
@@ -12360,10 +12360,10 @@ vkf32AVX512_group_4:
 	PREFETCHT0 8384(AX)
 	PREFETCHT0 8448(AX)
 	CMPQ       R9, $0x00000140
-	JBE        vkf32AVX512_dead_29
+	JBE        stateVKf32AVX512_dead_29
 	PREFETCHT0 8512(AX)
 
-vkf32AVX512_dead_29:
+stateVKf32AVX512_dead_29:
 	VMOVUPS   (AX), Z0
 	VMOVUPS   64(AX), Z1
 	VMOVUPS   128(AX), Z3
@@ -12382,7 +12382,7 @@ vkf32AVX512_dead_29:
 	ADDQ      R8, DI
 	MOVQ      16(SP), R8
 
-vkf32AVX512_token_4:
+stateVKf32AVX512_token_4:
 	VMULPS      (AX), Z0, Z7
 	VMULPS      (CX), Z0, Z8
 	VMULPS      64(AX), Z1, Z9
@@ -12394,11 +12394,11 @@ vkf32AVX512_token_4:
 	VFMADD231PS 256(AX), Z5, K1, Z7
 	VFMADD231PS 256(CX), Z5, K1, Z8
 	CMPQ        R9, $0x00000140
-	JBE         vkf32AVX512_dead_30
+	JBE         stateVKf32AVX512_dead_30
 	VFMADD231PS 320(AX), Z6, K3, Z9
 	VFMADD231PS 320(CX), Z6, K3, Z10
 
-vkf32AVX512_dead_30:
+stateVKf32AVX512_dead_30:
 	VADDPS       Z9, Z7, Z7
 	VADDPS       Z10, Z8, Z8
 	VSHUFF32X4   $0x44, Z8, Z7, Z9
@@ -12417,16 +12417,16 @@ vkf32AVX512_dead_30:
 	VPERMPS      Z7, Z8, Z7
 	VMOVSS       (DX), X2
 	VUCOMISS     nearone<>+0(SB), X2
-	JCS          vkf32AVX512_far_9
+	JCS          stateVKf32AVX512_far_9
 	VBROADCASTSS (DX), Z8
 	VFMADD213PS  Z7, Z8, Z7
-	JMP          vkf32AVX512_decayed_9
+	JMP          stateVKf32AVX512_decayed_9
 
-vkf32AVX512_far_9:
+stateVKf32AVX512_far_9:
 	VBROADCASTSS 4(DX), Z8
 	VMULPS       Z7, Z8, Z7
 
-vkf32AVX512_decayed_9:
+stateVKf32AVX512_decayed_9:
 	VEXTRACTF64X4 $0x01, Z7, Y8
 	VMOVSS        (SI), X2
 	VSUBPS        Y7, Y2, Y2
@@ -12437,7 +12437,7 @@ vkf32AVX512_decayed_9:
 	VMOVSS        X8, (DI)
 	VMOVSS        (DX), X2
 	VUCOMISS      nearone<>+0(SB), X2
-	JCS           vkf32AVX512_far_10
+	JCS           stateVKf32AVX512_far_10
 	VBROADCASTSS  (DX), Z8
 	VBROADCASTSS  X7, Z7
 	VFMADD213PS   Z0, Z8, Z0
@@ -12451,14 +12451,14 @@ vkf32AVX512_decayed_9:
 	VFMADD213PS   Z5, Z8, Z5
 	VFMADD231PS   256(AX), Z7, K1, Z5
 	CMPQ          R9, $0x00000140
-	JBE           vkf32AVX512_dead_31
+	JBE           stateVKf32AVX512_dead_31
 	VFMADD213PS   Z6, Z8, Z6
 	VFMADD231PS   320(AX), Z7, K3, Z6
 
-vkf32AVX512_dead_31:
-	JMP vkf32AVX512_decayed_10
+stateVKf32AVX512_dead_31:
+	JMP stateVKf32AVX512_decayed_10
 
-vkf32AVX512_far_10:
+stateVKf32AVX512_far_10:
 	VBROADCASTSS 4(DX), Z8
 	VBROADCASTSS X7, Z7
 	VMULPS       Z0, Z8, Z0
@@ -12472,16 +12472,16 @@ vkf32AVX512_far_10:
 	VMULPS       Z5, Z8, Z5
 	VFMADD231PS  256(AX), Z7, K1, Z5
 	CMPQ         R9, $0x00000140
-	JBE          vkf32AVX512_dead_32
+	JBE          stateVKf32AVX512_dead_32
 	VMULPS       Z6, Z8, Z6
 	VFMADD231PS  320(AX), Z7, K3, Z6
 
-vkf32AVX512_dead_32:
-vkf32AVX512_decayed_10:
+stateVKf32AVX512_dead_32:
+stateVKf32AVX512_decayed_10:
 	// The state after this token, if stored.
 	MOVQ    (BX), R10
 	TESTQ   R10, R10
-	JZ      vkf32AVX512_nostore_4
+	JZ      stateVKf32AVX512_nostore_4
 	MOVQ    (SP), R11
 	IMULQ   R9, R11
 	ADDQ    R11, R10
@@ -12491,11 +12491,11 @@ vkf32AVX512_decayed_10:
 	VMOVUPS Z4, 192(R10)
 	VMOVUPS Z5, K1, 256(R10)
 	CMPQ    R9, $0x00000140
-	JBE     vkf32AVX512_dead_33
+	JBE     stateVKf32AVX512_dead_33
 	VMOVUPS Z6, K3, 320(R10)
 
-vkf32AVX512_dead_33:
-vkf32AVX512_nostore_4:
+stateVKf32AVX512_dead_33:
+stateVKf32AVX512_nostore_4:
 	ADDQ R9, AX
 	ADDQ R9, CX
 	ADDQ $0x10, DX
@@ -12503,15 +12503,15 @@ vkf32AVX512_nostore_4:
 	ADDQ 32(SP), SI
 	ADDQ 24(SP), DI
 	DECQ R8
-	JNZ  vkf32AVX512_token_4
+	JNZ  stateVKf32AVX512_token_4
 	ADDQ $0x00000001, (SP)
 	SUBQ $0x00000001, 8(SP)
-	JMP  vkf32AVX512_group_4
+	JMP  stateVKf32AVX512_group_4
 
-vkf32AVX512_groupsdone_4:
-	JMP vkf32AVX512_done_1
+stateVKf32AVX512_groupsdone_4:
+	JMP stateVKf32AVX512_done_1
 
-vkf32AVX512_n8_1:
+stateVKf32AVX512_n8_1:
 	// Rows of 7…8 vectors.
 	MOVQ         R9, AX
 	SHRQ         $0x02, AX
@@ -12524,11 +12524,11 @@ vkf32AVX512_n8_1:
 	VPBROADCASTD AX, Z0
 	VPCMPGTD     iota<>+0(SB), Z0, K3
 	CMPQ         16(SP), $0x01
-	JE           vkf32AVX512_groups_3
+	JE           stateVKf32AVX512_groups_3
 
-vkf32AVX512_block_3:
+stateVKf32AVX512_block_3:
 	CMPQ    8(SP), $0x10
-	JB      vkf32AVX512_blocksdone_3
+	JB      stateVKf32AVX512_blocksdone_3
 	MOVQ    $0x00000001, AX
 	MOVQ    $0x00000002, CX
 	CMPQ    8(SP), $0x20
@@ -12544,7 +12544,7 @@ vkf32AVX512_block_3:
 	MOVQ  48(SP), DX
 	SHLQ  $0x04, DX
 
-vkf32AVX512_bload_3:
+stateVKf32AVX512_bload_3:
 	PREFETCHT0 8192(AX)
 	PREFETCHT0 8256(AX)
 	PREFETCHT0 8320(AX)
@@ -12553,10 +12553,10 @@ vkf32AVX512_bload_3:
 	PREFETCHT0 8512(AX)
 	PREFETCHT0 8576(AX)
 	CMPQ       R9, $0x000001c0
-	JBE        vkf32AVX512_dead_34
+	JBE        stateVKf32AVX512_dead_34
 	PREFETCHT0 8640(AX)
 
-vkf32AVX512_dead_34:
+stateVKf32AVX512_dead_34:
 	VMOVUPS   (AX), Z0
 	VMOVUPS   Z0, (CX)
 	VMOVUPS   64(AX), Z0
@@ -12576,7 +12576,7 @@ vkf32AVX512_dead_34:
 	ADDQ      R9, AX
 	ADDQ      $0x00000200, CX
 	DECQ      DX
-	JNZ       vkf32AVX512_bload_3
+	JNZ       stateVKf32AVX512_bload_3
 	MOVQ      kh_base+64(FP), AX
 	MOVQ      qh_base+88(FP), CX
 	MOVQ      tok_base+168(FP), DX
@@ -12589,7 +12589,7 @@ vkf32AVX512_dead_34:
 	ADDQ      R8, DI
 	MOVQ      16(SP), R8
 
-vkf32AVX512_btoken_3:
+stateVKf32AVX512_btoken_3:
 	VMOVUPS   (AX), Z0
 	VMOVUPS   64(AX), Z3
 	VMOVUPS   128(AX), Z4
@@ -12608,7 +12608,7 @@ vkf32AVX512_btoken_3:
 	VMOVUPS.Z 448(CX), K3, Z17
 	XORQ      R10, R10
 
-vkf32AVX512_bsub_3:
+stateVKf32AVX512_bsub_3:
 	MOVQ   R10, R11
 	IMUL3Q $0x00002000, R11, R11
 	ADDQ   40(SP), R11
@@ -12618,7 +12618,7 @@ vkf32AVX512_bsub_3:
 	ADDQ   $0x00004000, R12
 	MOVQ   $0x00000008, R13
 
-vkf32AVX512_bdots_3:
+stateVKf32AVX512_bdots_3:
 	VMOVUPS     (R11), Z19
 	VMULPS      Z0, Z19, Z18
 	VMULPS      Z10, Z19, Z19
@@ -12662,7 +12662,7 @@ vkf32AVX512_bdots_3:
 	VFMADD231PS Z8, Z26, K1, Z22
 	VFMADD231PS Z16, Z26, K1, Z23
 	CMPQ        R9, $0x000001c0
-	JBE         vkf32AVX512_dead_35
+	JBE         stateVKf32AVX512_dead_35
 	VMOVUPS     448(R11), Z26
 	VFMADD231PS Z9, Z26, K3, Z20
 	VFMADD231PS Z17, Z26, K3, Z21
@@ -12670,7 +12670,7 @@ vkf32AVX512_bdots_3:
 	VFMADD231PS Z9, Z26, K3, Z24
 	VFMADD231PS Z17, Z26, K3, Z25
 
-vkf32AVX512_dead_35:
+stateVKf32AVX512_dead_35:
 	VADDPS       Z20, Z18, Z18
 	VADDPS       Z21, Z19, Z19
 	VMOVUPS      Z18, (R12)
@@ -12682,7 +12682,7 @@ vkf32AVX512_dead_35:
 	ADDQ         $0x00000400, R11
 	ADDQ         $0x80, R12
 	DECQ         R13
-	JNZ          vkf32AVX512_bdots_3
+	JNZ          stateVKf32AVX512_bdots_3
 	SUBQ         $0x00000400, R12
 	VMOVUPS      (R12), Z18
 	VMOVUPS      64(R12), Z19
@@ -12814,14 +12814,14 @@ vkf32AVX512_dead_35:
 	VMOVUPS      Z19, 64(R12)
 	INCQ         R10
 	CMPQ         R10, 48(SP)
-	JB           vkf32AVX512_bsub_3
+	JB           stateVKf32AVX512_bsub_3
 	VMOVSS       (DX), X1
 	VUCOMISS     nearone<>+0(SB), X1
-	JCS          vkf32AVX512_far_11
+	JCS          stateVKf32AVX512_far_11
 	VBROADCASTSS (DX), Z10
 	XORQ         R10, R10
 
-vkf32AVX512_bdelta_5:
+stateVKf32AVX512_bdelta_5:
 	MOVQ         R10, R11
 	SHLQ         $0x0b, R11
 	ADDQ         40(SP), R11
@@ -12843,14 +12843,14 @@ vkf32AVX512_bdelta_5:
 	VMOVUPS      Z12, (DI)(R11*1)
 	INCQ         R10
 	CMPQ         R10, 48(SP)
-	JB           vkf32AVX512_bdelta_5
+	JB           stateVKf32AVX512_bdelta_5
 	MOVQ         40(SP), R10
 	MOVQ         40(SP), R11
 	ADDQ         $0x00005000, R11
 	MOVQ         48(SP), R12
 	SHLQ         $0x03, R12
 
-vkf32AVX512_bupdate_5:
+stateVKf32AVX512_bupdate_5:
 	VBROADCASTSS (R11), Z11
 	VBROADCASTSS 4(R11), Z12
 	VMOVUPS      (R10), Z13
@@ -12910,7 +12910,7 @@ vkf32AVX512_bupdate_5:
 	VFMADD231PS  Z8, Z12, K1, Z13
 	VMOVUPS      Z13, 896(R10)
 	CMPQ         R9, $0x000001c0
-	JBE          vkf32AVX512_dead_36
+	JBE          stateVKf32AVX512_dead_36
 	VMOVUPS      448(R10), Z13
 	VFMADD213PS  Z13, Z10, Z13
 	VFMADD231PS  Z9, Z11, K3, Z13
@@ -12920,18 +12920,18 @@ vkf32AVX512_bupdate_5:
 	VFMADD231PS  Z9, Z12, K3, Z11
 	VMOVUPS      Z11, 960(R10)
 
-vkf32AVX512_dead_36:
+stateVKf32AVX512_dead_36:
 	ADDQ $0x00000400, R10
 	ADDQ $0x08, R11
 	DECQ R12
-	JNZ  vkf32AVX512_bupdate_5
-	JMP  vkf32AVX512_decayed_11
+	JNZ  stateVKf32AVX512_bupdate_5
+	JMP  stateVKf32AVX512_decayed_11
 
-vkf32AVX512_far_11:
+stateVKf32AVX512_far_11:
 	VBROADCASTSS 4(DX), Z10
 	XORQ         R10, R10
 
-vkf32AVX512_bdelta_6:
+stateVKf32AVX512_bdelta_6:
 	MOVQ         R10, R11
 	SHLQ         $0x0b, R11
 	ADDQ         40(SP), R11
@@ -12953,14 +12953,14 @@ vkf32AVX512_bdelta_6:
 	VMOVUPS      Z12, (DI)(R11*1)
 	INCQ         R10
 	CMPQ         R10, 48(SP)
-	JB           vkf32AVX512_bdelta_6
+	JB           stateVKf32AVX512_bdelta_6
 	MOVQ         40(SP), R10
 	MOVQ         40(SP), R11
 	ADDQ         $0x00005000, R11
 	MOVQ         48(SP), R12
 	SHLQ         $0x03, R12
 
-vkf32AVX512_bupdate_6:
+stateVKf32AVX512_bupdate_6:
 	VBROADCASTSS (R11), Z11
 	VBROADCASTSS 4(R11), Z12
 	VMOVUPS      (R10), Z13
@@ -13020,7 +13020,7 @@ vkf32AVX512_bupdate_6:
 	VFMADD231PS  Z8, Z12, K1, Z13
 	VMOVUPS      Z13, 896(R10)
 	CMPQ         R9, $0x000001c0
-	JBE          vkf32AVX512_dead_37
+	JBE          stateVKf32AVX512_dead_37
 	VMOVUPS      448(R10), Z13
 	VMULPS       Z13, Z10, Z13
 	VFMADD231PS  Z9, Z11, K3, Z13
@@ -13030,17 +13030,17 @@ vkf32AVX512_bupdate_6:
 	VFMADD231PS  Z9, Z12, K3, Z11
 	VMOVUPS      Z11, 960(R10)
 
-vkf32AVX512_dead_37:
+stateVKf32AVX512_dead_37:
 	ADDQ $0x00000400, R10
 	ADDQ $0x08, R11
 	DECQ R12
-	JNZ  vkf32AVX512_bupdate_6
+	JNZ  stateVKf32AVX512_bupdate_6
 
-vkf32AVX512_decayed_11:
+stateVKf32AVX512_decayed_11:
 	// The state after this token, if stored.
 	MOVQ  (BX), R10
 	TESTQ R10, R10
-	JZ    vkf32AVX512_bnostore_3
+	JZ    stateVKf32AVX512_bnostore_3
 	MOVQ  (SP), R11
 	IMULQ R9, R11
 	ADDQ  R11, R10
@@ -13048,7 +13048,7 @@ vkf32AVX512_decayed_11:
 	MOVQ  48(SP), R12
 	SHLQ  $0x04, R12
 
-vkf32AVX512_bstore_3:
+stateVKf32AVX512_bstore_3:
 	VMOVUPS (R11), Z0
 	VMOVUPS Z0, (R10)
 	VMOVUPS 64(R11), Z0
@@ -13064,17 +13064,17 @@ vkf32AVX512_bstore_3:
 	VMOVUPS 384(R11), Z0
 	VMOVUPS Z0, K1, 384(R10)
 	CMPQ    R9, $0x000001c0
-	JBE     vkf32AVX512_dead_38
+	JBE     stateVKf32AVX512_dead_38
 	VMOVUPS 448(R11), Z0
 	VMOVUPS Z0, K3, 448(R10)
 
-vkf32AVX512_dead_38:
+stateVKf32AVX512_dead_38:
 	ADDQ R9, R10
 	ADDQ $0x00000200, R11
 	DECQ R12
-	JNZ  vkf32AVX512_bstore_3
+	JNZ  stateVKf32AVX512_bstore_3
 
-vkf32AVX512_bnostore_3:
+stateVKf32AVX512_bnostore_3:
 	ADDQ R9, AX
 	ADDQ R9, CX
 	ADDQ $0x10, DX
@@ -13082,18 +13082,18 @@ vkf32AVX512_bnostore_3:
 	ADDQ 32(SP), SI
 	ADDQ 24(SP), DI
 	DECQ R8
-	JNZ  vkf32AVX512_btoken_3
+	JNZ  stateVKf32AVX512_btoken_3
 	MOVQ 48(SP), AX
 	SHLQ $0x04, AX
 	ADDQ AX, (SP)
 	SUBQ AX, 8(SP)
-	JMP  vkf32AVX512_block_3
+	JMP  stateVKf32AVX512_block_3
 
-vkf32AVX512_blocksdone_3:
-vkf32AVX512_groups_3:
-vkf32AVX512_group_5:
+stateVKf32AVX512_blocksdone_3:
+stateVKf32AVX512_groups_3:
+stateVKf32AVX512_group_5:
 	CMPQ  8(SP), $0x00000002
-	JB    vkf32AVX512_groupsdone_5
+	JB    stateVKf32AVX512_groupsdone_5
 	MOVL  $0x00000003, AX
 	KMOVW AX, K6
 
@@ -13116,16 +13116,16 @@ vkf32AVX512_group_5:
 	PREFETCHT0 8896(AX)
 	PREFETCHT0 8960(AX)
 	CMPQ       R9, $0x000001a0
-	JBE        vkf32AVX512_dead_39
+	JBE        stateVKf32AVX512_dead_39
 	PREFETCHT0 9024(AX)
 	CMPQ       R9, $0x000001c0
-	JBE        vkf32AVX512_dead_39
+	JBE        stateVKf32AVX512_dead_39
 	PREFETCHT0 9088(AX)
 	CMPQ       R9, $0x000001e0
-	JBE        vkf32AVX512_dead_39
+	JBE        stateVKf32AVX512_dead_39
 	PREFETCHT0 9152(AX)
 
-vkf32AVX512_dead_39:
+stateVKf32AVX512_dead_39:
 	VMOVUPS   (AX), Z0
 	VMOVUPS   64(AX), Z3
 	VMOVUPS   128(AX), Z4
@@ -13155,7 +13155,7 @@ vkf32AVX512_dead_39:
 	ADDQ      R8, DI
 	MOVQ      16(SP), R8
 
-vkf32AVX512_token_5:
+stateVKf32AVX512_token_5:
 	VMULPS      (AX), Z0, Z18
 	VMULPS      (CX), Z0, Z19
 	VMULPS      (AX), Z10, Z22
@@ -13185,13 +13185,13 @@ vkf32AVX512_token_5:
 	VFMADD231PS 384(AX), Z16, K1, Z22
 	VFMADD231PS 384(CX), Z16, K1, Z23
 	CMPQ        R9, $0x000001c0
-	JBE         vkf32AVX512_dead_40
+	JBE         stateVKf32AVX512_dead_40
 	VFMADD231PS 448(AX), Z9, K3, Z20
 	VFMADD231PS 448(CX), Z9, K3, Z21
 	VFMADD231PS 448(AX), Z17, K3, Z24
 	VFMADD231PS 448(CX), Z17, K3, Z25
 
-vkf32AVX512_dead_40:
+stateVKf32AVX512_dead_40:
 	VADDPS       Z20, Z18, Z18
 	VADDPS       Z24, Z22, Z22
 	VADDPS       Z21, Z19, Z19
@@ -13215,16 +13215,16 @@ vkf32AVX512_dead_40:
 	VPERMPS      Z19, Z18, Z18
 	VMOVSS       (DX), X1
 	VUCOMISS     nearone<>+0(SB), X1
-	JCS          vkf32AVX512_far_12
+	JCS          stateVKf32AVX512_far_12
 	VBROADCASTSS (DX), Z19
 	VFMADD213PS  Z18, Z19, Z18
-	JMP          vkf32AVX512_decayed_12
+	JMP          stateVKf32AVX512_decayed_12
 
-vkf32AVX512_far_12:
+stateVKf32AVX512_far_12:
 	VBROADCASTSS 4(DX), Z19
 	VMULPS       Z18, Z19, Z18
 
-vkf32AVX512_decayed_12:
+stateVKf32AVX512_decayed_12:
 	VEXTRACTF64X4 $0x01, Z18, Y19
 	VMOVUPS.Z     (SI), K6, Y1
 	VSUBPS        Y18, Y1, Y1
@@ -13235,7 +13235,7 @@ vkf32AVX512_decayed_12:
 	VMOVUPS       Y19, K6, (DI)
 	VMOVSS        (DX), X2
 	VUCOMISS      nearone<>+0(SB), X2
-	JCS           vkf32AVX512_far_13
+	JCS           stateVKf32AVX512_far_13
 	VBROADCASTSS  (DX), Z18
 	VBROADCASTSS  X1, Z19
 	VMOVUPS       vklane1<>+0(SB), Z20
@@ -13269,16 +13269,16 @@ vkf32AVX512_decayed_12:
 	VFMADD213PS   Z16, Z18, Z16
 	VFMADD231PS   384(AX), Z20, K1, Z16
 	CMPQ          R9, $0x000001c0
-	JBE           vkf32AVX512_dead_41
+	JBE           stateVKf32AVX512_dead_41
 	VFMADD213PS   Z9, Z18, Z9
 	VFMADD231PS   448(AX), Z19, K3, Z9
 	VFMADD213PS   Z17, Z18, Z17
 	VFMADD231PS   448(AX), Z20, K3, Z17
 
-vkf32AVX512_dead_41:
-	JMP vkf32AVX512_decayed_13
+stateVKf32AVX512_dead_41:
+	JMP stateVKf32AVX512_decayed_13
 
-vkf32AVX512_far_13:
+stateVKf32AVX512_far_13:
 	VBROADCASTSS 4(DX), Z18
 	VBROADCASTSS X1, Z19
 	VMOVUPS      vklane1<>+0(SB), Z20
@@ -13312,18 +13312,18 @@ vkf32AVX512_far_13:
 	VMULPS       Z16, Z18, Z16
 	VFMADD231PS  384(AX), Z20, K1, Z16
 	CMPQ         R9, $0x000001c0
-	JBE          vkf32AVX512_dead_42
+	JBE          stateVKf32AVX512_dead_42
 	VMULPS       Z9, Z18, Z9
 	VFMADD231PS  448(AX), Z19, K3, Z9
 	VMULPS       Z17, Z18, Z17
 	VFMADD231PS  448(AX), Z20, K3, Z17
 
-vkf32AVX512_dead_42:
-vkf32AVX512_decayed_13:
+stateVKf32AVX512_dead_42:
+stateVKf32AVX512_decayed_13:
 	// The state after this token, if stored.
 	MOVQ    (BX), R10
 	TESTQ   R10, R10
-	JZ      vkf32AVX512_nostore_5
+	JZ      stateVKf32AVX512_nostore_5
 	MOVQ    (SP), R11
 	IMULQ   R9, R11
 	ADDQ    R11, R10
@@ -13335,10 +13335,10 @@ vkf32AVX512_decayed_13:
 	VMOVUPS Z7, 320(R10)
 	VMOVUPS Z8, K1, 384(R10)
 	CMPQ    R9, $0x000001c0
-	JBE     vkf32AVX512_dead_43
+	JBE     stateVKf32AVX512_dead_43
 	VMOVUPS Z9, K3, 448(R10)
 
-vkf32AVX512_dead_43:
+stateVKf32AVX512_dead_43:
 	ADDQ    R9, R10
 	VMOVUPS Z10, (R10)
 	VMOVUPS Z11, 64(R10)
@@ -13348,11 +13348,11 @@ vkf32AVX512_dead_43:
 	VMOVUPS Z15, 320(R10)
 	VMOVUPS Z16, K1, 384(R10)
 	CMPQ    R9, $0x000001c0
-	JBE     vkf32AVX512_dead_44
+	JBE     stateVKf32AVX512_dead_44
 	VMOVUPS Z17, K3, 448(R10)
 
-vkf32AVX512_dead_44:
-vkf32AVX512_nostore_5:
+stateVKf32AVX512_dead_44:
+stateVKf32AVX512_nostore_5:
 	ADDQ R9, AX
 	ADDQ R9, CX
 	ADDQ $0x10, DX
@@ -13360,15 +13360,15 @@ vkf32AVX512_nostore_5:
 	ADDQ 32(SP), SI
 	ADDQ 24(SP), DI
 	DECQ R8
-	JNZ  vkf32AVX512_token_5
+	JNZ  stateVKf32AVX512_token_5
 	ADDQ $0x00000002, (SP)
 	SUBQ $0x00000002, 8(SP)
-	JMP  vkf32AVX512_group_5
+	JMP  stateVKf32AVX512_group_5
 
-vkf32AVX512_groupsdone_5:
-vkf32AVX512_group_6:
+stateVKf32AVX512_groupsdone_5:
+stateVKf32AVX512_group_6:
 	CMPQ 8(SP), $0x00000001
-	JB   vkf32AVX512_groupsdone_6
+	JB   stateVKf32AVX512_groupsdone_6
 
 	// Load 1 row(s) of 7…8 vectors.
 	MOVQ       src_base+16(FP), AX
@@ -13383,10 +13383,10 @@ vkf32AVX512_group_6:
 	PREFETCHT0 8512(AX)
 	PREFETCHT0 8576(AX)
 	CMPQ       R9, $0x000001c0
-	JBE        vkf32AVX512_dead_45
+	JBE        stateVKf32AVX512_dead_45
 	PREFETCHT0 8640(AX)
 
-vkf32AVX512_dead_45:
+stateVKf32AVX512_dead_45:
 	VMOVUPS   (AX), Z0
 	VMOVUPS   64(AX), Z1
 	VMOVUPS   128(AX), Z3
@@ -13407,7 +13407,7 @@ vkf32AVX512_dead_45:
 	ADDQ      R8, DI
 	MOVQ      16(SP), R8
 
-vkf32AVX512_token_6:
+stateVKf32AVX512_token_6:
 	VMULPS      (AX), Z0, Z9
 	VMULPS      (CX), Z0, Z10
 	VMULPS      64(AX), Z1, Z11
@@ -13423,11 +13423,11 @@ vkf32AVX512_token_6:
 	VFMADD231PS 384(AX), Z7, K1, Z9
 	VFMADD231PS 384(CX), Z7, K1, Z10
 	CMPQ        R9, $0x000001c0
-	JBE         vkf32AVX512_dead_46
+	JBE         stateVKf32AVX512_dead_46
 	VFMADD231PS 448(AX), Z8, K3, Z11
 	VFMADD231PS 448(CX), Z8, K3, Z12
 
-vkf32AVX512_dead_46:
+stateVKf32AVX512_dead_46:
 	VADDPS       Z11, Z9, Z9
 	VADDPS       Z12, Z10, Z10
 	VSHUFF32X4   $0x44, Z10, Z9, Z11
@@ -13446,16 +13446,16 @@ vkf32AVX512_dead_46:
 	VPERMPS      Z9, Z10, Z9
 	VMOVSS       (DX), X2
 	VUCOMISS     nearone<>+0(SB), X2
-	JCS          vkf32AVX512_far_14
+	JCS          stateVKf32AVX512_far_14
 	VBROADCASTSS (DX), Z10
 	VFMADD213PS  Z9, Z10, Z9
-	JMP          vkf32AVX512_decayed_14
+	JMP          stateVKf32AVX512_decayed_14
 
-vkf32AVX512_far_14:
+stateVKf32AVX512_far_14:
 	VBROADCASTSS 4(DX), Z10
 	VMULPS       Z9, Z10, Z9
 
-vkf32AVX512_decayed_14:
+stateVKf32AVX512_decayed_14:
 	VEXTRACTF64X4 $0x01, Z9, Y10
 	VMOVSS        (SI), X2
 	VSUBPS        Y9, Y2, Y2
@@ -13466,7 +13466,7 @@ vkf32AVX512_decayed_14:
 	VMOVSS        X10, (DI)
 	VMOVSS        (DX), X2
 	VUCOMISS      nearone<>+0(SB), X2
-	JCS           vkf32AVX512_far_15
+	JCS           stateVKf32AVX512_far_15
 	VBROADCASTSS  (DX), Z10
 	VBROADCASTSS  X9, Z9
 	VFMADD213PS   Z0, Z10, Z0
@@ -13484,14 +13484,14 @@ vkf32AVX512_decayed_14:
 	VFMADD213PS   Z7, Z10, Z7
 	VFMADD231PS   384(AX), Z9, K1, Z7
 	CMPQ          R9, $0x000001c0
-	JBE           vkf32AVX512_dead_47
+	JBE           stateVKf32AVX512_dead_47
 	VFMADD213PS   Z8, Z10, Z8
 	VFMADD231PS   448(AX), Z9, K3, Z8
 
-vkf32AVX512_dead_47:
-	JMP vkf32AVX512_decayed_15
+stateVKf32AVX512_dead_47:
+	JMP stateVKf32AVX512_decayed_15
 
-vkf32AVX512_far_15:
+stateVKf32AVX512_far_15:
 	VBROADCASTSS 4(DX), Z10
 	VBROADCASTSS X9, Z9
 	VMULPS       Z0, Z10, Z0
@@ -13509,16 +13509,16 @@ vkf32AVX512_far_15:
 	VMULPS       Z7, Z10, Z7
 	VFMADD231PS  384(AX), Z9, K1, Z7
 	CMPQ         R9, $0x000001c0
-	JBE          vkf32AVX512_dead_48
+	JBE          stateVKf32AVX512_dead_48
 	VMULPS       Z8, Z10, Z8
 	VFMADD231PS  448(AX), Z9, K3, Z8
 
-vkf32AVX512_dead_48:
-vkf32AVX512_decayed_15:
+stateVKf32AVX512_dead_48:
+stateVKf32AVX512_decayed_15:
 	// The state after this token, if stored.
 	MOVQ    (BX), R10
 	TESTQ   R10, R10
-	JZ      vkf32AVX512_nostore_6
+	JZ      stateVKf32AVX512_nostore_6
 	MOVQ    (SP), R11
 	IMULQ   R9, R11
 	ADDQ    R11, R10
@@ -13530,11 +13530,11 @@ vkf32AVX512_decayed_15:
 	VMOVUPS Z6, 320(R10)
 	VMOVUPS Z7, K1, 384(R10)
 	CMPQ    R9, $0x000001c0
-	JBE     vkf32AVX512_dead_49
+	JBE     stateVKf32AVX512_dead_49
 	VMOVUPS Z8, K3, 448(R10)
 
-vkf32AVX512_dead_49:
-vkf32AVX512_nostore_6:
+stateVKf32AVX512_dead_49:
+stateVKf32AVX512_nostore_6:
 	ADDQ R9, AX
 	ADDQ R9, CX
 	ADDQ $0x10, DX
@@ -13542,15 +13542,15 @@ vkf32AVX512_nostore_6:
 	ADDQ 32(SP), SI
 	ADDQ 24(SP), DI
 	DECQ R8
-	JNZ  vkf32AVX512_token_6
+	JNZ  stateVKf32AVX512_token_6
 	ADDQ $0x00000001, (SP)
 	SUBQ $0x00000001, 8(SP)
-	JMP  vkf32AVX512_group_6
+	JMP  stateVKf32AVX512_group_6
 
-vkf32AVX512_groupsdone_6:
-	JMP vkf32AVX512_done_1
+stateVKf32AVX512_groupsdone_6:
+	JMP stateVKf32AVX512_done_1
 
-vkf32AVX512_n12_1:
+stateVKf32AVX512_n12_1:
 	// Rows of 9…12 vectors.
 	MOVQ         R9, AX
 	SHRQ         $0x02, AX
@@ -13573,9 +13573,9 @@ vkf32AVX512_n12_1:
 	VPBROADCASTD AX, Z0
 	VPCMPGTD     iota<>+0(SB), Z0, K5
 
-vkf32AVX512_group_7:
+stateVKf32AVX512_group_7:
 	CMPQ 8(SP), $0x00000001
-	JB   vkf32AVX512_groupsdone_7
+	JB   stateVKf32AVX512_groupsdone_7
 
 	// Load 1 row(s) of 9…12 vectors.
 	MOVQ       src_base+16(FP), AX
@@ -13592,16 +13592,16 @@ vkf32AVX512_group_7:
 	PREFETCHT0 8640(AX)
 	PREFETCHT0 8704(AX)
 	CMPQ       R9, $0x00000240
-	JBE        vkf32AVX512_dead_50
+	JBE        stateVKf32AVX512_dead_50
 	PREFETCHT0 8768(AX)
 	CMPQ       R9, $0x00000280
-	JBE        vkf32AVX512_dead_50
+	JBE        stateVKf32AVX512_dead_50
 	PREFETCHT0 8832(AX)
 	CMPQ       R9, $0x000002c0
-	JBE        vkf32AVX512_dead_50
+	JBE        stateVKf32AVX512_dead_50
 	PREFETCHT0 8896(AX)
 
-vkf32AVX512_dead_50:
+stateVKf32AVX512_dead_50:
 	VMOVUPS   (AX), Z0
 	VMOVUPS   64(AX), Z2
 	VMOVUPS   128(AX), Z3
@@ -13626,7 +13626,7 @@ vkf32AVX512_dead_50:
 	ADDQ      R8, DI
 	MOVQ      16(SP), R8
 
-vkf32AVX512_token_7:
+stateVKf32AVX512_token_7:
 	VMULPS      (AX), Z0, Z13
 	VMULPS      (CX), Z0, Z14
 	VMULPS      64(AX), Z2, Z15
@@ -13646,19 +13646,19 @@ vkf32AVX512_token_7:
 	VFMADD231PS 512(AX), Z9, K1, Z13
 	VFMADD231PS 512(CX), Z9, K1, Z14
 	CMPQ        R9, $0x00000240
-	JBE         vkf32AVX512_dead_51
+	JBE         stateVKf32AVX512_dead_51
 	VFMADD231PS 576(AX), Z10, K3, Z15
 	VFMADD231PS 576(CX), Z10, K3, Z16
 	CMPQ        R9, $0x00000280
-	JBE         vkf32AVX512_dead_51
+	JBE         stateVKf32AVX512_dead_51
 	VFMADD231PS 640(AX), Z11, K4, Z17
 	VFMADD231PS 640(CX), Z11, K4, Z18
 	CMPQ        R9, $0x000002c0
-	JBE         vkf32AVX512_dead_51
+	JBE         stateVKf32AVX512_dead_51
 	VFMADD231PS 704(AX), Z12, K5, Z19
 	VFMADD231PS 704(CX), Z12, K5, Z20
 
-vkf32AVX512_dead_51:
+stateVKf32AVX512_dead_51:
 	VADDPS       Z15, Z13, Z13
 	VADDPS       Z19, Z17, Z17
 	VADDPS       Z17, Z13, Z13
@@ -13681,16 +13681,16 @@ vkf32AVX512_dead_51:
 	VPERMPS      Z13, Z14, Z13
 	VMOVSS       (DX), X1
 	VUCOMISS     nearone<>+0(SB), X1
-	JCS          vkf32AVX512_far_16
+	JCS          stateVKf32AVX512_far_16
 	VBROADCASTSS (DX), Z14
 	VFMADD213PS  Z13, Z14, Z13
-	JMP          vkf32AVX512_decayed_16
+	JMP          stateVKf32AVX512_decayed_16
 
-vkf32AVX512_far_16:
+stateVKf32AVX512_far_16:
 	VBROADCASTSS 4(DX), Z14
 	VMULPS       Z13, Z14, Z13
 
-vkf32AVX512_decayed_16:
+stateVKf32AVX512_decayed_16:
 	VEXTRACTF64X4 $0x01, Z13, Y14
 	VMOVSS        (SI), X1
 	VSUBPS        Y13, Y1, Y1
@@ -13701,7 +13701,7 @@ vkf32AVX512_decayed_16:
 	VMOVSS        X14, (DI)
 	VMOVSS        (DX), X1
 	VUCOMISS      nearone<>+0(SB), X1
-	JCS           vkf32AVX512_far_17
+	JCS           stateVKf32AVX512_far_17
 	VBROADCASTSS  (DX), Z14
 	VBROADCASTSS  X13, Z13
 	VFMADD213PS   Z0, Z14, Z0
@@ -13723,22 +13723,22 @@ vkf32AVX512_decayed_16:
 	VFMADD213PS   Z9, Z14, Z9
 	VFMADD231PS   512(AX), Z13, K1, Z9
 	CMPQ          R9, $0x00000240
-	JBE           vkf32AVX512_dead_52
+	JBE           stateVKf32AVX512_dead_52
 	VFMADD213PS   Z10, Z14, Z10
 	VFMADD231PS   576(AX), Z13, K3, Z10
 	CMPQ          R9, $0x00000280
-	JBE           vkf32AVX512_dead_52
+	JBE           stateVKf32AVX512_dead_52
 	VFMADD213PS   Z11, Z14, Z11
 	VFMADD231PS   640(AX), Z13, K4, Z11
 	CMPQ          R9, $0x000002c0
-	JBE           vkf32AVX512_dead_52
+	JBE           stateVKf32AVX512_dead_52
 	VFMADD213PS   Z12, Z14, Z12
 	VFMADD231PS   704(AX), Z13, K5, Z12
 
-vkf32AVX512_dead_52:
-	JMP vkf32AVX512_decayed_17
+stateVKf32AVX512_dead_52:
+	JMP stateVKf32AVX512_decayed_17
 
-vkf32AVX512_far_17:
+stateVKf32AVX512_far_17:
 	VBROADCASTSS 4(DX), Z14
 	VBROADCASTSS X13, Z13
 	VMULPS       Z0, Z14, Z0
@@ -13760,24 +13760,24 @@ vkf32AVX512_far_17:
 	VMULPS       Z9, Z14, Z9
 	VFMADD231PS  512(AX), Z13, K1, Z9
 	CMPQ         R9, $0x00000240
-	JBE          vkf32AVX512_dead_53
+	JBE          stateVKf32AVX512_dead_53
 	VMULPS       Z10, Z14, Z10
 	VFMADD231PS  576(AX), Z13, K3, Z10
 	CMPQ         R9, $0x00000280
-	JBE          vkf32AVX512_dead_53
+	JBE          stateVKf32AVX512_dead_53
 	VMULPS       Z11, Z14, Z11
 	VFMADD231PS  640(AX), Z13, K4, Z11
 	CMPQ         R9, $0x000002c0
-	JBE          vkf32AVX512_dead_53
+	JBE          stateVKf32AVX512_dead_53
 	VMULPS       Z12, Z14, Z12
 	VFMADD231PS  704(AX), Z13, K5, Z12
 
-vkf32AVX512_dead_53:
-vkf32AVX512_decayed_17:
+stateVKf32AVX512_dead_53:
+stateVKf32AVX512_decayed_17:
 	// The state after this token, if stored.
 	MOVQ    (BX), R10
 	TESTQ   R10, R10
-	JZ      vkf32AVX512_nostore_7
+	JZ      stateVKf32AVX512_nostore_7
 	MOVQ    (SP), R11
 	IMULQ   R9, R11
 	ADDQ    R11, R10
@@ -13791,17 +13791,17 @@ vkf32AVX512_decayed_17:
 	VMOVUPS Z8, 448(R10)
 	VMOVUPS Z9, K1, 512(R10)
 	CMPQ    R9, $0x00000240
-	JBE     vkf32AVX512_dead_54
+	JBE     stateVKf32AVX512_dead_54
 	VMOVUPS Z10, K3, 576(R10)
 	CMPQ    R9, $0x00000280
-	JBE     vkf32AVX512_dead_54
+	JBE     stateVKf32AVX512_dead_54
 	VMOVUPS Z11, K4, 640(R10)
 	CMPQ    R9, $0x000002c0
-	JBE     vkf32AVX512_dead_54
+	JBE     stateVKf32AVX512_dead_54
 	VMOVUPS Z12, K5, 704(R10)
 
-vkf32AVX512_dead_54:
-vkf32AVX512_nostore_7:
+stateVKf32AVX512_dead_54:
+stateVKf32AVX512_nostore_7:
 	ADDQ R9, AX
 	ADDQ R9, CX
 	ADDQ $0x10, DX
@@ -13809,15 +13809,15 @@ vkf32AVX512_nostore_7:
 	ADDQ 32(SP), SI
 	ADDQ 24(SP), DI
 	DECQ R8
-	JNZ  vkf32AVX512_token_7
+	JNZ  stateVKf32AVX512_token_7
 	ADDQ $0x00000001, (SP)
 	SUBQ $0x00000001, 8(SP)
-	JMP  vkf32AVX512_group_7
+	JMP  stateVKf32AVX512_group_7
 
-vkf32AVX512_groupsdone_7:
-	JMP vkf32AVX512_done_1
+stateVKf32AVX512_groupsdone_7:
+	JMP stateVKf32AVX512_done_1
 
-vkf32AVX512_n16_1:
+stateVKf32AVX512_n16_1:
 	// Rows of 13…16 vectors.
 	MOVQ         R9, AX
 	SHRQ         $0x02, AX
@@ -13840,9 +13840,9 @@ vkf32AVX512_n16_1:
 	VPBROADCASTD AX, Z0
 	VPCMPGTD     iota<>+0(SB), Z0, K5
 
-vkf32AVX512_group_8:
+stateVKf32AVX512_group_8:
 	CMPQ 8(SP), $0x00000001
-	JB   vkf32AVX512_groupsdone_8
+	JB   stateVKf32AVX512_groupsdone_8
 
 	// Load 1 row(s) of 13…16 vectors.
 	MOVQ       src_base+16(FP), AX
@@ -13863,16 +13863,16 @@ vkf32AVX512_group_8:
 	PREFETCHT0 8896(AX)
 	PREFETCHT0 8960(AX)
 	CMPQ       R9, $0x00000340
-	JBE        vkf32AVX512_dead_55
+	JBE        stateVKf32AVX512_dead_55
 	PREFETCHT0 9024(AX)
 	CMPQ       R9, $0x00000380
-	JBE        vkf32AVX512_dead_55
+	JBE        stateVKf32AVX512_dead_55
 	PREFETCHT0 9088(AX)
 	CMPQ       R9, $0x000003c0
-	JBE        vkf32AVX512_dead_55
+	JBE        stateVKf32AVX512_dead_55
 	PREFETCHT0 9152(AX)
 
-vkf32AVX512_dead_55:
+stateVKf32AVX512_dead_55:
 	VMOVUPS   (AX), Z0
 	VMOVUPS   64(AX), Z2
 	VMOVUPS   128(AX), Z3
@@ -13901,7 +13901,7 @@ vkf32AVX512_dead_55:
 	ADDQ      R8, DI
 	MOVQ      16(SP), R8
 
-vkf32AVX512_token_8:
+stateVKf32AVX512_token_8:
 	VMULPS      (AX), Z0, Z17
 	VMULPS      (CX), Z0, Z18
 	VMULPS      64(AX), Z2, Z19
@@ -13929,19 +13929,19 @@ vkf32AVX512_token_8:
 	VFMADD231PS 768(AX), Z13, K1, Z17
 	VFMADD231PS 768(CX), Z13, K1, Z18
 	CMPQ        R9, $0x00000340
-	JBE         vkf32AVX512_dead_56
+	JBE         stateVKf32AVX512_dead_56
 	VFMADD231PS 832(AX), Z14, K3, Z19
 	VFMADD231PS 832(CX), Z14, K3, Z20
 	CMPQ        R9, $0x00000380
-	JBE         vkf32AVX512_dead_56
+	JBE         stateVKf32AVX512_dead_56
 	VFMADD231PS 896(AX), Z15, K4, Z21
 	VFMADD231PS 896(CX), Z15, K4, Z22
 	CMPQ        R9, $0x000003c0
-	JBE         vkf32AVX512_dead_56
+	JBE         stateVKf32AVX512_dead_56
 	VFMADD231PS 960(AX), Z16, K5, Z23
 	VFMADD231PS 960(CX), Z16, K5, Z24
 
-vkf32AVX512_dead_56:
+stateVKf32AVX512_dead_56:
 	VADDPS       Z19, Z17, Z17
 	VADDPS       Z23, Z21, Z21
 	VADDPS       Z21, Z17, Z17
@@ -13964,16 +13964,16 @@ vkf32AVX512_dead_56:
 	VPERMPS      Z17, Z18, Z17
 	VMOVSS       (DX), X1
 	VUCOMISS     nearone<>+0(SB), X1
-	JCS          vkf32AVX512_far_18
+	JCS          stateVKf32AVX512_far_18
 	VBROADCASTSS (DX), Z18
 	VFMADD213PS  Z17, Z18, Z17
-	JMP          vkf32AVX512_decayed_18
+	JMP          stateVKf32AVX512_decayed_18
 
-vkf32AVX512_far_18:
+stateVKf32AVX512_far_18:
 	VBROADCASTSS 4(DX), Z18
 	VMULPS       Z17, Z18, Z17
 
-vkf32AVX512_decayed_18:
+stateVKf32AVX512_decayed_18:
 	VEXTRACTF64X4 $0x01, Z17, Y18
 	VMOVSS        (SI), X1
 	VSUBPS        Y17, Y1, Y1
@@ -13984,7 +13984,7 @@ vkf32AVX512_decayed_18:
 	VMOVSS        X18, (DI)
 	VMOVSS        (DX), X1
 	VUCOMISS      nearone<>+0(SB), X1
-	JCS           vkf32AVX512_far_19
+	JCS           stateVKf32AVX512_far_19
 	VBROADCASTSS  (DX), Z18
 	VBROADCASTSS  X17, Z17
 	VFMADD213PS   Z0, Z18, Z0
@@ -14014,22 +14014,22 @@ vkf32AVX512_decayed_18:
 	VFMADD213PS   Z13, Z18, Z13
 	VFMADD231PS   768(AX), Z17, K1, Z13
 	CMPQ          R9, $0x00000340
-	JBE           vkf32AVX512_dead_57
+	JBE           stateVKf32AVX512_dead_57
 	VFMADD213PS   Z14, Z18, Z14
 	VFMADD231PS   832(AX), Z17, K3, Z14
 	CMPQ          R9, $0x00000380
-	JBE           vkf32AVX512_dead_57
+	JBE           stateVKf32AVX512_dead_57
 	VFMADD213PS   Z15, Z18, Z15
 	VFMADD231PS   896(AX), Z17, K4, Z15
 	CMPQ          R9, $0x000003c0
-	JBE           vkf32AVX512_dead_57
+	JBE           stateVKf32AVX512_dead_57
 	VFMADD213PS   Z16, Z18, Z16
 	VFMADD231PS   960(AX), Z17, K5, Z16
 
-vkf32AVX512_dead_57:
-	JMP vkf32AVX512_decayed_19
+stateVKf32AVX512_dead_57:
+	JMP stateVKf32AVX512_decayed_19
 
-vkf32AVX512_far_19:
+stateVKf32AVX512_far_19:
 	VBROADCASTSS 4(DX), Z18
 	VBROADCASTSS X17, Z17
 	VMULPS       Z0, Z18, Z0
@@ -14059,24 +14059,24 @@ vkf32AVX512_far_19:
 	VMULPS       Z13, Z18, Z13
 	VFMADD231PS  768(AX), Z17, K1, Z13
 	CMPQ         R9, $0x00000340
-	JBE          vkf32AVX512_dead_58
+	JBE          stateVKf32AVX512_dead_58
 	VMULPS       Z14, Z18, Z14
 	VFMADD231PS  832(AX), Z17, K3, Z14
 	CMPQ         R9, $0x00000380
-	JBE          vkf32AVX512_dead_58
+	JBE          stateVKf32AVX512_dead_58
 	VMULPS       Z15, Z18, Z15
 	VFMADD231PS  896(AX), Z17, K4, Z15
 	CMPQ         R9, $0x000003c0
-	JBE          vkf32AVX512_dead_58
+	JBE          stateVKf32AVX512_dead_58
 	VMULPS       Z16, Z18, Z16
 	VFMADD231PS  960(AX), Z17, K5, Z16
 
-vkf32AVX512_dead_58:
-vkf32AVX512_decayed_19:
+stateVKf32AVX512_dead_58:
+stateVKf32AVX512_decayed_19:
 	// The state after this token, if stored.
 	MOVQ    (BX), R10
 	TESTQ   R10, R10
-	JZ      vkf32AVX512_nostore_8
+	JZ      stateVKf32AVX512_nostore_8
 	MOVQ    (SP), R11
 	IMULQ   R9, R11
 	ADDQ    R11, R10
@@ -14094,17 +14094,17 @@ vkf32AVX512_decayed_19:
 	VMOVUPS Z12, 704(R10)
 	VMOVUPS Z13, K1, 768(R10)
 	CMPQ    R9, $0x00000340
-	JBE     vkf32AVX512_dead_59
+	JBE     stateVKf32AVX512_dead_59
 	VMOVUPS Z14, K3, 832(R10)
 	CMPQ    R9, $0x00000380
-	JBE     vkf32AVX512_dead_59
+	JBE     stateVKf32AVX512_dead_59
 	VMOVUPS Z15, K4, 896(R10)
 	CMPQ    R9, $0x000003c0
-	JBE     vkf32AVX512_dead_59
+	JBE     stateVKf32AVX512_dead_59
 	VMOVUPS Z16, K5, 960(R10)
 
-vkf32AVX512_dead_59:
-vkf32AVX512_nostore_8:
+stateVKf32AVX512_dead_59:
+stateVKf32AVX512_nostore_8:
 	ADDQ R9, AX
 	ADDQ R9, CX
 	ADDQ $0x10, DX
@@ -14112,29 +14112,29 @@ vkf32AVX512_nostore_8:
 	ADDQ 32(SP), SI
 	ADDQ 24(SP), DI
 	DECQ R8
-	JNZ  vkf32AVX512_token_8
+	JNZ  stateVKf32AVX512_token_8
 	ADDQ $0x00000001, (SP)
 	SUBQ $0x00000001, 8(SP)
-	JMP  vkf32AVX512_group_8
+	JMP  stateVKf32AVX512_group_8
 
-vkf32AVX512_groupsdone_8:
-vkf32AVX512_done_1:
+stateVKf32AVX512_groupsdone_8:
+stateVKf32AVX512_done_1:
 	VZEROUPPER
 	RET
 
-// func vkbf16AVX512(K int, V int, src []uint16, src32 []float32, stores []uintptr, carry []float32, kh []float32, qh []float32, v []float32, vs int, o []float32, tok []float32, work []float32)
+// func stateVKbf16AVX512(K int, V int, src []uint16, src32 []float32, stores []uintptr, carry []float32, kh []float32, qh []float32, v []float32, vs int, o []float32, tok []float32, work []float32)
 // Requires: AVX, AVX512F, AVX512VL, CMOV, FMA3, MMX+
-TEXT ·vkbf16AVX512(SB), NOSPLIT, $56-264
+TEXT ·stateVKbf16AVX512(SB), NOSPLIT, $56-264
 	MOVQ  K+0(FP), AX
 	MOVQ  V+8(FP), CX
 	MOVQ  tok_len+224(FP), DX
 	SHRQ  $0x02, DX
 	TESTQ AX, AX
-	JZ    vkbf16AVX512_done_1
+	JZ    stateVKbf16AVX512_done_1
 	TESTQ CX, CX
-	JZ    vkbf16AVX512_done_1
+	JZ    stateVKbf16AVX512_done_1
 	TESTQ DX, DX
-	JZ    vkbf16AVX512_done_1
+	JZ    stateVKbf16AVX512_done_1
 	MOVQ  CX, 8(SP)
 	MOVQ  DX, 16(SP)
 	MOVQ  work_base+240(FP), DX
@@ -14156,18 +14156,18 @@ TEXT ·vkbf16AVX512(SB), NOSPLIT, $56-264
 	DECQ AX
 	SHRQ $0x04, AX
 	CMPQ AX, $0x00000003
-	JBE  vkbf16AVX512_n4_1
+	JBE  stateVKbf16AVX512_n4_1
 	CMPQ AX, $0x00000005
-	JBE  vkbf16AVX512_n6_1
+	JBE  stateVKbf16AVX512_n6_1
 	CMPQ AX, $0x00000007
-	JBE  vkbf16AVX512_n8_1
+	JBE  stateVKbf16AVX512_n8_1
 	CMPQ AX, $0x0000000b
-	JBE  vkbf16AVX512_n12_1
+	JBE  stateVKbf16AVX512_n12_1
 	CMPQ AX, $0x0000000f
-	JBE  vkbf16AVX512_n16_1
-	JMP  vkbf16AVX512_done_1
+	JBE  stateVKbf16AVX512_n16_1
+	JMP  stateVKbf16AVX512_done_1
 
-vkbf16AVX512_n4_1:
+stateVKbf16AVX512_n4_1:
 	// Rows of 1…4 vectors.
 	MOVQ         R9, AX
 	SHRQ         $0x02, AX
@@ -14189,11 +14189,11 @@ vkbf16AVX512_n4_1:
 	VPBROADCASTD AX, Z0
 	VPCMPGTD     iota<>+0(SB), Z0, K5
 	CMPQ         16(SP), $0x01
-	JE           vkbf16AVX512_groups_1
+	JE           stateVKbf16AVX512_groups_1
 
-vkbf16AVX512_block_1:
+stateVKbf16AVX512_block_1:
 	CMPQ    8(SP), $0x10
-	JB      vkbf16AVX512_blocksdone_1
+	JB      stateVKbf16AVX512_blocksdone_1
 	MOVQ    $0x00000001, AX
 	MOVQ    $0x00000002, CX
 	CMPQ    8(SP), $0x20
@@ -14203,7 +14203,7 @@ vkbf16AVX512_block_1:
 	// A block of 16·nb rows of 1…4 vectors in work.
 	MOVQ  src32_base+40(FP), AX
 	TESTQ AX, AX
-	JZ    vkbf16AVX512_bfrombf16_1
+	JZ    stateVKbf16AVX512_bfrombf16_1
 	MOVQ  (SP), CX
 	IMULQ R9, CX
 	ADDQ  CX, AX
@@ -14211,19 +14211,19 @@ vkbf16AVX512_block_1:
 	MOVQ  48(SP), DX
 	SHLQ  $0x04, DX
 
-vkbf16AVX512_bload_1:
+stateVKbf16AVX512_bload_1:
 	PREFETCHT0 8192(AX)
 	CMPQ       R9, $0x00000040
-	JBE        vkbf16AVX512_dead_1
+	JBE        stateVKbf16AVX512_dead_1
 	PREFETCHT0 8256(AX)
 	CMPQ       R9, $0x00000080
-	JBE        vkbf16AVX512_dead_1
+	JBE        stateVKbf16AVX512_dead_1
 	PREFETCHT0 8320(AX)
 	CMPQ       R9, $0x000000c0
-	JBE        vkbf16AVX512_dead_1
+	JBE        stateVKbf16AVX512_dead_1
 	PREFETCHT0 8384(AX)
 
-vkbf16AVX512_dead_1:
+stateVKbf16AVX512_dead_1:
 	VMOVUPS.Z (AX), K1, Z0
 	VMOVUPS   Z0, (CX)
 	VMOVUPS.Z 64(AX), K3, Z0
@@ -14235,10 +14235,10 @@ vkbf16AVX512_dead_1:
 	ADDQ      R9, AX
 	ADDQ      $0x00000100, CX
 	DECQ      DX
-	JNZ       vkbf16AVX512_bload_1
-	JMP       vkbf16AVX512_bloaded_1
+	JNZ       stateVKbf16AVX512_bload_1
+	JMP       stateVKbf16AVX512_bloaded_1
 
-vkbf16AVX512_bfrombf16_1:
+stateVKbf16AVX512_bfrombf16_1:
 	MOVQ  src_base+16(FP), AX
 	MOVQ  (SP), CX
 	IMULQ R10, CX
@@ -14247,13 +14247,13 @@ vkbf16AVX512_bfrombf16_1:
 	MOVQ  48(SP), DX
 	SHLQ  $0x04, DX
 
-vkbf16AVX512_bload_2:
+stateVKbf16AVX512_bload_2:
 	PREFETCHT0 8192(AX)
 	CMPQ       R9, $0x00000080
-	JBE        vkbf16AVX512_dead_2
+	JBE        stateVKbf16AVX512_dead_2
 	PREFETCHT0 8256(AX)
 
-vkbf16AVX512_dead_2:
+stateVKbf16AVX512_dead_2:
 	VPMOVZXWD.Z (AX), K1, Z0
 	VPSLLD      $0x10, Z0, Z0
 	VMOVUPS     Z0, (CX)
@@ -14269,9 +14269,9 @@ vkbf16AVX512_dead_2:
 	ADDQ        R10, AX
 	ADDQ        $0x00000100, CX
 	DECQ        DX
-	JNZ         vkbf16AVX512_bload_2
+	JNZ         stateVKbf16AVX512_bload_2
 
-vkbf16AVX512_bloaded_1:
+stateVKbf16AVX512_bloaded_1:
 	MOVQ kh_base+112(FP), AX
 	MOVQ qh_base+136(FP), CX
 	MOVQ tok_base+216(FP), DX
@@ -14284,7 +14284,7 @@ vkbf16AVX512_bloaded_1:
 	ADDQ R8, DI
 	MOVQ 16(SP), R8
 
-vkbf16AVX512_btoken_1:
+stateVKbf16AVX512_btoken_1:
 	VMOVUPS.Z (AX), K1, Z0
 	VMOVUPS.Z 64(AX), K3, Z3
 	VMOVUPS.Z 128(AX), K4, Z4
@@ -14295,7 +14295,7 @@ vkbf16AVX512_btoken_1:
 	VMOVUPS.Z 192(CX), K5, Z9
 	XORQ      R11, R11
 
-vkbf16AVX512_bsub_1:
+stateVKbf16AVX512_bsub_1:
 	MOVQ   R11, R12
 	IMUL3Q $0x00001000, R12, R12
 	ADDQ   40(SP), R12
@@ -14305,7 +14305,7 @@ vkbf16AVX512_bsub_1:
 	ADDQ   $0x00002000, R13
 	MOVQ   $0x00000008, R14
 
-vkbf16AVX512_bdots_1:
+stateVKbf16AVX512_bdots_1:
 	VBROADCASTSS zero<>+0(SB), Z12
 	VBROADCASTSS zero<>+0(SB), Z13
 	VBROADCASTSS zero<>+0(SB), Z16
@@ -14317,7 +14317,7 @@ vkbf16AVX512_bdots_1:
 	VMULPS.Z     Z0, Z15, K1, Z14
 	VMULPS.Z     Z6, Z15, K1, Z15
 	CMPQ         R9, $0x00000040
-	JBE          vkbf16AVX512_dead_3
+	JBE          stateVKbf16AVX512_dead_3
 	VMOVUPS      64(R12), Z18
 	VFMADD231PS  Z3, Z18, K3, Z12
 	VFMADD231PS  Z7, Z18, K3, Z13
@@ -14325,7 +14325,7 @@ vkbf16AVX512_bdots_1:
 	VFMADD231PS  Z3, Z18, K3, Z16
 	VFMADD231PS  Z7, Z18, K3, Z17
 	CMPQ         R9, $0x00000080
-	JBE          vkbf16AVX512_dead_3
+	JBE          stateVKbf16AVX512_dead_3
 	VMOVUPS      128(R12), Z18
 	VFMADD231PS  Z4, Z18, K4, Z10
 	VFMADD231PS  Z8, Z18, K4, Z11
@@ -14333,7 +14333,7 @@ vkbf16AVX512_bdots_1:
 	VFMADD231PS  Z4, Z18, K4, Z14
 	VFMADD231PS  Z8, Z18, K4, Z15
 	CMPQ         R9, $0x000000c0
-	JBE          vkbf16AVX512_dead_3
+	JBE          stateVKbf16AVX512_dead_3
 	VMOVUPS      192(R12), Z18
 	VFMADD231PS  Z5, Z18, K5, Z12
 	VFMADD231PS  Z9, Z18, K5, Z13
@@ -14341,7 +14341,7 @@ vkbf16AVX512_bdots_1:
 	VFMADD231PS  Z5, Z18, K5, Z16
 	VFMADD231PS  Z9, Z18, K5, Z17
 
-vkbf16AVX512_dead_3:
+stateVKbf16AVX512_dead_3:
 	VADDPS       Z12, Z10, Z10
 	VADDPS       Z13, Z11, Z11
 	VMOVUPS      Z10, (R13)
@@ -14353,7 +14353,7 @@ vkbf16AVX512_dead_3:
 	ADDQ         $0x00000200, R12
 	ADDQ         $0x80, R13
 	DECQ         R14
-	JNZ          vkbf16AVX512_bdots_1
+	JNZ          stateVKbf16AVX512_bdots_1
 	SUBQ         $0x00000400, R13
 	VMOVUPS      (R13), Z10
 	VMOVUPS      64(R13), Z11
@@ -14485,14 +14485,14 @@ vkbf16AVX512_dead_3:
 	VMOVUPS      Z11, 64(R13)
 	INCQ         R11
 	CMPQ         R11, 48(SP)
-	JB           vkbf16AVX512_bsub_1
+	JB           stateVKbf16AVX512_bsub_1
 	VMOVSS       (DX), X1
 	VUCOMISS     nearone<>+0(SB), X1
-	JCS          vkbf16AVX512_far_1
+	JCS          stateVKbf16AVX512_far_1
 	VBROADCASTSS (DX), Z6
 	XORQ         R11, R11
 
-vkbf16AVX512_bdelta_1:
+stateVKbf16AVX512_bdelta_1:
 	MOVQ         R11, R12
 	SHLQ         $0x0b, R12
 	ADDQ         40(SP), R12
@@ -14514,14 +14514,14 @@ vkbf16AVX512_bdelta_1:
 	VMOVUPS      Z8, (DI)(R12*1)
 	INCQ         R11
 	CMPQ         R11, 48(SP)
-	JB           vkbf16AVX512_bdelta_1
+	JB           stateVKbf16AVX512_bdelta_1
 	MOVQ         40(SP), R11
 	MOVQ         40(SP), R12
 	ADDQ         $0x00003000, R12
 	MOVQ         48(SP), R13
 	SHLQ         $0x03, R13
 
-vkbf16AVX512_bupdate_1:
+stateVKbf16AVX512_bupdate_1:
 	VBROADCASTSS (R12), Z7
 	VBROADCASTSS 4(R12), Z8
 	VMOVUPS      (R11), Z9
@@ -14533,7 +14533,7 @@ vkbf16AVX512_bupdate_1:
 	VFMADD231PS  Z0, Z8, K1, Z9
 	VMOVUPS      Z9, 256(R11)
 	CMPQ         R9, $0x00000040
-	JBE          vkbf16AVX512_dead_4
+	JBE          stateVKbf16AVX512_dead_4
 	VMOVUPS      64(R11), Z9
 	VFMADD213PS  Z9, Z6, Z9
 	VFMADD231PS  Z3, Z7, K3, Z9
@@ -14543,7 +14543,7 @@ vkbf16AVX512_bupdate_1:
 	VFMADD231PS  Z3, Z8, K3, Z9
 	VMOVUPS      Z9, 320(R11)
 	CMPQ         R9, $0x00000080
-	JBE          vkbf16AVX512_dead_4
+	JBE          stateVKbf16AVX512_dead_4
 	VMOVUPS      128(R11), Z9
 	VFMADD213PS  Z9, Z6, Z9
 	VFMADD231PS  Z4, Z7, K4, Z9
@@ -14553,7 +14553,7 @@ vkbf16AVX512_bupdate_1:
 	VFMADD231PS  Z4, Z8, K4, Z9
 	VMOVUPS      Z9, 384(R11)
 	CMPQ         R9, $0x000000c0
-	JBE          vkbf16AVX512_dead_4
+	JBE          stateVKbf16AVX512_dead_4
 	VMOVUPS      192(R11), Z9
 	VFMADD213PS  Z9, Z6, Z9
 	VFMADD231PS  Z5, Z7, K5, Z9
@@ -14563,18 +14563,18 @@ vkbf16AVX512_bupdate_1:
 	VFMADD231PS  Z5, Z8, K5, Z7
 	VMOVUPS      Z7, 448(R11)
 
-vkbf16AVX512_dead_4:
+stateVKbf16AVX512_dead_4:
 	ADDQ $0x00000200, R11
 	ADDQ $0x08, R12
 	DECQ R13
-	JNZ  vkbf16AVX512_bupdate_1
-	JMP  vkbf16AVX512_decayed_1
+	JNZ  stateVKbf16AVX512_bupdate_1
+	JMP  stateVKbf16AVX512_decayed_1
 
-vkbf16AVX512_far_1:
+stateVKbf16AVX512_far_1:
 	VBROADCASTSS 4(DX), Z6
 	XORQ         R11, R11
 
-vkbf16AVX512_bdelta_2:
+stateVKbf16AVX512_bdelta_2:
 	MOVQ         R11, R12
 	SHLQ         $0x0b, R12
 	ADDQ         40(SP), R12
@@ -14596,14 +14596,14 @@ vkbf16AVX512_bdelta_2:
 	VMOVUPS      Z8, (DI)(R12*1)
 	INCQ         R11
 	CMPQ         R11, 48(SP)
-	JB           vkbf16AVX512_bdelta_2
+	JB           stateVKbf16AVX512_bdelta_2
 	MOVQ         40(SP), R11
 	MOVQ         40(SP), R12
 	ADDQ         $0x00003000, R12
 	MOVQ         48(SP), R13
 	SHLQ         $0x03, R13
 
-vkbf16AVX512_bupdate_2:
+stateVKbf16AVX512_bupdate_2:
 	VBROADCASTSS (R12), Z7
 	VBROADCASTSS 4(R12), Z8
 	VMOVUPS      (R11), Z9
@@ -14615,7 +14615,7 @@ vkbf16AVX512_bupdate_2:
 	VFMADD231PS  Z0, Z8, K1, Z9
 	VMOVUPS      Z9, 256(R11)
 	CMPQ         R9, $0x00000040
-	JBE          vkbf16AVX512_dead_5
+	JBE          stateVKbf16AVX512_dead_5
 	VMOVUPS      64(R11), Z9
 	VMULPS       Z9, Z6, Z9
 	VFMADD231PS  Z3, Z7, K3, Z9
@@ -14625,7 +14625,7 @@ vkbf16AVX512_bupdate_2:
 	VFMADD231PS  Z3, Z8, K3, Z9
 	VMOVUPS      Z9, 320(R11)
 	CMPQ         R9, $0x00000080
-	JBE          vkbf16AVX512_dead_5
+	JBE          stateVKbf16AVX512_dead_5
 	VMOVUPS      128(R11), Z9
 	VMULPS       Z9, Z6, Z9
 	VFMADD231PS  Z4, Z7, K4, Z9
@@ -14635,7 +14635,7 @@ vkbf16AVX512_bupdate_2:
 	VFMADD231PS  Z4, Z8, K4, Z9
 	VMOVUPS      Z9, 384(R11)
 	CMPQ         R9, $0x000000c0
-	JBE          vkbf16AVX512_dead_5
+	JBE          stateVKbf16AVX512_dead_5
 	VMOVUPS      192(R11), Z9
 	VMULPS       Z9, Z6, Z9
 	VFMADD231PS  Z5, Z7, K5, Z9
@@ -14645,17 +14645,17 @@ vkbf16AVX512_bupdate_2:
 	VFMADD231PS  Z5, Z8, K5, Z7
 	VMOVUPS      Z7, 448(R11)
 
-vkbf16AVX512_dead_5:
+stateVKbf16AVX512_dead_5:
 	ADDQ $0x00000200, R11
 	ADDQ $0x08, R12
 	DECQ R13
-	JNZ  vkbf16AVX512_bupdate_2
+	JNZ  stateVKbf16AVX512_bupdate_2
 
-vkbf16AVX512_decayed_1:
+stateVKbf16AVX512_decayed_1:
 	// The state after this token, if stored.
 	MOVQ  (BX), R11
 	TESTQ R11, R11
-	JZ    vkbf16AVX512_bnostore_1
+	JZ    stateVKbf16AVX512_bnostore_1
 	MOVQ  (SP), R12
 	IMULQ R10, R12
 	ADDQ  R12, R11
@@ -14663,7 +14663,7 @@ vkbf16AVX512_decayed_1:
 	MOVQ  48(SP), R13
 	SHLQ  $0x04, R13
 
-vkbf16AVX512_bstore_1:
+stateVKbf16AVX512_bstore_1:
 	VMOVUPS  (R12), Z0
 	VPSRLD   $0x10, Z0, Z3
 	VPANDD   absmask<>+0(SB), Z0, Z4
@@ -14675,7 +14675,7 @@ vkbf16AVX512_bstore_1:
 	VPORD    quiet<>+0(SB), Z3, K2, Z0
 	VPMOVDW  Z0, K1, (R11)
 	CMPQ     R9, $0x00000040
-	JBE      vkbf16AVX512_dead_6
+	JBE      stateVKbf16AVX512_dead_6
 	VMOVUPS  64(R12), Z0
 	VPSRLD   $0x10, Z0, Z3
 	VPANDD   absmask<>+0(SB), Z0, Z4
@@ -14687,7 +14687,7 @@ vkbf16AVX512_bstore_1:
 	VPORD    quiet<>+0(SB), Z3, K2, Z0
 	VPMOVDW  Z0, K3, 32(R11)
 	CMPQ     R9, $0x00000080
-	JBE      vkbf16AVX512_dead_6
+	JBE      stateVKbf16AVX512_dead_6
 	VMOVUPS  128(R12), Z0
 	VPSRLD   $0x10, Z0, Z3
 	VPANDD   absmask<>+0(SB), Z0, Z4
@@ -14699,7 +14699,7 @@ vkbf16AVX512_bstore_1:
 	VPORD    quiet<>+0(SB), Z3, K2, Z0
 	VPMOVDW  Z0, K4, 64(R11)
 	CMPQ     R9, $0x000000c0
-	JBE      vkbf16AVX512_dead_6
+	JBE      stateVKbf16AVX512_dead_6
 	VMOVUPS  192(R12), Z0
 	VPSRLD   $0x10, Z0, Z3
 	VPANDD   absmask<>+0(SB), Z0, Z4
@@ -14711,13 +14711,13 @@ vkbf16AVX512_bstore_1:
 	VPORD    quiet<>+0(SB), Z3, K2, Z0
 	VPMOVDW  Z0, K5, 96(R11)
 
-vkbf16AVX512_dead_6:
+stateVKbf16AVX512_dead_6:
 	ADDQ R10, R11
 	ADDQ $0x00000100, R12
 	DECQ R13
-	JNZ  vkbf16AVX512_bstore_1
+	JNZ  stateVKbf16AVX512_bstore_1
 
-vkbf16AVX512_bnostore_1:
+stateVKbf16AVX512_bnostore_1:
 	ADDQ R9, AX
 	ADDQ R9, CX
 	ADDQ $0x10, DX
@@ -14725,12 +14725,12 @@ vkbf16AVX512_bnostore_1:
 	ADDQ 32(SP), SI
 	ADDQ 24(SP), DI
 	DECQ R8
-	JNZ  vkbf16AVX512_btoken_1
+	JNZ  stateVKbf16AVX512_btoken_1
 
 	// The f32 carry after the last token, if asked for.
 	MOVQ  carry_base+88(FP), AX
 	TESTQ AX, AX
-	JZ    vkbf16AVX512_bnocarry_1
+	JZ    stateVKbf16AVX512_bnocarry_1
 	MOVQ  (SP), CX
 	IMULQ R9, CX
 	ADDQ  CX, AX
@@ -14738,86 +14738,86 @@ vkbf16AVX512_bnostore_1:
 	MOVQ  48(SP), DX
 	SHLQ  $0x04, DX
 
-vkbf16AVX512_bstore_2:
+stateVKbf16AVX512_bstore_2:
 	VMOVUPS (CX), Z0
 	VMOVUPS Z0, K1, (AX)
 	CMPQ    R9, $0x00000040
-	JBE     vkbf16AVX512_dead_7
+	JBE     stateVKbf16AVX512_dead_7
 	VMOVUPS 64(CX), Z0
 	VMOVUPS Z0, K3, 64(AX)
 	CMPQ    R9, $0x00000080
-	JBE     vkbf16AVX512_dead_7
+	JBE     stateVKbf16AVX512_dead_7
 	VMOVUPS 128(CX), Z0
 	VMOVUPS Z0, K4, 128(AX)
 	CMPQ    R9, $0x000000c0
-	JBE     vkbf16AVX512_dead_7
+	JBE     stateVKbf16AVX512_dead_7
 	VMOVUPS 192(CX), Z0
 	VMOVUPS Z0, K5, 192(AX)
 
-vkbf16AVX512_dead_7:
+stateVKbf16AVX512_dead_7:
 	ADDQ R9, AX
 	ADDQ $0x00000100, CX
 	DECQ DX
-	JNZ  vkbf16AVX512_bstore_2
+	JNZ  stateVKbf16AVX512_bstore_2
 
-vkbf16AVX512_bnocarry_1:
+stateVKbf16AVX512_bnocarry_1:
 	MOVQ 48(SP), AX
 	SHLQ $0x04, AX
 	ADDQ AX, (SP)
 	SUBQ AX, 8(SP)
-	JMP  vkbf16AVX512_block_1
+	JMP  stateVKbf16AVX512_block_1
 
-vkbf16AVX512_blocksdone_1:
-vkbf16AVX512_groups_1:
-vkbf16AVX512_group_1:
+stateVKbf16AVX512_blocksdone_1:
+stateVKbf16AVX512_groups_1:
+stateVKbf16AVX512_group_1:
 	CMPQ  8(SP), $0x00000003
-	JB    vkbf16AVX512_groupsdone_1
+	JB    stateVKbf16AVX512_groupsdone_1
 	MOVL  $0x00000007, AX
 	KMOVW AX, K6
 
 	// Load 3 row(s) of 1…4 vectors.
 	MOVQ       src32_base+40(FP), AX
 	TESTQ      AX, AX
-	JZ         vkbf16AVX512_frombf16_1
+	JZ         stateVKbf16AVX512_frombf16_1
 	MOVQ       (SP), CX
 	IMULQ      R9, CX
 	ADDQ       CX, AX
 	PREFETCHT0 8192(AX)
 	CMPQ       R9, $0x00000014
-	JBE        vkbf16AVX512_dead_8
+	JBE        stateVKbf16AVX512_dead_8
 	PREFETCHT0 8256(AX)
 	CMPQ       R9, $0x00000028
-	JBE        vkbf16AVX512_dead_8
+	JBE        stateVKbf16AVX512_dead_8
 	PREFETCHT0 8320(AX)
 	CMPQ       R9, $0x00000040
-	JBE        vkbf16AVX512_dead_8
+	JBE        stateVKbf16AVX512_dead_8
 	PREFETCHT0 8384(AX)
 	CMPQ       R9, $0x00000054
-	JBE        vkbf16AVX512_dead_8
+	JBE        stateVKbf16AVX512_dead_8
 	PREFETCHT0 8448(AX)
 	CMPQ       R9, $0x00000068
-	JBE        vkbf16AVX512_dead_8
+	JBE        stateVKbf16AVX512_dead_8
 	PREFETCHT0 8512(AX)
 	CMPQ       R9, $0x00000080
-	JBE        vkbf16AVX512_dead_8
+	JBE        stateVKbf16AVX512_dead_8
 	PREFETCHT0 8576(AX)
 	CMPQ       R9, $0x00000094
-	JBE        vkbf16AVX512_dead_8
+	JBE        stateVKbf16AVX512_dead_8
 	PREFETCHT0 8640(AX)
 	CMPQ       R9, $0x000000a8
-	JBE        vkbf16AVX512_dead_8
+	JBE        stateVKbf16AVX512_dead_8
 	PREFETCHT0 8704(AX)
 	CMPQ       R9, $0x000000c0
-	JBE        vkbf16AVX512_dead_8
+	JBE        stateVKbf16AVX512_dead_8
 	PREFETCHT0 8768(AX)
 	CMPQ       R9, $0x000000d4
-	JBE        vkbf16AVX512_dead_8
+	JBE        stateVKbf16AVX512_dead_8
 	PREFETCHT0 8832(AX)
 	CMPQ       R9, $0x000000e8
-	JBE        vkbf16AVX512_dead_8
+	JBE        stateVKbf16AVX512_dead_8
 	PREFETCHT0 8896(AX)
 
-vkbf16AVX512_dead_8:
+stateVKbf16AVX512_dead_8:
 	VMOVUPS.Z (AX), K1, Z0
 	VMOVUPS.Z 64(AX), K3, Z3
 	VMOVUPS.Z 128(AX), K4, Z4
@@ -14832,31 +14832,31 @@ vkbf16AVX512_dead_8:
 	VMOVUPS.Z 64(AX), K3, Z11
 	VMOVUPS.Z 128(AX), K4, Z12
 	VMOVUPS.Z 192(AX), K5, Z13
-	JMP       vkbf16AVX512_loaded_1
+	JMP       stateVKbf16AVX512_loaded_1
 
-vkbf16AVX512_frombf16_1:
+stateVKbf16AVX512_frombf16_1:
 	MOVQ       src_base+16(FP), AX
 	MOVQ       (SP), CX
 	IMULQ      R10, CX
 	ADDQ       CX, AX
 	PREFETCHT0 8192(AX)
 	CMPQ       R9, $0x00000028
-	JBE        vkbf16AVX512_dead_9
+	JBE        stateVKbf16AVX512_dead_9
 	PREFETCHT0 8256(AX)
 	CMPQ       R9, $0x00000054
-	JBE        vkbf16AVX512_dead_9
+	JBE        stateVKbf16AVX512_dead_9
 	PREFETCHT0 8320(AX)
 	CMPQ       R9, $0x00000080
-	JBE        vkbf16AVX512_dead_9
+	JBE        stateVKbf16AVX512_dead_9
 	PREFETCHT0 8384(AX)
 	CMPQ       R9, $0x000000a8
-	JBE        vkbf16AVX512_dead_9
+	JBE        stateVKbf16AVX512_dead_9
 	PREFETCHT0 8448(AX)
 	CMPQ       R9, $0x000000d4
-	JBE        vkbf16AVX512_dead_9
+	JBE        stateVKbf16AVX512_dead_9
 	PREFETCHT0 8512(AX)
 
-vkbf16AVX512_dead_9:
+stateVKbf16AVX512_dead_9:
 	VPMOVZXWD.Z (AX), K1, Z0
 	VPSLLD      $0x10, Z0, Z0
 	VPMOVZXWD.Z 32(AX), K3, Z3
@@ -14884,7 +14884,7 @@ vkbf16AVX512_dead_9:
 	VPMOVZXWD.Z 96(AX), K5, Z13
 	VPSLLD      $0x10, Z13, Z13
 
-vkbf16AVX512_loaded_1:
+stateVKbf16AVX512_loaded_1:
 	MOVQ kh_base+112(FP), AX
 	MOVQ qh_base+136(FP), CX
 	MOVQ tok_base+216(FP), DX
@@ -14897,7 +14897,7 @@ vkbf16AVX512_loaded_1:
 	ADDQ R8, DI
 	MOVQ 16(SP), R8
 
-vkbf16AVX512_token_1:
+stateVKbf16AVX512_token_1:
 	VBROADCASTSS zero<>+0(SB), Z16
 	VBROADCASTSS zero<>+0(SB), Z17
 	VBROADCASTSS zero<>+0(SB), Z20
@@ -14911,7 +14911,7 @@ vkbf16AVX512_token_1:
 	VMULPS.Z     (AX), Z10, K1, Z22
 	VMULPS.Z     (CX), Z10, K1, Z23
 	CMPQ         R9, $0x00000040
-	JBE          vkbf16AVX512_dead_10
+	JBE          stateVKbf16AVX512_dead_10
 	VFMADD231PS  64(AX), Z3, K3, Z16
 	VFMADD231PS  64(CX), Z3, K3, Z17
 	VFMADD231PS  64(AX), Z7, K3, Z20
@@ -14919,7 +14919,7 @@ vkbf16AVX512_token_1:
 	VFMADD231PS  64(AX), Z11, K3, Z24
 	VFMADD231PS  64(CX), Z11, K3, Z25
 	CMPQ         R9, $0x00000080
-	JBE          vkbf16AVX512_dead_10
+	JBE          stateVKbf16AVX512_dead_10
 	VFMADD231PS  128(AX), Z4, K4, Z14
 	VFMADD231PS  128(CX), Z4, K4, Z15
 	VFMADD231PS  128(AX), Z8, K4, Z18
@@ -14927,7 +14927,7 @@ vkbf16AVX512_token_1:
 	VFMADD231PS  128(AX), Z12, K4, Z22
 	VFMADD231PS  128(CX), Z12, K4, Z23
 	CMPQ         R9, $0x000000c0
-	JBE          vkbf16AVX512_dead_10
+	JBE          stateVKbf16AVX512_dead_10
 	VFMADD231PS  192(AX), Z5, K5, Z16
 	VFMADD231PS  192(CX), Z5, K5, Z17
 	VFMADD231PS  192(AX), Z9, K5, Z20
@@ -14935,7 +14935,7 @@ vkbf16AVX512_token_1:
 	VFMADD231PS  192(AX), Z13, K5, Z24
 	VFMADD231PS  192(CX), Z13, K5, Z25
 
-vkbf16AVX512_dead_10:
+stateVKbf16AVX512_dead_10:
 	VADDPS       Z16, Z14, Z14
 	VADDPS       Z20, Z18, Z18
 	VADDPS       Z24, Z22, Z22
@@ -14967,16 +14967,16 @@ vkbf16AVX512_dead_10:
 	VPERMPS      Z14, Z15, Z14
 	VMOVSS       (DX), X1
 	VUCOMISS     nearone<>+0(SB), X1
-	JCS          vkbf16AVX512_far_2
+	JCS          stateVKbf16AVX512_far_2
 	VBROADCASTSS (DX), Z15
 	VFMADD213PS  Z14, Z15, Z14
-	JMP          vkbf16AVX512_decayed_2
+	JMP          stateVKbf16AVX512_decayed_2
 
-vkbf16AVX512_far_2:
+stateVKbf16AVX512_far_2:
 	VBROADCASTSS 4(DX), Z15
 	VMULPS       Z14, Z15, Z14
 
-vkbf16AVX512_decayed_2:
+stateVKbf16AVX512_decayed_2:
 	VEXTRACTF64X4 $0x01, Z14, Y15
 	VMOVUPS.Z     (SI), K6, Y1
 	VSUBPS        Y14, Y1, Y1
@@ -14987,7 +14987,7 @@ vkbf16AVX512_decayed_2:
 	VMOVUPS       Y15, K6, (DI)
 	VMOVSS        (DX), X2
 	VUCOMISS      nearone<>+0(SB), X2
-	JCS           vkbf16AVX512_far_3
+	JCS           stateVKbf16AVX512_far_3
 	VBROADCASTSS  (DX), Z14
 	VBROADCASTSS  X1, Z15
 	VMOVUPS       vklane1<>+0(SB), Z16
@@ -15001,7 +15001,7 @@ vkbf16AVX512_decayed_2:
 	VFMADD213PS   Z10, Z14, Z10
 	VFMADD231PS   (AX), Z17, K1, Z10
 	CMPQ          R9, $0x00000040
-	JBE           vkbf16AVX512_dead_11
+	JBE           stateVKbf16AVX512_dead_11
 	VFMADD213PS   Z3, Z14, Z3
 	VFMADD231PS   64(AX), Z15, K3, Z3
 	VFMADD213PS   Z7, Z14, Z7
@@ -15009,7 +15009,7 @@ vkbf16AVX512_decayed_2:
 	VFMADD213PS   Z11, Z14, Z11
 	VFMADD231PS   64(AX), Z17, K3, Z11
 	CMPQ          R9, $0x00000080
-	JBE           vkbf16AVX512_dead_11
+	JBE           stateVKbf16AVX512_dead_11
 	VFMADD213PS   Z4, Z14, Z4
 	VFMADD231PS   128(AX), Z15, K4, Z4
 	VFMADD213PS   Z8, Z14, Z8
@@ -15017,7 +15017,7 @@ vkbf16AVX512_decayed_2:
 	VFMADD213PS   Z12, Z14, Z12
 	VFMADD231PS   128(AX), Z17, K4, Z12
 	CMPQ          R9, $0x000000c0
-	JBE           vkbf16AVX512_dead_11
+	JBE           stateVKbf16AVX512_dead_11
 	VFMADD213PS   Z5, Z14, Z5
 	VFMADD231PS   192(AX), Z15, K5, Z5
 	VFMADD213PS   Z9, Z14, Z9
@@ -15025,10 +15025,10 @@ vkbf16AVX512_decayed_2:
 	VFMADD213PS   Z13, Z14, Z13
 	VFMADD231PS   192(AX), Z17, K5, Z13
 
-vkbf16AVX512_dead_11:
-	JMP vkbf16AVX512_decayed_3
+stateVKbf16AVX512_dead_11:
+	JMP stateVKbf16AVX512_decayed_3
 
-vkbf16AVX512_far_3:
+stateVKbf16AVX512_far_3:
 	VBROADCASTSS 4(DX), Z14
 	VBROADCASTSS X1, Z15
 	VMOVUPS      vklane1<>+0(SB), Z16
@@ -15042,7 +15042,7 @@ vkbf16AVX512_far_3:
 	VMULPS       Z10, Z14, Z10
 	VFMADD231PS  (AX), Z17, K1, Z10
 	CMPQ         R9, $0x00000040
-	JBE          vkbf16AVX512_dead_12
+	JBE          stateVKbf16AVX512_dead_12
 	VMULPS       Z3, Z14, Z3
 	VFMADD231PS  64(AX), Z15, K3, Z3
 	VMULPS       Z7, Z14, Z7
@@ -15050,7 +15050,7 @@ vkbf16AVX512_far_3:
 	VMULPS       Z11, Z14, Z11
 	VFMADD231PS  64(AX), Z17, K3, Z11
 	CMPQ         R9, $0x00000080
-	JBE          vkbf16AVX512_dead_12
+	JBE          stateVKbf16AVX512_dead_12
 	VMULPS       Z4, Z14, Z4
 	VFMADD231PS  128(AX), Z15, K4, Z4
 	VMULPS       Z8, Z14, Z8
@@ -15058,7 +15058,7 @@ vkbf16AVX512_far_3:
 	VMULPS       Z12, Z14, Z12
 	VFMADD231PS  128(AX), Z17, K4, Z12
 	CMPQ         R9, $0x000000c0
-	JBE          vkbf16AVX512_dead_12
+	JBE          stateVKbf16AVX512_dead_12
 	VMULPS       Z5, Z14, Z5
 	VFMADD231PS  192(AX), Z15, K5, Z5
 	VMULPS       Z9, Z14, Z9
@@ -15066,12 +15066,12 @@ vkbf16AVX512_far_3:
 	VMULPS       Z13, Z14, Z13
 	VFMADD231PS  192(AX), Z17, K5, Z13
 
-vkbf16AVX512_dead_12:
-vkbf16AVX512_decayed_3:
+stateVKbf16AVX512_dead_12:
+stateVKbf16AVX512_decayed_3:
 	// The state after this token, if stored.
 	MOVQ     (BX), R11
 	TESTQ    R11, R11
-	JZ       vkbf16AVX512_nostore_1
+	JZ       stateVKbf16AVX512_nostore_1
 	MOVQ     (SP), R12
 	IMULQ    R10, R12
 	ADDQ     R12, R11
@@ -15086,7 +15086,7 @@ vkbf16AVX512_decayed_3:
 	VPORD    quiet<>+0(SB), Z15, K2, Z14
 	VPMOVDW  Z14, K1, (R11)
 	CMPQ     R9, $0x00000040
-	JBE      vkbf16AVX512_dead_13
+	JBE      stateVKbf16AVX512_dead_13
 	VMOVAPS  Z3, Z14
 	VPSRLD   $0x10, Z14, Z15
 	VPANDD   absmask<>+0(SB), Z14, Z16
@@ -15098,7 +15098,7 @@ vkbf16AVX512_decayed_3:
 	VPORD    quiet<>+0(SB), Z15, K2, Z14
 	VPMOVDW  Z14, K3, 32(R11)
 	CMPQ     R9, $0x00000080
-	JBE      vkbf16AVX512_dead_13
+	JBE      stateVKbf16AVX512_dead_13
 	VMOVAPS  Z4, Z14
 	VPSRLD   $0x10, Z14, Z15
 	VPANDD   absmask<>+0(SB), Z14, Z16
@@ -15110,7 +15110,7 @@ vkbf16AVX512_decayed_3:
 	VPORD    quiet<>+0(SB), Z15, K2, Z14
 	VPMOVDW  Z14, K4, 64(R11)
 	CMPQ     R9, $0x000000c0
-	JBE      vkbf16AVX512_dead_13
+	JBE      stateVKbf16AVX512_dead_13
 	VMOVAPS  Z5, Z14
 	VPSRLD   $0x10, Z14, Z15
 	VPANDD   absmask<>+0(SB), Z14, Z16
@@ -15122,7 +15122,7 @@ vkbf16AVX512_decayed_3:
 	VPORD    quiet<>+0(SB), Z15, K2, Z14
 	VPMOVDW  Z14, K5, 96(R11)
 
-vkbf16AVX512_dead_13:
+stateVKbf16AVX512_dead_13:
 	ADDQ     R10, R11
 	VMOVAPS  Z6, Z14
 	VPSRLD   $0x10, Z14, Z15
@@ -15135,7 +15135,7 @@ vkbf16AVX512_dead_13:
 	VPORD    quiet<>+0(SB), Z15, K2, Z14
 	VPMOVDW  Z14, K1, (R11)
 	CMPQ     R9, $0x00000040
-	JBE      vkbf16AVX512_dead_14
+	JBE      stateVKbf16AVX512_dead_14
 	VMOVAPS  Z7, Z14
 	VPSRLD   $0x10, Z14, Z15
 	VPANDD   absmask<>+0(SB), Z14, Z16
@@ -15147,7 +15147,7 @@ vkbf16AVX512_dead_13:
 	VPORD    quiet<>+0(SB), Z15, K2, Z14
 	VPMOVDW  Z14, K3, 32(R11)
 	CMPQ     R9, $0x00000080
-	JBE      vkbf16AVX512_dead_14
+	JBE      stateVKbf16AVX512_dead_14
 	VMOVAPS  Z8, Z14
 	VPSRLD   $0x10, Z14, Z15
 	VPANDD   absmask<>+0(SB), Z14, Z16
@@ -15159,7 +15159,7 @@ vkbf16AVX512_dead_13:
 	VPORD    quiet<>+0(SB), Z15, K2, Z14
 	VPMOVDW  Z14, K4, 64(R11)
 	CMPQ     R9, $0x000000c0
-	JBE      vkbf16AVX512_dead_14
+	JBE      stateVKbf16AVX512_dead_14
 	VMOVAPS  Z9, Z14
 	VPSRLD   $0x10, Z14, Z15
 	VPANDD   absmask<>+0(SB), Z14, Z16
@@ -15171,7 +15171,7 @@ vkbf16AVX512_dead_13:
 	VPORD    quiet<>+0(SB), Z15, K2, Z14
 	VPMOVDW  Z14, K5, 96(R11)
 
-vkbf16AVX512_dead_14:
+stateVKbf16AVX512_dead_14:
 	ADDQ     R10, R11
 	VMOVAPS  Z10, Z14
 	VPSRLD   $0x10, Z14, Z15
@@ -15184,7 +15184,7 @@ vkbf16AVX512_dead_14:
 	VPORD    quiet<>+0(SB), Z15, K2, Z14
 	VPMOVDW  Z14, K1, (R11)
 	CMPQ     R9, $0x00000040
-	JBE      vkbf16AVX512_dead_15
+	JBE      stateVKbf16AVX512_dead_15
 	VMOVAPS  Z11, Z14
 	VPSRLD   $0x10, Z14, Z15
 	VPANDD   absmask<>+0(SB), Z14, Z16
@@ -15196,7 +15196,7 @@ vkbf16AVX512_dead_14:
 	VPORD    quiet<>+0(SB), Z15, K2, Z14
 	VPMOVDW  Z14, K3, 32(R11)
 	CMPQ     R9, $0x00000080
-	JBE      vkbf16AVX512_dead_15
+	JBE      stateVKbf16AVX512_dead_15
 	VMOVAPS  Z12, Z14
 	VPSRLD   $0x10, Z14, Z15
 	VPANDD   absmask<>+0(SB), Z14, Z16
@@ -15208,7 +15208,7 @@ vkbf16AVX512_dead_14:
 	VPORD    quiet<>+0(SB), Z15, K2, Z14
 	VPMOVDW  Z14, K4, 64(R11)
 	CMPQ     R9, $0x000000c0
-	JBE      vkbf16AVX512_dead_15
+	JBE      stateVKbf16AVX512_dead_15
 	VMOVAPS  Z13, Z14
 	VPSRLD   $0x10, Z14, Z15
 	VPANDD   absmask<>+0(SB), Z14, Z16
@@ -15220,8 +15220,8 @@ vkbf16AVX512_dead_14:
 	VPORD    quiet<>+0(SB), Z15, K2, Z14
 	VPMOVDW  Z14, K5, 96(R11)
 
-vkbf16AVX512_dead_15:
-vkbf16AVX512_nostore_1:
+stateVKbf16AVX512_dead_15:
+stateVKbf16AVX512_nostore_1:
 	ADDQ R9, AX
 	ADDQ R9, CX
 	ADDQ $0x10, DX
@@ -15229,99 +15229,99 @@ vkbf16AVX512_nostore_1:
 	ADDQ 32(SP), SI
 	ADDQ 24(SP), DI
 	DECQ R8
-	JNZ  vkbf16AVX512_token_1
+	JNZ  stateVKbf16AVX512_token_1
 
 	// The f32 carry after the last token, if asked for.
 	MOVQ    carry_base+88(FP), AX
 	TESTQ   AX, AX
-	JZ      vkbf16AVX512_nocarry_1
+	JZ      stateVKbf16AVX512_nocarry_1
 	MOVQ    (SP), CX
 	IMULQ   R9, CX
 	ADDQ    CX, AX
 	VMOVUPS Z0, K1, (AX)
 	CMPQ    R9, $0x00000040
-	JBE     vkbf16AVX512_dead_16
+	JBE     stateVKbf16AVX512_dead_16
 	VMOVUPS Z3, K3, 64(AX)
 	CMPQ    R9, $0x00000080
-	JBE     vkbf16AVX512_dead_16
+	JBE     stateVKbf16AVX512_dead_16
 	VMOVUPS Z4, K4, 128(AX)
 	CMPQ    R9, $0x000000c0
-	JBE     vkbf16AVX512_dead_16
+	JBE     stateVKbf16AVX512_dead_16
 	VMOVUPS Z5, K5, 192(AX)
 
-vkbf16AVX512_dead_16:
+stateVKbf16AVX512_dead_16:
 	ADDQ    R9, AX
 	VMOVUPS Z6, K1, (AX)
 	CMPQ    R9, $0x00000040
-	JBE     vkbf16AVX512_dead_17
+	JBE     stateVKbf16AVX512_dead_17
 	VMOVUPS Z7, K3, 64(AX)
 	CMPQ    R9, $0x00000080
-	JBE     vkbf16AVX512_dead_17
+	JBE     stateVKbf16AVX512_dead_17
 	VMOVUPS Z8, K4, 128(AX)
 	CMPQ    R9, $0x000000c0
-	JBE     vkbf16AVX512_dead_17
+	JBE     stateVKbf16AVX512_dead_17
 	VMOVUPS Z9, K5, 192(AX)
 
-vkbf16AVX512_dead_17:
+stateVKbf16AVX512_dead_17:
 	ADDQ    R9, AX
 	VMOVUPS Z10, K1, (AX)
 	CMPQ    R9, $0x00000040
-	JBE     vkbf16AVX512_dead_18
+	JBE     stateVKbf16AVX512_dead_18
 	VMOVUPS Z11, K3, 64(AX)
 	CMPQ    R9, $0x00000080
-	JBE     vkbf16AVX512_dead_18
+	JBE     stateVKbf16AVX512_dead_18
 	VMOVUPS Z12, K4, 128(AX)
 	CMPQ    R9, $0x000000c0
-	JBE     vkbf16AVX512_dead_18
+	JBE     stateVKbf16AVX512_dead_18
 	VMOVUPS Z13, K5, 192(AX)
 
-vkbf16AVX512_dead_18:
-vkbf16AVX512_nocarry_1:
+stateVKbf16AVX512_dead_18:
+stateVKbf16AVX512_nocarry_1:
 	ADDQ $0x00000003, (SP)
 	SUBQ $0x00000003, 8(SP)
-	JMP  vkbf16AVX512_group_1
+	JMP  stateVKbf16AVX512_group_1
 
-vkbf16AVX512_groupsdone_1:
-vkbf16AVX512_group_2:
+stateVKbf16AVX512_groupsdone_1:
+stateVKbf16AVX512_group_2:
 	CMPQ 8(SP), $0x00000001
-	JB   vkbf16AVX512_groupsdone_2
+	JB   stateVKbf16AVX512_groupsdone_2
 
 	// Load 1 row(s) of 1…4 vectors.
 	MOVQ       src32_base+40(FP), AX
 	TESTQ      AX, AX
-	JZ         vkbf16AVX512_frombf16_2
+	JZ         stateVKbf16AVX512_frombf16_2
 	MOVQ       (SP), CX
 	IMULQ      R9, CX
 	ADDQ       CX, AX
 	PREFETCHT0 8192(AX)
 	CMPQ       R9, $0x00000040
-	JBE        vkbf16AVX512_dead_19
+	JBE        stateVKbf16AVX512_dead_19
 	PREFETCHT0 8256(AX)
 	CMPQ       R9, $0x00000080
-	JBE        vkbf16AVX512_dead_19
+	JBE        stateVKbf16AVX512_dead_19
 	PREFETCHT0 8320(AX)
 	CMPQ       R9, $0x000000c0
-	JBE        vkbf16AVX512_dead_19
+	JBE        stateVKbf16AVX512_dead_19
 	PREFETCHT0 8384(AX)
 
-vkbf16AVX512_dead_19:
+stateVKbf16AVX512_dead_19:
 	VMOVUPS.Z (AX), K1, Z0
 	VMOVUPS.Z 64(AX), K3, Z1
 	VMOVUPS.Z 128(AX), K4, Z3
 	VMOVUPS.Z 192(AX), K5, Z4
-	JMP       vkbf16AVX512_loaded_2
+	JMP       stateVKbf16AVX512_loaded_2
 
-vkbf16AVX512_frombf16_2:
+stateVKbf16AVX512_frombf16_2:
 	MOVQ       src_base+16(FP), AX
 	MOVQ       (SP), CX
 	IMULQ      R10, CX
 	ADDQ       CX, AX
 	PREFETCHT0 8192(AX)
 	CMPQ       R9, $0x00000080
-	JBE        vkbf16AVX512_dead_20
+	JBE        stateVKbf16AVX512_dead_20
 	PREFETCHT0 8256(AX)
 
-vkbf16AVX512_dead_20:
+stateVKbf16AVX512_dead_20:
 	VPMOVZXWD.Z (AX), K1, Z0
 	VPSLLD      $0x10, Z0, Z0
 	VPMOVZXWD.Z 32(AX), K3, Z1
@@ -15331,7 +15331,7 @@ vkbf16AVX512_dead_20:
 	VPMOVZXWD.Z 96(AX), K5, Z4
 	VPSLLD      $0x10, Z4, Z4
 
-vkbf16AVX512_loaded_2:
+stateVKbf16AVX512_loaded_2:
 	MOVQ kh_base+112(FP), AX
 	MOVQ qh_base+136(FP), CX
 	MOVQ tok_base+216(FP), DX
@@ -15344,25 +15344,25 @@ vkbf16AVX512_loaded_2:
 	ADDQ R8, DI
 	MOVQ 16(SP), R8
 
-vkbf16AVX512_token_2:
+stateVKbf16AVX512_token_2:
 	VBROADCASTSS zero<>+0(SB), Z7
 	VBROADCASTSS zero<>+0(SB), Z8
 	VMULPS.Z     (AX), Z0, K1, Z5
 	VMULPS.Z     (CX), Z0, K1, Z6
 	CMPQ         R9, $0x00000040
-	JBE          vkbf16AVX512_dead_21
+	JBE          stateVKbf16AVX512_dead_21
 	VFMADD231PS  64(AX), Z1, K3, Z7
 	VFMADD231PS  64(CX), Z1, K3, Z8
 	CMPQ         R9, $0x00000080
-	JBE          vkbf16AVX512_dead_21
+	JBE          stateVKbf16AVX512_dead_21
 	VFMADD231PS  128(AX), Z3, K4, Z5
 	VFMADD231PS  128(CX), Z3, K4, Z6
 	CMPQ         R9, $0x000000c0
-	JBE          vkbf16AVX512_dead_21
+	JBE          stateVKbf16AVX512_dead_21
 	VFMADD231PS  192(AX), Z4, K5, Z7
 	VFMADD231PS  192(CX), Z4, K5, Z8
 
-vkbf16AVX512_dead_21:
+stateVKbf16AVX512_dead_21:
 	VADDPS       Z7, Z5, Z5
 	VADDPS       Z8, Z6, Z6
 	VSHUFF32X4   $0x44, Z6, Z5, Z7
@@ -15381,16 +15381,16 @@ vkbf16AVX512_dead_21:
 	VPERMPS      Z5, Z6, Z5
 	VMOVSS       (DX), X2
 	VUCOMISS     nearone<>+0(SB), X2
-	JCS          vkbf16AVX512_far_4
+	JCS          stateVKbf16AVX512_far_4
 	VBROADCASTSS (DX), Z6
 	VFMADD213PS  Z5, Z6, Z5
-	JMP          vkbf16AVX512_decayed_4
+	JMP          stateVKbf16AVX512_decayed_4
 
-vkbf16AVX512_far_4:
+stateVKbf16AVX512_far_4:
 	VBROADCASTSS 4(DX), Z6
 	VMULPS       Z5, Z6, Z5
 
-vkbf16AVX512_decayed_4:
+stateVKbf16AVX512_decayed_4:
 	VEXTRACTF64X4 $0x01, Z5, Y6
 	VMOVSS        (SI), X2
 	VSUBPS        Y5, Y2, Y2
@@ -15401,51 +15401,51 @@ vkbf16AVX512_decayed_4:
 	VMOVSS        X6, (DI)
 	VMOVSS        (DX), X2
 	VUCOMISS      nearone<>+0(SB), X2
-	JCS           vkbf16AVX512_far_5
+	JCS           stateVKbf16AVX512_far_5
 	VBROADCASTSS  (DX), Z6
 	VBROADCASTSS  X5, Z5
 	VFMADD213PS   Z0, Z6, Z0
 	VFMADD231PS   (AX), Z5, K1, Z0
 	CMPQ          R9, $0x00000040
-	JBE           vkbf16AVX512_dead_22
+	JBE           stateVKbf16AVX512_dead_22
 	VFMADD213PS   Z1, Z6, Z1
 	VFMADD231PS   64(AX), Z5, K3, Z1
 	CMPQ          R9, $0x00000080
-	JBE           vkbf16AVX512_dead_22
+	JBE           stateVKbf16AVX512_dead_22
 	VFMADD213PS   Z3, Z6, Z3
 	VFMADD231PS   128(AX), Z5, K4, Z3
 	CMPQ          R9, $0x000000c0
-	JBE           vkbf16AVX512_dead_22
+	JBE           stateVKbf16AVX512_dead_22
 	VFMADD213PS   Z4, Z6, Z4
 	VFMADD231PS   192(AX), Z5, K5, Z4
 
-vkbf16AVX512_dead_22:
-	JMP vkbf16AVX512_decayed_5
+stateVKbf16AVX512_dead_22:
+	JMP stateVKbf16AVX512_decayed_5
 
-vkbf16AVX512_far_5:
+stateVKbf16AVX512_far_5:
 	VBROADCASTSS 4(DX), Z6
 	VBROADCASTSS X5, Z5
 	VMULPS       Z0, Z6, Z0
 	VFMADD231PS  (AX), Z5, K1, Z0
 	CMPQ         R9, $0x00000040
-	JBE          vkbf16AVX512_dead_23
+	JBE          stateVKbf16AVX512_dead_23
 	VMULPS       Z1, Z6, Z1
 	VFMADD231PS  64(AX), Z5, K3, Z1
 	CMPQ         R9, $0x00000080
-	JBE          vkbf16AVX512_dead_23
+	JBE          stateVKbf16AVX512_dead_23
 	VMULPS       Z3, Z6, Z3
 	VFMADD231PS  128(AX), Z5, K4, Z3
 	CMPQ         R9, $0x000000c0
-	JBE          vkbf16AVX512_dead_23
+	JBE          stateVKbf16AVX512_dead_23
 	VMULPS       Z4, Z6, Z4
 	VFMADD231PS  192(AX), Z5, K5, Z4
 
-vkbf16AVX512_dead_23:
-vkbf16AVX512_decayed_5:
+stateVKbf16AVX512_dead_23:
+stateVKbf16AVX512_decayed_5:
 	// The state after this token, if stored.
 	MOVQ     (BX), R11
 	TESTQ    R11, R11
-	JZ       vkbf16AVX512_nostore_2
+	JZ       stateVKbf16AVX512_nostore_2
 	MOVQ     (SP), R12
 	IMULQ    R10, R12
 	ADDQ     R12, R11
@@ -15460,7 +15460,7 @@ vkbf16AVX512_decayed_5:
 	VPORD    quiet<>+0(SB), Z6, K2, Z5
 	VPMOVDW  Z5, K1, (R11)
 	CMPQ     R9, $0x00000040
-	JBE      vkbf16AVX512_dead_24
+	JBE      stateVKbf16AVX512_dead_24
 	VMOVAPS  Z1, Z5
 	VPSRLD   $0x10, Z5, Z6
 	VPANDD   absmask<>+0(SB), Z5, Z7
@@ -15472,7 +15472,7 @@ vkbf16AVX512_decayed_5:
 	VPORD    quiet<>+0(SB), Z6, K2, Z5
 	VPMOVDW  Z5, K3, 32(R11)
 	CMPQ     R9, $0x00000080
-	JBE      vkbf16AVX512_dead_24
+	JBE      stateVKbf16AVX512_dead_24
 	VMOVAPS  Z3, Z5
 	VPSRLD   $0x10, Z5, Z6
 	VPANDD   absmask<>+0(SB), Z5, Z7
@@ -15484,7 +15484,7 @@ vkbf16AVX512_decayed_5:
 	VPORD    quiet<>+0(SB), Z6, K2, Z5
 	VPMOVDW  Z5, K4, 64(R11)
 	CMPQ     R9, $0x000000c0
-	JBE      vkbf16AVX512_dead_24
+	JBE      stateVKbf16AVX512_dead_24
 	VMOVAPS  Z4, Z5
 	VPSRLD   $0x10, Z5, Z6
 	VPANDD   absmask<>+0(SB), Z5, Z7
@@ -15496,8 +15496,8 @@ vkbf16AVX512_decayed_5:
 	VPORD    quiet<>+0(SB), Z6, K2, Z5
 	VPMOVDW  Z5, K5, 96(R11)
 
-vkbf16AVX512_dead_24:
-vkbf16AVX512_nostore_2:
+stateVKbf16AVX512_dead_24:
+stateVKbf16AVX512_nostore_2:
 	ADDQ R9, AX
 	ADDQ R9, CX
 	ADDQ $0x10, DX
@@ -15505,36 +15505,36 @@ vkbf16AVX512_nostore_2:
 	ADDQ 32(SP), SI
 	ADDQ 24(SP), DI
 	DECQ R8
-	JNZ  vkbf16AVX512_token_2
+	JNZ  stateVKbf16AVX512_token_2
 
 	// The f32 carry after the last token, if asked for.
 	MOVQ    carry_base+88(FP), AX
 	TESTQ   AX, AX
-	JZ      vkbf16AVX512_nocarry_2
+	JZ      stateVKbf16AVX512_nocarry_2
 	MOVQ    (SP), CX
 	IMULQ   R9, CX
 	ADDQ    CX, AX
 	VMOVUPS Z0, K1, (AX)
 	CMPQ    R9, $0x00000040
-	JBE     vkbf16AVX512_dead_25
+	JBE     stateVKbf16AVX512_dead_25
 	VMOVUPS Z1, K3, 64(AX)
 	CMPQ    R9, $0x00000080
-	JBE     vkbf16AVX512_dead_25
+	JBE     stateVKbf16AVX512_dead_25
 	VMOVUPS Z3, K4, 128(AX)
 	CMPQ    R9, $0x000000c0
-	JBE     vkbf16AVX512_dead_25
+	JBE     stateVKbf16AVX512_dead_25
 	VMOVUPS Z4, K5, 192(AX)
 
-vkbf16AVX512_dead_25:
-vkbf16AVX512_nocarry_2:
+stateVKbf16AVX512_dead_25:
+stateVKbf16AVX512_nocarry_2:
 	ADDQ $0x00000001, (SP)
 	SUBQ $0x00000001, 8(SP)
-	JMP  vkbf16AVX512_group_2
+	JMP  stateVKbf16AVX512_group_2
 
-vkbf16AVX512_groupsdone_2:
-	JMP vkbf16AVX512_done_1
+stateVKbf16AVX512_groupsdone_2:
+	JMP stateVKbf16AVX512_done_1
 
-vkbf16AVX512_n6_1:
+stateVKbf16AVX512_n6_1:
 	// Rows of 5…6 vectors.
 	MOVQ         R9, AX
 	SHRQ         $0x02, AX
@@ -15547,11 +15547,11 @@ vkbf16AVX512_n6_1:
 	VPBROADCASTD AX, Z0
 	VPCMPGTD     iota<>+0(SB), Z0, K3
 	CMPQ         16(SP), $0x01
-	JE           vkbf16AVX512_groups_2
+	JE           stateVKbf16AVX512_groups_2
 
-vkbf16AVX512_block_2:
+stateVKbf16AVX512_block_2:
 	CMPQ    8(SP), $0x10
-	JB      vkbf16AVX512_blocksdone_2
+	JB      stateVKbf16AVX512_blocksdone_2
 	MOVQ    $0x00000001, AX
 	MOVQ    $0x00000002, CX
 	CMPQ    8(SP), $0x20
@@ -15561,7 +15561,7 @@ vkbf16AVX512_block_2:
 	// A block of 16·nb rows of 5…6 vectors in work.
 	MOVQ  src32_base+40(FP), AX
 	TESTQ AX, AX
-	JZ    vkbf16AVX512_bfrombf16_2
+	JZ    stateVKbf16AVX512_bfrombf16_2
 	MOVQ  (SP), CX
 	IMULQ R9, CX
 	ADDQ  CX, AX
@@ -15569,17 +15569,17 @@ vkbf16AVX512_block_2:
 	MOVQ  48(SP), DX
 	SHLQ  $0x04, DX
 
-vkbf16AVX512_bload_3:
+stateVKbf16AVX512_bload_3:
 	PREFETCHT0 8192(AX)
 	PREFETCHT0 8256(AX)
 	PREFETCHT0 8320(AX)
 	PREFETCHT0 8384(AX)
 	PREFETCHT0 8448(AX)
 	CMPQ       R9, $0x00000140
-	JBE        vkbf16AVX512_dead_26
+	JBE        stateVKbf16AVX512_dead_26
 	PREFETCHT0 8512(AX)
 
-vkbf16AVX512_dead_26:
+stateVKbf16AVX512_dead_26:
 	VMOVUPS   (AX), Z0
 	VMOVUPS   Z0, (CX)
 	VMOVUPS   64(AX), Z0
@@ -15595,10 +15595,10 @@ vkbf16AVX512_dead_26:
 	ADDQ      R9, AX
 	ADDQ      $0x00000180, CX
 	DECQ      DX
-	JNZ       vkbf16AVX512_bload_3
-	JMP       vkbf16AVX512_bloaded_2
+	JNZ       stateVKbf16AVX512_bload_3
+	JMP       stateVKbf16AVX512_bloaded_2
 
-vkbf16AVX512_bfrombf16_2:
+stateVKbf16AVX512_bfrombf16_2:
 	MOVQ  src_base+16(FP), AX
 	MOVQ  (SP), CX
 	IMULQ R10, CX
@@ -15607,7 +15607,7 @@ vkbf16AVX512_bfrombf16_2:
 	MOVQ  48(SP), DX
 	SHLQ  $0x04, DX
 
-vkbf16AVX512_bload_4:
+stateVKbf16AVX512_bload_4:
 	PREFETCHT0  8192(AX)
 	PREFETCHT0  8256(AX)
 	PREFETCHT0  8320(AX)
@@ -15632,9 +15632,9 @@ vkbf16AVX512_bload_4:
 	ADDQ        R10, AX
 	ADDQ        $0x00000180, CX
 	DECQ        DX
-	JNZ         vkbf16AVX512_bload_4
+	JNZ         stateVKbf16AVX512_bload_4
 
-vkbf16AVX512_bloaded_2:
+stateVKbf16AVX512_bloaded_2:
 	MOVQ kh_base+112(FP), AX
 	MOVQ qh_base+136(FP), CX
 	MOVQ tok_base+216(FP), DX
@@ -15647,7 +15647,7 @@ vkbf16AVX512_bloaded_2:
 	ADDQ R8, DI
 	MOVQ 16(SP), R8
 
-vkbf16AVX512_btoken_2:
+stateVKbf16AVX512_btoken_2:
 	VMOVUPS   (AX), Z0
 	VMOVUPS   64(AX), Z3
 	VMOVUPS   128(AX), Z4
@@ -15662,7 +15662,7 @@ vkbf16AVX512_btoken_2:
 	VMOVUPS.Z 320(CX), K3, Z13
 	XORQ      R11, R11
 
-vkbf16AVX512_bsub_2:
+stateVKbf16AVX512_bsub_2:
 	MOVQ   R11, R12
 	IMUL3Q $0x00001800, R12, R12
 	ADDQ   40(SP), R12
@@ -15672,7 +15672,7 @@ vkbf16AVX512_bsub_2:
 	ADDQ   $0x00003000, R13
 	MOVQ   $0x00000008, R14
 
-vkbf16AVX512_bdots_2:
+stateVKbf16AVX512_bdots_2:
 	VMOVUPS     (R12), Z15
 	VMULPS      Z0, Z15, Z14
 	VMULPS      Z8, Z15, Z15
@@ -15704,7 +15704,7 @@ vkbf16AVX512_bdots_2:
 	VFMADD231PS Z6, Z22, K1, Z18
 	VFMADD231PS Z12, Z22, K1, Z19
 	CMPQ        R9, $0x00000140
-	JBE         vkbf16AVX512_dead_27
+	JBE         stateVKbf16AVX512_dead_27
 	VMOVUPS     320(R12), Z22
 	VFMADD231PS Z7, Z22, K3, Z16
 	VFMADD231PS Z13, Z22, K3, Z17
@@ -15712,7 +15712,7 @@ vkbf16AVX512_bdots_2:
 	VFMADD231PS Z7, Z22, K3, Z20
 	VFMADD231PS Z13, Z22, K3, Z21
 
-vkbf16AVX512_dead_27:
+stateVKbf16AVX512_dead_27:
 	VADDPS       Z16, Z14, Z14
 	VADDPS       Z17, Z15, Z15
 	VMOVUPS      Z14, (R13)
@@ -15724,7 +15724,7 @@ vkbf16AVX512_dead_27:
 	ADDQ         $0x00000300, R12
 	ADDQ         $0x80, R13
 	DECQ         R14
-	JNZ          vkbf16AVX512_bdots_2
+	JNZ          stateVKbf16AVX512_bdots_2
 	SUBQ         $0x00000400, R13
 	VMOVUPS      (R13), Z14
 	VMOVUPS      64(R13), Z15
@@ -15856,14 +15856,14 @@ vkbf16AVX512_dead_27:
 	VMOVUPS      Z15, 64(R13)
 	INCQ         R11
 	CMPQ         R11, 48(SP)
-	JB           vkbf16AVX512_bsub_2
+	JB           stateVKbf16AVX512_bsub_2
 	VMOVSS       (DX), X1
 	VUCOMISS     nearone<>+0(SB), X1
-	JCS          vkbf16AVX512_far_6
+	JCS          stateVKbf16AVX512_far_6
 	VBROADCASTSS (DX), Z8
 	XORQ         R11, R11
 
-vkbf16AVX512_bdelta_3:
+stateVKbf16AVX512_bdelta_3:
 	MOVQ         R11, R12
 	SHLQ         $0x0b, R12
 	ADDQ         40(SP), R12
@@ -15885,14 +15885,14 @@ vkbf16AVX512_bdelta_3:
 	VMOVUPS      Z10, (DI)(R12*1)
 	INCQ         R11
 	CMPQ         R11, 48(SP)
-	JB           vkbf16AVX512_bdelta_3
+	JB           stateVKbf16AVX512_bdelta_3
 	MOVQ         40(SP), R11
 	MOVQ         40(SP), R12
 	ADDQ         $0x00004000, R12
 	MOVQ         48(SP), R13
 	SHLQ         $0x03, R13
 
-vkbf16AVX512_bupdate_3:
+stateVKbf16AVX512_bupdate_3:
 	VBROADCASTSS (R12), Z9
 	VBROADCASTSS 4(R12), Z10
 	VMOVUPS      (R11), Z11
@@ -15936,7 +15936,7 @@ vkbf16AVX512_bupdate_3:
 	VFMADD231PS  Z6, Z10, K1, Z11
 	VMOVUPS      Z11, 640(R11)
 	CMPQ         R9, $0x00000140
-	JBE          vkbf16AVX512_dead_28
+	JBE          stateVKbf16AVX512_dead_28
 	VMOVUPS      320(R11), Z11
 	VFMADD213PS  Z11, Z8, Z11
 	VFMADD231PS  Z7, Z9, K3, Z11
@@ -15946,18 +15946,18 @@ vkbf16AVX512_bupdate_3:
 	VFMADD231PS  Z7, Z10, K3, Z9
 	VMOVUPS      Z9, 704(R11)
 
-vkbf16AVX512_dead_28:
+stateVKbf16AVX512_dead_28:
 	ADDQ $0x00000300, R11
 	ADDQ $0x08, R12
 	DECQ R13
-	JNZ  vkbf16AVX512_bupdate_3
-	JMP  vkbf16AVX512_decayed_6
+	JNZ  stateVKbf16AVX512_bupdate_3
+	JMP  stateVKbf16AVX512_decayed_6
 
-vkbf16AVX512_far_6:
+stateVKbf16AVX512_far_6:
 	VBROADCASTSS 4(DX), Z8
 	XORQ         R11, R11
 
-vkbf16AVX512_bdelta_4:
+stateVKbf16AVX512_bdelta_4:
 	MOVQ         R11, R12
 	SHLQ         $0x0b, R12
 	ADDQ         40(SP), R12
@@ -15979,14 +15979,14 @@ vkbf16AVX512_bdelta_4:
 	VMOVUPS      Z10, (DI)(R12*1)
 	INCQ         R11
 	CMPQ         R11, 48(SP)
-	JB           vkbf16AVX512_bdelta_4
+	JB           stateVKbf16AVX512_bdelta_4
 	MOVQ         40(SP), R11
 	MOVQ         40(SP), R12
 	ADDQ         $0x00004000, R12
 	MOVQ         48(SP), R13
 	SHLQ         $0x03, R13
 
-vkbf16AVX512_bupdate_4:
+stateVKbf16AVX512_bupdate_4:
 	VBROADCASTSS (R12), Z9
 	VBROADCASTSS 4(R12), Z10
 	VMOVUPS      (R11), Z11
@@ -16030,7 +16030,7 @@ vkbf16AVX512_bupdate_4:
 	VFMADD231PS  Z6, Z10, K1, Z11
 	VMOVUPS      Z11, 640(R11)
 	CMPQ         R9, $0x00000140
-	JBE          vkbf16AVX512_dead_29
+	JBE          stateVKbf16AVX512_dead_29
 	VMOVUPS      320(R11), Z11
 	VMULPS       Z11, Z8, Z11
 	VFMADD231PS  Z7, Z9, K3, Z11
@@ -16040,17 +16040,17 @@ vkbf16AVX512_bupdate_4:
 	VFMADD231PS  Z7, Z10, K3, Z9
 	VMOVUPS      Z9, 704(R11)
 
-vkbf16AVX512_dead_29:
+stateVKbf16AVX512_dead_29:
 	ADDQ $0x00000300, R11
 	ADDQ $0x08, R12
 	DECQ R13
-	JNZ  vkbf16AVX512_bupdate_4
+	JNZ  stateVKbf16AVX512_bupdate_4
 
-vkbf16AVX512_decayed_6:
+stateVKbf16AVX512_decayed_6:
 	// The state after this token, if stored.
 	MOVQ  (BX), R11
 	TESTQ R11, R11
-	JZ    vkbf16AVX512_bnostore_2
+	JZ    stateVKbf16AVX512_bnostore_2
 	MOVQ  (SP), R12
 	IMULQ R10, R12
 	ADDQ  R12, R11
@@ -16058,7 +16058,7 @@ vkbf16AVX512_decayed_6:
 	MOVQ  48(SP), R13
 	SHLQ  $0x04, R13
 
-vkbf16AVX512_bstore_3:
+stateVKbf16AVX512_bstore_3:
 	VMOVUPS  (R12), Z0
 	VPSRLD   $0x10, Z0, Z3
 	VPANDD   absmask<>+0(SB), Z0, Z4
@@ -16110,7 +16110,7 @@ vkbf16AVX512_bstore_3:
 	VPORD    quiet<>+0(SB), Z3, K2, Z0
 	VPMOVDW  Z0, K1, 128(R11)
 	CMPQ     R9, $0x00000140
-	JBE      vkbf16AVX512_dead_30
+	JBE      stateVKbf16AVX512_dead_30
 	VMOVUPS  320(R12), Z0
 	VPSRLD   $0x10, Z0, Z3
 	VPANDD   absmask<>+0(SB), Z0, Z4
@@ -16122,13 +16122,13 @@ vkbf16AVX512_bstore_3:
 	VPORD    quiet<>+0(SB), Z3, K2, Z0
 	VPMOVDW  Z0, K3, 160(R11)
 
-vkbf16AVX512_dead_30:
+stateVKbf16AVX512_dead_30:
 	ADDQ R10, R11
 	ADDQ $0x00000180, R12
 	DECQ R13
-	JNZ  vkbf16AVX512_bstore_3
+	JNZ  stateVKbf16AVX512_bstore_3
 
-vkbf16AVX512_bnostore_2:
+stateVKbf16AVX512_bnostore_2:
 	ADDQ R9, AX
 	ADDQ R9, CX
 	ADDQ $0x10, DX
@@ -16136,12 +16136,12 @@ vkbf16AVX512_bnostore_2:
 	ADDQ 32(SP), SI
 	ADDQ 24(SP), DI
 	DECQ R8
-	JNZ  vkbf16AVX512_btoken_2
+	JNZ  stateVKbf16AVX512_btoken_2
 
 	// The f32 carry after the last token, if asked for.
 	MOVQ  carry_base+88(FP), AX
 	TESTQ AX, AX
-	JZ    vkbf16AVX512_bnocarry_2
+	JZ    stateVKbf16AVX512_bnocarry_2
 	MOVQ  (SP), CX
 	IMULQ R9, CX
 	ADDQ  CX, AX
@@ -16149,7 +16149,7 @@ vkbf16AVX512_bnostore_2:
 	MOVQ  48(SP), DX
 	SHLQ  $0x04, DX
 
-vkbf16AVX512_bstore_4:
+stateVKbf16AVX512_bstore_4:
 	VMOVUPS (CX), Z0
 	VMOVUPS Z0, (AX)
 	VMOVUPS 64(CX), Z0
@@ -16161,35 +16161,35 @@ vkbf16AVX512_bstore_4:
 	VMOVUPS 256(CX), Z0
 	VMOVUPS Z0, K1, 256(AX)
 	CMPQ    R9, $0x00000140
-	JBE     vkbf16AVX512_dead_31
+	JBE     stateVKbf16AVX512_dead_31
 	VMOVUPS 320(CX), Z0
 	VMOVUPS Z0, K3, 320(AX)
 
-vkbf16AVX512_dead_31:
+stateVKbf16AVX512_dead_31:
 	ADDQ R9, AX
 	ADDQ $0x00000180, CX
 	DECQ DX
-	JNZ  vkbf16AVX512_bstore_4
+	JNZ  stateVKbf16AVX512_bstore_4
 
-vkbf16AVX512_bnocarry_2:
+stateVKbf16AVX512_bnocarry_2:
 	MOVQ 48(SP), AX
 	SHLQ $0x04, AX
 	ADDQ AX, (SP)
 	SUBQ AX, 8(SP)
-	JMP  vkbf16AVX512_block_2
+	JMP  stateVKbf16AVX512_block_2
 
-vkbf16AVX512_blocksdone_2:
-vkbf16AVX512_groups_2:
-vkbf16AVX512_group_3:
+stateVKbf16AVX512_blocksdone_2:
+stateVKbf16AVX512_groups_2:
+stateVKbf16AVX512_group_3:
 	CMPQ  8(SP), $0x00000002
-	JB    vkbf16AVX512_groupsdone_3
+	JB    stateVKbf16AVX512_groupsdone_3
 	MOVL  $0x00000003, AX
 	KMOVW AX, K6
 
 	// Load 2 row(s) of 5…6 vectors.
 	MOVQ       src32_base+40(FP), AX
 	TESTQ      AX, AX
-	JZ         vkbf16AVX512_frombf16_3
+	JZ         stateVKbf16AVX512_frombf16_3
 	MOVQ       (SP), CX
 	IMULQ      R9, CX
 	ADDQ       CX, AX
@@ -16203,16 +16203,16 @@ vkbf16AVX512_group_3:
 	PREFETCHT0 8640(AX)
 	PREFETCHT0 8704(AX)
 	CMPQ       R9, $0x00000120
-	JBE        vkbf16AVX512_dead_32
+	JBE        stateVKbf16AVX512_dead_32
 	PREFETCHT0 8768(AX)
 	CMPQ       R9, $0x00000140
-	JBE        vkbf16AVX512_dead_32
+	JBE        stateVKbf16AVX512_dead_32
 	PREFETCHT0 8832(AX)
 	CMPQ       R9, $0x00000160
-	JBE        vkbf16AVX512_dead_32
+	JBE        stateVKbf16AVX512_dead_32
 	PREFETCHT0 8896(AX)
 
-vkbf16AVX512_dead_32:
+stateVKbf16AVX512_dead_32:
 	VMOVUPS   (AX), Z0
 	VMOVUPS   64(AX), Z3
 	VMOVUPS   128(AX), Z4
@@ -16226,9 +16226,9 @@ vkbf16AVX512_dead_32:
 	VMOVUPS   192(AX), Z11
 	VMOVUPS.Z 256(AX), K1, Z12
 	VMOVUPS.Z 320(AX), K3, Z13
-	JMP       vkbf16AVX512_loaded_3
+	JMP       stateVKbf16AVX512_loaded_3
 
-vkbf16AVX512_frombf16_3:
+stateVKbf16AVX512_frombf16_3:
 	MOVQ       src_base+16(FP), AX
 	MOVQ       (SP), CX
 	IMULQ      R10, CX
@@ -16239,10 +16239,10 @@ vkbf16AVX512_frombf16_3:
 	PREFETCHT0 8384(AX)
 	PREFETCHT0 8448(AX)
 	CMPQ       R9, $0x00000140
-	JBE        vkbf16AVX512_dead_33
+	JBE        stateVKbf16AVX512_dead_33
 	PREFETCHT0 8512(AX)
 
-vkbf16AVX512_dead_33:
+stateVKbf16AVX512_dead_33:
 	VPMOVZXWD   (AX), Z0
 	VPSLLD      $0x10, Z0, Z0
 	VPMOVZXWD   32(AX), Z3
@@ -16269,7 +16269,7 @@ vkbf16AVX512_dead_33:
 	VPMOVZXWD.Z 160(AX), K3, Z13
 	VPSLLD      $0x10, Z13, Z13
 
-vkbf16AVX512_loaded_3:
+stateVKbf16AVX512_loaded_3:
 	MOVQ kh_base+112(FP), AX
 	MOVQ qh_base+136(FP), CX
 	MOVQ tok_base+216(FP), DX
@@ -16282,7 +16282,7 @@ vkbf16AVX512_loaded_3:
 	ADDQ R8, DI
 	MOVQ 16(SP), R8
 
-vkbf16AVX512_token_3:
+stateVKbf16AVX512_token_3:
 	VMULPS      (AX), Z0, Z14
 	VMULPS      (CX), Z0, Z15
 	VMULPS      (AX), Z8, Z18
@@ -16304,13 +16304,13 @@ vkbf16AVX512_token_3:
 	VFMADD231PS 256(AX), Z12, K1, Z18
 	VFMADD231PS 256(CX), Z12, K1, Z19
 	CMPQ        R9, $0x00000140
-	JBE         vkbf16AVX512_dead_34
+	JBE         stateVKbf16AVX512_dead_34
 	VFMADD231PS 320(AX), Z7, K3, Z16
 	VFMADD231PS 320(CX), Z7, K3, Z17
 	VFMADD231PS 320(AX), Z13, K3, Z20
 	VFMADD231PS 320(CX), Z13, K3, Z21
 
-vkbf16AVX512_dead_34:
+stateVKbf16AVX512_dead_34:
 	VADDPS       Z16, Z14, Z14
 	VADDPS       Z20, Z18, Z18
 	VADDPS       Z17, Z15, Z15
@@ -16334,16 +16334,16 @@ vkbf16AVX512_dead_34:
 	VPERMPS      Z15, Z14, Z14
 	VMOVSS       (DX), X1
 	VUCOMISS     nearone<>+0(SB), X1
-	JCS          vkbf16AVX512_far_7
+	JCS          stateVKbf16AVX512_far_7
 	VBROADCASTSS (DX), Z15
 	VFMADD213PS  Z14, Z15, Z14
-	JMP          vkbf16AVX512_decayed_7
+	JMP          stateVKbf16AVX512_decayed_7
 
-vkbf16AVX512_far_7:
+stateVKbf16AVX512_far_7:
 	VBROADCASTSS 4(DX), Z15
 	VMULPS       Z14, Z15, Z14
 
-vkbf16AVX512_decayed_7:
+stateVKbf16AVX512_decayed_7:
 	VEXTRACTF64X4 $0x01, Z14, Y15
 	VMOVUPS.Z     (SI), K6, Y1
 	VSUBPS        Y14, Y1, Y1
@@ -16354,7 +16354,7 @@ vkbf16AVX512_decayed_7:
 	VMOVUPS       Y15, K6, (DI)
 	VMOVSS        (DX), X2
 	VUCOMISS      nearone<>+0(SB), X2
-	JCS           vkbf16AVX512_far_8
+	JCS           stateVKbf16AVX512_far_8
 	VBROADCASTSS  (DX), Z14
 	VBROADCASTSS  X1, Z15
 	VMOVUPS       vklane1<>+0(SB), Z16
@@ -16380,16 +16380,16 @@ vkbf16AVX512_decayed_7:
 	VFMADD213PS   Z12, Z14, Z12
 	VFMADD231PS   256(AX), Z16, K1, Z12
 	CMPQ          R9, $0x00000140
-	JBE           vkbf16AVX512_dead_35
+	JBE           stateVKbf16AVX512_dead_35
 	VFMADD213PS   Z7, Z14, Z7
 	VFMADD231PS   320(AX), Z15, K3, Z7
 	VFMADD213PS   Z13, Z14, Z13
 	VFMADD231PS   320(AX), Z16, K3, Z13
 
-vkbf16AVX512_dead_35:
-	JMP vkbf16AVX512_decayed_8
+stateVKbf16AVX512_dead_35:
+	JMP stateVKbf16AVX512_decayed_8
 
-vkbf16AVX512_far_8:
+stateVKbf16AVX512_far_8:
 	VBROADCASTSS 4(DX), Z14
 	VBROADCASTSS X1, Z15
 	VMOVUPS      vklane1<>+0(SB), Z16
@@ -16415,18 +16415,18 @@ vkbf16AVX512_far_8:
 	VMULPS       Z12, Z14, Z12
 	VFMADD231PS  256(AX), Z16, K1, Z12
 	CMPQ         R9, $0x00000140
-	JBE          vkbf16AVX512_dead_36
+	JBE          stateVKbf16AVX512_dead_36
 	VMULPS       Z7, Z14, Z7
 	VFMADD231PS  320(AX), Z15, K3, Z7
 	VMULPS       Z13, Z14, Z13
 	VFMADD231PS  320(AX), Z16, K3, Z13
 
-vkbf16AVX512_dead_36:
-vkbf16AVX512_decayed_8:
+stateVKbf16AVX512_dead_36:
+stateVKbf16AVX512_decayed_8:
 	// The state after this token, if stored.
 	MOVQ     (BX), R11
 	TESTQ    R11, R11
-	JZ       vkbf16AVX512_nostore_3
+	JZ       stateVKbf16AVX512_nostore_3
 	MOVQ     (SP), R12
 	IMULQ    R10, R12
 	ADDQ     R12, R11
@@ -16481,7 +16481,7 @@ vkbf16AVX512_decayed_8:
 	VPORD    quiet<>+0(SB), Z15, K2, Z14
 	VPMOVDW  Z14, K1, 128(R11)
 	CMPQ     R9, $0x00000140
-	JBE      vkbf16AVX512_dead_37
+	JBE      stateVKbf16AVX512_dead_37
 	VMOVAPS  Z7, Z14
 	VPSRLD   $0x10, Z14, Z15
 	VPANDD   absmask<>+0(SB), Z14, Z16
@@ -16493,7 +16493,7 @@ vkbf16AVX512_decayed_8:
 	VPORD    quiet<>+0(SB), Z15, K2, Z14
 	VPMOVDW  Z14, K3, 160(R11)
 
-vkbf16AVX512_dead_37:
+stateVKbf16AVX512_dead_37:
 	ADDQ     R10, R11
 	VMOVAPS  Z8, Z14
 	VPSRLD   $0x10, Z14, Z15
@@ -16546,7 +16546,7 @@ vkbf16AVX512_dead_37:
 	VPORD    quiet<>+0(SB), Z15, K2, Z14
 	VPMOVDW  Z14, K1, 128(R11)
 	CMPQ     R9, $0x00000140
-	JBE      vkbf16AVX512_dead_38
+	JBE      stateVKbf16AVX512_dead_38
 	VMOVAPS  Z13, Z14
 	VPSRLD   $0x10, Z14, Z15
 	VPANDD   absmask<>+0(SB), Z14, Z16
@@ -16558,8 +16558,8 @@ vkbf16AVX512_dead_37:
 	VPORD    quiet<>+0(SB), Z15, K2, Z14
 	VPMOVDW  Z14, K3, 160(R11)
 
-vkbf16AVX512_dead_38:
-vkbf16AVX512_nostore_3:
+stateVKbf16AVX512_dead_38:
+stateVKbf16AVX512_nostore_3:
 	ADDQ R9, AX
 	ADDQ R9, CX
 	ADDQ $0x10, DX
@@ -16567,12 +16567,12 @@ vkbf16AVX512_nostore_3:
 	ADDQ 32(SP), SI
 	ADDQ 24(SP), DI
 	DECQ R8
-	JNZ  vkbf16AVX512_token_3
+	JNZ  stateVKbf16AVX512_token_3
 
 	// The f32 carry after the last token, if asked for.
 	MOVQ    carry_base+88(FP), AX
 	TESTQ   AX, AX
-	JZ      vkbf16AVX512_nocarry_3
+	JZ      stateVKbf16AVX512_nocarry_3
 	MOVQ    (SP), CX
 	IMULQ   R9, CX
 	ADDQ    CX, AX
@@ -16582,10 +16582,10 @@ vkbf16AVX512_nostore_3:
 	VMOVUPS Z5, 192(AX)
 	VMOVUPS Z6, K1, 256(AX)
 	CMPQ    R9, $0x00000140
-	JBE     vkbf16AVX512_dead_39
+	JBE     stateVKbf16AVX512_dead_39
 	VMOVUPS Z7, K3, 320(AX)
 
-vkbf16AVX512_dead_39:
+stateVKbf16AVX512_dead_39:
 	ADDQ    R9, AX
 	VMOVUPS Z8, (AX)
 	VMOVUPS Z9, 64(AX)
@@ -16593,24 +16593,24 @@ vkbf16AVX512_dead_39:
 	VMOVUPS Z11, 192(AX)
 	VMOVUPS Z12, K1, 256(AX)
 	CMPQ    R9, $0x00000140
-	JBE     vkbf16AVX512_dead_40
+	JBE     stateVKbf16AVX512_dead_40
 	VMOVUPS Z13, K3, 320(AX)
 
-vkbf16AVX512_dead_40:
-vkbf16AVX512_nocarry_3:
+stateVKbf16AVX512_dead_40:
+stateVKbf16AVX512_nocarry_3:
 	ADDQ $0x00000002, (SP)
 	SUBQ $0x00000002, 8(SP)
-	JMP  vkbf16AVX512_group_3
+	JMP  stateVKbf16AVX512_group_3
 
-vkbf16AVX512_groupsdone_3:
-vkbf16AVX512_group_4:
+stateVKbf16AVX512_groupsdone_3:
+stateVKbf16AVX512_group_4:
 	CMPQ 8(SP), $0x00000001
-	JB   vkbf16AVX512_groupsdone_4
+	JB   stateVKbf16AVX512_groupsdone_4
 
 	// Load 1 row(s) of 5…6 vectors.
 	MOVQ       src32_base+40(FP), AX
 	TESTQ      AX, AX
-	JZ         vkbf16AVX512_frombf16_4
+	JZ         stateVKbf16AVX512_frombf16_4
 	MOVQ       (SP), CX
 	IMULQ      R9, CX
 	ADDQ       CX, AX
@@ -16620,19 +16620,19 @@ vkbf16AVX512_group_4:
 	PREFETCHT0 8384(AX)
 	PREFETCHT0 8448(AX)
 	CMPQ       R9, $0x00000140
-	JBE        vkbf16AVX512_dead_41
+	JBE        stateVKbf16AVX512_dead_41
 	PREFETCHT0 8512(AX)
 
-vkbf16AVX512_dead_41:
+stateVKbf16AVX512_dead_41:
 	VMOVUPS   (AX), Z0
 	VMOVUPS   64(AX), Z1
 	VMOVUPS   128(AX), Z3
 	VMOVUPS   192(AX), Z4
 	VMOVUPS.Z 256(AX), K1, Z5
 	VMOVUPS.Z 320(AX), K3, Z6
-	JMP       vkbf16AVX512_loaded_4
+	JMP       stateVKbf16AVX512_loaded_4
 
-vkbf16AVX512_frombf16_4:
+stateVKbf16AVX512_frombf16_4:
 	MOVQ        src_base+16(FP), AX
 	MOVQ        (SP), CX
 	IMULQ       R10, CX
@@ -16653,7 +16653,7 @@ vkbf16AVX512_frombf16_4:
 	VPMOVZXWD.Z 160(AX), K3, Z6
 	VPSLLD      $0x10, Z6, Z6
 
-vkbf16AVX512_loaded_4:
+stateVKbf16AVX512_loaded_4:
 	MOVQ kh_base+112(FP), AX
 	MOVQ qh_base+136(FP), CX
 	MOVQ tok_base+216(FP), DX
@@ -16666,7 +16666,7 @@ vkbf16AVX512_loaded_4:
 	ADDQ R8, DI
 	MOVQ 16(SP), R8
 
-vkbf16AVX512_token_4:
+stateVKbf16AVX512_token_4:
 	VMULPS      (AX), Z0, Z7
 	VMULPS      (CX), Z0, Z8
 	VMULPS      64(AX), Z1, Z9
@@ -16678,11 +16678,11 @@ vkbf16AVX512_token_4:
 	VFMADD231PS 256(AX), Z5, K1, Z7
 	VFMADD231PS 256(CX), Z5, K1, Z8
 	CMPQ        R9, $0x00000140
-	JBE         vkbf16AVX512_dead_42
+	JBE         stateVKbf16AVX512_dead_42
 	VFMADD231PS 320(AX), Z6, K3, Z9
 	VFMADD231PS 320(CX), Z6, K3, Z10
 
-vkbf16AVX512_dead_42:
+stateVKbf16AVX512_dead_42:
 	VADDPS       Z9, Z7, Z7
 	VADDPS       Z10, Z8, Z8
 	VSHUFF32X4   $0x44, Z8, Z7, Z9
@@ -16701,16 +16701,16 @@ vkbf16AVX512_dead_42:
 	VPERMPS      Z7, Z8, Z7
 	VMOVSS       (DX), X2
 	VUCOMISS     nearone<>+0(SB), X2
-	JCS          vkbf16AVX512_far_9
+	JCS          stateVKbf16AVX512_far_9
 	VBROADCASTSS (DX), Z8
 	VFMADD213PS  Z7, Z8, Z7
-	JMP          vkbf16AVX512_decayed_9
+	JMP          stateVKbf16AVX512_decayed_9
 
-vkbf16AVX512_far_9:
+stateVKbf16AVX512_far_9:
 	VBROADCASTSS 4(DX), Z8
 	VMULPS       Z7, Z8, Z7
 
-vkbf16AVX512_decayed_9:
+stateVKbf16AVX512_decayed_9:
 	VEXTRACTF64X4 $0x01, Z7, Y8
 	VMOVSS        (SI), X2
 	VSUBPS        Y7, Y2, Y2
@@ -16721,7 +16721,7 @@ vkbf16AVX512_decayed_9:
 	VMOVSS        X8, (DI)
 	VMOVSS        (DX), X2
 	VUCOMISS      nearone<>+0(SB), X2
-	JCS           vkbf16AVX512_far_10
+	JCS           stateVKbf16AVX512_far_10
 	VBROADCASTSS  (DX), Z8
 	VBROADCASTSS  X7, Z7
 	VFMADD213PS   Z0, Z8, Z0
@@ -16735,14 +16735,14 @@ vkbf16AVX512_decayed_9:
 	VFMADD213PS   Z5, Z8, Z5
 	VFMADD231PS   256(AX), Z7, K1, Z5
 	CMPQ          R9, $0x00000140
-	JBE           vkbf16AVX512_dead_43
+	JBE           stateVKbf16AVX512_dead_43
 	VFMADD213PS   Z6, Z8, Z6
 	VFMADD231PS   320(AX), Z7, K3, Z6
 
-vkbf16AVX512_dead_43:
-	JMP vkbf16AVX512_decayed_10
+stateVKbf16AVX512_dead_43:
+	JMP stateVKbf16AVX512_decayed_10
 
-vkbf16AVX512_far_10:
+stateVKbf16AVX512_far_10:
 	VBROADCASTSS 4(DX), Z8
 	VBROADCASTSS X7, Z7
 	VMULPS       Z0, Z8, Z0
@@ -16756,16 +16756,16 @@ vkbf16AVX512_far_10:
 	VMULPS       Z5, Z8, Z5
 	VFMADD231PS  256(AX), Z7, K1, Z5
 	CMPQ         R9, $0x00000140
-	JBE          vkbf16AVX512_dead_44
+	JBE          stateVKbf16AVX512_dead_44
 	VMULPS       Z6, Z8, Z6
 	VFMADD231PS  320(AX), Z7, K3, Z6
 
-vkbf16AVX512_dead_44:
-vkbf16AVX512_decayed_10:
+stateVKbf16AVX512_dead_44:
+stateVKbf16AVX512_decayed_10:
 	// The state after this token, if stored.
 	MOVQ     (BX), R11
 	TESTQ    R11, R11
-	JZ       vkbf16AVX512_nostore_4
+	JZ       stateVKbf16AVX512_nostore_4
 	MOVQ     (SP), R12
 	IMULQ    R10, R12
 	ADDQ     R12, R11
@@ -16820,7 +16820,7 @@ vkbf16AVX512_decayed_10:
 	VPORD    quiet<>+0(SB), Z8, K2, Z7
 	VPMOVDW  Z7, K1, 128(R11)
 	CMPQ     R9, $0x00000140
-	JBE      vkbf16AVX512_dead_45
+	JBE      stateVKbf16AVX512_dead_45
 	VMOVAPS  Z6, Z7
 	VPSRLD   $0x10, Z7, Z8
 	VPANDD   absmask<>+0(SB), Z7, Z9
@@ -16832,8 +16832,8 @@ vkbf16AVX512_decayed_10:
 	VPORD    quiet<>+0(SB), Z8, K2, Z7
 	VPMOVDW  Z7, K3, 160(R11)
 
-vkbf16AVX512_dead_45:
-vkbf16AVX512_nostore_4:
+stateVKbf16AVX512_dead_45:
+stateVKbf16AVX512_nostore_4:
 	ADDQ R9, AX
 	ADDQ R9, CX
 	ADDQ $0x10, DX
@@ -16841,12 +16841,12 @@ vkbf16AVX512_nostore_4:
 	ADDQ 32(SP), SI
 	ADDQ 24(SP), DI
 	DECQ R8
-	JNZ  vkbf16AVX512_token_4
+	JNZ  stateVKbf16AVX512_token_4
 
 	// The f32 carry after the last token, if asked for.
 	MOVQ    carry_base+88(FP), AX
 	TESTQ   AX, AX
-	JZ      vkbf16AVX512_nocarry_4
+	JZ      stateVKbf16AVX512_nocarry_4
 	MOVQ    (SP), CX
 	IMULQ   R9, CX
 	ADDQ    CX, AX
@@ -16856,19 +16856,19 @@ vkbf16AVX512_nostore_4:
 	VMOVUPS Z4, 192(AX)
 	VMOVUPS Z5, K1, 256(AX)
 	CMPQ    R9, $0x00000140
-	JBE     vkbf16AVX512_dead_46
+	JBE     stateVKbf16AVX512_dead_46
 	VMOVUPS Z6, K3, 320(AX)
 
-vkbf16AVX512_dead_46:
-vkbf16AVX512_nocarry_4:
+stateVKbf16AVX512_dead_46:
+stateVKbf16AVX512_nocarry_4:
 	ADDQ $0x00000001, (SP)
 	SUBQ $0x00000001, 8(SP)
-	JMP  vkbf16AVX512_group_4
+	JMP  stateVKbf16AVX512_group_4
 
-vkbf16AVX512_groupsdone_4:
-	JMP vkbf16AVX512_done_1
+stateVKbf16AVX512_groupsdone_4:
+	JMP stateVKbf16AVX512_done_1
 
-vkbf16AVX512_n8_1:
+stateVKbf16AVX512_n8_1:
 	// Rows of 7…8 vectors.
 	MOVQ         R9, AX
 	SHRQ         $0x02, AX
@@ -16881,11 +16881,11 @@ vkbf16AVX512_n8_1:
 	VPBROADCASTD AX, Z0
 	VPCMPGTD     iota<>+0(SB), Z0, K3
 	CMPQ         16(SP), $0x01
-	JE           vkbf16AVX512_groups_3
+	JE           stateVKbf16AVX512_groups_3
 
-vkbf16AVX512_block_3:
+stateVKbf16AVX512_block_3:
 	CMPQ    8(SP), $0x10
-	JB      vkbf16AVX512_blocksdone_3
+	JB      stateVKbf16AVX512_blocksdone_3
 	MOVQ    $0x00000001, AX
 	MOVQ    $0x00000002, CX
 	CMPQ    8(SP), $0x20
@@ -16895,7 +16895,7 @@ vkbf16AVX512_block_3:
 	// A block of 16·nb rows of 7…8 vectors in work.
 	MOVQ  src32_base+40(FP), AX
 	TESTQ AX, AX
-	JZ    vkbf16AVX512_bfrombf16_3
+	JZ    stateVKbf16AVX512_bfrombf16_3
 	MOVQ  (SP), CX
 	IMULQ R9, CX
 	ADDQ  CX, AX
@@ -16903,7 +16903,7 @@ vkbf16AVX512_block_3:
 	MOVQ  48(SP), DX
 	SHLQ  $0x04, DX
 
-vkbf16AVX512_bload_5:
+stateVKbf16AVX512_bload_5:
 	PREFETCHT0 8192(AX)
 	PREFETCHT0 8256(AX)
 	PREFETCHT0 8320(AX)
@@ -16912,10 +16912,10 @@ vkbf16AVX512_bload_5:
 	PREFETCHT0 8512(AX)
 	PREFETCHT0 8576(AX)
 	CMPQ       R9, $0x000001c0
-	JBE        vkbf16AVX512_dead_47
+	JBE        stateVKbf16AVX512_dead_47
 	PREFETCHT0 8640(AX)
 
-vkbf16AVX512_dead_47:
+stateVKbf16AVX512_dead_47:
 	VMOVUPS   (AX), Z0
 	VMOVUPS   Z0, (CX)
 	VMOVUPS   64(AX), Z0
@@ -16935,10 +16935,10 @@ vkbf16AVX512_dead_47:
 	ADDQ      R9, AX
 	ADDQ      $0x00000200, CX
 	DECQ      DX
-	JNZ       vkbf16AVX512_bload_5
-	JMP       vkbf16AVX512_bloaded_3
+	JNZ       stateVKbf16AVX512_bload_5
+	JMP       stateVKbf16AVX512_bloaded_3
 
-vkbf16AVX512_bfrombf16_3:
+stateVKbf16AVX512_bfrombf16_3:
 	MOVQ  src_base+16(FP), AX
 	MOVQ  (SP), CX
 	IMULQ R10, CX
@@ -16947,7 +16947,7 @@ vkbf16AVX512_bfrombf16_3:
 	MOVQ  48(SP), DX
 	SHLQ  $0x04, DX
 
-vkbf16AVX512_bload_6:
+stateVKbf16AVX512_bload_6:
 	PREFETCHT0  8192(AX)
 	PREFETCHT0  8256(AX)
 	PREFETCHT0  8320(AX)
@@ -16979,9 +16979,9 @@ vkbf16AVX512_bload_6:
 	ADDQ        R10, AX
 	ADDQ        $0x00000200, CX
 	DECQ        DX
-	JNZ         vkbf16AVX512_bload_6
+	JNZ         stateVKbf16AVX512_bload_6
 
-vkbf16AVX512_bloaded_3:
+stateVKbf16AVX512_bloaded_3:
 	MOVQ kh_base+112(FP), AX
 	MOVQ qh_base+136(FP), CX
 	MOVQ tok_base+216(FP), DX
@@ -16994,7 +16994,7 @@ vkbf16AVX512_bloaded_3:
 	ADDQ R8, DI
 	MOVQ 16(SP), R8
 
-vkbf16AVX512_btoken_3:
+stateVKbf16AVX512_btoken_3:
 	VMOVUPS   (AX), Z0
 	VMOVUPS   64(AX), Z3
 	VMOVUPS   128(AX), Z4
@@ -17013,7 +17013,7 @@ vkbf16AVX512_btoken_3:
 	VMOVUPS.Z 448(CX), K3, Z17
 	XORQ      R11, R11
 
-vkbf16AVX512_bsub_3:
+stateVKbf16AVX512_bsub_3:
 	MOVQ   R11, R12
 	IMUL3Q $0x00002000, R12, R12
 	ADDQ   40(SP), R12
@@ -17023,7 +17023,7 @@ vkbf16AVX512_bsub_3:
 	ADDQ   $0x00004000, R13
 	MOVQ   $0x00000008, R14
 
-vkbf16AVX512_bdots_3:
+stateVKbf16AVX512_bdots_3:
 	VMOVUPS     (R12), Z19
 	VMULPS      Z0, Z19, Z18
 	VMULPS      Z10, Z19, Z19
@@ -17067,7 +17067,7 @@ vkbf16AVX512_bdots_3:
 	VFMADD231PS Z8, Z26, K1, Z22
 	VFMADD231PS Z16, Z26, K1, Z23
 	CMPQ        R9, $0x000001c0
-	JBE         vkbf16AVX512_dead_48
+	JBE         stateVKbf16AVX512_dead_48
 	VMOVUPS     448(R12), Z26
 	VFMADD231PS Z9, Z26, K3, Z20
 	VFMADD231PS Z17, Z26, K3, Z21
@@ -17075,7 +17075,7 @@ vkbf16AVX512_bdots_3:
 	VFMADD231PS Z9, Z26, K3, Z24
 	VFMADD231PS Z17, Z26, K3, Z25
 
-vkbf16AVX512_dead_48:
+stateVKbf16AVX512_dead_48:
 	VADDPS       Z20, Z18, Z18
 	VADDPS       Z21, Z19, Z19
 	VMOVUPS      Z18, (R13)
@@ -17087,7 +17087,7 @@ vkbf16AVX512_dead_48:
 	ADDQ         $0x00000400, R12
 	ADDQ         $0x80, R13
 	DECQ         R14
-	JNZ          vkbf16AVX512_bdots_3
+	JNZ          stateVKbf16AVX512_bdots_3
 	SUBQ         $0x00000400, R13
 	VMOVUPS      (R13), Z18
 	VMOVUPS      64(R13), Z19
@@ -17219,14 +17219,14 @@ vkbf16AVX512_dead_48:
 	VMOVUPS      Z19, 64(R13)
 	INCQ         R11
 	CMPQ         R11, 48(SP)
-	JB           vkbf16AVX512_bsub_3
+	JB           stateVKbf16AVX512_bsub_3
 	VMOVSS       (DX), X1
 	VUCOMISS     nearone<>+0(SB), X1
-	JCS          vkbf16AVX512_far_11
+	JCS          stateVKbf16AVX512_far_11
 	VBROADCASTSS (DX), Z10
 	XORQ         R11, R11
 
-vkbf16AVX512_bdelta_5:
+stateVKbf16AVX512_bdelta_5:
 	MOVQ         R11, R12
 	SHLQ         $0x0b, R12
 	ADDQ         40(SP), R12
@@ -17248,14 +17248,14 @@ vkbf16AVX512_bdelta_5:
 	VMOVUPS      Z12, (DI)(R12*1)
 	INCQ         R11
 	CMPQ         R11, 48(SP)
-	JB           vkbf16AVX512_bdelta_5
+	JB           stateVKbf16AVX512_bdelta_5
 	MOVQ         40(SP), R11
 	MOVQ         40(SP), R12
 	ADDQ         $0x00005000, R12
 	MOVQ         48(SP), R13
 	SHLQ         $0x03, R13
 
-vkbf16AVX512_bupdate_5:
+stateVKbf16AVX512_bupdate_5:
 	VBROADCASTSS (R12), Z11
 	VBROADCASTSS 4(R12), Z12
 	VMOVUPS      (R11), Z13
@@ -17315,7 +17315,7 @@ vkbf16AVX512_bupdate_5:
 	VFMADD231PS  Z8, Z12, K1, Z13
 	VMOVUPS      Z13, 896(R11)
 	CMPQ         R9, $0x000001c0
-	JBE          vkbf16AVX512_dead_49
+	JBE          stateVKbf16AVX512_dead_49
 	VMOVUPS      448(R11), Z13
 	VFMADD213PS  Z13, Z10, Z13
 	VFMADD231PS  Z9, Z11, K3, Z13
@@ -17325,18 +17325,18 @@ vkbf16AVX512_bupdate_5:
 	VFMADD231PS  Z9, Z12, K3, Z11
 	VMOVUPS      Z11, 960(R11)
 
-vkbf16AVX512_dead_49:
+stateVKbf16AVX512_dead_49:
 	ADDQ $0x00000400, R11
 	ADDQ $0x08, R12
 	DECQ R13
-	JNZ  vkbf16AVX512_bupdate_5
-	JMP  vkbf16AVX512_decayed_11
+	JNZ  stateVKbf16AVX512_bupdate_5
+	JMP  stateVKbf16AVX512_decayed_11
 
-vkbf16AVX512_far_11:
+stateVKbf16AVX512_far_11:
 	VBROADCASTSS 4(DX), Z10
 	XORQ         R11, R11
 
-vkbf16AVX512_bdelta_6:
+stateVKbf16AVX512_bdelta_6:
 	MOVQ         R11, R12
 	SHLQ         $0x0b, R12
 	ADDQ         40(SP), R12
@@ -17358,14 +17358,14 @@ vkbf16AVX512_bdelta_6:
 	VMOVUPS      Z12, (DI)(R12*1)
 	INCQ         R11
 	CMPQ         R11, 48(SP)
-	JB           vkbf16AVX512_bdelta_6
+	JB           stateVKbf16AVX512_bdelta_6
 	MOVQ         40(SP), R11
 	MOVQ         40(SP), R12
 	ADDQ         $0x00005000, R12
 	MOVQ         48(SP), R13
 	SHLQ         $0x03, R13
 
-vkbf16AVX512_bupdate_6:
+stateVKbf16AVX512_bupdate_6:
 	VBROADCASTSS (R12), Z11
 	VBROADCASTSS 4(R12), Z12
 	VMOVUPS      (R11), Z13
@@ -17425,7 +17425,7 @@ vkbf16AVX512_bupdate_6:
 	VFMADD231PS  Z8, Z12, K1, Z13
 	VMOVUPS      Z13, 896(R11)
 	CMPQ         R9, $0x000001c0
-	JBE          vkbf16AVX512_dead_50
+	JBE          stateVKbf16AVX512_dead_50
 	VMOVUPS      448(R11), Z13
 	VMULPS       Z13, Z10, Z13
 	VFMADD231PS  Z9, Z11, K3, Z13
@@ -17435,17 +17435,17 @@ vkbf16AVX512_bupdate_6:
 	VFMADD231PS  Z9, Z12, K3, Z11
 	VMOVUPS      Z11, 960(R11)
 
-vkbf16AVX512_dead_50:
+stateVKbf16AVX512_dead_50:
 	ADDQ $0x00000400, R11
 	ADDQ $0x08, R12
 	DECQ R13
-	JNZ  vkbf16AVX512_bupdate_6
+	JNZ  stateVKbf16AVX512_bupdate_6
 
-vkbf16AVX512_decayed_11:
+stateVKbf16AVX512_decayed_11:
 	// The state after this token, if stored.
 	MOVQ  (BX), R11
 	TESTQ R11, R11
-	JZ    vkbf16AVX512_bnostore_3
+	JZ    stateVKbf16AVX512_bnostore_3
 	MOVQ  (SP), R12
 	IMULQ R10, R12
 	ADDQ  R12, R11
@@ -17453,7 +17453,7 @@ vkbf16AVX512_decayed_11:
 	MOVQ  48(SP), R13
 	SHLQ  $0x04, R13
 
-vkbf16AVX512_bstore_5:
+stateVKbf16AVX512_bstore_5:
 	VMOVUPS  (R12), Z0
 	VPSRLD   $0x10, Z0, Z3
 	VPANDD   absmask<>+0(SB), Z0, Z4
@@ -17525,7 +17525,7 @@ vkbf16AVX512_bstore_5:
 	VPORD    quiet<>+0(SB), Z3, K2, Z0
 	VPMOVDW  Z0, K1, 192(R11)
 	CMPQ     R9, $0x000001c0
-	JBE      vkbf16AVX512_dead_51
+	JBE      stateVKbf16AVX512_dead_51
 	VMOVUPS  448(R12), Z0
 	VPSRLD   $0x10, Z0, Z3
 	VPANDD   absmask<>+0(SB), Z0, Z4
@@ -17537,13 +17537,13 @@ vkbf16AVX512_bstore_5:
 	VPORD    quiet<>+0(SB), Z3, K2, Z0
 	VPMOVDW  Z0, K3, 224(R11)
 
-vkbf16AVX512_dead_51:
+stateVKbf16AVX512_dead_51:
 	ADDQ R10, R11
 	ADDQ $0x00000200, R12
 	DECQ R13
-	JNZ  vkbf16AVX512_bstore_5
+	JNZ  stateVKbf16AVX512_bstore_5
 
-vkbf16AVX512_bnostore_3:
+stateVKbf16AVX512_bnostore_3:
 	ADDQ R9, AX
 	ADDQ R9, CX
 	ADDQ $0x10, DX
@@ -17551,12 +17551,12 @@ vkbf16AVX512_bnostore_3:
 	ADDQ 32(SP), SI
 	ADDQ 24(SP), DI
 	DECQ R8
-	JNZ  vkbf16AVX512_btoken_3
+	JNZ  stateVKbf16AVX512_btoken_3
 
 	// The f32 carry after the last token, if asked for.
 	MOVQ  carry_base+88(FP), AX
 	TESTQ AX, AX
-	JZ    vkbf16AVX512_bnocarry_3
+	JZ    stateVKbf16AVX512_bnocarry_3
 	MOVQ  (SP), CX
 	IMULQ R9, CX
 	ADDQ  CX, AX
@@ -17564,7 +17564,7 @@ vkbf16AVX512_bnostore_3:
 	MOVQ  48(SP), DX
 	SHLQ  $0x04, DX
 
-vkbf16AVX512_bstore_6:
+stateVKbf16AVX512_bstore_6:
 	VMOVUPS (CX), Z0
 	VMOVUPS Z0, (AX)
 	VMOVUPS 64(CX), Z0
@@ -17580,35 +17580,35 @@ vkbf16AVX512_bstore_6:
 	VMOVUPS 384(CX), Z0
 	VMOVUPS Z0, K1, 384(AX)
 	CMPQ    R9, $0x000001c0
-	JBE     vkbf16AVX512_dead_52
+	JBE     stateVKbf16AVX512_dead_52
 	VMOVUPS 448(CX), Z0
 	VMOVUPS Z0, K3, 448(AX)
 
-vkbf16AVX512_dead_52:
+stateVKbf16AVX512_dead_52:
 	ADDQ R9, AX
 	ADDQ $0x00000200, CX
 	DECQ DX
-	JNZ  vkbf16AVX512_bstore_6
+	JNZ  stateVKbf16AVX512_bstore_6
 
-vkbf16AVX512_bnocarry_3:
+stateVKbf16AVX512_bnocarry_3:
 	MOVQ 48(SP), AX
 	SHLQ $0x04, AX
 	ADDQ AX, (SP)
 	SUBQ AX, 8(SP)
-	JMP  vkbf16AVX512_block_3
+	JMP  stateVKbf16AVX512_block_3
 
-vkbf16AVX512_blocksdone_3:
-vkbf16AVX512_groups_3:
-vkbf16AVX512_group_5:
+stateVKbf16AVX512_blocksdone_3:
+stateVKbf16AVX512_groups_3:
+stateVKbf16AVX512_group_5:
 	CMPQ  8(SP), $0x00000002
-	JB    vkbf16AVX512_groupsdone_5
+	JB    stateVKbf16AVX512_groupsdone_5
 	MOVL  $0x00000003, AX
 	KMOVW AX, K6
 
 	// Load 2 row(s) of 7…8 vectors.
 	MOVQ       src32_base+40(FP), AX
 	TESTQ      AX, AX
-	JZ         vkbf16AVX512_frombf16_5
+	JZ         stateVKbf16AVX512_frombf16_5
 	MOVQ       (SP), CX
 	IMULQ      R9, CX
 	ADDQ       CX, AX
@@ -17626,16 +17626,16 @@ vkbf16AVX512_group_5:
 	PREFETCHT0 8896(AX)
 	PREFETCHT0 8960(AX)
 	CMPQ       R9, $0x000001a0
-	JBE        vkbf16AVX512_dead_53
+	JBE        stateVKbf16AVX512_dead_53
 	PREFETCHT0 9024(AX)
 	CMPQ       R9, $0x000001c0
-	JBE        vkbf16AVX512_dead_53
+	JBE        stateVKbf16AVX512_dead_53
 	PREFETCHT0 9088(AX)
 	CMPQ       R9, $0x000001e0
-	JBE        vkbf16AVX512_dead_53
+	JBE        stateVKbf16AVX512_dead_53
 	PREFETCHT0 9152(AX)
 
-vkbf16AVX512_dead_53:
+stateVKbf16AVX512_dead_53:
 	VMOVUPS   (AX), Z0
 	VMOVUPS   64(AX), Z3
 	VMOVUPS   128(AX), Z4
@@ -17653,9 +17653,9 @@ vkbf16AVX512_dead_53:
 	VMOVUPS   320(AX), Z15
 	VMOVUPS.Z 384(AX), K1, Z16
 	VMOVUPS.Z 448(AX), K3, Z17
-	JMP       vkbf16AVX512_loaded_5
+	JMP       stateVKbf16AVX512_loaded_5
 
-vkbf16AVX512_frombf16_5:
+stateVKbf16AVX512_frombf16_5:
 	MOVQ       src_base+16(FP), AX
 	MOVQ       (SP), CX
 	IMULQ      R10, CX
@@ -17668,10 +17668,10 @@ vkbf16AVX512_frombf16_5:
 	PREFETCHT0 8512(AX)
 	PREFETCHT0 8576(AX)
 	CMPQ       R9, $0x000001c0
-	JBE        vkbf16AVX512_dead_54
+	JBE        stateVKbf16AVX512_dead_54
 	PREFETCHT0 8640(AX)
 
-vkbf16AVX512_dead_54:
+stateVKbf16AVX512_dead_54:
 	VPMOVZXWD   (AX), Z0
 	VPSLLD      $0x10, Z0, Z0
 	VPMOVZXWD   32(AX), Z3
@@ -17706,7 +17706,7 @@ vkbf16AVX512_dead_54:
 	VPMOVZXWD.Z 224(AX), K3, Z17
 	VPSLLD      $0x10, Z17, Z17
 
-vkbf16AVX512_loaded_5:
+stateVKbf16AVX512_loaded_5:
 	MOVQ kh_base+112(FP), AX
 	MOVQ qh_base+136(FP), CX
 	MOVQ tok_base+216(FP), DX
@@ -17719,7 +17719,7 @@ vkbf16AVX512_loaded_5:
 	ADDQ R8, DI
 	MOVQ 16(SP), R8
 
-vkbf16AVX512_token_5:
+stateVKbf16AVX512_token_5:
 	VMULPS      (AX), Z0, Z18
 	VMULPS      (CX), Z0, Z19
 	VMULPS      (AX), Z10, Z22
@@ -17749,13 +17749,13 @@ vkbf16AVX512_token_5:
 	VFMADD231PS 384(AX), Z16, K1, Z22
 	VFMADD231PS 384(CX), Z16, K1, Z23
 	CMPQ        R9, $0x000001c0
-	JBE         vkbf16AVX512_dead_55
+	JBE         stateVKbf16AVX512_dead_55
 	VFMADD231PS 448(AX), Z9, K3, Z20
 	VFMADD231PS 448(CX), Z9, K3, Z21
 	VFMADD231PS 448(AX), Z17, K3, Z24
 	VFMADD231PS 448(CX), Z17, K3, Z25
 
-vkbf16AVX512_dead_55:
+stateVKbf16AVX512_dead_55:
 	VADDPS       Z20, Z18, Z18
 	VADDPS       Z24, Z22, Z22
 	VADDPS       Z21, Z19, Z19
@@ -17779,16 +17779,16 @@ vkbf16AVX512_dead_55:
 	VPERMPS      Z19, Z18, Z18
 	VMOVSS       (DX), X1
 	VUCOMISS     nearone<>+0(SB), X1
-	JCS          vkbf16AVX512_far_12
+	JCS          stateVKbf16AVX512_far_12
 	VBROADCASTSS (DX), Z19
 	VFMADD213PS  Z18, Z19, Z18
-	JMP          vkbf16AVX512_decayed_12
+	JMP          stateVKbf16AVX512_decayed_12
 
-vkbf16AVX512_far_12:
+stateVKbf16AVX512_far_12:
 	VBROADCASTSS 4(DX), Z19
 	VMULPS       Z18, Z19, Z18
 
-vkbf16AVX512_decayed_12:
+stateVKbf16AVX512_decayed_12:
 	VEXTRACTF64X4 $0x01, Z18, Y19
 	VMOVUPS.Z     (SI), K6, Y1
 	VSUBPS        Y18, Y1, Y1
@@ -17799,7 +17799,7 @@ vkbf16AVX512_decayed_12:
 	VMOVUPS       Y19, K6, (DI)
 	VMOVSS        (DX), X2
 	VUCOMISS      nearone<>+0(SB), X2
-	JCS           vkbf16AVX512_far_13
+	JCS           stateVKbf16AVX512_far_13
 	VBROADCASTSS  (DX), Z18
 	VBROADCASTSS  X1, Z19
 	VMOVUPS       vklane1<>+0(SB), Z20
@@ -17833,16 +17833,16 @@ vkbf16AVX512_decayed_12:
 	VFMADD213PS   Z16, Z18, Z16
 	VFMADD231PS   384(AX), Z20, K1, Z16
 	CMPQ          R9, $0x000001c0
-	JBE           vkbf16AVX512_dead_56
+	JBE           stateVKbf16AVX512_dead_56
 	VFMADD213PS   Z9, Z18, Z9
 	VFMADD231PS   448(AX), Z19, K3, Z9
 	VFMADD213PS   Z17, Z18, Z17
 	VFMADD231PS   448(AX), Z20, K3, Z17
 
-vkbf16AVX512_dead_56:
-	JMP vkbf16AVX512_decayed_13
+stateVKbf16AVX512_dead_56:
+	JMP stateVKbf16AVX512_decayed_13
 
-vkbf16AVX512_far_13:
+stateVKbf16AVX512_far_13:
 	VBROADCASTSS 4(DX), Z18
 	VBROADCASTSS X1, Z19
 	VMOVUPS      vklane1<>+0(SB), Z20
@@ -17876,18 +17876,18 @@ vkbf16AVX512_far_13:
 	VMULPS       Z16, Z18, Z16
 	VFMADD231PS  384(AX), Z20, K1, Z16
 	CMPQ         R9, $0x000001c0
-	JBE          vkbf16AVX512_dead_57
+	JBE          stateVKbf16AVX512_dead_57
 	VMULPS       Z9, Z18, Z9
 	VFMADD231PS  448(AX), Z19, K3, Z9
 	VMULPS       Z17, Z18, Z17
 	VFMADD231PS  448(AX), Z20, K3, Z17
 
-vkbf16AVX512_dead_57:
-vkbf16AVX512_decayed_13:
+stateVKbf16AVX512_dead_57:
+stateVKbf16AVX512_decayed_13:
 	// The state after this token, if stored.
 	MOVQ     (BX), R11
 	TESTQ    R11, R11
-	JZ       vkbf16AVX512_nostore_5
+	JZ       stateVKbf16AVX512_nostore_5
 	MOVQ     (SP), R12
 	IMULQ    R10, R12
 	ADDQ     R12, R11
@@ -17962,7 +17962,7 @@ vkbf16AVX512_decayed_13:
 	VPORD    quiet<>+0(SB), Z19, K2, Z18
 	VPMOVDW  Z18, K1, 192(R11)
 	CMPQ     R9, $0x000001c0
-	JBE      vkbf16AVX512_dead_58
+	JBE      stateVKbf16AVX512_dead_58
 	VMOVAPS  Z9, Z18
 	VPSRLD   $0x10, Z18, Z19
 	VPANDD   absmask<>+0(SB), Z18, Z20
@@ -17974,7 +17974,7 @@ vkbf16AVX512_decayed_13:
 	VPORD    quiet<>+0(SB), Z19, K2, Z18
 	VPMOVDW  Z18, K3, 224(R11)
 
-vkbf16AVX512_dead_58:
+stateVKbf16AVX512_dead_58:
 	ADDQ     R10, R11
 	VMOVAPS  Z10, Z18
 	VPSRLD   $0x10, Z18, Z19
@@ -18047,7 +18047,7 @@ vkbf16AVX512_dead_58:
 	VPORD    quiet<>+0(SB), Z19, K2, Z18
 	VPMOVDW  Z18, K1, 192(R11)
 	CMPQ     R9, $0x000001c0
-	JBE      vkbf16AVX512_dead_59
+	JBE      stateVKbf16AVX512_dead_59
 	VMOVAPS  Z17, Z18
 	VPSRLD   $0x10, Z18, Z19
 	VPANDD   absmask<>+0(SB), Z18, Z20
@@ -18059,8 +18059,8 @@ vkbf16AVX512_dead_58:
 	VPORD    quiet<>+0(SB), Z19, K2, Z18
 	VPMOVDW  Z18, K3, 224(R11)
 
-vkbf16AVX512_dead_59:
-vkbf16AVX512_nostore_5:
+stateVKbf16AVX512_dead_59:
+stateVKbf16AVX512_nostore_5:
 	ADDQ R9, AX
 	ADDQ R9, CX
 	ADDQ $0x10, DX
@@ -18068,12 +18068,12 @@ vkbf16AVX512_nostore_5:
 	ADDQ 32(SP), SI
 	ADDQ 24(SP), DI
 	DECQ R8
-	JNZ  vkbf16AVX512_token_5
+	JNZ  stateVKbf16AVX512_token_5
 
 	// The f32 carry after the last token, if asked for.
 	MOVQ    carry_base+88(FP), AX
 	TESTQ   AX, AX
-	JZ      vkbf16AVX512_nocarry_5
+	JZ      stateVKbf16AVX512_nocarry_5
 	MOVQ    (SP), CX
 	IMULQ   R9, CX
 	ADDQ    CX, AX
@@ -18085,10 +18085,10 @@ vkbf16AVX512_nostore_5:
 	VMOVUPS Z7, 320(AX)
 	VMOVUPS Z8, K1, 384(AX)
 	CMPQ    R9, $0x000001c0
-	JBE     vkbf16AVX512_dead_60
+	JBE     stateVKbf16AVX512_dead_60
 	VMOVUPS Z9, K3, 448(AX)
 
-vkbf16AVX512_dead_60:
+stateVKbf16AVX512_dead_60:
 	ADDQ    R9, AX
 	VMOVUPS Z10, (AX)
 	VMOVUPS Z11, 64(AX)
@@ -18098,24 +18098,24 @@ vkbf16AVX512_dead_60:
 	VMOVUPS Z15, 320(AX)
 	VMOVUPS Z16, K1, 384(AX)
 	CMPQ    R9, $0x000001c0
-	JBE     vkbf16AVX512_dead_61
+	JBE     stateVKbf16AVX512_dead_61
 	VMOVUPS Z17, K3, 448(AX)
 
-vkbf16AVX512_dead_61:
-vkbf16AVX512_nocarry_5:
+stateVKbf16AVX512_dead_61:
+stateVKbf16AVX512_nocarry_5:
 	ADDQ $0x00000002, (SP)
 	SUBQ $0x00000002, 8(SP)
-	JMP  vkbf16AVX512_group_5
+	JMP  stateVKbf16AVX512_group_5
 
-vkbf16AVX512_groupsdone_5:
-vkbf16AVX512_group_6:
+stateVKbf16AVX512_groupsdone_5:
+stateVKbf16AVX512_group_6:
 	CMPQ 8(SP), $0x00000001
-	JB   vkbf16AVX512_groupsdone_6
+	JB   stateVKbf16AVX512_groupsdone_6
 
 	// Load 1 row(s) of 7…8 vectors.
 	MOVQ       src32_base+40(FP), AX
 	TESTQ      AX, AX
-	JZ         vkbf16AVX512_frombf16_6
+	JZ         stateVKbf16AVX512_frombf16_6
 	MOVQ       (SP), CX
 	IMULQ      R9, CX
 	ADDQ       CX, AX
@@ -18127,10 +18127,10 @@ vkbf16AVX512_group_6:
 	PREFETCHT0 8512(AX)
 	PREFETCHT0 8576(AX)
 	CMPQ       R9, $0x000001c0
-	JBE        vkbf16AVX512_dead_62
+	JBE        stateVKbf16AVX512_dead_62
 	PREFETCHT0 8640(AX)
 
-vkbf16AVX512_dead_62:
+stateVKbf16AVX512_dead_62:
 	VMOVUPS   (AX), Z0
 	VMOVUPS   64(AX), Z1
 	VMOVUPS   128(AX), Z3
@@ -18139,9 +18139,9 @@ vkbf16AVX512_dead_62:
 	VMOVUPS   320(AX), Z6
 	VMOVUPS.Z 384(AX), K1, Z7
 	VMOVUPS.Z 448(AX), K3, Z8
-	JMP       vkbf16AVX512_loaded_6
+	JMP       stateVKbf16AVX512_loaded_6
 
-vkbf16AVX512_frombf16_6:
+stateVKbf16AVX512_frombf16_6:
 	MOVQ        src_base+16(FP), AX
 	MOVQ        (SP), CX
 	IMULQ       R10, CX
@@ -18167,7 +18167,7 @@ vkbf16AVX512_frombf16_6:
 	VPMOVZXWD.Z 224(AX), K3, Z8
 	VPSLLD      $0x10, Z8, Z8
 
-vkbf16AVX512_loaded_6:
+stateVKbf16AVX512_loaded_6:
 	MOVQ kh_base+112(FP), AX
 	MOVQ qh_base+136(FP), CX
 	MOVQ tok_base+216(FP), DX
@@ -18180,7 +18180,7 @@ vkbf16AVX512_loaded_6:
 	ADDQ R8, DI
 	MOVQ 16(SP), R8
 
-vkbf16AVX512_token_6:
+stateVKbf16AVX512_token_6:
 	VMULPS      (AX), Z0, Z9
 	VMULPS      (CX), Z0, Z10
 	VMULPS      64(AX), Z1, Z11
@@ -18196,11 +18196,11 @@ vkbf16AVX512_token_6:
 	VFMADD231PS 384(AX), Z7, K1, Z9
 	VFMADD231PS 384(CX), Z7, K1, Z10
 	CMPQ        R9, $0x000001c0
-	JBE         vkbf16AVX512_dead_63
+	JBE         stateVKbf16AVX512_dead_63
 	VFMADD231PS 448(AX), Z8, K3, Z11
 	VFMADD231PS 448(CX), Z8, K3, Z12
 
-vkbf16AVX512_dead_63:
+stateVKbf16AVX512_dead_63:
 	VADDPS       Z11, Z9, Z9
 	VADDPS       Z12, Z10, Z10
 	VSHUFF32X4   $0x44, Z10, Z9, Z11
@@ -18219,16 +18219,16 @@ vkbf16AVX512_dead_63:
 	VPERMPS      Z9, Z10, Z9
 	VMOVSS       (DX), X2
 	VUCOMISS     nearone<>+0(SB), X2
-	JCS          vkbf16AVX512_far_14
+	JCS          stateVKbf16AVX512_far_14
 	VBROADCASTSS (DX), Z10
 	VFMADD213PS  Z9, Z10, Z9
-	JMP          vkbf16AVX512_decayed_14
+	JMP          stateVKbf16AVX512_decayed_14
 
-vkbf16AVX512_far_14:
+stateVKbf16AVX512_far_14:
 	VBROADCASTSS 4(DX), Z10
 	VMULPS       Z9, Z10, Z9
 
-vkbf16AVX512_decayed_14:
+stateVKbf16AVX512_decayed_14:
 	VEXTRACTF64X4 $0x01, Z9, Y10
 	VMOVSS        (SI), X2
 	VSUBPS        Y9, Y2, Y2
@@ -18239,7 +18239,7 @@ vkbf16AVX512_decayed_14:
 	VMOVSS        X10, (DI)
 	VMOVSS        (DX), X2
 	VUCOMISS      nearone<>+0(SB), X2
-	JCS           vkbf16AVX512_far_15
+	JCS           stateVKbf16AVX512_far_15
 	VBROADCASTSS  (DX), Z10
 	VBROADCASTSS  X9, Z9
 	VFMADD213PS   Z0, Z10, Z0
@@ -18257,14 +18257,14 @@ vkbf16AVX512_decayed_14:
 	VFMADD213PS   Z7, Z10, Z7
 	VFMADD231PS   384(AX), Z9, K1, Z7
 	CMPQ          R9, $0x000001c0
-	JBE           vkbf16AVX512_dead_64
+	JBE           stateVKbf16AVX512_dead_64
 	VFMADD213PS   Z8, Z10, Z8
 	VFMADD231PS   448(AX), Z9, K3, Z8
 
-vkbf16AVX512_dead_64:
-	JMP vkbf16AVX512_decayed_15
+stateVKbf16AVX512_dead_64:
+	JMP stateVKbf16AVX512_decayed_15
 
-vkbf16AVX512_far_15:
+stateVKbf16AVX512_far_15:
 	VBROADCASTSS 4(DX), Z10
 	VBROADCASTSS X9, Z9
 	VMULPS       Z0, Z10, Z0
@@ -18282,16 +18282,16 @@ vkbf16AVX512_far_15:
 	VMULPS       Z7, Z10, Z7
 	VFMADD231PS  384(AX), Z9, K1, Z7
 	CMPQ         R9, $0x000001c0
-	JBE          vkbf16AVX512_dead_65
+	JBE          stateVKbf16AVX512_dead_65
 	VMULPS       Z8, Z10, Z8
 	VFMADD231PS  448(AX), Z9, K3, Z8
 
-vkbf16AVX512_dead_65:
-vkbf16AVX512_decayed_15:
+stateVKbf16AVX512_dead_65:
+stateVKbf16AVX512_decayed_15:
 	// The state after this token, if stored.
 	MOVQ     (BX), R11
 	TESTQ    R11, R11
-	JZ       vkbf16AVX512_nostore_6
+	JZ       stateVKbf16AVX512_nostore_6
 	MOVQ     (SP), R12
 	IMULQ    R10, R12
 	ADDQ     R12, R11
@@ -18366,7 +18366,7 @@ vkbf16AVX512_decayed_15:
 	VPORD    quiet<>+0(SB), Z10, K2, Z9
 	VPMOVDW  Z9, K1, 192(R11)
 	CMPQ     R9, $0x000001c0
-	JBE      vkbf16AVX512_dead_66
+	JBE      stateVKbf16AVX512_dead_66
 	VMOVAPS  Z8, Z9
 	VPSRLD   $0x10, Z9, Z10
 	VPANDD   absmask<>+0(SB), Z9, Z11
@@ -18378,8 +18378,8 @@ vkbf16AVX512_decayed_15:
 	VPORD    quiet<>+0(SB), Z10, K2, Z9
 	VPMOVDW  Z9, K3, 224(R11)
 
-vkbf16AVX512_dead_66:
-vkbf16AVX512_nostore_6:
+stateVKbf16AVX512_dead_66:
+stateVKbf16AVX512_nostore_6:
 	ADDQ R9, AX
 	ADDQ R9, CX
 	ADDQ $0x10, DX
@@ -18387,12 +18387,12 @@ vkbf16AVX512_nostore_6:
 	ADDQ 32(SP), SI
 	ADDQ 24(SP), DI
 	DECQ R8
-	JNZ  vkbf16AVX512_token_6
+	JNZ  stateVKbf16AVX512_token_6
 
 	// The f32 carry after the last token, if asked for.
 	MOVQ    carry_base+88(FP), AX
 	TESTQ   AX, AX
-	JZ      vkbf16AVX512_nocarry_6
+	JZ      stateVKbf16AVX512_nocarry_6
 	MOVQ    (SP), CX
 	IMULQ   R9, CX
 	ADDQ    CX, AX
@@ -18404,19 +18404,19 @@ vkbf16AVX512_nostore_6:
 	VMOVUPS Z6, 320(AX)
 	VMOVUPS Z7, K1, 384(AX)
 	CMPQ    R9, $0x000001c0
-	JBE     vkbf16AVX512_dead_67
+	JBE     stateVKbf16AVX512_dead_67
 	VMOVUPS Z8, K3, 448(AX)
 
-vkbf16AVX512_dead_67:
-vkbf16AVX512_nocarry_6:
+stateVKbf16AVX512_dead_67:
+stateVKbf16AVX512_nocarry_6:
 	ADDQ $0x00000001, (SP)
 	SUBQ $0x00000001, 8(SP)
-	JMP  vkbf16AVX512_group_6
+	JMP  stateVKbf16AVX512_group_6
 
-vkbf16AVX512_groupsdone_6:
-	JMP vkbf16AVX512_done_1
+stateVKbf16AVX512_groupsdone_6:
+	JMP stateVKbf16AVX512_done_1
 
-vkbf16AVX512_n12_1:
+stateVKbf16AVX512_n12_1:
 	// Rows of 9…12 vectors.
 	MOVQ         R9, AX
 	SHRQ         $0x02, AX
@@ -18439,14 +18439,14 @@ vkbf16AVX512_n12_1:
 	VPBROADCASTD AX, Z0
 	VPCMPGTD     iota<>+0(SB), Z0, K5
 
-vkbf16AVX512_group_7:
+stateVKbf16AVX512_group_7:
 	CMPQ 8(SP), $0x00000001
-	JB   vkbf16AVX512_groupsdone_7
+	JB   stateVKbf16AVX512_groupsdone_7
 
 	// Load 1 row(s) of 9…12 vectors.
 	MOVQ       src32_base+40(FP), AX
 	TESTQ      AX, AX
-	JZ         vkbf16AVX512_frombf16_7
+	JZ         stateVKbf16AVX512_frombf16_7
 	MOVQ       (SP), CX
 	IMULQ      R9, CX
 	ADDQ       CX, AX
@@ -18460,16 +18460,16 @@ vkbf16AVX512_group_7:
 	PREFETCHT0 8640(AX)
 	PREFETCHT0 8704(AX)
 	CMPQ       R9, $0x00000240
-	JBE        vkbf16AVX512_dead_68
+	JBE        stateVKbf16AVX512_dead_68
 	PREFETCHT0 8768(AX)
 	CMPQ       R9, $0x00000280
-	JBE        vkbf16AVX512_dead_68
+	JBE        stateVKbf16AVX512_dead_68
 	PREFETCHT0 8832(AX)
 	CMPQ       R9, $0x000002c0
-	JBE        vkbf16AVX512_dead_68
+	JBE        stateVKbf16AVX512_dead_68
 	PREFETCHT0 8896(AX)
 
-vkbf16AVX512_dead_68:
+stateVKbf16AVX512_dead_68:
 	VMOVUPS   (AX), Z0
 	VMOVUPS   64(AX), Z2
 	VMOVUPS   128(AX), Z3
@@ -18482,9 +18482,9 @@ vkbf16AVX512_dead_68:
 	VMOVUPS.Z 576(AX), K3, Z10
 	VMOVUPS.Z 640(AX), K4, Z11
 	VMOVUPS.Z 704(AX), K5, Z12
-	JMP       vkbf16AVX512_loaded_7
+	JMP       stateVKbf16AVX512_loaded_7
 
-vkbf16AVX512_frombf16_7:
+stateVKbf16AVX512_frombf16_7:
 	MOVQ       src_base+16(FP), AX
 	MOVQ       (SP), CX
 	IMULQ      R10, CX
@@ -18495,10 +18495,10 @@ vkbf16AVX512_frombf16_7:
 	PREFETCHT0 8384(AX)
 	PREFETCHT0 8448(AX)
 	CMPQ       R9, $0x00000280
-	JBE        vkbf16AVX512_dead_69
+	JBE        stateVKbf16AVX512_dead_69
 	PREFETCHT0 8512(AX)
 
-vkbf16AVX512_dead_69:
+stateVKbf16AVX512_dead_69:
 	VPMOVZXWD   (AX), Z0
 	VPSLLD      $0x10, Z0, Z0
 	VPMOVZXWD   32(AX), Z2
@@ -18524,7 +18524,7 @@ vkbf16AVX512_dead_69:
 	VPMOVZXWD.Z 352(AX), K5, Z12
 	VPSLLD      $0x10, Z12, Z12
 
-vkbf16AVX512_loaded_7:
+stateVKbf16AVX512_loaded_7:
 	MOVQ kh_base+112(FP), AX
 	MOVQ qh_base+136(FP), CX
 	MOVQ tok_base+216(FP), DX
@@ -18537,7 +18537,7 @@ vkbf16AVX512_loaded_7:
 	ADDQ R8, DI
 	MOVQ 16(SP), R8
 
-vkbf16AVX512_token_7:
+stateVKbf16AVX512_token_7:
 	VMULPS      (AX), Z0, Z13
 	VMULPS      (CX), Z0, Z14
 	VMULPS      64(AX), Z2, Z15
@@ -18557,19 +18557,19 @@ vkbf16AVX512_token_7:
 	VFMADD231PS 512(AX), Z9, K1, Z13
 	VFMADD231PS 512(CX), Z9, K1, Z14
 	CMPQ        R9, $0x00000240
-	JBE         vkbf16AVX512_dead_70
+	JBE         stateVKbf16AVX512_dead_70
 	VFMADD231PS 576(AX), Z10, K3, Z15
 	VFMADD231PS 576(CX), Z10, K3, Z16
 	CMPQ        R9, $0x00000280
-	JBE         vkbf16AVX512_dead_70
+	JBE         stateVKbf16AVX512_dead_70
 	VFMADD231PS 640(AX), Z11, K4, Z17
 	VFMADD231PS 640(CX), Z11, K4, Z18
 	CMPQ        R9, $0x000002c0
-	JBE         vkbf16AVX512_dead_70
+	JBE         stateVKbf16AVX512_dead_70
 	VFMADD231PS 704(AX), Z12, K5, Z19
 	VFMADD231PS 704(CX), Z12, K5, Z20
 
-vkbf16AVX512_dead_70:
+stateVKbf16AVX512_dead_70:
 	VADDPS       Z15, Z13, Z13
 	VADDPS       Z19, Z17, Z17
 	VADDPS       Z17, Z13, Z13
@@ -18592,16 +18592,16 @@ vkbf16AVX512_dead_70:
 	VPERMPS      Z13, Z14, Z13
 	VMOVSS       (DX), X1
 	VUCOMISS     nearone<>+0(SB), X1
-	JCS          vkbf16AVX512_far_16
+	JCS          stateVKbf16AVX512_far_16
 	VBROADCASTSS (DX), Z14
 	VFMADD213PS  Z13, Z14, Z13
-	JMP          vkbf16AVX512_decayed_16
+	JMP          stateVKbf16AVX512_decayed_16
 
-vkbf16AVX512_far_16:
+stateVKbf16AVX512_far_16:
 	VBROADCASTSS 4(DX), Z14
 	VMULPS       Z13, Z14, Z13
 
-vkbf16AVX512_decayed_16:
+stateVKbf16AVX512_decayed_16:
 	VEXTRACTF64X4 $0x01, Z13, Y14
 	VMOVSS        (SI), X1
 	VSUBPS        Y13, Y1, Y1
@@ -18612,7 +18612,7 @@ vkbf16AVX512_decayed_16:
 	VMOVSS        X14, (DI)
 	VMOVSS        (DX), X1
 	VUCOMISS      nearone<>+0(SB), X1
-	JCS           vkbf16AVX512_far_17
+	JCS           stateVKbf16AVX512_far_17
 	VBROADCASTSS  (DX), Z14
 	VBROADCASTSS  X13, Z13
 	VFMADD213PS   Z0, Z14, Z0
@@ -18634,22 +18634,22 @@ vkbf16AVX512_decayed_16:
 	VFMADD213PS   Z9, Z14, Z9
 	VFMADD231PS   512(AX), Z13, K1, Z9
 	CMPQ          R9, $0x00000240
-	JBE           vkbf16AVX512_dead_71
+	JBE           stateVKbf16AVX512_dead_71
 	VFMADD213PS   Z10, Z14, Z10
 	VFMADD231PS   576(AX), Z13, K3, Z10
 	CMPQ          R9, $0x00000280
-	JBE           vkbf16AVX512_dead_71
+	JBE           stateVKbf16AVX512_dead_71
 	VFMADD213PS   Z11, Z14, Z11
 	VFMADD231PS   640(AX), Z13, K4, Z11
 	CMPQ          R9, $0x000002c0
-	JBE           vkbf16AVX512_dead_71
+	JBE           stateVKbf16AVX512_dead_71
 	VFMADD213PS   Z12, Z14, Z12
 	VFMADD231PS   704(AX), Z13, K5, Z12
 
-vkbf16AVX512_dead_71:
-	JMP vkbf16AVX512_decayed_17
+stateVKbf16AVX512_dead_71:
+	JMP stateVKbf16AVX512_decayed_17
 
-vkbf16AVX512_far_17:
+stateVKbf16AVX512_far_17:
 	VBROADCASTSS 4(DX), Z14
 	VBROADCASTSS X13, Z13
 	VMULPS       Z0, Z14, Z0
@@ -18671,24 +18671,24 @@ vkbf16AVX512_far_17:
 	VMULPS       Z9, Z14, Z9
 	VFMADD231PS  512(AX), Z13, K1, Z9
 	CMPQ         R9, $0x00000240
-	JBE          vkbf16AVX512_dead_72
+	JBE          stateVKbf16AVX512_dead_72
 	VMULPS       Z10, Z14, Z10
 	VFMADD231PS  576(AX), Z13, K3, Z10
 	CMPQ         R9, $0x00000280
-	JBE          vkbf16AVX512_dead_72
+	JBE          stateVKbf16AVX512_dead_72
 	VMULPS       Z11, Z14, Z11
 	VFMADD231PS  640(AX), Z13, K4, Z11
 	CMPQ         R9, $0x000002c0
-	JBE          vkbf16AVX512_dead_72
+	JBE          stateVKbf16AVX512_dead_72
 	VMULPS       Z12, Z14, Z12
 	VFMADD231PS  704(AX), Z13, K5, Z12
 
-vkbf16AVX512_dead_72:
-vkbf16AVX512_decayed_17:
+stateVKbf16AVX512_dead_72:
+stateVKbf16AVX512_decayed_17:
 	// The state after this token, if stored.
 	MOVQ     (BX), R11
 	TESTQ    R11, R11
-	JZ       vkbf16AVX512_nostore_7
+	JZ       stateVKbf16AVX512_nostore_7
 	MOVQ     (SP), R12
 	IMULQ    R10, R12
 	ADDQ     R12, R11
@@ -18783,7 +18783,7 @@ vkbf16AVX512_decayed_17:
 	VPORD    quiet<>+0(SB), Z14, K2, Z13
 	VPMOVDW  Z13, K1, 256(R11)
 	CMPQ     R9, $0x00000240
-	JBE      vkbf16AVX512_dead_73
+	JBE      stateVKbf16AVX512_dead_73
 	VMOVAPS  Z10, Z13
 	VPSRLD   $0x10, Z13, Z14
 	VPANDD   absmask<>+0(SB), Z13, Z15
@@ -18795,7 +18795,7 @@ vkbf16AVX512_decayed_17:
 	VPORD    quiet<>+0(SB), Z14, K2, Z13
 	VPMOVDW  Z13, K3, 288(R11)
 	CMPQ     R9, $0x00000280
-	JBE      vkbf16AVX512_dead_73
+	JBE      stateVKbf16AVX512_dead_73
 	VMOVAPS  Z11, Z13
 	VPSRLD   $0x10, Z13, Z14
 	VPANDD   absmask<>+0(SB), Z13, Z15
@@ -18807,7 +18807,7 @@ vkbf16AVX512_decayed_17:
 	VPORD    quiet<>+0(SB), Z14, K2, Z13
 	VPMOVDW  Z13, K4, 320(R11)
 	CMPQ     R9, $0x000002c0
-	JBE      vkbf16AVX512_dead_73
+	JBE      stateVKbf16AVX512_dead_73
 	VMOVAPS  Z12, Z13
 	VPSRLD   $0x10, Z13, Z14
 	VPANDD   absmask<>+0(SB), Z13, Z15
@@ -18819,8 +18819,8 @@ vkbf16AVX512_decayed_17:
 	VPORD    quiet<>+0(SB), Z14, K2, Z13
 	VPMOVDW  Z13, K5, 352(R11)
 
-vkbf16AVX512_dead_73:
-vkbf16AVX512_nostore_7:
+stateVKbf16AVX512_dead_73:
+stateVKbf16AVX512_nostore_7:
 	ADDQ R9, AX
 	ADDQ R9, CX
 	ADDQ $0x10, DX
@@ -18828,12 +18828,12 @@ vkbf16AVX512_nostore_7:
 	ADDQ 32(SP), SI
 	ADDQ 24(SP), DI
 	DECQ R8
-	JNZ  vkbf16AVX512_token_7
+	JNZ  stateVKbf16AVX512_token_7
 
 	// The f32 carry after the last token, if asked for.
 	MOVQ    carry_base+88(FP), AX
 	TESTQ   AX, AX
-	JZ      vkbf16AVX512_nocarry_7
+	JZ      stateVKbf16AVX512_nocarry_7
 	MOVQ    (SP), CX
 	IMULQ   R9, CX
 	ADDQ    CX, AX
@@ -18847,25 +18847,25 @@ vkbf16AVX512_nostore_7:
 	VMOVUPS Z8, 448(AX)
 	VMOVUPS Z9, K1, 512(AX)
 	CMPQ    R9, $0x00000240
-	JBE     vkbf16AVX512_dead_74
+	JBE     stateVKbf16AVX512_dead_74
 	VMOVUPS Z10, K3, 576(AX)
 	CMPQ    R9, $0x00000280
-	JBE     vkbf16AVX512_dead_74
+	JBE     stateVKbf16AVX512_dead_74
 	VMOVUPS Z11, K4, 640(AX)
 	CMPQ    R9, $0x000002c0
-	JBE     vkbf16AVX512_dead_74
+	JBE     stateVKbf16AVX512_dead_74
 	VMOVUPS Z12, K5, 704(AX)
 
-vkbf16AVX512_dead_74:
-vkbf16AVX512_nocarry_7:
+stateVKbf16AVX512_dead_74:
+stateVKbf16AVX512_nocarry_7:
 	ADDQ $0x00000001, (SP)
 	SUBQ $0x00000001, 8(SP)
-	JMP  vkbf16AVX512_group_7
+	JMP  stateVKbf16AVX512_group_7
 
-vkbf16AVX512_groupsdone_7:
-	JMP vkbf16AVX512_done_1
+stateVKbf16AVX512_groupsdone_7:
+	JMP stateVKbf16AVX512_done_1
 
-vkbf16AVX512_n16_1:
+stateVKbf16AVX512_n16_1:
 	// Rows of 13…16 vectors.
 	MOVQ         R9, AX
 	SHRQ         $0x02, AX
@@ -18888,14 +18888,14 @@ vkbf16AVX512_n16_1:
 	VPBROADCASTD AX, Z0
 	VPCMPGTD     iota<>+0(SB), Z0, K5
 
-vkbf16AVX512_group_8:
+stateVKbf16AVX512_group_8:
 	CMPQ 8(SP), $0x00000001
-	JB   vkbf16AVX512_groupsdone_8
+	JB   stateVKbf16AVX512_groupsdone_8
 
 	// Load 1 row(s) of 13…16 vectors.
 	MOVQ       src32_base+40(FP), AX
 	TESTQ      AX, AX
-	JZ         vkbf16AVX512_frombf16_8
+	JZ         stateVKbf16AVX512_frombf16_8
 	MOVQ       (SP), CX
 	IMULQ      R9, CX
 	ADDQ       CX, AX
@@ -18913,16 +18913,16 @@ vkbf16AVX512_group_8:
 	PREFETCHT0 8896(AX)
 	PREFETCHT0 8960(AX)
 	CMPQ       R9, $0x00000340
-	JBE        vkbf16AVX512_dead_75
+	JBE        stateVKbf16AVX512_dead_75
 	PREFETCHT0 9024(AX)
 	CMPQ       R9, $0x00000380
-	JBE        vkbf16AVX512_dead_75
+	JBE        stateVKbf16AVX512_dead_75
 	PREFETCHT0 9088(AX)
 	CMPQ       R9, $0x000003c0
-	JBE        vkbf16AVX512_dead_75
+	JBE        stateVKbf16AVX512_dead_75
 	PREFETCHT0 9152(AX)
 
-vkbf16AVX512_dead_75:
+stateVKbf16AVX512_dead_75:
 	VMOVUPS   (AX), Z0
 	VMOVUPS   64(AX), Z2
 	VMOVUPS   128(AX), Z3
@@ -18939,9 +18939,9 @@ vkbf16AVX512_dead_75:
 	VMOVUPS.Z 832(AX), K3, Z14
 	VMOVUPS.Z 896(AX), K4, Z15
 	VMOVUPS.Z 960(AX), K5, Z16
-	JMP       vkbf16AVX512_loaded_8
+	JMP       stateVKbf16AVX512_loaded_8
 
-vkbf16AVX512_frombf16_8:
+stateVKbf16AVX512_frombf16_8:
 	MOVQ       src_base+16(FP), AX
 	MOVQ       (SP), CX
 	IMULQ      R10, CX
@@ -18954,10 +18954,10 @@ vkbf16AVX512_frombf16_8:
 	PREFETCHT0 8512(AX)
 	PREFETCHT0 8576(AX)
 	CMPQ       R9, $0x00000380
-	JBE        vkbf16AVX512_dead_76
+	JBE        stateVKbf16AVX512_dead_76
 	PREFETCHT0 8640(AX)
 
-vkbf16AVX512_dead_76:
+stateVKbf16AVX512_dead_76:
 	VPMOVZXWD   (AX), Z0
 	VPSLLD      $0x10, Z0, Z0
 	VPMOVZXWD   32(AX), Z2
@@ -18991,7 +18991,7 @@ vkbf16AVX512_dead_76:
 	VPMOVZXWD.Z 480(AX), K5, Z16
 	VPSLLD      $0x10, Z16, Z16
 
-vkbf16AVX512_loaded_8:
+stateVKbf16AVX512_loaded_8:
 	MOVQ kh_base+112(FP), AX
 	MOVQ qh_base+136(FP), CX
 	MOVQ tok_base+216(FP), DX
@@ -19004,7 +19004,7 @@ vkbf16AVX512_loaded_8:
 	ADDQ R8, DI
 	MOVQ 16(SP), R8
 
-vkbf16AVX512_token_8:
+stateVKbf16AVX512_token_8:
 	VMULPS      (AX), Z0, Z17
 	VMULPS      (CX), Z0, Z18
 	VMULPS      64(AX), Z2, Z19
@@ -19032,19 +19032,19 @@ vkbf16AVX512_token_8:
 	VFMADD231PS 768(AX), Z13, K1, Z17
 	VFMADD231PS 768(CX), Z13, K1, Z18
 	CMPQ        R9, $0x00000340
-	JBE         vkbf16AVX512_dead_77
+	JBE         stateVKbf16AVX512_dead_77
 	VFMADD231PS 832(AX), Z14, K3, Z19
 	VFMADD231PS 832(CX), Z14, K3, Z20
 	CMPQ        R9, $0x00000380
-	JBE         vkbf16AVX512_dead_77
+	JBE         stateVKbf16AVX512_dead_77
 	VFMADD231PS 896(AX), Z15, K4, Z21
 	VFMADD231PS 896(CX), Z15, K4, Z22
 	CMPQ        R9, $0x000003c0
-	JBE         vkbf16AVX512_dead_77
+	JBE         stateVKbf16AVX512_dead_77
 	VFMADD231PS 960(AX), Z16, K5, Z23
 	VFMADD231PS 960(CX), Z16, K5, Z24
 
-vkbf16AVX512_dead_77:
+stateVKbf16AVX512_dead_77:
 	VADDPS       Z19, Z17, Z17
 	VADDPS       Z23, Z21, Z21
 	VADDPS       Z21, Z17, Z17
@@ -19067,16 +19067,16 @@ vkbf16AVX512_dead_77:
 	VPERMPS      Z17, Z18, Z17
 	VMOVSS       (DX), X1
 	VUCOMISS     nearone<>+0(SB), X1
-	JCS          vkbf16AVX512_far_18
+	JCS          stateVKbf16AVX512_far_18
 	VBROADCASTSS (DX), Z18
 	VFMADD213PS  Z17, Z18, Z17
-	JMP          vkbf16AVX512_decayed_18
+	JMP          stateVKbf16AVX512_decayed_18
 
-vkbf16AVX512_far_18:
+stateVKbf16AVX512_far_18:
 	VBROADCASTSS 4(DX), Z18
 	VMULPS       Z17, Z18, Z17
 
-vkbf16AVX512_decayed_18:
+stateVKbf16AVX512_decayed_18:
 	VEXTRACTF64X4 $0x01, Z17, Y18
 	VMOVSS        (SI), X1
 	VSUBPS        Y17, Y1, Y1
@@ -19087,7 +19087,7 @@ vkbf16AVX512_decayed_18:
 	VMOVSS        X18, (DI)
 	VMOVSS        (DX), X1
 	VUCOMISS      nearone<>+0(SB), X1
-	JCS           vkbf16AVX512_far_19
+	JCS           stateVKbf16AVX512_far_19
 	VBROADCASTSS  (DX), Z18
 	VBROADCASTSS  X17, Z17
 	VFMADD213PS   Z0, Z18, Z0
@@ -19117,22 +19117,22 @@ vkbf16AVX512_decayed_18:
 	VFMADD213PS   Z13, Z18, Z13
 	VFMADD231PS   768(AX), Z17, K1, Z13
 	CMPQ          R9, $0x00000340
-	JBE           vkbf16AVX512_dead_78
+	JBE           stateVKbf16AVX512_dead_78
 	VFMADD213PS   Z14, Z18, Z14
 	VFMADD231PS   832(AX), Z17, K3, Z14
 	CMPQ          R9, $0x00000380
-	JBE           vkbf16AVX512_dead_78
+	JBE           stateVKbf16AVX512_dead_78
 	VFMADD213PS   Z15, Z18, Z15
 	VFMADD231PS   896(AX), Z17, K4, Z15
 	CMPQ          R9, $0x000003c0
-	JBE           vkbf16AVX512_dead_78
+	JBE           stateVKbf16AVX512_dead_78
 	VFMADD213PS   Z16, Z18, Z16
 	VFMADD231PS   960(AX), Z17, K5, Z16
 
-vkbf16AVX512_dead_78:
-	JMP vkbf16AVX512_decayed_19
+stateVKbf16AVX512_dead_78:
+	JMP stateVKbf16AVX512_decayed_19
 
-vkbf16AVX512_far_19:
+stateVKbf16AVX512_far_19:
 	VBROADCASTSS 4(DX), Z18
 	VBROADCASTSS X17, Z17
 	VMULPS       Z0, Z18, Z0
@@ -19162,24 +19162,24 @@ vkbf16AVX512_far_19:
 	VMULPS       Z13, Z18, Z13
 	VFMADD231PS  768(AX), Z17, K1, Z13
 	CMPQ         R9, $0x00000340
-	JBE          vkbf16AVX512_dead_79
+	JBE          stateVKbf16AVX512_dead_79
 	VMULPS       Z14, Z18, Z14
 	VFMADD231PS  832(AX), Z17, K3, Z14
 	CMPQ         R9, $0x00000380
-	JBE          vkbf16AVX512_dead_79
+	JBE          stateVKbf16AVX512_dead_79
 	VMULPS       Z15, Z18, Z15
 	VFMADD231PS  896(AX), Z17, K4, Z15
 	CMPQ         R9, $0x000003c0
-	JBE          vkbf16AVX512_dead_79
+	JBE          stateVKbf16AVX512_dead_79
 	VMULPS       Z16, Z18, Z16
 	VFMADD231PS  960(AX), Z17, K5, Z16
 
-vkbf16AVX512_dead_79:
-vkbf16AVX512_decayed_19:
+stateVKbf16AVX512_dead_79:
+stateVKbf16AVX512_decayed_19:
 	// The state after this token, if stored.
 	MOVQ     (BX), R11
 	TESTQ    R11, R11
-	JZ       vkbf16AVX512_nostore_8
+	JZ       stateVKbf16AVX512_nostore_8
 	MOVQ     (SP), R12
 	IMULQ    R10, R12
 	ADDQ     R12, R11
@@ -19314,7 +19314,7 @@ vkbf16AVX512_decayed_19:
 	VPORD    quiet<>+0(SB), Z18, K2, Z17
 	VPMOVDW  Z17, K1, 384(R11)
 	CMPQ     R9, $0x00000340
-	JBE      vkbf16AVX512_dead_80
+	JBE      stateVKbf16AVX512_dead_80
 	VMOVAPS  Z14, Z17
 	VPSRLD   $0x10, Z17, Z18
 	VPANDD   absmask<>+0(SB), Z17, Z19
@@ -19326,7 +19326,7 @@ vkbf16AVX512_decayed_19:
 	VPORD    quiet<>+0(SB), Z18, K2, Z17
 	VPMOVDW  Z17, K3, 416(R11)
 	CMPQ     R9, $0x00000380
-	JBE      vkbf16AVX512_dead_80
+	JBE      stateVKbf16AVX512_dead_80
 	VMOVAPS  Z15, Z17
 	VPSRLD   $0x10, Z17, Z18
 	VPANDD   absmask<>+0(SB), Z17, Z19
@@ -19338,7 +19338,7 @@ vkbf16AVX512_decayed_19:
 	VPORD    quiet<>+0(SB), Z18, K2, Z17
 	VPMOVDW  Z17, K4, 448(R11)
 	CMPQ     R9, $0x000003c0
-	JBE      vkbf16AVX512_dead_80
+	JBE      stateVKbf16AVX512_dead_80
 	VMOVAPS  Z16, Z17
 	VPSRLD   $0x10, Z17, Z18
 	VPANDD   absmask<>+0(SB), Z17, Z19
@@ -19350,8 +19350,8 @@ vkbf16AVX512_decayed_19:
 	VPORD    quiet<>+0(SB), Z18, K2, Z17
 	VPMOVDW  Z17, K5, 480(R11)
 
-vkbf16AVX512_dead_80:
-vkbf16AVX512_nostore_8:
+stateVKbf16AVX512_dead_80:
+stateVKbf16AVX512_nostore_8:
 	ADDQ R9, AX
 	ADDQ R9, CX
 	ADDQ $0x10, DX
@@ -19359,12 +19359,12 @@ vkbf16AVX512_nostore_8:
 	ADDQ 32(SP), SI
 	ADDQ 24(SP), DI
 	DECQ R8
-	JNZ  vkbf16AVX512_token_8
+	JNZ  stateVKbf16AVX512_token_8
 
 	// The f32 carry after the last token, if asked for.
 	MOVQ    carry_base+88(FP), AX
 	TESTQ   AX, AX
-	JZ      vkbf16AVX512_nocarry_8
+	JZ      stateVKbf16AVX512_nocarry_8
 	MOVQ    (SP), CX
 	IMULQ   R9, CX
 	ADDQ    CX, AX
@@ -19382,39 +19382,39 @@ vkbf16AVX512_nostore_8:
 	VMOVUPS Z12, 704(AX)
 	VMOVUPS Z13, K1, 768(AX)
 	CMPQ    R9, $0x00000340
-	JBE     vkbf16AVX512_dead_81
+	JBE     stateVKbf16AVX512_dead_81
 	VMOVUPS Z14, K3, 832(AX)
 	CMPQ    R9, $0x00000380
-	JBE     vkbf16AVX512_dead_81
+	JBE     stateVKbf16AVX512_dead_81
 	VMOVUPS Z15, K4, 896(AX)
 	CMPQ    R9, $0x000003c0
-	JBE     vkbf16AVX512_dead_81
+	JBE     stateVKbf16AVX512_dead_81
 	VMOVUPS Z16, K5, 960(AX)
 
-vkbf16AVX512_dead_81:
-vkbf16AVX512_nocarry_8:
+stateVKbf16AVX512_dead_81:
+stateVKbf16AVX512_nocarry_8:
 	ADDQ $0x00000001, (SP)
 	SUBQ $0x00000001, 8(SP)
-	JMP  vkbf16AVX512_group_8
+	JMP  stateVKbf16AVX512_group_8
 
-vkbf16AVX512_groupsdone_8:
-vkbf16AVX512_done_1:
+stateVKbf16AVX512_groupsdone_8:
+stateVKbf16AVX512_done_1:
 	VZEROUPPER
 	RET
 
-// func vkf32AVX2(K int, V int, src []float32, stores []uintptr, kh []float32, qh []float32, v []float32, vs int, o []float32, tok []float32)
+// func stateVKf32AVX2(K int, V int, src []float32, stores []uintptr, kh []float32, qh []float32, v []float32, vs int, o []float32, tok []float32)
 // Requires: AVX, AVX2, FMA3, MMX+
-TEXT ·vkf32AVX2(SB), NOSPLIT, $296-192
+TEXT ·stateVKf32AVX2(SB), NOSPLIT, $296-192
 	MOVQ    K+0(FP), CX
 	MOVQ    V+8(FP), AX
 	MOVQ    tok_len+176(FP), DX
 	SHRQ    $0x02, DX
 	TESTQ   CX, CX
-	JZ      vkf32AVX2_done_1
+	JZ      stateVKf32AVX2_done_1
 	TESTQ   AX, AX
-	JZ      vkf32AVX2_done_1
+	JZ      stateVKf32AVX2_done_1
 	TESTQ   DX, DX
-	JZ      vkf32AVX2_done_1
+	JZ      stateVKf32AVX2_done_1
 	MOVQ    AX, 8(SP)
 	MOVQ    DX, 16(SP)
 	MOVQ    $0x00000000, (SP)
@@ -19442,20 +19442,20 @@ TEXT ·vkf32AVX2(SB), NOSPLIT, $296-192
 	DECQ AX
 	SHRQ $0x03, AX
 	CMPQ AX, $0x00000003
-	JBE  vkf32AVX2_n4_1
+	JBE  stateVKf32AVX2_n4_1
 	CMPQ AX, $0x00000007
-	JBE  vkf32AVX2_n8_1
+	JBE  stateVKf32AVX2_n8_1
 	CMPQ AX, $0x0000000b
-	JBE  vkf32AVX2_n12_1
+	JBE  stateVKf32AVX2_n12_1
 	CMPQ AX, $0x0000000f
-	JBE  vkf32AVX2_n16_1
-	JMP  vkf32AVX2_done_1
+	JBE  stateVKf32AVX2_n16_1
+	JMP  stateVKf32AVX2_done_1
 
-vkf32AVX2_n4_1:
+stateVKf32AVX2_n4_1:
 	// Rows of 1…4 vectors.
-vkf32AVX2_group_1:
+stateVKf32AVX2_group_1:
 	CMPQ 8(SP), $0x00000001
-	JB   vkf32AVX2_groupsdone_1
+	JB   stateVKf32AVX2_groupsdone_1
 
 	// Load 1 row(s) of 1…4 vectors.
 	MOVQ       src_base+16(FP), AX
@@ -19464,24 +19464,24 @@ vkf32AVX2_group_1:
 	ADDQ       CX, AX
 	PREFETCHT0 8192(AX)
 	CMPQ       R9, $0x00000040
-	JBE        vkf32AVX2_dead_1
+	JBE        stateVKf32AVX2_dead_1
 	PREFETCHT0 8256(AX)
 
-vkf32AVX2_dead_1:
+stateVKf32AVX2_dead_1:
 	VXORPS  Y0, Y0, Y0
 	VXORPS  Y1, Y1, Y1
 	VXORPS  Y2, Y2, Y2
 	CMPQ    R9, $0x00000020
-	JBE     vkf32AVX2_dead_2
+	JBE     stateVKf32AVX2_dead_2
 	VMOVUPS (AX), Y0
 	CMPQ    R9, $0x00000040
-	JBE     vkf32AVX2_dead_2
+	JBE     stateVKf32AVX2_dead_2
 	VMOVUPS 32(AX), Y1
 	CMPQ    R9, $0x00000060
-	JBE     vkf32AVX2_dead_2
+	JBE     stateVKf32AVX2_dead_2
 	VMOVUPS 64(AX), Y2
 
-vkf32AVX2_dead_2:
+stateVKf32AVX2_dead_2:
 	VMOVUPS -32(AX)(R9*1), Y3
 	VANDPS  40(SP), Y3, Y3
 	MOVQ    kh_base+64(FP), AX
@@ -19496,25 +19496,25 @@ vkf32AVX2_dead_2:
 	ADDQ    R8, DI
 	MOVQ    16(SP), R8
 
-vkf32AVX2_token_1:
+stateVKf32AVX2_token_1:
 	VXORPS      Y4, Y4, Y4
 	VXORPS      Y6, Y6, Y6
 	VXORPS      Y5, Y5, Y5
 	VXORPS      Y7, Y7, Y7
 	CMPQ        R9, $0x00000020
-	JBE         vkf32AVX2_dead_3
+	JBE         stateVKf32AVX2_dead_3
 	VFMADD231PS (AX), Y0, Y4
 	VFMADD231PS (CX), Y0, Y5
 	CMPQ        R9, $0x00000040
-	JBE         vkf32AVX2_dead_3
+	JBE         stateVKf32AVX2_dead_3
 	VFMADD231PS 32(AX), Y1, Y6
 	VFMADD231PS 32(CX), Y1, Y7
 	CMPQ        R9, $0x00000060
-	JBE         vkf32AVX2_dead_3
+	JBE         stateVKf32AVX2_dead_3
 	VFMADD231PS 64(AX), Y2, Y4
 	VFMADD231PS 64(CX), Y2, Y5
 
-vkf32AVX2_dead_3:
+stateVKf32AVX2_dead_3:
 	VFMADD231PS  -32(AX)(R9*1), Y3, Y6
 	VFMADD231PS  -32(CX)(R9*1), Y3, Y7
 	VADDPS       Y6, Y4, Y4
@@ -19532,16 +19532,16 @@ vkf32AVX2_dead_3:
 	VPERMPS      Y5, Y4, Y4
 	VMOVSS       (DX), X5
 	VUCOMISS     nearone<>+0(SB), X5
-	JCS          vkf32AVX2_far_1
+	JCS          stateVKf32AVX2_far_1
 	VBROADCASTSS (DX), Y5
 	VFMADD213PS  Y4, Y5, Y4
-	JMP          vkf32AVX2_decayed_1
+	JMP          stateVKf32AVX2_decayed_1
 
-vkf32AVX2_far_1:
+stateVKf32AVX2_far_1:
 	VBROADCASTSS 4(DX), Y5
 	VMULPS       Y4, Y5, Y4
 
-vkf32AVX2_decayed_1:
+stateVKf32AVX2_decayed_1:
 	VEXTRACTF128 $0x01, Y4, X5
 	VMOVSS       (SI), X6
 	VSUBPS       X4, X6, X6
@@ -19552,70 +19552,70 @@ vkf32AVX2_decayed_1:
 	VMOVSS       X5, (DI)
 	VMOVSS       (DX), X5
 	VUCOMISS     nearone<>+0(SB), X5
-	JCS          vkf32AVX2_far_2
+	JCS          stateVKf32AVX2_far_2
 	VBROADCASTSS (DX), Y5
 	VBROADCASTSS X4, Y4
 	CMPQ         R9, $0x00000020
-	JBE          vkf32AVX2_dead_4
+	JBE          stateVKf32AVX2_dead_4
 	VFMADD213PS  Y0, Y5, Y0
 	VFMADD231PS  (AX), Y4, Y0
 	CMPQ         R9, $0x00000040
-	JBE          vkf32AVX2_dead_4
+	JBE          stateVKf32AVX2_dead_4
 	VFMADD213PS  Y1, Y5, Y1
 	VFMADD231PS  32(AX), Y4, Y1
 	CMPQ         R9, $0x00000060
-	JBE          vkf32AVX2_dead_4
+	JBE          stateVKf32AVX2_dead_4
 	VFMADD213PS  Y2, Y5, Y2
 	VFMADD231PS  64(AX), Y4, Y2
 
-vkf32AVX2_dead_4:
+stateVKf32AVX2_dead_4:
 	VFMADD213PS Y3, Y5, Y3
 	VFMADD231PS -32(AX)(R9*1), Y4, Y3
 	VANDPS      40(SP), Y3, Y3
-	JMP         vkf32AVX2_decayed_2
+	JMP         stateVKf32AVX2_decayed_2
 
-vkf32AVX2_far_2:
+stateVKf32AVX2_far_2:
 	VBROADCASTSS 4(DX), Y5
 	VBROADCASTSS X4, Y4
 	CMPQ         R9, $0x00000020
-	JBE          vkf32AVX2_dead_5
+	JBE          stateVKf32AVX2_dead_5
 	VMULPS       Y0, Y5, Y0
 	VFMADD231PS  (AX), Y4, Y0
 	CMPQ         R9, $0x00000040
-	JBE          vkf32AVX2_dead_5
+	JBE          stateVKf32AVX2_dead_5
 	VMULPS       Y1, Y5, Y1
 	VFMADD231PS  32(AX), Y4, Y1
 	CMPQ         R9, $0x00000060
-	JBE          vkf32AVX2_dead_5
+	JBE          stateVKf32AVX2_dead_5
 	VMULPS       Y2, Y5, Y2
 	VFMADD231PS  64(AX), Y4, Y2
 
-vkf32AVX2_dead_5:
+stateVKf32AVX2_dead_5:
 	VMULPS      Y3, Y5, Y3
 	VFMADD231PS -32(AX)(R9*1), Y4, Y3
 	VANDPS      40(SP), Y3, Y3
 
-vkf32AVX2_decayed_2:
+stateVKf32AVX2_decayed_2:
 	// The state after this token, if stored.
 	MOVQ    (BX), R10
 	TESTQ   R10, R10
-	JZ      vkf32AVX2_nostore_1
+	JZ      stateVKf32AVX2_nostore_1
 	MOVQ    (SP), R11
 	IMULQ   R9, R11
 	ADDQ    R11, R10
 	VMOVUPS Y3, -32(R10)(R9*1)
 	CMPQ    R9, $0x00000020
-	JBE     vkf32AVX2_dead_6
+	JBE     stateVKf32AVX2_dead_6
 	VMOVUPS Y0, (R10)
 	CMPQ    R9, $0x00000040
-	JBE     vkf32AVX2_dead_6
+	JBE     stateVKf32AVX2_dead_6
 	VMOVUPS Y1, 32(R10)
 	CMPQ    R9, $0x00000060
-	JBE     vkf32AVX2_dead_6
+	JBE     stateVKf32AVX2_dead_6
 	VMOVUPS Y2, 64(R10)
 
-vkf32AVX2_dead_6:
-vkf32AVX2_nostore_1:
+stateVKf32AVX2_dead_6:
+stateVKf32AVX2_nostore_1:
 	ADDQ R9, AX
 	ADDQ R9, CX
 	ADDQ $0x10, DX
@@ -19623,19 +19623,19 @@ vkf32AVX2_nostore_1:
 	ADDQ 32(SP), SI
 	ADDQ 24(SP), DI
 	DECQ R8
-	JNZ  vkf32AVX2_token_1
+	JNZ  stateVKf32AVX2_token_1
 	ADDQ $0x00000001, (SP)
 	SUBQ $0x00000001, 8(SP)
-	JMP  vkf32AVX2_group_1
+	JMP  stateVKf32AVX2_group_1
 
-vkf32AVX2_groupsdone_1:
-	JMP vkf32AVX2_done_1
+stateVKf32AVX2_groupsdone_1:
+	JMP stateVKf32AVX2_done_1
 
-vkf32AVX2_n8_1:
+stateVKf32AVX2_n8_1:
 	// Rows of 5…8 vectors.
-vkf32AVX2_group_2:
+stateVKf32AVX2_group_2:
 	CMPQ 8(SP), $0x00000001
-	JB   vkf32AVX2_groupsdone_2
+	JB   stateVKf32AVX2_groupsdone_2
 
 	// Load 1 row(s) of 5…8 vectors.
 	MOVQ       src_base+16(FP), AX
@@ -19646,10 +19646,10 @@ vkf32AVX2_group_2:
 	PREFETCHT0 8256(AX)
 	PREFETCHT0 8320(AX)
 	CMPQ       R9, $0x000000c0
-	JBE        vkf32AVX2_dead_7
+	JBE        stateVKf32AVX2_dead_7
 	PREFETCHT0 8384(AX)
 
-vkf32AVX2_dead_7:
+stateVKf32AVX2_dead_7:
 	VXORPS  Y4, Y4, Y4
 	VXORPS  Y5, Y5, Y5
 	VXORPS  Y6, Y6, Y6
@@ -19658,16 +19658,16 @@ vkf32AVX2_dead_7:
 	VMOVUPS 64(AX), Y2
 	VMOVUPS 96(AX), Y3
 	CMPQ    R9, $0x000000a0
-	JBE     vkf32AVX2_dead_8
+	JBE     stateVKf32AVX2_dead_8
 	VMOVUPS 128(AX), Y4
 	CMPQ    R9, $0x000000c0
-	JBE     vkf32AVX2_dead_8
+	JBE     stateVKf32AVX2_dead_8
 	VMOVUPS 160(AX), Y5
 	CMPQ    R9, $0x000000e0
-	JBE     vkf32AVX2_dead_8
+	JBE     stateVKf32AVX2_dead_8
 	VMOVUPS 192(AX), Y6
 
-vkf32AVX2_dead_8:
+stateVKf32AVX2_dead_8:
 	VMOVUPS -32(AX)(R9*1), Y7
 	VANDPS  40(SP), Y7, Y7
 	MOVQ    kh_base+64(FP), AX
@@ -19682,7 +19682,7 @@ vkf32AVX2_dead_8:
 	ADDQ    R8, DI
 	MOVQ    16(SP), R8
 
-vkf32AVX2_token_2:
+stateVKf32AVX2_token_2:
 	VMULPS      (AX), Y0, Y8
 	VMULPS      (CX), Y0, Y9
 	VMULPS      32(AX), Y1, Y10
@@ -19692,19 +19692,19 @@ vkf32AVX2_token_2:
 	VFMADD231PS 96(AX), Y3, Y10
 	VFMADD231PS 96(CX), Y3, Y11
 	CMPQ        R9, $0x000000a0
-	JBE         vkf32AVX2_dead_9
+	JBE         stateVKf32AVX2_dead_9
 	VFMADD231PS 128(AX), Y4, Y8
 	VFMADD231PS 128(CX), Y4, Y9
 	CMPQ        R9, $0x000000c0
-	JBE         vkf32AVX2_dead_9
+	JBE         stateVKf32AVX2_dead_9
 	VFMADD231PS 160(AX), Y5, Y10
 	VFMADD231PS 160(CX), Y5, Y11
 	CMPQ        R9, $0x000000e0
-	JBE         vkf32AVX2_dead_9
+	JBE         stateVKf32AVX2_dead_9
 	VFMADD231PS 192(AX), Y6, Y8
 	VFMADD231PS 192(CX), Y6, Y9
 
-vkf32AVX2_dead_9:
+stateVKf32AVX2_dead_9:
 	VFMADD231PS  -32(AX)(R9*1), Y7, Y10
 	VFMADD231PS  -32(CX)(R9*1), Y7, Y11
 	VADDPS       Y10, Y8, Y8
@@ -19722,16 +19722,16 @@ vkf32AVX2_dead_9:
 	VPERMPS      Y9, Y8, Y8
 	VMOVSS       (DX), X9
 	VUCOMISS     nearone<>+0(SB), X9
-	JCS          vkf32AVX2_far_3
+	JCS          stateVKf32AVX2_far_3
 	VBROADCASTSS (DX), Y9
 	VFMADD213PS  Y8, Y9, Y8
-	JMP          vkf32AVX2_decayed_3
+	JMP          stateVKf32AVX2_decayed_3
 
-vkf32AVX2_far_3:
+stateVKf32AVX2_far_3:
 	VBROADCASTSS 4(DX), Y9
 	VMULPS       Y8, Y9, Y8
 
-vkf32AVX2_decayed_3:
+stateVKf32AVX2_decayed_3:
 	VEXTRACTF128 $0x01, Y8, X9
 	VMOVSS       (SI), X10
 	VSUBPS       X8, X10, X10
@@ -19742,7 +19742,7 @@ vkf32AVX2_decayed_3:
 	VMOVSS       X9, (DI)
 	VMOVSS       (DX), X9
 	VUCOMISS     nearone<>+0(SB), X9
-	JCS          vkf32AVX2_far_4
+	JCS          stateVKf32AVX2_far_4
 	VBROADCASTSS (DX), Y9
 	VBROADCASTSS X8, Y8
 	VFMADD213PS  Y0, Y9, Y0
@@ -19754,25 +19754,25 @@ vkf32AVX2_decayed_3:
 	VFMADD213PS  Y3, Y9, Y3
 	VFMADD231PS  96(AX), Y8, Y3
 	CMPQ         R9, $0x000000a0
-	JBE          vkf32AVX2_dead_10
+	JBE          stateVKf32AVX2_dead_10
 	VFMADD213PS  Y4, Y9, Y4
 	VFMADD231PS  128(AX), Y8, Y4
 	CMPQ         R9, $0x000000c0
-	JBE          vkf32AVX2_dead_10
+	JBE          stateVKf32AVX2_dead_10
 	VFMADD213PS  Y5, Y9, Y5
 	VFMADD231PS  160(AX), Y8, Y5
 	CMPQ         R9, $0x000000e0
-	JBE          vkf32AVX2_dead_10
+	JBE          stateVKf32AVX2_dead_10
 	VFMADD213PS  Y6, Y9, Y6
 	VFMADD231PS  192(AX), Y8, Y6
 
-vkf32AVX2_dead_10:
+stateVKf32AVX2_dead_10:
 	VFMADD213PS Y7, Y9, Y7
 	VFMADD231PS -32(AX)(R9*1), Y8, Y7
 	VANDPS      40(SP), Y7, Y7
-	JMP         vkf32AVX2_decayed_4
+	JMP         stateVKf32AVX2_decayed_4
 
-vkf32AVX2_far_4:
+stateVKf32AVX2_far_4:
 	VBROADCASTSS 4(DX), Y9
 	VBROADCASTSS X8, Y8
 	VMULPS       Y0, Y9, Y0
@@ -19784,28 +19784,28 @@ vkf32AVX2_far_4:
 	VMULPS       Y3, Y9, Y3
 	VFMADD231PS  96(AX), Y8, Y3
 	CMPQ         R9, $0x000000a0
-	JBE          vkf32AVX2_dead_11
+	JBE          stateVKf32AVX2_dead_11
 	VMULPS       Y4, Y9, Y4
 	VFMADD231PS  128(AX), Y8, Y4
 	CMPQ         R9, $0x000000c0
-	JBE          vkf32AVX2_dead_11
+	JBE          stateVKf32AVX2_dead_11
 	VMULPS       Y5, Y9, Y5
 	VFMADD231PS  160(AX), Y8, Y5
 	CMPQ         R9, $0x000000e0
-	JBE          vkf32AVX2_dead_11
+	JBE          stateVKf32AVX2_dead_11
 	VMULPS       Y6, Y9, Y6
 	VFMADD231PS  192(AX), Y8, Y6
 
-vkf32AVX2_dead_11:
+stateVKf32AVX2_dead_11:
 	VMULPS      Y7, Y9, Y7
 	VFMADD231PS -32(AX)(R9*1), Y8, Y7
 	VANDPS      40(SP), Y7, Y7
 
-vkf32AVX2_decayed_4:
+stateVKf32AVX2_decayed_4:
 	// The state after this token, if stored.
 	MOVQ    (BX), R10
 	TESTQ   R10, R10
-	JZ      vkf32AVX2_nostore_2
+	JZ      stateVKf32AVX2_nostore_2
 	MOVQ    (SP), R11
 	IMULQ   R9, R11
 	ADDQ    R11, R10
@@ -19815,17 +19815,17 @@ vkf32AVX2_decayed_4:
 	VMOVUPS Y2, 64(R10)
 	VMOVUPS Y3, 96(R10)
 	CMPQ    R9, $0x000000a0
-	JBE     vkf32AVX2_dead_12
+	JBE     stateVKf32AVX2_dead_12
 	VMOVUPS Y4, 128(R10)
 	CMPQ    R9, $0x000000c0
-	JBE     vkf32AVX2_dead_12
+	JBE     stateVKf32AVX2_dead_12
 	VMOVUPS Y5, 160(R10)
 	CMPQ    R9, $0x000000e0
-	JBE     vkf32AVX2_dead_12
+	JBE     stateVKf32AVX2_dead_12
 	VMOVUPS Y6, 192(R10)
 
-vkf32AVX2_dead_12:
-vkf32AVX2_nostore_2:
+stateVKf32AVX2_dead_12:
+stateVKf32AVX2_nostore_2:
 	ADDQ R9, AX
 	ADDQ R9, CX
 	ADDQ $0x10, DX
@@ -19833,19 +19833,19 @@ vkf32AVX2_nostore_2:
 	ADDQ 32(SP), SI
 	ADDQ 24(SP), DI
 	DECQ R8
-	JNZ  vkf32AVX2_token_2
+	JNZ  stateVKf32AVX2_token_2
 	ADDQ $0x00000001, (SP)
 	SUBQ $0x00000001, 8(SP)
-	JMP  vkf32AVX2_group_2
+	JMP  stateVKf32AVX2_group_2
 
-vkf32AVX2_groupsdone_2:
-	JMP vkf32AVX2_done_1
+stateVKf32AVX2_groupsdone_2:
+	JMP stateVKf32AVX2_done_1
 
-vkf32AVX2_n12_1:
+stateVKf32AVX2_n12_1:
 	// Rows of 9…12 vectors.
-vkf32AVX2_group_3:
+stateVKf32AVX2_group_3:
 	CMPQ 8(SP), $0x00000001
-	JB   vkf32AVX2_groupsdone_3
+	JB   stateVKf32AVX2_groupsdone_3
 
 	// Load 1 row(s) of 9…12 vectors.
 	MOVQ       src_base+16(FP), AX
@@ -19858,10 +19858,10 @@ vkf32AVX2_group_3:
 	PREFETCHT0 8384(AX)
 	PREFETCHT0 8448(AX)
 	CMPQ       R9, $0x00000140
-	JBE        vkf32AVX2_dead_13
+	JBE        stateVKf32AVX2_dead_13
 	PREFETCHT0 8512(AX)
 
-vkf32AVX2_dead_13:
+stateVKf32AVX2_dead_13:
 	VMOVUPS (AX), Y0
 	VMOVUPS 32(AX), Y1
 	VMOVUPS 64(AX), Y2
@@ -19871,19 +19871,19 @@ vkf32AVX2_dead_13:
 	VMOVUPS 192(AX), Y6
 	VMOVUPS 224(AX), Y7
 	CMPQ    R9, $0x00000120
-	JBE     vkf32AVX2_dead_14
+	JBE     stateVKf32AVX2_dead_14
 	VMOVUPS 256(AX), Y8
 	VMOVUPS Y8, 72(SP)
 	CMPQ    R9, $0x00000140
-	JBE     vkf32AVX2_dead_14
+	JBE     stateVKf32AVX2_dead_14
 	VMOVUPS 288(AX), Y8
 	VMOVUPS Y8, 104(SP)
 	CMPQ    R9, $0x00000160
-	JBE     vkf32AVX2_dead_14
+	JBE     stateVKf32AVX2_dead_14
 	VMOVUPS 320(AX), Y8
 	VMOVUPS Y8, 136(SP)
 
-vkf32AVX2_dead_14:
+stateVKf32AVX2_dead_14:
 	VMOVUPS -32(AX)(R9*1), Y8
 	VANDPS  40(SP), Y8, Y8
 	MOVQ    kh_base+64(FP), AX
@@ -19898,7 +19898,7 @@ vkf32AVX2_dead_14:
 	ADDQ    R8, DI
 	MOVQ    16(SP), R8
 
-vkf32AVX2_token_3:
+stateVKf32AVX2_token_3:
 	VMULPS      (AX), Y0, Y9
 	VMULPS      (CX), Y0, Y10
 	VMULPS      32(AX), Y1, Y11
@@ -19916,22 +19916,22 @@ vkf32AVX2_token_3:
 	VFMADD231PS 224(AX), Y7, Y11
 	VFMADD231PS 224(CX), Y7, Y12
 	CMPQ        R9, $0x00000120
-	JBE         vkf32AVX2_dead_15
+	JBE         stateVKf32AVX2_dead_15
 	VMOVUPS     72(SP), Y13
 	VFMADD231PS 256(AX), Y13, Y9
 	VFMADD231PS 256(CX), Y13, Y10
 	CMPQ        R9, $0x00000140
-	JBE         vkf32AVX2_dead_15
+	JBE         stateVKf32AVX2_dead_15
 	VMOVUPS     104(SP), Y13
 	VFMADD231PS 288(AX), Y13, Y11
 	VFMADD231PS 288(CX), Y13, Y12
 	CMPQ        R9, $0x00000160
-	JBE         vkf32AVX2_dead_15
+	JBE         stateVKf32AVX2_dead_15
 	VMOVUPS     136(SP), Y13
 	VFMADD231PS 320(AX), Y13, Y9
 	VFMADD231PS 320(CX), Y13, Y10
 
-vkf32AVX2_dead_15:
+stateVKf32AVX2_dead_15:
 	VFMADD231PS  -32(AX)(R9*1), Y8, Y11
 	VFMADD231PS  -32(CX)(R9*1), Y8, Y12
 	VADDPS       Y11, Y9, Y9
@@ -19949,16 +19949,16 @@ vkf32AVX2_dead_15:
 	VPERMPS      Y10, Y9, Y9
 	VMOVSS       (DX), X10
 	VUCOMISS     nearone<>+0(SB), X10
-	JCS          vkf32AVX2_far_5
+	JCS          stateVKf32AVX2_far_5
 	VBROADCASTSS (DX), Y10
 	VFMADD213PS  Y9, Y10, Y9
-	JMP          vkf32AVX2_decayed_5
+	JMP          stateVKf32AVX2_decayed_5
 
-vkf32AVX2_far_5:
+stateVKf32AVX2_far_5:
 	VBROADCASTSS 4(DX), Y10
 	VMULPS       Y9, Y10, Y9
 
-vkf32AVX2_decayed_5:
+stateVKf32AVX2_decayed_5:
 	VEXTRACTF128 $0x01, Y9, X10
 	VMOVSS       (SI), X11
 	VSUBPS       X9, X11, X11
@@ -19969,7 +19969,7 @@ vkf32AVX2_decayed_5:
 	VMOVSS       X10, (DI)
 	VMOVSS       (DX), X10
 	VUCOMISS     nearone<>+0(SB), X10
-	JCS          vkf32AVX2_far_6
+	JCS          stateVKf32AVX2_far_6
 	VBROADCASTSS (DX), Y10
 	VBROADCASTSS X9, Y9
 	VFMADD213PS  Y0, Y10, Y0
@@ -19989,31 +19989,31 @@ vkf32AVX2_decayed_5:
 	VFMADD213PS  Y7, Y10, Y7
 	VFMADD231PS  224(AX), Y9, Y7
 	CMPQ         R9, $0x00000120
-	JBE          vkf32AVX2_dead_16
+	JBE          stateVKf32AVX2_dead_16
 	VMOVUPS      72(SP), Y11
 	VFMADD213PS  Y11, Y10, Y11
 	VFMADD231PS  256(AX), Y9, Y11
 	VMOVUPS      Y11, 72(SP)
 	CMPQ         R9, $0x00000140
-	JBE          vkf32AVX2_dead_16
+	JBE          stateVKf32AVX2_dead_16
 	VMOVUPS      104(SP), Y11
 	VFMADD213PS  Y11, Y10, Y11
 	VFMADD231PS  288(AX), Y9, Y11
 	VMOVUPS      Y11, 104(SP)
 	CMPQ         R9, $0x00000160
-	JBE          vkf32AVX2_dead_16
+	JBE          stateVKf32AVX2_dead_16
 	VMOVUPS      136(SP), Y11
 	VFMADD213PS  Y11, Y10, Y11
 	VFMADD231PS  320(AX), Y9, Y11
 	VMOVUPS      Y11, 136(SP)
 
-vkf32AVX2_dead_16:
+stateVKf32AVX2_dead_16:
 	VFMADD213PS Y8, Y10, Y8
 	VFMADD231PS -32(AX)(R9*1), Y9, Y8
 	VANDPS      40(SP), Y8, Y8
-	JMP         vkf32AVX2_decayed_6
+	JMP         stateVKf32AVX2_decayed_6
 
-vkf32AVX2_far_6:
+stateVKf32AVX2_far_6:
 	VBROADCASTSS 4(DX), Y10
 	VBROADCASTSS X9, Y9
 	VMULPS       Y0, Y10, Y0
@@ -20033,34 +20033,34 @@ vkf32AVX2_far_6:
 	VMULPS       Y7, Y10, Y7
 	VFMADD231PS  224(AX), Y9, Y7
 	CMPQ         R9, $0x00000120
-	JBE          vkf32AVX2_dead_17
+	JBE          stateVKf32AVX2_dead_17
 	VMOVUPS      72(SP), Y11
 	VMULPS       Y11, Y10, Y11
 	VFMADD231PS  256(AX), Y9, Y11
 	VMOVUPS      Y11, 72(SP)
 	CMPQ         R9, $0x00000140
-	JBE          vkf32AVX2_dead_17
+	JBE          stateVKf32AVX2_dead_17
 	VMOVUPS      104(SP), Y11
 	VMULPS       Y11, Y10, Y11
 	VFMADD231PS  288(AX), Y9, Y11
 	VMOVUPS      Y11, 104(SP)
 	CMPQ         R9, $0x00000160
-	JBE          vkf32AVX2_dead_17
+	JBE          stateVKf32AVX2_dead_17
 	VMOVUPS      136(SP), Y11
 	VMULPS       Y11, Y10, Y11
 	VFMADD231PS  320(AX), Y9, Y11
 	VMOVUPS      Y11, 136(SP)
 
-vkf32AVX2_dead_17:
+stateVKf32AVX2_dead_17:
 	VMULPS      Y8, Y10, Y8
 	VFMADD231PS -32(AX)(R9*1), Y9, Y8
 	VANDPS      40(SP), Y8, Y8
 
-vkf32AVX2_decayed_6:
+stateVKf32AVX2_decayed_6:
 	// The state after this token, if stored.
 	MOVQ    (BX), R10
 	TESTQ   R10, R10
-	JZ      vkf32AVX2_nostore_3
+	JZ      stateVKf32AVX2_nostore_3
 	MOVQ    (SP), R11
 	IMULQ   R9, R11
 	ADDQ    R11, R10
@@ -20074,20 +20074,20 @@ vkf32AVX2_decayed_6:
 	VMOVUPS Y6, 192(R10)
 	VMOVUPS Y7, 224(R10)
 	CMPQ    R9, $0x00000120
-	JBE     vkf32AVX2_dead_18
+	JBE     stateVKf32AVX2_dead_18
 	VMOVUPS 72(SP), Y9
 	VMOVUPS Y9, 256(R10)
 	CMPQ    R9, $0x00000140
-	JBE     vkf32AVX2_dead_18
+	JBE     stateVKf32AVX2_dead_18
 	VMOVUPS 104(SP), Y9
 	VMOVUPS Y9, 288(R10)
 	CMPQ    R9, $0x00000160
-	JBE     vkf32AVX2_dead_18
+	JBE     stateVKf32AVX2_dead_18
 	VMOVUPS 136(SP), Y9
 	VMOVUPS Y9, 320(R10)
 
-vkf32AVX2_dead_18:
-vkf32AVX2_nostore_3:
+stateVKf32AVX2_dead_18:
+stateVKf32AVX2_nostore_3:
 	ADDQ R9, AX
 	ADDQ R9, CX
 	ADDQ $0x10, DX
@@ -20095,19 +20095,19 @@ vkf32AVX2_nostore_3:
 	ADDQ 32(SP), SI
 	ADDQ 24(SP), DI
 	DECQ R8
-	JNZ  vkf32AVX2_token_3
+	JNZ  stateVKf32AVX2_token_3
 	ADDQ $0x00000001, (SP)
 	SUBQ $0x00000001, 8(SP)
-	JMP  vkf32AVX2_group_3
+	JMP  stateVKf32AVX2_group_3
 
-vkf32AVX2_groupsdone_3:
-	JMP vkf32AVX2_done_1
+stateVKf32AVX2_groupsdone_3:
+	JMP stateVKf32AVX2_done_1
 
-vkf32AVX2_n16_1:
+stateVKf32AVX2_n16_1:
 	// Rows of 13…16 vectors.
-vkf32AVX2_group_4:
+stateVKf32AVX2_group_4:
 	CMPQ 8(SP), $0x00000001
-	JB   vkf32AVX2_groupsdone_4
+	JB   stateVKf32AVX2_groupsdone_4
 
 	// Load 1 row(s) of 13…16 vectors.
 	MOVQ       src_base+16(FP), AX
@@ -20122,10 +20122,10 @@ vkf32AVX2_group_4:
 	PREFETCHT0 8512(AX)
 	PREFETCHT0 8576(AX)
 	CMPQ       R9, $0x000001c0
-	JBE        vkf32AVX2_dead_19
+	JBE        stateVKf32AVX2_dead_19
 	PREFETCHT0 8640(AX)
 
-vkf32AVX2_dead_19:
+stateVKf32AVX2_dead_19:
 	VMOVUPS (AX), Y0
 	VMOVUPS 32(AX), Y1
 	VMOVUPS 64(AX), Y2
@@ -20143,19 +20143,19 @@ vkf32AVX2_dead_19:
 	VMOVUPS 352(AX), Y8
 	VMOVUPS Y8, 168(SP)
 	CMPQ    R9, $0x000001a0
-	JBE     vkf32AVX2_dead_20
+	JBE     stateVKf32AVX2_dead_20
 	VMOVUPS 384(AX), Y8
 	VMOVUPS Y8, 200(SP)
 	CMPQ    R9, $0x000001c0
-	JBE     vkf32AVX2_dead_20
+	JBE     stateVKf32AVX2_dead_20
 	VMOVUPS 416(AX), Y8
 	VMOVUPS Y8, 232(SP)
 	CMPQ    R9, $0x000001e0
-	JBE     vkf32AVX2_dead_20
+	JBE     stateVKf32AVX2_dead_20
 	VMOVUPS 448(AX), Y8
 	VMOVUPS Y8, 264(SP)
 
-vkf32AVX2_dead_20:
+stateVKf32AVX2_dead_20:
 	VMOVUPS -32(AX)(R9*1), Y8
 	VANDPS  40(SP), Y8, Y8
 	MOVQ    kh_base+64(FP), AX
@@ -20170,7 +20170,7 @@ vkf32AVX2_dead_20:
 	ADDQ    R8, DI
 	MOVQ    16(SP), R8
 
-vkf32AVX2_token_4:
+stateVKf32AVX2_token_4:
 	VMULPS      (AX), Y0, Y9
 	VMULPS      (CX), Y0, Y10
 	VMULPS      32(AX), Y1, Y11
@@ -20200,22 +20200,22 @@ vkf32AVX2_token_4:
 	VFMADD231PS 352(AX), Y13, Y11
 	VFMADD231PS 352(CX), Y13, Y12
 	CMPQ        R9, $0x000001a0
-	JBE         vkf32AVX2_dead_21
+	JBE         stateVKf32AVX2_dead_21
 	VMOVUPS     200(SP), Y13
 	VFMADD231PS 384(AX), Y13, Y9
 	VFMADD231PS 384(CX), Y13, Y10
 	CMPQ        R9, $0x000001c0
-	JBE         vkf32AVX2_dead_21
+	JBE         stateVKf32AVX2_dead_21
 	VMOVUPS     232(SP), Y13
 	VFMADD231PS 416(AX), Y13, Y11
 	VFMADD231PS 416(CX), Y13, Y12
 	CMPQ        R9, $0x000001e0
-	JBE         vkf32AVX2_dead_21
+	JBE         stateVKf32AVX2_dead_21
 	VMOVUPS     264(SP), Y13
 	VFMADD231PS 448(AX), Y13, Y9
 	VFMADD231PS 448(CX), Y13, Y10
 
-vkf32AVX2_dead_21:
+stateVKf32AVX2_dead_21:
 	VFMADD231PS  -32(AX)(R9*1), Y8, Y11
 	VFMADD231PS  -32(CX)(R9*1), Y8, Y12
 	VADDPS       Y11, Y9, Y9
@@ -20233,16 +20233,16 @@ vkf32AVX2_dead_21:
 	VPERMPS      Y10, Y9, Y9
 	VMOVSS       (DX), X10
 	VUCOMISS     nearone<>+0(SB), X10
-	JCS          vkf32AVX2_far_7
+	JCS          stateVKf32AVX2_far_7
 	VBROADCASTSS (DX), Y10
 	VFMADD213PS  Y9, Y10, Y9
-	JMP          vkf32AVX2_decayed_7
+	JMP          stateVKf32AVX2_decayed_7
 
-vkf32AVX2_far_7:
+stateVKf32AVX2_far_7:
 	VBROADCASTSS 4(DX), Y10
 	VMULPS       Y9, Y10, Y9
 
-vkf32AVX2_decayed_7:
+stateVKf32AVX2_decayed_7:
 	VEXTRACTF128 $0x01, Y9, X10
 	VMOVSS       (SI), X11
 	VSUBPS       X9, X11, X11
@@ -20253,7 +20253,7 @@ vkf32AVX2_decayed_7:
 	VMOVSS       X10, (DI)
 	VMOVSS       (DX), X10
 	VUCOMISS     nearone<>+0(SB), X10
-	JCS          vkf32AVX2_far_8
+	JCS          stateVKf32AVX2_far_8
 	VBROADCASTSS (DX), Y10
 	VBROADCASTSS X9, Y9
 	VFMADD213PS  Y0, Y10, Y0
@@ -20289,31 +20289,31 @@ vkf32AVX2_decayed_7:
 	VFMADD231PS  352(AX), Y9, Y11
 	VMOVUPS      Y11, 168(SP)
 	CMPQ         R9, $0x000001a0
-	JBE          vkf32AVX2_dead_22
+	JBE          stateVKf32AVX2_dead_22
 	VMOVUPS      200(SP), Y11
 	VFMADD213PS  Y11, Y10, Y11
 	VFMADD231PS  384(AX), Y9, Y11
 	VMOVUPS      Y11, 200(SP)
 	CMPQ         R9, $0x000001c0
-	JBE          vkf32AVX2_dead_22
+	JBE          stateVKf32AVX2_dead_22
 	VMOVUPS      232(SP), Y11
 	VFMADD213PS  Y11, Y10, Y11
 	VFMADD231PS  416(AX), Y9, Y11
 	VMOVUPS      Y11, 232(SP)
 	CMPQ         R9, $0x000001e0
-	JBE          vkf32AVX2_dead_22
+	JBE          stateVKf32AVX2_dead_22
 	VMOVUPS      264(SP), Y11
 	VFMADD213PS  Y11, Y10, Y11
 	VFMADD231PS  448(AX), Y9, Y11
 	VMOVUPS      Y11, 264(SP)
 
-vkf32AVX2_dead_22:
+stateVKf32AVX2_dead_22:
 	VFMADD213PS Y8, Y10, Y8
 	VFMADD231PS -32(AX)(R9*1), Y9, Y8
 	VANDPS      40(SP), Y8, Y8
-	JMP         vkf32AVX2_decayed_8
+	JMP         stateVKf32AVX2_decayed_8
 
-vkf32AVX2_far_8:
+stateVKf32AVX2_far_8:
 	VBROADCASTSS 4(DX), Y10
 	VBROADCASTSS X9, Y9
 	VMULPS       Y0, Y10, Y0
@@ -20349,34 +20349,34 @@ vkf32AVX2_far_8:
 	VFMADD231PS  352(AX), Y9, Y11
 	VMOVUPS      Y11, 168(SP)
 	CMPQ         R9, $0x000001a0
-	JBE          vkf32AVX2_dead_23
+	JBE          stateVKf32AVX2_dead_23
 	VMOVUPS      200(SP), Y11
 	VMULPS       Y11, Y10, Y11
 	VFMADD231PS  384(AX), Y9, Y11
 	VMOVUPS      Y11, 200(SP)
 	CMPQ         R9, $0x000001c0
-	JBE          vkf32AVX2_dead_23
+	JBE          stateVKf32AVX2_dead_23
 	VMOVUPS      232(SP), Y11
 	VMULPS       Y11, Y10, Y11
 	VFMADD231PS  416(AX), Y9, Y11
 	VMOVUPS      Y11, 232(SP)
 	CMPQ         R9, $0x000001e0
-	JBE          vkf32AVX2_dead_23
+	JBE          stateVKf32AVX2_dead_23
 	VMOVUPS      264(SP), Y11
 	VMULPS       Y11, Y10, Y11
 	VFMADD231PS  448(AX), Y9, Y11
 	VMOVUPS      Y11, 264(SP)
 
-vkf32AVX2_dead_23:
+stateVKf32AVX2_dead_23:
 	VMULPS      Y8, Y10, Y8
 	VFMADD231PS -32(AX)(R9*1), Y9, Y8
 	VANDPS      40(SP), Y8, Y8
 
-vkf32AVX2_decayed_8:
+stateVKf32AVX2_decayed_8:
 	// The state after this token, if stored.
 	MOVQ    (BX), R10
 	TESTQ   R10, R10
-	JZ      vkf32AVX2_nostore_4
+	JZ      stateVKf32AVX2_nostore_4
 	MOVQ    (SP), R11
 	IMULQ   R9, R11
 	ADDQ    R11, R10
@@ -20398,20 +20398,20 @@ vkf32AVX2_decayed_8:
 	VMOVUPS 168(SP), Y9
 	VMOVUPS Y9, 352(R10)
 	CMPQ    R9, $0x000001a0
-	JBE     vkf32AVX2_dead_24
+	JBE     stateVKf32AVX2_dead_24
 	VMOVUPS 200(SP), Y9
 	VMOVUPS Y9, 384(R10)
 	CMPQ    R9, $0x000001c0
-	JBE     vkf32AVX2_dead_24
+	JBE     stateVKf32AVX2_dead_24
 	VMOVUPS 232(SP), Y9
 	VMOVUPS Y9, 416(R10)
 	CMPQ    R9, $0x000001e0
-	JBE     vkf32AVX2_dead_24
+	JBE     stateVKf32AVX2_dead_24
 	VMOVUPS 264(SP), Y9
 	VMOVUPS Y9, 448(R10)
 
-vkf32AVX2_dead_24:
-vkf32AVX2_nostore_4:
+stateVKf32AVX2_dead_24:
+stateVKf32AVX2_nostore_4:
 	ADDQ R9, AX
 	ADDQ R9, CX
 	ADDQ $0x10, DX
@@ -20419,29 +20419,29 @@ vkf32AVX2_nostore_4:
 	ADDQ 32(SP), SI
 	ADDQ 24(SP), DI
 	DECQ R8
-	JNZ  vkf32AVX2_token_4
+	JNZ  stateVKf32AVX2_token_4
 	ADDQ $0x00000001, (SP)
 	SUBQ $0x00000001, 8(SP)
-	JMP  vkf32AVX2_group_4
+	JMP  stateVKf32AVX2_group_4
 
-vkf32AVX2_groupsdone_4:
-vkf32AVX2_done_1:
+stateVKf32AVX2_groupsdone_4:
+stateVKf32AVX2_done_1:
 	VZEROUPPER
 	RET
 
-// func vkbf16AVX2(K int, V int, src []uint16, src32 []float32, stores []uintptr, carry []float32, kh []float32, qh []float32, v []float32, vs int, o []float32, tok []float32)
+// func stateVKbf16AVX2(K int, V int, src []uint16, src32 []float32, stores []uintptr, carry []float32, kh []float32, qh []float32, v []float32, vs int, o []float32, tok []float32)
 // Requires: AVX, AVX2, FMA3, MMX+
-TEXT ·vkbf16AVX2(SB), NOSPLIT, $296-240
+TEXT ·stateVKbf16AVX2(SB), NOSPLIT, $296-240
 	MOVQ    K+0(FP), AX
 	MOVQ    V+8(FP), CX
 	MOVQ    tok_len+224(FP), DX
 	SHRQ    $0x02, DX
 	TESTQ   AX, AX
-	JZ      vkbf16AVX2_done_1
+	JZ      stateVKbf16AVX2_done_1
 	TESTQ   CX, CX
-	JZ      vkbf16AVX2_done_1
+	JZ      stateVKbf16AVX2_done_1
 	TESTQ   DX, DX
-	JZ      vkbf16AVX2_done_1
+	JZ      stateVKbf16AVX2_done_1
 	MOVQ    CX, 8(SP)
 	MOVQ    DX, 16(SP)
 	MOVQ    $0x00000000, (SP)
@@ -20468,53 +20468,53 @@ TEXT ·vkbf16AVX2(SB), NOSPLIT, $296-240
 	DECQ AX
 	SHRQ $0x03, AX
 	CMPQ AX, $0x00000003
-	JBE  vkbf16AVX2_n4_1
+	JBE  stateVKbf16AVX2_n4_1
 	CMPQ AX, $0x00000007
-	JBE  vkbf16AVX2_n8_1
+	JBE  stateVKbf16AVX2_n8_1
 	CMPQ AX, $0x0000000b
-	JBE  vkbf16AVX2_n12_1
+	JBE  stateVKbf16AVX2_n12_1
 	CMPQ AX, $0x0000000f
-	JBE  vkbf16AVX2_n16_1
-	JMP  vkbf16AVX2_done_1
+	JBE  stateVKbf16AVX2_n16_1
+	JMP  stateVKbf16AVX2_done_1
 
-vkbf16AVX2_n4_1:
+stateVKbf16AVX2_n4_1:
 	// Rows of 1…4 vectors.
-vkbf16AVX2_group_1:
+stateVKbf16AVX2_group_1:
 	CMPQ 8(SP), $0x00000001
-	JB   vkbf16AVX2_groupsdone_1
+	JB   stateVKbf16AVX2_groupsdone_1
 
 	// Load 1 row(s) of 1…4 vectors.
 	MOVQ       src32_base+40(FP), AX
 	TESTQ      AX, AX
-	JZ         vkbf16AVX2_frombf16_1
+	JZ         stateVKbf16AVX2_frombf16_1
 	MOVQ       (SP), CX
 	IMULQ      R9, CX
 	ADDQ       CX, AX
 	PREFETCHT0 8192(AX)
 	CMPQ       R9, $0x00000040
-	JBE        vkbf16AVX2_dead_1
+	JBE        stateVKbf16AVX2_dead_1
 	PREFETCHT0 8256(AX)
 
-vkbf16AVX2_dead_1:
+stateVKbf16AVX2_dead_1:
 	VXORPS  Y0, Y0, Y0
 	VXORPS  Y1, Y1, Y1
 	VXORPS  Y2, Y2, Y2
 	CMPQ    R9, $0x00000020
-	JBE     vkbf16AVX2_dead_2
+	JBE     stateVKbf16AVX2_dead_2
 	VMOVUPS (AX), Y0
 	CMPQ    R9, $0x00000040
-	JBE     vkbf16AVX2_dead_2
+	JBE     stateVKbf16AVX2_dead_2
 	VMOVUPS 32(AX), Y1
 	CMPQ    R9, $0x00000060
-	JBE     vkbf16AVX2_dead_2
+	JBE     stateVKbf16AVX2_dead_2
 	VMOVUPS 64(AX), Y2
 
-vkbf16AVX2_dead_2:
+stateVKbf16AVX2_dead_2:
 	VMOVUPS -32(AX)(R9*1), Y3
 	VANDPS  40(SP), Y3, Y3
-	JMP     vkbf16AVX2_loaded_1
+	JMP     stateVKbf16AVX2_loaded_1
 
-vkbf16AVX2_frombf16_1:
+stateVKbf16AVX2_frombf16_1:
 	MOVQ       src_base+16(FP), AX
 	MOVQ       (SP), CX
 	IMULQ      R10, CX
@@ -20524,24 +20524,24 @@ vkbf16AVX2_frombf16_1:
 	VXORPS     Y1, Y1, Y1
 	VXORPS     Y2, Y2, Y2
 	CMPQ       R9, $0x00000020
-	JBE        vkbf16AVX2_dead_3
+	JBE        stateVKbf16AVX2_dead_3
 	VPMOVZXWD  (AX), Y0
 	VPSLLD     $0x10, Y0, Y0
 	CMPQ       R9, $0x00000040
-	JBE        vkbf16AVX2_dead_3
+	JBE        stateVKbf16AVX2_dead_3
 	VPMOVZXWD  16(AX), Y1
 	VPSLLD     $0x10, Y1, Y1
 	CMPQ       R9, $0x00000060
-	JBE        vkbf16AVX2_dead_3
+	JBE        stateVKbf16AVX2_dead_3
 	VPMOVZXWD  32(AX), Y2
 	VPSLLD     $0x10, Y2, Y2
 
-vkbf16AVX2_dead_3:
+stateVKbf16AVX2_dead_3:
 	VPMOVZXWD -16(AX)(R10*1), Y3
 	VPSLLD    $0x10, Y3, Y3
 	VANDPS    40(SP), Y3, Y3
 
-vkbf16AVX2_loaded_1:
+stateVKbf16AVX2_loaded_1:
 	MOVQ kh_base+112(FP), AX
 	MOVQ qh_base+136(FP), CX
 	MOVQ tok_base+216(FP), DX
@@ -20554,25 +20554,25 @@ vkbf16AVX2_loaded_1:
 	ADDQ R8, DI
 	MOVQ 16(SP), R8
 
-vkbf16AVX2_token_1:
+stateVKbf16AVX2_token_1:
 	VXORPS      Y4, Y4, Y4
 	VXORPS      Y6, Y6, Y6
 	VXORPS      Y5, Y5, Y5
 	VXORPS      Y7, Y7, Y7
 	CMPQ        R9, $0x00000020
-	JBE         vkbf16AVX2_dead_4
+	JBE         stateVKbf16AVX2_dead_4
 	VFMADD231PS (AX), Y0, Y4
 	VFMADD231PS (CX), Y0, Y5
 	CMPQ        R9, $0x00000040
-	JBE         vkbf16AVX2_dead_4
+	JBE         stateVKbf16AVX2_dead_4
 	VFMADD231PS 32(AX), Y1, Y6
 	VFMADD231PS 32(CX), Y1, Y7
 	CMPQ        R9, $0x00000060
-	JBE         vkbf16AVX2_dead_4
+	JBE         stateVKbf16AVX2_dead_4
 	VFMADD231PS 64(AX), Y2, Y4
 	VFMADD231PS 64(CX), Y2, Y5
 
-vkbf16AVX2_dead_4:
+stateVKbf16AVX2_dead_4:
 	VFMADD231PS  -32(AX)(R9*1), Y3, Y6
 	VFMADD231PS  -32(CX)(R9*1), Y3, Y7
 	VADDPS       Y6, Y4, Y4
@@ -20590,16 +20590,16 @@ vkbf16AVX2_dead_4:
 	VPERMPS      Y5, Y4, Y4
 	VMOVSS       (DX), X5
 	VUCOMISS     nearone<>+0(SB), X5
-	JCS          vkbf16AVX2_far_1
+	JCS          stateVKbf16AVX2_far_1
 	VBROADCASTSS (DX), Y5
 	VFMADD213PS  Y4, Y5, Y4
-	JMP          vkbf16AVX2_decayed_1
+	JMP          stateVKbf16AVX2_decayed_1
 
-vkbf16AVX2_far_1:
+stateVKbf16AVX2_far_1:
 	VBROADCASTSS 4(DX), Y5
 	VMULPS       Y4, Y5, Y4
 
-vkbf16AVX2_decayed_1:
+stateVKbf16AVX2_decayed_1:
 	VEXTRACTF128 $0x01, Y4, X5
 	VMOVSS       (SI), X6
 	VSUBPS       X4, X6, X6
@@ -20610,54 +20610,54 @@ vkbf16AVX2_decayed_1:
 	VMOVSS       X5, (DI)
 	VMOVSS       (DX), X5
 	VUCOMISS     nearone<>+0(SB), X5
-	JCS          vkbf16AVX2_far_2
+	JCS          stateVKbf16AVX2_far_2
 	VBROADCASTSS (DX), Y5
 	VBROADCASTSS X4, Y4
 	CMPQ         R9, $0x00000020
-	JBE          vkbf16AVX2_dead_5
+	JBE          stateVKbf16AVX2_dead_5
 	VFMADD213PS  Y0, Y5, Y0
 	VFMADD231PS  (AX), Y4, Y0
 	CMPQ         R9, $0x00000040
-	JBE          vkbf16AVX2_dead_5
+	JBE          stateVKbf16AVX2_dead_5
 	VFMADD213PS  Y1, Y5, Y1
 	VFMADD231PS  32(AX), Y4, Y1
 	CMPQ         R9, $0x00000060
-	JBE          vkbf16AVX2_dead_5
+	JBE          stateVKbf16AVX2_dead_5
 	VFMADD213PS  Y2, Y5, Y2
 	VFMADD231PS  64(AX), Y4, Y2
 
-vkbf16AVX2_dead_5:
+stateVKbf16AVX2_dead_5:
 	VFMADD213PS Y3, Y5, Y3
 	VFMADD231PS -32(AX)(R9*1), Y4, Y3
 	VANDPS      40(SP), Y3, Y3
-	JMP         vkbf16AVX2_decayed_2
+	JMP         stateVKbf16AVX2_decayed_2
 
-vkbf16AVX2_far_2:
+stateVKbf16AVX2_far_2:
 	VBROADCASTSS 4(DX), Y5
 	VBROADCASTSS X4, Y4
 	CMPQ         R9, $0x00000020
-	JBE          vkbf16AVX2_dead_6
+	JBE          stateVKbf16AVX2_dead_6
 	VMULPS       Y0, Y5, Y0
 	VFMADD231PS  (AX), Y4, Y0
 	CMPQ         R9, $0x00000040
-	JBE          vkbf16AVX2_dead_6
+	JBE          stateVKbf16AVX2_dead_6
 	VMULPS       Y1, Y5, Y1
 	VFMADD231PS  32(AX), Y4, Y1
 	CMPQ         R9, $0x00000060
-	JBE          vkbf16AVX2_dead_6
+	JBE          stateVKbf16AVX2_dead_6
 	VMULPS       Y2, Y5, Y2
 	VFMADD231PS  64(AX), Y4, Y2
 
-vkbf16AVX2_dead_6:
+stateVKbf16AVX2_dead_6:
 	VMULPS      Y3, Y5, Y3
 	VFMADD231PS -32(AX)(R9*1), Y4, Y3
 	VANDPS      40(SP), Y3, Y3
 
-vkbf16AVX2_decayed_2:
+stateVKbf16AVX2_decayed_2:
 	// The state after this token, if stored.
 	MOVQ         (BX), R11
 	TESTQ        R11, R11
-	JZ           vkbf16AVX2_nostore_1
+	JZ           stateVKbf16AVX2_nostore_1
 	MOVQ         (SP), R12
 	IMULQ        R10, R12
 	ADDQ         R12, R11
@@ -20675,7 +20675,7 @@ vkbf16AVX2_decayed_2:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, -16(R11)(R10*1)
 	CMPQ         R9, $0x00000020
-	JBE          vkbf16AVX2_dead_7
+	JBE          stateVKbf16AVX2_dead_7
 	VMOVAPS      Y0, Y4
 	VPSRLD       $0x10, Y4, Y5
 	VPAND        absmask<>+0(SB), Y4, Y6
@@ -20690,7 +20690,7 @@ vkbf16AVX2_decayed_2:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, (R11)
 	CMPQ         R9, $0x00000040
-	JBE          vkbf16AVX2_dead_7
+	JBE          stateVKbf16AVX2_dead_7
 	VMOVAPS      Y1, Y4
 	VPSRLD       $0x10, Y4, Y5
 	VPAND        absmask<>+0(SB), Y4, Y6
@@ -20705,7 +20705,7 @@ vkbf16AVX2_decayed_2:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 16(R11)
 	CMPQ         R9, $0x00000060
-	JBE          vkbf16AVX2_dead_7
+	JBE          stateVKbf16AVX2_dead_7
 	VMOVAPS      Y2, Y4
 	VPSRLD       $0x10, Y4, Y5
 	VPAND        absmask<>+0(SB), Y4, Y6
@@ -20720,8 +20720,8 @@ vkbf16AVX2_decayed_2:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 32(R11)
 
-vkbf16AVX2_dead_7:
-vkbf16AVX2_nostore_1:
+stateVKbf16AVX2_dead_7:
+stateVKbf16AVX2_nostore_1:
 	ADDQ R9, AX
 	ADDQ R9, CX
 	ADDQ $0x10, DX
@@ -20729,45 +20729,45 @@ vkbf16AVX2_nostore_1:
 	ADDQ 32(SP), SI
 	ADDQ 24(SP), DI
 	DECQ R8
-	JNZ  vkbf16AVX2_token_1
+	JNZ  stateVKbf16AVX2_token_1
 
 	// The f32 carry after the last token, if asked for.
 	MOVQ    carry_base+88(FP), AX
 	TESTQ   AX, AX
-	JZ      vkbf16AVX2_nocarry_1
+	JZ      stateVKbf16AVX2_nocarry_1
 	MOVQ    (SP), CX
 	IMULQ   R9, CX
 	ADDQ    CX, AX
 	VMOVUPS Y3, -32(AX)(R9*1)
 	CMPQ    R9, $0x00000020
-	JBE     vkbf16AVX2_dead_8
+	JBE     stateVKbf16AVX2_dead_8
 	VMOVUPS Y0, (AX)
 	CMPQ    R9, $0x00000040
-	JBE     vkbf16AVX2_dead_8
+	JBE     stateVKbf16AVX2_dead_8
 	VMOVUPS Y1, 32(AX)
 	CMPQ    R9, $0x00000060
-	JBE     vkbf16AVX2_dead_8
+	JBE     stateVKbf16AVX2_dead_8
 	VMOVUPS Y2, 64(AX)
 
-vkbf16AVX2_dead_8:
-vkbf16AVX2_nocarry_1:
+stateVKbf16AVX2_dead_8:
+stateVKbf16AVX2_nocarry_1:
 	ADDQ $0x00000001, (SP)
 	SUBQ $0x00000001, 8(SP)
-	JMP  vkbf16AVX2_group_1
+	JMP  stateVKbf16AVX2_group_1
 
-vkbf16AVX2_groupsdone_1:
-	JMP vkbf16AVX2_done_1
+stateVKbf16AVX2_groupsdone_1:
+	JMP stateVKbf16AVX2_done_1
 
-vkbf16AVX2_n8_1:
+stateVKbf16AVX2_n8_1:
 	// Rows of 5…8 vectors.
-vkbf16AVX2_group_2:
+stateVKbf16AVX2_group_2:
 	CMPQ 8(SP), $0x00000001
-	JB   vkbf16AVX2_groupsdone_2
+	JB   stateVKbf16AVX2_groupsdone_2
 
 	// Load 1 row(s) of 5…8 vectors.
 	MOVQ       src32_base+40(FP), AX
 	TESTQ      AX, AX
-	JZ         vkbf16AVX2_frombf16_2
+	JZ         stateVKbf16AVX2_frombf16_2
 	MOVQ       (SP), CX
 	IMULQ      R9, CX
 	ADDQ       CX, AX
@@ -20775,10 +20775,10 @@ vkbf16AVX2_group_2:
 	PREFETCHT0 8256(AX)
 	PREFETCHT0 8320(AX)
 	CMPQ       R9, $0x000000c0
-	JBE        vkbf16AVX2_dead_9
+	JBE        stateVKbf16AVX2_dead_9
 	PREFETCHT0 8384(AX)
 
-vkbf16AVX2_dead_9:
+stateVKbf16AVX2_dead_9:
 	VXORPS  Y4, Y4, Y4
 	VXORPS  Y5, Y5, Y5
 	VXORPS  Y6, Y6, Y6
@@ -20787,21 +20787,21 @@ vkbf16AVX2_dead_9:
 	VMOVUPS 64(AX), Y2
 	VMOVUPS 96(AX), Y3
 	CMPQ    R9, $0x000000a0
-	JBE     vkbf16AVX2_dead_10
+	JBE     stateVKbf16AVX2_dead_10
 	VMOVUPS 128(AX), Y4
 	CMPQ    R9, $0x000000c0
-	JBE     vkbf16AVX2_dead_10
+	JBE     stateVKbf16AVX2_dead_10
 	VMOVUPS 160(AX), Y5
 	CMPQ    R9, $0x000000e0
-	JBE     vkbf16AVX2_dead_10
+	JBE     stateVKbf16AVX2_dead_10
 	VMOVUPS 192(AX), Y6
 
-vkbf16AVX2_dead_10:
+stateVKbf16AVX2_dead_10:
 	VMOVUPS -32(AX)(R9*1), Y7
 	VANDPS  40(SP), Y7, Y7
-	JMP     vkbf16AVX2_loaded_2
+	JMP     stateVKbf16AVX2_loaded_2
 
-vkbf16AVX2_frombf16_2:
+stateVKbf16AVX2_frombf16_2:
 	MOVQ       src_base+16(FP), AX
 	MOVQ       (SP), CX
 	IMULQ      R10, CX
@@ -20820,24 +20820,24 @@ vkbf16AVX2_frombf16_2:
 	VPMOVZXWD  48(AX), Y3
 	VPSLLD     $0x10, Y3, Y3
 	CMPQ       R9, $0x000000a0
-	JBE        vkbf16AVX2_dead_11
+	JBE        stateVKbf16AVX2_dead_11
 	VPMOVZXWD  64(AX), Y4
 	VPSLLD     $0x10, Y4, Y4
 	CMPQ       R9, $0x000000c0
-	JBE        vkbf16AVX2_dead_11
+	JBE        stateVKbf16AVX2_dead_11
 	VPMOVZXWD  80(AX), Y5
 	VPSLLD     $0x10, Y5, Y5
 	CMPQ       R9, $0x000000e0
-	JBE        vkbf16AVX2_dead_11
+	JBE        stateVKbf16AVX2_dead_11
 	VPMOVZXWD  96(AX), Y6
 	VPSLLD     $0x10, Y6, Y6
 
-vkbf16AVX2_dead_11:
+stateVKbf16AVX2_dead_11:
 	VPMOVZXWD -16(AX)(R10*1), Y7
 	VPSLLD    $0x10, Y7, Y7
 	VANDPS    40(SP), Y7, Y7
 
-vkbf16AVX2_loaded_2:
+stateVKbf16AVX2_loaded_2:
 	MOVQ kh_base+112(FP), AX
 	MOVQ qh_base+136(FP), CX
 	MOVQ tok_base+216(FP), DX
@@ -20850,7 +20850,7 @@ vkbf16AVX2_loaded_2:
 	ADDQ R8, DI
 	MOVQ 16(SP), R8
 
-vkbf16AVX2_token_2:
+stateVKbf16AVX2_token_2:
 	VMULPS      (AX), Y0, Y8
 	VMULPS      (CX), Y0, Y9
 	VMULPS      32(AX), Y1, Y10
@@ -20860,19 +20860,19 @@ vkbf16AVX2_token_2:
 	VFMADD231PS 96(AX), Y3, Y10
 	VFMADD231PS 96(CX), Y3, Y11
 	CMPQ        R9, $0x000000a0
-	JBE         vkbf16AVX2_dead_12
+	JBE         stateVKbf16AVX2_dead_12
 	VFMADD231PS 128(AX), Y4, Y8
 	VFMADD231PS 128(CX), Y4, Y9
 	CMPQ        R9, $0x000000c0
-	JBE         vkbf16AVX2_dead_12
+	JBE         stateVKbf16AVX2_dead_12
 	VFMADD231PS 160(AX), Y5, Y10
 	VFMADD231PS 160(CX), Y5, Y11
 	CMPQ        R9, $0x000000e0
-	JBE         vkbf16AVX2_dead_12
+	JBE         stateVKbf16AVX2_dead_12
 	VFMADD231PS 192(AX), Y6, Y8
 	VFMADD231PS 192(CX), Y6, Y9
 
-vkbf16AVX2_dead_12:
+stateVKbf16AVX2_dead_12:
 	VFMADD231PS  -32(AX)(R9*1), Y7, Y10
 	VFMADD231PS  -32(CX)(R9*1), Y7, Y11
 	VADDPS       Y10, Y8, Y8
@@ -20890,16 +20890,16 @@ vkbf16AVX2_dead_12:
 	VPERMPS      Y9, Y8, Y8
 	VMOVSS       (DX), X9
 	VUCOMISS     nearone<>+0(SB), X9
-	JCS          vkbf16AVX2_far_3
+	JCS          stateVKbf16AVX2_far_3
 	VBROADCASTSS (DX), Y9
 	VFMADD213PS  Y8, Y9, Y8
-	JMP          vkbf16AVX2_decayed_3
+	JMP          stateVKbf16AVX2_decayed_3
 
-vkbf16AVX2_far_3:
+stateVKbf16AVX2_far_3:
 	VBROADCASTSS 4(DX), Y9
 	VMULPS       Y8, Y9, Y8
 
-vkbf16AVX2_decayed_3:
+stateVKbf16AVX2_decayed_3:
 	VEXTRACTF128 $0x01, Y8, X9
 	VMOVSS       (SI), X10
 	VSUBPS       X8, X10, X10
@@ -20910,7 +20910,7 @@ vkbf16AVX2_decayed_3:
 	VMOVSS       X9, (DI)
 	VMOVSS       (DX), X9
 	VUCOMISS     nearone<>+0(SB), X9
-	JCS          vkbf16AVX2_far_4
+	JCS          stateVKbf16AVX2_far_4
 	VBROADCASTSS (DX), Y9
 	VBROADCASTSS X8, Y8
 	VFMADD213PS  Y0, Y9, Y0
@@ -20922,25 +20922,25 @@ vkbf16AVX2_decayed_3:
 	VFMADD213PS  Y3, Y9, Y3
 	VFMADD231PS  96(AX), Y8, Y3
 	CMPQ         R9, $0x000000a0
-	JBE          vkbf16AVX2_dead_13
+	JBE          stateVKbf16AVX2_dead_13
 	VFMADD213PS  Y4, Y9, Y4
 	VFMADD231PS  128(AX), Y8, Y4
 	CMPQ         R9, $0x000000c0
-	JBE          vkbf16AVX2_dead_13
+	JBE          stateVKbf16AVX2_dead_13
 	VFMADD213PS  Y5, Y9, Y5
 	VFMADD231PS  160(AX), Y8, Y5
 	CMPQ         R9, $0x000000e0
-	JBE          vkbf16AVX2_dead_13
+	JBE          stateVKbf16AVX2_dead_13
 	VFMADD213PS  Y6, Y9, Y6
 	VFMADD231PS  192(AX), Y8, Y6
 
-vkbf16AVX2_dead_13:
+stateVKbf16AVX2_dead_13:
 	VFMADD213PS Y7, Y9, Y7
 	VFMADD231PS -32(AX)(R9*1), Y8, Y7
 	VANDPS      40(SP), Y7, Y7
-	JMP         vkbf16AVX2_decayed_4
+	JMP         stateVKbf16AVX2_decayed_4
 
-vkbf16AVX2_far_4:
+stateVKbf16AVX2_far_4:
 	VBROADCASTSS 4(DX), Y9
 	VBROADCASTSS X8, Y8
 	VMULPS       Y0, Y9, Y0
@@ -20952,28 +20952,28 @@ vkbf16AVX2_far_4:
 	VMULPS       Y3, Y9, Y3
 	VFMADD231PS  96(AX), Y8, Y3
 	CMPQ         R9, $0x000000a0
-	JBE          vkbf16AVX2_dead_14
+	JBE          stateVKbf16AVX2_dead_14
 	VMULPS       Y4, Y9, Y4
 	VFMADD231PS  128(AX), Y8, Y4
 	CMPQ         R9, $0x000000c0
-	JBE          vkbf16AVX2_dead_14
+	JBE          stateVKbf16AVX2_dead_14
 	VMULPS       Y5, Y9, Y5
 	VFMADD231PS  160(AX), Y8, Y5
 	CMPQ         R9, $0x000000e0
-	JBE          vkbf16AVX2_dead_14
+	JBE          stateVKbf16AVX2_dead_14
 	VMULPS       Y6, Y9, Y6
 	VFMADD231PS  192(AX), Y8, Y6
 
-vkbf16AVX2_dead_14:
+stateVKbf16AVX2_dead_14:
 	VMULPS      Y7, Y9, Y7
 	VFMADD231PS -32(AX)(R9*1), Y8, Y7
 	VANDPS      40(SP), Y7, Y7
 
-vkbf16AVX2_decayed_4:
+stateVKbf16AVX2_decayed_4:
 	// The state after this token, if stored.
 	MOVQ         (BX), R11
 	TESTQ        R11, R11
-	JZ           vkbf16AVX2_nostore_2
+	JZ           stateVKbf16AVX2_nostore_2
 	MOVQ         (SP), R12
 	IMULQ        R10, R12
 	ADDQ         R12, R11
@@ -21043,7 +21043,7 @@ vkbf16AVX2_decayed_4:
 	VPACKUSDW    X9, X8, X9
 	VMOVDQU      X9, 48(R11)
 	CMPQ         R9, $0x000000a0
-	JBE          vkbf16AVX2_dead_15
+	JBE          stateVKbf16AVX2_dead_15
 	VMOVAPS      Y4, Y8
 	VPSRLD       $0x10, Y8, Y9
 	VPAND        absmask<>+0(SB), Y8, Y10
@@ -21058,7 +21058,7 @@ vkbf16AVX2_decayed_4:
 	VPACKUSDW    X9, X8, X9
 	VMOVDQU      X9, 64(R11)
 	CMPQ         R9, $0x000000c0
-	JBE          vkbf16AVX2_dead_15
+	JBE          stateVKbf16AVX2_dead_15
 	VMOVAPS      Y5, Y8
 	VPSRLD       $0x10, Y8, Y9
 	VPAND        absmask<>+0(SB), Y8, Y10
@@ -21073,7 +21073,7 @@ vkbf16AVX2_decayed_4:
 	VPACKUSDW    X9, X8, X9
 	VMOVDQU      X9, 80(R11)
 	CMPQ         R9, $0x000000e0
-	JBE          vkbf16AVX2_dead_15
+	JBE          stateVKbf16AVX2_dead_15
 	VMOVAPS      Y6, Y8
 	VPSRLD       $0x10, Y8, Y9
 	VPAND        absmask<>+0(SB), Y8, Y10
@@ -21088,8 +21088,8 @@ vkbf16AVX2_decayed_4:
 	VPACKUSDW    X9, X8, X9
 	VMOVDQU      X9, 96(R11)
 
-vkbf16AVX2_dead_15:
-vkbf16AVX2_nostore_2:
+stateVKbf16AVX2_dead_15:
+stateVKbf16AVX2_nostore_2:
 	ADDQ R9, AX
 	ADDQ R9, CX
 	ADDQ $0x10, DX
@@ -21097,12 +21097,12 @@ vkbf16AVX2_nostore_2:
 	ADDQ 32(SP), SI
 	ADDQ 24(SP), DI
 	DECQ R8
-	JNZ  vkbf16AVX2_token_2
+	JNZ  stateVKbf16AVX2_token_2
 
 	// The f32 carry after the last token, if asked for.
 	MOVQ    carry_base+88(FP), AX
 	TESTQ   AX, AX
-	JZ      vkbf16AVX2_nocarry_2
+	JZ      stateVKbf16AVX2_nocarry_2
 	MOVQ    (SP), CX
 	IMULQ   R9, CX
 	ADDQ    CX, AX
@@ -21112,34 +21112,34 @@ vkbf16AVX2_nostore_2:
 	VMOVUPS Y2, 64(AX)
 	VMOVUPS Y3, 96(AX)
 	CMPQ    R9, $0x000000a0
-	JBE     vkbf16AVX2_dead_16
+	JBE     stateVKbf16AVX2_dead_16
 	VMOVUPS Y4, 128(AX)
 	CMPQ    R9, $0x000000c0
-	JBE     vkbf16AVX2_dead_16
+	JBE     stateVKbf16AVX2_dead_16
 	VMOVUPS Y5, 160(AX)
 	CMPQ    R9, $0x000000e0
-	JBE     vkbf16AVX2_dead_16
+	JBE     stateVKbf16AVX2_dead_16
 	VMOVUPS Y6, 192(AX)
 
-vkbf16AVX2_dead_16:
-vkbf16AVX2_nocarry_2:
+stateVKbf16AVX2_dead_16:
+stateVKbf16AVX2_nocarry_2:
 	ADDQ $0x00000001, (SP)
 	SUBQ $0x00000001, 8(SP)
-	JMP  vkbf16AVX2_group_2
+	JMP  stateVKbf16AVX2_group_2
 
-vkbf16AVX2_groupsdone_2:
-	JMP vkbf16AVX2_done_1
+stateVKbf16AVX2_groupsdone_2:
+	JMP stateVKbf16AVX2_done_1
 
-vkbf16AVX2_n12_1:
+stateVKbf16AVX2_n12_1:
 	// Rows of 9…12 vectors.
-vkbf16AVX2_group_3:
+stateVKbf16AVX2_group_3:
 	CMPQ 8(SP), $0x00000001
-	JB   vkbf16AVX2_groupsdone_3
+	JB   stateVKbf16AVX2_groupsdone_3
 
 	// Load 1 row(s) of 9…12 vectors.
 	MOVQ       src32_base+40(FP), AX
 	TESTQ      AX, AX
-	JZ         vkbf16AVX2_frombf16_3
+	JZ         stateVKbf16AVX2_frombf16_3
 	MOVQ       (SP), CX
 	IMULQ      R9, CX
 	ADDQ       CX, AX
@@ -21149,10 +21149,10 @@ vkbf16AVX2_group_3:
 	PREFETCHT0 8384(AX)
 	PREFETCHT0 8448(AX)
 	CMPQ       R9, $0x00000140
-	JBE        vkbf16AVX2_dead_17
+	JBE        stateVKbf16AVX2_dead_17
 	PREFETCHT0 8512(AX)
 
-vkbf16AVX2_dead_17:
+stateVKbf16AVX2_dead_17:
 	VMOVUPS (AX), Y0
 	VMOVUPS 32(AX), Y1
 	VMOVUPS 64(AX), Y2
@@ -21162,24 +21162,24 @@ vkbf16AVX2_dead_17:
 	VMOVUPS 192(AX), Y6
 	VMOVUPS 224(AX), Y7
 	CMPQ    R9, $0x00000120
-	JBE     vkbf16AVX2_dead_18
+	JBE     stateVKbf16AVX2_dead_18
 	VMOVUPS 256(AX), Y8
 	VMOVUPS Y8, 72(SP)
 	CMPQ    R9, $0x00000140
-	JBE     vkbf16AVX2_dead_18
+	JBE     stateVKbf16AVX2_dead_18
 	VMOVUPS 288(AX), Y8
 	VMOVUPS Y8, 104(SP)
 	CMPQ    R9, $0x00000160
-	JBE     vkbf16AVX2_dead_18
+	JBE     stateVKbf16AVX2_dead_18
 	VMOVUPS 320(AX), Y8
 	VMOVUPS Y8, 136(SP)
 
-vkbf16AVX2_dead_18:
+stateVKbf16AVX2_dead_18:
 	VMOVUPS -32(AX)(R9*1), Y8
 	VANDPS  40(SP), Y8, Y8
-	JMP     vkbf16AVX2_loaded_3
+	JMP     stateVKbf16AVX2_loaded_3
 
-vkbf16AVX2_frombf16_3:
+stateVKbf16AVX2_frombf16_3:
 	MOVQ       src_base+16(FP), AX
 	MOVQ       (SP), CX
 	IMULQ      R10, CX
@@ -21204,27 +21204,27 @@ vkbf16AVX2_frombf16_3:
 	VPMOVZXWD  112(AX), Y7
 	VPSLLD     $0x10, Y7, Y7
 	CMPQ       R9, $0x00000120
-	JBE        vkbf16AVX2_dead_19
+	JBE        stateVKbf16AVX2_dead_19
 	VPMOVZXWD  128(AX), Y8
 	VPSLLD     $0x10, Y8, Y8
 	VMOVUPS    Y8, 72(SP)
 	CMPQ       R9, $0x00000140
-	JBE        vkbf16AVX2_dead_19
+	JBE        stateVKbf16AVX2_dead_19
 	VPMOVZXWD  144(AX), Y8
 	VPSLLD     $0x10, Y8, Y8
 	VMOVUPS    Y8, 104(SP)
 	CMPQ       R9, $0x00000160
-	JBE        vkbf16AVX2_dead_19
+	JBE        stateVKbf16AVX2_dead_19
 	VPMOVZXWD  160(AX), Y8
 	VPSLLD     $0x10, Y8, Y8
 	VMOVUPS    Y8, 136(SP)
 
-vkbf16AVX2_dead_19:
+stateVKbf16AVX2_dead_19:
 	VPMOVZXWD -16(AX)(R10*1), Y8
 	VPSLLD    $0x10, Y8, Y8
 	VANDPS    40(SP), Y8, Y8
 
-vkbf16AVX2_loaded_3:
+stateVKbf16AVX2_loaded_3:
 	MOVQ kh_base+112(FP), AX
 	MOVQ qh_base+136(FP), CX
 	MOVQ tok_base+216(FP), DX
@@ -21237,7 +21237,7 @@ vkbf16AVX2_loaded_3:
 	ADDQ R8, DI
 	MOVQ 16(SP), R8
 
-vkbf16AVX2_token_3:
+stateVKbf16AVX2_token_3:
 	VMULPS      (AX), Y0, Y9
 	VMULPS      (CX), Y0, Y10
 	VMULPS      32(AX), Y1, Y11
@@ -21255,22 +21255,22 @@ vkbf16AVX2_token_3:
 	VFMADD231PS 224(AX), Y7, Y11
 	VFMADD231PS 224(CX), Y7, Y12
 	CMPQ        R9, $0x00000120
-	JBE         vkbf16AVX2_dead_20
+	JBE         stateVKbf16AVX2_dead_20
 	VMOVUPS     72(SP), Y13
 	VFMADD231PS 256(AX), Y13, Y9
 	VFMADD231PS 256(CX), Y13, Y10
 	CMPQ        R9, $0x00000140
-	JBE         vkbf16AVX2_dead_20
+	JBE         stateVKbf16AVX2_dead_20
 	VMOVUPS     104(SP), Y13
 	VFMADD231PS 288(AX), Y13, Y11
 	VFMADD231PS 288(CX), Y13, Y12
 	CMPQ        R9, $0x00000160
-	JBE         vkbf16AVX2_dead_20
+	JBE         stateVKbf16AVX2_dead_20
 	VMOVUPS     136(SP), Y13
 	VFMADD231PS 320(AX), Y13, Y9
 	VFMADD231PS 320(CX), Y13, Y10
 
-vkbf16AVX2_dead_20:
+stateVKbf16AVX2_dead_20:
 	VFMADD231PS  -32(AX)(R9*1), Y8, Y11
 	VFMADD231PS  -32(CX)(R9*1), Y8, Y12
 	VADDPS       Y11, Y9, Y9
@@ -21288,16 +21288,16 @@ vkbf16AVX2_dead_20:
 	VPERMPS      Y10, Y9, Y9
 	VMOVSS       (DX), X10
 	VUCOMISS     nearone<>+0(SB), X10
-	JCS          vkbf16AVX2_far_5
+	JCS          stateVKbf16AVX2_far_5
 	VBROADCASTSS (DX), Y10
 	VFMADD213PS  Y9, Y10, Y9
-	JMP          vkbf16AVX2_decayed_5
+	JMP          stateVKbf16AVX2_decayed_5
 
-vkbf16AVX2_far_5:
+stateVKbf16AVX2_far_5:
 	VBROADCASTSS 4(DX), Y10
 	VMULPS       Y9, Y10, Y9
 
-vkbf16AVX2_decayed_5:
+stateVKbf16AVX2_decayed_5:
 	VEXTRACTF128 $0x01, Y9, X10
 	VMOVSS       (SI), X11
 	VSUBPS       X9, X11, X11
@@ -21308,7 +21308,7 @@ vkbf16AVX2_decayed_5:
 	VMOVSS       X10, (DI)
 	VMOVSS       (DX), X10
 	VUCOMISS     nearone<>+0(SB), X10
-	JCS          vkbf16AVX2_far_6
+	JCS          stateVKbf16AVX2_far_6
 	VBROADCASTSS (DX), Y10
 	VBROADCASTSS X9, Y9
 	VFMADD213PS  Y0, Y10, Y0
@@ -21328,31 +21328,31 @@ vkbf16AVX2_decayed_5:
 	VFMADD213PS  Y7, Y10, Y7
 	VFMADD231PS  224(AX), Y9, Y7
 	CMPQ         R9, $0x00000120
-	JBE          vkbf16AVX2_dead_21
+	JBE          stateVKbf16AVX2_dead_21
 	VMOVUPS      72(SP), Y11
 	VFMADD213PS  Y11, Y10, Y11
 	VFMADD231PS  256(AX), Y9, Y11
 	VMOVUPS      Y11, 72(SP)
 	CMPQ         R9, $0x00000140
-	JBE          vkbf16AVX2_dead_21
+	JBE          stateVKbf16AVX2_dead_21
 	VMOVUPS      104(SP), Y11
 	VFMADD213PS  Y11, Y10, Y11
 	VFMADD231PS  288(AX), Y9, Y11
 	VMOVUPS      Y11, 104(SP)
 	CMPQ         R9, $0x00000160
-	JBE          vkbf16AVX2_dead_21
+	JBE          stateVKbf16AVX2_dead_21
 	VMOVUPS      136(SP), Y11
 	VFMADD213PS  Y11, Y10, Y11
 	VFMADD231PS  320(AX), Y9, Y11
 	VMOVUPS      Y11, 136(SP)
 
-vkbf16AVX2_dead_21:
+stateVKbf16AVX2_dead_21:
 	VFMADD213PS Y8, Y10, Y8
 	VFMADD231PS -32(AX)(R9*1), Y9, Y8
 	VANDPS      40(SP), Y8, Y8
-	JMP         vkbf16AVX2_decayed_6
+	JMP         stateVKbf16AVX2_decayed_6
 
-vkbf16AVX2_far_6:
+stateVKbf16AVX2_far_6:
 	VBROADCASTSS 4(DX), Y10
 	VBROADCASTSS X9, Y9
 	VMULPS       Y0, Y10, Y0
@@ -21372,34 +21372,34 @@ vkbf16AVX2_far_6:
 	VMULPS       Y7, Y10, Y7
 	VFMADD231PS  224(AX), Y9, Y7
 	CMPQ         R9, $0x00000120
-	JBE          vkbf16AVX2_dead_22
+	JBE          stateVKbf16AVX2_dead_22
 	VMOVUPS      72(SP), Y11
 	VMULPS       Y11, Y10, Y11
 	VFMADD231PS  256(AX), Y9, Y11
 	VMOVUPS      Y11, 72(SP)
 	CMPQ         R9, $0x00000140
-	JBE          vkbf16AVX2_dead_22
+	JBE          stateVKbf16AVX2_dead_22
 	VMOVUPS      104(SP), Y11
 	VMULPS       Y11, Y10, Y11
 	VFMADD231PS  288(AX), Y9, Y11
 	VMOVUPS      Y11, 104(SP)
 	CMPQ         R9, $0x00000160
-	JBE          vkbf16AVX2_dead_22
+	JBE          stateVKbf16AVX2_dead_22
 	VMOVUPS      136(SP), Y11
 	VMULPS       Y11, Y10, Y11
 	VFMADD231PS  320(AX), Y9, Y11
 	VMOVUPS      Y11, 136(SP)
 
-vkbf16AVX2_dead_22:
+stateVKbf16AVX2_dead_22:
 	VMULPS      Y8, Y10, Y8
 	VFMADD231PS -32(AX)(R9*1), Y9, Y8
 	VANDPS      40(SP), Y8, Y8
 
-vkbf16AVX2_decayed_6:
+stateVKbf16AVX2_decayed_6:
 	// The state after this token, if stored.
 	MOVQ         (BX), R11
 	TESTQ        R11, R11
-	JZ           vkbf16AVX2_nostore_3
+	JZ           stateVKbf16AVX2_nostore_3
 	MOVQ         (SP), R12
 	IMULQ        R10, R12
 	ADDQ         R12, R11
@@ -21521,7 +21521,7 @@ vkbf16AVX2_decayed_6:
 	VPACKUSDW    X10, X9, X10
 	VMOVDQU      X10, 112(R11)
 	CMPQ         R9, $0x00000120
-	JBE          vkbf16AVX2_dead_23
+	JBE          stateVKbf16AVX2_dead_23
 	VMOVUPS      72(SP), Y9
 	VMOVAPS      Y9, Y9
 	VPSRLD       $0x10, Y9, Y10
@@ -21537,7 +21537,7 @@ vkbf16AVX2_decayed_6:
 	VPACKUSDW    X10, X9, X10
 	VMOVDQU      X10, 128(R11)
 	CMPQ         R9, $0x00000140
-	JBE          vkbf16AVX2_dead_23
+	JBE          stateVKbf16AVX2_dead_23
 	VMOVUPS      104(SP), Y9
 	VMOVAPS      Y9, Y9
 	VPSRLD       $0x10, Y9, Y10
@@ -21553,7 +21553,7 @@ vkbf16AVX2_decayed_6:
 	VPACKUSDW    X10, X9, X10
 	VMOVDQU      X10, 144(R11)
 	CMPQ         R9, $0x00000160
-	JBE          vkbf16AVX2_dead_23
+	JBE          stateVKbf16AVX2_dead_23
 	VMOVUPS      136(SP), Y9
 	VMOVAPS      Y9, Y9
 	VPSRLD       $0x10, Y9, Y10
@@ -21569,8 +21569,8 @@ vkbf16AVX2_decayed_6:
 	VPACKUSDW    X10, X9, X10
 	VMOVDQU      X10, 160(R11)
 
-vkbf16AVX2_dead_23:
-vkbf16AVX2_nostore_3:
+stateVKbf16AVX2_dead_23:
+stateVKbf16AVX2_nostore_3:
 	ADDQ R9, AX
 	ADDQ R9, CX
 	ADDQ $0x10, DX
@@ -21578,12 +21578,12 @@ vkbf16AVX2_nostore_3:
 	ADDQ 32(SP), SI
 	ADDQ 24(SP), DI
 	DECQ R8
-	JNZ  vkbf16AVX2_token_3
+	JNZ  stateVKbf16AVX2_token_3
 
 	// The f32 carry after the last token, if asked for.
 	MOVQ    carry_base+88(FP), AX
 	TESTQ   AX, AX
-	JZ      vkbf16AVX2_nocarry_3
+	JZ      stateVKbf16AVX2_nocarry_3
 	MOVQ    (SP), CX
 	IMULQ   R9, CX
 	ADDQ    CX, AX
@@ -21597,37 +21597,37 @@ vkbf16AVX2_nostore_3:
 	VMOVUPS Y6, 192(AX)
 	VMOVUPS Y7, 224(AX)
 	CMPQ    R9, $0x00000120
-	JBE     vkbf16AVX2_dead_24
+	JBE     stateVKbf16AVX2_dead_24
 	VMOVUPS 72(SP), Y0
 	VMOVUPS Y0, 256(AX)
 	CMPQ    R9, $0x00000140
-	JBE     vkbf16AVX2_dead_24
+	JBE     stateVKbf16AVX2_dead_24
 	VMOVUPS 104(SP), Y0
 	VMOVUPS Y0, 288(AX)
 	CMPQ    R9, $0x00000160
-	JBE     vkbf16AVX2_dead_24
+	JBE     stateVKbf16AVX2_dead_24
 	VMOVUPS 136(SP), Y0
 	VMOVUPS Y0, 320(AX)
 
-vkbf16AVX2_dead_24:
-vkbf16AVX2_nocarry_3:
+stateVKbf16AVX2_dead_24:
+stateVKbf16AVX2_nocarry_3:
 	ADDQ $0x00000001, (SP)
 	SUBQ $0x00000001, 8(SP)
-	JMP  vkbf16AVX2_group_3
+	JMP  stateVKbf16AVX2_group_3
 
-vkbf16AVX2_groupsdone_3:
-	JMP vkbf16AVX2_done_1
+stateVKbf16AVX2_groupsdone_3:
+	JMP stateVKbf16AVX2_done_1
 
-vkbf16AVX2_n16_1:
+stateVKbf16AVX2_n16_1:
 	// Rows of 13…16 vectors.
-vkbf16AVX2_group_4:
+stateVKbf16AVX2_group_4:
 	CMPQ 8(SP), $0x00000001
-	JB   vkbf16AVX2_groupsdone_4
+	JB   stateVKbf16AVX2_groupsdone_4
 
 	// Load 1 row(s) of 13…16 vectors.
 	MOVQ       src32_base+40(FP), AX
 	TESTQ      AX, AX
-	JZ         vkbf16AVX2_frombf16_4
+	JZ         stateVKbf16AVX2_frombf16_4
 	MOVQ       (SP), CX
 	IMULQ      R9, CX
 	ADDQ       CX, AX
@@ -21639,10 +21639,10 @@ vkbf16AVX2_group_4:
 	PREFETCHT0 8512(AX)
 	PREFETCHT0 8576(AX)
 	CMPQ       R9, $0x000001c0
-	JBE        vkbf16AVX2_dead_25
+	JBE        stateVKbf16AVX2_dead_25
 	PREFETCHT0 8640(AX)
 
-vkbf16AVX2_dead_25:
+stateVKbf16AVX2_dead_25:
 	VMOVUPS (AX), Y0
 	VMOVUPS 32(AX), Y1
 	VMOVUPS 64(AX), Y2
@@ -21660,24 +21660,24 @@ vkbf16AVX2_dead_25:
 	VMOVUPS 352(AX), Y8
 	VMOVUPS Y8, 168(SP)
 	CMPQ    R9, $0x000001a0
-	JBE     vkbf16AVX2_dead_26
+	JBE     stateVKbf16AVX2_dead_26
 	VMOVUPS 384(AX), Y8
 	VMOVUPS Y8, 200(SP)
 	CMPQ    R9, $0x000001c0
-	JBE     vkbf16AVX2_dead_26
+	JBE     stateVKbf16AVX2_dead_26
 	VMOVUPS 416(AX), Y8
 	VMOVUPS Y8, 232(SP)
 	CMPQ    R9, $0x000001e0
-	JBE     vkbf16AVX2_dead_26
+	JBE     stateVKbf16AVX2_dead_26
 	VMOVUPS 448(AX), Y8
 	VMOVUPS Y8, 264(SP)
 
-vkbf16AVX2_dead_26:
+stateVKbf16AVX2_dead_26:
 	VMOVUPS -32(AX)(R9*1), Y8
 	VANDPS  40(SP), Y8, Y8
-	JMP     vkbf16AVX2_loaded_4
+	JMP     stateVKbf16AVX2_loaded_4
 
-vkbf16AVX2_frombf16_4:
+stateVKbf16AVX2_frombf16_4:
 	MOVQ       src_base+16(FP), AX
 	MOVQ       (SP), CX
 	IMULQ      R10, CX
@@ -21715,27 +21715,27 @@ vkbf16AVX2_frombf16_4:
 	VPSLLD     $0x10, Y8, Y8
 	VMOVUPS    Y8, 168(SP)
 	CMPQ       R9, $0x000001a0
-	JBE        vkbf16AVX2_dead_27
+	JBE        stateVKbf16AVX2_dead_27
 	VPMOVZXWD  192(AX), Y8
 	VPSLLD     $0x10, Y8, Y8
 	VMOVUPS    Y8, 200(SP)
 	CMPQ       R9, $0x000001c0
-	JBE        vkbf16AVX2_dead_27
+	JBE        stateVKbf16AVX2_dead_27
 	VPMOVZXWD  208(AX), Y8
 	VPSLLD     $0x10, Y8, Y8
 	VMOVUPS    Y8, 232(SP)
 	CMPQ       R9, $0x000001e0
-	JBE        vkbf16AVX2_dead_27
+	JBE        stateVKbf16AVX2_dead_27
 	VPMOVZXWD  224(AX), Y8
 	VPSLLD     $0x10, Y8, Y8
 	VMOVUPS    Y8, 264(SP)
 
-vkbf16AVX2_dead_27:
+stateVKbf16AVX2_dead_27:
 	VPMOVZXWD -16(AX)(R10*1), Y8
 	VPSLLD    $0x10, Y8, Y8
 	VANDPS    40(SP), Y8, Y8
 
-vkbf16AVX2_loaded_4:
+stateVKbf16AVX2_loaded_4:
 	MOVQ kh_base+112(FP), AX
 	MOVQ qh_base+136(FP), CX
 	MOVQ tok_base+216(FP), DX
@@ -21748,7 +21748,7 @@ vkbf16AVX2_loaded_4:
 	ADDQ R8, DI
 	MOVQ 16(SP), R8
 
-vkbf16AVX2_token_4:
+stateVKbf16AVX2_token_4:
 	VMULPS      (AX), Y0, Y9
 	VMULPS      (CX), Y0, Y10
 	VMULPS      32(AX), Y1, Y11
@@ -21778,22 +21778,22 @@ vkbf16AVX2_token_4:
 	VFMADD231PS 352(AX), Y13, Y11
 	VFMADD231PS 352(CX), Y13, Y12
 	CMPQ        R9, $0x000001a0
-	JBE         vkbf16AVX2_dead_28
+	JBE         stateVKbf16AVX2_dead_28
 	VMOVUPS     200(SP), Y13
 	VFMADD231PS 384(AX), Y13, Y9
 	VFMADD231PS 384(CX), Y13, Y10
 	CMPQ        R9, $0x000001c0
-	JBE         vkbf16AVX2_dead_28
+	JBE         stateVKbf16AVX2_dead_28
 	VMOVUPS     232(SP), Y13
 	VFMADD231PS 416(AX), Y13, Y11
 	VFMADD231PS 416(CX), Y13, Y12
 	CMPQ        R9, $0x000001e0
-	JBE         vkbf16AVX2_dead_28
+	JBE         stateVKbf16AVX2_dead_28
 	VMOVUPS     264(SP), Y13
 	VFMADD231PS 448(AX), Y13, Y9
 	VFMADD231PS 448(CX), Y13, Y10
 
-vkbf16AVX2_dead_28:
+stateVKbf16AVX2_dead_28:
 	VFMADD231PS  -32(AX)(R9*1), Y8, Y11
 	VFMADD231PS  -32(CX)(R9*1), Y8, Y12
 	VADDPS       Y11, Y9, Y9
@@ -21811,16 +21811,16 @@ vkbf16AVX2_dead_28:
 	VPERMPS      Y10, Y9, Y9
 	VMOVSS       (DX), X10
 	VUCOMISS     nearone<>+0(SB), X10
-	JCS          vkbf16AVX2_far_7
+	JCS          stateVKbf16AVX2_far_7
 	VBROADCASTSS (DX), Y10
 	VFMADD213PS  Y9, Y10, Y9
-	JMP          vkbf16AVX2_decayed_7
+	JMP          stateVKbf16AVX2_decayed_7
 
-vkbf16AVX2_far_7:
+stateVKbf16AVX2_far_7:
 	VBROADCASTSS 4(DX), Y10
 	VMULPS       Y9, Y10, Y9
 
-vkbf16AVX2_decayed_7:
+stateVKbf16AVX2_decayed_7:
 	VEXTRACTF128 $0x01, Y9, X10
 	VMOVSS       (SI), X11
 	VSUBPS       X9, X11, X11
@@ -21831,7 +21831,7 @@ vkbf16AVX2_decayed_7:
 	VMOVSS       X10, (DI)
 	VMOVSS       (DX), X10
 	VUCOMISS     nearone<>+0(SB), X10
-	JCS          vkbf16AVX2_far_8
+	JCS          stateVKbf16AVX2_far_8
 	VBROADCASTSS (DX), Y10
 	VBROADCASTSS X9, Y9
 	VFMADD213PS  Y0, Y10, Y0
@@ -21867,31 +21867,31 @@ vkbf16AVX2_decayed_7:
 	VFMADD231PS  352(AX), Y9, Y11
 	VMOVUPS      Y11, 168(SP)
 	CMPQ         R9, $0x000001a0
-	JBE          vkbf16AVX2_dead_29
+	JBE          stateVKbf16AVX2_dead_29
 	VMOVUPS      200(SP), Y11
 	VFMADD213PS  Y11, Y10, Y11
 	VFMADD231PS  384(AX), Y9, Y11
 	VMOVUPS      Y11, 200(SP)
 	CMPQ         R9, $0x000001c0
-	JBE          vkbf16AVX2_dead_29
+	JBE          stateVKbf16AVX2_dead_29
 	VMOVUPS      232(SP), Y11
 	VFMADD213PS  Y11, Y10, Y11
 	VFMADD231PS  416(AX), Y9, Y11
 	VMOVUPS      Y11, 232(SP)
 	CMPQ         R9, $0x000001e0
-	JBE          vkbf16AVX2_dead_29
+	JBE          stateVKbf16AVX2_dead_29
 	VMOVUPS      264(SP), Y11
 	VFMADD213PS  Y11, Y10, Y11
 	VFMADD231PS  448(AX), Y9, Y11
 	VMOVUPS      Y11, 264(SP)
 
-vkbf16AVX2_dead_29:
+stateVKbf16AVX2_dead_29:
 	VFMADD213PS Y8, Y10, Y8
 	VFMADD231PS -32(AX)(R9*1), Y9, Y8
 	VANDPS      40(SP), Y8, Y8
-	JMP         vkbf16AVX2_decayed_8
+	JMP         stateVKbf16AVX2_decayed_8
 
-vkbf16AVX2_far_8:
+stateVKbf16AVX2_far_8:
 	VBROADCASTSS 4(DX), Y10
 	VBROADCASTSS X9, Y9
 	VMULPS       Y0, Y10, Y0
@@ -21927,34 +21927,34 @@ vkbf16AVX2_far_8:
 	VFMADD231PS  352(AX), Y9, Y11
 	VMOVUPS      Y11, 168(SP)
 	CMPQ         R9, $0x000001a0
-	JBE          vkbf16AVX2_dead_30
+	JBE          stateVKbf16AVX2_dead_30
 	VMOVUPS      200(SP), Y11
 	VMULPS       Y11, Y10, Y11
 	VFMADD231PS  384(AX), Y9, Y11
 	VMOVUPS      Y11, 200(SP)
 	CMPQ         R9, $0x000001c0
-	JBE          vkbf16AVX2_dead_30
+	JBE          stateVKbf16AVX2_dead_30
 	VMOVUPS      232(SP), Y11
 	VMULPS       Y11, Y10, Y11
 	VFMADD231PS  416(AX), Y9, Y11
 	VMOVUPS      Y11, 232(SP)
 	CMPQ         R9, $0x000001e0
-	JBE          vkbf16AVX2_dead_30
+	JBE          stateVKbf16AVX2_dead_30
 	VMOVUPS      264(SP), Y11
 	VMULPS       Y11, Y10, Y11
 	VFMADD231PS  448(AX), Y9, Y11
 	VMOVUPS      Y11, 264(SP)
 
-vkbf16AVX2_dead_30:
+stateVKbf16AVX2_dead_30:
 	VMULPS      Y8, Y10, Y8
 	VFMADD231PS -32(AX)(R9*1), Y9, Y8
 	VANDPS      40(SP), Y8, Y8
 
-vkbf16AVX2_decayed_8:
+stateVKbf16AVX2_decayed_8:
 	// The state after this token, if stored.
 	MOVQ         (BX), R11
 	TESTQ        R11, R11
-	JZ           vkbf16AVX2_nostore_4
+	JZ           stateVKbf16AVX2_nostore_4
 	MOVQ         (SP), R12
 	IMULQ        R10, R12
 	ADDQ         R12, R11
@@ -22132,7 +22132,7 @@ vkbf16AVX2_decayed_8:
 	VPACKUSDW    X10, X9, X10
 	VMOVDQU      X10, 176(R11)
 	CMPQ         R9, $0x000001a0
-	JBE          vkbf16AVX2_dead_31
+	JBE          stateVKbf16AVX2_dead_31
 	VMOVUPS      200(SP), Y9
 	VMOVAPS      Y9, Y9
 	VPSRLD       $0x10, Y9, Y10
@@ -22148,7 +22148,7 @@ vkbf16AVX2_decayed_8:
 	VPACKUSDW    X10, X9, X10
 	VMOVDQU      X10, 192(R11)
 	CMPQ         R9, $0x000001c0
-	JBE          vkbf16AVX2_dead_31
+	JBE          stateVKbf16AVX2_dead_31
 	VMOVUPS      232(SP), Y9
 	VMOVAPS      Y9, Y9
 	VPSRLD       $0x10, Y9, Y10
@@ -22164,7 +22164,7 @@ vkbf16AVX2_decayed_8:
 	VPACKUSDW    X10, X9, X10
 	VMOVDQU      X10, 208(R11)
 	CMPQ         R9, $0x000001e0
-	JBE          vkbf16AVX2_dead_31
+	JBE          stateVKbf16AVX2_dead_31
 	VMOVUPS      264(SP), Y9
 	VMOVAPS      Y9, Y9
 	VPSRLD       $0x10, Y9, Y10
@@ -22180,8 +22180,8 @@ vkbf16AVX2_decayed_8:
 	VPACKUSDW    X10, X9, X10
 	VMOVDQU      X10, 224(R11)
 
-vkbf16AVX2_dead_31:
-vkbf16AVX2_nostore_4:
+stateVKbf16AVX2_dead_31:
+stateVKbf16AVX2_nostore_4:
 	ADDQ R9, AX
 	ADDQ R9, CX
 	ADDQ $0x10, DX
@@ -22189,12 +22189,12 @@ vkbf16AVX2_nostore_4:
 	ADDQ 32(SP), SI
 	ADDQ 24(SP), DI
 	DECQ R8
-	JNZ  vkbf16AVX2_token_4
+	JNZ  stateVKbf16AVX2_token_4
 
 	// The f32 carry after the last token, if asked for.
 	MOVQ    carry_base+88(FP), AX
 	TESTQ   AX, AX
-	JZ      vkbf16AVX2_nocarry_4
+	JZ      stateVKbf16AVX2_nocarry_4
 	MOVQ    (SP), CX
 	IMULQ   R9, CX
 	ADDQ    CX, AX
@@ -22216,26 +22216,26 @@ vkbf16AVX2_nostore_4:
 	VMOVUPS 168(SP), Y0
 	VMOVUPS Y0, 352(AX)
 	CMPQ    R9, $0x000001a0
-	JBE     vkbf16AVX2_dead_32
+	JBE     stateVKbf16AVX2_dead_32
 	VMOVUPS 200(SP), Y0
 	VMOVUPS Y0, 384(AX)
 	CMPQ    R9, $0x000001c0
-	JBE     vkbf16AVX2_dead_32
+	JBE     stateVKbf16AVX2_dead_32
 	VMOVUPS 232(SP), Y0
 	VMOVUPS Y0, 416(AX)
 	CMPQ    R9, $0x000001e0
-	JBE     vkbf16AVX2_dead_32
+	JBE     stateVKbf16AVX2_dead_32
 	VMOVUPS 264(SP), Y0
 	VMOVUPS Y0, 448(AX)
 
-vkbf16AVX2_dead_32:
-vkbf16AVX2_nocarry_4:
+stateVKbf16AVX2_dead_32:
+stateVKbf16AVX2_nocarry_4:
 	ADDQ $0x00000001, (SP)
 	SUBQ $0x00000001, 8(SP)
-	JMP  vkbf16AVX2_group_4
+	JMP  stateVKbf16AVX2_group_4
 
-vkbf16AVX2_groupsdone_4:
-vkbf16AVX2_done_1:
+stateVKbf16AVX2_groupsdone_4:
+stateVKbf16AVX2_done_1:
 	VZEROUPPER
 	RET
 

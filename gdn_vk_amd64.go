@@ -22,48 +22,48 @@ import "unsafe"
 // assembly handles K ≤ 256 (AVX-512) and 8 ≤ K ≤ 128 (AVX2); outside that range these wrappers run
 // the portable routine (vkTokens), which allocates its per-call bookkeeping.
 
-func stateVKf32AVX512(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok []float32) {
+func vkF32AVX512(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok []float32) {
 	if K > 256 {
 		vkPortableF32(K, V, src, stores, kh, qh, v, vs, o, tok)
 		return
 	}
 	if len(tok) == 4 { // one token: the register groups, no work space
-		vkf32AVX512(K, V, src, stores, kh, qh, v, vs, o, tok, nil)
+		stateVKf32AVX512(K, V, src, stores, kh, qh, v, vs, o, tok, nil)
 		return
 	}
 	w := workPool.Get().(*[]float32)
-	vkf32AVX512(K, V, src, stores, kh, qh, v, vs, o, tok, *w)
+	stateVKf32AVX512(K, V, src, stores, kh, qh, v, vs, o, tok, *w)
 	workPool.Put(w)
 }
 
-func stateVKbf16AVX512(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok []float32) {
+func vkBF16AVX512(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok []float32) {
 	if K > 256 {
 		vkPortableBF16(K, V, src, src32, stores, carry, kh, qh, v, vs, o, tok)
 		return
 	}
 	if len(tok) == 4 { // one token: the register groups, no work space
-		vkbf16AVX512(K, V, src, src32, stores, carry, kh, qh, v, vs, o, tok, nil)
+		stateVKbf16AVX512(K, V, src, src32, stores, carry, kh, qh, v, vs, o, tok, nil)
 		return
 	}
 	w := workPool.Get().(*[]float32)
-	vkbf16AVX512(K, V, src, src32, stores, carry, kh, qh, v, vs, o, tok, *w)
+	stateVKbf16AVX512(K, V, src, src32, stores, carry, kh, qh, v, vs, o, tok, *w)
 	workPool.Put(w)
 }
 
-func stateVKf32AVX2(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok []float32) {
+func vkF32AVX2(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok []float32) {
 	if K < 8 || K > 128 {
 		vkPortableF32(K, V, src, stores, kh, qh, v, vs, o, tok)
 		return
 	}
-	vkf32AVX2(K, V, src, stores, kh, qh, v, vs, o, tok)
+	stateVKf32AVX2(K, V, src, stores, kh, qh, v, vs, o, tok)
 }
 
-func stateVKbf16AVX2(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok []float32) {
+func vkBF16AVX2(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok []float32) {
 	if K < 8 || K > 128 {
 		vkPortableBF16(K, V, src, src32, stores, carry, kh, qh, v, vs, o, tok)
 		return
 	}
-	vkbf16AVX2(K, V, src, src32, stores, carry, kh, qh, v, vs, o, tok)
+	stateVKbf16AVX2(K, V, src, src32, stores, carry, kh, qh, v, vs, o, tok)
 }
 
 // vkPortableF32 and vkPortableBF16 are vkTokens behind the flat signatures.
@@ -98,16 +98,16 @@ func vkPortableBF16(K, V int, src []uint16, src32 []float32, stores []unsafe.Poi
 // and tokensBF16).
 
 //go:noescape
-func vkf32AVX512(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok, work []float32)
+func stateVKf32AVX512(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok, work []float32)
 
 //go:noescape
-func vkbf16AVX512(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok, work []float32)
+func stateVKbf16AVX512(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok, work []float32)
 
 //go:noescape
-func vkf32AVX2(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok []float32)
+func stateVKf32AVX2(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok []float32)
 
 //go:noescape
-func vkbf16AVX2(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok []float32)
+func stateVKbf16AVX2(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok []float32)
 
 // Benchmark floors (asm/bench_floor.go), exported through BenchFloors.
 

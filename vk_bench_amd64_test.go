@@ -32,9 +32,9 @@ func BenchmarkVKRoutine(b *testing.B) {
 	for _, im := range available {
 		switch im.name {
 		case "avx512":
-			ks = append(ks, kern{"avx512", stateVKf32AVX512, stateVKbf16AVX512})
+			ks = append(ks, kern{"avx512", vkF32AVX512, vkBF16AVX512})
 		case "avx2":
-			ks = append(ks, kern{"avx2", stateVKf32AVX2, stateVKbf16AVX2})
+			ks = append(ks, kern{"avx2", vkF32AVX2, vkBF16AVX2})
 		}
 	}
 	tokens := func(K, V, T int) (kh, qh, v, o, tok []float32) {
@@ -122,9 +122,9 @@ func TestVKChunksAMD64(t *testing.T) {
 	for _, im := range available {
 		switch im.name {
 		case "avx512":
-			rs = append(rs, rt{"avx512", stateVKf32AVX512, stateVKbf16AVX512})
+			rs = append(rs, rt{"avx512", vkF32AVX512, vkBF16AVX512})
 		case "avx2":
-			rs = append(rs, rt{"avx2", stateVKf32AVX2, stateVKbf16AVX2})
+			rs = append(rs, rt{"avx2", vkF32AVX2, vkBF16AVX2})
 		}
 	}
 	r := rand.New(rand.NewPCG(5, 6))

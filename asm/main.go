@@ -61,6 +61,56 @@ func main() {
 	Generate()
 }
 
+// layout is a head's state layout: [K][V] (row i holds S[i][0..V)) or [V][K] (row j holds
+// S[0..K)[j], the transpose).
+type layout int
+
+const (
+	layoutKV layout = iota
+	layoutVK
+)
+
+func (l layout) String() string { return [...]string{"KV", "VK"}[l] }
+
+// variant is one state routine over T tokens: ISA × layout × storage. Its name and everything
+// that depends on the storage (the element size) are derived from it here, once.
+type variant struct {
+	a      isa
+	layout layout
+	bf16   bool
+}
+
+// variants is every state routine over T tokens, in output order: [K][V] (state_kv_tokens.go)
+// then [V][K] (state_vk.go), f32 then bf16, AVX-512 then AVX2.
+func variants(l layout) []variant {
+	var vs []variant
+	for _, a := range []isa{avx512, avx2} {
+		for _, bf16 := range []bool{false, true} {
+			vs = append(vs, variant{a, l, bf16})
+		}
+	}
+	return vs
+}
+
+// storage is "f32" or "bf16".
+func (v variant) storage() string {
+	if v.bf16 {
+		return "bf16"
+	}
+	return "f32"
+}
+
+// name is the routine's name, state<Layout><storage><ISA>: stateVKbf16AVX2.
+func (v variant) name() string { return "state" + v.layout.String() + v.storage() + v.a.name }
+
+// es is the size of a state element in bytes (offsets are in elements, scaled by es).
+func (v variant) es() int {
+	if v.bf16 {
+		return 2
+	}
+	return 4
+}
+
 // spec is one routine of the output: its name, what emits it, and its budget: the most lines its
 // TEXT block may have in gdn_amd64.s (TestLineBudget), so that growth — a new specialisation, a
 // tail copied per width — is a decision made here and not a side effect.
@@ -75,19 +125,20 @@ func table() []spec {
 	var t []spec
 	for _, a := range []isa{avx512, avx2} {
 		t = append(t,
-			spec{"state" + a.name, func() { stateRoutine(a) }, 6000},
-			spec{"gate" + a.name, func() { gateRoutine(a) }, 400},
+			spec{"state" + a.name, func() { stateRoutine(a) }, 2000},
+			spec{"gate" + a.name, func() { gateRoutine(a) }, 350},
 			spec{"l2" + a.name, func() { l2Routine(a) }, 100})
 	}
-	for _, a := range []isa{avx512, avx2} {
-		for _, bf16 := range []bool{false, true} {
-			v := kvVariant{a: a, bf16: bf16}
-			t = append(t, spec{v.name(), func() { stateKVTokens(v) }, 5000})
+	kvBudget := map[string]int{"stateKVf32AVX512": 1000, "stateKVbf16AVX512": 1475, "stateKVf32AVX2": 1100, "stateKVbf16AVX2": 1700}
+	for i, v := range variants(layoutKV) {
+		t = append(t, spec{v.name(), func() { stateKVTokens(v) }, kvBudget[v.name()]})
+		if i%2 == 1 {
+			t = append(t, spec{"widen" + v.a.name, func() { widenRoutine(v.a) }, 60})
 		}
-		t = append(t, spec{"widen" + a.name, func() { widenRoutine(a) }, 400})
 	}
-	for _, v := range vkVariants {
-		t = append(t, spec{v.name(), func() { stateVK(v) }, 20000})
+	vkBudget := map[string]int{"stateVKf32AVX512": 3700, "stateVKbf16AVX512": 5500, "stateVKf32AVX2": 1100, "stateVKbf16AVX2": 1900}
+	for _, v := range variants(layoutVK) {
+		t = append(t, spec{v.name(), func() { stateVK(v) }, vkBudget[v.name()]})
 	}
 	for _, a := range []isa{avx512, avx2} {
 		t = append(t,

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"strings"
 	"testing"
 
 	. "github.com/mmcloughlin/avo/operand"
@@ -73,43 +72,13 @@ func TestSpans(t *testing.T) {
 
 	// Tokens AVX-512: a block of wd ≤ 64 columns is the full block (64), one masked ZMM (≤ 16),
 	// or the span [spanFixed, spanVecs] (then the masked one: nfull = (wd − 1) >> 4).
-	g := kvVariant{a: avx512}
+	g := variant{a: avx512}
 	for wd := 17; wd < 64; wd++ {
 		if nfull := (wd - 1) >> 4; nfull < g.spanFixed() || nfull > g.spanVecs() {
 			t.Fatalf("tokens AVX-512 block of %d columns: %d full ZMM, the span serves %d–%d", wd, nfull, g.spanFixed(), g.spanVecs())
 		}
 	}
-	if g := (kvVariant{a: avx2}); g.spanVecs() != narrowSpan || g.spanFixed() != 0 {
+	if g := (variant{a: avx2}); g.spanVecs() != narrowSpan || g.spanFixed() != 0 {
 		t.Fatalf("tokens AVX2 span: %d full YMM from %d", g.spanVecs(), g.spanFixed())
 	}
-}
-
-// kvLineBudget is the most lines each [K][V] routine of ../gdn_amd64.s may have (DESIGN.md §4: a
-// test keeps each routine under a line budget, so growth is a decision). Reached when the tails
-// became spans: 1,936, 1,959, 976, 1,435, 1,075, 1,667 (9,048; 20,652 before).
-var kvLineBudget = map[string]int{
-	"stateAVX512":       2000,
-	"stateAVX2":         2000,
-	"stateKVf32AVX512":  1000,
-	"stateKVbf16AVX512": 1475,
-	"stateKVf32AVX2":    1100,
-	"stateKVbf16AVX2":   1700,
-}
-
-func TestKVLineBudget(t *testing.T) {
-	rs := routines(t)
-	total := 0
-	for name, budget := range kvLineBudget {
-		body, ok := rs[name]
-		if !ok {
-			t.Fatalf("no routine %s", name)
-		}
-		_, text, _ := strings.Cut(body, "TEXT ·"+name)
-		n := strings.Count(text, "\n")
-		total += n
-		if n > budget {
-			t.Errorf("%s has %d lines, budget %d (kvLineBudget): a decision, not a drift", name, n, budget)
-		}
-	}
-	t.Logf("the [K][V] routines: %d lines", total)
 }

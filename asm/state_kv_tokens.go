@@ -49,32 +49,10 @@ const kvWork = 32 << 10
 // kvBlockVecs is the most vectors per row of a column block.
 const kvBlockVecs = 4
 
-// kvVariant is one [K][V] routine over T tokens: the ISA × the storage type.
-type kvVariant struct {
-	a    isa
-	bf16 bool
-}
-
-func (v kvVariant) name() string {
-	s := "f32"
-	if v.bf16 {
-		s = "bf16"
-	}
-	return "stateKV" + s + v.a.name
-}
-
-// es is the size of a state element in bytes.
-func (v kvVariant) es() int {
-	if v.bf16 {
-		return 2
-	}
-	return 4
-}
-
 // kvGen is the state of one routine's generation: its labels are scoped by its name, so adding a
 // routine renumbers no other.
 type kvGen struct {
-	kvVariant
+	variant
 
 	// frame slots
 	work                          Mem // aligned pointer to the block
@@ -94,32 +72,32 @@ func kvMaxK(a isa) int { return kvWork / (4 * a.lanes) }
 // deltaInFrame reports whether a token's pass keeps δ in the frame (AVX2: its 16 registers hold
 // the 2·5 accumulators of the next token, the decay constant, k̂_i, k̂_i+1, q̂_i+1 and the row's
 // vector) rather than in registers.
-func (v kvVariant) deltaInFrame() bool { return v.a.regs < 32 }
+func (v variant) deltaInFrame() bool { return v.a.regs < 32 }
 
 // narrowBF16 reports whether the last w mod lanes bf16 columns of a block take widenTail and
 // storeTail (AVX2: VPMASKMOVD has dword granules) rather than the masked vector's own masked loads
 // and stores (opmasks have word granules).
-func (v kvVariant) narrowBF16() bool { return v.bf16 && !v.a.masks }
+func (v variant) narrowBF16() bool { return v.bf16 && !v.a.masks }
 
 // spanVecs and spanFixed are the numbers of full vectors of the span of a block that is neither
 // a full block nor (AVX-512) a block of one vector, and of those always live: AVX-512 3 and 1
 // (2 to 4 vectors, the last masked), AVX2 narrowSpan and 0 (1 to 23 columns).
-func (v kvVariant) spanVecs() int {
+func (v variant) spanVecs() int {
 	if v.a.maskedLast() {
 		return kvBlockVecs - 1
 	}
 	return narrowSpan
 }
 
-func (v kvVariant) spanFixed() int {
+func (v variant) spanFixed() int {
 	if v.a.maskedLast() {
 		return 1
 	}
 	return 0
 }
 
-func stateKVTokens(vr kvVariant) {
-	g := &kvGen{kvVariant: vr}
+func stateKVTokens(vr variant) {
+	g := &kvGen{variant: vr}
 	a := vr.a
 	if vr.bf16 {
 		routine(g.name(), NOSPLIT, "func(K, V int, src []uint16, src32 []float32, stores []uintptr, carry []float32, kh, qh, v []float32, vs int, o, tok, work []float32)")

@@ -23,35 +23,18 @@ package main
 // elements ending at K, and-masked); see vkBody. Each shape is a full unroll at a model's K.
 //
 // Line counts in gdn_amd64.s (TEXT to TEXT): specialised per L (N = 1…16) the four routines
-// took 41,476 lines (vkf32AVX512 13,776, vkbf16AVX512 19,013, vkf32AVX2 3,100, vkbf16AVX2
+// took 41,476 lines (stateVKf32AVX512 13,776, stateVKbf16AVX512 19,013, stateVKf32AVX2 3,100, stateVKbf16AVX2
 // 5,587); as shapes, with the blocks' sub-block count a runtime count, 11,671 (3,554, 5,280,
 // 1,027, 1,810). TestVKLineBudget keeps them under a budget.
 
 import (
 	"fmt"
+	"strings"
 
 	. "github.com/mmcloughlin/avo/build"
 	. "github.com/mmcloughlin/avo/operand"
 	. "github.com/mmcloughlin/avo/reg"
 )
-
-// vkVariant is one [V][K] routine: an ISA and a storage type.
-type vkVariant struct {
-	a    isa
-	bf16 bool
-}
-
-var vkVariants = []vkVariant{{avx512, false}, {avx512, true}, {avx2, false}, {avx2, true}}
-
-func (v vkVariant) storage() string {
-	if v.bf16 {
-		return "bf16"
-	}
-	return "f32"
-}
-
-// name is the assembly routine's name (the Go wrapper is stateVK<storage><ISA>).
-func (v vkVariant) name() string { return "vk" + v.storage() + v.a.name }
 
 // vkAhead is how far ahead of a group's rows load prefetches.
 const vkAhead = 8192
@@ -385,7 +368,7 @@ type vkRow struct {
 // position is guarded is zeroed rather than set by that position's product, so a row's
 // arithmetic is that of its live positions in order, whatever the shape.
 type vkBody struct {
-	v     vkVariant
+	v     variant
 	a     isa
 	n, lo int // vector positions per row, the fewest live ones the shape serves
 	g     int // rows in the group
@@ -947,7 +930,7 @@ func tokensEnd(r vkRegs, bf16 bool, loop, nostore, carryLabel string, store func
 func bf16Store(a isa, pc piece, y VecVirtual, m Mem) { bf16(a, pc, y, m) }
 
 // stateVK emits the routine of variant v.
-func stateVK(v vkVariant) {
+func stateVK(v variant) {
 	a := v.a
 	sig := "func(K, V int, src []float32, stores []uintptr, kh, qh, v []float32, vs int, o, tok []float32"
 	if v.bf16 {
@@ -958,7 +941,7 @@ func stateVK(v vkVariant) {
 	}
 	sig += ")"
 	routine(v.name(), NOSPLIT, sig)
-	Doc(fmt.Sprintf("%s is the [V][K] %s state routine over T tokens in %s; see stateVK%s%s in gdn_vk_amd64.go.", v.name(), v.storage(), a.name, v.storage(), a.name))
+	Doc(fmt.Sprintf("%s is the [V][K] %s state routine over T tokens in %s; see vk%s%s in gdn_vk_amd64.go.", v.name(), v.storage(), a.name, strings.ToUpper(v.storage()), a.name))
 	r := vkRegs{pk: GP64(), pq: GP64(), pt: GP64(), ps: GP64(), pv: GP64(), po: GP64(), cnt: GP64(), k4: GP64(), ks: GP64()}
 	r.j, r.rows, r.t, r.v4, r.vs4 = AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8)
 	if a.vkBlocks() {
@@ -1057,12 +1040,4 @@ func stateVK(v vkVariant) {
 	Label(done)
 	VZEROUPPER()
 	RET()
-}
-
-// vkRoutines emits every [V][K] routine (and their constants).
-func vkRoutines() {
-	vkConstants()
-	for _, v := range vkVariants {
-		stateVK(v)
-	}
 }
