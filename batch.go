@@ -364,6 +364,10 @@ func (d *driver) sequence(n, hlo, hhi int) {
 	}
 	HK := b.KHeads
 	G := b.VHeads / HK
+	per := G // heads per group call: all of a group, but at most groupMax when it needs carries
+	if t1-t0 > chunk {
+		per = min(G, groupMax)
+	}
 	for hk := range HK {
 		// The group of k-head hk is the value heads base + j·step, j < G.
 		base, step := hk*G, 1
@@ -372,8 +376,8 @@ func (d *driver) sequence(n, hlo, hhi int) {
 		}
 		jlo := min(G, (max(0, hlo-base)+step-1)/step)
 		jhi := min(G, (max(0, hhi-base)+step-1)/step)
-		for j := jlo; j < jhi; j += groupMax {
-			d.group(n, hk, base+j*step, step, min(groupMax, jhi-j), t0, t1, read)
+		for j := jlo; j < jhi; j += per {
+			d.group(hk, base+j*step, step, min(per, jhi-j), t0, t1, read)
 		}
 	}
 }
@@ -392,11 +396,11 @@ func (d *driver) pad(t0, t1, hlo, hhi int) {
 	}
 }
 
-// group runs the g ≤ groupMax value heads h0 + j·step, j < g, of k-head hk over the tokens
-// [t0, t1) of a sequence reading slot read: chunk by chunk, each chunk's k̂, q̂ and k̂·q̂ prepared
-// once and then every head's state advanced through it, head j carrying its state from one chunk
-// to the next in carry j.
-func (d *driver) group(n, hk, h0, step, g, t0, t1 int, read int32) {
+// group runs the g value heads h0 + j·step, j < g, of k-head hk over the tokens [t0, t1) of a
+// sequence reading slot read: chunk by chunk, each chunk's k̂, q̂ and k̂·q̂ prepared once and then
+// every head's state advanced through it. Over more than one chunk (g ≤ groupMax then) head j
+// carries its state from one chunk to the next in carry j.
+func (d *driver) group(hk, h0, step, g, t0, t1 int, read int32) {
 	b, s := d.b, d.s
 	hs := b.K * b.V
 	if t1-t0 == 1 && d.single {
@@ -406,30 +410,40 @@ func (d *driver) group(n, hk, h0, step, g, t0, t1 int, read int32) {
 		}
 		return
 	}
-	var src [groupMax]stateRef // head j's state before the chunk
-	if read != Zero {
+	if t1-t0 <= chunk {
+		d.prepareQK(t0, t1, hk)
 		for j := range g {
-			src[j] = poolRef(&b.State, int(read), h0+j*step, hs)
+			h := h0 + j*step
+			d.chunk(h, t0, t1, t1, read, d.readRef(read, h), nil)
 		}
+		return
 	}
-	var carry []float32
-	if t1-t0 > chunk {
-		if len(s.carry) < g*hs {
-			s.carry = make([]float32, min(groupMax, b.VHeads/b.KHeads)*hs) // the most any group of b needs
-		}
-		carry = s.carry
+	var src [groupMax]stateRef // head j's state before the chunk
+	for j := range g {
+		src[j] = d.readRef(read, h0+j*step)
+	}
+	if len(s.carry) < g*hs {
+		s.carry = make([]float32, min(groupMax, b.VHeads/b.KHeads)*hs) // the most any group of b needs
 	}
 	for c0 := t0; c0 < t1; c0 += chunk {
 		c1 := min(t1, c0+chunk)
 		d.prepareQK(c0, c1, hk)
 		for j := range g {
-			var cj []float32
+			var carry []float32
 			if c1 < t1 {
-				cj = carry[j*hs : (j+1)*hs : (j+1)*hs]
+				carry = s.carry[j*hs : (j+1)*hs : (j+1)*hs]
 			}
-			src[j] = d.chunk(h0+j*step, c0, c1, t1, read, src[j], cj)
+			src[j] = d.chunk(h0+j*step, c0, c1, t1, read, src[j], carry)
 		}
 	}
+}
+
+// readRef is the state value head h of a sequence reading slot read starts from (none: Zero).
+func (d *driver) readRef(read int32, h int) stateRef {
+	if read == Zero {
+		return stateRef{}
+	}
+	return poolRef(&d.b.State, int(read), h, d.b.K*d.b.V)
 }
 
 // chunk advances value head h through the tokens [c0, c1) of a sequence ending at t1 and reading
@@ -531,9 +545,9 @@ func (d *driver) token(h, t int, read int32) {
 		v = s.v[:V:V]
 		d.im.widen(v, cutU16(b.Val.BF16, t*b.Val.Stride+h*V, V))
 	}
-	in := s.zero32[:hs:hs]
-	if read != Zero {
-		in = poolRef(&b.State, int(read), h, hs).f32
+	in := d.readRef(read, h).f32
+	if in == nil {
+		in = s.zero32[:hs:hs]
 	}
 	dstPool := &b.State
 	if b.StoreTo.F32 != nil || b.StoreTo.BF16 != nil {

@@ -14,7 +14,7 @@ import (
 // (and, over sequences longer than a chunk, at most a few heads at once, each with its own
 // carry). These tests hold it to what an item is on its own: every (kernel, format, GQA order)
 // on shapes whose groups have 1, 2, 5 and 9 value heads (9 and 5 more than the driver takes at
-// once), sequences of 130 (three chunks), 65, 64, 70, 2, 1 and 0 tokens, Pad, Zero, in place
+// once), sequences of 130 (three chunks), 70, 65, 64, 2, 1 and 0 tokens, Pad, Zero, in place
 // and with snapshots.
 
 // driverShape is one shape of the tests.
@@ -24,10 +24,9 @@ type driverShape struct{ HK, HV, K, V int }
 // from the same Scratch.)
 var driverShapes = []driverShape{{4, 4, 12, 20}, {1, 9, 12, 20}, {2, 10, 16, 9}, {3, 6, 9, 16}}
 
-// driverLens are the tests' sequence lengths (the 64 and 65 tokens of sequences 3 and 4, one
-// after the other, start with the same chunk: a cache of prepared rows keyed without the
-// sequence would hand sequence 4 those of sequence 3).
-var driverLens = []int{130, 1, 0, 64, 65, 2, 70}
+// driverLens are the tests' sequence lengths: two of 1 and two of 64 tokens one after the other
+// (a cache of prepared rows keyed without the sequence would hand the second those of the first).
+var driverLens = []int{130, 1, 1, 0, 64, 64, 65, 2, 70}
 
 // kHead is the k-head value head h reads (SPEC Part A), written out here independently of the
 // driver.
@@ -54,7 +53,7 @@ func driverBatch(r *rand.Rand, d driverShape, f gdnsimd.Format, tiled, stores, b
 	var read, store []int32
 	slots := N
 	if stores {
-		read = []int32{gdnsimd.Zero, 0, 1, gdnsimd.Zero, 1, gdnsimd.Pad, 2}
+		read = []int32{gdnsimd.Zero, 0, 1, 1, gdnsimd.Zero, 2, 1, gdnsimd.Pad, 2}
 		store = make([]int32, T)
 		slots = 3
 		for n, l := range driverLens {
@@ -68,7 +67,7 @@ func driverBatch(r *rand.Rand, d driverShape, f gdnsimd.Format, tiled, stores, b
 			}
 		}
 	} else {
-		read = []int32{0, 1, 2, 3, 4, gdnsimd.Pad, 5}
+		read = []int32{0, 1, 2, 3, 4, 5, 6, gdnsimd.Pad, 7}
 	}
 	vec := func(n int, mean, sd float64) []float32 {
 		x := make([]float32, n)
