@@ -230,3 +230,28 @@ func boolInt(b bool) int {
 	}
 	return 0
 }
+
+// TestDriverZeroAllocs: once a Scratch has grown, RunBatch allocates nothing, with groups larger
+// than the driver takes at once over several chunks, in every format and GQA order.
+func TestDriverZeroAllocs(t *testing.T) {
+	if testing.CoverMode() != "" || driverRace {
+		t.Skip("allocation counts are not meaningful under -race or -cover")
+	}
+	kerneltest.ForEach(t, func(t *testing.T, name string) {
+		k, _ := gdnsimd.Lookup(name)
+		for _, f := range gdnsimd.Formats() {
+			if !k.Implements(f) {
+				continue
+			}
+			for _, d := range driverShapes[1:3] {
+				for _, tiled := range []bool{false, true} {
+					b, _ := driverBatch(rand.New(rand.NewPCG(1, 2)), d, f, tiled, true, false)
+					s := new(gdnsimd.Scratch)
+					if n := testing.AllocsPerRun(5, func() { k.RunBatch(&b, 0, b.Items(), s) }); n != 0 {
+						t.Errorf("%v/HK=%d,HV=%d/tiled=%v: %v allocations per call", f, d.HK, d.HV, tiled, n)
+					}
+				}
+			}
+		}
+	})
+}
