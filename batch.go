@@ -126,6 +126,12 @@ func (b *Batch) Cost(lo, hi int) int {
 // chunk (k̂, q̂, v, o: 128 KiB at K = V = 128) stay in L2 while the routine sweeps the state.
 const chunk = 64
 
+// groupMax is the most value heads of one GQA group the driver advances together through a
+// sequence longer than a chunk (each keeps its own K·V f32 carry between chunks, 64 KiB at
+// K = V = 128); they share the k̂, q̂ and k̂·q̂ of each chunk, prepared once. Qwen3-Next groups 2
+// value heads per k-head, Qwen3.5 3.
+const groupMax = 4
+
 // stateRef is one head's K·V state in a pool or in scratch: f32, bf16, or both (both are
 // written; only one is ever read). The zero stateRef is "none" (a zero state when read).
 type stateRef struct {
@@ -165,7 +171,8 @@ type Scratch struct {
 	kh, qh, o, v, z, tok []float32
 	kq                   []float32 // [chunk] k̂·q̂
 	row                  []float32 // widened q, k rows of one token
-	carry, tmp           []float32 // K·V
+	carry                []float32 // [g][K·V], g ≤ groupMax: a carry per head of a group (grown on first use)
+	tmp                  []float32 // K·V
 	slab                 []float32
 	dst                  []stateRef
 	stores               []unsafe.Pointer
@@ -185,7 +192,7 @@ func (s *Scratch) ensure(K, V int) {
 	s.o, s.v, s.z = make([]float32, chunk*V), make([]float32, chunk*V), make([]float32, V)
 	s.tok, s.kq = make([]float32, 4*chunk), make([]float32, chunk)
 	s.row = make([]float32, 2*K)
-	s.carry, s.tmp = make([]float32, K*V), make([]float32, K*V)
+	s.carry, s.tmp = nil, make([]float32, K*V)
 	s.slab = make([]float32, K*genericBlock)
 	s.dst = make([]stateRef, chunk)
 	s.stores = make([]unsafe.Pointer, chunk)
@@ -241,8 +248,11 @@ func (k Kernel) runBatch(b *Batch, lo, hi int, s *Scratch, check bool) {
 		clear(s.dst)
 		s.hc.src, s.hc.dst, s.hc.v = stateRef{}, nil, nil
 	}()
-	for w := lo; w < hi; w++ {
-		d.item(w)
+	for w := lo; w < hi; {
+		n := w / b.VHeads
+		end := min(hi, (n+1)*b.VHeads)
+		d.sequence(n, w-n*b.VHeads, end-n*b.VHeads)
+		w = end
 	}
 }
 
@@ -335,102 +345,165 @@ type driver struct {
 	state  stateFunc
 	w      []float32
 	single bool // one-token sequences take token (the [K][V] f32 format)
-
-	// The normalised q, k of the last (sequence, k-head, chunk start) prepared, reused by the
-	// next v-heads that share the k-head (GQA by index, never a copy).
-	lastN, lastHK, lastC0, lastC1 int
 }
 
-func (d *driver) item(w int) {
-	b, s := d.b, d.s
-	K, V, HV := b.K, b.V, b.VHeads
-	n, h := w/HV, w%HV
+// sequence runs the items of sequence n for the value heads [hlo, hhi), one GQA group (the heads
+// reading one k-head) at a time, so that the group's heads share the k-head's k̂, q̂ and k̂·q̂ of
+// a chunk, prepared once for all of them. A range of items may start or end inside a group: only
+// the group's heads in [hlo, hhi) are run.
+func (d *driver) sequence(n, hlo, hhi int) {
+	b := d.b
 	t0, t1 := b.tokens(n)
 	if t0 == t1 {
 		return
 	}
 	read := b.read(n)
 	if read == Pad {
-		for t := t0; t < t1; t++ {
-			if b.Out != nil {
-				clear(cutU16(b.Out, (t*HV+h)*V, V))
-			}
-			if b.OutF32 != nil {
-				clear(cutF32(b.OutF32, (t*HV+h)*V, V))
-			}
+		d.pad(t0, t1, hlo, hhi)
+		return
+	}
+	HK := b.KHeads
+	G := b.VHeads / HK
+	per := G // heads per group call: all of a group, but at most groupMax when it needs carries
+	if t1-t0 > chunk {
+		per = min(G, groupMax)
+	}
+	for hk := range HK {
+		// The group of k-head hk is the value heads base + j·step, j < G.
+		base, step := hk*G, 1
+		if b.GQATiled {
+			base, step = hk, HK
+		}
+		jlo := min(G, (max(0, hlo-base)+step-1)/step)
+		jhi := min(G, (max(0, hhi-base)+step-1)/step)
+		for j := jlo; j < jhi; j += per {
+			d.group(hk, base+j*step, step, min(per, jhi-j), t0, t1, read)
+		}
+	}
+}
+
+// pad writes +0 to the outputs of the value heads [hlo, hhi) of a padding sequence's tokens.
+func (d *driver) pad(t0, t1, hlo, hhi int) {
+	b := d.b
+	V, HV := b.V, b.VHeads
+	for t := t0; t < t1; t++ {
+		if b.Out != nil {
+			clear(cutU16(b.Out, (t*HV+hlo)*V, (hhi-hlo)*V))
+		}
+		if b.OutF32 != nil {
+			clear(cutF32(b.OutF32, (t*HV+hlo)*V, (hhi-hlo)*V))
+		}
+	}
+}
+
+// group runs the g value heads h0 + j·step, j < g, of k-head hk over the tokens [t0, t1) of a
+// sequence reading slot read: chunk by chunk, each chunk's k̂, q̂ and k̂·q̂ prepared once and then
+// every head's state advanced through it. Over more than one chunk (g ≤ groupMax then) head j
+// carries its state from one chunk to the next in carry j.
+func (d *driver) group(hk, h0, step, g, t0, t1 int, read int32) {
+	b, s := d.b, d.s
+	hs := b.K * b.V
+	if t1-t0 == 1 && d.single {
+		d.prepareQK(t0, t1, hk)
+		for j := range g {
+			d.token(h0+j*step, t0, read)
 		}
 		return
 	}
-	hk := h / (HV / b.KHeads)
-	if b.GQATiled {
-		hk = h % b.KHeads
+	if t1-t0 <= chunk {
+		d.prepareQK(t0, t1, hk)
+		for j := range g {
+			h := h0 + j*step
+			d.chunk(h, t0, t1, t1, read, d.readRef(read, h), nil)
+		}
+		return
 	}
+	var src [groupMax]stateRef // head j's state before the chunk
+	for j := range g {
+		src[j] = d.readRef(read, h0+j*step)
+	}
+	if len(s.carry) < g*hs {
+		s.carry = make([]float32, min(groupMax, b.VHeads/b.KHeads)*hs) // the most any group of b needs
+	}
+	for c0 := t0; c0 < t1; c0 += chunk {
+		c1 := min(t1, c0+chunk)
+		d.prepareQK(c0, c1, hk)
+		for j := range g {
+			var carry []float32
+			if c1 < t1 {
+				carry = s.carry[j*hs : (j+1)*hs : (j+1)*hs]
+			}
+			src[j] = d.chunk(h0+j*step, c0, c1, t1, read, src[j], carry)
+		}
+	}
+}
+
+// readRef is the state value head h of a sequence reading slot read starts from (none: Zero).
+func (d *driver) readRef(read int32, h int) stateRef {
+	if read == Zero {
+		return stateRef{}
+	}
+	return poolRef(&d.b.State, int(read), h, d.b.K*d.b.V)
+}
+
+// chunk advances value head h through the tokens [c0, c1) of a sequence ending at t1 and reading
+// slot read, from the state src, with the chunk's k̂, q̂ and k̂·q̂ prepared, and writes the tokens'
+// outputs. It returns the state after c1−1 for the next chunk: where the chunk stored it in f32,
+// else carry (not nil when c1 < t1).
+func (d *driver) chunk(h, c0, c1, t1 int, read int32, src stateRef, carry []float32) stateRef {
+	b, s := d.b, d.s
+	K, V := b.K, b.V
 	hs := K * V
-	src := stateRef{}
-	if read != Zero {
-		src = poolRef(&b.State, int(read), h, hs)
-	}
+	T := c1 - c0
 	dstPool := &b.State
 	if b.StoreTo.F32 != nil || b.StoreTo.BF16 != nil {
 		dstPool = &b.StoreTo
 	}
 	aLog, dtBias := float64(b.ALog[h]), float64(b.DtBias[h])
-	if t1-t0 == 1 && d.single {
-		d.token(n, h, hk, t0, read, src, dstPool, aLog, dtBias)
-		return
+	tok := s.tok[:4*T]
+	for τ := range T {
+		t := c0 + τ
+		beta, em1, eg := headGates(float64(rowAt(&b.Beta, t, h)), float64(rowAt(&b.Gate, t, h)), aLog, dtBias)
+		tok[4*τ], tok[4*τ+1], tok[4*τ+2], tok[4*τ+3] = em1, eg, beta, s.kq[τ]
 	}
-	for c0 := t0; c0 < t1; c0 += chunk {
-		c1 := min(t1, c0+chunk)
-		T := c1 - c0
-		if d.lastN != n+1 || d.lastHK != hk || d.lastC0 != c0 || d.lastC1 != c1 {
-			d.prepareQK(c0, c1, hk)
-			d.lastN, d.lastHK, d.lastC0, d.lastC1 = n+1, hk, c0, c1
-		}
-		tok := s.tok[:4*T]
+	// v rows: in place for f32, widened into scratch for bf16.
+	var v []float32
+	vs := V
+	if b.Val.F32 != nil {
+		vs = b.Val.Stride
+		v = cutF32(b.Val.F32, c0*vs+h*V, (T-1)*vs+V)
+	} else {
+		v = s.v[:T*V]
 		for τ := range T {
-			t := c0 + τ
-			beta, em1, eg := headGates(float64(rowAt(&b.Beta, t, h)), float64(rowAt(&b.Gate, t, h)), aLog, dtBias)
-			tok[4*τ], tok[4*τ+1], tok[4*τ+2], tok[4*τ+3] = em1, eg, beta, s.kq[τ]
-		}
-		// v rows: in place for f32, widened into scratch for bf16.
-		var v []float32
-		vs := V
-		if b.Val.F32 != nil {
-			vs = b.Val.Stride
-			v = cutF32(b.Val.F32, c0*vs+h*V, (T-1)*vs+V)
-		} else {
-			v = s.v[:T*V]
-			for τ := range T {
-				d.im.widen(v[τ*V:(τ+1)*V], cutU16(b.Val.BF16, (c0+τ)*b.Val.Stride+h*V, V))
-			}
-		}
-		dst := s.dst[:T]
-		for τ := range T {
-			dst[τ] = stateRef{}
-			t := c0 + τ
-			if b.Store != nil {
-				if slot := b.Store[t]; slot >= 0 {
-					dst[τ] = poolRef(dstPool, int(slot), h, hs)
-				}
-			} else if t == t1-1 {
-				dst[τ] = poolRef(dstPool, int(read), h, hs)
-			}
-		}
-		next := dst[T-1]
-		if c1 < t1 && next.f32 == nil {
-			// The state goes on to the next chunk in float32.
-			dst[T-1].f32 = s.carry[:hs:hs]
-			next = stateRef{f32: dst[T-1].f32}
-		}
-		hc := &s.hc // its scratch fields are set once by ensure
-		hc.src, hc.dst = src, dst
-		hc.kh, hc.qh, hc.v, hc.vs, hc.o, hc.tok = s.kh[:T*K], s.qh[:T*K], v, vs, s.o[:T*V], tok
-		d.state(&s.hc)
-		src = stateRef{f32: next.f32}
-		for τ := range T {
-			d.gate(c0+τ, h, s.o[τ*V:(τ+1)*V:(τ+1)*V])
+			d.im.widen(v[τ*V:(τ+1)*V], cutU16(b.Val.BF16, (c0+τ)*b.Val.Stride+h*V, V))
 		}
 	}
+	dst := s.dst[:T]
+	for τ := range T {
+		dst[τ] = stateRef{}
+		t := c0 + τ
+		if b.Store != nil {
+			if slot := b.Store[t]; slot >= 0 {
+				dst[τ] = poolRef(dstPool, int(slot), h, hs)
+			}
+		} else if t == t1-1 {
+			dst[τ] = poolRef(dstPool, int(read), h, hs)
+		}
+	}
+	next := dst[T-1]
+	if c1 < t1 && next.f32 == nil {
+		// The state goes on to the next chunk in float32.
+		dst[T-1].f32 = carry
+		next = stateRef{f32: carry}
+	}
+	hc := &s.hc // its scratch fields are set once by ensure
+	hc.src, hc.dst = src, dst
+	hc.kh, hc.qh, hc.v, hc.vs, hc.o, hc.tok = s.kh[:T*K], s.qh[:T*K], v, vs, s.o[:T*V], tok
+	d.state(&s.hc)
+	for τ := range T {
+		d.gate(c0+τ, h, s.o[τ*V:(τ+1)*V:(τ+1)*V])
+	}
+	return stateRef{f32: next.f32}
 }
 
 // gate writes token t's outputs of v-head h: the gated RMSNorm of o with the token's z.
@@ -455,19 +528,16 @@ func (d *driver) gate(t, h int, o []float32) {
 	d.im.gate(o, z, d.w, b.RMSEps, out, outF)
 }
 
-// token is item's path for a sequence of one token in the [K][V] f32 format (decode, Step): the
-// single-token state piece on the pool's memory directly, without the head call of the routines
-// over T tokens. Every kernel's routine over T tokens computes each token as its single-token
-// piece does, so the bits are the same either way (gdn's equivalence tests hold them to it).
-func (d *driver) token(n, h, hk, t int, read int32, src stateRef, dstPool *Pool, aLog, dtBias float64) {
+// token is the path of a sequence of one token in the [K][V] f32 format (decode, Step) for value
+// head h, with token t's k̂, q̂ and k̂·q̂ prepared: the single-token state piece on the pool's
+// memory directly, without the head call of the routines over T tokens. Every kernel's routine
+// over T tokens computes each token as its single-token piece does, so the bits are the same
+// either way (gdn's equivalence tests hold them to it).
+func (d *driver) token(h, t int, read int32) {
 	b, s := d.b, d.s
 	K, V := b.K, b.V
 	hs := K * V
-	if d.lastN != n+1 || d.lastHK != hk || d.lastC0 != t || d.lastC1 != t+1 {
-		d.prepareQK(t, t+1, hk)
-		d.lastN, d.lastHK, d.lastC0, d.lastC1 = n+1, hk, t, t+1
-	}
-	beta, em1, eg := headGates(float64(rowAt(&b.Beta, t, h)), float64(rowAt(&b.Gate, t, h)), aLog, dtBias)
+	beta, em1, eg := headGates(float64(rowAt(&b.Beta, t, h)), float64(rowAt(&b.Gate, t, h)), float64(b.ALog[h]), float64(b.DtBias[h]))
 	var v []float32
 	if b.Val.F32 != nil {
 		v = cutF32(b.Val.F32, t*b.Val.Stride+h*V, V)
@@ -475,9 +545,13 @@ func (d *driver) token(n, h, hk, t int, read int32, src stateRef, dstPool *Pool,
 		v = s.v[:V:V]
 		d.im.widen(v, cutU16(b.Val.BF16, t*b.Val.Stride+h*V, V))
 	}
-	in := src.f32
+	in := d.readRef(read, h).f32
 	if in == nil {
 		in = s.zero32[:hs:hs]
+	}
+	dstPool := &b.State
+	if b.StoreTo.F32 != nil || b.StoreTo.BF16 != nil {
+		dstPool = &b.StoreTo
 	}
 	var out []float32
 	switch {

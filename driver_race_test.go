@@ -1,0 +1,5 @@
+//go:build race
+
+package gdnsimd_test
+
+const driverRace = true
