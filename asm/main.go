@@ -21,16 +21,25 @@
 //
 // # The generator's files
 //
-//	main.go            the routine table (routines: every TEXT, its emitter and its line budget),
-//	                   routine and label (labels are scoped per routine)
+//	main.go            the routine table (table: every TEXT, its emitter and its line budget,
+//	                   checked by TestLineBudget), the variant type (ISA × layout × storage, names
+//	                   derived), routine and label (labels are scoped per routine)
 //	isa.go             the two ISAs and their capabilities (ask a.masks, not lanes == 16)
 //	plan.go            pieces: one vector (or scalar) of a row, and the blocks cut into them
 //	decay.go           the two decay forms (above)
 //	consts.go          the RODATA constants (Exp32's from asm/internal/exp32consts)
 //	state_kv.go        [K][V] f32, one token (the decode step): stateAVX512, stateAVX2
 //	state_kv_tokens.go [K][V] over T tokens, f32 and bf16: stateKV<storage><ISA>
-//	state_vk*.go       [V][K] over T tokens, f32 and bf16
+//	state_kv_span.go   spans: one [K][V] block serving a range of widths (guarded vectors, one masked)
+//	state_vk.go        [V][K] over T tokens, f32 and bf16: stateVK<storage><ISA>, rows carried in
+//	                   registers; row shapes serving ranges of K (vkShapes)
+//	state_vk_block.go  the AVX-512 [V][K] row blocks in L1 (T > 1)
 //	gate.go, l2.go, widen.go, bench_floor.go   the small pieces and the bench floors
+//
+// Tails are a few shapes, not a copy per width: a shape is emitted once for the widths of the
+// models (K, V ∈ {64, 128, 192, 256}, and K = 96, V = 80 of the odd benchmark shape at the top of
+// a shape) and serves the widths below it down to the previous shape, its vectors beyond the
+// width skipped by branches that go the same way for a whole call, the last live one masked.
 //
 // The decisions are in comments at the code; the measurements behind them are doc/generator.md.
 //
