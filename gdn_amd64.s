@@ -4733,8 +4733,45 @@ stateAVX2_spanback_1:
 	JMP  stateAVX2_spanpast_1
 
 stateAVX2_spanmasked_1:
-	VMOVUPS     32(SP), Y8
-	VMASKMOVPS  (R10)(R11*4), Y8, Y8
+	VMOVUPS    32(SP), Y9
+	LEAQ       (R10)(R11*4), R13
+	MOVQ       R13, R14
+	ANDQ       $0x00000fff, R14
+	CMPQ       R14, $0x00000fe0
+	JA         stateAVX2_mmslow_1
+	VMASKMOVPS (R13), Y9, Y8
+	JMP        stateAVX2_mmdone_1
+
+stateAVX2_mmslow_1:
+	VMOVMSKPS    Y9, R14
+	VBROADCASTSS zero<>+0(SB), Y8
+	VBROADCASTSS zero<>+0(SB), X9
+	BTL          $0x00, R14
+	JCC          stateAVX2_mmend_1
+	VINSERTPS    $0x00, (R13), X8, X8
+	BTL          $0x01, R14
+	JCC          stateAVX2_mmend_1
+	VINSERTPS    $0x10, 4(R13), X8, X8
+	BTL          $0x02, R14
+	JCC          stateAVX2_mmend_1
+	VINSERTPS    $0x20, 8(R13), X8, X8
+	BTL          $0x03, R14
+	JCC          stateAVX2_mmend_1
+	VINSERTPS    $0x30, 12(R13), X8, X8
+	BTL          $0x04, R14
+	JCC          stateAVX2_mmend_1
+	VINSERTPS    $0x00, 16(R13), X9, X9
+	BTL          $0x05, R14
+	JCC          stateAVX2_mmend_1
+	VINSERTPS    $0x10, 20(R13), X9, X9
+	BTL          $0x06, R14
+	JCC          stateAVX2_mmend_1
+	VINSERTPS    $0x20, 24(R13), X9, X9
+
+stateAVX2_mmend_1:
+	VINSERTF128 $0x01, X9, Y8, Y8
+
+stateAVX2_mmdone_1:
 	VFMADD231PS Y8, Y6, Y4
 	VFMADD231PS Y8, Y7, Y5
 	JMP         stateAVX2_spanback_1
@@ -4775,8 +4812,45 @@ stateAVX2_spanback_2:
 	JMP stateAVX2_spanpast_2
 
 stateAVX2_spanmasked_2:
-	VMOVUPS     32(SP), Y1
-	VMASKMOVPS  (SI)(R11*4), Y1, Y1
+	VMOVUPS    32(SP), Y3
+	LEAQ       (SI)(R11*4), BX
+	MOVQ       BX, SI
+	ANDQ       $0x00000fff, SI
+	CMPQ       SI, $0x00000fe0
+	JA         stateAVX2_mmslow_2
+	VMASKMOVPS (BX), Y3, Y1
+	JMP        stateAVX2_mmdone_2
+
+stateAVX2_mmslow_2:
+	VMOVMSKPS    Y3, SI
+	VBROADCASTSS zero<>+0(SB), Y1
+	VBROADCASTSS zero<>+0(SB), X3
+	BTL          $0x00, SI
+	JCC          stateAVX2_mmend_2
+	VINSERTPS    $0x00, (BX), X1, X1
+	BTL          $0x01, SI
+	JCC          stateAVX2_mmend_2
+	VINSERTPS    $0x10, 4(BX), X1, X1
+	BTL          $0x02, SI
+	JCC          stateAVX2_mmend_2
+	VINSERTPS    $0x20, 8(BX), X1, X1
+	BTL          $0x03, SI
+	JCC          stateAVX2_mmend_2
+	VINSERTPS    $0x30, 12(BX), X1, X1
+	BTL          $0x04, SI
+	JCC          stateAVX2_mmend_2
+	VINSERTPS    $0x00, 16(BX), X3, X3
+	BTL          $0x05, SI
+	JCC          stateAVX2_mmend_2
+	VINSERTPS    $0x10, 20(BX), X3, X3
+	BTL          $0x06, SI
+	JCC          stateAVX2_mmend_2
+	VINSERTPS    $0x20, 24(BX), X3, X3
+
+stateAVX2_mmend_2:
+	VINSERTF128 $0x01, X3, Y1, Y1
+
+stateAVX2_mmdone_2:
 	VFMADD213PS Y4, Y6, Y4
 	VSUBPS      Y4, Y1, Y4
 	VMULPS      Y4, Y7, Y4
@@ -4824,8 +4898,45 @@ stateAVX2_spanback_3:
 	JMP  stateAVX2_spanpast_3
 
 stateAVX2_spanmasked_3:
-	VMOVUPS     32(SP), Y3
-	VMASKMOVPS  (R10)(R11*4), Y3, Y3
+	VMOVUPS    32(SP), Y5
+	LEAQ       (R10)(R11*4), CX
+	MOVQ       CX, BX
+	ANDQ       $0x00000fff, BX
+	CMPQ       BX, $0x00000fe0
+	JA         stateAVX2_mmslow_3
+	VMASKMOVPS (CX), Y5, Y3
+	JMP        stateAVX2_mmdone_3
+
+stateAVX2_mmslow_3:
+	VMOVMSKPS    Y5, BX
+	VBROADCASTSS zero<>+0(SB), Y3
+	VBROADCASTSS zero<>+0(SB), X5
+	BTL          $0x00, BX
+	JCC          stateAVX2_mmend_3
+	VINSERTPS    $0x00, (CX), X3, X3
+	BTL          $0x01, BX
+	JCC          stateAVX2_mmend_3
+	VINSERTPS    $0x10, 4(CX), X3, X3
+	BTL          $0x02, BX
+	JCC          stateAVX2_mmend_3
+	VINSERTPS    $0x20, 8(CX), X3, X3
+	BTL          $0x03, BX
+	JCC          stateAVX2_mmend_3
+	VINSERTPS    $0x30, 12(CX), X3, X3
+	BTL          $0x04, BX
+	JCC          stateAVX2_mmend_3
+	VINSERTPS    $0x00, 16(CX), X5, X5
+	BTL          $0x05, BX
+	JCC          stateAVX2_mmend_3
+	VINSERTPS    $0x10, 20(CX), X5, X5
+	BTL          $0x06, BX
+	JCC          stateAVX2_mmend_3
+	VINSERTPS    $0x20, 24(CX), X5, X5
+
+stateAVX2_mmend_3:
+	VINSERTF128 $0x01, X5, Y3, Y3
+
+stateAVX2_mmdone_3:
 	VFMADD213PS Y3, Y6, Y3
 	VFMADD231PS Y4, Y1, Y3
 	VMOVUPS     32(SP), Y1
@@ -4868,8 +4979,45 @@ stateAVX2_spanback_4:
 	JMP stateAVX2_spanpast_4
 
 stateAVX2_spanmasked_4:
-	VMOVUPS     32(SP), Y1
-	VMASKMOVPS  (SI)(R11*4), Y1, Y1
+	VMOVUPS    32(SP), Y3
+	LEAQ       (SI)(R11*4), BX
+	MOVQ       BX, SI
+	ANDQ       $0x00000fff, SI
+	CMPQ       SI, $0x00000fe0
+	JA         stateAVX2_mmslow_4
+	VMASKMOVPS (BX), Y3, Y1
+	JMP        stateAVX2_mmdone_4
+
+stateAVX2_mmslow_4:
+	VMOVMSKPS    Y3, SI
+	VBROADCASTSS zero<>+0(SB), Y1
+	VBROADCASTSS zero<>+0(SB), X3
+	BTL          $0x00, SI
+	JCC          stateAVX2_mmend_4
+	VINSERTPS    $0x00, (BX), X1, X1
+	BTL          $0x01, SI
+	JCC          stateAVX2_mmend_4
+	VINSERTPS    $0x10, 4(BX), X1, X1
+	BTL          $0x02, SI
+	JCC          stateAVX2_mmend_4
+	VINSERTPS    $0x20, 8(BX), X1, X1
+	BTL          $0x03, SI
+	JCC          stateAVX2_mmend_4
+	VINSERTPS    $0x30, 12(BX), X1, X1
+	BTL          $0x04, SI
+	JCC          stateAVX2_mmend_4
+	VINSERTPS    $0x00, 16(BX), X3, X3
+	BTL          $0x05, SI
+	JCC          stateAVX2_mmend_4
+	VINSERTPS    $0x10, 20(BX), X3, X3
+	BTL          $0x06, SI
+	JCC          stateAVX2_mmend_4
+	VINSERTPS    $0x20, 24(BX), X3, X3
+
+stateAVX2_mmend_4:
+	VINSERTF128 $0x01, X3, Y1, Y1
+
+stateAVX2_mmdone_4:
 	VMULPS      Y4, Y6, Y4
 	VSUBPS      Y4, Y1, Y4
 	VMULPS      Y4, Y7, Y4
@@ -4917,8 +5065,45 @@ stateAVX2_spanback_5:
 	JMP  stateAVX2_spanpast_5
 
 stateAVX2_spanmasked_5:
-	VMOVUPS     32(SP), Y3
-	VMASKMOVPS  (R10)(R11*4), Y3, Y3
+	VMOVUPS    32(SP), Y5
+	LEAQ       (R10)(R11*4), CX
+	MOVQ       CX, BX
+	ANDQ       $0x00000fff, BX
+	CMPQ       BX, $0x00000fe0
+	JA         stateAVX2_mmslow_5
+	VMASKMOVPS (CX), Y5, Y3
+	JMP        stateAVX2_mmdone_5
+
+stateAVX2_mmslow_5:
+	VMOVMSKPS    Y5, BX
+	VBROADCASTSS zero<>+0(SB), Y3
+	VBROADCASTSS zero<>+0(SB), X5
+	BTL          $0x00, BX
+	JCC          stateAVX2_mmend_5
+	VINSERTPS    $0x00, (CX), X3, X3
+	BTL          $0x01, BX
+	JCC          stateAVX2_mmend_5
+	VINSERTPS    $0x10, 4(CX), X3, X3
+	BTL          $0x02, BX
+	JCC          stateAVX2_mmend_5
+	VINSERTPS    $0x20, 8(CX), X3, X3
+	BTL          $0x03, BX
+	JCC          stateAVX2_mmend_5
+	VINSERTPS    $0x30, 12(CX), X3, X3
+	BTL          $0x04, BX
+	JCC          stateAVX2_mmend_5
+	VINSERTPS    $0x00, 16(CX), X5, X5
+	BTL          $0x05, BX
+	JCC          stateAVX2_mmend_5
+	VINSERTPS    $0x10, 20(CX), X5, X5
+	BTL          $0x06, BX
+	JCC          stateAVX2_mmend_5
+	VINSERTPS    $0x20, 24(CX), X5, X5
+
+stateAVX2_mmend_5:
+	VINSERTF128 $0x01, X5, Y3, Y3
+
+stateAVX2_mmdone_5:
 	VMULPS      Y3, Y6, Y3
 	VFMADD231PS Y4, Y1, Y3
 	VMOVUPS     32(SP), Y1
@@ -8488,8 +8673,45 @@ stateKVf32AVX2_spanback_1:
 	JMP  stateKVf32AVX2_spanpast_1
 
 stateKVf32AVX2_spanmasked_1:
-	VMOVUPS     232(SP), Y8
-	VMASKMOVPS  (BX)(CX*4), Y8, Y8
+	VMOVUPS    232(SP), Y9
+	LEAQ       (BX)(CX*4), R11
+	MOVQ       R11, R12
+	ANDQ       $0x00000fff, R12
+	CMPQ       R12, $0x00000fe0
+	JA         stateKVf32AVX2_mmslow_1
+	VMASKMOVPS (R11), Y9, Y8
+	JMP        stateKVf32AVX2_mmdone_1
+
+stateKVf32AVX2_mmslow_1:
+	VMOVMSKPS    Y9, R12
+	VBROADCASTSS zero<>+0(SB), Y8
+	VBROADCASTSS zero<>+0(SB), X9
+	BTL          $0x00, R12
+	JCC          stateKVf32AVX2_mmend_1
+	VINSERTPS    $0x00, (R11), X8, X8
+	BTL          $0x01, R12
+	JCC          stateKVf32AVX2_mmend_1
+	VINSERTPS    $0x10, 4(R11), X8, X8
+	BTL          $0x02, R12
+	JCC          stateKVf32AVX2_mmend_1
+	VINSERTPS    $0x20, 8(R11), X8, X8
+	BTL          $0x03, R12
+	JCC          stateKVf32AVX2_mmend_1
+	VINSERTPS    $0x30, 12(R11), X8, X8
+	BTL          $0x04, R12
+	JCC          stateKVf32AVX2_mmend_1
+	VINSERTPS    $0x00, 16(R11), X9, X9
+	BTL          $0x05, R12
+	JCC          stateKVf32AVX2_mmend_1
+	VINSERTPS    $0x10, 20(R11), X9, X9
+	BTL          $0x06, R12
+	JCC          stateKVf32AVX2_mmend_1
+	VINSERTPS    $0x20, 24(R11), X9, X9
+
+stateKVf32AVX2_mmend_1:
+	VINSERTF128 $0x01, X9, Y8, Y8
+
+stateKVf32AVX2_mmdone_1:
 	VMOVUPS     Y8, (R9)(CX*4)
 	VFMADD231PS Y8, Y6, Y4
 	VFMADD231PS Y8, Y7, Y5
@@ -8571,8 +8793,45 @@ stateKVf32AVX2_spanback_2:
 	JMP stateKVf32AVX2_spanpast_2
 
 stateKVf32AVX2_spanmasked_2:
-	VMOVUPS     232(SP), Y0
-	VMASKMOVPS  (AX)(CX*4), Y0, Y0
+	VMOVUPS    232(SP), Y1
+	LEAQ       (AX)(CX*4), AX
+	MOVQ       AX, BX
+	ANDQ       $0x00000fff, BX
+	CMPQ       BX, $0x00000fe0
+	JA         stateKVf32AVX2_mmslow_2
+	VMASKMOVPS (AX), Y1, Y0
+	JMP        stateKVf32AVX2_mmdone_2
+
+stateKVf32AVX2_mmslow_2:
+	VMOVMSKPS    Y1, BX
+	VBROADCASTSS zero<>+0(SB), Y0
+	VBROADCASTSS zero<>+0(SB), X1
+	BTL          $0x00, BX
+	JCC          stateKVf32AVX2_mmend_2
+	VINSERTPS    $0x00, (AX), X0, X0
+	BTL          $0x01, BX
+	JCC          stateKVf32AVX2_mmend_2
+	VINSERTPS    $0x10, 4(AX), X0, X0
+	BTL          $0x02, BX
+	JCC          stateKVf32AVX2_mmend_2
+	VINSERTPS    $0x20, 8(AX), X0, X0
+	BTL          $0x03, BX
+	JCC          stateKVf32AVX2_mmend_2
+	VINSERTPS    $0x30, 12(AX), X0, X0
+	BTL          $0x04, BX
+	JCC          stateKVf32AVX2_mmend_2
+	VINSERTPS    $0x00, 16(AX), X1, X1
+	BTL          $0x05, BX
+	JCC          stateKVf32AVX2_mmend_2
+	VINSERTPS    $0x10, 20(AX), X1, X1
+	BTL          $0x06, BX
+	JCC          stateKVf32AVX2_mmend_2
+	VINSERTPS    $0x20, 24(AX), X1, X1
+
+stateKVf32AVX2_mmend_2:
+	VINSERTF128 $0x01, X1, Y0, Y0
+
+stateKVf32AVX2_mmdone_2:
 	VFMADD213PS Y4, Y6, Y4
 	VSUBPS      Y4, Y0, Y0
 	VMULPS      Y0, Y7, Y0
@@ -8720,8 +8979,45 @@ stateKVf32AVX2_spanback_5:
 	JMP stateKVf32AVX2_spanpast_5
 
 stateKVf32AVX2_spanmasked_5:
-	VMOVUPS     232(SP), Y0
-	VMASKMOVPS  (AX)(CX*4), Y0, Y0
+	VMOVUPS    232(SP), Y1
+	LEAQ       (AX)(CX*4), AX
+	MOVQ       AX, BX
+	ANDQ       $0x00000fff, BX
+	CMPQ       BX, $0x00000fe0
+	JA         stateKVf32AVX2_mmslow_3
+	VMASKMOVPS (AX), Y1, Y0
+	JMP        stateKVf32AVX2_mmdone_3
+
+stateKVf32AVX2_mmslow_3:
+	VMOVMSKPS    Y1, BX
+	VBROADCASTSS zero<>+0(SB), Y0
+	VBROADCASTSS zero<>+0(SB), X1
+	BTL          $0x00, BX
+	JCC          stateKVf32AVX2_mmend_3
+	VINSERTPS    $0x00, (AX), X0, X0
+	BTL          $0x01, BX
+	JCC          stateKVf32AVX2_mmend_3
+	VINSERTPS    $0x10, 4(AX), X0, X0
+	BTL          $0x02, BX
+	JCC          stateKVf32AVX2_mmend_3
+	VINSERTPS    $0x20, 8(AX), X0, X0
+	BTL          $0x03, BX
+	JCC          stateKVf32AVX2_mmend_3
+	VINSERTPS    $0x30, 12(AX), X0, X0
+	BTL          $0x04, BX
+	JCC          stateKVf32AVX2_mmend_3
+	VINSERTPS    $0x00, 16(AX), X1, X1
+	BTL          $0x05, BX
+	JCC          stateKVf32AVX2_mmend_3
+	VINSERTPS    $0x10, 20(AX), X1, X1
+	BTL          $0x06, BX
+	JCC          stateKVf32AVX2_mmend_3
+	VINSERTPS    $0x20, 24(AX), X1, X1
+
+stateKVf32AVX2_mmend_3:
+	VINSERTF128 $0x01, X1, Y0, Y0
+
+stateKVf32AVX2_mmdone_3:
 	VMULPS      Y4, Y6, Y4
 	VSUBPS      Y4, Y0, Y0
 	VMULPS      Y0, Y7, Y0
@@ -9923,8 +10219,45 @@ stateKVbf16AVX2_spanback_1:
 	JMP  stateKVbf16AVX2_spanpast_1
 
 stateKVbf16AVX2_spanmasked_1:
-	VMOVUPS     232(SP), Y8
-	VMASKMOVPS  (BX)(CX*4), Y8, Y8
+	VMOVUPS    232(SP), Y9
+	LEAQ       (BX)(CX*4), R11
+	MOVQ       R11, R12
+	ANDQ       $0x00000fff, R12
+	CMPQ       R12, $0x00000fe0
+	JA         stateKVbf16AVX2_mmslow_1
+	VMASKMOVPS (R11), Y9, Y8
+	JMP        stateKVbf16AVX2_mmdone_1
+
+stateKVbf16AVX2_mmslow_1:
+	VMOVMSKPS    Y9, R12
+	VBROADCASTSS zero<>+0(SB), Y8
+	VBROADCASTSS zero<>+0(SB), X9
+	BTL          $0x00, R12
+	JCC          stateKVbf16AVX2_mmend_1
+	VINSERTPS    $0x00, (R11), X8, X8
+	BTL          $0x01, R12
+	JCC          stateKVbf16AVX2_mmend_1
+	VINSERTPS    $0x10, 4(R11), X8, X8
+	BTL          $0x02, R12
+	JCC          stateKVbf16AVX2_mmend_1
+	VINSERTPS    $0x20, 8(R11), X8, X8
+	BTL          $0x03, R12
+	JCC          stateKVbf16AVX2_mmend_1
+	VINSERTPS    $0x30, 12(R11), X8, X8
+	BTL          $0x04, R12
+	JCC          stateKVbf16AVX2_mmend_1
+	VINSERTPS    $0x00, 16(R11), X9, X9
+	BTL          $0x05, R12
+	JCC          stateKVbf16AVX2_mmend_1
+	VINSERTPS    $0x10, 20(R11), X9, X9
+	BTL          $0x06, R12
+	JCC          stateKVbf16AVX2_mmend_1
+	VINSERTPS    $0x20, 24(R11), X9, X9
+
+stateKVbf16AVX2_mmend_1:
+	VINSERTF128 $0x01, X9, Y8, Y8
+
+stateKVbf16AVX2_mmdone_1:
 	VMOVUPS     Y8, (R9)(CX*4)
 	VFMADD231PS Y8, Y6, Y4
 	VFMADD231PS Y8, Y7, Y5
@@ -9981,8 +10314,30 @@ stateKVbf16AVX2_spanback_2:
 	JMP  stateKVbf16AVX2_spanpast_2
 
 stateKVbf16AVX2_spanmasked_2:
-	VMOVDQU      264(SP), X8
-	VPMASKMOVD   (BX)(CX*2), X8, X8
+	VMOVDQU    264(SP), X8
+	LEAQ       (BX)(CX*2), R11
+	MOVQ       R11, R12
+	ANDQ       $0x00000fff, R12
+	CMPQ       R12, $0x00000ff0
+	JA         stateKVbf16AVX2_mmslow_2
+	VPMASKMOVD (R11), X8, X8
+	JMP        stateKVbf16AVX2_mmdone_2
+
+stateKVbf16AVX2_mmslow_2:
+	VMOVMSKPS    X8, R12
+	VBROADCASTSS zero<>+0(SB), X8
+	BTL          $0x00, R12
+	JCC          stateKVbf16AVX2_mmend_2
+	VPINSRD      $0x00, (R11), X8, X8
+	BTL          $0x01, R12
+	JCC          stateKVbf16AVX2_mmend_2
+	VPINSRD      $0x01, 4(R11), X8, X8
+	BTL          $0x02, R12
+	JCC          stateKVbf16AVX2_mmend_2
+	VPINSRD      $0x02, 8(R11), X8, X8
+
+stateKVbf16AVX2_mmend_2:
+stateKVbf16AVX2_mmdone_2:
 	MOVQ         312(SP), R11
 	ADDQ         CX, R11
 	MOVWLZX      (BX)(R11*2), R11
@@ -10074,8 +10429,45 @@ stateKVbf16AVX2_spanback_3:
 	JMP stateKVbf16AVX2_spanpast_3
 
 stateKVbf16AVX2_spanmasked_3:
-	VMOVUPS     232(SP), Y0
-	VMASKMOVPS  (AX)(CX*4), Y0, Y0
+	VMOVUPS    232(SP), Y1
+	LEAQ       (AX)(CX*4), AX
+	MOVQ       AX, BX
+	ANDQ       $0x00000fff, BX
+	CMPQ       BX, $0x00000fe0
+	JA         stateKVbf16AVX2_mmslow_3
+	VMASKMOVPS (AX), Y1, Y0
+	JMP        stateKVbf16AVX2_mmdone_3
+
+stateKVbf16AVX2_mmslow_3:
+	VMOVMSKPS    Y1, BX
+	VBROADCASTSS zero<>+0(SB), Y0
+	VBROADCASTSS zero<>+0(SB), X1
+	BTL          $0x00, BX
+	JCC          stateKVbf16AVX2_mmend_3
+	VINSERTPS    $0x00, (AX), X0, X0
+	BTL          $0x01, BX
+	JCC          stateKVbf16AVX2_mmend_3
+	VINSERTPS    $0x10, 4(AX), X0, X0
+	BTL          $0x02, BX
+	JCC          stateKVbf16AVX2_mmend_3
+	VINSERTPS    $0x20, 8(AX), X0, X0
+	BTL          $0x03, BX
+	JCC          stateKVbf16AVX2_mmend_3
+	VINSERTPS    $0x30, 12(AX), X0, X0
+	BTL          $0x04, BX
+	JCC          stateKVbf16AVX2_mmend_3
+	VINSERTPS    $0x00, 16(AX), X1, X1
+	BTL          $0x05, BX
+	JCC          stateKVbf16AVX2_mmend_3
+	VINSERTPS    $0x10, 20(AX), X1, X1
+	BTL          $0x06, BX
+	JCC          stateKVbf16AVX2_mmend_3
+	VINSERTPS    $0x20, 24(AX), X1, X1
+
+stateKVbf16AVX2_mmend_3:
+	VINSERTF128 $0x01, X1, Y0, Y0
+
+stateKVbf16AVX2_mmdone_3:
 	VFMADD213PS Y4, Y6, Y4
 	VSUBPS      Y4, Y0, Y0
 	VMULPS      Y0, Y7, Y0
@@ -10305,8 +10697,45 @@ stateKVbf16AVX2_spanback_7:
 	JMP stateKVbf16AVX2_spanpast_7
 
 stateKVbf16AVX2_spanmasked_7:
-	VMOVUPS     232(SP), Y0
-	VMASKMOVPS  (AX)(CX*4), Y0, Y0
+	VMOVUPS    232(SP), Y1
+	LEAQ       (AX)(CX*4), AX
+	MOVQ       AX, BX
+	ANDQ       $0x00000fff, BX
+	CMPQ       BX, $0x00000fe0
+	JA         stateKVbf16AVX2_mmslow_4
+	VMASKMOVPS (AX), Y1, Y0
+	JMP        stateKVbf16AVX2_mmdone_4
+
+stateKVbf16AVX2_mmslow_4:
+	VMOVMSKPS    Y1, BX
+	VBROADCASTSS zero<>+0(SB), Y0
+	VBROADCASTSS zero<>+0(SB), X1
+	BTL          $0x00, BX
+	JCC          stateKVbf16AVX2_mmend_4
+	VINSERTPS    $0x00, (AX), X0, X0
+	BTL          $0x01, BX
+	JCC          stateKVbf16AVX2_mmend_4
+	VINSERTPS    $0x10, 4(AX), X0, X0
+	BTL          $0x02, BX
+	JCC          stateKVbf16AVX2_mmend_4
+	VINSERTPS    $0x20, 8(AX), X0, X0
+	BTL          $0x03, BX
+	JCC          stateKVbf16AVX2_mmend_4
+	VINSERTPS    $0x30, 12(AX), X0, X0
+	BTL          $0x04, BX
+	JCC          stateKVbf16AVX2_mmend_4
+	VINSERTPS    $0x00, 16(AX), X1, X1
+	BTL          $0x05, BX
+	JCC          stateKVbf16AVX2_mmend_4
+	VINSERTPS    $0x10, 20(AX), X1, X1
+	BTL          $0x06, BX
+	JCC          stateKVbf16AVX2_mmend_4
+	VINSERTPS    $0x20, 24(AX), X1, X1
+
+stateKVbf16AVX2_mmend_4:
+	VINSERTF128 $0x01, X1, Y0, Y0
+
+stateKVbf16AVX2_mmdone_4:
 	VMULPS      Y4, Y6, Y4
 	VSUBPS      Y4, Y0, Y0
 	VMULPS      Y0, Y7, Y0

@@ -134,11 +134,11 @@ func table() []spec {
 	var t []spec
 	for _, a := range []isa{avx512, avx2} {
 		t = append(t,
-			spec{"state" + a.name, func() { stateRoutine(a) }, 2000},
+			spec{"state" + a.name, func() { stateRoutine(a) }, 2200},
 			spec{"gate" + a.name, func() { gateRoutine(a) }, 350},
 			spec{"l2" + a.name, func() { l2Routine(a) }, 100})
 	}
-	kvBudget := map[string]int{"stateKVf32AVX512": 1000, "stateKVbf16AVX512": 1475, "stateKVf32AVX2": 1100, "stateKVbf16AVX2": 1700}
+	kvBudget := map[string]int{"stateKVf32AVX512": 1000, "stateKVbf16AVX512": 1475, "stateKVf32AVX2": 1250, "stateKVbf16AVX2": 1850}
 	for i, v := range variants(layoutKV) {
 		t = append(t, spec{v.name(), func() { stateKVTokens(v) }, kvBudget[v.name()]})
 		if i%2 == 1 {

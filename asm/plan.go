@@ -52,12 +52,74 @@ func (p piece) load(m Mem, dst VecVirtual) {
 	case p.w == 1:
 		VMOVSS(m, dst.AsX())
 	case p.lane != nil:
-		VMASKMOVPS(m, p.laneMask(), dst.AsY()) // masked-out lanes are zero
+		maskedLoad(m, p.laneMask(), dst)
 	case p.mask != nil:
 		VMOVUPS_Z(m, p.mask, p.view(dst))
 	default:
 		VMOVUPS(m, p.view(dst))
 	}
+}
+
+// maskedLoad loads the lanes of m under the prefix lane mask k into dst, the other lanes zero:
+// VMASKMOVPS, unless the 32 bytes at m cross into the next 4 KiB page; then lane by lane
+// (VINSERTPS of each lane k holds, in order). A CPU suppresses the faults of masked-out lanes
+// (Intel SDM, AMD APM), but emulators need not: QEMU 7.2's TCG faults on a VMASKMOVPS load whose
+// masked-out lanes lie in an unmapped page (the qemu Haswell leg's guard-page tests found it), and
+// a Go program run under an emulator must not crash either. The check costs four integer µops
+// per masked load, which only the last w mod 8 columns of a block take.
+func maskedLoad(m Mem, k, dst VecVirtual) {
+	a, t := GP64(), GP64()
+	LEAQ(m, a)
+	MOVQ(a, t)
+	ANDQ(U32(4095), t)
+	slow, end, done := label("mmslow"), label("mmend"), label("mmdone")
+	CMPQ(t, U32(4096-32))
+	JA(LabelRef(slow))
+	VMASKMOVPS(Mem{Base: a}, k.AsY(), dst.AsY())
+	JMP(LabelRef(done))
+	Label(slow)
+	bits := GP32()
+	VMOVMSKPS(k.AsY(), bits)
+	var lo, hi Register = dst.AsX(), k.AsX() // lanes 0–3 into dst, 4–6 into k (read above)
+	VBROADCASTSS(cZero, dst.AsY()) // not VXORPS: avo reads a VXORPS r, r, r as a use of r
+	VBROADCASTSS(cZero, hi)
+	for i := range 7 { // a prefix mask of a partial vector: at most 7 lanes
+		BTL(U8(i), bits)
+		JCC(LabelRef(end))
+		r := lo
+		if i >= 4 {
+			r = hi
+		}
+		VINSERTPS(U8((i%4)<<4), Mem{Base: a, Disp: 4 * i}, r, r)
+	}
+	Label(end)
+	VINSERTF128(U8(1), hi, dst.AsY(), dst.AsY())
+	Label(done)
+}
+
+// maskedLoadX is maskedLoad for VPMASKMOVD of an XMM (16 bytes, a prefix of at most 3 dwords
+// under k): the lanes of m under k into dst's XMM, the other lanes zero.
+func maskedLoadX(m Mem, k, dst VecVirtual) {
+	a, t := GP64(), GP64()
+	LEAQ(m, a)
+	MOVQ(a, t)
+	ANDQ(U32(4095), t)
+	slow, end, done := label("mmslow"), label("mmend"), label("mmdone")
+	CMPQ(t, U32(4096-16))
+	JA(LabelRef(slow))
+	VPMASKMOVD(Mem{Base: a}, k.AsX(), dst.AsX())
+	JMP(LabelRef(done))
+	Label(slow)
+	bits := GP32()
+	VMOVMSKPS(k.AsX(), bits)
+	VBROADCASTSS(cZero, dst.AsX())
+	for i := range 3 {
+		BTL(U8(i), bits)
+		JCC(LabelRef(end))
+		VPINSRD(U8(i), Mem{Base: a, Disp: 4 * i}, dst.AsX(), dst.AsX())
+	}
+	Label(end)
+	Label(done)
 }
 
 func (p piece) store(src VecVirtual, m Mem) {

@@ -289,7 +289,7 @@ func (g *kvGen) narrowMasks(wd, n GPVirtual) {
 func (g *kvGen) widenTail(pc piece, base GPVirtual, x VecVirtual) {
 	m := XMM()
 	VMOVDQU(g.pairs, m)
-	VPMASKMOVD(pc.at(base, 2), m, x.AsX())
+	maskedLoadX(pc.at(base, 2), m, x) // VPMASKMOVD unless at a page end
 	t := GP64()
 	MOVQ(g.lastOff, t)
 	ADDQ(pc.idx, t)
