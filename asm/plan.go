@@ -81,7 +81,7 @@ func maskedLoad(m Mem, k, dst VecVirtual) {
 	bits := GP32()
 	VMOVMSKPS(k.AsY(), bits)
 	var lo, hi Register = dst.AsX(), k.AsX() // lanes 0–3 into dst, 4–6 into k (read above)
-	VBROADCASTSS(cZero, dst.AsY()) // not VXORPS: avo reads a VXORPS r, r, r as a use of r
+	VBROADCASTSS(cZero, dst.AsY())           // not VXORPS: avo reads a VXORPS r, r, r as a use of r
 	VBROADCASTSS(cZero, hi)
 	for i := range 7 { // a prefix mask of a partial vector: at most 7 lanes
 		BTL(U8(i), bits)
