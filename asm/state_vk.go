@@ -85,9 +85,6 @@ func (a isa) vkRowRegs() int {
 	return 9
 }
 
-// vkView is r as the ISA's widest register (bench_floor.go uses it).
-func vkView(a isa, r VecVirtual) Register { return a.view(r) }
-
 // vkHalf is the low half of x (YMM of a ZMM, XMM of a YMM).
 func (a isa) vkHalf(x VecVirtual) Register {
 	if a.bytes() == 64 {
