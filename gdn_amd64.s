@@ -1316,7 +1316,7 @@ stateAVX512_tail_1:
 	TESTQ R10, R10
 	JZ    stateAVX512_done_1
 	CMPQ  R10, $0x00000080
-	JNE   stateAVX512_spans_1
+	JNE   stateAVX512_notmodel_1
 
 	// Block of 128 columns: read pass (Sᵀk̂, Sᵀq̂ of 8 vectors in registers).
 	VBROADCASTSS zero<>+0(SB), Z0
@@ -1599,7 +1599,577 @@ stateAVX512_write_4:
 stateAVX512_decayed_2:
 	JMP stateAVX512_done_1
 
-stateAVX512_spans_1:
+stateAVX512_notmodel_1:
+	CMPQ R10, $0x00000040
+	JNE  stateAVX512_notmodel_2
+
+	// Block of 64 columns: read pass (Sᵀk̂, Sᵀq̂ of 4 vectors in registers).
+	VBROADCASTSS zero<>+0(SB), Z0
+	VBROADCASTSS zero<>+0(SB), Z1
+	VBROADCASTSS zero<>+0(SB), Z2
+	VBROADCASTSS zero<>+0(SB), Z3
+	VBROADCASTSS zero<>+0(SB), Z4
+	VBROADCASTSS zero<>+0(SB), Z5
+	VBROADCASTSS zero<>+0(SB), Z6
+	VBROADCASTSS zero<>+0(SB), Z7
+	MOVQ         AX, R10
+	XORQ         R11, R11
+
+stateAVX512_read_3:
+	VBROADCASTSS (DX)(R11*4), Z8
+	VBROADCASTSS (BX)(R11*4), Z9
+	VMOVUPS      (R10), Z10
+	VFMADD231PS  Z10, Z8, Z0
+	VFMADD231PS  Z10, Z9, Z1
+	VMOVUPS      64(R10), Z10
+	VFMADD231PS  Z10, Z8, Z2
+	VFMADD231PS  Z10, Z9, Z3
+	VMOVUPS      128(R10), Z10
+	VFMADD231PS  Z10, Z8, Z4
+	VFMADD231PS  Z10, Z9, Z5
+	VMOVUPS      192(R10), Z10
+	VFMADD231PS  Z10, Z8, Z6
+	VFMADD231PS  Z10, Z9, Z7
+	ADDQ         R9, R10
+	INCQ         R11
+	CMPQ         R11, R8
+	JB           stateAVX512_read_3
+	CMPB         16(SP), $0x00
+	JE           stateAVX512_far_3
+
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	VBROADCASTSS em1+144(FP), Z8
+	VBROADCASTSS beta+152(FP), Z9
+	VBROADCASTSS kq+156(FP), Z10
+	VMOVUPS      (SI), Z11
+	VFMADD213PS  Z0, Z8, Z0
+	VSUBPS       Z0, Z11, Z0
+	VMULPS       Z0, Z9, Z0
+	VFMADD213PS  Z1, Z8, Z1
+	VFMADD231PS  Z0, Z10, Z1
+	VMOVUPS      Z1, (DI)
+	VMOVUPS      64(SI), Z1
+	VFMADD213PS  Z2, Z8, Z2
+	VSUBPS       Z2, Z1, Z2
+	VMULPS       Z2, Z9, Z2
+	VFMADD213PS  Z3, Z8, Z3
+	VFMADD231PS  Z2, Z10, Z3
+	VMOVUPS      Z3, 64(DI)
+	VMOVUPS      128(SI), Z1
+	VFMADD213PS  Z4, Z8, Z4
+	VSUBPS       Z4, Z1, Z4
+	VMULPS       Z4, Z9, Z4
+	VFMADD213PS  Z5, Z8, Z5
+	VFMADD231PS  Z4, Z10, Z5
+	VMOVUPS      Z5, 128(DI)
+	VMOVUPS      192(SI), Z1
+	VFMADD213PS  Z6, Z8, Z6
+	VSUBPS       Z6, Z1, Z6
+	VMULPS       Z6, Z9, Z6
+	VFMADD213PS  Z7, Z8, Z7
+	VFMADD231PS  Z6, Z10, Z7
+	VMOVUPS      Z7, 192(DI)
+
+	// Write pass: S' = S + em1·S + k̂_i·δ over the same slab.
+	MOVQ AX, R10
+	MOVQ CX, AX
+	XORQ R11, R11
+
+stateAVX512_write_5:
+	MOVQ         8(SP), CX
+	PREFETCHT1   (CX)
+	ADDQ         $0x00000100, 8(SP)
+	VBROADCASTSS (DX)(R11*4), Z1
+	VMOVUPS      (R10), Z3
+	VFMADD213PS  Z3, Z8, Z3
+	VFMADD231PS  Z0, Z1, Z3
+	VMOVUPS      Z3, (AX)
+	VMOVUPS      64(R10), Z3
+	VFMADD213PS  Z3, Z8, Z3
+	VFMADD231PS  Z2, Z1, Z3
+	VMOVUPS      Z3, 64(AX)
+	VMOVUPS      128(R10), Z3
+	VFMADD213PS  Z3, Z8, Z3
+	VFMADD231PS  Z4, Z1, Z3
+	VMOVUPS      Z3, 128(AX)
+	VMOVUPS      192(R10), Z3
+	VFMADD213PS  Z3, Z8, Z3
+	VFMADD231PS  Z6, Z1, Z3
+	VMOVUPS      Z3, 192(AX)
+	ADDQ         R9, R10
+	ADDQ         R9, AX
+	INCQ         R11
+	CMPQ         R11, R8
+	JB           stateAVX512_write_5
+	JMP          stateAVX512_decayed_3
+
+stateAVX512_far_3:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	VBROADCASTSS eg+148(FP), Z8
+	VBROADCASTSS beta+152(FP), Z9
+	VBROADCASTSS kq+156(FP), Z10
+	VMOVUPS      (SI), Z11
+	VMULPS       Z0, Z8, Z0
+	VSUBPS       Z0, Z11, Z0
+	VMULPS       Z0, Z9, Z0
+	VMULPS       Z1, Z8, Z1
+	VFMADD231PS  Z0, Z10, Z1
+	VMOVUPS      Z1, (DI)
+	VMOVUPS      64(SI), Z1
+	VMULPS       Z2, Z8, Z2
+	VSUBPS       Z2, Z1, Z2
+	VMULPS       Z2, Z9, Z2
+	VMULPS       Z3, Z8, Z3
+	VFMADD231PS  Z2, Z10, Z3
+	VMOVUPS      Z3, 64(DI)
+	VMOVUPS      128(SI), Z1
+	VMULPS       Z4, Z8, Z4
+	VSUBPS       Z4, Z1, Z4
+	VMULPS       Z4, Z9, Z4
+	VMULPS       Z5, Z8, Z5
+	VFMADD231PS  Z4, Z10, Z5
+	VMOVUPS      Z5, 128(DI)
+	VMOVUPS      192(SI), Z1
+	VMULPS       Z6, Z8, Z6
+	VSUBPS       Z6, Z1, Z6
+	VMULPS       Z6, Z9, Z6
+	VMULPS       Z7, Z8, Z7
+	VFMADD231PS  Z6, Z10, Z7
+	VMOVUPS      Z7, 192(DI)
+
+	// Write pass: S' = eg·S + k̂_i·δ over the same slab.
+	MOVQ AX, R10
+	MOVQ CX, AX
+	XORQ R11, R11
+
+stateAVX512_write_6:
+	MOVQ         8(SP), CX
+	PREFETCHT1   (CX)
+	ADDQ         $0x00000100, 8(SP)
+	VBROADCASTSS (DX)(R11*4), Z1
+	VMOVUPS      (R10), Z3
+	VMULPS       Z3, Z8, Z3
+	VFMADD231PS  Z0, Z1, Z3
+	VMOVUPS      Z3, (AX)
+	VMOVUPS      64(R10), Z3
+	VMULPS       Z3, Z8, Z3
+	VFMADD231PS  Z2, Z1, Z3
+	VMOVUPS      Z3, 64(AX)
+	VMOVUPS      128(R10), Z3
+	VMULPS       Z3, Z8, Z3
+	VFMADD231PS  Z4, Z1, Z3
+	VMOVUPS      Z3, 128(AX)
+	VMOVUPS      192(R10), Z3
+	VMULPS       Z3, Z8, Z3
+	VFMADD231PS  Z6, Z1, Z3
+	VMOVUPS      Z3, 192(AX)
+	ADDQ         R9, R10
+	ADDQ         R9, AX
+	INCQ         R11
+	CMPQ         R11, R8
+	JB           stateAVX512_write_6
+
+stateAVX512_decayed_3:
+	JMP stateAVX512_done_1
+
+stateAVX512_notmodel_2:
+	CMPQ R10, $0x000000c0
+	JNE  stateAVX512_notmodel_3
+
+	// Block of 192 columns: read pass (Sᵀk̂, Sᵀq̂ of 12 vectors in registers).
+	VBROADCASTSS zero<>+0(SB), Z0
+	VBROADCASTSS zero<>+0(SB), Z1
+	VBROADCASTSS zero<>+0(SB), Z2
+	VBROADCASTSS zero<>+0(SB), Z3
+	VBROADCASTSS zero<>+0(SB), Z4
+	VBROADCASTSS zero<>+0(SB), Z5
+	VBROADCASTSS zero<>+0(SB), Z6
+	VBROADCASTSS zero<>+0(SB), Z7
+	VBROADCASTSS zero<>+0(SB), Z8
+	VBROADCASTSS zero<>+0(SB), Z9
+	VBROADCASTSS zero<>+0(SB), Z10
+	VBROADCASTSS zero<>+0(SB), Z11
+	VBROADCASTSS zero<>+0(SB), Z12
+	VBROADCASTSS zero<>+0(SB), Z13
+	VBROADCASTSS zero<>+0(SB), Z14
+	VBROADCASTSS zero<>+0(SB), Z15
+	VBROADCASTSS zero<>+0(SB), Z16
+	VBROADCASTSS zero<>+0(SB), Z17
+	VBROADCASTSS zero<>+0(SB), Z18
+	VBROADCASTSS zero<>+0(SB), Z19
+	VBROADCASTSS zero<>+0(SB), Z20
+	VBROADCASTSS zero<>+0(SB), Z21
+	VBROADCASTSS zero<>+0(SB), Z22
+	VBROADCASTSS zero<>+0(SB), Z23
+	MOVQ         AX, R10
+	XORQ         R11, R11
+
+stateAVX512_read_4:
+	VBROADCASTSS (DX)(R11*4), Z24
+	VBROADCASTSS (BX)(R11*4), Z25
+	VMOVUPS      (R10), Z26
+	VFMADD231PS  Z26, Z24, Z0
+	VFMADD231PS  Z26, Z25, Z1
+	VMOVUPS      64(R10), Z26
+	VFMADD231PS  Z26, Z24, Z2
+	VFMADD231PS  Z26, Z25, Z3
+	VMOVUPS      128(R10), Z26
+	VFMADD231PS  Z26, Z24, Z4
+	VFMADD231PS  Z26, Z25, Z5
+	VMOVUPS      192(R10), Z26
+	VFMADD231PS  Z26, Z24, Z6
+	VFMADD231PS  Z26, Z25, Z7
+	VMOVUPS      256(R10), Z26
+	VFMADD231PS  Z26, Z24, Z8
+	VFMADD231PS  Z26, Z25, Z9
+	VMOVUPS      320(R10), Z26
+	VFMADD231PS  Z26, Z24, Z10
+	VFMADD231PS  Z26, Z25, Z11
+	VMOVUPS      384(R10), Z26
+	VFMADD231PS  Z26, Z24, Z12
+	VFMADD231PS  Z26, Z25, Z13
+	VMOVUPS      448(R10), Z26
+	VFMADD231PS  Z26, Z24, Z14
+	VFMADD231PS  Z26, Z25, Z15
+	VMOVUPS      512(R10), Z26
+	VFMADD231PS  Z26, Z24, Z16
+	VFMADD231PS  Z26, Z25, Z17
+	VMOVUPS      576(R10), Z26
+	VFMADD231PS  Z26, Z24, Z18
+	VFMADD231PS  Z26, Z25, Z19
+	VMOVUPS      640(R10), Z26
+	VFMADD231PS  Z26, Z24, Z20
+	VFMADD231PS  Z26, Z25, Z21
+	VMOVUPS      704(R10), Z26
+	VFMADD231PS  Z26, Z24, Z22
+	VFMADD231PS  Z26, Z25, Z23
+	ADDQ         R9, R10
+	INCQ         R11
+	CMPQ         R11, R8
+	JB           stateAVX512_read_4
+	CMPB         16(SP), $0x00
+	JE           stateAVX512_far_4
+
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	VBROADCASTSS em1+144(FP), Z24
+	VBROADCASTSS beta+152(FP), Z25
+	VBROADCASTSS kq+156(FP), Z26
+	VMOVUPS      (SI), Z27
+	VFMADD213PS  Z0, Z24, Z0
+	VSUBPS       Z0, Z27, Z0
+	VMULPS       Z0, Z25, Z0
+	VFMADD213PS  Z1, Z24, Z1
+	VFMADD231PS  Z0, Z26, Z1
+	VMOVUPS      Z1, (DI)
+	VMOVUPS      64(SI), Z1
+	VFMADD213PS  Z2, Z24, Z2
+	VSUBPS       Z2, Z1, Z2
+	VMULPS       Z2, Z25, Z2
+	VFMADD213PS  Z3, Z24, Z3
+	VFMADD231PS  Z2, Z26, Z3
+	VMOVUPS      Z3, 64(DI)
+	VMOVUPS      128(SI), Z1
+	VFMADD213PS  Z4, Z24, Z4
+	VSUBPS       Z4, Z1, Z4
+	VMULPS       Z4, Z25, Z4
+	VFMADD213PS  Z5, Z24, Z5
+	VFMADD231PS  Z4, Z26, Z5
+	VMOVUPS      Z5, 128(DI)
+	VMOVUPS      192(SI), Z1
+	VFMADD213PS  Z6, Z24, Z6
+	VSUBPS       Z6, Z1, Z6
+	VMULPS       Z6, Z25, Z6
+	VFMADD213PS  Z7, Z24, Z7
+	VFMADD231PS  Z6, Z26, Z7
+	VMOVUPS      Z7, 192(DI)
+	VMOVUPS      256(SI), Z1
+	VFMADD213PS  Z8, Z24, Z8
+	VSUBPS       Z8, Z1, Z8
+	VMULPS       Z8, Z25, Z8
+	VFMADD213PS  Z9, Z24, Z9
+	VFMADD231PS  Z8, Z26, Z9
+	VMOVUPS      Z9, 256(DI)
+	VMOVUPS      320(SI), Z1
+	VFMADD213PS  Z10, Z24, Z10
+	VSUBPS       Z10, Z1, Z10
+	VMULPS       Z10, Z25, Z10
+	VFMADD213PS  Z11, Z24, Z11
+	VFMADD231PS  Z10, Z26, Z11
+	VMOVUPS      Z11, 320(DI)
+	VMOVUPS      384(SI), Z1
+	VFMADD213PS  Z12, Z24, Z12
+	VSUBPS       Z12, Z1, Z12
+	VMULPS       Z12, Z25, Z12
+	VFMADD213PS  Z13, Z24, Z13
+	VFMADD231PS  Z12, Z26, Z13
+	VMOVUPS      Z13, 384(DI)
+	VMOVUPS      448(SI), Z1
+	VFMADD213PS  Z14, Z24, Z14
+	VSUBPS       Z14, Z1, Z14
+	VMULPS       Z14, Z25, Z14
+	VFMADD213PS  Z15, Z24, Z15
+	VFMADD231PS  Z14, Z26, Z15
+	VMOVUPS      Z15, 448(DI)
+	VMOVUPS      512(SI), Z1
+	VFMADD213PS  Z16, Z24, Z16
+	VSUBPS       Z16, Z1, Z16
+	VMULPS       Z16, Z25, Z16
+	VFMADD213PS  Z17, Z24, Z17
+	VFMADD231PS  Z16, Z26, Z17
+	VMOVUPS      Z17, 512(DI)
+	VMOVUPS      576(SI), Z1
+	VFMADD213PS  Z18, Z24, Z18
+	VSUBPS       Z18, Z1, Z18
+	VMULPS       Z18, Z25, Z18
+	VFMADD213PS  Z19, Z24, Z19
+	VFMADD231PS  Z18, Z26, Z19
+	VMOVUPS      Z19, 576(DI)
+	VMOVUPS      640(SI), Z1
+	VFMADD213PS  Z20, Z24, Z20
+	VSUBPS       Z20, Z1, Z20
+	VMULPS       Z20, Z25, Z20
+	VFMADD213PS  Z21, Z24, Z21
+	VFMADD231PS  Z20, Z26, Z21
+	VMOVUPS      Z21, 640(DI)
+	VMOVUPS      704(SI), Z1
+	VFMADD213PS  Z22, Z24, Z22
+	VSUBPS       Z22, Z1, Z22
+	VMULPS       Z22, Z25, Z22
+	VFMADD213PS  Z23, Z24, Z23
+	VFMADD231PS  Z22, Z26, Z23
+	VMOVUPS      Z23, 704(DI)
+
+	// Write pass: S' = S + em1·S + k̂_i·δ over the same slab.
+	MOVQ AX, R10
+	MOVQ CX, AX
+	XORQ R11, R11
+
+stateAVX512_write_7:
+	MOVQ         8(SP), CX
+	PREFETCHT1   (CX)
+	PREFETCHT1   256(CX)
+	PREFETCHT1   512(CX)
+	ADDQ         $0x00000300, 8(SP)
+	VBROADCASTSS (DX)(R11*4), Z1
+	VMOVUPS      (R10), Z3
+	VFMADD213PS  Z3, Z24, Z3
+	VFMADD231PS  Z0, Z1, Z3
+	VMOVUPS      Z3, (AX)
+	VMOVUPS      64(R10), Z3
+	VFMADD213PS  Z3, Z24, Z3
+	VFMADD231PS  Z2, Z1, Z3
+	VMOVUPS      Z3, 64(AX)
+	VMOVUPS      128(R10), Z3
+	VFMADD213PS  Z3, Z24, Z3
+	VFMADD231PS  Z4, Z1, Z3
+	VMOVUPS      Z3, 128(AX)
+	VMOVUPS      192(R10), Z3
+	VFMADD213PS  Z3, Z24, Z3
+	VFMADD231PS  Z6, Z1, Z3
+	VMOVUPS      Z3, 192(AX)
+	VMOVUPS      256(R10), Z3
+	VFMADD213PS  Z3, Z24, Z3
+	VFMADD231PS  Z8, Z1, Z3
+	VMOVUPS      Z3, 256(AX)
+	VMOVUPS      320(R10), Z3
+	VFMADD213PS  Z3, Z24, Z3
+	VFMADD231PS  Z10, Z1, Z3
+	VMOVUPS      Z3, 320(AX)
+	VMOVUPS      384(R10), Z3
+	VFMADD213PS  Z3, Z24, Z3
+	VFMADD231PS  Z12, Z1, Z3
+	VMOVUPS      Z3, 384(AX)
+	VMOVUPS      448(R10), Z3
+	VFMADD213PS  Z3, Z24, Z3
+	VFMADD231PS  Z14, Z1, Z3
+	VMOVUPS      Z3, 448(AX)
+	VMOVUPS      512(R10), Z3
+	VFMADD213PS  Z3, Z24, Z3
+	VFMADD231PS  Z16, Z1, Z3
+	VMOVUPS      Z3, 512(AX)
+	VMOVUPS      576(R10), Z3
+	VFMADD213PS  Z3, Z24, Z3
+	VFMADD231PS  Z18, Z1, Z3
+	VMOVUPS      Z3, 576(AX)
+	VMOVUPS      640(R10), Z3
+	VFMADD213PS  Z3, Z24, Z3
+	VFMADD231PS  Z20, Z1, Z3
+	VMOVUPS      Z3, 640(AX)
+	VMOVUPS      704(R10), Z3
+	VFMADD213PS  Z3, Z24, Z3
+	VFMADD231PS  Z22, Z1, Z3
+	VMOVUPS      Z3, 704(AX)
+	ADDQ         R9, R10
+	ADDQ         R9, AX
+	INCQ         R11
+	CMPQ         R11, R8
+	JB           stateAVX512_write_7
+	JMP          stateAVX512_decayed_4
+
+stateAVX512_far_4:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	VBROADCASTSS eg+148(FP), Z24
+	VBROADCASTSS beta+152(FP), Z25
+	VBROADCASTSS kq+156(FP), Z26
+	VMOVUPS      (SI), Z27
+	VMULPS       Z0, Z24, Z0
+	VSUBPS       Z0, Z27, Z0
+	VMULPS       Z0, Z25, Z0
+	VMULPS       Z1, Z24, Z1
+	VFMADD231PS  Z0, Z26, Z1
+	VMOVUPS      Z1, (DI)
+	VMOVUPS      64(SI), Z1
+	VMULPS       Z2, Z24, Z2
+	VSUBPS       Z2, Z1, Z2
+	VMULPS       Z2, Z25, Z2
+	VMULPS       Z3, Z24, Z3
+	VFMADD231PS  Z2, Z26, Z3
+	VMOVUPS      Z3, 64(DI)
+	VMOVUPS      128(SI), Z1
+	VMULPS       Z4, Z24, Z4
+	VSUBPS       Z4, Z1, Z4
+	VMULPS       Z4, Z25, Z4
+	VMULPS       Z5, Z24, Z5
+	VFMADD231PS  Z4, Z26, Z5
+	VMOVUPS      Z5, 128(DI)
+	VMOVUPS      192(SI), Z1
+	VMULPS       Z6, Z24, Z6
+	VSUBPS       Z6, Z1, Z6
+	VMULPS       Z6, Z25, Z6
+	VMULPS       Z7, Z24, Z7
+	VFMADD231PS  Z6, Z26, Z7
+	VMOVUPS      Z7, 192(DI)
+	VMOVUPS      256(SI), Z1
+	VMULPS       Z8, Z24, Z8
+	VSUBPS       Z8, Z1, Z8
+	VMULPS       Z8, Z25, Z8
+	VMULPS       Z9, Z24, Z9
+	VFMADD231PS  Z8, Z26, Z9
+	VMOVUPS      Z9, 256(DI)
+	VMOVUPS      320(SI), Z1
+	VMULPS       Z10, Z24, Z10
+	VSUBPS       Z10, Z1, Z10
+	VMULPS       Z10, Z25, Z10
+	VMULPS       Z11, Z24, Z11
+	VFMADD231PS  Z10, Z26, Z11
+	VMOVUPS      Z11, 320(DI)
+	VMOVUPS      384(SI), Z1
+	VMULPS       Z12, Z24, Z12
+	VSUBPS       Z12, Z1, Z12
+	VMULPS       Z12, Z25, Z12
+	VMULPS       Z13, Z24, Z13
+	VFMADD231PS  Z12, Z26, Z13
+	VMOVUPS      Z13, 384(DI)
+	VMOVUPS      448(SI), Z1
+	VMULPS       Z14, Z24, Z14
+	VSUBPS       Z14, Z1, Z14
+	VMULPS       Z14, Z25, Z14
+	VMULPS       Z15, Z24, Z15
+	VFMADD231PS  Z14, Z26, Z15
+	VMOVUPS      Z15, 448(DI)
+	VMOVUPS      512(SI), Z1
+	VMULPS       Z16, Z24, Z16
+	VSUBPS       Z16, Z1, Z16
+	VMULPS       Z16, Z25, Z16
+	VMULPS       Z17, Z24, Z17
+	VFMADD231PS  Z16, Z26, Z17
+	VMOVUPS      Z17, 512(DI)
+	VMOVUPS      576(SI), Z1
+	VMULPS       Z18, Z24, Z18
+	VSUBPS       Z18, Z1, Z18
+	VMULPS       Z18, Z25, Z18
+	VMULPS       Z19, Z24, Z19
+	VFMADD231PS  Z18, Z26, Z19
+	VMOVUPS      Z19, 576(DI)
+	VMOVUPS      640(SI), Z1
+	VMULPS       Z20, Z24, Z20
+	VSUBPS       Z20, Z1, Z20
+	VMULPS       Z20, Z25, Z20
+	VMULPS       Z21, Z24, Z21
+	VFMADD231PS  Z20, Z26, Z21
+	VMOVUPS      Z21, 640(DI)
+	VMOVUPS      704(SI), Z1
+	VMULPS       Z22, Z24, Z22
+	VSUBPS       Z22, Z1, Z22
+	VMULPS       Z22, Z25, Z22
+	VMULPS       Z23, Z24, Z23
+	VFMADD231PS  Z22, Z26, Z23
+	VMOVUPS      Z23, 704(DI)
+
+	// Write pass: S' = eg·S + k̂_i·δ over the same slab.
+	MOVQ AX, R10
+	MOVQ CX, AX
+	XORQ R11, R11
+
+stateAVX512_write_8:
+	MOVQ         8(SP), CX
+	PREFETCHT1   (CX)
+	PREFETCHT1   256(CX)
+	PREFETCHT1   512(CX)
+	ADDQ         $0x00000300, 8(SP)
+	VBROADCASTSS (DX)(R11*4), Z1
+	VMOVUPS      (R10), Z3
+	VMULPS       Z3, Z24, Z3
+	VFMADD231PS  Z0, Z1, Z3
+	VMOVUPS      Z3, (AX)
+	VMOVUPS      64(R10), Z3
+	VMULPS       Z3, Z24, Z3
+	VFMADD231PS  Z2, Z1, Z3
+	VMOVUPS      Z3, 64(AX)
+	VMOVUPS      128(R10), Z3
+	VMULPS       Z3, Z24, Z3
+	VFMADD231PS  Z4, Z1, Z3
+	VMOVUPS      Z3, 128(AX)
+	VMOVUPS      192(R10), Z3
+	VMULPS       Z3, Z24, Z3
+	VFMADD231PS  Z6, Z1, Z3
+	VMOVUPS      Z3, 192(AX)
+	VMOVUPS      256(R10), Z3
+	VMULPS       Z3, Z24, Z3
+	VFMADD231PS  Z8, Z1, Z3
+	VMOVUPS      Z3, 256(AX)
+	VMOVUPS      320(R10), Z3
+	VMULPS       Z3, Z24, Z3
+	VFMADD231PS  Z10, Z1, Z3
+	VMOVUPS      Z3, 320(AX)
+	VMOVUPS      384(R10), Z3
+	VMULPS       Z3, Z24, Z3
+	VFMADD231PS  Z12, Z1, Z3
+	VMOVUPS      Z3, 384(AX)
+	VMOVUPS      448(R10), Z3
+	VMULPS       Z3, Z24, Z3
+	VFMADD231PS  Z14, Z1, Z3
+	VMOVUPS      Z3, 448(AX)
+	VMOVUPS      512(R10), Z3
+	VMULPS       Z3, Z24, Z3
+	VFMADD231PS  Z16, Z1, Z3
+	VMOVUPS      Z3, 512(AX)
+	VMOVUPS      576(R10), Z3
+	VMULPS       Z3, Z24, Z3
+	VFMADD231PS  Z18, Z1, Z3
+	VMOVUPS      Z3, 576(AX)
+	VMOVUPS      640(R10), Z3
+	VMULPS       Z3, Z24, Z3
+	VFMADD231PS  Z20, Z1, Z3
+	VMOVUPS      Z3, 640(AX)
+	VMOVUPS      704(R10), Z3
+	VMULPS       Z3, Z24, Z3
+	VFMADD231PS  Z22, Z1, Z3
+	VMOVUPS      Z3, 704(AX)
+	ADDQ         R9, R10
+	ADDQ         R9, AX
+	INCQ         R11
+	CMPQ         R11, R8
+	JB           stateAVX512_write_8
+
+stateAVX512_decayed_4:
+	JMP stateAVX512_done_1
+
+stateAVX512_notmodel_3:
 	MOVQ         R10, R11
 	DECQ         R11
 	ANDQ         $-16, R11
@@ -1628,7 +2198,7 @@ stateAVX512_spans_1:
 	MOVQ         AX, R10
 	XORQ         R11, R11
 
-stateAVX512_read_3:
+stateAVX512_read_5:
 	VBROADCASTSS (DX)(R11*4), Z10
 	VBROADCASTSS (BX)(R11*4), Z11
 	VMOVUPS      (R10), Z12
@@ -1649,9 +2219,9 @@ stateAVX512_read_3:
 	ADDQ         R9, R10
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           stateAVX512_read_3
+	JB           stateAVX512_read_5
 	CMPB         16(SP), $0x00
-	JE           stateAVX512_far_3
+	JE           stateAVX512_far_5
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
@@ -1699,7 +2269,7 @@ stateAVX512_read_3:
 	MOVQ CX, AX
 	XORQ R11, R11
 
-stateAVX512_write_5:
+stateAVX512_write_9:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	PREFETCHT1   256(CX)
@@ -1729,10 +2299,10 @@ stateAVX512_write_5:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           stateAVX512_write_5
-	JMP          stateAVX512_decayed_3
+	JB           stateAVX512_write_9
+	JMP          stateAVX512_decayed_5
 
-stateAVX512_far_3:
+stateAVX512_far_5:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	VBROADCASTSS eg+148(FP), Z10
@@ -1779,7 +2349,7 @@ stateAVX512_far_3:
 	MOVQ CX, AX
 	XORQ R11, R11
 
-stateAVX512_write_6:
+stateAVX512_write_10:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	PREFETCHT1   256(CX)
@@ -1809,9 +2379,9 @@ stateAVX512_write_6:
 	ADDQ         R9, AX
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           stateAVX512_write_6
+	JB           stateAVX512_write_10
 
-stateAVX512_decayed_3:
+stateAVX512_decayed_5:
 	JMP stateAVX512_done_1
 
 stateAVX512_odd_1:
@@ -1859,7 +2429,7 @@ stateAVX512_odd_1:
 	MOVQ         AX, R12
 	XORQ         R13, R13
 
-stateAVX512_read_4:
+stateAVX512_read_6:
 	VBROADCASTSS (DX)(R13*4), Z28
 	VBROADCASTSS (BX)(R13*4), Z29
 	VMOVUPS      (R12), Z30
@@ -1943,9 +2513,9 @@ stateAVX512_spantail_1:
 	ADDQ        R9, R12
 	INCQ        R13
 	CMPQ        R13, R8
-	JB          stateAVX512_read_4
+	JB          stateAVX512_read_6
 	CMPB        16(SP), $0x00
-	JE          stateAVX512_far_4
+	JE          stateAVX512_far_6
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
@@ -2098,7 +2668,7 @@ stateAVX512_spantail_2:
 	MOVQ CX, AX
 	XORQ R13, R13
 
-stateAVX512_write_7:
+stateAVX512_write_11:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	PREFETCHT1   256(CX)
@@ -2197,10 +2767,10 @@ stateAVX512_spantail_3:
 	ADDQ        R9, AX
 	INCQ        R13
 	CMPQ        R13, R8
-	JB          stateAVX512_write_7
-	JMP         stateAVX512_decayed_4
+	JB          stateAVX512_write_11
+	JMP         stateAVX512_decayed_6
 
-stateAVX512_far_4:
+stateAVX512_far_6:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	VBROADCASTSS eg+148(FP), Z28
@@ -2352,7 +2922,7 @@ stateAVX512_spantail_4:
 	MOVQ CX, AX
 	XORQ R13, R13
 
-stateAVX512_write_8:
+stateAVX512_write_12:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	PREFETCHT1   256(CX)
@@ -2451,9 +3021,9 @@ stateAVX512_spantail_5:
 	ADDQ        R9, AX
 	INCQ        R13
 	CMPQ        R13, R8
-	JB          stateAVX512_write_8
+	JB          stateAVX512_write_12
 
-stateAVX512_decayed_4:
+stateAVX512_decayed_6:
 	JMP stateAVX512_done_1
 
 stateAVX512_span64_1:
@@ -2470,7 +3040,7 @@ stateAVX512_span64_1:
 	MOVQ         AX, R10
 	XORQ         R12, R12
 
-stateAVX512_read_5:
+stateAVX512_read_7:
 	VBROADCASTSS (DX)(R12*4), Z8
 	VBROADCASTSS (BX)(R12*4), Z9
 	CMPQ         R11, $0x00000000
@@ -2496,9 +3066,9 @@ stateAVX512_spantail_6:
 	ADDQ        R9, R10
 	INCQ        R12
 	CMPQ        R12, R8
-	JB          stateAVX512_read_5
+	JB          stateAVX512_read_7
 	CMPB        16(SP), $0x00
-	JE          stateAVX512_far_5
+	JE          stateAVX512_far_7
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
@@ -2547,7 +3117,7 @@ stateAVX512_spantail_7:
 	MOVQ CX, AX
 	XORQ R12, R12
 
-stateAVX512_write_9:
+stateAVX512_write_13:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	ADDQ         24(SP), CX
@@ -2581,10 +3151,10 @@ stateAVX512_spantail_8:
 	ADDQ        R9, AX
 	INCQ        R12
 	CMPQ        R12, R8
-	JB          stateAVX512_write_9
-	JMP         stateAVX512_decayed_5
+	JB          stateAVX512_write_13
+	JMP         stateAVX512_decayed_7
 
-stateAVX512_far_5:
+stateAVX512_far_7:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	VBROADCASTSS eg+148(FP), Z8
@@ -2632,7 +3202,7 @@ stateAVX512_spantail_9:
 	MOVQ CX, AX
 	XORQ R12, R12
 
-stateAVX512_write_10:
+stateAVX512_write_14:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	ADDQ         24(SP), CX
@@ -2666,9 +3236,9 @@ stateAVX512_spantail_10:
 	ADDQ        R9, AX
 	INCQ        R12
 	CMPQ        R12, R8
-	JB          stateAVX512_write_10
+	JB          stateAVX512_write_14
 
-stateAVX512_decayed_5:
+stateAVX512_decayed_7:
 stateAVX512_done_1:
 	VZEROUPPER
 	RET
@@ -4549,11 +5119,193 @@ stateAVX2_decayed_6:
 	JMP  stateAVX2_rback_6
 
 stateAVX2_rowsend_1:
-	// Spans: blocks of 23 columns or less, cut to 16 at 24 or more (cutWidth).
+	// Then blocks of 32 columns, of 16, and a span of less than 24 columns (cutWidth).
 stateAVX2_spans_1:
-	MOVQ    (SP), R10
-	TESTQ   R10, R10
-	JZ      stateAVX2_done_1
+	MOVQ  (SP), R10
+	TESTQ R10, R10
+	JZ    stateAVX2_done_1
+
+	// A block of 32 columns (V mod 64 ≥ 32): 4 full vectors, no guard.
+	CMPQ R10, $0x00000020
+	JB   stateAVX2_narrow_1
+
+	// Block of 32 columns: read pass (Sᵀk̂, Sᵀq̂ of 4 vectors in registers).
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ   AX, R10
+	XORQ   R11, R11
+
+stateAVX2_read_1:
+	VBROADCASTSS (DX)(R11*4), Y8
+	VBROADCASTSS (BX)(R11*4), Y9
+	VMOVUPS      (R10), Y10
+	VFMADD231PS  Y10, Y8, Y0
+	VFMADD231PS  Y10, Y9, Y1
+	VMOVUPS      32(R10), Y10
+	VFMADD231PS  Y10, Y8, Y2
+	VFMADD231PS  Y10, Y9, Y3
+	VMOVUPS      64(R10), Y10
+	VFMADD231PS  Y10, Y8, Y4
+	VFMADD231PS  Y10, Y9, Y5
+	VMOVUPS      96(R10), Y10
+	VFMADD231PS  Y10, Y8, Y6
+	VFMADD231PS  Y10, Y9, Y7
+	ADDQ         R9, R10
+	INCQ         R11
+	CMPQ         R11, R8
+	JB           stateAVX2_read_1
+	CMPB         16(SP), $0x00
+	JE           stateAVX2_far_7
+
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	VBROADCASTSS em1+144(FP), Y8
+	VBROADCASTSS beta+152(FP), Y9
+	VBROADCASTSS kq+156(FP), Y10
+	VMOVUPS      (SI), Y11
+	VFMADD213PS  Y0, Y8, Y0
+	VSUBPS       Y0, Y11, Y0
+	VMULPS       Y0, Y9, Y0
+	VFMADD213PS  Y1, Y8, Y1
+	VFMADD231PS  Y0, Y10, Y1
+	VMOVUPS      Y1, (DI)
+	VMOVUPS      32(SI), Y1
+	VFMADD213PS  Y2, Y8, Y2
+	VSUBPS       Y2, Y1, Y2
+	VMULPS       Y2, Y9, Y2
+	VFMADD213PS  Y3, Y8, Y3
+	VFMADD231PS  Y2, Y10, Y3
+	VMOVUPS      Y3, 32(DI)
+	VMOVUPS      64(SI), Y1
+	VFMADD213PS  Y4, Y8, Y4
+	VSUBPS       Y4, Y1, Y4
+	VMULPS       Y4, Y9, Y4
+	VFMADD213PS  Y5, Y8, Y5
+	VFMADD231PS  Y4, Y10, Y5
+	VMOVUPS      Y5, 64(DI)
+	VMOVUPS      96(SI), Y1
+	VFMADD213PS  Y6, Y8, Y6
+	VSUBPS       Y6, Y1, Y6
+	VMULPS       Y6, Y9, Y6
+	VFMADD213PS  Y7, Y8, Y7
+	VFMADD231PS  Y6, Y10, Y7
+	VMOVUPS      Y7, 96(DI)
+
+	// Write pass: S' = S + em1·S + k̂_i·δ over the same slab.
+	MOVQ AX, R10
+	MOVQ CX, R12
+	XORQ R11, R11
+
+stateAVX2_write_1:
+	MOVQ         8(SP), R13
+	PREFETCHT1   (R13)
+	ADDQ         $0x00000080, 8(SP)
+	VBROADCASTSS (DX)(R11*4), Y1
+	VMOVUPS      (R10), Y3
+	VFMADD213PS  Y3, Y8, Y3
+	VFMADD231PS  Y0, Y1, Y3
+	VMOVUPS      Y3, (R12)
+	VMOVUPS      32(R10), Y3
+	VFMADD213PS  Y3, Y8, Y3
+	VFMADD231PS  Y2, Y1, Y3
+	VMOVUPS      Y3, 32(R12)
+	VMOVUPS      64(R10), Y3
+	VFMADD213PS  Y3, Y8, Y3
+	VFMADD231PS  Y4, Y1, Y3
+	VMOVUPS      Y3, 64(R12)
+	VMOVUPS      96(R10), Y3
+	VFMADD213PS  Y3, Y8, Y3
+	VFMADD231PS  Y6, Y1, Y3
+	VMOVUPS      Y3, 96(R12)
+	ADDQ         R9, R10
+	ADDQ         R9, R12
+	INCQ         R11
+	CMPQ         R11, R8
+	JB           stateAVX2_write_1
+	JMP          stateAVX2_decayed_7
+
+stateAVX2_far_7:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	VBROADCASTSS eg+148(FP), Y8
+	VBROADCASTSS beta+152(FP), Y9
+	VBROADCASTSS kq+156(FP), Y10
+	VMOVUPS      (SI), Y11
+	VMULPS       Y0, Y8, Y0
+	VSUBPS       Y0, Y11, Y0
+	VMULPS       Y0, Y9, Y0
+	VMULPS       Y1, Y8, Y1
+	VFMADD231PS  Y0, Y10, Y1
+	VMOVUPS      Y1, (DI)
+	VMOVUPS      32(SI), Y1
+	VMULPS       Y2, Y8, Y2
+	VSUBPS       Y2, Y1, Y2
+	VMULPS       Y2, Y9, Y2
+	VMULPS       Y3, Y8, Y3
+	VFMADD231PS  Y2, Y10, Y3
+	VMOVUPS      Y3, 32(DI)
+	VMOVUPS      64(SI), Y1
+	VMULPS       Y4, Y8, Y4
+	VSUBPS       Y4, Y1, Y4
+	VMULPS       Y4, Y9, Y4
+	VMULPS       Y5, Y8, Y5
+	VFMADD231PS  Y4, Y10, Y5
+	VMOVUPS      Y5, 64(DI)
+	VMOVUPS      96(SI), Y1
+	VMULPS       Y6, Y8, Y6
+	VSUBPS       Y6, Y1, Y6
+	VMULPS       Y6, Y9, Y6
+	VMULPS       Y7, Y8, Y7
+	VFMADD231PS  Y6, Y10, Y7
+	VMOVUPS      Y7, 96(DI)
+
+	// Write pass: S' = eg·S + k̂_i·δ over the same slab.
+	MOVQ AX, R10
+	MOVQ CX, R12
+	XORQ R11, R11
+
+stateAVX2_write_2:
+	MOVQ         8(SP), R13
+	PREFETCHT1   (R13)
+	ADDQ         $0x00000080, 8(SP)
+	VBROADCASTSS (DX)(R11*4), Y1
+	VMOVUPS      (R10), Y3
+	VMULPS       Y3, Y8, Y3
+	VFMADD231PS  Y0, Y1, Y3
+	VMOVUPS      Y3, (R12)
+	VMOVUPS      32(R10), Y3
+	VMULPS       Y3, Y8, Y3
+	VFMADD231PS  Y2, Y1, Y3
+	VMOVUPS      Y3, 32(R12)
+	VMOVUPS      64(R10), Y3
+	VMULPS       Y3, Y8, Y3
+	VFMADD231PS  Y4, Y1, Y3
+	VMOVUPS      Y3, 64(R12)
+	VMOVUPS      96(R10), Y3
+	VMULPS       Y3, Y8, Y3
+	VFMADD231PS  Y6, Y1, Y3
+	VMOVUPS      Y3, 96(R12)
+	ADDQ         R9, R10
+	ADDQ         R9, R12
+	INCQ         R11
+	CMPQ         R11, R8
+	JB           stateAVX2_write_2
+
+stateAVX2_decayed_7:
+	ADDQ $0x00000080, AX
+	ADDQ $0x00000080, CX
+	ADDQ $0x00000080, SI
+	ADDQ $0x00000080, DI
+	SUBQ $0x00000020, (SP)
+	JMP  stateAVX2_spans_1
+
+stateAVX2_narrow_1:
 	MOVQ    $0x00000010, R11
 	CMPQ    R10, $0x00000018
 	CMOVQCC R11, R10
@@ -4570,7 +5322,7 @@ stateAVX2_spans_1:
 	MOVQ   AX, R10
 	XORQ   R11, R11
 
-stateAVX2_read_1:
+stateAVX2_read_2:
 	VBROADCASTSS (DX)(R11*4), Y4
 	VBROADCASTSS (BX)(R11*4), Y5
 	VMOVUPS      (R10), Y6
@@ -4582,9 +5334,9 @@ stateAVX2_read_1:
 	ADDQ         R9, R10
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           stateAVX2_read_1
+	JB           stateAVX2_read_2
 	CMPB         16(SP), $0x00
-	JE           stateAVX2_far_7
+	JE           stateAVX2_far_8
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
@@ -4611,7 +5363,7 @@ stateAVX2_read_1:
 	MOVQ CX, R12
 	XORQ R11, R11
 
-stateAVX2_write_1:
+stateAVX2_write_3:
 	MOVQ         8(SP), R13
 	PREFETCHT1   (R13)
 	ADDQ         $0x00000040, 8(SP)
@@ -4628,10 +5380,10 @@ stateAVX2_write_1:
 	ADDQ         R9, R12
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           stateAVX2_write_1
-	JMP          stateAVX2_decayed_7
+	JB           stateAVX2_write_3
+	JMP          stateAVX2_decayed_8
 
-stateAVX2_far_7:
+stateAVX2_far_8:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	VBROADCASTSS eg+148(FP), Y4
@@ -4657,7 +5409,7 @@ stateAVX2_far_7:
 	MOVQ CX, R12
 	XORQ R11, R11
 
-stateAVX2_write_2:
+stateAVX2_write_4:
 	MOVQ         8(SP), R13
 	PREFETCHT1   (R13)
 	ADDQ         $0x00000040, 8(SP)
@@ -4674,9 +5426,9 @@ stateAVX2_write_2:
 	ADDQ         R9, R12
 	INCQ         R11
 	CMPQ         R11, R8
-	JB           stateAVX2_write_2
+	JB           stateAVX2_write_4
 
-stateAVX2_decayed_7:
+stateAVX2_decayed_8:
 	ADDQ $0x00000040, AX
 	ADDQ $0x00000040, CX
 	ADDQ $0x00000040, SI
@@ -4707,7 +5459,7 @@ stateAVX2_span_1:
 	MOVQ   AX, R10
 	XORQ   R12, R12
 
-stateAVX2_read_2:
+stateAVX2_read_3:
 	VBROADCASTSS (DX)(R12*4), Y6
 	VBROADCASTSS (BX)(R12*4), Y7
 	CMPQ         R11, $0x00000000
@@ -4729,7 +5481,7 @@ stateAVX2_spanback_1:
 	ADDQ R9, R10
 	INCQ R12
 	CMPQ R12, R8
-	JB   stateAVX2_read_2
+	JB   stateAVX2_read_3
 	JMP  stateAVX2_spanpast_1
 
 stateAVX2_spanmasked_1:
@@ -4778,7 +5530,7 @@ stateAVX2_mmdone_1:
 
 stateAVX2_spanpast_1:
 	CMPB 16(SP), $0x00
-	JE   stateAVX2_far_8
+	JE   stateAVX2_far_9
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
@@ -4866,7 +5618,7 @@ stateAVX2_spanpast_2:
 	MOVQ CX, AX
 	XORQ R12, R12
 
-stateAVX2_write_3:
+stateAVX2_write_5:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	ADDQ         24(SP), CX
@@ -4894,7 +5646,7 @@ stateAVX2_spanback_3:
 	ADDQ R9, AX
 	INCQ R12
 	CMPQ R12, R8
-	JB   stateAVX2_write_3
+	JB   stateAVX2_write_5
 	JMP  stateAVX2_spanpast_3
 
 stateAVX2_spanmasked_3:
@@ -4944,9 +5696,9 @@ stateAVX2_mmdone_3:
 	JMP         stateAVX2_spanback_3
 
 stateAVX2_spanpast_3:
-	JMP stateAVX2_decayed_8
+	JMP stateAVX2_decayed_9
 
-stateAVX2_far_8:
+stateAVX2_far_9:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	VBROADCASTSS eg+148(FP), Y6
@@ -5033,7 +5785,7 @@ stateAVX2_spanpast_4:
 	MOVQ CX, AX
 	XORQ R12, R12
 
-stateAVX2_write_4:
+stateAVX2_write_6:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	ADDQ         24(SP), CX
@@ -5061,7 +5813,7 @@ stateAVX2_spanback_5:
 	ADDQ R9, AX
 	INCQ R12
 	CMPQ R12, R8
-	JB   stateAVX2_write_4
+	JB   stateAVX2_write_6
 	JMP  stateAVX2_spanpast_5
 
 stateAVX2_spanmasked_5:
@@ -5111,7 +5863,7 @@ stateAVX2_mmdone_5:
 	JMP         stateAVX2_spanback_5
 
 stateAVX2_spanpast_5:
-stateAVX2_decayed_8:
+stateAVX2_decayed_9:
 stateAVX2_done_1:
 	VZEROUPPER
 	RET
@@ -5565,19 +6317,31 @@ TEXT ·stateKVf32AVX512(SB), NOSPLIT, $104-216
 
 	// Column blocks: min(V − j0, the full block's columns) each, one span for all.
 stateKVf32AVX512_blocks_1:
-	MOVQ    8(SP), AX
-	TESTQ   AX, AX
-	JZ      stateKVf32AVX512_done_1
-	MOVQ    32(SP), CX
-	CMPQ    AX, CX
-	CMOVQCC CX, AX
-	MOVQ    AX, 24(SP)
+	MOVQ         8(SP), AX
+	TESTQ        AX, AX
+	JZ           stateKVf32AVX512_done_1
+	MOVQ         32(SP), CX
+	CMPQ         AX, CX
+	CMOVQCC      CX, AX
+	MOVQ         AX, 24(SP)
+	MOVQ         AX, CX
+	DECQ         CX
+	ANDQ         $-16, CX
+	SUBQ         CX, AX
+	VPBROADCASTD AX, Z0
+	VPCMPGTD     iota<>+0(SB), Z0, K1
 
-	// A block of 64 columns (the full one when K ≤ 128): 4 full vectors.
-	CMPQ AX, $0x00000040
-	JNE  stateKVf32AVX512_span_1
+	// 1 to 4 ZMM, the last masked (every full block, every tail), no guard.
+	CMPQ CX, $0x00000000
+	JE   stateKVf32AVX512_masked1_1
+	CMPQ CX, $0x00000010
+	JE   stateKVf32AVX512_masked2_1
+	CMPQ CX, $0x00000020
+	JE   stateKVf32AVX512_masked3_1
+	JMP  stateKVf32AVX512_masked4_1
 
-	// Block of up to 64 columns (rows in work of whole vectors): pass 0 loads it, with token 0's read.
+stateKVf32AVX512_masked1_1:
+	// Block of up to 16 columns (rows in work of whole vectors): pass 0 loads it, with token 0's read.
 	MOVQ         K+0(FP), AX
 	MOVQ         16(SP), CX
 	MOVQ         src_base+16(FP), DX
@@ -5586,38 +6350,20 @@ stateKVf32AVX512_blocks_1:
 	SHLQ         $0x02, BX
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
-	VBROADCASTSS zero<>+0(SB), Z2
-	VBROADCASTSS zero<>+0(SB), Z3
-	VBROADCASTSS zero<>+0(SB), Z4
-	VBROADCASTSS zero<>+0(SB), Z5
-	VBROADCASTSS zero<>+0(SB), Z6
-	VBROADCASTSS zero<>+0(SB), Z7
 	MOVQ         kh_base+64(FP), SI
 	MOVQ         qh_base+88(FP), DI
 	MOVQ         (SP), R8
 	XORQ         R9, R9
 
 stateKVf32AVX512_pass0_1:
-	VBROADCASTSS (SI)(R9*4), Z8
-	VBROADCASTSS (DI)(R9*4), Z9
-	VMOVUPS      (DX), Z10
-	VMOVUPS      Z10, (R8)
-	VFMADD231PS  Z10, Z8, Z0
-	VFMADD231PS  Z10, Z9, Z1
-	VMOVUPS      64(DX), Z10
-	VMOVUPS      Z10, 64(R8)
-	VFMADD231PS  Z10, Z8, Z2
-	VFMADD231PS  Z10, Z9, Z3
-	VMOVUPS      128(DX), Z10
-	VMOVUPS      Z10, 128(R8)
-	VFMADD231PS  Z10, Z8, Z4
-	VFMADD231PS  Z10, Z9, Z5
-	VMOVUPS      192(DX), Z10
-	VMOVUPS      Z10, 192(R8)
-	VFMADD231PS  Z10, Z8, Z6
-	VFMADD231PS  Z10, Z9, Z7
+	VBROADCASTSS (SI)(R9*4), Z2
+	VBROADCASTSS (DI)(R9*4), Z3
+	VMOVUPS.Z    (DX), K1, Z4
+	VMOVUPS      Z4, (R8)
+	VFMADD231PS  Z4, Z2, Z0
+	VFMADD231PS  Z4, Z3, Z1
 	ADDQ         BX, DX
-	ADDQ         $0x00000100, R8
+	ADDQ         $0x00000040, R8
 	INCQ         R9
 	CMPQ         R9, AX
 	JB           stateKVf32AVX512_pass0_1
@@ -5656,54 +6402,27 @@ stateKVf32AVX512_notlast_1:
 	LEAQ     (CX)(AX*4), CX
 	MOVQ     CX, 72(SP)
 	MOVQ     96(SP), AX
-	VMOVSS   (AX), X8
-	VUCOMISS nearone<>+0(SB), X8
+	VMOVSS   (AX), X2
+	VUCOMISS nearone<>+0(SB), X2
 	JCS      stateKVf32AVX512_far_1
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	MOVQ         96(SP), AX
-	VBROADCASTSS (AX), Z8
-	VBROADCASTSS 8(AX), Z9
-	VBROADCASTSS 12(AX), Z10
+	VBROADCASTSS (AX), Z2
+	VBROADCASTSS 8(AX), Z3
+	VBROADCASTSS 12(AX), Z4
 	MOVQ         80(SP), AX
 	MOVQ         88(SP), CX
-	VMOVUPS      (AX), Z15
-	VFMADD213PS  Z0, Z8, Z0
-	VSUBPS       Z0, Z15, Z15
-	VMULPS       Z15, Z9, Z15
-	VFMADD213PS  Z1, Z8, Z1
-	VFMADD231PS  Z15, Z10, Z1
-	VMOVUPS      Z1, (CX)
-	VMOVUPS      64(AX), Z16
-	VFMADD213PS  Z2, Z8, Z2
-	VSUBPS       Z2, Z16, Z16
-	VMULPS       Z16, Z9, Z16
-	VFMADD213PS  Z3, Z8, Z3
-	VFMADD231PS  Z16, Z10, Z3
-	VMOVUPS      Z3, 64(CX)
-	VMOVUPS      128(AX), Z17
-	VFMADD213PS  Z4, Z8, Z4
-	VSUBPS       Z4, Z17, Z17
-	VMULPS       Z17, Z9, Z17
-	VFMADD213PS  Z5, Z8, Z5
-	VFMADD231PS  Z17, Z10, Z5
-	VMOVUPS      Z5, 128(CX)
-	VMOVUPS      192(AX), Z18
-	VFMADD213PS  Z6, Z8, Z6
-	VSUBPS       Z6, Z18, Z18
-	VMULPS       Z18, Z9, Z18
-	VFMADD213PS  Z7, Z8, Z7
-	VFMADD231PS  Z18, Z10, Z7
-	VMOVUPS      Z7, 192(CX)
+	VMOVUPS.Z    (AX), K1, Z5
+	VFMADD213PS  Z0, Z2, Z0
+	VSUBPS       Z0, Z5, Z5
+	VMULPS       Z5, Z3, Z5
+	VFMADD213PS  Z1, Z2, Z1
+	VFMADD231PS  Z5, Z4, Z1
+	VMOVUPS      Z1, K1, (CX)
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
-	VBROADCASTSS zero<>+0(SB), Z2
-	VBROADCASTSS zero<>+0(SB), Z3
-	VBROADCASTSS zero<>+0(SB), Z4
-	VBROADCASTSS zero<>+0(SB), Z5
-	VBROADCASTSS zero<>+0(SB), Z6
-	VBROADCASTSS zero<>+0(SB), Z7
 
 	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
 	MOVQ  (SP), AX
@@ -5725,47 +6444,23 @@ stateKVf32AVX512_nostore_1:
 	SHLQ $0x02, R8
 
 stateKVf32AVX512_rows_1:
-	VBROADCASTSS (BX)(CX*4), Z9
-	VBROADCASTSS (SI)(CX*4), Z10
-	VBROADCASTSS (DI)(CX*4), Z19
-	VMOVUPS      (AX), Z20
-	VFMADD213PS  Z20, Z8, Z20
-	VFMADD231PS  Z15, Z9, Z20
-	VMOVUPS      Z20, (AX)
-	VFMADD231PS  Z20, Z10, Z0
-	VFMADD231PS  Z20, Z19, Z1
-	VMOVUPS      64(AX), Z20
-	VFMADD213PS  Z20, Z8, Z20
-	VFMADD231PS  Z16, Z9, Z20
-	VMOVUPS      Z20, 64(AX)
-	VFMADD231PS  Z20, Z10, Z2
-	VFMADD231PS  Z20, Z19, Z3
-	VMOVUPS      128(AX), Z20
-	VFMADD213PS  Z20, Z8, Z20
-	VFMADD231PS  Z17, Z9, Z20
-	VMOVUPS      Z20, 128(AX)
-	VFMADD231PS  Z20, Z10, Z4
-	VFMADD231PS  Z20, Z19, Z5
-	VMOVUPS      192(AX), Z20
-	VFMADD213PS  Z20, Z8, Z20
-	VFMADD231PS  Z18, Z9, Z20
-	VMOVUPS      Z20, 192(AX)
-	VFMADD231PS  Z20, Z10, Z6
-	VFMADD231PS  Z20, Z19, Z7
+	VBROADCASTSS (BX)(CX*4), Z3
+	VBROADCASTSS (SI)(CX*4), Z4
+	VBROADCASTSS (DI)(CX*4), Z6
+	VMOVUPS      (AX), Z7
+	VFMADD213PS  Z7, Z2, Z7
+	VFMADD231PS  Z5, Z3, Z7
+	VMOVUPS      Z7, (AX)
+	VFMADD231PS  Z7, Z4, Z0
+	VFMADD231PS  Z7, Z6, Z1
 	TESTQ        R9, R9
 	JZ           stateKVf32AVX512_nostorerow_1
-	VMOVUPS      (AX), Z9
-	VMOVUPS      Z9, (R9)
-	VMOVUPS      64(AX), Z9
-	VMOVUPS      Z9, 64(R9)
-	VMOVUPS      128(AX), Z9
-	VMOVUPS      Z9, 128(R9)
-	VMOVUPS      192(AX), Z9
-	VMOVUPS      Z9, 192(R9)
+	VMOVUPS      (AX), Z3
+	VMOVUPS      Z3, K1, (R9)
 	ADDQ         R8, R9
 
 stateKVf32AVX512_nostorerow_1:
-	ADDQ $0x00000100, AX
+	ADDQ $0x00000040, AX
 	INCQ CX
 	CMPQ CX, DX
 	JB   stateKVf32AVX512_rows_1
@@ -5775,47 +6470,20 @@ stateKVf32AVX512_far_1:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	MOVQ         96(SP), AX
-	VBROADCASTSS 4(AX), Z8
-	VBROADCASTSS 8(AX), Z9
-	VBROADCASTSS 12(AX), Z10
+	VBROADCASTSS 4(AX), Z2
+	VBROADCASTSS 8(AX), Z3
+	VBROADCASTSS 12(AX), Z4
 	MOVQ         80(SP), AX
 	MOVQ         88(SP), CX
-	VMOVUPS      (AX), Z15
-	VMULPS       Z0, Z8, Z0
-	VSUBPS       Z0, Z15, Z15
-	VMULPS       Z15, Z9, Z15
-	VMULPS       Z1, Z8, Z1
-	VFMADD231PS  Z15, Z10, Z1
-	VMOVUPS      Z1, (CX)
-	VMOVUPS      64(AX), Z16
-	VMULPS       Z2, Z8, Z2
-	VSUBPS       Z2, Z16, Z16
-	VMULPS       Z16, Z9, Z16
-	VMULPS       Z3, Z8, Z3
-	VFMADD231PS  Z16, Z10, Z3
-	VMOVUPS      Z3, 64(CX)
-	VMOVUPS      128(AX), Z17
-	VMULPS       Z4, Z8, Z4
-	VSUBPS       Z4, Z17, Z17
-	VMULPS       Z17, Z9, Z17
-	VMULPS       Z5, Z8, Z5
-	VFMADD231PS  Z17, Z10, Z5
-	VMOVUPS      Z5, 128(CX)
-	VMOVUPS      192(AX), Z18
-	VMULPS       Z6, Z8, Z6
-	VSUBPS       Z6, Z18, Z18
-	VMULPS       Z18, Z9, Z18
-	VMULPS       Z7, Z8, Z7
-	VFMADD231PS  Z18, Z10, Z7
-	VMOVUPS      Z7, 192(CX)
+	VMOVUPS.Z    (AX), K1, Z5
+	VMULPS       Z0, Z2, Z0
+	VSUBPS       Z0, Z5, Z5
+	VMULPS       Z5, Z3, Z5
+	VMULPS       Z1, Z2, Z1
+	VFMADD231PS  Z5, Z4, Z1
+	VMOVUPS      Z1, K1, (CX)
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
-	VBROADCASTSS zero<>+0(SB), Z2
-	VBROADCASTSS zero<>+0(SB), Z3
-	VBROADCASTSS zero<>+0(SB), Z4
-	VBROADCASTSS zero<>+0(SB), Z5
-	VBROADCASTSS zero<>+0(SB), Z6
-	VBROADCASTSS zero<>+0(SB), Z7
 
 	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
 	MOVQ  (SP), AX
@@ -5837,47 +6505,23 @@ stateKVf32AVX512_nostore_2:
 	SHLQ $0x02, R8
 
 stateKVf32AVX512_rows_2:
-	VBROADCASTSS (BX)(CX*4), Z9
-	VBROADCASTSS (SI)(CX*4), Z10
-	VBROADCASTSS (DI)(CX*4), Z19
-	VMOVUPS      (AX), Z20
-	VMULPS       Z20, Z8, Z20
-	VFMADD231PS  Z15, Z9, Z20
-	VMOVUPS      Z20, (AX)
-	VFMADD231PS  Z20, Z10, Z0
-	VFMADD231PS  Z20, Z19, Z1
-	VMOVUPS      64(AX), Z20
-	VMULPS       Z20, Z8, Z20
-	VFMADD231PS  Z16, Z9, Z20
-	VMOVUPS      Z20, 64(AX)
-	VFMADD231PS  Z20, Z10, Z2
-	VFMADD231PS  Z20, Z19, Z3
-	VMOVUPS      128(AX), Z20
-	VMULPS       Z20, Z8, Z20
-	VFMADD231PS  Z17, Z9, Z20
-	VMOVUPS      Z20, 128(AX)
-	VFMADD231PS  Z20, Z10, Z4
-	VFMADD231PS  Z20, Z19, Z5
-	VMOVUPS      192(AX), Z20
-	VMULPS       Z20, Z8, Z20
-	VFMADD231PS  Z18, Z9, Z20
-	VMOVUPS      Z20, 192(AX)
-	VFMADD231PS  Z20, Z10, Z6
-	VFMADD231PS  Z20, Z19, Z7
+	VBROADCASTSS (BX)(CX*4), Z3
+	VBROADCASTSS (SI)(CX*4), Z4
+	VBROADCASTSS (DI)(CX*4), Z6
+	VMOVUPS      (AX), Z7
+	VMULPS       Z7, Z2, Z7
+	VFMADD231PS  Z5, Z3, Z7
+	VMOVUPS      Z7, (AX)
+	VFMADD231PS  Z7, Z4, Z0
+	VFMADD231PS  Z7, Z6, Z1
 	TESTQ        R9, R9
 	JZ           stateKVf32AVX512_nostorerow_2
-	VMOVUPS      (AX), Z9
-	VMOVUPS      Z9, (R9)
-	VMOVUPS      64(AX), Z9
-	VMOVUPS      Z9, 64(R9)
-	VMOVUPS      128(AX), Z9
-	VMOVUPS      Z9, 128(R9)
-	VMOVUPS      192(AX), Z9
-	VMOVUPS      Z9, 192(R9)
+	VMOVUPS      (AX), Z3
+	VMOVUPS      Z3, K1, (R9)
 	ADDQ         R8, R9
 
 stateKVf32AVX512_nostorerow_2:
-	ADDQ $0x00000100, AX
+	ADDQ $0x00000040, AX
 	INCQ CX
 	CMPQ CX, DX
 	JB   stateKVf32AVX512_rows_2
@@ -5901,20 +6545,8 @@ stateKVf32AVX512_tokdone_1:
 	JB   stateKVf32AVX512_token_1
 	JMP  stateKVf32AVX512_blockdone_1
 
-stateKVf32AVX512_span_1:
-	MOVQ         AX, CX
-	DECQ         CX
-	ANDQ         $-16, CX
-	MOVQ         AX, DX
-	SUBQ         CX, DX
-	VPBROADCASTD DX, Z0
-	VPCMPGTD     iota<>+0(SB), Z0, K1
-
-	// A block of 1 vector (V = 80: the 16 columns after 64), masked: no guard.
-	CMPQ AX, $0x00000010
-	JA   stateKVf32AVX512_span_2
-
-	// Block of up to 16 columns (rows in work of whole vectors): pass 0 loads it, with token 0's read.
+stateKVf32AVX512_masked2_1:
+	// Block of up to 32 columns (rows in work of whole vectors): pass 0 loads it, with token 0's read.
 	MOVQ         K+0(FP), AX
 	MOVQ         16(SP), CX
 	MOVQ         src_base+16(FP), DX
@@ -5923,20 +6555,26 @@ stateKVf32AVX512_span_1:
 	SHLQ         $0x02, BX
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
+	VBROADCASTSS zero<>+0(SB), Z2
+	VBROADCASTSS zero<>+0(SB), Z3
 	MOVQ         kh_base+64(FP), SI
 	MOVQ         qh_base+88(FP), DI
 	MOVQ         (SP), R8
 	XORQ         R9, R9
 
 stateKVf32AVX512_pass0_2:
-	VBROADCASTSS (SI)(R9*4), Z2
-	VBROADCASTSS (DI)(R9*4), Z3
-	VMOVUPS.Z    (DX), K1, Z4
-	VMOVUPS      Z4, (R8)
-	VFMADD231PS  Z4, Z2, Z0
-	VFMADD231PS  Z4, Z3, Z1
+	VBROADCASTSS (SI)(R9*4), Z4
+	VBROADCASTSS (DI)(R9*4), Z5
+	VMOVUPS      (DX), Z6
+	VMOVUPS      Z6, (R8)
+	VFMADD231PS  Z6, Z4, Z0
+	VFMADD231PS  Z6, Z5, Z1
+	VMOVUPS.Z    64(DX), K1, Z6
+	VMOVUPS      Z6, 64(R8)
+	VFMADD231PS  Z6, Z4, Z2
+	VFMADD231PS  Z6, Z5, Z3
 	ADDQ         BX, DX
-	ADDQ         $0x00000040, R8
+	ADDQ         $0x00000080, R8
 	INCQ         R9
 	CMPQ         R9, AX
 	JB           stateKVf32AVX512_pass0_2
@@ -5975,27 +6613,36 @@ stateKVf32AVX512_notlast_2:
 	LEAQ     (CX)(AX*4), CX
 	MOVQ     CX, 72(SP)
 	MOVQ     96(SP), AX
-	VMOVSS   (AX), X2
-	VUCOMISS nearone<>+0(SB), X2
+	VMOVSS   (AX), X4
+	VUCOMISS nearone<>+0(SB), X4
 	JCS      stateKVf32AVX512_far_2
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	MOVQ         96(SP), AX
-	VBROADCASTSS (AX), Z2
-	VBROADCASTSS 8(AX), Z3
-	VBROADCASTSS 12(AX), Z4
+	VBROADCASTSS (AX), Z4
+	VBROADCASTSS 8(AX), Z5
+	VBROADCASTSS 12(AX), Z6
 	MOVQ         80(SP), AX
 	MOVQ         88(SP), CX
-	VMOVUPS.Z    (AX), K1, Z5
-	VFMADD213PS  Z0, Z2, Z0
-	VSUBPS       Z0, Z5, Z5
-	VMULPS       Z5, Z3, Z5
-	VFMADD213PS  Z1, Z2, Z1
-	VFMADD231PS  Z5, Z4, Z1
-	VMOVUPS      Z1, K1, (CX)
+	VMOVUPS      (AX), Z7
+	VFMADD213PS  Z0, Z4, Z0
+	VSUBPS       Z0, Z7, Z7
+	VMULPS       Z7, Z5, Z7
+	VFMADD213PS  Z1, Z4, Z1
+	VFMADD231PS  Z7, Z6, Z1
+	VMOVUPS      Z1, (CX)
+	VMOVUPS.Z    64(AX), K1, Z8
+	VFMADD213PS  Z2, Z4, Z2
+	VSUBPS       Z2, Z8, Z8
+	VMULPS       Z8, Z5, Z8
+	VFMADD213PS  Z3, Z4, Z3
+	VFMADD231PS  Z8, Z6, Z3
+	VMOVUPS      Z3, K1, 64(CX)
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
+	VBROADCASTSS zero<>+0(SB), Z2
+	VBROADCASTSS zero<>+0(SB), Z3
 
 	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
 	MOVQ  (SP), AX
@@ -6017,23 +6664,31 @@ stateKVf32AVX512_nostore_3:
 	SHLQ $0x02, R8
 
 stateKVf32AVX512_rows_3:
-	VBROADCASTSS (BX)(CX*4), Z3
-	VBROADCASTSS (SI)(CX*4), Z4
-	VBROADCASTSS (DI)(CX*4), Z6
-	VMOVUPS      (AX), Z7
-	VFMADD213PS  Z7, Z2, Z7
-	VFMADD231PS  Z5, Z3, Z7
-	VMOVUPS      Z7, (AX)
-	VFMADD231PS  Z7, Z4, Z0
-	VFMADD231PS  Z7, Z6, Z1
+	VBROADCASTSS (BX)(CX*4), Z5
+	VBROADCASTSS (SI)(CX*4), Z6
+	VBROADCASTSS (DI)(CX*4), Z9
+	VMOVUPS      (AX), Z10
+	VFMADD213PS  Z10, Z4, Z10
+	VFMADD231PS  Z7, Z5, Z10
+	VMOVUPS      Z10, (AX)
+	VFMADD231PS  Z10, Z6, Z0
+	VFMADD231PS  Z10, Z9, Z1
+	VMOVUPS      64(AX), Z10
+	VFMADD213PS  Z10, Z4, Z10
+	VFMADD231PS  Z8, Z5, Z10
+	VMOVUPS      Z10, 64(AX)
+	VFMADD231PS  Z10, Z6, Z2
+	VFMADD231PS  Z10, Z9, Z3
 	TESTQ        R9, R9
 	JZ           stateKVf32AVX512_nostorerow_3
-	VMOVUPS      (AX), Z3
-	VMOVUPS      Z3, K1, (R9)
+	VMOVUPS      (AX), Z5
+	VMOVUPS      Z5, (R9)
+	VMOVUPS      64(AX), Z5
+	VMOVUPS      Z5, K1, 64(R9)
 	ADDQ         R8, R9
 
 stateKVf32AVX512_nostorerow_3:
-	ADDQ $0x00000040, AX
+	ADDQ $0x00000080, AX
 	INCQ CX
 	CMPQ CX, DX
 	JB   stateKVf32AVX512_rows_3
@@ -6043,20 +6698,29 @@ stateKVf32AVX512_far_2:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	MOVQ         96(SP), AX
-	VBROADCASTSS 4(AX), Z2
-	VBROADCASTSS 8(AX), Z3
-	VBROADCASTSS 12(AX), Z4
+	VBROADCASTSS 4(AX), Z4
+	VBROADCASTSS 8(AX), Z5
+	VBROADCASTSS 12(AX), Z6
 	MOVQ         80(SP), AX
 	MOVQ         88(SP), CX
-	VMOVUPS.Z    (AX), K1, Z5
-	VMULPS       Z0, Z2, Z0
-	VSUBPS       Z0, Z5, Z5
-	VMULPS       Z5, Z3, Z5
-	VMULPS       Z1, Z2, Z1
-	VFMADD231PS  Z5, Z4, Z1
-	VMOVUPS      Z1, K1, (CX)
+	VMOVUPS      (AX), Z7
+	VMULPS       Z0, Z4, Z0
+	VSUBPS       Z0, Z7, Z7
+	VMULPS       Z7, Z5, Z7
+	VMULPS       Z1, Z4, Z1
+	VFMADD231PS  Z7, Z6, Z1
+	VMOVUPS      Z1, (CX)
+	VMOVUPS.Z    64(AX), K1, Z8
+	VMULPS       Z2, Z4, Z2
+	VSUBPS       Z2, Z8, Z8
+	VMULPS       Z8, Z5, Z8
+	VMULPS       Z3, Z4, Z3
+	VFMADD231PS  Z8, Z6, Z3
+	VMOVUPS      Z3, K1, 64(CX)
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
+	VBROADCASTSS zero<>+0(SB), Z2
+	VBROADCASTSS zero<>+0(SB), Z3
 
 	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
 	MOVQ  (SP), AX
@@ -6078,23 +6742,31 @@ stateKVf32AVX512_nostore_4:
 	SHLQ $0x02, R8
 
 stateKVf32AVX512_rows_4:
-	VBROADCASTSS (BX)(CX*4), Z3
-	VBROADCASTSS (SI)(CX*4), Z4
-	VBROADCASTSS (DI)(CX*4), Z6
-	VMOVUPS      (AX), Z7
-	VMULPS       Z7, Z2, Z7
-	VFMADD231PS  Z5, Z3, Z7
-	VMOVUPS      Z7, (AX)
-	VFMADD231PS  Z7, Z4, Z0
-	VFMADD231PS  Z7, Z6, Z1
+	VBROADCASTSS (BX)(CX*4), Z5
+	VBROADCASTSS (SI)(CX*4), Z6
+	VBROADCASTSS (DI)(CX*4), Z9
+	VMOVUPS      (AX), Z10
+	VMULPS       Z10, Z4, Z10
+	VFMADD231PS  Z7, Z5, Z10
+	VMOVUPS      Z10, (AX)
+	VFMADD231PS  Z10, Z6, Z0
+	VFMADD231PS  Z10, Z9, Z1
+	VMOVUPS      64(AX), Z10
+	VMULPS       Z10, Z4, Z10
+	VFMADD231PS  Z8, Z5, Z10
+	VMOVUPS      Z10, 64(AX)
+	VFMADD231PS  Z10, Z6, Z2
+	VFMADD231PS  Z10, Z9, Z3
 	TESTQ        R9, R9
 	JZ           stateKVf32AVX512_nostorerow_4
-	VMOVUPS      (AX), Z3
-	VMOVUPS      Z3, K1, (R9)
+	VMOVUPS      (AX), Z5
+	VMOVUPS      Z5, (R9)
+	VMOVUPS      64(AX), Z5
+	VMOVUPS      Z5, K1, 64(R9)
 	ADDQ         R8, R9
 
 stateKVf32AVX512_nostorerow_4:
-	ADDQ $0x00000040, AX
+	ADDQ $0x00000080, AX
 	INCQ CX
 	CMPQ CX, DX
 	JB   stateKVf32AVX512_rows_4
@@ -6118,64 +6790,45 @@ stateKVf32AVX512_tokdone_2:
 	JB   stateKVf32AVX512_token_2
 	JMP  stateKVf32AVX512_blockdone_1
 
-stateKVf32AVX512_span_2:
-	// Any other block: 3 full vectors (the first 2 of them guarded), then the masked one.
-	// Row bytes in work: whole vectors.
-	ADDQ $0x0f, AX
-	ANDQ $-16, AX
-	SHLQ $0x02, AX
-	MOVQ AX, 40(SP)
-
-	// Block of up to 64 columns (rows in work of whole vectors): pass 0 loads it, with token 0's read.
+stateKVf32AVX512_masked3_1:
+	// Block of up to 48 columns (rows in work of whole vectors): pass 0 loads it, with token 0's read.
 	MOVQ         K+0(FP), AX
-	MOVQ         16(SP), DX
-	MOVQ         src_base+16(FP), BX
-	MOVQ         V+8(FP), SI
-	LEAQ         (BX)(DX*4), BX
-	SHLQ         $0x02, SI
+	MOVQ         16(SP), CX
+	MOVQ         src_base+16(FP), DX
+	MOVQ         V+8(FP), BX
+	LEAQ         (DX)(CX*4), DX
+	SHLQ         $0x02, BX
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
 	VBROADCASTSS zero<>+0(SB), Z2
 	VBROADCASTSS zero<>+0(SB), Z3
 	VBROADCASTSS zero<>+0(SB), Z4
 	VBROADCASTSS zero<>+0(SB), Z5
-	VBROADCASTSS zero<>+0(SB), Z6
-	VBROADCASTSS zero<>+0(SB), Z7
-	MOVQ         kh_base+64(FP), DI
-	MOVQ         qh_base+88(FP), R8
-	MOVQ         (SP), R9
-	XORQ         R10, R10
+	MOVQ         kh_base+64(FP), SI
+	MOVQ         qh_base+88(FP), DI
+	MOVQ         (SP), R8
+	XORQ         R9, R9
 
 stateKVf32AVX512_pass0_3:
-	VBROADCASTSS (DI)(R10*4), Z8
-	VBROADCASTSS (R8)(R10*4), Z9
-	VMOVUPS      (BX), Z10
-	VMOVUPS      Z10, (R9)
-	VFMADD231PS  Z10, Z8, Z0
-	VFMADD231PS  Z10, Z9, Z1
-	CMPQ         CX, $0x00000010
-	JBE          stateKVf32AVX512_spantail_1
-	VMOVUPS      64(BX), Z10
-	VMOVUPS      Z10, 64(R9)
-	VFMADD231PS  Z10, Z8, Z2
-	VFMADD231PS  Z10, Z9, Z3
-	CMPQ         CX, $0x00000020
-	JBE          stateKVf32AVX512_spantail_1
-	VMOVUPS      128(BX), Z10
-	VMOVUPS      Z10, 128(R9)
-	VFMADD231PS  Z10, Z8, Z4
-	VFMADD231PS  Z10, Z9, Z5
-
-stateKVf32AVX512_spantail_1:
-	VMOVUPS.Z   (BX)(CX*4), K1, Z10
-	VMOVUPS     Z10, (R9)(CX*4)
-	VFMADD231PS Z10, Z8, Z6
-	VFMADD231PS Z10, Z9, Z7
-	ADDQ        SI, BX
-	ADDQ        40(SP), R9
-	INCQ        R10
-	CMPQ        R10, AX
-	JB          stateKVf32AVX512_pass0_3
+	VBROADCASTSS (SI)(R9*4), Z6
+	VBROADCASTSS (DI)(R9*4), Z7
+	VMOVUPS      (DX), Z8
+	VMOVUPS      Z8, (R8)
+	VFMADD231PS  Z8, Z6, Z0
+	VFMADD231PS  Z8, Z7, Z1
+	VMOVUPS      64(DX), Z8
+	VMOVUPS      Z8, 64(R8)
+	VFMADD231PS  Z8, Z6, Z2
+	VFMADD231PS  Z8, Z7, Z3
+	VMOVUPS.Z    128(DX), K1, Z8
+	VMOVUPS      Z8, 128(R8)
+	VFMADD231PS  Z8, Z6, Z4
+	VFMADD231PS  Z8, Z7, Z5
+	ADDQ         BX, DX
+	ADDQ         $0x000000c0, R8
+	INCQ         R9
+	CMPQ         R9, AX
+	JB           stateKVf32AVX512_pass0_3
 
 	// The tokens.
 	XORQ AX, AX
@@ -6185,162 +6838,127 @@ stateKVf32AVX512_spantail_1:
 	MOVQ tok_base+168(FP), AX
 	MOVQ AX, 96(SP)
 	MOVQ v_base+112(FP), AX
-	LEAQ (AX)(DX*4), AX
+	LEAQ (AX)(CX*4), AX
 	MOVQ AX, 80(SP)
 	MOVQ o_base+144(FP), AX
-	LEAQ (AX)(DX*4), AX
+	LEAQ (AX)(CX*4), AX
 	MOVQ AX, 88(SP)
 
 stateKVf32AVX512_token_3:
 	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
 	MOVQ 48(SP), AX
-	MOVQ K+0(FP), DX
+	MOVQ K+0(FP), CX
 	INCQ AX
-	MOVQ tok_len+176(FP), BX
-	SHRQ $0x02, BX
-	CMPQ AX, BX
+	MOVQ tok_len+176(FP), DX
+	SHRQ $0x02, DX
+	CMPQ AX, DX
 	JB   stateKVf32AVX512_notlast_3
 	DECQ AX
 
 stateKVf32AVX512_notlast_3:
-	IMULQ    DX, AX
-	MOVQ     kh_base+64(FP), DX
-	LEAQ     (DX)(AX*4), DX
-	MOVQ     DX, 64(SP)
-	MOVQ     qh_base+88(FP), DX
-	LEAQ     (DX)(AX*4), DX
-	MOVQ     DX, 72(SP)
+	IMULQ    CX, AX
+	MOVQ     kh_base+64(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 64(SP)
+	MOVQ     qh_base+88(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 72(SP)
 	MOVQ     96(SP), AX
-	VMOVSS   (AX), X8
-	VUCOMISS nearone<>+0(SB), X8
+	VMOVSS   (AX), X6
+	VUCOMISS nearone<>+0(SB), X6
 	JCS      stateKVf32AVX512_far_3
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	MOVQ         96(SP), AX
-	VBROADCASTSS (AX), Z8
-	VBROADCASTSS 8(AX), Z9
-	VBROADCASTSS 12(AX), Z10
+	VBROADCASTSS (AX), Z6
+	VBROADCASTSS 8(AX), Z7
+	VBROADCASTSS 12(AX), Z8
 	MOVQ         80(SP), AX
-	MOVQ         88(SP), DX
-	VMOVUPS      (AX), Z15
-	VFMADD213PS  Z0, Z8, Z0
-	VSUBPS       Z0, Z15, Z15
-	VMULPS       Z15, Z9, Z15
-	VFMADD213PS  Z1, Z8, Z1
-	VFMADD231PS  Z15, Z10, Z1
-	VMOVUPS      Z1, (DX)
-	CMPQ         CX, $0x00000010
-	JBE          stateKVf32AVX512_spantail_2
-	VMOVUPS      64(AX), Z11
-	VFMADD213PS  Z2, Z8, Z2
-	VSUBPS       Z2, Z11, Z11
-	VMULPS       Z11, Z9, Z11
-	VFMADD213PS  Z3, Z8, Z3
-	VFMADD231PS  Z11, Z10, Z3
-	VMOVUPS      Z3, 64(DX)
-	CMPQ         CX, $0x00000020
-	JBE          stateKVf32AVX512_spantail_2
-	VMOVUPS      128(AX), Z12
-	VFMADD213PS  Z4, Z8, Z4
-	VSUBPS       Z4, Z12, Z12
-	VMULPS       Z12, Z9, Z12
-	VFMADD213PS  Z5, Z8, Z5
-	VFMADD231PS  Z12, Z10, Z5
-	VMOVUPS      Z5, 128(DX)
-
-stateKVf32AVX512_spantail_2:
-	VMOVUPS.Z    (AX)(CX*4), K1, Z16
-	VFMADD213PS  Z6, Z8, Z6
-	VSUBPS       Z6, Z16, Z16
-	VMULPS       Z16, Z9, Z16
-	VFMADD213PS  Z7, Z8, Z7
-	VFMADD231PS  Z16, Z10, Z7
-	VMOVUPS      Z7, K1, (DX)(CX*4)
+	MOVQ         88(SP), CX
+	VMOVUPS      (AX), Z9
+	VFMADD213PS  Z0, Z6, Z0
+	VSUBPS       Z0, Z9, Z9
+	VMULPS       Z9, Z7, Z9
+	VFMADD213PS  Z1, Z6, Z1
+	VFMADD231PS  Z9, Z8, Z1
+	VMOVUPS      Z1, (CX)
+	VMOVUPS      64(AX), Z10
+	VFMADD213PS  Z2, Z6, Z2
+	VSUBPS       Z2, Z10, Z10
+	VMULPS       Z10, Z7, Z10
+	VFMADD213PS  Z3, Z6, Z3
+	VFMADD231PS  Z10, Z8, Z3
+	VMOVUPS      Z3, 64(CX)
+	VMOVUPS.Z    128(AX), K1, Z11
+	VFMADD213PS  Z4, Z6, Z4
+	VSUBPS       Z4, Z11, Z11
+	VMULPS       Z11, Z7, Z11
+	VFMADD213PS  Z5, Z6, Z5
+	VFMADD231PS  Z11, Z8, Z5
+	VMOVUPS      Z5, K1, 128(CX)
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
 	VBROADCASTSS zero<>+0(SB), Z2
 	VBROADCASTSS zero<>+0(SB), Z3
 	VBROADCASTSS zero<>+0(SB), Z4
 	VBROADCASTSS zero<>+0(SB), Z5
-	VBROADCASTSS zero<>+0(SB), Z6
-	VBROADCASTSS zero<>+0(SB), Z7
 
 	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
 	MOVQ  (SP), AX
-	XORQ  DX, DX
-	MOVQ  K+0(FP), BX
-	MOVQ  56(SP), SI
-	MOVQ  64(SP), DI
-	MOVQ  72(SP), R8
-	MOVQ  16(SP), R9
-	MOVQ  48(SP), R11
-	MOVQ  stores_base+40(FP), R10
-	MOVQ  (R10)(R11*8), R10
-	TESTQ R10, R10
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  56(SP), BX
+	MOVQ  64(SP), SI
+	MOVQ  72(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  48(SP), R10
+	MOVQ  stores_base+40(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
 	JZ    stateKVf32AVX512_nostore_5
-	LEAQ  (R10)(R9*4), R10
+	LEAQ  (R9)(R8*4), R9
 
 stateKVf32AVX512_nostore_5:
-	MOVQ V+8(FP), R9
-	SHLQ $0x02, R9
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
 
 stateKVf32AVX512_rows_5:
-	VBROADCASTSS (SI)(DX*4), Z9
-	VBROADCASTSS (DI)(DX*4), Z10
-	VBROADCASTSS (R8)(DX*4), Z17
-	VMOVUPS      (AX), Z18
-	VFMADD213PS  Z18, Z8, Z18
-	VFMADD231PS  Z15, Z9, Z18
-	VMOVUPS      Z18, (AX)
-	VFMADD231PS  Z18, Z10, Z0
-	VFMADD231PS  Z18, Z17, Z1
-	CMPQ         CX, $0x00000010
-	JBE          stateKVf32AVX512_spantail_3
-	VMOVUPS      64(AX), Z18
-	VFMADD213PS  Z18, Z8, Z18
-	VFMADD231PS  Z11, Z9, Z18
-	VMOVUPS      Z18, 64(AX)
-	VFMADD231PS  Z18, Z10, Z2
-	VFMADD231PS  Z18, Z17, Z3
-	CMPQ         CX, $0x00000020
-	JBE          stateKVf32AVX512_spantail_3
-	VMOVUPS      128(AX), Z18
-	VFMADD213PS  Z18, Z8, Z18
-	VFMADD231PS  Z12, Z9, Z18
-	VMOVUPS      Z18, 128(AX)
-	VFMADD231PS  Z18, Z10, Z4
-	VFMADD231PS  Z18, Z17, Z5
-
-stateKVf32AVX512_spantail_3:
-	VMOVUPS     (AX)(CX*4), Z18
-	VFMADD213PS Z18, Z8, Z18
-	VFMADD231PS Z16, Z9, Z18
-	VMOVUPS     Z18, (AX)(CX*4)
-	VFMADD231PS Z18, Z10, Z6
-	VFMADD231PS Z18, Z17, Z7
-	TESTQ       R10, R10
-	JZ          stateKVf32AVX512_nostorerow_5
-	VMOVUPS     (AX), Z9
-	VMOVUPS     Z9, (R10)
-	CMPQ        CX, $0x00000010
-	JBE         stateKVf32AVX512_spantail_4
-	VMOVUPS     64(AX), Z9
-	VMOVUPS     Z9, 64(R10)
-	CMPQ        CX, $0x00000020
-	JBE         stateKVf32AVX512_spantail_4
-	VMOVUPS     128(AX), Z9
-	VMOVUPS     Z9, 128(R10)
-
-stateKVf32AVX512_spantail_4:
-	VMOVUPS (AX)(CX*4), Z9
-	VMOVUPS Z9, K1, (R10)(CX*4)
-	ADDQ    R9, R10
+	VBROADCASTSS (BX)(CX*4), Z7
+	VBROADCASTSS (SI)(CX*4), Z8
+	VBROADCASTSS (DI)(CX*4), Z12
+	VMOVUPS      (AX), Z13
+	VFMADD213PS  Z13, Z6, Z13
+	VFMADD231PS  Z9, Z7, Z13
+	VMOVUPS      Z13, (AX)
+	VFMADD231PS  Z13, Z8, Z0
+	VFMADD231PS  Z13, Z12, Z1
+	VMOVUPS      64(AX), Z13
+	VFMADD213PS  Z13, Z6, Z13
+	VFMADD231PS  Z10, Z7, Z13
+	VMOVUPS      Z13, 64(AX)
+	VFMADD231PS  Z13, Z8, Z2
+	VFMADD231PS  Z13, Z12, Z3
+	VMOVUPS      128(AX), Z13
+	VFMADD213PS  Z13, Z6, Z13
+	VFMADD231PS  Z11, Z7, Z13
+	VMOVUPS      Z13, 128(AX)
+	VFMADD231PS  Z13, Z8, Z4
+	VFMADD231PS  Z13, Z12, Z5
+	TESTQ        R9, R9
+	JZ           stateKVf32AVX512_nostorerow_5
+	VMOVUPS      (AX), Z7
+	VMOVUPS      Z7, (R9)
+	VMOVUPS      64(AX), Z7
+	VMOVUPS      Z7, 64(R9)
+	VMOVUPS      128(AX), Z7
+	VMOVUPS      Z7, K1, 128(R9)
+	ADDQ         R8, R9
 
 stateKVf32AVX512_nostorerow_5:
-	ADDQ 40(SP), AX
-	INCQ DX
-	CMPQ DX, BX
+	ADDQ $0x000000c0, AX
+	INCQ CX
+	CMPQ CX, DX
 	JB   stateKVf32AVX512_rows_5
 	JMP  stateKVf32AVX512_tokdone_3
 
@@ -6348,129 +6966,94 @@ stateKVf32AVX512_far_3:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	MOVQ         96(SP), AX
-	VBROADCASTSS 4(AX), Z8
-	VBROADCASTSS 8(AX), Z9
-	VBROADCASTSS 12(AX), Z10
+	VBROADCASTSS 4(AX), Z6
+	VBROADCASTSS 8(AX), Z7
+	VBROADCASTSS 12(AX), Z8
 	MOVQ         80(SP), AX
-	MOVQ         88(SP), DX
-	VMOVUPS      (AX), Z15
-	VMULPS       Z0, Z8, Z0
-	VSUBPS       Z0, Z15, Z15
-	VMULPS       Z15, Z9, Z15
-	VMULPS       Z1, Z8, Z1
-	VFMADD231PS  Z15, Z10, Z1
-	VMOVUPS      Z1, (DX)
-	CMPQ         CX, $0x00000010
-	JBE          stateKVf32AVX512_spantail_5
-	VMOVUPS      64(AX), Z13
-	VMULPS       Z2, Z8, Z2
-	VSUBPS       Z2, Z13, Z13
-	VMULPS       Z13, Z9, Z13
-	VMULPS       Z3, Z8, Z3
-	VFMADD231PS  Z13, Z10, Z3
-	VMOVUPS      Z3, 64(DX)
-	CMPQ         CX, $0x00000020
-	JBE          stateKVf32AVX512_spantail_5
-	VMOVUPS      128(AX), Z14
-	VMULPS       Z4, Z8, Z4
-	VSUBPS       Z4, Z14, Z14
-	VMULPS       Z14, Z9, Z14
-	VMULPS       Z5, Z8, Z5
-	VFMADD231PS  Z14, Z10, Z5
-	VMOVUPS      Z5, 128(DX)
-
-stateKVf32AVX512_spantail_5:
-	VMOVUPS.Z    (AX)(CX*4), K1, Z16
-	VMULPS       Z6, Z8, Z6
-	VSUBPS       Z6, Z16, Z16
-	VMULPS       Z16, Z9, Z16
-	VMULPS       Z7, Z8, Z7
-	VFMADD231PS  Z16, Z10, Z7
-	VMOVUPS      Z7, K1, (DX)(CX*4)
+	MOVQ         88(SP), CX
+	VMOVUPS      (AX), Z9
+	VMULPS       Z0, Z6, Z0
+	VSUBPS       Z0, Z9, Z9
+	VMULPS       Z9, Z7, Z9
+	VMULPS       Z1, Z6, Z1
+	VFMADD231PS  Z9, Z8, Z1
+	VMOVUPS      Z1, (CX)
+	VMOVUPS      64(AX), Z10
+	VMULPS       Z2, Z6, Z2
+	VSUBPS       Z2, Z10, Z10
+	VMULPS       Z10, Z7, Z10
+	VMULPS       Z3, Z6, Z3
+	VFMADD231PS  Z10, Z8, Z3
+	VMOVUPS      Z3, 64(CX)
+	VMOVUPS.Z    128(AX), K1, Z11
+	VMULPS       Z4, Z6, Z4
+	VSUBPS       Z4, Z11, Z11
+	VMULPS       Z11, Z7, Z11
+	VMULPS       Z5, Z6, Z5
+	VFMADD231PS  Z11, Z8, Z5
+	VMOVUPS      Z5, K1, 128(CX)
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
 	VBROADCASTSS zero<>+0(SB), Z2
 	VBROADCASTSS zero<>+0(SB), Z3
 	VBROADCASTSS zero<>+0(SB), Z4
 	VBROADCASTSS zero<>+0(SB), Z5
-	VBROADCASTSS zero<>+0(SB), Z6
-	VBROADCASTSS zero<>+0(SB), Z7
 
 	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
 	MOVQ  (SP), AX
-	XORQ  DX, DX
-	MOVQ  K+0(FP), BX
-	MOVQ  56(SP), SI
-	MOVQ  64(SP), DI
-	MOVQ  72(SP), R8
-	MOVQ  16(SP), R9
-	MOVQ  48(SP), R11
-	MOVQ  stores_base+40(FP), R10
-	MOVQ  (R10)(R11*8), R10
-	TESTQ R10, R10
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  56(SP), BX
+	MOVQ  64(SP), SI
+	MOVQ  72(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  48(SP), R10
+	MOVQ  stores_base+40(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
 	JZ    stateKVf32AVX512_nostore_6
-	LEAQ  (R10)(R9*4), R10
+	LEAQ  (R9)(R8*4), R9
 
 stateKVf32AVX512_nostore_6:
-	MOVQ V+8(FP), R9
-	SHLQ $0x02, R9
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
 
 stateKVf32AVX512_rows_6:
-	VBROADCASTSS (SI)(DX*4), Z9
-	VBROADCASTSS (DI)(DX*4), Z10
-	VBROADCASTSS (R8)(DX*4), Z17
-	VMOVUPS      (AX), Z18
-	VMULPS       Z18, Z8, Z18
-	VFMADD231PS  Z15, Z9, Z18
-	VMOVUPS      Z18, (AX)
-	VFMADD231PS  Z18, Z10, Z0
-	VFMADD231PS  Z18, Z17, Z1
-	CMPQ         CX, $0x00000010
-	JBE          stateKVf32AVX512_spantail_6
-	VMOVUPS      64(AX), Z18
-	VMULPS       Z18, Z8, Z18
-	VFMADD231PS  Z13, Z9, Z18
-	VMOVUPS      Z18, 64(AX)
-	VFMADD231PS  Z18, Z10, Z2
-	VFMADD231PS  Z18, Z17, Z3
-	CMPQ         CX, $0x00000020
-	JBE          stateKVf32AVX512_spantail_6
-	VMOVUPS      128(AX), Z18
-	VMULPS       Z18, Z8, Z18
-	VFMADD231PS  Z14, Z9, Z18
-	VMOVUPS      Z18, 128(AX)
-	VFMADD231PS  Z18, Z10, Z4
-	VFMADD231PS  Z18, Z17, Z5
-
-stateKVf32AVX512_spantail_6:
-	VMOVUPS     (AX)(CX*4), Z18
-	VMULPS      Z18, Z8, Z18
-	VFMADD231PS Z16, Z9, Z18
-	VMOVUPS     Z18, (AX)(CX*4)
-	VFMADD231PS Z18, Z10, Z6
-	VFMADD231PS Z18, Z17, Z7
-	TESTQ       R10, R10
-	JZ          stateKVf32AVX512_nostorerow_6
-	VMOVUPS     (AX), Z9
-	VMOVUPS     Z9, (R10)
-	CMPQ        CX, $0x00000010
-	JBE         stateKVf32AVX512_spantail_7
-	VMOVUPS     64(AX), Z9
-	VMOVUPS     Z9, 64(R10)
-	CMPQ        CX, $0x00000020
-	JBE         stateKVf32AVX512_spantail_7
-	VMOVUPS     128(AX), Z9
-	VMOVUPS     Z9, 128(R10)
-
-stateKVf32AVX512_spantail_7:
-	VMOVUPS (AX)(CX*4), Z9
-	VMOVUPS Z9, K1, (R10)(CX*4)
-	ADDQ    R9, R10
+	VBROADCASTSS (BX)(CX*4), Z7
+	VBROADCASTSS (SI)(CX*4), Z8
+	VBROADCASTSS (DI)(CX*4), Z12
+	VMOVUPS      (AX), Z13
+	VMULPS       Z13, Z6, Z13
+	VFMADD231PS  Z9, Z7, Z13
+	VMOVUPS      Z13, (AX)
+	VFMADD231PS  Z13, Z8, Z0
+	VFMADD231PS  Z13, Z12, Z1
+	VMOVUPS      64(AX), Z13
+	VMULPS       Z13, Z6, Z13
+	VFMADD231PS  Z10, Z7, Z13
+	VMOVUPS      Z13, 64(AX)
+	VFMADD231PS  Z13, Z8, Z2
+	VFMADD231PS  Z13, Z12, Z3
+	VMOVUPS      128(AX), Z13
+	VMULPS       Z13, Z6, Z13
+	VFMADD231PS  Z11, Z7, Z13
+	VMOVUPS      Z13, 128(AX)
+	VFMADD231PS  Z13, Z8, Z4
+	VFMADD231PS  Z13, Z12, Z5
+	TESTQ        R9, R9
+	JZ           stateKVf32AVX512_nostorerow_6
+	VMOVUPS      (AX), Z7
+	VMOVUPS      Z7, (R9)
+	VMOVUPS      64(AX), Z7
+	VMOVUPS      Z7, 64(R9)
+	VMOVUPS      128(AX), Z7
+	VMOVUPS      Z7, K1, 128(R9)
+	ADDQ         R8, R9
 
 stateKVf32AVX512_nostorerow_6:
-	ADDQ 40(SP), AX
-	INCQ DX
-	CMPQ DX, BX
+	ADDQ $0x000000c0, AX
+	INCQ CX
+	CMPQ CX, DX
 	JB   stateKVf32AVX512_rows_6
 
 stateKVf32AVX512_tokdone_3:
@@ -6483,13 +7066,338 @@ stateKVf32AVX512_tokdone_3:
 	MOVQ V+8(FP), AX
 	SHLQ $0x02, AX
 	ADDQ AX, 88(SP)
-	MOVQ 48(SP), DX
-	INCQ DX
-	MOVQ DX, 48(SP)
+	MOVQ 48(SP), CX
+	INCQ CX
+	MOVQ CX, 48(SP)
 	MOVQ tok_len+176(FP), AX
 	SHRQ $0x02, AX
-	CMPQ DX, AX
+	CMPQ CX, AX
 	JB   stateKVf32AVX512_token_3
+	JMP  stateKVf32AVX512_blockdone_1
+
+stateKVf32AVX512_masked4_1:
+	// Block of up to 64 columns (rows in work of whole vectors): pass 0 loads it, with token 0's read.
+	MOVQ         K+0(FP), AX
+	MOVQ         16(SP), CX
+	MOVQ         src_base+16(FP), DX
+	MOVQ         V+8(FP), BX
+	LEAQ         (DX)(CX*4), DX
+	SHLQ         $0x02, BX
+	VBROADCASTSS zero<>+0(SB), Z0
+	VBROADCASTSS zero<>+0(SB), Z1
+	VBROADCASTSS zero<>+0(SB), Z2
+	VBROADCASTSS zero<>+0(SB), Z3
+	VBROADCASTSS zero<>+0(SB), Z4
+	VBROADCASTSS zero<>+0(SB), Z5
+	VBROADCASTSS zero<>+0(SB), Z6
+	VBROADCASTSS zero<>+0(SB), Z7
+	MOVQ         kh_base+64(FP), SI
+	MOVQ         qh_base+88(FP), DI
+	MOVQ         (SP), R8
+	XORQ         R9, R9
+
+stateKVf32AVX512_pass0_4:
+	VBROADCASTSS (SI)(R9*4), Z8
+	VBROADCASTSS (DI)(R9*4), Z9
+	VMOVUPS      (DX), Z10
+	VMOVUPS      Z10, (R8)
+	VFMADD231PS  Z10, Z8, Z0
+	VFMADD231PS  Z10, Z9, Z1
+	VMOVUPS      64(DX), Z10
+	VMOVUPS      Z10, 64(R8)
+	VFMADD231PS  Z10, Z8, Z2
+	VFMADD231PS  Z10, Z9, Z3
+	VMOVUPS      128(DX), Z10
+	VMOVUPS      Z10, 128(R8)
+	VFMADD231PS  Z10, Z8, Z4
+	VFMADD231PS  Z10, Z9, Z5
+	VMOVUPS.Z    192(DX), K1, Z10
+	VMOVUPS      Z10, 192(R8)
+	VFMADD231PS  Z10, Z8, Z6
+	VFMADD231PS  Z10, Z9, Z7
+	ADDQ         BX, DX
+	ADDQ         $0x00000100, R8
+	INCQ         R9
+	CMPQ         R9, AX
+	JB           stateKVf32AVX512_pass0_4
+
+	// The tokens.
+	XORQ AX, AX
+	MOVQ AX, 48(SP)
+	MOVQ kh_base+64(FP), AX
+	MOVQ AX, 56(SP)
+	MOVQ tok_base+168(FP), AX
+	MOVQ AX, 96(SP)
+	MOVQ v_base+112(FP), AX
+	LEAQ (AX)(CX*4), AX
+	MOVQ AX, 80(SP)
+	MOVQ o_base+144(FP), AX
+	LEAQ (AX)(CX*4), AX
+	MOVQ AX, 88(SP)
+
+stateKVf32AVX512_token_4:
+	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
+	MOVQ 48(SP), AX
+	MOVQ K+0(FP), CX
+	INCQ AX
+	MOVQ tok_len+176(FP), DX
+	SHRQ $0x02, DX
+	CMPQ AX, DX
+	JB   stateKVf32AVX512_notlast_4
+	DECQ AX
+
+stateKVf32AVX512_notlast_4:
+	IMULQ    CX, AX
+	MOVQ     kh_base+64(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 64(SP)
+	MOVQ     qh_base+88(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 72(SP)
+	MOVQ     96(SP), AX
+	VMOVSS   (AX), X8
+	VUCOMISS nearone<>+0(SB), X8
+	JCS      stateKVf32AVX512_far_4
+
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         96(SP), AX
+	VBROADCASTSS (AX), Z8
+	VBROADCASTSS 8(AX), Z9
+	VBROADCASTSS 12(AX), Z10
+	MOVQ         80(SP), AX
+	MOVQ         88(SP), CX
+	VMOVUPS      (AX), Z11
+	VFMADD213PS  Z0, Z8, Z0
+	VSUBPS       Z0, Z11, Z11
+	VMULPS       Z11, Z9, Z11
+	VFMADD213PS  Z1, Z8, Z1
+	VFMADD231PS  Z11, Z10, Z1
+	VMOVUPS      Z1, (CX)
+	VMOVUPS      64(AX), Z12
+	VFMADD213PS  Z2, Z8, Z2
+	VSUBPS       Z2, Z12, Z12
+	VMULPS       Z12, Z9, Z12
+	VFMADD213PS  Z3, Z8, Z3
+	VFMADD231PS  Z12, Z10, Z3
+	VMOVUPS      Z3, 64(CX)
+	VMOVUPS      128(AX), Z13
+	VFMADD213PS  Z4, Z8, Z4
+	VSUBPS       Z4, Z13, Z13
+	VMULPS       Z13, Z9, Z13
+	VFMADD213PS  Z5, Z8, Z5
+	VFMADD231PS  Z13, Z10, Z5
+	VMOVUPS      Z5, 128(CX)
+	VMOVUPS.Z    192(AX), K1, Z14
+	VFMADD213PS  Z6, Z8, Z6
+	VSUBPS       Z6, Z14, Z14
+	VMULPS       Z14, Z9, Z14
+	VFMADD213PS  Z7, Z8, Z7
+	VFMADD231PS  Z14, Z10, Z7
+	VMOVUPS      Z7, K1, 192(CX)
+	VBROADCASTSS zero<>+0(SB), Z0
+	VBROADCASTSS zero<>+0(SB), Z1
+	VBROADCASTSS zero<>+0(SB), Z2
+	VBROADCASTSS zero<>+0(SB), Z3
+	VBROADCASTSS zero<>+0(SB), Z4
+	VBROADCASTSS zero<>+0(SB), Z5
+	VBROADCASTSS zero<>+0(SB), Z6
+	VBROADCASTSS zero<>+0(SB), Z7
+
+	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  56(SP), BX
+	MOVQ  64(SP), SI
+	MOVQ  72(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  48(SP), R10
+	MOVQ  stores_base+40(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
+	JZ    stateKVf32AVX512_nostore_7
+	LEAQ  (R9)(R8*4), R9
+
+stateKVf32AVX512_nostore_7:
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
+
+stateKVf32AVX512_rows_7:
+	VBROADCASTSS (BX)(CX*4), Z9
+	VBROADCASTSS (SI)(CX*4), Z10
+	VBROADCASTSS (DI)(CX*4), Z15
+	VMOVUPS      (AX), Z16
+	VFMADD213PS  Z16, Z8, Z16
+	VFMADD231PS  Z11, Z9, Z16
+	VMOVUPS      Z16, (AX)
+	VFMADD231PS  Z16, Z10, Z0
+	VFMADD231PS  Z16, Z15, Z1
+	VMOVUPS      64(AX), Z16
+	VFMADD213PS  Z16, Z8, Z16
+	VFMADD231PS  Z12, Z9, Z16
+	VMOVUPS      Z16, 64(AX)
+	VFMADD231PS  Z16, Z10, Z2
+	VFMADD231PS  Z16, Z15, Z3
+	VMOVUPS      128(AX), Z16
+	VFMADD213PS  Z16, Z8, Z16
+	VFMADD231PS  Z13, Z9, Z16
+	VMOVUPS      Z16, 128(AX)
+	VFMADD231PS  Z16, Z10, Z4
+	VFMADD231PS  Z16, Z15, Z5
+	VMOVUPS      192(AX), Z16
+	VFMADD213PS  Z16, Z8, Z16
+	VFMADD231PS  Z14, Z9, Z16
+	VMOVUPS      Z16, 192(AX)
+	VFMADD231PS  Z16, Z10, Z6
+	VFMADD231PS  Z16, Z15, Z7
+	TESTQ        R9, R9
+	JZ           stateKVf32AVX512_nostorerow_7
+	VMOVUPS      (AX), Z9
+	VMOVUPS      Z9, (R9)
+	VMOVUPS      64(AX), Z9
+	VMOVUPS      Z9, 64(R9)
+	VMOVUPS      128(AX), Z9
+	VMOVUPS      Z9, 128(R9)
+	VMOVUPS      192(AX), Z9
+	VMOVUPS      Z9, K1, 192(R9)
+	ADDQ         R8, R9
+
+stateKVf32AVX512_nostorerow_7:
+	ADDQ $0x00000100, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVf32AVX512_rows_7
+	JMP  stateKVf32AVX512_tokdone_4
+
+stateKVf32AVX512_far_4:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         96(SP), AX
+	VBROADCASTSS 4(AX), Z8
+	VBROADCASTSS 8(AX), Z9
+	VBROADCASTSS 12(AX), Z10
+	MOVQ         80(SP), AX
+	MOVQ         88(SP), CX
+	VMOVUPS      (AX), Z11
+	VMULPS       Z0, Z8, Z0
+	VSUBPS       Z0, Z11, Z11
+	VMULPS       Z11, Z9, Z11
+	VMULPS       Z1, Z8, Z1
+	VFMADD231PS  Z11, Z10, Z1
+	VMOVUPS      Z1, (CX)
+	VMOVUPS      64(AX), Z12
+	VMULPS       Z2, Z8, Z2
+	VSUBPS       Z2, Z12, Z12
+	VMULPS       Z12, Z9, Z12
+	VMULPS       Z3, Z8, Z3
+	VFMADD231PS  Z12, Z10, Z3
+	VMOVUPS      Z3, 64(CX)
+	VMOVUPS      128(AX), Z13
+	VMULPS       Z4, Z8, Z4
+	VSUBPS       Z4, Z13, Z13
+	VMULPS       Z13, Z9, Z13
+	VMULPS       Z5, Z8, Z5
+	VFMADD231PS  Z13, Z10, Z5
+	VMOVUPS      Z5, 128(CX)
+	VMOVUPS.Z    192(AX), K1, Z14
+	VMULPS       Z6, Z8, Z6
+	VSUBPS       Z6, Z14, Z14
+	VMULPS       Z14, Z9, Z14
+	VMULPS       Z7, Z8, Z7
+	VFMADD231PS  Z14, Z10, Z7
+	VMOVUPS      Z7, K1, 192(CX)
+	VBROADCASTSS zero<>+0(SB), Z0
+	VBROADCASTSS zero<>+0(SB), Z1
+	VBROADCASTSS zero<>+0(SB), Z2
+	VBROADCASTSS zero<>+0(SB), Z3
+	VBROADCASTSS zero<>+0(SB), Z4
+	VBROADCASTSS zero<>+0(SB), Z5
+	VBROADCASTSS zero<>+0(SB), Z6
+	VBROADCASTSS zero<>+0(SB), Z7
+
+	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  56(SP), BX
+	MOVQ  64(SP), SI
+	MOVQ  72(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  48(SP), R10
+	MOVQ  stores_base+40(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
+	JZ    stateKVf32AVX512_nostore_8
+	LEAQ  (R9)(R8*4), R9
+
+stateKVf32AVX512_nostore_8:
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
+
+stateKVf32AVX512_rows_8:
+	VBROADCASTSS (BX)(CX*4), Z9
+	VBROADCASTSS (SI)(CX*4), Z10
+	VBROADCASTSS (DI)(CX*4), Z15
+	VMOVUPS      (AX), Z16
+	VMULPS       Z16, Z8, Z16
+	VFMADD231PS  Z11, Z9, Z16
+	VMOVUPS      Z16, (AX)
+	VFMADD231PS  Z16, Z10, Z0
+	VFMADD231PS  Z16, Z15, Z1
+	VMOVUPS      64(AX), Z16
+	VMULPS       Z16, Z8, Z16
+	VFMADD231PS  Z12, Z9, Z16
+	VMOVUPS      Z16, 64(AX)
+	VFMADD231PS  Z16, Z10, Z2
+	VFMADD231PS  Z16, Z15, Z3
+	VMOVUPS      128(AX), Z16
+	VMULPS       Z16, Z8, Z16
+	VFMADD231PS  Z13, Z9, Z16
+	VMOVUPS      Z16, 128(AX)
+	VFMADD231PS  Z16, Z10, Z4
+	VFMADD231PS  Z16, Z15, Z5
+	VMOVUPS      192(AX), Z16
+	VMULPS       Z16, Z8, Z16
+	VFMADD231PS  Z14, Z9, Z16
+	VMOVUPS      Z16, 192(AX)
+	VFMADD231PS  Z16, Z10, Z6
+	VFMADD231PS  Z16, Z15, Z7
+	TESTQ        R9, R9
+	JZ           stateKVf32AVX512_nostorerow_8
+	VMOVUPS      (AX), Z9
+	VMOVUPS      Z9, (R9)
+	VMOVUPS      64(AX), Z9
+	VMOVUPS      Z9, 64(R9)
+	VMOVUPS      128(AX), Z9
+	VMOVUPS      Z9, 128(R9)
+	VMOVUPS      192(AX), Z9
+	VMOVUPS      Z9, K1, 192(R9)
+	ADDQ         R8, R9
+
+stateKVf32AVX512_nostorerow_8:
+	ADDQ $0x00000100, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVf32AVX512_rows_8
+
+stateKVf32AVX512_tokdone_4:
+	MOVQ 64(SP), AX
+	MOVQ AX, 56(SP)
+	ADDQ $0x10, 96(SP)
+	MOVQ vs+136(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 80(SP)
+	MOVQ V+8(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 88(SP)
+	MOVQ 48(SP), CX
+	INCQ CX
+	MOVQ CX, 48(SP)
+	MOVQ tok_len+176(FP), AX
+	SHRQ $0x02, AX
+	CMPQ CX, AX
+	JB   stateKVf32AVX512_token_4
 
 stateKVf32AVX512_blockdone_1:
 	MOVQ 24(SP), AX
@@ -6541,19 +7449,31 @@ TEXT ·stateKVbf16AVX512(SB), NOSPLIT, $104-264
 
 	// Column blocks: min(V − j0, the full block's columns) each, one span for all.
 stateKVbf16AVX512_blocks_1:
-	MOVQ    8(SP), AX
-	TESTQ   AX, AX
-	JZ      stateKVbf16AVX512_done_1
-	MOVQ    32(SP), CX
-	CMPQ    AX, CX
-	CMOVQCC CX, AX
-	MOVQ    AX, 24(SP)
+	MOVQ         8(SP), AX
+	TESTQ        AX, AX
+	JZ           stateKVbf16AVX512_done_1
+	MOVQ         32(SP), CX
+	CMPQ         AX, CX
+	CMOVQCC      CX, AX
+	MOVQ         AX, 24(SP)
+	MOVQ         AX, CX
+	DECQ         CX
+	ANDQ         $-16, CX
+	SUBQ         CX, AX
+	VPBROADCASTD AX, Z0
+	VPCMPGTD     iota<>+0(SB), Z0, K1
 
-	// A block of 64 columns (the full one when K ≤ 128): 4 full vectors.
-	CMPQ AX, $0x00000040
-	JNE  stateKVbf16AVX512_span_1
+	// 1 to 4 ZMM, the last masked (every full block, every tail), no guard.
+	CMPQ CX, $0x00000000
+	JE   stateKVbf16AVX512_masked1_1
+	CMPQ CX, $0x00000010
+	JE   stateKVbf16AVX512_masked2_1
+	CMPQ CX, $0x00000020
+	JE   stateKVbf16AVX512_masked3_1
+	JMP  stateKVbf16AVX512_masked4_1
 
-	// Block of up to 64 columns (rows in work of whole vectors): pass 0 loads it, with token 0's read.
+stateKVbf16AVX512_masked1_1:
+	// Block of up to 16 columns (rows in work of whole vectors): pass 0 loads it, with token 0's read.
 	MOVQ  K+0(FP), AX
 	MOVQ  16(SP), CX
 	MOVQ  src32_base+40(FP), DX
@@ -6566,38 +7486,20 @@ stateKVbf16AVX512_blocks_1:
 	SHLQ         $0x02, BX
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
-	VBROADCASTSS zero<>+0(SB), Z2
-	VBROADCASTSS zero<>+0(SB), Z3
-	VBROADCASTSS zero<>+0(SB), Z4
-	VBROADCASTSS zero<>+0(SB), Z5
-	VBROADCASTSS zero<>+0(SB), Z6
-	VBROADCASTSS zero<>+0(SB), Z7
 	MOVQ         kh_base+112(FP), SI
 	MOVQ         qh_base+136(FP), DI
 	MOVQ         (SP), R8
 	XORQ         R9, R9
 
 stateKVbf16AVX512_pass0_1:
-	VBROADCASTSS (SI)(R9*4), Z8
-	VBROADCASTSS (DI)(R9*4), Z9
-	VMOVUPS      (DX), Z10
-	VMOVUPS      Z10, (R8)
-	VFMADD231PS  Z10, Z8, Z0
-	VFMADD231PS  Z10, Z9, Z1
-	VMOVUPS      64(DX), Z10
-	VMOVUPS      Z10, 64(R8)
-	VFMADD231PS  Z10, Z8, Z2
-	VFMADD231PS  Z10, Z9, Z3
-	VMOVUPS      128(DX), Z10
-	VMOVUPS      Z10, 128(R8)
-	VFMADD231PS  Z10, Z8, Z4
-	VFMADD231PS  Z10, Z9, Z5
-	VMOVUPS      192(DX), Z10
-	VMOVUPS      Z10, 192(R8)
-	VFMADD231PS  Z10, Z8, Z6
-	VFMADD231PS  Z10, Z9, Z7
+	VBROADCASTSS (SI)(R9*4), Z2
+	VBROADCASTSS (DI)(R9*4), Z3
+	VMOVUPS.Z    (DX), K1, Z4
+	VMOVUPS      Z4, (R8)
+	VFMADD231PS  Z4, Z2, Z0
+	VFMADD231PS  Z4, Z3, Z1
 	ADDQ         BX, DX
-	ADDQ         $0x00000100, R8
+	ADDQ         $0x00000040, R8
 	INCQ         R9
 	CMPQ         R9, AX
 	JB           stateKVbf16AVX512_pass0_1
@@ -6611,42 +7513,21 @@ stateKVbf16AVX512_from16_1:
 	SHLQ         $0x01, BX
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
-	VBROADCASTSS zero<>+0(SB), Z2
-	VBROADCASTSS zero<>+0(SB), Z3
-	VBROADCASTSS zero<>+0(SB), Z4
-	VBROADCASTSS zero<>+0(SB), Z5
-	VBROADCASTSS zero<>+0(SB), Z6
-	VBROADCASTSS zero<>+0(SB), Z7
 	MOVQ         kh_base+112(FP), SI
 	MOVQ         qh_base+136(FP), DI
 	MOVQ         (SP), R8
 	XORQ         R9, R9
 
 stateKVbf16AVX512_pass0_2:
-	VBROADCASTSS (SI)(R9*4), Z8
-	VBROADCASTSS (DI)(R9*4), Z9
-	VPMOVZXWD    (DX), Z10
-	VPSLLD       $0x10, Z10, Z10
-	VMOVUPS      Z10, (R8)
-	VFMADD231PS  Z10, Z8, Z0
-	VFMADD231PS  Z10, Z9, Z1
-	VPMOVZXWD    32(DX), Z10
-	VPSLLD       $0x10, Z10, Z10
-	VMOVUPS      Z10, 64(R8)
-	VFMADD231PS  Z10, Z8, Z2
-	VFMADD231PS  Z10, Z9, Z3
-	VPMOVZXWD    64(DX), Z10
-	VPSLLD       $0x10, Z10, Z10
-	VMOVUPS      Z10, 128(R8)
-	VFMADD231PS  Z10, Z8, Z4
-	VFMADD231PS  Z10, Z9, Z5
-	VPMOVZXWD    96(DX), Z10
-	VPSLLD       $0x10, Z10, Z10
-	VMOVUPS      Z10, 192(R8)
-	VFMADD231PS  Z10, Z8, Z6
-	VFMADD231PS  Z10, Z9, Z7
+	VBROADCASTSS (SI)(R9*4), Z2
+	VBROADCASTSS (DI)(R9*4), Z3
+	VPMOVZXWD.Z  (DX), K1, Z4
+	VPSLLD       $0x10, Z4, Z4
+	VMOVUPS      Z4, (R8)
+	VFMADD231PS  Z4, Z2, Z0
+	VFMADD231PS  Z4, Z3, Z1
 	ADDQ         BX, DX
-	ADDQ         $0x00000100, R8
+	ADDQ         $0x00000040, R8
 	INCQ         R9
 	CMPQ         R9, AX
 	JB           stateKVbf16AVX512_pass0_2
@@ -6686,54 +7567,27 @@ stateKVbf16AVX512_notlast_1:
 	LEAQ     (CX)(AX*4), CX
 	MOVQ     CX, 72(SP)
 	MOVQ     96(SP), AX
-	VMOVSS   (AX), X8
-	VUCOMISS nearone<>+0(SB), X8
+	VMOVSS   (AX), X2
+	VUCOMISS nearone<>+0(SB), X2
 	JCS      stateKVbf16AVX512_far_1
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	MOVQ         96(SP), AX
-	VBROADCASTSS (AX), Z8
-	VBROADCASTSS 8(AX), Z9
-	VBROADCASTSS 12(AX), Z10
+	VBROADCASTSS (AX), Z2
+	VBROADCASTSS 8(AX), Z3
+	VBROADCASTSS 12(AX), Z4
 	MOVQ         80(SP), AX
 	MOVQ         88(SP), CX
-	VMOVUPS      (AX), Z15
-	VFMADD213PS  Z0, Z8, Z0
-	VSUBPS       Z0, Z15, Z15
-	VMULPS       Z15, Z9, Z15
-	VFMADD213PS  Z1, Z8, Z1
-	VFMADD231PS  Z15, Z10, Z1
-	VMOVUPS      Z1, (CX)
-	VMOVUPS      64(AX), Z16
-	VFMADD213PS  Z2, Z8, Z2
-	VSUBPS       Z2, Z16, Z16
-	VMULPS       Z16, Z9, Z16
-	VFMADD213PS  Z3, Z8, Z3
-	VFMADD231PS  Z16, Z10, Z3
-	VMOVUPS      Z3, 64(CX)
-	VMOVUPS      128(AX), Z17
-	VFMADD213PS  Z4, Z8, Z4
-	VSUBPS       Z4, Z17, Z17
-	VMULPS       Z17, Z9, Z17
-	VFMADD213PS  Z5, Z8, Z5
-	VFMADD231PS  Z17, Z10, Z5
-	VMOVUPS      Z5, 128(CX)
-	VMOVUPS      192(AX), Z18
-	VFMADD213PS  Z6, Z8, Z6
-	VSUBPS       Z6, Z18, Z18
-	VMULPS       Z18, Z9, Z18
-	VFMADD213PS  Z7, Z8, Z7
-	VFMADD231PS  Z18, Z10, Z7
-	VMOVUPS      Z7, 192(CX)
+	VMOVUPS.Z    (AX), K1, Z5
+	VFMADD213PS  Z0, Z2, Z0
+	VSUBPS       Z0, Z5, Z5
+	VMULPS       Z5, Z3, Z5
+	VFMADD213PS  Z1, Z2, Z1
+	VFMADD231PS  Z5, Z4, Z1
+	VMOVUPS      Z1, K1, (CX)
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
-	VBROADCASTSS zero<>+0(SB), Z2
-	VBROADCASTSS zero<>+0(SB), Z3
-	VBROADCASTSS zero<>+0(SB), Z4
-	VBROADCASTSS zero<>+0(SB), Z5
-	VBROADCASTSS zero<>+0(SB), Z6
-	VBROADCASTSS zero<>+0(SB), Z7
 
 	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
 	MOVQ  (SP), AX
@@ -6770,92 +7624,38 @@ stateKVbf16AVX512_nocarry_1:
 	SHLQ $0x02, R8
 
 stateKVbf16AVX512_rows_1:
-	VBROADCASTSS (BX)(CX*4), Z9
-	VBROADCASTSS (SI)(CX*4), Z10
-	VBROADCASTSS (DI)(CX*4), Z19
-	VMOVUPS      (AX), Z20
-	VFMADD213PS  Z20, Z8, Z20
-	VFMADD231PS  Z15, Z9, Z20
-	VMOVUPS      Z20, (AX)
-	VFMADD231PS  Z20, Z10, Z0
-	VFMADD231PS  Z20, Z19, Z1
-	VMOVUPS      64(AX), Z20
-	VFMADD213PS  Z20, Z8, Z20
-	VFMADD231PS  Z16, Z9, Z20
-	VMOVUPS      Z20, 64(AX)
-	VFMADD231PS  Z20, Z10, Z2
-	VFMADD231PS  Z20, Z19, Z3
-	VMOVUPS      128(AX), Z20
-	VFMADD213PS  Z20, Z8, Z20
-	VFMADD231PS  Z17, Z9, Z20
-	VMOVUPS      Z20, 128(AX)
-	VFMADD231PS  Z20, Z10, Z4
-	VFMADD231PS  Z20, Z19, Z5
-	VMOVUPS      192(AX), Z20
-	VFMADD213PS  Z20, Z8, Z20
-	VFMADD231PS  Z18, Z9, Z20
-	VMOVUPS      Z20, 192(AX)
-	VFMADD231PS  Z20, Z10, Z6
-	VFMADD231PS  Z20, Z19, Z7
+	VBROADCASTSS (BX)(CX*4), Z3
+	VBROADCASTSS (SI)(CX*4), Z4
+	VBROADCASTSS (DI)(CX*4), Z6
+	VMOVUPS      (AX), Z7
+	VFMADD213PS  Z7, Z2, Z7
+	VFMADD231PS  Z5, Z3, Z7
+	VMOVUPS      Z7, (AX)
+	VFMADD231PS  Z7, Z4, Z0
+	VFMADD231PS  Z7, Z6, Z1
 	TESTQ        R9, R9
 	JZ           stateKVbf16AVX512_nostorerow_1
-	VMOVUPS      (AX), Z9
-	VPSRLD       $0x10, Z9, Z10
-	VPANDD       absmask<>+0(SB), Z9, Z19
-	VPCMPGTD     infbits<>+0(SB), Z19, K2
-	VPANDD       one_i<>+0(SB), Z10, Z19
-	VPADDD       round<>+0(SB), Z9, Z9
-	VPADDD       Z19, Z9, Z9
-	VPSRLD       $0x10, Z9, Z9
-	VPORD        quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW      Z9, (R9)
-	VMOVUPS      64(AX), Z9
-	VPSRLD       $0x10, Z9, Z10
-	VPANDD       absmask<>+0(SB), Z9, Z19
-	VPCMPGTD     infbits<>+0(SB), Z19, K2
-	VPANDD       one_i<>+0(SB), Z10, Z19
-	VPADDD       round<>+0(SB), Z9, Z9
-	VPADDD       Z19, Z9, Z9
-	VPSRLD       $0x10, Z9, Z9
-	VPORD        quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW      Z9, 32(R9)
-	VMOVUPS      128(AX), Z9
-	VPSRLD       $0x10, Z9, Z10
-	VPANDD       absmask<>+0(SB), Z9, Z19
-	VPCMPGTD     infbits<>+0(SB), Z19, K2
-	VPANDD       one_i<>+0(SB), Z10, Z19
-	VPADDD       round<>+0(SB), Z9, Z9
-	VPADDD       Z19, Z9, Z9
-	VPSRLD       $0x10, Z9, Z9
-	VPORD        quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW      Z9, 64(R9)
-	VMOVUPS      192(AX), Z9
-	VPSRLD       $0x10, Z9, Z10
-	VPANDD       absmask<>+0(SB), Z9, Z19
-	VPCMPGTD     infbits<>+0(SB), Z19, K2
-	VPANDD       one_i<>+0(SB), Z10, Z19
-	VPADDD       round<>+0(SB), Z9, Z9
-	VPADDD       Z19, Z9, Z9
-	VPSRLD       $0x10, Z9, Z9
-	VPORD        quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW      Z9, 96(R9)
+	VMOVUPS      (AX), Z3
+	VPSRLD       $0x10, Z3, Z4
+	VPANDD       absmask<>+0(SB), Z3, Z6
+	VPCMPGTD     infbits<>+0(SB), Z6, K2
+	VPANDD       one_i<>+0(SB), Z4, Z6
+	VPADDD       round<>+0(SB), Z3, Z3
+	VPADDD       Z6, Z3, Z3
+	VPSRLD       $0x10, Z3, Z3
+	VPORD        quiet<>+0(SB), Z4, K2, Z3
+	VPMOVDW      Z3, K1, (R9)
 	ADDQ         R10, R9
 
 stateKVbf16AVX512_nostorerow_1:
 	TESTQ   R11, R11
 	JZ      stateKVbf16AVX512_nocarryrow_1
-	VMOVUPS (AX), Z9
-	VMOVUPS Z9, (R11)
-	VMOVUPS 64(AX), Z9
-	VMOVUPS Z9, 64(R11)
-	VMOVUPS 128(AX), Z9
-	VMOVUPS Z9, 128(R11)
-	VMOVUPS 192(AX), Z9
-	VMOVUPS Z9, 192(R11)
+	VMOVUPS (AX), Z3
+	VMOVUPS Z3, K1, (R11)
 	ADDQ    R8, R11
 
 stateKVbf16AVX512_nocarryrow_1:
-	ADDQ $0x00000100, AX
+	ADDQ $0x00000040, AX
 	INCQ CX
 	CMPQ CX, DX
 	JB   stateKVbf16AVX512_rows_1
@@ -6865,47 +7665,20 @@ stateKVbf16AVX512_far_1:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	MOVQ         96(SP), AX
-	VBROADCASTSS 4(AX), Z8
-	VBROADCASTSS 8(AX), Z9
-	VBROADCASTSS 12(AX), Z10
+	VBROADCASTSS 4(AX), Z2
+	VBROADCASTSS 8(AX), Z3
+	VBROADCASTSS 12(AX), Z4
 	MOVQ         80(SP), AX
 	MOVQ         88(SP), CX
-	VMOVUPS      (AX), Z15
-	VMULPS       Z0, Z8, Z0
-	VSUBPS       Z0, Z15, Z15
-	VMULPS       Z15, Z9, Z15
-	VMULPS       Z1, Z8, Z1
-	VFMADD231PS  Z15, Z10, Z1
-	VMOVUPS      Z1, (CX)
-	VMOVUPS      64(AX), Z16
-	VMULPS       Z2, Z8, Z2
-	VSUBPS       Z2, Z16, Z16
-	VMULPS       Z16, Z9, Z16
-	VMULPS       Z3, Z8, Z3
-	VFMADD231PS  Z16, Z10, Z3
-	VMOVUPS      Z3, 64(CX)
-	VMOVUPS      128(AX), Z17
-	VMULPS       Z4, Z8, Z4
-	VSUBPS       Z4, Z17, Z17
-	VMULPS       Z17, Z9, Z17
-	VMULPS       Z5, Z8, Z5
-	VFMADD231PS  Z17, Z10, Z5
-	VMOVUPS      Z5, 128(CX)
-	VMOVUPS      192(AX), Z18
-	VMULPS       Z6, Z8, Z6
-	VSUBPS       Z6, Z18, Z18
-	VMULPS       Z18, Z9, Z18
-	VMULPS       Z7, Z8, Z7
-	VFMADD231PS  Z18, Z10, Z7
-	VMOVUPS      Z7, 192(CX)
+	VMOVUPS.Z    (AX), K1, Z5
+	VMULPS       Z0, Z2, Z0
+	VSUBPS       Z0, Z5, Z5
+	VMULPS       Z5, Z3, Z5
+	VMULPS       Z1, Z2, Z1
+	VFMADD231PS  Z5, Z4, Z1
+	VMOVUPS      Z1, K1, (CX)
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
-	VBROADCASTSS zero<>+0(SB), Z2
-	VBROADCASTSS zero<>+0(SB), Z3
-	VBROADCASTSS zero<>+0(SB), Z4
-	VBROADCASTSS zero<>+0(SB), Z5
-	VBROADCASTSS zero<>+0(SB), Z6
-	VBROADCASTSS zero<>+0(SB), Z7
 
 	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
 	MOVQ  (SP), AX
@@ -6942,92 +7715,38 @@ stateKVbf16AVX512_nocarry_2:
 	SHLQ $0x02, R8
 
 stateKVbf16AVX512_rows_2:
-	VBROADCASTSS (BX)(CX*4), Z9
-	VBROADCASTSS (SI)(CX*4), Z10
-	VBROADCASTSS (DI)(CX*4), Z19
-	VMOVUPS      (AX), Z20
-	VMULPS       Z20, Z8, Z20
-	VFMADD231PS  Z15, Z9, Z20
-	VMOVUPS      Z20, (AX)
-	VFMADD231PS  Z20, Z10, Z0
-	VFMADD231PS  Z20, Z19, Z1
-	VMOVUPS      64(AX), Z20
-	VMULPS       Z20, Z8, Z20
-	VFMADD231PS  Z16, Z9, Z20
-	VMOVUPS      Z20, 64(AX)
-	VFMADD231PS  Z20, Z10, Z2
-	VFMADD231PS  Z20, Z19, Z3
-	VMOVUPS      128(AX), Z20
-	VMULPS       Z20, Z8, Z20
-	VFMADD231PS  Z17, Z9, Z20
-	VMOVUPS      Z20, 128(AX)
-	VFMADD231PS  Z20, Z10, Z4
-	VFMADD231PS  Z20, Z19, Z5
-	VMOVUPS      192(AX), Z20
-	VMULPS       Z20, Z8, Z20
-	VFMADD231PS  Z18, Z9, Z20
-	VMOVUPS      Z20, 192(AX)
-	VFMADD231PS  Z20, Z10, Z6
-	VFMADD231PS  Z20, Z19, Z7
+	VBROADCASTSS (BX)(CX*4), Z3
+	VBROADCASTSS (SI)(CX*4), Z4
+	VBROADCASTSS (DI)(CX*4), Z6
+	VMOVUPS      (AX), Z7
+	VMULPS       Z7, Z2, Z7
+	VFMADD231PS  Z5, Z3, Z7
+	VMOVUPS      Z7, (AX)
+	VFMADD231PS  Z7, Z4, Z0
+	VFMADD231PS  Z7, Z6, Z1
 	TESTQ        R9, R9
 	JZ           stateKVbf16AVX512_nostorerow_2
-	VMOVUPS      (AX), Z9
-	VPSRLD       $0x10, Z9, Z10
-	VPANDD       absmask<>+0(SB), Z9, Z19
-	VPCMPGTD     infbits<>+0(SB), Z19, K2
-	VPANDD       one_i<>+0(SB), Z10, Z19
-	VPADDD       round<>+0(SB), Z9, Z9
-	VPADDD       Z19, Z9, Z9
-	VPSRLD       $0x10, Z9, Z9
-	VPORD        quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW      Z9, (R9)
-	VMOVUPS      64(AX), Z9
-	VPSRLD       $0x10, Z9, Z10
-	VPANDD       absmask<>+0(SB), Z9, Z19
-	VPCMPGTD     infbits<>+0(SB), Z19, K2
-	VPANDD       one_i<>+0(SB), Z10, Z19
-	VPADDD       round<>+0(SB), Z9, Z9
-	VPADDD       Z19, Z9, Z9
-	VPSRLD       $0x10, Z9, Z9
-	VPORD        quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW      Z9, 32(R9)
-	VMOVUPS      128(AX), Z9
-	VPSRLD       $0x10, Z9, Z10
-	VPANDD       absmask<>+0(SB), Z9, Z19
-	VPCMPGTD     infbits<>+0(SB), Z19, K2
-	VPANDD       one_i<>+0(SB), Z10, Z19
-	VPADDD       round<>+0(SB), Z9, Z9
-	VPADDD       Z19, Z9, Z9
-	VPSRLD       $0x10, Z9, Z9
-	VPORD        quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW      Z9, 64(R9)
-	VMOVUPS      192(AX), Z9
-	VPSRLD       $0x10, Z9, Z10
-	VPANDD       absmask<>+0(SB), Z9, Z19
-	VPCMPGTD     infbits<>+0(SB), Z19, K2
-	VPANDD       one_i<>+0(SB), Z10, Z19
-	VPADDD       round<>+0(SB), Z9, Z9
-	VPADDD       Z19, Z9, Z9
-	VPSRLD       $0x10, Z9, Z9
-	VPORD        quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW      Z9, 96(R9)
+	VMOVUPS      (AX), Z3
+	VPSRLD       $0x10, Z3, Z4
+	VPANDD       absmask<>+0(SB), Z3, Z6
+	VPCMPGTD     infbits<>+0(SB), Z6, K2
+	VPANDD       one_i<>+0(SB), Z4, Z6
+	VPADDD       round<>+0(SB), Z3, Z3
+	VPADDD       Z6, Z3, Z3
+	VPSRLD       $0x10, Z3, Z3
+	VPORD        quiet<>+0(SB), Z4, K2, Z3
+	VPMOVDW      Z3, K1, (R9)
 	ADDQ         R10, R9
 
 stateKVbf16AVX512_nostorerow_2:
 	TESTQ   R11, R11
 	JZ      stateKVbf16AVX512_nocarryrow_2
-	VMOVUPS (AX), Z9
-	VMOVUPS Z9, (R11)
-	VMOVUPS 64(AX), Z9
-	VMOVUPS Z9, 64(R11)
-	VMOVUPS 128(AX), Z9
-	VMOVUPS Z9, 128(R11)
-	VMOVUPS 192(AX), Z9
-	VMOVUPS Z9, 192(R11)
+	VMOVUPS (AX), Z3
+	VMOVUPS Z3, K1, (R11)
 	ADDQ    R8, R11
 
 stateKVbf16AVX512_nocarryrow_2:
-	ADDQ $0x00000100, AX
+	ADDQ $0x00000040, AX
 	INCQ CX
 	CMPQ CX, DX
 	JB   stateKVbf16AVX512_rows_2
@@ -7051,20 +7770,8 @@ stateKVbf16AVX512_tokdone_1:
 	JB   stateKVbf16AVX512_token_1
 	JMP  stateKVbf16AVX512_blockdone_1
 
-stateKVbf16AVX512_span_1:
-	MOVQ         AX, CX
-	DECQ         CX
-	ANDQ         $-16, CX
-	MOVQ         AX, DX
-	SUBQ         CX, DX
-	VPBROADCASTD DX, Z0
-	VPCMPGTD     iota<>+0(SB), Z0, K1
-
-	// A block of 1 vector (V = 80: the 16 columns after 64), masked: no guard.
-	CMPQ AX, $0x00000010
-	JA   stateKVbf16AVX512_span_2
-
-	// Block of up to 16 columns (rows in work of whole vectors): pass 0 loads it, with token 0's read.
+stateKVbf16AVX512_masked2_1:
+	// Block of up to 32 columns (rows in work of whole vectors): pass 0 loads it, with token 0's read.
 	MOVQ  K+0(FP), AX
 	MOVQ  16(SP), CX
 	MOVQ  src32_base+40(FP), DX
@@ -7077,20 +7784,26 @@ stateKVbf16AVX512_span_1:
 	SHLQ         $0x02, BX
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
+	VBROADCASTSS zero<>+0(SB), Z2
+	VBROADCASTSS zero<>+0(SB), Z3
 	MOVQ         kh_base+112(FP), SI
 	MOVQ         qh_base+136(FP), DI
 	MOVQ         (SP), R8
 	XORQ         R9, R9
 
 stateKVbf16AVX512_pass0_3:
-	VBROADCASTSS (SI)(R9*4), Z2
-	VBROADCASTSS (DI)(R9*4), Z3
-	VMOVUPS.Z    (DX), K1, Z4
-	VMOVUPS      Z4, (R8)
-	VFMADD231PS  Z4, Z2, Z0
-	VFMADD231PS  Z4, Z3, Z1
+	VBROADCASTSS (SI)(R9*4), Z4
+	VBROADCASTSS (DI)(R9*4), Z5
+	VMOVUPS      (DX), Z6
+	VMOVUPS      Z6, (R8)
+	VFMADD231PS  Z6, Z4, Z0
+	VFMADD231PS  Z6, Z5, Z1
+	VMOVUPS.Z    64(DX), K1, Z6
+	VMOVUPS      Z6, 64(R8)
+	VFMADD231PS  Z6, Z4, Z2
+	VFMADD231PS  Z6, Z5, Z3
 	ADDQ         BX, DX
-	ADDQ         $0x00000040, R8
+	ADDQ         $0x00000080, R8
 	INCQ         R9
 	CMPQ         R9, AX
 	JB           stateKVbf16AVX512_pass0_3
@@ -7104,21 +7817,28 @@ stateKVbf16AVX512_from16_2:
 	SHLQ         $0x01, BX
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
+	VBROADCASTSS zero<>+0(SB), Z2
+	VBROADCASTSS zero<>+0(SB), Z3
 	MOVQ         kh_base+112(FP), SI
 	MOVQ         qh_base+136(FP), DI
 	MOVQ         (SP), R8
 	XORQ         R9, R9
 
 stateKVbf16AVX512_pass0_4:
-	VBROADCASTSS (SI)(R9*4), Z2
-	VBROADCASTSS (DI)(R9*4), Z3
-	VPMOVZXWD.Z  (DX), K1, Z4
-	VPSLLD       $0x10, Z4, Z4
-	VMOVUPS      Z4, (R8)
-	VFMADD231PS  Z4, Z2, Z0
-	VFMADD231PS  Z4, Z3, Z1
+	VBROADCASTSS (SI)(R9*4), Z4
+	VBROADCASTSS (DI)(R9*4), Z5
+	VPMOVZXWD    (DX), Z6
+	VPSLLD       $0x10, Z6, Z6
+	VMOVUPS      Z6, (R8)
+	VFMADD231PS  Z6, Z4, Z0
+	VFMADD231PS  Z6, Z5, Z1
+	VPMOVZXWD.Z  32(DX), K1, Z6
+	VPSLLD       $0x10, Z6, Z6
+	VMOVUPS      Z6, 64(R8)
+	VFMADD231PS  Z6, Z4, Z2
+	VFMADD231PS  Z6, Z5, Z3
 	ADDQ         BX, DX
-	ADDQ         $0x00000040, R8
+	ADDQ         $0x00000080, R8
 	INCQ         R9
 	CMPQ         R9, AX
 	JB           stateKVbf16AVX512_pass0_4
@@ -7158,27 +7878,36 @@ stateKVbf16AVX512_notlast_2:
 	LEAQ     (CX)(AX*4), CX
 	MOVQ     CX, 72(SP)
 	MOVQ     96(SP), AX
-	VMOVSS   (AX), X2
-	VUCOMISS nearone<>+0(SB), X2
+	VMOVSS   (AX), X4
+	VUCOMISS nearone<>+0(SB), X4
 	JCS      stateKVbf16AVX512_far_2
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	MOVQ         96(SP), AX
-	VBROADCASTSS (AX), Z2
-	VBROADCASTSS 8(AX), Z3
-	VBROADCASTSS 12(AX), Z4
+	VBROADCASTSS (AX), Z4
+	VBROADCASTSS 8(AX), Z5
+	VBROADCASTSS 12(AX), Z6
 	MOVQ         80(SP), AX
 	MOVQ         88(SP), CX
-	VMOVUPS.Z    (AX), K1, Z5
-	VFMADD213PS  Z0, Z2, Z0
-	VSUBPS       Z0, Z5, Z5
-	VMULPS       Z5, Z3, Z5
-	VFMADD213PS  Z1, Z2, Z1
-	VFMADD231PS  Z5, Z4, Z1
-	VMOVUPS      Z1, K1, (CX)
+	VMOVUPS      (AX), Z7
+	VFMADD213PS  Z0, Z4, Z0
+	VSUBPS       Z0, Z7, Z7
+	VMULPS       Z7, Z5, Z7
+	VFMADD213PS  Z1, Z4, Z1
+	VFMADD231PS  Z7, Z6, Z1
+	VMOVUPS      Z1, (CX)
+	VMOVUPS.Z    64(AX), K1, Z8
+	VFMADD213PS  Z2, Z4, Z2
+	VSUBPS       Z2, Z8, Z8
+	VMULPS       Z8, Z5, Z8
+	VFMADD213PS  Z3, Z4, Z3
+	VFMADD231PS  Z8, Z6, Z3
+	VMOVUPS      Z3, K1, 64(CX)
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
+	VBROADCASTSS zero<>+0(SB), Z2
+	VBROADCASTSS zero<>+0(SB), Z3
 
 	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
 	MOVQ  (SP), AX
@@ -7215,38 +7944,56 @@ stateKVbf16AVX512_nocarry_3:
 	SHLQ $0x02, R8
 
 stateKVbf16AVX512_rows_3:
-	VBROADCASTSS (BX)(CX*4), Z3
-	VBROADCASTSS (SI)(CX*4), Z4
-	VBROADCASTSS (DI)(CX*4), Z6
-	VMOVUPS      (AX), Z7
-	VFMADD213PS  Z7, Z2, Z7
-	VFMADD231PS  Z5, Z3, Z7
-	VMOVUPS      Z7, (AX)
-	VFMADD231PS  Z7, Z4, Z0
-	VFMADD231PS  Z7, Z6, Z1
+	VBROADCASTSS (BX)(CX*4), Z5
+	VBROADCASTSS (SI)(CX*4), Z6
+	VBROADCASTSS (DI)(CX*4), Z9
+	VMOVUPS      (AX), Z10
+	VFMADD213PS  Z10, Z4, Z10
+	VFMADD231PS  Z7, Z5, Z10
+	VMOVUPS      Z10, (AX)
+	VFMADD231PS  Z10, Z6, Z0
+	VFMADD231PS  Z10, Z9, Z1
+	VMOVUPS      64(AX), Z10
+	VFMADD213PS  Z10, Z4, Z10
+	VFMADD231PS  Z8, Z5, Z10
+	VMOVUPS      Z10, 64(AX)
+	VFMADD231PS  Z10, Z6, Z2
+	VFMADD231PS  Z10, Z9, Z3
 	TESTQ        R9, R9
 	JZ           stateKVbf16AVX512_nostorerow_3
-	VMOVUPS      (AX), Z3
-	VPSRLD       $0x10, Z3, Z4
-	VPANDD       absmask<>+0(SB), Z3, Z6
-	VPCMPGTD     infbits<>+0(SB), Z6, K2
-	VPANDD       one_i<>+0(SB), Z4, Z6
-	VPADDD       round<>+0(SB), Z3, Z3
-	VPADDD       Z6, Z3, Z3
-	VPSRLD       $0x10, Z3, Z3
-	VPORD        quiet<>+0(SB), Z4, K2, Z3
-	VPMOVDW      Z3, K1, (R9)
+	VMOVUPS      (AX), Z5
+	VPSRLD       $0x10, Z5, Z6
+	VPANDD       absmask<>+0(SB), Z5, Z9
+	VPCMPGTD     infbits<>+0(SB), Z9, K2
+	VPANDD       one_i<>+0(SB), Z6, Z9
+	VPADDD       round<>+0(SB), Z5, Z5
+	VPADDD       Z9, Z5, Z5
+	VPSRLD       $0x10, Z5, Z5
+	VPORD        quiet<>+0(SB), Z6, K2, Z5
+	VPMOVDW      Z5, (R9)
+	VMOVUPS      64(AX), Z5
+	VPSRLD       $0x10, Z5, Z6
+	VPANDD       absmask<>+0(SB), Z5, Z9
+	VPCMPGTD     infbits<>+0(SB), Z9, K2
+	VPANDD       one_i<>+0(SB), Z6, Z9
+	VPADDD       round<>+0(SB), Z5, Z5
+	VPADDD       Z9, Z5, Z5
+	VPSRLD       $0x10, Z5, Z5
+	VPORD        quiet<>+0(SB), Z6, K2, Z5
+	VPMOVDW      Z5, K1, 32(R9)
 	ADDQ         R10, R9
 
 stateKVbf16AVX512_nostorerow_3:
 	TESTQ   R11, R11
 	JZ      stateKVbf16AVX512_nocarryrow_3
-	VMOVUPS (AX), Z3
-	VMOVUPS Z3, K1, (R11)
+	VMOVUPS (AX), Z5
+	VMOVUPS Z5, (R11)
+	VMOVUPS 64(AX), Z5
+	VMOVUPS Z5, K1, 64(R11)
 	ADDQ    R8, R11
 
 stateKVbf16AVX512_nocarryrow_3:
-	ADDQ $0x00000040, AX
+	ADDQ $0x00000080, AX
 	INCQ CX
 	CMPQ CX, DX
 	JB   stateKVbf16AVX512_rows_3
@@ -7256,20 +8003,29 @@ stateKVbf16AVX512_far_2:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	MOVQ         96(SP), AX
-	VBROADCASTSS 4(AX), Z2
-	VBROADCASTSS 8(AX), Z3
-	VBROADCASTSS 12(AX), Z4
+	VBROADCASTSS 4(AX), Z4
+	VBROADCASTSS 8(AX), Z5
+	VBROADCASTSS 12(AX), Z6
 	MOVQ         80(SP), AX
 	MOVQ         88(SP), CX
-	VMOVUPS.Z    (AX), K1, Z5
-	VMULPS       Z0, Z2, Z0
-	VSUBPS       Z0, Z5, Z5
-	VMULPS       Z5, Z3, Z5
-	VMULPS       Z1, Z2, Z1
-	VFMADD231PS  Z5, Z4, Z1
-	VMOVUPS      Z1, K1, (CX)
+	VMOVUPS      (AX), Z7
+	VMULPS       Z0, Z4, Z0
+	VSUBPS       Z0, Z7, Z7
+	VMULPS       Z7, Z5, Z7
+	VMULPS       Z1, Z4, Z1
+	VFMADD231PS  Z7, Z6, Z1
+	VMOVUPS      Z1, (CX)
+	VMOVUPS.Z    64(AX), K1, Z8
+	VMULPS       Z2, Z4, Z2
+	VSUBPS       Z2, Z8, Z8
+	VMULPS       Z8, Z5, Z8
+	VMULPS       Z3, Z4, Z3
+	VFMADD231PS  Z8, Z6, Z3
+	VMOVUPS      Z3, K1, 64(CX)
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
+	VBROADCASTSS zero<>+0(SB), Z2
+	VBROADCASTSS zero<>+0(SB), Z3
 
 	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
 	MOVQ  (SP), AX
@@ -7306,38 +8062,56 @@ stateKVbf16AVX512_nocarry_4:
 	SHLQ $0x02, R8
 
 stateKVbf16AVX512_rows_4:
-	VBROADCASTSS (BX)(CX*4), Z3
-	VBROADCASTSS (SI)(CX*4), Z4
-	VBROADCASTSS (DI)(CX*4), Z6
-	VMOVUPS      (AX), Z7
-	VMULPS       Z7, Z2, Z7
-	VFMADD231PS  Z5, Z3, Z7
-	VMOVUPS      Z7, (AX)
-	VFMADD231PS  Z7, Z4, Z0
-	VFMADD231PS  Z7, Z6, Z1
+	VBROADCASTSS (BX)(CX*4), Z5
+	VBROADCASTSS (SI)(CX*4), Z6
+	VBROADCASTSS (DI)(CX*4), Z9
+	VMOVUPS      (AX), Z10
+	VMULPS       Z10, Z4, Z10
+	VFMADD231PS  Z7, Z5, Z10
+	VMOVUPS      Z10, (AX)
+	VFMADD231PS  Z10, Z6, Z0
+	VFMADD231PS  Z10, Z9, Z1
+	VMOVUPS      64(AX), Z10
+	VMULPS       Z10, Z4, Z10
+	VFMADD231PS  Z8, Z5, Z10
+	VMOVUPS      Z10, 64(AX)
+	VFMADD231PS  Z10, Z6, Z2
+	VFMADD231PS  Z10, Z9, Z3
 	TESTQ        R9, R9
 	JZ           stateKVbf16AVX512_nostorerow_4
-	VMOVUPS      (AX), Z3
-	VPSRLD       $0x10, Z3, Z4
-	VPANDD       absmask<>+0(SB), Z3, Z6
-	VPCMPGTD     infbits<>+0(SB), Z6, K2
-	VPANDD       one_i<>+0(SB), Z4, Z6
-	VPADDD       round<>+0(SB), Z3, Z3
-	VPADDD       Z6, Z3, Z3
-	VPSRLD       $0x10, Z3, Z3
-	VPORD        quiet<>+0(SB), Z4, K2, Z3
-	VPMOVDW      Z3, K1, (R9)
+	VMOVUPS      (AX), Z5
+	VPSRLD       $0x10, Z5, Z6
+	VPANDD       absmask<>+0(SB), Z5, Z9
+	VPCMPGTD     infbits<>+0(SB), Z9, K2
+	VPANDD       one_i<>+0(SB), Z6, Z9
+	VPADDD       round<>+0(SB), Z5, Z5
+	VPADDD       Z9, Z5, Z5
+	VPSRLD       $0x10, Z5, Z5
+	VPORD        quiet<>+0(SB), Z6, K2, Z5
+	VPMOVDW      Z5, (R9)
+	VMOVUPS      64(AX), Z5
+	VPSRLD       $0x10, Z5, Z6
+	VPANDD       absmask<>+0(SB), Z5, Z9
+	VPCMPGTD     infbits<>+0(SB), Z9, K2
+	VPANDD       one_i<>+0(SB), Z6, Z9
+	VPADDD       round<>+0(SB), Z5, Z5
+	VPADDD       Z9, Z5, Z5
+	VPSRLD       $0x10, Z5, Z5
+	VPORD        quiet<>+0(SB), Z6, K2, Z5
+	VPMOVDW      Z5, K1, 32(R9)
 	ADDQ         R10, R9
 
 stateKVbf16AVX512_nostorerow_4:
 	TESTQ   R11, R11
 	JZ      stateKVbf16AVX512_nocarryrow_4
-	VMOVUPS (AX), Z3
-	VMOVUPS Z3, K1, (R11)
+	VMOVUPS (AX), Z5
+	VMOVUPS Z5, (R11)
+	VMOVUPS 64(AX), Z5
+	VMOVUPS Z5, K1, 64(R11)
 	ADDQ    R8, R11
 
 stateKVbf16AVX512_nocarryrow_4:
-	ADDQ $0x00000040, AX
+	ADDQ $0x00000080, AX
 	INCQ CX
 	CMPQ CX, DX
 	JB   stateKVbf16AVX512_rows_4
@@ -7361,123 +8135,91 @@ stateKVbf16AVX512_tokdone_2:
 	JB   stateKVbf16AVX512_token_2
 	JMP  stateKVbf16AVX512_blockdone_1
 
-stateKVbf16AVX512_span_2:
-	// Any other block: 3 full vectors (the first 2 of them guarded), then the masked one.
-	// Row bytes in work: whole vectors.
-	ADDQ $0x0f, AX
-	ANDQ $-16, AX
-	SHLQ $0x02, AX
-	MOVQ AX, 40(SP)
-
-	// Block of up to 64 columns (rows in work of whole vectors): pass 0 loads it, with token 0's read.
+stateKVbf16AVX512_masked3_1:
+	// Block of up to 48 columns (rows in work of whole vectors): pass 0 loads it, with token 0's read.
 	MOVQ  K+0(FP), AX
-	MOVQ  16(SP), DX
-	MOVQ  src32_base+40(FP), BX
-	TESTQ BX, BX
+	MOVQ  16(SP), CX
+	MOVQ  src32_base+40(FP), DX
+	TESTQ DX, DX
 	JZ    stateKVbf16AVX512_from16_3
 
 	// From src32 (f32).
-	MOVQ         V+8(FP), SI
-	LEAQ         (BX)(DX*4), BX
-	SHLQ         $0x02, SI
+	MOVQ         V+8(FP), BX
+	LEAQ         (DX)(CX*4), DX
+	SHLQ         $0x02, BX
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
 	VBROADCASTSS zero<>+0(SB), Z2
 	VBROADCASTSS zero<>+0(SB), Z3
 	VBROADCASTSS zero<>+0(SB), Z4
 	VBROADCASTSS zero<>+0(SB), Z5
-	VBROADCASTSS zero<>+0(SB), Z6
-	VBROADCASTSS zero<>+0(SB), Z7
-	MOVQ         kh_base+112(FP), DI
-	MOVQ         qh_base+136(FP), R8
-	MOVQ         (SP), R9
-	XORQ         R10, R10
+	MOVQ         kh_base+112(FP), SI
+	MOVQ         qh_base+136(FP), DI
+	MOVQ         (SP), R8
+	XORQ         R9, R9
 
 stateKVbf16AVX512_pass0_5:
-	VBROADCASTSS (DI)(R10*4), Z8
-	VBROADCASTSS (R8)(R10*4), Z9
-	VMOVUPS      (BX), Z10
-	VMOVUPS      Z10, (R9)
-	VFMADD231PS  Z10, Z8, Z0
-	VFMADD231PS  Z10, Z9, Z1
-	CMPQ         CX, $0x00000010
-	JBE          stateKVbf16AVX512_spantail_1
-	VMOVUPS      64(BX), Z10
-	VMOVUPS      Z10, 64(R9)
-	VFMADD231PS  Z10, Z8, Z2
-	VFMADD231PS  Z10, Z9, Z3
-	CMPQ         CX, $0x00000020
-	JBE          stateKVbf16AVX512_spantail_1
-	VMOVUPS      128(BX), Z10
-	VMOVUPS      Z10, 128(R9)
-	VFMADD231PS  Z10, Z8, Z4
-	VFMADD231PS  Z10, Z9, Z5
-
-stateKVbf16AVX512_spantail_1:
-	VMOVUPS.Z   (BX)(CX*4), K1, Z10
-	VMOVUPS     Z10, (R9)(CX*4)
-	VFMADD231PS Z10, Z8, Z6
-	VFMADD231PS Z10, Z9, Z7
-	ADDQ        SI, BX
-	ADDQ        40(SP), R9
-	INCQ        R10
-	CMPQ        R10, AX
-	JB          stateKVbf16AVX512_pass0_5
-	JMP         stateKVbf16AVX512_loaded_3
+	VBROADCASTSS (SI)(R9*4), Z6
+	VBROADCASTSS (DI)(R9*4), Z7
+	VMOVUPS      (DX), Z8
+	VMOVUPS      Z8, (R8)
+	VFMADD231PS  Z8, Z6, Z0
+	VFMADD231PS  Z8, Z7, Z1
+	VMOVUPS      64(DX), Z8
+	VMOVUPS      Z8, 64(R8)
+	VFMADD231PS  Z8, Z6, Z2
+	VFMADD231PS  Z8, Z7, Z3
+	VMOVUPS.Z    128(DX), K1, Z8
+	VMOVUPS      Z8, 128(R8)
+	VFMADD231PS  Z8, Z6, Z4
+	VFMADD231PS  Z8, Z7, Z5
+	ADDQ         BX, DX
+	ADDQ         $0x000000c0, R8
+	INCQ         R9
+	CMPQ         R9, AX
+	JB           stateKVbf16AVX512_pass0_5
+	JMP          stateKVbf16AVX512_loaded_3
 
 stateKVbf16AVX512_from16_3:
 	// From src (bf16).
-	MOVQ         src_base+16(FP), BX
-	MOVQ         V+8(FP), SI
-	LEAQ         (BX)(DX*2), BX
-	SHLQ         $0x01, SI
+	MOVQ         src_base+16(FP), DX
+	MOVQ         V+8(FP), BX
+	LEAQ         (DX)(CX*2), DX
+	SHLQ         $0x01, BX
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
 	VBROADCASTSS zero<>+0(SB), Z2
 	VBROADCASTSS zero<>+0(SB), Z3
 	VBROADCASTSS zero<>+0(SB), Z4
 	VBROADCASTSS zero<>+0(SB), Z5
-	VBROADCASTSS zero<>+0(SB), Z6
-	VBROADCASTSS zero<>+0(SB), Z7
-	MOVQ         kh_base+112(FP), DI
-	MOVQ         qh_base+136(FP), R8
-	MOVQ         (SP), R9
-	XORQ         R10, R10
+	MOVQ         kh_base+112(FP), SI
+	MOVQ         qh_base+136(FP), DI
+	MOVQ         (SP), R8
+	XORQ         R9, R9
 
 stateKVbf16AVX512_pass0_6:
-	VBROADCASTSS (DI)(R10*4), Z8
-	VBROADCASTSS (R8)(R10*4), Z9
-	VPMOVZXWD    (BX), Z10
-	VPSLLD       $0x10, Z10, Z10
-	VMOVUPS      Z10, (R9)
-	VFMADD231PS  Z10, Z8, Z0
-	VFMADD231PS  Z10, Z9, Z1
-	CMPQ         CX, $0x00000010
-	JBE          stateKVbf16AVX512_spantail_2
-	VPMOVZXWD    32(BX), Z10
-	VPSLLD       $0x10, Z10, Z10
-	VMOVUPS      Z10, 64(R9)
-	VFMADD231PS  Z10, Z8, Z2
-	VFMADD231PS  Z10, Z9, Z3
-	CMPQ         CX, $0x00000020
-	JBE          stateKVbf16AVX512_spantail_2
-	VPMOVZXWD    64(BX), Z10
-	VPSLLD       $0x10, Z10, Z10
-	VMOVUPS      Z10, 128(R9)
-	VFMADD231PS  Z10, Z8, Z4
-	VFMADD231PS  Z10, Z9, Z5
-
-stateKVbf16AVX512_spantail_2:
-	VPMOVZXWD.Z (BX)(CX*2), K1, Z10
-	VPSLLD      $0x10, Z10, Z10
-	VMOVUPS     Z10, (R9)(CX*4)
-	VFMADD231PS Z10, Z8, Z6
-	VFMADD231PS Z10, Z9, Z7
-	ADDQ        SI, BX
-	ADDQ        40(SP), R9
-	INCQ        R10
-	CMPQ        R10, AX
-	JB          stateKVbf16AVX512_pass0_6
+	VBROADCASTSS (SI)(R9*4), Z6
+	VBROADCASTSS (DI)(R9*4), Z7
+	VPMOVZXWD    (DX), Z8
+	VPSLLD       $0x10, Z8, Z8
+	VMOVUPS      Z8, (R8)
+	VFMADD231PS  Z8, Z6, Z0
+	VFMADD231PS  Z8, Z7, Z1
+	VPMOVZXWD    32(DX), Z8
+	VPSLLD       $0x10, Z8, Z8
+	VMOVUPS      Z8, 64(R8)
+	VFMADD231PS  Z8, Z6, Z2
+	VFMADD231PS  Z8, Z7, Z3
+	VPMOVZXWD.Z  64(DX), K1, Z8
+	VPSLLD       $0x10, Z8, Z8
+	VMOVUPS      Z8, 128(R8)
+	VFMADD231PS  Z8, Z6, Z4
+	VFMADD231PS  Z8, Z7, Z5
+	ADDQ         BX, DX
+	ADDQ         $0x000000c0, R8
+	INCQ         R9
+	CMPQ         R9, AX
+	JB           stateKVbf16AVX512_pass0_6
 
 stateKVbf16AVX512_loaded_3:
 	// The tokens.
@@ -7488,228 +8230,177 @@ stateKVbf16AVX512_loaded_3:
 	MOVQ tok_base+216(FP), AX
 	MOVQ AX, 96(SP)
 	MOVQ v_base+160(FP), AX
-	LEAQ (AX)(DX*4), AX
+	LEAQ (AX)(CX*4), AX
 	MOVQ AX, 80(SP)
 	MOVQ o_base+192(FP), AX
-	LEAQ (AX)(DX*4), AX
+	LEAQ (AX)(CX*4), AX
 	MOVQ AX, 88(SP)
 
 stateKVbf16AVX512_token_3:
 	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
 	MOVQ 48(SP), AX
-	MOVQ K+0(FP), DX
+	MOVQ K+0(FP), CX
 	INCQ AX
-	MOVQ tok_len+224(FP), BX
-	SHRQ $0x02, BX
-	CMPQ AX, BX
+	MOVQ tok_len+224(FP), DX
+	SHRQ $0x02, DX
+	CMPQ AX, DX
 	JB   stateKVbf16AVX512_notlast_3
 	DECQ AX
 
 stateKVbf16AVX512_notlast_3:
-	IMULQ    DX, AX
-	MOVQ     kh_base+112(FP), DX
-	LEAQ     (DX)(AX*4), DX
-	MOVQ     DX, 64(SP)
-	MOVQ     qh_base+136(FP), DX
-	LEAQ     (DX)(AX*4), DX
-	MOVQ     DX, 72(SP)
+	IMULQ    CX, AX
+	MOVQ     kh_base+112(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 64(SP)
+	MOVQ     qh_base+136(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 72(SP)
 	MOVQ     96(SP), AX
-	VMOVSS   (AX), X8
-	VUCOMISS nearone<>+0(SB), X8
+	VMOVSS   (AX), X6
+	VUCOMISS nearone<>+0(SB), X6
 	JCS      stateKVbf16AVX512_far_3
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	MOVQ         96(SP), AX
-	VBROADCASTSS (AX), Z8
-	VBROADCASTSS 8(AX), Z9
-	VBROADCASTSS 12(AX), Z10
+	VBROADCASTSS (AX), Z6
+	VBROADCASTSS 8(AX), Z7
+	VBROADCASTSS 12(AX), Z8
 	MOVQ         80(SP), AX
-	MOVQ         88(SP), DX
-	VMOVUPS      (AX), Z15
-	VFMADD213PS  Z0, Z8, Z0
-	VSUBPS       Z0, Z15, Z15
-	VMULPS       Z15, Z9, Z15
-	VFMADD213PS  Z1, Z8, Z1
-	VFMADD231PS  Z15, Z10, Z1
-	VMOVUPS      Z1, (DX)
-	CMPQ         CX, $0x00000010
-	JBE          stateKVbf16AVX512_spantail_3
-	VMOVUPS      64(AX), Z11
-	VFMADD213PS  Z2, Z8, Z2
-	VSUBPS       Z2, Z11, Z11
-	VMULPS       Z11, Z9, Z11
-	VFMADD213PS  Z3, Z8, Z3
-	VFMADD231PS  Z11, Z10, Z3
-	VMOVUPS      Z3, 64(DX)
-	CMPQ         CX, $0x00000020
-	JBE          stateKVbf16AVX512_spantail_3
-	VMOVUPS      128(AX), Z12
-	VFMADD213PS  Z4, Z8, Z4
-	VSUBPS       Z4, Z12, Z12
-	VMULPS       Z12, Z9, Z12
-	VFMADD213PS  Z5, Z8, Z5
-	VFMADD231PS  Z12, Z10, Z5
-	VMOVUPS      Z5, 128(DX)
-
-stateKVbf16AVX512_spantail_3:
-	VMOVUPS.Z    (AX)(CX*4), K1, Z16
-	VFMADD213PS  Z6, Z8, Z6
-	VSUBPS       Z6, Z16, Z16
-	VMULPS       Z16, Z9, Z16
-	VFMADD213PS  Z7, Z8, Z7
-	VFMADD231PS  Z16, Z10, Z7
-	VMOVUPS      Z7, K1, (DX)(CX*4)
+	MOVQ         88(SP), CX
+	VMOVUPS      (AX), Z9
+	VFMADD213PS  Z0, Z6, Z0
+	VSUBPS       Z0, Z9, Z9
+	VMULPS       Z9, Z7, Z9
+	VFMADD213PS  Z1, Z6, Z1
+	VFMADD231PS  Z9, Z8, Z1
+	VMOVUPS      Z1, (CX)
+	VMOVUPS      64(AX), Z10
+	VFMADD213PS  Z2, Z6, Z2
+	VSUBPS       Z2, Z10, Z10
+	VMULPS       Z10, Z7, Z10
+	VFMADD213PS  Z3, Z6, Z3
+	VFMADD231PS  Z10, Z8, Z3
+	VMOVUPS      Z3, 64(CX)
+	VMOVUPS.Z    128(AX), K1, Z11
+	VFMADD213PS  Z4, Z6, Z4
+	VSUBPS       Z4, Z11, Z11
+	VMULPS       Z11, Z7, Z11
+	VFMADD213PS  Z5, Z6, Z5
+	VFMADD231PS  Z11, Z8, Z5
+	VMOVUPS      Z5, K1, 128(CX)
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
 	VBROADCASTSS zero<>+0(SB), Z2
 	VBROADCASTSS zero<>+0(SB), Z3
 	VBROADCASTSS zero<>+0(SB), Z4
 	VBROADCASTSS zero<>+0(SB), Z5
-	VBROADCASTSS zero<>+0(SB), Z6
-	VBROADCASTSS zero<>+0(SB), Z7
 
 	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
 	MOVQ  (SP), AX
-	XORQ  DX, DX
-	MOVQ  K+0(FP), BX
-	MOVQ  56(SP), SI
-	MOVQ  64(SP), DI
-	MOVQ  72(SP), R8
-	MOVQ  16(SP), R9
-	MOVQ  48(SP), R11
-	MOVQ  stores_base+64(FP), R10
-	MOVQ  (R10)(R11*8), R10
-	TESTQ R10, R10
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  56(SP), BX
+	MOVQ  64(SP), SI
+	MOVQ  72(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  48(SP), R10
+	MOVQ  stores_base+64(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
 	JZ    stateKVbf16AVX512_nostore_5
-	LEAQ  (R10)(R9*2), R10
+	LEAQ  (R9)(R8*2), R9
 
 stateKVbf16AVX512_nostore_5:
-	MOVQ  V+8(FP), R11
-	SHLQ  $0x01, R11
-	MOVQ  48(SP), R13
-	INCQ  R13
-	MOVQ  tok_len+224(FP), R14
-	SHRQ  $0x02, R14
-	XORQ  R12, R12
-	CMPQ  R13, R14
+	MOVQ  V+8(FP), R10
+	SHLQ  $0x01, R10
+	MOVQ  48(SP), R12
+	INCQ  R12
+	MOVQ  tok_len+224(FP), R13
+	SHRQ  $0x02, R13
+	XORQ  R11, R11
+	CMPQ  R12, R13
 	JNE   stateKVbf16AVX512_nocarry_5
-	MOVQ  carry_base+88(FP), R12
-	TESTQ R12, R12
+	MOVQ  carry_base+88(FP), R11
+	TESTQ R11, R11
 	JZ    stateKVbf16AVX512_nocarry_5
-	LEAQ  (R12)(R9*4), R12
+	LEAQ  (R11)(R8*4), R11
 
 stateKVbf16AVX512_nocarry_5:
-	MOVQ V+8(FP), R9
-	SHLQ $0x02, R9
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
 
 stateKVbf16AVX512_rows_5:
-	VBROADCASTSS (SI)(DX*4), Z9
-	VBROADCASTSS (DI)(DX*4), Z10
-	VBROADCASTSS (R8)(DX*4), Z17
-	VMOVUPS      (AX), Z18
-	VFMADD213PS  Z18, Z8, Z18
-	VFMADD231PS  Z15, Z9, Z18
-	VMOVUPS      Z18, (AX)
-	VFMADD231PS  Z18, Z10, Z0
-	VFMADD231PS  Z18, Z17, Z1
-	CMPQ         CX, $0x00000010
-	JBE          stateKVbf16AVX512_spantail_4
-	VMOVUPS      64(AX), Z18
-	VFMADD213PS  Z18, Z8, Z18
-	VFMADD231PS  Z11, Z9, Z18
-	VMOVUPS      Z18, 64(AX)
-	VFMADD231PS  Z18, Z10, Z2
-	VFMADD231PS  Z18, Z17, Z3
-	CMPQ         CX, $0x00000020
-	JBE          stateKVbf16AVX512_spantail_4
-	VMOVUPS      128(AX), Z18
-	VFMADD213PS  Z18, Z8, Z18
-	VFMADD231PS  Z12, Z9, Z18
-	VMOVUPS      Z18, 128(AX)
-	VFMADD231PS  Z18, Z10, Z4
-	VFMADD231PS  Z18, Z17, Z5
-
-stateKVbf16AVX512_spantail_4:
-	VMOVUPS     (AX)(CX*4), Z18
-	VFMADD213PS Z18, Z8, Z18
-	VFMADD231PS Z16, Z9, Z18
-	VMOVUPS     Z18, (AX)(CX*4)
-	VFMADD231PS Z18, Z10, Z6
-	VFMADD231PS Z18, Z17, Z7
-	TESTQ       R10, R10
-	JZ          stateKVbf16AVX512_nostorerow_5
-	VMOVUPS     (AX), Z9
-	VPSRLD      $0x10, Z9, Z10
-	VPANDD      absmask<>+0(SB), Z9, Z17
-	VPCMPGTD    infbits<>+0(SB), Z17, K2
-	VPANDD      one_i<>+0(SB), Z10, Z17
-	VPADDD      round<>+0(SB), Z9, Z9
-	VPADDD      Z17, Z9, Z9
-	VPSRLD      $0x10, Z9, Z9
-	VPORD       quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW     Z9, (R10)
-	CMPQ        CX, $0x00000010
-	JBE         stateKVbf16AVX512_spantail_5
-	VMOVUPS     64(AX), Z9
-	VPSRLD      $0x10, Z9, Z10
-	VPANDD      absmask<>+0(SB), Z9, Z17
-	VPCMPGTD    infbits<>+0(SB), Z17, K2
-	VPANDD      one_i<>+0(SB), Z10, Z17
-	VPADDD      round<>+0(SB), Z9, Z9
-	VPADDD      Z17, Z9, Z9
-	VPSRLD      $0x10, Z9, Z9
-	VPORD       quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW     Z9, 32(R10)
-	CMPQ        CX, $0x00000020
-	JBE         stateKVbf16AVX512_spantail_5
-	VMOVUPS     128(AX), Z9
-	VPSRLD      $0x10, Z9, Z10
-	VPANDD      absmask<>+0(SB), Z9, Z17
-	VPCMPGTD    infbits<>+0(SB), Z17, K2
-	VPANDD      one_i<>+0(SB), Z10, Z17
-	VPADDD      round<>+0(SB), Z9, Z9
-	VPADDD      Z17, Z9, Z9
-	VPSRLD      $0x10, Z9, Z9
-	VPORD       quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW     Z9, 64(R10)
-
-stateKVbf16AVX512_spantail_5:
-	VMOVUPS  (AX)(CX*4), Z9
-	VPSRLD   $0x10, Z9, Z10
-	VPANDD   absmask<>+0(SB), Z9, Z17
-	VPCMPGTD infbits<>+0(SB), Z17, K2
-	VPANDD   one_i<>+0(SB), Z10, Z17
-	VPADDD   round<>+0(SB), Z9, Z9
-	VPADDD   Z17, Z9, Z9
-	VPSRLD   $0x10, Z9, Z9
-	VPORD    quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW  Z9, K1, (R10)(CX*2)
-	ADDQ     R11, R10
+	VBROADCASTSS (BX)(CX*4), Z7
+	VBROADCASTSS (SI)(CX*4), Z8
+	VBROADCASTSS (DI)(CX*4), Z12
+	VMOVUPS      (AX), Z13
+	VFMADD213PS  Z13, Z6, Z13
+	VFMADD231PS  Z9, Z7, Z13
+	VMOVUPS      Z13, (AX)
+	VFMADD231PS  Z13, Z8, Z0
+	VFMADD231PS  Z13, Z12, Z1
+	VMOVUPS      64(AX), Z13
+	VFMADD213PS  Z13, Z6, Z13
+	VFMADD231PS  Z10, Z7, Z13
+	VMOVUPS      Z13, 64(AX)
+	VFMADD231PS  Z13, Z8, Z2
+	VFMADD231PS  Z13, Z12, Z3
+	VMOVUPS      128(AX), Z13
+	VFMADD213PS  Z13, Z6, Z13
+	VFMADD231PS  Z11, Z7, Z13
+	VMOVUPS      Z13, 128(AX)
+	VFMADD231PS  Z13, Z8, Z4
+	VFMADD231PS  Z13, Z12, Z5
+	TESTQ        R9, R9
+	JZ           stateKVbf16AVX512_nostorerow_5
+	VMOVUPS      (AX), Z7
+	VPSRLD       $0x10, Z7, Z8
+	VPANDD       absmask<>+0(SB), Z7, Z12
+	VPCMPGTD     infbits<>+0(SB), Z12, K2
+	VPANDD       one_i<>+0(SB), Z8, Z12
+	VPADDD       round<>+0(SB), Z7, Z7
+	VPADDD       Z12, Z7, Z7
+	VPSRLD       $0x10, Z7, Z7
+	VPORD        quiet<>+0(SB), Z8, K2, Z7
+	VPMOVDW      Z7, (R9)
+	VMOVUPS      64(AX), Z7
+	VPSRLD       $0x10, Z7, Z8
+	VPANDD       absmask<>+0(SB), Z7, Z12
+	VPCMPGTD     infbits<>+0(SB), Z12, K2
+	VPANDD       one_i<>+0(SB), Z8, Z12
+	VPADDD       round<>+0(SB), Z7, Z7
+	VPADDD       Z12, Z7, Z7
+	VPSRLD       $0x10, Z7, Z7
+	VPORD        quiet<>+0(SB), Z8, K2, Z7
+	VPMOVDW      Z7, 32(R9)
+	VMOVUPS      128(AX), Z7
+	VPSRLD       $0x10, Z7, Z8
+	VPANDD       absmask<>+0(SB), Z7, Z12
+	VPCMPGTD     infbits<>+0(SB), Z12, K2
+	VPANDD       one_i<>+0(SB), Z8, Z12
+	VPADDD       round<>+0(SB), Z7, Z7
+	VPADDD       Z12, Z7, Z7
+	VPSRLD       $0x10, Z7, Z7
+	VPORD        quiet<>+0(SB), Z8, K2, Z7
+	VPMOVDW      Z7, K1, 64(R9)
+	ADDQ         R10, R9
 
 stateKVbf16AVX512_nostorerow_5:
-	TESTQ   R12, R12
+	TESTQ   R11, R11
 	JZ      stateKVbf16AVX512_nocarryrow_5
-	VMOVUPS (AX), Z9
-	VMOVUPS Z9, (R12)
-	CMPQ    CX, $0x00000010
-	JBE     stateKVbf16AVX512_spantail_6
-	VMOVUPS 64(AX), Z9
-	VMOVUPS Z9, 64(R12)
-	CMPQ    CX, $0x00000020
-	JBE     stateKVbf16AVX512_spantail_6
-	VMOVUPS 128(AX), Z9
-	VMOVUPS Z9, 128(R12)
-
-stateKVbf16AVX512_spantail_6:
-	VMOVUPS (AX)(CX*4), Z9
-	VMOVUPS Z9, K1, (R12)(CX*4)
-	ADDQ    R9, R12
+	VMOVUPS (AX), Z7
+	VMOVUPS Z7, (R11)
+	VMOVUPS 64(AX), Z7
+	VMOVUPS Z7, 64(R11)
+	VMOVUPS 128(AX), Z7
+	VMOVUPS Z7, K1, 128(R11)
+	ADDQ    R8, R11
 
 stateKVbf16AVX512_nocarryrow_5:
-	ADDQ 40(SP), AX
-	INCQ DX
-	CMPQ DX, BX
+	ADDQ $0x000000c0, AX
+	INCQ CX
+	CMPQ CX, DX
 	JB   stateKVbf16AVX512_rows_5
 	JMP  stateKVbf16AVX512_tokdone_3
 
@@ -7717,195 +8408,144 @@ stateKVbf16AVX512_far_3:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	MOVQ         96(SP), AX
-	VBROADCASTSS 4(AX), Z8
-	VBROADCASTSS 8(AX), Z9
-	VBROADCASTSS 12(AX), Z10
+	VBROADCASTSS 4(AX), Z6
+	VBROADCASTSS 8(AX), Z7
+	VBROADCASTSS 12(AX), Z8
 	MOVQ         80(SP), AX
-	MOVQ         88(SP), DX
-	VMOVUPS      (AX), Z15
-	VMULPS       Z0, Z8, Z0
-	VSUBPS       Z0, Z15, Z15
-	VMULPS       Z15, Z9, Z15
-	VMULPS       Z1, Z8, Z1
-	VFMADD231PS  Z15, Z10, Z1
-	VMOVUPS      Z1, (DX)
-	CMPQ         CX, $0x00000010
-	JBE          stateKVbf16AVX512_spantail_7
-	VMOVUPS      64(AX), Z13
-	VMULPS       Z2, Z8, Z2
-	VSUBPS       Z2, Z13, Z13
-	VMULPS       Z13, Z9, Z13
-	VMULPS       Z3, Z8, Z3
-	VFMADD231PS  Z13, Z10, Z3
-	VMOVUPS      Z3, 64(DX)
-	CMPQ         CX, $0x00000020
-	JBE          stateKVbf16AVX512_spantail_7
-	VMOVUPS      128(AX), Z14
-	VMULPS       Z4, Z8, Z4
-	VSUBPS       Z4, Z14, Z14
-	VMULPS       Z14, Z9, Z14
-	VMULPS       Z5, Z8, Z5
-	VFMADD231PS  Z14, Z10, Z5
-	VMOVUPS      Z5, 128(DX)
-
-stateKVbf16AVX512_spantail_7:
-	VMOVUPS.Z    (AX)(CX*4), K1, Z16
-	VMULPS       Z6, Z8, Z6
-	VSUBPS       Z6, Z16, Z16
-	VMULPS       Z16, Z9, Z16
-	VMULPS       Z7, Z8, Z7
-	VFMADD231PS  Z16, Z10, Z7
-	VMOVUPS      Z7, K1, (DX)(CX*4)
+	MOVQ         88(SP), CX
+	VMOVUPS      (AX), Z9
+	VMULPS       Z0, Z6, Z0
+	VSUBPS       Z0, Z9, Z9
+	VMULPS       Z9, Z7, Z9
+	VMULPS       Z1, Z6, Z1
+	VFMADD231PS  Z9, Z8, Z1
+	VMOVUPS      Z1, (CX)
+	VMOVUPS      64(AX), Z10
+	VMULPS       Z2, Z6, Z2
+	VSUBPS       Z2, Z10, Z10
+	VMULPS       Z10, Z7, Z10
+	VMULPS       Z3, Z6, Z3
+	VFMADD231PS  Z10, Z8, Z3
+	VMOVUPS      Z3, 64(CX)
+	VMOVUPS.Z    128(AX), K1, Z11
+	VMULPS       Z4, Z6, Z4
+	VSUBPS       Z4, Z11, Z11
+	VMULPS       Z11, Z7, Z11
+	VMULPS       Z5, Z6, Z5
+	VFMADD231PS  Z11, Z8, Z5
+	VMOVUPS      Z5, K1, 128(CX)
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
 	VBROADCASTSS zero<>+0(SB), Z2
 	VBROADCASTSS zero<>+0(SB), Z3
 	VBROADCASTSS zero<>+0(SB), Z4
 	VBROADCASTSS zero<>+0(SB), Z5
-	VBROADCASTSS zero<>+0(SB), Z6
-	VBROADCASTSS zero<>+0(SB), Z7
 
 	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
 	MOVQ  (SP), AX
-	XORQ  DX, DX
-	MOVQ  K+0(FP), BX
-	MOVQ  56(SP), SI
-	MOVQ  64(SP), DI
-	MOVQ  72(SP), R8
-	MOVQ  16(SP), R9
-	MOVQ  48(SP), R11
-	MOVQ  stores_base+64(FP), R10
-	MOVQ  (R10)(R11*8), R10
-	TESTQ R10, R10
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  56(SP), BX
+	MOVQ  64(SP), SI
+	MOVQ  72(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  48(SP), R10
+	MOVQ  stores_base+64(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
 	JZ    stateKVbf16AVX512_nostore_6
-	LEAQ  (R10)(R9*2), R10
+	LEAQ  (R9)(R8*2), R9
 
 stateKVbf16AVX512_nostore_6:
-	MOVQ  V+8(FP), R11
-	SHLQ  $0x01, R11
-	MOVQ  48(SP), R13
-	INCQ  R13
-	MOVQ  tok_len+224(FP), R14
-	SHRQ  $0x02, R14
-	XORQ  R12, R12
-	CMPQ  R13, R14
+	MOVQ  V+8(FP), R10
+	SHLQ  $0x01, R10
+	MOVQ  48(SP), R12
+	INCQ  R12
+	MOVQ  tok_len+224(FP), R13
+	SHRQ  $0x02, R13
+	XORQ  R11, R11
+	CMPQ  R12, R13
 	JNE   stateKVbf16AVX512_nocarry_6
-	MOVQ  carry_base+88(FP), R12
-	TESTQ R12, R12
+	MOVQ  carry_base+88(FP), R11
+	TESTQ R11, R11
 	JZ    stateKVbf16AVX512_nocarry_6
-	LEAQ  (R12)(R9*4), R12
+	LEAQ  (R11)(R8*4), R11
 
 stateKVbf16AVX512_nocarry_6:
-	MOVQ V+8(FP), R9
-	SHLQ $0x02, R9
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
 
 stateKVbf16AVX512_rows_6:
-	VBROADCASTSS (SI)(DX*4), Z9
-	VBROADCASTSS (DI)(DX*4), Z10
-	VBROADCASTSS (R8)(DX*4), Z17
-	VMOVUPS      (AX), Z18
-	VMULPS       Z18, Z8, Z18
-	VFMADD231PS  Z15, Z9, Z18
-	VMOVUPS      Z18, (AX)
-	VFMADD231PS  Z18, Z10, Z0
-	VFMADD231PS  Z18, Z17, Z1
-	CMPQ         CX, $0x00000010
-	JBE          stateKVbf16AVX512_spantail_8
-	VMOVUPS      64(AX), Z18
-	VMULPS       Z18, Z8, Z18
-	VFMADD231PS  Z13, Z9, Z18
-	VMOVUPS      Z18, 64(AX)
-	VFMADD231PS  Z18, Z10, Z2
-	VFMADD231PS  Z18, Z17, Z3
-	CMPQ         CX, $0x00000020
-	JBE          stateKVbf16AVX512_spantail_8
-	VMOVUPS      128(AX), Z18
-	VMULPS       Z18, Z8, Z18
-	VFMADD231PS  Z14, Z9, Z18
-	VMOVUPS      Z18, 128(AX)
-	VFMADD231PS  Z18, Z10, Z4
-	VFMADD231PS  Z18, Z17, Z5
-
-stateKVbf16AVX512_spantail_8:
-	VMOVUPS     (AX)(CX*4), Z18
-	VMULPS      Z18, Z8, Z18
-	VFMADD231PS Z16, Z9, Z18
-	VMOVUPS     Z18, (AX)(CX*4)
-	VFMADD231PS Z18, Z10, Z6
-	VFMADD231PS Z18, Z17, Z7
-	TESTQ       R10, R10
-	JZ          stateKVbf16AVX512_nostorerow_6
-	VMOVUPS     (AX), Z9
-	VPSRLD      $0x10, Z9, Z10
-	VPANDD      absmask<>+0(SB), Z9, Z17
-	VPCMPGTD    infbits<>+0(SB), Z17, K2
-	VPANDD      one_i<>+0(SB), Z10, Z17
-	VPADDD      round<>+0(SB), Z9, Z9
-	VPADDD      Z17, Z9, Z9
-	VPSRLD      $0x10, Z9, Z9
-	VPORD       quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW     Z9, (R10)
-	CMPQ        CX, $0x00000010
-	JBE         stateKVbf16AVX512_spantail_9
-	VMOVUPS     64(AX), Z9
-	VPSRLD      $0x10, Z9, Z10
-	VPANDD      absmask<>+0(SB), Z9, Z17
-	VPCMPGTD    infbits<>+0(SB), Z17, K2
-	VPANDD      one_i<>+0(SB), Z10, Z17
-	VPADDD      round<>+0(SB), Z9, Z9
-	VPADDD      Z17, Z9, Z9
-	VPSRLD      $0x10, Z9, Z9
-	VPORD       quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW     Z9, 32(R10)
-	CMPQ        CX, $0x00000020
-	JBE         stateKVbf16AVX512_spantail_9
-	VMOVUPS     128(AX), Z9
-	VPSRLD      $0x10, Z9, Z10
-	VPANDD      absmask<>+0(SB), Z9, Z17
-	VPCMPGTD    infbits<>+0(SB), Z17, K2
-	VPANDD      one_i<>+0(SB), Z10, Z17
-	VPADDD      round<>+0(SB), Z9, Z9
-	VPADDD      Z17, Z9, Z9
-	VPSRLD      $0x10, Z9, Z9
-	VPORD       quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW     Z9, 64(R10)
-
-stateKVbf16AVX512_spantail_9:
-	VMOVUPS  (AX)(CX*4), Z9
-	VPSRLD   $0x10, Z9, Z10
-	VPANDD   absmask<>+0(SB), Z9, Z17
-	VPCMPGTD infbits<>+0(SB), Z17, K2
-	VPANDD   one_i<>+0(SB), Z10, Z17
-	VPADDD   round<>+0(SB), Z9, Z9
-	VPADDD   Z17, Z9, Z9
-	VPSRLD   $0x10, Z9, Z9
-	VPORD    quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW  Z9, K1, (R10)(CX*2)
-	ADDQ     R11, R10
+	VBROADCASTSS (BX)(CX*4), Z7
+	VBROADCASTSS (SI)(CX*4), Z8
+	VBROADCASTSS (DI)(CX*4), Z12
+	VMOVUPS      (AX), Z13
+	VMULPS       Z13, Z6, Z13
+	VFMADD231PS  Z9, Z7, Z13
+	VMOVUPS      Z13, (AX)
+	VFMADD231PS  Z13, Z8, Z0
+	VFMADD231PS  Z13, Z12, Z1
+	VMOVUPS      64(AX), Z13
+	VMULPS       Z13, Z6, Z13
+	VFMADD231PS  Z10, Z7, Z13
+	VMOVUPS      Z13, 64(AX)
+	VFMADD231PS  Z13, Z8, Z2
+	VFMADD231PS  Z13, Z12, Z3
+	VMOVUPS      128(AX), Z13
+	VMULPS       Z13, Z6, Z13
+	VFMADD231PS  Z11, Z7, Z13
+	VMOVUPS      Z13, 128(AX)
+	VFMADD231PS  Z13, Z8, Z4
+	VFMADD231PS  Z13, Z12, Z5
+	TESTQ        R9, R9
+	JZ           stateKVbf16AVX512_nostorerow_6
+	VMOVUPS      (AX), Z7
+	VPSRLD       $0x10, Z7, Z8
+	VPANDD       absmask<>+0(SB), Z7, Z12
+	VPCMPGTD     infbits<>+0(SB), Z12, K2
+	VPANDD       one_i<>+0(SB), Z8, Z12
+	VPADDD       round<>+0(SB), Z7, Z7
+	VPADDD       Z12, Z7, Z7
+	VPSRLD       $0x10, Z7, Z7
+	VPORD        quiet<>+0(SB), Z8, K2, Z7
+	VPMOVDW      Z7, (R9)
+	VMOVUPS      64(AX), Z7
+	VPSRLD       $0x10, Z7, Z8
+	VPANDD       absmask<>+0(SB), Z7, Z12
+	VPCMPGTD     infbits<>+0(SB), Z12, K2
+	VPANDD       one_i<>+0(SB), Z8, Z12
+	VPADDD       round<>+0(SB), Z7, Z7
+	VPADDD       Z12, Z7, Z7
+	VPSRLD       $0x10, Z7, Z7
+	VPORD        quiet<>+0(SB), Z8, K2, Z7
+	VPMOVDW      Z7, 32(R9)
+	VMOVUPS      128(AX), Z7
+	VPSRLD       $0x10, Z7, Z8
+	VPANDD       absmask<>+0(SB), Z7, Z12
+	VPCMPGTD     infbits<>+0(SB), Z12, K2
+	VPANDD       one_i<>+0(SB), Z8, Z12
+	VPADDD       round<>+0(SB), Z7, Z7
+	VPADDD       Z12, Z7, Z7
+	VPSRLD       $0x10, Z7, Z7
+	VPORD        quiet<>+0(SB), Z8, K2, Z7
+	VPMOVDW      Z7, K1, 64(R9)
+	ADDQ         R10, R9
 
 stateKVbf16AVX512_nostorerow_6:
-	TESTQ   R12, R12
+	TESTQ   R11, R11
 	JZ      stateKVbf16AVX512_nocarryrow_6
-	VMOVUPS (AX), Z9
-	VMOVUPS Z9, (R12)
-	CMPQ    CX, $0x00000010
-	JBE     stateKVbf16AVX512_spantail_10
-	VMOVUPS 64(AX), Z9
-	VMOVUPS Z9, 64(R12)
-	CMPQ    CX, $0x00000020
-	JBE     stateKVbf16AVX512_spantail_10
-	VMOVUPS 128(AX), Z9
-	VMOVUPS Z9, 128(R12)
-
-stateKVbf16AVX512_spantail_10:
-	VMOVUPS (AX)(CX*4), Z9
-	VMOVUPS Z9, K1, (R12)(CX*4)
-	ADDQ    R9, R12
+	VMOVUPS (AX), Z7
+	VMOVUPS Z7, (R11)
+	VMOVUPS 64(AX), Z7
+	VMOVUPS Z7, 64(R11)
+	VMOVUPS 128(AX), Z7
+	VMOVUPS Z7, K1, 128(R11)
+	ADDQ    R8, R11
 
 stateKVbf16AVX512_nocarryrow_6:
-	ADDQ 40(SP), AX
-	INCQ DX
-	CMPQ DX, BX
+	ADDQ $0x000000c0, AX
+	INCQ CX
+	CMPQ CX, DX
 	JB   stateKVbf16AVX512_rows_6
 
 stateKVbf16AVX512_tokdone_3:
@@ -7918,13 +8558,512 @@ stateKVbf16AVX512_tokdone_3:
 	MOVQ V+8(FP), AX
 	SHLQ $0x02, AX
 	ADDQ AX, 88(SP)
-	MOVQ 48(SP), DX
-	INCQ DX
-	MOVQ DX, 48(SP)
+	MOVQ 48(SP), CX
+	INCQ CX
+	MOVQ CX, 48(SP)
 	MOVQ tok_len+224(FP), AX
 	SHRQ $0x02, AX
-	CMPQ DX, AX
+	CMPQ CX, AX
 	JB   stateKVbf16AVX512_token_3
+	JMP  stateKVbf16AVX512_blockdone_1
+
+stateKVbf16AVX512_masked4_1:
+	// Block of up to 64 columns (rows in work of whole vectors): pass 0 loads it, with token 0's read.
+	MOVQ  K+0(FP), AX
+	MOVQ  16(SP), CX
+	MOVQ  src32_base+40(FP), DX
+	TESTQ DX, DX
+	JZ    stateKVbf16AVX512_from16_4
+
+	// From src32 (f32).
+	MOVQ         V+8(FP), BX
+	LEAQ         (DX)(CX*4), DX
+	SHLQ         $0x02, BX
+	VBROADCASTSS zero<>+0(SB), Z0
+	VBROADCASTSS zero<>+0(SB), Z1
+	VBROADCASTSS zero<>+0(SB), Z2
+	VBROADCASTSS zero<>+0(SB), Z3
+	VBROADCASTSS zero<>+0(SB), Z4
+	VBROADCASTSS zero<>+0(SB), Z5
+	VBROADCASTSS zero<>+0(SB), Z6
+	VBROADCASTSS zero<>+0(SB), Z7
+	MOVQ         kh_base+112(FP), SI
+	MOVQ         qh_base+136(FP), DI
+	MOVQ         (SP), R8
+	XORQ         R9, R9
+
+stateKVbf16AVX512_pass0_7:
+	VBROADCASTSS (SI)(R9*4), Z8
+	VBROADCASTSS (DI)(R9*4), Z9
+	VMOVUPS      (DX), Z10
+	VMOVUPS      Z10, (R8)
+	VFMADD231PS  Z10, Z8, Z0
+	VFMADD231PS  Z10, Z9, Z1
+	VMOVUPS      64(DX), Z10
+	VMOVUPS      Z10, 64(R8)
+	VFMADD231PS  Z10, Z8, Z2
+	VFMADD231PS  Z10, Z9, Z3
+	VMOVUPS      128(DX), Z10
+	VMOVUPS      Z10, 128(R8)
+	VFMADD231PS  Z10, Z8, Z4
+	VFMADD231PS  Z10, Z9, Z5
+	VMOVUPS.Z    192(DX), K1, Z10
+	VMOVUPS      Z10, 192(R8)
+	VFMADD231PS  Z10, Z8, Z6
+	VFMADD231PS  Z10, Z9, Z7
+	ADDQ         BX, DX
+	ADDQ         $0x00000100, R8
+	INCQ         R9
+	CMPQ         R9, AX
+	JB           stateKVbf16AVX512_pass0_7
+	JMP          stateKVbf16AVX512_loaded_4
+
+stateKVbf16AVX512_from16_4:
+	// From src (bf16).
+	MOVQ         src_base+16(FP), DX
+	MOVQ         V+8(FP), BX
+	LEAQ         (DX)(CX*2), DX
+	SHLQ         $0x01, BX
+	VBROADCASTSS zero<>+0(SB), Z0
+	VBROADCASTSS zero<>+0(SB), Z1
+	VBROADCASTSS zero<>+0(SB), Z2
+	VBROADCASTSS zero<>+0(SB), Z3
+	VBROADCASTSS zero<>+0(SB), Z4
+	VBROADCASTSS zero<>+0(SB), Z5
+	VBROADCASTSS zero<>+0(SB), Z6
+	VBROADCASTSS zero<>+0(SB), Z7
+	MOVQ         kh_base+112(FP), SI
+	MOVQ         qh_base+136(FP), DI
+	MOVQ         (SP), R8
+	XORQ         R9, R9
+
+stateKVbf16AVX512_pass0_8:
+	VBROADCASTSS (SI)(R9*4), Z8
+	VBROADCASTSS (DI)(R9*4), Z9
+	VPMOVZXWD    (DX), Z10
+	VPSLLD       $0x10, Z10, Z10
+	VMOVUPS      Z10, (R8)
+	VFMADD231PS  Z10, Z8, Z0
+	VFMADD231PS  Z10, Z9, Z1
+	VPMOVZXWD    32(DX), Z10
+	VPSLLD       $0x10, Z10, Z10
+	VMOVUPS      Z10, 64(R8)
+	VFMADD231PS  Z10, Z8, Z2
+	VFMADD231PS  Z10, Z9, Z3
+	VPMOVZXWD    64(DX), Z10
+	VPSLLD       $0x10, Z10, Z10
+	VMOVUPS      Z10, 128(R8)
+	VFMADD231PS  Z10, Z8, Z4
+	VFMADD231PS  Z10, Z9, Z5
+	VPMOVZXWD.Z  96(DX), K1, Z10
+	VPSLLD       $0x10, Z10, Z10
+	VMOVUPS      Z10, 192(R8)
+	VFMADD231PS  Z10, Z8, Z6
+	VFMADD231PS  Z10, Z9, Z7
+	ADDQ         BX, DX
+	ADDQ         $0x00000100, R8
+	INCQ         R9
+	CMPQ         R9, AX
+	JB           stateKVbf16AVX512_pass0_8
+
+stateKVbf16AVX512_loaded_4:
+	// The tokens.
+	XORQ AX, AX
+	MOVQ AX, 48(SP)
+	MOVQ kh_base+112(FP), AX
+	MOVQ AX, 56(SP)
+	MOVQ tok_base+216(FP), AX
+	MOVQ AX, 96(SP)
+	MOVQ v_base+160(FP), AX
+	LEAQ (AX)(CX*4), AX
+	MOVQ AX, 80(SP)
+	MOVQ o_base+192(FP), AX
+	LEAQ (AX)(CX*4), AX
+	MOVQ AX, 88(SP)
+
+stateKVbf16AVX512_token_4:
+	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
+	MOVQ 48(SP), AX
+	MOVQ K+0(FP), CX
+	INCQ AX
+	MOVQ tok_len+224(FP), DX
+	SHRQ $0x02, DX
+	CMPQ AX, DX
+	JB   stateKVbf16AVX512_notlast_4
+	DECQ AX
+
+stateKVbf16AVX512_notlast_4:
+	IMULQ    CX, AX
+	MOVQ     kh_base+112(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 64(SP)
+	MOVQ     qh_base+136(FP), CX
+	LEAQ     (CX)(AX*4), CX
+	MOVQ     CX, 72(SP)
+	MOVQ     96(SP), AX
+	VMOVSS   (AX), X8
+	VUCOMISS nearone<>+0(SB), X8
+	JCS      stateKVbf16AVX512_far_4
+
+	// em1 ≥ -0.5: decay(x) = x + em1·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         96(SP), AX
+	VBROADCASTSS (AX), Z8
+	VBROADCASTSS 8(AX), Z9
+	VBROADCASTSS 12(AX), Z10
+	MOVQ         80(SP), AX
+	MOVQ         88(SP), CX
+	VMOVUPS      (AX), Z11
+	VFMADD213PS  Z0, Z8, Z0
+	VSUBPS       Z0, Z11, Z11
+	VMULPS       Z11, Z9, Z11
+	VFMADD213PS  Z1, Z8, Z1
+	VFMADD231PS  Z11, Z10, Z1
+	VMOVUPS      Z1, (CX)
+	VMOVUPS      64(AX), Z12
+	VFMADD213PS  Z2, Z8, Z2
+	VSUBPS       Z2, Z12, Z12
+	VMULPS       Z12, Z9, Z12
+	VFMADD213PS  Z3, Z8, Z3
+	VFMADD231PS  Z12, Z10, Z3
+	VMOVUPS      Z3, 64(CX)
+	VMOVUPS      128(AX), Z13
+	VFMADD213PS  Z4, Z8, Z4
+	VSUBPS       Z4, Z13, Z13
+	VMULPS       Z13, Z9, Z13
+	VFMADD213PS  Z5, Z8, Z5
+	VFMADD231PS  Z13, Z10, Z5
+	VMOVUPS      Z5, 128(CX)
+	VMOVUPS.Z    192(AX), K1, Z14
+	VFMADD213PS  Z6, Z8, Z6
+	VSUBPS       Z6, Z14, Z14
+	VMULPS       Z14, Z9, Z14
+	VFMADD213PS  Z7, Z8, Z7
+	VFMADD231PS  Z14, Z10, Z7
+	VMOVUPS      Z7, K1, 192(CX)
+	VBROADCASTSS zero<>+0(SB), Z0
+	VBROADCASTSS zero<>+0(SB), Z1
+	VBROADCASTSS zero<>+0(SB), Z2
+	VBROADCASTSS zero<>+0(SB), Z3
+	VBROADCASTSS zero<>+0(SB), Z4
+	VBROADCASTSS zero<>+0(SB), Z5
+	VBROADCASTSS zero<>+0(SB), Z6
+	VBROADCASTSS zero<>+0(SB), Z7
+
+	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  56(SP), BX
+	MOVQ  64(SP), SI
+	MOVQ  72(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  48(SP), R10
+	MOVQ  stores_base+64(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
+	JZ    stateKVbf16AVX512_nostore_7
+	LEAQ  (R9)(R8*2), R9
+
+stateKVbf16AVX512_nostore_7:
+	MOVQ  V+8(FP), R10
+	SHLQ  $0x01, R10
+	MOVQ  48(SP), R12
+	INCQ  R12
+	MOVQ  tok_len+224(FP), R13
+	SHRQ  $0x02, R13
+	XORQ  R11, R11
+	CMPQ  R12, R13
+	JNE   stateKVbf16AVX512_nocarry_7
+	MOVQ  carry_base+88(FP), R11
+	TESTQ R11, R11
+	JZ    stateKVbf16AVX512_nocarry_7
+	LEAQ  (R11)(R8*4), R11
+
+stateKVbf16AVX512_nocarry_7:
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
+
+stateKVbf16AVX512_rows_7:
+	VBROADCASTSS (BX)(CX*4), Z9
+	VBROADCASTSS (SI)(CX*4), Z10
+	VBROADCASTSS (DI)(CX*4), Z15
+	VMOVUPS      (AX), Z16
+	VFMADD213PS  Z16, Z8, Z16
+	VFMADD231PS  Z11, Z9, Z16
+	VMOVUPS      Z16, (AX)
+	VFMADD231PS  Z16, Z10, Z0
+	VFMADD231PS  Z16, Z15, Z1
+	VMOVUPS      64(AX), Z16
+	VFMADD213PS  Z16, Z8, Z16
+	VFMADD231PS  Z12, Z9, Z16
+	VMOVUPS      Z16, 64(AX)
+	VFMADD231PS  Z16, Z10, Z2
+	VFMADD231PS  Z16, Z15, Z3
+	VMOVUPS      128(AX), Z16
+	VFMADD213PS  Z16, Z8, Z16
+	VFMADD231PS  Z13, Z9, Z16
+	VMOVUPS      Z16, 128(AX)
+	VFMADD231PS  Z16, Z10, Z4
+	VFMADD231PS  Z16, Z15, Z5
+	VMOVUPS      192(AX), Z16
+	VFMADD213PS  Z16, Z8, Z16
+	VFMADD231PS  Z14, Z9, Z16
+	VMOVUPS      Z16, 192(AX)
+	VFMADD231PS  Z16, Z10, Z6
+	VFMADD231PS  Z16, Z15, Z7
+	TESTQ        R9, R9
+	JZ           stateKVbf16AVX512_nostorerow_7
+	VMOVUPS      (AX), Z9
+	VPSRLD       $0x10, Z9, Z10
+	VPANDD       absmask<>+0(SB), Z9, Z15
+	VPCMPGTD     infbits<>+0(SB), Z15, K2
+	VPANDD       one_i<>+0(SB), Z10, Z15
+	VPADDD       round<>+0(SB), Z9, Z9
+	VPADDD       Z15, Z9, Z9
+	VPSRLD       $0x10, Z9, Z9
+	VPORD        quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW      Z9, (R9)
+	VMOVUPS      64(AX), Z9
+	VPSRLD       $0x10, Z9, Z10
+	VPANDD       absmask<>+0(SB), Z9, Z15
+	VPCMPGTD     infbits<>+0(SB), Z15, K2
+	VPANDD       one_i<>+0(SB), Z10, Z15
+	VPADDD       round<>+0(SB), Z9, Z9
+	VPADDD       Z15, Z9, Z9
+	VPSRLD       $0x10, Z9, Z9
+	VPORD        quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW      Z9, 32(R9)
+	VMOVUPS      128(AX), Z9
+	VPSRLD       $0x10, Z9, Z10
+	VPANDD       absmask<>+0(SB), Z9, Z15
+	VPCMPGTD     infbits<>+0(SB), Z15, K2
+	VPANDD       one_i<>+0(SB), Z10, Z15
+	VPADDD       round<>+0(SB), Z9, Z9
+	VPADDD       Z15, Z9, Z9
+	VPSRLD       $0x10, Z9, Z9
+	VPORD        quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW      Z9, 64(R9)
+	VMOVUPS      192(AX), Z9
+	VPSRLD       $0x10, Z9, Z10
+	VPANDD       absmask<>+0(SB), Z9, Z15
+	VPCMPGTD     infbits<>+0(SB), Z15, K2
+	VPANDD       one_i<>+0(SB), Z10, Z15
+	VPADDD       round<>+0(SB), Z9, Z9
+	VPADDD       Z15, Z9, Z9
+	VPSRLD       $0x10, Z9, Z9
+	VPORD        quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW      Z9, K1, 96(R9)
+	ADDQ         R10, R9
+
+stateKVbf16AVX512_nostorerow_7:
+	TESTQ   R11, R11
+	JZ      stateKVbf16AVX512_nocarryrow_7
+	VMOVUPS (AX), Z9
+	VMOVUPS Z9, (R11)
+	VMOVUPS 64(AX), Z9
+	VMOVUPS Z9, 64(R11)
+	VMOVUPS 128(AX), Z9
+	VMOVUPS Z9, 128(R11)
+	VMOVUPS 192(AX), Z9
+	VMOVUPS Z9, K1, 192(R11)
+	ADDQ    R8, R11
+
+stateKVbf16AVX512_nocarryrow_7:
+	ADDQ $0x00000100, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVbf16AVX512_rows_7
+	JMP  stateKVbf16AVX512_tokdone_4
+
+stateKVbf16AVX512_far_4:
+	// em1 < -0.5 or NaN: decay(x) = eg·x.
+	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
+	MOVQ         96(SP), AX
+	VBROADCASTSS 4(AX), Z8
+	VBROADCASTSS 8(AX), Z9
+	VBROADCASTSS 12(AX), Z10
+	MOVQ         80(SP), AX
+	MOVQ         88(SP), CX
+	VMOVUPS      (AX), Z11
+	VMULPS       Z0, Z8, Z0
+	VSUBPS       Z0, Z11, Z11
+	VMULPS       Z11, Z9, Z11
+	VMULPS       Z1, Z8, Z1
+	VFMADD231PS  Z11, Z10, Z1
+	VMOVUPS      Z1, (CX)
+	VMOVUPS      64(AX), Z12
+	VMULPS       Z2, Z8, Z2
+	VSUBPS       Z2, Z12, Z12
+	VMULPS       Z12, Z9, Z12
+	VMULPS       Z3, Z8, Z3
+	VFMADD231PS  Z12, Z10, Z3
+	VMOVUPS      Z3, 64(CX)
+	VMOVUPS      128(AX), Z13
+	VMULPS       Z4, Z8, Z4
+	VSUBPS       Z4, Z13, Z13
+	VMULPS       Z13, Z9, Z13
+	VMULPS       Z5, Z8, Z5
+	VFMADD231PS  Z13, Z10, Z5
+	VMOVUPS      Z5, 128(CX)
+	VMOVUPS.Z    192(AX), K1, Z14
+	VMULPS       Z6, Z8, Z6
+	VSUBPS       Z6, Z14, Z14
+	VMULPS       Z14, Z9, Z14
+	VMULPS       Z7, Z8, Z7
+	VFMADD231PS  Z14, Z10, Z7
+	VMOVUPS      Z7, K1, 192(CX)
+	VBROADCASTSS zero<>+0(SB), Z0
+	VBROADCASTSS zero<>+0(SB), Z1
+	VBROADCASTSS zero<>+0(SB), Z2
+	VBROADCASTSS zero<>+0(SB), Z3
+	VBROADCASTSS zero<>+0(SB), Z4
+	VBROADCASTSS zero<>+0(SB), Z5
+	VBROADCASTSS zero<>+0(SB), Z6
+	VBROADCASTSS zero<>+0(SB), Z7
+
+	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	MOVQ  (SP), AX
+	XORQ  CX, CX
+	MOVQ  K+0(FP), DX
+	MOVQ  56(SP), BX
+	MOVQ  64(SP), SI
+	MOVQ  72(SP), DI
+	MOVQ  16(SP), R8
+	MOVQ  48(SP), R10
+	MOVQ  stores_base+64(FP), R9
+	MOVQ  (R9)(R10*8), R9
+	TESTQ R9, R9
+	JZ    stateKVbf16AVX512_nostore_8
+	LEAQ  (R9)(R8*2), R9
+
+stateKVbf16AVX512_nostore_8:
+	MOVQ  V+8(FP), R10
+	SHLQ  $0x01, R10
+	MOVQ  48(SP), R12
+	INCQ  R12
+	MOVQ  tok_len+224(FP), R13
+	SHRQ  $0x02, R13
+	XORQ  R11, R11
+	CMPQ  R12, R13
+	JNE   stateKVbf16AVX512_nocarry_8
+	MOVQ  carry_base+88(FP), R11
+	TESTQ R11, R11
+	JZ    stateKVbf16AVX512_nocarry_8
+	LEAQ  (R11)(R8*4), R11
+
+stateKVbf16AVX512_nocarry_8:
+	MOVQ V+8(FP), R8
+	SHLQ $0x02, R8
+
+stateKVbf16AVX512_rows_8:
+	VBROADCASTSS (BX)(CX*4), Z9
+	VBROADCASTSS (SI)(CX*4), Z10
+	VBROADCASTSS (DI)(CX*4), Z15
+	VMOVUPS      (AX), Z16
+	VMULPS       Z16, Z8, Z16
+	VFMADD231PS  Z11, Z9, Z16
+	VMOVUPS      Z16, (AX)
+	VFMADD231PS  Z16, Z10, Z0
+	VFMADD231PS  Z16, Z15, Z1
+	VMOVUPS      64(AX), Z16
+	VMULPS       Z16, Z8, Z16
+	VFMADD231PS  Z12, Z9, Z16
+	VMOVUPS      Z16, 64(AX)
+	VFMADD231PS  Z16, Z10, Z2
+	VFMADD231PS  Z16, Z15, Z3
+	VMOVUPS      128(AX), Z16
+	VMULPS       Z16, Z8, Z16
+	VFMADD231PS  Z13, Z9, Z16
+	VMOVUPS      Z16, 128(AX)
+	VFMADD231PS  Z16, Z10, Z4
+	VFMADD231PS  Z16, Z15, Z5
+	VMOVUPS      192(AX), Z16
+	VMULPS       Z16, Z8, Z16
+	VFMADD231PS  Z14, Z9, Z16
+	VMOVUPS      Z16, 192(AX)
+	VFMADD231PS  Z16, Z10, Z6
+	VFMADD231PS  Z16, Z15, Z7
+	TESTQ        R9, R9
+	JZ           stateKVbf16AVX512_nostorerow_8
+	VMOVUPS      (AX), Z9
+	VPSRLD       $0x10, Z9, Z10
+	VPANDD       absmask<>+0(SB), Z9, Z15
+	VPCMPGTD     infbits<>+0(SB), Z15, K2
+	VPANDD       one_i<>+0(SB), Z10, Z15
+	VPADDD       round<>+0(SB), Z9, Z9
+	VPADDD       Z15, Z9, Z9
+	VPSRLD       $0x10, Z9, Z9
+	VPORD        quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW      Z9, (R9)
+	VMOVUPS      64(AX), Z9
+	VPSRLD       $0x10, Z9, Z10
+	VPANDD       absmask<>+0(SB), Z9, Z15
+	VPCMPGTD     infbits<>+0(SB), Z15, K2
+	VPANDD       one_i<>+0(SB), Z10, Z15
+	VPADDD       round<>+0(SB), Z9, Z9
+	VPADDD       Z15, Z9, Z9
+	VPSRLD       $0x10, Z9, Z9
+	VPORD        quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW      Z9, 32(R9)
+	VMOVUPS      128(AX), Z9
+	VPSRLD       $0x10, Z9, Z10
+	VPANDD       absmask<>+0(SB), Z9, Z15
+	VPCMPGTD     infbits<>+0(SB), Z15, K2
+	VPANDD       one_i<>+0(SB), Z10, Z15
+	VPADDD       round<>+0(SB), Z9, Z9
+	VPADDD       Z15, Z9, Z9
+	VPSRLD       $0x10, Z9, Z9
+	VPORD        quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW      Z9, 64(R9)
+	VMOVUPS      192(AX), Z9
+	VPSRLD       $0x10, Z9, Z10
+	VPANDD       absmask<>+0(SB), Z9, Z15
+	VPCMPGTD     infbits<>+0(SB), Z15, K2
+	VPANDD       one_i<>+0(SB), Z10, Z15
+	VPADDD       round<>+0(SB), Z9, Z9
+	VPADDD       Z15, Z9, Z9
+	VPSRLD       $0x10, Z9, Z9
+	VPORD        quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW      Z9, K1, 96(R9)
+	ADDQ         R10, R9
+
+stateKVbf16AVX512_nostorerow_8:
+	TESTQ   R11, R11
+	JZ      stateKVbf16AVX512_nocarryrow_8
+	VMOVUPS (AX), Z9
+	VMOVUPS Z9, (R11)
+	VMOVUPS 64(AX), Z9
+	VMOVUPS Z9, 64(R11)
+	VMOVUPS 128(AX), Z9
+	VMOVUPS Z9, 128(R11)
+	VMOVUPS 192(AX), Z9
+	VMOVUPS Z9, K1, 192(R11)
+	ADDQ    R8, R11
+
+stateKVbf16AVX512_nocarryrow_8:
+	ADDQ $0x00000100, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVbf16AVX512_rows_8
+
+stateKVbf16AVX512_tokdone_4:
+	MOVQ 64(SP), AX
+	MOVQ AX, 56(SP)
+	ADDQ $0x10, 96(SP)
+	MOVQ vs+184(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 80(SP)
+	MOVQ V+8(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 88(SP)
+	MOVQ 48(SP), CX
+	INCQ CX
+	MOVQ CX, 48(SP)
+	MOVQ tok_len+224(FP), AX
+	SHRQ $0x02, AX
+	CMPQ CX, AX
+	JB   stateKVbf16AVX512_token_4
 
 stateKVbf16AVX512_blockdone_1:
 	MOVQ 24(SP), AX
@@ -7969,7 +9108,7 @@ widenAVX512_done:
 
 // func stateKVf32AVX2(K int, V int, src []float32, stores []uintptr, kh []float32, qh []float32, v []float32, vs int, o []float32, tok []float32, work []float32)
 // Requires: AVX, AVX2, CMOV, FMA3
-TEXT ·stateKVf32AVX2(SB), NOSPLIT, $264-216
+TEXT ·stateKVf32AVX2(SB), NOSPLIT, $296-216
 	MOVQ  K+0(FP), AX
 	MOVQ  V+8(FP), CX
 	MOVQ  tok_len+176(FP), DX
@@ -8104,44 +9243,47 @@ stateKVf32AVX2_notlast_1:
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         96(SP), AX
-	VBROADCASTSS (AX), Y8
-	VBROADCASTSS 8(AX), Y9
-	VBROADCASTSS 12(AX), Y10
-	MOVQ         80(SP), AX
-	MOVQ         88(SP), CX
-	VMOVUPS      (AX), Y11
+	LEAQ         104(SP), AX
+	ADDQ         $0x1f, AX
+	ANDQ         $-32, AX
+	MOVQ         96(SP), CX
+	VBROADCASTSS (CX), Y8
+	VBROADCASTSS 8(CX), Y9
+	VBROADCASTSS 12(CX), Y10
+	MOVQ         80(SP), CX
+	MOVQ         88(SP), DX
+	VMOVUPS      (CX), Y11
 	VFMADD213PS  Y0, Y8, Y0
 	VSUBPS       Y0, Y11, Y11
 	VMULPS       Y11, Y9, Y11
 	VFMADD213PS  Y1, Y8, Y1
 	VFMADD231PS  Y11, Y10, Y1
-	VMOVUPS      Y1, (CX)
-	VMOVUPS      Y11, 104(SP)
-	VMOVUPS      32(AX), Y0
+	VMOVUPS      Y1, (DX)
+	VMOVUPS      Y11, (AX)
+	VMOVUPS      32(CX), Y0
 	VFMADD213PS  Y2, Y8, Y2
 	VSUBPS       Y2, Y0, Y0
 	VMULPS       Y0, Y9, Y0
 	VFMADD213PS  Y3, Y8, Y3
 	VFMADD231PS  Y0, Y10, Y3
-	VMOVUPS      Y3, 32(CX)
-	VMOVUPS      Y0, 136(SP)
-	VMOVUPS      64(AX), Y0
+	VMOVUPS      Y3, 32(DX)
+	VMOVUPS      Y0, 32(AX)
+	VMOVUPS      64(CX), Y0
 	VFMADD213PS  Y4, Y8, Y4
 	VSUBPS       Y4, Y0, Y0
 	VMULPS       Y0, Y9, Y0
 	VFMADD213PS  Y5, Y8, Y5
 	VFMADD231PS  Y0, Y10, Y5
-	VMOVUPS      Y5, 64(CX)
-	VMOVUPS      Y0, 168(SP)
-	VMOVUPS      96(AX), Y0
+	VMOVUPS      Y5, 64(DX)
+	VMOVUPS      Y0, 64(AX)
+	VMOVUPS      96(CX), Y0
 	VFMADD213PS  Y6, Y8, Y6
 	VSUBPS       Y6, Y0, Y0
 	VMULPS       Y0, Y9, Y0
 	VFMADD213PS  Y7, Y8, Y7
 	VFMADD231PS  Y0, Y10, Y7
-	VMOVUPS      Y7, 96(CX)
-	VMOVUPS      Y0, 200(SP)
+	VMOVUPS      Y7, 96(DX)
+	VMOVUPS      Y0, 96(AX)
 	VXORPS       Y0, Y0, Y0
 	VXORPS       Y1, Y1, Y1
 	VXORPS       Y2, Y2, Y2
@@ -8169,6 +9311,9 @@ stateKVf32AVX2_notlast_1:
 stateKVf32AVX2_nostore_1:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
+	LEAQ 104(SP), R10
+	ADDQ $0x1f, R10
+	ANDQ $-32, R10
 
 stateKVf32AVX2_rows_1:
 	VBROADCASTSS (BX)(CX*4), Y9
@@ -8176,25 +9321,25 @@ stateKVf32AVX2_rows_1:
 	VBROADCASTSS (DI)(CX*4), Y11
 	VMOVUPS      (AX), Y12
 	VFMADD213PS  Y12, Y8, Y12
-	VFMADD231PS  104(SP), Y9, Y12
+	VFMADD231PS  (R10), Y9, Y12
 	VMOVUPS      Y12, (AX)
 	VFMADD231PS  Y12, Y10, Y0
 	VFMADD231PS  Y12, Y11, Y1
 	VMOVUPS      32(AX), Y12
 	VFMADD213PS  Y12, Y8, Y12
-	VFMADD231PS  136(SP), Y9, Y12
+	VFMADD231PS  32(R10), Y9, Y12
 	VMOVUPS      Y12, 32(AX)
 	VFMADD231PS  Y12, Y10, Y2
 	VFMADD231PS  Y12, Y11, Y3
 	VMOVUPS      64(AX), Y12
 	VFMADD213PS  Y12, Y8, Y12
-	VFMADD231PS  168(SP), Y9, Y12
+	VFMADD231PS  64(R10), Y9, Y12
 	VMOVUPS      Y12, 64(AX)
 	VFMADD231PS  Y12, Y10, Y4
 	VFMADD231PS  Y12, Y11, Y5
 	VMOVUPS      96(AX), Y12
 	VFMADD213PS  Y12, Y8, Y12
-	VFMADD231PS  200(SP), Y9, Y12
+	VFMADD231PS  96(R10), Y9, Y12
 	VMOVUPS      Y12, 96(AX)
 	VFMADD231PS  Y12, Y10, Y6
 	VFMADD231PS  Y12, Y11, Y7
@@ -8220,44 +9365,47 @@ stateKVf32AVX2_nostorerow_1:
 stateKVf32AVX2_far_1:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         96(SP), AX
-	VBROADCASTSS 4(AX), Y8
-	VBROADCASTSS 8(AX), Y9
-	VBROADCASTSS 12(AX), Y10
-	MOVQ         80(SP), AX
-	MOVQ         88(SP), CX
-	VMOVUPS      (AX), Y11
+	LEAQ         104(SP), AX
+	ADDQ         $0x1f, AX
+	ANDQ         $-32, AX
+	MOVQ         96(SP), CX
+	VBROADCASTSS 4(CX), Y8
+	VBROADCASTSS 8(CX), Y9
+	VBROADCASTSS 12(CX), Y10
+	MOVQ         80(SP), CX
+	MOVQ         88(SP), DX
+	VMOVUPS      (CX), Y11
 	VMULPS       Y0, Y8, Y0
 	VSUBPS       Y0, Y11, Y11
 	VMULPS       Y11, Y9, Y11
 	VMULPS       Y1, Y8, Y1
 	VFMADD231PS  Y11, Y10, Y1
-	VMOVUPS      Y1, (CX)
-	VMOVUPS      Y11, 104(SP)
-	VMOVUPS      32(AX), Y0
+	VMOVUPS      Y1, (DX)
+	VMOVUPS      Y11, (AX)
+	VMOVUPS      32(CX), Y0
 	VMULPS       Y2, Y8, Y2
 	VSUBPS       Y2, Y0, Y0
 	VMULPS       Y0, Y9, Y0
 	VMULPS       Y3, Y8, Y3
 	VFMADD231PS  Y0, Y10, Y3
-	VMOVUPS      Y3, 32(CX)
-	VMOVUPS      Y0, 136(SP)
-	VMOVUPS      64(AX), Y0
+	VMOVUPS      Y3, 32(DX)
+	VMOVUPS      Y0, 32(AX)
+	VMOVUPS      64(CX), Y0
 	VMULPS       Y4, Y8, Y4
 	VSUBPS       Y4, Y0, Y0
 	VMULPS       Y0, Y9, Y0
 	VMULPS       Y5, Y8, Y5
 	VFMADD231PS  Y0, Y10, Y5
-	VMOVUPS      Y5, 64(CX)
-	VMOVUPS      Y0, 168(SP)
-	VMOVUPS      96(AX), Y0
+	VMOVUPS      Y5, 64(DX)
+	VMOVUPS      Y0, 64(AX)
+	VMOVUPS      96(CX), Y0
 	VMULPS       Y6, Y8, Y6
 	VSUBPS       Y6, Y0, Y0
 	VMULPS       Y0, Y9, Y0
 	VMULPS       Y7, Y8, Y7
 	VFMADD231PS  Y0, Y10, Y7
-	VMOVUPS      Y7, 96(CX)
-	VMOVUPS      Y0, 200(SP)
+	VMOVUPS      Y7, 96(DX)
+	VMOVUPS      Y0, 96(AX)
 	VXORPS       Y0, Y0, Y0
 	VXORPS       Y1, Y1, Y1
 	VXORPS       Y2, Y2, Y2
@@ -8285,6 +9433,9 @@ stateKVf32AVX2_far_1:
 stateKVf32AVX2_nostore_2:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
+	LEAQ 104(SP), R10
+	ADDQ $0x1f, R10
+	ANDQ $-32, R10
 
 stateKVf32AVX2_rows_2:
 	VBROADCASTSS (BX)(CX*4), Y9
@@ -8292,25 +9443,25 @@ stateKVf32AVX2_rows_2:
 	VBROADCASTSS (DI)(CX*4), Y11
 	VMOVUPS      (AX), Y12
 	VMULPS       Y12, Y8, Y12
-	VFMADD231PS  104(SP), Y9, Y12
+	VFMADD231PS  (R10), Y9, Y12
 	VMOVUPS      Y12, (AX)
 	VFMADD231PS  Y12, Y10, Y0
 	VFMADD231PS  Y12, Y11, Y1
 	VMOVUPS      32(AX), Y12
 	VMULPS       Y12, Y8, Y12
-	VFMADD231PS  136(SP), Y9, Y12
+	VFMADD231PS  32(R10), Y9, Y12
 	VMOVUPS      Y12, 32(AX)
 	VFMADD231PS  Y12, Y10, Y2
 	VFMADD231PS  Y12, Y11, Y3
 	VMOVUPS      64(AX), Y12
 	VMULPS       Y12, Y8, Y12
-	VFMADD231PS  168(SP), Y9, Y12
+	VFMADD231PS  64(R10), Y9, Y12
 	VMOVUPS      Y12, 64(AX)
 	VFMADD231PS  Y12, Y10, Y4
 	VFMADD231PS  Y12, Y11, Y5
 	VMOVUPS      96(AX), Y12
 	VMULPS       Y12, Y8, Y12
-	VFMADD231PS  200(SP), Y9, Y12
+	VFMADD231PS  96(R10), Y9, Y12
 	VMOVUPS      Y12, 96(AX)
 	VFMADD231PS  Y12, Y10, Y6
 	VFMADD231PS  Y12, Y11, Y7
@@ -8434,28 +9585,31 @@ stateKVf32AVX2_notlast_2:
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         96(SP), AX
-	VBROADCASTSS (AX), Y4
-	VBROADCASTSS 8(AX), Y5
-	VBROADCASTSS 12(AX), Y6
-	MOVQ         80(SP), AX
-	MOVQ         88(SP), CX
-	VMOVUPS      (AX), Y7
+	LEAQ         104(SP), AX
+	ADDQ         $0x1f, AX
+	ANDQ         $-32, AX
+	MOVQ         96(SP), CX
+	VBROADCASTSS (CX), Y4
+	VBROADCASTSS 8(CX), Y5
+	VBROADCASTSS 12(CX), Y6
+	MOVQ         80(SP), CX
+	MOVQ         88(SP), DX
+	VMOVUPS      (CX), Y7
 	VFMADD213PS  Y0, Y4, Y0
 	VSUBPS       Y0, Y7, Y7
 	VMULPS       Y7, Y5, Y7
 	VFMADD213PS  Y1, Y4, Y1
 	VFMADD231PS  Y7, Y6, Y1
-	VMOVUPS      Y1, (CX)
-	VMOVUPS      Y7, 104(SP)
-	VMOVUPS      32(AX), Y0
+	VMOVUPS      Y1, (DX)
+	VMOVUPS      Y7, (AX)
+	VMOVUPS      32(CX), Y0
 	VFMADD213PS  Y2, Y4, Y2
 	VSUBPS       Y2, Y0, Y0
 	VMULPS       Y0, Y5, Y0
 	VFMADD213PS  Y3, Y4, Y3
 	VFMADD231PS  Y0, Y6, Y3
-	VMOVUPS      Y3, 32(CX)
-	VMOVUPS      Y0, 136(SP)
+	VMOVUPS      Y3, 32(DX)
+	VMOVUPS      Y0, 32(AX)
 	VXORPS       Y0, Y0, Y0
 	VXORPS       Y1, Y1, Y1
 	VXORPS       Y2, Y2, Y2
@@ -8479,6 +9633,9 @@ stateKVf32AVX2_notlast_2:
 stateKVf32AVX2_nostore_3:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
+	LEAQ 104(SP), R10
+	ADDQ $0x1f, R10
+	ANDQ $-32, R10
 
 stateKVf32AVX2_rows_3:
 	VBROADCASTSS (BX)(CX*4), Y5
@@ -8486,13 +9643,13 @@ stateKVf32AVX2_rows_3:
 	VBROADCASTSS (DI)(CX*4), Y7
 	VMOVUPS      (AX), Y8
 	VFMADD213PS  Y8, Y4, Y8
-	VFMADD231PS  104(SP), Y5, Y8
+	VFMADD231PS  (R10), Y5, Y8
 	VMOVUPS      Y8, (AX)
 	VFMADD231PS  Y8, Y6, Y0
 	VFMADD231PS  Y8, Y7, Y1
 	VMOVUPS      32(AX), Y8
 	VFMADD213PS  Y8, Y4, Y8
-	VFMADD231PS  136(SP), Y5, Y8
+	VFMADD231PS  32(R10), Y5, Y8
 	VMOVUPS      Y8, 32(AX)
 	VFMADD231PS  Y8, Y6, Y2
 	VFMADD231PS  Y8, Y7, Y3
@@ -8514,28 +9671,31 @@ stateKVf32AVX2_nostorerow_3:
 stateKVf32AVX2_far_2:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         96(SP), AX
-	VBROADCASTSS 4(AX), Y4
-	VBROADCASTSS 8(AX), Y5
-	VBROADCASTSS 12(AX), Y6
-	MOVQ         80(SP), AX
-	MOVQ         88(SP), CX
-	VMOVUPS      (AX), Y7
+	LEAQ         104(SP), AX
+	ADDQ         $0x1f, AX
+	ANDQ         $-32, AX
+	MOVQ         96(SP), CX
+	VBROADCASTSS 4(CX), Y4
+	VBROADCASTSS 8(CX), Y5
+	VBROADCASTSS 12(CX), Y6
+	MOVQ         80(SP), CX
+	MOVQ         88(SP), DX
+	VMOVUPS      (CX), Y7
 	VMULPS       Y0, Y4, Y0
 	VSUBPS       Y0, Y7, Y7
 	VMULPS       Y7, Y5, Y7
 	VMULPS       Y1, Y4, Y1
 	VFMADD231PS  Y7, Y6, Y1
-	VMOVUPS      Y1, (CX)
-	VMOVUPS      Y7, 104(SP)
-	VMOVUPS      32(AX), Y0
+	VMOVUPS      Y1, (DX)
+	VMOVUPS      Y7, (AX)
+	VMOVUPS      32(CX), Y0
 	VMULPS       Y2, Y4, Y2
 	VSUBPS       Y2, Y0, Y0
 	VMULPS       Y0, Y5, Y0
 	VMULPS       Y3, Y4, Y3
 	VFMADD231PS  Y0, Y6, Y3
-	VMOVUPS      Y3, 32(CX)
-	VMOVUPS      Y0, 136(SP)
+	VMOVUPS      Y3, 32(DX)
+	VMOVUPS      Y0, 32(AX)
 	VXORPS       Y0, Y0, Y0
 	VXORPS       Y1, Y1, Y1
 	VXORPS       Y2, Y2, Y2
@@ -8559,6 +9719,9 @@ stateKVf32AVX2_far_2:
 stateKVf32AVX2_nostore_4:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
+	LEAQ 104(SP), R10
+	ADDQ $0x1f, R10
+	ANDQ $-32, R10
 
 stateKVf32AVX2_rows_4:
 	VBROADCASTSS (BX)(CX*4), Y5
@@ -8566,13 +9729,13 @@ stateKVf32AVX2_rows_4:
 	VBROADCASTSS (DI)(CX*4), Y7
 	VMOVUPS      (AX), Y8
 	VMULPS       Y8, Y4, Y8
-	VFMADD231PS  104(SP), Y5, Y8
+	VFMADD231PS  (R10), Y5, Y8
 	VMOVUPS      Y8, (AX)
 	VFMADD231PS  Y8, Y6, Y0
 	VFMADD231PS  Y8, Y7, Y1
 	VMOVUPS      32(AX), Y8
 	VMULPS       Y8, Y4, Y8
-	VFMADD231PS  136(SP), Y5, Y8
+	VFMADD231PS  32(R10), Y5, Y8
 	VMOVUPS      Y8, 32(AX)
 	VFMADD231PS  Y8, Y6, Y2
 	VFMADD231PS  Y8, Y7, Y3
@@ -8617,9 +9780,9 @@ stateKVf32AVX2_span_2:
 	VMOVD        DX, X0
 	VPBROADCASTD X0, Y0
 	VPCMPGTD     iota<>+0(SB), Y0, Y0
-	VMOVUPS      Y0, 232(SP)
+	VMOVUPS      Y0, 264(SP)
 
-	// Any other block: 2 full vectors (the first 2 of them guarded), then the masked one.
+	// Any other block (1–23 columns): 2 full vectors guarded, then the masked one.
 	// Row bytes in work: whole vectors.
 	ADDQ $0x07, AX
 	ANDQ $-8, AX
@@ -8673,7 +9836,7 @@ stateKVf32AVX2_spanback_1:
 	JMP  stateKVf32AVX2_spanpast_1
 
 stateKVf32AVX2_spanmasked_1:
-	VMOVUPS    232(SP), Y9
+	VMOVUPS    264(SP), Y9
 	LEAQ       (BX)(CX*4), R11
 	MOVQ       R11, R12
 	ANDQ       $0x00000fff, R12
@@ -8758,32 +9921,35 @@ stateKVf32AVX2_notlast_3:
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         96(SP), AX
-	VBROADCASTSS (AX), Y6
-	VBROADCASTSS 8(AX), Y7
-	VBROADCASTSS 12(AX), Y8
-	MOVQ         80(SP), AX
-	MOVQ         88(SP), DX
+	LEAQ         104(SP), AX
+	ADDQ         $0x1f, AX
+	ANDQ         $-32, AX
+	MOVQ         96(SP), DX
+	VBROADCASTSS (DX), Y6
+	VBROADCASTSS 8(DX), Y7
+	VBROADCASTSS 12(DX), Y8
+	MOVQ         80(SP), DX
+	MOVQ         88(SP), BX
 	CMPQ         CX, $0x00000000
 	JBE          stateKVf32AVX2_spantail_2
-	VMOVUPS      (AX), Y9
+	VMOVUPS      (DX), Y9
 	VFMADD213PS  Y0, Y6, Y0
 	VSUBPS       Y0, Y9, Y9
 	VMULPS       Y9, Y7, Y9
 	VFMADD213PS  Y1, Y6, Y1
 	VFMADD231PS  Y9, Y8, Y1
-	VMOVUPS      Y1, (DX)
-	VMOVUPS      Y9, 104(SP)
+	VMOVUPS      Y1, (BX)
+	VMOVUPS      Y9, (AX)
 	CMPQ         CX, $0x00000008
 	JBE          stateKVf32AVX2_spantail_2
-	VMOVUPS      32(AX), Y0
+	VMOVUPS      32(DX), Y0
 	VFMADD213PS  Y2, Y6, Y2
 	VSUBPS       Y2, Y0, Y0
 	VMULPS       Y0, Y7, Y0
 	VFMADD213PS  Y3, Y6, Y3
 	VFMADD231PS  Y0, Y8, Y3
-	VMOVUPS      Y3, 32(DX)
-	VMOVUPS      Y0, 136(SP)
+	VMOVUPS      Y3, 32(BX)
+	VMOVUPS      Y0, 32(AX)
 
 stateKVf32AVX2_spantail_2:
 	CMPQ 24(SP), CX
@@ -8793,40 +9959,40 @@ stateKVf32AVX2_spanback_2:
 	JMP stateKVf32AVX2_spanpast_2
 
 stateKVf32AVX2_spanmasked_2:
-	VMOVUPS    232(SP), Y1
-	LEAQ       (AX)(CX*4), AX
-	MOVQ       AX, BX
-	ANDQ       $0x00000fff, BX
-	CMPQ       BX, $0x00000fe0
+	VMOVUPS    264(SP), Y1
+	LEAQ       (DX)(CX*4), DX
+	MOVQ       DX, SI
+	ANDQ       $0x00000fff, SI
+	CMPQ       SI, $0x00000fe0
 	JA         stateKVf32AVX2_mmslow_2
-	VMASKMOVPS (AX), Y1, Y0
+	VMASKMOVPS (DX), Y1, Y0
 	JMP        stateKVf32AVX2_mmdone_2
 
 stateKVf32AVX2_mmslow_2:
-	VMOVMSKPS    Y1, BX
+	VMOVMSKPS    Y1, SI
 	VBROADCASTSS zero<>+0(SB), Y0
 	VBROADCASTSS zero<>+0(SB), X1
-	BTL          $0x00, BX
+	BTL          $0x00, SI
 	JCC          stateKVf32AVX2_mmend_2
-	VINSERTPS    $0x00, (AX), X0, X0
-	BTL          $0x01, BX
+	VINSERTPS    $0x00, (DX), X0, X0
+	BTL          $0x01, SI
 	JCC          stateKVf32AVX2_mmend_2
-	VINSERTPS    $0x10, 4(AX), X0, X0
-	BTL          $0x02, BX
+	VINSERTPS    $0x10, 4(DX), X0, X0
+	BTL          $0x02, SI
 	JCC          stateKVf32AVX2_mmend_2
-	VINSERTPS    $0x20, 8(AX), X0, X0
-	BTL          $0x03, BX
+	VINSERTPS    $0x20, 8(DX), X0, X0
+	BTL          $0x03, SI
 	JCC          stateKVf32AVX2_mmend_2
-	VINSERTPS    $0x30, 12(AX), X0, X0
-	BTL          $0x04, BX
+	VINSERTPS    $0x30, 12(DX), X0, X0
+	BTL          $0x04, SI
 	JCC          stateKVf32AVX2_mmend_2
-	VINSERTPS    $0x00, 16(AX), X1, X1
-	BTL          $0x05, BX
+	VINSERTPS    $0x00, 16(DX), X1, X1
+	BTL          $0x05, SI
 	JCC          stateKVf32AVX2_mmend_2
-	VINSERTPS    $0x10, 20(AX), X1, X1
-	BTL          $0x06, BX
+	VINSERTPS    $0x10, 20(DX), X1, X1
+	BTL          $0x06, SI
 	JCC          stateKVf32AVX2_mmend_2
-	VINSERTPS    $0x20, 24(AX), X1, X1
+	VINSERTPS    $0x20, 24(DX), X1, X1
 
 stateKVf32AVX2_mmend_2:
 	VINSERTF128 $0x01, X1, Y0, Y0
@@ -8837,9 +10003,9 @@ stateKVf32AVX2_mmdone_2:
 	VMULPS      Y0, Y7, Y0
 	VFMADD213PS Y5, Y6, Y5
 	VFMADD231PS Y0, Y8, Y5
-	VMOVUPS     232(SP), Y1
-	VMASKMOVPS  Y5, Y1, (DX)(CX*4)
-	VMOVUPS     Y0, 168(SP)
+	VMOVUPS     264(SP), Y1
+	VMASKMOVPS  Y5, Y1, (BX)(CX*4)
+	VMOVUPS     Y0, 64(AX)
 	JMP         stateKVf32AVX2_spanback_2
 
 stateKVf32AVX2_spanpast_2:
@@ -8868,6 +10034,9 @@ stateKVf32AVX2_spanpast_2:
 stateKVf32AVX2_nostore_5:
 	MOVQ V+8(FP), R9
 	SHLQ $0x02, R9
+	LEAQ 104(SP), R11
+	ADDQ $0x1f, R11
+	ANDQ $-32, R11
 
 stateKVf32AVX2_rows_5:
 	VBROADCASTSS (SI)(DX*4), Y7
@@ -8877,7 +10046,7 @@ stateKVf32AVX2_rows_5:
 	JBE          stateKVf32AVX2_spantail_3
 	VMOVUPS      (AX), Y10
 	VFMADD213PS  Y10, Y6, Y10
-	VFMADD231PS  104(SP), Y7, Y10
+	VFMADD231PS  (R11), Y7, Y10
 	VMOVUPS      Y10, (AX)
 	VFMADD231PS  Y10, Y8, Y0
 	VFMADD231PS  Y10, Y9, Y1
@@ -8885,7 +10054,7 @@ stateKVf32AVX2_rows_5:
 	JBE          stateKVf32AVX2_spantail_3
 	VMOVUPS      32(AX), Y10
 	VFMADD213PS  Y10, Y6, Y10
-	VFMADD231PS  136(SP), Y7, Y10
+	VFMADD231PS  32(R11), Y7, Y10
 	VMOVUPS      Y10, 32(AX)
 	VFMADD231PS  Y10, Y8, Y2
 	VFMADD231PS  Y10, Y9, Y3
@@ -8923,7 +10092,7 @@ stateKVf32AVX2_nostorerow_5:
 stateKVf32AVX2_spanmasked_3:
 	VMOVUPS     (AX)(CX*4), Y10
 	VFMADD213PS Y10, Y6, Y10
-	VFMADD231PS 168(SP), Y7, Y10
+	VFMADD231PS 64(R11), Y7, Y10
 	VMOVUPS     Y10, (AX)(CX*4)
 	VFMADD231PS Y10, Y8, Y4
 	VFMADD231PS Y10, Y9, Y5
@@ -8934,7 +10103,7 @@ stateKVf32AVX2_spanpast_3:
 
 stateKVf32AVX2_spanmasked_4:
 	VMOVUPS    (AX)(CX*4), Y7
-	VMOVUPS    232(SP), Y8
+	VMOVUPS    264(SP), Y8
 	VMASKMOVPS Y7, Y8, (R10)(CX*4)
 	JMP        stateKVf32AVX2_spanback_4
 
@@ -8944,32 +10113,35 @@ stateKVf32AVX2_spanpast_4:
 stateKVf32AVX2_far_3:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         96(SP), AX
-	VBROADCASTSS 4(AX), Y6
-	VBROADCASTSS 8(AX), Y7
-	VBROADCASTSS 12(AX), Y8
-	MOVQ         80(SP), AX
-	MOVQ         88(SP), DX
+	LEAQ         104(SP), AX
+	ADDQ         $0x1f, AX
+	ANDQ         $-32, AX
+	MOVQ         96(SP), DX
+	VBROADCASTSS 4(DX), Y6
+	VBROADCASTSS 8(DX), Y7
+	VBROADCASTSS 12(DX), Y8
+	MOVQ         80(SP), DX
+	MOVQ         88(SP), BX
 	CMPQ         CX, $0x00000000
 	JBE          stateKVf32AVX2_spantail_5
-	VMOVUPS      (AX), Y9
+	VMOVUPS      (DX), Y9
 	VMULPS       Y0, Y6, Y0
 	VSUBPS       Y0, Y9, Y9
 	VMULPS       Y9, Y7, Y9
 	VMULPS       Y1, Y6, Y1
 	VFMADD231PS  Y9, Y8, Y1
-	VMOVUPS      Y1, (DX)
-	VMOVUPS      Y9, 104(SP)
+	VMOVUPS      Y1, (BX)
+	VMOVUPS      Y9, (AX)
 	CMPQ         CX, $0x00000008
 	JBE          stateKVf32AVX2_spantail_5
-	VMOVUPS      32(AX), Y0
+	VMOVUPS      32(DX), Y0
 	VMULPS       Y2, Y6, Y2
 	VSUBPS       Y2, Y0, Y0
 	VMULPS       Y0, Y7, Y0
 	VMULPS       Y3, Y6, Y3
 	VFMADD231PS  Y0, Y8, Y3
-	VMOVUPS      Y3, 32(DX)
-	VMOVUPS      Y0, 136(SP)
+	VMOVUPS      Y3, 32(BX)
+	VMOVUPS      Y0, 32(AX)
 
 stateKVf32AVX2_spantail_5:
 	CMPQ 24(SP), CX
@@ -8979,40 +10151,40 @@ stateKVf32AVX2_spanback_5:
 	JMP stateKVf32AVX2_spanpast_5
 
 stateKVf32AVX2_spanmasked_5:
-	VMOVUPS    232(SP), Y1
-	LEAQ       (AX)(CX*4), AX
-	MOVQ       AX, BX
-	ANDQ       $0x00000fff, BX
-	CMPQ       BX, $0x00000fe0
+	VMOVUPS    264(SP), Y1
+	LEAQ       (DX)(CX*4), DX
+	MOVQ       DX, SI
+	ANDQ       $0x00000fff, SI
+	CMPQ       SI, $0x00000fe0
 	JA         stateKVf32AVX2_mmslow_3
-	VMASKMOVPS (AX), Y1, Y0
+	VMASKMOVPS (DX), Y1, Y0
 	JMP        stateKVf32AVX2_mmdone_3
 
 stateKVf32AVX2_mmslow_3:
-	VMOVMSKPS    Y1, BX
+	VMOVMSKPS    Y1, SI
 	VBROADCASTSS zero<>+0(SB), Y0
 	VBROADCASTSS zero<>+0(SB), X1
-	BTL          $0x00, BX
+	BTL          $0x00, SI
 	JCC          stateKVf32AVX2_mmend_3
-	VINSERTPS    $0x00, (AX), X0, X0
-	BTL          $0x01, BX
+	VINSERTPS    $0x00, (DX), X0, X0
+	BTL          $0x01, SI
 	JCC          stateKVf32AVX2_mmend_3
-	VINSERTPS    $0x10, 4(AX), X0, X0
-	BTL          $0x02, BX
+	VINSERTPS    $0x10, 4(DX), X0, X0
+	BTL          $0x02, SI
 	JCC          stateKVf32AVX2_mmend_3
-	VINSERTPS    $0x20, 8(AX), X0, X0
-	BTL          $0x03, BX
+	VINSERTPS    $0x20, 8(DX), X0, X0
+	BTL          $0x03, SI
 	JCC          stateKVf32AVX2_mmend_3
-	VINSERTPS    $0x30, 12(AX), X0, X0
-	BTL          $0x04, BX
+	VINSERTPS    $0x30, 12(DX), X0, X0
+	BTL          $0x04, SI
 	JCC          stateKVf32AVX2_mmend_3
-	VINSERTPS    $0x00, 16(AX), X1, X1
-	BTL          $0x05, BX
+	VINSERTPS    $0x00, 16(DX), X1, X1
+	BTL          $0x05, SI
 	JCC          stateKVf32AVX2_mmend_3
-	VINSERTPS    $0x10, 20(AX), X1, X1
-	BTL          $0x06, BX
+	VINSERTPS    $0x10, 20(DX), X1, X1
+	BTL          $0x06, SI
 	JCC          stateKVf32AVX2_mmend_3
-	VINSERTPS    $0x20, 24(AX), X1, X1
+	VINSERTPS    $0x20, 24(DX), X1, X1
 
 stateKVf32AVX2_mmend_3:
 	VINSERTF128 $0x01, X1, Y0, Y0
@@ -9023,9 +10195,9 @@ stateKVf32AVX2_mmdone_3:
 	VMULPS      Y0, Y7, Y0
 	VMULPS      Y5, Y6, Y5
 	VFMADD231PS Y0, Y8, Y5
-	VMOVUPS     232(SP), Y1
-	VMASKMOVPS  Y5, Y1, (DX)(CX*4)
-	VMOVUPS     Y0, 168(SP)
+	VMOVUPS     264(SP), Y1
+	VMASKMOVPS  Y5, Y1, (BX)(CX*4)
+	VMOVUPS     Y0, 64(AX)
 	JMP         stateKVf32AVX2_spanback_5
 
 stateKVf32AVX2_spanpast_5:
@@ -9054,6 +10226,9 @@ stateKVf32AVX2_spanpast_5:
 stateKVf32AVX2_nostore_6:
 	MOVQ V+8(FP), R9
 	SHLQ $0x02, R9
+	LEAQ 104(SP), R11
+	ADDQ $0x1f, R11
+	ANDQ $-32, R11
 
 stateKVf32AVX2_rows_6:
 	VBROADCASTSS (SI)(DX*4), Y7
@@ -9063,7 +10238,7 @@ stateKVf32AVX2_rows_6:
 	JBE          stateKVf32AVX2_spantail_6
 	VMOVUPS      (AX), Y10
 	VMULPS       Y10, Y6, Y10
-	VFMADD231PS  104(SP), Y7, Y10
+	VFMADD231PS  (R11), Y7, Y10
 	VMOVUPS      Y10, (AX)
 	VFMADD231PS  Y10, Y8, Y0
 	VFMADD231PS  Y10, Y9, Y1
@@ -9071,7 +10246,7 @@ stateKVf32AVX2_rows_6:
 	JBE          stateKVf32AVX2_spantail_6
 	VMOVUPS      32(AX), Y10
 	VMULPS       Y10, Y6, Y10
-	VFMADD231PS  136(SP), Y7, Y10
+	VFMADD231PS  32(R11), Y7, Y10
 	VMOVUPS      Y10, 32(AX)
 	VFMADD231PS  Y10, Y8, Y2
 	VFMADD231PS  Y10, Y9, Y3
@@ -9109,7 +10284,7 @@ stateKVf32AVX2_nostorerow_6:
 stateKVf32AVX2_spanmasked_6:
 	VMOVUPS     (AX)(CX*4), Y10
 	VMULPS      Y10, Y6, Y10
-	VFMADD231PS 168(SP), Y7, Y10
+	VFMADD231PS 64(R11), Y7, Y10
 	VMOVUPS     Y10, (AX)(CX*4)
 	VFMADD231PS Y10, Y8, Y4
 	VFMADD231PS Y10, Y9, Y5
@@ -9120,7 +10295,7 @@ stateKVf32AVX2_spanpast_6:
 
 stateKVf32AVX2_spanmasked_7:
 	VMOVUPS    (AX)(CX*4), Y7
-	VMOVUPS    232(SP), Y8
+	VMOVUPS    264(SP), Y8
 	VMASKMOVPS Y7, Y8, (R10)(CX*4)
 	JMP        stateKVf32AVX2_spanback_7
 
@@ -9155,7 +10330,7 @@ stateKVf32AVX2_done_1:
 
 // func stateKVbf16AVX2(K int, V int, src []uint16, src32 []float32, stores []uintptr, carry []float32, kh []float32, qh []float32, v []float32, vs int, o []float32, tok []float32, work []float32)
 // Requires: AVX, AVX2, CMOV, FMA3
-TEXT ·stateKVbf16AVX2(SB), NOSPLIT, $336-264
+TEXT ·stateKVbf16AVX2(SB), NOSPLIT, $368-264
 	MOVQ  K+0(FP), AX
 	MOVQ  V+8(FP), CX
 	MOVQ  tok_len+224(FP), DX
@@ -9344,44 +10519,47 @@ stateKVbf16AVX2_notlast_1:
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         96(SP), AX
-	VBROADCASTSS (AX), Y8
-	VBROADCASTSS 8(AX), Y9
-	VBROADCASTSS 12(AX), Y10
-	MOVQ         80(SP), AX
-	MOVQ         88(SP), CX
-	VMOVUPS      (AX), Y11
+	LEAQ         104(SP), AX
+	ADDQ         $0x1f, AX
+	ANDQ         $-32, AX
+	MOVQ         96(SP), CX
+	VBROADCASTSS (CX), Y8
+	VBROADCASTSS 8(CX), Y9
+	VBROADCASTSS 12(CX), Y10
+	MOVQ         80(SP), CX
+	MOVQ         88(SP), DX
+	VMOVUPS      (CX), Y11
 	VFMADD213PS  Y0, Y8, Y0
 	VSUBPS       Y0, Y11, Y11
 	VMULPS       Y11, Y9, Y11
 	VFMADD213PS  Y1, Y8, Y1
 	VFMADD231PS  Y11, Y10, Y1
-	VMOVUPS      Y1, (CX)
-	VMOVUPS      Y11, 104(SP)
-	VMOVUPS      32(AX), Y0
+	VMOVUPS      Y1, (DX)
+	VMOVUPS      Y11, (AX)
+	VMOVUPS      32(CX), Y0
 	VFMADD213PS  Y2, Y8, Y2
 	VSUBPS       Y2, Y0, Y0
 	VMULPS       Y0, Y9, Y0
 	VFMADD213PS  Y3, Y8, Y3
 	VFMADD231PS  Y0, Y10, Y3
-	VMOVUPS      Y3, 32(CX)
-	VMOVUPS      Y0, 136(SP)
-	VMOVUPS      64(AX), Y0
+	VMOVUPS      Y3, 32(DX)
+	VMOVUPS      Y0, 32(AX)
+	VMOVUPS      64(CX), Y0
 	VFMADD213PS  Y4, Y8, Y4
 	VSUBPS       Y4, Y0, Y0
 	VMULPS       Y0, Y9, Y0
 	VFMADD213PS  Y5, Y8, Y5
 	VFMADD231PS  Y0, Y10, Y5
-	VMOVUPS      Y5, 64(CX)
-	VMOVUPS      Y0, 168(SP)
-	VMOVUPS      96(AX), Y0
+	VMOVUPS      Y5, 64(DX)
+	VMOVUPS      Y0, 64(AX)
+	VMOVUPS      96(CX), Y0
 	VFMADD213PS  Y6, Y8, Y6
 	VSUBPS       Y6, Y0, Y0
 	VMULPS       Y0, Y9, Y0
 	VFMADD213PS  Y7, Y8, Y7
 	VFMADD231PS  Y0, Y10, Y7
-	VMOVUPS      Y7, 96(CX)
-	VMOVUPS      Y0, 200(SP)
+	VMOVUPS      Y7, 96(DX)
+	VMOVUPS      Y0, 96(AX)
 	VXORPS       Y0, Y0, Y0
 	VXORPS       Y1, Y1, Y1
 	VXORPS       Y2, Y2, Y2
@@ -9424,6 +10602,9 @@ stateKVbf16AVX2_nostore_1:
 stateKVbf16AVX2_nocarry_1:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
+	LEAQ 104(SP), R12
+	ADDQ $0x1f, R12
+	ANDQ $-32, R12
 
 stateKVbf16AVX2_rows_1:
 	VBROADCASTSS (BX)(CX*4), Y9
@@ -9431,25 +10612,25 @@ stateKVbf16AVX2_rows_1:
 	VBROADCASTSS (DI)(CX*4), Y11
 	VMOVUPS      (AX), Y12
 	VFMADD213PS  Y12, Y8, Y12
-	VFMADD231PS  104(SP), Y9, Y12
+	VFMADD231PS  (R12), Y9, Y12
 	VMOVUPS      Y12, (AX)
 	VFMADD231PS  Y12, Y10, Y0
 	VFMADD231PS  Y12, Y11, Y1
 	VMOVUPS      32(AX), Y12
 	VFMADD213PS  Y12, Y8, Y12
-	VFMADD231PS  136(SP), Y9, Y12
+	VFMADD231PS  32(R12), Y9, Y12
 	VMOVUPS      Y12, 32(AX)
 	VFMADD231PS  Y12, Y10, Y2
 	VFMADD231PS  Y12, Y11, Y3
 	VMOVUPS      64(AX), Y12
 	VFMADD213PS  Y12, Y8, Y12
-	VFMADD231PS  168(SP), Y9, Y12
+	VFMADD231PS  64(R12), Y9, Y12
 	VMOVUPS      Y12, 64(AX)
 	VFMADD231PS  Y12, Y10, Y4
 	VFMADD231PS  Y12, Y11, Y5
 	VMOVUPS      96(AX), Y12
 	VFMADD213PS  Y12, Y8, Y12
-	VFMADD231PS  200(SP), Y9, Y12
+	VFMADD231PS  96(R12), Y9, Y12
 	VMOVUPS      Y12, 96(AX)
 	VFMADD231PS  Y12, Y10, Y6
 	VFMADD231PS  Y12, Y11, Y7
@@ -9532,44 +10713,47 @@ stateKVbf16AVX2_nocarryrow_1:
 stateKVbf16AVX2_far_1:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         96(SP), AX
-	VBROADCASTSS 4(AX), Y8
-	VBROADCASTSS 8(AX), Y9
-	VBROADCASTSS 12(AX), Y10
-	MOVQ         80(SP), AX
-	MOVQ         88(SP), CX
-	VMOVUPS      (AX), Y11
+	LEAQ         104(SP), AX
+	ADDQ         $0x1f, AX
+	ANDQ         $-32, AX
+	MOVQ         96(SP), CX
+	VBROADCASTSS 4(CX), Y8
+	VBROADCASTSS 8(CX), Y9
+	VBROADCASTSS 12(CX), Y10
+	MOVQ         80(SP), CX
+	MOVQ         88(SP), DX
+	VMOVUPS      (CX), Y11
 	VMULPS       Y0, Y8, Y0
 	VSUBPS       Y0, Y11, Y11
 	VMULPS       Y11, Y9, Y11
 	VMULPS       Y1, Y8, Y1
 	VFMADD231PS  Y11, Y10, Y1
-	VMOVUPS      Y1, (CX)
-	VMOVUPS      Y11, 104(SP)
-	VMOVUPS      32(AX), Y0
+	VMOVUPS      Y1, (DX)
+	VMOVUPS      Y11, (AX)
+	VMOVUPS      32(CX), Y0
 	VMULPS       Y2, Y8, Y2
 	VSUBPS       Y2, Y0, Y0
 	VMULPS       Y0, Y9, Y0
 	VMULPS       Y3, Y8, Y3
 	VFMADD231PS  Y0, Y10, Y3
-	VMOVUPS      Y3, 32(CX)
-	VMOVUPS      Y0, 136(SP)
-	VMOVUPS      64(AX), Y0
+	VMOVUPS      Y3, 32(DX)
+	VMOVUPS      Y0, 32(AX)
+	VMOVUPS      64(CX), Y0
 	VMULPS       Y4, Y8, Y4
 	VSUBPS       Y4, Y0, Y0
 	VMULPS       Y0, Y9, Y0
 	VMULPS       Y5, Y8, Y5
 	VFMADD231PS  Y0, Y10, Y5
-	VMOVUPS      Y5, 64(CX)
-	VMOVUPS      Y0, 168(SP)
-	VMOVUPS      96(AX), Y0
+	VMOVUPS      Y5, 64(DX)
+	VMOVUPS      Y0, 64(AX)
+	VMOVUPS      96(CX), Y0
 	VMULPS       Y6, Y8, Y6
 	VSUBPS       Y6, Y0, Y0
 	VMULPS       Y0, Y9, Y0
 	VMULPS       Y7, Y8, Y7
 	VFMADD231PS  Y0, Y10, Y7
-	VMOVUPS      Y7, 96(CX)
-	VMOVUPS      Y0, 200(SP)
+	VMOVUPS      Y7, 96(DX)
+	VMOVUPS      Y0, 96(AX)
 	VXORPS       Y0, Y0, Y0
 	VXORPS       Y1, Y1, Y1
 	VXORPS       Y2, Y2, Y2
@@ -9612,6 +10796,9 @@ stateKVbf16AVX2_nostore_2:
 stateKVbf16AVX2_nocarry_2:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
+	LEAQ 104(SP), R12
+	ADDQ $0x1f, R12
+	ANDQ $-32, R12
 
 stateKVbf16AVX2_rows_2:
 	VBROADCASTSS (BX)(CX*4), Y9
@@ -9619,25 +10806,25 @@ stateKVbf16AVX2_rows_2:
 	VBROADCASTSS (DI)(CX*4), Y11
 	VMOVUPS      (AX), Y12
 	VMULPS       Y12, Y8, Y12
-	VFMADD231PS  104(SP), Y9, Y12
+	VFMADD231PS  (R12), Y9, Y12
 	VMOVUPS      Y12, (AX)
 	VFMADD231PS  Y12, Y10, Y0
 	VFMADD231PS  Y12, Y11, Y1
 	VMOVUPS      32(AX), Y12
 	VMULPS       Y12, Y8, Y12
-	VFMADD231PS  136(SP), Y9, Y12
+	VFMADD231PS  32(R12), Y9, Y12
 	VMOVUPS      Y12, 32(AX)
 	VFMADD231PS  Y12, Y10, Y2
 	VFMADD231PS  Y12, Y11, Y3
 	VMOVUPS      64(AX), Y12
 	VMULPS       Y12, Y8, Y12
-	VFMADD231PS  168(SP), Y9, Y12
+	VFMADD231PS  64(R12), Y9, Y12
 	VMOVUPS      Y12, 64(AX)
 	VFMADD231PS  Y12, Y10, Y4
 	VFMADD231PS  Y12, Y11, Y5
 	VMOVUPS      96(AX), Y12
 	VMULPS       Y12, Y8, Y12
-	VFMADD231PS  200(SP), Y9, Y12
+	VFMADD231PS  96(R12), Y9, Y12
 	VMOVUPS      Y12, 96(AX)
 	VFMADD231PS  Y12, Y10, Y6
 	VFMADD231PS  Y12, Y11, Y7
@@ -9858,28 +11045,31 @@ stateKVbf16AVX2_notlast_2:
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         96(SP), AX
-	VBROADCASTSS (AX), Y4
-	VBROADCASTSS 8(AX), Y5
-	VBROADCASTSS 12(AX), Y6
-	MOVQ         80(SP), AX
-	MOVQ         88(SP), CX
-	VMOVUPS      (AX), Y7
+	LEAQ         104(SP), AX
+	ADDQ         $0x1f, AX
+	ANDQ         $-32, AX
+	MOVQ         96(SP), CX
+	VBROADCASTSS (CX), Y4
+	VBROADCASTSS 8(CX), Y5
+	VBROADCASTSS 12(CX), Y6
+	MOVQ         80(SP), CX
+	MOVQ         88(SP), DX
+	VMOVUPS      (CX), Y7
 	VFMADD213PS  Y0, Y4, Y0
 	VSUBPS       Y0, Y7, Y7
 	VMULPS       Y7, Y5, Y7
 	VFMADD213PS  Y1, Y4, Y1
 	VFMADD231PS  Y7, Y6, Y1
-	VMOVUPS      Y1, (CX)
-	VMOVUPS      Y7, 104(SP)
-	VMOVUPS      32(AX), Y0
+	VMOVUPS      Y1, (DX)
+	VMOVUPS      Y7, (AX)
+	VMOVUPS      32(CX), Y0
 	VFMADD213PS  Y2, Y4, Y2
 	VSUBPS       Y2, Y0, Y0
 	VMULPS       Y0, Y5, Y0
 	VFMADD213PS  Y3, Y4, Y3
 	VFMADD231PS  Y0, Y6, Y3
-	VMOVUPS      Y3, 32(CX)
-	VMOVUPS      Y0, 136(SP)
+	VMOVUPS      Y3, 32(DX)
+	VMOVUPS      Y0, 32(AX)
 	VXORPS       Y0, Y0, Y0
 	VXORPS       Y1, Y1, Y1
 	VXORPS       Y2, Y2, Y2
@@ -9918,6 +11108,9 @@ stateKVbf16AVX2_nostore_3:
 stateKVbf16AVX2_nocarry_3:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
+	LEAQ 104(SP), R12
+	ADDQ $0x1f, R12
+	ANDQ $-32, R12
 
 stateKVbf16AVX2_rows_3:
 	VBROADCASTSS (BX)(CX*4), Y5
@@ -9925,13 +11118,13 @@ stateKVbf16AVX2_rows_3:
 	VBROADCASTSS (DI)(CX*4), Y7
 	VMOVUPS      (AX), Y8
 	VFMADD213PS  Y8, Y4, Y8
-	VFMADD231PS  104(SP), Y5, Y8
+	VFMADD231PS  (R12), Y5, Y8
 	VMOVUPS      Y8, (AX)
 	VFMADD231PS  Y8, Y6, Y0
 	VFMADD231PS  Y8, Y7, Y1
 	VMOVUPS      32(AX), Y8
 	VFMADD213PS  Y8, Y4, Y8
-	VFMADD231PS  136(SP), Y5, Y8
+	VFMADD231PS  32(R12), Y5, Y8
 	VMOVUPS      Y8, 32(AX)
 	VFMADD231PS  Y8, Y6, Y2
 	VFMADD231PS  Y8, Y7, Y3
@@ -9984,28 +11177,31 @@ stateKVbf16AVX2_nocarryrow_3:
 stateKVbf16AVX2_far_2:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         96(SP), AX
-	VBROADCASTSS 4(AX), Y4
-	VBROADCASTSS 8(AX), Y5
-	VBROADCASTSS 12(AX), Y6
-	MOVQ         80(SP), AX
-	MOVQ         88(SP), CX
-	VMOVUPS      (AX), Y7
+	LEAQ         104(SP), AX
+	ADDQ         $0x1f, AX
+	ANDQ         $-32, AX
+	MOVQ         96(SP), CX
+	VBROADCASTSS 4(CX), Y4
+	VBROADCASTSS 8(CX), Y5
+	VBROADCASTSS 12(CX), Y6
+	MOVQ         80(SP), CX
+	MOVQ         88(SP), DX
+	VMOVUPS      (CX), Y7
 	VMULPS       Y0, Y4, Y0
 	VSUBPS       Y0, Y7, Y7
 	VMULPS       Y7, Y5, Y7
 	VMULPS       Y1, Y4, Y1
 	VFMADD231PS  Y7, Y6, Y1
-	VMOVUPS      Y1, (CX)
-	VMOVUPS      Y7, 104(SP)
-	VMOVUPS      32(AX), Y0
+	VMOVUPS      Y1, (DX)
+	VMOVUPS      Y7, (AX)
+	VMOVUPS      32(CX), Y0
 	VMULPS       Y2, Y4, Y2
 	VSUBPS       Y2, Y0, Y0
 	VMULPS       Y0, Y5, Y0
 	VMULPS       Y3, Y4, Y3
 	VFMADD231PS  Y0, Y6, Y3
-	VMOVUPS      Y3, 32(CX)
-	VMOVUPS      Y0, 136(SP)
+	VMOVUPS      Y3, 32(DX)
+	VMOVUPS      Y0, 32(AX)
 	VXORPS       Y0, Y0, Y0
 	VXORPS       Y1, Y1, Y1
 	VXORPS       Y2, Y2, Y2
@@ -10044,6 +11240,9 @@ stateKVbf16AVX2_nostore_4:
 stateKVbf16AVX2_nocarry_4:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
+	LEAQ 104(SP), R12
+	ADDQ $0x1f, R12
+	ANDQ $-32, R12
 
 stateKVbf16AVX2_rows_4:
 	VBROADCASTSS (BX)(CX*4), Y5
@@ -10051,13 +11250,13 @@ stateKVbf16AVX2_rows_4:
 	VBROADCASTSS (DI)(CX*4), Y7
 	VMOVUPS      (AX), Y8
 	VMULPS       Y8, Y4, Y8
-	VFMADD231PS  104(SP), Y5, Y8
+	VFMADD231PS  (R12), Y5, Y8
 	VMOVUPS      Y8, (AX)
 	VFMADD231PS  Y8, Y6, Y0
 	VFMADD231PS  Y8, Y7, Y1
 	VMOVUPS      32(AX), Y8
 	VMULPS       Y8, Y4, Y8
-	VFMADD231PS  136(SP), Y5, Y8
+	VFMADD231PS  32(R12), Y5, Y8
 	VMOVUPS      Y8, 32(AX)
 	VFMADD231PS  Y8, Y6, Y2
 	VFMADD231PS  Y8, Y7, Y3
@@ -10133,9 +11332,9 @@ stateKVbf16AVX2_span_2:
 	VMOVD        DX, X0
 	VPBROADCASTD X0, Y0
 	VPCMPGTD     iota<>+0(SB), Y0, Y0
-	VMOVUPS      Y0, 232(SP)
+	VMOVUPS      Y0, 264(SP)
 
-	// Any other block: 2 full vectors (the first 2 of them guarded), then the masked one.
+	// Any other block (1–23 columns): 2 full vectors guarded, then the masked one.
 	// Row bytes in work: whole vectors.
 	MOVQ AX, DX
 	ADDQ $0x07, DX
@@ -10150,15 +11349,15 @@ stateKVbf16AVX2_span_2:
 	VMOVD        DX, X0
 	VPBROADCASTD X0, X0
 	VPCMPGTD     iota<>+0(SB), X0, X0
-	VMOVDQU      X0, 264(SP)
+	VMOVDQU      X0, 296(SP)
 	DECQ         AX
-	MOVQ         AX, 312(SP)
+	MOVQ         AX, 344(SP)
 	VMOVDQU      iota<>+0(SB), X1
 	VPACKUSDW    iota<>+16(SB), X1, X1
 	VMOVD        AX, X0
 	VPBROADCASTW X0, X0
 	VPCMPEQW     X1, X0, X0
-	VMOVDQU      X0, 280(SP)
+	VMOVDQU      X0, 312(SP)
 	ADDQ         AX, AX
 	MOVQ         AX, DX
 	INCQ         DX
@@ -10166,7 +11365,7 @@ stateKVbf16AVX2_span_2:
 	ORQ          DX, AX
 	VMOVD        AX, X0
 	VPBROADCASTW X0, X0
-	VMOVDQU      X0, 296(SP)
+	VMOVDQU      X0, 328(SP)
 
 	// Block of up to 24 columns (rows in work of whole vectors): pass 0 loads it, with token 0's read.
 	MOVQ  K+0(FP), AX
@@ -10219,7 +11418,7 @@ stateKVbf16AVX2_spanback_1:
 	JMP  stateKVbf16AVX2_spanpast_1
 
 stateKVbf16AVX2_spanmasked_1:
-	VMOVUPS    232(SP), Y9
+	VMOVUPS    264(SP), Y9
 	LEAQ       (BX)(CX*4), R11
 	MOVQ       R11, R12
 	ANDQ       $0x00000fff, R12
@@ -10314,7 +11513,7 @@ stateKVbf16AVX2_spanback_2:
 	JMP  stateKVbf16AVX2_spanpast_2
 
 stateKVbf16AVX2_spanmasked_2:
-	VMOVDQU    264(SP), X8
+	VMOVDQU    296(SP), X8
 	LEAQ       (BX)(CX*2), R11
 	MOVQ       R11, R12
 	ANDQ       $0x00000fff, R12
@@ -10338,12 +11537,12 @@ stateKVbf16AVX2_mmslow_2:
 
 stateKVbf16AVX2_mmend_2:
 stateKVbf16AVX2_mmdone_2:
-	MOVQ         312(SP), R11
+	MOVQ         344(SP), R11
 	ADDQ         CX, R11
 	MOVWLZX      (BX)(R11*2), R11
 	VMOVD        R11, X9
 	VPBROADCASTW X9, X9
-	VMOVDQU      280(SP), X10
+	VMOVDQU      312(SP), X10
 	VPBLENDVB    X10, X9, X8, X8
 	VPMOVZXWD    X8, Y8
 	VPSLLD       $0x10, Y8, Y8
@@ -10394,32 +11593,35 @@ stateKVbf16AVX2_notlast_3:
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         96(SP), AX
-	VBROADCASTSS (AX), Y6
-	VBROADCASTSS 8(AX), Y7
-	VBROADCASTSS 12(AX), Y8
-	MOVQ         80(SP), AX
-	MOVQ         88(SP), DX
+	LEAQ         104(SP), AX
+	ADDQ         $0x1f, AX
+	ANDQ         $-32, AX
+	MOVQ         96(SP), DX
+	VBROADCASTSS (DX), Y6
+	VBROADCASTSS 8(DX), Y7
+	VBROADCASTSS 12(DX), Y8
+	MOVQ         80(SP), DX
+	MOVQ         88(SP), BX
 	CMPQ         CX, $0x00000000
 	JBE          stateKVbf16AVX2_spantail_3
-	VMOVUPS      (AX), Y9
+	VMOVUPS      (DX), Y9
 	VFMADD213PS  Y0, Y6, Y0
 	VSUBPS       Y0, Y9, Y9
 	VMULPS       Y9, Y7, Y9
 	VFMADD213PS  Y1, Y6, Y1
 	VFMADD231PS  Y9, Y8, Y1
-	VMOVUPS      Y1, (DX)
-	VMOVUPS      Y9, 104(SP)
+	VMOVUPS      Y1, (BX)
+	VMOVUPS      Y9, (AX)
 	CMPQ         CX, $0x00000008
 	JBE          stateKVbf16AVX2_spantail_3
-	VMOVUPS      32(AX), Y0
+	VMOVUPS      32(DX), Y0
 	VFMADD213PS  Y2, Y6, Y2
 	VSUBPS       Y2, Y0, Y0
 	VMULPS       Y0, Y7, Y0
 	VFMADD213PS  Y3, Y6, Y3
 	VFMADD231PS  Y0, Y8, Y3
-	VMOVUPS      Y3, 32(DX)
-	VMOVUPS      Y0, 136(SP)
+	VMOVUPS      Y3, 32(BX)
+	VMOVUPS      Y0, 32(AX)
 
 stateKVbf16AVX2_spantail_3:
 	CMPQ 24(SP), CX
@@ -10429,40 +11631,40 @@ stateKVbf16AVX2_spanback_3:
 	JMP stateKVbf16AVX2_spanpast_3
 
 stateKVbf16AVX2_spanmasked_3:
-	VMOVUPS    232(SP), Y1
-	LEAQ       (AX)(CX*4), AX
-	MOVQ       AX, BX
-	ANDQ       $0x00000fff, BX
-	CMPQ       BX, $0x00000fe0
+	VMOVUPS    264(SP), Y1
+	LEAQ       (DX)(CX*4), DX
+	MOVQ       DX, SI
+	ANDQ       $0x00000fff, SI
+	CMPQ       SI, $0x00000fe0
 	JA         stateKVbf16AVX2_mmslow_3
-	VMASKMOVPS (AX), Y1, Y0
+	VMASKMOVPS (DX), Y1, Y0
 	JMP        stateKVbf16AVX2_mmdone_3
 
 stateKVbf16AVX2_mmslow_3:
-	VMOVMSKPS    Y1, BX
+	VMOVMSKPS    Y1, SI
 	VBROADCASTSS zero<>+0(SB), Y0
 	VBROADCASTSS zero<>+0(SB), X1
-	BTL          $0x00, BX
+	BTL          $0x00, SI
 	JCC          stateKVbf16AVX2_mmend_3
-	VINSERTPS    $0x00, (AX), X0, X0
-	BTL          $0x01, BX
+	VINSERTPS    $0x00, (DX), X0, X0
+	BTL          $0x01, SI
 	JCC          stateKVbf16AVX2_mmend_3
-	VINSERTPS    $0x10, 4(AX), X0, X0
-	BTL          $0x02, BX
+	VINSERTPS    $0x10, 4(DX), X0, X0
+	BTL          $0x02, SI
 	JCC          stateKVbf16AVX2_mmend_3
-	VINSERTPS    $0x20, 8(AX), X0, X0
-	BTL          $0x03, BX
+	VINSERTPS    $0x20, 8(DX), X0, X0
+	BTL          $0x03, SI
 	JCC          stateKVbf16AVX2_mmend_3
-	VINSERTPS    $0x30, 12(AX), X0, X0
-	BTL          $0x04, BX
+	VINSERTPS    $0x30, 12(DX), X0, X0
+	BTL          $0x04, SI
 	JCC          stateKVbf16AVX2_mmend_3
-	VINSERTPS    $0x00, 16(AX), X1, X1
-	BTL          $0x05, BX
+	VINSERTPS    $0x00, 16(DX), X1, X1
+	BTL          $0x05, SI
 	JCC          stateKVbf16AVX2_mmend_3
-	VINSERTPS    $0x10, 20(AX), X1, X1
-	BTL          $0x06, BX
+	VINSERTPS    $0x10, 20(DX), X1, X1
+	BTL          $0x06, SI
 	JCC          stateKVbf16AVX2_mmend_3
-	VINSERTPS    $0x20, 24(AX), X1, X1
+	VINSERTPS    $0x20, 24(DX), X1, X1
 
 stateKVbf16AVX2_mmend_3:
 	VINSERTF128 $0x01, X1, Y0, Y0
@@ -10473,9 +11675,9 @@ stateKVbf16AVX2_mmdone_3:
 	VMULPS      Y0, Y7, Y0
 	VFMADD213PS Y5, Y6, Y5
 	VFMADD231PS Y0, Y8, Y5
-	VMOVUPS     232(SP), Y1
-	VMASKMOVPS  Y5, Y1, (DX)(CX*4)
-	VMOVUPS     Y0, 168(SP)
+	VMOVUPS     264(SP), Y1
+	VMASKMOVPS  Y5, Y1, (BX)(CX*4)
+	VMOVUPS     Y0, 64(AX)
 	JMP         stateKVbf16AVX2_spanback_3
 
 stateKVbf16AVX2_spanpast_3:
@@ -10519,6 +11721,9 @@ stateKVbf16AVX2_nostore_5:
 stateKVbf16AVX2_nocarry_5:
 	MOVQ V+8(FP), R9
 	SHLQ $0x02, R9
+	LEAQ 104(SP), R13
+	ADDQ $0x1f, R13
+	ANDQ $-32, R13
 
 stateKVbf16AVX2_rows_5:
 	VBROADCASTSS (SI)(DX*4), Y7
@@ -10528,7 +11733,7 @@ stateKVbf16AVX2_rows_5:
 	JBE          stateKVbf16AVX2_spantail_4
 	VMOVUPS      (AX), Y10
 	VFMADD213PS  Y10, Y6, Y10
-	VFMADD231PS  104(SP), Y7, Y10
+	VFMADD231PS  (R13), Y7, Y10
 	VMOVUPS      Y10, (AX)
 	VFMADD231PS  Y10, Y8, Y0
 	VFMADD231PS  Y10, Y9, Y1
@@ -10536,7 +11741,7 @@ stateKVbf16AVX2_rows_5:
 	JBE          stateKVbf16AVX2_spantail_4
 	VMOVUPS      32(AX), Y10
 	VFMADD213PS  Y10, Y6, Y10
-	VFMADD231PS  136(SP), Y7, Y10
+	VFMADD231PS  32(R13), Y7, Y10
 	VMOVUPS      Y10, 32(AX)
 	VFMADD231PS  Y10, Y8, Y2
 	VFMADD231PS  Y10, Y9, Y3
@@ -10615,7 +11820,7 @@ stateKVbf16AVX2_nocarryrow_5:
 stateKVbf16AVX2_spanmasked_4:
 	VMOVUPS     (AX)(CX*4), Y10
 	VFMADD213PS Y10, Y6, Y10
-	VFMADD231PS 168(SP), Y7, Y10
+	VFMADD231PS 64(R13), Y7, Y10
 	VMOVUPS     Y10, (AX)(CX*4)
 	VFMADD231PS Y10, Y8, Y4
 	VFMADD231PS Y10, Y9, Y5
@@ -10637,14 +11842,14 @@ stateKVbf16AVX2_spanmasked_5:
 	VPBLENDVB    Y10, Y8, Y7, Y7
 	VEXTRACTI128 $0x01, Y7, X8
 	VPACKUSDW    X8, X7, X8
-	VMOVDQU      X8, 320(SP)
-	VMOVDQU      320(SP), X7
-	VMOVDQU      264(SP), X8
+	VMOVDQU      X8, 352(SP)
+	VMOVDQU      352(SP), X7
+	VMOVDQU      296(SP), X8
 	VPMASKMOVD   X7, X8, (R10)(CX*2)
-	VPSHUFB      296(SP), X7, X7
-	MOVQ         312(SP), R13
-	ADDQ         CX, R13
-	VPEXTRW      $0x00, X7, (R10)(R13*2)
+	VPSHUFB      328(SP), X7, X7
+	MOVQ         344(SP), R14
+	ADDQ         CX, R14
+	VPEXTRW      $0x00, X7, (R10)(R14*2)
 	JMP          stateKVbf16AVX2_spanback_5
 
 stateKVbf16AVX2_spanpast_5:
@@ -10652,7 +11857,7 @@ stateKVbf16AVX2_spanpast_5:
 
 stateKVbf16AVX2_spanmasked_6:
 	VMOVUPS    (AX)(CX*4), Y7
-	VMOVUPS    232(SP), Y8
+	VMOVUPS    264(SP), Y8
 	VMASKMOVPS Y7, Y8, (R12)(CX*4)
 	JMP        stateKVbf16AVX2_spanback_6
 
@@ -10662,32 +11867,35 @@ stateKVbf16AVX2_spanpast_6:
 stateKVbf16AVX2_far_3:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         96(SP), AX
-	VBROADCASTSS 4(AX), Y6
-	VBROADCASTSS 8(AX), Y7
-	VBROADCASTSS 12(AX), Y8
-	MOVQ         80(SP), AX
-	MOVQ         88(SP), DX
+	LEAQ         104(SP), AX
+	ADDQ         $0x1f, AX
+	ANDQ         $-32, AX
+	MOVQ         96(SP), DX
+	VBROADCASTSS 4(DX), Y6
+	VBROADCASTSS 8(DX), Y7
+	VBROADCASTSS 12(DX), Y8
+	MOVQ         80(SP), DX
+	MOVQ         88(SP), BX
 	CMPQ         CX, $0x00000000
 	JBE          stateKVbf16AVX2_spantail_7
-	VMOVUPS      (AX), Y9
+	VMOVUPS      (DX), Y9
 	VMULPS       Y0, Y6, Y0
 	VSUBPS       Y0, Y9, Y9
 	VMULPS       Y9, Y7, Y9
 	VMULPS       Y1, Y6, Y1
 	VFMADD231PS  Y9, Y8, Y1
-	VMOVUPS      Y1, (DX)
-	VMOVUPS      Y9, 104(SP)
+	VMOVUPS      Y1, (BX)
+	VMOVUPS      Y9, (AX)
 	CMPQ         CX, $0x00000008
 	JBE          stateKVbf16AVX2_spantail_7
-	VMOVUPS      32(AX), Y0
+	VMOVUPS      32(DX), Y0
 	VMULPS       Y2, Y6, Y2
 	VSUBPS       Y2, Y0, Y0
 	VMULPS       Y0, Y7, Y0
 	VMULPS       Y3, Y6, Y3
 	VFMADD231PS  Y0, Y8, Y3
-	VMOVUPS      Y3, 32(DX)
-	VMOVUPS      Y0, 136(SP)
+	VMOVUPS      Y3, 32(BX)
+	VMOVUPS      Y0, 32(AX)
 
 stateKVbf16AVX2_spantail_7:
 	CMPQ 24(SP), CX
@@ -10697,40 +11905,40 @@ stateKVbf16AVX2_spanback_7:
 	JMP stateKVbf16AVX2_spanpast_7
 
 stateKVbf16AVX2_spanmasked_7:
-	VMOVUPS    232(SP), Y1
-	LEAQ       (AX)(CX*4), AX
-	MOVQ       AX, BX
-	ANDQ       $0x00000fff, BX
-	CMPQ       BX, $0x00000fe0
+	VMOVUPS    264(SP), Y1
+	LEAQ       (DX)(CX*4), DX
+	MOVQ       DX, SI
+	ANDQ       $0x00000fff, SI
+	CMPQ       SI, $0x00000fe0
 	JA         stateKVbf16AVX2_mmslow_4
-	VMASKMOVPS (AX), Y1, Y0
+	VMASKMOVPS (DX), Y1, Y0
 	JMP        stateKVbf16AVX2_mmdone_4
 
 stateKVbf16AVX2_mmslow_4:
-	VMOVMSKPS    Y1, BX
+	VMOVMSKPS    Y1, SI
 	VBROADCASTSS zero<>+0(SB), Y0
 	VBROADCASTSS zero<>+0(SB), X1
-	BTL          $0x00, BX
+	BTL          $0x00, SI
 	JCC          stateKVbf16AVX2_mmend_4
-	VINSERTPS    $0x00, (AX), X0, X0
-	BTL          $0x01, BX
+	VINSERTPS    $0x00, (DX), X0, X0
+	BTL          $0x01, SI
 	JCC          stateKVbf16AVX2_mmend_4
-	VINSERTPS    $0x10, 4(AX), X0, X0
-	BTL          $0x02, BX
+	VINSERTPS    $0x10, 4(DX), X0, X0
+	BTL          $0x02, SI
 	JCC          stateKVbf16AVX2_mmend_4
-	VINSERTPS    $0x20, 8(AX), X0, X0
-	BTL          $0x03, BX
+	VINSERTPS    $0x20, 8(DX), X0, X0
+	BTL          $0x03, SI
 	JCC          stateKVbf16AVX2_mmend_4
-	VINSERTPS    $0x30, 12(AX), X0, X0
-	BTL          $0x04, BX
+	VINSERTPS    $0x30, 12(DX), X0, X0
+	BTL          $0x04, SI
 	JCC          stateKVbf16AVX2_mmend_4
-	VINSERTPS    $0x00, 16(AX), X1, X1
-	BTL          $0x05, BX
+	VINSERTPS    $0x00, 16(DX), X1, X1
+	BTL          $0x05, SI
 	JCC          stateKVbf16AVX2_mmend_4
-	VINSERTPS    $0x10, 20(AX), X1, X1
-	BTL          $0x06, BX
+	VINSERTPS    $0x10, 20(DX), X1, X1
+	BTL          $0x06, SI
 	JCC          stateKVbf16AVX2_mmend_4
-	VINSERTPS    $0x20, 24(AX), X1, X1
+	VINSERTPS    $0x20, 24(DX), X1, X1
 
 stateKVbf16AVX2_mmend_4:
 	VINSERTF128 $0x01, X1, Y0, Y0
@@ -10741,9 +11949,9 @@ stateKVbf16AVX2_mmdone_4:
 	VMULPS      Y0, Y7, Y0
 	VMULPS      Y5, Y6, Y5
 	VFMADD231PS Y0, Y8, Y5
-	VMOVUPS     232(SP), Y1
-	VMASKMOVPS  Y5, Y1, (DX)(CX*4)
-	VMOVUPS     Y0, 168(SP)
+	VMOVUPS     264(SP), Y1
+	VMASKMOVPS  Y5, Y1, (BX)(CX*4)
+	VMOVUPS     Y0, 64(AX)
 	JMP         stateKVbf16AVX2_spanback_7
 
 stateKVbf16AVX2_spanpast_7:
@@ -10787,6 +11995,9 @@ stateKVbf16AVX2_nostore_6:
 stateKVbf16AVX2_nocarry_6:
 	MOVQ V+8(FP), R9
 	SHLQ $0x02, R9
+	LEAQ 104(SP), R13
+	ADDQ $0x1f, R13
+	ANDQ $-32, R13
 
 stateKVbf16AVX2_rows_6:
 	VBROADCASTSS (SI)(DX*4), Y7
@@ -10796,7 +12007,7 @@ stateKVbf16AVX2_rows_6:
 	JBE          stateKVbf16AVX2_spantail_8
 	VMOVUPS      (AX), Y10
 	VMULPS       Y10, Y6, Y10
-	VFMADD231PS  104(SP), Y7, Y10
+	VFMADD231PS  (R13), Y7, Y10
 	VMOVUPS      Y10, (AX)
 	VFMADD231PS  Y10, Y8, Y0
 	VFMADD231PS  Y10, Y9, Y1
@@ -10804,7 +12015,7 @@ stateKVbf16AVX2_rows_6:
 	JBE          stateKVbf16AVX2_spantail_8
 	VMOVUPS      32(AX), Y10
 	VMULPS       Y10, Y6, Y10
-	VFMADD231PS  136(SP), Y7, Y10
+	VFMADD231PS  32(R13), Y7, Y10
 	VMOVUPS      Y10, 32(AX)
 	VFMADD231PS  Y10, Y8, Y2
 	VFMADD231PS  Y10, Y9, Y3
@@ -10883,7 +12094,7 @@ stateKVbf16AVX2_nocarryrow_6:
 stateKVbf16AVX2_spanmasked_8:
 	VMOVUPS     (AX)(CX*4), Y10
 	VMULPS      Y10, Y6, Y10
-	VFMADD231PS 168(SP), Y7, Y10
+	VFMADD231PS 64(R13), Y7, Y10
 	VMOVUPS     Y10, (AX)(CX*4)
 	VFMADD231PS Y10, Y8, Y4
 	VFMADD231PS Y10, Y9, Y5
@@ -10905,14 +12116,14 @@ stateKVbf16AVX2_spanmasked_9:
 	VPBLENDVB    Y10, Y8, Y7, Y7
 	VEXTRACTI128 $0x01, Y7, X8
 	VPACKUSDW    X8, X7, X8
-	VMOVDQU      X8, 320(SP)
-	VMOVDQU      320(SP), X7
-	VMOVDQU      264(SP), X8
+	VMOVDQU      X8, 352(SP)
+	VMOVDQU      352(SP), X7
+	VMOVDQU      296(SP), X8
 	VPMASKMOVD   X7, X8, (R10)(CX*2)
-	VPSHUFB      296(SP), X7, X7
-	MOVQ         312(SP), R13
-	ADDQ         CX, R13
-	VPEXTRW      $0x00, X7, (R10)(R13*2)
+	VPSHUFB      328(SP), X7, X7
+	MOVQ         344(SP), R14
+	ADDQ         CX, R14
+	VPEXTRW      $0x00, X7, (R10)(R14*2)
 	JMP          stateKVbf16AVX2_spanback_9
 
 stateKVbf16AVX2_spanpast_9:
@@ -10920,7 +12131,7 @@ stateKVbf16AVX2_spanpast_9:
 
 stateKVbf16AVX2_spanmasked_10:
 	VMOVUPS    (AX)(CX*4), Y7
-	VMOVUPS    232(SP), Y8
+	VMOVUPS    264(SP), Y8
 	VMASKMOVPS Y7, Y8, (R12)(CX*4)
 	JMP        stateKVbf16AVX2_spanback_10
 

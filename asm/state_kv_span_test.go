@@ -70,15 +70,11 @@ func TestSpans(t *testing.T) {
 		}
 	}
 
-	// Tokens AVX-512: a block of wd ≤ 64 columns is the full block (64), one masked ZMM (≤ 16),
-	// or the span [spanFixed, spanVecs] (then the masked one: nfull = (wd − 1) >> 4).
-	g := variant{a: avx512}
-	for wd := 17; wd < 64; wd++ {
-		if nfull := (wd - 1) >> 4; nfull < g.spanFixed() || nfull > g.spanVecs() {
-			t.Fatalf("tokens AVX-512 block of %d columns: %d full ZMM, the span serves %d–%d", wd, nfull, g.spanFixed(), g.spanVecs())
+	// Single-token AVX-512: the model widths are fixed blocks, the odd shape's is too, and none is
+	// also the masked tail's (V = 128 is not 16·nfull + a masked vector's 1–16 lanes of a span).
+	for _, nv := range modelVecs {
+		if nv == oddVecs || nv > avx512.blockVecs {
+			t.Fatalf("modelVecs %v: %d", modelVecs, nv)
 		}
-	}
-	if g := (variant{a: avx2}); g.spanVecs() != narrowSpan || g.spanFixed() != 0 {
-		t.Fatalf("tokens AVX2 span: %d full YMM from %d", g.spanVecs(), g.spanFixed())
 	}
 }

@@ -6,14 +6,15 @@ package main
 // # Structure
 //
 // The columns are cut into blocks of at most kvBlockVecs vectors (64 columns for AVX-512, 32 for
-// AVX2; fewer when K is large, so that K rows of a block fit kvWork bytes). Three shapes are
-// emitted: the full block of kvBlockVecs vectors (K ≤ 128 / 256: every block of V = 64·n / 32·n),
-// the tail of the odd 96×80 (AVX-512 one masked ZMM, AVX2 16 columns), both without a guard, and
-// one span (state_kv_span.go) for every other width: AVX-512 1 full ZMM, 2 guarded and the masked
-// one, AVX2 2 full YMM guarded and a VMASKMOVPS one for the last w mod 8 (blocks of 24–31
-// columns are cut to 16). A guard never taken still cost 1–3 % in these loops (they are short:
-// their per-row work is a few vectors), hence the fixed shapes. A block lives in the work (kvWork
-// bytes, in L1) for all of the call's tokens:
+// AVX2; fewer when K is large, so that K rows of a block fit kvWork bytes). AVX-512: the full
+// block of 4 ZMM, then blocks of 1–3 ZMM, the last masked (each the full block of some K: ≤ 170,
+// ≤ 256, ≤ 512; or a tail: the odd 96×80's is 1 ZMM), all fixed: a span would save nothing.
+// AVX2: the full block of 4 YMM, a block of 16 columns (the odd shape's tail), both fixed, and one
+// span (state_kv_span.go) for every other width: 2 full YMM guarded and a VMASKMOVPS one for the
+// last w mod 8 (blocks of 24–31 columns are cut to 16), which replaced 1–3 YMM and 7 narrow
+// shapes of an XMM and scalars. A guard never taken still cost 1–3 % in these loops (they are
+// short: their per-row work is a few vectors), hence the fixed shapes where the models are. A
+// block lives in the work (kvWork bytes, in L1) for all of the call's tokens:
 //
 //	pass 0:      load the block from src (widened for bf16; from src32 when it is given) into
 //	             the work, accumulating token 0's Sᵀk̂ and Sᵀq̂ on the way
@@ -58,7 +59,8 @@ type kvGen struct {
 	work                          Mem // aligned pointer to the block
 	cols, j0, wcols, nvb, rb      Mem // V − j0 left, the block's first column, its width, vectors per full block, its row bytes in work
 	tau, kp, knp, qnp, vp, op, tp Mem // per token: τ, k̂_τ, k̂_τ+1, q̂_τ+1, v_τ + j0, o_τ + j0, tok_τ
-	dslots                        Mem // δ of the block's vectors (deltaInFrame)
+	dslots                        Mem // δ of the block's vectors (deltaInFrame), at dp: its first 32-byte boundary
+	dp                            GPVirtual
 	lane                          Mem // AVX2: the VMASKMOVPS lane mask of the block's last w mod 8 columns
 	// AVX2 bf16: the last w mod 8 bf16 columns (see widenTail, storeTail): the mask of their
 	// pairs (dwords), of the word of the last one, the VPSHUFB control that moves that word to
@@ -79,23 +81,6 @@ func (v variant) deltaInFrame() bool { return v.a.regs < 32 }
 // and stores (opmasks have word granules).
 func (v variant) narrowBF16() bool { return v.bf16 && !v.a.masks }
 
-// spanVecs and spanFixed are the numbers of full vectors of the span of a block that is neither
-// a full block nor (AVX-512) a block of one vector, and of those always live: AVX-512 3 and 1
-// (2 to 4 vectors, the last masked), AVX2 narrowSpan and 0 (1 to 23 columns).
-func (v variant) spanVecs() int {
-	if v.a.maskedLast() {
-		return kvBlockVecs - 1
-	}
-	return narrowSpan
-}
-
-func (v variant) spanFixed() int {
-	if v.a.maskedLast() {
-		return 1
-	}
-	return 0
-}
-
 func stateKVTokens(vr variant) {
 	g := &kvGen{variant: vr}
 	a := vr.a
@@ -108,7 +93,7 @@ func stateKVTokens(vr variant) {
 	g.work, g.cols, g.j0, g.wcols, g.nvb, g.rb = AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8)
 	g.tau, g.kp, g.knp, g.qnp, g.vp, g.op, g.tp = AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8)
 	if vr.deltaInFrame() {
-		g.dslots = AllocLocal(32 * kvBlockVecs)
+		g.dslots = AllocLocal(32*kvBlockVecs + 32)
 	}
 	if !a.masks {
 		g.lane = AllocLocal(32)
@@ -165,14 +150,37 @@ func stateKVTokens(vr variant) {
 		CMOVQCC(x, wd)
 	}
 	MOVQ(wd, g.wcols)
-	Commentf("A block of %d columns (the full one when K ≤ %d): %d full vectors.", a.lanes*kvBlockVecs, kvWork/(4*a.lanes*kvBlockVecs), kvBlockVecs)
-	spanLab, next := label("span"), label("blockdone")
-	CMPQ(wd, U32(a.lanes*kvBlockVecs))
-	JNE(LabelRef(spanLab))
-	g.block(fixedSpan(a, vecBlock(a.lanes, kvBlockVecs)))
-	JMP(LabelRef(next))
-	Label(spanLab)
-	if !a.maskedLast() {
+	next := label("blockdone")
+	if a.maskedLast() {
+		// 1 to 4 ZMM, the last masked: the full blocks of every K (4: K ≤ 128, 3: ≤ 170, 2: ≤ 256,
+		// 1: ≤ 512), the odd shape's tail (1) and the other tails. A span would save nothing here:
+		// each of these shapes is the full block of some K.
+		n := splitWidth(a, wd, g.lane)
+		Comment("1 to 4 ZMM, the last masked (every full block, every tail), no guard.")
+		var labs []string
+		for nv := 1; nv <= kvBlockVecs; nv++ {
+			labs = append(labs, label(fmt.Sprintf("masked%d", nv)))
+		}
+		for nv := 1; nv < kvBlockVecs; nv++ {
+			CMPQ(n, U32(a.lanes*(nv-1)))
+			JE(LabelRef(labs[nv-1]))
+		}
+		JMP(LabelRef(labs[kvBlockVecs-1]))
+		for nv := 1; nv <= kvBlockVecs; nv++ {
+			Label(labs[nv-1])
+			g.block(fixedSpan(a, maskedBlock(nv)))
+			if nv < kvBlockVecs {
+				JMP(LabelRef(next))
+			}
+		}
+	} else {
+		Commentf("A block of %d columns (the full one when K ≤ %d): %d full vectors.", a.lanes*kvBlockVecs, kvWork/(4*a.lanes*kvBlockVecs), kvBlockVecs)
+		spanLab := label("span")
+		CMPQ(wd, U32(a.lanes*kvBlockVecs))
+		JNE(LabelRef(spanLab))
+		g.block(fixedSpan(a, vecBlock(a.lanes, kvBlockVecs)))
+		JMP(LabelRef(next))
+		Label(spanLab)
 		cutWidth(a, wd)
 		MOVQ(wd, g.wcols)
 		Commentf("A block of %d columns (V = 80: the 16 after 64): %d full vectors, no guard.", a.lanes*narrowSpan, narrowSpan)
@@ -182,31 +190,22 @@ func stateKVTokens(vr variant) {
 		g.block(fixedSpan(a, vecBlock(a.lanes, narrowSpan)))
 		JMP(LabelRef(next))
 		Label(spanLab)
+		n := splitWidth(a, wd, g.lane)
+		Commentf("Any other block (1–23 columns): %d full vectors guarded, then the masked one.", narrowSpan)
+		{
+			Commentf("Row bytes in work: whole vectors.")
+			x := GP64()
+			MOVQ(wd, x)
+			ADDQ(U8(a.lanes-1), x)
+			ANDQ(I8(-a.lanes), x)
+			SHLQ(U8(2), x)
+			MOVQ(x, g.rb)
+		}
+		if vr.narrowBF16() {
+			g.narrowMasks(wd, n)
+		}
+		g.block(guardedSpan(a, narrowSpan, 0, n, g.wcols, &g.lane))
 	}
-	n := splitWidth(a, wd, g.lane)
-	if a.maskedLast() {
-		Comment("A block of 1 vector (V = 80: the 16 columns after 64), masked: no guard.")
-		spanLab = label("span")
-		CMPQ(wd, U32(a.lanes))
-		JA(LabelRef(spanLab))
-		g.block(fixedSpan(a, maskedBlock(1)))
-		JMP(LabelRef(next))
-		Label(spanLab)
-	}
-	Commentf("Any other block: %d full vectors (the first %d of them guarded), then the masked one.", g.spanVecs(), g.spanVecs()-g.spanFixed())
-	{
-		Commentf("Row bytes in work: whole vectors.")
-		x := GP64()
-		MOVQ(wd, x)
-		ADDQ(U8(a.lanes-1), x)
-		ANDQ(I8(-a.lanes), x)
-		SHLQ(U8(2), x)
-		MOVQ(x, g.rb)
-	}
-	if vr.narrowBF16() {
-		g.narrowMasks(wd, n)
-	}
-	g.block(guardedSpan(a, g.spanVecs(), g.spanFixed(), n, g.wcols, &g.lane))
 	Label(next)
 	{
 		x := GP64()
@@ -473,6 +472,7 @@ func (g *kvGen) token(s span, f form, accK, accQ []VecVirtual, cOff int) {
 	Comment("δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.")
 	c := a.vec()
 	d := make([]VecVirtual, len(ps)) // δ in registers, or nil: in the frame (deltaInFrame)
+	g.alignDelta()
 	{
 		beta, kq := a.vec(), a.vec()
 		tp, vp, op := GP64(), GP64(), GP64()
@@ -546,6 +546,7 @@ func (g *kvGen) token(s span, f form, accK, accQ []VecVirtual, cOff int) {
 		Load(Param("V"), cStride)
 		SHLQ(U8(2), cStride)
 	}
+	g.alignDelta() // again: not live across the setup of the stores
 	loop := label("rows")
 	Label(loop)
 	bk, bkn, bqn := a.vec(), a.vec(), a.vec()
@@ -619,8 +620,19 @@ func fmaMem(p piece, m Mem, b, acc VecVirtual) {
 	VFMADD231PS(m, p.view(b), p.view(acc))
 }
 
-func (g *kvGen) dslot(t int) Mem {
-	m := g.dslots
-	m.Disp += 32 * t
-	return m
+// alignDelta points dp at the first 32-byte boundary of dslots (deltaInFrame): a 32-byte
+// operand that straddles a cache line costs a second access. With the slots at whatever SP
+// offset the frame gave them (8 mod 32 after a slot was added) the AVX2 bf16 routine ran
+// 0.6–1.3 % slower at T = 1 than with them 32 bytes from SP, by the caller's SP; aligned, the
+// same or 2 % faster (A/B in one process).
+func (g *kvGen) alignDelta() {
+	if !g.deltaInFrame() {
+		return
+	}
+	g.dp = GP64()
+	LEAQ(g.dslots, g.dp)
+	ADDQ(U8(31), g.dp)
+	ANDQ(I8(-32), g.dp)
 }
+
+func (g *kvGen) dslot(t int) Mem { return Mem{Base: g.dp, Disp: 32 * t} }
