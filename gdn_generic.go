@@ -54,9 +54,10 @@ var genericImpl = impl{
 const l2Eps = 1e-6
 
 // headGates returns beta = sigmoid(b), em1 = expm1(g) and eg = exp(g) for
-// g = −exp(aLog)·softplus(a + dtBias), softplus(x) = x for x > 20, else log1p(exp(x)); evaluated
-// in float64, each rounded once.
-func headGates(b, a, aLog, dtBias float64) (beta, em1, eg float32) {
+// g = −expALog·softplus(a + dtBias), expALog = exp(A_log) of the head (computed once per head by
+// the caller), softplus(x) = x for x > 20, else log1p(exp(x)); evaluated in float64, each rounded
+// once.
+func headGates(b, a, expALog, dtBias float64) (beta, em1, eg float32) {
 	beta = float32(1 / (1 + math.Exp(-b)))
 	x := a + dtBias
 	sp := x
@@ -65,7 +66,7 @@ func headGates(b, a, aLog, dtBias float64) (beta, em1, eg float32) {
 	}
 	// One exponential of g: where eg ≥ 0.5, expm1(g) (1 + expm1(g) is exp(g) to within 2⁻⁵³);
 	// below, exp(g) (eg − 1 loses nothing there, while 1 + expm1(g) would lose eg's digits).
-	g := -math.Exp(aLog) * sp
+	g := -expALog * sp
 	if g >= ln2Half {
 		em1d := math.Expm1(g)
 		return beta, float32(em1d), float32(1 + em1d)
