@@ -624,8 +624,8 @@ func (d *driver) prepareQK(c0, c1, hk int) {
 		qq, kk, qk := d.im.l2(q, k)
 		rq := 1 / math.Sqrt(qq+l2Eps) * invSqrtK
 		rk := 1 / math.Sqrt(kk+l2Eps)
-		scale(s.qh[τ*K:(τ+1)*K:(τ+1)*K], q, float32(rq))
-		scale(s.kh[τ*K:(τ+1)*K:(τ+1)*K], k, float32(rk))
+		d.im.scale(s.qh[τ*K:(τ+1)*K:(τ+1)*K], q, float32(rq))
+		d.im.scale(s.kh[τ*K:(τ+1)*K:(τ+1)*K], k, float32(rk))
 		s.kq[τ] = float32(qk * rq * rk)
 	}
 }

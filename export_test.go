@@ -6,15 +6,18 @@ import "unsafe"
 // the kernels with internal/kerneltest: that package imports gdnsimd, so gdnsimd's internal tests
 // could not import it.
 
-// Pieces are the three vector pieces of one kernel (see impl).
+// Pieces are the vector pieces of one kernel (see impl).
 type Pieces struct {
 	State func(sIn, sOut, kh, qh, v, o []float32, em1, eg, beta, kq float32)
 	Gate  func(o, z, w []float32, eps float32, out []uint16, outF []float32)
 	L2    func(q, k []float32) (qq, kk, kq float64)
+	Scale func(dst, src []float32, f float32)
 }
 
 // PiecesOf returns k's pieces; PiecesOf of the "generic" kernel is the reference.
-func PiecesOf(k Kernel) Pieces { return Pieces{State: k.im.state, Gate: k.im.gate, L2: k.im.l2} }
+func PiecesOf(k Kernel) Pieces {
+	return Pieces{State: k.im.state, Gate: k.im.gate, L2: k.im.l2, Scale: k.im.scale}
+}
 
 // Tokens are a kernel's state routines over T tokens in the flat signature of the assembly
 // (tokensF32, tokensBF16 in tokens_generic.go), by layout (KV, VK); nil where the kernel has none.

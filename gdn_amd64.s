@@ -3550,6 +3550,52 @@ l2AVX512_l2reduce_1:
 	VZEROUPPER
 	RET
 
+// func scaleAVX512(dst []float32, src []float32, s float32)
+// Requires: AVX, AVX512F
+TEXT ·scaleAVX512(SB), NOSPLIT, $0-52
+	MOVQ         dst_base+0(FP), AX
+	MOVQ         src_base+24(FP), CX
+	MOVQ         src_len+32(FP), DX
+	VBROADCASTSS s+48(FP), Z0
+
+scaleAVX512_scale4_1:
+	CMPQ    DX, $0x00000040
+	JB      scaleAVX512_scale1_1
+	VMULPS  (CX), Z0, Z1
+	VMOVUPS Z1, (AX)
+	VMULPS  64(CX), Z0, Z1
+	VMOVUPS Z1, 64(AX)
+	VMULPS  128(CX), Z0, Z1
+	VMOVUPS Z1, 128(AX)
+	VMULPS  192(CX), Z0, Z1
+	VMOVUPS Z1, 192(AX)
+	ADDQ    $0x00000100, CX
+	ADDQ    $0x00000100, AX
+	SUBQ    $0x00000040, DX
+	JMP     scaleAVX512_scale4_1
+
+scaleAVX512_scale1_1:
+	CMPQ    DX, $0x00000010
+	JB      scaleAVX512_scaletail_1
+	VMULPS  (CX), Z0, Z1
+	VMOVUPS Z1, (AX)
+	ADDQ    $0x00000040, CX
+	ADDQ    $0x00000040, AX
+	SUBQ    $0x00000010, DX
+	JMP     scaleAVX512_scale1_1
+
+scaleAVX512_scaletail_1:
+	TESTQ        DX, DX
+	JZ           scaleAVX512_scaledone_1
+	VPBROADCASTD DX, Z1
+	VPCMPGTD     iota<>+0(SB), Z1, K1
+	VMULPS.Z     (CX), Z0, K1, Z0
+	VMOVUPS      Z0, K1, (AX)
+
+scaleAVX512_scaledone_1:
+	VZEROUPPER
+	RET
+
 // func stateAVX2(sIn []float32, sOut []float32, kh []float32, qh []float32, v []float32, o []float32, em1 float32, eg float32, beta float32, kq float32)
 // Requires: AVX, AVX2, CMOV, FMA3, MMX+
 TEXT ·stateAVX2(SB), NOSPLIT, $272-160
@@ -6274,6 +6320,56 @@ l2AVX2_l2reduce_1:
 	VPERMILPD    $0x01, X0, X1
 	VADDSD       X1, X0, X0
 	VMOVSD       X0, kq+64(FP)
+	VZEROUPPER
+	RET
+
+// func scaleAVX2(dst []float32, src []float32, s float32)
+// Requires: AVX
+TEXT ·scaleAVX2(SB), NOSPLIT, $0-52
+	MOVQ         dst_base+0(FP), AX
+	MOVQ         src_base+24(FP), CX
+	MOVQ         src_len+32(FP), DX
+	VBROADCASTSS s+48(FP), Y0
+
+scaleAVX2_scale4_1:
+	CMPQ    DX, $0x00000020
+	JB      scaleAVX2_scale1_1
+	VMULPS  (CX), Y0, Y1
+	VMOVUPS Y1, (AX)
+	VMULPS  32(CX), Y0, Y1
+	VMOVUPS Y1, 32(AX)
+	VMULPS  64(CX), Y0, Y1
+	VMOVUPS Y1, 64(AX)
+	VMULPS  96(CX), Y0, Y1
+	VMOVUPS Y1, 96(AX)
+	ADDQ    $0x00000080, CX
+	ADDQ    $0x00000080, AX
+	SUBQ    $0x00000020, DX
+	JMP     scaleAVX2_scale4_1
+
+scaleAVX2_scale1_1:
+	CMPQ    DX, $0x00000008
+	JB      scaleAVX2_scaletail_1
+	VMULPS  (CX), Y0, Y1
+	VMOVUPS Y1, (AX)
+	ADDQ    $0x00000020, CX
+	ADDQ    $0x00000020, AX
+	SUBQ    $0x00000008, DX
+	JMP     scaleAVX2_scale1_1
+
+scaleAVX2_scaletail_1:
+	TESTQ DX, DX
+	JZ    scaleAVX2_scaledone_1
+
+scaleAVX2_scalescalar_1:
+	VMULSS (CX), X0, X1
+	VMOVSS X1, (AX)
+	ADDQ   $0x04, CX
+	ADDQ   $0x04, AX
+	DECQ   DX
+	JNZ    scaleAVX2_scalescalar_1
+
+scaleAVX2_scaledone_1:
 	VZEROUPPER
 	RET
 
@@ -23879,42 +23975,6 @@ stateVKbf16AVX2_done_1:
 	VZEROUPPER
 	RET
 
-// func scaleInPlaceAVX512(x []float32, s float32)
-// Requires: AVX, AVX512F
-TEXT ·scaleInPlaceAVX512(SB), NOSPLIT, $0-28
-	MOVQ         x_base+0(FP), AX
-	MOVQ         x_len+8(FP), CX
-	VBROADCASTSS s+24(FP), Z0
-
-scaleInPlaceAVX512_scale_1:
-	CMPQ    CX, $0x00000040
-	JB      scaleInPlaceAVX512_scaletail_1
-	VMULPS  (AX), Z0, Z1
-	VMOVUPS Z1, (AX)
-	VMULPS  64(AX), Z0, Z1
-	VMOVUPS Z1, 64(AX)
-	VMULPS  128(AX), Z0, Z1
-	VMOVUPS Z1, 128(AX)
-	VMULPS  192(AX), Z0, Z1
-	VMOVUPS Z1, 192(AX)
-	ADDQ    $0x00000100, AX
-	SUBQ    $0x00000040, CX
-	JMP     scaleInPlaceAVX512_scale_1
-
-scaleInPlaceAVX512_scaletail_1:
-scaleInPlaceAVX512_scalescalar_1:
-	TESTQ  CX, CX
-	JZ     scaleInPlaceAVX512_scaledone_1
-	VMULSS (AX), X0, X1
-	VMOVSS X1, (AX)
-	ADDQ   $0x04, AX
-	DECQ   CX
-	JMP    scaleInPlaceAVX512_scalescalar_1
-
-scaleInPlaceAVX512_scaledone_1:
-	VZEROUPPER
-	RET
-
 // func fmaLoopAVX512(n int)
 // Requires: AVX, AVX512F
 TEXT ·fmaLoopAVX512(SB), NOSPLIT, $0-8
@@ -23965,42 +24025,6 @@ fmaLoopAVX512_fmadone_1:
 	VADDPS Z9, Z12, Z12
 	VADDPS Z10, Z12, Z12
 	VADDPS Z11, Z12, Z12
-	VZEROUPPER
-	RET
-
-// func scaleInPlaceAVX2(x []float32, s float32)
-// Requires: AVX
-TEXT ·scaleInPlaceAVX2(SB), NOSPLIT, $0-28
-	MOVQ         x_base+0(FP), AX
-	MOVQ         x_len+8(FP), CX
-	VBROADCASTSS s+24(FP), Y0
-
-scaleInPlaceAVX2_scale_1:
-	CMPQ    CX, $0x00000020
-	JB      scaleInPlaceAVX2_scaletail_1
-	VMULPS  (AX), Y0, Y1
-	VMOVUPS Y1, (AX)
-	VMULPS  32(AX), Y0, Y1
-	VMOVUPS Y1, 32(AX)
-	VMULPS  64(AX), Y0, Y1
-	VMOVUPS Y1, 64(AX)
-	VMULPS  96(AX), Y0, Y1
-	VMOVUPS Y1, 96(AX)
-	ADDQ    $0x00000080, AX
-	SUBQ    $0x00000020, CX
-	JMP     scaleInPlaceAVX2_scale_1
-
-scaleInPlaceAVX2_scaletail_1:
-scaleInPlaceAVX2_scalescalar_1:
-	TESTQ  CX, CX
-	JZ     scaleInPlaceAVX2_scaledone_1
-	VMULSS (AX), X0, X1
-	VMOVSS X1, (AX)
-	ADDQ   $0x04, AX
-	DECQ   CX
-	JMP    scaleInPlaceAVX2_scalescalar_1
-
-scaleInPlaceAVX2_scaledone_1:
 	VZEROUPPER
 	RET
 

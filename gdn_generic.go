@@ -32,6 +32,10 @@ type impl struct {
 	// l2 returns Σq², Σk² and Σk·q accumulated in float64 (len(q) == len(k)).
 	l2 func(q, k []float32) (qq, kk, kq float64)
 
+	// scale sets dst[i] = src[i]·f for i < len(src) (one float32 multiply each: the bits are the
+	// same in every kernel); it panics if dst is shorter than src.
+	scale func(dst, src []float32, f float32)
+
 	// widen sets dst[i] to the float32 of the bf16 bits src[i] (exact; len(src) ≥ len(dst)).
 	widen func(dst []float32, src []uint16)
 
@@ -46,7 +50,7 @@ type impl struct {
 }
 
 var genericImpl = impl{
-	name: "generic", state: stateGeneric, gate: gateGeneric, l2: l2Generic, widen: widenGeneric,
+	name: "generic", state: stateGeneric, gate: gateGeneric, l2: l2Generic, scale: scale, widen: widenGeneric,
 	cells: [2][2]stateFunc{{kvTokens, vkTokens}, {kvTokens, vkTokens}},
 }
 

@@ -111,17 +111,11 @@ func stateVKbf16AVX2(K, V int, src []uint16, src32 []float32, stores []unsafe.Po
 
 // Benchmark floors (asm/bench_floor.go), exported through BenchFloors.
 
-//go:noescape
-func scaleInPlaceAVX512(x []float32, s float32)
-
-//go:noescape
-func scaleInPlaceAVX2(x []float32, s float32)
-
 func fmaLoopAVX512(n int)
 
 func fmaLoopAVX2(n int)
 
 func init() {
-	floorScale["avx512"], floorFMA["avx512"], floorLanes["avx512"] = scaleInPlaceAVX512, fmaLoopAVX512, 16
-	floorScale["avx2"], floorFMA["avx2"], floorLanes["avx2"] = scaleInPlaceAVX2, fmaLoopAVX2, 8
+	floorScale["avx512"], floorFMA["avx512"], floorLanes["avx512"] = func(x []float32, s float32) { scaleAVX512(x, x, s) }, fmaLoopAVX512, 16
+	floorScale["avx2"], floorFMA["avx2"], floorLanes["avx2"] = func(x []float32, s float32) { scaleAVX2(x, x, s) }, fmaLoopAVX2, 8
 }

@@ -136,6 +136,44 @@ func TestL2Piece(t *testing.T) {
 	})
 }
 
+// TestScalePiece holds scale to the Go loop bit for bit (one multiply per element), out of place
+// and in place, over lengths that reach every loop and tail, with guard bands around dst and src:
+// nothing past len(src) is read into dst or written.
+func TestScalePiece(t *testing.T) {
+	r := rand.New(rand.NewPCG(2, 3))
+	forEachAsm(t, func(t *testing.T, p gdnsimd.Pieces) {
+		for n := 0; n <= 140; n++ {
+			f := float32(r.NormFloat64())
+			src, cs := guarded(t, n, n%16)
+			fill(r, src, 1)
+			want := make([]float32, n)
+			generic.Scale(want, src, f)
+			dst, cd := guarded(t, n, (n*5)%16)
+			p.Scale(dst, src, f)
+			for i := range want {
+				if math.Float32bits(dst[i]) != math.Float32bits(want[i]) {
+					t.Fatalf("n=%d: dst[%d] = %v, want %v", n, i, dst[i], want[i])
+				}
+			}
+			cs(fmt.Sprint("src n=", n))
+			cd(fmt.Sprint("dst n=", n))
+			p.Scale(src, src, f)
+			for i := range want {
+				if math.Float32bits(src[i]) != math.Float32bits(want[i]) {
+					t.Fatalf("n=%d in place: [%d] = %v, want %v", n, i, src[i], want[i])
+				}
+			}
+			cs(fmt.Sprint("src in place n=", n))
+		}
+		defer func() {
+			if recover() == nil {
+				t.Fatal("scale with a short dst did not panic")
+			}
+		}()
+		p.Scale(make([]float32, 3), make([]float32, 4), 1)
+	})
+}
+
 // gateCheck runs the piece and the generic gate on the same inputs and compares: y within 1 ulp
 // (the operations are the same; only the summation order of Σo² may differ; a zero's sign must
 // agree), bf16 out exactly

@@ -2,7 +2,7 @@ package main
 
 // Benchmark floors (package bench measures them beside the kernels, see gdn_vk_amd64.go):
 //
-//	scaleInPlace<ISA>(x []float32, s float32)   x[i] *= s: one load–scale–store pass in place, the
+//	scale<ISA>(x, x, s) (l2.go)                 x[i] *= s: one load–scale–store pass in place, the
 //	                                            memory floor of a one-pass state update
 //	fmaLoop<ISA>(n int)                         n iterations of 12 independent VFMADD231PS chains
 //	                                            on registers: the FMA throughput of the core
@@ -17,43 +17,6 @@ import (
 
 // fmaChains is the number of independent FMA chains of fmaLoop (≥ latency × throughput).
 const fmaChains = 12
-
-// scaleInPlace emits scaleInPlace<ISA>.
-func scaleInPlace(a isa) {
-	routine("scaleInPlace"+a.name, NOSPLIT, "func(x []float32, s float32)")
-	Doc(fmt.Sprintf("scaleInPlace%s sets x[i] = x[i]·s (%s; a benchmark floor).", a.name, a.name))
-	p, n := GP64(), GP64()
-	Load(Param("x").Base(), p)
-	Load(Param("x").Len(), n)
-	s := a.vec()
-	VBROADCASTSS(paramMem("s"), a.view(s))
-	step := 4 * a.lanes
-	loop, tail, scalar, done := label("scale"), label("scaletail"), label("scalescalar"), label("scaledone")
-	Label(loop)
-	CMPQ(n, U32(4*a.lanes))
-	JB(LabelRef(tail))
-	for i := range 4 {
-		x := a.vec()
-		VMULPS(Mem{Base: p, Disp: i * step}, a.view(s), a.view(x))
-		VMOVUPS(a.view(x), Mem{Base: p, Disp: i * step})
-	}
-	ADDQ(U32(4*step), p)
-	SUBQ(U32(4*a.lanes), n)
-	JMP(LabelRef(loop))
-	Label(tail)
-	Label(scalar)
-	TESTQ(n, n)
-	JZ(LabelRef(done))
-	x := XMM()
-	VMULSS(Mem{Base: p}, s.AsX(), x)
-	VMOVSS(x, Mem{Base: p})
-	ADDQ(U8(4), p)
-	DECQ(n)
-	JMP(LabelRef(scalar))
-	Label(done)
-	VZEROUPPER()
-	RET()
-}
 
 // fmaLoop emits fmaLoop<ISA>.
 func fmaLoop(a isa) {

@@ -90,3 +90,66 @@ func l2Routine(a isa) {
 	VZEROUPPER()
 	RET()
 }
+
+// --- scale ---
+
+// scaleRoutine emits scale<ISA>(dst, src []float32, s float32): dst[i] = src[i]·s for
+// i < len(src) (the Go wrapper checks len(dst) ≥ len(src)); one VMULPS per vector, so the bits
+// are the Go loop's. The driver scales q and k by their l2 factors with it, and package bench's
+// in-place floor is scale(x, x, s).
+func scaleRoutine(a isa) {
+	routine("scale"+a.name, NOSPLIT, "func(dst, src []float32, s float32)")
+	Doc(fmt.Sprintf("scale%s sets dst[i] = src[i]·s for i < len(src) (%s; impl.scale, and a benchmark floor in place).", a.name, a.name))
+	d, p, n := GP64(), GP64(), GP64()
+	Load(Param("dst").Base(), d)
+	Load(Param("src").Base(), p)
+	Load(Param("src").Len(), n)
+	s := a.vec()
+	VBROADCASTSS(paramMem("s"), a.view(s))
+	step := 4 * a.lanes
+	loop4, loop1, tail, done := label("scale4"), label("scale1"), label("scaletail"), label("scaledone")
+	Label(loop4)
+	CMPQ(n, U32(4*a.lanes))
+	JB(LabelRef(loop1))
+	for i := range 4 {
+		x := a.vec()
+		VMULPS(Mem{Base: p, Disp: i * step}, a.view(s), a.view(x))
+		VMOVUPS(a.view(x), Mem{Base: d, Disp: i * step})
+	}
+	ADDQ(U32(4*step), p)
+	ADDQ(U32(4*step), d)
+	SUBQ(U32(4*a.lanes), n)
+	JMP(LabelRef(loop4))
+	Label(loop1)
+	CMPQ(n, U32(a.lanes))
+	JB(LabelRef(tail))
+	x := a.vec()
+	VMULPS(Mem{Base: p}, a.view(s), a.view(x))
+	VMOVUPS(a.view(x), Mem{Base: d})
+	ADDQ(U32(step), p)
+	ADDQ(U32(step), d)
+	SUBQ(U32(a.lanes), n)
+	JMP(LabelRef(loop1))
+	Label(tail)
+	TESTQ(n, n)
+	JZ(LabelRef(done))
+	if a.masks {
+		tailMask(n, K1)
+		y := a.vec()
+		VMULPS_Z(Mem{Base: p}, s, K1, y)
+		VMOVUPS(y, K1, Mem{Base: d})
+	} else {
+		scalar := label("scalescalar")
+		Label(scalar)
+		y := XMM()
+		VMULSS(Mem{Base: p}, s.AsX(), y)
+		VMOVSS(y, Mem{Base: d})
+		ADDQ(U8(4), p)
+		ADDQ(U8(4), d)
+		DECQ(n)
+		JNZ(LabelRef(scalar))
+	}
+	Label(done)
+	VZEROUPPER()
+	RET()
+}

@@ -8,6 +8,7 @@
 //	state  the fused state update of one head: one read pass, δ and o, one write pass
 //	gate   the gated RMSNorm of o: Σo² in float64, r, silu(z) through a vectorised Exp32, bf16 RNE
 //	l2     Σq², Σk², Σk·q in float64
+//	scale  dst = src·s (q̂ and k̂ from q, k and their l2 factors)
 //
 // The scalar transcendentals of a head (beta, em1, eg, the l2 factors) stay in the Go driver.
 //
@@ -137,7 +138,8 @@ func table() []spec {
 		t = append(t,
 			spec{"state" + a.name, func() { stateRoutine(a) }, stepBudget[a.name]},
 			spec{"gate" + a.name, func() { gateRoutine(a) }, 350},
-			spec{"l2" + a.name, func() { l2Routine(a) }, 100})
+			spec{"l2" + a.name, func() { l2Routine(a) }, 100},
+			spec{"scale" + a.name, func() { scaleRoutine(a) }, 60})
 	}
 	kvBudget := map[string]int{"stateKVf32AVX512": 1155, "stateKVbf16AVX512": 1700, "stateKVf32AVX2": 1250, "stateKVbf16AVX2": 1875}
 	for i, v := range variants(layoutKV) {
@@ -152,7 +154,6 @@ func table() []spec {
 	}
 	for _, a := range []isa{avx512, avx2} {
 		t = append(t,
-			spec{"scaleInPlace" + a.name, func() { scaleInPlace(a) }, 60},
 			spec{"fmaLoop" + a.name, func() { fmaLoop(a) }, 60})
 	}
 	return t
