@@ -6374,7 +6374,7 @@ scaleAVX2_scaledone_1:
 	RET
 
 // func stateKVf32AVX512(K int, V int, src []float32, stores []uintptr, kh []float32, qh []float32, v []float32, vs int, o []float32, tok []float32, work []float32)
-// Requires: AVX, AVX512F, CMOV
+// Requires: AVX, AVX512F, CMOV, MMX+
 TEXT ·stateKVf32AVX512(SB), NOSPLIT, $104-216
 	MOVQ  K+0(FP), AX
 	MOVQ  V+8(FP), CX
@@ -6450,8 +6450,11 @@ stateKVf32AVX512_masked1_1:
 	MOVQ         qh_base+88(FP), DI
 	MOVQ         (SP), R8
 	XORQ         R9, R9
+	IMUL3Q       $0x00000020, BX, R10
+	ADDQ         DX, R10
 
 stateKVf32AVX512_pass0_1:
+	PREFETCHT0   (R10)
 	VBROADCASTSS (SI)(R9*4), Z2
 	VBROADCASTSS (DI)(R9*4), Z3
 	VMOVUPS.Z    (DX), K1, Z4
@@ -6459,6 +6462,7 @@ stateKVf32AVX512_pass0_1:
 	VFMADD231PS  Z4, Z2, Z0
 	VFMADD231PS  Z4, Z3, Z1
 	ADDQ         BX, DX
+	ADDQ         BX, R10
 	ADDQ         $0x00000040, R8
 	INCQ         R9
 	CMPQ         R9, AX
@@ -6657,8 +6661,12 @@ stateKVf32AVX512_masked2_1:
 	MOVQ         qh_base+88(FP), DI
 	MOVQ         (SP), R8
 	XORQ         R9, R9
+	IMUL3Q       $0x00000020, BX, R10
+	ADDQ         DX, R10
 
 stateKVf32AVX512_pass0_2:
+	PREFETCHT0   (R10)
+	PREFETCHT0   64(R10)
 	VBROADCASTSS (SI)(R9*4), Z4
 	VBROADCASTSS (DI)(R9*4), Z5
 	VMOVUPS      (DX), Z6
@@ -6670,6 +6678,7 @@ stateKVf32AVX512_pass0_2:
 	VFMADD231PS  Z6, Z4, Z2
 	VFMADD231PS  Z6, Z5, Z3
 	ADDQ         BX, DX
+	ADDQ         BX, R10
 	ADDQ         $0x00000080, R8
 	INCQ         R9
 	CMPQ         R9, AX
@@ -6904,8 +6913,13 @@ stateKVf32AVX512_masked3_1:
 	MOVQ         qh_base+88(FP), DI
 	MOVQ         (SP), R8
 	XORQ         R9, R9
+	IMUL3Q       $0x00000020, BX, R10
+	ADDQ         DX, R10
 
 stateKVf32AVX512_pass0_3:
+	PREFETCHT0   (R10)
+	PREFETCHT0   64(R10)
+	PREFETCHT0   128(R10)
 	VBROADCASTSS (SI)(R9*4), Z6
 	VBROADCASTSS (DI)(R9*4), Z7
 	VMOVUPS      (DX), Z8
@@ -6921,6 +6935,7 @@ stateKVf32AVX512_pass0_3:
 	VFMADD231PS  Z8, Z6, Z4
 	VFMADD231PS  Z8, Z7, Z5
 	ADDQ         BX, DX
+	ADDQ         BX, R10
 	ADDQ         $0x000000c0, R8
 	INCQ         R9
 	CMPQ         R9, AX
@@ -7191,8 +7206,14 @@ stateKVf32AVX512_masked4_1:
 	MOVQ         qh_base+88(FP), DI
 	MOVQ         (SP), R8
 	XORQ         R9, R9
+	IMUL3Q       $0x00000020, BX, R10
+	ADDQ         DX, R10
 
 stateKVf32AVX512_pass0_4:
+	PREFETCHT0   (R10)
+	PREFETCHT0   64(R10)
+	PREFETCHT0   128(R10)
+	PREFETCHT0   192(R10)
 	VBROADCASTSS (SI)(R9*4), Z8
 	VBROADCASTSS (DI)(R9*4), Z9
 	VMOVUPS      (DX), Z10
@@ -7212,6 +7233,7 @@ stateKVf32AVX512_pass0_4:
 	VFMADD231PS  Z10, Z8, Z6
 	VFMADD231PS  Z10, Z9, Z7
 	ADDQ         BX, DX
+	ADDQ         BX, R10
 	ADDQ         $0x00000100, R8
 	INCQ         R9
 	CMPQ         R9, AX
@@ -7506,7 +7528,7 @@ stateKVf32AVX512_done_1:
 	RET
 
 // func stateKVbf16AVX512(K int, V int, src []uint16, src32 []float32, stores []uintptr, carry []float32, kh []float32, qh []float32, v []float32, vs int, o []float32, tok []float32, work []float32)
-// Requires: AVX, AVX512F, CMOV
+// Requires: AVX, AVX512F, CMOV, MMX+
 TEXT ·stateKVbf16AVX512(SB), NOSPLIT, $104-264
 	MOVQ  K+0(FP), AX
 	MOVQ  V+8(FP), CX
@@ -7586,8 +7608,11 @@ stateKVbf16AVX512_masked1_1:
 	MOVQ         qh_base+136(FP), DI
 	MOVQ         (SP), R8
 	XORQ         R9, R9
+	IMUL3Q       $0x00000020, BX, R10
+	ADDQ         DX, R10
 
 stateKVbf16AVX512_pass0_1:
+	PREFETCHT0   (R10)
 	VBROADCASTSS (SI)(R9*4), Z2
 	VBROADCASTSS (DI)(R9*4), Z3
 	VMOVUPS.Z    (DX), K1, Z4
@@ -7595,6 +7620,7 @@ stateKVbf16AVX512_pass0_1:
 	VFMADD231PS  Z4, Z2, Z0
 	VFMADD231PS  Z4, Z3, Z1
 	ADDQ         BX, DX
+	ADDQ         BX, R10
 	ADDQ         $0x00000040, R8
 	INCQ         R9
 	CMPQ         R9, AX
@@ -7613,8 +7639,11 @@ stateKVbf16AVX512_from16_1:
 	MOVQ         qh_base+136(FP), DI
 	MOVQ         (SP), R8
 	XORQ         R9, R9
+	IMUL3Q       $0x00000020, BX, R10
+	ADDQ         DX, R10
 
 stateKVbf16AVX512_pass0_2:
+	PREFETCHT0   (R10)
 	VBROADCASTSS (SI)(R9*4), Z2
 	VBROADCASTSS (DI)(R9*4), Z3
 	VPMOVZXWD.Z  (DX), K1, Z4
@@ -7623,6 +7652,7 @@ stateKVbf16AVX512_pass0_2:
 	VFMADD231PS  Z4, Z2, Z0
 	VFMADD231PS  Z4, Z3, Z1
 	ADDQ         BX, DX
+	ADDQ         BX, R10
 	ADDQ         $0x00000040, R8
 	INCQ         R9
 	CMPQ         R9, AX
@@ -7886,8 +7916,12 @@ stateKVbf16AVX512_masked2_1:
 	MOVQ         qh_base+136(FP), DI
 	MOVQ         (SP), R8
 	XORQ         R9, R9
+	IMUL3Q       $0x00000020, BX, R10
+	ADDQ         DX, R10
 
 stateKVbf16AVX512_pass0_3:
+	PREFETCHT0   (R10)
+	PREFETCHT0   64(R10)
 	VBROADCASTSS (SI)(R9*4), Z4
 	VBROADCASTSS (DI)(R9*4), Z5
 	VMOVUPS      (DX), Z6
@@ -7899,6 +7933,7 @@ stateKVbf16AVX512_pass0_3:
 	VFMADD231PS  Z6, Z4, Z2
 	VFMADD231PS  Z6, Z5, Z3
 	ADDQ         BX, DX
+	ADDQ         BX, R10
 	ADDQ         $0x00000080, R8
 	INCQ         R9
 	CMPQ         R9, AX
@@ -7919,8 +7954,11 @@ stateKVbf16AVX512_from16_2:
 	MOVQ         qh_base+136(FP), DI
 	MOVQ         (SP), R8
 	XORQ         R9, R9
+	IMUL3Q       $0x00000020, BX, R10
+	ADDQ         DX, R10
 
 stateKVbf16AVX512_pass0_4:
+	PREFETCHT0   (R10)
 	VBROADCASTSS (SI)(R9*4), Z4
 	VBROADCASTSS (DI)(R9*4), Z5
 	VPMOVZXWD    (DX), Z6
@@ -7934,6 +7972,7 @@ stateKVbf16AVX512_pass0_4:
 	VFMADD231PS  Z6, Z4, Z2
 	VFMADD231PS  Z6, Z5, Z3
 	ADDQ         BX, DX
+	ADDQ         BX, R10
 	ADDQ         $0x00000080, R8
 	INCQ         R9
 	CMPQ         R9, AX
@@ -8253,8 +8292,13 @@ stateKVbf16AVX512_masked3_1:
 	MOVQ         qh_base+136(FP), DI
 	MOVQ         (SP), R8
 	XORQ         R9, R9
+	IMUL3Q       $0x00000020, BX, R10
+	ADDQ         DX, R10
 
 stateKVbf16AVX512_pass0_5:
+	PREFETCHT0   (R10)
+	PREFETCHT0   64(R10)
+	PREFETCHT0   128(R10)
 	VBROADCASTSS (SI)(R9*4), Z6
 	VBROADCASTSS (DI)(R9*4), Z7
 	VMOVUPS      (DX), Z8
@@ -8270,6 +8314,7 @@ stateKVbf16AVX512_pass0_5:
 	VFMADD231PS  Z8, Z6, Z4
 	VFMADD231PS  Z8, Z7, Z5
 	ADDQ         BX, DX
+	ADDQ         BX, R10
 	ADDQ         $0x000000c0, R8
 	INCQ         R9
 	CMPQ         R9, AX
@@ -8292,8 +8337,12 @@ stateKVbf16AVX512_from16_3:
 	MOVQ         qh_base+136(FP), DI
 	MOVQ         (SP), R8
 	XORQ         R9, R9
+	IMUL3Q       $0x00000020, BX, R10
+	ADDQ         DX, R10
 
 stateKVbf16AVX512_pass0_6:
+	PREFETCHT0   (R10)
+	PREFETCHT0   64(R10)
 	VBROADCASTSS (SI)(R9*4), Z6
 	VBROADCASTSS (DI)(R9*4), Z7
 	VPMOVZXWD    (DX), Z8
@@ -8312,6 +8361,7 @@ stateKVbf16AVX512_pass0_6:
 	VFMADD231PS  Z8, Z6, Z4
 	VFMADD231PS  Z8, Z7, Z5
 	ADDQ         BX, DX
+	ADDQ         BX, R10
 	ADDQ         $0x000000c0, R8
 	INCQ         R9
 	CMPQ         R9, AX
@@ -8687,8 +8737,14 @@ stateKVbf16AVX512_masked4_1:
 	MOVQ         qh_base+136(FP), DI
 	MOVQ         (SP), R8
 	XORQ         R9, R9
+	IMUL3Q       $0x00000020, BX, R10
+	ADDQ         DX, R10
 
 stateKVbf16AVX512_pass0_7:
+	PREFETCHT0   (R10)
+	PREFETCHT0   64(R10)
+	PREFETCHT0   128(R10)
+	PREFETCHT0   192(R10)
 	VBROADCASTSS (SI)(R9*4), Z8
 	VBROADCASTSS (DI)(R9*4), Z9
 	VMOVUPS      (DX), Z10
@@ -8708,6 +8764,7 @@ stateKVbf16AVX512_pass0_7:
 	VFMADD231PS  Z10, Z8, Z6
 	VFMADD231PS  Z10, Z9, Z7
 	ADDQ         BX, DX
+	ADDQ         BX, R10
 	ADDQ         $0x00000100, R8
 	INCQ         R9
 	CMPQ         R9, AX
@@ -8732,8 +8789,12 @@ stateKVbf16AVX512_from16_4:
 	MOVQ         qh_base+136(FP), DI
 	MOVQ         (SP), R8
 	XORQ         R9, R9
+	IMUL3Q       $0x00000020, BX, R10
+	ADDQ         DX, R10
 
 stateKVbf16AVX512_pass0_8:
+	PREFETCHT0   (R10)
+	PREFETCHT0   64(R10)
 	VBROADCASTSS (SI)(R9*4), Z8
 	VBROADCASTSS (DI)(R9*4), Z9
 	VPMOVZXWD    (DX), Z10
@@ -8757,6 +8818,7 @@ stateKVbf16AVX512_pass0_8:
 	VFMADD231PS  Z10, Z8, Z6
 	VFMADD231PS  Z10, Z9, Z7
 	ADDQ         BX, DX
+	ADDQ         BX, R10
 	ADDQ         $0x00000100, R8
 	INCQ         R9
 	CMPQ         R9, AX
@@ -9203,7 +9265,7 @@ widenAVX512_done:
 	RET
 
 // func stateKVf32AVX2(K int, V int, src []float32, stores []uintptr, kh []float32, qh []float32, v []float32, vs int, o []float32, tok []float32, work []float32)
-// Requires: AVX, AVX2, CMOV, FMA3
+// Requires: AVX, AVX2, CMOV, FMA3, MMX+
 TEXT ·stateKVf32AVX2(SB), NOSPLIT, $296-216
 	MOVQ  K+0(FP), AX
 	MOVQ  V+8(FP), CX
@@ -9273,8 +9335,12 @@ stateKVf32AVX2_blocks_1:
 	MOVQ   qh_base+88(FP), DI
 	MOVQ   (SP), R8
 	XORQ   R9, R9
+	IMUL3Q $0x00000020, BX, R10
+	ADDQ   DX, R10
 
 stateKVf32AVX2_pass0_1:
+	PREFETCHT0   (R10)
+	PREFETCHT0   64(R10)
 	VBROADCASTSS (SI)(R9*4), Y8
 	VBROADCASTSS (DI)(R9*4), Y9
 	VMOVUPS      (DX), Y10
@@ -9294,6 +9360,7 @@ stateKVf32AVX2_pass0_1:
 	VFMADD231PS  Y10, Y8, Y6
 	VFMADD231PS  Y10, Y9, Y7
 	ADDQ         BX, DX
+	ADDQ         BX, R10
 	ADDQ         $0x00000080, R8
 	INCQ         R9
 	CMPQ         R9, AX
@@ -9623,8 +9690,11 @@ stateKVf32AVX2_span_1:
 	MOVQ   qh_base+88(FP), DI
 	MOVQ   (SP), R8
 	XORQ   R9, R9
+	IMUL3Q $0x00000020, BX, R10
+	ADDQ   DX, R10
 
 stateKVf32AVX2_pass0_2:
+	PREFETCHT0   (R10)
 	VBROADCASTSS (SI)(R9*4), Y4
 	VBROADCASTSS (DI)(R9*4), Y5
 	VMOVUPS      (DX), Y6
@@ -9636,6 +9706,7 @@ stateKVf32AVX2_pass0_2:
 	VFMADD231PS  Y6, Y4, Y2
 	VFMADD231PS  Y6, Y5, Y3
 	ADDQ         BX, DX
+	ADDQ         BX, R10
 	ADDQ         $0x00000040, R8
 	INCQ         R9
 	CMPQ         R9, AX
@@ -9902,8 +9973,12 @@ stateKVf32AVX2_span_2:
 	MOVQ   qh_base+88(FP), R8
 	MOVQ   (SP), R9
 	XORQ   R10, R10
+	IMUL3Q $0x00000020, SI, R11
+	ADDQ   BX, R11
 
 stateKVf32AVX2_pass0_3:
+	PREFETCHT0   (R11)
+	PREFETCHT0   64(R11)
 	VBROADCASTSS (DI)(R10*4), Y6
 	VBROADCASTSS (R8)(R10*4), Y7
 	CMPQ         CX, $0x00000000
@@ -9925,6 +10000,7 @@ stateKVf32AVX2_spantail_1:
 
 stateKVf32AVX2_spanback_1:
 	ADDQ SI, BX
+	ADDQ SI, R11
 	ADDQ 40(SP), R9
 	INCQ R10
 	CMPQ R10, AX
@@ -9933,39 +10009,39 @@ stateKVf32AVX2_spanback_1:
 
 stateKVf32AVX2_spanmasked_1:
 	VMOVUPS    264(SP), Y9
-	LEAQ       (BX)(CX*4), R11
-	MOVQ       R11, R12
-	ANDQ       $0x00000fff, R12
-	CMPQ       R12, $0x00000fe0
+	LEAQ       (BX)(CX*4), R12
+	MOVQ       R12, R13
+	ANDQ       $0x00000fff, R13
+	CMPQ       R13, $0x00000fe0
 	JA         stateKVf32AVX2_mmslow_1
-	VMASKMOVPS (R11), Y9, Y8
+	VMASKMOVPS (R12), Y9, Y8
 	JMP        stateKVf32AVX2_mmdone_1
 
 stateKVf32AVX2_mmslow_1:
-	VMOVMSKPS    Y9, R12
+	VMOVMSKPS    Y9, R13
 	VBROADCASTSS zero<>+0(SB), Y8
 	VBROADCASTSS zero<>+0(SB), X9
-	BTL          $0x00, R12
+	BTL          $0x00, R13
 	JCC          stateKVf32AVX2_mmend_1
-	VINSERTPS    $0x00, (R11), X8, X8
-	BTL          $0x01, R12
+	VINSERTPS    $0x00, (R12), X8, X8
+	BTL          $0x01, R13
 	JCC          stateKVf32AVX2_mmend_1
-	VINSERTPS    $0x10, 4(R11), X8, X8
-	BTL          $0x02, R12
+	VINSERTPS    $0x10, 4(R12), X8, X8
+	BTL          $0x02, R13
 	JCC          stateKVf32AVX2_mmend_1
-	VINSERTPS    $0x20, 8(R11), X8, X8
-	BTL          $0x03, R12
+	VINSERTPS    $0x20, 8(R12), X8, X8
+	BTL          $0x03, R13
 	JCC          stateKVf32AVX2_mmend_1
-	VINSERTPS    $0x30, 12(R11), X8, X8
-	BTL          $0x04, R12
+	VINSERTPS    $0x30, 12(R12), X8, X8
+	BTL          $0x04, R13
 	JCC          stateKVf32AVX2_mmend_1
-	VINSERTPS    $0x00, 16(R11), X9, X9
-	BTL          $0x05, R12
+	VINSERTPS    $0x00, 16(R12), X9, X9
+	BTL          $0x05, R13
 	JCC          stateKVf32AVX2_mmend_1
-	VINSERTPS    $0x10, 20(R11), X9, X9
-	BTL          $0x06, R12
+	VINSERTPS    $0x10, 20(R12), X9, X9
+	BTL          $0x06, R13
 	JCC          stateKVf32AVX2_mmend_1
-	VINSERTPS    $0x20, 24(R11), X9, X9
+	VINSERTPS    $0x20, 24(R12), X9, X9
 
 stateKVf32AVX2_mmend_1:
 	VINSERTF128 $0x01, X9, Y8, Y8
@@ -10425,7 +10501,7 @@ stateKVf32AVX2_done_1:
 	RET
 
 // func stateKVbf16AVX2(K int, V int, src []uint16, src32 []float32, stores []uintptr, carry []float32, kh []float32, qh []float32, v []float32, vs int, o []float32, tok []float32, work []float32)
-// Requires: AVX, AVX2, CMOV, FMA3
+// Requires: AVX, AVX2, CMOV, FMA3, MMX+
 TEXT ·stateKVbf16AVX2(SB), NOSPLIT, $368-264
 	MOVQ  K+0(FP), AX
 	MOVQ  V+8(FP), CX
@@ -10499,8 +10575,12 @@ stateKVbf16AVX2_blocks_1:
 	MOVQ   qh_base+136(FP), DI
 	MOVQ   (SP), R8
 	XORQ   R9, R9
+	IMUL3Q $0x00000020, BX, R10
+	ADDQ   DX, R10
 
 stateKVbf16AVX2_pass0_1:
+	PREFETCHT0   (R10)
+	PREFETCHT0   64(R10)
 	VBROADCASTSS (SI)(R9*4), Y8
 	VBROADCASTSS (DI)(R9*4), Y9
 	VMOVUPS      (DX), Y10
@@ -10520,6 +10600,7 @@ stateKVbf16AVX2_pass0_1:
 	VFMADD231PS  Y10, Y8, Y6
 	VFMADD231PS  Y10, Y9, Y7
 	ADDQ         BX, DX
+	ADDQ         BX, R10
 	ADDQ         $0x00000080, R8
 	INCQ         R9
 	CMPQ         R9, AX
@@ -10544,8 +10625,11 @@ stateKVbf16AVX2_from16_1:
 	MOVQ   qh_base+136(FP), DI
 	MOVQ   (SP), R8
 	XORQ   R9, R9
+	IMUL3Q $0x00000020, BX, R10
+	ADDQ   DX, R10
 
 stateKVbf16AVX2_pass0_2:
+	PREFETCHT0   (R10)
 	VBROADCASTSS (SI)(R9*4), Y8
 	VBROADCASTSS (DI)(R9*4), Y9
 	VPMOVZXWD    (DX), Y10
@@ -10569,6 +10653,7 @@ stateKVbf16AVX2_pass0_2:
 	VFMADD231PS  Y10, Y8, Y6
 	VFMADD231PS  Y10, Y9, Y7
 	ADDQ         BX, DX
+	ADDQ         BX, R10
 	ADDQ         $0x00000080, R8
 	INCQ         R9
 	CMPQ         R9, AX
@@ -11047,8 +11132,11 @@ stateKVbf16AVX2_span_1:
 	MOVQ   qh_base+136(FP), DI
 	MOVQ   (SP), R8
 	XORQ   R9, R9
+	IMUL3Q $0x00000020, BX, R10
+	ADDQ   DX, R10
 
 stateKVbf16AVX2_pass0_3:
+	PREFETCHT0   (R10)
 	VBROADCASTSS (SI)(R9*4), Y4
 	VBROADCASTSS (DI)(R9*4), Y5
 	VMOVUPS      (DX), Y6
@@ -11060,6 +11148,7 @@ stateKVbf16AVX2_pass0_3:
 	VFMADD231PS  Y6, Y4, Y2
 	VFMADD231PS  Y6, Y5, Y3
 	ADDQ         BX, DX
+	ADDQ         BX, R10
 	ADDQ         $0x00000040, R8
 	INCQ         R9
 	CMPQ         R9, AX
@@ -11080,8 +11169,11 @@ stateKVbf16AVX2_from16_2:
 	MOVQ   qh_base+136(FP), DI
 	MOVQ   (SP), R8
 	XORQ   R9, R9
+	IMUL3Q $0x00000020, BX, R10
+	ADDQ   DX, R10
 
 stateKVbf16AVX2_pass0_4:
+	PREFETCHT0   (R10)
 	VBROADCASTSS (SI)(R9*4), Y4
 	VBROADCASTSS (DI)(R9*4), Y5
 	VPMOVZXWD    (DX), Y6
@@ -11095,6 +11187,7 @@ stateKVbf16AVX2_pass0_4:
 	VFMADD231PS  Y6, Y4, Y2
 	VFMADD231PS  Y6, Y5, Y3
 	ADDQ         BX, DX
+	ADDQ         BX, R10
 	ADDQ         $0x00000040, R8
 	INCQ         R9
 	CMPQ         R9, AX
@@ -11484,8 +11577,12 @@ stateKVbf16AVX2_span_2:
 	MOVQ   qh_base+136(FP), R8
 	MOVQ   (SP), R9
 	XORQ   R10, R10
+	IMUL3Q $0x00000020, SI, R11
+	ADDQ   BX, R11
 
 stateKVbf16AVX2_pass0_5:
+	PREFETCHT0   (R11)
+	PREFETCHT0   64(R11)
 	VBROADCASTSS (DI)(R10*4), Y6
 	VBROADCASTSS (R8)(R10*4), Y7
 	CMPQ         CX, $0x00000000
@@ -11507,6 +11604,7 @@ stateKVbf16AVX2_spantail_1:
 
 stateKVbf16AVX2_spanback_1:
 	ADDQ SI, BX
+	ADDQ SI, R11
 	ADDQ 40(SP), R9
 	INCQ R10
 	CMPQ R10, AX
@@ -11515,39 +11613,39 @@ stateKVbf16AVX2_spanback_1:
 
 stateKVbf16AVX2_spanmasked_1:
 	VMOVUPS    264(SP), Y9
-	LEAQ       (BX)(CX*4), R11
-	MOVQ       R11, R12
-	ANDQ       $0x00000fff, R12
-	CMPQ       R12, $0x00000fe0
+	LEAQ       (BX)(CX*4), R12
+	MOVQ       R12, R13
+	ANDQ       $0x00000fff, R13
+	CMPQ       R13, $0x00000fe0
 	JA         stateKVbf16AVX2_mmslow_1
-	VMASKMOVPS (R11), Y9, Y8
+	VMASKMOVPS (R12), Y9, Y8
 	JMP        stateKVbf16AVX2_mmdone_1
 
 stateKVbf16AVX2_mmslow_1:
-	VMOVMSKPS    Y9, R12
+	VMOVMSKPS    Y9, R13
 	VBROADCASTSS zero<>+0(SB), Y8
 	VBROADCASTSS zero<>+0(SB), X9
-	BTL          $0x00, R12
+	BTL          $0x00, R13
 	JCC          stateKVbf16AVX2_mmend_1
-	VINSERTPS    $0x00, (R11), X8, X8
-	BTL          $0x01, R12
+	VINSERTPS    $0x00, (R12), X8, X8
+	BTL          $0x01, R13
 	JCC          stateKVbf16AVX2_mmend_1
-	VINSERTPS    $0x10, 4(R11), X8, X8
-	BTL          $0x02, R12
+	VINSERTPS    $0x10, 4(R12), X8, X8
+	BTL          $0x02, R13
 	JCC          stateKVbf16AVX2_mmend_1
-	VINSERTPS    $0x20, 8(R11), X8, X8
-	BTL          $0x03, R12
+	VINSERTPS    $0x20, 8(R12), X8, X8
+	BTL          $0x03, R13
 	JCC          stateKVbf16AVX2_mmend_1
-	VINSERTPS    $0x30, 12(R11), X8, X8
-	BTL          $0x04, R12
+	VINSERTPS    $0x30, 12(R12), X8, X8
+	BTL          $0x04, R13
 	JCC          stateKVbf16AVX2_mmend_1
-	VINSERTPS    $0x00, 16(R11), X9, X9
-	BTL          $0x05, R12
+	VINSERTPS    $0x00, 16(R12), X9, X9
+	BTL          $0x05, R13
 	JCC          stateKVbf16AVX2_mmend_1
-	VINSERTPS    $0x10, 20(R11), X9, X9
-	BTL          $0x06, R12
+	VINSERTPS    $0x10, 20(R12), X9, X9
+	BTL          $0x06, R13
 	JCC          stateKVbf16AVX2_mmend_1
-	VINSERTPS    $0x20, 24(R11), X9, X9
+	VINSERTPS    $0x20, 24(R12), X9, X9
 
 stateKVbf16AVX2_mmend_1:
 	VINSERTF128 $0x01, X9, Y8, Y8
@@ -11577,8 +11675,11 @@ stateKVbf16AVX2_from16_3:
 	MOVQ   qh_base+136(FP), R8
 	MOVQ   (SP), R9
 	XORQ   R10, R10
+	IMUL3Q $0x00000020, SI, R11
+	ADDQ   BX, R11
 
 stateKVbf16AVX2_pass0_6:
+	PREFETCHT0   (R11)
 	VBROADCASTSS (DI)(R10*4), Y6
 	VBROADCASTSS (R8)(R10*4), Y7
 	CMPQ         CX, $0x00000000
@@ -11602,6 +11703,7 @@ stateKVbf16AVX2_spantail_2:
 
 stateKVbf16AVX2_spanback_2:
 	ADDQ SI, BX
+	ADDQ SI, R11
 	ADDQ 40(SP), R9
 	INCQ R10
 	CMPQ R10, AX
@@ -11610,33 +11712,33 @@ stateKVbf16AVX2_spanback_2:
 
 stateKVbf16AVX2_spanmasked_2:
 	VMOVDQU    296(SP), X8
-	LEAQ       (BX)(CX*2), R11
-	MOVQ       R11, R12
-	ANDQ       $0x00000fff, R12
-	CMPQ       R12, $0x00000ff0
+	LEAQ       (BX)(CX*2), R12
+	MOVQ       R12, R13
+	ANDQ       $0x00000fff, R13
+	CMPQ       R13, $0x00000ff0
 	JA         stateKVbf16AVX2_mmslow_2
-	VPMASKMOVD (R11), X8, X8
+	VPMASKMOVD (R12), X8, X8
 	JMP        stateKVbf16AVX2_mmdone_2
 
 stateKVbf16AVX2_mmslow_2:
-	VMOVMSKPS    X8, R12
+	VMOVMSKPS    X8, R13
 	VBROADCASTSS zero<>+0(SB), X8
-	BTL          $0x00, R12
+	BTL          $0x00, R13
 	JCC          stateKVbf16AVX2_mmend_2
-	VPINSRD      $0x00, (R11), X8, X8
-	BTL          $0x01, R12
+	VPINSRD      $0x00, (R12), X8, X8
+	BTL          $0x01, R13
 	JCC          stateKVbf16AVX2_mmend_2
-	VPINSRD      $0x01, 4(R11), X8, X8
-	BTL          $0x02, R12
+	VPINSRD      $0x01, 4(R12), X8, X8
+	BTL          $0x02, R13
 	JCC          stateKVbf16AVX2_mmend_2
-	VPINSRD      $0x02, 8(R11), X8, X8
+	VPINSRD      $0x02, 8(R12), X8, X8
 
 stateKVbf16AVX2_mmend_2:
 stateKVbf16AVX2_mmdone_2:
-	MOVQ         344(SP), R11
-	ADDQ         CX, R11
-	MOVWLZX      (BX)(R11*2), R11
-	VMOVD        R11, X9
+	MOVQ         344(SP), R12
+	ADDQ         CX, R12
+	MOVWLZX      (BX)(R12*2), R12
+	VMOVD        R12, X9
 	VPBROADCASTW X9, X9
 	VMOVDQU      312(SP), X10
 	VPBLENDVB    X10, X9, X8, X8

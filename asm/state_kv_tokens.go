@@ -47,6 +47,9 @@ import (
 // kvWork is the work space of a column block: K rows of at most kvBlockVecs vectors.
 const kvWork = 32 << 10
 
+// kvAhead is how many rows ahead of pass 0's row its prefetches go.
+const kvAhead = 32
+
 // kvBlockVecs is the most vectors per row of a column block.
 const kvBlockVecs = 4
 
@@ -341,8 +344,22 @@ func (g *kvGen) block(s span) {
 		Load(Param("qh").Base(), qh)
 		MOVQ(g.work, w)
 		XORQ(i, i)
+		// The block's lines kvAhead rows on (a hint; past the state it touches the next head
+		// or nothing): from memory, as a decode step's state comes, rows a stride apart are not
+		// prefetched by the hardware in time (bf16 decode, B = 64: see kvAhead).
+		pf := GP64()
+		IMUL3Q(U32(kvAhead), stride, pf)
+		ADDQ(base, pf)
+		esz := 4
+		if !f32 {
+			esz = 2
+		}
+		lines := (len(ps)*a.lanes*esz + 63) / 64
 		loop := label("pass0")
 		Label(loop)
+		for m := range lines {
+			PREFETCHT0(Mem{Base: pf, Disp: 64 * m})
+		}
 		bk, bq := a.vec(), a.vec()
 		VBROADCASTSS(Mem{Base: kh, Index: i, Scale: 4}, bk)
 		VBROADCASTSS(Mem{Base: qh, Index: i, Scale: 4}, bq)
@@ -354,6 +371,7 @@ func (g *kvGen) block(s span) {
 			pc.fma(x, bq, accQ[t])
 		})
 		ADDQ(stride, base)
+		ADDQ(stride, pf)
 		g.nextRow(s, w)
 		INCQ(i)
 		CMPQ(i, k)
