@@ -55,7 +55,9 @@ func vkF32AVX2(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []flo
 		vkPortableF32(K, V, src, stores, kh, qh, v, vs, o, tok)
 		return
 	}
-	stateVKf32AVX2(K, V, src, stores, kh, qh, v, vs, o, tok)
+	w := workPool.Get().(*[]float32) // the pairs of rows live in work
+	stateVKf32AVX2(K, V, src, stores, kh, qh, v, vs, o, tok, *w)
+	workPool.Put(w)
 }
 
 func vkBF16AVX2(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok []float32) {
@@ -63,7 +65,9 @@ func vkBF16AVX2(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer
 		vkPortableBF16(K, V, src, src32, stores, carry, kh, qh, v, vs, o, tok)
 		return
 	}
-	stateVKbf16AVX2(K, V, src, src32, stores, carry, kh, qh, v, vs, o, tok)
+	w := workPool.Get().(*[]float32) // the pairs of rows live in work
+	stateVKbf16AVX2(K, V, src, src32, stores, carry, kh, qh, v, vs, o, tok, *w)
+	workPool.Put(w)
 }
 
 // vkPortableF32 and vkPortableBF16 are vkTokens behind the flat signatures.
@@ -104,10 +108,10 @@ func stateVKf32AVX512(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, 
 func stateVKbf16AVX512(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok, work []float32)
 
 //go:noescape
-func stateVKf32AVX2(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok []float32)
+func stateVKf32AVX2(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok, work []float32)
 
 //go:noescape
-func stateVKbf16AVX2(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok []float32)
+func stateVKbf16AVX2(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok, work []float32)
 
 // Benchmark floors (asm/bench_floor.go), exported through BenchFloors.
 

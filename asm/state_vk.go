@@ -67,9 +67,24 @@ func vkShapes(a isa) []int {
 
 // The strategies of the [V][K] routines that differ per ISA.
 
-// vkMultiRow says whether a group may carry several rows: its g v's are loaded and its g o's stored
-// under a mask (K6); without masks a group is one row.
-func (a isa) vkMultiRow() bool { return a.masks }
+// With masks a group may carry several rows: its g v's are loaded and its g o's stored under a mask
+// (K6). vkPairs says whether, without masks, rows go in pairs instead: the two rows' vectors live
+// in work (but for vkPairRegs of each in registers), their two v's are loaded and o's stored as one
+// 64-bit word, and per token their dot, reduction and update chains interleave. One row alone had
+// its chain serial per token — the two dots, their horizontal sums, δ, then the update — about
+// 70 cycles a row-token against 32 of FP work. A pair's arithmetic per row is exactly that of a
+// one-row group: the same products into the same accumulators in the same order, the same
+// transpose-add tree (the four sums reduced together put each row's partial sums in the same
+// pairs), the same δ, o and update per lane; the results are bit-identical.
+func (a isa) vkPairs() bool { return !a.masks }
+
+// vkPairRegs is the vectors of each row of a pair kept in registers (the first vkPairRegs − 1
+// positions and the tail); the others live in work. The dots' 8 accumulators, a loaded vector and
+// the update's δ's, decay constant and temporaries take the rest of the 16 YMM.
+const vkPairRegs = 2
+
+// vkNeedsWork says whether the routine takes a work space: the AVX-512 blocks, the AVX2 pairs.
+func (a isa) vkNeedsWork() bool { return a.vkBlocks() || a.vkPairs() }
 
 // vkBlocks says whether rows of at most vkBlockVecs vectors go in L1 blocks when T > 1
 // (state_vk_block.go): k̂ and q̂ of a token live in 2·vkBlockVecs registers beside the dots, and
@@ -104,14 +119,15 @@ func (a isa) vkExtractHigh(x, dst VecVirtual) {
 
 // vkGroup returns the rows per group and the accumulators per dot for rows of n vectors: the most
 // rows (≤ lanes/2) whose state, 2·G·A accumulators (≥ 8 chains in all, to cover the FMA latency) and
-// five temporaries fit the registers (32 ZMM); without masks (AVX2): one row, two accumulators.
+// five temporaries fit the registers (32 ZMM); without masks (AVX2): a pair of rows in work
+// (vkPairs), two accumulators, then a one-row group for an odd V's last row.
 //
 // AVX-512 rows that the blocks of state_vk_block.go also take (n ≤ vkBlockVecs) use the blocks'
 // accumulators, min(n, 2), in every group, the one-row tail included: a row's arithmetic must not
 // depend on whether a call's T sends it to a block or to a group (T = 1 does).
 func vkGroup(a isa, n int) (g, acc int) {
-	if !a.vkMultiRow() {
-		return 1, min(2, n)
+	if a.vkPairs() {
+		return 2, min(2, n)
 	}
 	for g = a.lanes / 2; g > 1; g-- { // (δ and o of the group's rows: one half vector each)
 		acc = min(n, (4+g-1)/g)
@@ -122,12 +138,13 @@ func vkGroup(a isa, n int) (g, acc int) {
 			return g, acc
 		}
 	}
-	return 1, vkTailAcc(n)
+	return 1, vkTailAcc(a, n)
 }
 
-// vkTailAcc is the accumulators per dot of the one-row AVX-512 groups.
-func vkTailAcc(n int) int {
-	if n <= vkBlockVecs {
+// vkTailAcc is the accumulators per dot of the one-row groups after the multi-row ones (AVX2: those
+// of the pairs).
+func vkTailAcc(a isa, n int) int {
+	if !a.masks || n <= vkBlockVecs {
 		return min(n, 2)
 	}
 	return min(n, 4)
@@ -739,6 +756,8 @@ func (b *vkBody) token() {
 	switch {
 	case b.g == 1:
 		VMOVSS(Mem{Base: b.r.pv}, vv.AsX())
+	case b.g == 2 && !a.masks:
+		VMOVSD(Mem{Base: b.r.pv}, vv.AsX())
 	case b.g == a.lanes/2:
 		VMOVUPS(Mem{Base: b.r.pv}, half(vv))
 	default:
@@ -755,6 +774,8 @@ func (b *vkBody) token() {
 	switch {
 	case b.g == 1:
 		VMOVSS(hi.AsX(), Mem{Base: b.r.po})
+	case b.g == 2 && !a.masks:
+		VMOVSD(hi.AsX(), Mem{Base: b.r.po})
 	case b.g == a.lanes/2:
 		VMOVUPS(half(hi), Mem{Base: b.r.po})
 	default:
@@ -788,12 +809,22 @@ func (b *vkBody) group() {
 	v, a, r := b.v, b.a, b.r
 	b.rows = make([]vkRow, b.g)
 	slot := 0
+	inRegs, slots, stride := a.vkRowRegs(), r.slots, 0
+	if a.vkPairs() && b.g == 2 { // the pair in work: row j's position i at work + 32·(16·j + i)
+		inRegs, stride = vkPairRegs, vkMaxVecs
+		pw := GP64()
+		MOVQ(r.work, pw)
+		slots = Mem{Base: pw}
+	}
 	for j := range b.rows {
 		b.rows[j] = vkRow{reg: make([]VecVirtual, b.n), mem: make([]Mem, b.n)}
 		for i := range b.n {
-			// In registers: the first vkRowRegs − 1 positions and the last one (the tail).
-			if i >= a.vkRowRegs()-1 && i < b.n-1 {
-				b.rows[j].mem[i] = r.slots.Offset(a.bytes() * slot)
+			// In registers: the first inRegs − 1 positions and the last one (the tail).
+			if i >= inRegs-1 && i < b.n-1 {
+				if stride > 0 {
+					slot = stride*j + i
+				}
+				b.rows[j].mem[i] = slots.Offset(a.bytes() * slot)
 				slot++
 				continue
 			}
@@ -804,7 +835,7 @@ func (b *vkBody) group() {
 	Label(loop)
 	CMPQ(r.rows, U32(b.g))
 	JB(LabelRef(done))
-	if b.g > 1 && b.g < 8 { // (multi-row groups need masks)
+	if b.g > 1 && b.g < 8 && a.masks { // (multi-row groups need masks, but the AVX2 pairs)
 		m := GP32()
 		MOVL(U32(1<<b.g-1), m)
 		KMOVW(m, K6)
@@ -933,7 +964,7 @@ func stateVK(v variant) {
 	if v.bf16 {
 		sig = "func(K, V int, src []uint16, src32 []float32, stores []uintptr, carry []float32, kh, qh, v []float32, vs int, o, tok []float32"
 	}
-	if a.vkBlocks() {
+	if a.vkNeedsWork() {
 		sig += ", work []float32"
 	}
 	sig += ")"
@@ -943,6 +974,8 @@ func stateVK(v variant) {
 	r.j, r.rows, r.t, r.v4, r.vs4 = AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8)
 	if a.vkBlocks() {
 		r.work, r.nb = AllocLocal(8), AllocLocal(8)
+	} else if a.vkNeedsWork() {
+		r.work = AllocLocal(8)
 	}
 	if !a.masks {
 		r.andMask = AllocLocal(a.bytes())
@@ -964,7 +997,7 @@ func stateVK(v variant) {
 	JZ(LabelRef(done))
 	MOVQ(n, r.rows)
 	MOVQ(t, r.t)
-	if a.vkBlocks() {
+	if a.vkNeedsWork() {
 		w := GP64()
 		Load(Param("work").Base(), w)
 		ADDQ(U8(63), w)
@@ -1027,9 +1060,20 @@ func stateVK(v variant) {
 			Label(groups)
 		}
 		g, acc := vkGroup(a, n)
+		single := ""
+		if a.vkPairs() && !v.bf16 {
+			// One token (decode), f32: one-row groups; the pairs' copies into and out of work
+			// cost more than the overlap wins (BenchmarkVKRoutine: 2,150 -> 2,420 ns per head).
+			single = label("single")
+			CMPQ(r.t, U8(1))
+			JE(LabelRef(single))
+		}
 		(&vkBody{v: v, a: a, n: n, lo: lo, g: g, acc: acc, r: r}).group()
+		if single != "" {
+			Label(single)
+		}
 		if g > 1 {
-			(&vkBody{v: v, a: a, n: n, lo: lo, g: 1, acc: vkTailAcc(n), r: r}).group()
+			(&vkBody{v: v, a: a, n: n, lo: lo, g: 1, acc: vkTailAcc(a, n), r: r}).group()
 		}
 		JMP(LabelRef(done))
 		lo = n + 1
