@@ -21098,7 +21098,229 @@ TEXT ·stateVKf32AVX2(SB), NOSPLIT, $304-216
 stateVKf32AVX2_n4_1:
 	// Rows of 1…4 vectors.
 	CMPQ 16(SP), $0x01
-	JE   stateVKf32AVX2_single_1
+	JNE  stateVKf32AVX2_pairs_1
+	MOVQ stores_base+40(FP), AX
+	CMPQ (AX), $0x00
+	JE   stateVKf32AVX2_pairs_1
+
+stateVKf32AVX2_once_1:
+	CMPQ 8(SP), $0x02
+	JB   stateVKf32AVX2_oncedone_1
+
+	// A pair of rows of 1…4 vectors, one token.
+	MOVQ       src_base+16(FP), R10
+	MOVQ       (SP), AX
+	IMULQ      R9, AX
+	ADDQ       AX, R10
+	MOVQ       kh_base+64(FP), AX
+	MOVQ       qh_base+88(FP), CX
+	MOVQ       tok_base+168(FP), DX
+	MOVQ       stores_base+40(FP), BX
+	MOVQ       v_base+112(FP), SI
+	MOVQ       o_base+144(FP), DI
+	MOVQ       (SP), R8
+	SHLQ       $0x02, R8
+	ADDQ       R8, SI
+	ADDQ       R8, DI
+	MOVQ       16(SP), R8
+	PREFETCHT0 8192(R10)
+	CMPQ       R9, $0x00000020
+	JBE        stateVKf32AVX2_dead_1
+	PREFETCHT0 8256(R10)
+	CMPQ       R9, $0x00000040
+	JBE        stateVKf32AVX2_dead_1
+	PREFETCHT0 8320(R10)
+	CMPQ       R9, $0x00000060
+	JBE        stateVKf32AVX2_dead_1
+	PREFETCHT0 8384(R10)
+
+stateVKf32AVX2_dead_1:
+	VXORPS      Y0, Y0, Y0
+	VXORPS      Y3, Y3, Y3
+	VXORPS      Y2, Y2, Y2
+	VXORPS      Y4, Y4, Y4
+	VXORPS      Y5, Y5, Y5
+	VXORPS      Y7, Y7, Y7
+	VXORPS      Y6, Y6, Y6
+	VXORPS      Y8, Y8, Y8
+	CMPQ        R9, $0x00000020
+	JBE         stateVKf32AVX2_dead_2
+	VMOVUPS     (R10), Y9
+	VFMADD231PS (AX), Y9, Y0
+	VFMADD231PS (CX), Y9, Y2
+	VMOVUPS     (R10)(R9*1), Y9
+	VFMADD231PS (AX), Y9, Y5
+	VFMADD231PS (CX), Y9, Y6
+	CMPQ        R9, $0x00000040
+	JBE         stateVKf32AVX2_dead_2
+	VMOVUPS     32(R10), Y9
+	VFMADD231PS 32(AX), Y9, Y3
+	VFMADD231PS 32(CX), Y9, Y4
+	VMOVUPS     32(R10)(R9*1), Y9
+	VFMADD231PS 32(AX), Y9, Y7
+	VFMADD231PS 32(CX), Y9, Y8
+	CMPQ        R9, $0x00000060
+	JBE         stateVKf32AVX2_dead_2
+	VMOVUPS     64(R10), Y9
+	VFMADD231PS 64(AX), Y9, Y0
+	VFMADD231PS 64(CX), Y9, Y2
+	VMOVUPS     64(R10)(R9*1), Y9
+	VFMADD231PS 64(AX), Y9, Y5
+	VFMADD231PS 64(CX), Y9, Y6
+
+stateVKf32AVX2_dead_2:
+	VMOVUPS      -32(R10)(R9*1), Y9
+	VANDPS       48(SP), Y9, Y9
+	VFMADD231PS  -32(AX)(R9*1), Y9, Y3
+	VFMADD231PS  -32(CX)(R9*1), Y9, Y4
+	VMOVUPS      -32(R10)(R9*2), Y9
+	VANDPS       48(SP), Y9, Y9
+	VFMADD231PS  -32(AX)(R9*1), Y9, Y7
+	VFMADD231PS  -32(CX)(R9*1), Y9, Y8
+	VADDPS       Y3, Y0, Y0
+	VADDPS       Y7, Y5, Y5
+	VADDPS       Y4, Y2, Y2
+	VADDPS       Y8, Y6, Y6
+	VPERM2F128   $0x20, Y5, Y0, Y3
+	VPERM2F128   $0x31, Y5, Y0, Y0
+	VADDPS       Y0, Y3, Y3
+	VPERM2F128   $0x20, Y6, Y2, Y0
+	VPERM2F128   $0x31, Y6, Y2, Y2
+	VADDPS       Y2, Y0, Y0
+	VSHUFPS      $0x44, Y0, Y3, Y2
+	VSHUFPS      $0xee, Y0, Y3, Y0
+	VADDPS       Y0, Y2, Y2
+	VSHUFPS      $0x88, Y2, Y2, Y0
+	VSHUFPS      $0xdd, Y2, Y2, Y2
+	VADDPS       Y2, Y0, Y0
+	VMOVUPS      vkpermAVX2_2<>+0(SB), Y2
+	VPERMPS      Y0, Y2, Y0
+	VMOVSS       (DX), X1
+	VUCOMISS     nearone<>+0(SB), X1
+	JCS          stateVKf32AVX2_far_1
+	VBROADCASTSS (DX), Y2
+	VFMADD213PS  Y0, Y2, Y0
+	JMP          stateVKf32AVX2_decayed_1
+
+stateVKf32AVX2_far_1:
+	VBROADCASTSS 4(DX), Y2
+	VMULPS       Y0, Y2, Y0
+
+stateVKf32AVX2_decayed_1:
+	VEXTRACTF128 $0x01, Y0, X2
+	VMOVSD       (SI), X1
+	VSUBPS       X0, X1, X1
+	VBROADCASTSS 8(DX), Y0
+	VMULPS       X0, X1, X1
+	VBROADCASTSS 12(DX), Y0
+	VFMADD231PS  X0, X1, X2
+	VMOVSD       X2, (DI)
+	MOVQ         (BX), CX
+	MOVQ         (SP), BX
+	IMULQ        R9, BX
+	ADDQ         BX, CX
+	VMOVUPS      -32(R10)(R9*1), Y0
+	VMOVUPS      -32(R10)(R9*2), Y2
+	VMOVSS       (DX), X3
+	VUCOMISS     nearone<>+0(SB), X3
+	JCS          stateVKf32AVX2_far_2
+	VBROADCASTSS (DX), Y3
+	VBROADCASTSS X1, Y4
+	VMOVUPS      vklane1<>+0(SB), Y5
+	VPERMPS      Y1, Y5, Y5
+	CMPQ         R9, $0x00000020
+	JBE          stateVKf32AVX2_dead_3
+	VMOVUPS      (R10), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  (AX), Y4, Y6
+	VMOVUPS      Y6, (CX)
+	VMOVUPS      (R10)(R9*1), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  (AX), Y5, Y6
+	VMOVUPS      Y6, (CX)(R9*1)
+	CMPQ         R9, $0x00000040
+	JBE          stateVKf32AVX2_dead_3
+	VMOVUPS      32(R10), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  32(AX), Y4, Y6
+	VMOVUPS      Y6, 32(CX)
+	VMOVUPS      32(R10)(R9*1), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  32(AX), Y5, Y6
+	VMOVUPS      Y6, 32(CX)(R9*1)
+	CMPQ         R9, $0x00000060
+	JBE          stateVKf32AVX2_dead_3
+	VMOVUPS      64(R10), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  64(AX), Y4, Y6
+	VMOVUPS      Y6, 64(CX)
+	VMOVUPS      64(R10)(R9*1), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  64(AX), Y5, Y6
+	VMOVUPS      Y6, 64(CX)(R9*1)
+
+stateVKf32AVX2_dead_3:
+	VFMADD213PS Y0, Y3, Y0
+	VFMADD231PS -32(AX)(R9*1), Y4, Y0
+	VMOVUPS     Y0, -32(CX)(R9*1)
+	VFMADD213PS Y2, Y3, Y2
+	VFMADD231PS -32(AX)(R9*1), Y5, Y2
+	VMOVUPS     Y2, -32(CX)(R9*2)
+	JMP         stateVKf32AVX2_decayed_2
+
+stateVKf32AVX2_far_2:
+	VBROADCASTSS 4(DX), Y3
+	VBROADCASTSS X1, Y4
+	VMOVUPS      vklane1<>+0(SB), Y5
+	VPERMPS      Y1, Y5, Y5
+	CMPQ         R9, $0x00000020
+	JBE          stateVKf32AVX2_dead_4
+	VMOVUPS      (R10), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  (AX), Y4, Y6
+	VMOVUPS      Y6, (CX)
+	VMOVUPS      (R10)(R9*1), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  (AX), Y5, Y6
+	VMOVUPS      Y6, (CX)(R9*1)
+	CMPQ         R9, $0x00000040
+	JBE          stateVKf32AVX2_dead_4
+	VMOVUPS      32(R10), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  32(AX), Y4, Y6
+	VMOVUPS      Y6, 32(CX)
+	VMOVUPS      32(R10)(R9*1), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  32(AX), Y5, Y6
+	VMOVUPS      Y6, 32(CX)(R9*1)
+	CMPQ         R9, $0x00000060
+	JBE          stateVKf32AVX2_dead_4
+	VMOVUPS      64(R10), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  64(AX), Y4, Y6
+	VMOVUPS      Y6, 64(CX)
+	VMOVUPS      64(R10)(R9*1), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  64(AX), Y5, Y6
+	VMOVUPS      Y6, 64(CX)(R9*1)
+
+stateVKf32AVX2_dead_4:
+	VMULPS      Y0, Y3, Y0
+	VFMADD231PS -32(AX)(R9*1), Y4, Y0
+	VMOVUPS     Y0, -32(CX)(R9*1)
+	VMULPS      Y2, Y3, Y2
+	VFMADD231PS -32(AX)(R9*1), Y5, Y2
+	VMOVUPS     Y2, -32(CX)(R9*2)
+
+stateVKf32AVX2_decayed_2:
+	ADDQ $0x00000002, (SP)
+	SUBQ $0x00000002, 8(SP)
+	JMP  stateVKf32AVX2_once_1
+
+stateVKf32AVX2_oncedone_1:
+	JMP stateVKf32AVX2_pairtail_1
+
+stateVKf32AVX2_pairs_1:
 	MOVQ 40(SP), R10
 
 stateVKf32AVX2_group_1:
@@ -21112,47 +21334,47 @@ stateVKf32AVX2_group_1:
 	ADDQ       CX, AX
 	PREFETCHT0 8192(AX)
 	CMPQ       R9, $0x00000020
-	JBE        stateVKf32AVX2_dead_1
+	JBE        stateVKf32AVX2_dead_5
 	PREFETCHT0 8256(AX)
 	CMPQ       R9, $0x00000040
-	JBE        stateVKf32AVX2_dead_1
+	JBE        stateVKf32AVX2_dead_5
 	PREFETCHT0 8320(AX)
 	CMPQ       R9, $0x00000060
-	JBE        stateVKf32AVX2_dead_1
+	JBE        stateVKf32AVX2_dead_5
 	PREFETCHT0 8384(AX)
 
-stateVKf32AVX2_dead_1:
+stateVKf32AVX2_dead_5:
 	VXORPS  Y0, Y0, Y0
 	CMPQ    R9, $0x00000020
-	JBE     stateVKf32AVX2_dead_2
+	JBE     stateVKf32AVX2_dead_6
 	VMOVUPS (AX), Y0
 	CMPQ    R9, $0x00000040
-	JBE     stateVKf32AVX2_dead_2
+	JBE     stateVKf32AVX2_dead_6
 	VMOVUPS 32(AX), Y2
 	VMOVUPS Y2, 32(R10)
 	CMPQ    R9, $0x00000060
-	JBE     stateVKf32AVX2_dead_2
+	JBE     stateVKf32AVX2_dead_6
 	VMOVUPS 64(AX), Y2
 	VMOVUPS Y2, 64(R10)
 
-stateVKf32AVX2_dead_2:
+stateVKf32AVX2_dead_6:
 	VMOVUPS -32(AX)(R9*1), Y2
 	VANDPS  48(SP), Y2, Y2
 	ADDQ    R9, AX
 	VXORPS  Y3, Y3, Y3
 	CMPQ    R9, $0x00000020
-	JBE     stateVKf32AVX2_dead_3
+	JBE     stateVKf32AVX2_dead_7
 	VMOVUPS (AX), Y3
 	CMPQ    R9, $0x00000040
-	JBE     stateVKf32AVX2_dead_3
+	JBE     stateVKf32AVX2_dead_7
 	VMOVUPS 32(AX), Y4
 	VMOVUPS Y4, 544(R10)
 	CMPQ    R9, $0x00000060
-	JBE     stateVKf32AVX2_dead_3
+	JBE     stateVKf32AVX2_dead_7
 	VMOVUPS 64(AX), Y4
 	VMOVUPS Y4, 576(R10)
 
-stateVKf32AVX2_dead_3:
+stateVKf32AVX2_dead_7:
 	VMOVUPS -32(AX)(R9*1), Y4
 	VANDPS  48(SP), Y4, Y4
 	MOVQ    kh_base+64(FP), AX
@@ -21177,13 +21399,13 @@ stateVKf32AVX2_token_1:
 	VXORPS      Y10, Y10, Y10
 	VXORPS      Y12, Y12, Y12
 	CMPQ        R9, $0x00000020
-	JBE         stateVKf32AVX2_dead_4
+	JBE         stateVKf32AVX2_dead_8
 	VFMADD231PS (AX), Y0, Y5
 	VFMADD231PS (CX), Y0, Y6
 	VFMADD231PS (AX), Y3, Y9
 	VFMADD231PS (CX), Y3, Y10
 	CMPQ        R9, $0x00000040
-	JBE         stateVKf32AVX2_dead_4
+	JBE         stateVKf32AVX2_dead_8
 	VMOVUPS     32(R10), Y13
 	VFMADD231PS 32(AX), Y13, Y7
 	VFMADD231PS 32(CX), Y13, Y8
@@ -21191,7 +21413,7 @@ stateVKf32AVX2_token_1:
 	VFMADD231PS 32(AX), Y13, Y11
 	VFMADD231PS 32(CX), Y13, Y12
 	CMPQ        R9, $0x00000060
-	JBE         stateVKf32AVX2_dead_4
+	JBE         stateVKf32AVX2_dead_8
 	VMOVUPS     64(R10), Y13
 	VFMADD231PS 64(AX), Y13, Y5
 	VFMADD231PS 64(CX), Y13, Y6
@@ -21199,7 +21421,7 @@ stateVKf32AVX2_token_1:
 	VFMADD231PS 64(AX), Y13, Y9
 	VFMADD231PS 64(CX), Y13, Y10
 
-stateVKf32AVX2_dead_4:
+stateVKf32AVX2_dead_8:
 	VFMADD231PS  -32(AX)(R9*1), Y2, Y7
 	VFMADD231PS  -32(CX)(R9*1), Y2, Y8
 	VFMADD231PS  -32(AX)(R9*1), Y4, Y11
@@ -21224,16 +21446,16 @@ stateVKf32AVX2_dead_4:
 	VPERMPS      Y5, Y6, Y5
 	VMOVSS       (DX), X1
 	VUCOMISS     nearone<>+0(SB), X1
-	JCS          stateVKf32AVX2_far_1
+	JCS          stateVKf32AVX2_far_3
 	VBROADCASTSS (DX), Y6
 	VFMADD213PS  Y5, Y6, Y5
-	JMP          stateVKf32AVX2_decayed_1
+	JMP          stateVKf32AVX2_decayed_3
 
-stateVKf32AVX2_far_1:
+stateVKf32AVX2_far_3:
 	VBROADCASTSS 4(DX), Y6
 	VMULPS       Y5, Y6, Y5
 
-stateVKf32AVX2_decayed_1:
+stateVKf32AVX2_decayed_3:
 	VEXTRACTF128 $0x01, Y5, X6
 	VMOVSD       (SI), X1
 	VSUBPS       X5, X1, X1
@@ -21244,19 +21466,19 @@ stateVKf32AVX2_decayed_1:
 	VMOVSD       X6, (DI)
 	VMOVSS       (DX), X5
 	VUCOMISS     nearone<>+0(SB), X5
-	JCS          stateVKf32AVX2_far_2
+	JCS          stateVKf32AVX2_far_4
 	VBROADCASTSS (DX), Y5
 	VBROADCASTSS X1, Y6
 	VMOVUPS      vklane1<>+0(SB), Y7
 	VPERMPS      Y1, Y7, Y7
 	CMPQ         R9, $0x00000020
-	JBE          stateVKf32AVX2_dead_5
+	JBE          stateVKf32AVX2_dead_9
 	VFMADD213PS  Y0, Y5, Y0
 	VFMADD231PS  (AX), Y6, Y0
 	VFMADD213PS  Y3, Y5, Y3
 	VFMADD231PS  (AX), Y7, Y3
 	CMPQ         R9, $0x00000040
-	JBE          stateVKf32AVX2_dead_5
+	JBE          stateVKf32AVX2_dead_9
 	VMOVUPS      32(R10), Y8
 	VFMADD213PS  Y8, Y5, Y8
 	VFMADD231PS  32(AX), Y6, Y8
@@ -21266,7 +21488,7 @@ stateVKf32AVX2_decayed_1:
 	VFMADD231PS  32(AX), Y7, Y8
 	VMOVUPS      Y8, 544(R10)
 	CMPQ         R9, $0x00000060
-	JBE          stateVKf32AVX2_dead_5
+	JBE          stateVKf32AVX2_dead_9
 	VMOVUPS      64(R10), Y8
 	VFMADD213PS  Y8, Y5, Y8
 	VFMADD231PS  64(AX), Y6, Y8
@@ -21276,28 +21498,28 @@ stateVKf32AVX2_decayed_1:
 	VFMADD231PS  64(AX), Y7, Y8
 	VMOVUPS      Y8, 576(R10)
 
-stateVKf32AVX2_dead_5:
+stateVKf32AVX2_dead_9:
 	VFMADD213PS Y2, Y5, Y2
 	VFMADD231PS -32(AX)(R9*1), Y6, Y2
 	VANDPS      48(SP), Y2, Y2
 	VFMADD213PS Y4, Y5, Y4
 	VFMADD231PS -32(AX)(R9*1), Y7, Y4
 	VANDPS      48(SP), Y4, Y4
-	JMP         stateVKf32AVX2_decayed_2
+	JMP         stateVKf32AVX2_decayed_4
 
-stateVKf32AVX2_far_2:
+stateVKf32AVX2_far_4:
 	VBROADCASTSS 4(DX), Y5
 	VBROADCASTSS X1, Y6
 	VMOVUPS      vklane1<>+0(SB), Y7
 	VPERMPS      Y1, Y7, Y7
 	CMPQ         R9, $0x00000020
-	JBE          stateVKf32AVX2_dead_6
+	JBE          stateVKf32AVX2_dead_10
 	VMULPS       Y0, Y5, Y0
 	VFMADD231PS  (AX), Y6, Y0
 	VMULPS       Y3, Y5, Y3
 	VFMADD231PS  (AX), Y7, Y3
 	CMPQ         R9, $0x00000040
-	JBE          stateVKf32AVX2_dead_6
+	JBE          stateVKf32AVX2_dead_10
 	VMOVUPS      32(R10), Y8
 	VMULPS       Y8, Y5, Y8
 	VFMADD231PS  32(AX), Y6, Y8
@@ -21307,7 +21529,7 @@ stateVKf32AVX2_far_2:
 	VFMADD231PS  32(AX), Y7, Y8
 	VMOVUPS      Y8, 544(R10)
 	CMPQ         R9, $0x00000060
-	JBE          stateVKf32AVX2_dead_6
+	JBE          stateVKf32AVX2_dead_10
 	VMOVUPS      64(R10), Y8
 	VMULPS       Y8, Y5, Y8
 	VFMADD231PS  64(AX), Y6, Y8
@@ -21317,7 +21539,7 @@ stateVKf32AVX2_far_2:
 	VFMADD231PS  64(AX), Y7, Y8
 	VMOVUPS      Y8, 576(R10)
 
-stateVKf32AVX2_dead_6:
+stateVKf32AVX2_dead_10:
 	VMULPS      Y2, Y5, Y2
 	VFMADD231PS -32(AX)(R9*1), Y6, Y2
 	VANDPS      48(SP), Y2, Y2
@@ -21325,7 +21547,7 @@ stateVKf32AVX2_dead_6:
 	VFMADD231PS -32(AX)(R9*1), Y7, Y4
 	VANDPS      48(SP), Y4, Y4
 
-stateVKf32AVX2_decayed_2:
+stateVKf32AVX2_decayed_4:
 	// The state after this token, if stored.
 	MOVQ    (BX), R11
 	TESTQ   R11, R11
@@ -21335,33 +21557,33 @@ stateVKf32AVX2_decayed_2:
 	ADDQ    R12, R11
 	VMOVUPS Y2, -32(R11)(R9*1)
 	CMPQ    R9, $0x00000020
-	JBE     stateVKf32AVX2_dead_7
+	JBE     stateVKf32AVX2_dead_11
 	VMOVUPS Y0, (R11)
 	CMPQ    R9, $0x00000040
-	JBE     stateVKf32AVX2_dead_7
+	JBE     stateVKf32AVX2_dead_11
 	VMOVUPS 32(R10), Y5
 	VMOVUPS Y5, 32(R11)
 	CMPQ    R9, $0x00000060
-	JBE     stateVKf32AVX2_dead_7
+	JBE     stateVKf32AVX2_dead_11
 	VMOVUPS 64(R10), Y5
 	VMOVUPS Y5, 64(R11)
 
-stateVKf32AVX2_dead_7:
+stateVKf32AVX2_dead_11:
 	ADDQ    R9, R11
 	VMOVUPS Y4, -32(R11)(R9*1)
 	CMPQ    R9, $0x00000020
-	JBE     stateVKf32AVX2_dead_8
+	JBE     stateVKf32AVX2_dead_12
 	VMOVUPS Y3, (R11)
 	CMPQ    R9, $0x00000040
-	JBE     stateVKf32AVX2_dead_8
+	JBE     stateVKf32AVX2_dead_12
 	VMOVUPS 544(R10), Y5
 	VMOVUPS Y5, 32(R11)
 	CMPQ    R9, $0x00000060
-	JBE     stateVKf32AVX2_dead_8
+	JBE     stateVKf32AVX2_dead_12
 	VMOVUPS 576(R10), Y5
 	VMOVUPS Y5, 64(R11)
 
-stateVKf32AVX2_dead_8:
+stateVKf32AVX2_dead_12:
 stateVKf32AVX2_nostore_1:
 	ADDQ R9, AX
 	ADDQ R9, CX
@@ -21376,7 +21598,7 @@ stateVKf32AVX2_nostore_1:
 	JMP  stateVKf32AVX2_group_1
 
 stateVKf32AVX2_groupsdone_1:
-stateVKf32AVX2_single_1:
+stateVKf32AVX2_pairtail_1:
 stateVKf32AVX2_group_2:
 	CMPQ 8(SP), $0x00000001
 	JB   stateVKf32AVX2_groupsdone_2
@@ -21388,24 +21610,24 @@ stateVKf32AVX2_group_2:
 	ADDQ       CX, AX
 	PREFETCHT0 8192(AX)
 	CMPQ       R9, $0x00000040
-	JBE        stateVKf32AVX2_dead_9
+	JBE        stateVKf32AVX2_dead_13
 	PREFETCHT0 8256(AX)
 
-stateVKf32AVX2_dead_9:
+stateVKf32AVX2_dead_13:
 	VXORPS  Y0, Y0, Y0
 	VXORPS  Y1, Y1, Y1
 	VXORPS  Y2, Y2, Y2
 	CMPQ    R9, $0x00000020
-	JBE     stateVKf32AVX2_dead_10
+	JBE     stateVKf32AVX2_dead_14
 	VMOVUPS (AX), Y0
 	CMPQ    R9, $0x00000040
-	JBE     stateVKf32AVX2_dead_10
+	JBE     stateVKf32AVX2_dead_14
 	VMOVUPS 32(AX), Y1
 	CMPQ    R9, $0x00000060
-	JBE     stateVKf32AVX2_dead_10
+	JBE     stateVKf32AVX2_dead_14
 	VMOVUPS 64(AX), Y2
 
-stateVKf32AVX2_dead_10:
+stateVKf32AVX2_dead_14:
 	VMOVUPS -32(AX)(R9*1), Y3
 	VANDPS  48(SP), Y3, Y3
 	MOVQ    kh_base+64(FP), AX
@@ -21426,19 +21648,19 @@ stateVKf32AVX2_token_2:
 	VXORPS      Y5, Y5, Y5
 	VXORPS      Y7, Y7, Y7
 	CMPQ        R9, $0x00000020
-	JBE         stateVKf32AVX2_dead_11
+	JBE         stateVKf32AVX2_dead_15
 	VFMADD231PS (AX), Y0, Y4
 	VFMADD231PS (CX), Y0, Y5
 	CMPQ        R9, $0x00000040
-	JBE         stateVKf32AVX2_dead_11
+	JBE         stateVKf32AVX2_dead_15
 	VFMADD231PS 32(AX), Y1, Y6
 	VFMADD231PS 32(CX), Y1, Y7
 	CMPQ        R9, $0x00000060
-	JBE         stateVKf32AVX2_dead_11
+	JBE         stateVKf32AVX2_dead_15
 	VFMADD231PS 64(AX), Y2, Y4
 	VFMADD231PS 64(CX), Y2, Y5
 
-stateVKf32AVX2_dead_11:
+stateVKf32AVX2_dead_15:
 	VFMADD231PS  -32(AX)(R9*1), Y3, Y6
 	VFMADD231PS  -32(CX)(R9*1), Y3, Y7
 	VADDPS       Y6, Y4, Y4
@@ -21456,16 +21678,16 @@ stateVKf32AVX2_dead_11:
 	VPERMPS      Y5, Y4, Y4
 	VMOVSS       (DX), X5
 	VUCOMISS     nearone<>+0(SB), X5
-	JCS          stateVKf32AVX2_far_3
+	JCS          stateVKf32AVX2_far_5
 	VBROADCASTSS (DX), Y5
 	VFMADD213PS  Y4, Y5, Y4
-	JMP          stateVKf32AVX2_decayed_3
+	JMP          stateVKf32AVX2_decayed_5
 
-stateVKf32AVX2_far_3:
+stateVKf32AVX2_far_5:
 	VBROADCASTSS 4(DX), Y5
 	VMULPS       Y4, Y5, Y4
 
-stateVKf32AVX2_decayed_3:
+stateVKf32AVX2_decayed_5:
 	VEXTRACTF128 $0x01, Y4, X5
 	VMOVSS       (SI), X6
 	VSUBPS       X4, X6, X6
@@ -21476,50 +21698,50 @@ stateVKf32AVX2_decayed_3:
 	VMOVSS       X5, (DI)
 	VMOVSS       (DX), X5
 	VUCOMISS     nearone<>+0(SB), X5
-	JCS          stateVKf32AVX2_far_4
+	JCS          stateVKf32AVX2_far_6
 	VBROADCASTSS (DX), Y5
 	VBROADCASTSS X4, Y4
 	CMPQ         R9, $0x00000020
-	JBE          stateVKf32AVX2_dead_12
+	JBE          stateVKf32AVX2_dead_16
 	VFMADD213PS  Y0, Y5, Y0
 	VFMADD231PS  (AX), Y4, Y0
 	CMPQ         R9, $0x00000040
-	JBE          stateVKf32AVX2_dead_12
+	JBE          stateVKf32AVX2_dead_16
 	VFMADD213PS  Y1, Y5, Y1
 	VFMADD231PS  32(AX), Y4, Y1
 	CMPQ         R9, $0x00000060
-	JBE          stateVKf32AVX2_dead_12
+	JBE          stateVKf32AVX2_dead_16
 	VFMADD213PS  Y2, Y5, Y2
 	VFMADD231PS  64(AX), Y4, Y2
 
-stateVKf32AVX2_dead_12:
+stateVKf32AVX2_dead_16:
 	VFMADD213PS Y3, Y5, Y3
 	VFMADD231PS -32(AX)(R9*1), Y4, Y3
 	VANDPS      48(SP), Y3, Y3
-	JMP         stateVKf32AVX2_decayed_4
+	JMP         stateVKf32AVX2_decayed_6
 
-stateVKf32AVX2_far_4:
+stateVKf32AVX2_far_6:
 	VBROADCASTSS 4(DX), Y5
 	VBROADCASTSS X4, Y4
 	CMPQ         R9, $0x00000020
-	JBE          stateVKf32AVX2_dead_13
+	JBE          stateVKf32AVX2_dead_17
 	VMULPS       Y0, Y5, Y0
 	VFMADD231PS  (AX), Y4, Y0
 	CMPQ         R9, $0x00000040
-	JBE          stateVKf32AVX2_dead_13
+	JBE          stateVKf32AVX2_dead_17
 	VMULPS       Y1, Y5, Y1
 	VFMADD231PS  32(AX), Y4, Y1
 	CMPQ         R9, $0x00000060
-	JBE          stateVKf32AVX2_dead_13
+	JBE          stateVKf32AVX2_dead_17
 	VMULPS       Y2, Y5, Y2
 	VFMADD231PS  64(AX), Y4, Y2
 
-stateVKf32AVX2_dead_13:
+stateVKf32AVX2_dead_17:
 	VMULPS      Y3, Y5, Y3
 	VFMADD231PS -32(AX)(R9*1), Y4, Y3
 	VANDPS      48(SP), Y3, Y3
 
-stateVKf32AVX2_decayed_4:
+stateVKf32AVX2_decayed_6:
 	// The state after this token, if stored.
 	MOVQ    (BX), R10
 	TESTQ   R10, R10
@@ -21529,16 +21751,16 @@ stateVKf32AVX2_decayed_4:
 	ADDQ    R11, R10
 	VMOVUPS Y3, -32(R10)(R9*1)
 	CMPQ    R9, $0x00000020
-	JBE     stateVKf32AVX2_dead_14
+	JBE     stateVKf32AVX2_dead_18
 	VMOVUPS Y0, (R10)
 	CMPQ    R9, $0x00000040
-	JBE     stateVKf32AVX2_dead_14
+	JBE     stateVKf32AVX2_dead_18
 	VMOVUPS Y1, 32(R10)
 	CMPQ    R9, $0x00000060
-	JBE     stateVKf32AVX2_dead_14
+	JBE     stateVKf32AVX2_dead_18
 	VMOVUPS Y2, 64(R10)
 
-stateVKf32AVX2_dead_14:
+stateVKf32AVX2_dead_18:
 stateVKf32AVX2_nostore_2:
 	ADDQ R9, AX
 	ADDQ R9, CX
@@ -21558,7 +21780,313 @@ stateVKf32AVX2_groupsdone_2:
 stateVKf32AVX2_n8_1:
 	// Rows of 5…8 vectors.
 	CMPQ 16(SP), $0x01
-	JE   stateVKf32AVX2_single_2
+	JNE  stateVKf32AVX2_pairs_2
+	MOVQ stores_base+40(FP), AX
+	CMPQ (AX), $0x00
+	JE   stateVKf32AVX2_pairs_2
+
+stateVKf32AVX2_once_2:
+	CMPQ 8(SP), $0x02
+	JB   stateVKf32AVX2_oncedone_2
+
+	// A pair of rows of 5…8 vectors, one token.
+	MOVQ       src_base+16(FP), R10
+	MOVQ       (SP), AX
+	IMULQ      R9, AX
+	ADDQ       AX, R10
+	MOVQ       kh_base+64(FP), AX
+	MOVQ       qh_base+88(FP), CX
+	MOVQ       tok_base+168(FP), DX
+	MOVQ       stores_base+40(FP), BX
+	MOVQ       v_base+112(FP), SI
+	MOVQ       o_base+144(FP), DI
+	MOVQ       (SP), R8
+	SHLQ       $0x02, R8
+	ADDQ       R8, SI
+	ADDQ       R8, DI
+	MOVQ       16(SP), R8
+	PREFETCHT0 8192(R10)
+	PREFETCHT0 8256(R10)
+	PREFETCHT0 8320(R10)
+	PREFETCHT0 8384(R10)
+	PREFETCHT0 8448(R10)
+	CMPQ       R9, $0x000000a0
+	JBE        stateVKf32AVX2_dead_19
+	PREFETCHT0 8512(R10)
+	CMPQ       R9, $0x000000c0
+	JBE        stateVKf32AVX2_dead_19
+	PREFETCHT0 8576(R10)
+	CMPQ       R9, $0x000000e0
+	JBE        stateVKf32AVX2_dead_19
+	PREFETCHT0 8640(R10)
+
+stateVKf32AVX2_dead_19:
+	VMOVUPS     (R10), Y2
+	VMULPS      (AX), Y2, Y0
+	VMULPS      (CX), Y2, Y2
+	VMOVUPS     (R10)(R9*1), Y3
+	VMULPS      (AX), Y3, Y5
+	VMULPS      (CX), Y3, Y6
+	VMOVUPS     32(R10), Y4
+	VMULPS      32(AX), Y4, Y3
+	VMULPS      32(CX), Y4, Y4
+	VMOVUPS     32(R10)(R9*1), Y8
+	VMULPS      32(AX), Y8, Y7
+	VMULPS      32(CX), Y8, Y8
+	VMOVUPS     64(R10), Y9
+	VFMADD231PS 64(AX), Y9, Y0
+	VFMADD231PS 64(CX), Y9, Y2
+	VMOVUPS     64(R10)(R9*1), Y9
+	VFMADD231PS 64(AX), Y9, Y5
+	VFMADD231PS 64(CX), Y9, Y6
+	VMOVUPS     96(R10), Y9
+	VFMADD231PS 96(AX), Y9, Y3
+	VFMADD231PS 96(CX), Y9, Y4
+	VMOVUPS     96(R10)(R9*1), Y9
+	VFMADD231PS 96(AX), Y9, Y7
+	VFMADD231PS 96(CX), Y9, Y8
+	CMPQ        R9, $0x000000a0
+	JBE         stateVKf32AVX2_dead_20
+	VMOVUPS     128(R10), Y9
+	VFMADD231PS 128(AX), Y9, Y0
+	VFMADD231PS 128(CX), Y9, Y2
+	VMOVUPS     128(R10)(R9*1), Y9
+	VFMADD231PS 128(AX), Y9, Y5
+	VFMADD231PS 128(CX), Y9, Y6
+	CMPQ        R9, $0x000000c0
+	JBE         stateVKf32AVX2_dead_20
+	VMOVUPS     160(R10), Y9
+	VFMADD231PS 160(AX), Y9, Y3
+	VFMADD231PS 160(CX), Y9, Y4
+	VMOVUPS     160(R10)(R9*1), Y9
+	VFMADD231PS 160(AX), Y9, Y7
+	VFMADD231PS 160(CX), Y9, Y8
+	CMPQ        R9, $0x000000e0
+	JBE         stateVKf32AVX2_dead_20
+	VMOVUPS     192(R10), Y9
+	VFMADD231PS 192(AX), Y9, Y0
+	VFMADD231PS 192(CX), Y9, Y2
+	VMOVUPS     192(R10)(R9*1), Y9
+	VFMADD231PS 192(AX), Y9, Y5
+	VFMADD231PS 192(CX), Y9, Y6
+
+stateVKf32AVX2_dead_20:
+	VMOVUPS      -32(R10)(R9*1), Y9
+	VANDPS       48(SP), Y9, Y9
+	VFMADD231PS  -32(AX)(R9*1), Y9, Y3
+	VFMADD231PS  -32(CX)(R9*1), Y9, Y4
+	VMOVUPS      -32(R10)(R9*2), Y9
+	VANDPS       48(SP), Y9, Y9
+	VFMADD231PS  -32(AX)(R9*1), Y9, Y7
+	VFMADD231PS  -32(CX)(R9*1), Y9, Y8
+	VADDPS       Y3, Y0, Y0
+	VADDPS       Y7, Y5, Y5
+	VADDPS       Y4, Y2, Y2
+	VADDPS       Y8, Y6, Y6
+	VPERM2F128   $0x20, Y5, Y0, Y3
+	VPERM2F128   $0x31, Y5, Y0, Y0
+	VADDPS       Y0, Y3, Y3
+	VPERM2F128   $0x20, Y6, Y2, Y0
+	VPERM2F128   $0x31, Y6, Y2, Y2
+	VADDPS       Y2, Y0, Y0
+	VSHUFPS      $0x44, Y0, Y3, Y2
+	VSHUFPS      $0xee, Y0, Y3, Y0
+	VADDPS       Y0, Y2, Y2
+	VSHUFPS      $0x88, Y2, Y2, Y0
+	VSHUFPS      $0xdd, Y2, Y2, Y2
+	VADDPS       Y2, Y0, Y0
+	VMOVUPS      vkpermAVX2_2<>+0(SB), Y2
+	VPERMPS      Y0, Y2, Y0
+	VMOVSS       (DX), X1
+	VUCOMISS     nearone<>+0(SB), X1
+	JCS          stateVKf32AVX2_far_7
+	VBROADCASTSS (DX), Y2
+	VFMADD213PS  Y0, Y2, Y0
+	JMP          stateVKf32AVX2_decayed_7
+
+stateVKf32AVX2_far_7:
+	VBROADCASTSS 4(DX), Y2
+	VMULPS       Y0, Y2, Y0
+
+stateVKf32AVX2_decayed_7:
+	VEXTRACTF128 $0x01, Y0, X2
+	VMOVSD       (SI), X1
+	VSUBPS       X0, X1, X1
+	VBROADCASTSS 8(DX), Y0
+	VMULPS       X0, X1, X1
+	VBROADCASTSS 12(DX), Y0
+	VFMADD231PS  X0, X1, X2
+	VMOVSD       X2, (DI)
+	MOVQ         (BX), CX
+	MOVQ         (SP), BX
+	IMULQ        R9, BX
+	ADDQ         BX, CX
+	VMOVUPS      -32(R10)(R9*1), Y0
+	VMOVUPS      -32(R10)(R9*2), Y2
+	VMOVSS       (DX), X3
+	VUCOMISS     nearone<>+0(SB), X3
+	JCS          stateVKf32AVX2_far_8
+	VBROADCASTSS (DX), Y3
+	VBROADCASTSS X1, Y4
+	VMOVUPS      vklane1<>+0(SB), Y5
+	VPERMPS      Y1, Y5, Y5
+	VMOVUPS      (R10), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  (AX), Y4, Y6
+	VMOVUPS      Y6, (CX)
+	VMOVUPS      (R10)(R9*1), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  (AX), Y5, Y6
+	VMOVUPS      Y6, (CX)(R9*1)
+	VMOVUPS      32(R10), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  32(AX), Y4, Y6
+	VMOVUPS      Y6, 32(CX)
+	VMOVUPS      32(R10)(R9*1), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  32(AX), Y5, Y6
+	VMOVUPS      Y6, 32(CX)(R9*1)
+	VMOVUPS      64(R10), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  64(AX), Y4, Y6
+	VMOVUPS      Y6, 64(CX)
+	VMOVUPS      64(R10)(R9*1), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  64(AX), Y5, Y6
+	VMOVUPS      Y6, 64(CX)(R9*1)
+	VMOVUPS      96(R10), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  96(AX), Y4, Y6
+	VMOVUPS      Y6, 96(CX)
+	VMOVUPS      96(R10)(R9*1), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  96(AX), Y5, Y6
+	VMOVUPS      Y6, 96(CX)(R9*1)
+	CMPQ         R9, $0x000000a0
+	JBE          stateVKf32AVX2_dead_21
+	VMOVUPS      128(R10), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  128(AX), Y4, Y6
+	VMOVUPS      Y6, 128(CX)
+	VMOVUPS      128(R10)(R9*1), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  128(AX), Y5, Y6
+	VMOVUPS      Y6, 128(CX)(R9*1)
+	CMPQ         R9, $0x000000c0
+	JBE          stateVKf32AVX2_dead_21
+	VMOVUPS      160(R10), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  160(AX), Y4, Y6
+	VMOVUPS      Y6, 160(CX)
+	VMOVUPS      160(R10)(R9*1), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  160(AX), Y5, Y6
+	VMOVUPS      Y6, 160(CX)(R9*1)
+	CMPQ         R9, $0x000000e0
+	JBE          stateVKf32AVX2_dead_21
+	VMOVUPS      192(R10), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  192(AX), Y4, Y6
+	VMOVUPS      Y6, 192(CX)
+	VMOVUPS      192(R10)(R9*1), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  192(AX), Y5, Y6
+	VMOVUPS      Y6, 192(CX)(R9*1)
+
+stateVKf32AVX2_dead_21:
+	VFMADD213PS Y0, Y3, Y0
+	VFMADD231PS -32(AX)(R9*1), Y4, Y0
+	VMOVUPS     Y0, -32(CX)(R9*1)
+	VFMADD213PS Y2, Y3, Y2
+	VFMADD231PS -32(AX)(R9*1), Y5, Y2
+	VMOVUPS     Y2, -32(CX)(R9*2)
+	JMP         stateVKf32AVX2_decayed_8
+
+stateVKf32AVX2_far_8:
+	VBROADCASTSS 4(DX), Y3
+	VBROADCASTSS X1, Y4
+	VMOVUPS      vklane1<>+0(SB), Y5
+	VPERMPS      Y1, Y5, Y5
+	VMOVUPS      (R10), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  (AX), Y4, Y6
+	VMOVUPS      Y6, (CX)
+	VMOVUPS      (R10)(R9*1), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  (AX), Y5, Y6
+	VMOVUPS      Y6, (CX)(R9*1)
+	VMOVUPS      32(R10), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  32(AX), Y4, Y6
+	VMOVUPS      Y6, 32(CX)
+	VMOVUPS      32(R10)(R9*1), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  32(AX), Y5, Y6
+	VMOVUPS      Y6, 32(CX)(R9*1)
+	VMOVUPS      64(R10), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  64(AX), Y4, Y6
+	VMOVUPS      Y6, 64(CX)
+	VMOVUPS      64(R10)(R9*1), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  64(AX), Y5, Y6
+	VMOVUPS      Y6, 64(CX)(R9*1)
+	VMOVUPS      96(R10), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  96(AX), Y4, Y6
+	VMOVUPS      Y6, 96(CX)
+	VMOVUPS      96(R10)(R9*1), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  96(AX), Y5, Y6
+	VMOVUPS      Y6, 96(CX)(R9*1)
+	CMPQ         R9, $0x000000a0
+	JBE          stateVKf32AVX2_dead_22
+	VMOVUPS      128(R10), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  128(AX), Y4, Y6
+	VMOVUPS      Y6, 128(CX)
+	VMOVUPS      128(R10)(R9*1), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  128(AX), Y5, Y6
+	VMOVUPS      Y6, 128(CX)(R9*1)
+	CMPQ         R9, $0x000000c0
+	JBE          stateVKf32AVX2_dead_22
+	VMOVUPS      160(R10), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  160(AX), Y4, Y6
+	VMOVUPS      Y6, 160(CX)
+	VMOVUPS      160(R10)(R9*1), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  160(AX), Y5, Y6
+	VMOVUPS      Y6, 160(CX)(R9*1)
+	CMPQ         R9, $0x000000e0
+	JBE          stateVKf32AVX2_dead_22
+	VMOVUPS      192(R10), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  192(AX), Y4, Y6
+	VMOVUPS      Y6, 192(CX)
+	VMOVUPS      192(R10)(R9*1), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  192(AX), Y5, Y6
+	VMOVUPS      Y6, 192(CX)(R9*1)
+
+stateVKf32AVX2_dead_22:
+	VMULPS      Y0, Y3, Y0
+	VFMADD231PS -32(AX)(R9*1), Y4, Y0
+	VMOVUPS     Y0, -32(CX)(R9*1)
+	VMULPS      Y2, Y3, Y2
+	VFMADD231PS -32(AX)(R9*1), Y5, Y2
+	VMOVUPS     Y2, -32(CX)(R9*2)
+
+stateVKf32AVX2_decayed_8:
+	ADDQ $0x00000002, (SP)
+	SUBQ $0x00000002, 8(SP)
+	JMP  stateVKf32AVX2_once_2
+
+stateVKf32AVX2_oncedone_2:
+	JMP stateVKf32AVX2_pairtail_2
+
+stateVKf32AVX2_pairs_2:
 	MOVQ 40(SP), R10
 
 stateVKf32AVX2_group_3:
@@ -21576,16 +22104,16 @@ stateVKf32AVX2_group_3:
 	PREFETCHT0 8384(AX)
 	PREFETCHT0 8448(AX)
 	CMPQ       R9, $0x000000a0
-	JBE        stateVKf32AVX2_dead_15
+	JBE        stateVKf32AVX2_dead_23
 	PREFETCHT0 8512(AX)
 	CMPQ       R9, $0x000000c0
-	JBE        stateVKf32AVX2_dead_15
+	JBE        stateVKf32AVX2_dead_23
 	PREFETCHT0 8576(AX)
 	CMPQ       R9, $0x000000e0
-	JBE        stateVKf32AVX2_dead_15
+	JBE        stateVKf32AVX2_dead_23
 	PREFETCHT0 8640(AX)
 
-stateVKf32AVX2_dead_15:
+stateVKf32AVX2_dead_23:
 	VMOVUPS (AX), Y0
 	VMOVUPS 32(AX), Y2
 	VMOVUPS Y2, 32(R10)
@@ -21594,19 +22122,19 @@ stateVKf32AVX2_dead_15:
 	VMOVUPS 96(AX), Y2
 	VMOVUPS Y2, 96(R10)
 	CMPQ    R9, $0x000000a0
-	JBE     stateVKf32AVX2_dead_16
+	JBE     stateVKf32AVX2_dead_24
 	VMOVUPS 128(AX), Y2
 	VMOVUPS Y2, 128(R10)
 	CMPQ    R9, $0x000000c0
-	JBE     stateVKf32AVX2_dead_16
+	JBE     stateVKf32AVX2_dead_24
 	VMOVUPS 160(AX), Y2
 	VMOVUPS Y2, 160(R10)
 	CMPQ    R9, $0x000000e0
-	JBE     stateVKf32AVX2_dead_16
+	JBE     stateVKf32AVX2_dead_24
 	VMOVUPS 192(AX), Y2
 	VMOVUPS Y2, 192(R10)
 
-stateVKf32AVX2_dead_16:
+stateVKf32AVX2_dead_24:
 	VMOVUPS -32(AX)(R9*1), Y2
 	VANDPS  48(SP), Y2, Y2
 	ADDQ    R9, AX
@@ -21618,19 +22146,19 @@ stateVKf32AVX2_dead_16:
 	VMOVUPS 96(AX), Y4
 	VMOVUPS Y4, 608(R10)
 	CMPQ    R9, $0x000000a0
-	JBE     stateVKf32AVX2_dead_17
+	JBE     stateVKf32AVX2_dead_25
 	VMOVUPS 128(AX), Y4
 	VMOVUPS Y4, 640(R10)
 	CMPQ    R9, $0x000000c0
-	JBE     stateVKf32AVX2_dead_17
+	JBE     stateVKf32AVX2_dead_25
 	VMOVUPS 160(AX), Y4
 	VMOVUPS Y4, 672(R10)
 	CMPQ    R9, $0x000000e0
-	JBE     stateVKf32AVX2_dead_17
+	JBE     stateVKf32AVX2_dead_25
 	VMOVUPS 192(AX), Y4
 	VMOVUPS Y4, 704(R10)
 
-stateVKf32AVX2_dead_17:
+stateVKf32AVX2_dead_25:
 	VMOVUPS -32(AX)(R9*1), Y4
 	VANDPS  48(SP), Y4, Y4
 	MOVQ    kh_base+64(FP), AX
@@ -21669,7 +22197,7 @@ stateVKf32AVX2_token_3:
 	VFMADD231PS 96(AX), Y13, Y11
 	VFMADD231PS 96(CX), Y13, Y12
 	CMPQ        R9, $0x000000a0
-	JBE         stateVKf32AVX2_dead_18
+	JBE         stateVKf32AVX2_dead_26
 	VMOVUPS     128(R10), Y13
 	VFMADD231PS 128(AX), Y13, Y5
 	VFMADD231PS 128(CX), Y13, Y6
@@ -21677,7 +22205,7 @@ stateVKf32AVX2_token_3:
 	VFMADD231PS 128(AX), Y13, Y9
 	VFMADD231PS 128(CX), Y13, Y10
 	CMPQ        R9, $0x000000c0
-	JBE         stateVKf32AVX2_dead_18
+	JBE         stateVKf32AVX2_dead_26
 	VMOVUPS     160(R10), Y13
 	VFMADD231PS 160(AX), Y13, Y7
 	VFMADD231PS 160(CX), Y13, Y8
@@ -21685,663 +22213,15 @@ stateVKf32AVX2_token_3:
 	VFMADD231PS 160(AX), Y13, Y11
 	VFMADD231PS 160(CX), Y13, Y12
 	CMPQ        R9, $0x000000e0
-	JBE         stateVKf32AVX2_dead_18
+	JBE         stateVKf32AVX2_dead_26
 	VMOVUPS     192(R10), Y13
 	VFMADD231PS 192(AX), Y13, Y5
 	VFMADD231PS 192(CX), Y13, Y6
 	VMOVUPS     704(R10), Y13
 	VFMADD231PS 192(AX), Y13, Y9
 	VFMADD231PS 192(CX), Y13, Y10
-
-stateVKf32AVX2_dead_18:
-	VFMADD231PS  -32(AX)(R9*1), Y2, Y7
-	VFMADD231PS  -32(CX)(R9*1), Y2, Y8
-	VFMADD231PS  -32(AX)(R9*1), Y4, Y11
-	VFMADD231PS  -32(CX)(R9*1), Y4, Y12
-	VADDPS       Y7, Y5, Y5
-	VADDPS       Y11, Y9, Y9
-	VADDPS       Y8, Y6, Y6
-	VADDPS       Y12, Y10, Y10
-	VPERM2F128   $0x20, Y9, Y5, Y7
-	VPERM2F128   $0x31, Y9, Y5, Y5
-	VADDPS       Y5, Y7, Y7
-	VPERM2F128   $0x20, Y10, Y6, Y5
-	VPERM2F128   $0x31, Y10, Y6, Y6
-	VADDPS       Y6, Y5, Y5
-	VSHUFPS      $0x44, Y5, Y7, Y6
-	VSHUFPS      $0xee, Y5, Y7, Y5
-	VADDPS       Y5, Y6, Y6
-	VSHUFPS      $0x88, Y6, Y6, Y5
-	VSHUFPS      $0xdd, Y6, Y6, Y6
-	VADDPS       Y6, Y5, Y5
-	VMOVUPS      vkpermAVX2_2<>+0(SB), Y6
-	VPERMPS      Y5, Y6, Y5
-	VMOVSS       (DX), X1
-	VUCOMISS     nearone<>+0(SB), X1
-	JCS          stateVKf32AVX2_far_5
-	VBROADCASTSS (DX), Y6
-	VFMADD213PS  Y5, Y6, Y5
-	JMP          stateVKf32AVX2_decayed_5
-
-stateVKf32AVX2_far_5:
-	VBROADCASTSS 4(DX), Y6
-	VMULPS       Y5, Y6, Y5
-
-stateVKf32AVX2_decayed_5:
-	VEXTRACTF128 $0x01, Y5, X6
-	VMOVSD       (SI), X1
-	VSUBPS       X5, X1, X1
-	VBROADCASTSS 8(DX), Y5
-	VMULPS       X5, X1, X1
-	VBROADCASTSS 12(DX), Y5
-	VFMADD231PS  X5, X1, X6
-	VMOVSD       X6, (DI)
-	VMOVSS       (DX), X5
-	VUCOMISS     nearone<>+0(SB), X5
-	JCS          stateVKf32AVX2_far_6
-	VBROADCASTSS (DX), Y5
-	VBROADCASTSS X1, Y6
-	VMOVUPS      vklane1<>+0(SB), Y7
-	VPERMPS      Y1, Y7, Y7
-	VFMADD213PS  Y0, Y5, Y0
-	VFMADD231PS  (AX), Y6, Y0
-	VFMADD213PS  Y3, Y5, Y3
-	VFMADD231PS  (AX), Y7, Y3
-	VMOVUPS      32(R10), Y8
-	VFMADD213PS  Y8, Y5, Y8
-	VFMADD231PS  32(AX), Y6, Y8
-	VMOVUPS      Y8, 32(R10)
-	VMOVUPS      544(R10), Y8
-	VFMADD213PS  Y8, Y5, Y8
-	VFMADD231PS  32(AX), Y7, Y8
-	VMOVUPS      Y8, 544(R10)
-	VMOVUPS      64(R10), Y8
-	VFMADD213PS  Y8, Y5, Y8
-	VFMADD231PS  64(AX), Y6, Y8
-	VMOVUPS      Y8, 64(R10)
-	VMOVUPS      576(R10), Y8
-	VFMADD213PS  Y8, Y5, Y8
-	VFMADD231PS  64(AX), Y7, Y8
-	VMOVUPS      Y8, 576(R10)
-	VMOVUPS      96(R10), Y8
-	VFMADD213PS  Y8, Y5, Y8
-	VFMADD231PS  96(AX), Y6, Y8
-	VMOVUPS      Y8, 96(R10)
-	VMOVUPS      608(R10), Y8
-	VFMADD213PS  Y8, Y5, Y8
-	VFMADD231PS  96(AX), Y7, Y8
-	VMOVUPS      Y8, 608(R10)
-	CMPQ         R9, $0x000000a0
-	JBE          stateVKf32AVX2_dead_19
-	VMOVUPS      128(R10), Y8
-	VFMADD213PS  Y8, Y5, Y8
-	VFMADD231PS  128(AX), Y6, Y8
-	VMOVUPS      Y8, 128(R10)
-	VMOVUPS      640(R10), Y8
-	VFMADD213PS  Y8, Y5, Y8
-	VFMADD231PS  128(AX), Y7, Y8
-	VMOVUPS      Y8, 640(R10)
-	CMPQ         R9, $0x000000c0
-	JBE          stateVKf32AVX2_dead_19
-	VMOVUPS      160(R10), Y8
-	VFMADD213PS  Y8, Y5, Y8
-	VFMADD231PS  160(AX), Y6, Y8
-	VMOVUPS      Y8, 160(R10)
-	VMOVUPS      672(R10), Y8
-	VFMADD213PS  Y8, Y5, Y8
-	VFMADD231PS  160(AX), Y7, Y8
-	VMOVUPS      Y8, 672(R10)
-	CMPQ         R9, $0x000000e0
-	JBE          stateVKf32AVX2_dead_19
-	VMOVUPS      192(R10), Y8
-	VFMADD213PS  Y8, Y5, Y8
-	VFMADD231PS  192(AX), Y6, Y8
-	VMOVUPS      Y8, 192(R10)
-	VMOVUPS      704(R10), Y8
-	VFMADD213PS  Y8, Y5, Y8
-	VFMADD231PS  192(AX), Y7, Y8
-	VMOVUPS      Y8, 704(R10)
-
-stateVKf32AVX2_dead_19:
-	VFMADD213PS Y2, Y5, Y2
-	VFMADD231PS -32(AX)(R9*1), Y6, Y2
-	VANDPS      48(SP), Y2, Y2
-	VFMADD213PS Y4, Y5, Y4
-	VFMADD231PS -32(AX)(R9*1), Y7, Y4
-	VANDPS      48(SP), Y4, Y4
-	JMP         stateVKf32AVX2_decayed_6
-
-stateVKf32AVX2_far_6:
-	VBROADCASTSS 4(DX), Y5
-	VBROADCASTSS X1, Y6
-	VMOVUPS      vklane1<>+0(SB), Y7
-	VPERMPS      Y1, Y7, Y7
-	VMULPS       Y0, Y5, Y0
-	VFMADD231PS  (AX), Y6, Y0
-	VMULPS       Y3, Y5, Y3
-	VFMADD231PS  (AX), Y7, Y3
-	VMOVUPS      32(R10), Y8
-	VMULPS       Y8, Y5, Y8
-	VFMADD231PS  32(AX), Y6, Y8
-	VMOVUPS      Y8, 32(R10)
-	VMOVUPS      544(R10), Y8
-	VMULPS       Y8, Y5, Y8
-	VFMADD231PS  32(AX), Y7, Y8
-	VMOVUPS      Y8, 544(R10)
-	VMOVUPS      64(R10), Y8
-	VMULPS       Y8, Y5, Y8
-	VFMADD231PS  64(AX), Y6, Y8
-	VMOVUPS      Y8, 64(R10)
-	VMOVUPS      576(R10), Y8
-	VMULPS       Y8, Y5, Y8
-	VFMADD231PS  64(AX), Y7, Y8
-	VMOVUPS      Y8, 576(R10)
-	VMOVUPS      96(R10), Y8
-	VMULPS       Y8, Y5, Y8
-	VFMADD231PS  96(AX), Y6, Y8
-	VMOVUPS      Y8, 96(R10)
-	VMOVUPS      608(R10), Y8
-	VMULPS       Y8, Y5, Y8
-	VFMADD231PS  96(AX), Y7, Y8
-	VMOVUPS      Y8, 608(R10)
-	CMPQ         R9, $0x000000a0
-	JBE          stateVKf32AVX2_dead_20
-	VMOVUPS      128(R10), Y8
-	VMULPS       Y8, Y5, Y8
-	VFMADD231PS  128(AX), Y6, Y8
-	VMOVUPS      Y8, 128(R10)
-	VMOVUPS      640(R10), Y8
-	VMULPS       Y8, Y5, Y8
-	VFMADD231PS  128(AX), Y7, Y8
-	VMOVUPS      Y8, 640(R10)
-	CMPQ         R9, $0x000000c0
-	JBE          stateVKf32AVX2_dead_20
-	VMOVUPS      160(R10), Y8
-	VMULPS       Y8, Y5, Y8
-	VFMADD231PS  160(AX), Y6, Y8
-	VMOVUPS      Y8, 160(R10)
-	VMOVUPS      672(R10), Y8
-	VMULPS       Y8, Y5, Y8
-	VFMADD231PS  160(AX), Y7, Y8
-	VMOVUPS      Y8, 672(R10)
-	CMPQ         R9, $0x000000e0
-	JBE          stateVKf32AVX2_dead_20
-	VMOVUPS      192(R10), Y8
-	VMULPS       Y8, Y5, Y8
-	VFMADD231PS  192(AX), Y6, Y8
-	VMOVUPS      Y8, 192(R10)
-	VMOVUPS      704(R10), Y8
-	VMULPS       Y8, Y5, Y8
-	VFMADD231PS  192(AX), Y7, Y8
-	VMOVUPS      Y8, 704(R10)
-
-stateVKf32AVX2_dead_20:
-	VMULPS      Y2, Y5, Y2
-	VFMADD231PS -32(AX)(R9*1), Y6, Y2
-	VANDPS      48(SP), Y2, Y2
-	VMULPS      Y4, Y5, Y4
-	VFMADD231PS -32(AX)(R9*1), Y7, Y4
-	VANDPS      48(SP), Y4, Y4
-
-stateVKf32AVX2_decayed_6:
-	// The state after this token, if stored.
-	MOVQ    (BX), R11
-	TESTQ   R11, R11
-	JZ      stateVKf32AVX2_nostore_3
-	MOVQ    (SP), R12
-	IMULQ   R9, R12
-	ADDQ    R12, R11
-	VMOVUPS Y2, -32(R11)(R9*1)
-	VMOVUPS Y0, (R11)
-	VMOVUPS 32(R10), Y5
-	VMOVUPS Y5, 32(R11)
-	VMOVUPS 64(R10), Y5
-	VMOVUPS Y5, 64(R11)
-	VMOVUPS 96(R10), Y5
-	VMOVUPS Y5, 96(R11)
-	CMPQ    R9, $0x000000a0
-	JBE     stateVKf32AVX2_dead_21
-	VMOVUPS 128(R10), Y5
-	VMOVUPS Y5, 128(R11)
-	CMPQ    R9, $0x000000c0
-	JBE     stateVKf32AVX2_dead_21
-	VMOVUPS 160(R10), Y5
-	VMOVUPS Y5, 160(R11)
-	CMPQ    R9, $0x000000e0
-	JBE     stateVKf32AVX2_dead_21
-	VMOVUPS 192(R10), Y5
-	VMOVUPS Y5, 192(R11)
-
-stateVKf32AVX2_dead_21:
-	ADDQ    R9, R11
-	VMOVUPS Y4, -32(R11)(R9*1)
-	VMOVUPS Y3, (R11)
-	VMOVUPS 544(R10), Y5
-	VMOVUPS Y5, 32(R11)
-	VMOVUPS 576(R10), Y5
-	VMOVUPS Y5, 64(R11)
-	VMOVUPS 608(R10), Y5
-	VMOVUPS Y5, 96(R11)
-	CMPQ    R9, $0x000000a0
-	JBE     stateVKf32AVX2_dead_22
-	VMOVUPS 640(R10), Y5
-	VMOVUPS Y5, 128(R11)
-	CMPQ    R9, $0x000000c0
-	JBE     stateVKf32AVX2_dead_22
-	VMOVUPS 672(R10), Y5
-	VMOVUPS Y5, 160(R11)
-	CMPQ    R9, $0x000000e0
-	JBE     stateVKf32AVX2_dead_22
-	VMOVUPS 704(R10), Y5
-	VMOVUPS Y5, 192(R11)
-
-stateVKf32AVX2_dead_22:
-stateVKf32AVX2_nostore_3:
-	ADDQ R9, AX
-	ADDQ R9, CX
-	ADDQ $0x10, DX
-	ADDQ $0x08, BX
-	ADDQ 32(SP), SI
-	ADDQ 24(SP), DI
-	DECQ R8
-	JNZ  stateVKf32AVX2_token_3
-	ADDQ $0x00000002, (SP)
-	SUBQ $0x00000002, 8(SP)
-	JMP  stateVKf32AVX2_group_3
-
-stateVKf32AVX2_groupsdone_3:
-stateVKf32AVX2_single_2:
-stateVKf32AVX2_group_4:
-	CMPQ 8(SP), $0x00000001
-	JB   stateVKf32AVX2_groupsdone_4
-
-	// Load 1 row(s) of 5…8 vectors.
-	MOVQ       src_base+16(FP), AX
-	MOVQ       (SP), CX
-	IMULQ      R9, CX
-	ADDQ       CX, AX
-	PREFETCHT0 8192(AX)
-	PREFETCHT0 8256(AX)
-	PREFETCHT0 8320(AX)
-	CMPQ       R9, $0x000000c0
-	JBE        stateVKf32AVX2_dead_23
-	PREFETCHT0 8384(AX)
-
-stateVKf32AVX2_dead_23:
-	VXORPS  Y4, Y4, Y4
-	VXORPS  Y5, Y5, Y5
-	VXORPS  Y6, Y6, Y6
-	VMOVUPS (AX), Y0
-	VMOVUPS 32(AX), Y1
-	VMOVUPS 64(AX), Y2
-	VMOVUPS 96(AX), Y3
-	CMPQ    R9, $0x000000a0
-	JBE     stateVKf32AVX2_dead_24
-	VMOVUPS 128(AX), Y4
-	CMPQ    R9, $0x000000c0
-	JBE     stateVKf32AVX2_dead_24
-	VMOVUPS 160(AX), Y5
-	CMPQ    R9, $0x000000e0
-	JBE     stateVKf32AVX2_dead_24
-	VMOVUPS 192(AX), Y6
-
-stateVKf32AVX2_dead_24:
-	VMOVUPS -32(AX)(R9*1), Y7
-	VANDPS  48(SP), Y7, Y7
-	MOVQ    kh_base+64(FP), AX
-	MOVQ    qh_base+88(FP), CX
-	MOVQ    tok_base+168(FP), DX
-	MOVQ    stores_base+40(FP), BX
-	MOVQ    v_base+112(FP), SI
-	MOVQ    o_base+144(FP), DI
-	MOVQ    (SP), R8
-	SHLQ    $0x02, R8
-	ADDQ    R8, SI
-	ADDQ    R8, DI
-	MOVQ    16(SP), R8
-
-stateVKf32AVX2_token_4:
-	VMULPS      (AX), Y0, Y8
-	VMULPS      (CX), Y0, Y9
-	VMULPS      32(AX), Y1, Y10
-	VMULPS      32(CX), Y1, Y11
-	VFMADD231PS 64(AX), Y2, Y8
-	VFMADD231PS 64(CX), Y2, Y9
-	VFMADD231PS 96(AX), Y3, Y10
-	VFMADD231PS 96(CX), Y3, Y11
-	CMPQ        R9, $0x000000a0
-	JBE         stateVKf32AVX2_dead_25
-	VFMADD231PS 128(AX), Y4, Y8
-	VFMADD231PS 128(CX), Y4, Y9
-	CMPQ        R9, $0x000000c0
-	JBE         stateVKf32AVX2_dead_25
-	VFMADD231PS 160(AX), Y5, Y10
-	VFMADD231PS 160(CX), Y5, Y11
-	CMPQ        R9, $0x000000e0
-	JBE         stateVKf32AVX2_dead_25
-	VFMADD231PS 192(AX), Y6, Y8
-	VFMADD231PS 192(CX), Y6, Y9
-
-stateVKf32AVX2_dead_25:
-	VFMADD231PS  -32(AX)(R9*1), Y7, Y10
-	VFMADD231PS  -32(CX)(R9*1), Y7, Y11
-	VADDPS       Y10, Y8, Y8
-	VADDPS       Y11, Y9, Y9
-	VPERM2F128   $0x20, Y9, Y8, Y10
-	VPERM2F128   $0x31, Y9, Y8, Y8
-	VADDPS       Y8, Y10, Y10
-	VSHUFPS      $0x44, Y10, Y10, Y8
-	VSHUFPS      $0xee, Y10, Y10, Y9
-	VADDPS       Y9, Y8, Y8
-	VSHUFPS      $0x88, Y8, Y8, Y9
-	VSHUFPS      $0xdd, Y8, Y8, Y8
-	VADDPS       Y8, Y9, Y9
-	VMOVUPS      vkpermAVX2_1<>+0(SB), Y8
-	VPERMPS      Y9, Y8, Y8
-	VMOVSS       (DX), X9
-	VUCOMISS     nearone<>+0(SB), X9
-	JCS          stateVKf32AVX2_far_7
-	VBROADCASTSS (DX), Y9
-	VFMADD213PS  Y8, Y9, Y8
-	JMP          stateVKf32AVX2_decayed_7
-
-stateVKf32AVX2_far_7:
-	VBROADCASTSS 4(DX), Y9
-	VMULPS       Y8, Y9, Y8
-
-stateVKf32AVX2_decayed_7:
-	VEXTRACTF128 $0x01, Y8, X9
-	VMOVSS       (SI), X10
-	VSUBPS       X8, X10, X10
-	VBROADCASTSS 8(DX), Y8
-	VMULPS       X8, X10, X8
-	VBROADCASTSS 12(DX), Y10
-	VFMADD231PS  X10, X8, X9
-	VMOVSS       X9, (DI)
-	VMOVSS       (DX), X9
-	VUCOMISS     nearone<>+0(SB), X9
-	JCS          stateVKf32AVX2_far_8
-	VBROADCASTSS (DX), Y9
-	VBROADCASTSS X8, Y8
-	VFMADD213PS  Y0, Y9, Y0
-	VFMADD231PS  (AX), Y8, Y0
-	VFMADD213PS  Y1, Y9, Y1
-	VFMADD231PS  32(AX), Y8, Y1
-	VFMADD213PS  Y2, Y9, Y2
-	VFMADD231PS  64(AX), Y8, Y2
-	VFMADD213PS  Y3, Y9, Y3
-	VFMADD231PS  96(AX), Y8, Y3
-	CMPQ         R9, $0x000000a0
-	JBE          stateVKf32AVX2_dead_26
-	VFMADD213PS  Y4, Y9, Y4
-	VFMADD231PS  128(AX), Y8, Y4
-	CMPQ         R9, $0x000000c0
-	JBE          stateVKf32AVX2_dead_26
-	VFMADD213PS  Y5, Y9, Y5
-	VFMADD231PS  160(AX), Y8, Y5
-	CMPQ         R9, $0x000000e0
-	JBE          stateVKf32AVX2_dead_26
-	VFMADD213PS  Y6, Y9, Y6
-	VFMADD231PS  192(AX), Y8, Y6
 
 stateVKf32AVX2_dead_26:
-	VFMADD213PS Y7, Y9, Y7
-	VFMADD231PS -32(AX)(R9*1), Y8, Y7
-	VANDPS      48(SP), Y7, Y7
-	JMP         stateVKf32AVX2_decayed_8
-
-stateVKf32AVX2_far_8:
-	VBROADCASTSS 4(DX), Y9
-	VBROADCASTSS X8, Y8
-	VMULPS       Y0, Y9, Y0
-	VFMADD231PS  (AX), Y8, Y0
-	VMULPS       Y1, Y9, Y1
-	VFMADD231PS  32(AX), Y8, Y1
-	VMULPS       Y2, Y9, Y2
-	VFMADD231PS  64(AX), Y8, Y2
-	VMULPS       Y3, Y9, Y3
-	VFMADD231PS  96(AX), Y8, Y3
-	CMPQ         R9, $0x000000a0
-	JBE          stateVKf32AVX2_dead_27
-	VMULPS       Y4, Y9, Y4
-	VFMADD231PS  128(AX), Y8, Y4
-	CMPQ         R9, $0x000000c0
-	JBE          stateVKf32AVX2_dead_27
-	VMULPS       Y5, Y9, Y5
-	VFMADD231PS  160(AX), Y8, Y5
-	CMPQ         R9, $0x000000e0
-	JBE          stateVKf32AVX2_dead_27
-	VMULPS       Y6, Y9, Y6
-	VFMADD231PS  192(AX), Y8, Y6
-
-stateVKf32AVX2_dead_27:
-	VMULPS      Y7, Y9, Y7
-	VFMADD231PS -32(AX)(R9*1), Y8, Y7
-	VANDPS      48(SP), Y7, Y7
-
-stateVKf32AVX2_decayed_8:
-	// The state after this token, if stored.
-	MOVQ    (BX), R10
-	TESTQ   R10, R10
-	JZ      stateVKf32AVX2_nostore_4
-	MOVQ    (SP), R11
-	IMULQ   R9, R11
-	ADDQ    R11, R10
-	VMOVUPS Y7, -32(R10)(R9*1)
-	VMOVUPS Y0, (R10)
-	VMOVUPS Y1, 32(R10)
-	VMOVUPS Y2, 64(R10)
-	VMOVUPS Y3, 96(R10)
-	CMPQ    R9, $0x000000a0
-	JBE     stateVKf32AVX2_dead_28
-	VMOVUPS Y4, 128(R10)
-	CMPQ    R9, $0x000000c0
-	JBE     stateVKf32AVX2_dead_28
-	VMOVUPS Y5, 160(R10)
-	CMPQ    R9, $0x000000e0
-	JBE     stateVKf32AVX2_dead_28
-	VMOVUPS Y6, 192(R10)
-
-stateVKf32AVX2_dead_28:
-stateVKf32AVX2_nostore_4:
-	ADDQ R9, AX
-	ADDQ R9, CX
-	ADDQ $0x10, DX
-	ADDQ $0x08, BX
-	ADDQ 32(SP), SI
-	ADDQ 24(SP), DI
-	DECQ R8
-	JNZ  stateVKf32AVX2_token_4
-	ADDQ $0x00000001, (SP)
-	SUBQ $0x00000001, 8(SP)
-	JMP  stateVKf32AVX2_group_4
-
-stateVKf32AVX2_groupsdone_4:
-	JMP stateVKf32AVX2_done_1
-
-stateVKf32AVX2_n12_1:
-	// Rows of 9…12 vectors.
-	CMPQ 16(SP), $0x01
-	JE   stateVKf32AVX2_single_3
-	MOVQ 40(SP), R10
-
-stateVKf32AVX2_group_5:
-	CMPQ 8(SP), $0x00000002
-	JB   stateVKf32AVX2_groupsdone_5
-
-	// Load 2 row(s) of 9…12 vectors.
-	MOVQ       src_base+16(FP), AX
-	MOVQ       (SP), CX
-	IMULQ      R9, CX
-	ADDQ       CX, AX
-	PREFETCHT0 8192(AX)
-	PREFETCHT0 8256(AX)
-	PREFETCHT0 8320(AX)
-	PREFETCHT0 8384(AX)
-	PREFETCHT0 8448(AX)
-	PREFETCHT0 8512(AX)
-	PREFETCHT0 8576(AX)
-	PREFETCHT0 8640(AX)
-	PREFETCHT0 8704(AX)
-	CMPQ       R9, $0x00000120
-	JBE        stateVKf32AVX2_dead_29
-	PREFETCHT0 8768(AX)
-	CMPQ       R9, $0x00000140
-	JBE        stateVKf32AVX2_dead_29
-	PREFETCHT0 8832(AX)
-	CMPQ       R9, $0x00000160
-	JBE        stateVKf32AVX2_dead_29
-	PREFETCHT0 8896(AX)
-
-stateVKf32AVX2_dead_29:
-	VMOVUPS (AX), Y0
-	VMOVUPS 32(AX), Y2
-	VMOVUPS Y2, 32(R10)
-	VMOVUPS 64(AX), Y2
-	VMOVUPS Y2, 64(R10)
-	VMOVUPS 96(AX), Y2
-	VMOVUPS Y2, 96(R10)
-	VMOVUPS 128(AX), Y2
-	VMOVUPS Y2, 128(R10)
-	VMOVUPS 160(AX), Y2
-	VMOVUPS Y2, 160(R10)
-	VMOVUPS 192(AX), Y2
-	VMOVUPS Y2, 192(R10)
-	VMOVUPS 224(AX), Y2
-	VMOVUPS Y2, 224(R10)
-	CMPQ    R9, $0x00000120
-	JBE     stateVKf32AVX2_dead_30
-	VMOVUPS 256(AX), Y2
-	VMOVUPS Y2, 256(R10)
-	CMPQ    R9, $0x00000140
-	JBE     stateVKf32AVX2_dead_30
-	VMOVUPS 288(AX), Y2
-	VMOVUPS Y2, 288(R10)
-	CMPQ    R9, $0x00000160
-	JBE     stateVKf32AVX2_dead_30
-	VMOVUPS 320(AX), Y2
-	VMOVUPS Y2, 320(R10)
-
-stateVKf32AVX2_dead_30:
-	VMOVUPS -32(AX)(R9*1), Y2
-	VANDPS  48(SP), Y2, Y2
-	ADDQ    R9, AX
-	VMOVUPS (AX), Y3
-	VMOVUPS 32(AX), Y4
-	VMOVUPS Y4, 544(R10)
-	VMOVUPS 64(AX), Y4
-	VMOVUPS Y4, 576(R10)
-	VMOVUPS 96(AX), Y4
-	VMOVUPS Y4, 608(R10)
-	VMOVUPS 128(AX), Y4
-	VMOVUPS Y4, 640(R10)
-	VMOVUPS 160(AX), Y4
-	VMOVUPS Y4, 672(R10)
-	VMOVUPS 192(AX), Y4
-	VMOVUPS Y4, 704(R10)
-	VMOVUPS 224(AX), Y4
-	VMOVUPS Y4, 736(R10)
-	CMPQ    R9, $0x00000120
-	JBE     stateVKf32AVX2_dead_31
-	VMOVUPS 256(AX), Y4
-	VMOVUPS Y4, 768(R10)
-	CMPQ    R9, $0x00000140
-	JBE     stateVKf32AVX2_dead_31
-	VMOVUPS 288(AX), Y4
-	VMOVUPS Y4, 800(R10)
-	CMPQ    R9, $0x00000160
-	JBE     stateVKf32AVX2_dead_31
-	VMOVUPS 320(AX), Y4
-	VMOVUPS Y4, 832(R10)
-
-stateVKf32AVX2_dead_31:
-	VMOVUPS -32(AX)(R9*1), Y4
-	VANDPS  48(SP), Y4, Y4
-	MOVQ    kh_base+64(FP), AX
-	MOVQ    qh_base+88(FP), CX
-	MOVQ    tok_base+168(FP), DX
-	MOVQ    stores_base+40(FP), BX
-	MOVQ    v_base+112(FP), SI
-	MOVQ    o_base+144(FP), DI
-	MOVQ    (SP), R8
-	SHLQ    $0x02, R8
-	ADDQ    R8, SI
-	ADDQ    R8, DI
-	MOVQ    16(SP), R8
-
-stateVKf32AVX2_token_5:
-	VMULPS      (AX), Y0, Y5
-	VMULPS      (CX), Y0, Y6
-	VMULPS      (AX), Y3, Y9
-	VMULPS      (CX), Y3, Y10
-	VMOVUPS     32(R10), Y8
-	VMULPS      32(AX), Y8, Y7
-	VMULPS      32(CX), Y8, Y8
-	VMOVUPS     544(R10), Y12
-	VMULPS      32(AX), Y12, Y11
-	VMULPS      32(CX), Y12, Y12
-	VMOVUPS     64(R10), Y13
-	VFMADD231PS 64(AX), Y13, Y5
-	VFMADD231PS 64(CX), Y13, Y6
-	VMOVUPS     576(R10), Y13
-	VFMADD231PS 64(AX), Y13, Y9
-	VFMADD231PS 64(CX), Y13, Y10
-	VMOVUPS     96(R10), Y13
-	VFMADD231PS 96(AX), Y13, Y7
-	VFMADD231PS 96(CX), Y13, Y8
-	VMOVUPS     608(R10), Y13
-	VFMADD231PS 96(AX), Y13, Y11
-	VFMADD231PS 96(CX), Y13, Y12
-	VMOVUPS     128(R10), Y13
-	VFMADD231PS 128(AX), Y13, Y5
-	VFMADD231PS 128(CX), Y13, Y6
-	VMOVUPS     640(R10), Y13
-	VFMADD231PS 128(AX), Y13, Y9
-	VFMADD231PS 128(CX), Y13, Y10
-	VMOVUPS     160(R10), Y13
-	VFMADD231PS 160(AX), Y13, Y7
-	VFMADD231PS 160(CX), Y13, Y8
-	VMOVUPS     672(R10), Y13
-	VFMADD231PS 160(AX), Y13, Y11
-	VFMADD231PS 160(CX), Y13, Y12
-	VMOVUPS     192(R10), Y13
-	VFMADD231PS 192(AX), Y13, Y5
-	VFMADD231PS 192(CX), Y13, Y6
-	VMOVUPS     704(R10), Y13
-	VFMADD231PS 192(AX), Y13, Y9
-	VFMADD231PS 192(CX), Y13, Y10
-	VMOVUPS     224(R10), Y13
-	VFMADD231PS 224(AX), Y13, Y7
-	VFMADD231PS 224(CX), Y13, Y8
-	VMOVUPS     736(R10), Y13
-	VFMADD231PS 224(AX), Y13, Y11
-	VFMADD231PS 224(CX), Y13, Y12
-	CMPQ        R9, $0x00000120
-	JBE         stateVKf32AVX2_dead_32
-	VMOVUPS     256(R10), Y13
-	VFMADD231PS 256(AX), Y13, Y5
-	VFMADD231PS 256(CX), Y13, Y6
-	VMOVUPS     768(R10), Y13
-	VFMADD231PS 256(AX), Y13, Y9
-	VFMADD231PS 256(CX), Y13, Y10
-	CMPQ        R9, $0x00000140
-	JBE         stateVKf32AVX2_dead_32
-	VMOVUPS     288(R10), Y13
-	VFMADD231PS 288(AX), Y13, Y7
-	VFMADD231PS 288(CX), Y13, Y8
-	VMOVUPS     800(R10), Y13
-	VFMADD231PS 288(AX), Y13, Y11
-	VFMADD231PS 288(CX), Y13, Y12
-	CMPQ        R9, $0x00000160
-	JBE         stateVKf32AVX2_dead_32
-	VMOVUPS     320(R10), Y13
-	VFMADD231PS 320(AX), Y13, Y5
-	VFMADD231PS 320(CX), Y13, Y6
-	VMOVUPS     832(R10), Y13
-	VFMADD231PS 320(AX), Y13, Y9
-	VFMADD231PS 320(CX), Y13, Y10
-
-stateVKf32AVX2_dead_32:
 	VFMADD231PS  -32(AX)(R9*1), Y2, Y7
 	VFMADD231PS  -32(CX)(R9*1), Y2, Y8
 	VFMADD231PS  -32(AX)(R9*1), Y4, Y11
@@ -22419,6 +22299,1052 @@ stateVKf32AVX2_decayed_9:
 	VFMADD213PS  Y8, Y5, Y8
 	VFMADD231PS  96(AX), Y7, Y8
 	VMOVUPS      Y8, 608(R10)
+	CMPQ         R9, $0x000000a0
+	JBE          stateVKf32AVX2_dead_27
+	VMOVUPS      128(R10), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  128(AX), Y6, Y8
+	VMOVUPS      Y8, 128(R10)
+	VMOVUPS      640(R10), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  128(AX), Y7, Y8
+	VMOVUPS      Y8, 640(R10)
+	CMPQ         R9, $0x000000c0
+	JBE          stateVKf32AVX2_dead_27
+	VMOVUPS      160(R10), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  160(AX), Y6, Y8
+	VMOVUPS      Y8, 160(R10)
+	VMOVUPS      672(R10), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  160(AX), Y7, Y8
+	VMOVUPS      Y8, 672(R10)
+	CMPQ         R9, $0x000000e0
+	JBE          stateVKf32AVX2_dead_27
+	VMOVUPS      192(R10), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  192(AX), Y6, Y8
+	VMOVUPS      Y8, 192(R10)
+	VMOVUPS      704(R10), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  192(AX), Y7, Y8
+	VMOVUPS      Y8, 704(R10)
+
+stateVKf32AVX2_dead_27:
+	VFMADD213PS Y2, Y5, Y2
+	VFMADD231PS -32(AX)(R9*1), Y6, Y2
+	VANDPS      48(SP), Y2, Y2
+	VFMADD213PS Y4, Y5, Y4
+	VFMADD231PS -32(AX)(R9*1), Y7, Y4
+	VANDPS      48(SP), Y4, Y4
+	JMP         stateVKf32AVX2_decayed_10
+
+stateVKf32AVX2_far_10:
+	VBROADCASTSS 4(DX), Y5
+	VBROADCASTSS X1, Y6
+	VMOVUPS      vklane1<>+0(SB), Y7
+	VPERMPS      Y1, Y7, Y7
+	VMULPS       Y0, Y5, Y0
+	VFMADD231PS  (AX), Y6, Y0
+	VMULPS       Y3, Y5, Y3
+	VFMADD231PS  (AX), Y7, Y3
+	VMOVUPS      32(R10), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  32(AX), Y6, Y8
+	VMOVUPS      Y8, 32(R10)
+	VMOVUPS      544(R10), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  32(AX), Y7, Y8
+	VMOVUPS      Y8, 544(R10)
+	VMOVUPS      64(R10), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  64(AX), Y6, Y8
+	VMOVUPS      Y8, 64(R10)
+	VMOVUPS      576(R10), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  64(AX), Y7, Y8
+	VMOVUPS      Y8, 576(R10)
+	VMOVUPS      96(R10), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  96(AX), Y6, Y8
+	VMOVUPS      Y8, 96(R10)
+	VMOVUPS      608(R10), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  96(AX), Y7, Y8
+	VMOVUPS      Y8, 608(R10)
+	CMPQ         R9, $0x000000a0
+	JBE          stateVKf32AVX2_dead_28
+	VMOVUPS      128(R10), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  128(AX), Y6, Y8
+	VMOVUPS      Y8, 128(R10)
+	VMOVUPS      640(R10), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  128(AX), Y7, Y8
+	VMOVUPS      Y8, 640(R10)
+	CMPQ         R9, $0x000000c0
+	JBE          stateVKf32AVX2_dead_28
+	VMOVUPS      160(R10), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  160(AX), Y6, Y8
+	VMOVUPS      Y8, 160(R10)
+	VMOVUPS      672(R10), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  160(AX), Y7, Y8
+	VMOVUPS      Y8, 672(R10)
+	CMPQ         R9, $0x000000e0
+	JBE          stateVKf32AVX2_dead_28
+	VMOVUPS      192(R10), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  192(AX), Y6, Y8
+	VMOVUPS      Y8, 192(R10)
+	VMOVUPS      704(R10), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  192(AX), Y7, Y8
+	VMOVUPS      Y8, 704(R10)
+
+stateVKf32AVX2_dead_28:
+	VMULPS      Y2, Y5, Y2
+	VFMADD231PS -32(AX)(R9*1), Y6, Y2
+	VANDPS      48(SP), Y2, Y2
+	VMULPS      Y4, Y5, Y4
+	VFMADD231PS -32(AX)(R9*1), Y7, Y4
+	VANDPS      48(SP), Y4, Y4
+
+stateVKf32AVX2_decayed_10:
+	// The state after this token, if stored.
+	MOVQ    (BX), R11
+	TESTQ   R11, R11
+	JZ      stateVKf32AVX2_nostore_3
+	MOVQ    (SP), R12
+	IMULQ   R9, R12
+	ADDQ    R12, R11
+	VMOVUPS Y2, -32(R11)(R9*1)
+	VMOVUPS Y0, (R11)
+	VMOVUPS 32(R10), Y5
+	VMOVUPS Y5, 32(R11)
+	VMOVUPS 64(R10), Y5
+	VMOVUPS Y5, 64(R11)
+	VMOVUPS 96(R10), Y5
+	VMOVUPS Y5, 96(R11)
+	CMPQ    R9, $0x000000a0
+	JBE     stateVKf32AVX2_dead_29
+	VMOVUPS 128(R10), Y5
+	VMOVUPS Y5, 128(R11)
+	CMPQ    R9, $0x000000c0
+	JBE     stateVKf32AVX2_dead_29
+	VMOVUPS 160(R10), Y5
+	VMOVUPS Y5, 160(R11)
+	CMPQ    R9, $0x000000e0
+	JBE     stateVKf32AVX2_dead_29
+	VMOVUPS 192(R10), Y5
+	VMOVUPS Y5, 192(R11)
+
+stateVKf32AVX2_dead_29:
+	ADDQ    R9, R11
+	VMOVUPS Y4, -32(R11)(R9*1)
+	VMOVUPS Y3, (R11)
+	VMOVUPS 544(R10), Y5
+	VMOVUPS Y5, 32(R11)
+	VMOVUPS 576(R10), Y5
+	VMOVUPS Y5, 64(R11)
+	VMOVUPS 608(R10), Y5
+	VMOVUPS Y5, 96(R11)
+	CMPQ    R9, $0x000000a0
+	JBE     stateVKf32AVX2_dead_30
+	VMOVUPS 640(R10), Y5
+	VMOVUPS Y5, 128(R11)
+	CMPQ    R9, $0x000000c0
+	JBE     stateVKf32AVX2_dead_30
+	VMOVUPS 672(R10), Y5
+	VMOVUPS Y5, 160(R11)
+	CMPQ    R9, $0x000000e0
+	JBE     stateVKf32AVX2_dead_30
+	VMOVUPS 704(R10), Y5
+	VMOVUPS Y5, 192(R11)
+
+stateVKf32AVX2_dead_30:
+stateVKf32AVX2_nostore_3:
+	ADDQ R9, AX
+	ADDQ R9, CX
+	ADDQ $0x10, DX
+	ADDQ $0x08, BX
+	ADDQ 32(SP), SI
+	ADDQ 24(SP), DI
+	DECQ R8
+	JNZ  stateVKf32AVX2_token_3
+	ADDQ $0x00000002, (SP)
+	SUBQ $0x00000002, 8(SP)
+	JMP  stateVKf32AVX2_group_3
+
+stateVKf32AVX2_groupsdone_3:
+stateVKf32AVX2_pairtail_2:
+stateVKf32AVX2_group_4:
+	CMPQ 8(SP), $0x00000001
+	JB   stateVKf32AVX2_groupsdone_4
+
+	// Load 1 row(s) of 5…8 vectors.
+	MOVQ       src_base+16(FP), AX
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	CMPQ       R9, $0x000000c0
+	JBE        stateVKf32AVX2_dead_31
+	PREFETCHT0 8384(AX)
+
+stateVKf32AVX2_dead_31:
+	VXORPS  Y4, Y4, Y4
+	VXORPS  Y5, Y5, Y5
+	VXORPS  Y6, Y6, Y6
+	VMOVUPS (AX), Y0
+	VMOVUPS 32(AX), Y1
+	VMOVUPS 64(AX), Y2
+	VMOVUPS 96(AX), Y3
+	CMPQ    R9, $0x000000a0
+	JBE     stateVKf32AVX2_dead_32
+	VMOVUPS 128(AX), Y4
+	CMPQ    R9, $0x000000c0
+	JBE     stateVKf32AVX2_dead_32
+	VMOVUPS 160(AX), Y5
+	CMPQ    R9, $0x000000e0
+	JBE     stateVKf32AVX2_dead_32
+	VMOVUPS 192(AX), Y6
+
+stateVKf32AVX2_dead_32:
+	VMOVUPS -32(AX)(R9*1), Y7
+	VANDPS  48(SP), Y7, Y7
+	MOVQ    kh_base+64(FP), AX
+	MOVQ    qh_base+88(FP), CX
+	MOVQ    tok_base+168(FP), DX
+	MOVQ    stores_base+40(FP), BX
+	MOVQ    v_base+112(FP), SI
+	MOVQ    o_base+144(FP), DI
+	MOVQ    (SP), R8
+	SHLQ    $0x02, R8
+	ADDQ    R8, SI
+	ADDQ    R8, DI
+	MOVQ    16(SP), R8
+
+stateVKf32AVX2_token_4:
+	VMULPS      (AX), Y0, Y8
+	VMULPS      (CX), Y0, Y9
+	VMULPS      32(AX), Y1, Y10
+	VMULPS      32(CX), Y1, Y11
+	VFMADD231PS 64(AX), Y2, Y8
+	VFMADD231PS 64(CX), Y2, Y9
+	VFMADD231PS 96(AX), Y3, Y10
+	VFMADD231PS 96(CX), Y3, Y11
+	CMPQ        R9, $0x000000a0
+	JBE         stateVKf32AVX2_dead_33
+	VFMADD231PS 128(AX), Y4, Y8
+	VFMADD231PS 128(CX), Y4, Y9
+	CMPQ        R9, $0x000000c0
+	JBE         stateVKf32AVX2_dead_33
+	VFMADD231PS 160(AX), Y5, Y10
+	VFMADD231PS 160(CX), Y5, Y11
+	CMPQ        R9, $0x000000e0
+	JBE         stateVKf32AVX2_dead_33
+	VFMADD231PS 192(AX), Y6, Y8
+	VFMADD231PS 192(CX), Y6, Y9
+
+stateVKf32AVX2_dead_33:
+	VFMADD231PS  -32(AX)(R9*1), Y7, Y10
+	VFMADD231PS  -32(CX)(R9*1), Y7, Y11
+	VADDPS       Y10, Y8, Y8
+	VADDPS       Y11, Y9, Y9
+	VPERM2F128   $0x20, Y9, Y8, Y10
+	VPERM2F128   $0x31, Y9, Y8, Y8
+	VADDPS       Y8, Y10, Y10
+	VSHUFPS      $0x44, Y10, Y10, Y8
+	VSHUFPS      $0xee, Y10, Y10, Y9
+	VADDPS       Y9, Y8, Y8
+	VSHUFPS      $0x88, Y8, Y8, Y9
+	VSHUFPS      $0xdd, Y8, Y8, Y8
+	VADDPS       Y8, Y9, Y9
+	VMOVUPS      vkpermAVX2_1<>+0(SB), Y8
+	VPERMPS      Y9, Y8, Y8
+	VMOVSS       (DX), X9
+	VUCOMISS     nearone<>+0(SB), X9
+	JCS          stateVKf32AVX2_far_11
+	VBROADCASTSS (DX), Y9
+	VFMADD213PS  Y8, Y9, Y8
+	JMP          stateVKf32AVX2_decayed_11
+
+stateVKf32AVX2_far_11:
+	VBROADCASTSS 4(DX), Y9
+	VMULPS       Y8, Y9, Y8
+
+stateVKf32AVX2_decayed_11:
+	VEXTRACTF128 $0x01, Y8, X9
+	VMOVSS       (SI), X10
+	VSUBPS       X8, X10, X10
+	VBROADCASTSS 8(DX), Y8
+	VMULPS       X8, X10, X8
+	VBROADCASTSS 12(DX), Y10
+	VFMADD231PS  X10, X8, X9
+	VMOVSS       X9, (DI)
+	VMOVSS       (DX), X9
+	VUCOMISS     nearone<>+0(SB), X9
+	JCS          stateVKf32AVX2_far_12
+	VBROADCASTSS (DX), Y9
+	VBROADCASTSS X8, Y8
+	VFMADD213PS  Y0, Y9, Y0
+	VFMADD231PS  (AX), Y8, Y0
+	VFMADD213PS  Y1, Y9, Y1
+	VFMADD231PS  32(AX), Y8, Y1
+	VFMADD213PS  Y2, Y9, Y2
+	VFMADD231PS  64(AX), Y8, Y2
+	VFMADD213PS  Y3, Y9, Y3
+	VFMADD231PS  96(AX), Y8, Y3
+	CMPQ         R9, $0x000000a0
+	JBE          stateVKf32AVX2_dead_34
+	VFMADD213PS  Y4, Y9, Y4
+	VFMADD231PS  128(AX), Y8, Y4
+	CMPQ         R9, $0x000000c0
+	JBE          stateVKf32AVX2_dead_34
+	VFMADD213PS  Y5, Y9, Y5
+	VFMADD231PS  160(AX), Y8, Y5
+	CMPQ         R9, $0x000000e0
+	JBE          stateVKf32AVX2_dead_34
+	VFMADD213PS  Y6, Y9, Y6
+	VFMADD231PS  192(AX), Y8, Y6
+
+stateVKf32AVX2_dead_34:
+	VFMADD213PS Y7, Y9, Y7
+	VFMADD231PS -32(AX)(R9*1), Y8, Y7
+	VANDPS      48(SP), Y7, Y7
+	JMP         stateVKf32AVX2_decayed_12
+
+stateVKf32AVX2_far_12:
+	VBROADCASTSS 4(DX), Y9
+	VBROADCASTSS X8, Y8
+	VMULPS       Y0, Y9, Y0
+	VFMADD231PS  (AX), Y8, Y0
+	VMULPS       Y1, Y9, Y1
+	VFMADD231PS  32(AX), Y8, Y1
+	VMULPS       Y2, Y9, Y2
+	VFMADD231PS  64(AX), Y8, Y2
+	VMULPS       Y3, Y9, Y3
+	VFMADD231PS  96(AX), Y8, Y3
+	CMPQ         R9, $0x000000a0
+	JBE          stateVKf32AVX2_dead_35
+	VMULPS       Y4, Y9, Y4
+	VFMADD231PS  128(AX), Y8, Y4
+	CMPQ         R9, $0x000000c0
+	JBE          stateVKf32AVX2_dead_35
+	VMULPS       Y5, Y9, Y5
+	VFMADD231PS  160(AX), Y8, Y5
+	CMPQ         R9, $0x000000e0
+	JBE          stateVKf32AVX2_dead_35
+	VMULPS       Y6, Y9, Y6
+	VFMADD231PS  192(AX), Y8, Y6
+
+stateVKf32AVX2_dead_35:
+	VMULPS      Y7, Y9, Y7
+	VFMADD231PS -32(AX)(R9*1), Y8, Y7
+	VANDPS      48(SP), Y7, Y7
+
+stateVKf32AVX2_decayed_12:
+	// The state after this token, if stored.
+	MOVQ    (BX), R10
+	TESTQ   R10, R10
+	JZ      stateVKf32AVX2_nostore_4
+	MOVQ    (SP), R11
+	IMULQ   R9, R11
+	ADDQ    R11, R10
+	VMOVUPS Y7, -32(R10)(R9*1)
+	VMOVUPS Y0, (R10)
+	VMOVUPS Y1, 32(R10)
+	VMOVUPS Y2, 64(R10)
+	VMOVUPS Y3, 96(R10)
+	CMPQ    R9, $0x000000a0
+	JBE     stateVKf32AVX2_dead_36
+	VMOVUPS Y4, 128(R10)
+	CMPQ    R9, $0x000000c0
+	JBE     stateVKf32AVX2_dead_36
+	VMOVUPS Y5, 160(R10)
+	CMPQ    R9, $0x000000e0
+	JBE     stateVKf32AVX2_dead_36
+	VMOVUPS Y6, 192(R10)
+
+stateVKf32AVX2_dead_36:
+stateVKf32AVX2_nostore_4:
+	ADDQ R9, AX
+	ADDQ R9, CX
+	ADDQ $0x10, DX
+	ADDQ $0x08, BX
+	ADDQ 32(SP), SI
+	ADDQ 24(SP), DI
+	DECQ R8
+	JNZ  stateVKf32AVX2_token_4
+	ADDQ $0x00000001, (SP)
+	SUBQ $0x00000001, 8(SP)
+	JMP  stateVKf32AVX2_group_4
+
+stateVKf32AVX2_groupsdone_4:
+	JMP stateVKf32AVX2_done_1
+
+stateVKf32AVX2_n12_1:
+	// Rows of 9…12 vectors.
+	CMPQ 16(SP), $0x01
+	JNE  stateVKf32AVX2_pairs_3
+	MOVQ stores_base+40(FP), AX
+	CMPQ (AX), $0x00
+	JE   stateVKf32AVX2_pairs_3
+
+stateVKf32AVX2_once_3:
+	CMPQ 8(SP), $0x02
+	JB   stateVKf32AVX2_oncedone_3
+
+	// A pair of rows of 9…12 vectors, one token.
+	MOVQ       src_base+16(FP), R10
+	MOVQ       (SP), AX
+	IMULQ      R9, AX
+	ADDQ       AX, R10
+	MOVQ       kh_base+64(FP), AX
+	MOVQ       qh_base+88(FP), CX
+	MOVQ       tok_base+168(FP), DX
+	MOVQ       stores_base+40(FP), BX
+	MOVQ       v_base+112(FP), SI
+	MOVQ       o_base+144(FP), DI
+	MOVQ       (SP), R8
+	SHLQ       $0x02, R8
+	ADDQ       R8, SI
+	ADDQ       R8, DI
+	MOVQ       16(SP), R8
+	PREFETCHT0 8192(R10)
+	PREFETCHT0 8256(R10)
+	PREFETCHT0 8320(R10)
+	PREFETCHT0 8384(R10)
+	PREFETCHT0 8448(R10)
+	PREFETCHT0 8512(R10)
+	PREFETCHT0 8576(R10)
+	PREFETCHT0 8640(R10)
+	PREFETCHT0 8704(R10)
+	CMPQ       R9, $0x00000120
+	JBE        stateVKf32AVX2_dead_37
+	PREFETCHT0 8768(R10)
+	CMPQ       R9, $0x00000140
+	JBE        stateVKf32AVX2_dead_37
+	PREFETCHT0 8832(R10)
+	CMPQ       R9, $0x00000160
+	JBE        stateVKf32AVX2_dead_37
+	PREFETCHT0 8896(R10)
+
+stateVKf32AVX2_dead_37:
+	VMOVUPS     (R10), Y2
+	VMULPS      (AX), Y2, Y0
+	VMULPS      (CX), Y2, Y2
+	VMOVUPS     (R10)(R9*1), Y3
+	VMULPS      (AX), Y3, Y5
+	VMULPS      (CX), Y3, Y6
+	VMOVUPS     32(R10), Y4
+	VMULPS      32(AX), Y4, Y3
+	VMULPS      32(CX), Y4, Y4
+	VMOVUPS     32(R10)(R9*1), Y8
+	VMULPS      32(AX), Y8, Y7
+	VMULPS      32(CX), Y8, Y8
+	VMOVUPS     64(R10), Y9
+	VFMADD231PS 64(AX), Y9, Y0
+	VFMADD231PS 64(CX), Y9, Y2
+	VMOVUPS     64(R10)(R9*1), Y9
+	VFMADD231PS 64(AX), Y9, Y5
+	VFMADD231PS 64(CX), Y9, Y6
+	VMOVUPS     96(R10), Y9
+	VFMADD231PS 96(AX), Y9, Y3
+	VFMADD231PS 96(CX), Y9, Y4
+	VMOVUPS     96(R10)(R9*1), Y9
+	VFMADD231PS 96(AX), Y9, Y7
+	VFMADD231PS 96(CX), Y9, Y8
+	VMOVUPS     128(R10), Y9
+	VFMADD231PS 128(AX), Y9, Y0
+	VFMADD231PS 128(CX), Y9, Y2
+	VMOVUPS     128(R10)(R9*1), Y9
+	VFMADD231PS 128(AX), Y9, Y5
+	VFMADD231PS 128(CX), Y9, Y6
+	VMOVUPS     160(R10), Y9
+	VFMADD231PS 160(AX), Y9, Y3
+	VFMADD231PS 160(CX), Y9, Y4
+	VMOVUPS     160(R10)(R9*1), Y9
+	VFMADD231PS 160(AX), Y9, Y7
+	VFMADD231PS 160(CX), Y9, Y8
+	VMOVUPS     192(R10), Y9
+	VFMADD231PS 192(AX), Y9, Y0
+	VFMADD231PS 192(CX), Y9, Y2
+	VMOVUPS     192(R10)(R9*1), Y9
+	VFMADD231PS 192(AX), Y9, Y5
+	VFMADD231PS 192(CX), Y9, Y6
+	VMOVUPS     224(R10), Y9
+	VFMADD231PS 224(AX), Y9, Y3
+	VFMADD231PS 224(CX), Y9, Y4
+	VMOVUPS     224(R10)(R9*1), Y9
+	VFMADD231PS 224(AX), Y9, Y7
+	VFMADD231PS 224(CX), Y9, Y8
+	CMPQ        R9, $0x00000120
+	JBE         stateVKf32AVX2_dead_38
+	VMOVUPS     256(R10), Y9
+	VFMADD231PS 256(AX), Y9, Y0
+	VFMADD231PS 256(CX), Y9, Y2
+	VMOVUPS     256(R10)(R9*1), Y9
+	VFMADD231PS 256(AX), Y9, Y5
+	VFMADD231PS 256(CX), Y9, Y6
+	CMPQ        R9, $0x00000140
+	JBE         stateVKf32AVX2_dead_38
+	VMOVUPS     288(R10), Y9
+	VFMADD231PS 288(AX), Y9, Y3
+	VFMADD231PS 288(CX), Y9, Y4
+	VMOVUPS     288(R10)(R9*1), Y9
+	VFMADD231PS 288(AX), Y9, Y7
+	VFMADD231PS 288(CX), Y9, Y8
+	CMPQ        R9, $0x00000160
+	JBE         stateVKf32AVX2_dead_38
+	VMOVUPS     320(R10), Y9
+	VFMADD231PS 320(AX), Y9, Y0
+	VFMADD231PS 320(CX), Y9, Y2
+	VMOVUPS     320(R10)(R9*1), Y9
+	VFMADD231PS 320(AX), Y9, Y5
+	VFMADD231PS 320(CX), Y9, Y6
+
+stateVKf32AVX2_dead_38:
+	VMOVUPS      -32(R10)(R9*1), Y9
+	VANDPS       48(SP), Y9, Y9
+	VFMADD231PS  -32(AX)(R9*1), Y9, Y3
+	VFMADD231PS  -32(CX)(R9*1), Y9, Y4
+	VMOVUPS      -32(R10)(R9*2), Y9
+	VANDPS       48(SP), Y9, Y9
+	VFMADD231PS  -32(AX)(R9*1), Y9, Y7
+	VFMADD231PS  -32(CX)(R9*1), Y9, Y8
+	VADDPS       Y3, Y0, Y0
+	VADDPS       Y7, Y5, Y5
+	VADDPS       Y4, Y2, Y2
+	VADDPS       Y8, Y6, Y6
+	VPERM2F128   $0x20, Y5, Y0, Y3
+	VPERM2F128   $0x31, Y5, Y0, Y0
+	VADDPS       Y0, Y3, Y3
+	VPERM2F128   $0x20, Y6, Y2, Y0
+	VPERM2F128   $0x31, Y6, Y2, Y2
+	VADDPS       Y2, Y0, Y0
+	VSHUFPS      $0x44, Y0, Y3, Y2
+	VSHUFPS      $0xee, Y0, Y3, Y0
+	VADDPS       Y0, Y2, Y2
+	VSHUFPS      $0x88, Y2, Y2, Y0
+	VSHUFPS      $0xdd, Y2, Y2, Y2
+	VADDPS       Y2, Y0, Y0
+	VMOVUPS      vkpermAVX2_2<>+0(SB), Y2
+	VPERMPS      Y0, Y2, Y0
+	VMOVSS       (DX), X1
+	VUCOMISS     nearone<>+0(SB), X1
+	JCS          stateVKf32AVX2_far_13
+	VBROADCASTSS (DX), Y2
+	VFMADD213PS  Y0, Y2, Y0
+	JMP          stateVKf32AVX2_decayed_13
+
+stateVKf32AVX2_far_13:
+	VBROADCASTSS 4(DX), Y2
+	VMULPS       Y0, Y2, Y0
+
+stateVKf32AVX2_decayed_13:
+	VEXTRACTF128 $0x01, Y0, X2
+	VMOVSD       (SI), X1
+	VSUBPS       X0, X1, X1
+	VBROADCASTSS 8(DX), Y0
+	VMULPS       X0, X1, X1
+	VBROADCASTSS 12(DX), Y0
+	VFMADD231PS  X0, X1, X2
+	VMOVSD       X2, (DI)
+	MOVQ         (BX), CX
+	MOVQ         (SP), BX
+	IMULQ        R9, BX
+	ADDQ         BX, CX
+	VMOVUPS      -32(R10)(R9*1), Y0
+	VMOVUPS      -32(R10)(R9*2), Y2
+	VMOVSS       (DX), X3
+	VUCOMISS     nearone<>+0(SB), X3
+	JCS          stateVKf32AVX2_far_14
+	VBROADCASTSS (DX), Y3
+	VBROADCASTSS X1, Y4
+	VMOVUPS      vklane1<>+0(SB), Y5
+	VPERMPS      Y1, Y5, Y5
+	VMOVUPS      (R10), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  (AX), Y4, Y6
+	VMOVUPS      Y6, (CX)
+	VMOVUPS      (R10)(R9*1), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  (AX), Y5, Y6
+	VMOVUPS      Y6, (CX)(R9*1)
+	VMOVUPS      32(R10), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  32(AX), Y4, Y6
+	VMOVUPS      Y6, 32(CX)
+	VMOVUPS      32(R10)(R9*1), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  32(AX), Y5, Y6
+	VMOVUPS      Y6, 32(CX)(R9*1)
+	VMOVUPS      64(R10), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  64(AX), Y4, Y6
+	VMOVUPS      Y6, 64(CX)
+	VMOVUPS      64(R10)(R9*1), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  64(AX), Y5, Y6
+	VMOVUPS      Y6, 64(CX)(R9*1)
+	VMOVUPS      96(R10), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  96(AX), Y4, Y6
+	VMOVUPS      Y6, 96(CX)
+	VMOVUPS      96(R10)(R9*1), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  96(AX), Y5, Y6
+	VMOVUPS      Y6, 96(CX)(R9*1)
+	VMOVUPS      128(R10), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  128(AX), Y4, Y6
+	VMOVUPS      Y6, 128(CX)
+	VMOVUPS      128(R10)(R9*1), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  128(AX), Y5, Y6
+	VMOVUPS      Y6, 128(CX)(R9*1)
+	VMOVUPS      160(R10), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  160(AX), Y4, Y6
+	VMOVUPS      Y6, 160(CX)
+	VMOVUPS      160(R10)(R9*1), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  160(AX), Y5, Y6
+	VMOVUPS      Y6, 160(CX)(R9*1)
+	VMOVUPS      192(R10), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  192(AX), Y4, Y6
+	VMOVUPS      Y6, 192(CX)
+	VMOVUPS      192(R10)(R9*1), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  192(AX), Y5, Y6
+	VMOVUPS      Y6, 192(CX)(R9*1)
+	VMOVUPS      224(R10), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  224(AX), Y4, Y6
+	VMOVUPS      Y6, 224(CX)
+	VMOVUPS      224(R10)(R9*1), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  224(AX), Y5, Y6
+	VMOVUPS      Y6, 224(CX)(R9*1)
+	CMPQ         R9, $0x00000120
+	JBE          stateVKf32AVX2_dead_39
+	VMOVUPS      256(R10), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  256(AX), Y4, Y6
+	VMOVUPS      Y6, 256(CX)
+	VMOVUPS      256(R10)(R9*1), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  256(AX), Y5, Y6
+	VMOVUPS      Y6, 256(CX)(R9*1)
+	CMPQ         R9, $0x00000140
+	JBE          stateVKf32AVX2_dead_39
+	VMOVUPS      288(R10), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  288(AX), Y4, Y6
+	VMOVUPS      Y6, 288(CX)
+	VMOVUPS      288(R10)(R9*1), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  288(AX), Y5, Y6
+	VMOVUPS      Y6, 288(CX)(R9*1)
+	CMPQ         R9, $0x00000160
+	JBE          stateVKf32AVX2_dead_39
+	VMOVUPS      320(R10), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  320(AX), Y4, Y6
+	VMOVUPS      Y6, 320(CX)
+	VMOVUPS      320(R10)(R9*1), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  320(AX), Y5, Y6
+	VMOVUPS      Y6, 320(CX)(R9*1)
+
+stateVKf32AVX2_dead_39:
+	VFMADD213PS Y0, Y3, Y0
+	VFMADD231PS -32(AX)(R9*1), Y4, Y0
+	VMOVUPS     Y0, -32(CX)(R9*1)
+	VFMADD213PS Y2, Y3, Y2
+	VFMADD231PS -32(AX)(R9*1), Y5, Y2
+	VMOVUPS     Y2, -32(CX)(R9*2)
+	JMP         stateVKf32AVX2_decayed_14
+
+stateVKf32AVX2_far_14:
+	VBROADCASTSS 4(DX), Y3
+	VBROADCASTSS X1, Y4
+	VMOVUPS      vklane1<>+0(SB), Y5
+	VPERMPS      Y1, Y5, Y5
+	VMOVUPS      (R10), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  (AX), Y4, Y6
+	VMOVUPS      Y6, (CX)
+	VMOVUPS      (R10)(R9*1), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  (AX), Y5, Y6
+	VMOVUPS      Y6, (CX)(R9*1)
+	VMOVUPS      32(R10), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  32(AX), Y4, Y6
+	VMOVUPS      Y6, 32(CX)
+	VMOVUPS      32(R10)(R9*1), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  32(AX), Y5, Y6
+	VMOVUPS      Y6, 32(CX)(R9*1)
+	VMOVUPS      64(R10), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  64(AX), Y4, Y6
+	VMOVUPS      Y6, 64(CX)
+	VMOVUPS      64(R10)(R9*1), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  64(AX), Y5, Y6
+	VMOVUPS      Y6, 64(CX)(R9*1)
+	VMOVUPS      96(R10), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  96(AX), Y4, Y6
+	VMOVUPS      Y6, 96(CX)
+	VMOVUPS      96(R10)(R9*1), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  96(AX), Y5, Y6
+	VMOVUPS      Y6, 96(CX)(R9*1)
+	VMOVUPS      128(R10), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  128(AX), Y4, Y6
+	VMOVUPS      Y6, 128(CX)
+	VMOVUPS      128(R10)(R9*1), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  128(AX), Y5, Y6
+	VMOVUPS      Y6, 128(CX)(R9*1)
+	VMOVUPS      160(R10), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  160(AX), Y4, Y6
+	VMOVUPS      Y6, 160(CX)
+	VMOVUPS      160(R10)(R9*1), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  160(AX), Y5, Y6
+	VMOVUPS      Y6, 160(CX)(R9*1)
+	VMOVUPS      192(R10), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  192(AX), Y4, Y6
+	VMOVUPS      Y6, 192(CX)
+	VMOVUPS      192(R10)(R9*1), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  192(AX), Y5, Y6
+	VMOVUPS      Y6, 192(CX)(R9*1)
+	VMOVUPS      224(R10), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  224(AX), Y4, Y6
+	VMOVUPS      Y6, 224(CX)
+	VMOVUPS      224(R10)(R9*1), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  224(AX), Y5, Y6
+	VMOVUPS      Y6, 224(CX)(R9*1)
+	CMPQ         R9, $0x00000120
+	JBE          stateVKf32AVX2_dead_40
+	VMOVUPS      256(R10), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  256(AX), Y4, Y6
+	VMOVUPS      Y6, 256(CX)
+	VMOVUPS      256(R10)(R9*1), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  256(AX), Y5, Y6
+	VMOVUPS      Y6, 256(CX)(R9*1)
+	CMPQ         R9, $0x00000140
+	JBE          stateVKf32AVX2_dead_40
+	VMOVUPS      288(R10), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  288(AX), Y4, Y6
+	VMOVUPS      Y6, 288(CX)
+	VMOVUPS      288(R10)(R9*1), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  288(AX), Y5, Y6
+	VMOVUPS      Y6, 288(CX)(R9*1)
+	CMPQ         R9, $0x00000160
+	JBE          stateVKf32AVX2_dead_40
+	VMOVUPS      320(R10), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  320(AX), Y4, Y6
+	VMOVUPS      Y6, 320(CX)
+	VMOVUPS      320(R10)(R9*1), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  320(AX), Y5, Y6
+	VMOVUPS      Y6, 320(CX)(R9*1)
+
+stateVKf32AVX2_dead_40:
+	VMULPS      Y0, Y3, Y0
+	VFMADD231PS -32(AX)(R9*1), Y4, Y0
+	VMOVUPS     Y0, -32(CX)(R9*1)
+	VMULPS      Y2, Y3, Y2
+	VFMADD231PS -32(AX)(R9*1), Y5, Y2
+	VMOVUPS     Y2, -32(CX)(R9*2)
+
+stateVKf32AVX2_decayed_14:
+	ADDQ $0x00000002, (SP)
+	SUBQ $0x00000002, 8(SP)
+	JMP  stateVKf32AVX2_once_3
+
+stateVKf32AVX2_oncedone_3:
+	JMP stateVKf32AVX2_pairtail_3
+
+stateVKf32AVX2_pairs_3:
+	MOVQ 40(SP), R10
+
+stateVKf32AVX2_group_5:
+	CMPQ 8(SP), $0x00000002
+	JB   stateVKf32AVX2_groupsdone_5
+
+	// Load 2 row(s) of 9…12 vectors.
+	MOVQ       src_base+16(FP), AX
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	PREFETCHT0 8448(AX)
+	PREFETCHT0 8512(AX)
+	PREFETCHT0 8576(AX)
+	PREFETCHT0 8640(AX)
+	PREFETCHT0 8704(AX)
+	CMPQ       R9, $0x00000120
+	JBE        stateVKf32AVX2_dead_41
+	PREFETCHT0 8768(AX)
+	CMPQ       R9, $0x00000140
+	JBE        stateVKf32AVX2_dead_41
+	PREFETCHT0 8832(AX)
+	CMPQ       R9, $0x00000160
+	JBE        stateVKf32AVX2_dead_41
+	PREFETCHT0 8896(AX)
+
+stateVKf32AVX2_dead_41:
+	VMOVUPS (AX), Y0
+	VMOVUPS 32(AX), Y2
+	VMOVUPS Y2, 32(R10)
+	VMOVUPS 64(AX), Y2
+	VMOVUPS Y2, 64(R10)
+	VMOVUPS 96(AX), Y2
+	VMOVUPS Y2, 96(R10)
+	VMOVUPS 128(AX), Y2
+	VMOVUPS Y2, 128(R10)
+	VMOVUPS 160(AX), Y2
+	VMOVUPS Y2, 160(R10)
+	VMOVUPS 192(AX), Y2
+	VMOVUPS Y2, 192(R10)
+	VMOVUPS 224(AX), Y2
+	VMOVUPS Y2, 224(R10)
+	CMPQ    R9, $0x00000120
+	JBE     stateVKf32AVX2_dead_42
+	VMOVUPS 256(AX), Y2
+	VMOVUPS Y2, 256(R10)
+	CMPQ    R9, $0x00000140
+	JBE     stateVKf32AVX2_dead_42
+	VMOVUPS 288(AX), Y2
+	VMOVUPS Y2, 288(R10)
+	CMPQ    R9, $0x00000160
+	JBE     stateVKf32AVX2_dead_42
+	VMOVUPS 320(AX), Y2
+	VMOVUPS Y2, 320(R10)
+
+stateVKf32AVX2_dead_42:
+	VMOVUPS -32(AX)(R9*1), Y2
+	VANDPS  48(SP), Y2, Y2
+	ADDQ    R9, AX
+	VMOVUPS (AX), Y3
+	VMOVUPS 32(AX), Y4
+	VMOVUPS Y4, 544(R10)
+	VMOVUPS 64(AX), Y4
+	VMOVUPS Y4, 576(R10)
+	VMOVUPS 96(AX), Y4
+	VMOVUPS Y4, 608(R10)
+	VMOVUPS 128(AX), Y4
+	VMOVUPS Y4, 640(R10)
+	VMOVUPS 160(AX), Y4
+	VMOVUPS Y4, 672(R10)
+	VMOVUPS 192(AX), Y4
+	VMOVUPS Y4, 704(R10)
+	VMOVUPS 224(AX), Y4
+	VMOVUPS Y4, 736(R10)
+	CMPQ    R9, $0x00000120
+	JBE     stateVKf32AVX2_dead_43
+	VMOVUPS 256(AX), Y4
+	VMOVUPS Y4, 768(R10)
+	CMPQ    R9, $0x00000140
+	JBE     stateVKf32AVX2_dead_43
+	VMOVUPS 288(AX), Y4
+	VMOVUPS Y4, 800(R10)
+	CMPQ    R9, $0x00000160
+	JBE     stateVKf32AVX2_dead_43
+	VMOVUPS 320(AX), Y4
+	VMOVUPS Y4, 832(R10)
+
+stateVKf32AVX2_dead_43:
+	VMOVUPS -32(AX)(R9*1), Y4
+	VANDPS  48(SP), Y4, Y4
+	MOVQ    kh_base+64(FP), AX
+	MOVQ    qh_base+88(FP), CX
+	MOVQ    tok_base+168(FP), DX
+	MOVQ    stores_base+40(FP), BX
+	MOVQ    v_base+112(FP), SI
+	MOVQ    o_base+144(FP), DI
+	MOVQ    (SP), R8
+	SHLQ    $0x02, R8
+	ADDQ    R8, SI
+	ADDQ    R8, DI
+	MOVQ    16(SP), R8
+
+stateVKf32AVX2_token_5:
+	VMULPS      (AX), Y0, Y5
+	VMULPS      (CX), Y0, Y6
+	VMULPS      (AX), Y3, Y9
+	VMULPS      (CX), Y3, Y10
+	VMOVUPS     32(R10), Y8
+	VMULPS      32(AX), Y8, Y7
+	VMULPS      32(CX), Y8, Y8
+	VMOVUPS     544(R10), Y12
+	VMULPS      32(AX), Y12, Y11
+	VMULPS      32(CX), Y12, Y12
+	VMOVUPS     64(R10), Y13
+	VFMADD231PS 64(AX), Y13, Y5
+	VFMADD231PS 64(CX), Y13, Y6
+	VMOVUPS     576(R10), Y13
+	VFMADD231PS 64(AX), Y13, Y9
+	VFMADD231PS 64(CX), Y13, Y10
+	VMOVUPS     96(R10), Y13
+	VFMADD231PS 96(AX), Y13, Y7
+	VFMADD231PS 96(CX), Y13, Y8
+	VMOVUPS     608(R10), Y13
+	VFMADD231PS 96(AX), Y13, Y11
+	VFMADD231PS 96(CX), Y13, Y12
+	VMOVUPS     128(R10), Y13
+	VFMADD231PS 128(AX), Y13, Y5
+	VFMADD231PS 128(CX), Y13, Y6
+	VMOVUPS     640(R10), Y13
+	VFMADD231PS 128(AX), Y13, Y9
+	VFMADD231PS 128(CX), Y13, Y10
+	VMOVUPS     160(R10), Y13
+	VFMADD231PS 160(AX), Y13, Y7
+	VFMADD231PS 160(CX), Y13, Y8
+	VMOVUPS     672(R10), Y13
+	VFMADD231PS 160(AX), Y13, Y11
+	VFMADD231PS 160(CX), Y13, Y12
+	VMOVUPS     192(R10), Y13
+	VFMADD231PS 192(AX), Y13, Y5
+	VFMADD231PS 192(CX), Y13, Y6
+	VMOVUPS     704(R10), Y13
+	VFMADD231PS 192(AX), Y13, Y9
+	VFMADD231PS 192(CX), Y13, Y10
+	VMOVUPS     224(R10), Y13
+	VFMADD231PS 224(AX), Y13, Y7
+	VFMADD231PS 224(CX), Y13, Y8
+	VMOVUPS     736(R10), Y13
+	VFMADD231PS 224(AX), Y13, Y11
+	VFMADD231PS 224(CX), Y13, Y12
+	CMPQ        R9, $0x00000120
+	JBE         stateVKf32AVX2_dead_44
+	VMOVUPS     256(R10), Y13
+	VFMADD231PS 256(AX), Y13, Y5
+	VFMADD231PS 256(CX), Y13, Y6
+	VMOVUPS     768(R10), Y13
+	VFMADD231PS 256(AX), Y13, Y9
+	VFMADD231PS 256(CX), Y13, Y10
+	CMPQ        R9, $0x00000140
+	JBE         stateVKf32AVX2_dead_44
+	VMOVUPS     288(R10), Y13
+	VFMADD231PS 288(AX), Y13, Y7
+	VFMADD231PS 288(CX), Y13, Y8
+	VMOVUPS     800(R10), Y13
+	VFMADD231PS 288(AX), Y13, Y11
+	VFMADD231PS 288(CX), Y13, Y12
+	CMPQ        R9, $0x00000160
+	JBE         stateVKf32AVX2_dead_44
+	VMOVUPS     320(R10), Y13
+	VFMADD231PS 320(AX), Y13, Y5
+	VFMADD231PS 320(CX), Y13, Y6
+	VMOVUPS     832(R10), Y13
+	VFMADD231PS 320(AX), Y13, Y9
+	VFMADD231PS 320(CX), Y13, Y10
+
+stateVKf32AVX2_dead_44:
+	VFMADD231PS  -32(AX)(R9*1), Y2, Y7
+	VFMADD231PS  -32(CX)(R9*1), Y2, Y8
+	VFMADD231PS  -32(AX)(R9*1), Y4, Y11
+	VFMADD231PS  -32(CX)(R9*1), Y4, Y12
+	VADDPS       Y7, Y5, Y5
+	VADDPS       Y11, Y9, Y9
+	VADDPS       Y8, Y6, Y6
+	VADDPS       Y12, Y10, Y10
+	VPERM2F128   $0x20, Y9, Y5, Y7
+	VPERM2F128   $0x31, Y9, Y5, Y5
+	VADDPS       Y5, Y7, Y7
+	VPERM2F128   $0x20, Y10, Y6, Y5
+	VPERM2F128   $0x31, Y10, Y6, Y6
+	VADDPS       Y6, Y5, Y5
+	VSHUFPS      $0x44, Y5, Y7, Y6
+	VSHUFPS      $0xee, Y5, Y7, Y5
+	VADDPS       Y5, Y6, Y6
+	VSHUFPS      $0x88, Y6, Y6, Y5
+	VSHUFPS      $0xdd, Y6, Y6, Y6
+	VADDPS       Y6, Y5, Y5
+	VMOVUPS      vkpermAVX2_2<>+0(SB), Y6
+	VPERMPS      Y5, Y6, Y5
+	VMOVSS       (DX), X1
+	VUCOMISS     nearone<>+0(SB), X1
+	JCS          stateVKf32AVX2_far_15
+	VBROADCASTSS (DX), Y6
+	VFMADD213PS  Y5, Y6, Y5
+	JMP          stateVKf32AVX2_decayed_15
+
+stateVKf32AVX2_far_15:
+	VBROADCASTSS 4(DX), Y6
+	VMULPS       Y5, Y6, Y5
+
+stateVKf32AVX2_decayed_15:
+	VEXTRACTF128 $0x01, Y5, X6
+	VMOVSD       (SI), X1
+	VSUBPS       X5, X1, X1
+	VBROADCASTSS 8(DX), Y5
+	VMULPS       X5, X1, X1
+	VBROADCASTSS 12(DX), Y5
+	VFMADD231PS  X5, X1, X6
+	VMOVSD       X6, (DI)
+	VMOVSS       (DX), X5
+	VUCOMISS     nearone<>+0(SB), X5
+	JCS          stateVKf32AVX2_far_16
+	VBROADCASTSS (DX), Y5
+	VBROADCASTSS X1, Y6
+	VMOVUPS      vklane1<>+0(SB), Y7
+	VPERMPS      Y1, Y7, Y7
+	VFMADD213PS  Y0, Y5, Y0
+	VFMADD231PS  (AX), Y6, Y0
+	VFMADD213PS  Y3, Y5, Y3
+	VFMADD231PS  (AX), Y7, Y3
+	VMOVUPS      32(R10), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  32(AX), Y6, Y8
+	VMOVUPS      Y8, 32(R10)
+	VMOVUPS      544(R10), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  32(AX), Y7, Y8
+	VMOVUPS      Y8, 544(R10)
+	VMOVUPS      64(R10), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  64(AX), Y6, Y8
+	VMOVUPS      Y8, 64(R10)
+	VMOVUPS      576(R10), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  64(AX), Y7, Y8
+	VMOVUPS      Y8, 576(R10)
+	VMOVUPS      96(R10), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  96(AX), Y6, Y8
+	VMOVUPS      Y8, 96(R10)
+	VMOVUPS      608(R10), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  96(AX), Y7, Y8
+	VMOVUPS      Y8, 608(R10)
 	VMOVUPS      128(R10), Y8
 	VFMADD213PS  Y8, Y5, Y8
 	VFMADD231PS  128(AX), Y6, Y8
@@ -22452,7 +23378,7 @@ stateVKf32AVX2_decayed_9:
 	VFMADD231PS  224(AX), Y7, Y8
 	VMOVUPS      Y8, 736(R10)
 	CMPQ         R9, $0x00000120
-	JBE          stateVKf32AVX2_dead_33
+	JBE          stateVKf32AVX2_dead_45
 	VMOVUPS      256(R10), Y8
 	VFMADD213PS  Y8, Y5, Y8
 	VFMADD231PS  256(AX), Y6, Y8
@@ -22462,7 +23388,7 @@ stateVKf32AVX2_decayed_9:
 	VFMADD231PS  256(AX), Y7, Y8
 	VMOVUPS      Y8, 768(R10)
 	CMPQ         R9, $0x00000140
-	JBE          stateVKf32AVX2_dead_33
+	JBE          stateVKf32AVX2_dead_45
 	VMOVUPS      288(R10), Y8
 	VFMADD213PS  Y8, Y5, Y8
 	VFMADD231PS  288(AX), Y6, Y8
@@ -22472,7 +23398,7 @@ stateVKf32AVX2_decayed_9:
 	VFMADD231PS  288(AX), Y7, Y8
 	VMOVUPS      Y8, 800(R10)
 	CMPQ         R9, $0x00000160
-	JBE          stateVKf32AVX2_dead_33
+	JBE          stateVKf32AVX2_dead_45
 	VMOVUPS      320(R10), Y8
 	VFMADD213PS  Y8, Y5, Y8
 	VFMADD231PS  320(AX), Y6, Y8
@@ -22482,16 +23408,16 @@ stateVKf32AVX2_decayed_9:
 	VFMADD231PS  320(AX), Y7, Y8
 	VMOVUPS      Y8, 832(R10)
 
-stateVKf32AVX2_dead_33:
+stateVKf32AVX2_dead_45:
 	VFMADD213PS Y2, Y5, Y2
 	VFMADD231PS -32(AX)(R9*1), Y6, Y2
 	VANDPS      48(SP), Y2, Y2
 	VFMADD213PS Y4, Y5, Y4
 	VFMADD231PS -32(AX)(R9*1), Y7, Y4
 	VANDPS      48(SP), Y4, Y4
-	JMP         stateVKf32AVX2_decayed_10
+	JMP         stateVKf32AVX2_decayed_16
 
-stateVKf32AVX2_far_10:
+stateVKf32AVX2_far_16:
 	VBROADCASTSS 4(DX), Y5
 	VBROADCASTSS X1, Y6
 	VMOVUPS      vklane1<>+0(SB), Y7
@@ -22557,7 +23483,7 @@ stateVKf32AVX2_far_10:
 	VFMADD231PS  224(AX), Y7, Y8
 	VMOVUPS      Y8, 736(R10)
 	CMPQ         R9, $0x00000120
-	JBE          stateVKf32AVX2_dead_34
+	JBE          stateVKf32AVX2_dead_46
 	VMOVUPS      256(R10), Y8
 	VMULPS       Y8, Y5, Y8
 	VFMADD231PS  256(AX), Y6, Y8
@@ -22567,7 +23493,7 @@ stateVKf32AVX2_far_10:
 	VFMADD231PS  256(AX), Y7, Y8
 	VMOVUPS      Y8, 768(R10)
 	CMPQ         R9, $0x00000140
-	JBE          stateVKf32AVX2_dead_34
+	JBE          stateVKf32AVX2_dead_46
 	VMOVUPS      288(R10), Y8
 	VMULPS       Y8, Y5, Y8
 	VFMADD231PS  288(AX), Y6, Y8
@@ -22577,7 +23503,7 @@ stateVKf32AVX2_far_10:
 	VFMADD231PS  288(AX), Y7, Y8
 	VMOVUPS      Y8, 800(R10)
 	CMPQ         R9, $0x00000160
-	JBE          stateVKf32AVX2_dead_34
+	JBE          stateVKf32AVX2_dead_46
 	VMOVUPS      320(R10), Y8
 	VMULPS       Y8, Y5, Y8
 	VFMADD231PS  320(AX), Y6, Y8
@@ -22587,7 +23513,7 @@ stateVKf32AVX2_far_10:
 	VFMADD231PS  320(AX), Y7, Y8
 	VMOVUPS      Y8, 832(R10)
 
-stateVKf32AVX2_dead_34:
+stateVKf32AVX2_dead_46:
 	VMULPS      Y2, Y5, Y2
 	VFMADD231PS -32(AX)(R9*1), Y6, Y2
 	VANDPS      48(SP), Y2, Y2
@@ -22595,7 +23521,7 @@ stateVKf32AVX2_dead_34:
 	VFMADD231PS -32(AX)(R9*1), Y7, Y4
 	VANDPS      48(SP), Y4, Y4
 
-stateVKf32AVX2_decayed_10:
+stateVKf32AVX2_decayed_16:
 	// The state after this token, if stored.
 	MOVQ    (BX), R11
 	TESTQ   R11, R11
@@ -22620,19 +23546,19 @@ stateVKf32AVX2_decayed_10:
 	VMOVUPS 224(R10), Y5
 	VMOVUPS Y5, 224(R11)
 	CMPQ    R9, $0x00000120
-	JBE     stateVKf32AVX2_dead_35
+	JBE     stateVKf32AVX2_dead_47
 	VMOVUPS 256(R10), Y5
 	VMOVUPS Y5, 256(R11)
 	CMPQ    R9, $0x00000140
-	JBE     stateVKf32AVX2_dead_35
+	JBE     stateVKf32AVX2_dead_47
 	VMOVUPS 288(R10), Y5
 	VMOVUPS Y5, 288(R11)
 	CMPQ    R9, $0x00000160
-	JBE     stateVKf32AVX2_dead_35
+	JBE     stateVKf32AVX2_dead_47
 	VMOVUPS 320(R10), Y5
 	VMOVUPS Y5, 320(R11)
 
-stateVKf32AVX2_dead_35:
+stateVKf32AVX2_dead_47:
 	ADDQ    R9, R11
 	VMOVUPS Y4, -32(R11)(R9*1)
 	VMOVUPS Y3, (R11)
@@ -22651,19 +23577,19 @@ stateVKf32AVX2_dead_35:
 	VMOVUPS 736(R10), Y5
 	VMOVUPS Y5, 224(R11)
 	CMPQ    R9, $0x00000120
-	JBE     stateVKf32AVX2_dead_36
+	JBE     stateVKf32AVX2_dead_48
 	VMOVUPS 768(R10), Y5
 	VMOVUPS Y5, 256(R11)
 	CMPQ    R9, $0x00000140
-	JBE     stateVKf32AVX2_dead_36
+	JBE     stateVKf32AVX2_dead_48
 	VMOVUPS 800(R10), Y5
 	VMOVUPS Y5, 288(R11)
 	CMPQ    R9, $0x00000160
-	JBE     stateVKf32AVX2_dead_36
+	JBE     stateVKf32AVX2_dead_48
 	VMOVUPS 832(R10), Y5
 	VMOVUPS Y5, 320(R11)
 
-stateVKf32AVX2_dead_36:
+stateVKf32AVX2_dead_48:
 stateVKf32AVX2_nostore_5:
 	ADDQ R9, AX
 	ADDQ R9, CX
@@ -22678,7 +23604,7 @@ stateVKf32AVX2_nostore_5:
 	JMP  stateVKf32AVX2_group_5
 
 stateVKf32AVX2_groupsdone_5:
-stateVKf32AVX2_single_3:
+stateVKf32AVX2_pairtail_3:
 stateVKf32AVX2_group_6:
 	CMPQ 8(SP), $0x00000001
 	JB   stateVKf32AVX2_groupsdone_6
@@ -22694,10 +23620,10 @@ stateVKf32AVX2_group_6:
 	PREFETCHT0 8384(AX)
 	PREFETCHT0 8448(AX)
 	CMPQ       R9, $0x00000140
-	JBE        stateVKf32AVX2_dead_37
+	JBE        stateVKf32AVX2_dead_49
 	PREFETCHT0 8512(AX)
 
-stateVKf32AVX2_dead_37:
+stateVKf32AVX2_dead_49:
 	VMOVUPS (AX), Y0
 	VMOVUPS 32(AX), Y1
 	VMOVUPS 64(AX), Y2
@@ -22707,19 +23633,19 @@ stateVKf32AVX2_dead_37:
 	VMOVUPS 192(AX), Y6
 	VMOVUPS 224(AX), Y7
 	CMPQ    R9, $0x00000120
-	JBE     stateVKf32AVX2_dead_38
+	JBE     stateVKf32AVX2_dead_50
 	VMOVUPS 256(AX), Y8
 	VMOVUPS Y8, 80(SP)
 	CMPQ    R9, $0x00000140
-	JBE     stateVKf32AVX2_dead_38
+	JBE     stateVKf32AVX2_dead_50
 	VMOVUPS 288(AX), Y8
 	VMOVUPS Y8, 112(SP)
 	CMPQ    R9, $0x00000160
-	JBE     stateVKf32AVX2_dead_38
+	JBE     stateVKf32AVX2_dead_50
 	VMOVUPS 320(AX), Y8
 	VMOVUPS Y8, 144(SP)
 
-stateVKf32AVX2_dead_38:
+stateVKf32AVX2_dead_50:
 	VMOVUPS -32(AX)(R9*1), Y8
 	VANDPS  48(SP), Y8, Y8
 	MOVQ    kh_base+64(FP), AX
@@ -22752,22 +23678,22 @@ stateVKf32AVX2_token_6:
 	VFMADD231PS 224(AX), Y7, Y11
 	VFMADD231PS 224(CX), Y7, Y12
 	CMPQ        R9, $0x00000120
-	JBE         stateVKf32AVX2_dead_39
+	JBE         stateVKf32AVX2_dead_51
 	VMOVUPS     80(SP), Y13
 	VFMADD231PS 256(AX), Y13, Y9
 	VFMADD231PS 256(CX), Y13, Y10
 	CMPQ        R9, $0x00000140
-	JBE         stateVKf32AVX2_dead_39
+	JBE         stateVKf32AVX2_dead_51
 	VMOVUPS     112(SP), Y13
 	VFMADD231PS 288(AX), Y13, Y11
 	VFMADD231PS 288(CX), Y13, Y12
 	CMPQ        R9, $0x00000160
-	JBE         stateVKf32AVX2_dead_39
+	JBE         stateVKf32AVX2_dead_51
 	VMOVUPS     144(SP), Y13
 	VFMADD231PS 320(AX), Y13, Y9
 	VFMADD231PS 320(CX), Y13, Y10
 
-stateVKf32AVX2_dead_39:
+stateVKf32AVX2_dead_51:
 	VFMADD231PS  -32(AX)(R9*1), Y8, Y11
 	VFMADD231PS  -32(CX)(R9*1), Y8, Y12
 	VADDPS       Y11, Y9, Y9
@@ -22785,16 +23711,16 @@ stateVKf32AVX2_dead_39:
 	VPERMPS      Y10, Y9, Y9
 	VMOVSS       (DX), X10
 	VUCOMISS     nearone<>+0(SB), X10
-	JCS          stateVKf32AVX2_far_11
+	JCS          stateVKf32AVX2_far_17
 	VBROADCASTSS (DX), Y10
 	VFMADD213PS  Y9, Y10, Y9
-	JMP          stateVKf32AVX2_decayed_11
+	JMP          stateVKf32AVX2_decayed_17
 
-stateVKf32AVX2_far_11:
+stateVKf32AVX2_far_17:
 	VBROADCASTSS 4(DX), Y10
 	VMULPS       Y9, Y10, Y9
 
-stateVKf32AVX2_decayed_11:
+stateVKf32AVX2_decayed_17:
 	VEXTRACTF128 $0x01, Y9, X10
 	VMOVSS       (SI), X11
 	VSUBPS       X9, X11, X11
@@ -22805,7 +23731,7 @@ stateVKf32AVX2_decayed_11:
 	VMOVSS       X10, (DI)
 	VMOVSS       (DX), X10
 	VUCOMISS     nearone<>+0(SB), X10
-	JCS          stateVKf32AVX2_far_12
+	JCS          stateVKf32AVX2_far_18
 	VBROADCASTSS (DX), Y10
 	VBROADCASTSS X9, Y9
 	VFMADD213PS  Y0, Y10, Y0
@@ -22825,31 +23751,31 @@ stateVKf32AVX2_decayed_11:
 	VFMADD213PS  Y7, Y10, Y7
 	VFMADD231PS  224(AX), Y9, Y7
 	CMPQ         R9, $0x00000120
-	JBE          stateVKf32AVX2_dead_40
+	JBE          stateVKf32AVX2_dead_52
 	VMOVUPS      80(SP), Y11
 	VFMADD213PS  Y11, Y10, Y11
 	VFMADD231PS  256(AX), Y9, Y11
 	VMOVUPS      Y11, 80(SP)
 	CMPQ         R9, $0x00000140
-	JBE          stateVKf32AVX2_dead_40
+	JBE          stateVKf32AVX2_dead_52
 	VMOVUPS      112(SP), Y11
 	VFMADD213PS  Y11, Y10, Y11
 	VFMADD231PS  288(AX), Y9, Y11
 	VMOVUPS      Y11, 112(SP)
 	CMPQ         R9, $0x00000160
-	JBE          stateVKf32AVX2_dead_40
+	JBE          stateVKf32AVX2_dead_52
 	VMOVUPS      144(SP), Y11
 	VFMADD213PS  Y11, Y10, Y11
 	VFMADD231PS  320(AX), Y9, Y11
 	VMOVUPS      Y11, 144(SP)
 
-stateVKf32AVX2_dead_40:
+stateVKf32AVX2_dead_52:
 	VFMADD213PS Y8, Y10, Y8
 	VFMADD231PS -32(AX)(R9*1), Y9, Y8
 	VANDPS      48(SP), Y8, Y8
-	JMP         stateVKf32AVX2_decayed_12
+	JMP         stateVKf32AVX2_decayed_18
 
-stateVKf32AVX2_far_12:
+stateVKf32AVX2_far_18:
 	VBROADCASTSS 4(DX), Y10
 	VBROADCASTSS X9, Y9
 	VMULPS       Y0, Y10, Y0
@@ -22869,30 +23795,30 @@ stateVKf32AVX2_far_12:
 	VMULPS       Y7, Y10, Y7
 	VFMADD231PS  224(AX), Y9, Y7
 	CMPQ         R9, $0x00000120
-	JBE          stateVKf32AVX2_dead_41
+	JBE          stateVKf32AVX2_dead_53
 	VMOVUPS      80(SP), Y11
 	VMULPS       Y11, Y10, Y11
 	VFMADD231PS  256(AX), Y9, Y11
 	VMOVUPS      Y11, 80(SP)
 	CMPQ         R9, $0x00000140
-	JBE          stateVKf32AVX2_dead_41
+	JBE          stateVKf32AVX2_dead_53
 	VMOVUPS      112(SP), Y11
 	VMULPS       Y11, Y10, Y11
 	VFMADD231PS  288(AX), Y9, Y11
 	VMOVUPS      Y11, 112(SP)
 	CMPQ         R9, $0x00000160
-	JBE          stateVKf32AVX2_dead_41
+	JBE          stateVKf32AVX2_dead_53
 	VMOVUPS      144(SP), Y11
 	VMULPS       Y11, Y10, Y11
 	VFMADD231PS  320(AX), Y9, Y11
 	VMOVUPS      Y11, 144(SP)
 
-stateVKf32AVX2_dead_41:
+stateVKf32AVX2_dead_53:
 	VMULPS      Y8, Y10, Y8
 	VFMADD231PS -32(AX)(R9*1), Y9, Y8
 	VANDPS      48(SP), Y8, Y8
 
-stateVKf32AVX2_decayed_12:
+stateVKf32AVX2_decayed_18:
 	// The state after this token, if stored.
 	MOVQ    (BX), R10
 	TESTQ   R10, R10
@@ -22910,19 +23836,19 @@ stateVKf32AVX2_decayed_12:
 	VMOVUPS Y6, 192(R10)
 	VMOVUPS Y7, 224(R10)
 	CMPQ    R9, $0x00000120
-	JBE     stateVKf32AVX2_dead_42
+	JBE     stateVKf32AVX2_dead_54
 	VMOVUPS 80(SP), Y9
 	VMOVUPS Y9, 256(R10)
 	CMPQ    R9, $0x00000140
-	JBE     stateVKf32AVX2_dead_42
+	JBE     stateVKf32AVX2_dead_54
 	VMOVUPS 112(SP), Y9
 	VMOVUPS Y9, 288(R10)
 	CMPQ    R9, $0x00000160
-	JBE     stateVKf32AVX2_dead_42
+	JBE     stateVKf32AVX2_dead_54
 	VMOVUPS 144(SP), Y9
 	VMOVUPS Y9, 320(R10)
 
-stateVKf32AVX2_dead_42:
+stateVKf32AVX2_dead_54:
 stateVKf32AVX2_nostore_6:
 	ADDQ R9, AX
 	ADDQ R9, CX
@@ -22942,7 +23868,497 @@ stateVKf32AVX2_groupsdone_6:
 stateVKf32AVX2_n16_1:
 	// Rows of 13…16 vectors.
 	CMPQ 16(SP), $0x01
-	JE   stateVKf32AVX2_single_4
+	JNE  stateVKf32AVX2_pairs_4
+	MOVQ stores_base+40(FP), AX
+	CMPQ (AX), $0x00
+	JE   stateVKf32AVX2_pairs_4
+
+stateVKf32AVX2_once_4:
+	CMPQ 8(SP), $0x02
+	JB   stateVKf32AVX2_oncedone_4
+
+	// A pair of rows of 13…16 vectors, one token.
+	MOVQ       src_base+16(FP), R10
+	MOVQ       (SP), AX
+	IMULQ      R9, AX
+	ADDQ       AX, R10
+	MOVQ       kh_base+64(FP), AX
+	MOVQ       qh_base+88(FP), CX
+	MOVQ       tok_base+168(FP), DX
+	MOVQ       stores_base+40(FP), BX
+	MOVQ       v_base+112(FP), SI
+	MOVQ       o_base+144(FP), DI
+	MOVQ       (SP), R8
+	SHLQ       $0x02, R8
+	ADDQ       R8, SI
+	ADDQ       R8, DI
+	MOVQ       16(SP), R8
+	PREFETCHT0 8192(R10)
+	PREFETCHT0 8256(R10)
+	PREFETCHT0 8320(R10)
+	PREFETCHT0 8384(R10)
+	PREFETCHT0 8448(R10)
+	PREFETCHT0 8512(R10)
+	PREFETCHT0 8576(R10)
+	PREFETCHT0 8640(R10)
+	PREFETCHT0 8704(R10)
+	PREFETCHT0 8768(R10)
+	PREFETCHT0 8832(R10)
+	PREFETCHT0 8896(R10)
+	PREFETCHT0 8960(R10)
+	CMPQ       R9, $0x000001a0
+	JBE        stateVKf32AVX2_dead_55
+	PREFETCHT0 9024(R10)
+	CMPQ       R9, $0x000001c0
+	JBE        stateVKf32AVX2_dead_55
+	PREFETCHT0 9088(R10)
+	CMPQ       R9, $0x000001e0
+	JBE        stateVKf32AVX2_dead_55
+	PREFETCHT0 9152(R10)
+
+stateVKf32AVX2_dead_55:
+	VMOVUPS     (R10), Y2
+	VMULPS      (AX), Y2, Y0
+	VMULPS      (CX), Y2, Y2
+	VMOVUPS     (R10)(R9*1), Y3
+	VMULPS      (AX), Y3, Y5
+	VMULPS      (CX), Y3, Y6
+	VMOVUPS     32(R10), Y4
+	VMULPS      32(AX), Y4, Y3
+	VMULPS      32(CX), Y4, Y4
+	VMOVUPS     32(R10)(R9*1), Y8
+	VMULPS      32(AX), Y8, Y7
+	VMULPS      32(CX), Y8, Y8
+	VMOVUPS     64(R10), Y9
+	VFMADD231PS 64(AX), Y9, Y0
+	VFMADD231PS 64(CX), Y9, Y2
+	VMOVUPS     64(R10)(R9*1), Y9
+	VFMADD231PS 64(AX), Y9, Y5
+	VFMADD231PS 64(CX), Y9, Y6
+	VMOVUPS     96(R10), Y9
+	VFMADD231PS 96(AX), Y9, Y3
+	VFMADD231PS 96(CX), Y9, Y4
+	VMOVUPS     96(R10)(R9*1), Y9
+	VFMADD231PS 96(AX), Y9, Y7
+	VFMADD231PS 96(CX), Y9, Y8
+	VMOVUPS     128(R10), Y9
+	VFMADD231PS 128(AX), Y9, Y0
+	VFMADD231PS 128(CX), Y9, Y2
+	VMOVUPS     128(R10)(R9*1), Y9
+	VFMADD231PS 128(AX), Y9, Y5
+	VFMADD231PS 128(CX), Y9, Y6
+	VMOVUPS     160(R10), Y9
+	VFMADD231PS 160(AX), Y9, Y3
+	VFMADD231PS 160(CX), Y9, Y4
+	VMOVUPS     160(R10)(R9*1), Y9
+	VFMADD231PS 160(AX), Y9, Y7
+	VFMADD231PS 160(CX), Y9, Y8
+	VMOVUPS     192(R10), Y9
+	VFMADD231PS 192(AX), Y9, Y0
+	VFMADD231PS 192(CX), Y9, Y2
+	VMOVUPS     192(R10)(R9*1), Y9
+	VFMADD231PS 192(AX), Y9, Y5
+	VFMADD231PS 192(CX), Y9, Y6
+	VMOVUPS     224(R10), Y9
+	VFMADD231PS 224(AX), Y9, Y3
+	VFMADD231PS 224(CX), Y9, Y4
+	VMOVUPS     224(R10)(R9*1), Y9
+	VFMADD231PS 224(AX), Y9, Y7
+	VFMADD231PS 224(CX), Y9, Y8
+	VMOVUPS     256(R10), Y9
+	VFMADD231PS 256(AX), Y9, Y0
+	VFMADD231PS 256(CX), Y9, Y2
+	VMOVUPS     256(R10)(R9*1), Y9
+	VFMADD231PS 256(AX), Y9, Y5
+	VFMADD231PS 256(CX), Y9, Y6
+	VMOVUPS     288(R10), Y9
+	VFMADD231PS 288(AX), Y9, Y3
+	VFMADD231PS 288(CX), Y9, Y4
+	VMOVUPS     288(R10)(R9*1), Y9
+	VFMADD231PS 288(AX), Y9, Y7
+	VFMADD231PS 288(CX), Y9, Y8
+	VMOVUPS     320(R10), Y9
+	VFMADD231PS 320(AX), Y9, Y0
+	VFMADD231PS 320(CX), Y9, Y2
+	VMOVUPS     320(R10)(R9*1), Y9
+	VFMADD231PS 320(AX), Y9, Y5
+	VFMADD231PS 320(CX), Y9, Y6
+	VMOVUPS     352(R10), Y9
+	VFMADD231PS 352(AX), Y9, Y3
+	VFMADD231PS 352(CX), Y9, Y4
+	VMOVUPS     352(R10)(R9*1), Y9
+	VFMADD231PS 352(AX), Y9, Y7
+	VFMADD231PS 352(CX), Y9, Y8
+	CMPQ        R9, $0x000001a0
+	JBE         stateVKf32AVX2_dead_56
+	VMOVUPS     384(R10), Y9
+	VFMADD231PS 384(AX), Y9, Y0
+	VFMADD231PS 384(CX), Y9, Y2
+	VMOVUPS     384(R10)(R9*1), Y9
+	VFMADD231PS 384(AX), Y9, Y5
+	VFMADD231PS 384(CX), Y9, Y6
+	CMPQ        R9, $0x000001c0
+	JBE         stateVKf32AVX2_dead_56
+	VMOVUPS     416(R10), Y9
+	VFMADD231PS 416(AX), Y9, Y3
+	VFMADD231PS 416(CX), Y9, Y4
+	VMOVUPS     416(R10)(R9*1), Y9
+	VFMADD231PS 416(AX), Y9, Y7
+	VFMADD231PS 416(CX), Y9, Y8
+	CMPQ        R9, $0x000001e0
+	JBE         stateVKf32AVX2_dead_56
+	VMOVUPS     448(R10), Y9
+	VFMADD231PS 448(AX), Y9, Y0
+	VFMADD231PS 448(CX), Y9, Y2
+	VMOVUPS     448(R10)(R9*1), Y9
+	VFMADD231PS 448(AX), Y9, Y5
+	VFMADD231PS 448(CX), Y9, Y6
+
+stateVKf32AVX2_dead_56:
+	VMOVUPS      -32(R10)(R9*1), Y9
+	VANDPS       48(SP), Y9, Y9
+	VFMADD231PS  -32(AX)(R9*1), Y9, Y3
+	VFMADD231PS  -32(CX)(R9*1), Y9, Y4
+	VMOVUPS      -32(R10)(R9*2), Y9
+	VANDPS       48(SP), Y9, Y9
+	VFMADD231PS  -32(AX)(R9*1), Y9, Y7
+	VFMADD231PS  -32(CX)(R9*1), Y9, Y8
+	VADDPS       Y3, Y0, Y0
+	VADDPS       Y7, Y5, Y5
+	VADDPS       Y4, Y2, Y2
+	VADDPS       Y8, Y6, Y6
+	VPERM2F128   $0x20, Y5, Y0, Y3
+	VPERM2F128   $0x31, Y5, Y0, Y0
+	VADDPS       Y0, Y3, Y3
+	VPERM2F128   $0x20, Y6, Y2, Y0
+	VPERM2F128   $0x31, Y6, Y2, Y2
+	VADDPS       Y2, Y0, Y0
+	VSHUFPS      $0x44, Y0, Y3, Y2
+	VSHUFPS      $0xee, Y0, Y3, Y0
+	VADDPS       Y0, Y2, Y2
+	VSHUFPS      $0x88, Y2, Y2, Y0
+	VSHUFPS      $0xdd, Y2, Y2, Y2
+	VADDPS       Y2, Y0, Y0
+	VMOVUPS      vkpermAVX2_2<>+0(SB), Y2
+	VPERMPS      Y0, Y2, Y0
+	VMOVSS       (DX), X1
+	VUCOMISS     nearone<>+0(SB), X1
+	JCS          stateVKf32AVX2_far_19
+	VBROADCASTSS (DX), Y2
+	VFMADD213PS  Y0, Y2, Y0
+	JMP          stateVKf32AVX2_decayed_19
+
+stateVKf32AVX2_far_19:
+	VBROADCASTSS 4(DX), Y2
+	VMULPS       Y0, Y2, Y0
+
+stateVKf32AVX2_decayed_19:
+	VEXTRACTF128 $0x01, Y0, X2
+	VMOVSD       (SI), X1
+	VSUBPS       X0, X1, X1
+	VBROADCASTSS 8(DX), Y0
+	VMULPS       X0, X1, X1
+	VBROADCASTSS 12(DX), Y0
+	VFMADD231PS  X0, X1, X2
+	VMOVSD       X2, (DI)
+	MOVQ         (BX), CX
+	MOVQ         (SP), BX
+	IMULQ        R9, BX
+	ADDQ         BX, CX
+	VMOVUPS      -32(R10)(R9*1), Y0
+	VMOVUPS      -32(R10)(R9*2), Y2
+	VMOVSS       (DX), X3
+	VUCOMISS     nearone<>+0(SB), X3
+	JCS          stateVKf32AVX2_far_20
+	VBROADCASTSS (DX), Y3
+	VBROADCASTSS X1, Y4
+	VMOVUPS      vklane1<>+0(SB), Y5
+	VPERMPS      Y1, Y5, Y5
+	VMOVUPS      (R10), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  (AX), Y4, Y6
+	VMOVUPS      Y6, (CX)
+	VMOVUPS      (R10)(R9*1), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  (AX), Y5, Y6
+	VMOVUPS      Y6, (CX)(R9*1)
+	VMOVUPS      32(R10), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  32(AX), Y4, Y6
+	VMOVUPS      Y6, 32(CX)
+	VMOVUPS      32(R10)(R9*1), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  32(AX), Y5, Y6
+	VMOVUPS      Y6, 32(CX)(R9*1)
+	VMOVUPS      64(R10), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  64(AX), Y4, Y6
+	VMOVUPS      Y6, 64(CX)
+	VMOVUPS      64(R10)(R9*1), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  64(AX), Y5, Y6
+	VMOVUPS      Y6, 64(CX)(R9*1)
+	VMOVUPS      96(R10), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  96(AX), Y4, Y6
+	VMOVUPS      Y6, 96(CX)
+	VMOVUPS      96(R10)(R9*1), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  96(AX), Y5, Y6
+	VMOVUPS      Y6, 96(CX)(R9*1)
+	VMOVUPS      128(R10), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  128(AX), Y4, Y6
+	VMOVUPS      Y6, 128(CX)
+	VMOVUPS      128(R10)(R9*1), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  128(AX), Y5, Y6
+	VMOVUPS      Y6, 128(CX)(R9*1)
+	VMOVUPS      160(R10), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  160(AX), Y4, Y6
+	VMOVUPS      Y6, 160(CX)
+	VMOVUPS      160(R10)(R9*1), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  160(AX), Y5, Y6
+	VMOVUPS      Y6, 160(CX)(R9*1)
+	VMOVUPS      192(R10), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  192(AX), Y4, Y6
+	VMOVUPS      Y6, 192(CX)
+	VMOVUPS      192(R10)(R9*1), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  192(AX), Y5, Y6
+	VMOVUPS      Y6, 192(CX)(R9*1)
+	VMOVUPS      224(R10), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  224(AX), Y4, Y6
+	VMOVUPS      Y6, 224(CX)
+	VMOVUPS      224(R10)(R9*1), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  224(AX), Y5, Y6
+	VMOVUPS      Y6, 224(CX)(R9*1)
+	VMOVUPS      256(R10), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  256(AX), Y4, Y6
+	VMOVUPS      Y6, 256(CX)
+	VMOVUPS      256(R10)(R9*1), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  256(AX), Y5, Y6
+	VMOVUPS      Y6, 256(CX)(R9*1)
+	VMOVUPS      288(R10), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  288(AX), Y4, Y6
+	VMOVUPS      Y6, 288(CX)
+	VMOVUPS      288(R10)(R9*1), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  288(AX), Y5, Y6
+	VMOVUPS      Y6, 288(CX)(R9*1)
+	VMOVUPS      320(R10), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  320(AX), Y4, Y6
+	VMOVUPS      Y6, 320(CX)
+	VMOVUPS      320(R10)(R9*1), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  320(AX), Y5, Y6
+	VMOVUPS      Y6, 320(CX)(R9*1)
+	VMOVUPS      352(R10), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  352(AX), Y4, Y6
+	VMOVUPS      Y6, 352(CX)
+	VMOVUPS      352(R10)(R9*1), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  352(AX), Y5, Y6
+	VMOVUPS      Y6, 352(CX)(R9*1)
+	CMPQ         R9, $0x000001a0
+	JBE          stateVKf32AVX2_dead_57
+	VMOVUPS      384(R10), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  384(AX), Y4, Y6
+	VMOVUPS      Y6, 384(CX)
+	VMOVUPS      384(R10)(R9*1), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  384(AX), Y5, Y6
+	VMOVUPS      Y6, 384(CX)(R9*1)
+	CMPQ         R9, $0x000001c0
+	JBE          stateVKf32AVX2_dead_57
+	VMOVUPS      416(R10), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  416(AX), Y4, Y6
+	VMOVUPS      Y6, 416(CX)
+	VMOVUPS      416(R10)(R9*1), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  416(AX), Y5, Y6
+	VMOVUPS      Y6, 416(CX)(R9*1)
+	CMPQ         R9, $0x000001e0
+	JBE          stateVKf32AVX2_dead_57
+	VMOVUPS      448(R10), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  448(AX), Y4, Y6
+	VMOVUPS      Y6, 448(CX)
+	VMOVUPS      448(R10)(R9*1), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  448(AX), Y5, Y6
+	VMOVUPS      Y6, 448(CX)(R9*1)
+
+stateVKf32AVX2_dead_57:
+	VFMADD213PS Y0, Y3, Y0
+	VFMADD231PS -32(AX)(R9*1), Y4, Y0
+	VMOVUPS     Y0, -32(CX)(R9*1)
+	VFMADD213PS Y2, Y3, Y2
+	VFMADD231PS -32(AX)(R9*1), Y5, Y2
+	VMOVUPS     Y2, -32(CX)(R9*2)
+	JMP         stateVKf32AVX2_decayed_20
+
+stateVKf32AVX2_far_20:
+	VBROADCASTSS 4(DX), Y3
+	VBROADCASTSS X1, Y4
+	VMOVUPS      vklane1<>+0(SB), Y5
+	VPERMPS      Y1, Y5, Y5
+	VMOVUPS      (R10), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  (AX), Y4, Y6
+	VMOVUPS      Y6, (CX)
+	VMOVUPS      (R10)(R9*1), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  (AX), Y5, Y6
+	VMOVUPS      Y6, (CX)(R9*1)
+	VMOVUPS      32(R10), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  32(AX), Y4, Y6
+	VMOVUPS      Y6, 32(CX)
+	VMOVUPS      32(R10)(R9*1), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  32(AX), Y5, Y6
+	VMOVUPS      Y6, 32(CX)(R9*1)
+	VMOVUPS      64(R10), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  64(AX), Y4, Y6
+	VMOVUPS      Y6, 64(CX)
+	VMOVUPS      64(R10)(R9*1), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  64(AX), Y5, Y6
+	VMOVUPS      Y6, 64(CX)(R9*1)
+	VMOVUPS      96(R10), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  96(AX), Y4, Y6
+	VMOVUPS      Y6, 96(CX)
+	VMOVUPS      96(R10)(R9*1), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  96(AX), Y5, Y6
+	VMOVUPS      Y6, 96(CX)(R9*1)
+	VMOVUPS      128(R10), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  128(AX), Y4, Y6
+	VMOVUPS      Y6, 128(CX)
+	VMOVUPS      128(R10)(R9*1), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  128(AX), Y5, Y6
+	VMOVUPS      Y6, 128(CX)(R9*1)
+	VMOVUPS      160(R10), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  160(AX), Y4, Y6
+	VMOVUPS      Y6, 160(CX)
+	VMOVUPS      160(R10)(R9*1), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  160(AX), Y5, Y6
+	VMOVUPS      Y6, 160(CX)(R9*1)
+	VMOVUPS      192(R10), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  192(AX), Y4, Y6
+	VMOVUPS      Y6, 192(CX)
+	VMOVUPS      192(R10)(R9*1), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  192(AX), Y5, Y6
+	VMOVUPS      Y6, 192(CX)(R9*1)
+	VMOVUPS      224(R10), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  224(AX), Y4, Y6
+	VMOVUPS      Y6, 224(CX)
+	VMOVUPS      224(R10)(R9*1), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  224(AX), Y5, Y6
+	VMOVUPS      Y6, 224(CX)(R9*1)
+	VMOVUPS      256(R10), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  256(AX), Y4, Y6
+	VMOVUPS      Y6, 256(CX)
+	VMOVUPS      256(R10)(R9*1), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  256(AX), Y5, Y6
+	VMOVUPS      Y6, 256(CX)(R9*1)
+	VMOVUPS      288(R10), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  288(AX), Y4, Y6
+	VMOVUPS      Y6, 288(CX)
+	VMOVUPS      288(R10)(R9*1), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  288(AX), Y5, Y6
+	VMOVUPS      Y6, 288(CX)(R9*1)
+	VMOVUPS      320(R10), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  320(AX), Y4, Y6
+	VMOVUPS      Y6, 320(CX)
+	VMOVUPS      320(R10)(R9*1), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  320(AX), Y5, Y6
+	VMOVUPS      Y6, 320(CX)(R9*1)
+	VMOVUPS      352(R10), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  352(AX), Y4, Y6
+	VMOVUPS      Y6, 352(CX)
+	VMOVUPS      352(R10)(R9*1), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  352(AX), Y5, Y6
+	VMOVUPS      Y6, 352(CX)(R9*1)
+	CMPQ         R9, $0x000001a0
+	JBE          stateVKf32AVX2_dead_58
+	VMOVUPS      384(R10), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  384(AX), Y4, Y6
+	VMOVUPS      Y6, 384(CX)
+	VMOVUPS      384(R10)(R9*1), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  384(AX), Y5, Y6
+	VMOVUPS      Y6, 384(CX)(R9*1)
+	CMPQ         R9, $0x000001c0
+	JBE          stateVKf32AVX2_dead_58
+	VMOVUPS      416(R10), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  416(AX), Y4, Y6
+	VMOVUPS      Y6, 416(CX)
+	VMOVUPS      416(R10)(R9*1), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  416(AX), Y5, Y6
+	VMOVUPS      Y6, 416(CX)(R9*1)
+	CMPQ         R9, $0x000001e0
+	JBE          stateVKf32AVX2_dead_58
+	VMOVUPS      448(R10), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  448(AX), Y4, Y6
+	VMOVUPS      Y6, 448(CX)
+	VMOVUPS      448(R10)(R9*1), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  448(AX), Y5, Y6
+	VMOVUPS      Y6, 448(CX)(R9*1)
+
+stateVKf32AVX2_dead_58:
+	VMULPS      Y0, Y3, Y0
+	VFMADD231PS -32(AX)(R9*1), Y4, Y0
+	VMOVUPS     Y0, -32(CX)(R9*1)
+	VMULPS      Y2, Y3, Y2
+	VFMADD231PS -32(AX)(R9*1), Y5, Y2
+	VMOVUPS     Y2, -32(CX)(R9*2)
+
+stateVKf32AVX2_decayed_20:
+	ADDQ $0x00000002, (SP)
+	SUBQ $0x00000002, 8(SP)
+	JMP  stateVKf32AVX2_once_4
+
+stateVKf32AVX2_oncedone_4:
+	JMP stateVKf32AVX2_pairtail_4
+
+stateVKf32AVX2_pairs_4:
 	MOVQ 40(SP), R10
 
 stateVKf32AVX2_group_7:
@@ -22968,16 +24384,16 @@ stateVKf32AVX2_group_7:
 	PREFETCHT0 8896(AX)
 	PREFETCHT0 8960(AX)
 	CMPQ       R9, $0x000001a0
-	JBE        stateVKf32AVX2_dead_43
+	JBE        stateVKf32AVX2_dead_59
 	PREFETCHT0 9024(AX)
 	CMPQ       R9, $0x000001c0
-	JBE        stateVKf32AVX2_dead_43
+	JBE        stateVKf32AVX2_dead_59
 	PREFETCHT0 9088(AX)
 	CMPQ       R9, $0x000001e0
-	JBE        stateVKf32AVX2_dead_43
+	JBE        stateVKf32AVX2_dead_59
 	PREFETCHT0 9152(AX)
 
-stateVKf32AVX2_dead_43:
+stateVKf32AVX2_dead_59:
 	VMOVUPS (AX), Y0
 	VMOVUPS 32(AX), Y2
 	VMOVUPS Y2, 32(R10)
@@ -23002,19 +24418,19 @@ stateVKf32AVX2_dead_43:
 	VMOVUPS 352(AX), Y2
 	VMOVUPS Y2, 352(R10)
 	CMPQ    R9, $0x000001a0
-	JBE     stateVKf32AVX2_dead_44
+	JBE     stateVKf32AVX2_dead_60
 	VMOVUPS 384(AX), Y2
 	VMOVUPS Y2, 384(R10)
 	CMPQ    R9, $0x000001c0
-	JBE     stateVKf32AVX2_dead_44
+	JBE     stateVKf32AVX2_dead_60
 	VMOVUPS 416(AX), Y2
 	VMOVUPS Y2, 416(R10)
 	CMPQ    R9, $0x000001e0
-	JBE     stateVKf32AVX2_dead_44
+	JBE     stateVKf32AVX2_dead_60
 	VMOVUPS 448(AX), Y2
 	VMOVUPS Y2, 448(R10)
 
-stateVKf32AVX2_dead_44:
+stateVKf32AVX2_dead_60:
 	VMOVUPS -32(AX)(R9*1), Y2
 	VANDPS  48(SP), Y2, Y2
 	ADDQ    R9, AX
@@ -23042,19 +24458,19 @@ stateVKf32AVX2_dead_44:
 	VMOVUPS 352(AX), Y4
 	VMOVUPS Y4, 864(R10)
 	CMPQ    R9, $0x000001a0
-	JBE     stateVKf32AVX2_dead_45
+	JBE     stateVKf32AVX2_dead_61
 	VMOVUPS 384(AX), Y4
 	VMOVUPS Y4, 896(R10)
 	CMPQ    R9, $0x000001c0
-	JBE     stateVKf32AVX2_dead_45
+	JBE     stateVKf32AVX2_dead_61
 	VMOVUPS 416(AX), Y4
 	VMOVUPS Y4, 928(R10)
 	CMPQ    R9, $0x000001e0
-	JBE     stateVKf32AVX2_dead_45
+	JBE     stateVKf32AVX2_dead_61
 	VMOVUPS 448(AX), Y4
 	VMOVUPS Y4, 960(R10)
 
-stateVKf32AVX2_dead_45:
+stateVKf32AVX2_dead_61:
 	VMOVUPS -32(AX)(R9*1), Y4
 	VANDPS  48(SP), Y4, Y4
 	MOVQ    kh_base+64(FP), AX
@@ -23141,7 +24557,7 @@ stateVKf32AVX2_token_7:
 	VFMADD231PS 352(AX), Y13, Y11
 	VFMADD231PS 352(CX), Y13, Y12
 	CMPQ        R9, $0x000001a0
-	JBE         stateVKf32AVX2_dead_46
+	JBE         stateVKf32AVX2_dead_62
 	VMOVUPS     384(R10), Y13
 	VFMADD231PS 384(AX), Y13, Y5
 	VFMADD231PS 384(CX), Y13, Y6
@@ -23149,7 +24565,7 @@ stateVKf32AVX2_token_7:
 	VFMADD231PS 384(AX), Y13, Y9
 	VFMADD231PS 384(CX), Y13, Y10
 	CMPQ        R9, $0x000001c0
-	JBE         stateVKf32AVX2_dead_46
+	JBE         stateVKf32AVX2_dead_62
 	VMOVUPS     416(R10), Y13
 	VFMADD231PS 416(AX), Y13, Y7
 	VFMADD231PS 416(CX), Y13, Y8
@@ -23157,7 +24573,7 @@ stateVKf32AVX2_token_7:
 	VFMADD231PS 416(AX), Y13, Y11
 	VFMADD231PS 416(CX), Y13, Y12
 	CMPQ        R9, $0x000001e0
-	JBE         stateVKf32AVX2_dead_46
+	JBE         stateVKf32AVX2_dead_62
 	VMOVUPS     448(R10), Y13
 	VFMADD231PS 448(AX), Y13, Y5
 	VFMADD231PS 448(CX), Y13, Y6
@@ -23165,7 +24581,7 @@ stateVKf32AVX2_token_7:
 	VFMADD231PS 448(AX), Y13, Y9
 	VFMADD231PS 448(CX), Y13, Y10
 
-stateVKf32AVX2_dead_46:
+stateVKf32AVX2_dead_62:
 	VFMADD231PS  -32(AX)(R9*1), Y2, Y7
 	VFMADD231PS  -32(CX)(R9*1), Y2, Y8
 	VFMADD231PS  -32(AX)(R9*1), Y4, Y11
@@ -23190,16 +24606,16 @@ stateVKf32AVX2_dead_46:
 	VPERMPS      Y5, Y6, Y5
 	VMOVSS       (DX), X1
 	VUCOMISS     nearone<>+0(SB), X1
-	JCS          stateVKf32AVX2_far_13
+	JCS          stateVKf32AVX2_far_21
 	VBROADCASTSS (DX), Y6
 	VFMADD213PS  Y5, Y6, Y5
-	JMP          stateVKf32AVX2_decayed_13
+	JMP          stateVKf32AVX2_decayed_21
 
-stateVKf32AVX2_far_13:
+stateVKf32AVX2_far_21:
 	VBROADCASTSS 4(DX), Y6
 	VMULPS       Y5, Y6, Y5
 
-stateVKf32AVX2_decayed_13:
+stateVKf32AVX2_decayed_21:
 	VEXTRACTF128 $0x01, Y5, X6
 	VMOVSD       (SI), X1
 	VSUBPS       X5, X1, X1
@@ -23210,7 +24626,7 @@ stateVKf32AVX2_decayed_13:
 	VMOVSD       X6, (DI)
 	VMOVSS       (DX), X5
 	VUCOMISS     nearone<>+0(SB), X5
-	JCS          stateVKf32AVX2_far_14
+	JCS          stateVKf32AVX2_far_22
 	VBROADCASTSS (DX), Y5
 	VBROADCASTSS X1, Y6
 	VMOVUPS      vklane1<>+0(SB), Y7
@@ -23308,7 +24724,7 @@ stateVKf32AVX2_decayed_13:
 	VFMADD231PS  352(AX), Y7, Y8
 	VMOVUPS      Y8, 864(R10)
 	CMPQ         R9, $0x000001a0
-	JBE          stateVKf32AVX2_dead_47
+	JBE          stateVKf32AVX2_dead_63
 	VMOVUPS      384(R10), Y8
 	VFMADD213PS  Y8, Y5, Y8
 	VFMADD231PS  384(AX), Y6, Y8
@@ -23318,7 +24734,7 @@ stateVKf32AVX2_decayed_13:
 	VFMADD231PS  384(AX), Y7, Y8
 	VMOVUPS      Y8, 896(R10)
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKf32AVX2_dead_47
+	JBE          stateVKf32AVX2_dead_63
 	VMOVUPS      416(R10), Y8
 	VFMADD213PS  Y8, Y5, Y8
 	VFMADD231PS  416(AX), Y6, Y8
@@ -23328,7 +24744,7 @@ stateVKf32AVX2_decayed_13:
 	VFMADD231PS  416(AX), Y7, Y8
 	VMOVUPS      Y8, 928(R10)
 	CMPQ         R9, $0x000001e0
-	JBE          stateVKf32AVX2_dead_47
+	JBE          stateVKf32AVX2_dead_63
 	VMOVUPS      448(R10), Y8
 	VFMADD213PS  Y8, Y5, Y8
 	VFMADD231PS  448(AX), Y6, Y8
@@ -23338,16 +24754,16 @@ stateVKf32AVX2_decayed_13:
 	VFMADD231PS  448(AX), Y7, Y8
 	VMOVUPS      Y8, 960(R10)
 
-stateVKf32AVX2_dead_47:
+stateVKf32AVX2_dead_63:
 	VFMADD213PS Y2, Y5, Y2
 	VFMADD231PS -32(AX)(R9*1), Y6, Y2
 	VANDPS      48(SP), Y2, Y2
 	VFMADD213PS Y4, Y5, Y4
 	VFMADD231PS -32(AX)(R9*1), Y7, Y4
 	VANDPS      48(SP), Y4, Y4
-	JMP         stateVKf32AVX2_decayed_14
+	JMP         stateVKf32AVX2_decayed_22
 
-stateVKf32AVX2_far_14:
+stateVKf32AVX2_far_22:
 	VBROADCASTSS 4(DX), Y5
 	VBROADCASTSS X1, Y6
 	VMOVUPS      vklane1<>+0(SB), Y7
@@ -23445,7 +24861,7 @@ stateVKf32AVX2_far_14:
 	VFMADD231PS  352(AX), Y7, Y8
 	VMOVUPS      Y8, 864(R10)
 	CMPQ         R9, $0x000001a0
-	JBE          stateVKf32AVX2_dead_48
+	JBE          stateVKf32AVX2_dead_64
 	VMOVUPS      384(R10), Y8
 	VMULPS       Y8, Y5, Y8
 	VFMADD231PS  384(AX), Y6, Y8
@@ -23455,7 +24871,7 @@ stateVKf32AVX2_far_14:
 	VFMADD231PS  384(AX), Y7, Y8
 	VMOVUPS      Y8, 896(R10)
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKf32AVX2_dead_48
+	JBE          stateVKf32AVX2_dead_64
 	VMOVUPS      416(R10), Y8
 	VMULPS       Y8, Y5, Y8
 	VFMADD231PS  416(AX), Y6, Y8
@@ -23465,7 +24881,7 @@ stateVKf32AVX2_far_14:
 	VFMADD231PS  416(AX), Y7, Y8
 	VMOVUPS      Y8, 928(R10)
 	CMPQ         R9, $0x000001e0
-	JBE          stateVKf32AVX2_dead_48
+	JBE          stateVKf32AVX2_dead_64
 	VMOVUPS      448(R10), Y8
 	VMULPS       Y8, Y5, Y8
 	VFMADD231PS  448(AX), Y6, Y8
@@ -23475,7 +24891,7 @@ stateVKf32AVX2_far_14:
 	VFMADD231PS  448(AX), Y7, Y8
 	VMOVUPS      Y8, 960(R10)
 
-stateVKf32AVX2_dead_48:
+stateVKf32AVX2_dead_64:
 	VMULPS      Y2, Y5, Y2
 	VFMADD231PS -32(AX)(R9*1), Y6, Y2
 	VANDPS      48(SP), Y2, Y2
@@ -23483,7 +24899,7 @@ stateVKf32AVX2_dead_48:
 	VFMADD231PS -32(AX)(R9*1), Y7, Y4
 	VANDPS      48(SP), Y4, Y4
 
-stateVKf32AVX2_decayed_14:
+stateVKf32AVX2_decayed_22:
 	// The state after this token, if stored.
 	MOVQ    (BX), R11
 	TESTQ   R11, R11
@@ -23516,19 +24932,19 @@ stateVKf32AVX2_decayed_14:
 	VMOVUPS 352(R10), Y5
 	VMOVUPS Y5, 352(R11)
 	CMPQ    R9, $0x000001a0
-	JBE     stateVKf32AVX2_dead_49
+	JBE     stateVKf32AVX2_dead_65
 	VMOVUPS 384(R10), Y5
 	VMOVUPS Y5, 384(R11)
 	CMPQ    R9, $0x000001c0
-	JBE     stateVKf32AVX2_dead_49
+	JBE     stateVKf32AVX2_dead_65
 	VMOVUPS 416(R10), Y5
 	VMOVUPS Y5, 416(R11)
 	CMPQ    R9, $0x000001e0
-	JBE     stateVKf32AVX2_dead_49
+	JBE     stateVKf32AVX2_dead_65
 	VMOVUPS 448(R10), Y5
 	VMOVUPS Y5, 448(R11)
 
-stateVKf32AVX2_dead_49:
+stateVKf32AVX2_dead_65:
 	ADDQ    R9, R11
 	VMOVUPS Y4, -32(R11)(R9*1)
 	VMOVUPS Y3, (R11)
@@ -23555,19 +24971,19 @@ stateVKf32AVX2_dead_49:
 	VMOVUPS 864(R10), Y5
 	VMOVUPS Y5, 352(R11)
 	CMPQ    R9, $0x000001a0
-	JBE     stateVKf32AVX2_dead_50
+	JBE     stateVKf32AVX2_dead_66
 	VMOVUPS 896(R10), Y5
 	VMOVUPS Y5, 384(R11)
 	CMPQ    R9, $0x000001c0
-	JBE     stateVKf32AVX2_dead_50
+	JBE     stateVKf32AVX2_dead_66
 	VMOVUPS 928(R10), Y5
 	VMOVUPS Y5, 416(R11)
 	CMPQ    R9, $0x000001e0
-	JBE     stateVKf32AVX2_dead_50
+	JBE     stateVKf32AVX2_dead_66
 	VMOVUPS 960(R10), Y5
 	VMOVUPS Y5, 448(R11)
 
-stateVKf32AVX2_dead_50:
+stateVKf32AVX2_dead_66:
 stateVKf32AVX2_nostore_7:
 	ADDQ R9, AX
 	ADDQ R9, CX
@@ -23582,7 +24998,7 @@ stateVKf32AVX2_nostore_7:
 	JMP  stateVKf32AVX2_group_7
 
 stateVKf32AVX2_groupsdone_7:
-stateVKf32AVX2_single_4:
+stateVKf32AVX2_pairtail_4:
 stateVKf32AVX2_group_8:
 	CMPQ 8(SP), $0x00000001
 	JB   stateVKf32AVX2_groupsdone_8
@@ -23600,10 +25016,10 @@ stateVKf32AVX2_group_8:
 	PREFETCHT0 8512(AX)
 	PREFETCHT0 8576(AX)
 	CMPQ       R9, $0x000001c0
-	JBE        stateVKf32AVX2_dead_51
+	JBE        stateVKf32AVX2_dead_67
 	PREFETCHT0 8640(AX)
 
-stateVKf32AVX2_dead_51:
+stateVKf32AVX2_dead_67:
 	VMOVUPS (AX), Y0
 	VMOVUPS 32(AX), Y1
 	VMOVUPS 64(AX), Y2
@@ -23621,19 +25037,19 @@ stateVKf32AVX2_dead_51:
 	VMOVUPS 352(AX), Y8
 	VMOVUPS Y8, 176(SP)
 	CMPQ    R9, $0x000001a0
-	JBE     stateVKf32AVX2_dead_52
+	JBE     stateVKf32AVX2_dead_68
 	VMOVUPS 384(AX), Y8
 	VMOVUPS Y8, 208(SP)
 	CMPQ    R9, $0x000001c0
-	JBE     stateVKf32AVX2_dead_52
+	JBE     stateVKf32AVX2_dead_68
 	VMOVUPS 416(AX), Y8
 	VMOVUPS Y8, 240(SP)
 	CMPQ    R9, $0x000001e0
-	JBE     stateVKf32AVX2_dead_52
+	JBE     stateVKf32AVX2_dead_68
 	VMOVUPS 448(AX), Y8
 	VMOVUPS Y8, 272(SP)
 
-stateVKf32AVX2_dead_52:
+stateVKf32AVX2_dead_68:
 	VMOVUPS -32(AX)(R9*1), Y8
 	VANDPS  48(SP), Y8, Y8
 	MOVQ    kh_base+64(FP), AX
@@ -23678,22 +25094,22 @@ stateVKf32AVX2_token_8:
 	VFMADD231PS 352(AX), Y13, Y11
 	VFMADD231PS 352(CX), Y13, Y12
 	CMPQ        R9, $0x000001a0
-	JBE         stateVKf32AVX2_dead_53
+	JBE         stateVKf32AVX2_dead_69
 	VMOVUPS     208(SP), Y13
 	VFMADD231PS 384(AX), Y13, Y9
 	VFMADD231PS 384(CX), Y13, Y10
 	CMPQ        R9, $0x000001c0
-	JBE         stateVKf32AVX2_dead_53
+	JBE         stateVKf32AVX2_dead_69
 	VMOVUPS     240(SP), Y13
 	VFMADD231PS 416(AX), Y13, Y11
 	VFMADD231PS 416(CX), Y13, Y12
 	CMPQ        R9, $0x000001e0
-	JBE         stateVKf32AVX2_dead_53
+	JBE         stateVKf32AVX2_dead_69
 	VMOVUPS     272(SP), Y13
 	VFMADD231PS 448(AX), Y13, Y9
 	VFMADD231PS 448(CX), Y13, Y10
 
-stateVKf32AVX2_dead_53:
+stateVKf32AVX2_dead_69:
 	VFMADD231PS  -32(AX)(R9*1), Y8, Y11
 	VFMADD231PS  -32(CX)(R9*1), Y8, Y12
 	VADDPS       Y11, Y9, Y9
@@ -23711,16 +25127,16 @@ stateVKf32AVX2_dead_53:
 	VPERMPS      Y10, Y9, Y9
 	VMOVSS       (DX), X10
 	VUCOMISS     nearone<>+0(SB), X10
-	JCS          stateVKf32AVX2_far_15
+	JCS          stateVKf32AVX2_far_23
 	VBROADCASTSS (DX), Y10
 	VFMADD213PS  Y9, Y10, Y9
-	JMP          stateVKf32AVX2_decayed_15
+	JMP          stateVKf32AVX2_decayed_23
 
-stateVKf32AVX2_far_15:
+stateVKf32AVX2_far_23:
 	VBROADCASTSS 4(DX), Y10
 	VMULPS       Y9, Y10, Y9
 
-stateVKf32AVX2_decayed_15:
+stateVKf32AVX2_decayed_23:
 	VEXTRACTF128 $0x01, Y9, X10
 	VMOVSS       (SI), X11
 	VSUBPS       X9, X11, X11
@@ -23731,7 +25147,7 @@ stateVKf32AVX2_decayed_15:
 	VMOVSS       X10, (DI)
 	VMOVSS       (DX), X10
 	VUCOMISS     nearone<>+0(SB), X10
-	JCS          stateVKf32AVX2_far_16
+	JCS          stateVKf32AVX2_far_24
 	VBROADCASTSS (DX), Y10
 	VBROADCASTSS X9, Y9
 	VFMADD213PS  Y0, Y10, Y0
@@ -23767,31 +25183,31 @@ stateVKf32AVX2_decayed_15:
 	VFMADD231PS  352(AX), Y9, Y11
 	VMOVUPS      Y11, 176(SP)
 	CMPQ         R9, $0x000001a0
-	JBE          stateVKf32AVX2_dead_54
+	JBE          stateVKf32AVX2_dead_70
 	VMOVUPS      208(SP), Y11
 	VFMADD213PS  Y11, Y10, Y11
 	VFMADD231PS  384(AX), Y9, Y11
 	VMOVUPS      Y11, 208(SP)
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKf32AVX2_dead_54
+	JBE          stateVKf32AVX2_dead_70
 	VMOVUPS      240(SP), Y11
 	VFMADD213PS  Y11, Y10, Y11
 	VFMADD231PS  416(AX), Y9, Y11
 	VMOVUPS      Y11, 240(SP)
 	CMPQ         R9, $0x000001e0
-	JBE          stateVKf32AVX2_dead_54
+	JBE          stateVKf32AVX2_dead_70
 	VMOVUPS      272(SP), Y11
 	VFMADD213PS  Y11, Y10, Y11
 	VFMADD231PS  448(AX), Y9, Y11
 	VMOVUPS      Y11, 272(SP)
 
-stateVKf32AVX2_dead_54:
+stateVKf32AVX2_dead_70:
 	VFMADD213PS Y8, Y10, Y8
 	VFMADD231PS -32(AX)(R9*1), Y9, Y8
 	VANDPS      48(SP), Y8, Y8
-	JMP         stateVKf32AVX2_decayed_16
+	JMP         stateVKf32AVX2_decayed_24
 
-stateVKf32AVX2_far_16:
+stateVKf32AVX2_far_24:
 	VBROADCASTSS 4(DX), Y10
 	VBROADCASTSS X9, Y9
 	VMULPS       Y0, Y10, Y0
@@ -23827,30 +25243,30 @@ stateVKf32AVX2_far_16:
 	VFMADD231PS  352(AX), Y9, Y11
 	VMOVUPS      Y11, 176(SP)
 	CMPQ         R9, $0x000001a0
-	JBE          stateVKf32AVX2_dead_55
+	JBE          stateVKf32AVX2_dead_71
 	VMOVUPS      208(SP), Y11
 	VMULPS       Y11, Y10, Y11
 	VFMADD231PS  384(AX), Y9, Y11
 	VMOVUPS      Y11, 208(SP)
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKf32AVX2_dead_55
+	JBE          stateVKf32AVX2_dead_71
 	VMOVUPS      240(SP), Y11
 	VMULPS       Y11, Y10, Y11
 	VFMADD231PS  416(AX), Y9, Y11
 	VMOVUPS      Y11, 240(SP)
 	CMPQ         R9, $0x000001e0
-	JBE          stateVKf32AVX2_dead_55
+	JBE          stateVKf32AVX2_dead_71
 	VMOVUPS      272(SP), Y11
 	VMULPS       Y11, Y10, Y11
 	VFMADD231PS  448(AX), Y9, Y11
 	VMOVUPS      Y11, 272(SP)
 
-stateVKf32AVX2_dead_55:
+stateVKf32AVX2_dead_71:
 	VMULPS      Y8, Y10, Y8
 	VFMADD231PS -32(AX)(R9*1), Y9, Y8
 	VANDPS      48(SP), Y8, Y8
 
-stateVKf32AVX2_decayed_16:
+stateVKf32AVX2_decayed_24:
 	// The state after this token, if stored.
 	MOVQ    (BX), R10
 	TESTQ   R10, R10
@@ -23876,19 +25292,19 @@ stateVKf32AVX2_decayed_16:
 	VMOVUPS 176(SP), Y9
 	VMOVUPS Y9, 352(R10)
 	CMPQ    R9, $0x000001a0
-	JBE     stateVKf32AVX2_dead_56
+	JBE     stateVKf32AVX2_dead_72
 	VMOVUPS 208(SP), Y9
 	VMOVUPS Y9, 384(R10)
 	CMPQ    R9, $0x000001c0
-	JBE     stateVKf32AVX2_dead_56
+	JBE     stateVKf32AVX2_dead_72
 	VMOVUPS 240(SP), Y9
 	VMOVUPS Y9, 416(R10)
 	CMPQ    R9, $0x000001e0
-	JBE     stateVKf32AVX2_dead_56
+	JBE     stateVKf32AVX2_dead_72
 	VMOVUPS 272(SP), Y9
 	VMOVUPS Y9, 448(R10)
 
-stateVKf32AVX2_dead_56:
+stateVKf32AVX2_dead_72:
 stateVKf32AVX2_nostore_8:
 	ADDQ R9, AX
 	ADDQ R9, CX

@@ -705,7 +705,6 @@ func vkForm(b *vkBody, body func(f form, c VecVirtual)) {
 func (b *vkBody) token() {
 	a := b.a
 	// The dots.
-	var ins []VecVirtual
 	accK, accQ := make([][]VecVirtual, b.g), make([][]VecVirtual, b.g)
 	for r := range b.g {
 		for range b.acc {
@@ -722,6 +721,42 @@ func (b *vkBody) token() {
 			b.fma(b.kMem(b.r.pq, i), x, accQ[r][i%b.acc], i, b.first(i))
 		}
 	})
+	d := b.finish(accK, accQ)
+	// The rows: S ← decay(S) + k̂·δ_r, position by position (one guard for the group's rows).
+	vkForm(b, func(f form, c VecVirtual) {
+		db := b.deltaBroadcasts(d)
+		b.each(b.positions(), func(i int) {
+			for r := range b.g {
+				x := b.get(r, i)
+				b.update(f, c, b.kMem(b.r.pk, i), db[r], x, i)
+				b.put(r, i, x)
+			}
+		})
+	})
+}
+
+// deltaBroadcasts returns δ of each row of the group (lane r of d) broadcast.
+func (b *vkBody) deltaBroadcasts(d VecVirtual) []VecVirtual {
+	a := b.a
+	db := make([]VecVirtual, b.g)
+	for r := range b.g {
+		db[r] = a.vec()
+		if r == 0 {
+			VBROADCASTSS(d.AsX(), a.view(db[r]))
+		} else {
+			ix := a.vec()
+			VMOVUPS(vkLane[r], a.view(ix))
+			VPERMPS(a.view(d), a.view(ix), a.view(db[r]))
+		}
+	}
+	return db
+}
+
+// finish emits, from the group's dot accumulators, the transpose-add of the sums, δ and o of the
+// group's rows (o stored), and returns the vector holding δ of row r in lane r.
+func (b *vkBody) finish(accK, accQ [][]VecVirtual) VecVirtual {
+	a := b.a
+	var ins []VecVirtual
 	sum := func(acc []VecVirtual) VecVirtual {
 		for len(acc) > 1 {
 			var n []VecVirtual
@@ -781,27 +816,97 @@ func (b *vkBody) token() {
 	default:
 		VMOVUPS(half(hi), K6, Mem{Base: b.r.po})
 	}
-	// The rows: S ← decay(S) + k̂·δ_r, position by position (one guard for the group's rows).
-	vkForm(b, func(f form, c VecVirtual) {
-		db := make([]VecVirtual, b.g)
-		for r := range b.g {
-			db[r] = a.vec()
-			if r == 0 {
-				VBROADCASTSS(d.AsX(), a.view(db[r]))
-			} else {
-				ix := a.vec()
-				VMOVUPS(vkLane[r], a.view(ix))
-				VPERMPS(a.view(d), a.view(ix), a.view(db[r]))
-			}
+	return d
+}
+
+// pairMem is position i of row rr (0 or 1) of a pair whose row 0 is at base (element size es,
+// idx = K·es): row 1 follows row 0.
+func (b *vkBody) pairMem(base GPVirtual, rr, i, es int, idx GPVirtual) Mem {
+	m := b.vecMem(base, i, es, idx)
+	if rr == 1 {
+		m.Index, m.Scale = idx, 1
+		if b.tail(i) {
+			m.Scale = 2
 		}
-		b.each(b.positions(), func(i int) {
-			for r := range b.g {
-				x := b.get(r, i)
-				b.update(f, c, b.kMem(b.r.pk, i), db[r], x, i)
-				b.put(r, i, x)
+	}
+	return m
+}
+
+// once emits the loop over pairs of rows (while two are left) for one token (T = 1, stores[0]
+// not nil), f32: the dots read the pair from src, the update reads it again (from L1) and writes
+// stores[0], with no copy through work. The arithmetic is the pair's (and the
+// one-row group's); only the tail differs in how it is written: it is loaded without its and-mask
+// before any store and updated in full, its lanes before the vector ahead of it then holding the
+// values that vector gets (the same operands), and stored last. So src may be stores[0] (in place).
+func (b *vkBody) once() {
+	v, a, r := b.v, b.a, b.r
+	if v.bf16 {
+		panic("vkBody.once: f32 only")
+	}
+	es, idx := 4, r.k4
+	loop, done := label("once"), label("oncedone")
+	Label(loop)
+	CMPQ(r.rows, U8(2))
+	JB(LabelRef(done))
+	Commentf("A pair of rows of %d…%d vectors, one token.", b.lo, b.n)
+	p, off := GP64(), GP64()
+	Load(Param("src").Base(), p)
+	MOVQ(r.j, off)
+	IMULQ(idx, off)
+	ADDQ(off, p)
+	tokensStart(r)
+	b.prefetch(p, 2, es)
+	accK, accQ := make([][]VecVirtual, 2), make([][]VecVirtual, 2)
+	for rr := range 2 {
+		for range b.acc {
+			accK[rr] = append(accK[rr], a.vec())
+			accQ[rr] = append(accQ[rr], a.vec())
+		}
+		b.zeroAccs(accK[rr])
+		b.zeroAccs(accQ[rr])
+	}
+	b.each(b.positions(), func(i int) {
+		for rr := range 2 {
+			x := a.vec()
+			b.loadVec(b.pairMem(p, rr, i, es, idx), i, false, a.view(x))
+			b.fma(b.kMem(r.pk, i), x, accK[rr][i%b.acc], i, b.first(i))
+			b.fma(b.kMem(r.pq, i), x, accQ[rr][i%b.acc], i, b.first(i))
+		}
+	})
+	d := b.finish(accK, accQ)
+	dst := GP64()
+	MOVQ(Mem{Base: r.ps}, dst)
+	off = GP64()
+	MOVQ(r.j, off)
+	IMULQ(idx, off)
+	ADDQ(off, dst)
+	var tl [2]VecVirtual // the tails, in full
+	for rr := range 2 {
+		tl[rr] = a.vec()
+		VMOVUPS(b.pairMem(p, rr, b.n-1, es, idx), a.view(tl[rr]))
+	}
+	store := func(x VecVirtual, i, rr int) { VMOVUPS(a.view(x), b.pairMem(dst, rr, i, es, idx)) }
+	vkForm(b, func(f form, c VecVirtual) {
+		db := b.deltaBroadcasts(d)
+		b.each(b.positions()[:b.n-1], func(i int) {
+			for rr := range 2 {
+				x := a.vec()
+				b.loadVec(b.pairMem(p, rr, i, es, idx), i, false, a.view(x))
+				b.update(f, c, b.kMem(r.pk, i), db[rr], x, i)
+				store(x, i, rr)
 			}
 		})
+		for rr := range 2 {
+			x := tl[rr] // (each form's branch has its own copy of the code)
+			b.decay(f, c, x)
+			VFMADD231PS(b.kMem(r.pk, b.n-1), a.view(db[rr]), a.view(x))
+			store(x, b.n-1, rr)
+		}
 	})
+	ADDQ(U32(2), r.j)
+	SUBQ(U32(2), r.rows)
+	JMP(LabelRef(loop))
+	Label(done)
 }
 
 // group emits the loop over groups of b.g rows (while at least b.g rows are left).
@@ -1060,17 +1165,26 @@ func stateVK(v variant) {
 			Label(groups)
 		}
 		g, acc := vkGroup(a, n)
-		single := ""
 		if a.vkPairs() && !v.bf16 {
-			// One token (decode), f32: one-row groups; the pairs' copies into and out of work
-			// cost more than the overlap wins (BenchmarkVKRoutine: 2,150 -> 2,420 ns per head).
-			single = label("single")
+			// One token (decode) with a store, f32: the pairs from src to stores[0] (once), not
+			// through work, whose copies cost more than the overlap wins. BenchmarkVKRoutine, avx2
+			// decode K=128, ns per head: one row 2,200, pairs through work 2,250, once 1,735. bf16
+			// (from src, no carry) once was slower than the pairs through work (3,890 vs 3,560):
+			// bf16 keeps those.
+			pairs, tail := label("pairs"), label("pairtail")
 			CMPQ(r.t, U8(1))
-			JE(LabelRef(single))
-		}
-		(&vkBody{v: v, a: a, n: n, lo: lo, g: g, acc: acc, r: r}).group()
-		if single != "" {
-			Label(single)
+			JNE(LabelRef(pairs))
+			q := GP64()
+			Load(Param("stores").Base(), q)
+			CMPQ(Mem{Base: q}, U8(0))
+			JE(LabelRef(pairs))
+			(&vkBody{v: v, a: a, n: n, lo: lo, g: g, acc: acc, r: r}).once()
+			JMP(LabelRef(tail))
+			Label(pairs)
+			(&vkBody{v: v, a: a, n: n, lo: lo, g: g, acc: acc, r: r}).group()
+			Label(tail)
+		} else {
+			(&vkBody{v: v, a: a, n: n, lo: lo, g: g, acc: acc, r: r}).group()
 		}
 		if g > 1 {
 			(&vkBody{v: v, a: a, n: n, lo: lo, g: 1, acc: vkTailAcc(a, n), r: r}).group()
