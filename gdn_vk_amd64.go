@@ -18,8 +18,9 @@ import "unsafe"
 // K ≤ 128: blocks of 32, then 16 rows are carried in work instead (a workPool space, at least
 // 5152 + 16 float32s; the routine aligns it to 64 bytes), 16 or 32 rows in flight per token
 // (asm/state_vk_block.go); the rows left, and every row when T = 1 (work may then be nil), take
-// the register groups. The
-// assembly handles K ≤ 256 (AVX-512) and 8 ≤ K ≤ 128 (AVX2); outside that range these wrappers run
+// the register groups. AVX2: pairs of rows in work (a workPool space, 1 KiB used; an odd V's last
+// row alone), two chains interleaved per token; f32 with one token and a store, the pairs from src
+// to stores[0] (work unused). The assembly handles K ≤ 256 (AVX-512) and 8 ≤ K ≤ 128 (AVX2); outside that range these wrappers run
 // the portable routine (vkTokens), which allocates its per-call bookkeeping.
 
 func vkF32AVX512(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok []float32) {
