@@ -21240,9 +21240,9 @@ stateVKbf16AVX512_done_1:
 	VZEROUPPER
 	RET
 
-// func stateVKf32AVX2(K int, V int, src []float32, stores []uintptr, kh []float32, qh []float32, v []float32, vs int, o []float32, tok []float32)
+// func stateVKf32AVX2(K int, V int, src []float32, stores []uintptr, kh []float32, qh []float32, v []float32, vs int, o []float32, tok []float32, work []float32)
 // Requires: AVX, AVX2, FMA3, MMX+
-TEXT ·stateVKf32AVX2(SB), NOSPLIT, $296-192
+TEXT ·stateVKf32AVX2(SB), NOSPLIT, $304-216
 	MOVQ    K+0(FP), CX
 	MOVQ    V+8(FP), AX
 	MOVQ    tok_len+176(FP), DX
@@ -21255,6 +21255,10 @@ TEXT ·stateVKf32AVX2(SB), NOSPLIT, $296-192
 	JZ      stateVKf32AVX2_done_1
 	MOVQ    AX, 8(SP)
 	MOVQ    DX, 16(SP)
+	MOVQ    work_base+192(FP), DX
+	ADDQ    $0x3f, DX
+	ANDQ    $-64, DX
+	MOVQ    DX, 40(SP)
 	MOVQ    $0x00000000, (SP)
 	SHLQ    $0x02, AX
 	MOVQ    AX, 24(SP)
@@ -21273,7 +21277,7 @@ TEXT ·stateVKf32AVX2(SB), NOSPLIT, $296-192
 	LEAQ    vkand<>+0(SB), DX
 	ADDQ    AX, DX
 	VMOVUPS (DX), Y0
-	VMOVUPS Y0, 40(SP)
+	VMOVUPS Y0, 48(SP)
 
 	// Dispatch on the vectors per row, L = ceil(K/8), to the shapes [4 8 12 16].
 	MOVQ CX, AX
@@ -21291,37 +21295,286 @@ TEXT ·stateVKf32AVX2(SB), NOSPLIT, $296-192
 
 stateVKf32AVX2_n4_1:
 	// Rows of 1…4 vectors.
+	CMPQ 16(SP), $0x01
+	JNE  stateVKf32AVX2_pairs_1
+	MOVQ stores_base+40(FP), AX
+	CMPQ (AX), $0x00
+	JE   stateVKf32AVX2_pairs_1
+
+stateVKf32AVX2_once_1:
+	CMPQ 8(SP), $0x02
+	JB   stateVKf32AVX2_oncedone_1
+
+	// A pair of rows of 1…4 vectors, one token.
+	MOVQ       src_base+16(FP), R10
+	MOVQ       (SP), AX
+	IMULQ      R9, AX
+	ADDQ       AX, R10
+	MOVQ       kh_base+64(FP), AX
+	MOVQ       qh_base+88(FP), CX
+	MOVQ       tok_base+168(FP), DX
+	MOVQ       stores_base+40(FP), BX
+	MOVQ       v_base+112(FP), SI
+	MOVQ       o_base+144(FP), DI
+	MOVQ       (SP), R8
+	SHLQ       $0x02, R8
+	ADDQ       R8, SI
+	ADDQ       R8, DI
+	MOVQ       16(SP), R8
+	PREFETCHT0 8192(R10)
+	CMPQ       R9, $0x00000020
+	JBE        stateVKf32AVX2_dead_1
+	PREFETCHT0 8256(R10)
+	CMPQ       R9, $0x00000040
+	JBE        stateVKf32AVX2_dead_1
+	PREFETCHT0 8320(R10)
+	CMPQ       R9, $0x00000060
+	JBE        stateVKf32AVX2_dead_1
+	PREFETCHT0 8384(R10)
+
+stateVKf32AVX2_dead_1:
+	VXORPS      Y0, Y0, Y0
+	VXORPS      Y3, Y3, Y3
+	VXORPS      Y2, Y2, Y2
+	VXORPS      Y4, Y4, Y4
+	VXORPS      Y5, Y5, Y5
+	VXORPS      Y7, Y7, Y7
+	VXORPS      Y6, Y6, Y6
+	VXORPS      Y8, Y8, Y8
+	CMPQ        R9, $0x00000020
+	JBE         stateVKf32AVX2_dead_2
+	VMOVUPS     (R10), Y9
+	VFMADD231PS (AX), Y9, Y0
+	VFMADD231PS (CX), Y9, Y2
+	VMOVUPS     (R10)(R9*1), Y9
+	VFMADD231PS (AX), Y9, Y5
+	VFMADD231PS (CX), Y9, Y6
+	CMPQ        R9, $0x00000040
+	JBE         stateVKf32AVX2_dead_2
+	VMOVUPS     32(R10), Y9
+	VFMADD231PS 32(AX), Y9, Y3
+	VFMADD231PS 32(CX), Y9, Y4
+	VMOVUPS     32(R10)(R9*1), Y9
+	VFMADD231PS 32(AX), Y9, Y7
+	VFMADD231PS 32(CX), Y9, Y8
+	CMPQ        R9, $0x00000060
+	JBE         stateVKf32AVX2_dead_2
+	VMOVUPS     64(R10), Y9
+	VFMADD231PS 64(AX), Y9, Y0
+	VFMADD231PS 64(CX), Y9, Y2
+	VMOVUPS     64(R10)(R9*1), Y9
+	VFMADD231PS 64(AX), Y9, Y5
+	VFMADD231PS 64(CX), Y9, Y6
+
+stateVKf32AVX2_dead_2:
+	VMOVUPS      -32(R10)(R9*1), Y9
+	VANDPS       48(SP), Y9, Y9
+	VFMADD231PS  -32(AX)(R9*1), Y9, Y3
+	VFMADD231PS  -32(CX)(R9*1), Y9, Y4
+	VMOVUPS      -32(R10)(R9*2), Y9
+	VANDPS       48(SP), Y9, Y9
+	VFMADD231PS  -32(AX)(R9*1), Y9, Y7
+	VFMADD231PS  -32(CX)(R9*1), Y9, Y8
+	VADDPS       Y3, Y0, Y0
+	VADDPS       Y7, Y5, Y5
+	VADDPS       Y4, Y2, Y2
+	VADDPS       Y8, Y6, Y6
+	VPERM2F128   $0x20, Y5, Y0, Y3
+	VPERM2F128   $0x31, Y5, Y0, Y0
+	VADDPS       Y0, Y3, Y3
+	VPERM2F128   $0x20, Y6, Y2, Y0
+	VPERM2F128   $0x31, Y6, Y2, Y2
+	VADDPS       Y2, Y0, Y0
+	VSHUFPS      $0x44, Y0, Y3, Y2
+	VSHUFPS      $0xee, Y0, Y3, Y0
+	VADDPS       Y0, Y2, Y2
+	VSHUFPS      $0x88, Y2, Y2, Y0
+	VSHUFPS      $0xdd, Y2, Y2, Y2
+	VADDPS       Y2, Y0, Y0
+	VMOVUPS      vkpermAVX2_2<>+0(SB), Y2
+	VPERMPS      Y0, Y2, Y0
+	VMOVSS       (DX), X1
+	VUCOMISS     nearone<>+0(SB), X1
+	JCS          stateVKf32AVX2_far_1
+	VBROADCASTSS (DX), Y2
+	VFMADD213PS  Y0, Y2, Y0
+	JMP          stateVKf32AVX2_decayed_1
+
+stateVKf32AVX2_far_1:
+	VBROADCASTSS 4(DX), Y2
+	VMULPS       Y0, Y2, Y0
+
+stateVKf32AVX2_decayed_1:
+	VEXTRACTF128 $0x01, Y0, X2
+	VMOVSD       (SI), X1
+	VSUBPS       X0, X1, X1
+	VBROADCASTSS 8(DX), Y0
+	VMULPS       X0, X1, X1
+	VBROADCASTSS 12(DX), Y0
+	VFMADD231PS  X0, X1, X2
+	VMOVSD       X2, (DI)
+	MOVQ         (BX), CX
+	MOVQ         (SP), BX
+	IMULQ        R9, BX
+	ADDQ         BX, CX
+	VMOVUPS      -32(R10)(R9*1), Y0
+	VMOVUPS      -32(R10)(R9*2), Y2
+	VMOVSS       (DX), X3
+	VUCOMISS     nearone<>+0(SB), X3
+	JCS          stateVKf32AVX2_far_2
+	VBROADCASTSS (DX), Y3
+	VBROADCASTSS X1, Y4
+	VMOVUPS      vklane1<>+0(SB), Y5
+	VPERMPS      Y1, Y5, Y5
+	CMPQ         R9, $0x00000020
+	JBE          stateVKf32AVX2_dead_3
+	VMOVUPS      (R10), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  (AX), Y4, Y6
+	VMOVUPS      Y6, (CX)
+	VMOVUPS      (R10)(R9*1), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  (AX), Y5, Y6
+	VMOVUPS      Y6, (CX)(R9*1)
+	CMPQ         R9, $0x00000040
+	JBE          stateVKf32AVX2_dead_3
+	VMOVUPS      32(R10), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  32(AX), Y4, Y6
+	VMOVUPS      Y6, 32(CX)
+	VMOVUPS      32(R10)(R9*1), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  32(AX), Y5, Y6
+	VMOVUPS      Y6, 32(CX)(R9*1)
+	CMPQ         R9, $0x00000060
+	JBE          stateVKf32AVX2_dead_3
+	VMOVUPS      64(R10), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  64(AX), Y4, Y6
+	VMOVUPS      Y6, 64(CX)
+	VMOVUPS      64(R10)(R9*1), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  64(AX), Y5, Y6
+	VMOVUPS      Y6, 64(CX)(R9*1)
+
+stateVKf32AVX2_dead_3:
+	VFMADD213PS Y0, Y3, Y0
+	VFMADD231PS -32(AX)(R9*1), Y4, Y0
+	VMOVUPS     Y0, -32(CX)(R9*1)
+	VFMADD213PS Y2, Y3, Y2
+	VFMADD231PS -32(AX)(R9*1), Y5, Y2
+	VMOVUPS     Y2, -32(CX)(R9*2)
+	JMP         stateVKf32AVX2_decayed_2
+
+stateVKf32AVX2_far_2:
+	VBROADCASTSS 4(DX), Y3
+	VBROADCASTSS X1, Y4
+	VMOVUPS      vklane1<>+0(SB), Y5
+	VPERMPS      Y1, Y5, Y5
+	CMPQ         R9, $0x00000020
+	JBE          stateVKf32AVX2_dead_4
+	VMOVUPS      (R10), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  (AX), Y4, Y6
+	VMOVUPS      Y6, (CX)
+	VMOVUPS      (R10)(R9*1), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  (AX), Y5, Y6
+	VMOVUPS      Y6, (CX)(R9*1)
+	CMPQ         R9, $0x00000040
+	JBE          stateVKf32AVX2_dead_4
+	VMOVUPS      32(R10), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  32(AX), Y4, Y6
+	VMOVUPS      Y6, 32(CX)
+	VMOVUPS      32(R10)(R9*1), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  32(AX), Y5, Y6
+	VMOVUPS      Y6, 32(CX)(R9*1)
+	CMPQ         R9, $0x00000060
+	JBE          stateVKf32AVX2_dead_4
+	VMOVUPS      64(R10), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  64(AX), Y4, Y6
+	VMOVUPS      Y6, 64(CX)
+	VMOVUPS      64(R10)(R9*1), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  64(AX), Y5, Y6
+	VMOVUPS      Y6, 64(CX)(R9*1)
+
+stateVKf32AVX2_dead_4:
+	VMULPS      Y0, Y3, Y0
+	VFMADD231PS -32(AX)(R9*1), Y4, Y0
+	VMOVUPS     Y0, -32(CX)(R9*1)
+	VMULPS      Y2, Y3, Y2
+	VFMADD231PS -32(AX)(R9*1), Y5, Y2
+	VMOVUPS     Y2, -32(CX)(R9*2)
+
+stateVKf32AVX2_decayed_2:
+	ADDQ $0x00000002, (SP)
+	SUBQ $0x00000002, 8(SP)
+	JMP  stateVKf32AVX2_once_1
+
+stateVKf32AVX2_oncedone_1:
+	JMP stateVKf32AVX2_pairtail_1
+
+stateVKf32AVX2_pairs_1:
+	MOVQ 40(SP), R10
+
 stateVKf32AVX2_group_1:
-	CMPQ 8(SP), $0x00000001
+	CMPQ 8(SP), $0x00000002
 	JB   stateVKf32AVX2_groupsdone_1
 
-	// Load 1 row(s) of 1…4 vectors.
+	// Load 2 row(s) of 1…4 vectors.
 	MOVQ       src_base+16(FP), AX
 	MOVQ       (SP), CX
 	IMULQ      R9, CX
 	ADDQ       CX, AX
 	PREFETCHT0 8192(AX)
-	CMPQ       R9, $0x00000040
-	JBE        stateVKf32AVX2_dead_1
+	CMPQ       R9, $0x00000020
+	JBE        stateVKf32AVX2_dead_5
 	PREFETCHT0 8256(AX)
+	CMPQ       R9, $0x00000040
+	JBE        stateVKf32AVX2_dead_5
+	PREFETCHT0 8320(AX)
+	CMPQ       R9, $0x00000060
+	JBE        stateVKf32AVX2_dead_5
+	PREFETCHT0 8384(AX)
 
-stateVKf32AVX2_dead_1:
+stateVKf32AVX2_dead_5:
 	VXORPS  Y0, Y0, Y0
-	VXORPS  Y1, Y1, Y1
-	VXORPS  Y2, Y2, Y2
 	CMPQ    R9, $0x00000020
-	JBE     stateVKf32AVX2_dead_2
+	JBE     stateVKf32AVX2_dead_6
 	VMOVUPS (AX), Y0
 	CMPQ    R9, $0x00000040
-	JBE     stateVKf32AVX2_dead_2
-	VMOVUPS 32(AX), Y1
+	JBE     stateVKf32AVX2_dead_6
+	VMOVUPS 32(AX), Y2
+	VMOVUPS Y2, 32(R10)
 	CMPQ    R9, $0x00000060
-	JBE     stateVKf32AVX2_dead_2
+	JBE     stateVKf32AVX2_dead_6
 	VMOVUPS 64(AX), Y2
+	VMOVUPS Y2, 64(R10)
 
-stateVKf32AVX2_dead_2:
-	VMOVUPS -32(AX)(R9*1), Y3
-	VANDPS  40(SP), Y3, Y3
+stateVKf32AVX2_dead_6:
+	VMOVUPS -32(AX)(R9*1), Y2
+	VANDPS  48(SP), Y2, Y2
+	ADDQ    R9, AX
+	VXORPS  Y3, Y3, Y3
+	CMPQ    R9, $0x00000020
+	JBE     stateVKf32AVX2_dead_7
+	VMOVUPS (AX), Y3
+	CMPQ    R9, $0x00000040
+	JBE     stateVKf32AVX2_dead_7
+	VMOVUPS 32(AX), Y4
+	VMOVUPS Y4, 544(R10)
+	CMPQ    R9, $0x00000060
+	JBE     stateVKf32AVX2_dead_7
+	VMOVUPS 64(AX), Y4
+	VMOVUPS Y4, 576(R10)
+
+stateVKf32AVX2_dead_7:
+	VMOVUPS -32(AX)(R9*1), Y4
+	VANDPS  48(SP), Y4, Y4
 	MOVQ    kh_base+64(FP), AX
 	MOVQ    qh_base+88(FP), CX
 	MOVQ    tok_base+168(FP), DX
@@ -21335,24 +21588,277 @@ stateVKf32AVX2_dead_2:
 	MOVQ    16(SP), R8
 
 stateVKf32AVX2_token_1:
+	VXORPS      Y5, Y5, Y5
+	VXORPS      Y7, Y7, Y7
+	VXORPS      Y6, Y6, Y6
+	VXORPS      Y8, Y8, Y8
+	VXORPS      Y9, Y9, Y9
+	VXORPS      Y11, Y11, Y11
+	VXORPS      Y10, Y10, Y10
+	VXORPS      Y12, Y12, Y12
+	CMPQ        R9, $0x00000020
+	JBE         stateVKf32AVX2_dead_8
+	VFMADD231PS (AX), Y0, Y5
+	VFMADD231PS (CX), Y0, Y6
+	VFMADD231PS (AX), Y3, Y9
+	VFMADD231PS (CX), Y3, Y10
+	CMPQ        R9, $0x00000040
+	JBE         stateVKf32AVX2_dead_8
+	VMOVUPS     32(R10), Y13
+	VFMADD231PS 32(AX), Y13, Y7
+	VFMADD231PS 32(CX), Y13, Y8
+	VMOVUPS     544(R10), Y13
+	VFMADD231PS 32(AX), Y13, Y11
+	VFMADD231PS 32(CX), Y13, Y12
+	CMPQ        R9, $0x00000060
+	JBE         stateVKf32AVX2_dead_8
+	VMOVUPS     64(R10), Y13
+	VFMADD231PS 64(AX), Y13, Y5
+	VFMADD231PS 64(CX), Y13, Y6
+	VMOVUPS     576(R10), Y13
+	VFMADD231PS 64(AX), Y13, Y9
+	VFMADD231PS 64(CX), Y13, Y10
+
+stateVKf32AVX2_dead_8:
+	VFMADD231PS  -32(AX)(R9*1), Y2, Y7
+	VFMADD231PS  -32(CX)(R9*1), Y2, Y8
+	VFMADD231PS  -32(AX)(R9*1), Y4, Y11
+	VFMADD231PS  -32(CX)(R9*1), Y4, Y12
+	VADDPS       Y7, Y5, Y5
+	VADDPS       Y11, Y9, Y9
+	VADDPS       Y8, Y6, Y6
+	VADDPS       Y12, Y10, Y10
+	VPERM2F128   $0x20, Y9, Y5, Y7
+	VPERM2F128   $0x31, Y9, Y5, Y5
+	VADDPS       Y5, Y7, Y7
+	VPERM2F128   $0x20, Y10, Y6, Y5
+	VPERM2F128   $0x31, Y10, Y6, Y6
+	VADDPS       Y6, Y5, Y5
+	VSHUFPS      $0x44, Y5, Y7, Y6
+	VSHUFPS      $0xee, Y5, Y7, Y5
+	VADDPS       Y5, Y6, Y6
+	VSHUFPS      $0x88, Y6, Y6, Y5
+	VSHUFPS      $0xdd, Y6, Y6, Y6
+	VADDPS       Y6, Y5, Y5
+	VMOVUPS      vkpermAVX2_2<>+0(SB), Y6
+	VPERMPS      Y5, Y6, Y5
+	VMOVSS       (DX), X1
+	VUCOMISS     nearone<>+0(SB), X1
+	JCS          stateVKf32AVX2_far_3
+	VBROADCASTSS (DX), Y6
+	VFMADD213PS  Y5, Y6, Y5
+	JMP          stateVKf32AVX2_decayed_3
+
+stateVKf32AVX2_far_3:
+	VBROADCASTSS 4(DX), Y6
+	VMULPS       Y5, Y6, Y5
+
+stateVKf32AVX2_decayed_3:
+	VEXTRACTF128 $0x01, Y5, X6
+	VMOVSD       (SI), X1
+	VSUBPS       X5, X1, X1
+	VBROADCASTSS 8(DX), Y5
+	VMULPS       X5, X1, X1
+	VBROADCASTSS 12(DX), Y5
+	VFMADD231PS  X5, X1, X6
+	VMOVSD       X6, (DI)
+	VMOVSS       (DX), X5
+	VUCOMISS     nearone<>+0(SB), X5
+	JCS          stateVKf32AVX2_far_4
+	VBROADCASTSS (DX), Y5
+	VBROADCASTSS X1, Y6
+	VMOVUPS      vklane1<>+0(SB), Y7
+	VPERMPS      Y1, Y7, Y7
+	CMPQ         R9, $0x00000020
+	JBE          stateVKf32AVX2_dead_9
+	VFMADD213PS  Y0, Y5, Y0
+	VFMADD231PS  (AX), Y6, Y0
+	VFMADD213PS  Y3, Y5, Y3
+	VFMADD231PS  (AX), Y7, Y3
+	CMPQ         R9, $0x00000040
+	JBE          stateVKf32AVX2_dead_9
+	VMOVUPS      32(R10), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  32(AX), Y6, Y8
+	VMOVUPS      Y8, 32(R10)
+	VMOVUPS      544(R10), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  32(AX), Y7, Y8
+	VMOVUPS      Y8, 544(R10)
+	CMPQ         R9, $0x00000060
+	JBE          stateVKf32AVX2_dead_9
+	VMOVUPS      64(R10), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  64(AX), Y6, Y8
+	VMOVUPS      Y8, 64(R10)
+	VMOVUPS      576(R10), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  64(AX), Y7, Y8
+	VMOVUPS      Y8, 576(R10)
+
+stateVKf32AVX2_dead_9:
+	VFMADD213PS Y2, Y5, Y2
+	VFMADD231PS -32(AX)(R9*1), Y6, Y2
+	VANDPS      48(SP), Y2, Y2
+	VFMADD213PS Y4, Y5, Y4
+	VFMADD231PS -32(AX)(R9*1), Y7, Y4
+	VANDPS      48(SP), Y4, Y4
+	JMP         stateVKf32AVX2_decayed_4
+
+stateVKf32AVX2_far_4:
+	VBROADCASTSS 4(DX), Y5
+	VBROADCASTSS X1, Y6
+	VMOVUPS      vklane1<>+0(SB), Y7
+	VPERMPS      Y1, Y7, Y7
+	CMPQ         R9, $0x00000020
+	JBE          stateVKf32AVX2_dead_10
+	VMULPS       Y0, Y5, Y0
+	VFMADD231PS  (AX), Y6, Y0
+	VMULPS       Y3, Y5, Y3
+	VFMADD231PS  (AX), Y7, Y3
+	CMPQ         R9, $0x00000040
+	JBE          stateVKf32AVX2_dead_10
+	VMOVUPS      32(R10), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  32(AX), Y6, Y8
+	VMOVUPS      Y8, 32(R10)
+	VMOVUPS      544(R10), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  32(AX), Y7, Y8
+	VMOVUPS      Y8, 544(R10)
+	CMPQ         R9, $0x00000060
+	JBE          stateVKf32AVX2_dead_10
+	VMOVUPS      64(R10), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  64(AX), Y6, Y8
+	VMOVUPS      Y8, 64(R10)
+	VMOVUPS      576(R10), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  64(AX), Y7, Y8
+	VMOVUPS      Y8, 576(R10)
+
+stateVKf32AVX2_dead_10:
+	VMULPS      Y2, Y5, Y2
+	VFMADD231PS -32(AX)(R9*1), Y6, Y2
+	VANDPS      48(SP), Y2, Y2
+	VMULPS      Y4, Y5, Y4
+	VFMADD231PS -32(AX)(R9*1), Y7, Y4
+	VANDPS      48(SP), Y4, Y4
+
+stateVKf32AVX2_decayed_4:
+	// The state after this token, if stored.
+	MOVQ    (BX), R11
+	TESTQ   R11, R11
+	JZ      stateVKf32AVX2_nostore_1
+	MOVQ    (SP), R12
+	IMULQ   R9, R12
+	ADDQ    R12, R11
+	VMOVUPS Y2, -32(R11)(R9*1)
+	CMPQ    R9, $0x00000020
+	JBE     stateVKf32AVX2_dead_11
+	VMOVUPS Y0, (R11)
+	CMPQ    R9, $0x00000040
+	JBE     stateVKf32AVX2_dead_11
+	VMOVUPS 32(R10), Y5
+	VMOVUPS Y5, 32(R11)
+	CMPQ    R9, $0x00000060
+	JBE     stateVKf32AVX2_dead_11
+	VMOVUPS 64(R10), Y5
+	VMOVUPS Y5, 64(R11)
+
+stateVKf32AVX2_dead_11:
+	ADDQ    R9, R11
+	VMOVUPS Y4, -32(R11)(R9*1)
+	CMPQ    R9, $0x00000020
+	JBE     stateVKf32AVX2_dead_12
+	VMOVUPS Y3, (R11)
+	CMPQ    R9, $0x00000040
+	JBE     stateVKf32AVX2_dead_12
+	VMOVUPS 544(R10), Y5
+	VMOVUPS Y5, 32(R11)
+	CMPQ    R9, $0x00000060
+	JBE     stateVKf32AVX2_dead_12
+	VMOVUPS 576(R10), Y5
+	VMOVUPS Y5, 64(R11)
+
+stateVKf32AVX2_dead_12:
+stateVKf32AVX2_nostore_1:
+	ADDQ R9, AX
+	ADDQ R9, CX
+	ADDQ $0x10, DX
+	ADDQ $0x08, BX
+	ADDQ 32(SP), SI
+	ADDQ 24(SP), DI
+	DECQ R8
+	JNZ  stateVKf32AVX2_token_1
+	ADDQ $0x00000002, (SP)
+	SUBQ $0x00000002, 8(SP)
+	JMP  stateVKf32AVX2_group_1
+
+stateVKf32AVX2_groupsdone_1:
+stateVKf32AVX2_pairtail_1:
+stateVKf32AVX2_group_2:
+	CMPQ 8(SP), $0x00000001
+	JB   stateVKf32AVX2_groupsdone_2
+
+	// Load 1 row(s) of 1…4 vectors.
+	MOVQ       src_base+16(FP), AX
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	CMPQ       R9, $0x00000040
+	JBE        stateVKf32AVX2_dead_13
+	PREFETCHT0 8256(AX)
+
+stateVKf32AVX2_dead_13:
+	VXORPS  Y0, Y0, Y0
+	VXORPS  Y1, Y1, Y1
+	VXORPS  Y2, Y2, Y2
+	CMPQ    R9, $0x00000020
+	JBE     stateVKf32AVX2_dead_14
+	VMOVUPS (AX), Y0
+	CMPQ    R9, $0x00000040
+	JBE     stateVKf32AVX2_dead_14
+	VMOVUPS 32(AX), Y1
+	CMPQ    R9, $0x00000060
+	JBE     stateVKf32AVX2_dead_14
+	VMOVUPS 64(AX), Y2
+
+stateVKf32AVX2_dead_14:
+	VMOVUPS -32(AX)(R9*1), Y3
+	VANDPS  48(SP), Y3, Y3
+	MOVQ    kh_base+64(FP), AX
+	MOVQ    qh_base+88(FP), CX
+	MOVQ    tok_base+168(FP), DX
+	MOVQ    stores_base+40(FP), BX
+	MOVQ    v_base+112(FP), SI
+	MOVQ    o_base+144(FP), DI
+	MOVQ    (SP), R8
+	SHLQ    $0x02, R8
+	ADDQ    R8, SI
+	ADDQ    R8, DI
+	MOVQ    16(SP), R8
+
+stateVKf32AVX2_token_2:
 	VXORPS      Y4, Y4, Y4
 	VXORPS      Y6, Y6, Y6
 	VXORPS      Y5, Y5, Y5
 	VXORPS      Y7, Y7, Y7
 	CMPQ        R9, $0x00000020
-	JBE         stateVKf32AVX2_dead_3
+	JBE         stateVKf32AVX2_dead_15
 	VFMADD231PS (AX), Y0, Y4
 	VFMADD231PS (CX), Y0, Y5
 	CMPQ        R9, $0x00000040
-	JBE         stateVKf32AVX2_dead_3
+	JBE         stateVKf32AVX2_dead_15
 	VFMADD231PS 32(AX), Y1, Y6
 	VFMADD231PS 32(CX), Y1, Y7
 	CMPQ        R9, $0x00000060
-	JBE         stateVKf32AVX2_dead_3
+	JBE         stateVKf32AVX2_dead_15
 	VFMADD231PS 64(AX), Y2, Y4
 	VFMADD231PS 64(CX), Y2, Y5
 
-stateVKf32AVX2_dead_3:
+stateVKf32AVX2_dead_15:
 	VFMADD231PS  -32(AX)(R9*1), Y3, Y6
 	VFMADD231PS  -32(CX)(R9*1), Y3, Y7
 	VADDPS       Y6, Y4, Y4
@@ -21370,16 +21876,16 @@ stateVKf32AVX2_dead_3:
 	VPERMPS      Y5, Y4, Y4
 	VMOVSS       (DX), X5
 	VUCOMISS     nearone<>+0(SB), X5
-	JCS          stateVKf32AVX2_far_1
+	JCS          stateVKf32AVX2_far_5
 	VBROADCASTSS (DX), Y5
 	VFMADD213PS  Y4, Y5, Y4
-	JMP          stateVKf32AVX2_decayed_1
+	JMP          stateVKf32AVX2_decayed_5
 
-stateVKf32AVX2_far_1:
+stateVKf32AVX2_far_5:
 	VBROADCASTSS 4(DX), Y5
 	VMULPS       Y4, Y5, Y4
 
-stateVKf32AVX2_decayed_1:
+stateVKf32AVX2_decayed_5:
 	VEXTRACTF128 $0x01, Y4, X5
 	VMOVSS       (SI), X6
 	VSUBPS       X4, X6, X6
@@ -21390,70 +21896,70 @@ stateVKf32AVX2_decayed_1:
 	VMOVSS       X5, (DI)
 	VMOVSS       (DX), X5
 	VUCOMISS     nearone<>+0(SB), X5
-	JCS          stateVKf32AVX2_far_2
+	JCS          stateVKf32AVX2_far_6
 	VBROADCASTSS (DX), Y5
 	VBROADCASTSS X4, Y4
 	CMPQ         R9, $0x00000020
-	JBE          stateVKf32AVX2_dead_4
+	JBE          stateVKf32AVX2_dead_16
 	VFMADD213PS  Y0, Y5, Y0
 	VFMADD231PS  (AX), Y4, Y0
 	CMPQ         R9, $0x00000040
-	JBE          stateVKf32AVX2_dead_4
+	JBE          stateVKf32AVX2_dead_16
 	VFMADD213PS  Y1, Y5, Y1
 	VFMADD231PS  32(AX), Y4, Y1
 	CMPQ         R9, $0x00000060
-	JBE          stateVKf32AVX2_dead_4
+	JBE          stateVKf32AVX2_dead_16
 	VFMADD213PS  Y2, Y5, Y2
 	VFMADD231PS  64(AX), Y4, Y2
 
-stateVKf32AVX2_dead_4:
+stateVKf32AVX2_dead_16:
 	VFMADD213PS Y3, Y5, Y3
 	VFMADD231PS -32(AX)(R9*1), Y4, Y3
-	VANDPS      40(SP), Y3, Y3
-	JMP         stateVKf32AVX2_decayed_2
+	VANDPS      48(SP), Y3, Y3
+	JMP         stateVKf32AVX2_decayed_6
 
-stateVKf32AVX2_far_2:
+stateVKf32AVX2_far_6:
 	VBROADCASTSS 4(DX), Y5
 	VBROADCASTSS X4, Y4
 	CMPQ         R9, $0x00000020
-	JBE          stateVKf32AVX2_dead_5
+	JBE          stateVKf32AVX2_dead_17
 	VMULPS       Y0, Y5, Y0
 	VFMADD231PS  (AX), Y4, Y0
 	CMPQ         R9, $0x00000040
-	JBE          stateVKf32AVX2_dead_5
+	JBE          stateVKf32AVX2_dead_17
 	VMULPS       Y1, Y5, Y1
 	VFMADD231PS  32(AX), Y4, Y1
 	CMPQ         R9, $0x00000060
-	JBE          stateVKf32AVX2_dead_5
+	JBE          stateVKf32AVX2_dead_17
 	VMULPS       Y2, Y5, Y2
 	VFMADD231PS  64(AX), Y4, Y2
 
-stateVKf32AVX2_dead_5:
+stateVKf32AVX2_dead_17:
 	VMULPS      Y3, Y5, Y3
 	VFMADD231PS -32(AX)(R9*1), Y4, Y3
-	VANDPS      40(SP), Y3, Y3
+	VANDPS      48(SP), Y3, Y3
 
-stateVKf32AVX2_decayed_2:
+stateVKf32AVX2_decayed_6:
 	// The state after this token, if stored.
 	MOVQ    (BX), R10
 	TESTQ   R10, R10
-	JZ      stateVKf32AVX2_nostore_1
+	JZ      stateVKf32AVX2_nostore_2
 	MOVQ    (SP), R11
 	IMULQ   R9, R11
 	ADDQ    R11, R10
 	VMOVUPS Y3, -32(R10)(R9*1)
 	CMPQ    R9, $0x00000020
-	JBE     stateVKf32AVX2_dead_6
+	JBE     stateVKf32AVX2_dead_18
 	VMOVUPS Y0, (R10)
 	CMPQ    R9, $0x00000040
-	JBE     stateVKf32AVX2_dead_6
+	JBE     stateVKf32AVX2_dead_18
 	VMOVUPS Y1, 32(R10)
 	CMPQ    R9, $0x00000060
-	JBE     stateVKf32AVX2_dead_6
+	JBE     stateVKf32AVX2_dead_18
 	VMOVUPS Y2, 64(R10)
 
-stateVKf32AVX2_dead_6:
-stateVKf32AVX2_nostore_1:
+stateVKf32AVX2_dead_18:
+stateVKf32AVX2_nostore_2:
 	ADDQ R9, AX
 	ADDQ R9, CX
 	ADDQ $0x10, DX
@@ -21461,21 +21967,331 @@ stateVKf32AVX2_nostore_1:
 	ADDQ 32(SP), SI
 	ADDQ 24(SP), DI
 	DECQ R8
-	JNZ  stateVKf32AVX2_token_1
+	JNZ  stateVKf32AVX2_token_2
 	ADDQ $0x00000001, (SP)
 	SUBQ $0x00000001, 8(SP)
-	JMP  stateVKf32AVX2_group_1
+	JMP  stateVKf32AVX2_group_2
 
-stateVKf32AVX2_groupsdone_1:
+stateVKf32AVX2_groupsdone_2:
 	JMP stateVKf32AVX2_done_1
 
 stateVKf32AVX2_n8_1:
 	// Rows of 5…8 vectors.
-stateVKf32AVX2_group_2:
-	CMPQ 8(SP), $0x00000001
-	JB   stateVKf32AVX2_groupsdone_2
+	CMPQ 16(SP), $0x01
+	JNE  stateVKf32AVX2_pairs_2
+	MOVQ stores_base+40(FP), AX
+	CMPQ (AX), $0x00
+	JE   stateVKf32AVX2_pairs_2
 
-	// Load 1 row(s) of 5…8 vectors.
+stateVKf32AVX2_once_2:
+	CMPQ 8(SP), $0x02
+	JB   stateVKf32AVX2_oncedone_2
+
+	// A pair of rows of 5…8 vectors, one token.
+	MOVQ       src_base+16(FP), R10
+	MOVQ       (SP), AX
+	IMULQ      R9, AX
+	ADDQ       AX, R10
+	MOVQ       kh_base+64(FP), AX
+	MOVQ       qh_base+88(FP), CX
+	MOVQ       tok_base+168(FP), DX
+	MOVQ       stores_base+40(FP), BX
+	MOVQ       v_base+112(FP), SI
+	MOVQ       o_base+144(FP), DI
+	MOVQ       (SP), R8
+	SHLQ       $0x02, R8
+	ADDQ       R8, SI
+	ADDQ       R8, DI
+	MOVQ       16(SP), R8
+	PREFETCHT0 8192(R10)
+	PREFETCHT0 8256(R10)
+	PREFETCHT0 8320(R10)
+	PREFETCHT0 8384(R10)
+	PREFETCHT0 8448(R10)
+	CMPQ       R9, $0x000000a0
+	JBE        stateVKf32AVX2_dead_19
+	PREFETCHT0 8512(R10)
+	CMPQ       R9, $0x000000c0
+	JBE        stateVKf32AVX2_dead_19
+	PREFETCHT0 8576(R10)
+	CMPQ       R9, $0x000000e0
+	JBE        stateVKf32AVX2_dead_19
+	PREFETCHT0 8640(R10)
+
+stateVKf32AVX2_dead_19:
+	VMOVUPS     (R10), Y2
+	VMULPS      (AX), Y2, Y0
+	VMULPS      (CX), Y2, Y2
+	VMOVUPS     (R10)(R9*1), Y3
+	VMULPS      (AX), Y3, Y5
+	VMULPS      (CX), Y3, Y6
+	VMOVUPS     32(R10), Y4
+	VMULPS      32(AX), Y4, Y3
+	VMULPS      32(CX), Y4, Y4
+	VMOVUPS     32(R10)(R9*1), Y8
+	VMULPS      32(AX), Y8, Y7
+	VMULPS      32(CX), Y8, Y8
+	VMOVUPS     64(R10), Y9
+	VFMADD231PS 64(AX), Y9, Y0
+	VFMADD231PS 64(CX), Y9, Y2
+	VMOVUPS     64(R10)(R9*1), Y9
+	VFMADD231PS 64(AX), Y9, Y5
+	VFMADD231PS 64(CX), Y9, Y6
+	VMOVUPS     96(R10), Y9
+	VFMADD231PS 96(AX), Y9, Y3
+	VFMADD231PS 96(CX), Y9, Y4
+	VMOVUPS     96(R10)(R9*1), Y9
+	VFMADD231PS 96(AX), Y9, Y7
+	VFMADD231PS 96(CX), Y9, Y8
+	CMPQ        R9, $0x000000a0
+	JBE         stateVKf32AVX2_dead_20
+	VMOVUPS     128(R10), Y9
+	VFMADD231PS 128(AX), Y9, Y0
+	VFMADD231PS 128(CX), Y9, Y2
+	VMOVUPS     128(R10)(R9*1), Y9
+	VFMADD231PS 128(AX), Y9, Y5
+	VFMADD231PS 128(CX), Y9, Y6
+	CMPQ        R9, $0x000000c0
+	JBE         stateVKf32AVX2_dead_20
+	VMOVUPS     160(R10), Y9
+	VFMADD231PS 160(AX), Y9, Y3
+	VFMADD231PS 160(CX), Y9, Y4
+	VMOVUPS     160(R10)(R9*1), Y9
+	VFMADD231PS 160(AX), Y9, Y7
+	VFMADD231PS 160(CX), Y9, Y8
+	CMPQ        R9, $0x000000e0
+	JBE         stateVKf32AVX2_dead_20
+	VMOVUPS     192(R10), Y9
+	VFMADD231PS 192(AX), Y9, Y0
+	VFMADD231PS 192(CX), Y9, Y2
+	VMOVUPS     192(R10)(R9*1), Y9
+	VFMADD231PS 192(AX), Y9, Y5
+	VFMADD231PS 192(CX), Y9, Y6
+
+stateVKf32AVX2_dead_20:
+	VMOVUPS      -32(R10)(R9*1), Y9
+	VANDPS       48(SP), Y9, Y9
+	VFMADD231PS  -32(AX)(R9*1), Y9, Y3
+	VFMADD231PS  -32(CX)(R9*1), Y9, Y4
+	VMOVUPS      -32(R10)(R9*2), Y9
+	VANDPS       48(SP), Y9, Y9
+	VFMADD231PS  -32(AX)(R9*1), Y9, Y7
+	VFMADD231PS  -32(CX)(R9*1), Y9, Y8
+	VADDPS       Y3, Y0, Y0
+	VADDPS       Y7, Y5, Y5
+	VADDPS       Y4, Y2, Y2
+	VADDPS       Y8, Y6, Y6
+	VPERM2F128   $0x20, Y5, Y0, Y3
+	VPERM2F128   $0x31, Y5, Y0, Y0
+	VADDPS       Y0, Y3, Y3
+	VPERM2F128   $0x20, Y6, Y2, Y0
+	VPERM2F128   $0x31, Y6, Y2, Y2
+	VADDPS       Y2, Y0, Y0
+	VSHUFPS      $0x44, Y0, Y3, Y2
+	VSHUFPS      $0xee, Y0, Y3, Y0
+	VADDPS       Y0, Y2, Y2
+	VSHUFPS      $0x88, Y2, Y2, Y0
+	VSHUFPS      $0xdd, Y2, Y2, Y2
+	VADDPS       Y2, Y0, Y0
+	VMOVUPS      vkpermAVX2_2<>+0(SB), Y2
+	VPERMPS      Y0, Y2, Y0
+	VMOVSS       (DX), X1
+	VUCOMISS     nearone<>+0(SB), X1
+	JCS          stateVKf32AVX2_far_7
+	VBROADCASTSS (DX), Y2
+	VFMADD213PS  Y0, Y2, Y0
+	JMP          stateVKf32AVX2_decayed_7
+
+stateVKf32AVX2_far_7:
+	VBROADCASTSS 4(DX), Y2
+	VMULPS       Y0, Y2, Y0
+
+stateVKf32AVX2_decayed_7:
+	VEXTRACTF128 $0x01, Y0, X2
+	VMOVSD       (SI), X1
+	VSUBPS       X0, X1, X1
+	VBROADCASTSS 8(DX), Y0
+	VMULPS       X0, X1, X1
+	VBROADCASTSS 12(DX), Y0
+	VFMADD231PS  X0, X1, X2
+	VMOVSD       X2, (DI)
+	MOVQ         (BX), CX
+	MOVQ         (SP), BX
+	IMULQ        R9, BX
+	ADDQ         BX, CX
+	VMOVUPS      -32(R10)(R9*1), Y0
+	VMOVUPS      -32(R10)(R9*2), Y2
+	VMOVSS       (DX), X3
+	VUCOMISS     nearone<>+0(SB), X3
+	JCS          stateVKf32AVX2_far_8
+	VBROADCASTSS (DX), Y3
+	VBROADCASTSS X1, Y4
+	VMOVUPS      vklane1<>+0(SB), Y5
+	VPERMPS      Y1, Y5, Y5
+	VMOVUPS      (R10), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  (AX), Y4, Y6
+	VMOVUPS      Y6, (CX)
+	VMOVUPS      (R10)(R9*1), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  (AX), Y5, Y6
+	VMOVUPS      Y6, (CX)(R9*1)
+	VMOVUPS      32(R10), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  32(AX), Y4, Y6
+	VMOVUPS      Y6, 32(CX)
+	VMOVUPS      32(R10)(R9*1), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  32(AX), Y5, Y6
+	VMOVUPS      Y6, 32(CX)(R9*1)
+	VMOVUPS      64(R10), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  64(AX), Y4, Y6
+	VMOVUPS      Y6, 64(CX)
+	VMOVUPS      64(R10)(R9*1), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  64(AX), Y5, Y6
+	VMOVUPS      Y6, 64(CX)(R9*1)
+	VMOVUPS      96(R10), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  96(AX), Y4, Y6
+	VMOVUPS      Y6, 96(CX)
+	VMOVUPS      96(R10)(R9*1), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  96(AX), Y5, Y6
+	VMOVUPS      Y6, 96(CX)(R9*1)
+	CMPQ         R9, $0x000000a0
+	JBE          stateVKf32AVX2_dead_21
+	VMOVUPS      128(R10), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  128(AX), Y4, Y6
+	VMOVUPS      Y6, 128(CX)
+	VMOVUPS      128(R10)(R9*1), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  128(AX), Y5, Y6
+	VMOVUPS      Y6, 128(CX)(R9*1)
+	CMPQ         R9, $0x000000c0
+	JBE          stateVKf32AVX2_dead_21
+	VMOVUPS      160(R10), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  160(AX), Y4, Y6
+	VMOVUPS      Y6, 160(CX)
+	VMOVUPS      160(R10)(R9*1), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  160(AX), Y5, Y6
+	VMOVUPS      Y6, 160(CX)(R9*1)
+	CMPQ         R9, $0x000000e0
+	JBE          stateVKf32AVX2_dead_21
+	VMOVUPS      192(R10), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  192(AX), Y4, Y6
+	VMOVUPS      Y6, 192(CX)
+	VMOVUPS      192(R10)(R9*1), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  192(AX), Y5, Y6
+	VMOVUPS      Y6, 192(CX)(R9*1)
+
+stateVKf32AVX2_dead_21:
+	VFMADD213PS Y0, Y3, Y0
+	VFMADD231PS -32(AX)(R9*1), Y4, Y0
+	VMOVUPS     Y0, -32(CX)(R9*1)
+	VFMADD213PS Y2, Y3, Y2
+	VFMADD231PS -32(AX)(R9*1), Y5, Y2
+	VMOVUPS     Y2, -32(CX)(R9*2)
+	JMP         stateVKf32AVX2_decayed_8
+
+stateVKf32AVX2_far_8:
+	VBROADCASTSS 4(DX), Y3
+	VBROADCASTSS X1, Y4
+	VMOVUPS      vklane1<>+0(SB), Y5
+	VPERMPS      Y1, Y5, Y5
+	VMOVUPS      (R10), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  (AX), Y4, Y6
+	VMOVUPS      Y6, (CX)
+	VMOVUPS      (R10)(R9*1), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  (AX), Y5, Y6
+	VMOVUPS      Y6, (CX)(R9*1)
+	VMOVUPS      32(R10), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  32(AX), Y4, Y6
+	VMOVUPS      Y6, 32(CX)
+	VMOVUPS      32(R10)(R9*1), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  32(AX), Y5, Y6
+	VMOVUPS      Y6, 32(CX)(R9*1)
+	VMOVUPS      64(R10), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  64(AX), Y4, Y6
+	VMOVUPS      Y6, 64(CX)
+	VMOVUPS      64(R10)(R9*1), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  64(AX), Y5, Y6
+	VMOVUPS      Y6, 64(CX)(R9*1)
+	VMOVUPS      96(R10), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  96(AX), Y4, Y6
+	VMOVUPS      Y6, 96(CX)
+	VMOVUPS      96(R10)(R9*1), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  96(AX), Y5, Y6
+	VMOVUPS      Y6, 96(CX)(R9*1)
+	CMPQ         R9, $0x000000a0
+	JBE          stateVKf32AVX2_dead_22
+	VMOVUPS      128(R10), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  128(AX), Y4, Y6
+	VMOVUPS      Y6, 128(CX)
+	VMOVUPS      128(R10)(R9*1), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  128(AX), Y5, Y6
+	VMOVUPS      Y6, 128(CX)(R9*1)
+	CMPQ         R9, $0x000000c0
+	JBE          stateVKf32AVX2_dead_22
+	VMOVUPS      160(R10), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  160(AX), Y4, Y6
+	VMOVUPS      Y6, 160(CX)
+	VMOVUPS      160(R10)(R9*1), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  160(AX), Y5, Y6
+	VMOVUPS      Y6, 160(CX)(R9*1)
+	CMPQ         R9, $0x000000e0
+	JBE          stateVKf32AVX2_dead_22
+	VMOVUPS      192(R10), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  192(AX), Y4, Y6
+	VMOVUPS      Y6, 192(CX)
+	VMOVUPS      192(R10)(R9*1), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  192(AX), Y5, Y6
+	VMOVUPS      Y6, 192(CX)(R9*1)
+
+stateVKf32AVX2_dead_22:
+	VMULPS      Y0, Y3, Y0
+	VFMADD231PS -32(AX)(R9*1), Y4, Y0
+	VMOVUPS     Y0, -32(CX)(R9*1)
+	VMULPS      Y2, Y3, Y2
+	VFMADD231PS -32(AX)(R9*1), Y5, Y2
+	VMOVUPS     Y2, -32(CX)(R9*2)
+
+stateVKf32AVX2_decayed_8:
+	ADDQ $0x00000002, (SP)
+	SUBQ $0x00000002, 8(SP)
+	JMP  stateVKf32AVX2_once_2
+
+stateVKf32AVX2_oncedone_2:
+	JMP stateVKf32AVX2_pairtail_2
+
+stateVKf32AVX2_pairs_2:
+	MOVQ 40(SP), R10
+
+stateVKf32AVX2_group_3:
+	CMPQ 8(SP), $0x00000002
+	JB   stateVKf32AVX2_groupsdone_3
+
+	// Load 2 row(s) of 5…8 vectors.
 	MOVQ       src_base+16(FP), AX
 	MOVQ       (SP), CX
 	IMULQ      R9, CX
@@ -21483,31 +22299,66 @@ stateVKf32AVX2_group_2:
 	PREFETCHT0 8192(AX)
 	PREFETCHT0 8256(AX)
 	PREFETCHT0 8320(AX)
-	CMPQ       R9, $0x000000c0
-	JBE        stateVKf32AVX2_dead_7
 	PREFETCHT0 8384(AX)
+	PREFETCHT0 8448(AX)
+	CMPQ       R9, $0x000000a0
+	JBE        stateVKf32AVX2_dead_23
+	PREFETCHT0 8512(AX)
+	CMPQ       R9, $0x000000c0
+	JBE        stateVKf32AVX2_dead_23
+	PREFETCHT0 8576(AX)
+	CMPQ       R9, $0x000000e0
+	JBE        stateVKf32AVX2_dead_23
+	PREFETCHT0 8640(AX)
 
-stateVKf32AVX2_dead_7:
-	VXORPS  Y4, Y4, Y4
-	VXORPS  Y5, Y5, Y5
-	VXORPS  Y6, Y6, Y6
+stateVKf32AVX2_dead_23:
 	VMOVUPS (AX), Y0
-	VMOVUPS 32(AX), Y1
+	VMOVUPS 32(AX), Y2
+	VMOVUPS Y2, 32(R10)
 	VMOVUPS 64(AX), Y2
-	VMOVUPS 96(AX), Y3
+	VMOVUPS Y2, 64(R10)
+	VMOVUPS 96(AX), Y2
+	VMOVUPS Y2, 96(R10)
 	CMPQ    R9, $0x000000a0
-	JBE     stateVKf32AVX2_dead_8
-	VMOVUPS 128(AX), Y4
+	JBE     stateVKf32AVX2_dead_24
+	VMOVUPS 128(AX), Y2
+	VMOVUPS Y2, 128(R10)
 	CMPQ    R9, $0x000000c0
-	JBE     stateVKf32AVX2_dead_8
-	VMOVUPS 160(AX), Y5
+	JBE     stateVKf32AVX2_dead_24
+	VMOVUPS 160(AX), Y2
+	VMOVUPS Y2, 160(R10)
 	CMPQ    R9, $0x000000e0
-	JBE     stateVKf32AVX2_dead_8
-	VMOVUPS 192(AX), Y6
+	JBE     stateVKf32AVX2_dead_24
+	VMOVUPS 192(AX), Y2
+	VMOVUPS Y2, 192(R10)
 
-stateVKf32AVX2_dead_8:
-	VMOVUPS -32(AX)(R9*1), Y7
-	VANDPS  40(SP), Y7, Y7
+stateVKf32AVX2_dead_24:
+	VMOVUPS -32(AX)(R9*1), Y2
+	VANDPS  48(SP), Y2, Y2
+	ADDQ    R9, AX
+	VMOVUPS (AX), Y3
+	VMOVUPS 32(AX), Y4
+	VMOVUPS Y4, 544(R10)
+	VMOVUPS 64(AX), Y4
+	VMOVUPS Y4, 576(R10)
+	VMOVUPS 96(AX), Y4
+	VMOVUPS Y4, 608(R10)
+	CMPQ    R9, $0x000000a0
+	JBE     stateVKf32AVX2_dead_25
+	VMOVUPS 128(AX), Y4
+	VMOVUPS Y4, 640(R10)
+	CMPQ    R9, $0x000000c0
+	JBE     stateVKf32AVX2_dead_25
+	VMOVUPS 160(AX), Y4
+	VMOVUPS Y4, 672(R10)
+	CMPQ    R9, $0x000000e0
+	JBE     stateVKf32AVX2_dead_25
+	VMOVUPS 192(AX), Y4
+	VMOVUPS Y4, 704(R10)
+
+stateVKf32AVX2_dead_25:
+	VMOVUPS -32(AX)(R9*1), Y4
+	VANDPS  48(SP), Y4, Y4
 	MOVQ    kh_base+64(FP), AX
 	MOVQ    qh_base+88(FP), CX
 	MOVQ    tok_base+168(FP), DX
@@ -21520,7 +22371,362 @@ stateVKf32AVX2_dead_8:
 	ADDQ    R8, DI
 	MOVQ    16(SP), R8
 
-stateVKf32AVX2_token_2:
+stateVKf32AVX2_token_3:
+	VMULPS      (AX), Y0, Y5
+	VMULPS      (CX), Y0, Y6
+	VMULPS      (AX), Y3, Y9
+	VMULPS      (CX), Y3, Y10
+	VMOVUPS     32(R10), Y8
+	VMULPS      32(AX), Y8, Y7
+	VMULPS      32(CX), Y8, Y8
+	VMOVUPS     544(R10), Y12
+	VMULPS      32(AX), Y12, Y11
+	VMULPS      32(CX), Y12, Y12
+	VMOVUPS     64(R10), Y13
+	VFMADD231PS 64(AX), Y13, Y5
+	VFMADD231PS 64(CX), Y13, Y6
+	VMOVUPS     576(R10), Y13
+	VFMADD231PS 64(AX), Y13, Y9
+	VFMADD231PS 64(CX), Y13, Y10
+	VMOVUPS     96(R10), Y13
+	VFMADD231PS 96(AX), Y13, Y7
+	VFMADD231PS 96(CX), Y13, Y8
+	VMOVUPS     608(R10), Y13
+	VFMADD231PS 96(AX), Y13, Y11
+	VFMADD231PS 96(CX), Y13, Y12
+	CMPQ        R9, $0x000000a0
+	JBE         stateVKf32AVX2_dead_26
+	VMOVUPS     128(R10), Y13
+	VFMADD231PS 128(AX), Y13, Y5
+	VFMADD231PS 128(CX), Y13, Y6
+	VMOVUPS     640(R10), Y13
+	VFMADD231PS 128(AX), Y13, Y9
+	VFMADD231PS 128(CX), Y13, Y10
+	CMPQ        R9, $0x000000c0
+	JBE         stateVKf32AVX2_dead_26
+	VMOVUPS     160(R10), Y13
+	VFMADD231PS 160(AX), Y13, Y7
+	VFMADD231PS 160(CX), Y13, Y8
+	VMOVUPS     672(R10), Y13
+	VFMADD231PS 160(AX), Y13, Y11
+	VFMADD231PS 160(CX), Y13, Y12
+	CMPQ        R9, $0x000000e0
+	JBE         stateVKf32AVX2_dead_26
+	VMOVUPS     192(R10), Y13
+	VFMADD231PS 192(AX), Y13, Y5
+	VFMADD231PS 192(CX), Y13, Y6
+	VMOVUPS     704(R10), Y13
+	VFMADD231PS 192(AX), Y13, Y9
+	VFMADD231PS 192(CX), Y13, Y10
+
+stateVKf32AVX2_dead_26:
+	VFMADD231PS  -32(AX)(R9*1), Y2, Y7
+	VFMADD231PS  -32(CX)(R9*1), Y2, Y8
+	VFMADD231PS  -32(AX)(R9*1), Y4, Y11
+	VFMADD231PS  -32(CX)(R9*1), Y4, Y12
+	VADDPS       Y7, Y5, Y5
+	VADDPS       Y11, Y9, Y9
+	VADDPS       Y8, Y6, Y6
+	VADDPS       Y12, Y10, Y10
+	VPERM2F128   $0x20, Y9, Y5, Y7
+	VPERM2F128   $0x31, Y9, Y5, Y5
+	VADDPS       Y5, Y7, Y7
+	VPERM2F128   $0x20, Y10, Y6, Y5
+	VPERM2F128   $0x31, Y10, Y6, Y6
+	VADDPS       Y6, Y5, Y5
+	VSHUFPS      $0x44, Y5, Y7, Y6
+	VSHUFPS      $0xee, Y5, Y7, Y5
+	VADDPS       Y5, Y6, Y6
+	VSHUFPS      $0x88, Y6, Y6, Y5
+	VSHUFPS      $0xdd, Y6, Y6, Y6
+	VADDPS       Y6, Y5, Y5
+	VMOVUPS      vkpermAVX2_2<>+0(SB), Y6
+	VPERMPS      Y5, Y6, Y5
+	VMOVSS       (DX), X1
+	VUCOMISS     nearone<>+0(SB), X1
+	JCS          stateVKf32AVX2_far_9
+	VBROADCASTSS (DX), Y6
+	VFMADD213PS  Y5, Y6, Y5
+	JMP          stateVKf32AVX2_decayed_9
+
+stateVKf32AVX2_far_9:
+	VBROADCASTSS 4(DX), Y6
+	VMULPS       Y5, Y6, Y5
+
+stateVKf32AVX2_decayed_9:
+	VEXTRACTF128 $0x01, Y5, X6
+	VMOVSD       (SI), X1
+	VSUBPS       X5, X1, X1
+	VBROADCASTSS 8(DX), Y5
+	VMULPS       X5, X1, X1
+	VBROADCASTSS 12(DX), Y5
+	VFMADD231PS  X5, X1, X6
+	VMOVSD       X6, (DI)
+	VMOVSS       (DX), X5
+	VUCOMISS     nearone<>+0(SB), X5
+	JCS          stateVKf32AVX2_far_10
+	VBROADCASTSS (DX), Y5
+	VBROADCASTSS X1, Y6
+	VMOVUPS      vklane1<>+0(SB), Y7
+	VPERMPS      Y1, Y7, Y7
+	VFMADD213PS  Y0, Y5, Y0
+	VFMADD231PS  (AX), Y6, Y0
+	VFMADD213PS  Y3, Y5, Y3
+	VFMADD231PS  (AX), Y7, Y3
+	VMOVUPS      32(R10), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  32(AX), Y6, Y8
+	VMOVUPS      Y8, 32(R10)
+	VMOVUPS      544(R10), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  32(AX), Y7, Y8
+	VMOVUPS      Y8, 544(R10)
+	VMOVUPS      64(R10), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  64(AX), Y6, Y8
+	VMOVUPS      Y8, 64(R10)
+	VMOVUPS      576(R10), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  64(AX), Y7, Y8
+	VMOVUPS      Y8, 576(R10)
+	VMOVUPS      96(R10), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  96(AX), Y6, Y8
+	VMOVUPS      Y8, 96(R10)
+	VMOVUPS      608(R10), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  96(AX), Y7, Y8
+	VMOVUPS      Y8, 608(R10)
+	CMPQ         R9, $0x000000a0
+	JBE          stateVKf32AVX2_dead_27
+	VMOVUPS      128(R10), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  128(AX), Y6, Y8
+	VMOVUPS      Y8, 128(R10)
+	VMOVUPS      640(R10), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  128(AX), Y7, Y8
+	VMOVUPS      Y8, 640(R10)
+	CMPQ         R9, $0x000000c0
+	JBE          stateVKf32AVX2_dead_27
+	VMOVUPS      160(R10), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  160(AX), Y6, Y8
+	VMOVUPS      Y8, 160(R10)
+	VMOVUPS      672(R10), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  160(AX), Y7, Y8
+	VMOVUPS      Y8, 672(R10)
+	CMPQ         R9, $0x000000e0
+	JBE          stateVKf32AVX2_dead_27
+	VMOVUPS      192(R10), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  192(AX), Y6, Y8
+	VMOVUPS      Y8, 192(R10)
+	VMOVUPS      704(R10), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  192(AX), Y7, Y8
+	VMOVUPS      Y8, 704(R10)
+
+stateVKf32AVX2_dead_27:
+	VFMADD213PS Y2, Y5, Y2
+	VFMADD231PS -32(AX)(R9*1), Y6, Y2
+	VANDPS      48(SP), Y2, Y2
+	VFMADD213PS Y4, Y5, Y4
+	VFMADD231PS -32(AX)(R9*1), Y7, Y4
+	VANDPS      48(SP), Y4, Y4
+	JMP         stateVKf32AVX2_decayed_10
+
+stateVKf32AVX2_far_10:
+	VBROADCASTSS 4(DX), Y5
+	VBROADCASTSS X1, Y6
+	VMOVUPS      vklane1<>+0(SB), Y7
+	VPERMPS      Y1, Y7, Y7
+	VMULPS       Y0, Y5, Y0
+	VFMADD231PS  (AX), Y6, Y0
+	VMULPS       Y3, Y5, Y3
+	VFMADD231PS  (AX), Y7, Y3
+	VMOVUPS      32(R10), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  32(AX), Y6, Y8
+	VMOVUPS      Y8, 32(R10)
+	VMOVUPS      544(R10), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  32(AX), Y7, Y8
+	VMOVUPS      Y8, 544(R10)
+	VMOVUPS      64(R10), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  64(AX), Y6, Y8
+	VMOVUPS      Y8, 64(R10)
+	VMOVUPS      576(R10), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  64(AX), Y7, Y8
+	VMOVUPS      Y8, 576(R10)
+	VMOVUPS      96(R10), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  96(AX), Y6, Y8
+	VMOVUPS      Y8, 96(R10)
+	VMOVUPS      608(R10), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  96(AX), Y7, Y8
+	VMOVUPS      Y8, 608(R10)
+	CMPQ         R9, $0x000000a0
+	JBE          stateVKf32AVX2_dead_28
+	VMOVUPS      128(R10), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  128(AX), Y6, Y8
+	VMOVUPS      Y8, 128(R10)
+	VMOVUPS      640(R10), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  128(AX), Y7, Y8
+	VMOVUPS      Y8, 640(R10)
+	CMPQ         R9, $0x000000c0
+	JBE          stateVKf32AVX2_dead_28
+	VMOVUPS      160(R10), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  160(AX), Y6, Y8
+	VMOVUPS      Y8, 160(R10)
+	VMOVUPS      672(R10), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  160(AX), Y7, Y8
+	VMOVUPS      Y8, 672(R10)
+	CMPQ         R9, $0x000000e0
+	JBE          stateVKf32AVX2_dead_28
+	VMOVUPS      192(R10), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  192(AX), Y6, Y8
+	VMOVUPS      Y8, 192(R10)
+	VMOVUPS      704(R10), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  192(AX), Y7, Y8
+	VMOVUPS      Y8, 704(R10)
+
+stateVKf32AVX2_dead_28:
+	VMULPS      Y2, Y5, Y2
+	VFMADD231PS -32(AX)(R9*1), Y6, Y2
+	VANDPS      48(SP), Y2, Y2
+	VMULPS      Y4, Y5, Y4
+	VFMADD231PS -32(AX)(R9*1), Y7, Y4
+	VANDPS      48(SP), Y4, Y4
+
+stateVKf32AVX2_decayed_10:
+	// The state after this token, if stored.
+	MOVQ    (BX), R11
+	TESTQ   R11, R11
+	JZ      stateVKf32AVX2_nostore_3
+	MOVQ    (SP), R12
+	IMULQ   R9, R12
+	ADDQ    R12, R11
+	VMOVUPS Y2, -32(R11)(R9*1)
+	VMOVUPS Y0, (R11)
+	VMOVUPS 32(R10), Y5
+	VMOVUPS Y5, 32(R11)
+	VMOVUPS 64(R10), Y5
+	VMOVUPS Y5, 64(R11)
+	VMOVUPS 96(R10), Y5
+	VMOVUPS Y5, 96(R11)
+	CMPQ    R9, $0x000000a0
+	JBE     stateVKf32AVX2_dead_29
+	VMOVUPS 128(R10), Y5
+	VMOVUPS Y5, 128(R11)
+	CMPQ    R9, $0x000000c0
+	JBE     stateVKf32AVX2_dead_29
+	VMOVUPS 160(R10), Y5
+	VMOVUPS Y5, 160(R11)
+	CMPQ    R9, $0x000000e0
+	JBE     stateVKf32AVX2_dead_29
+	VMOVUPS 192(R10), Y5
+	VMOVUPS Y5, 192(R11)
+
+stateVKf32AVX2_dead_29:
+	ADDQ    R9, R11
+	VMOVUPS Y4, -32(R11)(R9*1)
+	VMOVUPS Y3, (R11)
+	VMOVUPS 544(R10), Y5
+	VMOVUPS Y5, 32(R11)
+	VMOVUPS 576(R10), Y5
+	VMOVUPS Y5, 64(R11)
+	VMOVUPS 608(R10), Y5
+	VMOVUPS Y5, 96(R11)
+	CMPQ    R9, $0x000000a0
+	JBE     stateVKf32AVX2_dead_30
+	VMOVUPS 640(R10), Y5
+	VMOVUPS Y5, 128(R11)
+	CMPQ    R9, $0x000000c0
+	JBE     stateVKf32AVX2_dead_30
+	VMOVUPS 672(R10), Y5
+	VMOVUPS Y5, 160(R11)
+	CMPQ    R9, $0x000000e0
+	JBE     stateVKf32AVX2_dead_30
+	VMOVUPS 704(R10), Y5
+	VMOVUPS Y5, 192(R11)
+
+stateVKf32AVX2_dead_30:
+stateVKf32AVX2_nostore_3:
+	ADDQ R9, AX
+	ADDQ R9, CX
+	ADDQ $0x10, DX
+	ADDQ $0x08, BX
+	ADDQ 32(SP), SI
+	ADDQ 24(SP), DI
+	DECQ R8
+	JNZ  stateVKf32AVX2_token_3
+	ADDQ $0x00000002, (SP)
+	SUBQ $0x00000002, 8(SP)
+	JMP  stateVKf32AVX2_group_3
+
+stateVKf32AVX2_groupsdone_3:
+stateVKf32AVX2_pairtail_2:
+stateVKf32AVX2_group_4:
+	CMPQ 8(SP), $0x00000001
+	JB   stateVKf32AVX2_groupsdone_4
+
+	// Load 1 row(s) of 5…8 vectors.
+	MOVQ       src_base+16(FP), AX
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	CMPQ       R9, $0x000000c0
+	JBE        stateVKf32AVX2_dead_31
+	PREFETCHT0 8384(AX)
+
+stateVKf32AVX2_dead_31:
+	VXORPS  Y4, Y4, Y4
+	VXORPS  Y5, Y5, Y5
+	VXORPS  Y6, Y6, Y6
+	VMOVUPS (AX), Y0
+	VMOVUPS 32(AX), Y1
+	VMOVUPS 64(AX), Y2
+	VMOVUPS 96(AX), Y3
+	CMPQ    R9, $0x000000a0
+	JBE     stateVKf32AVX2_dead_32
+	VMOVUPS 128(AX), Y4
+	CMPQ    R9, $0x000000c0
+	JBE     stateVKf32AVX2_dead_32
+	VMOVUPS 160(AX), Y5
+	CMPQ    R9, $0x000000e0
+	JBE     stateVKf32AVX2_dead_32
+	VMOVUPS 192(AX), Y6
+
+stateVKf32AVX2_dead_32:
+	VMOVUPS -32(AX)(R9*1), Y7
+	VANDPS  48(SP), Y7, Y7
+	MOVQ    kh_base+64(FP), AX
+	MOVQ    qh_base+88(FP), CX
+	MOVQ    tok_base+168(FP), DX
+	MOVQ    stores_base+40(FP), BX
+	MOVQ    v_base+112(FP), SI
+	MOVQ    o_base+144(FP), DI
+	MOVQ    (SP), R8
+	SHLQ    $0x02, R8
+	ADDQ    R8, SI
+	ADDQ    R8, DI
+	MOVQ    16(SP), R8
+
+stateVKf32AVX2_token_4:
 	VMULPS      (AX), Y0, Y8
 	VMULPS      (CX), Y0, Y9
 	VMULPS      32(AX), Y1, Y10
@@ -21530,19 +22736,19 @@ stateVKf32AVX2_token_2:
 	VFMADD231PS 96(AX), Y3, Y10
 	VFMADD231PS 96(CX), Y3, Y11
 	CMPQ        R9, $0x000000a0
-	JBE         stateVKf32AVX2_dead_9
+	JBE         stateVKf32AVX2_dead_33
 	VFMADD231PS 128(AX), Y4, Y8
 	VFMADD231PS 128(CX), Y4, Y9
 	CMPQ        R9, $0x000000c0
-	JBE         stateVKf32AVX2_dead_9
+	JBE         stateVKf32AVX2_dead_33
 	VFMADD231PS 160(AX), Y5, Y10
 	VFMADD231PS 160(CX), Y5, Y11
 	CMPQ        R9, $0x000000e0
-	JBE         stateVKf32AVX2_dead_9
+	JBE         stateVKf32AVX2_dead_33
 	VFMADD231PS 192(AX), Y6, Y8
 	VFMADD231PS 192(CX), Y6, Y9
 
-stateVKf32AVX2_dead_9:
+stateVKf32AVX2_dead_33:
 	VFMADD231PS  -32(AX)(R9*1), Y7, Y10
 	VFMADD231PS  -32(CX)(R9*1), Y7, Y11
 	VADDPS       Y10, Y8, Y8
@@ -21560,16 +22766,16 @@ stateVKf32AVX2_dead_9:
 	VPERMPS      Y9, Y8, Y8
 	VMOVSS       (DX), X9
 	VUCOMISS     nearone<>+0(SB), X9
-	JCS          stateVKf32AVX2_far_3
+	JCS          stateVKf32AVX2_far_11
 	VBROADCASTSS (DX), Y9
 	VFMADD213PS  Y8, Y9, Y8
-	JMP          stateVKf32AVX2_decayed_3
+	JMP          stateVKf32AVX2_decayed_11
 
-stateVKf32AVX2_far_3:
+stateVKf32AVX2_far_11:
 	VBROADCASTSS 4(DX), Y9
 	VMULPS       Y8, Y9, Y8
 
-stateVKf32AVX2_decayed_3:
+stateVKf32AVX2_decayed_11:
 	VEXTRACTF128 $0x01, Y8, X9
 	VMOVSS       (SI), X10
 	VSUBPS       X8, X10, X10
@@ -21580,7 +22786,7 @@ stateVKf32AVX2_decayed_3:
 	VMOVSS       X9, (DI)
 	VMOVSS       (DX), X9
 	VUCOMISS     nearone<>+0(SB), X9
-	JCS          stateVKf32AVX2_far_4
+	JCS          stateVKf32AVX2_far_12
 	VBROADCASTSS (DX), Y9
 	VBROADCASTSS X8, Y8
 	VFMADD213PS  Y0, Y9, Y0
@@ -21592,25 +22798,25 @@ stateVKf32AVX2_decayed_3:
 	VFMADD213PS  Y3, Y9, Y3
 	VFMADD231PS  96(AX), Y8, Y3
 	CMPQ         R9, $0x000000a0
-	JBE          stateVKf32AVX2_dead_10
+	JBE          stateVKf32AVX2_dead_34
 	VFMADD213PS  Y4, Y9, Y4
 	VFMADD231PS  128(AX), Y8, Y4
 	CMPQ         R9, $0x000000c0
-	JBE          stateVKf32AVX2_dead_10
+	JBE          stateVKf32AVX2_dead_34
 	VFMADD213PS  Y5, Y9, Y5
 	VFMADD231PS  160(AX), Y8, Y5
 	CMPQ         R9, $0x000000e0
-	JBE          stateVKf32AVX2_dead_10
+	JBE          stateVKf32AVX2_dead_34
 	VFMADD213PS  Y6, Y9, Y6
 	VFMADD231PS  192(AX), Y8, Y6
 
-stateVKf32AVX2_dead_10:
+stateVKf32AVX2_dead_34:
 	VFMADD213PS Y7, Y9, Y7
 	VFMADD231PS -32(AX)(R9*1), Y8, Y7
-	VANDPS      40(SP), Y7, Y7
-	JMP         stateVKf32AVX2_decayed_4
+	VANDPS      48(SP), Y7, Y7
+	JMP         stateVKf32AVX2_decayed_12
 
-stateVKf32AVX2_far_4:
+stateVKf32AVX2_far_12:
 	VBROADCASTSS 4(DX), Y9
 	VBROADCASTSS X8, Y8
 	VMULPS       Y0, Y9, Y0
@@ -21622,28 +22828,28 @@ stateVKf32AVX2_far_4:
 	VMULPS       Y3, Y9, Y3
 	VFMADD231PS  96(AX), Y8, Y3
 	CMPQ         R9, $0x000000a0
-	JBE          stateVKf32AVX2_dead_11
+	JBE          stateVKf32AVX2_dead_35
 	VMULPS       Y4, Y9, Y4
 	VFMADD231PS  128(AX), Y8, Y4
 	CMPQ         R9, $0x000000c0
-	JBE          stateVKf32AVX2_dead_11
+	JBE          stateVKf32AVX2_dead_35
 	VMULPS       Y5, Y9, Y5
 	VFMADD231PS  160(AX), Y8, Y5
 	CMPQ         R9, $0x000000e0
-	JBE          stateVKf32AVX2_dead_11
+	JBE          stateVKf32AVX2_dead_35
 	VMULPS       Y6, Y9, Y6
 	VFMADD231PS  192(AX), Y8, Y6
 
-stateVKf32AVX2_dead_11:
+stateVKf32AVX2_dead_35:
 	VMULPS      Y7, Y9, Y7
 	VFMADD231PS -32(AX)(R9*1), Y8, Y7
-	VANDPS      40(SP), Y7, Y7
+	VANDPS      48(SP), Y7, Y7
 
-stateVKf32AVX2_decayed_4:
+stateVKf32AVX2_decayed_12:
 	// The state after this token, if stored.
 	MOVQ    (BX), R10
 	TESTQ   R10, R10
-	JZ      stateVKf32AVX2_nostore_2
+	JZ      stateVKf32AVX2_nostore_4
 	MOVQ    (SP), R11
 	IMULQ   R9, R11
 	ADDQ    R11, R10
@@ -21653,17 +22859,17 @@ stateVKf32AVX2_decayed_4:
 	VMOVUPS Y2, 64(R10)
 	VMOVUPS Y3, 96(R10)
 	CMPQ    R9, $0x000000a0
-	JBE     stateVKf32AVX2_dead_12
+	JBE     stateVKf32AVX2_dead_36
 	VMOVUPS Y4, 128(R10)
 	CMPQ    R9, $0x000000c0
-	JBE     stateVKf32AVX2_dead_12
+	JBE     stateVKf32AVX2_dead_36
 	VMOVUPS Y5, 160(R10)
 	CMPQ    R9, $0x000000e0
-	JBE     stateVKf32AVX2_dead_12
+	JBE     stateVKf32AVX2_dead_36
 	VMOVUPS Y6, 192(R10)
 
-stateVKf32AVX2_dead_12:
-stateVKf32AVX2_nostore_2:
+stateVKf32AVX2_dead_36:
+stateVKf32AVX2_nostore_4:
 	ADDQ R9, AX
 	ADDQ R9, CX
 	ADDQ $0x10, DX
@@ -21671,21 +22877,423 @@ stateVKf32AVX2_nostore_2:
 	ADDQ 32(SP), SI
 	ADDQ 24(SP), DI
 	DECQ R8
-	JNZ  stateVKf32AVX2_token_2
+	JNZ  stateVKf32AVX2_token_4
 	ADDQ $0x00000001, (SP)
 	SUBQ $0x00000001, 8(SP)
-	JMP  stateVKf32AVX2_group_2
+	JMP  stateVKf32AVX2_group_4
 
-stateVKf32AVX2_groupsdone_2:
+stateVKf32AVX2_groupsdone_4:
 	JMP stateVKf32AVX2_done_1
 
 stateVKf32AVX2_n12_1:
 	// Rows of 9…12 vectors.
-stateVKf32AVX2_group_3:
-	CMPQ 8(SP), $0x00000001
-	JB   stateVKf32AVX2_groupsdone_3
+	CMPQ 16(SP), $0x01
+	JNE  stateVKf32AVX2_pairs_3
+	MOVQ stores_base+40(FP), AX
+	CMPQ (AX), $0x00
+	JE   stateVKf32AVX2_pairs_3
 
-	// Load 1 row(s) of 9…12 vectors.
+stateVKf32AVX2_once_3:
+	CMPQ 8(SP), $0x02
+	JB   stateVKf32AVX2_oncedone_3
+
+	// A pair of rows of 9…12 vectors, one token.
+	MOVQ       src_base+16(FP), R10
+	MOVQ       (SP), AX
+	IMULQ      R9, AX
+	ADDQ       AX, R10
+	MOVQ       kh_base+64(FP), AX
+	MOVQ       qh_base+88(FP), CX
+	MOVQ       tok_base+168(FP), DX
+	MOVQ       stores_base+40(FP), BX
+	MOVQ       v_base+112(FP), SI
+	MOVQ       o_base+144(FP), DI
+	MOVQ       (SP), R8
+	SHLQ       $0x02, R8
+	ADDQ       R8, SI
+	ADDQ       R8, DI
+	MOVQ       16(SP), R8
+	PREFETCHT0 8192(R10)
+	PREFETCHT0 8256(R10)
+	PREFETCHT0 8320(R10)
+	PREFETCHT0 8384(R10)
+	PREFETCHT0 8448(R10)
+	PREFETCHT0 8512(R10)
+	PREFETCHT0 8576(R10)
+	PREFETCHT0 8640(R10)
+	PREFETCHT0 8704(R10)
+	CMPQ       R9, $0x00000120
+	JBE        stateVKf32AVX2_dead_37
+	PREFETCHT0 8768(R10)
+	CMPQ       R9, $0x00000140
+	JBE        stateVKf32AVX2_dead_37
+	PREFETCHT0 8832(R10)
+	CMPQ       R9, $0x00000160
+	JBE        stateVKf32AVX2_dead_37
+	PREFETCHT0 8896(R10)
+
+stateVKf32AVX2_dead_37:
+	VMOVUPS     (R10), Y2
+	VMULPS      (AX), Y2, Y0
+	VMULPS      (CX), Y2, Y2
+	VMOVUPS     (R10)(R9*1), Y3
+	VMULPS      (AX), Y3, Y5
+	VMULPS      (CX), Y3, Y6
+	VMOVUPS     32(R10), Y4
+	VMULPS      32(AX), Y4, Y3
+	VMULPS      32(CX), Y4, Y4
+	VMOVUPS     32(R10)(R9*1), Y8
+	VMULPS      32(AX), Y8, Y7
+	VMULPS      32(CX), Y8, Y8
+	VMOVUPS     64(R10), Y9
+	VFMADD231PS 64(AX), Y9, Y0
+	VFMADD231PS 64(CX), Y9, Y2
+	VMOVUPS     64(R10)(R9*1), Y9
+	VFMADD231PS 64(AX), Y9, Y5
+	VFMADD231PS 64(CX), Y9, Y6
+	VMOVUPS     96(R10), Y9
+	VFMADD231PS 96(AX), Y9, Y3
+	VFMADD231PS 96(CX), Y9, Y4
+	VMOVUPS     96(R10)(R9*1), Y9
+	VFMADD231PS 96(AX), Y9, Y7
+	VFMADD231PS 96(CX), Y9, Y8
+	VMOVUPS     128(R10), Y9
+	VFMADD231PS 128(AX), Y9, Y0
+	VFMADD231PS 128(CX), Y9, Y2
+	VMOVUPS     128(R10)(R9*1), Y9
+	VFMADD231PS 128(AX), Y9, Y5
+	VFMADD231PS 128(CX), Y9, Y6
+	VMOVUPS     160(R10), Y9
+	VFMADD231PS 160(AX), Y9, Y3
+	VFMADD231PS 160(CX), Y9, Y4
+	VMOVUPS     160(R10)(R9*1), Y9
+	VFMADD231PS 160(AX), Y9, Y7
+	VFMADD231PS 160(CX), Y9, Y8
+	VMOVUPS     192(R10), Y9
+	VFMADD231PS 192(AX), Y9, Y0
+	VFMADD231PS 192(CX), Y9, Y2
+	VMOVUPS     192(R10)(R9*1), Y9
+	VFMADD231PS 192(AX), Y9, Y5
+	VFMADD231PS 192(CX), Y9, Y6
+	VMOVUPS     224(R10), Y9
+	VFMADD231PS 224(AX), Y9, Y3
+	VFMADD231PS 224(CX), Y9, Y4
+	VMOVUPS     224(R10)(R9*1), Y9
+	VFMADD231PS 224(AX), Y9, Y7
+	VFMADD231PS 224(CX), Y9, Y8
+	CMPQ        R9, $0x00000120
+	JBE         stateVKf32AVX2_dead_38
+	VMOVUPS     256(R10), Y9
+	VFMADD231PS 256(AX), Y9, Y0
+	VFMADD231PS 256(CX), Y9, Y2
+	VMOVUPS     256(R10)(R9*1), Y9
+	VFMADD231PS 256(AX), Y9, Y5
+	VFMADD231PS 256(CX), Y9, Y6
+	CMPQ        R9, $0x00000140
+	JBE         stateVKf32AVX2_dead_38
+	VMOVUPS     288(R10), Y9
+	VFMADD231PS 288(AX), Y9, Y3
+	VFMADD231PS 288(CX), Y9, Y4
+	VMOVUPS     288(R10)(R9*1), Y9
+	VFMADD231PS 288(AX), Y9, Y7
+	VFMADD231PS 288(CX), Y9, Y8
+	CMPQ        R9, $0x00000160
+	JBE         stateVKf32AVX2_dead_38
+	VMOVUPS     320(R10), Y9
+	VFMADD231PS 320(AX), Y9, Y0
+	VFMADD231PS 320(CX), Y9, Y2
+	VMOVUPS     320(R10)(R9*1), Y9
+	VFMADD231PS 320(AX), Y9, Y5
+	VFMADD231PS 320(CX), Y9, Y6
+
+stateVKf32AVX2_dead_38:
+	VMOVUPS      -32(R10)(R9*1), Y9
+	VANDPS       48(SP), Y9, Y9
+	VFMADD231PS  -32(AX)(R9*1), Y9, Y3
+	VFMADD231PS  -32(CX)(R9*1), Y9, Y4
+	VMOVUPS      -32(R10)(R9*2), Y9
+	VANDPS       48(SP), Y9, Y9
+	VFMADD231PS  -32(AX)(R9*1), Y9, Y7
+	VFMADD231PS  -32(CX)(R9*1), Y9, Y8
+	VADDPS       Y3, Y0, Y0
+	VADDPS       Y7, Y5, Y5
+	VADDPS       Y4, Y2, Y2
+	VADDPS       Y8, Y6, Y6
+	VPERM2F128   $0x20, Y5, Y0, Y3
+	VPERM2F128   $0x31, Y5, Y0, Y0
+	VADDPS       Y0, Y3, Y3
+	VPERM2F128   $0x20, Y6, Y2, Y0
+	VPERM2F128   $0x31, Y6, Y2, Y2
+	VADDPS       Y2, Y0, Y0
+	VSHUFPS      $0x44, Y0, Y3, Y2
+	VSHUFPS      $0xee, Y0, Y3, Y0
+	VADDPS       Y0, Y2, Y2
+	VSHUFPS      $0x88, Y2, Y2, Y0
+	VSHUFPS      $0xdd, Y2, Y2, Y2
+	VADDPS       Y2, Y0, Y0
+	VMOVUPS      vkpermAVX2_2<>+0(SB), Y2
+	VPERMPS      Y0, Y2, Y0
+	VMOVSS       (DX), X1
+	VUCOMISS     nearone<>+0(SB), X1
+	JCS          stateVKf32AVX2_far_13
+	VBROADCASTSS (DX), Y2
+	VFMADD213PS  Y0, Y2, Y0
+	JMP          stateVKf32AVX2_decayed_13
+
+stateVKf32AVX2_far_13:
+	VBROADCASTSS 4(DX), Y2
+	VMULPS       Y0, Y2, Y0
+
+stateVKf32AVX2_decayed_13:
+	VEXTRACTF128 $0x01, Y0, X2
+	VMOVSD       (SI), X1
+	VSUBPS       X0, X1, X1
+	VBROADCASTSS 8(DX), Y0
+	VMULPS       X0, X1, X1
+	VBROADCASTSS 12(DX), Y0
+	VFMADD231PS  X0, X1, X2
+	VMOVSD       X2, (DI)
+	MOVQ         (BX), CX
+	MOVQ         (SP), BX
+	IMULQ        R9, BX
+	ADDQ         BX, CX
+	VMOVUPS      -32(R10)(R9*1), Y0
+	VMOVUPS      -32(R10)(R9*2), Y2
+	VMOVSS       (DX), X3
+	VUCOMISS     nearone<>+0(SB), X3
+	JCS          stateVKf32AVX2_far_14
+	VBROADCASTSS (DX), Y3
+	VBROADCASTSS X1, Y4
+	VMOVUPS      vklane1<>+0(SB), Y5
+	VPERMPS      Y1, Y5, Y5
+	VMOVUPS      (R10), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  (AX), Y4, Y6
+	VMOVUPS      Y6, (CX)
+	VMOVUPS      (R10)(R9*1), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  (AX), Y5, Y6
+	VMOVUPS      Y6, (CX)(R9*1)
+	VMOVUPS      32(R10), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  32(AX), Y4, Y6
+	VMOVUPS      Y6, 32(CX)
+	VMOVUPS      32(R10)(R9*1), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  32(AX), Y5, Y6
+	VMOVUPS      Y6, 32(CX)(R9*1)
+	VMOVUPS      64(R10), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  64(AX), Y4, Y6
+	VMOVUPS      Y6, 64(CX)
+	VMOVUPS      64(R10)(R9*1), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  64(AX), Y5, Y6
+	VMOVUPS      Y6, 64(CX)(R9*1)
+	VMOVUPS      96(R10), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  96(AX), Y4, Y6
+	VMOVUPS      Y6, 96(CX)
+	VMOVUPS      96(R10)(R9*1), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  96(AX), Y5, Y6
+	VMOVUPS      Y6, 96(CX)(R9*1)
+	VMOVUPS      128(R10), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  128(AX), Y4, Y6
+	VMOVUPS      Y6, 128(CX)
+	VMOVUPS      128(R10)(R9*1), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  128(AX), Y5, Y6
+	VMOVUPS      Y6, 128(CX)(R9*1)
+	VMOVUPS      160(R10), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  160(AX), Y4, Y6
+	VMOVUPS      Y6, 160(CX)
+	VMOVUPS      160(R10)(R9*1), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  160(AX), Y5, Y6
+	VMOVUPS      Y6, 160(CX)(R9*1)
+	VMOVUPS      192(R10), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  192(AX), Y4, Y6
+	VMOVUPS      Y6, 192(CX)
+	VMOVUPS      192(R10)(R9*1), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  192(AX), Y5, Y6
+	VMOVUPS      Y6, 192(CX)(R9*1)
+	VMOVUPS      224(R10), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  224(AX), Y4, Y6
+	VMOVUPS      Y6, 224(CX)
+	VMOVUPS      224(R10)(R9*1), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  224(AX), Y5, Y6
+	VMOVUPS      Y6, 224(CX)(R9*1)
+	CMPQ         R9, $0x00000120
+	JBE          stateVKf32AVX2_dead_39
+	VMOVUPS      256(R10), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  256(AX), Y4, Y6
+	VMOVUPS      Y6, 256(CX)
+	VMOVUPS      256(R10)(R9*1), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  256(AX), Y5, Y6
+	VMOVUPS      Y6, 256(CX)(R9*1)
+	CMPQ         R9, $0x00000140
+	JBE          stateVKf32AVX2_dead_39
+	VMOVUPS      288(R10), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  288(AX), Y4, Y6
+	VMOVUPS      Y6, 288(CX)
+	VMOVUPS      288(R10)(R9*1), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  288(AX), Y5, Y6
+	VMOVUPS      Y6, 288(CX)(R9*1)
+	CMPQ         R9, $0x00000160
+	JBE          stateVKf32AVX2_dead_39
+	VMOVUPS      320(R10), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  320(AX), Y4, Y6
+	VMOVUPS      Y6, 320(CX)
+	VMOVUPS      320(R10)(R9*1), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  320(AX), Y5, Y6
+	VMOVUPS      Y6, 320(CX)(R9*1)
+
+stateVKf32AVX2_dead_39:
+	VFMADD213PS Y0, Y3, Y0
+	VFMADD231PS -32(AX)(R9*1), Y4, Y0
+	VMOVUPS     Y0, -32(CX)(R9*1)
+	VFMADD213PS Y2, Y3, Y2
+	VFMADD231PS -32(AX)(R9*1), Y5, Y2
+	VMOVUPS     Y2, -32(CX)(R9*2)
+	JMP         stateVKf32AVX2_decayed_14
+
+stateVKf32AVX2_far_14:
+	VBROADCASTSS 4(DX), Y3
+	VBROADCASTSS X1, Y4
+	VMOVUPS      vklane1<>+0(SB), Y5
+	VPERMPS      Y1, Y5, Y5
+	VMOVUPS      (R10), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  (AX), Y4, Y6
+	VMOVUPS      Y6, (CX)
+	VMOVUPS      (R10)(R9*1), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  (AX), Y5, Y6
+	VMOVUPS      Y6, (CX)(R9*1)
+	VMOVUPS      32(R10), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  32(AX), Y4, Y6
+	VMOVUPS      Y6, 32(CX)
+	VMOVUPS      32(R10)(R9*1), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  32(AX), Y5, Y6
+	VMOVUPS      Y6, 32(CX)(R9*1)
+	VMOVUPS      64(R10), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  64(AX), Y4, Y6
+	VMOVUPS      Y6, 64(CX)
+	VMOVUPS      64(R10)(R9*1), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  64(AX), Y5, Y6
+	VMOVUPS      Y6, 64(CX)(R9*1)
+	VMOVUPS      96(R10), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  96(AX), Y4, Y6
+	VMOVUPS      Y6, 96(CX)
+	VMOVUPS      96(R10)(R9*1), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  96(AX), Y5, Y6
+	VMOVUPS      Y6, 96(CX)(R9*1)
+	VMOVUPS      128(R10), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  128(AX), Y4, Y6
+	VMOVUPS      Y6, 128(CX)
+	VMOVUPS      128(R10)(R9*1), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  128(AX), Y5, Y6
+	VMOVUPS      Y6, 128(CX)(R9*1)
+	VMOVUPS      160(R10), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  160(AX), Y4, Y6
+	VMOVUPS      Y6, 160(CX)
+	VMOVUPS      160(R10)(R9*1), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  160(AX), Y5, Y6
+	VMOVUPS      Y6, 160(CX)(R9*1)
+	VMOVUPS      192(R10), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  192(AX), Y4, Y6
+	VMOVUPS      Y6, 192(CX)
+	VMOVUPS      192(R10)(R9*1), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  192(AX), Y5, Y6
+	VMOVUPS      Y6, 192(CX)(R9*1)
+	VMOVUPS      224(R10), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  224(AX), Y4, Y6
+	VMOVUPS      Y6, 224(CX)
+	VMOVUPS      224(R10)(R9*1), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  224(AX), Y5, Y6
+	VMOVUPS      Y6, 224(CX)(R9*1)
+	CMPQ         R9, $0x00000120
+	JBE          stateVKf32AVX2_dead_40
+	VMOVUPS      256(R10), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  256(AX), Y4, Y6
+	VMOVUPS      Y6, 256(CX)
+	VMOVUPS      256(R10)(R9*1), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  256(AX), Y5, Y6
+	VMOVUPS      Y6, 256(CX)(R9*1)
+	CMPQ         R9, $0x00000140
+	JBE          stateVKf32AVX2_dead_40
+	VMOVUPS      288(R10), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  288(AX), Y4, Y6
+	VMOVUPS      Y6, 288(CX)
+	VMOVUPS      288(R10)(R9*1), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  288(AX), Y5, Y6
+	VMOVUPS      Y6, 288(CX)(R9*1)
+	CMPQ         R9, $0x00000160
+	JBE          stateVKf32AVX2_dead_40
+	VMOVUPS      320(R10), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  320(AX), Y4, Y6
+	VMOVUPS      Y6, 320(CX)
+	VMOVUPS      320(R10)(R9*1), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  320(AX), Y5, Y6
+	VMOVUPS      Y6, 320(CX)(R9*1)
+
+stateVKf32AVX2_dead_40:
+	VMULPS      Y0, Y3, Y0
+	VFMADD231PS -32(AX)(R9*1), Y4, Y0
+	VMOVUPS     Y0, -32(CX)(R9*1)
+	VMULPS      Y2, Y3, Y2
+	VFMADD231PS -32(AX)(R9*1), Y5, Y2
+	VMOVUPS     Y2, -32(CX)(R9*2)
+
+stateVKf32AVX2_decayed_14:
+	ADDQ $0x00000002, (SP)
+	SUBQ $0x00000002, 8(SP)
+	JMP  stateVKf32AVX2_once_3
+
+stateVKf32AVX2_oncedone_3:
+	JMP stateVKf32AVX2_pairtail_3
+
+stateVKf32AVX2_pairs_3:
+	MOVQ 40(SP), R10
+
+stateVKf32AVX2_group_5:
+	CMPQ 8(SP), $0x00000002
+	JB   stateVKf32AVX2_groupsdone_5
+
+	// Load 2 row(s) of 9…12 vectors.
 	MOVQ       src_base+16(FP), AX
 	MOVQ       (SP), CX
 	IMULQ      R9, CX
@@ -21695,35 +23303,84 @@ stateVKf32AVX2_group_3:
 	PREFETCHT0 8320(AX)
 	PREFETCHT0 8384(AX)
 	PREFETCHT0 8448(AX)
-	CMPQ       R9, $0x00000140
-	JBE        stateVKf32AVX2_dead_13
 	PREFETCHT0 8512(AX)
+	PREFETCHT0 8576(AX)
+	PREFETCHT0 8640(AX)
+	PREFETCHT0 8704(AX)
+	CMPQ       R9, $0x00000120
+	JBE        stateVKf32AVX2_dead_41
+	PREFETCHT0 8768(AX)
+	CMPQ       R9, $0x00000140
+	JBE        stateVKf32AVX2_dead_41
+	PREFETCHT0 8832(AX)
+	CMPQ       R9, $0x00000160
+	JBE        stateVKf32AVX2_dead_41
+	PREFETCHT0 8896(AX)
 
-stateVKf32AVX2_dead_13:
+stateVKf32AVX2_dead_41:
 	VMOVUPS (AX), Y0
-	VMOVUPS 32(AX), Y1
+	VMOVUPS 32(AX), Y2
+	VMOVUPS Y2, 32(R10)
 	VMOVUPS 64(AX), Y2
-	VMOVUPS 96(AX), Y3
-	VMOVUPS 128(AX), Y4
-	VMOVUPS 160(AX), Y5
-	VMOVUPS 192(AX), Y6
-	VMOVUPS 224(AX), Y7
+	VMOVUPS Y2, 64(R10)
+	VMOVUPS 96(AX), Y2
+	VMOVUPS Y2, 96(R10)
+	VMOVUPS 128(AX), Y2
+	VMOVUPS Y2, 128(R10)
+	VMOVUPS 160(AX), Y2
+	VMOVUPS Y2, 160(R10)
+	VMOVUPS 192(AX), Y2
+	VMOVUPS Y2, 192(R10)
+	VMOVUPS 224(AX), Y2
+	VMOVUPS Y2, 224(R10)
 	CMPQ    R9, $0x00000120
-	JBE     stateVKf32AVX2_dead_14
-	VMOVUPS 256(AX), Y8
-	VMOVUPS Y8, 72(SP)
+	JBE     stateVKf32AVX2_dead_42
+	VMOVUPS 256(AX), Y2
+	VMOVUPS Y2, 256(R10)
 	CMPQ    R9, $0x00000140
-	JBE     stateVKf32AVX2_dead_14
-	VMOVUPS 288(AX), Y8
-	VMOVUPS Y8, 104(SP)
+	JBE     stateVKf32AVX2_dead_42
+	VMOVUPS 288(AX), Y2
+	VMOVUPS Y2, 288(R10)
 	CMPQ    R9, $0x00000160
-	JBE     stateVKf32AVX2_dead_14
-	VMOVUPS 320(AX), Y8
-	VMOVUPS Y8, 136(SP)
+	JBE     stateVKf32AVX2_dead_42
+	VMOVUPS 320(AX), Y2
+	VMOVUPS Y2, 320(R10)
 
-stateVKf32AVX2_dead_14:
-	VMOVUPS -32(AX)(R9*1), Y8
-	VANDPS  40(SP), Y8, Y8
+stateVKf32AVX2_dead_42:
+	VMOVUPS -32(AX)(R9*1), Y2
+	VANDPS  48(SP), Y2, Y2
+	ADDQ    R9, AX
+	VMOVUPS (AX), Y3
+	VMOVUPS 32(AX), Y4
+	VMOVUPS Y4, 544(R10)
+	VMOVUPS 64(AX), Y4
+	VMOVUPS Y4, 576(R10)
+	VMOVUPS 96(AX), Y4
+	VMOVUPS Y4, 608(R10)
+	VMOVUPS 128(AX), Y4
+	VMOVUPS Y4, 640(R10)
+	VMOVUPS 160(AX), Y4
+	VMOVUPS Y4, 672(R10)
+	VMOVUPS 192(AX), Y4
+	VMOVUPS Y4, 704(R10)
+	VMOVUPS 224(AX), Y4
+	VMOVUPS Y4, 736(R10)
+	CMPQ    R9, $0x00000120
+	JBE     stateVKf32AVX2_dead_43
+	VMOVUPS 256(AX), Y4
+	VMOVUPS Y4, 768(R10)
+	CMPQ    R9, $0x00000140
+	JBE     stateVKf32AVX2_dead_43
+	VMOVUPS 288(AX), Y4
+	VMOVUPS Y4, 800(R10)
+	CMPQ    R9, $0x00000160
+	JBE     stateVKf32AVX2_dead_43
+	VMOVUPS 320(AX), Y4
+	VMOVUPS Y4, 832(R10)
+
+stateVKf32AVX2_dead_43:
+	VMOVUPS -32(AX)(R9*1), Y4
+	VANDPS  48(SP), Y4, Y4
 	MOVQ    kh_base+64(FP), AX
 	MOVQ    qh_base+88(FP), CX
 	MOVQ    tok_base+168(FP), DX
@@ -21736,7 +23393,472 @@ stateVKf32AVX2_dead_14:
 	ADDQ    R8, DI
 	MOVQ    16(SP), R8
 
-stateVKf32AVX2_token_3:
+stateVKf32AVX2_token_5:
+	VMULPS      (AX), Y0, Y5
+	VMULPS      (CX), Y0, Y6
+	VMULPS      (AX), Y3, Y9
+	VMULPS      (CX), Y3, Y10
+	VMOVUPS     32(R10), Y8
+	VMULPS      32(AX), Y8, Y7
+	VMULPS      32(CX), Y8, Y8
+	VMOVUPS     544(R10), Y12
+	VMULPS      32(AX), Y12, Y11
+	VMULPS      32(CX), Y12, Y12
+	VMOVUPS     64(R10), Y13
+	VFMADD231PS 64(AX), Y13, Y5
+	VFMADD231PS 64(CX), Y13, Y6
+	VMOVUPS     576(R10), Y13
+	VFMADD231PS 64(AX), Y13, Y9
+	VFMADD231PS 64(CX), Y13, Y10
+	VMOVUPS     96(R10), Y13
+	VFMADD231PS 96(AX), Y13, Y7
+	VFMADD231PS 96(CX), Y13, Y8
+	VMOVUPS     608(R10), Y13
+	VFMADD231PS 96(AX), Y13, Y11
+	VFMADD231PS 96(CX), Y13, Y12
+	VMOVUPS     128(R10), Y13
+	VFMADD231PS 128(AX), Y13, Y5
+	VFMADD231PS 128(CX), Y13, Y6
+	VMOVUPS     640(R10), Y13
+	VFMADD231PS 128(AX), Y13, Y9
+	VFMADD231PS 128(CX), Y13, Y10
+	VMOVUPS     160(R10), Y13
+	VFMADD231PS 160(AX), Y13, Y7
+	VFMADD231PS 160(CX), Y13, Y8
+	VMOVUPS     672(R10), Y13
+	VFMADD231PS 160(AX), Y13, Y11
+	VFMADD231PS 160(CX), Y13, Y12
+	VMOVUPS     192(R10), Y13
+	VFMADD231PS 192(AX), Y13, Y5
+	VFMADD231PS 192(CX), Y13, Y6
+	VMOVUPS     704(R10), Y13
+	VFMADD231PS 192(AX), Y13, Y9
+	VFMADD231PS 192(CX), Y13, Y10
+	VMOVUPS     224(R10), Y13
+	VFMADD231PS 224(AX), Y13, Y7
+	VFMADD231PS 224(CX), Y13, Y8
+	VMOVUPS     736(R10), Y13
+	VFMADD231PS 224(AX), Y13, Y11
+	VFMADD231PS 224(CX), Y13, Y12
+	CMPQ        R9, $0x00000120
+	JBE         stateVKf32AVX2_dead_44
+	VMOVUPS     256(R10), Y13
+	VFMADD231PS 256(AX), Y13, Y5
+	VFMADD231PS 256(CX), Y13, Y6
+	VMOVUPS     768(R10), Y13
+	VFMADD231PS 256(AX), Y13, Y9
+	VFMADD231PS 256(CX), Y13, Y10
+	CMPQ        R9, $0x00000140
+	JBE         stateVKf32AVX2_dead_44
+	VMOVUPS     288(R10), Y13
+	VFMADD231PS 288(AX), Y13, Y7
+	VFMADD231PS 288(CX), Y13, Y8
+	VMOVUPS     800(R10), Y13
+	VFMADD231PS 288(AX), Y13, Y11
+	VFMADD231PS 288(CX), Y13, Y12
+	CMPQ        R9, $0x00000160
+	JBE         stateVKf32AVX2_dead_44
+	VMOVUPS     320(R10), Y13
+	VFMADD231PS 320(AX), Y13, Y5
+	VFMADD231PS 320(CX), Y13, Y6
+	VMOVUPS     832(R10), Y13
+	VFMADD231PS 320(AX), Y13, Y9
+	VFMADD231PS 320(CX), Y13, Y10
+
+stateVKf32AVX2_dead_44:
+	VFMADD231PS  -32(AX)(R9*1), Y2, Y7
+	VFMADD231PS  -32(CX)(R9*1), Y2, Y8
+	VFMADD231PS  -32(AX)(R9*1), Y4, Y11
+	VFMADD231PS  -32(CX)(R9*1), Y4, Y12
+	VADDPS       Y7, Y5, Y5
+	VADDPS       Y11, Y9, Y9
+	VADDPS       Y8, Y6, Y6
+	VADDPS       Y12, Y10, Y10
+	VPERM2F128   $0x20, Y9, Y5, Y7
+	VPERM2F128   $0x31, Y9, Y5, Y5
+	VADDPS       Y5, Y7, Y7
+	VPERM2F128   $0x20, Y10, Y6, Y5
+	VPERM2F128   $0x31, Y10, Y6, Y6
+	VADDPS       Y6, Y5, Y5
+	VSHUFPS      $0x44, Y5, Y7, Y6
+	VSHUFPS      $0xee, Y5, Y7, Y5
+	VADDPS       Y5, Y6, Y6
+	VSHUFPS      $0x88, Y6, Y6, Y5
+	VSHUFPS      $0xdd, Y6, Y6, Y6
+	VADDPS       Y6, Y5, Y5
+	VMOVUPS      vkpermAVX2_2<>+0(SB), Y6
+	VPERMPS      Y5, Y6, Y5
+	VMOVSS       (DX), X1
+	VUCOMISS     nearone<>+0(SB), X1
+	JCS          stateVKf32AVX2_far_15
+	VBROADCASTSS (DX), Y6
+	VFMADD213PS  Y5, Y6, Y5
+	JMP          stateVKf32AVX2_decayed_15
+
+stateVKf32AVX2_far_15:
+	VBROADCASTSS 4(DX), Y6
+	VMULPS       Y5, Y6, Y5
+
+stateVKf32AVX2_decayed_15:
+	VEXTRACTF128 $0x01, Y5, X6
+	VMOVSD       (SI), X1
+	VSUBPS       X5, X1, X1
+	VBROADCASTSS 8(DX), Y5
+	VMULPS       X5, X1, X1
+	VBROADCASTSS 12(DX), Y5
+	VFMADD231PS  X5, X1, X6
+	VMOVSD       X6, (DI)
+	VMOVSS       (DX), X5
+	VUCOMISS     nearone<>+0(SB), X5
+	JCS          stateVKf32AVX2_far_16
+	VBROADCASTSS (DX), Y5
+	VBROADCASTSS X1, Y6
+	VMOVUPS      vklane1<>+0(SB), Y7
+	VPERMPS      Y1, Y7, Y7
+	VFMADD213PS  Y0, Y5, Y0
+	VFMADD231PS  (AX), Y6, Y0
+	VFMADD213PS  Y3, Y5, Y3
+	VFMADD231PS  (AX), Y7, Y3
+	VMOVUPS      32(R10), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  32(AX), Y6, Y8
+	VMOVUPS      Y8, 32(R10)
+	VMOVUPS      544(R10), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  32(AX), Y7, Y8
+	VMOVUPS      Y8, 544(R10)
+	VMOVUPS      64(R10), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  64(AX), Y6, Y8
+	VMOVUPS      Y8, 64(R10)
+	VMOVUPS      576(R10), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  64(AX), Y7, Y8
+	VMOVUPS      Y8, 576(R10)
+	VMOVUPS      96(R10), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  96(AX), Y6, Y8
+	VMOVUPS      Y8, 96(R10)
+	VMOVUPS      608(R10), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  96(AX), Y7, Y8
+	VMOVUPS      Y8, 608(R10)
+	VMOVUPS      128(R10), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  128(AX), Y6, Y8
+	VMOVUPS      Y8, 128(R10)
+	VMOVUPS      640(R10), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  128(AX), Y7, Y8
+	VMOVUPS      Y8, 640(R10)
+	VMOVUPS      160(R10), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  160(AX), Y6, Y8
+	VMOVUPS      Y8, 160(R10)
+	VMOVUPS      672(R10), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  160(AX), Y7, Y8
+	VMOVUPS      Y8, 672(R10)
+	VMOVUPS      192(R10), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  192(AX), Y6, Y8
+	VMOVUPS      Y8, 192(R10)
+	VMOVUPS      704(R10), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  192(AX), Y7, Y8
+	VMOVUPS      Y8, 704(R10)
+	VMOVUPS      224(R10), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  224(AX), Y6, Y8
+	VMOVUPS      Y8, 224(R10)
+	VMOVUPS      736(R10), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  224(AX), Y7, Y8
+	VMOVUPS      Y8, 736(R10)
+	CMPQ         R9, $0x00000120
+	JBE          stateVKf32AVX2_dead_45
+	VMOVUPS      256(R10), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  256(AX), Y6, Y8
+	VMOVUPS      Y8, 256(R10)
+	VMOVUPS      768(R10), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  256(AX), Y7, Y8
+	VMOVUPS      Y8, 768(R10)
+	CMPQ         R9, $0x00000140
+	JBE          stateVKf32AVX2_dead_45
+	VMOVUPS      288(R10), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  288(AX), Y6, Y8
+	VMOVUPS      Y8, 288(R10)
+	VMOVUPS      800(R10), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  288(AX), Y7, Y8
+	VMOVUPS      Y8, 800(R10)
+	CMPQ         R9, $0x00000160
+	JBE          stateVKf32AVX2_dead_45
+	VMOVUPS      320(R10), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  320(AX), Y6, Y8
+	VMOVUPS      Y8, 320(R10)
+	VMOVUPS      832(R10), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  320(AX), Y7, Y8
+	VMOVUPS      Y8, 832(R10)
+
+stateVKf32AVX2_dead_45:
+	VFMADD213PS Y2, Y5, Y2
+	VFMADD231PS -32(AX)(R9*1), Y6, Y2
+	VANDPS      48(SP), Y2, Y2
+	VFMADD213PS Y4, Y5, Y4
+	VFMADD231PS -32(AX)(R9*1), Y7, Y4
+	VANDPS      48(SP), Y4, Y4
+	JMP         stateVKf32AVX2_decayed_16
+
+stateVKf32AVX2_far_16:
+	VBROADCASTSS 4(DX), Y5
+	VBROADCASTSS X1, Y6
+	VMOVUPS      vklane1<>+0(SB), Y7
+	VPERMPS      Y1, Y7, Y7
+	VMULPS       Y0, Y5, Y0
+	VFMADD231PS  (AX), Y6, Y0
+	VMULPS       Y3, Y5, Y3
+	VFMADD231PS  (AX), Y7, Y3
+	VMOVUPS      32(R10), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  32(AX), Y6, Y8
+	VMOVUPS      Y8, 32(R10)
+	VMOVUPS      544(R10), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  32(AX), Y7, Y8
+	VMOVUPS      Y8, 544(R10)
+	VMOVUPS      64(R10), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  64(AX), Y6, Y8
+	VMOVUPS      Y8, 64(R10)
+	VMOVUPS      576(R10), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  64(AX), Y7, Y8
+	VMOVUPS      Y8, 576(R10)
+	VMOVUPS      96(R10), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  96(AX), Y6, Y8
+	VMOVUPS      Y8, 96(R10)
+	VMOVUPS      608(R10), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  96(AX), Y7, Y8
+	VMOVUPS      Y8, 608(R10)
+	VMOVUPS      128(R10), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  128(AX), Y6, Y8
+	VMOVUPS      Y8, 128(R10)
+	VMOVUPS      640(R10), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  128(AX), Y7, Y8
+	VMOVUPS      Y8, 640(R10)
+	VMOVUPS      160(R10), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  160(AX), Y6, Y8
+	VMOVUPS      Y8, 160(R10)
+	VMOVUPS      672(R10), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  160(AX), Y7, Y8
+	VMOVUPS      Y8, 672(R10)
+	VMOVUPS      192(R10), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  192(AX), Y6, Y8
+	VMOVUPS      Y8, 192(R10)
+	VMOVUPS      704(R10), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  192(AX), Y7, Y8
+	VMOVUPS      Y8, 704(R10)
+	VMOVUPS      224(R10), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  224(AX), Y6, Y8
+	VMOVUPS      Y8, 224(R10)
+	VMOVUPS      736(R10), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  224(AX), Y7, Y8
+	VMOVUPS      Y8, 736(R10)
+	CMPQ         R9, $0x00000120
+	JBE          stateVKf32AVX2_dead_46
+	VMOVUPS      256(R10), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  256(AX), Y6, Y8
+	VMOVUPS      Y8, 256(R10)
+	VMOVUPS      768(R10), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  256(AX), Y7, Y8
+	VMOVUPS      Y8, 768(R10)
+	CMPQ         R9, $0x00000140
+	JBE          stateVKf32AVX2_dead_46
+	VMOVUPS      288(R10), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  288(AX), Y6, Y8
+	VMOVUPS      Y8, 288(R10)
+	VMOVUPS      800(R10), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  288(AX), Y7, Y8
+	VMOVUPS      Y8, 800(R10)
+	CMPQ         R9, $0x00000160
+	JBE          stateVKf32AVX2_dead_46
+	VMOVUPS      320(R10), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  320(AX), Y6, Y8
+	VMOVUPS      Y8, 320(R10)
+	VMOVUPS      832(R10), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  320(AX), Y7, Y8
+	VMOVUPS      Y8, 832(R10)
+
+stateVKf32AVX2_dead_46:
+	VMULPS      Y2, Y5, Y2
+	VFMADD231PS -32(AX)(R9*1), Y6, Y2
+	VANDPS      48(SP), Y2, Y2
+	VMULPS      Y4, Y5, Y4
+	VFMADD231PS -32(AX)(R9*1), Y7, Y4
+	VANDPS      48(SP), Y4, Y4
+
+stateVKf32AVX2_decayed_16:
+	// The state after this token, if stored.
+	MOVQ    (BX), R11
+	TESTQ   R11, R11
+	JZ      stateVKf32AVX2_nostore_5
+	MOVQ    (SP), R12
+	IMULQ   R9, R12
+	ADDQ    R12, R11
+	VMOVUPS Y2, -32(R11)(R9*1)
+	VMOVUPS Y0, (R11)
+	VMOVUPS 32(R10), Y5
+	VMOVUPS Y5, 32(R11)
+	VMOVUPS 64(R10), Y5
+	VMOVUPS Y5, 64(R11)
+	VMOVUPS 96(R10), Y5
+	VMOVUPS Y5, 96(R11)
+	VMOVUPS 128(R10), Y5
+	VMOVUPS Y5, 128(R11)
+	VMOVUPS 160(R10), Y5
+	VMOVUPS Y5, 160(R11)
+	VMOVUPS 192(R10), Y5
+	VMOVUPS Y5, 192(R11)
+	VMOVUPS 224(R10), Y5
+	VMOVUPS Y5, 224(R11)
+	CMPQ    R9, $0x00000120
+	JBE     stateVKf32AVX2_dead_47
+	VMOVUPS 256(R10), Y5
+	VMOVUPS Y5, 256(R11)
+	CMPQ    R9, $0x00000140
+	JBE     stateVKf32AVX2_dead_47
+	VMOVUPS 288(R10), Y5
+	VMOVUPS Y5, 288(R11)
+	CMPQ    R9, $0x00000160
+	JBE     stateVKf32AVX2_dead_47
+	VMOVUPS 320(R10), Y5
+	VMOVUPS Y5, 320(R11)
+
+stateVKf32AVX2_dead_47:
+	ADDQ    R9, R11
+	VMOVUPS Y4, -32(R11)(R9*1)
+	VMOVUPS Y3, (R11)
+	VMOVUPS 544(R10), Y5
+	VMOVUPS Y5, 32(R11)
+	VMOVUPS 576(R10), Y5
+	VMOVUPS Y5, 64(R11)
+	VMOVUPS 608(R10), Y5
+	VMOVUPS Y5, 96(R11)
+	VMOVUPS 640(R10), Y5
+	VMOVUPS Y5, 128(R11)
+	VMOVUPS 672(R10), Y5
+	VMOVUPS Y5, 160(R11)
+	VMOVUPS 704(R10), Y5
+	VMOVUPS Y5, 192(R11)
+	VMOVUPS 736(R10), Y5
+	VMOVUPS Y5, 224(R11)
+	CMPQ    R9, $0x00000120
+	JBE     stateVKf32AVX2_dead_48
+	VMOVUPS 768(R10), Y5
+	VMOVUPS Y5, 256(R11)
+	CMPQ    R9, $0x00000140
+	JBE     stateVKf32AVX2_dead_48
+	VMOVUPS 800(R10), Y5
+	VMOVUPS Y5, 288(R11)
+	CMPQ    R9, $0x00000160
+	JBE     stateVKf32AVX2_dead_48
+	VMOVUPS 832(R10), Y5
+	VMOVUPS Y5, 320(R11)
+
+stateVKf32AVX2_dead_48:
+stateVKf32AVX2_nostore_5:
+	ADDQ R9, AX
+	ADDQ R9, CX
+	ADDQ $0x10, DX
+	ADDQ $0x08, BX
+	ADDQ 32(SP), SI
+	ADDQ 24(SP), DI
+	DECQ R8
+	JNZ  stateVKf32AVX2_token_5
+	ADDQ $0x00000002, (SP)
+	SUBQ $0x00000002, 8(SP)
+	JMP  stateVKf32AVX2_group_5
+
+stateVKf32AVX2_groupsdone_5:
+stateVKf32AVX2_pairtail_3:
+stateVKf32AVX2_group_6:
+	CMPQ 8(SP), $0x00000001
+	JB   stateVKf32AVX2_groupsdone_6
+
+	// Load 1 row(s) of 9…12 vectors.
+	MOVQ       src_base+16(FP), AX
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	PREFETCHT0 8448(AX)
+	CMPQ       R9, $0x00000140
+	JBE        stateVKf32AVX2_dead_49
+	PREFETCHT0 8512(AX)
+
+stateVKf32AVX2_dead_49:
+	VMOVUPS (AX), Y0
+	VMOVUPS 32(AX), Y1
+	VMOVUPS 64(AX), Y2
+	VMOVUPS 96(AX), Y3
+	VMOVUPS 128(AX), Y4
+	VMOVUPS 160(AX), Y5
+	VMOVUPS 192(AX), Y6
+	VMOVUPS 224(AX), Y7
+	CMPQ    R9, $0x00000120
+	JBE     stateVKf32AVX2_dead_50
+	VMOVUPS 256(AX), Y8
+	VMOVUPS Y8, 80(SP)
+	CMPQ    R9, $0x00000140
+	JBE     stateVKf32AVX2_dead_50
+	VMOVUPS 288(AX), Y8
+	VMOVUPS Y8, 112(SP)
+	CMPQ    R9, $0x00000160
+	JBE     stateVKf32AVX2_dead_50
+	VMOVUPS 320(AX), Y8
+	VMOVUPS Y8, 144(SP)
+
+stateVKf32AVX2_dead_50:
+	VMOVUPS -32(AX)(R9*1), Y8
+	VANDPS  48(SP), Y8, Y8
+	MOVQ    kh_base+64(FP), AX
+	MOVQ    qh_base+88(FP), CX
+	MOVQ    tok_base+168(FP), DX
+	MOVQ    stores_base+40(FP), BX
+	MOVQ    v_base+112(FP), SI
+	MOVQ    o_base+144(FP), DI
+	MOVQ    (SP), R8
+	SHLQ    $0x02, R8
+	ADDQ    R8, SI
+	ADDQ    R8, DI
+	MOVQ    16(SP), R8
+
+stateVKf32AVX2_token_6:
 	VMULPS      (AX), Y0, Y9
 	VMULPS      (CX), Y0, Y10
 	VMULPS      32(AX), Y1, Y11
@@ -21754,22 +23876,22 @@ stateVKf32AVX2_token_3:
 	VFMADD231PS 224(AX), Y7, Y11
 	VFMADD231PS 224(CX), Y7, Y12
 	CMPQ        R9, $0x00000120
-	JBE         stateVKf32AVX2_dead_15
-	VMOVUPS     72(SP), Y13
+	JBE         stateVKf32AVX2_dead_51
+	VMOVUPS     80(SP), Y13
 	VFMADD231PS 256(AX), Y13, Y9
 	VFMADD231PS 256(CX), Y13, Y10
 	CMPQ        R9, $0x00000140
-	JBE         stateVKf32AVX2_dead_15
-	VMOVUPS     104(SP), Y13
+	JBE         stateVKf32AVX2_dead_51
+	VMOVUPS     112(SP), Y13
 	VFMADD231PS 288(AX), Y13, Y11
 	VFMADD231PS 288(CX), Y13, Y12
 	CMPQ        R9, $0x00000160
-	JBE         stateVKf32AVX2_dead_15
-	VMOVUPS     136(SP), Y13
+	JBE         stateVKf32AVX2_dead_51
+	VMOVUPS     144(SP), Y13
 	VFMADD231PS 320(AX), Y13, Y9
 	VFMADD231PS 320(CX), Y13, Y10
 
-stateVKf32AVX2_dead_15:
+stateVKf32AVX2_dead_51:
 	VFMADD231PS  -32(AX)(R9*1), Y8, Y11
 	VFMADD231PS  -32(CX)(R9*1), Y8, Y12
 	VADDPS       Y11, Y9, Y9
@@ -21787,16 +23909,16 @@ stateVKf32AVX2_dead_15:
 	VPERMPS      Y10, Y9, Y9
 	VMOVSS       (DX), X10
 	VUCOMISS     nearone<>+0(SB), X10
-	JCS          stateVKf32AVX2_far_5
+	JCS          stateVKf32AVX2_far_17
 	VBROADCASTSS (DX), Y10
 	VFMADD213PS  Y9, Y10, Y9
-	JMP          stateVKf32AVX2_decayed_5
+	JMP          stateVKf32AVX2_decayed_17
 
-stateVKf32AVX2_far_5:
+stateVKf32AVX2_far_17:
 	VBROADCASTSS 4(DX), Y10
 	VMULPS       Y9, Y10, Y9
 
-stateVKf32AVX2_decayed_5:
+stateVKf32AVX2_decayed_17:
 	VEXTRACTF128 $0x01, Y9, X10
 	VMOVSS       (SI), X11
 	VSUBPS       X9, X11, X11
@@ -21807,7 +23929,7 @@ stateVKf32AVX2_decayed_5:
 	VMOVSS       X10, (DI)
 	VMOVSS       (DX), X10
 	VUCOMISS     nearone<>+0(SB), X10
-	JCS          stateVKf32AVX2_far_6
+	JCS          stateVKf32AVX2_far_18
 	VBROADCASTSS (DX), Y10
 	VBROADCASTSS X9, Y9
 	VFMADD213PS  Y0, Y10, Y0
@@ -21827,31 +23949,31 @@ stateVKf32AVX2_decayed_5:
 	VFMADD213PS  Y7, Y10, Y7
 	VFMADD231PS  224(AX), Y9, Y7
 	CMPQ         R9, $0x00000120
-	JBE          stateVKf32AVX2_dead_16
-	VMOVUPS      72(SP), Y11
+	JBE          stateVKf32AVX2_dead_52
+	VMOVUPS      80(SP), Y11
 	VFMADD213PS  Y11, Y10, Y11
 	VFMADD231PS  256(AX), Y9, Y11
-	VMOVUPS      Y11, 72(SP)
+	VMOVUPS      Y11, 80(SP)
 	CMPQ         R9, $0x00000140
-	JBE          stateVKf32AVX2_dead_16
-	VMOVUPS      104(SP), Y11
+	JBE          stateVKf32AVX2_dead_52
+	VMOVUPS      112(SP), Y11
 	VFMADD213PS  Y11, Y10, Y11
 	VFMADD231PS  288(AX), Y9, Y11
-	VMOVUPS      Y11, 104(SP)
+	VMOVUPS      Y11, 112(SP)
 	CMPQ         R9, $0x00000160
-	JBE          stateVKf32AVX2_dead_16
-	VMOVUPS      136(SP), Y11
+	JBE          stateVKf32AVX2_dead_52
+	VMOVUPS      144(SP), Y11
 	VFMADD213PS  Y11, Y10, Y11
 	VFMADD231PS  320(AX), Y9, Y11
-	VMOVUPS      Y11, 136(SP)
+	VMOVUPS      Y11, 144(SP)
 
-stateVKf32AVX2_dead_16:
+stateVKf32AVX2_dead_52:
 	VFMADD213PS Y8, Y10, Y8
 	VFMADD231PS -32(AX)(R9*1), Y9, Y8
-	VANDPS      40(SP), Y8, Y8
-	JMP         stateVKf32AVX2_decayed_6
+	VANDPS      48(SP), Y8, Y8
+	JMP         stateVKf32AVX2_decayed_18
 
-stateVKf32AVX2_far_6:
+stateVKf32AVX2_far_18:
 	VBROADCASTSS 4(DX), Y10
 	VBROADCASTSS X9, Y9
 	VMULPS       Y0, Y10, Y0
@@ -21871,34 +23993,34 @@ stateVKf32AVX2_far_6:
 	VMULPS       Y7, Y10, Y7
 	VFMADD231PS  224(AX), Y9, Y7
 	CMPQ         R9, $0x00000120
-	JBE          stateVKf32AVX2_dead_17
-	VMOVUPS      72(SP), Y11
+	JBE          stateVKf32AVX2_dead_53
+	VMOVUPS      80(SP), Y11
 	VMULPS       Y11, Y10, Y11
 	VFMADD231PS  256(AX), Y9, Y11
-	VMOVUPS      Y11, 72(SP)
+	VMOVUPS      Y11, 80(SP)
 	CMPQ         R9, $0x00000140
-	JBE          stateVKf32AVX2_dead_17
-	VMOVUPS      104(SP), Y11
+	JBE          stateVKf32AVX2_dead_53
+	VMOVUPS      112(SP), Y11
 	VMULPS       Y11, Y10, Y11
 	VFMADD231PS  288(AX), Y9, Y11
-	VMOVUPS      Y11, 104(SP)
+	VMOVUPS      Y11, 112(SP)
 	CMPQ         R9, $0x00000160
-	JBE          stateVKf32AVX2_dead_17
-	VMOVUPS      136(SP), Y11
+	JBE          stateVKf32AVX2_dead_53
+	VMOVUPS      144(SP), Y11
 	VMULPS       Y11, Y10, Y11
 	VFMADD231PS  320(AX), Y9, Y11
-	VMOVUPS      Y11, 136(SP)
+	VMOVUPS      Y11, 144(SP)
 
-stateVKf32AVX2_dead_17:
+stateVKf32AVX2_dead_53:
 	VMULPS      Y8, Y10, Y8
 	VFMADD231PS -32(AX)(R9*1), Y9, Y8
-	VANDPS      40(SP), Y8, Y8
+	VANDPS      48(SP), Y8, Y8
 
-stateVKf32AVX2_decayed_6:
+stateVKf32AVX2_decayed_18:
 	// The state after this token, if stored.
 	MOVQ    (BX), R10
 	TESTQ   R10, R10
-	JZ      stateVKf32AVX2_nostore_3
+	JZ      stateVKf32AVX2_nostore_6
 	MOVQ    (SP), R11
 	IMULQ   R9, R11
 	ADDQ    R11, R10
@@ -21912,20 +24034,20 @@ stateVKf32AVX2_decayed_6:
 	VMOVUPS Y6, 192(R10)
 	VMOVUPS Y7, 224(R10)
 	CMPQ    R9, $0x00000120
-	JBE     stateVKf32AVX2_dead_18
-	VMOVUPS 72(SP), Y9
+	JBE     stateVKf32AVX2_dead_54
+	VMOVUPS 80(SP), Y9
 	VMOVUPS Y9, 256(R10)
 	CMPQ    R9, $0x00000140
-	JBE     stateVKf32AVX2_dead_18
-	VMOVUPS 104(SP), Y9
+	JBE     stateVKf32AVX2_dead_54
+	VMOVUPS 112(SP), Y9
 	VMOVUPS Y9, 288(R10)
 	CMPQ    R9, $0x00000160
-	JBE     stateVKf32AVX2_dead_18
-	VMOVUPS 136(SP), Y9
+	JBE     stateVKf32AVX2_dead_54
+	VMOVUPS 144(SP), Y9
 	VMOVUPS Y9, 320(R10)
 
-stateVKf32AVX2_dead_18:
-stateVKf32AVX2_nostore_3:
+stateVKf32AVX2_dead_54:
+stateVKf32AVX2_nostore_6:
 	ADDQ R9, AX
 	ADDQ R9, CX
 	ADDQ $0x10, DX
@@ -21933,19 +24055,1151 @@ stateVKf32AVX2_nostore_3:
 	ADDQ 32(SP), SI
 	ADDQ 24(SP), DI
 	DECQ R8
-	JNZ  stateVKf32AVX2_token_3
+	JNZ  stateVKf32AVX2_token_6
 	ADDQ $0x00000001, (SP)
 	SUBQ $0x00000001, 8(SP)
-	JMP  stateVKf32AVX2_group_3
+	JMP  stateVKf32AVX2_group_6
 
-stateVKf32AVX2_groupsdone_3:
+stateVKf32AVX2_groupsdone_6:
 	JMP stateVKf32AVX2_done_1
 
 stateVKf32AVX2_n16_1:
 	// Rows of 13…16 vectors.
-stateVKf32AVX2_group_4:
+	CMPQ 16(SP), $0x01
+	JNE  stateVKf32AVX2_pairs_4
+	MOVQ stores_base+40(FP), AX
+	CMPQ (AX), $0x00
+	JE   stateVKf32AVX2_pairs_4
+
+stateVKf32AVX2_once_4:
+	CMPQ 8(SP), $0x02
+	JB   stateVKf32AVX2_oncedone_4
+
+	// A pair of rows of 13…16 vectors, one token.
+	MOVQ       src_base+16(FP), R10
+	MOVQ       (SP), AX
+	IMULQ      R9, AX
+	ADDQ       AX, R10
+	MOVQ       kh_base+64(FP), AX
+	MOVQ       qh_base+88(FP), CX
+	MOVQ       tok_base+168(FP), DX
+	MOVQ       stores_base+40(FP), BX
+	MOVQ       v_base+112(FP), SI
+	MOVQ       o_base+144(FP), DI
+	MOVQ       (SP), R8
+	SHLQ       $0x02, R8
+	ADDQ       R8, SI
+	ADDQ       R8, DI
+	MOVQ       16(SP), R8
+	PREFETCHT0 8192(R10)
+	PREFETCHT0 8256(R10)
+	PREFETCHT0 8320(R10)
+	PREFETCHT0 8384(R10)
+	PREFETCHT0 8448(R10)
+	PREFETCHT0 8512(R10)
+	PREFETCHT0 8576(R10)
+	PREFETCHT0 8640(R10)
+	PREFETCHT0 8704(R10)
+	PREFETCHT0 8768(R10)
+	PREFETCHT0 8832(R10)
+	PREFETCHT0 8896(R10)
+	PREFETCHT0 8960(R10)
+	CMPQ       R9, $0x000001a0
+	JBE        stateVKf32AVX2_dead_55
+	PREFETCHT0 9024(R10)
+	CMPQ       R9, $0x000001c0
+	JBE        stateVKf32AVX2_dead_55
+	PREFETCHT0 9088(R10)
+	CMPQ       R9, $0x000001e0
+	JBE        stateVKf32AVX2_dead_55
+	PREFETCHT0 9152(R10)
+
+stateVKf32AVX2_dead_55:
+	VMOVUPS     (R10), Y2
+	VMULPS      (AX), Y2, Y0
+	VMULPS      (CX), Y2, Y2
+	VMOVUPS     (R10)(R9*1), Y3
+	VMULPS      (AX), Y3, Y5
+	VMULPS      (CX), Y3, Y6
+	VMOVUPS     32(R10), Y4
+	VMULPS      32(AX), Y4, Y3
+	VMULPS      32(CX), Y4, Y4
+	VMOVUPS     32(R10)(R9*1), Y8
+	VMULPS      32(AX), Y8, Y7
+	VMULPS      32(CX), Y8, Y8
+	VMOVUPS     64(R10), Y9
+	VFMADD231PS 64(AX), Y9, Y0
+	VFMADD231PS 64(CX), Y9, Y2
+	VMOVUPS     64(R10)(R9*1), Y9
+	VFMADD231PS 64(AX), Y9, Y5
+	VFMADD231PS 64(CX), Y9, Y6
+	VMOVUPS     96(R10), Y9
+	VFMADD231PS 96(AX), Y9, Y3
+	VFMADD231PS 96(CX), Y9, Y4
+	VMOVUPS     96(R10)(R9*1), Y9
+	VFMADD231PS 96(AX), Y9, Y7
+	VFMADD231PS 96(CX), Y9, Y8
+	VMOVUPS     128(R10), Y9
+	VFMADD231PS 128(AX), Y9, Y0
+	VFMADD231PS 128(CX), Y9, Y2
+	VMOVUPS     128(R10)(R9*1), Y9
+	VFMADD231PS 128(AX), Y9, Y5
+	VFMADD231PS 128(CX), Y9, Y6
+	VMOVUPS     160(R10), Y9
+	VFMADD231PS 160(AX), Y9, Y3
+	VFMADD231PS 160(CX), Y9, Y4
+	VMOVUPS     160(R10)(R9*1), Y9
+	VFMADD231PS 160(AX), Y9, Y7
+	VFMADD231PS 160(CX), Y9, Y8
+	VMOVUPS     192(R10), Y9
+	VFMADD231PS 192(AX), Y9, Y0
+	VFMADD231PS 192(CX), Y9, Y2
+	VMOVUPS     192(R10)(R9*1), Y9
+	VFMADD231PS 192(AX), Y9, Y5
+	VFMADD231PS 192(CX), Y9, Y6
+	VMOVUPS     224(R10), Y9
+	VFMADD231PS 224(AX), Y9, Y3
+	VFMADD231PS 224(CX), Y9, Y4
+	VMOVUPS     224(R10)(R9*1), Y9
+	VFMADD231PS 224(AX), Y9, Y7
+	VFMADD231PS 224(CX), Y9, Y8
+	VMOVUPS     256(R10), Y9
+	VFMADD231PS 256(AX), Y9, Y0
+	VFMADD231PS 256(CX), Y9, Y2
+	VMOVUPS     256(R10)(R9*1), Y9
+	VFMADD231PS 256(AX), Y9, Y5
+	VFMADD231PS 256(CX), Y9, Y6
+	VMOVUPS     288(R10), Y9
+	VFMADD231PS 288(AX), Y9, Y3
+	VFMADD231PS 288(CX), Y9, Y4
+	VMOVUPS     288(R10)(R9*1), Y9
+	VFMADD231PS 288(AX), Y9, Y7
+	VFMADD231PS 288(CX), Y9, Y8
+	VMOVUPS     320(R10), Y9
+	VFMADD231PS 320(AX), Y9, Y0
+	VFMADD231PS 320(CX), Y9, Y2
+	VMOVUPS     320(R10)(R9*1), Y9
+	VFMADD231PS 320(AX), Y9, Y5
+	VFMADD231PS 320(CX), Y9, Y6
+	VMOVUPS     352(R10), Y9
+	VFMADD231PS 352(AX), Y9, Y3
+	VFMADD231PS 352(CX), Y9, Y4
+	VMOVUPS     352(R10)(R9*1), Y9
+	VFMADD231PS 352(AX), Y9, Y7
+	VFMADD231PS 352(CX), Y9, Y8
+	CMPQ        R9, $0x000001a0
+	JBE         stateVKf32AVX2_dead_56
+	VMOVUPS     384(R10), Y9
+	VFMADD231PS 384(AX), Y9, Y0
+	VFMADD231PS 384(CX), Y9, Y2
+	VMOVUPS     384(R10)(R9*1), Y9
+	VFMADD231PS 384(AX), Y9, Y5
+	VFMADD231PS 384(CX), Y9, Y6
+	CMPQ        R9, $0x000001c0
+	JBE         stateVKf32AVX2_dead_56
+	VMOVUPS     416(R10), Y9
+	VFMADD231PS 416(AX), Y9, Y3
+	VFMADD231PS 416(CX), Y9, Y4
+	VMOVUPS     416(R10)(R9*1), Y9
+	VFMADD231PS 416(AX), Y9, Y7
+	VFMADD231PS 416(CX), Y9, Y8
+	CMPQ        R9, $0x000001e0
+	JBE         stateVKf32AVX2_dead_56
+	VMOVUPS     448(R10), Y9
+	VFMADD231PS 448(AX), Y9, Y0
+	VFMADD231PS 448(CX), Y9, Y2
+	VMOVUPS     448(R10)(R9*1), Y9
+	VFMADD231PS 448(AX), Y9, Y5
+	VFMADD231PS 448(CX), Y9, Y6
+
+stateVKf32AVX2_dead_56:
+	VMOVUPS      -32(R10)(R9*1), Y9
+	VANDPS       48(SP), Y9, Y9
+	VFMADD231PS  -32(AX)(R9*1), Y9, Y3
+	VFMADD231PS  -32(CX)(R9*1), Y9, Y4
+	VMOVUPS      -32(R10)(R9*2), Y9
+	VANDPS       48(SP), Y9, Y9
+	VFMADD231PS  -32(AX)(R9*1), Y9, Y7
+	VFMADD231PS  -32(CX)(R9*1), Y9, Y8
+	VADDPS       Y3, Y0, Y0
+	VADDPS       Y7, Y5, Y5
+	VADDPS       Y4, Y2, Y2
+	VADDPS       Y8, Y6, Y6
+	VPERM2F128   $0x20, Y5, Y0, Y3
+	VPERM2F128   $0x31, Y5, Y0, Y0
+	VADDPS       Y0, Y3, Y3
+	VPERM2F128   $0x20, Y6, Y2, Y0
+	VPERM2F128   $0x31, Y6, Y2, Y2
+	VADDPS       Y2, Y0, Y0
+	VSHUFPS      $0x44, Y0, Y3, Y2
+	VSHUFPS      $0xee, Y0, Y3, Y0
+	VADDPS       Y0, Y2, Y2
+	VSHUFPS      $0x88, Y2, Y2, Y0
+	VSHUFPS      $0xdd, Y2, Y2, Y2
+	VADDPS       Y2, Y0, Y0
+	VMOVUPS      vkpermAVX2_2<>+0(SB), Y2
+	VPERMPS      Y0, Y2, Y0
+	VMOVSS       (DX), X1
+	VUCOMISS     nearone<>+0(SB), X1
+	JCS          stateVKf32AVX2_far_19
+	VBROADCASTSS (DX), Y2
+	VFMADD213PS  Y0, Y2, Y0
+	JMP          stateVKf32AVX2_decayed_19
+
+stateVKf32AVX2_far_19:
+	VBROADCASTSS 4(DX), Y2
+	VMULPS       Y0, Y2, Y0
+
+stateVKf32AVX2_decayed_19:
+	VEXTRACTF128 $0x01, Y0, X2
+	VMOVSD       (SI), X1
+	VSUBPS       X0, X1, X1
+	VBROADCASTSS 8(DX), Y0
+	VMULPS       X0, X1, X1
+	VBROADCASTSS 12(DX), Y0
+	VFMADD231PS  X0, X1, X2
+	VMOVSD       X2, (DI)
+	MOVQ         (BX), CX
+	MOVQ         (SP), BX
+	IMULQ        R9, BX
+	ADDQ         BX, CX
+	VMOVUPS      -32(R10)(R9*1), Y0
+	VMOVUPS      -32(R10)(R9*2), Y2
+	VMOVSS       (DX), X3
+	VUCOMISS     nearone<>+0(SB), X3
+	JCS          stateVKf32AVX2_far_20
+	VBROADCASTSS (DX), Y3
+	VBROADCASTSS X1, Y4
+	VMOVUPS      vklane1<>+0(SB), Y5
+	VPERMPS      Y1, Y5, Y5
+	VMOVUPS      (R10), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  (AX), Y4, Y6
+	VMOVUPS      Y6, (CX)
+	VMOVUPS      (R10)(R9*1), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  (AX), Y5, Y6
+	VMOVUPS      Y6, (CX)(R9*1)
+	VMOVUPS      32(R10), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  32(AX), Y4, Y6
+	VMOVUPS      Y6, 32(CX)
+	VMOVUPS      32(R10)(R9*1), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  32(AX), Y5, Y6
+	VMOVUPS      Y6, 32(CX)(R9*1)
+	VMOVUPS      64(R10), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  64(AX), Y4, Y6
+	VMOVUPS      Y6, 64(CX)
+	VMOVUPS      64(R10)(R9*1), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  64(AX), Y5, Y6
+	VMOVUPS      Y6, 64(CX)(R9*1)
+	VMOVUPS      96(R10), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  96(AX), Y4, Y6
+	VMOVUPS      Y6, 96(CX)
+	VMOVUPS      96(R10)(R9*1), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  96(AX), Y5, Y6
+	VMOVUPS      Y6, 96(CX)(R9*1)
+	VMOVUPS      128(R10), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  128(AX), Y4, Y6
+	VMOVUPS      Y6, 128(CX)
+	VMOVUPS      128(R10)(R9*1), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  128(AX), Y5, Y6
+	VMOVUPS      Y6, 128(CX)(R9*1)
+	VMOVUPS      160(R10), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  160(AX), Y4, Y6
+	VMOVUPS      Y6, 160(CX)
+	VMOVUPS      160(R10)(R9*1), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  160(AX), Y5, Y6
+	VMOVUPS      Y6, 160(CX)(R9*1)
+	VMOVUPS      192(R10), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  192(AX), Y4, Y6
+	VMOVUPS      Y6, 192(CX)
+	VMOVUPS      192(R10)(R9*1), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  192(AX), Y5, Y6
+	VMOVUPS      Y6, 192(CX)(R9*1)
+	VMOVUPS      224(R10), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  224(AX), Y4, Y6
+	VMOVUPS      Y6, 224(CX)
+	VMOVUPS      224(R10)(R9*1), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  224(AX), Y5, Y6
+	VMOVUPS      Y6, 224(CX)(R9*1)
+	VMOVUPS      256(R10), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  256(AX), Y4, Y6
+	VMOVUPS      Y6, 256(CX)
+	VMOVUPS      256(R10)(R9*1), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  256(AX), Y5, Y6
+	VMOVUPS      Y6, 256(CX)(R9*1)
+	VMOVUPS      288(R10), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  288(AX), Y4, Y6
+	VMOVUPS      Y6, 288(CX)
+	VMOVUPS      288(R10)(R9*1), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  288(AX), Y5, Y6
+	VMOVUPS      Y6, 288(CX)(R9*1)
+	VMOVUPS      320(R10), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  320(AX), Y4, Y6
+	VMOVUPS      Y6, 320(CX)
+	VMOVUPS      320(R10)(R9*1), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  320(AX), Y5, Y6
+	VMOVUPS      Y6, 320(CX)(R9*1)
+	VMOVUPS      352(R10), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  352(AX), Y4, Y6
+	VMOVUPS      Y6, 352(CX)
+	VMOVUPS      352(R10)(R9*1), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  352(AX), Y5, Y6
+	VMOVUPS      Y6, 352(CX)(R9*1)
+	CMPQ         R9, $0x000001a0
+	JBE          stateVKf32AVX2_dead_57
+	VMOVUPS      384(R10), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  384(AX), Y4, Y6
+	VMOVUPS      Y6, 384(CX)
+	VMOVUPS      384(R10)(R9*1), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  384(AX), Y5, Y6
+	VMOVUPS      Y6, 384(CX)(R9*1)
+	CMPQ         R9, $0x000001c0
+	JBE          stateVKf32AVX2_dead_57
+	VMOVUPS      416(R10), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  416(AX), Y4, Y6
+	VMOVUPS      Y6, 416(CX)
+	VMOVUPS      416(R10)(R9*1), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  416(AX), Y5, Y6
+	VMOVUPS      Y6, 416(CX)(R9*1)
+	CMPQ         R9, $0x000001e0
+	JBE          stateVKf32AVX2_dead_57
+	VMOVUPS      448(R10), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  448(AX), Y4, Y6
+	VMOVUPS      Y6, 448(CX)
+	VMOVUPS      448(R10)(R9*1), Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  448(AX), Y5, Y6
+	VMOVUPS      Y6, 448(CX)(R9*1)
+
+stateVKf32AVX2_dead_57:
+	VFMADD213PS Y0, Y3, Y0
+	VFMADD231PS -32(AX)(R9*1), Y4, Y0
+	VMOVUPS     Y0, -32(CX)(R9*1)
+	VFMADD213PS Y2, Y3, Y2
+	VFMADD231PS -32(AX)(R9*1), Y5, Y2
+	VMOVUPS     Y2, -32(CX)(R9*2)
+	JMP         stateVKf32AVX2_decayed_20
+
+stateVKf32AVX2_far_20:
+	VBROADCASTSS 4(DX), Y3
+	VBROADCASTSS X1, Y4
+	VMOVUPS      vklane1<>+0(SB), Y5
+	VPERMPS      Y1, Y5, Y5
+	VMOVUPS      (R10), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  (AX), Y4, Y6
+	VMOVUPS      Y6, (CX)
+	VMOVUPS      (R10)(R9*1), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  (AX), Y5, Y6
+	VMOVUPS      Y6, (CX)(R9*1)
+	VMOVUPS      32(R10), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  32(AX), Y4, Y6
+	VMOVUPS      Y6, 32(CX)
+	VMOVUPS      32(R10)(R9*1), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  32(AX), Y5, Y6
+	VMOVUPS      Y6, 32(CX)(R9*1)
+	VMOVUPS      64(R10), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  64(AX), Y4, Y6
+	VMOVUPS      Y6, 64(CX)
+	VMOVUPS      64(R10)(R9*1), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  64(AX), Y5, Y6
+	VMOVUPS      Y6, 64(CX)(R9*1)
+	VMOVUPS      96(R10), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  96(AX), Y4, Y6
+	VMOVUPS      Y6, 96(CX)
+	VMOVUPS      96(R10)(R9*1), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  96(AX), Y5, Y6
+	VMOVUPS      Y6, 96(CX)(R9*1)
+	VMOVUPS      128(R10), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  128(AX), Y4, Y6
+	VMOVUPS      Y6, 128(CX)
+	VMOVUPS      128(R10)(R9*1), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  128(AX), Y5, Y6
+	VMOVUPS      Y6, 128(CX)(R9*1)
+	VMOVUPS      160(R10), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  160(AX), Y4, Y6
+	VMOVUPS      Y6, 160(CX)
+	VMOVUPS      160(R10)(R9*1), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  160(AX), Y5, Y6
+	VMOVUPS      Y6, 160(CX)(R9*1)
+	VMOVUPS      192(R10), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  192(AX), Y4, Y6
+	VMOVUPS      Y6, 192(CX)
+	VMOVUPS      192(R10)(R9*1), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  192(AX), Y5, Y6
+	VMOVUPS      Y6, 192(CX)(R9*1)
+	VMOVUPS      224(R10), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  224(AX), Y4, Y6
+	VMOVUPS      Y6, 224(CX)
+	VMOVUPS      224(R10)(R9*1), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  224(AX), Y5, Y6
+	VMOVUPS      Y6, 224(CX)(R9*1)
+	VMOVUPS      256(R10), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  256(AX), Y4, Y6
+	VMOVUPS      Y6, 256(CX)
+	VMOVUPS      256(R10)(R9*1), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  256(AX), Y5, Y6
+	VMOVUPS      Y6, 256(CX)(R9*1)
+	VMOVUPS      288(R10), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  288(AX), Y4, Y6
+	VMOVUPS      Y6, 288(CX)
+	VMOVUPS      288(R10)(R9*1), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  288(AX), Y5, Y6
+	VMOVUPS      Y6, 288(CX)(R9*1)
+	VMOVUPS      320(R10), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  320(AX), Y4, Y6
+	VMOVUPS      Y6, 320(CX)
+	VMOVUPS      320(R10)(R9*1), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  320(AX), Y5, Y6
+	VMOVUPS      Y6, 320(CX)(R9*1)
+	VMOVUPS      352(R10), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  352(AX), Y4, Y6
+	VMOVUPS      Y6, 352(CX)
+	VMOVUPS      352(R10)(R9*1), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  352(AX), Y5, Y6
+	VMOVUPS      Y6, 352(CX)(R9*1)
+	CMPQ         R9, $0x000001a0
+	JBE          stateVKf32AVX2_dead_58
+	VMOVUPS      384(R10), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  384(AX), Y4, Y6
+	VMOVUPS      Y6, 384(CX)
+	VMOVUPS      384(R10)(R9*1), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  384(AX), Y5, Y6
+	VMOVUPS      Y6, 384(CX)(R9*1)
+	CMPQ         R9, $0x000001c0
+	JBE          stateVKf32AVX2_dead_58
+	VMOVUPS      416(R10), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  416(AX), Y4, Y6
+	VMOVUPS      Y6, 416(CX)
+	VMOVUPS      416(R10)(R9*1), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  416(AX), Y5, Y6
+	VMOVUPS      Y6, 416(CX)(R9*1)
+	CMPQ         R9, $0x000001e0
+	JBE          stateVKf32AVX2_dead_58
+	VMOVUPS      448(R10), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  448(AX), Y4, Y6
+	VMOVUPS      Y6, 448(CX)
+	VMOVUPS      448(R10)(R9*1), Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  448(AX), Y5, Y6
+	VMOVUPS      Y6, 448(CX)(R9*1)
+
+stateVKf32AVX2_dead_58:
+	VMULPS      Y0, Y3, Y0
+	VFMADD231PS -32(AX)(R9*1), Y4, Y0
+	VMOVUPS     Y0, -32(CX)(R9*1)
+	VMULPS      Y2, Y3, Y2
+	VFMADD231PS -32(AX)(R9*1), Y5, Y2
+	VMOVUPS     Y2, -32(CX)(R9*2)
+
+stateVKf32AVX2_decayed_20:
+	ADDQ $0x00000002, (SP)
+	SUBQ $0x00000002, 8(SP)
+	JMP  stateVKf32AVX2_once_4
+
+stateVKf32AVX2_oncedone_4:
+	JMP stateVKf32AVX2_pairtail_4
+
+stateVKf32AVX2_pairs_4:
+	MOVQ 40(SP), R10
+
+stateVKf32AVX2_group_7:
+	CMPQ 8(SP), $0x00000002
+	JB   stateVKf32AVX2_groupsdone_7
+
+	// Load 2 row(s) of 13…16 vectors.
+	MOVQ       src_base+16(FP), AX
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	PREFETCHT0 8448(AX)
+	PREFETCHT0 8512(AX)
+	PREFETCHT0 8576(AX)
+	PREFETCHT0 8640(AX)
+	PREFETCHT0 8704(AX)
+	PREFETCHT0 8768(AX)
+	PREFETCHT0 8832(AX)
+	PREFETCHT0 8896(AX)
+	PREFETCHT0 8960(AX)
+	CMPQ       R9, $0x000001a0
+	JBE        stateVKf32AVX2_dead_59
+	PREFETCHT0 9024(AX)
+	CMPQ       R9, $0x000001c0
+	JBE        stateVKf32AVX2_dead_59
+	PREFETCHT0 9088(AX)
+	CMPQ       R9, $0x000001e0
+	JBE        stateVKf32AVX2_dead_59
+	PREFETCHT0 9152(AX)
+
+stateVKf32AVX2_dead_59:
+	VMOVUPS (AX), Y0
+	VMOVUPS 32(AX), Y2
+	VMOVUPS Y2, 32(R10)
+	VMOVUPS 64(AX), Y2
+	VMOVUPS Y2, 64(R10)
+	VMOVUPS 96(AX), Y2
+	VMOVUPS Y2, 96(R10)
+	VMOVUPS 128(AX), Y2
+	VMOVUPS Y2, 128(R10)
+	VMOVUPS 160(AX), Y2
+	VMOVUPS Y2, 160(R10)
+	VMOVUPS 192(AX), Y2
+	VMOVUPS Y2, 192(R10)
+	VMOVUPS 224(AX), Y2
+	VMOVUPS Y2, 224(R10)
+	VMOVUPS 256(AX), Y2
+	VMOVUPS Y2, 256(R10)
+	VMOVUPS 288(AX), Y2
+	VMOVUPS Y2, 288(R10)
+	VMOVUPS 320(AX), Y2
+	VMOVUPS Y2, 320(R10)
+	VMOVUPS 352(AX), Y2
+	VMOVUPS Y2, 352(R10)
+	CMPQ    R9, $0x000001a0
+	JBE     stateVKf32AVX2_dead_60
+	VMOVUPS 384(AX), Y2
+	VMOVUPS Y2, 384(R10)
+	CMPQ    R9, $0x000001c0
+	JBE     stateVKf32AVX2_dead_60
+	VMOVUPS 416(AX), Y2
+	VMOVUPS Y2, 416(R10)
+	CMPQ    R9, $0x000001e0
+	JBE     stateVKf32AVX2_dead_60
+	VMOVUPS 448(AX), Y2
+	VMOVUPS Y2, 448(R10)
+
+stateVKf32AVX2_dead_60:
+	VMOVUPS -32(AX)(R9*1), Y2
+	VANDPS  48(SP), Y2, Y2
+	ADDQ    R9, AX
+	VMOVUPS (AX), Y3
+	VMOVUPS 32(AX), Y4
+	VMOVUPS Y4, 544(R10)
+	VMOVUPS 64(AX), Y4
+	VMOVUPS Y4, 576(R10)
+	VMOVUPS 96(AX), Y4
+	VMOVUPS Y4, 608(R10)
+	VMOVUPS 128(AX), Y4
+	VMOVUPS Y4, 640(R10)
+	VMOVUPS 160(AX), Y4
+	VMOVUPS Y4, 672(R10)
+	VMOVUPS 192(AX), Y4
+	VMOVUPS Y4, 704(R10)
+	VMOVUPS 224(AX), Y4
+	VMOVUPS Y4, 736(R10)
+	VMOVUPS 256(AX), Y4
+	VMOVUPS Y4, 768(R10)
+	VMOVUPS 288(AX), Y4
+	VMOVUPS Y4, 800(R10)
+	VMOVUPS 320(AX), Y4
+	VMOVUPS Y4, 832(R10)
+	VMOVUPS 352(AX), Y4
+	VMOVUPS Y4, 864(R10)
+	CMPQ    R9, $0x000001a0
+	JBE     stateVKf32AVX2_dead_61
+	VMOVUPS 384(AX), Y4
+	VMOVUPS Y4, 896(R10)
+	CMPQ    R9, $0x000001c0
+	JBE     stateVKf32AVX2_dead_61
+	VMOVUPS 416(AX), Y4
+	VMOVUPS Y4, 928(R10)
+	CMPQ    R9, $0x000001e0
+	JBE     stateVKf32AVX2_dead_61
+	VMOVUPS 448(AX), Y4
+	VMOVUPS Y4, 960(R10)
+
+stateVKf32AVX2_dead_61:
+	VMOVUPS -32(AX)(R9*1), Y4
+	VANDPS  48(SP), Y4, Y4
+	MOVQ    kh_base+64(FP), AX
+	MOVQ    qh_base+88(FP), CX
+	MOVQ    tok_base+168(FP), DX
+	MOVQ    stores_base+40(FP), BX
+	MOVQ    v_base+112(FP), SI
+	MOVQ    o_base+144(FP), DI
+	MOVQ    (SP), R8
+	SHLQ    $0x02, R8
+	ADDQ    R8, SI
+	ADDQ    R8, DI
+	MOVQ    16(SP), R8
+
+stateVKf32AVX2_token_7:
+	VMULPS      (AX), Y0, Y5
+	VMULPS      (CX), Y0, Y6
+	VMULPS      (AX), Y3, Y9
+	VMULPS      (CX), Y3, Y10
+	VMOVUPS     32(R10), Y8
+	VMULPS      32(AX), Y8, Y7
+	VMULPS      32(CX), Y8, Y8
+	VMOVUPS     544(R10), Y12
+	VMULPS      32(AX), Y12, Y11
+	VMULPS      32(CX), Y12, Y12
+	VMOVUPS     64(R10), Y13
+	VFMADD231PS 64(AX), Y13, Y5
+	VFMADD231PS 64(CX), Y13, Y6
+	VMOVUPS     576(R10), Y13
+	VFMADD231PS 64(AX), Y13, Y9
+	VFMADD231PS 64(CX), Y13, Y10
+	VMOVUPS     96(R10), Y13
+	VFMADD231PS 96(AX), Y13, Y7
+	VFMADD231PS 96(CX), Y13, Y8
+	VMOVUPS     608(R10), Y13
+	VFMADD231PS 96(AX), Y13, Y11
+	VFMADD231PS 96(CX), Y13, Y12
+	VMOVUPS     128(R10), Y13
+	VFMADD231PS 128(AX), Y13, Y5
+	VFMADD231PS 128(CX), Y13, Y6
+	VMOVUPS     640(R10), Y13
+	VFMADD231PS 128(AX), Y13, Y9
+	VFMADD231PS 128(CX), Y13, Y10
+	VMOVUPS     160(R10), Y13
+	VFMADD231PS 160(AX), Y13, Y7
+	VFMADD231PS 160(CX), Y13, Y8
+	VMOVUPS     672(R10), Y13
+	VFMADD231PS 160(AX), Y13, Y11
+	VFMADD231PS 160(CX), Y13, Y12
+	VMOVUPS     192(R10), Y13
+	VFMADD231PS 192(AX), Y13, Y5
+	VFMADD231PS 192(CX), Y13, Y6
+	VMOVUPS     704(R10), Y13
+	VFMADD231PS 192(AX), Y13, Y9
+	VFMADD231PS 192(CX), Y13, Y10
+	VMOVUPS     224(R10), Y13
+	VFMADD231PS 224(AX), Y13, Y7
+	VFMADD231PS 224(CX), Y13, Y8
+	VMOVUPS     736(R10), Y13
+	VFMADD231PS 224(AX), Y13, Y11
+	VFMADD231PS 224(CX), Y13, Y12
+	VMOVUPS     256(R10), Y13
+	VFMADD231PS 256(AX), Y13, Y5
+	VFMADD231PS 256(CX), Y13, Y6
+	VMOVUPS     768(R10), Y13
+	VFMADD231PS 256(AX), Y13, Y9
+	VFMADD231PS 256(CX), Y13, Y10
+	VMOVUPS     288(R10), Y13
+	VFMADD231PS 288(AX), Y13, Y7
+	VFMADD231PS 288(CX), Y13, Y8
+	VMOVUPS     800(R10), Y13
+	VFMADD231PS 288(AX), Y13, Y11
+	VFMADD231PS 288(CX), Y13, Y12
+	VMOVUPS     320(R10), Y13
+	VFMADD231PS 320(AX), Y13, Y5
+	VFMADD231PS 320(CX), Y13, Y6
+	VMOVUPS     832(R10), Y13
+	VFMADD231PS 320(AX), Y13, Y9
+	VFMADD231PS 320(CX), Y13, Y10
+	VMOVUPS     352(R10), Y13
+	VFMADD231PS 352(AX), Y13, Y7
+	VFMADD231PS 352(CX), Y13, Y8
+	VMOVUPS     864(R10), Y13
+	VFMADD231PS 352(AX), Y13, Y11
+	VFMADD231PS 352(CX), Y13, Y12
+	CMPQ        R9, $0x000001a0
+	JBE         stateVKf32AVX2_dead_62
+	VMOVUPS     384(R10), Y13
+	VFMADD231PS 384(AX), Y13, Y5
+	VFMADD231PS 384(CX), Y13, Y6
+	VMOVUPS     896(R10), Y13
+	VFMADD231PS 384(AX), Y13, Y9
+	VFMADD231PS 384(CX), Y13, Y10
+	CMPQ        R9, $0x000001c0
+	JBE         stateVKf32AVX2_dead_62
+	VMOVUPS     416(R10), Y13
+	VFMADD231PS 416(AX), Y13, Y7
+	VFMADD231PS 416(CX), Y13, Y8
+	VMOVUPS     928(R10), Y13
+	VFMADD231PS 416(AX), Y13, Y11
+	VFMADD231PS 416(CX), Y13, Y12
+	CMPQ        R9, $0x000001e0
+	JBE         stateVKf32AVX2_dead_62
+	VMOVUPS     448(R10), Y13
+	VFMADD231PS 448(AX), Y13, Y5
+	VFMADD231PS 448(CX), Y13, Y6
+	VMOVUPS     960(R10), Y13
+	VFMADD231PS 448(AX), Y13, Y9
+	VFMADD231PS 448(CX), Y13, Y10
+
+stateVKf32AVX2_dead_62:
+	VFMADD231PS  -32(AX)(R9*1), Y2, Y7
+	VFMADD231PS  -32(CX)(R9*1), Y2, Y8
+	VFMADD231PS  -32(AX)(R9*1), Y4, Y11
+	VFMADD231PS  -32(CX)(R9*1), Y4, Y12
+	VADDPS       Y7, Y5, Y5
+	VADDPS       Y11, Y9, Y9
+	VADDPS       Y8, Y6, Y6
+	VADDPS       Y12, Y10, Y10
+	VPERM2F128   $0x20, Y9, Y5, Y7
+	VPERM2F128   $0x31, Y9, Y5, Y5
+	VADDPS       Y5, Y7, Y7
+	VPERM2F128   $0x20, Y10, Y6, Y5
+	VPERM2F128   $0x31, Y10, Y6, Y6
+	VADDPS       Y6, Y5, Y5
+	VSHUFPS      $0x44, Y5, Y7, Y6
+	VSHUFPS      $0xee, Y5, Y7, Y5
+	VADDPS       Y5, Y6, Y6
+	VSHUFPS      $0x88, Y6, Y6, Y5
+	VSHUFPS      $0xdd, Y6, Y6, Y6
+	VADDPS       Y6, Y5, Y5
+	VMOVUPS      vkpermAVX2_2<>+0(SB), Y6
+	VPERMPS      Y5, Y6, Y5
+	VMOVSS       (DX), X1
+	VUCOMISS     nearone<>+0(SB), X1
+	JCS          stateVKf32AVX2_far_21
+	VBROADCASTSS (DX), Y6
+	VFMADD213PS  Y5, Y6, Y5
+	JMP          stateVKf32AVX2_decayed_21
+
+stateVKf32AVX2_far_21:
+	VBROADCASTSS 4(DX), Y6
+	VMULPS       Y5, Y6, Y5
+
+stateVKf32AVX2_decayed_21:
+	VEXTRACTF128 $0x01, Y5, X6
+	VMOVSD       (SI), X1
+	VSUBPS       X5, X1, X1
+	VBROADCASTSS 8(DX), Y5
+	VMULPS       X5, X1, X1
+	VBROADCASTSS 12(DX), Y5
+	VFMADD231PS  X5, X1, X6
+	VMOVSD       X6, (DI)
+	VMOVSS       (DX), X5
+	VUCOMISS     nearone<>+0(SB), X5
+	JCS          stateVKf32AVX2_far_22
+	VBROADCASTSS (DX), Y5
+	VBROADCASTSS X1, Y6
+	VMOVUPS      vklane1<>+0(SB), Y7
+	VPERMPS      Y1, Y7, Y7
+	VFMADD213PS  Y0, Y5, Y0
+	VFMADD231PS  (AX), Y6, Y0
+	VFMADD213PS  Y3, Y5, Y3
+	VFMADD231PS  (AX), Y7, Y3
+	VMOVUPS      32(R10), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  32(AX), Y6, Y8
+	VMOVUPS      Y8, 32(R10)
+	VMOVUPS      544(R10), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  32(AX), Y7, Y8
+	VMOVUPS      Y8, 544(R10)
+	VMOVUPS      64(R10), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  64(AX), Y6, Y8
+	VMOVUPS      Y8, 64(R10)
+	VMOVUPS      576(R10), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  64(AX), Y7, Y8
+	VMOVUPS      Y8, 576(R10)
+	VMOVUPS      96(R10), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  96(AX), Y6, Y8
+	VMOVUPS      Y8, 96(R10)
+	VMOVUPS      608(R10), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  96(AX), Y7, Y8
+	VMOVUPS      Y8, 608(R10)
+	VMOVUPS      128(R10), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  128(AX), Y6, Y8
+	VMOVUPS      Y8, 128(R10)
+	VMOVUPS      640(R10), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  128(AX), Y7, Y8
+	VMOVUPS      Y8, 640(R10)
+	VMOVUPS      160(R10), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  160(AX), Y6, Y8
+	VMOVUPS      Y8, 160(R10)
+	VMOVUPS      672(R10), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  160(AX), Y7, Y8
+	VMOVUPS      Y8, 672(R10)
+	VMOVUPS      192(R10), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  192(AX), Y6, Y8
+	VMOVUPS      Y8, 192(R10)
+	VMOVUPS      704(R10), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  192(AX), Y7, Y8
+	VMOVUPS      Y8, 704(R10)
+	VMOVUPS      224(R10), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  224(AX), Y6, Y8
+	VMOVUPS      Y8, 224(R10)
+	VMOVUPS      736(R10), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  224(AX), Y7, Y8
+	VMOVUPS      Y8, 736(R10)
+	VMOVUPS      256(R10), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  256(AX), Y6, Y8
+	VMOVUPS      Y8, 256(R10)
+	VMOVUPS      768(R10), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  256(AX), Y7, Y8
+	VMOVUPS      Y8, 768(R10)
+	VMOVUPS      288(R10), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  288(AX), Y6, Y8
+	VMOVUPS      Y8, 288(R10)
+	VMOVUPS      800(R10), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  288(AX), Y7, Y8
+	VMOVUPS      Y8, 800(R10)
+	VMOVUPS      320(R10), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  320(AX), Y6, Y8
+	VMOVUPS      Y8, 320(R10)
+	VMOVUPS      832(R10), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  320(AX), Y7, Y8
+	VMOVUPS      Y8, 832(R10)
+	VMOVUPS      352(R10), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  352(AX), Y6, Y8
+	VMOVUPS      Y8, 352(R10)
+	VMOVUPS      864(R10), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  352(AX), Y7, Y8
+	VMOVUPS      Y8, 864(R10)
+	CMPQ         R9, $0x000001a0
+	JBE          stateVKf32AVX2_dead_63
+	VMOVUPS      384(R10), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  384(AX), Y6, Y8
+	VMOVUPS      Y8, 384(R10)
+	VMOVUPS      896(R10), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  384(AX), Y7, Y8
+	VMOVUPS      Y8, 896(R10)
+	CMPQ         R9, $0x000001c0
+	JBE          stateVKf32AVX2_dead_63
+	VMOVUPS      416(R10), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  416(AX), Y6, Y8
+	VMOVUPS      Y8, 416(R10)
+	VMOVUPS      928(R10), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  416(AX), Y7, Y8
+	VMOVUPS      Y8, 928(R10)
+	CMPQ         R9, $0x000001e0
+	JBE          stateVKf32AVX2_dead_63
+	VMOVUPS      448(R10), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  448(AX), Y6, Y8
+	VMOVUPS      Y8, 448(R10)
+	VMOVUPS      960(R10), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  448(AX), Y7, Y8
+	VMOVUPS      Y8, 960(R10)
+
+stateVKf32AVX2_dead_63:
+	VFMADD213PS Y2, Y5, Y2
+	VFMADD231PS -32(AX)(R9*1), Y6, Y2
+	VANDPS      48(SP), Y2, Y2
+	VFMADD213PS Y4, Y5, Y4
+	VFMADD231PS -32(AX)(R9*1), Y7, Y4
+	VANDPS      48(SP), Y4, Y4
+	JMP         stateVKf32AVX2_decayed_22
+
+stateVKf32AVX2_far_22:
+	VBROADCASTSS 4(DX), Y5
+	VBROADCASTSS X1, Y6
+	VMOVUPS      vklane1<>+0(SB), Y7
+	VPERMPS      Y1, Y7, Y7
+	VMULPS       Y0, Y5, Y0
+	VFMADD231PS  (AX), Y6, Y0
+	VMULPS       Y3, Y5, Y3
+	VFMADD231PS  (AX), Y7, Y3
+	VMOVUPS      32(R10), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  32(AX), Y6, Y8
+	VMOVUPS      Y8, 32(R10)
+	VMOVUPS      544(R10), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  32(AX), Y7, Y8
+	VMOVUPS      Y8, 544(R10)
+	VMOVUPS      64(R10), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  64(AX), Y6, Y8
+	VMOVUPS      Y8, 64(R10)
+	VMOVUPS      576(R10), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  64(AX), Y7, Y8
+	VMOVUPS      Y8, 576(R10)
+	VMOVUPS      96(R10), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  96(AX), Y6, Y8
+	VMOVUPS      Y8, 96(R10)
+	VMOVUPS      608(R10), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  96(AX), Y7, Y8
+	VMOVUPS      Y8, 608(R10)
+	VMOVUPS      128(R10), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  128(AX), Y6, Y8
+	VMOVUPS      Y8, 128(R10)
+	VMOVUPS      640(R10), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  128(AX), Y7, Y8
+	VMOVUPS      Y8, 640(R10)
+	VMOVUPS      160(R10), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  160(AX), Y6, Y8
+	VMOVUPS      Y8, 160(R10)
+	VMOVUPS      672(R10), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  160(AX), Y7, Y8
+	VMOVUPS      Y8, 672(R10)
+	VMOVUPS      192(R10), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  192(AX), Y6, Y8
+	VMOVUPS      Y8, 192(R10)
+	VMOVUPS      704(R10), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  192(AX), Y7, Y8
+	VMOVUPS      Y8, 704(R10)
+	VMOVUPS      224(R10), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  224(AX), Y6, Y8
+	VMOVUPS      Y8, 224(R10)
+	VMOVUPS      736(R10), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  224(AX), Y7, Y8
+	VMOVUPS      Y8, 736(R10)
+	VMOVUPS      256(R10), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  256(AX), Y6, Y8
+	VMOVUPS      Y8, 256(R10)
+	VMOVUPS      768(R10), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  256(AX), Y7, Y8
+	VMOVUPS      Y8, 768(R10)
+	VMOVUPS      288(R10), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  288(AX), Y6, Y8
+	VMOVUPS      Y8, 288(R10)
+	VMOVUPS      800(R10), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  288(AX), Y7, Y8
+	VMOVUPS      Y8, 800(R10)
+	VMOVUPS      320(R10), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  320(AX), Y6, Y8
+	VMOVUPS      Y8, 320(R10)
+	VMOVUPS      832(R10), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  320(AX), Y7, Y8
+	VMOVUPS      Y8, 832(R10)
+	VMOVUPS      352(R10), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  352(AX), Y6, Y8
+	VMOVUPS      Y8, 352(R10)
+	VMOVUPS      864(R10), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  352(AX), Y7, Y8
+	VMOVUPS      Y8, 864(R10)
+	CMPQ         R9, $0x000001a0
+	JBE          stateVKf32AVX2_dead_64
+	VMOVUPS      384(R10), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  384(AX), Y6, Y8
+	VMOVUPS      Y8, 384(R10)
+	VMOVUPS      896(R10), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  384(AX), Y7, Y8
+	VMOVUPS      Y8, 896(R10)
+	CMPQ         R9, $0x000001c0
+	JBE          stateVKf32AVX2_dead_64
+	VMOVUPS      416(R10), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  416(AX), Y6, Y8
+	VMOVUPS      Y8, 416(R10)
+	VMOVUPS      928(R10), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  416(AX), Y7, Y8
+	VMOVUPS      Y8, 928(R10)
+	CMPQ         R9, $0x000001e0
+	JBE          stateVKf32AVX2_dead_64
+	VMOVUPS      448(R10), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  448(AX), Y6, Y8
+	VMOVUPS      Y8, 448(R10)
+	VMOVUPS      960(R10), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  448(AX), Y7, Y8
+	VMOVUPS      Y8, 960(R10)
+
+stateVKf32AVX2_dead_64:
+	VMULPS      Y2, Y5, Y2
+	VFMADD231PS -32(AX)(R9*1), Y6, Y2
+	VANDPS      48(SP), Y2, Y2
+	VMULPS      Y4, Y5, Y4
+	VFMADD231PS -32(AX)(R9*1), Y7, Y4
+	VANDPS      48(SP), Y4, Y4
+
+stateVKf32AVX2_decayed_22:
+	// The state after this token, if stored.
+	MOVQ    (BX), R11
+	TESTQ   R11, R11
+	JZ      stateVKf32AVX2_nostore_7
+	MOVQ    (SP), R12
+	IMULQ   R9, R12
+	ADDQ    R12, R11
+	VMOVUPS Y2, -32(R11)(R9*1)
+	VMOVUPS Y0, (R11)
+	VMOVUPS 32(R10), Y5
+	VMOVUPS Y5, 32(R11)
+	VMOVUPS 64(R10), Y5
+	VMOVUPS Y5, 64(R11)
+	VMOVUPS 96(R10), Y5
+	VMOVUPS Y5, 96(R11)
+	VMOVUPS 128(R10), Y5
+	VMOVUPS Y5, 128(R11)
+	VMOVUPS 160(R10), Y5
+	VMOVUPS Y5, 160(R11)
+	VMOVUPS 192(R10), Y5
+	VMOVUPS Y5, 192(R11)
+	VMOVUPS 224(R10), Y5
+	VMOVUPS Y5, 224(R11)
+	VMOVUPS 256(R10), Y5
+	VMOVUPS Y5, 256(R11)
+	VMOVUPS 288(R10), Y5
+	VMOVUPS Y5, 288(R11)
+	VMOVUPS 320(R10), Y5
+	VMOVUPS Y5, 320(R11)
+	VMOVUPS 352(R10), Y5
+	VMOVUPS Y5, 352(R11)
+	CMPQ    R9, $0x000001a0
+	JBE     stateVKf32AVX2_dead_65
+	VMOVUPS 384(R10), Y5
+	VMOVUPS Y5, 384(R11)
+	CMPQ    R9, $0x000001c0
+	JBE     stateVKf32AVX2_dead_65
+	VMOVUPS 416(R10), Y5
+	VMOVUPS Y5, 416(R11)
+	CMPQ    R9, $0x000001e0
+	JBE     stateVKf32AVX2_dead_65
+	VMOVUPS 448(R10), Y5
+	VMOVUPS Y5, 448(R11)
+
+stateVKf32AVX2_dead_65:
+	ADDQ    R9, R11
+	VMOVUPS Y4, -32(R11)(R9*1)
+	VMOVUPS Y3, (R11)
+	VMOVUPS 544(R10), Y5
+	VMOVUPS Y5, 32(R11)
+	VMOVUPS 576(R10), Y5
+	VMOVUPS Y5, 64(R11)
+	VMOVUPS 608(R10), Y5
+	VMOVUPS Y5, 96(R11)
+	VMOVUPS 640(R10), Y5
+	VMOVUPS Y5, 128(R11)
+	VMOVUPS 672(R10), Y5
+	VMOVUPS Y5, 160(R11)
+	VMOVUPS 704(R10), Y5
+	VMOVUPS Y5, 192(R11)
+	VMOVUPS 736(R10), Y5
+	VMOVUPS Y5, 224(R11)
+	VMOVUPS 768(R10), Y5
+	VMOVUPS Y5, 256(R11)
+	VMOVUPS 800(R10), Y5
+	VMOVUPS Y5, 288(R11)
+	VMOVUPS 832(R10), Y5
+	VMOVUPS Y5, 320(R11)
+	VMOVUPS 864(R10), Y5
+	VMOVUPS Y5, 352(R11)
+	CMPQ    R9, $0x000001a0
+	JBE     stateVKf32AVX2_dead_66
+	VMOVUPS 896(R10), Y5
+	VMOVUPS Y5, 384(R11)
+	CMPQ    R9, $0x000001c0
+	JBE     stateVKf32AVX2_dead_66
+	VMOVUPS 928(R10), Y5
+	VMOVUPS Y5, 416(R11)
+	CMPQ    R9, $0x000001e0
+	JBE     stateVKf32AVX2_dead_66
+	VMOVUPS 960(R10), Y5
+	VMOVUPS Y5, 448(R11)
+
+stateVKf32AVX2_dead_66:
+stateVKf32AVX2_nostore_7:
+	ADDQ R9, AX
+	ADDQ R9, CX
+	ADDQ $0x10, DX
+	ADDQ $0x08, BX
+	ADDQ 32(SP), SI
+	ADDQ 24(SP), DI
+	DECQ R8
+	JNZ  stateVKf32AVX2_token_7
+	ADDQ $0x00000002, (SP)
+	SUBQ $0x00000002, 8(SP)
+	JMP  stateVKf32AVX2_group_7
+
+stateVKf32AVX2_groupsdone_7:
+stateVKf32AVX2_pairtail_4:
+stateVKf32AVX2_group_8:
 	CMPQ 8(SP), $0x00000001
-	JB   stateVKf32AVX2_groupsdone_4
+	JB   stateVKf32AVX2_groupsdone_8
 
 	// Load 1 row(s) of 13…16 vectors.
 	MOVQ       src_base+16(FP), AX
@@ -21960,10 +25214,10 @@ stateVKf32AVX2_group_4:
 	PREFETCHT0 8512(AX)
 	PREFETCHT0 8576(AX)
 	CMPQ       R9, $0x000001c0
-	JBE        stateVKf32AVX2_dead_19
+	JBE        stateVKf32AVX2_dead_67
 	PREFETCHT0 8640(AX)
 
-stateVKf32AVX2_dead_19:
+stateVKf32AVX2_dead_67:
 	VMOVUPS (AX), Y0
 	VMOVUPS 32(AX), Y1
 	VMOVUPS 64(AX), Y2
@@ -21973,29 +25227,29 @@ stateVKf32AVX2_dead_19:
 	VMOVUPS 192(AX), Y6
 	VMOVUPS 224(AX), Y7
 	VMOVUPS 256(AX), Y8
-	VMOVUPS Y8, 72(SP)
+	VMOVUPS Y8, 80(SP)
 	VMOVUPS 288(AX), Y8
-	VMOVUPS Y8, 104(SP)
+	VMOVUPS Y8, 112(SP)
 	VMOVUPS 320(AX), Y8
-	VMOVUPS Y8, 136(SP)
+	VMOVUPS Y8, 144(SP)
 	VMOVUPS 352(AX), Y8
-	VMOVUPS Y8, 168(SP)
+	VMOVUPS Y8, 176(SP)
 	CMPQ    R9, $0x000001a0
-	JBE     stateVKf32AVX2_dead_20
+	JBE     stateVKf32AVX2_dead_68
 	VMOVUPS 384(AX), Y8
-	VMOVUPS Y8, 200(SP)
+	VMOVUPS Y8, 208(SP)
 	CMPQ    R9, $0x000001c0
-	JBE     stateVKf32AVX2_dead_20
+	JBE     stateVKf32AVX2_dead_68
 	VMOVUPS 416(AX), Y8
-	VMOVUPS Y8, 232(SP)
+	VMOVUPS Y8, 240(SP)
 	CMPQ    R9, $0x000001e0
-	JBE     stateVKf32AVX2_dead_20
+	JBE     stateVKf32AVX2_dead_68
 	VMOVUPS 448(AX), Y8
-	VMOVUPS Y8, 264(SP)
+	VMOVUPS Y8, 272(SP)
 
-stateVKf32AVX2_dead_20:
+stateVKf32AVX2_dead_68:
 	VMOVUPS -32(AX)(R9*1), Y8
-	VANDPS  40(SP), Y8, Y8
+	VANDPS  48(SP), Y8, Y8
 	MOVQ    kh_base+64(FP), AX
 	MOVQ    qh_base+88(FP), CX
 	MOVQ    tok_base+168(FP), DX
@@ -22008,7 +25262,7 @@ stateVKf32AVX2_dead_20:
 	ADDQ    R8, DI
 	MOVQ    16(SP), R8
 
-stateVKf32AVX2_token_4:
+stateVKf32AVX2_token_8:
 	VMULPS      (AX), Y0, Y9
 	VMULPS      (CX), Y0, Y10
 	VMULPS      32(AX), Y1, Y11
@@ -22025,35 +25279,35 @@ stateVKf32AVX2_token_4:
 	VFMADD231PS 192(CX), Y6, Y10
 	VFMADD231PS 224(AX), Y7, Y11
 	VFMADD231PS 224(CX), Y7, Y12
-	VMOVUPS     72(SP), Y13
+	VMOVUPS     80(SP), Y13
 	VFMADD231PS 256(AX), Y13, Y9
 	VFMADD231PS 256(CX), Y13, Y10
-	VMOVUPS     104(SP), Y13
+	VMOVUPS     112(SP), Y13
 	VFMADD231PS 288(AX), Y13, Y11
 	VFMADD231PS 288(CX), Y13, Y12
-	VMOVUPS     136(SP), Y13
+	VMOVUPS     144(SP), Y13
 	VFMADD231PS 320(AX), Y13, Y9
 	VFMADD231PS 320(CX), Y13, Y10
-	VMOVUPS     168(SP), Y13
+	VMOVUPS     176(SP), Y13
 	VFMADD231PS 352(AX), Y13, Y11
 	VFMADD231PS 352(CX), Y13, Y12
 	CMPQ        R9, $0x000001a0
-	JBE         stateVKf32AVX2_dead_21
-	VMOVUPS     200(SP), Y13
+	JBE         stateVKf32AVX2_dead_69
+	VMOVUPS     208(SP), Y13
 	VFMADD231PS 384(AX), Y13, Y9
 	VFMADD231PS 384(CX), Y13, Y10
 	CMPQ        R9, $0x000001c0
-	JBE         stateVKf32AVX2_dead_21
-	VMOVUPS     232(SP), Y13
+	JBE         stateVKf32AVX2_dead_69
+	VMOVUPS     240(SP), Y13
 	VFMADD231PS 416(AX), Y13, Y11
 	VFMADD231PS 416(CX), Y13, Y12
 	CMPQ        R9, $0x000001e0
-	JBE         stateVKf32AVX2_dead_21
-	VMOVUPS     264(SP), Y13
+	JBE         stateVKf32AVX2_dead_69
+	VMOVUPS     272(SP), Y13
 	VFMADD231PS 448(AX), Y13, Y9
 	VFMADD231PS 448(CX), Y13, Y10
 
-stateVKf32AVX2_dead_21:
+stateVKf32AVX2_dead_69:
 	VFMADD231PS  -32(AX)(R9*1), Y8, Y11
 	VFMADD231PS  -32(CX)(R9*1), Y8, Y12
 	VADDPS       Y11, Y9, Y9
@@ -22071,16 +25325,16 @@ stateVKf32AVX2_dead_21:
 	VPERMPS      Y10, Y9, Y9
 	VMOVSS       (DX), X10
 	VUCOMISS     nearone<>+0(SB), X10
-	JCS          stateVKf32AVX2_far_7
+	JCS          stateVKf32AVX2_far_23
 	VBROADCASTSS (DX), Y10
 	VFMADD213PS  Y9, Y10, Y9
-	JMP          stateVKf32AVX2_decayed_7
+	JMP          stateVKf32AVX2_decayed_23
 
-stateVKf32AVX2_far_7:
+stateVKf32AVX2_far_23:
 	VBROADCASTSS 4(DX), Y10
 	VMULPS       Y9, Y10, Y9
 
-stateVKf32AVX2_decayed_7:
+stateVKf32AVX2_decayed_23:
 	VEXTRACTF128 $0x01, Y9, X10
 	VMOVSS       (SI), X11
 	VSUBPS       X9, X11, X11
@@ -22091,7 +25345,7 @@ stateVKf32AVX2_decayed_7:
 	VMOVSS       X10, (DI)
 	VMOVSS       (DX), X10
 	VUCOMISS     nearone<>+0(SB), X10
-	JCS          stateVKf32AVX2_far_8
+	JCS          stateVKf32AVX2_far_24
 	VBROADCASTSS (DX), Y10
 	VBROADCASTSS X9, Y9
 	VFMADD213PS  Y0, Y10, Y0
@@ -22110,48 +25364,48 @@ stateVKf32AVX2_decayed_7:
 	VFMADD231PS  192(AX), Y9, Y6
 	VFMADD213PS  Y7, Y10, Y7
 	VFMADD231PS  224(AX), Y9, Y7
-	VMOVUPS      72(SP), Y11
+	VMOVUPS      80(SP), Y11
 	VFMADD213PS  Y11, Y10, Y11
 	VFMADD231PS  256(AX), Y9, Y11
-	VMOVUPS      Y11, 72(SP)
-	VMOVUPS      104(SP), Y11
+	VMOVUPS      Y11, 80(SP)
+	VMOVUPS      112(SP), Y11
 	VFMADD213PS  Y11, Y10, Y11
 	VFMADD231PS  288(AX), Y9, Y11
-	VMOVUPS      Y11, 104(SP)
-	VMOVUPS      136(SP), Y11
+	VMOVUPS      Y11, 112(SP)
+	VMOVUPS      144(SP), Y11
 	VFMADD213PS  Y11, Y10, Y11
 	VFMADD231PS  320(AX), Y9, Y11
-	VMOVUPS      Y11, 136(SP)
-	VMOVUPS      168(SP), Y11
+	VMOVUPS      Y11, 144(SP)
+	VMOVUPS      176(SP), Y11
 	VFMADD213PS  Y11, Y10, Y11
 	VFMADD231PS  352(AX), Y9, Y11
-	VMOVUPS      Y11, 168(SP)
+	VMOVUPS      Y11, 176(SP)
 	CMPQ         R9, $0x000001a0
-	JBE          stateVKf32AVX2_dead_22
-	VMOVUPS      200(SP), Y11
+	JBE          stateVKf32AVX2_dead_70
+	VMOVUPS      208(SP), Y11
 	VFMADD213PS  Y11, Y10, Y11
 	VFMADD231PS  384(AX), Y9, Y11
-	VMOVUPS      Y11, 200(SP)
+	VMOVUPS      Y11, 208(SP)
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKf32AVX2_dead_22
-	VMOVUPS      232(SP), Y11
+	JBE          stateVKf32AVX2_dead_70
+	VMOVUPS      240(SP), Y11
 	VFMADD213PS  Y11, Y10, Y11
 	VFMADD231PS  416(AX), Y9, Y11
-	VMOVUPS      Y11, 232(SP)
+	VMOVUPS      Y11, 240(SP)
 	CMPQ         R9, $0x000001e0
-	JBE          stateVKf32AVX2_dead_22
-	VMOVUPS      264(SP), Y11
+	JBE          stateVKf32AVX2_dead_70
+	VMOVUPS      272(SP), Y11
 	VFMADD213PS  Y11, Y10, Y11
 	VFMADD231PS  448(AX), Y9, Y11
-	VMOVUPS      Y11, 264(SP)
+	VMOVUPS      Y11, 272(SP)
 
-stateVKf32AVX2_dead_22:
+stateVKf32AVX2_dead_70:
 	VFMADD213PS Y8, Y10, Y8
 	VFMADD231PS -32(AX)(R9*1), Y9, Y8
-	VANDPS      40(SP), Y8, Y8
-	JMP         stateVKf32AVX2_decayed_8
+	VANDPS      48(SP), Y8, Y8
+	JMP         stateVKf32AVX2_decayed_24
 
-stateVKf32AVX2_far_8:
+stateVKf32AVX2_far_24:
 	VBROADCASTSS 4(DX), Y10
 	VBROADCASTSS X9, Y9
 	VMULPS       Y0, Y10, Y0
@@ -22170,51 +25424,51 @@ stateVKf32AVX2_far_8:
 	VFMADD231PS  192(AX), Y9, Y6
 	VMULPS       Y7, Y10, Y7
 	VFMADD231PS  224(AX), Y9, Y7
-	VMOVUPS      72(SP), Y11
+	VMOVUPS      80(SP), Y11
 	VMULPS       Y11, Y10, Y11
 	VFMADD231PS  256(AX), Y9, Y11
-	VMOVUPS      Y11, 72(SP)
-	VMOVUPS      104(SP), Y11
+	VMOVUPS      Y11, 80(SP)
+	VMOVUPS      112(SP), Y11
 	VMULPS       Y11, Y10, Y11
 	VFMADD231PS  288(AX), Y9, Y11
-	VMOVUPS      Y11, 104(SP)
-	VMOVUPS      136(SP), Y11
+	VMOVUPS      Y11, 112(SP)
+	VMOVUPS      144(SP), Y11
 	VMULPS       Y11, Y10, Y11
 	VFMADD231PS  320(AX), Y9, Y11
-	VMOVUPS      Y11, 136(SP)
-	VMOVUPS      168(SP), Y11
+	VMOVUPS      Y11, 144(SP)
+	VMOVUPS      176(SP), Y11
 	VMULPS       Y11, Y10, Y11
 	VFMADD231PS  352(AX), Y9, Y11
-	VMOVUPS      Y11, 168(SP)
+	VMOVUPS      Y11, 176(SP)
 	CMPQ         R9, $0x000001a0
-	JBE          stateVKf32AVX2_dead_23
-	VMOVUPS      200(SP), Y11
+	JBE          stateVKf32AVX2_dead_71
+	VMOVUPS      208(SP), Y11
 	VMULPS       Y11, Y10, Y11
 	VFMADD231PS  384(AX), Y9, Y11
-	VMOVUPS      Y11, 200(SP)
+	VMOVUPS      Y11, 208(SP)
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKf32AVX2_dead_23
-	VMOVUPS      232(SP), Y11
+	JBE          stateVKf32AVX2_dead_71
+	VMOVUPS      240(SP), Y11
 	VMULPS       Y11, Y10, Y11
 	VFMADD231PS  416(AX), Y9, Y11
-	VMOVUPS      Y11, 232(SP)
+	VMOVUPS      Y11, 240(SP)
 	CMPQ         R9, $0x000001e0
-	JBE          stateVKf32AVX2_dead_23
-	VMOVUPS      264(SP), Y11
+	JBE          stateVKf32AVX2_dead_71
+	VMOVUPS      272(SP), Y11
 	VMULPS       Y11, Y10, Y11
 	VFMADD231PS  448(AX), Y9, Y11
-	VMOVUPS      Y11, 264(SP)
+	VMOVUPS      Y11, 272(SP)
 
-stateVKf32AVX2_dead_23:
+stateVKf32AVX2_dead_71:
 	VMULPS      Y8, Y10, Y8
 	VFMADD231PS -32(AX)(R9*1), Y9, Y8
-	VANDPS      40(SP), Y8, Y8
+	VANDPS      48(SP), Y8, Y8
 
-stateVKf32AVX2_decayed_8:
+stateVKf32AVX2_decayed_24:
 	// The state after this token, if stored.
 	MOVQ    (BX), R10
 	TESTQ   R10, R10
-	JZ      stateVKf32AVX2_nostore_4
+	JZ      stateVKf32AVX2_nostore_8
 	MOVQ    (SP), R11
 	IMULQ   R9, R11
 	ADDQ    R11, R10
@@ -22227,29 +25481,29 @@ stateVKf32AVX2_decayed_8:
 	VMOVUPS Y5, 160(R10)
 	VMOVUPS Y6, 192(R10)
 	VMOVUPS Y7, 224(R10)
-	VMOVUPS 72(SP), Y9
+	VMOVUPS 80(SP), Y9
 	VMOVUPS Y9, 256(R10)
-	VMOVUPS 104(SP), Y9
+	VMOVUPS 112(SP), Y9
 	VMOVUPS Y9, 288(R10)
-	VMOVUPS 136(SP), Y9
+	VMOVUPS 144(SP), Y9
 	VMOVUPS Y9, 320(R10)
-	VMOVUPS 168(SP), Y9
+	VMOVUPS 176(SP), Y9
 	VMOVUPS Y9, 352(R10)
 	CMPQ    R9, $0x000001a0
-	JBE     stateVKf32AVX2_dead_24
-	VMOVUPS 200(SP), Y9
+	JBE     stateVKf32AVX2_dead_72
+	VMOVUPS 208(SP), Y9
 	VMOVUPS Y9, 384(R10)
 	CMPQ    R9, $0x000001c0
-	JBE     stateVKf32AVX2_dead_24
-	VMOVUPS 232(SP), Y9
+	JBE     stateVKf32AVX2_dead_72
+	VMOVUPS 240(SP), Y9
 	VMOVUPS Y9, 416(R10)
 	CMPQ    R9, $0x000001e0
-	JBE     stateVKf32AVX2_dead_24
-	VMOVUPS 264(SP), Y9
+	JBE     stateVKf32AVX2_dead_72
+	VMOVUPS 272(SP), Y9
 	VMOVUPS Y9, 448(R10)
 
-stateVKf32AVX2_dead_24:
-stateVKf32AVX2_nostore_4:
+stateVKf32AVX2_dead_72:
+stateVKf32AVX2_nostore_8:
 	ADDQ R9, AX
 	ADDQ R9, CX
 	ADDQ $0x10, DX
@@ -22257,19 +25511,19 @@ stateVKf32AVX2_nostore_4:
 	ADDQ 32(SP), SI
 	ADDQ 24(SP), DI
 	DECQ R8
-	JNZ  stateVKf32AVX2_token_4
+	JNZ  stateVKf32AVX2_token_8
 	ADDQ $0x00000001, (SP)
 	SUBQ $0x00000001, 8(SP)
-	JMP  stateVKf32AVX2_group_4
+	JMP  stateVKf32AVX2_group_8
 
-stateVKf32AVX2_groupsdone_4:
+stateVKf32AVX2_groupsdone_8:
 stateVKf32AVX2_done_1:
 	VZEROUPPER
 	RET
 
-// func stateVKbf16AVX2(K int, V int, src []uint16, src32 []float32, stores []uintptr, carry []float32, kh []float32, qh []float32, v []float32, vs int, o []float32, tok []float32)
+// func stateVKbf16AVX2(K int, V int, src []uint16, src32 []float32, stores []uintptr, carry []float32, kh []float32, qh []float32, v []float32, vs int, o []float32, tok []float32, work []float32)
 // Requires: AVX, AVX2, FMA3, MMX+
-TEXT ·stateVKbf16AVX2(SB), NOSPLIT, $296-240
+TEXT ·stateVKbf16AVX2(SB), NOSPLIT, $304-264
 	MOVQ    K+0(FP), AX
 	MOVQ    V+8(FP), CX
 	MOVQ    tok_len+224(FP), DX
@@ -22282,6 +25536,10 @@ TEXT ·stateVKbf16AVX2(SB), NOSPLIT, $296-240
 	JZ      stateVKbf16AVX2_done_1
 	MOVQ    CX, 8(SP)
 	MOVQ    DX, 16(SP)
+	MOVQ    work_base+240(FP), DX
+	ADDQ    $0x3f, DX
+	ANDQ    $-64, DX
+	MOVQ    DX, 40(SP)
 	MOVQ    $0x00000000, (SP)
 	SHLQ    $0x02, CX
 	MOVQ    CX, 24(SP)
@@ -22300,7 +25558,7 @@ TEXT ·stateVKbf16AVX2(SB), NOSPLIT, $296-240
 	LEAQ    vkand<>+0(SB), DX
 	ADDQ    CX, DX
 	VMOVUPS (DX), Y0
-	VMOVUPS Y0, 40(SP)
+	VMOVUPS Y0, 48(SP)
 
 	// Dispatch on the vectors per row, L = ceil(K/8), to the shapes [4 8 12 16].
 	DECQ AX
@@ -22317,11 +25575,13 @@ TEXT ·stateVKbf16AVX2(SB), NOSPLIT, $296-240
 
 stateVKbf16AVX2_n4_1:
 	// Rows of 1…4 vectors.
+	MOVQ 40(SP), R11
+
 stateVKbf16AVX2_group_1:
-	CMPQ 8(SP), $0x00000001
+	CMPQ 8(SP), $0x00000002
 	JB   stateVKbf16AVX2_groupsdone_1
 
-	// Load 1 row(s) of 1…4 vectors.
+	// Load 2 row(s) of 1…4 vectors.
 	MOVQ       src32_base+40(FP), AX
 	TESTQ      AX, AX
 	JZ         stateVKbf16AVX2_frombf16_1
@@ -22329,27 +25589,50 @@ stateVKbf16AVX2_group_1:
 	IMULQ      R9, CX
 	ADDQ       CX, AX
 	PREFETCHT0 8192(AX)
-	CMPQ       R9, $0x00000040
+	CMPQ       R9, $0x00000020
 	JBE        stateVKbf16AVX2_dead_1
 	PREFETCHT0 8256(AX)
+	CMPQ       R9, $0x00000040
+	JBE        stateVKbf16AVX2_dead_1
+	PREFETCHT0 8320(AX)
+	CMPQ       R9, $0x00000060
+	JBE        stateVKbf16AVX2_dead_1
+	PREFETCHT0 8384(AX)
 
 stateVKbf16AVX2_dead_1:
 	VXORPS  Y0, Y0, Y0
-	VXORPS  Y1, Y1, Y1
-	VXORPS  Y2, Y2, Y2
 	CMPQ    R9, $0x00000020
 	JBE     stateVKbf16AVX2_dead_2
 	VMOVUPS (AX), Y0
 	CMPQ    R9, $0x00000040
 	JBE     stateVKbf16AVX2_dead_2
-	VMOVUPS 32(AX), Y1
+	VMOVUPS 32(AX), Y2
+	VMOVUPS Y2, 32(R11)
 	CMPQ    R9, $0x00000060
 	JBE     stateVKbf16AVX2_dead_2
 	VMOVUPS 64(AX), Y2
+	VMOVUPS Y2, 64(R11)
 
 stateVKbf16AVX2_dead_2:
-	VMOVUPS -32(AX)(R9*1), Y3
-	VANDPS  40(SP), Y3, Y3
+	VMOVUPS -32(AX)(R9*1), Y2
+	VANDPS  48(SP), Y2, Y2
+	ADDQ    R9, AX
+	VXORPS  Y3, Y3, Y3
+	CMPQ    R9, $0x00000020
+	JBE     stateVKbf16AVX2_dead_3
+	VMOVUPS (AX), Y3
+	CMPQ    R9, $0x00000040
+	JBE     stateVKbf16AVX2_dead_3
+	VMOVUPS 32(AX), Y4
+	VMOVUPS Y4, 544(R11)
+	CMPQ    R9, $0x00000060
+	JBE     stateVKbf16AVX2_dead_3
+	VMOVUPS 64(AX), Y4
+	VMOVUPS Y4, 576(R11)
+
+stateVKbf16AVX2_dead_3:
+	VMOVUPS -32(AX)(R9*1), Y4
+	VANDPS  48(SP), Y4, Y4
 	JMP     stateVKbf16AVX2_loaded_1
 
 stateVKbf16AVX2_frombf16_1:
@@ -22358,26 +25641,52 @@ stateVKbf16AVX2_frombf16_1:
 	IMULQ      R10, CX
 	ADDQ       CX, AX
 	PREFETCHT0 8192(AX)
-	VXORPS     Y0, Y0, Y0
-	VXORPS     Y1, Y1, Y1
-	VXORPS     Y2, Y2, Y2
-	CMPQ       R9, $0x00000020
-	JBE        stateVKbf16AVX2_dead_3
-	VPMOVZXWD  (AX), Y0
-	VPSLLD     $0x10, Y0, Y0
 	CMPQ       R9, $0x00000040
-	JBE        stateVKbf16AVX2_dead_3
-	VPMOVZXWD  16(AX), Y1
-	VPSLLD     $0x10, Y1, Y1
-	CMPQ       R9, $0x00000060
-	JBE        stateVKbf16AVX2_dead_3
-	VPMOVZXWD  32(AX), Y2
-	VPSLLD     $0x10, Y2, Y2
+	JBE        stateVKbf16AVX2_dead_4
+	PREFETCHT0 8256(AX)
 
-stateVKbf16AVX2_dead_3:
-	VPMOVZXWD -16(AX)(R10*1), Y3
+stateVKbf16AVX2_dead_4:
+	VXORPS    Y0, Y0, Y0
+	CMPQ      R9, $0x00000020
+	JBE       stateVKbf16AVX2_dead_5
+	VPMOVZXWD (AX), Y0
+	VPSLLD    $0x10, Y0, Y0
+	CMPQ      R9, $0x00000040
+	JBE       stateVKbf16AVX2_dead_5
+	VPMOVZXWD 16(AX), Y2
+	VPSLLD    $0x10, Y2, Y2
+	VMOVUPS   Y2, 32(R11)
+	CMPQ      R9, $0x00000060
+	JBE       stateVKbf16AVX2_dead_5
+	VPMOVZXWD 32(AX), Y2
+	VPSLLD    $0x10, Y2, Y2
+	VMOVUPS   Y2, 64(R11)
+
+stateVKbf16AVX2_dead_5:
+	VPMOVZXWD -16(AX)(R10*1), Y2
+	VPSLLD    $0x10, Y2, Y2
+	VANDPS    48(SP), Y2, Y2
+	ADDQ      R10, AX
+	VXORPS    Y3, Y3, Y3
+	CMPQ      R9, $0x00000020
+	JBE       stateVKbf16AVX2_dead_6
+	VPMOVZXWD (AX), Y3
 	VPSLLD    $0x10, Y3, Y3
-	VANDPS    40(SP), Y3, Y3
+	CMPQ      R9, $0x00000040
+	JBE       stateVKbf16AVX2_dead_6
+	VPMOVZXWD 16(AX), Y4
+	VPSLLD    $0x10, Y4, Y4
+	VMOVUPS   Y4, 544(R11)
+	CMPQ      R9, $0x00000060
+	JBE       stateVKbf16AVX2_dead_6
+	VPMOVZXWD 32(AX), Y4
+	VPSLLD    $0x10, Y4, Y4
+	VMOVUPS   Y4, 576(R11)
+
+stateVKbf16AVX2_dead_6:
+	VPMOVZXWD -16(AX)(R10*1), Y4
+	VPSLLD    $0x10, Y4, Y4
+	VANDPS    48(SP), Y4, Y4
 
 stateVKbf16AVX2_loaded_1:
 	MOVQ kh_base+112(FP), AX
@@ -22393,172 +25702,296 @@ stateVKbf16AVX2_loaded_1:
 	MOVQ 16(SP), R8
 
 stateVKbf16AVX2_token_1:
-	VXORPS      Y4, Y4, Y4
-	VXORPS      Y6, Y6, Y6
 	VXORPS      Y5, Y5, Y5
 	VXORPS      Y7, Y7, Y7
+	VXORPS      Y6, Y6, Y6
+	VXORPS      Y8, Y8, Y8
+	VXORPS      Y9, Y9, Y9
+	VXORPS      Y11, Y11, Y11
+	VXORPS      Y10, Y10, Y10
+	VXORPS      Y12, Y12, Y12
 	CMPQ        R9, $0x00000020
-	JBE         stateVKbf16AVX2_dead_4
-	VFMADD231PS (AX), Y0, Y4
-	VFMADD231PS (CX), Y0, Y5
+	JBE         stateVKbf16AVX2_dead_7
+	VFMADD231PS (AX), Y0, Y5
+	VFMADD231PS (CX), Y0, Y6
+	VFMADD231PS (AX), Y3, Y9
+	VFMADD231PS (CX), Y3, Y10
 	CMPQ        R9, $0x00000040
-	JBE         stateVKbf16AVX2_dead_4
-	VFMADD231PS 32(AX), Y1, Y6
-	VFMADD231PS 32(CX), Y1, Y7
+	JBE         stateVKbf16AVX2_dead_7
+	VMOVUPS     32(R11), Y13
+	VFMADD231PS 32(AX), Y13, Y7
+	VFMADD231PS 32(CX), Y13, Y8
+	VMOVUPS     544(R11), Y13
+	VFMADD231PS 32(AX), Y13, Y11
+	VFMADD231PS 32(CX), Y13, Y12
 	CMPQ        R9, $0x00000060
-	JBE         stateVKbf16AVX2_dead_4
-	VFMADD231PS 64(AX), Y2, Y4
-	VFMADD231PS 64(CX), Y2, Y5
+	JBE         stateVKbf16AVX2_dead_7
+	VMOVUPS     64(R11), Y13
+	VFMADD231PS 64(AX), Y13, Y5
+	VFMADD231PS 64(CX), Y13, Y6
+	VMOVUPS     576(R11), Y13
+	VFMADD231PS 64(AX), Y13, Y9
+	VFMADD231PS 64(CX), Y13, Y10
 
-stateVKbf16AVX2_dead_4:
-	VFMADD231PS  -32(AX)(R9*1), Y3, Y6
-	VFMADD231PS  -32(CX)(R9*1), Y3, Y7
-	VADDPS       Y6, Y4, Y4
+stateVKbf16AVX2_dead_7:
+	VFMADD231PS  -32(AX)(R9*1), Y2, Y7
+	VFMADD231PS  -32(CX)(R9*1), Y2, Y8
+	VFMADD231PS  -32(AX)(R9*1), Y4, Y11
+	VFMADD231PS  -32(CX)(R9*1), Y4, Y12
 	VADDPS       Y7, Y5, Y5
-	VPERM2F128   $0x20, Y5, Y4, Y6
-	VPERM2F128   $0x31, Y5, Y4, Y4
-	VADDPS       Y4, Y6, Y6
-	VSHUFPS      $0x44, Y6, Y6, Y4
-	VSHUFPS      $0xee, Y6, Y6, Y5
-	VADDPS       Y5, Y4, Y4
-	VSHUFPS      $0x88, Y4, Y4, Y5
-	VSHUFPS      $0xdd, Y4, Y4, Y4
-	VADDPS       Y4, Y5, Y5
-	VMOVUPS      vkpermAVX2_1<>+0(SB), Y4
-	VPERMPS      Y5, Y4, Y4
-	VMOVSS       (DX), X5
-	VUCOMISS     nearone<>+0(SB), X5
+	VADDPS       Y11, Y9, Y9
+	VADDPS       Y8, Y6, Y6
+	VADDPS       Y12, Y10, Y10
+	VPERM2F128   $0x20, Y9, Y5, Y7
+	VPERM2F128   $0x31, Y9, Y5, Y5
+	VADDPS       Y5, Y7, Y7
+	VPERM2F128   $0x20, Y10, Y6, Y5
+	VPERM2F128   $0x31, Y10, Y6, Y6
+	VADDPS       Y6, Y5, Y5
+	VSHUFPS      $0x44, Y5, Y7, Y6
+	VSHUFPS      $0xee, Y5, Y7, Y5
+	VADDPS       Y5, Y6, Y6
+	VSHUFPS      $0x88, Y6, Y6, Y5
+	VSHUFPS      $0xdd, Y6, Y6, Y6
+	VADDPS       Y6, Y5, Y5
+	VMOVUPS      vkpermAVX2_2<>+0(SB), Y6
+	VPERMPS      Y5, Y6, Y5
+	VMOVSS       (DX), X1
+	VUCOMISS     nearone<>+0(SB), X1
 	JCS          stateVKbf16AVX2_far_1
-	VBROADCASTSS (DX), Y5
-	VFMADD213PS  Y4, Y5, Y4
+	VBROADCASTSS (DX), Y6
+	VFMADD213PS  Y5, Y6, Y5
 	JMP          stateVKbf16AVX2_decayed_1
 
 stateVKbf16AVX2_far_1:
-	VBROADCASTSS 4(DX), Y5
-	VMULPS       Y4, Y5, Y4
+	VBROADCASTSS 4(DX), Y6
+	VMULPS       Y5, Y6, Y5
 
 stateVKbf16AVX2_decayed_1:
-	VEXTRACTF128 $0x01, Y4, X5
-	VMOVSS       (SI), X6
-	VSUBPS       X4, X6, X6
-	VBROADCASTSS 8(DX), Y4
-	VMULPS       X4, X6, X4
-	VBROADCASTSS 12(DX), Y6
-	VFMADD231PS  X6, X4, X5
-	VMOVSS       X5, (DI)
+	VEXTRACTF128 $0x01, Y5, X6
+	VMOVSD       (SI), X1
+	VSUBPS       X5, X1, X1
+	VBROADCASTSS 8(DX), Y5
+	VMULPS       X5, X1, X1
+	VBROADCASTSS 12(DX), Y5
+	VFMADD231PS  X5, X1, X6
+	VMOVSD       X6, (DI)
 	VMOVSS       (DX), X5
 	VUCOMISS     nearone<>+0(SB), X5
 	JCS          stateVKbf16AVX2_far_2
 	VBROADCASTSS (DX), Y5
-	VBROADCASTSS X4, Y4
+	VBROADCASTSS X1, Y6
+	VMOVUPS      vklane1<>+0(SB), Y7
+	VPERMPS      Y1, Y7, Y7
 	CMPQ         R9, $0x00000020
-	JBE          stateVKbf16AVX2_dead_5
+	JBE          stateVKbf16AVX2_dead_8
 	VFMADD213PS  Y0, Y5, Y0
-	VFMADD231PS  (AX), Y4, Y0
+	VFMADD231PS  (AX), Y6, Y0
+	VFMADD213PS  Y3, Y5, Y3
+	VFMADD231PS  (AX), Y7, Y3
 	CMPQ         R9, $0x00000040
-	JBE          stateVKbf16AVX2_dead_5
-	VFMADD213PS  Y1, Y5, Y1
-	VFMADD231PS  32(AX), Y4, Y1
+	JBE          stateVKbf16AVX2_dead_8
+	VMOVUPS      32(R11), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  32(AX), Y6, Y8
+	VMOVUPS      Y8, 32(R11)
+	VMOVUPS      544(R11), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  32(AX), Y7, Y8
+	VMOVUPS      Y8, 544(R11)
 	CMPQ         R9, $0x00000060
-	JBE          stateVKbf16AVX2_dead_5
-	VFMADD213PS  Y2, Y5, Y2
-	VFMADD231PS  64(AX), Y4, Y2
+	JBE          stateVKbf16AVX2_dead_8
+	VMOVUPS      64(R11), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  64(AX), Y6, Y8
+	VMOVUPS      Y8, 64(R11)
+	VMOVUPS      576(R11), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  64(AX), Y7, Y8
+	VMOVUPS      Y8, 576(R11)
 
-stateVKbf16AVX2_dead_5:
-	VFMADD213PS Y3, Y5, Y3
-	VFMADD231PS -32(AX)(R9*1), Y4, Y3
-	VANDPS      40(SP), Y3, Y3
+stateVKbf16AVX2_dead_8:
+	VFMADD213PS Y2, Y5, Y2
+	VFMADD231PS -32(AX)(R9*1), Y6, Y2
+	VANDPS      48(SP), Y2, Y2
+	VFMADD213PS Y4, Y5, Y4
+	VFMADD231PS -32(AX)(R9*1), Y7, Y4
+	VANDPS      48(SP), Y4, Y4
 	JMP         stateVKbf16AVX2_decayed_2
 
 stateVKbf16AVX2_far_2:
 	VBROADCASTSS 4(DX), Y5
-	VBROADCASTSS X4, Y4
+	VBROADCASTSS X1, Y6
+	VMOVUPS      vklane1<>+0(SB), Y7
+	VPERMPS      Y1, Y7, Y7
 	CMPQ         R9, $0x00000020
-	JBE          stateVKbf16AVX2_dead_6
+	JBE          stateVKbf16AVX2_dead_9
 	VMULPS       Y0, Y5, Y0
-	VFMADD231PS  (AX), Y4, Y0
+	VFMADD231PS  (AX), Y6, Y0
+	VMULPS       Y3, Y5, Y3
+	VFMADD231PS  (AX), Y7, Y3
 	CMPQ         R9, $0x00000040
-	JBE          stateVKbf16AVX2_dead_6
-	VMULPS       Y1, Y5, Y1
-	VFMADD231PS  32(AX), Y4, Y1
+	JBE          stateVKbf16AVX2_dead_9
+	VMOVUPS      32(R11), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  32(AX), Y6, Y8
+	VMOVUPS      Y8, 32(R11)
+	VMOVUPS      544(R11), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  32(AX), Y7, Y8
+	VMOVUPS      Y8, 544(R11)
 	CMPQ         R9, $0x00000060
-	JBE          stateVKbf16AVX2_dead_6
-	VMULPS       Y2, Y5, Y2
-	VFMADD231PS  64(AX), Y4, Y2
+	JBE          stateVKbf16AVX2_dead_9
+	VMOVUPS      64(R11), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  64(AX), Y6, Y8
+	VMOVUPS      Y8, 64(R11)
+	VMOVUPS      576(R11), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  64(AX), Y7, Y8
+	VMOVUPS      Y8, 576(R11)
 
-stateVKbf16AVX2_dead_6:
-	VMULPS      Y3, Y5, Y3
-	VFMADD231PS -32(AX)(R9*1), Y4, Y3
-	VANDPS      40(SP), Y3, Y3
+stateVKbf16AVX2_dead_9:
+	VMULPS      Y2, Y5, Y2
+	VFMADD231PS -32(AX)(R9*1), Y6, Y2
+	VANDPS      48(SP), Y2, Y2
+	VMULPS      Y4, Y5, Y4
+	VFMADD231PS -32(AX)(R9*1), Y7, Y4
+	VANDPS      48(SP), Y4, Y4
 
 stateVKbf16AVX2_decayed_2:
 	// The state after this token, if stored.
-	MOVQ         (BX), R11
-	TESTQ        R11, R11
+	MOVQ         (BX), R12
+	TESTQ        R12, R12
 	JZ           stateVKbf16AVX2_nostore_1
-	MOVQ         (SP), R12
-	IMULQ        R10, R12
-	ADDQ         R12, R11
-	VMOVAPS      Y3, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VPAND        absmask<>+0(SB), Y4, Y6
-	VPCMPGTD     infbits<>+0(SB), Y6, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y6, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, -16(R11)(R10*1)
+	MOVQ         (SP), R13
+	IMULQ        R10, R13
+	ADDQ         R13, R12
+	VMOVAPS      Y2, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, -16(R12)(R10*1)
 	CMPQ         R9, $0x00000020
-	JBE          stateVKbf16AVX2_dead_7
-	VMOVAPS      Y0, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VPAND        absmask<>+0(SB), Y4, Y6
-	VPCMPGTD     infbits<>+0(SB), Y6, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y6, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, (R11)
+	JBE          stateVKbf16AVX2_dead_10
+	VMOVAPS      Y0, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, (R12)
 	CMPQ         R9, $0x00000040
-	JBE          stateVKbf16AVX2_dead_7
-	VMOVAPS      Y1, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VPAND        absmask<>+0(SB), Y4, Y6
-	VPCMPGTD     infbits<>+0(SB), Y6, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y6, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 16(R11)
+	JBE          stateVKbf16AVX2_dead_10
+	VMOVUPS      32(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 16(R12)
 	CMPQ         R9, $0x00000060
-	JBE          stateVKbf16AVX2_dead_7
-	VMOVAPS      Y2, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VPAND        absmask<>+0(SB), Y4, Y6
-	VPCMPGTD     infbits<>+0(SB), Y6, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y6, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 32(R11)
+	JBE          stateVKbf16AVX2_dead_10
+	VMOVUPS      64(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 32(R12)
 
-stateVKbf16AVX2_dead_7:
+stateVKbf16AVX2_dead_10:
+	ADDQ         R10, R12
+	VMOVAPS      Y4, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, -16(R12)(R10*1)
+	CMPQ         R9, $0x00000020
+	JBE          stateVKbf16AVX2_dead_11
+	VMOVAPS      Y3, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, (R12)
+	CMPQ         R9, $0x00000040
+	JBE          stateVKbf16AVX2_dead_11
+	VMOVUPS      544(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 16(R12)
+	CMPQ         R9, $0x00000060
+	JBE          stateVKbf16AVX2_dead_11
+	VMOVUPS      576(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 32(R12)
+
+stateVKbf16AVX2_dead_11:
 stateVKbf16AVX2_nostore_1:
 	ADDQ R9, AX
 	ADDQ R9, CX
@@ -22576,33 +26009,46 @@ stateVKbf16AVX2_nostore_1:
 	MOVQ    (SP), CX
 	IMULQ   R9, CX
 	ADDQ    CX, AX
-	VMOVUPS Y3, -32(AX)(R9*1)
+	VMOVUPS Y2, -32(AX)(R9*1)
 	CMPQ    R9, $0x00000020
-	JBE     stateVKbf16AVX2_dead_8
+	JBE     stateVKbf16AVX2_dead_12
 	VMOVUPS Y0, (AX)
 	CMPQ    R9, $0x00000040
-	JBE     stateVKbf16AVX2_dead_8
-	VMOVUPS Y1, 32(AX)
+	JBE     stateVKbf16AVX2_dead_12
+	VMOVUPS 32(R11), Y0
+	VMOVUPS Y0, 32(AX)
 	CMPQ    R9, $0x00000060
-	JBE     stateVKbf16AVX2_dead_8
-	VMOVUPS Y2, 64(AX)
+	JBE     stateVKbf16AVX2_dead_12
+	VMOVUPS 64(R11), Y0
+	VMOVUPS Y0, 64(AX)
 
-stateVKbf16AVX2_dead_8:
+stateVKbf16AVX2_dead_12:
+	ADDQ    R9, AX
+	VMOVUPS Y4, -32(AX)(R9*1)
+	CMPQ    R9, $0x00000020
+	JBE     stateVKbf16AVX2_dead_13
+	VMOVUPS Y3, (AX)
+	CMPQ    R9, $0x00000040
+	JBE     stateVKbf16AVX2_dead_13
+	VMOVUPS 544(R11), Y0
+	VMOVUPS Y0, 32(AX)
+	CMPQ    R9, $0x00000060
+	JBE     stateVKbf16AVX2_dead_13
+	VMOVUPS 576(R11), Y0
+	VMOVUPS Y0, 64(AX)
+
+stateVKbf16AVX2_dead_13:
 stateVKbf16AVX2_nocarry_1:
-	ADDQ $0x00000001, (SP)
-	SUBQ $0x00000001, 8(SP)
+	ADDQ $0x00000002, (SP)
+	SUBQ $0x00000002, 8(SP)
 	JMP  stateVKbf16AVX2_group_1
 
 stateVKbf16AVX2_groupsdone_1:
-	JMP stateVKbf16AVX2_done_1
-
-stateVKbf16AVX2_n8_1:
-	// Rows of 5…8 vectors.
 stateVKbf16AVX2_group_2:
 	CMPQ 8(SP), $0x00000001
 	JB   stateVKbf16AVX2_groupsdone_2
 
-	// Load 1 row(s) of 5…8 vectors.
+	// Load 1 row(s) of 1…4 vectors.
 	MOVQ       src32_base+40(FP), AX
 	TESTQ      AX, AX
 	JZ         stateVKbf16AVX2_frombf16_2
@@ -22610,13 +26056,1013 @@ stateVKbf16AVX2_group_2:
 	IMULQ      R9, CX
 	ADDQ       CX, AX
 	PREFETCHT0 8192(AX)
+	CMPQ       R9, $0x00000040
+	JBE        stateVKbf16AVX2_dead_14
+	PREFETCHT0 8256(AX)
+
+stateVKbf16AVX2_dead_14:
+	VXORPS  Y0, Y0, Y0
+	VXORPS  Y1, Y1, Y1
+	VXORPS  Y2, Y2, Y2
+	CMPQ    R9, $0x00000020
+	JBE     stateVKbf16AVX2_dead_15
+	VMOVUPS (AX), Y0
+	CMPQ    R9, $0x00000040
+	JBE     stateVKbf16AVX2_dead_15
+	VMOVUPS 32(AX), Y1
+	CMPQ    R9, $0x00000060
+	JBE     stateVKbf16AVX2_dead_15
+	VMOVUPS 64(AX), Y2
+
+stateVKbf16AVX2_dead_15:
+	VMOVUPS -32(AX)(R9*1), Y3
+	VANDPS  48(SP), Y3, Y3
+	JMP     stateVKbf16AVX2_loaded_2
+
+stateVKbf16AVX2_frombf16_2:
+	MOVQ       src_base+16(FP), AX
+	MOVQ       (SP), CX
+	IMULQ      R10, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	VXORPS     Y0, Y0, Y0
+	VXORPS     Y1, Y1, Y1
+	VXORPS     Y2, Y2, Y2
+	CMPQ       R9, $0x00000020
+	JBE        stateVKbf16AVX2_dead_16
+	VPMOVZXWD  (AX), Y0
+	VPSLLD     $0x10, Y0, Y0
+	CMPQ       R9, $0x00000040
+	JBE        stateVKbf16AVX2_dead_16
+	VPMOVZXWD  16(AX), Y1
+	VPSLLD     $0x10, Y1, Y1
+	CMPQ       R9, $0x00000060
+	JBE        stateVKbf16AVX2_dead_16
+	VPMOVZXWD  32(AX), Y2
+	VPSLLD     $0x10, Y2, Y2
+
+stateVKbf16AVX2_dead_16:
+	VPMOVZXWD -16(AX)(R10*1), Y3
+	VPSLLD    $0x10, Y3, Y3
+	VANDPS    48(SP), Y3, Y3
+
+stateVKbf16AVX2_loaded_2:
+	MOVQ kh_base+112(FP), AX
+	MOVQ qh_base+136(FP), CX
+	MOVQ tok_base+216(FP), DX
+	MOVQ stores_base+64(FP), BX
+	MOVQ v_base+160(FP), SI
+	MOVQ o_base+192(FP), DI
+	MOVQ (SP), R8
+	SHLQ $0x02, R8
+	ADDQ R8, SI
+	ADDQ R8, DI
+	MOVQ 16(SP), R8
+
+stateVKbf16AVX2_token_2:
+	VXORPS      Y4, Y4, Y4
+	VXORPS      Y6, Y6, Y6
+	VXORPS      Y5, Y5, Y5
+	VXORPS      Y7, Y7, Y7
+	CMPQ        R9, $0x00000020
+	JBE         stateVKbf16AVX2_dead_17
+	VFMADD231PS (AX), Y0, Y4
+	VFMADD231PS (CX), Y0, Y5
+	CMPQ        R9, $0x00000040
+	JBE         stateVKbf16AVX2_dead_17
+	VFMADD231PS 32(AX), Y1, Y6
+	VFMADD231PS 32(CX), Y1, Y7
+	CMPQ        R9, $0x00000060
+	JBE         stateVKbf16AVX2_dead_17
+	VFMADD231PS 64(AX), Y2, Y4
+	VFMADD231PS 64(CX), Y2, Y5
+
+stateVKbf16AVX2_dead_17:
+	VFMADD231PS  -32(AX)(R9*1), Y3, Y6
+	VFMADD231PS  -32(CX)(R9*1), Y3, Y7
+	VADDPS       Y6, Y4, Y4
+	VADDPS       Y7, Y5, Y5
+	VPERM2F128   $0x20, Y5, Y4, Y6
+	VPERM2F128   $0x31, Y5, Y4, Y4
+	VADDPS       Y4, Y6, Y6
+	VSHUFPS      $0x44, Y6, Y6, Y4
+	VSHUFPS      $0xee, Y6, Y6, Y5
+	VADDPS       Y5, Y4, Y4
+	VSHUFPS      $0x88, Y4, Y4, Y5
+	VSHUFPS      $0xdd, Y4, Y4, Y4
+	VADDPS       Y4, Y5, Y5
+	VMOVUPS      vkpermAVX2_1<>+0(SB), Y4
+	VPERMPS      Y5, Y4, Y4
+	VMOVSS       (DX), X5
+	VUCOMISS     nearone<>+0(SB), X5
+	JCS          stateVKbf16AVX2_far_3
+	VBROADCASTSS (DX), Y5
+	VFMADD213PS  Y4, Y5, Y4
+	JMP          stateVKbf16AVX2_decayed_3
+
+stateVKbf16AVX2_far_3:
+	VBROADCASTSS 4(DX), Y5
+	VMULPS       Y4, Y5, Y4
+
+stateVKbf16AVX2_decayed_3:
+	VEXTRACTF128 $0x01, Y4, X5
+	VMOVSS       (SI), X6
+	VSUBPS       X4, X6, X6
+	VBROADCASTSS 8(DX), Y4
+	VMULPS       X4, X6, X4
+	VBROADCASTSS 12(DX), Y6
+	VFMADD231PS  X6, X4, X5
+	VMOVSS       X5, (DI)
+	VMOVSS       (DX), X5
+	VUCOMISS     nearone<>+0(SB), X5
+	JCS          stateVKbf16AVX2_far_4
+	VBROADCASTSS (DX), Y5
+	VBROADCASTSS X4, Y4
+	CMPQ         R9, $0x00000020
+	JBE          stateVKbf16AVX2_dead_18
+	VFMADD213PS  Y0, Y5, Y0
+	VFMADD231PS  (AX), Y4, Y0
+	CMPQ         R9, $0x00000040
+	JBE          stateVKbf16AVX2_dead_18
+	VFMADD213PS  Y1, Y5, Y1
+	VFMADD231PS  32(AX), Y4, Y1
+	CMPQ         R9, $0x00000060
+	JBE          stateVKbf16AVX2_dead_18
+	VFMADD213PS  Y2, Y5, Y2
+	VFMADD231PS  64(AX), Y4, Y2
+
+stateVKbf16AVX2_dead_18:
+	VFMADD213PS Y3, Y5, Y3
+	VFMADD231PS -32(AX)(R9*1), Y4, Y3
+	VANDPS      48(SP), Y3, Y3
+	JMP         stateVKbf16AVX2_decayed_4
+
+stateVKbf16AVX2_far_4:
+	VBROADCASTSS 4(DX), Y5
+	VBROADCASTSS X4, Y4
+	CMPQ         R9, $0x00000020
+	JBE          stateVKbf16AVX2_dead_19
+	VMULPS       Y0, Y5, Y0
+	VFMADD231PS  (AX), Y4, Y0
+	CMPQ         R9, $0x00000040
+	JBE          stateVKbf16AVX2_dead_19
+	VMULPS       Y1, Y5, Y1
+	VFMADD231PS  32(AX), Y4, Y1
+	CMPQ         R9, $0x00000060
+	JBE          stateVKbf16AVX2_dead_19
+	VMULPS       Y2, Y5, Y2
+	VFMADD231PS  64(AX), Y4, Y2
+
+stateVKbf16AVX2_dead_19:
+	VMULPS      Y3, Y5, Y3
+	VFMADD231PS -32(AX)(R9*1), Y4, Y3
+	VANDPS      48(SP), Y3, Y3
+
+stateVKbf16AVX2_decayed_4:
+	// The state after this token, if stored.
+	MOVQ         (BX), R11
+	TESTQ        R11, R11
+	JZ           stateVKbf16AVX2_nostore_2
+	MOVQ         (SP), R12
+	IMULQ        R10, R12
+	ADDQ         R12, R11
+	VMOVAPS      Y3, Y4
+	VPSRLD       $0x10, Y4, Y5
+	VPAND        absmask<>+0(SB), Y4, Y6
+	VPCMPGTD     infbits<>+0(SB), Y6, Y7
+	VPAND        one_i<>+0(SB), Y5, Y6
+	VPADDD       round<>+0(SB), Y4, Y4
+	VPADDD       Y6, Y4, Y4
+	VPSRLD       $0x10, Y4, Y4
+	VPOR         quiet<>+0(SB), Y5, Y5
+	VPBLENDVB    Y7, Y5, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X5
+	VPACKUSDW    X5, X4, X5
+	VMOVDQU      X5, -16(R11)(R10*1)
+	CMPQ         R9, $0x00000020
+	JBE          stateVKbf16AVX2_dead_20
+	VMOVAPS      Y0, Y4
+	VPSRLD       $0x10, Y4, Y5
+	VPAND        absmask<>+0(SB), Y4, Y6
+	VPCMPGTD     infbits<>+0(SB), Y6, Y7
+	VPAND        one_i<>+0(SB), Y5, Y6
+	VPADDD       round<>+0(SB), Y4, Y4
+	VPADDD       Y6, Y4, Y4
+	VPSRLD       $0x10, Y4, Y4
+	VPOR         quiet<>+0(SB), Y5, Y5
+	VPBLENDVB    Y7, Y5, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X5
+	VPACKUSDW    X5, X4, X5
+	VMOVDQU      X5, (R11)
+	CMPQ         R9, $0x00000040
+	JBE          stateVKbf16AVX2_dead_20
+	VMOVAPS      Y1, Y4
+	VPSRLD       $0x10, Y4, Y5
+	VPAND        absmask<>+0(SB), Y4, Y6
+	VPCMPGTD     infbits<>+0(SB), Y6, Y7
+	VPAND        one_i<>+0(SB), Y5, Y6
+	VPADDD       round<>+0(SB), Y4, Y4
+	VPADDD       Y6, Y4, Y4
+	VPSRLD       $0x10, Y4, Y4
+	VPOR         quiet<>+0(SB), Y5, Y5
+	VPBLENDVB    Y7, Y5, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X5
+	VPACKUSDW    X5, X4, X5
+	VMOVDQU      X5, 16(R11)
+	CMPQ         R9, $0x00000060
+	JBE          stateVKbf16AVX2_dead_20
+	VMOVAPS      Y2, Y4
+	VPSRLD       $0x10, Y4, Y5
+	VPAND        absmask<>+0(SB), Y4, Y6
+	VPCMPGTD     infbits<>+0(SB), Y6, Y7
+	VPAND        one_i<>+0(SB), Y5, Y6
+	VPADDD       round<>+0(SB), Y4, Y4
+	VPADDD       Y6, Y4, Y4
+	VPSRLD       $0x10, Y4, Y4
+	VPOR         quiet<>+0(SB), Y5, Y5
+	VPBLENDVB    Y7, Y5, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X5
+	VPACKUSDW    X5, X4, X5
+	VMOVDQU      X5, 32(R11)
+
+stateVKbf16AVX2_dead_20:
+stateVKbf16AVX2_nostore_2:
+	ADDQ R9, AX
+	ADDQ R9, CX
+	ADDQ $0x10, DX
+	ADDQ $0x08, BX
+	ADDQ 32(SP), SI
+	ADDQ 24(SP), DI
+	DECQ R8
+	JNZ  stateVKbf16AVX2_token_2
+
+	// The f32 carry after the last token, if asked for.
+	MOVQ    carry_base+88(FP), AX
+	TESTQ   AX, AX
+	JZ      stateVKbf16AVX2_nocarry_2
+	MOVQ    (SP), CX
+	IMULQ   R9, CX
+	ADDQ    CX, AX
+	VMOVUPS Y3, -32(AX)(R9*1)
+	CMPQ    R9, $0x00000020
+	JBE     stateVKbf16AVX2_dead_21
+	VMOVUPS Y0, (AX)
+	CMPQ    R9, $0x00000040
+	JBE     stateVKbf16AVX2_dead_21
+	VMOVUPS Y1, 32(AX)
+	CMPQ    R9, $0x00000060
+	JBE     stateVKbf16AVX2_dead_21
+	VMOVUPS Y2, 64(AX)
+
+stateVKbf16AVX2_dead_21:
+stateVKbf16AVX2_nocarry_2:
+	ADDQ $0x00000001, (SP)
+	SUBQ $0x00000001, 8(SP)
+	JMP  stateVKbf16AVX2_group_2
+
+stateVKbf16AVX2_groupsdone_2:
+	JMP stateVKbf16AVX2_done_1
+
+stateVKbf16AVX2_n8_1:
+	// Rows of 5…8 vectors.
+	MOVQ 40(SP), R11
+
+stateVKbf16AVX2_group_3:
+	CMPQ 8(SP), $0x00000002
+	JB   stateVKbf16AVX2_groupsdone_3
+
+	// Load 2 row(s) of 5…8 vectors.
+	MOVQ       src32_base+40(FP), AX
+	TESTQ      AX, AX
+	JZ         stateVKbf16AVX2_frombf16_3
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	PREFETCHT0 8448(AX)
+	CMPQ       R9, $0x000000a0
+	JBE        stateVKbf16AVX2_dead_22
+	PREFETCHT0 8512(AX)
+	CMPQ       R9, $0x000000c0
+	JBE        stateVKbf16AVX2_dead_22
+	PREFETCHT0 8576(AX)
+	CMPQ       R9, $0x000000e0
+	JBE        stateVKbf16AVX2_dead_22
+	PREFETCHT0 8640(AX)
+
+stateVKbf16AVX2_dead_22:
+	VMOVUPS (AX), Y0
+	VMOVUPS 32(AX), Y2
+	VMOVUPS Y2, 32(R11)
+	VMOVUPS 64(AX), Y2
+	VMOVUPS Y2, 64(R11)
+	VMOVUPS 96(AX), Y2
+	VMOVUPS Y2, 96(R11)
+	CMPQ    R9, $0x000000a0
+	JBE     stateVKbf16AVX2_dead_23
+	VMOVUPS 128(AX), Y2
+	VMOVUPS Y2, 128(R11)
+	CMPQ    R9, $0x000000c0
+	JBE     stateVKbf16AVX2_dead_23
+	VMOVUPS 160(AX), Y2
+	VMOVUPS Y2, 160(R11)
+	CMPQ    R9, $0x000000e0
+	JBE     stateVKbf16AVX2_dead_23
+	VMOVUPS 192(AX), Y2
+	VMOVUPS Y2, 192(R11)
+
+stateVKbf16AVX2_dead_23:
+	VMOVUPS -32(AX)(R9*1), Y2
+	VANDPS  48(SP), Y2, Y2
+	ADDQ    R9, AX
+	VMOVUPS (AX), Y3
+	VMOVUPS 32(AX), Y4
+	VMOVUPS Y4, 544(R11)
+	VMOVUPS 64(AX), Y4
+	VMOVUPS Y4, 576(R11)
+	VMOVUPS 96(AX), Y4
+	VMOVUPS Y4, 608(R11)
+	CMPQ    R9, $0x000000a0
+	JBE     stateVKbf16AVX2_dead_24
+	VMOVUPS 128(AX), Y4
+	VMOVUPS Y4, 640(R11)
+	CMPQ    R9, $0x000000c0
+	JBE     stateVKbf16AVX2_dead_24
+	VMOVUPS 160(AX), Y4
+	VMOVUPS Y4, 672(R11)
+	CMPQ    R9, $0x000000e0
+	JBE     stateVKbf16AVX2_dead_24
+	VMOVUPS 192(AX), Y4
+	VMOVUPS Y4, 704(R11)
+
+stateVKbf16AVX2_dead_24:
+	VMOVUPS -32(AX)(R9*1), Y4
+	VANDPS  48(SP), Y4, Y4
+	JMP     stateVKbf16AVX2_loaded_3
+
+stateVKbf16AVX2_frombf16_3:
+	MOVQ       src_base+16(FP), AX
+	MOVQ       (SP), CX
+	IMULQ      R10, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
 	PREFETCHT0 8256(AX)
 	PREFETCHT0 8320(AX)
 	CMPQ       R9, $0x000000c0
-	JBE        stateVKbf16AVX2_dead_9
+	JBE        stateVKbf16AVX2_dead_25
 	PREFETCHT0 8384(AX)
 
-stateVKbf16AVX2_dead_9:
+stateVKbf16AVX2_dead_25:
+	VPMOVZXWD (AX), Y0
+	VPSLLD    $0x10, Y0, Y0
+	VPMOVZXWD 16(AX), Y2
+	VPSLLD    $0x10, Y2, Y2
+	VMOVUPS   Y2, 32(R11)
+	VPMOVZXWD 32(AX), Y2
+	VPSLLD    $0x10, Y2, Y2
+	VMOVUPS   Y2, 64(R11)
+	VPMOVZXWD 48(AX), Y2
+	VPSLLD    $0x10, Y2, Y2
+	VMOVUPS   Y2, 96(R11)
+	CMPQ      R9, $0x000000a0
+	JBE       stateVKbf16AVX2_dead_26
+	VPMOVZXWD 64(AX), Y2
+	VPSLLD    $0x10, Y2, Y2
+	VMOVUPS   Y2, 128(R11)
+	CMPQ      R9, $0x000000c0
+	JBE       stateVKbf16AVX2_dead_26
+	VPMOVZXWD 80(AX), Y2
+	VPSLLD    $0x10, Y2, Y2
+	VMOVUPS   Y2, 160(R11)
+	CMPQ      R9, $0x000000e0
+	JBE       stateVKbf16AVX2_dead_26
+	VPMOVZXWD 96(AX), Y2
+	VPSLLD    $0x10, Y2, Y2
+	VMOVUPS   Y2, 192(R11)
+
+stateVKbf16AVX2_dead_26:
+	VPMOVZXWD -16(AX)(R10*1), Y2
+	VPSLLD    $0x10, Y2, Y2
+	VANDPS    48(SP), Y2, Y2
+	ADDQ      R10, AX
+	VPMOVZXWD (AX), Y3
+	VPSLLD    $0x10, Y3, Y3
+	VPMOVZXWD 16(AX), Y4
+	VPSLLD    $0x10, Y4, Y4
+	VMOVUPS   Y4, 544(R11)
+	VPMOVZXWD 32(AX), Y4
+	VPSLLD    $0x10, Y4, Y4
+	VMOVUPS   Y4, 576(R11)
+	VPMOVZXWD 48(AX), Y4
+	VPSLLD    $0x10, Y4, Y4
+	VMOVUPS   Y4, 608(R11)
+	CMPQ      R9, $0x000000a0
+	JBE       stateVKbf16AVX2_dead_27
+	VPMOVZXWD 64(AX), Y4
+	VPSLLD    $0x10, Y4, Y4
+	VMOVUPS   Y4, 640(R11)
+	CMPQ      R9, $0x000000c0
+	JBE       stateVKbf16AVX2_dead_27
+	VPMOVZXWD 80(AX), Y4
+	VPSLLD    $0x10, Y4, Y4
+	VMOVUPS   Y4, 672(R11)
+	CMPQ      R9, $0x000000e0
+	JBE       stateVKbf16AVX2_dead_27
+	VPMOVZXWD 96(AX), Y4
+	VPSLLD    $0x10, Y4, Y4
+	VMOVUPS   Y4, 704(R11)
+
+stateVKbf16AVX2_dead_27:
+	VPMOVZXWD -16(AX)(R10*1), Y4
+	VPSLLD    $0x10, Y4, Y4
+	VANDPS    48(SP), Y4, Y4
+
+stateVKbf16AVX2_loaded_3:
+	MOVQ kh_base+112(FP), AX
+	MOVQ qh_base+136(FP), CX
+	MOVQ tok_base+216(FP), DX
+	MOVQ stores_base+64(FP), BX
+	MOVQ v_base+160(FP), SI
+	MOVQ o_base+192(FP), DI
+	MOVQ (SP), R8
+	SHLQ $0x02, R8
+	ADDQ R8, SI
+	ADDQ R8, DI
+	MOVQ 16(SP), R8
+
+stateVKbf16AVX2_token_3:
+	VMULPS      (AX), Y0, Y5
+	VMULPS      (CX), Y0, Y6
+	VMULPS      (AX), Y3, Y9
+	VMULPS      (CX), Y3, Y10
+	VMOVUPS     32(R11), Y8
+	VMULPS      32(AX), Y8, Y7
+	VMULPS      32(CX), Y8, Y8
+	VMOVUPS     544(R11), Y12
+	VMULPS      32(AX), Y12, Y11
+	VMULPS      32(CX), Y12, Y12
+	VMOVUPS     64(R11), Y13
+	VFMADD231PS 64(AX), Y13, Y5
+	VFMADD231PS 64(CX), Y13, Y6
+	VMOVUPS     576(R11), Y13
+	VFMADD231PS 64(AX), Y13, Y9
+	VFMADD231PS 64(CX), Y13, Y10
+	VMOVUPS     96(R11), Y13
+	VFMADD231PS 96(AX), Y13, Y7
+	VFMADD231PS 96(CX), Y13, Y8
+	VMOVUPS     608(R11), Y13
+	VFMADD231PS 96(AX), Y13, Y11
+	VFMADD231PS 96(CX), Y13, Y12
+	CMPQ        R9, $0x000000a0
+	JBE         stateVKbf16AVX2_dead_28
+	VMOVUPS     128(R11), Y13
+	VFMADD231PS 128(AX), Y13, Y5
+	VFMADD231PS 128(CX), Y13, Y6
+	VMOVUPS     640(R11), Y13
+	VFMADD231PS 128(AX), Y13, Y9
+	VFMADD231PS 128(CX), Y13, Y10
+	CMPQ        R9, $0x000000c0
+	JBE         stateVKbf16AVX2_dead_28
+	VMOVUPS     160(R11), Y13
+	VFMADD231PS 160(AX), Y13, Y7
+	VFMADD231PS 160(CX), Y13, Y8
+	VMOVUPS     672(R11), Y13
+	VFMADD231PS 160(AX), Y13, Y11
+	VFMADD231PS 160(CX), Y13, Y12
+	CMPQ        R9, $0x000000e0
+	JBE         stateVKbf16AVX2_dead_28
+	VMOVUPS     192(R11), Y13
+	VFMADD231PS 192(AX), Y13, Y5
+	VFMADD231PS 192(CX), Y13, Y6
+	VMOVUPS     704(R11), Y13
+	VFMADD231PS 192(AX), Y13, Y9
+	VFMADD231PS 192(CX), Y13, Y10
+
+stateVKbf16AVX2_dead_28:
+	VFMADD231PS  -32(AX)(R9*1), Y2, Y7
+	VFMADD231PS  -32(CX)(R9*1), Y2, Y8
+	VFMADD231PS  -32(AX)(R9*1), Y4, Y11
+	VFMADD231PS  -32(CX)(R9*1), Y4, Y12
+	VADDPS       Y7, Y5, Y5
+	VADDPS       Y11, Y9, Y9
+	VADDPS       Y8, Y6, Y6
+	VADDPS       Y12, Y10, Y10
+	VPERM2F128   $0x20, Y9, Y5, Y7
+	VPERM2F128   $0x31, Y9, Y5, Y5
+	VADDPS       Y5, Y7, Y7
+	VPERM2F128   $0x20, Y10, Y6, Y5
+	VPERM2F128   $0x31, Y10, Y6, Y6
+	VADDPS       Y6, Y5, Y5
+	VSHUFPS      $0x44, Y5, Y7, Y6
+	VSHUFPS      $0xee, Y5, Y7, Y5
+	VADDPS       Y5, Y6, Y6
+	VSHUFPS      $0x88, Y6, Y6, Y5
+	VSHUFPS      $0xdd, Y6, Y6, Y6
+	VADDPS       Y6, Y5, Y5
+	VMOVUPS      vkpermAVX2_2<>+0(SB), Y6
+	VPERMPS      Y5, Y6, Y5
+	VMOVSS       (DX), X1
+	VUCOMISS     nearone<>+0(SB), X1
+	JCS          stateVKbf16AVX2_far_5
+	VBROADCASTSS (DX), Y6
+	VFMADD213PS  Y5, Y6, Y5
+	JMP          stateVKbf16AVX2_decayed_5
+
+stateVKbf16AVX2_far_5:
+	VBROADCASTSS 4(DX), Y6
+	VMULPS       Y5, Y6, Y5
+
+stateVKbf16AVX2_decayed_5:
+	VEXTRACTF128 $0x01, Y5, X6
+	VMOVSD       (SI), X1
+	VSUBPS       X5, X1, X1
+	VBROADCASTSS 8(DX), Y5
+	VMULPS       X5, X1, X1
+	VBROADCASTSS 12(DX), Y5
+	VFMADD231PS  X5, X1, X6
+	VMOVSD       X6, (DI)
+	VMOVSS       (DX), X5
+	VUCOMISS     nearone<>+0(SB), X5
+	JCS          stateVKbf16AVX2_far_6
+	VBROADCASTSS (DX), Y5
+	VBROADCASTSS X1, Y6
+	VMOVUPS      vklane1<>+0(SB), Y7
+	VPERMPS      Y1, Y7, Y7
+	VFMADD213PS  Y0, Y5, Y0
+	VFMADD231PS  (AX), Y6, Y0
+	VFMADD213PS  Y3, Y5, Y3
+	VFMADD231PS  (AX), Y7, Y3
+	VMOVUPS      32(R11), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  32(AX), Y6, Y8
+	VMOVUPS      Y8, 32(R11)
+	VMOVUPS      544(R11), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  32(AX), Y7, Y8
+	VMOVUPS      Y8, 544(R11)
+	VMOVUPS      64(R11), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  64(AX), Y6, Y8
+	VMOVUPS      Y8, 64(R11)
+	VMOVUPS      576(R11), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  64(AX), Y7, Y8
+	VMOVUPS      Y8, 576(R11)
+	VMOVUPS      96(R11), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  96(AX), Y6, Y8
+	VMOVUPS      Y8, 96(R11)
+	VMOVUPS      608(R11), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  96(AX), Y7, Y8
+	VMOVUPS      Y8, 608(R11)
+	CMPQ         R9, $0x000000a0
+	JBE          stateVKbf16AVX2_dead_29
+	VMOVUPS      128(R11), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  128(AX), Y6, Y8
+	VMOVUPS      Y8, 128(R11)
+	VMOVUPS      640(R11), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  128(AX), Y7, Y8
+	VMOVUPS      Y8, 640(R11)
+	CMPQ         R9, $0x000000c0
+	JBE          stateVKbf16AVX2_dead_29
+	VMOVUPS      160(R11), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  160(AX), Y6, Y8
+	VMOVUPS      Y8, 160(R11)
+	VMOVUPS      672(R11), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  160(AX), Y7, Y8
+	VMOVUPS      Y8, 672(R11)
+	CMPQ         R9, $0x000000e0
+	JBE          stateVKbf16AVX2_dead_29
+	VMOVUPS      192(R11), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  192(AX), Y6, Y8
+	VMOVUPS      Y8, 192(R11)
+	VMOVUPS      704(R11), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  192(AX), Y7, Y8
+	VMOVUPS      Y8, 704(R11)
+
+stateVKbf16AVX2_dead_29:
+	VFMADD213PS Y2, Y5, Y2
+	VFMADD231PS -32(AX)(R9*1), Y6, Y2
+	VANDPS      48(SP), Y2, Y2
+	VFMADD213PS Y4, Y5, Y4
+	VFMADD231PS -32(AX)(R9*1), Y7, Y4
+	VANDPS      48(SP), Y4, Y4
+	JMP         stateVKbf16AVX2_decayed_6
+
+stateVKbf16AVX2_far_6:
+	VBROADCASTSS 4(DX), Y5
+	VBROADCASTSS X1, Y6
+	VMOVUPS      vklane1<>+0(SB), Y7
+	VPERMPS      Y1, Y7, Y7
+	VMULPS       Y0, Y5, Y0
+	VFMADD231PS  (AX), Y6, Y0
+	VMULPS       Y3, Y5, Y3
+	VFMADD231PS  (AX), Y7, Y3
+	VMOVUPS      32(R11), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  32(AX), Y6, Y8
+	VMOVUPS      Y8, 32(R11)
+	VMOVUPS      544(R11), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  32(AX), Y7, Y8
+	VMOVUPS      Y8, 544(R11)
+	VMOVUPS      64(R11), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  64(AX), Y6, Y8
+	VMOVUPS      Y8, 64(R11)
+	VMOVUPS      576(R11), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  64(AX), Y7, Y8
+	VMOVUPS      Y8, 576(R11)
+	VMOVUPS      96(R11), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  96(AX), Y6, Y8
+	VMOVUPS      Y8, 96(R11)
+	VMOVUPS      608(R11), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  96(AX), Y7, Y8
+	VMOVUPS      Y8, 608(R11)
+	CMPQ         R9, $0x000000a0
+	JBE          stateVKbf16AVX2_dead_30
+	VMOVUPS      128(R11), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  128(AX), Y6, Y8
+	VMOVUPS      Y8, 128(R11)
+	VMOVUPS      640(R11), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  128(AX), Y7, Y8
+	VMOVUPS      Y8, 640(R11)
+	CMPQ         R9, $0x000000c0
+	JBE          stateVKbf16AVX2_dead_30
+	VMOVUPS      160(R11), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  160(AX), Y6, Y8
+	VMOVUPS      Y8, 160(R11)
+	VMOVUPS      672(R11), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  160(AX), Y7, Y8
+	VMOVUPS      Y8, 672(R11)
+	CMPQ         R9, $0x000000e0
+	JBE          stateVKbf16AVX2_dead_30
+	VMOVUPS      192(R11), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  192(AX), Y6, Y8
+	VMOVUPS      Y8, 192(R11)
+	VMOVUPS      704(R11), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  192(AX), Y7, Y8
+	VMOVUPS      Y8, 704(R11)
+
+stateVKbf16AVX2_dead_30:
+	VMULPS      Y2, Y5, Y2
+	VFMADD231PS -32(AX)(R9*1), Y6, Y2
+	VANDPS      48(SP), Y2, Y2
+	VMULPS      Y4, Y5, Y4
+	VFMADD231PS -32(AX)(R9*1), Y7, Y4
+	VANDPS      48(SP), Y4, Y4
+
+stateVKbf16AVX2_decayed_6:
+	// The state after this token, if stored.
+	MOVQ         (BX), R12
+	TESTQ        R12, R12
+	JZ           stateVKbf16AVX2_nostore_3
+	MOVQ         (SP), R13
+	IMULQ        R10, R13
+	ADDQ         R13, R12
+	VMOVAPS      Y2, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, -16(R12)(R10*1)
+	VMOVAPS      Y0, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, (R12)
+	VMOVUPS      32(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 16(R12)
+	VMOVUPS      64(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 32(R12)
+	VMOVUPS      96(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 48(R12)
+	CMPQ         R9, $0x000000a0
+	JBE          stateVKbf16AVX2_dead_31
+	VMOVUPS      128(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 64(R12)
+	CMPQ         R9, $0x000000c0
+	JBE          stateVKbf16AVX2_dead_31
+	VMOVUPS      160(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 80(R12)
+	CMPQ         R9, $0x000000e0
+	JBE          stateVKbf16AVX2_dead_31
+	VMOVUPS      192(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 96(R12)
+
+stateVKbf16AVX2_dead_31:
+	ADDQ         R10, R12
+	VMOVAPS      Y4, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, -16(R12)(R10*1)
+	VMOVAPS      Y3, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, (R12)
+	VMOVUPS      544(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 16(R12)
+	VMOVUPS      576(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 32(R12)
+	VMOVUPS      608(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 48(R12)
+	CMPQ         R9, $0x000000a0
+	JBE          stateVKbf16AVX2_dead_32
+	VMOVUPS      640(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 64(R12)
+	CMPQ         R9, $0x000000c0
+	JBE          stateVKbf16AVX2_dead_32
+	VMOVUPS      672(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 80(R12)
+	CMPQ         R9, $0x000000e0
+	JBE          stateVKbf16AVX2_dead_32
+	VMOVUPS      704(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 96(R12)
+
+stateVKbf16AVX2_dead_32:
+stateVKbf16AVX2_nostore_3:
+	ADDQ R9, AX
+	ADDQ R9, CX
+	ADDQ $0x10, DX
+	ADDQ $0x08, BX
+	ADDQ 32(SP), SI
+	ADDQ 24(SP), DI
+	DECQ R8
+	JNZ  stateVKbf16AVX2_token_3
+
+	// The f32 carry after the last token, if asked for.
+	MOVQ    carry_base+88(FP), AX
+	TESTQ   AX, AX
+	JZ      stateVKbf16AVX2_nocarry_3
+	MOVQ    (SP), CX
+	IMULQ   R9, CX
+	ADDQ    CX, AX
+	VMOVUPS Y2, -32(AX)(R9*1)
+	VMOVUPS Y0, (AX)
+	VMOVUPS 32(R11), Y0
+	VMOVUPS Y0, 32(AX)
+	VMOVUPS 64(R11), Y0
+	VMOVUPS Y0, 64(AX)
+	VMOVUPS 96(R11), Y0
+	VMOVUPS Y0, 96(AX)
+	CMPQ    R9, $0x000000a0
+	JBE     stateVKbf16AVX2_dead_33
+	VMOVUPS 128(R11), Y0
+	VMOVUPS Y0, 128(AX)
+	CMPQ    R9, $0x000000c0
+	JBE     stateVKbf16AVX2_dead_33
+	VMOVUPS 160(R11), Y0
+	VMOVUPS Y0, 160(AX)
+	CMPQ    R9, $0x000000e0
+	JBE     stateVKbf16AVX2_dead_33
+	VMOVUPS 192(R11), Y0
+	VMOVUPS Y0, 192(AX)
+
+stateVKbf16AVX2_dead_33:
+	ADDQ    R9, AX
+	VMOVUPS Y4, -32(AX)(R9*1)
+	VMOVUPS Y3, (AX)
+	VMOVUPS 544(R11), Y0
+	VMOVUPS Y0, 32(AX)
+	VMOVUPS 576(R11), Y0
+	VMOVUPS Y0, 64(AX)
+	VMOVUPS 608(R11), Y0
+	VMOVUPS Y0, 96(AX)
+	CMPQ    R9, $0x000000a0
+	JBE     stateVKbf16AVX2_dead_34
+	VMOVUPS 640(R11), Y0
+	VMOVUPS Y0, 128(AX)
+	CMPQ    R9, $0x000000c0
+	JBE     stateVKbf16AVX2_dead_34
+	VMOVUPS 672(R11), Y0
+	VMOVUPS Y0, 160(AX)
+	CMPQ    R9, $0x000000e0
+	JBE     stateVKbf16AVX2_dead_34
+	VMOVUPS 704(R11), Y0
+	VMOVUPS Y0, 192(AX)
+
+stateVKbf16AVX2_dead_34:
+stateVKbf16AVX2_nocarry_3:
+	ADDQ $0x00000002, (SP)
+	SUBQ $0x00000002, 8(SP)
+	JMP  stateVKbf16AVX2_group_3
+
+stateVKbf16AVX2_groupsdone_3:
+stateVKbf16AVX2_group_4:
+	CMPQ 8(SP), $0x00000001
+	JB   stateVKbf16AVX2_groupsdone_4
+
+	// Load 1 row(s) of 5…8 vectors.
+	MOVQ       src32_base+40(FP), AX
+	TESTQ      AX, AX
+	JZ         stateVKbf16AVX2_frombf16_4
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	CMPQ       R9, $0x000000c0
+	JBE        stateVKbf16AVX2_dead_35
+	PREFETCHT0 8384(AX)
+
+stateVKbf16AVX2_dead_35:
 	VXORPS  Y4, Y4, Y4
 	VXORPS  Y5, Y5, Y5
 	VXORPS  Y6, Y6, Y6
@@ -22625,21 +27071,21 @@ stateVKbf16AVX2_dead_9:
 	VMOVUPS 64(AX), Y2
 	VMOVUPS 96(AX), Y3
 	CMPQ    R9, $0x000000a0
-	JBE     stateVKbf16AVX2_dead_10
+	JBE     stateVKbf16AVX2_dead_36
 	VMOVUPS 128(AX), Y4
 	CMPQ    R9, $0x000000c0
-	JBE     stateVKbf16AVX2_dead_10
+	JBE     stateVKbf16AVX2_dead_36
 	VMOVUPS 160(AX), Y5
 	CMPQ    R9, $0x000000e0
-	JBE     stateVKbf16AVX2_dead_10
+	JBE     stateVKbf16AVX2_dead_36
 	VMOVUPS 192(AX), Y6
 
-stateVKbf16AVX2_dead_10:
+stateVKbf16AVX2_dead_36:
 	VMOVUPS -32(AX)(R9*1), Y7
-	VANDPS  40(SP), Y7, Y7
-	JMP     stateVKbf16AVX2_loaded_2
+	VANDPS  48(SP), Y7, Y7
+	JMP     stateVKbf16AVX2_loaded_4
 
-stateVKbf16AVX2_frombf16_2:
+stateVKbf16AVX2_frombf16_4:
 	MOVQ       src_base+16(FP), AX
 	MOVQ       (SP), CX
 	IMULQ      R10, CX
@@ -22658,24 +27104,24 @@ stateVKbf16AVX2_frombf16_2:
 	VPMOVZXWD  48(AX), Y3
 	VPSLLD     $0x10, Y3, Y3
 	CMPQ       R9, $0x000000a0
-	JBE        stateVKbf16AVX2_dead_11
+	JBE        stateVKbf16AVX2_dead_37
 	VPMOVZXWD  64(AX), Y4
 	VPSLLD     $0x10, Y4, Y4
 	CMPQ       R9, $0x000000c0
-	JBE        stateVKbf16AVX2_dead_11
+	JBE        stateVKbf16AVX2_dead_37
 	VPMOVZXWD  80(AX), Y5
 	VPSLLD     $0x10, Y5, Y5
 	CMPQ       R9, $0x000000e0
-	JBE        stateVKbf16AVX2_dead_11
+	JBE        stateVKbf16AVX2_dead_37
 	VPMOVZXWD  96(AX), Y6
 	VPSLLD     $0x10, Y6, Y6
 
-stateVKbf16AVX2_dead_11:
+stateVKbf16AVX2_dead_37:
 	VPMOVZXWD -16(AX)(R10*1), Y7
 	VPSLLD    $0x10, Y7, Y7
-	VANDPS    40(SP), Y7, Y7
+	VANDPS    48(SP), Y7, Y7
 
-stateVKbf16AVX2_loaded_2:
+stateVKbf16AVX2_loaded_4:
 	MOVQ kh_base+112(FP), AX
 	MOVQ qh_base+136(FP), CX
 	MOVQ tok_base+216(FP), DX
@@ -22688,7 +27134,7 @@ stateVKbf16AVX2_loaded_2:
 	ADDQ R8, DI
 	MOVQ 16(SP), R8
 
-stateVKbf16AVX2_token_2:
+stateVKbf16AVX2_token_4:
 	VMULPS      (AX), Y0, Y8
 	VMULPS      (CX), Y0, Y9
 	VMULPS      32(AX), Y1, Y10
@@ -22698,19 +27144,19 @@ stateVKbf16AVX2_token_2:
 	VFMADD231PS 96(AX), Y3, Y10
 	VFMADD231PS 96(CX), Y3, Y11
 	CMPQ        R9, $0x000000a0
-	JBE         stateVKbf16AVX2_dead_12
+	JBE         stateVKbf16AVX2_dead_38
 	VFMADD231PS 128(AX), Y4, Y8
 	VFMADD231PS 128(CX), Y4, Y9
 	CMPQ        R9, $0x000000c0
-	JBE         stateVKbf16AVX2_dead_12
+	JBE         stateVKbf16AVX2_dead_38
 	VFMADD231PS 160(AX), Y5, Y10
 	VFMADD231PS 160(CX), Y5, Y11
 	CMPQ        R9, $0x000000e0
-	JBE         stateVKbf16AVX2_dead_12
+	JBE         stateVKbf16AVX2_dead_38
 	VFMADD231PS 192(AX), Y6, Y8
 	VFMADD231PS 192(CX), Y6, Y9
 
-stateVKbf16AVX2_dead_12:
+stateVKbf16AVX2_dead_38:
 	VFMADD231PS  -32(AX)(R9*1), Y7, Y10
 	VFMADD231PS  -32(CX)(R9*1), Y7, Y11
 	VADDPS       Y10, Y8, Y8
@@ -22728,16 +27174,16 @@ stateVKbf16AVX2_dead_12:
 	VPERMPS      Y9, Y8, Y8
 	VMOVSS       (DX), X9
 	VUCOMISS     nearone<>+0(SB), X9
-	JCS          stateVKbf16AVX2_far_3
+	JCS          stateVKbf16AVX2_far_7
 	VBROADCASTSS (DX), Y9
 	VFMADD213PS  Y8, Y9, Y8
-	JMP          stateVKbf16AVX2_decayed_3
+	JMP          stateVKbf16AVX2_decayed_7
 
-stateVKbf16AVX2_far_3:
+stateVKbf16AVX2_far_7:
 	VBROADCASTSS 4(DX), Y9
 	VMULPS       Y8, Y9, Y8
 
-stateVKbf16AVX2_decayed_3:
+stateVKbf16AVX2_decayed_7:
 	VEXTRACTF128 $0x01, Y8, X9
 	VMOVSS       (SI), X10
 	VSUBPS       X8, X10, X10
@@ -22748,7 +27194,7 @@ stateVKbf16AVX2_decayed_3:
 	VMOVSS       X9, (DI)
 	VMOVSS       (DX), X9
 	VUCOMISS     nearone<>+0(SB), X9
-	JCS          stateVKbf16AVX2_far_4
+	JCS          stateVKbf16AVX2_far_8
 	VBROADCASTSS (DX), Y9
 	VBROADCASTSS X8, Y8
 	VFMADD213PS  Y0, Y9, Y0
@@ -22760,25 +27206,25 @@ stateVKbf16AVX2_decayed_3:
 	VFMADD213PS  Y3, Y9, Y3
 	VFMADD231PS  96(AX), Y8, Y3
 	CMPQ         R9, $0x000000a0
-	JBE          stateVKbf16AVX2_dead_13
+	JBE          stateVKbf16AVX2_dead_39
 	VFMADD213PS  Y4, Y9, Y4
 	VFMADD231PS  128(AX), Y8, Y4
 	CMPQ         R9, $0x000000c0
-	JBE          stateVKbf16AVX2_dead_13
+	JBE          stateVKbf16AVX2_dead_39
 	VFMADD213PS  Y5, Y9, Y5
 	VFMADD231PS  160(AX), Y8, Y5
 	CMPQ         R9, $0x000000e0
-	JBE          stateVKbf16AVX2_dead_13
+	JBE          stateVKbf16AVX2_dead_39
 	VFMADD213PS  Y6, Y9, Y6
 	VFMADD231PS  192(AX), Y8, Y6
 
-stateVKbf16AVX2_dead_13:
+stateVKbf16AVX2_dead_39:
 	VFMADD213PS Y7, Y9, Y7
 	VFMADD231PS -32(AX)(R9*1), Y8, Y7
-	VANDPS      40(SP), Y7, Y7
-	JMP         stateVKbf16AVX2_decayed_4
+	VANDPS      48(SP), Y7, Y7
+	JMP         stateVKbf16AVX2_decayed_8
 
-stateVKbf16AVX2_far_4:
+stateVKbf16AVX2_far_8:
 	VBROADCASTSS 4(DX), Y9
 	VBROADCASTSS X8, Y8
 	VMULPS       Y0, Y9, Y0
@@ -22790,28 +27236,28 @@ stateVKbf16AVX2_far_4:
 	VMULPS       Y3, Y9, Y3
 	VFMADD231PS  96(AX), Y8, Y3
 	CMPQ         R9, $0x000000a0
-	JBE          stateVKbf16AVX2_dead_14
+	JBE          stateVKbf16AVX2_dead_40
 	VMULPS       Y4, Y9, Y4
 	VFMADD231PS  128(AX), Y8, Y4
 	CMPQ         R9, $0x000000c0
-	JBE          stateVKbf16AVX2_dead_14
+	JBE          stateVKbf16AVX2_dead_40
 	VMULPS       Y5, Y9, Y5
 	VFMADD231PS  160(AX), Y8, Y5
 	CMPQ         R9, $0x000000e0
-	JBE          stateVKbf16AVX2_dead_14
+	JBE          stateVKbf16AVX2_dead_40
 	VMULPS       Y6, Y9, Y6
 	VFMADD231PS  192(AX), Y8, Y6
 
-stateVKbf16AVX2_dead_14:
+stateVKbf16AVX2_dead_40:
 	VMULPS      Y7, Y9, Y7
 	VFMADD231PS -32(AX)(R9*1), Y8, Y7
-	VANDPS      40(SP), Y7, Y7
+	VANDPS      48(SP), Y7, Y7
 
-stateVKbf16AVX2_decayed_4:
+stateVKbf16AVX2_decayed_8:
 	// The state after this token, if stored.
 	MOVQ         (BX), R11
 	TESTQ        R11, R11
-	JZ           stateVKbf16AVX2_nostore_2
+	JZ           stateVKbf16AVX2_nostore_4
 	MOVQ         (SP), R12
 	IMULQ        R10, R12
 	ADDQ         R12, R11
@@ -22881,7 +27327,7 @@ stateVKbf16AVX2_decayed_4:
 	VPACKUSDW    X9, X8, X9
 	VMOVDQU      X9, 48(R11)
 	CMPQ         R9, $0x000000a0
-	JBE          stateVKbf16AVX2_dead_15
+	JBE          stateVKbf16AVX2_dead_41
 	VMOVAPS      Y4, Y8
 	VPSRLD       $0x10, Y8, Y9
 	VPAND        absmask<>+0(SB), Y8, Y10
@@ -22896,7 +27342,7 @@ stateVKbf16AVX2_decayed_4:
 	VPACKUSDW    X9, X8, X9
 	VMOVDQU      X9, 64(R11)
 	CMPQ         R9, $0x000000c0
-	JBE          stateVKbf16AVX2_dead_15
+	JBE          stateVKbf16AVX2_dead_41
 	VMOVAPS      Y5, Y8
 	VPSRLD       $0x10, Y8, Y9
 	VPAND        absmask<>+0(SB), Y8, Y10
@@ -22911,7 +27357,7 @@ stateVKbf16AVX2_decayed_4:
 	VPACKUSDW    X9, X8, X9
 	VMOVDQU      X9, 80(R11)
 	CMPQ         R9, $0x000000e0
-	JBE          stateVKbf16AVX2_dead_15
+	JBE          stateVKbf16AVX2_dead_41
 	VMOVAPS      Y6, Y8
 	VPSRLD       $0x10, Y8, Y9
 	VPAND        absmask<>+0(SB), Y8, Y10
@@ -22926,8 +27372,8 @@ stateVKbf16AVX2_decayed_4:
 	VPACKUSDW    X9, X8, X9
 	VMOVDQU      X9, 96(R11)
 
-stateVKbf16AVX2_dead_15:
-stateVKbf16AVX2_nostore_2:
+stateVKbf16AVX2_dead_41:
+stateVKbf16AVX2_nostore_4:
 	ADDQ R9, AX
 	ADDQ R9, CX
 	ADDQ $0x10, DX
@@ -22935,12 +27381,12 @@ stateVKbf16AVX2_nostore_2:
 	ADDQ 32(SP), SI
 	ADDQ 24(SP), DI
 	DECQ R8
-	JNZ  stateVKbf16AVX2_token_2
+	JNZ  stateVKbf16AVX2_token_4
 
 	// The f32 carry after the last token, if asked for.
 	MOVQ    carry_base+88(FP), AX
 	TESTQ   AX, AX
-	JZ      stateVKbf16AVX2_nocarry_2
+	JZ      stateVKbf16AVX2_nocarry_4
 	MOVQ    (SP), CX
 	IMULQ   R9, CX
 	ADDQ    CX, AX
@@ -22950,34 +27396,1015 @@ stateVKbf16AVX2_nostore_2:
 	VMOVUPS Y2, 64(AX)
 	VMOVUPS Y3, 96(AX)
 	CMPQ    R9, $0x000000a0
-	JBE     stateVKbf16AVX2_dead_16
+	JBE     stateVKbf16AVX2_dead_42
 	VMOVUPS Y4, 128(AX)
 	CMPQ    R9, $0x000000c0
-	JBE     stateVKbf16AVX2_dead_16
+	JBE     stateVKbf16AVX2_dead_42
 	VMOVUPS Y5, 160(AX)
 	CMPQ    R9, $0x000000e0
-	JBE     stateVKbf16AVX2_dead_16
+	JBE     stateVKbf16AVX2_dead_42
 	VMOVUPS Y6, 192(AX)
 
-stateVKbf16AVX2_dead_16:
-stateVKbf16AVX2_nocarry_2:
+stateVKbf16AVX2_dead_42:
+stateVKbf16AVX2_nocarry_4:
 	ADDQ $0x00000001, (SP)
 	SUBQ $0x00000001, 8(SP)
-	JMP  stateVKbf16AVX2_group_2
+	JMP  stateVKbf16AVX2_group_4
 
-stateVKbf16AVX2_groupsdone_2:
+stateVKbf16AVX2_groupsdone_4:
 	JMP stateVKbf16AVX2_done_1
 
 stateVKbf16AVX2_n12_1:
 	// Rows of 9…12 vectors.
-stateVKbf16AVX2_group_3:
+	MOVQ 40(SP), R11
+
+stateVKbf16AVX2_group_5:
+	CMPQ 8(SP), $0x00000002
+	JB   stateVKbf16AVX2_groupsdone_5
+
+	// Load 2 row(s) of 9…12 vectors.
+	MOVQ       src32_base+40(FP), AX
+	TESTQ      AX, AX
+	JZ         stateVKbf16AVX2_frombf16_5
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	PREFETCHT0 8448(AX)
+	PREFETCHT0 8512(AX)
+	PREFETCHT0 8576(AX)
+	PREFETCHT0 8640(AX)
+	PREFETCHT0 8704(AX)
+	CMPQ       R9, $0x00000120
+	JBE        stateVKbf16AVX2_dead_43
+	PREFETCHT0 8768(AX)
+	CMPQ       R9, $0x00000140
+	JBE        stateVKbf16AVX2_dead_43
+	PREFETCHT0 8832(AX)
+	CMPQ       R9, $0x00000160
+	JBE        stateVKbf16AVX2_dead_43
+	PREFETCHT0 8896(AX)
+
+stateVKbf16AVX2_dead_43:
+	VMOVUPS (AX), Y0
+	VMOVUPS 32(AX), Y2
+	VMOVUPS Y2, 32(R11)
+	VMOVUPS 64(AX), Y2
+	VMOVUPS Y2, 64(R11)
+	VMOVUPS 96(AX), Y2
+	VMOVUPS Y2, 96(R11)
+	VMOVUPS 128(AX), Y2
+	VMOVUPS Y2, 128(R11)
+	VMOVUPS 160(AX), Y2
+	VMOVUPS Y2, 160(R11)
+	VMOVUPS 192(AX), Y2
+	VMOVUPS Y2, 192(R11)
+	VMOVUPS 224(AX), Y2
+	VMOVUPS Y2, 224(R11)
+	CMPQ    R9, $0x00000120
+	JBE     stateVKbf16AVX2_dead_44
+	VMOVUPS 256(AX), Y2
+	VMOVUPS Y2, 256(R11)
+	CMPQ    R9, $0x00000140
+	JBE     stateVKbf16AVX2_dead_44
+	VMOVUPS 288(AX), Y2
+	VMOVUPS Y2, 288(R11)
+	CMPQ    R9, $0x00000160
+	JBE     stateVKbf16AVX2_dead_44
+	VMOVUPS 320(AX), Y2
+	VMOVUPS Y2, 320(R11)
+
+stateVKbf16AVX2_dead_44:
+	VMOVUPS -32(AX)(R9*1), Y2
+	VANDPS  48(SP), Y2, Y2
+	ADDQ    R9, AX
+	VMOVUPS (AX), Y3
+	VMOVUPS 32(AX), Y4
+	VMOVUPS Y4, 544(R11)
+	VMOVUPS 64(AX), Y4
+	VMOVUPS Y4, 576(R11)
+	VMOVUPS 96(AX), Y4
+	VMOVUPS Y4, 608(R11)
+	VMOVUPS 128(AX), Y4
+	VMOVUPS Y4, 640(R11)
+	VMOVUPS 160(AX), Y4
+	VMOVUPS Y4, 672(R11)
+	VMOVUPS 192(AX), Y4
+	VMOVUPS Y4, 704(R11)
+	VMOVUPS 224(AX), Y4
+	VMOVUPS Y4, 736(R11)
+	CMPQ    R9, $0x00000120
+	JBE     stateVKbf16AVX2_dead_45
+	VMOVUPS 256(AX), Y4
+	VMOVUPS Y4, 768(R11)
+	CMPQ    R9, $0x00000140
+	JBE     stateVKbf16AVX2_dead_45
+	VMOVUPS 288(AX), Y4
+	VMOVUPS Y4, 800(R11)
+	CMPQ    R9, $0x00000160
+	JBE     stateVKbf16AVX2_dead_45
+	VMOVUPS 320(AX), Y4
+	VMOVUPS Y4, 832(R11)
+
+stateVKbf16AVX2_dead_45:
+	VMOVUPS -32(AX)(R9*1), Y4
+	VANDPS  48(SP), Y4, Y4
+	JMP     stateVKbf16AVX2_loaded_5
+
+stateVKbf16AVX2_frombf16_5:
+	MOVQ       src_base+16(FP), AX
+	MOVQ       (SP), CX
+	IMULQ      R10, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	PREFETCHT0 8448(AX)
+	CMPQ       R9, $0x00000140
+	JBE        stateVKbf16AVX2_dead_46
+	PREFETCHT0 8512(AX)
+
+stateVKbf16AVX2_dead_46:
+	VPMOVZXWD (AX), Y0
+	VPSLLD    $0x10, Y0, Y0
+	VPMOVZXWD 16(AX), Y2
+	VPSLLD    $0x10, Y2, Y2
+	VMOVUPS   Y2, 32(R11)
+	VPMOVZXWD 32(AX), Y2
+	VPSLLD    $0x10, Y2, Y2
+	VMOVUPS   Y2, 64(R11)
+	VPMOVZXWD 48(AX), Y2
+	VPSLLD    $0x10, Y2, Y2
+	VMOVUPS   Y2, 96(R11)
+	VPMOVZXWD 64(AX), Y2
+	VPSLLD    $0x10, Y2, Y2
+	VMOVUPS   Y2, 128(R11)
+	VPMOVZXWD 80(AX), Y2
+	VPSLLD    $0x10, Y2, Y2
+	VMOVUPS   Y2, 160(R11)
+	VPMOVZXWD 96(AX), Y2
+	VPSLLD    $0x10, Y2, Y2
+	VMOVUPS   Y2, 192(R11)
+	VPMOVZXWD 112(AX), Y2
+	VPSLLD    $0x10, Y2, Y2
+	VMOVUPS   Y2, 224(R11)
+	CMPQ      R9, $0x00000120
+	JBE       stateVKbf16AVX2_dead_47
+	VPMOVZXWD 128(AX), Y2
+	VPSLLD    $0x10, Y2, Y2
+	VMOVUPS   Y2, 256(R11)
+	CMPQ      R9, $0x00000140
+	JBE       stateVKbf16AVX2_dead_47
+	VPMOVZXWD 144(AX), Y2
+	VPSLLD    $0x10, Y2, Y2
+	VMOVUPS   Y2, 288(R11)
+	CMPQ      R9, $0x00000160
+	JBE       stateVKbf16AVX2_dead_47
+	VPMOVZXWD 160(AX), Y2
+	VPSLLD    $0x10, Y2, Y2
+	VMOVUPS   Y2, 320(R11)
+
+stateVKbf16AVX2_dead_47:
+	VPMOVZXWD -16(AX)(R10*1), Y2
+	VPSLLD    $0x10, Y2, Y2
+	VANDPS    48(SP), Y2, Y2
+	ADDQ      R10, AX
+	VPMOVZXWD (AX), Y3
+	VPSLLD    $0x10, Y3, Y3
+	VPMOVZXWD 16(AX), Y4
+	VPSLLD    $0x10, Y4, Y4
+	VMOVUPS   Y4, 544(R11)
+	VPMOVZXWD 32(AX), Y4
+	VPSLLD    $0x10, Y4, Y4
+	VMOVUPS   Y4, 576(R11)
+	VPMOVZXWD 48(AX), Y4
+	VPSLLD    $0x10, Y4, Y4
+	VMOVUPS   Y4, 608(R11)
+	VPMOVZXWD 64(AX), Y4
+	VPSLLD    $0x10, Y4, Y4
+	VMOVUPS   Y4, 640(R11)
+	VPMOVZXWD 80(AX), Y4
+	VPSLLD    $0x10, Y4, Y4
+	VMOVUPS   Y4, 672(R11)
+	VPMOVZXWD 96(AX), Y4
+	VPSLLD    $0x10, Y4, Y4
+	VMOVUPS   Y4, 704(R11)
+	VPMOVZXWD 112(AX), Y4
+	VPSLLD    $0x10, Y4, Y4
+	VMOVUPS   Y4, 736(R11)
+	CMPQ      R9, $0x00000120
+	JBE       stateVKbf16AVX2_dead_48
+	VPMOVZXWD 128(AX), Y4
+	VPSLLD    $0x10, Y4, Y4
+	VMOVUPS   Y4, 768(R11)
+	CMPQ      R9, $0x00000140
+	JBE       stateVKbf16AVX2_dead_48
+	VPMOVZXWD 144(AX), Y4
+	VPSLLD    $0x10, Y4, Y4
+	VMOVUPS   Y4, 800(R11)
+	CMPQ      R9, $0x00000160
+	JBE       stateVKbf16AVX2_dead_48
+	VPMOVZXWD 160(AX), Y4
+	VPSLLD    $0x10, Y4, Y4
+	VMOVUPS   Y4, 832(R11)
+
+stateVKbf16AVX2_dead_48:
+	VPMOVZXWD -16(AX)(R10*1), Y4
+	VPSLLD    $0x10, Y4, Y4
+	VANDPS    48(SP), Y4, Y4
+
+stateVKbf16AVX2_loaded_5:
+	MOVQ kh_base+112(FP), AX
+	MOVQ qh_base+136(FP), CX
+	MOVQ tok_base+216(FP), DX
+	MOVQ stores_base+64(FP), BX
+	MOVQ v_base+160(FP), SI
+	MOVQ o_base+192(FP), DI
+	MOVQ (SP), R8
+	SHLQ $0x02, R8
+	ADDQ R8, SI
+	ADDQ R8, DI
+	MOVQ 16(SP), R8
+
+stateVKbf16AVX2_token_5:
+	VMULPS      (AX), Y0, Y5
+	VMULPS      (CX), Y0, Y6
+	VMULPS      (AX), Y3, Y9
+	VMULPS      (CX), Y3, Y10
+	VMOVUPS     32(R11), Y8
+	VMULPS      32(AX), Y8, Y7
+	VMULPS      32(CX), Y8, Y8
+	VMOVUPS     544(R11), Y12
+	VMULPS      32(AX), Y12, Y11
+	VMULPS      32(CX), Y12, Y12
+	VMOVUPS     64(R11), Y13
+	VFMADD231PS 64(AX), Y13, Y5
+	VFMADD231PS 64(CX), Y13, Y6
+	VMOVUPS     576(R11), Y13
+	VFMADD231PS 64(AX), Y13, Y9
+	VFMADD231PS 64(CX), Y13, Y10
+	VMOVUPS     96(R11), Y13
+	VFMADD231PS 96(AX), Y13, Y7
+	VFMADD231PS 96(CX), Y13, Y8
+	VMOVUPS     608(R11), Y13
+	VFMADD231PS 96(AX), Y13, Y11
+	VFMADD231PS 96(CX), Y13, Y12
+	VMOVUPS     128(R11), Y13
+	VFMADD231PS 128(AX), Y13, Y5
+	VFMADD231PS 128(CX), Y13, Y6
+	VMOVUPS     640(R11), Y13
+	VFMADD231PS 128(AX), Y13, Y9
+	VFMADD231PS 128(CX), Y13, Y10
+	VMOVUPS     160(R11), Y13
+	VFMADD231PS 160(AX), Y13, Y7
+	VFMADD231PS 160(CX), Y13, Y8
+	VMOVUPS     672(R11), Y13
+	VFMADD231PS 160(AX), Y13, Y11
+	VFMADD231PS 160(CX), Y13, Y12
+	VMOVUPS     192(R11), Y13
+	VFMADD231PS 192(AX), Y13, Y5
+	VFMADD231PS 192(CX), Y13, Y6
+	VMOVUPS     704(R11), Y13
+	VFMADD231PS 192(AX), Y13, Y9
+	VFMADD231PS 192(CX), Y13, Y10
+	VMOVUPS     224(R11), Y13
+	VFMADD231PS 224(AX), Y13, Y7
+	VFMADD231PS 224(CX), Y13, Y8
+	VMOVUPS     736(R11), Y13
+	VFMADD231PS 224(AX), Y13, Y11
+	VFMADD231PS 224(CX), Y13, Y12
+	CMPQ        R9, $0x00000120
+	JBE         stateVKbf16AVX2_dead_49
+	VMOVUPS     256(R11), Y13
+	VFMADD231PS 256(AX), Y13, Y5
+	VFMADD231PS 256(CX), Y13, Y6
+	VMOVUPS     768(R11), Y13
+	VFMADD231PS 256(AX), Y13, Y9
+	VFMADD231PS 256(CX), Y13, Y10
+	CMPQ        R9, $0x00000140
+	JBE         stateVKbf16AVX2_dead_49
+	VMOVUPS     288(R11), Y13
+	VFMADD231PS 288(AX), Y13, Y7
+	VFMADD231PS 288(CX), Y13, Y8
+	VMOVUPS     800(R11), Y13
+	VFMADD231PS 288(AX), Y13, Y11
+	VFMADD231PS 288(CX), Y13, Y12
+	CMPQ        R9, $0x00000160
+	JBE         stateVKbf16AVX2_dead_49
+	VMOVUPS     320(R11), Y13
+	VFMADD231PS 320(AX), Y13, Y5
+	VFMADD231PS 320(CX), Y13, Y6
+	VMOVUPS     832(R11), Y13
+	VFMADD231PS 320(AX), Y13, Y9
+	VFMADD231PS 320(CX), Y13, Y10
+
+stateVKbf16AVX2_dead_49:
+	VFMADD231PS  -32(AX)(R9*1), Y2, Y7
+	VFMADD231PS  -32(CX)(R9*1), Y2, Y8
+	VFMADD231PS  -32(AX)(R9*1), Y4, Y11
+	VFMADD231PS  -32(CX)(R9*1), Y4, Y12
+	VADDPS       Y7, Y5, Y5
+	VADDPS       Y11, Y9, Y9
+	VADDPS       Y8, Y6, Y6
+	VADDPS       Y12, Y10, Y10
+	VPERM2F128   $0x20, Y9, Y5, Y7
+	VPERM2F128   $0x31, Y9, Y5, Y5
+	VADDPS       Y5, Y7, Y7
+	VPERM2F128   $0x20, Y10, Y6, Y5
+	VPERM2F128   $0x31, Y10, Y6, Y6
+	VADDPS       Y6, Y5, Y5
+	VSHUFPS      $0x44, Y5, Y7, Y6
+	VSHUFPS      $0xee, Y5, Y7, Y5
+	VADDPS       Y5, Y6, Y6
+	VSHUFPS      $0x88, Y6, Y6, Y5
+	VSHUFPS      $0xdd, Y6, Y6, Y6
+	VADDPS       Y6, Y5, Y5
+	VMOVUPS      vkpermAVX2_2<>+0(SB), Y6
+	VPERMPS      Y5, Y6, Y5
+	VMOVSS       (DX), X1
+	VUCOMISS     nearone<>+0(SB), X1
+	JCS          stateVKbf16AVX2_far_9
+	VBROADCASTSS (DX), Y6
+	VFMADD213PS  Y5, Y6, Y5
+	JMP          stateVKbf16AVX2_decayed_9
+
+stateVKbf16AVX2_far_9:
+	VBROADCASTSS 4(DX), Y6
+	VMULPS       Y5, Y6, Y5
+
+stateVKbf16AVX2_decayed_9:
+	VEXTRACTF128 $0x01, Y5, X6
+	VMOVSD       (SI), X1
+	VSUBPS       X5, X1, X1
+	VBROADCASTSS 8(DX), Y5
+	VMULPS       X5, X1, X1
+	VBROADCASTSS 12(DX), Y5
+	VFMADD231PS  X5, X1, X6
+	VMOVSD       X6, (DI)
+	VMOVSS       (DX), X5
+	VUCOMISS     nearone<>+0(SB), X5
+	JCS          stateVKbf16AVX2_far_10
+	VBROADCASTSS (DX), Y5
+	VBROADCASTSS X1, Y6
+	VMOVUPS      vklane1<>+0(SB), Y7
+	VPERMPS      Y1, Y7, Y7
+	VFMADD213PS  Y0, Y5, Y0
+	VFMADD231PS  (AX), Y6, Y0
+	VFMADD213PS  Y3, Y5, Y3
+	VFMADD231PS  (AX), Y7, Y3
+	VMOVUPS      32(R11), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  32(AX), Y6, Y8
+	VMOVUPS      Y8, 32(R11)
+	VMOVUPS      544(R11), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  32(AX), Y7, Y8
+	VMOVUPS      Y8, 544(R11)
+	VMOVUPS      64(R11), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  64(AX), Y6, Y8
+	VMOVUPS      Y8, 64(R11)
+	VMOVUPS      576(R11), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  64(AX), Y7, Y8
+	VMOVUPS      Y8, 576(R11)
+	VMOVUPS      96(R11), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  96(AX), Y6, Y8
+	VMOVUPS      Y8, 96(R11)
+	VMOVUPS      608(R11), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  96(AX), Y7, Y8
+	VMOVUPS      Y8, 608(R11)
+	VMOVUPS      128(R11), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  128(AX), Y6, Y8
+	VMOVUPS      Y8, 128(R11)
+	VMOVUPS      640(R11), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  128(AX), Y7, Y8
+	VMOVUPS      Y8, 640(R11)
+	VMOVUPS      160(R11), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  160(AX), Y6, Y8
+	VMOVUPS      Y8, 160(R11)
+	VMOVUPS      672(R11), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  160(AX), Y7, Y8
+	VMOVUPS      Y8, 672(R11)
+	VMOVUPS      192(R11), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  192(AX), Y6, Y8
+	VMOVUPS      Y8, 192(R11)
+	VMOVUPS      704(R11), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  192(AX), Y7, Y8
+	VMOVUPS      Y8, 704(R11)
+	VMOVUPS      224(R11), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  224(AX), Y6, Y8
+	VMOVUPS      Y8, 224(R11)
+	VMOVUPS      736(R11), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  224(AX), Y7, Y8
+	VMOVUPS      Y8, 736(R11)
+	CMPQ         R9, $0x00000120
+	JBE          stateVKbf16AVX2_dead_50
+	VMOVUPS      256(R11), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  256(AX), Y6, Y8
+	VMOVUPS      Y8, 256(R11)
+	VMOVUPS      768(R11), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  256(AX), Y7, Y8
+	VMOVUPS      Y8, 768(R11)
+	CMPQ         R9, $0x00000140
+	JBE          stateVKbf16AVX2_dead_50
+	VMOVUPS      288(R11), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  288(AX), Y6, Y8
+	VMOVUPS      Y8, 288(R11)
+	VMOVUPS      800(R11), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  288(AX), Y7, Y8
+	VMOVUPS      Y8, 800(R11)
+	CMPQ         R9, $0x00000160
+	JBE          stateVKbf16AVX2_dead_50
+	VMOVUPS      320(R11), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  320(AX), Y6, Y8
+	VMOVUPS      Y8, 320(R11)
+	VMOVUPS      832(R11), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  320(AX), Y7, Y8
+	VMOVUPS      Y8, 832(R11)
+
+stateVKbf16AVX2_dead_50:
+	VFMADD213PS Y2, Y5, Y2
+	VFMADD231PS -32(AX)(R9*1), Y6, Y2
+	VANDPS      48(SP), Y2, Y2
+	VFMADD213PS Y4, Y5, Y4
+	VFMADD231PS -32(AX)(R9*1), Y7, Y4
+	VANDPS      48(SP), Y4, Y4
+	JMP         stateVKbf16AVX2_decayed_10
+
+stateVKbf16AVX2_far_10:
+	VBROADCASTSS 4(DX), Y5
+	VBROADCASTSS X1, Y6
+	VMOVUPS      vklane1<>+0(SB), Y7
+	VPERMPS      Y1, Y7, Y7
+	VMULPS       Y0, Y5, Y0
+	VFMADD231PS  (AX), Y6, Y0
+	VMULPS       Y3, Y5, Y3
+	VFMADD231PS  (AX), Y7, Y3
+	VMOVUPS      32(R11), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  32(AX), Y6, Y8
+	VMOVUPS      Y8, 32(R11)
+	VMOVUPS      544(R11), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  32(AX), Y7, Y8
+	VMOVUPS      Y8, 544(R11)
+	VMOVUPS      64(R11), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  64(AX), Y6, Y8
+	VMOVUPS      Y8, 64(R11)
+	VMOVUPS      576(R11), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  64(AX), Y7, Y8
+	VMOVUPS      Y8, 576(R11)
+	VMOVUPS      96(R11), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  96(AX), Y6, Y8
+	VMOVUPS      Y8, 96(R11)
+	VMOVUPS      608(R11), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  96(AX), Y7, Y8
+	VMOVUPS      Y8, 608(R11)
+	VMOVUPS      128(R11), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  128(AX), Y6, Y8
+	VMOVUPS      Y8, 128(R11)
+	VMOVUPS      640(R11), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  128(AX), Y7, Y8
+	VMOVUPS      Y8, 640(R11)
+	VMOVUPS      160(R11), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  160(AX), Y6, Y8
+	VMOVUPS      Y8, 160(R11)
+	VMOVUPS      672(R11), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  160(AX), Y7, Y8
+	VMOVUPS      Y8, 672(R11)
+	VMOVUPS      192(R11), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  192(AX), Y6, Y8
+	VMOVUPS      Y8, 192(R11)
+	VMOVUPS      704(R11), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  192(AX), Y7, Y8
+	VMOVUPS      Y8, 704(R11)
+	VMOVUPS      224(R11), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  224(AX), Y6, Y8
+	VMOVUPS      Y8, 224(R11)
+	VMOVUPS      736(R11), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  224(AX), Y7, Y8
+	VMOVUPS      Y8, 736(R11)
+	CMPQ         R9, $0x00000120
+	JBE          stateVKbf16AVX2_dead_51
+	VMOVUPS      256(R11), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  256(AX), Y6, Y8
+	VMOVUPS      Y8, 256(R11)
+	VMOVUPS      768(R11), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  256(AX), Y7, Y8
+	VMOVUPS      Y8, 768(R11)
+	CMPQ         R9, $0x00000140
+	JBE          stateVKbf16AVX2_dead_51
+	VMOVUPS      288(R11), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  288(AX), Y6, Y8
+	VMOVUPS      Y8, 288(R11)
+	VMOVUPS      800(R11), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  288(AX), Y7, Y8
+	VMOVUPS      Y8, 800(R11)
+	CMPQ         R9, $0x00000160
+	JBE          stateVKbf16AVX2_dead_51
+	VMOVUPS      320(R11), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  320(AX), Y6, Y8
+	VMOVUPS      Y8, 320(R11)
+	VMOVUPS      832(R11), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  320(AX), Y7, Y8
+	VMOVUPS      Y8, 832(R11)
+
+stateVKbf16AVX2_dead_51:
+	VMULPS      Y2, Y5, Y2
+	VFMADD231PS -32(AX)(R9*1), Y6, Y2
+	VANDPS      48(SP), Y2, Y2
+	VMULPS      Y4, Y5, Y4
+	VFMADD231PS -32(AX)(R9*1), Y7, Y4
+	VANDPS      48(SP), Y4, Y4
+
+stateVKbf16AVX2_decayed_10:
+	// The state after this token, if stored.
+	MOVQ         (BX), R12
+	TESTQ        R12, R12
+	JZ           stateVKbf16AVX2_nostore_5
+	MOVQ         (SP), R13
+	IMULQ        R10, R13
+	ADDQ         R13, R12
+	VMOVAPS      Y2, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, -16(R12)(R10*1)
+	VMOVAPS      Y0, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, (R12)
+	VMOVUPS      32(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 16(R12)
+	VMOVUPS      64(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 32(R12)
+	VMOVUPS      96(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 48(R12)
+	VMOVUPS      128(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 64(R12)
+	VMOVUPS      160(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 80(R12)
+	VMOVUPS      192(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 96(R12)
+	VMOVUPS      224(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 112(R12)
+	CMPQ         R9, $0x00000120
+	JBE          stateVKbf16AVX2_dead_52
+	VMOVUPS      256(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 128(R12)
+	CMPQ         R9, $0x00000140
+	JBE          stateVKbf16AVX2_dead_52
+	VMOVUPS      288(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 144(R12)
+	CMPQ         R9, $0x00000160
+	JBE          stateVKbf16AVX2_dead_52
+	VMOVUPS      320(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 160(R12)
+
+stateVKbf16AVX2_dead_52:
+	ADDQ         R10, R12
+	VMOVAPS      Y4, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, -16(R12)(R10*1)
+	VMOVAPS      Y3, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, (R12)
+	VMOVUPS      544(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 16(R12)
+	VMOVUPS      576(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 32(R12)
+	VMOVUPS      608(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 48(R12)
+	VMOVUPS      640(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 64(R12)
+	VMOVUPS      672(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 80(R12)
+	VMOVUPS      704(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 96(R12)
+	VMOVUPS      736(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 112(R12)
+	CMPQ         R9, $0x00000120
+	JBE          stateVKbf16AVX2_dead_53
+	VMOVUPS      768(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 128(R12)
+	CMPQ         R9, $0x00000140
+	JBE          stateVKbf16AVX2_dead_53
+	VMOVUPS      800(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 144(R12)
+	CMPQ         R9, $0x00000160
+	JBE          stateVKbf16AVX2_dead_53
+	VMOVUPS      832(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 160(R12)
+
+stateVKbf16AVX2_dead_53:
+stateVKbf16AVX2_nostore_5:
+	ADDQ R9, AX
+	ADDQ R9, CX
+	ADDQ $0x10, DX
+	ADDQ $0x08, BX
+	ADDQ 32(SP), SI
+	ADDQ 24(SP), DI
+	DECQ R8
+	JNZ  stateVKbf16AVX2_token_5
+
+	// The f32 carry after the last token, if asked for.
+	MOVQ    carry_base+88(FP), AX
+	TESTQ   AX, AX
+	JZ      stateVKbf16AVX2_nocarry_5
+	MOVQ    (SP), CX
+	IMULQ   R9, CX
+	ADDQ    CX, AX
+	VMOVUPS Y2, -32(AX)(R9*1)
+	VMOVUPS Y0, (AX)
+	VMOVUPS 32(R11), Y0
+	VMOVUPS Y0, 32(AX)
+	VMOVUPS 64(R11), Y0
+	VMOVUPS Y0, 64(AX)
+	VMOVUPS 96(R11), Y0
+	VMOVUPS Y0, 96(AX)
+	VMOVUPS 128(R11), Y0
+	VMOVUPS Y0, 128(AX)
+	VMOVUPS 160(R11), Y0
+	VMOVUPS Y0, 160(AX)
+	VMOVUPS 192(R11), Y0
+	VMOVUPS Y0, 192(AX)
+	VMOVUPS 224(R11), Y0
+	VMOVUPS Y0, 224(AX)
+	CMPQ    R9, $0x00000120
+	JBE     stateVKbf16AVX2_dead_54
+	VMOVUPS 256(R11), Y0
+	VMOVUPS Y0, 256(AX)
+	CMPQ    R9, $0x00000140
+	JBE     stateVKbf16AVX2_dead_54
+	VMOVUPS 288(R11), Y0
+	VMOVUPS Y0, 288(AX)
+	CMPQ    R9, $0x00000160
+	JBE     stateVKbf16AVX2_dead_54
+	VMOVUPS 320(R11), Y0
+	VMOVUPS Y0, 320(AX)
+
+stateVKbf16AVX2_dead_54:
+	ADDQ    R9, AX
+	VMOVUPS Y4, -32(AX)(R9*1)
+	VMOVUPS Y3, (AX)
+	VMOVUPS 544(R11), Y0
+	VMOVUPS Y0, 32(AX)
+	VMOVUPS 576(R11), Y0
+	VMOVUPS Y0, 64(AX)
+	VMOVUPS 608(R11), Y0
+	VMOVUPS Y0, 96(AX)
+	VMOVUPS 640(R11), Y0
+	VMOVUPS Y0, 128(AX)
+	VMOVUPS 672(R11), Y0
+	VMOVUPS Y0, 160(AX)
+	VMOVUPS 704(R11), Y0
+	VMOVUPS Y0, 192(AX)
+	VMOVUPS 736(R11), Y0
+	VMOVUPS Y0, 224(AX)
+	CMPQ    R9, $0x00000120
+	JBE     stateVKbf16AVX2_dead_55
+	VMOVUPS 768(R11), Y0
+	VMOVUPS Y0, 256(AX)
+	CMPQ    R9, $0x00000140
+	JBE     stateVKbf16AVX2_dead_55
+	VMOVUPS 800(R11), Y0
+	VMOVUPS Y0, 288(AX)
+	CMPQ    R9, $0x00000160
+	JBE     stateVKbf16AVX2_dead_55
+	VMOVUPS 832(R11), Y0
+	VMOVUPS Y0, 320(AX)
+
+stateVKbf16AVX2_dead_55:
+stateVKbf16AVX2_nocarry_5:
+	ADDQ $0x00000002, (SP)
+	SUBQ $0x00000002, 8(SP)
+	JMP  stateVKbf16AVX2_group_5
+
+stateVKbf16AVX2_groupsdone_5:
+stateVKbf16AVX2_group_6:
 	CMPQ 8(SP), $0x00000001
-	JB   stateVKbf16AVX2_groupsdone_3
+	JB   stateVKbf16AVX2_groupsdone_6
 
 	// Load 1 row(s) of 9…12 vectors.
 	MOVQ       src32_base+40(FP), AX
 	TESTQ      AX, AX
-	JZ         stateVKbf16AVX2_frombf16_3
+	JZ         stateVKbf16AVX2_frombf16_6
 	MOVQ       (SP), CX
 	IMULQ      R9, CX
 	ADDQ       CX, AX
@@ -22987,10 +28414,10 @@ stateVKbf16AVX2_group_3:
 	PREFETCHT0 8384(AX)
 	PREFETCHT0 8448(AX)
 	CMPQ       R9, $0x00000140
-	JBE        stateVKbf16AVX2_dead_17
+	JBE        stateVKbf16AVX2_dead_56
 	PREFETCHT0 8512(AX)
 
-stateVKbf16AVX2_dead_17:
+stateVKbf16AVX2_dead_56:
 	VMOVUPS (AX), Y0
 	VMOVUPS 32(AX), Y1
 	VMOVUPS 64(AX), Y2
@@ -23000,24 +28427,24 @@ stateVKbf16AVX2_dead_17:
 	VMOVUPS 192(AX), Y6
 	VMOVUPS 224(AX), Y7
 	CMPQ    R9, $0x00000120
-	JBE     stateVKbf16AVX2_dead_18
+	JBE     stateVKbf16AVX2_dead_57
 	VMOVUPS 256(AX), Y8
-	VMOVUPS Y8, 72(SP)
+	VMOVUPS Y8, 80(SP)
 	CMPQ    R9, $0x00000140
-	JBE     stateVKbf16AVX2_dead_18
+	JBE     stateVKbf16AVX2_dead_57
 	VMOVUPS 288(AX), Y8
-	VMOVUPS Y8, 104(SP)
+	VMOVUPS Y8, 112(SP)
 	CMPQ    R9, $0x00000160
-	JBE     stateVKbf16AVX2_dead_18
+	JBE     stateVKbf16AVX2_dead_57
 	VMOVUPS 320(AX), Y8
-	VMOVUPS Y8, 136(SP)
+	VMOVUPS Y8, 144(SP)
 
-stateVKbf16AVX2_dead_18:
+stateVKbf16AVX2_dead_57:
 	VMOVUPS -32(AX)(R9*1), Y8
-	VANDPS  40(SP), Y8, Y8
-	JMP     stateVKbf16AVX2_loaded_3
+	VANDPS  48(SP), Y8, Y8
+	JMP     stateVKbf16AVX2_loaded_6
 
-stateVKbf16AVX2_frombf16_3:
+stateVKbf16AVX2_frombf16_6:
 	MOVQ       src_base+16(FP), AX
 	MOVQ       (SP), CX
 	IMULQ      R10, CX
@@ -23042,27 +28469,27 @@ stateVKbf16AVX2_frombf16_3:
 	VPMOVZXWD  112(AX), Y7
 	VPSLLD     $0x10, Y7, Y7
 	CMPQ       R9, $0x00000120
-	JBE        stateVKbf16AVX2_dead_19
+	JBE        stateVKbf16AVX2_dead_58
 	VPMOVZXWD  128(AX), Y8
 	VPSLLD     $0x10, Y8, Y8
-	VMOVUPS    Y8, 72(SP)
+	VMOVUPS    Y8, 80(SP)
 	CMPQ       R9, $0x00000140
-	JBE        stateVKbf16AVX2_dead_19
+	JBE        stateVKbf16AVX2_dead_58
 	VPMOVZXWD  144(AX), Y8
 	VPSLLD     $0x10, Y8, Y8
-	VMOVUPS    Y8, 104(SP)
+	VMOVUPS    Y8, 112(SP)
 	CMPQ       R9, $0x00000160
-	JBE        stateVKbf16AVX2_dead_19
+	JBE        stateVKbf16AVX2_dead_58
 	VPMOVZXWD  160(AX), Y8
 	VPSLLD     $0x10, Y8, Y8
-	VMOVUPS    Y8, 136(SP)
+	VMOVUPS    Y8, 144(SP)
 
-stateVKbf16AVX2_dead_19:
+stateVKbf16AVX2_dead_58:
 	VPMOVZXWD -16(AX)(R10*1), Y8
 	VPSLLD    $0x10, Y8, Y8
-	VANDPS    40(SP), Y8, Y8
+	VANDPS    48(SP), Y8, Y8
 
-stateVKbf16AVX2_loaded_3:
+stateVKbf16AVX2_loaded_6:
 	MOVQ kh_base+112(FP), AX
 	MOVQ qh_base+136(FP), CX
 	MOVQ tok_base+216(FP), DX
@@ -23075,7 +28502,7 @@ stateVKbf16AVX2_loaded_3:
 	ADDQ R8, DI
 	MOVQ 16(SP), R8
 
-stateVKbf16AVX2_token_3:
+stateVKbf16AVX2_token_6:
 	VMULPS      (AX), Y0, Y9
 	VMULPS      (CX), Y0, Y10
 	VMULPS      32(AX), Y1, Y11
@@ -23093,22 +28520,22 @@ stateVKbf16AVX2_token_3:
 	VFMADD231PS 224(AX), Y7, Y11
 	VFMADD231PS 224(CX), Y7, Y12
 	CMPQ        R9, $0x00000120
-	JBE         stateVKbf16AVX2_dead_20
-	VMOVUPS     72(SP), Y13
+	JBE         stateVKbf16AVX2_dead_59
+	VMOVUPS     80(SP), Y13
 	VFMADD231PS 256(AX), Y13, Y9
 	VFMADD231PS 256(CX), Y13, Y10
 	CMPQ        R9, $0x00000140
-	JBE         stateVKbf16AVX2_dead_20
-	VMOVUPS     104(SP), Y13
+	JBE         stateVKbf16AVX2_dead_59
+	VMOVUPS     112(SP), Y13
 	VFMADD231PS 288(AX), Y13, Y11
 	VFMADD231PS 288(CX), Y13, Y12
 	CMPQ        R9, $0x00000160
-	JBE         stateVKbf16AVX2_dead_20
-	VMOVUPS     136(SP), Y13
+	JBE         stateVKbf16AVX2_dead_59
+	VMOVUPS     144(SP), Y13
 	VFMADD231PS 320(AX), Y13, Y9
 	VFMADD231PS 320(CX), Y13, Y10
 
-stateVKbf16AVX2_dead_20:
+stateVKbf16AVX2_dead_59:
 	VFMADD231PS  -32(AX)(R9*1), Y8, Y11
 	VFMADD231PS  -32(CX)(R9*1), Y8, Y12
 	VADDPS       Y11, Y9, Y9
@@ -23126,16 +28553,16 @@ stateVKbf16AVX2_dead_20:
 	VPERMPS      Y10, Y9, Y9
 	VMOVSS       (DX), X10
 	VUCOMISS     nearone<>+0(SB), X10
-	JCS          stateVKbf16AVX2_far_5
+	JCS          stateVKbf16AVX2_far_11
 	VBROADCASTSS (DX), Y10
 	VFMADD213PS  Y9, Y10, Y9
-	JMP          stateVKbf16AVX2_decayed_5
+	JMP          stateVKbf16AVX2_decayed_11
 
-stateVKbf16AVX2_far_5:
+stateVKbf16AVX2_far_11:
 	VBROADCASTSS 4(DX), Y10
 	VMULPS       Y9, Y10, Y9
 
-stateVKbf16AVX2_decayed_5:
+stateVKbf16AVX2_decayed_11:
 	VEXTRACTF128 $0x01, Y9, X10
 	VMOVSS       (SI), X11
 	VSUBPS       X9, X11, X11
@@ -23146,7 +28573,7 @@ stateVKbf16AVX2_decayed_5:
 	VMOVSS       X10, (DI)
 	VMOVSS       (DX), X10
 	VUCOMISS     nearone<>+0(SB), X10
-	JCS          stateVKbf16AVX2_far_6
+	JCS          stateVKbf16AVX2_far_12
 	VBROADCASTSS (DX), Y10
 	VBROADCASTSS X9, Y9
 	VFMADD213PS  Y0, Y10, Y0
@@ -23166,31 +28593,31 @@ stateVKbf16AVX2_decayed_5:
 	VFMADD213PS  Y7, Y10, Y7
 	VFMADD231PS  224(AX), Y9, Y7
 	CMPQ         R9, $0x00000120
-	JBE          stateVKbf16AVX2_dead_21
-	VMOVUPS      72(SP), Y11
+	JBE          stateVKbf16AVX2_dead_60
+	VMOVUPS      80(SP), Y11
 	VFMADD213PS  Y11, Y10, Y11
 	VFMADD231PS  256(AX), Y9, Y11
-	VMOVUPS      Y11, 72(SP)
+	VMOVUPS      Y11, 80(SP)
 	CMPQ         R9, $0x00000140
-	JBE          stateVKbf16AVX2_dead_21
-	VMOVUPS      104(SP), Y11
+	JBE          stateVKbf16AVX2_dead_60
+	VMOVUPS      112(SP), Y11
 	VFMADD213PS  Y11, Y10, Y11
 	VFMADD231PS  288(AX), Y9, Y11
-	VMOVUPS      Y11, 104(SP)
+	VMOVUPS      Y11, 112(SP)
 	CMPQ         R9, $0x00000160
-	JBE          stateVKbf16AVX2_dead_21
-	VMOVUPS      136(SP), Y11
+	JBE          stateVKbf16AVX2_dead_60
+	VMOVUPS      144(SP), Y11
 	VFMADD213PS  Y11, Y10, Y11
 	VFMADD231PS  320(AX), Y9, Y11
-	VMOVUPS      Y11, 136(SP)
+	VMOVUPS      Y11, 144(SP)
 
-stateVKbf16AVX2_dead_21:
+stateVKbf16AVX2_dead_60:
 	VFMADD213PS Y8, Y10, Y8
 	VFMADD231PS -32(AX)(R9*1), Y9, Y8
-	VANDPS      40(SP), Y8, Y8
-	JMP         stateVKbf16AVX2_decayed_6
+	VANDPS      48(SP), Y8, Y8
+	JMP         stateVKbf16AVX2_decayed_12
 
-stateVKbf16AVX2_far_6:
+stateVKbf16AVX2_far_12:
 	VBROADCASTSS 4(DX), Y10
 	VBROADCASTSS X9, Y9
 	VMULPS       Y0, Y10, Y0
@@ -23210,34 +28637,34 @@ stateVKbf16AVX2_far_6:
 	VMULPS       Y7, Y10, Y7
 	VFMADD231PS  224(AX), Y9, Y7
 	CMPQ         R9, $0x00000120
-	JBE          stateVKbf16AVX2_dead_22
-	VMOVUPS      72(SP), Y11
+	JBE          stateVKbf16AVX2_dead_61
+	VMOVUPS      80(SP), Y11
 	VMULPS       Y11, Y10, Y11
 	VFMADD231PS  256(AX), Y9, Y11
-	VMOVUPS      Y11, 72(SP)
+	VMOVUPS      Y11, 80(SP)
 	CMPQ         R9, $0x00000140
-	JBE          stateVKbf16AVX2_dead_22
-	VMOVUPS      104(SP), Y11
+	JBE          stateVKbf16AVX2_dead_61
+	VMOVUPS      112(SP), Y11
 	VMULPS       Y11, Y10, Y11
 	VFMADD231PS  288(AX), Y9, Y11
-	VMOVUPS      Y11, 104(SP)
+	VMOVUPS      Y11, 112(SP)
 	CMPQ         R9, $0x00000160
-	JBE          stateVKbf16AVX2_dead_22
-	VMOVUPS      136(SP), Y11
+	JBE          stateVKbf16AVX2_dead_61
+	VMOVUPS      144(SP), Y11
 	VMULPS       Y11, Y10, Y11
 	VFMADD231PS  320(AX), Y9, Y11
-	VMOVUPS      Y11, 136(SP)
+	VMOVUPS      Y11, 144(SP)
 
-stateVKbf16AVX2_dead_22:
+stateVKbf16AVX2_dead_61:
 	VMULPS      Y8, Y10, Y8
 	VFMADD231PS -32(AX)(R9*1), Y9, Y8
-	VANDPS      40(SP), Y8, Y8
+	VANDPS      48(SP), Y8, Y8
 
-stateVKbf16AVX2_decayed_6:
+stateVKbf16AVX2_decayed_12:
 	// The state after this token, if stored.
 	MOVQ         (BX), R11
 	TESTQ        R11, R11
-	JZ           stateVKbf16AVX2_nostore_3
+	JZ           stateVKbf16AVX2_nostore_6
 	MOVQ         (SP), R12
 	IMULQ        R10, R12
 	ADDQ         R12, R11
@@ -23359,8 +28786,8 @@ stateVKbf16AVX2_decayed_6:
 	VPACKUSDW    X10, X9, X10
 	VMOVDQU      X10, 112(R11)
 	CMPQ         R9, $0x00000120
-	JBE          stateVKbf16AVX2_dead_23
-	VMOVUPS      72(SP), Y9
+	JBE          stateVKbf16AVX2_dead_62
+	VMOVUPS      80(SP), Y9
 	VMOVAPS      Y9, Y9
 	VPSRLD       $0x10, Y9, Y10
 	VPAND        absmask<>+0(SB), Y9, Y11
@@ -23375,8 +28802,8 @@ stateVKbf16AVX2_decayed_6:
 	VPACKUSDW    X10, X9, X10
 	VMOVDQU      X10, 128(R11)
 	CMPQ         R9, $0x00000140
-	JBE          stateVKbf16AVX2_dead_23
-	VMOVUPS      104(SP), Y9
+	JBE          stateVKbf16AVX2_dead_62
+	VMOVUPS      112(SP), Y9
 	VMOVAPS      Y9, Y9
 	VPSRLD       $0x10, Y9, Y10
 	VPAND        absmask<>+0(SB), Y9, Y11
@@ -23391,8 +28818,8 @@ stateVKbf16AVX2_decayed_6:
 	VPACKUSDW    X10, X9, X10
 	VMOVDQU      X10, 144(R11)
 	CMPQ         R9, $0x00000160
-	JBE          stateVKbf16AVX2_dead_23
-	VMOVUPS      136(SP), Y9
+	JBE          stateVKbf16AVX2_dead_62
+	VMOVUPS      144(SP), Y9
 	VMOVAPS      Y9, Y9
 	VPSRLD       $0x10, Y9, Y10
 	VPAND        absmask<>+0(SB), Y9, Y11
@@ -23407,8 +28834,8 @@ stateVKbf16AVX2_decayed_6:
 	VPACKUSDW    X10, X9, X10
 	VMOVDQU      X10, 160(R11)
 
-stateVKbf16AVX2_dead_23:
-stateVKbf16AVX2_nostore_3:
+stateVKbf16AVX2_dead_62:
+stateVKbf16AVX2_nostore_6:
 	ADDQ R9, AX
 	ADDQ R9, CX
 	ADDQ $0x10, DX
@@ -23416,12 +28843,12 @@ stateVKbf16AVX2_nostore_3:
 	ADDQ 32(SP), SI
 	ADDQ 24(SP), DI
 	DECQ R8
-	JNZ  stateVKbf16AVX2_token_3
+	JNZ  stateVKbf16AVX2_token_6
 
 	// The f32 carry after the last token, if asked for.
 	MOVQ    carry_base+88(FP), AX
 	TESTQ   AX, AX
-	JZ      stateVKbf16AVX2_nocarry_3
+	JZ      stateVKbf16AVX2_nocarry_6
 	MOVQ    (SP), CX
 	IMULQ   R9, CX
 	ADDQ    CX, AX
@@ -23435,37 +28862,1280 @@ stateVKbf16AVX2_nostore_3:
 	VMOVUPS Y6, 192(AX)
 	VMOVUPS Y7, 224(AX)
 	CMPQ    R9, $0x00000120
-	JBE     stateVKbf16AVX2_dead_24
-	VMOVUPS 72(SP), Y0
+	JBE     stateVKbf16AVX2_dead_63
+	VMOVUPS 80(SP), Y0
 	VMOVUPS Y0, 256(AX)
 	CMPQ    R9, $0x00000140
-	JBE     stateVKbf16AVX2_dead_24
-	VMOVUPS 104(SP), Y0
+	JBE     stateVKbf16AVX2_dead_63
+	VMOVUPS 112(SP), Y0
 	VMOVUPS Y0, 288(AX)
 	CMPQ    R9, $0x00000160
-	JBE     stateVKbf16AVX2_dead_24
-	VMOVUPS 136(SP), Y0
+	JBE     stateVKbf16AVX2_dead_63
+	VMOVUPS 144(SP), Y0
 	VMOVUPS Y0, 320(AX)
 
-stateVKbf16AVX2_dead_24:
-stateVKbf16AVX2_nocarry_3:
+stateVKbf16AVX2_dead_63:
+stateVKbf16AVX2_nocarry_6:
 	ADDQ $0x00000001, (SP)
 	SUBQ $0x00000001, 8(SP)
-	JMP  stateVKbf16AVX2_group_3
+	JMP  stateVKbf16AVX2_group_6
 
-stateVKbf16AVX2_groupsdone_3:
+stateVKbf16AVX2_groupsdone_6:
 	JMP stateVKbf16AVX2_done_1
 
 stateVKbf16AVX2_n16_1:
 	// Rows of 13…16 vectors.
-stateVKbf16AVX2_group_4:
+	MOVQ 40(SP), R11
+
+stateVKbf16AVX2_group_7:
+	CMPQ 8(SP), $0x00000002
+	JB   stateVKbf16AVX2_groupsdone_7
+
+	// Load 2 row(s) of 13…16 vectors.
+	MOVQ       src32_base+40(FP), AX
+	TESTQ      AX, AX
+	JZ         stateVKbf16AVX2_frombf16_7
+	MOVQ       (SP), CX
+	IMULQ      R9, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	PREFETCHT0 8448(AX)
+	PREFETCHT0 8512(AX)
+	PREFETCHT0 8576(AX)
+	PREFETCHT0 8640(AX)
+	PREFETCHT0 8704(AX)
+	PREFETCHT0 8768(AX)
+	PREFETCHT0 8832(AX)
+	PREFETCHT0 8896(AX)
+	PREFETCHT0 8960(AX)
+	CMPQ       R9, $0x000001a0
+	JBE        stateVKbf16AVX2_dead_64
+	PREFETCHT0 9024(AX)
+	CMPQ       R9, $0x000001c0
+	JBE        stateVKbf16AVX2_dead_64
+	PREFETCHT0 9088(AX)
+	CMPQ       R9, $0x000001e0
+	JBE        stateVKbf16AVX2_dead_64
+	PREFETCHT0 9152(AX)
+
+stateVKbf16AVX2_dead_64:
+	VMOVUPS (AX), Y0
+	VMOVUPS 32(AX), Y2
+	VMOVUPS Y2, 32(R11)
+	VMOVUPS 64(AX), Y2
+	VMOVUPS Y2, 64(R11)
+	VMOVUPS 96(AX), Y2
+	VMOVUPS Y2, 96(R11)
+	VMOVUPS 128(AX), Y2
+	VMOVUPS Y2, 128(R11)
+	VMOVUPS 160(AX), Y2
+	VMOVUPS Y2, 160(R11)
+	VMOVUPS 192(AX), Y2
+	VMOVUPS Y2, 192(R11)
+	VMOVUPS 224(AX), Y2
+	VMOVUPS Y2, 224(R11)
+	VMOVUPS 256(AX), Y2
+	VMOVUPS Y2, 256(R11)
+	VMOVUPS 288(AX), Y2
+	VMOVUPS Y2, 288(R11)
+	VMOVUPS 320(AX), Y2
+	VMOVUPS Y2, 320(R11)
+	VMOVUPS 352(AX), Y2
+	VMOVUPS Y2, 352(R11)
+	CMPQ    R9, $0x000001a0
+	JBE     stateVKbf16AVX2_dead_65
+	VMOVUPS 384(AX), Y2
+	VMOVUPS Y2, 384(R11)
+	CMPQ    R9, $0x000001c0
+	JBE     stateVKbf16AVX2_dead_65
+	VMOVUPS 416(AX), Y2
+	VMOVUPS Y2, 416(R11)
+	CMPQ    R9, $0x000001e0
+	JBE     stateVKbf16AVX2_dead_65
+	VMOVUPS 448(AX), Y2
+	VMOVUPS Y2, 448(R11)
+
+stateVKbf16AVX2_dead_65:
+	VMOVUPS -32(AX)(R9*1), Y2
+	VANDPS  48(SP), Y2, Y2
+	ADDQ    R9, AX
+	VMOVUPS (AX), Y3
+	VMOVUPS 32(AX), Y4
+	VMOVUPS Y4, 544(R11)
+	VMOVUPS 64(AX), Y4
+	VMOVUPS Y4, 576(R11)
+	VMOVUPS 96(AX), Y4
+	VMOVUPS Y4, 608(R11)
+	VMOVUPS 128(AX), Y4
+	VMOVUPS Y4, 640(R11)
+	VMOVUPS 160(AX), Y4
+	VMOVUPS Y4, 672(R11)
+	VMOVUPS 192(AX), Y4
+	VMOVUPS Y4, 704(R11)
+	VMOVUPS 224(AX), Y4
+	VMOVUPS Y4, 736(R11)
+	VMOVUPS 256(AX), Y4
+	VMOVUPS Y4, 768(R11)
+	VMOVUPS 288(AX), Y4
+	VMOVUPS Y4, 800(R11)
+	VMOVUPS 320(AX), Y4
+	VMOVUPS Y4, 832(R11)
+	VMOVUPS 352(AX), Y4
+	VMOVUPS Y4, 864(R11)
+	CMPQ    R9, $0x000001a0
+	JBE     stateVKbf16AVX2_dead_66
+	VMOVUPS 384(AX), Y4
+	VMOVUPS Y4, 896(R11)
+	CMPQ    R9, $0x000001c0
+	JBE     stateVKbf16AVX2_dead_66
+	VMOVUPS 416(AX), Y4
+	VMOVUPS Y4, 928(R11)
+	CMPQ    R9, $0x000001e0
+	JBE     stateVKbf16AVX2_dead_66
+	VMOVUPS 448(AX), Y4
+	VMOVUPS Y4, 960(R11)
+
+stateVKbf16AVX2_dead_66:
+	VMOVUPS -32(AX)(R9*1), Y4
+	VANDPS  48(SP), Y4, Y4
+	JMP     stateVKbf16AVX2_loaded_7
+
+stateVKbf16AVX2_frombf16_7:
+	MOVQ       src_base+16(FP), AX
+	MOVQ       (SP), CX
+	IMULQ      R10, CX
+	ADDQ       CX, AX
+	PREFETCHT0 8192(AX)
+	PREFETCHT0 8256(AX)
+	PREFETCHT0 8320(AX)
+	PREFETCHT0 8384(AX)
+	PREFETCHT0 8448(AX)
+	PREFETCHT0 8512(AX)
+	PREFETCHT0 8576(AX)
+	CMPQ       R9, $0x000001c0
+	JBE        stateVKbf16AVX2_dead_67
+	PREFETCHT0 8640(AX)
+
+stateVKbf16AVX2_dead_67:
+	VPMOVZXWD (AX), Y0
+	VPSLLD    $0x10, Y0, Y0
+	VPMOVZXWD 16(AX), Y2
+	VPSLLD    $0x10, Y2, Y2
+	VMOVUPS   Y2, 32(R11)
+	VPMOVZXWD 32(AX), Y2
+	VPSLLD    $0x10, Y2, Y2
+	VMOVUPS   Y2, 64(R11)
+	VPMOVZXWD 48(AX), Y2
+	VPSLLD    $0x10, Y2, Y2
+	VMOVUPS   Y2, 96(R11)
+	VPMOVZXWD 64(AX), Y2
+	VPSLLD    $0x10, Y2, Y2
+	VMOVUPS   Y2, 128(R11)
+	VPMOVZXWD 80(AX), Y2
+	VPSLLD    $0x10, Y2, Y2
+	VMOVUPS   Y2, 160(R11)
+	VPMOVZXWD 96(AX), Y2
+	VPSLLD    $0x10, Y2, Y2
+	VMOVUPS   Y2, 192(R11)
+	VPMOVZXWD 112(AX), Y2
+	VPSLLD    $0x10, Y2, Y2
+	VMOVUPS   Y2, 224(R11)
+	VPMOVZXWD 128(AX), Y2
+	VPSLLD    $0x10, Y2, Y2
+	VMOVUPS   Y2, 256(R11)
+	VPMOVZXWD 144(AX), Y2
+	VPSLLD    $0x10, Y2, Y2
+	VMOVUPS   Y2, 288(R11)
+	VPMOVZXWD 160(AX), Y2
+	VPSLLD    $0x10, Y2, Y2
+	VMOVUPS   Y2, 320(R11)
+	VPMOVZXWD 176(AX), Y2
+	VPSLLD    $0x10, Y2, Y2
+	VMOVUPS   Y2, 352(R11)
+	CMPQ      R9, $0x000001a0
+	JBE       stateVKbf16AVX2_dead_68
+	VPMOVZXWD 192(AX), Y2
+	VPSLLD    $0x10, Y2, Y2
+	VMOVUPS   Y2, 384(R11)
+	CMPQ      R9, $0x000001c0
+	JBE       stateVKbf16AVX2_dead_68
+	VPMOVZXWD 208(AX), Y2
+	VPSLLD    $0x10, Y2, Y2
+	VMOVUPS   Y2, 416(R11)
+	CMPQ      R9, $0x000001e0
+	JBE       stateVKbf16AVX2_dead_68
+	VPMOVZXWD 224(AX), Y2
+	VPSLLD    $0x10, Y2, Y2
+	VMOVUPS   Y2, 448(R11)
+
+stateVKbf16AVX2_dead_68:
+	VPMOVZXWD -16(AX)(R10*1), Y2
+	VPSLLD    $0x10, Y2, Y2
+	VANDPS    48(SP), Y2, Y2
+	ADDQ      R10, AX
+	VPMOVZXWD (AX), Y3
+	VPSLLD    $0x10, Y3, Y3
+	VPMOVZXWD 16(AX), Y4
+	VPSLLD    $0x10, Y4, Y4
+	VMOVUPS   Y4, 544(R11)
+	VPMOVZXWD 32(AX), Y4
+	VPSLLD    $0x10, Y4, Y4
+	VMOVUPS   Y4, 576(R11)
+	VPMOVZXWD 48(AX), Y4
+	VPSLLD    $0x10, Y4, Y4
+	VMOVUPS   Y4, 608(R11)
+	VPMOVZXWD 64(AX), Y4
+	VPSLLD    $0x10, Y4, Y4
+	VMOVUPS   Y4, 640(R11)
+	VPMOVZXWD 80(AX), Y4
+	VPSLLD    $0x10, Y4, Y4
+	VMOVUPS   Y4, 672(R11)
+	VPMOVZXWD 96(AX), Y4
+	VPSLLD    $0x10, Y4, Y4
+	VMOVUPS   Y4, 704(R11)
+	VPMOVZXWD 112(AX), Y4
+	VPSLLD    $0x10, Y4, Y4
+	VMOVUPS   Y4, 736(R11)
+	VPMOVZXWD 128(AX), Y4
+	VPSLLD    $0x10, Y4, Y4
+	VMOVUPS   Y4, 768(R11)
+	VPMOVZXWD 144(AX), Y4
+	VPSLLD    $0x10, Y4, Y4
+	VMOVUPS   Y4, 800(R11)
+	VPMOVZXWD 160(AX), Y4
+	VPSLLD    $0x10, Y4, Y4
+	VMOVUPS   Y4, 832(R11)
+	VPMOVZXWD 176(AX), Y4
+	VPSLLD    $0x10, Y4, Y4
+	VMOVUPS   Y4, 864(R11)
+	CMPQ      R9, $0x000001a0
+	JBE       stateVKbf16AVX2_dead_69
+	VPMOVZXWD 192(AX), Y4
+	VPSLLD    $0x10, Y4, Y4
+	VMOVUPS   Y4, 896(R11)
+	CMPQ      R9, $0x000001c0
+	JBE       stateVKbf16AVX2_dead_69
+	VPMOVZXWD 208(AX), Y4
+	VPSLLD    $0x10, Y4, Y4
+	VMOVUPS   Y4, 928(R11)
+	CMPQ      R9, $0x000001e0
+	JBE       stateVKbf16AVX2_dead_69
+	VPMOVZXWD 224(AX), Y4
+	VPSLLD    $0x10, Y4, Y4
+	VMOVUPS   Y4, 960(R11)
+
+stateVKbf16AVX2_dead_69:
+	VPMOVZXWD -16(AX)(R10*1), Y4
+	VPSLLD    $0x10, Y4, Y4
+	VANDPS    48(SP), Y4, Y4
+
+stateVKbf16AVX2_loaded_7:
+	MOVQ kh_base+112(FP), AX
+	MOVQ qh_base+136(FP), CX
+	MOVQ tok_base+216(FP), DX
+	MOVQ stores_base+64(FP), BX
+	MOVQ v_base+160(FP), SI
+	MOVQ o_base+192(FP), DI
+	MOVQ (SP), R8
+	SHLQ $0x02, R8
+	ADDQ R8, SI
+	ADDQ R8, DI
+	MOVQ 16(SP), R8
+
+stateVKbf16AVX2_token_7:
+	VMULPS      (AX), Y0, Y5
+	VMULPS      (CX), Y0, Y6
+	VMULPS      (AX), Y3, Y9
+	VMULPS      (CX), Y3, Y10
+	VMOVUPS     32(R11), Y8
+	VMULPS      32(AX), Y8, Y7
+	VMULPS      32(CX), Y8, Y8
+	VMOVUPS     544(R11), Y12
+	VMULPS      32(AX), Y12, Y11
+	VMULPS      32(CX), Y12, Y12
+	VMOVUPS     64(R11), Y13
+	VFMADD231PS 64(AX), Y13, Y5
+	VFMADD231PS 64(CX), Y13, Y6
+	VMOVUPS     576(R11), Y13
+	VFMADD231PS 64(AX), Y13, Y9
+	VFMADD231PS 64(CX), Y13, Y10
+	VMOVUPS     96(R11), Y13
+	VFMADD231PS 96(AX), Y13, Y7
+	VFMADD231PS 96(CX), Y13, Y8
+	VMOVUPS     608(R11), Y13
+	VFMADD231PS 96(AX), Y13, Y11
+	VFMADD231PS 96(CX), Y13, Y12
+	VMOVUPS     128(R11), Y13
+	VFMADD231PS 128(AX), Y13, Y5
+	VFMADD231PS 128(CX), Y13, Y6
+	VMOVUPS     640(R11), Y13
+	VFMADD231PS 128(AX), Y13, Y9
+	VFMADD231PS 128(CX), Y13, Y10
+	VMOVUPS     160(R11), Y13
+	VFMADD231PS 160(AX), Y13, Y7
+	VFMADD231PS 160(CX), Y13, Y8
+	VMOVUPS     672(R11), Y13
+	VFMADD231PS 160(AX), Y13, Y11
+	VFMADD231PS 160(CX), Y13, Y12
+	VMOVUPS     192(R11), Y13
+	VFMADD231PS 192(AX), Y13, Y5
+	VFMADD231PS 192(CX), Y13, Y6
+	VMOVUPS     704(R11), Y13
+	VFMADD231PS 192(AX), Y13, Y9
+	VFMADD231PS 192(CX), Y13, Y10
+	VMOVUPS     224(R11), Y13
+	VFMADD231PS 224(AX), Y13, Y7
+	VFMADD231PS 224(CX), Y13, Y8
+	VMOVUPS     736(R11), Y13
+	VFMADD231PS 224(AX), Y13, Y11
+	VFMADD231PS 224(CX), Y13, Y12
+	VMOVUPS     256(R11), Y13
+	VFMADD231PS 256(AX), Y13, Y5
+	VFMADD231PS 256(CX), Y13, Y6
+	VMOVUPS     768(R11), Y13
+	VFMADD231PS 256(AX), Y13, Y9
+	VFMADD231PS 256(CX), Y13, Y10
+	VMOVUPS     288(R11), Y13
+	VFMADD231PS 288(AX), Y13, Y7
+	VFMADD231PS 288(CX), Y13, Y8
+	VMOVUPS     800(R11), Y13
+	VFMADD231PS 288(AX), Y13, Y11
+	VFMADD231PS 288(CX), Y13, Y12
+	VMOVUPS     320(R11), Y13
+	VFMADD231PS 320(AX), Y13, Y5
+	VFMADD231PS 320(CX), Y13, Y6
+	VMOVUPS     832(R11), Y13
+	VFMADD231PS 320(AX), Y13, Y9
+	VFMADD231PS 320(CX), Y13, Y10
+	VMOVUPS     352(R11), Y13
+	VFMADD231PS 352(AX), Y13, Y7
+	VFMADD231PS 352(CX), Y13, Y8
+	VMOVUPS     864(R11), Y13
+	VFMADD231PS 352(AX), Y13, Y11
+	VFMADD231PS 352(CX), Y13, Y12
+	CMPQ        R9, $0x000001a0
+	JBE         stateVKbf16AVX2_dead_70
+	VMOVUPS     384(R11), Y13
+	VFMADD231PS 384(AX), Y13, Y5
+	VFMADD231PS 384(CX), Y13, Y6
+	VMOVUPS     896(R11), Y13
+	VFMADD231PS 384(AX), Y13, Y9
+	VFMADD231PS 384(CX), Y13, Y10
+	CMPQ        R9, $0x000001c0
+	JBE         stateVKbf16AVX2_dead_70
+	VMOVUPS     416(R11), Y13
+	VFMADD231PS 416(AX), Y13, Y7
+	VFMADD231PS 416(CX), Y13, Y8
+	VMOVUPS     928(R11), Y13
+	VFMADD231PS 416(AX), Y13, Y11
+	VFMADD231PS 416(CX), Y13, Y12
+	CMPQ        R9, $0x000001e0
+	JBE         stateVKbf16AVX2_dead_70
+	VMOVUPS     448(R11), Y13
+	VFMADD231PS 448(AX), Y13, Y5
+	VFMADD231PS 448(CX), Y13, Y6
+	VMOVUPS     960(R11), Y13
+	VFMADD231PS 448(AX), Y13, Y9
+	VFMADD231PS 448(CX), Y13, Y10
+
+stateVKbf16AVX2_dead_70:
+	VFMADD231PS  -32(AX)(R9*1), Y2, Y7
+	VFMADD231PS  -32(CX)(R9*1), Y2, Y8
+	VFMADD231PS  -32(AX)(R9*1), Y4, Y11
+	VFMADD231PS  -32(CX)(R9*1), Y4, Y12
+	VADDPS       Y7, Y5, Y5
+	VADDPS       Y11, Y9, Y9
+	VADDPS       Y8, Y6, Y6
+	VADDPS       Y12, Y10, Y10
+	VPERM2F128   $0x20, Y9, Y5, Y7
+	VPERM2F128   $0x31, Y9, Y5, Y5
+	VADDPS       Y5, Y7, Y7
+	VPERM2F128   $0x20, Y10, Y6, Y5
+	VPERM2F128   $0x31, Y10, Y6, Y6
+	VADDPS       Y6, Y5, Y5
+	VSHUFPS      $0x44, Y5, Y7, Y6
+	VSHUFPS      $0xee, Y5, Y7, Y5
+	VADDPS       Y5, Y6, Y6
+	VSHUFPS      $0x88, Y6, Y6, Y5
+	VSHUFPS      $0xdd, Y6, Y6, Y6
+	VADDPS       Y6, Y5, Y5
+	VMOVUPS      vkpermAVX2_2<>+0(SB), Y6
+	VPERMPS      Y5, Y6, Y5
+	VMOVSS       (DX), X1
+	VUCOMISS     nearone<>+0(SB), X1
+	JCS          stateVKbf16AVX2_far_13
+	VBROADCASTSS (DX), Y6
+	VFMADD213PS  Y5, Y6, Y5
+	JMP          stateVKbf16AVX2_decayed_13
+
+stateVKbf16AVX2_far_13:
+	VBROADCASTSS 4(DX), Y6
+	VMULPS       Y5, Y6, Y5
+
+stateVKbf16AVX2_decayed_13:
+	VEXTRACTF128 $0x01, Y5, X6
+	VMOVSD       (SI), X1
+	VSUBPS       X5, X1, X1
+	VBROADCASTSS 8(DX), Y5
+	VMULPS       X5, X1, X1
+	VBROADCASTSS 12(DX), Y5
+	VFMADD231PS  X5, X1, X6
+	VMOVSD       X6, (DI)
+	VMOVSS       (DX), X5
+	VUCOMISS     nearone<>+0(SB), X5
+	JCS          stateVKbf16AVX2_far_14
+	VBROADCASTSS (DX), Y5
+	VBROADCASTSS X1, Y6
+	VMOVUPS      vklane1<>+0(SB), Y7
+	VPERMPS      Y1, Y7, Y7
+	VFMADD213PS  Y0, Y5, Y0
+	VFMADD231PS  (AX), Y6, Y0
+	VFMADD213PS  Y3, Y5, Y3
+	VFMADD231PS  (AX), Y7, Y3
+	VMOVUPS      32(R11), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  32(AX), Y6, Y8
+	VMOVUPS      Y8, 32(R11)
+	VMOVUPS      544(R11), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  32(AX), Y7, Y8
+	VMOVUPS      Y8, 544(R11)
+	VMOVUPS      64(R11), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  64(AX), Y6, Y8
+	VMOVUPS      Y8, 64(R11)
+	VMOVUPS      576(R11), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  64(AX), Y7, Y8
+	VMOVUPS      Y8, 576(R11)
+	VMOVUPS      96(R11), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  96(AX), Y6, Y8
+	VMOVUPS      Y8, 96(R11)
+	VMOVUPS      608(R11), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  96(AX), Y7, Y8
+	VMOVUPS      Y8, 608(R11)
+	VMOVUPS      128(R11), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  128(AX), Y6, Y8
+	VMOVUPS      Y8, 128(R11)
+	VMOVUPS      640(R11), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  128(AX), Y7, Y8
+	VMOVUPS      Y8, 640(R11)
+	VMOVUPS      160(R11), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  160(AX), Y6, Y8
+	VMOVUPS      Y8, 160(R11)
+	VMOVUPS      672(R11), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  160(AX), Y7, Y8
+	VMOVUPS      Y8, 672(R11)
+	VMOVUPS      192(R11), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  192(AX), Y6, Y8
+	VMOVUPS      Y8, 192(R11)
+	VMOVUPS      704(R11), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  192(AX), Y7, Y8
+	VMOVUPS      Y8, 704(R11)
+	VMOVUPS      224(R11), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  224(AX), Y6, Y8
+	VMOVUPS      Y8, 224(R11)
+	VMOVUPS      736(R11), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  224(AX), Y7, Y8
+	VMOVUPS      Y8, 736(R11)
+	VMOVUPS      256(R11), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  256(AX), Y6, Y8
+	VMOVUPS      Y8, 256(R11)
+	VMOVUPS      768(R11), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  256(AX), Y7, Y8
+	VMOVUPS      Y8, 768(R11)
+	VMOVUPS      288(R11), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  288(AX), Y6, Y8
+	VMOVUPS      Y8, 288(R11)
+	VMOVUPS      800(R11), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  288(AX), Y7, Y8
+	VMOVUPS      Y8, 800(R11)
+	VMOVUPS      320(R11), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  320(AX), Y6, Y8
+	VMOVUPS      Y8, 320(R11)
+	VMOVUPS      832(R11), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  320(AX), Y7, Y8
+	VMOVUPS      Y8, 832(R11)
+	VMOVUPS      352(R11), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  352(AX), Y6, Y8
+	VMOVUPS      Y8, 352(R11)
+	VMOVUPS      864(R11), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  352(AX), Y7, Y8
+	VMOVUPS      Y8, 864(R11)
+	CMPQ         R9, $0x000001a0
+	JBE          stateVKbf16AVX2_dead_71
+	VMOVUPS      384(R11), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  384(AX), Y6, Y8
+	VMOVUPS      Y8, 384(R11)
+	VMOVUPS      896(R11), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  384(AX), Y7, Y8
+	VMOVUPS      Y8, 896(R11)
+	CMPQ         R9, $0x000001c0
+	JBE          stateVKbf16AVX2_dead_71
+	VMOVUPS      416(R11), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  416(AX), Y6, Y8
+	VMOVUPS      Y8, 416(R11)
+	VMOVUPS      928(R11), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  416(AX), Y7, Y8
+	VMOVUPS      Y8, 928(R11)
+	CMPQ         R9, $0x000001e0
+	JBE          stateVKbf16AVX2_dead_71
+	VMOVUPS      448(R11), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  448(AX), Y6, Y8
+	VMOVUPS      Y8, 448(R11)
+	VMOVUPS      960(R11), Y8
+	VFMADD213PS  Y8, Y5, Y8
+	VFMADD231PS  448(AX), Y7, Y8
+	VMOVUPS      Y8, 960(R11)
+
+stateVKbf16AVX2_dead_71:
+	VFMADD213PS Y2, Y5, Y2
+	VFMADD231PS -32(AX)(R9*1), Y6, Y2
+	VANDPS      48(SP), Y2, Y2
+	VFMADD213PS Y4, Y5, Y4
+	VFMADD231PS -32(AX)(R9*1), Y7, Y4
+	VANDPS      48(SP), Y4, Y4
+	JMP         stateVKbf16AVX2_decayed_14
+
+stateVKbf16AVX2_far_14:
+	VBROADCASTSS 4(DX), Y5
+	VBROADCASTSS X1, Y6
+	VMOVUPS      vklane1<>+0(SB), Y7
+	VPERMPS      Y1, Y7, Y7
+	VMULPS       Y0, Y5, Y0
+	VFMADD231PS  (AX), Y6, Y0
+	VMULPS       Y3, Y5, Y3
+	VFMADD231PS  (AX), Y7, Y3
+	VMOVUPS      32(R11), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  32(AX), Y6, Y8
+	VMOVUPS      Y8, 32(R11)
+	VMOVUPS      544(R11), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  32(AX), Y7, Y8
+	VMOVUPS      Y8, 544(R11)
+	VMOVUPS      64(R11), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  64(AX), Y6, Y8
+	VMOVUPS      Y8, 64(R11)
+	VMOVUPS      576(R11), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  64(AX), Y7, Y8
+	VMOVUPS      Y8, 576(R11)
+	VMOVUPS      96(R11), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  96(AX), Y6, Y8
+	VMOVUPS      Y8, 96(R11)
+	VMOVUPS      608(R11), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  96(AX), Y7, Y8
+	VMOVUPS      Y8, 608(R11)
+	VMOVUPS      128(R11), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  128(AX), Y6, Y8
+	VMOVUPS      Y8, 128(R11)
+	VMOVUPS      640(R11), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  128(AX), Y7, Y8
+	VMOVUPS      Y8, 640(R11)
+	VMOVUPS      160(R11), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  160(AX), Y6, Y8
+	VMOVUPS      Y8, 160(R11)
+	VMOVUPS      672(R11), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  160(AX), Y7, Y8
+	VMOVUPS      Y8, 672(R11)
+	VMOVUPS      192(R11), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  192(AX), Y6, Y8
+	VMOVUPS      Y8, 192(R11)
+	VMOVUPS      704(R11), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  192(AX), Y7, Y8
+	VMOVUPS      Y8, 704(R11)
+	VMOVUPS      224(R11), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  224(AX), Y6, Y8
+	VMOVUPS      Y8, 224(R11)
+	VMOVUPS      736(R11), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  224(AX), Y7, Y8
+	VMOVUPS      Y8, 736(R11)
+	VMOVUPS      256(R11), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  256(AX), Y6, Y8
+	VMOVUPS      Y8, 256(R11)
+	VMOVUPS      768(R11), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  256(AX), Y7, Y8
+	VMOVUPS      Y8, 768(R11)
+	VMOVUPS      288(R11), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  288(AX), Y6, Y8
+	VMOVUPS      Y8, 288(R11)
+	VMOVUPS      800(R11), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  288(AX), Y7, Y8
+	VMOVUPS      Y8, 800(R11)
+	VMOVUPS      320(R11), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  320(AX), Y6, Y8
+	VMOVUPS      Y8, 320(R11)
+	VMOVUPS      832(R11), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  320(AX), Y7, Y8
+	VMOVUPS      Y8, 832(R11)
+	VMOVUPS      352(R11), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  352(AX), Y6, Y8
+	VMOVUPS      Y8, 352(R11)
+	VMOVUPS      864(R11), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  352(AX), Y7, Y8
+	VMOVUPS      Y8, 864(R11)
+	CMPQ         R9, $0x000001a0
+	JBE          stateVKbf16AVX2_dead_72
+	VMOVUPS      384(R11), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  384(AX), Y6, Y8
+	VMOVUPS      Y8, 384(R11)
+	VMOVUPS      896(R11), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  384(AX), Y7, Y8
+	VMOVUPS      Y8, 896(R11)
+	CMPQ         R9, $0x000001c0
+	JBE          stateVKbf16AVX2_dead_72
+	VMOVUPS      416(R11), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  416(AX), Y6, Y8
+	VMOVUPS      Y8, 416(R11)
+	VMOVUPS      928(R11), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  416(AX), Y7, Y8
+	VMOVUPS      Y8, 928(R11)
+	CMPQ         R9, $0x000001e0
+	JBE          stateVKbf16AVX2_dead_72
+	VMOVUPS      448(R11), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  448(AX), Y6, Y8
+	VMOVUPS      Y8, 448(R11)
+	VMOVUPS      960(R11), Y8
+	VMULPS       Y8, Y5, Y8
+	VFMADD231PS  448(AX), Y7, Y8
+	VMOVUPS      Y8, 960(R11)
+
+stateVKbf16AVX2_dead_72:
+	VMULPS      Y2, Y5, Y2
+	VFMADD231PS -32(AX)(R9*1), Y6, Y2
+	VANDPS      48(SP), Y2, Y2
+	VMULPS      Y4, Y5, Y4
+	VFMADD231PS -32(AX)(R9*1), Y7, Y4
+	VANDPS      48(SP), Y4, Y4
+
+stateVKbf16AVX2_decayed_14:
+	// The state after this token, if stored.
+	MOVQ         (BX), R12
+	TESTQ        R12, R12
+	JZ           stateVKbf16AVX2_nostore_7
+	MOVQ         (SP), R13
+	IMULQ        R10, R13
+	ADDQ         R13, R12
+	VMOVAPS      Y2, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, -16(R12)(R10*1)
+	VMOVAPS      Y0, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, (R12)
+	VMOVUPS      32(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 16(R12)
+	VMOVUPS      64(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 32(R12)
+	VMOVUPS      96(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 48(R12)
+	VMOVUPS      128(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 64(R12)
+	VMOVUPS      160(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 80(R12)
+	VMOVUPS      192(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 96(R12)
+	VMOVUPS      224(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 112(R12)
+	VMOVUPS      256(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 128(R12)
+	VMOVUPS      288(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 144(R12)
+	VMOVUPS      320(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 160(R12)
+	VMOVUPS      352(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 176(R12)
+	CMPQ         R9, $0x000001a0
+	JBE          stateVKbf16AVX2_dead_73
+	VMOVUPS      384(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 192(R12)
+	CMPQ         R9, $0x000001c0
+	JBE          stateVKbf16AVX2_dead_73
+	VMOVUPS      416(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 208(R12)
+	CMPQ         R9, $0x000001e0
+	JBE          stateVKbf16AVX2_dead_73
+	VMOVUPS      448(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 224(R12)
+
+stateVKbf16AVX2_dead_73:
+	ADDQ         R10, R12
+	VMOVAPS      Y4, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, -16(R12)(R10*1)
+	VMOVAPS      Y3, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, (R12)
+	VMOVUPS      544(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 16(R12)
+	VMOVUPS      576(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 32(R12)
+	VMOVUPS      608(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 48(R12)
+	VMOVUPS      640(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 64(R12)
+	VMOVUPS      672(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 80(R12)
+	VMOVUPS      704(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 96(R12)
+	VMOVUPS      736(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 112(R12)
+	VMOVUPS      768(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 128(R12)
+	VMOVUPS      800(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 144(R12)
+	VMOVUPS      832(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 160(R12)
+	VMOVUPS      864(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 176(R12)
+	CMPQ         R9, $0x000001a0
+	JBE          stateVKbf16AVX2_dead_74
+	VMOVUPS      896(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 192(R12)
+	CMPQ         R9, $0x000001c0
+	JBE          stateVKbf16AVX2_dead_74
+	VMOVUPS      928(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 208(R12)
+	CMPQ         R9, $0x000001e0
+	JBE          stateVKbf16AVX2_dead_74
+	VMOVUPS      960(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 224(R12)
+
+stateVKbf16AVX2_dead_74:
+stateVKbf16AVX2_nostore_7:
+	ADDQ R9, AX
+	ADDQ R9, CX
+	ADDQ $0x10, DX
+	ADDQ $0x08, BX
+	ADDQ 32(SP), SI
+	ADDQ 24(SP), DI
+	DECQ R8
+	JNZ  stateVKbf16AVX2_token_7
+
+	// The f32 carry after the last token, if asked for.
+	MOVQ    carry_base+88(FP), AX
+	TESTQ   AX, AX
+	JZ      stateVKbf16AVX2_nocarry_7
+	MOVQ    (SP), CX
+	IMULQ   R9, CX
+	ADDQ    CX, AX
+	VMOVUPS Y2, -32(AX)(R9*1)
+	VMOVUPS Y0, (AX)
+	VMOVUPS 32(R11), Y0
+	VMOVUPS Y0, 32(AX)
+	VMOVUPS 64(R11), Y0
+	VMOVUPS Y0, 64(AX)
+	VMOVUPS 96(R11), Y0
+	VMOVUPS Y0, 96(AX)
+	VMOVUPS 128(R11), Y0
+	VMOVUPS Y0, 128(AX)
+	VMOVUPS 160(R11), Y0
+	VMOVUPS Y0, 160(AX)
+	VMOVUPS 192(R11), Y0
+	VMOVUPS Y0, 192(AX)
+	VMOVUPS 224(R11), Y0
+	VMOVUPS Y0, 224(AX)
+	VMOVUPS 256(R11), Y0
+	VMOVUPS Y0, 256(AX)
+	VMOVUPS 288(R11), Y0
+	VMOVUPS Y0, 288(AX)
+	VMOVUPS 320(R11), Y0
+	VMOVUPS Y0, 320(AX)
+	VMOVUPS 352(R11), Y0
+	VMOVUPS Y0, 352(AX)
+	CMPQ    R9, $0x000001a0
+	JBE     stateVKbf16AVX2_dead_75
+	VMOVUPS 384(R11), Y0
+	VMOVUPS Y0, 384(AX)
+	CMPQ    R9, $0x000001c0
+	JBE     stateVKbf16AVX2_dead_75
+	VMOVUPS 416(R11), Y0
+	VMOVUPS Y0, 416(AX)
+	CMPQ    R9, $0x000001e0
+	JBE     stateVKbf16AVX2_dead_75
+	VMOVUPS 448(R11), Y0
+	VMOVUPS Y0, 448(AX)
+
+stateVKbf16AVX2_dead_75:
+	ADDQ    R9, AX
+	VMOVUPS Y4, -32(AX)(R9*1)
+	VMOVUPS Y3, (AX)
+	VMOVUPS 544(R11), Y0
+	VMOVUPS Y0, 32(AX)
+	VMOVUPS 576(R11), Y0
+	VMOVUPS Y0, 64(AX)
+	VMOVUPS 608(R11), Y0
+	VMOVUPS Y0, 96(AX)
+	VMOVUPS 640(R11), Y0
+	VMOVUPS Y0, 128(AX)
+	VMOVUPS 672(R11), Y0
+	VMOVUPS Y0, 160(AX)
+	VMOVUPS 704(R11), Y0
+	VMOVUPS Y0, 192(AX)
+	VMOVUPS 736(R11), Y0
+	VMOVUPS Y0, 224(AX)
+	VMOVUPS 768(R11), Y0
+	VMOVUPS Y0, 256(AX)
+	VMOVUPS 800(R11), Y0
+	VMOVUPS Y0, 288(AX)
+	VMOVUPS 832(R11), Y0
+	VMOVUPS Y0, 320(AX)
+	VMOVUPS 864(R11), Y0
+	VMOVUPS Y0, 352(AX)
+	CMPQ    R9, $0x000001a0
+	JBE     stateVKbf16AVX2_dead_76
+	VMOVUPS 896(R11), Y0
+	VMOVUPS Y0, 384(AX)
+	CMPQ    R9, $0x000001c0
+	JBE     stateVKbf16AVX2_dead_76
+	VMOVUPS 928(R11), Y0
+	VMOVUPS Y0, 416(AX)
+	CMPQ    R9, $0x000001e0
+	JBE     stateVKbf16AVX2_dead_76
+	VMOVUPS 960(R11), Y0
+	VMOVUPS Y0, 448(AX)
+
+stateVKbf16AVX2_dead_76:
+stateVKbf16AVX2_nocarry_7:
+	ADDQ $0x00000002, (SP)
+	SUBQ $0x00000002, 8(SP)
+	JMP  stateVKbf16AVX2_group_7
+
+stateVKbf16AVX2_groupsdone_7:
+stateVKbf16AVX2_group_8:
 	CMPQ 8(SP), $0x00000001
-	JB   stateVKbf16AVX2_groupsdone_4
+	JB   stateVKbf16AVX2_groupsdone_8
 
 	// Load 1 row(s) of 13…16 vectors.
 	MOVQ       src32_base+40(FP), AX
 	TESTQ      AX, AX
-	JZ         stateVKbf16AVX2_frombf16_4
+	JZ         stateVKbf16AVX2_frombf16_8
 	MOVQ       (SP), CX
 	IMULQ      R9, CX
 	ADDQ       CX, AX
@@ -23477,10 +30147,10 @@ stateVKbf16AVX2_group_4:
 	PREFETCHT0 8512(AX)
 	PREFETCHT0 8576(AX)
 	CMPQ       R9, $0x000001c0
-	JBE        stateVKbf16AVX2_dead_25
+	JBE        stateVKbf16AVX2_dead_77
 	PREFETCHT0 8640(AX)
 
-stateVKbf16AVX2_dead_25:
+stateVKbf16AVX2_dead_77:
 	VMOVUPS (AX), Y0
 	VMOVUPS 32(AX), Y1
 	VMOVUPS 64(AX), Y2
@@ -23490,32 +30160,32 @@ stateVKbf16AVX2_dead_25:
 	VMOVUPS 192(AX), Y6
 	VMOVUPS 224(AX), Y7
 	VMOVUPS 256(AX), Y8
-	VMOVUPS Y8, 72(SP)
+	VMOVUPS Y8, 80(SP)
 	VMOVUPS 288(AX), Y8
-	VMOVUPS Y8, 104(SP)
+	VMOVUPS Y8, 112(SP)
 	VMOVUPS 320(AX), Y8
-	VMOVUPS Y8, 136(SP)
+	VMOVUPS Y8, 144(SP)
 	VMOVUPS 352(AX), Y8
-	VMOVUPS Y8, 168(SP)
+	VMOVUPS Y8, 176(SP)
 	CMPQ    R9, $0x000001a0
-	JBE     stateVKbf16AVX2_dead_26
+	JBE     stateVKbf16AVX2_dead_78
 	VMOVUPS 384(AX), Y8
-	VMOVUPS Y8, 200(SP)
+	VMOVUPS Y8, 208(SP)
 	CMPQ    R9, $0x000001c0
-	JBE     stateVKbf16AVX2_dead_26
+	JBE     stateVKbf16AVX2_dead_78
 	VMOVUPS 416(AX), Y8
-	VMOVUPS Y8, 232(SP)
+	VMOVUPS Y8, 240(SP)
 	CMPQ    R9, $0x000001e0
-	JBE     stateVKbf16AVX2_dead_26
+	JBE     stateVKbf16AVX2_dead_78
 	VMOVUPS 448(AX), Y8
-	VMOVUPS Y8, 264(SP)
+	VMOVUPS Y8, 272(SP)
 
-stateVKbf16AVX2_dead_26:
+stateVKbf16AVX2_dead_78:
 	VMOVUPS -32(AX)(R9*1), Y8
-	VANDPS  40(SP), Y8, Y8
-	JMP     stateVKbf16AVX2_loaded_4
+	VANDPS  48(SP), Y8, Y8
+	JMP     stateVKbf16AVX2_loaded_8
 
-stateVKbf16AVX2_frombf16_4:
+stateVKbf16AVX2_frombf16_8:
 	MOVQ       src_base+16(FP), AX
 	MOVQ       (SP), CX
 	IMULQ      R10, CX
@@ -23542,38 +30212,38 @@ stateVKbf16AVX2_frombf16_4:
 	VPSLLD     $0x10, Y7, Y7
 	VPMOVZXWD  128(AX), Y8
 	VPSLLD     $0x10, Y8, Y8
-	VMOVUPS    Y8, 72(SP)
+	VMOVUPS    Y8, 80(SP)
 	VPMOVZXWD  144(AX), Y8
 	VPSLLD     $0x10, Y8, Y8
-	VMOVUPS    Y8, 104(SP)
+	VMOVUPS    Y8, 112(SP)
 	VPMOVZXWD  160(AX), Y8
 	VPSLLD     $0x10, Y8, Y8
-	VMOVUPS    Y8, 136(SP)
+	VMOVUPS    Y8, 144(SP)
 	VPMOVZXWD  176(AX), Y8
 	VPSLLD     $0x10, Y8, Y8
-	VMOVUPS    Y8, 168(SP)
+	VMOVUPS    Y8, 176(SP)
 	CMPQ       R9, $0x000001a0
-	JBE        stateVKbf16AVX2_dead_27
+	JBE        stateVKbf16AVX2_dead_79
 	VPMOVZXWD  192(AX), Y8
 	VPSLLD     $0x10, Y8, Y8
-	VMOVUPS    Y8, 200(SP)
+	VMOVUPS    Y8, 208(SP)
 	CMPQ       R9, $0x000001c0
-	JBE        stateVKbf16AVX2_dead_27
+	JBE        stateVKbf16AVX2_dead_79
 	VPMOVZXWD  208(AX), Y8
 	VPSLLD     $0x10, Y8, Y8
-	VMOVUPS    Y8, 232(SP)
+	VMOVUPS    Y8, 240(SP)
 	CMPQ       R9, $0x000001e0
-	JBE        stateVKbf16AVX2_dead_27
+	JBE        stateVKbf16AVX2_dead_79
 	VPMOVZXWD  224(AX), Y8
 	VPSLLD     $0x10, Y8, Y8
-	VMOVUPS    Y8, 264(SP)
+	VMOVUPS    Y8, 272(SP)
 
-stateVKbf16AVX2_dead_27:
+stateVKbf16AVX2_dead_79:
 	VPMOVZXWD -16(AX)(R10*1), Y8
 	VPSLLD    $0x10, Y8, Y8
-	VANDPS    40(SP), Y8, Y8
+	VANDPS    48(SP), Y8, Y8
 
-stateVKbf16AVX2_loaded_4:
+stateVKbf16AVX2_loaded_8:
 	MOVQ kh_base+112(FP), AX
 	MOVQ qh_base+136(FP), CX
 	MOVQ tok_base+216(FP), DX
@@ -23586,7 +30256,7 @@ stateVKbf16AVX2_loaded_4:
 	ADDQ R8, DI
 	MOVQ 16(SP), R8
 
-stateVKbf16AVX2_token_4:
+stateVKbf16AVX2_token_8:
 	VMULPS      (AX), Y0, Y9
 	VMULPS      (CX), Y0, Y10
 	VMULPS      32(AX), Y1, Y11
@@ -23603,35 +30273,35 @@ stateVKbf16AVX2_token_4:
 	VFMADD231PS 192(CX), Y6, Y10
 	VFMADD231PS 224(AX), Y7, Y11
 	VFMADD231PS 224(CX), Y7, Y12
-	VMOVUPS     72(SP), Y13
+	VMOVUPS     80(SP), Y13
 	VFMADD231PS 256(AX), Y13, Y9
 	VFMADD231PS 256(CX), Y13, Y10
-	VMOVUPS     104(SP), Y13
+	VMOVUPS     112(SP), Y13
 	VFMADD231PS 288(AX), Y13, Y11
 	VFMADD231PS 288(CX), Y13, Y12
-	VMOVUPS     136(SP), Y13
+	VMOVUPS     144(SP), Y13
 	VFMADD231PS 320(AX), Y13, Y9
 	VFMADD231PS 320(CX), Y13, Y10
-	VMOVUPS     168(SP), Y13
+	VMOVUPS     176(SP), Y13
 	VFMADD231PS 352(AX), Y13, Y11
 	VFMADD231PS 352(CX), Y13, Y12
 	CMPQ        R9, $0x000001a0
-	JBE         stateVKbf16AVX2_dead_28
-	VMOVUPS     200(SP), Y13
+	JBE         stateVKbf16AVX2_dead_80
+	VMOVUPS     208(SP), Y13
 	VFMADD231PS 384(AX), Y13, Y9
 	VFMADD231PS 384(CX), Y13, Y10
 	CMPQ        R9, $0x000001c0
-	JBE         stateVKbf16AVX2_dead_28
-	VMOVUPS     232(SP), Y13
+	JBE         stateVKbf16AVX2_dead_80
+	VMOVUPS     240(SP), Y13
 	VFMADD231PS 416(AX), Y13, Y11
 	VFMADD231PS 416(CX), Y13, Y12
 	CMPQ        R9, $0x000001e0
-	JBE         stateVKbf16AVX2_dead_28
-	VMOVUPS     264(SP), Y13
+	JBE         stateVKbf16AVX2_dead_80
+	VMOVUPS     272(SP), Y13
 	VFMADD231PS 448(AX), Y13, Y9
 	VFMADD231PS 448(CX), Y13, Y10
 
-stateVKbf16AVX2_dead_28:
+stateVKbf16AVX2_dead_80:
 	VFMADD231PS  -32(AX)(R9*1), Y8, Y11
 	VFMADD231PS  -32(CX)(R9*1), Y8, Y12
 	VADDPS       Y11, Y9, Y9
@@ -23649,16 +30319,16 @@ stateVKbf16AVX2_dead_28:
 	VPERMPS      Y10, Y9, Y9
 	VMOVSS       (DX), X10
 	VUCOMISS     nearone<>+0(SB), X10
-	JCS          stateVKbf16AVX2_far_7
+	JCS          stateVKbf16AVX2_far_15
 	VBROADCASTSS (DX), Y10
 	VFMADD213PS  Y9, Y10, Y9
-	JMP          stateVKbf16AVX2_decayed_7
+	JMP          stateVKbf16AVX2_decayed_15
 
-stateVKbf16AVX2_far_7:
+stateVKbf16AVX2_far_15:
 	VBROADCASTSS 4(DX), Y10
 	VMULPS       Y9, Y10, Y9
 
-stateVKbf16AVX2_decayed_7:
+stateVKbf16AVX2_decayed_15:
 	VEXTRACTF128 $0x01, Y9, X10
 	VMOVSS       (SI), X11
 	VSUBPS       X9, X11, X11
@@ -23669,7 +30339,7 @@ stateVKbf16AVX2_decayed_7:
 	VMOVSS       X10, (DI)
 	VMOVSS       (DX), X10
 	VUCOMISS     nearone<>+0(SB), X10
-	JCS          stateVKbf16AVX2_far_8
+	JCS          stateVKbf16AVX2_far_16
 	VBROADCASTSS (DX), Y10
 	VBROADCASTSS X9, Y9
 	VFMADD213PS  Y0, Y10, Y0
@@ -23688,48 +30358,48 @@ stateVKbf16AVX2_decayed_7:
 	VFMADD231PS  192(AX), Y9, Y6
 	VFMADD213PS  Y7, Y10, Y7
 	VFMADD231PS  224(AX), Y9, Y7
-	VMOVUPS      72(SP), Y11
+	VMOVUPS      80(SP), Y11
 	VFMADD213PS  Y11, Y10, Y11
 	VFMADD231PS  256(AX), Y9, Y11
-	VMOVUPS      Y11, 72(SP)
-	VMOVUPS      104(SP), Y11
+	VMOVUPS      Y11, 80(SP)
+	VMOVUPS      112(SP), Y11
 	VFMADD213PS  Y11, Y10, Y11
 	VFMADD231PS  288(AX), Y9, Y11
-	VMOVUPS      Y11, 104(SP)
-	VMOVUPS      136(SP), Y11
+	VMOVUPS      Y11, 112(SP)
+	VMOVUPS      144(SP), Y11
 	VFMADD213PS  Y11, Y10, Y11
 	VFMADD231PS  320(AX), Y9, Y11
-	VMOVUPS      Y11, 136(SP)
-	VMOVUPS      168(SP), Y11
+	VMOVUPS      Y11, 144(SP)
+	VMOVUPS      176(SP), Y11
 	VFMADD213PS  Y11, Y10, Y11
 	VFMADD231PS  352(AX), Y9, Y11
-	VMOVUPS      Y11, 168(SP)
+	VMOVUPS      Y11, 176(SP)
 	CMPQ         R9, $0x000001a0
-	JBE          stateVKbf16AVX2_dead_29
-	VMOVUPS      200(SP), Y11
+	JBE          stateVKbf16AVX2_dead_81
+	VMOVUPS      208(SP), Y11
 	VFMADD213PS  Y11, Y10, Y11
 	VFMADD231PS  384(AX), Y9, Y11
-	VMOVUPS      Y11, 200(SP)
+	VMOVUPS      Y11, 208(SP)
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKbf16AVX2_dead_29
-	VMOVUPS      232(SP), Y11
+	JBE          stateVKbf16AVX2_dead_81
+	VMOVUPS      240(SP), Y11
 	VFMADD213PS  Y11, Y10, Y11
 	VFMADD231PS  416(AX), Y9, Y11
-	VMOVUPS      Y11, 232(SP)
+	VMOVUPS      Y11, 240(SP)
 	CMPQ         R9, $0x000001e0
-	JBE          stateVKbf16AVX2_dead_29
-	VMOVUPS      264(SP), Y11
+	JBE          stateVKbf16AVX2_dead_81
+	VMOVUPS      272(SP), Y11
 	VFMADD213PS  Y11, Y10, Y11
 	VFMADD231PS  448(AX), Y9, Y11
-	VMOVUPS      Y11, 264(SP)
+	VMOVUPS      Y11, 272(SP)
 
-stateVKbf16AVX2_dead_29:
+stateVKbf16AVX2_dead_81:
 	VFMADD213PS Y8, Y10, Y8
 	VFMADD231PS -32(AX)(R9*1), Y9, Y8
-	VANDPS      40(SP), Y8, Y8
-	JMP         stateVKbf16AVX2_decayed_8
+	VANDPS      48(SP), Y8, Y8
+	JMP         stateVKbf16AVX2_decayed_16
 
-stateVKbf16AVX2_far_8:
+stateVKbf16AVX2_far_16:
 	VBROADCASTSS 4(DX), Y10
 	VBROADCASTSS X9, Y9
 	VMULPS       Y0, Y10, Y0
@@ -23748,51 +30418,51 @@ stateVKbf16AVX2_far_8:
 	VFMADD231PS  192(AX), Y9, Y6
 	VMULPS       Y7, Y10, Y7
 	VFMADD231PS  224(AX), Y9, Y7
-	VMOVUPS      72(SP), Y11
+	VMOVUPS      80(SP), Y11
 	VMULPS       Y11, Y10, Y11
 	VFMADD231PS  256(AX), Y9, Y11
-	VMOVUPS      Y11, 72(SP)
-	VMOVUPS      104(SP), Y11
+	VMOVUPS      Y11, 80(SP)
+	VMOVUPS      112(SP), Y11
 	VMULPS       Y11, Y10, Y11
 	VFMADD231PS  288(AX), Y9, Y11
-	VMOVUPS      Y11, 104(SP)
-	VMOVUPS      136(SP), Y11
+	VMOVUPS      Y11, 112(SP)
+	VMOVUPS      144(SP), Y11
 	VMULPS       Y11, Y10, Y11
 	VFMADD231PS  320(AX), Y9, Y11
-	VMOVUPS      Y11, 136(SP)
-	VMOVUPS      168(SP), Y11
+	VMOVUPS      Y11, 144(SP)
+	VMOVUPS      176(SP), Y11
 	VMULPS       Y11, Y10, Y11
 	VFMADD231PS  352(AX), Y9, Y11
-	VMOVUPS      Y11, 168(SP)
+	VMOVUPS      Y11, 176(SP)
 	CMPQ         R9, $0x000001a0
-	JBE          stateVKbf16AVX2_dead_30
-	VMOVUPS      200(SP), Y11
+	JBE          stateVKbf16AVX2_dead_82
+	VMOVUPS      208(SP), Y11
 	VMULPS       Y11, Y10, Y11
 	VFMADD231PS  384(AX), Y9, Y11
-	VMOVUPS      Y11, 200(SP)
+	VMOVUPS      Y11, 208(SP)
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKbf16AVX2_dead_30
-	VMOVUPS      232(SP), Y11
+	JBE          stateVKbf16AVX2_dead_82
+	VMOVUPS      240(SP), Y11
 	VMULPS       Y11, Y10, Y11
 	VFMADD231PS  416(AX), Y9, Y11
-	VMOVUPS      Y11, 232(SP)
+	VMOVUPS      Y11, 240(SP)
 	CMPQ         R9, $0x000001e0
-	JBE          stateVKbf16AVX2_dead_30
-	VMOVUPS      264(SP), Y11
+	JBE          stateVKbf16AVX2_dead_82
+	VMOVUPS      272(SP), Y11
 	VMULPS       Y11, Y10, Y11
 	VFMADD231PS  448(AX), Y9, Y11
-	VMOVUPS      Y11, 264(SP)
+	VMOVUPS      Y11, 272(SP)
 
-stateVKbf16AVX2_dead_30:
+stateVKbf16AVX2_dead_82:
 	VMULPS      Y8, Y10, Y8
 	VFMADD231PS -32(AX)(R9*1), Y9, Y8
-	VANDPS      40(SP), Y8, Y8
+	VANDPS      48(SP), Y8, Y8
 
-stateVKbf16AVX2_decayed_8:
+stateVKbf16AVX2_decayed_16:
 	// The state after this token, if stored.
 	MOVQ         (BX), R11
 	TESTQ        R11, R11
-	JZ           stateVKbf16AVX2_nostore_4
+	JZ           stateVKbf16AVX2_nostore_8
 	MOVQ         (SP), R12
 	IMULQ        R10, R12
 	ADDQ         R12, R11
@@ -23913,7 +30583,7 @@ stateVKbf16AVX2_decayed_8:
 	VEXTRACTI128 $0x01, Y9, X10
 	VPACKUSDW    X10, X9, X10
 	VMOVDQU      X10, 112(R11)
-	VMOVUPS      72(SP), Y9
+	VMOVUPS      80(SP), Y9
 	VMOVAPS      Y9, Y9
 	VPSRLD       $0x10, Y9, Y10
 	VPAND        absmask<>+0(SB), Y9, Y11
@@ -23927,7 +30597,7 @@ stateVKbf16AVX2_decayed_8:
 	VEXTRACTI128 $0x01, Y9, X10
 	VPACKUSDW    X10, X9, X10
 	VMOVDQU      X10, 128(R11)
-	VMOVUPS      104(SP), Y9
+	VMOVUPS      112(SP), Y9
 	VMOVAPS      Y9, Y9
 	VPSRLD       $0x10, Y9, Y10
 	VPAND        absmask<>+0(SB), Y9, Y11
@@ -23941,7 +30611,7 @@ stateVKbf16AVX2_decayed_8:
 	VEXTRACTI128 $0x01, Y9, X10
 	VPACKUSDW    X10, X9, X10
 	VMOVDQU      X10, 144(R11)
-	VMOVUPS      136(SP), Y9
+	VMOVUPS      144(SP), Y9
 	VMOVAPS      Y9, Y9
 	VPSRLD       $0x10, Y9, Y10
 	VPAND        absmask<>+0(SB), Y9, Y11
@@ -23955,7 +30625,7 @@ stateVKbf16AVX2_decayed_8:
 	VEXTRACTI128 $0x01, Y9, X10
 	VPACKUSDW    X10, X9, X10
 	VMOVDQU      X10, 160(R11)
-	VMOVUPS      168(SP), Y9
+	VMOVUPS      176(SP), Y9
 	VMOVAPS      Y9, Y9
 	VPSRLD       $0x10, Y9, Y10
 	VPAND        absmask<>+0(SB), Y9, Y11
@@ -23970,8 +30640,8 @@ stateVKbf16AVX2_decayed_8:
 	VPACKUSDW    X10, X9, X10
 	VMOVDQU      X10, 176(R11)
 	CMPQ         R9, $0x000001a0
-	JBE          stateVKbf16AVX2_dead_31
-	VMOVUPS      200(SP), Y9
+	JBE          stateVKbf16AVX2_dead_83
+	VMOVUPS      208(SP), Y9
 	VMOVAPS      Y9, Y9
 	VPSRLD       $0x10, Y9, Y10
 	VPAND        absmask<>+0(SB), Y9, Y11
@@ -23986,8 +30656,8 @@ stateVKbf16AVX2_decayed_8:
 	VPACKUSDW    X10, X9, X10
 	VMOVDQU      X10, 192(R11)
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKbf16AVX2_dead_31
-	VMOVUPS      232(SP), Y9
+	JBE          stateVKbf16AVX2_dead_83
+	VMOVUPS      240(SP), Y9
 	VMOVAPS      Y9, Y9
 	VPSRLD       $0x10, Y9, Y10
 	VPAND        absmask<>+0(SB), Y9, Y11
@@ -24002,8 +30672,8 @@ stateVKbf16AVX2_decayed_8:
 	VPACKUSDW    X10, X9, X10
 	VMOVDQU      X10, 208(R11)
 	CMPQ         R9, $0x000001e0
-	JBE          stateVKbf16AVX2_dead_31
-	VMOVUPS      264(SP), Y9
+	JBE          stateVKbf16AVX2_dead_83
+	VMOVUPS      272(SP), Y9
 	VMOVAPS      Y9, Y9
 	VPSRLD       $0x10, Y9, Y10
 	VPAND        absmask<>+0(SB), Y9, Y11
@@ -24018,8 +30688,8 @@ stateVKbf16AVX2_decayed_8:
 	VPACKUSDW    X10, X9, X10
 	VMOVDQU      X10, 224(R11)
 
-stateVKbf16AVX2_dead_31:
-stateVKbf16AVX2_nostore_4:
+stateVKbf16AVX2_dead_83:
+stateVKbf16AVX2_nostore_8:
 	ADDQ R9, AX
 	ADDQ R9, CX
 	ADDQ $0x10, DX
@@ -24027,12 +30697,12 @@ stateVKbf16AVX2_nostore_4:
 	ADDQ 32(SP), SI
 	ADDQ 24(SP), DI
 	DECQ R8
-	JNZ  stateVKbf16AVX2_token_4
+	JNZ  stateVKbf16AVX2_token_8
 
 	// The f32 carry after the last token, if asked for.
 	MOVQ    carry_base+88(FP), AX
 	TESTQ   AX, AX
-	JZ      stateVKbf16AVX2_nocarry_4
+	JZ      stateVKbf16AVX2_nocarry_8
 	MOVQ    (SP), CX
 	IMULQ   R9, CX
 	ADDQ    CX, AX
@@ -24045,34 +30715,34 @@ stateVKbf16AVX2_nostore_4:
 	VMOVUPS Y5, 160(AX)
 	VMOVUPS Y6, 192(AX)
 	VMOVUPS Y7, 224(AX)
-	VMOVUPS 72(SP), Y0
+	VMOVUPS 80(SP), Y0
 	VMOVUPS Y0, 256(AX)
-	VMOVUPS 104(SP), Y0
+	VMOVUPS 112(SP), Y0
 	VMOVUPS Y0, 288(AX)
-	VMOVUPS 136(SP), Y0
+	VMOVUPS 144(SP), Y0
 	VMOVUPS Y0, 320(AX)
-	VMOVUPS 168(SP), Y0
+	VMOVUPS 176(SP), Y0
 	VMOVUPS Y0, 352(AX)
 	CMPQ    R9, $0x000001a0
-	JBE     stateVKbf16AVX2_dead_32
-	VMOVUPS 200(SP), Y0
+	JBE     stateVKbf16AVX2_dead_84
+	VMOVUPS 208(SP), Y0
 	VMOVUPS Y0, 384(AX)
 	CMPQ    R9, $0x000001c0
-	JBE     stateVKbf16AVX2_dead_32
-	VMOVUPS 232(SP), Y0
+	JBE     stateVKbf16AVX2_dead_84
+	VMOVUPS 240(SP), Y0
 	VMOVUPS Y0, 416(AX)
 	CMPQ    R9, $0x000001e0
-	JBE     stateVKbf16AVX2_dead_32
-	VMOVUPS 264(SP), Y0
+	JBE     stateVKbf16AVX2_dead_84
+	VMOVUPS 272(SP), Y0
 	VMOVUPS Y0, 448(AX)
 
-stateVKbf16AVX2_dead_32:
-stateVKbf16AVX2_nocarry_4:
+stateVKbf16AVX2_dead_84:
+stateVKbf16AVX2_nocarry_8:
 	ADDQ $0x00000001, (SP)
 	SUBQ $0x00000001, 8(SP)
-	JMP  stateVKbf16AVX2_group_4
+	JMP  stateVKbf16AVX2_group_8
 
-stateVKbf16AVX2_groupsdone_4:
+stateVKbf16AVX2_groupsdone_8:
 stateVKbf16AVX2_done_1:
 	VZEROUPPER
 	RET

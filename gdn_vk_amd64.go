@@ -18,8 +18,9 @@ import "unsafe"
 // K ≤ 128: blocks of 32, then 16 rows are carried in work instead (a workPool space, at least
 // 5152 + 16 float32s; the routine aligns it to 64 bytes), 16 or 32 rows in flight per token
 // (asm/state_vk_block.go); the rows left, and every row when T = 1 (work may then be nil), take
-// the register groups. The
-// assembly handles K ≤ 256 (AVX-512) and 8 ≤ K ≤ 128 (AVX2); outside that range these wrappers run
+// the register groups. AVX2: pairs of rows in work (a workPool space, 1 KiB used; an odd V's last
+// row alone), two chains interleaved per token; f32 with one token and a store, the pairs from src
+// to stores[0] (work unused). The assembly handles K ≤ 256 (AVX-512) and 8 ≤ K ≤ 128 (AVX2); outside that range these wrappers run
 // the portable routine (vkTokens), which allocates its per-call bookkeeping.
 
 func vkF32AVX512(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok []float32) {
@@ -55,7 +56,9 @@ func vkF32AVX2(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []flo
 		vkPortableF32(K, V, src, stores, kh, qh, v, vs, o, tok)
 		return
 	}
-	stateVKf32AVX2(K, V, src, stores, kh, qh, v, vs, o, tok)
+	w := workPool.Get().(*[]float32) // the pairs of rows live in work
+	stateVKf32AVX2(K, V, src, stores, kh, qh, v, vs, o, tok, *w)
+	workPool.Put(w)
 }
 
 func vkBF16AVX2(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok []float32) {
@@ -63,7 +66,9 @@ func vkBF16AVX2(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer
 		vkPortableBF16(K, V, src, src32, stores, carry, kh, qh, v, vs, o, tok)
 		return
 	}
-	stateVKbf16AVX2(K, V, src, src32, stores, carry, kh, qh, v, vs, o, tok)
+	w := workPool.Get().(*[]float32) // the pairs of rows live in work
+	stateVKbf16AVX2(K, V, src, src32, stores, carry, kh, qh, v, vs, o, tok, *w)
+	workPool.Put(w)
 }
 
 // vkPortableF32 and vkPortableBF16 are vkTokens behind the flat signatures.
@@ -104,10 +109,10 @@ func stateVKf32AVX512(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, 
 func stateVKbf16AVX512(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok, work []float32)
 
 //go:noescape
-func stateVKf32AVX2(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok []float32)
+func stateVKf32AVX2(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok, work []float32)
 
 //go:noescape
-func stateVKbf16AVX2(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok []float32)
+func stateVKbf16AVX2(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok, work []float32)
 
 // Benchmark floors (asm/bench_floor.go), exported through BenchFloors.
 

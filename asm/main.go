@@ -148,7 +148,7 @@ func table() []spec {
 			t = append(t, spec{"widen" + v.a.name, func() { widenRoutine(v.a) }, 60})
 		}
 	}
-	vkBudget := map[string]int{"stateVKf32AVX512": 3700, "stateVKbf16AVX512": 5500, "stateVKf32AVX2": 1100, "stateVKbf16AVX2": 1900}
+	vkBudget := map[string]int{"stateVKf32AVX512": 3700, "stateVKbf16AVX512": 5500, "stateVKf32AVX2": 4300, "stateVKbf16AVX2": 5250}
 	for _, v := range variants(layoutVK) {
 		t = append(t, spec{v.name(), func() { stateVK(v) }, vkBudget[v.name()]})
 	}

@@ -4,8 +4,10 @@ package main
 //
 // Row j of a [V][K] head (column j of the maths) is K contiguous elements, and it evolves on its
 // own for the whole call (SPEC "Useful identities"). A group of G rows is loaded once, carried in
-// registers (AVX2: partly in the frame) through all T tokens and stored at every token that has a
-// store (and, bf16, into the f32 carry after the last token). Per token and row:
+// registers (AVX2: a pair of rows, mostly in work; a last odd row, partly in the frame; see
+// vkPairs) through all T tokens and stored at every token that has a store (and, bf16, into the
+// f32 carry after the last token). AVX2 f32 with one token and a store runs its pairs from src to
+// stores[0] instead (once). Per token and row:
 //
 //	kv' = Σ_i k̂_i·S[j][i]   qs' = Σ_i q̂_i·S[j][i]        (k̂, q̂ memory operands, A accumulators each)
 //	δ_j = beta·(v_j − decay(kv'))   o_j = decay(qs') + kq·δ_j
@@ -25,7 +27,8 @@ package main
 // Line counts in gdn_amd64.s (TEXT to TEXT): specialised per L (N = 1…16) the four routines
 // took 41,476 lines (stateVKf32AVX512 13,776, stateVKbf16AVX512 19,013, stateVKf32AVX2 3,100, stateVKbf16AVX2
 // 5,587); as shapes, with the blocks' sub-block count a runtime count, 11,671 (3,554, 5,280,
-// 1,027, 1,810). TestVKLineBudget keeps them under a budget.
+// 1,027, 1,810). TestVKLineBudget keeps them under a budget. The AVX2 pairs (a pair group and the
+// one-row group for an odd V per shape, and f32 once) took the AVX2 ones to 4,281 and 5,226.
 
 import (
 	"fmt"
@@ -67,9 +70,24 @@ func vkShapes(a isa) []int {
 
 // The strategies of the [V][K] routines that differ per ISA.
 
-// vkMultiRow says whether a group may carry several rows: its g v's are loaded and its g o's stored
-// under a mask (K6); without masks a group is one row.
-func (a isa) vkMultiRow() bool { return a.masks }
+// With masks a group may carry several rows: its g v's are loaded and its g o's stored under a mask
+// (K6). vkPairs says whether, without masks, rows go in pairs instead: the two rows' vectors live
+// in work (but for vkPairRegs of each in registers), their two v's are loaded and o's stored as one
+// 64-bit word, and per token their dot, reduction and update chains interleave. One row alone had
+// its chain serial per token — the two dots, their horizontal sums, δ, then the update — about
+// 70 cycles a row-token against 32 of FP work. A pair's arithmetic per row is exactly that of a
+// one-row group: the same products into the same accumulators in the same order, the same
+// transpose-add tree (the four sums reduced together put each row's partial sums in the same
+// pairs), the same δ, o and update per lane; the results are bit-identical.
+func (a isa) vkPairs() bool { return !a.masks }
+
+// vkPairRegs is the vectors of each row of a pair kept in registers (the first vkPairRegs − 1
+// positions and the tail); the others live in work. The dots' 8 accumulators, a loaded vector and
+// the update's δ's, decay constant and temporaries take the rest of the 16 YMM.
+const vkPairRegs = 2
+
+// vkNeedsWork says whether the routine takes a work space: the AVX-512 blocks, the AVX2 pairs.
+func (a isa) vkNeedsWork() bool { return a.vkBlocks() || a.vkPairs() }
 
 // vkBlocks says whether rows of at most vkBlockVecs vectors go in L1 blocks when T > 1
 // (state_vk_block.go): k̂ and q̂ of a token live in 2·vkBlockVecs registers beside the dots, and
@@ -104,14 +122,15 @@ func (a isa) vkExtractHigh(x, dst VecVirtual) {
 
 // vkGroup returns the rows per group and the accumulators per dot for rows of n vectors: the most
 // rows (≤ lanes/2) whose state, 2·G·A accumulators (≥ 8 chains in all, to cover the FMA latency) and
-// five temporaries fit the registers (32 ZMM); without masks (AVX2): one row, two accumulators.
+// five temporaries fit the registers (32 ZMM); without masks (AVX2): a pair of rows in work
+// (vkPairs), two accumulators, then a one-row group for an odd V's last row.
 //
 // AVX-512 rows that the blocks of state_vk_block.go also take (n ≤ vkBlockVecs) use the blocks'
 // accumulators, min(n, 2), in every group, the one-row tail included: a row's arithmetic must not
 // depend on whether a call's T sends it to a block or to a group (T = 1 does).
 func vkGroup(a isa, n int) (g, acc int) {
-	if !a.vkMultiRow() {
-		return 1, min(2, n)
+	if a.vkPairs() {
+		return 2, min(2, n)
 	}
 	for g = a.lanes / 2; g > 1; g-- { // (δ and o of the group's rows: one half vector each)
 		acc = min(n, (4+g-1)/g)
@@ -122,12 +141,13 @@ func vkGroup(a isa, n int) (g, acc int) {
 			return g, acc
 		}
 	}
-	return 1, vkTailAcc(n)
+	return 1, vkTailAcc(a, n)
 }
 
-// vkTailAcc is the accumulators per dot of the one-row AVX-512 groups.
-func vkTailAcc(n int) int {
-	if n <= vkBlockVecs {
+// vkTailAcc is the accumulators per dot of the one-row groups after the multi-row ones (AVX2: those
+// of the pairs).
+func vkTailAcc(a isa, n int) int {
+	if !a.masks || n <= vkBlockVecs {
 		return min(n, 2)
 	}
 	return min(n, 4)
@@ -688,7 +708,6 @@ func vkForm(b *vkBody, body func(f form, c VecVirtual)) {
 func (b *vkBody) token() {
 	a := b.a
 	// The dots.
-	var ins []VecVirtual
 	accK, accQ := make([][]VecVirtual, b.g), make([][]VecVirtual, b.g)
 	for r := range b.g {
 		for range b.acc {
@@ -705,6 +724,42 @@ func (b *vkBody) token() {
 			b.fma(b.kMem(b.r.pq, i), x, accQ[r][i%b.acc], i, b.first(i))
 		}
 	})
+	d := b.finish(accK, accQ)
+	// The rows: S ← decay(S) + k̂·δ_r, position by position (one guard for the group's rows).
+	vkForm(b, func(f form, c VecVirtual) {
+		db := b.deltaBroadcasts(d)
+		b.each(b.positions(), func(i int) {
+			for r := range b.g {
+				x := b.get(r, i)
+				b.update(f, c, b.kMem(b.r.pk, i), db[r], x, i)
+				b.put(r, i, x)
+			}
+		})
+	})
+}
+
+// deltaBroadcasts returns δ of each row of the group (lane r of d) broadcast.
+func (b *vkBody) deltaBroadcasts(d VecVirtual) []VecVirtual {
+	a := b.a
+	db := make([]VecVirtual, b.g)
+	for r := range b.g {
+		db[r] = a.vec()
+		if r == 0 {
+			VBROADCASTSS(d.AsX(), a.view(db[r]))
+		} else {
+			ix := a.vec()
+			VMOVUPS(vkLane[r], a.view(ix))
+			VPERMPS(a.view(d), a.view(ix), a.view(db[r]))
+		}
+	}
+	return db
+}
+
+// finish emits, from the group's dot accumulators, the transpose-add of the sums, δ and o of the
+// group's rows (o stored), and returns the vector holding δ of row r in lane r.
+func (b *vkBody) finish(accK, accQ [][]VecVirtual) VecVirtual {
+	a := b.a
+	var ins []VecVirtual
 	sum := func(acc []VecVirtual) VecVirtual {
 		for len(acc) > 1 {
 			var n []VecVirtual
@@ -739,6 +794,8 @@ func (b *vkBody) token() {
 	switch {
 	case b.g == 1:
 		VMOVSS(Mem{Base: b.r.pv}, vv.AsX())
+	case b.g == 2 && !a.masks:
+		VMOVSD(Mem{Base: b.r.pv}, vv.AsX())
 	case b.g == a.lanes/2:
 		VMOVUPS(Mem{Base: b.r.pv}, half(vv))
 	default:
@@ -755,32 +812,104 @@ func (b *vkBody) token() {
 	switch {
 	case b.g == 1:
 		VMOVSS(hi.AsX(), Mem{Base: b.r.po})
+	case b.g == 2 && !a.masks:
+		VMOVSD(hi.AsX(), Mem{Base: b.r.po})
 	case b.g == a.lanes/2:
 		VMOVUPS(half(hi), Mem{Base: b.r.po})
 	default:
 		VMOVUPS(half(hi), K6, Mem{Base: b.r.po})
 	}
-	// The rows: S ← decay(S) + k̂·δ_r, position by position (one guard for the group's rows).
-	vkForm(b, func(f form, c VecVirtual) {
-		db := make([]VecVirtual, b.g)
-		for r := range b.g {
-			db[r] = a.vec()
-			if r == 0 {
-				VBROADCASTSS(d.AsX(), a.view(db[r]))
-			} else {
-				ix := a.vec()
-				VMOVUPS(vkLane[r], a.view(ix))
-				VPERMPS(a.view(d), a.view(ix), a.view(db[r]))
-			}
+	return d
+}
+
+// pairMem is position i of row rr (0 or 1) of a pair whose row 0 is at base (element size es,
+// idx = K·es): row 1 follows row 0.
+func (b *vkBody) pairMem(base GPVirtual, rr, i, es int, idx GPVirtual) Mem {
+	m := b.vecMem(base, i, es, idx)
+	if rr == 1 {
+		m.Index, m.Scale = idx, 1
+		if b.tail(i) {
+			m.Scale = 2
 		}
-		b.each(b.positions(), func(i int) {
-			for r := range b.g {
-				x := b.get(r, i)
-				b.update(f, c, b.kMem(b.r.pk, i), db[r], x, i)
-				b.put(r, i, x)
+	}
+	return m
+}
+
+// once emits the loop over pairs of rows (while two are left) for one token (T = 1, stores[0]
+// not nil), f32: the dots read the pair from src, the update reads it again (from L1) and writes
+// stores[0], with no copy through work. The arithmetic is the pair's (and the
+// one-row group's); only the tail differs in how it is written: it is loaded without its and-mask
+// before any store and updated in full, its lanes before the vector ahead of it then holding the
+// values that vector gets (the same operands), and stored last. So src may be stores[0] (in place).
+func (b *vkBody) once() {
+	v, a, r := b.v, b.a, b.r
+	if v.bf16 {
+		panic("vkBody.once: f32 only")
+	}
+	es, idx := 4, r.k4
+	loop, done := label("once"), label("oncedone")
+	Label(loop)
+	CMPQ(r.rows, U8(2))
+	JB(LabelRef(done))
+	Commentf("A pair of rows of %d…%d vectors, one token.", b.lo, b.n)
+	p, off := GP64(), GP64()
+	Load(Param("src").Base(), p)
+	MOVQ(r.j, off)
+	IMULQ(idx, off)
+	ADDQ(off, p)
+	tokensStart(r)
+	b.prefetch(p, 2, es)
+	accK, accQ := make([][]VecVirtual, 2), make([][]VecVirtual, 2)
+	for rr := range 2 {
+		for range b.acc {
+			accK[rr] = append(accK[rr], a.vec())
+			accQ[rr] = append(accQ[rr], a.vec())
+		}
+		b.zeroAccs(accK[rr])
+		b.zeroAccs(accQ[rr])
+	}
+	b.each(b.positions(), func(i int) {
+		for rr := range 2 {
+			x := a.vec()
+			b.loadVec(b.pairMem(p, rr, i, es, idx), i, false, a.view(x))
+			b.fma(b.kMem(r.pk, i), x, accK[rr][i%b.acc], i, b.first(i))
+			b.fma(b.kMem(r.pq, i), x, accQ[rr][i%b.acc], i, b.first(i))
+		}
+	})
+	d := b.finish(accK, accQ)
+	dst := GP64()
+	MOVQ(Mem{Base: r.ps}, dst)
+	off = GP64()
+	MOVQ(r.j, off)
+	IMULQ(idx, off)
+	ADDQ(off, dst)
+	var tl [2]VecVirtual // the tails, in full
+	for rr := range 2 {
+		tl[rr] = a.vec()
+		VMOVUPS(b.pairMem(p, rr, b.n-1, es, idx), a.view(tl[rr]))
+	}
+	store := func(x VecVirtual, i, rr int) { VMOVUPS(a.view(x), b.pairMem(dst, rr, i, es, idx)) }
+	vkForm(b, func(f form, c VecVirtual) {
+		db := b.deltaBroadcasts(d)
+		b.each(b.positions()[:b.n-1], func(i int) {
+			for rr := range 2 {
+				x := a.vec()
+				b.loadVec(b.pairMem(p, rr, i, es, idx), i, false, a.view(x))
+				b.update(f, c, b.kMem(r.pk, i), db[rr], x, i)
+				store(x, i, rr)
 			}
 		})
+		for rr := range 2 {
+			x := tl[rr] // (each form's branch has its own copy of the code)
+			b.decay(f, c, x)
+			VFMADD231PS(b.kMem(r.pk, b.n-1), a.view(db[rr]), a.view(x))
+			store(x, b.n-1, rr)
+		}
 	})
+	ADDQ(U32(2), r.j)
+	SUBQ(U32(2), r.rows)
+	JMP(LabelRef(loop))
+	Label(done)
 }
 
 // group emits the loop over groups of b.g rows (while at least b.g rows are left).
@@ -788,12 +917,22 @@ func (b *vkBody) group() {
 	v, a, r := b.v, b.a, b.r
 	b.rows = make([]vkRow, b.g)
 	slot := 0
+	inRegs, slots, stride := a.vkRowRegs(), r.slots, 0
+	if a.vkPairs() && b.g == 2 { // the pair in work: row j's position i at work + 32·(16·j + i)
+		inRegs, stride = vkPairRegs, vkMaxVecs
+		pw := GP64()
+		MOVQ(r.work, pw)
+		slots = Mem{Base: pw}
+	}
 	for j := range b.rows {
 		b.rows[j] = vkRow{reg: make([]VecVirtual, b.n), mem: make([]Mem, b.n)}
 		for i := range b.n {
-			// In registers: the first vkRowRegs − 1 positions and the last one (the tail).
-			if i >= a.vkRowRegs()-1 && i < b.n-1 {
-				b.rows[j].mem[i] = r.slots.Offset(a.bytes() * slot)
+			// In registers: the first inRegs − 1 positions and the last one (the tail).
+			if i >= inRegs-1 && i < b.n-1 {
+				if stride > 0 {
+					slot = stride*j + i
+				}
+				b.rows[j].mem[i] = slots.Offset(a.bytes() * slot)
 				slot++
 				continue
 			}
@@ -804,7 +943,7 @@ func (b *vkBody) group() {
 	Label(loop)
 	CMPQ(r.rows, U32(b.g))
 	JB(LabelRef(done))
-	if b.g > 1 && b.g < 8 { // (multi-row groups need masks)
+	if b.g > 1 && b.g < 8 && a.masks { // (multi-row groups need masks, but the AVX2 pairs)
 		m := GP32()
 		MOVL(U32(1<<b.g-1), m)
 		KMOVW(m, K6)
@@ -933,7 +1072,7 @@ func stateVK(v variant) {
 	if v.bf16 {
 		sig = "func(K, V int, src []uint16, src32 []float32, stores []uintptr, carry []float32, kh, qh, v []float32, vs int, o, tok []float32"
 	}
-	if a.vkBlocks() {
+	if a.vkNeedsWork() {
 		sig += ", work []float32"
 	}
 	sig += ")"
@@ -943,6 +1082,8 @@ func stateVK(v variant) {
 	r.j, r.rows, r.t, r.v4, r.vs4 = AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8)
 	if a.vkBlocks() {
 		r.work, r.nb = AllocLocal(8), AllocLocal(8)
+	} else if a.vkNeedsWork() {
+		r.work = AllocLocal(8)
 	}
 	if !a.masks {
 		r.andMask = AllocLocal(a.bytes())
@@ -964,7 +1105,7 @@ func stateVK(v variant) {
 	JZ(LabelRef(done))
 	MOVQ(n, r.rows)
 	MOVQ(t, r.t)
-	if a.vkBlocks() {
+	if a.vkNeedsWork() {
 		w := GP64()
 		Load(Param("work").Base(), w)
 		ADDQ(U8(63), w)
@@ -1027,9 +1168,29 @@ func stateVK(v variant) {
 			Label(groups)
 		}
 		g, acc := vkGroup(a, n)
-		(&vkBody{v: v, a: a, n: n, lo: lo, g: g, acc: acc, r: r}).group()
+		if a.vkPairs() && !v.bf16 {
+			// One token (decode) with a store, f32: the pairs from src to stores[0] (once), not
+			// through work, whose copies cost more than the overlap wins. BenchmarkVKRoutine, avx2
+			// decode K=128, ns per head: one row 2,200, pairs through work 2,250, once 1,735. bf16
+			// (from src, no carry) once was slower than the pairs through work (3,890 vs 3,560):
+			// bf16 keeps those.
+			pairs, tail := label("pairs"), label("pairtail")
+			CMPQ(r.t, U8(1))
+			JNE(LabelRef(pairs))
+			q := GP64()
+			Load(Param("stores").Base(), q)
+			CMPQ(Mem{Base: q}, U8(0))
+			JE(LabelRef(pairs))
+			(&vkBody{v: v, a: a, n: n, lo: lo, g: g, acc: acc, r: r}).once()
+			JMP(LabelRef(tail))
+			Label(pairs)
+			(&vkBody{v: v, a: a, n: n, lo: lo, g: g, acc: acc, r: r}).group()
+			Label(tail)
+		} else {
+			(&vkBody{v: v, a: a, n: n, lo: lo, g: g, acc: acc, r: r}).group()
+		}
 		if g > 1 {
-			(&vkBody{v: v, a: a, n: n, lo: lo, g: 1, acc: vkTailAcc(n), r: r}).group()
+			(&vkBody{v: v, a: a, n: n, lo: lo, g: 1, acc: vkTailAcc(a, n), r: r}).group()
 		}
 		JMP(LabelRef(done))
 		lo = n + 1
