@@ -56,6 +56,10 @@ func vkF32AVX2(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []flo
 		vkPortableF32(K, V, src, stores, kh, qh, v, vs, o, tok)
 		return
 	}
+	if len(tok) == 4 && stores[0] != nil { // one token with a store: the pairs from src (once), no work space
+		stateVKf32AVX2(K, V, src, stores, kh, qh, v, vs, o, tok, nil)
+		return
+	}
 	w := workPool.Get().(*[]float32) // the pairs of rows live in work
 	stateVKf32AVX2(K, V, src, stores, kh, qh, v, vs, o, tok, *w)
 	workPool.Put(w)
