@@ -3334,37 +3334,37 @@ gateAVX512_gloop_1:
 	VMOVUPS      (AX), Z1
 	VMOVUPS      (CX), Z2
 	VMOVUPS      (DX), Z3
-	VPXORD       signmask<>+0(SB), Z2, Z4
+	VPXORD.BCST  signmask<>+0(SB), Z2, Z4
 	VBROADCASTSS exphi<>+0(SB), Z5
 	VMINPS       Z4, Z5, Z4
 	VBROADCASTSS explo<>+0(SB), Z5
 	VMAXPS       Z4, Z5, Z4
-	VMULPS       log2e<>+0(SB), Z4, Z5
-	VADDPS       half<>+0(SB), Z5, Z5
+	VMULPS.BCST  log2e<>+0(SB), Z4, Z5
+	VADDPS.BCST  half<>+0(SB), Z5, Z5
 	VRNDSCALEPS  $0x09, Z5, Z5
-	VMULPS       expc1<>+0(SB), Z5, Z6
+	VMULPS.BCST  expc1<>+0(SB), Z5, Z6
 	VSUBPS       Z6, Z4, Z4
-	VMULPS       expc2<>+0(SB), Z5, Z6
+	VMULPS.BCST  expc2<>+0(SB), Z5, Z6
 	VSUBPS       Z6, Z4, Z4
-	VMULPS       expp0<>+0(SB), Z4, Z6
-	VADDPS       expp1<>+0(SB), Z6, Z6
+	VMULPS.BCST  expp0<>+0(SB), Z4, Z6
+	VADDPS.BCST  expp1<>+0(SB), Z6, Z6
 	VMULPS       Z4, Z6, Z6
-	VADDPS       expp2<>+0(SB), Z6, Z6
+	VADDPS.BCST  expp2<>+0(SB), Z6, Z6
 	VMULPS       Z4, Z6, Z6
-	VADDPS       expp3<>+0(SB), Z6, Z6
+	VADDPS.BCST  expp3<>+0(SB), Z6, Z6
 	VMULPS       Z4, Z6, Z6
-	VADDPS       expp4<>+0(SB), Z6, Z6
+	VADDPS.BCST  expp4<>+0(SB), Z6, Z6
 	VMULPS       Z4, Z6, Z6
-	VADDPS       expp5<>+0(SB), Z6, Z6
+	VADDPS.BCST  expp5<>+0(SB), Z6, Z6
 	VMULPS       Z4, Z6, Z6
 	VMULPS       Z4, Z6, Z6
 	VADDPS       Z4, Z6, Z6
-	VADDPS       one<>+0(SB), Z6, Z6
+	VADDPS.BCST  one<>+0(SB), Z6, Z6
 	VCVTTPS2DQ   Z5, Z5
-	VPADDD       bias<>+0(SB), Z5, Z5
+	VPADDD.BCST  bias<>+0(SB), Z5, Z5
 	VPSLLD       $0x17, Z5, Z5
 	VMULPS       Z5, Z6, Z4
-	VADDPS       one<>+0(SB), Z4, Z4
+	VADDPS.BCST  one<>+0(SB), Z4, Z4
 	VDIVPS       Z4, Z2, Z2
 	VMULPS       Z0, Z1, Z1
 	VMULPS       Z3, Z1, Z1
@@ -3374,17 +3374,17 @@ gateAVX512_gloop_1:
 	VMOVUPS      Z1, (SI)
 
 gateAVX512_nof32_1:
-	TESTQ    BX, BX
-	JZ       gateAVX512_nobf16_1
-	VPSRLD   $0x10, Z1, Z2
-	VPANDD   absmask<>+0(SB), Z1, Z3
-	VPCMPGTD infbits<>+0(SB), Z3, K2
-	VPANDD   one_i<>+0(SB), Z2, Z3
-	VPADDD   round<>+0(SB), Z1, Z1
-	VPADDD   Z3, Z1, Z1
-	VPSRLD   $0x10, Z1, Z1
-	VPORD    quiet<>+0(SB), Z2, K2, Z1
-	VPMOVDW  Z1, (BX)
+	TESTQ         BX, BX
+	JZ            gateAVX512_nobf16_1
+	VPSRLD        $0x10, Z1, Z2
+	VPANDD.BCST   absmask<>+0(SB), Z1, Z3
+	VPCMPGTD.BCST infbits<>+0(SB), Z3, K2
+	VPANDD.BCST   one_i<>+0(SB), Z2, Z3
+	VPADDD.BCST   round<>+0(SB), Z1, Z1
+	VPADDD        Z3, Z1, Z1
+	VPSRLD        $0x10, Z1, Z1
+	VPORD.BCST    quiet<>+0(SB), Z2, K2, Z1
+	VPMOVDW       Z1, (BX)
 
 gateAVX512_nobf16_1:
 	ADDQ  $0x00000040, AX
@@ -3411,37 +3411,37 @@ gateAVX512_gnarrow_1:
 	VMOVUPS.Z    (AX), K1, Z1
 	VMOVUPS.Z    (CX), K1, Z2
 	VMOVUPS.Z    (DX), K1, Z3
-	VPXORD       signmask<>+0(SB), Z2, Z4
+	VPXORD.BCST  signmask<>+0(SB), Z2, Z4
 	VBROADCASTSS exphi<>+0(SB), Z5
 	VMINPS       Z4, Z5, Z4
 	VBROADCASTSS explo<>+0(SB), Z5
 	VMAXPS       Z4, Z5, Z4
-	VMULPS       log2e<>+0(SB), Z4, Z5
-	VADDPS       half<>+0(SB), Z5, Z5
+	VMULPS.BCST  log2e<>+0(SB), Z4, Z5
+	VADDPS.BCST  half<>+0(SB), Z5, Z5
 	VRNDSCALEPS  $0x09, Z5, Z5
-	VMULPS       expc1<>+0(SB), Z5, Z6
+	VMULPS.BCST  expc1<>+0(SB), Z5, Z6
 	VSUBPS       Z6, Z4, Z4
-	VMULPS       expc2<>+0(SB), Z5, Z6
+	VMULPS.BCST  expc2<>+0(SB), Z5, Z6
 	VSUBPS       Z6, Z4, Z4
-	VMULPS       expp0<>+0(SB), Z4, Z6
-	VADDPS       expp1<>+0(SB), Z6, Z6
+	VMULPS.BCST  expp0<>+0(SB), Z4, Z6
+	VADDPS.BCST  expp1<>+0(SB), Z6, Z6
 	VMULPS       Z4, Z6, Z6
-	VADDPS       expp2<>+0(SB), Z6, Z6
+	VADDPS.BCST  expp2<>+0(SB), Z6, Z6
 	VMULPS       Z4, Z6, Z6
-	VADDPS       expp3<>+0(SB), Z6, Z6
+	VADDPS.BCST  expp3<>+0(SB), Z6, Z6
 	VMULPS       Z4, Z6, Z6
-	VADDPS       expp4<>+0(SB), Z6, Z6
+	VADDPS.BCST  expp4<>+0(SB), Z6, Z6
 	VMULPS       Z4, Z6, Z6
-	VADDPS       expp5<>+0(SB), Z6, Z6
+	VADDPS.BCST  expp5<>+0(SB), Z6, Z6
 	VMULPS       Z4, Z6, Z6
 	VMULPS       Z4, Z6, Z6
 	VADDPS       Z4, Z6, Z6
-	VADDPS       one<>+0(SB), Z6, Z6
+	VADDPS.BCST  one<>+0(SB), Z6, Z6
 	VCVTTPS2DQ   Z5, Z5
-	VPADDD       bias<>+0(SB), Z5, Z5
+	VPADDD.BCST  bias<>+0(SB), Z5, Z5
 	VPSLLD       $0x17, Z5, Z5
 	VMULPS       Z5, Z6, Z4
-	VADDPS       one<>+0(SB), Z4, Z4
+	VADDPS.BCST  one<>+0(SB), Z4, Z4
 	VDIVPS       Z4, Z2, Z2
 	VMULPS       Z0, Z1, Z1
 	VMULPS       Z3, Z1, Z1
@@ -3451,17 +3451,17 @@ gateAVX512_gnarrow_1:
 	VMOVUPS      Z1, K1, (SI)
 
 gateAVX512_nof32_2:
-	TESTQ    BX, BX
-	JZ       gateAVX512_nobf16_2
-	VPSRLD   $0x10, Z1, Z0
-	VPANDD   absmask<>+0(SB), Z1, Z2
-	VPCMPGTD infbits<>+0(SB), Z2, K2
-	VPANDD   one_i<>+0(SB), Z0, Z2
-	VPADDD   round<>+0(SB), Z1, Z1
-	VPADDD   Z2, Z1, Z1
-	VPSRLD   $0x10, Z1, Z1
-	VPORD    quiet<>+0(SB), Z0, K2, Z1
-	VPMOVDW  Z1, K1, (BX)
+	TESTQ         BX, BX
+	JZ            gateAVX512_nobf16_2
+	VPSRLD        $0x10, Z1, Z0
+	VPANDD.BCST   absmask<>+0(SB), Z1, Z2
+	VPCMPGTD.BCST infbits<>+0(SB), Z2, K2
+	VPANDD.BCST   one_i<>+0(SB), Z0, Z2
+	VPADDD.BCST   round<>+0(SB), Z1, Z1
+	VPADDD        Z2, Z1, Z1
+	VPSRLD        $0x10, Z1, Z1
+	VPORD.BCST    quiet<>+0(SB), Z0, K2, Z1
+	VPMOVDW       Z1, K1, (BX)
 
 gateAVX512_nobf16_2:
 gateAVX512_done_1:
@@ -7750,28 +7750,28 @@ stateKVbf16AVX512_nocarry_1:
 	SHLQ $0x02, R8
 
 stateKVbf16AVX512_rows_1:
-	VBROADCASTSS (BX)(CX*4), Z3
-	VBROADCASTSS (SI)(CX*4), Z4
-	VBROADCASTSS (DI)(CX*4), Z6
-	VMOVUPS      (AX), Z7
-	VFMADD213PS  Z7, Z2, Z7
-	VFMADD231PS  Z5, Z3, Z7
-	VMOVUPS      Z7, (AX)
-	VFMADD231PS  Z7, Z4, Z0
-	VFMADD231PS  Z7, Z6, Z1
-	TESTQ        R9, R9
-	JZ           stateKVbf16AVX512_nostorerow_1
-	VMOVUPS      (AX), Z3
-	VPSRLD       $0x10, Z3, Z4
-	VPANDD       absmask<>+0(SB), Z3, Z6
-	VPCMPGTD     infbits<>+0(SB), Z6, K2
-	VPANDD       one_i<>+0(SB), Z4, Z6
-	VPADDD       round<>+0(SB), Z3, Z3
-	VPADDD       Z6, Z3, Z3
-	VPSRLD       $0x10, Z3, Z3
-	VPORD        quiet<>+0(SB), Z4, K2, Z3
-	VPMOVDW      Z3, K1, (R9)
-	ADDQ         R10, R9
+	VBROADCASTSS  (BX)(CX*4), Z3
+	VBROADCASTSS  (SI)(CX*4), Z4
+	VBROADCASTSS  (DI)(CX*4), Z6
+	VMOVUPS       (AX), Z7
+	VFMADD213PS   Z7, Z2, Z7
+	VFMADD231PS   Z5, Z3, Z7
+	VMOVUPS       Z7, (AX)
+	VFMADD231PS   Z7, Z4, Z0
+	VFMADD231PS   Z7, Z6, Z1
+	TESTQ         R9, R9
+	JZ            stateKVbf16AVX512_nostorerow_1
+	VMOVUPS       (AX), Z3
+	VPSRLD        $0x10, Z3, Z4
+	VPANDD.BCST   absmask<>+0(SB), Z3, Z6
+	VPCMPGTD.BCST infbits<>+0(SB), Z6, K2
+	VPANDD.BCST   one_i<>+0(SB), Z4, Z6
+	VPADDD.BCST   round<>+0(SB), Z3, Z3
+	VPADDD        Z6, Z3, Z3
+	VPSRLD        $0x10, Z3, Z3
+	VPORD.BCST    quiet<>+0(SB), Z4, K2, Z3
+	VPMOVDW       Z3, K1, (R9)
+	ADDQ          R10, R9
 
 stateKVbf16AVX512_nostorerow_1:
 	TESTQ   R11, R11
@@ -7841,28 +7841,28 @@ stateKVbf16AVX512_nocarry_2:
 	SHLQ $0x02, R8
 
 stateKVbf16AVX512_rows_2:
-	VBROADCASTSS (BX)(CX*4), Z3
-	VBROADCASTSS (SI)(CX*4), Z4
-	VBROADCASTSS (DI)(CX*4), Z6
-	VMOVUPS      (AX), Z7
-	VMULPS       Z7, Z2, Z7
-	VFMADD231PS  Z5, Z3, Z7
-	VMOVUPS      Z7, (AX)
-	VFMADD231PS  Z7, Z4, Z0
-	VFMADD231PS  Z7, Z6, Z1
-	TESTQ        R9, R9
-	JZ           stateKVbf16AVX512_nostorerow_2
-	VMOVUPS      (AX), Z3
-	VPSRLD       $0x10, Z3, Z4
-	VPANDD       absmask<>+0(SB), Z3, Z6
-	VPCMPGTD     infbits<>+0(SB), Z6, K2
-	VPANDD       one_i<>+0(SB), Z4, Z6
-	VPADDD       round<>+0(SB), Z3, Z3
-	VPADDD       Z6, Z3, Z3
-	VPSRLD       $0x10, Z3, Z3
-	VPORD        quiet<>+0(SB), Z4, K2, Z3
-	VPMOVDW      Z3, K1, (R9)
-	ADDQ         R10, R9
+	VBROADCASTSS  (BX)(CX*4), Z3
+	VBROADCASTSS  (SI)(CX*4), Z4
+	VBROADCASTSS  (DI)(CX*4), Z6
+	VMOVUPS       (AX), Z7
+	VMULPS        Z7, Z2, Z7
+	VFMADD231PS   Z5, Z3, Z7
+	VMOVUPS       Z7, (AX)
+	VFMADD231PS   Z7, Z4, Z0
+	VFMADD231PS   Z7, Z6, Z1
+	TESTQ         R9, R9
+	JZ            stateKVbf16AVX512_nostorerow_2
+	VMOVUPS       (AX), Z3
+	VPSRLD        $0x10, Z3, Z4
+	VPANDD.BCST   absmask<>+0(SB), Z3, Z6
+	VPCMPGTD.BCST infbits<>+0(SB), Z6, K2
+	VPANDD.BCST   one_i<>+0(SB), Z4, Z6
+	VPADDD.BCST   round<>+0(SB), Z3, Z3
+	VPADDD        Z6, Z3, Z3
+	VPSRLD        $0x10, Z3, Z3
+	VPORD.BCST    quiet<>+0(SB), Z4, K2, Z3
+	VPMOVDW       Z3, K1, (R9)
+	ADDQ          R10, R9
 
 stateKVbf16AVX512_nostorerow_2:
 	TESTQ   R11, R11
@@ -8079,44 +8079,44 @@ stateKVbf16AVX512_nocarry_3:
 	SHLQ $0x02, R8
 
 stateKVbf16AVX512_rows_3:
-	VBROADCASTSS (BX)(CX*4), Z5
-	VBROADCASTSS (SI)(CX*4), Z6
-	VBROADCASTSS (DI)(CX*4), Z9
-	VMOVUPS      (AX), Z10
-	VFMADD213PS  Z10, Z4, Z10
-	VFMADD231PS  Z7, Z5, Z10
-	VMOVUPS      Z10, (AX)
-	VFMADD231PS  Z10, Z6, Z0
-	VFMADD231PS  Z10, Z9, Z1
-	VMOVUPS      64(AX), Z10
-	VFMADD213PS  Z10, Z4, Z10
-	VFMADD231PS  Z8, Z5, Z10
-	VMOVUPS      Z10, 64(AX)
-	VFMADD231PS  Z10, Z6, Z2
-	VFMADD231PS  Z10, Z9, Z3
-	TESTQ        R9, R9
-	JZ           stateKVbf16AVX512_nostorerow_3
-	VMOVUPS      (AX), Z5
-	VPSRLD       $0x10, Z5, Z6
-	VPANDD       absmask<>+0(SB), Z5, Z9
-	VPCMPGTD     infbits<>+0(SB), Z9, K2
-	VPANDD       one_i<>+0(SB), Z6, Z9
-	VPADDD       round<>+0(SB), Z5, Z5
-	VPADDD       Z9, Z5, Z5
-	VPSRLD       $0x10, Z5, Z5
-	VPORD        quiet<>+0(SB), Z6, K2, Z5
-	VPMOVDW      Z5, (R9)
-	VMOVUPS      64(AX), Z5
-	VPSRLD       $0x10, Z5, Z6
-	VPANDD       absmask<>+0(SB), Z5, Z9
-	VPCMPGTD     infbits<>+0(SB), Z9, K2
-	VPANDD       one_i<>+0(SB), Z6, Z9
-	VPADDD       round<>+0(SB), Z5, Z5
-	VPADDD       Z9, Z5, Z5
-	VPSRLD       $0x10, Z5, Z5
-	VPORD        quiet<>+0(SB), Z6, K2, Z5
-	VPMOVDW      Z5, K1, 32(R9)
-	ADDQ         R10, R9
+	VBROADCASTSS  (BX)(CX*4), Z5
+	VBROADCASTSS  (SI)(CX*4), Z6
+	VBROADCASTSS  (DI)(CX*4), Z9
+	VMOVUPS       (AX), Z10
+	VFMADD213PS   Z10, Z4, Z10
+	VFMADD231PS   Z7, Z5, Z10
+	VMOVUPS       Z10, (AX)
+	VFMADD231PS   Z10, Z6, Z0
+	VFMADD231PS   Z10, Z9, Z1
+	VMOVUPS       64(AX), Z10
+	VFMADD213PS   Z10, Z4, Z10
+	VFMADD231PS   Z8, Z5, Z10
+	VMOVUPS       Z10, 64(AX)
+	VFMADD231PS   Z10, Z6, Z2
+	VFMADD231PS   Z10, Z9, Z3
+	TESTQ         R9, R9
+	JZ            stateKVbf16AVX512_nostorerow_3
+	VMOVUPS       (AX), Z5
+	VPSRLD        $0x10, Z5, Z6
+	VPANDD.BCST   absmask<>+0(SB), Z5, Z9
+	VPCMPGTD.BCST infbits<>+0(SB), Z9, K2
+	VPANDD.BCST   one_i<>+0(SB), Z6, Z9
+	VPADDD.BCST   round<>+0(SB), Z5, Z5
+	VPADDD        Z9, Z5, Z5
+	VPSRLD        $0x10, Z5, Z5
+	VPORD.BCST    quiet<>+0(SB), Z6, K2, Z5
+	VPMOVDW       Z5, (R9)
+	VMOVUPS       64(AX), Z5
+	VPSRLD        $0x10, Z5, Z6
+	VPANDD.BCST   absmask<>+0(SB), Z5, Z9
+	VPCMPGTD.BCST infbits<>+0(SB), Z9, K2
+	VPANDD.BCST   one_i<>+0(SB), Z6, Z9
+	VPADDD.BCST   round<>+0(SB), Z5, Z5
+	VPADDD        Z9, Z5, Z5
+	VPSRLD        $0x10, Z5, Z5
+	VPORD.BCST    quiet<>+0(SB), Z6, K2, Z5
+	VPMOVDW       Z5, K1, 32(R9)
+	ADDQ          R10, R9
 
 stateKVbf16AVX512_nostorerow_3:
 	TESTQ   R11, R11
@@ -8197,44 +8197,44 @@ stateKVbf16AVX512_nocarry_4:
 	SHLQ $0x02, R8
 
 stateKVbf16AVX512_rows_4:
-	VBROADCASTSS (BX)(CX*4), Z5
-	VBROADCASTSS (SI)(CX*4), Z6
-	VBROADCASTSS (DI)(CX*4), Z9
-	VMOVUPS      (AX), Z10
-	VMULPS       Z10, Z4, Z10
-	VFMADD231PS  Z7, Z5, Z10
-	VMOVUPS      Z10, (AX)
-	VFMADD231PS  Z10, Z6, Z0
-	VFMADD231PS  Z10, Z9, Z1
-	VMOVUPS      64(AX), Z10
-	VMULPS       Z10, Z4, Z10
-	VFMADD231PS  Z8, Z5, Z10
-	VMOVUPS      Z10, 64(AX)
-	VFMADD231PS  Z10, Z6, Z2
-	VFMADD231PS  Z10, Z9, Z3
-	TESTQ        R9, R9
-	JZ           stateKVbf16AVX512_nostorerow_4
-	VMOVUPS      (AX), Z5
-	VPSRLD       $0x10, Z5, Z6
-	VPANDD       absmask<>+0(SB), Z5, Z9
-	VPCMPGTD     infbits<>+0(SB), Z9, K2
-	VPANDD       one_i<>+0(SB), Z6, Z9
-	VPADDD       round<>+0(SB), Z5, Z5
-	VPADDD       Z9, Z5, Z5
-	VPSRLD       $0x10, Z5, Z5
-	VPORD        quiet<>+0(SB), Z6, K2, Z5
-	VPMOVDW      Z5, (R9)
-	VMOVUPS      64(AX), Z5
-	VPSRLD       $0x10, Z5, Z6
-	VPANDD       absmask<>+0(SB), Z5, Z9
-	VPCMPGTD     infbits<>+0(SB), Z9, K2
-	VPANDD       one_i<>+0(SB), Z6, Z9
-	VPADDD       round<>+0(SB), Z5, Z5
-	VPADDD       Z9, Z5, Z5
-	VPSRLD       $0x10, Z5, Z5
-	VPORD        quiet<>+0(SB), Z6, K2, Z5
-	VPMOVDW      Z5, K1, 32(R9)
-	ADDQ         R10, R9
+	VBROADCASTSS  (BX)(CX*4), Z5
+	VBROADCASTSS  (SI)(CX*4), Z6
+	VBROADCASTSS  (DI)(CX*4), Z9
+	VMOVUPS       (AX), Z10
+	VMULPS        Z10, Z4, Z10
+	VFMADD231PS   Z7, Z5, Z10
+	VMOVUPS       Z10, (AX)
+	VFMADD231PS   Z10, Z6, Z0
+	VFMADD231PS   Z10, Z9, Z1
+	VMOVUPS       64(AX), Z10
+	VMULPS        Z10, Z4, Z10
+	VFMADD231PS   Z8, Z5, Z10
+	VMOVUPS       Z10, 64(AX)
+	VFMADD231PS   Z10, Z6, Z2
+	VFMADD231PS   Z10, Z9, Z3
+	TESTQ         R9, R9
+	JZ            stateKVbf16AVX512_nostorerow_4
+	VMOVUPS       (AX), Z5
+	VPSRLD        $0x10, Z5, Z6
+	VPANDD.BCST   absmask<>+0(SB), Z5, Z9
+	VPCMPGTD.BCST infbits<>+0(SB), Z9, K2
+	VPANDD.BCST   one_i<>+0(SB), Z6, Z9
+	VPADDD.BCST   round<>+0(SB), Z5, Z5
+	VPADDD        Z9, Z5, Z5
+	VPSRLD        $0x10, Z5, Z5
+	VPORD.BCST    quiet<>+0(SB), Z6, K2, Z5
+	VPMOVDW       Z5, (R9)
+	VMOVUPS       64(AX), Z5
+	VPSRLD        $0x10, Z5, Z6
+	VPANDD.BCST   absmask<>+0(SB), Z5, Z9
+	VPCMPGTD.BCST infbits<>+0(SB), Z9, K2
+	VPANDD.BCST   one_i<>+0(SB), Z6, Z9
+	VPADDD.BCST   round<>+0(SB), Z5, Z5
+	VPADDD        Z9, Z5, Z5
+	VPSRLD        $0x10, Z5, Z5
+	VPORD.BCST    quiet<>+0(SB), Z6, K2, Z5
+	VPMOVDW       Z5, K1, 32(R9)
+	ADDQ          R10, R9
 
 stateKVbf16AVX512_nostorerow_4:
 	TESTQ   R11, R11
@@ -8477,60 +8477,60 @@ stateKVbf16AVX512_nocarry_5:
 	SHLQ $0x02, R8
 
 stateKVbf16AVX512_rows_5:
-	VBROADCASTSS (BX)(CX*4), Z7
-	VBROADCASTSS (SI)(CX*4), Z8
-	VBROADCASTSS (DI)(CX*4), Z12
-	VMOVUPS      (AX), Z13
-	VFMADD213PS  Z13, Z6, Z13
-	VFMADD231PS  Z9, Z7, Z13
-	VMOVUPS      Z13, (AX)
-	VFMADD231PS  Z13, Z8, Z0
-	VFMADD231PS  Z13, Z12, Z1
-	VMOVUPS      64(AX), Z13
-	VFMADD213PS  Z13, Z6, Z13
-	VFMADD231PS  Z10, Z7, Z13
-	VMOVUPS      Z13, 64(AX)
-	VFMADD231PS  Z13, Z8, Z2
-	VFMADD231PS  Z13, Z12, Z3
-	VMOVUPS      128(AX), Z13
-	VFMADD213PS  Z13, Z6, Z13
-	VFMADD231PS  Z11, Z7, Z13
-	VMOVUPS      Z13, 128(AX)
-	VFMADD231PS  Z13, Z8, Z4
-	VFMADD231PS  Z13, Z12, Z5
-	TESTQ        R9, R9
-	JZ           stateKVbf16AVX512_nostorerow_5
-	VMOVUPS      (AX), Z7
-	VPSRLD       $0x10, Z7, Z8
-	VPANDD       absmask<>+0(SB), Z7, Z12
-	VPCMPGTD     infbits<>+0(SB), Z12, K2
-	VPANDD       one_i<>+0(SB), Z8, Z12
-	VPADDD       round<>+0(SB), Z7, Z7
-	VPADDD       Z12, Z7, Z7
-	VPSRLD       $0x10, Z7, Z7
-	VPORD        quiet<>+0(SB), Z8, K2, Z7
-	VPMOVDW      Z7, (R9)
-	VMOVUPS      64(AX), Z7
-	VPSRLD       $0x10, Z7, Z8
-	VPANDD       absmask<>+0(SB), Z7, Z12
-	VPCMPGTD     infbits<>+0(SB), Z12, K2
-	VPANDD       one_i<>+0(SB), Z8, Z12
-	VPADDD       round<>+0(SB), Z7, Z7
-	VPADDD       Z12, Z7, Z7
-	VPSRLD       $0x10, Z7, Z7
-	VPORD        quiet<>+0(SB), Z8, K2, Z7
-	VPMOVDW      Z7, 32(R9)
-	VMOVUPS      128(AX), Z7
-	VPSRLD       $0x10, Z7, Z8
-	VPANDD       absmask<>+0(SB), Z7, Z12
-	VPCMPGTD     infbits<>+0(SB), Z12, K2
-	VPANDD       one_i<>+0(SB), Z8, Z12
-	VPADDD       round<>+0(SB), Z7, Z7
-	VPADDD       Z12, Z7, Z7
-	VPSRLD       $0x10, Z7, Z7
-	VPORD        quiet<>+0(SB), Z8, K2, Z7
-	VPMOVDW      Z7, K1, 64(R9)
-	ADDQ         R10, R9
+	VBROADCASTSS  (BX)(CX*4), Z7
+	VBROADCASTSS  (SI)(CX*4), Z8
+	VBROADCASTSS  (DI)(CX*4), Z12
+	VMOVUPS       (AX), Z13
+	VFMADD213PS   Z13, Z6, Z13
+	VFMADD231PS   Z9, Z7, Z13
+	VMOVUPS       Z13, (AX)
+	VFMADD231PS   Z13, Z8, Z0
+	VFMADD231PS   Z13, Z12, Z1
+	VMOVUPS       64(AX), Z13
+	VFMADD213PS   Z13, Z6, Z13
+	VFMADD231PS   Z10, Z7, Z13
+	VMOVUPS       Z13, 64(AX)
+	VFMADD231PS   Z13, Z8, Z2
+	VFMADD231PS   Z13, Z12, Z3
+	VMOVUPS       128(AX), Z13
+	VFMADD213PS   Z13, Z6, Z13
+	VFMADD231PS   Z11, Z7, Z13
+	VMOVUPS       Z13, 128(AX)
+	VFMADD231PS   Z13, Z8, Z4
+	VFMADD231PS   Z13, Z12, Z5
+	TESTQ         R9, R9
+	JZ            stateKVbf16AVX512_nostorerow_5
+	VMOVUPS       (AX), Z7
+	VPSRLD        $0x10, Z7, Z8
+	VPANDD.BCST   absmask<>+0(SB), Z7, Z12
+	VPCMPGTD.BCST infbits<>+0(SB), Z12, K2
+	VPANDD.BCST   one_i<>+0(SB), Z8, Z12
+	VPADDD.BCST   round<>+0(SB), Z7, Z7
+	VPADDD        Z12, Z7, Z7
+	VPSRLD        $0x10, Z7, Z7
+	VPORD.BCST    quiet<>+0(SB), Z8, K2, Z7
+	VPMOVDW       Z7, (R9)
+	VMOVUPS       64(AX), Z7
+	VPSRLD        $0x10, Z7, Z8
+	VPANDD.BCST   absmask<>+0(SB), Z7, Z12
+	VPCMPGTD.BCST infbits<>+0(SB), Z12, K2
+	VPANDD.BCST   one_i<>+0(SB), Z8, Z12
+	VPADDD.BCST   round<>+0(SB), Z7, Z7
+	VPADDD        Z12, Z7, Z7
+	VPSRLD        $0x10, Z7, Z7
+	VPORD.BCST    quiet<>+0(SB), Z8, K2, Z7
+	VPMOVDW       Z7, 32(R9)
+	VMOVUPS       128(AX), Z7
+	VPSRLD        $0x10, Z7, Z8
+	VPANDD.BCST   absmask<>+0(SB), Z7, Z12
+	VPCMPGTD.BCST infbits<>+0(SB), Z12, K2
+	VPANDD.BCST   one_i<>+0(SB), Z8, Z12
+	VPADDD.BCST   round<>+0(SB), Z7, Z7
+	VPADDD        Z12, Z7, Z7
+	VPSRLD        $0x10, Z7, Z7
+	VPORD.BCST    quiet<>+0(SB), Z8, K2, Z7
+	VPMOVDW       Z7, K1, 64(R9)
+	ADDQ          R10, R9
 
 stateKVbf16AVX512_nostorerow_5:
 	TESTQ   R11, R11
@@ -8622,60 +8622,60 @@ stateKVbf16AVX512_nocarry_6:
 	SHLQ $0x02, R8
 
 stateKVbf16AVX512_rows_6:
-	VBROADCASTSS (BX)(CX*4), Z7
-	VBROADCASTSS (SI)(CX*4), Z8
-	VBROADCASTSS (DI)(CX*4), Z12
-	VMOVUPS      (AX), Z13
-	VMULPS       Z13, Z6, Z13
-	VFMADD231PS  Z9, Z7, Z13
-	VMOVUPS      Z13, (AX)
-	VFMADD231PS  Z13, Z8, Z0
-	VFMADD231PS  Z13, Z12, Z1
-	VMOVUPS      64(AX), Z13
-	VMULPS       Z13, Z6, Z13
-	VFMADD231PS  Z10, Z7, Z13
-	VMOVUPS      Z13, 64(AX)
-	VFMADD231PS  Z13, Z8, Z2
-	VFMADD231PS  Z13, Z12, Z3
-	VMOVUPS      128(AX), Z13
-	VMULPS       Z13, Z6, Z13
-	VFMADD231PS  Z11, Z7, Z13
-	VMOVUPS      Z13, 128(AX)
-	VFMADD231PS  Z13, Z8, Z4
-	VFMADD231PS  Z13, Z12, Z5
-	TESTQ        R9, R9
-	JZ           stateKVbf16AVX512_nostorerow_6
-	VMOVUPS      (AX), Z7
-	VPSRLD       $0x10, Z7, Z8
-	VPANDD       absmask<>+0(SB), Z7, Z12
-	VPCMPGTD     infbits<>+0(SB), Z12, K2
-	VPANDD       one_i<>+0(SB), Z8, Z12
-	VPADDD       round<>+0(SB), Z7, Z7
-	VPADDD       Z12, Z7, Z7
-	VPSRLD       $0x10, Z7, Z7
-	VPORD        quiet<>+0(SB), Z8, K2, Z7
-	VPMOVDW      Z7, (R9)
-	VMOVUPS      64(AX), Z7
-	VPSRLD       $0x10, Z7, Z8
-	VPANDD       absmask<>+0(SB), Z7, Z12
-	VPCMPGTD     infbits<>+0(SB), Z12, K2
-	VPANDD       one_i<>+0(SB), Z8, Z12
-	VPADDD       round<>+0(SB), Z7, Z7
-	VPADDD       Z12, Z7, Z7
-	VPSRLD       $0x10, Z7, Z7
-	VPORD        quiet<>+0(SB), Z8, K2, Z7
-	VPMOVDW      Z7, 32(R9)
-	VMOVUPS      128(AX), Z7
-	VPSRLD       $0x10, Z7, Z8
-	VPANDD       absmask<>+0(SB), Z7, Z12
-	VPCMPGTD     infbits<>+0(SB), Z12, K2
-	VPANDD       one_i<>+0(SB), Z8, Z12
-	VPADDD       round<>+0(SB), Z7, Z7
-	VPADDD       Z12, Z7, Z7
-	VPSRLD       $0x10, Z7, Z7
-	VPORD        quiet<>+0(SB), Z8, K2, Z7
-	VPMOVDW      Z7, K1, 64(R9)
-	ADDQ         R10, R9
+	VBROADCASTSS  (BX)(CX*4), Z7
+	VBROADCASTSS  (SI)(CX*4), Z8
+	VBROADCASTSS  (DI)(CX*4), Z12
+	VMOVUPS       (AX), Z13
+	VMULPS        Z13, Z6, Z13
+	VFMADD231PS   Z9, Z7, Z13
+	VMOVUPS       Z13, (AX)
+	VFMADD231PS   Z13, Z8, Z0
+	VFMADD231PS   Z13, Z12, Z1
+	VMOVUPS       64(AX), Z13
+	VMULPS        Z13, Z6, Z13
+	VFMADD231PS   Z10, Z7, Z13
+	VMOVUPS       Z13, 64(AX)
+	VFMADD231PS   Z13, Z8, Z2
+	VFMADD231PS   Z13, Z12, Z3
+	VMOVUPS       128(AX), Z13
+	VMULPS        Z13, Z6, Z13
+	VFMADD231PS   Z11, Z7, Z13
+	VMOVUPS       Z13, 128(AX)
+	VFMADD231PS   Z13, Z8, Z4
+	VFMADD231PS   Z13, Z12, Z5
+	TESTQ         R9, R9
+	JZ            stateKVbf16AVX512_nostorerow_6
+	VMOVUPS       (AX), Z7
+	VPSRLD        $0x10, Z7, Z8
+	VPANDD.BCST   absmask<>+0(SB), Z7, Z12
+	VPCMPGTD.BCST infbits<>+0(SB), Z12, K2
+	VPANDD.BCST   one_i<>+0(SB), Z8, Z12
+	VPADDD.BCST   round<>+0(SB), Z7, Z7
+	VPADDD        Z12, Z7, Z7
+	VPSRLD        $0x10, Z7, Z7
+	VPORD.BCST    quiet<>+0(SB), Z8, K2, Z7
+	VPMOVDW       Z7, (R9)
+	VMOVUPS       64(AX), Z7
+	VPSRLD        $0x10, Z7, Z8
+	VPANDD.BCST   absmask<>+0(SB), Z7, Z12
+	VPCMPGTD.BCST infbits<>+0(SB), Z12, K2
+	VPANDD.BCST   one_i<>+0(SB), Z8, Z12
+	VPADDD.BCST   round<>+0(SB), Z7, Z7
+	VPADDD        Z12, Z7, Z7
+	VPSRLD        $0x10, Z7, Z7
+	VPORD.BCST    quiet<>+0(SB), Z8, K2, Z7
+	VPMOVDW       Z7, 32(R9)
+	VMOVUPS       128(AX), Z7
+	VPSRLD        $0x10, Z7, Z8
+	VPANDD.BCST   absmask<>+0(SB), Z7, Z12
+	VPCMPGTD.BCST infbits<>+0(SB), Z12, K2
+	VPANDD.BCST   one_i<>+0(SB), Z8, Z12
+	VPADDD.BCST   round<>+0(SB), Z7, Z7
+	VPADDD        Z12, Z7, Z7
+	VPSRLD        $0x10, Z7, Z7
+	VPORD.BCST    quiet<>+0(SB), Z8, K2, Z7
+	VPMOVDW       Z7, K1, 64(R9)
+	ADDQ          R10, R9
 
 stateKVbf16AVX512_nostorerow_6:
 	TESTQ   R11, R11
@@ -8943,76 +8943,76 @@ stateKVbf16AVX512_nocarry_7:
 	SHLQ $0x02, R8
 
 stateKVbf16AVX512_rows_7:
-	VBROADCASTSS (BX)(CX*4), Z9
-	VBROADCASTSS (SI)(CX*4), Z10
-	VBROADCASTSS (DI)(CX*4), Z15
-	VMOVUPS      (AX), Z16
-	VFMADD213PS  Z16, Z8, Z16
-	VFMADD231PS  Z11, Z9, Z16
-	VMOVUPS      Z16, (AX)
-	VFMADD231PS  Z16, Z10, Z0
-	VFMADD231PS  Z16, Z15, Z1
-	VMOVUPS      64(AX), Z16
-	VFMADD213PS  Z16, Z8, Z16
-	VFMADD231PS  Z12, Z9, Z16
-	VMOVUPS      Z16, 64(AX)
-	VFMADD231PS  Z16, Z10, Z2
-	VFMADD231PS  Z16, Z15, Z3
-	VMOVUPS      128(AX), Z16
-	VFMADD213PS  Z16, Z8, Z16
-	VFMADD231PS  Z13, Z9, Z16
-	VMOVUPS      Z16, 128(AX)
-	VFMADD231PS  Z16, Z10, Z4
-	VFMADD231PS  Z16, Z15, Z5
-	VMOVUPS      192(AX), Z16
-	VFMADD213PS  Z16, Z8, Z16
-	VFMADD231PS  Z14, Z9, Z16
-	VMOVUPS      Z16, 192(AX)
-	VFMADD231PS  Z16, Z10, Z6
-	VFMADD231PS  Z16, Z15, Z7
-	TESTQ        R9, R9
-	JZ           stateKVbf16AVX512_nostorerow_7
-	VMOVUPS      (AX), Z9
-	VPSRLD       $0x10, Z9, Z10
-	VPANDD       absmask<>+0(SB), Z9, Z15
-	VPCMPGTD     infbits<>+0(SB), Z15, K2
-	VPANDD       one_i<>+0(SB), Z10, Z15
-	VPADDD       round<>+0(SB), Z9, Z9
-	VPADDD       Z15, Z9, Z9
-	VPSRLD       $0x10, Z9, Z9
-	VPORD        quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW      Z9, (R9)
-	VMOVUPS      64(AX), Z9
-	VPSRLD       $0x10, Z9, Z10
-	VPANDD       absmask<>+0(SB), Z9, Z15
-	VPCMPGTD     infbits<>+0(SB), Z15, K2
-	VPANDD       one_i<>+0(SB), Z10, Z15
-	VPADDD       round<>+0(SB), Z9, Z9
-	VPADDD       Z15, Z9, Z9
-	VPSRLD       $0x10, Z9, Z9
-	VPORD        quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW      Z9, 32(R9)
-	VMOVUPS      128(AX), Z9
-	VPSRLD       $0x10, Z9, Z10
-	VPANDD       absmask<>+0(SB), Z9, Z15
-	VPCMPGTD     infbits<>+0(SB), Z15, K2
-	VPANDD       one_i<>+0(SB), Z10, Z15
-	VPADDD       round<>+0(SB), Z9, Z9
-	VPADDD       Z15, Z9, Z9
-	VPSRLD       $0x10, Z9, Z9
-	VPORD        quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW      Z9, 64(R9)
-	VMOVUPS      192(AX), Z9
-	VPSRLD       $0x10, Z9, Z10
-	VPANDD       absmask<>+0(SB), Z9, Z15
-	VPCMPGTD     infbits<>+0(SB), Z15, K2
-	VPANDD       one_i<>+0(SB), Z10, Z15
-	VPADDD       round<>+0(SB), Z9, Z9
-	VPADDD       Z15, Z9, Z9
-	VPSRLD       $0x10, Z9, Z9
-	VPORD        quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW      Z9, K1, 96(R9)
-	ADDQ         R10, R9
+	VBROADCASTSS  (BX)(CX*4), Z9
+	VBROADCASTSS  (SI)(CX*4), Z10
+	VBROADCASTSS  (DI)(CX*4), Z15
+	VMOVUPS       (AX), Z16
+	VFMADD213PS   Z16, Z8, Z16
+	VFMADD231PS   Z11, Z9, Z16
+	VMOVUPS       Z16, (AX)
+	VFMADD231PS   Z16, Z10, Z0
+	VFMADD231PS   Z16, Z15, Z1
+	VMOVUPS       64(AX), Z16
+	VFMADD213PS   Z16, Z8, Z16
+	VFMADD231PS   Z12, Z9, Z16
+	VMOVUPS       Z16, 64(AX)
+	VFMADD231PS   Z16, Z10, Z2
+	VFMADD231PS   Z16, Z15, Z3
+	VMOVUPS       128(AX), Z16
+	VFMADD213PS   Z16, Z8, Z16
+	VFMADD231PS   Z13, Z9, Z16
+	VMOVUPS       Z16, 128(AX)
+	VFMADD231PS   Z16, Z10, Z4
+	VFMADD231PS   Z16, Z15, Z5
+	VMOVUPS       192(AX), Z16
+	VFMADD213PS   Z16, Z8, Z16
+	VFMADD231PS   Z14, Z9, Z16
+	VMOVUPS       Z16, 192(AX)
+	VFMADD231PS   Z16, Z10, Z6
+	VFMADD231PS   Z16, Z15, Z7
+	TESTQ         R9, R9
+	JZ            stateKVbf16AVX512_nostorerow_7
+	VMOVUPS       (AX), Z9
+	VPSRLD        $0x10, Z9, Z10
+	VPANDD.BCST   absmask<>+0(SB), Z9, Z15
+	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
+	VPANDD.BCST   one_i<>+0(SB), Z10, Z15
+	VPADDD.BCST   round<>+0(SB), Z9, Z9
+	VPADDD        Z15, Z9, Z9
+	VPSRLD        $0x10, Z9, Z9
+	VPORD.BCST    quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW       Z9, (R9)
+	VMOVUPS       64(AX), Z9
+	VPSRLD        $0x10, Z9, Z10
+	VPANDD.BCST   absmask<>+0(SB), Z9, Z15
+	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
+	VPANDD.BCST   one_i<>+0(SB), Z10, Z15
+	VPADDD.BCST   round<>+0(SB), Z9, Z9
+	VPADDD        Z15, Z9, Z9
+	VPSRLD        $0x10, Z9, Z9
+	VPORD.BCST    quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW       Z9, 32(R9)
+	VMOVUPS       128(AX), Z9
+	VPSRLD        $0x10, Z9, Z10
+	VPANDD.BCST   absmask<>+0(SB), Z9, Z15
+	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
+	VPANDD.BCST   one_i<>+0(SB), Z10, Z15
+	VPADDD.BCST   round<>+0(SB), Z9, Z9
+	VPADDD        Z15, Z9, Z9
+	VPSRLD        $0x10, Z9, Z9
+	VPORD.BCST    quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW       Z9, 64(R9)
+	VMOVUPS       192(AX), Z9
+	VPSRLD        $0x10, Z9, Z10
+	VPANDD.BCST   absmask<>+0(SB), Z9, Z15
+	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
+	VPANDD.BCST   one_i<>+0(SB), Z10, Z15
+	VPADDD.BCST   round<>+0(SB), Z9, Z9
+	VPADDD        Z15, Z9, Z9
+	VPSRLD        $0x10, Z9, Z9
+	VPORD.BCST    quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW       Z9, K1, 96(R9)
+	ADDQ          R10, R9
 
 stateKVbf16AVX512_nostorerow_7:
 	TESTQ   R11, R11
@@ -9115,76 +9115,76 @@ stateKVbf16AVX512_nocarry_8:
 	SHLQ $0x02, R8
 
 stateKVbf16AVX512_rows_8:
-	VBROADCASTSS (BX)(CX*4), Z9
-	VBROADCASTSS (SI)(CX*4), Z10
-	VBROADCASTSS (DI)(CX*4), Z15
-	VMOVUPS      (AX), Z16
-	VMULPS       Z16, Z8, Z16
-	VFMADD231PS  Z11, Z9, Z16
-	VMOVUPS      Z16, (AX)
-	VFMADD231PS  Z16, Z10, Z0
-	VFMADD231PS  Z16, Z15, Z1
-	VMOVUPS      64(AX), Z16
-	VMULPS       Z16, Z8, Z16
-	VFMADD231PS  Z12, Z9, Z16
-	VMOVUPS      Z16, 64(AX)
-	VFMADD231PS  Z16, Z10, Z2
-	VFMADD231PS  Z16, Z15, Z3
-	VMOVUPS      128(AX), Z16
-	VMULPS       Z16, Z8, Z16
-	VFMADD231PS  Z13, Z9, Z16
-	VMOVUPS      Z16, 128(AX)
-	VFMADD231PS  Z16, Z10, Z4
-	VFMADD231PS  Z16, Z15, Z5
-	VMOVUPS      192(AX), Z16
-	VMULPS       Z16, Z8, Z16
-	VFMADD231PS  Z14, Z9, Z16
-	VMOVUPS      Z16, 192(AX)
-	VFMADD231PS  Z16, Z10, Z6
-	VFMADD231PS  Z16, Z15, Z7
-	TESTQ        R9, R9
-	JZ           stateKVbf16AVX512_nostorerow_8
-	VMOVUPS      (AX), Z9
-	VPSRLD       $0x10, Z9, Z10
-	VPANDD       absmask<>+0(SB), Z9, Z15
-	VPCMPGTD     infbits<>+0(SB), Z15, K2
-	VPANDD       one_i<>+0(SB), Z10, Z15
-	VPADDD       round<>+0(SB), Z9, Z9
-	VPADDD       Z15, Z9, Z9
-	VPSRLD       $0x10, Z9, Z9
-	VPORD        quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW      Z9, (R9)
-	VMOVUPS      64(AX), Z9
-	VPSRLD       $0x10, Z9, Z10
-	VPANDD       absmask<>+0(SB), Z9, Z15
-	VPCMPGTD     infbits<>+0(SB), Z15, K2
-	VPANDD       one_i<>+0(SB), Z10, Z15
-	VPADDD       round<>+0(SB), Z9, Z9
-	VPADDD       Z15, Z9, Z9
-	VPSRLD       $0x10, Z9, Z9
-	VPORD        quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW      Z9, 32(R9)
-	VMOVUPS      128(AX), Z9
-	VPSRLD       $0x10, Z9, Z10
-	VPANDD       absmask<>+0(SB), Z9, Z15
-	VPCMPGTD     infbits<>+0(SB), Z15, K2
-	VPANDD       one_i<>+0(SB), Z10, Z15
-	VPADDD       round<>+0(SB), Z9, Z9
-	VPADDD       Z15, Z9, Z9
-	VPSRLD       $0x10, Z9, Z9
-	VPORD        quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW      Z9, 64(R9)
-	VMOVUPS      192(AX), Z9
-	VPSRLD       $0x10, Z9, Z10
-	VPANDD       absmask<>+0(SB), Z9, Z15
-	VPCMPGTD     infbits<>+0(SB), Z15, K2
-	VPANDD       one_i<>+0(SB), Z10, Z15
-	VPADDD       round<>+0(SB), Z9, Z9
-	VPADDD       Z15, Z9, Z9
-	VPSRLD       $0x10, Z9, Z9
-	VPORD        quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW      Z9, K1, 96(R9)
-	ADDQ         R10, R9
+	VBROADCASTSS  (BX)(CX*4), Z9
+	VBROADCASTSS  (SI)(CX*4), Z10
+	VBROADCASTSS  (DI)(CX*4), Z15
+	VMOVUPS       (AX), Z16
+	VMULPS        Z16, Z8, Z16
+	VFMADD231PS   Z11, Z9, Z16
+	VMOVUPS       Z16, (AX)
+	VFMADD231PS   Z16, Z10, Z0
+	VFMADD231PS   Z16, Z15, Z1
+	VMOVUPS       64(AX), Z16
+	VMULPS        Z16, Z8, Z16
+	VFMADD231PS   Z12, Z9, Z16
+	VMOVUPS       Z16, 64(AX)
+	VFMADD231PS   Z16, Z10, Z2
+	VFMADD231PS   Z16, Z15, Z3
+	VMOVUPS       128(AX), Z16
+	VMULPS        Z16, Z8, Z16
+	VFMADD231PS   Z13, Z9, Z16
+	VMOVUPS       Z16, 128(AX)
+	VFMADD231PS   Z16, Z10, Z4
+	VFMADD231PS   Z16, Z15, Z5
+	VMOVUPS       192(AX), Z16
+	VMULPS        Z16, Z8, Z16
+	VFMADD231PS   Z14, Z9, Z16
+	VMOVUPS       Z16, 192(AX)
+	VFMADD231PS   Z16, Z10, Z6
+	VFMADD231PS   Z16, Z15, Z7
+	TESTQ         R9, R9
+	JZ            stateKVbf16AVX512_nostorerow_8
+	VMOVUPS       (AX), Z9
+	VPSRLD        $0x10, Z9, Z10
+	VPANDD.BCST   absmask<>+0(SB), Z9, Z15
+	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
+	VPANDD.BCST   one_i<>+0(SB), Z10, Z15
+	VPADDD.BCST   round<>+0(SB), Z9, Z9
+	VPADDD        Z15, Z9, Z9
+	VPSRLD        $0x10, Z9, Z9
+	VPORD.BCST    quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW       Z9, (R9)
+	VMOVUPS       64(AX), Z9
+	VPSRLD        $0x10, Z9, Z10
+	VPANDD.BCST   absmask<>+0(SB), Z9, Z15
+	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
+	VPANDD.BCST   one_i<>+0(SB), Z10, Z15
+	VPADDD.BCST   round<>+0(SB), Z9, Z9
+	VPADDD        Z15, Z9, Z9
+	VPSRLD        $0x10, Z9, Z9
+	VPORD.BCST    quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW       Z9, 32(R9)
+	VMOVUPS       128(AX), Z9
+	VPSRLD        $0x10, Z9, Z10
+	VPANDD.BCST   absmask<>+0(SB), Z9, Z15
+	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
+	VPANDD.BCST   one_i<>+0(SB), Z10, Z15
+	VPADDD.BCST   round<>+0(SB), Z9, Z9
+	VPADDD        Z15, Z9, Z9
+	VPSRLD        $0x10, Z9, Z9
+	VPORD.BCST    quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW       Z9, 64(R9)
+	VMOVUPS       192(AX), Z9
+	VPSRLD        $0x10, Z9, Z10
+	VPANDD.BCST   absmask<>+0(SB), Z9, Z15
+	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
+	VPANDD.BCST   one_i<>+0(SB), Z10, Z15
+	VPADDD.BCST   round<>+0(SB), Z9, Z9
+	VPADDD        Z15, Z9, Z9
+	VPSRLD        $0x10, Z9, Z9
+	VPORD.BCST    quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW       Z9, K1, 96(R9)
+	ADDQ          R10, R9
 
 stateKVbf16AVX512_nostorerow_8:
 	TESTQ   R11, R11
@@ -16502,52 +16502,52 @@ stateVKbf16AVX512_decayed_1:
 	SHLQ  $0x04, R13
 
 stateVKbf16AVX512_bstore_1:
-	VMOVUPS  (R12), Z0
-	VPSRLD   $0x10, Z0, Z3
-	VPANDD   absmask<>+0(SB), Z0, Z4
-	VPCMPGTD infbits<>+0(SB), Z4, K2
-	VPANDD   one_i<>+0(SB), Z3, Z4
-	VPADDD   round<>+0(SB), Z0, Z0
-	VPADDD   Z4, Z0, Z0
-	VPSRLD   $0x10, Z0, Z0
-	VPORD    quiet<>+0(SB), Z3, K2, Z0
-	VPMOVDW  Z0, K1, (R11)
-	CMPQ     R9, $0x00000040
-	JBE      stateVKbf16AVX512_dead_6
-	VMOVUPS  64(R12), Z0
-	VPSRLD   $0x10, Z0, Z3
-	VPANDD   absmask<>+0(SB), Z0, Z4
-	VPCMPGTD infbits<>+0(SB), Z4, K2
-	VPANDD   one_i<>+0(SB), Z3, Z4
-	VPADDD   round<>+0(SB), Z0, Z0
-	VPADDD   Z4, Z0, Z0
-	VPSRLD   $0x10, Z0, Z0
-	VPORD    quiet<>+0(SB), Z3, K2, Z0
-	VPMOVDW  Z0, K3, 32(R11)
-	CMPQ     R9, $0x00000080
-	JBE      stateVKbf16AVX512_dead_6
-	VMOVUPS  128(R12), Z0
-	VPSRLD   $0x10, Z0, Z3
-	VPANDD   absmask<>+0(SB), Z0, Z4
-	VPCMPGTD infbits<>+0(SB), Z4, K2
-	VPANDD   one_i<>+0(SB), Z3, Z4
-	VPADDD   round<>+0(SB), Z0, Z0
-	VPADDD   Z4, Z0, Z0
-	VPSRLD   $0x10, Z0, Z0
-	VPORD    quiet<>+0(SB), Z3, K2, Z0
-	VPMOVDW  Z0, K4, 64(R11)
-	CMPQ     R9, $0x000000c0
-	JBE      stateVKbf16AVX512_dead_6
-	VMOVUPS  192(R12), Z0
-	VPSRLD   $0x10, Z0, Z3
-	VPANDD   absmask<>+0(SB), Z0, Z4
-	VPCMPGTD infbits<>+0(SB), Z4, K2
-	VPANDD   one_i<>+0(SB), Z3, Z4
-	VPADDD   round<>+0(SB), Z0, Z0
-	VPADDD   Z4, Z0, Z0
-	VPSRLD   $0x10, Z0, Z0
-	VPORD    quiet<>+0(SB), Z3, K2, Z0
-	VPMOVDW  Z0, K5, 96(R11)
+	VMOVUPS       (R12), Z0
+	VPSRLD        $0x10, Z0, Z3
+	VPANDD.BCST   absmask<>+0(SB), Z0, Z4
+	VPCMPGTD.BCST infbits<>+0(SB), Z4, K2
+	VPANDD.BCST   one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST   round<>+0(SB), Z0, Z0
+	VPADDD        Z4, Z0, Z0
+	VPSRLD        $0x10, Z0, Z0
+	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW       Z0, K1, (R11)
+	CMPQ          R9, $0x00000040
+	JBE           stateVKbf16AVX512_dead_6
+	VMOVUPS       64(R12), Z0
+	VPSRLD        $0x10, Z0, Z3
+	VPANDD.BCST   absmask<>+0(SB), Z0, Z4
+	VPCMPGTD.BCST infbits<>+0(SB), Z4, K2
+	VPANDD.BCST   one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST   round<>+0(SB), Z0, Z0
+	VPADDD        Z4, Z0, Z0
+	VPSRLD        $0x10, Z0, Z0
+	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW       Z0, K3, 32(R11)
+	CMPQ          R9, $0x00000080
+	JBE           stateVKbf16AVX512_dead_6
+	VMOVUPS       128(R12), Z0
+	VPSRLD        $0x10, Z0, Z3
+	VPANDD.BCST   absmask<>+0(SB), Z0, Z4
+	VPCMPGTD.BCST infbits<>+0(SB), Z4, K2
+	VPANDD.BCST   one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST   round<>+0(SB), Z0, Z0
+	VPADDD        Z4, Z0, Z0
+	VPSRLD        $0x10, Z0, Z0
+	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW       Z0, K4, 64(R11)
+	CMPQ          R9, $0x000000c0
+	JBE           stateVKbf16AVX512_dead_6
+	VMOVUPS       192(R12), Z0
+	VPSRLD        $0x10, Z0, Z3
+	VPANDD.BCST   absmask<>+0(SB), Z0, Z4
+	VPCMPGTD.BCST infbits<>+0(SB), Z4, K2
+	VPANDD.BCST   one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST   round<>+0(SB), Z0, Z0
+	VPADDD        Z4, Z0, Z0
+	VPSRLD        $0x10, Z0, Z0
+	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW       Z0, K5, 96(R11)
 
 stateVKbf16AVX512_dead_6:
 	ADDQ R10, R11
@@ -16907,156 +16907,156 @@ stateVKbf16AVX512_far_3:
 stateVKbf16AVX512_dead_12:
 stateVKbf16AVX512_decayed_3:
 	// The state after this token, if stored.
-	MOVQ     (BX), R11
-	TESTQ    R11, R11
-	JZ       stateVKbf16AVX512_nostore_1
-	MOVQ     (SP), R12
-	IMULQ    R10, R12
-	ADDQ     R12, R11
-	VMOVAPS  Z0, Z14
-	VPSRLD   $0x10, Z14, Z15
-	VPANDD   absmask<>+0(SB), Z14, Z16
-	VPCMPGTD infbits<>+0(SB), Z16, K2
-	VPANDD   one_i<>+0(SB), Z15, Z16
-	VPADDD   round<>+0(SB), Z14, Z14
-	VPADDD   Z16, Z14, Z14
-	VPSRLD   $0x10, Z14, Z14
-	VPORD    quiet<>+0(SB), Z15, K2, Z14
-	VPMOVDW  Z14, K1, (R11)
-	CMPQ     R9, $0x00000040
-	JBE      stateVKbf16AVX512_dead_13
-	VMOVAPS  Z3, Z14
-	VPSRLD   $0x10, Z14, Z15
-	VPANDD   absmask<>+0(SB), Z14, Z16
-	VPCMPGTD infbits<>+0(SB), Z16, K2
-	VPANDD   one_i<>+0(SB), Z15, Z16
-	VPADDD   round<>+0(SB), Z14, Z14
-	VPADDD   Z16, Z14, Z14
-	VPSRLD   $0x10, Z14, Z14
-	VPORD    quiet<>+0(SB), Z15, K2, Z14
-	VPMOVDW  Z14, K3, 32(R11)
-	CMPQ     R9, $0x00000080
-	JBE      stateVKbf16AVX512_dead_13
-	VMOVAPS  Z4, Z14
-	VPSRLD   $0x10, Z14, Z15
-	VPANDD   absmask<>+0(SB), Z14, Z16
-	VPCMPGTD infbits<>+0(SB), Z16, K2
-	VPANDD   one_i<>+0(SB), Z15, Z16
-	VPADDD   round<>+0(SB), Z14, Z14
-	VPADDD   Z16, Z14, Z14
-	VPSRLD   $0x10, Z14, Z14
-	VPORD    quiet<>+0(SB), Z15, K2, Z14
-	VPMOVDW  Z14, K4, 64(R11)
-	CMPQ     R9, $0x000000c0
-	JBE      stateVKbf16AVX512_dead_13
-	VMOVAPS  Z5, Z14
-	VPSRLD   $0x10, Z14, Z15
-	VPANDD   absmask<>+0(SB), Z14, Z16
-	VPCMPGTD infbits<>+0(SB), Z16, K2
-	VPANDD   one_i<>+0(SB), Z15, Z16
-	VPADDD   round<>+0(SB), Z14, Z14
-	VPADDD   Z16, Z14, Z14
-	VPSRLD   $0x10, Z14, Z14
-	VPORD    quiet<>+0(SB), Z15, K2, Z14
-	VPMOVDW  Z14, K5, 96(R11)
+	MOVQ          (BX), R11
+	TESTQ         R11, R11
+	JZ            stateVKbf16AVX512_nostore_1
+	MOVQ          (SP), R12
+	IMULQ         R10, R12
+	ADDQ          R12, R11
+	VMOVAPS       Z0, Z14
+	VPSRLD        $0x10, Z14, Z15
+	VPANDD.BCST   absmask<>+0(SB), Z14, Z16
+	VPCMPGTD.BCST infbits<>+0(SB), Z16, K2
+	VPANDD.BCST   one_i<>+0(SB), Z15, Z16
+	VPADDD.BCST   round<>+0(SB), Z14, Z14
+	VPADDD        Z16, Z14, Z14
+	VPSRLD        $0x10, Z14, Z14
+	VPORD.BCST    quiet<>+0(SB), Z15, K2, Z14
+	VPMOVDW       Z14, K1, (R11)
+	CMPQ          R9, $0x00000040
+	JBE           stateVKbf16AVX512_dead_13
+	VMOVAPS       Z3, Z14
+	VPSRLD        $0x10, Z14, Z15
+	VPANDD.BCST   absmask<>+0(SB), Z14, Z16
+	VPCMPGTD.BCST infbits<>+0(SB), Z16, K2
+	VPANDD.BCST   one_i<>+0(SB), Z15, Z16
+	VPADDD.BCST   round<>+0(SB), Z14, Z14
+	VPADDD        Z16, Z14, Z14
+	VPSRLD        $0x10, Z14, Z14
+	VPORD.BCST    quiet<>+0(SB), Z15, K2, Z14
+	VPMOVDW       Z14, K3, 32(R11)
+	CMPQ          R9, $0x00000080
+	JBE           stateVKbf16AVX512_dead_13
+	VMOVAPS       Z4, Z14
+	VPSRLD        $0x10, Z14, Z15
+	VPANDD.BCST   absmask<>+0(SB), Z14, Z16
+	VPCMPGTD.BCST infbits<>+0(SB), Z16, K2
+	VPANDD.BCST   one_i<>+0(SB), Z15, Z16
+	VPADDD.BCST   round<>+0(SB), Z14, Z14
+	VPADDD        Z16, Z14, Z14
+	VPSRLD        $0x10, Z14, Z14
+	VPORD.BCST    quiet<>+0(SB), Z15, K2, Z14
+	VPMOVDW       Z14, K4, 64(R11)
+	CMPQ          R9, $0x000000c0
+	JBE           stateVKbf16AVX512_dead_13
+	VMOVAPS       Z5, Z14
+	VPSRLD        $0x10, Z14, Z15
+	VPANDD.BCST   absmask<>+0(SB), Z14, Z16
+	VPCMPGTD.BCST infbits<>+0(SB), Z16, K2
+	VPANDD.BCST   one_i<>+0(SB), Z15, Z16
+	VPADDD.BCST   round<>+0(SB), Z14, Z14
+	VPADDD        Z16, Z14, Z14
+	VPSRLD        $0x10, Z14, Z14
+	VPORD.BCST    quiet<>+0(SB), Z15, K2, Z14
+	VPMOVDW       Z14, K5, 96(R11)
 
 stateVKbf16AVX512_dead_13:
-	ADDQ     R10, R11
-	VMOVAPS  Z6, Z14
-	VPSRLD   $0x10, Z14, Z15
-	VPANDD   absmask<>+0(SB), Z14, Z16
-	VPCMPGTD infbits<>+0(SB), Z16, K2
-	VPANDD   one_i<>+0(SB), Z15, Z16
-	VPADDD   round<>+0(SB), Z14, Z14
-	VPADDD   Z16, Z14, Z14
-	VPSRLD   $0x10, Z14, Z14
-	VPORD    quiet<>+0(SB), Z15, K2, Z14
-	VPMOVDW  Z14, K1, (R11)
-	CMPQ     R9, $0x00000040
-	JBE      stateVKbf16AVX512_dead_14
-	VMOVAPS  Z7, Z14
-	VPSRLD   $0x10, Z14, Z15
-	VPANDD   absmask<>+0(SB), Z14, Z16
-	VPCMPGTD infbits<>+0(SB), Z16, K2
-	VPANDD   one_i<>+0(SB), Z15, Z16
-	VPADDD   round<>+0(SB), Z14, Z14
-	VPADDD   Z16, Z14, Z14
-	VPSRLD   $0x10, Z14, Z14
-	VPORD    quiet<>+0(SB), Z15, K2, Z14
-	VPMOVDW  Z14, K3, 32(R11)
-	CMPQ     R9, $0x00000080
-	JBE      stateVKbf16AVX512_dead_14
-	VMOVAPS  Z8, Z14
-	VPSRLD   $0x10, Z14, Z15
-	VPANDD   absmask<>+0(SB), Z14, Z16
-	VPCMPGTD infbits<>+0(SB), Z16, K2
-	VPANDD   one_i<>+0(SB), Z15, Z16
-	VPADDD   round<>+0(SB), Z14, Z14
-	VPADDD   Z16, Z14, Z14
-	VPSRLD   $0x10, Z14, Z14
-	VPORD    quiet<>+0(SB), Z15, K2, Z14
-	VPMOVDW  Z14, K4, 64(R11)
-	CMPQ     R9, $0x000000c0
-	JBE      stateVKbf16AVX512_dead_14
-	VMOVAPS  Z9, Z14
-	VPSRLD   $0x10, Z14, Z15
-	VPANDD   absmask<>+0(SB), Z14, Z16
-	VPCMPGTD infbits<>+0(SB), Z16, K2
-	VPANDD   one_i<>+0(SB), Z15, Z16
-	VPADDD   round<>+0(SB), Z14, Z14
-	VPADDD   Z16, Z14, Z14
-	VPSRLD   $0x10, Z14, Z14
-	VPORD    quiet<>+0(SB), Z15, K2, Z14
-	VPMOVDW  Z14, K5, 96(R11)
+	ADDQ          R10, R11
+	VMOVAPS       Z6, Z14
+	VPSRLD        $0x10, Z14, Z15
+	VPANDD.BCST   absmask<>+0(SB), Z14, Z16
+	VPCMPGTD.BCST infbits<>+0(SB), Z16, K2
+	VPANDD.BCST   one_i<>+0(SB), Z15, Z16
+	VPADDD.BCST   round<>+0(SB), Z14, Z14
+	VPADDD        Z16, Z14, Z14
+	VPSRLD        $0x10, Z14, Z14
+	VPORD.BCST    quiet<>+0(SB), Z15, K2, Z14
+	VPMOVDW       Z14, K1, (R11)
+	CMPQ          R9, $0x00000040
+	JBE           stateVKbf16AVX512_dead_14
+	VMOVAPS       Z7, Z14
+	VPSRLD        $0x10, Z14, Z15
+	VPANDD.BCST   absmask<>+0(SB), Z14, Z16
+	VPCMPGTD.BCST infbits<>+0(SB), Z16, K2
+	VPANDD.BCST   one_i<>+0(SB), Z15, Z16
+	VPADDD.BCST   round<>+0(SB), Z14, Z14
+	VPADDD        Z16, Z14, Z14
+	VPSRLD        $0x10, Z14, Z14
+	VPORD.BCST    quiet<>+0(SB), Z15, K2, Z14
+	VPMOVDW       Z14, K3, 32(R11)
+	CMPQ          R9, $0x00000080
+	JBE           stateVKbf16AVX512_dead_14
+	VMOVAPS       Z8, Z14
+	VPSRLD        $0x10, Z14, Z15
+	VPANDD.BCST   absmask<>+0(SB), Z14, Z16
+	VPCMPGTD.BCST infbits<>+0(SB), Z16, K2
+	VPANDD.BCST   one_i<>+0(SB), Z15, Z16
+	VPADDD.BCST   round<>+0(SB), Z14, Z14
+	VPADDD        Z16, Z14, Z14
+	VPSRLD        $0x10, Z14, Z14
+	VPORD.BCST    quiet<>+0(SB), Z15, K2, Z14
+	VPMOVDW       Z14, K4, 64(R11)
+	CMPQ          R9, $0x000000c0
+	JBE           stateVKbf16AVX512_dead_14
+	VMOVAPS       Z9, Z14
+	VPSRLD        $0x10, Z14, Z15
+	VPANDD.BCST   absmask<>+0(SB), Z14, Z16
+	VPCMPGTD.BCST infbits<>+0(SB), Z16, K2
+	VPANDD.BCST   one_i<>+0(SB), Z15, Z16
+	VPADDD.BCST   round<>+0(SB), Z14, Z14
+	VPADDD        Z16, Z14, Z14
+	VPSRLD        $0x10, Z14, Z14
+	VPORD.BCST    quiet<>+0(SB), Z15, K2, Z14
+	VPMOVDW       Z14, K5, 96(R11)
 
 stateVKbf16AVX512_dead_14:
-	ADDQ     R10, R11
-	VMOVAPS  Z10, Z14
-	VPSRLD   $0x10, Z14, Z15
-	VPANDD   absmask<>+0(SB), Z14, Z16
-	VPCMPGTD infbits<>+0(SB), Z16, K2
-	VPANDD   one_i<>+0(SB), Z15, Z16
-	VPADDD   round<>+0(SB), Z14, Z14
-	VPADDD   Z16, Z14, Z14
-	VPSRLD   $0x10, Z14, Z14
-	VPORD    quiet<>+0(SB), Z15, K2, Z14
-	VPMOVDW  Z14, K1, (R11)
-	CMPQ     R9, $0x00000040
-	JBE      stateVKbf16AVX512_dead_15
-	VMOVAPS  Z11, Z14
-	VPSRLD   $0x10, Z14, Z15
-	VPANDD   absmask<>+0(SB), Z14, Z16
-	VPCMPGTD infbits<>+0(SB), Z16, K2
-	VPANDD   one_i<>+0(SB), Z15, Z16
-	VPADDD   round<>+0(SB), Z14, Z14
-	VPADDD   Z16, Z14, Z14
-	VPSRLD   $0x10, Z14, Z14
-	VPORD    quiet<>+0(SB), Z15, K2, Z14
-	VPMOVDW  Z14, K3, 32(R11)
-	CMPQ     R9, $0x00000080
-	JBE      stateVKbf16AVX512_dead_15
-	VMOVAPS  Z12, Z14
-	VPSRLD   $0x10, Z14, Z15
-	VPANDD   absmask<>+0(SB), Z14, Z16
-	VPCMPGTD infbits<>+0(SB), Z16, K2
-	VPANDD   one_i<>+0(SB), Z15, Z16
-	VPADDD   round<>+0(SB), Z14, Z14
-	VPADDD   Z16, Z14, Z14
-	VPSRLD   $0x10, Z14, Z14
-	VPORD    quiet<>+0(SB), Z15, K2, Z14
-	VPMOVDW  Z14, K4, 64(R11)
-	CMPQ     R9, $0x000000c0
-	JBE      stateVKbf16AVX512_dead_15
-	VMOVAPS  Z13, Z14
-	VPSRLD   $0x10, Z14, Z15
-	VPANDD   absmask<>+0(SB), Z14, Z16
-	VPCMPGTD infbits<>+0(SB), Z16, K2
-	VPANDD   one_i<>+0(SB), Z15, Z16
-	VPADDD   round<>+0(SB), Z14, Z14
-	VPADDD   Z16, Z14, Z14
-	VPSRLD   $0x10, Z14, Z14
-	VPORD    quiet<>+0(SB), Z15, K2, Z14
-	VPMOVDW  Z14, K5, 96(R11)
+	ADDQ          R10, R11
+	VMOVAPS       Z10, Z14
+	VPSRLD        $0x10, Z14, Z15
+	VPANDD.BCST   absmask<>+0(SB), Z14, Z16
+	VPCMPGTD.BCST infbits<>+0(SB), Z16, K2
+	VPANDD.BCST   one_i<>+0(SB), Z15, Z16
+	VPADDD.BCST   round<>+0(SB), Z14, Z14
+	VPADDD        Z16, Z14, Z14
+	VPSRLD        $0x10, Z14, Z14
+	VPORD.BCST    quiet<>+0(SB), Z15, K2, Z14
+	VPMOVDW       Z14, K1, (R11)
+	CMPQ          R9, $0x00000040
+	JBE           stateVKbf16AVX512_dead_15
+	VMOVAPS       Z11, Z14
+	VPSRLD        $0x10, Z14, Z15
+	VPANDD.BCST   absmask<>+0(SB), Z14, Z16
+	VPCMPGTD.BCST infbits<>+0(SB), Z16, K2
+	VPANDD.BCST   one_i<>+0(SB), Z15, Z16
+	VPADDD.BCST   round<>+0(SB), Z14, Z14
+	VPADDD        Z16, Z14, Z14
+	VPSRLD        $0x10, Z14, Z14
+	VPORD.BCST    quiet<>+0(SB), Z15, K2, Z14
+	VPMOVDW       Z14, K3, 32(R11)
+	CMPQ          R9, $0x00000080
+	JBE           stateVKbf16AVX512_dead_15
+	VMOVAPS       Z12, Z14
+	VPSRLD        $0x10, Z14, Z15
+	VPANDD.BCST   absmask<>+0(SB), Z14, Z16
+	VPCMPGTD.BCST infbits<>+0(SB), Z16, K2
+	VPANDD.BCST   one_i<>+0(SB), Z15, Z16
+	VPADDD.BCST   round<>+0(SB), Z14, Z14
+	VPADDD        Z16, Z14, Z14
+	VPSRLD        $0x10, Z14, Z14
+	VPORD.BCST    quiet<>+0(SB), Z15, K2, Z14
+	VPMOVDW       Z14, K4, 64(R11)
+	CMPQ          R9, $0x000000c0
+	JBE           stateVKbf16AVX512_dead_15
+	VMOVAPS       Z13, Z14
+	VPSRLD        $0x10, Z14, Z15
+	VPANDD.BCST   absmask<>+0(SB), Z14, Z16
+	VPCMPGTD.BCST infbits<>+0(SB), Z16, K2
+	VPANDD.BCST   one_i<>+0(SB), Z15, Z16
+	VPADDD.BCST   round<>+0(SB), Z14, Z14
+	VPADDD        Z16, Z14, Z14
+	VPSRLD        $0x10, Z14, Z14
+	VPORD.BCST    quiet<>+0(SB), Z15, K2, Z14
+	VPMOVDW       Z14, K5, 96(R11)
 
 stateVKbf16AVX512_dead_15:
 stateVKbf16AVX512_nostore_1:
@@ -17281,58 +17281,58 @@ stateVKbf16AVX512_far_5:
 stateVKbf16AVX512_dead_23:
 stateVKbf16AVX512_decayed_5:
 	// The state after this token, if stored.
-	MOVQ     (BX), R11
-	TESTQ    R11, R11
-	JZ       stateVKbf16AVX512_nostore_2
-	MOVQ     (SP), R12
-	IMULQ    R10, R12
-	ADDQ     R12, R11
-	VMOVAPS  Z0, Z5
-	VPSRLD   $0x10, Z5, Z6
-	VPANDD   absmask<>+0(SB), Z5, Z7
-	VPCMPGTD infbits<>+0(SB), Z7, K2
-	VPANDD   one_i<>+0(SB), Z6, Z7
-	VPADDD   round<>+0(SB), Z5, Z5
-	VPADDD   Z7, Z5, Z5
-	VPSRLD   $0x10, Z5, Z5
-	VPORD    quiet<>+0(SB), Z6, K2, Z5
-	VPMOVDW  Z5, K1, (R11)
-	CMPQ     R9, $0x00000040
-	JBE      stateVKbf16AVX512_dead_24
-	VMOVAPS  Z1, Z5
-	VPSRLD   $0x10, Z5, Z6
-	VPANDD   absmask<>+0(SB), Z5, Z7
-	VPCMPGTD infbits<>+0(SB), Z7, K2
-	VPANDD   one_i<>+0(SB), Z6, Z7
-	VPADDD   round<>+0(SB), Z5, Z5
-	VPADDD   Z7, Z5, Z5
-	VPSRLD   $0x10, Z5, Z5
-	VPORD    quiet<>+0(SB), Z6, K2, Z5
-	VPMOVDW  Z5, K3, 32(R11)
-	CMPQ     R9, $0x00000080
-	JBE      stateVKbf16AVX512_dead_24
-	VMOVAPS  Z3, Z5
-	VPSRLD   $0x10, Z5, Z6
-	VPANDD   absmask<>+0(SB), Z5, Z7
-	VPCMPGTD infbits<>+0(SB), Z7, K2
-	VPANDD   one_i<>+0(SB), Z6, Z7
-	VPADDD   round<>+0(SB), Z5, Z5
-	VPADDD   Z7, Z5, Z5
-	VPSRLD   $0x10, Z5, Z5
-	VPORD    quiet<>+0(SB), Z6, K2, Z5
-	VPMOVDW  Z5, K4, 64(R11)
-	CMPQ     R9, $0x000000c0
-	JBE      stateVKbf16AVX512_dead_24
-	VMOVAPS  Z4, Z5
-	VPSRLD   $0x10, Z5, Z6
-	VPANDD   absmask<>+0(SB), Z5, Z7
-	VPCMPGTD infbits<>+0(SB), Z7, K2
-	VPANDD   one_i<>+0(SB), Z6, Z7
-	VPADDD   round<>+0(SB), Z5, Z5
-	VPADDD   Z7, Z5, Z5
-	VPSRLD   $0x10, Z5, Z5
-	VPORD    quiet<>+0(SB), Z6, K2, Z5
-	VPMOVDW  Z5, K5, 96(R11)
+	MOVQ          (BX), R11
+	TESTQ         R11, R11
+	JZ            stateVKbf16AVX512_nostore_2
+	MOVQ          (SP), R12
+	IMULQ         R10, R12
+	ADDQ          R12, R11
+	VMOVAPS       Z0, Z5
+	VPSRLD        $0x10, Z5, Z6
+	VPANDD.BCST   absmask<>+0(SB), Z5, Z7
+	VPCMPGTD.BCST infbits<>+0(SB), Z7, K2
+	VPANDD.BCST   one_i<>+0(SB), Z6, Z7
+	VPADDD.BCST   round<>+0(SB), Z5, Z5
+	VPADDD        Z7, Z5, Z5
+	VPSRLD        $0x10, Z5, Z5
+	VPORD.BCST    quiet<>+0(SB), Z6, K2, Z5
+	VPMOVDW       Z5, K1, (R11)
+	CMPQ          R9, $0x00000040
+	JBE           stateVKbf16AVX512_dead_24
+	VMOVAPS       Z1, Z5
+	VPSRLD        $0x10, Z5, Z6
+	VPANDD.BCST   absmask<>+0(SB), Z5, Z7
+	VPCMPGTD.BCST infbits<>+0(SB), Z7, K2
+	VPANDD.BCST   one_i<>+0(SB), Z6, Z7
+	VPADDD.BCST   round<>+0(SB), Z5, Z5
+	VPADDD        Z7, Z5, Z5
+	VPSRLD        $0x10, Z5, Z5
+	VPORD.BCST    quiet<>+0(SB), Z6, K2, Z5
+	VPMOVDW       Z5, K3, 32(R11)
+	CMPQ          R9, $0x00000080
+	JBE           stateVKbf16AVX512_dead_24
+	VMOVAPS       Z3, Z5
+	VPSRLD        $0x10, Z5, Z6
+	VPANDD.BCST   absmask<>+0(SB), Z5, Z7
+	VPCMPGTD.BCST infbits<>+0(SB), Z7, K2
+	VPANDD.BCST   one_i<>+0(SB), Z6, Z7
+	VPADDD.BCST   round<>+0(SB), Z5, Z5
+	VPADDD        Z7, Z5, Z5
+	VPSRLD        $0x10, Z5, Z5
+	VPORD.BCST    quiet<>+0(SB), Z6, K2, Z5
+	VPMOVDW       Z5, K4, 64(R11)
+	CMPQ          R9, $0x000000c0
+	JBE           stateVKbf16AVX512_dead_24
+	VMOVAPS       Z4, Z5
+	VPSRLD        $0x10, Z5, Z6
+	VPANDD.BCST   absmask<>+0(SB), Z5, Z7
+	VPCMPGTD.BCST infbits<>+0(SB), Z7, K2
+	VPANDD.BCST   one_i<>+0(SB), Z6, Z7
+	VPADDD.BCST   round<>+0(SB), Z5, Z5
+	VPADDD        Z7, Z5, Z5
+	VPSRLD        $0x10, Z5, Z5
+	VPORD.BCST    quiet<>+0(SB), Z6, K2, Z5
+	VPMOVDW       Z5, K5, 96(R11)
 
 stateVKbf16AVX512_dead_24:
 stateVKbf16AVX512_nostore_2:
@@ -17897,68 +17897,68 @@ stateVKbf16AVX512_decayed_6:
 	SHLQ  $0x04, R13
 
 stateVKbf16AVX512_bstore_3:
-	VMOVUPS  (R12), Z0
-	VPSRLD   $0x10, Z0, Z3
-	VPANDD   absmask<>+0(SB), Z0, Z4
-	VPCMPGTD infbits<>+0(SB), Z4, K2
-	VPANDD   one_i<>+0(SB), Z3, Z4
-	VPADDD   round<>+0(SB), Z0, Z0
-	VPADDD   Z4, Z0, Z0
-	VPSRLD   $0x10, Z0, Z0
-	VPORD    quiet<>+0(SB), Z3, K2, Z0
-	VPMOVDW  Z0, (R11)
-	VMOVUPS  64(R12), Z0
-	VPSRLD   $0x10, Z0, Z3
-	VPANDD   absmask<>+0(SB), Z0, Z4
-	VPCMPGTD infbits<>+0(SB), Z4, K2
-	VPANDD   one_i<>+0(SB), Z3, Z4
-	VPADDD   round<>+0(SB), Z0, Z0
-	VPADDD   Z4, Z0, Z0
-	VPSRLD   $0x10, Z0, Z0
-	VPORD    quiet<>+0(SB), Z3, K2, Z0
-	VPMOVDW  Z0, 32(R11)
-	VMOVUPS  128(R12), Z0
-	VPSRLD   $0x10, Z0, Z3
-	VPANDD   absmask<>+0(SB), Z0, Z4
-	VPCMPGTD infbits<>+0(SB), Z4, K2
-	VPANDD   one_i<>+0(SB), Z3, Z4
-	VPADDD   round<>+0(SB), Z0, Z0
-	VPADDD   Z4, Z0, Z0
-	VPSRLD   $0x10, Z0, Z0
-	VPORD    quiet<>+0(SB), Z3, K2, Z0
-	VPMOVDW  Z0, 64(R11)
-	VMOVUPS  192(R12), Z0
-	VPSRLD   $0x10, Z0, Z3
-	VPANDD   absmask<>+0(SB), Z0, Z4
-	VPCMPGTD infbits<>+0(SB), Z4, K2
-	VPANDD   one_i<>+0(SB), Z3, Z4
-	VPADDD   round<>+0(SB), Z0, Z0
-	VPADDD   Z4, Z0, Z0
-	VPSRLD   $0x10, Z0, Z0
-	VPORD    quiet<>+0(SB), Z3, K2, Z0
-	VPMOVDW  Z0, 96(R11)
-	VMOVUPS  256(R12), Z0
-	VPSRLD   $0x10, Z0, Z3
-	VPANDD   absmask<>+0(SB), Z0, Z4
-	VPCMPGTD infbits<>+0(SB), Z4, K2
-	VPANDD   one_i<>+0(SB), Z3, Z4
-	VPADDD   round<>+0(SB), Z0, Z0
-	VPADDD   Z4, Z0, Z0
-	VPSRLD   $0x10, Z0, Z0
-	VPORD    quiet<>+0(SB), Z3, K2, Z0
-	VPMOVDW  Z0, K1, 128(R11)
-	CMPQ     R9, $0x00000140
-	JBE      stateVKbf16AVX512_dead_30
-	VMOVUPS  320(R12), Z0
-	VPSRLD   $0x10, Z0, Z3
-	VPANDD   absmask<>+0(SB), Z0, Z4
-	VPCMPGTD infbits<>+0(SB), Z4, K2
-	VPANDD   one_i<>+0(SB), Z3, Z4
-	VPADDD   round<>+0(SB), Z0, Z0
-	VPADDD   Z4, Z0, Z0
-	VPSRLD   $0x10, Z0, Z0
-	VPORD    quiet<>+0(SB), Z3, K2, Z0
-	VPMOVDW  Z0, K3, 160(R11)
+	VMOVUPS       (R12), Z0
+	VPSRLD        $0x10, Z0, Z3
+	VPANDD.BCST   absmask<>+0(SB), Z0, Z4
+	VPCMPGTD.BCST infbits<>+0(SB), Z4, K2
+	VPANDD.BCST   one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST   round<>+0(SB), Z0, Z0
+	VPADDD        Z4, Z0, Z0
+	VPSRLD        $0x10, Z0, Z0
+	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW       Z0, (R11)
+	VMOVUPS       64(R12), Z0
+	VPSRLD        $0x10, Z0, Z3
+	VPANDD.BCST   absmask<>+0(SB), Z0, Z4
+	VPCMPGTD.BCST infbits<>+0(SB), Z4, K2
+	VPANDD.BCST   one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST   round<>+0(SB), Z0, Z0
+	VPADDD        Z4, Z0, Z0
+	VPSRLD        $0x10, Z0, Z0
+	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW       Z0, 32(R11)
+	VMOVUPS       128(R12), Z0
+	VPSRLD        $0x10, Z0, Z3
+	VPANDD.BCST   absmask<>+0(SB), Z0, Z4
+	VPCMPGTD.BCST infbits<>+0(SB), Z4, K2
+	VPANDD.BCST   one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST   round<>+0(SB), Z0, Z0
+	VPADDD        Z4, Z0, Z0
+	VPSRLD        $0x10, Z0, Z0
+	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW       Z0, 64(R11)
+	VMOVUPS       192(R12), Z0
+	VPSRLD        $0x10, Z0, Z3
+	VPANDD.BCST   absmask<>+0(SB), Z0, Z4
+	VPCMPGTD.BCST infbits<>+0(SB), Z4, K2
+	VPANDD.BCST   one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST   round<>+0(SB), Z0, Z0
+	VPADDD        Z4, Z0, Z0
+	VPSRLD        $0x10, Z0, Z0
+	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW       Z0, 96(R11)
+	VMOVUPS       256(R12), Z0
+	VPSRLD        $0x10, Z0, Z3
+	VPANDD.BCST   absmask<>+0(SB), Z0, Z4
+	VPCMPGTD.BCST infbits<>+0(SB), Z4, K2
+	VPANDD.BCST   one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST   round<>+0(SB), Z0, Z0
+	VPADDD        Z4, Z0, Z0
+	VPSRLD        $0x10, Z0, Z0
+	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW       Z0, K1, 128(R11)
+	CMPQ          R9, $0x00000140
+	JBE           stateVKbf16AVX512_dead_30
+	VMOVUPS       320(R12), Z0
+	VPSRLD        $0x10, Z0, Z3
+	VPANDD.BCST   absmask<>+0(SB), Z0, Z4
+	VPCMPGTD.BCST infbits<>+0(SB), Z4, K2
+	VPANDD.BCST   one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST   round<>+0(SB), Z0, Z0
+	VPADDD        Z4, Z0, Z0
+	VPSRLD        $0x10, Z0, Z0
+	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW       Z0, K3, 160(R11)
 
 stateVKbf16AVX512_dead_30:
 	ADDQ R10, R11
@@ -18262,139 +18262,139 @@ stateVKbf16AVX512_far_8:
 stateVKbf16AVX512_dead_36:
 stateVKbf16AVX512_decayed_8:
 	// The state after this token, if stored.
-	MOVQ     (BX), R11
-	TESTQ    R11, R11
-	JZ       stateVKbf16AVX512_nostore_3
-	MOVQ     (SP), R12
-	IMULQ    R10, R12
-	ADDQ     R12, R11
-	VMOVAPS  Z0, Z14
-	VPSRLD   $0x10, Z14, Z15
-	VPANDD   absmask<>+0(SB), Z14, Z16
-	VPCMPGTD infbits<>+0(SB), Z16, K2
-	VPANDD   one_i<>+0(SB), Z15, Z16
-	VPADDD   round<>+0(SB), Z14, Z14
-	VPADDD   Z16, Z14, Z14
-	VPSRLD   $0x10, Z14, Z14
-	VPORD    quiet<>+0(SB), Z15, K2, Z14
-	VPMOVDW  Z14, (R11)
-	VMOVAPS  Z3, Z14
-	VPSRLD   $0x10, Z14, Z15
-	VPANDD   absmask<>+0(SB), Z14, Z16
-	VPCMPGTD infbits<>+0(SB), Z16, K2
-	VPANDD   one_i<>+0(SB), Z15, Z16
-	VPADDD   round<>+0(SB), Z14, Z14
-	VPADDD   Z16, Z14, Z14
-	VPSRLD   $0x10, Z14, Z14
-	VPORD    quiet<>+0(SB), Z15, K2, Z14
-	VPMOVDW  Z14, 32(R11)
-	VMOVAPS  Z4, Z14
-	VPSRLD   $0x10, Z14, Z15
-	VPANDD   absmask<>+0(SB), Z14, Z16
-	VPCMPGTD infbits<>+0(SB), Z16, K2
-	VPANDD   one_i<>+0(SB), Z15, Z16
-	VPADDD   round<>+0(SB), Z14, Z14
-	VPADDD   Z16, Z14, Z14
-	VPSRLD   $0x10, Z14, Z14
-	VPORD    quiet<>+0(SB), Z15, K2, Z14
-	VPMOVDW  Z14, 64(R11)
-	VMOVAPS  Z5, Z14
-	VPSRLD   $0x10, Z14, Z15
-	VPANDD   absmask<>+0(SB), Z14, Z16
-	VPCMPGTD infbits<>+0(SB), Z16, K2
-	VPANDD   one_i<>+0(SB), Z15, Z16
-	VPADDD   round<>+0(SB), Z14, Z14
-	VPADDD   Z16, Z14, Z14
-	VPSRLD   $0x10, Z14, Z14
-	VPORD    quiet<>+0(SB), Z15, K2, Z14
-	VPMOVDW  Z14, 96(R11)
-	VMOVAPS  Z6, Z14
-	VPSRLD   $0x10, Z14, Z15
-	VPANDD   absmask<>+0(SB), Z14, Z16
-	VPCMPGTD infbits<>+0(SB), Z16, K2
-	VPANDD   one_i<>+0(SB), Z15, Z16
-	VPADDD   round<>+0(SB), Z14, Z14
-	VPADDD   Z16, Z14, Z14
-	VPSRLD   $0x10, Z14, Z14
-	VPORD    quiet<>+0(SB), Z15, K2, Z14
-	VPMOVDW  Z14, K1, 128(R11)
-	CMPQ     R9, $0x00000140
-	JBE      stateVKbf16AVX512_dead_37
-	VMOVAPS  Z7, Z14
-	VPSRLD   $0x10, Z14, Z15
-	VPANDD   absmask<>+0(SB), Z14, Z16
-	VPCMPGTD infbits<>+0(SB), Z16, K2
-	VPANDD   one_i<>+0(SB), Z15, Z16
-	VPADDD   round<>+0(SB), Z14, Z14
-	VPADDD   Z16, Z14, Z14
-	VPSRLD   $0x10, Z14, Z14
-	VPORD    quiet<>+0(SB), Z15, K2, Z14
-	VPMOVDW  Z14, K3, 160(R11)
+	MOVQ          (BX), R11
+	TESTQ         R11, R11
+	JZ            stateVKbf16AVX512_nostore_3
+	MOVQ          (SP), R12
+	IMULQ         R10, R12
+	ADDQ          R12, R11
+	VMOVAPS       Z0, Z14
+	VPSRLD        $0x10, Z14, Z15
+	VPANDD.BCST   absmask<>+0(SB), Z14, Z16
+	VPCMPGTD.BCST infbits<>+0(SB), Z16, K2
+	VPANDD.BCST   one_i<>+0(SB), Z15, Z16
+	VPADDD.BCST   round<>+0(SB), Z14, Z14
+	VPADDD        Z16, Z14, Z14
+	VPSRLD        $0x10, Z14, Z14
+	VPORD.BCST    quiet<>+0(SB), Z15, K2, Z14
+	VPMOVDW       Z14, (R11)
+	VMOVAPS       Z3, Z14
+	VPSRLD        $0x10, Z14, Z15
+	VPANDD.BCST   absmask<>+0(SB), Z14, Z16
+	VPCMPGTD.BCST infbits<>+0(SB), Z16, K2
+	VPANDD.BCST   one_i<>+0(SB), Z15, Z16
+	VPADDD.BCST   round<>+0(SB), Z14, Z14
+	VPADDD        Z16, Z14, Z14
+	VPSRLD        $0x10, Z14, Z14
+	VPORD.BCST    quiet<>+0(SB), Z15, K2, Z14
+	VPMOVDW       Z14, 32(R11)
+	VMOVAPS       Z4, Z14
+	VPSRLD        $0x10, Z14, Z15
+	VPANDD.BCST   absmask<>+0(SB), Z14, Z16
+	VPCMPGTD.BCST infbits<>+0(SB), Z16, K2
+	VPANDD.BCST   one_i<>+0(SB), Z15, Z16
+	VPADDD.BCST   round<>+0(SB), Z14, Z14
+	VPADDD        Z16, Z14, Z14
+	VPSRLD        $0x10, Z14, Z14
+	VPORD.BCST    quiet<>+0(SB), Z15, K2, Z14
+	VPMOVDW       Z14, 64(R11)
+	VMOVAPS       Z5, Z14
+	VPSRLD        $0x10, Z14, Z15
+	VPANDD.BCST   absmask<>+0(SB), Z14, Z16
+	VPCMPGTD.BCST infbits<>+0(SB), Z16, K2
+	VPANDD.BCST   one_i<>+0(SB), Z15, Z16
+	VPADDD.BCST   round<>+0(SB), Z14, Z14
+	VPADDD        Z16, Z14, Z14
+	VPSRLD        $0x10, Z14, Z14
+	VPORD.BCST    quiet<>+0(SB), Z15, K2, Z14
+	VPMOVDW       Z14, 96(R11)
+	VMOVAPS       Z6, Z14
+	VPSRLD        $0x10, Z14, Z15
+	VPANDD.BCST   absmask<>+0(SB), Z14, Z16
+	VPCMPGTD.BCST infbits<>+0(SB), Z16, K2
+	VPANDD.BCST   one_i<>+0(SB), Z15, Z16
+	VPADDD.BCST   round<>+0(SB), Z14, Z14
+	VPADDD        Z16, Z14, Z14
+	VPSRLD        $0x10, Z14, Z14
+	VPORD.BCST    quiet<>+0(SB), Z15, K2, Z14
+	VPMOVDW       Z14, K1, 128(R11)
+	CMPQ          R9, $0x00000140
+	JBE           stateVKbf16AVX512_dead_37
+	VMOVAPS       Z7, Z14
+	VPSRLD        $0x10, Z14, Z15
+	VPANDD.BCST   absmask<>+0(SB), Z14, Z16
+	VPCMPGTD.BCST infbits<>+0(SB), Z16, K2
+	VPANDD.BCST   one_i<>+0(SB), Z15, Z16
+	VPADDD.BCST   round<>+0(SB), Z14, Z14
+	VPADDD        Z16, Z14, Z14
+	VPSRLD        $0x10, Z14, Z14
+	VPORD.BCST    quiet<>+0(SB), Z15, K2, Z14
+	VPMOVDW       Z14, K3, 160(R11)
 
 stateVKbf16AVX512_dead_37:
-	ADDQ     R10, R11
-	VMOVAPS  Z8, Z14
-	VPSRLD   $0x10, Z14, Z15
-	VPANDD   absmask<>+0(SB), Z14, Z16
-	VPCMPGTD infbits<>+0(SB), Z16, K2
-	VPANDD   one_i<>+0(SB), Z15, Z16
-	VPADDD   round<>+0(SB), Z14, Z14
-	VPADDD   Z16, Z14, Z14
-	VPSRLD   $0x10, Z14, Z14
-	VPORD    quiet<>+0(SB), Z15, K2, Z14
-	VPMOVDW  Z14, (R11)
-	VMOVAPS  Z9, Z14
-	VPSRLD   $0x10, Z14, Z15
-	VPANDD   absmask<>+0(SB), Z14, Z16
-	VPCMPGTD infbits<>+0(SB), Z16, K2
-	VPANDD   one_i<>+0(SB), Z15, Z16
-	VPADDD   round<>+0(SB), Z14, Z14
-	VPADDD   Z16, Z14, Z14
-	VPSRLD   $0x10, Z14, Z14
-	VPORD    quiet<>+0(SB), Z15, K2, Z14
-	VPMOVDW  Z14, 32(R11)
-	VMOVAPS  Z10, Z14
-	VPSRLD   $0x10, Z14, Z15
-	VPANDD   absmask<>+0(SB), Z14, Z16
-	VPCMPGTD infbits<>+0(SB), Z16, K2
-	VPANDD   one_i<>+0(SB), Z15, Z16
-	VPADDD   round<>+0(SB), Z14, Z14
-	VPADDD   Z16, Z14, Z14
-	VPSRLD   $0x10, Z14, Z14
-	VPORD    quiet<>+0(SB), Z15, K2, Z14
-	VPMOVDW  Z14, 64(R11)
-	VMOVAPS  Z11, Z14
-	VPSRLD   $0x10, Z14, Z15
-	VPANDD   absmask<>+0(SB), Z14, Z16
-	VPCMPGTD infbits<>+0(SB), Z16, K2
-	VPANDD   one_i<>+0(SB), Z15, Z16
-	VPADDD   round<>+0(SB), Z14, Z14
-	VPADDD   Z16, Z14, Z14
-	VPSRLD   $0x10, Z14, Z14
-	VPORD    quiet<>+0(SB), Z15, K2, Z14
-	VPMOVDW  Z14, 96(R11)
-	VMOVAPS  Z12, Z14
-	VPSRLD   $0x10, Z14, Z15
-	VPANDD   absmask<>+0(SB), Z14, Z16
-	VPCMPGTD infbits<>+0(SB), Z16, K2
-	VPANDD   one_i<>+0(SB), Z15, Z16
-	VPADDD   round<>+0(SB), Z14, Z14
-	VPADDD   Z16, Z14, Z14
-	VPSRLD   $0x10, Z14, Z14
-	VPORD    quiet<>+0(SB), Z15, K2, Z14
-	VPMOVDW  Z14, K1, 128(R11)
-	CMPQ     R9, $0x00000140
-	JBE      stateVKbf16AVX512_dead_38
-	VMOVAPS  Z13, Z14
-	VPSRLD   $0x10, Z14, Z15
-	VPANDD   absmask<>+0(SB), Z14, Z16
-	VPCMPGTD infbits<>+0(SB), Z16, K2
-	VPANDD   one_i<>+0(SB), Z15, Z16
-	VPADDD   round<>+0(SB), Z14, Z14
-	VPADDD   Z16, Z14, Z14
-	VPSRLD   $0x10, Z14, Z14
-	VPORD    quiet<>+0(SB), Z15, K2, Z14
-	VPMOVDW  Z14, K3, 160(R11)
+	ADDQ          R10, R11
+	VMOVAPS       Z8, Z14
+	VPSRLD        $0x10, Z14, Z15
+	VPANDD.BCST   absmask<>+0(SB), Z14, Z16
+	VPCMPGTD.BCST infbits<>+0(SB), Z16, K2
+	VPANDD.BCST   one_i<>+0(SB), Z15, Z16
+	VPADDD.BCST   round<>+0(SB), Z14, Z14
+	VPADDD        Z16, Z14, Z14
+	VPSRLD        $0x10, Z14, Z14
+	VPORD.BCST    quiet<>+0(SB), Z15, K2, Z14
+	VPMOVDW       Z14, (R11)
+	VMOVAPS       Z9, Z14
+	VPSRLD        $0x10, Z14, Z15
+	VPANDD.BCST   absmask<>+0(SB), Z14, Z16
+	VPCMPGTD.BCST infbits<>+0(SB), Z16, K2
+	VPANDD.BCST   one_i<>+0(SB), Z15, Z16
+	VPADDD.BCST   round<>+0(SB), Z14, Z14
+	VPADDD        Z16, Z14, Z14
+	VPSRLD        $0x10, Z14, Z14
+	VPORD.BCST    quiet<>+0(SB), Z15, K2, Z14
+	VPMOVDW       Z14, 32(R11)
+	VMOVAPS       Z10, Z14
+	VPSRLD        $0x10, Z14, Z15
+	VPANDD.BCST   absmask<>+0(SB), Z14, Z16
+	VPCMPGTD.BCST infbits<>+0(SB), Z16, K2
+	VPANDD.BCST   one_i<>+0(SB), Z15, Z16
+	VPADDD.BCST   round<>+0(SB), Z14, Z14
+	VPADDD        Z16, Z14, Z14
+	VPSRLD        $0x10, Z14, Z14
+	VPORD.BCST    quiet<>+0(SB), Z15, K2, Z14
+	VPMOVDW       Z14, 64(R11)
+	VMOVAPS       Z11, Z14
+	VPSRLD        $0x10, Z14, Z15
+	VPANDD.BCST   absmask<>+0(SB), Z14, Z16
+	VPCMPGTD.BCST infbits<>+0(SB), Z16, K2
+	VPANDD.BCST   one_i<>+0(SB), Z15, Z16
+	VPADDD.BCST   round<>+0(SB), Z14, Z14
+	VPADDD        Z16, Z14, Z14
+	VPSRLD        $0x10, Z14, Z14
+	VPORD.BCST    quiet<>+0(SB), Z15, K2, Z14
+	VPMOVDW       Z14, 96(R11)
+	VMOVAPS       Z12, Z14
+	VPSRLD        $0x10, Z14, Z15
+	VPANDD.BCST   absmask<>+0(SB), Z14, Z16
+	VPCMPGTD.BCST infbits<>+0(SB), Z16, K2
+	VPANDD.BCST   one_i<>+0(SB), Z15, Z16
+	VPADDD.BCST   round<>+0(SB), Z14, Z14
+	VPADDD        Z16, Z14, Z14
+	VPSRLD        $0x10, Z14, Z14
+	VPORD.BCST    quiet<>+0(SB), Z15, K2, Z14
+	VPMOVDW       Z14, K1, 128(R11)
+	CMPQ          R9, $0x00000140
+	JBE           stateVKbf16AVX512_dead_38
+	VMOVAPS       Z13, Z14
+	VPSRLD        $0x10, Z14, Z15
+	VPANDD.BCST   absmask<>+0(SB), Z14, Z16
+	VPCMPGTD.BCST infbits<>+0(SB), Z16, K2
+	VPANDD.BCST   one_i<>+0(SB), Z15, Z16
+	VPADDD.BCST   round<>+0(SB), Z14, Z14
+	VPADDD        Z16, Z14, Z14
+	VPSRLD        $0x10, Z14, Z14
+	VPORD.BCST    quiet<>+0(SB), Z15, K2, Z14
+	VPMOVDW       Z14, K3, 160(R11)
 
 stateVKbf16AVX512_dead_38:
 stateVKbf16AVX512_nostore_3:
@@ -18601,74 +18601,74 @@ stateVKbf16AVX512_far_10:
 stateVKbf16AVX512_dead_44:
 stateVKbf16AVX512_decayed_10:
 	// The state after this token, if stored.
-	MOVQ     (BX), R11
-	TESTQ    R11, R11
-	JZ       stateVKbf16AVX512_nostore_4
-	MOVQ     (SP), R12
-	IMULQ    R10, R12
-	ADDQ     R12, R11
-	VMOVAPS  Z0, Z7
-	VPSRLD   $0x10, Z7, Z8
-	VPANDD   absmask<>+0(SB), Z7, Z9
-	VPCMPGTD infbits<>+0(SB), Z9, K2
-	VPANDD   one_i<>+0(SB), Z8, Z9
-	VPADDD   round<>+0(SB), Z7, Z7
-	VPADDD   Z9, Z7, Z7
-	VPSRLD   $0x10, Z7, Z7
-	VPORD    quiet<>+0(SB), Z8, K2, Z7
-	VPMOVDW  Z7, (R11)
-	VMOVAPS  Z1, Z7
-	VPSRLD   $0x10, Z7, Z8
-	VPANDD   absmask<>+0(SB), Z7, Z9
-	VPCMPGTD infbits<>+0(SB), Z9, K2
-	VPANDD   one_i<>+0(SB), Z8, Z9
-	VPADDD   round<>+0(SB), Z7, Z7
-	VPADDD   Z9, Z7, Z7
-	VPSRLD   $0x10, Z7, Z7
-	VPORD    quiet<>+0(SB), Z8, K2, Z7
-	VPMOVDW  Z7, 32(R11)
-	VMOVAPS  Z3, Z7
-	VPSRLD   $0x10, Z7, Z8
-	VPANDD   absmask<>+0(SB), Z7, Z9
-	VPCMPGTD infbits<>+0(SB), Z9, K2
-	VPANDD   one_i<>+0(SB), Z8, Z9
-	VPADDD   round<>+0(SB), Z7, Z7
-	VPADDD   Z9, Z7, Z7
-	VPSRLD   $0x10, Z7, Z7
-	VPORD    quiet<>+0(SB), Z8, K2, Z7
-	VPMOVDW  Z7, 64(R11)
-	VMOVAPS  Z4, Z7
-	VPSRLD   $0x10, Z7, Z8
-	VPANDD   absmask<>+0(SB), Z7, Z9
-	VPCMPGTD infbits<>+0(SB), Z9, K2
-	VPANDD   one_i<>+0(SB), Z8, Z9
-	VPADDD   round<>+0(SB), Z7, Z7
-	VPADDD   Z9, Z7, Z7
-	VPSRLD   $0x10, Z7, Z7
-	VPORD    quiet<>+0(SB), Z8, K2, Z7
-	VPMOVDW  Z7, 96(R11)
-	VMOVAPS  Z5, Z7
-	VPSRLD   $0x10, Z7, Z8
-	VPANDD   absmask<>+0(SB), Z7, Z9
-	VPCMPGTD infbits<>+0(SB), Z9, K2
-	VPANDD   one_i<>+0(SB), Z8, Z9
-	VPADDD   round<>+0(SB), Z7, Z7
-	VPADDD   Z9, Z7, Z7
-	VPSRLD   $0x10, Z7, Z7
-	VPORD    quiet<>+0(SB), Z8, K2, Z7
-	VPMOVDW  Z7, K1, 128(R11)
-	CMPQ     R9, $0x00000140
-	JBE      stateVKbf16AVX512_dead_45
-	VMOVAPS  Z6, Z7
-	VPSRLD   $0x10, Z7, Z8
-	VPANDD   absmask<>+0(SB), Z7, Z9
-	VPCMPGTD infbits<>+0(SB), Z9, K2
-	VPANDD   one_i<>+0(SB), Z8, Z9
-	VPADDD   round<>+0(SB), Z7, Z7
-	VPADDD   Z9, Z7, Z7
-	VPSRLD   $0x10, Z7, Z7
-	VPORD    quiet<>+0(SB), Z8, K2, Z7
-	VPMOVDW  Z7, K3, 160(R11)
+	MOVQ          (BX), R11
+	TESTQ         R11, R11
+	JZ            stateVKbf16AVX512_nostore_4
+	MOVQ          (SP), R12
+	IMULQ         R10, R12
+	ADDQ          R12, R11
+	VMOVAPS       Z0, Z7
+	VPSRLD        $0x10, Z7, Z8
+	VPANDD.BCST   absmask<>+0(SB), Z7, Z9
+	VPCMPGTD.BCST infbits<>+0(SB), Z9, K2
+	VPANDD.BCST   one_i<>+0(SB), Z8, Z9
+	VPADDD.BCST   round<>+0(SB), Z7, Z7
+	VPADDD        Z9, Z7, Z7
+	VPSRLD        $0x10, Z7, Z7
+	VPORD.BCST    quiet<>+0(SB), Z8, K2, Z7
+	VPMOVDW       Z7, (R11)
+	VMOVAPS       Z1, Z7
+	VPSRLD        $0x10, Z7, Z8
+	VPANDD.BCST   absmask<>+0(SB), Z7, Z9
+	VPCMPGTD.BCST infbits<>+0(SB), Z9, K2
+	VPANDD.BCST   one_i<>+0(SB), Z8, Z9
+	VPADDD.BCST   round<>+0(SB), Z7, Z7
+	VPADDD        Z9, Z7, Z7
+	VPSRLD        $0x10, Z7, Z7
+	VPORD.BCST    quiet<>+0(SB), Z8, K2, Z7
+	VPMOVDW       Z7, 32(R11)
+	VMOVAPS       Z3, Z7
+	VPSRLD        $0x10, Z7, Z8
+	VPANDD.BCST   absmask<>+0(SB), Z7, Z9
+	VPCMPGTD.BCST infbits<>+0(SB), Z9, K2
+	VPANDD.BCST   one_i<>+0(SB), Z8, Z9
+	VPADDD.BCST   round<>+0(SB), Z7, Z7
+	VPADDD        Z9, Z7, Z7
+	VPSRLD        $0x10, Z7, Z7
+	VPORD.BCST    quiet<>+0(SB), Z8, K2, Z7
+	VPMOVDW       Z7, 64(R11)
+	VMOVAPS       Z4, Z7
+	VPSRLD        $0x10, Z7, Z8
+	VPANDD.BCST   absmask<>+0(SB), Z7, Z9
+	VPCMPGTD.BCST infbits<>+0(SB), Z9, K2
+	VPANDD.BCST   one_i<>+0(SB), Z8, Z9
+	VPADDD.BCST   round<>+0(SB), Z7, Z7
+	VPADDD        Z9, Z7, Z7
+	VPSRLD        $0x10, Z7, Z7
+	VPORD.BCST    quiet<>+0(SB), Z8, K2, Z7
+	VPMOVDW       Z7, 96(R11)
+	VMOVAPS       Z5, Z7
+	VPSRLD        $0x10, Z7, Z8
+	VPANDD.BCST   absmask<>+0(SB), Z7, Z9
+	VPCMPGTD.BCST infbits<>+0(SB), Z9, K2
+	VPANDD.BCST   one_i<>+0(SB), Z8, Z9
+	VPADDD.BCST   round<>+0(SB), Z7, Z7
+	VPADDD        Z9, Z7, Z7
+	VPSRLD        $0x10, Z7, Z7
+	VPORD.BCST    quiet<>+0(SB), Z8, K2, Z7
+	VPMOVDW       Z7, K1, 128(R11)
+	CMPQ          R9, $0x00000140
+	JBE           stateVKbf16AVX512_dead_45
+	VMOVAPS       Z6, Z7
+	VPSRLD        $0x10, Z7, Z8
+	VPANDD.BCST   absmask<>+0(SB), Z7, Z9
+	VPCMPGTD.BCST infbits<>+0(SB), Z9, K2
+	VPANDD.BCST   one_i<>+0(SB), Z8, Z9
+	VPADDD.BCST   round<>+0(SB), Z7, Z7
+	VPADDD        Z9, Z7, Z7
+	VPSRLD        $0x10, Z7, Z7
+	VPORD.BCST    quiet<>+0(SB), Z8, K2, Z7
+	VPMOVDW       Z7, K3, 160(R11)
 
 stateVKbf16AVX512_dead_45:
 stateVKbf16AVX512_nostore_4:
@@ -19292,88 +19292,88 @@ stateVKbf16AVX512_decayed_11:
 	SHLQ  $0x04, R13
 
 stateVKbf16AVX512_bstore_5:
-	VMOVUPS  (R12), Z0
-	VPSRLD   $0x10, Z0, Z3
-	VPANDD   absmask<>+0(SB), Z0, Z4
-	VPCMPGTD infbits<>+0(SB), Z4, K2
-	VPANDD   one_i<>+0(SB), Z3, Z4
-	VPADDD   round<>+0(SB), Z0, Z0
-	VPADDD   Z4, Z0, Z0
-	VPSRLD   $0x10, Z0, Z0
-	VPORD    quiet<>+0(SB), Z3, K2, Z0
-	VPMOVDW  Z0, (R11)
-	VMOVUPS  64(R12), Z0
-	VPSRLD   $0x10, Z0, Z3
-	VPANDD   absmask<>+0(SB), Z0, Z4
-	VPCMPGTD infbits<>+0(SB), Z4, K2
-	VPANDD   one_i<>+0(SB), Z3, Z4
-	VPADDD   round<>+0(SB), Z0, Z0
-	VPADDD   Z4, Z0, Z0
-	VPSRLD   $0x10, Z0, Z0
-	VPORD    quiet<>+0(SB), Z3, K2, Z0
-	VPMOVDW  Z0, 32(R11)
-	VMOVUPS  128(R12), Z0
-	VPSRLD   $0x10, Z0, Z3
-	VPANDD   absmask<>+0(SB), Z0, Z4
-	VPCMPGTD infbits<>+0(SB), Z4, K2
-	VPANDD   one_i<>+0(SB), Z3, Z4
-	VPADDD   round<>+0(SB), Z0, Z0
-	VPADDD   Z4, Z0, Z0
-	VPSRLD   $0x10, Z0, Z0
-	VPORD    quiet<>+0(SB), Z3, K2, Z0
-	VPMOVDW  Z0, 64(R11)
-	VMOVUPS  192(R12), Z0
-	VPSRLD   $0x10, Z0, Z3
-	VPANDD   absmask<>+0(SB), Z0, Z4
-	VPCMPGTD infbits<>+0(SB), Z4, K2
-	VPANDD   one_i<>+0(SB), Z3, Z4
-	VPADDD   round<>+0(SB), Z0, Z0
-	VPADDD   Z4, Z0, Z0
-	VPSRLD   $0x10, Z0, Z0
-	VPORD    quiet<>+0(SB), Z3, K2, Z0
-	VPMOVDW  Z0, 96(R11)
-	VMOVUPS  256(R12), Z0
-	VPSRLD   $0x10, Z0, Z3
-	VPANDD   absmask<>+0(SB), Z0, Z4
-	VPCMPGTD infbits<>+0(SB), Z4, K2
-	VPANDD   one_i<>+0(SB), Z3, Z4
-	VPADDD   round<>+0(SB), Z0, Z0
-	VPADDD   Z4, Z0, Z0
-	VPSRLD   $0x10, Z0, Z0
-	VPORD    quiet<>+0(SB), Z3, K2, Z0
-	VPMOVDW  Z0, 128(R11)
-	VMOVUPS  320(R12), Z0
-	VPSRLD   $0x10, Z0, Z3
-	VPANDD   absmask<>+0(SB), Z0, Z4
-	VPCMPGTD infbits<>+0(SB), Z4, K2
-	VPANDD   one_i<>+0(SB), Z3, Z4
-	VPADDD   round<>+0(SB), Z0, Z0
-	VPADDD   Z4, Z0, Z0
-	VPSRLD   $0x10, Z0, Z0
-	VPORD    quiet<>+0(SB), Z3, K2, Z0
-	VPMOVDW  Z0, 160(R11)
-	VMOVUPS  384(R12), Z0
-	VPSRLD   $0x10, Z0, Z3
-	VPANDD   absmask<>+0(SB), Z0, Z4
-	VPCMPGTD infbits<>+0(SB), Z4, K2
-	VPANDD   one_i<>+0(SB), Z3, Z4
-	VPADDD   round<>+0(SB), Z0, Z0
-	VPADDD   Z4, Z0, Z0
-	VPSRLD   $0x10, Z0, Z0
-	VPORD    quiet<>+0(SB), Z3, K2, Z0
-	VPMOVDW  Z0, K1, 192(R11)
-	CMPQ     R9, $0x000001c0
-	JBE      stateVKbf16AVX512_dead_51
-	VMOVUPS  448(R12), Z0
-	VPSRLD   $0x10, Z0, Z3
-	VPANDD   absmask<>+0(SB), Z0, Z4
-	VPCMPGTD infbits<>+0(SB), Z4, K2
-	VPANDD   one_i<>+0(SB), Z3, Z4
-	VPADDD   round<>+0(SB), Z0, Z0
-	VPADDD   Z4, Z0, Z0
-	VPSRLD   $0x10, Z0, Z0
-	VPORD    quiet<>+0(SB), Z3, K2, Z0
-	VPMOVDW  Z0, K3, 224(R11)
+	VMOVUPS       (R12), Z0
+	VPSRLD        $0x10, Z0, Z3
+	VPANDD.BCST   absmask<>+0(SB), Z0, Z4
+	VPCMPGTD.BCST infbits<>+0(SB), Z4, K2
+	VPANDD.BCST   one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST   round<>+0(SB), Z0, Z0
+	VPADDD        Z4, Z0, Z0
+	VPSRLD        $0x10, Z0, Z0
+	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW       Z0, (R11)
+	VMOVUPS       64(R12), Z0
+	VPSRLD        $0x10, Z0, Z3
+	VPANDD.BCST   absmask<>+0(SB), Z0, Z4
+	VPCMPGTD.BCST infbits<>+0(SB), Z4, K2
+	VPANDD.BCST   one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST   round<>+0(SB), Z0, Z0
+	VPADDD        Z4, Z0, Z0
+	VPSRLD        $0x10, Z0, Z0
+	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW       Z0, 32(R11)
+	VMOVUPS       128(R12), Z0
+	VPSRLD        $0x10, Z0, Z3
+	VPANDD.BCST   absmask<>+0(SB), Z0, Z4
+	VPCMPGTD.BCST infbits<>+0(SB), Z4, K2
+	VPANDD.BCST   one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST   round<>+0(SB), Z0, Z0
+	VPADDD        Z4, Z0, Z0
+	VPSRLD        $0x10, Z0, Z0
+	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW       Z0, 64(R11)
+	VMOVUPS       192(R12), Z0
+	VPSRLD        $0x10, Z0, Z3
+	VPANDD.BCST   absmask<>+0(SB), Z0, Z4
+	VPCMPGTD.BCST infbits<>+0(SB), Z4, K2
+	VPANDD.BCST   one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST   round<>+0(SB), Z0, Z0
+	VPADDD        Z4, Z0, Z0
+	VPSRLD        $0x10, Z0, Z0
+	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW       Z0, 96(R11)
+	VMOVUPS       256(R12), Z0
+	VPSRLD        $0x10, Z0, Z3
+	VPANDD.BCST   absmask<>+0(SB), Z0, Z4
+	VPCMPGTD.BCST infbits<>+0(SB), Z4, K2
+	VPANDD.BCST   one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST   round<>+0(SB), Z0, Z0
+	VPADDD        Z4, Z0, Z0
+	VPSRLD        $0x10, Z0, Z0
+	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW       Z0, 128(R11)
+	VMOVUPS       320(R12), Z0
+	VPSRLD        $0x10, Z0, Z3
+	VPANDD.BCST   absmask<>+0(SB), Z0, Z4
+	VPCMPGTD.BCST infbits<>+0(SB), Z4, K2
+	VPANDD.BCST   one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST   round<>+0(SB), Z0, Z0
+	VPADDD        Z4, Z0, Z0
+	VPSRLD        $0x10, Z0, Z0
+	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW       Z0, 160(R11)
+	VMOVUPS       384(R12), Z0
+	VPSRLD        $0x10, Z0, Z3
+	VPANDD.BCST   absmask<>+0(SB), Z0, Z4
+	VPCMPGTD.BCST infbits<>+0(SB), Z4, K2
+	VPANDD.BCST   one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST   round<>+0(SB), Z0, Z0
+	VPADDD        Z4, Z0, Z0
+	VPSRLD        $0x10, Z0, Z0
+	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW       Z0, K1, 192(R11)
+	CMPQ          R9, $0x000001c0
+	JBE           stateVKbf16AVX512_dead_51
+	VMOVUPS       448(R12), Z0
+	VPSRLD        $0x10, Z0, Z3
+	VPANDD.BCST   absmask<>+0(SB), Z0, Z4
+	VPCMPGTD.BCST infbits<>+0(SB), Z4, K2
+	VPANDD.BCST   one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST   round<>+0(SB), Z0, Z0
+	VPADDD        Z4, Z0, Z0
+	VPSRLD        $0x10, Z0, Z0
+	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW       Z0, K3, 224(R11)
 
 stateVKbf16AVX512_dead_51:
 	ADDQ R10, R11
@@ -19723,179 +19723,179 @@ stateVKbf16AVX512_far_13:
 stateVKbf16AVX512_dead_57:
 stateVKbf16AVX512_decayed_13:
 	// The state after this token, if stored.
-	MOVQ     (BX), R11
-	TESTQ    R11, R11
-	JZ       stateVKbf16AVX512_nostore_5
-	MOVQ     (SP), R12
-	IMULQ    R10, R12
-	ADDQ     R12, R11
-	VMOVAPS  Z0, Z18
-	VPSRLD   $0x10, Z18, Z19
-	VPANDD   absmask<>+0(SB), Z18, Z20
-	VPCMPGTD infbits<>+0(SB), Z20, K2
-	VPANDD   one_i<>+0(SB), Z19, Z20
-	VPADDD   round<>+0(SB), Z18, Z18
-	VPADDD   Z20, Z18, Z18
-	VPSRLD   $0x10, Z18, Z18
-	VPORD    quiet<>+0(SB), Z19, K2, Z18
-	VPMOVDW  Z18, (R11)
-	VMOVAPS  Z3, Z18
-	VPSRLD   $0x10, Z18, Z19
-	VPANDD   absmask<>+0(SB), Z18, Z20
-	VPCMPGTD infbits<>+0(SB), Z20, K2
-	VPANDD   one_i<>+0(SB), Z19, Z20
-	VPADDD   round<>+0(SB), Z18, Z18
-	VPADDD   Z20, Z18, Z18
-	VPSRLD   $0x10, Z18, Z18
-	VPORD    quiet<>+0(SB), Z19, K2, Z18
-	VPMOVDW  Z18, 32(R11)
-	VMOVAPS  Z4, Z18
-	VPSRLD   $0x10, Z18, Z19
-	VPANDD   absmask<>+0(SB), Z18, Z20
-	VPCMPGTD infbits<>+0(SB), Z20, K2
-	VPANDD   one_i<>+0(SB), Z19, Z20
-	VPADDD   round<>+0(SB), Z18, Z18
-	VPADDD   Z20, Z18, Z18
-	VPSRLD   $0x10, Z18, Z18
-	VPORD    quiet<>+0(SB), Z19, K2, Z18
-	VPMOVDW  Z18, 64(R11)
-	VMOVAPS  Z5, Z18
-	VPSRLD   $0x10, Z18, Z19
-	VPANDD   absmask<>+0(SB), Z18, Z20
-	VPCMPGTD infbits<>+0(SB), Z20, K2
-	VPANDD   one_i<>+0(SB), Z19, Z20
-	VPADDD   round<>+0(SB), Z18, Z18
-	VPADDD   Z20, Z18, Z18
-	VPSRLD   $0x10, Z18, Z18
-	VPORD    quiet<>+0(SB), Z19, K2, Z18
-	VPMOVDW  Z18, 96(R11)
-	VMOVAPS  Z6, Z18
-	VPSRLD   $0x10, Z18, Z19
-	VPANDD   absmask<>+0(SB), Z18, Z20
-	VPCMPGTD infbits<>+0(SB), Z20, K2
-	VPANDD   one_i<>+0(SB), Z19, Z20
-	VPADDD   round<>+0(SB), Z18, Z18
-	VPADDD   Z20, Z18, Z18
-	VPSRLD   $0x10, Z18, Z18
-	VPORD    quiet<>+0(SB), Z19, K2, Z18
-	VPMOVDW  Z18, 128(R11)
-	VMOVAPS  Z7, Z18
-	VPSRLD   $0x10, Z18, Z19
-	VPANDD   absmask<>+0(SB), Z18, Z20
-	VPCMPGTD infbits<>+0(SB), Z20, K2
-	VPANDD   one_i<>+0(SB), Z19, Z20
-	VPADDD   round<>+0(SB), Z18, Z18
-	VPADDD   Z20, Z18, Z18
-	VPSRLD   $0x10, Z18, Z18
-	VPORD    quiet<>+0(SB), Z19, K2, Z18
-	VPMOVDW  Z18, 160(R11)
-	VMOVAPS  Z8, Z18
-	VPSRLD   $0x10, Z18, Z19
-	VPANDD   absmask<>+0(SB), Z18, Z20
-	VPCMPGTD infbits<>+0(SB), Z20, K2
-	VPANDD   one_i<>+0(SB), Z19, Z20
-	VPADDD   round<>+0(SB), Z18, Z18
-	VPADDD   Z20, Z18, Z18
-	VPSRLD   $0x10, Z18, Z18
-	VPORD    quiet<>+0(SB), Z19, K2, Z18
-	VPMOVDW  Z18, K1, 192(R11)
-	CMPQ     R9, $0x000001c0
-	JBE      stateVKbf16AVX512_dead_58
-	VMOVAPS  Z9, Z18
-	VPSRLD   $0x10, Z18, Z19
-	VPANDD   absmask<>+0(SB), Z18, Z20
-	VPCMPGTD infbits<>+0(SB), Z20, K2
-	VPANDD   one_i<>+0(SB), Z19, Z20
-	VPADDD   round<>+0(SB), Z18, Z18
-	VPADDD   Z20, Z18, Z18
-	VPSRLD   $0x10, Z18, Z18
-	VPORD    quiet<>+0(SB), Z19, K2, Z18
-	VPMOVDW  Z18, K3, 224(R11)
+	MOVQ          (BX), R11
+	TESTQ         R11, R11
+	JZ            stateVKbf16AVX512_nostore_5
+	MOVQ          (SP), R12
+	IMULQ         R10, R12
+	ADDQ          R12, R11
+	VMOVAPS       Z0, Z18
+	VPSRLD        $0x10, Z18, Z19
+	VPANDD.BCST   absmask<>+0(SB), Z18, Z20
+	VPCMPGTD.BCST infbits<>+0(SB), Z20, K2
+	VPANDD.BCST   one_i<>+0(SB), Z19, Z20
+	VPADDD.BCST   round<>+0(SB), Z18, Z18
+	VPADDD        Z20, Z18, Z18
+	VPSRLD        $0x10, Z18, Z18
+	VPORD.BCST    quiet<>+0(SB), Z19, K2, Z18
+	VPMOVDW       Z18, (R11)
+	VMOVAPS       Z3, Z18
+	VPSRLD        $0x10, Z18, Z19
+	VPANDD.BCST   absmask<>+0(SB), Z18, Z20
+	VPCMPGTD.BCST infbits<>+0(SB), Z20, K2
+	VPANDD.BCST   one_i<>+0(SB), Z19, Z20
+	VPADDD.BCST   round<>+0(SB), Z18, Z18
+	VPADDD        Z20, Z18, Z18
+	VPSRLD        $0x10, Z18, Z18
+	VPORD.BCST    quiet<>+0(SB), Z19, K2, Z18
+	VPMOVDW       Z18, 32(R11)
+	VMOVAPS       Z4, Z18
+	VPSRLD        $0x10, Z18, Z19
+	VPANDD.BCST   absmask<>+0(SB), Z18, Z20
+	VPCMPGTD.BCST infbits<>+0(SB), Z20, K2
+	VPANDD.BCST   one_i<>+0(SB), Z19, Z20
+	VPADDD.BCST   round<>+0(SB), Z18, Z18
+	VPADDD        Z20, Z18, Z18
+	VPSRLD        $0x10, Z18, Z18
+	VPORD.BCST    quiet<>+0(SB), Z19, K2, Z18
+	VPMOVDW       Z18, 64(R11)
+	VMOVAPS       Z5, Z18
+	VPSRLD        $0x10, Z18, Z19
+	VPANDD.BCST   absmask<>+0(SB), Z18, Z20
+	VPCMPGTD.BCST infbits<>+0(SB), Z20, K2
+	VPANDD.BCST   one_i<>+0(SB), Z19, Z20
+	VPADDD.BCST   round<>+0(SB), Z18, Z18
+	VPADDD        Z20, Z18, Z18
+	VPSRLD        $0x10, Z18, Z18
+	VPORD.BCST    quiet<>+0(SB), Z19, K2, Z18
+	VPMOVDW       Z18, 96(R11)
+	VMOVAPS       Z6, Z18
+	VPSRLD        $0x10, Z18, Z19
+	VPANDD.BCST   absmask<>+0(SB), Z18, Z20
+	VPCMPGTD.BCST infbits<>+0(SB), Z20, K2
+	VPANDD.BCST   one_i<>+0(SB), Z19, Z20
+	VPADDD.BCST   round<>+0(SB), Z18, Z18
+	VPADDD        Z20, Z18, Z18
+	VPSRLD        $0x10, Z18, Z18
+	VPORD.BCST    quiet<>+0(SB), Z19, K2, Z18
+	VPMOVDW       Z18, 128(R11)
+	VMOVAPS       Z7, Z18
+	VPSRLD        $0x10, Z18, Z19
+	VPANDD.BCST   absmask<>+0(SB), Z18, Z20
+	VPCMPGTD.BCST infbits<>+0(SB), Z20, K2
+	VPANDD.BCST   one_i<>+0(SB), Z19, Z20
+	VPADDD.BCST   round<>+0(SB), Z18, Z18
+	VPADDD        Z20, Z18, Z18
+	VPSRLD        $0x10, Z18, Z18
+	VPORD.BCST    quiet<>+0(SB), Z19, K2, Z18
+	VPMOVDW       Z18, 160(R11)
+	VMOVAPS       Z8, Z18
+	VPSRLD        $0x10, Z18, Z19
+	VPANDD.BCST   absmask<>+0(SB), Z18, Z20
+	VPCMPGTD.BCST infbits<>+0(SB), Z20, K2
+	VPANDD.BCST   one_i<>+0(SB), Z19, Z20
+	VPADDD.BCST   round<>+0(SB), Z18, Z18
+	VPADDD        Z20, Z18, Z18
+	VPSRLD        $0x10, Z18, Z18
+	VPORD.BCST    quiet<>+0(SB), Z19, K2, Z18
+	VPMOVDW       Z18, K1, 192(R11)
+	CMPQ          R9, $0x000001c0
+	JBE           stateVKbf16AVX512_dead_58
+	VMOVAPS       Z9, Z18
+	VPSRLD        $0x10, Z18, Z19
+	VPANDD.BCST   absmask<>+0(SB), Z18, Z20
+	VPCMPGTD.BCST infbits<>+0(SB), Z20, K2
+	VPANDD.BCST   one_i<>+0(SB), Z19, Z20
+	VPADDD.BCST   round<>+0(SB), Z18, Z18
+	VPADDD        Z20, Z18, Z18
+	VPSRLD        $0x10, Z18, Z18
+	VPORD.BCST    quiet<>+0(SB), Z19, K2, Z18
+	VPMOVDW       Z18, K3, 224(R11)
 
 stateVKbf16AVX512_dead_58:
-	ADDQ     R10, R11
-	VMOVAPS  Z10, Z18
-	VPSRLD   $0x10, Z18, Z19
-	VPANDD   absmask<>+0(SB), Z18, Z20
-	VPCMPGTD infbits<>+0(SB), Z20, K2
-	VPANDD   one_i<>+0(SB), Z19, Z20
-	VPADDD   round<>+0(SB), Z18, Z18
-	VPADDD   Z20, Z18, Z18
-	VPSRLD   $0x10, Z18, Z18
-	VPORD    quiet<>+0(SB), Z19, K2, Z18
-	VPMOVDW  Z18, (R11)
-	VMOVAPS  Z11, Z18
-	VPSRLD   $0x10, Z18, Z19
-	VPANDD   absmask<>+0(SB), Z18, Z20
-	VPCMPGTD infbits<>+0(SB), Z20, K2
-	VPANDD   one_i<>+0(SB), Z19, Z20
-	VPADDD   round<>+0(SB), Z18, Z18
-	VPADDD   Z20, Z18, Z18
-	VPSRLD   $0x10, Z18, Z18
-	VPORD    quiet<>+0(SB), Z19, K2, Z18
-	VPMOVDW  Z18, 32(R11)
-	VMOVAPS  Z12, Z18
-	VPSRLD   $0x10, Z18, Z19
-	VPANDD   absmask<>+0(SB), Z18, Z20
-	VPCMPGTD infbits<>+0(SB), Z20, K2
-	VPANDD   one_i<>+0(SB), Z19, Z20
-	VPADDD   round<>+0(SB), Z18, Z18
-	VPADDD   Z20, Z18, Z18
-	VPSRLD   $0x10, Z18, Z18
-	VPORD    quiet<>+0(SB), Z19, K2, Z18
-	VPMOVDW  Z18, 64(R11)
-	VMOVAPS  Z13, Z18
-	VPSRLD   $0x10, Z18, Z19
-	VPANDD   absmask<>+0(SB), Z18, Z20
-	VPCMPGTD infbits<>+0(SB), Z20, K2
-	VPANDD   one_i<>+0(SB), Z19, Z20
-	VPADDD   round<>+0(SB), Z18, Z18
-	VPADDD   Z20, Z18, Z18
-	VPSRLD   $0x10, Z18, Z18
-	VPORD    quiet<>+0(SB), Z19, K2, Z18
-	VPMOVDW  Z18, 96(R11)
-	VMOVAPS  Z14, Z18
-	VPSRLD   $0x10, Z18, Z19
-	VPANDD   absmask<>+0(SB), Z18, Z20
-	VPCMPGTD infbits<>+0(SB), Z20, K2
-	VPANDD   one_i<>+0(SB), Z19, Z20
-	VPADDD   round<>+0(SB), Z18, Z18
-	VPADDD   Z20, Z18, Z18
-	VPSRLD   $0x10, Z18, Z18
-	VPORD    quiet<>+0(SB), Z19, K2, Z18
-	VPMOVDW  Z18, 128(R11)
-	VMOVAPS  Z15, Z18
-	VPSRLD   $0x10, Z18, Z19
-	VPANDD   absmask<>+0(SB), Z18, Z20
-	VPCMPGTD infbits<>+0(SB), Z20, K2
-	VPANDD   one_i<>+0(SB), Z19, Z20
-	VPADDD   round<>+0(SB), Z18, Z18
-	VPADDD   Z20, Z18, Z18
-	VPSRLD   $0x10, Z18, Z18
-	VPORD    quiet<>+0(SB), Z19, K2, Z18
-	VPMOVDW  Z18, 160(R11)
-	VMOVAPS  Z16, Z18
-	VPSRLD   $0x10, Z18, Z19
-	VPANDD   absmask<>+0(SB), Z18, Z20
-	VPCMPGTD infbits<>+0(SB), Z20, K2
-	VPANDD   one_i<>+0(SB), Z19, Z20
-	VPADDD   round<>+0(SB), Z18, Z18
-	VPADDD   Z20, Z18, Z18
-	VPSRLD   $0x10, Z18, Z18
-	VPORD    quiet<>+0(SB), Z19, K2, Z18
-	VPMOVDW  Z18, K1, 192(R11)
-	CMPQ     R9, $0x000001c0
-	JBE      stateVKbf16AVX512_dead_59
-	VMOVAPS  Z17, Z18
-	VPSRLD   $0x10, Z18, Z19
-	VPANDD   absmask<>+0(SB), Z18, Z20
-	VPCMPGTD infbits<>+0(SB), Z20, K2
-	VPANDD   one_i<>+0(SB), Z19, Z20
-	VPADDD   round<>+0(SB), Z18, Z18
-	VPADDD   Z20, Z18, Z18
-	VPSRLD   $0x10, Z18, Z18
-	VPORD    quiet<>+0(SB), Z19, K2, Z18
-	VPMOVDW  Z18, K3, 224(R11)
+	ADDQ          R10, R11
+	VMOVAPS       Z10, Z18
+	VPSRLD        $0x10, Z18, Z19
+	VPANDD.BCST   absmask<>+0(SB), Z18, Z20
+	VPCMPGTD.BCST infbits<>+0(SB), Z20, K2
+	VPANDD.BCST   one_i<>+0(SB), Z19, Z20
+	VPADDD.BCST   round<>+0(SB), Z18, Z18
+	VPADDD        Z20, Z18, Z18
+	VPSRLD        $0x10, Z18, Z18
+	VPORD.BCST    quiet<>+0(SB), Z19, K2, Z18
+	VPMOVDW       Z18, (R11)
+	VMOVAPS       Z11, Z18
+	VPSRLD        $0x10, Z18, Z19
+	VPANDD.BCST   absmask<>+0(SB), Z18, Z20
+	VPCMPGTD.BCST infbits<>+0(SB), Z20, K2
+	VPANDD.BCST   one_i<>+0(SB), Z19, Z20
+	VPADDD.BCST   round<>+0(SB), Z18, Z18
+	VPADDD        Z20, Z18, Z18
+	VPSRLD        $0x10, Z18, Z18
+	VPORD.BCST    quiet<>+0(SB), Z19, K2, Z18
+	VPMOVDW       Z18, 32(R11)
+	VMOVAPS       Z12, Z18
+	VPSRLD        $0x10, Z18, Z19
+	VPANDD.BCST   absmask<>+0(SB), Z18, Z20
+	VPCMPGTD.BCST infbits<>+0(SB), Z20, K2
+	VPANDD.BCST   one_i<>+0(SB), Z19, Z20
+	VPADDD.BCST   round<>+0(SB), Z18, Z18
+	VPADDD        Z20, Z18, Z18
+	VPSRLD        $0x10, Z18, Z18
+	VPORD.BCST    quiet<>+0(SB), Z19, K2, Z18
+	VPMOVDW       Z18, 64(R11)
+	VMOVAPS       Z13, Z18
+	VPSRLD        $0x10, Z18, Z19
+	VPANDD.BCST   absmask<>+0(SB), Z18, Z20
+	VPCMPGTD.BCST infbits<>+0(SB), Z20, K2
+	VPANDD.BCST   one_i<>+0(SB), Z19, Z20
+	VPADDD.BCST   round<>+0(SB), Z18, Z18
+	VPADDD        Z20, Z18, Z18
+	VPSRLD        $0x10, Z18, Z18
+	VPORD.BCST    quiet<>+0(SB), Z19, K2, Z18
+	VPMOVDW       Z18, 96(R11)
+	VMOVAPS       Z14, Z18
+	VPSRLD        $0x10, Z18, Z19
+	VPANDD.BCST   absmask<>+0(SB), Z18, Z20
+	VPCMPGTD.BCST infbits<>+0(SB), Z20, K2
+	VPANDD.BCST   one_i<>+0(SB), Z19, Z20
+	VPADDD.BCST   round<>+0(SB), Z18, Z18
+	VPADDD        Z20, Z18, Z18
+	VPSRLD        $0x10, Z18, Z18
+	VPORD.BCST    quiet<>+0(SB), Z19, K2, Z18
+	VPMOVDW       Z18, 128(R11)
+	VMOVAPS       Z15, Z18
+	VPSRLD        $0x10, Z18, Z19
+	VPANDD.BCST   absmask<>+0(SB), Z18, Z20
+	VPCMPGTD.BCST infbits<>+0(SB), Z20, K2
+	VPANDD.BCST   one_i<>+0(SB), Z19, Z20
+	VPADDD.BCST   round<>+0(SB), Z18, Z18
+	VPADDD        Z20, Z18, Z18
+	VPSRLD        $0x10, Z18, Z18
+	VPORD.BCST    quiet<>+0(SB), Z19, K2, Z18
+	VPMOVDW       Z18, 160(R11)
+	VMOVAPS       Z16, Z18
+	VPSRLD        $0x10, Z18, Z19
+	VPANDD.BCST   absmask<>+0(SB), Z18, Z20
+	VPCMPGTD.BCST infbits<>+0(SB), Z20, K2
+	VPANDD.BCST   one_i<>+0(SB), Z19, Z20
+	VPADDD.BCST   round<>+0(SB), Z18, Z18
+	VPADDD        Z20, Z18, Z18
+	VPSRLD        $0x10, Z18, Z18
+	VPORD.BCST    quiet<>+0(SB), Z19, K2, Z18
+	VPMOVDW       Z18, K1, 192(R11)
+	CMPQ          R9, $0x000001c0
+	JBE           stateVKbf16AVX512_dead_59
+	VMOVAPS       Z17, Z18
+	VPSRLD        $0x10, Z18, Z19
+	VPANDD.BCST   absmask<>+0(SB), Z18, Z20
+	VPCMPGTD.BCST infbits<>+0(SB), Z20, K2
+	VPANDD.BCST   one_i<>+0(SB), Z19, Z20
+	VPADDD.BCST   round<>+0(SB), Z18, Z18
+	VPADDD        Z20, Z18, Z18
+	VPSRLD        $0x10, Z18, Z18
+	VPORD.BCST    quiet<>+0(SB), Z19, K2, Z18
+	VPMOVDW       Z18, K3, 224(R11)
 
 stateVKbf16AVX512_dead_59:
 stateVKbf16AVX512_nostore_5:
@@ -20127,94 +20127,94 @@ stateVKbf16AVX512_far_15:
 stateVKbf16AVX512_dead_65:
 stateVKbf16AVX512_decayed_15:
 	// The state after this token, if stored.
-	MOVQ     (BX), R11
-	TESTQ    R11, R11
-	JZ       stateVKbf16AVX512_nostore_6
-	MOVQ     (SP), R12
-	IMULQ    R10, R12
-	ADDQ     R12, R11
-	VMOVAPS  Z0, Z9
-	VPSRLD   $0x10, Z9, Z10
-	VPANDD   absmask<>+0(SB), Z9, Z11
-	VPCMPGTD infbits<>+0(SB), Z11, K2
-	VPANDD   one_i<>+0(SB), Z10, Z11
-	VPADDD   round<>+0(SB), Z9, Z9
-	VPADDD   Z11, Z9, Z9
-	VPSRLD   $0x10, Z9, Z9
-	VPORD    quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW  Z9, (R11)
-	VMOVAPS  Z1, Z9
-	VPSRLD   $0x10, Z9, Z10
-	VPANDD   absmask<>+0(SB), Z9, Z11
-	VPCMPGTD infbits<>+0(SB), Z11, K2
-	VPANDD   one_i<>+0(SB), Z10, Z11
-	VPADDD   round<>+0(SB), Z9, Z9
-	VPADDD   Z11, Z9, Z9
-	VPSRLD   $0x10, Z9, Z9
-	VPORD    quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW  Z9, 32(R11)
-	VMOVAPS  Z3, Z9
-	VPSRLD   $0x10, Z9, Z10
-	VPANDD   absmask<>+0(SB), Z9, Z11
-	VPCMPGTD infbits<>+0(SB), Z11, K2
-	VPANDD   one_i<>+0(SB), Z10, Z11
-	VPADDD   round<>+0(SB), Z9, Z9
-	VPADDD   Z11, Z9, Z9
-	VPSRLD   $0x10, Z9, Z9
-	VPORD    quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW  Z9, 64(R11)
-	VMOVAPS  Z4, Z9
-	VPSRLD   $0x10, Z9, Z10
-	VPANDD   absmask<>+0(SB), Z9, Z11
-	VPCMPGTD infbits<>+0(SB), Z11, K2
-	VPANDD   one_i<>+0(SB), Z10, Z11
-	VPADDD   round<>+0(SB), Z9, Z9
-	VPADDD   Z11, Z9, Z9
-	VPSRLD   $0x10, Z9, Z9
-	VPORD    quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW  Z9, 96(R11)
-	VMOVAPS  Z5, Z9
-	VPSRLD   $0x10, Z9, Z10
-	VPANDD   absmask<>+0(SB), Z9, Z11
-	VPCMPGTD infbits<>+0(SB), Z11, K2
-	VPANDD   one_i<>+0(SB), Z10, Z11
-	VPADDD   round<>+0(SB), Z9, Z9
-	VPADDD   Z11, Z9, Z9
-	VPSRLD   $0x10, Z9, Z9
-	VPORD    quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW  Z9, 128(R11)
-	VMOVAPS  Z6, Z9
-	VPSRLD   $0x10, Z9, Z10
-	VPANDD   absmask<>+0(SB), Z9, Z11
-	VPCMPGTD infbits<>+0(SB), Z11, K2
-	VPANDD   one_i<>+0(SB), Z10, Z11
-	VPADDD   round<>+0(SB), Z9, Z9
-	VPADDD   Z11, Z9, Z9
-	VPSRLD   $0x10, Z9, Z9
-	VPORD    quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW  Z9, 160(R11)
-	VMOVAPS  Z7, Z9
-	VPSRLD   $0x10, Z9, Z10
-	VPANDD   absmask<>+0(SB), Z9, Z11
-	VPCMPGTD infbits<>+0(SB), Z11, K2
-	VPANDD   one_i<>+0(SB), Z10, Z11
-	VPADDD   round<>+0(SB), Z9, Z9
-	VPADDD   Z11, Z9, Z9
-	VPSRLD   $0x10, Z9, Z9
-	VPORD    quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW  Z9, K1, 192(R11)
-	CMPQ     R9, $0x000001c0
-	JBE      stateVKbf16AVX512_dead_66
-	VMOVAPS  Z8, Z9
-	VPSRLD   $0x10, Z9, Z10
-	VPANDD   absmask<>+0(SB), Z9, Z11
-	VPCMPGTD infbits<>+0(SB), Z11, K2
-	VPANDD   one_i<>+0(SB), Z10, Z11
-	VPADDD   round<>+0(SB), Z9, Z9
-	VPADDD   Z11, Z9, Z9
-	VPSRLD   $0x10, Z9, Z9
-	VPORD    quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW  Z9, K3, 224(R11)
+	MOVQ          (BX), R11
+	TESTQ         R11, R11
+	JZ            stateVKbf16AVX512_nostore_6
+	MOVQ          (SP), R12
+	IMULQ         R10, R12
+	ADDQ          R12, R11
+	VMOVAPS       Z0, Z9
+	VPSRLD        $0x10, Z9, Z10
+	VPANDD.BCST   absmask<>+0(SB), Z9, Z11
+	VPCMPGTD.BCST infbits<>+0(SB), Z11, K2
+	VPANDD.BCST   one_i<>+0(SB), Z10, Z11
+	VPADDD.BCST   round<>+0(SB), Z9, Z9
+	VPADDD        Z11, Z9, Z9
+	VPSRLD        $0x10, Z9, Z9
+	VPORD.BCST    quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW       Z9, (R11)
+	VMOVAPS       Z1, Z9
+	VPSRLD        $0x10, Z9, Z10
+	VPANDD.BCST   absmask<>+0(SB), Z9, Z11
+	VPCMPGTD.BCST infbits<>+0(SB), Z11, K2
+	VPANDD.BCST   one_i<>+0(SB), Z10, Z11
+	VPADDD.BCST   round<>+0(SB), Z9, Z9
+	VPADDD        Z11, Z9, Z9
+	VPSRLD        $0x10, Z9, Z9
+	VPORD.BCST    quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW       Z9, 32(R11)
+	VMOVAPS       Z3, Z9
+	VPSRLD        $0x10, Z9, Z10
+	VPANDD.BCST   absmask<>+0(SB), Z9, Z11
+	VPCMPGTD.BCST infbits<>+0(SB), Z11, K2
+	VPANDD.BCST   one_i<>+0(SB), Z10, Z11
+	VPADDD.BCST   round<>+0(SB), Z9, Z9
+	VPADDD        Z11, Z9, Z9
+	VPSRLD        $0x10, Z9, Z9
+	VPORD.BCST    quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW       Z9, 64(R11)
+	VMOVAPS       Z4, Z9
+	VPSRLD        $0x10, Z9, Z10
+	VPANDD.BCST   absmask<>+0(SB), Z9, Z11
+	VPCMPGTD.BCST infbits<>+0(SB), Z11, K2
+	VPANDD.BCST   one_i<>+0(SB), Z10, Z11
+	VPADDD.BCST   round<>+0(SB), Z9, Z9
+	VPADDD        Z11, Z9, Z9
+	VPSRLD        $0x10, Z9, Z9
+	VPORD.BCST    quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW       Z9, 96(R11)
+	VMOVAPS       Z5, Z9
+	VPSRLD        $0x10, Z9, Z10
+	VPANDD.BCST   absmask<>+0(SB), Z9, Z11
+	VPCMPGTD.BCST infbits<>+0(SB), Z11, K2
+	VPANDD.BCST   one_i<>+0(SB), Z10, Z11
+	VPADDD.BCST   round<>+0(SB), Z9, Z9
+	VPADDD        Z11, Z9, Z9
+	VPSRLD        $0x10, Z9, Z9
+	VPORD.BCST    quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW       Z9, 128(R11)
+	VMOVAPS       Z6, Z9
+	VPSRLD        $0x10, Z9, Z10
+	VPANDD.BCST   absmask<>+0(SB), Z9, Z11
+	VPCMPGTD.BCST infbits<>+0(SB), Z11, K2
+	VPANDD.BCST   one_i<>+0(SB), Z10, Z11
+	VPADDD.BCST   round<>+0(SB), Z9, Z9
+	VPADDD        Z11, Z9, Z9
+	VPSRLD        $0x10, Z9, Z9
+	VPORD.BCST    quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW       Z9, 160(R11)
+	VMOVAPS       Z7, Z9
+	VPSRLD        $0x10, Z9, Z10
+	VPANDD.BCST   absmask<>+0(SB), Z9, Z11
+	VPCMPGTD.BCST infbits<>+0(SB), Z11, K2
+	VPANDD.BCST   one_i<>+0(SB), Z10, Z11
+	VPADDD.BCST   round<>+0(SB), Z9, Z9
+	VPADDD        Z11, Z9, Z9
+	VPSRLD        $0x10, Z9, Z9
+	VPORD.BCST    quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW       Z9, K1, 192(R11)
+	CMPQ          R9, $0x000001c0
+	JBE           stateVKbf16AVX512_dead_66
+	VMOVAPS       Z8, Z9
+	VPSRLD        $0x10, Z9, Z10
+	VPANDD.BCST   absmask<>+0(SB), Z9, Z11
+	VPCMPGTD.BCST infbits<>+0(SB), Z11, K2
+	VPANDD.BCST   one_i<>+0(SB), Z10, Z11
+	VPADDD.BCST   round<>+0(SB), Z9, Z9
+	VPADDD        Z11, Z9, Z9
+	VPSRLD        $0x10, Z9, Z9
+	VPORD.BCST    quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW       Z9, K3, 224(R11)
 
 stateVKbf16AVX512_dead_66:
 stateVKbf16AVX512_nostore_6:
@@ -20524,138 +20524,138 @@ stateVKbf16AVX512_far_17:
 stateVKbf16AVX512_dead_72:
 stateVKbf16AVX512_decayed_17:
 	// The state after this token, if stored.
-	MOVQ     (BX), R11
-	TESTQ    R11, R11
-	JZ       stateVKbf16AVX512_nostore_7
-	MOVQ     (SP), R12
-	IMULQ    R10, R12
-	ADDQ     R12, R11
-	VMOVAPS  Z0, Z13
-	VPSRLD   $0x10, Z13, Z14
-	VPANDD   absmask<>+0(SB), Z13, Z15
-	VPCMPGTD infbits<>+0(SB), Z15, K2
-	VPANDD   one_i<>+0(SB), Z14, Z15
-	VPADDD   round<>+0(SB), Z13, Z13
-	VPADDD   Z15, Z13, Z13
-	VPSRLD   $0x10, Z13, Z13
-	VPORD    quiet<>+0(SB), Z14, K2, Z13
-	VPMOVDW  Z13, (R11)
-	VMOVAPS  Z2, Z13
-	VPSRLD   $0x10, Z13, Z14
-	VPANDD   absmask<>+0(SB), Z13, Z15
-	VPCMPGTD infbits<>+0(SB), Z15, K2
-	VPANDD   one_i<>+0(SB), Z14, Z15
-	VPADDD   round<>+0(SB), Z13, Z13
-	VPADDD   Z15, Z13, Z13
-	VPSRLD   $0x10, Z13, Z13
-	VPORD    quiet<>+0(SB), Z14, K2, Z13
-	VPMOVDW  Z13, 32(R11)
-	VMOVAPS  Z3, Z13
-	VPSRLD   $0x10, Z13, Z14
-	VPANDD   absmask<>+0(SB), Z13, Z15
-	VPCMPGTD infbits<>+0(SB), Z15, K2
-	VPANDD   one_i<>+0(SB), Z14, Z15
-	VPADDD   round<>+0(SB), Z13, Z13
-	VPADDD   Z15, Z13, Z13
-	VPSRLD   $0x10, Z13, Z13
-	VPORD    quiet<>+0(SB), Z14, K2, Z13
-	VPMOVDW  Z13, 64(R11)
-	VMOVAPS  Z4, Z13
-	VPSRLD   $0x10, Z13, Z14
-	VPANDD   absmask<>+0(SB), Z13, Z15
-	VPCMPGTD infbits<>+0(SB), Z15, K2
-	VPANDD   one_i<>+0(SB), Z14, Z15
-	VPADDD   round<>+0(SB), Z13, Z13
-	VPADDD   Z15, Z13, Z13
-	VPSRLD   $0x10, Z13, Z13
-	VPORD    quiet<>+0(SB), Z14, K2, Z13
-	VPMOVDW  Z13, 96(R11)
-	VMOVAPS  Z5, Z13
-	VPSRLD   $0x10, Z13, Z14
-	VPANDD   absmask<>+0(SB), Z13, Z15
-	VPCMPGTD infbits<>+0(SB), Z15, K2
-	VPANDD   one_i<>+0(SB), Z14, Z15
-	VPADDD   round<>+0(SB), Z13, Z13
-	VPADDD   Z15, Z13, Z13
-	VPSRLD   $0x10, Z13, Z13
-	VPORD    quiet<>+0(SB), Z14, K2, Z13
-	VPMOVDW  Z13, 128(R11)
-	VMOVAPS  Z6, Z13
-	VPSRLD   $0x10, Z13, Z14
-	VPANDD   absmask<>+0(SB), Z13, Z15
-	VPCMPGTD infbits<>+0(SB), Z15, K2
-	VPANDD   one_i<>+0(SB), Z14, Z15
-	VPADDD   round<>+0(SB), Z13, Z13
-	VPADDD   Z15, Z13, Z13
-	VPSRLD   $0x10, Z13, Z13
-	VPORD    quiet<>+0(SB), Z14, K2, Z13
-	VPMOVDW  Z13, 160(R11)
-	VMOVAPS  Z7, Z13
-	VPSRLD   $0x10, Z13, Z14
-	VPANDD   absmask<>+0(SB), Z13, Z15
-	VPCMPGTD infbits<>+0(SB), Z15, K2
-	VPANDD   one_i<>+0(SB), Z14, Z15
-	VPADDD   round<>+0(SB), Z13, Z13
-	VPADDD   Z15, Z13, Z13
-	VPSRLD   $0x10, Z13, Z13
-	VPORD    quiet<>+0(SB), Z14, K2, Z13
-	VPMOVDW  Z13, 192(R11)
-	VMOVAPS  Z8, Z13
-	VPSRLD   $0x10, Z13, Z14
-	VPANDD   absmask<>+0(SB), Z13, Z15
-	VPCMPGTD infbits<>+0(SB), Z15, K2
-	VPANDD   one_i<>+0(SB), Z14, Z15
-	VPADDD   round<>+0(SB), Z13, Z13
-	VPADDD   Z15, Z13, Z13
-	VPSRLD   $0x10, Z13, Z13
-	VPORD    quiet<>+0(SB), Z14, K2, Z13
-	VPMOVDW  Z13, 224(R11)
-	VMOVAPS  Z9, Z13
-	VPSRLD   $0x10, Z13, Z14
-	VPANDD   absmask<>+0(SB), Z13, Z15
-	VPCMPGTD infbits<>+0(SB), Z15, K2
-	VPANDD   one_i<>+0(SB), Z14, Z15
-	VPADDD   round<>+0(SB), Z13, Z13
-	VPADDD   Z15, Z13, Z13
-	VPSRLD   $0x10, Z13, Z13
-	VPORD    quiet<>+0(SB), Z14, K2, Z13
-	VPMOVDW  Z13, K1, 256(R11)
-	CMPQ     R9, $0x00000240
-	JBE      stateVKbf16AVX512_dead_73
-	VMOVAPS  Z10, Z13
-	VPSRLD   $0x10, Z13, Z14
-	VPANDD   absmask<>+0(SB), Z13, Z15
-	VPCMPGTD infbits<>+0(SB), Z15, K2
-	VPANDD   one_i<>+0(SB), Z14, Z15
-	VPADDD   round<>+0(SB), Z13, Z13
-	VPADDD   Z15, Z13, Z13
-	VPSRLD   $0x10, Z13, Z13
-	VPORD    quiet<>+0(SB), Z14, K2, Z13
-	VPMOVDW  Z13, K3, 288(R11)
-	CMPQ     R9, $0x00000280
-	JBE      stateVKbf16AVX512_dead_73
-	VMOVAPS  Z11, Z13
-	VPSRLD   $0x10, Z13, Z14
-	VPANDD   absmask<>+0(SB), Z13, Z15
-	VPCMPGTD infbits<>+0(SB), Z15, K2
-	VPANDD   one_i<>+0(SB), Z14, Z15
-	VPADDD   round<>+0(SB), Z13, Z13
-	VPADDD   Z15, Z13, Z13
-	VPSRLD   $0x10, Z13, Z13
-	VPORD    quiet<>+0(SB), Z14, K2, Z13
-	VPMOVDW  Z13, K4, 320(R11)
-	CMPQ     R9, $0x000002c0
-	JBE      stateVKbf16AVX512_dead_73
-	VMOVAPS  Z12, Z13
-	VPSRLD   $0x10, Z13, Z14
-	VPANDD   absmask<>+0(SB), Z13, Z15
-	VPCMPGTD infbits<>+0(SB), Z15, K2
-	VPANDD   one_i<>+0(SB), Z14, Z15
-	VPADDD   round<>+0(SB), Z13, Z13
-	VPADDD   Z15, Z13, Z13
-	VPSRLD   $0x10, Z13, Z13
-	VPORD    quiet<>+0(SB), Z14, K2, Z13
-	VPMOVDW  Z13, K5, 352(R11)
+	MOVQ          (BX), R11
+	TESTQ         R11, R11
+	JZ            stateVKbf16AVX512_nostore_7
+	MOVQ          (SP), R12
+	IMULQ         R10, R12
+	ADDQ          R12, R11
+	VMOVAPS       Z0, Z13
+	VPSRLD        $0x10, Z13, Z14
+	VPANDD.BCST   absmask<>+0(SB), Z13, Z15
+	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
+	VPANDD.BCST   one_i<>+0(SB), Z14, Z15
+	VPADDD.BCST   round<>+0(SB), Z13, Z13
+	VPADDD        Z15, Z13, Z13
+	VPSRLD        $0x10, Z13, Z13
+	VPORD.BCST    quiet<>+0(SB), Z14, K2, Z13
+	VPMOVDW       Z13, (R11)
+	VMOVAPS       Z2, Z13
+	VPSRLD        $0x10, Z13, Z14
+	VPANDD.BCST   absmask<>+0(SB), Z13, Z15
+	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
+	VPANDD.BCST   one_i<>+0(SB), Z14, Z15
+	VPADDD.BCST   round<>+0(SB), Z13, Z13
+	VPADDD        Z15, Z13, Z13
+	VPSRLD        $0x10, Z13, Z13
+	VPORD.BCST    quiet<>+0(SB), Z14, K2, Z13
+	VPMOVDW       Z13, 32(R11)
+	VMOVAPS       Z3, Z13
+	VPSRLD        $0x10, Z13, Z14
+	VPANDD.BCST   absmask<>+0(SB), Z13, Z15
+	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
+	VPANDD.BCST   one_i<>+0(SB), Z14, Z15
+	VPADDD.BCST   round<>+0(SB), Z13, Z13
+	VPADDD        Z15, Z13, Z13
+	VPSRLD        $0x10, Z13, Z13
+	VPORD.BCST    quiet<>+0(SB), Z14, K2, Z13
+	VPMOVDW       Z13, 64(R11)
+	VMOVAPS       Z4, Z13
+	VPSRLD        $0x10, Z13, Z14
+	VPANDD.BCST   absmask<>+0(SB), Z13, Z15
+	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
+	VPANDD.BCST   one_i<>+0(SB), Z14, Z15
+	VPADDD.BCST   round<>+0(SB), Z13, Z13
+	VPADDD        Z15, Z13, Z13
+	VPSRLD        $0x10, Z13, Z13
+	VPORD.BCST    quiet<>+0(SB), Z14, K2, Z13
+	VPMOVDW       Z13, 96(R11)
+	VMOVAPS       Z5, Z13
+	VPSRLD        $0x10, Z13, Z14
+	VPANDD.BCST   absmask<>+0(SB), Z13, Z15
+	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
+	VPANDD.BCST   one_i<>+0(SB), Z14, Z15
+	VPADDD.BCST   round<>+0(SB), Z13, Z13
+	VPADDD        Z15, Z13, Z13
+	VPSRLD        $0x10, Z13, Z13
+	VPORD.BCST    quiet<>+0(SB), Z14, K2, Z13
+	VPMOVDW       Z13, 128(R11)
+	VMOVAPS       Z6, Z13
+	VPSRLD        $0x10, Z13, Z14
+	VPANDD.BCST   absmask<>+0(SB), Z13, Z15
+	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
+	VPANDD.BCST   one_i<>+0(SB), Z14, Z15
+	VPADDD.BCST   round<>+0(SB), Z13, Z13
+	VPADDD        Z15, Z13, Z13
+	VPSRLD        $0x10, Z13, Z13
+	VPORD.BCST    quiet<>+0(SB), Z14, K2, Z13
+	VPMOVDW       Z13, 160(R11)
+	VMOVAPS       Z7, Z13
+	VPSRLD        $0x10, Z13, Z14
+	VPANDD.BCST   absmask<>+0(SB), Z13, Z15
+	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
+	VPANDD.BCST   one_i<>+0(SB), Z14, Z15
+	VPADDD.BCST   round<>+0(SB), Z13, Z13
+	VPADDD        Z15, Z13, Z13
+	VPSRLD        $0x10, Z13, Z13
+	VPORD.BCST    quiet<>+0(SB), Z14, K2, Z13
+	VPMOVDW       Z13, 192(R11)
+	VMOVAPS       Z8, Z13
+	VPSRLD        $0x10, Z13, Z14
+	VPANDD.BCST   absmask<>+0(SB), Z13, Z15
+	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
+	VPANDD.BCST   one_i<>+0(SB), Z14, Z15
+	VPADDD.BCST   round<>+0(SB), Z13, Z13
+	VPADDD        Z15, Z13, Z13
+	VPSRLD        $0x10, Z13, Z13
+	VPORD.BCST    quiet<>+0(SB), Z14, K2, Z13
+	VPMOVDW       Z13, 224(R11)
+	VMOVAPS       Z9, Z13
+	VPSRLD        $0x10, Z13, Z14
+	VPANDD.BCST   absmask<>+0(SB), Z13, Z15
+	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
+	VPANDD.BCST   one_i<>+0(SB), Z14, Z15
+	VPADDD.BCST   round<>+0(SB), Z13, Z13
+	VPADDD        Z15, Z13, Z13
+	VPSRLD        $0x10, Z13, Z13
+	VPORD.BCST    quiet<>+0(SB), Z14, K2, Z13
+	VPMOVDW       Z13, K1, 256(R11)
+	CMPQ          R9, $0x00000240
+	JBE           stateVKbf16AVX512_dead_73
+	VMOVAPS       Z10, Z13
+	VPSRLD        $0x10, Z13, Z14
+	VPANDD.BCST   absmask<>+0(SB), Z13, Z15
+	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
+	VPANDD.BCST   one_i<>+0(SB), Z14, Z15
+	VPADDD.BCST   round<>+0(SB), Z13, Z13
+	VPADDD        Z15, Z13, Z13
+	VPSRLD        $0x10, Z13, Z13
+	VPORD.BCST    quiet<>+0(SB), Z14, K2, Z13
+	VPMOVDW       Z13, K3, 288(R11)
+	CMPQ          R9, $0x00000280
+	JBE           stateVKbf16AVX512_dead_73
+	VMOVAPS       Z11, Z13
+	VPSRLD        $0x10, Z13, Z14
+	VPANDD.BCST   absmask<>+0(SB), Z13, Z15
+	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
+	VPANDD.BCST   one_i<>+0(SB), Z14, Z15
+	VPADDD.BCST   round<>+0(SB), Z13, Z13
+	VPADDD        Z15, Z13, Z13
+	VPSRLD        $0x10, Z13, Z13
+	VPORD.BCST    quiet<>+0(SB), Z14, K2, Z13
+	VPMOVDW       Z13, K4, 320(R11)
+	CMPQ          R9, $0x000002c0
+	JBE           stateVKbf16AVX512_dead_73
+	VMOVAPS       Z12, Z13
+	VPSRLD        $0x10, Z13, Z14
+	VPANDD.BCST   absmask<>+0(SB), Z13, Z15
+	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
+	VPANDD.BCST   one_i<>+0(SB), Z14, Z15
+	VPADDD.BCST   round<>+0(SB), Z13, Z13
+	VPADDD        Z15, Z13, Z13
+	VPSRLD        $0x10, Z13, Z13
+	VPORD.BCST    quiet<>+0(SB), Z14, K2, Z13
+	VPMOVDW       Z13, K5, 352(R11)
 
 stateVKbf16AVX512_dead_73:
 stateVKbf16AVX512_nostore_7:
@@ -21015,178 +21015,178 @@ stateVKbf16AVX512_far_19:
 stateVKbf16AVX512_dead_79:
 stateVKbf16AVX512_decayed_19:
 	// The state after this token, if stored.
-	MOVQ     (BX), R11
-	TESTQ    R11, R11
-	JZ       stateVKbf16AVX512_nostore_8
-	MOVQ     (SP), R12
-	IMULQ    R10, R12
-	ADDQ     R12, R11
-	VMOVAPS  Z0, Z17
-	VPSRLD   $0x10, Z17, Z18
-	VPANDD   absmask<>+0(SB), Z17, Z19
-	VPCMPGTD infbits<>+0(SB), Z19, K2
-	VPANDD   one_i<>+0(SB), Z18, Z19
-	VPADDD   round<>+0(SB), Z17, Z17
-	VPADDD   Z19, Z17, Z17
-	VPSRLD   $0x10, Z17, Z17
-	VPORD    quiet<>+0(SB), Z18, K2, Z17
-	VPMOVDW  Z17, (R11)
-	VMOVAPS  Z2, Z17
-	VPSRLD   $0x10, Z17, Z18
-	VPANDD   absmask<>+0(SB), Z17, Z19
-	VPCMPGTD infbits<>+0(SB), Z19, K2
-	VPANDD   one_i<>+0(SB), Z18, Z19
-	VPADDD   round<>+0(SB), Z17, Z17
-	VPADDD   Z19, Z17, Z17
-	VPSRLD   $0x10, Z17, Z17
-	VPORD    quiet<>+0(SB), Z18, K2, Z17
-	VPMOVDW  Z17, 32(R11)
-	VMOVAPS  Z3, Z17
-	VPSRLD   $0x10, Z17, Z18
-	VPANDD   absmask<>+0(SB), Z17, Z19
-	VPCMPGTD infbits<>+0(SB), Z19, K2
-	VPANDD   one_i<>+0(SB), Z18, Z19
-	VPADDD   round<>+0(SB), Z17, Z17
-	VPADDD   Z19, Z17, Z17
-	VPSRLD   $0x10, Z17, Z17
-	VPORD    quiet<>+0(SB), Z18, K2, Z17
-	VPMOVDW  Z17, 64(R11)
-	VMOVAPS  Z4, Z17
-	VPSRLD   $0x10, Z17, Z18
-	VPANDD   absmask<>+0(SB), Z17, Z19
-	VPCMPGTD infbits<>+0(SB), Z19, K2
-	VPANDD   one_i<>+0(SB), Z18, Z19
-	VPADDD   round<>+0(SB), Z17, Z17
-	VPADDD   Z19, Z17, Z17
-	VPSRLD   $0x10, Z17, Z17
-	VPORD    quiet<>+0(SB), Z18, K2, Z17
-	VPMOVDW  Z17, 96(R11)
-	VMOVAPS  Z5, Z17
-	VPSRLD   $0x10, Z17, Z18
-	VPANDD   absmask<>+0(SB), Z17, Z19
-	VPCMPGTD infbits<>+0(SB), Z19, K2
-	VPANDD   one_i<>+0(SB), Z18, Z19
-	VPADDD   round<>+0(SB), Z17, Z17
-	VPADDD   Z19, Z17, Z17
-	VPSRLD   $0x10, Z17, Z17
-	VPORD    quiet<>+0(SB), Z18, K2, Z17
-	VPMOVDW  Z17, 128(R11)
-	VMOVAPS  Z6, Z17
-	VPSRLD   $0x10, Z17, Z18
-	VPANDD   absmask<>+0(SB), Z17, Z19
-	VPCMPGTD infbits<>+0(SB), Z19, K2
-	VPANDD   one_i<>+0(SB), Z18, Z19
-	VPADDD   round<>+0(SB), Z17, Z17
-	VPADDD   Z19, Z17, Z17
-	VPSRLD   $0x10, Z17, Z17
-	VPORD    quiet<>+0(SB), Z18, K2, Z17
-	VPMOVDW  Z17, 160(R11)
-	VMOVAPS  Z7, Z17
-	VPSRLD   $0x10, Z17, Z18
-	VPANDD   absmask<>+0(SB), Z17, Z19
-	VPCMPGTD infbits<>+0(SB), Z19, K2
-	VPANDD   one_i<>+0(SB), Z18, Z19
-	VPADDD   round<>+0(SB), Z17, Z17
-	VPADDD   Z19, Z17, Z17
-	VPSRLD   $0x10, Z17, Z17
-	VPORD    quiet<>+0(SB), Z18, K2, Z17
-	VPMOVDW  Z17, 192(R11)
-	VMOVAPS  Z8, Z17
-	VPSRLD   $0x10, Z17, Z18
-	VPANDD   absmask<>+0(SB), Z17, Z19
-	VPCMPGTD infbits<>+0(SB), Z19, K2
-	VPANDD   one_i<>+0(SB), Z18, Z19
-	VPADDD   round<>+0(SB), Z17, Z17
-	VPADDD   Z19, Z17, Z17
-	VPSRLD   $0x10, Z17, Z17
-	VPORD    quiet<>+0(SB), Z18, K2, Z17
-	VPMOVDW  Z17, 224(R11)
-	VMOVAPS  Z9, Z17
-	VPSRLD   $0x10, Z17, Z18
-	VPANDD   absmask<>+0(SB), Z17, Z19
-	VPCMPGTD infbits<>+0(SB), Z19, K2
-	VPANDD   one_i<>+0(SB), Z18, Z19
-	VPADDD   round<>+0(SB), Z17, Z17
-	VPADDD   Z19, Z17, Z17
-	VPSRLD   $0x10, Z17, Z17
-	VPORD    quiet<>+0(SB), Z18, K2, Z17
-	VPMOVDW  Z17, 256(R11)
-	VMOVAPS  Z10, Z17
-	VPSRLD   $0x10, Z17, Z18
-	VPANDD   absmask<>+0(SB), Z17, Z19
-	VPCMPGTD infbits<>+0(SB), Z19, K2
-	VPANDD   one_i<>+0(SB), Z18, Z19
-	VPADDD   round<>+0(SB), Z17, Z17
-	VPADDD   Z19, Z17, Z17
-	VPSRLD   $0x10, Z17, Z17
-	VPORD    quiet<>+0(SB), Z18, K2, Z17
-	VPMOVDW  Z17, 288(R11)
-	VMOVAPS  Z11, Z17
-	VPSRLD   $0x10, Z17, Z18
-	VPANDD   absmask<>+0(SB), Z17, Z19
-	VPCMPGTD infbits<>+0(SB), Z19, K2
-	VPANDD   one_i<>+0(SB), Z18, Z19
-	VPADDD   round<>+0(SB), Z17, Z17
-	VPADDD   Z19, Z17, Z17
-	VPSRLD   $0x10, Z17, Z17
-	VPORD    quiet<>+0(SB), Z18, K2, Z17
-	VPMOVDW  Z17, 320(R11)
-	VMOVAPS  Z12, Z17
-	VPSRLD   $0x10, Z17, Z18
-	VPANDD   absmask<>+0(SB), Z17, Z19
-	VPCMPGTD infbits<>+0(SB), Z19, K2
-	VPANDD   one_i<>+0(SB), Z18, Z19
-	VPADDD   round<>+0(SB), Z17, Z17
-	VPADDD   Z19, Z17, Z17
-	VPSRLD   $0x10, Z17, Z17
-	VPORD    quiet<>+0(SB), Z18, K2, Z17
-	VPMOVDW  Z17, 352(R11)
-	VMOVAPS  Z13, Z17
-	VPSRLD   $0x10, Z17, Z18
-	VPANDD   absmask<>+0(SB), Z17, Z19
-	VPCMPGTD infbits<>+0(SB), Z19, K2
-	VPANDD   one_i<>+0(SB), Z18, Z19
-	VPADDD   round<>+0(SB), Z17, Z17
-	VPADDD   Z19, Z17, Z17
-	VPSRLD   $0x10, Z17, Z17
-	VPORD    quiet<>+0(SB), Z18, K2, Z17
-	VPMOVDW  Z17, K1, 384(R11)
-	CMPQ     R9, $0x00000340
-	JBE      stateVKbf16AVX512_dead_80
-	VMOVAPS  Z14, Z17
-	VPSRLD   $0x10, Z17, Z18
-	VPANDD   absmask<>+0(SB), Z17, Z19
-	VPCMPGTD infbits<>+0(SB), Z19, K2
-	VPANDD   one_i<>+0(SB), Z18, Z19
-	VPADDD   round<>+0(SB), Z17, Z17
-	VPADDD   Z19, Z17, Z17
-	VPSRLD   $0x10, Z17, Z17
-	VPORD    quiet<>+0(SB), Z18, K2, Z17
-	VPMOVDW  Z17, K3, 416(R11)
-	CMPQ     R9, $0x00000380
-	JBE      stateVKbf16AVX512_dead_80
-	VMOVAPS  Z15, Z17
-	VPSRLD   $0x10, Z17, Z18
-	VPANDD   absmask<>+0(SB), Z17, Z19
-	VPCMPGTD infbits<>+0(SB), Z19, K2
-	VPANDD   one_i<>+0(SB), Z18, Z19
-	VPADDD   round<>+0(SB), Z17, Z17
-	VPADDD   Z19, Z17, Z17
-	VPSRLD   $0x10, Z17, Z17
-	VPORD    quiet<>+0(SB), Z18, K2, Z17
-	VPMOVDW  Z17, K4, 448(R11)
-	CMPQ     R9, $0x000003c0
-	JBE      stateVKbf16AVX512_dead_80
-	VMOVAPS  Z16, Z17
-	VPSRLD   $0x10, Z17, Z18
-	VPANDD   absmask<>+0(SB), Z17, Z19
-	VPCMPGTD infbits<>+0(SB), Z19, K2
-	VPANDD   one_i<>+0(SB), Z18, Z19
-	VPADDD   round<>+0(SB), Z17, Z17
-	VPADDD   Z19, Z17, Z17
-	VPSRLD   $0x10, Z17, Z17
-	VPORD    quiet<>+0(SB), Z18, K2, Z17
-	VPMOVDW  Z17, K5, 480(R11)
+	MOVQ          (BX), R11
+	TESTQ         R11, R11
+	JZ            stateVKbf16AVX512_nostore_8
+	MOVQ          (SP), R12
+	IMULQ         R10, R12
+	ADDQ          R12, R11
+	VMOVAPS       Z0, Z17
+	VPSRLD        $0x10, Z17, Z18
+	VPANDD.BCST   absmask<>+0(SB), Z17, Z19
+	VPCMPGTD.BCST infbits<>+0(SB), Z19, K2
+	VPANDD.BCST   one_i<>+0(SB), Z18, Z19
+	VPADDD.BCST   round<>+0(SB), Z17, Z17
+	VPADDD        Z19, Z17, Z17
+	VPSRLD        $0x10, Z17, Z17
+	VPORD.BCST    quiet<>+0(SB), Z18, K2, Z17
+	VPMOVDW       Z17, (R11)
+	VMOVAPS       Z2, Z17
+	VPSRLD        $0x10, Z17, Z18
+	VPANDD.BCST   absmask<>+0(SB), Z17, Z19
+	VPCMPGTD.BCST infbits<>+0(SB), Z19, K2
+	VPANDD.BCST   one_i<>+0(SB), Z18, Z19
+	VPADDD.BCST   round<>+0(SB), Z17, Z17
+	VPADDD        Z19, Z17, Z17
+	VPSRLD        $0x10, Z17, Z17
+	VPORD.BCST    quiet<>+0(SB), Z18, K2, Z17
+	VPMOVDW       Z17, 32(R11)
+	VMOVAPS       Z3, Z17
+	VPSRLD        $0x10, Z17, Z18
+	VPANDD.BCST   absmask<>+0(SB), Z17, Z19
+	VPCMPGTD.BCST infbits<>+0(SB), Z19, K2
+	VPANDD.BCST   one_i<>+0(SB), Z18, Z19
+	VPADDD.BCST   round<>+0(SB), Z17, Z17
+	VPADDD        Z19, Z17, Z17
+	VPSRLD        $0x10, Z17, Z17
+	VPORD.BCST    quiet<>+0(SB), Z18, K2, Z17
+	VPMOVDW       Z17, 64(R11)
+	VMOVAPS       Z4, Z17
+	VPSRLD        $0x10, Z17, Z18
+	VPANDD.BCST   absmask<>+0(SB), Z17, Z19
+	VPCMPGTD.BCST infbits<>+0(SB), Z19, K2
+	VPANDD.BCST   one_i<>+0(SB), Z18, Z19
+	VPADDD.BCST   round<>+0(SB), Z17, Z17
+	VPADDD        Z19, Z17, Z17
+	VPSRLD        $0x10, Z17, Z17
+	VPORD.BCST    quiet<>+0(SB), Z18, K2, Z17
+	VPMOVDW       Z17, 96(R11)
+	VMOVAPS       Z5, Z17
+	VPSRLD        $0x10, Z17, Z18
+	VPANDD.BCST   absmask<>+0(SB), Z17, Z19
+	VPCMPGTD.BCST infbits<>+0(SB), Z19, K2
+	VPANDD.BCST   one_i<>+0(SB), Z18, Z19
+	VPADDD.BCST   round<>+0(SB), Z17, Z17
+	VPADDD        Z19, Z17, Z17
+	VPSRLD        $0x10, Z17, Z17
+	VPORD.BCST    quiet<>+0(SB), Z18, K2, Z17
+	VPMOVDW       Z17, 128(R11)
+	VMOVAPS       Z6, Z17
+	VPSRLD        $0x10, Z17, Z18
+	VPANDD.BCST   absmask<>+0(SB), Z17, Z19
+	VPCMPGTD.BCST infbits<>+0(SB), Z19, K2
+	VPANDD.BCST   one_i<>+0(SB), Z18, Z19
+	VPADDD.BCST   round<>+0(SB), Z17, Z17
+	VPADDD        Z19, Z17, Z17
+	VPSRLD        $0x10, Z17, Z17
+	VPORD.BCST    quiet<>+0(SB), Z18, K2, Z17
+	VPMOVDW       Z17, 160(R11)
+	VMOVAPS       Z7, Z17
+	VPSRLD        $0x10, Z17, Z18
+	VPANDD.BCST   absmask<>+0(SB), Z17, Z19
+	VPCMPGTD.BCST infbits<>+0(SB), Z19, K2
+	VPANDD.BCST   one_i<>+0(SB), Z18, Z19
+	VPADDD.BCST   round<>+0(SB), Z17, Z17
+	VPADDD        Z19, Z17, Z17
+	VPSRLD        $0x10, Z17, Z17
+	VPORD.BCST    quiet<>+0(SB), Z18, K2, Z17
+	VPMOVDW       Z17, 192(R11)
+	VMOVAPS       Z8, Z17
+	VPSRLD        $0x10, Z17, Z18
+	VPANDD.BCST   absmask<>+0(SB), Z17, Z19
+	VPCMPGTD.BCST infbits<>+0(SB), Z19, K2
+	VPANDD.BCST   one_i<>+0(SB), Z18, Z19
+	VPADDD.BCST   round<>+0(SB), Z17, Z17
+	VPADDD        Z19, Z17, Z17
+	VPSRLD        $0x10, Z17, Z17
+	VPORD.BCST    quiet<>+0(SB), Z18, K2, Z17
+	VPMOVDW       Z17, 224(R11)
+	VMOVAPS       Z9, Z17
+	VPSRLD        $0x10, Z17, Z18
+	VPANDD.BCST   absmask<>+0(SB), Z17, Z19
+	VPCMPGTD.BCST infbits<>+0(SB), Z19, K2
+	VPANDD.BCST   one_i<>+0(SB), Z18, Z19
+	VPADDD.BCST   round<>+0(SB), Z17, Z17
+	VPADDD        Z19, Z17, Z17
+	VPSRLD        $0x10, Z17, Z17
+	VPORD.BCST    quiet<>+0(SB), Z18, K2, Z17
+	VPMOVDW       Z17, 256(R11)
+	VMOVAPS       Z10, Z17
+	VPSRLD        $0x10, Z17, Z18
+	VPANDD.BCST   absmask<>+0(SB), Z17, Z19
+	VPCMPGTD.BCST infbits<>+0(SB), Z19, K2
+	VPANDD.BCST   one_i<>+0(SB), Z18, Z19
+	VPADDD.BCST   round<>+0(SB), Z17, Z17
+	VPADDD        Z19, Z17, Z17
+	VPSRLD        $0x10, Z17, Z17
+	VPORD.BCST    quiet<>+0(SB), Z18, K2, Z17
+	VPMOVDW       Z17, 288(R11)
+	VMOVAPS       Z11, Z17
+	VPSRLD        $0x10, Z17, Z18
+	VPANDD.BCST   absmask<>+0(SB), Z17, Z19
+	VPCMPGTD.BCST infbits<>+0(SB), Z19, K2
+	VPANDD.BCST   one_i<>+0(SB), Z18, Z19
+	VPADDD.BCST   round<>+0(SB), Z17, Z17
+	VPADDD        Z19, Z17, Z17
+	VPSRLD        $0x10, Z17, Z17
+	VPORD.BCST    quiet<>+0(SB), Z18, K2, Z17
+	VPMOVDW       Z17, 320(R11)
+	VMOVAPS       Z12, Z17
+	VPSRLD        $0x10, Z17, Z18
+	VPANDD.BCST   absmask<>+0(SB), Z17, Z19
+	VPCMPGTD.BCST infbits<>+0(SB), Z19, K2
+	VPANDD.BCST   one_i<>+0(SB), Z18, Z19
+	VPADDD.BCST   round<>+0(SB), Z17, Z17
+	VPADDD        Z19, Z17, Z17
+	VPSRLD        $0x10, Z17, Z17
+	VPORD.BCST    quiet<>+0(SB), Z18, K2, Z17
+	VPMOVDW       Z17, 352(R11)
+	VMOVAPS       Z13, Z17
+	VPSRLD        $0x10, Z17, Z18
+	VPANDD.BCST   absmask<>+0(SB), Z17, Z19
+	VPCMPGTD.BCST infbits<>+0(SB), Z19, K2
+	VPANDD.BCST   one_i<>+0(SB), Z18, Z19
+	VPADDD.BCST   round<>+0(SB), Z17, Z17
+	VPADDD        Z19, Z17, Z17
+	VPSRLD        $0x10, Z17, Z17
+	VPORD.BCST    quiet<>+0(SB), Z18, K2, Z17
+	VPMOVDW       Z17, K1, 384(R11)
+	CMPQ          R9, $0x00000340
+	JBE           stateVKbf16AVX512_dead_80
+	VMOVAPS       Z14, Z17
+	VPSRLD        $0x10, Z17, Z18
+	VPANDD.BCST   absmask<>+0(SB), Z17, Z19
+	VPCMPGTD.BCST infbits<>+0(SB), Z19, K2
+	VPANDD.BCST   one_i<>+0(SB), Z18, Z19
+	VPADDD.BCST   round<>+0(SB), Z17, Z17
+	VPADDD        Z19, Z17, Z17
+	VPSRLD        $0x10, Z17, Z17
+	VPORD.BCST    quiet<>+0(SB), Z18, K2, Z17
+	VPMOVDW       Z17, K3, 416(R11)
+	CMPQ          R9, $0x00000380
+	JBE           stateVKbf16AVX512_dead_80
+	VMOVAPS       Z15, Z17
+	VPSRLD        $0x10, Z17, Z18
+	VPANDD.BCST   absmask<>+0(SB), Z17, Z19
+	VPCMPGTD.BCST infbits<>+0(SB), Z19, K2
+	VPANDD.BCST   one_i<>+0(SB), Z18, Z19
+	VPADDD.BCST   round<>+0(SB), Z17, Z17
+	VPADDD        Z19, Z17, Z17
+	VPSRLD        $0x10, Z17, Z17
+	VPORD.BCST    quiet<>+0(SB), Z18, K2, Z17
+	VPMOVDW       Z17, K4, 448(R11)
+	CMPQ          R9, $0x000003c0
+	JBE           stateVKbf16AVX512_dead_80
+	VMOVAPS       Z16, Z17
+	VPSRLD        $0x10, Z17, Z18
+	VPANDD.BCST   absmask<>+0(SB), Z17, Z19
+	VPCMPGTD.BCST infbits<>+0(SB), Z19, K2
+	VPANDD.BCST   one_i<>+0(SB), Z18, Z19
+	VPADDD.BCST   round<>+0(SB), Z17, Z17
+	VPADDD        Z19, Z17, Z17
+	VPSRLD        $0x10, Z17, Z17
+	VPORD.BCST    quiet<>+0(SB), Z18, K2, Z17
+	VPMOVDW       Z17, K5, 480(R11)
 
 stateVKbf16AVX512_dead_80:
 stateVKbf16AVX512_nostore_8:

@@ -33,12 +33,12 @@ func gatePiece(a isa, g gateRegs, pc piece) {
 	// silu(z) = z / (1 + Exp32(−z))
 	e := a.vec()
 	if a.evex {
-		VPXORD(cSign, v(xz), v(e))
+		withC(v(xz), VPXORD, VPXORD_BCST, cSign, v(xz), v(e))
 	} else {
 		VXORPS(cSign, v(xz), v(e))
 	}
 	exp32(a, pc, e)
-	VADDPS(cOne, v(e), v(e))
+	withC(v(e), VADDPS, VADDPS_BCST, cOne, v(e), v(e))
 	VDIVPS(v(e), v(xz), v(xz)) // xz = z / e
 	VMULPS(v(g.r), v(xo), v(xo))
 	VMULPS(v(xw), v(xo), v(xo))
@@ -71,32 +71,32 @@ func exp32(a isa, pc piece, x VecVirtual) {
 	VBROADCASTSS(cLo, v(c))
 	VMAXPS(v(x), v(c), v(x)) // lo > x ? lo : x
 	n := a.vec()
-	VMULPS(cLog2e, v(x), v(n))
-	VADDPS(cHalf, v(n), v(n))
+	withC(v(x), VMULPS, VMULPS_BCST, cLog2e, v(x), v(n))
+	withC(v(n), VADDPS, VADDPS_BCST, cHalf, v(n), v(n))
 	if a.evex {
 		VRNDSCALEPS(U8(9), v(n), v(n)) // floor, no precision exception
 	} else {
 		VROUNDPS(U8(9), v(n), v(n))
 	}
 	t := a.vec()
-	VMULPS(cC1, v(n), v(t))
+	withC(v(n), VMULPS, VMULPS_BCST, cC1, v(n), v(t))
 	VSUBPS(v(t), v(x), v(x)) // r = x − n·c1
-	VMULPS(cC2, v(n), v(t))
+	withC(v(n), VMULPS, VMULPS_BCST, cC2, v(n), v(t))
 	VSUBPS(v(t), v(x), v(x)) // r = r − n·c2
 	p := a.vec()
-	VMULPS(cP[0], v(x), v(p)) // p0·r
+	withC(v(x), VMULPS, VMULPS_BCST, cP[0], v(x), v(p)) // p0·r
 	for _, ci := range cP[1:] {
-		VADDPS(ci, v(p), v(p))
+		withC(v(p), VADDPS, VADDPS_BCST, ci, v(p), v(p))
 		VMULPS(v(x), v(p), v(p))
 	}
 	// Now p = (…)·r; finish p·r·r + r + 1 as Go evaluates it: ((p·r)·r + r) + 1.
 	// The loop multiplied by r after the last constant, so p holds p·r: multiply once more.
 	VMULPS(v(x), v(p), v(p))
 	VADDPS(v(x), v(p), v(p))
-	VADDPS(cOne, v(p), v(p))
+	withC(v(p), VADDPS, VADDPS_BCST, cOne, v(p), v(p))
 	// 2^n: (n + 127) << 23.
 	VCVTTPS2DQ(v(n), v(n))
-	VPADDD(cBias, v(n), v(n))
+	withC(v(n), VPADDD, VPADDD_BCST, cBias, v(n), v(n))
 	VPSLLD(U8(ec.Shift), v(n), v(n))
 	VMULPS(v(n), v(p), v(x))
 }
@@ -112,13 +112,13 @@ func bf16(a isa, pc piece, y VecVirtual, m Mem) {
 	hi, t := a.vec(), a.vec()
 	VPSRLD(U8(16), v(y), v(hi)) // u >> 16
 	if a.evex {
-		VPANDD(cAbs, v(y), v(t))
-		VPCMPGTD(cNaNMin, v(t), K2) // NaN: |u| > 0x7f800000
-		VPANDD(cLSB, v(hi), v(t))
-		VPADDD(cRound, v(y), v(y))
+		withC(v(y), VPANDD, VPANDD_BCST, cAbs, v(y), v(t))
+		withC(v(t), VPCMPGTD, VPCMPGTD_BCST, cNaNMin, v(t), K2) // NaN: |u| > 0x7f800000
+		withC(v(hi), VPANDD, VPANDD_BCST, cLSB, v(hi), v(t))
+		withC(v(y), VPADDD, VPADDD_BCST, cRound, v(y), v(y))
 		VPADDD(v(t), v(y), v(y))
 		VPSRLD(U8(16), v(y), v(y))
-		VPORD(cQuiet, v(hi), K2, v(y)) // NaN lanes: (u >> 16) | 0x40
+		withC(v(hi), VPORD, VPORD_BCST, cQuiet, v(hi), K2, v(y)) // NaN lanes: (u >> 16) | 0x40
 		if pc.mask != nil {
 			VPMOVDW(v(y), pc.mask, m)
 		} else {
