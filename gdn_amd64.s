@@ -6542,6 +6542,12 @@ stateKVf32AVX512_notlast_1:
 stateKVf32AVX512_nostore_1:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
+	MOVQ 48(SP), R10
+	INCQ R10
+	MOVQ tok_len+176(FP), R11
+	SHRQ $0x02, R11
+	CMPQ R10, R11
+	JE   stateKVf32AVX512_lastrows_1
 
 stateKVf32AVX512_rows_1:
 	VBROADCASTSS (BX)(CX*4), Z3
@@ -6564,7 +6570,27 @@ stateKVf32AVX512_nostorerow_1:
 	INCQ CX
 	CMPQ CX, DX
 	JB   stateKVf32AVX512_rows_1
-	JMP  stateKVf32AVX512_tokdone_1
+	JMP  stateKVf32AVX512_rowsdone_1
+
+stateKVf32AVX512_lastrows_1:
+stateKVf32AVX512_rows_2:
+	VBROADCASTSS (BX)(CX*4), Z3
+	VMOVUPS      (AX), Z4
+	VFMADD213PS  Z4, Z2, Z4
+	VFMADD231PS  Z5, Z3, Z4
+	TESTQ        R9, R9
+	JZ           stateKVf32AVX512_nostorerow_2
+	VMOVUPS      Z4, K1, (R9)
+	ADDQ         R8, R9
+
+stateKVf32AVX512_nostorerow_2:
+	ADDQ $0x00000040, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVf32AVX512_rows_2
+
+stateKVf32AVX512_rowsdone_1:
+	JMP stateKVf32AVX512_tokdone_1
 
 stateKVf32AVX512_far_1:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
@@ -6603,8 +6629,14 @@ stateKVf32AVX512_far_1:
 stateKVf32AVX512_nostore_2:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
+	MOVQ 48(SP), R10
+	INCQ R10
+	MOVQ tok_len+176(FP), R11
+	SHRQ $0x02, R11
+	CMPQ R10, R11
+	JE   stateKVf32AVX512_lastrows_2
 
-stateKVf32AVX512_rows_2:
+stateKVf32AVX512_rows_3:
 	VBROADCASTSS (BX)(CX*4), Z3
 	VBROADCASTSS (SI)(CX*4), Z4
 	VBROADCASTSS (DI)(CX*4), Z6
@@ -6615,17 +6647,36 @@ stateKVf32AVX512_rows_2:
 	VFMADD231PS  Z7, Z4, Z0
 	VFMADD231PS  Z7, Z6, Z1
 	TESTQ        R9, R9
-	JZ           stateKVf32AVX512_nostorerow_2
+	JZ           stateKVf32AVX512_nostorerow_3
 	VMOVUPS      (AX), Z3
 	VMOVUPS      Z3, K1, (R9)
 	ADDQ         R8, R9
 
-stateKVf32AVX512_nostorerow_2:
+stateKVf32AVX512_nostorerow_3:
 	ADDQ $0x00000040, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVf32AVX512_rows_2
+	JB   stateKVf32AVX512_rows_3
+	JMP  stateKVf32AVX512_rowsdone_2
 
+stateKVf32AVX512_lastrows_2:
+stateKVf32AVX512_rows_4:
+	VBROADCASTSS (BX)(CX*4), Z3
+	VMOVUPS      (AX), Z4
+	VMULPS       Z4, Z2, Z4
+	VFMADD231PS  Z5, Z3, Z4
+	TESTQ        R9, R9
+	JZ           stateKVf32AVX512_nostorerow_4
+	VMOVUPS      Z4, K1, (R9)
+	ADDQ         R8, R9
+
+stateKVf32AVX512_nostorerow_4:
+	ADDQ $0x00000040, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVf32AVX512_rows_4
+
+stateKVf32AVX512_rowsdone_2:
 stateKVf32AVX512_tokdone_1:
 	MOVQ 64(SP), AX
 	MOVQ AX, 56(SP)
@@ -6767,8 +6818,14 @@ stateKVf32AVX512_notlast_2:
 stateKVf32AVX512_nostore_3:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
+	MOVQ 48(SP), R10
+	INCQ R10
+	MOVQ tok_len+176(FP), R11
+	SHRQ $0x02, R11
+	CMPQ R10, R11
+	JE   stateKVf32AVX512_lastrows_3
 
-stateKVf32AVX512_rows_3:
+stateKVf32AVX512_rows_5:
 	VBROADCASTSS (BX)(CX*4), Z5
 	VBROADCASTSS (SI)(CX*4), Z6
 	VBROADCASTSS (DI)(CX*4), Z9
@@ -6785,19 +6842,43 @@ stateKVf32AVX512_rows_3:
 	VFMADD231PS  Z10, Z6, Z2
 	VFMADD231PS  Z10, Z9, Z3
 	TESTQ        R9, R9
-	JZ           stateKVf32AVX512_nostorerow_3
+	JZ           stateKVf32AVX512_nostorerow_5
 	VMOVUPS      (AX), Z5
 	VMOVUPS      Z5, (R9)
 	VMOVUPS      64(AX), Z5
 	VMOVUPS      Z5, K1, 64(R9)
 	ADDQ         R8, R9
 
-stateKVf32AVX512_nostorerow_3:
+stateKVf32AVX512_nostorerow_5:
 	ADDQ $0x00000080, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVf32AVX512_rows_3
-	JMP  stateKVf32AVX512_tokdone_2
+	JB   stateKVf32AVX512_rows_5
+	JMP  stateKVf32AVX512_rowsdone_3
+
+stateKVf32AVX512_lastrows_3:
+stateKVf32AVX512_rows_6:
+	VBROADCASTSS (BX)(CX*4), Z5
+	VMOVUPS      (AX), Z6
+	VFMADD213PS  Z6, Z4, Z6
+	VFMADD231PS  Z7, Z5, Z6
+	VMOVUPS      64(AX), Z9
+	VFMADD213PS  Z9, Z4, Z9
+	VFMADD231PS  Z8, Z5, Z9
+	TESTQ        R9, R9
+	JZ           stateKVf32AVX512_nostorerow_6
+	VMOVUPS      Z6, (R9)
+	VMOVUPS      Z9, K1, 64(R9)
+	ADDQ         R8, R9
+
+stateKVf32AVX512_nostorerow_6:
+	ADDQ $0x00000080, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVf32AVX512_rows_6
+
+stateKVf32AVX512_rowsdone_3:
+	JMP stateKVf32AVX512_tokdone_2
 
 stateKVf32AVX512_far_2:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
@@ -6845,8 +6926,14 @@ stateKVf32AVX512_far_2:
 stateKVf32AVX512_nostore_4:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
+	MOVQ 48(SP), R10
+	INCQ R10
+	MOVQ tok_len+176(FP), R11
+	SHRQ $0x02, R11
+	CMPQ R10, R11
+	JE   stateKVf32AVX512_lastrows_4
 
-stateKVf32AVX512_rows_4:
+stateKVf32AVX512_rows_7:
 	VBROADCASTSS (BX)(CX*4), Z5
 	VBROADCASTSS (SI)(CX*4), Z6
 	VBROADCASTSS (DI)(CX*4), Z9
@@ -6863,19 +6950,42 @@ stateKVf32AVX512_rows_4:
 	VFMADD231PS  Z10, Z6, Z2
 	VFMADD231PS  Z10, Z9, Z3
 	TESTQ        R9, R9
-	JZ           stateKVf32AVX512_nostorerow_4
+	JZ           stateKVf32AVX512_nostorerow_7
 	VMOVUPS      (AX), Z5
 	VMOVUPS      Z5, (R9)
 	VMOVUPS      64(AX), Z5
 	VMOVUPS      Z5, K1, 64(R9)
 	ADDQ         R8, R9
 
-stateKVf32AVX512_nostorerow_4:
+stateKVf32AVX512_nostorerow_7:
 	ADDQ $0x00000080, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVf32AVX512_rows_4
+	JB   stateKVf32AVX512_rows_7
+	JMP  stateKVf32AVX512_rowsdone_4
 
+stateKVf32AVX512_lastrows_4:
+stateKVf32AVX512_rows_8:
+	VBROADCASTSS (BX)(CX*4), Z5
+	VMOVUPS      (AX), Z6
+	VMULPS       Z6, Z4, Z6
+	VFMADD231PS  Z7, Z5, Z6
+	VMOVUPS      64(AX), Z9
+	VMULPS       Z9, Z4, Z9
+	VFMADD231PS  Z8, Z5, Z9
+	TESTQ        R9, R9
+	JZ           stateKVf32AVX512_nostorerow_8
+	VMOVUPS      Z6, (R9)
+	VMOVUPS      Z9, K1, 64(R9)
+	ADDQ         R8, R9
+
+stateKVf32AVX512_nostorerow_8:
+	ADDQ $0x00000080, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVf32AVX512_rows_8
+
+stateKVf32AVX512_rowsdone_4:
 stateKVf32AVX512_tokdone_2:
 	MOVQ 64(SP), AX
 	MOVQ AX, 56(SP)
@@ -7033,8 +7143,14 @@ stateKVf32AVX512_notlast_3:
 stateKVf32AVX512_nostore_5:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
+	MOVQ 48(SP), R10
+	INCQ R10
+	MOVQ tok_len+176(FP), R11
+	SHRQ $0x02, R11
+	CMPQ R10, R11
+	JE   stateKVf32AVX512_lastrows_5
 
-stateKVf32AVX512_rows_5:
+stateKVf32AVX512_rows_9:
 	VBROADCASTSS (BX)(CX*4), Z7
 	VBROADCASTSS (SI)(CX*4), Z8
 	VBROADCASTSS (DI)(CX*4), Z12
@@ -7057,7 +7173,7 @@ stateKVf32AVX512_rows_5:
 	VFMADD231PS  Z13, Z8, Z4
 	VFMADD231PS  Z13, Z12, Z5
 	TESTQ        R9, R9
-	JZ           stateKVf32AVX512_nostorerow_5
+	JZ           stateKVf32AVX512_nostorerow_9
 	VMOVUPS      (AX), Z7
 	VMOVUPS      Z7, (R9)
 	VMOVUPS      64(AX), Z7
@@ -7066,12 +7182,40 @@ stateKVf32AVX512_rows_5:
 	VMOVUPS      Z7, K1, 128(R9)
 	ADDQ         R8, R9
 
-stateKVf32AVX512_nostorerow_5:
+stateKVf32AVX512_nostorerow_9:
 	ADDQ $0x000000c0, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVf32AVX512_rows_5
-	JMP  stateKVf32AVX512_tokdone_3
+	JB   stateKVf32AVX512_rows_9
+	JMP  stateKVf32AVX512_rowsdone_5
+
+stateKVf32AVX512_lastrows_5:
+stateKVf32AVX512_rows_10:
+	VBROADCASTSS (BX)(CX*4), Z7
+	VMOVUPS      (AX), Z8
+	VFMADD213PS  Z8, Z6, Z8
+	VFMADD231PS  Z9, Z7, Z8
+	VMOVUPS      64(AX), Z12
+	VFMADD213PS  Z12, Z6, Z12
+	VFMADD231PS  Z10, Z7, Z12
+	VMOVUPS      128(AX), Z13
+	VFMADD213PS  Z13, Z6, Z13
+	VFMADD231PS  Z11, Z7, Z13
+	TESTQ        R9, R9
+	JZ           stateKVf32AVX512_nostorerow_10
+	VMOVUPS      Z8, (R9)
+	VMOVUPS      Z12, 64(R9)
+	VMOVUPS      Z13, K1, 128(R9)
+	ADDQ         R8, R9
+
+stateKVf32AVX512_nostorerow_10:
+	ADDQ $0x000000c0, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVf32AVX512_rows_10
+
+stateKVf32AVX512_rowsdone_5:
+	JMP stateKVf32AVX512_tokdone_3
 
 stateKVf32AVX512_far_3:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
@@ -7128,8 +7272,14 @@ stateKVf32AVX512_far_3:
 stateKVf32AVX512_nostore_6:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
+	MOVQ 48(SP), R10
+	INCQ R10
+	MOVQ tok_len+176(FP), R11
+	SHRQ $0x02, R11
+	CMPQ R10, R11
+	JE   stateKVf32AVX512_lastrows_6
 
-stateKVf32AVX512_rows_6:
+stateKVf32AVX512_rows_11:
 	VBROADCASTSS (BX)(CX*4), Z7
 	VBROADCASTSS (SI)(CX*4), Z8
 	VBROADCASTSS (DI)(CX*4), Z12
@@ -7152,7 +7302,7 @@ stateKVf32AVX512_rows_6:
 	VFMADD231PS  Z13, Z8, Z4
 	VFMADD231PS  Z13, Z12, Z5
 	TESTQ        R9, R9
-	JZ           stateKVf32AVX512_nostorerow_6
+	JZ           stateKVf32AVX512_nostorerow_11
 	VMOVUPS      (AX), Z7
 	VMOVUPS      Z7, (R9)
 	VMOVUPS      64(AX), Z7
@@ -7161,12 +7311,39 @@ stateKVf32AVX512_rows_6:
 	VMOVUPS      Z7, K1, 128(R9)
 	ADDQ         R8, R9
 
-stateKVf32AVX512_nostorerow_6:
+stateKVf32AVX512_nostorerow_11:
 	ADDQ $0x000000c0, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVf32AVX512_rows_6
+	JB   stateKVf32AVX512_rows_11
+	JMP  stateKVf32AVX512_rowsdone_6
 
+stateKVf32AVX512_lastrows_6:
+stateKVf32AVX512_rows_12:
+	VBROADCASTSS (BX)(CX*4), Z7
+	VMOVUPS      (AX), Z8
+	VMULPS       Z8, Z6, Z8
+	VFMADD231PS  Z9, Z7, Z8
+	VMOVUPS      64(AX), Z12
+	VMULPS       Z12, Z6, Z12
+	VFMADD231PS  Z10, Z7, Z12
+	VMOVUPS      128(AX), Z13
+	VMULPS       Z13, Z6, Z13
+	VFMADD231PS  Z11, Z7, Z13
+	TESTQ        R9, R9
+	JZ           stateKVf32AVX512_nostorerow_12
+	VMOVUPS      Z8, (R9)
+	VMOVUPS      Z12, 64(R9)
+	VMOVUPS      Z13, K1, 128(R9)
+	ADDQ         R8, R9
+
+stateKVf32AVX512_nostorerow_12:
+	ADDQ $0x000000c0, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVf32AVX512_rows_12
+
+stateKVf32AVX512_rowsdone_6:
 stateKVf32AVX512_tokdone_3:
 	MOVQ 64(SP), AX
 	MOVQ AX, 56(SP)
@@ -7340,8 +7517,14 @@ stateKVf32AVX512_notlast_4:
 stateKVf32AVX512_nostore_7:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
+	MOVQ 48(SP), R10
+	INCQ R10
+	MOVQ tok_len+176(FP), R11
+	SHRQ $0x02, R11
+	CMPQ R10, R11
+	JE   stateKVf32AVX512_lastrows_7
 
-stateKVf32AVX512_rows_7:
+stateKVf32AVX512_rows_13:
 	VBROADCASTSS (BX)(CX*4), Z9
 	VBROADCASTSS (SI)(CX*4), Z10
 	VBROADCASTSS (DI)(CX*4), Z15
@@ -7370,7 +7553,7 @@ stateKVf32AVX512_rows_7:
 	VFMADD231PS  Z16, Z10, Z6
 	VFMADD231PS  Z16, Z15, Z7
 	TESTQ        R9, R9
-	JZ           stateKVf32AVX512_nostorerow_7
+	JZ           stateKVf32AVX512_nostorerow_13
 	VMOVUPS      (AX), Z9
 	VMOVUPS      Z9, (R9)
 	VMOVUPS      64(AX), Z9
@@ -7381,12 +7564,44 @@ stateKVf32AVX512_rows_7:
 	VMOVUPS      Z9, K1, 192(R9)
 	ADDQ         R8, R9
 
-stateKVf32AVX512_nostorerow_7:
+stateKVf32AVX512_nostorerow_13:
 	ADDQ $0x00000100, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVf32AVX512_rows_7
-	JMP  stateKVf32AVX512_tokdone_4
+	JB   stateKVf32AVX512_rows_13
+	JMP  stateKVf32AVX512_rowsdone_7
+
+stateKVf32AVX512_lastrows_7:
+stateKVf32AVX512_rows_14:
+	VBROADCASTSS (BX)(CX*4), Z9
+	VMOVUPS      (AX), Z10
+	VFMADD213PS  Z10, Z8, Z10
+	VFMADD231PS  Z11, Z9, Z10
+	VMOVUPS      64(AX), Z15
+	VFMADD213PS  Z15, Z8, Z15
+	VFMADD231PS  Z12, Z9, Z15
+	VMOVUPS      128(AX), Z16
+	VFMADD213PS  Z16, Z8, Z16
+	VFMADD231PS  Z13, Z9, Z16
+	VMOVUPS      192(AX), Z17
+	VFMADD213PS  Z17, Z8, Z17
+	VFMADD231PS  Z14, Z9, Z17
+	TESTQ        R9, R9
+	JZ           stateKVf32AVX512_nostorerow_14
+	VMOVUPS      Z10, (R9)
+	VMOVUPS      Z15, 64(R9)
+	VMOVUPS      Z16, 128(R9)
+	VMOVUPS      Z17, K1, 192(R9)
+	ADDQ         R8, R9
+
+stateKVf32AVX512_nostorerow_14:
+	ADDQ $0x00000100, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVf32AVX512_rows_14
+
+stateKVf32AVX512_rowsdone_7:
+	JMP stateKVf32AVX512_tokdone_4
 
 stateKVf32AVX512_far_4:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
@@ -7452,8 +7667,14 @@ stateKVf32AVX512_far_4:
 stateKVf32AVX512_nostore_8:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
+	MOVQ 48(SP), R10
+	INCQ R10
+	MOVQ tok_len+176(FP), R11
+	SHRQ $0x02, R11
+	CMPQ R10, R11
+	JE   stateKVf32AVX512_lastrows_8
 
-stateKVf32AVX512_rows_8:
+stateKVf32AVX512_rows_15:
 	VBROADCASTSS (BX)(CX*4), Z9
 	VBROADCASTSS (SI)(CX*4), Z10
 	VBROADCASTSS (DI)(CX*4), Z15
@@ -7482,7 +7703,7 @@ stateKVf32AVX512_rows_8:
 	VFMADD231PS  Z16, Z10, Z6
 	VFMADD231PS  Z16, Z15, Z7
 	TESTQ        R9, R9
-	JZ           stateKVf32AVX512_nostorerow_8
+	JZ           stateKVf32AVX512_nostorerow_15
 	VMOVUPS      (AX), Z9
 	VMOVUPS      Z9, (R9)
 	VMOVUPS      64(AX), Z9
@@ -7493,12 +7714,43 @@ stateKVf32AVX512_rows_8:
 	VMOVUPS      Z9, K1, 192(R9)
 	ADDQ         R8, R9
 
-stateKVf32AVX512_nostorerow_8:
+stateKVf32AVX512_nostorerow_15:
 	ADDQ $0x00000100, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVf32AVX512_rows_8
+	JB   stateKVf32AVX512_rows_15
+	JMP  stateKVf32AVX512_rowsdone_8
 
+stateKVf32AVX512_lastrows_8:
+stateKVf32AVX512_rows_16:
+	VBROADCASTSS (BX)(CX*4), Z9
+	VMOVUPS      (AX), Z10
+	VMULPS       Z10, Z8, Z10
+	VFMADD231PS  Z11, Z9, Z10
+	VMOVUPS      64(AX), Z15
+	VMULPS       Z15, Z8, Z15
+	VFMADD231PS  Z12, Z9, Z15
+	VMOVUPS      128(AX), Z16
+	VMULPS       Z16, Z8, Z16
+	VFMADD231PS  Z13, Z9, Z16
+	VMOVUPS      192(AX), Z17
+	VMULPS       Z17, Z8, Z17
+	VFMADD231PS  Z14, Z9, Z17
+	TESTQ        R9, R9
+	JZ           stateKVf32AVX512_nostorerow_16
+	VMOVUPS      Z10, (R9)
+	VMOVUPS      Z15, 64(R9)
+	VMOVUPS      Z16, 128(R9)
+	VMOVUPS      Z17, K1, 192(R9)
+	ADDQ         R8, R9
+
+stateKVf32AVX512_nostorerow_16:
+	ADDQ $0x00000100, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVf32AVX512_rows_16
+
+stateKVf32AVX512_rowsdone_8:
 stateKVf32AVX512_tokdone_4:
 	MOVQ 64(SP), AX
 	MOVQ AX, 56(SP)
@@ -7748,6 +8000,12 @@ stateKVbf16AVX512_nostore_1:
 stateKVbf16AVX512_nocarry_1:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
+	MOVQ 48(SP), R12
+	INCQ R12
+	MOVQ tok_len+224(FP), R13
+	SHRQ $0x02, R13
+	CMPQ R12, R13
+	JE   stateKVbf16AVX512_lastrows_1
 
 stateKVbf16AVX512_rows_1:
 	VBROADCASTSS  (BX)(CX*4), Z3
@@ -7785,7 +8043,42 @@ stateKVbf16AVX512_nocarryrow_1:
 	INCQ CX
 	CMPQ CX, DX
 	JB   stateKVbf16AVX512_rows_1
-	JMP  stateKVbf16AVX512_tokdone_1
+	JMP  stateKVbf16AVX512_rowsdone_1
+
+stateKVbf16AVX512_lastrows_1:
+stateKVbf16AVX512_rows_2:
+	VBROADCASTSS  (BX)(CX*4), Z3
+	VMOVUPS       (AX), Z4
+	VFMADD213PS   Z4, Z2, Z4
+	VFMADD231PS   Z5, Z3, Z4
+	TESTQ         R9, R9
+	JZ            stateKVbf16AVX512_nostorerow_2
+	VMOVAPS       Z4, Z3
+	VPSRLD        $0x10, Z3, Z6
+	VPANDD.BCST   absmask<>+0(SB), Z3, Z7
+	VPCMPGTD.BCST infbits<>+0(SB), Z7, K2
+	VPANDD.BCST   one_i<>+0(SB), Z6, Z7
+	VPADDD.BCST   round<>+0(SB), Z3, Z3
+	VPADDD        Z7, Z3, Z3
+	VPSRLD        $0x10, Z3, Z3
+	VPORD.BCST    quiet<>+0(SB), Z6, K2, Z3
+	VPMOVDW       Z3, K1, (R9)
+	ADDQ          R10, R9
+
+stateKVbf16AVX512_nostorerow_2:
+	TESTQ   R11, R11
+	JZ      stateKVbf16AVX512_nocarryrow_2
+	VMOVUPS Z4, K1, (R11)
+	ADDQ    R8, R11
+
+stateKVbf16AVX512_nocarryrow_2:
+	ADDQ $0x00000040, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVbf16AVX512_rows_2
+
+stateKVbf16AVX512_rowsdone_1:
+	JMP stateKVbf16AVX512_tokdone_1
 
 stateKVbf16AVX512_far_1:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
@@ -7839,8 +8132,14 @@ stateKVbf16AVX512_nostore_2:
 stateKVbf16AVX512_nocarry_2:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
+	MOVQ 48(SP), R12
+	INCQ R12
+	MOVQ tok_len+224(FP), R13
+	SHRQ $0x02, R13
+	CMPQ R12, R13
+	JE   stateKVbf16AVX512_lastrows_2
 
-stateKVbf16AVX512_rows_2:
+stateKVbf16AVX512_rows_3:
 	VBROADCASTSS  (BX)(CX*4), Z3
 	VBROADCASTSS  (SI)(CX*4), Z4
 	VBROADCASTSS  (DI)(CX*4), Z6
@@ -7851,7 +8150,7 @@ stateKVbf16AVX512_rows_2:
 	VFMADD231PS   Z7, Z4, Z0
 	VFMADD231PS   Z7, Z6, Z1
 	TESTQ         R9, R9
-	JZ            stateKVbf16AVX512_nostorerow_2
+	JZ            stateKVbf16AVX512_nostorerow_3
 	VMOVUPS       (AX), Z3
 	VPSRLD        $0x10, Z3, Z4
 	VPANDD.BCST   absmask<>+0(SB), Z3, Z6
@@ -7864,19 +8163,53 @@ stateKVbf16AVX512_rows_2:
 	VPMOVDW       Z3, K1, (R9)
 	ADDQ          R10, R9
 
-stateKVbf16AVX512_nostorerow_2:
+stateKVbf16AVX512_nostorerow_3:
 	TESTQ   R11, R11
-	JZ      stateKVbf16AVX512_nocarryrow_2
+	JZ      stateKVbf16AVX512_nocarryrow_3
 	VMOVUPS (AX), Z3
 	VMOVUPS Z3, K1, (R11)
 	ADDQ    R8, R11
 
-stateKVbf16AVX512_nocarryrow_2:
+stateKVbf16AVX512_nocarryrow_3:
 	ADDQ $0x00000040, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVbf16AVX512_rows_2
+	JB   stateKVbf16AVX512_rows_3
+	JMP  stateKVbf16AVX512_rowsdone_2
 
+stateKVbf16AVX512_lastrows_2:
+stateKVbf16AVX512_rows_4:
+	VBROADCASTSS  (BX)(CX*4), Z3
+	VMOVUPS       (AX), Z4
+	VMULPS        Z4, Z2, Z4
+	VFMADD231PS   Z5, Z3, Z4
+	TESTQ         R9, R9
+	JZ            stateKVbf16AVX512_nostorerow_4
+	VMOVAPS       Z4, Z3
+	VPSRLD        $0x10, Z3, Z6
+	VPANDD.BCST   absmask<>+0(SB), Z3, Z7
+	VPCMPGTD.BCST infbits<>+0(SB), Z7, K2
+	VPANDD.BCST   one_i<>+0(SB), Z6, Z7
+	VPADDD.BCST   round<>+0(SB), Z3, Z3
+	VPADDD        Z7, Z3, Z3
+	VPSRLD        $0x10, Z3, Z3
+	VPORD.BCST    quiet<>+0(SB), Z6, K2, Z3
+	VPMOVDW       Z3, K1, (R9)
+	ADDQ          R10, R9
+
+stateKVbf16AVX512_nostorerow_4:
+	TESTQ   R11, R11
+	JZ      stateKVbf16AVX512_nocarryrow_4
+	VMOVUPS Z4, K1, (R11)
+	ADDQ    R8, R11
+
+stateKVbf16AVX512_nocarryrow_4:
+	ADDQ $0x00000040, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVbf16AVX512_rows_4
+
+stateKVbf16AVX512_rowsdone_2:
 stateKVbf16AVX512_tokdone_1:
 	MOVQ 64(SP), AX
 	MOVQ AX, 56(SP)
@@ -8077,8 +8410,14 @@ stateKVbf16AVX512_nostore_3:
 stateKVbf16AVX512_nocarry_3:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
+	MOVQ 48(SP), R12
+	INCQ R12
+	MOVQ tok_len+224(FP), R13
+	SHRQ $0x02, R13
+	CMPQ R12, R13
+	JE   stateKVbf16AVX512_lastrows_3
 
-stateKVbf16AVX512_rows_3:
+stateKVbf16AVX512_rows_5:
 	VBROADCASTSS  (BX)(CX*4), Z5
 	VBROADCASTSS  (SI)(CX*4), Z6
 	VBROADCASTSS  (DI)(CX*4), Z9
@@ -8095,7 +8434,7 @@ stateKVbf16AVX512_rows_3:
 	VFMADD231PS   Z10, Z6, Z2
 	VFMADD231PS   Z10, Z9, Z3
 	TESTQ         R9, R9
-	JZ            stateKVbf16AVX512_nostorerow_3
+	JZ            stateKVbf16AVX512_nostorerow_5
 	VMOVUPS       (AX), Z5
 	VPSRLD        $0x10, Z5, Z6
 	VPANDD.BCST   absmask<>+0(SB), Z5, Z9
@@ -8118,21 +8457,70 @@ stateKVbf16AVX512_rows_3:
 	VPMOVDW       Z5, K1, 32(R9)
 	ADDQ          R10, R9
 
-stateKVbf16AVX512_nostorerow_3:
+stateKVbf16AVX512_nostorerow_5:
 	TESTQ   R11, R11
-	JZ      stateKVbf16AVX512_nocarryrow_3
+	JZ      stateKVbf16AVX512_nocarryrow_5
 	VMOVUPS (AX), Z5
 	VMOVUPS Z5, (R11)
 	VMOVUPS 64(AX), Z5
 	VMOVUPS Z5, K1, 64(R11)
 	ADDQ    R8, R11
 
-stateKVbf16AVX512_nocarryrow_3:
+stateKVbf16AVX512_nocarryrow_5:
 	ADDQ $0x00000080, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVbf16AVX512_rows_3
-	JMP  stateKVbf16AVX512_tokdone_2
+	JB   stateKVbf16AVX512_rows_5
+	JMP  stateKVbf16AVX512_rowsdone_3
+
+stateKVbf16AVX512_lastrows_3:
+stateKVbf16AVX512_rows_6:
+	VBROADCASTSS  (BX)(CX*4), Z5
+	VMOVUPS       (AX), Z6
+	VFMADD213PS   Z6, Z4, Z6
+	VFMADD231PS   Z7, Z5, Z6
+	VMOVUPS       64(AX), Z9
+	VFMADD213PS   Z9, Z4, Z9
+	VFMADD231PS   Z8, Z5, Z9
+	TESTQ         R9, R9
+	JZ            stateKVbf16AVX512_nostorerow_6
+	VMOVAPS       Z6, Z5
+	VPSRLD        $0x10, Z5, Z10
+	VPANDD.BCST   absmask<>+0(SB), Z5, Z11
+	VPCMPGTD.BCST infbits<>+0(SB), Z11, K2
+	VPANDD.BCST   one_i<>+0(SB), Z10, Z11
+	VPADDD.BCST   round<>+0(SB), Z5, Z5
+	VPADDD        Z11, Z5, Z5
+	VPSRLD        $0x10, Z5, Z5
+	VPORD.BCST    quiet<>+0(SB), Z10, K2, Z5
+	VPMOVDW       Z5, (R9)
+	VMOVAPS       Z9, Z5
+	VPSRLD        $0x10, Z5, Z10
+	VPANDD.BCST   absmask<>+0(SB), Z5, Z11
+	VPCMPGTD.BCST infbits<>+0(SB), Z11, K2
+	VPANDD.BCST   one_i<>+0(SB), Z10, Z11
+	VPADDD.BCST   round<>+0(SB), Z5, Z5
+	VPADDD        Z11, Z5, Z5
+	VPSRLD        $0x10, Z5, Z5
+	VPORD.BCST    quiet<>+0(SB), Z10, K2, Z5
+	VPMOVDW       Z5, K1, 32(R9)
+	ADDQ          R10, R9
+
+stateKVbf16AVX512_nostorerow_6:
+	TESTQ   R11, R11
+	JZ      stateKVbf16AVX512_nocarryrow_6
+	VMOVUPS Z6, (R11)
+	VMOVUPS Z9, K1, 64(R11)
+	ADDQ    R8, R11
+
+stateKVbf16AVX512_nocarryrow_6:
+	ADDQ $0x00000080, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVbf16AVX512_rows_6
+
+stateKVbf16AVX512_rowsdone_3:
+	JMP stateKVbf16AVX512_tokdone_2
 
 stateKVbf16AVX512_far_2:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
@@ -8195,8 +8583,14 @@ stateKVbf16AVX512_nostore_4:
 stateKVbf16AVX512_nocarry_4:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
+	MOVQ 48(SP), R12
+	INCQ R12
+	MOVQ tok_len+224(FP), R13
+	SHRQ $0x02, R13
+	CMPQ R12, R13
+	JE   stateKVbf16AVX512_lastrows_4
 
-stateKVbf16AVX512_rows_4:
+stateKVbf16AVX512_rows_7:
 	VBROADCASTSS  (BX)(CX*4), Z5
 	VBROADCASTSS  (SI)(CX*4), Z6
 	VBROADCASTSS  (DI)(CX*4), Z9
@@ -8213,7 +8607,7 @@ stateKVbf16AVX512_rows_4:
 	VFMADD231PS   Z10, Z6, Z2
 	VFMADD231PS   Z10, Z9, Z3
 	TESTQ         R9, R9
-	JZ            stateKVbf16AVX512_nostorerow_4
+	JZ            stateKVbf16AVX512_nostorerow_7
 	VMOVUPS       (AX), Z5
 	VPSRLD        $0x10, Z5, Z6
 	VPANDD.BCST   absmask<>+0(SB), Z5, Z9
@@ -8236,21 +8630,69 @@ stateKVbf16AVX512_rows_4:
 	VPMOVDW       Z5, K1, 32(R9)
 	ADDQ          R10, R9
 
-stateKVbf16AVX512_nostorerow_4:
+stateKVbf16AVX512_nostorerow_7:
 	TESTQ   R11, R11
-	JZ      stateKVbf16AVX512_nocarryrow_4
+	JZ      stateKVbf16AVX512_nocarryrow_7
 	VMOVUPS (AX), Z5
 	VMOVUPS Z5, (R11)
 	VMOVUPS 64(AX), Z5
 	VMOVUPS Z5, K1, 64(R11)
 	ADDQ    R8, R11
 
-stateKVbf16AVX512_nocarryrow_4:
+stateKVbf16AVX512_nocarryrow_7:
 	ADDQ $0x00000080, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVbf16AVX512_rows_4
+	JB   stateKVbf16AVX512_rows_7
+	JMP  stateKVbf16AVX512_rowsdone_4
 
+stateKVbf16AVX512_lastrows_4:
+stateKVbf16AVX512_rows_8:
+	VBROADCASTSS  (BX)(CX*4), Z5
+	VMOVUPS       (AX), Z6
+	VMULPS        Z6, Z4, Z6
+	VFMADD231PS   Z7, Z5, Z6
+	VMOVUPS       64(AX), Z9
+	VMULPS        Z9, Z4, Z9
+	VFMADD231PS   Z8, Z5, Z9
+	TESTQ         R9, R9
+	JZ            stateKVbf16AVX512_nostorerow_8
+	VMOVAPS       Z6, Z5
+	VPSRLD        $0x10, Z5, Z10
+	VPANDD.BCST   absmask<>+0(SB), Z5, Z11
+	VPCMPGTD.BCST infbits<>+0(SB), Z11, K2
+	VPANDD.BCST   one_i<>+0(SB), Z10, Z11
+	VPADDD.BCST   round<>+0(SB), Z5, Z5
+	VPADDD        Z11, Z5, Z5
+	VPSRLD        $0x10, Z5, Z5
+	VPORD.BCST    quiet<>+0(SB), Z10, K2, Z5
+	VPMOVDW       Z5, (R9)
+	VMOVAPS       Z9, Z5
+	VPSRLD        $0x10, Z5, Z10
+	VPANDD.BCST   absmask<>+0(SB), Z5, Z11
+	VPCMPGTD.BCST infbits<>+0(SB), Z11, K2
+	VPANDD.BCST   one_i<>+0(SB), Z10, Z11
+	VPADDD.BCST   round<>+0(SB), Z5, Z5
+	VPADDD        Z11, Z5, Z5
+	VPSRLD        $0x10, Z5, Z5
+	VPORD.BCST    quiet<>+0(SB), Z10, K2, Z5
+	VPMOVDW       Z5, K1, 32(R9)
+	ADDQ          R10, R9
+
+stateKVbf16AVX512_nostorerow_8:
+	TESTQ   R11, R11
+	JZ      stateKVbf16AVX512_nocarryrow_8
+	VMOVUPS Z6, (R11)
+	VMOVUPS Z9, K1, 64(R11)
+	ADDQ    R8, R11
+
+stateKVbf16AVX512_nocarryrow_8:
+	ADDQ $0x00000080, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVbf16AVX512_rows_8
+
+stateKVbf16AVX512_rowsdone_4:
 stateKVbf16AVX512_tokdone_2:
 	MOVQ 64(SP), AX
 	MOVQ AX, 56(SP)
@@ -8475,8 +8917,14 @@ stateKVbf16AVX512_nostore_5:
 stateKVbf16AVX512_nocarry_5:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
+	MOVQ 48(SP), R12
+	INCQ R12
+	MOVQ tok_len+224(FP), R13
+	SHRQ $0x02, R13
+	CMPQ R12, R13
+	JE   stateKVbf16AVX512_lastrows_5
 
-stateKVbf16AVX512_rows_5:
+stateKVbf16AVX512_rows_9:
 	VBROADCASTSS  (BX)(CX*4), Z7
 	VBROADCASTSS  (SI)(CX*4), Z8
 	VBROADCASTSS  (DI)(CX*4), Z12
@@ -8499,7 +8947,7 @@ stateKVbf16AVX512_rows_5:
 	VFMADD231PS   Z13, Z8, Z4
 	VFMADD231PS   Z13, Z12, Z5
 	TESTQ         R9, R9
-	JZ            stateKVbf16AVX512_nostorerow_5
+	JZ            stateKVbf16AVX512_nostorerow_9
 	VMOVUPS       (AX), Z7
 	VPSRLD        $0x10, Z7, Z8
 	VPANDD.BCST   absmask<>+0(SB), Z7, Z12
@@ -8532,9 +8980,9 @@ stateKVbf16AVX512_rows_5:
 	VPMOVDW       Z7, K1, 64(R9)
 	ADDQ          R10, R9
 
-stateKVbf16AVX512_nostorerow_5:
+stateKVbf16AVX512_nostorerow_9:
 	TESTQ   R11, R11
-	JZ      stateKVbf16AVX512_nocarryrow_5
+	JZ      stateKVbf16AVX512_nocarryrow_9
 	VMOVUPS (AX), Z7
 	VMOVUPS Z7, (R11)
 	VMOVUPS 64(AX), Z7
@@ -8543,12 +8991,75 @@ stateKVbf16AVX512_nostorerow_5:
 	VMOVUPS Z7, K1, 128(R11)
 	ADDQ    R8, R11
 
-stateKVbf16AVX512_nocarryrow_5:
+stateKVbf16AVX512_nocarryrow_9:
 	ADDQ $0x000000c0, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVbf16AVX512_rows_5
-	JMP  stateKVbf16AVX512_tokdone_3
+	JB   stateKVbf16AVX512_rows_9
+	JMP  stateKVbf16AVX512_rowsdone_5
+
+stateKVbf16AVX512_lastrows_5:
+stateKVbf16AVX512_rows_10:
+	VBROADCASTSS  (BX)(CX*4), Z7
+	VMOVUPS       (AX), Z8
+	VFMADD213PS   Z8, Z6, Z8
+	VFMADD231PS   Z9, Z7, Z8
+	VMOVUPS       64(AX), Z12
+	VFMADD213PS   Z12, Z6, Z12
+	VFMADD231PS   Z10, Z7, Z12
+	VMOVUPS       128(AX), Z13
+	VFMADD213PS   Z13, Z6, Z13
+	VFMADD231PS   Z11, Z7, Z13
+	TESTQ         R9, R9
+	JZ            stateKVbf16AVX512_nostorerow_10
+	VMOVAPS       Z8, Z7
+	VPSRLD        $0x10, Z7, Z14
+	VPANDD.BCST   absmask<>+0(SB), Z7, Z15
+	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
+	VPANDD.BCST   one_i<>+0(SB), Z14, Z15
+	VPADDD.BCST   round<>+0(SB), Z7, Z7
+	VPADDD        Z15, Z7, Z7
+	VPSRLD        $0x10, Z7, Z7
+	VPORD.BCST    quiet<>+0(SB), Z14, K2, Z7
+	VPMOVDW       Z7, (R9)
+	VMOVAPS       Z12, Z7
+	VPSRLD        $0x10, Z7, Z14
+	VPANDD.BCST   absmask<>+0(SB), Z7, Z15
+	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
+	VPANDD.BCST   one_i<>+0(SB), Z14, Z15
+	VPADDD.BCST   round<>+0(SB), Z7, Z7
+	VPADDD        Z15, Z7, Z7
+	VPSRLD        $0x10, Z7, Z7
+	VPORD.BCST    quiet<>+0(SB), Z14, K2, Z7
+	VPMOVDW       Z7, 32(R9)
+	VMOVAPS       Z13, Z7
+	VPSRLD        $0x10, Z7, Z14
+	VPANDD.BCST   absmask<>+0(SB), Z7, Z15
+	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
+	VPANDD.BCST   one_i<>+0(SB), Z14, Z15
+	VPADDD.BCST   round<>+0(SB), Z7, Z7
+	VPADDD        Z15, Z7, Z7
+	VPSRLD        $0x10, Z7, Z7
+	VPORD.BCST    quiet<>+0(SB), Z14, K2, Z7
+	VPMOVDW       Z7, K1, 64(R9)
+	ADDQ          R10, R9
+
+stateKVbf16AVX512_nostorerow_10:
+	TESTQ   R11, R11
+	JZ      stateKVbf16AVX512_nocarryrow_10
+	VMOVUPS Z8, (R11)
+	VMOVUPS Z12, 64(R11)
+	VMOVUPS Z13, K1, 128(R11)
+	ADDQ    R8, R11
+
+stateKVbf16AVX512_nocarryrow_10:
+	ADDQ $0x000000c0, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVbf16AVX512_rows_10
+
+stateKVbf16AVX512_rowsdone_5:
+	JMP stateKVbf16AVX512_tokdone_3
 
 stateKVbf16AVX512_far_3:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
@@ -8620,8 +9131,14 @@ stateKVbf16AVX512_nostore_6:
 stateKVbf16AVX512_nocarry_6:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
+	MOVQ 48(SP), R12
+	INCQ R12
+	MOVQ tok_len+224(FP), R13
+	SHRQ $0x02, R13
+	CMPQ R12, R13
+	JE   stateKVbf16AVX512_lastrows_6
 
-stateKVbf16AVX512_rows_6:
+stateKVbf16AVX512_rows_11:
 	VBROADCASTSS  (BX)(CX*4), Z7
 	VBROADCASTSS  (SI)(CX*4), Z8
 	VBROADCASTSS  (DI)(CX*4), Z12
@@ -8644,7 +9161,7 @@ stateKVbf16AVX512_rows_6:
 	VFMADD231PS   Z13, Z8, Z4
 	VFMADD231PS   Z13, Z12, Z5
 	TESTQ         R9, R9
-	JZ            stateKVbf16AVX512_nostorerow_6
+	JZ            stateKVbf16AVX512_nostorerow_11
 	VMOVUPS       (AX), Z7
 	VPSRLD        $0x10, Z7, Z8
 	VPANDD.BCST   absmask<>+0(SB), Z7, Z12
@@ -8677,9 +9194,9 @@ stateKVbf16AVX512_rows_6:
 	VPMOVDW       Z7, K1, 64(R9)
 	ADDQ          R10, R9
 
-stateKVbf16AVX512_nostorerow_6:
+stateKVbf16AVX512_nostorerow_11:
 	TESTQ   R11, R11
-	JZ      stateKVbf16AVX512_nocarryrow_6
+	JZ      stateKVbf16AVX512_nocarryrow_11
 	VMOVUPS (AX), Z7
 	VMOVUPS Z7, (R11)
 	VMOVUPS 64(AX), Z7
@@ -8688,12 +9205,74 @@ stateKVbf16AVX512_nostorerow_6:
 	VMOVUPS Z7, K1, 128(R11)
 	ADDQ    R8, R11
 
-stateKVbf16AVX512_nocarryrow_6:
+stateKVbf16AVX512_nocarryrow_11:
 	ADDQ $0x000000c0, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVbf16AVX512_rows_6
+	JB   stateKVbf16AVX512_rows_11
+	JMP  stateKVbf16AVX512_rowsdone_6
 
+stateKVbf16AVX512_lastrows_6:
+stateKVbf16AVX512_rows_12:
+	VBROADCASTSS  (BX)(CX*4), Z7
+	VMOVUPS       (AX), Z8
+	VMULPS        Z8, Z6, Z8
+	VFMADD231PS   Z9, Z7, Z8
+	VMOVUPS       64(AX), Z12
+	VMULPS        Z12, Z6, Z12
+	VFMADD231PS   Z10, Z7, Z12
+	VMOVUPS       128(AX), Z13
+	VMULPS        Z13, Z6, Z13
+	VFMADD231PS   Z11, Z7, Z13
+	TESTQ         R9, R9
+	JZ            stateKVbf16AVX512_nostorerow_12
+	VMOVAPS       Z8, Z7
+	VPSRLD        $0x10, Z7, Z14
+	VPANDD.BCST   absmask<>+0(SB), Z7, Z15
+	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
+	VPANDD.BCST   one_i<>+0(SB), Z14, Z15
+	VPADDD.BCST   round<>+0(SB), Z7, Z7
+	VPADDD        Z15, Z7, Z7
+	VPSRLD        $0x10, Z7, Z7
+	VPORD.BCST    quiet<>+0(SB), Z14, K2, Z7
+	VPMOVDW       Z7, (R9)
+	VMOVAPS       Z12, Z7
+	VPSRLD        $0x10, Z7, Z14
+	VPANDD.BCST   absmask<>+0(SB), Z7, Z15
+	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
+	VPANDD.BCST   one_i<>+0(SB), Z14, Z15
+	VPADDD.BCST   round<>+0(SB), Z7, Z7
+	VPADDD        Z15, Z7, Z7
+	VPSRLD        $0x10, Z7, Z7
+	VPORD.BCST    quiet<>+0(SB), Z14, K2, Z7
+	VPMOVDW       Z7, 32(R9)
+	VMOVAPS       Z13, Z7
+	VPSRLD        $0x10, Z7, Z14
+	VPANDD.BCST   absmask<>+0(SB), Z7, Z15
+	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
+	VPANDD.BCST   one_i<>+0(SB), Z14, Z15
+	VPADDD.BCST   round<>+0(SB), Z7, Z7
+	VPADDD        Z15, Z7, Z7
+	VPSRLD        $0x10, Z7, Z7
+	VPORD.BCST    quiet<>+0(SB), Z14, K2, Z7
+	VPMOVDW       Z7, K1, 64(R9)
+	ADDQ          R10, R9
+
+stateKVbf16AVX512_nostorerow_12:
+	TESTQ   R11, R11
+	JZ      stateKVbf16AVX512_nocarryrow_12
+	VMOVUPS Z8, (R11)
+	VMOVUPS Z12, 64(R11)
+	VMOVUPS Z13, K1, 128(R11)
+	ADDQ    R8, R11
+
+stateKVbf16AVX512_nocarryrow_12:
+	ADDQ $0x000000c0, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVbf16AVX512_rows_12
+
+stateKVbf16AVX512_rowsdone_6:
 stateKVbf16AVX512_tokdone_3:
 	MOVQ 64(SP), AX
 	MOVQ AX, 56(SP)
@@ -8941,8 +9520,14 @@ stateKVbf16AVX512_nostore_7:
 stateKVbf16AVX512_nocarry_7:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
+	MOVQ 48(SP), R12
+	INCQ R12
+	MOVQ tok_len+224(FP), R13
+	SHRQ $0x02, R13
+	CMPQ R12, R13
+	JE   stateKVbf16AVX512_lastrows_7
 
-stateKVbf16AVX512_rows_7:
+stateKVbf16AVX512_rows_13:
 	VBROADCASTSS  (BX)(CX*4), Z9
 	VBROADCASTSS  (SI)(CX*4), Z10
 	VBROADCASTSS  (DI)(CX*4), Z15
@@ -8971,7 +9556,7 @@ stateKVbf16AVX512_rows_7:
 	VFMADD231PS   Z16, Z10, Z6
 	VFMADD231PS   Z16, Z15, Z7
 	TESTQ         R9, R9
-	JZ            stateKVbf16AVX512_nostorerow_7
+	JZ            stateKVbf16AVX512_nostorerow_13
 	VMOVUPS       (AX), Z9
 	VPSRLD        $0x10, Z9, Z10
 	VPANDD.BCST   absmask<>+0(SB), Z9, Z15
@@ -9014,9 +9599,9 @@ stateKVbf16AVX512_rows_7:
 	VPMOVDW       Z9, K1, 96(R9)
 	ADDQ          R10, R9
 
-stateKVbf16AVX512_nostorerow_7:
+stateKVbf16AVX512_nostorerow_13:
 	TESTQ   R11, R11
-	JZ      stateKVbf16AVX512_nocarryrow_7
+	JZ      stateKVbf16AVX512_nocarryrow_13
 	VMOVUPS (AX), Z9
 	VMOVUPS Z9, (R11)
 	VMOVUPS 64(AX), Z9
@@ -9027,12 +9612,89 @@ stateKVbf16AVX512_nostorerow_7:
 	VMOVUPS Z9, K1, 192(R11)
 	ADDQ    R8, R11
 
-stateKVbf16AVX512_nocarryrow_7:
+stateKVbf16AVX512_nocarryrow_13:
 	ADDQ $0x00000100, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVbf16AVX512_rows_7
-	JMP  stateKVbf16AVX512_tokdone_4
+	JB   stateKVbf16AVX512_rows_13
+	JMP  stateKVbf16AVX512_rowsdone_7
+
+stateKVbf16AVX512_lastrows_7:
+stateKVbf16AVX512_rows_14:
+	VBROADCASTSS  (BX)(CX*4), Z9
+	VMOVUPS       (AX), Z10
+	VFMADD213PS   Z10, Z8, Z10
+	VFMADD231PS   Z11, Z9, Z10
+	VMOVUPS       64(AX), Z15
+	VFMADD213PS   Z15, Z8, Z15
+	VFMADD231PS   Z12, Z9, Z15
+	VMOVUPS       128(AX), Z16
+	VFMADD213PS   Z16, Z8, Z16
+	VFMADD231PS   Z13, Z9, Z16
+	VMOVUPS       192(AX), Z17
+	VFMADD213PS   Z17, Z8, Z17
+	VFMADD231PS   Z14, Z9, Z17
+	TESTQ         R9, R9
+	JZ            stateKVbf16AVX512_nostorerow_14
+	VMOVAPS       Z10, Z9
+	VPSRLD        $0x10, Z9, Z18
+	VPANDD.BCST   absmask<>+0(SB), Z9, Z19
+	VPCMPGTD.BCST infbits<>+0(SB), Z19, K2
+	VPANDD.BCST   one_i<>+0(SB), Z18, Z19
+	VPADDD.BCST   round<>+0(SB), Z9, Z9
+	VPADDD        Z19, Z9, Z9
+	VPSRLD        $0x10, Z9, Z9
+	VPORD.BCST    quiet<>+0(SB), Z18, K2, Z9
+	VPMOVDW       Z9, (R9)
+	VMOVAPS       Z15, Z9
+	VPSRLD        $0x10, Z9, Z18
+	VPANDD.BCST   absmask<>+0(SB), Z9, Z19
+	VPCMPGTD.BCST infbits<>+0(SB), Z19, K2
+	VPANDD.BCST   one_i<>+0(SB), Z18, Z19
+	VPADDD.BCST   round<>+0(SB), Z9, Z9
+	VPADDD        Z19, Z9, Z9
+	VPSRLD        $0x10, Z9, Z9
+	VPORD.BCST    quiet<>+0(SB), Z18, K2, Z9
+	VPMOVDW       Z9, 32(R9)
+	VMOVAPS       Z16, Z9
+	VPSRLD        $0x10, Z9, Z18
+	VPANDD.BCST   absmask<>+0(SB), Z9, Z19
+	VPCMPGTD.BCST infbits<>+0(SB), Z19, K2
+	VPANDD.BCST   one_i<>+0(SB), Z18, Z19
+	VPADDD.BCST   round<>+0(SB), Z9, Z9
+	VPADDD        Z19, Z9, Z9
+	VPSRLD        $0x10, Z9, Z9
+	VPORD.BCST    quiet<>+0(SB), Z18, K2, Z9
+	VPMOVDW       Z9, 64(R9)
+	VMOVAPS       Z17, Z9
+	VPSRLD        $0x10, Z9, Z18
+	VPANDD.BCST   absmask<>+0(SB), Z9, Z19
+	VPCMPGTD.BCST infbits<>+0(SB), Z19, K2
+	VPANDD.BCST   one_i<>+0(SB), Z18, Z19
+	VPADDD.BCST   round<>+0(SB), Z9, Z9
+	VPADDD        Z19, Z9, Z9
+	VPSRLD        $0x10, Z9, Z9
+	VPORD.BCST    quiet<>+0(SB), Z18, K2, Z9
+	VPMOVDW       Z9, K1, 96(R9)
+	ADDQ          R10, R9
+
+stateKVbf16AVX512_nostorerow_14:
+	TESTQ   R11, R11
+	JZ      stateKVbf16AVX512_nocarryrow_14
+	VMOVUPS Z10, (R11)
+	VMOVUPS Z15, 64(R11)
+	VMOVUPS Z16, 128(R11)
+	VMOVUPS Z17, K1, 192(R11)
+	ADDQ    R8, R11
+
+stateKVbf16AVX512_nocarryrow_14:
+	ADDQ $0x00000100, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVbf16AVX512_rows_14
+
+stateKVbf16AVX512_rowsdone_7:
+	JMP stateKVbf16AVX512_tokdone_4
 
 stateKVbf16AVX512_far_4:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
@@ -9113,8 +9775,14 @@ stateKVbf16AVX512_nostore_8:
 stateKVbf16AVX512_nocarry_8:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
+	MOVQ 48(SP), R12
+	INCQ R12
+	MOVQ tok_len+224(FP), R13
+	SHRQ $0x02, R13
+	CMPQ R12, R13
+	JE   stateKVbf16AVX512_lastrows_8
 
-stateKVbf16AVX512_rows_8:
+stateKVbf16AVX512_rows_15:
 	VBROADCASTSS  (BX)(CX*4), Z9
 	VBROADCASTSS  (SI)(CX*4), Z10
 	VBROADCASTSS  (DI)(CX*4), Z15
@@ -9143,7 +9811,7 @@ stateKVbf16AVX512_rows_8:
 	VFMADD231PS   Z16, Z10, Z6
 	VFMADD231PS   Z16, Z15, Z7
 	TESTQ         R9, R9
-	JZ            stateKVbf16AVX512_nostorerow_8
+	JZ            stateKVbf16AVX512_nostorerow_15
 	VMOVUPS       (AX), Z9
 	VPSRLD        $0x10, Z9, Z10
 	VPANDD.BCST   absmask<>+0(SB), Z9, Z15
@@ -9186,9 +9854,9 @@ stateKVbf16AVX512_rows_8:
 	VPMOVDW       Z9, K1, 96(R9)
 	ADDQ          R10, R9
 
-stateKVbf16AVX512_nostorerow_8:
+stateKVbf16AVX512_nostorerow_15:
 	TESTQ   R11, R11
-	JZ      stateKVbf16AVX512_nocarryrow_8
+	JZ      stateKVbf16AVX512_nocarryrow_15
 	VMOVUPS (AX), Z9
 	VMOVUPS Z9, (R11)
 	VMOVUPS 64(AX), Z9
@@ -9199,12 +9867,88 @@ stateKVbf16AVX512_nostorerow_8:
 	VMOVUPS Z9, K1, 192(R11)
 	ADDQ    R8, R11
 
-stateKVbf16AVX512_nocarryrow_8:
+stateKVbf16AVX512_nocarryrow_15:
 	ADDQ $0x00000100, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVbf16AVX512_rows_8
+	JB   stateKVbf16AVX512_rows_15
+	JMP  stateKVbf16AVX512_rowsdone_8
 
+stateKVbf16AVX512_lastrows_8:
+stateKVbf16AVX512_rows_16:
+	VBROADCASTSS  (BX)(CX*4), Z9
+	VMOVUPS       (AX), Z10
+	VMULPS        Z10, Z8, Z10
+	VFMADD231PS   Z11, Z9, Z10
+	VMOVUPS       64(AX), Z15
+	VMULPS        Z15, Z8, Z15
+	VFMADD231PS   Z12, Z9, Z15
+	VMOVUPS       128(AX), Z16
+	VMULPS        Z16, Z8, Z16
+	VFMADD231PS   Z13, Z9, Z16
+	VMOVUPS       192(AX), Z17
+	VMULPS        Z17, Z8, Z17
+	VFMADD231PS   Z14, Z9, Z17
+	TESTQ         R9, R9
+	JZ            stateKVbf16AVX512_nostorerow_16
+	VMOVAPS       Z10, Z9
+	VPSRLD        $0x10, Z9, Z18
+	VPANDD.BCST   absmask<>+0(SB), Z9, Z19
+	VPCMPGTD.BCST infbits<>+0(SB), Z19, K2
+	VPANDD.BCST   one_i<>+0(SB), Z18, Z19
+	VPADDD.BCST   round<>+0(SB), Z9, Z9
+	VPADDD        Z19, Z9, Z9
+	VPSRLD        $0x10, Z9, Z9
+	VPORD.BCST    quiet<>+0(SB), Z18, K2, Z9
+	VPMOVDW       Z9, (R9)
+	VMOVAPS       Z15, Z9
+	VPSRLD        $0x10, Z9, Z18
+	VPANDD.BCST   absmask<>+0(SB), Z9, Z19
+	VPCMPGTD.BCST infbits<>+0(SB), Z19, K2
+	VPANDD.BCST   one_i<>+0(SB), Z18, Z19
+	VPADDD.BCST   round<>+0(SB), Z9, Z9
+	VPADDD        Z19, Z9, Z9
+	VPSRLD        $0x10, Z9, Z9
+	VPORD.BCST    quiet<>+0(SB), Z18, K2, Z9
+	VPMOVDW       Z9, 32(R9)
+	VMOVAPS       Z16, Z9
+	VPSRLD        $0x10, Z9, Z18
+	VPANDD.BCST   absmask<>+0(SB), Z9, Z19
+	VPCMPGTD.BCST infbits<>+0(SB), Z19, K2
+	VPANDD.BCST   one_i<>+0(SB), Z18, Z19
+	VPADDD.BCST   round<>+0(SB), Z9, Z9
+	VPADDD        Z19, Z9, Z9
+	VPSRLD        $0x10, Z9, Z9
+	VPORD.BCST    quiet<>+0(SB), Z18, K2, Z9
+	VPMOVDW       Z9, 64(R9)
+	VMOVAPS       Z17, Z9
+	VPSRLD        $0x10, Z9, Z18
+	VPANDD.BCST   absmask<>+0(SB), Z9, Z19
+	VPCMPGTD.BCST infbits<>+0(SB), Z19, K2
+	VPANDD.BCST   one_i<>+0(SB), Z18, Z19
+	VPADDD.BCST   round<>+0(SB), Z9, Z9
+	VPADDD        Z19, Z9, Z9
+	VPSRLD        $0x10, Z9, Z9
+	VPORD.BCST    quiet<>+0(SB), Z18, K2, Z9
+	VPMOVDW       Z9, K1, 96(R9)
+	ADDQ          R10, R9
+
+stateKVbf16AVX512_nostorerow_16:
+	TESTQ   R11, R11
+	JZ      stateKVbf16AVX512_nocarryrow_16
+	VMOVUPS Z10, (R11)
+	VMOVUPS Z15, 64(R11)
+	VMOVUPS Z16, 128(R11)
+	VMOVUPS Z17, K1, 192(R11)
+	ADDQ    R8, R11
+
+stateKVbf16AVX512_nocarryrow_16:
+	ADDQ $0x00000100, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVbf16AVX512_rows_16
+
+stateKVbf16AVX512_rowsdone_8:
 stateKVbf16AVX512_tokdone_4:
 	MOVQ 64(SP), AX
 	MOVQ AX, 56(SP)

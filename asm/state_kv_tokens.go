@@ -22,7 +22,8 @@ package main
 //	             one pass over the work rows: S' = decay(S) + k̂_i·δ, written back, and accumulated
 //	             into token τ+1's Sᵀk̂ and Sᵀq̂ (the read pass of the next token, fused); the row is
 //	             also stored to stores[τ] (rounded for bf16) when that is not nil, and to the
-//	             carry after the last token (bf16)
+//	             carry after the last token (bf16); AVX-512's pass of the last token writes
+//	             neither work nor the dots, its rows going from the registers to the store
 //
 // Every product and sum is the single-token routine's (stateRoutine), in its order: Sᵀk̂_j and
 // Sᵀq̂_j accumulate row after row from zero with one FMA each, decay(x) is VFMADD213 (x + em1·x)
@@ -565,12 +566,46 @@ func (g *kvGen) token(s span, f form, accK, accQ []VecVirtual, cOff int) {
 		SHLQ(U8(2), cStride)
 	}
 	g.alignDelta() // again: not live across the setup of the stores
+	// The last token's pass neither writes work nor accumulates dots (no token follows; the next
+	// block's pass 0 loads work anew): its rows go from the registers to the store and the carry.
+	// At T = 1 (a bf16 decode step) that is 4 of the token pass's 18 or so µops per vector.
+	// AVX2 does not: its 16 registers cannot hold the row besides the live accumulators.
+	if a.regs < 32 {
+		g.rows(s, f, c, d, accK, accQ, w, i, k, kp, kn, qn, dst, dstStride, carry, cStride, false)
+		return
+	}
+	last, done := label("lastrows"), label("rowsdone")
+	{
+		tau, t := GP64(), GP64()
+		MOVQ(g.tau, tau)
+		INCQ(tau)
+		Load(Param("tok").Len(), t)
+		SHRQ(U8(2), t)
+		CMPQ(tau, t)
+		JE(LabelRef(last))
+	}
+	g.rows(s, f, c, d, accK, accQ, w, i, k, kp, kn, qn, dst, dstStride, carry, cStride, false)
+	JMP(LabelRef(done))
+	Label(last)
+	g.rows(s, f, c, d, accK, accQ, w, i, k, kp, kn, qn, dst, dstStride, carry, cStride, true)
+	Label(done)
+}
+
+// rows emits a token's pass over the block's rows in work (see token); last: the call's last
+// token, whose pass stores and carries its rows from the registers and does nothing else.
+func (g *kvGen) rows(s span, f form, c VecVirtual, d []VecVirtual, accK, accQ []VecVirtual, w, i, k, kp, kn, qn, dst, dstStride, carry, cStride GPVirtual, last bool) {
+	a := g.a
 	loop := label("rows")
 	Label(loop)
-	bk, bkn, bqn := a.vec(), a.vec(), a.vec()
+	bk := a.vec()
 	VBROADCASTSS(Mem{Base: kp, Index: i, Scale: 4}, bk)
-	VBROADCASTSS(Mem{Base: kn, Index: i, Scale: 4}, bkn)
-	VBROADCASTSS(Mem{Base: qn, Index: i, Scale: 4}, bqn)
+	var bkn, bqn VecVirtual
+	if !last {
+		bkn, bqn = a.vec(), a.vec()
+		VBROADCASTSS(Mem{Base: kn, Index: i, Scale: 4}, bkn)
+		VBROADCASTSS(Mem{Base: qn, Index: i, Scale: 4}, bqn)
+	}
+	ys := make([]VecVirtual, len(s.ps))
 	ool := []func(){s.each(func(t int, pc piece) {
 		u := unmasked(pc)
 		y := a.vec()
@@ -581,17 +616,37 @@ func (g *kvGen) token(s span, f form, accK, accQ []VecVirtual, cOff int) {
 		} else {
 			fmaMem(u, g.dslot(t), bk, y)
 		}
+		if last {
+			ys[t] = y
+			return
+		}
 		u.store(y, u.at(w, 4))
 		u.fma(y, bkn, accK[t])
 		u.fma(y, bqn, accQ[t])
 	})}
+	// The row's vectors for the store and the carry: reloaded from work, or (last) the registers,
+	// which each guarded piece of a span has only inside its guard: a span's last token stores
+	// them inside it too.
+	get := func(t int, pc piece) VecVirtual {
+		if last && ys[t] != nil {
+			return ys[t]
+		}
+		y := a.vec()
+		u := unmasked(pc)
+		u.load(u.at(w, 4), y)
+		return y
+	}
 	skip := label("nostorerow")
 	TESTQ(dst, dst)
 	JZ(LabelRef(skip))
 	ool = append(ool, s.each(func(t int, pc piece) {
-		y := a.vec()
-		u := unmasked(pc)
-		u.load(u.at(w, 4), y)
+		y := get(t, pc)
+		if g.bf16 && last {
+			// storeState rounds y in place for bf16: keep the register for the carry.
+			z := a.vec()
+			VMOVAPS(a.view(y), a.view(z))
+			y = z
+		}
 		g.storeState(pc, y, dst)
 	}))
 	ADDQ(dstStride, dst)
@@ -601,10 +656,7 @@ func (g *kvGen) token(s span, f form, accK, accQ []VecVirtual, cOff int) {
 		TESTQ(carry, carry)
 		JZ(LabelRef(skip))
 		ool = append(ool, s.each(func(t int, pc piece) {
-			y := a.vec()
-			u := unmasked(pc)
-			u.load(u.at(w, 4), y)
-			pc.store(y, pc.at(carry, 4))
+			pc.store(get(t, pc), pc.at(carry, 4))
 		}))
 		ADDQ(cStride, carry)
 		Label(skip)
@@ -617,6 +669,7 @@ func (g *kvGen) token(s span, f form, accK, accQ []VecVirtual, cOff int) {
 		f()
 	}
 }
+
 
 // nextRow advances w to the next row of the block in work: whole vectors, g.rb bytes for a
 // guarded span.
