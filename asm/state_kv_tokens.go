@@ -670,7 +670,6 @@ func (g *kvGen) rows(s span, f form, c VecVirtual, d []VecVirtual, accK, accQ []
 	}
 }
 
-
 // nextRow advances w to the next row of the block in work: whole vectors, g.rb bytes for a
 // guarded span.
 func (g *kvGen) nextRow(s span, w GPVirtual) {
