@@ -69,12 +69,18 @@ func benchBatch(f gdnsimd.Format, tiled bool, B, T int) *gdnsimd.Batch {
 	state := vec(B*HV*K*V, 0, 0.05)
 	bt.State.SlotStride = HV * K * V
 	if f.BF16 {
-		bt.State.BF16 = make([]uint16, len(state))
-		for i, x := range state {
-			bt.State.BF16[i] = gdnsimd.BF16RNE(x)
-		}
+		bt.State.BF16 = roundAll(state)
 	} else {
 		bt.State.F32 = state
 	}
 	return bt
+}
+
+// roundAll returns BF16RNE of every element.
+func roundAll(x []float32) []uint16 {
+	b := make([]uint16, len(x))
+	for i, f := range x {
+		b[i] = gdnsimd.BF16RNE(f)
+	}
+	return b
 }

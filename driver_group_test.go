@@ -103,10 +103,7 @@ func driverBatch(r *rand.Rand, d driverShape, f gdnsimd.Format, tiled, stores, b
 	b.State.SlotStride = slot
 	state := vec(slots*slot, 0, 0.3)
 	if f.BF16 {
-		b.State.BF16 = make([]uint16, len(state))
-		for i, x := range state {
-			b.State.BF16[i] = gdnsimd.BF16RNE(x)
-		}
+		b.State.BF16 = roundAll(state)
 	} else {
 		b.State.F32 = state
 	}

@@ -7985,11 +7985,11 @@ stateKVbf16AVX512_notlast_1:
 stateKVbf16AVX512_nostore_1:
 	MOVQ  V+8(FP), R10
 	SHLQ  $0x01, R10
+	XORQ  R11, R11
 	MOVQ  48(SP), R12
 	INCQ  R12
 	MOVQ  tok_len+224(FP), R13
 	SHRQ  $0x02, R13
-	XORQ  R11, R11
 	CMPQ  R12, R13
 	JNE   stateKVbf16AVX512_nocarry_1
 	MOVQ  carry_base+88(FP), R11
@@ -8117,11 +8117,11 @@ stateKVbf16AVX512_far_1:
 stateKVbf16AVX512_nostore_2:
 	MOVQ  V+8(FP), R10
 	SHLQ  $0x01, R10
+	XORQ  R11, R11
 	MOVQ  48(SP), R12
 	INCQ  R12
 	MOVQ  tok_len+224(FP), R13
 	SHRQ  $0x02, R13
-	XORQ  R11, R11
 	CMPQ  R12, R13
 	JNE   stateKVbf16AVX512_nocarry_2
 	MOVQ  carry_base+88(FP), R11
@@ -8395,11 +8395,11 @@ stateKVbf16AVX512_notlast_2:
 stateKVbf16AVX512_nostore_3:
 	MOVQ  V+8(FP), R10
 	SHLQ  $0x01, R10
+	XORQ  R11, R11
 	MOVQ  48(SP), R12
 	INCQ  R12
 	MOVQ  tok_len+224(FP), R13
 	SHRQ  $0x02, R13
-	XORQ  R11, R11
 	CMPQ  R12, R13
 	JNE   stateKVbf16AVX512_nocarry_3
 	MOVQ  carry_base+88(FP), R11
@@ -8568,11 +8568,11 @@ stateKVbf16AVX512_far_2:
 stateKVbf16AVX512_nostore_4:
 	MOVQ  V+8(FP), R10
 	SHLQ  $0x01, R10
+	XORQ  R11, R11
 	MOVQ  48(SP), R12
 	INCQ  R12
 	MOVQ  tok_len+224(FP), R13
 	SHRQ  $0x02, R13
-	XORQ  R11, R11
 	CMPQ  R12, R13
 	JNE   stateKVbf16AVX512_nocarry_4
 	MOVQ  carry_base+88(FP), R11
@@ -8902,11 +8902,11 @@ stateKVbf16AVX512_notlast_3:
 stateKVbf16AVX512_nostore_5:
 	MOVQ  V+8(FP), R10
 	SHLQ  $0x01, R10
+	XORQ  R11, R11
 	MOVQ  48(SP), R12
 	INCQ  R12
 	MOVQ  tok_len+224(FP), R13
 	SHRQ  $0x02, R13
-	XORQ  R11, R11
 	CMPQ  R12, R13
 	JNE   stateKVbf16AVX512_nocarry_5
 	MOVQ  carry_base+88(FP), R11
@@ -9116,11 +9116,11 @@ stateKVbf16AVX512_far_3:
 stateKVbf16AVX512_nostore_6:
 	MOVQ  V+8(FP), R10
 	SHLQ  $0x01, R10
+	XORQ  R11, R11
 	MOVQ  48(SP), R12
 	INCQ  R12
 	MOVQ  tok_len+224(FP), R13
 	SHRQ  $0x02, R13
-	XORQ  R11, R11
 	CMPQ  R12, R13
 	JNE   stateKVbf16AVX512_nocarry_6
 	MOVQ  carry_base+88(FP), R11
@@ -9505,11 +9505,11 @@ stateKVbf16AVX512_notlast_4:
 stateKVbf16AVX512_nostore_7:
 	MOVQ  V+8(FP), R10
 	SHLQ  $0x01, R10
+	XORQ  R11, R11
 	MOVQ  48(SP), R12
 	INCQ  R12
 	MOVQ  tok_len+224(FP), R13
 	SHRQ  $0x02, R13
-	XORQ  R11, R11
 	CMPQ  R12, R13
 	JNE   stateKVbf16AVX512_nocarry_7
 	MOVQ  carry_base+88(FP), R11
@@ -9760,11 +9760,11 @@ stateKVbf16AVX512_far_4:
 stateKVbf16AVX512_nostore_8:
 	MOVQ  V+8(FP), R10
 	SHLQ  $0x01, R10
+	XORQ  R11, R11
 	MOVQ  48(SP), R12
 	INCQ  R12
 	MOVQ  tok_len+224(FP), R13
 	SHRQ  $0x02, R13
-	XORQ  R11, R11
 	CMPQ  R12, R13
 	JNE   stateKVbf16AVX512_nocarry_8
 	MOVQ  carry_base+88(FP), R11
@@ -11512,11 +11512,11 @@ stateKVbf16AVX2_notlast_1:
 stateKVbf16AVX2_nostore_1:
 	MOVQ  V+8(FP), R10
 	SHLQ  $0x01, R10
+	XORQ  R11, R11
 	MOVQ  48(SP), R12
 	INCQ  R12
 	MOVQ  tok_len+224(FP), R13
 	SHRQ  $0x02, R13
-	XORQ  R11, R11
 	CMPQ  R12, R13
 	JNE   stateKVbf16AVX2_nocarry_1
 	MOVQ  carry_base+88(FP), R11
@@ -11706,11 +11706,11 @@ stateKVbf16AVX2_far_1:
 stateKVbf16AVX2_nostore_2:
 	MOVQ  V+8(FP), R10
 	SHLQ  $0x01, R10
+	XORQ  R11, R11
 	MOVQ  48(SP), R12
 	INCQ  R12
 	MOVQ  tok_len+224(FP), R13
 	SHRQ  $0x02, R13
-	XORQ  R11, R11
 	CMPQ  R12, R13
 	JNE   stateKVbf16AVX2_nocarry_2
 	MOVQ  carry_base+88(FP), R11
@@ -12026,11 +12026,11 @@ stateKVbf16AVX2_notlast_2:
 stateKVbf16AVX2_nostore_3:
 	MOVQ  V+8(FP), R10
 	SHLQ  $0x01, R10
+	XORQ  R11, R11
 	MOVQ  48(SP), R12
 	INCQ  R12
 	MOVQ  tok_len+224(FP), R13
 	SHRQ  $0x02, R13
-	XORQ  R11, R11
 	CMPQ  R12, R13
 	JNE   stateKVbf16AVX2_nocarry_3
 	MOVQ  carry_base+88(FP), R11
@@ -12158,11 +12158,11 @@ stateKVbf16AVX2_far_2:
 stateKVbf16AVX2_nostore_4:
 	MOVQ  V+8(FP), R10
 	SHLQ  $0x01, R10
+	XORQ  R11, R11
 	MOVQ  48(SP), R12
 	INCQ  R12
 	MOVQ  tok_len+224(FP), R13
 	SHRQ  $0x02, R13
-	XORQ  R11, R11
 	CMPQ  R12, R13
 	JNE   stateKVbf16AVX2_nocarry_4
 	MOVQ  carry_base+88(FP), R11
@@ -12648,11 +12648,11 @@ stateKVbf16AVX2_spanpast_3:
 stateKVbf16AVX2_nostore_5:
 	MOVQ  V+8(FP), R11
 	SHLQ  $0x01, R11
+	XORQ  R12, R12
 	MOVQ  48(SP), R13
 	INCQ  R13
 	MOVQ  tok_len+224(FP), R14
 	SHRQ  $0x02, R14
-	XORQ  R12, R12
 	CMPQ  R13, R14
 	JNE   stateKVbf16AVX2_nocarry_5
 	MOVQ  carry_base+88(FP), R12
@@ -12922,11 +12922,11 @@ stateKVbf16AVX2_spanpast_7:
 stateKVbf16AVX2_nostore_6:
 	MOVQ  V+8(FP), R11
 	SHLQ  $0x01, R11
+	XORQ  R12, R12
 	MOVQ  48(SP), R13
 	INCQ  R13
 	MOVQ  tok_len+224(FP), R14
 	SHRQ  $0x02, R14
-	XORQ  R12, R12
 	CMPQ  R13, R14
 	JNE   stateKVbf16AVX2_nocarry_6
 	MOVQ  carry_base+88(FP), R12

@@ -64,15 +64,6 @@ func newTokCase(r *rand.Rand, K, V, T int, zero bool) tokCase {
 	return c
 }
 
-// roundAll returns BF16RNE of every element.
-func roundAll(x []float32) []uint16 {
-	b := make([]uint16, len(x))
-	for i, f := range x {
-		b[i] = gdnsimd.BF16RNE(f)
-	}
-	return b
-}
-
 func widenAll(b []uint16) []float32 {
 	f := make([]float32, len(b))
 	for i, x := range b {

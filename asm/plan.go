@@ -68,13 +68,7 @@ func (p piece) load(m Mem, dst VecVirtual) {
 // a Go program run under an emulator must not crash either. The check costs four integer µops
 // per masked load, which only the last w mod 8 columns of a block take.
 func maskedLoad(m Mem, k, dst VecVirtual) {
-	a, t := GP64(), GP64()
-	LEAQ(m, a)
-	MOVQ(a, t)
-	ANDQ(U32(4095), t)
-	slow, end, done := label("mmslow"), label("mmend"), label("mmdone")
-	CMPQ(t, U32(4096-32))
-	JA(LabelRef(slow))
+	a, slow, end, done := pageEnd(m, 32)
 	VMASKMOVPS(Mem{Base: a}, k.AsY(), dst.AsY())
 	JMP(LabelRef(done))
 	Label(slow)
@@ -97,16 +91,24 @@ func maskedLoad(m Mem, k, dst VecVirtual) {
 	Label(done)
 }
 
-// maskedLoadX is maskedLoad for VPMASKMOVD of an XMM (16 bytes, a prefix of at most 3 dwords
-// under k): the lanes of m under k into dst's XMM, the other lanes zero.
-func maskedLoadX(m Mem, k, dst VecVirtual) {
+// pageEnd emits the check of a masked load of n bytes at m: a holds m's address, and the code
+// jumps to slow when those bytes cross into the next 4 KiB page (else it falls through); end and
+// done are the loaders' other labels.
+func pageEnd(m Mem, n int) (a GPVirtual, slow, end, done string) {
 	a, t := GP64(), GP64()
 	LEAQ(m, a)
 	MOVQ(a, t)
 	ANDQ(U32(4095), t)
-	slow, end, done := label("mmslow"), label("mmend"), label("mmdone")
-	CMPQ(t, U32(4096-16))
+	slow, end, done = label("mmslow"), label("mmend"), label("mmdone")
+	CMPQ(t, U32(4096-n))
 	JA(LabelRef(slow))
+	return a, slow, end, done
+}
+
+// maskedLoadX is maskedLoad for VPMASKMOVD of an XMM (16 bytes, a prefix of at most 3 dwords
+// under k): the lanes of m under k into dst's XMM, the other lanes zero.
+func maskedLoadX(m Mem, k, dst VecVirtual) {
+	a, slow, end, done := pageEnd(m, 16)
 	VPMASKMOVD(Mem{Base: a}, k.AsX(), dst.AsX())
 	JMP(LabelRef(done))
 	Label(slow)

@@ -548,14 +548,9 @@ func (g *kvGen) token(s span, f form, accK, accQ []VecVirtual, cOff int) {
 	var carry, cStride GPVirtual
 	if g.bf16 {
 		carry, cStride = GP64(), GP64()
-		tau, t := GP64(), GP64()
-		MOVQ(g.tau, tau)
-		INCQ(tau)
-		Load(Param("tok").Len(), t)
-		SHRQ(U8(2), t)
 		XORQ(carry, carry)
 		none := label("nocarry")
-		CMPQ(tau, t)
+		g.cmpLast()
 		JNE(LabelRef(none))
 		Load(Param("carry").Base(), carry)
 		TESTQ(carry, carry)
@@ -575,20 +570,23 @@ func (g *kvGen) token(s span, f form, accK, accQ []VecVirtual, cOff int) {
 		return
 	}
 	last, done := label("lastrows"), label("rowsdone")
-	{
-		tau, t := GP64(), GP64()
-		MOVQ(g.tau, tau)
-		INCQ(tau)
-		Load(Param("tok").Len(), t)
-		SHRQ(U8(2), t)
-		CMPQ(tau, t)
-		JE(LabelRef(last))
-	}
+	g.cmpLast()
+	JE(LabelRef(last))
 	g.rows(s, f, c, d, accK, accQ, w, i, k, kp, kn, qn, dst, dstStride, carry, cStride, false)
 	JMP(LabelRef(done))
 	Label(last)
 	g.rows(s, f, c, d, accK, accQ, w, i, k, kp, kn, qn, dst, dstStride, carry, cStride, true)
 	Label(done)
+}
+
+// cmpLast compares τ + 1 with the call's token count (equal: τ is the last token), for a JE/JNE.
+func (g *kvGen) cmpLast() {
+	tau, t := GP64(), GP64()
+	MOVQ(g.tau, tau)
+	INCQ(tau)
+	Load(Param("tok").Len(), t)
+	SHRQ(U8(2), t)
+	CMPQ(tau, t)
 }
 
 // rows emits a token's pass over the block's rows in work (see token); last: the call's last
