@@ -154,6 +154,7 @@ type headCall struct {
 	tok  []float32 // [T][4] em1, eg, beta, kq
 	tmp  []float32 // K·V f32 scratch the routine may use
 	slab []float32 // K·genericBlock f32 scratch the routine may use
+	pf   []uintptr // the rows of the driver's next call, to prefetch (tokensF32)
 
 	stores []unsafe.Pointer // [chunk] for the assembly adapters
 	zero32 []float32        // K·V zeros (never written)
@@ -369,6 +370,10 @@ func (d *driver) sequence(n, hlo, hhi int) {
 	if t1-t0 > chunk {
 		per = min(G, groupMax)
 	}
+	// The group calls, each with the first head of the call after it (for ahead; −1: none).
+	type call struct{ hk, h0, g int }
+	var prev call
+	first := true
 	for hk := range HK {
 		// The group of k-head hk is the value heads base + j·step, j < G.
 		base, step := hk*G, 1
@@ -378,8 +383,19 @@ func (d *driver) sequence(n, hlo, hhi int) {
 		jlo := min(G, (max(0, hlo-base)+step-1)/step)
 		jhi := min(G, (max(0, hhi-base)+step-1)/step)
 		for j := jlo; j < jhi; j += per {
-			d.group(hk, base+j*step, step, min(per, jhi-j), t0, t1, read)
+			c := call{hk, base + j*step, min(per, jhi-j)}
+			if !first {
+				d.group(prev.hk, prev.h0, step, prev.g, t0, t1, read, c.h0, c.hk)
+			}
+			prev, first = c, false
 		}
+	}
+	if !first {
+		step := 1
+		if b.GQATiled {
+			step = HK
+		}
+		d.group(prev.hk, prev.h0, step, prev.g, t0, t1, read, -1, 0)
 	}
 }
 
@@ -401,7 +417,7 @@ func (d *driver) pad(t0, t1, hlo, hhi int) {
 // sequence reading slot read: chunk by chunk, each chunk's k̂, q̂ and k̂·q̂ prepared once and then
 // every head's state advanced through it. Over more than one chunk (g ≤ groupMax then) head j
 // carries its state from one chunk to the next in carry j.
-func (d *driver) group(hk, h0, step, g, t0, t1 int, read int32) {
+func (d *driver) group(hk, h0, step, g, t0, t1 int, read int32, nh, nhk int) {
 	b, s := d.b, d.s
 	hs := b.K * b.V
 	if t1-t0 == 1 && d.single {
@@ -411,10 +427,26 @@ func (d *driver) group(hk, h0, step, g, t0, t1 int, read int32) {
 		}
 		return
 	}
+	// ahead lists the rows of the call after head j's call over [c0, c1) of the chunk loop below:
+	// head j+1's over the same tokens, else head 0's over the next chunk (with its q and k), else
+	// the next group's first (nh, k-head nhk) over the first chunk.
+	ahead := func(j, c0, c1 int) {
+		switch {
+		case j+1 < g:
+			d.ahead(h0+(j+1)*step, c0, c1, hk, false)
+		case c1 < t1:
+			d.ahead(h0, c1, min(t1, c1+chunk), hk, true)
+		case nh >= 0:
+			d.ahead(nh, t0, min(t1, t0+chunk), nhk, true)
+		default:
+			s.hc.pf = s.hc.pf[:0]
+		}
+	}
 	if t1-t0 <= chunk {
 		d.prepareQK(t0, t1, hk)
 		for j := range g {
 			h := h0 + j*step
+			ahead(j, t0, t1)
 			d.chunk(h, t0, t1, t1, read, d.readRef(read, h), nil)
 		}
 		return
@@ -434,9 +466,52 @@ func (d *driver) group(hk, h0, step, g, t0, t1 int, read int32) {
 			if c1 < t1 {
 				carry = s.carry[j*hs : (j+1)*hs : (j+1)*hs]
 			}
+			ahead(j, c0, c1)
 			src[j] = d.chunk(h0+j*step, c0, c1, t1, read, src[j], carry)
 		}
 	}
+}
+
+// ahead sets the head call's prefetch list (headCall.pf, tokensF32) to the rows the chunk call
+// of value head h over the tokens [c0, c1) will read from memory, v and z, with q and k of k-head
+// hk when qk (the call starts a chunk), and write (the outputs): a group per token. The state
+// routine issues a group per token pass (asm/prefetch.go), so that these rows come while it
+// computes instead of one after another at the start of that call: the prefill's activations are
+// about 2 KiB per head-token, as much time from memory as a fifth of the routine's compute.
+func (d *driver) ahead(h, c0, c1, hk int, qk bool) {
+	b, s := d.b, d.s
+	K, V, HV := b.K, b.V, b.VHeads
+	pf := s.hc.pf[:0]
+	for t := c0; t < c1; t++ {
+		pf = rowLines(pf, &b.Val, t, h*V, V)
+		pf = rowLines(pf, &b.Z, t, h*V, V)
+		if qk {
+			pf = rowLines(pf, &b.Q, t, hk*K, K)
+			pf = rowLines(pf, &b.Key, t, hk*K, K)
+		}
+		if b.Out != nil {
+			pf = lines(pf, unsafe.Pointer(unsafe.SliceData(cutU16(b.Out, (t*HV+h)*V, V))), 2*V)
+		}
+		if b.OutF32 != nil {
+			pf = lines(pf, unsafe.Pointer(unsafe.SliceData(cutF32(b.OutF32, (t*HV+h)*V, V))), 4*V)
+		}
+		pf = append(pf, 0, 0) // the end of the token's group
+	}
+	s.hc.pf = pf
+}
+
+// rowLines appends to pf the entry of token t's row of r, w elements from element off.
+func rowLines(pf []uintptr, r *Rows, t, off, w int) []uintptr {
+	if r.F32 != nil {
+		return lines(pf, unsafe.Pointer(unsafe.SliceData(cutF32(r.F32, t*r.Stride+off, w))), 4*w)
+	}
+	return lines(pf, unsafe.Pointer(unsafe.SliceData(cutU16(r.BF16, t*r.Stride+off, w))), 2*w)
+}
+
+// lines appends to pf the entry of the bytes at p: its address and the 64-byte lines they touch.
+func lines(pf []uintptr, p unsafe.Pointer, bytes int) []uintptr {
+	a := uintptr(p)
+	return append(pf, a, (a&63+uintptr(bytes)+63)>>6)
 }
 
 // readRef is the state value head h of a sequence reading slot read starts from (none: Zero).

@@ -23,8 +23,8 @@ func PiecesOf(k Kernel) Pieces {
 // (tokensF32, tokensBF16 in tokens_generic.go), by layout (KV, VK); nil where the kernel has none.
 // The generic kernel's, wrapped around kvTokens and vkTokens, are the reference.
 type Tokens struct {
-	F32  [2]func(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok []float32)
-	BF16 [2]func(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok []float32)
+	F32  [2]func(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok []float32, pf []uintptr)
+	BF16 [2]func(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok []float32, pf []uintptr)
 }
 
 // TokensOf returns k's flat state routines.
@@ -44,8 +44,8 @@ func TokensOf(k Kernel) Tokens {
 	return t
 }
 
-func flatF32(st stateFunc) func(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok []float32) {
-	return func(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok []float32) {
+func flatF32(st stateFunc) func(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok []float32, pf []uintptr) {
+	return func(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok []float32, pf []uintptr) {
 		dst := make([]stateRef, len(tok)/4)
 		for τ, p := range stores {
 			if p != nil {
@@ -57,8 +57,8 @@ func flatF32(st stateFunc) func(K, V int, src []float32, stores []unsafe.Pointer
 	}
 }
 
-func flatBF16(st stateFunc) func(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok []float32) {
-	return func(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok []float32) {
+func flatBF16(st stateFunc) func(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok []float32, pf []uintptr) {
+	return func(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok []float32, pf []uintptr) {
 		T := len(tok) / 4
 		dst := make([]stateRef, T)
 		for τ, p := range stores {

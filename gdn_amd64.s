@@ -6373,9 +6373,9 @@ scaleAVX2_scaledone_1:
 	VZEROUPPER
 	RET
 
-// func stateKVf32AVX512(K int, V int, src []float32, stores []uintptr, kh []float32, qh []float32, v []float32, vs int, o []float32, tok []float32, work []float32)
+// func stateKVf32AVX512(K int, V int, src []float32, stores []uintptr, kh []float32, qh []float32, v []float32, vs int, o []float32, tok []float32, work []float32, pf []uintptr)
 // Requires: AVX, AVX512F, CMOV, MMX+
-TEXT ·stateKVf32AVX512(SB), NOSPLIT, $104-216
+TEXT ·stateKVf32AVX512(SB), NOSPLIT, $120-240
 	MOVQ  K+0(FP), AX
 	MOVQ  V+8(FP), CX
 	MOVQ  tok_len+176(FP), DX
@@ -6391,6 +6391,12 @@ TEXT ·stateKVf32AVX512(SB), NOSPLIT, $104-216
 	ADDQ  $0x3f, CX
 	ANDQ  $-64, CX
 	MOVQ  CX, (SP)
+	MOVQ  pf_base+216(FP), CX
+	MOVQ  pf_len+224(FP), DX
+	MOVQ  CX, 104(SP)
+	ANDQ  $-2, DX
+	LEAQ  (CX)(DX*8), CX
+	MOVQ  CX, 112(SP)
 
 	// K > 512 does not fit work: the Go wrapper never calls with it.
 	CMPQ AX, $0x00000200
@@ -6483,6 +6489,28 @@ stateKVf32AVX512_pass0_1:
 	MOVQ AX, 88(SP)
 
 stateKVf32AVX512_token_1:
+	// The prefetch list's next group.
+	MOVQ 104(SP), AX
+
+stateKVf32AVX512_pfentry_1:
+	CMPQ  AX, 112(SP)
+	JAE   stateKVf32AVX512_pfdone_1
+	MOVQ  (AX), DX
+	MOVQ  8(AX), CX
+	ADDQ  $0x10, AX
+	TESTQ CX, CX
+	JZ    stateKVf32AVX512_pfdone_1
+
+stateKVf32AVX512_pfline_1:
+	PREFETCHT0 (DX)
+	ADDQ       $0x40, DX
+	DECQ       CX
+	JNZ        stateKVf32AVX512_pfline_1
+	JMP        stateKVf32AVX512_pfentry_1
+
+stateKVf32AVX512_pfdone_1:
+	MOVQ AX, 104(SP)
+
 	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
 	MOVQ 48(SP), AX
 	MOVQ K+0(FP), CX
@@ -6750,6 +6778,28 @@ stateKVf32AVX512_pass0_2:
 	MOVQ AX, 88(SP)
 
 stateKVf32AVX512_token_2:
+	// The prefetch list's next group.
+	MOVQ 104(SP), AX
+
+stateKVf32AVX512_pfentry_2:
+	CMPQ  AX, 112(SP)
+	JAE   stateKVf32AVX512_pfdone_2
+	MOVQ  (AX), DX
+	MOVQ  8(AX), CX
+	ADDQ  $0x10, AX
+	TESTQ CX, CX
+	JZ    stateKVf32AVX512_pfdone_2
+
+stateKVf32AVX512_pfline_2:
+	PREFETCHT0 (DX)
+	ADDQ       $0x40, DX
+	DECQ       CX
+	JNZ        stateKVf32AVX512_pfline_2
+	JMP        stateKVf32AVX512_pfentry_2
+
+stateKVf32AVX512_pfdone_2:
+	MOVQ AX, 104(SP)
+
 	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
 	MOVQ 48(SP), AX
 	MOVQ K+0(FP), CX
@@ -7066,6 +7116,28 @@ stateKVf32AVX512_pass0_3:
 	MOVQ AX, 88(SP)
 
 stateKVf32AVX512_token_3:
+	// The prefetch list's next group.
+	MOVQ 104(SP), AX
+
+stateKVf32AVX512_pfentry_3:
+	CMPQ  AX, 112(SP)
+	JAE   stateKVf32AVX512_pfdone_3
+	MOVQ  (AX), DX
+	MOVQ  8(AX), CX
+	ADDQ  $0x10, AX
+	TESTQ CX, CX
+	JZ    stateKVf32AVX512_pfdone_3
+
+stateKVf32AVX512_pfline_3:
+	PREFETCHT0 (DX)
+	ADDQ       $0x40, DX
+	DECQ       CX
+	JNZ        stateKVf32AVX512_pfline_3
+	JMP        stateKVf32AVX512_pfentry_3
+
+stateKVf32AVX512_pfdone_3:
+	MOVQ AX, 104(SP)
+
 	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
 	MOVQ 48(SP), AX
 	MOVQ K+0(FP), CX
@@ -7431,6 +7503,28 @@ stateKVf32AVX512_pass0_4:
 	MOVQ AX, 88(SP)
 
 stateKVf32AVX512_token_4:
+	// The prefetch list's next group.
+	MOVQ 104(SP), AX
+
+stateKVf32AVX512_pfentry_4:
+	CMPQ  AX, 112(SP)
+	JAE   stateKVf32AVX512_pfdone_4
+	MOVQ  (AX), DX
+	MOVQ  8(AX), CX
+	ADDQ  $0x10, AX
+	TESTQ CX, CX
+	JZ    stateKVf32AVX512_pfdone_4
+
+stateKVf32AVX512_pfline_4:
+	PREFETCHT0 (DX)
+	ADDQ       $0x40, DX
+	DECQ       CX
+	JNZ        stateKVf32AVX512_pfline_4
+	JMP        stateKVf32AVX512_pfentry_4
+
+stateKVf32AVX512_pfdone_4:
+	MOVQ AX, 104(SP)
+
 	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
 	MOVQ 48(SP), AX
 	MOVQ K+0(FP), CX
@@ -7779,9 +7873,9 @@ stateKVf32AVX512_done_1:
 	VZEROUPPER
 	RET
 
-// func stateKVbf16AVX512(K int, V int, src []uint16, src32 []float32, stores []uintptr, carry []float32, kh []float32, qh []float32, v []float32, vs int, o []float32, tok []float32, work []float32)
+// func stateKVbf16AVX512(K int, V int, src []uint16, src32 []float32, stores []uintptr, carry []float32, kh []float32, qh []float32, v []float32, vs int, o []float32, tok []float32, work []float32, pf []uintptr)
 // Requires: AVX, AVX512F, CMOV, MMX+
-TEXT ·stateKVbf16AVX512(SB), NOSPLIT, $104-264
+TEXT ·stateKVbf16AVX512(SB), NOSPLIT, $120-288
 	MOVQ  K+0(FP), AX
 	MOVQ  V+8(FP), CX
 	MOVQ  tok_len+224(FP), DX
@@ -7797,6 +7891,12 @@ TEXT ·stateKVbf16AVX512(SB), NOSPLIT, $104-264
 	ADDQ  $0x3f, CX
 	ANDQ  $-64, CX
 	MOVQ  CX, (SP)
+	MOVQ  pf_base+264(FP), CX
+	MOVQ  pf_len+272(FP), DX
+	MOVQ  CX, 104(SP)
+	ANDQ  $-2, DX
+	LEAQ  (CX)(DX*8), CX
+	MOVQ  CX, 112(SP)
 
 	// K > 512 does not fit work: the Go wrapper never calls with it.
 	CMPQ AX, $0x00000200
@@ -7926,6 +8026,28 @@ stateKVbf16AVX512_loaded_1:
 	MOVQ AX, 88(SP)
 
 stateKVbf16AVX512_token_1:
+	// The prefetch list's next group.
+	MOVQ 104(SP), AX
+
+stateKVbf16AVX512_pfentry_1:
+	CMPQ  AX, 112(SP)
+	JAE   stateKVbf16AVX512_pfdone_1
+	MOVQ  (AX), DX
+	MOVQ  8(AX), CX
+	ADDQ  $0x10, AX
+	TESTQ CX, CX
+	JZ    stateKVbf16AVX512_pfdone_1
+
+stateKVbf16AVX512_pfline_1:
+	PREFETCHT0 (DX)
+	ADDQ       $0x40, DX
+	DECQ       CX
+	JNZ        stateKVbf16AVX512_pfline_1
+	JMP        stateKVbf16AVX512_pfentry_1
+
+stateKVbf16AVX512_pfdone_1:
+	MOVQ AX, 104(SP)
+
 	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
 	MOVQ 48(SP), AX
 	MOVQ K+0(FP), CX
@@ -8327,6 +8449,28 @@ stateKVbf16AVX512_loaded_2:
 	MOVQ AX, 88(SP)
 
 stateKVbf16AVX512_token_2:
+	// The prefetch list's next group.
+	MOVQ 104(SP), AX
+
+stateKVbf16AVX512_pfentry_2:
+	CMPQ  AX, 112(SP)
+	JAE   stateKVbf16AVX512_pfdone_2
+	MOVQ  (AX), DX
+	MOVQ  8(AX), CX
+	ADDQ  $0x10, AX
+	TESTQ CX, CX
+	JZ    stateKVbf16AVX512_pfdone_2
+
+stateKVbf16AVX512_pfline_2:
+	PREFETCHT0 (DX)
+	ADDQ       $0x40, DX
+	DECQ       CX
+	JNZ        stateKVbf16AVX512_pfline_2
+	JMP        stateKVbf16AVX512_pfentry_2
+
+stateKVbf16AVX512_pfdone_2:
+	MOVQ AX, 104(SP)
+
 	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
 	MOVQ 48(SP), AX
 	MOVQ K+0(FP), CX
@@ -8825,6 +8969,28 @@ stateKVbf16AVX512_loaded_3:
 	MOVQ AX, 88(SP)
 
 stateKVbf16AVX512_token_3:
+	// The prefetch list's next group.
+	MOVQ 104(SP), AX
+
+stateKVbf16AVX512_pfentry_3:
+	CMPQ  AX, 112(SP)
+	JAE   stateKVbf16AVX512_pfdone_3
+	MOVQ  (AX), DX
+	MOVQ  8(AX), CX
+	ADDQ  $0x10, AX
+	TESTQ CX, CX
+	JZ    stateKVbf16AVX512_pfdone_3
+
+stateKVbf16AVX512_pfline_3:
+	PREFETCHT0 (DX)
+	ADDQ       $0x40, DX
+	DECQ       CX
+	JNZ        stateKVbf16AVX512_pfline_3
+	JMP        stateKVbf16AVX512_pfentry_3
+
+stateKVbf16AVX512_pfdone_3:
+	MOVQ AX, 104(SP)
+
 	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
 	MOVQ 48(SP), AX
 	MOVQ K+0(FP), CX
@@ -9419,6 +9585,28 @@ stateKVbf16AVX512_loaded_4:
 	MOVQ AX, 88(SP)
 
 stateKVbf16AVX512_token_4:
+	// The prefetch list's next group.
+	MOVQ 104(SP), AX
+
+stateKVbf16AVX512_pfentry_4:
+	CMPQ  AX, 112(SP)
+	JAE   stateKVbf16AVX512_pfdone_4
+	MOVQ  (AX), DX
+	MOVQ  8(AX), CX
+	ADDQ  $0x10, AX
+	TESTQ CX, CX
+	JZ    stateKVbf16AVX512_pfdone_4
+
+stateKVbf16AVX512_pfline_4:
+	PREFETCHT0 (DX)
+	ADDQ       $0x40, DX
+	DECQ       CX
+	JNZ        stateKVbf16AVX512_pfline_4
+	JMP        stateKVbf16AVX512_pfentry_4
+
+stateKVbf16AVX512_pfdone_4:
+	MOVQ AX, 104(SP)
+
 	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
 	MOVQ 48(SP), AX
 	MOVQ K+0(FP), CX
@@ -10008,9 +10196,9 @@ widenAVX512_done:
 	VZEROUPPER
 	RET
 
-// func stateKVf32AVX2(K int, V int, src []float32, stores []uintptr, kh []float32, qh []float32, v []float32, vs int, o []float32, tok []float32, work []float32)
+// func stateKVf32AVX2(K int, V int, src []float32, stores []uintptr, kh []float32, qh []float32, v []float32, vs int, o []float32, tok []float32, work []float32, pf []uintptr)
 // Requires: AVX, AVX2, CMOV, FMA3, MMX+
-TEXT ·stateKVf32AVX2(SB), NOSPLIT, $296-216
+TEXT ·stateKVf32AVX2(SB), NOSPLIT, $312-240
 	MOVQ  K+0(FP), AX
 	MOVQ  V+8(FP), CX
 	MOVQ  tok_len+176(FP), DX
@@ -10026,6 +10214,12 @@ TEXT ·stateKVf32AVX2(SB), NOSPLIT, $296-216
 	ADDQ  $0x3f, CX
 	ANDQ  $-64, CX
 	MOVQ  CX, (SP)
+	MOVQ  pf_base+216(FP), CX
+	MOVQ  pf_len+224(FP), DX
+	MOVQ  CX, 296(SP)
+	ANDQ  $-2, DX
+	LEAQ  (CX)(DX*8), CX
+	MOVQ  CX, 304(SP)
 
 	// K > 1024 does not fit work: the Go wrapper never calls with it.
 	CMPQ AX, $0x00000400
@@ -10125,6 +10319,28 @@ stateKVf32AVX2_pass0_1:
 	MOVQ AX, 88(SP)
 
 stateKVf32AVX2_token_1:
+	// The prefetch list's next group.
+	MOVQ 296(SP), AX
+
+stateKVf32AVX2_pfentry_1:
+	CMPQ  AX, 304(SP)
+	JAE   stateKVf32AVX2_pfdone_1
+	MOVQ  (AX), DX
+	MOVQ  8(AX), CX
+	ADDQ  $0x10, AX
+	TESTQ CX, CX
+	JZ    stateKVf32AVX2_pfdone_1
+
+stateKVf32AVX2_pfline_1:
+	PREFETCHT0 (DX)
+	ADDQ       $0x40, DX
+	DECQ       CX
+	JNZ        stateKVf32AVX2_pfline_1
+	JMP        stateKVf32AVX2_pfentry_1
+
+stateKVf32AVX2_pfdone_1:
+	MOVQ AX, 296(SP)
+
 	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
 	MOVQ 48(SP), AX
 	MOVQ K+0(FP), CX
@@ -10471,6 +10687,28 @@ stateKVf32AVX2_pass0_2:
 	MOVQ AX, 88(SP)
 
 stateKVf32AVX2_token_2:
+	// The prefetch list's next group.
+	MOVQ 296(SP), AX
+
+stateKVf32AVX2_pfentry_2:
+	CMPQ  AX, 304(SP)
+	JAE   stateKVf32AVX2_pfdone_2
+	MOVQ  (AX), DX
+	MOVQ  8(AX), CX
+	ADDQ  $0x10, AX
+	TESTQ CX, CX
+	JZ    stateKVf32AVX2_pfdone_2
+
+stateKVf32AVX2_pfline_2:
+	PREFETCHT0 (DX)
+	ADDQ       $0x40, DX
+	DECQ       CX
+	JNZ        stateKVf32AVX2_pfline_2
+	JMP        stateKVf32AVX2_pfentry_2
+
+stateKVf32AVX2_pfdone_2:
+	MOVQ AX, 296(SP)
+
 	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
 	MOVQ 48(SP), AX
 	MOVQ K+0(FP), CX
@@ -10812,6 +11050,28 @@ stateKVf32AVX2_spanpast_1:
 	MOVQ AX, 88(SP)
 
 stateKVf32AVX2_token_3:
+	// The prefetch list's next group.
+	MOVQ 296(SP), AX
+
+stateKVf32AVX2_pfentry_3:
+	CMPQ  AX, 304(SP)
+	JAE   stateKVf32AVX2_pfdone_3
+	MOVQ  (AX), BX
+	MOVQ  8(AX), DX
+	ADDQ  $0x10, AX
+	TESTQ DX, DX
+	JZ    stateKVf32AVX2_pfdone_3
+
+stateKVf32AVX2_pfline_3:
+	PREFETCHT0 (BX)
+	ADDQ       $0x40, BX
+	DECQ       DX
+	JNZ        stateKVf32AVX2_pfline_3
+	JMP        stateKVf32AVX2_pfentry_3
+
+stateKVf32AVX2_pfdone_3:
+	MOVQ AX, 296(SP)
+
 	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
 	MOVQ 48(SP), AX
 	MOVQ K+0(FP), DX
@@ -11244,9 +11504,9 @@ stateKVf32AVX2_done_1:
 	VZEROUPPER
 	RET
 
-// func stateKVbf16AVX2(K int, V int, src []uint16, src32 []float32, stores []uintptr, carry []float32, kh []float32, qh []float32, v []float32, vs int, o []float32, tok []float32, work []float32)
+// func stateKVbf16AVX2(K int, V int, src []uint16, src32 []float32, stores []uintptr, carry []float32, kh []float32, qh []float32, v []float32, vs int, o []float32, tok []float32, work []float32, pf []uintptr)
 // Requires: AVX, AVX2, CMOV, FMA3, MMX+
-TEXT ·stateKVbf16AVX2(SB), NOSPLIT, $368-264
+TEXT ·stateKVbf16AVX2(SB), NOSPLIT, $384-288
 	MOVQ  K+0(FP), AX
 	MOVQ  V+8(FP), CX
 	MOVQ  tok_len+224(FP), DX
@@ -11262,6 +11522,12 @@ TEXT ·stateKVbf16AVX2(SB), NOSPLIT, $368-264
 	ADDQ  $0x3f, CX
 	ANDQ  $-64, CX
 	MOVQ  CX, (SP)
+	MOVQ  pf_base+264(FP), CX
+	MOVQ  pf_len+272(FP), DX
+	MOVQ  CX, 368(SP)
+	ANDQ  $-2, DX
+	LEAQ  (CX)(DX*8), CX
+	MOVQ  CX, 376(SP)
 
 	// K > 1024 does not fit work: the Go wrapper never calls with it.
 	CMPQ AX, $0x00000400
@@ -11419,6 +11685,28 @@ stateKVbf16AVX2_loaded_1:
 	MOVQ AX, 88(SP)
 
 stateKVbf16AVX2_token_1:
+	// The prefetch list's next group.
+	MOVQ 368(SP), AX
+
+stateKVbf16AVX2_pfentry_1:
+	CMPQ  AX, 376(SP)
+	JAE   stateKVbf16AVX2_pfdone_1
+	MOVQ  (AX), DX
+	MOVQ  8(AX), CX
+	ADDQ  $0x10, AX
+	TESTQ CX, CX
+	JZ    stateKVbf16AVX2_pfdone_1
+
+stateKVbf16AVX2_pfline_1:
+	PREFETCHT0 (DX)
+	ADDQ       $0x40, DX
+	DECQ       CX
+	JNZ        stateKVbf16AVX2_pfline_1
+	JMP        stateKVbf16AVX2_pfentry_1
+
+stateKVbf16AVX2_pfdone_1:
+	MOVQ AX, 368(SP)
+
 	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
 	MOVQ 48(SP), AX
 	MOVQ K+0(FP), CX
@@ -11953,6 +12241,28 @@ stateKVbf16AVX2_loaded_2:
 	MOVQ AX, 88(SP)
 
 stateKVbf16AVX2_token_2:
+	// The prefetch list's next group.
+	MOVQ 368(SP), AX
+
+stateKVbf16AVX2_pfentry_2:
+	CMPQ  AX, 376(SP)
+	JAE   stateKVbf16AVX2_pfdone_2
+	MOVQ  (AX), DX
+	MOVQ  8(AX), CX
+	ADDQ  $0x10, AX
+	TESTQ CX, CX
+	JZ    stateKVbf16AVX2_pfdone_2
+
+stateKVbf16AVX2_pfline_2:
+	PREFETCHT0 (DX)
+	ADDQ       $0x40, DX
+	DECQ       CX
+	JNZ        stateKVbf16AVX2_pfline_2
+	JMP        stateKVbf16AVX2_pfentry_2
+
+stateKVbf16AVX2_pfdone_2:
+	MOVQ AX, 368(SP)
+
 	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
 	MOVQ 48(SP), AX
 	MOVQ K+0(FP), CX
@@ -12510,6 +12820,28 @@ stateKVbf16AVX2_loaded_3:
 	MOVQ AX, 88(SP)
 
 stateKVbf16AVX2_token_3:
+	// The prefetch list's next group.
+	MOVQ 368(SP), AX
+
+stateKVbf16AVX2_pfentry_3:
+	CMPQ  AX, 376(SP)
+	JAE   stateKVbf16AVX2_pfdone_3
+	MOVQ  (AX), BX
+	MOVQ  8(AX), DX
+	ADDQ  $0x10, AX
+	TESTQ DX, DX
+	JZ    stateKVbf16AVX2_pfdone_3
+
+stateKVbf16AVX2_pfline_3:
+	PREFETCHT0 (BX)
+	ADDQ       $0x40, BX
+	DECQ       DX
+	JNZ        stateKVbf16AVX2_pfline_3
+	JMP        stateKVbf16AVX2_pfentry_3
+
+stateKVbf16AVX2_pfdone_3:
+	MOVQ AX, 368(SP)
+
 	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
 	MOVQ 48(SP), AX
 	MOVQ K+0(FP), DX
@@ -13150,9 +13482,9 @@ widenAVX2_done:
 	VZEROUPPER
 	RET
 
-// func stateVKf32AVX512(K int, V int, src []float32, stores []uintptr, kh []float32, qh []float32, v []float32, vs int, o []float32, tok []float32, work []float32)
+// func stateVKf32AVX512(K int, V int, src []float32, stores []uintptr, kh []float32, qh []float32, v []float32, vs int, o []float32, tok []float32, work []float32, pf []uintptr)
 // Requires: AVX, AVX512F, AVX512VL, CMOV, FMA3, MMX+
-TEXT ·stateVKf32AVX512(SB), NOSPLIT, $56-216
+TEXT ·stateVKf32AVX512(SB), NOSPLIT, $72-240
 	MOVQ  K+0(FP), CX
 	MOVQ  V+8(FP), AX
 	MOVQ  tok_len+176(FP), DX
@@ -13165,6 +13497,12 @@ TEXT ·stateVKf32AVX512(SB), NOSPLIT, $56-216
 	JZ    stateVKf32AVX512_done_1
 	MOVQ  AX, 8(SP)
 	MOVQ  DX, 16(SP)
+	MOVQ  pf_base+216(FP), DX
+	MOVQ  pf_len+224(FP), BX
+	MOVQ  DX, 56(SP)
+	ANDQ  $-2, BX
+	LEAQ  (DX)(BX*8), DX
+	MOVQ  DX, 64(SP)
 	MOVQ  work_base+192(FP), DX
 	ADDQ  $0x3f, DX
 	ANDQ  $-64, DX
@@ -13276,6 +13614,27 @@ stateVKf32AVX512_dead_1:
 	MOVQ      16(SP), R8
 
 stateVKf32AVX512_btoken_1:
+	// The prefetch list's next group.
+	MOVQ 56(SP), R10
+
+stateVKf32AVX512_pfentry_1:
+	CMPQ  R10, 64(SP)
+	JAE   stateVKf32AVX512_pfdone_1
+	MOVQ  (R10), R12
+	MOVQ  8(R10), R11
+	ADDQ  $0x10, R10
+	TESTQ R11, R11
+	JZ    stateVKf32AVX512_pfdone_1
+
+stateVKf32AVX512_pfline_1:
+	PREFETCHT0 (R12)
+	ADDQ       $0x40, R12
+	DECQ       R11
+	JNZ        stateVKf32AVX512_pfline_1
+	JMP        stateVKf32AVX512_pfentry_1
+
+stateVKf32AVX512_pfdone_1:
+	MOVQ      R10, 56(SP)
 	VMOVUPS.Z (AX), K1, Z0
 	VMOVUPS.Z 64(AX), K3, Z3
 	VMOVUPS.Z 128(AX), K4, Z4
@@ -13694,8 +14053,30 @@ stateVKf32AVX512_bnostore_1:
 stateVKf32AVX512_blocksdone_1:
 stateVKf32AVX512_groups_1:
 stateVKf32AVX512_group_1:
-	CMPQ  8(SP), $0x00000003
-	JB    stateVKf32AVX512_groupsdone_1
+	CMPQ 8(SP), $0x00000003
+	JB   stateVKf32AVX512_groupsdone_1
+
+	// The prefetch list's next group.
+	MOVQ 56(SP), AX
+
+stateVKf32AVX512_pfentry_2:
+	CMPQ  AX, 64(SP)
+	JAE   stateVKf32AVX512_pfdone_2
+	MOVQ  (AX), DX
+	MOVQ  8(AX), CX
+	ADDQ  $0x10, AX
+	TESTQ CX, CX
+	JZ    stateVKf32AVX512_pfdone_2
+
+stateVKf32AVX512_pfline_2:
+	PREFETCHT0 (DX)
+	ADDQ       $0x40, DX
+	DECQ       CX
+	JNZ        stateVKf32AVX512_pfline_2
+	JMP        stateVKf32AVX512_pfentry_2
+
+stateVKf32AVX512_pfdone_2:
+	MOVQ  AX, 56(SP)
 	MOVL  $0x00000007, AX
 	KMOVW AX, K6
 
@@ -14000,6 +14381,28 @@ stateVKf32AVX512_group_2:
 	CMPQ 8(SP), $0x00000001
 	JB   stateVKf32AVX512_groupsdone_2
 
+	// The prefetch list's next group.
+	MOVQ 56(SP), AX
+
+stateVKf32AVX512_pfentry_3:
+	CMPQ  AX, 64(SP)
+	JAE   stateVKf32AVX512_pfdone_3
+	MOVQ  (AX), DX
+	MOVQ  8(AX), CX
+	ADDQ  $0x10, AX
+	TESTQ CX, CX
+	JZ    stateVKf32AVX512_pfdone_3
+
+stateVKf32AVX512_pfline_3:
+	PREFETCHT0 (DX)
+	ADDQ       $0x40, DX
+	DECQ       CX
+	JNZ        stateVKf32AVX512_pfline_3
+	JMP        stateVKf32AVX512_pfentry_3
+
+stateVKf32AVX512_pfdone_3:
+	MOVQ AX, 56(SP)
+
 	// Load 1 row(s) of 1…4 vectors.
 	MOVQ       src_base+16(FP), AX
 	MOVQ       (SP), CX
@@ -14239,6 +14642,27 @@ stateVKf32AVX512_dead_18:
 	MOVQ      16(SP), R8
 
 stateVKf32AVX512_btoken_2:
+	// The prefetch list's next group.
+	MOVQ 56(SP), R10
+
+stateVKf32AVX512_pfentry_4:
+	CMPQ  R10, 64(SP)
+	JAE   stateVKf32AVX512_pfdone_4
+	MOVQ  (R10), R12
+	MOVQ  8(R10), R11
+	ADDQ  $0x10, R10
+	TESTQ R11, R11
+	JZ    stateVKf32AVX512_pfdone_4
+
+stateVKf32AVX512_pfline_4:
+	PREFETCHT0 (R12)
+	ADDQ       $0x40, R12
+	DECQ       R11
+	JNZ        stateVKf32AVX512_pfline_4
+	JMP        stateVKf32AVX512_pfentry_4
+
+stateVKf32AVX512_pfdone_4:
+	MOVQ      R10, 56(SP)
 	VMOVUPS   (AX), Z0
 	VMOVUPS   64(AX), Z3
 	VMOVUPS   128(AX), Z4
@@ -14689,8 +15113,30 @@ stateVKf32AVX512_bnostore_2:
 stateVKf32AVX512_blocksdone_2:
 stateVKf32AVX512_groups_2:
 stateVKf32AVX512_group_3:
-	CMPQ  8(SP), $0x00000002
-	JB    stateVKf32AVX512_groupsdone_3
+	CMPQ 8(SP), $0x00000002
+	JB   stateVKf32AVX512_groupsdone_3
+
+	// The prefetch list's next group.
+	MOVQ 56(SP), AX
+
+stateVKf32AVX512_pfentry_5:
+	CMPQ  AX, 64(SP)
+	JAE   stateVKf32AVX512_pfdone_5
+	MOVQ  (AX), DX
+	MOVQ  8(AX), CX
+	ADDQ  $0x10, AX
+	TESTQ CX, CX
+	JZ    stateVKf32AVX512_pfdone_5
+
+stateVKf32AVX512_pfline_5:
+	PREFETCHT0 (DX)
+	ADDQ       $0x40, DX
+	DECQ       CX
+	JNZ        stateVKf32AVX512_pfline_5
+	JMP        stateVKf32AVX512_pfentry_5
+
+stateVKf32AVX512_pfdone_5:
+	MOVQ  AX, 56(SP)
 	MOVL  $0x00000003, AX
 	KMOVW AX, K6
 
@@ -14930,6 +15376,28 @@ stateVKf32AVX512_groupsdone_3:
 stateVKf32AVX512_group_4:
 	CMPQ 8(SP), $0x00000001
 	JB   stateVKf32AVX512_groupsdone_4
+
+	// The prefetch list's next group.
+	MOVQ 56(SP), AX
+
+stateVKf32AVX512_pfentry_6:
+	CMPQ  AX, 64(SP)
+	JAE   stateVKf32AVX512_pfdone_6
+	MOVQ  (AX), DX
+	MOVQ  8(AX), CX
+	ADDQ  $0x10, AX
+	TESTQ CX, CX
+	JZ    stateVKf32AVX512_pfdone_6
+
+stateVKf32AVX512_pfline_6:
+	PREFETCHT0 (DX)
+	ADDQ       $0x40, DX
+	DECQ       CX
+	JNZ        stateVKf32AVX512_pfline_6
+	JMP        stateVKf32AVX512_pfentry_6
+
+stateVKf32AVX512_pfdone_6:
+	MOVQ AX, 56(SP)
 
 	// Load 1 row(s) of 5…6 vectors.
 	MOVQ       src_base+16(FP), AX
@@ -15172,6 +15640,27 @@ stateVKf32AVX512_dead_34:
 	MOVQ      16(SP), R8
 
 stateVKf32AVX512_btoken_3:
+	// The prefetch list's next group.
+	MOVQ 56(SP), R10
+
+stateVKf32AVX512_pfentry_7:
+	CMPQ  R10, 64(SP)
+	JAE   stateVKf32AVX512_pfdone_7
+	MOVQ  (R10), R12
+	MOVQ  8(R10), R11
+	ADDQ  $0x10, R10
+	TESTQ R11, R11
+	JZ    stateVKf32AVX512_pfdone_7
+
+stateVKf32AVX512_pfline_7:
+	PREFETCHT0 (R12)
+	ADDQ       $0x40, R12
+	DECQ       R11
+	JNZ        stateVKf32AVX512_pfline_7
+	JMP        stateVKf32AVX512_pfentry_7
+
+stateVKf32AVX512_pfdone_7:
+	MOVQ      R10, 56(SP)
 	VMOVUPS   (AX), Z0
 	VMOVUPS   64(AX), Z3
 	VMOVUPS   128(AX), Z4
@@ -15674,8 +16163,30 @@ stateVKf32AVX512_bnostore_3:
 stateVKf32AVX512_blocksdone_3:
 stateVKf32AVX512_groups_3:
 stateVKf32AVX512_group_5:
-	CMPQ  8(SP), $0x00000002
-	JB    stateVKf32AVX512_groupsdone_5
+	CMPQ 8(SP), $0x00000002
+	JB   stateVKf32AVX512_groupsdone_5
+
+	// The prefetch list's next group.
+	MOVQ 56(SP), AX
+
+stateVKf32AVX512_pfentry_8:
+	CMPQ  AX, 64(SP)
+	JAE   stateVKf32AVX512_pfdone_8
+	MOVQ  (AX), DX
+	MOVQ  8(AX), CX
+	ADDQ  $0x10, AX
+	TESTQ CX, CX
+	JZ    stateVKf32AVX512_pfdone_8
+
+stateVKf32AVX512_pfline_8:
+	PREFETCHT0 (DX)
+	ADDQ       $0x40, DX
+	DECQ       CX
+	JNZ        stateVKf32AVX512_pfline_8
+	JMP        stateVKf32AVX512_pfentry_8
+
+stateVKf32AVX512_pfdone_8:
+	MOVQ  AX, 56(SP)
 	MOVL  $0x00000003, AX
 	KMOVW AX, K6
 
@@ -15952,6 +16463,28 @@ stateVKf32AVX512_group_6:
 	CMPQ 8(SP), $0x00000001
 	JB   stateVKf32AVX512_groupsdone_6
 
+	// The prefetch list's next group.
+	MOVQ 56(SP), AX
+
+stateVKf32AVX512_pfentry_9:
+	CMPQ  AX, 64(SP)
+	JAE   stateVKf32AVX512_pfdone_9
+	MOVQ  (AX), DX
+	MOVQ  8(AX), CX
+	ADDQ  $0x10, AX
+	TESTQ CX, CX
+	JZ    stateVKf32AVX512_pfdone_9
+
+stateVKf32AVX512_pfline_9:
+	PREFETCHT0 (DX)
+	ADDQ       $0x40, DX
+	DECQ       CX
+	JNZ        stateVKf32AVX512_pfline_9
+	JMP        stateVKf32AVX512_pfentry_9
+
+stateVKf32AVX512_pfdone_9:
+	MOVQ AX, 56(SP)
+
 	// Load 1 row(s) of 7…8 vectors.
 	MOVQ       src_base+16(FP), AX
 	MOVQ       (SP), CX
@@ -16158,6 +16691,28 @@ stateVKf32AVX512_n12_1:
 stateVKf32AVX512_group_7:
 	CMPQ 8(SP), $0x00000001
 	JB   stateVKf32AVX512_groupsdone_7
+
+	// The prefetch list's next group.
+	MOVQ 56(SP), AX
+
+stateVKf32AVX512_pfentry_10:
+	CMPQ  AX, 64(SP)
+	JAE   stateVKf32AVX512_pfdone_10
+	MOVQ  (AX), DX
+	MOVQ  8(AX), CX
+	ADDQ  $0x10, AX
+	TESTQ CX, CX
+	JZ    stateVKf32AVX512_pfdone_10
+
+stateVKf32AVX512_pfline_10:
+	PREFETCHT0 (DX)
+	ADDQ       $0x40, DX
+	DECQ       CX
+	JNZ        stateVKf32AVX512_pfline_10
+	JMP        stateVKf32AVX512_pfentry_10
+
+stateVKf32AVX512_pfdone_10:
+	MOVQ AX, 56(SP)
 
 	// Load 1 row(s) of 9…12 vectors.
 	MOVQ       src_base+16(FP), AX
@@ -16425,6 +16980,28 @@ stateVKf32AVX512_n16_1:
 stateVKf32AVX512_group_8:
 	CMPQ 8(SP), $0x00000001
 	JB   stateVKf32AVX512_groupsdone_8
+
+	// The prefetch list's next group.
+	MOVQ 56(SP), AX
+
+stateVKf32AVX512_pfentry_11:
+	CMPQ  AX, 64(SP)
+	JAE   stateVKf32AVX512_pfdone_11
+	MOVQ  (AX), DX
+	MOVQ  8(AX), CX
+	ADDQ  $0x10, AX
+	TESTQ CX, CX
+	JZ    stateVKf32AVX512_pfdone_11
+
+stateVKf32AVX512_pfline_11:
+	PREFETCHT0 (DX)
+	ADDQ       $0x40, DX
+	DECQ       CX
+	JNZ        stateVKf32AVX512_pfline_11
+	JMP        stateVKf32AVX512_pfentry_11
+
+stateVKf32AVX512_pfdone_11:
+	MOVQ AX, 56(SP)
 
 	// Load 1 row(s) of 13…16 vectors.
 	MOVQ       src_base+16(FP), AX
@@ -16704,9 +17281,9 @@ stateVKf32AVX512_done_1:
 	VZEROUPPER
 	RET
 
-// func stateVKbf16AVX512(K int, V int, src []uint16, src32 []float32, stores []uintptr, carry []float32, kh []float32, qh []float32, v []float32, vs int, o []float32, tok []float32, work []float32)
+// func stateVKbf16AVX512(K int, V int, src []uint16, src32 []float32, stores []uintptr, carry []float32, kh []float32, qh []float32, v []float32, vs int, o []float32, tok []float32, work []float32, pf []uintptr)
 // Requires: AVX, AVX512F, AVX512VL, CMOV, FMA3, MMX+
-TEXT ·stateVKbf16AVX512(SB), NOSPLIT, $56-264
+TEXT ·stateVKbf16AVX512(SB), NOSPLIT, $72-288
 	MOVQ  K+0(FP), AX
 	MOVQ  V+8(FP), CX
 	MOVQ  tok_len+224(FP), DX
@@ -16719,6 +17296,12 @@ TEXT ·stateVKbf16AVX512(SB), NOSPLIT, $56-264
 	JZ    stateVKbf16AVX512_done_1
 	MOVQ  CX, 8(SP)
 	MOVQ  DX, 16(SP)
+	MOVQ  pf_base+264(FP), DX
+	MOVQ  pf_len+272(FP), BX
+	MOVQ  DX, 56(SP)
+	ANDQ  $-2, BX
+	LEAQ  (DX)(BX*8), DX
+	MOVQ  DX, 64(SP)
 	MOVQ  work_base+240(FP), DX
 	ADDQ  $0x3f, DX
 	ANDQ  $-64, DX
@@ -16867,6 +17450,27 @@ stateVKbf16AVX512_bloaded_1:
 	MOVQ 16(SP), R8
 
 stateVKbf16AVX512_btoken_1:
+	// The prefetch list's next group.
+	MOVQ 56(SP), R11
+
+stateVKbf16AVX512_pfentry_1:
+	CMPQ  R11, 64(SP)
+	JAE   stateVKbf16AVX512_pfdone_1
+	MOVQ  (R11), R13
+	MOVQ  8(R11), R12
+	ADDQ  $0x10, R11
+	TESTQ R12, R12
+	JZ    stateVKbf16AVX512_pfdone_1
+
+stateVKbf16AVX512_pfline_1:
+	PREFETCHT0 (R13)
+	ADDQ       $0x40, R13
+	DECQ       R12
+	JNZ        stateVKbf16AVX512_pfline_1
+	JMP        stateVKbf16AVX512_pfentry_1
+
+stateVKbf16AVX512_pfdone_1:
+	MOVQ      R11, 56(SP)
 	VMOVUPS.Z (AX), K1, Z0
 	VMOVUPS.Z 64(AX), K3, Z3
 	VMOVUPS.Z 128(AX), K4, Z4
@@ -17352,8 +17956,30 @@ stateVKbf16AVX512_bnocarry_1:
 stateVKbf16AVX512_blocksdone_1:
 stateVKbf16AVX512_groups_1:
 stateVKbf16AVX512_group_1:
-	CMPQ  8(SP), $0x00000003
-	JB    stateVKbf16AVX512_groupsdone_1
+	CMPQ 8(SP), $0x00000003
+	JB   stateVKbf16AVX512_groupsdone_1
+
+	// The prefetch list's next group.
+	MOVQ 56(SP), AX
+
+stateVKbf16AVX512_pfentry_2:
+	CMPQ  AX, 64(SP)
+	JAE   stateVKbf16AVX512_pfdone_2
+	MOVQ  (AX), DX
+	MOVQ  8(AX), CX
+	ADDQ  $0x10, AX
+	TESTQ CX, CX
+	JZ    stateVKbf16AVX512_pfdone_2
+
+stateVKbf16AVX512_pfline_2:
+	PREFETCHT0 (DX)
+	ADDQ       $0x40, DX
+	DECQ       CX
+	JNZ        stateVKbf16AVX512_pfline_2
+	JMP        stateVKbf16AVX512_pfentry_2
+
+stateVKbf16AVX512_pfdone_2:
+	MOVQ  AX, 56(SP)
 	MOVL  $0x00000007, AX
 	KMOVW AX, K6
 
@@ -17868,6 +18494,28 @@ stateVKbf16AVX512_group_2:
 	CMPQ 8(SP), $0x00000001
 	JB   stateVKbf16AVX512_groupsdone_2
 
+	// The prefetch list's next group.
+	MOVQ 56(SP), AX
+
+stateVKbf16AVX512_pfentry_3:
+	CMPQ  AX, 64(SP)
+	JAE   stateVKbf16AVX512_pfdone_3
+	MOVQ  (AX), DX
+	MOVQ  8(AX), CX
+	ADDQ  $0x10, AX
+	TESTQ CX, CX
+	JZ    stateVKbf16AVX512_pfdone_3
+
+stateVKbf16AVX512_pfline_3:
+	PREFETCHT0 (DX)
+	ADDQ       $0x40, DX
+	DECQ       CX
+	JNZ        stateVKbf16AVX512_pfline_3
+	JMP        stateVKbf16AVX512_pfentry_3
+
+stateVKbf16AVX512_pfdone_3:
+	MOVQ AX, 56(SP)
+
 	// Load 1 row(s) of 1…4 vectors.
 	MOVQ       src32_base+40(FP), AX
 	TESTQ      AX, AX
@@ -18230,6 +18878,27 @@ stateVKbf16AVX512_bloaded_2:
 	MOVQ 16(SP), R8
 
 stateVKbf16AVX512_btoken_2:
+	// The prefetch list's next group.
+	MOVQ 56(SP), R11
+
+stateVKbf16AVX512_pfentry_4:
+	CMPQ  R11, 64(SP)
+	JAE   stateVKbf16AVX512_pfdone_4
+	MOVQ  (R11), R13
+	MOVQ  8(R11), R12
+	ADDQ  $0x10, R11
+	TESTQ R12, R12
+	JZ    stateVKbf16AVX512_pfdone_4
+
+stateVKbf16AVX512_pfline_4:
+	PREFETCHT0 (R13)
+	ADDQ       $0x40, R13
+	DECQ       R12
+	JNZ        stateVKbf16AVX512_pfline_4
+	JMP        stateVKbf16AVX512_pfentry_4
+
+stateVKbf16AVX512_pfdone_4:
+	MOVQ      R11, 56(SP)
 	VMOVUPS   (AX), Z0
 	VMOVUPS   64(AX), Z3
 	VMOVUPS   128(AX), Z4
@@ -18763,8 +19432,30 @@ stateVKbf16AVX512_bnocarry_2:
 stateVKbf16AVX512_blocksdone_2:
 stateVKbf16AVX512_groups_2:
 stateVKbf16AVX512_group_3:
-	CMPQ  8(SP), $0x00000002
-	JB    stateVKbf16AVX512_groupsdone_3
+	CMPQ 8(SP), $0x00000002
+	JB   stateVKbf16AVX512_groupsdone_3
+
+	// The prefetch list's next group.
+	MOVQ 56(SP), AX
+
+stateVKbf16AVX512_pfentry_5:
+	CMPQ  AX, 64(SP)
+	JAE   stateVKbf16AVX512_pfdone_5
+	MOVQ  (AX), DX
+	MOVQ  8(AX), CX
+	ADDQ  $0x10, AX
+	TESTQ CX, CX
+	JZ    stateVKbf16AVX512_pfdone_5
+
+stateVKbf16AVX512_pfline_5:
+	PREFETCHT0 (DX)
+	ADDQ       $0x40, DX
+	DECQ       CX
+	JNZ        stateVKbf16AVX512_pfline_5
+	JMP        stateVKbf16AVX512_pfentry_5
+
+stateVKbf16AVX512_pfdone_5:
+	MOVQ  AX, 56(SP)
 	MOVL  $0x00000003, AX
 	KMOVW AX, K6
 
@@ -19189,6 +19880,28 @@ stateVKbf16AVX512_group_4:
 	CMPQ 8(SP), $0x00000001
 	JB   stateVKbf16AVX512_groupsdone_4
 
+	// The prefetch list's next group.
+	MOVQ 56(SP), AX
+
+stateVKbf16AVX512_pfentry_6:
+	CMPQ  AX, 64(SP)
+	JAE   stateVKbf16AVX512_pfdone_6
+	MOVQ  (AX), DX
+	MOVQ  8(AX), CX
+	ADDQ  $0x10, AX
+	TESTQ CX, CX
+	JZ    stateVKbf16AVX512_pfdone_6
+
+stateVKbf16AVX512_pfline_6:
+	PREFETCHT0 (DX)
+	ADDQ       $0x40, DX
+	DECQ       CX
+	JNZ        stateVKbf16AVX512_pfline_6
+	JMP        stateVKbf16AVX512_pfentry_6
+
+stateVKbf16AVX512_pfdone_6:
+	MOVQ AX, 56(SP)
+
 	// Load 1 row(s) of 5…6 vectors.
 	MOVQ       src32_base+40(FP), AX
 	TESTQ      AX, AX
@@ -19577,6 +20290,27 @@ stateVKbf16AVX512_bloaded_3:
 	MOVQ 16(SP), R8
 
 stateVKbf16AVX512_btoken_3:
+	// The prefetch list's next group.
+	MOVQ 56(SP), R11
+
+stateVKbf16AVX512_pfentry_7:
+	CMPQ  R11, 64(SP)
+	JAE   stateVKbf16AVX512_pfdone_7
+	MOVQ  (R11), R13
+	MOVQ  8(R11), R12
+	ADDQ  $0x10, R11
+	TESTQ R12, R12
+	JZ    stateVKbf16AVX512_pfdone_7
+
+stateVKbf16AVX512_pfline_7:
+	PREFETCHT0 (R13)
+	ADDQ       $0x40, R13
+	DECQ       R12
+	JNZ        stateVKbf16AVX512_pfline_7
+	JMP        stateVKbf16AVX512_pfentry_7
+
+stateVKbf16AVX512_pfdone_7:
+	MOVQ      R11, 56(SP)
 	VMOVUPS   (AX), Z0
 	VMOVUPS   64(AX), Z3
 	VMOVUPS   128(AX), Z4
@@ -20182,8 +20916,30 @@ stateVKbf16AVX512_bnocarry_3:
 stateVKbf16AVX512_blocksdone_3:
 stateVKbf16AVX512_groups_3:
 stateVKbf16AVX512_group_5:
-	CMPQ  8(SP), $0x00000002
-	JB    stateVKbf16AVX512_groupsdone_5
+	CMPQ 8(SP), $0x00000002
+	JB   stateVKbf16AVX512_groupsdone_5
+
+	// The prefetch list's next group.
+	MOVQ 56(SP), AX
+
+stateVKbf16AVX512_pfentry_8:
+	CMPQ  AX, 64(SP)
+	JAE   stateVKbf16AVX512_pfdone_8
+	MOVQ  (AX), DX
+	MOVQ  8(AX), CX
+	ADDQ  $0x10, AX
+	TESTQ CX, CX
+	JZ    stateVKbf16AVX512_pfdone_8
+
+stateVKbf16AVX512_pfline_8:
+	PREFETCHT0 (DX)
+	ADDQ       $0x40, DX
+	DECQ       CX
+	JNZ        stateVKbf16AVX512_pfline_8
+	JMP        stateVKbf16AVX512_pfentry_8
+
+stateVKbf16AVX512_pfdone_8:
+	MOVQ  AX, 56(SP)
 	MOVL  $0x00000003, AX
 	KMOVW AX, K6
 
@@ -20694,6 +21450,28 @@ stateVKbf16AVX512_group_6:
 	CMPQ 8(SP), $0x00000001
 	JB   stateVKbf16AVX512_groupsdone_6
 
+	// The prefetch list's next group.
+	MOVQ 56(SP), AX
+
+stateVKbf16AVX512_pfentry_9:
+	CMPQ  AX, 64(SP)
+	JAE   stateVKbf16AVX512_pfdone_9
+	MOVQ  (AX), DX
+	MOVQ  8(AX), CX
+	ADDQ  $0x10, AX
+	TESTQ CX, CX
+	JZ    stateVKbf16AVX512_pfdone_9
+
+stateVKbf16AVX512_pfline_9:
+	PREFETCHT0 (DX)
+	ADDQ       $0x40, DX
+	DECQ       CX
+	JNZ        stateVKbf16AVX512_pfline_9
+	JMP        stateVKbf16AVX512_pfentry_9
+
+stateVKbf16AVX512_pfdone_9:
+	MOVQ AX, 56(SP)
+
 	// Load 1 row(s) of 7…8 vectors.
 	MOVQ       src32_base+40(FP), AX
 	TESTQ      AX, AX
@@ -21024,6 +21802,28 @@ stateVKbf16AVX512_n12_1:
 stateVKbf16AVX512_group_7:
 	CMPQ 8(SP), $0x00000001
 	JB   stateVKbf16AVX512_groupsdone_7
+
+	// The prefetch list's next group.
+	MOVQ 56(SP), AX
+
+stateVKbf16AVX512_pfentry_10:
+	CMPQ  AX, 64(SP)
+	JAE   stateVKbf16AVX512_pfdone_10
+	MOVQ  (AX), DX
+	MOVQ  8(AX), CX
+	ADDQ  $0x10, AX
+	TESTQ CX, CX
+	JZ    stateVKbf16AVX512_pfdone_10
+
+stateVKbf16AVX512_pfline_10:
+	PREFETCHT0 (DX)
+	ADDQ       $0x40, DX
+	DECQ       CX
+	JNZ        stateVKbf16AVX512_pfline_10
+	JMP        stateVKbf16AVX512_pfentry_10
+
+stateVKbf16AVX512_pfdone_10:
+	MOVQ AX, 56(SP)
 
 	// Load 1 row(s) of 9…12 vectors.
 	MOVQ       src32_base+40(FP), AX
@@ -21473,6 +22273,28 @@ stateVKbf16AVX512_n16_1:
 stateVKbf16AVX512_group_8:
 	CMPQ 8(SP), $0x00000001
 	JB   stateVKbf16AVX512_groupsdone_8
+
+	// The prefetch list's next group.
+	MOVQ 56(SP), AX
+
+stateVKbf16AVX512_pfentry_11:
+	CMPQ  AX, 64(SP)
+	JAE   stateVKbf16AVX512_pfdone_11
+	MOVQ  (AX), DX
+	MOVQ  8(AX), CX
+	ADDQ  $0x10, AX
+	TESTQ CX, CX
+	JZ    stateVKbf16AVX512_pfdone_11
+
+stateVKbf16AVX512_pfline_11:
+	PREFETCHT0 (DX)
+	ADDQ       $0x40, DX
+	DECQ       CX
+	JNZ        stateVKbf16AVX512_pfline_11
+	JMP        stateVKbf16AVX512_pfentry_11
+
+stateVKbf16AVX512_pfdone_11:
+	MOVQ AX, 56(SP)
 
 	// Load 1 row(s) of 13…16 vectors.
 	MOVQ       src32_base+40(FP), AX
@@ -21984,9 +22806,9 @@ stateVKbf16AVX512_done_1:
 	VZEROUPPER
 	RET
 
-// func stateVKf32AVX2(K int, V int, src []float32, stores []uintptr, kh []float32, qh []float32, v []float32, vs int, o []float32, tok []float32, work []float32)
+// func stateVKf32AVX2(K int, V int, src []float32, stores []uintptr, kh []float32, qh []float32, v []float32, vs int, o []float32, tok []float32, work []float32, pf []uintptr)
 // Requires: AVX, AVX2, FMA3, MMX+
-TEXT ·stateVKf32AVX2(SB), NOSPLIT, $304-216
+TEXT ·stateVKf32AVX2(SB), NOSPLIT, $320-240
 	MOVQ    K+0(FP), CX
 	MOVQ    V+8(FP), AX
 	MOVQ    tok_len+176(FP), DX
@@ -21999,6 +22821,12 @@ TEXT ·stateVKf32AVX2(SB), NOSPLIT, $304-216
 	JZ      stateVKf32AVX2_done_1
 	MOVQ    AX, 8(SP)
 	MOVQ    DX, 16(SP)
+	MOVQ    pf_base+216(FP), DX
+	MOVQ    pf_len+224(FP), BX
+	MOVQ    DX, 304(SP)
+	ANDQ    $-2, BX
+	LEAQ    (DX)(BX*8), DX
+	MOVQ    DX, 312(SP)
 	MOVQ    work_base+192(FP), DX
 	ADDQ    $0x3f, DX
 	ANDQ    $-64, DX
@@ -22268,6 +23096,28 @@ stateVKf32AVX2_pairs_1:
 stateVKf32AVX2_group_1:
 	CMPQ 8(SP), $0x00000002
 	JB   stateVKf32AVX2_groupsdone_1
+
+	// The prefetch list's next group.
+	MOVQ 304(SP), AX
+
+stateVKf32AVX2_pfentry_1:
+	CMPQ  AX, 312(SP)
+	JAE   stateVKf32AVX2_pfdone_1
+	MOVQ  (AX), DX
+	MOVQ  8(AX), CX
+	ADDQ  $0x10, AX
+	TESTQ CX, CX
+	JZ    stateVKf32AVX2_pfdone_1
+
+stateVKf32AVX2_pfline_1:
+	PREFETCHT0 (DX)
+	ADDQ       $0x40, DX
+	DECQ       CX
+	JNZ        stateVKf32AVX2_pfline_1
+	JMP        stateVKf32AVX2_pfentry_1
+
+stateVKf32AVX2_pfdone_1:
+	MOVQ AX, 304(SP)
 
 	// Load 2 row(s) of 1…4 vectors.
 	MOVQ       src_base+16(FP), AX
@@ -22544,6 +23394,28 @@ stateVKf32AVX2_pairtail_1:
 stateVKf32AVX2_group_2:
 	CMPQ 8(SP), $0x00000001
 	JB   stateVKf32AVX2_groupsdone_2
+
+	// The prefetch list's next group.
+	MOVQ 304(SP), AX
+
+stateVKf32AVX2_pfentry_2:
+	CMPQ  AX, 312(SP)
+	JAE   stateVKf32AVX2_pfdone_2
+	MOVQ  (AX), DX
+	MOVQ  8(AX), CX
+	ADDQ  $0x10, AX
+	TESTQ CX, CX
+	JZ    stateVKf32AVX2_pfdone_2
+
+stateVKf32AVX2_pfline_2:
+	PREFETCHT0 (DX)
+	ADDQ       $0x40, DX
+	DECQ       CX
+	JNZ        stateVKf32AVX2_pfline_2
+	JMP        stateVKf32AVX2_pfentry_2
+
+stateVKf32AVX2_pfdone_2:
+	MOVQ AX, 304(SP)
 
 	// Load 1 row(s) of 1…4 vectors.
 	MOVQ       src_base+16(FP), AX
@@ -23035,6 +23907,28 @@ stateVKf32AVX2_group_3:
 	CMPQ 8(SP), $0x00000002
 	JB   stateVKf32AVX2_groupsdone_3
 
+	// The prefetch list's next group.
+	MOVQ 304(SP), AX
+
+stateVKf32AVX2_pfentry_3:
+	CMPQ  AX, 312(SP)
+	JAE   stateVKf32AVX2_pfdone_3
+	MOVQ  (AX), DX
+	MOVQ  8(AX), CX
+	ADDQ  $0x10, AX
+	TESTQ CX, CX
+	JZ    stateVKf32AVX2_pfdone_3
+
+stateVKf32AVX2_pfline_3:
+	PREFETCHT0 (DX)
+	ADDQ       $0x40, DX
+	DECQ       CX
+	JNZ        stateVKf32AVX2_pfline_3
+	JMP        stateVKf32AVX2_pfentry_3
+
+stateVKf32AVX2_pfdone_3:
+	MOVQ AX, 304(SP)
+
 	// Load 2 row(s) of 5…8 vectors.
 	MOVQ       src_base+16(FP), AX
 	MOVQ       (SP), CX
@@ -23424,6 +24318,28 @@ stateVKf32AVX2_pairtail_2:
 stateVKf32AVX2_group_4:
 	CMPQ 8(SP), $0x00000001
 	JB   stateVKf32AVX2_groupsdone_4
+
+	// The prefetch list's next group.
+	MOVQ 304(SP), AX
+
+stateVKf32AVX2_pfentry_4:
+	CMPQ  AX, 312(SP)
+	JAE   stateVKf32AVX2_pfdone_4
+	MOVQ  (AX), DX
+	MOVQ  8(AX), CX
+	ADDQ  $0x10, AX
+	TESTQ CX, CX
+	JZ    stateVKf32AVX2_pfdone_4
+
+stateVKf32AVX2_pfline_4:
+	PREFETCHT0 (DX)
+	ADDQ       $0x40, DX
+	DECQ       CX
+	JNZ        stateVKf32AVX2_pfline_4
+	JMP        stateVKf32AVX2_pfentry_4
+
+stateVKf32AVX2_pfdone_4:
+	MOVQ AX, 304(SP)
 
 	// Load 1 row(s) of 5…8 vectors.
 	MOVQ       src_base+16(FP), AX
@@ -24037,6 +24953,28 @@ stateVKf32AVX2_group_5:
 	CMPQ 8(SP), $0x00000002
 	JB   stateVKf32AVX2_groupsdone_5
 
+	// The prefetch list's next group.
+	MOVQ 304(SP), AX
+
+stateVKf32AVX2_pfentry_5:
+	CMPQ  AX, 312(SP)
+	JAE   stateVKf32AVX2_pfdone_5
+	MOVQ  (AX), DX
+	MOVQ  8(AX), CX
+	ADDQ  $0x10, AX
+	TESTQ CX, CX
+	JZ    stateVKf32AVX2_pfdone_5
+
+stateVKf32AVX2_pfline_5:
+	PREFETCHT0 (DX)
+	ADDQ       $0x40, DX
+	DECQ       CX
+	JNZ        stateVKf32AVX2_pfline_5
+	JMP        stateVKf32AVX2_pfentry_5
+
+stateVKf32AVX2_pfdone_5:
+	MOVQ AX, 304(SP)
+
 	// Load 2 row(s) of 9…12 vectors.
 	MOVQ       src_base+16(FP), AX
 	MOVQ       (SP), CX
@@ -24550,6 +25488,28 @@ stateVKf32AVX2_pairtail_3:
 stateVKf32AVX2_group_6:
 	CMPQ 8(SP), $0x00000001
 	JB   stateVKf32AVX2_groupsdone_6
+
+	// The prefetch list's next group.
+	MOVQ 304(SP), AX
+
+stateVKf32AVX2_pfentry_6:
+	CMPQ  AX, 312(SP)
+	JAE   stateVKf32AVX2_pfdone_6
+	MOVQ  (AX), DX
+	MOVQ  8(AX), CX
+	ADDQ  $0x10, AX
+	TESTQ CX, CX
+	JZ    stateVKf32AVX2_pfdone_6
+
+stateVKf32AVX2_pfline_6:
+	PREFETCHT0 (DX)
+	ADDQ       $0x40, DX
+	DECQ       CX
+	JNZ        stateVKf32AVX2_pfline_6
+	JMP        stateVKf32AVX2_pfentry_6
+
+stateVKf32AVX2_pfdone_6:
+	MOVQ AX, 304(SP)
 
 	// Load 1 row(s) of 9…12 vectors.
 	MOVQ       src_base+16(FP), AX
@@ -25307,6 +26267,28 @@ stateVKf32AVX2_group_7:
 	CMPQ 8(SP), $0x00000002
 	JB   stateVKf32AVX2_groupsdone_7
 
+	// The prefetch list's next group.
+	MOVQ 304(SP), AX
+
+stateVKf32AVX2_pfentry_7:
+	CMPQ  AX, 312(SP)
+	JAE   stateVKf32AVX2_pfdone_7
+	MOVQ  (AX), DX
+	MOVQ  8(AX), CX
+	ADDQ  $0x10, AX
+	TESTQ CX, CX
+	JZ    stateVKf32AVX2_pfdone_7
+
+stateVKf32AVX2_pfline_7:
+	PREFETCHT0 (DX)
+	ADDQ       $0x40, DX
+	DECQ       CX
+	JNZ        stateVKf32AVX2_pfline_7
+	JMP        stateVKf32AVX2_pfentry_7
+
+stateVKf32AVX2_pfdone_7:
+	MOVQ AX, 304(SP)
+
 	// Load 2 row(s) of 13…16 vectors.
 	MOVQ       src_base+16(FP), AX
 	MOVQ       (SP), CX
@@ -25945,6 +26927,28 @@ stateVKf32AVX2_group_8:
 	CMPQ 8(SP), $0x00000001
 	JB   stateVKf32AVX2_groupsdone_8
 
+	// The prefetch list's next group.
+	MOVQ 304(SP), AX
+
+stateVKf32AVX2_pfentry_8:
+	CMPQ  AX, 312(SP)
+	JAE   stateVKf32AVX2_pfdone_8
+	MOVQ  (AX), DX
+	MOVQ  8(AX), CX
+	ADDQ  $0x10, AX
+	TESTQ CX, CX
+	JZ    stateVKf32AVX2_pfdone_8
+
+stateVKf32AVX2_pfline_8:
+	PREFETCHT0 (DX)
+	ADDQ       $0x40, DX
+	DECQ       CX
+	JNZ        stateVKf32AVX2_pfline_8
+	JMP        stateVKf32AVX2_pfentry_8
+
+stateVKf32AVX2_pfdone_8:
+	MOVQ AX, 304(SP)
+
 	// Load 1 row(s) of 13…16 vectors.
 	MOVQ       src_base+16(FP), AX
 	MOVQ       (SP), CX
@@ -26265,9 +27269,9 @@ stateVKf32AVX2_done_1:
 	VZEROUPPER
 	RET
 
-// func stateVKbf16AVX2(K int, V int, src []uint16, src32 []float32, stores []uintptr, carry []float32, kh []float32, qh []float32, v []float32, vs int, o []float32, tok []float32, work []float32)
+// func stateVKbf16AVX2(K int, V int, src []uint16, src32 []float32, stores []uintptr, carry []float32, kh []float32, qh []float32, v []float32, vs int, o []float32, tok []float32, work []float32, pf []uintptr)
 // Requires: AVX, AVX2, FMA3, MMX+
-TEXT ·stateVKbf16AVX2(SB), NOSPLIT, $304-264
+TEXT ·stateVKbf16AVX2(SB), NOSPLIT, $320-288
 	MOVQ    K+0(FP), AX
 	MOVQ    V+8(FP), CX
 	MOVQ    tok_len+224(FP), DX
@@ -26280,6 +27284,12 @@ TEXT ·stateVKbf16AVX2(SB), NOSPLIT, $304-264
 	JZ      stateVKbf16AVX2_done_1
 	MOVQ    CX, 8(SP)
 	MOVQ    DX, 16(SP)
+	MOVQ    pf_base+264(FP), DX
+	MOVQ    pf_len+272(FP), BX
+	MOVQ    DX, 304(SP)
+	ANDQ    $-2, BX
+	LEAQ    (DX)(BX*8), DX
+	MOVQ    DX, 312(SP)
 	MOVQ    work_base+240(FP), DX
 	ADDQ    $0x3f, DX
 	ANDQ    $-64, DX
@@ -26324,6 +27334,28 @@ stateVKbf16AVX2_n4_1:
 stateVKbf16AVX2_group_1:
 	CMPQ 8(SP), $0x00000002
 	JB   stateVKbf16AVX2_groupsdone_1
+
+	// The prefetch list's next group.
+	MOVQ 304(SP), AX
+
+stateVKbf16AVX2_pfentry_1:
+	CMPQ  AX, 312(SP)
+	JAE   stateVKbf16AVX2_pfdone_1
+	MOVQ  (AX), DX
+	MOVQ  8(AX), CX
+	ADDQ  $0x10, AX
+	TESTQ CX, CX
+	JZ    stateVKbf16AVX2_pfdone_1
+
+stateVKbf16AVX2_pfline_1:
+	PREFETCHT0 (DX)
+	ADDQ       $0x40, DX
+	DECQ       CX
+	JNZ        stateVKbf16AVX2_pfline_1
+	JMP        stateVKbf16AVX2_pfentry_1
+
+stateVKbf16AVX2_pfdone_1:
+	MOVQ AX, 304(SP)
 
 	// Load 2 row(s) of 1…4 vectors.
 	MOVQ       src32_base+40(FP), AX
@@ -26792,6 +27824,28 @@ stateVKbf16AVX2_group_2:
 	CMPQ 8(SP), $0x00000001
 	JB   stateVKbf16AVX2_groupsdone_2
 
+	// The prefetch list's next group.
+	MOVQ 304(SP), AX
+
+stateVKbf16AVX2_pfentry_2:
+	CMPQ  AX, 312(SP)
+	JAE   stateVKbf16AVX2_pfdone_2
+	MOVQ  (AX), DX
+	MOVQ  8(AX), CX
+	ADDQ  $0x10, AX
+	TESTQ CX, CX
+	JZ    stateVKbf16AVX2_pfdone_2
+
+stateVKbf16AVX2_pfline_2:
+	PREFETCHT0 (DX)
+	ADDQ       $0x40, DX
+	DECQ       CX
+	JNZ        stateVKbf16AVX2_pfline_2
+	JMP        stateVKbf16AVX2_pfentry_2
+
+stateVKbf16AVX2_pfdone_2:
+	MOVQ AX, 304(SP)
+
 	// Load 1 row(s) of 1…4 vectors.
 	MOVQ       src32_base+40(FP), AX
 	TESTQ      AX, AX
@@ -27074,6 +28128,28 @@ stateVKbf16AVX2_n8_1:
 stateVKbf16AVX2_group_3:
 	CMPQ 8(SP), $0x00000002
 	JB   stateVKbf16AVX2_groupsdone_3
+
+	// The prefetch list's next group.
+	MOVQ 304(SP), AX
+
+stateVKbf16AVX2_pfentry_3:
+	CMPQ  AX, 312(SP)
+	JAE   stateVKbf16AVX2_pfdone_3
+	MOVQ  (AX), DX
+	MOVQ  8(AX), CX
+	ADDQ  $0x10, AX
+	TESTQ CX, CX
+	JZ    stateVKbf16AVX2_pfdone_3
+
+stateVKbf16AVX2_pfline_3:
+	PREFETCHT0 (DX)
+	ADDQ       $0x40, DX
+	DECQ       CX
+	JNZ        stateVKbf16AVX2_pfline_3
+	JMP        stateVKbf16AVX2_pfentry_3
+
+stateVKbf16AVX2_pfdone_3:
+	MOVQ AX, 304(SP)
 
 	// Load 2 row(s) of 5…8 vectors.
 	MOVQ       src32_base+40(FP), AX
@@ -27792,6 +28868,28 @@ stateVKbf16AVX2_group_4:
 	CMPQ 8(SP), $0x00000001
 	JB   stateVKbf16AVX2_groupsdone_4
 
+	// The prefetch list's next group.
+	MOVQ 304(SP), AX
+
+stateVKbf16AVX2_pfentry_4:
+	CMPQ  AX, 312(SP)
+	JAE   stateVKbf16AVX2_pfdone_4
+	MOVQ  (AX), DX
+	MOVQ  8(AX), CX
+	ADDQ  $0x10, AX
+	TESTQ CX, CX
+	JZ    stateVKbf16AVX2_pfdone_4
+
+stateVKbf16AVX2_pfline_4:
+	PREFETCHT0 (DX)
+	ADDQ       $0x40, DX
+	DECQ       CX
+	JNZ        stateVKbf16AVX2_pfline_4
+	JMP        stateVKbf16AVX2_pfentry_4
+
+stateVKbf16AVX2_pfdone_4:
+	MOVQ AX, 304(SP)
+
 	// Load 1 row(s) of 5…8 vectors.
 	MOVQ       src32_base+40(FP), AX
 	TESTQ      AX, AX
@@ -28165,6 +29263,28 @@ stateVKbf16AVX2_n12_1:
 stateVKbf16AVX2_group_5:
 	CMPQ 8(SP), $0x00000002
 	JB   stateVKbf16AVX2_groupsdone_5
+
+	// The prefetch list's next group.
+	MOVQ 304(SP), AX
+
+stateVKbf16AVX2_pfentry_5:
+	CMPQ  AX, 312(SP)
+	JAE   stateVKbf16AVX2_pfdone_5
+	MOVQ  (AX), DX
+	MOVQ  8(AX), CX
+	ADDQ  $0x10, AX
+	TESTQ CX, CX
+	JZ    stateVKbf16AVX2_pfdone_5
+
+stateVKbf16AVX2_pfline_5:
+	PREFETCHT0 (DX)
+	ADDQ       $0x40, DX
+	DECQ       CX
+	JNZ        stateVKbf16AVX2_pfline_5
+	JMP        stateVKbf16AVX2_pfentry_5
+
+stateVKbf16AVX2_pfdone_5:
+	MOVQ AX, 304(SP)
 
 	// Load 2 row(s) of 9…12 vectors.
 	MOVQ       src32_base+40(FP), AX
@@ -29145,6 +30265,28 @@ stateVKbf16AVX2_group_6:
 	CMPQ 8(SP), $0x00000001
 	JB   stateVKbf16AVX2_groupsdone_6
 
+	// The prefetch list's next group.
+	MOVQ 304(SP), AX
+
+stateVKbf16AVX2_pfentry_6:
+	CMPQ  AX, 312(SP)
+	JAE   stateVKbf16AVX2_pfdone_6
+	MOVQ  (AX), DX
+	MOVQ  8(AX), CX
+	ADDQ  $0x10, AX
+	TESTQ CX, CX
+	JZ    stateVKbf16AVX2_pfdone_6
+
+stateVKbf16AVX2_pfline_6:
+	PREFETCHT0 (DX)
+	ADDQ       $0x40, DX
+	DECQ       CX
+	JNZ        stateVKbf16AVX2_pfline_6
+	JMP        stateVKbf16AVX2_pfentry_6
+
+stateVKbf16AVX2_pfdone_6:
+	MOVQ AX, 304(SP)
+
 	// Load 1 row(s) of 9…12 vectors.
 	MOVQ       src32_base+40(FP), AX
 	TESTQ      AX, AX
@@ -29634,6 +30776,28 @@ stateVKbf16AVX2_n16_1:
 stateVKbf16AVX2_group_7:
 	CMPQ 8(SP), $0x00000002
 	JB   stateVKbf16AVX2_groupsdone_7
+
+	// The prefetch list's next group.
+	MOVQ 304(SP), AX
+
+stateVKbf16AVX2_pfentry_7:
+	CMPQ  AX, 312(SP)
+	JAE   stateVKbf16AVX2_pfdone_7
+	MOVQ  (AX), DX
+	MOVQ  8(AX), CX
+	ADDQ  $0x10, AX
+	TESTQ CX, CX
+	JZ    stateVKbf16AVX2_pfdone_7
+
+stateVKbf16AVX2_pfline_7:
+	PREFETCHT0 (DX)
+	ADDQ       $0x40, DX
+	DECQ       CX
+	JNZ        stateVKbf16AVX2_pfline_7
+	JMP        stateVKbf16AVX2_pfentry_7
+
+stateVKbf16AVX2_pfdone_7:
+	MOVQ AX, 304(SP)
 
 	// Load 2 row(s) of 13…16 vectors.
 	MOVQ       src32_base+40(FP), AX
@@ -30875,6 +32039,28 @@ stateVKbf16AVX2_groupsdone_7:
 stateVKbf16AVX2_group_8:
 	CMPQ 8(SP), $0x00000001
 	JB   stateVKbf16AVX2_groupsdone_8
+
+	// The prefetch list's next group.
+	MOVQ 304(SP), AX
+
+stateVKbf16AVX2_pfentry_8:
+	CMPQ  AX, 312(SP)
+	JAE   stateVKbf16AVX2_pfdone_8
+	MOVQ  (AX), DX
+	MOVQ  8(AX), CX
+	ADDQ  $0x10, AX
+	TESTQ CX, CX
+	JZ    stateVKbf16AVX2_pfdone_8
+
+stateVKbf16AVX2_pfline_8:
+	PREFETCHT0 (DX)
+	ADDQ       $0x40, DX
+	DECQ       CX
+	JNZ        stateVKbf16AVX2_pfline_8
+	JMP        stateVKbf16AVX2_pfentry_8
+
+stateVKbf16AVX2_pfdone_8:
+	MOVQ AX, 304(SP)
 
 	// Load 1 row(s) of 13…16 vectors.
 	MOVQ       src32_base+40(FP), AX

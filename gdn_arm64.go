@@ -25,9 +25,23 @@ func arm64Kernels() []*impl {
 // a 16 KiB slab on the stack, so a head with K > neonMaxK goes to the generic routine of its format
 // (both storage types alike, whatever T: the equivalences between formats and calls hold).
 var neonImpl = neonLimits(withTokens(impl{name: "neon", state: stateNEON, gate: gateNEON, l2: l2NEON, scale: scale, widen: widenNEON,
-	tokF32:  [2]tokensF32{stateKVf32NEON, stateVKf32NEON},
-	tokBF16: [2]tokensBF16{stateKVbf16NEON, stateVKbf16NEON},
+	tokF32:  [2]tokensF32{noPrefetchF32(stateKVf32NEON), noPrefetchF32(stateVKf32NEON)},
+	tokBF16: [2]tokensBF16{noPrefetchBF16(stateKVbf16NEON), noPrefetchBF16(stateVKbf16NEON)},
 }))
+
+// noPrefetchF32 and noPrefetchBF16 adapt a NEON routine, which takes no prefetch list, to the flat
+// signatures (the list is a hint; the NEON routines do not issue it).
+func noPrefetchF32(r func(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok []float32)) tokensF32 {
+	return func(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok []float32, _ []uintptr) {
+		r(K, V, src, stores, kh, qh, v, vs, o, tok)
+	}
+}
+
+func noPrefetchBF16(r func(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok []float32)) tokensBF16 {
+	return func(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok []float32, _ []uintptr) {
+		r(K, V, src, src32, stores, carry, kh, qh, v, vs, o, tok)
+	}
+}
 
 // neonMaxK is the largest K the routines over T tokens take: one column (a [K][V] strip) or one
 // row ([V][K]) in the 4096-float slab.

@@ -28,16 +28,16 @@ import (
 // at most kvMaxK512 / kvMaxK2 (the wrappers below check).
 
 //go:noescape
-func stateKVf32AVX512(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok, work []float32)
+func stateKVf32AVX512(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok, work []float32, pf []uintptr)
 
 //go:noescape
-func stateKVbf16AVX512(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok, work []float32)
+func stateKVbf16AVX512(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok, work []float32, pf []uintptr)
 
 //go:noescape
-func stateKVf32AVX2(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok, work []float32)
+func stateKVf32AVX2(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok, work []float32, pf []uintptr)
 
 //go:noescape
-func stateKVbf16AVX2(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok, work []float32)
+func stateKVbf16AVX2(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok, work []float32, pf []uintptr)
 
 // widenAVX512 is widenGeneric in AVX-512: 16 lanes at a time, then one masked vector.
 //
@@ -68,8 +68,8 @@ type single func(sIn, sOut, kh, qh, v, o []float32, em1, eg, beta, kq float32)
 // kvF32 is the f32 [K][V] routine over T tokens of a kernel: one token with a store goes to the
 // single-token routine (whole rows: the read pass is one stream); a K too large for the frame to
 // kvVia; the rest to the routine over T tokens. All give the same bits.
-func kvF32(one single, r func(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok, work []float32), maxK int) tokensF32 {
-	return func(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok []float32) {
+func kvF32(one single, r func(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok, work []float32, pf []uintptr), maxK int) tokensF32 {
+	return func(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok []float32, pf []uintptr) {
 		hs := K * V
 		switch {
 		case len(tok) == 4 && stores[0] != nil:
@@ -78,15 +78,15 @@ func kvF32(one single, r func(K, V int, src []float32, stores []unsafe.Pointer, 
 			kvVia(one, K, V, src, nil, stores, nil, kh, qh, v, vs, o, tok)
 		default:
 			w := workPool.Get().(*[]float32)
-			r(K, V, src, stores, kh, qh, v, vs, o, tok, *w)
+			r(K, V, src, stores, kh, qh, v, vs, o, tok, *w, pf)
 			workPool.Put(w)
 		}
 	}
 }
 
 // kvBF16 is the bf16 [K][V] routine over T tokens of a kernel (kvVia for a K too large).
-func kvBF16(one single, r func(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok, work []float32), maxK int) tokensBF16 {
-	return func(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok []float32) {
+func kvBF16(one single, r func(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok, work []float32, pf []uintptr), maxK int) tokensBF16 {
+	return func(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok []float32, pf []uintptr) {
 		if K > maxK {
 			if src32 == nil {
 				src32 = make([]float32, K*V)
@@ -96,7 +96,7 @@ func kvBF16(one single, r func(K, V int, src []uint16, src32 []float32, stores [
 			return
 		}
 		w := workPool.Get().(*[]float32)
-		r(K, V, src, src32, stores, carry, kh, qh, v, vs, o, tok, *w)
+		r(K, V, src, src32, stores, carry, kh, qh, v, vs, o, tok, *w, pf)
 		workPool.Put(w)
 	}
 }

@@ -23,55 +23,55 @@ import "unsafe"
 // to stores[0] (work unused). The assembly handles K ≤ 256 (AVX-512) and 8 ≤ K ≤ 128 (AVX2); outside that range these wrappers run
 // the portable routine (vkTokens), which allocates its per-call bookkeeping.
 
-func vkF32AVX512(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok []float32) {
+func vkF32AVX512(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok []float32, pf []uintptr) {
 	if K > 256 {
 		vkPortableF32(K, V, src, stores, kh, qh, v, vs, o, tok)
 		return
 	}
 	if len(tok) == 4 { // one token: the register groups, no work space
-		stateVKf32AVX512(K, V, src, stores, kh, qh, v, vs, o, tok, nil)
+		stateVKf32AVX512(K, V, src, stores, kh, qh, v, vs, o, tok, nil, pf)
 		return
 	}
 	w := workPool.Get().(*[]float32)
-	stateVKf32AVX512(K, V, src, stores, kh, qh, v, vs, o, tok, *w)
+	stateVKf32AVX512(K, V, src, stores, kh, qh, v, vs, o, tok, *w, pf)
 	workPool.Put(w)
 }
 
-func vkBF16AVX512(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok []float32) {
+func vkBF16AVX512(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok []float32, pf []uintptr) {
 	if K > 256 {
 		vkPortableBF16(K, V, src, src32, stores, carry, kh, qh, v, vs, o, tok)
 		return
 	}
 	if len(tok) == 4 { // one token: the register groups, no work space
-		stateVKbf16AVX512(K, V, src, src32, stores, carry, kh, qh, v, vs, o, tok, nil)
+		stateVKbf16AVX512(K, V, src, src32, stores, carry, kh, qh, v, vs, o, tok, nil, pf)
 		return
 	}
 	w := workPool.Get().(*[]float32)
-	stateVKbf16AVX512(K, V, src, src32, stores, carry, kh, qh, v, vs, o, tok, *w)
+	stateVKbf16AVX512(K, V, src, src32, stores, carry, kh, qh, v, vs, o, tok, *w, pf)
 	workPool.Put(w)
 }
 
-func vkF32AVX2(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok []float32) {
+func vkF32AVX2(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok []float32, pf []uintptr) {
 	if K < 8 || K > 128 {
 		vkPortableF32(K, V, src, stores, kh, qh, v, vs, o, tok)
 		return
 	}
 	if len(tok) == 4 && stores[0] != nil { // one token with a store: the pairs from src (once), no work space
-		stateVKf32AVX2(K, V, src, stores, kh, qh, v, vs, o, tok, nil)
+		stateVKf32AVX2(K, V, src, stores, kh, qh, v, vs, o, tok, nil, pf)
 		return
 	}
 	w := workPool.Get().(*[]float32) // the pairs of rows live in work
-	stateVKf32AVX2(K, V, src, stores, kh, qh, v, vs, o, tok, *w)
+	stateVKf32AVX2(K, V, src, stores, kh, qh, v, vs, o, tok, *w, pf)
 	workPool.Put(w)
 }
 
-func vkBF16AVX2(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok []float32) {
+func vkBF16AVX2(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok []float32, pf []uintptr) {
 	if K < 8 || K > 128 {
 		vkPortableBF16(K, V, src, src32, stores, carry, kh, qh, v, vs, o, tok)
 		return
 	}
 	w := workPool.Get().(*[]float32) // the pairs of rows live in work
-	stateVKbf16AVX2(K, V, src, src32, stores, carry, kh, qh, v, vs, o, tok, *w)
+	stateVKbf16AVX2(K, V, src, src32, stores, carry, kh, qh, v, vs, o, tok, *w, pf)
 	workPool.Put(w)
 }
 
@@ -107,16 +107,16 @@ func vkPortableBF16(K, V int, src []uint16, src32 []float32, stores []unsafe.Poi
 // and tokensBF16).
 
 //go:noescape
-func stateVKf32AVX512(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok, work []float32)
+func stateVKf32AVX512(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok, work []float32, pf []uintptr)
 
 //go:noescape
-func stateVKbf16AVX512(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok, work []float32)
+func stateVKbf16AVX512(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok, work []float32, pf []uintptr)
 
 //go:noescape
-func stateVKf32AVX2(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok, work []float32)
+func stateVKf32AVX2(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok, work []float32, pf []uintptr)
 
 //go:noescape
-func stateVKbf16AVX2(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok, work []float32)
+func stateVKbf16AVX2(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok, work []float32, pf []uintptr)
 
 // Benchmark floors (asm/bench_floor.go), exported through BenchFloors.
 

@@ -109,7 +109,7 @@ func TestKVTokensExact(t *testing.T) {
 							case !bf && via:
 								kvVia(one, K, V, src32, nil, stores, nil, kh, qh, v, vs, o, tok)
 							case !bf:
-								im.tokF32[0](K, V, append([]float32(nil), src32...), stores, kh, qh, v, vs, o, tok)
+								im.tokF32[0](K, V, append([]float32(nil), src32...), stores, kh, qh, v, vs, o, tok, nil)
 							default:
 								carry = make([]float32, hs)
 								var s32 []float32
@@ -119,7 +119,7 @@ func TestKVTokensExact(t *testing.T) {
 								if via {
 									kvVia(one, K, V, src32, src16, stores, carry, kh, qh, v, vs, o, tok)
 								} else {
-									im.tokBF16[0](K, V, append([]uint16(nil), src16...), s32, stores, carry, kh, qh, v, vs, o, tok)
+									im.tokBF16[0](K, V, append([]uint16(nil), src16...), s32, stores, carry, kh, qh, v, vs, o, tok, nil)
 								}
 							}
 							return o, st32, st16, carry

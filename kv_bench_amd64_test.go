@@ -72,7 +72,7 @@ func BenchmarkKVRoutine(b *testing.B) {
 							if bf {
 								s := pool16[h*hs : (h+1)*hs]
 								stores[0] = unsafe.Pointer(&s[0])
-								k.bf16(K, V, s, nil, stores, nil, kh, qh, v, V, o, tok)
+								k.bf16(K, V, s, nil, stores, nil, kh, qh, v, V, o, tok, nil)
 							} else {
 								s := pool[h*hs : (h+1)*hs]
 								k.one(s, s, kh, qh, v, o, tok[0], tok[1], tok[2], tok[3])
@@ -95,10 +95,10 @@ func BenchmarkKVRoutine(b *testing.B) {
 					for range b.N {
 						if bf {
 							stores[T-1] = unsafe.Pointer(&dst16[0])
-							k.bf16(K, V, src16, nil, stores, nil, kh, qh, v, V, o, tok)
+							k.bf16(K, V, src16, nil, stores, nil, kh, qh, v, V, o, tok, nil)
 						} else {
 							stores[T-1] = unsafe.Pointer(&dst[0])
-							k.f32(K, V, src, stores, kh, qh, v, V, o, tok)
+							k.f32(K, V, src, stores, kh, qh, v, V, o, tok, nil)
 						}
 					}
 					b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*T), "ns/head-token")

@@ -110,14 +110,14 @@ func TestKVTailsGuardPages(t *testing.T) {
 					rf32, rbf16 := kvRaw(t, im, K)
 					switch format {
 					case 0:
-						rf32(K, V, f32(s), stores, khs, qhs, vs, V, res.o, toks)
+						rf32(K, V, f32(s), stores, khs, qhs, vs, V, res.o, toks, nil)
 					default:
 						var src32 []float32
 						if format == 2 {
 							src32 = f32(s32)
 						}
 						res.carry = f32(make([]float32, K*V))
-						rbf16(K, V, u16(s16), src32, stores, res.carry, khs, qhs, vs, V, res.o, toks)
+						rbf16(K, V, u16(s16), src32, stores, res.carry, khs, qhs, vs, V, res.o, toks, nil)
 					}
 					return res
 				}

@@ -157,14 +157,14 @@ func newKVTailCall(K, V, T int, keep func(τ int) bool, bf16, from32 bool, s []f
 func (c *kvTailCall) run(t *testing.T, im *impl) {
 	f32, bf16 := kvRaw(t, im, c.K)
 	if c.src16 == nil {
-		f32(c.K, c.V, c.src.s, c.stores, c.kh.s, c.qh.s, c.v.s, c.vs, c.o.s, c.tok.s)
+		f32(c.K, c.V, c.src.s, c.stores, c.kh.s, c.qh.s, c.v.s, c.vs, c.o.s, c.tok.s, nil)
 		return
 	}
 	var s32 []float32
 	if c.src32 != nil {
 		s32 = c.src32.s
 	}
-	bf16(c.K, c.V, c.src16.s, s32, c.stores, c.carry.s, c.kh.s, c.qh.s, c.v.s, c.vs, c.o.s, c.tok.s)
+	bf16(c.K, c.V, c.src16.s, s32, c.stores, c.carry.s, c.kh.s, c.qh.s, c.v.s, c.vs, c.o.s, c.tok.s, nil)
 }
 
 // kvRaw returns the kernel's [K][V] routines over T tokens themselves (the wrappers kvF32 and
@@ -173,8 +173,8 @@ func (c *kvTailCall) run(t *testing.T, im *impl) {
 // wrappers (kvVia).
 func kvRaw(t *testing.T, im *impl, K int) (tokensF32, tokensBF16) {
 	type raw struct {
-		f32  func(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok, work []float32)
-		bf16 func(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok, work []float32)
+		f32  func(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok, work []float32, pf []uintptr)
+		bf16 func(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok, work []float32, pf []uintptr)
 		maxK int
 	}
 	rs := map[string]raw{
@@ -187,11 +187,11 @@ func kvRaw(t *testing.T, im *impl, K int) (tokensF32, tokensBF16) {
 	}
 	work := newDecayBuf(kvWork+16, K%16)
 	what := fmt.Sprintf("%s K=%d: work", im.name, K)
-	return func(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok []float32) {
-			r.f32(K, V, src, stores, kh, qh, v, vs, o, tok, work.s)
+	return func(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok []float32, pf []uintptr) {
+			r.f32(K, V, src, stores, kh, qh, v, vs, o, tok, work.s, pf)
 			work.check(t, what)
-		}, func(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok []float32) {
-			r.bf16(K, V, src, src32, stores, carry, kh, qh, v, vs, o, tok, work.s)
+		}, func(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok []float32, pf []uintptr) {
+			r.bf16(K, V, src, src32, stores, carry, kh, qh, v, vs, o, tok, work.s, pf)
 			work.check(t, what)
 		}
 }

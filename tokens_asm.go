@@ -39,7 +39,7 @@ func asmTokensF32(r tokensF32) stateFunc {
 		if every {
 			perToken(r, h, src[:hs:hs], stores)
 		} else {
-			r(h.K, h.V, src[:hs:hs], stores, h.kh, h.qh, h.v, h.vs, h.o, h.tok)
+			r(h.K, h.V, src[:hs:hs], stores, h.kh, h.qh, h.v, h.vs, h.o, h.tok, h.pf)
 		}
 		clear(stores)
 	}
@@ -56,7 +56,7 @@ func asmTokensF32(r tokensF32) stateFunc {
 func perToken(r tokensF32, h *headCall, src []float32, stores []unsafe.Pointer) {
 	K, V, hs := h.K, h.V, h.K*h.V
 	for τ, p := range stores {
-		r(K, V, src, stores[τ:τ+1], h.kh[τ*K:(τ+1)*K], h.qh[τ*K:(τ+1)*K], h.v[τ*h.vs:τ*h.vs+V], h.vs, h.o[τ*V:(τ+1)*V], h.tok[4*τ:4*τ+4])
+		r(K, V, src, stores[τ:τ+1], h.kh[τ*K:(τ+1)*K], h.qh[τ*K:(τ+1)*K], h.v[τ*h.vs:τ*h.vs+V], h.vs, h.o[τ*V:(τ+1)*V], h.tok[4*τ:4*τ+4], nil)
 		src = unsafe.Slice((*float32)(p), hs)
 	}
 }
@@ -87,7 +87,7 @@ func asmTokensBF16(r tokensBF16) stateFunc {
 				carry = d.f32[:hs:hs]
 			}
 		}
-		r(h.K, h.V, src[:hs:hs], src32, stores, carry, h.kh, h.qh, h.v, h.vs, h.o, h.tok)
+		r(h.K, h.V, src[:hs:hs], src32, stores, carry, h.kh, h.qh, h.v, h.vs, h.o, h.tok, h.pf)
 		clear(stores)
 	}
 }

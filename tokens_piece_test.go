@@ -107,7 +107,7 @@ func runTokens(t *testing.T, tk gdnsimd.Tokens, layout int, bf16, src32 bool, c 
 				res.stores[τ], stores[τ] = s, unsafe.Pointer(&s[0])
 			}
 		}
-		tk.F32[layout](K, V, src, stores, kh, qh, v, c.vs, o, tok)
+		tk.F32[layout](K, V, src, stores, kh, qh, v, c.vs, o, tok, nil)
 	} else {
 		src16, chk := kerneltest.Guarded[uint16](t, hs, 6)
 		checks = append(checks, chk)
@@ -129,7 +129,7 @@ func runTokens(t *testing.T, tk gdnsimd.Tokens, layout int, bf16, src32 bool, c 
 		carry, chk := kerneltest.Guarded[float32](t, hs, 10)
 		checks = append(checks, chk)
 		res.carry = carry
-		tk.BF16[layout](K, V, src16, s32, stores, carry, kh, qh, v, c.vs, o, tok)
+		tk.BF16[layout](K, V, src16, s32, stores, carry, kh, qh, v, c.vs, o, tok, nil)
 		for τ := range T {
 			if res.bf16[τ] != nil {
 				res.stores[τ] = widenAll(res.bf16[τ])

@@ -70,10 +70,10 @@ func BenchmarkVKRoutine(b *testing.B) {
 					for range b.N {
 						if bf {
 							stores[T-1] = unsafe.Pointer(&dst16[0])
-							k.bf16(K, V, src16, nil, stores, nil, kh, qh, v, V, o, tok)
+							k.bf16(K, V, src16, nil, stores, nil, kh, qh, v, V, o, tok, nil)
 						} else {
 							stores[T-1] = unsafe.Pointer(&dst[0])
-							k.f32(K, V, src, stores, kh, qh, v, V, o, tok)
+							k.f32(K, V, src, stores, kh, qh, v, V, o, tok, nil)
 						}
 					}
 					b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*T), "ns/head-token")
@@ -93,11 +93,11 @@ func BenchmarkVKRoutine(b *testing.B) {
 							if bf {
 								s := pool16[h*hs : (h+1)*hs]
 								stores[0] = unsafe.Pointer(&s[0])
-								k.bf16(K, V, s, nil, stores, nil, kh, qh, v, V, o, tok)
+								k.bf16(K, V, s, nil, stores, nil, kh, qh, v, V, o, tok, nil)
 							} else {
 								s := pool[h*hs : (h+1)*hs]
 								stores[0] = unsafe.Pointer(&s[0])
-								k.f32(K, V, s, stores, kh, qh, v, V, o, tok)
+								k.f32(K, V, s, stores, kh, qh, v, V, o, tok, nil)
 							}
 						}
 					}
@@ -157,12 +157,12 @@ func TestVKChunksAMD64(t *testing.T) {
 				for τ := range T {
 					stores[τ] = unsafe.Pointer(&all[τ*hs])
 				}
-				rr.f32(K, V, src, stores, kh, qh, v, vs, o, tok)
+				rr.f32(K, V, src, stores, kh, qh, v, vs, o, tok, nil)
 				// T calls of one token.
 				cur, o1 := append([]float32(nil), src...), make([]float32, T*V)
 				for τ := range T {
 					next := make([]float32, hs)
-					rr.f32(K, V, cur, []unsafe.Pointer{unsafe.Pointer(&next[0])}, kh[τ*K:(τ+1)*K], qh[τ*K:(τ+1)*K], v[τ*vs:τ*vs+V], vs, o1[τ*V:(τ+1)*V], tok[4*τ:4*τ+4])
+					rr.f32(K, V, cur, []unsafe.Pointer{unsafe.Pointer(&next[0])}, kh[τ*K:(τ+1)*K], qh[τ*K:(τ+1)*K], v[τ*vs:τ*vs+V], vs, o1[τ*V:(τ+1)*V], tok[4*τ:4*τ+4], nil)
 					for i := range next {
 						if math.Float32bits(next[i]) != math.Float32bits(all[τ*hs+i]) {
 							t.Fatalf("%s: state after token %d [%d]: %g one by one, %g in one call", what, τ, i, next[i], all[τ*hs+i])
@@ -182,12 +182,12 @@ func TestVKChunksAMD64(t *testing.T) {
 					src16[i] = BF16RNE(x)
 					srcR[i] = math.Float32frombits(uint32(src16[i]) << 16)
 				}
-				rr.f32(K, V, srcR, stores, kh, qh, v, vs, o, tok)
+				rr.f32(K, V, srcR, stores, kh, qh, v, vs, o, tok, nil)
 				all16, o16, carry := make([]uint16, T*hs), make([]float32, T*V), make([]float32, hs)
 				for τ := range T {
 					stores[τ] = unsafe.Pointer(&all16[τ*hs])
 				}
-				rr.bf16(K, V, src16, nil, stores, carry, kh, qh, v, vs, o16, tok)
+				rr.bf16(K, V, src16, nil, stores, carry, kh, qh, v, vs, o16, tok, nil)
 				for i := range all16 {
 					if all16[i] != BF16RNE(all[i]) {
 						t.Fatalf("%s: bf16 state %d: %#x, BF16RNE(f32 routine) %#x", what, i, all16[i], BF16RNE(all[i]))

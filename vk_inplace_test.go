@@ -40,9 +40,9 @@ func TestVKInPlace(t *testing.T) {
 					tok := []float32{em1, 1 + em1, 0.7, 0.2}
 					out := make([]float32, K*V)
 					oOut, oIn := make([]float32, V), make([]float32, V)
-					f(K, V, src, []unsafe.Pointer{unsafe.Pointer(&out[0])}, kh, qh, v, V, oOut, tok)
+					f(K, V, src, []unsafe.Pointer{unsafe.Pointer(&out[0])}, kh, qh, v, V, oOut, tok, nil)
 					in := append([]float32(nil), src...)
-					f(K, V, in, []unsafe.Pointer{unsafe.Pointer(&in[0])}, kh, qh, v, V, oIn, tok)
+					f(K, V, in, []unsafe.Pointer{unsafe.Pointer(&in[0])}, kh, qh, v, V, oIn, tok, nil)
 					what := fmt.Sprintf("%s K=%d V=%d em1=%v", name, K, V, em1)
 					for i := range out {
 						if math.Float32bits(in[i]) != math.Float32bits(out[i]) {

@@ -98,7 +98,7 @@ func TestVKPageEnd(t *testing.T) {
 								s := pageEndF32(t, make([]float32, hs), &keep)
 								got, stores[τ] = append(got, s), unsafe.Pointer(&s[0])
 							}
-							tk.F32[l](K, V, src, stores, kh, qh, v, c.vs, o, tok)
+							tk.F32[l](K, V, src, stores, kh, qh, v, c.vs, o, tok, nil)
 						} else {
 							src := pageEndU16(t, roundAll(c.srcF), &keep)
 							for τ := range T {
@@ -106,7 +106,7 @@ func TestVKPageEnd(t *testing.T) {
 								got16, stores[τ] = append(got16, s), unsafe.Pointer(&s[0])
 							}
 							carry = pageEndF32(t, make([]float32, hs), &keep)
-							tk.BF16[l](K, V, src, nil, stores, carry, kh, qh, v, c.vs, o, tok)
+							tk.BF16[l](K, V, src, nil, stores, carry, kh, qh, v, c.vs, o, tok, nil)
 						}
 						// The generic routine on ordinary slices.
 						wo := make([]float32, T*V)
@@ -118,13 +118,13 @@ func TestVKPageEnd(t *testing.T) {
 								s := make([]float32, hs)
 								want, wstores[τ] = append(want, s), unsafe.Pointer(&s[0])
 							}
-							rt.F32[l](K, V, c.srcF, wstores, c.kh, c.qh, c.v, c.vs, wo, c.tok)
+							rt.F32[l](K, V, c.srcF, wstores, c.kh, c.qh, c.v, c.vs, wo, c.tok, nil)
 						} else {
 							for τ := range T {
 								s := make([]uint16, hs)
 								want16, wstores[τ] = append(want16, s), unsafe.Pointer(&s[0])
 							}
-							rt.BF16[l](K, V, roundAll(c.srcF), nil, wstores, make([]float32, hs), c.kh, c.qh, c.v, c.vs, wo, c.tok)
+							rt.BF16[l](K, V, roundAll(c.srcF), nil, wstores, make([]float32, hs), c.kh, c.qh, c.v, c.vs, wo, c.tok, nil)
 						}
 						near(t, what+" o", o, wo, 1e-5)
 						for τ := range T {

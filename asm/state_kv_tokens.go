@@ -70,6 +70,7 @@ type kvGen struct {
 	// pairs (dwords), of the word of the last one, the VPSHUFB control that moves that word to
 	// word 0, its index less the masked vector's, and 16 bytes for a rounded vector.
 	pairs, last, shuf, lastOff, tmp Mem
+	pf                              prefetchList // the driver's rows of its next call: a group per token pass
 }
 
 // kvMaxK is the largest K whose rows of one vector fit kvWork.
@@ -89,9 +90,9 @@ func stateKVTokens(vr variant) {
 	g := &kvGen{variant: vr}
 	a := vr.a
 	if vr.bf16 {
-		routine(g.name(), NOSPLIT, "func(K, V int, src []uint16, src32 []float32, stores []uintptr, carry []float32, kh, qh, v []float32, vs int, o, tok, work []float32)")
+		routine(g.name(), NOSPLIT, "func(K, V int, src []uint16, src32 []float32, stores []uintptr, carry []float32, kh, qh, v []float32, vs int, o, tok, work []float32, pf []uintptr)")
 	} else {
-		routine(g.name(), NOSPLIT, "func(K, V int, src []float32, stores []uintptr, kh, qh, v []float32, vs int, o, tok, work []float32)")
+		routine(g.name(), NOSPLIT, "func(K, V int, src []float32, stores []uintptr, kh, qh, v []float32, vs int, o, tok, work []float32, pf []uintptr)")
 	}
 	Doc(fmt.Sprintf("%s is the [K][V] state routine over T tokens in %s; see gdn_kv_amd64.go.", g.name(), a.name))
 	g.work, g.cols, g.j0, g.wcols, g.nvb, g.rb = AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8)
@@ -123,6 +124,7 @@ func stateKVTokens(vr variant) {
 	ADDQ(U8(63), w)
 	ANDQ(I8(-64), w)
 	MOVQ(w, g.work)
+	g.pf = newPrefetchList()
 	Commentf("K > %d does not fit work: the Go wrapper never calls with it.", kvMaxK(a))
 	CMPQ(k, U32(kvMaxK(a)))
 	JA(LabelRef(done))
@@ -427,6 +429,7 @@ func (g *kvGen) block(s span) {
 	}
 	tokens, far, next := label("token"), label("far"), label("tokdone")
 	Label(tokens)
+	g.pf.group()
 	{
 		Comment("k̂ and q̂ of the next token (of this one at the last: accumulated, never used).")
 		tau, kk, kn, qn, t := GP64(), GP64(), GP64(), GP64(), GP64()

@@ -355,10 +355,11 @@ func vkPermFor(a isa, g int, lane []int) Mem {
 // vkRegs are the routine's GP registers and frame slots.
 type vkRegs struct {
 	pk, pq, pt, ps, pv, po, cnt, k4, ks GPVirtual
-	j, rows, t, v4, vs4                 Mem // frame: row index, rows left, T, V·4, vs·4
-	work, nb                            Mem // vkBlocks: the work space (aligned to 64 bytes), a block's sub-blocks
-	andMask                             Mem // no masks: the tail vector's and-mask
-	slots                               Mem // the vectors of a row beyond vkRowRegs
+	j, rows, t, v4, vs4                 Mem          // frame: row index, rows left, T, V·4, vs·4
+	work, nb                            Mem          // vkBlocks: the work space (aligned to 64 bytes), a block's sub-blocks
+	andMask                             Mem          // no masks: the tail vector's and-mask
+	slots                               Mem          // the vectors of a row beyond vkRowRegs
+	pf                                  prefetchList // a group per row group (vkBlk: per block token)
 }
 
 // vkRow is the state of one row of a group: its vectors in registers, or frame slots.
@@ -943,6 +944,7 @@ func (b *vkBody) group() {
 	Label(loop)
 	CMPQ(r.rows, U32(b.g))
 	JB(LabelRef(done))
+	r.pf.group()
 	if b.g > 1 && b.g < 8 && a.masks { // (multi-row groups need masks, but the AVX2 pairs)
 		m := GP32()
 		MOVL(U32(1<<b.g-1), m)
@@ -1075,7 +1077,7 @@ func stateVK(v variant) {
 	if a.vkNeedsWork() {
 		sig += ", work []float32"
 	}
-	sig += ")"
+	sig += ", pf []uintptr)"
 	routine(v.name(), NOSPLIT, sig)
 	Doc(fmt.Sprintf("%s is the [V][K] %s state routine over T tokens in %s; see vk%s%s in gdn_vk_amd64.go.", v.name(), v.storage(), a.name, strings.ToUpper(v.storage()), a.name))
 	r := vkRegs{pk: GP64(), pq: GP64(), pt: GP64(), ps: GP64(), pv: GP64(), po: GP64(), cnt: GP64(), k4: GP64(), ks: GP64()}
@@ -1105,6 +1107,7 @@ func stateVK(v variant) {
 	JZ(LabelRef(done))
 	MOVQ(n, r.rows)
 	MOVQ(t, r.t)
+	r.pf = newPrefetchList()
 	if a.vkNeedsWork() {
 		w := GP64()
 		Load(Param("work").Base(), w)

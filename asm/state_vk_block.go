@@ -159,6 +159,7 @@ func (k *vkBlk) tokens() {
 	tokensStart(r)
 	loop, nostore := label("btoken"), label("bnostore")
 	Label(loop)
+	r.pf.group()
 	k.kreg = make([]VecVirtual, b.n)
 	for i := range b.n {
 		k.kreg[i] = ZMM()
