@@ -482,6 +482,13 @@ func (d *driver) ahead(h, c0, c1, hk int, qk bool) {
 	b, s := d.b, d.s
 	K, V, HV := b.K, b.V, b.VHeads
 	pf := s.hc.pf[:0]
+	if c1-c0 < 2 {
+		// Not for a call of one token (decode): its rows are 2 KiB against the state's 64 KiB
+		// (Qwen3-Next), and building the list cost more than it saved (B = 1, from L2/L3: +1.5 to
+		// +3.3 % a call).
+		s.hc.pf = pf
+		return
+	}
 	for t := c0; t < c1; t++ {
 		pf = rowLines(pf, &b.Val, t, h*V, V)
 		pf = rowLines(pf, &b.Z, t, h*V, V)
