@@ -6375,7 +6375,7 @@ scaleAVX2_scaledone_1:
 
 // func stateKVf32AVX512(K int, V int, src []float32, stores []uintptr, kh []float32, qh []float32, v []float32, vs int, o []float32, tok []float32, work []float32, pf []uintptr)
 // Requires: AVX, AVX512F, CMOV, MMX+
-TEXT ·stateKVf32AVX512(SB), NOSPLIT, $120-240
+TEXT ·stateKVf32AVX512(SB), NOSPLIT, $128-240
 	MOVQ  K+0(FP), AX
 	MOVQ  V+8(FP), CX
 	MOVQ  tok_len+176(FP), DX
@@ -6570,6 +6570,32 @@ stateKVf32AVX512_notlast_1:
 stateKVf32AVX512_nostore_1:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
+
+	// Non-temporal stores for this token's rows: a store but the last token's after a token without one, the rows aligned whole vectors.
+	MOVQ  $0x00000000, 120(SP)
+	TESTQ R9, R9
+	JZ    stateKVf32AVX512_temporal_1
+	MOVQ  48(SP), R10
+	INCQ  R10
+	MOVQ  tok_len+176(FP), R11
+	SHRQ  $0x02, R11
+	CMPQ  R10, R11
+	JNE   stateKVf32AVX512_snapshot_1
+	MOVQ  48(SP), R10
+	TESTQ R10, R10
+	JZ    stateKVf32AVX512_temporal_1
+	MOVQ  stores_base+40(FP), R11
+	CMPQ  -8(R11)(R10*8), $0x00
+	JE    stateKVf32AVX512_temporal_1
+
+stateKVf32AVX512_snapshot_1:
+	TESTQ $0x0000003f, R9
+	JNZ   stateKVf32AVX512_temporal_1
+	TESTQ $0x0000003f, R8
+	JNZ   stateKVf32AVX512_temporal_1
+	MOVQ  $0x00000001, 120(SP)
+
+stateKVf32AVX512_temporal_1:
 	MOVQ 48(SP), R10
 	INCQ R10
 	MOVQ tok_len+176(FP), R11
@@ -6589,9 +6615,18 @@ stateKVf32AVX512_rows_1:
 	VFMADD231PS  Z7, Z6, Z1
 	TESTQ        R9, R9
 	JZ           stateKVf32AVX512_nostorerow_1
+	CMPB         120(SP), $0x00
+	JE           stateKVf32AVX512_temporalrow_1
 	VMOVUPS      (AX), Z3
-	VMOVUPS      Z3, K1, (R9)
-	ADDQ         R8, R9
+	VMOVNTPS     Z3, (R9)
+	JMP          stateKVf32AVX512_storedrow_1
+
+stateKVf32AVX512_temporalrow_1:
+	VMOVUPS (AX), Z3
+	VMOVUPS Z3, K1, (R9)
+
+stateKVf32AVX512_storedrow_1:
+	ADDQ R8, R9
 
 stateKVf32AVX512_nostorerow_1:
 	ADDQ $0x00000040, AX
@@ -6608,8 +6643,16 @@ stateKVf32AVX512_rows_2:
 	VFMADD231PS  Z5, Z3, Z4
 	TESTQ        R9, R9
 	JZ           stateKVf32AVX512_nostorerow_2
-	VMOVUPS      Z4, K1, (R9)
-	ADDQ         R8, R9
+	CMPB         120(SP), $0x00
+	JE           stateKVf32AVX512_temporalrow_2
+	VMOVNTPS     Z4, (R9)
+	JMP          stateKVf32AVX512_storedrow_2
+
+stateKVf32AVX512_temporalrow_2:
+	VMOVUPS Z4, K1, (R9)
+
+stateKVf32AVX512_storedrow_2:
+	ADDQ R8, R9
 
 stateKVf32AVX512_nostorerow_2:
 	ADDQ $0x00000040, AX
@@ -6657,6 +6700,32 @@ stateKVf32AVX512_far_1:
 stateKVf32AVX512_nostore_2:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
+
+	// Non-temporal stores for this token's rows: a store but the last token's after a token without one, the rows aligned whole vectors.
+	MOVQ  $0x00000000, 120(SP)
+	TESTQ R9, R9
+	JZ    stateKVf32AVX512_temporal_2
+	MOVQ  48(SP), R10
+	INCQ  R10
+	MOVQ  tok_len+176(FP), R11
+	SHRQ  $0x02, R11
+	CMPQ  R10, R11
+	JNE   stateKVf32AVX512_snapshot_2
+	MOVQ  48(SP), R10
+	TESTQ R10, R10
+	JZ    stateKVf32AVX512_temporal_2
+	MOVQ  stores_base+40(FP), R11
+	CMPQ  -8(R11)(R10*8), $0x00
+	JE    stateKVf32AVX512_temporal_2
+
+stateKVf32AVX512_snapshot_2:
+	TESTQ $0x0000003f, R9
+	JNZ   stateKVf32AVX512_temporal_2
+	TESTQ $0x0000003f, R8
+	JNZ   stateKVf32AVX512_temporal_2
+	MOVQ  $0x00000001, 120(SP)
+
+stateKVf32AVX512_temporal_2:
 	MOVQ 48(SP), R10
 	INCQ R10
 	MOVQ tok_len+176(FP), R11
@@ -6676,9 +6745,18 @@ stateKVf32AVX512_rows_3:
 	VFMADD231PS  Z7, Z6, Z1
 	TESTQ        R9, R9
 	JZ           stateKVf32AVX512_nostorerow_3
+	CMPB         120(SP), $0x00
+	JE           stateKVf32AVX512_temporalrow_3
 	VMOVUPS      (AX), Z3
-	VMOVUPS      Z3, K1, (R9)
-	ADDQ         R8, R9
+	VMOVNTPS     Z3, (R9)
+	JMP          stateKVf32AVX512_storedrow_3
+
+stateKVf32AVX512_temporalrow_3:
+	VMOVUPS (AX), Z3
+	VMOVUPS Z3, K1, (R9)
+
+stateKVf32AVX512_storedrow_3:
+	ADDQ R8, R9
 
 stateKVf32AVX512_nostorerow_3:
 	ADDQ $0x00000040, AX
@@ -6695,8 +6773,16 @@ stateKVf32AVX512_rows_4:
 	VFMADD231PS  Z5, Z3, Z4
 	TESTQ        R9, R9
 	JZ           stateKVf32AVX512_nostorerow_4
-	VMOVUPS      Z4, K1, (R9)
-	ADDQ         R8, R9
+	CMPB         120(SP), $0x00
+	JE           stateKVf32AVX512_temporalrow_4
+	VMOVNTPS     Z4, (R9)
+	JMP          stateKVf32AVX512_storedrow_4
+
+stateKVf32AVX512_temporalrow_4:
+	VMOVUPS Z4, K1, (R9)
+
+stateKVf32AVX512_storedrow_4:
+	ADDQ R8, R9
 
 stateKVf32AVX512_nostorerow_4:
 	ADDQ $0x00000040, AX
@@ -6868,6 +6954,32 @@ stateKVf32AVX512_notlast_2:
 stateKVf32AVX512_nostore_3:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
+
+	// Non-temporal stores for this token's rows: a store but the last token's after a token without one, the rows aligned whole vectors.
+	MOVQ  $0x00000000, 120(SP)
+	TESTQ R9, R9
+	JZ    stateKVf32AVX512_temporal_3
+	MOVQ  48(SP), R10
+	INCQ  R10
+	MOVQ  tok_len+176(FP), R11
+	SHRQ  $0x02, R11
+	CMPQ  R10, R11
+	JNE   stateKVf32AVX512_snapshot_3
+	MOVQ  48(SP), R10
+	TESTQ R10, R10
+	JZ    stateKVf32AVX512_temporal_3
+	MOVQ  stores_base+40(FP), R11
+	CMPQ  -8(R11)(R10*8), $0x00
+	JE    stateKVf32AVX512_temporal_3
+
+stateKVf32AVX512_snapshot_3:
+	TESTQ $0x0000003f, R9
+	JNZ   stateKVf32AVX512_temporal_3
+	TESTQ $0x0000003f, R8
+	JNZ   stateKVf32AVX512_temporal_3
+	MOVQ  $0x00000001, 120(SP)
+
+stateKVf32AVX512_temporal_3:
 	MOVQ 48(SP), R10
 	INCQ R10
 	MOVQ tok_len+176(FP), R11
@@ -6893,11 +7005,22 @@ stateKVf32AVX512_rows_5:
 	VFMADD231PS  Z10, Z9, Z3
 	TESTQ        R9, R9
 	JZ           stateKVf32AVX512_nostorerow_5
+	CMPB         120(SP), $0x00
+	JE           stateKVf32AVX512_temporalrow_5
 	VMOVUPS      (AX), Z5
-	VMOVUPS      Z5, (R9)
+	VMOVNTPS     Z5, (R9)
 	VMOVUPS      64(AX), Z5
-	VMOVUPS      Z5, K1, 64(R9)
-	ADDQ         R8, R9
+	VMOVNTPS     Z5, 64(R9)
+	JMP          stateKVf32AVX512_storedrow_5
+
+stateKVf32AVX512_temporalrow_5:
+	VMOVUPS (AX), Z5
+	VMOVUPS Z5, (R9)
+	VMOVUPS 64(AX), Z5
+	VMOVUPS Z5, K1, 64(R9)
+
+stateKVf32AVX512_storedrow_5:
+	ADDQ R8, R9
 
 stateKVf32AVX512_nostorerow_5:
 	ADDQ $0x00000080, AX
@@ -6917,9 +7040,18 @@ stateKVf32AVX512_rows_6:
 	VFMADD231PS  Z8, Z5, Z9
 	TESTQ        R9, R9
 	JZ           stateKVf32AVX512_nostorerow_6
-	VMOVUPS      Z6, (R9)
-	VMOVUPS      Z9, K1, 64(R9)
-	ADDQ         R8, R9
+	CMPB         120(SP), $0x00
+	JE           stateKVf32AVX512_temporalrow_6
+	VMOVNTPS     Z6, (R9)
+	VMOVNTPS     Z9, 64(R9)
+	JMP          stateKVf32AVX512_storedrow_6
+
+stateKVf32AVX512_temporalrow_6:
+	VMOVUPS Z6, (R9)
+	VMOVUPS Z9, K1, 64(R9)
+
+stateKVf32AVX512_storedrow_6:
+	ADDQ R8, R9
 
 stateKVf32AVX512_nostorerow_6:
 	ADDQ $0x00000080, AX
@@ -6976,6 +7108,32 @@ stateKVf32AVX512_far_2:
 stateKVf32AVX512_nostore_4:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
+
+	// Non-temporal stores for this token's rows: a store but the last token's after a token without one, the rows aligned whole vectors.
+	MOVQ  $0x00000000, 120(SP)
+	TESTQ R9, R9
+	JZ    stateKVf32AVX512_temporal_4
+	MOVQ  48(SP), R10
+	INCQ  R10
+	MOVQ  tok_len+176(FP), R11
+	SHRQ  $0x02, R11
+	CMPQ  R10, R11
+	JNE   stateKVf32AVX512_snapshot_4
+	MOVQ  48(SP), R10
+	TESTQ R10, R10
+	JZ    stateKVf32AVX512_temporal_4
+	MOVQ  stores_base+40(FP), R11
+	CMPQ  -8(R11)(R10*8), $0x00
+	JE    stateKVf32AVX512_temporal_4
+
+stateKVf32AVX512_snapshot_4:
+	TESTQ $0x0000003f, R9
+	JNZ   stateKVf32AVX512_temporal_4
+	TESTQ $0x0000003f, R8
+	JNZ   stateKVf32AVX512_temporal_4
+	MOVQ  $0x00000001, 120(SP)
+
+stateKVf32AVX512_temporal_4:
 	MOVQ 48(SP), R10
 	INCQ R10
 	MOVQ tok_len+176(FP), R11
@@ -7001,11 +7159,22 @@ stateKVf32AVX512_rows_7:
 	VFMADD231PS  Z10, Z9, Z3
 	TESTQ        R9, R9
 	JZ           stateKVf32AVX512_nostorerow_7
+	CMPB         120(SP), $0x00
+	JE           stateKVf32AVX512_temporalrow_7
 	VMOVUPS      (AX), Z5
-	VMOVUPS      Z5, (R9)
+	VMOVNTPS     Z5, (R9)
 	VMOVUPS      64(AX), Z5
-	VMOVUPS      Z5, K1, 64(R9)
-	ADDQ         R8, R9
+	VMOVNTPS     Z5, 64(R9)
+	JMP          stateKVf32AVX512_storedrow_7
+
+stateKVf32AVX512_temporalrow_7:
+	VMOVUPS (AX), Z5
+	VMOVUPS Z5, (R9)
+	VMOVUPS 64(AX), Z5
+	VMOVUPS Z5, K1, 64(R9)
+
+stateKVf32AVX512_storedrow_7:
+	ADDQ R8, R9
 
 stateKVf32AVX512_nostorerow_7:
 	ADDQ $0x00000080, AX
@@ -7025,9 +7194,18 @@ stateKVf32AVX512_rows_8:
 	VFMADD231PS  Z8, Z5, Z9
 	TESTQ        R9, R9
 	JZ           stateKVf32AVX512_nostorerow_8
-	VMOVUPS      Z6, (R9)
-	VMOVUPS      Z9, K1, 64(R9)
-	ADDQ         R8, R9
+	CMPB         120(SP), $0x00
+	JE           stateKVf32AVX512_temporalrow_8
+	VMOVNTPS     Z6, (R9)
+	VMOVNTPS     Z9, 64(R9)
+	JMP          stateKVf32AVX512_storedrow_8
+
+stateKVf32AVX512_temporalrow_8:
+	VMOVUPS Z6, (R9)
+	VMOVUPS Z9, K1, 64(R9)
+
+stateKVf32AVX512_storedrow_8:
+	ADDQ R8, R9
 
 stateKVf32AVX512_nostorerow_8:
 	ADDQ $0x00000080, AX
@@ -7215,6 +7393,32 @@ stateKVf32AVX512_notlast_3:
 stateKVf32AVX512_nostore_5:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
+
+	// Non-temporal stores for this token's rows: a store but the last token's after a token without one, the rows aligned whole vectors.
+	MOVQ  $0x00000000, 120(SP)
+	TESTQ R9, R9
+	JZ    stateKVf32AVX512_temporal_5
+	MOVQ  48(SP), R10
+	INCQ  R10
+	MOVQ  tok_len+176(FP), R11
+	SHRQ  $0x02, R11
+	CMPQ  R10, R11
+	JNE   stateKVf32AVX512_snapshot_5
+	MOVQ  48(SP), R10
+	TESTQ R10, R10
+	JZ    stateKVf32AVX512_temporal_5
+	MOVQ  stores_base+40(FP), R11
+	CMPQ  -8(R11)(R10*8), $0x00
+	JE    stateKVf32AVX512_temporal_5
+
+stateKVf32AVX512_snapshot_5:
+	TESTQ $0x0000003f, R9
+	JNZ   stateKVf32AVX512_temporal_5
+	TESTQ $0x0000003f, R8
+	JNZ   stateKVf32AVX512_temporal_5
+	MOVQ  $0x00000001, 120(SP)
+
+stateKVf32AVX512_temporal_5:
 	MOVQ 48(SP), R10
 	INCQ R10
 	MOVQ tok_len+176(FP), R11
@@ -7246,13 +7450,26 @@ stateKVf32AVX512_rows_9:
 	VFMADD231PS  Z13, Z12, Z5
 	TESTQ        R9, R9
 	JZ           stateKVf32AVX512_nostorerow_9
+	CMPB         120(SP), $0x00
+	JE           stateKVf32AVX512_temporalrow_9
 	VMOVUPS      (AX), Z7
-	VMOVUPS      Z7, (R9)
+	VMOVNTPS     Z7, (R9)
 	VMOVUPS      64(AX), Z7
-	VMOVUPS      Z7, 64(R9)
+	VMOVNTPS     Z7, 64(R9)
 	VMOVUPS      128(AX), Z7
-	VMOVUPS      Z7, K1, 128(R9)
-	ADDQ         R8, R9
+	VMOVNTPS     Z7, 128(R9)
+	JMP          stateKVf32AVX512_storedrow_9
+
+stateKVf32AVX512_temporalrow_9:
+	VMOVUPS (AX), Z7
+	VMOVUPS Z7, (R9)
+	VMOVUPS 64(AX), Z7
+	VMOVUPS Z7, 64(R9)
+	VMOVUPS 128(AX), Z7
+	VMOVUPS Z7, K1, 128(R9)
+
+stateKVf32AVX512_storedrow_9:
+	ADDQ R8, R9
 
 stateKVf32AVX512_nostorerow_9:
 	ADDQ $0x000000c0, AX
@@ -7275,10 +7492,20 @@ stateKVf32AVX512_rows_10:
 	VFMADD231PS  Z11, Z7, Z13
 	TESTQ        R9, R9
 	JZ           stateKVf32AVX512_nostorerow_10
-	VMOVUPS      Z8, (R9)
-	VMOVUPS      Z12, 64(R9)
-	VMOVUPS      Z13, K1, 128(R9)
-	ADDQ         R8, R9
+	CMPB         120(SP), $0x00
+	JE           stateKVf32AVX512_temporalrow_10
+	VMOVNTPS     Z8, (R9)
+	VMOVNTPS     Z12, 64(R9)
+	VMOVNTPS     Z13, 128(R9)
+	JMP          stateKVf32AVX512_storedrow_10
+
+stateKVf32AVX512_temporalrow_10:
+	VMOVUPS Z8, (R9)
+	VMOVUPS Z12, 64(R9)
+	VMOVUPS Z13, K1, 128(R9)
+
+stateKVf32AVX512_storedrow_10:
+	ADDQ R8, R9
 
 stateKVf32AVX512_nostorerow_10:
 	ADDQ $0x000000c0, AX
@@ -7344,6 +7571,32 @@ stateKVf32AVX512_far_3:
 stateKVf32AVX512_nostore_6:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
+
+	// Non-temporal stores for this token's rows: a store but the last token's after a token without one, the rows aligned whole vectors.
+	MOVQ  $0x00000000, 120(SP)
+	TESTQ R9, R9
+	JZ    stateKVf32AVX512_temporal_6
+	MOVQ  48(SP), R10
+	INCQ  R10
+	MOVQ  tok_len+176(FP), R11
+	SHRQ  $0x02, R11
+	CMPQ  R10, R11
+	JNE   stateKVf32AVX512_snapshot_6
+	MOVQ  48(SP), R10
+	TESTQ R10, R10
+	JZ    stateKVf32AVX512_temporal_6
+	MOVQ  stores_base+40(FP), R11
+	CMPQ  -8(R11)(R10*8), $0x00
+	JE    stateKVf32AVX512_temporal_6
+
+stateKVf32AVX512_snapshot_6:
+	TESTQ $0x0000003f, R9
+	JNZ   stateKVf32AVX512_temporal_6
+	TESTQ $0x0000003f, R8
+	JNZ   stateKVf32AVX512_temporal_6
+	MOVQ  $0x00000001, 120(SP)
+
+stateKVf32AVX512_temporal_6:
 	MOVQ 48(SP), R10
 	INCQ R10
 	MOVQ tok_len+176(FP), R11
@@ -7375,13 +7628,26 @@ stateKVf32AVX512_rows_11:
 	VFMADD231PS  Z13, Z12, Z5
 	TESTQ        R9, R9
 	JZ           stateKVf32AVX512_nostorerow_11
+	CMPB         120(SP), $0x00
+	JE           stateKVf32AVX512_temporalrow_11
 	VMOVUPS      (AX), Z7
-	VMOVUPS      Z7, (R9)
+	VMOVNTPS     Z7, (R9)
 	VMOVUPS      64(AX), Z7
-	VMOVUPS      Z7, 64(R9)
+	VMOVNTPS     Z7, 64(R9)
 	VMOVUPS      128(AX), Z7
-	VMOVUPS      Z7, K1, 128(R9)
-	ADDQ         R8, R9
+	VMOVNTPS     Z7, 128(R9)
+	JMP          stateKVf32AVX512_storedrow_11
+
+stateKVf32AVX512_temporalrow_11:
+	VMOVUPS (AX), Z7
+	VMOVUPS Z7, (R9)
+	VMOVUPS 64(AX), Z7
+	VMOVUPS Z7, 64(R9)
+	VMOVUPS 128(AX), Z7
+	VMOVUPS Z7, K1, 128(R9)
+
+stateKVf32AVX512_storedrow_11:
+	ADDQ R8, R9
 
 stateKVf32AVX512_nostorerow_11:
 	ADDQ $0x000000c0, AX
@@ -7404,10 +7670,20 @@ stateKVf32AVX512_rows_12:
 	VFMADD231PS  Z11, Z7, Z13
 	TESTQ        R9, R9
 	JZ           stateKVf32AVX512_nostorerow_12
-	VMOVUPS      Z8, (R9)
-	VMOVUPS      Z12, 64(R9)
-	VMOVUPS      Z13, K1, 128(R9)
-	ADDQ         R8, R9
+	CMPB         120(SP), $0x00
+	JE           stateKVf32AVX512_temporalrow_12
+	VMOVNTPS     Z8, (R9)
+	VMOVNTPS     Z12, 64(R9)
+	VMOVNTPS     Z13, 128(R9)
+	JMP          stateKVf32AVX512_storedrow_12
+
+stateKVf32AVX512_temporalrow_12:
+	VMOVUPS Z8, (R9)
+	VMOVUPS Z12, 64(R9)
+	VMOVUPS Z13, K1, 128(R9)
+
+stateKVf32AVX512_storedrow_12:
+	ADDQ R8, R9
 
 stateKVf32AVX512_nostorerow_12:
 	ADDQ $0x000000c0, AX
@@ -7611,6 +7887,32 @@ stateKVf32AVX512_notlast_4:
 stateKVf32AVX512_nostore_7:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
+
+	// Non-temporal stores for this token's rows: a store but the last token's after a token without one, the rows aligned whole vectors.
+	MOVQ  $0x00000000, 120(SP)
+	TESTQ R9, R9
+	JZ    stateKVf32AVX512_temporal_7
+	MOVQ  48(SP), R10
+	INCQ  R10
+	MOVQ  tok_len+176(FP), R11
+	SHRQ  $0x02, R11
+	CMPQ  R10, R11
+	JNE   stateKVf32AVX512_snapshot_7
+	MOVQ  48(SP), R10
+	TESTQ R10, R10
+	JZ    stateKVf32AVX512_temporal_7
+	MOVQ  stores_base+40(FP), R11
+	CMPQ  -8(R11)(R10*8), $0x00
+	JE    stateKVf32AVX512_temporal_7
+
+stateKVf32AVX512_snapshot_7:
+	TESTQ $0x0000003f, R9
+	JNZ   stateKVf32AVX512_temporal_7
+	TESTQ $0x0000003f, R8
+	JNZ   stateKVf32AVX512_temporal_7
+	MOVQ  $0x00000001, 120(SP)
+
+stateKVf32AVX512_temporal_7:
 	MOVQ 48(SP), R10
 	INCQ R10
 	MOVQ tok_len+176(FP), R11
@@ -7648,15 +7950,30 @@ stateKVf32AVX512_rows_13:
 	VFMADD231PS  Z16, Z15, Z7
 	TESTQ        R9, R9
 	JZ           stateKVf32AVX512_nostorerow_13
+	CMPB         120(SP), $0x00
+	JE           stateKVf32AVX512_temporalrow_13
 	VMOVUPS      (AX), Z9
-	VMOVUPS      Z9, (R9)
+	VMOVNTPS     Z9, (R9)
 	VMOVUPS      64(AX), Z9
-	VMOVUPS      Z9, 64(R9)
+	VMOVNTPS     Z9, 64(R9)
 	VMOVUPS      128(AX), Z9
-	VMOVUPS      Z9, 128(R9)
+	VMOVNTPS     Z9, 128(R9)
 	VMOVUPS      192(AX), Z9
-	VMOVUPS      Z9, K1, 192(R9)
-	ADDQ         R8, R9
+	VMOVNTPS     Z9, 192(R9)
+	JMP          stateKVf32AVX512_storedrow_13
+
+stateKVf32AVX512_temporalrow_13:
+	VMOVUPS (AX), Z9
+	VMOVUPS Z9, (R9)
+	VMOVUPS 64(AX), Z9
+	VMOVUPS Z9, 64(R9)
+	VMOVUPS 128(AX), Z9
+	VMOVUPS Z9, 128(R9)
+	VMOVUPS 192(AX), Z9
+	VMOVUPS Z9, K1, 192(R9)
+
+stateKVf32AVX512_storedrow_13:
+	ADDQ R8, R9
 
 stateKVf32AVX512_nostorerow_13:
 	ADDQ $0x00000100, AX
@@ -7682,11 +7999,22 @@ stateKVf32AVX512_rows_14:
 	VFMADD231PS  Z14, Z9, Z17
 	TESTQ        R9, R9
 	JZ           stateKVf32AVX512_nostorerow_14
-	VMOVUPS      Z10, (R9)
-	VMOVUPS      Z15, 64(R9)
-	VMOVUPS      Z16, 128(R9)
-	VMOVUPS      Z17, K1, 192(R9)
-	ADDQ         R8, R9
+	CMPB         120(SP), $0x00
+	JE           stateKVf32AVX512_temporalrow_14
+	VMOVNTPS     Z10, (R9)
+	VMOVNTPS     Z15, 64(R9)
+	VMOVNTPS     Z16, 128(R9)
+	VMOVNTPS     Z17, 192(R9)
+	JMP          stateKVf32AVX512_storedrow_14
+
+stateKVf32AVX512_temporalrow_14:
+	VMOVUPS Z10, (R9)
+	VMOVUPS Z15, 64(R9)
+	VMOVUPS Z16, 128(R9)
+	VMOVUPS Z17, K1, 192(R9)
+
+stateKVf32AVX512_storedrow_14:
+	ADDQ R8, R9
 
 stateKVf32AVX512_nostorerow_14:
 	ADDQ $0x00000100, AX
@@ -7761,6 +8089,32 @@ stateKVf32AVX512_far_4:
 stateKVf32AVX512_nostore_8:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
+
+	// Non-temporal stores for this token's rows: a store but the last token's after a token without one, the rows aligned whole vectors.
+	MOVQ  $0x00000000, 120(SP)
+	TESTQ R9, R9
+	JZ    stateKVf32AVX512_temporal_8
+	MOVQ  48(SP), R10
+	INCQ  R10
+	MOVQ  tok_len+176(FP), R11
+	SHRQ  $0x02, R11
+	CMPQ  R10, R11
+	JNE   stateKVf32AVX512_snapshot_8
+	MOVQ  48(SP), R10
+	TESTQ R10, R10
+	JZ    stateKVf32AVX512_temporal_8
+	MOVQ  stores_base+40(FP), R11
+	CMPQ  -8(R11)(R10*8), $0x00
+	JE    stateKVf32AVX512_temporal_8
+
+stateKVf32AVX512_snapshot_8:
+	TESTQ $0x0000003f, R9
+	JNZ   stateKVf32AVX512_temporal_8
+	TESTQ $0x0000003f, R8
+	JNZ   stateKVf32AVX512_temporal_8
+	MOVQ  $0x00000001, 120(SP)
+
+stateKVf32AVX512_temporal_8:
 	MOVQ 48(SP), R10
 	INCQ R10
 	MOVQ tok_len+176(FP), R11
@@ -7798,15 +8152,30 @@ stateKVf32AVX512_rows_15:
 	VFMADD231PS  Z16, Z15, Z7
 	TESTQ        R9, R9
 	JZ           stateKVf32AVX512_nostorerow_15
+	CMPB         120(SP), $0x00
+	JE           stateKVf32AVX512_temporalrow_15
 	VMOVUPS      (AX), Z9
-	VMOVUPS      Z9, (R9)
+	VMOVNTPS     Z9, (R9)
 	VMOVUPS      64(AX), Z9
-	VMOVUPS      Z9, 64(R9)
+	VMOVNTPS     Z9, 64(R9)
 	VMOVUPS      128(AX), Z9
-	VMOVUPS      Z9, 128(R9)
+	VMOVNTPS     Z9, 128(R9)
 	VMOVUPS      192(AX), Z9
-	VMOVUPS      Z9, K1, 192(R9)
-	ADDQ         R8, R9
+	VMOVNTPS     Z9, 192(R9)
+	JMP          stateKVf32AVX512_storedrow_15
+
+stateKVf32AVX512_temporalrow_15:
+	VMOVUPS (AX), Z9
+	VMOVUPS Z9, (R9)
+	VMOVUPS 64(AX), Z9
+	VMOVUPS Z9, 64(R9)
+	VMOVUPS 128(AX), Z9
+	VMOVUPS Z9, 128(R9)
+	VMOVUPS 192(AX), Z9
+	VMOVUPS Z9, K1, 192(R9)
+
+stateKVf32AVX512_storedrow_15:
+	ADDQ R8, R9
 
 stateKVf32AVX512_nostorerow_15:
 	ADDQ $0x00000100, AX
@@ -7832,11 +8201,22 @@ stateKVf32AVX512_rows_16:
 	VFMADD231PS  Z14, Z9, Z17
 	TESTQ        R9, R9
 	JZ           stateKVf32AVX512_nostorerow_16
-	VMOVUPS      Z10, (R9)
-	VMOVUPS      Z15, 64(R9)
-	VMOVUPS      Z16, 128(R9)
-	VMOVUPS      Z17, K1, 192(R9)
-	ADDQ         R8, R9
+	CMPB         120(SP), $0x00
+	JE           stateKVf32AVX512_temporalrow_16
+	VMOVNTPS     Z10, (R9)
+	VMOVNTPS     Z15, 64(R9)
+	VMOVNTPS     Z16, 128(R9)
+	VMOVNTPS     Z17, 192(R9)
+	JMP          stateKVf32AVX512_storedrow_16
+
+stateKVf32AVX512_temporalrow_16:
+	VMOVUPS Z10, (R9)
+	VMOVUPS Z15, 64(R9)
+	VMOVUPS Z16, 128(R9)
+	VMOVUPS Z17, K1, 192(R9)
+
+stateKVf32AVX512_storedrow_16:
+	ADDQ R8, R9
 
 stateKVf32AVX512_nostorerow_16:
 	ADDQ $0x00000100, AX
@@ -7870,6 +8250,7 @@ stateKVf32AVX512_blockdone_1:
 	JMP  stateKVf32AVX512_blocks_1
 
 stateKVf32AVX512_done_1:
+	SFENCE
 	VZEROUPPER
 	RET
 
@@ -10198,7 +10579,7 @@ widenAVX512_done:
 
 // func stateKVf32AVX2(K int, V int, src []float32, stores []uintptr, kh []float32, qh []float32, v []float32, vs int, o []float32, tok []float32, work []float32, pf []uintptr)
 // Requires: AVX, AVX2, CMOV, FMA3, MMX+
-TEXT ·stateKVf32AVX2(SB), NOSPLIT, $312-240
+TEXT ·stateKVf32AVX2(SB), NOSPLIT, $320-240
 	MOVQ  K+0(FP), AX
 	MOVQ  V+8(FP), CX
 	MOVQ  tok_len+176(FP), DX
@@ -10434,6 +10815,32 @@ stateKVf32AVX2_notlast_1:
 stateKVf32AVX2_nostore_1:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
+
+	// Non-temporal stores for this token's rows: a store but the last token's after a token without one, the rows aligned whole vectors.
+	MOVQ  $0x00000000, 312(SP)
+	TESTQ R9, R9
+	JZ    stateKVf32AVX2_temporal_1
+	MOVQ  48(SP), R10
+	INCQ  R10
+	MOVQ  tok_len+176(FP), R11
+	SHRQ  $0x02, R11
+	CMPQ  R10, R11
+	JNE   stateKVf32AVX2_snapshot_1
+	MOVQ  48(SP), R10
+	TESTQ R10, R10
+	JZ    stateKVf32AVX2_temporal_1
+	MOVQ  stores_base+40(FP), R11
+	CMPQ  -8(R11)(R10*8), $0x00
+	JE    stateKVf32AVX2_temporal_1
+
+stateKVf32AVX2_snapshot_1:
+	TESTQ $0x0000001f, R9
+	JNZ   stateKVf32AVX2_temporal_1
+	TESTQ $0x0000001f, R8
+	JNZ   stateKVf32AVX2_temporal_1
+	MOVQ  $0x00000001, 312(SP)
+
+stateKVf32AVX2_temporal_1:
 	LEAQ 104(SP), R10
 	ADDQ $0x1f, R10
 	ANDQ $-32, R10
@@ -10468,15 +10875,30 @@ stateKVf32AVX2_rows_1:
 	VFMADD231PS  Y12, Y11, Y7
 	TESTQ        R9, R9
 	JZ           stateKVf32AVX2_nostorerow_1
+	CMPB         312(SP), $0x00
+	JE           stateKVf32AVX2_temporalrow_1
 	VMOVUPS      (AX), Y9
-	VMOVUPS      Y9, (R9)
+	VMOVNTPS     Y9, (R9)
 	VMOVUPS      32(AX), Y9
-	VMOVUPS      Y9, 32(R9)
+	VMOVNTPS     Y9, 32(R9)
 	VMOVUPS      64(AX), Y9
-	VMOVUPS      Y9, 64(R9)
+	VMOVNTPS     Y9, 64(R9)
 	VMOVUPS      96(AX), Y9
-	VMOVUPS      Y9, 96(R9)
-	ADDQ         R8, R9
+	VMOVNTPS     Y9, 96(R9)
+	JMP          stateKVf32AVX2_storedrow_1
+
+stateKVf32AVX2_temporalrow_1:
+	VMOVUPS (AX), Y9
+	VMOVUPS Y9, (R9)
+	VMOVUPS 32(AX), Y9
+	VMOVUPS Y9, 32(R9)
+	VMOVUPS 64(AX), Y9
+	VMOVUPS Y9, 64(R9)
+	VMOVUPS 96(AX), Y9
+	VMOVUPS Y9, 96(R9)
+
+stateKVf32AVX2_storedrow_1:
+	ADDQ R8, R9
 
 stateKVf32AVX2_nostorerow_1:
 	ADDQ $0x00000080, AX
@@ -10556,6 +10978,32 @@ stateKVf32AVX2_far_1:
 stateKVf32AVX2_nostore_2:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
+
+	// Non-temporal stores for this token's rows: a store but the last token's after a token without one, the rows aligned whole vectors.
+	MOVQ  $0x00000000, 312(SP)
+	TESTQ R9, R9
+	JZ    stateKVf32AVX2_temporal_2
+	MOVQ  48(SP), R10
+	INCQ  R10
+	MOVQ  tok_len+176(FP), R11
+	SHRQ  $0x02, R11
+	CMPQ  R10, R11
+	JNE   stateKVf32AVX2_snapshot_2
+	MOVQ  48(SP), R10
+	TESTQ R10, R10
+	JZ    stateKVf32AVX2_temporal_2
+	MOVQ  stores_base+40(FP), R11
+	CMPQ  -8(R11)(R10*8), $0x00
+	JE    stateKVf32AVX2_temporal_2
+
+stateKVf32AVX2_snapshot_2:
+	TESTQ $0x0000001f, R9
+	JNZ   stateKVf32AVX2_temporal_2
+	TESTQ $0x0000001f, R8
+	JNZ   stateKVf32AVX2_temporal_2
+	MOVQ  $0x00000001, 312(SP)
+
+stateKVf32AVX2_temporal_2:
 	LEAQ 104(SP), R10
 	ADDQ $0x1f, R10
 	ANDQ $-32, R10
@@ -10590,15 +11038,30 @@ stateKVf32AVX2_rows_2:
 	VFMADD231PS  Y12, Y11, Y7
 	TESTQ        R9, R9
 	JZ           stateKVf32AVX2_nostorerow_2
+	CMPB         312(SP), $0x00
+	JE           stateKVf32AVX2_temporalrow_2
 	VMOVUPS      (AX), Y9
-	VMOVUPS      Y9, (R9)
+	VMOVNTPS     Y9, (R9)
 	VMOVUPS      32(AX), Y9
-	VMOVUPS      Y9, 32(R9)
+	VMOVNTPS     Y9, 32(R9)
 	VMOVUPS      64(AX), Y9
-	VMOVUPS      Y9, 64(R9)
+	VMOVNTPS     Y9, 64(R9)
 	VMOVUPS      96(AX), Y9
-	VMOVUPS      Y9, 96(R9)
-	ADDQ         R8, R9
+	VMOVNTPS     Y9, 96(R9)
+	JMP          stateKVf32AVX2_storedrow_2
+
+stateKVf32AVX2_temporalrow_2:
+	VMOVUPS (AX), Y9
+	VMOVUPS Y9, (R9)
+	VMOVUPS 32(AX), Y9
+	VMOVUPS Y9, 32(R9)
+	VMOVUPS 64(AX), Y9
+	VMOVUPS Y9, 64(R9)
+	VMOVUPS 96(AX), Y9
+	VMOVUPS Y9, 96(R9)
+
+stateKVf32AVX2_storedrow_2:
+	ADDQ R8, R9
 
 stateKVf32AVX2_nostorerow_2:
 	ADDQ $0x00000080, AX
@@ -10782,6 +11245,32 @@ stateKVf32AVX2_notlast_2:
 stateKVf32AVX2_nostore_3:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
+
+	// Non-temporal stores for this token's rows: a store but the last token's after a token without one, the rows aligned whole vectors.
+	MOVQ  $0x00000000, 312(SP)
+	TESTQ R9, R9
+	JZ    stateKVf32AVX2_temporal_3
+	MOVQ  48(SP), R10
+	INCQ  R10
+	MOVQ  tok_len+176(FP), R11
+	SHRQ  $0x02, R11
+	CMPQ  R10, R11
+	JNE   stateKVf32AVX2_snapshot_3
+	MOVQ  48(SP), R10
+	TESTQ R10, R10
+	JZ    stateKVf32AVX2_temporal_3
+	MOVQ  stores_base+40(FP), R11
+	CMPQ  -8(R11)(R10*8), $0x00
+	JE    stateKVf32AVX2_temporal_3
+
+stateKVf32AVX2_snapshot_3:
+	TESTQ $0x0000001f, R9
+	JNZ   stateKVf32AVX2_temporal_3
+	TESTQ $0x0000001f, R8
+	JNZ   stateKVf32AVX2_temporal_3
+	MOVQ  $0x00000001, 312(SP)
+
+stateKVf32AVX2_temporal_3:
 	LEAQ 104(SP), R10
 	ADDQ $0x1f, R10
 	ANDQ $-32, R10
@@ -10804,11 +11293,22 @@ stateKVf32AVX2_rows_3:
 	VFMADD231PS  Y8, Y7, Y3
 	TESTQ        R9, R9
 	JZ           stateKVf32AVX2_nostorerow_3
+	CMPB         312(SP), $0x00
+	JE           stateKVf32AVX2_temporalrow_3
 	VMOVUPS      (AX), Y5
-	VMOVUPS      Y5, (R9)
+	VMOVNTPS     Y5, (R9)
 	VMOVUPS      32(AX), Y5
-	VMOVUPS      Y5, 32(R9)
-	ADDQ         R8, R9
+	VMOVNTPS     Y5, 32(R9)
+	JMP          stateKVf32AVX2_storedrow_3
+
+stateKVf32AVX2_temporalrow_3:
+	VMOVUPS (AX), Y5
+	VMOVUPS Y5, (R9)
+	VMOVUPS 32(AX), Y5
+	VMOVUPS Y5, 32(R9)
+
+stateKVf32AVX2_storedrow_3:
+	ADDQ R8, R9
 
 stateKVf32AVX2_nostorerow_3:
 	ADDQ $0x00000040, AX
@@ -10868,6 +11368,32 @@ stateKVf32AVX2_far_2:
 stateKVf32AVX2_nostore_4:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
+
+	// Non-temporal stores for this token's rows: a store but the last token's after a token without one, the rows aligned whole vectors.
+	MOVQ  $0x00000000, 312(SP)
+	TESTQ R9, R9
+	JZ    stateKVf32AVX2_temporal_4
+	MOVQ  48(SP), R10
+	INCQ  R10
+	MOVQ  tok_len+176(FP), R11
+	SHRQ  $0x02, R11
+	CMPQ  R10, R11
+	JNE   stateKVf32AVX2_snapshot_4
+	MOVQ  48(SP), R10
+	TESTQ R10, R10
+	JZ    stateKVf32AVX2_temporal_4
+	MOVQ  stores_base+40(FP), R11
+	CMPQ  -8(R11)(R10*8), $0x00
+	JE    stateKVf32AVX2_temporal_4
+
+stateKVf32AVX2_snapshot_4:
+	TESTQ $0x0000001f, R9
+	JNZ   stateKVf32AVX2_temporal_4
+	TESTQ $0x0000001f, R8
+	JNZ   stateKVf32AVX2_temporal_4
+	MOVQ  $0x00000001, 312(SP)
+
+stateKVf32AVX2_temporal_4:
 	LEAQ 104(SP), R10
 	ADDQ $0x1f, R10
 	ANDQ $-32, R10
@@ -10890,11 +11416,22 @@ stateKVf32AVX2_rows_4:
 	VFMADD231PS  Y8, Y7, Y3
 	TESTQ        R9, R9
 	JZ           stateKVf32AVX2_nostorerow_4
+	CMPB         312(SP), $0x00
+	JE           stateKVf32AVX2_temporalrow_4
 	VMOVUPS      (AX), Y5
-	VMOVUPS      Y5, (R9)
+	VMOVNTPS     Y5, (R9)
 	VMOVUPS      32(AX), Y5
-	VMOVUPS      Y5, 32(R9)
-	ADDQ         R8, R9
+	VMOVNTPS     Y5, 32(R9)
+	JMP          stateKVf32AVX2_storedrow_4
+
+stateKVf32AVX2_temporalrow_4:
+	VMOVUPS (AX), Y5
+	VMOVUPS Y5, (R9)
+	VMOVUPS 32(AX), Y5
+	VMOVUPS Y5, 32(R9)
+
+stateKVf32AVX2_storedrow_4:
+	ADDQ R8, R9
 
 stateKVf32AVX2_nostorerow_4:
 	ADDQ $0x00000040, AX
@@ -11501,6 +12038,7 @@ stateKVf32AVX2_blockdone_1:
 	JMP  stateKVf32AVX2_blocks_1
 
 stateKVf32AVX2_done_1:
+	SFENCE
 	VZEROUPPER
 	RET
 

@@ -8,7 +8,7 @@ import "unsafe"
 func withTokens(im impl) impl {
 	for l := range 2 {
 		if r := im.tokF32[l]; r != nil {
-			im.cells[0][l] = asmTokensF32(r)
+			im.cells[0][l] = asmTokensF32(r, im.snapOnce[l])
 		}
 		if r := im.tokBF16[l]; r != nil {
 			im.cells[1][l] = asmTokensBF16(r)
@@ -19,7 +19,7 @@ func withTokens(im impl) impl {
 
 // asmTokensF32 makes a stateFunc of an f32 routine: every dst is f32 (an f32 pool, or the carry
 // the driver adds at a chunk's end).
-func asmTokensF32(r tokensF32) stateFunc {
+func asmTokensF32(r tokensF32, snapOnce bool) stateFunc {
 	return func(h *headCall) {
 		hs := h.K * h.V
 		src := h.src.f32
@@ -36,7 +36,7 @@ func asmTokensF32(r tokensF32) stateFunc {
 				every = false
 			}
 		}
-		if every {
+		if every && !snapOnce {
 			perToken(r, h, src[:hs:hs], stores)
 		} else {
 			r(h.K, h.V, src[:hs:hs], stores, h.kh, h.qh, h.v, h.vs, h.o, h.tok, h.pf)

@@ -71,6 +71,31 @@ type kvGen struct {
 	// word 0, its index less the masked vector's, and 16 bytes for a rounded vector.
 	pairs, last, shuf, lastOff, tmp Mem
 	pf                              prefetchList // the driver's rows of its next call: a group per token pass
+	nt                              Mem          // f32: 1 while this token's rows go to its store non-temporally (see ntStores)
+}
+
+// ntStores reports whether the routine writes a token's rows to its store with non-temporal
+// stores when it can (f32: whole aligned vectors; see the flag's set-up in token): every store
+// but the last token's after a token without one. Those are snapshots (speculative verification:
+// one per token), which nothing reads soon, and with ordinary stores every line of theirs is
+// first read from memory (the write-allocate), as much traffic again as the writes; the one
+// store of a prefill or decode call (the last token's) is the state the next call reads, which
+// stays in the caches.
+func (v variant) ntStores() bool { return !v.bf16 }
+
+// ntSpan reports whether every piece of s is a whole vector (one a mask may cut, AVX-512), so that
+// the span's rows can go to a store with whole non-temporal vectors when V is a multiple of the
+// lanes (the masks are then full).
+func ntSpan(a isa, s span) bool {
+	if s.guarded() {
+		return false
+	}
+	for _, pc := range s.ps {
+		if pc.w != a.lanes || pc.lane != nil || pc.idx != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // kvMaxK is the largest K whose rows of one vector fit kvWork.
@@ -125,6 +150,9 @@ func stateKVTokens(vr variant) {
 	ANDQ(I8(-64), w)
 	MOVQ(w, g.work)
 	g.pf = newPrefetchList()
+	if vr.ntStores() {
+		g.nt = AllocLocal(8)
+	}
 	Commentf("K > %d does not fit work: the Go wrapper never calls with it.", kvMaxK(a))
 	CMPQ(k, U32(kvMaxK(a)))
 	JA(LabelRef(done))
@@ -221,6 +249,9 @@ func stateKVTokens(vr variant) {
 	}
 	JMP(LabelRef(blocks))
 	Label(done)
+	if vr.ntStores() {
+		SFENCE() // the non-temporal stores ordered before the caller's next stores
+	}
 	VZEROUPPER()
 	RET()
 }
@@ -547,6 +578,31 @@ func (g *kvGen) token(s span, f form, accK, accQ []VecVirtual, cOff int) {
 		Label(none)
 		Load(Param("V"), dstStride)
 		SHLQ(U8(map[int]uint8{2: 1, 4: 2}[g.es()]), dstStride)
+		if g.ntStores() && ntSpan(a, s) {
+			Comment("Non-temporal stores for this token's rows: a store but the last token's after a token without one, the rows aligned whole vectors.")
+			no, yes := label("temporal"), label("snapshot")
+			MOVQ(U32(0), g.nt)
+			TESTQ(dst, dst)
+			JZ(LabelRef(no))
+			g.cmpLast()
+			JNE(LabelRef(yes))
+			{
+				tau, p := GP64(), GP64()
+				MOVQ(g.tau, tau)
+				TESTQ(tau, tau)
+				JZ(LabelRef(no))
+				Load(Param("stores").Base(), p)
+				CMPQ(Mem{Base: p, Index: tau, Scale: 8, Disp: -8}, U8(0))
+				JE(LabelRef(no))
+			}
+			Label(yes)
+			TESTQ(U32(a.bytes()-1), dst)
+			JNZ(LabelRef(no))
+			TESTQ(U32(a.bytes()-1), dstStride)
+			JNZ(LabelRef(no))
+			MOVQ(U32(1), g.nt)
+			Label(no)
+		}
 	}
 	var carry, cStride GPVirtual
 	if g.bf16 {
@@ -640,6 +696,19 @@ func (g *kvGen) rows(s span, f form, c VecVirtual, d []VecVirtual, accK, accQ []
 	skip := label("nostorerow")
 	TESTQ(dst, dst)
 	JZ(LabelRef(skip))
+	nt := g.ntStores() && ntSpan(a, s)
+	var stored string
+	if nt {
+		temporal := label("temporalrow")
+		stored = label("storedrow")
+		CMPB(g.nt, U8(0))
+		JE(LabelRef(temporal))
+		for t, pc := range s.ps {
+			VMOVNTPS(a.view(get(t, unmasked(pc))), pc.at(dst, 4))
+		}
+		JMP(LabelRef(stored))
+		Label(temporal)
+	}
 	ool = append(ool, s.each(func(t int, pc piece) {
 		y := get(t, pc)
 		if g.bf16 && last {
@@ -650,6 +719,9 @@ func (g *kvGen) rows(s span, f form, c VecVirtual, d []VecVirtual, accK, accQ []
 		}
 		g.storeState(pc, y, dst)
 	}))
+	if nt {
+		Label(stored)
+	}
 	ADDQ(dstStride, dst)
 	Label(skip)
 	if g.bf16 {

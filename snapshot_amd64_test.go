@@ -1,0 +1,130 @@
+//go:build amd64 && !purego
+
+package gdnsimd_test
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+	"unsafe"
+
+	"github.com/gdnsimd/gdnsimd"
+	"github.com/gdnsimd/gdnsimd/internal/kerneltest"
+)
+
+// guardedAt returns n float32s starting off bytes past a 64-byte boundary, with 16 float32s of a
+// sentinel on either side, and the check that the sentinels are intact.
+func guardedAt(n, off int) ([]float32, func() bool) {
+	const g = 16
+	buf := make([]float32, n+2*g+32)
+	base := (64 - int(uintptr(unsafe.Pointer(&buf[g]))%64)) % 64 // bytes to the boundary after buf[g]
+	start := g + (base+off)/4
+	for i := range buf {
+		buf[i] = math.Float32frombits(0x7fa5a5a5)
+	}
+	s := buf[start : start+n : start+n]
+	for i := range s {
+		s[i] = 0
+	}
+	return s, func() bool {
+		for i, x := range buf {
+			if (i < start || i >= start+n) && math.Float32bits(x) != 0x7fa5a5a5 {
+				return false
+			}
+		}
+		return true
+	}
+}
+
+// TestKVSnapshotsNonTemporal holds the amd64 [K][V] f32 routine over T tokens with a store at every
+// token (verification snapshots, which it writes with non-temporal stores when V is a multiple of
+// the lanes and the stores are aligned to a vector) to T calls of one token of the same kernel (the
+// single-token routine's ordinary stores), bit for bit: V with and without whole vectors, stores
+// aligned and 4, 16 and 32 bytes off, T = 2, 3 and 5, the stores at every token or at some only (the
+// last token's after a token without a store is an ordinary one), nothing written around them.
+func TestKVSnapshotsNonTemporal(t *testing.T) {
+	kerneltest.ForEach(t, func(t *testing.T, name string) {
+		if name != "avx512" && name != "avx2" {
+			t.Skip("not an amd64 assembly kernel")
+		}
+		k, _ := gdnsimd.Lookup(name)
+		f := gdnsimd.TokensOf(k).F32[gdnsimd.KV]
+		r := rand.New(rand.NewPCG(51, 52))
+		vec := func(n int, sd float64) []float32 {
+			x := make([]float32, n)
+			for i := range x {
+				x[i] = float32(sd * r.NormFloat64())
+			}
+			return x
+		}
+		for _, K := range []int{1, 8, 17, 128} {
+			for _, V := range []int{16, 37, 64, 80, 128, 144} {
+				hs := K * V
+				for _, T := range []int{2, 3, 5} {
+					for _, off := range []int{0, 4, 16, 32} {
+						for _, pattern := range []string{"every", "last two", "first and last"} {
+							what := fmt.Sprintf("%s K=%d V=%d T=%d off=%d %s", name, K, V, T, off, pattern)
+							at := func(τ int) bool {
+								switch pattern {
+								case "last two":
+									return τ >= T-2
+								case "first and last":
+									return τ == 0 || τ == T-1
+								}
+								return true
+							}
+							src := vec(hs, 0.5)
+							kh, qh, v := vec(T*K, 1/math.Sqrt(float64(K))), vec(T*K, 1/math.Sqrt(float64(K))), vec(T*V, 1)
+							tok := make([]float32, 4*T)
+							for τ := range T {
+								em1 := float32(-0.03)
+								if τ%2 == 1 {
+									em1 = -0.9
+								}
+								tok[4*τ], tok[4*τ+1], tok[4*τ+2], tok[4*τ+3] = em1, 1+em1, 0.7, 0.2
+							}
+							stores := make([]unsafe.Pointer, T)
+							got := make([][]float32, T)
+							var checks []func() bool
+							for τ := range T {
+								if at(τ) {
+									s, ok := guardedAt(hs, off)
+									got[τ], stores[τ] = s, unsafe.Pointer(&s[0])
+									checks = append(checks, ok)
+								}
+							}
+							o := make([]float32, T*V)
+							f(K, V, src, stores, kh, qh, v, V, o, tok, nil)
+							for _, ok := range checks {
+								if !ok() {
+									t.Fatalf("%s: written around a store", what)
+								}
+							}
+							// The reference: one call per token, from the state the last one stored.
+							cur := append([]float32(nil), src...)
+							for τ := range T {
+								next := make([]float32, hs)
+								o1 := make([]float32, V)
+								f(K, V, cur, []unsafe.Pointer{unsafe.Pointer(&next[0])}, kh[τ*K:(τ+1)*K], qh[τ*K:(τ+1)*K], v[τ*V:(τ+1)*V], V, o1, tok[4*τ:4*τ+4], nil)
+								for j := range o1 {
+									if math.Float32bits(o1[j]) != math.Float32bits(o[τ*V+j]) {
+										t.Fatalf("%s: o[%d][%d] = %v, one token at a time %v", what, τ, j, o[τ*V+j], o1[j])
+									}
+								}
+								if got[τ] != nil {
+									for i := range next {
+										if math.Float32bits(next[i]) != math.Float32bits(got[τ][i]) {
+											t.Fatalf("%s: store %d [%d] = %v, one token at a time %v", what, τ, i, got[τ][i], next[i])
+										}
+									}
+								}
+								cur = next
+							}
+						}
+					}
+				}
+			}
+		}
+	})
+}
