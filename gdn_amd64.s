@@ -14547,9 +14547,41 @@ stateVKf32AVX512_decayed_1:
 	MOVQ  (SP), R11
 	IMULQ R9, R11
 	ADDQ  R11, R10
-	MOVQ  40(SP), R11
-	MOVQ  48(SP), R12
-	SHLQ  $0x04, R12
+	CMPQ  R9, $0x00000100
+	JNE   stateVKf32AVX512_btemporal_1
+	TESTQ $0x0000003f, R10
+	JNZ   stateVKf32AVX512_btemporal_1
+	CMPQ  R8, $0x01
+	JNE   stateVKf32AVX512_bsnapshot_1
+	CMPQ  16(SP), $0x01
+	JE    stateVKf32AVX512_btemporal_1
+	CMPQ  -8(BX), $0x00
+	JE    stateVKf32AVX512_btemporal_1
+
+stateVKf32AVX512_bsnapshot_1:
+	MOVQ 40(SP), R11
+	MOVQ 48(SP), R12
+	SHLQ $0x04, R12
+
+stateVKf32AVX512_bstorent_1:
+	VMOVUPS  (R11), Z0
+	VMOVNTPS Z0, (R10)
+	VMOVUPS  64(R11), Z0
+	VMOVNTPS Z0, 64(R10)
+	VMOVUPS  128(R11), Z0
+	VMOVNTPS Z0, 128(R10)
+	VMOVUPS  192(R11), Z0
+	VMOVNTPS Z0, 192(R10)
+	ADDQ     R9, R10
+	ADDQ     $0x00000100, R11
+	DECQ     R12
+	JNZ      stateVKf32AVX512_bstorent_1
+	JMP      stateVKf32AVX512_bstored_1
+
+stateVKf32AVX512_btemporal_1:
+	MOVQ 40(SP), R11
+	MOVQ 48(SP), R12
+	SHLQ $0x04, R12
 
 stateVKf32AVX512_bstore_1:
 	VMOVUPS (R11), Z0
@@ -14573,6 +14605,7 @@ stateVKf32AVX512_dead_5:
 	DECQ R12
 	JNZ  stateVKf32AVX512_bstore_1
 
+stateVKf32AVX512_bstored_1:
 stateVKf32AVX512_bnostore_1:
 	ADDQ R9, AX
 	ADDQ R9, CX
@@ -15607,9 +15640,45 @@ stateVKf32AVX512_decayed_6:
 	MOVQ  (SP), R11
 	IMULQ R9, R11
 	ADDQ  R11, R10
-	MOVQ  40(SP), R11
-	MOVQ  48(SP), R12
-	SHLQ  $0x04, R12
+	CMPQ  R9, $0x00000180
+	JNE   stateVKf32AVX512_btemporal_2
+	TESTQ $0x0000003f, R10
+	JNZ   stateVKf32AVX512_btemporal_2
+	CMPQ  R8, $0x01
+	JNE   stateVKf32AVX512_bsnapshot_2
+	CMPQ  16(SP), $0x01
+	JE    stateVKf32AVX512_btemporal_2
+	CMPQ  -8(BX), $0x00
+	JE    stateVKf32AVX512_btemporal_2
+
+stateVKf32AVX512_bsnapshot_2:
+	MOVQ 40(SP), R11
+	MOVQ 48(SP), R12
+	SHLQ $0x04, R12
+
+stateVKf32AVX512_bstorent_2:
+	VMOVUPS  (R11), Z0
+	VMOVNTPS Z0, (R10)
+	VMOVUPS  64(R11), Z0
+	VMOVNTPS Z0, 64(R10)
+	VMOVUPS  128(R11), Z0
+	VMOVNTPS Z0, 128(R10)
+	VMOVUPS  192(R11), Z0
+	VMOVNTPS Z0, 192(R10)
+	VMOVUPS  256(R11), Z0
+	VMOVNTPS Z0, 256(R10)
+	VMOVUPS  320(R11), Z0
+	VMOVNTPS Z0, 320(R10)
+	ADDQ     R9, R10
+	ADDQ     $0x00000180, R11
+	DECQ     R12
+	JNZ      stateVKf32AVX512_bstorent_2
+	JMP      stateVKf32AVX512_bstored_2
+
+stateVKf32AVX512_btemporal_2:
+	MOVQ 40(SP), R11
+	MOVQ 48(SP), R12
+	SHLQ $0x04, R12
 
 stateVKf32AVX512_bstore_2:
 	VMOVUPS (R11), Z0
@@ -15633,6 +15702,7 @@ stateVKf32AVX512_dead_22:
 	DECQ R12
 	JNZ  stateVKf32AVX512_bstore_2
 
+stateVKf32AVX512_bstored_2:
 stateVKf32AVX512_bnostore_2:
 	ADDQ R9, AX
 	ADDQ R9, CX
@@ -16653,9 +16723,49 @@ stateVKf32AVX512_decayed_11:
 	MOVQ  (SP), R11
 	IMULQ R9, R11
 	ADDQ  R11, R10
-	MOVQ  40(SP), R11
-	MOVQ  48(SP), R12
-	SHLQ  $0x04, R12
+	CMPQ  R9, $0x00000200
+	JNE   stateVKf32AVX512_btemporal_3
+	TESTQ $0x0000003f, R10
+	JNZ   stateVKf32AVX512_btemporal_3
+	CMPQ  R8, $0x01
+	JNE   stateVKf32AVX512_bsnapshot_3
+	CMPQ  16(SP), $0x01
+	JE    stateVKf32AVX512_btemporal_3
+	CMPQ  -8(BX), $0x00
+	JE    stateVKf32AVX512_btemporal_3
+
+stateVKf32AVX512_bsnapshot_3:
+	MOVQ 40(SP), R11
+	MOVQ 48(SP), R12
+	SHLQ $0x04, R12
+
+stateVKf32AVX512_bstorent_3:
+	VMOVUPS  (R11), Z0
+	VMOVNTPS Z0, (R10)
+	VMOVUPS  64(R11), Z0
+	VMOVNTPS Z0, 64(R10)
+	VMOVUPS  128(R11), Z0
+	VMOVNTPS Z0, 128(R10)
+	VMOVUPS  192(R11), Z0
+	VMOVNTPS Z0, 192(R10)
+	VMOVUPS  256(R11), Z0
+	VMOVNTPS Z0, 256(R10)
+	VMOVUPS  320(R11), Z0
+	VMOVNTPS Z0, 320(R10)
+	VMOVUPS  384(R11), Z0
+	VMOVNTPS Z0, 384(R10)
+	VMOVUPS  448(R11), Z0
+	VMOVNTPS Z0, 448(R10)
+	ADDQ     R9, R10
+	ADDQ     $0x00000200, R11
+	DECQ     R12
+	JNZ      stateVKf32AVX512_bstorent_3
+	JMP      stateVKf32AVX512_bstored_3
+
+stateVKf32AVX512_btemporal_3:
+	MOVQ 40(SP), R11
+	MOVQ 48(SP), R12
+	SHLQ $0x04, R12
 
 stateVKf32AVX512_bstore_3:
 	VMOVUPS (R11), Z0
@@ -16683,6 +16793,7 @@ stateVKf32AVX512_dead_38:
 	DECQ R12
 	JNZ  stateVKf32AVX512_bstore_3
 
+stateVKf32AVX512_bstored_3:
 stateVKf32AVX512_bnostore_3:
 	ADDQ R9, AX
 	ADDQ R9, CX
@@ -17816,6 +17927,7 @@ stateVKf32AVX512_nostore_8:
 
 stateVKf32AVX512_groupsdone_8:
 stateVKf32AVX512_done_1:
+	SFENCE
 	VZEROUPPER
 	RET
 

@@ -37,19 +37,20 @@ func guardedAt(n, off int) ([]float32, func() bool) {
 	}
 }
 
-// TestKVSnapshotsNonTemporal holds the amd64 [K][V] f32 routine over T tokens with a store at every
-// token (verification snapshots, which it writes with non-temporal stores when V is a multiple of
-// the lanes and the stores are aligned to a vector) to T calls of one token of the same kernel (the
-// single-token routine's ordinary stores), bit for bit: V with and without whole vectors, stores
-// aligned and 4, 16 and 32 bytes off, T = 2, 3 and 5, the stores at every token or at some only (the
-// last token's after a token without a store is an ordinary one), nothing written around them.
-func TestKVSnapshotsNonTemporal(t *testing.T) {
+// TestSnapshotsNonTemporal holds the amd64 f32 routines over T tokens of both layouts with a store
+// at every token (verification snapshots, which [K][V] writes with non-temporal stores when V is a
+// multiple of the lanes and the stores are aligned to a vector, and AVX-512 [V][K] when K is whole
+// ZMM and the stores are aligned to 64 bytes) to T calls of one token of the same kernel (the
+// single-token routine's or register groups' ordinary stores), bit for bit: K and V with and
+// without whole vectors, stores aligned and 4, 16 and 32 bytes off, T = 2, 3 and 5, the stores at
+// every token or at some only (the last token's after a token without a store is an ordinary one),
+// nothing written around them.
+func TestSnapshotsNonTemporal(t *testing.T) {
 	kerneltest.ForEach(t, func(t *testing.T, name string) {
 		if name != "avx512" && name != "avx2" {
 			t.Skip("not an amd64 assembly kernel")
 		}
 		k, _ := gdnsimd.Lookup(name)
-		f := gdnsimd.TokensOf(k).F32[gdnsimd.KV]
 		r := rand.New(rand.NewPCG(51, 52))
 		vec := func(n int, sd float64) []float32 {
 			x := make([]float32, n)
@@ -58,68 +59,71 @@ func TestKVSnapshotsNonTemporal(t *testing.T) {
 			}
 			return x
 		}
-		for _, K := range []int{1, 8, 17, 128} {
-			for _, V := range []int{16, 37, 64, 80, 128, 144} {
-				hs := K * V
-				for _, T := range []int{2, 3, 5} {
-					for _, off := range []int{0, 4, 16, 32} {
-						for _, pattern := range []string{"every", "last two", "first and last"} {
-							what := fmt.Sprintf("%s K=%d V=%d T=%d off=%d %s", name, K, V, T, off, pattern)
-							at := func(τ int) bool {
-								switch pattern {
-								case "last two":
-									return τ >= T-2
-								case "first and last":
-									return τ == 0 || τ == T-1
+		for l, layout := range []string{"kv", "vk"} {
+			f := gdnsimd.TokensOf(k).F32[l]
+			for _, K := range []int{1, 8, 16, 17, 128} {
+				for _, V := range []int{16, 37, 64, 80, 128, 144} {
+					hs := K * V
+					for _, T := range []int{2, 3, 5} {
+						for _, off := range []int{0, 4, 16, 32} {
+							for _, pattern := range []string{"every", "last two", "first and last"} {
+								what := fmt.Sprintf("%s %s K=%d V=%d T=%d off=%d %s", name, layout, K, V, T, off, pattern)
+								at := func(τ int) bool {
+									switch pattern {
+									case "last two":
+										return τ >= T-2
+									case "first and last":
+										return τ == 0 || τ == T-1
+									}
+									return true
 								}
-								return true
-							}
-							src := vec(hs, 0.5)
-							kh, qh, v := vec(T*K, 1/math.Sqrt(float64(K))), vec(T*K, 1/math.Sqrt(float64(K))), vec(T*V, 1)
-							tok := make([]float32, 4*T)
-							for τ := range T {
-								em1 := float32(-0.03)
-								if τ%2 == 1 {
-									em1 = -0.9
+								src := vec(hs, 0.5)
+								kh, qh, v := vec(T*K, 1/math.Sqrt(float64(K))), vec(T*K, 1/math.Sqrt(float64(K))), vec(T*V, 1)
+								tok := make([]float32, 4*T)
+								for τ := range T {
+									em1 := float32(-0.03)
+									if τ%2 == 1 {
+										em1 = -0.9
+									}
+									tok[4*τ], tok[4*τ+1], tok[4*τ+2], tok[4*τ+3] = em1, 1+em1, 0.7, 0.2
 								}
-								tok[4*τ], tok[4*τ+1], tok[4*τ+2], tok[4*τ+3] = em1, 1+em1, 0.7, 0.2
-							}
-							stores := make([]unsafe.Pointer, T)
-							got := make([][]float32, T)
-							var checks []func() bool
-							for τ := range T {
-								if at(τ) {
-									s, ok := guardedAt(hs, off)
-									got[τ], stores[τ] = s, unsafe.Pointer(&s[0])
-									checks = append(checks, ok)
-								}
-							}
-							o := make([]float32, T*V)
-							f(K, V, src, stores, kh, qh, v, V, o, tok, nil)
-							for _, ok := range checks {
-								if !ok() {
-									t.Fatalf("%s: written around a store", what)
-								}
-							}
-							// The reference: one call per token, from the state the last one stored.
-							cur := append([]float32(nil), src...)
-							for τ := range T {
-								next := make([]float32, hs)
-								o1 := make([]float32, V)
-								f(K, V, cur, []unsafe.Pointer{unsafe.Pointer(&next[0])}, kh[τ*K:(τ+1)*K], qh[τ*K:(τ+1)*K], v[τ*V:(τ+1)*V], V, o1, tok[4*τ:4*τ+4], nil)
-								for j := range o1 {
-									if math.Float32bits(o1[j]) != math.Float32bits(o[τ*V+j]) {
-										t.Fatalf("%s: o[%d][%d] = %v, one token at a time %v", what, τ, j, o[τ*V+j], o1[j])
+								stores := make([]unsafe.Pointer, T)
+								got := make([][]float32, T)
+								var checks []func() bool
+								for τ := range T {
+									if at(τ) {
+										s, ok := guardedAt(hs, off)
+										got[τ], stores[τ] = s, unsafe.Pointer(&s[0])
+										checks = append(checks, ok)
 									}
 								}
-								if got[τ] != nil {
-									for i := range next {
-										if math.Float32bits(next[i]) != math.Float32bits(got[τ][i]) {
-											t.Fatalf("%s: store %d [%d] = %v, one token at a time %v", what, τ, i, got[τ][i], next[i])
+								o := make([]float32, T*V)
+								f(K, V, src, stores, kh, qh, v, V, o, tok, nil)
+								for _, ok := range checks {
+									if !ok() {
+										t.Fatalf("%s: written around a store", what)
+									}
+								}
+								// The reference: one call per token, from the state the last one stored.
+								cur := append([]float32(nil), src...)
+								for τ := range T {
+									next := make([]float32, hs)
+									o1 := make([]float32, V)
+									f(K, V, cur, []unsafe.Pointer{unsafe.Pointer(&next[0])}, kh[τ*K:(τ+1)*K], qh[τ*K:(τ+1)*K], v[τ*V:(τ+1)*V], V, o1, tok[4*τ:4*τ+4], nil)
+									for j := range o1 {
+										if math.Float32bits(o1[j]) != math.Float32bits(o[τ*V+j]) {
+											t.Fatalf("%s: o[%d][%d] = %v, one token at a time %v", what, τ, j, o[τ*V+j], o1[j])
 										}
 									}
+									if got[τ] != nil {
+										for i := range next {
+											if math.Float32bits(next[i]) != math.Float32bits(got[τ][i]) {
+												t.Fatalf("%s: store %d [%d] = %v, one token at a time %v", what, τ, i, got[τ][i], next[i])
+											}
+										}
+									}
+									cur = next
 								}
-								cur = next
 							}
 						}
 					}

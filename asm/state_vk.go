@@ -1199,6 +1199,9 @@ func stateVK(v variant) {
 		lo = n + 1
 	}
 	Label(done)
+	if v.ntStores() && a.vkBlocks() {
+		SFENCE() // the non-temporal stores (vkBlk.store) ordered before the caller's next stores
+	}
 	VZEROUPPER()
 	RET()
 }

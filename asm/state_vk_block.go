@@ -125,8 +125,57 @@ func (k *vkBlk) load(p GPVirtual, bf16 bool) {
 	JNZ(LabelRef(l))
 }
 
-// store copies the block's rows from work to d (clobbered), bf16-rounded if bf16.
+// store copies the block's rows from work to d (clobbered), bf16-rounded if bf16. An f32
+// routine's token store goes with non-temporal stores (storeNT) when K is the shape's whole
+// vectors, d is aligned to 64 bytes and the store is a snapshot: any but the last token's, and
+// the last token's after a token with one (ntStores, as the [K][V] routines).
 func (k *vkBlk) store(d GPVirtual, bf16 bool) {
+	b := k.b
+	if !b.v.bf16 && b.v.ntStores() {
+		r := b.r
+		temporal, nt, done := label("btemporal"), label("bsnapshot"), label("bstored")
+		CMPQ(r.k4, U32(64*b.n))
+		JNE(LabelRef(temporal))
+		TESTQ(U32(63), d)
+		JNZ(LabelRef(temporal))
+		CMPQ(r.cnt, U8(1))
+		JNE(LabelRef(nt))
+		CMPQ(r.t, U8(1))
+		JE(LabelRef(temporal))
+		CMPQ(Mem{Base: r.ps, Disp: -8}, U8(0))
+		JE(LabelRef(temporal))
+		Label(nt)
+		k.storeNT(d)
+		JMP(LabelRef(done))
+		Label(temporal)
+		k.storeRows(d, bf16)
+		Label(done)
+		return
+	}
+	k.storeRows(d, bf16)
+}
+
+// storeNT copies the block's rows from work to d (clobbered) with non-temporal stores: every
+// position whole (K = 16·n).
+func (k *vkBlk) storeNT(d GPVirtual) {
+	b := k.b
+	w := k.workPtr(0)
+	c := k.rowCount()
+	l := label("bstorent")
+	Label(l)
+	for i := range b.n {
+		x := ZMM()
+		VMOVUPS(Mem{Base: w, Disp: i * 64}, x)
+		VMOVNTPS(x, Mem{Base: d, Disp: i * 64})
+	}
+	ADDQ(b.r.k4, d)
+	ADDQ(U32(k.rb), w)
+	DECQ(c)
+	JNZ(LabelRef(l))
+}
+
+// storeRows copies the block's rows from work to d (clobbered), bf16-rounded if bf16.
+func (k *vkBlk) storeRows(d GPVirtual, bf16 bool) {
 	b := k.b
 	es, idx := 4, b.r.k4
 	if bf16 {
