@@ -47,10 +47,6 @@ type impl struct {
 	// the flat signature the cells adapt (asmTokensF32, asmTokensBF16; nil: none).
 	tokF32  [2]tokensF32
 	tokBF16 [2]tokensBF16
-	// snapOnce reports, by layout, that tokF32 writes the stores before a call's last token
-	// non-temporally, so that a call with a store at every token (verification) is one call of T
-	// tokens rather than T calls of one (perToken).
-	snapOnce [2]bool
 }
 
 var genericImpl = impl{
