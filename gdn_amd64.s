@@ -8256,7 +8256,7 @@ stateKVf32AVX512_done_1:
 
 // func stateKVbf16AVX512(K int, V int, src []uint16, src32 []float32, stores []uintptr, carry []float32, kh []float32, qh []float32, v []float32, vs int, o []float32, tok []float32, work []float32, pf []uintptr)
 // Requires: AVX, AVX512F, CMOV, MMX+
-TEXT ·stateKVbf16AVX512(SB), NOSPLIT, $120-288
+TEXT ·stateKVbf16AVX512(SB), NOSPLIT, $128-288
 	MOVQ  K+0(FP), AX
 	MOVQ  V+8(FP), CX
 	MOVQ  tok_len+224(FP), DX
@@ -8486,8 +8486,34 @@ stateKVbf16AVX512_notlast_1:
 	LEAQ  (R9)(R8*2), R9
 
 stateKVbf16AVX512_nostore_1:
-	MOVQ  V+8(FP), R10
-	SHLQ  $0x01, R10
+	MOVQ V+8(FP), R10
+	SHLQ $0x01, R10
+
+	// Non-temporal stores for this token's rows: a store but the last token's after a token without one, the rows aligned whole vectors.
+	MOVQ  $0x00000000, 120(SP)
+	TESTQ R9, R9
+	JZ    stateKVbf16AVX512_temporal_1
+	MOVQ  48(SP), R11
+	INCQ  R11
+	MOVQ  tok_len+224(FP), R12
+	SHRQ  $0x02, R12
+	CMPQ  R11, R12
+	JNE   stateKVbf16AVX512_snapshot_1
+	MOVQ  48(SP), R11
+	TESTQ R11, R11
+	JZ    stateKVbf16AVX512_temporal_1
+	MOVQ  stores_base+64(FP), R12
+	CMPQ  -8(R12)(R11*8), $0x00
+	JE    stateKVbf16AVX512_temporal_1
+
+stateKVbf16AVX512_snapshot_1:
+	TESTQ $0x0000001f, R9
+	JNZ   stateKVbf16AVX512_temporal_1
+	TESTQ $0x0000001f, R10
+	JNZ   stateKVbf16AVX512_temporal_1
+	MOVQ  $0x00000001, 120(SP)
+
+stateKVbf16AVX512_temporal_1:
 	XORQ  R11, R11
 	MOVQ  48(SP), R12
 	INCQ  R12
@@ -8522,6 +8548,22 @@ stateKVbf16AVX512_rows_1:
 	VFMADD231PS   Z7, Z6, Z1
 	TESTQ         R9, R9
 	JZ            stateKVbf16AVX512_nostorerow_1
+	CMPB          120(SP), $0x00
+	JE            stateKVbf16AVX512_temporalrow_1
+	VMOVUPS       (AX), Z3
+	VPSRLD        $0x10, Z3, Z4
+	VPANDD.BCST   absmask<>+0(SB), Z3, Z6
+	VPCMPGTD.BCST infbits<>+0(SB), Z6, K2
+	VPANDD.BCST   one_i<>+0(SB), Z4, Z6
+	VPADDD.BCST   round<>+0(SB), Z3, Z3
+	VPADDD        Z6, Z3, Z3
+	VPSRLD        $0x10, Z3, Z3
+	VPORD.BCST    quiet<>+0(SB), Z4, K2, Z3
+	VPMOVDW       Z3, Y3
+	VMOVNTDQ      Y3, (R9)
+	JMP           stateKVbf16AVX512_storedrow_1
+
+stateKVbf16AVX512_temporalrow_1:
 	VMOVUPS       (AX), Z3
 	VPSRLD        $0x10, Z3, Z4
 	VPANDD.BCST   absmask<>+0(SB), Z3, Z6
@@ -8532,7 +8574,9 @@ stateKVbf16AVX512_rows_1:
 	VPSRLD        $0x10, Z3, Z3
 	VPORD.BCST    quiet<>+0(SB), Z4, K2, Z3
 	VPMOVDW       Z3, K1, (R9)
-	ADDQ          R10, R9
+
+stateKVbf16AVX512_storedrow_1:
+	ADDQ R10, R9
 
 stateKVbf16AVX512_nostorerow_1:
 	TESTQ   R11, R11
@@ -8556,6 +8600,22 @@ stateKVbf16AVX512_rows_2:
 	VFMADD231PS   Z5, Z3, Z4
 	TESTQ         R9, R9
 	JZ            stateKVbf16AVX512_nostorerow_2
+	CMPB          120(SP), $0x00
+	JE            stateKVbf16AVX512_temporalrow_2
+	VMOVAPS       Z4, Z3
+	VPSRLD        $0x10, Z3, Z6
+	VPANDD.BCST   absmask<>+0(SB), Z3, Z7
+	VPCMPGTD.BCST infbits<>+0(SB), Z7, K2
+	VPANDD.BCST   one_i<>+0(SB), Z6, Z7
+	VPADDD.BCST   round<>+0(SB), Z3, Z3
+	VPADDD        Z7, Z3, Z3
+	VPSRLD        $0x10, Z3, Z3
+	VPORD.BCST    quiet<>+0(SB), Z6, K2, Z3
+	VPMOVDW       Z3, Y3
+	VMOVNTDQ      Y3, (R9)
+	JMP           stateKVbf16AVX512_storedrow_2
+
+stateKVbf16AVX512_temporalrow_2:
 	VMOVAPS       Z4, Z3
 	VPSRLD        $0x10, Z3, Z6
 	VPANDD.BCST   absmask<>+0(SB), Z3, Z7
@@ -8566,7 +8626,9 @@ stateKVbf16AVX512_rows_2:
 	VPSRLD        $0x10, Z3, Z3
 	VPORD.BCST    quiet<>+0(SB), Z6, K2, Z3
 	VPMOVDW       Z3, K1, (R9)
-	ADDQ          R10, R9
+
+stateKVbf16AVX512_storedrow_2:
+	ADDQ R10, R9
 
 stateKVbf16AVX512_nostorerow_2:
 	TESTQ   R11, R11
@@ -8618,8 +8680,34 @@ stateKVbf16AVX512_far_1:
 	LEAQ  (R9)(R8*2), R9
 
 stateKVbf16AVX512_nostore_2:
-	MOVQ  V+8(FP), R10
-	SHLQ  $0x01, R10
+	MOVQ V+8(FP), R10
+	SHLQ $0x01, R10
+
+	// Non-temporal stores for this token's rows: a store but the last token's after a token without one, the rows aligned whole vectors.
+	MOVQ  $0x00000000, 120(SP)
+	TESTQ R9, R9
+	JZ    stateKVbf16AVX512_temporal_2
+	MOVQ  48(SP), R11
+	INCQ  R11
+	MOVQ  tok_len+224(FP), R12
+	SHRQ  $0x02, R12
+	CMPQ  R11, R12
+	JNE   stateKVbf16AVX512_snapshot_2
+	MOVQ  48(SP), R11
+	TESTQ R11, R11
+	JZ    stateKVbf16AVX512_temporal_2
+	MOVQ  stores_base+64(FP), R12
+	CMPQ  -8(R12)(R11*8), $0x00
+	JE    stateKVbf16AVX512_temporal_2
+
+stateKVbf16AVX512_snapshot_2:
+	TESTQ $0x0000001f, R9
+	JNZ   stateKVbf16AVX512_temporal_2
+	TESTQ $0x0000001f, R10
+	JNZ   stateKVbf16AVX512_temporal_2
+	MOVQ  $0x00000001, 120(SP)
+
+stateKVbf16AVX512_temporal_2:
 	XORQ  R11, R11
 	MOVQ  48(SP), R12
 	INCQ  R12
@@ -8654,6 +8742,22 @@ stateKVbf16AVX512_rows_3:
 	VFMADD231PS   Z7, Z6, Z1
 	TESTQ         R9, R9
 	JZ            stateKVbf16AVX512_nostorerow_3
+	CMPB          120(SP), $0x00
+	JE            stateKVbf16AVX512_temporalrow_3
+	VMOVUPS       (AX), Z3
+	VPSRLD        $0x10, Z3, Z4
+	VPANDD.BCST   absmask<>+0(SB), Z3, Z6
+	VPCMPGTD.BCST infbits<>+0(SB), Z6, K2
+	VPANDD.BCST   one_i<>+0(SB), Z4, Z6
+	VPADDD.BCST   round<>+0(SB), Z3, Z3
+	VPADDD        Z6, Z3, Z3
+	VPSRLD        $0x10, Z3, Z3
+	VPORD.BCST    quiet<>+0(SB), Z4, K2, Z3
+	VPMOVDW       Z3, Y3
+	VMOVNTDQ      Y3, (R9)
+	JMP           stateKVbf16AVX512_storedrow_3
+
+stateKVbf16AVX512_temporalrow_3:
 	VMOVUPS       (AX), Z3
 	VPSRLD        $0x10, Z3, Z4
 	VPANDD.BCST   absmask<>+0(SB), Z3, Z6
@@ -8664,7 +8768,9 @@ stateKVbf16AVX512_rows_3:
 	VPSRLD        $0x10, Z3, Z3
 	VPORD.BCST    quiet<>+0(SB), Z4, K2, Z3
 	VPMOVDW       Z3, K1, (R9)
-	ADDQ          R10, R9
+
+stateKVbf16AVX512_storedrow_3:
+	ADDQ R10, R9
 
 stateKVbf16AVX512_nostorerow_3:
 	TESTQ   R11, R11
@@ -8688,6 +8794,22 @@ stateKVbf16AVX512_rows_4:
 	VFMADD231PS   Z5, Z3, Z4
 	TESTQ         R9, R9
 	JZ            stateKVbf16AVX512_nostorerow_4
+	CMPB          120(SP), $0x00
+	JE            stateKVbf16AVX512_temporalrow_4
+	VMOVAPS       Z4, Z3
+	VPSRLD        $0x10, Z3, Z6
+	VPANDD.BCST   absmask<>+0(SB), Z3, Z7
+	VPCMPGTD.BCST infbits<>+0(SB), Z7, K2
+	VPANDD.BCST   one_i<>+0(SB), Z6, Z7
+	VPADDD.BCST   round<>+0(SB), Z3, Z3
+	VPADDD        Z7, Z3, Z3
+	VPSRLD        $0x10, Z3, Z3
+	VPORD.BCST    quiet<>+0(SB), Z6, K2, Z3
+	VPMOVDW       Z3, Y3
+	VMOVNTDQ      Y3, (R9)
+	JMP           stateKVbf16AVX512_storedrow_4
+
+stateKVbf16AVX512_temporalrow_4:
 	VMOVAPS       Z4, Z3
 	VPSRLD        $0x10, Z3, Z6
 	VPANDD.BCST   absmask<>+0(SB), Z3, Z7
@@ -8698,7 +8820,9 @@ stateKVbf16AVX512_rows_4:
 	VPSRLD        $0x10, Z3, Z3
 	VPORD.BCST    quiet<>+0(SB), Z6, K2, Z3
 	VPMOVDW       Z3, K1, (R9)
-	ADDQ          R10, R9
+
+stateKVbf16AVX512_storedrow_4:
+	ADDQ R10, R9
 
 stateKVbf16AVX512_nostorerow_4:
 	TESTQ   R11, R11
@@ -8918,8 +9042,34 @@ stateKVbf16AVX512_notlast_2:
 	LEAQ  (R9)(R8*2), R9
 
 stateKVbf16AVX512_nostore_3:
-	MOVQ  V+8(FP), R10
-	SHLQ  $0x01, R10
+	MOVQ V+8(FP), R10
+	SHLQ $0x01, R10
+
+	// Non-temporal stores for this token's rows: a store but the last token's after a token without one, the rows aligned whole vectors.
+	MOVQ  $0x00000000, 120(SP)
+	TESTQ R9, R9
+	JZ    stateKVbf16AVX512_temporal_3
+	MOVQ  48(SP), R11
+	INCQ  R11
+	MOVQ  tok_len+224(FP), R12
+	SHRQ  $0x02, R12
+	CMPQ  R11, R12
+	JNE   stateKVbf16AVX512_snapshot_3
+	MOVQ  48(SP), R11
+	TESTQ R11, R11
+	JZ    stateKVbf16AVX512_temporal_3
+	MOVQ  stores_base+64(FP), R12
+	CMPQ  -8(R12)(R11*8), $0x00
+	JE    stateKVbf16AVX512_temporal_3
+
+stateKVbf16AVX512_snapshot_3:
+	TESTQ $0x0000001f, R9
+	JNZ   stateKVbf16AVX512_temporal_3
+	TESTQ $0x0000001f, R10
+	JNZ   stateKVbf16AVX512_temporal_3
+	MOVQ  $0x00000001, 120(SP)
+
+stateKVbf16AVX512_temporal_3:
 	XORQ  R11, R11
 	MOVQ  48(SP), R12
 	INCQ  R12
@@ -8960,6 +9110,33 @@ stateKVbf16AVX512_rows_5:
 	VFMADD231PS   Z10, Z9, Z3
 	TESTQ         R9, R9
 	JZ            stateKVbf16AVX512_nostorerow_5
+	CMPB          120(SP), $0x00
+	JE            stateKVbf16AVX512_temporalrow_5
+	VMOVUPS       (AX), Z5
+	VPSRLD        $0x10, Z5, Z6
+	VPANDD.BCST   absmask<>+0(SB), Z5, Z9
+	VPCMPGTD.BCST infbits<>+0(SB), Z9, K2
+	VPANDD.BCST   one_i<>+0(SB), Z6, Z9
+	VPADDD.BCST   round<>+0(SB), Z5, Z5
+	VPADDD        Z9, Z5, Z5
+	VPSRLD        $0x10, Z5, Z5
+	VPORD.BCST    quiet<>+0(SB), Z6, K2, Z5
+	VPMOVDW       Z5, Y5
+	VMOVNTDQ      Y5, (R9)
+	VMOVUPS       64(AX), Z5
+	VPSRLD        $0x10, Z5, Z6
+	VPANDD.BCST   absmask<>+0(SB), Z5, Z9
+	VPCMPGTD.BCST infbits<>+0(SB), Z9, K2
+	VPANDD.BCST   one_i<>+0(SB), Z6, Z9
+	VPADDD.BCST   round<>+0(SB), Z5, Z5
+	VPADDD        Z9, Z5, Z5
+	VPSRLD        $0x10, Z5, Z5
+	VPORD.BCST    quiet<>+0(SB), Z6, K2, Z5
+	VPMOVDW       Z5, Y5
+	VMOVNTDQ      Y5, 32(R9)
+	JMP           stateKVbf16AVX512_storedrow_5
+
+stateKVbf16AVX512_temporalrow_5:
 	VMOVUPS       (AX), Z5
 	VPSRLD        $0x10, Z5, Z6
 	VPANDD.BCST   absmask<>+0(SB), Z5, Z9
@@ -8980,7 +9157,9 @@ stateKVbf16AVX512_rows_5:
 	VPSRLD        $0x10, Z5, Z5
 	VPORD.BCST    quiet<>+0(SB), Z6, K2, Z5
 	VPMOVDW       Z5, K1, 32(R9)
-	ADDQ          R10, R9
+
+stateKVbf16AVX512_storedrow_5:
+	ADDQ R10, R9
 
 stateKVbf16AVX512_nostorerow_5:
 	TESTQ   R11, R11
@@ -9009,6 +9188,33 @@ stateKVbf16AVX512_rows_6:
 	VFMADD231PS   Z8, Z5, Z9
 	TESTQ         R9, R9
 	JZ            stateKVbf16AVX512_nostorerow_6
+	CMPB          120(SP), $0x00
+	JE            stateKVbf16AVX512_temporalrow_6
+	VMOVAPS       Z6, Z5
+	VPSRLD        $0x10, Z5, Z10
+	VPANDD.BCST   absmask<>+0(SB), Z5, Z11
+	VPCMPGTD.BCST infbits<>+0(SB), Z11, K2
+	VPANDD.BCST   one_i<>+0(SB), Z10, Z11
+	VPADDD.BCST   round<>+0(SB), Z5, Z5
+	VPADDD        Z11, Z5, Z5
+	VPSRLD        $0x10, Z5, Z5
+	VPORD.BCST    quiet<>+0(SB), Z10, K2, Z5
+	VPMOVDW       Z5, Y5
+	VMOVNTDQ      Y5, (R9)
+	VMOVAPS       Z9, Z5
+	VPSRLD        $0x10, Z5, Z10
+	VPANDD.BCST   absmask<>+0(SB), Z5, Z11
+	VPCMPGTD.BCST infbits<>+0(SB), Z11, K2
+	VPANDD.BCST   one_i<>+0(SB), Z10, Z11
+	VPADDD.BCST   round<>+0(SB), Z5, Z5
+	VPADDD        Z11, Z5, Z5
+	VPSRLD        $0x10, Z5, Z5
+	VPORD.BCST    quiet<>+0(SB), Z10, K2, Z5
+	VPMOVDW       Z5, Y5
+	VMOVNTDQ      Y5, 32(R9)
+	JMP           stateKVbf16AVX512_storedrow_6
+
+stateKVbf16AVX512_temporalrow_6:
 	VMOVAPS       Z6, Z5
 	VPSRLD        $0x10, Z5, Z10
 	VPANDD.BCST   absmask<>+0(SB), Z5, Z11
@@ -9029,7 +9235,9 @@ stateKVbf16AVX512_rows_6:
 	VPSRLD        $0x10, Z5, Z5
 	VPORD.BCST    quiet<>+0(SB), Z10, K2, Z5
 	VPMOVDW       Z5, K1, 32(R9)
-	ADDQ          R10, R9
+
+stateKVbf16AVX512_storedrow_6:
+	ADDQ R10, R9
 
 stateKVbf16AVX512_nostorerow_6:
 	TESTQ   R11, R11
@@ -9091,8 +9299,34 @@ stateKVbf16AVX512_far_2:
 	LEAQ  (R9)(R8*2), R9
 
 stateKVbf16AVX512_nostore_4:
-	MOVQ  V+8(FP), R10
-	SHLQ  $0x01, R10
+	MOVQ V+8(FP), R10
+	SHLQ $0x01, R10
+
+	// Non-temporal stores for this token's rows: a store but the last token's after a token without one, the rows aligned whole vectors.
+	MOVQ  $0x00000000, 120(SP)
+	TESTQ R9, R9
+	JZ    stateKVbf16AVX512_temporal_4
+	MOVQ  48(SP), R11
+	INCQ  R11
+	MOVQ  tok_len+224(FP), R12
+	SHRQ  $0x02, R12
+	CMPQ  R11, R12
+	JNE   stateKVbf16AVX512_snapshot_4
+	MOVQ  48(SP), R11
+	TESTQ R11, R11
+	JZ    stateKVbf16AVX512_temporal_4
+	MOVQ  stores_base+64(FP), R12
+	CMPQ  -8(R12)(R11*8), $0x00
+	JE    stateKVbf16AVX512_temporal_4
+
+stateKVbf16AVX512_snapshot_4:
+	TESTQ $0x0000001f, R9
+	JNZ   stateKVbf16AVX512_temporal_4
+	TESTQ $0x0000001f, R10
+	JNZ   stateKVbf16AVX512_temporal_4
+	MOVQ  $0x00000001, 120(SP)
+
+stateKVbf16AVX512_temporal_4:
 	XORQ  R11, R11
 	MOVQ  48(SP), R12
 	INCQ  R12
@@ -9133,6 +9367,33 @@ stateKVbf16AVX512_rows_7:
 	VFMADD231PS   Z10, Z9, Z3
 	TESTQ         R9, R9
 	JZ            stateKVbf16AVX512_nostorerow_7
+	CMPB          120(SP), $0x00
+	JE            stateKVbf16AVX512_temporalrow_7
+	VMOVUPS       (AX), Z5
+	VPSRLD        $0x10, Z5, Z6
+	VPANDD.BCST   absmask<>+0(SB), Z5, Z9
+	VPCMPGTD.BCST infbits<>+0(SB), Z9, K2
+	VPANDD.BCST   one_i<>+0(SB), Z6, Z9
+	VPADDD.BCST   round<>+0(SB), Z5, Z5
+	VPADDD        Z9, Z5, Z5
+	VPSRLD        $0x10, Z5, Z5
+	VPORD.BCST    quiet<>+0(SB), Z6, K2, Z5
+	VPMOVDW       Z5, Y5
+	VMOVNTDQ      Y5, (R9)
+	VMOVUPS       64(AX), Z5
+	VPSRLD        $0x10, Z5, Z6
+	VPANDD.BCST   absmask<>+0(SB), Z5, Z9
+	VPCMPGTD.BCST infbits<>+0(SB), Z9, K2
+	VPANDD.BCST   one_i<>+0(SB), Z6, Z9
+	VPADDD.BCST   round<>+0(SB), Z5, Z5
+	VPADDD        Z9, Z5, Z5
+	VPSRLD        $0x10, Z5, Z5
+	VPORD.BCST    quiet<>+0(SB), Z6, K2, Z5
+	VPMOVDW       Z5, Y5
+	VMOVNTDQ      Y5, 32(R9)
+	JMP           stateKVbf16AVX512_storedrow_7
+
+stateKVbf16AVX512_temporalrow_7:
 	VMOVUPS       (AX), Z5
 	VPSRLD        $0x10, Z5, Z6
 	VPANDD.BCST   absmask<>+0(SB), Z5, Z9
@@ -9153,7 +9414,9 @@ stateKVbf16AVX512_rows_7:
 	VPSRLD        $0x10, Z5, Z5
 	VPORD.BCST    quiet<>+0(SB), Z6, K2, Z5
 	VPMOVDW       Z5, K1, 32(R9)
-	ADDQ          R10, R9
+
+stateKVbf16AVX512_storedrow_7:
+	ADDQ R10, R9
 
 stateKVbf16AVX512_nostorerow_7:
 	TESTQ   R11, R11
@@ -9182,6 +9445,33 @@ stateKVbf16AVX512_rows_8:
 	VFMADD231PS   Z8, Z5, Z9
 	TESTQ         R9, R9
 	JZ            stateKVbf16AVX512_nostorerow_8
+	CMPB          120(SP), $0x00
+	JE            stateKVbf16AVX512_temporalrow_8
+	VMOVAPS       Z6, Z5
+	VPSRLD        $0x10, Z5, Z10
+	VPANDD.BCST   absmask<>+0(SB), Z5, Z11
+	VPCMPGTD.BCST infbits<>+0(SB), Z11, K2
+	VPANDD.BCST   one_i<>+0(SB), Z10, Z11
+	VPADDD.BCST   round<>+0(SB), Z5, Z5
+	VPADDD        Z11, Z5, Z5
+	VPSRLD        $0x10, Z5, Z5
+	VPORD.BCST    quiet<>+0(SB), Z10, K2, Z5
+	VPMOVDW       Z5, Y5
+	VMOVNTDQ      Y5, (R9)
+	VMOVAPS       Z9, Z5
+	VPSRLD        $0x10, Z5, Z10
+	VPANDD.BCST   absmask<>+0(SB), Z5, Z11
+	VPCMPGTD.BCST infbits<>+0(SB), Z11, K2
+	VPANDD.BCST   one_i<>+0(SB), Z10, Z11
+	VPADDD.BCST   round<>+0(SB), Z5, Z5
+	VPADDD        Z11, Z5, Z5
+	VPSRLD        $0x10, Z5, Z5
+	VPORD.BCST    quiet<>+0(SB), Z10, K2, Z5
+	VPMOVDW       Z5, Y5
+	VMOVNTDQ      Y5, 32(R9)
+	JMP           stateKVbf16AVX512_storedrow_8
+
+stateKVbf16AVX512_temporalrow_8:
 	VMOVAPS       Z6, Z5
 	VPSRLD        $0x10, Z5, Z10
 	VPANDD.BCST   absmask<>+0(SB), Z5, Z11
@@ -9202,7 +9492,9 @@ stateKVbf16AVX512_rows_8:
 	VPSRLD        $0x10, Z5, Z5
 	VPORD.BCST    quiet<>+0(SB), Z10, K2, Z5
 	VPMOVDW       Z5, K1, 32(R9)
-	ADDQ          R10, R9
+
+stateKVbf16AVX512_storedrow_8:
+	ADDQ R10, R9
 
 stateKVbf16AVX512_nostorerow_8:
 	TESTQ   R11, R11
@@ -9447,8 +9739,34 @@ stateKVbf16AVX512_notlast_3:
 	LEAQ  (R9)(R8*2), R9
 
 stateKVbf16AVX512_nostore_5:
-	MOVQ  V+8(FP), R10
-	SHLQ  $0x01, R10
+	MOVQ V+8(FP), R10
+	SHLQ $0x01, R10
+
+	// Non-temporal stores for this token's rows: a store but the last token's after a token without one, the rows aligned whole vectors.
+	MOVQ  $0x00000000, 120(SP)
+	TESTQ R9, R9
+	JZ    stateKVbf16AVX512_temporal_5
+	MOVQ  48(SP), R11
+	INCQ  R11
+	MOVQ  tok_len+224(FP), R12
+	SHRQ  $0x02, R12
+	CMPQ  R11, R12
+	JNE   stateKVbf16AVX512_snapshot_5
+	MOVQ  48(SP), R11
+	TESTQ R11, R11
+	JZ    stateKVbf16AVX512_temporal_5
+	MOVQ  stores_base+64(FP), R12
+	CMPQ  -8(R12)(R11*8), $0x00
+	JE    stateKVbf16AVX512_temporal_5
+
+stateKVbf16AVX512_snapshot_5:
+	TESTQ $0x0000001f, R9
+	JNZ   stateKVbf16AVX512_temporal_5
+	TESTQ $0x0000001f, R10
+	JNZ   stateKVbf16AVX512_temporal_5
+	MOVQ  $0x00000001, 120(SP)
+
+stateKVbf16AVX512_temporal_5:
 	XORQ  R11, R11
 	MOVQ  48(SP), R12
 	INCQ  R12
@@ -9495,6 +9813,44 @@ stateKVbf16AVX512_rows_9:
 	VFMADD231PS   Z13, Z12, Z5
 	TESTQ         R9, R9
 	JZ            stateKVbf16AVX512_nostorerow_9
+	CMPB          120(SP), $0x00
+	JE            stateKVbf16AVX512_temporalrow_9
+	VMOVUPS       (AX), Z7
+	VPSRLD        $0x10, Z7, Z8
+	VPANDD.BCST   absmask<>+0(SB), Z7, Z12
+	VPCMPGTD.BCST infbits<>+0(SB), Z12, K2
+	VPANDD.BCST   one_i<>+0(SB), Z8, Z12
+	VPADDD.BCST   round<>+0(SB), Z7, Z7
+	VPADDD        Z12, Z7, Z7
+	VPSRLD        $0x10, Z7, Z7
+	VPORD.BCST    quiet<>+0(SB), Z8, K2, Z7
+	VPMOVDW       Z7, Y7
+	VMOVNTDQ      Y7, (R9)
+	VMOVUPS       64(AX), Z7
+	VPSRLD        $0x10, Z7, Z8
+	VPANDD.BCST   absmask<>+0(SB), Z7, Z12
+	VPCMPGTD.BCST infbits<>+0(SB), Z12, K2
+	VPANDD.BCST   one_i<>+0(SB), Z8, Z12
+	VPADDD.BCST   round<>+0(SB), Z7, Z7
+	VPADDD        Z12, Z7, Z7
+	VPSRLD        $0x10, Z7, Z7
+	VPORD.BCST    quiet<>+0(SB), Z8, K2, Z7
+	VPMOVDW       Z7, Y7
+	VMOVNTDQ      Y7, 32(R9)
+	VMOVUPS       128(AX), Z7
+	VPSRLD        $0x10, Z7, Z8
+	VPANDD.BCST   absmask<>+0(SB), Z7, Z12
+	VPCMPGTD.BCST infbits<>+0(SB), Z12, K2
+	VPANDD.BCST   one_i<>+0(SB), Z8, Z12
+	VPADDD.BCST   round<>+0(SB), Z7, Z7
+	VPADDD        Z12, Z7, Z7
+	VPSRLD        $0x10, Z7, Z7
+	VPORD.BCST    quiet<>+0(SB), Z8, K2, Z7
+	VPMOVDW       Z7, Y7
+	VMOVNTDQ      Y7, 64(R9)
+	JMP           stateKVbf16AVX512_storedrow_9
+
+stateKVbf16AVX512_temporalrow_9:
 	VMOVUPS       (AX), Z7
 	VPSRLD        $0x10, Z7, Z8
 	VPANDD.BCST   absmask<>+0(SB), Z7, Z12
@@ -9525,7 +9881,9 @@ stateKVbf16AVX512_rows_9:
 	VPSRLD        $0x10, Z7, Z7
 	VPORD.BCST    quiet<>+0(SB), Z8, K2, Z7
 	VPMOVDW       Z7, K1, 64(R9)
-	ADDQ          R10, R9
+
+stateKVbf16AVX512_storedrow_9:
+	ADDQ R10, R9
 
 stateKVbf16AVX512_nostorerow_9:
 	TESTQ   R11, R11
@@ -9559,6 +9917,44 @@ stateKVbf16AVX512_rows_10:
 	VFMADD231PS   Z11, Z7, Z13
 	TESTQ         R9, R9
 	JZ            stateKVbf16AVX512_nostorerow_10
+	CMPB          120(SP), $0x00
+	JE            stateKVbf16AVX512_temporalrow_10
+	VMOVAPS       Z8, Z7
+	VPSRLD        $0x10, Z7, Z14
+	VPANDD.BCST   absmask<>+0(SB), Z7, Z15
+	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
+	VPANDD.BCST   one_i<>+0(SB), Z14, Z15
+	VPADDD.BCST   round<>+0(SB), Z7, Z7
+	VPADDD        Z15, Z7, Z7
+	VPSRLD        $0x10, Z7, Z7
+	VPORD.BCST    quiet<>+0(SB), Z14, K2, Z7
+	VPMOVDW       Z7, Y7
+	VMOVNTDQ      Y7, (R9)
+	VMOVAPS       Z12, Z7
+	VPSRLD        $0x10, Z7, Z14
+	VPANDD.BCST   absmask<>+0(SB), Z7, Z15
+	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
+	VPANDD.BCST   one_i<>+0(SB), Z14, Z15
+	VPADDD.BCST   round<>+0(SB), Z7, Z7
+	VPADDD        Z15, Z7, Z7
+	VPSRLD        $0x10, Z7, Z7
+	VPORD.BCST    quiet<>+0(SB), Z14, K2, Z7
+	VPMOVDW       Z7, Y7
+	VMOVNTDQ      Y7, 32(R9)
+	VMOVAPS       Z13, Z7
+	VPSRLD        $0x10, Z7, Z14
+	VPANDD.BCST   absmask<>+0(SB), Z7, Z15
+	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
+	VPANDD.BCST   one_i<>+0(SB), Z14, Z15
+	VPADDD.BCST   round<>+0(SB), Z7, Z7
+	VPADDD        Z15, Z7, Z7
+	VPSRLD        $0x10, Z7, Z7
+	VPORD.BCST    quiet<>+0(SB), Z14, K2, Z7
+	VPMOVDW       Z7, Y7
+	VMOVNTDQ      Y7, 64(R9)
+	JMP           stateKVbf16AVX512_storedrow_10
+
+stateKVbf16AVX512_temporalrow_10:
 	VMOVAPS       Z8, Z7
 	VPSRLD        $0x10, Z7, Z14
 	VPANDD.BCST   absmask<>+0(SB), Z7, Z15
@@ -9589,7 +9985,9 @@ stateKVbf16AVX512_rows_10:
 	VPSRLD        $0x10, Z7, Z7
 	VPORD.BCST    quiet<>+0(SB), Z14, K2, Z7
 	VPMOVDW       Z7, K1, 64(R9)
-	ADDQ          R10, R9
+
+stateKVbf16AVX512_storedrow_10:
+	ADDQ R10, R9
 
 stateKVbf16AVX512_nostorerow_10:
 	TESTQ   R11, R11
@@ -9661,8 +10059,34 @@ stateKVbf16AVX512_far_3:
 	LEAQ  (R9)(R8*2), R9
 
 stateKVbf16AVX512_nostore_6:
-	MOVQ  V+8(FP), R10
-	SHLQ  $0x01, R10
+	MOVQ V+8(FP), R10
+	SHLQ $0x01, R10
+
+	// Non-temporal stores for this token's rows: a store but the last token's after a token without one, the rows aligned whole vectors.
+	MOVQ  $0x00000000, 120(SP)
+	TESTQ R9, R9
+	JZ    stateKVbf16AVX512_temporal_6
+	MOVQ  48(SP), R11
+	INCQ  R11
+	MOVQ  tok_len+224(FP), R12
+	SHRQ  $0x02, R12
+	CMPQ  R11, R12
+	JNE   stateKVbf16AVX512_snapshot_6
+	MOVQ  48(SP), R11
+	TESTQ R11, R11
+	JZ    stateKVbf16AVX512_temporal_6
+	MOVQ  stores_base+64(FP), R12
+	CMPQ  -8(R12)(R11*8), $0x00
+	JE    stateKVbf16AVX512_temporal_6
+
+stateKVbf16AVX512_snapshot_6:
+	TESTQ $0x0000001f, R9
+	JNZ   stateKVbf16AVX512_temporal_6
+	TESTQ $0x0000001f, R10
+	JNZ   stateKVbf16AVX512_temporal_6
+	MOVQ  $0x00000001, 120(SP)
+
+stateKVbf16AVX512_temporal_6:
 	XORQ  R11, R11
 	MOVQ  48(SP), R12
 	INCQ  R12
@@ -9709,6 +10133,44 @@ stateKVbf16AVX512_rows_11:
 	VFMADD231PS   Z13, Z12, Z5
 	TESTQ         R9, R9
 	JZ            stateKVbf16AVX512_nostorerow_11
+	CMPB          120(SP), $0x00
+	JE            stateKVbf16AVX512_temporalrow_11
+	VMOVUPS       (AX), Z7
+	VPSRLD        $0x10, Z7, Z8
+	VPANDD.BCST   absmask<>+0(SB), Z7, Z12
+	VPCMPGTD.BCST infbits<>+0(SB), Z12, K2
+	VPANDD.BCST   one_i<>+0(SB), Z8, Z12
+	VPADDD.BCST   round<>+0(SB), Z7, Z7
+	VPADDD        Z12, Z7, Z7
+	VPSRLD        $0x10, Z7, Z7
+	VPORD.BCST    quiet<>+0(SB), Z8, K2, Z7
+	VPMOVDW       Z7, Y7
+	VMOVNTDQ      Y7, (R9)
+	VMOVUPS       64(AX), Z7
+	VPSRLD        $0x10, Z7, Z8
+	VPANDD.BCST   absmask<>+0(SB), Z7, Z12
+	VPCMPGTD.BCST infbits<>+0(SB), Z12, K2
+	VPANDD.BCST   one_i<>+0(SB), Z8, Z12
+	VPADDD.BCST   round<>+0(SB), Z7, Z7
+	VPADDD        Z12, Z7, Z7
+	VPSRLD        $0x10, Z7, Z7
+	VPORD.BCST    quiet<>+0(SB), Z8, K2, Z7
+	VPMOVDW       Z7, Y7
+	VMOVNTDQ      Y7, 32(R9)
+	VMOVUPS       128(AX), Z7
+	VPSRLD        $0x10, Z7, Z8
+	VPANDD.BCST   absmask<>+0(SB), Z7, Z12
+	VPCMPGTD.BCST infbits<>+0(SB), Z12, K2
+	VPANDD.BCST   one_i<>+0(SB), Z8, Z12
+	VPADDD.BCST   round<>+0(SB), Z7, Z7
+	VPADDD        Z12, Z7, Z7
+	VPSRLD        $0x10, Z7, Z7
+	VPORD.BCST    quiet<>+0(SB), Z8, K2, Z7
+	VPMOVDW       Z7, Y7
+	VMOVNTDQ      Y7, 64(R9)
+	JMP           stateKVbf16AVX512_storedrow_11
+
+stateKVbf16AVX512_temporalrow_11:
 	VMOVUPS       (AX), Z7
 	VPSRLD        $0x10, Z7, Z8
 	VPANDD.BCST   absmask<>+0(SB), Z7, Z12
@@ -9739,7 +10201,9 @@ stateKVbf16AVX512_rows_11:
 	VPSRLD        $0x10, Z7, Z7
 	VPORD.BCST    quiet<>+0(SB), Z8, K2, Z7
 	VPMOVDW       Z7, K1, 64(R9)
-	ADDQ          R10, R9
+
+stateKVbf16AVX512_storedrow_11:
+	ADDQ R10, R9
 
 stateKVbf16AVX512_nostorerow_11:
 	TESTQ   R11, R11
@@ -9773,6 +10237,44 @@ stateKVbf16AVX512_rows_12:
 	VFMADD231PS   Z11, Z7, Z13
 	TESTQ         R9, R9
 	JZ            stateKVbf16AVX512_nostorerow_12
+	CMPB          120(SP), $0x00
+	JE            stateKVbf16AVX512_temporalrow_12
+	VMOVAPS       Z8, Z7
+	VPSRLD        $0x10, Z7, Z14
+	VPANDD.BCST   absmask<>+0(SB), Z7, Z15
+	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
+	VPANDD.BCST   one_i<>+0(SB), Z14, Z15
+	VPADDD.BCST   round<>+0(SB), Z7, Z7
+	VPADDD        Z15, Z7, Z7
+	VPSRLD        $0x10, Z7, Z7
+	VPORD.BCST    quiet<>+0(SB), Z14, K2, Z7
+	VPMOVDW       Z7, Y7
+	VMOVNTDQ      Y7, (R9)
+	VMOVAPS       Z12, Z7
+	VPSRLD        $0x10, Z7, Z14
+	VPANDD.BCST   absmask<>+0(SB), Z7, Z15
+	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
+	VPANDD.BCST   one_i<>+0(SB), Z14, Z15
+	VPADDD.BCST   round<>+0(SB), Z7, Z7
+	VPADDD        Z15, Z7, Z7
+	VPSRLD        $0x10, Z7, Z7
+	VPORD.BCST    quiet<>+0(SB), Z14, K2, Z7
+	VPMOVDW       Z7, Y7
+	VMOVNTDQ      Y7, 32(R9)
+	VMOVAPS       Z13, Z7
+	VPSRLD        $0x10, Z7, Z14
+	VPANDD.BCST   absmask<>+0(SB), Z7, Z15
+	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
+	VPANDD.BCST   one_i<>+0(SB), Z14, Z15
+	VPADDD.BCST   round<>+0(SB), Z7, Z7
+	VPADDD        Z15, Z7, Z7
+	VPSRLD        $0x10, Z7, Z7
+	VPORD.BCST    quiet<>+0(SB), Z14, K2, Z7
+	VPMOVDW       Z7, Y7
+	VMOVNTDQ      Y7, 64(R9)
+	JMP           stateKVbf16AVX512_storedrow_12
+
+stateKVbf16AVX512_temporalrow_12:
 	VMOVAPS       Z8, Z7
 	VPSRLD        $0x10, Z7, Z14
 	VPANDD.BCST   absmask<>+0(SB), Z7, Z15
@@ -9803,7 +10305,9 @@ stateKVbf16AVX512_rows_12:
 	VPSRLD        $0x10, Z7, Z7
 	VPORD.BCST    quiet<>+0(SB), Z14, K2, Z7
 	VPMOVDW       Z7, K1, 64(R9)
-	ADDQ          R10, R9
+
+stateKVbf16AVX512_storedrow_12:
+	ADDQ R10, R9
 
 stateKVbf16AVX512_nostorerow_12:
 	TESTQ   R11, R11
@@ -10072,8 +10576,34 @@ stateKVbf16AVX512_notlast_4:
 	LEAQ  (R9)(R8*2), R9
 
 stateKVbf16AVX512_nostore_7:
-	MOVQ  V+8(FP), R10
-	SHLQ  $0x01, R10
+	MOVQ V+8(FP), R10
+	SHLQ $0x01, R10
+
+	// Non-temporal stores for this token's rows: a store but the last token's after a token without one, the rows aligned whole vectors.
+	MOVQ  $0x00000000, 120(SP)
+	TESTQ R9, R9
+	JZ    stateKVbf16AVX512_temporal_7
+	MOVQ  48(SP), R11
+	INCQ  R11
+	MOVQ  tok_len+224(FP), R12
+	SHRQ  $0x02, R12
+	CMPQ  R11, R12
+	JNE   stateKVbf16AVX512_snapshot_7
+	MOVQ  48(SP), R11
+	TESTQ R11, R11
+	JZ    stateKVbf16AVX512_temporal_7
+	MOVQ  stores_base+64(FP), R12
+	CMPQ  -8(R12)(R11*8), $0x00
+	JE    stateKVbf16AVX512_temporal_7
+
+stateKVbf16AVX512_snapshot_7:
+	TESTQ $0x0000001f, R9
+	JNZ   stateKVbf16AVX512_temporal_7
+	TESTQ $0x0000001f, R10
+	JNZ   stateKVbf16AVX512_temporal_7
+	MOVQ  $0x00000001, 120(SP)
+
+stateKVbf16AVX512_temporal_7:
 	XORQ  R11, R11
 	MOVQ  48(SP), R12
 	INCQ  R12
@@ -10126,6 +10656,55 @@ stateKVbf16AVX512_rows_13:
 	VFMADD231PS   Z16, Z15, Z7
 	TESTQ         R9, R9
 	JZ            stateKVbf16AVX512_nostorerow_13
+	CMPB          120(SP), $0x00
+	JE            stateKVbf16AVX512_temporalrow_13
+	VMOVUPS       (AX), Z9
+	VPSRLD        $0x10, Z9, Z10
+	VPANDD.BCST   absmask<>+0(SB), Z9, Z15
+	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
+	VPANDD.BCST   one_i<>+0(SB), Z10, Z15
+	VPADDD.BCST   round<>+0(SB), Z9, Z9
+	VPADDD        Z15, Z9, Z9
+	VPSRLD        $0x10, Z9, Z9
+	VPORD.BCST    quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW       Z9, Y9
+	VMOVNTDQ      Y9, (R9)
+	VMOVUPS       64(AX), Z9
+	VPSRLD        $0x10, Z9, Z10
+	VPANDD.BCST   absmask<>+0(SB), Z9, Z15
+	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
+	VPANDD.BCST   one_i<>+0(SB), Z10, Z15
+	VPADDD.BCST   round<>+0(SB), Z9, Z9
+	VPADDD        Z15, Z9, Z9
+	VPSRLD        $0x10, Z9, Z9
+	VPORD.BCST    quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW       Z9, Y9
+	VMOVNTDQ      Y9, 32(R9)
+	VMOVUPS       128(AX), Z9
+	VPSRLD        $0x10, Z9, Z10
+	VPANDD.BCST   absmask<>+0(SB), Z9, Z15
+	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
+	VPANDD.BCST   one_i<>+0(SB), Z10, Z15
+	VPADDD.BCST   round<>+0(SB), Z9, Z9
+	VPADDD        Z15, Z9, Z9
+	VPSRLD        $0x10, Z9, Z9
+	VPORD.BCST    quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW       Z9, Y9
+	VMOVNTDQ      Y9, 64(R9)
+	VMOVUPS       192(AX), Z9
+	VPSRLD        $0x10, Z9, Z10
+	VPANDD.BCST   absmask<>+0(SB), Z9, Z15
+	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
+	VPANDD.BCST   one_i<>+0(SB), Z10, Z15
+	VPADDD.BCST   round<>+0(SB), Z9, Z9
+	VPADDD        Z15, Z9, Z9
+	VPSRLD        $0x10, Z9, Z9
+	VPORD.BCST    quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW       Z9, Y9
+	VMOVNTDQ      Y9, 96(R9)
+	JMP           stateKVbf16AVX512_storedrow_13
+
+stateKVbf16AVX512_temporalrow_13:
 	VMOVUPS       (AX), Z9
 	VPSRLD        $0x10, Z9, Z10
 	VPANDD.BCST   absmask<>+0(SB), Z9, Z15
@@ -10166,7 +10745,9 @@ stateKVbf16AVX512_rows_13:
 	VPSRLD        $0x10, Z9, Z9
 	VPORD.BCST    quiet<>+0(SB), Z10, K2, Z9
 	VPMOVDW       Z9, K1, 96(R9)
-	ADDQ          R10, R9
+
+stateKVbf16AVX512_storedrow_13:
+	ADDQ R10, R9
 
 stateKVbf16AVX512_nostorerow_13:
 	TESTQ   R11, R11
@@ -10205,6 +10786,55 @@ stateKVbf16AVX512_rows_14:
 	VFMADD231PS   Z14, Z9, Z17
 	TESTQ         R9, R9
 	JZ            stateKVbf16AVX512_nostorerow_14
+	CMPB          120(SP), $0x00
+	JE            stateKVbf16AVX512_temporalrow_14
+	VMOVAPS       Z10, Z9
+	VPSRLD        $0x10, Z9, Z18
+	VPANDD.BCST   absmask<>+0(SB), Z9, Z19
+	VPCMPGTD.BCST infbits<>+0(SB), Z19, K2
+	VPANDD.BCST   one_i<>+0(SB), Z18, Z19
+	VPADDD.BCST   round<>+0(SB), Z9, Z9
+	VPADDD        Z19, Z9, Z9
+	VPSRLD        $0x10, Z9, Z9
+	VPORD.BCST    quiet<>+0(SB), Z18, K2, Z9
+	VPMOVDW       Z9, Y9
+	VMOVNTDQ      Y9, (R9)
+	VMOVAPS       Z15, Z9
+	VPSRLD        $0x10, Z9, Z18
+	VPANDD.BCST   absmask<>+0(SB), Z9, Z19
+	VPCMPGTD.BCST infbits<>+0(SB), Z19, K2
+	VPANDD.BCST   one_i<>+0(SB), Z18, Z19
+	VPADDD.BCST   round<>+0(SB), Z9, Z9
+	VPADDD        Z19, Z9, Z9
+	VPSRLD        $0x10, Z9, Z9
+	VPORD.BCST    quiet<>+0(SB), Z18, K2, Z9
+	VPMOVDW       Z9, Y9
+	VMOVNTDQ      Y9, 32(R9)
+	VMOVAPS       Z16, Z9
+	VPSRLD        $0x10, Z9, Z18
+	VPANDD.BCST   absmask<>+0(SB), Z9, Z19
+	VPCMPGTD.BCST infbits<>+0(SB), Z19, K2
+	VPANDD.BCST   one_i<>+0(SB), Z18, Z19
+	VPADDD.BCST   round<>+0(SB), Z9, Z9
+	VPADDD        Z19, Z9, Z9
+	VPSRLD        $0x10, Z9, Z9
+	VPORD.BCST    quiet<>+0(SB), Z18, K2, Z9
+	VPMOVDW       Z9, Y9
+	VMOVNTDQ      Y9, 64(R9)
+	VMOVAPS       Z17, Z9
+	VPSRLD        $0x10, Z9, Z18
+	VPANDD.BCST   absmask<>+0(SB), Z9, Z19
+	VPCMPGTD.BCST infbits<>+0(SB), Z19, K2
+	VPANDD.BCST   one_i<>+0(SB), Z18, Z19
+	VPADDD.BCST   round<>+0(SB), Z9, Z9
+	VPADDD        Z19, Z9, Z9
+	VPSRLD        $0x10, Z9, Z9
+	VPORD.BCST    quiet<>+0(SB), Z18, K2, Z9
+	VPMOVDW       Z9, Y9
+	VMOVNTDQ      Y9, 96(R9)
+	JMP           stateKVbf16AVX512_storedrow_14
+
+stateKVbf16AVX512_temporalrow_14:
 	VMOVAPS       Z10, Z9
 	VPSRLD        $0x10, Z9, Z18
 	VPANDD.BCST   absmask<>+0(SB), Z9, Z19
@@ -10245,7 +10875,9 @@ stateKVbf16AVX512_rows_14:
 	VPSRLD        $0x10, Z9, Z9
 	VPORD.BCST    quiet<>+0(SB), Z18, K2, Z9
 	VPMOVDW       Z9, K1, 96(R9)
-	ADDQ          R10, R9
+
+stateKVbf16AVX512_storedrow_14:
+	ADDQ R10, R9
 
 stateKVbf16AVX512_nostorerow_14:
 	TESTQ   R11, R11
@@ -10327,8 +10959,34 @@ stateKVbf16AVX512_far_4:
 	LEAQ  (R9)(R8*2), R9
 
 stateKVbf16AVX512_nostore_8:
-	MOVQ  V+8(FP), R10
-	SHLQ  $0x01, R10
+	MOVQ V+8(FP), R10
+	SHLQ $0x01, R10
+
+	// Non-temporal stores for this token's rows: a store but the last token's after a token without one, the rows aligned whole vectors.
+	MOVQ  $0x00000000, 120(SP)
+	TESTQ R9, R9
+	JZ    stateKVbf16AVX512_temporal_8
+	MOVQ  48(SP), R11
+	INCQ  R11
+	MOVQ  tok_len+224(FP), R12
+	SHRQ  $0x02, R12
+	CMPQ  R11, R12
+	JNE   stateKVbf16AVX512_snapshot_8
+	MOVQ  48(SP), R11
+	TESTQ R11, R11
+	JZ    stateKVbf16AVX512_temporal_8
+	MOVQ  stores_base+64(FP), R12
+	CMPQ  -8(R12)(R11*8), $0x00
+	JE    stateKVbf16AVX512_temporal_8
+
+stateKVbf16AVX512_snapshot_8:
+	TESTQ $0x0000001f, R9
+	JNZ   stateKVbf16AVX512_temporal_8
+	TESTQ $0x0000001f, R10
+	JNZ   stateKVbf16AVX512_temporal_8
+	MOVQ  $0x00000001, 120(SP)
+
+stateKVbf16AVX512_temporal_8:
 	XORQ  R11, R11
 	MOVQ  48(SP), R12
 	INCQ  R12
@@ -10381,6 +11039,55 @@ stateKVbf16AVX512_rows_15:
 	VFMADD231PS   Z16, Z15, Z7
 	TESTQ         R9, R9
 	JZ            stateKVbf16AVX512_nostorerow_15
+	CMPB          120(SP), $0x00
+	JE            stateKVbf16AVX512_temporalrow_15
+	VMOVUPS       (AX), Z9
+	VPSRLD        $0x10, Z9, Z10
+	VPANDD.BCST   absmask<>+0(SB), Z9, Z15
+	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
+	VPANDD.BCST   one_i<>+0(SB), Z10, Z15
+	VPADDD.BCST   round<>+0(SB), Z9, Z9
+	VPADDD        Z15, Z9, Z9
+	VPSRLD        $0x10, Z9, Z9
+	VPORD.BCST    quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW       Z9, Y9
+	VMOVNTDQ      Y9, (R9)
+	VMOVUPS       64(AX), Z9
+	VPSRLD        $0x10, Z9, Z10
+	VPANDD.BCST   absmask<>+0(SB), Z9, Z15
+	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
+	VPANDD.BCST   one_i<>+0(SB), Z10, Z15
+	VPADDD.BCST   round<>+0(SB), Z9, Z9
+	VPADDD        Z15, Z9, Z9
+	VPSRLD        $0x10, Z9, Z9
+	VPORD.BCST    quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW       Z9, Y9
+	VMOVNTDQ      Y9, 32(R9)
+	VMOVUPS       128(AX), Z9
+	VPSRLD        $0x10, Z9, Z10
+	VPANDD.BCST   absmask<>+0(SB), Z9, Z15
+	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
+	VPANDD.BCST   one_i<>+0(SB), Z10, Z15
+	VPADDD.BCST   round<>+0(SB), Z9, Z9
+	VPADDD        Z15, Z9, Z9
+	VPSRLD        $0x10, Z9, Z9
+	VPORD.BCST    quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW       Z9, Y9
+	VMOVNTDQ      Y9, 64(R9)
+	VMOVUPS       192(AX), Z9
+	VPSRLD        $0x10, Z9, Z10
+	VPANDD.BCST   absmask<>+0(SB), Z9, Z15
+	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
+	VPANDD.BCST   one_i<>+0(SB), Z10, Z15
+	VPADDD.BCST   round<>+0(SB), Z9, Z9
+	VPADDD        Z15, Z9, Z9
+	VPSRLD        $0x10, Z9, Z9
+	VPORD.BCST    quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW       Z9, Y9
+	VMOVNTDQ      Y9, 96(R9)
+	JMP           stateKVbf16AVX512_storedrow_15
+
+stateKVbf16AVX512_temporalrow_15:
 	VMOVUPS       (AX), Z9
 	VPSRLD        $0x10, Z9, Z10
 	VPANDD.BCST   absmask<>+0(SB), Z9, Z15
@@ -10421,7 +11128,9 @@ stateKVbf16AVX512_rows_15:
 	VPSRLD        $0x10, Z9, Z9
 	VPORD.BCST    quiet<>+0(SB), Z10, K2, Z9
 	VPMOVDW       Z9, K1, 96(R9)
-	ADDQ          R10, R9
+
+stateKVbf16AVX512_storedrow_15:
+	ADDQ R10, R9
 
 stateKVbf16AVX512_nostorerow_15:
 	TESTQ   R11, R11
@@ -10460,6 +11169,55 @@ stateKVbf16AVX512_rows_16:
 	VFMADD231PS   Z14, Z9, Z17
 	TESTQ         R9, R9
 	JZ            stateKVbf16AVX512_nostorerow_16
+	CMPB          120(SP), $0x00
+	JE            stateKVbf16AVX512_temporalrow_16
+	VMOVAPS       Z10, Z9
+	VPSRLD        $0x10, Z9, Z18
+	VPANDD.BCST   absmask<>+0(SB), Z9, Z19
+	VPCMPGTD.BCST infbits<>+0(SB), Z19, K2
+	VPANDD.BCST   one_i<>+0(SB), Z18, Z19
+	VPADDD.BCST   round<>+0(SB), Z9, Z9
+	VPADDD        Z19, Z9, Z9
+	VPSRLD        $0x10, Z9, Z9
+	VPORD.BCST    quiet<>+0(SB), Z18, K2, Z9
+	VPMOVDW       Z9, Y9
+	VMOVNTDQ      Y9, (R9)
+	VMOVAPS       Z15, Z9
+	VPSRLD        $0x10, Z9, Z18
+	VPANDD.BCST   absmask<>+0(SB), Z9, Z19
+	VPCMPGTD.BCST infbits<>+0(SB), Z19, K2
+	VPANDD.BCST   one_i<>+0(SB), Z18, Z19
+	VPADDD.BCST   round<>+0(SB), Z9, Z9
+	VPADDD        Z19, Z9, Z9
+	VPSRLD        $0x10, Z9, Z9
+	VPORD.BCST    quiet<>+0(SB), Z18, K2, Z9
+	VPMOVDW       Z9, Y9
+	VMOVNTDQ      Y9, 32(R9)
+	VMOVAPS       Z16, Z9
+	VPSRLD        $0x10, Z9, Z18
+	VPANDD.BCST   absmask<>+0(SB), Z9, Z19
+	VPCMPGTD.BCST infbits<>+0(SB), Z19, K2
+	VPANDD.BCST   one_i<>+0(SB), Z18, Z19
+	VPADDD.BCST   round<>+0(SB), Z9, Z9
+	VPADDD        Z19, Z9, Z9
+	VPSRLD        $0x10, Z9, Z9
+	VPORD.BCST    quiet<>+0(SB), Z18, K2, Z9
+	VPMOVDW       Z9, Y9
+	VMOVNTDQ      Y9, 64(R9)
+	VMOVAPS       Z17, Z9
+	VPSRLD        $0x10, Z9, Z18
+	VPANDD.BCST   absmask<>+0(SB), Z9, Z19
+	VPCMPGTD.BCST infbits<>+0(SB), Z19, K2
+	VPANDD.BCST   one_i<>+0(SB), Z18, Z19
+	VPADDD.BCST   round<>+0(SB), Z9, Z9
+	VPADDD        Z19, Z9, Z9
+	VPSRLD        $0x10, Z9, Z9
+	VPORD.BCST    quiet<>+0(SB), Z18, K2, Z9
+	VPMOVDW       Z9, Y9
+	VMOVNTDQ      Y9, 96(R9)
+	JMP           stateKVbf16AVX512_storedrow_16
+
+stateKVbf16AVX512_temporalrow_16:
 	VMOVAPS       Z10, Z9
 	VPSRLD        $0x10, Z9, Z18
 	VPANDD.BCST   absmask<>+0(SB), Z9, Z19
@@ -10500,7 +11258,9 @@ stateKVbf16AVX512_rows_16:
 	VPSRLD        $0x10, Z9, Z9
 	VPORD.BCST    quiet<>+0(SB), Z18, K2, Z9
 	VPMOVDW       Z9, K1, 96(R9)
-	ADDQ          R10, R9
+
+stateKVbf16AVX512_storedrow_16:
+	ADDQ R10, R9
 
 stateKVbf16AVX512_nostorerow_16:
 	TESTQ   R11, R11
@@ -10543,6 +11303,7 @@ stateKVbf16AVX512_blockdone_1:
 	JMP  stateKVbf16AVX512_blocks_1
 
 stateKVbf16AVX512_done_1:
+	SFENCE
 	VZEROUPPER
 	RET
 
@@ -18495,9 +19256,77 @@ stateVKbf16AVX512_decayed_1:
 	MOVQ  (SP), R12
 	IMULQ R10, R12
 	ADDQ  R12, R11
-	MOVQ  40(SP), R12
-	MOVQ  48(SP), R13
-	SHLQ  $0x04, R13
+	CMPQ  R9, $0x00000100
+	JNE   stateVKbf16AVX512_btemporal_1
+	TESTQ $0x0000001f, R11
+	JNZ   stateVKbf16AVX512_btemporal_1
+	CMPQ  R8, $0x01
+	JNE   stateVKbf16AVX512_bsnapshot_1
+	CMPQ  16(SP), $0x01
+	JE    stateVKbf16AVX512_btemporal_1
+	CMPQ  -8(BX), $0x00
+	JE    stateVKbf16AVX512_btemporal_1
+
+stateVKbf16AVX512_bsnapshot_1:
+	MOVQ 40(SP), R12
+	MOVQ 48(SP), R13
+	SHLQ $0x04, R13
+
+stateVKbf16AVX512_bstorent_1:
+	VMOVUPS       (R12), Z0
+	VPSRLD        $0x10, Z0, Z3
+	VPANDD.BCST   absmask<>+0(SB), Z0, Z4
+	VPCMPGTD.BCST infbits<>+0(SB), Z4, K2
+	VPANDD.BCST   one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST   round<>+0(SB), Z0, Z0
+	VPADDD        Z4, Z0, Z0
+	VPSRLD        $0x10, Z0, Z0
+	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW       Z0, Y0
+	VMOVNTDQ      Y0, (R11)
+	VMOVUPS       64(R12), Z0
+	VPSRLD        $0x10, Z0, Z3
+	VPANDD.BCST   absmask<>+0(SB), Z0, Z4
+	VPCMPGTD.BCST infbits<>+0(SB), Z4, K2
+	VPANDD.BCST   one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST   round<>+0(SB), Z0, Z0
+	VPADDD        Z4, Z0, Z0
+	VPSRLD        $0x10, Z0, Z0
+	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW       Z0, Y0
+	VMOVNTDQ      Y0, 32(R11)
+	VMOVUPS       128(R12), Z0
+	VPSRLD        $0x10, Z0, Z3
+	VPANDD.BCST   absmask<>+0(SB), Z0, Z4
+	VPCMPGTD.BCST infbits<>+0(SB), Z4, K2
+	VPANDD.BCST   one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST   round<>+0(SB), Z0, Z0
+	VPADDD        Z4, Z0, Z0
+	VPSRLD        $0x10, Z0, Z0
+	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW       Z0, Y0
+	VMOVNTDQ      Y0, 64(R11)
+	VMOVUPS       192(R12), Z0
+	VPSRLD        $0x10, Z0, Z3
+	VPANDD.BCST   absmask<>+0(SB), Z0, Z4
+	VPCMPGTD.BCST infbits<>+0(SB), Z4, K2
+	VPANDD.BCST   one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST   round<>+0(SB), Z0, Z0
+	VPADDD        Z4, Z0, Z0
+	VPSRLD        $0x10, Z0, Z0
+	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW       Z0, Y0
+	VMOVNTDQ      Y0, 96(R11)
+	ADDQ          R10, R11
+	ADDQ          $0x00000100, R12
+	DECQ          R13
+	JNZ           stateVKbf16AVX512_bstorent_1
+	JMP           stateVKbf16AVX512_bstored_1
+
+stateVKbf16AVX512_btemporal_1:
+	MOVQ 40(SP), R12
+	MOVQ 48(SP), R13
+	SHLQ $0x04, R13
 
 stateVKbf16AVX512_bstore_1:
 	VMOVUPS       (R12), Z0
@@ -18553,6 +19382,7 @@ stateVKbf16AVX512_dead_6:
 	DECQ R13
 	JNZ  stateVKbf16AVX512_bstore_1
 
+stateVKbf16AVX512_bstored_1:
 stateVKbf16AVX512_bnostore_1:
 	ADDQ R9, AX
 	ADDQ R9, CX
@@ -19955,9 +20785,99 @@ stateVKbf16AVX512_decayed_6:
 	MOVQ  (SP), R12
 	IMULQ R10, R12
 	ADDQ  R12, R11
-	MOVQ  40(SP), R12
-	MOVQ  48(SP), R13
-	SHLQ  $0x04, R13
+	CMPQ  R9, $0x00000180
+	JNE   stateVKbf16AVX512_btemporal_2
+	TESTQ $0x0000001f, R11
+	JNZ   stateVKbf16AVX512_btemporal_2
+	CMPQ  R8, $0x01
+	JNE   stateVKbf16AVX512_bsnapshot_2
+	CMPQ  16(SP), $0x01
+	JE    stateVKbf16AVX512_btemporal_2
+	CMPQ  -8(BX), $0x00
+	JE    stateVKbf16AVX512_btemporal_2
+
+stateVKbf16AVX512_bsnapshot_2:
+	MOVQ 40(SP), R12
+	MOVQ 48(SP), R13
+	SHLQ $0x04, R13
+
+stateVKbf16AVX512_bstorent_2:
+	VMOVUPS       (R12), Z0
+	VPSRLD        $0x10, Z0, Z3
+	VPANDD.BCST   absmask<>+0(SB), Z0, Z4
+	VPCMPGTD.BCST infbits<>+0(SB), Z4, K2
+	VPANDD.BCST   one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST   round<>+0(SB), Z0, Z0
+	VPADDD        Z4, Z0, Z0
+	VPSRLD        $0x10, Z0, Z0
+	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW       Z0, Y0
+	VMOVNTDQ      Y0, (R11)
+	VMOVUPS       64(R12), Z0
+	VPSRLD        $0x10, Z0, Z3
+	VPANDD.BCST   absmask<>+0(SB), Z0, Z4
+	VPCMPGTD.BCST infbits<>+0(SB), Z4, K2
+	VPANDD.BCST   one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST   round<>+0(SB), Z0, Z0
+	VPADDD        Z4, Z0, Z0
+	VPSRLD        $0x10, Z0, Z0
+	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW       Z0, Y0
+	VMOVNTDQ      Y0, 32(R11)
+	VMOVUPS       128(R12), Z0
+	VPSRLD        $0x10, Z0, Z3
+	VPANDD.BCST   absmask<>+0(SB), Z0, Z4
+	VPCMPGTD.BCST infbits<>+0(SB), Z4, K2
+	VPANDD.BCST   one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST   round<>+0(SB), Z0, Z0
+	VPADDD        Z4, Z0, Z0
+	VPSRLD        $0x10, Z0, Z0
+	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW       Z0, Y0
+	VMOVNTDQ      Y0, 64(R11)
+	VMOVUPS       192(R12), Z0
+	VPSRLD        $0x10, Z0, Z3
+	VPANDD.BCST   absmask<>+0(SB), Z0, Z4
+	VPCMPGTD.BCST infbits<>+0(SB), Z4, K2
+	VPANDD.BCST   one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST   round<>+0(SB), Z0, Z0
+	VPADDD        Z4, Z0, Z0
+	VPSRLD        $0x10, Z0, Z0
+	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW       Z0, Y0
+	VMOVNTDQ      Y0, 96(R11)
+	VMOVUPS       256(R12), Z0
+	VPSRLD        $0x10, Z0, Z3
+	VPANDD.BCST   absmask<>+0(SB), Z0, Z4
+	VPCMPGTD.BCST infbits<>+0(SB), Z4, K2
+	VPANDD.BCST   one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST   round<>+0(SB), Z0, Z0
+	VPADDD        Z4, Z0, Z0
+	VPSRLD        $0x10, Z0, Z0
+	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW       Z0, Y0
+	VMOVNTDQ      Y0, 128(R11)
+	VMOVUPS       320(R12), Z0
+	VPSRLD        $0x10, Z0, Z3
+	VPANDD.BCST   absmask<>+0(SB), Z0, Z4
+	VPCMPGTD.BCST infbits<>+0(SB), Z4, K2
+	VPANDD.BCST   one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST   round<>+0(SB), Z0, Z0
+	VPADDD        Z4, Z0, Z0
+	VPSRLD        $0x10, Z0, Z0
+	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW       Z0, Y0
+	VMOVNTDQ      Y0, 160(R11)
+	ADDQ          R10, R11
+	ADDQ          $0x00000180, R12
+	DECQ          R13
+	JNZ           stateVKbf16AVX512_bstorent_2
+	JMP           stateVKbf16AVX512_bstored_2
+
+stateVKbf16AVX512_btemporal_2:
+	MOVQ 40(SP), R12
+	MOVQ 48(SP), R13
+	SHLQ $0x04, R13
 
 stateVKbf16AVX512_bstore_3:
 	VMOVUPS       (R12), Z0
@@ -20029,6 +20949,7 @@ stateVKbf16AVX512_dead_30:
 	DECQ R13
 	JNZ  stateVKbf16AVX512_bstore_3
 
+stateVKbf16AVX512_bstored_2:
 stateVKbf16AVX512_bnostore_2:
 	ADDQ R9, AX
 	ADDQ R9, CX
@@ -21415,9 +22336,121 @@ stateVKbf16AVX512_decayed_11:
 	MOVQ  (SP), R12
 	IMULQ R10, R12
 	ADDQ  R12, R11
-	MOVQ  40(SP), R12
-	MOVQ  48(SP), R13
-	SHLQ  $0x04, R13
+	CMPQ  R9, $0x00000200
+	JNE   stateVKbf16AVX512_btemporal_3
+	TESTQ $0x0000001f, R11
+	JNZ   stateVKbf16AVX512_btemporal_3
+	CMPQ  R8, $0x01
+	JNE   stateVKbf16AVX512_bsnapshot_3
+	CMPQ  16(SP), $0x01
+	JE    stateVKbf16AVX512_btemporal_3
+	CMPQ  -8(BX), $0x00
+	JE    stateVKbf16AVX512_btemporal_3
+
+stateVKbf16AVX512_bsnapshot_3:
+	MOVQ 40(SP), R12
+	MOVQ 48(SP), R13
+	SHLQ $0x04, R13
+
+stateVKbf16AVX512_bstorent_3:
+	VMOVUPS       (R12), Z0
+	VPSRLD        $0x10, Z0, Z3
+	VPANDD.BCST   absmask<>+0(SB), Z0, Z4
+	VPCMPGTD.BCST infbits<>+0(SB), Z4, K2
+	VPANDD.BCST   one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST   round<>+0(SB), Z0, Z0
+	VPADDD        Z4, Z0, Z0
+	VPSRLD        $0x10, Z0, Z0
+	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW       Z0, Y0
+	VMOVNTDQ      Y0, (R11)
+	VMOVUPS       64(R12), Z0
+	VPSRLD        $0x10, Z0, Z3
+	VPANDD.BCST   absmask<>+0(SB), Z0, Z4
+	VPCMPGTD.BCST infbits<>+0(SB), Z4, K2
+	VPANDD.BCST   one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST   round<>+0(SB), Z0, Z0
+	VPADDD        Z4, Z0, Z0
+	VPSRLD        $0x10, Z0, Z0
+	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW       Z0, Y0
+	VMOVNTDQ      Y0, 32(R11)
+	VMOVUPS       128(R12), Z0
+	VPSRLD        $0x10, Z0, Z3
+	VPANDD.BCST   absmask<>+0(SB), Z0, Z4
+	VPCMPGTD.BCST infbits<>+0(SB), Z4, K2
+	VPANDD.BCST   one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST   round<>+0(SB), Z0, Z0
+	VPADDD        Z4, Z0, Z0
+	VPSRLD        $0x10, Z0, Z0
+	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW       Z0, Y0
+	VMOVNTDQ      Y0, 64(R11)
+	VMOVUPS       192(R12), Z0
+	VPSRLD        $0x10, Z0, Z3
+	VPANDD.BCST   absmask<>+0(SB), Z0, Z4
+	VPCMPGTD.BCST infbits<>+0(SB), Z4, K2
+	VPANDD.BCST   one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST   round<>+0(SB), Z0, Z0
+	VPADDD        Z4, Z0, Z0
+	VPSRLD        $0x10, Z0, Z0
+	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW       Z0, Y0
+	VMOVNTDQ      Y0, 96(R11)
+	VMOVUPS       256(R12), Z0
+	VPSRLD        $0x10, Z0, Z3
+	VPANDD.BCST   absmask<>+0(SB), Z0, Z4
+	VPCMPGTD.BCST infbits<>+0(SB), Z4, K2
+	VPANDD.BCST   one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST   round<>+0(SB), Z0, Z0
+	VPADDD        Z4, Z0, Z0
+	VPSRLD        $0x10, Z0, Z0
+	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW       Z0, Y0
+	VMOVNTDQ      Y0, 128(R11)
+	VMOVUPS       320(R12), Z0
+	VPSRLD        $0x10, Z0, Z3
+	VPANDD.BCST   absmask<>+0(SB), Z0, Z4
+	VPCMPGTD.BCST infbits<>+0(SB), Z4, K2
+	VPANDD.BCST   one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST   round<>+0(SB), Z0, Z0
+	VPADDD        Z4, Z0, Z0
+	VPSRLD        $0x10, Z0, Z0
+	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW       Z0, Y0
+	VMOVNTDQ      Y0, 160(R11)
+	VMOVUPS       384(R12), Z0
+	VPSRLD        $0x10, Z0, Z3
+	VPANDD.BCST   absmask<>+0(SB), Z0, Z4
+	VPCMPGTD.BCST infbits<>+0(SB), Z4, K2
+	VPANDD.BCST   one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST   round<>+0(SB), Z0, Z0
+	VPADDD        Z4, Z0, Z0
+	VPSRLD        $0x10, Z0, Z0
+	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW       Z0, Y0
+	VMOVNTDQ      Y0, 192(R11)
+	VMOVUPS       448(R12), Z0
+	VPSRLD        $0x10, Z0, Z3
+	VPANDD.BCST   absmask<>+0(SB), Z0, Z4
+	VPCMPGTD.BCST infbits<>+0(SB), Z4, K2
+	VPANDD.BCST   one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST   round<>+0(SB), Z0, Z0
+	VPADDD        Z4, Z0, Z0
+	VPSRLD        $0x10, Z0, Z0
+	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW       Z0, Y0
+	VMOVNTDQ      Y0, 224(R11)
+	ADDQ          R10, R11
+	ADDQ          $0x00000200, R12
+	DECQ          R13
+	JNZ           stateVKbf16AVX512_bstorent_3
+	JMP           stateVKbf16AVX512_bstored_3
+
+stateVKbf16AVX512_btemporal_3:
+	MOVQ 40(SP), R12
+	MOVQ 48(SP), R13
+	SHLQ $0x04, R13
 
 stateVKbf16AVX512_bstore_5:
 	VMOVUPS       (R12), Z0
@@ -21509,6 +22542,7 @@ stateVKbf16AVX512_dead_51:
 	DECQ R13
 	JNZ  stateVKbf16AVX512_bstore_5
 
+stateVKbf16AVX512_bstored_3:
 stateVKbf16AVX512_bnostore_3:
 	ADDQ R9, AX
 	ADDQ R9, CX
@@ -23453,6 +24487,7 @@ stateVKbf16AVX512_nocarry_8:
 
 stateVKbf16AVX512_groupsdone_8:
 stateVKbf16AVX512_done_1:
+	SFENCE
 	VZEROUPPER
 	RET
 

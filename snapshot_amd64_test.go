@@ -37,11 +37,13 @@ func guardedAt(n, off int) ([]float32, func() bool) {
 	}
 }
 
-// TestSnapshotsNonTemporal holds the amd64 f32 routines over T tokens of both layouts with a store
-// at every token (verification snapshots, which [K][V] writes with non-temporal stores when V is a
-// multiple of the lanes and the stores are aligned to a vector, and AVX-512 [V][K] when K is whole
-// ZMM and the stores are aligned to 64 bytes) to T calls of one token of the same kernel (the
-// single-token routine's or register groups' ordinary stores), bit for bit: K and V with and
+// TestSnapshotsNonTemporal holds the amd64 routines over T tokens of both layouts with a store at
+// every token (verification snapshots, which [K][V] f32 writes with non-temporal stores when V is a
+// multiple of the lanes and the stores are aligned to a vector, AVX-512 [V][K] f32 when K is whole
+// ZMM and the stores are aligned to 64 bytes, and the AVX-512 bf16 routines the same way with half
+// the alignment) to T calls of one token of the same kernel (the single-token routine's, the
+// register groups' or a one-token pass's ordinary stores; bf16 chained through the f32 carry),
+// bit for bit: K and V with and
 // without whole vectors, stores aligned and 4, 16 and 32 bytes off, T = 2, 3 and 5, the stores at
 // every token or at some only (the last token's after a token without a store is an ordinary one),
 // nothing written around them.
@@ -123,6 +125,51 @@ func TestSnapshotsNonTemporal(t *testing.T) {
 										}
 									}
 									cur = next
+								}
+								// bf16: the same call with bf16 stores and the f32 carry, against T calls
+								// of one token chained through the carry (src32), which keeps the state
+								// f32 between tokens as one call does.
+								src16 := make([]uint16, hs)
+								for i, x := range src {
+									src16[i] = gdnsimd.BF16RNE(x)
+								}
+								fb := gdnsimd.TokensOf(k).BF16[l]
+								stores16 := make([]unsafe.Pointer, T)
+								got16 := make([][]uint16, T)
+								for τ := range T {
+									if at(τ) {
+										b := make([]uint16, hs+64)
+										i := (64-int(uintptr(unsafe.Pointer(&b[0]))%64))%64/2 + off/2
+										got16[τ] = b[i : i+hs : i+hs]
+										stores16[τ] = unsafe.Pointer(&got16[τ][0])
+									}
+								}
+								o16, carry := make([]float32, T*V), make([]float32, hs)
+								fb(K, V, src16, nil, stores16, carry, kh, qh, v, V, o16, tok, nil)
+								var cur32 []float32
+								for τ := range T {
+									next := make([]float32, hs)
+									st := make([]uint16, hs)
+									o1 := make([]float32, V)
+									fb(K, V, src16, cur32, []unsafe.Pointer{unsafe.Pointer(&st[0])}, next, kh[τ*K:(τ+1)*K], qh[τ*K:(τ+1)*K], v[τ*V:(τ+1)*V], V, o1, tok[4*τ:4*τ+4], nil)
+									for j := range o1 {
+										if math.Float32bits(o1[j]) != math.Float32bits(o16[τ*V+j]) {
+											t.Fatalf("%s bf16: o[%d][%d] = %v, one token at a time %v", what, τ, j, o16[τ*V+j], o1[j])
+										}
+									}
+									if got16[τ] != nil {
+										for i := range st {
+											if st[i] != got16[τ][i] {
+												t.Fatalf("%s bf16: store %d [%d] = %#04x, one token at a time %#04x", what, τ, i, got16[τ][i], st[i])
+											}
+										}
+									}
+									cur32 = next
+								}
+								for i := range carry {
+									if math.Float32bits(carry[i]) != math.Float32bits(cur32[i]) {
+										t.Fatalf("%s bf16: carry [%d] = %v, one token at a time %v", what, i, carry[i], cur32[i])
+									}
 								}
 							}
 						}

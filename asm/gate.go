@@ -102,7 +102,19 @@ func exp32(a isa, pc piece, x VecVirtual) {
 }
 
 // bf16 stores BF16RNE(y) (see gdn_generic.go) for the piece's lanes at m; y is clobbered.
-func bf16(a isa, pc piece, y VecVirtual, m Mem) {
+func bf16(a isa, pc piece, y VecVirtual, m Mem) { bf16Stored(a, pc, y, m, false) }
+
+// bf16NT is bf16 for a whole ZMM (AVX-512) stored with a non-temporal store: m aligned to 32
+// bytes.
+func bf16NT(a isa, y VecVirtual, m Mem) {
+	if !a.evex {
+		panic("bf16NT: AVX-512 only")
+	}
+	bf16Stored(a, piece{w: 16}, y, m, true)
+}
+
+// bf16Stored is bf16, the store non-temporal (and whole) when nt.
+func bf16Stored(a isa, pc piece, y VecVirtual, m Mem, nt bool) {
 	v := func(r VecVirtual) Register {
 		if pc.w == 1 {
 			return r.AsX()
@@ -119,6 +131,12 @@ func bf16(a isa, pc piece, y VecVirtual, m Mem) {
 		VPADDD(v(t), v(y), v(y))
 		VPSRLD(U8(16), v(y), v(y))
 		withC(v(hi), VPORD, VPORD_BCST, cQuiet, v(hi), K2, v(y)) // NaN lanes: (u >> 16) | 0x40
+		if nt {
+			h := YMM()
+			VPMOVDW(v(y), h)
+			VMOVNTDQ(h, m)
+			return
+		}
 		if pc.mask != nil {
 			VPMOVDW(v(y), pc.mask, m)
 		} else {

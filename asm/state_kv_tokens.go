@@ -81,7 +81,7 @@ type kvGen struct {
 // first read from memory (the write-allocate), as much traffic again as the writes; the one
 // store of a prefill or decode call (the last token's) is the state the next call reads, which
 // stays in the caches.
-func (v variant) ntStores() bool { return !v.bf16 }
+func (v variant) ntStores() bool { return !v.bf16 || v.a.evex }
 
 // ntSpan reports whether every piece of s is a whole vector (one a mask may cut, AVX-512), so that
 // the span's rows can go to a store with whole non-temporal vectors when V is a multiple of the
@@ -596,9 +596,9 @@ func (g *kvGen) token(s span, f form, accK, accQ []VecVirtual, cOff int) {
 				JE(LabelRef(no))
 			}
 			Label(yes)
-			TESTQ(U32(a.bytes()-1), dst)
+			TESTQ(U32(a.lanes*g.es()-1), dst)
 			JNZ(LabelRef(no))
-			TESTQ(U32(a.bytes()-1), dstStride)
+			TESTQ(U32(a.lanes*g.es()-1), dstStride)
 			JNZ(LabelRef(no))
 			MOVQ(U32(1), g.nt)
 			Label(no)
@@ -704,7 +704,18 @@ func (g *kvGen) rows(s span, f form, c VecVirtual, d []VecVirtual, accK, accQ []
 		CMPB(g.nt, U8(0))
 		JE(LabelRef(temporal))
 		for t, pc := range s.ps {
-			VMOVNTPS(a.view(get(t, unmasked(pc))), pc.at(dst, 4))
+			y := get(t, unmasked(pc))
+			if !g.bf16 {
+				VMOVNTPS(a.view(y), pc.at(dst, 4))
+				continue
+			}
+			if last {
+				// rounded in place: keep the register for the carry.
+				z := a.vec()
+				VMOVAPS(a.view(y), a.view(z))
+				y = z
+			}
+			bf16NT(a, y, pc.at(dst, 2))
 		}
 		JMP(LabelRef(stored))
 		Label(temporal)

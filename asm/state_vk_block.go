@@ -131,12 +131,12 @@ func (k *vkBlk) load(p GPVirtual, bf16 bool) {
 // the last token's after a token with one (ntStores, as the [K][V] routines).
 func (k *vkBlk) store(d GPVirtual, bf16 bool) {
 	b := k.b
-	if !b.v.bf16 && b.v.ntStores() {
+	if b.v.ntStores() && (bf16 || !b.v.bf16) { // a token's store, not a bf16 routine's f32 carry
 		r := b.r
 		temporal, nt, done := label("btemporal"), label("bsnapshot"), label("bstored")
 		CMPQ(r.k4, U32(64*b.n))
 		JNE(LabelRef(temporal))
-		TESTQ(U32(63), d)
+		TESTQ(U32(16*es(bf16)-1), d)
 		JNZ(LabelRef(temporal))
 		CMPQ(r.cnt, U8(1))
 		JNE(LabelRef(nt))
@@ -145,7 +145,7 @@ func (k *vkBlk) store(d GPVirtual, bf16 bool) {
 		CMPQ(Mem{Base: r.ps, Disp: -8}, U8(0))
 		JE(LabelRef(temporal))
 		Label(nt)
-		k.storeNT(d)
+		k.storeNT(d, bf16)
 		JMP(LabelRef(done))
 		Label(temporal)
 		k.storeRows(d, bf16)
@@ -155,9 +155,17 @@ func (k *vkBlk) store(d GPVirtual, bf16 bool) {
 	k.storeRows(d, bf16)
 }
 
-// storeNT copies the block's rows from work to d (clobbered) with non-temporal stores: every
-// position whole (K = 16·n).
-func (k *vkBlk) storeNT(d GPVirtual) {
+// es is the bytes of a stored element.
+func es(bf16 bool) int {
+	if bf16 {
+		return 2
+	}
+	return 4
+}
+
+// storeNT copies the block's rows from work to d (clobbered) with non-temporal stores, rounded to
+// bf16 if bf16: every position whole (K = 16·n).
+func (k *vkBlk) storeNT(d GPVirtual, bf16 bool) {
 	b := k.b
 	w := k.workPtr(0)
 	c := k.rowCount()
@@ -166,9 +174,17 @@ func (k *vkBlk) storeNT(d GPVirtual) {
 	for i := range b.n {
 		x := ZMM()
 		VMOVUPS(Mem{Base: w, Disp: i * 64}, x)
-		VMOVNTPS(x, Mem{Base: d, Disp: i * 64})
+		if bf16 {
+			bf16NT(b.a, x, Mem{Base: d, Disp: i * 32})
+		} else {
+			VMOVNTPS(x, Mem{Base: d, Disp: i * 64})
+		}
 	}
-	ADDQ(b.r.k4, d)
+	if bf16 {
+		ADDQ(b.r.ks, d)
+	} else {
+		ADDQ(b.r.k4, d)
+	}
 	ADDQ(U32(k.rb), w)
 	DECQ(c)
 	JNZ(LabelRef(l))
