@@ -33,7 +33,7 @@ var (
 	avx512Impl = withTokens(impl{name: "avx512", state: stateAVX512, gate: gateAVX512, l2: l2AVX512, scale: scaleChecked(scaleAVX512), widen: widenAVX512,
 		tokF32: [2]tokensF32{kvF32AVX512, vkF32AVX512}, tokBF16: [2]tokensBF16{kvBF16AVX512, vkBF16AVX512}}, [2]bool{true, true})
 	avx2Impl = withTokens(impl{name: "avx2", state: stateAVX2, gate: gateAVX2, l2: l2AVX2, scale: scaleChecked(scaleAVX2), widen: widenAVX2,
-		tokF32: [2]tokensF32{kvF32AVX2, vkF32AVX2}, tokBF16: [2]tokensBF16{kvBF16AVX2, vkBF16AVX2}}, [2]bool{true, false})
+		tokF32: [2]tokensF32{kvF32AVX2, vkF32AVX2}, tokBF16: [2]tokensBF16{kvBF16AVX2, vkBF16AVX2}}, [2]bool{true, true})
 )
 
 // stateAVX512 is stateGeneric in AVX-512: column blocks of 256 (whole rows up to V = 256), then one

@@ -639,6 +639,42 @@ func (b *vkBody) load(p GPVirtual, bf16 bool) {
 
 // store writes the group's rows to row pointer p (clobbered), bf16-rounded if bf16.
 func (b *vkBody) store(p GPVirtual, bf16 bool) {
+	if b.a.vkPairs() && !b.v.bf16 && b.v.ntStores() {
+		// AVX2 f32 (pairs and the one-row group): a token's store goes non-temporally when K is
+		// the shape's whole vectors, p is aligned to 32 bytes and the store is a snapshot (the
+		// rule of the [K][V] routines, ntStores).
+		r := b.r
+		temporal, nt, done := label("temporal"), label("snapshot"), label("stored")
+		CMPQ(r.k4, U32(4*b.a.lanes*b.n))
+		JNE(LabelRef(temporal))
+		TESTQ(U32(4*b.a.lanes-1), p)
+		JNZ(LabelRef(temporal))
+		CMPQ(r.cnt, U8(1))
+		JNE(LabelRef(nt))
+		CMPQ(r.t, U8(1))
+		JE(LabelRef(temporal))
+		CMPQ(Mem{Base: r.ps, Disp: -8}, U8(0))
+		JE(LabelRef(temporal))
+		Label(nt)
+		for row := range b.g {
+			if row > 0 {
+				ADDQ(r.k4, p)
+			}
+			for i := range b.n {
+				VMOVNTPS(b.a.view(b.get(row, i)), Mem{Base: p, Disp: i * 4 * b.a.lanes})
+			}
+		}
+		JMP(LabelRef(done))
+		Label(temporal)
+		b.storeRows(p, bf16)
+		Label(done)
+		return
+	}
+	b.storeRows(p, bf16)
+}
+
+// storeRows stores the group's rows to row pointer p (clobbered), bf16-rounded if bf16.
+func (b *vkBody) storeRows(p GPVirtual, bf16 bool) {
 	es := 4
 	idx := b.r.k4
 	if bf16 {
@@ -1199,7 +1235,7 @@ func stateVK(v variant) {
 		lo = n + 1
 	}
 	Label(done)
-	if v.ntStores() && a.vkBlocks() {
+	if v.ntStores() && (a.vkBlocks() || a.vkPairs() && !v.bf16) {
 		SFENCE() // the non-temporal stores (vkBlk.store) ordered before the caller's next stores
 	}
 	VZEROUPPER()
