@@ -12805,7 +12805,7 @@ stateKVf32AVX2_done_1:
 
 // func stateKVbf16AVX2(K int, V int, src []uint16, src32 []float32, stores []uintptr, carry []float32, kh []float32, qh []float32, v []float32, vs int, o []float32, tok []float32, work []float32, pf []uintptr)
 // Requires: AVX, AVX2, CMOV, FMA3, MMX+
-TEXT ·stateKVbf16AVX2(SB), NOSPLIT, $384-288
+TEXT ·stateKVbf16AVX2(SB), NOSPLIT, $392-288
 	MOVQ  K+0(FP), AX
 	MOVQ  V+8(FP), CX
 	MOVQ  tok_len+224(FP), DX
@@ -13097,8 +13097,34 @@ stateKVbf16AVX2_notlast_1:
 	LEAQ  (R9)(R8*2), R9
 
 stateKVbf16AVX2_nostore_1:
-	MOVQ  V+8(FP), R10
-	SHLQ  $0x01, R10
+	MOVQ V+8(FP), R10
+	SHLQ $0x01, R10
+
+	// Non-temporal stores for this token's rows: a store but the last token's after a token without one, the rows aligned whole vectors.
+	MOVQ  $0x00000000, 384(SP)
+	TESTQ R9, R9
+	JZ    stateKVbf16AVX2_temporal_1
+	MOVQ  48(SP), R11
+	INCQ  R11
+	MOVQ  tok_len+224(FP), R12
+	SHRQ  $0x02, R12
+	CMPQ  R11, R12
+	JNE   stateKVbf16AVX2_snapshot_1
+	MOVQ  48(SP), R11
+	TESTQ R11, R11
+	JZ    stateKVbf16AVX2_temporal_1
+	MOVQ  stores_base+64(FP), R12
+	CMPQ  -8(R12)(R11*8), $0x00
+	JE    stateKVbf16AVX2_temporal_1
+
+stateKVbf16AVX2_snapshot_1:
+	TESTQ $0x0000000f, R9
+	JNZ   stateKVbf16AVX2_temporal_1
+	TESTQ $0x0000000f, R10
+	JNZ   stateKVbf16AVX2_temporal_1
+	MOVQ  $0x00000001, 384(SP)
+
+stateKVbf16AVX2_temporal_1:
 	XORQ  R11, R11
 	MOVQ  48(SP), R12
 	INCQ  R12
@@ -13148,6 +13174,63 @@ stateKVbf16AVX2_rows_1:
 	VFMADD231PS  Y12, Y11, Y7
 	TESTQ        R9, R9
 	JZ           stateKVbf16AVX2_nostorerow_1
+	CMPB         384(SP), $0x00
+	JE           stateKVbf16AVX2_temporalrow_1
+	VMOVUPS      (AX), Y9
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        absmask<>+0(SB), Y9, Y11
+	VPCMPGTD     infbits<>+0(SB), Y11, Y12
+	VPAND        one_i<>+0(SB), Y10, Y11
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y11, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPOR         quiet<>+0(SB), Y10, Y10
+	VPBLENDVB    Y12, Y10, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X10
+	VPACKUSDW    X10, X9, X10
+	VMOVNTDQ     X10, (R9)
+	VMOVUPS      32(AX), Y9
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        absmask<>+0(SB), Y9, Y11
+	VPCMPGTD     infbits<>+0(SB), Y11, Y12
+	VPAND        one_i<>+0(SB), Y10, Y11
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y11, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPOR         quiet<>+0(SB), Y10, Y10
+	VPBLENDVB    Y12, Y10, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X10
+	VPACKUSDW    X10, X9, X10
+	VMOVNTDQ     X10, 16(R9)
+	VMOVUPS      64(AX), Y9
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        absmask<>+0(SB), Y9, Y11
+	VPCMPGTD     infbits<>+0(SB), Y11, Y12
+	VPAND        one_i<>+0(SB), Y10, Y11
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y11, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPOR         quiet<>+0(SB), Y10, Y10
+	VPBLENDVB    Y12, Y10, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X10
+	VPACKUSDW    X10, X9, X10
+	VMOVNTDQ     X10, 32(R9)
+	VMOVUPS      96(AX), Y9
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        absmask<>+0(SB), Y9, Y11
+	VPCMPGTD     infbits<>+0(SB), Y11, Y12
+	VPAND        one_i<>+0(SB), Y10, Y11
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y11, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPOR         quiet<>+0(SB), Y10, Y10
+	VPBLENDVB    Y12, Y10, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X10
+	VPACKUSDW    X10, X9, X10
+	VMOVNTDQ     X10, 48(R9)
+	JMP          stateKVbf16AVX2_storedrow_1
+
+stateKVbf16AVX2_temporalrow_1:
 	VMOVUPS      (AX), Y9
 	VPSRLD       $0x10, Y9, Y10
 	VPAND        absmask<>+0(SB), Y9, Y11
@@ -13200,7 +13283,9 @@ stateKVbf16AVX2_rows_1:
 	VEXTRACTI128 $0x01, Y9, X10
 	VPACKUSDW    X10, X9, X10
 	VMOVDQU      X10, 48(R9)
-	ADDQ         R10, R9
+
+stateKVbf16AVX2_storedrow_1:
+	ADDQ R10, R9
 
 stateKVbf16AVX2_nostorerow_1:
 	TESTQ   R11, R11
@@ -13291,8 +13376,34 @@ stateKVbf16AVX2_far_1:
 	LEAQ  (R9)(R8*2), R9
 
 stateKVbf16AVX2_nostore_2:
-	MOVQ  V+8(FP), R10
-	SHLQ  $0x01, R10
+	MOVQ V+8(FP), R10
+	SHLQ $0x01, R10
+
+	// Non-temporal stores for this token's rows: a store but the last token's after a token without one, the rows aligned whole vectors.
+	MOVQ  $0x00000000, 384(SP)
+	TESTQ R9, R9
+	JZ    stateKVbf16AVX2_temporal_2
+	MOVQ  48(SP), R11
+	INCQ  R11
+	MOVQ  tok_len+224(FP), R12
+	SHRQ  $0x02, R12
+	CMPQ  R11, R12
+	JNE   stateKVbf16AVX2_snapshot_2
+	MOVQ  48(SP), R11
+	TESTQ R11, R11
+	JZ    stateKVbf16AVX2_temporal_2
+	MOVQ  stores_base+64(FP), R12
+	CMPQ  -8(R12)(R11*8), $0x00
+	JE    stateKVbf16AVX2_temporal_2
+
+stateKVbf16AVX2_snapshot_2:
+	TESTQ $0x0000000f, R9
+	JNZ   stateKVbf16AVX2_temporal_2
+	TESTQ $0x0000000f, R10
+	JNZ   stateKVbf16AVX2_temporal_2
+	MOVQ  $0x00000001, 384(SP)
+
+stateKVbf16AVX2_temporal_2:
 	XORQ  R11, R11
 	MOVQ  48(SP), R12
 	INCQ  R12
@@ -13342,6 +13453,63 @@ stateKVbf16AVX2_rows_2:
 	VFMADD231PS  Y12, Y11, Y7
 	TESTQ        R9, R9
 	JZ           stateKVbf16AVX2_nostorerow_2
+	CMPB         384(SP), $0x00
+	JE           stateKVbf16AVX2_temporalrow_2
+	VMOVUPS      (AX), Y9
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        absmask<>+0(SB), Y9, Y11
+	VPCMPGTD     infbits<>+0(SB), Y11, Y12
+	VPAND        one_i<>+0(SB), Y10, Y11
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y11, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPOR         quiet<>+0(SB), Y10, Y10
+	VPBLENDVB    Y12, Y10, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X10
+	VPACKUSDW    X10, X9, X10
+	VMOVNTDQ     X10, (R9)
+	VMOVUPS      32(AX), Y9
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        absmask<>+0(SB), Y9, Y11
+	VPCMPGTD     infbits<>+0(SB), Y11, Y12
+	VPAND        one_i<>+0(SB), Y10, Y11
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y11, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPOR         quiet<>+0(SB), Y10, Y10
+	VPBLENDVB    Y12, Y10, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X10
+	VPACKUSDW    X10, X9, X10
+	VMOVNTDQ     X10, 16(R9)
+	VMOVUPS      64(AX), Y9
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        absmask<>+0(SB), Y9, Y11
+	VPCMPGTD     infbits<>+0(SB), Y11, Y12
+	VPAND        one_i<>+0(SB), Y10, Y11
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y11, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPOR         quiet<>+0(SB), Y10, Y10
+	VPBLENDVB    Y12, Y10, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X10
+	VPACKUSDW    X10, X9, X10
+	VMOVNTDQ     X10, 32(R9)
+	VMOVUPS      96(AX), Y9
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        absmask<>+0(SB), Y9, Y11
+	VPCMPGTD     infbits<>+0(SB), Y11, Y12
+	VPAND        one_i<>+0(SB), Y10, Y11
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y11, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPOR         quiet<>+0(SB), Y10, Y10
+	VPBLENDVB    Y12, Y10, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X10
+	VPACKUSDW    X10, X9, X10
+	VMOVNTDQ     X10, 48(R9)
+	JMP          stateKVbf16AVX2_storedrow_2
+
+stateKVbf16AVX2_temporalrow_2:
 	VMOVUPS      (AX), Y9
 	VPSRLD       $0x10, Y9, Y10
 	VPAND        absmask<>+0(SB), Y9, Y11
@@ -13394,7 +13562,9 @@ stateKVbf16AVX2_rows_2:
 	VEXTRACTI128 $0x01, Y9, X10
 	VPACKUSDW    X10, X9, X10
 	VMOVDQU      X10, 48(R9)
-	ADDQ         R10, R9
+
+stateKVbf16AVX2_storedrow_2:
+	ADDQ R10, R9
 
 stateKVbf16AVX2_nostorerow_2:
 	TESTQ   R11, R11
@@ -13633,8 +13803,34 @@ stateKVbf16AVX2_notlast_2:
 	LEAQ  (R9)(R8*2), R9
 
 stateKVbf16AVX2_nostore_3:
-	MOVQ  V+8(FP), R10
-	SHLQ  $0x01, R10
+	MOVQ V+8(FP), R10
+	SHLQ $0x01, R10
+
+	// Non-temporal stores for this token's rows: a store but the last token's after a token without one, the rows aligned whole vectors.
+	MOVQ  $0x00000000, 384(SP)
+	TESTQ R9, R9
+	JZ    stateKVbf16AVX2_temporal_3
+	MOVQ  48(SP), R11
+	INCQ  R11
+	MOVQ  tok_len+224(FP), R12
+	SHRQ  $0x02, R12
+	CMPQ  R11, R12
+	JNE   stateKVbf16AVX2_snapshot_3
+	MOVQ  48(SP), R11
+	TESTQ R11, R11
+	JZ    stateKVbf16AVX2_temporal_3
+	MOVQ  stores_base+64(FP), R12
+	CMPQ  -8(R12)(R11*8), $0x00
+	JE    stateKVbf16AVX2_temporal_3
+
+stateKVbf16AVX2_snapshot_3:
+	TESTQ $0x0000000f, R9
+	JNZ   stateKVbf16AVX2_temporal_3
+	TESTQ $0x0000000f, R10
+	JNZ   stateKVbf16AVX2_temporal_3
+	MOVQ  $0x00000001, 384(SP)
+
+stateKVbf16AVX2_temporal_3:
 	XORQ  R11, R11
 	MOVQ  48(SP), R12
 	INCQ  R12
@@ -13672,6 +13868,37 @@ stateKVbf16AVX2_rows_3:
 	VFMADD231PS  Y8, Y7, Y3
 	TESTQ        R9, R9
 	JZ           stateKVbf16AVX2_nostorerow_3
+	CMPB         384(SP), $0x00
+	JE           stateKVbf16AVX2_temporalrow_3
+	VMOVUPS      (AX), Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X6
+	VPACKUSDW    X6, X5, X6
+	VMOVNTDQ     X6, (R9)
+	VMOVUPS      32(AX), Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X6
+	VPACKUSDW    X6, X5, X6
+	VMOVNTDQ     X6, 16(R9)
+	JMP          stateKVbf16AVX2_storedrow_3
+
+stateKVbf16AVX2_temporalrow_3:
 	VMOVUPS      (AX), Y5
 	VPSRLD       $0x10, Y5, Y6
 	VPAND        absmask<>+0(SB), Y5, Y7
@@ -13698,7 +13925,9 @@ stateKVbf16AVX2_rows_3:
 	VEXTRACTI128 $0x01, Y5, X6
 	VPACKUSDW    X6, X5, X6
 	VMOVDQU      X6, 16(R9)
-	ADDQ         R10, R9
+
+stateKVbf16AVX2_storedrow_3:
+	ADDQ R10, R9
 
 stateKVbf16AVX2_nostorerow_3:
 	TESTQ   R11, R11
@@ -13765,8 +13994,34 @@ stateKVbf16AVX2_far_2:
 	LEAQ  (R9)(R8*2), R9
 
 stateKVbf16AVX2_nostore_4:
-	MOVQ  V+8(FP), R10
-	SHLQ  $0x01, R10
+	MOVQ V+8(FP), R10
+	SHLQ $0x01, R10
+
+	// Non-temporal stores for this token's rows: a store but the last token's after a token without one, the rows aligned whole vectors.
+	MOVQ  $0x00000000, 384(SP)
+	TESTQ R9, R9
+	JZ    stateKVbf16AVX2_temporal_4
+	MOVQ  48(SP), R11
+	INCQ  R11
+	MOVQ  tok_len+224(FP), R12
+	SHRQ  $0x02, R12
+	CMPQ  R11, R12
+	JNE   stateKVbf16AVX2_snapshot_4
+	MOVQ  48(SP), R11
+	TESTQ R11, R11
+	JZ    stateKVbf16AVX2_temporal_4
+	MOVQ  stores_base+64(FP), R12
+	CMPQ  -8(R12)(R11*8), $0x00
+	JE    stateKVbf16AVX2_temporal_4
+
+stateKVbf16AVX2_snapshot_4:
+	TESTQ $0x0000000f, R9
+	JNZ   stateKVbf16AVX2_temporal_4
+	TESTQ $0x0000000f, R10
+	JNZ   stateKVbf16AVX2_temporal_4
+	MOVQ  $0x00000001, 384(SP)
+
+stateKVbf16AVX2_temporal_4:
 	XORQ  R11, R11
 	MOVQ  48(SP), R12
 	INCQ  R12
@@ -13804,6 +14059,37 @@ stateKVbf16AVX2_rows_4:
 	VFMADD231PS  Y8, Y7, Y3
 	TESTQ        R9, R9
 	JZ           stateKVbf16AVX2_nostorerow_4
+	CMPB         384(SP), $0x00
+	JE           stateKVbf16AVX2_temporalrow_4
+	VMOVUPS      (AX), Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X6
+	VPACKUSDW    X6, X5, X6
+	VMOVNTDQ     X6, (R9)
+	VMOVUPS      32(AX), Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        absmask<>+0(SB), Y5, Y7
+	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VPAND        one_i<>+0(SB), Y6, Y7
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y7, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y6, Y6
+	VPBLENDVB    Y8, Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X6
+	VPACKUSDW    X6, X5, X6
+	VMOVNTDQ     X6, 16(R9)
+	JMP          stateKVbf16AVX2_storedrow_4
+
+stateKVbf16AVX2_temporalrow_4:
 	VMOVUPS      (AX), Y5
 	VPSRLD       $0x10, Y5, Y6
 	VPAND        absmask<>+0(SB), Y5, Y7
@@ -13830,7 +14116,9 @@ stateKVbf16AVX2_rows_4:
 	VEXTRACTI128 $0x01, Y5, X6
 	VPACKUSDW    X6, X5, X6
 	VMOVDQU      X6, 16(R9)
-	ADDQ         R10, R9
+
+stateKVbf16AVX2_storedrow_4:
+	ADDQ R10, R9
 
 stateKVbf16AVX2_nostorerow_4:
 	TESTQ   R11, R11
@@ -14734,6 +15022,7 @@ stateKVbf16AVX2_blockdone_1:
 	JMP  stateKVbf16AVX2_blocks_1
 
 stateKVbf16AVX2_done_1:
+	SFENCE
 	VZEROUPPER
 	RET
 

@@ -104,14 +104,9 @@ func exp32(a isa, pc piece, x VecVirtual) {
 // bf16 stores BF16RNE(y) (see gdn_generic.go) for the piece's lanes at m; y is clobbered.
 func bf16(a isa, pc piece, y VecVirtual, m Mem) { bf16Stored(a, pc, y, m, false) }
 
-// bf16NT is bf16 for a whole ZMM (AVX-512) stored with a non-temporal store: m aligned to 32
-// bytes.
-func bf16NT(a isa, y VecVirtual, m Mem) {
-	if !a.evex {
-		panic("bf16NT: AVX-512 only")
-	}
-	bf16Stored(a, piece{w: 16}, y, m, true)
-}
+// bf16NT is bf16 for a whole vector stored with a non-temporal store: m aligned to its bytes
+// (32 for a ZMM's bf16, 16 for a YMM's).
+func bf16NT(a isa, y VecVirtual, m Mem) { bf16Stored(a, piece{w: a.lanes}, y, m, true) }
 
 // bf16Stored is bf16, the store non-temporal (and whole) when nt.
 func bf16Stored(a isa, pc piece, y VecVirtual, m Mem, nt bool) {
@@ -158,6 +153,10 @@ func bf16Stored(a isa, pc piece, y VecVirtual, m Mem, nt bool) {
 		h := XMM()
 		VEXTRACTI128(U8(1), y.AsY(), h)
 		VPACKUSDW(h, y.AsX(), h) // values ≤ 0xffff: no saturation
+		if nt {
+			VMOVNTDQ(h, m)
+			return
+		}
 		VMOVDQU(h, m)
 	case 4:
 		VPACKUSDW(y.AsX(), y.AsX(), y.AsX())

@@ -81,7 +81,7 @@ type kvGen struct {
 // first read from memory (the write-allocate), as much traffic again as the writes; the one
 // store of a prefill or decode call (the last token's) is the state the next call reads, which
 // stays in the caches.
-func (v variant) ntStores() bool { return !v.bf16 || v.a.evex }
+func (v variant) ntStores() bool { return true }
 
 // ntSpan reports whether every piece of s is a whole vector (one a mask may cut, AVX-512), so that
 // the span's rows can go to a store with whole non-temporal vectors when V is a multiple of the
