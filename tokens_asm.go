@@ -48,16 +48,17 @@ func asmTokensF32(r tokensF32, snapOnce bool) stateFunc {
 	}
 }
 
-// perToken (the routines without non-temporal snapshot stores: snapOnce false) runs the tokens
-// of h one call each, token τ from the state token τ − 1 stored (src for the first) into its own
-// store: the calls of a snapshot after every token (speculative verification). One call of T tokens keeps column blocks or row groups in the cache across
-// the tokens and writes each snapshot in pieces, a piece per block and token, hopping between
-// the T snapshots; calls of one token write each snapshot as one sequential stream, which
-// memory takes about twice as fast when the snapshots do not fit the caches (Qwen3-Next, B = 8,
-// T = 4, avx512: 6.4–7.5 ms → 3.6–3.8 ms a call). The routines that write those snapshots
-// non-temporally (snapOnce) need no such split: one call of T tokens, with neither the hops'
-// cost nor the write-allocate reads, took 2.2–2.3 ms. The bits are the same: the routines give T
-// calls of one token the bits of one call of T tokens (the state stays float32 between tokens).
+// perToken (the routines without non-temporal snapshot stores, snapOnce false: NEON) runs the
+// tokens of h one call each, token τ from the state token τ − 1 stored (src for the first) into
+// its own store: the calls of a snapshot after every token (speculative verification). One call of
+// T tokens keeps column blocks or row groups in the cache across the tokens and writes each
+// snapshot in pieces, a piece per block and token, hopping between the T snapshots; calls of one
+// token write each snapshot as one sequential stream, which memory takes about twice as fast when
+// the snapshots do not fit the caches (Qwen3-Next, B = 8, T = 4, avx512 before its non-temporal
+// stores: 6.4–7.5 ms → 3.6–3.8 ms a call). The routines that write those snapshots non-temporally
+// (snapOnce) need no such split: one call of T tokens, with neither the hops' cost nor the
+// write-allocate reads, takes 2.2–2.3 ms. The bits are the same: the routines give T calls of one
+// token the bits of one call of T tokens (the state stays float32 between tokens).
 func perToken(r tokensF32, h *headCall, src []float32, stores []unsafe.Pointer) {
 	K, V, hs := h.K, h.V, h.K*h.V
 	for τ, p := range stores {
