@@ -199,7 +199,8 @@ func (s *Scratch) ensure(K, V int) {
 	s.dst = make([]stateRef, chunk)
 	s.stores = make([]unsafe.Pointer, chunk)
 	s.zero32, s.zero16 = make([]float32, K*V), make([]uint16, K*V)
-	s.hc = headCall{K: K, V: V, tmp: s.tmp, slab: s.slab, stores: s.stores, zero32: s.zero32, zero16: s.zero16}
+	pf := make([]uintptr, 0, 14*chunk) // per token at most v, z, q, k, Out, OutF32 and the group's end
+	s.hc = headCall{K: K, V: V, tmp: s.tmp, slab: s.slab, stores: s.stores, zero32: s.zero32, zero16: s.zero16, pf: pf}
 }
 
 // RunBatch runs the work items [lo, hi) of b (see Items) with this kernel, which must implement
@@ -482,10 +483,10 @@ func (d *driver) ahead(h, c0, c1, hk int, qk bool) {
 	b, s := d.b, d.s
 	K, V, HV := b.K, b.V, b.VHeads
 	pf := s.hc.pf[:0]
-	if c1-c0 < 2 {
+	if c1-c0 < 2 || !d.im.prefetches {
 		// Not for a call of one token (decode): its rows are 2 KiB against the state's 64 KiB
 		// (Qwen3-Next), and building the list cost more than it saved (B = 1, from L2/L3: +1.5 to
-		// +3.3 % a call).
+		// +3.3 % a call). Nor for a kernel whose routines do not issue it.
 		s.hc.pf = pf
 		return
 	}

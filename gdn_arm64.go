@@ -27,7 +27,7 @@ func arm64Kernels() []*impl {
 var neonImpl = neonLimits(withTokens(impl{name: "neon", state: stateNEON, gate: gateNEON, l2: l2NEON, scale: scale, widen: widenNEON,
 	tokF32:  [2]tokensF32{noPrefetchF32(stateKVf32NEON), noPrefetchF32(stateVKf32NEON)},
 	tokBF16: [2]tokensBF16{noPrefetchBF16(stateKVbf16NEON), noPrefetchBF16(stateVKbf16NEON)},
-}, [2]bool{}))
+}, [2]snapOnce{}))
 
 // noPrefetchF32 and noPrefetchBF16 adapt a NEON routine, which takes no prefetch list, to the flat
 // signatures (the list is a hint; the NEON routines do not issue it).

@@ -47,6 +47,8 @@ type impl struct {
 	// the flat signature the cells adapt (asmTokensF32, asmTokensBF16; nil: none).
 	tokF32  [2]tokensF32
 	tokBF16 [2]tokensBF16
+	// prefetches reports that the routines over T tokens issue the prefetch list (headCall.pf).
+	prefetches bool
 }
 
 var genericImpl = impl{

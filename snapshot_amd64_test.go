@@ -13,6 +13,29 @@ import (
 	"github.com/gdnsimd/gdnsimd/internal/kerneltest"
 )
 
+// guardedAt16 is guardedAt for n uint16s (bf16 stores), with 32 of a sentinel on either side.
+func guardedAt16(n, off int) ([]uint16, func() bool) {
+	const g = 32
+	buf := make([]uint16, n+2*g+64)
+	base := (64 - int(uintptr(unsafe.Pointer(&buf[g]))%64)) % 64
+	start := g + (base+off)/2
+	for i := range buf {
+		buf[i] = 0x7fa5
+	}
+	s := buf[start : start+n : start+n]
+	for i := range s {
+		s[i] = 0
+	}
+	return s, func() bool {
+		for i, x := range buf {
+			if (i < start || i >= start+n) && x != 0x7fa5 {
+				return false
+			}
+		}
+		return true
+	}
+}
+
 // guardedAt returns n float32s starting off bytes past a 64-byte boundary, with 16 float32s of a
 // sentinel on either side, and the check that the sentinels are intact.
 func guardedAt(n, off int) ([]float32, func() bool) {
@@ -63,8 +86,8 @@ func TestSnapshotsNonTemporal(t *testing.T) {
 		}
 		for l, layout := range []string{"kv", "vk"} {
 			f := gdnsimd.TokensOf(k).F32[l]
-			for _, K := range []int{1, 8, 16, 17, 128} {
-				for _, V := range []int{16, 37, 64, 80, 128, 144} {
+			for _, K := range []int{1, 8, 16, 17, 32, 64, 96, 128} { // every [V][K] shape of whole vectors, and others
+				for _, V := range []int{16, 32, 37, 48, 64, 80, 96, 112, 128, 144} { // [K][V] blocks of 1–4 ZMM, 2 and 4 YMM
 					hs := K * V
 					for _, T := range []int{2, 3, 5} {
 						for _, off := range []int{0, 4, 16, 32} {
@@ -135,17 +158,22 @@ func TestSnapshotsNonTemporal(t *testing.T) {
 								}
 								fb := gdnsimd.TokensOf(k).BF16[l]
 								stores16 := make([]unsafe.Pointer, T)
+								var checks16 []func() bool
 								got16 := make([][]uint16, T)
 								for τ := range T {
 									if at(τ) {
-										b := make([]uint16, hs+64)
-										i := (64-int(uintptr(unsafe.Pointer(&b[0]))%64))%64/2 + off/2
-										got16[τ] = b[i : i+hs : i+hs]
-										stores16[τ] = unsafe.Pointer(&got16[τ][0])
+										b, ok := guardedAt16(hs, off)
+										got16[τ], stores16[τ] = b, unsafe.Pointer(&b[0])
+										checks16 = append(checks16, ok)
 									}
 								}
 								o16, carry := make([]float32, T*V), make([]float32, hs)
 								fb(K, V, src16, nil, stores16, carry, kh, qh, v, V, o16, tok, nil)
+								for _, ok := range checks16 {
+									if !ok() {
+										t.Fatalf("%s bf16: written around a store", what)
+									}
+								}
 								var cur32 []float32
 								for τ := range T {
 									next := make([]float32, hs)

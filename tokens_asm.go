@@ -4,14 +4,27 @@ package gdnsimd
 
 import "unsafe"
 
-// withTokens fills the cells that im's flat routines implement and returns im. snapOnce reports,
-// by layout, that im's f32 routine writes the stores before a call's last token non-temporally,
-// so that a call with a store at every token (verification) is one call of T tokens rather than T
-// calls of one (perToken).
-func withTokens(im impl, snapOnce [2]bool) impl {
+// snapOnce reports whether an f32 routine writes the stores of a call with a store at every token
+// (verification) non-temporally, for a head of K×V and those stores, so that the call is one call
+// of T tokens rather than T calls of one (perToken). nil: never.
+type snapOnce func(K, V int, stores []unsafe.Pointer) bool
+
+// aligned reports whether every store is aligned to a bytes.
+func aligned(stores []unsafe.Pointer, a uintptr) bool {
+	for _, p := range stores {
+		if uintptr(p)%a != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// withTokens fills the cells that im's flat routines implement and returns im; once holds the
+// snapOnce of im's f32 routines by layout.
+func withTokens(im impl, once [2]snapOnce) impl {
 	for l := range 2 {
 		if r := im.tokF32[l]; r != nil {
-			im.cells[0][l] = asmTokensF32(r, snapOnce[l])
+			im.cells[0][l] = asmTokensF32(r, once[l])
 		}
 		if r := im.tokBF16[l]; r != nil {
 			im.cells[1][l] = asmTokensBF16(r)
@@ -22,7 +35,7 @@ func withTokens(im impl, snapOnce [2]bool) impl {
 
 // asmTokensF32 makes a stateFunc of an f32 routine: every dst is f32 (an f32 pool, or the carry
 // the driver adds at a chunk's end).
-func asmTokensF32(r tokensF32, snapOnce bool) stateFunc {
+func asmTokensF32(r tokensF32, once snapOnce) stateFunc {
 	return func(h *headCall) {
 		hs := h.K * h.V
 		src := h.src.f32
@@ -39,7 +52,7 @@ func asmTokensF32(r tokensF32, snapOnce bool) stateFunc {
 				every = false
 			}
 		}
-		if every && !snapOnce {
+		if every && (once == nil || !once(h.K, h.V, stores)) {
 			perToken(r, h, src[:hs:hs], stores)
 		} else {
 			r(h.K, h.V, src[:hs:hs], stores, h.kh, h.qh, h.v, h.vs, h.o, h.tok, h.pf)
@@ -48,7 +61,7 @@ func asmTokensF32(r tokensF32, snapOnce bool) stateFunc {
 	}
 }
 
-// perToken (the routines without non-temporal snapshot stores, snapOnce false: NEON) runs the
+// perToken (the routines and shapes without non-temporal snapshot stores: snapOnce) runs the
 // tokens of h one call each, token τ from the state token τ − 1 stored (src for the first) into
 // its own store: the calls of a snapshot after every token (speculative verification). One call of
 // T tokens keeps column blocks or row groups in the cache across the tokens and writes each

@@ -12,7 +12,8 @@ import (
 // pass (group), so those rows arrive while this call computes instead of one after another at
 // the start of the next (avx512, Qwen3-Next prefill: see doc/performance.md). A prefetch touches
 // no memory architecturally and cannot fault, whatever the address; the list itself is read
-// only within its length (an odd last word is ignored).
+// only within its length (an odd last word is ignored). A count is trusted: the driver's are at
+// most a row's lines (a huge one would only spin).
 type prefetchList struct {
 	next, end Mem // frame slots: the next entry, the end of the whole entries
 }
