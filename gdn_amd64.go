@@ -40,6 +40,16 @@ var (
 		tokF32: [2]tokensF32{kvF32AVX2, vkF32AVX2}, tokBF16: [2]tokensBF16{kvBF16AVX2, vkBF16AVX2}}, [2]snapOnce{kvSnap(32), vkSnap2})
 )
 
+// aligned reports whether every store is aligned to a bytes.
+func aligned(stores []unsafe.Pointer, a uintptr) bool {
+	for _, p := range stores {
+		if uintptr(p)%a != 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // The shapes and stores whose verification snapshots the routines write non-temporally (the
 // conditions in asm/state_kv_tokens.go, ntStores and token; asm/state_vk_block.go, vkBlk.store;
 // asm/state_vk.go, vkBody.store): [K][V], V a multiple of 16 (every block a fixed span of whole

@@ -9,16 +9,6 @@ import "unsafe"
 // of T tokens rather than T calls of one (perToken). nil: never.
 type snapOnce func(K, V int, stores []unsafe.Pointer) bool
 
-// aligned reports whether every store is aligned to a bytes.
-func aligned(stores []unsafe.Pointer, a uintptr) bool {
-	for _, p := range stores {
-		if uintptr(p)%a != 0 {
-			return false
-		}
-	}
-	return true
-}
-
 // withTokens fills the cells that im's flat routines implement and returns im; once holds the
 // snapOnce of im's f32 routines by layout.
 func withTokens(im impl, once [2]snapOnce) impl {
