@@ -371,31 +371,31 @@ func (d *driver) sequence(n, hlo, hhi int) {
 	if t1-t0 > chunk {
 		per = min(G, groupMax)
 	}
-	// The group calls, each with the first head of the call after it (for ahead; −1: none).
+	// The group of k-head hk is the value heads base + j·step, j < G. Each group call is made
+	// once the next is known: its first head and k-head are what ahead prefetches (−1: none).
+	base, step := 0, 1
+	if b.GQATiled {
+		step = HK
+	}
 	type call struct{ hk, h0, g int }
 	var prev call
-	first := true
+	have := false
 	for hk := range HK {
-		// The group of k-head hk is the value heads base + j·step, j < G.
-		base, step := hk*G, 1
+		base = hk * G
 		if b.GQATiled {
-			base, step = hk, HK
+			base = hk
 		}
 		jlo := min(G, (max(0, hlo-base)+step-1)/step)
 		jhi := min(G, (max(0, hhi-base)+step-1)/step)
 		for j := jlo; j < jhi; j += per {
 			c := call{hk, base + j*step, min(per, jhi-j)}
-			if !first {
+			if have {
 				d.group(prev.hk, prev.h0, step, prev.g, t0, t1, read, c.h0, c.hk)
 			}
-			prev, first = c, false
+			prev, have = c, true
 		}
 	}
-	if !first {
-		step := 1
-		if b.GQATiled {
-			step = HK
-		}
+	if have {
 		d.group(prev.hk, prev.h0, step, prev.g, t0, t1, read, -1, 0)
 	}
 }

@@ -10,7 +10,6 @@ import (
 	"unsafe"
 
 	"github.com/gdnsimd/gdnsimd"
-	"github.com/gdnsimd/gdnsimd/internal/kerneltest"
 )
 
 // hostileList is a prefetch list (tokensF32's pf: entries of an address and a count of 64-byte
@@ -45,11 +44,7 @@ func hostileList(t *testing.T, groups int, keep *[]*pageEnd) []uintptr {
 // prefetch list (hostileList), and holds the outputs and the stored states to the bits of the same
 // call without one: the list is a hint that changes nothing and touches nothing.
 func TestPrefetchListHarmless(t *testing.T) {
-	kerneltest.ForEach(t, func(t *testing.T, name string) {
-		if name != "avx512" && name != "avx2" {
-			t.Skip("not an amd64 assembly kernel")
-		}
-		k, _ := gdnsimd.Lookup(name)
+	forEachAmd64(t, func(t *testing.T, name string, k gdnsimd.Kernel) {
 		tk := gdnsimd.TokensOf(k)
 		var keep []*pageEnd
 		defer func() {
@@ -58,27 +53,11 @@ func TestPrefetchListHarmless(t *testing.T) {
 			}
 		}()
 		r := rand.New(rand.NewPCG(41, 42))
-		vec := func(n int, sd float64) []float32 {
-			x := make([]float32, n)
-			for i := range x {
-				x[i] = float32(sd * r.NormFloat64())
-			}
-			return x
-		}
 		for _, sh := range [][2]int{{128, 128}, {96, 80}, {8, 3}, {17, 5}} {
 			K, V := sh[0], sh[1]
 			hs := K * V
 			for _, T := range []int{1, 2, 5, 9} {
-				src := vec(hs, 0.5)
-				kh, qh, v := vec(T*K, 1/math.Sqrt(float64(K))), vec(T*K, 1/math.Sqrt(float64(K))), vec(T*V, 1)
-				tok := make([]float32, 4*T)
-				for τ := range T {
-					em1 := float32(-0.03)
-					if τ%2 == 1 {
-						em1 = -0.9
-					}
-					tok[4*τ], tok[4*τ+1], tok[4*τ+2], tok[4*τ+3] = em1, 1+em1, 0.7, 0.2
-				}
+				src, kh, qh, v, tok := tokenCall(r, K, V, T)
 				pf := hostileList(t, 3*T+4, &keep)
 				for l, layout := range []string{"kv", "vk"} {
 					what := fmt.Sprintf("%s %s K=%d V=%d T=%d", name, layout, K, V, T)

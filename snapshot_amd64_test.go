@@ -13,51 +13,34 @@ import (
 	"github.com/gdnsimd/gdnsimd/internal/kerneltest"
 )
 
-// guardedAt16 is guardedAt for n uint16s (bf16 stores), with 32 of a sentinel on either side.
-func guardedAt16(n, off int) ([]uint16, func() bool) {
-	const g = 32
-	buf := make([]uint16, n+2*g+64)
-	base := (64 - int(uintptr(unsafe.Pointer(&buf[g]))%64)) % 64
-	start := g + (base+off)/2
-	for i := range buf {
-		buf[i] = 0x7fa5
-	}
-	s := buf[start : start+n : start+n]
-	for i := range s {
-		s[i] = 0
-	}
-	return s, func() bool {
-		for i, x := range buf {
-			if (i < start || i >= start+n) && x != 0x7fa5 {
-				return false
-			}
+// forEachAmd64 runs f for each amd64 assembly kernel (avx512, avx2), a visible skip for the others.
+func forEachAmd64(t *testing.T, f func(t *testing.T, name string, k gdnsimd.Kernel)) {
+	kerneltest.ForEach(t, func(t *testing.T, name string) {
+		if name != "avx512" && name != "avx2" {
+			t.Skip("not an amd64 assembly kernel")
 		}
-		return true
-	}
+		k, _ := gdnsimd.Lookup(name)
+		f(t, name, k)
+	})
 }
 
-// guardedAt returns n float32s starting off bytes past a 64-byte boundary, with 16 float32s of a
-// sentinel on either side, and the check that the sentinels are intact.
-func guardedAt(n, off int) ([]float32, func() bool) {
-	const g = 16
-	buf := make([]float32, n+2*g+32)
-	base := (64 - int(uintptr(unsafe.Pointer(&buf[g]))%64)) % 64 // bytes to the boundary after buf[g]
-	start := g + (base+off)/4
-	for i := range buf {
-		buf[i] = math.Float32frombits(0x7fa5a5a5)
-	}
-	s := buf[start : start+n : start+n]
-	for i := range s {
-		s[i] = 0
-	}
-	return s, func() bool {
-		for i, x := range buf {
-			if (i < start || i >= start+n) && math.Float32bits(x) != 0x7fa5a5a5 {
-				return false
-			}
+// tokenCall returns random inputs of a call of T tokens over a K×V head: the state, k̂, q̂ (rows of
+// norm about 1), v and tok, the tokens alternating between the two decay forms (em1 −0.03, −0.9).
+func tokenCall(r *rand.Rand, K, V, T int) (src, kh, qh, v, tok []float32) {
+	src, kh, qh, v = make([]float32, K*V), make([]float32, T*K), make([]float32, T*K), make([]float32, T*V)
+	fill(r, src, 0.5)
+	fill(r, kh, 1/math.Sqrt(float64(K)))
+	fill(r, qh, 1/math.Sqrt(float64(K)))
+	fill(r, v, 1)
+	tok = make([]float32, 4*T)
+	for τ := range T {
+		em1 := float32(-0.03)
+		if τ%2 == 1 {
+			em1 = -0.9
 		}
-		return true
+		tok[4*τ], tok[4*τ+1], tok[4*τ+2], tok[4*τ+3] = em1, 1+em1, 0.7, 0.2
 	}
+	return
 }
 
 // TestSnapshotsNonTemporal holds the amd64 routines over T tokens of both layouts with a store at
@@ -71,19 +54,8 @@ func guardedAt(n, off int) ([]float32, func() bool) {
 // every token or at some only (the last token's after a token without a store is an ordinary one),
 // nothing written around them.
 func TestSnapshotsNonTemporal(t *testing.T) {
-	kerneltest.ForEach(t, func(t *testing.T, name string) {
-		if name != "avx512" && name != "avx2" {
-			t.Skip("not an amd64 assembly kernel")
-		}
-		k, _ := gdnsimd.Lookup(name)
+	forEachAmd64(t, func(t *testing.T, name string, k gdnsimd.Kernel) {
 		r := rand.New(rand.NewPCG(51, 52))
-		vec := func(n int, sd float64) []float32 {
-			x := make([]float32, n)
-			for i := range x {
-				x[i] = float32(sd * r.NormFloat64())
-			}
-			return x
-		}
 		for l, layout := range []string{"kv", "vk"} {
 			f := gdnsimd.TokensOf(k).F32[l]
 			for _, K := range []int{1, 8, 16, 17, 32, 64, 96, 128} { // every [V][K] shape of whole vectors, and others
@@ -102,32 +74,21 @@ func TestSnapshotsNonTemporal(t *testing.T) {
 									}
 									return true
 								}
-								src := vec(hs, 0.5)
-								kh, qh, v := vec(T*K, 1/math.Sqrt(float64(K))), vec(T*K, 1/math.Sqrt(float64(K))), vec(T*V, 1)
-								tok := make([]float32, 4*T)
-								for τ := range T {
-									em1 := float32(-0.03)
-									if τ%2 == 1 {
-										em1 = -0.9
-									}
-									tok[4*τ], tok[4*τ+1], tok[4*τ+2], tok[4*τ+3] = em1, 1+em1, 0.7, 0.2
-								}
+								src, kh, qh, v, tok := tokenCall(r, K, V, T)
 								stores := make([]unsafe.Pointer, T)
 								got := make([][]float32, T)
-								var checks []func() bool
+								var checks []func(string)
 								for τ := range T {
 									if at(τ) {
-										s, ok := guardedAt(hs, off)
+										s, chk := kerneltest.Guarded[float32](t, hs, off/4)
 										got[τ], stores[τ] = s, unsafe.Pointer(&s[0])
-										checks = append(checks, ok)
+										checks = append(checks, chk)
 									}
 								}
 								o := make([]float32, T*V)
 								f(K, V, src, stores, kh, qh, v, V, o, tok, nil)
-								for _, ok := range checks {
-									if !ok() {
-										t.Fatalf("%s: written around a store", what)
-									}
+								for _, chk := range checks {
+									chk(what + ": a store's guards")
 								}
 								// The reference: one call per token, from the state the last one stored.
 								cur := append([]float32(nil), src...)
@@ -158,21 +119,19 @@ func TestSnapshotsNonTemporal(t *testing.T) {
 								}
 								fb := gdnsimd.TokensOf(k).BF16[l]
 								stores16 := make([]unsafe.Pointer, T)
-								var checks16 []func() bool
+								var checks16 []func(string)
 								got16 := make([][]uint16, T)
 								for τ := range T {
 									if at(τ) {
-										b, ok := guardedAt16(hs, off)
+										b, chk := kerneltest.Guarded[uint16](t, hs, off/2)
 										got16[τ], stores16[τ] = b, unsafe.Pointer(&b[0])
-										checks16 = append(checks16, ok)
+										checks16 = append(checks16, chk)
 									}
 								}
 								o16, carry := make([]float32, T*V), make([]float32, hs)
 								fb(K, V, src16, nil, stores16, carry, kh, qh, v, V, o16, tok, nil)
-								for _, ok := range checks16 {
-									if !ok() {
-										t.Fatalf("%s bf16: written around a store", what)
-									}
+								for _, chk := range checks16 {
+									chk(what + " bf16: a store's guards")
 								}
 								var cur32 []float32
 								for τ := range T {

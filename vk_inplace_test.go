@@ -10,7 +10,6 @@ import (
 	"unsafe"
 
 	"github.com/gdnsimd/gdnsimd"
-	"github.com/gdnsimd/gdnsimd/internal/kerneltest"
 )
 
 // TestVKInPlace holds the amd64 [V][K] f32 routines, one token stored over its own src (the
@@ -18,11 +17,7 @@ import (
 // tail; AVX2's overlapping last vector, whose lanes the vector before it also writes, must be read
 // before either is stored), V odd and even (pairs and the one-row group), both decay forms.
 func TestVKInPlace(t *testing.T) {
-	kerneltest.ForEach(t, func(t *testing.T, name string) {
-		if name != "avx512" && name != "avx2" {
-			t.Skip("not an amd64 assembly kernel")
-		}
-		k, _ := gdnsimd.Lookup(name)
+	forEachAmd64(t, func(t *testing.T, name string, k gdnsimd.Kernel) {
 		f := gdnsimd.TokensOf(k).F32[gdnsimd.VK]
 		r := rand.New(rand.NewPCG(31, 32))
 		for K := 1; K <= 140; K++ {

@@ -25,11 +25,7 @@ import (
 func TestVKTails(t *testing.T) {
 	ref, _ := gdnsimd.Lookup("generic")
 	rt := gdnsimd.TokensOf(ref)
-	kerneltest.ForEach(t, func(t *testing.T, name string) {
-		if name != "avx512" && name != "avx2" {
-			t.Skip("not an amd64 assembly kernel")
-		}
-		k, _ := gdnsimd.Lookup(name)
+	forEachAmd64(t, func(t *testing.T, name string, k gdnsimd.Kernel) {
 		tk := gdnsimd.TokensOf(k)
 		l := int(gdnsimd.VK)
 		r := rand.New(rand.NewPCG(21, 22))

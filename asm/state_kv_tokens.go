@@ -71,17 +71,16 @@ type kvGen struct {
 	// word 0, its index less the masked vector's, and 16 bytes for a rounded vector.
 	pairs, last, shuf, lastOff, tmp Mem
 	pf                              prefetchList // the driver's rows of its next call: a group per token pass
-	nt                              Mem          // f32: 1 while this token's rows go to its store non-temporally (see ntStores)
+	nt                              Mem          // 1 while this token's rows go to its store non-temporally (see ntSpan)
 }
 
-// ntStores reports whether the routine writes a token's rows to its store with non-temporal
-// stores when it can (f32: whole aligned vectors; see the flag's set-up in token): every store
-// but the last token's after a token without one. Those are snapshots (speculative verification:
-// one per token), which nothing reads soon, and with ordinary stores every line of theirs is
-// first read from memory (the write-allocate), as much traffic again as the writes; the one
-// store of a prefill or decode call (the last token's) is the state the next call reads, which
-// stays in the caches.
-func (v variant) ntStores() bool { return true }
+// Non-temporal snapshot stores. Every routine over T tokens writes a token's rows to its store
+// with non-temporal stores when they are whole aligned vectors (ntSpan; the flag's set-up in
+// token; gdn_amd64.go's snapOnce mirrors where): every store but the last token's after a token
+// without one. Those are snapshots (speculative verification: one per token), which nothing reads
+// soon, and with ordinary stores every line of theirs is first read from memory (the
+// write-allocate), as much traffic again as the writes; the one store of a prefill or decode call
+// (the last token's) is the state the next call reads, which stays in the caches.
 
 // ntSpan reports whether every piece of s is a whole vector (one a mask may cut, AVX-512), so that
 // the span's rows can go to a store with whole non-temporal vectors when V is a multiple of the
@@ -150,9 +149,7 @@ func stateKVTokens(vr variant) {
 	ANDQ(I8(-64), w)
 	MOVQ(w, g.work)
 	g.pf = newPrefetchList()
-	if vr.ntStores() {
-		g.nt = AllocLocal(8)
-	}
+	g.nt = AllocLocal(8)
 	Commentf("K > %d does not fit work: the Go wrapper never calls with it.", kvMaxK(a))
 	CMPQ(k, U32(kvMaxK(a)))
 	JA(LabelRef(done))
@@ -249,9 +246,7 @@ func stateKVTokens(vr variant) {
 	}
 	JMP(LabelRef(blocks))
 	Label(done)
-	if vr.ntStores() {
-		SFENCE() // the non-temporal stores ordered before the caller's next stores
-	}
+	SFENCE() // the non-temporal stores ordered before the caller's next stores
 	VZEROUPPER()
 	RET()
 }
@@ -578,7 +573,7 @@ func (g *kvGen) token(s span, f form, accK, accQ []VecVirtual, cOff int) {
 		Label(none)
 		Load(Param("V"), dstStride)
 		SHLQ(U8(map[int]uint8{2: 1, 4: 2}[g.es()]), dstStride)
-		if g.ntStores() && ntSpan(a, s) {
+		if ntSpan(a, s) {
 			Comment("Non-temporal stores for this token's rows: a store but the last token's after a token without one, the rows aligned whole vectors.")
 			no, yes := label("temporal"), label("snapshot")
 			MOVQ(U32(0), g.nt)
@@ -696,7 +691,7 @@ func (g *kvGen) rows(s span, f form, c VecVirtual, d []VecVirtual, accK, accQ []
 	skip := label("nostorerow")
 	TESTQ(dst, dst)
 	JZ(LabelRef(skip))
-	nt := g.ntStores() && ntSpan(a, s)
+	nt := ntSpan(a, s)
 	var stored string
 	if nt {
 		temporal := label("temporalrow")

@@ -641,23 +641,13 @@ func (b *vkBody) load(p GPVirtual, bf16 bool) {
 func (b *vkBody) store(p GPVirtual, bf16 bool) {
 	// (Not bf16: its non-temporal rows cost 1,770 lines of stateVKbf16AVX2, for 20 % of an AVX2 bf16
 	// verification, 4.42 → 3.55 ms.)
-	if b.a.vkPairs() && !b.v.bf16 && b.v.ntStores() {
+	if b.a.vkPairs() && !b.v.bf16 {
 		// AVX2 f32 (pairs and the one-row group): a token's store goes non-temporally when K is
 		// the shape's whole vectors, p is aligned to 32 bytes and the store is a snapshot (the
-		// rule of the [K][V] routines, ntStores).
+		// rule of the [K][V] routines: see ntSpan).
 		r := b.r
-		temporal, nt, done := label("temporal"), label("snapshot"), label("stored")
-		CMPQ(r.k4, U32(4*b.a.lanes*b.n))
-		JNE(LabelRef(temporal))
-		TESTQ(U32(4*b.a.lanes-1), p)
-		JNZ(LabelRef(temporal))
-		CMPQ(r.cnt, U8(1))
-		JNE(LabelRef(nt))
-		CMPQ(r.t, U8(1))
-		JE(LabelRef(temporal))
-		CMPQ(Mem{Base: r.ps, Disp: -8}, U8(0))
-		JE(LabelRef(temporal))
-		Label(nt)
+		temporal, done := label("temporal"), label("stored")
+		vkSnapshot(r, b.a, b.n, 4, p, temporal, label("snapshot"))
 		for row := range b.g {
 			if row > 0 {
 				ADDQ(r.k4, p)
@@ -673,6 +663,24 @@ func (b *vkBody) store(p GPVirtual, bf16 bool) {
 		return
 	}
 	b.storeRows(p, bf16)
+}
+
+// vkSnapshot emits the test of a [V][K] token store at row pointer p for non-temporal stores:
+// on to temporal unless K is the shape's n whole vectors, p is aligned to a vector of elements of
+// es bytes and the store is a snapshot (any but the last token's, or the last token's after a
+// token with one: see ntSpan); else on to the code after it, at label nt.
+func vkSnapshot(r vkRegs, a isa, n, es int, p GPVirtual, temporal, nt string) {
+	CMPQ(r.k4, U32(4*a.lanes*n))
+	JNE(LabelRef(temporal))
+	TESTQ(U32(es*a.lanes-1), p)
+	JNZ(LabelRef(temporal))
+	CMPQ(r.cnt, U8(1))
+	JNE(LabelRef(nt))
+	CMPQ(r.t, U8(1))
+	JE(LabelRef(temporal))
+	CMPQ(Mem{Base: r.ps, Disp: -8}, U8(0))
+	JE(LabelRef(temporal))
+	Label(nt)
 }
 
 // storeRows stores the group's rows to row pointer p (clobbered), bf16-rounded if bf16.
@@ -1237,7 +1245,7 @@ func stateVK(v variant) {
 		lo = n + 1
 	}
 	Label(done)
-	if v.ntStores() && (a.vkBlocks() || a.vkPairs() && !v.bf16) {
+	if a.vkBlocks() || a.vkPairs() && !v.bf16 {
 		SFENCE() // the non-temporal stores (vkBlk.store) ordered before the caller's next stores
 	}
 	VZEROUPPER()

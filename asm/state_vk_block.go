@@ -128,23 +128,12 @@ func (k *vkBlk) load(p GPVirtual, bf16 bool) {
 // store copies the block's rows from work to d (clobbered), bf16-rounded if bf16. An f32
 // routine's token store goes with non-temporal stores (storeNT) when K is the shape's whole
 // vectors, d is aligned to 64 bytes and the store is a snapshot: any but the last token's, and
-// the last token's after a token with one (ntStores, as the [K][V] routines).
+// the last token's after a token with one (as the [K][V] routines: see ntSpan).
 func (k *vkBlk) store(d GPVirtual, bf16 bool) {
 	b := k.b
-	if b.v.ntStores() && (bf16 || !b.v.bf16) { // a token's store, not a bf16 routine's f32 carry
-		r := b.r
-		temporal, nt, done := label("btemporal"), label("bsnapshot"), label("bstored")
-		CMPQ(r.k4, U32(64*b.n))
-		JNE(LabelRef(temporal))
-		TESTQ(U32(16*es(bf16)-1), d)
-		JNZ(LabelRef(temporal))
-		CMPQ(r.cnt, U8(1))
-		JNE(LabelRef(nt))
-		CMPQ(r.t, U8(1))
-		JE(LabelRef(temporal))
-		CMPQ(Mem{Base: r.ps, Disp: -8}, U8(0))
-		JE(LabelRef(temporal))
-		Label(nt)
+	if bf16 || !b.v.bf16 { // a token's store, not a bf16 routine's f32 carry
+		temporal, done := label("btemporal"), label("bstored")
+		vkSnapshot(b.r, b.a, b.n, es(bf16), d, temporal, label("bsnapshot"))
 		k.storeNT(d, bf16)
 		JMP(LabelRef(done))
 		Label(temporal)
