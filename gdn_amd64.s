@@ -15673,6 +15673,341 @@ stateVKf32AVX512_bnostore_1:
 
 stateVKf32AVX512_blocksdone_1:
 stateVKf32AVX512_groups_1:
+	CMPQ 16(SP), $0x01
+	JNE  stateVKf32AVX512_groups_2
+	MOVQ stores_base+40(FP), AX
+	CMPQ (AX), $0x00
+	JE   stateVKf32AVX512_groups_2
+	CMPQ 8(SP), $0x00000003
+	JB   stateVKf32AVX512_directdone_1
+
+	// Groups of 3 rows of 1…4 vectors, one token, from src to stores[0].
+	MOVL      $0x00000007, AX
+	KMOVW     AX, K6
+	MOVQ      kh_base+64(FP), AX
+	MOVQ      qh_base+88(FP), CX
+	MOVQ      tok_base+168(FP), DX
+	MOVQ      stores_base+40(FP), BX
+	MOVQ      v_base+112(FP), SI
+	MOVQ      o_base+144(FP), DI
+	MOVQ      (SP), R8
+	SHLQ      $0x02, R8
+	ADDQ      R8, SI
+	ADDQ      R8, DI
+	MOVQ      16(SP), R8
+	MOVQ      src_base+16(FP), R8
+	MOVQ      (SP), R10
+	IMULQ     R9, R10
+	ADDQ      R10, R8
+	MOVQ      (BX), BX
+	ADDQ      R10, BX
+	MOVQ      R9, R10
+	ADDQ      R9, R10
+	ADDQ      R9, R10
+	VMOVUPS.Z (AX), K1, Z0
+	VMOVUPS.Z 64(AX), K3, Z3
+	VMOVUPS.Z 128(AX), K4, Z4
+	VMOVUPS.Z 192(AX), K5, Z5
+
+stateVKf32AVX512_direct_1:
+	// The prefetch list's next group.
+	MOVQ 56(SP), AX
+
+stateVKf32AVX512_pfentry_2:
+	CMPQ  AX, 64(SP)
+	JAE   stateVKf32AVX512_pfdone_2
+	MOVQ  (AX), R12
+	MOVQ  8(AX), R11
+	ADDQ  $0x10, AX
+	TESTQ R11, R11
+	JZ    stateVKf32AVX512_pfdone_2
+
+stateVKf32AVX512_pfline_2:
+	PREFETCHT0 (R12)
+	ADDQ       $0x40, R12
+	DECQ       R11
+	JNZ        stateVKf32AVX512_pfline_2
+	JMP        stateVKf32AVX512_pfentry_2
+
+stateVKf32AVX512_pfdone_2:
+	MOVQ       AX, 56(SP)
+	PREFETCHT0 8192(R8)
+	CMPQ       R9, $0x00000014
+	JBE        stateVKf32AVX512_dead_6
+	PREFETCHT0 8256(R8)
+	CMPQ       R9, $0x00000028
+	JBE        stateVKf32AVX512_dead_6
+	PREFETCHT0 8320(R8)
+	CMPQ       R9, $0x00000040
+	JBE        stateVKf32AVX512_dead_6
+	PREFETCHT0 8384(R8)
+	CMPQ       R9, $0x00000054
+	JBE        stateVKf32AVX512_dead_6
+	PREFETCHT0 8448(R8)
+	CMPQ       R9, $0x00000068
+	JBE        stateVKf32AVX512_dead_6
+	PREFETCHT0 8512(R8)
+	CMPQ       R9, $0x00000080
+	JBE        stateVKf32AVX512_dead_6
+	PREFETCHT0 8576(R8)
+	CMPQ       R9, $0x00000094
+	JBE        stateVKf32AVX512_dead_6
+	PREFETCHT0 8640(R8)
+	CMPQ       R9, $0x000000a8
+	JBE        stateVKf32AVX512_dead_6
+	PREFETCHT0 8704(R8)
+	CMPQ       R9, $0x000000c0
+	JBE        stateVKf32AVX512_dead_6
+	PREFETCHT0 8768(R8)
+	CMPQ       R9, $0x000000d4
+	JBE        stateVKf32AVX512_dead_6
+	PREFETCHT0 8832(R8)
+	CMPQ       R9, $0x000000e8
+	JBE        stateVKf32AVX512_dead_6
+	PREFETCHT0 8896(R8)
+
+stateVKf32AVX512_dead_6:
+	VBROADCASTSS zero<>+0(SB), Z8
+	VBROADCASTSS zero<>+0(SB), Z9
+	VBROADCASTSS zero<>+0(SB), Z12
+	VBROADCASTSS zero<>+0(SB), Z13
+	VBROADCASTSS zero<>+0(SB), Z16
+	VBROADCASTSS zero<>+0(SB), Z17
+	VMOVUPS.Z    (R8), K1, Z7
+	VMULPS.Z     Z0, Z7, K1, Z6
+	VMULPS.Z     (CX), Z7, K1, Z7
+	VMOVUPS.Z    (R8)(R9*1), K1, Z11
+	VMULPS.Z     Z0, Z11, K1, Z10
+	VMULPS.Z     (CX), Z11, K1, Z11
+	VMOVUPS.Z    (R8)(R9*2), K1, Z15
+	VMULPS.Z     Z0, Z15, K1, Z14
+	VMULPS.Z     (CX), Z15, K1, Z15
+	CMPQ         R9, $0x00000040
+	JBE          stateVKf32AVX512_dead_7
+	VMOVUPS.Z    64(R8), K3, Z18
+	VFMADD231PS  Z3, Z18, K3, Z8
+	VFMADD231PS  64(CX), Z18, K3, Z9
+	VMOVUPS.Z    64(R8)(R9*1), K3, Z18
+	VFMADD231PS  Z3, Z18, K3, Z12
+	VFMADD231PS  64(CX), Z18, K3, Z13
+	VMOVUPS.Z    64(R8)(R9*2), K3, Z18
+	VFMADD231PS  Z3, Z18, K3, Z16
+	VFMADD231PS  64(CX), Z18, K3, Z17
+	CMPQ         R9, $0x00000080
+	JBE          stateVKf32AVX512_dead_7
+	VMOVUPS.Z    128(R8), K4, Z18
+	VFMADD231PS  Z4, Z18, K4, Z6
+	VFMADD231PS  128(CX), Z18, K4, Z7
+	VMOVUPS.Z    128(R8)(R9*1), K4, Z18
+	VFMADD231PS  Z4, Z18, K4, Z10
+	VFMADD231PS  128(CX), Z18, K4, Z11
+	VMOVUPS.Z    128(R8)(R9*2), K4, Z18
+	VFMADD231PS  Z4, Z18, K4, Z14
+	VFMADD231PS  128(CX), Z18, K4, Z15
+	CMPQ         R9, $0x000000c0
+	JBE          stateVKf32AVX512_dead_7
+	VMOVUPS.Z    192(R8), K5, Z18
+	VFMADD231PS  Z5, Z18, K5, Z8
+	VFMADD231PS  192(CX), Z18, K5, Z9
+	VMOVUPS.Z    192(R8)(R9*1), K5, Z18
+	VFMADD231PS  Z5, Z18, K5, Z12
+	VFMADD231PS  192(CX), Z18, K5, Z13
+	VMOVUPS.Z    192(R8)(R9*2), K5, Z18
+	VFMADD231PS  Z5, Z18, K5, Z16
+	VFMADD231PS  192(CX), Z18, K5, Z17
+
+stateVKf32AVX512_dead_7:
+	VADDPS       Z8, Z6, Z6
+	VADDPS       Z12, Z10, Z10
+	VADDPS       Z16, Z14, Z14
+	VADDPS       Z9, Z7, Z7
+	VADDPS       Z13, Z11, Z11
+	VADDPS       Z17, Z15, Z15
+	VSHUFF32X4   $0x44, Z10, Z6, Z8
+	VSHUFF32X4   $0xee, Z10, Z6, Z6
+	VADDPS       Z6, Z8, Z8
+	VSHUFF32X4   $0x44, Z7, Z14, Z6
+	VSHUFF32X4   $0xee, Z7, Z14, Z7
+	VADDPS       Z7, Z6, Z6
+	VSHUFF32X4   $0x44, Z15, Z11, Z7
+	VSHUFF32X4   $0xee, Z15, Z11, Z9
+	VADDPS       Z9, Z7, Z7
+	VSHUFF32X4   $0x88, Z6, Z8, Z9
+	VSHUFF32X4   $0xdd, Z6, Z8, Z6
+	VADDPS       Z6, Z9, Z9
+	VSHUFF32X4   $0x88, Z7, Z7, Z6
+	VSHUFF32X4   $0xdd, Z7, Z7, Z7
+	VADDPS       Z7, Z6, Z6
+	VSHUFPS      $0x44, Z6, Z9, Z7
+	VSHUFPS      $0xee, Z6, Z9, Z6
+	VADDPS       Z6, Z7, Z7
+	VSHUFPS      $0x88, Z7, Z7, Z6
+	VSHUFPS      $0xdd, Z7, Z7, Z7
+	VADDPS       Z7, Z6, Z6
+	VMOVUPS      vkpermAVX512_3<>+0(SB), Z7
+	VPERMPS      Z6, Z7, Z6
+	VMOVSS       (DX), X1
+	VUCOMISS     nearone<>+0(SB), X1
+	JCS          stateVKf32AVX512_far_2
+	VBROADCASTSS (DX), Z7
+	VFMADD213PS  Z6, Z7, Z6
+	JMP          stateVKf32AVX512_decayed_2
+
+stateVKf32AVX512_far_2:
+	VBROADCASTSS 4(DX), Z7
+	VMULPS       Z6, Z7, Z6
+
+stateVKf32AVX512_decayed_2:
+	VEXTRACTF64X4 $0x01, Z6, Y7
+	VMOVUPS.Z     (SI), K6, Y1
+	VSUBPS        Y6, Y1, Y1
+	VBROADCASTSS  8(DX), Z6
+	VMULPS        Y6, Y1, Y1
+	VBROADCASTSS  12(DX), Z6
+	VFMADD231PS   Y6, Y1, Y7
+	VMOVUPS       Y7, K6, (DI)
+	VMOVSS        (DX), X2
+	VUCOMISS      nearone<>+0(SB), X2
+	JCS           stateVKf32AVX512_far_3
+	VBROADCASTSS  (DX), Z6
+	VBROADCASTSS  X1, Z7
+	VMOVUPS       vklane1<>+0(SB), Z8
+	VPERMPS       Z1, Z8, Z8
+	VMOVUPS       vklane2<>+0(SB), Z9
+	VPERMPS       Z1, Z9, Z9
+	VMOVUPS.Z     (R8), K1, Z10
+	VFMADD213PS   Z10, Z6, Z10
+	VFMADD231PS   Z0, Z7, K1, Z10
+	VMOVUPS       Z10, K1, (BX)
+	VMOVUPS.Z     (R8)(R9*1), K1, Z10
+	VFMADD213PS   Z10, Z6, Z10
+	VFMADD231PS   Z0, Z8, K1, Z10
+	VMOVUPS       Z10, K1, (BX)(R9*1)
+	VMOVUPS.Z     (R8)(R9*2), K1, Z10
+	VFMADD213PS   Z10, Z6, Z10
+	VFMADD231PS   Z0, Z9, K1, Z10
+	VMOVUPS       Z10, K1, (BX)(R9*2)
+	CMPQ          R9, $0x00000040
+	JBE           stateVKf32AVX512_dead_8
+	VMOVUPS.Z     64(R8), K3, Z10
+	VFMADD213PS   Z10, Z6, Z10
+	VFMADD231PS   Z3, Z7, K3, Z10
+	VMOVUPS       Z10, K3, 64(BX)
+	VMOVUPS.Z     64(R8)(R9*1), K3, Z10
+	VFMADD213PS   Z10, Z6, Z10
+	VFMADD231PS   Z3, Z8, K3, Z10
+	VMOVUPS       Z10, K3, 64(BX)(R9*1)
+	VMOVUPS.Z     64(R8)(R9*2), K3, Z10
+	VFMADD213PS   Z10, Z6, Z10
+	VFMADD231PS   Z3, Z9, K3, Z10
+	VMOVUPS       Z10, K3, 64(BX)(R9*2)
+	CMPQ          R9, $0x00000080
+	JBE           stateVKf32AVX512_dead_8
+	VMOVUPS.Z     128(R8), K4, Z10
+	VFMADD213PS   Z10, Z6, Z10
+	VFMADD231PS   Z4, Z7, K4, Z10
+	VMOVUPS       Z10, K4, 128(BX)
+	VMOVUPS.Z     128(R8)(R9*1), K4, Z10
+	VFMADD213PS   Z10, Z6, Z10
+	VFMADD231PS   Z4, Z8, K4, Z10
+	VMOVUPS       Z10, K4, 128(BX)(R9*1)
+	VMOVUPS.Z     128(R8)(R9*2), K4, Z10
+	VFMADD213PS   Z10, Z6, Z10
+	VFMADD231PS   Z4, Z9, K4, Z10
+	VMOVUPS       Z10, K4, 128(BX)(R9*2)
+	CMPQ          R9, $0x000000c0
+	JBE           stateVKf32AVX512_dead_8
+	VMOVUPS.Z     192(R8), K5, Z10
+	VFMADD213PS   Z10, Z6, Z10
+	VFMADD231PS   Z5, Z7, K5, Z10
+	VMOVUPS       Z10, K5, 192(BX)
+	VMOVUPS.Z     192(R8)(R9*1), K5, Z7
+	VFMADD213PS   Z7, Z6, Z7
+	VFMADD231PS   Z5, Z8, K5, Z7
+	VMOVUPS       Z7, K5, 192(BX)(R9*1)
+	VMOVUPS.Z     192(R8)(R9*2), K5, Z7
+	VFMADD213PS   Z7, Z6, Z7
+	VFMADD231PS   Z5, Z9, K5, Z7
+	VMOVUPS       Z7, K5, 192(BX)(R9*2)
+
+stateVKf32AVX512_dead_8:
+	JMP stateVKf32AVX512_decayed_3
+
+stateVKf32AVX512_far_3:
+	VBROADCASTSS 4(DX), Z6
+	VBROADCASTSS X1, Z7
+	VMOVUPS      vklane1<>+0(SB), Z8
+	VPERMPS      Z1, Z8, Z8
+	VMOVUPS      vklane2<>+0(SB), Z9
+	VPERMPS      Z1, Z9, Z9
+	VMOVUPS.Z    (R8), K1, Z10
+	VMULPS       Z10, Z6, Z10
+	VFMADD231PS  Z0, Z7, K1, Z10
+	VMOVUPS      Z10, K1, (BX)
+	VMOVUPS.Z    (R8)(R9*1), K1, Z10
+	VMULPS       Z10, Z6, Z10
+	VFMADD231PS  Z0, Z8, K1, Z10
+	VMOVUPS      Z10, K1, (BX)(R9*1)
+	VMOVUPS.Z    (R8)(R9*2), K1, Z10
+	VMULPS       Z10, Z6, Z10
+	VFMADD231PS  Z0, Z9, K1, Z10
+	VMOVUPS      Z10, K1, (BX)(R9*2)
+	CMPQ         R9, $0x00000040
+	JBE          stateVKf32AVX512_dead_9
+	VMOVUPS.Z    64(R8), K3, Z10
+	VMULPS       Z10, Z6, Z10
+	VFMADD231PS  Z3, Z7, K3, Z10
+	VMOVUPS      Z10, K3, 64(BX)
+	VMOVUPS.Z    64(R8)(R9*1), K3, Z10
+	VMULPS       Z10, Z6, Z10
+	VFMADD231PS  Z3, Z8, K3, Z10
+	VMOVUPS      Z10, K3, 64(BX)(R9*1)
+	VMOVUPS.Z    64(R8)(R9*2), K3, Z10
+	VMULPS       Z10, Z6, Z10
+	VFMADD231PS  Z3, Z9, K3, Z10
+	VMOVUPS      Z10, K3, 64(BX)(R9*2)
+	CMPQ         R9, $0x00000080
+	JBE          stateVKf32AVX512_dead_9
+	VMOVUPS.Z    128(R8), K4, Z10
+	VMULPS       Z10, Z6, Z10
+	VFMADD231PS  Z4, Z7, K4, Z10
+	VMOVUPS      Z10, K4, 128(BX)
+	VMOVUPS.Z    128(R8)(R9*1), K4, Z10
+	VMULPS       Z10, Z6, Z10
+	VFMADD231PS  Z4, Z8, K4, Z10
+	VMOVUPS      Z10, K4, 128(BX)(R9*1)
+	VMOVUPS.Z    128(R8)(R9*2), K4, Z10
+	VMULPS       Z10, Z6, Z10
+	VFMADD231PS  Z4, Z9, K4, Z10
+	VMOVUPS      Z10, K4, 128(BX)(R9*2)
+	CMPQ         R9, $0x000000c0
+	JBE          stateVKf32AVX512_dead_9
+	VMOVUPS.Z    192(R8), K5, Z10
+	VMULPS       Z10, Z6, Z10
+	VFMADD231PS  Z5, Z7, K5, Z10
+	VMOVUPS      Z10, K5, 192(BX)
+	VMOVUPS.Z    192(R8)(R9*1), K5, Z7
+	VMULPS       Z7, Z6, Z7
+	VFMADD231PS  Z5, Z8, K5, Z7
+	VMOVUPS      Z7, K5, 192(BX)(R9*1)
+	VMOVUPS.Z    192(R8)(R9*2), K5, Z7
+	VMULPS       Z7, Z6, Z7
+	VFMADD231PS  Z5, Z9, K5, Z7
+	VMOVUPS      Z7, K5, 192(BX)(R9*2)
+
+stateVKf32AVX512_dead_9:
+stateVKf32AVX512_decayed_3:
+	ADDQ R10, R8
+	ADDQ R10, BX
+	ADDQ $0x0000000c, SI
+	ADDQ $0x0000000c, DI
+	ADDQ $0x00000003, (SP)
+	SUBQ $0x00000003, 8(SP)
+	CMPQ 8(SP), $0x00000003
+	JAE  stateVKf32AVX512_direct_1
+
+stateVKf32AVX512_directdone_1:
+stateVKf32AVX512_groups_2:
 stateVKf32AVX512_group_1:
 	CMPQ 8(SP), $0x00000003
 	JB   stateVKf32AVX512_groupsdone_1
@@ -15680,23 +16015,23 @@ stateVKf32AVX512_group_1:
 	// The prefetch list's next group.
 	MOVQ 56(SP), AX
 
-stateVKf32AVX512_pfentry_2:
+stateVKf32AVX512_pfentry_3:
 	CMPQ  AX, 64(SP)
-	JAE   stateVKf32AVX512_pfdone_2
+	JAE   stateVKf32AVX512_pfdone_3
 	MOVQ  (AX), DX
 	MOVQ  8(AX), CX
 	ADDQ  $0x10, AX
 	TESTQ CX, CX
-	JZ    stateVKf32AVX512_pfdone_2
+	JZ    stateVKf32AVX512_pfdone_3
 
-stateVKf32AVX512_pfline_2:
+stateVKf32AVX512_pfline_3:
 	PREFETCHT0 (DX)
 	ADDQ       $0x40, DX
 	DECQ       CX
-	JNZ        stateVKf32AVX512_pfline_2
-	JMP        stateVKf32AVX512_pfentry_2
+	JNZ        stateVKf32AVX512_pfline_3
+	JMP        stateVKf32AVX512_pfentry_3
 
-stateVKf32AVX512_pfdone_2:
+stateVKf32AVX512_pfdone_3:
 	MOVQ  AX, 56(SP)
 	MOVL  $0x00000007, AX
 	KMOVW AX, K6
@@ -15708,40 +16043,40 @@ stateVKf32AVX512_pfdone_2:
 	ADDQ       CX, AX
 	PREFETCHT0 8192(AX)
 	CMPQ       R9, $0x00000014
-	JBE        stateVKf32AVX512_dead_6
+	JBE        stateVKf32AVX512_dead_10
 	PREFETCHT0 8256(AX)
 	CMPQ       R9, $0x00000028
-	JBE        stateVKf32AVX512_dead_6
+	JBE        stateVKf32AVX512_dead_10
 	PREFETCHT0 8320(AX)
 	CMPQ       R9, $0x00000040
-	JBE        stateVKf32AVX512_dead_6
+	JBE        stateVKf32AVX512_dead_10
 	PREFETCHT0 8384(AX)
 	CMPQ       R9, $0x00000054
-	JBE        stateVKf32AVX512_dead_6
+	JBE        stateVKf32AVX512_dead_10
 	PREFETCHT0 8448(AX)
 	CMPQ       R9, $0x00000068
-	JBE        stateVKf32AVX512_dead_6
+	JBE        stateVKf32AVX512_dead_10
 	PREFETCHT0 8512(AX)
 	CMPQ       R9, $0x00000080
-	JBE        stateVKf32AVX512_dead_6
+	JBE        stateVKf32AVX512_dead_10
 	PREFETCHT0 8576(AX)
 	CMPQ       R9, $0x00000094
-	JBE        stateVKf32AVX512_dead_6
+	JBE        stateVKf32AVX512_dead_10
 	PREFETCHT0 8640(AX)
 	CMPQ       R9, $0x000000a8
-	JBE        stateVKf32AVX512_dead_6
+	JBE        stateVKf32AVX512_dead_10
 	PREFETCHT0 8704(AX)
 	CMPQ       R9, $0x000000c0
-	JBE        stateVKf32AVX512_dead_6
+	JBE        stateVKf32AVX512_dead_10
 	PREFETCHT0 8768(AX)
 	CMPQ       R9, $0x000000d4
-	JBE        stateVKf32AVX512_dead_6
+	JBE        stateVKf32AVX512_dead_10
 	PREFETCHT0 8832(AX)
 	CMPQ       R9, $0x000000e8
-	JBE        stateVKf32AVX512_dead_6
+	JBE        stateVKf32AVX512_dead_10
 	PREFETCHT0 8896(AX)
 
-stateVKf32AVX512_dead_6:
+stateVKf32AVX512_dead_10:
 	VMOVUPS.Z (AX), K1, Z0
 	VMOVUPS.Z 64(AX), K3, Z3
 	VMOVUPS.Z 128(AX), K4, Z4
@@ -15782,7 +16117,7 @@ stateVKf32AVX512_token_1:
 	VMULPS.Z     (AX), Z10, K1, Z22
 	VMULPS.Z     (CX), Z10, K1, Z23
 	CMPQ         R9, $0x00000040
-	JBE          stateVKf32AVX512_dead_7
+	JBE          stateVKf32AVX512_dead_11
 	VFMADD231PS  64(AX), Z3, K3, Z16
 	VFMADD231PS  64(CX), Z3, K3, Z17
 	VFMADD231PS  64(AX), Z7, K3, Z20
@@ -15790,7 +16125,7 @@ stateVKf32AVX512_token_1:
 	VFMADD231PS  64(AX), Z11, K3, Z24
 	VFMADD231PS  64(CX), Z11, K3, Z25
 	CMPQ         R9, $0x00000080
-	JBE          stateVKf32AVX512_dead_7
+	JBE          stateVKf32AVX512_dead_11
 	VFMADD231PS  128(AX), Z4, K4, Z14
 	VFMADD231PS  128(CX), Z4, K4, Z15
 	VFMADD231PS  128(AX), Z8, K4, Z18
@@ -15798,7 +16133,7 @@ stateVKf32AVX512_token_1:
 	VFMADD231PS  128(AX), Z12, K4, Z22
 	VFMADD231PS  128(CX), Z12, K4, Z23
 	CMPQ         R9, $0x000000c0
-	JBE          stateVKf32AVX512_dead_7
+	JBE          stateVKf32AVX512_dead_11
 	VFMADD231PS  192(AX), Z5, K5, Z16
 	VFMADD231PS  192(CX), Z5, K5, Z17
 	VFMADD231PS  192(AX), Z9, K5, Z20
@@ -15806,7 +16141,7 @@ stateVKf32AVX512_token_1:
 	VFMADD231PS  192(AX), Z13, K5, Z24
 	VFMADD231PS  192(CX), Z13, K5, Z25
 
-stateVKf32AVX512_dead_7:
+stateVKf32AVX512_dead_11:
 	VADDPS       Z16, Z14, Z14
 	VADDPS       Z20, Z18, Z18
 	VADDPS       Z24, Z22, Z22
@@ -15838,16 +16173,16 @@ stateVKf32AVX512_dead_7:
 	VPERMPS      Z14, Z15, Z14
 	VMOVSS       (DX), X1
 	VUCOMISS     nearone<>+0(SB), X1
-	JCS          stateVKf32AVX512_far_2
+	JCS          stateVKf32AVX512_far_4
 	VBROADCASTSS (DX), Z15
 	VFMADD213PS  Z14, Z15, Z14
-	JMP          stateVKf32AVX512_decayed_2
+	JMP          stateVKf32AVX512_decayed_4
 
-stateVKf32AVX512_far_2:
+stateVKf32AVX512_far_4:
 	VBROADCASTSS 4(DX), Z15
 	VMULPS       Z14, Z15, Z14
 
-stateVKf32AVX512_decayed_2:
+stateVKf32AVX512_decayed_4:
 	VEXTRACTF64X4 $0x01, Z14, Y15
 	VMOVUPS.Z     (SI), K6, Y1
 	VSUBPS        Y14, Y1, Y1
@@ -15858,7 +16193,7 @@ stateVKf32AVX512_decayed_2:
 	VMOVUPS       Y15, K6, (DI)
 	VMOVSS        (DX), X2
 	VUCOMISS      nearone<>+0(SB), X2
-	JCS           stateVKf32AVX512_far_3
+	JCS           stateVKf32AVX512_far_5
 	VBROADCASTSS  (DX), Z14
 	VBROADCASTSS  X1, Z15
 	VMOVUPS       vklane1<>+0(SB), Z16
@@ -15872,7 +16207,7 @@ stateVKf32AVX512_decayed_2:
 	VFMADD213PS   Z10, Z14, Z10
 	VFMADD231PS   (AX), Z17, K1, Z10
 	CMPQ          R9, $0x00000040
-	JBE           stateVKf32AVX512_dead_8
+	JBE           stateVKf32AVX512_dead_12
 	VFMADD213PS   Z3, Z14, Z3
 	VFMADD231PS   64(AX), Z15, K3, Z3
 	VFMADD213PS   Z7, Z14, Z7
@@ -15880,7 +16215,7 @@ stateVKf32AVX512_decayed_2:
 	VFMADD213PS   Z11, Z14, Z11
 	VFMADD231PS   64(AX), Z17, K3, Z11
 	CMPQ          R9, $0x00000080
-	JBE           stateVKf32AVX512_dead_8
+	JBE           stateVKf32AVX512_dead_12
 	VFMADD213PS   Z4, Z14, Z4
 	VFMADD231PS   128(AX), Z15, K4, Z4
 	VFMADD213PS   Z8, Z14, Z8
@@ -15888,7 +16223,7 @@ stateVKf32AVX512_decayed_2:
 	VFMADD213PS   Z12, Z14, Z12
 	VFMADD231PS   128(AX), Z17, K4, Z12
 	CMPQ          R9, $0x000000c0
-	JBE           stateVKf32AVX512_dead_8
+	JBE           stateVKf32AVX512_dead_12
 	VFMADD213PS   Z5, Z14, Z5
 	VFMADD231PS   192(AX), Z15, K5, Z5
 	VFMADD213PS   Z9, Z14, Z9
@@ -15896,10 +16231,10 @@ stateVKf32AVX512_decayed_2:
 	VFMADD213PS   Z13, Z14, Z13
 	VFMADD231PS   192(AX), Z17, K5, Z13
 
-stateVKf32AVX512_dead_8:
-	JMP stateVKf32AVX512_decayed_3
+stateVKf32AVX512_dead_12:
+	JMP stateVKf32AVX512_decayed_5
 
-stateVKf32AVX512_far_3:
+stateVKf32AVX512_far_5:
 	VBROADCASTSS 4(DX), Z14
 	VBROADCASTSS X1, Z15
 	VMOVUPS      vklane1<>+0(SB), Z16
@@ -15913,7 +16248,7 @@ stateVKf32AVX512_far_3:
 	VMULPS       Z10, Z14, Z10
 	VFMADD231PS  (AX), Z17, K1, Z10
 	CMPQ         R9, $0x00000040
-	JBE          stateVKf32AVX512_dead_9
+	JBE          stateVKf32AVX512_dead_13
 	VMULPS       Z3, Z14, Z3
 	VFMADD231PS  64(AX), Z15, K3, Z3
 	VMULPS       Z7, Z14, Z7
@@ -15921,7 +16256,7 @@ stateVKf32AVX512_far_3:
 	VMULPS       Z11, Z14, Z11
 	VFMADD231PS  64(AX), Z17, K3, Z11
 	CMPQ         R9, $0x00000080
-	JBE          stateVKf32AVX512_dead_9
+	JBE          stateVKf32AVX512_dead_13
 	VMULPS       Z4, Z14, Z4
 	VFMADD231PS  128(AX), Z15, K4, Z4
 	VMULPS       Z8, Z14, Z8
@@ -15929,7 +16264,7 @@ stateVKf32AVX512_far_3:
 	VMULPS       Z12, Z14, Z12
 	VFMADD231PS  128(AX), Z17, K4, Z12
 	CMPQ         R9, $0x000000c0
-	JBE          stateVKf32AVX512_dead_9
+	JBE          stateVKf32AVX512_dead_13
 	VMULPS       Z5, Z14, Z5
 	VFMADD231PS  192(AX), Z15, K5, Z5
 	VMULPS       Z9, Z14, Z9
@@ -15937,8 +16272,8 @@ stateVKf32AVX512_far_3:
 	VMULPS       Z13, Z14, Z13
 	VFMADD231PS  192(AX), Z17, K5, Z13
 
-stateVKf32AVX512_dead_9:
-stateVKf32AVX512_decayed_3:
+stateVKf32AVX512_dead_13:
+stateVKf32AVX512_decayed_5:
 	// The state after this token, if stored.
 	MOVQ    (BX), R10
 	TESTQ   R10, R10
@@ -15948,42 +16283,42 @@ stateVKf32AVX512_decayed_3:
 	ADDQ    R11, R10
 	VMOVUPS Z0, K1, (R10)
 	CMPQ    R9, $0x00000040
-	JBE     stateVKf32AVX512_dead_10
+	JBE     stateVKf32AVX512_dead_14
 	VMOVUPS Z3, K3, 64(R10)
 	CMPQ    R9, $0x00000080
-	JBE     stateVKf32AVX512_dead_10
+	JBE     stateVKf32AVX512_dead_14
 	VMOVUPS Z4, K4, 128(R10)
 	CMPQ    R9, $0x000000c0
-	JBE     stateVKf32AVX512_dead_10
+	JBE     stateVKf32AVX512_dead_14
 	VMOVUPS Z5, K5, 192(R10)
 
-stateVKf32AVX512_dead_10:
+stateVKf32AVX512_dead_14:
 	ADDQ    R9, R10
 	VMOVUPS Z6, K1, (R10)
 	CMPQ    R9, $0x00000040
-	JBE     stateVKf32AVX512_dead_11
+	JBE     stateVKf32AVX512_dead_15
 	VMOVUPS Z7, K3, 64(R10)
 	CMPQ    R9, $0x00000080
-	JBE     stateVKf32AVX512_dead_11
+	JBE     stateVKf32AVX512_dead_15
 	VMOVUPS Z8, K4, 128(R10)
 	CMPQ    R9, $0x000000c0
-	JBE     stateVKf32AVX512_dead_11
+	JBE     stateVKf32AVX512_dead_15
 	VMOVUPS Z9, K5, 192(R10)
 
-stateVKf32AVX512_dead_11:
+stateVKf32AVX512_dead_15:
 	ADDQ    R9, R10
 	VMOVUPS Z10, K1, (R10)
 	CMPQ    R9, $0x00000040
-	JBE     stateVKf32AVX512_dead_12
+	JBE     stateVKf32AVX512_dead_16
 	VMOVUPS Z11, K3, 64(R10)
 	CMPQ    R9, $0x00000080
-	JBE     stateVKf32AVX512_dead_12
+	JBE     stateVKf32AVX512_dead_16
 	VMOVUPS Z12, K4, 128(R10)
 	CMPQ    R9, $0x000000c0
-	JBE     stateVKf32AVX512_dead_12
+	JBE     stateVKf32AVX512_dead_16
 	VMOVUPS Z13, K5, 192(R10)
 
-stateVKf32AVX512_dead_12:
+stateVKf32AVX512_dead_16:
 stateVKf32AVX512_nostore_1:
 	ADDQ R9, AX
 	ADDQ R9, CX
@@ -16005,23 +16340,23 @@ stateVKf32AVX512_group_2:
 	// The prefetch list's next group.
 	MOVQ 56(SP), AX
 
-stateVKf32AVX512_pfentry_3:
+stateVKf32AVX512_pfentry_4:
 	CMPQ  AX, 64(SP)
-	JAE   stateVKf32AVX512_pfdone_3
+	JAE   stateVKf32AVX512_pfdone_4
 	MOVQ  (AX), DX
 	MOVQ  8(AX), CX
 	ADDQ  $0x10, AX
 	TESTQ CX, CX
-	JZ    stateVKf32AVX512_pfdone_3
+	JZ    stateVKf32AVX512_pfdone_4
 
-stateVKf32AVX512_pfline_3:
+stateVKf32AVX512_pfline_4:
 	PREFETCHT0 (DX)
 	ADDQ       $0x40, DX
 	DECQ       CX
-	JNZ        stateVKf32AVX512_pfline_3
-	JMP        stateVKf32AVX512_pfentry_3
+	JNZ        stateVKf32AVX512_pfline_4
+	JMP        stateVKf32AVX512_pfentry_4
 
-stateVKf32AVX512_pfdone_3:
+stateVKf32AVX512_pfdone_4:
 	MOVQ AX, 56(SP)
 
 	// Load 1 row(s) of 1…4 vectors.
@@ -16031,16 +16366,16 @@ stateVKf32AVX512_pfdone_3:
 	ADDQ       CX, AX
 	PREFETCHT0 8192(AX)
 	CMPQ       R9, $0x00000040
-	JBE        stateVKf32AVX512_dead_13
+	JBE        stateVKf32AVX512_dead_17
 	PREFETCHT0 8256(AX)
 	CMPQ       R9, $0x00000080
-	JBE        stateVKf32AVX512_dead_13
+	JBE        stateVKf32AVX512_dead_17
 	PREFETCHT0 8320(AX)
 	CMPQ       R9, $0x000000c0
-	JBE        stateVKf32AVX512_dead_13
+	JBE        stateVKf32AVX512_dead_17
 	PREFETCHT0 8384(AX)
 
-stateVKf32AVX512_dead_13:
+stateVKf32AVX512_dead_17:
 	VMOVUPS.Z (AX), K1, Z0
 	VMOVUPS.Z 64(AX), K3, Z1
 	VMOVUPS.Z 128(AX), K4, Z3
@@ -16063,19 +16398,19 @@ stateVKf32AVX512_token_2:
 	VMULPS.Z     (AX), Z0, K1, Z5
 	VMULPS.Z     (CX), Z0, K1, Z6
 	CMPQ         R9, $0x00000040
-	JBE          stateVKf32AVX512_dead_14
+	JBE          stateVKf32AVX512_dead_18
 	VFMADD231PS  64(AX), Z1, K3, Z7
 	VFMADD231PS  64(CX), Z1, K3, Z8
 	CMPQ         R9, $0x00000080
-	JBE          stateVKf32AVX512_dead_14
+	JBE          stateVKf32AVX512_dead_18
 	VFMADD231PS  128(AX), Z3, K4, Z5
 	VFMADD231PS  128(CX), Z3, K4, Z6
 	CMPQ         R9, $0x000000c0
-	JBE          stateVKf32AVX512_dead_14
+	JBE          stateVKf32AVX512_dead_18
 	VFMADD231PS  192(AX), Z4, K5, Z7
 	VFMADD231PS  192(CX), Z4, K5, Z8
 
-stateVKf32AVX512_dead_14:
+stateVKf32AVX512_dead_18:
 	VADDPS       Z7, Z5, Z5
 	VADDPS       Z8, Z6, Z6
 	VSHUFF32X4   $0x44, Z6, Z5, Z7
@@ -16094,16 +16429,16 @@ stateVKf32AVX512_dead_14:
 	VPERMPS      Z5, Z6, Z5
 	VMOVSS       (DX), X2
 	VUCOMISS     nearone<>+0(SB), X2
-	JCS          stateVKf32AVX512_far_4
+	JCS          stateVKf32AVX512_far_6
 	VBROADCASTSS (DX), Z6
 	VFMADD213PS  Z5, Z6, Z5
-	JMP          stateVKf32AVX512_decayed_4
+	JMP          stateVKf32AVX512_decayed_6
 
-stateVKf32AVX512_far_4:
+stateVKf32AVX512_far_6:
 	VBROADCASTSS 4(DX), Z6
 	VMULPS       Z5, Z6, Z5
 
-stateVKf32AVX512_decayed_4:
+stateVKf32AVX512_decayed_6:
 	VEXTRACTF64X4 $0x01, Z5, Y6
 	VMOVSS        (SI), X2
 	VSUBPS        Y5, Y2, Y2
@@ -16114,47 +16449,47 @@ stateVKf32AVX512_decayed_4:
 	VMOVSS        X6, (DI)
 	VMOVSS        (DX), X2
 	VUCOMISS      nearone<>+0(SB), X2
-	JCS           stateVKf32AVX512_far_5
+	JCS           stateVKf32AVX512_far_7
 	VBROADCASTSS  (DX), Z6
 	VBROADCASTSS  X5, Z5
 	VFMADD213PS   Z0, Z6, Z0
 	VFMADD231PS   (AX), Z5, K1, Z0
 	CMPQ          R9, $0x00000040
-	JBE           stateVKf32AVX512_dead_15
+	JBE           stateVKf32AVX512_dead_19
 	VFMADD213PS   Z1, Z6, Z1
 	VFMADD231PS   64(AX), Z5, K3, Z1
 	CMPQ          R9, $0x00000080
-	JBE           stateVKf32AVX512_dead_15
+	JBE           stateVKf32AVX512_dead_19
 	VFMADD213PS   Z3, Z6, Z3
 	VFMADD231PS   128(AX), Z5, K4, Z3
 	CMPQ          R9, $0x000000c0
-	JBE           stateVKf32AVX512_dead_15
+	JBE           stateVKf32AVX512_dead_19
 	VFMADD213PS   Z4, Z6, Z4
 	VFMADD231PS   192(AX), Z5, K5, Z4
 
-stateVKf32AVX512_dead_15:
-	JMP stateVKf32AVX512_decayed_5
+stateVKf32AVX512_dead_19:
+	JMP stateVKf32AVX512_decayed_7
 
-stateVKf32AVX512_far_5:
+stateVKf32AVX512_far_7:
 	VBROADCASTSS 4(DX), Z6
 	VBROADCASTSS X5, Z5
 	VMULPS       Z0, Z6, Z0
 	VFMADD231PS  (AX), Z5, K1, Z0
 	CMPQ         R9, $0x00000040
-	JBE          stateVKf32AVX512_dead_16
+	JBE          stateVKf32AVX512_dead_20
 	VMULPS       Z1, Z6, Z1
 	VFMADD231PS  64(AX), Z5, K3, Z1
 	CMPQ         R9, $0x00000080
-	JBE          stateVKf32AVX512_dead_16
+	JBE          stateVKf32AVX512_dead_20
 	VMULPS       Z3, Z6, Z3
 	VFMADD231PS  128(AX), Z5, K4, Z3
 	CMPQ         R9, $0x000000c0
-	JBE          stateVKf32AVX512_dead_16
+	JBE          stateVKf32AVX512_dead_20
 	VMULPS       Z4, Z6, Z4
 	VFMADD231PS  192(AX), Z5, K5, Z4
 
-stateVKf32AVX512_dead_16:
-stateVKf32AVX512_decayed_5:
+stateVKf32AVX512_dead_20:
+stateVKf32AVX512_decayed_7:
 	// The state after this token, if stored.
 	MOVQ    (BX), R10
 	TESTQ   R10, R10
@@ -16164,16 +16499,16 @@ stateVKf32AVX512_decayed_5:
 	ADDQ    R11, R10
 	VMOVUPS Z0, K1, (R10)
 	CMPQ    R9, $0x00000040
-	JBE     stateVKf32AVX512_dead_17
+	JBE     stateVKf32AVX512_dead_21
 	VMOVUPS Z1, K3, 64(R10)
 	CMPQ    R9, $0x00000080
-	JBE     stateVKf32AVX512_dead_17
+	JBE     stateVKf32AVX512_dead_21
 	VMOVUPS Z3, K4, 128(R10)
 	CMPQ    R9, $0x000000c0
-	JBE     stateVKf32AVX512_dead_17
+	JBE     stateVKf32AVX512_dead_21
 	VMOVUPS Z4, K5, 192(R10)
 
-stateVKf32AVX512_dead_17:
+stateVKf32AVX512_dead_21:
 stateVKf32AVX512_nostore_2:
 	ADDQ R9, AX
 	ADDQ R9, CX
@@ -16203,7 +16538,7 @@ stateVKf32AVX512_n6_1:
 	VPBROADCASTD AX, Z0
 	VPCMPGTD     iota<>+0(SB), Z0, K3
 	CMPQ         16(SP), $0x01
-	JE           stateVKf32AVX512_groups_2
+	JE           stateVKf32AVX512_groups_3
 
 stateVKf32AVX512_block_2:
 	CMPQ    8(SP), $0x10
@@ -16230,10 +16565,10 @@ stateVKf32AVX512_bload_2:
 	PREFETCHT0 8384(AX)
 	PREFETCHT0 8448(AX)
 	CMPQ       R9, $0x00000140
-	JBE        stateVKf32AVX512_dead_18
+	JBE        stateVKf32AVX512_dead_22
 	PREFETCHT0 8512(AX)
 
-stateVKf32AVX512_dead_18:
+stateVKf32AVX512_dead_22:
 	VMOVUPS   (AX), Z0
 	VMOVUPS   Z0, (CX)
 	VMOVUPS   64(AX), Z0
@@ -16266,23 +16601,23 @@ stateVKf32AVX512_btoken_2:
 	// The prefetch list's next group.
 	MOVQ 56(SP), R10
 
-stateVKf32AVX512_pfentry_4:
+stateVKf32AVX512_pfentry_5:
 	CMPQ  R10, 64(SP)
-	JAE   stateVKf32AVX512_pfdone_4
+	JAE   stateVKf32AVX512_pfdone_5
 	MOVQ  (R10), R12
 	MOVQ  8(R10), R11
 	ADDQ  $0x10, R10
 	TESTQ R11, R11
-	JZ    stateVKf32AVX512_pfdone_4
+	JZ    stateVKf32AVX512_pfdone_5
 
-stateVKf32AVX512_pfline_4:
+stateVKf32AVX512_pfline_5:
 	PREFETCHT0 (R12)
 	ADDQ       $0x40, R12
 	DECQ       R11
-	JNZ        stateVKf32AVX512_pfline_4
-	JMP        stateVKf32AVX512_pfentry_4
+	JNZ        stateVKf32AVX512_pfline_5
+	JMP        stateVKf32AVX512_pfentry_5
 
-stateVKf32AVX512_pfdone_4:
+stateVKf32AVX512_pfdone_5:
 	MOVQ      R10, 56(SP)
 	VMOVUPS   (AX), Z0
 	VMOVUPS   64(AX), Z3
@@ -16340,7 +16675,7 @@ stateVKf32AVX512_bdots_2:
 	VFMADD231PS Z6, Z22, K1, Z18
 	VFMADD231PS Z12, Z22, K1, Z19
 	CMPQ        R9, $0x00000140
-	JBE         stateVKf32AVX512_dead_19
+	JBE         stateVKf32AVX512_dead_23
 	VMOVUPS     320(R11), Z22
 	VFMADD231PS Z7, Z22, K3, Z16
 	VFMADD231PS Z13, Z22, K3, Z17
@@ -16348,7 +16683,7 @@ stateVKf32AVX512_bdots_2:
 	VFMADD231PS Z7, Z22, K3, Z20
 	VFMADD231PS Z13, Z22, K3, Z21
 
-stateVKf32AVX512_dead_19:
+stateVKf32AVX512_dead_23:
 	VADDPS       Z16, Z14, Z14
 	VADDPS       Z17, Z15, Z15
 	VMOVUPS      Z14, (R12)
@@ -16495,7 +16830,7 @@ stateVKf32AVX512_dead_19:
 	JB           stateVKf32AVX512_bsub_2
 	VMOVSS       (DX), X1
 	VUCOMISS     nearone<>+0(SB), X1
-	JCS          stateVKf32AVX512_far_6
+	JCS          stateVKf32AVX512_far_8
 	VBROADCASTSS (DX), Z8
 	XORQ         R10, R10
 
@@ -16572,7 +16907,7 @@ stateVKf32AVX512_bupdate_3:
 	VFMADD231PS  Z6, Z10, K1, Z11
 	VMOVUPS      Z11, 640(R10)
 	CMPQ         R9, $0x00000140
-	JBE          stateVKf32AVX512_dead_20
+	JBE          stateVKf32AVX512_dead_24
 	VMOVUPS      320(R10), Z11
 	VFMADD213PS  Z11, Z8, Z11
 	VFMADD231PS  Z7, Z9, K3, Z11
@@ -16582,14 +16917,14 @@ stateVKf32AVX512_bupdate_3:
 	VFMADD231PS  Z7, Z10, K3, Z9
 	VMOVUPS      Z9, 704(R10)
 
-stateVKf32AVX512_dead_20:
+stateVKf32AVX512_dead_24:
 	ADDQ $0x00000300, R10
 	ADDQ $0x08, R11
 	DECQ R12
 	JNZ  stateVKf32AVX512_bupdate_3
-	JMP  stateVKf32AVX512_decayed_6
+	JMP  stateVKf32AVX512_decayed_8
 
-stateVKf32AVX512_far_6:
+stateVKf32AVX512_far_8:
 	VBROADCASTSS 4(DX), Z8
 	XORQ         R10, R10
 
@@ -16666,7 +17001,7 @@ stateVKf32AVX512_bupdate_4:
 	VFMADD231PS  Z6, Z10, K1, Z11
 	VMOVUPS      Z11, 640(R10)
 	CMPQ         R9, $0x00000140
-	JBE          stateVKf32AVX512_dead_21
+	JBE          stateVKf32AVX512_dead_25
 	VMOVUPS      320(R10), Z11
 	VMULPS       Z11, Z8, Z11
 	VFMADD231PS  Z7, Z9, K3, Z11
@@ -16676,13 +17011,13 @@ stateVKf32AVX512_bupdate_4:
 	VFMADD231PS  Z7, Z10, K3, Z9
 	VMOVUPS      Z9, 704(R10)
 
-stateVKf32AVX512_dead_21:
+stateVKf32AVX512_dead_25:
 	ADDQ $0x00000300, R10
 	ADDQ $0x08, R11
 	DECQ R12
 	JNZ  stateVKf32AVX512_bupdate_4
 
-stateVKf32AVX512_decayed_6:
+stateVKf32AVX512_decayed_8:
 	// The state after this token, if stored.
 	MOVQ  (BX), R10
 	TESTQ R10, R10
@@ -16742,11 +17077,11 @@ stateVKf32AVX512_bstore_2:
 	VMOVUPS 256(R11), Z0
 	VMOVUPS Z0, K1, 256(R10)
 	CMPQ    R9, $0x00000140
-	JBE     stateVKf32AVX512_dead_22
+	JBE     stateVKf32AVX512_dead_26
 	VMOVUPS 320(R11), Z0
 	VMOVUPS Z0, K3, 320(R10)
 
-stateVKf32AVX512_dead_22:
+stateVKf32AVX512_dead_26:
 	ADDQ R9, R10
 	ADDQ $0x00000180, R11
 	DECQ R12
@@ -16769,7 +17104,297 @@ stateVKf32AVX512_bnostore_2:
 	JMP  stateVKf32AVX512_block_2
 
 stateVKf32AVX512_blocksdone_2:
-stateVKf32AVX512_groups_2:
+stateVKf32AVX512_groups_3:
+	CMPQ 16(SP), $0x01
+	JNE  stateVKf32AVX512_groups_4
+	MOVQ stores_base+40(FP), AX
+	CMPQ (AX), $0x00
+	JE   stateVKf32AVX512_groups_4
+	CMPQ 8(SP), $0x00000002
+	JB   stateVKf32AVX512_directdone_2
+
+	// Groups of 2 rows of 5…6 vectors, one token, from src to stores[0].
+	MOVL      $0x00000003, AX
+	KMOVW     AX, K6
+	MOVQ      kh_base+64(FP), AX
+	MOVQ      qh_base+88(FP), CX
+	MOVQ      tok_base+168(FP), DX
+	MOVQ      stores_base+40(FP), BX
+	MOVQ      v_base+112(FP), SI
+	MOVQ      o_base+144(FP), DI
+	MOVQ      (SP), R8
+	SHLQ      $0x02, R8
+	ADDQ      R8, SI
+	ADDQ      R8, DI
+	MOVQ      16(SP), R8
+	MOVQ      src_base+16(FP), R8
+	MOVQ      (SP), R10
+	IMULQ     R9, R10
+	ADDQ      R10, R8
+	MOVQ      (BX), BX
+	ADDQ      R10, BX
+	MOVQ      R9, R10
+	ADDQ      R9, R10
+	VMOVUPS   (AX), Z0
+	VMOVUPS   64(AX), Z3
+	VMOVUPS   128(AX), Z4
+	VMOVUPS   192(AX), Z5
+	VMOVUPS.Z 256(AX), K1, Z6
+	VMOVUPS.Z 320(AX), K3, Z7
+
+stateVKf32AVX512_direct_2:
+	// The prefetch list's next group.
+	MOVQ 56(SP), AX
+
+stateVKf32AVX512_pfentry_6:
+	CMPQ  AX, 64(SP)
+	JAE   stateVKf32AVX512_pfdone_6
+	MOVQ  (AX), R12
+	MOVQ  8(AX), R11
+	ADDQ  $0x10, AX
+	TESTQ R11, R11
+	JZ    stateVKf32AVX512_pfdone_6
+
+stateVKf32AVX512_pfline_6:
+	PREFETCHT0 (R12)
+	ADDQ       $0x40, R12
+	DECQ       R11
+	JNZ        stateVKf32AVX512_pfline_6
+	JMP        stateVKf32AVX512_pfentry_6
+
+stateVKf32AVX512_pfdone_6:
+	MOVQ       AX, 56(SP)
+	PREFETCHT0 8192(R8)
+	PREFETCHT0 8256(R8)
+	PREFETCHT0 8320(R8)
+	PREFETCHT0 8384(R8)
+	PREFETCHT0 8448(R8)
+	PREFETCHT0 8512(R8)
+	PREFETCHT0 8576(R8)
+	PREFETCHT0 8640(R8)
+	PREFETCHT0 8704(R8)
+	CMPQ       R9, $0x00000120
+	JBE        stateVKf32AVX512_dead_27
+	PREFETCHT0 8768(R8)
+	CMPQ       R9, $0x00000140
+	JBE        stateVKf32AVX512_dead_27
+	PREFETCHT0 8832(R8)
+	CMPQ       R9, $0x00000160
+	JBE        stateVKf32AVX512_dead_27
+	PREFETCHT0 8896(R8)
+
+stateVKf32AVX512_dead_27:
+	VMOVUPS     (R8), Z9
+	VMULPS      Z0, Z9, Z8
+	VMULPS      (CX), Z9, Z9
+	VMOVUPS     (R8)(R9*1), Z10
+	VMULPS      Z0, Z10, Z12
+	VMULPS      (CX), Z10, Z13
+	VMOVUPS     64(R8), Z11
+	VMULPS      Z3, Z11, Z10
+	VMULPS      64(CX), Z11, Z11
+	VMOVUPS     64(R8)(R9*1), Z15
+	VMULPS      Z3, Z15, Z14
+	VMULPS      64(CX), Z15, Z15
+	VMOVUPS     128(R8), Z16
+	VFMADD231PS Z4, Z16, Z8
+	VFMADD231PS 128(CX), Z16, Z9
+	VMOVUPS     128(R8)(R9*1), Z16
+	VFMADD231PS Z4, Z16, Z12
+	VFMADD231PS 128(CX), Z16, Z13
+	VMOVUPS     192(R8), Z16
+	VFMADD231PS Z5, Z16, Z10
+	VFMADD231PS 192(CX), Z16, Z11
+	VMOVUPS     192(R8)(R9*1), Z16
+	VFMADD231PS Z5, Z16, Z14
+	VFMADD231PS 192(CX), Z16, Z15
+	VMOVUPS.Z   256(R8), K1, Z16
+	VFMADD231PS Z6, Z16, K1, Z8
+	VFMADD231PS 256(CX), Z16, K1, Z9
+	VMOVUPS.Z   256(R8)(R9*1), K1, Z16
+	VFMADD231PS Z6, Z16, K1, Z12
+	VFMADD231PS 256(CX), Z16, K1, Z13
+	CMPQ        R9, $0x00000140
+	JBE         stateVKf32AVX512_dead_28
+	VMOVUPS.Z   320(R8), K3, Z16
+	VFMADD231PS Z7, Z16, K3, Z10
+	VFMADD231PS 320(CX), Z16, K3, Z11
+	VMOVUPS.Z   320(R8)(R9*1), K3, Z16
+	VFMADD231PS Z7, Z16, K3, Z14
+	VFMADD231PS 320(CX), Z16, K3, Z15
+
+stateVKf32AVX512_dead_28:
+	VADDPS       Z10, Z8, Z8
+	VADDPS       Z14, Z12, Z12
+	VADDPS       Z11, Z9, Z9
+	VADDPS       Z15, Z13, Z13
+	VSHUFF32X4   $0x44, Z12, Z8, Z10
+	VSHUFF32X4   $0xee, Z12, Z8, Z8
+	VADDPS       Z8, Z10, Z10
+	VSHUFF32X4   $0x44, Z13, Z9, Z8
+	VSHUFF32X4   $0xee, Z13, Z9, Z9
+	VADDPS       Z9, Z8, Z8
+	VSHUFF32X4   $0x88, Z8, Z10, Z9
+	VSHUFF32X4   $0xdd, Z8, Z10, Z8
+	VADDPS       Z8, Z9, Z9
+	VSHUFPS      $0x44, Z9, Z9, Z8
+	VSHUFPS      $0xee, Z9, Z9, Z9
+	VADDPS       Z9, Z8, Z8
+	VSHUFPS      $0x88, Z8, Z8, Z9
+	VSHUFPS      $0xdd, Z8, Z8, Z8
+	VADDPS       Z8, Z9, Z9
+	VMOVUPS      vkpermAVX512_2<>+0(SB), Z8
+	VPERMPS      Z9, Z8, Z8
+	VMOVSS       (DX), X1
+	VUCOMISS     nearone<>+0(SB), X1
+	JCS          stateVKf32AVX512_far_9
+	VBROADCASTSS (DX), Z9
+	VFMADD213PS  Z8, Z9, Z8
+	JMP          stateVKf32AVX512_decayed_9
+
+stateVKf32AVX512_far_9:
+	VBROADCASTSS 4(DX), Z9
+	VMULPS       Z8, Z9, Z8
+
+stateVKf32AVX512_decayed_9:
+	VEXTRACTF64X4 $0x01, Z8, Y9
+	VMOVUPS.Z     (SI), K6, Y1
+	VSUBPS        Y8, Y1, Y1
+	VBROADCASTSS  8(DX), Z8
+	VMULPS        Y8, Y1, Y1
+	VBROADCASTSS  12(DX), Z8
+	VFMADD231PS   Y8, Y1, Y9
+	VMOVUPS       Y9, K6, (DI)
+	VMOVSS        (DX), X2
+	VUCOMISS      nearone<>+0(SB), X2
+	JCS           stateVKf32AVX512_far_10
+	VBROADCASTSS  (DX), Z8
+	VBROADCASTSS  X1, Z9
+	VMOVUPS       vklane1<>+0(SB), Z10
+	VPERMPS       Z1, Z10, Z10
+	VMOVUPS       (R8), Z11
+	VFMADD213PS   Z11, Z8, Z11
+	VFMADD231PS   Z0, Z9, Z11
+	VMOVUPS       Z11, (BX)
+	VMOVUPS       (R8)(R9*1), Z11
+	VFMADD213PS   Z11, Z8, Z11
+	VFMADD231PS   Z0, Z10, Z11
+	VMOVUPS       Z11, (BX)(R9*1)
+	VMOVUPS       64(R8), Z11
+	VFMADD213PS   Z11, Z8, Z11
+	VFMADD231PS   Z3, Z9, Z11
+	VMOVUPS       Z11, 64(BX)
+	VMOVUPS       64(R8)(R9*1), Z11
+	VFMADD213PS   Z11, Z8, Z11
+	VFMADD231PS   Z3, Z10, Z11
+	VMOVUPS       Z11, 64(BX)(R9*1)
+	VMOVUPS       128(R8), Z11
+	VFMADD213PS   Z11, Z8, Z11
+	VFMADD231PS   Z4, Z9, Z11
+	VMOVUPS       Z11, 128(BX)
+	VMOVUPS       128(R8)(R9*1), Z11
+	VFMADD213PS   Z11, Z8, Z11
+	VFMADD231PS   Z4, Z10, Z11
+	VMOVUPS       Z11, 128(BX)(R9*1)
+	VMOVUPS       192(R8), Z11
+	VFMADD213PS   Z11, Z8, Z11
+	VFMADD231PS   Z5, Z9, Z11
+	VMOVUPS       Z11, 192(BX)
+	VMOVUPS       192(R8)(R9*1), Z11
+	VFMADD213PS   Z11, Z8, Z11
+	VFMADD231PS   Z5, Z10, Z11
+	VMOVUPS       Z11, 192(BX)(R9*1)
+	VMOVUPS.Z     256(R8), K1, Z11
+	VFMADD213PS   Z11, Z8, Z11
+	VFMADD231PS   Z6, Z9, K1, Z11
+	VMOVUPS       Z11, K1, 256(BX)
+	VMOVUPS.Z     256(R8)(R9*1), K1, Z11
+	VFMADD213PS   Z11, Z8, Z11
+	VFMADD231PS   Z6, Z10, K1, Z11
+	VMOVUPS       Z11, K1, 256(BX)(R9*1)
+	CMPQ          R9, $0x00000140
+	JBE           stateVKf32AVX512_dead_29
+	VMOVUPS.Z     320(R8), K3, Z11
+	VFMADD213PS   Z11, Z8, Z11
+	VFMADD231PS   Z7, Z9, K3, Z11
+	VMOVUPS       Z11, K3, 320(BX)
+	VMOVUPS.Z     320(R8)(R9*1), K3, Z9
+	VFMADD213PS   Z9, Z8, Z9
+	VFMADD231PS   Z7, Z10, K3, Z9
+	VMOVUPS       Z9, K3, 320(BX)(R9*1)
+
+stateVKf32AVX512_dead_29:
+	JMP stateVKf32AVX512_decayed_10
+
+stateVKf32AVX512_far_10:
+	VBROADCASTSS 4(DX), Z8
+	VBROADCASTSS X1, Z9
+	VMOVUPS      vklane1<>+0(SB), Z10
+	VPERMPS      Z1, Z10, Z10
+	VMOVUPS      (R8), Z11
+	VMULPS       Z11, Z8, Z11
+	VFMADD231PS  Z0, Z9, Z11
+	VMOVUPS      Z11, (BX)
+	VMOVUPS      (R8)(R9*1), Z11
+	VMULPS       Z11, Z8, Z11
+	VFMADD231PS  Z0, Z10, Z11
+	VMOVUPS      Z11, (BX)(R9*1)
+	VMOVUPS      64(R8), Z11
+	VMULPS       Z11, Z8, Z11
+	VFMADD231PS  Z3, Z9, Z11
+	VMOVUPS      Z11, 64(BX)
+	VMOVUPS      64(R8)(R9*1), Z11
+	VMULPS       Z11, Z8, Z11
+	VFMADD231PS  Z3, Z10, Z11
+	VMOVUPS      Z11, 64(BX)(R9*1)
+	VMOVUPS      128(R8), Z11
+	VMULPS       Z11, Z8, Z11
+	VFMADD231PS  Z4, Z9, Z11
+	VMOVUPS      Z11, 128(BX)
+	VMOVUPS      128(R8)(R9*1), Z11
+	VMULPS       Z11, Z8, Z11
+	VFMADD231PS  Z4, Z10, Z11
+	VMOVUPS      Z11, 128(BX)(R9*1)
+	VMOVUPS      192(R8), Z11
+	VMULPS       Z11, Z8, Z11
+	VFMADD231PS  Z5, Z9, Z11
+	VMOVUPS      Z11, 192(BX)
+	VMOVUPS      192(R8)(R9*1), Z11
+	VMULPS       Z11, Z8, Z11
+	VFMADD231PS  Z5, Z10, Z11
+	VMOVUPS      Z11, 192(BX)(R9*1)
+	VMOVUPS.Z    256(R8), K1, Z11
+	VMULPS       Z11, Z8, Z11
+	VFMADD231PS  Z6, Z9, K1, Z11
+	VMOVUPS      Z11, K1, 256(BX)
+	VMOVUPS.Z    256(R8)(R9*1), K1, Z11
+	VMULPS       Z11, Z8, Z11
+	VFMADD231PS  Z6, Z10, K1, Z11
+	VMOVUPS      Z11, K1, 256(BX)(R9*1)
+	CMPQ         R9, $0x00000140
+	JBE          stateVKf32AVX512_dead_30
+	VMOVUPS.Z    320(R8), K3, Z11
+	VMULPS       Z11, Z8, Z11
+	VFMADD231PS  Z7, Z9, K3, Z11
+	VMOVUPS      Z11, K3, 320(BX)
+	VMOVUPS.Z    320(R8)(R9*1), K3, Z9
+	VMULPS       Z9, Z8, Z9
+	VFMADD231PS  Z7, Z10, K3, Z9
+	VMOVUPS      Z9, K3, 320(BX)(R9*1)
+
+stateVKf32AVX512_dead_30:
+stateVKf32AVX512_decayed_10:
+	ADDQ R10, R8
+	ADDQ R10, BX
+	ADDQ $0x00000008, SI
+	ADDQ $0x00000008, DI
+	ADDQ $0x00000002, (SP)
+	SUBQ $0x00000002, 8(SP)
+	CMPQ 8(SP), $0x00000002
+	JAE  stateVKf32AVX512_direct_2
+
+stateVKf32AVX512_directdone_2:
+stateVKf32AVX512_groups_4:
 stateVKf32AVX512_group_3:
 	CMPQ 8(SP), $0x00000002
 	JB   stateVKf32AVX512_groupsdone_3
@@ -16777,23 +17402,23 @@ stateVKf32AVX512_group_3:
 	// The prefetch list's next group.
 	MOVQ 56(SP), AX
 
-stateVKf32AVX512_pfentry_5:
+stateVKf32AVX512_pfentry_7:
 	CMPQ  AX, 64(SP)
-	JAE   stateVKf32AVX512_pfdone_5
+	JAE   stateVKf32AVX512_pfdone_7
 	MOVQ  (AX), DX
 	MOVQ  8(AX), CX
 	ADDQ  $0x10, AX
 	TESTQ CX, CX
-	JZ    stateVKf32AVX512_pfdone_5
+	JZ    stateVKf32AVX512_pfdone_7
 
-stateVKf32AVX512_pfline_5:
+stateVKf32AVX512_pfline_7:
 	PREFETCHT0 (DX)
 	ADDQ       $0x40, DX
 	DECQ       CX
-	JNZ        stateVKf32AVX512_pfline_5
-	JMP        stateVKf32AVX512_pfentry_5
+	JNZ        stateVKf32AVX512_pfline_7
+	JMP        stateVKf32AVX512_pfentry_7
 
-stateVKf32AVX512_pfdone_5:
+stateVKf32AVX512_pfdone_7:
 	MOVQ  AX, 56(SP)
 	MOVL  $0x00000003, AX
 	KMOVW AX, K6
@@ -16813,16 +17438,16 @@ stateVKf32AVX512_pfdone_5:
 	PREFETCHT0 8640(AX)
 	PREFETCHT0 8704(AX)
 	CMPQ       R9, $0x00000120
-	JBE        stateVKf32AVX512_dead_23
+	JBE        stateVKf32AVX512_dead_31
 	PREFETCHT0 8768(AX)
 	CMPQ       R9, $0x00000140
-	JBE        stateVKf32AVX512_dead_23
+	JBE        stateVKf32AVX512_dead_31
 	PREFETCHT0 8832(AX)
 	CMPQ       R9, $0x00000160
-	JBE        stateVKf32AVX512_dead_23
+	JBE        stateVKf32AVX512_dead_31
 	PREFETCHT0 8896(AX)
 
-stateVKf32AVX512_dead_23:
+stateVKf32AVX512_dead_31:
 	VMOVUPS   (AX), Z0
 	VMOVUPS   64(AX), Z3
 	VMOVUPS   128(AX), Z4
@@ -16870,13 +17495,13 @@ stateVKf32AVX512_token_3:
 	VFMADD231PS 256(AX), Z12, K1, Z18
 	VFMADD231PS 256(CX), Z12, K1, Z19
 	CMPQ        R9, $0x00000140
-	JBE         stateVKf32AVX512_dead_24
+	JBE         stateVKf32AVX512_dead_32
 	VFMADD231PS 320(AX), Z7, K3, Z16
 	VFMADD231PS 320(CX), Z7, K3, Z17
 	VFMADD231PS 320(AX), Z13, K3, Z20
 	VFMADD231PS 320(CX), Z13, K3, Z21
 
-stateVKf32AVX512_dead_24:
+stateVKf32AVX512_dead_32:
 	VADDPS       Z16, Z14, Z14
 	VADDPS       Z20, Z18, Z18
 	VADDPS       Z17, Z15, Z15
@@ -16900,16 +17525,16 @@ stateVKf32AVX512_dead_24:
 	VPERMPS      Z15, Z14, Z14
 	VMOVSS       (DX), X1
 	VUCOMISS     nearone<>+0(SB), X1
-	JCS          stateVKf32AVX512_far_7
+	JCS          stateVKf32AVX512_far_11
 	VBROADCASTSS (DX), Z15
 	VFMADD213PS  Z14, Z15, Z14
-	JMP          stateVKf32AVX512_decayed_7
+	JMP          stateVKf32AVX512_decayed_11
 
-stateVKf32AVX512_far_7:
+stateVKf32AVX512_far_11:
 	VBROADCASTSS 4(DX), Z15
 	VMULPS       Z14, Z15, Z14
 
-stateVKf32AVX512_decayed_7:
+stateVKf32AVX512_decayed_11:
 	VEXTRACTF64X4 $0x01, Z14, Y15
 	VMOVUPS.Z     (SI), K6, Y1
 	VSUBPS        Y14, Y1, Y1
@@ -16920,7 +17545,7 @@ stateVKf32AVX512_decayed_7:
 	VMOVUPS       Y15, K6, (DI)
 	VMOVSS        (DX), X2
 	VUCOMISS      nearone<>+0(SB), X2
-	JCS           stateVKf32AVX512_far_8
+	JCS           stateVKf32AVX512_far_12
 	VBROADCASTSS  (DX), Z14
 	VBROADCASTSS  X1, Z15
 	VMOVUPS       vklane1<>+0(SB), Z16
@@ -16946,16 +17571,16 @@ stateVKf32AVX512_decayed_7:
 	VFMADD213PS   Z12, Z14, Z12
 	VFMADD231PS   256(AX), Z16, K1, Z12
 	CMPQ          R9, $0x00000140
-	JBE           stateVKf32AVX512_dead_25
+	JBE           stateVKf32AVX512_dead_33
 	VFMADD213PS   Z7, Z14, Z7
 	VFMADD231PS   320(AX), Z15, K3, Z7
 	VFMADD213PS   Z13, Z14, Z13
 	VFMADD231PS   320(AX), Z16, K3, Z13
 
-stateVKf32AVX512_dead_25:
-	JMP stateVKf32AVX512_decayed_8
+stateVKf32AVX512_dead_33:
+	JMP stateVKf32AVX512_decayed_12
 
-stateVKf32AVX512_far_8:
+stateVKf32AVX512_far_12:
 	VBROADCASTSS 4(DX), Z14
 	VBROADCASTSS X1, Z15
 	VMOVUPS      vklane1<>+0(SB), Z16
@@ -16981,14 +17606,14 @@ stateVKf32AVX512_far_8:
 	VMULPS       Z12, Z14, Z12
 	VFMADD231PS  256(AX), Z16, K1, Z12
 	CMPQ         R9, $0x00000140
-	JBE          stateVKf32AVX512_dead_26
+	JBE          stateVKf32AVX512_dead_34
 	VMULPS       Z7, Z14, Z7
 	VFMADD231PS  320(AX), Z15, K3, Z7
 	VMULPS       Z13, Z14, Z13
 	VFMADD231PS  320(AX), Z16, K3, Z13
 
-stateVKf32AVX512_dead_26:
-stateVKf32AVX512_decayed_8:
+stateVKf32AVX512_dead_34:
+stateVKf32AVX512_decayed_12:
 	// The state after this token, if stored.
 	MOVQ    (BX), R10
 	TESTQ   R10, R10
@@ -17002,10 +17627,10 @@ stateVKf32AVX512_decayed_8:
 	VMOVUPS Z5, 192(R10)
 	VMOVUPS Z6, K1, 256(R10)
 	CMPQ    R9, $0x00000140
-	JBE     stateVKf32AVX512_dead_27
+	JBE     stateVKf32AVX512_dead_35
 	VMOVUPS Z7, K3, 320(R10)
 
-stateVKf32AVX512_dead_27:
+stateVKf32AVX512_dead_35:
 	ADDQ    R9, R10
 	VMOVUPS Z8, (R10)
 	VMOVUPS Z9, 64(R10)
@@ -17013,10 +17638,10 @@ stateVKf32AVX512_dead_27:
 	VMOVUPS Z11, 192(R10)
 	VMOVUPS Z12, K1, 256(R10)
 	CMPQ    R9, $0x00000140
-	JBE     stateVKf32AVX512_dead_28
+	JBE     stateVKf32AVX512_dead_36
 	VMOVUPS Z13, K3, 320(R10)
 
-stateVKf32AVX512_dead_28:
+stateVKf32AVX512_dead_36:
 stateVKf32AVX512_nostore_3:
 	ADDQ R9, AX
 	ADDQ R9, CX
@@ -17038,23 +17663,23 @@ stateVKf32AVX512_group_4:
 	// The prefetch list's next group.
 	MOVQ 56(SP), AX
 
-stateVKf32AVX512_pfentry_6:
+stateVKf32AVX512_pfentry_8:
 	CMPQ  AX, 64(SP)
-	JAE   stateVKf32AVX512_pfdone_6
+	JAE   stateVKf32AVX512_pfdone_8
 	MOVQ  (AX), DX
 	MOVQ  8(AX), CX
 	ADDQ  $0x10, AX
 	TESTQ CX, CX
-	JZ    stateVKf32AVX512_pfdone_6
+	JZ    stateVKf32AVX512_pfdone_8
 
-stateVKf32AVX512_pfline_6:
+stateVKf32AVX512_pfline_8:
 	PREFETCHT0 (DX)
 	ADDQ       $0x40, DX
 	DECQ       CX
-	JNZ        stateVKf32AVX512_pfline_6
-	JMP        stateVKf32AVX512_pfentry_6
+	JNZ        stateVKf32AVX512_pfline_8
+	JMP        stateVKf32AVX512_pfentry_8
 
-stateVKf32AVX512_pfdone_6:
+stateVKf32AVX512_pfdone_8:
 	MOVQ AX, 56(SP)
 
 	// Load 1 row(s) of 5…6 vectors.
@@ -17068,10 +17693,10 @@ stateVKf32AVX512_pfdone_6:
 	PREFETCHT0 8384(AX)
 	PREFETCHT0 8448(AX)
 	CMPQ       R9, $0x00000140
-	JBE        stateVKf32AVX512_dead_29
+	JBE        stateVKf32AVX512_dead_37
 	PREFETCHT0 8512(AX)
 
-stateVKf32AVX512_dead_29:
+stateVKf32AVX512_dead_37:
 	VMOVUPS   (AX), Z0
 	VMOVUPS   64(AX), Z1
 	VMOVUPS   128(AX), Z3
@@ -17102,11 +17727,11 @@ stateVKf32AVX512_token_4:
 	VFMADD231PS 256(AX), Z5, K1, Z7
 	VFMADD231PS 256(CX), Z5, K1, Z8
 	CMPQ        R9, $0x00000140
-	JBE         stateVKf32AVX512_dead_30
+	JBE         stateVKf32AVX512_dead_38
 	VFMADD231PS 320(AX), Z6, K3, Z9
 	VFMADD231PS 320(CX), Z6, K3, Z10
 
-stateVKf32AVX512_dead_30:
+stateVKf32AVX512_dead_38:
 	VADDPS       Z9, Z7, Z7
 	VADDPS       Z10, Z8, Z8
 	VSHUFF32X4   $0x44, Z8, Z7, Z9
@@ -17125,16 +17750,16 @@ stateVKf32AVX512_dead_30:
 	VPERMPS      Z7, Z8, Z7
 	VMOVSS       (DX), X2
 	VUCOMISS     nearone<>+0(SB), X2
-	JCS          stateVKf32AVX512_far_9
+	JCS          stateVKf32AVX512_far_13
 	VBROADCASTSS (DX), Z8
 	VFMADD213PS  Z7, Z8, Z7
-	JMP          stateVKf32AVX512_decayed_9
+	JMP          stateVKf32AVX512_decayed_13
 
-stateVKf32AVX512_far_9:
+stateVKf32AVX512_far_13:
 	VBROADCASTSS 4(DX), Z8
 	VMULPS       Z7, Z8, Z7
 
-stateVKf32AVX512_decayed_9:
+stateVKf32AVX512_decayed_13:
 	VEXTRACTF64X4 $0x01, Z7, Y8
 	VMOVSS        (SI), X2
 	VSUBPS        Y7, Y2, Y2
@@ -17145,7 +17770,7 @@ stateVKf32AVX512_decayed_9:
 	VMOVSS        X8, (DI)
 	VMOVSS        (DX), X2
 	VUCOMISS      nearone<>+0(SB), X2
-	JCS           stateVKf32AVX512_far_10
+	JCS           stateVKf32AVX512_far_14
 	VBROADCASTSS  (DX), Z8
 	VBROADCASTSS  X7, Z7
 	VFMADD213PS   Z0, Z8, Z0
@@ -17159,14 +17784,14 @@ stateVKf32AVX512_decayed_9:
 	VFMADD213PS   Z5, Z8, Z5
 	VFMADD231PS   256(AX), Z7, K1, Z5
 	CMPQ          R9, $0x00000140
-	JBE           stateVKf32AVX512_dead_31
+	JBE           stateVKf32AVX512_dead_39
 	VFMADD213PS   Z6, Z8, Z6
 	VFMADD231PS   320(AX), Z7, K3, Z6
 
-stateVKf32AVX512_dead_31:
-	JMP stateVKf32AVX512_decayed_10
+stateVKf32AVX512_dead_39:
+	JMP stateVKf32AVX512_decayed_14
 
-stateVKf32AVX512_far_10:
+stateVKf32AVX512_far_14:
 	VBROADCASTSS 4(DX), Z8
 	VBROADCASTSS X7, Z7
 	VMULPS       Z0, Z8, Z0
@@ -17180,12 +17805,12 @@ stateVKf32AVX512_far_10:
 	VMULPS       Z5, Z8, Z5
 	VFMADD231PS  256(AX), Z7, K1, Z5
 	CMPQ         R9, $0x00000140
-	JBE          stateVKf32AVX512_dead_32
+	JBE          stateVKf32AVX512_dead_40
 	VMULPS       Z6, Z8, Z6
 	VFMADD231PS  320(AX), Z7, K3, Z6
 
-stateVKf32AVX512_dead_32:
-stateVKf32AVX512_decayed_10:
+stateVKf32AVX512_dead_40:
+stateVKf32AVX512_decayed_14:
 	// The state after this token, if stored.
 	MOVQ    (BX), R10
 	TESTQ   R10, R10
@@ -17199,10 +17824,10 @@ stateVKf32AVX512_decayed_10:
 	VMOVUPS Z4, 192(R10)
 	VMOVUPS Z5, K1, 256(R10)
 	CMPQ    R9, $0x00000140
-	JBE     stateVKf32AVX512_dead_33
+	JBE     stateVKf32AVX512_dead_41
 	VMOVUPS Z6, K3, 320(R10)
 
-stateVKf32AVX512_dead_33:
+stateVKf32AVX512_dead_41:
 stateVKf32AVX512_nostore_4:
 	ADDQ R9, AX
 	ADDQ R9, CX
@@ -17232,7 +17857,7 @@ stateVKf32AVX512_n8_1:
 	VPBROADCASTD AX, Z0
 	VPCMPGTD     iota<>+0(SB), Z0, K3
 	CMPQ         16(SP), $0x01
-	JE           stateVKf32AVX512_groups_3
+	JE           stateVKf32AVX512_groups_5
 
 stateVKf32AVX512_block_3:
 	CMPQ    8(SP), $0x10
@@ -17261,10 +17886,10 @@ stateVKf32AVX512_bload_3:
 	PREFETCHT0 8512(AX)
 	PREFETCHT0 8576(AX)
 	CMPQ       R9, $0x000001c0
-	JBE        stateVKf32AVX512_dead_34
+	JBE        stateVKf32AVX512_dead_42
 	PREFETCHT0 8640(AX)
 
-stateVKf32AVX512_dead_34:
+stateVKf32AVX512_dead_42:
 	VMOVUPS   (AX), Z0
 	VMOVUPS   Z0, (CX)
 	VMOVUPS   64(AX), Z0
@@ -17301,23 +17926,23 @@ stateVKf32AVX512_btoken_3:
 	// The prefetch list's next group.
 	MOVQ 56(SP), R10
 
-stateVKf32AVX512_pfentry_7:
+stateVKf32AVX512_pfentry_9:
 	CMPQ  R10, 64(SP)
-	JAE   stateVKf32AVX512_pfdone_7
+	JAE   stateVKf32AVX512_pfdone_9
 	MOVQ  (R10), R12
 	MOVQ  8(R10), R11
 	ADDQ  $0x10, R10
 	TESTQ R11, R11
-	JZ    stateVKf32AVX512_pfdone_7
+	JZ    stateVKf32AVX512_pfdone_9
 
-stateVKf32AVX512_pfline_7:
+stateVKf32AVX512_pfline_9:
 	PREFETCHT0 (R12)
 	ADDQ       $0x40, R12
 	DECQ       R11
-	JNZ        stateVKf32AVX512_pfline_7
-	JMP        stateVKf32AVX512_pfentry_7
+	JNZ        stateVKf32AVX512_pfline_9
+	JMP        stateVKf32AVX512_pfentry_9
 
-stateVKf32AVX512_pfdone_7:
+stateVKf32AVX512_pfdone_9:
 	MOVQ      R10, 56(SP)
 	VMOVUPS   (AX), Z0
 	VMOVUPS   64(AX), Z3
@@ -17391,7 +18016,7 @@ stateVKf32AVX512_bdots_3:
 	VFMADD231PS Z8, Z26, K1, Z22
 	VFMADD231PS Z16, Z26, K1, Z23
 	CMPQ        R9, $0x000001c0
-	JBE         stateVKf32AVX512_dead_35
+	JBE         stateVKf32AVX512_dead_43
 	VMOVUPS     448(R11), Z26
 	VFMADD231PS Z9, Z26, K3, Z20
 	VFMADD231PS Z17, Z26, K3, Z21
@@ -17399,7 +18024,7 @@ stateVKf32AVX512_bdots_3:
 	VFMADD231PS Z9, Z26, K3, Z24
 	VFMADD231PS Z17, Z26, K3, Z25
 
-stateVKf32AVX512_dead_35:
+stateVKf32AVX512_dead_43:
 	VADDPS       Z20, Z18, Z18
 	VADDPS       Z21, Z19, Z19
 	VMOVUPS      Z18, (R12)
@@ -17546,7 +18171,7 @@ stateVKf32AVX512_dead_35:
 	JB           stateVKf32AVX512_bsub_3
 	VMOVSS       (DX), X1
 	VUCOMISS     nearone<>+0(SB), X1
-	JCS          stateVKf32AVX512_far_11
+	JCS          stateVKf32AVX512_far_15
 	VBROADCASTSS (DX), Z10
 	XORQ         R10, R10
 
@@ -17639,7 +18264,7 @@ stateVKf32AVX512_bupdate_5:
 	VFMADD231PS  Z8, Z12, K1, Z13
 	VMOVUPS      Z13, 896(R10)
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKf32AVX512_dead_36
+	JBE          stateVKf32AVX512_dead_44
 	VMOVUPS      448(R10), Z13
 	VFMADD213PS  Z13, Z10, Z13
 	VFMADD231PS  Z9, Z11, K3, Z13
@@ -17649,14 +18274,14 @@ stateVKf32AVX512_bupdate_5:
 	VFMADD231PS  Z9, Z12, K3, Z11
 	VMOVUPS      Z11, 960(R10)
 
-stateVKf32AVX512_dead_36:
+stateVKf32AVX512_dead_44:
 	ADDQ $0x00000400, R10
 	ADDQ $0x08, R11
 	DECQ R12
 	JNZ  stateVKf32AVX512_bupdate_5
-	JMP  stateVKf32AVX512_decayed_11
+	JMP  stateVKf32AVX512_decayed_15
 
-stateVKf32AVX512_far_11:
+stateVKf32AVX512_far_15:
 	VBROADCASTSS 4(DX), Z10
 	XORQ         R10, R10
 
@@ -17749,7 +18374,7 @@ stateVKf32AVX512_bupdate_6:
 	VFMADD231PS  Z8, Z12, K1, Z13
 	VMOVUPS      Z13, 896(R10)
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKf32AVX512_dead_37
+	JBE          stateVKf32AVX512_dead_45
 	VMOVUPS      448(R10), Z13
 	VMULPS       Z13, Z10, Z13
 	VFMADD231PS  Z9, Z11, K3, Z13
@@ -17759,13 +18384,13 @@ stateVKf32AVX512_bupdate_6:
 	VFMADD231PS  Z9, Z12, K3, Z11
 	VMOVUPS      Z11, 960(R10)
 
-stateVKf32AVX512_dead_37:
+stateVKf32AVX512_dead_45:
 	ADDQ $0x00000400, R10
 	ADDQ $0x08, R11
 	DECQ R12
 	JNZ  stateVKf32AVX512_bupdate_6
 
-stateVKf32AVX512_decayed_11:
+stateVKf32AVX512_decayed_15:
 	// The state after this token, if stored.
 	MOVQ  (BX), R10
 	TESTQ R10, R10
@@ -17833,11 +18458,11 @@ stateVKf32AVX512_bstore_3:
 	VMOVUPS 384(R11), Z0
 	VMOVUPS Z0, K1, 384(R10)
 	CMPQ    R9, $0x000001c0
-	JBE     stateVKf32AVX512_dead_38
+	JBE     stateVKf32AVX512_dead_46
 	VMOVUPS 448(R11), Z0
 	VMOVUPS Z0, K3, 448(R10)
 
-stateVKf32AVX512_dead_38:
+stateVKf32AVX512_dead_46:
 	ADDQ R9, R10
 	ADDQ $0x00000200, R11
 	DECQ R12
@@ -17860,7 +18485,347 @@ stateVKf32AVX512_bnostore_3:
 	JMP  stateVKf32AVX512_block_3
 
 stateVKf32AVX512_blocksdone_3:
-stateVKf32AVX512_groups_3:
+stateVKf32AVX512_groups_5:
+	CMPQ 16(SP), $0x01
+	JNE  stateVKf32AVX512_groups_6
+	MOVQ stores_base+40(FP), AX
+	CMPQ (AX), $0x00
+	JE   stateVKf32AVX512_groups_6
+	CMPQ 8(SP), $0x00000002
+	JB   stateVKf32AVX512_directdone_3
+
+	// Groups of 2 rows of 7…8 vectors, one token, from src to stores[0].
+	MOVL      $0x00000003, AX
+	KMOVW     AX, K6
+	MOVQ      kh_base+64(FP), AX
+	MOVQ      qh_base+88(FP), CX
+	MOVQ      tok_base+168(FP), DX
+	MOVQ      stores_base+40(FP), BX
+	MOVQ      v_base+112(FP), SI
+	MOVQ      o_base+144(FP), DI
+	MOVQ      (SP), R8
+	SHLQ      $0x02, R8
+	ADDQ      R8, SI
+	ADDQ      R8, DI
+	MOVQ      16(SP), R8
+	MOVQ      src_base+16(FP), R8
+	MOVQ      (SP), R10
+	IMULQ     R9, R10
+	ADDQ      R10, R8
+	MOVQ      (BX), BX
+	ADDQ      R10, BX
+	MOVQ      R9, R10
+	ADDQ      R9, R10
+	VMOVUPS   (AX), Z0
+	VMOVUPS   64(AX), Z3
+	VMOVUPS   128(AX), Z4
+	VMOVUPS   192(AX), Z5
+	VMOVUPS   256(AX), Z6
+	VMOVUPS   320(AX), Z7
+	VMOVUPS.Z 384(AX), K1, Z8
+	VMOVUPS.Z 448(AX), K3, Z9
+
+stateVKf32AVX512_direct_3:
+	// The prefetch list's next group.
+	MOVQ 56(SP), AX
+
+stateVKf32AVX512_pfentry_10:
+	CMPQ  AX, 64(SP)
+	JAE   stateVKf32AVX512_pfdone_10
+	MOVQ  (AX), R12
+	MOVQ  8(AX), R11
+	ADDQ  $0x10, AX
+	TESTQ R11, R11
+	JZ    stateVKf32AVX512_pfdone_10
+
+stateVKf32AVX512_pfline_10:
+	PREFETCHT0 (R12)
+	ADDQ       $0x40, R12
+	DECQ       R11
+	JNZ        stateVKf32AVX512_pfline_10
+	JMP        stateVKf32AVX512_pfentry_10
+
+stateVKf32AVX512_pfdone_10:
+	MOVQ       AX, 56(SP)
+	PREFETCHT0 8192(R8)
+	PREFETCHT0 8256(R8)
+	PREFETCHT0 8320(R8)
+	PREFETCHT0 8384(R8)
+	PREFETCHT0 8448(R8)
+	PREFETCHT0 8512(R8)
+	PREFETCHT0 8576(R8)
+	PREFETCHT0 8640(R8)
+	PREFETCHT0 8704(R8)
+	PREFETCHT0 8768(R8)
+	PREFETCHT0 8832(R8)
+	PREFETCHT0 8896(R8)
+	PREFETCHT0 8960(R8)
+	CMPQ       R9, $0x000001a0
+	JBE        stateVKf32AVX512_dead_47
+	PREFETCHT0 9024(R8)
+	CMPQ       R9, $0x000001c0
+	JBE        stateVKf32AVX512_dead_47
+	PREFETCHT0 9088(R8)
+	CMPQ       R9, $0x000001e0
+	JBE        stateVKf32AVX512_dead_47
+	PREFETCHT0 9152(R8)
+
+stateVKf32AVX512_dead_47:
+	VMOVUPS     (R8), Z11
+	VMULPS      Z0, Z11, Z10
+	VMULPS      (CX), Z11, Z11
+	VMOVUPS     (R8)(R9*1), Z12
+	VMULPS      Z0, Z12, Z14
+	VMULPS      (CX), Z12, Z15
+	VMOVUPS     64(R8), Z13
+	VMULPS      Z3, Z13, Z12
+	VMULPS      64(CX), Z13, Z13
+	VMOVUPS     64(R8)(R9*1), Z17
+	VMULPS      Z3, Z17, Z16
+	VMULPS      64(CX), Z17, Z17
+	VMOVUPS     128(R8), Z18
+	VFMADD231PS Z4, Z18, Z10
+	VFMADD231PS 128(CX), Z18, Z11
+	VMOVUPS     128(R8)(R9*1), Z18
+	VFMADD231PS Z4, Z18, Z14
+	VFMADD231PS 128(CX), Z18, Z15
+	VMOVUPS     192(R8), Z18
+	VFMADD231PS Z5, Z18, Z12
+	VFMADD231PS 192(CX), Z18, Z13
+	VMOVUPS     192(R8)(R9*1), Z18
+	VFMADD231PS Z5, Z18, Z16
+	VFMADD231PS 192(CX), Z18, Z17
+	VMOVUPS     256(R8), Z18
+	VFMADD231PS Z6, Z18, Z10
+	VFMADD231PS 256(CX), Z18, Z11
+	VMOVUPS     256(R8)(R9*1), Z18
+	VFMADD231PS Z6, Z18, Z14
+	VFMADD231PS 256(CX), Z18, Z15
+	VMOVUPS     320(R8), Z18
+	VFMADD231PS Z7, Z18, Z12
+	VFMADD231PS 320(CX), Z18, Z13
+	VMOVUPS     320(R8)(R9*1), Z18
+	VFMADD231PS Z7, Z18, Z16
+	VFMADD231PS 320(CX), Z18, Z17
+	VMOVUPS.Z   384(R8), K1, Z18
+	VFMADD231PS Z8, Z18, K1, Z10
+	VFMADD231PS 384(CX), Z18, K1, Z11
+	VMOVUPS.Z   384(R8)(R9*1), K1, Z18
+	VFMADD231PS Z8, Z18, K1, Z14
+	VFMADD231PS 384(CX), Z18, K1, Z15
+	CMPQ        R9, $0x000001c0
+	JBE         stateVKf32AVX512_dead_48
+	VMOVUPS.Z   448(R8), K3, Z18
+	VFMADD231PS Z9, Z18, K3, Z12
+	VFMADD231PS 448(CX), Z18, K3, Z13
+	VMOVUPS.Z   448(R8)(R9*1), K3, Z18
+	VFMADD231PS Z9, Z18, K3, Z16
+	VFMADD231PS 448(CX), Z18, K3, Z17
+
+stateVKf32AVX512_dead_48:
+	VADDPS       Z12, Z10, Z10
+	VADDPS       Z16, Z14, Z14
+	VADDPS       Z13, Z11, Z11
+	VADDPS       Z17, Z15, Z15
+	VSHUFF32X4   $0x44, Z14, Z10, Z12
+	VSHUFF32X4   $0xee, Z14, Z10, Z10
+	VADDPS       Z10, Z12, Z12
+	VSHUFF32X4   $0x44, Z15, Z11, Z10
+	VSHUFF32X4   $0xee, Z15, Z11, Z11
+	VADDPS       Z11, Z10, Z10
+	VSHUFF32X4   $0x88, Z10, Z12, Z11
+	VSHUFF32X4   $0xdd, Z10, Z12, Z10
+	VADDPS       Z10, Z11, Z11
+	VSHUFPS      $0x44, Z11, Z11, Z10
+	VSHUFPS      $0xee, Z11, Z11, Z11
+	VADDPS       Z11, Z10, Z10
+	VSHUFPS      $0x88, Z10, Z10, Z11
+	VSHUFPS      $0xdd, Z10, Z10, Z10
+	VADDPS       Z10, Z11, Z11
+	VMOVUPS      vkpermAVX512_2<>+0(SB), Z10
+	VPERMPS      Z11, Z10, Z10
+	VMOVSS       (DX), X1
+	VUCOMISS     nearone<>+0(SB), X1
+	JCS          stateVKf32AVX512_far_16
+	VBROADCASTSS (DX), Z11
+	VFMADD213PS  Z10, Z11, Z10
+	JMP          stateVKf32AVX512_decayed_16
+
+stateVKf32AVX512_far_16:
+	VBROADCASTSS 4(DX), Z11
+	VMULPS       Z10, Z11, Z10
+
+stateVKf32AVX512_decayed_16:
+	VEXTRACTF64X4 $0x01, Z10, Y11
+	VMOVUPS.Z     (SI), K6, Y1
+	VSUBPS        Y10, Y1, Y1
+	VBROADCASTSS  8(DX), Z10
+	VMULPS        Y10, Y1, Y1
+	VBROADCASTSS  12(DX), Z10
+	VFMADD231PS   Y10, Y1, Y11
+	VMOVUPS       Y11, K6, (DI)
+	VMOVSS        (DX), X2
+	VUCOMISS      nearone<>+0(SB), X2
+	JCS           stateVKf32AVX512_far_17
+	VBROADCASTSS  (DX), Z10
+	VBROADCASTSS  X1, Z11
+	VMOVUPS       vklane1<>+0(SB), Z12
+	VPERMPS       Z1, Z12, Z12
+	VMOVUPS       (R8), Z13
+	VFMADD213PS   Z13, Z10, Z13
+	VFMADD231PS   Z0, Z11, Z13
+	VMOVUPS       Z13, (BX)
+	VMOVUPS       (R8)(R9*1), Z13
+	VFMADD213PS   Z13, Z10, Z13
+	VFMADD231PS   Z0, Z12, Z13
+	VMOVUPS       Z13, (BX)(R9*1)
+	VMOVUPS       64(R8), Z13
+	VFMADD213PS   Z13, Z10, Z13
+	VFMADD231PS   Z3, Z11, Z13
+	VMOVUPS       Z13, 64(BX)
+	VMOVUPS       64(R8)(R9*1), Z13
+	VFMADD213PS   Z13, Z10, Z13
+	VFMADD231PS   Z3, Z12, Z13
+	VMOVUPS       Z13, 64(BX)(R9*1)
+	VMOVUPS       128(R8), Z13
+	VFMADD213PS   Z13, Z10, Z13
+	VFMADD231PS   Z4, Z11, Z13
+	VMOVUPS       Z13, 128(BX)
+	VMOVUPS       128(R8)(R9*1), Z13
+	VFMADD213PS   Z13, Z10, Z13
+	VFMADD231PS   Z4, Z12, Z13
+	VMOVUPS       Z13, 128(BX)(R9*1)
+	VMOVUPS       192(R8), Z13
+	VFMADD213PS   Z13, Z10, Z13
+	VFMADD231PS   Z5, Z11, Z13
+	VMOVUPS       Z13, 192(BX)
+	VMOVUPS       192(R8)(R9*1), Z13
+	VFMADD213PS   Z13, Z10, Z13
+	VFMADD231PS   Z5, Z12, Z13
+	VMOVUPS       Z13, 192(BX)(R9*1)
+	VMOVUPS       256(R8), Z13
+	VFMADD213PS   Z13, Z10, Z13
+	VFMADD231PS   Z6, Z11, Z13
+	VMOVUPS       Z13, 256(BX)
+	VMOVUPS       256(R8)(R9*1), Z13
+	VFMADD213PS   Z13, Z10, Z13
+	VFMADD231PS   Z6, Z12, Z13
+	VMOVUPS       Z13, 256(BX)(R9*1)
+	VMOVUPS       320(R8), Z13
+	VFMADD213PS   Z13, Z10, Z13
+	VFMADD231PS   Z7, Z11, Z13
+	VMOVUPS       Z13, 320(BX)
+	VMOVUPS       320(R8)(R9*1), Z13
+	VFMADD213PS   Z13, Z10, Z13
+	VFMADD231PS   Z7, Z12, Z13
+	VMOVUPS       Z13, 320(BX)(R9*1)
+	VMOVUPS.Z     384(R8), K1, Z13
+	VFMADD213PS   Z13, Z10, Z13
+	VFMADD231PS   Z8, Z11, K1, Z13
+	VMOVUPS       Z13, K1, 384(BX)
+	VMOVUPS.Z     384(R8)(R9*1), K1, Z13
+	VFMADD213PS   Z13, Z10, Z13
+	VFMADD231PS   Z8, Z12, K1, Z13
+	VMOVUPS       Z13, K1, 384(BX)(R9*1)
+	CMPQ          R9, $0x000001c0
+	JBE           stateVKf32AVX512_dead_49
+	VMOVUPS.Z     448(R8), K3, Z13
+	VFMADD213PS   Z13, Z10, Z13
+	VFMADD231PS   Z9, Z11, K3, Z13
+	VMOVUPS       Z13, K3, 448(BX)
+	VMOVUPS.Z     448(R8)(R9*1), K3, Z11
+	VFMADD213PS   Z11, Z10, Z11
+	VFMADD231PS   Z9, Z12, K3, Z11
+	VMOVUPS       Z11, K3, 448(BX)(R9*1)
+
+stateVKf32AVX512_dead_49:
+	JMP stateVKf32AVX512_decayed_17
+
+stateVKf32AVX512_far_17:
+	VBROADCASTSS 4(DX), Z10
+	VBROADCASTSS X1, Z11
+	VMOVUPS      vklane1<>+0(SB), Z12
+	VPERMPS      Z1, Z12, Z12
+	VMOVUPS      (R8), Z13
+	VMULPS       Z13, Z10, Z13
+	VFMADD231PS  Z0, Z11, Z13
+	VMOVUPS      Z13, (BX)
+	VMOVUPS      (R8)(R9*1), Z13
+	VMULPS       Z13, Z10, Z13
+	VFMADD231PS  Z0, Z12, Z13
+	VMOVUPS      Z13, (BX)(R9*1)
+	VMOVUPS      64(R8), Z13
+	VMULPS       Z13, Z10, Z13
+	VFMADD231PS  Z3, Z11, Z13
+	VMOVUPS      Z13, 64(BX)
+	VMOVUPS      64(R8)(R9*1), Z13
+	VMULPS       Z13, Z10, Z13
+	VFMADD231PS  Z3, Z12, Z13
+	VMOVUPS      Z13, 64(BX)(R9*1)
+	VMOVUPS      128(R8), Z13
+	VMULPS       Z13, Z10, Z13
+	VFMADD231PS  Z4, Z11, Z13
+	VMOVUPS      Z13, 128(BX)
+	VMOVUPS      128(R8)(R9*1), Z13
+	VMULPS       Z13, Z10, Z13
+	VFMADD231PS  Z4, Z12, Z13
+	VMOVUPS      Z13, 128(BX)(R9*1)
+	VMOVUPS      192(R8), Z13
+	VMULPS       Z13, Z10, Z13
+	VFMADD231PS  Z5, Z11, Z13
+	VMOVUPS      Z13, 192(BX)
+	VMOVUPS      192(R8)(R9*1), Z13
+	VMULPS       Z13, Z10, Z13
+	VFMADD231PS  Z5, Z12, Z13
+	VMOVUPS      Z13, 192(BX)(R9*1)
+	VMOVUPS      256(R8), Z13
+	VMULPS       Z13, Z10, Z13
+	VFMADD231PS  Z6, Z11, Z13
+	VMOVUPS      Z13, 256(BX)
+	VMOVUPS      256(R8)(R9*1), Z13
+	VMULPS       Z13, Z10, Z13
+	VFMADD231PS  Z6, Z12, Z13
+	VMOVUPS      Z13, 256(BX)(R9*1)
+	VMOVUPS      320(R8), Z13
+	VMULPS       Z13, Z10, Z13
+	VFMADD231PS  Z7, Z11, Z13
+	VMOVUPS      Z13, 320(BX)
+	VMOVUPS      320(R8)(R9*1), Z13
+	VMULPS       Z13, Z10, Z13
+	VFMADD231PS  Z7, Z12, Z13
+	VMOVUPS      Z13, 320(BX)(R9*1)
+	VMOVUPS.Z    384(R8), K1, Z13
+	VMULPS       Z13, Z10, Z13
+	VFMADD231PS  Z8, Z11, K1, Z13
+	VMOVUPS      Z13, K1, 384(BX)
+	VMOVUPS.Z    384(R8)(R9*1), K1, Z13
+	VMULPS       Z13, Z10, Z13
+	VFMADD231PS  Z8, Z12, K1, Z13
+	VMOVUPS      Z13, K1, 384(BX)(R9*1)
+	CMPQ         R9, $0x000001c0
+	JBE          stateVKf32AVX512_dead_50
+	VMOVUPS.Z    448(R8), K3, Z13
+	VMULPS       Z13, Z10, Z13
+	VFMADD231PS  Z9, Z11, K3, Z13
+	VMOVUPS      Z13, K3, 448(BX)
+	VMOVUPS.Z    448(R8)(R9*1), K3, Z11
+	VMULPS       Z11, Z10, Z11
+	VFMADD231PS  Z9, Z12, K3, Z11
+	VMOVUPS      Z11, K3, 448(BX)(R9*1)
+
+stateVKf32AVX512_dead_50:
+stateVKf32AVX512_decayed_17:
+	ADDQ R10, R8
+	ADDQ R10, BX
+	ADDQ $0x00000008, SI
+	ADDQ $0x00000008, DI
+	ADDQ $0x00000002, (SP)
+	SUBQ $0x00000002, 8(SP)
+	CMPQ 8(SP), $0x00000002
+	JAE  stateVKf32AVX512_direct_3
+
+stateVKf32AVX512_directdone_3:
+stateVKf32AVX512_groups_6:
 stateVKf32AVX512_group_5:
 	CMPQ 8(SP), $0x00000002
 	JB   stateVKf32AVX512_groupsdone_5
@@ -17868,23 +18833,23 @@ stateVKf32AVX512_group_5:
 	// The prefetch list's next group.
 	MOVQ 56(SP), AX
 
-stateVKf32AVX512_pfentry_8:
+stateVKf32AVX512_pfentry_11:
 	CMPQ  AX, 64(SP)
-	JAE   stateVKf32AVX512_pfdone_8
+	JAE   stateVKf32AVX512_pfdone_11
 	MOVQ  (AX), DX
 	MOVQ  8(AX), CX
 	ADDQ  $0x10, AX
 	TESTQ CX, CX
-	JZ    stateVKf32AVX512_pfdone_8
+	JZ    stateVKf32AVX512_pfdone_11
 
-stateVKf32AVX512_pfline_8:
+stateVKf32AVX512_pfline_11:
 	PREFETCHT0 (DX)
 	ADDQ       $0x40, DX
 	DECQ       CX
-	JNZ        stateVKf32AVX512_pfline_8
-	JMP        stateVKf32AVX512_pfentry_8
+	JNZ        stateVKf32AVX512_pfline_11
+	JMP        stateVKf32AVX512_pfentry_11
 
-stateVKf32AVX512_pfdone_8:
+stateVKf32AVX512_pfdone_11:
 	MOVQ  AX, 56(SP)
 	MOVL  $0x00000003, AX
 	KMOVW AX, K6
@@ -17908,16 +18873,16 @@ stateVKf32AVX512_pfdone_8:
 	PREFETCHT0 8896(AX)
 	PREFETCHT0 8960(AX)
 	CMPQ       R9, $0x000001a0
-	JBE        stateVKf32AVX512_dead_39
+	JBE        stateVKf32AVX512_dead_51
 	PREFETCHT0 9024(AX)
 	CMPQ       R9, $0x000001c0
-	JBE        stateVKf32AVX512_dead_39
+	JBE        stateVKf32AVX512_dead_51
 	PREFETCHT0 9088(AX)
 	CMPQ       R9, $0x000001e0
-	JBE        stateVKf32AVX512_dead_39
+	JBE        stateVKf32AVX512_dead_51
 	PREFETCHT0 9152(AX)
 
-stateVKf32AVX512_dead_39:
+stateVKf32AVX512_dead_51:
 	VMOVUPS   (AX), Z0
 	VMOVUPS   64(AX), Z3
 	VMOVUPS   128(AX), Z4
@@ -17977,13 +18942,13 @@ stateVKf32AVX512_token_5:
 	VFMADD231PS 384(AX), Z16, K1, Z22
 	VFMADD231PS 384(CX), Z16, K1, Z23
 	CMPQ        R9, $0x000001c0
-	JBE         stateVKf32AVX512_dead_40
+	JBE         stateVKf32AVX512_dead_52
 	VFMADD231PS 448(AX), Z9, K3, Z20
 	VFMADD231PS 448(CX), Z9, K3, Z21
 	VFMADD231PS 448(AX), Z17, K3, Z24
 	VFMADD231PS 448(CX), Z17, K3, Z25
 
-stateVKf32AVX512_dead_40:
+stateVKf32AVX512_dead_52:
 	VADDPS       Z20, Z18, Z18
 	VADDPS       Z24, Z22, Z22
 	VADDPS       Z21, Z19, Z19
@@ -18007,16 +18972,16 @@ stateVKf32AVX512_dead_40:
 	VPERMPS      Z19, Z18, Z18
 	VMOVSS       (DX), X1
 	VUCOMISS     nearone<>+0(SB), X1
-	JCS          stateVKf32AVX512_far_12
+	JCS          stateVKf32AVX512_far_18
 	VBROADCASTSS (DX), Z19
 	VFMADD213PS  Z18, Z19, Z18
-	JMP          stateVKf32AVX512_decayed_12
+	JMP          stateVKf32AVX512_decayed_18
 
-stateVKf32AVX512_far_12:
+stateVKf32AVX512_far_18:
 	VBROADCASTSS 4(DX), Z19
 	VMULPS       Z18, Z19, Z18
 
-stateVKf32AVX512_decayed_12:
+stateVKf32AVX512_decayed_18:
 	VEXTRACTF64X4 $0x01, Z18, Y19
 	VMOVUPS.Z     (SI), K6, Y1
 	VSUBPS        Y18, Y1, Y1
@@ -18027,7 +18992,7 @@ stateVKf32AVX512_decayed_12:
 	VMOVUPS       Y19, K6, (DI)
 	VMOVSS        (DX), X2
 	VUCOMISS      nearone<>+0(SB), X2
-	JCS           stateVKf32AVX512_far_13
+	JCS           stateVKf32AVX512_far_19
 	VBROADCASTSS  (DX), Z18
 	VBROADCASTSS  X1, Z19
 	VMOVUPS       vklane1<>+0(SB), Z20
@@ -18061,16 +19026,16 @@ stateVKf32AVX512_decayed_12:
 	VFMADD213PS   Z16, Z18, Z16
 	VFMADD231PS   384(AX), Z20, K1, Z16
 	CMPQ          R9, $0x000001c0
-	JBE           stateVKf32AVX512_dead_41
+	JBE           stateVKf32AVX512_dead_53
 	VFMADD213PS   Z9, Z18, Z9
 	VFMADD231PS   448(AX), Z19, K3, Z9
 	VFMADD213PS   Z17, Z18, Z17
 	VFMADD231PS   448(AX), Z20, K3, Z17
 
-stateVKf32AVX512_dead_41:
-	JMP stateVKf32AVX512_decayed_13
+stateVKf32AVX512_dead_53:
+	JMP stateVKf32AVX512_decayed_19
 
-stateVKf32AVX512_far_13:
+stateVKf32AVX512_far_19:
 	VBROADCASTSS 4(DX), Z18
 	VBROADCASTSS X1, Z19
 	VMOVUPS      vklane1<>+0(SB), Z20
@@ -18104,14 +19069,14 @@ stateVKf32AVX512_far_13:
 	VMULPS       Z16, Z18, Z16
 	VFMADD231PS  384(AX), Z20, K1, Z16
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKf32AVX512_dead_42
+	JBE          stateVKf32AVX512_dead_54
 	VMULPS       Z9, Z18, Z9
 	VFMADD231PS  448(AX), Z19, K3, Z9
 	VMULPS       Z17, Z18, Z17
 	VFMADD231PS  448(AX), Z20, K3, Z17
 
-stateVKf32AVX512_dead_42:
-stateVKf32AVX512_decayed_13:
+stateVKf32AVX512_dead_54:
+stateVKf32AVX512_decayed_19:
 	// The state after this token, if stored.
 	MOVQ    (BX), R10
 	TESTQ   R10, R10
@@ -18127,10 +19092,10 @@ stateVKf32AVX512_decayed_13:
 	VMOVUPS Z7, 320(R10)
 	VMOVUPS Z8, K1, 384(R10)
 	CMPQ    R9, $0x000001c0
-	JBE     stateVKf32AVX512_dead_43
+	JBE     stateVKf32AVX512_dead_55
 	VMOVUPS Z9, K3, 448(R10)
 
-stateVKf32AVX512_dead_43:
+stateVKf32AVX512_dead_55:
 	ADDQ    R9, R10
 	VMOVUPS Z10, (R10)
 	VMOVUPS Z11, 64(R10)
@@ -18140,10 +19105,10 @@ stateVKf32AVX512_dead_43:
 	VMOVUPS Z15, 320(R10)
 	VMOVUPS Z16, K1, 384(R10)
 	CMPQ    R9, $0x000001c0
-	JBE     stateVKf32AVX512_dead_44
+	JBE     stateVKf32AVX512_dead_56
 	VMOVUPS Z17, K3, 448(R10)
 
-stateVKf32AVX512_dead_44:
+stateVKf32AVX512_dead_56:
 stateVKf32AVX512_nostore_5:
 	ADDQ R9, AX
 	ADDQ R9, CX
@@ -18165,23 +19130,23 @@ stateVKf32AVX512_group_6:
 	// The prefetch list's next group.
 	MOVQ 56(SP), AX
 
-stateVKf32AVX512_pfentry_9:
+stateVKf32AVX512_pfentry_12:
 	CMPQ  AX, 64(SP)
-	JAE   stateVKf32AVX512_pfdone_9
+	JAE   stateVKf32AVX512_pfdone_12
 	MOVQ  (AX), DX
 	MOVQ  8(AX), CX
 	ADDQ  $0x10, AX
 	TESTQ CX, CX
-	JZ    stateVKf32AVX512_pfdone_9
+	JZ    stateVKf32AVX512_pfdone_12
 
-stateVKf32AVX512_pfline_9:
+stateVKf32AVX512_pfline_12:
 	PREFETCHT0 (DX)
 	ADDQ       $0x40, DX
 	DECQ       CX
-	JNZ        stateVKf32AVX512_pfline_9
-	JMP        stateVKf32AVX512_pfentry_9
+	JNZ        stateVKf32AVX512_pfline_12
+	JMP        stateVKf32AVX512_pfentry_12
 
-stateVKf32AVX512_pfdone_9:
+stateVKf32AVX512_pfdone_12:
 	MOVQ AX, 56(SP)
 
 	// Load 1 row(s) of 7…8 vectors.
@@ -18197,10 +19162,10 @@ stateVKf32AVX512_pfdone_9:
 	PREFETCHT0 8512(AX)
 	PREFETCHT0 8576(AX)
 	CMPQ       R9, $0x000001c0
-	JBE        stateVKf32AVX512_dead_45
+	JBE        stateVKf32AVX512_dead_57
 	PREFETCHT0 8640(AX)
 
-stateVKf32AVX512_dead_45:
+stateVKf32AVX512_dead_57:
 	VMOVUPS   (AX), Z0
 	VMOVUPS   64(AX), Z1
 	VMOVUPS   128(AX), Z3
@@ -18237,11 +19202,11 @@ stateVKf32AVX512_token_6:
 	VFMADD231PS 384(AX), Z7, K1, Z9
 	VFMADD231PS 384(CX), Z7, K1, Z10
 	CMPQ        R9, $0x000001c0
-	JBE         stateVKf32AVX512_dead_46
+	JBE         stateVKf32AVX512_dead_58
 	VFMADD231PS 448(AX), Z8, K3, Z11
 	VFMADD231PS 448(CX), Z8, K3, Z12
 
-stateVKf32AVX512_dead_46:
+stateVKf32AVX512_dead_58:
 	VADDPS       Z11, Z9, Z9
 	VADDPS       Z12, Z10, Z10
 	VSHUFF32X4   $0x44, Z10, Z9, Z11
@@ -18260,16 +19225,16 @@ stateVKf32AVX512_dead_46:
 	VPERMPS      Z9, Z10, Z9
 	VMOVSS       (DX), X2
 	VUCOMISS     nearone<>+0(SB), X2
-	JCS          stateVKf32AVX512_far_14
+	JCS          stateVKf32AVX512_far_20
 	VBROADCASTSS (DX), Z10
 	VFMADD213PS  Z9, Z10, Z9
-	JMP          stateVKf32AVX512_decayed_14
+	JMP          stateVKf32AVX512_decayed_20
 
-stateVKf32AVX512_far_14:
+stateVKf32AVX512_far_20:
 	VBROADCASTSS 4(DX), Z10
 	VMULPS       Z9, Z10, Z9
 
-stateVKf32AVX512_decayed_14:
+stateVKf32AVX512_decayed_20:
 	VEXTRACTF64X4 $0x01, Z9, Y10
 	VMOVSS        (SI), X2
 	VSUBPS        Y9, Y2, Y2
@@ -18280,7 +19245,7 @@ stateVKf32AVX512_decayed_14:
 	VMOVSS        X10, (DI)
 	VMOVSS        (DX), X2
 	VUCOMISS      nearone<>+0(SB), X2
-	JCS           stateVKf32AVX512_far_15
+	JCS           stateVKf32AVX512_far_21
 	VBROADCASTSS  (DX), Z10
 	VBROADCASTSS  X9, Z9
 	VFMADD213PS   Z0, Z10, Z0
@@ -18298,14 +19263,14 @@ stateVKf32AVX512_decayed_14:
 	VFMADD213PS   Z7, Z10, Z7
 	VFMADD231PS   384(AX), Z9, K1, Z7
 	CMPQ          R9, $0x000001c0
-	JBE           stateVKf32AVX512_dead_47
+	JBE           stateVKf32AVX512_dead_59
 	VFMADD213PS   Z8, Z10, Z8
 	VFMADD231PS   448(AX), Z9, K3, Z8
 
-stateVKf32AVX512_dead_47:
-	JMP stateVKf32AVX512_decayed_15
+stateVKf32AVX512_dead_59:
+	JMP stateVKf32AVX512_decayed_21
 
-stateVKf32AVX512_far_15:
+stateVKf32AVX512_far_21:
 	VBROADCASTSS 4(DX), Z10
 	VBROADCASTSS X9, Z9
 	VMULPS       Z0, Z10, Z0
@@ -18323,12 +19288,12 @@ stateVKf32AVX512_far_15:
 	VMULPS       Z7, Z10, Z7
 	VFMADD231PS  384(AX), Z9, K1, Z7
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKf32AVX512_dead_48
+	JBE          stateVKf32AVX512_dead_60
 	VMULPS       Z8, Z10, Z8
 	VFMADD231PS  448(AX), Z9, K3, Z8
 
-stateVKf32AVX512_dead_48:
-stateVKf32AVX512_decayed_15:
+stateVKf32AVX512_dead_60:
+stateVKf32AVX512_decayed_21:
 	// The state after this token, if stored.
 	MOVQ    (BX), R10
 	TESTQ   R10, R10
@@ -18344,10 +19309,10 @@ stateVKf32AVX512_decayed_15:
 	VMOVUPS Z6, 320(R10)
 	VMOVUPS Z7, K1, 384(R10)
 	CMPQ    R9, $0x000001c0
-	JBE     stateVKf32AVX512_dead_49
+	JBE     stateVKf32AVX512_dead_61
 	VMOVUPS Z8, K3, 448(R10)
 
-stateVKf32AVX512_dead_49:
+stateVKf32AVX512_dead_61:
 stateVKf32AVX512_nostore_6:
 	ADDQ R9, AX
 	ADDQ R9, CX
@@ -18394,23 +19359,23 @@ stateVKf32AVX512_group_7:
 	// The prefetch list's next group.
 	MOVQ 56(SP), AX
 
-stateVKf32AVX512_pfentry_10:
+stateVKf32AVX512_pfentry_13:
 	CMPQ  AX, 64(SP)
-	JAE   stateVKf32AVX512_pfdone_10
+	JAE   stateVKf32AVX512_pfdone_13
 	MOVQ  (AX), DX
 	MOVQ  8(AX), CX
 	ADDQ  $0x10, AX
 	TESTQ CX, CX
-	JZ    stateVKf32AVX512_pfdone_10
+	JZ    stateVKf32AVX512_pfdone_13
 
-stateVKf32AVX512_pfline_10:
+stateVKf32AVX512_pfline_13:
 	PREFETCHT0 (DX)
 	ADDQ       $0x40, DX
 	DECQ       CX
-	JNZ        stateVKf32AVX512_pfline_10
-	JMP        stateVKf32AVX512_pfentry_10
+	JNZ        stateVKf32AVX512_pfline_13
+	JMP        stateVKf32AVX512_pfentry_13
 
-stateVKf32AVX512_pfdone_10:
+stateVKf32AVX512_pfdone_13:
 	MOVQ AX, 56(SP)
 
 	// Load 1 row(s) of 9…12 vectors.
@@ -18428,16 +19393,16 @@ stateVKf32AVX512_pfdone_10:
 	PREFETCHT0 8640(AX)
 	PREFETCHT0 8704(AX)
 	CMPQ       R9, $0x00000240
-	JBE        stateVKf32AVX512_dead_50
+	JBE        stateVKf32AVX512_dead_62
 	PREFETCHT0 8768(AX)
 	CMPQ       R9, $0x00000280
-	JBE        stateVKf32AVX512_dead_50
+	JBE        stateVKf32AVX512_dead_62
 	PREFETCHT0 8832(AX)
 	CMPQ       R9, $0x000002c0
-	JBE        stateVKf32AVX512_dead_50
+	JBE        stateVKf32AVX512_dead_62
 	PREFETCHT0 8896(AX)
 
-stateVKf32AVX512_dead_50:
+stateVKf32AVX512_dead_62:
 	VMOVUPS   (AX), Z0
 	VMOVUPS   64(AX), Z2
 	VMOVUPS   128(AX), Z3
@@ -18482,19 +19447,19 @@ stateVKf32AVX512_token_7:
 	VFMADD231PS 512(AX), Z9, K1, Z13
 	VFMADD231PS 512(CX), Z9, K1, Z14
 	CMPQ        R9, $0x00000240
-	JBE         stateVKf32AVX512_dead_51
+	JBE         stateVKf32AVX512_dead_63
 	VFMADD231PS 576(AX), Z10, K3, Z15
 	VFMADD231PS 576(CX), Z10, K3, Z16
 	CMPQ        R9, $0x00000280
-	JBE         stateVKf32AVX512_dead_51
+	JBE         stateVKf32AVX512_dead_63
 	VFMADD231PS 640(AX), Z11, K4, Z17
 	VFMADD231PS 640(CX), Z11, K4, Z18
 	CMPQ        R9, $0x000002c0
-	JBE         stateVKf32AVX512_dead_51
+	JBE         stateVKf32AVX512_dead_63
 	VFMADD231PS 704(AX), Z12, K5, Z19
 	VFMADD231PS 704(CX), Z12, K5, Z20
 
-stateVKf32AVX512_dead_51:
+stateVKf32AVX512_dead_63:
 	VADDPS       Z15, Z13, Z13
 	VADDPS       Z19, Z17, Z17
 	VADDPS       Z17, Z13, Z13
@@ -18517,16 +19482,16 @@ stateVKf32AVX512_dead_51:
 	VPERMPS      Z13, Z14, Z13
 	VMOVSS       (DX), X1
 	VUCOMISS     nearone<>+0(SB), X1
-	JCS          stateVKf32AVX512_far_16
+	JCS          stateVKf32AVX512_far_22
 	VBROADCASTSS (DX), Z14
 	VFMADD213PS  Z13, Z14, Z13
-	JMP          stateVKf32AVX512_decayed_16
+	JMP          stateVKf32AVX512_decayed_22
 
-stateVKf32AVX512_far_16:
+stateVKf32AVX512_far_22:
 	VBROADCASTSS 4(DX), Z14
 	VMULPS       Z13, Z14, Z13
 
-stateVKf32AVX512_decayed_16:
+stateVKf32AVX512_decayed_22:
 	VEXTRACTF64X4 $0x01, Z13, Y14
 	VMOVSS        (SI), X1
 	VSUBPS        Y13, Y1, Y1
@@ -18537,7 +19502,7 @@ stateVKf32AVX512_decayed_16:
 	VMOVSS        X14, (DI)
 	VMOVSS        (DX), X1
 	VUCOMISS      nearone<>+0(SB), X1
-	JCS           stateVKf32AVX512_far_17
+	JCS           stateVKf32AVX512_far_23
 	VBROADCASTSS  (DX), Z14
 	VBROADCASTSS  X13, Z13
 	VFMADD213PS   Z0, Z14, Z0
@@ -18559,22 +19524,22 @@ stateVKf32AVX512_decayed_16:
 	VFMADD213PS   Z9, Z14, Z9
 	VFMADD231PS   512(AX), Z13, K1, Z9
 	CMPQ          R9, $0x00000240
-	JBE           stateVKf32AVX512_dead_52
+	JBE           stateVKf32AVX512_dead_64
 	VFMADD213PS   Z10, Z14, Z10
 	VFMADD231PS   576(AX), Z13, K3, Z10
 	CMPQ          R9, $0x00000280
-	JBE           stateVKf32AVX512_dead_52
+	JBE           stateVKf32AVX512_dead_64
 	VFMADD213PS   Z11, Z14, Z11
 	VFMADD231PS   640(AX), Z13, K4, Z11
 	CMPQ          R9, $0x000002c0
-	JBE           stateVKf32AVX512_dead_52
+	JBE           stateVKf32AVX512_dead_64
 	VFMADD213PS   Z12, Z14, Z12
 	VFMADD231PS   704(AX), Z13, K5, Z12
 
-stateVKf32AVX512_dead_52:
-	JMP stateVKf32AVX512_decayed_17
+stateVKf32AVX512_dead_64:
+	JMP stateVKf32AVX512_decayed_23
 
-stateVKf32AVX512_far_17:
+stateVKf32AVX512_far_23:
 	VBROADCASTSS 4(DX), Z14
 	VBROADCASTSS X13, Z13
 	VMULPS       Z0, Z14, Z0
@@ -18596,20 +19561,20 @@ stateVKf32AVX512_far_17:
 	VMULPS       Z9, Z14, Z9
 	VFMADD231PS  512(AX), Z13, K1, Z9
 	CMPQ         R9, $0x00000240
-	JBE          stateVKf32AVX512_dead_53
+	JBE          stateVKf32AVX512_dead_65
 	VMULPS       Z10, Z14, Z10
 	VFMADD231PS  576(AX), Z13, K3, Z10
 	CMPQ         R9, $0x00000280
-	JBE          stateVKf32AVX512_dead_53
+	JBE          stateVKf32AVX512_dead_65
 	VMULPS       Z11, Z14, Z11
 	VFMADD231PS  640(AX), Z13, K4, Z11
 	CMPQ         R9, $0x000002c0
-	JBE          stateVKf32AVX512_dead_53
+	JBE          stateVKf32AVX512_dead_65
 	VMULPS       Z12, Z14, Z12
 	VFMADD231PS  704(AX), Z13, K5, Z12
 
-stateVKf32AVX512_dead_53:
-stateVKf32AVX512_decayed_17:
+stateVKf32AVX512_dead_65:
+stateVKf32AVX512_decayed_23:
 	// The state after this token, if stored.
 	MOVQ    (BX), R10
 	TESTQ   R10, R10
@@ -18627,16 +19592,16 @@ stateVKf32AVX512_decayed_17:
 	VMOVUPS Z8, 448(R10)
 	VMOVUPS Z9, K1, 512(R10)
 	CMPQ    R9, $0x00000240
-	JBE     stateVKf32AVX512_dead_54
+	JBE     stateVKf32AVX512_dead_66
 	VMOVUPS Z10, K3, 576(R10)
 	CMPQ    R9, $0x00000280
-	JBE     stateVKf32AVX512_dead_54
+	JBE     stateVKf32AVX512_dead_66
 	VMOVUPS Z11, K4, 640(R10)
 	CMPQ    R9, $0x000002c0
-	JBE     stateVKf32AVX512_dead_54
+	JBE     stateVKf32AVX512_dead_66
 	VMOVUPS Z12, K5, 704(R10)
 
-stateVKf32AVX512_dead_54:
+stateVKf32AVX512_dead_66:
 stateVKf32AVX512_nostore_7:
 	ADDQ R9, AX
 	ADDQ R9, CX
@@ -18683,23 +19648,23 @@ stateVKf32AVX512_group_8:
 	// The prefetch list's next group.
 	MOVQ 56(SP), AX
 
-stateVKf32AVX512_pfentry_11:
+stateVKf32AVX512_pfentry_14:
 	CMPQ  AX, 64(SP)
-	JAE   stateVKf32AVX512_pfdone_11
+	JAE   stateVKf32AVX512_pfdone_14
 	MOVQ  (AX), DX
 	MOVQ  8(AX), CX
 	ADDQ  $0x10, AX
 	TESTQ CX, CX
-	JZ    stateVKf32AVX512_pfdone_11
+	JZ    stateVKf32AVX512_pfdone_14
 
-stateVKf32AVX512_pfline_11:
+stateVKf32AVX512_pfline_14:
 	PREFETCHT0 (DX)
 	ADDQ       $0x40, DX
 	DECQ       CX
-	JNZ        stateVKf32AVX512_pfline_11
-	JMP        stateVKf32AVX512_pfentry_11
+	JNZ        stateVKf32AVX512_pfline_14
+	JMP        stateVKf32AVX512_pfentry_14
 
-stateVKf32AVX512_pfdone_11:
+stateVKf32AVX512_pfdone_14:
 	MOVQ AX, 56(SP)
 
 	// Load 1 row(s) of 13…16 vectors.
@@ -18721,16 +19686,16 @@ stateVKf32AVX512_pfdone_11:
 	PREFETCHT0 8896(AX)
 	PREFETCHT0 8960(AX)
 	CMPQ       R9, $0x00000340
-	JBE        stateVKf32AVX512_dead_55
+	JBE        stateVKf32AVX512_dead_67
 	PREFETCHT0 9024(AX)
 	CMPQ       R9, $0x00000380
-	JBE        stateVKf32AVX512_dead_55
+	JBE        stateVKf32AVX512_dead_67
 	PREFETCHT0 9088(AX)
 	CMPQ       R9, $0x000003c0
-	JBE        stateVKf32AVX512_dead_55
+	JBE        stateVKf32AVX512_dead_67
 	PREFETCHT0 9152(AX)
 
-stateVKf32AVX512_dead_55:
+stateVKf32AVX512_dead_67:
 	VMOVUPS   (AX), Z0
 	VMOVUPS   64(AX), Z2
 	VMOVUPS   128(AX), Z3
@@ -18787,19 +19752,19 @@ stateVKf32AVX512_token_8:
 	VFMADD231PS 768(AX), Z13, K1, Z17
 	VFMADD231PS 768(CX), Z13, K1, Z18
 	CMPQ        R9, $0x00000340
-	JBE         stateVKf32AVX512_dead_56
+	JBE         stateVKf32AVX512_dead_68
 	VFMADD231PS 832(AX), Z14, K3, Z19
 	VFMADD231PS 832(CX), Z14, K3, Z20
 	CMPQ        R9, $0x00000380
-	JBE         stateVKf32AVX512_dead_56
+	JBE         stateVKf32AVX512_dead_68
 	VFMADD231PS 896(AX), Z15, K4, Z21
 	VFMADD231PS 896(CX), Z15, K4, Z22
 	CMPQ        R9, $0x000003c0
-	JBE         stateVKf32AVX512_dead_56
+	JBE         stateVKf32AVX512_dead_68
 	VFMADD231PS 960(AX), Z16, K5, Z23
 	VFMADD231PS 960(CX), Z16, K5, Z24
 
-stateVKf32AVX512_dead_56:
+stateVKf32AVX512_dead_68:
 	VADDPS       Z19, Z17, Z17
 	VADDPS       Z23, Z21, Z21
 	VADDPS       Z21, Z17, Z17
@@ -18822,16 +19787,16 @@ stateVKf32AVX512_dead_56:
 	VPERMPS      Z17, Z18, Z17
 	VMOVSS       (DX), X1
 	VUCOMISS     nearone<>+0(SB), X1
-	JCS          stateVKf32AVX512_far_18
+	JCS          stateVKf32AVX512_far_24
 	VBROADCASTSS (DX), Z18
 	VFMADD213PS  Z17, Z18, Z17
-	JMP          stateVKf32AVX512_decayed_18
+	JMP          stateVKf32AVX512_decayed_24
 
-stateVKf32AVX512_far_18:
+stateVKf32AVX512_far_24:
 	VBROADCASTSS 4(DX), Z18
 	VMULPS       Z17, Z18, Z17
 
-stateVKf32AVX512_decayed_18:
+stateVKf32AVX512_decayed_24:
 	VEXTRACTF64X4 $0x01, Z17, Y18
 	VMOVSS        (SI), X1
 	VSUBPS        Y17, Y1, Y1
@@ -18842,7 +19807,7 @@ stateVKf32AVX512_decayed_18:
 	VMOVSS        X18, (DI)
 	VMOVSS        (DX), X1
 	VUCOMISS      nearone<>+0(SB), X1
-	JCS           stateVKf32AVX512_far_19
+	JCS           stateVKf32AVX512_far_25
 	VBROADCASTSS  (DX), Z18
 	VBROADCASTSS  X17, Z17
 	VFMADD213PS   Z0, Z18, Z0
@@ -18872,22 +19837,22 @@ stateVKf32AVX512_decayed_18:
 	VFMADD213PS   Z13, Z18, Z13
 	VFMADD231PS   768(AX), Z17, K1, Z13
 	CMPQ          R9, $0x00000340
-	JBE           stateVKf32AVX512_dead_57
+	JBE           stateVKf32AVX512_dead_69
 	VFMADD213PS   Z14, Z18, Z14
 	VFMADD231PS   832(AX), Z17, K3, Z14
 	CMPQ          R9, $0x00000380
-	JBE           stateVKf32AVX512_dead_57
+	JBE           stateVKf32AVX512_dead_69
 	VFMADD213PS   Z15, Z18, Z15
 	VFMADD231PS   896(AX), Z17, K4, Z15
 	CMPQ          R9, $0x000003c0
-	JBE           stateVKf32AVX512_dead_57
+	JBE           stateVKf32AVX512_dead_69
 	VFMADD213PS   Z16, Z18, Z16
 	VFMADD231PS   960(AX), Z17, K5, Z16
 
-stateVKf32AVX512_dead_57:
-	JMP stateVKf32AVX512_decayed_19
+stateVKf32AVX512_dead_69:
+	JMP stateVKf32AVX512_decayed_25
 
-stateVKf32AVX512_far_19:
+stateVKf32AVX512_far_25:
 	VBROADCASTSS 4(DX), Z18
 	VBROADCASTSS X17, Z17
 	VMULPS       Z0, Z18, Z0
@@ -18917,20 +19882,20 @@ stateVKf32AVX512_far_19:
 	VMULPS       Z13, Z18, Z13
 	VFMADD231PS  768(AX), Z17, K1, Z13
 	CMPQ         R9, $0x00000340
-	JBE          stateVKf32AVX512_dead_58
+	JBE          stateVKf32AVX512_dead_70
 	VMULPS       Z14, Z18, Z14
 	VFMADD231PS  832(AX), Z17, K3, Z14
 	CMPQ         R9, $0x00000380
-	JBE          stateVKf32AVX512_dead_58
+	JBE          stateVKf32AVX512_dead_70
 	VMULPS       Z15, Z18, Z15
 	VFMADD231PS  896(AX), Z17, K4, Z15
 	CMPQ         R9, $0x000003c0
-	JBE          stateVKf32AVX512_dead_58
+	JBE          stateVKf32AVX512_dead_70
 	VMULPS       Z16, Z18, Z16
 	VFMADD231PS  960(AX), Z17, K5, Z16
 
-stateVKf32AVX512_dead_58:
-stateVKf32AVX512_decayed_19:
+stateVKf32AVX512_dead_70:
+stateVKf32AVX512_decayed_25:
 	// The state after this token, if stored.
 	MOVQ    (BX), R10
 	TESTQ   R10, R10
@@ -18952,16 +19917,16 @@ stateVKf32AVX512_decayed_19:
 	VMOVUPS Z12, 704(R10)
 	VMOVUPS Z13, K1, 768(R10)
 	CMPQ    R9, $0x00000340
-	JBE     stateVKf32AVX512_dead_59
+	JBE     stateVKf32AVX512_dead_71
 	VMOVUPS Z14, K3, 832(R10)
 	CMPQ    R9, $0x00000380
-	JBE     stateVKf32AVX512_dead_59
+	JBE     stateVKf32AVX512_dead_71
 	VMOVUPS Z15, K4, 896(R10)
 	CMPQ    R9, $0x000003c0
-	JBE     stateVKf32AVX512_dead_59
+	JBE     stateVKf32AVX512_dead_71
 	VMOVUPS Z16, K5, 960(R10)
 
-stateVKf32AVX512_dead_59:
+stateVKf32AVX512_dead_71:
 stateVKf32AVX512_nostore_8:
 	ADDQ R9, AX
 	ADDQ R9, CX

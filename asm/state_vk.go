@@ -6,8 +6,9 @@ package main
 // own for the whole call (SPEC "Useful identities"). A group of G rows is loaded once, carried in
 // registers (AVX2: a pair of rows, mostly in work; a last odd row, partly in the frame; see
 // vkPairs) through all T tokens and stored at every token that has a store (and, bf16, into the
-// f32 carry after the last token). AVX2 f32 with one token and a store runs its pairs from src to
-// stores[0] instead (once). Per token and row:
+// f32 carry after the last token). f32 with one token and a store runs from src to stores[0]
+// instead: the AVX2 pairs (once), the AVX-512 groups for K ≤ 128 with k̂ in registers (direct).
+// Per token and row:
 //
 //	kv' = Σ_i k̂_i·S[j][i]   qs' = Σ_i q̂_i·S[j][i]        (k̂, q̂ memory operands, A accumulators each)
 //	δ_j = beta·(v_j − decay(kv'))   o_j = decay(qs') + kq·δ_j
@@ -41,6 +42,10 @@ import (
 
 // vkAhead is how far ahead of a group's rows load prefetches.
 const vkAhead = 8192
+
+// vkDirectKRegs is the most vectors per row of the shapes direct serves, k̂ in registers beside the
+// dots' accumulators (K ≤ 128; the wider rows keep the groups).
+const vkDirectKRegs = 8
 
 // vkMaxVecs is the most vectors per row the routines carry (K ≤ 256 AVX-512, 128 AVX2).
 const vkMaxVecs = 16
@@ -959,6 +964,108 @@ func (b *vkBody) once() {
 	Label(done)
 }
 
+// direct emits, for one token (T = 1) with a store (stores[0] not nil), f32, with masks (AVX-512),
+// the loop over groups of b.g rows (while b.g are left) from src to stores[0] directly, with k̂ in
+// registers: per group the dots read the rows from src, the update reads them again (from L1) and
+// writes them to stores[0]. The groups' loop (group) carries the rows in registers, so k̂ and q̂
+// are memory operands of every FMA: 64 loads a group of two 128-element rows, against 32 here
+// (16 for the dots' rows, 16 for the update's). BenchmarkDriver, avx512 [V][K] f32 decode, Qwen3-Next,
+// ns per head, medians of 8 alternating runs: B = 1 1442 → 1164, B = 64 2748 → 2654. The order
+// of the groups' work made no difference (the next group's dots before this one's update, or the
+// two interleaved position by position: B = 1 1157, B = 64 2775–3054). A row's arithmetic is the
+// group's: the same products into the same accumulators in the same order, the same transpose-add
+// and δ, the same decay and update per element; only where the operands are read from differs. In
+// place (src = stores[0]) is safe: the update reads each vector before it writes it, masked to the
+// row's K.
+func (b *vkBody) direct() {
+	v, a, r := b.v, b.a, b.r
+	if v.bf16 || !a.masks || b.g > 3 || b.n > vkDirectKRegs {
+		panic("vkBody.direct: f32 with masks, at most 3 rows a group, k̂ in registers")
+	}
+	idx := r.k4
+	loop, skip := label("direct"), label("directdone")
+	CMPQ(r.rows, U32(b.g))
+	JB(LabelRef(skip))
+	Commentf("Groups of %d rows of %d…%d vectors, one token, from src to stores[0].", b.g, b.lo, b.n)
+	if b.g > 1 {
+		m := GP32()
+		MOVL(U32(1<<b.g-1), m)
+		KMOVW(m, K6)
+	}
+	tokensStart(r)
+	src, dst, step := GP64(), GP64(), GP64()
+	Load(Param("src").Base(), src)
+	MOVQ(r.j, step)
+	IMULQ(idx, step)
+	ADDQ(step, src)
+	MOVQ(Mem{Base: r.ps}, dst)
+	ADDQ(step, dst)
+	MOVQ(idx, step) // a group's rows in bytes
+	for range b.g - 1 {
+		ADDQ(idx, step)
+	}
+	// rowMem is position i of row rr of the group at p.
+	rowMem := func(p GPVirtual, rr, i int) Mem {
+		m := Mem{Base: p, Disp: i * a.bytes()}
+		if rr > 0 {
+			m.Index, m.Scale = idx, uint8(rr)
+		}
+		return m
+	}
+	// k̂, a masked load per position (a dead position's register is 0).
+	kh := make([]VecVirtual, b.n)
+	for i := range kh {
+		kh[i] = a.vec()
+		b.loadVec(b.kMem(r.pk, i), i, false, a.view(kh[i]))
+	}
+
+	Label(loop)
+	r.pf.group()
+	b.prefetch(src, b.g, 4)
+	accK, accQ := make([][]VecVirtual, b.g), make([][]VecVirtual, b.g)
+	for rr := range b.g {
+		for range b.acc {
+			accK[rr] = append(accK[rr], a.vec())
+			accQ[rr] = append(accQ[rr], a.vec())
+		}
+		b.zeroAccs(accK[rr])
+		b.zeroAccs(accQ[rr])
+	}
+	b.each(b.positions(), func(i int) {
+		for rr := range b.g {
+			x := a.vec()
+			b.loadVec(rowMem(src, rr, i), i, false, a.view(x))
+			b.fma(a.view(kh[i]), x, accK[rr][i%b.acc], i, b.first(i))
+			b.fma(b.kMem(r.pq, i), x, accQ[rr][i%b.acc], i, b.first(i))
+		}
+	})
+	d := b.finish(accK, accQ)
+	vkForm(b, func(f form, c VecVirtual) {
+		db := b.deltaBroadcasts(d)
+		b.each(b.positions(), func(i int) {
+			for rr := range b.g {
+				x := a.vec()
+				b.loadVec(rowMem(src, rr, i), i, false, a.view(x))
+				b.update(f, c, a.view(kh[i]), db[rr], x, i)
+				if mask := b.mask(i); mask != nil {
+					VMOVUPS(a.view(x), mask, rowMem(dst, rr, i))
+				} else {
+					VMOVUPS(a.view(x), rowMem(dst, rr, i))
+				}
+			}
+		})
+	})
+	ADDQ(step, src)
+	ADDQ(step, dst)
+	ADDQ(U32(4*b.g), r.pv)
+	ADDQ(U32(4*b.g), r.po)
+	ADDQ(U32(b.g), r.j)
+	SUBQ(U32(b.g), r.rows)
+	CMPQ(r.rows, U32(b.g))
+	JAE(LabelRef(loop))
+	Label(skip)
+}
+
 // group emits the loop over groups of b.g rows (while at least b.g rows are left).
 func (b *vkBody) group() {
 	v, a, r := b.v, b.a, b.r
@@ -1236,6 +1343,19 @@ func stateVK(v variant) {
 			(&vkBody{v: v, a: a, n: n, lo: lo, g: g, acc: acc, r: r}).group()
 			Label(tail)
 		} else {
+			if a.vkBlocks() && !v.bf16 && n <= vkDirectKRegs {
+				// One token (decode) with a store, f32: the groups from src to stores[0], k̂ in
+				// registers (direct), then the one-row group for the rest.
+				groups := label("groups")
+				CMPQ(r.t, U8(1))
+				JNE(LabelRef(groups))
+				q := GP64()
+				Load(Param("stores").Base(), q)
+				CMPQ(Mem{Base: q}, U8(0))
+				JE(LabelRef(groups))
+				(&vkBody{v: v, a: a, n: n, lo: lo, g: g, acc: acc, r: r}).direct()
+				Label(groups)
+			}
 			(&vkBody{v: v, a: a, n: n, lo: lo, g: g, acc: acc, r: r}).group()
 		}
 		if g > 1 {
