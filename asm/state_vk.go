@@ -7,7 +7,7 @@ package main
 // registers (AVX2: a pair of rows, mostly in work; a last odd row, partly in the frame; see
 // vkPairs) through all T tokens and stored at every token that has a store (and, bf16, into the
 // f32 carry after the last token). f32 with one token and a store runs from src to stores[0]
-// instead: the AVX2 pairs (once), the AVX-512 groups for K ≤ 128 with k̂ in registers (direct).
+// instead: the AVX2 pairs (once), the AVX-512 groups for K ≤ 128 with k̂ and q̂ in registers (direct).
 // Per token and row:
 //
 //	kv' = Σ_i k̂_i·S[j][i]   qs' = Σ_i q̂_i·S[j][i]        (k̂, q̂ memory operands, A accumulators each)
@@ -43,8 +43,8 @@ import (
 // vkAhead is how far ahead of a group's rows load prefetches.
 const vkAhead = 8192
 
-// vkDirectKRegs is the most vectors per row of the shapes direct serves, k̂ in registers beside the
-// dots' accumulators (K ≤ 128; the wider rows keep the groups).
+// vkDirectKRegs is the most vectors per row of the shapes direct serves, k̂ and q̂ in registers
+// beside the dots' accumulators (K ≤ 128; the wider rows keep the groups).
 const vkDirectKRegs = 8
 
 // vkMaxVecs is the most vectors per row the routines carry (K ≤ 256 AVX-512, 128 AVX2).
@@ -978,22 +978,23 @@ func (b *vkBody) once() {
 }
 
 // direct emits, for one token (T = 1) with a store (stores[0] not nil), f32, with masks (AVX-512),
-// the loop over groups of b.g rows (while b.g are left) from src to stores[0] directly, with k̂ in
-// registers: per group the dots read the rows from src, the update reads them again (from L1) and
-// writes them to stores[0]. The groups' loop (group) carries the rows in registers, so k̂ and q̂
-// are memory operands of every FMA: 64 loads a group of two 128-element rows, against 32 here
-// (16 for the dots' rows, 16 for the update's). BenchmarkDriver, avx512 [V][K] f32 decode, Qwen3-Next,
-// ns per head, medians of 8 alternating runs: B = 1 1442 → 1164, B = 64 2748 → 2654. The order
-// of the groups' work made no difference (the next group's dots before this one's update, or the
-// two interleaved position by position: B = 1 1157, B = 64 2775–3054). A row's arithmetic is the
-// group's: the same products into the same accumulators in the same order, the same transpose-add
-// and δ, the same decay and update per element; only where the operands are read from differs. In
-// place (src = stores[0]) is safe: the update reads each vector before it writes it, masked to the
+// the loop over groups of b.g rows (while b.g are left) from src to stores[0] directly, with k̂ and
+// q̂ in registers: per group the dots read the rows from src, the update reads them again (from
+// L1) and writes them to stores[0]. The groups' loop (group) carries the rows in registers, so k̂
+// and q̂ are memory operands of every FMA: 64 loads a group of two 128-element rows, against 32
+// here (16 for the dots' rows, 16 for the update's). BenchmarkDriver, avx512 [V][K] f32 decode,
+// Qwen3-Next, ns per head, medians of 6–8 alternating runs: with k̂ in registers B = 1
+// 1442 → 1164, B = 64 2748 → 2654; q̂ too, 1210 → 1146 and 2664 → 2556. The order of the groups'
+// work made no difference (the next group's dots before this one's update, or the two interleaved
+// position by position: B = 1 1157, B = 64 2775–3054). A row's arithmetic is the group's: the
+// same products into the same accumulators in the same order, the same transpose-add and δ, the
+// same decay and update per element; only where the operands are read from differs. In place
+// (src = stores[0]) is safe: the update reads each vector before it writes it, masked to the
 // row's K.
 func (b *vkBody) direct() {
 	v, a, r := b.v, b.a, b.r
 	if v.bf16 || !a.masks || b.g > 3 || b.n > vkDirectKRegs {
-		panic("vkBody.direct: f32 with masks, at most 3 rows a group, k̂ in registers")
+		panic("vkBody.direct: f32 with masks, at most 3 rows a group, k̂ and q̂ in registers")
 	}
 	idx := r.k4
 	loop, skip := label("direct"), label("directdone")
@@ -1025,11 +1026,12 @@ func (b *vkBody) direct() {
 		}
 		return m
 	}
-	// k̂, a masked load per position (a dead position's register is 0).
-	kh := make([]VecVirtual, b.n)
+	// k̂ and q̂, a masked load per position (a dead position's registers are 0).
+	kh, qh := make([]VecVirtual, b.n), make([]VecVirtual, b.n)
 	for i := range kh {
-		kh[i] = a.vec()
+		kh[i], qh[i] = a.vec(), a.vec()
 		b.loadVec(b.kMem(r.pk, i), i, false, a.view(kh[i]))
+		b.loadVec(b.kMem(r.pq, i), i, false, a.view(qh[i]))
 	}
 
 	Label(loop)
@@ -1049,7 +1051,7 @@ func (b *vkBody) direct() {
 			x := a.vec()
 			b.loadVec(rowMem(src, rr, i), i, false, a.view(x))
 			b.fma(a.view(kh[i]), x, accK[rr][i%b.acc], i, b.first(i))
-			b.fma(b.kMem(r.pq, i), x, accQ[rr][i%b.acc], i, b.first(i))
+			b.fma(a.view(qh[i]), x, accQ[rr][i%b.acc], i, b.first(i))
 		}
 	})
 	d := b.finish(accK, accQ)
@@ -1357,8 +1359,8 @@ func stateVK(v variant) {
 			Label(tail)
 		} else {
 			if a.vkBlocks() && !v.bf16 && n <= vkDirectKRegs {
-				// One token (decode) with a store, f32: the groups from src to stores[0], k̂ in
-				// registers (direct), then the one-row group for the rest.
+				// One token (decode) with a store, f32: the groups from src to stores[0], k̂ and
+				// q̂ in registers (direct), then the one-row group for the rest.
 				groups := label("groups")
 				CMPQ(r.t, U8(1))
 				JNE(LabelRef(groups))
