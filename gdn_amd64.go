@@ -19,6 +19,11 @@ import (
 // conditions are chained here: turning off a feature turns off every kernel that uses it.
 var available = amd64Kernels()
 
+// avx512BF16 says whether the AVX-512 [V][K] bf16 routine may round with VCVTNE2PS2BF16
+// (AVX512_BF16; its denormal test, VFPCLASSPS, is AVX512DQ): its cvt argument. Off with
+// GODEBUG=cpu.avx512bf16=off (the integer rounding, same bits).
+var avx512BF16 = cpu.X86.HasAVX512BF16 && cpu.X86.HasAVX512DQ
+
 func amd64Kernels() []*impl {
 	var ks []*impl
 	x := &cpu.X86

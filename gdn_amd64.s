@@ -19964,9 +19964,9 @@ stateVKf32AVX512_done_1:
 	VZEROUPPER
 	RET
 
-// func stateVKbf16AVX512(K int, V int, src []uint16, src32 []float32, stores []uintptr, carry []float32, kh []float32, qh []float32, v []float32, vs int, o []float32, tok []float32, work []float32, pf []uintptr)
-// Requires: AVX, AVX512F, AVX512VL, CMOV, FMA3, MMX+
-TEXT ·stateVKbf16AVX512(SB), NOSPLIT, $72-288
+// func stateVKbf16AVX512(K int, V int, src []uint16, src32 []float32, stores []uintptr, carry []float32, kh []float32, qh []float32, v []float32, vs int, o []float32, tok []float32, work []float32, pf []uintptr, cvt bool)
+// Requires: AVX, AVX512BW, AVX512DQ, AVX512F, AVX512VL, CMOV, FMA3, MMX+
+TEXT ·stateVKbf16AVX512(SB), NOSPLIT, $72-289
 	MOVQ  K+0(FP), AX
 	MOVQ  V+8(FP), CX
 	MOVQ  tok_len+224(FP), DX
@@ -21029,12 +21029,58 @@ stateVKbf16AVX512_far_3:
 stateVKbf16AVX512_dead_12:
 stateVKbf16AVX512_decayed_3:
 	// The state after this token, if stored.
-	MOVQ          (BX), R11
-	TESTQ         R11, R11
-	JZ            stateVKbf16AVX512_nostore_1
-	MOVQ          (SP), R12
-	IMULQ         R10, R12
-	ADDQ          R12, R11
+	MOVQ        (BX), R11
+	TESTQ       R11, R11
+	JZ          stateVKbf16AVX512_nostore_1
+	MOVQ        (SP), R12
+	IMULQ       R10, R12
+	ADDQ        R12, R11
+	CMPQ        R9, $0x00000100
+	JNE         stateVKbf16AVX512_bfints_1
+	CMPB        cvt+288(FP), $0x00
+	JE          stateVKbf16AVX512_bfints_1
+	MOVQ        R11, R12
+	BYTE $0x62; BYTE $0x72; BYTE $0x67; BYTE $0x48; BYTE $0x72; BYTE $0xf0 // VCVTNE2PS2BF16 Z0, Z3, Z14
+	VMOVDQU32   Z14, (R12)
+	BYTE $0x62; BYTE $0x72; BYTE $0x57; BYTE $0x48; BYTE $0x72; BYTE $0xf4 // VCVTNE2PS2BF16 Z4, Z5, Z14
+	VMOVDQU32   Z14, 64(R12)
+	ADDQ        R10, R12
+	BYTE $0x62; BYTE $0x72; BYTE $0x47; BYTE $0x48; BYTE $0x72; BYTE $0xf6 // VCVTNE2PS2BF16 Z6, Z7, Z14
+	VMOVDQU32   Z14, (R12)
+	BYTE $0x62; BYTE $0x52; BYTE $0x37; BYTE $0x48; BYTE $0x72; BYTE $0xf0 // VCVTNE2PS2BF16 Z8, Z9, Z14
+	VMOVDQU32   Z14, 64(R12)
+	ADDQ        R10, R12
+	BYTE $0x62; BYTE $0x52; BYTE $0x27; BYTE $0x48; BYTE $0x72; BYTE $0xf2 // VCVTNE2PS2BF16 Z10, Z11, Z14
+	VMOVDQU32   Z14, (R12)
+	BYTE $0x62; BYTE $0x52; BYTE $0x17; BYTE $0x48; BYTE $0x72; BYTE $0xf4 // VCVTNE2PS2BF16 Z12, Z13, Z14
+	VMOVDQU32   Z14, 64(R12)
+	VFPCLASSPSZ $0x20, Z0, K7
+	VFPCLASSPSZ $0x20, Z3, K2
+	KORW        K2, K7, K7
+	VFPCLASSPSZ $0x20, Z4, K2
+	KORW        K2, K7, K7
+	VFPCLASSPSZ $0x20, Z5, K2
+	KORW        K2, K7, K7
+	VFPCLASSPSZ $0x20, Z6, K2
+	KORW        K2, K7, K7
+	VFPCLASSPSZ $0x20, Z7, K2
+	KORW        K2, K7, K7
+	VFPCLASSPSZ $0x20, Z8, K2
+	KORW        K2, K7, K7
+	VFPCLASSPSZ $0x20, Z9, K2
+	KORW        K2, K7, K7
+	VFPCLASSPSZ $0x20, Z10, K2
+	KORW        K2, K7, K7
+	VFPCLASSPSZ $0x20, Z11, K2
+	KORW        K2, K7, K7
+	VFPCLASSPSZ $0x20, Z12, K2
+	KORW        K2, K7, K7
+	VFPCLASSPSZ $0x20, Z13, K2
+	KORW        K2, K7, K7
+	KORTESTW    K7, K7
+	JZ          stateVKbf16AVX512_bfstored_1
+
+stateVKbf16AVX512_bfints_1:
 	VMOVAPS       Z0, Z14
 	VPSRLD        $0x10, Z14, Z15
 	VPANDD.BCST   absmask<>+0(SB), Z14, Z16
@@ -21181,6 +21227,7 @@ stateVKbf16AVX512_dead_14:
 	VPMOVDW       Z14, K5, 96(R11)
 
 stateVKbf16AVX512_dead_15:
+stateVKbf16AVX512_bfstored_1:
 stateVKbf16AVX512_nostore_1:
 	ADDQ R9, AX
 	ADDQ R9, CX
@@ -21425,12 +21472,32 @@ stateVKbf16AVX512_far_5:
 stateVKbf16AVX512_dead_23:
 stateVKbf16AVX512_decayed_5:
 	// The state after this token, if stored.
-	MOVQ          (BX), R11
-	TESTQ         R11, R11
-	JZ            stateVKbf16AVX512_nostore_2
-	MOVQ          (SP), R12
-	IMULQ         R10, R12
-	ADDQ          R12, R11
+	MOVQ        (BX), R11
+	TESTQ       R11, R11
+	JZ          stateVKbf16AVX512_nostore_2
+	MOVQ        (SP), R12
+	IMULQ       R10, R12
+	ADDQ        R12, R11
+	CMPQ        R9, $0x00000100
+	JNE         stateVKbf16AVX512_bfints_2
+	CMPB        cvt+288(FP), $0x00
+	JE          stateVKbf16AVX512_bfints_2
+	MOVQ        R11, R12
+	BYTE $0x62; BYTE $0xf2; BYTE $0x77; BYTE $0x48; BYTE $0x72; BYTE $0xe8 // VCVTNE2PS2BF16 Z0, Z1, Z5
+	VMOVDQU32   Z5, (R12)
+	BYTE $0x62; BYTE $0xf2; BYTE $0x5f; BYTE $0x48; BYTE $0x72; BYTE $0xeb // VCVTNE2PS2BF16 Z3, Z4, Z5
+	VMOVDQU32   Z5, 64(R12)
+	VFPCLASSPSZ $0x20, Z0, K7
+	VFPCLASSPSZ $0x20, Z1, K2
+	KORW        K2, K7, K7
+	VFPCLASSPSZ $0x20, Z3, K2
+	KORW        K2, K7, K7
+	VFPCLASSPSZ $0x20, Z4, K2
+	KORW        K2, K7, K7
+	KORTESTW    K7, K7
+	JZ          stateVKbf16AVX512_bfstored_2
+
+stateVKbf16AVX512_bfints_2:
 	VMOVAPS       Z0, Z5
 	VPSRLD        $0x10, Z5, Z6
 	VPANDD.BCST   absmask<>+0(SB), Z5, Z7
@@ -21479,6 +21546,7 @@ stateVKbf16AVX512_decayed_5:
 	VPMOVDW       Z5, K5, 96(R11)
 
 stateVKbf16AVX512_dead_24:
+stateVKbf16AVX512_bfstored_2:
 stateVKbf16AVX512_nostore_2:
 	ADDQ R9, AX
 	ADDQ R9, CX
@@ -22540,12 +22608,57 @@ stateVKbf16AVX512_far_8:
 stateVKbf16AVX512_dead_36:
 stateVKbf16AVX512_decayed_8:
 	// The state after this token, if stored.
-	MOVQ          (BX), R11
-	TESTQ         R11, R11
-	JZ            stateVKbf16AVX512_nostore_3
-	MOVQ          (SP), R12
-	IMULQ         R10, R12
-	ADDQ          R12, R11
+	MOVQ        (BX), R11
+	TESTQ       R11, R11
+	JZ          stateVKbf16AVX512_nostore_3
+	MOVQ        (SP), R12
+	IMULQ       R10, R12
+	ADDQ        R12, R11
+	CMPQ        R9, $0x00000180
+	JNE         stateVKbf16AVX512_bfints_3
+	CMPB        cvt+288(FP), $0x00
+	JE          stateVKbf16AVX512_bfints_3
+	MOVQ        R11, R12
+	BYTE $0x62; BYTE $0x72; BYTE $0x67; BYTE $0x48; BYTE $0x72; BYTE $0xf0 // VCVTNE2PS2BF16 Z0, Z3, Z14
+	VMOVDQU32   Z14, (R12)
+	BYTE $0x62; BYTE $0x72; BYTE $0x57; BYTE $0x48; BYTE $0x72; BYTE $0xf4 // VCVTNE2PS2BF16 Z4, Z5, Z14
+	VMOVDQU32   Z14, 64(R12)
+	BYTE $0x62; BYTE $0x72; BYTE $0x47; BYTE $0x48; BYTE $0x72; BYTE $0xf6 // VCVTNE2PS2BF16 Z6, Z7, Z14
+	VMOVDQU32   Z14, 128(R12)
+	ADDQ        R10, R12
+	BYTE $0x62; BYTE $0x52; BYTE $0x37; BYTE $0x48; BYTE $0x72; BYTE $0xf0 // VCVTNE2PS2BF16 Z8, Z9, Z14
+	VMOVDQU32   Z14, (R12)
+	BYTE $0x62; BYTE $0x52; BYTE $0x27; BYTE $0x48; BYTE $0x72; BYTE $0xf2 // VCVTNE2PS2BF16 Z10, Z11, Z14
+	VMOVDQU32   Z14, 64(R12)
+	BYTE $0x62; BYTE $0x52; BYTE $0x17; BYTE $0x48; BYTE $0x72; BYTE $0xf4 // VCVTNE2PS2BF16 Z12, Z13, Z14
+	VMOVDQU32   Z14, 128(R12)
+	VFPCLASSPSZ $0x20, Z0, K7
+	VFPCLASSPSZ $0x20, Z3, K2
+	KORW        K2, K7, K7
+	VFPCLASSPSZ $0x20, Z4, K2
+	KORW        K2, K7, K7
+	VFPCLASSPSZ $0x20, Z5, K2
+	KORW        K2, K7, K7
+	VFPCLASSPSZ $0x20, Z6, K2
+	KORW        K2, K7, K7
+	VFPCLASSPSZ $0x20, Z7, K2
+	KORW        K2, K7, K7
+	VFPCLASSPSZ $0x20, Z8, K2
+	KORW        K2, K7, K7
+	VFPCLASSPSZ $0x20, Z9, K2
+	KORW        K2, K7, K7
+	VFPCLASSPSZ $0x20, Z10, K2
+	KORW        K2, K7, K7
+	VFPCLASSPSZ $0x20, Z11, K2
+	KORW        K2, K7, K7
+	VFPCLASSPSZ $0x20, Z12, K2
+	KORW        K2, K7, K7
+	VFPCLASSPSZ $0x20, Z13, K2
+	KORW        K2, K7, K7
+	KORTESTW    K7, K7
+	JZ          stateVKbf16AVX512_bfstored_3
+
+stateVKbf16AVX512_bfints_3:
 	VMOVAPS       Z0, Z14
 	VPSRLD        $0x10, Z14, Z15
 	VPANDD.BCST   absmask<>+0(SB), Z14, Z16
@@ -22675,6 +22788,7 @@ stateVKbf16AVX512_dead_37:
 	VPMOVDW       Z14, K3, 160(R11)
 
 stateVKbf16AVX512_dead_38:
+stateVKbf16AVX512_bfstored_3:
 stateVKbf16AVX512_nostore_3:
 	ADDQ R9, AX
 	ADDQ R9, CX
@@ -22901,12 +23015,38 @@ stateVKbf16AVX512_far_10:
 stateVKbf16AVX512_dead_44:
 stateVKbf16AVX512_decayed_10:
 	// The state after this token, if stored.
-	MOVQ          (BX), R11
-	TESTQ         R11, R11
-	JZ            stateVKbf16AVX512_nostore_4
-	MOVQ          (SP), R12
-	IMULQ         R10, R12
-	ADDQ          R12, R11
+	MOVQ        (BX), R11
+	TESTQ       R11, R11
+	JZ          stateVKbf16AVX512_nostore_4
+	MOVQ        (SP), R12
+	IMULQ       R10, R12
+	ADDQ        R12, R11
+	CMPQ        R9, $0x00000180
+	JNE         stateVKbf16AVX512_bfints_4
+	CMPB        cvt+288(FP), $0x00
+	JE          stateVKbf16AVX512_bfints_4
+	MOVQ        R11, R12
+	BYTE $0x62; BYTE $0xf2; BYTE $0x77; BYTE $0x48; BYTE $0x72; BYTE $0xf8 // VCVTNE2PS2BF16 Z0, Z1, Z7
+	VMOVDQU32   Z7, (R12)
+	BYTE $0x62; BYTE $0xf2; BYTE $0x5f; BYTE $0x48; BYTE $0x72; BYTE $0xfb // VCVTNE2PS2BF16 Z3, Z4, Z7
+	VMOVDQU32   Z7, 64(R12)
+	BYTE $0x62; BYTE $0xf2; BYTE $0x4f; BYTE $0x48; BYTE $0x72; BYTE $0xfd // VCVTNE2PS2BF16 Z5, Z6, Z7
+	VMOVDQU32   Z7, 128(R12)
+	VFPCLASSPSZ $0x20, Z0, K7
+	VFPCLASSPSZ $0x20, Z1, K2
+	KORW        K2, K7, K7
+	VFPCLASSPSZ $0x20, Z3, K2
+	KORW        K2, K7, K7
+	VFPCLASSPSZ $0x20, Z4, K2
+	KORW        K2, K7, K7
+	VFPCLASSPSZ $0x20, Z5, K2
+	KORW        K2, K7, K7
+	VFPCLASSPSZ $0x20, Z6, K2
+	KORW        K2, K7, K7
+	KORTESTW    K7, K7
+	JZ          stateVKbf16AVX512_bfstored_4
+
+stateVKbf16AVX512_bfints_4:
 	VMOVAPS       Z0, Z7
 	VPSRLD        $0x10, Z7, Z8
 	VPANDD.BCST   absmask<>+0(SB), Z7, Z9
@@ -22971,6 +23111,7 @@ stateVKbf16AVX512_decayed_10:
 	VPMOVDW       Z7, K3, 160(R11)
 
 stateVKbf16AVX512_dead_45:
+stateVKbf16AVX512_bfstored_4:
 stateVKbf16AVX512_nostore_4:
 	ADDQ R9, AX
 	ADDQ R9, CX
@@ -24179,12 +24320,69 @@ stateVKbf16AVX512_far_13:
 stateVKbf16AVX512_dead_57:
 stateVKbf16AVX512_decayed_13:
 	// The state after this token, if stored.
-	MOVQ          (BX), R11
-	TESTQ         R11, R11
-	JZ            stateVKbf16AVX512_nostore_5
-	MOVQ          (SP), R12
-	IMULQ         R10, R12
-	ADDQ          R12, R11
+	MOVQ        (BX), R11
+	TESTQ       R11, R11
+	JZ          stateVKbf16AVX512_nostore_5
+	MOVQ        (SP), R12
+	IMULQ       R10, R12
+	ADDQ        R12, R11
+	CMPQ        R9, $0x00000200
+	JNE         stateVKbf16AVX512_bfints_5
+	CMPB        cvt+288(FP), $0x00
+	JE          stateVKbf16AVX512_bfints_5
+	MOVQ        R11, R12
+	BYTE $0x62; BYTE $0xe2; BYTE $0x67; BYTE $0x48; BYTE $0x72; BYTE $0xd0 // VCVTNE2PS2BF16 Z0, Z3, Z18
+	VMOVDQU32   Z18, (R12)
+	BYTE $0x62; BYTE $0xe2; BYTE $0x57; BYTE $0x48; BYTE $0x72; BYTE $0xd4 // VCVTNE2PS2BF16 Z4, Z5, Z18
+	VMOVDQU32   Z18, 64(R12)
+	BYTE $0x62; BYTE $0xe2; BYTE $0x47; BYTE $0x48; BYTE $0x72; BYTE $0xd6 // VCVTNE2PS2BF16 Z6, Z7, Z18
+	VMOVDQU32   Z18, 128(R12)
+	BYTE $0x62; BYTE $0xc2; BYTE $0x37; BYTE $0x48; BYTE $0x72; BYTE $0xd0 // VCVTNE2PS2BF16 Z8, Z9, Z18
+	VMOVDQU32   Z18, 192(R12)
+	ADDQ        R10, R12
+	BYTE $0x62; BYTE $0xc2; BYTE $0x27; BYTE $0x48; BYTE $0x72; BYTE $0xd2 // VCVTNE2PS2BF16 Z10, Z11, Z18
+	VMOVDQU32   Z18, (R12)
+	BYTE $0x62; BYTE $0xc2; BYTE $0x17; BYTE $0x48; BYTE $0x72; BYTE $0xd4 // VCVTNE2PS2BF16 Z12, Z13, Z18
+	VMOVDQU32   Z18, 64(R12)
+	BYTE $0x62; BYTE $0xc2; BYTE $0x07; BYTE $0x48; BYTE $0x72; BYTE $0xd6 // VCVTNE2PS2BF16 Z14, Z15, Z18
+	VMOVDQU32   Z18, 128(R12)
+	BYTE $0x62; BYTE $0xa2; BYTE $0x77; BYTE $0x40; BYTE $0x72; BYTE $0xd0 // VCVTNE2PS2BF16 Z16, Z17, Z18
+	VMOVDQU32   Z18, 192(R12)
+	VFPCLASSPSZ $0x20, Z0, K7
+	VFPCLASSPSZ $0x20, Z3, K2
+	KORW        K2, K7, K7
+	VFPCLASSPSZ $0x20, Z4, K2
+	KORW        K2, K7, K7
+	VFPCLASSPSZ $0x20, Z5, K2
+	KORW        K2, K7, K7
+	VFPCLASSPSZ $0x20, Z6, K2
+	KORW        K2, K7, K7
+	VFPCLASSPSZ $0x20, Z7, K2
+	KORW        K2, K7, K7
+	VFPCLASSPSZ $0x20, Z8, K2
+	KORW        K2, K7, K7
+	VFPCLASSPSZ $0x20, Z9, K2
+	KORW        K2, K7, K7
+	VFPCLASSPSZ $0x20, Z10, K2
+	KORW        K2, K7, K7
+	VFPCLASSPSZ $0x20, Z11, K2
+	KORW        K2, K7, K7
+	VFPCLASSPSZ $0x20, Z12, K2
+	KORW        K2, K7, K7
+	VFPCLASSPSZ $0x20, Z13, K2
+	KORW        K2, K7, K7
+	VFPCLASSPSZ $0x20, Z14, K2
+	KORW        K2, K7, K7
+	VFPCLASSPSZ $0x20, Z15, K2
+	KORW        K2, K7, K7
+	VFPCLASSPSZ $0x20, Z16, K2
+	KORW        K2, K7, K7
+	VFPCLASSPSZ $0x20, Z17, K2
+	KORW        K2, K7, K7
+	KORTESTW    K7, K7
+	JZ          stateVKbf16AVX512_bfstored_5
+
+stateVKbf16AVX512_bfints_5:
 	VMOVAPS       Z0, Z18
 	VPSRLD        $0x10, Z18, Z19
 	VPANDD.BCST   absmask<>+0(SB), Z18, Z20
@@ -24354,6 +24552,7 @@ stateVKbf16AVX512_dead_58:
 	VPMOVDW       Z18, K3, 224(R11)
 
 stateVKbf16AVX512_dead_59:
+stateVKbf16AVX512_bfstored_5:
 stateVKbf16AVX512_nostore_5:
 	ADDQ R9, AX
 	ADDQ R9, CX
@@ -24605,12 +24804,44 @@ stateVKbf16AVX512_far_15:
 stateVKbf16AVX512_dead_65:
 stateVKbf16AVX512_decayed_15:
 	// The state after this token, if stored.
-	MOVQ          (BX), R11
-	TESTQ         R11, R11
-	JZ            stateVKbf16AVX512_nostore_6
-	MOVQ          (SP), R12
-	IMULQ         R10, R12
-	ADDQ          R12, R11
+	MOVQ        (BX), R11
+	TESTQ       R11, R11
+	JZ          stateVKbf16AVX512_nostore_6
+	MOVQ        (SP), R12
+	IMULQ       R10, R12
+	ADDQ        R12, R11
+	CMPQ        R9, $0x00000200
+	JNE         stateVKbf16AVX512_bfints_6
+	CMPB        cvt+288(FP), $0x00
+	JE          stateVKbf16AVX512_bfints_6
+	MOVQ        R11, R12
+	BYTE $0x62; BYTE $0x72; BYTE $0x77; BYTE $0x48; BYTE $0x72; BYTE $0xc8 // VCVTNE2PS2BF16 Z0, Z1, Z9
+	VMOVDQU32   Z9, (R12)
+	BYTE $0x62; BYTE $0x72; BYTE $0x5f; BYTE $0x48; BYTE $0x72; BYTE $0xcb // VCVTNE2PS2BF16 Z3, Z4, Z9
+	VMOVDQU32   Z9, 64(R12)
+	BYTE $0x62; BYTE $0x72; BYTE $0x4f; BYTE $0x48; BYTE $0x72; BYTE $0xcd // VCVTNE2PS2BF16 Z5, Z6, Z9
+	VMOVDQU32   Z9, 128(R12)
+	BYTE $0x62; BYTE $0x72; BYTE $0x3f; BYTE $0x48; BYTE $0x72; BYTE $0xcf // VCVTNE2PS2BF16 Z7, Z8, Z9
+	VMOVDQU32   Z9, 192(R12)
+	VFPCLASSPSZ $0x20, Z0, K7
+	VFPCLASSPSZ $0x20, Z1, K2
+	KORW        K2, K7, K7
+	VFPCLASSPSZ $0x20, Z3, K2
+	KORW        K2, K7, K7
+	VFPCLASSPSZ $0x20, Z4, K2
+	KORW        K2, K7, K7
+	VFPCLASSPSZ $0x20, Z5, K2
+	KORW        K2, K7, K7
+	VFPCLASSPSZ $0x20, Z6, K2
+	KORW        K2, K7, K7
+	VFPCLASSPSZ $0x20, Z7, K2
+	KORW        K2, K7, K7
+	VFPCLASSPSZ $0x20, Z8, K2
+	KORW        K2, K7, K7
+	KORTESTW    K7, K7
+	JZ          stateVKbf16AVX512_bfstored_6
+
+stateVKbf16AVX512_bfints_6:
 	VMOVAPS       Z0, Z9
 	VPSRLD        $0x10, Z9, Z10
 	VPANDD.BCST   absmask<>+0(SB), Z9, Z11
@@ -24695,6 +24926,7 @@ stateVKbf16AVX512_decayed_15:
 	VPMOVDW       Z9, K3, 224(R11)
 
 stateVKbf16AVX512_dead_66:
+stateVKbf16AVX512_bfstored_6:
 stateVKbf16AVX512_nostore_6:
 	ADDQ R9, AX
 	ADDQ R9, CX
@@ -25024,12 +25256,56 @@ stateVKbf16AVX512_far_17:
 stateVKbf16AVX512_dead_72:
 stateVKbf16AVX512_decayed_17:
 	// The state after this token, if stored.
-	MOVQ          (BX), R11
-	TESTQ         R11, R11
-	JZ            stateVKbf16AVX512_nostore_7
-	MOVQ          (SP), R12
-	IMULQ         R10, R12
-	ADDQ          R12, R11
+	MOVQ        (BX), R11
+	TESTQ       R11, R11
+	JZ          stateVKbf16AVX512_nostore_7
+	MOVQ        (SP), R12
+	IMULQ       R10, R12
+	ADDQ        R12, R11
+	CMPQ        R9, $0x00000300
+	JNE         stateVKbf16AVX512_bfints_7
+	CMPB        cvt+288(FP), $0x00
+	JE          stateVKbf16AVX512_bfints_7
+	MOVQ        R11, R12
+	BYTE $0x62; BYTE $0x72; BYTE $0x6f; BYTE $0x48; BYTE $0x72; BYTE $0xe8 // VCVTNE2PS2BF16 Z0, Z2, Z13
+	VMOVDQU32   Z13, (R12)
+	BYTE $0x62; BYTE $0x72; BYTE $0x5f; BYTE $0x48; BYTE $0x72; BYTE $0xeb // VCVTNE2PS2BF16 Z3, Z4, Z13
+	VMOVDQU32   Z13, 64(R12)
+	BYTE $0x62; BYTE $0x72; BYTE $0x4f; BYTE $0x48; BYTE $0x72; BYTE $0xed // VCVTNE2PS2BF16 Z5, Z6, Z13
+	VMOVDQU32   Z13, 128(R12)
+	BYTE $0x62; BYTE $0x72; BYTE $0x3f; BYTE $0x48; BYTE $0x72; BYTE $0xef // VCVTNE2PS2BF16 Z7, Z8, Z13
+	VMOVDQU32   Z13, 192(R12)
+	BYTE $0x62; BYTE $0x52; BYTE $0x2f; BYTE $0x48; BYTE $0x72; BYTE $0xe9 // VCVTNE2PS2BF16 Z9, Z10, Z13
+	VMOVDQU32   Z13, 256(R12)
+	BYTE $0x62; BYTE $0x52; BYTE $0x1f; BYTE $0x48; BYTE $0x72; BYTE $0xeb // VCVTNE2PS2BF16 Z11, Z12, Z13
+	VMOVDQU32   Z13, 320(R12)
+	VFPCLASSPSZ $0x20, Z0, K7
+	VFPCLASSPSZ $0x20, Z2, K2
+	KORW        K2, K7, K7
+	VFPCLASSPSZ $0x20, Z3, K2
+	KORW        K2, K7, K7
+	VFPCLASSPSZ $0x20, Z4, K2
+	KORW        K2, K7, K7
+	VFPCLASSPSZ $0x20, Z5, K2
+	KORW        K2, K7, K7
+	VFPCLASSPSZ $0x20, Z6, K2
+	KORW        K2, K7, K7
+	VFPCLASSPSZ $0x20, Z7, K2
+	KORW        K2, K7, K7
+	VFPCLASSPSZ $0x20, Z8, K2
+	KORW        K2, K7, K7
+	VFPCLASSPSZ $0x20, Z9, K2
+	KORW        K2, K7, K7
+	VFPCLASSPSZ $0x20, Z10, K2
+	KORW        K2, K7, K7
+	VFPCLASSPSZ $0x20, Z11, K2
+	KORW        K2, K7, K7
+	VFPCLASSPSZ $0x20, Z12, K2
+	KORW        K2, K7, K7
+	KORTESTW    K7, K7
+	JZ          stateVKbf16AVX512_bfstored_7
+
+stateVKbf16AVX512_bfints_7:
 	VMOVAPS       Z0, Z13
 	VPSRLD        $0x10, Z13, Z14
 	VPANDD.BCST   absmask<>+0(SB), Z13, Z15
@@ -25158,6 +25434,7 @@ stateVKbf16AVX512_decayed_17:
 	VPMOVDW       Z13, K5, 352(R11)
 
 stateVKbf16AVX512_dead_73:
+stateVKbf16AVX512_bfstored_7:
 stateVKbf16AVX512_nostore_7:
 	ADDQ R9, AX
 	ADDQ R9, CX
@@ -25537,12 +25814,68 @@ stateVKbf16AVX512_far_19:
 stateVKbf16AVX512_dead_79:
 stateVKbf16AVX512_decayed_19:
 	// The state after this token, if stored.
-	MOVQ          (BX), R11
-	TESTQ         R11, R11
-	JZ            stateVKbf16AVX512_nostore_8
-	MOVQ          (SP), R12
-	IMULQ         R10, R12
-	ADDQ          R12, R11
+	MOVQ        (BX), R11
+	TESTQ       R11, R11
+	JZ          stateVKbf16AVX512_nostore_8
+	MOVQ        (SP), R12
+	IMULQ       R10, R12
+	ADDQ        R12, R11
+	CMPQ        R9, $0x00000400
+	JNE         stateVKbf16AVX512_bfints_8
+	CMPB        cvt+288(FP), $0x00
+	JE          stateVKbf16AVX512_bfints_8
+	MOVQ        R11, R12
+	BYTE $0x62; BYTE $0xe2; BYTE $0x6f; BYTE $0x48; BYTE $0x72; BYTE $0xc8 // VCVTNE2PS2BF16 Z0, Z2, Z17
+	VMOVDQU32   Z17, (R12)
+	BYTE $0x62; BYTE $0xe2; BYTE $0x5f; BYTE $0x48; BYTE $0x72; BYTE $0xcb // VCVTNE2PS2BF16 Z3, Z4, Z17
+	VMOVDQU32   Z17, 64(R12)
+	BYTE $0x62; BYTE $0xe2; BYTE $0x4f; BYTE $0x48; BYTE $0x72; BYTE $0xcd // VCVTNE2PS2BF16 Z5, Z6, Z17
+	VMOVDQU32   Z17, 128(R12)
+	BYTE $0x62; BYTE $0xe2; BYTE $0x3f; BYTE $0x48; BYTE $0x72; BYTE $0xcf // VCVTNE2PS2BF16 Z7, Z8, Z17
+	VMOVDQU32   Z17, 192(R12)
+	BYTE $0x62; BYTE $0xc2; BYTE $0x2f; BYTE $0x48; BYTE $0x72; BYTE $0xc9 // VCVTNE2PS2BF16 Z9, Z10, Z17
+	VMOVDQU32   Z17, 256(R12)
+	BYTE $0x62; BYTE $0xc2; BYTE $0x1f; BYTE $0x48; BYTE $0x72; BYTE $0xcb // VCVTNE2PS2BF16 Z11, Z12, Z17
+	VMOVDQU32   Z17, 320(R12)
+	BYTE $0x62; BYTE $0xc2; BYTE $0x0f; BYTE $0x48; BYTE $0x72; BYTE $0xcd // VCVTNE2PS2BF16 Z13, Z14, Z17
+	VMOVDQU32   Z17, 384(R12)
+	BYTE $0x62; BYTE $0xc2; BYTE $0x7f; BYTE $0x40; BYTE $0x72; BYTE $0xcf // VCVTNE2PS2BF16 Z15, Z16, Z17
+	VMOVDQU32   Z17, 448(R12)
+	VFPCLASSPSZ $0x20, Z0, K7
+	VFPCLASSPSZ $0x20, Z2, K2
+	KORW        K2, K7, K7
+	VFPCLASSPSZ $0x20, Z3, K2
+	KORW        K2, K7, K7
+	VFPCLASSPSZ $0x20, Z4, K2
+	KORW        K2, K7, K7
+	VFPCLASSPSZ $0x20, Z5, K2
+	KORW        K2, K7, K7
+	VFPCLASSPSZ $0x20, Z6, K2
+	KORW        K2, K7, K7
+	VFPCLASSPSZ $0x20, Z7, K2
+	KORW        K2, K7, K7
+	VFPCLASSPSZ $0x20, Z8, K2
+	KORW        K2, K7, K7
+	VFPCLASSPSZ $0x20, Z9, K2
+	KORW        K2, K7, K7
+	VFPCLASSPSZ $0x20, Z10, K2
+	KORW        K2, K7, K7
+	VFPCLASSPSZ $0x20, Z11, K2
+	KORW        K2, K7, K7
+	VFPCLASSPSZ $0x20, Z12, K2
+	KORW        K2, K7, K7
+	VFPCLASSPSZ $0x20, Z13, K2
+	KORW        K2, K7, K7
+	VFPCLASSPSZ $0x20, Z14, K2
+	KORW        K2, K7, K7
+	VFPCLASSPSZ $0x20, Z15, K2
+	KORW        K2, K7, K7
+	VFPCLASSPSZ $0x20, Z16, K2
+	KORW        K2, K7, K7
+	KORTESTW    K7, K7
+	JZ          stateVKbf16AVX512_bfstored_8
+
+stateVKbf16AVX512_bfints_8:
 	VMOVAPS       Z0, Z17
 	VPSRLD        $0x10, Z17, Z18
 	VPANDD.BCST   absmask<>+0(SB), Z17, Z19
@@ -25711,6 +26044,7 @@ stateVKbf16AVX512_decayed_19:
 	VPMOVDW       Z17, K5, 480(R11)
 
 stateVKbf16AVX512_dead_80:
+stateVKbf16AVX512_bfstored_8:
 stateVKbf16AVX512_nostore_8:
 	ADDQ R9, AX
 	ADDQ R9, CX

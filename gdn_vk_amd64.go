@@ -43,11 +43,11 @@ func vkBF16AVX512(K, V int, src []uint16, src32 []float32, stores []unsafe.Point
 		return
 	}
 	if len(tok) == 4 { // one token: the register groups, no work space
-		stateVKbf16AVX512(K, V, src, src32, stores, carry, kh, qh, v, vs, o, tok, nil, pf)
+		stateVKbf16AVX512(K, V, src, src32, stores, carry, kh, qh, v, vs, o, tok, nil, pf, avx512BF16)
 		return
 	}
 	w := workPool.Get().(*[]float32)
-	stateVKbf16AVX512(K, V, src, src32, stores, carry, kh, qh, v, vs, o, tok, *w, pf)
+	stateVKbf16AVX512(K, V, src, src32, stores, carry, kh, qh, v, vs, o, tok, *w, pf, avx512BF16)
 	workPool.Put(w)
 }
 
@@ -110,7 +110,7 @@ func vkPortableBF16(K, V int, src []uint16, src32 []float32, stores []unsafe.Poi
 func stateVKf32AVX512(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok, work []float32, pf []uintptr)
 
 //go:noescape
-func stateVKbf16AVX512(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok, work []float32, pf []uintptr)
+func stateVKbf16AVX512(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok, work []float32, pf []uintptr, cvt bool)
 
 //go:noescape
 func stateVKf32AVX2(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok, work []float32, pf []uintptr)

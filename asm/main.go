@@ -53,7 +53,12 @@
 package main
 
 import (
+	"flag"
 	"fmt"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
 
 	"github.com/mmcloughlin/avo/attr"
 	. "github.com/mmcloughlin/avo/build"
@@ -70,6 +75,51 @@ func main() {
 		}
 	}
 	Generate()
+	if f := flag.Lookup("out"); f != nil && f.Value.String() != "" {
+		if err := cvt2Fixup(f.Value.String()); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+	}
+}
+
+// cvt2Line is cvt2's stand-in in avo's output: VPACKSSDW Zlo, Zhi, Zdst.
+var cvt2Line = regexp.MustCompile(`(?m)^(\t)VPACKSSDW\s+Z(\d+), Z(\d+), Z(\d+)$`)
+
+// cvt2Fixup replaces every cvt2 stand-in in the file by the bytes of VCVTNE2PS2BF16 (cvt2Bytes).
+// gdn_amd64.s has no other VPACKSSDW (TestNoPackSSDW).
+func cvt2Fixup(path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	out := cvt2Line.ReplaceAllFunc(b, func(m []byte) []byte {
+		g := cvt2Line.FindSubmatch(m)
+		lo, _ := strconv.Atoi(string(g[2]))
+		hi, _ := strconv.Atoi(string(g[3]))
+		dst, _ := strconv.Atoi(string(g[4]))
+		var w strings.Builder
+		w.WriteString("\t")
+		for i, x := range cvt2Bytes(dst, hi, lo) {
+			if i > 0 {
+				w.WriteString("; ")
+			}
+			fmt.Fprintf(&w, "BYTE $0x%02x", x)
+		}
+		fmt.Fprintf(&w, " // VCVTNE2PS2BF16 Z%d, Z%d, Z%d", lo, hi, dst)
+		return []byte(w.String())
+	})
+	return os.WriteFile(path, out, 0o644)
+}
+
+// cvt2Bytes is the EVEX encoding of VCVTNE2PS2BF16 zmm(dst), zmm(src1), zmm(src2) (Intel operand
+// order: dst's low 16 words from src2, its high 16 from src1): EVEX.512.F2.0F38.W0 72 /r.
+func cvt2Bytes(dst, src1, src2 int) []byte {
+	inv := func(x, bit int) byte { return byte(^x>>bit) & 1 }
+	p0 := inv(dst, 3)<<7 | inv(src2, 4)<<6 | inv(src2, 3)<<5 | inv(dst, 4)<<4 | 0x2 // R X B R' 00 mm=0F38
+	p1 := byte(^src1&15)<<3 | 0x4 | 0x3                                             // W=0 vvvv 1 pp=F2
+	p2 := byte(0x40) | inv(src1, 4)<<3                                              // z=0 L'L=512 b=0 V' aaa=0
+	return []byte{0x62, p0, p1, p2, 0x72, 0xc0 | byte(dst&7)<<3 | byte(src2&7)}
 }
 
 // layout is a head's state layout: [K][V] (row i holds S[i][0..V)) or [V][K] (row j holds
@@ -149,7 +199,7 @@ func table() []spec {
 			t = append(t, spec{"widen" + v.a.name, func() { widenRoutine(v.a) }, 60})
 		}
 	}
-	vkBudget := map[string]int{"stateVKf32AVX512": 4900, "stateVKbf16AVX512": 5825, "stateVKf32AVX2": 5000, "stateVKbf16AVX2": 5425}
+	vkBudget := map[string]int{"stateVKf32AVX512": 4900, "stateVKbf16AVX512": 6150, "stateVKf32AVX2": 5000, "stateVKbf16AVX2": 5425}
 	for _, v := range variants(layoutVK) {
 		t = append(t, spec{v.name(), func() { stateVK(v) }, vkBudget[v.name()]})
 	}

@@ -1,0 +1,116 @@
+//go:build !purego
+
+package gdnsimd
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+	"unsafe"
+)
+
+// TestVKBF16Cvt: the AVX-512 [V][K] bf16 routine's decode (one token with a store: the register
+// groups, whose stores round two vectors at a time with VCVTNE2PS2BF16 where the CPU has it and K
+// is whole ZMM) stores BF16RNE of the f32 routine's state from the widened state (and its o), bit
+// for bit, with cvt false and true, out of place and in place, on states whose updated
+// rows hold denormals (which the instruction flushes to zero: the routine then stores the group
+// again with the integer rounding), ±0, NaN, ±Inf, values that round up to Inf, and ordinary ones;
+// K whole ZMM and not, V from one row to several groups and a one-row tail.
+func TestVKBF16Cvt(t *testing.T) {
+	ok := false
+	for _, im := range available {
+		ok = ok || im.name == "avx512"
+	}
+	if !ok {
+		t.Skip("no AVX-512")
+	}
+	r := rand.New(rand.NewPCG(61, 62))
+	bits := math.Float32frombits
+	for _, cvt := range []bool{false, true} {
+		if cvt && !avx512BF16 {
+			t.Log("no AVX512_BF16: cvt = true not run")
+			continue
+		}
+		cases := 0
+		for _, K := range []int{64, 96, 128, 100, 48} {
+			for _, V := range []int{1, 2, 3, 4, 5, 7, 9, 33} {
+				for _, beta := range []float32{0, 0.7} {
+					for _, em1 := range []float32{-0.03, -0.9} {
+						for _, pos := range []bool{false, true} { // pos: no negative value (and qh, kh ≥ 0)
+							hs := K * V
+							src := make([]uint16, hs)
+							kh, qh, v := make([]float32, K), make([]float32, K), make([]float32, V)
+							for i := range K {
+								kh[i] = float32(r.NormFloat64() / math.Sqrt(float64(K)))
+								qh[i] = float32(r.NormFloat64() / math.Sqrt(float64(K)))
+								if pos {
+									kh[i], qh[i] = float32(math.Abs(float64(kh[i]))), float32(math.Abs(float64(qh[i])))
+								}
+								if i%7 == 3 {
+									kh[i] = 0 // S' = decay(S) there: a denormal stays one
+								}
+							}
+							for j := range V {
+								v[j] = float32(r.NormFloat64())
+								for i := range K {
+									x := float32(r.NormFloat64() * 0.5)
+									switch {
+									case j%4 == 1 && i%7 == 3: // a denormal among ordinary values
+										x = bits(uint32(1+r.IntN(0x7fffff)) | uint32(r.IntN(2))<<31)
+									case j%4 == 2: // all special
+										x = []float32{0, float32(math.Copysign(0, -1)), bits(0x00000001), bits(0x807fffff),
+											bits(0x00800000), float32(math.Inf(1)), float32(math.Inf(-1)), bits(0x7fc00001),
+											bits(0xff812345), bits(0x7f7fffff), bits(0xff7f8000), bits(0x00400000)}[i%12]
+									}
+									if pos && !math.IsNaN(float64(x)) {
+										x = float32(math.Abs(float64(x)))
+									}
+									src[j*K+i] = BF16RNE(x)
+								}
+							}
+							if pos {
+								for j := range v {
+									v[j] = float32(math.Abs(float64(v[j]))) + 2 // δ = beta·(v − kv) > 0
+								}
+							}
+							tok := []float32{em1, 1 + em1, beta, 0.3}
+							want, got := make([]uint16, hs), make([]uint16, hs)
+							wo, gotO := make([]float32, V), make([]float32, V)
+							// The reference: the f32 routine from the widened state, each element rounded
+							// by BF16RNE (a bf16 store is the rounding of the f32 routine's state).
+							src32, dst32 := make([]float32, hs), make([]float32, hs)
+							for e, x := range src {
+								src32[e] = math.Float32frombits(uint32(x) << 16)
+							}
+							stateVKf32AVX512(K, V, src32, []unsafe.Pointer{unsafe.Pointer(&dst32[0])}, kh, qh, v, V, wo, tok, nil, nil)
+							for e, x := range dst32 {
+								want[e] = BF16RNE(x)
+							}
+							stateVKbf16AVX512(K, V, src, nil, []unsafe.Pointer{unsafe.Pointer(&got[0])}, nil, kh, qh, v, V, gotO, tok, nil, nil, cvt)
+							for e := range want {
+								if got[e] != want[e] {
+									t.Fatalf("cvt %v K %d V %d beta %v em1 %v: state[%d][%d] = %#04x, want %#04x", cvt, K, V, beta, em1, e/K, e%K, got[e], want[e])
+								}
+							}
+							for j := range wo {
+								if math.Float32bits(gotO[j]) != math.Float32bits(wo[j]) {
+									t.Fatalf("cvt %v K %d V %d: o[%d] = %v, want %v", cvt, K, V, j, gotO[j], wo[j])
+								}
+							}
+							// In place too (src = the store).
+							inPlace := append([]uint16(nil), src...)
+							stateVKbf16AVX512(K, V, inPlace, nil, []unsafe.Pointer{unsafe.Pointer(&inPlace[0])}, nil, kh, qh, v, V, gotO, tok, nil, nil, cvt)
+							for e := range want {
+								if inPlace[e] != want[e] {
+									t.Fatalf("cvt %v K %d V %d in place: state[%d][%d] = %#04x, want %#04x", cvt, K, V, e/K, e%K, inPlace[e], want[e])
+								}
+							}
+							cases++
+						}
+					}
+				}
+			}
+		}
+		t.Logf("cvt %v: %d cases", cvt, cases)
+	}
+}
