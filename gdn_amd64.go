@@ -20,9 +20,9 @@ import (
 var available = amd64Kernels()
 
 // avx512BF16 says whether the AVX-512 [V][K] bf16 routine may round with VCVTNE2PS2BF16
-// (AVX512_BF16; its denormal test, VFPCLASSPS, is AVX512DQ): its cvt argument. Off with
-// GODEBUG=cpu.avx512bf16=off (the integer rounding, same bits).
-var avx512BF16 = cpu.X86.HasAVX512BF16 && cpu.X86.HasAVX512DQ
+// (AVX512_BF16): its cvt argument. Off with GODEBUG=cpu.avx512bf16=off (the integer rounding,
+// the same bits).
+var avx512BF16 = cpu.X86.HasAVX512BF16
 
 func amd64Kernels() []*impl {
 	var ks []*impl

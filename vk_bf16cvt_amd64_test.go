@@ -54,10 +54,15 @@ func TestVKBF16Cvt(t *testing.T) {
 								v[j] = float32(r.NormFloat64())
 								for i := range K {
 									x := float32(r.NormFloat64() * 0.5)
-									switch {
-									case j%4 == 1 && i%7 == 3: // a denormal among ordinary values
+									switch kind := j / 2 % 4; { // (a group is two rows, or three)
+									case kind == 1 && i%7 == 3: // a denormal among ordinary values
 										x = bits(uint32(1+r.IntN(0x7fffff)) | uint32(r.IntN(2))<<31)
-									case j%4 == 2: // all special
+									case kind == 3 && j%2 == 0 && i == 0: // one denormal, in the first pair
+										x = bits(uint32(0x8000 + r.IntN(0x7f8000)))
+										if !pos {
+											x = -x // (its bf16 is not −0)
+										}
+									case kind == 2: // all special
 										x = []float32{0, float32(math.Copysign(0, -1)), bits(0x00000001), bits(0x807fffff),
 											bits(0x00800000), float32(math.Inf(1)), float32(math.Inf(-1)), bits(0x7fc00001),
 											bits(0xff812345), bits(0x7f7fffff), bits(0xff7f8000), bits(0x00400000)}[i%12]

@@ -15,6 +15,7 @@ import (
 
 var (
 	cIota, cAbs, cNaNMin, cLSB, cRound, cQuiet, cBias, cSign Mem
+	cMag16                                                   Mem // 0x7fff in every word: a bf16's magnitude bits
 	cHi, cLo, cLog2e, cHalf, cC1, cC2, cOne                  Mem
 	cP                                                       [6]Mem
 	cOneF64, cZero, cNearOne                                 Mem
@@ -57,6 +58,7 @@ func constants() {
 	cLSB = splat("one_i", 1)
 	cRound = splat("round", 0x7fff)
 	cQuiet = splat("quiet", 0x40)
+	cMag16 = splat("mag16", 0x7fff7fff)
 	// Exp32's constants: the one table both generators use (asm/internal/exp32consts).
 	cBias = splat("bias", ec.Bias)
 	cOne = splatF("one", ec.One)

@@ -101,8 +101,8 @@ func routines(t *testing.T) map[string]string {
 
 // TestHygiene checks the generated routines: the expected set; every one ends in VZEROUPPER; RET
 // and uses no R15 (go build -asmflags=-dynlink); the AVX2 ones name no register an AVX2-only CPU
-// lacks (Z, K, X16–X31, Y16–Y31); the AVX-512 ones need no more than AVX512F, VL and BW (and
-// stateVKbf16AVX512 DQ behind its cvt argument).
+// lacks (Z, K, X16–X31, Y16–Y31); the AVX-512 ones need no more than AVX512F, VL and BW (cvt2's
+// bytes, AVX512_BF16, which avo does not see, run only where stateVKbf16AVX512's cvt is true).
 func TestHygiene(t *testing.T) {
 	rs := routines(t)
 	var want []string
@@ -137,11 +137,7 @@ func TestHygiene(t *testing.T) {
 				// VPMOVZXWD into a ZMM (bf16) is AVX512BW, which avo does not list; checked.
 				allowed["AVX512BW"] = true
 			}
-			if name == "stateVKbf16AVX512" {
-				// VFPCLASSPS (AVX512DQ) beside cvt2's bytes (AVX512_BF16, which avo does not
-				// see), only where the cvt argument is true: avx512BF16 (gdn_amd64.go) checks both.
-				allowed["AVX512DQ"] = true
-			}
+
 			if !allowed[f] {
 				t.Errorf("%s requires %s (dispatch in gdn_amd64.go does not check it)", name, f)
 			}
