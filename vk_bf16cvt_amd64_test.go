@@ -119,3 +119,91 @@ func TestVKBF16Cvt(t *testing.T) {
 		t.Logf("cvt %v: %d cases", cvt, cases)
 	}
 }
+
+// TestVKBF16CvtLone: as TestVKBF16Cvt, for states of ordinary values but for one denormal that
+// survives the update (k̂ = 0 there, beta = 0.7), at the second, the last but one and the last
+// vector of a row, in the first and in the second row of a group, K 64 … 256 (whole ZMM: the pair
+// stores), T = 1 and 2 (T = 2 takes the groups for K > 128 only), a store at every token: the test
+// of the stored words must find a lone ±0 in any pair, either half.
+func TestVKBF16CvtLone(t *testing.T) {
+	ok := false
+	for _, im := range available {
+		ok = ok || im.name == "avx512"
+	}
+	if !ok {
+		t.Skip("no AVX-512")
+	}
+	r := rand.New(rand.NewPCG(63, 64))
+	const V = 7
+	cases := 0
+	for _, cvt := range []bool{false, true} {
+		if cvt && !avx512BF16 {
+			continue
+		}
+		for _, K := range []int{64, 96, 128, 192, 256} {
+			n := K / 16
+			for _, T := range []int{1, 2} {
+				for _, pos := range []int{1, n - 2, n - 1} {
+					for _, row := range []int{2, 3, 4} { // (K ≤ 64: groups of 3 rows; else 2, or 1)
+						hs := K * V
+						e := row*K + 16*pos + 5 // the denormal's element
+						kh, qh, v := make([]float32, T*K), make([]float32, T*K), make([]float32, T*V)
+						for i := range kh {
+							kh[i] = float32(r.NormFloat64() / math.Sqrt(float64(K)))
+							qh[i] = float32(r.NormFloat64() / math.Sqrt(float64(K)))
+							if i%K == e%K {
+								kh[i] = 0
+							}
+						}
+						for j := range v {
+							v[j] = float32(r.NormFloat64())
+						}
+						src := make([]uint16, hs)
+						for i := range src {
+							src[i] = BF16RNE(float32(r.NormFloat64() * 0.5))
+						}
+						src[e] = 0x0040 | uint16(r.IntN(2))<<15 // ±2⁻¹³³·64: a denormal
+						tok := make([]float32, 4*T)
+						for τ := range T {
+							tok[4*τ], tok[4*τ+1], tok[4*τ+2], tok[4*τ+3] = -0.03, 0.97, 0.7, 0.3
+						}
+						src32 := make([]float32, hs)
+						for i, x := range src {
+							src32[i] = math.Float32frombits(uint32(x) << 16)
+						}
+						want32 := make([][]float32, T)
+						got := make([][]uint16, T)
+						st32, st16 := make([]unsafe.Pointer, T), make([]unsafe.Pointer, T)
+						for τ := range T {
+							want32[τ], got[τ] = make([]float32, hs), make([]uint16, hs)
+							st32[τ], st16[τ] = unsafe.Pointer(&want32[τ][0]), unsafe.Pointer(&got[τ][0])
+						}
+						wo, gotO := make([]float32, T*V), make([]float32, T*V)
+						vkF32AVX512(K, V, src32, st32, kh, qh, v, V, wo, tok, nil)
+						vkBF16AVX512Cvt(K, V, src, st16, kh, qh, v, gotO, tok, cvt)
+						for τ := range T {
+							for i, x := range want32[τ] {
+								if got[τ][i] != BF16RNE(x) {
+									t.Fatalf("cvt %v K %d T %d denormal at row %d, vector %d: token %d state[%d][%d] = %#04x, want %#04x", cvt, K, T, row, pos, τ, i/K, i%K, got[τ][i], BF16RNE(x))
+								}
+							}
+						}
+						cases++
+					}
+				}
+			}
+		}
+	}
+	t.Logf("%d cases", cases)
+}
+
+// vkBF16AVX512Cvt is vkBF16AVX512 with cvt given (the work space from the pool for T > 1).
+func vkBF16AVX512Cvt(K, V int, src []uint16, stores []unsafe.Pointer, kh, qh, v, o, tok []float32, cvt bool) {
+	if len(tok) == 4 {
+		stateVKbf16AVX512(K, V, src, nil, stores, nil, kh, qh, v, V, o, tok, nil, nil, cvt)
+		return
+	}
+	w := workPool.Get().(*[]float32)
+	stateVKbf16AVX512(K, V, src, nil, stores, nil, kh, qh, v, V, o, tok, *w, nil, cvt)
+	workPool.Put(w)
+}

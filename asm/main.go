@@ -83,11 +83,15 @@ func main() {
 	}
 }
 
-// cvt2Line is cvt2's stand-in in avo's output: VPACKSSDW Zlo, Zhi, Zdst.
-var cvt2Line = regexp.MustCompile(`(?m)^(\t)VPACKSSDW\s+Z(\d+), Z(\d+), Z(\d+)$`)
+// cvt2Mark is the comment before cvt2's stand-in; cvt2Line is the two lines in avo's output (the
+// comment, after the blank line avo puts before one, then VPACKSSDW Zlo, Zhi, Zdst), so that no
+// other VPACKSSDW is rewritten.
+const cvt2Mark = "cvt2: VCVTNE2PS2BF16 (bytes below)"
+
+var cvt2Line = regexp.MustCompile(`\n+\t// ` + regexp.QuoteMeta(cvt2Mark) + `\n\tVPACKSSDW\s+Z(\d+), Z(\d+), Z(\d+)\n`)
 
 // cvt2Fixup replaces every cvt2 stand-in in the file by the bytes of VCVTNE2PS2BF16 (cvt2Bytes).
-// gdn_amd64.s has no other VPACKSSDW (TestNoPackSSDW).
+// gdn_amd64.s has no VPACKSSDW left (TestNoPackSSDW).
 func cvt2Fixup(path string) error {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -95,18 +99,18 @@ func cvt2Fixup(path string) error {
 	}
 	out := cvt2Line.ReplaceAllFunc(b, func(m []byte) []byte {
 		g := cvt2Line.FindSubmatch(m)
-		lo, _ := strconv.Atoi(string(g[2]))
-		hi, _ := strconv.Atoi(string(g[3]))
-		dst, _ := strconv.Atoi(string(g[4]))
+		lo, _ := strconv.Atoi(string(g[1]))
+		hi, _ := strconv.Atoi(string(g[2]))
+		dst, _ := strconv.Atoi(string(g[3]))
 		var w strings.Builder
-		w.WriteString("\t")
+		w.WriteString("\n\t")
 		for i, x := range cvt2Bytes(dst, hi, lo) {
 			if i > 0 {
 				w.WriteString("; ")
 			}
 			fmt.Fprintf(&w, "BYTE $0x%02x", x)
 		}
-		fmt.Fprintf(&w, " // VCVTNE2PS2BF16 Z%d, Z%d, Z%d", lo, hi, dst)
+		fmt.Fprintf(&w, " // VCVTNE2PS2BF16 Z%d, Z%d, Z%d\n", lo, hi, dst)
 		return []byte(w.String())
 	})
 	return os.WriteFile(path, out, 0o644)

@@ -746,9 +746,12 @@ func (b *vkBody) storeRows(p GPVirtual, bf16 bool) {
 // cvt2 emits VCVTNE2PS2BF16 (AVX512_BF16): dst's 32 words are BF16RNE of lo's 16 floats, then
 // of hi's, but for denormal inputs, which it takes as zero (storeRows tests for ±0 words).
 // Neither avo nor Go's assembler has the instruction: it is emitted as VPACKSSDW lo, hi, dst
-// (the same operands: two sources, a destination) and replaced by its bytes in the output
-// (cvt2Bytes, main.go).
-func cvt2(lo, hi, dst VecVirtual) { VPACKSSDW(lo.AsZ(), hi.AsZ(), dst.AsZ()) }
+// (the same operands: two sources, a destination) after the comment cvt2Mark, and the two lines
+// are replaced by its bytes in the output (cvt2Fixup, main.go).
+func cvt2(lo, hi, dst VecVirtual) {
+	Comment(cvt2Mark)
+	VPACKSSDW(lo.AsZ(), hi.AsZ(), dst.AsZ())
+}
 
 // shared returns a k̂ or q̂ vector m that both rows of once's pair multiply, loaded once into a
 // register (the same bytes as the memory operand: once is AVX2 only, unmasked). AVX2 [V][K] f32
