@@ -17,13 +17,7 @@ import (
 // again with the integer rounding), ±0, NaN, ±Inf, values that round up to Inf, and ordinary ones;
 // K whole ZMM and not, V from one row to several groups and a one-row tail.
 func TestVKBF16Cvt(t *testing.T) {
-	ok := false
-	for _, im := range available {
-		ok = ok || im.name == "avx512"
-	}
-	if !ok {
-		t.Skip("no AVX-512")
-	}
+	skipWithoutAVX512(t)
 	r := rand.New(rand.NewPCG(61, 62))
 	bits := math.Float32frombits
 	for _, cvt := range []bool{false, true} {
@@ -91,7 +85,7 @@ func TestVKBF16Cvt(t *testing.T) {
 							for e, x := range dst32 {
 								want[e] = BF16RNE(x)
 							}
-							stateVKbf16AVX512(K, V, src, nil, []unsafe.Pointer{unsafe.Pointer(&got[0])}, nil, kh, qh, v, V, gotO, tok, nil, nil, cvt)
+							vkBF16AVX512Cvt(K, V, src, []unsafe.Pointer{unsafe.Pointer(&got[0])}, kh, qh, v, gotO, tok, cvt)
 							for e := range want {
 								if got[e] != want[e] {
 									t.Fatalf("cvt %v K %d V %d beta %v em1 %v: state[%d][%d] = %#04x, want %#04x", cvt, K, V, beta, em1, e/K, e%K, got[e], want[e])
@@ -104,7 +98,7 @@ func TestVKBF16Cvt(t *testing.T) {
 							}
 							// In place too (src = the store).
 							inPlace := append([]uint16(nil), src...)
-							stateVKbf16AVX512(K, V, inPlace, nil, []unsafe.Pointer{unsafe.Pointer(&inPlace[0])}, nil, kh, qh, v, V, gotO, tok, nil, nil, cvt)
+							vkBF16AVX512Cvt(K, V, inPlace, []unsafe.Pointer{unsafe.Pointer(&inPlace[0])}, kh, qh, v, gotO, tok, cvt)
 							for e := range want {
 								if inPlace[e] != want[e] {
 									t.Fatalf("cvt %v K %d V %d in place: state[%d][%d] = %#04x, want %#04x", cvt, K, V, e/K, e%K, inPlace[e], want[e])
@@ -126,13 +120,7 @@ func TestVKBF16Cvt(t *testing.T) {
 // stores), T = 1 and 2 (T = 2 takes the groups for K > 128 only), a store at every token: the test
 // of the stored words must find a lone ±0 in any pair, either half.
 func TestVKBF16CvtLone(t *testing.T) {
-	ok := false
-	for _, im := range available {
-		ok = ok || im.name == "avx512"
-	}
-	if !ok {
-		t.Skip("no AVX-512")
-	}
+	skipWithoutAVX512(t)
 	r := rand.New(rand.NewPCG(63, 64))
 	const V = 7
 	cases := 0
@@ -206,4 +194,14 @@ func vkBF16AVX512Cvt(K, V int, src []uint16, stores []unsafe.Pointer, kh, qh, v,
 	w := workPool.Get().(*[]float32)
 	stateVKbf16AVX512(K, V, src, nil, stores, nil, kh, qh, v, V, o, tok, *w, nil, cvt)
 	workPool.Put(w)
+}
+
+// skipWithoutAVX512 skips the test where the avx512 kernel is not available.
+func skipWithoutAVX512(t *testing.T) {
+	for _, im := range available {
+		if im.name == "avx512" {
+			return
+		}
+	}
+	t.Skip("no AVX-512")
 }

@@ -817,19 +817,25 @@ func vkForm(b *vkBody, body func(f form, c VecVirtual)) {
 	Label(join)
 }
 
-// token emits one token of the group.
-func (b *vkBody) token() {
-	a := b.a
-	// The dots.
-	accK, accQ := make([][]VecVirtual, b.g), make([][]VecVirtual, b.g)
-	for r := range b.g {
+// dotAccs allocates the Sᵀk̂ and Sᵀq̂ accumulators of rows rows (b.acc each), those whose first
+// position is guarded zeroed.
+func (b *vkBody) dotAccs(rows int) (accK, accQ [][]VecVirtual) {
+	accK, accQ = make([][]VecVirtual, rows), make([][]VecVirtual, rows)
+	for r := range rows {
 		for range b.acc {
-			accK[r] = append(accK[r], a.vec())
-			accQ[r] = append(accQ[r], a.vec())
+			accK[r] = append(accK[r], b.a.vec())
+			accQ[r] = append(accQ[r], b.a.vec())
 		}
 		b.zeroAccs(accK[r])
 		b.zeroAccs(accQ[r])
 	}
+	return accK, accQ
+}
+
+// token emits one token of the group.
+func (b *vkBody) token() {
+	// The dots.
+	accK, accQ := b.dotAccs(b.g)
 	b.each(b.positions(), func(i int) {
 		for r := range b.g {
 			x := b.get(r, i)
@@ -972,15 +978,7 @@ func (b *vkBody) once() {
 	ADDQ(off, p)
 	tokensStart(r)
 	b.prefetch(p, 2, es)
-	accK, accQ := make([][]VecVirtual, 2), make([][]VecVirtual, 2)
-	for rr := range 2 {
-		for range b.acc {
-			accK[rr] = append(accK[rr], a.vec())
-			accQ[rr] = append(accQ[rr], a.vec())
-		}
-		b.zeroAccs(accK[rr])
-		b.zeroAccs(accQ[rr])
-	}
+	accK, accQ := b.dotAccs(2)
 	b.each(b.positions(), func(i int) {
 		km, qm := b.shared(b.kMem(r.pk, i)), b.shared(b.kMem(r.pq, i))
 		for rr := range 2 {
@@ -1087,15 +1085,7 @@ func (b *vkBody) direct() {
 	Label(loop)
 	r.pf.group()
 	b.prefetch(src, b.g, 4)
-	accK, accQ := make([][]VecVirtual, b.g), make([][]VecVirtual, b.g)
-	for rr := range b.g {
-		for range b.acc {
-			accK[rr] = append(accK[rr], a.vec())
-			accQ[rr] = append(accQ[rr], a.vec())
-		}
-		b.zeroAccs(accK[rr])
-		b.zeroAccs(accQ[rr])
-	}
+	accK, accQ := b.dotAccs(b.g)
 	b.each(b.positions(), func(i int) {
 		for rr := range b.g {
 			x := a.vec()
