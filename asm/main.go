@@ -203,7 +203,7 @@ func table() []spec {
 			t = append(t, spec{"widen" + v.a.name, func() { widenRoutine(v.a) }, 60})
 		}
 	}
-	vkBudget := map[string]int{"stateVKf32AVX512": 4900, "stateVKbf16AVX512": 6050, "stateVKf32AVX2": 5000, "stateVKbf16AVX2": 5425}
+	vkBudget := map[string]int{"stateVKf32AVX512": 6000, "stateVKbf16AVX512": 7150, "stateVKf32AVX2": 5000, "stateVKbf16AVX2": 5425}
 	for _, v := range variants(layoutVK) {
 		t = append(t, spec{v.name(), func() { stateVK(v) }, vkBudget[v.name()]})
 	}
