@@ -3345,55 +3345,680 @@ gateAVX512_ssreduce_1:
 	MOVQ          out_base+80(FP), BX
 	MOVQ          outF_base+104(FP), SI
 
-	// y = o·r·w·silu(z).
-gateAVX512_gloop_1:
-	CMPQ         DI, $0x00000010
-	JB           gateAVX512_gnarrow_1
-	VMOVUPS      (AX), Z1
-	VMOVUPS      (CX), Z2
-	VMOVUPS      (DX), Z3
-	VPXORD.BCST  signmask<>+0(SB), Z2, Z4
-	VBROADCASTSS exphi<>+0(SB), Z5
-	VMINPS       Z4, Z5, Z4
-	VBROADCASTSS explo<>+0(SB), Z5
-	VMAXPS       Z4, Z5, Z4
-	VMULPS.BCST  log2e<>+0(SB), Z4, Z5
-	VADDPS.BCST  half<>+0(SB), Z5, Z5
-	VRNDSCALEPS  $0x09, Z5, Z5
-	VMULPS.BCST  expc1<>+0(SB), Z5, Z6
-	VSUBPS       Z6, Z4, Z4
-	VMULPS.BCST  expc2<>+0(SB), Z5, Z6
-	VSUBPS       Z6, Z4, Z4
-	VMULPS.BCST  expp0<>+0(SB), Z4, Z6
-	VADDPS.BCST  expp1<>+0(SB), Z6, Z6
-	VMULPS       Z4, Z6, Z6
-	VADDPS.BCST  expp2<>+0(SB), Z6, Z6
-	VMULPS       Z4, Z6, Z6
-	VADDPS.BCST  expp3<>+0(SB), Z6, Z6
-	VMULPS       Z4, Z6, Z6
-	VADDPS.BCST  expp4<>+0(SB), Z6, Z6
-	VMULPS       Z4, Z6, Z6
-	VADDPS.BCST  expp5<>+0(SB), Z6, Z6
-	VMULPS       Z4, Z6, Z6
-	VMULPS       Z4, Z6, Z6
-	VADDPS       Z4, Z6, Z6
-	VADDPS.BCST  one<>+0(SB), Z6, Z6
-	VCVTTPS2DQ   Z5, Z5
-	VPADDD.BCST  bias<>+0(SB), Z5, Z5
-	VPSLLD       $0x17, Z5, Z5
-	VMULPS       Z5, Z6, Z4
+	// y = o·r·w·silu(z), vectors interleaved in groups (gateGroups), then the tail.
+gateAVX512_ggroup_1:
+	CMPQ         DI, $0x00000080
+	JB           gateAVX512_ggroupdone_1
+	VMOVUPS      (CX), Z1
+	VPXORD.BCST  signmask<>+0(SB), Z1, Z1
+	VMOVUPS      64(CX), Z2
+	VPXORD.BCST  signmask<>+0(SB), Z2, Z2
+	VMOVUPS      128(CX), Z3
+	VPXORD.BCST  signmask<>+0(SB), Z3, Z3
+	VMOVUPS      192(CX), Z4
+	VPXORD.BCST  signmask<>+0(SB), Z4, Z4
+	VMOVUPS      256(CX), Z5
+	VPXORD.BCST  signmask<>+0(SB), Z5, Z5
+	VMOVUPS      320(CX), Z6
+	VPXORD.BCST  signmask<>+0(SB), Z6, Z6
+	VMOVUPS      384(CX), Z7
+	VPXORD.BCST  signmask<>+0(SB), Z7, Z7
+	VMOVUPS      448(CX), Z8
+	VPXORD.BCST  signmask<>+0(SB), Z8, Z8
+	VBROADCASTSS exphi<>+0(SB), Z9
+	VMINPS       Z1, Z9, Z1
+	VMINPS       Z2, Z9, Z2
+	VMINPS       Z3, Z9, Z3
+	VMINPS       Z4, Z9, Z4
+	VMINPS       Z5, Z9, Z5
+	VMINPS       Z6, Z9, Z6
+	VMINPS       Z7, Z9, Z7
+	VMINPS       Z8, Z9, Z8
+	VBROADCASTSS explo<>+0(SB), Z9
+	VMAXPS       Z1, Z9, Z1
+	VMAXPS       Z2, Z9, Z2
+	VMAXPS       Z3, Z9, Z3
+	VMAXPS       Z4, Z9, Z4
+	VMAXPS       Z5, Z9, Z5
+	VMAXPS       Z6, Z9, Z6
+	VMAXPS       Z7, Z9, Z7
+	VMAXPS       Z8, Z9, Z8
+	VMULPS.BCST  log2e<>+0(SB), Z1, Z9
+	VMULPS.BCST  log2e<>+0(SB), Z2, Z11
+	VMULPS.BCST  log2e<>+0(SB), Z3, Z13
+	VMULPS.BCST  log2e<>+0(SB), Z4, Z15
+	VMULPS.BCST  log2e<>+0(SB), Z5, Z17
+	VMULPS.BCST  log2e<>+0(SB), Z6, Z19
+	VMULPS.BCST  log2e<>+0(SB), Z7, Z21
+	VMULPS.BCST  log2e<>+0(SB), Z8, Z23
+	VADDPS.BCST  half<>+0(SB), Z9, Z9
+	VADDPS.BCST  half<>+0(SB), Z11, Z11
+	VADDPS.BCST  half<>+0(SB), Z13, Z13
+	VADDPS.BCST  half<>+0(SB), Z15, Z15
+	VADDPS.BCST  half<>+0(SB), Z17, Z17
+	VADDPS.BCST  half<>+0(SB), Z19, Z19
+	VADDPS.BCST  half<>+0(SB), Z21, Z21
+	VADDPS.BCST  half<>+0(SB), Z23, Z23
+	VRNDSCALEPS  $0x09, Z9, Z9
+	VRNDSCALEPS  $0x09, Z11, Z11
+	VRNDSCALEPS  $0x09, Z13, Z13
+	VRNDSCALEPS  $0x09, Z15, Z15
+	VRNDSCALEPS  $0x09, Z17, Z17
+	VRNDSCALEPS  $0x09, Z19, Z19
+	VRNDSCALEPS  $0x09, Z21, Z21
+	VRNDSCALEPS  $0x09, Z23, Z23
+	VMULPS.BCST  expc1<>+0(SB), Z9, Z10
+	VSUBPS       Z10, Z1, Z1
+	VMULPS.BCST  expc1<>+0(SB), Z11, Z10
+	VSUBPS       Z10, Z2, Z2
+	VMULPS.BCST  expc1<>+0(SB), Z13, Z10
+	VSUBPS       Z10, Z3, Z3
+	VMULPS.BCST  expc1<>+0(SB), Z15, Z10
+	VSUBPS       Z10, Z4, Z4
+	VMULPS.BCST  expc1<>+0(SB), Z17, Z10
+	VSUBPS       Z10, Z5, Z5
+	VMULPS.BCST  expc1<>+0(SB), Z19, Z10
+	VSUBPS       Z10, Z6, Z6
+	VMULPS.BCST  expc1<>+0(SB), Z21, Z10
+	VSUBPS       Z10, Z7, Z7
+	VMULPS.BCST  expc1<>+0(SB), Z23, Z10
+	VSUBPS       Z10, Z8, Z8
+	VMULPS.BCST  expc2<>+0(SB), Z9, Z10
+	VSUBPS       Z10, Z1, Z1
+	VMULPS.BCST  expc2<>+0(SB), Z11, Z10
+	VSUBPS       Z10, Z2, Z2
+	VMULPS.BCST  expc2<>+0(SB), Z13, Z10
+	VSUBPS       Z10, Z3, Z3
+	VMULPS.BCST  expc2<>+0(SB), Z15, Z10
+	VSUBPS       Z10, Z4, Z4
+	VMULPS.BCST  expc2<>+0(SB), Z17, Z10
+	VSUBPS       Z10, Z5, Z5
+	VMULPS.BCST  expc2<>+0(SB), Z19, Z10
+	VSUBPS       Z10, Z6, Z6
+	VMULPS.BCST  expc2<>+0(SB), Z21, Z10
+	VSUBPS       Z10, Z7, Z7
+	VMULPS.BCST  expc2<>+0(SB), Z23, Z10
+	VSUBPS       Z10, Z8, Z8
+	VMULPS.BCST  expp0<>+0(SB), Z1, Z10
+	VMULPS.BCST  expp0<>+0(SB), Z2, Z12
+	VMULPS.BCST  expp0<>+0(SB), Z3, Z14
+	VMULPS.BCST  expp0<>+0(SB), Z4, Z16
+	VMULPS.BCST  expp0<>+0(SB), Z5, Z18
+	VMULPS.BCST  expp0<>+0(SB), Z6, Z20
+	VMULPS.BCST  expp0<>+0(SB), Z7, Z22
+	VMULPS.BCST  expp0<>+0(SB), Z8, Z24
+	VADDPS.BCST  expp1<>+0(SB), Z10, Z10
+	VADDPS.BCST  expp1<>+0(SB), Z12, Z12
+	VADDPS.BCST  expp1<>+0(SB), Z14, Z14
+	VADDPS.BCST  expp1<>+0(SB), Z16, Z16
+	VADDPS.BCST  expp1<>+0(SB), Z18, Z18
+	VADDPS.BCST  expp1<>+0(SB), Z20, Z20
+	VADDPS.BCST  expp1<>+0(SB), Z22, Z22
+	VADDPS.BCST  expp1<>+0(SB), Z24, Z24
+	VMULPS       Z1, Z10, Z10
+	VMULPS       Z2, Z12, Z12
+	VMULPS       Z3, Z14, Z14
+	VMULPS       Z4, Z16, Z16
+	VMULPS       Z5, Z18, Z18
+	VMULPS       Z6, Z20, Z20
+	VMULPS       Z7, Z22, Z22
+	VMULPS       Z8, Z24, Z24
+	VADDPS.BCST  expp2<>+0(SB), Z10, Z10
+	VADDPS.BCST  expp2<>+0(SB), Z12, Z12
+	VADDPS.BCST  expp2<>+0(SB), Z14, Z14
+	VADDPS.BCST  expp2<>+0(SB), Z16, Z16
+	VADDPS.BCST  expp2<>+0(SB), Z18, Z18
+	VADDPS.BCST  expp2<>+0(SB), Z20, Z20
+	VADDPS.BCST  expp2<>+0(SB), Z22, Z22
+	VADDPS.BCST  expp2<>+0(SB), Z24, Z24
+	VMULPS       Z1, Z10, Z10
+	VMULPS       Z2, Z12, Z12
+	VMULPS       Z3, Z14, Z14
+	VMULPS       Z4, Z16, Z16
+	VMULPS       Z5, Z18, Z18
+	VMULPS       Z6, Z20, Z20
+	VMULPS       Z7, Z22, Z22
+	VMULPS       Z8, Z24, Z24
+	VADDPS.BCST  expp3<>+0(SB), Z10, Z10
+	VADDPS.BCST  expp3<>+0(SB), Z12, Z12
+	VADDPS.BCST  expp3<>+0(SB), Z14, Z14
+	VADDPS.BCST  expp3<>+0(SB), Z16, Z16
+	VADDPS.BCST  expp3<>+0(SB), Z18, Z18
+	VADDPS.BCST  expp3<>+0(SB), Z20, Z20
+	VADDPS.BCST  expp3<>+0(SB), Z22, Z22
+	VADDPS.BCST  expp3<>+0(SB), Z24, Z24
+	VMULPS       Z1, Z10, Z10
+	VMULPS       Z2, Z12, Z12
+	VMULPS       Z3, Z14, Z14
+	VMULPS       Z4, Z16, Z16
+	VMULPS       Z5, Z18, Z18
+	VMULPS       Z6, Z20, Z20
+	VMULPS       Z7, Z22, Z22
+	VMULPS       Z8, Z24, Z24
+	VADDPS.BCST  expp4<>+0(SB), Z10, Z10
+	VADDPS.BCST  expp4<>+0(SB), Z12, Z12
+	VADDPS.BCST  expp4<>+0(SB), Z14, Z14
+	VADDPS.BCST  expp4<>+0(SB), Z16, Z16
+	VADDPS.BCST  expp4<>+0(SB), Z18, Z18
+	VADDPS.BCST  expp4<>+0(SB), Z20, Z20
+	VADDPS.BCST  expp4<>+0(SB), Z22, Z22
+	VADDPS.BCST  expp4<>+0(SB), Z24, Z24
+	VMULPS       Z1, Z10, Z10
+	VMULPS       Z2, Z12, Z12
+	VMULPS       Z3, Z14, Z14
+	VMULPS       Z4, Z16, Z16
+	VMULPS       Z5, Z18, Z18
+	VMULPS       Z6, Z20, Z20
+	VMULPS       Z7, Z22, Z22
+	VMULPS       Z8, Z24, Z24
+	VADDPS.BCST  expp5<>+0(SB), Z10, Z10
+	VADDPS.BCST  expp5<>+0(SB), Z12, Z12
+	VADDPS.BCST  expp5<>+0(SB), Z14, Z14
+	VADDPS.BCST  expp5<>+0(SB), Z16, Z16
+	VADDPS.BCST  expp5<>+0(SB), Z18, Z18
+	VADDPS.BCST  expp5<>+0(SB), Z20, Z20
+	VADDPS.BCST  expp5<>+0(SB), Z22, Z22
+	VADDPS.BCST  expp5<>+0(SB), Z24, Z24
+	VMULPS       Z1, Z10, Z10
+	VMULPS       Z2, Z12, Z12
+	VMULPS       Z3, Z14, Z14
+	VMULPS       Z4, Z16, Z16
+	VMULPS       Z5, Z18, Z18
+	VMULPS       Z6, Z20, Z20
+	VMULPS       Z7, Z22, Z22
+	VMULPS       Z8, Z24, Z24
+	VMULPS       Z1, Z10, Z10
+	VMULPS       Z2, Z12, Z12
+	VMULPS       Z3, Z14, Z14
+	VMULPS       Z4, Z16, Z16
+	VMULPS       Z5, Z18, Z18
+	VMULPS       Z6, Z20, Z20
+	VMULPS       Z7, Z22, Z22
+	VMULPS       Z8, Z24, Z24
+	VADDPS       Z1, Z10, Z10
+	VADDPS       Z2, Z12, Z12
+	VADDPS       Z3, Z14, Z14
+	VADDPS       Z4, Z16, Z16
+	VADDPS       Z5, Z18, Z18
+	VADDPS       Z6, Z20, Z20
+	VADDPS       Z7, Z22, Z22
+	VADDPS       Z8, Z24, Z24
+	VADDPS.BCST  one<>+0(SB), Z10, Z10
+	VADDPS.BCST  one<>+0(SB), Z12, Z12
+	VADDPS.BCST  one<>+0(SB), Z14, Z14
+	VADDPS.BCST  one<>+0(SB), Z16, Z16
+	VADDPS.BCST  one<>+0(SB), Z18, Z18
+	VADDPS.BCST  one<>+0(SB), Z20, Z20
+	VADDPS.BCST  one<>+0(SB), Z22, Z22
+	VADDPS.BCST  one<>+0(SB), Z24, Z24
+	VCVTTPS2DQ   Z9, Z9
+	VCVTTPS2DQ   Z11, Z11
+	VCVTTPS2DQ   Z13, Z13
+	VCVTTPS2DQ   Z15, Z15
+	VCVTTPS2DQ   Z17, Z17
+	VCVTTPS2DQ   Z19, Z19
+	VCVTTPS2DQ   Z21, Z21
+	VCVTTPS2DQ   Z23, Z23
+	VPADDD.BCST  bias<>+0(SB), Z9, Z9
+	VPADDD.BCST  bias<>+0(SB), Z11, Z11
+	VPADDD.BCST  bias<>+0(SB), Z13, Z13
+	VPADDD.BCST  bias<>+0(SB), Z15, Z15
+	VPADDD.BCST  bias<>+0(SB), Z17, Z17
+	VPADDD.BCST  bias<>+0(SB), Z19, Z19
+	VPADDD.BCST  bias<>+0(SB), Z21, Z21
+	VPADDD.BCST  bias<>+0(SB), Z23, Z23
+	VPSLLD       $0x17, Z9, Z9
+	VPSLLD       $0x17, Z11, Z11
+	VPSLLD       $0x17, Z13, Z13
+	VPSLLD       $0x17, Z15, Z15
+	VPSLLD       $0x17, Z17, Z17
+	VPSLLD       $0x17, Z19, Z19
+	VPSLLD       $0x17, Z21, Z21
+	VPSLLD       $0x17, Z23, Z23
+	VMULPS       Z9, Z10, Z1
+	VMULPS       Z11, Z12, Z2
+	VMULPS       Z13, Z14, Z3
+	VMULPS       Z15, Z16, Z4
+	VMULPS       Z17, Z18, Z5
+	VMULPS       Z19, Z20, Z6
+	VMULPS       Z21, Z22, Z7
+	VMULPS       Z23, Z24, Z8
+	VADDPS.BCST  one<>+0(SB), Z1, Z1
+	VADDPS.BCST  one<>+0(SB), Z2, Z2
+	VADDPS.BCST  one<>+0(SB), Z3, Z3
 	VADDPS.BCST  one<>+0(SB), Z4, Z4
-	VDIVPS       Z4, Z2, Z2
+	VADDPS.BCST  one<>+0(SB), Z5, Z5
+	VADDPS.BCST  one<>+0(SB), Z6, Z6
+	VADDPS.BCST  one<>+0(SB), Z7, Z7
+	VADDPS.BCST  one<>+0(SB), Z8, Z8
+	VMOVUPS      (CX), Z9
+	VDIVPS       Z1, Z9, Z9
+	VMOVUPS      64(CX), Z1
+	VDIVPS       Z2, Z1, Z1
+	VMOVUPS      128(CX), Z2
+	VDIVPS       Z3, Z2, Z2
+	VMOVUPS      192(CX), Z3
+	VDIVPS       Z4, Z3, Z3
+	VMOVUPS      256(CX), Z4
+	VDIVPS       Z5, Z4, Z4
+	VMOVUPS      320(CX), Z5
+	VDIVPS       Z6, Z5, Z5
+	VMOVUPS      384(CX), Z6
+	VDIVPS       Z7, Z6, Z6
+	VMOVUPS      448(CX), Z7
+	VDIVPS       Z8, Z7, Z7
+	VMOVUPS      (AX), Z8
+	VMULPS       Z0, Z8, Z8
+	VMOVUPS      (DX), Z10
+	VMULPS       Z10, Z8, Z8
+	VMULPS       Z9, Z8, Z8
+	VMOVUPS      64(AX), Z9
+	VMULPS       Z0, Z9, Z9
+	VMOVUPS      64(DX), Z10
+	VMULPS       Z10, Z9, Z9
+	VMULPS       Z1, Z9, Z9
+	VMOVUPS      128(AX), Z1
 	VMULPS       Z0, Z1, Z1
-	VMULPS       Z3, Z1, Z1
+	VMOVUPS      128(DX), Z10
+	VMULPS       Z10, Z1, Z1
 	VMULPS       Z2, Z1, Z1
+	VMOVUPS      192(AX), Z2
+	VMULPS       Z0, Z2, Z2
+	VMOVUPS      192(DX), Z10
+	VMULPS       Z10, Z2, Z2
+	VMULPS       Z3, Z2, Z2
+	VMOVUPS      256(AX), Z3
+	VMULPS       Z0, Z3, Z3
+	VMOVUPS      256(DX), Z10
+	VMULPS       Z10, Z3, Z3
+	VMULPS       Z4, Z3, Z3
+	VMOVUPS      320(AX), Z4
+	VMULPS       Z0, Z4, Z4
+	VMOVUPS      320(DX), Z10
+	VMULPS       Z10, Z4, Z4
+	VMULPS       Z5, Z4, Z4
+	VMOVUPS      384(AX), Z5
+	VMULPS       Z0, Z5, Z5
+	VMOVUPS      384(DX), Z10
+	VMULPS       Z10, Z5, Z5
+	VMULPS       Z6, Z5, Z5
+	VMOVUPS      448(AX), Z6
+	VMULPS       Z0, Z6, Z6
+	VMOVUPS      448(DX), Z10
+	VMULPS       Z10, Z6, Z6
+	VMULPS       Z7, Z6, Z6
 	TESTQ        SI, SI
 	JZ           gateAVX512_nof32_1
-	VMOVUPS      Z1, (SI)
+	VMOVUPS      Z8, (SI)
+	VMOVUPS      Z9, 64(SI)
+	VMOVUPS      Z1, 128(SI)
+	VMOVUPS      Z2, 192(SI)
+	VMOVUPS      Z3, 256(SI)
+	VMOVUPS      Z4, 320(SI)
+	VMOVUPS      Z5, 384(SI)
+	VMOVUPS      Z6, 448(SI)
 
 gateAVX512_nof32_1:
 	TESTQ         BX, BX
 	JZ            gateAVX512_nobf16_1
+	VPSRLD        $0x10, Z8, Z7
+	VPANDD.BCST   absmask<>+0(SB), Z8, Z10
+	VPCMPGTD.BCST infbits<>+0(SB), Z10, K2
+	VPANDD.BCST   one_i<>+0(SB), Z7, Z10
+	VPADDD.BCST   round<>+0(SB), Z8, Z8
+	VPADDD        Z10, Z8, Z8
+	VPSRLD        $0x10, Z8, Z8
+	VPORD.BCST    quiet<>+0(SB), Z7, K2, Z8
+	VPMOVDW       Z8, (BX)
+	VPSRLD        $0x10, Z9, Z7
+	VPANDD.BCST   absmask<>+0(SB), Z9, Z8
+	VPCMPGTD.BCST infbits<>+0(SB), Z8, K2
+	VPANDD.BCST   one_i<>+0(SB), Z7, Z8
+	VPADDD.BCST   round<>+0(SB), Z9, Z9
+	VPADDD        Z8, Z9, Z9
+	VPSRLD        $0x10, Z9, Z9
+	VPORD.BCST    quiet<>+0(SB), Z7, K2, Z9
+	VPMOVDW       Z9, 32(BX)
+	VPSRLD        $0x10, Z1, Z7
+	VPANDD.BCST   absmask<>+0(SB), Z1, Z8
+	VPCMPGTD.BCST infbits<>+0(SB), Z8, K2
+	VPANDD.BCST   one_i<>+0(SB), Z7, Z8
+	VPADDD.BCST   round<>+0(SB), Z1, Z1
+	VPADDD        Z8, Z1, Z1
+	VPSRLD        $0x10, Z1, Z1
+	VPORD.BCST    quiet<>+0(SB), Z7, K2, Z1
+	VPMOVDW       Z1, 64(BX)
+	VPSRLD        $0x10, Z2, Z1
+	VPANDD.BCST   absmask<>+0(SB), Z2, Z7
+	VPCMPGTD.BCST infbits<>+0(SB), Z7, K2
+	VPANDD.BCST   one_i<>+0(SB), Z1, Z7
+	VPADDD.BCST   round<>+0(SB), Z2, Z2
+	VPADDD        Z7, Z2, Z2
+	VPSRLD        $0x10, Z2, Z2
+	VPORD.BCST    quiet<>+0(SB), Z1, K2, Z2
+	VPMOVDW       Z2, 96(BX)
+	VPSRLD        $0x10, Z3, Z1
+	VPANDD.BCST   absmask<>+0(SB), Z3, Z2
+	VPCMPGTD.BCST infbits<>+0(SB), Z2, K2
+	VPANDD.BCST   one_i<>+0(SB), Z1, Z2
+	VPADDD.BCST   round<>+0(SB), Z3, Z3
+	VPADDD        Z2, Z3, Z3
+	VPSRLD        $0x10, Z3, Z3
+	VPORD.BCST    quiet<>+0(SB), Z1, K2, Z3
+	VPMOVDW       Z3, 128(BX)
+	VPSRLD        $0x10, Z4, Z1
+	VPANDD.BCST   absmask<>+0(SB), Z4, Z2
+	VPCMPGTD.BCST infbits<>+0(SB), Z2, K2
+	VPANDD.BCST   one_i<>+0(SB), Z1, Z2
+	VPADDD.BCST   round<>+0(SB), Z4, Z4
+	VPADDD        Z2, Z4, Z4
+	VPSRLD        $0x10, Z4, Z4
+	VPORD.BCST    quiet<>+0(SB), Z1, K2, Z4
+	VPMOVDW       Z4, 160(BX)
+	VPSRLD        $0x10, Z5, Z1
+	VPANDD.BCST   absmask<>+0(SB), Z5, Z2
+	VPCMPGTD.BCST infbits<>+0(SB), Z2, K2
+	VPANDD.BCST   one_i<>+0(SB), Z1, Z2
+	VPADDD.BCST   round<>+0(SB), Z5, Z5
+	VPADDD        Z2, Z5, Z5
+	VPSRLD        $0x10, Z5, Z5
+	VPORD.BCST    quiet<>+0(SB), Z1, K2, Z5
+	VPMOVDW       Z5, 192(BX)
+	VPSRLD        $0x10, Z6, Z1
+	VPANDD.BCST   absmask<>+0(SB), Z6, Z2
+	VPCMPGTD.BCST infbits<>+0(SB), Z2, K2
+	VPANDD.BCST   one_i<>+0(SB), Z1, Z2
+	VPADDD.BCST   round<>+0(SB), Z6, Z6
+	VPADDD        Z2, Z6, Z6
+	VPSRLD        $0x10, Z6, Z6
+	VPORD.BCST    quiet<>+0(SB), Z1, K2, Z6
+	VPMOVDW       Z6, 224(BX)
+
+gateAVX512_nobf16_1:
+	ADDQ  $0x00000200, AX
+	ADDQ  $0x00000200, CX
+	ADDQ  $0x00000200, DX
+	TESTQ SI, SI
+	JZ    gateAVX512_nil_1
+	ADDQ  $0x00000200, SI
+
+gateAVX512_nil_1:
+	TESTQ BX, BX
+	JZ    gateAVX512_nil_2
+	ADDQ  $0x00000100, BX
+
+gateAVX512_nil_2:
+	SUBQ $0x00000080, DI
+	JMP  gateAVX512_ggroup_1
+
+gateAVX512_ggroupdone_1:
+gateAVX512_ggroup_2:
+	CMPQ         DI, $0x00000040
+	JB           gateAVX512_ggroupdone_2
+	VMOVUPS      (CX), Z1
+	VPXORD.BCST  signmask<>+0(SB), Z1, Z1
+	VMOVUPS      64(CX), Z2
+	VPXORD.BCST  signmask<>+0(SB), Z2, Z2
+	VMOVUPS      128(CX), Z3
+	VPXORD.BCST  signmask<>+0(SB), Z3, Z3
+	VMOVUPS      192(CX), Z4
+	VPXORD.BCST  signmask<>+0(SB), Z4, Z4
+	VBROADCASTSS exphi<>+0(SB), Z5
+	VMINPS       Z1, Z5, Z1
+	VMINPS       Z2, Z5, Z2
+	VMINPS       Z3, Z5, Z3
+	VMINPS       Z4, Z5, Z4
+	VBROADCASTSS explo<>+0(SB), Z5
+	VMAXPS       Z1, Z5, Z1
+	VMAXPS       Z2, Z5, Z2
+	VMAXPS       Z3, Z5, Z3
+	VMAXPS       Z4, Z5, Z4
+	VMULPS.BCST  log2e<>+0(SB), Z1, Z5
+	VMULPS.BCST  log2e<>+0(SB), Z2, Z7
+	VMULPS.BCST  log2e<>+0(SB), Z3, Z9
+	VMULPS.BCST  log2e<>+0(SB), Z4, Z11
+	VADDPS.BCST  half<>+0(SB), Z5, Z5
+	VADDPS.BCST  half<>+0(SB), Z7, Z7
+	VADDPS.BCST  half<>+0(SB), Z9, Z9
+	VADDPS.BCST  half<>+0(SB), Z11, Z11
+	VRNDSCALEPS  $0x09, Z5, Z5
+	VRNDSCALEPS  $0x09, Z7, Z7
+	VRNDSCALEPS  $0x09, Z9, Z9
+	VRNDSCALEPS  $0x09, Z11, Z11
+	VMULPS.BCST  expc1<>+0(SB), Z5, Z6
+	VSUBPS       Z6, Z1, Z1
+	VMULPS.BCST  expc1<>+0(SB), Z7, Z6
+	VSUBPS       Z6, Z2, Z2
+	VMULPS.BCST  expc1<>+0(SB), Z9, Z6
+	VSUBPS       Z6, Z3, Z3
+	VMULPS.BCST  expc1<>+0(SB), Z11, Z6
+	VSUBPS       Z6, Z4, Z4
+	VMULPS.BCST  expc2<>+0(SB), Z5, Z6
+	VSUBPS       Z6, Z1, Z1
+	VMULPS.BCST  expc2<>+0(SB), Z7, Z6
+	VSUBPS       Z6, Z2, Z2
+	VMULPS.BCST  expc2<>+0(SB), Z9, Z6
+	VSUBPS       Z6, Z3, Z3
+	VMULPS.BCST  expc2<>+0(SB), Z11, Z6
+	VSUBPS       Z6, Z4, Z4
+	VMULPS.BCST  expp0<>+0(SB), Z1, Z6
+	VMULPS.BCST  expp0<>+0(SB), Z2, Z8
+	VMULPS.BCST  expp0<>+0(SB), Z3, Z10
+	VMULPS.BCST  expp0<>+0(SB), Z4, Z12
+	VADDPS.BCST  expp1<>+0(SB), Z6, Z6
+	VADDPS.BCST  expp1<>+0(SB), Z8, Z8
+	VADDPS.BCST  expp1<>+0(SB), Z10, Z10
+	VADDPS.BCST  expp1<>+0(SB), Z12, Z12
+	VMULPS       Z1, Z6, Z6
+	VMULPS       Z2, Z8, Z8
+	VMULPS       Z3, Z10, Z10
+	VMULPS       Z4, Z12, Z12
+	VADDPS.BCST  expp2<>+0(SB), Z6, Z6
+	VADDPS.BCST  expp2<>+0(SB), Z8, Z8
+	VADDPS.BCST  expp2<>+0(SB), Z10, Z10
+	VADDPS.BCST  expp2<>+0(SB), Z12, Z12
+	VMULPS       Z1, Z6, Z6
+	VMULPS       Z2, Z8, Z8
+	VMULPS       Z3, Z10, Z10
+	VMULPS       Z4, Z12, Z12
+	VADDPS.BCST  expp3<>+0(SB), Z6, Z6
+	VADDPS.BCST  expp3<>+0(SB), Z8, Z8
+	VADDPS.BCST  expp3<>+0(SB), Z10, Z10
+	VADDPS.BCST  expp3<>+0(SB), Z12, Z12
+	VMULPS       Z1, Z6, Z6
+	VMULPS       Z2, Z8, Z8
+	VMULPS       Z3, Z10, Z10
+	VMULPS       Z4, Z12, Z12
+	VADDPS.BCST  expp4<>+0(SB), Z6, Z6
+	VADDPS.BCST  expp4<>+0(SB), Z8, Z8
+	VADDPS.BCST  expp4<>+0(SB), Z10, Z10
+	VADDPS.BCST  expp4<>+0(SB), Z12, Z12
+	VMULPS       Z1, Z6, Z6
+	VMULPS       Z2, Z8, Z8
+	VMULPS       Z3, Z10, Z10
+	VMULPS       Z4, Z12, Z12
+	VADDPS.BCST  expp5<>+0(SB), Z6, Z6
+	VADDPS.BCST  expp5<>+0(SB), Z8, Z8
+	VADDPS.BCST  expp5<>+0(SB), Z10, Z10
+	VADDPS.BCST  expp5<>+0(SB), Z12, Z12
+	VMULPS       Z1, Z6, Z6
+	VMULPS       Z2, Z8, Z8
+	VMULPS       Z3, Z10, Z10
+	VMULPS       Z4, Z12, Z12
+	VMULPS       Z1, Z6, Z6
+	VMULPS       Z2, Z8, Z8
+	VMULPS       Z3, Z10, Z10
+	VMULPS       Z4, Z12, Z12
+	VADDPS       Z1, Z6, Z6
+	VADDPS       Z2, Z8, Z8
+	VADDPS       Z3, Z10, Z10
+	VADDPS       Z4, Z12, Z12
+	VADDPS.BCST  one<>+0(SB), Z6, Z6
+	VADDPS.BCST  one<>+0(SB), Z8, Z8
+	VADDPS.BCST  one<>+0(SB), Z10, Z10
+	VADDPS.BCST  one<>+0(SB), Z12, Z12
+	VCVTTPS2DQ   Z5, Z5
+	VCVTTPS2DQ   Z7, Z7
+	VCVTTPS2DQ   Z9, Z9
+	VCVTTPS2DQ   Z11, Z11
+	VPADDD.BCST  bias<>+0(SB), Z5, Z5
+	VPADDD.BCST  bias<>+0(SB), Z7, Z7
+	VPADDD.BCST  bias<>+0(SB), Z9, Z9
+	VPADDD.BCST  bias<>+0(SB), Z11, Z11
+	VPSLLD       $0x17, Z5, Z5
+	VPSLLD       $0x17, Z7, Z7
+	VPSLLD       $0x17, Z9, Z9
+	VPSLLD       $0x17, Z11, Z11
+	VMULPS       Z5, Z6, Z1
+	VMULPS       Z7, Z8, Z2
+	VMULPS       Z9, Z10, Z3
+	VMULPS       Z11, Z12, Z4
+	VADDPS.BCST  one<>+0(SB), Z1, Z1
+	VADDPS.BCST  one<>+0(SB), Z2, Z2
+	VADDPS.BCST  one<>+0(SB), Z3, Z3
+	VADDPS.BCST  one<>+0(SB), Z4, Z4
+	VMOVUPS      (CX), Z5
+	VDIVPS       Z1, Z5, Z5
+	VMOVUPS      64(CX), Z1
+	VDIVPS       Z2, Z1, Z1
+	VMOVUPS      128(CX), Z2
+	VDIVPS       Z3, Z2, Z2
+	VMOVUPS      192(CX), Z3
+	VDIVPS       Z4, Z3, Z3
+	VMOVUPS      (AX), Z4
+	VMULPS       Z0, Z4, Z4
+	VMOVUPS      (DX), Z6
+	VMULPS       Z6, Z4, Z4
+	VMULPS       Z5, Z4, Z4
+	VMOVUPS      64(AX), Z5
+	VMULPS       Z0, Z5, Z5
+	VMOVUPS      64(DX), Z6
+	VMULPS       Z6, Z5, Z5
+	VMULPS       Z1, Z5, Z5
+	VMOVUPS      128(AX), Z1
+	VMULPS       Z0, Z1, Z1
+	VMOVUPS      128(DX), Z6
+	VMULPS       Z6, Z1, Z1
+	VMULPS       Z2, Z1, Z1
+	VMOVUPS      192(AX), Z2
+	VMULPS       Z0, Z2, Z2
+	VMOVUPS      192(DX), Z6
+	VMULPS       Z6, Z2, Z2
+	VMULPS       Z3, Z2, Z2
+	TESTQ        SI, SI
+	JZ           gateAVX512_nof32_2
+	VMOVUPS      Z4, (SI)
+	VMOVUPS      Z5, 64(SI)
+	VMOVUPS      Z1, 128(SI)
+	VMOVUPS      Z2, 192(SI)
+
+gateAVX512_nof32_2:
+	TESTQ         BX, BX
+	JZ            gateAVX512_nobf16_2
+	VPSRLD        $0x10, Z4, Z3
+	VPANDD.BCST   absmask<>+0(SB), Z4, Z6
+	VPCMPGTD.BCST infbits<>+0(SB), Z6, K2
+	VPANDD.BCST   one_i<>+0(SB), Z3, Z6
+	VPADDD.BCST   round<>+0(SB), Z4, Z4
+	VPADDD        Z6, Z4, Z4
+	VPSRLD        $0x10, Z4, Z4
+	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z4
+	VPMOVDW       Z4, (BX)
+	VPSRLD        $0x10, Z5, Z3
+	VPANDD.BCST   absmask<>+0(SB), Z5, Z4
+	VPCMPGTD.BCST infbits<>+0(SB), Z4, K2
+	VPANDD.BCST   one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST   round<>+0(SB), Z5, Z5
+	VPADDD        Z4, Z5, Z5
+	VPSRLD        $0x10, Z5, Z5
+	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z5
+	VPMOVDW       Z5, 32(BX)
+	VPSRLD        $0x10, Z1, Z3
+	VPANDD.BCST   absmask<>+0(SB), Z1, Z4
+	VPCMPGTD.BCST infbits<>+0(SB), Z4, K2
+	VPANDD.BCST   one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST   round<>+0(SB), Z1, Z1
+	VPADDD        Z4, Z1, Z1
+	VPSRLD        $0x10, Z1, Z1
+	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z1
+	VPMOVDW       Z1, 64(BX)
+	VPSRLD        $0x10, Z2, Z1
+	VPANDD.BCST   absmask<>+0(SB), Z2, Z3
+	VPCMPGTD.BCST infbits<>+0(SB), Z3, K2
+	VPANDD.BCST   one_i<>+0(SB), Z1, Z3
+	VPADDD.BCST   round<>+0(SB), Z2, Z2
+	VPADDD        Z3, Z2, Z2
+	VPSRLD        $0x10, Z2, Z2
+	VPORD.BCST    quiet<>+0(SB), Z1, K2, Z2
+	VPMOVDW       Z2, 96(BX)
+
+gateAVX512_nobf16_2:
+	ADDQ  $0x00000100, AX
+	ADDQ  $0x00000100, CX
+	ADDQ  $0x00000100, DX
+	TESTQ SI, SI
+	JZ    gateAVX512_nil_3
+	ADDQ  $0x00000100, SI
+
+gateAVX512_nil_3:
+	TESTQ BX, BX
+	JZ    gateAVX512_nil_4
+	ADDQ  $0x00000080, BX
+
+gateAVX512_nil_4:
+	SUBQ $0x00000040, DI
+	JMP  gateAVX512_ggroup_2
+
+gateAVX512_ggroupdone_2:
+gateAVX512_gloop_1:
+	CMPQ         DI, $0x00000010
+	JB           gateAVX512_gnarrow_1
+	VMOVUPS      (CX), Z1
+	VPXORD.BCST  signmask<>+0(SB), Z1, Z1
+	VBROADCASTSS exphi<>+0(SB), Z2
+	VMINPS       Z1, Z2, Z1
+	VBROADCASTSS explo<>+0(SB), Z2
+	VMAXPS       Z1, Z2, Z1
+	VMULPS.BCST  log2e<>+0(SB), Z1, Z2
+	VADDPS.BCST  half<>+0(SB), Z2, Z2
+	VRNDSCALEPS  $0x09, Z2, Z2
+	VMULPS.BCST  expc1<>+0(SB), Z2, Z3
+	VSUBPS       Z3, Z1, Z1
+	VMULPS.BCST  expc2<>+0(SB), Z2, Z3
+	VSUBPS       Z3, Z1, Z1
+	VMULPS.BCST  expp0<>+0(SB), Z1, Z3
+	VADDPS.BCST  expp1<>+0(SB), Z3, Z3
+	VMULPS       Z1, Z3, Z3
+	VADDPS.BCST  expp2<>+0(SB), Z3, Z3
+	VMULPS       Z1, Z3, Z3
+	VADDPS.BCST  expp3<>+0(SB), Z3, Z3
+	VMULPS       Z1, Z3, Z3
+	VADDPS.BCST  expp4<>+0(SB), Z3, Z3
+	VMULPS       Z1, Z3, Z3
+	VADDPS.BCST  expp5<>+0(SB), Z3, Z3
+	VMULPS       Z1, Z3, Z3
+	VMULPS       Z1, Z3, Z3
+	VADDPS       Z1, Z3, Z3
+	VADDPS.BCST  one<>+0(SB), Z3, Z3
+	VCVTTPS2DQ   Z2, Z2
+	VPADDD.BCST  bias<>+0(SB), Z2, Z2
+	VPSLLD       $0x17, Z2, Z2
+	VMULPS       Z2, Z3, Z1
+	VADDPS.BCST  one<>+0(SB), Z1, Z1
+	VMOVUPS      (CX), Z2
+	VDIVPS       Z1, Z2, Z2
+	VMOVUPS      (AX), Z1
+	VMULPS       Z0, Z1, Z1
+	VMOVUPS      (DX), Z3
+	VMULPS       Z3, Z1, Z1
+	VMULPS       Z2, Z1, Z1
+	TESTQ        SI, SI
+	JZ           gateAVX512_nof32_3
+	VMOVUPS      Z1, (SI)
+
+gateAVX512_nof32_3:
+	TESTQ         BX, BX
+	JZ            gateAVX512_nobf16_3
 	VPSRLD        $0x10, Z1, Z2
 	VPANDD.BCST   absmask<>+0(SB), Z1, Z3
 	VPCMPGTD.BCST infbits<>+0(SB), Z3, K2
@@ -3404,20 +4029,20 @@ gateAVX512_nof32_1:
 	VPORD.BCST    quiet<>+0(SB), Z2, K2, Z1
 	VPMOVDW       Z1, (BX)
 
-gateAVX512_nobf16_1:
+gateAVX512_nobf16_3:
 	ADDQ  $0x00000040, AX
 	ADDQ  $0x00000040, CX
 	ADDQ  $0x00000040, DX
 	TESTQ SI, SI
-	JZ    gateAVX512_nil_1
+	JZ    gateAVX512_nil_5
 	ADDQ  $0x00000040, SI
 
-gateAVX512_nil_1:
+gateAVX512_nil_5:
 	TESTQ BX, BX
-	JZ    gateAVX512_nil_2
+	JZ    gateAVX512_nil_6
 	ADDQ  $0x00000020, BX
 
-gateAVX512_nil_2:
+gateAVX512_nil_6:
 	SUBQ $0x00000010, DI
 	JMP  gateAVX512_gloop_1
 
@@ -3426,51 +4051,52 @@ gateAVX512_gnarrow_1:
 	JZ           gateAVX512_done_1
 	VPBROADCASTD DI, Z1
 	VPCMPGTD     iota<>+0(SB), Z1, K1
-	VMOVUPS.Z    (AX), K1, Z1
+	VMOVUPS.Z    (CX), K1, Z1
+	VPXORD.BCST  signmask<>+0(SB), Z1, Z1
+	VBROADCASTSS exphi<>+0(SB), Z2
+	VMINPS       Z1, Z2, Z1
+	VBROADCASTSS explo<>+0(SB), Z2
+	VMAXPS       Z1, Z2, Z1
+	VMULPS.BCST  log2e<>+0(SB), Z1, Z2
+	VADDPS.BCST  half<>+0(SB), Z2, Z2
+	VRNDSCALEPS  $0x09, Z2, Z2
+	VMULPS.BCST  expc1<>+0(SB), Z2, Z3
+	VSUBPS       Z3, Z1, Z1
+	VMULPS.BCST  expc2<>+0(SB), Z2, Z3
+	VSUBPS       Z3, Z1, Z1
+	VMULPS.BCST  expp0<>+0(SB), Z1, Z3
+	VADDPS.BCST  expp1<>+0(SB), Z3, Z3
+	VMULPS       Z1, Z3, Z3
+	VADDPS.BCST  expp2<>+0(SB), Z3, Z3
+	VMULPS       Z1, Z3, Z3
+	VADDPS.BCST  expp3<>+0(SB), Z3, Z3
+	VMULPS       Z1, Z3, Z3
+	VADDPS.BCST  expp4<>+0(SB), Z3, Z3
+	VMULPS       Z1, Z3, Z3
+	VADDPS.BCST  expp5<>+0(SB), Z3, Z3
+	VMULPS       Z1, Z3, Z3
+	VMULPS       Z1, Z3, Z3
+	VADDPS       Z1, Z3, Z3
+	VADDPS.BCST  one<>+0(SB), Z3, Z3
+	VCVTTPS2DQ   Z2, Z2
+	VPADDD.BCST  bias<>+0(SB), Z2, Z2
+	VPSLLD       $0x17, Z2, Z2
+	VMULPS       Z2, Z3, Z1
+	VADDPS.BCST  one<>+0(SB), Z1, Z1
 	VMOVUPS.Z    (CX), K1, Z2
-	VMOVUPS.Z    (DX), K1, Z3
-	VPXORD.BCST  signmask<>+0(SB), Z2, Z4
-	VBROADCASTSS exphi<>+0(SB), Z5
-	VMINPS       Z4, Z5, Z4
-	VBROADCASTSS explo<>+0(SB), Z5
-	VMAXPS       Z4, Z5, Z4
-	VMULPS.BCST  log2e<>+0(SB), Z4, Z5
-	VADDPS.BCST  half<>+0(SB), Z5, Z5
-	VRNDSCALEPS  $0x09, Z5, Z5
-	VMULPS.BCST  expc1<>+0(SB), Z5, Z6
-	VSUBPS       Z6, Z4, Z4
-	VMULPS.BCST  expc2<>+0(SB), Z5, Z6
-	VSUBPS       Z6, Z4, Z4
-	VMULPS.BCST  expp0<>+0(SB), Z4, Z6
-	VADDPS.BCST  expp1<>+0(SB), Z6, Z6
-	VMULPS       Z4, Z6, Z6
-	VADDPS.BCST  expp2<>+0(SB), Z6, Z6
-	VMULPS       Z4, Z6, Z6
-	VADDPS.BCST  expp3<>+0(SB), Z6, Z6
-	VMULPS       Z4, Z6, Z6
-	VADDPS.BCST  expp4<>+0(SB), Z6, Z6
-	VMULPS       Z4, Z6, Z6
-	VADDPS.BCST  expp5<>+0(SB), Z6, Z6
-	VMULPS       Z4, Z6, Z6
-	VMULPS       Z4, Z6, Z6
-	VADDPS       Z4, Z6, Z6
-	VADDPS.BCST  one<>+0(SB), Z6, Z6
-	VCVTTPS2DQ   Z5, Z5
-	VPADDD.BCST  bias<>+0(SB), Z5, Z5
-	VPSLLD       $0x17, Z5, Z5
-	VMULPS       Z5, Z6, Z4
-	VADDPS.BCST  one<>+0(SB), Z4, Z4
-	VDIVPS       Z4, Z2, Z2
+	VDIVPS       Z1, Z2, Z2
+	VMOVUPS.Z    (AX), K1, Z1
 	VMULPS       Z0, Z1, Z1
-	VMULPS       Z3, Z1, Z1
+	VMOVUPS.Z    (DX), K1, Z0
+	VMULPS       Z0, Z1, Z1
 	VMULPS       Z2, Z1, Z1
 	TESTQ        SI, SI
-	JZ           gateAVX512_nof32_2
+	JZ           gateAVX512_nof32_4
 	VMOVUPS      Z1, K1, (SI)
 
-gateAVX512_nof32_2:
+gateAVX512_nof32_4:
 	TESTQ         BX, BX
-	JZ            gateAVX512_nobf16_2
+	JZ            gateAVX512_nobf16_4
 	VPSRLD        $0x10, Z1, Z0
 	VPANDD.BCST   absmask<>+0(SB), Z1, Z2
 	VPCMPGTD.BCST infbits<>+0(SB), Z2, K2
@@ -3481,7 +4107,7 @@ gateAVX512_nof32_2:
 	VPORD.BCST    quiet<>+0(SB), Z0, K2, Z1
 	VPMOVDW       Z1, K1, (BX)
 
-gateAVX512_nobf16_2:
+gateAVX512_nobf16_4:
 gateAVX512_done_1:
 	VZEROUPPER
 	RET
@@ -6019,55 +6645,286 @@ gateAVX2_ssreduce_1:
 	MOVQ         out_base+80(FP), BX
 	MOVQ         outF_base+104(FP), SI
 
-	// y = o·r·w·silu(z).
-gateAVX2_gloop_1:
-	CMPQ         DI, $0x00000008
-	JB           gateAVX2_gnarrow_1
-	VMOVUPS      (AX), Y1
-	VMOVUPS      (CX), Y2
-	VMOVUPS      (DX), Y3
-	VXORPS       signmask<>+0(SB), Y2, Y4
+	// y = o·r·w·silu(z), vectors interleaved in groups (gateGroups), then the tail.
+gateAVX2_ggroup_1:
+	CMPQ         DI, $0x00000020
+	JB           gateAVX2_ggroupdone_1
+	VMOVUPS      (CX), Y1
+	VXORPS       signmask<>+0(SB), Y1, Y1
+	VMOVUPS      32(CX), Y2
+	VXORPS       signmask<>+0(SB), Y2, Y2
+	VMOVUPS      64(CX), Y3
+	VXORPS       signmask<>+0(SB), Y3, Y3
+	VMOVUPS      96(CX), Y4
+	VXORPS       signmask<>+0(SB), Y4, Y4
 	VBROADCASTSS exphi<>+0(SB), Y5
+	VMINPS       Y1, Y5, Y1
+	VMINPS       Y2, Y5, Y2
+	VMINPS       Y3, Y5, Y3
 	VMINPS       Y4, Y5, Y4
 	VBROADCASTSS explo<>+0(SB), Y5
+	VMAXPS       Y1, Y5, Y1
+	VMAXPS       Y2, Y5, Y2
+	VMAXPS       Y3, Y5, Y3
 	VMAXPS       Y4, Y5, Y4
-	VMULPS       log2e<>+0(SB), Y4, Y5
+	VMULPS       log2e<>+0(SB), Y1, Y5
+	VMULPS       log2e<>+0(SB), Y2, Y7
+	VMULPS       log2e<>+0(SB), Y3, Y9
+	VMULPS       log2e<>+0(SB), Y4, Y11
 	VADDPS       half<>+0(SB), Y5, Y5
+	VADDPS       half<>+0(SB), Y7, Y7
+	VADDPS       half<>+0(SB), Y9, Y9
+	VADDPS       half<>+0(SB), Y11, Y11
 	VROUNDPS     $0x09, Y5, Y5
+	VROUNDPS     $0x09, Y7, Y7
+	VROUNDPS     $0x09, Y9, Y9
+	VROUNDPS     $0x09, Y11, Y11
 	VMULPS       expc1<>+0(SB), Y5, Y6
+	VSUBPS       Y6, Y1, Y1
+	VMULPS       expc1<>+0(SB), Y7, Y6
+	VSUBPS       Y6, Y2, Y2
+	VMULPS       expc1<>+0(SB), Y9, Y6
+	VSUBPS       Y6, Y3, Y3
+	VMULPS       expc1<>+0(SB), Y11, Y6
 	VSUBPS       Y6, Y4, Y4
 	VMULPS       expc2<>+0(SB), Y5, Y6
+	VSUBPS       Y6, Y1, Y1
+	VMULPS       expc2<>+0(SB), Y7, Y6
+	VSUBPS       Y6, Y2, Y2
+	VMULPS       expc2<>+0(SB), Y9, Y6
+	VSUBPS       Y6, Y3, Y3
+	VMULPS       expc2<>+0(SB), Y11, Y6
 	VSUBPS       Y6, Y4, Y4
-	VMULPS       expp0<>+0(SB), Y4, Y6
+	VMULPS       expp0<>+0(SB), Y1, Y6
+	VMULPS       expp0<>+0(SB), Y2, Y8
+	VMULPS       expp0<>+0(SB), Y3, Y10
+	VMULPS       expp0<>+0(SB), Y4, Y12
 	VADDPS       expp1<>+0(SB), Y6, Y6
-	VMULPS       Y4, Y6, Y6
+	VADDPS       expp1<>+0(SB), Y8, Y8
+	VADDPS       expp1<>+0(SB), Y10, Y10
+	VADDPS       expp1<>+0(SB), Y12, Y12
+	VMULPS       Y1, Y6, Y6
+	VMULPS       Y2, Y8, Y8
+	VMULPS       Y3, Y10, Y10
+	VMULPS       Y4, Y12, Y12
 	VADDPS       expp2<>+0(SB), Y6, Y6
-	VMULPS       Y4, Y6, Y6
+	VADDPS       expp2<>+0(SB), Y8, Y8
+	VADDPS       expp2<>+0(SB), Y10, Y10
+	VADDPS       expp2<>+0(SB), Y12, Y12
+	VMULPS       Y1, Y6, Y6
+	VMULPS       Y2, Y8, Y8
+	VMULPS       Y3, Y10, Y10
+	VMULPS       Y4, Y12, Y12
 	VADDPS       expp3<>+0(SB), Y6, Y6
-	VMULPS       Y4, Y6, Y6
+	VADDPS       expp3<>+0(SB), Y8, Y8
+	VADDPS       expp3<>+0(SB), Y10, Y10
+	VADDPS       expp3<>+0(SB), Y12, Y12
+	VMULPS       Y1, Y6, Y6
+	VMULPS       Y2, Y8, Y8
+	VMULPS       Y3, Y10, Y10
+	VMULPS       Y4, Y12, Y12
 	VADDPS       expp4<>+0(SB), Y6, Y6
-	VMULPS       Y4, Y6, Y6
+	VADDPS       expp4<>+0(SB), Y8, Y8
+	VADDPS       expp4<>+0(SB), Y10, Y10
+	VADDPS       expp4<>+0(SB), Y12, Y12
+	VMULPS       Y1, Y6, Y6
+	VMULPS       Y2, Y8, Y8
+	VMULPS       Y3, Y10, Y10
+	VMULPS       Y4, Y12, Y12
 	VADDPS       expp5<>+0(SB), Y6, Y6
-	VMULPS       Y4, Y6, Y6
-	VMULPS       Y4, Y6, Y6
-	VADDPS       Y4, Y6, Y6
+	VADDPS       expp5<>+0(SB), Y8, Y8
+	VADDPS       expp5<>+0(SB), Y10, Y10
+	VADDPS       expp5<>+0(SB), Y12, Y12
+	VMULPS       Y1, Y6, Y6
+	VMULPS       Y2, Y8, Y8
+	VMULPS       Y3, Y10, Y10
+	VMULPS       Y4, Y12, Y12
+	VMULPS       Y1, Y6, Y6
+	VMULPS       Y2, Y8, Y8
+	VMULPS       Y3, Y10, Y10
+	VMULPS       Y4, Y12, Y12
+	VADDPS       Y1, Y6, Y6
+	VADDPS       Y2, Y8, Y8
+	VADDPS       Y3, Y10, Y10
+	VADDPS       Y4, Y12, Y12
 	VADDPS       one<>+0(SB), Y6, Y6
+	VADDPS       one<>+0(SB), Y8, Y8
+	VADDPS       one<>+0(SB), Y10, Y10
+	VADDPS       one<>+0(SB), Y12, Y12
 	VCVTTPS2DQ   Y5, Y5
+	VCVTTPS2DQ   Y7, Y7
+	VCVTTPS2DQ   Y9, Y9
+	VCVTTPS2DQ   Y11, Y11
 	VPADDD       bias<>+0(SB), Y5, Y5
+	VPADDD       bias<>+0(SB), Y7, Y7
+	VPADDD       bias<>+0(SB), Y9, Y9
+	VPADDD       bias<>+0(SB), Y11, Y11
 	VPSLLD       $0x17, Y5, Y5
-	VMULPS       Y5, Y6, Y4
+	VPSLLD       $0x17, Y7, Y7
+	VPSLLD       $0x17, Y9, Y9
+	VPSLLD       $0x17, Y11, Y11
+	VMULPS       Y5, Y6, Y1
+	VMULPS       Y7, Y8, Y2
+	VMULPS       Y9, Y10, Y3
+	VMULPS       Y11, Y12, Y4
+	VADDPS       one<>+0(SB), Y1, Y1
+	VADDPS       one<>+0(SB), Y2, Y2
+	VADDPS       one<>+0(SB), Y3, Y3
 	VADDPS       one<>+0(SB), Y4, Y4
-	VDIVPS       Y4, Y2, Y2
+	VMOVUPS      (CX), Y5
+	VDIVPS       Y1, Y5, Y5
+	VMOVUPS      32(CX), Y1
+	VDIVPS       Y2, Y1, Y1
+	VMOVUPS      64(CX), Y2
+	VDIVPS       Y3, Y2, Y2
+	VMOVUPS      96(CX), Y3
+	VDIVPS       Y4, Y3, Y3
+	VMOVUPS      (AX), Y4
+	VMULPS       Y0, Y4, Y4
+	VMOVUPS      (DX), Y6
+	VMULPS       Y6, Y4, Y4
+	VMULPS       Y5, Y4, Y4
+	VMOVUPS      32(AX), Y5
+	VMULPS       Y0, Y5, Y5
+	VMOVUPS      32(DX), Y6
+	VMULPS       Y6, Y5, Y5
+	VMULPS       Y1, Y5, Y5
+	VMOVUPS      64(AX), Y1
 	VMULPS       Y0, Y1, Y1
-	VMULPS       Y3, Y1, Y1
+	VMOVUPS      64(DX), Y6
+	VMULPS       Y6, Y1, Y1
 	VMULPS       Y2, Y1, Y1
+	VMOVUPS      96(AX), Y2
+	VMULPS       Y0, Y2, Y2
+	VMOVUPS      96(DX), Y6
+	VMULPS       Y6, Y2, Y2
+	VMULPS       Y3, Y2, Y2
 	TESTQ        SI, SI
 	JZ           gateAVX2_nof32_1
-	VMOVUPS      Y1, (SI)
+	VMOVUPS      Y4, (SI)
+	VMOVUPS      Y5, 32(SI)
+	VMOVUPS      Y1, 64(SI)
+	VMOVUPS      Y2, 96(SI)
 
 gateAVX2_nof32_1:
 	TESTQ        BX, BX
 	JZ           gateAVX2_nobf16_1
+	VPSRLD       $0x10, Y4, Y3
+	VPAND        absmask<>+0(SB), Y4, Y6
+	VPCMPGTD     infbits<>+0(SB), Y6, Y7
+	VPAND        one_i<>+0(SB), Y3, Y6
+	VPADDD       round<>+0(SB), Y4, Y4
+	VPADDD       Y6, Y4, Y4
+	VPSRLD       $0x10, Y4, Y4
+	VPOR         quiet<>+0(SB), Y3, Y3
+	VPBLENDVB    Y7, Y3, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X3
+	VPACKUSDW    X3, X4, X3
+	VMOVDQU      X3, (BX)
+	VPSRLD       $0x10, Y5, Y3
+	VPAND        absmask<>+0(SB), Y5, Y4
+	VPCMPGTD     infbits<>+0(SB), Y4, Y6
+	VPAND        one_i<>+0(SB), Y3, Y4
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y4, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VPOR         quiet<>+0(SB), Y3, Y3
+	VPBLENDVB    Y6, Y3, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X3
+	VPACKUSDW    X3, X5, X3
+	VMOVDQU      X3, 16(BX)
+	VPSRLD       $0x10, Y1, Y3
+	VPAND        absmask<>+0(SB), Y1, Y4
+	VPCMPGTD     infbits<>+0(SB), Y4, Y5
+	VPAND        one_i<>+0(SB), Y3, Y4
+	VPADDD       round<>+0(SB), Y1, Y1
+	VPADDD       Y4, Y1, Y1
+	VPSRLD       $0x10, Y1, Y1
+	VPOR         quiet<>+0(SB), Y3, Y3
+	VPBLENDVB    Y5, Y3, Y1, Y1
+	VEXTRACTI128 $0x01, Y1, X3
+	VPACKUSDW    X3, X1, X3
+	VMOVDQU      X3, 32(BX)
+	VPSRLD       $0x10, Y2, Y1
+	VPAND        absmask<>+0(SB), Y2, Y3
+	VPCMPGTD     infbits<>+0(SB), Y3, Y4
+	VPAND        one_i<>+0(SB), Y1, Y3
+	VPADDD       round<>+0(SB), Y2, Y2
+	VPADDD       Y3, Y2, Y2
+	VPSRLD       $0x10, Y2, Y2
+	VPOR         quiet<>+0(SB), Y1, Y1
+	VPBLENDVB    Y4, Y1, Y2, Y2
+	VEXTRACTI128 $0x01, Y2, X1
+	VPACKUSDW    X1, X2, X1
+	VMOVDQU      X1, 48(BX)
+
+gateAVX2_nobf16_1:
+	ADDQ  $0x00000080, AX
+	ADDQ  $0x00000080, CX
+	ADDQ  $0x00000080, DX
+	TESTQ SI, SI
+	JZ    gateAVX2_nil_1
+	ADDQ  $0x00000080, SI
+
+gateAVX2_nil_1:
+	TESTQ BX, BX
+	JZ    gateAVX2_nil_2
+	ADDQ  $0x00000040, BX
+
+gateAVX2_nil_2:
+	SUBQ $0x00000020, DI
+	JMP  gateAVX2_ggroup_1
+
+gateAVX2_ggroupdone_1:
+gateAVX2_gloop_1:
+	CMPQ         DI, $0x00000008
+	JB           gateAVX2_gnarrow_1
+	VMOVUPS      (CX), Y1
+	VXORPS       signmask<>+0(SB), Y1, Y1
+	VBROADCASTSS exphi<>+0(SB), Y2
+	VMINPS       Y1, Y2, Y1
+	VBROADCASTSS explo<>+0(SB), Y2
+	VMAXPS       Y1, Y2, Y1
+	VMULPS       log2e<>+0(SB), Y1, Y2
+	VADDPS       half<>+0(SB), Y2, Y2
+	VROUNDPS     $0x09, Y2, Y2
+	VMULPS       expc1<>+0(SB), Y2, Y3
+	VSUBPS       Y3, Y1, Y1
+	VMULPS       expc2<>+0(SB), Y2, Y3
+	VSUBPS       Y3, Y1, Y1
+	VMULPS       expp0<>+0(SB), Y1, Y3
+	VADDPS       expp1<>+0(SB), Y3, Y3
+	VMULPS       Y1, Y3, Y3
+	VADDPS       expp2<>+0(SB), Y3, Y3
+	VMULPS       Y1, Y3, Y3
+	VADDPS       expp3<>+0(SB), Y3, Y3
+	VMULPS       Y1, Y3, Y3
+	VADDPS       expp4<>+0(SB), Y3, Y3
+	VMULPS       Y1, Y3, Y3
+	VADDPS       expp5<>+0(SB), Y3, Y3
+	VMULPS       Y1, Y3, Y3
+	VMULPS       Y1, Y3, Y3
+	VADDPS       Y1, Y3, Y3
+	VADDPS       one<>+0(SB), Y3, Y3
+	VCVTTPS2DQ   Y2, Y2
+	VPADDD       bias<>+0(SB), Y2, Y2
+	VPSLLD       $0x17, Y2, Y2
+	VMULPS       Y2, Y3, Y1
+	VADDPS       one<>+0(SB), Y1, Y1
+	VMOVUPS      (CX), Y2
+	VDIVPS       Y1, Y2, Y2
+	VMOVUPS      (AX), Y1
+	VMULPS       Y0, Y1, Y1
+	VMOVUPS      (DX), Y3
+	VMULPS       Y3, Y1, Y1
+	VMULPS       Y2, Y1, Y1
+	TESTQ        SI, SI
+	JZ           gateAVX2_nof32_2
+	VMOVUPS      Y1, (SI)
+
+gateAVX2_nof32_2:
+	TESTQ        BX, BX
+	JZ           gateAVX2_nobf16_2
 	VPSRLD       $0x10, Y1, Y2
 	VPAND        absmask<>+0(SB), Y1, Y3
 	VPCMPGTD     infbits<>+0(SB), Y3, Y4
@@ -6081,20 +6938,20 @@ gateAVX2_nof32_1:
 	VPACKUSDW    X2, X1, X2
 	VMOVDQU      X2, (BX)
 
-gateAVX2_nobf16_1:
+gateAVX2_nobf16_2:
 	ADDQ  $0x00000020, AX
 	ADDQ  $0x00000020, CX
 	ADDQ  $0x00000020, DX
 	TESTQ SI, SI
-	JZ    gateAVX2_nil_1
+	JZ    gateAVX2_nil_3
 	ADDQ  $0x00000020, SI
 
-gateAVX2_nil_1:
+gateAVX2_nil_3:
 	TESTQ BX, BX
-	JZ    gateAVX2_nil_2
+	JZ    gateAVX2_nil_4
 	ADDQ  $0x00000010, BX
 
-gateAVX2_nil_2:
+gateAVX2_nil_4:
 	SUBQ $0x00000008, DI
 	JMP  gateAVX2_gloop_1
 
@@ -6103,122 +6960,48 @@ gateAVX2_gnarrow_1:
 	JZ           gateAVX2_done_1
 	CMPQ         DI, $0x00000004
 	JB           gateAVX2_gscalar_1
-	VMOVUPS      (AX), X1
+	VMOVUPS      (CX), X1
+	VXORPS       signmask<>+0(SB), X1, X1
+	VBROADCASTSS exphi<>+0(SB), X2
+	VMINPS       X1, X2, X1
+	VBROADCASTSS explo<>+0(SB), X2
+	VMAXPS       X1, X2, X1
+	VMULPS       log2e<>+0(SB), X1, X2
+	VADDPS       half<>+0(SB), X2, X2
+	VROUNDPS     $0x09, X2, X2
+	VMULPS       expc1<>+0(SB), X2, X3
+	VSUBPS       X3, X1, X1
+	VMULPS       expc2<>+0(SB), X2, X3
+	VSUBPS       X3, X1, X1
+	VMULPS       expp0<>+0(SB), X1, X3
+	VADDPS       expp1<>+0(SB), X3, X3
+	VMULPS       X1, X3, X3
+	VADDPS       expp2<>+0(SB), X3, X3
+	VMULPS       X1, X3, X3
+	VADDPS       expp3<>+0(SB), X3, X3
+	VMULPS       X1, X3, X3
+	VADDPS       expp4<>+0(SB), X3, X3
+	VMULPS       X1, X3, X3
+	VADDPS       expp5<>+0(SB), X3, X3
+	VMULPS       X1, X3, X3
+	VMULPS       X1, X3, X3
+	VADDPS       X1, X3, X3
+	VADDPS       one<>+0(SB), X3, X3
+	VCVTTPS2DQ   X2, X2
+	VPADDD       bias<>+0(SB), X2, X2
+	VPSLLD       $0x17, X2, X2
+	VMULPS       X2, X3, X1
+	VADDPS       one<>+0(SB), X1, X1
 	VMOVUPS      (CX), X2
+	VDIVPS       X1, X2, X2
+	VMOVUPS      (AX), X1
+	VMULPS       X0, X1, X1
 	VMOVUPS      (DX), X3
-	VXORPS       signmask<>+0(SB), X2, X4
-	VBROADCASTSS exphi<>+0(SB), X5
-	VMINPS       X4, X5, X4
-	VBROADCASTSS explo<>+0(SB), X5
-	VMAXPS       X4, X5, X4
-	VMULPS       log2e<>+0(SB), X4, X5
-	VADDPS       half<>+0(SB), X5, X5
-	VROUNDPS     $0x09, X5, X5
-	VMULPS       expc1<>+0(SB), X5, X6
-	VSUBPS       X6, X4, X4
-	VMULPS       expc2<>+0(SB), X5, X6
-	VSUBPS       X6, X4, X4
-	VMULPS       expp0<>+0(SB), X4, X6
-	VADDPS       expp1<>+0(SB), X6, X6
-	VMULPS       X4, X6, X6
-	VADDPS       expp2<>+0(SB), X6, X6
-	VMULPS       X4, X6, X6
-	VADDPS       expp3<>+0(SB), X6, X6
-	VMULPS       X4, X6, X6
-	VADDPS       expp4<>+0(SB), X6, X6
-	VMULPS       X4, X6, X6
-	VADDPS       expp5<>+0(SB), X6, X6
-	VMULPS       X4, X6, X6
-	VMULPS       X4, X6, X6
-	VADDPS       X4, X6, X6
-	VADDPS       one<>+0(SB), X6, X6
-	VCVTTPS2DQ   X5, X5
-	VPADDD       bias<>+0(SB), X5, X5
-	VPSLLD       $0x17, X5, X5
-	VMULPS       X5, X6, X4
-	VADDPS       one<>+0(SB), X4, X4
-	VDIVPS       X4, X2, X2
-	VMULPS       X0, X1, X1
-	VMULPS       X3, X1, X1
-	VMULPS       X2, X1, X1
-	TESTQ        SI, SI
-	JZ           gateAVX2_nof32_2
-	VMOVUPS      X1, (SI)
-
-gateAVX2_nof32_2:
-	TESTQ     BX, BX
-	JZ        gateAVX2_nobf16_2
-	VPSRLD    $0x10, X1, X2
-	VPAND     absmask<>+0(SB), X1, X3
-	VPCMPGTD  infbits<>+0(SB), X3, X4
-	VPAND     one_i<>+0(SB), X2, X3
-	VPADDD    round<>+0(SB), X1, X1
-	VPADDD    X3, X1, X1
-	VPSRLD    $0x10, X1, X1
-	VPOR      quiet<>+0(SB), X2, X2
-	VPBLENDVB X4, X2, X1, X1
-	VPACKUSDW X1, X1, X1
-	VMOVQ     X1, (BX)
-
-gateAVX2_nobf16_2:
-	ADDQ  $0x00000010, AX
-	ADDQ  $0x00000010, CX
-	ADDQ  $0x00000010, DX
-	TESTQ SI, SI
-	JZ    gateAVX2_nil_3
-	ADDQ  $0x00000010, SI
-
-gateAVX2_nil_3:
-	TESTQ BX, BX
-	JZ    gateAVX2_nil_4
-	ADDQ  $0x00000008, BX
-
-gateAVX2_nil_4:
-	SUBQ $0x00000004, DI
-	JZ   gateAVX2_done_1
-
-gateAVX2_gscalar_1:
-	VMOVSS       (AX), X1
-	VMOVSS       (CX), X2
-	VMOVSS       (DX), X3
-	VXORPS       signmask<>+0(SB), X2, X4
-	VBROADCASTSS exphi<>+0(SB), X5
-	VMINPS       X4, X5, X4
-	VBROADCASTSS explo<>+0(SB), X5
-	VMAXPS       X4, X5, X4
-	VMULPS       log2e<>+0(SB), X4, X5
-	VADDPS       half<>+0(SB), X5, X5
-	VROUNDPS     $0x09, X5, X5
-	VMULPS       expc1<>+0(SB), X5, X6
-	VSUBPS       X6, X4, X4
-	VMULPS       expc2<>+0(SB), X5, X6
-	VSUBPS       X6, X4, X4
-	VMULPS       expp0<>+0(SB), X4, X6
-	VADDPS       expp1<>+0(SB), X6, X6
-	VMULPS       X4, X6, X6
-	VADDPS       expp2<>+0(SB), X6, X6
-	VMULPS       X4, X6, X6
-	VADDPS       expp3<>+0(SB), X6, X6
-	VMULPS       X4, X6, X6
-	VADDPS       expp4<>+0(SB), X6, X6
-	VMULPS       X4, X6, X6
-	VADDPS       expp5<>+0(SB), X6, X6
-	VMULPS       X4, X6, X6
-	VMULPS       X4, X6, X6
-	VADDPS       X4, X6, X6
-	VADDPS       one<>+0(SB), X6, X6
-	VCVTTPS2DQ   X5, X5
-	VPADDD       bias<>+0(SB), X5, X5
-	VPSLLD       $0x17, X5, X5
-	VMULPS       X5, X6, X4
-	VADDPS       one<>+0(SB), X4, X4
-	VDIVPS       X4, X2, X2
-	VMULPS       X0, X1, X1
 	VMULPS       X3, X1, X1
 	VMULPS       X2, X1, X1
 	TESTQ        SI, SI
 	JZ           gateAVX2_nof32_3
-	VMOVSS       X1, (SI)
+	VMOVUPS      X1, (SI)
 
 gateAVX2_nof32_3:
 	TESTQ     BX, BX
@@ -6232,22 +7015,98 @@ gateAVX2_nof32_3:
 	VPSRLD    $0x10, X1, X1
 	VPOR      quiet<>+0(SB), X2, X2
 	VPBLENDVB X4, X2, X1, X1
-	VPEXTRW   $0x00, X1, (BX)
+	VPACKUSDW X1, X1, X1
+	VMOVQ     X1, (BX)
 
 gateAVX2_nobf16_3:
-	ADDQ  $0x00000004, AX
-	ADDQ  $0x00000004, CX
-	ADDQ  $0x00000004, DX
+	ADDQ  $0x00000010, AX
+	ADDQ  $0x00000010, CX
+	ADDQ  $0x00000010, DX
 	TESTQ SI, SI
 	JZ    gateAVX2_nil_5
-	ADDQ  $0x00000004, SI
+	ADDQ  $0x00000010, SI
 
 gateAVX2_nil_5:
 	TESTQ BX, BX
 	JZ    gateAVX2_nil_6
-	ADDQ  $0x00000002, BX
+	ADDQ  $0x00000008, BX
 
 gateAVX2_nil_6:
+	SUBQ $0x00000004, DI
+	JZ   gateAVX2_done_1
+
+gateAVX2_gscalar_1:
+	VMOVSS       (CX), X1
+	VXORPS       signmask<>+0(SB), X1, X1
+	VBROADCASTSS exphi<>+0(SB), X2
+	VMINPS       X1, X2, X1
+	VBROADCASTSS explo<>+0(SB), X2
+	VMAXPS       X1, X2, X1
+	VMULPS       log2e<>+0(SB), X1, X2
+	VADDPS       half<>+0(SB), X2, X2
+	VROUNDPS     $0x09, X2, X2
+	VMULPS       expc1<>+0(SB), X2, X3
+	VSUBPS       X3, X1, X1
+	VMULPS       expc2<>+0(SB), X2, X3
+	VSUBPS       X3, X1, X1
+	VMULPS       expp0<>+0(SB), X1, X3
+	VADDPS       expp1<>+0(SB), X3, X3
+	VMULPS       X1, X3, X3
+	VADDPS       expp2<>+0(SB), X3, X3
+	VMULPS       X1, X3, X3
+	VADDPS       expp3<>+0(SB), X3, X3
+	VMULPS       X1, X3, X3
+	VADDPS       expp4<>+0(SB), X3, X3
+	VMULPS       X1, X3, X3
+	VADDPS       expp5<>+0(SB), X3, X3
+	VMULPS       X1, X3, X3
+	VMULPS       X1, X3, X3
+	VADDPS       X1, X3, X3
+	VADDPS       one<>+0(SB), X3, X3
+	VCVTTPS2DQ   X2, X2
+	VPADDD       bias<>+0(SB), X2, X2
+	VPSLLD       $0x17, X2, X2
+	VMULPS       X2, X3, X1
+	VADDPS       one<>+0(SB), X1, X1
+	VMOVSS       (CX), X2
+	VDIVPS       X1, X2, X2
+	VMOVSS       (AX), X1
+	VMULPS       X0, X1, X1
+	VMOVSS       (DX), X3
+	VMULPS       X3, X1, X1
+	VMULPS       X2, X1, X1
+	TESTQ        SI, SI
+	JZ           gateAVX2_nof32_4
+	VMOVSS       X1, (SI)
+
+gateAVX2_nof32_4:
+	TESTQ     BX, BX
+	JZ        gateAVX2_nobf16_4
+	VPSRLD    $0x10, X1, X2
+	VPAND     absmask<>+0(SB), X1, X3
+	VPCMPGTD  infbits<>+0(SB), X3, X4
+	VPAND     one_i<>+0(SB), X2, X3
+	VPADDD    round<>+0(SB), X1, X1
+	VPADDD    X3, X1, X1
+	VPSRLD    $0x10, X1, X1
+	VPOR      quiet<>+0(SB), X2, X2
+	VPBLENDVB X4, X2, X1, X1
+	VPEXTRW   $0x00, X1, (BX)
+
+gateAVX2_nobf16_4:
+	ADDQ  $0x00000004, AX
+	ADDQ  $0x00000004, CX
+	ADDQ  $0x00000004, DX
+	TESTQ SI, SI
+	JZ    gateAVX2_nil_7
+	ADDQ  $0x00000004, SI
+
+gateAVX2_nil_7:
+	TESTQ BX, BX
+	JZ    gateAVX2_nil_8
+	ADDQ  $0x00000002, BX
+
+gateAVX2_nil_8:
 	DECQ DI
 	JNZ  gateAVX2_gscalar_1
 

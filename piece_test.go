@@ -326,6 +326,61 @@ var bf16Ties = []struct {
 	{0x007f8000, 0x0080}, // the largest denormal tie rounds up into the normals
 }
 
+// TestGateExact holds every assembly gate to the generic one bit for bit where Σo² is exact in
+// float64 whatever the order of its sum (o a multiple of 1/8 below 8 in magnitude), so that r is
+// the same: y = o·r·w·silu(z) and its bf16 must then agree exactly in every lane, whichever group
+// of interleaved vectors (gateGroups) or tail computes it. z mixes Exp32's clamps, NaN, ±Inf,
+// ±0, denormals and random values of every magnitude; guard bands around every slice.
+func TestGateExact(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 7))
+	nan := float32(math.NaN())
+	inf := float32(math.Inf(1))
+	specials := []float32{0, float32(math.Copysign(0, -1)), 88, 88.5, -87.33654, -87.34, -88, -103, 1e30, -1e30,
+		inf, -inf, nan, 1e-40, -1e-40, 15.9, -15.9}
+	forEachAsm(t, func(t *testing.T, p gdnsimd.Pieces) {
+		for n, V := range pieceSizes {
+			o, co := guarded(t, V, n%16)
+			z, cz := guarded(t, V, (n+3)%16)
+			w, cw := guarded(t, V, (n+5)%16)
+			for j := range V {
+				o[j] = float32(r.IntN(127)-63) / 8
+				w[j] = float32(r.NormFloat64())
+				switch r.IntN(4) {
+				case 0:
+					z[j] = specials[r.IntN(len(specials))]
+				case 1:
+					z[j] = float32(r.NormFloat64() * 30)
+				default:
+					z[j] = float32(r.NormFloat64() * 3)
+				}
+			}
+			o[r.IntN(V)] = 1 // not all zero
+			out, cOut := kerneltest.Guarded[uint16](t, V, (n+7)%16)
+			outF, cF := guarded(t, V, (n+9)%16)
+			wantO, wantF := make([]uint16, V), make([]float32, V)
+			p.Gate(o, z, w, 1e-6, out, outF)
+			generic.Gate(o, z, w, 1e-6, wantO, wantF)
+			what := fmt.Sprint("V=", V)
+			for _, c := range []func(string){co, cz, cw, cOut, cF} {
+				c(what)
+			}
+			for j := range V {
+				g, e := outF[j], wantF[j]
+				if math.IsNaN(float64(g)) && math.IsNaN(float64(e)) {
+					if !bf16NaN(out[j]) || !bf16NaN(wantO[j]) {
+						t.Fatalf("%s: out[%d] = %#x, generic %#x (y NaN)", what, j, out[j], wantO[j])
+					}
+					continue
+				}
+				if math.Float32bits(g) != math.Float32bits(e) || out[j] != wantO[j] {
+					t.Fatalf("%s: lane %d (z = %g, o = %g): y = %#x, out = %#x; generic %#x, %#x", what, j, z[j], o[j],
+						math.Float32bits(g), out[j], math.Float32bits(e), wantO[j])
+				}
+			}
+		}
+	})
+}
+
 // TestGateBF16Ties makes real rounding ties reach the gate's bf16 rounding of every kernel
 // (generic included) in every lane position, and compares with the known bits: y = o·r·w·silu(z)
 // with o = 1s and eps = 0 (r = 1 exactly), z = 256 (silu(256) = 256 exactly: Exp32(−256) is

@@ -192,7 +192,7 @@ func table() []spec {
 	for _, a := range []isa{avx512, avx2} {
 		t = append(t,
 			spec{"state" + a.name, func() { stateRoutine(a) }, stepBudget[a.name]},
-			spec{"gate" + a.name, func() { gateRoutine(a) }, 350},
+			spec{"gate" + a.name, func() { gateRoutine(a) }, 875},
 			spec{"l2" + a.name, func() { l2Routine(a) }, 100},
 			spec{"scale" + a.name, func() { scaleRoutine(a) }, 60})
 	}
