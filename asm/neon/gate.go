@@ -62,68 +62,53 @@ func gateNEON4(e *emitter) {
 	e.opn("tail", "AND", imm(3), n, tail)
 	e.opn("1 while running the tail", "MOVD", imm(0), inTail)
 
+	// Two vectors at a time, their instructions interleaved (gateExp's chain is ~30 dependent
+	// operations: two in flight together): A in V0–V6, B in V7–V13.
+	e.label("gloop8")
+	e.op("CMP", imm(2), groups)
+	e.op("BLT", "gloop4")
+	type vregs struct{ vz, x, vn, a0, a1, vo, vw Vreg }
+	va, vb := vregs{0, 1, 2, 3, 4, 5, 6}, vregs{7, 8, 9, 10, 11, 12, 13}
+	for _, v := range []vregs{va, vb} {
+		e.op("VLD1.P", post(16, z), list(v.vz.S4()))
+	}
+	zip(e, func(e *emitter) { gateExp(e, va.vz, va.x, va.vn, [2]Vreg{va.a0, va.a1}) },
+		func(e *emitter) { gateExp(e, vb.vz, vb.x, vb.vn, [2]Vreg{vb.a0, vb.a1}) })
+	for _, v := range []vregs{va, vb} {
+		e.op("VLD1.P", post(16, o), list(v.vo.S4()))
+	}
+	for _, v := range []vregs{va, vb} {
+		e.op("VLD1.P", post(16, w), list(v.vw.S4()))
+	}
+	// The bf16 goes to vw (dead after its product), its temporaries to x and n.
+	zip(e, func(e *emitter) { gateOut(e, va.vo, va.vw, va.vz, va.vw, va.x, va.vn, r, round, quiet) },
+		func(e *emitter) { gateOut(e, vb.vo, vb.vw, vb.vz, vb.vw, vb.x, vb.vn, r, round, quiet) })
+	e.blank()
+	e.op("CBZ", outF, "gnof8")
+	for _, v := range []vregs{va, vb} {
+		e.op("VST1.P", list(v.vo.S4()), post(16, outF))
+	}
+	e.label("gnof8")
+	e.op("CBZ", out, "gnob8")
+	for _, v := range []vregs{va, vb} {
+		e.word(xtn(v.vw.H4(), v.vw.S4()))
+		e.op("VST1.P", list(v.vw.H4()), post(8, out))
+	}
+	e.label("gnob8")
+	e.op("SUB", imm(2), groups, groups)
+	e.op("B", "gloop8")
+
 	e.label("gloop4")
 	e.op("CBZ", groups, "gtail")
 	for i, p := range []Reg{o, z, w} {
 		e.op("VLD1.P", post(16, p), list(Vreg(i).S4()))
 	}
 
-	// V0 o, V1 z, V2 w; V3 x then r, V4 n, V6/V7 the polynomial.
-	vo, vz, vw, x, vn, y := Vreg(0), Vreg(1), Vreg(2), Vreg(3), Vreg(4), Vreg(5)
+	// V0 o, V1 z, V2 w; V3 x then r, V4 n, V6/V7 the polynomial; V5 the bf16, V3/V4 its temporaries.
+	vo, vz, vw, y := Vreg(0), Vreg(1), Vreg(2), Vreg(5)
 	e.label("gbody")
-	e.comment("x = clamp(−z); n = floor(x·log2e + 0.5); r = x − n·c1 − n·c2")
-	e.word(fneg(x.S4(), vz.S4()))
-	e.word(fmin(x.S4(), x.S4(), hi.S4()))
-	e.word(fmax(x.S4(), x.S4(), lo.S4()))
-	e.op("VORR", half.B16(), half.B16(), vn.B16())
-	e.op("VFMLA", log2e.S4(), x.S4(), vn.S4())
-	e.word(frintm(vn.S4(), vn.S4()))
-	e.op("VFMLS", c1.S4(), vn.S4(), x.S4())
-	e.op("VFMLS", c2.S4(), vn.S4(), x.S4())
-
-	e.comment("p = ((((p0·r + p1)·r + p2)·r + p3)·r + p4)·r + p5; e = p·r·r + r + 1")
-	acc := [2]Vreg{6, 7}
-	prev := p0
-	for i := 1; i < len(c.P); i++ {
-		d := acc[(i-1)%2]
-		e.op("VORR", (p0 + Vreg(i)).B16(), (p0 + Vreg(i)).B16(), d.B16())
-		e.op("VFMLA", prev.S4(), x.S4(), d.S4())
-		prev = d
-	}
-	ex := acc[0] // the register not holding p
-	if prev == ex {
-		ex = acc[1]
-	}
-	e.word(fmul(prev.S4(), prev.S4(), x.S4()))
-	e.op("VORR", x.B16(), x.B16(), ex.B16())
-	e.op("VFMLA", prev.S4(), x.S4(), ex.S4())
-	e.word(fadd(ex.S4(), ex.S4(), one.S4()))
-
-	e.comment("exp32(x) = e·2^n; silu(z) = z / (1 + exp32(−z))")
-	e.word(fcvtzs(vn.S4(), vn.S4()))
-	e.op("VADD", bias.S4(), vn.S4(), vn.S4())
-	e.op("VSHL", imm(c.Shift), vn.S4(), vn.S4())
-	e.word(fmul(ex.S4(), ex.S4(), vn.S4()))
-	e.word(fadd(ex.S4(), ex.S4(), one.S4()))
-	e.word(fdiv(vz.S4(), vz.S4(), ex.S4()))
-
-	e.comment("y = o·r·w·silu(z)")
-	for _, m := range []Vreg{r, vw, vz} {
-		e.word(fmul(vo.S4(), vo.S4(), m.S4()))
-	}
-
-	e.comment("bf16 RNE into the low half of each lane of V5; NaN → (u>>16)|0x40")
-	u16, lsb := Vreg(3), Vreg(4)
-	e.op("VUSHR", imm(16), vo.S4(), u16.S4())
-	e.op("VSHL", imm(15), vo.S4(), lsb.S4())
-	e.op("VUSHR", imm(31), lsb.S4(), lsb.S4())
-	e.op("VADD", round.S4(), vo.S4(), y.S4())
-	e.op("VADD", lsb.S4(), y.S4(), y.S4())
-	e.op("VUSHR", imm(16), y.S4(), y.S4())
-	e.op("VORR", quiet.B16(), u16.B16(), u16.B16())
-	e.word(fcmeq(lsb.S4(), vo.S4(), vo.S4()))
-	e.op("VBIF", lsb.B16(), u16.B16(), y.B16())
-
+	gateExp(e, vz, Vreg(3), Vreg(4), [2]Vreg{6, 7})
+	gateOut(e, vo, vw, vz, y, Vreg(3), Vreg(4), r, round, quiet)
 	e.blank()
 	e.op("CBNZ", inTail, "gstore1")
 	e.op("CBZ", outF, "gnof4")
@@ -155,4 +140,87 @@ func gateNEON4(e *emitter) {
 	e.op("B", "gtail")
 	e.label("gdone")
 	e.op("RET")
+}
+
+// gateExp replaces vz by silu(z) = z / (1 + exp32(−z)) (x, vn and acc clobbered), exp32 mirroring
+// Exp32 operation for operation.
+func gateExp(e *emitter, vz, x, vn Vreg, acc [2]Vreg) {
+	const hi, lo, log2e, half, c1, c2, p0, one, bias = Vreg(16), Vreg(17), Vreg(18), Vreg(19), Vreg(20), Vreg(21), Vreg(22), Vreg(28), Vreg(29)
+	e.comment("x = clamp(−z); n = floor(x·log2e + 0.5); r = x − n·c1 − n·c2")
+	e.word(fneg(x.S4(), vz.S4()))
+	e.word(fmin(x.S4(), x.S4(), hi.S4()))
+	e.word(fmax(x.S4(), x.S4(), lo.S4()))
+	e.op("VORR", half.B16(), half.B16(), vn.B16())
+	e.op("VFMLA", log2e.S4(), x.S4(), vn.S4())
+	e.word(frintm(vn.S4(), vn.S4()))
+	e.op("VFMLS", c1.S4(), vn.S4(), x.S4())
+	e.op("VFMLS", c2.S4(), vn.S4(), x.S4())
+
+	e.comment("p = ((((p0·r + p1)·r + p2)·r + p3)·r + p4)·r + p5; e = p·r·r + r + 1")
+	prev := p0
+	for i := 1; i < len(c.P); i++ {
+		d := acc[(i-1)%2]
+		e.op("VORR", (p0 + Vreg(i)).B16(), (p0 + Vreg(i)).B16(), d.B16())
+		e.op("VFMLA", prev.S4(), x.S4(), d.S4())
+		prev = d
+	}
+	ex := acc[0] // the register not holding p
+	if prev == ex {
+		ex = acc[1]
+	}
+	e.word(fmul(prev.S4(), prev.S4(), x.S4()))
+	e.op("VORR", x.B16(), x.B16(), ex.B16())
+	e.op("VFMLA", prev.S4(), x.S4(), ex.S4())
+	e.word(fadd(ex.S4(), ex.S4(), one.S4()))
+
+	e.comment("exp32(x) = e·2^n; silu(z) = z / (1 + exp32(−z))")
+	e.word(fcvtzs(vn.S4(), vn.S4()))
+	e.op("VADD", bias.S4(), vn.S4(), vn.S4())
+	e.op("VSHL", imm(c.Shift), vn.S4(), vn.S4())
+	e.word(fmul(ex.S4(), ex.S4(), vn.S4()))
+	e.word(fadd(ex.S4(), ex.S4(), one.S4()))
+	e.word(fdiv(vz.S4(), vz.S4(), ex.S4()))
+}
+
+// gateOut sets vo = o·r·w·silu(z) (vw, vz: w and silu(z)) and y to its bf16 RNE in the low half of
+// each lane (NaN → (u>>16)|0x40); u16 and lsb are clobbered; y may be vw.
+func gateOut(e *emitter, vo, vw, vz, y, u16, lsb, r, round, quiet Vreg) {
+	e.comment("y = o·r·w·silu(z)")
+	for _, m := range []Vreg{r, vw, vz} {
+		e.word(fmul(vo.S4(), vo.S4(), m.S4()))
+	}
+
+	e.comment("bf16 RNE into the low half of each lane of y; NaN → (u>>16)|0x40")
+	e.op("VUSHR", imm(16), vo.S4(), u16.S4())
+	e.op("VSHL", imm(15), vo.S4(), lsb.S4())
+	e.op("VUSHR", imm(31), lsb.S4(), lsb.S4())
+	e.op("VADD", round.S4(), vo.S4(), y.S4())
+	e.op("VADD", lsb.S4(), y.S4(), y.S4())
+	e.op("VUSHR", imm(16), y.S4(), y.S4())
+	e.op("VORR", quiet.B16(), u16.B16(), u16.B16())
+	e.word(fcmeq(lsb.S4(), vo.S4(), vo.S4()))
+	e.op("VBIF", lsb.B16(), u16.B16(), y.B16())
+}
+
+// zip emits a and b interleaved instruction by instruction (the two emit the same sequence of
+// lines, with other registers): a's comments, then each of a's instructions followed by b's.
+func zip(e *emitter, a, b func(e *emitter)) {
+	var ea, eb emitter
+	a(&ea)
+	b(&eb)
+	if len(ea.lines) != len(eb.lines) {
+		panic("zip: the two bodies differ in length")
+	}
+	for i, l := range ea.lines {
+		if l.kind != eb.lines[i].kind {
+			panic("zip: the two bodies differ")
+		}
+		switch l.kind {
+		case kOp:
+			e.add(l)
+			e.add(eb.lines[i])
+		case kComment:
+			e.comment("%s", l.text)
+		}
+	}
 }
