@@ -16,7 +16,7 @@ import "unsafe"
 // Groups of rows are loaded once, carried in registers through the T tokens and stored where
 // stores[τ] is not nil (bf16: rounded to nearest even; then the f32 carry, if not nil). AVX-512,
 // K ≤ 128: blocks of 32, then 16 rows are carried in work instead (a workPool space, at least
-// 5152 + 16 float32s; the routine aligns it to 64 bytes), 16 or 32 rows in flight per token
+// 4640 + 16 float32s; the routine aligns it to 64 bytes), 16 or 32 rows in flight per token
 // (asm/state_vk_block.go); the rows left, and every row when T = 1 (work may then be nil), take
 // the register groups. AVX2: pairs of rows in work (a workPool space, 1 KiB used; an odd V's last
 // row alone), two chains interleaved per token; f32 with one token and a store, the pairs from src

@@ -329,8 +329,9 @@ var bf16Ties = []struct {
 // TestGateExact holds every assembly gate to the generic one bit for bit where Σo² is exact in
 // float64 whatever the order of its sum (o a multiple of 1/8 below 8 in magnitude), so that r is
 // the same: y = o·r·w·silu(z) and its bf16 must then agree exactly in every lane, whichever group
-// of interleaved vectors (gateGroups) or tail computes it. z mixes Exp32's clamps, NaN, ±Inf,
-// ±0, denormals and random values of every magnitude; guard bands around every slice.
+// of interleaved vectors (gateGroups) or tail computes it, with both outputs and with each alone.
+// z mixes Exp32's clamps, NaN, ±Inf, ±0 and denormals (a random quarter of the lanes) with
+// random values of every magnitude; guard bands around every slice.
 func TestGateExact(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 7))
 	nan := float32(math.NaN())
@@ -358,11 +359,24 @@ func TestGateExact(t *testing.T) {
 			out, cOut := kerneltest.Guarded[uint16](t, V, (n+7)%16)
 			outF, cF := guarded(t, V, (n+9)%16)
 			wantO, wantF := make([]uint16, V), make([]float32, V)
-			p.Gate(o, z, w, 1e-6, out, outF)
 			generic.Gate(o, z, w, 1e-6, wantO, wantF)
 			what := fmt.Sprint("V=", V)
+			// Each output alone first (the other nil), then both.
+			p.Gate(o, z, w, 1e-6, out, nil)
+			aloneO := append([]uint16(nil), out...)
+			p.Gate(o, z, w, 1e-6, nil, outF)
+			aloneF := append([]float32(nil), outF...)
+			clear(out)
+			clear(outF)
+			p.Gate(o, z, w, 1e-6, out, outF)
 			for _, c := range []func(string){co, cz, cw, cOut, cF} {
 				c(what)
+			}
+			for j := range V {
+				if aloneO[j] != out[j] || math.Float32bits(aloneF[j]) != math.Float32bits(outF[j]) {
+					t.Fatalf("%s: lane %d: out alone %#x, y alone %#x; both %#x, %#x", what, j, aloneO[j],
+						math.Float32bits(aloneF[j]), out[j], math.Float32bits(outF[j]))
+				}
 			}
 			for j := range V {
 				g, e := outF[j], wantF[j]

@@ -6,7 +6,7 @@ package main
 // are left, then 1 while 16 are; the rest take the register groups of state_vk.go). A block is
 // copied into work once (bf16 widened), advanced through all T tokens there and copied out at
 // every token with a store (and into the f32 carry). The first token's dots are a pass of their
-// own (dots); after that each token is one pass over the rows (fused), with this token's k̂ from
+// own (dotsAll); after that each token is one pass over the rows (fused), with this token's k̂ from
 // memory and the next token's k̂ and q̂ in registers:
 //
 //	decay form branch:                δ and o of each sub-block as one vector (δ to work), from
@@ -20,9 +20,10 @@ package main
 //	                                  to lane r), written over the first two
 //
 // The last token's pass only updates (update). Fusing the dots into the update pass, with the
-// first level of the reduction in registers, took the routine from 788 to 727 ns per head-token
-// (128×128, T = 64; doc/performance.md): the two passes were bound by their loads and stores in
-// L1 (every vector of a row stored at every token), not by the FMAs.
+// first level of the reduction in registers, took the routine from 817 to 725 ns per head-token
+// (BenchmarkVKRoutine, 128×128, T = 64, medians of 10 alternating runs; doc/performance.md): the
+// two passes were bound by their loads and stores in L1 (every vector of a row stored at every
+// token) as much as by the FMAs.
 //
 // The rows of a sub-block are independent, so their update and dot chains overlap (out of order);
 // the reduction of sub-block 0 overlaps the pass over sub-block 1. nb is a runtime count (a frame
