@@ -1212,6 +1212,17 @@ func loadRows(r vkRegs, bf16 bool, fromLabel, loadedLabel string, load func(p GP
 	load(p, false)
 }
 
+// unlessOneStoredToken jumps to label to unless the call is one token with a store (T = 1,
+// stores[0] not nil): the decode paths from src to the store (once, direct).
+func unlessOneStoredToken(r vkRegs, to string) {
+	CMPQ(r.t, U8(1))
+	JNE(LabelRef(to))
+	q := GP64()
+	Load(Param("stores").Base(), q)
+	CMPQ(Mem{Base: q}, U8(0))
+	JE(LabelRef(to))
+}
+
 // tokensStart emits the set-up of a [V][K] token loop: the k̂, q̂, tok and stores pointers, v and
 // o advanced to the first row (column) j, the token count.
 func tokensStart(r vkRegs) {
@@ -1390,12 +1401,7 @@ func stateVK(v variant) {
 			// (from src, no carry) once was slower than the pairs through work (3,890 vs 3,560):
 			// bf16 keeps those.
 			pairs, tail := label("pairs"), label("pairtail")
-			CMPQ(r.t, U8(1))
-			JNE(LabelRef(pairs))
-			q := GP64()
-			Load(Param("stores").Base(), q)
-			CMPQ(Mem{Base: q}, U8(0))
-			JE(LabelRef(pairs))
+			unlessOneStoredToken(r, pairs)
 			(&vkBody{v: v, a: a, n: n, lo: lo, g: g, acc: acc, r: r}).once()
 			JMP(LabelRef(tail))
 			Label(pairs)
@@ -1406,12 +1412,7 @@ func stateVK(v variant) {
 				// One token (decode) with a store, f32: the groups from src to stores[0], k̂ and
 				// q̂ in registers (direct), then the one-row group for the rest.
 				groups := label("groups")
-				CMPQ(r.t, U8(1))
-				JNE(LabelRef(groups))
-				q := GP64()
-				Load(Param("stores").Base(), q)
-				CMPQ(Mem{Base: q}, U8(0))
-				JE(LabelRef(groups))
+				unlessOneStoredToken(r, groups)
 				(&vkBody{v: v, a: a, n: n, lo: lo, g: g, acc: acc, r: r}).direct()
 				Label(groups)
 			}

@@ -336,14 +336,7 @@ func (k *vkBlk) fused(f form, c VecVirtual) {
 		VBROADCASTSS(Mem{Base: pδ, Disp: 4 * rr}, db[rr])
 	}
 	na := b.acc
-	var ak, aq [2][]VecVirtual
-	for rr := range 2 {
-		for range na {
-			ak[rr], aq[rr] = append(ak[rr], ZMM()), append(aq[rr], ZMM())
-		}
-		b.zeroAccs(ak[rr])
-		b.zeroAccs(aq[rr])
-	}
+	ak, aq := b.dotAccs(2)
 	b.each(b.positions(), func(i int) {
 		for rr := range 2 {
 			y := ZMM()
@@ -381,14 +374,7 @@ func (k *vkBlk) dots(pr, pd GPVirtual) {
 	if na != min(b.n, 2) {
 		panic("vkBlk: the groups' accumulators are min(n, 2)")
 	}
-	var ak, aq [2][]VecVirtual
-	for rr := range 2 {
-		for range na {
-			ak[rr], aq[rr] = append(ak[rr], ZMM()), append(aq[rr], ZMM())
-		}
-		b.zeroAccs(ak[rr])
-		b.zeroAccs(aq[rr])
-	}
+	ak, aq := b.dotAccs(2)
 	b.each(b.positions(), func(i int) {
 		for rr := range 2 {
 			x := ZMM()
@@ -407,10 +393,10 @@ func (k *vkBlk) dots(pr, pd GPVirtual) {
 // pairSums adds each row's two partial sums (if two) and writes the first level of the
 // transpose-add of the pair's kv' (and of its qs'), the level reduce would apply to these two
 // rows, to pd (kv) and pd + 512 (qs): the same additions as reduce's, one store per pair and dot.
-func (k *vkBlk) pairSums(ak, aq [2][]VecVirtual, pd GPVirtual) {
+func (k *vkBlk) pairSums(ak, aq [][]VecVirtual, pd GPVirtual) {
 	a := k.b.a
 	l := vkLevels(a)[0]
-	for which, acc := range [2][2][]VecVirtual{ak, aq} {
+	for which, acc := range [2][][]VecVirtual{ak, aq} {
 		if len(acc[0]) == 2 {
 			VADDPS(acc[0][1], acc[0][0], acc[0][0])
 			VADDPS(acc[1][1], acc[1][0], acc[1][0])
