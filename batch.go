@@ -171,6 +171,7 @@ type stateFunc func(h *headCall)
 type Scratch struct {
 	kh, qh, o, v, z, tok []float32
 	kq                   []float32 // [chunk] k̂·q̂
+	gl                   []float32 // the gates' lanes (gateLanes)
 	row                  []float32 // widened q, k rows of one token
 	carry                []float32 // [g][K·V], g ≤ groupMax: a carry per head of a group (grown on first use)
 	tmp                  []float32 // K·V
@@ -201,6 +202,21 @@ func (s *Scratch) ensure(K, V int) {
 	s.zero32, s.zero16 = make([]float32, K*V), make([]uint16, K*V)
 	pf := make([]uintptr, 0, 14*chunk) // per token at most v, z, q, k, Out, OutF32 and the group's end
 	s.hc = headCall{K: K, V: V, tmp: s.tmp, slab: s.slab, stores: s.stores, zero32: s.zero32, zero16: s.zero16, pf: pf}
+}
+
+// gateLanes makes s.gl hold the gates of n lanes: the inputs b, a, A_log, dt_bias and the outputs
+// beta, em1, eg, n each (see lanes).
+func (s *Scratch) gateLanes(n int) {
+	if len(s.gl) < 7*n {
+		s.gl = make([]float32, 7*n)
+	}
+}
+
+// lane is the i-th of the seven gate arrays of s.gl (0–3 the inputs b, a, A_log, dt_bias; 4–6
+// the outputs beta, em1, eg), n elements.
+func (s *Scratch) lane(i, n int) []float32 {
+	w := len(s.gl) / 7
+	return s.gl[i*w : i*w+n : i*w+n]
 }
 
 // RunBatch runs the work items [lo, hi) of b (see Items) with this kernel, which must implement
@@ -244,6 +260,7 @@ func (k Kernel) runBatch(b *Batch, lo, hi int, s *Scratch, check bool) {
 		panic(fmt.Sprintf("gdnsimd: items [%d, %d) out of range [0, %d)", lo, hi, b.Items()))
 	}
 	s.ensure(b.K, b.V)
+	s.gateLanes(max(chunk, b.VHeads))
 	s.b = *b // the routines are func values: what they are given escapes, so b must not be given
 	d := driver{im: k.im, b: &s.b, s: s, state: f, w: b.NormWeight[:b.V:b.V], single: b.Format == Format{}}
 	defer func() { // drop every reference to the caller's memory
@@ -348,6 +365,10 @@ type driver struct {
 	state  stateFunc
 	w      []float32
 	single bool // one-token sequences take token (the [K][V] f32 format)
+	// oneTok: the sequence being run is one token; its gates for the value heads from hlo are
+	// in s.lane(4…6) (computed once for all its heads: see heads).
+	oneTok bool
+	hlo    int
 }
 
 // sequence runs the items of sequence n for the value heads [hlo, hhi), one GQA group (the heads
@@ -364,6 +385,10 @@ func (d *driver) sequence(n, hlo, hhi int) {
 	if read == Pad {
 		d.pad(t0, t1, hlo, hhi)
 		return
+	}
+	d.oneTok, d.hlo = t1-t0 == 1, hlo
+	if d.oneTok {
+		d.heads(t0, hlo, hhi)
 	}
 	HK := b.KHeads
 	G := b.VHeads / HK
@@ -543,12 +568,10 @@ func (d *driver) chunk(h, c0, c1, t1 int, read int32, src stateRef, carry []floa
 	if b.StoreTo.F32 != nil || b.StoreTo.BF16 != nil {
 		dstPool = &b.StoreTo
 	}
-	expALog, dtBias := math.Exp(float64(b.ALog[h])), float64(b.DtBias[h])
+	beta, em1, eg := d.gates(h, c0, c1)
 	tok := s.tok[:4*T]
 	for τ := range T {
-		t := c0 + τ
-		beta, em1, eg := headGates(float64(rowAt(&b.Beta, t, h)), float64(rowAt(&b.Gate, t, h)), expALog, dtBias)
-		tok[4*τ], tok[4*τ+1], tok[4*τ+2], tok[4*τ+3] = em1, eg, beta, s.kq[τ]
+		tok[4*τ], tok[4*τ+1], tok[4*τ+2], tok[4*τ+3] = em1[τ], eg[τ], beta[τ], s.kq[τ]
 	}
 	// v rows: in place for f32, widened into scratch for bf16.
 	var v []float32
@@ -653,7 +676,8 @@ func (d *driver) token(h, t int, read int32) {
 	b, s := d.b, d.s
 	K, V := b.K, b.V
 	hs := K * V
-	beta, em1, eg := headGates(float64(rowAt(&b.Beta, t, h)), float64(rowAt(&b.Gate, t, h)), math.Exp(float64(b.ALog[h])), float64(b.DtBias[h]))
+	gb, gm, ge := d.gates(h, t, t+1)
+	beta, em1, eg := gb[0], gm[0], ge[0]
 	var v []float32
 	if b.Val.F32 != nil {
 		v = cutF32(b.Val.F32, t*b.Val.Stride+h*V, V)
@@ -681,6 +705,46 @@ func (d *driver) token(h, t int, read int32) {
 	o := s.o[:V:V]
 	d.im.state(in, out, s.kh[:K:K], s.qh[:K:K], v, o, em1, eg, beta, s.kq[0])
 	d.gate(t, h, o)
+}
+
+// heads computes the gates of token t for the value heads [hlo, hhi) into s.lane(4…6): one call of
+// the kernel's gates piece for all of a one-token sequence's heads (a lane per head).
+func (d *driver) heads(t, hlo, hhi int) {
+	b, s := d.b, d.s
+	n := hhi - hlo
+	var gb, ga []float32
+	if b.Beta.F32 != nil {
+		gb = cutF32(b.Beta.F32, t*b.Beta.Stride+hlo, n)
+	} else {
+		gb = s.lane(0, n)
+		d.im.widen(gb, cutU16(b.Beta.BF16, t*b.Beta.Stride+hlo, n))
+	}
+	if b.Gate.F32 != nil {
+		ga = cutF32(b.Gate.F32, t*b.Gate.Stride+hlo, n)
+	} else {
+		ga = s.lane(1, n)
+		d.im.widen(ga, cutU16(b.Gate.BF16, t*b.Gate.Stride+hlo, n))
+	}
+	d.im.gates(s.lane(4, n), s.lane(5, n), s.lane(6, n), gb, ga, b.ALog[hlo:hhi], b.DtBias[hlo:hhi])
+}
+
+// gates returns the gates beta, em1, eg of value head h over the tokens [c0, c1), one each: those
+// heads computed when the sequence is one token, else computed here (a lane per token).
+func (d *driver) gates(h, c0, c1 int) (beta, em1, eg []float32) {
+	b, s := d.b, d.s
+	if d.oneTok {
+		i := h - d.hlo
+		return s.lane(4, i+1)[i:], s.lane(5, i+1)[i:], s.lane(6, i+1)[i:]
+	}
+	T := c1 - c0
+	gb, ga, al, dt := s.lane(0, T), s.lane(1, T), s.lane(2, T), s.lane(3, T)
+	for τ := range T {
+		gb[τ], ga[τ] = rowAt(&b.Beta, c0+τ, h), rowAt(&b.Gate, c0+τ, h)
+		al[τ], dt[τ] = b.ALog[h], b.DtBias[h]
+	}
+	beta, em1, eg = s.lane(4, T), s.lane(5, T), s.lane(6, T)
+	d.im.gates(beta, em1, eg, gb, ga, al, dt)
+	return beta, em1, eg
 }
 
 // prepareQK writes k̂, q̂ and k̂·q̂ of tokens [c0, c1), k-head hk, into the scratch.

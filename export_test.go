@@ -12,11 +12,12 @@ type Pieces struct {
 	Gate  func(o, z, w []float32, eps float32, out []uint16, outF []float32)
 	L2    func(q, k []float32) (qq, kk, kq float64)
 	Scale func(dst, src []float32, f float32)
+	Gates func(beta, em1, eg, b, a, alog, dtb []float32)
 }
 
 // PiecesOf returns k's pieces; PiecesOf of the "generic" kernel is the reference.
 func PiecesOf(k Kernel) Pieces {
-	return Pieces{State: k.im.state, Gate: k.im.gate, L2: k.im.l2, Scale: k.im.scale}
+	return Pieces{State: k.im.state, Gate: k.im.gate, L2: k.im.l2, Scale: k.im.scale, Gates: k.im.gates}
 }
 
 // Tokens are a kernel's state routines over T tokens in the flat signature of the assembly

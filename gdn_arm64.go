@@ -24,7 +24,7 @@ func arm64Kernels() []*impl {
 // gdn_arm64.s (gate's sum of squares through l2NEON). The routines keep their part of the state in
 // a 16 KiB slab on the stack, so a head with K > neonMaxK goes to the generic routine of its format
 // (both storage types alike, whatever T: the equivalences between formats and calls hold).
-var neonImpl = neonLimits(withTokens(impl{name: "neon", state: stateNEON, gate: gateNEON, l2: l2NEON, scale: scale, widen: widenNEON,
+var neonImpl = neonLimits(withTokens(impl{name: "neon", state: stateNEON, gate: gateNEON, l2: l2NEON, scale: scale, widen: widenNEON, gates: gatesGeneric,
 	tokF32:  [2]tokensF32{noPrefetchF32(stateKVf32NEON), noPrefetchF32(stateVKf32NEON)},
 	tokBF16: [2]tokensBF16{noPrefetchBF16(stateKVbf16NEON), noPrefetchBF16(stateVKbf16NEON)},
 }, [2]snapOnce{}))

@@ -39,6 +39,10 @@ type impl struct {
 	// widen sets dst[i] to the float32 of the bf16 bits src[i] (exact; len(src) ≥ len(dst)).
 	widen func(dst []float32, src []uint16)
 
+	// gates sets beta[i], em1[i], eg[i] to the head gates of the lane b[i], a[i], alog[i],
+	// dtb[i] for i < len(b) (gatesGeneric; the other slices hold at least len(b) elements).
+	gates func(beta, em1, eg, b, a, alog, dtb []float32)
+
 	// cells are the state routines over T tokens by format, [bf16][layout]; a nil cell is a
 	// format the kernel does not implement.
 	cells [2][2]stateFunc
@@ -52,34 +56,12 @@ type impl struct {
 }
 
 var genericImpl = impl{
-	name: "generic", state: stateGeneric, gate: gateGeneric, l2: l2Generic, scale: scale, widen: widenGeneric,
+	name: "generic", state: stateGeneric, gate: gateGeneric, l2: l2Generic, scale: scale, widen: widenGeneric, gates: gatesGeneric,
 	cells: [2][2]stateFunc{{kvTokens, vkTokens}, {kvTokens, vkTokens}},
 }
 
 // l2Eps is the epsilon added under the root of the q/k l2 norms (fixed by the models).
 const l2Eps = 1e-6
-
-// headGates returns beta = sigmoid(b), em1 = expm1(g) and eg = exp(g) for
-// g = −expALog·softplus(a + dtBias), expALog = exp(A_log) of the head (computed once per head by
-// the caller), softplus(x) = x for x > 20, else log1p(exp(x)); evaluated in float64, each rounded
-// once.
-func headGates(b, a, expALog, dtBias float64) (beta, em1, eg float32) {
-	beta = float32(1 / (1 + math.Exp(-b)))
-	x := a + dtBias
-	sp := x
-	if !(x > 20) {
-		sp = math.Log1p(math.Exp(x))
-	}
-	// One exponential of g: where eg ≥ 0.5, expm1(g) (1 + expm1(g) is exp(g) to within 2⁻⁵³);
-	// below, exp(g) (eg − 1 loses nothing there, while 1 + expm1(g) would lose eg's digits).
-	g := -expALog * sp
-	if g >= ln2Half {
-		em1d := math.Expm1(g)
-		return beta, float32(em1d), float32(1 + em1d)
-	}
-	egd := math.Exp(g)
-	return beta, float32(egd - 1), float32(egd)
-}
 
 // ln2Half is ln(0.5): the split between the two formulas (near it both are exact to 2⁻⁵³); the
 // decay's form itself is chosen from the float32 em1 (nearOne), the same way in every kernel.

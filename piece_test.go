@@ -444,3 +444,92 @@ func TestGateBF16Ties(t *testing.T) {
 		}
 	})
 }
+
+// TestGatesExact holds every assembly kernel's gates piece to the generic one (gatesGeneric) bit
+// for bit (NaN: any NaN) over every piece size, with guard bands around all seven slices: lanes of
+// the models' range, wide random ones and special values (±0, ±Inf, NaN, denormals, the clamps
+// and thresholds of exp64 and softplus) in a random quarter of the inputs. It checks that every
+// select of gate1 was taken both ways: x = a + dt_bias above 20, in (0, 20] and ≤ 0; g on either
+// side of ln 0.5 (eg ≥ 0.5 or not).
+func TestGatesExact(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	nan, inf := float32(math.NaN()), float32(math.Inf(1))
+	specials := []float32{0, float32(math.Copysign(0, -1)), 1e-40, -1e-40, inf, -inf, nan, 20, 19.999998, 20.000002,
+		709, 710, -745, -746, 746, 88.7, -88.7, 1e30, -1e30, math.MaxFloat32, -math.MaxFloat32}
+	pick := func(sd float64) float32 {
+		if r.IntN(4) == 0 {
+			return specials[r.IntN(len(specials))]
+		}
+		return float32(sd * r.NormFloat64())
+	}
+	var sides [5]int // x > 20, 0 < x ≤ 20, x ≤ 0, eg ≥ 0.5, eg < 0.5
+	ran := false
+	forEachAsm(t, func(t *testing.T, p gdnsimd.Pieces) {
+		ran = true
+		for c, n := range pieceSizes {
+			var in [4][]float32
+			var checks []func(string)
+			for j := range in {
+				var ck func(string)
+				in[j], ck = guarded(t, n, (c+3*j)%16)
+				checks = append(checks, ck)
+			}
+			for i := range n {
+				switch r.IntN(3) {
+				case 0: // the models' range
+					in[0][i], in[1][i] = float32(2*r.NormFloat64()), float32(3*r.NormFloat64())
+					in[2][i], in[3][i] = float32(4*r.Float64()-1), float32(2*r.NormFloat64())
+				case 1: // around softplus's threshold and g's split
+					in[0][i], in[1][i] = pick(30), float32(20+4*r.NormFloat64())
+					in[2][i], in[3][i] = float32(r.NormFloat64()), float32(r.NormFloat64())
+				default:
+					in[0][i], in[1][i], in[2][i], in[3][i] = pick(100), pick(30), pick(5), pick(10)
+				}
+			}
+			var out, want [3][]float32
+			for j := range out {
+				var ck func(string)
+				out[j], ck = guarded(t, n, (c+5*j+1)%16)
+				checks = append(checks, ck)
+				want[j] = make([]float32, n)
+			}
+			generic.Gates(want[0], want[1], want[2], in[0], in[1], in[2], in[3])
+			p.Gates(out[0], out[1], out[2], in[0], in[1], in[2], in[3])
+			what := fmt.Sprint("n=", n)
+			for _, ck := range checks {
+				ck(what)
+			}
+			for j := range out {
+				for i := range n {
+					g, w := out[j][i], want[j][i]
+					if math.Float32bits(g) != math.Float32bits(w) && !(g != g && w != w) {
+						t.Fatalf("%s lane %d (b=%v a=%v A_log=%v dt_bias=%v): output %d = %v (%#x), generic %v (%#x)",
+							what, i, in[0][i], in[1][i], in[2][i], in[3][i], j, g, math.Float32bits(g), w, math.Float32bits(w))
+					}
+				}
+			}
+			for i := range n {
+				x := float64(in[1][i]) + float64(in[3][i])
+				switch {
+				case x > 20:
+					sides[0]++
+				case x > 0:
+					sides[1]++
+				case x <= 0:
+					sides[2]++
+				}
+				switch {
+				case want[2][i] >= 0.5:
+					sides[3]++
+				case want[2][i] < 0.5:
+					sides[4]++
+				}
+			}
+		}
+	})
+	for i, c := range sides {
+		if c == 0 && ran {
+			t.Errorf("select side %d never taken: %v", i, sides)
+		}
+	}
+}

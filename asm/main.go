@@ -68,6 +68,7 @@ func main() {
 	ConstraintExpr("!purego")
 	constants()
 	vkConstants()
+	gatesConstants()
 	for _, r := range table() {
 		r.emit()
 		if current != r.name {
@@ -206,6 +207,9 @@ func table() []spec {
 	vkBudget := map[string]int{"stateVKf32AVX512": 6000, "stateVKbf16AVX512": 7150, "stateVKf32AVX2": 5000, "stateVKbf16AVX2": 5425}
 	for _, v := range variants(layoutVK) {
 		t = append(t, spec{v.name(), func() { stateVK(v) }, vkBudget[v.name()]})
+	}
+	for _, a := range []isa{avx512, avx2} {
+		t = append(t, spec{"gates" + a.name, func() { gatesRoutine(a) }, 450})
 	}
 	for _, a := range []isa{avx512, avx2} {
 		t = append(t,

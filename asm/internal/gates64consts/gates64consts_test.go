@@ -1,0 +1,118 @@
+package gates64consts
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"strconv"
+	"testing"
+)
+
+// TestMatchesGates reads ../../../gates.go and ../../../gdn_generic.go (the asm module never
+// imports the library) and checks every constant of the table against the literal there: the
+// named constants, the three polynomials, and gate1's literals 20 and 0.5.
+func TestMatchesGates(t *testing.T) {
+	named := map[string]float64{}
+	arrays := map[string][]float64{}
+	var gate1Lits, exp64Lits []float64
+	var lit func(e ast.Expr) (float64, bool)
+	lit = func(e ast.Expr) (float64, bool) {
+		if u, ok := e.(*ast.UnaryExpr); ok && u.Op == token.SUB {
+			v, ok := lit(u.X)
+			return -v, ok
+		}
+		if b, ok := e.(*ast.BasicLit); ok && (b.Kind == token.FLOAT || b.Kind == token.INT) {
+			v, err := strconv.ParseFloat(b.Value, 64)
+			return v, err == nil
+		}
+		return 0, false
+	}
+	for _, file := range []string{"../../../gates.go", "../../../gdn_generic.go"} {
+		f, err := parser.ParseFile(token.NewFileSet(), file, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			switch n := n.(type) {
+			case *ast.ValueSpec:
+				for i, id := range n.Names {
+					if i >= len(n.Values) {
+						continue
+					}
+					if v, ok := lit(n.Values[i]); ok {
+						named[id.Name] = v
+					}
+					if c, ok := n.Values[i].(*ast.CompositeLit); ok {
+						var vs []float64
+						for _, e := range c.Elts {
+							if v, ok := lit(e); ok {
+								vs = append(vs, v)
+							}
+						}
+						if len(vs) == len(c.Elts) {
+							arrays[id.Name] = vs
+						}
+					}
+				}
+			case *ast.FuncDecl:
+				var into *[]float64
+				switch n.Name.Name {
+				case "gate1":
+					into = &gate1Lits
+				case "exp64":
+					into = &exp64Lits
+				default:
+					return false
+				}
+				ast.Inspect(n.Body, func(m ast.Node) bool {
+					if e, ok := m.(ast.Expr); ok {
+						if v, ok := lit(e); ok {
+							*into = append(*into, v)
+						}
+					}
+					return true
+				})
+				return false
+			}
+			return true
+		})
+	}
+	for _, c := range []struct {
+		name string
+		got  float64
+	}{{"exp64Hi", Hi}, {"exp64Lo", Lo}, {"expMagic", Magic}, {"log2e64", Log2e}, {"ln2Hi64", Ln2Hi},
+		{"ln2Lo64", Ln2Lo}, {"ln2Half", Ln2Half}} {
+		if want, ok := named[c.name]; !ok || c.got != want {
+			t.Errorf("%s = %v in the table, %v (found %v) in the Go code", c.name, c.got, want, ok)
+		}
+	}
+	for _, c := range []struct {
+		name string
+		got  []float64
+	}{{"exp64P", ExpP[:]}, {"log1p01P", Log1pP[:]}, {"expm1NearP", Expm1P[:]}} {
+		want := arrays[c.name]
+		if len(want) != len(c.got) {
+			t.Fatalf("%s: %d coefficients in the Go code, %d in the table", c.name, len(want), len(c.got))
+		}
+		for i := range want {
+			if want[i] != c.got[i] {
+				t.Errorf("%s[%d] = %v in the table, %v in the Go code", c.name, i, c.got[i], want[i])
+			}
+		}
+	}
+	// gate1's softplus threshold, exp64's 0.5 of k1 = round(k/2).
+	has := func(vs []float64, v float64) bool {
+		for _, x := range vs {
+			if x == v {
+				return true
+			}
+		}
+		return false
+	}
+	if !has(gate1Lits, Twenty) {
+		t.Errorf("gate1's literals %v have no %v", gate1Lits, Twenty)
+	}
+	if !has(exp64Lits, Half) {
+		t.Errorf("exp64's literals %v have no %v", exp64Lits, Half)
+	}
+}
