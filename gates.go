@@ -30,16 +30,6 @@ func gatesGeneric(beta, em1, eg, b, a, alog, dtb []float32) {
 	}
 }
 
-// gatesChecked makes impl.gates of a gates routine that does not check its lengths: every slice
-// is cut to len(b) first, so that a short one panics as gatesGeneric's indexing does instead of
-// being read or written past.
-func gatesChecked(f func(beta, em1, eg, b, a, alog, dtb []float32)) func(beta, em1, eg, b, a, alog, dtb []float32) {
-	return func(beta, em1, eg, b, a, alog, dtb []float32) {
-		n := len(b)
-		f(beta[:n], em1[:n], eg[:n], b, a[:n], alog[:n], dtb[:n])
-	}
-}
-
 // gate1 is one lane of gatesGeneric.
 func gate1(b, a, alog, dtb float32) (beta, em1, eg float32) {
 	beta = float32(1 / (1 + exp64(-float64(b))))

@@ -100,3 +100,13 @@ func asmTokensBF16(r tokensBF16) stateFunc {
 		clear(stores)
 	}
 }
+
+// gatesChecked makes impl.gates of a gates routine that does not check its lengths: every slice
+// is cut to len(b) first, so that a short one panics as gatesGeneric's indexing does instead of
+// being read or written past.
+func gatesChecked(f func(beta, em1, eg, b, a, alog, dtb []float32)) func(beta, em1, eg, b, a, alog, dtb []float32) {
+	return func(beta, em1, eg, b, a, alog, dtb []float32) {
+		n := len(b)
+		f(beta[:n], em1[:n], eg[:n], b, a[:n], alog[:n], dtb[:n])
+	}
+}
