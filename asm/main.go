@@ -9,8 +9,9 @@
 //	gate   the gated RMSNorm of o: Σo² in float64, r, silu(z) through a vectorised Exp32, bf16 RNE
 //	l2     Σq², Σk², Σk·q in float64
 //	scale  dst = src·s (q̂ and k̂ from q, k and their l2 factors)
+//	gates  the head gates beta, em1, eg of many lanes (gates.go's gatesGeneric), in float64
 //
-// The scalar transcendentals of a head (beta, em1, eg, the l2 factors) stay in the Go driver.
+// The l2 factors and k̂·q̂ stay in the Go driver.
 //
 // # The two decays
 //
@@ -37,6 +38,7 @@
 //	state_vk_block.go  the AVX-512 [V][K] row blocks in L1 (T > 1)
 //	prefetch.go        the prefetch list of the routines over T tokens (the driver's next call's rows)
 //	gate.go, l2.go, widen.go, bench_floor.go   the small pieces and the bench floors
+//	gates.go           the float64 head gates (constants from asm/internal/gates64consts)
 //
 // Tails are a few shapes, not a copy per width: a shape is emitted once for the widths of the
 // models (K, V ∈ {64, 128, 192, 256}, and K = 96, V = 80 of the odd benchmark shape at the top of
