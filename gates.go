@@ -14,8 +14,9 @@ import "math"
 //
 // The float64 functions are this file's own (exp64, log1p01, expm1Near), not package math's: a
 // fixed sequence of IEEE operations (math.FMA where an FMA is meant, every other product rounded
-// on its own: float64(x*y), so that no compiler fuses it with an addition), so that the AVX-512 and AVX2 routines (asm/gates.go) compute each lane exactly
-// as gatesGeneric does, bit for bit, while doing 8 or 4 lanes at once. Each is accurate to about
+// on its own: float64(x*y), so that no compiler fuses it with an addition), so that the AVX-512 and
+// AVX2 routines (asm/gates.go) and the NEON one (asm/neon/gates.go) compute each lane exactly as
+// gatesGeneric does, bit for bit, while doing 8, 4 or 2 lanes at once. Each is accurate to about
 // 2 ulp of float64; rounded to float32 they give math's result except where the float64 value lies
 // within about 2⁻⁵² (relative) of a float32 rounding boundary (TestGatesMath counts those).
 

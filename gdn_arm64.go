@@ -24,7 +24,7 @@ func arm64Kernels() []*impl {
 // gdn_arm64.s (gate's sum of squares through l2NEON). The routines keep their part of the state in
 // a 16 KiB slab on the stack, so a head with K > neonMaxK goes to the generic routine of its format
 // (both storage types alike, whatever T: the equivalences between formats and calls hold).
-var neonImpl = neonLimits(withTokens(impl{name: "neon", state: stateNEON, gate: gateNEON, l2: l2NEON, scale: scale, widen: widenNEON, gates: gatesGeneric,
+var neonImpl = neonLimits(withTokens(impl{name: "neon", state: stateNEON, gate: gateNEON, l2: l2NEON, scale: scale, widen: widenNEON, gates: gatesChecked(gatesNEON),
 	tokF32:  [2]tokensF32{noPrefetchF32(stateKVf32NEON), noPrefetchF32(stateVKf32NEON)},
 	tokBF16: [2]tokensBF16{noPrefetchBF16(stateKVbf16NEON), noPrefetchBF16(stateVKbf16NEON)},
 }, [2]snapOnce{}))
@@ -130,6 +130,13 @@ func l2NEON(q, k []float32) (qq, kk, kq float64)
 //
 //go:noescape
 func gateNEON4(o, z, w []float32, r float32, out []uint16, outF []float32)
+
+// gatesNEON is gatesGeneric in NEON, two lanes of float64 a vector (four per iteration, then two,
+// then one alone in lane 0): every lane's operations are gate1's, in its order, so the bits are
+// gatesGeneric's. It takes len(b) lanes and does not check the other lengths (gatesChecked does).
+//
+//go:noescape
+func gatesNEON(beta, em1, eg, b, a, alog, dtb []float32)
 
 // gateNEON is gateGeneric with the sum of squares (l2NEON of o with itself) and the element loop
 // (gateNEON4) in NEON; only r = 1/sqrt(Σo²/V + eps) is computed here, exactly as gateGeneric does.

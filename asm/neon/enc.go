@@ -122,6 +122,10 @@ func fmax(d, n, m Vec) inst  { return three("FMAX", 0x4e20f400, d, n, m) }
 func fmin(d, n, m Vec) inst  { return three("FMIN", 0x4ea0f400, d, n, m) }
 func fcmeq(d, n, m Vec) inst { return three("FCMEQ", 0x4e20e400, d, n, m) }
 
+// Vd = all ones where Vn > Vm (fcmgt) or Vn ≥ Vm (fcmge), else 0: ordered, false where either is NaN.
+func fcmgt(d, n, m Vec) inst { return three("FCMGT", 0x6ea0e400, d, n, m) }
+func fcmge(d, n, m Vec) inst { return three("FCMGE", 0x6e20e400, d, n, m) }
+
 // faddp is the pairwise sum: Vd = [n0+n1, n2+n3, m0+m1, m2+m3] (.4S; .2D: [n0+n1, m0+m1]).
 func faddp(d, n, m Vec) inst { return three("FADDP", 0x6e20d400, d, n, m) }
 
@@ -133,6 +137,10 @@ func fcvtzs(d, n Vec) inst { return two("FCVTZS", 0x4ea1b800, d, n) }
 // fcvtl widens Vn.2S (the low half) and fcvtl2 Vn.4S's high half to Vd.2D.
 func fcvtl(d, n Vec) inst  { return fixed("FCVTL", 0x0e617800, d, n, D2, S2) }
 func fcvtl2(d, n Vec) inst { return fixed("FCVTL2", 0x4e617800, d, n, D2, S4) }
+
+// fcvtn narrows Vn.2D to Vd.2S (the low half; the high half is zeroed), rounding to nearest even
+// as Go's float32() does.
+func fcvtn(d, n Vec) inst { return fixed("FCVTN", 0x0e616800, d, n, S2, D2) }
 
 // xtn narrows each 32-bit lane of Vn.4S to its low 16 bits in Vd.4H.
 func xtn(d, n Vec) inst { return fixed("XTN", 0x0e612800, d, n, H4, S4) }

@@ -30,7 +30,7 @@ func encoders() []encoder {
 	for _, c := range []struct {
 		name string
 		f    func(d, n, m Vec) inst
-	}{{"FADD", fadd}, {"FSUB", fsub}, {"FMUL", fmul}, {"FDIV", fdiv}, {"FMAX", fmax}, {"FMIN", fmin}, {"FCMEQ", fcmeq}, {"FADDP", faddp}} {
+	}{{"FADD", fadd}, {"FSUB", fsub}, {"FMUL", fmul}, {"FDIV", fdiv}, {"FMAX", fmax}, {"FMIN", fmin}, {"FCMEQ", fcmeq}, {"FCMGT", fcmgt}, {"FCMGE", fcmge}, {"FADDP", faddp}} {
 		es = append(es,
 			encoder{c.name + ".4S", 3, v3(c.f, S4), c.name + " V%d.4S, V%d.4S, V%d.4S"},
 			encoder{c.name + ".2D", 3, v3(c.f, D2), c.name + " V%d.2D, V%d.2D, V%d.2D"})
@@ -46,6 +46,7 @@ func encoders() []encoder {
 	return append(es,
 		encoder{"FCVTL", 2, v2(fcvtl, D2, S2), "FCVTL V%d.2D, V%d.2S"},
 		encoder{"FCVTL2", 2, v2(fcvtl2, D2, S4), "FCVTL2 V%d.2D, V%d.4S"},
+		encoder{"FCVTN", 2, v2(fcvtn, S2, D2), "FCVTN V%d.2S, V%d.2D"},
 		encoder{"XTN", 2, v2(xtn, H4, S4), "XTN V%d.4H, V%d.4S"},
 		encoder{"FADDP", 2, func(r []int) inst { return faddpD(Freg(r[0]), Vreg(r[1]).D2()) }, "FADDP D%d, V%d.2D"})
 }
@@ -122,6 +123,8 @@ func TestEncodersPanic(t *testing.T) {
 		"FRINTM .4H":       func() { frintm(Vreg(0).H4(), Vreg(1).H4()) },
 		"FCVTL .4S source": func() { fcvtl(Vreg(0).D2(), Vreg(1).S4()) },
 		"FCVTL2 .2S":       func() { fcvtl2(Vreg(0).D2(), Vreg(1).S2()) },
+		"FCVTN .4S dest":   func() { fcvtn(Vreg(0).S4(), Vreg(1).D2()) },
+		"FCMGT .2S":        func() { fcmgt(Vreg(0).S2(), Vreg(1).S2(), Vreg(2).S2()) },
 		"XTN .4S dest":     func() { xtn(Vreg(0).S4(), Vreg(1).S4()) },
 		"FADDP .4S":        func() { faddpD(Freg(0), Vreg(1).S4()) },
 		"FADDP vector .8H": func() { faddp(Vreg(0).H8(), Vreg(1).H8(), Vreg(2).H8()) },

@@ -50,6 +50,13 @@ func TestHygiene(t *testing.T) {
 		if code == "" {
 			continue
 		}
+		if f := strings.Fields(code); f[0] == "DATA" || f[0] == "GLOBL" {
+			// A routine's constant table, laid out before its TEXT: not an instruction.
+			if !strings.HasPrefix(f[1], "·") {
+				t.Errorf("line %d: %q: a table not of this package", n, code)
+			}
+			continue
+		}
 		if strings.HasPrefix(code, "TEXT") {
 			end(n)
 			m := textLine.FindStringSubmatch(code)

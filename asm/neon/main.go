@@ -23,9 +23,10 @@ func generate() []byte {
 		"routine.",
 		"",
 		"The Go assembler has native forms for VFMLA/VFMLS (operands reversed: VFMLA Vm, Vn, Vd is",
-		"Vd += Vn×Vm), VLD1/VST1 (multi-register, .P post-increment), VLD1R, VDUP, VEOR, VORR, VADD (integer),",
-		"VSHL/VUSHR, VBIF, VZIP1/VZIP2, VUZP2 and the scalar F* instructions. Every other instruction is a WORD whose trailing",
-		"comment is the ARM mnemonic; asm/neon's tests decode each WORD and check the comment.",
+		"Vd += Vn×Vm), VLD1/VST1 (multi-register, .P post-increment), VLD1R, VDUP, VEOR, VORR, VAND, VADD",
+		"(integer), VSHL/VUSHR, VBIF/VBIT, VZIP1/VZIP2, VUZP2, FMOVQ (a 128-bit load) and the scalar F*",
+		"instructions. Every other instruction is a WORD whose trailing comment is the ARM mnemonic;",
+		"asm/neon's tests decode each WORD and check the comment.",
 		"R16, R17 (linker veneers), R18 (platform), R26-R30 are not touched. The state routines over T tokens",
 		"have a local frame (the slab): their prologue, written by the assembler, may use R16, R17, R20 and",
 		"R27 before the first instruction below.")
@@ -34,6 +35,7 @@ func generate() []byte {
 	stateNEON(e)
 	l2NEON(e)
 	gateNEON4(e)
+	gatesNEON(e)
 	widenNEON(e)
 	for _, st := range storages {
 		stateKV(e, st)

@@ -1,6 +1,6 @@
 // Package gates64consts is the one table of the float64 gates' constants (gates.go: exp64,
-// log1p01, expm1Near, gate1) for the AVX-512 and AVX2 generators, as float64: the value Go gives
-// each constant where the Go code uses it. Its test reads gates.go and compares.
+// log1p01, expm1Near, gate1) for the AVX-512, AVX2 and NEON generators, as float64: the value Go
+// gives each constant where the Go code uses it. Its test reads gates.go and compares.
 package gates64consts
 
 // exp64's clamps, rounding magic (2⁵²·1.5) and range reduction; gate1's softplus threshold and
