@@ -13,8 +13,8 @@ import (
 // The driver runs the value heads of a GQA group together, sharing the k-head's prepared rows
 // (and, over sequences longer than a chunk, at most a few heads at once, each with its own
 // carry). These tests hold it to what an item is on its own: every (kernel, format, GQA order)
-// on shapes whose groups have 1, 2, 5 and 9 value heads (9 and 5 more than the driver takes at
-// once), sequences of 130 (three chunks), 70, 65, 64, 2, 1 and 0 tokens, Pad, Zero, in place
+// on shapes whose groups have 1, 2, 5, 9 and 22 value heads (9, 5 and 22 more than the driver takes
+// at once; 66 value heads: more than a chunk's 64 lanes of gates), sequences of 130 (three chunks), 70, 65, 64, 2, 1 and 0 tokens, Pad, Zero, in place
 // and with snapshots.
 
 // driverShape is one shape of the tests.
@@ -22,7 +22,7 @@ type driverShape struct{ HK, HV, K, V int }
 
 // (The first two have the same K and V: the second's groups need more carries than the first's,
 // from the same Scratch.)
-var driverShapes = []driverShape{{4, 4, 12, 20}, {1, 9, 12, 20}, {2, 10, 16, 9}, {3, 6, 9, 16}}
+var driverShapes = []driverShape{{4, 4, 12, 20}, {1, 9, 12, 20}, {2, 10, 16, 9}, {3, 6, 9, 16}, {3, 66, 4, 8}}
 
 // driverLens are the tests' sequence lengths: two of 1 and two of 64 tokens one after the other
 // (a cache of prepared rows keyed without the sequence would hand the second those of the first).
@@ -40,9 +40,10 @@ func kHead(h, HK, HV int, tiled bool) int {
 // driverBatch returns a batch of shape d: in place (Store nil; one sequence padding) or, with
 // stores, sequences reading Zero, shared slots and their own chain of snapshot slots (after token
 // 5, after token 63 — the end of the first chunk — and after the last token; the end of the
-// second chunk, token 127, is not stored). Rows are f32, or bf16 with bf16Rows. It also returns
-// the same batch with the q/k rows expanded (KHeads = VHeads, v-head h's copy of its k-head's row
-// at h), whose items compute the same bits without any GQA group.
+// second chunk, token 127, is not stored). Rows are f32, or bf16 with bf16Rows; Beta and Gate have
+// strides of VHeads + 1 and VHeads + 3 (NaN between the rows). It also returns the same batch with
+// the q/k rows expanded (KHeads = VHeads, v-head h's copy of its k-head's row at h) and Beta and
+// Gate packed (Stride VHeads), whose items compute the same bits without any GQA group.
 func driverBatch(r *rand.Rand, d driverShape, f gdnsimd.Format, tiled, stores, bf16Rows bool) (b, expanded gdnsimd.Batch) {
 	N := len(driverLens)
 	start := make([]int32, N+1)
@@ -95,7 +96,18 @@ func driverBatch(r *rand.Rand, d driverShape, f gdnsimd.Format, tiled, stores, b
 	}
 	b.Q, b.Key = rows(q, d.HK*d.K), rows(k, d.HK*d.K)
 	b.Val, b.Z = rows(vec(T*d.HV*d.V, 0, 1), d.HV*d.V), rows(vec(T*d.HV*d.V, 0, 1), d.HV*d.V)
-	b.Beta, b.Gate = rows(vec(T*d.HV, 0, 1), d.HV), rows(vec(T*d.HV, -1, 1.5), d.HV)
+	beta, gate := vec(T*d.HV, 0, 1), vec(T*d.HV, -1, 1.5)
+	spread := func(x []float32, stride int) gdnsimd.Rows { // x's rows stride apart, NaN between
+		y := make([]float32, T*stride)
+		for t := range T {
+			copy(y[t*stride:], x[t*d.HV:(t+1)*d.HV])
+			for i := d.HV; i < stride; i++ {
+				y[t*stride+i] = float32(math.NaN())
+			}
+		}
+		return rows(y, stride)
+	}
+	b.Beta, b.Gate = spread(beta, d.HV+1), spread(gate, d.HV+3)
 	for i := range b.Out {
 		b.Out[i], b.OutF32[i] = kerneltest.Poison16, math.Float32frombits(kerneltest.Poison32)
 	}
@@ -118,6 +130,7 @@ func driverBatch(r *rand.Rand, d driverShape, f gdnsimd.Format, tiled, stores, b
 		}
 	}
 	expanded.Q, expanded.Key = rows(eq, d.HV*d.K), rows(ek, d.HV*d.K)
+	expanded.Beta, expanded.Gate = rows(beta, d.HV), rows(gate, d.HV)
 	return b, expanded
 }
 

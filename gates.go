@@ -17,8 +17,12 @@ import "math"
 // on its own: float64(x*y), so that no compiler fuses it with an addition), so that the AVX-512 and
 // AVX2 routines (asm/gates.go) and the NEON one (asm/neon/gates.go) compute each lane exactly as
 // gatesGeneric does, bit for bit, while doing 8, 4 or 2 lanes at once. Each is accurate to about
-// 2 ulp of float64; rounded to float32 they give math's result except where the float64 value lies
-// within about 2⁻⁵² (relative) of a float32 rounding boundary (TestGatesMath counts those).
+// 2 ulp of float64 (log1p01 for y ≥ 2⁻¹⁰²¹: below, y/(2 + y) rounds in the denormals and is up to
+// 2⁻¹⁰⁷⁴ off where math.Log1p gives y, which a float32 gate shows only with A_log above about
+// 600). Rounded to float32 they give the result of package math's functions except where the
+// float64 value lies within a few ulp (|g| times that for eg) of a float32 rounding boundary
+// (TestGatesMath counts those), and at inputs no model has: amd64's math.Exp is +Inf from e^709.44
+// where exp64 is finite (such an A_log gave eg 0; now the right value).
 
 // gatesGeneric sets beta[i], em1[i] and eg[i] to the gates of the lane b[i], a[i] (the token's
 // Beta and Gate entries of the head), alog[i], dtb[i] (the head's A_log and dt_bias), for

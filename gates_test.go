@@ -44,7 +44,7 @@ func TestGates64Accuracy(t *testing.T) {
 	var worst [3]float64
 	for range 300000 {
 		// math's range (denormals below −708.4), but for its last 0.78: amd64's math.Exp gives
-		// +Inf from about e^709.6 (exp64(709.7) is checked below).
+		// +Inf from e^709.44 (exp64(709.7) is checked below).
 		x := -745 + (709+745)*r.Float64()
 		if r.IntN(2) == 0 {
 			x = 40 * (r.Float64() - 0.5)
