@@ -1,6 +1,9 @@
 package gdnsimd
 
-import "unsafe"
+import (
+	"math/rand/v2"
+	"unsafe"
+)
 
 // Exported for the external test package gdnsimd_test, whose piece tests (piece_test.go) iterate
 // the kernels with internal/kerneltest: that package imports gdnsimd, so gdnsimd's internal tests
@@ -77,4 +80,13 @@ func flatBF16(st stateFunc) func(K, V int, src []uint16, src32 []float32, stores
 		st(&headCall{K: K, V: V, src: in, dst: dst, kh: kh, qh: qh, v: v, vs: vs, o: o, tok: tok,
 			tmp: make([]float32, K*V), slab: make([]float32, K*genericBlock)})
 	}
+}
+
+// GatesBoundaryLanes returns the inputs of n lanes whose gates lie at float32 rounding boundaries
+// (boundaryLanes, gates_test.go), one slice per input.
+func GatesBoundaryLanes(seed uint64, n int) (b, a, alog, dtb []float32) {
+	for _, l := range boundaryLanes(rand.New(rand.NewPCG(seed, seed)), n) {
+		b, a, alog, dtb = append(b, l.in[0]), append(a, l.in[1]), append(alog, l.in[2]), append(dtb, l.in[3])
+	}
+	return b, a, alog, dtb
 }

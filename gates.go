@@ -35,9 +35,15 @@ func gatesGeneric(beta, em1, eg, b, a, alog, dtb []float32) {
 	}
 }
 
-// gate1 is one lane of gatesGeneric.
+// gate1 is one lane of gatesGeneric: gate64's values, each rounded once to float32.
 func gate1(b, a, alog, dtb float32) (beta, em1, eg float32) {
-	beta = float32(1 / (1 + exp64(-float64(b))))
+	b64, em1d, egd := gate64(b, a, alog, dtb)
+	return float32(b64), float32(em1d), float32(egd)
+}
+
+// gate64 is one lane's gates in float64, before their rounding to float32.
+func gate64(b, a, alog, dtb float32) (beta, em1, eg float64) {
+	beta = 1 / (1 + exp64(-float64(b)))
 	x := float64(a) + float64(dtb)
 	// softplus(x) = x for x > 20, else log1p(exp(x)), computed as max(x, 0) + log1p(exp(−|x|)):
 	// the same value, with log1p's argument in [0, 1].
@@ -51,11 +57,11 @@ func gate1(b, a, alog, dtb float32) (beta, em1, eg float32) {
 	}
 	g := float64(-exp64(float64(alog)) * sp)
 	if g >= ln2Half {
-		em1d := expm1Near(g)
-		return beta, float32(em1d), float32(1 + em1d)
+		em1 = expm1Near(g)
+		return beta, em1, 1 + em1
 	}
-	egd := exp64(g)
-	return beta, float32(egd - 1), float32(egd)
+	eg = exp64(g)
+	return beta, eg - 1, eg
 }
 
 // exp64's constants: its clamps (beyond them e^x is +Inf or 0 anyway), 2⁵²·1.5 (x·log2e +

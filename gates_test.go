@@ -169,3 +169,98 @@ func BenchmarkGates(b *testing.B) {
 		}
 	}
 }
+
+// boundaryLane is a lane (b, a, A_log, dt_bias) and how near one of its gates is to a float32
+// rounding boundary, in float64 ulps (see boundaryLanes).
+type boundaryLane struct {
+	in  [4]float32
+	tol float64
+}
+
+// boundaryLanes returns n lanes each of which has one of its gates, in float64 (gate64), within
+// one float64 ulp of a float32 rounding boundary (the midpoint of two neighbouring float32s), so
+// that a change of a float64 ulp or more anywhere in the lane's computation changes its float32
+// result with probability about one half: em1 and eg in turn, in the expm1 branch (x = a ≤ 0) and
+// in the exp branch (x in (0.1, 6.1]). Such a lane reaches its boundary through A_log = c·2⁻⁵²
+// (|c| < 2²³): exp64 of it is 1 + c·2⁻⁵², which scales g by c float64 ulps. Every fifth lane has
+// x = 20 exactly (where softplus is log1p(exp(x)), not x: the threshold's side) with a random
+// A_log in [0, 1.6], its eg within 2²² float64 ulps of a boundary: taking softplus as x there moves
+// eg by more than 2²⁴. b is random (beta is not on a boundary).
+func boundaryLanes(r *rand.Rand, n int) []boundaryLane {
+	var lanes []boundaryLane
+	for tries := 0; len(lanes) < n; tries++ {
+		if tries > 1000*n {
+			panic("boundaryLanes: no lanes found")
+		}
+		which := len(lanes) % 5
+		a := float32(-8 * r.Float64())
+		if which == 2 || which == 3 {
+			a = float32(0.1 + 6*r.Float64())
+		}
+		out := func(alog float32) float64 {
+			_, em1, eg := gate64(0, a, alog, 0)
+			if which%2 == 0 && which != 4 {
+				return em1
+			}
+			return eg
+		}
+		ulp := func(m float64) float64 { return math.Nextafter(math.Abs(m), math.Inf(1)) - math.Abs(m) }
+		mid := func(v float64) float64 { // the float32 boundary nearest v
+			f := float32(v)
+			m := float64(f) + (float64(math.Nextafter32(f, float32(math.Inf(1))))-float64(f))/2
+			if m2 := float64(f) + (float64(math.Nextafter32(f, float32(math.Inf(-1))))-float64(f))/2; math.Abs(m2-v) < math.Abs(m-v) {
+				m = m2
+			}
+			return m
+		}
+		b := float32(2 * r.NormFloat64())
+		if which == 4 {
+			a = 20
+			alog := float32(1.6 * r.Float64())
+			v := out(alog)
+			if m := mid(v); math.Abs(v-m) <= 1<<22*ulp(m) {
+				lanes = append(lanes, boundaryLane{[4]float32{b, a, alog, 0}, 1 << 22})
+			}
+			continue
+		}
+		v0 := out(0)
+		m := mid(v0)
+		s := (out(0x1p-32) - v0) / (1 << 20)
+		if s == 0 || math.IsNaN(s) {
+			continue
+		}
+		c0 := math.Round((m - v0) / s)
+		if math.Abs(c0) > 1<<23-8 {
+			continue
+		}
+		best, bestD := 0, math.Inf(1)
+		for c := int(c0) - 6; c <= int(c0)+6; c++ {
+			if d := math.Abs(out(float32(c)*0x1p-52) - m); d < bestD {
+				best, bestD = c, d
+			}
+		}
+		if bestD <= ulp(m) {
+			lanes = append(lanes, boundaryLane{[4]float32{b, a, float32(best) * 0x1p-52, 0}, 1})
+		}
+	}
+	return lanes
+}
+
+// TestBoundaryLanes checks boundaryLanes' claim on its lanes: one gate within tol float64 ulps of
+// a float32 rounding boundary.
+func TestBoundaryLanes(t *testing.T) {
+	for i, l := range boundaryLanes(rand.New(rand.NewPCG(5, 6)), 200) {
+		_, em1, eg := gate64(l.in[0], l.in[1], l.in[2], l.in[3])
+		near := false
+		for _, v := range []float64{em1, eg} {
+			f := float32(v)
+			for _, nb := range []float32{math.Nextafter32(f, float32(math.Inf(1))), math.Nextafter32(f, float32(math.Inf(-1)))} {
+				m := float64(f) + (float64(nb)-float64(f))/2
+				near = near || math.Abs(v-m) <= l.tol*(math.Nextafter(math.Abs(m), math.Inf(1))-math.Abs(m))
+			}
+		}
+		if !near {
+			t.Fatalf("lane %d %v: em1 %v, eg %v: neither within %v ulp of a float32 boundary", i, l.in, em1, eg, l.tol)
+		}
+	}
+}

@@ -527,6 +527,27 @@ func TestGatesExact(t *testing.T) {
 			}
 		}
 	})
+	// Lanes at float32 rounding boundaries (each has em1 or eg within a float64 ulp of one, but the
+	// x = 20 ones: see boundaryLanes): a lane that computes a float64 ulp or more off generic, in
+	// either direction, changes its float32 result about half the time.
+	bb, ba, bal, bdt := gdnsimd.GatesBoundaryLanes(13, 1000)
+	forEachAsm(t, func(t *testing.T, p gdnsimd.Pieces) {
+		n := len(bb)
+		var out, want [3][]float32
+		for j := range out {
+			out[j], want[j] = make([]float32, n), make([]float32, n)
+		}
+		generic.Gates(want[0], want[1], want[2], bb, ba, bal, bdt)
+		p.Gates(out[0], out[1], out[2], bb, ba, bal, bdt)
+		for j := range out {
+			for i := range n {
+				if g, w := out[j][i], want[j][i]; math.Float32bits(g) != math.Float32bits(w) {
+					t.Fatalf("boundary lane %d (b=%v a=%v A_log=%v dt_bias=%v): output %d = %v (%#x), generic %v (%#x)",
+						i, bb[i], ba[i], bal[i], bdt[i], j, g, math.Float32bits(g), w, math.Float32bits(w))
+				}
+			}
+		}
+	})
 	for i, c := range sides {
 		if c == 0 && ran {
 			t.Errorf("select side %d never taken: %v", i, sides)

@@ -10,11 +10,11 @@ import (
 
 // TestMatchesGates reads ../../../gates.go and ../../../gdn_generic.go (the asm module never
 // imports the library) and checks every constant of the table against the literal there: the
-// named constants, the three polynomials, and gate1's literals 20 and 0.5.
+// named constants, the three polynomials, gate64's literal 20 and exp64's 0.5.
 func TestMatchesGates(t *testing.T) {
 	named := map[string]float64{}
 	arrays := map[string][]float64{}
-	var gate1Lits, exp64Lits []float64
+	var gate64Lits, exp64Lits []float64
 	var lit func(e ast.Expr) (float64, bool)
 	lit = func(e ast.Expr) (float64, bool) {
 		if u, ok := e.(*ast.UnaryExpr); ok && u.Op == token.SUB {
@@ -57,8 +57,8 @@ func TestMatchesGates(t *testing.T) {
 			case *ast.FuncDecl:
 				var into *[]float64
 				switch n.Name.Name {
-				case "gate1":
-					into = &gate1Lits
+				case "gate64":
+					into = &gate64Lits
 				case "exp64":
 					into = &exp64Lits
 				default:
@@ -100,7 +100,7 @@ func TestMatchesGates(t *testing.T) {
 			}
 		}
 	}
-	// gate1's softplus threshold, exp64's 0.5 of k1 = round(k/2).
+	// gate64's softplus threshold, exp64's 0.5 of k1 = round(k/2).
 	has := func(vs []float64, v float64) bool {
 		for _, x := range vs {
 			if x == v {
@@ -109,8 +109,8 @@ func TestMatchesGates(t *testing.T) {
 		}
 		return false
 	}
-	if !has(gate1Lits, Twenty) {
-		t.Errorf("gate1's literals %v have no %v", gate1Lits, Twenty)
+	if !has(gate64Lits, Twenty) {
+		t.Errorf("gate64's literals %v have no %v", gate64Lits, Twenty)
 	}
 	if !has(exp64Lits, Half) {
 		t.Errorf("exp64's literals %v have no %v", exp64Lits, Half)
