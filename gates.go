@@ -17,9 +17,7 @@ import "math"
 // on its own: float64(x*y), so that no compiler fuses it with an addition), so that the AVX-512 and
 // AVX2 routines (asm/gates.go) and the NEON one (asm/neon/gates.go) compute each lane exactly as
 // gatesGeneric does, bit for bit, while doing 8, 4 or 2 lanes at once. Each is accurate to about
-// 2 ulp of float64 (log1p01 for y ≥ 2⁻¹⁰²¹: below, y/(2 + y) rounds in the denormals and is up to
-// 2⁻¹⁰⁷⁴ off where math.Log1p gives y, which a float32 gate shows only with A_log above about
-// 600). Rounded to float32 they give the result of package math's functions except where the
+// 2 ulp of float64. Rounded to float32 they give the result of package math's functions except where the
 // float64 value lies within a few ulp (|g| times that for eg) of a float32 rounding boundary
 // (TestGatesMath counts those), and at inputs no model has: amd64's math.Exp is +Inf from e^709.44
 // where exp64 is finite (such an A_log gave eg 0; now the right value).
@@ -113,9 +111,13 @@ var log1p01P = [16]float64{
 	0.1111111111111111, 0.14285714285714285, 0.20000000000000001, 0.33333333333333331,
 }
 
+// log1p01Tiny is the y below which log1p01(y) is y: log(1 + y) rounds to y there, and y/(2 + y)
+// would round in the denormals (up to 2⁻¹⁰⁷⁴ off).
+const log1p01Tiny = 0x1p-1021
+
 // log1p01 is log(1 + y) for y in [0, 1] (NaN for NaN): with s = y/(2 + y) (≤ 1/3),
 // log(1 + y) = 2·atanh(s) = 2s + 2s·w·(1/3 + w/5 + …), w = s², the series to w¹⁵ (the
-// remainder is below 2⁻⁵⁷ of the result).
+// remainder is below 2⁻⁵⁷ of the result); y itself below log1p01Tiny.
 func log1p01(y float64) float64 {
 	s := y / (2 + y)
 	s2 := s + s
@@ -124,7 +126,11 @@ func log1p01(y float64) float64 {
 	for _, c := range log1p01P[1:] {
 		p = math.FMA(p, w, c)
 	}
-	return math.FMA(float64(s2*w), p, s2)
+	l := math.FMA(float64(s2*w), p, s2)
+	if y < log1p01Tiny {
+		l = y
+	}
+	return l
 }
 
 // expm1NearP is expm1(g)/g = Σ gⁿ/(n+1)!, highest degree first: 1/16!, …, 1/1!.

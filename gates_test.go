@@ -52,7 +52,7 @@ func TestGates64Accuracy(t *testing.T) {
 		worst[0] = max(worst[0], ulps64(exp64(x), math.Exp(x)))
 		y := r.Float64()
 		if r.IntN(2) == 0 {
-			y = math.Ldexp(1, -r.IntN(1000)) * r.Float64()
+			y = math.Ldexp(1, -r.IntN(1075)) * r.Float64() // down to the denormals
 		}
 		worst[1] = max(worst[1], ulps64(log1p01(y), math.Log1p(y)))
 		g := ln2Half * r.Float64()
@@ -83,6 +83,11 @@ func TestGates64Accuracy(t *testing.T) {
 	}
 	if x, want := exp64(709.7), math.Exp(708.7)*math.E; ulps64(x, want) > 3 {
 		t.Errorf("exp64(709.7) = %v, want %v", x, want)
+	}
+	for range 1000 { // log(1 + y) rounds to y there (as math.Log1p gives)
+		if y := math.Ldexp(r.Float64(), -1021-r.IntN(54)); log1p01(y) != y {
+			t.Fatalf("log1p01(%v) = %v, want %v", y, log1p01(y), y)
+		}
 	}
 	if x := expm1Near(math.Copysign(0, -1)); x != 0 || !math.Signbit(x) {
 		t.Errorf("expm1Near(−0) = %v, want −0", x)

@@ -872,7 +872,8 @@ gdone:
 	RET
 
 // gatesNEON's constants, each float64 (or int64) twice, so that FMOVQ loads it into both lanes:
-// the 14 kept in V18–V31, then exp64's, log1p01's and expm1Near's polynomials (asm/neon/gates.go).
+// the 14 kept in V18–V31, then exp64's, log1p01's and expm1Near's polynomials and log1p01's threshold
+// (asm/neon/gates.go).
 DATA ·gates64c+0(SB)/8, $0x0000000000000000
 DATA ·gates64c+8(SB)/8, $0x0000000000000000
 DATA ·gates64c+16(SB)/8, $0xbfe62e42fefa39ef
@@ -993,7 +994,9 @@ DATA ·gates64c+928(SB)/8, $0x3fe0000000000000
 DATA ·gates64c+936(SB)/8, $0x3fe0000000000000
 DATA ·gates64c+944(SB)/8, $0x3ff0000000000000
 DATA ·gates64c+952(SB)/8, $0x3ff0000000000000
-GLOBL ·gates64c(SB), RODATA|NOPTR, $960
+DATA ·gates64c+960(SB)/8, $0x0020000000000000
+DATA ·gates64c+968(SB)/8, $0x0020000000000000
+GLOBL ·gates64c(SB), RODATA|NOPTR, $976
 
 // func gatesNEON(beta, em1, eg, b, a, alog, dtb []float32)
 //
@@ -1256,10 +1259,10 @@ gs4:
 	WORD  $0x4e6fd6ad // FADD V13.2D, V21.2D, V15.2D
 	WORD  $0x6e64fcc4 // FDIV V4.2D, V6.2D, V4.2D
 	WORD  $0x6e6dfded // FDIV V13.2D, V15.2D, V13.2D
-	WORD  $0x4e64d486 // FADD V6.2D, V4.2D, V4.2D
-	WORD  $0x4e6dd5af // FADD V15.2D, V13.2D, V13.2D
 	WORD  $0x6e64dc85 // FMUL V5.2D, V4.2D, V4.2D
 	WORD  $0x6e6dddae // FMUL V14.2D, V13.2D, V13.2D
+	WORD  $0x4e64d484 // FADD V4.2D, V4.2D, V4.2D
+	WORD  $0x4e6dd5ad // FADD V13.2D, V13.2D, V13.2D
 	FMOVQ 448(R9), F7
 	FMOVQ 448(R9), F16
 	FMOVQ 464(R9), F8
@@ -1322,10 +1325,18 @@ gs4:
 	FMOVQ 688(R9), F17
 	VFMLA V7.D2, V5.D2, V8.D2
 	VFMLA V16.D2, V14.D2, V17.D2
-	WORD  $0x6e65dcc5            // FMUL V5.2D, V6.2D, V5.2D
-	WORD  $0x6e6eddee            // FMUL V14.2D, V15.2D, V14.2D
-	VFMLA V8.D2, V5.D2, V6.D2    // FMA(s2·w, p, s2)
-	VFMLA V17.D2, V14.D2, V15.D2 // FMA(s2·w, p, s2)
+	WORD  $0x6e65dc85            // FMUL V5.2D, V4.2D, V5.2D
+	WORD  $0x6e6eddae            // FMUL V14.2D, V13.2D, V14.2D
+	VFMLA V8.D2, V5.D2, V4.D2    // FMA(s2·w, p, s2)
+	VFMLA V17.D2, V14.D2, V13.D2 // FMA(s2·w, p, s2)
+	FMOVQ 960(R9), F8            // tiny
+	FMOVQ 960(R9), F17           // tiny
+	WORD  $0x6ee6e505            // FCMGT V5.2D, V8.2D, V6.2D
+	WORD  $0x6eefe62e            // FCMGT V14.2D, V17.2D, V15.2D
+	VBIT  V5.B16, V6.B16, V4.B16
+	VBIT  V14.B16, V15.B16, V13.B16
+	VORR  V4.B16, V4.B16, V6.B16
+	VORR  V13.B16, V13.B16, V15.B16
 
 	// sp = (x > 0 ? x : 0) + log1p01(y); sp = x where x > 20
 	WORD $0x6ef2e464 // FCMGT V4.2D, V3.2D, V18.2D
@@ -1744,8 +1755,8 @@ gsbody:
 	WORD  $0x6e61dcc6 // FMUL V6.2D, V6.2D, V1.2D
 	WORD  $0x4e66d6a4 // FADD V4.2D, V21.2D, V6.2D
 	WORD  $0x6e64fcc4 // FDIV V4.2D, V6.2D, V4.2D
-	WORD  $0x4e64d486 // FADD V6.2D, V4.2D, V4.2D
 	WORD  $0x6e64dc85 // FMUL V5.2D, V4.2D, V4.2D
+	WORD  $0x4e64d484 // FADD V4.2D, V4.2D, V4.2D
 	FMOVQ 448(R9), F7
 	FMOVQ 464(R9), F8
 	VFMLA V7.D2, V5.D2, V8.D2
@@ -1777,8 +1788,12 @@ gsbody:
 	VFMLA V8.D2, V5.D2, V7.D2
 	FMOVQ 688(R9), F8
 	VFMLA V7.D2, V5.D2, V8.D2
-	WORD  $0x6e65dcc5         // FMUL V5.2D, V6.2D, V5.2D
-	VFMLA V8.D2, V5.D2, V6.D2 // FMA(s2·w, p, s2)
+	WORD  $0x6e65dc85         // FMUL V5.2D, V4.2D, V5.2D
+	VFMLA V8.D2, V5.D2, V4.D2 // FMA(s2·w, p, s2)
+	FMOVQ 960(R9), F8         // tiny
+	WORD  $0x6ee6e505         // FCMGT V5.2D, V8.2D, V6.2D
+	VBIT  V5.B16, V6.B16, V4.B16
+	VORR  V4.B16, V4.B16, V6.B16
 
 	// sp = (x > 0 ? x : 0) + log1p01(y); sp = x where x > 20
 	WORD $0x6ef2e464 // FCMGT V4.2D, V3.2D, V18.2D

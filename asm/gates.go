@@ -23,7 +23,7 @@ import (
 
 var (
 	cg64Lo, cg64Hi, cg64Magic, cg64Log2e, cg64Ln2Hi, cg64Ln2Lo, cg64Half, cg64Bias Mem
-	cg64One, cg64Two, cg64Twenty, cg64Ln2Half, cg64Sign, cg64Zero                  Mem
+	cg64One, cg64Two, cg64Twenty, cg64Ln2Half, cg64Sign, cg64Zero, cg64Tiny        Mem
 	cg64Exp                                                                        [len(gc.ExpP)]Mem
 	cg64Log1p                                                                      [len(gc.Log1pP)]Mem
 	cg64Expm1                                                                      [len(gc.Expm1P)]Mem
@@ -49,6 +49,7 @@ func gatesConstants() {
 	cg64One, cg64Two = splatF64("g64one", 1), splatF64("g64two", 2)
 	cg64Twenty, cg64Ln2Half = splatF64("g64twenty", gc.Twenty), splatF64("g64ln2half", gc.Ln2Half)
 	cg64Sign, cg64Zero = splat64("g64sign", 1<<63), splat64("g64zero", 0)
+	cg64Tiny = splatF64("g64tiny", gc.Tiny)
 	for i, c := range gc.ExpP {
 		cg64Exp[i] = splatF64(fmt.Sprintf("g64exp%d", i), c)
 	}
@@ -144,6 +145,14 @@ func (g g64) log1p(y, l VecVirtual) {
 	VMULPD(v(w), v(s2), v(w))      // s2·w
 	VFMADD213PD(v(s2), v(w), v(p)) // FMA(s2·w, p, s2)
 	VMOVAPD(v(p), v(l))
+	// y below Tiny: l = y (LT_OQ: false for NaN)
+	if g.evex {
+		VCMPPD_BCST(U8(0x11), cg64Tiny, v(y), K2)
+		VMOVAPD(v(y), K2, v(l))
+	} else {
+		VCMPPD(U8(0x11), cg64Tiny, v(y), v(w))
+		VBLENDVPD(v(w), v(y), v(l), v(l))
+	}
 }
 
 // lanes emits gate1 for one vector of lanes: ld(i, r) sets r to input i (0–3: b, a, alog, dtb)

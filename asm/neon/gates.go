@@ -51,6 +51,7 @@ var (
 	gExpOff   = 16 * len(gatesResident)
 	gLog1pOff = gExpOff + 16*len(gc.ExpP)
 	gExpm1Off = gLog1pOff + 16*len(gc.Log1pP)
+	gTinyOff  = gExpm1Off + 16*len(gc.Expm1P) // log1p01's threshold, after the polynomials
 )
 
 // gatesTab is the table's register.
@@ -61,13 +62,14 @@ func gatesTable(e *emitter) {
 	for _, c := range gatesResident {
 		vals = append(vals, c.bits)
 	}
-	for _, p := range [][]float64{gc.ExpP[:], gc.Log1pP[:], gc.Expm1P[:]} {
+	for _, p := range [][]float64{gc.ExpP[:], gc.Log1pP[:], gc.Expm1P[:], {gc.Tiny}} {
 		for _, c := range p {
 			vals = append(vals, math.Float64bits(c))
 		}
 	}
 	e.doc("gatesNEON's constants, each float64 (or int64) twice, so that FMOVQ loads it into both lanes:",
-		"the 14 kept in V18–V31, then exp64's, log1p01's and expm1Near's polynomials (asm/neon/gates.go).")
+		"the 14 kept in V18–V31, then exp64's, log1p01's and expm1Near's polynomials and log1p01's threshold",
+		"(asm/neon/gates.go).")
 	for i, v := range vals {
 		e.raw("DATA ·gates64c+%d(SB)/8, $%#016x", 16*i, v)
 		e.raw("DATA ·gates64c+%d(SB)/8, $%#016x", 16*i+8, v)
@@ -297,13 +299,17 @@ func gatesLog1p(e *emitter, y Vreg, t [4]Vreg) Vreg {
 	s, w := t[0], t[1]
 	e.word(fadd(s.D2(), gTwo.D2(), y.D2()))
 	e.word(fdiv(s.D2(), y.D2(), s.D2()))
-	s2 := y
-	e.word(fadd(s2.D2(), s.D2(), s.D2()))
 	e.word(fmul(w.D2(), s.D2(), s.D2()))
+	s2 := s // s + s, over s (y is needed below)
+	e.word(fadd(s2.D2(), s.D2(), s.D2()))
 	p := gatesHorner(e, gLog1pOff, len(gc.Log1pP), w, [2]Vreg{t[2], t[3]})
 	e.word(fmul(w.D2(), s2.D2(), w.D2()))
 	e.opn("FMA(s2·w, p, s2)", "VFMLA", p.D2(), w.D2(), s2.D2())
-	return s2
+	e.opn("tiny", "FMOVQ", post(gTinyOff, gatesTab), Freg(p))
+	e.word(fcmgt(w.D2(), p.D2(), y.D2()))    // y < tiny (false for NaN)
+	e.op("VBIT", w.B16(), y.B16(), s2.B16()) // there: y itself
+	e.op("VORR", s2.B16(), s2.B16(), y.B16())
+	return y
 }
 
 // others returns the first four of rs that are not x.

@@ -15,7 +15,8 @@ const (
 	Twenty  = 20.0
 	Ln2Half = -0.6931471805599453
 	Half    = 0.5
-	Bias    = 1023 // added to k + Magic's bits, then shifted left by 52: 2^k
+	Bias    = 1023      // added to k + Magic's bits, then shifted left by 52: 2^k
+	Tiny    = 0x1p-1021 // log1p01(y) is y below it
 )
 
 // ExpP is exp64's polynomial, Log1pP log1p01's, Expm1P expm1Near's: highest degree first.
