@@ -61,56 +61,40 @@ func gatesConstants() {
 	}
 }
 
-// g64 emits the float64 lanes of one vector of gates: a ZMM of 8 float64 (evex) or a YMM of 4;
-// lo and hi hold exp64's clamps, one holds 1 (set once per routine).
+// g64 emits the float64 lanes of one vector of gates: a ZMM of 8 float64 (AVX-512) or a YMM of
+// 4 (the isa's widest register, vec and view); lo and hi hold exp64's clamps, one holds 1 (set
+// once per routine).
 type g64 struct {
-	evex        bool
+	isa
 	lo, hi, one VecVirtual
 }
 
-func (g g64) vec() VecVirtual {
-	if g.evex {
-		return ZMM()
-	}
-	return YMM()
-}
-
-func (g g64) v(r VecVirtual) Register {
-	if g.evex {
-		return r.AsZ()
-	}
-	return r.AsY()
-}
-
-// c emits an instruction whose first source is the splat constant m (the broadcast form on ZMM).
+// c emits an instruction whose first source is the splat constant m (withC: the broadcast form on
+// ZMM) and whose other operands are ops (registers in the isa's view).
 func (g g64) c(plain, bcst func(...Op), m Mem, ops ...Op) {
-	if g.evex {
-		bcst(append([]Op{m}, ops...)...)
-		return
-	}
-	plain(append([]Op{m}, ops...)...)
+	withC(ops[0].(Register), plain, bcst, append([]Op{m}, ops...)...)
 }
 
 // splat sets r to the constant m in every lane.
-func (g g64) splat(m Mem, r VecVirtual) { VBROADCASTSD(m, g.v(r)) }
+func (g g64) splat(m Mem, r VecVirtual) { VBROADCASTSD(m, g.view(r)) }
 
 // horner sets p = (…(c[0]·x + c[1])·x + …)·x + c[n−1], an FMA each: math.FMA(p, x, c).
 func (g g64) horner(cs []Mem, x, p VecVirtual) {
 	g.splat(cs[0], p)
 	for _, c := range cs[1:] {
-		g.c(VFMADD213PD, VFMADD213PD_BCST, c, g.v(x), g.v(p))
+		g.c(VFMADD213PD, VFMADD213PD_BCST, c, g.view(x), g.view(p))
 	}
 }
 
 // pow2 turns t = k + Magic into 2^k in place: (bits + Bias) << 52.
 func (g g64) pow2(t VecVirtual) {
-	g.c(VPADDQ, VPADDQ_BCST, cg64Bias, g.v(t), g.v(t))
-	VPSLLQ(U8(52), g.v(t), g.v(t))
+	g.c(VPADDQ, VPADDQ_BCST, cg64Bias, g.view(t), g.view(t))
+	VPSLLQ(U8(52), g.view(t), g.view(t))
 }
 
 // exp sets y = exp64(x) (x is kept).
 func (g g64) exp(x, y VecVirtual) {
-	v := g.v
+	v := g.view
 	xc, t, k, p, t1, u := g.vec(), g.vec(), g.vec(), g.vec(), g.vec(), g.vec()
 	// min(max(x, lo), hi): VMAXPD and VMINPD return their second source (Intel's order; avo's
 	// first operand) when either is NaN, so a NaN x is the result, as with Go's min and max.
@@ -135,7 +119,7 @@ func (g g64) exp(x, y VecVirtual) {
 
 // log1p sets l = log1p01(y) (y is kept).
 func (g g64) log1p(y, l VecVirtual) {
-	v := g.v
+	v := g.view
 	s, w, p, s2 := g.vec(), g.vec(), g.vec(), g.vec()
 	g.c(VADDPD, VADDPD_BCST, cg64Two, v(y), v(s)) // 2 + y
 	VDIVPD(v(s), v(y), v(s))                      // s = y/(2 + y)
@@ -158,7 +142,7 @@ func (g g64) log1p(y, l VecVirtual) {
 // lanes emits gate1 for one vector of lanes: ld(i, r) sets r to input i (0–3: b, a, alog, dtb)
 // widened to float64, st(i, r) stores output i (0–2: beta, em1, eg) from float64.
 func (g g64) lanes(ld func(int, VecVirtual), st func(int, VecVirtual)) {
-	v := g.v
+	v := g.view
 	// beta = 1/(1 + exp64(−b))
 	b, nb, e := g.vec(), g.vec(), g.vec()
 	ld(0, b)
@@ -231,34 +215,27 @@ func gatesRoutine(a isa) {
 	n, i := GP64(), GP64()
 	Load(Param("b").Len(), n)
 	XORQ(i, i)
-	g := g64{evex: a.evex}
+	g := g64{isa: a}
 	g.lo, g.hi, g.one = g.vec(), g.vec(), g.vec()
 	g.splat(cg64Lo, g.lo)
 	g.splat(cg64Hi, g.hi)
 	g.splat(cg64One, g.one)
 	L := a.lanes / 2 // float64 lanes
 	at := func(j int) Mem { return Mem{Base: p[j], Index: i, Scale: 1} }
-	half := func(r VecVirtual) Register { // the float32 lanes of r
+	// narrow rounds r's float64 lanes to float32 in its low half (a.vkHalf(r)).
+	narrow := func(r VecVirtual) {
 		if a.evex {
-			return r.AsY()
+			VCVTPD2PS(r.AsZ(), r.AsY())
+		} else {
+			VCVTPD2PSY(r.AsY(), r.AsX())
 		}
-		return r.AsX()
 	}
 	full := func() {
-		g.lanes(func(j int, r VecVirtual) { VCVTPS2PD(at(j), g.v(r)) },
+		g.lanes(func(j int, r VecVirtual) { cvt(a, at(j), r, nil) },
 			func(j int, r VecVirtual) {
-				VCVTPD2PS(g.v(r), half(r))
-				VMOVUPS(half(r), at(4+j))
+				narrow(r)
+				VMOVUPS(a.vkHalf(r), at(4+j))
 			})
-	}
-	if !a.evex {
-		full = func() {
-			g.lanes(func(j int, r VecVirtual) { VCVTPS2PD(at(j), r.AsY()) },
-				func(j int, r VecVirtual) {
-					VCVTPD2PSY(r.AsY(), r.AsX())
-					VMOVUPS(r.AsX(), at(4+j))
-				})
-		}
 	}
 	loop, tail, done := label("loop"), label("tail"), label("done")
 	Label(loop)
@@ -273,9 +250,9 @@ func gatesRoutine(a isa) {
 	JZ(LabelRef(done))
 	if a.evex {
 		tailMask(n, K1)
-		g.lanes(func(j int, r VecVirtual) { VCVTPS2PD_Z(at(j), K1, r.AsZ()) },
+		g.lanes(func(j int, r VecVirtual) { cvt(a, at(j), r, K1) },
 			func(j int, r VecVirtual) {
-				VCVTPD2PS(r.AsZ(), r.AsY())
+				narrow(r)
 				VMOVUPS(r.AsY(), K1, at(4+j))
 			})
 	} else {
@@ -285,7 +262,7 @@ func gatesRoutine(a isa) {
 			VMOVSS(at(j), r.AsX())
 			VCVTPS2PD(r.AsX(), r.AsY())
 		}, func(j int, r VecVirtual) {
-			VCVTPD2PSY(r.AsY(), r.AsX())
+			narrow(r)
 			VMOVSS(r.AsX(), at(4+j))
 		})
 		ADDQ(U32(4), i)
