@@ -22,24 +22,6 @@ DATA iota<>+56(SB)/4, $0x0000000e
 DATA iota<>+60(SB)/4, $0x0000000f
 GLOBL iota<>(SB), RODATA|NOPTR, $64
 
-DATA absmask<>+0(SB)/4, $0x7fffffff
-DATA absmask<>+4(SB)/4, $0x7fffffff
-DATA absmask<>+8(SB)/4, $0x7fffffff
-DATA absmask<>+12(SB)/4, $0x7fffffff
-DATA absmask<>+16(SB)/4, $0x7fffffff
-DATA absmask<>+20(SB)/4, $0x7fffffff
-DATA absmask<>+24(SB)/4, $0x7fffffff
-DATA absmask<>+28(SB)/4, $0x7fffffff
-DATA absmask<>+32(SB)/4, $0x7fffffff
-DATA absmask<>+36(SB)/4, $0x7fffffff
-DATA absmask<>+40(SB)/4, $0x7fffffff
-DATA absmask<>+44(SB)/4, $0x7fffffff
-DATA absmask<>+48(SB)/4, $0x7fffffff
-DATA absmask<>+52(SB)/4, $0x7fffffff
-DATA absmask<>+56(SB)/4, $0x7fffffff
-DATA absmask<>+60(SB)/4, $0x7fffffff
-GLOBL absmask<>(SB), RODATA|NOPTR, $64
-
 DATA signmask<>+0(SB)/4, $0x80000000
 DATA signmask<>+4(SB)/4, $0x80000000
 DATA signmask<>+8(SB)/4, $0x80000000
@@ -57,24 +39,6 @@ DATA signmask<>+52(SB)/4, $0x80000000
 DATA signmask<>+56(SB)/4, $0x80000000
 DATA signmask<>+60(SB)/4, $0x80000000
 GLOBL signmask<>(SB), RODATA|NOPTR, $64
-
-DATA infbits<>+0(SB)/4, $0x7f800000
-DATA infbits<>+4(SB)/4, $0x7f800000
-DATA infbits<>+8(SB)/4, $0x7f800000
-DATA infbits<>+12(SB)/4, $0x7f800000
-DATA infbits<>+16(SB)/4, $0x7f800000
-DATA infbits<>+20(SB)/4, $0x7f800000
-DATA infbits<>+24(SB)/4, $0x7f800000
-DATA infbits<>+28(SB)/4, $0x7f800000
-DATA infbits<>+32(SB)/4, $0x7f800000
-DATA infbits<>+36(SB)/4, $0x7f800000
-DATA infbits<>+40(SB)/4, $0x7f800000
-DATA infbits<>+44(SB)/4, $0x7f800000
-DATA infbits<>+48(SB)/4, $0x7f800000
-DATA infbits<>+52(SB)/4, $0x7f800000
-DATA infbits<>+56(SB)/4, $0x7f800000
-DATA infbits<>+60(SB)/4, $0x7f800000
-GLOBL infbits<>(SB), RODATA|NOPTR, $64
 
 DATA one_i<>+0(SB)/4, $0x00000001
 DATA one_i<>+4(SB)/4, $0x00000001
@@ -4269,80 +4233,72 @@ gateAVX512_ggroup_1:
 	VMOVUPS      Z6, 448(SI)
 
 gateAVX512_nof32_1:
-	TESTQ         BX, BX
-	JZ            gateAVX512_nobf16_1
-	VPSRLD        $0x10, Z8, Z7
-	VPANDD.BCST   absmask<>+0(SB), Z8, Z10
-	VPCMPGTD.BCST infbits<>+0(SB), Z10, K2
-	VPANDD.BCST   one_i<>+0(SB), Z7, Z10
-	VPADDD.BCST   round<>+0(SB), Z8, Z8
-	VPADDD        Z10, Z8, Z8
-	VPSRLD        $0x10, Z8, Z8
-	VPORD.BCST    quiet<>+0(SB), Z7, K2, Z8
-	VPMOVDW       Z8, (BX)
-	VPSRLD        $0x10, Z9, Z7
-	VPANDD.BCST   absmask<>+0(SB), Z9, Z8
-	VPCMPGTD.BCST infbits<>+0(SB), Z8, K2
-	VPANDD.BCST   one_i<>+0(SB), Z7, Z8
-	VPADDD.BCST   round<>+0(SB), Z9, Z9
-	VPADDD        Z8, Z9, Z9
-	VPSRLD        $0x10, Z9, Z9
-	VPORD.BCST    quiet<>+0(SB), Z7, K2, Z9
-	VPMOVDW       Z9, 32(BX)
-	VPSRLD        $0x10, Z1, Z7
-	VPANDD.BCST   absmask<>+0(SB), Z1, Z8
-	VPCMPGTD.BCST infbits<>+0(SB), Z8, K2
-	VPANDD.BCST   one_i<>+0(SB), Z7, Z8
-	VPADDD.BCST   round<>+0(SB), Z1, Z1
-	VPADDD        Z8, Z1, Z1
-	VPSRLD        $0x10, Z1, Z1
-	VPORD.BCST    quiet<>+0(SB), Z7, K2, Z1
-	VPMOVDW       Z1, 64(BX)
-	VPSRLD        $0x10, Z2, Z1
-	VPANDD.BCST   absmask<>+0(SB), Z2, Z7
-	VPCMPGTD.BCST infbits<>+0(SB), Z7, K2
-	VPANDD.BCST   one_i<>+0(SB), Z1, Z7
-	VPADDD.BCST   round<>+0(SB), Z2, Z2
-	VPADDD        Z7, Z2, Z2
-	VPSRLD        $0x10, Z2, Z2
-	VPORD.BCST    quiet<>+0(SB), Z1, K2, Z2
-	VPMOVDW       Z2, 96(BX)
-	VPSRLD        $0x10, Z3, Z1
-	VPANDD.BCST   absmask<>+0(SB), Z3, Z2
-	VPCMPGTD.BCST infbits<>+0(SB), Z2, K2
-	VPANDD.BCST   one_i<>+0(SB), Z1, Z2
-	VPADDD.BCST   round<>+0(SB), Z3, Z3
-	VPADDD        Z2, Z3, Z3
-	VPSRLD        $0x10, Z3, Z3
-	VPORD.BCST    quiet<>+0(SB), Z1, K2, Z3
-	VPMOVDW       Z3, 128(BX)
-	VPSRLD        $0x10, Z4, Z1
-	VPANDD.BCST   absmask<>+0(SB), Z4, Z2
-	VPCMPGTD.BCST infbits<>+0(SB), Z2, K2
-	VPANDD.BCST   one_i<>+0(SB), Z1, Z2
-	VPADDD.BCST   round<>+0(SB), Z4, Z4
-	VPADDD        Z2, Z4, Z4
-	VPSRLD        $0x10, Z4, Z4
-	VPORD.BCST    quiet<>+0(SB), Z1, K2, Z4
-	VPMOVDW       Z4, 160(BX)
-	VPSRLD        $0x10, Z5, Z1
-	VPANDD.BCST   absmask<>+0(SB), Z5, Z2
-	VPCMPGTD.BCST infbits<>+0(SB), Z2, K2
-	VPANDD.BCST   one_i<>+0(SB), Z1, Z2
-	VPADDD.BCST   round<>+0(SB), Z5, Z5
-	VPADDD        Z2, Z5, Z5
-	VPSRLD        $0x10, Z5, Z5
-	VPORD.BCST    quiet<>+0(SB), Z1, K2, Z5
-	VPMOVDW       Z5, 192(BX)
-	VPSRLD        $0x10, Z6, Z1
-	VPANDD.BCST   absmask<>+0(SB), Z6, Z2
-	VPCMPGTD.BCST infbits<>+0(SB), Z2, K2
-	VPANDD.BCST   one_i<>+0(SB), Z1, Z2
-	VPADDD.BCST   round<>+0(SB), Z6, Z6
-	VPADDD        Z2, Z6, Z6
-	VPSRLD        $0x10, Z6, Z6
-	VPORD.BCST    quiet<>+0(SB), Z1, K2, Z6
-	VPMOVDW       Z6, 224(BX)
+	TESTQ       BX, BX
+	JZ          gateAVX512_nobf16_1
+	VPSRLD      $0x10, Z8, Z7
+	VCMPPS      $0x03, Z8, Z8, K2
+	VPANDD.BCST one_i<>+0(SB), Z7, Z10
+	VPADDD.BCST round<>+0(SB), Z8, Z8
+	VPADDD      Z10, Z8, Z8
+	VPSRLD      $0x10, Z8, Z8
+	VPORD.BCST  quiet<>+0(SB), Z7, K2, Z8
+	VPMOVDW     Z8, (BX)
+	VPSRLD      $0x10, Z9, Z7
+	VCMPPS      $0x03, Z9, Z9, K2
+	VPANDD.BCST one_i<>+0(SB), Z7, Z8
+	VPADDD.BCST round<>+0(SB), Z9, Z9
+	VPADDD      Z8, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPORD.BCST  quiet<>+0(SB), Z7, K2, Z9
+	VPMOVDW     Z9, 32(BX)
+	VPSRLD      $0x10, Z1, Z7
+	VCMPPS      $0x03, Z1, Z1, K2
+	VPANDD.BCST one_i<>+0(SB), Z7, Z8
+	VPADDD.BCST round<>+0(SB), Z1, Z1
+	VPADDD      Z8, Z1, Z1
+	VPSRLD      $0x10, Z1, Z1
+	VPORD.BCST  quiet<>+0(SB), Z7, K2, Z1
+	VPMOVDW     Z1, 64(BX)
+	VPSRLD      $0x10, Z2, Z1
+	VCMPPS      $0x03, Z2, Z2, K2
+	VPANDD.BCST one_i<>+0(SB), Z1, Z7
+	VPADDD.BCST round<>+0(SB), Z2, Z2
+	VPADDD      Z7, Z2, Z2
+	VPSRLD      $0x10, Z2, Z2
+	VPORD.BCST  quiet<>+0(SB), Z1, K2, Z2
+	VPMOVDW     Z2, 96(BX)
+	VPSRLD      $0x10, Z3, Z1
+	VCMPPS      $0x03, Z3, Z3, K2
+	VPANDD.BCST one_i<>+0(SB), Z1, Z2
+	VPADDD.BCST round<>+0(SB), Z3, Z3
+	VPADDD      Z2, Z3, Z3
+	VPSRLD      $0x10, Z3, Z3
+	VPORD.BCST  quiet<>+0(SB), Z1, K2, Z3
+	VPMOVDW     Z3, 128(BX)
+	VPSRLD      $0x10, Z4, Z1
+	VCMPPS      $0x03, Z4, Z4, K2
+	VPANDD.BCST one_i<>+0(SB), Z1, Z2
+	VPADDD.BCST round<>+0(SB), Z4, Z4
+	VPADDD      Z2, Z4, Z4
+	VPSRLD      $0x10, Z4, Z4
+	VPORD.BCST  quiet<>+0(SB), Z1, K2, Z4
+	VPMOVDW     Z4, 160(BX)
+	VPSRLD      $0x10, Z5, Z1
+	VCMPPS      $0x03, Z5, Z5, K2
+	VPANDD.BCST one_i<>+0(SB), Z1, Z2
+	VPADDD.BCST round<>+0(SB), Z5, Z5
+	VPADDD      Z2, Z5, Z5
+	VPSRLD      $0x10, Z5, Z5
+	VPORD.BCST  quiet<>+0(SB), Z1, K2, Z5
+	VPMOVDW     Z5, 192(BX)
+	VPSRLD      $0x10, Z6, Z1
+	VCMPPS      $0x03, Z6, Z6, K2
+	VPANDD.BCST one_i<>+0(SB), Z1, Z2
+	VPADDD.BCST round<>+0(SB), Z6, Z6
+	VPADDD      Z2, Z6, Z6
+	VPSRLD      $0x10, Z6, Z6
+	VPORD.BCST  quiet<>+0(SB), Z1, K2, Z6
+	VPMOVDW     Z6, 224(BX)
 
 gateAVX512_nobf16_1:
 	ADDQ  $0x00000200, AX
@@ -4523,44 +4479,40 @@ gateAVX512_ggroup_2:
 	VMOVUPS      Z2, 192(SI)
 
 gateAVX512_nof32_2:
-	TESTQ         BX, BX
-	JZ            gateAVX512_nobf16_2
-	VPSRLD        $0x10, Z4, Z3
-	VPANDD.BCST   absmask<>+0(SB), Z4, Z6
-	VPCMPGTD.BCST infbits<>+0(SB), Z6, K2
-	VPANDD.BCST   one_i<>+0(SB), Z3, Z6
-	VPADDD.BCST   round<>+0(SB), Z4, Z4
-	VPADDD        Z6, Z4, Z4
-	VPSRLD        $0x10, Z4, Z4
-	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z4
-	VPMOVDW       Z4, (BX)
-	VPSRLD        $0x10, Z5, Z3
-	VPANDD.BCST   absmask<>+0(SB), Z5, Z4
-	VPCMPGTD.BCST infbits<>+0(SB), Z4, K2
-	VPANDD.BCST   one_i<>+0(SB), Z3, Z4
-	VPADDD.BCST   round<>+0(SB), Z5, Z5
-	VPADDD        Z4, Z5, Z5
-	VPSRLD        $0x10, Z5, Z5
-	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z5
-	VPMOVDW       Z5, 32(BX)
-	VPSRLD        $0x10, Z1, Z3
-	VPANDD.BCST   absmask<>+0(SB), Z1, Z4
-	VPCMPGTD.BCST infbits<>+0(SB), Z4, K2
-	VPANDD.BCST   one_i<>+0(SB), Z3, Z4
-	VPADDD.BCST   round<>+0(SB), Z1, Z1
-	VPADDD        Z4, Z1, Z1
-	VPSRLD        $0x10, Z1, Z1
-	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z1
-	VPMOVDW       Z1, 64(BX)
-	VPSRLD        $0x10, Z2, Z1
-	VPANDD.BCST   absmask<>+0(SB), Z2, Z3
-	VPCMPGTD.BCST infbits<>+0(SB), Z3, K2
-	VPANDD.BCST   one_i<>+0(SB), Z1, Z3
-	VPADDD.BCST   round<>+0(SB), Z2, Z2
-	VPADDD        Z3, Z2, Z2
-	VPSRLD        $0x10, Z2, Z2
-	VPORD.BCST    quiet<>+0(SB), Z1, K2, Z2
-	VPMOVDW       Z2, 96(BX)
+	TESTQ       BX, BX
+	JZ          gateAVX512_nobf16_2
+	VPSRLD      $0x10, Z4, Z3
+	VCMPPS      $0x03, Z4, Z4, K2
+	VPANDD.BCST one_i<>+0(SB), Z3, Z6
+	VPADDD.BCST round<>+0(SB), Z4, Z4
+	VPADDD      Z6, Z4, Z4
+	VPSRLD      $0x10, Z4, Z4
+	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z4
+	VPMOVDW     Z4, (BX)
+	VPSRLD      $0x10, Z5, Z3
+	VCMPPS      $0x03, Z5, Z5, K2
+	VPANDD.BCST one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST round<>+0(SB), Z5, Z5
+	VPADDD      Z4, Z5, Z5
+	VPSRLD      $0x10, Z5, Z5
+	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z5
+	VPMOVDW     Z5, 32(BX)
+	VPSRLD      $0x10, Z1, Z3
+	VCMPPS      $0x03, Z1, Z1, K2
+	VPANDD.BCST one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST round<>+0(SB), Z1, Z1
+	VPADDD      Z4, Z1, Z1
+	VPSRLD      $0x10, Z1, Z1
+	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z1
+	VPMOVDW     Z1, 64(BX)
+	VPSRLD      $0x10, Z2, Z1
+	VCMPPS      $0x03, Z2, Z2, K2
+	VPANDD.BCST one_i<>+0(SB), Z1, Z3
+	VPADDD.BCST round<>+0(SB), Z2, Z2
+	VPADDD      Z3, Z2, Z2
+	VPSRLD      $0x10, Z2, Z2
+	VPORD.BCST  quiet<>+0(SB), Z1, K2, Z2
+	VPMOVDW     Z2, 96(BX)
 
 gateAVX512_nobf16_2:
 	ADDQ  $0x00000100, AX
@@ -4627,17 +4579,16 @@ gateAVX512_gloop_1:
 	VMOVUPS      Z1, (SI)
 
 gateAVX512_nof32_3:
-	TESTQ         BX, BX
-	JZ            gateAVX512_nobf16_3
-	VPSRLD        $0x10, Z1, Z2
-	VPANDD.BCST   absmask<>+0(SB), Z1, Z3
-	VPCMPGTD.BCST infbits<>+0(SB), Z3, K2
-	VPANDD.BCST   one_i<>+0(SB), Z2, Z3
-	VPADDD.BCST   round<>+0(SB), Z1, Z1
-	VPADDD        Z3, Z1, Z1
-	VPSRLD        $0x10, Z1, Z1
-	VPORD.BCST    quiet<>+0(SB), Z2, K2, Z1
-	VPMOVDW       Z1, (BX)
+	TESTQ       BX, BX
+	JZ          gateAVX512_nobf16_3
+	VPSRLD      $0x10, Z1, Z2
+	VCMPPS      $0x03, Z1, Z1, K2
+	VPANDD.BCST one_i<>+0(SB), Z2, Z3
+	VPADDD.BCST round<>+0(SB), Z1, Z1
+	VPADDD      Z3, Z1, Z1
+	VPSRLD      $0x10, Z1, Z1
+	VPORD.BCST  quiet<>+0(SB), Z2, K2, Z1
+	VPMOVDW     Z1, (BX)
 
 gateAVX512_nobf16_3:
 	ADDQ  $0x00000040, AX
@@ -4705,17 +4656,16 @@ gateAVX512_gnarrow_1:
 	VMOVUPS      Z1, K1, (SI)
 
 gateAVX512_nof32_4:
-	TESTQ         BX, BX
-	JZ            gateAVX512_nobf16_4
-	VPSRLD        $0x10, Z1, Z0
-	VPANDD.BCST   absmask<>+0(SB), Z1, Z2
-	VPCMPGTD.BCST infbits<>+0(SB), Z2, K2
-	VPANDD.BCST   one_i<>+0(SB), Z0, Z2
-	VPADDD.BCST   round<>+0(SB), Z1, Z1
-	VPADDD        Z2, Z1, Z1
-	VPSRLD        $0x10, Z1, Z1
-	VPORD.BCST    quiet<>+0(SB), Z0, K2, Z1
-	VPMOVDW       Z1, K1, (BX)
+	TESTQ       BX, BX
+	JZ          gateAVX512_nobf16_4
+	VPSRLD      $0x10, Z1, Z0
+	VCMPPS      $0x03, Z1, Z1, K2
+	VPANDD.BCST one_i<>+0(SB), Z0, Z2
+	VPADDD.BCST round<>+0(SB), Z1, Z1
+	VPADDD      Z2, Z1, Z1
+	VPSRLD      $0x10, Z1, Z1
+	VPORD.BCST  quiet<>+0(SB), Z0, K2, Z1
+	VPMOVDW     Z1, K1, (BX)
 
 gateAVX512_nobf16_4:
 gateAVX512_done_1:
@@ -7420,8 +7370,7 @@ gateAVX2_nof32_1:
 	TESTQ        BX, BX
 	JZ           gateAVX2_nobf16_1
 	VPSRLD       $0x10, Y4, Y3
-	VPAND        absmask<>+0(SB), Y4, Y6
-	VPCMPGTD     infbits<>+0(SB), Y6, Y7
+	VCMPPS       $0x03, Y4, Y4, Y7
 	VPAND        one_i<>+0(SB), Y3, Y6
 	VPADDD       round<>+0(SB), Y4, Y4
 	VPADDD       Y6, Y4, Y4
@@ -7432,8 +7381,7 @@ gateAVX2_nof32_1:
 	VPACKUSDW    X3, X4, X3
 	VMOVDQU      X3, (BX)
 	VPSRLD       $0x10, Y5, Y3
-	VPAND        absmask<>+0(SB), Y5, Y4
-	VPCMPGTD     infbits<>+0(SB), Y4, Y6
+	VCMPPS       $0x03, Y5, Y5, Y6
 	VPAND        one_i<>+0(SB), Y3, Y4
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y4, Y5, Y5
@@ -7444,8 +7392,7 @@ gateAVX2_nof32_1:
 	VPACKUSDW    X3, X5, X3
 	VMOVDQU      X3, 16(BX)
 	VPSRLD       $0x10, Y1, Y3
-	VPAND        absmask<>+0(SB), Y1, Y4
-	VPCMPGTD     infbits<>+0(SB), Y4, Y5
+	VCMPPS       $0x03, Y1, Y1, Y5
 	VPAND        one_i<>+0(SB), Y3, Y4
 	VPADDD       round<>+0(SB), Y1, Y1
 	VPADDD       Y4, Y1, Y1
@@ -7456,8 +7403,7 @@ gateAVX2_nof32_1:
 	VPACKUSDW    X3, X1, X3
 	VMOVDQU      X3, 32(BX)
 	VPSRLD       $0x10, Y2, Y1
-	VPAND        absmask<>+0(SB), Y2, Y3
-	VPCMPGTD     infbits<>+0(SB), Y3, Y4
+	VCMPPS       $0x03, Y2, Y2, Y4
 	VPAND        one_i<>+0(SB), Y1, Y3
 	VPADDD       round<>+0(SB), Y2, Y2
 	VPADDD       Y3, Y2, Y2
@@ -7536,8 +7482,7 @@ gateAVX2_nof32_2:
 	TESTQ        BX, BX
 	JZ           gateAVX2_nobf16_2
 	VPSRLD       $0x10, Y1, Y2
-	VPAND        absmask<>+0(SB), Y1, Y3
-	VPCMPGTD     infbits<>+0(SB), Y3, Y4
+	VCMPPS       $0x03, Y1, Y1, Y4
 	VPAND        one_i<>+0(SB), Y2, Y3
 	VPADDD       round<>+0(SB), Y1, Y1
 	VPADDD       Y3, Y1, Y1
@@ -7617,8 +7562,7 @@ gateAVX2_nof32_3:
 	TESTQ     BX, BX
 	JZ        gateAVX2_nobf16_3
 	VPSRLD    $0x10, X1, X2
-	VPAND     absmask<>+0(SB), X1, X3
-	VPCMPGTD  infbits<>+0(SB), X3, X4
+	VCMPPS    $0x03, X1, X1, X4
 	VPAND     one_i<>+0(SB), X2, X3
 	VPADDD    round<>+0(SB), X1, X1
 	VPADDD    X3, X1, X1
@@ -7693,8 +7637,7 @@ gateAVX2_nof32_4:
 	TESTQ     BX, BX
 	JZ        gateAVX2_nobf16_4
 	VPSRLD    $0x10, X1, X2
-	VPAND     absmask<>+0(SB), X1, X3
-	VPCMPGTD  infbits<>+0(SB), X3, X4
+	VCMPPS    $0x03, X1, X1, X4
 	VPAND     one_i<>+0(SB), X2, X3
 	VPADDD    round<>+0(SB), X1, X1
 	VPADDD    X3, X1, X1
@@ -10024,43 +9967,41 @@ stateKVbf16AVX512_nocarry_1:
 	JE   stateKVbf16AVX512_lastrows_1
 
 stateKVbf16AVX512_rows_1:
-	VBROADCASTSS  (BX)(CX*4), Z3
-	VBROADCASTSS  (SI)(CX*4), Z4
-	VBROADCASTSS  (DI)(CX*4), Z6
-	VMOVUPS       (AX), Z7
-	VFMADD213PS   Z7, Z2, Z7
-	VFMADD231PS   Z5, Z3, Z7
-	VMOVUPS       Z7, (AX)
-	VFMADD231PS   Z7, Z4, Z0
-	VFMADD231PS   Z7, Z6, Z1
-	TESTQ         R9, R9
-	JZ            stateKVbf16AVX512_nostorerow_1
-	CMPB          120(SP), $0x00
-	JE            stateKVbf16AVX512_temporalrow_1
-	VMOVUPS       (AX), Z3
-	VPSRLD        $0x10, Z3, Z4
-	VPANDD.BCST   absmask<>+0(SB), Z3, Z6
-	VPCMPGTD.BCST infbits<>+0(SB), Z6, K2
-	VPANDD.BCST   one_i<>+0(SB), Z4, Z6
-	VPADDD.BCST   round<>+0(SB), Z3, Z3
-	VPADDD        Z6, Z3, Z3
-	VPSRLD        $0x10, Z3, Z3
-	VPORD.BCST    quiet<>+0(SB), Z4, K2, Z3
-	VPMOVDW       Z3, Y3
-	VMOVNTDQ      Y3, (R9)
-	JMP           stateKVbf16AVX512_storedrow_1
+	VBROADCASTSS (BX)(CX*4), Z3
+	VBROADCASTSS (SI)(CX*4), Z4
+	VBROADCASTSS (DI)(CX*4), Z6
+	VMOVUPS      (AX), Z7
+	VFMADD213PS  Z7, Z2, Z7
+	VFMADD231PS  Z5, Z3, Z7
+	VMOVUPS      Z7, (AX)
+	VFMADD231PS  Z7, Z4, Z0
+	VFMADD231PS  Z7, Z6, Z1
+	TESTQ        R9, R9
+	JZ           stateKVbf16AVX512_nostorerow_1
+	CMPB         120(SP), $0x00
+	JE           stateKVbf16AVX512_temporalrow_1
+	VMOVUPS      (AX), Z3
+	VPSRLD       $0x10, Z3, Z4
+	VCMPPS       $0x03, Z3, Z3, K2
+	VPANDD.BCST  one_i<>+0(SB), Z4, Z6
+	VPADDD.BCST  round<>+0(SB), Z3, Z3
+	VPADDD       Z6, Z3, Z3
+	VPSRLD       $0x10, Z3, Z3
+	VPORD.BCST   quiet<>+0(SB), Z4, K2, Z3
+	VPMOVDW      Z3, Y3
+	VMOVNTDQ     Y3, (R9)
+	JMP          stateKVbf16AVX512_storedrow_1
 
 stateKVbf16AVX512_temporalrow_1:
-	VMOVUPS       (AX), Z3
-	VPSRLD        $0x10, Z3, Z4
-	VPANDD.BCST   absmask<>+0(SB), Z3, Z6
-	VPCMPGTD.BCST infbits<>+0(SB), Z6, K2
-	VPANDD.BCST   one_i<>+0(SB), Z4, Z6
-	VPADDD.BCST   round<>+0(SB), Z3, Z3
-	VPADDD        Z6, Z3, Z3
-	VPSRLD        $0x10, Z3, Z3
-	VPORD.BCST    quiet<>+0(SB), Z4, K2, Z3
-	VPMOVDW       Z3, K1, (R9)
+	VMOVUPS     (AX), Z3
+	VPSRLD      $0x10, Z3, Z4
+	VCMPPS      $0x03, Z3, Z3, K2
+	VPANDD.BCST one_i<>+0(SB), Z4, Z6
+	VPADDD.BCST round<>+0(SB), Z3, Z3
+	VPADDD      Z6, Z3, Z3
+	VPSRLD      $0x10, Z3, Z3
+	VPORD.BCST  quiet<>+0(SB), Z4, K2, Z3
+	VPMOVDW     Z3, K1, (R9)
 
 stateKVbf16AVX512_storedrow_1:
 	ADDQ R10, R9
@@ -10081,38 +10022,36 @@ stateKVbf16AVX512_nocarryrow_1:
 
 stateKVbf16AVX512_lastrows_1:
 stateKVbf16AVX512_rows_2:
-	VBROADCASTSS  (BX)(CX*4), Z3
-	VMOVUPS       (AX), Z4
-	VFMADD213PS   Z4, Z2, Z4
-	VFMADD231PS   Z5, Z3, Z4
-	TESTQ         R9, R9
-	JZ            stateKVbf16AVX512_nostorerow_2
-	CMPB          120(SP), $0x00
-	JE            stateKVbf16AVX512_temporalrow_2
-	VMOVAPS       Z4, Z3
-	VPSRLD        $0x10, Z3, Z6
-	VPANDD.BCST   absmask<>+0(SB), Z3, Z7
-	VPCMPGTD.BCST infbits<>+0(SB), Z7, K2
-	VPANDD.BCST   one_i<>+0(SB), Z6, Z7
-	VPADDD.BCST   round<>+0(SB), Z3, Z3
-	VPADDD        Z7, Z3, Z3
-	VPSRLD        $0x10, Z3, Z3
-	VPORD.BCST    quiet<>+0(SB), Z6, K2, Z3
-	VPMOVDW       Z3, Y3
-	VMOVNTDQ      Y3, (R9)
-	JMP           stateKVbf16AVX512_storedrow_2
+	VBROADCASTSS (BX)(CX*4), Z3
+	VMOVUPS      (AX), Z4
+	VFMADD213PS  Z4, Z2, Z4
+	VFMADD231PS  Z5, Z3, Z4
+	TESTQ        R9, R9
+	JZ           stateKVbf16AVX512_nostorerow_2
+	CMPB         120(SP), $0x00
+	JE           stateKVbf16AVX512_temporalrow_2
+	VMOVAPS      Z4, Z3
+	VPSRLD       $0x10, Z3, Z6
+	VCMPPS       $0x03, Z3, Z3, K2
+	VPANDD.BCST  one_i<>+0(SB), Z6, Z7
+	VPADDD.BCST  round<>+0(SB), Z3, Z3
+	VPADDD       Z7, Z3, Z3
+	VPSRLD       $0x10, Z3, Z3
+	VPORD.BCST   quiet<>+0(SB), Z6, K2, Z3
+	VPMOVDW      Z3, Y3
+	VMOVNTDQ     Y3, (R9)
+	JMP          stateKVbf16AVX512_storedrow_2
 
 stateKVbf16AVX512_temporalrow_2:
-	VMOVAPS       Z4, Z3
-	VPSRLD        $0x10, Z3, Z6
-	VPANDD.BCST   absmask<>+0(SB), Z3, Z7
-	VPCMPGTD.BCST infbits<>+0(SB), Z7, K2
-	VPANDD.BCST   one_i<>+0(SB), Z6, Z7
-	VPADDD.BCST   round<>+0(SB), Z3, Z3
-	VPADDD        Z7, Z3, Z3
-	VPSRLD        $0x10, Z3, Z3
-	VPORD.BCST    quiet<>+0(SB), Z6, K2, Z3
-	VPMOVDW       Z3, K1, (R9)
+	VMOVAPS     Z4, Z3
+	VPSRLD      $0x10, Z3, Z6
+	VCMPPS      $0x03, Z3, Z3, K2
+	VPANDD.BCST one_i<>+0(SB), Z6, Z7
+	VPADDD.BCST round<>+0(SB), Z3, Z3
+	VPADDD      Z7, Z3, Z3
+	VPSRLD      $0x10, Z3, Z3
+	VPORD.BCST  quiet<>+0(SB), Z6, K2, Z3
+	VPMOVDW     Z3, K1, (R9)
 
 stateKVbf16AVX512_storedrow_2:
 	ADDQ R10, R9
@@ -10218,43 +10157,41 @@ stateKVbf16AVX512_nocarry_2:
 	JE   stateKVbf16AVX512_lastrows_2
 
 stateKVbf16AVX512_rows_3:
-	VBROADCASTSS  (BX)(CX*4), Z3
-	VBROADCASTSS  (SI)(CX*4), Z4
-	VBROADCASTSS  (DI)(CX*4), Z6
-	VMOVUPS       (AX), Z7
-	VMULPS        Z7, Z2, Z7
-	VFMADD231PS   Z5, Z3, Z7
-	VMOVUPS       Z7, (AX)
-	VFMADD231PS   Z7, Z4, Z0
-	VFMADD231PS   Z7, Z6, Z1
-	TESTQ         R9, R9
-	JZ            stateKVbf16AVX512_nostorerow_3
-	CMPB          120(SP), $0x00
-	JE            stateKVbf16AVX512_temporalrow_3
-	VMOVUPS       (AX), Z3
-	VPSRLD        $0x10, Z3, Z4
-	VPANDD.BCST   absmask<>+0(SB), Z3, Z6
-	VPCMPGTD.BCST infbits<>+0(SB), Z6, K2
-	VPANDD.BCST   one_i<>+0(SB), Z4, Z6
-	VPADDD.BCST   round<>+0(SB), Z3, Z3
-	VPADDD        Z6, Z3, Z3
-	VPSRLD        $0x10, Z3, Z3
-	VPORD.BCST    quiet<>+0(SB), Z4, K2, Z3
-	VPMOVDW       Z3, Y3
-	VMOVNTDQ      Y3, (R9)
-	JMP           stateKVbf16AVX512_storedrow_3
+	VBROADCASTSS (BX)(CX*4), Z3
+	VBROADCASTSS (SI)(CX*4), Z4
+	VBROADCASTSS (DI)(CX*4), Z6
+	VMOVUPS      (AX), Z7
+	VMULPS       Z7, Z2, Z7
+	VFMADD231PS  Z5, Z3, Z7
+	VMOVUPS      Z7, (AX)
+	VFMADD231PS  Z7, Z4, Z0
+	VFMADD231PS  Z7, Z6, Z1
+	TESTQ        R9, R9
+	JZ           stateKVbf16AVX512_nostorerow_3
+	CMPB         120(SP), $0x00
+	JE           stateKVbf16AVX512_temporalrow_3
+	VMOVUPS      (AX), Z3
+	VPSRLD       $0x10, Z3, Z4
+	VCMPPS       $0x03, Z3, Z3, K2
+	VPANDD.BCST  one_i<>+0(SB), Z4, Z6
+	VPADDD.BCST  round<>+0(SB), Z3, Z3
+	VPADDD       Z6, Z3, Z3
+	VPSRLD       $0x10, Z3, Z3
+	VPORD.BCST   quiet<>+0(SB), Z4, K2, Z3
+	VPMOVDW      Z3, Y3
+	VMOVNTDQ     Y3, (R9)
+	JMP          stateKVbf16AVX512_storedrow_3
 
 stateKVbf16AVX512_temporalrow_3:
-	VMOVUPS       (AX), Z3
-	VPSRLD        $0x10, Z3, Z4
-	VPANDD.BCST   absmask<>+0(SB), Z3, Z6
-	VPCMPGTD.BCST infbits<>+0(SB), Z6, K2
-	VPANDD.BCST   one_i<>+0(SB), Z4, Z6
-	VPADDD.BCST   round<>+0(SB), Z3, Z3
-	VPADDD        Z6, Z3, Z3
-	VPSRLD        $0x10, Z3, Z3
-	VPORD.BCST    quiet<>+0(SB), Z4, K2, Z3
-	VPMOVDW       Z3, K1, (R9)
+	VMOVUPS     (AX), Z3
+	VPSRLD      $0x10, Z3, Z4
+	VCMPPS      $0x03, Z3, Z3, K2
+	VPANDD.BCST one_i<>+0(SB), Z4, Z6
+	VPADDD.BCST round<>+0(SB), Z3, Z3
+	VPADDD      Z6, Z3, Z3
+	VPSRLD      $0x10, Z3, Z3
+	VPORD.BCST  quiet<>+0(SB), Z4, K2, Z3
+	VPMOVDW     Z3, K1, (R9)
 
 stateKVbf16AVX512_storedrow_3:
 	ADDQ R10, R9
@@ -10275,38 +10212,36 @@ stateKVbf16AVX512_nocarryrow_3:
 
 stateKVbf16AVX512_lastrows_2:
 stateKVbf16AVX512_rows_4:
-	VBROADCASTSS  (BX)(CX*4), Z3
-	VMOVUPS       (AX), Z4
-	VMULPS        Z4, Z2, Z4
-	VFMADD231PS   Z5, Z3, Z4
-	TESTQ         R9, R9
-	JZ            stateKVbf16AVX512_nostorerow_4
-	CMPB          120(SP), $0x00
-	JE            stateKVbf16AVX512_temporalrow_4
-	VMOVAPS       Z4, Z3
-	VPSRLD        $0x10, Z3, Z6
-	VPANDD.BCST   absmask<>+0(SB), Z3, Z7
-	VPCMPGTD.BCST infbits<>+0(SB), Z7, K2
-	VPANDD.BCST   one_i<>+0(SB), Z6, Z7
-	VPADDD.BCST   round<>+0(SB), Z3, Z3
-	VPADDD        Z7, Z3, Z3
-	VPSRLD        $0x10, Z3, Z3
-	VPORD.BCST    quiet<>+0(SB), Z6, K2, Z3
-	VPMOVDW       Z3, Y3
-	VMOVNTDQ      Y3, (R9)
-	JMP           stateKVbf16AVX512_storedrow_4
+	VBROADCASTSS (BX)(CX*4), Z3
+	VMOVUPS      (AX), Z4
+	VMULPS       Z4, Z2, Z4
+	VFMADD231PS  Z5, Z3, Z4
+	TESTQ        R9, R9
+	JZ           stateKVbf16AVX512_nostorerow_4
+	CMPB         120(SP), $0x00
+	JE           stateKVbf16AVX512_temporalrow_4
+	VMOVAPS      Z4, Z3
+	VPSRLD       $0x10, Z3, Z6
+	VCMPPS       $0x03, Z3, Z3, K2
+	VPANDD.BCST  one_i<>+0(SB), Z6, Z7
+	VPADDD.BCST  round<>+0(SB), Z3, Z3
+	VPADDD       Z7, Z3, Z3
+	VPSRLD       $0x10, Z3, Z3
+	VPORD.BCST   quiet<>+0(SB), Z6, K2, Z3
+	VPMOVDW      Z3, Y3
+	VMOVNTDQ     Y3, (R9)
+	JMP          stateKVbf16AVX512_storedrow_4
 
 stateKVbf16AVX512_temporalrow_4:
-	VMOVAPS       Z4, Z3
-	VPSRLD        $0x10, Z3, Z6
-	VPANDD.BCST   absmask<>+0(SB), Z3, Z7
-	VPCMPGTD.BCST infbits<>+0(SB), Z7, K2
-	VPANDD.BCST   one_i<>+0(SB), Z6, Z7
-	VPADDD.BCST   round<>+0(SB), Z3, Z3
-	VPADDD        Z7, Z3, Z3
-	VPSRLD        $0x10, Z3, Z3
-	VPORD.BCST    quiet<>+0(SB), Z6, K2, Z3
-	VPMOVDW       Z3, K1, (R9)
+	VMOVAPS     Z4, Z3
+	VPSRLD      $0x10, Z3, Z6
+	VCMPPS      $0x03, Z3, Z3, K2
+	VPANDD.BCST one_i<>+0(SB), Z6, Z7
+	VPADDD.BCST round<>+0(SB), Z3, Z3
+	VPADDD      Z7, Z3, Z3
+	VPSRLD      $0x10, Z3, Z3
+	VPORD.BCST  quiet<>+0(SB), Z6, K2, Z3
+	VPMOVDW     Z3, K1, (R9)
 
 stateKVbf16AVX512_storedrow_4:
 	ADDQ R10, R9
@@ -10580,70 +10515,66 @@ stateKVbf16AVX512_nocarry_3:
 	JE   stateKVbf16AVX512_lastrows_3
 
 stateKVbf16AVX512_rows_5:
-	VBROADCASTSS  (BX)(CX*4), Z5
-	VBROADCASTSS  (SI)(CX*4), Z6
-	VBROADCASTSS  (DI)(CX*4), Z9
-	VMOVUPS       (AX), Z10
-	VFMADD213PS   Z10, Z4, Z10
-	VFMADD231PS   Z7, Z5, Z10
-	VMOVUPS       Z10, (AX)
-	VFMADD231PS   Z10, Z6, Z0
-	VFMADD231PS   Z10, Z9, Z1
-	VMOVUPS       64(AX), Z10
-	VFMADD213PS   Z10, Z4, Z10
-	VFMADD231PS   Z8, Z5, Z10
-	VMOVUPS       Z10, 64(AX)
-	VFMADD231PS   Z10, Z6, Z2
-	VFMADD231PS   Z10, Z9, Z3
-	TESTQ         R9, R9
-	JZ            stateKVbf16AVX512_nostorerow_5
-	CMPB          120(SP), $0x00
-	JE            stateKVbf16AVX512_temporalrow_5
-	VMOVUPS       (AX), Z5
-	VPSRLD        $0x10, Z5, Z6
-	VPANDD.BCST   absmask<>+0(SB), Z5, Z9
-	VPCMPGTD.BCST infbits<>+0(SB), Z9, K2
-	VPANDD.BCST   one_i<>+0(SB), Z6, Z9
-	VPADDD.BCST   round<>+0(SB), Z5, Z5
-	VPADDD        Z9, Z5, Z5
-	VPSRLD        $0x10, Z5, Z5
-	VPORD.BCST    quiet<>+0(SB), Z6, K2, Z5
-	VPMOVDW       Z5, Y5
-	VMOVNTDQ      Y5, (R9)
-	VMOVUPS       64(AX), Z5
-	VPSRLD        $0x10, Z5, Z6
-	VPANDD.BCST   absmask<>+0(SB), Z5, Z9
-	VPCMPGTD.BCST infbits<>+0(SB), Z9, K2
-	VPANDD.BCST   one_i<>+0(SB), Z6, Z9
-	VPADDD.BCST   round<>+0(SB), Z5, Z5
-	VPADDD        Z9, Z5, Z5
-	VPSRLD        $0x10, Z5, Z5
-	VPORD.BCST    quiet<>+0(SB), Z6, K2, Z5
-	VPMOVDW       Z5, Y5
-	VMOVNTDQ      Y5, 32(R9)
-	JMP           stateKVbf16AVX512_storedrow_5
+	VBROADCASTSS (BX)(CX*4), Z5
+	VBROADCASTSS (SI)(CX*4), Z6
+	VBROADCASTSS (DI)(CX*4), Z9
+	VMOVUPS      (AX), Z10
+	VFMADD213PS  Z10, Z4, Z10
+	VFMADD231PS  Z7, Z5, Z10
+	VMOVUPS      Z10, (AX)
+	VFMADD231PS  Z10, Z6, Z0
+	VFMADD231PS  Z10, Z9, Z1
+	VMOVUPS      64(AX), Z10
+	VFMADD213PS  Z10, Z4, Z10
+	VFMADD231PS  Z8, Z5, Z10
+	VMOVUPS      Z10, 64(AX)
+	VFMADD231PS  Z10, Z6, Z2
+	VFMADD231PS  Z10, Z9, Z3
+	TESTQ        R9, R9
+	JZ           stateKVbf16AVX512_nostorerow_5
+	CMPB         120(SP), $0x00
+	JE           stateKVbf16AVX512_temporalrow_5
+	VMOVUPS      (AX), Z5
+	VPSRLD       $0x10, Z5, Z6
+	VCMPPS       $0x03, Z5, Z5, K2
+	VPANDD.BCST  one_i<>+0(SB), Z6, Z9
+	VPADDD.BCST  round<>+0(SB), Z5, Z5
+	VPADDD       Z9, Z5, Z5
+	VPSRLD       $0x10, Z5, Z5
+	VPORD.BCST   quiet<>+0(SB), Z6, K2, Z5
+	VPMOVDW      Z5, Y5
+	VMOVNTDQ     Y5, (R9)
+	VMOVUPS      64(AX), Z5
+	VPSRLD       $0x10, Z5, Z6
+	VCMPPS       $0x03, Z5, Z5, K2
+	VPANDD.BCST  one_i<>+0(SB), Z6, Z9
+	VPADDD.BCST  round<>+0(SB), Z5, Z5
+	VPADDD       Z9, Z5, Z5
+	VPSRLD       $0x10, Z5, Z5
+	VPORD.BCST   quiet<>+0(SB), Z6, K2, Z5
+	VPMOVDW      Z5, Y5
+	VMOVNTDQ     Y5, 32(R9)
+	JMP          stateKVbf16AVX512_storedrow_5
 
 stateKVbf16AVX512_temporalrow_5:
-	VMOVUPS       (AX), Z5
-	VPSRLD        $0x10, Z5, Z6
-	VPANDD.BCST   absmask<>+0(SB), Z5, Z9
-	VPCMPGTD.BCST infbits<>+0(SB), Z9, K2
-	VPANDD.BCST   one_i<>+0(SB), Z6, Z9
-	VPADDD.BCST   round<>+0(SB), Z5, Z5
-	VPADDD        Z9, Z5, Z5
-	VPSRLD        $0x10, Z5, Z5
-	VPORD.BCST    quiet<>+0(SB), Z6, K2, Z5
-	VPMOVDW       Z5, (R9)
-	VMOVUPS       64(AX), Z5
-	VPSRLD        $0x10, Z5, Z6
-	VPANDD.BCST   absmask<>+0(SB), Z5, Z9
-	VPCMPGTD.BCST infbits<>+0(SB), Z9, K2
-	VPANDD.BCST   one_i<>+0(SB), Z6, Z9
-	VPADDD.BCST   round<>+0(SB), Z5, Z5
-	VPADDD        Z9, Z5, Z5
-	VPSRLD        $0x10, Z5, Z5
-	VPORD.BCST    quiet<>+0(SB), Z6, K2, Z5
-	VPMOVDW       Z5, K1, 32(R9)
+	VMOVUPS     (AX), Z5
+	VPSRLD      $0x10, Z5, Z6
+	VCMPPS      $0x03, Z5, Z5, K2
+	VPANDD.BCST one_i<>+0(SB), Z6, Z9
+	VPADDD.BCST round<>+0(SB), Z5, Z5
+	VPADDD      Z9, Z5, Z5
+	VPSRLD      $0x10, Z5, Z5
+	VPORD.BCST  quiet<>+0(SB), Z6, K2, Z5
+	VPMOVDW     Z5, (R9)
+	VMOVUPS     64(AX), Z5
+	VPSRLD      $0x10, Z5, Z6
+	VCMPPS      $0x03, Z5, Z5, K2
+	VPANDD.BCST one_i<>+0(SB), Z6, Z9
+	VPADDD.BCST round<>+0(SB), Z5, Z5
+	VPADDD      Z9, Z5, Z5
+	VPSRLD      $0x10, Z5, Z5
+	VPORD.BCST  quiet<>+0(SB), Z6, K2, Z5
+	VPMOVDW     Z5, K1, 32(R9)
 
 stateKVbf16AVX512_storedrow_5:
 	ADDQ R10, R9
@@ -10666,62 +10597,58 @@ stateKVbf16AVX512_nocarryrow_5:
 
 stateKVbf16AVX512_lastrows_3:
 stateKVbf16AVX512_rows_6:
-	VBROADCASTSS  (BX)(CX*4), Z5
-	VMOVUPS       (AX), Z6
-	VFMADD213PS   Z6, Z4, Z6
-	VFMADD231PS   Z7, Z5, Z6
-	VMOVUPS       64(AX), Z9
-	VFMADD213PS   Z9, Z4, Z9
-	VFMADD231PS   Z8, Z5, Z9
-	TESTQ         R9, R9
-	JZ            stateKVbf16AVX512_nostorerow_6
-	CMPB          120(SP), $0x00
-	JE            stateKVbf16AVX512_temporalrow_6
-	VMOVAPS       Z6, Z5
-	VPSRLD        $0x10, Z5, Z10
-	VPANDD.BCST   absmask<>+0(SB), Z5, Z11
-	VPCMPGTD.BCST infbits<>+0(SB), Z11, K2
-	VPANDD.BCST   one_i<>+0(SB), Z10, Z11
-	VPADDD.BCST   round<>+0(SB), Z5, Z5
-	VPADDD        Z11, Z5, Z5
-	VPSRLD        $0x10, Z5, Z5
-	VPORD.BCST    quiet<>+0(SB), Z10, K2, Z5
-	VPMOVDW       Z5, Y5
-	VMOVNTDQ      Y5, (R9)
-	VMOVAPS       Z9, Z5
-	VPSRLD        $0x10, Z5, Z10
-	VPANDD.BCST   absmask<>+0(SB), Z5, Z11
-	VPCMPGTD.BCST infbits<>+0(SB), Z11, K2
-	VPANDD.BCST   one_i<>+0(SB), Z10, Z11
-	VPADDD.BCST   round<>+0(SB), Z5, Z5
-	VPADDD        Z11, Z5, Z5
-	VPSRLD        $0x10, Z5, Z5
-	VPORD.BCST    quiet<>+0(SB), Z10, K2, Z5
-	VPMOVDW       Z5, Y5
-	VMOVNTDQ      Y5, 32(R9)
-	JMP           stateKVbf16AVX512_storedrow_6
+	VBROADCASTSS (BX)(CX*4), Z5
+	VMOVUPS      (AX), Z6
+	VFMADD213PS  Z6, Z4, Z6
+	VFMADD231PS  Z7, Z5, Z6
+	VMOVUPS      64(AX), Z9
+	VFMADD213PS  Z9, Z4, Z9
+	VFMADD231PS  Z8, Z5, Z9
+	TESTQ        R9, R9
+	JZ           stateKVbf16AVX512_nostorerow_6
+	CMPB         120(SP), $0x00
+	JE           stateKVbf16AVX512_temporalrow_6
+	VMOVAPS      Z6, Z5
+	VPSRLD       $0x10, Z5, Z10
+	VCMPPS       $0x03, Z5, Z5, K2
+	VPANDD.BCST  one_i<>+0(SB), Z10, Z11
+	VPADDD.BCST  round<>+0(SB), Z5, Z5
+	VPADDD       Z11, Z5, Z5
+	VPSRLD       $0x10, Z5, Z5
+	VPORD.BCST   quiet<>+0(SB), Z10, K2, Z5
+	VPMOVDW      Z5, Y5
+	VMOVNTDQ     Y5, (R9)
+	VMOVAPS      Z9, Z5
+	VPSRLD       $0x10, Z5, Z10
+	VCMPPS       $0x03, Z5, Z5, K2
+	VPANDD.BCST  one_i<>+0(SB), Z10, Z11
+	VPADDD.BCST  round<>+0(SB), Z5, Z5
+	VPADDD       Z11, Z5, Z5
+	VPSRLD       $0x10, Z5, Z5
+	VPORD.BCST   quiet<>+0(SB), Z10, K2, Z5
+	VPMOVDW      Z5, Y5
+	VMOVNTDQ     Y5, 32(R9)
+	JMP          stateKVbf16AVX512_storedrow_6
 
 stateKVbf16AVX512_temporalrow_6:
-	VMOVAPS       Z6, Z5
-	VPSRLD        $0x10, Z5, Z10
-	VPANDD.BCST   absmask<>+0(SB), Z5, Z11
-	VPCMPGTD.BCST infbits<>+0(SB), Z11, K2
-	VPANDD.BCST   one_i<>+0(SB), Z10, Z11
-	VPADDD.BCST   round<>+0(SB), Z5, Z5
-	VPADDD        Z11, Z5, Z5
-	VPSRLD        $0x10, Z5, Z5
-	VPORD.BCST    quiet<>+0(SB), Z10, K2, Z5
-	VPMOVDW       Z5, (R9)
-	VMOVAPS       Z9, Z5
-	VPSRLD        $0x10, Z5, Z10
-	VPANDD.BCST   absmask<>+0(SB), Z5, Z11
-	VPCMPGTD.BCST infbits<>+0(SB), Z11, K2
-	VPANDD.BCST   one_i<>+0(SB), Z10, Z11
-	VPADDD.BCST   round<>+0(SB), Z5, Z5
-	VPADDD        Z11, Z5, Z5
-	VPSRLD        $0x10, Z5, Z5
-	VPORD.BCST    quiet<>+0(SB), Z10, K2, Z5
-	VPMOVDW       Z5, K1, 32(R9)
+	VMOVAPS     Z6, Z5
+	VPSRLD      $0x10, Z5, Z10
+	VCMPPS      $0x03, Z5, Z5, K2
+	VPANDD.BCST one_i<>+0(SB), Z10, Z11
+	VPADDD.BCST round<>+0(SB), Z5, Z5
+	VPADDD      Z11, Z5, Z5
+	VPSRLD      $0x10, Z5, Z5
+	VPORD.BCST  quiet<>+0(SB), Z10, K2, Z5
+	VPMOVDW     Z5, (R9)
+	VMOVAPS     Z9, Z5
+	VPSRLD      $0x10, Z5, Z10
+	VCMPPS      $0x03, Z5, Z5, K2
+	VPANDD.BCST one_i<>+0(SB), Z10, Z11
+	VPADDD.BCST round<>+0(SB), Z5, Z5
+	VPADDD      Z11, Z5, Z5
+	VPSRLD      $0x10, Z5, Z5
+	VPORD.BCST  quiet<>+0(SB), Z10, K2, Z5
+	VPMOVDW     Z5, K1, 32(R9)
 
 stateKVbf16AVX512_storedrow_6:
 	ADDQ R10, R9
@@ -10837,70 +10764,66 @@ stateKVbf16AVX512_nocarry_4:
 	JE   stateKVbf16AVX512_lastrows_4
 
 stateKVbf16AVX512_rows_7:
-	VBROADCASTSS  (BX)(CX*4), Z5
-	VBROADCASTSS  (SI)(CX*4), Z6
-	VBROADCASTSS  (DI)(CX*4), Z9
-	VMOVUPS       (AX), Z10
-	VMULPS        Z10, Z4, Z10
-	VFMADD231PS   Z7, Z5, Z10
-	VMOVUPS       Z10, (AX)
-	VFMADD231PS   Z10, Z6, Z0
-	VFMADD231PS   Z10, Z9, Z1
-	VMOVUPS       64(AX), Z10
-	VMULPS        Z10, Z4, Z10
-	VFMADD231PS   Z8, Z5, Z10
-	VMOVUPS       Z10, 64(AX)
-	VFMADD231PS   Z10, Z6, Z2
-	VFMADD231PS   Z10, Z9, Z3
-	TESTQ         R9, R9
-	JZ            stateKVbf16AVX512_nostorerow_7
-	CMPB          120(SP), $0x00
-	JE            stateKVbf16AVX512_temporalrow_7
-	VMOVUPS       (AX), Z5
-	VPSRLD        $0x10, Z5, Z6
-	VPANDD.BCST   absmask<>+0(SB), Z5, Z9
-	VPCMPGTD.BCST infbits<>+0(SB), Z9, K2
-	VPANDD.BCST   one_i<>+0(SB), Z6, Z9
-	VPADDD.BCST   round<>+0(SB), Z5, Z5
-	VPADDD        Z9, Z5, Z5
-	VPSRLD        $0x10, Z5, Z5
-	VPORD.BCST    quiet<>+0(SB), Z6, K2, Z5
-	VPMOVDW       Z5, Y5
-	VMOVNTDQ      Y5, (R9)
-	VMOVUPS       64(AX), Z5
-	VPSRLD        $0x10, Z5, Z6
-	VPANDD.BCST   absmask<>+0(SB), Z5, Z9
-	VPCMPGTD.BCST infbits<>+0(SB), Z9, K2
-	VPANDD.BCST   one_i<>+0(SB), Z6, Z9
-	VPADDD.BCST   round<>+0(SB), Z5, Z5
-	VPADDD        Z9, Z5, Z5
-	VPSRLD        $0x10, Z5, Z5
-	VPORD.BCST    quiet<>+0(SB), Z6, K2, Z5
-	VPMOVDW       Z5, Y5
-	VMOVNTDQ      Y5, 32(R9)
-	JMP           stateKVbf16AVX512_storedrow_7
+	VBROADCASTSS (BX)(CX*4), Z5
+	VBROADCASTSS (SI)(CX*4), Z6
+	VBROADCASTSS (DI)(CX*4), Z9
+	VMOVUPS      (AX), Z10
+	VMULPS       Z10, Z4, Z10
+	VFMADD231PS  Z7, Z5, Z10
+	VMOVUPS      Z10, (AX)
+	VFMADD231PS  Z10, Z6, Z0
+	VFMADD231PS  Z10, Z9, Z1
+	VMOVUPS      64(AX), Z10
+	VMULPS       Z10, Z4, Z10
+	VFMADD231PS  Z8, Z5, Z10
+	VMOVUPS      Z10, 64(AX)
+	VFMADD231PS  Z10, Z6, Z2
+	VFMADD231PS  Z10, Z9, Z3
+	TESTQ        R9, R9
+	JZ           stateKVbf16AVX512_nostorerow_7
+	CMPB         120(SP), $0x00
+	JE           stateKVbf16AVX512_temporalrow_7
+	VMOVUPS      (AX), Z5
+	VPSRLD       $0x10, Z5, Z6
+	VCMPPS       $0x03, Z5, Z5, K2
+	VPANDD.BCST  one_i<>+0(SB), Z6, Z9
+	VPADDD.BCST  round<>+0(SB), Z5, Z5
+	VPADDD       Z9, Z5, Z5
+	VPSRLD       $0x10, Z5, Z5
+	VPORD.BCST   quiet<>+0(SB), Z6, K2, Z5
+	VPMOVDW      Z5, Y5
+	VMOVNTDQ     Y5, (R9)
+	VMOVUPS      64(AX), Z5
+	VPSRLD       $0x10, Z5, Z6
+	VCMPPS       $0x03, Z5, Z5, K2
+	VPANDD.BCST  one_i<>+0(SB), Z6, Z9
+	VPADDD.BCST  round<>+0(SB), Z5, Z5
+	VPADDD       Z9, Z5, Z5
+	VPSRLD       $0x10, Z5, Z5
+	VPORD.BCST   quiet<>+0(SB), Z6, K2, Z5
+	VPMOVDW      Z5, Y5
+	VMOVNTDQ     Y5, 32(R9)
+	JMP          stateKVbf16AVX512_storedrow_7
 
 stateKVbf16AVX512_temporalrow_7:
-	VMOVUPS       (AX), Z5
-	VPSRLD        $0x10, Z5, Z6
-	VPANDD.BCST   absmask<>+0(SB), Z5, Z9
-	VPCMPGTD.BCST infbits<>+0(SB), Z9, K2
-	VPANDD.BCST   one_i<>+0(SB), Z6, Z9
-	VPADDD.BCST   round<>+0(SB), Z5, Z5
-	VPADDD        Z9, Z5, Z5
-	VPSRLD        $0x10, Z5, Z5
-	VPORD.BCST    quiet<>+0(SB), Z6, K2, Z5
-	VPMOVDW       Z5, (R9)
-	VMOVUPS       64(AX), Z5
-	VPSRLD        $0x10, Z5, Z6
-	VPANDD.BCST   absmask<>+0(SB), Z5, Z9
-	VPCMPGTD.BCST infbits<>+0(SB), Z9, K2
-	VPANDD.BCST   one_i<>+0(SB), Z6, Z9
-	VPADDD.BCST   round<>+0(SB), Z5, Z5
-	VPADDD        Z9, Z5, Z5
-	VPSRLD        $0x10, Z5, Z5
-	VPORD.BCST    quiet<>+0(SB), Z6, K2, Z5
-	VPMOVDW       Z5, K1, 32(R9)
+	VMOVUPS     (AX), Z5
+	VPSRLD      $0x10, Z5, Z6
+	VCMPPS      $0x03, Z5, Z5, K2
+	VPANDD.BCST one_i<>+0(SB), Z6, Z9
+	VPADDD.BCST round<>+0(SB), Z5, Z5
+	VPADDD      Z9, Z5, Z5
+	VPSRLD      $0x10, Z5, Z5
+	VPORD.BCST  quiet<>+0(SB), Z6, K2, Z5
+	VPMOVDW     Z5, (R9)
+	VMOVUPS     64(AX), Z5
+	VPSRLD      $0x10, Z5, Z6
+	VCMPPS      $0x03, Z5, Z5, K2
+	VPANDD.BCST one_i<>+0(SB), Z6, Z9
+	VPADDD.BCST round<>+0(SB), Z5, Z5
+	VPADDD      Z9, Z5, Z5
+	VPSRLD      $0x10, Z5, Z5
+	VPORD.BCST  quiet<>+0(SB), Z6, K2, Z5
+	VPMOVDW     Z5, K1, 32(R9)
 
 stateKVbf16AVX512_storedrow_7:
 	ADDQ R10, R9
@@ -10923,62 +10846,58 @@ stateKVbf16AVX512_nocarryrow_7:
 
 stateKVbf16AVX512_lastrows_4:
 stateKVbf16AVX512_rows_8:
-	VBROADCASTSS  (BX)(CX*4), Z5
-	VMOVUPS       (AX), Z6
-	VMULPS        Z6, Z4, Z6
-	VFMADD231PS   Z7, Z5, Z6
-	VMOVUPS       64(AX), Z9
-	VMULPS        Z9, Z4, Z9
-	VFMADD231PS   Z8, Z5, Z9
-	TESTQ         R9, R9
-	JZ            stateKVbf16AVX512_nostorerow_8
-	CMPB          120(SP), $0x00
-	JE            stateKVbf16AVX512_temporalrow_8
-	VMOVAPS       Z6, Z5
-	VPSRLD        $0x10, Z5, Z10
-	VPANDD.BCST   absmask<>+0(SB), Z5, Z11
-	VPCMPGTD.BCST infbits<>+0(SB), Z11, K2
-	VPANDD.BCST   one_i<>+0(SB), Z10, Z11
-	VPADDD.BCST   round<>+0(SB), Z5, Z5
-	VPADDD        Z11, Z5, Z5
-	VPSRLD        $0x10, Z5, Z5
-	VPORD.BCST    quiet<>+0(SB), Z10, K2, Z5
-	VPMOVDW       Z5, Y5
-	VMOVNTDQ      Y5, (R9)
-	VMOVAPS       Z9, Z5
-	VPSRLD        $0x10, Z5, Z10
-	VPANDD.BCST   absmask<>+0(SB), Z5, Z11
-	VPCMPGTD.BCST infbits<>+0(SB), Z11, K2
-	VPANDD.BCST   one_i<>+0(SB), Z10, Z11
-	VPADDD.BCST   round<>+0(SB), Z5, Z5
-	VPADDD        Z11, Z5, Z5
-	VPSRLD        $0x10, Z5, Z5
-	VPORD.BCST    quiet<>+0(SB), Z10, K2, Z5
-	VPMOVDW       Z5, Y5
-	VMOVNTDQ      Y5, 32(R9)
-	JMP           stateKVbf16AVX512_storedrow_8
+	VBROADCASTSS (BX)(CX*4), Z5
+	VMOVUPS      (AX), Z6
+	VMULPS       Z6, Z4, Z6
+	VFMADD231PS  Z7, Z5, Z6
+	VMOVUPS      64(AX), Z9
+	VMULPS       Z9, Z4, Z9
+	VFMADD231PS  Z8, Z5, Z9
+	TESTQ        R9, R9
+	JZ           stateKVbf16AVX512_nostorerow_8
+	CMPB         120(SP), $0x00
+	JE           stateKVbf16AVX512_temporalrow_8
+	VMOVAPS      Z6, Z5
+	VPSRLD       $0x10, Z5, Z10
+	VCMPPS       $0x03, Z5, Z5, K2
+	VPANDD.BCST  one_i<>+0(SB), Z10, Z11
+	VPADDD.BCST  round<>+0(SB), Z5, Z5
+	VPADDD       Z11, Z5, Z5
+	VPSRLD       $0x10, Z5, Z5
+	VPORD.BCST   quiet<>+0(SB), Z10, K2, Z5
+	VPMOVDW      Z5, Y5
+	VMOVNTDQ     Y5, (R9)
+	VMOVAPS      Z9, Z5
+	VPSRLD       $0x10, Z5, Z10
+	VCMPPS       $0x03, Z5, Z5, K2
+	VPANDD.BCST  one_i<>+0(SB), Z10, Z11
+	VPADDD.BCST  round<>+0(SB), Z5, Z5
+	VPADDD       Z11, Z5, Z5
+	VPSRLD       $0x10, Z5, Z5
+	VPORD.BCST   quiet<>+0(SB), Z10, K2, Z5
+	VPMOVDW      Z5, Y5
+	VMOVNTDQ     Y5, 32(R9)
+	JMP          stateKVbf16AVX512_storedrow_8
 
 stateKVbf16AVX512_temporalrow_8:
-	VMOVAPS       Z6, Z5
-	VPSRLD        $0x10, Z5, Z10
-	VPANDD.BCST   absmask<>+0(SB), Z5, Z11
-	VPCMPGTD.BCST infbits<>+0(SB), Z11, K2
-	VPANDD.BCST   one_i<>+0(SB), Z10, Z11
-	VPADDD.BCST   round<>+0(SB), Z5, Z5
-	VPADDD        Z11, Z5, Z5
-	VPSRLD        $0x10, Z5, Z5
-	VPORD.BCST    quiet<>+0(SB), Z10, K2, Z5
-	VPMOVDW       Z5, (R9)
-	VMOVAPS       Z9, Z5
-	VPSRLD        $0x10, Z5, Z10
-	VPANDD.BCST   absmask<>+0(SB), Z5, Z11
-	VPCMPGTD.BCST infbits<>+0(SB), Z11, K2
-	VPANDD.BCST   one_i<>+0(SB), Z10, Z11
-	VPADDD.BCST   round<>+0(SB), Z5, Z5
-	VPADDD        Z11, Z5, Z5
-	VPSRLD        $0x10, Z5, Z5
-	VPORD.BCST    quiet<>+0(SB), Z10, K2, Z5
-	VPMOVDW       Z5, K1, 32(R9)
+	VMOVAPS     Z6, Z5
+	VPSRLD      $0x10, Z5, Z10
+	VCMPPS      $0x03, Z5, Z5, K2
+	VPANDD.BCST one_i<>+0(SB), Z10, Z11
+	VPADDD.BCST round<>+0(SB), Z5, Z5
+	VPADDD      Z11, Z5, Z5
+	VPSRLD      $0x10, Z5, Z5
+	VPORD.BCST  quiet<>+0(SB), Z10, K2, Z5
+	VPMOVDW     Z5, (R9)
+	VMOVAPS     Z9, Z5
+	VPSRLD      $0x10, Z5, Z10
+	VCMPPS      $0x03, Z5, Z5, K2
+	VPANDD.BCST one_i<>+0(SB), Z10, Z11
+	VPADDD.BCST round<>+0(SB), Z5, Z5
+	VPADDD      Z11, Z5, Z5
+	VPSRLD      $0x10, Z5, Z5
+	VPORD.BCST  quiet<>+0(SB), Z10, K2, Z5
+	VPMOVDW     Z5, K1, 32(R9)
 
 stateKVbf16AVX512_storedrow_8:
 	ADDQ R10, R9
@@ -11277,97 +11196,91 @@ stateKVbf16AVX512_nocarry_5:
 	JE   stateKVbf16AVX512_lastrows_5
 
 stateKVbf16AVX512_rows_9:
-	VBROADCASTSS  (BX)(CX*4), Z7
-	VBROADCASTSS  (SI)(CX*4), Z8
-	VBROADCASTSS  (DI)(CX*4), Z12
-	VMOVUPS       (AX), Z13
-	VFMADD213PS   Z13, Z6, Z13
-	VFMADD231PS   Z9, Z7, Z13
-	VMOVUPS       Z13, (AX)
-	VFMADD231PS   Z13, Z8, Z0
-	VFMADD231PS   Z13, Z12, Z1
-	VMOVUPS       64(AX), Z13
-	VFMADD213PS   Z13, Z6, Z13
-	VFMADD231PS   Z10, Z7, Z13
-	VMOVUPS       Z13, 64(AX)
-	VFMADD231PS   Z13, Z8, Z2
-	VFMADD231PS   Z13, Z12, Z3
-	VMOVUPS       128(AX), Z13
-	VFMADD213PS   Z13, Z6, Z13
-	VFMADD231PS   Z11, Z7, Z13
-	VMOVUPS       Z13, 128(AX)
-	VFMADD231PS   Z13, Z8, Z4
-	VFMADD231PS   Z13, Z12, Z5
-	TESTQ         R9, R9
-	JZ            stateKVbf16AVX512_nostorerow_9
-	CMPB          120(SP), $0x00
-	JE            stateKVbf16AVX512_temporalrow_9
-	VMOVUPS       (AX), Z7
-	VPSRLD        $0x10, Z7, Z8
-	VPANDD.BCST   absmask<>+0(SB), Z7, Z12
-	VPCMPGTD.BCST infbits<>+0(SB), Z12, K2
-	VPANDD.BCST   one_i<>+0(SB), Z8, Z12
-	VPADDD.BCST   round<>+0(SB), Z7, Z7
-	VPADDD        Z12, Z7, Z7
-	VPSRLD        $0x10, Z7, Z7
-	VPORD.BCST    quiet<>+0(SB), Z8, K2, Z7
-	VPMOVDW       Z7, Y7
-	VMOVNTDQ      Y7, (R9)
-	VMOVUPS       64(AX), Z7
-	VPSRLD        $0x10, Z7, Z8
-	VPANDD.BCST   absmask<>+0(SB), Z7, Z12
-	VPCMPGTD.BCST infbits<>+0(SB), Z12, K2
-	VPANDD.BCST   one_i<>+0(SB), Z8, Z12
-	VPADDD.BCST   round<>+0(SB), Z7, Z7
-	VPADDD        Z12, Z7, Z7
-	VPSRLD        $0x10, Z7, Z7
-	VPORD.BCST    quiet<>+0(SB), Z8, K2, Z7
-	VPMOVDW       Z7, Y7
-	VMOVNTDQ      Y7, 32(R9)
-	VMOVUPS       128(AX), Z7
-	VPSRLD        $0x10, Z7, Z8
-	VPANDD.BCST   absmask<>+0(SB), Z7, Z12
-	VPCMPGTD.BCST infbits<>+0(SB), Z12, K2
-	VPANDD.BCST   one_i<>+0(SB), Z8, Z12
-	VPADDD.BCST   round<>+0(SB), Z7, Z7
-	VPADDD        Z12, Z7, Z7
-	VPSRLD        $0x10, Z7, Z7
-	VPORD.BCST    quiet<>+0(SB), Z8, K2, Z7
-	VPMOVDW       Z7, Y7
-	VMOVNTDQ      Y7, 64(R9)
-	JMP           stateKVbf16AVX512_storedrow_9
+	VBROADCASTSS (BX)(CX*4), Z7
+	VBROADCASTSS (SI)(CX*4), Z8
+	VBROADCASTSS (DI)(CX*4), Z12
+	VMOVUPS      (AX), Z13
+	VFMADD213PS  Z13, Z6, Z13
+	VFMADD231PS  Z9, Z7, Z13
+	VMOVUPS      Z13, (AX)
+	VFMADD231PS  Z13, Z8, Z0
+	VFMADD231PS  Z13, Z12, Z1
+	VMOVUPS      64(AX), Z13
+	VFMADD213PS  Z13, Z6, Z13
+	VFMADD231PS  Z10, Z7, Z13
+	VMOVUPS      Z13, 64(AX)
+	VFMADD231PS  Z13, Z8, Z2
+	VFMADD231PS  Z13, Z12, Z3
+	VMOVUPS      128(AX), Z13
+	VFMADD213PS  Z13, Z6, Z13
+	VFMADD231PS  Z11, Z7, Z13
+	VMOVUPS      Z13, 128(AX)
+	VFMADD231PS  Z13, Z8, Z4
+	VFMADD231PS  Z13, Z12, Z5
+	TESTQ        R9, R9
+	JZ           stateKVbf16AVX512_nostorerow_9
+	CMPB         120(SP), $0x00
+	JE           stateKVbf16AVX512_temporalrow_9
+	VMOVUPS      (AX), Z7
+	VPSRLD       $0x10, Z7, Z8
+	VCMPPS       $0x03, Z7, Z7, K2
+	VPANDD.BCST  one_i<>+0(SB), Z8, Z12
+	VPADDD.BCST  round<>+0(SB), Z7, Z7
+	VPADDD       Z12, Z7, Z7
+	VPSRLD       $0x10, Z7, Z7
+	VPORD.BCST   quiet<>+0(SB), Z8, K2, Z7
+	VPMOVDW      Z7, Y7
+	VMOVNTDQ     Y7, (R9)
+	VMOVUPS      64(AX), Z7
+	VPSRLD       $0x10, Z7, Z8
+	VCMPPS       $0x03, Z7, Z7, K2
+	VPANDD.BCST  one_i<>+0(SB), Z8, Z12
+	VPADDD.BCST  round<>+0(SB), Z7, Z7
+	VPADDD       Z12, Z7, Z7
+	VPSRLD       $0x10, Z7, Z7
+	VPORD.BCST   quiet<>+0(SB), Z8, K2, Z7
+	VPMOVDW      Z7, Y7
+	VMOVNTDQ     Y7, 32(R9)
+	VMOVUPS      128(AX), Z7
+	VPSRLD       $0x10, Z7, Z8
+	VCMPPS       $0x03, Z7, Z7, K2
+	VPANDD.BCST  one_i<>+0(SB), Z8, Z12
+	VPADDD.BCST  round<>+0(SB), Z7, Z7
+	VPADDD       Z12, Z7, Z7
+	VPSRLD       $0x10, Z7, Z7
+	VPORD.BCST   quiet<>+0(SB), Z8, K2, Z7
+	VPMOVDW      Z7, Y7
+	VMOVNTDQ     Y7, 64(R9)
+	JMP          stateKVbf16AVX512_storedrow_9
 
 stateKVbf16AVX512_temporalrow_9:
-	VMOVUPS       (AX), Z7
-	VPSRLD        $0x10, Z7, Z8
-	VPANDD.BCST   absmask<>+0(SB), Z7, Z12
-	VPCMPGTD.BCST infbits<>+0(SB), Z12, K2
-	VPANDD.BCST   one_i<>+0(SB), Z8, Z12
-	VPADDD.BCST   round<>+0(SB), Z7, Z7
-	VPADDD        Z12, Z7, Z7
-	VPSRLD        $0x10, Z7, Z7
-	VPORD.BCST    quiet<>+0(SB), Z8, K2, Z7
-	VPMOVDW       Z7, (R9)
-	VMOVUPS       64(AX), Z7
-	VPSRLD        $0x10, Z7, Z8
-	VPANDD.BCST   absmask<>+0(SB), Z7, Z12
-	VPCMPGTD.BCST infbits<>+0(SB), Z12, K2
-	VPANDD.BCST   one_i<>+0(SB), Z8, Z12
-	VPADDD.BCST   round<>+0(SB), Z7, Z7
-	VPADDD        Z12, Z7, Z7
-	VPSRLD        $0x10, Z7, Z7
-	VPORD.BCST    quiet<>+0(SB), Z8, K2, Z7
-	VPMOVDW       Z7, 32(R9)
-	VMOVUPS       128(AX), Z7
-	VPSRLD        $0x10, Z7, Z8
-	VPANDD.BCST   absmask<>+0(SB), Z7, Z12
-	VPCMPGTD.BCST infbits<>+0(SB), Z12, K2
-	VPANDD.BCST   one_i<>+0(SB), Z8, Z12
-	VPADDD.BCST   round<>+0(SB), Z7, Z7
-	VPADDD        Z12, Z7, Z7
-	VPSRLD        $0x10, Z7, Z7
-	VPORD.BCST    quiet<>+0(SB), Z8, K2, Z7
-	VPMOVDW       Z7, K1, 64(R9)
+	VMOVUPS     (AX), Z7
+	VPSRLD      $0x10, Z7, Z8
+	VCMPPS      $0x03, Z7, Z7, K2
+	VPANDD.BCST one_i<>+0(SB), Z8, Z12
+	VPADDD.BCST round<>+0(SB), Z7, Z7
+	VPADDD      Z12, Z7, Z7
+	VPSRLD      $0x10, Z7, Z7
+	VPORD.BCST  quiet<>+0(SB), Z8, K2, Z7
+	VPMOVDW     Z7, (R9)
+	VMOVUPS     64(AX), Z7
+	VPSRLD      $0x10, Z7, Z8
+	VCMPPS      $0x03, Z7, Z7, K2
+	VPANDD.BCST one_i<>+0(SB), Z8, Z12
+	VPADDD.BCST round<>+0(SB), Z7, Z7
+	VPADDD      Z12, Z7, Z7
+	VPSRLD      $0x10, Z7, Z7
+	VPORD.BCST  quiet<>+0(SB), Z8, K2, Z7
+	VPMOVDW     Z7, 32(R9)
+	VMOVUPS     128(AX), Z7
+	VPSRLD      $0x10, Z7, Z8
+	VCMPPS      $0x03, Z7, Z7, K2
+	VPANDD.BCST one_i<>+0(SB), Z8, Z12
+	VPADDD.BCST round<>+0(SB), Z7, Z7
+	VPADDD      Z12, Z7, Z7
+	VPSRLD      $0x10, Z7, Z7
+	VPORD.BCST  quiet<>+0(SB), Z8, K2, Z7
+	VPMOVDW     Z7, K1, 64(R9)
 
 stateKVbf16AVX512_storedrow_9:
 	ADDQ R10, R9
@@ -11392,86 +11305,80 @@ stateKVbf16AVX512_nocarryrow_9:
 
 stateKVbf16AVX512_lastrows_5:
 stateKVbf16AVX512_rows_10:
-	VBROADCASTSS  (BX)(CX*4), Z7
-	VMOVUPS       (AX), Z8
-	VFMADD213PS   Z8, Z6, Z8
-	VFMADD231PS   Z9, Z7, Z8
-	VMOVUPS       64(AX), Z12
-	VFMADD213PS   Z12, Z6, Z12
-	VFMADD231PS   Z10, Z7, Z12
-	VMOVUPS       128(AX), Z13
-	VFMADD213PS   Z13, Z6, Z13
-	VFMADD231PS   Z11, Z7, Z13
-	TESTQ         R9, R9
-	JZ            stateKVbf16AVX512_nostorerow_10
-	CMPB          120(SP), $0x00
-	JE            stateKVbf16AVX512_temporalrow_10
-	VMOVAPS       Z8, Z7
-	VPSRLD        $0x10, Z7, Z14
-	VPANDD.BCST   absmask<>+0(SB), Z7, Z15
-	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
-	VPANDD.BCST   one_i<>+0(SB), Z14, Z15
-	VPADDD.BCST   round<>+0(SB), Z7, Z7
-	VPADDD        Z15, Z7, Z7
-	VPSRLD        $0x10, Z7, Z7
-	VPORD.BCST    quiet<>+0(SB), Z14, K2, Z7
-	VPMOVDW       Z7, Y7
-	VMOVNTDQ      Y7, (R9)
-	VMOVAPS       Z12, Z7
-	VPSRLD        $0x10, Z7, Z14
-	VPANDD.BCST   absmask<>+0(SB), Z7, Z15
-	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
-	VPANDD.BCST   one_i<>+0(SB), Z14, Z15
-	VPADDD.BCST   round<>+0(SB), Z7, Z7
-	VPADDD        Z15, Z7, Z7
-	VPSRLD        $0x10, Z7, Z7
-	VPORD.BCST    quiet<>+0(SB), Z14, K2, Z7
-	VPMOVDW       Z7, Y7
-	VMOVNTDQ      Y7, 32(R9)
-	VMOVAPS       Z13, Z7
-	VPSRLD        $0x10, Z7, Z14
-	VPANDD.BCST   absmask<>+0(SB), Z7, Z15
-	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
-	VPANDD.BCST   one_i<>+0(SB), Z14, Z15
-	VPADDD.BCST   round<>+0(SB), Z7, Z7
-	VPADDD        Z15, Z7, Z7
-	VPSRLD        $0x10, Z7, Z7
-	VPORD.BCST    quiet<>+0(SB), Z14, K2, Z7
-	VPMOVDW       Z7, Y7
-	VMOVNTDQ      Y7, 64(R9)
-	JMP           stateKVbf16AVX512_storedrow_10
+	VBROADCASTSS (BX)(CX*4), Z7
+	VMOVUPS      (AX), Z8
+	VFMADD213PS  Z8, Z6, Z8
+	VFMADD231PS  Z9, Z7, Z8
+	VMOVUPS      64(AX), Z12
+	VFMADD213PS  Z12, Z6, Z12
+	VFMADD231PS  Z10, Z7, Z12
+	VMOVUPS      128(AX), Z13
+	VFMADD213PS  Z13, Z6, Z13
+	VFMADD231PS  Z11, Z7, Z13
+	TESTQ        R9, R9
+	JZ           stateKVbf16AVX512_nostorerow_10
+	CMPB         120(SP), $0x00
+	JE           stateKVbf16AVX512_temporalrow_10
+	VMOVAPS      Z8, Z7
+	VPSRLD       $0x10, Z7, Z14
+	VCMPPS       $0x03, Z7, Z7, K2
+	VPANDD.BCST  one_i<>+0(SB), Z14, Z15
+	VPADDD.BCST  round<>+0(SB), Z7, Z7
+	VPADDD       Z15, Z7, Z7
+	VPSRLD       $0x10, Z7, Z7
+	VPORD.BCST   quiet<>+0(SB), Z14, K2, Z7
+	VPMOVDW      Z7, Y7
+	VMOVNTDQ     Y7, (R9)
+	VMOVAPS      Z12, Z7
+	VPSRLD       $0x10, Z7, Z14
+	VCMPPS       $0x03, Z7, Z7, K2
+	VPANDD.BCST  one_i<>+0(SB), Z14, Z15
+	VPADDD.BCST  round<>+0(SB), Z7, Z7
+	VPADDD       Z15, Z7, Z7
+	VPSRLD       $0x10, Z7, Z7
+	VPORD.BCST   quiet<>+0(SB), Z14, K2, Z7
+	VPMOVDW      Z7, Y7
+	VMOVNTDQ     Y7, 32(R9)
+	VMOVAPS      Z13, Z7
+	VPSRLD       $0x10, Z7, Z14
+	VCMPPS       $0x03, Z7, Z7, K2
+	VPANDD.BCST  one_i<>+0(SB), Z14, Z15
+	VPADDD.BCST  round<>+0(SB), Z7, Z7
+	VPADDD       Z15, Z7, Z7
+	VPSRLD       $0x10, Z7, Z7
+	VPORD.BCST   quiet<>+0(SB), Z14, K2, Z7
+	VPMOVDW      Z7, Y7
+	VMOVNTDQ     Y7, 64(R9)
+	JMP          stateKVbf16AVX512_storedrow_10
 
 stateKVbf16AVX512_temporalrow_10:
-	VMOVAPS       Z8, Z7
-	VPSRLD        $0x10, Z7, Z14
-	VPANDD.BCST   absmask<>+0(SB), Z7, Z15
-	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
-	VPANDD.BCST   one_i<>+0(SB), Z14, Z15
-	VPADDD.BCST   round<>+0(SB), Z7, Z7
-	VPADDD        Z15, Z7, Z7
-	VPSRLD        $0x10, Z7, Z7
-	VPORD.BCST    quiet<>+0(SB), Z14, K2, Z7
-	VPMOVDW       Z7, (R9)
-	VMOVAPS       Z12, Z7
-	VPSRLD        $0x10, Z7, Z14
-	VPANDD.BCST   absmask<>+0(SB), Z7, Z15
-	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
-	VPANDD.BCST   one_i<>+0(SB), Z14, Z15
-	VPADDD.BCST   round<>+0(SB), Z7, Z7
-	VPADDD        Z15, Z7, Z7
-	VPSRLD        $0x10, Z7, Z7
-	VPORD.BCST    quiet<>+0(SB), Z14, K2, Z7
-	VPMOVDW       Z7, 32(R9)
-	VMOVAPS       Z13, Z7
-	VPSRLD        $0x10, Z7, Z14
-	VPANDD.BCST   absmask<>+0(SB), Z7, Z15
-	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
-	VPANDD.BCST   one_i<>+0(SB), Z14, Z15
-	VPADDD.BCST   round<>+0(SB), Z7, Z7
-	VPADDD        Z15, Z7, Z7
-	VPSRLD        $0x10, Z7, Z7
-	VPORD.BCST    quiet<>+0(SB), Z14, K2, Z7
-	VPMOVDW       Z7, K1, 64(R9)
+	VMOVAPS     Z8, Z7
+	VPSRLD      $0x10, Z7, Z14
+	VCMPPS      $0x03, Z7, Z7, K2
+	VPANDD.BCST one_i<>+0(SB), Z14, Z15
+	VPADDD.BCST round<>+0(SB), Z7, Z7
+	VPADDD      Z15, Z7, Z7
+	VPSRLD      $0x10, Z7, Z7
+	VPORD.BCST  quiet<>+0(SB), Z14, K2, Z7
+	VPMOVDW     Z7, (R9)
+	VMOVAPS     Z12, Z7
+	VPSRLD      $0x10, Z7, Z14
+	VCMPPS      $0x03, Z7, Z7, K2
+	VPANDD.BCST one_i<>+0(SB), Z14, Z15
+	VPADDD.BCST round<>+0(SB), Z7, Z7
+	VPADDD      Z15, Z7, Z7
+	VPSRLD      $0x10, Z7, Z7
+	VPORD.BCST  quiet<>+0(SB), Z14, K2, Z7
+	VPMOVDW     Z7, 32(R9)
+	VMOVAPS     Z13, Z7
+	VPSRLD      $0x10, Z7, Z14
+	VCMPPS      $0x03, Z7, Z7, K2
+	VPANDD.BCST one_i<>+0(SB), Z14, Z15
+	VPADDD.BCST round<>+0(SB), Z7, Z7
+	VPADDD      Z15, Z7, Z7
+	VPSRLD      $0x10, Z7, Z7
+	VPORD.BCST  quiet<>+0(SB), Z14, K2, Z7
+	VPMOVDW     Z7, K1, 64(R9)
 
 stateKVbf16AVX512_storedrow_10:
 	ADDQ R10, R9
@@ -11597,97 +11504,91 @@ stateKVbf16AVX512_nocarry_6:
 	JE   stateKVbf16AVX512_lastrows_6
 
 stateKVbf16AVX512_rows_11:
-	VBROADCASTSS  (BX)(CX*4), Z7
-	VBROADCASTSS  (SI)(CX*4), Z8
-	VBROADCASTSS  (DI)(CX*4), Z12
-	VMOVUPS       (AX), Z13
-	VMULPS        Z13, Z6, Z13
-	VFMADD231PS   Z9, Z7, Z13
-	VMOVUPS       Z13, (AX)
-	VFMADD231PS   Z13, Z8, Z0
-	VFMADD231PS   Z13, Z12, Z1
-	VMOVUPS       64(AX), Z13
-	VMULPS        Z13, Z6, Z13
-	VFMADD231PS   Z10, Z7, Z13
-	VMOVUPS       Z13, 64(AX)
-	VFMADD231PS   Z13, Z8, Z2
-	VFMADD231PS   Z13, Z12, Z3
-	VMOVUPS       128(AX), Z13
-	VMULPS        Z13, Z6, Z13
-	VFMADD231PS   Z11, Z7, Z13
-	VMOVUPS       Z13, 128(AX)
-	VFMADD231PS   Z13, Z8, Z4
-	VFMADD231PS   Z13, Z12, Z5
-	TESTQ         R9, R9
-	JZ            stateKVbf16AVX512_nostorerow_11
-	CMPB          120(SP), $0x00
-	JE            stateKVbf16AVX512_temporalrow_11
-	VMOVUPS       (AX), Z7
-	VPSRLD        $0x10, Z7, Z8
-	VPANDD.BCST   absmask<>+0(SB), Z7, Z12
-	VPCMPGTD.BCST infbits<>+0(SB), Z12, K2
-	VPANDD.BCST   one_i<>+0(SB), Z8, Z12
-	VPADDD.BCST   round<>+0(SB), Z7, Z7
-	VPADDD        Z12, Z7, Z7
-	VPSRLD        $0x10, Z7, Z7
-	VPORD.BCST    quiet<>+0(SB), Z8, K2, Z7
-	VPMOVDW       Z7, Y7
-	VMOVNTDQ      Y7, (R9)
-	VMOVUPS       64(AX), Z7
-	VPSRLD        $0x10, Z7, Z8
-	VPANDD.BCST   absmask<>+0(SB), Z7, Z12
-	VPCMPGTD.BCST infbits<>+0(SB), Z12, K2
-	VPANDD.BCST   one_i<>+0(SB), Z8, Z12
-	VPADDD.BCST   round<>+0(SB), Z7, Z7
-	VPADDD        Z12, Z7, Z7
-	VPSRLD        $0x10, Z7, Z7
-	VPORD.BCST    quiet<>+0(SB), Z8, K2, Z7
-	VPMOVDW       Z7, Y7
-	VMOVNTDQ      Y7, 32(R9)
-	VMOVUPS       128(AX), Z7
-	VPSRLD        $0x10, Z7, Z8
-	VPANDD.BCST   absmask<>+0(SB), Z7, Z12
-	VPCMPGTD.BCST infbits<>+0(SB), Z12, K2
-	VPANDD.BCST   one_i<>+0(SB), Z8, Z12
-	VPADDD.BCST   round<>+0(SB), Z7, Z7
-	VPADDD        Z12, Z7, Z7
-	VPSRLD        $0x10, Z7, Z7
-	VPORD.BCST    quiet<>+0(SB), Z8, K2, Z7
-	VPMOVDW       Z7, Y7
-	VMOVNTDQ      Y7, 64(R9)
-	JMP           stateKVbf16AVX512_storedrow_11
+	VBROADCASTSS (BX)(CX*4), Z7
+	VBROADCASTSS (SI)(CX*4), Z8
+	VBROADCASTSS (DI)(CX*4), Z12
+	VMOVUPS      (AX), Z13
+	VMULPS       Z13, Z6, Z13
+	VFMADD231PS  Z9, Z7, Z13
+	VMOVUPS      Z13, (AX)
+	VFMADD231PS  Z13, Z8, Z0
+	VFMADD231PS  Z13, Z12, Z1
+	VMOVUPS      64(AX), Z13
+	VMULPS       Z13, Z6, Z13
+	VFMADD231PS  Z10, Z7, Z13
+	VMOVUPS      Z13, 64(AX)
+	VFMADD231PS  Z13, Z8, Z2
+	VFMADD231PS  Z13, Z12, Z3
+	VMOVUPS      128(AX), Z13
+	VMULPS       Z13, Z6, Z13
+	VFMADD231PS  Z11, Z7, Z13
+	VMOVUPS      Z13, 128(AX)
+	VFMADD231PS  Z13, Z8, Z4
+	VFMADD231PS  Z13, Z12, Z5
+	TESTQ        R9, R9
+	JZ           stateKVbf16AVX512_nostorerow_11
+	CMPB         120(SP), $0x00
+	JE           stateKVbf16AVX512_temporalrow_11
+	VMOVUPS      (AX), Z7
+	VPSRLD       $0x10, Z7, Z8
+	VCMPPS       $0x03, Z7, Z7, K2
+	VPANDD.BCST  one_i<>+0(SB), Z8, Z12
+	VPADDD.BCST  round<>+0(SB), Z7, Z7
+	VPADDD       Z12, Z7, Z7
+	VPSRLD       $0x10, Z7, Z7
+	VPORD.BCST   quiet<>+0(SB), Z8, K2, Z7
+	VPMOVDW      Z7, Y7
+	VMOVNTDQ     Y7, (R9)
+	VMOVUPS      64(AX), Z7
+	VPSRLD       $0x10, Z7, Z8
+	VCMPPS       $0x03, Z7, Z7, K2
+	VPANDD.BCST  one_i<>+0(SB), Z8, Z12
+	VPADDD.BCST  round<>+0(SB), Z7, Z7
+	VPADDD       Z12, Z7, Z7
+	VPSRLD       $0x10, Z7, Z7
+	VPORD.BCST   quiet<>+0(SB), Z8, K2, Z7
+	VPMOVDW      Z7, Y7
+	VMOVNTDQ     Y7, 32(R9)
+	VMOVUPS      128(AX), Z7
+	VPSRLD       $0x10, Z7, Z8
+	VCMPPS       $0x03, Z7, Z7, K2
+	VPANDD.BCST  one_i<>+0(SB), Z8, Z12
+	VPADDD.BCST  round<>+0(SB), Z7, Z7
+	VPADDD       Z12, Z7, Z7
+	VPSRLD       $0x10, Z7, Z7
+	VPORD.BCST   quiet<>+0(SB), Z8, K2, Z7
+	VPMOVDW      Z7, Y7
+	VMOVNTDQ     Y7, 64(R9)
+	JMP          stateKVbf16AVX512_storedrow_11
 
 stateKVbf16AVX512_temporalrow_11:
-	VMOVUPS       (AX), Z7
-	VPSRLD        $0x10, Z7, Z8
-	VPANDD.BCST   absmask<>+0(SB), Z7, Z12
-	VPCMPGTD.BCST infbits<>+0(SB), Z12, K2
-	VPANDD.BCST   one_i<>+0(SB), Z8, Z12
-	VPADDD.BCST   round<>+0(SB), Z7, Z7
-	VPADDD        Z12, Z7, Z7
-	VPSRLD        $0x10, Z7, Z7
-	VPORD.BCST    quiet<>+0(SB), Z8, K2, Z7
-	VPMOVDW       Z7, (R9)
-	VMOVUPS       64(AX), Z7
-	VPSRLD        $0x10, Z7, Z8
-	VPANDD.BCST   absmask<>+0(SB), Z7, Z12
-	VPCMPGTD.BCST infbits<>+0(SB), Z12, K2
-	VPANDD.BCST   one_i<>+0(SB), Z8, Z12
-	VPADDD.BCST   round<>+0(SB), Z7, Z7
-	VPADDD        Z12, Z7, Z7
-	VPSRLD        $0x10, Z7, Z7
-	VPORD.BCST    quiet<>+0(SB), Z8, K2, Z7
-	VPMOVDW       Z7, 32(R9)
-	VMOVUPS       128(AX), Z7
-	VPSRLD        $0x10, Z7, Z8
-	VPANDD.BCST   absmask<>+0(SB), Z7, Z12
-	VPCMPGTD.BCST infbits<>+0(SB), Z12, K2
-	VPANDD.BCST   one_i<>+0(SB), Z8, Z12
-	VPADDD.BCST   round<>+0(SB), Z7, Z7
-	VPADDD        Z12, Z7, Z7
-	VPSRLD        $0x10, Z7, Z7
-	VPORD.BCST    quiet<>+0(SB), Z8, K2, Z7
-	VPMOVDW       Z7, K1, 64(R9)
+	VMOVUPS     (AX), Z7
+	VPSRLD      $0x10, Z7, Z8
+	VCMPPS      $0x03, Z7, Z7, K2
+	VPANDD.BCST one_i<>+0(SB), Z8, Z12
+	VPADDD.BCST round<>+0(SB), Z7, Z7
+	VPADDD      Z12, Z7, Z7
+	VPSRLD      $0x10, Z7, Z7
+	VPORD.BCST  quiet<>+0(SB), Z8, K2, Z7
+	VPMOVDW     Z7, (R9)
+	VMOVUPS     64(AX), Z7
+	VPSRLD      $0x10, Z7, Z8
+	VCMPPS      $0x03, Z7, Z7, K2
+	VPANDD.BCST one_i<>+0(SB), Z8, Z12
+	VPADDD.BCST round<>+0(SB), Z7, Z7
+	VPADDD      Z12, Z7, Z7
+	VPSRLD      $0x10, Z7, Z7
+	VPORD.BCST  quiet<>+0(SB), Z8, K2, Z7
+	VPMOVDW     Z7, 32(R9)
+	VMOVUPS     128(AX), Z7
+	VPSRLD      $0x10, Z7, Z8
+	VCMPPS      $0x03, Z7, Z7, K2
+	VPANDD.BCST one_i<>+0(SB), Z8, Z12
+	VPADDD.BCST round<>+0(SB), Z7, Z7
+	VPADDD      Z12, Z7, Z7
+	VPSRLD      $0x10, Z7, Z7
+	VPORD.BCST  quiet<>+0(SB), Z8, K2, Z7
+	VPMOVDW     Z7, K1, 64(R9)
 
 stateKVbf16AVX512_storedrow_11:
 	ADDQ R10, R9
@@ -11712,86 +11613,80 @@ stateKVbf16AVX512_nocarryrow_11:
 
 stateKVbf16AVX512_lastrows_6:
 stateKVbf16AVX512_rows_12:
-	VBROADCASTSS  (BX)(CX*4), Z7
-	VMOVUPS       (AX), Z8
-	VMULPS        Z8, Z6, Z8
-	VFMADD231PS   Z9, Z7, Z8
-	VMOVUPS       64(AX), Z12
-	VMULPS        Z12, Z6, Z12
-	VFMADD231PS   Z10, Z7, Z12
-	VMOVUPS       128(AX), Z13
-	VMULPS        Z13, Z6, Z13
-	VFMADD231PS   Z11, Z7, Z13
-	TESTQ         R9, R9
-	JZ            stateKVbf16AVX512_nostorerow_12
-	CMPB          120(SP), $0x00
-	JE            stateKVbf16AVX512_temporalrow_12
-	VMOVAPS       Z8, Z7
-	VPSRLD        $0x10, Z7, Z14
-	VPANDD.BCST   absmask<>+0(SB), Z7, Z15
-	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
-	VPANDD.BCST   one_i<>+0(SB), Z14, Z15
-	VPADDD.BCST   round<>+0(SB), Z7, Z7
-	VPADDD        Z15, Z7, Z7
-	VPSRLD        $0x10, Z7, Z7
-	VPORD.BCST    quiet<>+0(SB), Z14, K2, Z7
-	VPMOVDW       Z7, Y7
-	VMOVNTDQ      Y7, (R9)
-	VMOVAPS       Z12, Z7
-	VPSRLD        $0x10, Z7, Z14
-	VPANDD.BCST   absmask<>+0(SB), Z7, Z15
-	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
-	VPANDD.BCST   one_i<>+0(SB), Z14, Z15
-	VPADDD.BCST   round<>+0(SB), Z7, Z7
-	VPADDD        Z15, Z7, Z7
-	VPSRLD        $0x10, Z7, Z7
-	VPORD.BCST    quiet<>+0(SB), Z14, K2, Z7
-	VPMOVDW       Z7, Y7
-	VMOVNTDQ      Y7, 32(R9)
-	VMOVAPS       Z13, Z7
-	VPSRLD        $0x10, Z7, Z14
-	VPANDD.BCST   absmask<>+0(SB), Z7, Z15
-	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
-	VPANDD.BCST   one_i<>+0(SB), Z14, Z15
-	VPADDD.BCST   round<>+0(SB), Z7, Z7
-	VPADDD        Z15, Z7, Z7
-	VPSRLD        $0x10, Z7, Z7
-	VPORD.BCST    quiet<>+0(SB), Z14, K2, Z7
-	VPMOVDW       Z7, Y7
-	VMOVNTDQ      Y7, 64(R9)
-	JMP           stateKVbf16AVX512_storedrow_12
+	VBROADCASTSS (BX)(CX*4), Z7
+	VMOVUPS      (AX), Z8
+	VMULPS       Z8, Z6, Z8
+	VFMADD231PS  Z9, Z7, Z8
+	VMOVUPS      64(AX), Z12
+	VMULPS       Z12, Z6, Z12
+	VFMADD231PS  Z10, Z7, Z12
+	VMOVUPS      128(AX), Z13
+	VMULPS       Z13, Z6, Z13
+	VFMADD231PS  Z11, Z7, Z13
+	TESTQ        R9, R9
+	JZ           stateKVbf16AVX512_nostorerow_12
+	CMPB         120(SP), $0x00
+	JE           stateKVbf16AVX512_temporalrow_12
+	VMOVAPS      Z8, Z7
+	VPSRLD       $0x10, Z7, Z14
+	VCMPPS       $0x03, Z7, Z7, K2
+	VPANDD.BCST  one_i<>+0(SB), Z14, Z15
+	VPADDD.BCST  round<>+0(SB), Z7, Z7
+	VPADDD       Z15, Z7, Z7
+	VPSRLD       $0x10, Z7, Z7
+	VPORD.BCST   quiet<>+0(SB), Z14, K2, Z7
+	VPMOVDW      Z7, Y7
+	VMOVNTDQ     Y7, (R9)
+	VMOVAPS      Z12, Z7
+	VPSRLD       $0x10, Z7, Z14
+	VCMPPS       $0x03, Z7, Z7, K2
+	VPANDD.BCST  one_i<>+0(SB), Z14, Z15
+	VPADDD.BCST  round<>+0(SB), Z7, Z7
+	VPADDD       Z15, Z7, Z7
+	VPSRLD       $0x10, Z7, Z7
+	VPORD.BCST   quiet<>+0(SB), Z14, K2, Z7
+	VPMOVDW      Z7, Y7
+	VMOVNTDQ     Y7, 32(R9)
+	VMOVAPS      Z13, Z7
+	VPSRLD       $0x10, Z7, Z14
+	VCMPPS       $0x03, Z7, Z7, K2
+	VPANDD.BCST  one_i<>+0(SB), Z14, Z15
+	VPADDD.BCST  round<>+0(SB), Z7, Z7
+	VPADDD       Z15, Z7, Z7
+	VPSRLD       $0x10, Z7, Z7
+	VPORD.BCST   quiet<>+0(SB), Z14, K2, Z7
+	VPMOVDW      Z7, Y7
+	VMOVNTDQ     Y7, 64(R9)
+	JMP          stateKVbf16AVX512_storedrow_12
 
 stateKVbf16AVX512_temporalrow_12:
-	VMOVAPS       Z8, Z7
-	VPSRLD        $0x10, Z7, Z14
-	VPANDD.BCST   absmask<>+0(SB), Z7, Z15
-	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
-	VPANDD.BCST   one_i<>+0(SB), Z14, Z15
-	VPADDD.BCST   round<>+0(SB), Z7, Z7
-	VPADDD        Z15, Z7, Z7
-	VPSRLD        $0x10, Z7, Z7
-	VPORD.BCST    quiet<>+0(SB), Z14, K2, Z7
-	VPMOVDW       Z7, (R9)
-	VMOVAPS       Z12, Z7
-	VPSRLD        $0x10, Z7, Z14
-	VPANDD.BCST   absmask<>+0(SB), Z7, Z15
-	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
-	VPANDD.BCST   one_i<>+0(SB), Z14, Z15
-	VPADDD.BCST   round<>+0(SB), Z7, Z7
-	VPADDD        Z15, Z7, Z7
-	VPSRLD        $0x10, Z7, Z7
-	VPORD.BCST    quiet<>+0(SB), Z14, K2, Z7
-	VPMOVDW       Z7, 32(R9)
-	VMOVAPS       Z13, Z7
-	VPSRLD        $0x10, Z7, Z14
-	VPANDD.BCST   absmask<>+0(SB), Z7, Z15
-	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
-	VPANDD.BCST   one_i<>+0(SB), Z14, Z15
-	VPADDD.BCST   round<>+0(SB), Z7, Z7
-	VPADDD        Z15, Z7, Z7
-	VPSRLD        $0x10, Z7, Z7
-	VPORD.BCST    quiet<>+0(SB), Z14, K2, Z7
-	VPMOVDW       Z7, K1, 64(R9)
+	VMOVAPS     Z8, Z7
+	VPSRLD      $0x10, Z7, Z14
+	VCMPPS      $0x03, Z7, Z7, K2
+	VPANDD.BCST one_i<>+0(SB), Z14, Z15
+	VPADDD.BCST round<>+0(SB), Z7, Z7
+	VPADDD      Z15, Z7, Z7
+	VPSRLD      $0x10, Z7, Z7
+	VPORD.BCST  quiet<>+0(SB), Z14, K2, Z7
+	VPMOVDW     Z7, (R9)
+	VMOVAPS     Z12, Z7
+	VPSRLD      $0x10, Z7, Z14
+	VCMPPS      $0x03, Z7, Z7, K2
+	VPANDD.BCST one_i<>+0(SB), Z14, Z15
+	VPADDD.BCST round<>+0(SB), Z7, Z7
+	VPADDD      Z15, Z7, Z7
+	VPSRLD      $0x10, Z7, Z7
+	VPORD.BCST  quiet<>+0(SB), Z14, K2, Z7
+	VPMOVDW     Z7, 32(R9)
+	VMOVAPS     Z13, Z7
+	VPSRLD      $0x10, Z7, Z14
+	VCMPPS      $0x03, Z7, Z7, K2
+	VPANDD.BCST one_i<>+0(SB), Z14, Z15
+	VPADDD.BCST round<>+0(SB), Z7, Z7
+	VPADDD      Z15, Z7, Z7
+	VPSRLD      $0x10, Z7, Z7
+	VPORD.BCST  quiet<>+0(SB), Z14, K2, Z7
+	VPMOVDW     Z7, K1, 64(R9)
 
 stateKVbf16AVX512_storedrow_12:
 	ADDQ R10, R9
@@ -12114,124 +12009,116 @@ stateKVbf16AVX512_nocarry_7:
 	JE   stateKVbf16AVX512_lastrows_7
 
 stateKVbf16AVX512_rows_13:
-	VBROADCASTSS  (BX)(CX*4), Z9
-	VBROADCASTSS  (SI)(CX*4), Z10
-	VBROADCASTSS  (DI)(CX*4), Z15
-	VMOVUPS       (AX), Z16
-	VFMADD213PS   Z16, Z8, Z16
-	VFMADD231PS   Z11, Z9, Z16
-	VMOVUPS       Z16, (AX)
-	VFMADD231PS   Z16, Z10, Z0
-	VFMADD231PS   Z16, Z15, Z1
-	VMOVUPS       64(AX), Z16
-	VFMADD213PS   Z16, Z8, Z16
-	VFMADD231PS   Z12, Z9, Z16
-	VMOVUPS       Z16, 64(AX)
-	VFMADD231PS   Z16, Z10, Z2
-	VFMADD231PS   Z16, Z15, Z3
-	VMOVUPS       128(AX), Z16
-	VFMADD213PS   Z16, Z8, Z16
-	VFMADD231PS   Z13, Z9, Z16
-	VMOVUPS       Z16, 128(AX)
-	VFMADD231PS   Z16, Z10, Z4
-	VFMADD231PS   Z16, Z15, Z5
-	VMOVUPS       192(AX), Z16
-	VFMADD213PS   Z16, Z8, Z16
-	VFMADD231PS   Z14, Z9, Z16
-	VMOVUPS       Z16, 192(AX)
-	VFMADD231PS   Z16, Z10, Z6
-	VFMADD231PS   Z16, Z15, Z7
-	TESTQ         R9, R9
-	JZ            stateKVbf16AVX512_nostorerow_13
-	CMPB          120(SP), $0x00
-	JE            stateKVbf16AVX512_temporalrow_13
-	VMOVUPS       (AX), Z9
-	VPSRLD        $0x10, Z9, Z10
-	VPANDD.BCST   absmask<>+0(SB), Z9, Z15
-	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
-	VPANDD.BCST   one_i<>+0(SB), Z10, Z15
-	VPADDD.BCST   round<>+0(SB), Z9, Z9
-	VPADDD        Z15, Z9, Z9
-	VPSRLD        $0x10, Z9, Z9
-	VPORD.BCST    quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW       Z9, Y9
-	VMOVNTDQ      Y9, (R9)
-	VMOVUPS       64(AX), Z9
-	VPSRLD        $0x10, Z9, Z10
-	VPANDD.BCST   absmask<>+0(SB), Z9, Z15
-	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
-	VPANDD.BCST   one_i<>+0(SB), Z10, Z15
-	VPADDD.BCST   round<>+0(SB), Z9, Z9
-	VPADDD        Z15, Z9, Z9
-	VPSRLD        $0x10, Z9, Z9
-	VPORD.BCST    quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW       Z9, Y9
-	VMOVNTDQ      Y9, 32(R9)
-	VMOVUPS       128(AX), Z9
-	VPSRLD        $0x10, Z9, Z10
-	VPANDD.BCST   absmask<>+0(SB), Z9, Z15
-	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
-	VPANDD.BCST   one_i<>+0(SB), Z10, Z15
-	VPADDD.BCST   round<>+0(SB), Z9, Z9
-	VPADDD        Z15, Z9, Z9
-	VPSRLD        $0x10, Z9, Z9
-	VPORD.BCST    quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW       Z9, Y9
-	VMOVNTDQ      Y9, 64(R9)
-	VMOVUPS       192(AX), Z9
-	VPSRLD        $0x10, Z9, Z10
-	VPANDD.BCST   absmask<>+0(SB), Z9, Z15
-	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
-	VPANDD.BCST   one_i<>+0(SB), Z10, Z15
-	VPADDD.BCST   round<>+0(SB), Z9, Z9
-	VPADDD        Z15, Z9, Z9
-	VPSRLD        $0x10, Z9, Z9
-	VPORD.BCST    quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW       Z9, Y9
-	VMOVNTDQ      Y9, 96(R9)
-	JMP           stateKVbf16AVX512_storedrow_13
+	VBROADCASTSS (BX)(CX*4), Z9
+	VBROADCASTSS (SI)(CX*4), Z10
+	VBROADCASTSS (DI)(CX*4), Z15
+	VMOVUPS      (AX), Z16
+	VFMADD213PS  Z16, Z8, Z16
+	VFMADD231PS  Z11, Z9, Z16
+	VMOVUPS      Z16, (AX)
+	VFMADD231PS  Z16, Z10, Z0
+	VFMADD231PS  Z16, Z15, Z1
+	VMOVUPS      64(AX), Z16
+	VFMADD213PS  Z16, Z8, Z16
+	VFMADD231PS  Z12, Z9, Z16
+	VMOVUPS      Z16, 64(AX)
+	VFMADD231PS  Z16, Z10, Z2
+	VFMADD231PS  Z16, Z15, Z3
+	VMOVUPS      128(AX), Z16
+	VFMADD213PS  Z16, Z8, Z16
+	VFMADD231PS  Z13, Z9, Z16
+	VMOVUPS      Z16, 128(AX)
+	VFMADD231PS  Z16, Z10, Z4
+	VFMADD231PS  Z16, Z15, Z5
+	VMOVUPS      192(AX), Z16
+	VFMADD213PS  Z16, Z8, Z16
+	VFMADD231PS  Z14, Z9, Z16
+	VMOVUPS      Z16, 192(AX)
+	VFMADD231PS  Z16, Z10, Z6
+	VFMADD231PS  Z16, Z15, Z7
+	TESTQ        R9, R9
+	JZ           stateKVbf16AVX512_nostorerow_13
+	CMPB         120(SP), $0x00
+	JE           stateKVbf16AVX512_temporalrow_13
+	VMOVUPS      (AX), Z9
+	VPSRLD       $0x10, Z9, Z10
+	VCMPPS       $0x03, Z9, Z9, K2
+	VPANDD.BCST  one_i<>+0(SB), Z10, Z15
+	VPADDD.BCST  round<>+0(SB), Z9, Z9
+	VPADDD       Z15, Z9, Z9
+	VPSRLD       $0x10, Z9, Z9
+	VPORD.BCST   quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW      Z9, Y9
+	VMOVNTDQ     Y9, (R9)
+	VMOVUPS      64(AX), Z9
+	VPSRLD       $0x10, Z9, Z10
+	VCMPPS       $0x03, Z9, Z9, K2
+	VPANDD.BCST  one_i<>+0(SB), Z10, Z15
+	VPADDD.BCST  round<>+0(SB), Z9, Z9
+	VPADDD       Z15, Z9, Z9
+	VPSRLD       $0x10, Z9, Z9
+	VPORD.BCST   quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW      Z9, Y9
+	VMOVNTDQ     Y9, 32(R9)
+	VMOVUPS      128(AX), Z9
+	VPSRLD       $0x10, Z9, Z10
+	VCMPPS       $0x03, Z9, Z9, K2
+	VPANDD.BCST  one_i<>+0(SB), Z10, Z15
+	VPADDD.BCST  round<>+0(SB), Z9, Z9
+	VPADDD       Z15, Z9, Z9
+	VPSRLD       $0x10, Z9, Z9
+	VPORD.BCST   quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW      Z9, Y9
+	VMOVNTDQ     Y9, 64(R9)
+	VMOVUPS      192(AX), Z9
+	VPSRLD       $0x10, Z9, Z10
+	VCMPPS       $0x03, Z9, Z9, K2
+	VPANDD.BCST  one_i<>+0(SB), Z10, Z15
+	VPADDD.BCST  round<>+0(SB), Z9, Z9
+	VPADDD       Z15, Z9, Z9
+	VPSRLD       $0x10, Z9, Z9
+	VPORD.BCST   quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW      Z9, Y9
+	VMOVNTDQ     Y9, 96(R9)
+	JMP          stateKVbf16AVX512_storedrow_13
 
 stateKVbf16AVX512_temporalrow_13:
-	VMOVUPS       (AX), Z9
-	VPSRLD        $0x10, Z9, Z10
-	VPANDD.BCST   absmask<>+0(SB), Z9, Z15
-	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
-	VPANDD.BCST   one_i<>+0(SB), Z10, Z15
-	VPADDD.BCST   round<>+0(SB), Z9, Z9
-	VPADDD        Z15, Z9, Z9
-	VPSRLD        $0x10, Z9, Z9
-	VPORD.BCST    quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW       Z9, (R9)
-	VMOVUPS       64(AX), Z9
-	VPSRLD        $0x10, Z9, Z10
-	VPANDD.BCST   absmask<>+0(SB), Z9, Z15
-	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
-	VPANDD.BCST   one_i<>+0(SB), Z10, Z15
-	VPADDD.BCST   round<>+0(SB), Z9, Z9
-	VPADDD        Z15, Z9, Z9
-	VPSRLD        $0x10, Z9, Z9
-	VPORD.BCST    quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW       Z9, 32(R9)
-	VMOVUPS       128(AX), Z9
-	VPSRLD        $0x10, Z9, Z10
-	VPANDD.BCST   absmask<>+0(SB), Z9, Z15
-	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
-	VPANDD.BCST   one_i<>+0(SB), Z10, Z15
-	VPADDD.BCST   round<>+0(SB), Z9, Z9
-	VPADDD        Z15, Z9, Z9
-	VPSRLD        $0x10, Z9, Z9
-	VPORD.BCST    quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW       Z9, 64(R9)
-	VMOVUPS       192(AX), Z9
-	VPSRLD        $0x10, Z9, Z10
-	VPANDD.BCST   absmask<>+0(SB), Z9, Z15
-	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
-	VPANDD.BCST   one_i<>+0(SB), Z10, Z15
-	VPADDD.BCST   round<>+0(SB), Z9, Z9
-	VPADDD        Z15, Z9, Z9
-	VPSRLD        $0x10, Z9, Z9
-	VPORD.BCST    quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW       Z9, K1, 96(R9)
+	VMOVUPS     (AX), Z9
+	VPSRLD      $0x10, Z9, Z10
+	VCMPPS      $0x03, Z9, Z9, K2
+	VPANDD.BCST one_i<>+0(SB), Z10, Z15
+	VPADDD.BCST round<>+0(SB), Z9, Z9
+	VPADDD      Z15, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPORD.BCST  quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW     Z9, (R9)
+	VMOVUPS     64(AX), Z9
+	VPSRLD      $0x10, Z9, Z10
+	VCMPPS      $0x03, Z9, Z9, K2
+	VPANDD.BCST one_i<>+0(SB), Z10, Z15
+	VPADDD.BCST round<>+0(SB), Z9, Z9
+	VPADDD      Z15, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPORD.BCST  quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW     Z9, 32(R9)
+	VMOVUPS     128(AX), Z9
+	VPSRLD      $0x10, Z9, Z10
+	VCMPPS      $0x03, Z9, Z9, K2
+	VPANDD.BCST one_i<>+0(SB), Z10, Z15
+	VPADDD.BCST round<>+0(SB), Z9, Z9
+	VPADDD      Z15, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPORD.BCST  quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW     Z9, 64(R9)
+	VMOVUPS     192(AX), Z9
+	VPSRLD      $0x10, Z9, Z10
+	VCMPPS      $0x03, Z9, Z9, K2
+	VPANDD.BCST one_i<>+0(SB), Z10, Z15
+	VPADDD.BCST round<>+0(SB), Z9, Z9
+	VPADDD      Z15, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPORD.BCST  quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW     Z9, K1, 96(R9)
 
 stateKVbf16AVX512_storedrow_13:
 	ADDQ R10, R9
@@ -12258,110 +12145,102 @@ stateKVbf16AVX512_nocarryrow_13:
 
 stateKVbf16AVX512_lastrows_7:
 stateKVbf16AVX512_rows_14:
-	VBROADCASTSS  (BX)(CX*4), Z9
-	VMOVUPS       (AX), Z10
-	VFMADD213PS   Z10, Z8, Z10
-	VFMADD231PS   Z11, Z9, Z10
-	VMOVUPS       64(AX), Z15
-	VFMADD213PS   Z15, Z8, Z15
-	VFMADD231PS   Z12, Z9, Z15
-	VMOVUPS       128(AX), Z16
-	VFMADD213PS   Z16, Z8, Z16
-	VFMADD231PS   Z13, Z9, Z16
-	VMOVUPS       192(AX), Z17
-	VFMADD213PS   Z17, Z8, Z17
-	VFMADD231PS   Z14, Z9, Z17
-	TESTQ         R9, R9
-	JZ            stateKVbf16AVX512_nostorerow_14
-	CMPB          120(SP), $0x00
-	JE            stateKVbf16AVX512_temporalrow_14
-	VMOVAPS       Z10, Z9
-	VPSRLD        $0x10, Z9, Z18
-	VPANDD.BCST   absmask<>+0(SB), Z9, Z19
-	VPCMPGTD.BCST infbits<>+0(SB), Z19, K2
-	VPANDD.BCST   one_i<>+0(SB), Z18, Z19
-	VPADDD.BCST   round<>+0(SB), Z9, Z9
-	VPADDD        Z19, Z9, Z9
-	VPSRLD        $0x10, Z9, Z9
-	VPORD.BCST    quiet<>+0(SB), Z18, K2, Z9
-	VPMOVDW       Z9, Y9
-	VMOVNTDQ      Y9, (R9)
-	VMOVAPS       Z15, Z9
-	VPSRLD        $0x10, Z9, Z18
-	VPANDD.BCST   absmask<>+0(SB), Z9, Z19
-	VPCMPGTD.BCST infbits<>+0(SB), Z19, K2
-	VPANDD.BCST   one_i<>+0(SB), Z18, Z19
-	VPADDD.BCST   round<>+0(SB), Z9, Z9
-	VPADDD        Z19, Z9, Z9
-	VPSRLD        $0x10, Z9, Z9
-	VPORD.BCST    quiet<>+0(SB), Z18, K2, Z9
-	VPMOVDW       Z9, Y9
-	VMOVNTDQ      Y9, 32(R9)
-	VMOVAPS       Z16, Z9
-	VPSRLD        $0x10, Z9, Z18
-	VPANDD.BCST   absmask<>+0(SB), Z9, Z19
-	VPCMPGTD.BCST infbits<>+0(SB), Z19, K2
-	VPANDD.BCST   one_i<>+0(SB), Z18, Z19
-	VPADDD.BCST   round<>+0(SB), Z9, Z9
-	VPADDD        Z19, Z9, Z9
-	VPSRLD        $0x10, Z9, Z9
-	VPORD.BCST    quiet<>+0(SB), Z18, K2, Z9
-	VPMOVDW       Z9, Y9
-	VMOVNTDQ      Y9, 64(R9)
-	VMOVAPS       Z17, Z9
-	VPSRLD        $0x10, Z9, Z18
-	VPANDD.BCST   absmask<>+0(SB), Z9, Z19
-	VPCMPGTD.BCST infbits<>+0(SB), Z19, K2
-	VPANDD.BCST   one_i<>+0(SB), Z18, Z19
-	VPADDD.BCST   round<>+0(SB), Z9, Z9
-	VPADDD        Z19, Z9, Z9
-	VPSRLD        $0x10, Z9, Z9
-	VPORD.BCST    quiet<>+0(SB), Z18, K2, Z9
-	VPMOVDW       Z9, Y9
-	VMOVNTDQ      Y9, 96(R9)
-	JMP           stateKVbf16AVX512_storedrow_14
+	VBROADCASTSS (BX)(CX*4), Z9
+	VMOVUPS      (AX), Z10
+	VFMADD213PS  Z10, Z8, Z10
+	VFMADD231PS  Z11, Z9, Z10
+	VMOVUPS      64(AX), Z15
+	VFMADD213PS  Z15, Z8, Z15
+	VFMADD231PS  Z12, Z9, Z15
+	VMOVUPS      128(AX), Z16
+	VFMADD213PS  Z16, Z8, Z16
+	VFMADD231PS  Z13, Z9, Z16
+	VMOVUPS      192(AX), Z17
+	VFMADD213PS  Z17, Z8, Z17
+	VFMADD231PS  Z14, Z9, Z17
+	TESTQ        R9, R9
+	JZ           stateKVbf16AVX512_nostorerow_14
+	CMPB         120(SP), $0x00
+	JE           stateKVbf16AVX512_temporalrow_14
+	VMOVAPS      Z10, Z9
+	VPSRLD       $0x10, Z9, Z18
+	VCMPPS       $0x03, Z9, Z9, K2
+	VPANDD.BCST  one_i<>+0(SB), Z18, Z19
+	VPADDD.BCST  round<>+0(SB), Z9, Z9
+	VPADDD       Z19, Z9, Z9
+	VPSRLD       $0x10, Z9, Z9
+	VPORD.BCST   quiet<>+0(SB), Z18, K2, Z9
+	VPMOVDW      Z9, Y9
+	VMOVNTDQ     Y9, (R9)
+	VMOVAPS      Z15, Z9
+	VPSRLD       $0x10, Z9, Z18
+	VCMPPS       $0x03, Z9, Z9, K2
+	VPANDD.BCST  one_i<>+0(SB), Z18, Z19
+	VPADDD.BCST  round<>+0(SB), Z9, Z9
+	VPADDD       Z19, Z9, Z9
+	VPSRLD       $0x10, Z9, Z9
+	VPORD.BCST   quiet<>+0(SB), Z18, K2, Z9
+	VPMOVDW      Z9, Y9
+	VMOVNTDQ     Y9, 32(R9)
+	VMOVAPS      Z16, Z9
+	VPSRLD       $0x10, Z9, Z18
+	VCMPPS       $0x03, Z9, Z9, K2
+	VPANDD.BCST  one_i<>+0(SB), Z18, Z19
+	VPADDD.BCST  round<>+0(SB), Z9, Z9
+	VPADDD       Z19, Z9, Z9
+	VPSRLD       $0x10, Z9, Z9
+	VPORD.BCST   quiet<>+0(SB), Z18, K2, Z9
+	VPMOVDW      Z9, Y9
+	VMOVNTDQ     Y9, 64(R9)
+	VMOVAPS      Z17, Z9
+	VPSRLD       $0x10, Z9, Z18
+	VCMPPS       $0x03, Z9, Z9, K2
+	VPANDD.BCST  one_i<>+0(SB), Z18, Z19
+	VPADDD.BCST  round<>+0(SB), Z9, Z9
+	VPADDD       Z19, Z9, Z9
+	VPSRLD       $0x10, Z9, Z9
+	VPORD.BCST   quiet<>+0(SB), Z18, K2, Z9
+	VPMOVDW      Z9, Y9
+	VMOVNTDQ     Y9, 96(R9)
+	JMP          stateKVbf16AVX512_storedrow_14
 
 stateKVbf16AVX512_temporalrow_14:
-	VMOVAPS       Z10, Z9
-	VPSRLD        $0x10, Z9, Z18
-	VPANDD.BCST   absmask<>+0(SB), Z9, Z19
-	VPCMPGTD.BCST infbits<>+0(SB), Z19, K2
-	VPANDD.BCST   one_i<>+0(SB), Z18, Z19
-	VPADDD.BCST   round<>+0(SB), Z9, Z9
-	VPADDD        Z19, Z9, Z9
-	VPSRLD        $0x10, Z9, Z9
-	VPORD.BCST    quiet<>+0(SB), Z18, K2, Z9
-	VPMOVDW       Z9, (R9)
-	VMOVAPS       Z15, Z9
-	VPSRLD        $0x10, Z9, Z18
-	VPANDD.BCST   absmask<>+0(SB), Z9, Z19
-	VPCMPGTD.BCST infbits<>+0(SB), Z19, K2
-	VPANDD.BCST   one_i<>+0(SB), Z18, Z19
-	VPADDD.BCST   round<>+0(SB), Z9, Z9
-	VPADDD        Z19, Z9, Z9
-	VPSRLD        $0x10, Z9, Z9
-	VPORD.BCST    quiet<>+0(SB), Z18, K2, Z9
-	VPMOVDW       Z9, 32(R9)
-	VMOVAPS       Z16, Z9
-	VPSRLD        $0x10, Z9, Z18
-	VPANDD.BCST   absmask<>+0(SB), Z9, Z19
-	VPCMPGTD.BCST infbits<>+0(SB), Z19, K2
-	VPANDD.BCST   one_i<>+0(SB), Z18, Z19
-	VPADDD.BCST   round<>+0(SB), Z9, Z9
-	VPADDD        Z19, Z9, Z9
-	VPSRLD        $0x10, Z9, Z9
-	VPORD.BCST    quiet<>+0(SB), Z18, K2, Z9
-	VPMOVDW       Z9, 64(R9)
-	VMOVAPS       Z17, Z9
-	VPSRLD        $0x10, Z9, Z18
-	VPANDD.BCST   absmask<>+0(SB), Z9, Z19
-	VPCMPGTD.BCST infbits<>+0(SB), Z19, K2
-	VPANDD.BCST   one_i<>+0(SB), Z18, Z19
-	VPADDD.BCST   round<>+0(SB), Z9, Z9
-	VPADDD        Z19, Z9, Z9
-	VPSRLD        $0x10, Z9, Z9
-	VPORD.BCST    quiet<>+0(SB), Z18, K2, Z9
-	VPMOVDW       Z9, K1, 96(R9)
+	VMOVAPS     Z10, Z9
+	VPSRLD      $0x10, Z9, Z18
+	VCMPPS      $0x03, Z9, Z9, K2
+	VPANDD.BCST one_i<>+0(SB), Z18, Z19
+	VPADDD.BCST round<>+0(SB), Z9, Z9
+	VPADDD      Z19, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPORD.BCST  quiet<>+0(SB), Z18, K2, Z9
+	VPMOVDW     Z9, (R9)
+	VMOVAPS     Z15, Z9
+	VPSRLD      $0x10, Z9, Z18
+	VCMPPS      $0x03, Z9, Z9, K2
+	VPANDD.BCST one_i<>+0(SB), Z18, Z19
+	VPADDD.BCST round<>+0(SB), Z9, Z9
+	VPADDD      Z19, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPORD.BCST  quiet<>+0(SB), Z18, K2, Z9
+	VPMOVDW     Z9, 32(R9)
+	VMOVAPS     Z16, Z9
+	VPSRLD      $0x10, Z9, Z18
+	VCMPPS      $0x03, Z9, Z9, K2
+	VPANDD.BCST one_i<>+0(SB), Z18, Z19
+	VPADDD.BCST round<>+0(SB), Z9, Z9
+	VPADDD      Z19, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPORD.BCST  quiet<>+0(SB), Z18, K2, Z9
+	VPMOVDW     Z9, 64(R9)
+	VMOVAPS     Z17, Z9
+	VPSRLD      $0x10, Z9, Z18
+	VCMPPS      $0x03, Z9, Z9, K2
+	VPANDD.BCST one_i<>+0(SB), Z18, Z19
+	VPADDD.BCST round<>+0(SB), Z9, Z9
+	VPADDD      Z19, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPORD.BCST  quiet<>+0(SB), Z18, K2, Z9
+	VPMOVDW     Z9, K1, 96(R9)
 
 stateKVbf16AVX512_storedrow_14:
 	ADDQ R10, R9
@@ -12497,124 +12376,116 @@ stateKVbf16AVX512_nocarry_8:
 	JE   stateKVbf16AVX512_lastrows_8
 
 stateKVbf16AVX512_rows_15:
-	VBROADCASTSS  (BX)(CX*4), Z9
-	VBROADCASTSS  (SI)(CX*4), Z10
-	VBROADCASTSS  (DI)(CX*4), Z15
-	VMOVUPS       (AX), Z16
-	VMULPS        Z16, Z8, Z16
-	VFMADD231PS   Z11, Z9, Z16
-	VMOVUPS       Z16, (AX)
-	VFMADD231PS   Z16, Z10, Z0
-	VFMADD231PS   Z16, Z15, Z1
-	VMOVUPS       64(AX), Z16
-	VMULPS        Z16, Z8, Z16
-	VFMADD231PS   Z12, Z9, Z16
-	VMOVUPS       Z16, 64(AX)
-	VFMADD231PS   Z16, Z10, Z2
-	VFMADD231PS   Z16, Z15, Z3
-	VMOVUPS       128(AX), Z16
-	VMULPS        Z16, Z8, Z16
-	VFMADD231PS   Z13, Z9, Z16
-	VMOVUPS       Z16, 128(AX)
-	VFMADD231PS   Z16, Z10, Z4
-	VFMADD231PS   Z16, Z15, Z5
-	VMOVUPS       192(AX), Z16
-	VMULPS        Z16, Z8, Z16
-	VFMADD231PS   Z14, Z9, Z16
-	VMOVUPS       Z16, 192(AX)
-	VFMADD231PS   Z16, Z10, Z6
-	VFMADD231PS   Z16, Z15, Z7
-	TESTQ         R9, R9
-	JZ            stateKVbf16AVX512_nostorerow_15
-	CMPB          120(SP), $0x00
-	JE            stateKVbf16AVX512_temporalrow_15
-	VMOVUPS       (AX), Z9
-	VPSRLD        $0x10, Z9, Z10
-	VPANDD.BCST   absmask<>+0(SB), Z9, Z15
-	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
-	VPANDD.BCST   one_i<>+0(SB), Z10, Z15
-	VPADDD.BCST   round<>+0(SB), Z9, Z9
-	VPADDD        Z15, Z9, Z9
-	VPSRLD        $0x10, Z9, Z9
-	VPORD.BCST    quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW       Z9, Y9
-	VMOVNTDQ      Y9, (R9)
-	VMOVUPS       64(AX), Z9
-	VPSRLD        $0x10, Z9, Z10
-	VPANDD.BCST   absmask<>+0(SB), Z9, Z15
-	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
-	VPANDD.BCST   one_i<>+0(SB), Z10, Z15
-	VPADDD.BCST   round<>+0(SB), Z9, Z9
-	VPADDD        Z15, Z9, Z9
-	VPSRLD        $0x10, Z9, Z9
-	VPORD.BCST    quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW       Z9, Y9
-	VMOVNTDQ      Y9, 32(R9)
-	VMOVUPS       128(AX), Z9
-	VPSRLD        $0x10, Z9, Z10
-	VPANDD.BCST   absmask<>+0(SB), Z9, Z15
-	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
-	VPANDD.BCST   one_i<>+0(SB), Z10, Z15
-	VPADDD.BCST   round<>+0(SB), Z9, Z9
-	VPADDD        Z15, Z9, Z9
-	VPSRLD        $0x10, Z9, Z9
-	VPORD.BCST    quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW       Z9, Y9
-	VMOVNTDQ      Y9, 64(R9)
-	VMOVUPS       192(AX), Z9
-	VPSRLD        $0x10, Z9, Z10
-	VPANDD.BCST   absmask<>+0(SB), Z9, Z15
-	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
-	VPANDD.BCST   one_i<>+0(SB), Z10, Z15
-	VPADDD.BCST   round<>+0(SB), Z9, Z9
-	VPADDD        Z15, Z9, Z9
-	VPSRLD        $0x10, Z9, Z9
-	VPORD.BCST    quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW       Z9, Y9
-	VMOVNTDQ      Y9, 96(R9)
-	JMP           stateKVbf16AVX512_storedrow_15
+	VBROADCASTSS (BX)(CX*4), Z9
+	VBROADCASTSS (SI)(CX*4), Z10
+	VBROADCASTSS (DI)(CX*4), Z15
+	VMOVUPS      (AX), Z16
+	VMULPS       Z16, Z8, Z16
+	VFMADD231PS  Z11, Z9, Z16
+	VMOVUPS      Z16, (AX)
+	VFMADD231PS  Z16, Z10, Z0
+	VFMADD231PS  Z16, Z15, Z1
+	VMOVUPS      64(AX), Z16
+	VMULPS       Z16, Z8, Z16
+	VFMADD231PS  Z12, Z9, Z16
+	VMOVUPS      Z16, 64(AX)
+	VFMADD231PS  Z16, Z10, Z2
+	VFMADD231PS  Z16, Z15, Z3
+	VMOVUPS      128(AX), Z16
+	VMULPS       Z16, Z8, Z16
+	VFMADD231PS  Z13, Z9, Z16
+	VMOVUPS      Z16, 128(AX)
+	VFMADD231PS  Z16, Z10, Z4
+	VFMADD231PS  Z16, Z15, Z5
+	VMOVUPS      192(AX), Z16
+	VMULPS       Z16, Z8, Z16
+	VFMADD231PS  Z14, Z9, Z16
+	VMOVUPS      Z16, 192(AX)
+	VFMADD231PS  Z16, Z10, Z6
+	VFMADD231PS  Z16, Z15, Z7
+	TESTQ        R9, R9
+	JZ           stateKVbf16AVX512_nostorerow_15
+	CMPB         120(SP), $0x00
+	JE           stateKVbf16AVX512_temporalrow_15
+	VMOVUPS      (AX), Z9
+	VPSRLD       $0x10, Z9, Z10
+	VCMPPS       $0x03, Z9, Z9, K2
+	VPANDD.BCST  one_i<>+0(SB), Z10, Z15
+	VPADDD.BCST  round<>+0(SB), Z9, Z9
+	VPADDD       Z15, Z9, Z9
+	VPSRLD       $0x10, Z9, Z9
+	VPORD.BCST   quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW      Z9, Y9
+	VMOVNTDQ     Y9, (R9)
+	VMOVUPS      64(AX), Z9
+	VPSRLD       $0x10, Z9, Z10
+	VCMPPS       $0x03, Z9, Z9, K2
+	VPANDD.BCST  one_i<>+0(SB), Z10, Z15
+	VPADDD.BCST  round<>+0(SB), Z9, Z9
+	VPADDD       Z15, Z9, Z9
+	VPSRLD       $0x10, Z9, Z9
+	VPORD.BCST   quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW      Z9, Y9
+	VMOVNTDQ     Y9, 32(R9)
+	VMOVUPS      128(AX), Z9
+	VPSRLD       $0x10, Z9, Z10
+	VCMPPS       $0x03, Z9, Z9, K2
+	VPANDD.BCST  one_i<>+0(SB), Z10, Z15
+	VPADDD.BCST  round<>+0(SB), Z9, Z9
+	VPADDD       Z15, Z9, Z9
+	VPSRLD       $0x10, Z9, Z9
+	VPORD.BCST   quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW      Z9, Y9
+	VMOVNTDQ     Y9, 64(R9)
+	VMOVUPS      192(AX), Z9
+	VPSRLD       $0x10, Z9, Z10
+	VCMPPS       $0x03, Z9, Z9, K2
+	VPANDD.BCST  one_i<>+0(SB), Z10, Z15
+	VPADDD.BCST  round<>+0(SB), Z9, Z9
+	VPADDD       Z15, Z9, Z9
+	VPSRLD       $0x10, Z9, Z9
+	VPORD.BCST   quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW      Z9, Y9
+	VMOVNTDQ     Y9, 96(R9)
+	JMP          stateKVbf16AVX512_storedrow_15
 
 stateKVbf16AVX512_temporalrow_15:
-	VMOVUPS       (AX), Z9
-	VPSRLD        $0x10, Z9, Z10
-	VPANDD.BCST   absmask<>+0(SB), Z9, Z15
-	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
-	VPANDD.BCST   one_i<>+0(SB), Z10, Z15
-	VPADDD.BCST   round<>+0(SB), Z9, Z9
-	VPADDD        Z15, Z9, Z9
-	VPSRLD        $0x10, Z9, Z9
-	VPORD.BCST    quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW       Z9, (R9)
-	VMOVUPS       64(AX), Z9
-	VPSRLD        $0x10, Z9, Z10
-	VPANDD.BCST   absmask<>+0(SB), Z9, Z15
-	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
-	VPANDD.BCST   one_i<>+0(SB), Z10, Z15
-	VPADDD.BCST   round<>+0(SB), Z9, Z9
-	VPADDD        Z15, Z9, Z9
-	VPSRLD        $0x10, Z9, Z9
-	VPORD.BCST    quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW       Z9, 32(R9)
-	VMOVUPS       128(AX), Z9
-	VPSRLD        $0x10, Z9, Z10
-	VPANDD.BCST   absmask<>+0(SB), Z9, Z15
-	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
-	VPANDD.BCST   one_i<>+0(SB), Z10, Z15
-	VPADDD.BCST   round<>+0(SB), Z9, Z9
-	VPADDD        Z15, Z9, Z9
-	VPSRLD        $0x10, Z9, Z9
-	VPORD.BCST    quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW       Z9, 64(R9)
-	VMOVUPS       192(AX), Z9
-	VPSRLD        $0x10, Z9, Z10
-	VPANDD.BCST   absmask<>+0(SB), Z9, Z15
-	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
-	VPANDD.BCST   one_i<>+0(SB), Z10, Z15
-	VPADDD.BCST   round<>+0(SB), Z9, Z9
-	VPADDD        Z15, Z9, Z9
-	VPSRLD        $0x10, Z9, Z9
-	VPORD.BCST    quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW       Z9, K1, 96(R9)
+	VMOVUPS     (AX), Z9
+	VPSRLD      $0x10, Z9, Z10
+	VCMPPS      $0x03, Z9, Z9, K2
+	VPANDD.BCST one_i<>+0(SB), Z10, Z15
+	VPADDD.BCST round<>+0(SB), Z9, Z9
+	VPADDD      Z15, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPORD.BCST  quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW     Z9, (R9)
+	VMOVUPS     64(AX), Z9
+	VPSRLD      $0x10, Z9, Z10
+	VCMPPS      $0x03, Z9, Z9, K2
+	VPANDD.BCST one_i<>+0(SB), Z10, Z15
+	VPADDD.BCST round<>+0(SB), Z9, Z9
+	VPADDD      Z15, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPORD.BCST  quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW     Z9, 32(R9)
+	VMOVUPS     128(AX), Z9
+	VPSRLD      $0x10, Z9, Z10
+	VCMPPS      $0x03, Z9, Z9, K2
+	VPANDD.BCST one_i<>+0(SB), Z10, Z15
+	VPADDD.BCST round<>+0(SB), Z9, Z9
+	VPADDD      Z15, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPORD.BCST  quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW     Z9, 64(R9)
+	VMOVUPS     192(AX), Z9
+	VPSRLD      $0x10, Z9, Z10
+	VCMPPS      $0x03, Z9, Z9, K2
+	VPANDD.BCST one_i<>+0(SB), Z10, Z15
+	VPADDD.BCST round<>+0(SB), Z9, Z9
+	VPADDD      Z15, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPORD.BCST  quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW     Z9, K1, 96(R9)
 
 stateKVbf16AVX512_storedrow_15:
 	ADDQ R10, R9
@@ -12641,110 +12512,102 @@ stateKVbf16AVX512_nocarryrow_15:
 
 stateKVbf16AVX512_lastrows_8:
 stateKVbf16AVX512_rows_16:
-	VBROADCASTSS  (BX)(CX*4), Z9
-	VMOVUPS       (AX), Z10
-	VMULPS        Z10, Z8, Z10
-	VFMADD231PS   Z11, Z9, Z10
-	VMOVUPS       64(AX), Z15
-	VMULPS        Z15, Z8, Z15
-	VFMADD231PS   Z12, Z9, Z15
-	VMOVUPS       128(AX), Z16
-	VMULPS        Z16, Z8, Z16
-	VFMADD231PS   Z13, Z9, Z16
-	VMOVUPS       192(AX), Z17
-	VMULPS        Z17, Z8, Z17
-	VFMADD231PS   Z14, Z9, Z17
-	TESTQ         R9, R9
-	JZ            stateKVbf16AVX512_nostorerow_16
-	CMPB          120(SP), $0x00
-	JE            stateKVbf16AVX512_temporalrow_16
-	VMOVAPS       Z10, Z9
-	VPSRLD        $0x10, Z9, Z18
-	VPANDD.BCST   absmask<>+0(SB), Z9, Z19
-	VPCMPGTD.BCST infbits<>+0(SB), Z19, K2
-	VPANDD.BCST   one_i<>+0(SB), Z18, Z19
-	VPADDD.BCST   round<>+0(SB), Z9, Z9
-	VPADDD        Z19, Z9, Z9
-	VPSRLD        $0x10, Z9, Z9
-	VPORD.BCST    quiet<>+0(SB), Z18, K2, Z9
-	VPMOVDW       Z9, Y9
-	VMOVNTDQ      Y9, (R9)
-	VMOVAPS       Z15, Z9
-	VPSRLD        $0x10, Z9, Z18
-	VPANDD.BCST   absmask<>+0(SB), Z9, Z19
-	VPCMPGTD.BCST infbits<>+0(SB), Z19, K2
-	VPANDD.BCST   one_i<>+0(SB), Z18, Z19
-	VPADDD.BCST   round<>+0(SB), Z9, Z9
-	VPADDD        Z19, Z9, Z9
-	VPSRLD        $0x10, Z9, Z9
-	VPORD.BCST    quiet<>+0(SB), Z18, K2, Z9
-	VPMOVDW       Z9, Y9
-	VMOVNTDQ      Y9, 32(R9)
-	VMOVAPS       Z16, Z9
-	VPSRLD        $0x10, Z9, Z18
-	VPANDD.BCST   absmask<>+0(SB), Z9, Z19
-	VPCMPGTD.BCST infbits<>+0(SB), Z19, K2
-	VPANDD.BCST   one_i<>+0(SB), Z18, Z19
-	VPADDD.BCST   round<>+0(SB), Z9, Z9
-	VPADDD        Z19, Z9, Z9
-	VPSRLD        $0x10, Z9, Z9
-	VPORD.BCST    quiet<>+0(SB), Z18, K2, Z9
-	VPMOVDW       Z9, Y9
-	VMOVNTDQ      Y9, 64(R9)
-	VMOVAPS       Z17, Z9
-	VPSRLD        $0x10, Z9, Z18
-	VPANDD.BCST   absmask<>+0(SB), Z9, Z19
-	VPCMPGTD.BCST infbits<>+0(SB), Z19, K2
-	VPANDD.BCST   one_i<>+0(SB), Z18, Z19
-	VPADDD.BCST   round<>+0(SB), Z9, Z9
-	VPADDD        Z19, Z9, Z9
-	VPSRLD        $0x10, Z9, Z9
-	VPORD.BCST    quiet<>+0(SB), Z18, K2, Z9
-	VPMOVDW       Z9, Y9
-	VMOVNTDQ      Y9, 96(R9)
-	JMP           stateKVbf16AVX512_storedrow_16
+	VBROADCASTSS (BX)(CX*4), Z9
+	VMOVUPS      (AX), Z10
+	VMULPS       Z10, Z8, Z10
+	VFMADD231PS  Z11, Z9, Z10
+	VMOVUPS      64(AX), Z15
+	VMULPS       Z15, Z8, Z15
+	VFMADD231PS  Z12, Z9, Z15
+	VMOVUPS      128(AX), Z16
+	VMULPS       Z16, Z8, Z16
+	VFMADD231PS  Z13, Z9, Z16
+	VMOVUPS      192(AX), Z17
+	VMULPS       Z17, Z8, Z17
+	VFMADD231PS  Z14, Z9, Z17
+	TESTQ        R9, R9
+	JZ           stateKVbf16AVX512_nostorerow_16
+	CMPB         120(SP), $0x00
+	JE           stateKVbf16AVX512_temporalrow_16
+	VMOVAPS      Z10, Z9
+	VPSRLD       $0x10, Z9, Z18
+	VCMPPS       $0x03, Z9, Z9, K2
+	VPANDD.BCST  one_i<>+0(SB), Z18, Z19
+	VPADDD.BCST  round<>+0(SB), Z9, Z9
+	VPADDD       Z19, Z9, Z9
+	VPSRLD       $0x10, Z9, Z9
+	VPORD.BCST   quiet<>+0(SB), Z18, K2, Z9
+	VPMOVDW      Z9, Y9
+	VMOVNTDQ     Y9, (R9)
+	VMOVAPS      Z15, Z9
+	VPSRLD       $0x10, Z9, Z18
+	VCMPPS       $0x03, Z9, Z9, K2
+	VPANDD.BCST  one_i<>+0(SB), Z18, Z19
+	VPADDD.BCST  round<>+0(SB), Z9, Z9
+	VPADDD       Z19, Z9, Z9
+	VPSRLD       $0x10, Z9, Z9
+	VPORD.BCST   quiet<>+0(SB), Z18, K2, Z9
+	VPMOVDW      Z9, Y9
+	VMOVNTDQ     Y9, 32(R9)
+	VMOVAPS      Z16, Z9
+	VPSRLD       $0x10, Z9, Z18
+	VCMPPS       $0x03, Z9, Z9, K2
+	VPANDD.BCST  one_i<>+0(SB), Z18, Z19
+	VPADDD.BCST  round<>+0(SB), Z9, Z9
+	VPADDD       Z19, Z9, Z9
+	VPSRLD       $0x10, Z9, Z9
+	VPORD.BCST   quiet<>+0(SB), Z18, K2, Z9
+	VPMOVDW      Z9, Y9
+	VMOVNTDQ     Y9, 64(R9)
+	VMOVAPS      Z17, Z9
+	VPSRLD       $0x10, Z9, Z18
+	VCMPPS       $0x03, Z9, Z9, K2
+	VPANDD.BCST  one_i<>+0(SB), Z18, Z19
+	VPADDD.BCST  round<>+0(SB), Z9, Z9
+	VPADDD       Z19, Z9, Z9
+	VPSRLD       $0x10, Z9, Z9
+	VPORD.BCST   quiet<>+0(SB), Z18, K2, Z9
+	VPMOVDW      Z9, Y9
+	VMOVNTDQ     Y9, 96(R9)
+	JMP          stateKVbf16AVX512_storedrow_16
 
 stateKVbf16AVX512_temporalrow_16:
-	VMOVAPS       Z10, Z9
-	VPSRLD        $0x10, Z9, Z18
-	VPANDD.BCST   absmask<>+0(SB), Z9, Z19
-	VPCMPGTD.BCST infbits<>+0(SB), Z19, K2
-	VPANDD.BCST   one_i<>+0(SB), Z18, Z19
-	VPADDD.BCST   round<>+0(SB), Z9, Z9
-	VPADDD        Z19, Z9, Z9
-	VPSRLD        $0x10, Z9, Z9
-	VPORD.BCST    quiet<>+0(SB), Z18, K2, Z9
-	VPMOVDW       Z9, (R9)
-	VMOVAPS       Z15, Z9
-	VPSRLD        $0x10, Z9, Z18
-	VPANDD.BCST   absmask<>+0(SB), Z9, Z19
-	VPCMPGTD.BCST infbits<>+0(SB), Z19, K2
-	VPANDD.BCST   one_i<>+0(SB), Z18, Z19
-	VPADDD.BCST   round<>+0(SB), Z9, Z9
-	VPADDD        Z19, Z9, Z9
-	VPSRLD        $0x10, Z9, Z9
-	VPORD.BCST    quiet<>+0(SB), Z18, K2, Z9
-	VPMOVDW       Z9, 32(R9)
-	VMOVAPS       Z16, Z9
-	VPSRLD        $0x10, Z9, Z18
-	VPANDD.BCST   absmask<>+0(SB), Z9, Z19
-	VPCMPGTD.BCST infbits<>+0(SB), Z19, K2
-	VPANDD.BCST   one_i<>+0(SB), Z18, Z19
-	VPADDD.BCST   round<>+0(SB), Z9, Z9
-	VPADDD        Z19, Z9, Z9
-	VPSRLD        $0x10, Z9, Z9
-	VPORD.BCST    quiet<>+0(SB), Z18, K2, Z9
-	VPMOVDW       Z9, 64(R9)
-	VMOVAPS       Z17, Z9
-	VPSRLD        $0x10, Z9, Z18
-	VPANDD.BCST   absmask<>+0(SB), Z9, Z19
-	VPCMPGTD.BCST infbits<>+0(SB), Z19, K2
-	VPANDD.BCST   one_i<>+0(SB), Z18, Z19
-	VPADDD.BCST   round<>+0(SB), Z9, Z9
-	VPADDD        Z19, Z9, Z9
-	VPSRLD        $0x10, Z9, Z9
-	VPORD.BCST    quiet<>+0(SB), Z18, K2, Z9
-	VPMOVDW       Z9, K1, 96(R9)
+	VMOVAPS     Z10, Z9
+	VPSRLD      $0x10, Z9, Z18
+	VCMPPS      $0x03, Z9, Z9, K2
+	VPANDD.BCST one_i<>+0(SB), Z18, Z19
+	VPADDD.BCST round<>+0(SB), Z9, Z9
+	VPADDD      Z19, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPORD.BCST  quiet<>+0(SB), Z18, K2, Z9
+	VPMOVDW     Z9, (R9)
+	VMOVAPS     Z15, Z9
+	VPSRLD      $0x10, Z9, Z18
+	VCMPPS      $0x03, Z9, Z9, K2
+	VPANDD.BCST one_i<>+0(SB), Z18, Z19
+	VPADDD.BCST round<>+0(SB), Z9, Z9
+	VPADDD      Z19, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPORD.BCST  quiet<>+0(SB), Z18, K2, Z9
+	VPMOVDW     Z9, 32(R9)
+	VMOVAPS     Z16, Z9
+	VPSRLD      $0x10, Z9, Z18
+	VCMPPS      $0x03, Z9, Z9, K2
+	VPANDD.BCST one_i<>+0(SB), Z18, Z19
+	VPADDD.BCST round<>+0(SB), Z9, Z9
+	VPADDD      Z19, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPORD.BCST  quiet<>+0(SB), Z18, K2, Z9
+	VPMOVDW     Z9, 64(R9)
+	VMOVAPS     Z17, Z9
+	VPSRLD      $0x10, Z9, Z18
+	VCMPPS      $0x03, Z9, Z9, K2
+	VPANDD.BCST one_i<>+0(SB), Z18, Z19
+	VPADDD.BCST round<>+0(SB), Z9, Z9
+	VPADDD      Z19, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPORD.BCST  quiet<>+0(SB), Z18, K2, Z9
+	VPMOVDW     Z9, K1, 96(R9)
 
 stateKVbf16AVX512_storedrow_16:
 	ADDQ R10, R9
@@ -14665,8 +14528,7 @@ stateKVbf16AVX2_rows_1:
 	JE           stateKVbf16AVX2_temporalrow_1
 	VMOVUPS      (AX), Y9
 	VPSRLD       $0x10, Y9, Y10
-	VPAND        absmask<>+0(SB), Y9, Y11
-	VPCMPGTD     infbits<>+0(SB), Y11, Y12
+	VCMPPS       $0x03, Y9, Y9, Y12
 	VPAND        one_i<>+0(SB), Y10, Y11
 	VPADDD       round<>+0(SB), Y9, Y9
 	VPADDD       Y11, Y9, Y9
@@ -14678,8 +14540,7 @@ stateKVbf16AVX2_rows_1:
 	VMOVNTDQ     X10, (R9)
 	VMOVUPS      32(AX), Y9
 	VPSRLD       $0x10, Y9, Y10
-	VPAND        absmask<>+0(SB), Y9, Y11
-	VPCMPGTD     infbits<>+0(SB), Y11, Y12
+	VCMPPS       $0x03, Y9, Y9, Y12
 	VPAND        one_i<>+0(SB), Y10, Y11
 	VPADDD       round<>+0(SB), Y9, Y9
 	VPADDD       Y11, Y9, Y9
@@ -14691,8 +14552,7 @@ stateKVbf16AVX2_rows_1:
 	VMOVNTDQ     X10, 16(R9)
 	VMOVUPS      64(AX), Y9
 	VPSRLD       $0x10, Y9, Y10
-	VPAND        absmask<>+0(SB), Y9, Y11
-	VPCMPGTD     infbits<>+0(SB), Y11, Y12
+	VCMPPS       $0x03, Y9, Y9, Y12
 	VPAND        one_i<>+0(SB), Y10, Y11
 	VPADDD       round<>+0(SB), Y9, Y9
 	VPADDD       Y11, Y9, Y9
@@ -14704,8 +14564,7 @@ stateKVbf16AVX2_rows_1:
 	VMOVNTDQ     X10, 32(R9)
 	VMOVUPS      96(AX), Y9
 	VPSRLD       $0x10, Y9, Y10
-	VPAND        absmask<>+0(SB), Y9, Y11
-	VPCMPGTD     infbits<>+0(SB), Y11, Y12
+	VCMPPS       $0x03, Y9, Y9, Y12
 	VPAND        one_i<>+0(SB), Y10, Y11
 	VPADDD       round<>+0(SB), Y9, Y9
 	VPADDD       Y11, Y9, Y9
@@ -14720,8 +14579,7 @@ stateKVbf16AVX2_rows_1:
 stateKVbf16AVX2_temporalrow_1:
 	VMOVUPS      (AX), Y9
 	VPSRLD       $0x10, Y9, Y10
-	VPAND        absmask<>+0(SB), Y9, Y11
-	VPCMPGTD     infbits<>+0(SB), Y11, Y12
+	VCMPPS       $0x03, Y9, Y9, Y12
 	VPAND        one_i<>+0(SB), Y10, Y11
 	VPADDD       round<>+0(SB), Y9, Y9
 	VPADDD       Y11, Y9, Y9
@@ -14733,8 +14591,7 @@ stateKVbf16AVX2_temporalrow_1:
 	VMOVDQU      X10, (R9)
 	VMOVUPS      32(AX), Y9
 	VPSRLD       $0x10, Y9, Y10
-	VPAND        absmask<>+0(SB), Y9, Y11
-	VPCMPGTD     infbits<>+0(SB), Y11, Y12
+	VCMPPS       $0x03, Y9, Y9, Y12
 	VPAND        one_i<>+0(SB), Y10, Y11
 	VPADDD       round<>+0(SB), Y9, Y9
 	VPADDD       Y11, Y9, Y9
@@ -14746,8 +14603,7 @@ stateKVbf16AVX2_temporalrow_1:
 	VMOVDQU      X10, 16(R9)
 	VMOVUPS      64(AX), Y9
 	VPSRLD       $0x10, Y9, Y10
-	VPAND        absmask<>+0(SB), Y9, Y11
-	VPCMPGTD     infbits<>+0(SB), Y11, Y12
+	VCMPPS       $0x03, Y9, Y9, Y12
 	VPAND        one_i<>+0(SB), Y10, Y11
 	VPADDD       round<>+0(SB), Y9, Y9
 	VPADDD       Y11, Y9, Y9
@@ -14759,8 +14615,7 @@ stateKVbf16AVX2_temporalrow_1:
 	VMOVDQU      X10, 32(R9)
 	VMOVUPS      96(AX), Y9
 	VPSRLD       $0x10, Y9, Y10
-	VPAND        absmask<>+0(SB), Y9, Y11
-	VPCMPGTD     infbits<>+0(SB), Y11, Y12
+	VCMPPS       $0x03, Y9, Y9, Y12
 	VPAND        one_i<>+0(SB), Y10, Y11
 	VPADDD       round<>+0(SB), Y9, Y9
 	VPADDD       Y11, Y9, Y9
@@ -14944,8 +14799,7 @@ stateKVbf16AVX2_rows_2:
 	JE           stateKVbf16AVX2_temporalrow_2
 	VMOVUPS      (AX), Y9
 	VPSRLD       $0x10, Y9, Y10
-	VPAND        absmask<>+0(SB), Y9, Y11
-	VPCMPGTD     infbits<>+0(SB), Y11, Y12
+	VCMPPS       $0x03, Y9, Y9, Y12
 	VPAND        one_i<>+0(SB), Y10, Y11
 	VPADDD       round<>+0(SB), Y9, Y9
 	VPADDD       Y11, Y9, Y9
@@ -14957,8 +14811,7 @@ stateKVbf16AVX2_rows_2:
 	VMOVNTDQ     X10, (R9)
 	VMOVUPS      32(AX), Y9
 	VPSRLD       $0x10, Y9, Y10
-	VPAND        absmask<>+0(SB), Y9, Y11
-	VPCMPGTD     infbits<>+0(SB), Y11, Y12
+	VCMPPS       $0x03, Y9, Y9, Y12
 	VPAND        one_i<>+0(SB), Y10, Y11
 	VPADDD       round<>+0(SB), Y9, Y9
 	VPADDD       Y11, Y9, Y9
@@ -14970,8 +14823,7 @@ stateKVbf16AVX2_rows_2:
 	VMOVNTDQ     X10, 16(R9)
 	VMOVUPS      64(AX), Y9
 	VPSRLD       $0x10, Y9, Y10
-	VPAND        absmask<>+0(SB), Y9, Y11
-	VPCMPGTD     infbits<>+0(SB), Y11, Y12
+	VCMPPS       $0x03, Y9, Y9, Y12
 	VPAND        one_i<>+0(SB), Y10, Y11
 	VPADDD       round<>+0(SB), Y9, Y9
 	VPADDD       Y11, Y9, Y9
@@ -14983,8 +14835,7 @@ stateKVbf16AVX2_rows_2:
 	VMOVNTDQ     X10, 32(R9)
 	VMOVUPS      96(AX), Y9
 	VPSRLD       $0x10, Y9, Y10
-	VPAND        absmask<>+0(SB), Y9, Y11
-	VPCMPGTD     infbits<>+0(SB), Y11, Y12
+	VCMPPS       $0x03, Y9, Y9, Y12
 	VPAND        one_i<>+0(SB), Y10, Y11
 	VPADDD       round<>+0(SB), Y9, Y9
 	VPADDD       Y11, Y9, Y9
@@ -14999,8 +14850,7 @@ stateKVbf16AVX2_rows_2:
 stateKVbf16AVX2_temporalrow_2:
 	VMOVUPS      (AX), Y9
 	VPSRLD       $0x10, Y9, Y10
-	VPAND        absmask<>+0(SB), Y9, Y11
-	VPCMPGTD     infbits<>+0(SB), Y11, Y12
+	VCMPPS       $0x03, Y9, Y9, Y12
 	VPAND        one_i<>+0(SB), Y10, Y11
 	VPADDD       round<>+0(SB), Y9, Y9
 	VPADDD       Y11, Y9, Y9
@@ -15012,8 +14862,7 @@ stateKVbf16AVX2_temporalrow_2:
 	VMOVDQU      X10, (R9)
 	VMOVUPS      32(AX), Y9
 	VPSRLD       $0x10, Y9, Y10
-	VPAND        absmask<>+0(SB), Y9, Y11
-	VPCMPGTD     infbits<>+0(SB), Y11, Y12
+	VCMPPS       $0x03, Y9, Y9, Y12
 	VPAND        one_i<>+0(SB), Y10, Y11
 	VPADDD       round<>+0(SB), Y9, Y9
 	VPADDD       Y11, Y9, Y9
@@ -15025,8 +14874,7 @@ stateKVbf16AVX2_temporalrow_2:
 	VMOVDQU      X10, 16(R9)
 	VMOVUPS      64(AX), Y9
 	VPSRLD       $0x10, Y9, Y10
-	VPAND        absmask<>+0(SB), Y9, Y11
-	VPCMPGTD     infbits<>+0(SB), Y11, Y12
+	VCMPPS       $0x03, Y9, Y9, Y12
 	VPAND        one_i<>+0(SB), Y10, Y11
 	VPADDD       round<>+0(SB), Y9, Y9
 	VPADDD       Y11, Y9, Y9
@@ -15038,8 +14886,7 @@ stateKVbf16AVX2_temporalrow_2:
 	VMOVDQU      X10, 32(R9)
 	VMOVUPS      96(AX), Y9
 	VPSRLD       $0x10, Y9, Y10
-	VPAND        absmask<>+0(SB), Y9, Y11
-	VPCMPGTD     infbits<>+0(SB), Y11, Y12
+	VCMPPS       $0x03, Y9, Y9, Y12
 	VPAND        one_i<>+0(SB), Y10, Y11
 	VPADDD       round<>+0(SB), Y9, Y9
 	VPADDD       Y11, Y9, Y9
@@ -15359,8 +15206,7 @@ stateKVbf16AVX2_rows_3:
 	JE           stateKVbf16AVX2_temporalrow_3
 	VMOVUPS      (AX), Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -15372,8 +15218,7 @@ stateKVbf16AVX2_rows_3:
 	VMOVNTDQ     X6, (R9)
 	VMOVUPS      32(AX), Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -15388,8 +15233,7 @@ stateKVbf16AVX2_rows_3:
 stateKVbf16AVX2_temporalrow_3:
 	VMOVUPS      (AX), Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -15401,8 +15245,7 @@ stateKVbf16AVX2_temporalrow_3:
 	VMOVDQU      X6, (R9)
 	VMOVUPS      32(AX), Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -15550,8 +15393,7 @@ stateKVbf16AVX2_rows_4:
 	JE           stateKVbf16AVX2_temporalrow_4
 	VMOVUPS      (AX), Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -15563,8 +15405,7 @@ stateKVbf16AVX2_rows_4:
 	VMOVNTDQ     X6, (R9)
 	VMOVUPS      32(AX), Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -15579,8 +15420,7 @@ stateKVbf16AVX2_rows_4:
 stateKVbf16AVX2_temporalrow_4:
 	VMOVUPS      (AX), Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -15592,8 +15432,7 @@ stateKVbf16AVX2_temporalrow_4:
 	VMOVDQU      X6, (R9)
 	VMOVUPS      32(AX), Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -16105,8 +15944,7 @@ stateKVbf16AVX2_spanback_4:
 	JBE          stateKVbf16AVX2_spantail_5
 	VMOVUPS      (AX), Y7
 	VPSRLD       $0x10, Y7, Y8
-	VPAND        absmask<>+0(SB), Y7, Y9
-	VPCMPGTD     infbits<>+0(SB), Y9, Y10
+	VCMPPS       $0x03, Y7, Y7, Y10
 	VPAND        one_i<>+0(SB), Y8, Y9
 	VPADDD       round<>+0(SB), Y7, Y7
 	VPADDD       Y9, Y7, Y7
@@ -16120,8 +15958,7 @@ stateKVbf16AVX2_spanback_4:
 	JBE          stateKVbf16AVX2_spantail_5
 	VMOVUPS      32(AX), Y7
 	VPSRLD       $0x10, Y7, Y8
-	VPAND        absmask<>+0(SB), Y7, Y9
-	VPCMPGTD     infbits<>+0(SB), Y9, Y10
+	VCMPPS       $0x03, Y7, Y7, Y10
 	VPAND        one_i<>+0(SB), Y8, Y9
 	VPADDD       round<>+0(SB), Y7, Y7
 	VPADDD       Y9, Y7, Y7
@@ -16180,8 +16017,7 @@ stateKVbf16AVX2_spanpast_4:
 stateKVbf16AVX2_spanmasked_5:
 	VMOVUPS      (AX)(CX*4), Y7
 	VPSRLD       $0x10, Y7, Y8
-	VPAND        absmask<>+0(SB), Y7, Y9
-	VPCMPGTD     infbits<>+0(SB), Y9, Y10
+	VCMPPS       $0x03, Y7, Y7, Y10
 	VPAND        one_i<>+0(SB), Y8, Y9
 	VPADDD       round<>+0(SB), Y7, Y7
 	VPADDD       Y9, Y7, Y7
@@ -16379,8 +16215,7 @@ stateKVbf16AVX2_spanback_8:
 	JBE          stateKVbf16AVX2_spantail_9
 	VMOVUPS      (AX), Y7
 	VPSRLD       $0x10, Y7, Y8
-	VPAND        absmask<>+0(SB), Y7, Y9
-	VPCMPGTD     infbits<>+0(SB), Y9, Y10
+	VCMPPS       $0x03, Y7, Y7, Y10
 	VPAND        one_i<>+0(SB), Y8, Y9
 	VPADDD       round<>+0(SB), Y7, Y7
 	VPADDD       Y9, Y7, Y7
@@ -16394,8 +16229,7 @@ stateKVbf16AVX2_spanback_8:
 	JBE          stateKVbf16AVX2_spantail_9
 	VMOVUPS      32(AX), Y7
 	VPSRLD       $0x10, Y7, Y8
-	VPAND        absmask<>+0(SB), Y7, Y9
-	VPCMPGTD     infbits<>+0(SB), Y9, Y10
+	VCMPPS       $0x03, Y7, Y7, Y10
 	VPAND        one_i<>+0(SB), Y8, Y9
 	VPADDD       round<>+0(SB), Y7, Y7
 	VPADDD       Y9, Y7, Y7
@@ -16454,8 +16288,7 @@ stateKVbf16AVX2_spanpast_8:
 stateKVbf16AVX2_spanmasked_9:
 	VMOVUPS      (AX)(CX*4), Y7
 	VPSRLD       $0x10, Y7, Y8
-	VPAND        absmask<>+0(SB), Y7, Y9
-	VPCMPGTD     infbits<>+0(SB), Y9, Y10
+	VCMPPS       $0x03, Y7, Y7, Y10
 	VPAND        one_i<>+0(SB), Y8, Y9
 	VPADDD       round<>+0(SB), Y7, Y7
 	VPADDD       Y9, Y7, Y7
@@ -23340,55 +23173,51 @@ stateVKbf16AVX512_bsnapshot_1:
 	SHLQ $0x04, R13
 
 stateVKbf16AVX512_bstorent_1:
-	VMOVUPS       (R12), Z0
-	VPSRLD        $0x10, Z0, Z3
-	VPANDD.BCST   absmask<>+0(SB), Z0, Z4
-	VPCMPGTD.BCST infbits<>+0(SB), Z4, K2
-	VPANDD.BCST   one_i<>+0(SB), Z3, Z4
-	VPADDD.BCST   round<>+0(SB), Z0, Z0
-	VPADDD        Z4, Z0, Z0
-	VPSRLD        $0x10, Z0, Z0
-	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z0
-	VPMOVDW       Z0, Y0
-	VMOVNTDQ      Y0, (R11)
-	VMOVUPS       64(R12), Z0
-	VPSRLD        $0x10, Z0, Z3
-	VPANDD.BCST   absmask<>+0(SB), Z0, Z4
-	VPCMPGTD.BCST infbits<>+0(SB), Z4, K2
-	VPANDD.BCST   one_i<>+0(SB), Z3, Z4
-	VPADDD.BCST   round<>+0(SB), Z0, Z0
-	VPADDD        Z4, Z0, Z0
-	VPSRLD        $0x10, Z0, Z0
-	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z0
-	VPMOVDW       Z0, Y0
-	VMOVNTDQ      Y0, 32(R11)
-	VMOVUPS       128(R12), Z0
-	VPSRLD        $0x10, Z0, Z3
-	VPANDD.BCST   absmask<>+0(SB), Z0, Z4
-	VPCMPGTD.BCST infbits<>+0(SB), Z4, K2
-	VPANDD.BCST   one_i<>+0(SB), Z3, Z4
-	VPADDD.BCST   round<>+0(SB), Z0, Z0
-	VPADDD        Z4, Z0, Z0
-	VPSRLD        $0x10, Z0, Z0
-	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z0
-	VPMOVDW       Z0, Y0
-	VMOVNTDQ      Y0, 64(R11)
-	VMOVUPS       192(R12), Z0
-	VPSRLD        $0x10, Z0, Z3
-	VPANDD.BCST   absmask<>+0(SB), Z0, Z4
-	VPCMPGTD.BCST infbits<>+0(SB), Z4, K2
-	VPANDD.BCST   one_i<>+0(SB), Z3, Z4
-	VPADDD.BCST   round<>+0(SB), Z0, Z0
-	VPADDD        Z4, Z0, Z0
-	VPSRLD        $0x10, Z0, Z0
-	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z0
-	VPMOVDW       Z0, Y0
-	VMOVNTDQ      Y0, 96(R11)
-	ADDQ          R10, R11
-	ADDQ          $0x00000100, R12
-	DECQ          R13
-	JNZ           stateVKbf16AVX512_bstorent_1
-	JMP           stateVKbf16AVX512_bstored_1
+	VMOVUPS     (R12), Z0
+	VPSRLD      $0x10, Z0, Z3
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z4, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW     Z0, Y0
+	VMOVNTDQ    Y0, (R11)
+	VMOVUPS     64(R12), Z0
+	VPSRLD      $0x10, Z0, Z3
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z4, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW     Z0, Y0
+	VMOVNTDQ    Y0, 32(R11)
+	VMOVUPS     128(R12), Z0
+	VPSRLD      $0x10, Z0, Z3
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z4, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW     Z0, Y0
+	VMOVNTDQ    Y0, 64(R11)
+	VMOVUPS     192(R12), Z0
+	VPSRLD      $0x10, Z0, Z3
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z4, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW     Z0, Y0
+	VMOVNTDQ    Y0, 96(R11)
+	ADDQ        R10, R11
+	ADDQ        $0x00000100, R12
+	DECQ        R13
+	JNZ         stateVKbf16AVX512_bstorent_1
+	JMP         stateVKbf16AVX512_bstored_1
 
 stateVKbf16AVX512_btemporal_1:
 	MOVQ 40(SP), R12
@@ -23396,52 +23225,48 @@ stateVKbf16AVX512_btemporal_1:
 	SHLQ $0x04, R13
 
 stateVKbf16AVX512_bstore_1:
-	VMOVUPS       (R12), Z0
-	VPSRLD        $0x10, Z0, Z3
-	VPANDD.BCST   absmask<>+0(SB), Z0, Z4
-	VPCMPGTD.BCST infbits<>+0(SB), Z4, K2
-	VPANDD.BCST   one_i<>+0(SB), Z3, Z4
-	VPADDD.BCST   round<>+0(SB), Z0, Z0
-	VPADDD        Z4, Z0, Z0
-	VPSRLD        $0x10, Z0, Z0
-	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z0
-	VPMOVDW       Z0, K1, (R11)
-	CMPQ          R9, $0x00000040
-	JBE           stateVKbf16AVX512_dead_8
-	VMOVUPS       64(R12), Z0
-	VPSRLD        $0x10, Z0, Z3
-	VPANDD.BCST   absmask<>+0(SB), Z0, Z4
-	VPCMPGTD.BCST infbits<>+0(SB), Z4, K2
-	VPANDD.BCST   one_i<>+0(SB), Z3, Z4
-	VPADDD.BCST   round<>+0(SB), Z0, Z0
-	VPADDD        Z4, Z0, Z0
-	VPSRLD        $0x10, Z0, Z0
-	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z0
-	VPMOVDW       Z0, K3, 32(R11)
-	CMPQ          R9, $0x00000080
-	JBE           stateVKbf16AVX512_dead_8
-	VMOVUPS       128(R12), Z0
-	VPSRLD        $0x10, Z0, Z3
-	VPANDD.BCST   absmask<>+0(SB), Z0, Z4
-	VPCMPGTD.BCST infbits<>+0(SB), Z4, K2
-	VPANDD.BCST   one_i<>+0(SB), Z3, Z4
-	VPADDD.BCST   round<>+0(SB), Z0, Z0
-	VPADDD        Z4, Z0, Z0
-	VPSRLD        $0x10, Z0, Z0
-	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z0
-	VPMOVDW       Z0, K4, 64(R11)
-	CMPQ          R9, $0x000000c0
-	JBE           stateVKbf16AVX512_dead_8
-	VMOVUPS       192(R12), Z0
-	VPSRLD        $0x10, Z0, Z3
-	VPANDD.BCST   absmask<>+0(SB), Z0, Z4
-	VPCMPGTD.BCST infbits<>+0(SB), Z4, K2
-	VPANDD.BCST   one_i<>+0(SB), Z3, Z4
-	VPADDD.BCST   round<>+0(SB), Z0, Z0
-	VPADDD        Z4, Z0, Z0
-	VPSRLD        $0x10, Z0, Z0
-	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z0
-	VPMOVDW       Z0, K5, 96(R11)
+	VMOVUPS     (R12), Z0
+	VPSRLD      $0x10, Z0, Z3
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z4, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW     Z0, K1, (R11)
+	CMPQ        R9, $0x00000040
+	JBE         stateVKbf16AVX512_dead_8
+	VMOVUPS     64(R12), Z0
+	VPSRLD      $0x10, Z0, Z3
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z4, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW     Z0, K3, 32(R11)
+	CMPQ        R9, $0x00000080
+	JBE         stateVKbf16AVX512_dead_8
+	VMOVUPS     128(R12), Z0
+	VPSRLD      $0x10, Z0, Z3
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z4, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW     Z0, K4, 64(R11)
+	CMPQ        R9, $0x000000c0
+	JBE         stateVKbf16AVX512_dead_8
+	VMOVUPS     192(R12), Z0
+	VPSRLD      $0x10, Z0, Z3
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z4, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW     Z0, K5, 96(R11)
 
 stateVKbf16AVX512_dead_8:
 	ADDQ R10, R11
@@ -23861,150 +23686,138 @@ stateVKbf16AVX512_decayed_3:
 	JCS       stateVKbf16AVX512_bfstored_1
 
 stateVKbf16AVX512_bfints_1:
-	VMOVAPS       Z0, Z14
-	VPSRLD        $0x10, Z14, Z15
-	VPANDD.BCST   absmask<>+0(SB), Z14, Z16
-	VPCMPGTD.BCST infbits<>+0(SB), Z16, K2
-	VPANDD.BCST   one_i<>+0(SB), Z15, Z16
-	VPADDD.BCST   round<>+0(SB), Z14, Z14
-	VPADDD        Z16, Z14, Z14
-	VPSRLD        $0x10, Z14, Z14
-	VPORD.BCST    quiet<>+0(SB), Z15, K2, Z14
-	VPMOVDW       Z14, K1, (R11)
-	CMPQ          R9, $0x00000040
-	JBE           stateVKbf16AVX512_dead_15
-	VMOVAPS       Z3, Z14
-	VPSRLD        $0x10, Z14, Z15
-	VPANDD.BCST   absmask<>+0(SB), Z14, Z16
-	VPCMPGTD.BCST infbits<>+0(SB), Z16, K2
-	VPANDD.BCST   one_i<>+0(SB), Z15, Z16
-	VPADDD.BCST   round<>+0(SB), Z14, Z14
-	VPADDD        Z16, Z14, Z14
-	VPSRLD        $0x10, Z14, Z14
-	VPORD.BCST    quiet<>+0(SB), Z15, K2, Z14
-	VPMOVDW       Z14, K3, 32(R11)
-	CMPQ          R9, $0x00000080
-	JBE           stateVKbf16AVX512_dead_15
-	VMOVAPS       Z4, Z14
-	VPSRLD        $0x10, Z14, Z15
-	VPANDD.BCST   absmask<>+0(SB), Z14, Z16
-	VPCMPGTD.BCST infbits<>+0(SB), Z16, K2
-	VPANDD.BCST   one_i<>+0(SB), Z15, Z16
-	VPADDD.BCST   round<>+0(SB), Z14, Z14
-	VPADDD        Z16, Z14, Z14
-	VPSRLD        $0x10, Z14, Z14
-	VPORD.BCST    quiet<>+0(SB), Z15, K2, Z14
-	VPMOVDW       Z14, K4, 64(R11)
-	CMPQ          R9, $0x000000c0
-	JBE           stateVKbf16AVX512_dead_15
-	VMOVAPS       Z5, Z14
-	VPSRLD        $0x10, Z14, Z15
-	VPANDD.BCST   absmask<>+0(SB), Z14, Z16
-	VPCMPGTD.BCST infbits<>+0(SB), Z16, K2
-	VPANDD.BCST   one_i<>+0(SB), Z15, Z16
-	VPADDD.BCST   round<>+0(SB), Z14, Z14
-	VPADDD        Z16, Z14, Z14
-	VPSRLD        $0x10, Z14, Z14
-	VPORD.BCST    quiet<>+0(SB), Z15, K2, Z14
-	VPMOVDW       Z14, K5, 96(R11)
+	VMOVAPS     Z0, Z14
+	VPSRLD      $0x10, Z14, Z15
+	VCMPPS      $0x03, Z14, Z14, K2
+	VPANDD.BCST one_i<>+0(SB), Z15, Z16
+	VPADDD.BCST round<>+0(SB), Z14, Z14
+	VPADDD      Z16, Z14, Z14
+	VPSRLD      $0x10, Z14, Z14
+	VPORD.BCST  quiet<>+0(SB), Z15, K2, Z14
+	VPMOVDW     Z14, K1, (R11)
+	CMPQ        R9, $0x00000040
+	JBE         stateVKbf16AVX512_dead_15
+	VMOVAPS     Z3, Z14
+	VPSRLD      $0x10, Z14, Z15
+	VCMPPS      $0x03, Z14, Z14, K2
+	VPANDD.BCST one_i<>+0(SB), Z15, Z16
+	VPADDD.BCST round<>+0(SB), Z14, Z14
+	VPADDD      Z16, Z14, Z14
+	VPSRLD      $0x10, Z14, Z14
+	VPORD.BCST  quiet<>+0(SB), Z15, K2, Z14
+	VPMOVDW     Z14, K3, 32(R11)
+	CMPQ        R9, $0x00000080
+	JBE         stateVKbf16AVX512_dead_15
+	VMOVAPS     Z4, Z14
+	VPSRLD      $0x10, Z14, Z15
+	VCMPPS      $0x03, Z14, Z14, K2
+	VPANDD.BCST one_i<>+0(SB), Z15, Z16
+	VPADDD.BCST round<>+0(SB), Z14, Z14
+	VPADDD      Z16, Z14, Z14
+	VPSRLD      $0x10, Z14, Z14
+	VPORD.BCST  quiet<>+0(SB), Z15, K2, Z14
+	VPMOVDW     Z14, K4, 64(R11)
+	CMPQ        R9, $0x000000c0
+	JBE         stateVKbf16AVX512_dead_15
+	VMOVAPS     Z5, Z14
+	VPSRLD      $0x10, Z14, Z15
+	VCMPPS      $0x03, Z14, Z14, K2
+	VPANDD.BCST one_i<>+0(SB), Z15, Z16
+	VPADDD.BCST round<>+0(SB), Z14, Z14
+	VPADDD      Z16, Z14, Z14
+	VPSRLD      $0x10, Z14, Z14
+	VPORD.BCST  quiet<>+0(SB), Z15, K2, Z14
+	VPMOVDW     Z14, K5, 96(R11)
 
 stateVKbf16AVX512_dead_15:
-	ADDQ          R10, R11
-	VMOVAPS       Z6, Z14
-	VPSRLD        $0x10, Z14, Z15
-	VPANDD.BCST   absmask<>+0(SB), Z14, Z16
-	VPCMPGTD.BCST infbits<>+0(SB), Z16, K2
-	VPANDD.BCST   one_i<>+0(SB), Z15, Z16
-	VPADDD.BCST   round<>+0(SB), Z14, Z14
-	VPADDD        Z16, Z14, Z14
-	VPSRLD        $0x10, Z14, Z14
-	VPORD.BCST    quiet<>+0(SB), Z15, K2, Z14
-	VPMOVDW       Z14, K1, (R11)
-	CMPQ          R9, $0x00000040
-	JBE           stateVKbf16AVX512_dead_16
-	VMOVAPS       Z7, Z14
-	VPSRLD        $0x10, Z14, Z15
-	VPANDD.BCST   absmask<>+0(SB), Z14, Z16
-	VPCMPGTD.BCST infbits<>+0(SB), Z16, K2
-	VPANDD.BCST   one_i<>+0(SB), Z15, Z16
-	VPADDD.BCST   round<>+0(SB), Z14, Z14
-	VPADDD        Z16, Z14, Z14
-	VPSRLD        $0x10, Z14, Z14
-	VPORD.BCST    quiet<>+0(SB), Z15, K2, Z14
-	VPMOVDW       Z14, K3, 32(R11)
-	CMPQ          R9, $0x00000080
-	JBE           stateVKbf16AVX512_dead_16
-	VMOVAPS       Z8, Z14
-	VPSRLD        $0x10, Z14, Z15
-	VPANDD.BCST   absmask<>+0(SB), Z14, Z16
-	VPCMPGTD.BCST infbits<>+0(SB), Z16, K2
-	VPANDD.BCST   one_i<>+0(SB), Z15, Z16
-	VPADDD.BCST   round<>+0(SB), Z14, Z14
-	VPADDD        Z16, Z14, Z14
-	VPSRLD        $0x10, Z14, Z14
-	VPORD.BCST    quiet<>+0(SB), Z15, K2, Z14
-	VPMOVDW       Z14, K4, 64(R11)
-	CMPQ          R9, $0x000000c0
-	JBE           stateVKbf16AVX512_dead_16
-	VMOVAPS       Z9, Z14
-	VPSRLD        $0x10, Z14, Z15
-	VPANDD.BCST   absmask<>+0(SB), Z14, Z16
-	VPCMPGTD.BCST infbits<>+0(SB), Z16, K2
-	VPANDD.BCST   one_i<>+0(SB), Z15, Z16
-	VPADDD.BCST   round<>+0(SB), Z14, Z14
-	VPADDD        Z16, Z14, Z14
-	VPSRLD        $0x10, Z14, Z14
-	VPORD.BCST    quiet<>+0(SB), Z15, K2, Z14
-	VPMOVDW       Z14, K5, 96(R11)
+	ADDQ        R10, R11
+	VMOVAPS     Z6, Z14
+	VPSRLD      $0x10, Z14, Z15
+	VCMPPS      $0x03, Z14, Z14, K2
+	VPANDD.BCST one_i<>+0(SB), Z15, Z16
+	VPADDD.BCST round<>+0(SB), Z14, Z14
+	VPADDD      Z16, Z14, Z14
+	VPSRLD      $0x10, Z14, Z14
+	VPORD.BCST  quiet<>+0(SB), Z15, K2, Z14
+	VPMOVDW     Z14, K1, (R11)
+	CMPQ        R9, $0x00000040
+	JBE         stateVKbf16AVX512_dead_16
+	VMOVAPS     Z7, Z14
+	VPSRLD      $0x10, Z14, Z15
+	VCMPPS      $0x03, Z14, Z14, K2
+	VPANDD.BCST one_i<>+0(SB), Z15, Z16
+	VPADDD.BCST round<>+0(SB), Z14, Z14
+	VPADDD      Z16, Z14, Z14
+	VPSRLD      $0x10, Z14, Z14
+	VPORD.BCST  quiet<>+0(SB), Z15, K2, Z14
+	VPMOVDW     Z14, K3, 32(R11)
+	CMPQ        R9, $0x00000080
+	JBE         stateVKbf16AVX512_dead_16
+	VMOVAPS     Z8, Z14
+	VPSRLD      $0x10, Z14, Z15
+	VCMPPS      $0x03, Z14, Z14, K2
+	VPANDD.BCST one_i<>+0(SB), Z15, Z16
+	VPADDD.BCST round<>+0(SB), Z14, Z14
+	VPADDD      Z16, Z14, Z14
+	VPSRLD      $0x10, Z14, Z14
+	VPORD.BCST  quiet<>+0(SB), Z15, K2, Z14
+	VPMOVDW     Z14, K4, 64(R11)
+	CMPQ        R9, $0x000000c0
+	JBE         stateVKbf16AVX512_dead_16
+	VMOVAPS     Z9, Z14
+	VPSRLD      $0x10, Z14, Z15
+	VCMPPS      $0x03, Z14, Z14, K2
+	VPANDD.BCST one_i<>+0(SB), Z15, Z16
+	VPADDD.BCST round<>+0(SB), Z14, Z14
+	VPADDD      Z16, Z14, Z14
+	VPSRLD      $0x10, Z14, Z14
+	VPORD.BCST  quiet<>+0(SB), Z15, K2, Z14
+	VPMOVDW     Z14, K5, 96(R11)
 
 stateVKbf16AVX512_dead_16:
-	ADDQ          R10, R11
-	VMOVAPS       Z10, Z14
-	VPSRLD        $0x10, Z14, Z15
-	VPANDD.BCST   absmask<>+0(SB), Z14, Z16
-	VPCMPGTD.BCST infbits<>+0(SB), Z16, K2
-	VPANDD.BCST   one_i<>+0(SB), Z15, Z16
-	VPADDD.BCST   round<>+0(SB), Z14, Z14
-	VPADDD        Z16, Z14, Z14
-	VPSRLD        $0x10, Z14, Z14
-	VPORD.BCST    quiet<>+0(SB), Z15, K2, Z14
-	VPMOVDW       Z14, K1, (R11)
-	CMPQ          R9, $0x00000040
-	JBE           stateVKbf16AVX512_dead_17
-	VMOVAPS       Z11, Z14
-	VPSRLD        $0x10, Z14, Z15
-	VPANDD.BCST   absmask<>+0(SB), Z14, Z16
-	VPCMPGTD.BCST infbits<>+0(SB), Z16, K2
-	VPANDD.BCST   one_i<>+0(SB), Z15, Z16
-	VPADDD.BCST   round<>+0(SB), Z14, Z14
-	VPADDD        Z16, Z14, Z14
-	VPSRLD        $0x10, Z14, Z14
-	VPORD.BCST    quiet<>+0(SB), Z15, K2, Z14
-	VPMOVDW       Z14, K3, 32(R11)
-	CMPQ          R9, $0x00000080
-	JBE           stateVKbf16AVX512_dead_17
-	VMOVAPS       Z12, Z14
-	VPSRLD        $0x10, Z14, Z15
-	VPANDD.BCST   absmask<>+0(SB), Z14, Z16
-	VPCMPGTD.BCST infbits<>+0(SB), Z16, K2
-	VPANDD.BCST   one_i<>+0(SB), Z15, Z16
-	VPADDD.BCST   round<>+0(SB), Z14, Z14
-	VPADDD        Z16, Z14, Z14
-	VPSRLD        $0x10, Z14, Z14
-	VPORD.BCST    quiet<>+0(SB), Z15, K2, Z14
-	VPMOVDW       Z14, K4, 64(R11)
-	CMPQ          R9, $0x000000c0
-	JBE           stateVKbf16AVX512_dead_17
-	VMOVAPS       Z13, Z14
-	VPSRLD        $0x10, Z14, Z15
-	VPANDD.BCST   absmask<>+0(SB), Z14, Z16
-	VPCMPGTD.BCST infbits<>+0(SB), Z16, K2
-	VPANDD.BCST   one_i<>+0(SB), Z15, Z16
-	VPADDD.BCST   round<>+0(SB), Z14, Z14
-	VPADDD        Z16, Z14, Z14
-	VPSRLD        $0x10, Z14, Z14
-	VPORD.BCST    quiet<>+0(SB), Z15, K2, Z14
-	VPMOVDW       Z14, K5, 96(R11)
+	ADDQ        R10, R11
+	VMOVAPS     Z10, Z14
+	VPSRLD      $0x10, Z14, Z15
+	VCMPPS      $0x03, Z14, Z14, K2
+	VPANDD.BCST one_i<>+0(SB), Z15, Z16
+	VPADDD.BCST round<>+0(SB), Z14, Z14
+	VPADDD      Z16, Z14, Z14
+	VPSRLD      $0x10, Z14, Z14
+	VPORD.BCST  quiet<>+0(SB), Z15, K2, Z14
+	VPMOVDW     Z14, K1, (R11)
+	CMPQ        R9, $0x00000040
+	JBE         stateVKbf16AVX512_dead_17
+	VMOVAPS     Z11, Z14
+	VPSRLD      $0x10, Z14, Z15
+	VCMPPS      $0x03, Z14, Z14, K2
+	VPANDD.BCST one_i<>+0(SB), Z15, Z16
+	VPADDD.BCST round<>+0(SB), Z14, Z14
+	VPADDD      Z16, Z14, Z14
+	VPSRLD      $0x10, Z14, Z14
+	VPORD.BCST  quiet<>+0(SB), Z15, K2, Z14
+	VPMOVDW     Z14, K3, 32(R11)
+	CMPQ        R9, $0x00000080
+	JBE         stateVKbf16AVX512_dead_17
+	VMOVAPS     Z12, Z14
+	VPSRLD      $0x10, Z14, Z15
+	VCMPPS      $0x03, Z14, Z14, K2
+	VPANDD.BCST one_i<>+0(SB), Z15, Z16
+	VPADDD.BCST round<>+0(SB), Z14, Z14
+	VPADDD      Z16, Z14, Z14
+	VPSRLD      $0x10, Z14, Z14
+	VPORD.BCST  quiet<>+0(SB), Z15, K2, Z14
+	VPMOVDW     Z14, K4, 64(R11)
+	CMPQ        R9, $0x000000c0
+	JBE         stateVKbf16AVX512_dead_17
+	VMOVAPS     Z13, Z14
+	VPSRLD      $0x10, Z14, Z15
+	VCMPPS      $0x03, Z14, Z14, K2
+	VPANDD.BCST one_i<>+0(SB), Z15, Z16
+	VPADDD.BCST round<>+0(SB), Z14, Z14
+	VPADDD      Z16, Z14, Z14
+	VPSRLD      $0x10, Z14, Z14
+	VPORD.BCST  quiet<>+0(SB), Z15, K2, Z14
+	VPMOVDW     Z14, K5, 96(R11)
 
 stateVKbf16AVX512_dead_17:
 stateVKbf16AVX512_bfstored_1:
@@ -24275,52 +24088,48 @@ stateVKbf16AVX512_decayed_5:
 	JCS       stateVKbf16AVX512_bfstored_2
 
 stateVKbf16AVX512_bfints_2:
-	VMOVAPS       Z0, Z5
-	VPSRLD        $0x10, Z5, Z6
-	VPANDD.BCST   absmask<>+0(SB), Z5, Z7
-	VPCMPGTD.BCST infbits<>+0(SB), Z7, K2
-	VPANDD.BCST   one_i<>+0(SB), Z6, Z7
-	VPADDD.BCST   round<>+0(SB), Z5, Z5
-	VPADDD        Z7, Z5, Z5
-	VPSRLD        $0x10, Z5, Z5
-	VPORD.BCST    quiet<>+0(SB), Z6, K2, Z5
-	VPMOVDW       Z5, K1, (R11)
-	CMPQ          R9, $0x00000040
-	JBE           stateVKbf16AVX512_dead_26
-	VMOVAPS       Z1, Z5
-	VPSRLD        $0x10, Z5, Z6
-	VPANDD.BCST   absmask<>+0(SB), Z5, Z7
-	VPCMPGTD.BCST infbits<>+0(SB), Z7, K2
-	VPANDD.BCST   one_i<>+0(SB), Z6, Z7
-	VPADDD.BCST   round<>+0(SB), Z5, Z5
-	VPADDD        Z7, Z5, Z5
-	VPSRLD        $0x10, Z5, Z5
-	VPORD.BCST    quiet<>+0(SB), Z6, K2, Z5
-	VPMOVDW       Z5, K3, 32(R11)
-	CMPQ          R9, $0x00000080
-	JBE           stateVKbf16AVX512_dead_26
-	VMOVAPS       Z3, Z5
-	VPSRLD        $0x10, Z5, Z6
-	VPANDD.BCST   absmask<>+0(SB), Z5, Z7
-	VPCMPGTD.BCST infbits<>+0(SB), Z7, K2
-	VPANDD.BCST   one_i<>+0(SB), Z6, Z7
-	VPADDD.BCST   round<>+0(SB), Z5, Z5
-	VPADDD        Z7, Z5, Z5
-	VPSRLD        $0x10, Z5, Z5
-	VPORD.BCST    quiet<>+0(SB), Z6, K2, Z5
-	VPMOVDW       Z5, K4, 64(R11)
-	CMPQ          R9, $0x000000c0
-	JBE           stateVKbf16AVX512_dead_26
-	VMOVAPS       Z4, Z5
-	VPSRLD        $0x10, Z5, Z6
-	VPANDD.BCST   absmask<>+0(SB), Z5, Z7
-	VPCMPGTD.BCST infbits<>+0(SB), Z7, K2
-	VPANDD.BCST   one_i<>+0(SB), Z6, Z7
-	VPADDD.BCST   round<>+0(SB), Z5, Z5
-	VPADDD        Z7, Z5, Z5
-	VPSRLD        $0x10, Z5, Z5
-	VPORD.BCST    quiet<>+0(SB), Z6, K2, Z5
-	VPMOVDW       Z5, K5, 96(R11)
+	VMOVAPS     Z0, Z5
+	VPSRLD      $0x10, Z5, Z6
+	VCMPPS      $0x03, Z5, Z5, K2
+	VPANDD.BCST one_i<>+0(SB), Z6, Z7
+	VPADDD.BCST round<>+0(SB), Z5, Z5
+	VPADDD      Z7, Z5, Z5
+	VPSRLD      $0x10, Z5, Z5
+	VPORD.BCST  quiet<>+0(SB), Z6, K2, Z5
+	VPMOVDW     Z5, K1, (R11)
+	CMPQ        R9, $0x00000040
+	JBE         stateVKbf16AVX512_dead_26
+	VMOVAPS     Z1, Z5
+	VPSRLD      $0x10, Z5, Z6
+	VCMPPS      $0x03, Z5, Z5, K2
+	VPANDD.BCST one_i<>+0(SB), Z6, Z7
+	VPADDD.BCST round<>+0(SB), Z5, Z5
+	VPADDD      Z7, Z5, Z5
+	VPSRLD      $0x10, Z5, Z5
+	VPORD.BCST  quiet<>+0(SB), Z6, K2, Z5
+	VPMOVDW     Z5, K3, 32(R11)
+	CMPQ        R9, $0x00000080
+	JBE         stateVKbf16AVX512_dead_26
+	VMOVAPS     Z3, Z5
+	VPSRLD      $0x10, Z5, Z6
+	VCMPPS      $0x03, Z5, Z5, K2
+	VPANDD.BCST one_i<>+0(SB), Z6, Z7
+	VPADDD.BCST round<>+0(SB), Z5, Z5
+	VPADDD      Z7, Z5, Z5
+	VPSRLD      $0x10, Z5, Z5
+	VPORD.BCST  quiet<>+0(SB), Z6, K2, Z5
+	VPMOVDW     Z5, K4, 64(R11)
+	CMPQ        R9, $0x000000c0
+	JBE         stateVKbf16AVX512_dead_26
+	VMOVAPS     Z4, Z5
+	VPSRLD      $0x10, Z5, Z6
+	VCMPPS      $0x03, Z5, Z5, K2
+	VPANDD.BCST one_i<>+0(SB), Z6, Z7
+	VPADDD.BCST round<>+0(SB), Z5, Z5
+	VPADDD      Z7, Z5, Z5
+	VPSRLD      $0x10, Z5, Z5
+	VPORD.BCST  quiet<>+0(SB), Z6, K2, Z5
+	VPMOVDW     Z5, K5, 96(R11)
 
 stateVKbf16AVX512_dead_26:
 stateVKbf16AVX512_bfstored_2:
@@ -25252,77 +25061,71 @@ stateVKbf16AVX512_bsnapshot_2:
 	SHLQ $0x04, R13
 
 stateVKbf16AVX512_bstorent_2:
-	VMOVUPS       (R12), Z0
-	VPSRLD        $0x10, Z0, Z3
-	VPANDD.BCST   absmask<>+0(SB), Z0, Z4
-	VPCMPGTD.BCST infbits<>+0(SB), Z4, K2
-	VPANDD.BCST   one_i<>+0(SB), Z3, Z4
-	VPADDD.BCST   round<>+0(SB), Z0, Z0
-	VPADDD        Z4, Z0, Z0
-	VPSRLD        $0x10, Z0, Z0
-	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z0
-	VPMOVDW       Z0, Y0
-	VMOVNTDQ      Y0, (R11)
-	VMOVUPS       64(R12), Z0
-	VPSRLD        $0x10, Z0, Z3
-	VPANDD.BCST   absmask<>+0(SB), Z0, Z4
-	VPCMPGTD.BCST infbits<>+0(SB), Z4, K2
-	VPANDD.BCST   one_i<>+0(SB), Z3, Z4
-	VPADDD.BCST   round<>+0(SB), Z0, Z0
-	VPADDD        Z4, Z0, Z0
-	VPSRLD        $0x10, Z0, Z0
-	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z0
-	VPMOVDW       Z0, Y0
-	VMOVNTDQ      Y0, 32(R11)
-	VMOVUPS       128(R12), Z0
-	VPSRLD        $0x10, Z0, Z3
-	VPANDD.BCST   absmask<>+0(SB), Z0, Z4
-	VPCMPGTD.BCST infbits<>+0(SB), Z4, K2
-	VPANDD.BCST   one_i<>+0(SB), Z3, Z4
-	VPADDD.BCST   round<>+0(SB), Z0, Z0
-	VPADDD        Z4, Z0, Z0
-	VPSRLD        $0x10, Z0, Z0
-	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z0
-	VPMOVDW       Z0, Y0
-	VMOVNTDQ      Y0, 64(R11)
-	VMOVUPS       192(R12), Z0
-	VPSRLD        $0x10, Z0, Z3
-	VPANDD.BCST   absmask<>+0(SB), Z0, Z4
-	VPCMPGTD.BCST infbits<>+0(SB), Z4, K2
-	VPANDD.BCST   one_i<>+0(SB), Z3, Z4
-	VPADDD.BCST   round<>+0(SB), Z0, Z0
-	VPADDD        Z4, Z0, Z0
-	VPSRLD        $0x10, Z0, Z0
-	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z0
-	VPMOVDW       Z0, Y0
-	VMOVNTDQ      Y0, 96(R11)
-	VMOVUPS       256(R12), Z0
-	VPSRLD        $0x10, Z0, Z3
-	VPANDD.BCST   absmask<>+0(SB), Z0, Z4
-	VPCMPGTD.BCST infbits<>+0(SB), Z4, K2
-	VPANDD.BCST   one_i<>+0(SB), Z3, Z4
-	VPADDD.BCST   round<>+0(SB), Z0, Z0
-	VPADDD        Z4, Z0, Z0
-	VPSRLD        $0x10, Z0, Z0
-	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z0
-	VPMOVDW       Z0, Y0
-	VMOVNTDQ      Y0, 128(R11)
-	VMOVUPS       320(R12), Z0
-	VPSRLD        $0x10, Z0, Z3
-	VPANDD.BCST   absmask<>+0(SB), Z0, Z4
-	VPCMPGTD.BCST infbits<>+0(SB), Z4, K2
-	VPANDD.BCST   one_i<>+0(SB), Z3, Z4
-	VPADDD.BCST   round<>+0(SB), Z0, Z0
-	VPADDD        Z4, Z0, Z0
-	VPSRLD        $0x10, Z0, Z0
-	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z0
-	VPMOVDW       Z0, Y0
-	VMOVNTDQ      Y0, 160(R11)
-	ADDQ          R10, R11
-	ADDQ          $0x00000180, R12
-	DECQ          R13
-	JNZ           stateVKbf16AVX512_bstorent_2
-	JMP           stateVKbf16AVX512_bstored_2
+	VMOVUPS     (R12), Z0
+	VPSRLD      $0x10, Z0, Z3
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z4, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW     Z0, Y0
+	VMOVNTDQ    Y0, (R11)
+	VMOVUPS     64(R12), Z0
+	VPSRLD      $0x10, Z0, Z3
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z4, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW     Z0, Y0
+	VMOVNTDQ    Y0, 32(R11)
+	VMOVUPS     128(R12), Z0
+	VPSRLD      $0x10, Z0, Z3
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z4, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW     Z0, Y0
+	VMOVNTDQ    Y0, 64(R11)
+	VMOVUPS     192(R12), Z0
+	VPSRLD      $0x10, Z0, Z3
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z4, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW     Z0, Y0
+	VMOVNTDQ    Y0, 96(R11)
+	VMOVUPS     256(R12), Z0
+	VPSRLD      $0x10, Z0, Z3
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z4, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW     Z0, Y0
+	VMOVNTDQ    Y0, 128(R11)
+	VMOVUPS     320(R12), Z0
+	VPSRLD      $0x10, Z0, Z3
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z4, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW     Z0, Y0
+	VMOVNTDQ    Y0, 160(R11)
+	ADDQ        R10, R11
+	ADDQ        $0x00000180, R12
+	DECQ        R13
+	JNZ         stateVKbf16AVX512_bstorent_2
+	JMP         stateVKbf16AVX512_bstored_2
 
 stateVKbf16AVX512_btemporal_2:
 	MOVQ 40(SP), R12
@@ -25330,68 +25133,62 @@ stateVKbf16AVX512_btemporal_2:
 	SHLQ $0x04, R13
 
 stateVKbf16AVX512_bstore_3:
-	VMOVUPS       (R12), Z0
-	VPSRLD        $0x10, Z0, Z3
-	VPANDD.BCST   absmask<>+0(SB), Z0, Z4
-	VPCMPGTD.BCST infbits<>+0(SB), Z4, K2
-	VPANDD.BCST   one_i<>+0(SB), Z3, Z4
-	VPADDD.BCST   round<>+0(SB), Z0, Z0
-	VPADDD        Z4, Z0, Z0
-	VPSRLD        $0x10, Z0, Z0
-	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z0
-	VPMOVDW       Z0, (R11)
-	VMOVUPS       64(R12), Z0
-	VPSRLD        $0x10, Z0, Z3
-	VPANDD.BCST   absmask<>+0(SB), Z0, Z4
-	VPCMPGTD.BCST infbits<>+0(SB), Z4, K2
-	VPANDD.BCST   one_i<>+0(SB), Z3, Z4
-	VPADDD.BCST   round<>+0(SB), Z0, Z0
-	VPADDD        Z4, Z0, Z0
-	VPSRLD        $0x10, Z0, Z0
-	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z0
-	VPMOVDW       Z0, 32(R11)
-	VMOVUPS       128(R12), Z0
-	VPSRLD        $0x10, Z0, Z3
-	VPANDD.BCST   absmask<>+0(SB), Z0, Z4
-	VPCMPGTD.BCST infbits<>+0(SB), Z4, K2
-	VPANDD.BCST   one_i<>+0(SB), Z3, Z4
-	VPADDD.BCST   round<>+0(SB), Z0, Z0
-	VPADDD        Z4, Z0, Z0
-	VPSRLD        $0x10, Z0, Z0
-	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z0
-	VPMOVDW       Z0, 64(R11)
-	VMOVUPS       192(R12), Z0
-	VPSRLD        $0x10, Z0, Z3
-	VPANDD.BCST   absmask<>+0(SB), Z0, Z4
-	VPCMPGTD.BCST infbits<>+0(SB), Z4, K2
-	VPANDD.BCST   one_i<>+0(SB), Z3, Z4
-	VPADDD.BCST   round<>+0(SB), Z0, Z0
-	VPADDD        Z4, Z0, Z0
-	VPSRLD        $0x10, Z0, Z0
-	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z0
-	VPMOVDW       Z0, 96(R11)
-	VMOVUPS       256(R12), Z0
-	VPSRLD        $0x10, Z0, Z3
-	VPANDD.BCST   absmask<>+0(SB), Z0, Z4
-	VPCMPGTD.BCST infbits<>+0(SB), Z4, K2
-	VPANDD.BCST   one_i<>+0(SB), Z3, Z4
-	VPADDD.BCST   round<>+0(SB), Z0, Z0
-	VPADDD        Z4, Z0, Z0
-	VPSRLD        $0x10, Z0, Z0
-	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z0
-	VPMOVDW       Z0, K1, 128(R11)
-	CMPQ          R9, $0x00000140
-	JBE           stateVKbf16AVX512_dead_34
-	VMOVUPS       320(R12), Z0
-	VPSRLD        $0x10, Z0, Z3
-	VPANDD.BCST   absmask<>+0(SB), Z0, Z4
-	VPCMPGTD.BCST infbits<>+0(SB), Z4, K2
-	VPANDD.BCST   one_i<>+0(SB), Z3, Z4
-	VPADDD.BCST   round<>+0(SB), Z0, Z0
-	VPADDD        Z4, Z0, Z0
-	VPSRLD        $0x10, Z0, Z0
-	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z0
-	VPMOVDW       Z0, K3, 160(R11)
+	VMOVUPS     (R12), Z0
+	VPSRLD      $0x10, Z0, Z3
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z4, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW     Z0, (R11)
+	VMOVUPS     64(R12), Z0
+	VPSRLD      $0x10, Z0, Z3
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z4, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW     Z0, 32(R11)
+	VMOVUPS     128(R12), Z0
+	VPSRLD      $0x10, Z0, Z3
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z4, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW     Z0, 64(R11)
+	VMOVUPS     192(R12), Z0
+	VPSRLD      $0x10, Z0, Z3
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z4, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW     Z0, 96(R11)
+	VMOVUPS     256(R12), Z0
+	VPSRLD      $0x10, Z0, Z3
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z4, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW     Z0, K1, 128(R11)
+	CMPQ        R9, $0x00000140
+	JBE         stateVKbf16AVX512_dead_34
+	VMOVUPS     320(R12), Z0
+	VPSRLD      $0x10, Z0, Z3
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z4, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW     Z0, K3, 160(R11)
 
 stateVKbf16AVX512_dead_34:
 	ADDQ R10, R11
@@ -25754,133 +25551,121 @@ stateVKbf16AVX512_decayed_8:
 	JCS       stateVKbf16AVX512_bfstored_3
 
 stateVKbf16AVX512_bfints_3:
-	VMOVAPS       Z0, Z14
-	VPSRLD        $0x10, Z14, Z15
-	VPANDD.BCST   absmask<>+0(SB), Z14, Z16
-	VPCMPGTD.BCST infbits<>+0(SB), Z16, K2
-	VPANDD.BCST   one_i<>+0(SB), Z15, Z16
-	VPADDD.BCST   round<>+0(SB), Z14, Z14
-	VPADDD        Z16, Z14, Z14
-	VPSRLD        $0x10, Z14, Z14
-	VPORD.BCST    quiet<>+0(SB), Z15, K2, Z14
-	VPMOVDW       Z14, (R11)
-	VMOVAPS       Z3, Z14
-	VPSRLD        $0x10, Z14, Z15
-	VPANDD.BCST   absmask<>+0(SB), Z14, Z16
-	VPCMPGTD.BCST infbits<>+0(SB), Z16, K2
-	VPANDD.BCST   one_i<>+0(SB), Z15, Z16
-	VPADDD.BCST   round<>+0(SB), Z14, Z14
-	VPADDD        Z16, Z14, Z14
-	VPSRLD        $0x10, Z14, Z14
-	VPORD.BCST    quiet<>+0(SB), Z15, K2, Z14
-	VPMOVDW       Z14, 32(R11)
-	VMOVAPS       Z4, Z14
-	VPSRLD        $0x10, Z14, Z15
-	VPANDD.BCST   absmask<>+0(SB), Z14, Z16
-	VPCMPGTD.BCST infbits<>+0(SB), Z16, K2
-	VPANDD.BCST   one_i<>+0(SB), Z15, Z16
-	VPADDD.BCST   round<>+0(SB), Z14, Z14
-	VPADDD        Z16, Z14, Z14
-	VPSRLD        $0x10, Z14, Z14
-	VPORD.BCST    quiet<>+0(SB), Z15, K2, Z14
-	VPMOVDW       Z14, 64(R11)
-	VMOVAPS       Z5, Z14
-	VPSRLD        $0x10, Z14, Z15
-	VPANDD.BCST   absmask<>+0(SB), Z14, Z16
-	VPCMPGTD.BCST infbits<>+0(SB), Z16, K2
-	VPANDD.BCST   one_i<>+0(SB), Z15, Z16
-	VPADDD.BCST   round<>+0(SB), Z14, Z14
-	VPADDD        Z16, Z14, Z14
-	VPSRLD        $0x10, Z14, Z14
-	VPORD.BCST    quiet<>+0(SB), Z15, K2, Z14
-	VPMOVDW       Z14, 96(R11)
-	VMOVAPS       Z6, Z14
-	VPSRLD        $0x10, Z14, Z15
-	VPANDD.BCST   absmask<>+0(SB), Z14, Z16
-	VPCMPGTD.BCST infbits<>+0(SB), Z16, K2
-	VPANDD.BCST   one_i<>+0(SB), Z15, Z16
-	VPADDD.BCST   round<>+0(SB), Z14, Z14
-	VPADDD        Z16, Z14, Z14
-	VPSRLD        $0x10, Z14, Z14
-	VPORD.BCST    quiet<>+0(SB), Z15, K2, Z14
-	VPMOVDW       Z14, K1, 128(R11)
-	CMPQ          R9, $0x00000140
-	JBE           stateVKbf16AVX512_dead_41
-	VMOVAPS       Z7, Z14
-	VPSRLD        $0x10, Z14, Z15
-	VPANDD.BCST   absmask<>+0(SB), Z14, Z16
-	VPCMPGTD.BCST infbits<>+0(SB), Z16, K2
-	VPANDD.BCST   one_i<>+0(SB), Z15, Z16
-	VPADDD.BCST   round<>+0(SB), Z14, Z14
-	VPADDD        Z16, Z14, Z14
-	VPSRLD        $0x10, Z14, Z14
-	VPORD.BCST    quiet<>+0(SB), Z15, K2, Z14
-	VPMOVDW       Z14, K3, 160(R11)
+	VMOVAPS     Z0, Z14
+	VPSRLD      $0x10, Z14, Z15
+	VCMPPS      $0x03, Z14, Z14, K2
+	VPANDD.BCST one_i<>+0(SB), Z15, Z16
+	VPADDD.BCST round<>+0(SB), Z14, Z14
+	VPADDD      Z16, Z14, Z14
+	VPSRLD      $0x10, Z14, Z14
+	VPORD.BCST  quiet<>+0(SB), Z15, K2, Z14
+	VPMOVDW     Z14, (R11)
+	VMOVAPS     Z3, Z14
+	VPSRLD      $0x10, Z14, Z15
+	VCMPPS      $0x03, Z14, Z14, K2
+	VPANDD.BCST one_i<>+0(SB), Z15, Z16
+	VPADDD.BCST round<>+0(SB), Z14, Z14
+	VPADDD      Z16, Z14, Z14
+	VPSRLD      $0x10, Z14, Z14
+	VPORD.BCST  quiet<>+0(SB), Z15, K2, Z14
+	VPMOVDW     Z14, 32(R11)
+	VMOVAPS     Z4, Z14
+	VPSRLD      $0x10, Z14, Z15
+	VCMPPS      $0x03, Z14, Z14, K2
+	VPANDD.BCST one_i<>+0(SB), Z15, Z16
+	VPADDD.BCST round<>+0(SB), Z14, Z14
+	VPADDD      Z16, Z14, Z14
+	VPSRLD      $0x10, Z14, Z14
+	VPORD.BCST  quiet<>+0(SB), Z15, K2, Z14
+	VPMOVDW     Z14, 64(R11)
+	VMOVAPS     Z5, Z14
+	VPSRLD      $0x10, Z14, Z15
+	VCMPPS      $0x03, Z14, Z14, K2
+	VPANDD.BCST one_i<>+0(SB), Z15, Z16
+	VPADDD.BCST round<>+0(SB), Z14, Z14
+	VPADDD      Z16, Z14, Z14
+	VPSRLD      $0x10, Z14, Z14
+	VPORD.BCST  quiet<>+0(SB), Z15, K2, Z14
+	VPMOVDW     Z14, 96(R11)
+	VMOVAPS     Z6, Z14
+	VPSRLD      $0x10, Z14, Z15
+	VCMPPS      $0x03, Z14, Z14, K2
+	VPANDD.BCST one_i<>+0(SB), Z15, Z16
+	VPADDD.BCST round<>+0(SB), Z14, Z14
+	VPADDD      Z16, Z14, Z14
+	VPSRLD      $0x10, Z14, Z14
+	VPORD.BCST  quiet<>+0(SB), Z15, K2, Z14
+	VPMOVDW     Z14, K1, 128(R11)
+	CMPQ        R9, $0x00000140
+	JBE         stateVKbf16AVX512_dead_41
+	VMOVAPS     Z7, Z14
+	VPSRLD      $0x10, Z14, Z15
+	VCMPPS      $0x03, Z14, Z14, K2
+	VPANDD.BCST one_i<>+0(SB), Z15, Z16
+	VPADDD.BCST round<>+0(SB), Z14, Z14
+	VPADDD      Z16, Z14, Z14
+	VPSRLD      $0x10, Z14, Z14
+	VPORD.BCST  quiet<>+0(SB), Z15, K2, Z14
+	VPMOVDW     Z14, K3, 160(R11)
 
 stateVKbf16AVX512_dead_41:
-	ADDQ          R10, R11
-	VMOVAPS       Z8, Z14
-	VPSRLD        $0x10, Z14, Z15
-	VPANDD.BCST   absmask<>+0(SB), Z14, Z16
-	VPCMPGTD.BCST infbits<>+0(SB), Z16, K2
-	VPANDD.BCST   one_i<>+0(SB), Z15, Z16
-	VPADDD.BCST   round<>+0(SB), Z14, Z14
-	VPADDD        Z16, Z14, Z14
-	VPSRLD        $0x10, Z14, Z14
-	VPORD.BCST    quiet<>+0(SB), Z15, K2, Z14
-	VPMOVDW       Z14, (R11)
-	VMOVAPS       Z9, Z14
-	VPSRLD        $0x10, Z14, Z15
-	VPANDD.BCST   absmask<>+0(SB), Z14, Z16
-	VPCMPGTD.BCST infbits<>+0(SB), Z16, K2
-	VPANDD.BCST   one_i<>+0(SB), Z15, Z16
-	VPADDD.BCST   round<>+0(SB), Z14, Z14
-	VPADDD        Z16, Z14, Z14
-	VPSRLD        $0x10, Z14, Z14
-	VPORD.BCST    quiet<>+0(SB), Z15, K2, Z14
-	VPMOVDW       Z14, 32(R11)
-	VMOVAPS       Z10, Z14
-	VPSRLD        $0x10, Z14, Z15
-	VPANDD.BCST   absmask<>+0(SB), Z14, Z16
-	VPCMPGTD.BCST infbits<>+0(SB), Z16, K2
-	VPANDD.BCST   one_i<>+0(SB), Z15, Z16
-	VPADDD.BCST   round<>+0(SB), Z14, Z14
-	VPADDD        Z16, Z14, Z14
-	VPSRLD        $0x10, Z14, Z14
-	VPORD.BCST    quiet<>+0(SB), Z15, K2, Z14
-	VPMOVDW       Z14, 64(R11)
-	VMOVAPS       Z11, Z14
-	VPSRLD        $0x10, Z14, Z15
-	VPANDD.BCST   absmask<>+0(SB), Z14, Z16
-	VPCMPGTD.BCST infbits<>+0(SB), Z16, K2
-	VPANDD.BCST   one_i<>+0(SB), Z15, Z16
-	VPADDD.BCST   round<>+0(SB), Z14, Z14
-	VPADDD        Z16, Z14, Z14
-	VPSRLD        $0x10, Z14, Z14
-	VPORD.BCST    quiet<>+0(SB), Z15, K2, Z14
-	VPMOVDW       Z14, 96(R11)
-	VMOVAPS       Z12, Z14
-	VPSRLD        $0x10, Z14, Z15
-	VPANDD.BCST   absmask<>+0(SB), Z14, Z16
-	VPCMPGTD.BCST infbits<>+0(SB), Z16, K2
-	VPANDD.BCST   one_i<>+0(SB), Z15, Z16
-	VPADDD.BCST   round<>+0(SB), Z14, Z14
-	VPADDD        Z16, Z14, Z14
-	VPSRLD        $0x10, Z14, Z14
-	VPORD.BCST    quiet<>+0(SB), Z15, K2, Z14
-	VPMOVDW       Z14, K1, 128(R11)
-	CMPQ          R9, $0x00000140
-	JBE           stateVKbf16AVX512_dead_42
-	VMOVAPS       Z13, Z14
-	VPSRLD        $0x10, Z14, Z15
-	VPANDD.BCST   absmask<>+0(SB), Z14, Z16
-	VPCMPGTD.BCST infbits<>+0(SB), Z16, K2
-	VPANDD.BCST   one_i<>+0(SB), Z15, Z16
-	VPADDD.BCST   round<>+0(SB), Z14, Z14
-	VPADDD        Z16, Z14, Z14
-	VPSRLD        $0x10, Z14, Z14
-	VPORD.BCST    quiet<>+0(SB), Z15, K2, Z14
-	VPMOVDW       Z14, K3, 160(R11)
+	ADDQ        R10, R11
+	VMOVAPS     Z8, Z14
+	VPSRLD      $0x10, Z14, Z15
+	VCMPPS      $0x03, Z14, Z14, K2
+	VPANDD.BCST one_i<>+0(SB), Z15, Z16
+	VPADDD.BCST round<>+0(SB), Z14, Z14
+	VPADDD      Z16, Z14, Z14
+	VPSRLD      $0x10, Z14, Z14
+	VPORD.BCST  quiet<>+0(SB), Z15, K2, Z14
+	VPMOVDW     Z14, (R11)
+	VMOVAPS     Z9, Z14
+	VPSRLD      $0x10, Z14, Z15
+	VCMPPS      $0x03, Z14, Z14, K2
+	VPANDD.BCST one_i<>+0(SB), Z15, Z16
+	VPADDD.BCST round<>+0(SB), Z14, Z14
+	VPADDD      Z16, Z14, Z14
+	VPSRLD      $0x10, Z14, Z14
+	VPORD.BCST  quiet<>+0(SB), Z15, K2, Z14
+	VPMOVDW     Z14, 32(R11)
+	VMOVAPS     Z10, Z14
+	VPSRLD      $0x10, Z14, Z15
+	VCMPPS      $0x03, Z14, Z14, K2
+	VPANDD.BCST one_i<>+0(SB), Z15, Z16
+	VPADDD.BCST round<>+0(SB), Z14, Z14
+	VPADDD      Z16, Z14, Z14
+	VPSRLD      $0x10, Z14, Z14
+	VPORD.BCST  quiet<>+0(SB), Z15, K2, Z14
+	VPMOVDW     Z14, 64(R11)
+	VMOVAPS     Z11, Z14
+	VPSRLD      $0x10, Z14, Z15
+	VCMPPS      $0x03, Z14, Z14, K2
+	VPANDD.BCST one_i<>+0(SB), Z15, Z16
+	VPADDD.BCST round<>+0(SB), Z14, Z14
+	VPADDD      Z16, Z14, Z14
+	VPSRLD      $0x10, Z14, Z14
+	VPORD.BCST  quiet<>+0(SB), Z15, K2, Z14
+	VPMOVDW     Z14, 96(R11)
+	VMOVAPS     Z12, Z14
+	VPSRLD      $0x10, Z14, Z15
+	VCMPPS      $0x03, Z14, Z14, K2
+	VPANDD.BCST one_i<>+0(SB), Z15, Z16
+	VPADDD.BCST round<>+0(SB), Z14, Z14
+	VPADDD      Z16, Z14, Z14
+	VPSRLD      $0x10, Z14, Z14
+	VPORD.BCST  quiet<>+0(SB), Z15, K2, Z14
+	VPMOVDW     Z14, K1, 128(R11)
+	CMPQ        R9, $0x00000140
+	JBE         stateVKbf16AVX512_dead_42
+	VMOVAPS     Z13, Z14
+	VPSRLD      $0x10, Z14, Z15
+	VCMPPS      $0x03, Z14, Z14, K2
+	VPANDD.BCST one_i<>+0(SB), Z15, Z16
+	VPADDD.BCST round<>+0(SB), Z14, Z14
+	VPADDD      Z16, Z14, Z14
+	VPSRLD      $0x10, Z14, Z14
+	VPORD.BCST  quiet<>+0(SB), Z15, K2, Z14
+	VPMOVDW     Z14, K3, 160(R11)
 
 stateVKbf16AVX512_dead_42:
 stateVKbf16AVX512_bfstored_3:
@@ -26136,68 +25921,62 @@ stateVKbf16AVX512_decayed_10:
 	JCS       stateVKbf16AVX512_bfstored_4
 
 stateVKbf16AVX512_bfints_4:
-	VMOVAPS       Z0, Z7
-	VPSRLD        $0x10, Z7, Z8
-	VPANDD.BCST   absmask<>+0(SB), Z7, Z9
-	VPCMPGTD.BCST infbits<>+0(SB), Z9, K2
-	VPANDD.BCST   one_i<>+0(SB), Z8, Z9
-	VPADDD.BCST   round<>+0(SB), Z7, Z7
-	VPADDD        Z9, Z7, Z7
-	VPSRLD        $0x10, Z7, Z7
-	VPORD.BCST    quiet<>+0(SB), Z8, K2, Z7
-	VPMOVDW       Z7, (R11)
-	VMOVAPS       Z1, Z7
-	VPSRLD        $0x10, Z7, Z8
-	VPANDD.BCST   absmask<>+0(SB), Z7, Z9
-	VPCMPGTD.BCST infbits<>+0(SB), Z9, K2
-	VPANDD.BCST   one_i<>+0(SB), Z8, Z9
-	VPADDD.BCST   round<>+0(SB), Z7, Z7
-	VPADDD        Z9, Z7, Z7
-	VPSRLD        $0x10, Z7, Z7
-	VPORD.BCST    quiet<>+0(SB), Z8, K2, Z7
-	VPMOVDW       Z7, 32(R11)
-	VMOVAPS       Z3, Z7
-	VPSRLD        $0x10, Z7, Z8
-	VPANDD.BCST   absmask<>+0(SB), Z7, Z9
-	VPCMPGTD.BCST infbits<>+0(SB), Z9, K2
-	VPANDD.BCST   one_i<>+0(SB), Z8, Z9
-	VPADDD.BCST   round<>+0(SB), Z7, Z7
-	VPADDD        Z9, Z7, Z7
-	VPSRLD        $0x10, Z7, Z7
-	VPORD.BCST    quiet<>+0(SB), Z8, K2, Z7
-	VPMOVDW       Z7, 64(R11)
-	VMOVAPS       Z4, Z7
-	VPSRLD        $0x10, Z7, Z8
-	VPANDD.BCST   absmask<>+0(SB), Z7, Z9
-	VPCMPGTD.BCST infbits<>+0(SB), Z9, K2
-	VPANDD.BCST   one_i<>+0(SB), Z8, Z9
-	VPADDD.BCST   round<>+0(SB), Z7, Z7
-	VPADDD        Z9, Z7, Z7
-	VPSRLD        $0x10, Z7, Z7
-	VPORD.BCST    quiet<>+0(SB), Z8, K2, Z7
-	VPMOVDW       Z7, 96(R11)
-	VMOVAPS       Z5, Z7
-	VPSRLD        $0x10, Z7, Z8
-	VPANDD.BCST   absmask<>+0(SB), Z7, Z9
-	VPCMPGTD.BCST infbits<>+0(SB), Z9, K2
-	VPANDD.BCST   one_i<>+0(SB), Z8, Z9
-	VPADDD.BCST   round<>+0(SB), Z7, Z7
-	VPADDD        Z9, Z7, Z7
-	VPSRLD        $0x10, Z7, Z7
-	VPORD.BCST    quiet<>+0(SB), Z8, K2, Z7
-	VPMOVDW       Z7, K1, 128(R11)
-	CMPQ          R9, $0x00000140
-	JBE           stateVKbf16AVX512_dead_49
-	VMOVAPS       Z6, Z7
-	VPSRLD        $0x10, Z7, Z8
-	VPANDD.BCST   absmask<>+0(SB), Z7, Z9
-	VPCMPGTD.BCST infbits<>+0(SB), Z9, K2
-	VPANDD.BCST   one_i<>+0(SB), Z8, Z9
-	VPADDD.BCST   round<>+0(SB), Z7, Z7
-	VPADDD        Z9, Z7, Z7
-	VPSRLD        $0x10, Z7, Z7
-	VPORD.BCST    quiet<>+0(SB), Z8, K2, Z7
-	VPMOVDW       Z7, K3, 160(R11)
+	VMOVAPS     Z0, Z7
+	VPSRLD      $0x10, Z7, Z8
+	VCMPPS      $0x03, Z7, Z7, K2
+	VPANDD.BCST one_i<>+0(SB), Z8, Z9
+	VPADDD.BCST round<>+0(SB), Z7, Z7
+	VPADDD      Z9, Z7, Z7
+	VPSRLD      $0x10, Z7, Z7
+	VPORD.BCST  quiet<>+0(SB), Z8, K2, Z7
+	VPMOVDW     Z7, (R11)
+	VMOVAPS     Z1, Z7
+	VPSRLD      $0x10, Z7, Z8
+	VCMPPS      $0x03, Z7, Z7, K2
+	VPANDD.BCST one_i<>+0(SB), Z8, Z9
+	VPADDD.BCST round<>+0(SB), Z7, Z7
+	VPADDD      Z9, Z7, Z7
+	VPSRLD      $0x10, Z7, Z7
+	VPORD.BCST  quiet<>+0(SB), Z8, K2, Z7
+	VPMOVDW     Z7, 32(R11)
+	VMOVAPS     Z3, Z7
+	VPSRLD      $0x10, Z7, Z8
+	VCMPPS      $0x03, Z7, Z7, K2
+	VPANDD.BCST one_i<>+0(SB), Z8, Z9
+	VPADDD.BCST round<>+0(SB), Z7, Z7
+	VPADDD      Z9, Z7, Z7
+	VPSRLD      $0x10, Z7, Z7
+	VPORD.BCST  quiet<>+0(SB), Z8, K2, Z7
+	VPMOVDW     Z7, 64(R11)
+	VMOVAPS     Z4, Z7
+	VPSRLD      $0x10, Z7, Z8
+	VCMPPS      $0x03, Z7, Z7, K2
+	VPANDD.BCST one_i<>+0(SB), Z8, Z9
+	VPADDD.BCST round<>+0(SB), Z7, Z7
+	VPADDD      Z9, Z7, Z7
+	VPSRLD      $0x10, Z7, Z7
+	VPORD.BCST  quiet<>+0(SB), Z8, K2, Z7
+	VPMOVDW     Z7, 96(R11)
+	VMOVAPS     Z5, Z7
+	VPSRLD      $0x10, Z7, Z8
+	VCMPPS      $0x03, Z7, Z7, K2
+	VPANDD.BCST one_i<>+0(SB), Z8, Z9
+	VPADDD.BCST round<>+0(SB), Z7, Z7
+	VPADDD      Z9, Z7, Z7
+	VPSRLD      $0x10, Z7, Z7
+	VPORD.BCST  quiet<>+0(SB), Z8, K2, Z7
+	VPMOVDW     Z7, K1, 128(R11)
+	CMPQ        R9, $0x00000140
+	JBE         stateVKbf16AVX512_dead_49
+	VMOVAPS     Z6, Z7
+	VPSRLD      $0x10, Z7, Z8
+	VCMPPS      $0x03, Z7, Z7, K2
+	VPANDD.BCST one_i<>+0(SB), Z8, Z9
+	VPADDD.BCST round<>+0(SB), Z7, Z7
+	VPADDD      Z9, Z7, Z7
+	VPSRLD      $0x10, Z7, Z7
+	VPORD.BCST  quiet<>+0(SB), Z8, K2, Z7
+	VPMOVDW     Z7, K3, 160(R11)
 
 stateVKbf16AVX512_dead_49:
 stateVKbf16AVX512_bfstored_4:
@@ -27244,99 +27023,91 @@ stateVKbf16AVX512_bsnapshot_3:
 	SHLQ $0x04, R13
 
 stateVKbf16AVX512_bstorent_3:
-	VMOVUPS       (R12), Z0
-	VPSRLD        $0x10, Z0, Z3
-	VPANDD.BCST   absmask<>+0(SB), Z0, Z4
-	VPCMPGTD.BCST infbits<>+0(SB), Z4, K2
-	VPANDD.BCST   one_i<>+0(SB), Z3, Z4
-	VPADDD.BCST   round<>+0(SB), Z0, Z0
-	VPADDD        Z4, Z0, Z0
-	VPSRLD        $0x10, Z0, Z0
-	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z0
-	VPMOVDW       Z0, Y0
-	VMOVNTDQ      Y0, (R11)
-	VMOVUPS       64(R12), Z0
-	VPSRLD        $0x10, Z0, Z3
-	VPANDD.BCST   absmask<>+0(SB), Z0, Z4
-	VPCMPGTD.BCST infbits<>+0(SB), Z4, K2
-	VPANDD.BCST   one_i<>+0(SB), Z3, Z4
-	VPADDD.BCST   round<>+0(SB), Z0, Z0
-	VPADDD        Z4, Z0, Z0
-	VPSRLD        $0x10, Z0, Z0
-	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z0
-	VPMOVDW       Z0, Y0
-	VMOVNTDQ      Y0, 32(R11)
-	VMOVUPS       128(R12), Z0
-	VPSRLD        $0x10, Z0, Z3
-	VPANDD.BCST   absmask<>+0(SB), Z0, Z4
-	VPCMPGTD.BCST infbits<>+0(SB), Z4, K2
-	VPANDD.BCST   one_i<>+0(SB), Z3, Z4
-	VPADDD.BCST   round<>+0(SB), Z0, Z0
-	VPADDD        Z4, Z0, Z0
-	VPSRLD        $0x10, Z0, Z0
-	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z0
-	VPMOVDW       Z0, Y0
-	VMOVNTDQ      Y0, 64(R11)
-	VMOVUPS       192(R12), Z0
-	VPSRLD        $0x10, Z0, Z3
-	VPANDD.BCST   absmask<>+0(SB), Z0, Z4
-	VPCMPGTD.BCST infbits<>+0(SB), Z4, K2
-	VPANDD.BCST   one_i<>+0(SB), Z3, Z4
-	VPADDD.BCST   round<>+0(SB), Z0, Z0
-	VPADDD        Z4, Z0, Z0
-	VPSRLD        $0x10, Z0, Z0
-	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z0
-	VPMOVDW       Z0, Y0
-	VMOVNTDQ      Y0, 96(R11)
-	VMOVUPS       256(R12), Z0
-	VPSRLD        $0x10, Z0, Z3
-	VPANDD.BCST   absmask<>+0(SB), Z0, Z4
-	VPCMPGTD.BCST infbits<>+0(SB), Z4, K2
-	VPANDD.BCST   one_i<>+0(SB), Z3, Z4
-	VPADDD.BCST   round<>+0(SB), Z0, Z0
-	VPADDD        Z4, Z0, Z0
-	VPSRLD        $0x10, Z0, Z0
-	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z0
-	VPMOVDW       Z0, Y0
-	VMOVNTDQ      Y0, 128(R11)
-	VMOVUPS       320(R12), Z0
-	VPSRLD        $0x10, Z0, Z3
-	VPANDD.BCST   absmask<>+0(SB), Z0, Z4
-	VPCMPGTD.BCST infbits<>+0(SB), Z4, K2
-	VPANDD.BCST   one_i<>+0(SB), Z3, Z4
-	VPADDD.BCST   round<>+0(SB), Z0, Z0
-	VPADDD        Z4, Z0, Z0
-	VPSRLD        $0x10, Z0, Z0
-	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z0
-	VPMOVDW       Z0, Y0
-	VMOVNTDQ      Y0, 160(R11)
-	VMOVUPS       384(R12), Z0
-	VPSRLD        $0x10, Z0, Z3
-	VPANDD.BCST   absmask<>+0(SB), Z0, Z4
-	VPCMPGTD.BCST infbits<>+0(SB), Z4, K2
-	VPANDD.BCST   one_i<>+0(SB), Z3, Z4
-	VPADDD.BCST   round<>+0(SB), Z0, Z0
-	VPADDD        Z4, Z0, Z0
-	VPSRLD        $0x10, Z0, Z0
-	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z0
-	VPMOVDW       Z0, Y0
-	VMOVNTDQ      Y0, 192(R11)
-	VMOVUPS       448(R12), Z0
-	VPSRLD        $0x10, Z0, Z3
-	VPANDD.BCST   absmask<>+0(SB), Z0, Z4
-	VPCMPGTD.BCST infbits<>+0(SB), Z4, K2
-	VPANDD.BCST   one_i<>+0(SB), Z3, Z4
-	VPADDD.BCST   round<>+0(SB), Z0, Z0
-	VPADDD        Z4, Z0, Z0
-	VPSRLD        $0x10, Z0, Z0
-	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z0
-	VPMOVDW       Z0, Y0
-	VMOVNTDQ      Y0, 224(R11)
-	ADDQ          R10, R11
-	ADDQ          $0x00000200, R12
-	DECQ          R13
-	JNZ           stateVKbf16AVX512_bstorent_3
-	JMP           stateVKbf16AVX512_bstored_3
+	VMOVUPS     (R12), Z0
+	VPSRLD      $0x10, Z0, Z3
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z4, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW     Z0, Y0
+	VMOVNTDQ    Y0, (R11)
+	VMOVUPS     64(R12), Z0
+	VPSRLD      $0x10, Z0, Z3
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z4, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW     Z0, Y0
+	VMOVNTDQ    Y0, 32(R11)
+	VMOVUPS     128(R12), Z0
+	VPSRLD      $0x10, Z0, Z3
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z4, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW     Z0, Y0
+	VMOVNTDQ    Y0, 64(R11)
+	VMOVUPS     192(R12), Z0
+	VPSRLD      $0x10, Z0, Z3
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z4, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW     Z0, Y0
+	VMOVNTDQ    Y0, 96(R11)
+	VMOVUPS     256(R12), Z0
+	VPSRLD      $0x10, Z0, Z3
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z4, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW     Z0, Y0
+	VMOVNTDQ    Y0, 128(R11)
+	VMOVUPS     320(R12), Z0
+	VPSRLD      $0x10, Z0, Z3
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z4, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW     Z0, Y0
+	VMOVNTDQ    Y0, 160(R11)
+	VMOVUPS     384(R12), Z0
+	VPSRLD      $0x10, Z0, Z3
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z4, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW     Z0, Y0
+	VMOVNTDQ    Y0, 192(R11)
+	VMOVUPS     448(R12), Z0
+	VPSRLD      $0x10, Z0, Z3
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z4, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW     Z0, Y0
+	VMOVNTDQ    Y0, 224(R11)
+	ADDQ        R10, R11
+	ADDQ        $0x00000200, R12
+	DECQ        R13
+	JNZ         stateVKbf16AVX512_bstorent_3
+	JMP         stateVKbf16AVX512_bstored_3
 
 stateVKbf16AVX512_btemporal_3:
 	MOVQ 40(SP), R12
@@ -27344,88 +27115,80 @@ stateVKbf16AVX512_btemporal_3:
 	SHLQ $0x04, R13
 
 stateVKbf16AVX512_bstore_5:
-	VMOVUPS       (R12), Z0
-	VPSRLD        $0x10, Z0, Z3
-	VPANDD.BCST   absmask<>+0(SB), Z0, Z4
-	VPCMPGTD.BCST infbits<>+0(SB), Z4, K2
-	VPANDD.BCST   one_i<>+0(SB), Z3, Z4
-	VPADDD.BCST   round<>+0(SB), Z0, Z0
-	VPADDD        Z4, Z0, Z0
-	VPSRLD        $0x10, Z0, Z0
-	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z0
-	VPMOVDW       Z0, (R11)
-	VMOVUPS       64(R12), Z0
-	VPSRLD        $0x10, Z0, Z3
-	VPANDD.BCST   absmask<>+0(SB), Z0, Z4
-	VPCMPGTD.BCST infbits<>+0(SB), Z4, K2
-	VPANDD.BCST   one_i<>+0(SB), Z3, Z4
-	VPADDD.BCST   round<>+0(SB), Z0, Z0
-	VPADDD        Z4, Z0, Z0
-	VPSRLD        $0x10, Z0, Z0
-	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z0
-	VPMOVDW       Z0, 32(R11)
-	VMOVUPS       128(R12), Z0
-	VPSRLD        $0x10, Z0, Z3
-	VPANDD.BCST   absmask<>+0(SB), Z0, Z4
-	VPCMPGTD.BCST infbits<>+0(SB), Z4, K2
-	VPANDD.BCST   one_i<>+0(SB), Z3, Z4
-	VPADDD.BCST   round<>+0(SB), Z0, Z0
-	VPADDD        Z4, Z0, Z0
-	VPSRLD        $0x10, Z0, Z0
-	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z0
-	VPMOVDW       Z0, 64(R11)
-	VMOVUPS       192(R12), Z0
-	VPSRLD        $0x10, Z0, Z3
-	VPANDD.BCST   absmask<>+0(SB), Z0, Z4
-	VPCMPGTD.BCST infbits<>+0(SB), Z4, K2
-	VPANDD.BCST   one_i<>+0(SB), Z3, Z4
-	VPADDD.BCST   round<>+0(SB), Z0, Z0
-	VPADDD        Z4, Z0, Z0
-	VPSRLD        $0x10, Z0, Z0
-	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z0
-	VPMOVDW       Z0, 96(R11)
-	VMOVUPS       256(R12), Z0
-	VPSRLD        $0x10, Z0, Z3
-	VPANDD.BCST   absmask<>+0(SB), Z0, Z4
-	VPCMPGTD.BCST infbits<>+0(SB), Z4, K2
-	VPANDD.BCST   one_i<>+0(SB), Z3, Z4
-	VPADDD.BCST   round<>+0(SB), Z0, Z0
-	VPADDD        Z4, Z0, Z0
-	VPSRLD        $0x10, Z0, Z0
-	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z0
-	VPMOVDW       Z0, 128(R11)
-	VMOVUPS       320(R12), Z0
-	VPSRLD        $0x10, Z0, Z3
-	VPANDD.BCST   absmask<>+0(SB), Z0, Z4
-	VPCMPGTD.BCST infbits<>+0(SB), Z4, K2
-	VPANDD.BCST   one_i<>+0(SB), Z3, Z4
-	VPADDD.BCST   round<>+0(SB), Z0, Z0
-	VPADDD        Z4, Z0, Z0
-	VPSRLD        $0x10, Z0, Z0
-	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z0
-	VPMOVDW       Z0, 160(R11)
-	VMOVUPS       384(R12), Z0
-	VPSRLD        $0x10, Z0, Z3
-	VPANDD.BCST   absmask<>+0(SB), Z0, Z4
-	VPCMPGTD.BCST infbits<>+0(SB), Z4, K2
-	VPANDD.BCST   one_i<>+0(SB), Z3, Z4
-	VPADDD.BCST   round<>+0(SB), Z0, Z0
-	VPADDD        Z4, Z0, Z0
-	VPSRLD        $0x10, Z0, Z0
-	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z0
-	VPMOVDW       Z0, K1, 192(R11)
-	CMPQ          R9, $0x000001c0
-	JBE           stateVKbf16AVX512_dead_57
-	VMOVUPS       448(R12), Z0
-	VPSRLD        $0x10, Z0, Z3
-	VPANDD.BCST   absmask<>+0(SB), Z0, Z4
-	VPCMPGTD.BCST infbits<>+0(SB), Z4, K2
-	VPANDD.BCST   one_i<>+0(SB), Z3, Z4
-	VPADDD.BCST   round<>+0(SB), Z0, Z0
-	VPADDD        Z4, Z0, Z0
-	VPSRLD        $0x10, Z0, Z0
-	VPORD.BCST    quiet<>+0(SB), Z3, K2, Z0
-	VPMOVDW       Z0, K3, 224(R11)
+	VMOVUPS     (R12), Z0
+	VPSRLD      $0x10, Z0, Z3
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z4, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW     Z0, (R11)
+	VMOVUPS     64(R12), Z0
+	VPSRLD      $0x10, Z0, Z3
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z4, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW     Z0, 32(R11)
+	VMOVUPS     128(R12), Z0
+	VPSRLD      $0x10, Z0, Z3
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z4, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW     Z0, 64(R11)
+	VMOVUPS     192(R12), Z0
+	VPSRLD      $0x10, Z0, Z3
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z4, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW     Z0, 96(R11)
+	VMOVUPS     256(R12), Z0
+	VPSRLD      $0x10, Z0, Z3
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z4, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW     Z0, 128(R11)
+	VMOVUPS     320(R12), Z0
+	VPSRLD      $0x10, Z0, Z3
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z4, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW     Z0, 160(R11)
+	VMOVUPS     384(R12), Z0
+	VPSRLD      $0x10, Z0, Z3
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z4, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW     Z0, K1, 192(R11)
+	CMPQ        R9, $0x000001c0
+	JBE         stateVKbf16AVX512_dead_57
+	VMOVUPS     448(R12), Z0
+	VPSRLD      $0x10, Z0, Z3
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z4, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW     Z0, K3, 224(R11)
 
 stateVKbf16AVX512_dead_57:
 	ADDQ R10, R11
@@ -27840,173 +27603,157 @@ stateVKbf16AVX512_decayed_13:
 	JCS       stateVKbf16AVX512_bfstored_5
 
 stateVKbf16AVX512_bfints_5:
-	VMOVAPS       Z0, Z18
-	VPSRLD        $0x10, Z18, Z19
-	VPANDD.BCST   absmask<>+0(SB), Z18, Z20
-	VPCMPGTD.BCST infbits<>+0(SB), Z20, K2
-	VPANDD.BCST   one_i<>+0(SB), Z19, Z20
-	VPADDD.BCST   round<>+0(SB), Z18, Z18
-	VPADDD        Z20, Z18, Z18
-	VPSRLD        $0x10, Z18, Z18
-	VPORD.BCST    quiet<>+0(SB), Z19, K2, Z18
-	VPMOVDW       Z18, (R11)
-	VMOVAPS       Z3, Z18
-	VPSRLD        $0x10, Z18, Z19
-	VPANDD.BCST   absmask<>+0(SB), Z18, Z20
-	VPCMPGTD.BCST infbits<>+0(SB), Z20, K2
-	VPANDD.BCST   one_i<>+0(SB), Z19, Z20
-	VPADDD.BCST   round<>+0(SB), Z18, Z18
-	VPADDD        Z20, Z18, Z18
-	VPSRLD        $0x10, Z18, Z18
-	VPORD.BCST    quiet<>+0(SB), Z19, K2, Z18
-	VPMOVDW       Z18, 32(R11)
-	VMOVAPS       Z4, Z18
-	VPSRLD        $0x10, Z18, Z19
-	VPANDD.BCST   absmask<>+0(SB), Z18, Z20
-	VPCMPGTD.BCST infbits<>+0(SB), Z20, K2
-	VPANDD.BCST   one_i<>+0(SB), Z19, Z20
-	VPADDD.BCST   round<>+0(SB), Z18, Z18
-	VPADDD        Z20, Z18, Z18
-	VPSRLD        $0x10, Z18, Z18
-	VPORD.BCST    quiet<>+0(SB), Z19, K2, Z18
-	VPMOVDW       Z18, 64(R11)
-	VMOVAPS       Z5, Z18
-	VPSRLD        $0x10, Z18, Z19
-	VPANDD.BCST   absmask<>+0(SB), Z18, Z20
-	VPCMPGTD.BCST infbits<>+0(SB), Z20, K2
-	VPANDD.BCST   one_i<>+0(SB), Z19, Z20
-	VPADDD.BCST   round<>+0(SB), Z18, Z18
-	VPADDD        Z20, Z18, Z18
-	VPSRLD        $0x10, Z18, Z18
-	VPORD.BCST    quiet<>+0(SB), Z19, K2, Z18
-	VPMOVDW       Z18, 96(R11)
-	VMOVAPS       Z6, Z18
-	VPSRLD        $0x10, Z18, Z19
-	VPANDD.BCST   absmask<>+0(SB), Z18, Z20
-	VPCMPGTD.BCST infbits<>+0(SB), Z20, K2
-	VPANDD.BCST   one_i<>+0(SB), Z19, Z20
-	VPADDD.BCST   round<>+0(SB), Z18, Z18
-	VPADDD        Z20, Z18, Z18
-	VPSRLD        $0x10, Z18, Z18
-	VPORD.BCST    quiet<>+0(SB), Z19, K2, Z18
-	VPMOVDW       Z18, 128(R11)
-	VMOVAPS       Z7, Z18
-	VPSRLD        $0x10, Z18, Z19
-	VPANDD.BCST   absmask<>+0(SB), Z18, Z20
-	VPCMPGTD.BCST infbits<>+0(SB), Z20, K2
-	VPANDD.BCST   one_i<>+0(SB), Z19, Z20
-	VPADDD.BCST   round<>+0(SB), Z18, Z18
-	VPADDD        Z20, Z18, Z18
-	VPSRLD        $0x10, Z18, Z18
-	VPORD.BCST    quiet<>+0(SB), Z19, K2, Z18
-	VPMOVDW       Z18, 160(R11)
-	VMOVAPS       Z8, Z18
-	VPSRLD        $0x10, Z18, Z19
-	VPANDD.BCST   absmask<>+0(SB), Z18, Z20
-	VPCMPGTD.BCST infbits<>+0(SB), Z20, K2
-	VPANDD.BCST   one_i<>+0(SB), Z19, Z20
-	VPADDD.BCST   round<>+0(SB), Z18, Z18
-	VPADDD        Z20, Z18, Z18
-	VPSRLD        $0x10, Z18, Z18
-	VPORD.BCST    quiet<>+0(SB), Z19, K2, Z18
-	VPMOVDW       Z18, K1, 192(R11)
-	CMPQ          R9, $0x000001c0
-	JBE           stateVKbf16AVX512_dead_64
-	VMOVAPS       Z9, Z18
-	VPSRLD        $0x10, Z18, Z19
-	VPANDD.BCST   absmask<>+0(SB), Z18, Z20
-	VPCMPGTD.BCST infbits<>+0(SB), Z20, K2
-	VPANDD.BCST   one_i<>+0(SB), Z19, Z20
-	VPADDD.BCST   round<>+0(SB), Z18, Z18
-	VPADDD        Z20, Z18, Z18
-	VPSRLD        $0x10, Z18, Z18
-	VPORD.BCST    quiet<>+0(SB), Z19, K2, Z18
-	VPMOVDW       Z18, K3, 224(R11)
+	VMOVAPS     Z0, Z18
+	VPSRLD      $0x10, Z18, Z19
+	VCMPPS      $0x03, Z18, Z18, K2
+	VPANDD.BCST one_i<>+0(SB), Z19, Z20
+	VPADDD.BCST round<>+0(SB), Z18, Z18
+	VPADDD      Z20, Z18, Z18
+	VPSRLD      $0x10, Z18, Z18
+	VPORD.BCST  quiet<>+0(SB), Z19, K2, Z18
+	VPMOVDW     Z18, (R11)
+	VMOVAPS     Z3, Z18
+	VPSRLD      $0x10, Z18, Z19
+	VCMPPS      $0x03, Z18, Z18, K2
+	VPANDD.BCST one_i<>+0(SB), Z19, Z20
+	VPADDD.BCST round<>+0(SB), Z18, Z18
+	VPADDD      Z20, Z18, Z18
+	VPSRLD      $0x10, Z18, Z18
+	VPORD.BCST  quiet<>+0(SB), Z19, K2, Z18
+	VPMOVDW     Z18, 32(R11)
+	VMOVAPS     Z4, Z18
+	VPSRLD      $0x10, Z18, Z19
+	VCMPPS      $0x03, Z18, Z18, K2
+	VPANDD.BCST one_i<>+0(SB), Z19, Z20
+	VPADDD.BCST round<>+0(SB), Z18, Z18
+	VPADDD      Z20, Z18, Z18
+	VPSRLD      $0x10, Z18, Z18
+	VPORD.BCST  quiet<>+0(SB), Z19, K2, Z18
+	VPMOVDW     Z18, 64(R11)
+	VMOVAPS     Z5, Z18
+	VPSRLD      $0x10, Z18, Z19
+	VCMPPS      $0x03, Z18, Z18, K2
+	VPANDD.BCST one_i<>+0(SB), Z19, Z20
+	VPADDD.BCST round<>+0(SB), Z18, Z18
+	VPADDD      Z20, Z18, Z18
+	VPSRLD      $0x10, Z18, Z18
+	VPORD.BCST  quiet<>+0(SB), Z19, K2, Z18
+	VPMOVDW     Z18, 96(R11)
+	VMOVAPS     Z6, Z18
+	VPSRLD      $0x10, Z18, Z19
+	VCMPPS      $0x03, Z18, Z18, K2
+	VPANDD.BCST one_i<>+0(SB), Z19, Z20
+	VPADDD.BCST round<>+0(SB), Z18, Z18
+	VPADDD      Z20, Z18, Z18
+	VPSRLD      $0x10, Z18, Z18
+	VPORD.BCST  quiet<>+0(SB), Z19, K2, Z18
+	VPMOVDW     Z18, 128(R11)
+	VMOVAPS     Z7, Z18
+	VPSRLD      $0x10, Z18, Z19
+	VCMPPS      $0x03, Z18, Z18, K2
+	VPANDD.BCST one_i<>+0(SB), Z19, Z20
+	VPADDD.BCST round<>+0(SB), Z18, Z18
+	VPADDD      Z20, Z18, Z18
+	VPSRLD      $0x10, Z18, Z18
+	VPORD.BCST  quiet<>+0(SB), Z19, K2, Z18
+	VPMOVDW     Z18, 160(R11)
+	VMOVAPS     Z8, Z18
+	VPSRLD      $0x10, Z18, Z19
+	VCMPPS      $0x03, Z18, Z18, K2
+	VPANDD.BCST one_i<>+0(SB), Z19, Z20
+	VPADDD.BCST round<>+0(SB), Z18, Z18
+	VPADDD      Z20, Z18, Z18
+	VPSRLD      $0x10, Z18, Z18
+	VPORD.BCST  quiet<>+0(SB), Z19, K2, Z18
+	VPMOVDW     Z18, K1, 192(R11)
+	CMPQ        R9, $0x000001c0
+	JBE         stateVKbf16AVX512_dead_64
+	VMOVAPS     Z9, Z18
+	VPSRLD      $0x10, Z18, Z19
+	VCMPPS      $0x03, Z18, Z18, K2
+	VPANDD.BCST one_i<>+0(SB), Z19, Z20
+	VPADDD.BCST round<>+0(SB), Z18, Z18
+	VPADDD      Z20, Z18, Z18
+	VPSRLD      $0x10, Z18, Z18
+	VPORD.BCST  quiet<>+0(SB), Z19, K2, Z18
+	VPMOVDW     Z18, K3, 224(R11)
 
 stateVKbf16AVX512_dead_64:
-	ADDQ          R10, R11
-	VMOVAPS       Z10, Z18
-	VPSRLD        $0x10, Z18, Z19
-	VPANDD.BCST   absmask<>+0(SB), Z18, Z20
-	VPCMPGTD.BCST infbits<>+0(SB), Z20, K2
-	VPANDD.BCST   one_i<>+0(SB), Z19, Z20
-	VPADDD.BCST   round<>+0(SB), Z18, Z18
-	VPADDD        Z20, Z18, Z18
-	VPSRLD        $0x10, Z18, Z18
-	VPORD.BCST    quiet<>+0(SB), Z19, K2, Z18
-	VPMOVDW       Z18, (R11)
-	VMOVAPS       Z11, Z18
-	VPSRLD        $0x10, Z18, Z19
-	VPANDD.BCST   absmask<>+0(SB), Z18, Z20
-	VPCMPGTD.BCST infbits<>+0(SB), Z20, K2
-	VPANDD.BCST   one_i<>+0(SB), Z19, Z20
-	VPADDD.BCST   round<>+0(SB), Z18, Z18
-	VPADDD        Z20, Z18, Z18
-	VPSRLD        $0x10, Z18, Z18
-	VPORD.BCST    quiet<>+0(SB), Z19, K2, Z18
-	VPMOVDW       Z18, 32(R11)
-	VMOVAPS       Z12, Z18
-	VPSRLD        $0x10, Z18, Z19
-	VPANDD.BCST   absmask<>+0(SB), Z18, Z20
-	VPCMPGTD.BCST infbits<>+0(SB), Z20, K2
-	VPANDD.BCST   one_i<>+0(SB), Z19, Z20
-	VPADDD.BCST   round<>+0(SB), Z18, Z18
-	VPADDD        Z20, Z18, Z18
-	VPSRLD        $0x10, Z18, Z18
-	VPORD.BCST    quiet<>+0(SB), Z19, K2, Z18
-	VPMOVDW       Z18, 64(R11)
-	VMOVAPS       Z13, Z18
-	VPSRLD        $0x10, Z18, Z19
-	VPANDD.BCST   absmask<>+0(SB), Z18, Z20
-	VPCMPGTD.BCST infbits<>+0(SB), Z20, K2
-	VPANDD.BCST   one_i<>+0(SB), Z19, Z20
-	VPADDD.BCST   round<>+0(SB), Z18, Z18
-	VPADDD        Z20, Z18, Z18
-	VPSRLD        $0x10, Z18, Z18
-	VPORD.BCST    quiet<>+0(SB), Z19, K2, Z18
-	VPMOVDW       Z18, 96(R11)
-	VMOVAPS       Z14, Z18
-	VPSRLD        $0x10, Z18, Z19
-	VPANDD.BCST   absmask<>+0(SB), Z18, Z20
-	VPCMPGTD.BCST infbits<>+0(SB), Z20, K2
-	VPANDD.BCST   one_i<>+0(SB), Z19, Z20
-	VPADDD.BCST   round<>+0(SB), Z18, Z18
-	VPADDD        Z20, Z18, Z18
-	VPSRLD        $0x10, Z18, Z18
-	VPORD.BCST    quiet<>+0(SB), Z19, K2, Z18
-	VPMOVDW       Z18, 128(R11)
-	VMOVAPS       Z15, Z18
-	VPSRLD        $0x10, Z18, Z19
-	VPANDD.BCST   absmask<>+0(SB), Z18, Z20
-	VPCMPGTD.BCST infbits<>+0(SB), Z20, K2
-	VPANDD.BCST   one_i<>+0(SB), Z19, Z20
-	VPADDD.BCST   round<>+0(SB), Z18, Z18
-	VPADDD        Z20, Z18, Z18
-	VPSRLD        $0x10, Z18, Z18
-	VPORD.BCST    quiet<>+0(SB), Z19, K2, Z18
-	VPMOVDW       Z18, 160(R11)
-	VMOVAPS       Z16, Z18
-	VPSRLD        $0x10, Z18, Z19
-	VPANDD.BCST   absmask<>+0(SB), Z18, Z20
-	VPCMPGTD.BCST infbits<>+0(SB), Z20, K2
-	VPANDD.BCST   one_i<>+0(SB), Z19, Z20
-	VPADDD.BCST   round<>+0(SB), Z18, Z18
-	VPADDD        Z20, Z18, Z18
-	VPSRLD        $0x10, Z18, Z18
-	VPORD.BCST    quiet<>+0(SB), Z19, K2, Z18
-	VPMOVDW       Z18, K1, 192(R11)
-	CMPQ          R9, $0x000001c0
-	JBE           stateVKbf16AVX512_dead_65
-	VMOVAPS       Z17, Z18
-	VPSRLD        $0x10, Z18, Z19
-	VPANDD.BCST   absmask<>+0(SB), Z18, Z20
-	VPCMPGTD.BCST infbits<>+0(SB), Z20, K2
-	VPANDD.BCST   one_i<>+0(SB), Z19, Z20
-	VPADDD.BCST   round<>+0(SB), Z18, Z18
-	VPADDD        Z20, Z18, Z18
-	VPSRLD        $0x10, Z18, Z18
-	VPORD.BCST    quiet<>+0(SB), Z19, K2, Z18
-	VPMOVDW       Z18, K3, 224(R11)
+	ADDQ        R10, R11
+	VMOVAPS     Z10, Z18
+	VPSRLD      $0x10, Z18, Z19
+	VCMPPS      $0x03, Z18, Z18, K2
+	VPANDD.BCST one_i<>+0(SB), Z19, Z20
+	VPADDD.BCST round<>+0(SB), Z18, Z18
+	VPADDD      Z20, Z18, Z18
+	VPSRLD      $0x10, Z18, Z18
+	VPORD.BCST  quiet<>+0(SB), Z19, K2, Z18
+	VPMOVDW     Z18, (R11)
+	VMOVAPS     Z11, Z18
+	VPSRLD      $0x10, Z18, Z19
+	VCMPPS      $0x03, Z18, Z18, K2
+	VPANDD.BCST one_i<>+0(SB), Z19, Z20
+	VPADDD.BCST round<>+0(SB), Z18, Z18
+	VPADDD      Z20, Z18, Z18
+	VPSRLD      $0x10, Z18, Z18
+	VPORD.BCST  quiet<>+0(SB), Z19, K2, Z18
+	VPMOVDW     Z18, 32(R11)
+	VMOVAPS     Z12, Z18
+	VPSRLD      $0x10, Z18, Z19
+	VCMPPS      $0x03, Z18, Z18, K2
+	VPANDD.BCST one_i<>+0(SB), Z19, Z20
+	VPADDD.BCST round<>+0(SB), Z18, Z18
+	VPADDD      Z20, Z18, Z18
+	VPSRLD      $0x10, Z18, Z18
+	VPORD.BCST  quiet<>+0(SB), Z19, K2, Z18
+	VPMOVDW     Z18, 64(R11)
+	VMOVAPS     Z13, Z18
+	VPSRLD      $0x10, Z18, Z19
+	VCMPPS      $0x03, Z18, Z18, K2
+	VPANDD.BCST one_i<>+0(SB), Z19, Z20
+	VPADDD.BCST round<>+0(SB), Z18, Z18
+	VPADDD      Z20, Z18, Z18
+	VPSRLD      $0x10, Z18, Z18
+	VPORD.BCST  quiet<>+0(SB), Z19, K2, Z18
+	VPMOVDW     Z18, 96(R11)
+	VMOVAPS     Z14, Z18
+	VPSRLD      $0x10, Z18, Z19
+	VCMPPS      $0x03, Z18, Z18, K2
+	VPANDD.BCST one_i<>+0(SB), Z19, Z20
+	VPADDD.BCST round<>+0(SB), Z18, Z18
+	VPADDD      Z20, Z18, Z18
+	VPSRLD      $0x10, Z18, Z18
+	VPORD.BCST  quiet<>+0(SB), Z19, K2, Z18
+	VPMOVDW     Z18, 128(R11)
+	VMOVAPS     Z15, Z18
+	VPSRLD      $0x10, Z18, Z19
+	VCMPPS      $0x03, Z18, Z18, K2
+	VPANDD.BCST one_i<>+0(SB), Z19, Z20
+	VPADDD.BCST round<>+0(SB), Z18, Z18
+	VPADDD      Z20, Z18, Z18
+	VPSRLD      $0x10, Z18, Z18
+	VPORD.BCST  quiet<>+0(SB), Z19, K2, Z18
+	VPMOVDW     Z18, 160(R11)
+	VMOVAPS     Z16, Z18
+	VPSRLD      $0x10, Z18, Z19
+	VCMPPS      $0x03, Z18, Z18, K2
+	VPANDD.BCST one_i<>+0(SB), Z19, Z20
+	VPADDD.BCST round<>+0(SB), Z18, Z18
+	VPADDD      Z20, Z18, Z18
+	VPSRLD      $0x10, Z18, Z18
+	VPORD.BCST  quiet<>+0(SB), Z19, K2, Z18
+	VPMOVDW     Z18, K1, 192(R11)
+	CMPQ        R9, $0x000001c0
+	JBE         stateVKbf16AVX512_dead_65
+	VMOVAPS     Z17, Z18
+	VPSRLD      $0x10, Z18, Z19
+	VCMPPS      $0x03, Z18, Z18, K2
+	VPANDD.BCST one_i<>+0(SB), Z19, Z20
+	VPADDD.BCST round<>+0(SB), Z18, Z18
+	VPADDD      Z20, Z18, Z18
+	VPSRLD      $0x10, Z18, Z18
+	VPORD.BCST  quiet<>+0(SB), Z19, K2, Z18
+	VPMOVDW     Z18, K3, 224(R11)
 
 stateVKbf16AVX512_dead_65:
 stateVKbf16AVX512_bfstored_5:
@@ -28290,88 +28037,80 @@ stateVKbf16AVX512_decayed_15:
 	JCS       stateVKbf16AVX512_bfstored_6
 
 stateVKbf16AVX512_bfints_6:
-	VMOVAPS       Z0, Z9
-	VPSRLD        $0x10, Z9, Z10
-	VPANDD.BCST   absmask<>+0(SB), Z9, Z11
-	VPCMPGTD.BCST infbits<>+0(SB), Z11, K2
-	VPANDD.BCST   one_i<>+0(SB), Z10, Z11
-	VPADDD.BCST   round<>+0(SB), Z9, Z9
-	VPADDD        Z11, Z9, Z9
-	VPSRLD        $0x10, Z9, Z9
-	VPORD.BCST    quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW       Z9, (R11)
-	VMOVAPS       Z1, Z9
-	VPSRLD        $0x10, Z9, Z10
-	VPANDD.BCST   absmask<>+0(SB), Z9, Z11
-	VPCMPGTD.BCST infbits<>+0(SB), Z11, K2
-	VPANDD.BCST   one_i<>+0(SB), Z10, Z11
-	VPADDD.BCST   round<>+0(SB), Z9, Z9
-	VPADDD        Z11, Z9, Z9
-	VPSRLD        $0x10, Z9, Z9
-	VPORD.BCST    quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW       Z9, 32(R11)
-	VMOVAPS       Z3, Z9
-	VPSRLD        $0x10, Z9, Z10
-	VPANDD.BCST   absmask<>+0(SB), Z9, Z11
-	VPCMPGTD.BCST infbits<>+0(SB), Z11, K2
-	VPANDD.BCST   one_i<>+0(SB), Z10, Z11
-	VPADDD.BCST   round<>+0(SB), Z9, Z9
-	VPADDD        Z11, Z9, Z9
-	VPSRLD        $0x10, Z9, Z9
-	VPORD.BCST    quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW       Z9, 64(R11)
-	VMOVAPS       Z4, Z9
-	VPSRLD        $0x10, Z9, Z10
-	VPANDD.BCST   absmask<>+0(SB), Z9, Z11
-	VPCMPGTD.BCST infbits<>+0(SB), Z11, K2
-	VPANDD.BCST   one_i<>+0(SB), Z10, Z11
-	VPADDD.BCST   round<>+0(SB), Z9, Z9
-	VPADDD        Z11, Z9, Z9
-	VPSRLD        $0x10, Z9, Z9
-	VPORD.BCST    quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW       Z9, 96(R11)
-	VMOVAPS       Z5, Z9
-	VPSRLD        $0x10, Z9, Z10
-	VPANDD.BCST   absmask<>+0(SB), Z9, Z11
-	VPCMPGTD.BCST infbits<>+0(SB), Z11, K2
-	VPANDD.BCST   one_i<>+0(SB), Z10, Z11
-	VPADDD.BCST   round<>+0(SB), Z9, Z9
-	VPADDD        Z11, Z9, Z9
-	VPSRLD        $0x10, Z9, Z9
-	VPORD.BCST    quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW       Z9, 128(R11)
-	VMOVAPS       Z6, Z9
-	VPSRLD        $0x10, Z9, Z10
-	VPANDD.BCST   absmask<>+0(SB), Z9, Z11
-	VPCMPGTD.BCST infbits<>+0(SB), Z11, K2
-	VPANDD.BCST   one_i<>+0(SB), Z10, Z11
-	VPADDD.BCST   round<>+0(SB), Z9, Z9
-	VPADDD        Z11, Z9, Z9
-	VPSRLD        $0x10, Z9, Z9
-	VPORD.BCST    quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW       Z9, 160(R11)
-	VMOVAPS       Z7, Z9
-	VPSRLD        $0x10, Z9, Z10
-	VPANDD.BCST   absmask<>+0(SB), Z9, Z11
-	VPCMPGTD.BCST infbits<>+0(SB), Z11, K2
-	VPANDD.BCST   one_i<>+0(SB), Z10, Z11
-	VPADDD.BCST   round<>+0(SB), Z9, Z9
-	VPADDD        Z11, Z9, Z9
-	VPSRLD        $0x10, Z9, Z9
-	VPORD.BCST    quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW       Z9, K1, 192(R11)
-	CMPQ          R9, $0x000001c0
-	JBE           stateVKbf16AVX512_dead_72
-	VMOVAPS       Z8, Z9
-	VPSRLD        $0x10, Z9, Z10
-	VPANDD.BCST   absmask<>+0(SB), Z9, Z11
-	VPCMPGTD.BCST infbits<>+0(SB), Z11, K2
-	VPANDD.BCST   one_i<>+0(SB), Z10, Z11
-	VPADDD.BCST   round<>+0(SB), Z9, Z9
-	VPADDD        Z11, Z9, Z9
-	VPSRLD        $0x10, Z9, Z9
-	VPORD.BCST    quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW       Z9, K3, 224(R11)
+	VMOVAPS     Z0, Z9
+	VPSRLD      $0x10, Z9, Z10
+	VCMPPS      $0x03, Z9, Z9, K2
+	VPANDD.BCST one_i<>+0(SB), Z10, Z11
+	VPADDD.BCST round<>+0(SB), Z9, Z9
+	VPADDD      Z11, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPORD.BCST  quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW     Z9, (R11)
+	VMOVAPS     Z1, Z9
+	VPSRLD      $0x10, Z9, Z10
+	VCMPPS      $0x03, Z9, Z9, K2
+	VPANDD.BCST one_i<>+0(SB), Z10, Z11
+	VPADDD.BCST round<>+0(SB), Z9, Z9
+	VPADDD      Z11, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPORD.BCST  quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW     Z9, 32(R11)
+	VMOVAPS     Z3, Z9
+	VPSRLD      $0x10, Z9, Z10
+	VCMPPS      $0x03, Z9, Z9, K2
+	VPANDD.BCST one_i<>+0(SB), Z10, Z11
+	VPADDD.BCST round<>+0(SB), Z9, Z9
+	VPADDD      Z11, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPORD.BCST  quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW     Z9, 64(R11)
+	VMOVAPS     Z4, Z9
+	VPSRLD      $0x10, Z9, Z10
+	VCMPPS      $0x03, Z9, Z9, K2
+	VPANDD.BCST one_i<>+0(SB), Z10, Z11
+	VPADDD.BCST round<>+0(SB), Z9, Z9
+	VPADDD      Z11, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPORD.BCST  quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW     Z9, 96(R11)
+	VMOVAPS     Z5, Z9
+	VPSRLD      $0x10, Z9, Z10
+	VCMPPS      $0x03, Z9, Z9, K2
+	VPANDD.BCST one_i<>+0(SB), Z10, Z11
+	VPADDD.BCST round<>+0(SB), Z9, Z9
+	VPADDD      Z11, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPORD.BCST  quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW     Z9, 128(R11)
+	VMOVAPS     Z6, Z9
+	VPSRLD      $0x10, Z9, Z10
+	VCMPPS      $0x03, Z9, Z9, K2
+	VPANDD.BCST one_i<>+0(SB), Z10, Z11
+	VPADDD.BCST round<>+0(SB), Z9, Z9
+	VPADDD      Z11, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPORD.BCST  quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW     Z9, 160(R11)
+	VMOVAPS     Z7, Z9
+	VPSRLD      $0x10, Z9, Z10
+	VCMPPS      $0x03, Z9, Z9, K2
+	VPANDD.BCST one_i<>+0(SB), Z10, Z11
+	VPADDD.BCST round<>+0(SB), Z9, Z9
+	VPADDD      Z11, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPORD.BCST  quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW     Z9, K1, 192(R11)
+	CMPQ        R9, $0x000001c0
+	JBE         stateVKbf16AVX512_dead_72
+	VMOVAPS     Z8, Z9
+	VPSRLD      $0x10, Z9, Z10
+	VCMPPS      $0x03, Z9, Z9, K2
+	VPANDD.BCST one_i<>+0(SB), Z10, Z11
+	VPADDD.BCST round<>+0(SB), Z9, Z9
+	VPADDD      Z11, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPORD.BCST  quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW     Z9, K3, 224(R11)
 
 stateVKbf16AVX512_dead_72:
 stateVKbf16AVX512_bfstored_6:
@@ -28739,132 +28478,120 @@ stateVKbf16AVX512_decayed_17:
 	JCS       stateVKbf16AVX512_bfstored_7
 
 stateVKbf16AVX512_bfints_7:
-	VMOVAPS       Z0, Z13
-	VPSRLD        $0x10, Z13, Z14
-	VPANDD.BCST   absmask<>+0(SB), Z13, Z15
-	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
-	VPANDD.BCST   one_i<>+0(SB), Z14, Z15
-	VPADDD.BCST   round<>+0(SB), Z13, Z13
-	VPADDD        Z15, Z13, Z13
-	VPSRLD        $0x10, Z13, Z13
-	VPORD.BCST    quiet<>+0(SB), Z14, K2, Z13
-	VPMOVDW       Z13, (R11)
-	VMOVAPS       Z2, Z13
-	VPSRLD        $0x10, Z13, Z14
-	VPANDD.BCST   absmask<>+0(SB), Z13, Z15
-	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
-	VPANDD.BCST   one_i<>+0(SB), Z14, Z15
-	VPADDD.BCST   round<>+0(SB), Z13, Z13
-	VPADDD        Z15, Z13, Z13
-	VPSRLD        $0x10, Z13, Z13
-	VPORD.BCST    quiet<>+0(SB), Z14, K2, Z13
-	VPMOVDW       Z13, 32(R11)
-	VMOVAPS       Z3, Z13
-	VPSRLD        $0x10, Z13, Z14
-	VPANDD.BCST   absmask<>+0(SB), Z13, Z15
-	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
-	VPANDD.BCST   one_i<>+0(SB), Z14, Z15
-	VPADDD.BCST   round<>+0(SB), Z13, Z13
-	VPADDD        Z15, Z13, Z13
-	VPSRLD        $0x10, Z13, Z13
-	VPORD.BCST    quiet<>+0(SB), Z14, K2, Z13
-	VPMOVDW       Z13, 64(R11)
-	VMOVAPS       Z4, Z13
-	VPSRLD        $0x10, Z13, Z14
-	VPANDD.BCST   absmask<>+0(SB), Z13, Z15
-	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
-	VPANDD.BCST   one_i<>+0(SB), Z14, Z15
-	VPADDD.BCST   round<>+0(SB), Z13, Z13
-	VPADDD        Z15, Z13, Z13
-	VPSRLD        $0x10, Z13, Z13
-	VPORD.BCST    quiet<>+0(SB), Z14, K2, Z13
-	VPMOVDW       Z13, 96(R11)
-	VMOVAPS       Z5, Z13
-	VPSRLD        $0x10, Z13, Z14
-	VPANDD.BCST   absmask<>+0(SB), Z13, Z15
-	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
-	VPANDD.BCST   one_i<>+0(SB), Z14, Z15
-	VPADDD.BCST   round<>+0(SB), Z13, Z13
-	VPADDD        Z15, Z13, Z13
-	VPSRLD        $0x10, Z13, Z13
-	VPORD.BCST    quiet<>+0(SB), Z14, K2, Z13
-	VPMOVDW       Z13, 128(R11)
-	VMOVAPS       Z6, Z13
-	VPSRLD        $0x10, Z13, Z14
-	VPANDD.BCST   absmask<>+0(SB), Z13, Z15
-	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
-	VPANDD.BCST   one_i<>+0(SB), Z14, Z15
-	VPADDD.BCST   round<>+0(SB), Z13, Z13
-	VPADDD        Z15, Z13, Z13
-	VPSRLD        $0x10, Z13, Z13
-	VPORD.BCST    quiet<>+0(SB), Z14, K2, Z13
-	VPMOVDW       Z13, 160(R11)
-	VMOVAPS       Z7, Z13
-	VPSRLD        $0x10, Z13, Z14
-	VPANDD.BCST   absmask<>+0(SB), Z13, Z15
-	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
-	VPANDD.BCST   one_i<>+0(SB), Z14, Z15
-	VPADDD.BCST   round<>+0(SB), Z13, Z13
-	VPADDD        Z15, Z13, Z13
-	VPSRLD        $0x10, Z13, Z13
-	VPORD.BCST    quiet<>+0(SB), Z14, K2, Z13
-	VPMOVDW       Z13, 192(R11)
-	VMOVAPS       Z8, Z13
-	VPSRLD        $0x10, Z13, Z14
-	VPANDD.BCST   absmask<>+0(SB), Z13, Z15
-	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
-	VPANDD.BCST   one_i<>+0(SB), Z14, Z15
-	VPADDD.BCST   round<>+0(SB), Z13, Z13
-	VPADDD        Z15, Z13, Z13
-	VPSRLD        $0x10, Z13, Z13
-	VPORD.BCST    quiet<>+0(SB), Z14, K2, Z13
-	VPMOVDW       Z13, 224(R11)
-	VMOVAPS       Z9, Z13
-	VPSRLD        $0x10, Z13, Z14
-	VPANDD.BCST   absmask<>+0(SB), Z13, Z15
-	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
-	VPANDD.BCST   one_i<>+0(SB), Z14, Z15
-	VPADDD.BCST   round<>+0(SB), Z13, Z13
-	VPADDD        Z15, Z13, Z13
-	VPSRLD        $0x10, Z13, Z13
-	VPORD.BCST    quiet<>+0(SB), Z14, K2, Z13
-	VPMOVDW       Z13, K1, 256(R11)
-	CMPQ          R9, $0x00000240
-	JBE           stateVKbf16AVX512_dead_79
-	VMOVAPS       Z10, Z13
-	VPSRLD        $0x10, Z13, Z14
-	VPANDD.BCST   absmask<>+0(SB), Z13, Z15
-	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
-	VPANDD.BCST   one_i<>+0(SB), Z14, Z15
-	VPADDD.BCST   round<>+0(SB), Z13, Z13
-	VPADDD        Z15, Z13, Z13
-	VPSRLD        $0x10, Z13, Z13
-	VPORD.BCST    quiet<>+0(SB), Z14, K2, Z13
-	VPMOVDW       Z13, K3, 288(R11)
-	CMPQ          R9, $0x00000280
-	JBE           stateVKbf16AVX512_dead_79
-	VMOVAPS       Z11, Z13
-	VPSRLD        $0x10, Z13, Z14
-	VPANDD.BCST   absmask<>+0(SB), Z13, Z15
-	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
-	VPANDD.BCST   one_i<>+0(SB), Z14, Z15
-	VPADDD.BCST   round<>+0(SB), Z13, Z13
-	VPADDD        Z15, Z13, Z13
-	VPSRLD        $0x10, Z13, Z13
-	VPORD.BCST    quiet<>+0(SB), Z14, K2, Z13
-	VPMOVDW       Z13, K4, 320(R11)
-	CMPQ          R9, $0x000002c0
-	JBE           stateVKbf16AVX512_dead_79
-	VMOVAPS       Z12, Z13
-	VPSRLD        $0x10, Z13, Z14
-	VPANDD.BCST   absmask<>+0(SB), Z13, Z15
-	VPCMPGTD.BCST infbits<>+0(SB), Z15, K2
-	VPANDD.BCST   one_i<>+0(SB), Z14, Z15
-	VPADDD.BCST   round<>+0(SB), Z13, Z13
-	VPADDD        Z15, Z13, Z13
-	VPSRLD        $0x10, Z13, Z13
-	VPORD.BCST    quiet<>+0(SB), Z14, K2, Z13
-	VPMOVDW       Z13, K5, 352(R11)
+	VMOVAPS     Z0, Z13
+	VPSRLD      $0x10, Z13, Z14
+	VCMPPS      $0x03, Z13, Z13, K2
+	VPANDD.BCST one_i<>+0(SB), Z14, Z15
+	VPADDD.BCST round<>+0(SB), Z13, Z13
+	VPADDD      Z15, Z13, Z13
+	VPSRLD      $0x10, Z13, Z13
+	VPORD.BCST  quiet<>+0(SB), Z14, K2, Z13
+	VPMOVDW     Z13, (R11)
+	VMOVAPS     Z2, Z13
+	VPSRLD      $0x10, Z13, Z14
+	VCMPPS      $0x03, Z13, Z13, K2
+	VPANDD.BCST one_i<>+0(SB), Z14, Z15
+	VPADDD.BCST round<>+0(SB), Z13, Z13
+	VPADDD      Z15, Z13, Z13
+	VPSRLD      $0x10, Z13, Z13
+	VPORD.BCST  quiet<>+0(SB), Z14, K2, Z13
+	VPMOVDW     Z13, 32(R11)
+	VMOVAPS     Z3, Z13
+	VPSRLD      $0x10, Z13, Z14
+	VCMPPS      $0x03, Z13, Z13, K2
+	VPANDD.BCST one_i<>+0(SB), Z14, Z15
+	VPADDD.BCST round<>+0(SB), Z13, Z13
+	VPADDD      Z15, Z13, Z13
+	VPSRLD      $0x10, Z13, Z13
+	VPORD.BCST  quiet<>+0(SB), Z14, K2, Z13
+	VPMOVDW     Z13, 64(R11)
+	VMOVAPS     Z4, Z13
+	VPSRLD      $0x10, Z13, Z14
+	VCMPPS      $0x03, Z13, Z13, K2
+	VPANDD.BCST one_i<>+0(SB), Z14, Z15
+	VPADDD.BCST round<>+0(SB), Z13, Z13
+	VPADDD      Z15, Z13, Z13
+	VPSRLD      $0x10, Z13, Z13
+	VPORD.BCST  quiet<>+0(SB), Z14, K2, Z13
+	VPMOVDW     Z13, 96(R11)
+	VMOVAPS     Z5, Z13
+	VPSRLD      $0x10, Z13, Z14
+	VCMPPS      $0x03, Z13, Z13, K2
+	VPANDD.BCST one_i<>+0(SB), Z14, Z15
+	VPADDD.BCST round<>+0(SB), Z13, Z13
+	VPADDD      Z15, Z13, Z13
+	VPSRLD      $0x10, Z13, Z13
+	VPORD.BCST  quiet<>+0(SB), Z14, K2, Z13
+	VPMOVDW     Z13, 128(R11)
+	VMOVAPS     Z6, Z13
+	VPSRLD      $0x10, Z13, Z14
+	VCMPPS      $0x03, Z13, Z13, K2
+	VPANDD.BCST one_i<>+0(SB), Z14, Z15
+	VPADDD.BCST round<>+0(SB), Z13, Z13
+	VPADDD      Z15, Z13, Z13
+	VPSRLD      $0x10, Z13, Z13
+	VPORD.BCST  quiet<>+0(SB), Z14, K2, Z13
+	VPMOVDW     Z13, 160(R11)
+	VMOVAPS     Z7, Z13
+	VPSRLD      $0x10, Z13, Z14
+	VCMPPS      $0x03, Z13, Z13, K2
+	VPANDD.BCST one_i<>+0(SB), Z14, Z15
+	VPADDD.BCST round<>+0(SB), Z13, Z13
+	VPADDD      Z15, Z13, Z13
+	VPSRLD      $0x10, Z13, Z13
+	VPORD.BCST  quiet<>+0(SB), Z14, K2, Z13
+	VPMOVDW     Z13, 192(R11)
+	VMOVAPS     Z8, Z13
+	VPSRLD      $0x10, Z13, Z14
+	VCMPPS      $0x03, Z13, Z13, K2
+	VPANDD.BCST one_i<>+0(SB), Z14, Z15
+	VPADDD.BCST round<>+0(SB), Z13, Z13
+	VPADDD      Z15, Z13, Z13
+	VPSRLD      $0x10, Z13, Z13
+	VPORD.BCST  quiet<>+0(SB), Z14, K2, Z13
+	VPMOVDW     Z13, 224(R11)
+	VMOVAPS     Z9, Z13
+	VPSRLD      $0x10, Z13, Z14
+	VCMPPS      $0x03, Z13, Z13, K2
+	VPANDD.BCST one_i<>+0(SB), Z14, Z15
+	VPADDD.BCST round<>+0(SB), Z13, Z13
+	VPADDD      Z15, Z13, Z13
+	VPSRLD      $0x10, Z13, Z13
+	VPORD.BCST  quiet<>+0(SB), Z14, K2, Z13
+	VPMOVDW     Z13, K1, 256(R11)
+	CMPQ        R9, $0x00000240
+	JBE         stateVKbf16AVX512_dead_79
+	VMOVAPS     Z10, Z13
+	VPSRLD      $0x10, Z13, Z14
+	VCMPPS      $0x03, Z13, Z13, K2
+	VPANDD.BCST one_i<>+0(SB), Z14, Z15
+	VPADDD.BCST round<>+0(SB), Z13, Z13
+	VPADDD      Z15, Z13, Z13
+	VPSRLD      $0x10, Z13, Z13
+	VPORD.BCST  quiet<>+0(SB), Z14, K2, Z13
+	VPMOVDW     Z13, K3, 288(R11)
+	CMPQ        R9, $0x00000280
+	JBE         stateVKbf16AVX512_dead_79
+	VMOVAPS     Z11, Z13
+	VPSRLD      $0x10, Z13, Z14
+	VCMPPS      $0x03, Z13, Z13, K2
+	VPANDD.BCST one_i<>+0(SB), Z14, Z15
+	VPADDD.BCST round<>+0(SB), Z13, Z13
+	VPADDD      Z15, Z13, Z13
+	VPSRLD      $0x10, Z13, Z13
+	VPORD.BCST  quiet<>+0(SB), Z14, K2, Z13
+	VPMOVDW     Z13, K4, 320(R11)
+	CMPQ        R9, $0x000002c0
+	JBE         stateVKbf16AVX512_dead_79
+	VMOVAPS     Z12, Z13
+	VPSRLD      $0x10, Z13, Z14
+	VCMPPS      $0x03, Z13, Z13, K2
+	VPANDD.BCST one_i<>+0(SB), Z14, Z15
+	VPADDD.BCST round<>+0(SB), Z13, Z13
+	VPADDD      Z15, Z13, Z13
+	VPSRLD      $0x10, Z13, Z13
+	VPORD.BCST  quiet<>+0(SB), Z14, K2, Z13
+	VPMOVDW     Z13, K5, 352(R11)
 
 stateVKbf16AVX512_dead_79:
 stateVKbf16AVX512_bfstored_7:
@@ -29288,172 +29015,156 @@ stateVKbf16AVX512_decayed_19:
 	JCS       stateVKbf16AVX512_bfstored_8
 
 stateVKbf16AVX512_bfints_8:
-	VMOVAPS       Z0, Z17
-	VPSRLD        $0x10, Z17, Z18
-	VPANDD.BCST   absmask<>+0(SB), Z17, Z19
-	VPCMPGTD.BCST infbits<>+0(SB), Z19, K2
-	VPANDD.BCST   one_i<>+0(SB), Z18, Z19
-	VPADDD.BCST   round<>+0(SB), Z17, Z17
-	VPADDD        Z19, Z17, Z17
-	VPSRLD        $0x10, Z17, Z17
-	VPORD.BCST    quiet<>+0(SB), Z18, K2, Z17
-	VPMOVDW       Z17, (R11)
-	VMOVAPS       Z2, Z17
-	VPSRLD        $0x10, Z17, Z18
-	VPANDD.BCST   absmask<>+0(SB), Z17, Z19
-	VPCMPGTD.BCST infbits<>+0(SB), Z19, K2
-	VPANDD.BCST   one_i<>+0(SB), Z18, Z19
-	VPADDD.BCST   round<>+0(SB), Z17, Z17
-	VPADDD        Z19, Z17, Z17
-	VPSRLD        $0x10, Z17, Z17
-	VPORD.BCST    quiet<>+0(SB), Z18, K2, Z17
-	VPMOVDW       Z17, 32(R11)
-	VMOVAPS       Z3, Z17
-	VPSRLD        $0x10, Z17, Z18
-	VPANDD.BCST   absmask<>+0(SB), Z17, Z19
-	VPCMPGTD.BCST infbits<>+0(SB), Z19, K2
-	VPANDD.BCST   one_i<>+0(SB), Z18, Z19
-	VPADDD.BCST   round<>+0(SB), Z17, Z17
-	VPADDD        Z19, Z17, Z17
-	VPSRLD        $0x10, Z17, Z17
-	VPORD.BCST    quiet<>+0(SB), Z18, K2, Z17
-	VPMOVDW       Z17, 64(R11)
-	VMOVAPS       Z4, Z17
-	VPSRLD        $0x10, Z17, Z18
-	VPANDD.BCST   absmask<>+0(SB), Z17, Z19
-	VPCMPGTD.BCST infbits<>+0(SB), Z19, K2
-	VPANDD.BCST   one_i<>+0(SB), Z18, Z19
-	VPADDD.BCST   round<>+0(SB), Z17, Z17
-	VPADDD        Z19, Z17, Z17
-	VPSRLD        $0x10, Z17, Z17
-	VPORD.BCST    quiet<>+0(SB), Z18, K2, Z17
-	VPMOVDW       Z17, 96(R11)
-	VMOVAPS       Z5, Z17
-	VPSRLD        $0x10, Z17, Z18
-	VPANDD.BCST   absmask<>+0(SB), Z17, Z19
-	VPCMPGTD.BCST infbits<>+0(SB), Z19, K2
-	VPANDD.BCST   one_i<>+0(SB), Z18, Z19
-	VPADDD.BCST   round<>+0(SB), Z17, Z17
-	VPADDD        Z19, Z17, Z17
-	VPSRLD        $0x10, Z17, Z17
-	VPORD.BCST    quiet<>+0(SB), Z18, K2, Z17
-	VPMOVDW       Z17, 128(R11)
-	VMOVAPS       Z6, Z17
-	VPSRLD        $0x10, Z17, Z18
-	VPANDD.BCST   absmask<>+0(SB), Z17, Z19
-	VPCMPGTD.BCST infbits<>+0(SB), Z19, K2
-	VPANDD.BCST   one_i<>+0(SB), Z18, Z19
-	VPADDD.BCST   round<>+0(SB), Z17, Z17
-	VPADDD        Z19, Z17, Z17
-	VPSRLD        $0x10, Z17, Z17
-	VPORD.BCST    quiet<>+0(SB), Z18, K2, Z17
-	VPMOVDW       Z17, 160(R11)
-	VMOVAPS       Z7, Z17
-	VPSRLD        $0x10, Z17, Z18
-	VPANDD.BCST   absmask<>+0(SB), Z17, Z19
-	VPCMPGTD.BCST infbits<>+0(SB), Z19, K2
-	VPANDD.BCST   one_i<>+0(SB), Z18, Z19
-	VPADDD.BCST   round<>+0(SB), Z17, Z17
-	VPADDD        Z19, Z17, Z17
-	VPSRLD        $0x10, Z17, Z17
-	VPORD.BCST    quiet<>+0(SB), Z18, K2, Z17
-	VPMOVDW       Z17, 192(R11)
-	VMOVAPS       Z8, Z17
-	VPSRLD        $0x10, Z17, Z18
-	VPANDD.BCST   absmask<>+0(SB), Z17, Z19
-	VPCMPGTD.BCST infbits<>+0(SB), Z19, K2
-	VPANDD.BCST   one_i<>+0(SB), Z18, Z19
-	VPADDD.BCST   round<>+0(SB), Z17, Z17
-	VPADDD        Z19, Z17, Z17
-	VPSRLD        $0x10, Z17, Z17
-	VPORD.BCST    quiet<>+0(SB), Z18, K2, Z17
-	VPMOVDW       Z17, 224(R11)
-	VMOVAPS       Z9, Z17
-	VPSRLD        $0x10, Z17, Z18
-	VPANDD.BCST   absmask<>+0(SB), Z17, Z19
-	VPCMPGTD.BCST infbits<>+0(SB), Z19, K2
-	VPANDD.BCST   one_i<>+0(SB), Z18, Z19
-	VPADDD.BCST   round<>+0(SB), Z17, Z17
-	VPADDD        Z19, Z17, Z17
-	VPSRLD        $0x10, Z17, Z17
-	VPORD.BCST    quiet<>+0(SB), Z18, K2, Z17
-	VPMOVDW       Z17, 256(R11)
-	VMOVAPS       Z10, Z17
-	VPSRLD        $0x10, Z17, Z18
-	VPANDD.BCST   absmask<>+0(SB), Z17, Z19
-	VPCMPGTD.BCST infbits<>+0(SB), Z19, K2
-	VPANDD.BCST   one_i<>+0(SB), Z18, Z19
-	VPADDD.BCST   round<>+0(SB), Z17, Z17
-	VPADDD        Z19, Z17, Z17
-	VPSRLD        $0x10, Z17, Z17
-	VPORD.BCST    quiet<>+0(SB), Z18, K2, Z17
-	VPMOVDW       Z17, 288(R11)
-	VMOVAPS       Z11, Z17
-	VPSRLD        $0x10, Z17, Z18
-	VPANDD.BCST   absmask<>+0(SB), Z17, Z19
-	VPCMPGTD.BCST infbits<>+0(SB), Z19, K2
-	VPANDD.BCST   one_i<>+0(SB), Z18, Z19
-	VPADDD.BCST   round<>+0(SB), Z17, Z17
-	VPADDD        Z19, Z17, Z17
-	VPSRLD        $0x10, Z17, Z17
-	VPORD.BCST    quiet<>+0(SB), Z18, K2, Z17
-	VPMOVDW       Z17, 320(R11)
-	VMOVAPS       Z12, Z17
-	VPSRLD        $0x10, Z17, Z18
-	VPANDD.BCST   absmask<>+0(SB), Z17, Z19
-	VPCMPGTD.BCST infbits<>+0(SB), Z19, K2
-	VPANDD.BCST   one_i<>+0(SB), Z18, Z19
-	VPADDD.BCST   round<>+0(SB), Z17, Z17
-	VPADDD        Z19, Z17, Z17
-	VPSRLD        $0x10, Z17, Z17
-	VPORD.BCST    quiet<>+0(SB), Z18, K2, Z17
-	VPMOVDW       Z17, 352(R11)
-	VMOVAPS       Z13, Z17
-	VPSRLD        $0x10, Z17, Z18
-	VPANDD.BCST   absmask<>+0(SB), Z17, Z19
-	VPCMPGTD.BCST infbits<>+0(SB), Z19, K2
-	VPANDD.BCST   one_i<>+0(SB), Z18, Z19
-	VPADDD.BCST   round<>+0(SB), Z17, Z17
-	VPADDD        Z19, Z17, Z17
-	VPSRLD        $0x10, Z17, Z17
-	VPORD.BCST    quiet<>+0(SB), Z18, K2, Z17
-	VPMOVDW       Z17, K1, 384(R11)
-	CMPQ          R9, $0x00000340
-	JBE           stateVKbf16AVX512_dead_86
-	VMOVAPS       Z14, Z17
-	VPSRLD        $0x10, Z17, Z18
-	VPANDD.BCST   absmask<>+0(SB), Z17, Z19
-	VPCMPGTD.BCST infbits<>+0(SB), Z19, K2
-	VPANDD.BCST   one_i<>+0(SB), Z18, Z19
-	VPADDD.BCST   round<>+0(SB), Z17, Z17
-	VPADDD        Z19, Z17, Z17
-	VPSRLD        $0x10, Z17, Z17
-	VPORD.BCST    quiet<>+0(SB), Z18, K2, Z17
-	VPMOVDW       Z17, K3, 416(R11)
-	CMPQ          R9, $0x00000380
-	JBE           stateVKbf16AVX512_dead_86
-	VMOVAPS       Z15, Z17
-	VPSRLD        $0x10, Z17, Z18
-	VPANDD.BCST   absmask<>+0(SB), Z17, Z19
-	VPCMPGTD.BCST infbits<>+0(SB), Z19, K2
-	VPANDD.BCST   one_i<>+0(SB), Z18, Z19
-	VPADDD.BCST   round<>+0(SB), Z17, Z17
-	VPADDD        Z19, Z17, Z17
-	VPSRLD        $0x10, Z17, Z17
-	VPORD.BCST    quiet<>+0(SB), Z18, K2, Z17
-	VPMOVDW       Z17, K4, 448(R11)
-	CMPQ          R9, $0x000003c0
-	JBE           stateVKbf16AVX512_dead_86
-	VMOVAPS       Z16, Z17
-	VPSRLD        $0x10, Z17, Z18
-	VPANDD.BCST   absmask<>+0(SB), Z17, Z19
-	VPCMPGTD.BCST infbits<>+0(SB), Z19, K2
-	VPANDD.BCST   one_i<>+0(SB), Z18, Z19
-	VPADDD.BCST   round<>+0(SB), Z17, Z17
-	VPADDD        Z19, Z17, Z17
-	VPSRLD        $0x10, Z17, Z17
-	VPORD.BCST    quiet<>+0(SB), Z18, K2, Z17
-	VPMOVDW       Z17, K5, 480(R11)
+	VMOVAPS     Z0, Z17
+	VPSRLD      $0x10, Z17, Z18
+	VCMPPS      $0x03, Z17, Z17, K2
+	VPANDD.BCST one_i<>+0(SB), Z18, Z19
+	VPADDD.BCST round<>+0(SB), Z17, Z17
+	VPADDD      Z19, Z17, Z17
+	VPSRLD      $0x10, Z17, Z17
+	VPORD.BCST  quiet<>+0(SB), Z18, K2, Z17
+	VPMOVDW     Z17, (R11)
+	VMOVAPS     Z2, Z17
+	VPSRLD      $0x10, Z17, Z18
+	VCMPPS      $0x03, Z17, Z17, K2
+	VPANDD.BCST one_i<>+0(SB), Z18, Z19
+	VPADDD.BCST round<>+0(SB), Z17, Z17
+	VPADDD      Z19, Z17, Z17
+	VPSRLD      $0x10, Z17, Z17
+	VPORD.BCST  quiet<>+0(SB), Z18, K2, Z17
+	VPMOVDW     Z17, 32(R11)
+	VMOVAPS     Z3, Z17
+	VPSRLD      $0x10, Z17, Z18
+	VCMPPS      $0x03, Z17, Z17, K2
+	VPANDD.BCST one_i<>+0(SB), Z18, Z19
+	VPADDD.BCST round<>+0(SB), Z17, Z17
+	VPADDD      Z19, Z17, Z17
+	VPSRLD      $0x10, Z17, Z17
+	VPORD.BCST  quiet<>+0(SB), Z18, K2, Z17
+	VPMOVDW     Z17, 64(R11)
+	VMOVAPS     Z4, Z17
+	VPSRLD      $0x10, Z17, Z18
+	VCMPPS      $0x03, Z17, Z17, K2
+	VPANDD.BCST one_i<>+0(SB), Z18, Z19
+	VPADDD.BCST round<>+0(SB), Z17, Z17
+	VPADDD      Z19, Z17, Z17
+	VPSRLD      $0x10, Z17, Z17
+	VPORD.BCST  quiet<>+0(SB), Z18, K2, Z17
+	VPMOVDW     Z17, 96(R11)
+	VMOVAPS     Z5, Z17
+	VPSRLD      $0x10, Z17, Z18
+	VCMPPS      $0x03, Z17, Z17, K2
+	VPANDD.BCST one_i<>+0(SB), Z18, Z19
+	VPADDD.BCST round<>+0(SB), Z17, Z17
+	VPADDD      Z19, Z17, Z17
+	VPSRLD      $0x10, Z17, Z17
+	VPORD.BCST  quiet<>+0(SB), Z18, K2, Z17
+	VPMOVDW     Z17, 128(R11)
+	VMOVAPS     Z6, Z17
+	VPSRLD      $0x10, Z17, Z18
+	VCMPPS      $0x03, Z17, Z17, K2
+	VPANDD.BCST one_i<>+0(SB), Z18, Z19
+	VPADDD.BCST round<>+0(SB), Z17, Z17
+	VPADDD      Z19, Z17, Z17
+	VPSRLD      $0x10, Z17, Z17
+	VPORD.BCST  quiet<>+0(SB), Z18, K2, Z17
+	VPMOVDW     Z17, 160(R11)
+	VMOVAPS     Z7, Z17
+	VPSRLD      $0x10, Z17, Z18
+	VCMPPS      $0x03, Z17, Z17, K2
+	VPANDD.BCST one_i<>+0(SB), Z18, Z19
+	VPADDD.BCST round<>+0(SB), Z17, Z17
+	VPADDD      Z19, Z17, Z17
+	VPSRLD      $0x10, Z17, Z17
+	VPORD.BCST  quiet<>+0(SB), Z18, K2, Z17
+	VPMOVDW     Z17, 192(R11)
+	VMOVAPS     Z8, Z17
+	VPSRLD      $0x10, Z17, Z18
+	VCMPPS      $0x03, Z17, Z17, K2
+	VPANDD.BCST one_i<>+0(SB), Z18, Z19
+	VPADDD.BCST round<>+0(SB), Z17, Z17
+	VPADDD      Z19, Z17, Z17
+	VPSRLD      $0x10, Z17, Z17
+	VPORD.BCST  quiet<>+0(SB), Z18, K2, Z17
+	VPMOVDW     Z17, 224(R11)
+	VMOVAPS     Z9, Z17
+	VPSRLD      $0x10, Z17, Z18
+	VCMPPS      $0x03, Z17, Z17, K2
+	VPANDD.BCST one_i<>+0(SB), Z18, Z19
+	VPADDD.BCST round<>+0(SB), Z17, Z17
+	VPADDD      Z19, Z17, Z17
+	VPSRLD      $0x10, Z17, Z17
+	VPORD.BCST  quiet<>+0(SB), Z18, K2, Z17
+	VPMOVDW     Z17, 256(R11)
+	VMOVAPS     Z10, Z17
+	VPSRLD      $0x10, Z17, Z18
+	VCMPPS      $0x03, Z17, Z17, K2
+	VPANDD.BCST one_i<>+0(SB), Z18, Z19
+	VPADDD.BCST round<>+0(SB), Z17, Z17
+	VPADDD      Z19, Z17, Z17
+	VPSRLD      $0x10, Z17, Z17
+	VPORD.BCST  quiet<>+0(SB), Z18, K2, Z17
+	VPMOVDW     Z17, 288(R11)
+	VMOVAPS     Z11, Z17
+	VPSRLD      $0x10, Z17, Z18
+	VCMPPS      $0x03, Z17, Z17, K2
+	VPANDD.BCST one_i<>+0(SB), Z18, Z19
+	VPADDD.BCST round<>+0(SB), Z17, Z17
+	VPADDD      Z19, Z17, Z17
+	VPSRLD      $0x10, Z17, Z17
+	VPORD.BCST  quiet<>+0(SB), Z18, K2, Z17
+	VPMOVDW     Z17, 320(R11)
+	VMOVAPS     Z12, Z17
+	VPSRLD      $0x10, Z17, Z18
+	VCMPPS      $0x03, Z17, Z17, K2
+	VPANDD.BCST one_i<>+0(SB), Z18, Z19
+	VPADDD.BCST round<>+0(SB), Z17, Z17
+	VPADDD      Z19, Z17, Z17
+	VPSRLD      $0x10, Z17, Z17
+	VPORD.BCST  quiet<>+0(SB), Z18, K2, Z17
+	VPMOVDW     Z17, 352(R11)
+	VMOVAPS     Z13, Z17
+	VPSRLD      $0x10, Z17, Z18
+	VCMPPS      $0x03, Z17, Z17, K2
+	VPANDD.BCST one_i<>+0(SB), Z18, Z19
+	VPADDD.BCST round<>+0(SB), Z17, Z17
+	VPADDD      Z19, Z17, Z17
+	VPSRLD      $0x10, Z17, Z17
+	VPORD.BCST  quiet<>+0(SB), Z18, K2, Z17
+	VPMOVDW     Z17, K1, 384(R11)
+	CMPQ        R9, $0x00000340
+	JBE         stateVKbf16AVX512_dead_86
+	VMOVAPS     Z14, Z17
+	VPSRLD      $0x10, Z17, Z18
+	VCMPPS      $0x03, Z17, Z17, K2
+	VPANDD.BCST one_i<>+0(SB), Z18, Z19
+	VPADDD.BCST round<>+0(SB), Z17, Z17
+	VPADDD      Z19, Z17, Z17
+	VPSRLD      $0x10, Z17, Z17
+	VPORD.BCST  quiet<>+0(SB), Z18, K2, Z17
+	VPMOVDW     Z17, K3, 416(R11)
+	CMPQ        R9, $0x00000380
+	JBE         stateVKbf16AVX512_dead_86
+	VMOVAPS     Z15, Z17
+	VPSRLD      $0x10, Z17, Z18
+	VCMPPS      $0x03, Z17, Z17, K2
+	VPANDD.BCST one_i<>+0(SB), Z18, Z19
+	VPADDD.BCST round<>+0(SB), Z17, Z17
+	VPADDD      Z19, Z17, Z17
+	VPSRLD      $0x10, Z17, Z17
+	VPORD.BCST  quiet<>+0(SB), Z18, K2, Z17
+	VPMOVDW     Z17, K4, 448(R11)
+	CMPQ        R9, $0x000003c0
+	JBE         stateVKbf16AVX512_dead_86
+	VMOVAPS     Z16, Z17
+	VPSRLD      $0x10, Z17, Z18
+	VCMPPS      $0x03, Z17, Z17, K2
+	VPANDD.BCST one_i<>+0(SB), Z18, Z19
+	VPADDD.BCST round<>+0(SB), Z17, Z17
+	VPADDD      Z19, Z17, Z17
+	VPSRLD      $0x10, Z17, Z17
+	VPORD.BCST  quiet<>+0(SB), Z18, K2, Z17
+	VPMOVDW     Z17, K5, 480(R11)
 
 stateVKbf16AVX512_dead_86:
 stateVKbf16AVX512_bfstored_8:
@@ -34827,8 +34538,7 @@ stateVKbf16AVX2_decayed_2:
 	ADDQ         R13, R12
 	VMOVAPS      Y2, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -34842,8 +34552,7 @@ stateVKbf16AVX2_decayed_2:
 	JBE          stateVKbf16AVX2_dead_10
 	VMOVAPS      Y0, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -34858,8 +34567,7 @@ stateVKbf16AVX2_decayed_2:
 	VMOVUPS      32(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -34874,8 +34582,7 @@ stateVKbf16AVX2_decayed_2:
 	VMOVUPS      64(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -34890,8 +34597,7 @@ stateVKbf16AVX2_dead_10:
 	ADDQ         R10, R12
 	VMOVAPS      Y4, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -34905,8 +34611,7 @@ stateVKbf16AVX2_dead_10:
 	JBE          stateVKbf16AVX2_dead_11
 	VMOVAPS      Y3, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -34921,8 +34626,7 @@ stateVKbf16AVX2_dead_10:
 	VMOVUPS      544(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -34937,8 +34641,7 @@ stateVKbf16AVX2_dead_10:
 	VMOVUPS      576(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -35208,8 +34911,7 @@ stateVKbf16AVX2_decayed_4:
 	ADDQ         R12, R11
 	VMOVAPS      Y3, Y4
 	VPSRLD       $0x10, Y4, Y5
-	VPAND        absmask<>+0(SB), Y4, Y6
-	VPCMPGTD     infbits<>+0(SB), Y6, Y7
+	VCMPPS       $0x03, Y4, Y4, Y7
 	VPAND        one_i<>+0(SB), Y5, Y6
 	VPADDD       round<>+0(SB), Y4, Y4
 	VPADDD       Y6, Y4, Y4
@@ -35223,8 +34925,7 @@ stateVKbf16AVX2_decayed_4:
 	JBE          stateVKbf16AVX2_dead_20
 	VMOVAPS      Y0, Y4
 	VPSRLD       $0x10, Y4, Y5
-	VPAND        absmask<>+0(SB), Y4, Y6
-	VPCMPGTD     infbits<>+0(SB), Y6, Y7
+	VCMPPS       $0x03, Y4, Y4, Y7
 	VPAND        one_i<>+0(SB), Y5, Y6
 	VPADDD       round<>+0(SB), Y4, Y4
 	VPADDD       Y6, Y4, Y4
@@ -35238,8 +34939,7 @@ stateVKbf16AVX2_decayed_4:
 	JBE          stateVKbf16AVX2_dead_20
 	VMOVAPS      Y1, Y4
 	VPSRLD       $0x10, Y4, Y5
-	VPAND        absmask<>+0(SB), Y4, Y6
-	VPCMPGTD     infbits<>+0(SB), Y6, Y7
+	VCMPPS       $0x03, Y4, Y4, Y7
 	VPAND        one_i<>+0(SB), Y5, Y6
 	VPADDD       round<>+0(SB), Y4, Y4
 	VPADDD       Y6, Y4, Y4
@@ -35253,8 +34953,7 @@ stateVKbf16AVX2_decayed_4:
 	JBE          stateVKbf16AVX2_dead_20
 	VMOVAPS      Y2, Y4
 	VPSRLD       $0x10, Y4, Y5
-	VPAND        absmask<>+0(SB), Y4, Y6
-	VPCMPGTD     infbits<>+0(SB), Y6, Y7
+	VCMPPS       $0x03, Y4, Y4, Y7
 	VPAND        one_i<>+0(SB), Y5, Y6
 	VPADDD       round<>+0(SB), Y4, Y4
 	VPADDD       Y6, Y4, Y4
@@ -35743,8 +35442,7 @@ stateVKbf16AVX2_decayed_6:
 	ADDQ         R13, R12
 	VMOVAPS      Y2, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -35756,8 +35454,7 @@ stateVKbf16AVX2_decayed_6:
 	VMOVDQU      X1, -16(R12)(R10*1)
 	VMOVAPS      Y0, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -35770,8 +35467,7 @@ stateVKbf16AVX2_decayed_6:
 	VMOVUPS      32(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -35784,8 +35480,7 @@ stateVKbf16AVX2_decayed_6:
 	VMOVUPS      64(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -35798,8 +35493,7 @@ stateVKbf16AVX2_decayed_6:
 	VMOVUPS      96(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -35814,8 +35508,7 @@ stateVKbf16AVX2_decayed_6:
 	VMOVUPS      128(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -35830,8 +35523,7 @@ stateVKbf16AVX2_decayed_6:
 	VMOVUPS      160(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -35846,8 +35538,7 @@ stateVKbf16AVX2_decayed_6:
 	VMOVUPS      192(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -35862,8 +35553,7 @@ stateVKbf16AVX2_dead_31:
 	ADDQ         R10, R12
 	VMOVAPS      Y4, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -35875,8 +35565,7 @@ stateVKbf16AVX2_dead_31:
 	VMOVDQU      X1, -16(R12)(R10*1)
 	VMOVAPS      Y3, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -35889,8 +35578,7 @@ stateVKbf16AVX2_dead_31:
 	VMOVUPS      544(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -35903,8 +35591,7 @@ stateVKbf16AVX2_dead_31:
 	VMOVUPS      576(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -35917,8 +35604,7 @@ stateVKbf16AVX2_dead_31:
 	VMOVUPS      608(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -35933,8 +35619,7 @@ stateVKbf16AVX2_dead_31:
 	VMOVUPS      640(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -35949,8 +35634,7 @@ stateVKbf16AVX2_dead_31:
 	VMOVUPS      672(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -35965,8 +35649,7 @@ stateVKbf16AVX2_dead_31:
 	VMOVUPS      704(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -36287,8 +35970,7 @@ stateVKbf16AVX2_decayed_8:
 	ADDQ         R12, R11
 	VMOVAPS      Y7, Y8
 	VPSRLD       $0x10, Y8, Y9
-	VPAND        absmask<>+0(SB), Y8, Y10
-	VPCMPGTD     infbits<>+0(SB), Y10, Y11
+	VCMPPS       $0x03, Y8, Y8, Y11
 	VPAND        one_i<>+0(SB), Y9, Y10
 	VPADDD       round<>+0(SB), Y8, Y8
 	VPADDD       Y10, Y8, Y8
@@ -36300,8 +35982,7 @@ stateVKbf16AVX2_decayed_8:
 	VMOVDQU      X9, -16(R11)(R10*1)
 	VMOVAPS      Y0, Y8
 	VPSRLD       $0x10, Y8, Y9
-	VPAND        absmask<>+0(SB), Y8, Y10
-	VPCMPGTD     infbits<>+0(SB), Y10, Y11
+	VCMPPS       $0x03, Y8, Y8, Y11
 	VPAND        one_i<>+0(SB), Y9, Y10
 	VPADDD       round<>+0(SB), Y8, Y8
 	VPADDD       Y10, Y8, Y8
@@ -36313,8 +35994,7 @@ stateVKbf16AVX2_decayed_8:
 	VMOVDQU      X9, (R11)
 	VMOVAPS      Y1, Y8
 	VPSRLD       $0x10, Y8, Y9
-	VPAND        absmask<>+0(SB), Y8, Y10
-	VPCMPGTD     infbits<>+0(SB), Y10, Y11
+	VCMPPS       $0x03, Y8, Y8, Y11
 	VPAND        one_i<>+0(SB), Y9, Y10
 	VPADDD       round<>+0(SB), Y8, Y8
 	VPADDD       Y10, Y8, Y8
@@ -36326,8 +36006,7 @@ stateVKbf16AVX2_decayed_8:
 	VMOVDQU      X9, 16(R11)
 	VMOVAPS      Y2, Y8
 	VPSRLD       $0x10, Y8, Y9
-	VPAND        absmask<>+0(SB), Y8, Y10
-	VPCMPGTD     infbits<>+0(SB), Y10, Y11
+	VCMPPS       $0x03, Y8, Y8, Y11
 	VPAND        one_i<>+0(SB), Y9, Y10
 	VPADDD       round<>+0(SB), Y8, Y8
 	VPADDD       Y10, Y8, Y8
@@ -36339,8 +36018,7 @@ stateVKbf16AVX2_decayed_8:
 	VMOVDQU      X9, 32(R11)
 	VMOVAPS      Y3, Y8
 	VPSRLD       $0x10, Y8, Y9
-	VPAND        absmask<>+0(SB), Y8, Y10
-	VPCMPGTD     infbits<>+0(SB), Y10, Y11
+	VCMPPS       $0x03, Y8, Y8, Y11
 	VPAND        one_i<>+0(SB), Y9, Y10
 	VPADDD       round<>+0(SB), Y8, Y8
 	VPADDD       Y10, Y8, Y8
@@ -36354,8 +36032,7 @@ stateVKbf16AVX2_decayed_8:
 	JBE          stateVKbf16AVX2_dead_41
 	VMOVAPS      Y4, Y8
 	VPSRLD       $0x10, Y8, Y9
-	VPAND        absmask<>+0(SB), Y8, Y10
-	VPCMPGTD     infbits<>+0(SB), Y10, Y11
+	VCMPPS       $0x03, Y8, Y8, Y11
 	VPAND        one_i<>+0(SB), Y9, Y10
 	VPADDD       round<>+0(SB), Y8, Y8
 	VPADDD       Y10, Y8, Y8
@@ -36369,8 +36046,7 @@ stateVKbf16AVX2_decayed_8:
 	JBE          stateVKbf16AVX2_dead_41
 	VMOVAPS      Y5, Y8
 	VPSRLD       $0x10, Y8, Y9
-	VPAND        absmask<>+0(SB), Y8, Y10
-	VPCMPGTD     infbits<>+0(SB), Y10, Y11
+	VCMPPS       $0x03, Y8, Y8, Y11
 	VPAND        one_i<>+0(SB), Y9, Y10
 	VPADDD       round<>+0(SB), Y8, Y8
 	VPADDD       Y10, Y8, Y8
@@ -36384,8 +36060,7 @@ stateVKbf16AVX2_decayed_8:
 	JBE          stateVKbf16AVX2_dead_41
 	VMOVAPS      Y6, Y8
 	VPSRLD       $0x10, Y8, Y9
-	VPAND        absmask<>+0(SB), Y8, Y10
-	VPCMPGTD     infbits<>+0(SB), Y10, Y11
+	VCMPPS       $0x03, Y8, Y8, Y11
 	VPAND        one_i<>+0(SB), Y9, Y10
 	VPADDD       round<>+0(SB), Y8, Y8
 	VPADDD       Y10, Y8, Y8
@@ -37012,8 +36687,7 @@ stateVKbf16AVX2_decayed_10:
 	ADDQ         R13, R12
 	VMOVAPS      Y2, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -37025,8 +36699,7 @@ stateVKbf16AVX2_decayed_10:
 	VMOVDQU      X1, -16(R12)(R10*1)
 	VMOVAPS      Y0, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -37039,8 +36712,7 @@ stateVKbf16AVX2_decayed_10:
 	VMOVUPS      32(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -37053,8 +36725,7 @@ stateVKbf16AVX2_decayed_10:
 	VMOVUPS      64(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -37067,8 +36738,7 @@ stateVKbf16AVX2_decayed_10:
 	VMOVUPS      96(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -37081,8 +36751,7 @@ stateVKbf16AVX2_decayed_10:
 	VMOVUPS      128(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -37095,8 +36764,7 @@ stateVKbf16AVX2_decayed_10:
 	VMOVUPS      160(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -37109,8 +36777,7 @@ stateVKbf16AVX2_decayed_10:
 	VMOVUPS      192(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -37123,8 +36790,7 @@ stateVKbf16AVX2_decayed_10:
 	VMOVUPS      224(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -37139,8 +36805,7 @@ stateVKbf16AVX2_decayed_10:
 	VMOVUPS      256(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -37155,8 +36820,7 @@ stateVKbf16AVX2_decayed_10:
 	VMOVUPS      288(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -37171,8 +36835,7 @@ stateVKbf16AVX2_decayed_10:
 	VMOVUPS      320(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -37187,8 +36850,7 @@ stateVKbf16AVX2_dead_52:
 	ADDQ         R10, R12
 	VMOVAPS      Y4, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -37200,8 +36862,7 @@ stateVKbf16AVX2_dead_52:
 	VMOVDQU      X1, -16(R12)(R10*1)
 	VMOVAPS      Y3, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -37214,8 +36875,7 @@ stateVKbf16AVX2_dead_52:
 	VMOVUPS      544(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -37228,8 +36888,7 @@ stateVKbf16AVX2_dead_52:
 	VMOVUPS      576(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -37242,8 +36901,7 @@ stateVKbf16AVX2_dead_52:
 	VMOVUPS      608(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -37256,8 +36914,7 @@ stateVKbf16AVX2_dead_52:
 	VMOVUPS      640(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -37270,8 +36927,7 @@ stateVKbf16AVX2_dead_52:
 	VMOVUPS      672(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -37284,8 +36940,7 @@ stateVKbf16AVX2_dead_52:
 	VMOVUPS      704(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -37298,8 +36953,7 @@ stateVKbf16AVX2_dead_52:
 	VMOVUPS      736(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -37314,8 +36968,7 @@ stateVKbf16AVX2_dead_52:
 	VMOVUPS      768(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -37330,8 +36983,7 @@ stateVKbf16AVX2_dead_52:
 	VMOVUPS      800(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -37346,8 +36998,7 @@ stateVKbf16AVX2_dead_52:
 	VMOVUPS      832(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -37738,8 +37389,7 @@ stateVKbf16AVX2_decayed_12:
 	ADDQ         R12, R11
 	VMOVAPS      Y8, Y9
 	VPSRLD       $0x10, Y9, Y10
-	VPAND        absmask<>+0(SB), Y9, Y11
-	VPCMPGTD     infbits<>+0(SB), Y11, Y12
+	VCMPPS       $0x03, Y9, Y9, Y12
 	VPAND        one_i<>+0(SB), Y10, Y11
 	VPADDD       round<>+0(SB), Y9, Y9
 	VPADDD       Y11, Y9, Y9
@@ -37751,8 +37401,7 @@ stateVKbf16AVX2_decayed_12:
 	VMOVDQU      X10, -16(R11)(R10*1)
 	VMOVAPS      Y0, Y9
 	VPSRLD       $0x10, Y9, Y10
-	VPAND        absmask<>+0(SB), Y9, Y11
-	VPCMPGTD     infbits<>+0(SB), Y11, Y12
+	VCMPPS       $0x03, Y9, Y9, Y12
 	VPAND        one_i<>+0(SB), Y10, Y11
 	VPADDD       round<>+0(SB), Y9, Y9
 	VPADDD       Y11, Y9, Y9
@@ -37764,8 +37413,7 @@ stateVKbf16AVX2_decayed_12:
 	VMOVDQU      X10, (R11)
 	VMOVAPS      Y1, Y9
 	VPSRLD       $0x10, Y9, Y10
-	VPAND        absmask<>+0(SB), Y9, Y11
-	VPCMPGTD     infbits<>+0(SB), Y11, Y12
+	VCMPPS       $0x03, Y9, Y9, Y12
 	VPAND        one_i<>+0(SB), Y10, Y11
 	VPADDD       round<>+0(SB), Y9, Y9
 	VPADDD       Y11, Y9, Y9
@@ -37777,8 +37425,7 @@ stateVKbf16AVX2_decayed_12:
 	VMOVDQU      X10, 16(R11)
 	VMOVAPS      Y2, Y9
 	VPSRLD       $0x10, Y9, Y10
-	VPAND        absmask<>+0(SB), Y9, Y11
-	VPCMPGTD     infbits<>+0(SB), Y11, Y12
+	VCMPPS       $0x03, Y9, Y9, Y12
 	VPAND        one_i<>+0(SB), Y10, Y11
 	VPADDD       round<>+0(SB), Y9, Y9
 	VPADDD       Y11, Y9, Y9
@@ -37790,8 +37437,7 @@ stateVKbf16AVX2_decayed_12:
 	VMOVDQU      X10, 32(R11)
 	VMOVAPS      Y3, Y9
 	VPSRLD       $0x10, Y9, Y10
-	VPAND        absmask<>+0(SB), Y9, Y11
-	VPCMPGTD     infbits<>+0(SB), Y11, Y12
+	VCMPPS       $0x03, Y9, Y9, Y12
 	VPAND        one_i<>+0(SB), Y10, Y11
 	VPADDD       round<>+0(SB), Y9, Y9
 	VPADDD       Y11, Y9, Y9
@@ -37803,8 +37449,7 @@ stateVKbf16AVX2_decayed_12:
 	VMOVDQU      X10, 48(R11)
 	VMOVAPS      Y4, Y9
 	VPSRLD       $0x10, Y9, Y10
-	VPAND        absmask<>+0(SB), Y9, Y11
-	VPCMPGTD     infbits<>+0(SB), Y11, Y12
+	VCMPPS       $0x03, Y9, Y9, Y12
 	VPAND        one_i<>+0(SB), Y10, Y11
 	VPADDD       round<>+0(SB), Y9, Y9
 	VPADDD       Y11, Y9, Y9
@@ -37816,8 +37461,7 @@ stateVKbf16AVX2_decayed_12:
 	VMOVDQU      X10, 64(R11)
 	VMOVAPS      Y5, Y9
 	VPSRLD       $0x10, Y9, Y10
-	VPAND        absmask<>+0(SB), Y9, Y11
-	VPCMPGTD     infbits<>+0(SB), Y11, Y12
+	VCMPPS       $0x03, Y9, Y9, Y12
 	VPAND        one_i<>+0(SB), Y10, Y11
 	VPADDD       round<>+0(SB), Y9, Y9
 	VPADDD       Y11, Y9, Y9
@@ -37829,8 +37473,7 @@ stateVKbf16AVX2_decayed_12:
 	VMOVDQU      X10, 80(R11)
 	VMOVAPS      Y6, Y9
 	VPSRLD       $0x10, Y9, Y10
-	VPAND        absmask<>+0(SB), Y9, Y11
-	VPCMPGTD     infbits<>+0(SB), Y11, Y12
+	VCMPPS       $0x03, Y9, Y9, Y12
 	VPAND        one_i<>+0(SB), Y10, Y11
 	VPADDD       round<>+0(SB), Y9, Y9
 	VPADDD       Y11, Y9, Y9
@@ -37842,8 +37485,7 @@ stateVKbf16AVX2_decayed_12:
 	VMOVDQU      X10, 96(R11)
 	VMOVAPS      Y7, Y9
 	VPSRLD       $0x10, Y9, Y10
-	VPAND        absmask<>+0(SB), Y9, Y11
-	VPCMPGTD     infbits<>+0(SB), Y11, Y12
+	VCMPPS       $0x03, Y9, Y9, Y12
 	VPAND        one_i<>+0(SB), Y10, Y11
 	VPADDD       round<>+0(SB), Y9, Y9
 	VPADDD       Y11, Y9, Y9
@@ -37858,8 +37500,7 @@ stateVKbf16AVX2_decayed_12:
 	VMOVUPS      80(SP), Y9
 	VMOVAPS      Y9, Y9
 	VPSRLD       $0x10, Y9, Y10
-	VPAND        absmask<>+0(SB), Y9, Y11
-	VPCMPGTD     infbits<>+0(SB), Y11, Y12
+	VCMPPS       $0x03, Y9, Y9, Y12
 	VPAND        one_i<>+0(SB), Y10, Y11
 	VPADDD       round<>+0(SB), Y9, Y9
 	VPADDD       Y11, Y9, Y9
@@ -37874,8 +37515,7 @@ stateVKbf16AVX2_decayed_12:
 	VMOVUPS      112(SP), Y9
 	VMOVAPS      Y9, Y9
 	VPSRLD       $0x10, Y9, Y10
-	VPAND        absmask<>+0(SB), Y9, Y11
-	VPCMPGTD     infbits<>+0(SB), Y11, Y12
+	VCMPPS       $0x03, Y9, Y9, Y12
 	VPAND        one_i<>+0(SB), Y10, Y11
 	VPADDD       round<>+0(SB), Y9, Y9
 	VPADDD       Y11, Y9, Y9
@@ -37890,8 +37530,7 @@ stateVKbf16AVX2_decayed_12:
 	VMOVUPS      144(SP), Y9
 	VMOVAPS      Y9, Y9
 	VPSRLD       $0x10, Y9, Y10
-	VPAND        absmask<>+0(SB), Y9, Y11
-	VPCMPGTD     infbits<>+0(SB), Y11, Y12
+	VCMPPS       $0x03, Y9, Y9, Y12
 	VPAND        one_i<>+0(SB), Y10, Y11
 	VPADDD       round<>+0(SB), Y9, Y9
 	VPADDD       Y11, Y9, Y9
@@ -38659,8 +38298,7 @@ stateVKbf16AVX2_decayed_14:
 	ADDQ         R13, R12
 	VMOVAPS      Y2, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -38672,8 +38310,7 @@ stateVKbf16AVX2_decayed_14:
 	VMOVDQU      X1, -16(R12)(R10*1)
 	VMOVAPS      Y0, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -38686,8 +38323,7 @@ stateVKbf16AVX2_decayed_14:
 	VMOVUPS      32(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -38700,8 +38336,7 @@ stateVKbf16AVX2_decayed_14:
 	VMOVUPS      64(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -38714,8 +38349,7 @@ stateVKbf16AVX2_decayed_14:
 	VMOVUPS      96(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -38728,8 +38362,7 @@ stateVKbf16AVX2_decayed_14:
 	VMOVUPS      128(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -38742,8 +38375,7 @@ stateVKbf16AVX2_decayed_14:
 	VMOVUPS      160(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -38756,8 +38388,7 @@ stateVKbf16AVX2_decayed_14:
 	VMOVUPS      192(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -38770,8 +38401,7 @@ stateVKbf16AVX2_decayed_14:
 	VMOVUPS      224(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -38784,8 +38414,7 @@ stateVKbf16AVX2_decayed_14:
 	VMOVUPS      256(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -38798,8 +38427,7 @@ stateVKbf16AVX2_decayed_14:
 	VMOVUPS      288(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -38812,8 +38440,7 @@ stateVKbf16AVX2_decayed_14:
 	VMOVUPS      320(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -38826,8 +38453,7 @@ stateVKbf16AVX2_decayed_14:
 	VMOVUPS      352(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -38842,8 +38468,7 @@ stateVKbf16AVX2_decayed_14:
 	VMOVUPS      384(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -38858,8 +38483,7 @@ stateVKbf16AVX2_decayed_14:
 	VMOVUPS      416(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -38874,8 +38498,7 @@ stateVKbf16AVX2_decayed_14:
 	VMOVUPS      448(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -38890,8 +38513,7 @@ stateVKbf16AVX2_dead_73:
 	ADDQ         R10, R12
 	VMOVAPS      Y4, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -38903,8 +38525,7 @@ stateVKbf16AVX2_dead_73:
 	VMOVDQU      X1, -16(R12)(R10*1)
 	VMOVAPS      Y3, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -38917,8 +38538,7 @@ stateVKbf16AVX2_dead_73:
 	VMOVUPS      544(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -38931,8 +38551,7 @@ stateVKbf16AVX2_dead_73:
 	VMOVUPS      576(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -38945,8 +38564,7 @@ stateVKbf16AVX2_dead_73:
 	VMOVUPS      608(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -38959,8 +38577,7 @@ stateVKbf16AVX2_dead_73:
 	VMOVUPS      640(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -38973,8 +38590,7 @@ stateVKbf16AVX2_dead_73:
 	VMOVUPS      672(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -38987,8 +38603,7 @@ stateVKbf16AVX2_dead_73:
 	VMOVUPS      704(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -39001,8 +38616,7 @@ stateVKbf16AVX2_dead_73:
 	VMOVUPS      736(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -39015,8 +38629,7 @@ stateVKbf16AVX2_dead_73:
 	VMOVUPS      768(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -39029,8 +38642,7 @@ stateVKbf16AVX2_dead_73:
 	VMOVUPS      800(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -39043,8 +38655,7 @@ stateVKbf16AVX2_dead_73:
 	VMOVUPS      832(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -39057,8 +38668,7 @@ stateVKbf16AVX2_dead_73:
 	VMOVUPS      864(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -39073,8 +38683,7 @@ stateVKbf16AVX2_dead_73:
 	VMOVUPS      896(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -39089,8 +38698,7 @@ stateVKbf16AVX2_dead_73:
 	VMOVUPS      928(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -39105,8 +38713,7 @@ stateVKbf16AVX2_dead_73:
 	VMOVUPS      960(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
-	VPAND        absmask<>+0(SB), Y5, Y7
-	VPCMPGTD     infbits<>+0(SB), Y7, Y8
+	VCMPPS       $0x03, Y5, Y5, Y8
 	VPAND        one_i<>+0(SB), Y6, Y7
 	VPADDD       round<>+0(SB), Y5, Y5
 	VPADDD       Y7, Y5, Y5
@@ -39580,8 +39187,7 @@ stateVKbf16AVX2_decayed_16:
 	ADDQ         R12, R11
 	VMOVAPS      Y8, Y9
 	VPSRLD       $0x10, Y9, Y10
-	VPAND        absmask<>+0(SB), Y9, Y11
-	VPCMPGTD     infbits<>+0(SB), Y11, Y12
+	VCMPPS       $0x03, Y9, Y9, Y12
 	VPAND        one_i<>+0(SB), Y10, Y11
 	VPADDD       round<>+0(SB), Y9, Y9
 	VPADDD       Y11, Y9, Y9
@@ -39593,8 +39199,7 @@ stateVKbf16AVX2_decayed_16:
 	VMOVDQU      X10, -16(R11)(R10*1)
 	VMOVAPS      Y0, Y9
 	VPSRLD       $0x10, Y9, Y10
-	VPAND        absmask<>+0(SB), Y9, Y11
-	VPCMPGTD     infbits<>+0(SB), Y11, Y12
+	VCMPPS       $0x03, Y9, Y9, Y12
 	VPAND        one_i<>+0(SB), Y10, Y11
 	VPADDD       round<>+0(SB), Y9, Y9
 	VPADDD       Y11, Y9, Y9
@@ -39606,8 +39211,7 @@ stateVKbf16AVX2_decayed_16:
 	VMOVDQU      X10, (R11)
 	VMOVAPS      Y1, Y9
 	VPSRLD       $0x10, Y9, Y10
-	VPAND        absmask<>+0(SB), Y9, Y11
-	VPCMPGTD     infbits<>+0(SB), Y11, Y12
+	VCMPPS       $0x03, Y9, Y9, Y12
 	VPAND        one_i<>+0(SB), Y10, Y11
 	VPADDD       round<>+0(SB), Y9, Y9
 	VPADDD       Y11, Y9, Y9
@@ -39619,8 +39223,7 @@ stateVKbf16AVX2_decayed_16:
 	VMOVDQU      X10, 16(R11)
 	VMOVAPS      Y2, Y9
 	VPSRLD       $0x10, Y9, Y10
-	VPAND        absmask<>+0(SB), Y9, Y11
-	VPCMPGTD     infbits<>+0(SB), Y11, Y12
+	VCMPPS       $0x03, Y9, Y9, Y12
 	VPAND        one_i<>+0(SB), Y10, Y11
 	VPADDD       round<>+0(SB), Y9, Y9
 	VPADDD       Y11, Y9, Y9
@@ -39632,8 +39235,7 @@ stateVKbf16AVX2_decayed_16:
 	VMOVDQU      X10, 32(R11)
 	VMOVAPS      Y3, Y9
 	VPSRLD       $0x10, Y9, Y10
-	VPAND        absmask<>+0(SB), Y9, Y11
-	VPCMPGTD     infbits<>+0(SB), Y11, Y12
+	VCMPPS       $0x03, Y9, Y9, Y12
 	VPAND        one_i<>+0(SB), Y10, Y11
 	VPADDD       round<>+0(SB), Y9, Y9
 	VPADDD       Y11, Y9, Y9
@@ -39645,8 +39247,7 @@ stateVKbf16AVX2_decayed_16:
 	VMOVDQU      X10, 48(R11)
 	VMOVAPS      Y4, Y9
 	VPSRLD       $0x10, Y9, Y10
-	VPAND        absmask<>+0(SB), Y9, Y11
-	VPCMPGTD     infbits<>+0(SB), Y11, Y12
+	VCMPPS       $0x03, Y9, Y9, Y12
 	VPAND        one_i<>+0(SB), Y10, Y11
 	VPADDD       round<>+0(SB), Y9, Y9
 	VPADDD       Y11, Y9, Y9
@@ -39658,8 +39259,7 @@ stateVKbf16AVX2_decayed_16:
 	VMOVDQU      X10, 64(R11)
 	VMOVAPS      Y5, Y9
 	VPSRLD       $0x10, Y9, Y10
-	VPAND        absmask<>+0(SB), Y9, Y11
-	VPCMPGTD     infbits<>+0(SB), Y11, Y12
+	VCMPPS       $0x03, Y9, Y9, Y12
 	VPAND        one_i<>+0(SB), Y10, Y11
 	VPADDD       round<>+0(SB), Y9, Y9
 	VPADDD       Y11, Y9, Y9
@@ -39671,8 +39271,7 @@ stateVKbf16AVX2_decayed_16:
 	VMOVDQU      X10, 80(R11)
 	VMOVAPS      Y6, Y9
 	VPSRLD       $0x10, Y9, Y10
-	VPAND        absmask<>+0(SB), Y9, Y11
-	VPCMPGTD     infbits<>+0(SB), Y11, Y12
+	VCMPPS       $0x03, Y9, Y9, Y12
 	VPAND        one_i<>+0(SB), Y10, Y11
 	VPADDD       round<>+0(SB), Y9, Y9
 	VPADDD       Y11, Y9, Y9
@@ -39684,8 +39283,7 @@ stateVKbf16AVX2_decayed_16:
 	VMOVDQU      X10, 96(R11)
 	VMOVAPS      Y7, Y9
 	VPSRLD       $0x10, Y9, Y10
-	VPAND        absmask<>+0(SB), Y9, Y11
-	VPCMPGTD     infbits<>+0(SB), Y11, Y12
+	VCMPPS       $0x03, Y9, Y9, Y12
 	VPAND        one_i<>+0(SB), Y10, Y11
 	VPADDD       round<>+0(SB), Y9, Y9
 	VPADDD       Y11, Y9, Y9
@@ -39698,8 +39296,7 @@ stateVKbf16AVX2_decayed_16:
 	VMOVUPS      80(SP), Y9
 	VMOVAPS      Y9, Y9
 	VPSRLD       $0x10, Y9, Y10
-	VPAND        absmask<>+0(SB), Y9, Y11
-	VPCMPGTD     infbits<>+0(SB), Y11, Y12
+	VCMPPS       $0x03, Y9, Y9, Y12
 	VPAND        one_i<>+0(SB), Y10, Y11
 	VPADDD       round<>+0(SB), Y9, Y9
 	VPADDD       Y11, Y9, Y9
@@ -39712,8 +39309,7 @@ stateVKbf16AVX2_decayed_16:
 	VMOVUPS      112(SP), Y9
 	VMOVAPS      Y9, Y9
 	VPSRLD       $0x10, Y9, Y10
-	VPAND        absmask<>+0(SB), Y9, Y11
-	VPCMPGTD     infbits<>+0(SB), Y11, Y12
+	VCMPPS       $0x03, Y9, Y9, Y12
 	VPAND        one_i<>+0(SB), Y10, Y11
 	VPADDD       round<>+0(SB), Y9, Y9
 	VPADDD       Y11, Y9, Y9
@@ -39726,8 +39322,7 @@ stateVKbf16AVX2_decayed_16:
 	VMOVUPS      144(SP), Y9
 	VMOVAPS      Y9, Y9
 	VPSRLD       $0x10, Y9, Y10
-	VPAND        absmask<>+0(SB), Y9, Y11
-	VPCMPGTD     infbits<>+0(SB), Y11, Y12
+	VCMPPS       $0x03, Y9, Y9, Y12
 	VPAND        one_i<>+0(SB), Y10, Y11
 	VPADDD       round<>+0(SB), Y9, Y9
 	VPADDD       Y11, Y9, Y9
@@ -39740,8 +39335,7 @@ stateVKbf16AVX2_decayed_16:
 	VMOVUPS      176(SP), Y9
 	VMOVAPS      Y9, Y9
 	VPSRLD       $0x10, Y9, Y10
-	VPAND        absmask<>+0(SB), Y9, Y11
-	VPCMPGTD     infbits<>+0(SB), Y11, Y12
+	VCMPPS       $0x03, Y9, Y9, Y12
 	VPAND        one_i<>+0(SB), Y10, Y11
 	VPADDD       round<>+0(SB), Y9, Y9
 	VPADDD       Y11, Y9, Y9
@@ -39756,8 +39350,7 @@ stateVKbf16AVX2_decayed_16:
 	VMOVUPS      208(SP), Y9
 	VMOVAPS      Y9, Y9
 	VPSRLD       $0x10, Y9, Y10
-	VPAND        absmask<>+0(SB), Y9, Y11
-	VPCMPGTD     infbits<>+0(SB), Y11, Y12
+	VCMPPS       $0x03, Y9, Y9, Y12
 	VPAND        one_i<>+0(SB), Y10, Y11
 	VPADDD       round<>+0(SB), Y9, Y9
 	VPADDD       Y11, Y9, Y9
@@ -39772,8 +39365,7 @@ stateVKbf16AVX2_decayed_16:
 	VMOVUPS      240(SP), Y9
 	VMOVAPS      Y9, Y9
 	VPSRLD       $0x10, Y9, Y10
-	VPAND        absmask<>+0(SB), Y9, Y11
-	VPCMPGTD     infbits<>+0(SB), Y11, Y12
+	VCMPPS       $0x03, Y9, Y9, Y12
 	VPAND        one_i<>+0(SB), Y10, Y11
 	VPADDD       round<>+0(SB), Y9, Y9
 	VPADDD       Y11, Y9, Y9
@@ -39788,8 +39380,7 @@ stateVKbf16AVX2_decayed_16:
 	VMOVUPS      272(SP), Y9
 	VMOVAPS      Y9, Y9
 	VPSRLD       $0x10, Y9, Y10
-	VPAND        absmask<>+0(SB), Y9, Y11
-	VPCMPGTD     infbits<>+0(SB), Y11, Y12
+	VCMPPS       $0x03, Y9, Y9, Y12
 	VPAND        one_i<>+0(SB), Y10, Y11
 	VPADDD       round<>+0(SB), Y9, Y9
 	VPADDD       Y11, Y9, Y9

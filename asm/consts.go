@@ -14,11 +14,11 @@ import (
 // --- constants ---
 
 var (
-	cIota, cAbs, cNaNMin, cLSB, cRound, cQuiet, cBias, cSign Mem
-	cMag16                                                   Mem // 0x7fff in every word: a bf16's magnitude bits
-	cHi, cLo, cLog2e, cHalf, cC1, cC2, cOne                  Mem
-	cP                                                       [6]Mem
-	cOneF64, cZero, cNearOne                                 Mem
+	cIota, cLSB, cRound, cQuiet, cBias, cSign Mem
+	cMag16                                    Mem // 0x7fff in every word: a bf16's magnitude bits
+	cHi, cLo, cLog2e, cHalf, cC1, cC2, cOne   Mem
+	cP                                        [6]Mem
+	cOneF64, cZero, cNearOne                  Mem
 )
 
 // withC emits an instruction whose first source is a splat constant, its other operands ops[1:]
@@ -52,9 +52,7 @@ func constants() {
 	for i := 0; i < 16; i++ {
 		DATA(4*i, U32(uint32(i)))
 	}
-	cAbs = splat("absmask", 0x7fffffff)
 	cSign = splat("signmask", 0x80000000)
-	cNaNMin = splat("infbits", 0x7f800000)
 	cLSB = splat("one_i", 1)
 	cRound = splat("round", 0x7fff)
 	cQuiet = splat("quiet", 0x40)

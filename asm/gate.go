@@ -176,8 +176,7 @@ func bf16Stored(a isa, pc piece, y VecVirtual, m Mem, nt bool) {
 	hi, t := a.vec(), a.vec()
 	VPSRLD(U8(16), v(y), v(hi)) // u >> 16
 	if a.evex {
-		withC(v(y), VPANDD, VPANDD_BCST, cAbs, v(y), v(t))
-		withC(v(t), VPCMPGTD, VPCMPGTD_BCST, cNaNMin, v(t), K2) // NaN: |u| > 0x7f800000
+		VCMPPS(U8(3), v(y), v(y), K2) // NaN (UNORD_Q): |u| > 0x7f800000
 		withC(v(hi), VPANDD, VPANDD_BCST, cLSB, v(hi), v(t))
 		withC(v(y), VPADDD, VPADDD_BCST, cRound, v(y), v(y))
 		VPADDD(v(t), v(y), v(y))
@@ -197,8 +196,7 @@ func bf16Stored(a isa, pc piece, y VecVirtual, m Mem, nt bool) {
 		return
 	}
 	nan := a.vec()
-	VPAND(cAbs, v(y), v(t))
-	VPCMPGTD(cNaNMin, v(t), v(nan))
+	VCMPPS(U8(3), v(y), v(y), v(nan)) // NaN (UNORD_Q): |u| > 0x7f800000
 	VPAND(cLSB, v(hi), v(t))
 	VPADDD(cRound, v(y), v(y))
 	VPADDD(v(t), v(y), v(y))
