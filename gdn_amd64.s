@@ -8067,19 +8067,19 @@ stateKVf32AVX512_nostorerow_1:
 
 stateKVf32AVX512_lastrows_1:
 stateKVf32AVX512_rows_2:
-	VBROADCASTSS (BX)(CX*4), Z3
-	VMOVUPS      (AX), Z4
-	VFMADD213PS  Z4, Z2, Z4
-	VFMADD231PS  Z5, Z3, Z4
+	VBROADCASTSS (BX)(CX*4), Z0
+	VMOVUPS      (AX), Z1
+	VFMADD213PS  Z1, Z2, Z1
+	VFMADD231PS  Z5, Z0, Z1
 	TESTQ        R9, R9
 	JZ           stateKVf32AVX512_nostorerow_2
 	CMPB         120(SP), $0x00
 	JE           stateKVf32AVX512_temporalrow_2
-	VMOVNTPS     Z4, (R9)
+	VMOVNTPS     Z1, (R9)
 	JMP          stateKVf32AVX512_storedrow_2
 
 stateKVf32AVX512_temporalrow_2:
-	VMOVUPS Z4, K1, (R9)
+	VMOVUPS Z1, K1, (R9)
 
 stateKVf32AVX512_storedrow_2:
 	ADDQ R8, R9
@@ -8089,6 +8089,7 @@ stateKVf32AVX512_nostorerow_2:
 	INCQ CX
 	CMPQ CX, DX
 	JB   stateKVf32AVX512_rows_2
+	JMP  stateKVf32AVX512_tokensout_1
 
 stateKVf32AVX512_rowsdone_1:
 	JMP stateKVf32AVX512_tokdone_1
@@ -8197,19 +8198,19 @@ stateKVf32AVX512_nostorerow_3:
 
 stateKVf32AVX512_lastrows_2:
 stateKVf32AVX512_rows_4:
-	VBROADCASTSS (BX)(CX*4), Z3
-	VMOVUPS      (AX), Z4
-	VMULPS       Z4, Z2, Z4
-	VFMADD231PS  Z5, Z3, Z4
+	VBROADCASTSS (BX)(CX*4), Z0
+	VMOVUPS      (AX), Z1
+	VMULPS       Z1, Z2, Z1
+	VFMADD231PS  Z5, Z0, Z1
 	TESTQ        R9, R9
 	JZ           stateKVf32AVX512_nostorerow_4
 	CMPB         120(SP), $0x00
 	JE           stateKVf32AVX512_temporalrow_4
-	VMOVNTPS     Z4, (R9)
+	VMOVNTPS     Z1, (R9)
 	JMP          stateKVf32AVX512_storedrow_4
 
 stateKVf32AVX512_temporalrow_4:
-	VMOVUPS Z4, K1, (R9)
+	VMOVUPS Z1, K1, (R9)
 
 stateKVf32AVX512_storedrow_4:
 	ADDQ R8, R9
@@ -8219,6 +8220,7 @@ stateKVf32AVX512_nostorerow_4:
 	INCQ CX
 	CMPQ CX, DX
 	JB   stateKVf32AVX512_rows_4
+	JMP  stateKVf32AVX512_tokensout_1
 
 stateKVf32AVX512_rowsdone_2:
 stateKVf32AVX512_tokdone_1:
@@ -8238,7 +8240,9 @@ stateKVf32AVX512_tokdone_1:
 	SHRQ $0x02, AX
 	CMPQ CX, AX
 	JB   stateKVf32AVX512_token_1
-	JMP  stateKVf32AVX512_blockdone_1
+
+stateKVf32AVX512_tokensout_1:
+	JMP stateKVf32AVX512_blockdone_1
 
 stateKVf32AVX512_masked2_1:
 	// Block of up to 32 columns (rows in work of whole vectors): pass 0 loads it, with token 0's read.
@@ -8461,24 +8465,24 @@ stateKVf32AVX512_nostorerow_5:
 
 stateKVf32AVX512_lastrows_3:
 stateKVf32AVX512_rows_6:
-	VBROADCASTSS (BX)(CX*4), Z5
-	VMOVUPS      (AX), Z6
-	VFMADD213PS  Z6, Z4, Z6
-	VFMADD231PS  Z7, Z5, Z6
-	VMOVUPS      64(AX), Z9
-	VFMADD213PS  Z9, Z4, Z9
-	VFMADD231PS  Z8, Z5, Z9
+	VBROADCASTSS (BX)(CX*4), Z0
+	VMOVUPS      (AX), Z1
+	VFMADD213PS  Z1, Z4, Z1
+	VFMADD231PS  Z7, Z0, Z1
+	VMOVUPS      64(AX), Z2
+	VFMADD213PS  Z2, Z4, Z2
+	VFMADD231PS  Z8, Z0, Z2
 	TESTQ        R9, R9
 	JZ           stateKVf32AVX512_nostorerow_6
 	CMPB         120(SP), $0x00
 	JE           stateKVf32AVX512_temporalrow_6
-	VMOVNTPS     Z6, (R9)
-	VMOVNTPS     Z9, 64(R9)
+	VMOVNTPS     Z1, (R9)
+	VMOVNTPS     Z2, 64(R9)
 	JMP          stateKVf32AVX512_storedrow_6
 
 stateKVf32AVX512_temporalrow_6:
-	VMOVUPS Z6, (R9)
-	VMOVUPS Z9, K1, 64(R9)
+	VMOVUPS Z1, (R9)
+	VMOVUPS Z2, K1, 64(R9)
 
 stateKVf32AVX512_storedrow_6:
 	ADDQ R8, R9
@@ -8488,6 +8492,7 @@ stateKVf32AVX512_nostorerow_6:
 	INCQ CX
 	CMPQ CX, DX
 	JB   stateKVf32AVX512_rows_6
+	JMP  stateKVf32AVX512_tokensout_2
 
 stateKVf32AVX512_rowsdone_3:
 	JMP stateKVf32AVX512_tokdone_2
@@ -8615,24 +8620,24 @@ stateKVf32AVX512_nostorerow_7:
 
 stateKVf32AVX512_lastrows_4:
 stateKVf32AVX512_rows_8:
-	VBROADCASTSS (BX)(CX*4), Z5
-	VMOVUPS      (AX), Z6
-	VMULPS       Z6, Z4, Z6
-	VFMADD231PS  Z7, Z5, Z6
-	VMOVUPS      64(AX), Z9
-	VMULPS       Z9, Z4, Z9
-	VFMADD231PS  Z8, Z5, Z9
+	VBROADCASTSS (BX)(CX*4), Z0
+	VMOVUPS      (AX), Z1
+	VMULPS       Z1, Z4, Z1
+	VFMADD231PS  Z7, Z0, Z1
+	VMOVUPS      64(AX), Z2
+	VMULPS       Z2, Z4, Z2
+	VFMADD231PS  Z8, Z0, Z2
 	TESTQ        R9, R9
 	JZ           stateKVf32AVX512_nostorerow_8
 	CMPB         120(SP), $0x00
 	JE           stateKVf32AVX512_temporalrow_8
-	VMOVNTPS     Z6, (R9)
-	VMOVNTPS     Z9, 64(R9)
+	VMOVNTPS     Z1, (R9)
+	VMOVNTPS     Z2, 64(R9)
 	JMP          stateKVf32AVX512_storedrow_8
 
 stateKVf32AVX512_temporalrow_8:
-	VMOVUPS Z6, (R9)
-	VMOVUPS Z9, K1, 64(R9)
+	VMOVUPS Z1, (R9)
+	VMOVUPS Z2, K1, 64(R9)
 
 stateKVf32AVX512_storedrow_8:
 	ADDQ R8, R9
@@ -8642,6 +8647,7 @@ stateKVf32AVX512_nostorerow_8:
 	INCQ CX
 	CMPQ CX, DX
 	JB   stateKVf32AVX512_rows_8
+	JMP  stateKVf32AVX512_tokensout_2
 
 stateKVf32AVX512_rowsdone_4:
 stateKVf32AVX512_tokdone_2:
@@ -8661,7 +8667,9 @@ stateKVf32AVX512_tokdone_2:
 	SHRQ $0x02, AX
 	CMPQ CX, AX
 	JB   stateKVf32AVX512_token_2
-	JMP  stateKVf32AVX512_blockdone_1
+
+stateKVf32AVX512_tokensout_2:
+	JMP stateKVf32AVX512_blockdone_1
 
 stateKVf32AVX512_masked3_1:
 	// Block of up to 48 columns (rows in work of whole vectors): pass 0 loads it, with token 0's read.
@@ -8910,29 +8918,29 @@ stateKVf32AVX512_nostorerow_9:
 
 stateKVf32AVX512_lastrows_5:
 stateKVf32AVX512_rows_10:
-	VBROADCASTSS (BX)(CX*4), Z7
-	VMOVUPS      (AX), Z8
-	VFMADD213PS  Z8, Z6, Z8
-	VFMADD231PS  Z9, Z7, Z8
-	VMOVUPS      64(AX), Z12
-	VFMADD213PS  Z12, Z6, Z12
-	VFMADD231PS  Z10, Z7, Z12
-	VMOVUPS      128(AX), Z13
-	VFMADD213PS  Z13, Z6, Z13
-	VFMADD231PS  Z11, Z7, Z13
+	VBROADCASTSS (BX)(CX*4), Z0
+	VMOVUPS      (AX), Z1
+	VFMADD213PS  Z1, Z6, Z1
+	VFMADD231PS  Z9, Z0, Z1
+	VMOVUPS      64(AX), Z2
+	VFMADD213PS  Z2, Z6, Z2
+	VFMADD231PS  Z10, Z0, Z2
+	VMOVUPS      128(AX), Z3
+	VFMADD213PS  Z3, Z6, Z3
+	VFMADD231PS  Z11, Z0, Z3
 	TESTQ        R9, R9
 	JZ           stateKVf32AVX512_nostorerow_10
 	CMPB         120(SP), $0x00
 	JE           stateKVf32AVX512_temporalrow_10
-	VMOVNTPS     Z8, (R9)
-	VMOVNTPS     Z12, 64(R9)
-	VMOVNTPS     Z13, 128(R9)
+	VMOVNTPS     Z1, (R9)
+	VMOVNTPS     Z2, 64(R9)
+	VMOVNTPS     Z3, 128(R9)
 	JMP          stateKVf32AVX512_storedrow_10
 
 stateKVf32AVX512_temporalrow_10:
-	VMOVUPS Z8, (R9)
-	VMOVUPS Z12, 64(R9)
-	VMOVUPS Z13, K1, 128(R9)
+	VMOVUPS Z1, (R9)
+	VMOVUPS Z2, 64(R9)
+	VMOVUPS Z3, K1, 128(R9)
 
 stateKVf32AVX512_storedrow_10:
 	ADDQ R8, R9
@@ -8942,6 +8950,7 @@ stateKVf32AVX512_nostorerow_10:
 	INCQ CX
 	CMPQ CX, DX
 	JB   stateKVf32AVX512_rows_10
+	JMP  stateKVf32AVX512_tokensout_3
 
 stateKVf32AVX512_rowsdone_5:
 	JMP stateKVf32AVX512_tokdone_3
@@ -9088,29 +9097,29 @@ stateKVf32AVX512_nostorerow_11:
 
 stateKVf32AVX512_lastrows_6:
 stateKVf32AVX512_rows_12:
-	VBROADCASTSS (BX)(CX*4), Z7
-	VMOVUPS      (AX), Z8
-	VMULPS       Z8, Z6, Z8
-	VFMADD231PS  Z9, Z7, Z8
-	VMOVUPS      64(AX), Z12
-	VMULPS       Z12, Z6, Z12
-	VFMADD231PS  Z10, Z7, Z12
-	VMOVUPS      128(AX), Z13
-	VMULPS       Z13, Z6, Z13
-	VFMADD231PS  Z11, Z7, Z13
+	VBROADCASTSS (BX)(CX*4), Z0
+	VMOVUPS      (AX), Z1
+	VMULPS       Z1, Z6, Z1
+	VFMADD231PS  Z9, Z0, Z1
+	VMOVUPS      64(AX), Z2
+	VMULPS       Z2, Z6, Z2
+	VFMADD231PS  Z10, Z0, Z2
+	VMOVUPS      128(AX), Z3
+	VMULPS       Z3, Z6, Z3
+	VFMADD231PS  Z11, Z0, Z3
 	TESTQ        R9, R9
 	JZ           stateKVf32AVX512_nostorerow_12
 	CMPB         120(SP), $0x00
 	JE           stateKVf32AVX512_temporalrow_12
-	VMOVNTPS     Z8, (R9)
-	VMOVNTPS     Z12, 64(R9)
-	VMOVNTPS     Z13, 128(R9)
+	VMOVNTPS     Z1, (R9)
+	VMOVNTPS     Z2, 64(R9)
+	VMOVNTPS     Z3, 128(R9)
 	JMP          stateKVf32AVX512_storedrow_12
 
 stateKVf32AVX512_temporalrow_12:
-	VMOVUPS Z8, (R9)
-	VMOVUPS Z12, 64(R9)
-	VMOVUPS Z13, K1, 128(R9)
+	VMOVUPS Z1, (R9)
+	VMOVUPS Z2, 64(R9)
+	VMOVUPS Z3, K1, 128(R9)
 
 stateKVf32AVX512_storedrow_12:
 	ADDQ R8, R9
@@ -9120,6 +9129,7 @@ stateKVf32AVX512_nostorerow_12:
 	INCQ CX
 	CMPQ CX, DX
 	JB   stateKVf32AVX512_rows_12
+	JMP  stateKVf32AVX512_tokensout_3
 
 stateKVf32AVX512_rowsdone_6:
 stateKVf32AVX512_tokdone_3:
@@ -9139,7 +9149,9 @@ stateKVf32AVX512_tokdone_3:
 	SHRQ $0x02, AX
 	CMPQ CX, AX
 	JB   stateKVf32AVX512_token_3
-	JMP  stateKVf32AVX512_blockdone_1
+
+stateKVf32AVX512_tokensout_3:
+	JMP stateKVf32AVX512_blockdone_1
 
 stateKVf32AVX512_masked4_1:
 	// Block of up to 64 columns (rows in work of whole vectors): pass 0 loads it, with token 0's read.
@@ -9414,34 +9426,34 @@ stateKVf32AVX512_nostorerow_13:
 
 stateKVf32AVX512_lastrows_7:
 stateKVf32AVX512_rows_14:
-	VBROADCASTSS (BX)(CX*4), Z9
-	VMOVUPS      (AX), Z10
-	VFMADD213PS  Z10, Z8, Z10
-	VFMADD231PS  Z11, Z9, Z10
-	VMOVUPS      64(AX), Z15
-	VFMADD213PS  Z15, Z8, Z15
-	VFMADD231PS  Z12, Z9, Z15
-	VMOVUPS      128(AX), Z16
-	VFMADD213PS  Z16, Z8, Z16
-	VFMADD231PS  Z13, Z9, Z16
-	VMOVUPS      192(AX), Z17
-	VFMADD213PS  Z17, Z8, Z17
-	VFMADD231PS  Z14, Z9, Z17
+	VBROADCASTSS (BX)(CX*4), Z0
+	VMOVUPS      (AX), Z1
+	VFMADD213PS  Z1, Z8, Z1
+	VFMADD231PS  Z11, Z0, Z1
+	VMOVUPS      64(AX), Z2
+	VFMADD213PS  Z2, Z8, Z2
+	VFMADD231PS  Z12, Z0, Z2
+	VMOVUPS      128(AX), Z3
+	VFMADD213PS  Z3, Z8, Z3
+	VFMADD231PS  Z13, Z0, Z3
+	VMOVUPS      192(AX), Z4
+	VFMADD213PS  Z4, Z8, Z4
+	VFMADD231PS  Z14, Z0, Z4
 	TESTQ        R9, R9
 	JZ           stateKVf32AVX512_nostorerow_14
 	CMPB         120(SP), $0x00
 	JE           stateKVf32AVX512_temporalrow_14
-	VMOVNTPS     Z10, (R9)
-	VMOVNTPS     Z15, 64(R9)
-	VMOVNTPS     Z16, 128(R9)
-	VMOVNTPS     Z17, 192(R9)
+	VMOVNTPS     Z1, (R9)
+	VMOVNTPS     Z2, 64(R9)
+	VMOVNTPS     Z3, 128(R9)
+	VMOVNTPS     Z4, 192(R9)
 	JMP          stateKVf32AVX512_storedrow_14
 
 stateKVf32AVX512_temporalrow_14:
-	VMOVUPS Z10, (R9)
-	VMOVUPS Z15, 64(R9)
-	VMOVUPS Z16, 128(R9)
-	VMOVUPS Z17, K1, 192(R9)
+	VMOVUPS Z1, (R9)
+	VMOVUPS Z2, 64(R9)
+	VMOVUPS Z3, 128(R9)
+	VMOVUPS Z4, K1, 192(R9)
 
 stateKVf32AVX512_storedrow_14:
 	ADDQ R8, R9
@@ -9451,6 +9463,7 @@ stateKVf32AVX512_nostorerow_14:
 	INCQ CX
 	CMPQ CX, DX
 	JB   stateKVf32AVX512_rows_14
+	JMP  stateKVf32AVX512_tokensout_4
 
 stateKVf32AVX512_rowsdone_7:
 	JMP stateKVf32AVX512_tokdone_4
@@ -9616,34 +9629,34 @@ stateKVf32AVX512_nostorerow_15:
 
 stateKVf32AVX512_lastrows_8:
 stateKVf32AVX512_rows_16:
-	VBROADCASTSS (BX)(CX*4), Z9
-	VMOVUPS      (AX), Z10
-	VMULPS       Z10, Z8, Z10
-	VFMADD231PS  Z11, Z9, Z10
-	VMOVUPS      64(AX), Z15
-	VMULPS       Z15, Z8, Z15
-	VFMADD231PS  Z12, Z9, Z15
-	VMOVUPS      128(AX), Z16
-	VMULPS       Z16, Z8, Z16
-	VFMADD231PS  Z13, Z9, Z16
-	VMOVUPS      192(AX), Z17
-	VMULPS       Z17, Z8, Z17
-	VFMADD231PS  Z14, Z9, Z17
+	VBROADCASTSS (BX)(CX*4), Z0
+	VMOVUPS      (AX), Z1
+	VMULPS       Z1, Z8, Z1
+	VFMADD231PS  Z11, Z0, Z1
+	VMOVUPS      64(AX), Z2
+	VMULPS       Z2, Z8, Z2
+	VFMADD231PS  Z12, Z0, Z2
+	VMOVUPS      128(AX), Z3
+	VMULPS       Z3, Z8, Z3
+	VFMADD231PS  Z13, Z0, Z3
+	VMOVUPS      192(AX), Z4
+	VMULPS       Z4, Z8, Z4
+	VFMADD231PS  Z14, Z0, Z4
 	TESTQ        R9, R9
 	JZ           stateKVf32AVX512_nostorerow_16
 	CMPB         120(SP), $0x00
 	JE           stateKVf32AVX512_temporalrow_16
-	VMOVNTPS     Z10, (R9)
-	VMOVNTPS     Z15, 64(R9)
-	VMOVNTPS     Z16, 128(R9)
-	VMOVNTPS     Z17, 192(R9)
+	VMOVNTPS     Z1, (R9)
+	VMOVNTPS     Z2, 64(R9)
+	VMOVNTPS     Z3, 128(R9)
+	VMOVNTPS     Z4, 192(R9)
 	JMP          stateKVf32AVX512_storedrow_16
 
 stateKVf32AVX512_temporalrow_16:
-	VMOVUPS Z10, (R9)
-	VMOVUPS Z15, 64(R9)
-	VMOVUPS Z16, 128(R9)
-	VMOVUPS Z17, K1, 192(R9)
+	VMOVUPS Z1, (R9)
+	VMOVUPS Z2, 64(R9)
+	VMOVUPS Z3, 128(R9)
+	VMOVUPS Z4, K1, 192(R9)
 
 stateKVf32AVX512_storedrow_16:
 	ADDQ R8, R9
@@ -9653,6 +9666,7 @@ stateKVf32AVX512_nostorerow_16:
 	INCQ CX
 	CMPQ CX, DX
 	JB   stateKVf32AVX512_rows_16
+	JMP  stateKVf32AVX512_tokensout_4
 
 stateKVf32AVX512_rowsdone_8:
 stateKVf32AVX512_tokdone_4:
@@ -9673,6 +9687,7 @@ stateKVf32AVX512_tokdone_4:
 	CMPQ CX, AX
 	JB   stateKVf32AVX512_token_4
 
+stateKVf32AVX512_tokensout_4:
 stateKVf32AVX512_blockdone_1:
 	MOVQ 24(SP), AX
 	ADDQ AX, 16(SP)
@@ -10022,36 +10037,36 @@ stateKVbf16AVX512_nocarryrow_1:
 
 stateKVbf16AVX512_lastrows_1:
 stateKVbf16AVX512_rows_2:
-	VBROADCASTSS (BX)(CX*4), Z3
-	VMOVUPS      (AX), Z4
-	VFMADD213PS  Z4, Z2, Z4
-	VFMADD231PS  Z5, Z3, Z4
+	VBROADCASTSS (BX)(CX*4), Z0
+	VMOVUPS      (AX), Z1
+	VFMADD213PS  Z1, Z2, Z1
+	VFMADD231PS  Z5, Z0, Z1
 	TESTQ        R9, R9
 	JZ           stateKVbf16AVX512_nostorerow_2
 	CMPB         120(SP), $0x00
 	JE           stateKVbf16AVX512_temporalrow_2
-	VMOVAPS      Z4, Z3
-	VPSRLD       $0x10, Z3, Z6
-	VCMPPS       $0x03, Z3, Z3, K2
-	VPANDD.BCST  one_i<>+0(SB), Z6, Z7
-	VPADDD.BCST  round<>+0(SB), Z3, Z3
-	VPADDD       Z7, Z3, Z3
-	VPSRLD       $0x10, Z3, Z3
-	VPORD.BCST   quiet<>+0(SB), Z6, K2, Z3
-	VPMOVDW      Z3, Y3
-	VMOVNTDQ     Y3, (R9)
+	VMOVAPS      Z1, Z0
+	VPSRLD       $0x10, Z0, Z3
+	VCMPPS       $0x03, Z0, Z0, K2
+	VPANDD.BCST  one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST  round<>+0(SB), Z0, Z0
+	VPADDD       Z4, Z0, Z0
+	VPSRLD       $0x10, Z0, Z0
+	VPORD.BCST   quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW      Z0, Y0
+	VMOVNTDQ     Y0, (R9)
 	JMP          stateKVbf16AVX512_storedrow_2
 
 stateKVbf16AVX512_temporalrow_2:
-	VMOVAPS     Z4, Z3
-	VPSRLD      $0x10, Z3, Z6
-	VCMPPS      $0x03, Z3, Z3, K2
-	VPANDD.BCST one_i<>+0(SB), Z6, Z7
-	VPADDD.BCST round<>+0(SB), Z3, Z3
-	VPADDD      Z7, Z3, Z3
-	VPSRLD      $0x10, Z3, Z3
-	VPORD.BCST  quiet<>+0(SB), Z6, K2, Z3
-	VPMOVDW     Z3, K1, (R9)
+	VMOVAPS     Z1, Z0
+	VPSRLD      $0x10, Z0, Z3
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z4, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW     Z0, K1, (R9)
 
 stateKVbf16AVX512_storedrow_2:
 	ADDQ R10, R9
@@ -10059,7 +10074,7 @@ stateKVbf16AVX512_storedrow_2:
 stateKVbf16AVX512_nostorerow_2:
 	TESTQ   R11, R11
 	JZ      stateKVbf16AVX512_nocarryrow_2
-	VMOVUPS Z4, K1, (R11)
+	VMOVUPS Z1, K1, (R11)
 	ADDQ    R8, R11
 
 stateKVbf16AVX512_nocarryrow_2:
@@ -10067,6 +10082,7 @@ stateKVbf16AVX512_nocarryrow_2:
 	INCQ CX
 	CMPQ CX, DX
 	JB   stateKVbf16AVX512_rows_2
+	JMP  stateKVbf16AVX512_tokensout_1
 
 stateKVbf16AVX512_rowsdone_1:
 	JMP stateKVbf16AVX512_tokdone_1
@@ -10212,36 +10228,36 @@ stateKVbf16AVX512_nocarryrow_3:
 
 stateKVbf16AVX512_lastrows_2:
 stateKVbf16AVX512_rows_4:
-	VBROADCASTSS (BX)(CX*4), Z3
-	VMOVUPS      (AX), Z4
-	VMULPS       Z4, Z2, Z4
-	VFMADD231PS  Z5, Z3, Z4
+	VBROADCASTSS (BX)(CX*4), Z0
+	VMOVUPS      (AX), Z1
+	VMULPS       Z1, Z2, Z1
+	VFMADD231PS  Z5, Z0, Z1
 	TESTQ        R9, R9
 	JZ           stateKVbf16AVX512_nostorerow_4
 	CMPB         120(SP), $0x00
 	JE           stateKVbf16AVX512_temporalrow_4
-	VMOVAPS      Z4, Z3
-	VPSRLD       $0x10, Z3, Z6
-	VCMPPS       $0x03, Z3, Z3, K2
-	VPANDD.BCST  one_i<>+0(SB), Z6, Z7
-	VPADDD.BCST  round<>+0(SB), Z3, Z3
-	VPADDD       Z7, Z3, Z3
-	VPSRLD       $0x10, Z3, Z3
-	VPORD.BCST   quiet<>+0(SB), Z6, K2, Z3
-	VPMOVDW      Z3, Y3
-	VMOVNTDQ     Y3, (R9)
+	VMOVAPS      Z1, Z0
+	VPSRLD       $0x10, Z0, Z3
+	VCMPPS       $0x03, Z0, Z0, K2
+	VPANDD.BCST  one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST  round<>+0(SB), Z0, Z0
+	VPADDD       Z4, Z0, Z0
+	VPSRLD       $0x10, Z0, Z0
+	VPORD.BCST   quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW      Z0, Y0
+	VMOVNTDQ     Y0, (R9)
 	JMP          stateKVbf16AVX512_storedrow_4
 
 stateKVbf16AVX512_temporalrow_4:
-	VMOVAPS     Z4, Z3
-	VPSRLD      $0x10, Z3, Z6
-	VCMPPS      $0x03, Z3, Z3, K2
-	VPANDD.BCST one_i<>+0(SB), Z6, Z7
-	VPADDD.BCST round<>+0(SB), Z3, Z3
-	VPADDD      Z7, Z3, Z3
-	VPSRLD      $0x10, Z3, Z3
-	VPORD.BCST  quiet<>+0(SB), Z6, K2, Z3
-	VPMOVDW     Z3, K1, (R9)
+	VMOVAPS     Z1, Z0
+	VPSRLD      $0x10, Z0, Z3
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z4, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW     Z0, K1, (R9)
 
 stateKVbf16AVX512_storedrow_4:
 	ADDQ R10, R9
@@ -10249,7 +10265,7 @@ stateKVbf16AVX512_storedrow_4:
 stateKVbf16AVX512_nostorerow_4:
 	TESTQ   R11, R11
 	JZ      stateKVbf16AVX512_nocarryrow_4
-	VMOVUPS Z4, K1, (R11)
+	VMOVUPS Z1, K1, (R11)
 	ADDQ    R8, R11
 
 stateKVbf16AVX512_nocarryrow_4:
@@ -10257,6 +10273,7 @@ stateKVbf16AVX512_nocarryrow_4:
 	INCQ CX
 	CMPQ CX, DX
 	JB   stateKVbf16AVX512_rows_4
+	JMP  stateKVbf16AVX512_tokensout_1
 
 stateKVbf16AVX512_rowsdone_2:
 stateKVbf16AVX512_tokdone_1:
@@ -10276,7 +10293,9 @@ stateKVbf16AVX512_tokdone_1:
 	SHRQ $0x02, AX
 	CMPQ CX, AX
 	JB   stateKVbf16AVX512_token_1
-	JMP  stateKVbf16AVX512_blockdone_1
+
+stateKVbf16AVX512_tokensout_1:
+	JMP stateKVbf16AVX512_blockdone_1
 
 stateKVbf16AVX512_masked2_1:
 	// Block of up to 32 columns (rows in work of whole vectors): pass 0 loads it, with token 0's read.
@@ -10597,58 +10616,58 @@ stateKVbf16AVX512_nocarryrow_5:
 
 stateKVbf16AVX512_lastrows_3:
 stateKVbf16AVX512_rows_6:
-	VBROADCASTSS (BX)(CX*4), Z5
-	VMOVUPS      (AX), Z6
-	VFMADD213PS  Z6, Z4, Z6
-	VFMADD231PS  Z7, Z5, Z6
-	VMOVUPS      64(AX), Z9
-	VFMADD213PS  Z9, Z4, Z9
-	VFMADD231PS  Z8, Z5, Z9
+	VBROADCASTSS (BX)(CX*4), Z0
+	VMOVUPS      (AX), Z1
+	VFMADD213PS  Z1, Z4, Z1
+	VFMADD231PS  Z7, Z0, Z1
+	VMOVUPS      64(AX), Z2
+	VFMADD213PS  Z2, Z4, Z2
+	VFMADD231PS  Z8, Z0, Z2
 	TESTQ        R9, R9
 	JZ           stateKVbf16AVX512_nostorerow_6
 	CMPB         120(SP), $0x00
 	JE           stateKVbf16AVX512_temporalrow_6
-	VMOVAPS      Z6, Z5
-	VPSRLD       $0x10, Z5, Z10
-	VCMPPS       $0x03, Z5, Z5, K2
-	VPANDD.BCST  one_i<>+0(SB), Z10, Z11
-	VPADDD.BCST  round<>+0(SB), Z5, Z5
-	VPADDD       Z11, Z5, Z5
-	VPSRLD       $0x10, Z5, Z5
-	VPORD.BCST   quiet<>+0(SB), Z10, K2, Z5
-	VPMOVDW      Z5, Y5
-	VMOVNTDQ     Y5, (R9)
-	VMOVAPS      Z9, Z5
-	VPSRLD       $0x10, Z5, Z10
-	VCMPPS       $0x03, Z5, Z5, K2
-	VPANDD.BCST  one_i<>+0(SB), Z10, Z11
-	VPADDD.BCST  round<>+0(SB), Z5, Z5
-	VPADDD       Z11, Z5, Z5
-	VPSRLD       $0x10, Z5, Z5
-	VPORD.BCST   quiet<>+0(SB), Z10, K2, Z5
-	VPMOVDW      Z5, Y5
-	VMOVNTDQ     Y5, 32(R9)
+	VMOVAPS      Z1, Z0
+	VPSRLD       $0x10, Z0, Z3
+	VCMPPS       $0x03, Z0, Z0, K2
+	VPANDD.BCST  one_i<>+0(SB), Z3, Z5
+	VPADDD.BCST  round<>+0(SB), Z0, Z0
+	VPADDD       Z5, Z0, Z0
+	VPSRLD       $0x10, Z0, Z0
+	VPORD.BCST   quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW      Z0, Y0
+	VMOVNTDQ     Y0, (R9)
+	VMOVAPS      Z2, Z0
+	VPSRLD       $0x10, Z0, Z3
+	VCMPPS       $0x03, Z0, Z0, K2
+	VPANDD.BCST  one_i<>+0(SB), Z3, Z5
+	VPADDD.BCST  round<>+0(SB), Z0, Z0
+	VPADDD       Z5, Z0, Z0
+	VPSRLD       $0x10, Z0, Z0
+	VPORD.BCST   quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW      Z0, Y0
+	VMOVNTDQ     Y0, 32(R9)
 	JMP          stateKVbf16AVX512_storedrow_6
 
 stateKVbf16AVX512_temporalrow_6:
-	VMOVAPS     Z6, Z5
-	VPSRLD      $0x10, Z5, Z10
-	VCMPPS      $0x03, Z5, Z5, K2
-	VPANDD.BCST one_i<>+0(SB), Z10, Z11
-	VPADDD.BCST round<>+0(SB), Z5, Z5
-	VPADDD      Z11, Z5, Z5
-	VPSRLD      $0x10, Z5, Z5
-	VPORD.BCST  quiet<>+0(SB), Z10, K2, Z5
-	VPMOVDW     Z5, (R9)
-	VMOVAPS     Z9, Z5
-	VPSRLD      $0x10, Z5, Z10
-	VCMPPS      $0x03, Z5, Z5, K2
-	VPANDD.BCST one_i<>+0(SB), Z10, Z11
-	VPADDD.BCST round<>+0(SB), Z5, Z5
-	VPADDD      Z11, Z5, Z5
-	VPSRLD      $0x10, Z5, Z5
-	VPORD.BCST  quiet<>+0(SB), Z10, K2, Z5
-	VPMOVDW     Z5, K1, 32(R9)
+	VMOVAPS     Z1, Z0
+	VPSRLD      $0x10, Z0, Z3
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z3, Z5
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z5, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW     Z0, (R9)
+	VMOVAPS     Z2, Z0
+	VPSRLD      $0x10, Z0, Z3
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z3, Z5
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z5, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW     Z0, K1, 32(R9)
 
 stateKVbf16AVX512_storedrow_6:
 	ADDQ R10, R9
@@ -10656,8 +10675,8 @@ stateKVbf16AVX512_storedrow_6:
 stateKVbf16AVX512_nostorerow_6:
 	TESTQ   R11, R11
 	JZ      stateKVbf16AVX512_nocarryrow_6
-	VMOVUPS Z6, (R11)
-	VMOVUPS Z9, K1, 64(R11)
+	VMOVUPS Z1, (R11)
+	VMOVUPS Z2, K1, 64(R11)
 	ADDQ    R8, R11
 
 stateKVbf16AVX512_nocarryrow_6:
@@ -10665,6 +10684,7 @@ stateKVbf16AVX512_nocarryrow_6:
 	INCQ CX
 	CMPQ CX, DX
 	JB   stateKVbf16AVX512_rows_6
+	JMP  stateKVbf16AVX512_tokensout_2
 
 stateKVbf16AVX512_rowsdone_3:
 	JMP stateKVbf16AVX512_tokdone_2
@@ -10846,58 +10866,58 @@ stateKVbf16AVX512_nocarryrow_7:
 
 stateKVbf16AVX512_lastrows_4:
 stateKVbf16AVX512_rows_8:
-	VBROADCASTSS (BX)(CX*4), Z5
-	VMOVUPS      (AX), Z6
-	VMULPS       Z6, Z4, Z6
-	VFMADD231PS  Z7, Z5, Z6
-	VMOVUPS      64(AX), Z9
-	VMULPS       Z9, Z4, Z9
-	VFMADD231PS  Z8, Z5, Z9
+	VBROADCASTSS (BX)(CX*4), Z0
+	VMOVUPS      (AX), Z1
+	VMULPS       Z1, Z4, Z1
+	VFMADD231PS  Z7, Z0, Z1
+	VMOVUPS      64(AX), Z2
+	VMULPS       Z2, Z4, Z2
+	VFMADD231PS  Z8, Z0, Z2
 	TESTQ        R9, R9
 	JZ           stateKVbf16AVX512_nostorerow_8
 	CMPB         120(SP), $0x00
 	JE           stateKVbf16AVX512_temporalrow_8
-	VMOVAPS      Z6, Z5
-	VPSRLD       $0x10, Z5, Z10
-	VCMPPS       $0x03, Z5, Z5, K2
-	VPANDD.BCST  one_i<>+0(SB), Z10, Z11
-	VPADDD.BCST  round<>+0(SB), Z5, Z5
-	VPADDD       Z11, Z5, Z5
-	VPSRLD       $0x10, Z5, Z5
-	VPORD.BCST   quiet<>+0(SB), Z10, K2, Z5
-	VPMOVDW      Z5, Y5
-	VMOVNTDQ     Y5, (R9)
-	VMOVAPS      Z9, Z5
-	VPSRLD       $0x10, Z5, Z10
-	VCMPPS       $0x03, Z5, Z5, K2
-	VPANDD.BCST  one_i<>+0(SB), Z10, Z11
-	VPADDD.BCST  round<>+0(SB), Z5, Z5
-	VPADDD       Z11, Z5, Z5
-	VPSRLD       $0x10, Z5, Z5
-	VPORD.BCST   quiet<>+0(SB), Z10, K2, Z5
-	VPMOVDW      Z5, Y5
-	VMOVNTDQ     Y5, 32(R9)
+	VMOVAPS      Z1, Z0
+	VPSRLD       $0x10, Z0, Z3
+	VCMPPS       $0x03, Z0, Z0, K2
+	VPANDD.BCST  one_i<>+0(SB), Z3, Z5
+	VPADDD.BCST  round<>+0(SB), Z0, Z0
+	VPADDD       Z5, Z0, Z0
+	VPSRLD       $0x10, Z0, Z0
+	VPORD.BCST   quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW      Z0, Y0
+	VMOVNTDQ     Y0, (R9)
+	VMOVAPS      Z2, Z0
+	VPSRLD       $0x10, Z0, Z3
+	VCMPPS       $0x03, Z0, Z0, K2
+	VPANDD.BCST  one_i<>+0(SB), Z3, Z5
+	VPADDD.BCST  round<>+0(SB), Z0, Z0
+	VPADDD       Z5, Z0, Z0
+	VPSRLD       $0x10, Z0, Z0
+	VPORD.BCST   quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW      Z0, Y0
+	VMOVNTDQ     Y0, 32(R9)
 	JMP          stateKVbf16AVX512_storedrow_8
 
 stateKVbf16AVX512_temporalrow_8:
-	VMOVAPS     Z6, Z5
-	VPSRLD      $0x10, Z5, Z10
-	VCMPPS      $0x03, Z5, Z5, K2
-	VPANDD.BCST one_i<>+0(SB), Z10, Z11
-	VPADDD.BCST round<>+0(SB), Z5, Z5
-	VPADDD      Z11, Z5, Z5
-	VPSRLD      $0x10, Z5, Z5
-	VPORD.BCST  quiet<>+0(SB), Z10, K2, Z5
-	VPMOVDW     Z5, (R9)
-	VMOVAPS     Z9, Z5
-	VPSRLD      $0x10, Z5, Z10
-	VCMPPS      $0x03, Z5, Z5, K2
-	VPANDD.BCST one_i<>+0(SB), Z10, Z11
-	VPADDD.BCST round<>+0(SB), Z5, Z5
-	VPADDD      Z11, Z5, Z5
-	VPSRLD      $0x10, Z5, Z5
-	VPORD.BCST  quiet<>+0(SB), Z10, K2, Z5
-	VPMOVDW     Z5, K1, 32(R9)
+	VMOVAPS     Z1, Z0
+	VPSRLD      $0x10, Z0, Z3
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z3, Z5
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z5, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW     Z0, (R9)
+	VMOVAPS     Z2, Z0
+	VPSRLD      $0x10, Z0, Z3
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z3, Z5
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z5, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW     Z0, K1, 32(R9)
 
 stateKVbf16AVX512_storedrow_8:
 	ADDQ R10, R9
@@ -10905,8 +10925,8 @@ stateKVbf16AVX512_storedrow_8:
 stateKVbf16AVX512_nostorerow_8:
 	TESTQ   R11, R11
 	JZ      stateKVbf16AVX512_nocarryrow_8
-	VMOVUPS Z6, (R11)
-	VMOVUPS Z9, K1, 64(R11)
+	VMOVUPS Z1, (R11)
+	VMOVUPS Z2, K1, 64(R11)
 	ADDQ    R8, R11
 
 stateKVbf16AVX512_nocarryrow_8:
@@ -10914,6 +10934,7 @@ stateKVbf16AVX512_nocarryrow_8:
 	INCQ CX
 	CMPQ CX, DX
 	JB   stateKVbf16AVX512_rows_8
+	JMP  stateKVbf16AVX512_tokensout_2
 
 stateKVbf16AVX512_rowsdone_4:
 stateKVbf16AVX512_tokdone_2:
@@ -10933,7 +10954,9 @@ stateKVbf16AVX512_tokdone_2:
 	SHRQ $0x02, AX
 	CMPQ CX, AX
 	JB   stateKVbf16AVX512_token_2
-	JMP  stateKVbf16AVX512_blockdone_1
+
+stateKVbf16AVX512_tokensout_2:
+	JMP stateKVbf16AVX512_blockdone_1
 
 stateKVbf16AVX512_masked3_1:
 	// Block of up to 48 columns (rows in work of whole vectors): pass 0 loads it, with token 0's read.
@@ -11305,80 +11328,80 @@ stateKVbf16AVX512_nocarryrow_9:
 
 stateKVbf16AVX512_lastrows_5:
 stateKVbf16AVX512_rows_10:
-	VBROADCASTSS (BX)(CX*4), Z7
-	VMOVUPS      (AX), Z8
-	VFMADD213PS  Z8, Z6, Z8
-	VFMADD231PS  Z9, Z7, Z8
-	VMOVUPS      64(AX), Z12
-	VFMADD213PS  Z12, Z6, Z12
-	VFMADD231PS  Z10, Z7, Z12
-	VMOVUPS      128(AX), Z13
-	VFMADD213PS  Z13, Z6, Z13
-	VFMADD231PS  Z11, Z7, Z13
+	VBROADCASTSS (BX)(CX*4), Z0
+	VMOVUPS      (AX), Z1
+	VFMADD213PS  Z1, Z6, Z1
+	VFMADD231PS  Z9, Z0, Z1
+	VMOVUPS      64(AX), Z2
+	VFMADD213PS  Z2, Z6, Z2
+	VFMADD231PS  Z10, Z0, Z2
+	VMOVUPS      128(AX), Z3
+	VFMADD213PS  Z3, Z6, Z3
+	VFMADD231PS  Z11, Z0, Z3
 	TESTQ        R9, R9
 	JZ           stateKVbf16AVX512_nostorerow_10
 	CMPB         120(SP), $0x00
 	JE           stateKVbf16AVX512_temporalrow_10
-	VMOVAPS      Z8, Z7
-	VPSRLD       $0x10, Z7, Z14
-	VCMPPS       $0x03, Z7, Z7, K2
-	VPANDD.BCST  one_i<>+0(SB), Z14, Z15
-	VPADDD.BCST  round<>+0(SB), Z7, Z7
-	VPADDD       Z15, Z7, Z7
-	VPSRLD       $0x10, Z7, Z7
-	VPORD.BCST   quiet<>+0(SB), Z14, K2, Z7
-	VPMOVDW      Z7, Y7
-	VMOVNTDQ     Y7, (R9)
-	VMOVAPS      Z12, Z7
-	VPSRLD       $0x10, Z7, Z14
-	VCMPPS       $0x03, Z7, Z7, K2
-	VPANDD.BCST  one_i<>+0(SB), Z14, Z15
-	VPADDD.BCST  round<>+0(SB), Z7, Z7
-	VPADDD       Z15, Z7, Z7
-	VPSRLD       $0x10, Z7, Z7
-	VPORD.BCST   quiet<>+0(SB), Z14, K2, Z7
-	VPMOVDW      Z7, Y7
-	VMOVNTDQ     Y7, 32(R9)
-	VMOVAPS      Z13, Z7
-	VPSRLD       $0x10, Z7, Z14
-	VCMPPS       $0x03, Z7, Z7, K2
-	VPANDD.BCST  one_i<>+0(SB), Z14, Z15
-	VPADDD.BCST  round<>+0(SB), Z7, Z7
-	VPADDD       Z15, Z7, Z7
-	VPSRLD       $0x10, Z7, Z7
-	VPORD.BCST   quiet<>+0(SB), Z14, K2, Z7
-	VPMOVDW      Z7, Y7
-	VMOVNTDQ     Y7, 64(R9)
+	VMOVAPS      Z1, Z0
+	VPSRLD       $0x10, Z0, Z4
+	VCMPPS       $0x03, Z0, Z0, K2
+	VPANDD.BCST  one_i<>+0(SB), Z4, Z5
+	VPADDD.BCST  round<>+0(SB), Z0, Z0
+	VPADDD       Z5, Z0, Z0
+	VPSRLD       $0x10, Z0, Z0
+	VPORD.BCST   quiet<>+0(SB), Z4, K2, Z0
+	VPMOVDW      Z0, Y0
+	VMOVNTDQ     Y0, (R9)
+	VMOVAPS      Z2, Z0
+	VPSRLD       $0x10, Z0, Z4
+	VCMPPS       $0x03, Z0, Z0, K2
+	VPANDD.BCST  one_i<>+0(SB), Z4, Z5
+	VPADDD.BCST  round<>+0(SB), Z0, Z0
+	VPADDD       Z5, Z0, Z0
+	VPSRLD       $0x10, Z0, Z0
+	VPORD.BCST   quiet<>+0(SB), Z4, K2, Z0
+	VPMOVDW      Z0, Y0
+	VMOVNTDQ     Y0, 32(R9)
+	VMOVAPS      Z3, Z0
+	VPSRLD       $0x10, Z0, Z4
+	VCMPPS       $0x03, Z0, Z0, K2
+	VPANDD.BCST  one_i<>+0(SB), Z4, Z5
+	VPADDD.BCST  round<>+0(SB), Z0, Z0
+	VPADDD       Z5, Z0, Z0
+	VPSRLD       $0x10, Z0, Z0
+	VPORD.BCST   quiet<>+0(SB), Z4, K2, Z0
+	VPMOVDW      Z0, Y0
+	VMOVNTDQ     Y0, 64(R9)
 	JMP          stateKVbf16AVX512_storedrow_10
 
 stateKVbf16AVX512_temporalrow_10:
-	VMOVAPS     Z8, Z7
-	VPSRLD      $0x10, Z7, Z14
-	VCMPPS      $0x03, Z7, Z7, K2
-	VPANDD.BCST one_i<>+0(SB), Z14, Z15
-	VPADDD.BCST round<>+0(SB), Z7, Z7
-	VPADDD      Z15, Z7, Z7
-	VPSRLD      $0x10, Z7, Z7
-	VPORD.BCST  quiet<>+0(SB), Z14, K2, Z7
-	VPMOVDW     Z7, (R9)
-	VMOVAPS     Z12, Z7
-	VPSRLD      $0x10, Z7, Z14
-	VCMPPS      $0x03, Z7, Z7, K2
-	VPANDD.BCST one_i<>+0(SB), Z14, Z15
-	VPADDD.BCST round<>+0(SB), Z7, Z7
-	VPADDD      Z15, Z7, Z7
-	VPSRLD      $0x10, Z7, Z7
-	VPORD.BCST  quiet<>+0(SB), Z14, K2, Z7
-	VPMOVDW     Z7, 32(R9)
-	VMOVAPS     Z13, Z7
-	VPSRLD      $0x10, Z7, Z14
-	VCMPPS      $0x03, Z7, Z7, K2
-	VPANDD.BCST one_i<>+0(SB), Z14, Z15
-	VPADDD.BCST round<>+0(SB), Z7, Z7
-	VPADDD      Z15, Z7, Z7
-	VPSRLD      $0x10, Z7, Z7
-	VPORD.BCST  quiet<>+0(SB), Z14, K2, Z7
-	VPMOVDW     Z7, K1, 64(R9)
+	VMOVAPS     Z1, Z0
+	VPSRLD      $0x10, Z0, Z4
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z4, Z5
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z5, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z4, K2, Z0
+	VPMOVDW     Z0, (R9)
+	VMOVAPS     Z2, Z0
+	VPSRLD      $0x10, Z0, Z4
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z4, Z5
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z5, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z4, K2, Z0
+	VPMOVDW     Z0, 32(R9)
+	VMOVAPS     Z3, Z0
+	VPSRLD      $0x10, Z0, Z4
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z4, Z5
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z5, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z4, K2, Z0
+	VPMOVDW     Z0, K1, 64(R9)
 
 stateKVbf16AVX512_storedrow_10:
 	ADDQ R10, R9
@@ -11386,9 +11409,9 @@ stateKVbf16AVX512_storedrow_10:
 stateKVbf16AVX512_nostorerow_10:
 	TESTQ   R11, R11
 	JZ      stateKVbf16AVX512_nocarryrow_10
-	VMOVUPS Z8, (R11)
-	VMOVUPS Z12, 64(R11)
-	VMOVUPS Z13, K1, 128(R11)
+	VMOVUPS Z1, (R11)
+	VMOVUPS Z2, 64(R11)
+	VMOVUPS Z3, K1, 128(R11)
 	ADDQ    R8, R11
 
 stateKVbf16AVX512_nocarryrow_10:
@@ -11396,6 +11419,7 @@ stateKVbf16AVX512_nocarryrow_10:
 	INCQ CX
 	CMPQ CX, DX
 	JB   stateKVbf16AVX512_rows_10
+	JMP  stateKVbf16AVX512_tokensout_3
 
 stateKVbf16AVX512_rowsdone_5:
 	JMP stateKVbf16AVX512_tokdone_3
@@ -11613,80 +11637,80 @@ stateKVbf16AVX512_nocarryrow_11:
 
 stateKVbf16AVX512_lastrows_6:
 stateKVbf16AVX512_rows_12:
-	VBROADCASTSS (BX)(CX*4), Z7
-	VMOVUPS      (AX), Z8
-	VMULPS       Z8, Z6, Z8
-	VFMADD231PS  Z9, Z7, Z8
-	VMOVUPS      64(AX), Z12
-	VMULPS       Z12, Z6, Z12
-	VFMADD231PS  Z10, Z7, Z12
-	VMOVUPS      128(AX), Z13
-	VMULPS       Z13, Z6, Z13
-	VFMADD231PS  Z11, Z7, Z13
+	VBROADCASTSS (BX)(CX*4), Z0
+	VMOVUPS      (AX), Z1
+	VMULPS       Z1, Z6, Z1
+	VFMADD231PS  Z9, Z0, Z1
+	VMOVUPS      64(AX), Z2
+	VMULPS       Z2, Z6, Z2
+	VFMADD231PS  Z10, Z0, Z2
+	VMOVUPS      128(AX), Z3
+	VMULPS       Z3, Z6, Z3
+	VFMADD231PS  Z11, Z0, Z3
 	TESTQ        R9, R9
 	JZ           stateKVbf16AVX512_nostorerow_12
 	CMPB         120(SP), $0x00
 	JE           stateKVbf16AVX512_temporalrow_12
-	VMOVAPS      Z8, Z7
-	VPSRLD       $0x10, Z7, Z14
-	VCMPPS       $0x03, Z7, Z7, K2
-	VPANDD.BCST  one_i<>+0(SB), Z14, Z15
-	VPADDD.BCST  round<>+0(SB), Z7, Z7
-	VPADDD       Z15, Z7, Z7
-	VPSRLD       $0x10, Z7, Z7
-	VPORD.BCST   quiet<>+0(SB), Z14, K2, Z7
-	VPMOVDW      Z7, Y7
-	VMOVNTDQ     Y7, (R9)
-	VMOVAPS      Z12, Z7
-	VPSRLD       $0x10, Z7, Z14
-	VCMPPS       $0x03, Z7, Z7, K2
-	VPANDD.BCST  one_i<>+0(SB), Z14, Z15
-	VPADDD.BCST  round<>+0(SB), Z7, Z7
-	VPADDD       Z15, Z7, Z7
-	VPSRLD       $0x10, Z7, Z7
-	VPORD.BCST   quiet<>+0(SB), Z14, K2, Z7
-	VPMOVDW      Z7, Y7
-	VMOVNTDQ     Y7, 32(R9)
-	VMOVAPS      Z13, Z7
-	VPSRLD       $0x10, Z7, Z14
-	VCMPPS       $0x03, Z7, Z7, K2
-	VPANDD.BCST  one_i<>+0(SB), Z14, Z15
-	VPADDD.BCST  round<>+0(SB), Z7, Z7
-	VPADDD       Z15, Z7, Z7
-	VPSRLD       $0x10, Z7, Z7
-	VPORD.BCST   quiet<>+0(SB), Z14, K2, Z7
-	VPMOVDW      Z7, Y7
-	VMOVNTDQ     Y7, 64(R9)
+	VMOVAPS      Z1, Z0
+	VPSRLD       $0x10, Z0, Z4
+	VCMPPS       $0x03, Z0, Z0, K2
+	VPANDD.BCST  one_i<>+0(SB), Z4, Z5
+	VPADDD.BCST  round<>+0(SB), Z0, Z0
+	VPADDD       Z5, Z0, Z0
+	VPSRLD       $0x10, Z0, Z0
+	VPORD.BCST   quiet<>+0(SB), Z4, K2, Z0
+	VPMOVDW      Z0, Y0
+	VMOVNTDQ     Y0, (R9)
+	VMOVAPS      Z2, Z0
+	VPSRLD       $0x10, Z0, Z4
+	VCMPPS       $0x03, Z0, Z0, K2
+	VPANDD.BCST  one_i<>+0(SB), Z4, Z5
+	VPADDD.BCST  round<>+0(SB), Z0, Z0
+	VPADDD       Z5, Z0, Z0
+	VPSRLD       $0x10, Z0, Z0
+	VPORD.BCST   quiet<>+0(SB), Z4, K2, Z0
+	VPMOVDW      Z0, Y0
+	VMOVNTDQ     Y0, 32(R9)
+	VMOVAPS      Z3, Z0
+	VPSRLD       $0x10, Z0, Z4
+	VCMPPS       $0x03, Z0, Z0, K2
+	VPANDD.BCST  one_i<>+0(SB), Z4, Z5
+	VPADDD.BCST  round<>+0(SB), Z0, Z0
+	VPADDD       Z5, Z0, Z0
+	VPSRLD       $0x10, Z0, Z0
+	VPORD.BCST   quiet<>+0(SB), Z4, K2, Z0
+	VPMOVDW      Z0, Y0
+	VMOVNTDQ     Y0, 64(R9)
 	JMP          stateKVbf16AVX512_storedrow_12
 
 stateKVbf16AVX512_temporalrow_12:
-	VMOVAPS     Z8, Z7
-	VPSRLD      $0x10, Z7, Z14
-	VCMPPS      $0x03, Z7, Z7, K2
-	VPANDD.BCST one_i<>+0(SB), Z14, Z15
-	VPADDD.BCST round<>+0(SB), Z7, Z7
-	VPADDD      Z15, Z7, Z7
-	VPSRLD      $0x10, Z7, Z7
-	VPORD.BCST  quiet<>+0(SB), Z14, K2, Z7
-	VPMOVDW     Z7, (R9)
-	VMOVAPS     Z12, Z7
-	VPSRLD      $0x10, Z7, Z14
-	VCMPPS      $0x03, Z7, Z7, K2
-	VPANDD.BCST one_i<>+0(SB), Z14, Z15
-	VPADDD.BCST round<>+0(SB), Z7, Z7
-	VPADDD      Z15, Z7, Z7
-	VPSRLD      $0x10, Z7, Z7
-	VPORD.BCST  quiet<>+0(SB), Z14, K2, Z7
-	VPMOVDW     Z7, 32(R9)
-	VMOVAPS     Z13, Z7
-	VPSRLD      $0x10, Z7, Z14
-	VCMPPS      $0x03, Z7, Z7, K2
-	VPANDD.BCST one_i<>+0(SB), Z14, Z15
-	VPADDD.BCST round<>+0(SB), Z7, Z7
-	VPADDD      Z15, Z7, Z7
-	VPSRLD      $0x10, Z7, Z7
-	VPORD.BCST  quiet<>+0(SB), Z14, K2, Z7
-	VPMOVDW     Z7, K1, 64(R9)
+	VMOVAPS     Z1, Z0
+	VPSRLD      $0x10, Z0, Z4
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z4, Z5
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z5, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z4, K2, Z0
+	VPMOVDW     Z0, (R9)
+	VMOVAPS     Z2, Z0
+	VPSRLD      $0x10, Z0, Z4
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z4, Z5
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z5, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z4, K2, Z0
+	VPMOVDW     Z0, 32(R9)
+	VMOVAPS     Z3, Z0
+	VPSRLD      $0x10, Z0, Z4
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z4, Z5
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z5, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z4, K2, Z0
+	VPMOVDW     Z0, K1, 64(R9)
 
 stateKVbf16AVX512_storedrow_12:
 	ADDQ R10, R9
@@ -11694,9 +11718,9 @@ stateKVbf16AVX512_storedrow_12:
 stateKVbf16AVX512_nostorerow_12:
 	TESTQ   R11, R11
 	JZ      stateKVbf16AVX512_nocarryrow_12
-	VMOVUPS Z8, (R11)
-	VMOVUPS Z12, 64(R11)
-	VMOVUPS Z13, K1, 128(R11)
+	VMOVUPS Z1, (R11)
+	VMOVUPS Z2, 64(R11)
+	VMOVUPS Z3, K1, 128(R11)
 	ADDQ    R8, R11
 
 stateKVbf16AVX512_nocarryrow_12:
@@ -11704,6 +11728,7 @@ stateKVbf16AVX512_nocarryrow_12:
 	INCQ CX
 	CMPQ CX, DX
 	JB   stateKVbf16AVX512_rows_12
+	JMP  stateKVbf16AVX512_tokensout_3
 
 stateKVbf16AVX512_rowsdone_6:
 stateKVbf16AVX512_tokdone_3:
@@ -11723,7 +11748,9 @@ stateKVbf16AVX512_tokdone_3:
 	SHRQ $0x02, AX
 	CMPQ CX, AX
 	JB   stateKVbf16AVX512_token_3
-	JMP  stateKVbf16AVX512_blockdone_1
+
+stateKVbf16AVX512_tokensout_3:
+	JMP stateKVbf16AVX512_blockdone_1
 
 stateKVbf16AVX512_masked4_1:
 	// Block of up to 64 columns (rows in work of whole vectors): pass 0 loads it, with token 0's read.
@@ -12145,102 +12172,102 @@ stateKVbf16AVX512_nocarryrow_13:
 
 stateKVbf16AVX512_lastrows_7:
 stateKVbf16AVX512_rows_14:
-	VBROADCASTSS (BX)(CX*4), Z9
-	VMOVUPS      (AX), Z10
-	VFMADD213PS  Z10, Z8, Z10
-	VFMADD231PS  Z11, Z9, Z10
-	VMOVUPS      64(AX), Z15
-	VFMADD213PS  Z15, Z8, Z15
-	VFMADD231PS  Z12, Z9, Z15
-	VMOVUPS      128(AX), Z16
-	VFMADD213PS  Z16, Z8, Z16
-	VFMADD231PS  Z13, Z9, Z16
-	VMOVUPS      192(AX), Z17
-	VFMADD213PS  Z17, Z8, Z17
-	VFMADD231PS  Z14, Z9, Z17
+	VBROADCASTSS (BX)(CX*4), Z0
+	VMOVUPS      (AX), Z1
+	VFMADD213PS  Z1, Z8, Z1
+	VFMADD231PS  Z11, Z0, Z1
+	VMOVUPS      64(AX), Z2
+	VFMADD213PS  Z2, Z8, Z2
+	VFMADD231PS  Z12, Z0, Z2
+	VMOVUPS      128(AX), Z3
+	VFMADD213PS  Z3, Z8, Z3
+	VFMADD231PS  Z13, Z0, Z3
+	VMOVUPS      192(AX), Z4
+	VFMADD213PS  Z4, Z8, Z4
+	VFMADD231PS  Z14, Z0, Z4
 	TESTQ        R9, R9
 	JZ           stateKVbf16AVX512_nostorerow_14
 	CMPB         120(SP), $0x00
 	JE           stateKVbf16AVX512_temporalrow_14
-	VMOVAPS      Z10, Z9
-	VPSRLD       $0x10, Z9, Z18
-	VCMPPS       $0x03, Z9, Z9, K2
-	VPANDD.BCST  one_i<>+0(SB), Z18, Z19
-	VPADDD.BCST  round<>+0(SB), Z9, Z9
-	VPADDD       Z19, Z9, Z9
-	VPSRLD       $0x10, Z9, Z9
-	VPORD.BCST   quiet<>+0(SB), Z18, K2, Z9
-	VPMOVDW      Z9, Y9
-	VMOVNTDQ     Y9, (R9)
-	VMOVAPS      Z15, Z9
-	VPSRLD       $0x10, Z9, Z18
-	VCMPPS       $0x03, Z9, Z9, K2
-	VPANDD.BCST  one_i<>+0(SB), Z18, Z19
-	VPADDD.BCST  round<>+0(SB), Z9, Z9
-	VPADDD       Z19, Z9, Z9
-	VPSRLD       $0x10, Z9, Z9
-	VPORD.BCST   quiet<>+0(SB), Z18, K2, Z9
-	VPMOVDW      Z9, Y9
-	VMOVNTDQ     Y9, 32(R9)
-	VMOVAPS      Z16, Z9
-	VPSRLD       $0x10, Z9, Z18
-	VCMPPS       $0x03, Z9, Z9, K2
-	VPANDD.BCST  one_i<>+0(SB), Z18, Z19
-	VPADDD.BCST  round<>+0(SB), Z9, Z9
-	VPADDD       Z19, Z9, Z9
-	VPSRLD       $0x10, Z9, Z9
-	VPORD.BCST   quiet<>+0(SB), Z18, K2, Z9
-	VPMOVDW      Z9, Y9
-	VMOVNTDQ     Y9, 64(R9)
-	VMOVAPS      Z17, Z9
-	VPSRLD       $0x10, Z9, Z18
-	VCMPPS       $0x03, Z9, Z9, K2
-	VPANDD.BCST  one_i<>+0(SB), Z18, Z19
-	VPADDD.BCST  round<>+0(SB), Z9, Z9
-	VPADDD       Z19, Z9, Z9
-	VPSRLD       $0x10, Z9, Z9
-	VPORD.BCST   quiet<>+0(SB), Z18, K2, Z9
-	VPMOVDW      Z9, Y9
-	VMOVNTDQ     Y9, 96(R9)
+	VMOVAPS      Z1, Z0
+	VPSRLD       $0x10, Z0, Z5
+	VCMPPS       $0x03, Z0, Z0, K2
+	VPANDD.BCST  one_i<>+0(SB), Z5, Z6
+	VPADDD.BCST  round<>+0(SB), Z0, Z0
+	VPADDD       Z6, Z0, Z0
+	VPSRLD       $0x10, Z0, Z0
+	VPORD.BCST   quiet<>+0(SB), Z5, K2, Z0
+	VPMOVDW      Z0, Y0
+	VMOVNTDQ     Y0, (R9)
+	VMOVAPS      Z2, Z0
+	VPSRLD       $0x10, Z0, Z5
+	VCMPPS       $0x03, Z0, Z0, K2
+	VPANDD.BCST  one_i<>+0(SB), Z5, Z6
+	VPADDD.BCST  round<>+0(SB), Z0, Z0
+	VPADDD       Z6, Z0, Z0
+	VPSRLD       $0x10, Z0, Z0
+	VPORD.BCST   quiet<>+0(SB), Z5, K2, Z0
+	VPMOVDW      Z0, Y0
+	VMOVNTDQ     Y0, 32(R9)
+	VMOVAPS      Z3, Z0
+	VPSRLD       $0x10, Z0, Z5
+	VCMPPS       $0x03, Z0, Z0, K2
+	VPANDD.BCST  one_i<>+0(SB), Z5, Z6
+	VPADDD.BCST  round<>+0(SB), Z0, Z0
+	VPADDD       Z6, Z0, Z0
+	VPSRLD       $0x10, Z0, Z0
+	VPORD.BCST   quiet<>+0(SB), Z5, K2, Z0
+	VPMOVDW      Z0, Y0
+	VMOVNTDQ     Y0, 64(R9)
+	VMOVAPS      Z4, Z0
+	VPSRLD       $0x10, Z0, Z5
+	VCMPPS       $0x03, Z0, Z0, K2
+	VPANDD.BCST  one_i<>+0(SB), Z5, Z6
+	VPADDD.BCST  round<>+0(SB), Z0, Z0
+	VPADDD       Z6, Z0, Z0
+	VPSRLD       $0x10, Z0, Z0
+	VPORD.BCST   quiet<>+0(SB), Z5, K2, Z0
+	VPMOVDW      Z0, Y0
+	VMOVNTDQ     Y0, 96(R9)
 	JMP          stateKVbf16AVX512_storedrow_14
 
 stateKVbf16AVX512_temporalrow_14:
-	VMOVAPS     Z10, Z9
-	VPSRLD      $0x10, Z9, Z18
-	VCMPPS      $0x03, Z9, Z9, K2
-	VPANDD.BCST one_i<>+0(SB), Z18, Z19
-	VPADDD.BCST round<>+0(SB), Z9, Z9
-	VPADDD      Z19, Z9, Z9
-	VPSRLD      $0x10, Z9, Z9
-	VPORD.BCST  quiet<>+0(SB), Z18, K2, Z9
-	VPMOVDW     Z9, (R9)
-	VMOVAPS     Z15, Z9
-	VPSRLD      $0x10, Z9, Z18
-	VCMPPS      $0x03, Z9, Z9, K2
-	VPANDD.BCST one_i<>+0(SB), Z18, Z19
-	VPADDD.BCST round<>+0(SB), Z9, Z9
-	VPADDD      Z19, Z9, Z9
-	VPSRLD      $0x10, Z9, Z9
-	VPORD.BCST  quiet<>+0(SB), Z18, K2, Z9
-	VPMOVDW     Z9, 32(R9)
-	VMOVAPS     Z16, Z9
-	VPSRLD      $0x10, Z9, Z18
-	VCMPPS      $0x03, Z9, Z9, K2
-	VPANDD.BCST one_i<>+0(SB), Z18, Z19
-	VPADDD.BCST round<>+0(SB), Z9, Z9
-	VPADDD      Z19, Z9, Z9
-	VPSRLD      $0x10, Z9, Z9
-	VPORD.BCST  quiet<>+0(SB), Z18, K2, Z9
-	VPMOVDW     Z9, 64(R9)
-	VMOVAPS     Z17, Z9
-	VPSRLD      $0x10, Z9, Z18
-	VCMPPS      $0x03, Z9, Z9, K2
-	VPANDD.BCST one_i<>+0(SB), Z18, Z19
-	VPADDD.BCST round<>+0(SB), Z9, Z9
-	VPADDD      Z19, Z9, Z9
-	VPSRLD      $0x10, Z9, Z9
-	VPORD.BCST  quiet<>+0(SB), Z18, K2, Z9
-	VPMOVDW     Z9, K1, 96(R9)
+	VMOVAPS     Z1, Z0
+	VPSRLD      $0x10, Z0, Z5
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z5, Z6
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z6, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z5, K2, Z0
+	VPMOVDW     Z0, (R9)
+	VMOVAPS     Z2, Z0
+	VPSRLD      $0x10, Z0, Z5
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z5, Z6
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z6, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z5, K2, Z0
+	VPMOVDW     Z0, 32(R9)
+	VMOVAPS     Z3, Z0
+	VPSRLD      $0x10, Z0, Z5
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z5, Z6
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z6, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z5, K2, Z0
+	VPMOVDW     Z0, 64(R9)
+	VMOVAPS     Z4, Z0
+	VPSRLD      $0x10, Z0, Z5
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z5, Z6
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z6, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z5, K2, Z0
+	VPMOVDW     Z0, K1, 96(R9)
 
 stateKVbf16AVX512_storedrow_14:
 	ADDQ R10, R9
@@ -12248,10 +12275,10 @@ stateKVbf16AVX512_storedrow_14:
 stateKVbf16AVX512_nostorerow_14:
 	TESTQ   R11, R11
 	JZ      stateKVbf16AVX512_nocarryrow_14
-	VMOVUPS Z10, (R11)
-	VMOVUPS Z15, 64(R11)
-	VMOVUPS Z16, 128(R11)
-	VMOVUPS Z17, K1, 192(R11)
+	VMOVUPS Z1, (R11)
+	VMOVUPS Z2, 64(R11)
+	VMOVUPS Z3, 128(R11)
+	VMOVUPS Z4, K1, 192(R11)
 	ADDQ    R8, R11
 
 stateKVbf16AVX512_nocarryrow_14:
@@ -12259,6 +12286,7 @@ stateKVbf16AVX512_nocarryrow_14:
 	INCQ CX
 	CMPQ CX, DX
 	JB   stateKVbf16AVX512_rows_14
+	JMP  stateKVbf16AVX512_tokensout_4
 
 stateKVbf16AVX512_rowsdone_7:
 	JMP stateKVbf16AVX512_tokdone_4
@@ -12512,102 +12540,102 @@ stateKVbf16AVX512_nocarryrow_15:
 
 stateKVbf16AVX512_lastrows_8:
 stateKVbf16AVX512_rows_16:
-	VBROADCASTSS (BX)(CX*4), Z9
-	VMOVUPS      (AX), Z10
-	VMULPS       Z10, Z8, Z10
-	VFMADD231PS  Z11, Z9, Z10
-	VMOVUPS      64(AX), Z15
-	VMULPS       Z15, Z8, Z15
-	VFMADD231PS  Z12, Z9, Z15
-	VMOVUPS      128(AX), Z16
-	VMULPS       Z16, Z8, Z16
-	VFMADD231PS  Z13, Z9, Z16
-	VMOVUPS      192(AX), Z17
-	VMULPS       Z17, Z8, Z17
-	VFMADD231PS  Z14, Z9, Z17
+	VBROADCASTSS (BX)(CX*4), Z0
+	VMOVUPS      (AX), Z1
+	VMULPS       Z1, Z8, Z1
+	VFMADD231PS  Z11, Z0, Z1
+	VMOVUPS      64(AX), Z2
+	VMULPS       Z2, Z8, Z2
+	VFMADD231PS  Z12, Z0, Z2
+	VMOVUPS      128(AX), Z3
+	VMULPS       Z3, Z8, Z3
+	VFMADD231PS  Z13, Z0, Z3
+	VMOVUPS      192(AX), Z4
+	VMULPS       Z4, Z8, Z4
+	VFMADD231PS  Z14, Z0, Z4
 	TESTQ        R9, R9
 	JZ           stateKVbf16AVX512_nostorerow_16
 	CMPB         120(SP), $0x00
 	JE           stateKVbf16AVX512_temporalrow_16
-	VMOVAPS      Z10, Z9
-	VPSRLD       $0x10, Z9, Z18
-	VCMPPS       $0x03, Z9, Z9, K2
-	VPANDD.BCST  one_i<>+0(SB), Z18, Z19
-	VPADDD.BCST  round<>+0(SB), Z9, Z9
-	VPADDD       Z19, Z9, Z9
-	VPSRLD       $0x10, Z9, Z9
-	VPORD.BCST   quiet<>+0(SB), Z18, K2, Z9
-	VPMOVDW      Z9, Y9
-	VMOVNTDQ     Y9, (R9)
-	VMOVAPS      Z15, Z9
-	VPSRLD       $0x10, Z9, Z18
-	VCMPPS       $0x03, Z9, Z9, K2
-	VPANDD.BCST  one_i<>+0(SB), Z18, Z19
-	VPADDD.BCST  round<>+0(SB), Z9, Z9
-	VPADDD       Z19, Z9, Z9
-	VPSRLD       $0x10, Z9, Z9
-	VPORD.BCST   quiet<>+0(SB), Z18, K2, Z9
-	VPMOVDW      Z9, Y9
-	VMOVNTDQ     Y9, 32(R9)
-	VMOVAPS      Z16, Z9
-	VPSRLD       $0x10, Z9, Z18
-	VCMPPS       $0x03, Z9, Z9, K2
-	VPANDD.BCST  one_i<>+0(SB), Z18, Z19
-	VPADDD.BCST  round<>+0(SB), Z9, Z9
-	VPADDD       Z19, Z9, Z9
-	VPSRLD       $0x10, Z9, Z9
-	VPORD.BCST   quiet<>+0(SB), Z18, K2, Z9
-	VPMOVDW      Z9, Y9
-	VMOVNTDQ     Y9, 64(R9)
-	VMOVAPS      Z17, Z9
-	VPSRLD       $0x10, Z9, Z18
-	VCMPPS       $0x03, Z9, Z9, K2
-	VPANDD.BCST  one_i<>+0(SB), Z18, Z19
-	VPADDD.BCST  round<>+0(SB), Z9, Z9
-	VPADDD       Z19, Z9, Z9
-	VPSRLD       $0x10, Z9, Z9
-	VPORD.BCST   quiet<>+0(SB), Z18, K2, Z9
-	VPMOVDW      Z9, Y9
-	VMOVNTDQ     Y9, 96(R9)
+	VMOVAPS      Z1, Z0
+	VPSRLD       $0x10, Z0, Z5
+	VCMPPS       $0x03, Z0, Z0, K2
+	VPANDD.BCST  one_i<>+0(SB), Z5, Z6
+	VPADDD.BCST  round<>+0(SB), Z0, Z0
+	VPADDD       Z6, Z0, Z0
+	VPSRLD       $0x10, Z0, Z0
+	VPORD.BCST   quiet<>+0(SB), Z5, K2, Z0
+	VPMOVDW      Z0, Y0
+	VMOVNTDQ     Y0, (R9)
+	VMOVAPS      Z2, Z0
+	VPSRLD       $0x10, Z0, Z5
+	VCMPPS       $0x03, Z0, Z0, K2
+	VPANDD.BCST  one_i<>+0(SB), Z5, Z6
+	VPADDD.BCST  round<>+0(SB), Z0, Z0
+	VPADDD       Z6, Z0, Z0
+	VPSRLD       $0x10, Z0, Z0
+	VPORD.BCST   quiet<>+0(SB), Z5, K2, Z0
+	VPMOVDW      Z0, Y0
+	VMOVNTDQ     Y0, 32(R9)
+	VMOVAPS      Z3, Z0
+	VPSRLD       $0x10, Z0, Z5
+	VCMPPS       $0x03, Z0, Z0, K2
+	VPANDD.BCST  one_i<>+0(SB), Z5, Z6
+	VPADDD.BCST  round<>+0(SB), Z0, Z0
+	VPADDD       Z6, Z0, Z0
+	VPSRLD       $0x10, Z0, Z0
+	VPORD.BCST   quiet<>+0(SB), Z5, K2, Z0
+	VPMOVDW      Z0, Y0
+	VMOVNTDQ     Y0, 64(R9)
+	VMOVAPS      Z4, Z0
+	VPSRLD       $0x10, Z0, Z5
+	VCMPPS       $0x03, Z0, Z0, K2
+	VPANDD.BCST  one_i<>+0(SB), Z5, Z6
+	VPADDD.BCST  round<>+0(SB), Z0, Z0
+	VPADDD       Z6, Z0, Z0
+	VPSRLD       $0x10, Z0, Z0
+	VPORD.BCST   quiet<>+0(SB), Z5, K2, Z0
+	VPMOVDW      Z0, Y0
+	VMOVNTDQ     Y0, 96(R9)
 	JMP          stateKVbf16AVX512_storedrow_16
 
 stateKVbf16AVX512_temporalrow_16:
-	VMOVAPS     Z10, Z9
-	VPSRLD      $0x10, Z9, Z18
-	VCMPPS      $0x03, Z9, Z9, K2
-	VPANDD.BCST one_i<>+0(SB), Z18, Z19
-	VPADDD.BCST round<>+0(SB), Z9, Z9
-	VPADDD      Z19, Z9, Z9
-	VPSRLD      $0x10, Z9, Z9
-	VPORD.BCST  quiet<>+0(SB), Z18, K2, Z9
-	VPMOVDW     Z9, (R9)
-	VMOVAPS     Z15, Z9
-	VPSRLD      $0x10, Z9, Z18
-	VCMPPS      $0x03, Z9, Z9, K2
-	VPANDD.BCST one_i<>+0(SB), Z18, Z19
-	VPADDD.BCST round<>+0(SB), Z9, Z9
-	VPADDD      Z19, Z9, Z9
-	VPSRLD      $0x10, Z9, Z9
-	VPORD.BCST  quiet<>+0(SB), Z18, K2, Z9
-	VPMOVDW     Z9, 32(R9)
-	VMOVAPS     Z16, Z9
-	VPSRLD      $0x10, Z9, Z18
-	VCMPPS      $0x03, Z9, Z9, K2
-	VPANDD.BCST one_i<>+0(SB), Z18, Z19
-	VPADDD.BCST round<>+0(SB), Z9, Z9
-	VPADDD      Z19, Z9, Z9
-	VPSRLD      $0x10, Z9, Z9
-	VPORD.BCST  quiet<>+0(SB), Z18, K2, Z9
-	VPMOVDW     Z9, 64(R9)
-	VMOVAPS     Z17, Z9
-	VPSRLD      $0x10, Z9, Z18
-	VCMPPS      $0x03, Z9, Z9, K2
-	VPANDD.BCST one_i<>+0(SB), Z18, Z19
-	VPADDD.BCST round<>+0(SB), Z9, Z9
-	VPADDD      Z19, Z9, Z9
-	VPSRLD      $0x10, Z9, Z9
-	VPORD.BCST  quiet<>+0(SB), Z18, K2, Z9
-	VPMOVDW     Z9, K1, 96(R9)
+	VMOVAPS     Z1, Z0
+	VPSRLD      $0x10, Z0, Z5
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z5, Z6
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z6, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z5, K2, Z0
+	VPMOVDW     Z0, (R9)
+	VMOVAPS     Z2, Z0
+	VPSRLD      $0x10, Z0, Z5
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z5, Z6
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z6, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z5, K2, Z0
+	VPMOVDW     Z0, 32(R9)
+	VMOVAPS     Z3, Z0
+	VPSRLD      $0x10, Z0, Z5
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z5, Z6
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z6, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z5, K2, Z0
+	VPMOVDW     Z0, 64(R9)
+	VMOVAPS     Z4, Z0
+	VPSRLD      $0x10, Z0, Z5
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z5, Z6
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z6, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z5, K2, Z0
+	VPMOVDW     Z0, K1, 96(R9)
 
 stateKVbf16AVX512_storedrow_16:
 	ADDQ R10, R9
@@ -12615,10 +12643,10 @@ stateKVbf16AVX512_storedrow_16:
 stateKVbf16AVX512_nostorerow_16:
 	TESTQ   R11, R11
 	JZ      stateKVbf16AVX512_nocarryrow_16
-	VMOVUPS Z10, (R11)
-	VMOVUPS Z15, 64(R11)
-	VMOVUPS Z16, 128(R11)
-	VMOVUPS Z17, K1, 192(R11)
+	VMOVUPS Z1, (R11)
+	VMOVUPS Z2, 64(R11)
+	VMOVUPS Z3, 128(R11)
+	VMOVUPS Z4, K1, 192(R11)
 	ADDQ    R8, R11
 
 stateKVbf16AVX512_nocarryrow_16:
@@ -12626,6 +12654,7 @@ stateKVbf16AVX512_nocarryrow_16:
 	INCQ CX
 	CMPQ CX, DX
 	JB   stateKVbf16AVX512_rows_16
+	JMP  stateKVbf16AVX512_tokensout_4
 
 stateKVbf16AVX512_rowsdone_8:
 stateKVbf16AVX512_tokdone_4:
@@ -12646,6 +12675,7 @@ stateKVbf16AVX512_tokdone_4:
 	CMPQ CX, AX
 	JB   stateKVbf16AVX512_token_4
 
+stateKVbf16AVX512_tokensout_4:
 stateKVbf16AVX512_blockdone_1:
 	MOVQ 24(SP), AX
 	ADDQ AX, 16(SP)
@@ -12955,6 +12985,12 @@ stateKVf32AVX2_temporal_1:
 	LEAQ 104(SP), R10
 	ADDQ $0x1f, R10
 	ANDQ $-32, R10
+	MOVQ 48(SP), R11
+	INCQ R11
+	MOVQ tok_len+176(FP), R12
+	SHRQ $0x02, R12
+	CMPQ R11, R12
+	JE   stateKVf32AVX2_lastrows_1
 
 stateKVf32AVX2_rows_1:
 	VBROADCASTSS (BX)(CX*4), Y9
@@ -13016,7 +13052,51 @@ stateKVf32AVX2_nostorerow_1:
 	INCQ CX
 	CMPQ CX, DX
 	JB   stateKVf32AVX2_rows_1
-	JMP  stateKVf32AVX2_tokdone_1
+	JMP  stateKVf32AVX2_rowsdone_1
+
+stateKVf32AVX2_lastrows_1:
+stateKVf32AVX2_rows_2:
+	VBROADCASTSS (BX)(CX*4), Y0
+	VMOVUPS      (AX), Y1
+	VFMADD213PS  Y1, Y8, Y1
+	VFMADD231PS  (R10), Y0, Y1
+	VMOVUPS      32(AX), Y2
+	VFMADD213PS  Y2, Y8, Y2
+	VFMADD231PS  32(R10), Y0, Y2
+	VMOVUPS      64(AX), Y3
+	VFMADD213PS  Y3, Y8, Y3
+	VFMADD231PS  64(R10), Y0, Y3
+	VMOVUPS      96(AX), Y4
+	VFMADD213PS  Y4, Y8, Y4
+	VFMADD231PS  96(R10), Y0, Y4
+	TESTQ        R9, R9
+	JZ           stateKVf32AVX2_nostorerow_2
+	CMPB         312(SP), $0x00
+	JE           stateKVf32AVX2_temporalrow_2
+	VMOVNTPS     Y1, (R9)
+	VMOVNTPS     Y2, 32(R9)
+	VMOVNTPS     Y3, 64(R9)
+	VMOVNTPS     Y4, 96(R9)
+	JMP          stateKVf32AVX2_storedrow_2
+
+stateKVf32AVX2_temporalrow_2:
+	VMOVUPS Y1, (R9)
+	VMOVUPS Y2, 32(R9)
+	VMOVUPS Y3, 64(R9)
+	VMOVUPS Y4, 96(R9)
+
+stateKVf32AVX2_storedrow_2:
+	ADDQ R8, R9
+
+stateKVf32AVX2_nostorerow_2:
+	ADDQ $0x00000080, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVf32AVX2_rows_2
+	JMP  stateKVf32AVX2_tokensout_1
+
+stateKVf32AVX2_rowsdone_1:
+	JMP stateKVf32AVX2_tokdone_1
 
 stateKVf32AVX2_far_1:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
@@ -13118,8 +13198,14 @@ stateKVf32AVX2_temporal_2:
 	LEAQ 104(SP), R10
 	ADDQ $0x1f, R10
 	ANDQ $-32, R10
+	MOVQ 48(SP), R11
+	INCQ R11
+	MOVQ tok_len+176(FP), R12
+	SHRQ $0x02, R12
+	CMPQ R11, R12
+	JE   stateKVf32AVX2_lastrows_2
 
-stateKVf32AVX2_rows_2:
+stateKVf32AVX2_rows_3:
 	VBROADCASTSS (BX)(CX*4), Y9
 	VBROADCASTSS (SI)(CX*4), Y10
 	VBROADCASTSS (DI)(CX*4), Y11
@@ -13148,9 +13234,9 @@ stateKVf32AVX2_rows_2:
 	VFMADD231PS  Y12, Y10, Y6
 	VFMADD231PS  Y12, Y11, Y7
 	TESTQ        R9, R9
-	JZ           stateKVf32AVX2_nostorerow_2
+	JZ           stateKVf32AVX2_nostorerow_3
 	CMPB         312(SP), $0x00
-	JE           stateKVf32AVX2_temporalrow_2
+	JE           stateKVf32AVX2_temporalrow_3
 	VMOVUPS      (AX), Y9
 	VMOVNTPS     Y9, (R9)
 	VMOVUPS      32(AX), Y9
@@ -13159,9 +13245,9 @@ stateKVf32AVX2_rows_2:
 	VMOVNTPS     Y9, 64(R9)
 	VMOVUPS      96(AX), Y9
 	VMOVNTPS     Y9, 96(R9)
-	JMP          stateKVf32AVX2_storedrow_2
+	JMP          stateKVf32AVX2_storedrow_3
 
-stateKVf32AVX2_temporalrow_2:
+stateKVf32AVX2_temporalrow_3:
 	VMOVUPS (AX), Y9
 	VMOVUPS Y9, (R9)
 	VMOVUPS 32(AX), Y9
@@ -13171,15 +13257,58 @@ stateKVf32AVX2_temporalrow_2:
 	VMOVUPS 96(AX), Y9
 	VMOVUPS Y9, 96(R9)
 
-stateKVf32AVX2_storedrow_2:
+stateKVf32AVX2_storedrow_3:
 	ADDQ R8, R9
 
-stateKVf32AVX2_nostorerow_2:
+stateKVf32AVX2_nostorerow_3:
 	ADDQ $0x00000080, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVf32AVX2_rows_2
+	JB   stateKVf32AVX2_rows_3
+	JMP  stateKVf32AVX2_rowsdone_2
 
+stateKVf32AVX2_lastrows_2:
+stateKVf32AVX2_rows_4:
+	VBROADCASTSS (BX)(CX*4), Y0
+	VMOVUPS      (AX), Y1
+	VMULPS       Y1, Y8, Y1
+	VFMADD231PS  (R10), Y0, Y1
+	VMOVUPS      32(AX), Y2
+	VMULPS       Y2, Y8, Y2
+	VFMADD231PS  32(R10), Y0, Y2
+	VMOVUPS      64(AX), Y3
+	VMULPS       Y3, Y8, Y3
+	VFMADD231PS  64(R10), Y0, Y3
+	VMOVUPS      96(AX), Y4
+	VMULPS       Y4, Y8, Y4
+	VFMADD231PS  96(R10), Y0, Y4
+	TESTQ        R9, R9
+	JZ           stateKVf32AVX2_nostorerow_4
+	CMPB         312(SP), $0x00
+	JE           stateKVf32AVX2_temporalrow_4
+	VMOVNTPS     Y1, (R9)
+	VMOVNTPS     Y2, 32(R9)
+	VMOVNTPS     Y3, 64(R9)
+	VMOVNTPS     Y4, 96(R9)
+	JMP          stateKVf32AVX2_storedrow_4
+
+stateKVf32AVX2_temporalrow_4:
+	VMOVUPS Y1, (R9)
+	VMOVUPS Y2, 32(R9)
+	VMOVUPS Y3, 64(R9)
+	VMOVUPS Y4, 96(R9)
+
+stateKVf32AVX2_storedrow_4:
+	ADDQ R8, R9
+
+stateKVf32AVX2_nostorerow_4:
+	ADDQ $0x00000080, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVf32AVX2_rows_4
+	JMP  stateKVf32AVX2_tokensout_1
+
+stateKVf32AVX2_rowsdone_2:
 stateKVf32AVX2_tokdone_1:
 	MOVQ 64(SP), AX
 	MOVQ AX, 56(SP)
@@ -13197,7 +13326,9 @@ stateKVf32AVX2_tokdone_1:
 	SHRQ $0x02, AX
 	CMPQ CX, AX
 	JB   stateKVf32AVX2_token_1
-	JMP  stateKVf32AVX2_blockdone_1
+
+stateKVf32AVX2_tokensout_1:
+	JMP stateKVf32AVX2_blockdone_1
 
 stateKVf32AVX2_span_1:
 	MOVQ    $0x00000010, CX
@@ -13385,8 +13516,14 @@ stateKVf32AVX2_temporal_3:
 	LEAQ 104(SP), R10
 	ADDQ $0x1f, R10
 	ANDQ $-32, R10
+	MOVQ 48(SP), R11
+	INCQ R11
+	MOVQ tok_len+176(FP), R12
+	SHRQ $0x02, R12
+	CMPQ R11, R12
+	JE   stateKVf32AVX2_lastrows_3
 
-stateKVf32AVX2_rows_3:
+stateKVf32AVX2_rows_5:
 	VBROADCASTSS (BX)(CX*4), Y5
 	VBROADCASTSS (SI)(CX*4), Y6
 	VBROADCASTSS (DI)(CX*4), Y7
@@ -13403,30 +13540,64 @@ stateKVf32AVX2_rows_3:
 	VFMADD231PS  Y8, Y6, Y2
 	VFMADD231PS  Y8, Y7, Y3
 	TESTQ        R9, R9
-	JZ           stateKVf32AVX2_nostorerow_3
+	JZ           stateKVf32AVX2_nostorerow_5
 	CMPB         312(SP), $0x00
-	JE           stateKVf32AVX2_temporalrow_3
+	JE           stateKVf32AVX2_temporalrow_5
 	VMOVUPS      (AX), Y5
 	VMOVNTPS     Y5, (R9)
 	VMOVUPS      32(AX), Y5
 	VMOVNTPS     Y5, 32(R9)
-	JMP          stateKVf32AVX2_storedrow_3
+	JMP          stateKVf32AVX2_storedrow_5
 
-stateKVf32AVX2_temporalrow_3:
+stateKVf32AVX2_temporalrow_5:
 	VMOVUPS (AX), Y5
 	VMOVUPS Y5, (R9)
 	VMOVUPS 32(AX), Y5
 	VMOVUPS Y5, 32(R9)
 
-stateKVf32AVX2_storedrow_3:
+stateKVf32AVX2_storedrow_5:
 	ADDQ R8, R9
 
-stateKVf32AVX2_nostorerow_3:
+stateKVf32AVX2_nostorerow_5:
 	ADDQ $0x00000040, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVf32AVX2_rows_3
-	JMP  stateKVf32AVX2_tokdone_2
+	JB   stateKVf32AVX2_rows_5
+	JMP  stateKVf32AVX2_rowsdone_3
+
+stateKVf32AVX2_lastrows_3:
+stateKVf32AVX2_rows_6:
+	VBROADCASTSS (BX)(CX*4), Y0
+	VMOVUPS      (AX), Y1
+	VFMADD213PS  Y1, Y4, Y1
+	VFMADD231PS  (R10), Y0, Y1
+	VMOVUPS      32(AX), Y2
+	VFMADD213PS  Y2, Y4, Y2
+	VFMADD231PS  32(R10), Y0, Y2
+	TESTQ        R9, R9
+	JZ           stateKVf32AVX2_nostorerow_6
+	CMPB         312(SP), $0x00
+	JE           stateKVf32AVX2_temporalrow_6
+	VMOVNTPS     Y1, (R9)
+	VMOVNTPS     Y2, 32(R9)
+	JMP          stateKVf32AVX2_storedrow_6
+
+stateKVf32AVX2_temporalrow_6:
+	VMOVUPS Y1, (R9)
+	VMOVUPS Y2, 32(R9)
+
+stateKVf32AVX2_storedrow_6:
+	ADDQ R8, R9
+
+stateKVf32AVX2_nostorerow_6:
+	ADDQ $0x00000040, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVf32AVX2_rows_6
+	JMP  stateKVf32AVX2_tokensout_2
+
+stateKVf32AVX2_rowsdone_3:
+	JMP stateKVf32AVX2_tokdone_2
 
 stateKVf32AVX2_far_2:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
@@ -13508,8 +13679,14 @@ stateKVf32AVX2_temporal_4:
 	LEAQ 104(SP), R10
 	ADDQ $0x1f, R10
 	ANDQ $-32, R10
+	MOVQ 48(SP), R11
+	INCQ R11
+	MOVQ tok_len+176(FP), R12
+	SHRQ $0x02, R12
+	CMPQ R11, R12
+	JE   stateKVf32AVX2_lastrows_4
 
-stateKVf32AVX2_rows_4:
+stateKVf32AVX2_rows_7:
 	VBROADCASTSS (BX)(CX*4), Y5
 	VBROADCASTSS (SI)(CX*4), Y6
 	VBROADCASTSS (DI)(CX*4), Y7
@@ -13526,30 +13703,63 @@ stateKVf32AVX2_rows_4:
 	VFMADD231PS  Y8, Y6, Y2
 	VFMADD231PS  Y8, Y7, Y3
 	TESTQ        R9, R9
-	JZ           stateKVf32AVX2_nostorerow_4
+	JZ           stateKVf32AVX2_nostorerow_7
 	CMPB         312(SP), $0x00
-	JE           stateKVf32AVX2_temporalrow_4
+	JE           stateKVf32AVX2_temporalrow_7
 	VMOVUPS      (AX), Y5
 	VMOVNTPS     Y5, (R9)
 	VMOVUPS      32(AX), Y5
 	VMOVNTPS     Y5, 32(R9)
-	JMP          stateKVf32AVX2_storedrow_4
+	JMP          stateKVf32AVX2_storedrow_7
 
-stateKVf32AVX2_temporalrow_4:
+stateKVf32AVX2_temporalrow_7:
 	VMOVUPS (AX), Y5
 	VMOVUPS Y5, (R9)
 	VMOVUPS 32(AX), Y5
 	VMOVUPS Y5, 32(R9)
 
-stateKVf32AVX2_storedrow_4:
+stateKVf32AVX2_storedrow_7:
 	ADDQ R8, R9
 
-stateKVf32AVX2_nostorerow_4:
+stateKVf32AVX2_nostorerow_7:
 	ADDQ $0x00000040, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVf32AVX2_rows_4
+	JB   stateKVf32AVX2_rows_7
+	JMP  stateKVf32AVX2_rowsdone_4
 
+stateKVf32AVX2_lastrows_4:
+stateKVf32AVX2_rows_8:
+	VBROADCASTSS (BX)(CX*4), Y0
+	VMOVUPS      (AX), Y1
+	VMULPS       Y1, Y4, Y1
+	VFMADD231PS  (R10), Y0, Y1
+	VMOVUPS      32(AX), Y2
+	VMULPS       Y2, Y4, Y2
+	VFMADD231PS  32(R10), Y0, Y2
+	TESTQ        R9, R9
+	JZ           stateKVf32AVX2_nostorerow_8
+	CMPB         312(SP), $0x00
+	JE           stateKVf32AVX2_temporalrow_8
+	VMOVNTPS     Y1, (R9)
+	VMOVNTPS     Y2, 32(R9)
+	JMP          stateKVf32AVX2_storedrow_8
+
+stateKVf32AVX2_temporalrow_8:
+	VMOVUPS Y1, (R9)
+	VMOVUPS Y2, 32(R9)
+
+stateKVf32AVX2_storedrow_8:
+	ADDQ R8, R9
+
+stateKVf32AVX2_nostorerow_8:
+	ADDQ $0x00000040, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVf32AVX2_rows_8
+	JMP  stateKVf32AVX2_tokensout_2
+
+stateKVf32AVX2_rowsdone_4:
 stateKVf32AVX2_tokdone_2:
 	MOVQ 64(SP), AX
 	MOVQ AX, 56(SP)
@@ -13567,7 +13777,9 @@ stateKVf32AVX2_tokdone_2:
 	SHRQ $0x02, AX
 	CMPQ CX, AX
 	JB   stateKVf32AVX2_token_2
-	JMP  stateKVf32AVX2_blockdone_1
+
+stateKVf32AVX2_tokensout_2:
+	JMP stateKVf32AVX2_blockdone_1
 
 stateKVf32AVX2_span_2:
 	MOVQ         AX, CX
@@ -13862,7 +14074,7 @@ stateKVf32AVX2_nostore_5:
 	ADDQ $0x1f, R11
 	ANDQ $-32, R11
 
-stateKVf32AVX2_rows_5:
+stateKVf32AVX2_rows_9:
 	VBROADCASTSS (SI)(DX*4), Y7
 	VBROADCASTSS (DI)(DX*4), Y8
 	VBROADCASTSS (R8)(DX*4), Y9
@@ -13889,7 +14101,7 @@ stateKVf32AVX2_spantail_3:
 
 stateKVf32AVX2_spanback_3:
 	TESTQ   R10, R10
-	JZ      stateKVf32AVX2_nostorerow_5
+	JZ      stateKVf32AVX2_nostorerow_9
 	CMPQ    CX, $0x00000000
 	JBE     stateKVf32AVX2_spantail_4
 	VMOVUPS (AX), Y7
@@ -13906,11 +14118,11 @@ stateKVf32AVX2_spantail_4:
 stateKVf32AVX2_spanback_4:
 	ADDQ R9, R10
 
-stateKVf32AVX2_nostorerow_5:
+stateKVf32AVX2_nostorerow_9:
 	ADDQ 40(SP), AX
 	INCQ DX
 	CMPQ DX, BX
-	JB   stateKVf32AVX2_rows_5
+	JB   stateKVf32AVX2_rows_9
 	JMP  stateKVf32AVX2_spanpast_3
 
 stateKVf32AVX2_spanmasked_3:
@@ -14054,7 +14266,7 @@ stateKVf32AVX2_nostore_6:
 	ADDQ $0x1f, R11
 	ANDQ $-32, R11
 
-stateKVf32AVX2_rows_6:
+stateKVf32AVX2_rows_10:
 	VBROADCASTSS (SI)(DX*4), Y7
 	VBROADCASTSS (DI)(DX*4), Y8
 	VBROADCASTSS (R8)(DX*4), Y9
@@ -14081,7 +14293,7 @@ stateKVf32AVX2_spantail_6:
 
 stateKVf32AVX2_spanback_6:
 	TESTQ   R10, R10
-	JZ      stateKVf32AVX2_nostorerow_6
+	JZ      stateKVf32AVX2_nostorerow_10
 	CMPQ    CX, $0x00000000
 	JBE     stateKVf32AVX2_spantail_7
 	VMOVUPS (AX), Y7
@@ -14098,11 +14310,11 @@ stateKVf32AVX2_spantail_7:
 stateKVf32AVX2_spanback_7:
 	ADDQ R9, R10
 
-stateKVf32AVX2_nostorerow_6:
+stateKVf32AVX2_nostorerow_10:
 	ADDQ 40(SP), AX
 	INCQ DX
 	CMPQ DX, BX
-	JB   stateKVf32AVX2_rows_6
+	JB   stateKVf32AVX2_rows_10
 	JMP  stateKVf32AVX2_spanpast_6
 
 stateKVf32AVX2_spanmasked_6:
@@ -14493,6 +14705,12 @@ stateKVbf16AVX2_nocarry_1:
 	LEAQ 104(SP), R12
 	ADDQ $0x1f, R12
 	ANDQ $-32, R12
+	MOVQ 48(SP), R13
+	INCQ R13
+	MOVQ tok_len+224(FP), R14
+	SHRQ $0x02, R14
+	CMPQ R13, R14
+	JE   stateKVbf16AVX2_lastrows_1
 
 stateKVbf16AVX2_rows_1:
 	VBROADCASTSS (BX)(CX*4), Y9
@@ -14647,7 +14865,148 @@ stateKVbf16AVX2_nocarryrow_1:
 	INCQ CX
 	CMPQ CX, DX
 	JB   stateKVbf16AVX2_rows_1
-	JMP  stateKVbf16AVX2_tokdone_1
+	JMP  stateKVbf16AVX2_rowsdone_1
+
+stateKVbf16AVX2_lastrows_1:
+stateKVbf16AVX2_rows_2:
+	VBROADCASTSS (BX)(CX*4), Y0
+	VMOVUPS      (AX), Y1
+	VFMADD213PS  Y1, Y8, Y1
+	VFMADD231PS  (R12), Y0, Y1
+	VMOVUPS      32(AX), Y2
+	VFMADD213PS  Y2, Y8, Y2
+	VFMADD231PS  32(R12), Y0, Y2
+	VMOVUPS      64(AX), Y3
+	VFMADD213PS  Y3, Y8, Y3
+	VFMADD231PS  64(R12), Y0, Y3
+	VMOVUPS      96(AX), Y4
+	VFMADD213PS  Y4, Y8, Y4
+	VFMADD231PS  96(R12), Y0, Y4
+	TESTQ        R9, R9
+	JZ           stateKVbf16AVX2_nostorerow_2
+	CMPB         384(SP), $0x00
+	JE           stateKVbf16AVX2_temporalrow_2
+	VMOVAPS      Y1, Y0
+	VPSRLD       $0x10, Y0, Y5
+	VCMPPS       $0x03, Y0, Y0, Y7
+	VPAND        one_i<>+0(SB), Y5, Y6
+	VPADDD       round<>+0(SB), Y0, Y0
+	VPADDD       Y6, Y0, Y0
+	VPSRLD       $0x10, Y0, Y0
+	VPOR         quiet<>+0(SB), Y5, Y5
+	VPBLENDVB    Y7, Y5, Y0, Y0
+	VEXTRACTI128 $0x01, Y0, X5
+	VPACKUSDW    X5, X0, X5
+	VMOVNTDQ     X5, (R9)
+	VMOVAPS      Y2, Y0
+	VPSRLD       $0x10, Y0, Y5
+	VCMPPS       $0x03, Y0, Y0, Y7
+	VPAND        one_i<>+0(SB), Y5, Y6
+	VPADDD       round<>+0(SB), Y0, Y0
+	VPADDD       Y6, Y0, Y0
+	VPSRLD       $0x10, Y0, Y0
+	VPOR         quiet<>+0(SB), Y5, Y5
+	VPBLENDVB    Y7, Y5, Y0, Y0
+	VEXTRACTI128 $0x01, Y0, X5
+	VPACKUSDW    X5, X0, X5
+	VMOVNTDQ     X5, 16(R9)
+	VMOVAPS      Y3, Y0
+	VPSRLD       $0x10, Y0, Y5
+	VCMPPS       $0x03, Y0, Y0, Y7
+	VPAND        one_i<>+0(SB), Y5, Y6
+	VPADDD       round<>+0(SB), Y0, Y0
+	VPADDD       Y6, Y0, Y0
+	VPSRLD       $0x10, Y0, Y0
+	VPOR         quiet<>+0(SB), Y5, Y5
+	VPBLENDVB    Y7, Y5, Y0, Y0
+	VEXTRACTI128 $0x01, Y0, X5
+	VPACKUSDW    X5, X0, X5
+	VMOVNTDQ     X5, 32(R9)
+	VMOVAPS      Y4, Y0
+	VPSRLD       $0x10, Y0, Y5
+	VCMPPS       $0x03, Y0, Y0, Y7
+	VPAND        one_i<>+0(SB), Y5, Y6
+	VPADDD       round<>+0(SB), Y0, Y0
+	VPADDD       Y6, Y0, Y0
+	VPSRLD       $0x10, Y0, Y0
+	VPOR         quiet<>+0(SB), Y5, Y5
+	VPBLENDVB    Y7, Y5, Y0, Y0
+	VEXTRACTI128 $0x01, Y0, X5
+	VPACKUSDW    X5, X0, X5
+	VMOVNTDQ     X5, 48(R9)
+	JMP          stateKVbf16AVX2_storedrow_2
+
+stateKVbf16AVX2_temporalrow_2:
+	VMOVAPS      Y1, Y0
+	VPSRLD       $0x10, Y0, Y5
+	VCMPPS       $0x03, Y0, Y0, Y7
+	VPAND        one_i<>+0(SB), Y5, Y6
+	VPADDD       round<>+0(SB), Y0, Y0
+	VPADDD       Y6, Y0, Y0
+	VPSRLD       $0x10, Y0, Y0
+	VPOR         quiet<>+0(SB), Y5, Y5
+	VPBLENDVB    Y7, Y5, Y0, Y0
+	VEXTRACTI128 $0x01, Y0, X5
+	VPACKUSDW    X5, X0, X5
+	VMOVDQU      X5, (R9)
+	VMOVAPS      Y2, Y0
+	VPSRLD       $0x10, Y0, Y5
+	VCMPPS       $0x03, Y0, Y0, Y7
+	VPAND        one_i<>+0(SB), Y5, Y6
+	VPADDD       round<>+0(SB), Y0, Y0
+	VPADDD       Y6, Y0, Y0
+	VPSRLD       $0x10, Y0, Y0
+	VPOR         quiet<>+0(SB), Y5, Y5
+	VPBLENDVB    Y7, Y5, Y0, Y0
+	VEXTRACTI128 $0x01, Y0, X5
+	VPACKUSDW    X5, X0, X5
+	VMOVDQU      X5, 16(R9)
+	VMOVAPS      Y3, Y0
+	VPSRLD       $0x10, Y0, Y5
+	VCMPPS       $0x03, Y0, Y0, Y7
+	VPAND        one_i<>+0(SB), Y5, Y6
+	VPADDD       round<>+0(SB), Y0, Y0
+	VPADDD       Y6, Y0, Y0
+	VPSRLD       $0x10, Y0, Y0
+	VPOR         quiet<>+0(SB), Y5, Y5
+	VPBLENDVB    Y7, Y5, Y0, Y0
+	VEXTRACTI128 $0x01, Y0, X5
+	VPACKUSDW    X5, X0, X5
+	VMOVDQU      X5, 32(R9)
+	VMOVAPS      Y4, Y0
+	VPSRLD       $0x10, Y0, Y5
+	VCMPPS       $0x03, Y0, Y0, Y7
+	VPAND        one_i<>+0(SB), Y5, Y6
+	VPADDD       round<>+0(SB), Y0, Y0
+	VPADDD       Y6, Y0, Y0
+	VPSRLD       $0x10, Y0, Y0
+	VPOR         quiet<>+0(SB), Y5, Y5
+	VPBLENDVB    Y7, Y5, Y0, Y0
+	VEXTRACTI128 $0x01, Y0, X5
+	VPACKUSDW    X5, X0, X5
+	VMOVDQU      X5, 48(R9)
+
+stateKVbf16AVX2_storedrow_2:
+	ADDQ R10, R9
+
+stateKVbf16AVX2_nostorerow_2:
+	TESTQ   R11, R11
+	JZ      stateKVbf16AVX2_nocarryrow_2
+	VMOVUPS Y1, (R11)
+	VMOVUPS Y2, 32(R11)
+	VMOVUPS Y3, 64(R11)
+	VMOVUPS Y4, 96(R11)
+	ADDQ    R8, R11
+
+stateKVbf16AVX2_nocarryrow_2:
+	ADDQ $0x00000080, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVbf16AVX2_rows_2
+	JMP  stateKVbf16AVX2_tokensout_1
+
+stateKVbf16AVX2_rowsdone_1:
+	JMP stateKVbf16AVX2_tokdone_1
 
 stateKVbf16AVX2_far_1:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
@@ -14764,8 +15123,14 @@ stateKVbf16AVX2_nocarry_2:
 	LEAQ 104(SP), R12
 	ADDQ $0x1f, R12
 	ANDQ $-32, R12
+	MOVQ 48(SP), R13
+	INCQ R13
+	MOVQ tok_len+224(FP), R14
+	SHRQ $0x02, R14
+	CMPQ R13, R14
+	JE   stateKVbf16AVX2_lastrows_2
 
-stateKVbf16AVX2_rows_2:
+stateKVbf16AVX2_rows_3:
 	VBROADCASTSS (BX)(CX*4), Y9
 	VBROADCASTSS (SI)(CX*4), Y10
 	VBROADCASTSS (DI)(CX*4), Y11
@@ -14794,9 +15159,9 @@ stateKVbf16AVX2_rows_2:
 	VFMADD231PS  Y12, Y10, Y6
 	VFMADD231PS  Y12, Y11, Y7
 	TESTQ        R9, R9
-	JZ           stateKVbf16AVX2_nostorerow_2
+	JZ           stateKVbf16AVX2_nostorerow_3
 	CMPB         384(SP), $0x00
-	JE           stateKVbf16AVX2_temporalrow_2
+	JE           stateKVbf16AVX2_temporalrow_3
 	VMOVUPS      (AX), Y9
 	VPSRLD       $0x10, Y9, Y10
 	VCMPPS       $0x03, Y9, Y9, Y12
@@ -14845,9 +15210,9 @@ stateKVbf16AVX2_rows_2:
 	VEXTRACTI128 $0x01, Y9, X10
 	VPACKUSDW    X10, X9, X10
 	VMOVNTDQ     X10, 48(R9)
-	JMP          stateKVbf16AVX2_storedrow_2
+	JMP          stateKVbf16AVX2_storedrow_3
 
-stateKVbf16AVX2_temporalrow_2:
+stateKVbf16AVX2_temporalrow_3:
 	VMOVUPS      (AX), Y9
 	VPSRLD       $0x10, Y9, Y10
 	VCMPPS       $0x03, Y9, Y9, Y12
@@ -14897,12 +15262,12 @@ stateKVbf16AVX2_temporalrow_2:
 	VPACKUSDW    X10, X9, X10
 	VMOVDQU      X10, 48(R9)
 
-stateKVbf16AVX2_storedrow_2:
+stateKVbf16AVX2_storedrow_3:
 	ADDQ R10, R9
 
-stateKVbf16AVX2_nostorerow_2:
+stateKVbf16AVX2_nostorerow_3:
 	TESTQ   R11, R11
-	JZ      stateKVbf16AVX2_nocarryrow_2
+	JZ      stateKVbf16AVX2_nocarryrow_3
 	VMOVUPS (AX), Y9
 	VMOVUPS Y9, (R11)
 	VMOVUPS 32(AX), Y9
@@ -14913,12 +15278,152 @@ stateKVbf16AVX2_nostorerow_2:
 	VMOVUPS Y9, 96(R11)
 	ADDQ    R8, R11
 
-stateKVbf16AVX2_nocarryrow_2:
+stateKVbf16AVX2_nocarryrow_3:
 	ADDQ $0x00000080, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVbf16AVX2_rows_2
+	JB   stateKVbf16AVX2_rows_3
+	JMP  stateKVbf16AVX2_rowsdone_2
 
+stateKVbf16AVX2_lastrows_2:
+stateKVbf16AVX2_rows_4:
+	VBROADCASTSS (BX)(CX*4), Y0
+	VMOVUPS      (AX), Y1
+	VMULPS       Y1, Y8, Y1
+	VFMADD231PS  (R12), Y0, Y1
+	VMOVUPS      32(AX), Y2
+	VMULPS       Y2, Y8, Y2
+	VFMADD231PS  32(R12), Y0, Y2
+	VMOVUPS      64(AX), Y3
+	VMULPS       Y3, Y8, Y3
+	VFMADD231PS  64(R12), Y0, Y3
+	VMOVUPS      96(AX), Y4
+	VMULPS       Y4, Y8, Y4
+	VFMADD231PS  96(R12), Y0, Y4
+	TESTQ        R9, R9
+	JZ           stateKVbf16AVX2_nostorerow_4
+	CMPB         384(SP), $0x00
+	JE           stateKVbf16AVX2_temporalrow_4
+	VMOVAPS      Y1, Y0
+	VPSRLD       $0x10, Y0, Y5
+	VCMPPS       $0x03, Y0, Y0, Y7
+	VPAND        one_i<>+0(SB), Y5, Y6
+	VPADDD       round<>+0(SB), Y0, Y0
+	VPADDD       Y6, Y0, Y0
+	VPSRLD       $0x10, Y0, Y0
+	VPOR         quiet<>+0(SB), Y5, Y5
+	VPBLENDVB    Y7, Y5, Y0, Y0
+	VEXTRACTI128 $0x01, Y0, X5
+	VPACKUSDW    X5, X0, X5
+	VMOVNTDQ     X5, (R9)
+	VMOVAPS      Y2, Y0
+	VPSRLD       $0x10, Y0, Y5
+	VCMPPS       $0x03, Y0, Y0, Y7
+	VPAND        one_i<>+0(SB), Y5, Y6
+	VPADDD       round<>+0(SB), Y0, Y0
+	VPADDD       Y6, Y0, Y0
+	VPSRLD       $0x10, Y0, Y0
+	VPOR         quiet<>+0(SB), Y5, Y5
+	VPBLENDVB    Y7, Y5, Y0, Y0
+	VEXTRACTI128 $0x01, Y0, X5
+	VPACKUSDW    X5, X0, X5
+	VMOVNTDQ     X5, 16(R9)
+	VMOVAPS      Y3, Y0
+	VPSRLD       $0x10, Y0, Y5
+	VCMPPS       $0x03, Y0, Y0, Y7
+	VPAND        one_i<>+0(SB), Y5, Y6
+	VPADDD       round<>+0(SB), Y0, Y0
+	VPADDD       Y6, Y0, Y0
+	VPSRLD       $0x10, Y0, Y0
+	VPOR         quiet<>+0(SB), Y5, Y5
+	VPBLENDVB    Y7, Y5, Y0, Y0
+	VEXTRACTI128 $0x01, Y0, X5
+	VPACKUSDW    X5, X0, X5
+	VMOVNTDQ     X5, 32(R9)
+	VMOVAPS      Y4, Y0
+	VPSRLD       $0x10, Y0, Y5
+	VCMPPS       $0x03, Y0, Y0, Y7
+	VPAND        one_i<>+0(SB), Y5, Y6
+	VPADDD       round<>+0(SB), Y0, Y0
+	VPADDD       Y6, Y0, Y0
+	VPSRLD       $0x10, Y0, Y0
+	VPOR         quiet<>+0(SB), Y5, Y5
+	VPBLENDVB    Y7, Y5, Y0, Y0
+	VEXTRACTI128 $0x01, Y0, X5
+	VPACKUSDW    X5, X0, X5
+	VMOVNTDQ     X5, 48(R9)
+	JMP          stateKVbf16AVX2_storedrow_4
+
+stateKVbf16AVX2_temporalrow_4:
+	VMOVAPS      Y1, Y0
+	VPSRLD       $0x10, Y0, Y5
+	VCMPPS       $0x03, Y0, Y0, Y7
+	VPAND        one_i<>+0(SB), Y5, Y6
+	VPADDD       round<>+0(SB), Y0, Y0
+	VPADDD       Y6, Y0, Y0
+	VPSRLD       $0x10, Y0, Y0
+	VPOR         quiet<>+0(SB), Y5, Y5
+	VPBLENDVB    Y7, Y5, Y0, Y0
+	VEXTRACTI128 $0x01, Y0, X5
+	VPACKUSDW    X5, X0, X5
+	VMOVDQU      X5, (R9)
+	VMOVAPS      Y2, Y0
+	VPSRLD       $0x10, Y0, Y5
+	VCMPPS       $0x03, Y0, Y0, Y7
+	VPAND        one_i<>+0(SB), Y5, Y6
+	VPADDD       round<>+0(SB), Y0, Y0
+	VPADDD       Y6, Y0, Y0
+	VPSRLD       $0x10, Y0, Y0
+	VPOR         quiet<>+0(SB), Y5, Y5
+	VPBLENDVB    Y7, Y5, Y0, Y0
+	VEXTRACTI128 $0x01, Y0, X5
+	VPACKUSDW    X5, X0, X5
+	VMOVDQU      X5, 16(R9)
+	VMOVAPS      Y3, Y0
+	VPSRLD       $0x10, Y0, Y5
+	VCMPPS       $0x03, Y0, Y0, Y7
+	VPAND        one_i<>+0(SB), Y5, Y6
+	VPADDD       round<>+0(SB), Y0, Y0
+	VPADDD       Y6, Y0, Y0
+	VPSRLD       $0x10, Y0, Y0
+	VPOR         quiet<>+0(SB), Y5, Y5
+	VPBLENDVB    Y7, Y5, Y0, Y0
+	VEXTRACTI128 $0x01, Y0, X5
+	VPACKUSDW    X5, X0, X5
+	VMOVDQU      X5, 32(R9)
+	VMOVAPS      Y4, Y0
+	VPSRLD       $0x10, Y0, Y5
+	VCMPPS       $0x03, Y0, Y0, Y7
+	VPAND        one_i<>+0(SB), Y5, Y6
+	VPADDD       round<>+0(SB), Y0, Y0
+	VPADDD       Y6, Y0, Y0
+	VPSRLD       $0x10, Y0, Y0
+	VPOR         quiet<>+0(SB), Y5, Y5
+	VPBLENDVB    Y7, Y5, Y0, Y0
+	VEXTRACTI128 $0x01, Y0, X5
+	VPACKUSDW    X5, X0, X5
+	VMOVDQU      X5, 48(R9)
+
+stateKVbf16AVX2_storedrow_4:
+	ADDQ R10, R9
+
+stateKVbf16AVX2_nostorerow_4:
+	TESTQ   R11, R11
+	JZ      stateKVbf16AVX2_nocarryrow_4
+	VMOVUPS Y1, (R11)
+	VMOVUPS Y2, 32(R11)
+	VMOVUPS Y3, 64(R11)
+	VMOVUPS Y4, 96(R11)
+	ADDQ    R8, R11
+
+stateKVbf16AVX2_nocarryrow_4:
+	ADDQ $0x00000080, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVbf16AVX2_rows_4
+	JMP  stateKVbf16AVX2_tokensout_1
+
+stateKVbf16AVX2_rowsdone_2:
 stateKVbf16AVX2_tokdone_1:
 	MOVQ 64(SP), AX
 	MOVQ AX, 56(SP)
@@ -14936,7 +15441,9 @@ stateKVbf16AVX2_tokdone_1:
 	SHRQ $0x02, AX
 	CMPQ CX, AX
 	JB   stateKVbf16AVX2_token_1
-	JMP  stateKVbf16AVX2_blockdone_1
+
+stateKVbf16AVX2_tokensout_1:
+	JMP stateKVbf16AVX2_blockdone_1
 
 stateKVbf16AVX2_span_1:
 	MOVQ    $0x00000010, CX
@@ -15183,8 +15690,14 @@ stateKVbf16AVX2_nocarry_3:
 	LEAQ 104(SP), R12
 	ADDQ $0x1f, R12
 	ANDQ $-32, R12
+	MOVQ 48(SP), R13
+	INCQ R13
+	MOVQ tok_len+224(FP), R14
+	SHRQ $0x02, R14
+	CMPQ R13, R14
+	JE   stateKVbf16AVX2_lastrows_3
 
-stateKVbf16AVX2_rows_3:
+stateKVbf16AVX2_rows_5:
 	VBROADCASTSS (BX)(CX*4), Y5
 	VBROADCASTSS (SI)(CX*4), Y6
 	VBROADCASTSS (DI)(CX*4), Y7
@@ -15201,9 +15714,9 @@ stateKVbf16AVX2_rows_3:
 	VFMADD231PS  Y8, Y6, Y2
 	VFMADD231PS  Y8, Y7, Y3
 	TESTQ        R9, R9
-	JZ           stateKVbf16AVX2_nostorerow_3
+	JZ           stateKVbf16AVX2_nostorerow_5
 	CMPB         384(SP), $0x00
-	JE           stateKVbf16AVX2_temporalrow_3
+	JE           stateKVbf16AVX2_temporalrow_5
 	VMOVUPS      (AX), Y5
 	VPSRLD       $0x10, Y5, Y6
 	VCMPPS       $0x03, Y5, Y5, Y8
@@ -15228,9 +15741,9 @@ stateKVbf16AVX2_rows_3:
 	VEXTRACTI128 $0x01, Y5, X6
 	VPACKUSDW    X6, X5, X6
 	VMOVNTDQ     X6, 16(R9)
-	JMP          stateKVbf16AVX2_storedrow_3
+	JMP          stateKVbf16AVX2_storedrow_5
 
-stateKVbf16AVX2_temporalrow_3:
+stateKVbf16AVX2_temporalrow_5:
 	VMOVUPS      (AX), Y5
 	VPSRLD       $0x10, Y5, Y6
 	VCMPPS       $0x03, Y5, Y5, Y8
@@ -15256,24 +15769,109 @@ stateKVbf16AVX2_temporalrow_3:
 	VPACKUSDW    X6, X5, X6
 	VMOVDQU      X6, 16(R9)
 
-stateKVbf16AVX2_storedrow_3:
+stateKVbf16AVX2_storedrow_5:
 	ADDQ R10, R9
 
-stateKVbf16AVX2_nostorerow_3:
+stateKVbf16AVX2_nostorerow_5:
 	TESTQ   R11, R11
-	JZ      stateKVbf16AVX2_nocarryrow_3
+	JZ      stateKVbf16AVX2_nocarryrow_5
 	VMOVUPS (AX), Y5
 	VMOVUPS Y5, (R11)
 	VMOVUPS 32(AX), Y5
 	VMOVUPS Y5, 32(R11)
 	ADDQ    R8, R11
 
-stateKVbf16AVX2_nocarryrow_3:
+stateKVbf16AVX2_nocarryrow_5:
 	ADDQ $0x00000040, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVbf16AVX2_rows_3
-	JMP  stateKVbf16AVX2_tokdone_2
+	JB   stateKVbf16AVX2_rows_5
+	JMP  stateKVbf16AVX2_rowsdone_3
+
+stateKVbf16AVX2_lastrows_3:
+stateKVbf16AVX2_rows_6:
+	VBROADCASTSS (BX)(CX*4), Y0
+	VMOVUPS      (AX), Y1
+	VFMADD213PS  Y1, Y4, Y1
+	VFMADD231PS  (R12), Y0, Y1
+	VMOVUPS      32(AX), Y2
+	VFMADD213PS  Y2, Y4, Y2
+	VFMADD231PS  32(R12), Y0, Y2
+	TESTQ        R9, R9
+	JZ           stateKVbf16AVX2_nostorerow_6
+	CMPB         384(SP), $0x00
+	JE           stateKVbf16AVX2_temporalrow_6
+	VMOVAPS      Y1, Y0
+	VPSRLD       $0x10, Y0, Y3
+	VCMPPS       $0x03, Y0, Y0, Y6
+	VPAND        one_i<>+0(SB), Y3, Y5
+	VPADDD       round<>+0(SB), Y0, Y0
+	VPADDD       Y5, Y0, Y0
+	VPSRLD       $0x10, Y0, Y0
+	VPOR         quiet<>+0(SB), Y3, Y3
+	VPBLENDVB    Y6, Y3, Y0, Y0
+	VEXTRACTI128 $0x01, Y0, X3
+	VPACKUSDW    X3, X0, X3
+	VMOVNTDQ     X3, (R9)
+	VMOVAPS      Y2, Y0
+	VPSRLD       $0x10, Y0, Y3
+	VCMPPS       $0x03, Y0, Y0, Y6
+	VPAND        one_i<>+0(SB), Y3, Y5
+	VPADDD       round<>+0(SB), Y0, Y0
+	VPADDD       Y5, Y0, Y0
+	VPSRLD       $0x10, Y0, Y0
+	VPOR         quiet<>+0(SB), Y3, Y3
+	VPBLENDVB    Y6, Y3, Y0, Y0
+	VEXTRACTI128 $0x01, Y0, X3
+	VPACKUSDW    X3, X0, X3
+	VMOVNTDQ     X3, 16(R9)
+	JMP          stateKVbf16AVX2_storedrow_6
+
+stateKVbf16AVX2_temporalrow_6:
+	VMOVAPS      Y1, Y0
+	VPSRLD       $0x10, Y0, Y3
+	VCMPPS       $0x03, Y0, Y0, Y6
+	VPAND        one_i<>+0(SB), Y3, Y5
+	VPADDD       round<>+0(SB), Y0, Y0
+	VPADDD       Y5, Y0, Y0
+	VPSRLD       $0x10, Y0, Y0
+	VPOR         quiet<>+0(SB), Y3, Y3
+	VPBLENDVB    Y6, Y3, Y0, Y0
+	VEXTRACTI128 $0x01, Y0, X3
+	VPACKUSDW    X3, X0, X3
+	VMOVDQU      X3, (R9)
+	VMOVAPS      Y2, Y0
+	VPSRLD       $0x10, Y0, Y3
+	VCMPPS       $0x03, Y0, Y0, Y6
+	VPAND        one_i<>+0(SB), Y3, Y5
+	VPADDD       round<>+0(SB), Y0, Y0
+	VPADDD       Y5, Y0, Y0
+	VPSRLD       $0x10, Y0, Y0
+	VPOR         quiet<>+0(SB), Y3, Y3
+	VPBLENDVB    Y6, Y3, Y0, Y0
+	VEXTRACTI128 $0x01, Y0, X3
+	VPACKUSDW    X3, X0, X3
+	VMOVDQU      X3, 16(R9)
+
+stateKVbf16AVX2_storedrow_6:
+	ADDQ R10, R9
+
+stateKVbf16AVX2_nostorerow_6:
+	TESTQ   R11, R11
+	JZ      stateKVbf16AVX2_nocarryrow_6
+	VMOVUPS Y1, (R11)
+	VMOVUPS Y2, 32(R11)
+	ADDQ    R8, R11
+
+stateKVbf16AVX2_nocarryrow_6:
+	ADDQ $0x00000040, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVbf16AVX2_rows_6
+	JMP  stateKVbf16AVX2_tokensout_2
+
+stateKVbf16AVX2_rowsdone_3:
+	JMP stateKVbf16AVX2_tokdone_2
 
 stateKVbf16AVX2_far_2:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
@@ -15370,8 +15968,14 @@ stateKVbf16AVX2_nocarry_4:
 	LEAQ 104(SP), R12
 	ADDQ $0x1f, R12
 	ANDQ $-32, R12
+	MOVQ 48(SP), R13
+	INCQ R13
+	MOVQ tok_len+224(FP), R14
+	SHRQ $0x02, R14
+	CMPQ R13, R14
+	JE   stateKVbf16AVX2_lastrows_4
 
-stateKVbf16AVX2_rows_4:
+stateKVbf16AVX2_rows_7:
 	VBROADCASTSS (BX)(CX*4), Y5
 	VBROADCASTSS (SI)(CX*4), Y6
 	VBROADCASTSS (DI)(CX*4), Y7
@@ -15388,9 +15992,9 @@ stateKVbf16AVX2_rows_4:
 	VFMADD231PS  Y8, Y6, Y2
 	VFMADD231PS  Y8, Y7, Y3
 	TESTQ        R9, R9
-	JZ           stateKVbf16AVX2_nostorerow_4
+	JZ           stateKVbf16AVX2_nostorerow_7
 	CMPB         384(SP), $0x00
-	JE           stateKVbf16AVX2_temporalrow_4
+	JE           stateKVbf16AVX2_temporalrow_7
 	VMOVUPS      (AX), Y5
 	VPSRLD       $0x10, Y5, Y6
 	VCMPPS       $0x03, Y5, Y5, Y8
@@ -15415,9 +16019,9 @@ stateKVbf16AVX2_rows_4:
 	VEXTRACTI128 $0x01, Y5, X6
 	VPACKUSDW    X6, X5, X6
 	VMOVNTDQ     X6, 16(R9)
-	JMP          stateKVbf16AVX2_storedrow_4
+	JMP          stateKVbf16AVX2_storedrow_7
 
-stateKVbf16AVX2_temporalrow_4:
+stateKVbf16AVX2_temporalrow_7:
 	VMOVUPS      (AX), Y5
 	VPSRLD       $0x10, Y5, Y6
 	VCMPPS       $0x03, Y5, Y5, Y8
@@ -15443,24 +16047,108 @@ stateKVbf16AVX2_temporalrow_4:
 	VPACKUSDW    X6, X5, X6
 	VMOVDQU      X6, 16(R9)
 
-stateKVbf16AVX2_storedrow_4:
+stateKVbf16AVX2_storedrow_7:
 	ADDQ R10, R9
 
-stateKVbf16AVX2_nostorerow_4:
+stateKVbf16AVX2_nostorerow_7:
 	TESTQ   R11, R11
-	JZ      stateKVbf16AVX2_nocarryrow_4
+	JZ      stateKVbf16AVX2_nocarryrow_7
 	VMOVUPS (AX), Y5
 	VMOVUPS Y5, (R11)
 	VMOVUPS 32(AX), Y5
 	VMOVUPS Y5, 32(R11)
 	ADDQ    R8, R11
 
-stateKVbf16AVX2_nocarryrow_4:
+stateKVbf16AVX2_nocarryrow_7:
 	ADDQ $0x00000040, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVbf16AVX2_rows_4
+	JB   stateKVbf16AVX2_rows_7
+	JMP  stateKVbf16AVX2_rowsdone_4
 
+stateKVbf16AVX2_lastrows_4:
+stateKVbf16AVX2_rows_8:
+	VBROADCASTSS (BX)(CX*4), Y0
+	VMOVUPS      (AX), Y1
+	VMULPS       Y1, Y4, Y1
+	VFMADD231PS  (R12), Y0, Y1
+	VMOVUPS      32(AX), Y2
+	VMULPS       Y2, Y4, Y2
+	VFMADD231PS  32(R12), Y0, Y2
+	TESTQ        R9, R9
+	JZ           stateKVbf16AVX2_nostorerow_8
+	CMPB         384(SP), $0x00
+	JE           stateKVbf16AVX2_temporalrow_8
+	VMOVAPS      Y1, Y0
+	VPSRLD       $0x10, Y0, Y3
+	VCMPPS       $0x03, Y0, Y0, Y6
+	VPAND        one_i<>+0(SB), Y3, Y5
+	VPADDD       round<>+0(SB), Y0, Y0
+	VPADDD       Y5, Y0, Y0
+	VPSRLD       $0x10, Y0, Y0
+	VPOR         quiet<>+0(SB), Y3, Y3
+	VPBLENDVB    Y6, Y3, Y0, Y0
+	VEXTRACTI128 $0x01, Y0, X3
+	VPACKUSDW    X3, X0, X3
+	VMOVNTDQ     X3, (R9)
+	VMOVAPS      Y2, Y0
+	VPSRLD       $0x10, Y0, Y3
+	VCMPPS       $0x03, Y0, Y0, Y6
+	VPAND        one_i<>+0(SB), Y3, Y5
+	VPADDD       round<>+0(SB), Y0, Y0
+	VPADDD       Y5, Y0, Y0
+	VPSRLD       $0x10, Y0, Y0
+	VPOR         quiet<>+0(SB), Y3, Y3
+	VPBLENDVB    Y6, Y3, Y0, Y0
+	VEXTRACTI128 $0x01, Y0, X3
+	VPACKUSDW    X3, X0, X3
+	VMOVNTDQ     X3, 16(R9)
+	JMP          stateKVbf16AVX2_storedrow_8
+
+stateKVbf16AVX2_temporalrow_8:
+	VMOVAPS      Y1, Y0
+	VPSRLD       $0x10, Y0, Y3
+	VCMPPS       $0x03, Y0, Y0, Y6
+	VPAND        one_i<>+0(SB), Y3, Y5
+	VPADDD       round<>+0(SB), Y0, Y0
+	VPADDD       Y5, Y0, Y0
+	VPSRLD       $0x10, Y0, Y0
+	VPOR         quiet<>+0(SB), Y3, Y3
+	VPBLENDVB    Y6, Y3, Y0, Y0
+	VEXTRACTI128 $0x01, Y0, X3
+	VPACKUSDW    X3, X0, X3
+	VMOVDQU      X3, (R9)
+	VMOVAPS      Y2, Y0
+	VPSRLD       $0x10, Y0, Y3
+	VCMPPS       $0x03, Y0, Y0, Y6
+	VPAND        one_i<>+0(SB), Y3, Y5
+	VPADDD       round<>+0(SB), Y0, Y0
+	VPADDD       Y5, Y0, Y0
+	VPSRLD       $0x10, Y0, Y0
+	VPOR         quiet<>+0(SB), Y3, Y3
+	VPBLENDVB    Y6, Y3, Y0, Y0
+	VEXTRACTI128 $0x01, Y0, X3
+	VPACKUSDW    X3, X0, X3
+	VMOVDQU      X3, 16(R9)
+
+stateKVbf16AVX2_storedrow_8:
+	ADDQ R10, R9
+
+stateKVbf16AVX2_nostorerow_8:
+	TESTQ   R11, R11
+	JZ      stateKVbf16AVX2_nocarryrow_8
+	VMOVUPS Y1, (R11)
+	VMOVUPS Y2, 32(R11)
+	ADDQ    R8, R11
+
+stateKVbf16AVX2_nocarryrow_8:
+	ADDQ $0x00000040, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVbf16AVX2_rows_8
+	JMP  stateKVbf16AVX2_tokensout_2
+
+stateKVbf16AVX2_rowsdone_4:
 stateKVbf16AVX2_tokdone_2:
 	MOVQ 64(SP), AX
 	MOVQ AX, 56(SP)
@@ -15478,7 +16166,9 @@ stateKVbf16AVX2_tokdone_2:
 	SHRQ $0x02, AX
 	CMPQ CX, AX
 	JB   stateKVbf16AVX2_token_2
-	JMP  stateKVbf16AVX2_blockdone_1
+
+stateKVbf16AVX2_tokensout_2:
+	JMP stateKVbf16AVX2_blockdone_1
 
 stateKVbf16AVX2_span_2:
 	MOVQ         AX, CX
@@ -15912,7 +16602,7 @@ stateKVbf16AVX2_nocarry_5:
 	ADDQ $0x1f, R13
 	ANDQ $-32, R13
 
-stateKVbf16AVX2_rows_5:
+stateKVbf16AVX2_rows_9:
 	VBROADCASTSS (SI)(DX*4), Y7
 	VBROADCASTSS (DI)(DX*4), Y8
 	VBROADCASTSS (R8)(DX*4), Y9
@@ -15939,7 +16629,7 @@ stateKVbf16AVX2_spantail_4:
 
 stateKVbf16AVX2_spanback_4:
 	TESTQ        R10, R10
-	JZ           stateKVbf16AVX2_nostorerow_5
+	JZ           stateKVbf16AVX2_nostorerow_9
 	CMPQ         CX, $0x00000000
 	JBE          stateKVbf16AVX2_spantail_5
 	VMOVUPS      (AX), Y7
@@ -15976,9 +16666,9 @@ stateKVbf16AVX2_spantail_5:
 stateKVbf16AVX2_spanback_5:
 	ADDQ R11, R10
 
-stateKVbf16AVX2_nostorerow_5:
+stateKVbf16AVX2_nostorerow_9:
 	TESTQ   R12, R12
-	JZ      stateKVbf16AVX2_nocarryrow_5
+	JZ      stateKVbf16AVX2_nocarryrow_9
 	CMPQ    CX, $0x00000000
 	JBE     stateKVbf16AVX2_spantail_6
 	VMOVUPS (AX), Y7
@@ -15995,11 +16685,11 @@ stateKVbf16AVX2_spantail_6:
 stateKVbf16AVX2_spanback_6:
 	ADDQ R9, R12
 
-stateKVbf16AVX2_nocarryrow_5:
+stateKVbf16AVX2_nocarryrow_9:
 	ADDQ 40(SP), AX
 	INCQ DX
 	CMPQ DX, BX
-	JB   stateKVbf16AVX2_rows_5
+	JB   stateKVbf16AVX2_rows_9
 	JMP  stateKVbf16AVX2_spanpast_4
 
 stateKVbf16AVX2_spanmasked_4:
@@ -16183,7 +16873,7 @@ stateKVbf16AVX2_nocarry_6:
 	ADDQ $0x1f, R13
 	ANDQ $-32, R13
 
-stateKVbf16AVX2_rows_6:
+stateKVbf16AVX2_rows_10:
 	VBROADCASTSS (SI)(DX*4), Y7
 	VBROADCASTSS (DI)(DX*4), Y8
 	VBROADCASTSS (R8)(DX*4), Y9
@@ -16210,7 +16900,7 @@ stateKVbf16AVX2_spantail_8:
 
 stateKVbf16AVX2_spanback_8:
 	TESTQ        R10, R10
-	JZ           stateKVbf16AVX2_nostorerow_6
+	JZ           stateKVbf16AVX2_nostorerow_10
 	CMPQ         CX, $0x00000000
 	JBE          stateKVbf16AVX2_spantail_9
 	VMOVUPS      (AX), Y7
@@ -16247,9 +16937,9 @@ stateKVbf16AVX2_spantail_9:
 stateKVbf16AVX2_spanback_9:
 	ADDQ R11, R10
 
-stateKVbf16AVX2_nostorerow_6:
+stateKVbf16AVX2_nostorerow_10:
 	TESTQ   R12, R12
-	JZ      stateKVbf16AVX2_nocarryrow_6
+	JZ      stateKVbf16AVX2_nocarryrow_10
 	CMPQ    CX, $0x00000000
 	JBE     stateKVbf16AVX2_spantail_10
 	VMOVUPS (AX), Y7
@@ -16266,11 +16956,11 @@ stateKVbf16AVX2_spantail_10:
 stateKVbf16AVX2_spanback_10:
 	ADDQ R9, R12
 
-stateKVbf16AVX2_nocarryrow_6:
+stateKVbf16AVX2_nocarryrow_10:
 	ADDQ 40(SP), AX
 	INCQ DX
 	CMPQ DX, BX
-	JB   stateKVbf16AVX2_rows_6
+	JB   stateKVbf16AVX2_rows_10
 	JMP  stateKVbf16AVX2_spanpast_8
 
 stateKVbf16AVX2_spanmasked_8:

@@ -22,8 +22,9 @@ package main
 //	             one pass over the work rows: S' = decay(S) + k̂_i·δ, written back, and accumulated
 //	             into token τ+1's Sᵀk̂ and Sᵀq̂ (the read pass of the next token, fused); the row is
 //	             also stored to stores[τ] (rounded for bf16) when that is not nil, and to the
-//	             carry after the last token (bf16); AVX-512's pass of the last token writes
-//	             neither work nor the dots, its rows going from the registers to the store
+//	             carry after the last token (bf16); the pass of the last token writes neither
+//	             work nor the dots, its rows going from the registers to the store (but AVX2's
+//	             guarded span: its 16 registers cannot hold the row's guarded pieces)
 //
 // Every product and sum is the single-token routine's (stateRoutine), in its order: Sᵀk̂_j and
 // Sᵀq̂_j accumulate row after row from zero with one FMA each, decay(x) is VFMADD213 (x + em1·x)
@@ -485,11 +486,12 @@ func (g *kvGen) block(s span) {
 		JCS(LabelRef(far))
 	}
 	Commentf("em1 ≥ %g: decay(x) = %s.", nearOne, nearForm.of("x"))
-	g.token(s, nearForm, accK, accQ, 0)
+	out := label("tokensout")
+	g.token(s, nearForm, accK, accQ, 0, out)
 	JMP(LabelRef(next))
 	Label(far)
 	Commentf("em1 < %g or NaN: decay(x) = %s.", nearOne, farForm.of("x"))
-	g.token(s, farForm, accK, accQ, 4)
+	g.token(s, farForm, accK, accQ, 4, out)
 	Label(next)
 	{
 		x, y := GP64(), GP64()
@@ -510,12 +512,13 @@ func (g *kvGen) block(s span) {
 		CMPQ(y, x)
 		JB(LabelRef(tokens))
 	}
+	Label(out)
 }
 
 // token emits one token over the block in form f: δ and o from the accumulators, then the pass
 // over the rows in work (update, stores, the next token's accumulation). cOff is the byte offset of
 // the form's parameter in the token's four floats.
-func (g *kvGen) token(s span, f form, accK, accQ []VecVirtual, cOff int) {
+func (g *kvGen) token(s span, f form, accK, accQ []VecVirtual, cOff int, out string) {
 	a, ps := g.a, s.ps
 	Comment("δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.")
 	c := a.vec()
@@ -618,8 +621,11 @@ func (g *kvGen) token(s span, f form, accK, accQ []VecVirtual, cOff int) {
 	// The last token's pass neither writes work nor accumulates dots (no token follows; the next
 	// block's pass 0 loads work anew): its rows go from the registers to the store and the carry.
 	// At T = 1 (a bf16 decode step) that is 4 of the token pass's 18 or so µops per vector.
-	// AVX2 does not: its 16 registers cannot hold the row besides the live accumulators.
-	if a.regs < 32 {
+	// Its code leaves the token loop (to out) instead of joining the other tokens' path, so the
+	// accumulators are dead in it: AVX2's 16 registers then hold the row (4 YMM), but not a
+	// guarded span's pieces across their guards. BenchmarkKVRoutine, avx2 bf16 decode, 128×128,
+	// ns per head, medians of 6 alternating runs: 3,894 → 3,078; 96×80 2,114 → 1,739.
+	if a.regs < 32 && s.guarded() {
 		g.rows(s, f, c, d, accK, accQ, w, i, k, kp, kn, qn, dst, dstStride, carry, cStride, false)
 		return
 	}
@@ -630,6 +636,7 @@ func (g *kvGen) token(s span, f form, accK, accQ []VecVirtual, cOff int) {
 	JMP(LabelRef(done))
 	Label(last)
 	g.rows(s, f, c, d, accK, accQ, w, i, k, kp, kn, qn, dst, dstStride, carry, cStride, true)
+	JMP(LabelRef(out))
 	Label(done)
 }
 
