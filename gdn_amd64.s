@@ -9701,7 +9701,7 @@ stateKVf32AVX512_done_1:
 
 // func stateKVbf16AVX512(K int, V int, src []uint16, src32 []float32, stores []uintptr, carry []float32, kh []float32, qh []float32, v []float32, vs int, o []float32, tok []float32, work []float32, pf []uintptr)
 // Requires: AVX, AVX512F, CMOV, MMX+
-TEXT ·stateKVbf16AVX512(SB), NOSPLIT, $128-288
+TEXT ·stateKVbf16AVX512(SB), NOSPLIT, $136-288
 	MOVQ  K+0(FP), AX
 	MOVQ  V+8(FP), CX
 	MOVQ  tok_len+224(FP), DX
@@ -9905,13 +9905,20 @@ stateKVbf16AVX512_notlast_1:
 	VBROADCASTSS 12(AX), Z4
 	MOVQ         80(SP), AX
 	MOVQ         88(SP), CX
-	VMOVUPS.Z    (AX), K1, Z5
+	VBROADCASTSS zero<>+0(SB), Z5
+	VMOVUPS.Z    (AX), K1, Z6
 	VFMADD213PS  Z0, Z2, Z0
-	VSUBPS       Z0, Z5, Z5
-	VMULPS       Z5, Z3, Z5
+	VSUBPS       Z0, Z6, Z6
+	VMULPS       Z6, Z3, Z6
 	VFMADD213PS  Z1, Z2, Z1
-	VFMADD231PS  Z5, Z4, Z1
+	VFMADD231PS  Z6, Z4, Z1
 	VMOVUPS      Z1, K1, (CX)
+	VSUBPS       Z6, Z6, Z0
+	VPORD        Z0, Z5, Z5
+	VSUBPS       Z5, Z5, Z0
+	VCMPPS       $0x03, Z0, Z0, K7
+	KMOVW        K7, AX
+	MOVL         AX, 128(SP)
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
 
@@ -9984,25 +9991,25 @@ stateKVbf16AVX512_nocarry_1:
 stateKVbf16AVX512_rows_1:
 	VBROADCASTSS (BX)(CX*4), Z3
 	VBROADCASTSS (SI)(CX*4), Z4
-	VBROADCASTSS (DI)(CX*4), Z6
+	VBROADCASTSS (DI)(CX*4), Z5
 	VMOVUPS      (AX), Z7
 	VFMADD213PS  Z7, Z2, Z7
-	VFMADD231PS  Z5, Z3, Z7
+	VFMADD231PS  Z6, Z3, Z7
 	VMOVUPS      Z7, (AX)
 	VFMADD231PS  Z7, Z4, Z0
-	VFMADD231PS  Z7, Z6, Z1
+	VFMADD231PS  Z7, Z5, Z1
 	TESTQ        R9, R9
 	JZ           stateKVbf16AVX512_nostorerow_1
+	CMPL         128(SP), $0x00
+	JNE          stateKVbf16AVX512_rownan_1
 	CMPB         120(SP), $0x00
 	JE           stateKVbf16AVX512_temporalrow_1
 	VMOVUPS      (AX), Z3
 	VPSRLD       $0x10, Z3, Z4
-	VCMPPS       $0x03, Z3, Z3, K2
-	VPANDD.BCST  one_i<>+0(SB), Z4, Z6
+	VPANDD.BCST  one_i<>+0(SB), Z4, Z4
 	VPADDD.BCST  round<>+0(SB), Z3, Z3
-	VPADDD       Z6, Z3, Z3
+	VPADDD       Z4, Z3, Z3
 	VPSRLD       $0x10, Z3, Z3
-	VPORD.BCST   quiet<>+0(SB), Z4, K2, Z3
 	VPMOVDW      Z3, Y3
 	VMOVNTDQ     Y3, (R9)
 	JMP          stateKVbf16AVX512_storedrow_1
@@ -10010,15 +10017,43 @@ stateKVbf16AVX512_rows_1:
 stateKVbf16AVX512_temporalrow_1:
 	VMOVUPS     (AX), Z3
 	VPSRLD      $0x10, Z3, Z4
-	VCMPPS      $0x03, Z3, Z3, K2
-	VPANDD.BCST one_i<>+0(SB), Z4, Z6
+	VPANDD.BCST one_i<>+0(SB), Z4, Z4
 	VPADDD.BCST round<>+0(SB), Z3, Z3
-	VPADDD      Z6, Z3, Z3
+	VPADDD      Z4, Z3, Z3
+	VPSRLD      $0x10, Z3, Z3
+	VPMOVDW     Z3, K1, (R9)
+
+stateKVbf16AVX512_storedrow_1:
+	JMP stateKVbf16AVX512_rowstored_1
+
+stateKVbf16AVX512_rownan_1:
+	CMPB        120(SP), $0x00
+	JE          stateKVbf16AVX512_temporalrow_2
+	VMOVUPS     (AX), Z3
+	VPSRLD      $0x10, Z3, Z4
+	VCMPPS      $0x03, Z3, Z3, K2
+	VPANDD.BCST one_i<>+0(SB), Z4, Z5
+	VPADDD.BCST round<>+0(SB), Z3, Z3
+	VPADDD      Z5, Z3, Z3
+	VPSRLD      $0x10, Z3, Z3
+	VPORD.BCST  quiet<>+0(SB), Z4, K2, Z3
+	VPMOVDW     Z3, Y3
+	VMOVNTDQ    Y3, (R9)
+	JMP         stateKVbf16AVX512_storedrow_2
+
+stateKVbf16AVX512_temporalrow_2:
+	VMOVUPS     (AX), Z3
+	VPSRLD      $0x10, Z3, Z4
+	VCMPPS      $0x03, Z3, Z3, K2
+	VPANDD.BCST one_i<>+0(SB), Z4, Z5
+	VPADDD.BCST round<>+0(SB), Z3, Z3
+	VPADDD      Z5, Z3, Z3
 	VPSRLD      $0x10, Z3, Z3
 	VPORD.BCST  quiet<>+0(SB), Z4, K2, Z3
 	VPMOVDW     Z3, K1, (R9)
 
-stateKVbf16AVX512_storedrow_1:
+stateKVbf16AVX512_storedrow_2:
+stateKVbf16AVX512_rowstored_1:
 	ADDQ R10, R9
 
 stateKVbf16AVX512_nostorerow_1:
@@ -10040,24 +10075,51 @@ stateKVbf16AVX512_rows_2:
 	VBROADCASTSS (BX)(CX*4), Z0
 	VMOVUPS      (AX), Z1
 	VFMADD213PS  Z1, Z2, Z1
-	VFMADD231PS  Z5, Z0, Z1
+	VFMADD231PS  Z6, Z0, Z1
 	TESTQ        R9, R9
 	JZ           stateKVbf16AVX512_nostorerow_2
+	CMPL         128(SP), $0x00
+	JNE          stateKVbf16AVX512_rownan_2
 	CMPB         120(SP), $0x00
-	JE           stateKVbf16AVX512_temporalrow_2
+	JE           stateKVbf16AVX512_temporalrow_3
 	VMOVAPS      Z1, Z0
 	VPSRLD       $0x10, Z0, Z3
-	VCMPPS       $0x03, Z0, Z0, K2
-	VPANDD.BCST  one_i<>+0(SB), Z3, Z4
+	VPANDD.BCST  one_i<>+0(SB), Z3, Z3
 	VPADDD.BCST  round<>+0(SB), Z0, Z0
-	VPADDD       Z4, Z0, Z0
+	VPADDD       Z3, Z0, Z0
 	VPSRLD       $0x10, Z0, Z0
-	VPORD.BCST   quiet<>+0(SB), Z3, K2, Z0
 	VPMOVDW      Z0, Y0
 	VMOVNTDQ     Y0, (R9)
-	JMP          stateKVbf16AVX512_storedrow_2
+	JMP          stateKVbf16AVX512_storedrow_3
 
-stateKVbf16AVX512_temporalrow_2:
+stateKVbf16AVX512_temporalrow_3:
+	VMOVAPS     Z1, Z0
+	VPSRLD      $0x10, Z0, Z3
+	VPANDD.BCST one_i<>+0(SB), Z3, Z3
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z3, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPMOVDW     Z0, K1, (R9)
+
+stateKVbf16AVX512_storedrow_3:
+	JMP stateKVbf16AVX512_rowstored_2
+
+stateKVbf16AVX512_rownan_2:
+	CMPB        120(SP), $0x00
+	JE          stateKVbf16AVX512_temporalrow_4
+	VMOVAPS     Z1, Z0
+	VPSRLD      $0x10, Z0, Z3
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z4, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW     Z0, Y0
+	VMOVNTDQ    Y0, (R9)
+	JMP         stateKVbf16AVX512_storedrow_4
+
+stateKVbf16AVX512_temporalrow_4:
 	VMOVAPS     Z1, Z0
 	VPSRLD      $0x10, Z0, Z3
 	VCMPPS      $0x03, Z0, Z0, K2
@@ -10068,7 +10130,8 @@ stateKVbf16AVX512_temporalrow_2:
 	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
 	VPMOVDW     Z0, K1, (R9)
 
-stateKVbf16AVX512_storedrow_2:
+stateKVbf16AVX512_storedrow_4:
+stateKVbf16AVX512_rowstored_2:
 	ADDQ R10, R9
 
 stateKVbf16AVX512_nostorerow_2:
@@ -10096,13 +10159,20 @@ stateKVbf16AVX512_far_1:
 	VBROADCASTSS 12(AX), Z4
 	MOVQ         80(SP), AX
 	MOVQ         88(SP), CX
-	VMOVUPS.Z    (AX), K1, Z5
+	VBROADCASTSS zero<>+0(SB), Z5
+	VMOVUPS.Z    (AX), K1, Z6
 	VMULPS       Z0, Z2, Z0
-	VSUBPS       Z0, Z5, Z5
-	VMULPS       Z5, Z3, Z5
+	VSUBPS       Z0, Z6, Z6
+	VMULPS       Z6, Z3, Z6
 	VMULPS       Z1, Z2, Z1
-	VFMADD231PS  Z5, Z4, Z1
+	VFMADD231PS  Z6, Z4, Z1
 	VMOVUPS      Z1, K1, (CX)
+	VSUBPS       Z6, Z6, Z0
+	VPORD        Z0, Z5, Z5
+	VSUBPS       Z5, Z5, Z0
+	VCMPPS       $0x03, Z0, Z0, K7
+	KMOVW        K7, AX
+	MOVL         AX, 128(SP)
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
 
@@ -10175,41 +10245,69 @@ stateKVbf16AVX512_nocarry_2:
 stateKVbf16AVX512_rows_3:
 	VBROADCASTSS (BX)(CX*4), Z3
 	VBROADCASTSS (SI)(CX*4), Z4
-	VBROADCASTSS (DI)(CX*4), Z6
+	VBROADCASTSS (DI)(CX*4), Z5
 	VMOVUPS      (AX), Z7
 	VMULPS       Z7, Z2, Z7
-	VFMADD231PS  Z5, Z3, Z7
+	VFMADD231PS  Z6, Z3, Z7
 	VMOVUPS      Z7, (AX)
 	VFMADD231PS  Z7, Z4, Z0
-	VFMADD231PS  Z7, Z6, Z1
+	VFMADD231PS  Z7, Z5, Z1
 	TESTQ        R9, R9
 	JZ           stateKVbf16AVX512_nostorerow_3
+	CMPL         128(SP), $0x00
+	JNE          stateKVbf16AVX512_rownan_3
 	CMPB         120(SP), $0x00
-	JE           stateKVbf16AVX512_temporalrow_3
+	JE           stateKVbf16AVX512_temporalrow_5
 	VMOVUPS      (AX), Z3
 	VPSRLD       $0x10, Z3, Z4
-	VCMPPS       $0x03, Z3, Z3, K2
-	VPANDD.BCST  one_i<>+0(SB), Z4, Z6
+	VPANDD.BCST  one_i<>+0(SB), Z4, Z4
 	VPADDD.BCST  round<>+0(SB), Z3, Z3
-	VPADDD       Z6, Z3, Z3
+	VPADDD       Z4, Z3, Z3
 	VPSRLD       $0x10, Z3, Z3
-	VPORD.BCST   quiet<>+0(SB), Z4, K2, Z3
 	VPMOVDW      Z3, Y3
 	VMOVNTDQ     Y3, (R9)
-	JMP          stateKVbf16AVX512_storedrow_3
+	JMP          stateKVbf16AVX512_storedrow_5
 
-stateKVbf16AVX512_temporalrow_3:
+stateKVbf16AVX512_temporalrow_5:
+	VMOVUPS     (AX), Z3
+	VPSRLD      $0x10, Z3, Z4
+	VPANDD.BCST one_i<>+0(SB), Z4, Z4
+	VPADDD.BCST round<>+0(SB), Z3, Z3
+	VPADDD      Z4, Z3, Z3
+	VPSRLD      $0x10, Z3, Z3
+	VPMOVDW     Z3, K1, (R9)
+
+stateKVbf16AVX512_storedrow_5:
+	JMP stateKVbf16AVX512_rowstored_3
+
+stateKVbf16AVX512_rownan_3:
+	CMPB        120(SP), $0x00
+	JE          stateKVbf16AVX512_temporalrow_6
 	VMOVUPS     (AX), Z3
 	VPSRLD      $0x10, Z3, Z4
 	VCMPPS      $0x03, Z3, Z3, K2
-	VPANDD.BCST one_i<>+0(SB), Z4, Z6
+	VPANDD.BCST one_i<>+0(SB), Z4, Z5
 	VPADDD.BCST round<>+0(SB), Z3, Z3
-	VPADDD      Z6, Z3, Z3
+	VPADDD      Z5, Z3, Z3
+	VPSRLD      $0x10, Z3, Z3
+	VPORD.BCST  quiet<>+0(SB), Z4, K2, Z3
+	VPMOVDW     Z3, Y3
+	VMOVNTDQ    Y3, (R9)
+	JMP         stateKVbf16AVX512_storedrow_6
+
+stateKVbf16AVX512_temporalrow_6:
+	VMOVUPS     (AX), Z3
+	VPSRLD      $0x10, Z3, Z4
+	VCMPPS      $0x03, Z3, Z3, K2
+	VPANDD.BCST one_i<>+0(SB), Z4, Z5
+	VPADDD.BCST round<>+0(SB), Z3, Z3
+	VPADDD      Z5, Z3, Z3
 	VPSRLD      $0x10, Z3, Z3
 	VPORD.BCST  quiet<>+0(SB), Z4, K2, Z3
 	VPMOVDW     Z3, K1, (R9)
 
-stateKVbf16AVX512_storedrow_3:
+stateKVbf16AVX512_storedrow_6:
+stateKVbf16AVX512_rowstored_3:
 	ADDQ R10, R9
 
 stateKVbf16AVX512_nostorerow_3:
@@ -10231,24 +10329,51 @@ stateKVbf16AVX512_rows_4:
 	VBROADCASTSS (BX)(CX*4), Z0
 	VMOVUPS      (AX), Z1
 	VMULPS       Z1, Z2, Z1
-	VFMADD231PS  Z5, Z0, Z1
+	VFMADD231PS  Z6, Z0, Z1
 	TESTQ        R9, R9
 	JZ           stateKVbf16AVX512_nostorerow_4
+	CMPL         128(SP), $0x00
+	JNE          stateKVbf16AVX512_rownan_4
 	CMPB         120(SP), $0x00
-	JE           stateKVbf16AVX512_temporalrow_4
+	JE           stateKVbf16AVX512_temporalrow_7
 	VMOVAPS      Z1, Z0
 	VPSRLD       $0x10, Z0, Z3
-	VCMPPS       $0x03, Z0, Z0, K2
-	VPANDD.BCST  one_i<>+0(SB), Z3, Z4
+	VPANDD.BCST  one_i<>+0(SB), Z3, Z3
 	VPADDD.BCST  round<>+0(SB), Z0, Z0
-	VPADDD       Z4, Z0, Z0
+	VPADDD       Z3, Z0, Z0
 	VPSRLD       $0x10, Z0, Z0
-	VPORD.BCST   quiet<>+0(SB), Z3, K2, Z0
 	VPMOVDW      Z0, Y0
 	VMOVNTDQ     Y0, (R9)
-	JMP          stateKVbf16AVX512_storedrow_4
+	JMP          stateKVbf16AVX512_storedrow_7
 
-stateKVbf16AVX512_temporalrow_4:
+stateKVbf16AVX512_temporalrow_7:
+	VMOVAPS     Z1, Z0
+	VPSRLD      $0x10, Z0, Z3
+	VPANDD.BCST one_i<>+0(SB), Z3, Z3
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z3, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPMOVDW     Z0, K1, (R9)
+
+stateKVbf16AVX512_storedrow_7:
+	JMP stateKVbf16AVX512_rowstored_4
+
+stateKVbf16AVX512_rownan_4:
+	CMPB        120(SP), $0x00
+	JE          stateKVbf16AVX512_temporalrow_8
+	VMOVAPS     Z1, Z0
+	VPSRLD      $0x10, Z0, Z3
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z4, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW     Z0, Y0
+	VMOVNTDQ    Y0, (R9)
+	JMP         stateKVbf16AVX512_storedrow_8
+
+stateKVbf16AVX512_temporalrow_8:
 	VMOVAPS     Z1, Z0
 	VPSRLD      $0x10, Z0, Z3
 	VCMPPS      $0x03, Z0, Z0, K2
@@ -10259,7 +10384,8 @@ stateKVbf16AVX512_temporalrow_4:
 	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
 	VPMOVDW     Z0, K1, (R9)
 
-stateKVbf16AVX512_storedrow_4:
+stateKVbf16AVX512_storedrow_8:
+stateKVbf16AVX512_rowstored_4:
 	ADDQ R10, R9
 
 stateKVbf16AVX512_nostorerow_4:
@@ -10448,20 +10574,29 @@ stateKVbf16AVX512_notlast_2:
 	VBROADCASTSS 12(AX), Z6
 	MOVQ         80(SP), AX
 	MOVQ         88(SP), CX
-	VMOVUPS      (AX), Z7
+	VBROADCASTSS zero<>+0(SB), Z7
+	VMOVUPS      (AX), Z8
 	VFMADD213PS  Z0, Z4, Z0
-	VSUBPS       Z0, Z7, Z7
-	VMULPS       Z7, Z5, Z7
-	VFMADD213PS  Z1, Z4, Z1
-	VFMADD231PS  Z7, Z6, Z1
-	VMOVUPS      Z1, (CX)
-	VMOVUPS.Z    64(AX), K1, Z8
-	VFMADD213PS  Z2, Z4, Z2
-	VSUBPS       Z2, Z8, Z8
+	VSUBPS       Z0, Z8, Z8
 	VMULPS       Z8, Z5, Z8
+	VFMADD213PS  Z1, Z4, Z1
+	VFMADD231PS  Z8, Z6, Z1
+	VMOVUPS      Z1, (CX)
+	VSUBPS       Z8, Z8, Z0
+	VPORD        Z0, Z7, Z7
+	VMOVUPS.Z    64(AX), K1, Z9
+	VFMADD213PS  Z2, Z4, Z2
+	VSUBPS       Z2, Z9, Z9
+	VMULPS       Z9, Z5, Z9
 	VFMADD213PS  Z3, Z4, Z3
-	VFMADD231PS  Z8, Z6, Z3
+	VFMADD231PS  Z9, Z6, Z3
 	VMOVUPS      Z3, K1, 64(CX)
+	VSUBPS       Z9, Z9, Z0
+	VPORD        Z0, Z7, Z7
+	VSUBPS       Z7, Z7, Z0
+	VCMPPS       $0x03, Z0, Z0, K7
+	KMOVW        K7, AX
+	MOVL         AX, 128(SP)
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
 	VBROADCASTSS zero<>+0(SB), Z2
@@ -10536,66 +10671,109 @@ stateKVbf16AVX512_nocarry_3:
 stateKVbf16AVX512_rows_5:
 	VBROADCASTSS (BX)(CX*4), Z5
 	VBROADCASTSS (SI)(CX*4), Z6
-	VBROADCASTSS (DI)(CX*4), Z9
+	VBROADCASTSS (DI)(CX*4), Z7
 	VMOVUPS      (AX), Z10
 	VFMADD213PS  Z10, Z4, Z10
-	VFMADD231PS  Z7, Z5, Z10
+	VFMADD231PS  Z8, Z5, Z10
 	VMOVUPS      Z10, (AX)
 	VFMADD231PS  Z10, Z6, Z0
-	VFMADD231PS  Z10, Z9, Z1
+	VFMADD231PS  Z10, Z7, Z1
 	VMOVUPS      64(AX), Z10
 	VFMADD213PS  Z10, Z4, Z10
-	VFMADD231PS  Z8, Z5, Z10
+	VFMADD231PS  Z9, Z5, Z10
 	VMOVUPS      Z10, 64(AX)
 	VFMADD231PS  Z10, Z6, Z2
-	VFMADD231PS  Z10, Z9, Z3
+	VFMADD231PS  Z10, Z7, Z3
 	TESTQ        R9, R9
 	JZ           stateKVbf16AVX512_nostorerow_5
+	CMPL         128(SP), $0x00
+	JNE          stateKVbf16AVX512_rownan_5
 	CMPB         120(SP), $0x00
-	JE           stateKVbf16AVX512_temporalrow_5
+	JE           stateKVbf16AVX512_temporalrow_9
 	VMOVUPS      (AX), Z5
 	VPSRLD       $0x10, Z5, Z6
-	VCMPPS       $0x03, Z5, Z5, K2
-	VPANDD.BCST  one_i<>+0(SB), Z6, Z9
+	VPANDD.BCST  one_i<>+0(SB), Z6, Z6
 	VPADDD.BCST  round<>+0(SB), Z5, Z5
-	VPADDD       Z9, Z5, Z5
+	VPADDD       Z6, Z5, Z5
 	VPSRLD       $0x10, Z5, Z5
-	VPORD.BCST   quiet<>+0(SB), Z6, K2, Z5
 	VPMOVDW      Z5, Y5
 	VMOVNTDQ     Y5, (R9)
 	VMOVUPS      64(AX), Z5
 	VPSRLD       $0x10, Z5, Z6
-	VCMPPS       $0x03, Z5, Z5, K2
-	VPANDD.BCST  one_i<>+0(SB), Z6, Z9
+	VPANDD.BCST  one_i<>+0(SB), Z6, Z6
 	VPADDD.BCST  round<>+0(SB), Z5, Z5
-	VPADDD       Z9, Z5, Z5
+	VPADDD       Z6, Z5, Z5
 	VPSRLD       $0x10, Z5, Z5
-	VPORD.BCST   quiet<>+0(SB), Z6, K2, Z5
 	VPMOVDW      Z5, Y5
 	VMOVNTDQ     Y5, 32(R9)
-	JMP          stateKVbf16AVX512_storedrow_5
+	JMP          stateKVbf16AVX512_storedrow_9
 
-stateKVbf16AVX512_temporalrow_5:
+stateKVbf16AVX512_temporalrow_9:
+	VMOVUPS     (AX), Z5
+	VPSRLD      $0x10, Z5, Z6
+	VPANDD.BCST one_i<>+0(SB), Z6, Z6
+	VPADDD.BCST round<>+0(SB), Z5, Z5
+	VPADDD      Z6, Z5, Z5
+	VPSRLD      $0x10, Z5, Z5
+	VPMOVDW     Z5, (R9)
+	VMOVUPS     64(AX), Z5
+	VPSRLD      $0x10, Z5, Z6
+	VPANDD.BCST one_i<>+0(SB), Z6, Z6
+	VPADDD.BCST round<>+0(SB), Z5, Z5
+	VPADDD      Z6, Z5, Z5
+	VPSRLD      $0x10, Z5, Z5
+	VPMOVDW     Z5, K1, 32(R9)
+
+stateKVbf16AVX512_storedrow_9:
+	JMP stateKVbf16AVX512_rowstored_5
+
+stateKVbf16AVX512_rownan_5:
+	CMPB        120(SP), $0x00
+	JE          stateKVbf16AVX512_temporalrow_10
 	VMOVUPS     (AX), Z5
 	VPSRLD      $0x10, Z5, Z6
 	VCMPPS      $0x03, Z5, Z5, K2
-	VPANDD.BCST one_i<>+0(SB), Z6, Z9
+	VPANDD.BCST one_i<>+0(SB), Z6, Z7
 	VPADDD.BCST round<>+0(SB), Z5, Z5
-	VPADDD      Z9, Z5, Z5
+	VPADDD      Z7, Z5, Z5
+	VPSRLD      $0x10, Z5, Z5
+	VPORD.BCST  quiet<>+0(SB), Z6, K2, Z5
+	VPMOVDW     Z5, Y5
+	VMOVNTDQ    Y5, (R9)
+	VMOVUPS     64(AX), Z5
+	VPSRLD      $0x10, Z5, Z6
+	VCMPPS      $0x03, Z5, Z5, K2
+	VPANDD.BCST one_i<>+0(SB), Z6, Z7
+	VPADDD.BCST round<>+0(SB), Z5, Z5
+	VPADDD      Z7, Z5, Z5
+	VPSRLD      $0x10, Z5, Z5
+	VPORD.BCST  quiet<>+0(SB), Z6, K2, Z5
+	VPMOVDW     Z5, Y5
+	VMOVNTDQ    Y5, 32(R9)
+	JMP         stateKVbf16AVX512_storedrow_10
+
+stateKVbf16AVX512_temporalrow_10:
+	VMOVUPS     (AX), Z5
+	VPSRLD      $0x10, Z5, Z6
+	VCMPPS      $0x03, Z5, Z5, K2
+	VPANDD.BCST one_i<>+0(SB), Z6, Z7
+	VPADDD.BCST round<>+0(SB), Z5, Z5
+	VPADDD      Z7, Z5, Z5
 	VPSRLD      $0x10, Z5, Z5
 	VPORD.BCST  quiet<>+0(SB), Z6, K2, Z5
 	VPMOVDW     Z5, (R9)
 	VMOVUPS     64(AX), Z5
 	VPSRLD      $0x10, Z5, Z6
 	VCMPPS      $0x03, Z5, Z5, K2
-	VPANDD.BCST one_i<>+0(SB), Z6, Z9
+	VPANDD.BCST one_i<>+0(SB), Z6, Z7
 	VPADDD.BCST round<>+0(SB), Z5, Z5
-	VPADDD      Z9, Z5, Z5
+	VPADDD      Z7, Z5, Z5
 	VPSRLD      $0x10, Z5, Z5
 	VPORD.BCST  quiet<>+0(SB), Z6, K2, Z5
 	VPMOVDW     Z5, K1, 32(R9)
 
-stateKVbf16AVX512_storedrow_5:
+stateKVbf16AVX512_storedrow_10:
+stateKVbf16AVX512_rowstored_5:
 	ADDQ R10, R9
 
 stateKVbf16AVX512_nostorerow_5:
@@ -10619,37 +10797,79 @@ stateKVbf16AVX512_rows_6:
 	VBROADCASTSS (BX)(CX*4), Z0
 	VMOVUPS      (AX), Z1
 	VFMADD213PS  Z1, Z4, Z1
-	VFMADD231PS  Z7, Z0, Z1
+	VFMADD231PS  Z8, Z0, Z1
 	VMOVUPS      64(AX), Z2
 	VFMADD213PS  Z2, Z4, Z2
-	VFMADD231PS  Z8, Z0, Z2
+	VFMADD231PS  Z9, Z0, Z2
 	TESTQ        R9, R9
 	JZ           stateKVbf16AVX512_nostorerow_6
+	CMPL         128(SP), $0x00
+	JNE          stateKVbf16AVX512_rownan_6
 	CMPB         120(SP), $0x00
-	JE           stateKVbf16AVX512_temporalrow_6
+	JE           stateKVbf16AVX512_temporalrow_11
 	VMOVAPS      Z1, Z0
 	VPSRLD       $0x10, Z0, Z3
-	VCMPPS       $0x03, Z0, Z0, K2
-	VPANDD.BCST  one_i<>+0(SB), Z3, Z5
+	VPANDD.BCST  one_i<>+0(SB), Z3, Z3
 	VPADDD.BCST  round<>+0(SB), Z0, Z0
-	VPADDD       Z5, Z0, Z0
+	VPADDD       Z3, Z0, Z0
 	VPSRLD       $0x10, Z0, Z0
-	VPORD.BCST   quiet<>+0(SB), Z3, K2, Z0
 	VPMOVDW      Z0, Y0
 	VMOVNTDQ     Y0, (R9)
 	VMOVAPS      Z2, Z0
 	VPSRLD       $0x10, Z0, Z3
-	VCMPPS       $0x03, Z0, Z0, K2
-	VPANDD.BCST  one_i<>+0(SB), Z3, Z5
+	VPANDD.BCST  one_i<>+0(SB), Z3, Z3
 	VPADDD.BCST  round<>+0(SB), Z0, Z0
-	VPADDD       Z5, Z0, Z0
+	VPADDD       Z3, Z0, Z0
 	VPSRLD       $0x10, Z0, Z0
-	VPORD.BCST   quiet<>+0(SB), Z3, K2, Z0
 	VPMOVDW      Z0, Y0
 	VMOVNTDQ     Y0, 32(R9)
-	JMP          stateKVbf16AVX512_storedrow_6
+	JMP          stateKVbf16AVX512_storedrow_11
 
-stateKVbf16AVX512_temporalrow_6:
+stateKVbf16AVX512_temporalrow_11:
+	VMOVAPS     Z1, Z0
+	VPSRLD      $0x10, Z0, Z3
+	VPANDD.BCST one_i<>+0(SB), Z3, Z3
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z3, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPMOVDW     Z0, (R9)
+	VMOVAPS     Z2, Z0
+	VPSRLD      $0x10, Z0, Z3
+	VPANDD.BCST one_i<>+0(SB), Z3, Z3
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z3, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPMOVDW     Z0, K1, 32(R9)
+
+stateKVbf16AVX512_storedrow_11:
+	JMP stateKVbf16AVX512_rowstored_6
+
+stateKVbf16AVX512_rownan_6:
+	CMPB        120(SP), $0x00
+	JE          stateKVbf16AVX512_temporalrow_12
+	VMOVAPS     Z1, Z0
+	VPSRLD      $0x10, Z0, Z3
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z3, Z5
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z5, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW     Z0, Y0
+	VMOVNTDQ    Y0, (R9)
+	VMOVAPS     Z2, Z0
+	VPSRLD      $0x10, Z0, Z3
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z3, Z5
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z5, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW     Z0, Y0
+	VMOVNTDQ    Y0, 32(R9)
+	JMP         stateKVbf16AVX512_storedrow_12
+
+stateKVbf16AVX512_temporalrow_12:
 	VMOVAPS     Z1, Z0
 	VPSRLD      $0x10, Z0, Z3
 	VCMPPS      $0x03, Z0, Z0, K2
@@ -10669,7 +10889,8 @@ stateKVbf16AVX512_temporalrow_6:
 	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
 	VPMOVDW     Z0, K1, 32(R9)
 
-stateKVbf16AVX512_storedrow_6:
+stateKVbf16AVX512_storedrow_12:
+stateKVbf16AVX512_rowstored_6:
 	ADDQ R10, R9
 
 stateKVbf16AVX512_nostorerow_6:
@@ -10698,20 +10919,29 @@ stateKVbf16AVX512_far_2:
 	VBROADCASTSS 12(AX), Z6
 	MOVQ         80(SP), AX
 	MOVQ         88(SP), CX
-	VMOVUPS      (AX), Z7
+	VBROADCASTSS zero<>+0(SB), Z7
+	VMOVUPS      (AX), Z8
 	VMULPS       Z0, Z4, Z0
-	VSUBPS       Z0, Z7, Z7
-	VMULPS       Z7, Z5, Z7
-	VMULPS       Z1, Z4, Z1
-	VFMADD231PS  Z7, Z6, Z1
-	VMOVUPS      Z1, (CX)
-	VMOVUPS.Z    64(AX), K1, Z8
-	VMULPS       Z2, Z4, Z2
-	VSUBPS       Z2, Z8, Z8
+	VSUBPS       Z0, Z8, Z8
 	VMULPS       Z8, Z5, Z8
+	VMULPS       Z1, Z4, Z1
+	VFMADD231PS  Z8, Z6, Z1
+	VMOVUPS      Z1, (CX)
+	VSUBPS       Z8, Z8, Z0
+	VPORD        Z0, Z7, Z7
+	VMOVUPS.Z    64(AX), K1, Z9
+	VMULPS       Z2, Z4, Z2
+	VSUBPS       Z2, Z9, Z9
+	VMULPS       Z9, Z5, Z9
 	VMULPS       Z3, Z4, Z3
-	VFMADD231PS  Z8, Z6, Z3
+	VFMADD231PS  Z9, Z6, Z3
 	VMOVUPS      Z3, K1, 64(CX)
+	VSUBPS       Z9, Z9, Z0
+	VPORD        Z0, Z7, Z7
+	VSUBPS       Z7, Z7, Z0
+	VCMPPS       $0x03, Z0, Z0, K7
+	KMOVW        K7, AX
+	MOVL         AX, 128(SP)
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
 	VBROADCASTSS zero<>+0(SB), Z2
@@ -10786,66 +11016,109 @@ stateKVbf16AVX512_nocarry_4:
 stateKVbf16AVX512_rows_7:
 	VBROADCASTSS (BX)(CX*4), Z5
 	VBROADCASTSS (SI)(CX*4), Z6
-	VBROADCASTSS (DI)(CX*4), Z9
+	VBROADCASTSS (DI)(CX*4), Z7
 	VMOVUPS      (AX), Z10
 	VMULPS       Z10, Z4, Z10
-	VFMADD231PS  Z7, Z5, Z10
+	VFMADD231PS  Z8, Z5, Z10
 	VMOVUPS      Z10, (AX)
 	VFMADD231PS  Z10, Z6, Z0
-	VFMADD231PS  Z10, Z9, Z1
+	VFMADD231PS  Z10, Z7, Z1
 	VMOVUPS      64(AX), Z10
 	VMULPS       Z10, Z4, Z10
-	VFMADD231PS  Z8, Z5, Z10
+	VFMADD231PS  Z9, Z5, Z10
 	VMOVUPS      Z10, 64(AX)
 	VFMADD231PS  Z10, Z6, Z2
-	VFMADD231PS  Z10, Z9, Z3
+	VFMADD231PS  Z10, Z7, Z3
 	TESTQ        R9, R9
 	JZ           stateKVbf16AVX512_nostorerow_7
+	CMPL         128(SP), $0x00
+	JNE          stateKVbf16AVX512_rownan_7
 	CMPB         120(SP), $0x00
-	JE           stateKVbf16AVX512_temporalrow_7
+	JE           stateKVbf16AVX512_temporalrow_13
 	VMOVUPS      (AX), Z5
 	VPSRLD       $0x10, Z5, Z6
-	VCMPPS       $0x03, Z5, Z5, K2
-	VPANDD.BCST  one_i<>+0(SB), Z6, Z9
+	VPANDD.BCST  one_i<>+0(SB), Z6, Z6
 	VPADDD.BCST  round<>+0(SB), Z5, Z5
-	VPADDD       Z9, Z5, Z5
+	VPADDD       Z6, Z5, Z5
 	VPSRLD       $0x10, Z5, Z5
-	VPORD.BCST   quiet<>+0(SB), Z6, K2, Z5
 	VPMOVDW      Z5, Y5
 	VMOVNTDQ     Y5, (R9)
 	VMOVUPS      64(AX), Z5
 	VPSRLD       $0x10, Z5, Z6
-	VCMPPS       $0x03, Z5, Z5, K2
-	VPANDD.BCST  one_i<>+0(SB), Z6, Z9
+	VPANDD.BCST  one_i<>+0(SB), Z6, Z6
 	VPADDD.BCST  round<>+0(SB), Z5, Z5
-	VPADDD       Z9, Z5, Z5
+	VPADDD       Z6, Z5, Z5
 	VPSRLD       $0x10, Z5, Z5
-	VPORD.BCST   quiet<>+0(SB), Z6, K2, Z5
 	VPMOVDW      Z5, Y5
 	VMOVNTDQ     Y5, 32(R9)
-	JMP          stateKVbf16AVX512_storedrow_7
+	JMP          stateKVbf16AVX512_storedrow_13
 
-stateKVbf16AVX512_temporalrow_7:
+stateKVbf16AVX512_temporalrow_13:
+	VMOVUPS     (AX), Z5
+	VPSRLD      $0x10, Z5, Z6
+	VPANDD.BCST one_i<>+0(SB), Z6, Z6
+	VPADDD.BCST round<>+0(SB), Z5, Z5
+	VPADDD      Z6, Z5, Z5
+	VPSRLD      $0x10, Z5, Z5
+	VPMOVDW     Z5, (R9)
+	VMOVUPS     64(AX), Z5
+	VPSRLD      $0x10, Z5, Z6
+	VPANDD.BCST one_i<>+0(SB), Z6, Z6
+	VPADDD.BCST round<>+0(SB), Z5, Z5
+	VPADDD      Z6, Z5, Z5
+	VPSRLD      $0x10, Z5, Z5
+	VPMOVDW     Z5, K1, 32(R9)
+
+stateKVbf16AVX512_storedrow_13:
+	JMP stateKVbf16AVX512_rowstored_7
+
+stateKVbf16AVX512_rownan_7:
+	CMPB        120(SP), $0x00
+	JE          stateKVbf16AVX512_temporalrow_14
 	VMOVUPS     (AX), Z5
 	VPSRLD      $0x10, Z5, Z6
 	VCMPPS      $0x03, Z5, Z5, K2
-	VPANDD.BCST one_i<>+0(SB), Z6, Z9
+	VPANDD.BCST one_i<>+0(SB), Z6, Z7
 	VPADDD.BCST round<>+0(SB), Z5, Z5
-	VPADDD      Z9, Z5, Z5
+	VPADDD      Z7, Z5, Z5
+	VPSRLD      $0x10, Z5, Z5
+	VPORD.BCST  quiet<>+0(SB), Z6, K2, Z5
+	VPMOVDW     Z5, Y5
+	VMOVNTDQ    Y5, (R9)
+	VMOVUPS     64(AX), Z5
+	VPSRLD      $0x10, Z5, Z6
+	VCMPPS      $0x03, Z5, Z5, K2
+	VPANDD.BCST one_i<>+0(SB), Z6, Z7
+	VPADDD.BCST round<>+0(SB), Z5, Z5
+	VPADDD      Z7, Z5, Z5
+	VPSRLD      $0x10, Z5, Z5
+	VPORD.BCST  quiet<>+0(SB), Z6, K2, Z5
+	VPMOVDW     Z5, Y5
+	VMOVNTDQ    Y5, 32(R9)
+	JMP         stateKVbf16AVX512_storedrow_14
+
+stateKVbf16AVX512_temporalrow_14:
+	VMOVUPS     (AX), Z5
+	VPSRLD      $0x10, Z5, Z6
+	VCMPPS      $0x03, Z5, Z5, K2
+	VPANDD.BCST one_i<>+0(SB), Z6, Z7
+	VPADDD.BCST round<>+0(SB), Z5, Z5
+	VPADDD      Z7, Z5, Z5
 	VPSRLD      $0x10, Z5, Z5
 	VPORD.BCST  quiet<>+0(SB), Z6, K2, Z5
 	VPMOVDW     Z5, (R9)
 	VMOVUPS     64(AX), Z5
 	VPSRLD      $0x10, Z5, Z6
 	VCMPPS      $0x03, Z5, Z5, K2
-	VPANDD.BCST one_i<>+0(SB), Z6, Z9
+	VPANDD.BCST one_i<>+0(SB), Z6, Z7
 	VPADDD.BCST round<>+0(SB), Z5, Z5
-	VPADDD      Z9, Z5, Z5
+	VPADDD      Z7, Z5, Z5
 	VPSRLD      $0x10, Z5, Z5
 	VPORD.BCST  quiet<>+0(SB), Z6, K2, Z5
 	VPMOVDW     Z5, K1, 32(R9)
 
-stateKVbf16AVX512_storedrow_7:
+stateKVbf16AVX512_storedrow_14:
+stateKVbf16AVX512_rowstored_7:
 	ADDQ R10, R9
 
 stateKVbf16AVX512_nostorerow_7:
@@ -10869,37 +11142,79 @@ stateKVbf16AVX512_rows_8:
 	VBROADCASTSS (BX)(CX*4), Z0
 	VMOVUPS      (AX), Z1
 	VMULPS       Z1, Z4, Z1
-	VFMADD231PS  Z7, Z0, Z1
+	VFMADD231PS  Z8, Z0, Z1
 	VMOVUPS      64(AX), Z2
 	VMULPS       Z2, Z4, Z2
-	VFMADD231PS  Z8, Z0, Z2
+	VFMADD231PS  Z9, Z0, Z2
 	TESTQ        R9, R9
 	JZ           stateKVbf16AVX512_nostorerow_8
+	CMPL         128(SP), $0x00
+	JNE          stateKVbf16AVX512_rownan_8
 	CMPB         120(SP), $0x00
-	JE           stateKVbf16AVX512_temporalrow_8
+	JE           stateKVbf16AVX512_temporalrow_15
 	VMOVAPS      Z1, Z0
 	VPSRLD       $0x10, Z0, Z3
-	VCMPPS       $0x03, Z0, Z0, K2
-	VPANDD.BCST  one_i<>+0(SB), Z3, Z5
+	VPANDD.BCST  one_i<>+0(SB), Z3, Z3
 	VPADDD.BCST  round<>+0(SB), Z0, Z0
-	VPADDD       Z5, Z0, Z0
+	VPADDD       Z3, Z0, Z0
 	VPSRLD       $0x10, Z0, Z0
-	VPORD.BCST   quiet<>+0(SB), Z3, K2, Z0
 	VPMOVDW      Z0, Y0
 	VMOVNTDQ     Y0, (R9)
 	VMOVAPS      Z2, Z0
 	VPSRLD       $0x10, Z0, Z3
-	VCMPPS       $0x03, Z0, Z0, K2
-	VPANDD.BCST  one_i<>+0(SB), Z3, Z5
+	VPANDD.BCST  one_i<>+0(SB), Z3, Z3
 	VPADDD.BCST  round<>+0(SB), Z0, Z0
-	VPADDD       Z5, Z0, Z0
+	VPADDD       Z3, Z0, Z0
 	VPSRLD       $0x10, Z0, Z0
-	VPORD.BCST   quiet<>+0(SB), Z3, K2, Z0
 	VPMOVDW      Z0, Y0
 	VMOVNTDQ     Y0, 32(R9)
-	JMP          stateKVbf16AVX512_storedrow_8
+	JMP          stateKVbf16AVX512_storedrow_15
 
-stateKVbf16AVX512_temporalrow_8:
+stateKVbf16AVX512_temporalrow_15:
+	VMOVAPS     Z1, Z0
+	VPSRLD      $0x10, Z0, Z3
+	VPANDD.BCST one_i<>+0(SB), Z3, Z3
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z3, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPMOVDW     Z0, (R9)
+	VMOVAPS     Z2, Z0
+	VPSRLD      $0x10, Z0, Z3
+	VPANDD.BCST one_i<>+0(SB), Z3, Z3
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z3, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPMOVDW     Z0, K1, 32(R9)
+
+stateKVbf16AVX512_storedrow_15:
+	JMP stateKVbf16AVX512_rowstored_8
+
+stateKVbf16AVX512_rownan_8:
+	CMPB        120(SP), $0x00
+	JE          stateKVbf16AVX512_temporalrow_16
+	VMOVAPS     Z1, Z0
+	VPSRLD      $0x10, Z0, Z3
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z3, Z5
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z5, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW     Z0, Y0
+	VMOVNTDQ    Y0, (R9)
+	VMOVAPS     Z2, Z0
+	VPSRLD      $0x10, Z0, Z3
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z3, Z5
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z5, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
+	VPMOVDW     Z0, Y0
+	VMOVNTDQ    Y0, 32(R9)
+	JMP         stateKVbf16AVX512_storedrow_16
+
+stateKVbf16AVX512_temporalrow_16:
 	VMOVAPS     Z1, Z0
 	VPSRLD      $0x10, Z0, Z3
 	VCMPPS      $0x03, Z0, Z0, K2
@@ -10919,7 +11234,8 @@ stateKVbf16AVX512_temporalrow_8:
 	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
 	VPMOVDW     Z0, K1, 32(R9)
 
-stateKVbf16AVX512_storedrow_8:
+stateKVbf16AVX512_storedrow_16:
+stateKVbf16AVX512_rowstored_8:
 	ADDQ R10, R9
 
 stateKVbf16AVX512_nostorerow_8:
@@ -11124,27 +11440,38 @@ stateKVbf16AVX512_notlast_3:
 	VBROADCASTSS 12(AX), Z8
 	MOVQ         80(SP), AX
 	MOVQ         88(SP), CX
-	VMOVUPS      (AX), Z9
+	VBROADCASTSS zero<>+0(SB), Z9
+	VMOVUPS      (AX), Z10
 	VFMADD213PS  Z0, Z6, Z0
-	VSUBPS       Z0, Z9, Z9
-	VMULPS       Z9, Z7, Z9
-	VFMADD213PS  Z1, Z6, Z1
-	VFMADD231PS  Z9, Z8, Z1
-	VMOVUPS      Z1, (CX)
-	VMOVUPS      64(AX), Z10
-	VFMADD213PS  Z2, Z6, Z2
-	VSUBPS       Z2, Z10, Z10
+	VSUBPS       Z0, Z10, Z10
 	VMULPS       Z10, Z7, Z10
-	VFMADD213PS  Z3, Z6, Z3
-	VFMADD231PS  Z10, Z8, Z3
-	VMOVUPS      Z3, 64(CX)
-	VMOVUPS.Z    128(AX), K1, Z11
-	VFMADD213PS  Z4, Z6, Z4
-	VSUBPS       Z4, Z11, Z11
+	VFMADD213PS  Z1, Z6, Z1
+	VFMADD231PS  Z10, Z8, Z1
+	VMOVUPS      Z1, (CX)
+	VSUBPS       Z10, Z10, Z0
+	VPORD        Z0, Z9, Z9
+	VMOVUPS      64(AX), Z11
+	VFMADD213PS  Z2, Z6, Z2
+	VSUBPS       Z2, Z11, Z11
 	VMULPS       Z11, Z7, Z11
+	VFMADD213PS  Z3, Z6, Z3
+	VFMADD231PS  Z11, Z8, Z3
+	VMOVUPS      Z3, 64(CX)
+	VSUBPS       Z11, Z11, Z0
+	VPORD        Z0, Z9, Z9
+	VMOVUPS.Z    128(AX), K1, Z12
+	VFMADD213PS  Z4, Z6, Z4
+	VSUBPS       Z4, Z12, Z12
+	VMULPS       Z12, Z7, Z12
 	VFMADD213PS  Z5, Z6, Z5
-	VFMADD231PS  Z11, Z8, Z5
+	VFMADD231PS  Z12, Z8, Z5
 	VMOVUPS      Z5, K1, 128(CX)
+	VSUBPS       Z12, Z12, Z0
+	VPORD        Z0, Z9, Z9
+	VSUBPS       Z9, Z9, Z0
+	VCMPPS       $0x03, Z0, Z0, K7
+	KMOVW        K7, AX
+	MOVL         AX, 128(SP)
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
 	VBROADCASTSS zero<>+0(SB), Z2
@@ -11221,91 +11548,149 @@ stateKVbf16AVX512_nocarry_5:
 stateKVbf16AVX512_rows_9:
 	VBROADCASTSS (BX)(CX*4), Z7
 	VBROADCASTSS (SI)(CX*4), Z8
-	VBROADCASTSS (DI)(CX*4), Z12
+	VBROADCASTSS (DI)(CX*4), Z9
 	VMOVUPS      (AX), Z13
 	VFMADD213PS  Z13, Z6, Z13
-	VFMADD231PS  Z9, Z7, Z13
+	VFMADD231PS  Z10, Z7, Z13
 	VMOVUPS      Z13, (AX)
 	VFMADD231PS  Z13, Z8, Z0
-	VFMADD231PS  Z13, Z12, Z1
+	VFMADD231PS  Z13, Z9, Z1
 	VMOVUPS      64(AX), Z13
 	VFMADD213PS  Z13, Z6, Z13
-	VFMADD231PS  Z10, Z7, Z13
+	VFMADD231PS  Z11, Z7, Z13
 	VMOVUPS      Z13, 64(AX)
 	VFMADD231PS  Z13, Z8, Z2
-	VFMADD231PS  Z13, Z12, Z3
+	VFMADD231PS  Z13, Z9, Z3
 	VMOVUPS      128(AX), Z13
 	VFMADD213PS  Z13, Z6, Z13
-	VFMADD231PS  Z11, Z7, Z13
+	VFMADD231PS  Z12, Z7, Z13
 	VMOVUPS      Z13, 128(AX)
 	VFMADD231PS  Z13, Z8, Z4
-	VFMADD231PS  Z13, Z12, Z5
+	VFMADD231PS  Z13, Z9, Z5
 	TESTQ        R9, R9
 	JZ           stateKVbf16AVX512_nostorerow_9
+	CMPL         128(SP), $0x00
+	JNE          stateKVbf16AVX512_rownan_9
 	CMPB         120(SP), $0x00
-	JE           stateKVbf16AVX512_temporalrow_9
+	JE           stateKVbf16AVX512_temporalrow_17
 	VMOVUPS      (AX), Z7
 	VPSRLD       $0x10, Z7, Z8
-	VCMPPS       $0x03, Z7, Z7, K2
-	VPANDD.BCST  one_i<>+0(SB), Z8, Z12
+	VPANDD.BCST  one_i<>+0(SB), Z8, Z8
 	VPADDD.BCST  round<>+0(SB), Z7, Z7
-	VPADDD       Z12, Z7, Z7
+	VPADDD       Z8, Z7, Z7
 	VPSRLD       $0x10, Z7, Z7
-	VPORD.BCST   quiet<>+0(SB), Z8, K2, Z7
 	VPMOVDW      Z7, Y7
 	VMOVNTDQ     Y7, (R9)
 	VMOVUPS      64(AX), Z7
 	VPSRLD       $0x10, Z7, Z8
-	VCMPPS       $0x03, Z7, Z7, K2
-	VPANDD.BCST  one_i<>+0(SB), Z8, Z12
+	VPANDD.BCST  one_i<>+0(SB), Z8, Z8
 	VPADDD.BCST  round<>+0(SB), Z7, Z7
-	VPADDD       Z12, Z7, Z7
+	VPADDD       Z8, Z7, Z7
 	VPSRLD       $0x10, Z7, Z7
-	VPORD.BCST   quiet<>+0(SB), Z8, K2, Z7
 	VPMOVDW      Z7, Y7
 	VMOVNTDQ     Y7, 32(R9)
 	VMOVUPS      128(AX), Z7
 	VPSRLD       $0x10, Z7, Z8
-	VCMPPS       $0x03, Z7, Z7, K2
-	VPANDD.BCST  one_i<>+0(SB), Z8, Z12
+	VPANDD.BCST  one_i<>+0(SB), Z8, Z8
 	VPADDD.BCST  round<>+0(SB), Z7, Z7
-	VPADDD       Z12, Z7, Z7
+	VPADDD       Z8, Z7, Z7
 	VPSRLD       $0x10, Z7, Z7
-	VPORD.BCST   quiet<>+0(SB), Z8, K2, Z7
 	VPMOVDW      Z7, Y7
 	VMOVNTDQ     Y7, 64(R9)
-	JMP          stateKVbf16AVX512_storedrow_9
+	JMP          stateKVbf16AVX512_storedrow_17
 
-stateKVbf16AVX512_temporalrow_9:
+stateKVbf16AVX512_temporalrow_17:
+	VMOVUPS     (AX), Z7
+	VPSRLD      $0x10, Z7, Z8
+	VPANDD.BCST one_i<>+0(SB), Z8, Z8
+	VPADDD.BCST round<>+0(SB), Z7, Z7
+	VPADDD      Z8, Z7, Z7
+	VPSRLD      $0x10, Z7, Z7
+	VPMOVDW     Z7, (R9)
+	VMOVUPS     64(AX), Z7
+	VPSRLD      $0x10, Z7, Z8
+	VPANDD.BCST one_i<>+0(SB), Z8, Z8
+	VPADDD.BCST round<>+0(SB), Z7, Z7
+	VPADDD      Z8, Z7, Z7
+	VPSRLD      $0x10, Z7, Z7
+	VPMOVDW     Z7, 32(R9)
+	VMOVUPS     128(AX), Z7
+	VPSRLD      $0x10, Z7, Z8
+	VPANDD.BCST one_i<>+0(SB), Z8, Z8
+	VPADDD.BCST round<>+0(SB), Z7, Z7
+	VPADDD      Z8, Z7, Z7
+	VPSRLD      $0x10, Z7, Z7
+	VPMOVDW     Z7, K1, 64(R9)
+
+stateKVbf16AVX512_storedrow_17:
+	JMP stateKVbf16AVX512_rowstored_9
+
+stateKVbf16AVX512_rownan_9:
+	CMPB        120(SP), $0x00
+	JE          stateKVbf16AVX512_temporalrow_18
 	VMOVUPS     (AX), Z7
 	VPSRLD      $0x10, Z7, Z8
 	VCMPPS      $0x03, Z7, Z7, K2
-	VPANDD.BCST one_i<>+0(SB), Z8, Z12
+	VPANDD.BCST one_i<>+0(SB), Z8, Z9
 	VPADDD.BCST round<>+0(SB), Z7, Z7
-	VPADDD      Z12, Z7, Z7
+	VPADDD      Z9, Z7, Z7
+	VPSRLD      $0x10, Z7, Z7
+	VPORD.BCST  quiet<>+0(SB), Z8, K2, Z7
+	VPMOVDW     Z7, Y7
+	VMOVNTDQ    Y7, (R9)
+	VMOVUPS     64(AX), Z7
+	VPSRLD      $0x10, Z7, Z8
+	VCMPPS      $0x03, Z7, Z7, K2
+	VPANDD.BCST one_i<>+0(SB), Z8, Z9
+	VPADDD.BCST round<>+0(SB), Z7, Z7
+	VPADDD      Z9, Z7, Z7
+	VPSRLD      $0x10, Z7, Z7
+	VPORD.BCST  quiet<>+0(SB), Z8, K2, Z7
+	VPMOVDW     Z7, Y7
+	VMOVNTDQ    Y7, 32(R9)
+	VMOVUPS     128(AX), Z7
+	VPSRLD      $0x10, Z7, Z8
+	VCMPPS      $0x03, Z7, Z7, K2
+	VPANDD.BCST one_i<>+0(SB), Z8, Z9
+	VPADDD.BCST round<>+0(SB), Z7, Z7
+	VPADDD      Z9, Z7, Z7
+	VPSRLD      $0x10, Z7, Z7
+	VPORD.BCST  quiet<>+0(SB), Z8, K2, Z7
+	VPMOVDW     Z7, Y7
+	VMOVNTDQ    Y7, 64(R9)
+	JMP         stateKVbf16AVX512_storedrow_18
+
+stateKVbf16AVX512_temporalrow_18:
+	VMOVUPS     (AX), Z7
+	VPSRLD      $0x10, Z7, Z8
+	VCMPPS      $0x03, Z7, Z7, K2
+	VPANDD.BCST one_i<>+0(SB), Z8, Z9
+	VPADDD.BCST round<>+0(SB), Z7, Z7
+	VPADDD      Z9, Z7, Z7
 	VPSRLD      $0x10, Z7, Z7
 	VPORD.BCST  quiet<>+0(SB), Z8, K2, Z7
 	VPMOVDW     Z7, (R9)
 	VMOVUPS     64(AX), Z7
 	VPSRLD      $0x10, Z7, Z8
 	VCMPPS      $0x03, Z7, Z7, K2
-	VPANDD.BCST one_i<>+0(SB), Z8, Z12
+	VPANDD.BCST one_i<>+0(SB), Z8, Z9
 	VPADDD.BCST round<>+0(SB), Z7, Z7
-	VPADDD      Z12, Z7, Z7
+	VPADDD      Z9, Z7, Z7
 	VPSRLD      $0x10, Z7, Z7
 	VPORD.BCST  quiet<>+0(SB), Z8, K2, Z7
 	VPMOVDW     Z7, 32(R9)
 	VMOVUPS     128(AX), Z7
 	VPSRLD      $0x10, Z7, Z8
 	VCMPPS      $0x03, Z7, Z7, K2
-	VPANDD.BCST one_i<>+0(SB), Z8, Z12
+	VPANDD.BCST one_i<>+0(SB), Z8, Z9
 	VPADDD.BCST round<>+0(SB), Z7, Z7
-	VPADDD      Z12, Z7, Z7
+	VPADDD      Z9, Z7, Z7
 	VPSRLD      $0x10, Z7, Z7
 	VPORD.BCST  quiet<>+0(SB), Z8, K2, Z7
 	VPMOVDW     Z7, K1, 64(R9)
 
-stateKVbf16AVX512_storedrow_9:
+stateKVbf16AVX512_storedrow_18:
+stateKVbf16AVX512_rowstored_9:
 	ADDQ R10, R9
 
 stateKVbf16AVX512_nostorerow_9:
@@ -11331,50 +11716,107 @@ stateKVbf16AVX512_rows_10:
 	VBROADCASTSS (BX)(CX*4), Z0
 	VMOVUPS      (AX), Z1
 	VFMADD213PS  Z1, Z6, Z1
-	VFMADD231PS  Z9, Z0, Z1
+	VFMADD231PS  Z10, Z0, Z1
 	VMOVUPS      64(AX), Z2
 	VFMADD213PS  Z2, Z6, Z2
-	VFMADD231PS  Z10, Z0, Z2
+	VFMADD231PS  Z11, Z0, Z2
 	VMOVUPS      128(AX), Z3
 	VFMADD213PS  Z3, Z6, Z3
-	VFMADD231PS  Z11, Z0, Z3
+	VFMADD231PS  Z12, Z0, Z3
 	TESTQ        R9, R9
 	JZ           stateKVbf16AVX512_nostorerow_10
+	CMPL         128(SP), $0x00
+	JNE          stateKVbf16AVX512_rownan_10
 	CMPB         120(SP), $0x00
-	JE           stateKVbf16AVX512_temporalrow_10
+	JE           stateKVbf16AVX512_temporalrow_19
 	VMOVAPS      Z1, Z0
 	VPSRLD       $0x10, Z0, Z4
-	VCMPPS       $0x03, Z0, Z0, K2
-	VPANDD.BCST  one_i<>+0(SB), Z4, Z5
+	VPANDD.BCST  one_i<>+0(SB), Z4, Z4
 	VPADDD.BCST  round<>+0(SB), Z0, Z0
-	VPADDD       Z5, Z0, Z0
+	VPADDD       Z4, Z0, Z0
 	VPSRLD       $0x10, Z0, Z0
-	VPORD.BCST   quiet<>+0(SB), Z4, K2, Z0
 	VPMOVDW      Z0, Y0
 	VMOVNTDQ     Y0, (R9)
 	VMOVAPS      Z2, Z0
 	VPSRLD       $0x10, Z0, Z4
-	VCMPPS       $0x03, Z0, Z0, K2
-	VPANDD.BCST  one_i<>+0(SB), Z4, Z5
+	VPANDD.BCST  one_i<>+0(SB), Z4, Z4
 	VPADDD.BCST  round<>+0(SB), Z0, Z0
-	VPADDD       Z5, Z0, Z0
+	VPADDD       Z4, Z0, Z0
 	VPSRLD       $0x10, Z0, Z0
-	VPORD.BCST   quiet<>+0(SB), Z4, K2, Z0
 	VPMOVDW      Z0, Y0
 	VMOVNTDQ     Y0, 32(R9)
 	VMOVAPS      Z3, Z0
 	VPSRLD       $0x10, Z0, Z4
-	VCMPPS       $0x03, Z0, Z0, K2
-	VPANDD.BCST  one_i<>+0(SB), Z4, Z5
+	VPANDD.BCST  one_i<>+0(SB), Z4, Z4
 	VPADDD.BCST  round<>+0(SB), Z0, Z0
-	VPADDD       Z5, Z0, Z0
+	VPADDD       Z4, Z0, Z0
 	VPSRLD       $0x10, Z0, Z0
-	VPORD.BCST   quiet<>+0(SB), Z4, K2, Z0
 	VPMOVDW      Z0, Y0
 	VMOVNTDQ     Y0, 64(R9)
-	JMP          stateKVbf16AVX512_storedrow_10
+	JMP          stateKVbf16AVX512_storedrow_19
 
-stateKVbf16AVX512_temporalrow_10:
+stateKVbf16AVX512_temporalrow_19:
+	VMOVAPS     Z1, Z0
+	VPSRLD      $0x10, Z0, Z4
+	VPANDD.BCST one_i<>+0(SB), Z4, Z4
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z4, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPMOVDW     Z0, (R9)
+	VMOVAPS     Z2, Z0
+	VPSRLD      $0x10, Z0, Z4
+	VPANDD.BCST one_i<>+0(SB), Z4, Z4
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z4, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPMOVDW     Z0, 32(R9)
+	VMOVAPS     Z3, Z0
+	VPSRLD      $0x10, Z0, Z4
+	VPANDD.BCST one_i<>+0(SB), Z4, Z4
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z4, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPMOVDW     Z0, K1, 64(R9)
+
+stateKVbf16AVX512_storedrow_19:
+	JMP stateKVbf16AVX512_rowstored_10
+
+stateKVbf16AVX512_rownan_10:
+	CMPB        120(SP), $0x00
+	JE          stateKVbf16AVX512_temporalrow_20
+	VMOVAPS     Z1, Z0
+	VPSRLD      $0x10, Z0, Z4
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z4, Z5
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z5, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z4, K2, Z0
+	VPMOVDW     Z0, Y0
+	VMOVNTDQ    Y0, (R9)
+	VMOVAPS     Z2, Z0
+	VPSRLD      $0x10, Z0, Z4
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z4, Z5
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z5, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z4, K2, Z0
+	VPMOVDW     Z0, Y0
+	VMOVNTDQ    Y0, 32(R9)
+	VMOVAPS     Z3, Z0
+	VPSRLD      $0x10, Z0, Z4
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z4, Z5
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z5, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z4, K2, Z0
+	VPMOVDW     Z0, Y0
+	VMOVNTDQ    Y0, 64(R9)
+	JMP         stateKVbf16AVX512_storedrow_20
+
+stateKVbf16AVX512_temporalrow_20:
 	VMOVAPS     Z1, Z0
 	VPSRLD      $0x10, Z0, Z4
 	VCMPPS      $0x03, Z0, Z0, K2
@@ -11403,7 +11845,8 @@ stateKVbf16AVX512_temporalrow_10:
 	VPORD.BCST  quiet<>+0(SB), Z4, K2, Z0
 	VPMOVDW     Z0, K1, 64(R9)
 
-stateKVbf16AVX512_storedrow_10:
+stateKVbf16AVX512_storedrow_20:
+stateKVbf16AVX512_rowstored_10:
 	ADDQ R10, R9
 
 stateKVbf16AVX512_nostorerow_10:
@@ -11433,27 +11876,38 @@ stateKVbf16AVX512_far_3:
 	VBROADCASTSS 12(AX), Z8
 	MOVQ         80(SP), AX
 	MOVQ         88(SP), CX
-	VMOVUPS      (AX), Z9
+	VBROADCASTSS zero<>+0(SB), Z9
+	VMOVUPS      (AX), Z10
 	VMULPS       Z0, Z6, Z0
-	VSUBPS       Z0, Z9, Z9
-	VMULPS       Z9, Z7, Z9
-	VMULPS       Z1, Z6, Z1
-	VFMADD231PS  Z9, Z8, Z1
-	VMOVUPS      Z1, (CX)
-	VMOVUPS      64(AX), Z10
-	VMULPS       Z2, Z6, Z2
-	VSUBPS       Z2, Z10, Z10
+	VSUBPS       Z0, Z10, Z10
 	VMULPS       Z10, Z7, Z10
-	VMULPS       Z3, Z6, Z3
-	VFMADD231PS  Z10, Z8, Z3
-	VMOVUPS      Z3, 64(CX)
-	VMOVUPS.Z    128(AX), K1, Z11
-	VMULPS       Z4, Z6, Z4
-	VSUBPS       Z4, Z11, Z11
+	VMULPS       Z1, Z6, Z1
+	VFMADD231PS  Z10, Z8, Z1
+	VMOVUPS      Z1, (CX)
+	VSUBPS       Z10, Z10, Z0
+	VPORD        Z0, Z9, Z9
+	VMOVUPS      64(AX), Z11
+	VMULPS       Z2, Z6, Z2
+	VSUBPS       Z2, Z11, Z11
 	VMULPS       Z11, Z7, Z11
+	VMULPS       Z3, Z6, Z3
+	VFMADD231PS  Z11, Z8, Z3
+	VMOVUPS      Z3, 64(CX)
+	VSUBPS       Z11, Z11, Z0
+	VPORD        Z0, Z9, Z9
+	VMOVUPS.Z    128(AX), K1, Z12
+	VMULPS       Z4, Z6, Z4
+	VSUBPS       Z4, Z12, Z12
+	VMULPS       Z12, Z7, Z12
 	VMULPS       Z5, Z6, Z5
-	VFMADD231PS  Z11, Z8, Z5
+	VFMADD231PS  Z12, Z8, Z5
 	VMOVUPS      Z5, K1, 128(CX)
+	VSUBPS       Z12, Z12, Z0
+	VPORD        Z0, Z9, Z9
+	VSUBPS       Z9, Z9, Z0
+	VCMPPS       $0x03, Z0, Z0, K7
+	KMOVW        K7, AX
+	MOVL         AX, 128(SP)
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
 	VBROADCASTSS zero<>+0(SB), Z2
@@ -11530,91 +11984,149 @@ stateKVbf16AVX512_nocarry_6:
 stateKVbf16AVX512_rows_11:
 	VBROADCASTSS (BX)(CX*4), Z7
 	VBROADCASTSS (SI)(CX*4), Z8
-	VBROADCASTSS (DI)(CX*4), Z12
+	VBROADCASTSS (DI)(CX*4), Z9
 	VMOVUPS      (AX), Z13
 	VMULPS       Z13, Z6, Z13
-	VFMADD231PS  Z9, Z7, Z13
+	VFMADD231PS  Z10, Z7, Z13
 	VMOVUPS      Z13, (AX)
 	VFMADD231PS  Z13, Z8, Z0
-	VFMADD231PS  Z13, Z12, Z1
+	VFMADD231PS  Z13, Z9, Z1
 	VMOVUPS      64(AX), Z13
 	VMULPS       Z13, Z6, Z13
-	VFMADD231PS  Z10, Z7, Z13
+	VFMADD231PS  Z11, Z7, Z13
 	VMOVUPS      Z13, 64(AX)
 	VFMADD231PS  Z13, Z8, Z2
-	VFMADD231PS  Z13, Z12, Z3
+	VFMADD231PS  Z13, Z9, Z3
 	VMOVUPS      128(AX), Z13
 	VMULPS       Z13, Z6, Z13
-	VFMADD231PS  Z11, Z7, Z13
+	VFMADD231PS  Z12, Z7, Z13
 	VMOVUPS      Z13, 128(AX)
 	VFMADD231PS  Z13, Z8, Z4
-	VFMADD231PS  Z13, Z12, Z5
+	VFMADD231PS  Z13, Z9, Z5
 	TESTQ        R9, R9
 	JZ           stateKVbf16AVX512_nostorerow_11
+	CMPL         128(SP), $0x00
+	JNE          stateKVbf16AVX512_rownan_11
 	CMPB         120(SP), $0x00
-	JE           stateKVbf16AVX512_temporalrow_11
+	JE           stateKVbf16AVX512_temporalrow_21
 	VMOVUPS      (AX), Z7
 	VPSRLD       $0x10, Z7, Z8
-	VCMPPS       $0x03, Z7, Z7, K2
-	VPANDD.BCST  one_i<>+0(SB), Z8, Z12
+	VPANDD.BCST  one_i<>+0(SB), Z8, Z8
 	VPADDD.BCST  round<>+0(SB), Z7, Z7
-	VPADDD       Z12, Z7, Z7
+	VPADDD       Z8, Z7, Z7
 	VPSRLD       $0x10, Z7, Z7
-	VPORD.BCST   quiet<>+0(SB), Z8, K2, Z7
 	VPMOVDW      Z7, Y7
 	VMOVNTDQ     Y7, (R9)
 	VMOVUPS      64(AX), Z7
 	VPSRLD       $0x10, Z7, Z8
-	VCMPPS       $0x03, Z7, Z7, K2
-	VPANDD.BCST  one_i<>+0(SB), Z8, Z12
+	VPANDD.BCST  one_i<>+0(SB), Z8, Z8
 	VPADDD.BCST  round<>+0(SB), Z7, Z7
-	VPADDD       Z12, Z7, Z7
+	VPADDD       Z8, Z7, Z7
 	VPSRLD       $0x10, Z7, Z7
-	VPORD.BCST   quiet<>+0(SB), Z8, K2, Z7
 	VPMOVDW      Z7, Y7
 	VMOVNTDQ     Y7, 32(R9)
 	VMOVUPS      128(AX), Z7
 	VPSRLD       $0x10, Z7, Z8
-	VCMPPS       $0x03, Z7, Z7, K2
-	VPANDD.BCST  one_i<>+0(SB), Z8, Z12
+	VPANDD.BCST  one_i<>+0(SB), Z8, Z8
 	VPADDD.BCST  round<>+0(SB), Z7, Z7
-	VPADDD       Z12, Z7, Z7
+	VPADDD       Z8, Z7, Z7
 	VPSRLD       $0x10, Z7, Z7
-	VPORD.BCST   quiet<>+0(SB), Z8, K2, Z7
 	VPMOVDW      Z7, Y7
 	VMOVNTDQ     Y7, 64(R9)
-	JMP          stateKVbf16AVX512_storedrow_11
+	JMP          stateKVbf16AVX512_storedrow_21
 
-stateKVbf16AVX512_temporalrow_11:
+stateKVbf16AVX512_temporalrow_21:
+	VMOVUPS     (AX), Z7
+	VPSRLD      $0x10, Z7, Z8
+	VPANDD.BCST one_i<>+0(SB), Z8, Z8
+	VPADDD.BCST round<>+0(SB), Z7, Z7
+	VPADDD      Z8, Z7, Z7
+	VPSRLD      $0x10, Z7, Z7
+	VPMOVDW     Z7, (R9)
+	VMOVUPS     64(AX), Z7
+	VPSRLD      $0x10, Z7, Z8
+	VPANDD.BCST one_i<>+0(SB), Z8, Z8
+	VPADDD.BCST round<>+0(SB), Z7, Z7
+	VPADDD      Z8, Z7, Z7
+	VPSRLD      $0x10, Z7, Z7
+	VPMOVDW     Z7, 32(R9)
+	VMOVUPS     128(AX), Z7
+	VPSRLD      $0x10, Z7, Z8
+	VPANDD.BCST one_i<>+0(SB), Z8, Z8
+	VPADDD.BCST round<>+0(SB), Z7, Z7
+	VPADDD      Z8, Z7, Z7
+	VPSRLD      $0x10, Z7, Z7
+	VPMOVDW     Z7, K1, 64(R9)
+
+stateKVbf16AVX512_storedrow_21:
+	JMP stateKVbf16AVX512_rowstored_11
+
+stateKVbf16AVX512_rownan_11:
+	CMPB        120(SP), $0x00
+	JE          stateKVbf16AVX512_temporalrow_22
 	VMOVUPS     (AX), Z7
 	VPSRLD      $0x10, Z7, Z8
 	VCMPPS      $0x03, Z7, Z7, K2
-	VPANDD.BCST one_i<>+0(SB), Z8, Z12
+	VPANDD.BCST one_i<>+0(SB), Z8, Z9
 	VPADDD.BCST round<>+0(SB), Z7, Z7
-	VPADDD      Z12, Z7, Z7
+	VPADDD      Z9, Z7, Z7
+	VPSRLD      $0x10, Z7, Z7
+	VPORD.BCST  quiet<>+0(SB), Z8, K2, Z7
+	VPMOVDW     Z7, Y7
+	VMOVNTDQ    Y7, (R9)
+	VMOVUPS     64(AX), Z7
+	VPSRLD      $0x10, Z7, Z8
+	VCMPPS      $0x03, Z7, Z7, K2
+	VPANDD.BCST one_i<>+0(SB), Z8, Z9
+	VPADDD.BCST round<>+0(SB), Z7, Z7
+	VPADDD      Z9, Z7, Z7
+	VPSRLD      $0x10, Z7, Z7
+	VPORD.BCST  quiet<>+0(SB), Z8, K2, Z7
+	VPMOVDW     Z7, Y7
+	VMOVNTDQ    Y7, 32(R9)
+	VMOVUPS     128(AX), Z7
+	VPSRLD      $0x10, Z7, Z8
+	VCMPPS      $0x03, Z7, Z7, K2
+	VPANDD.BCST one_i<>+0(SB), Z8, Z9
+	VPADDD.BCST round<>+0(SB), Z7, Z7
+	VPADDD      Z9, Z7, Z7
+	VPSRLD      $0x10, Z7, Z7
+	VPORD.BCST  quiet<>+0(SB), Z8, K2, Z7
+	VPMOVDW     Z7, Y7
+	VMOVNTDQ    Y7, 64(R9)
+	JMP         stateKVbf16AVX512_storedrow_22
+
+stateKVbf16AVX512_temporalrow_22:
+	VMOVUPS     (AX), Z7
+	VPSRLD      $0x10, Z7, Z8
+	VCMPPS      $0x03, Z7, Z7, K2
+	VPANDD.BCST one_i<>+0(SB), Z8, Z9
+	VPADDD.BCST round<>+0(SB), Z7, Z7
+	VPADDD      Z9, Z7, Z7
 	VPSRLD      $0x10, Z7, Z7
 	VPORD.BCST  quiet<>+0(SB), Z8, K2, Z7
 	VPMOVDW     Z7, (R9)
 	VMOVUPS     64(AX), Z7
 	VPSRLD      $0x10, Z7, Z8
 	VCMPPS      $0x03, Z7, Z7, K2
-	VPANDD.BCST one_i<>+0(SB), Z8, Z12
+	VPANDD.BCST one_i<>+0(SB), Z8, Z9
 	VPADDD.BCST round<>+0(SB), Z7, Z7
-	VPADDD      Z12, Z7, Z7
+	VPADDD      Z9, Z7, Z7
 	VPSRLD      $0x10, Z7, Z7
 	VPORD.BCST  quiet<>+0(SB), Z8, K2, Z7
 	VPMOVDW     Z7, 32(R9)
 	VMOVUPS     128(AX), Z7
 	VPSRLD      $0x10, Z7, Z8
 	VCMPPS      $0x03, Z7, Z7, K2
-	VPANDD.BCST one_i<>+0(SB), Z8, Z12
+	VPANDD.BCST one_i<>+0(SB), Z8, Z9
 	VPADDD.BCST round<>+0(SB), Z7, Z7
-	VPADDD      Z12, Z7, Z7
+	VPADDD      Z9, Z7, Z7
 	VPSRLD      $0x10, Z7, Z7
 	VPORD.BCST  quiet<>+0(SB), Z8, K2, Z7
 	VPMOVDW     Z7, K1, 64(R9)
 
-stateKVbf16AVX512_storedrow_11:
+stateKVbf16AVX512_storedrow_22:
+stateKVbf16AVX512_rowstored_11:
 	ADDQ R10, R9
 
 stateKVbf16AVX512_nostorerow_11:
@@ -11640,50 +12152,107 @@ stateKVbf16AVX512_rows_12:
 	VBROADCASTSS (BX)(CX*4), Z0
 	VMOVUPS      (AX), Z1
 	VMULPS       Z1, Z6, Z1
-	VFMADD231PS  Z9, Z0, Z1
+	VFMADD231PS  Z10, Z0, Z1
 	VMOVUPS      64(AX), Z2
 	VMULPS       Z2, Z6, Z2
-	VFMADD231PS  Z10, Z0, Z2
+	VFMADD231PS  Z11, Z0, Z2
 	VMOVUPS      128(AX), Z3
 	VMULPS       Z3, Z6, Z3
-	VFMADD231PS  Z11, Z0, Z3
+	VFMADD231PS  Z12, Z0, Z3
 	TESTQ        R9, R9
 	JZ           stateKVbf16AVX512_nostorerow_12
+	CMPL         128(SP), $0x00
+	JNE          stateKVbf16AVX512_rownan_12
 	CMPB         120(SP), $0x00
-	JE           stateKVbf16AVX512_temporalrow_12
+	JE           stateKVbf16AVX512_temporalrow_23
 	VMOVAPS      Z1, Z0
 	VPSRLD       $0x10, Z0, Z4
-	VCMPPS       $0x03, Z0, Z0, K2
-	VPANDD.BCST  one_i<>+0(SB), Z4, Z5
+	VPANDD.BCST  one_i<>+0(SB), Z4, Z4
 	VPADDD.BCST  round<>+0(SB), Z0, Z0
-	VPADDD       Z5, Z0, Z0
+	VPADDD       Z4, Z0, Z0
 	VPSRLD       $0x10, Z0, Z0
-	VPORD.BCST   quiet<>+0(SB), Z4, K2, Z0
 	VPMOVDW      Z0, Y0
 	VMOVNTDQ     Y0, (R9)
 	VMOVAPS      Z2, Z0
 	VPSRLD       $0x10, Z0, Z4
-	VCMPPS       $0x03, Z0, Z0, K2
-	VPANDD.BCST  one_i<>+0(SB), Z4, Z5
+	VPANDD.BCST  one_i<>+0(SB), Z4, Z4
 	VPADDD.BCST  round<>+0(SB), Z0, Z0
-	VPADDD       Z5, Z0, Z0
+	VPADDD       Z4, Z0, Z0
 	VPSRLD       $0x10, Z0, Z0
-	VPORD.BCST   quiet<>+0(SB), Z4, K2, Z0
 	VPMOVDW      Z0, Y0
 	VMOVNTDQ     Y0, 32(R9)
 	VMOVAPS      Z3, Z0
 	VPSRLD       $0x10, Z0, Z4
-	VCMPPS       $0x03, Z0, Z0, K2
-	VPANDD.BCST  one_i<>+0(SB), Z4, Z5
+	VPANDD.BCST  one_i<>+0(SB), Z4, Z4
 	VPADDD.BCST  round<>+0(SB), Z0, Z0
-	VPADDD       Z5, Z0, Z0
+	VPADDD       Z4, Z0, Z0
 	VPSRLD       $0x10, Z0, Z0
-	VPORD.BCST   quiet<>+0(SB), Z4, K2, Z0
 	VPMOVDW      Z0, Y0
 	VMOVNTDQ     Y0, 64(R9)
-	JMP          stateKVbf16AVX512_storedrow_12
+	JMP          stateKVbf16AVX512_storedrow_23
 
-stateKVbf16AVX512_temporalrow_12:
+stateKVbf16AVX512_temporalrow_23:
+	VMOVAPS     Z1, Z0
+	VPSRLD      $0x10, Z0, Z4
+	VPANDD.BCST one_i<>+0(SB), Z4, Z4
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z4, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPMOVDW     Z0, (R9)
+	VMOVAPS     Z2, Z0
+	VPSRLD      $0x10, Z0, Z4
+	VPANDD.BCST one_i<>+0(SB), Z4, Z4
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z4, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPMOVDW     Z0, 32(R9)
+	VMOVAPS     Z3, Z0
+	VPSRLD      $0x10, Z0, Z4
+	VPANDD.BCST one_i<>+0(SB), Z4, Z4
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z4, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPMOVDW     Z0, K1, 64(R9)
+
+stateKVbf16AVX512_storedrow_23:
+	JMP stateKVbf16AVX512_rowstored_12
+
+stateKVbf16AVX512_rownan_12:
+	CMPB        120(SP), $0x00
+	JE          stateKVbf16AVX512_temporalrow_24
+	VMOVAPS     Z1, Z0
+	VPSRLD      $0x10, Z0, Z4
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z4, Z5
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z5, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z4, K2, Z0
+	VPMOVDW     Z0, Y0
+	VMOVNTDQ    Y0, (R9)
+	VMOVAPS     Z2, Z0
+	VPSRLD      $0x10, Z0, Z4
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z4, Z5
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z5, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z4, K2, Z0
+	VPMOVDW     Z0, Y0
+	VMOVNTDQ    Y0, 32(R9)
+	VMOVAPS     Z3, Z0
+	VPSRLD      $0x10, Z0, Z4
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z4, Z5
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z5, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z4, K2, Z0
+	VPMOVDW     Z0, Y0
+	VMOVNTDQ    Y0, 64(R9)
+	JMP         stateKVbf16AVX512_storedrow_24
+
+stateKVbf16AVX512_temporalrow_24:
 	VMOVAPS     Z1, Z0
 	VPSRLD      $0x10, Z0, Z4
 	VCMPPS      $0x03, Z0, Z0, K2
@@ -11712,7 +12281,8 @@ stateKVbf16AVX512_temporalrow_12:
 	VPORD.BCST  quiet<>+0(SB), Z4, K2, Z0
 	VPMOVDW     Z0, K1, 64(R9)
 
-stateKVbf16AVX512_storedrow_12:
+stateKVbf16AVX512_storedrow_24:
+stateKVbf16AVX512_rowstored_12:
 	ADDQ R10, R9
 
 stateKVbf16AVX512_nostorerow_12:
@@ -11932,34 +12502,47 @@ stateKVbf16AVX512_notlast_4:
 	VBROADCASTSS 12(AX), Z10
 	MOVQ         80(SP), AX
 	MOVQ         88(SP), CX
-	VMOVUPS      (AX), Z11
+	VBROADCASTSS zero<>+0(SB), Z11
+	VMOVUPS      (AX), Z12
 	VFMADD213PS  Z0, Z8, Z0
-	VSUBPS       Z0, Z11, Z11
-	VMULPS       Z11, Z9, Z11
-	VFMADD213PS  Z1, Z8, Z1
-	VFMADD231PS  Z11, Z10, Z1
-	VMOVUPS      Z1, (CX)
-	VMOVUPS      64(AX), Z12
-	VFMADD213PS  Z2, Z8, Z2
-	VSUBPS       Z2, Z12, Z12
+	VSUBPS       Z0, Z12, Z12
 	VMULPS       Z12, Z9, Z12
-	VFMADD213PS  Z3, Z8, Z3
-	VFMADD231PS  Z12, Z10, Z3
-	VMOVUPS      Z3, 64(CX)
-	VMOVUPS      128(AX), Z13
-	VFMADD213PS  Z4, Z8, Z4
-	VSUBPS       Z4, Z13, Z13
+	VFMADD213PS  Z1, Z8, Z1
+	VFMADD231PS  Z12, Z10, Z1
+	VMOVUPS      Z1, (CX)
+	VSUBPS       Z12, Z12, Z0
+	VPORD        Z0, Z11, Z11
+	VMOVUPS      64(AX), Z13
+	VFMADD213PS  Z2, Z8, Z2
+	VSUBPS       Z2, Z13, Z13
 	VMULPS       Z13, Z9, Z13
-	VFMADD213PS  Z5, Z8, Z5
-	VFMADD231PS  Z13, Z10, Z5
-	VMOVUPS      Z5, 128(CX)
-	VMOVUPS.Z    192(AX), K1, Z14
-	VFMADD213PS  Z6, Z8, Z6
-	VSUBPS       Z6, Z14, Z14
+	VFMADD213PS  Z3, Z8, Z3
+	VFMADD231PS  Z13, Z10, Z3
+	VMOVUPS      Z3, 64(CX)
+	VSUBPS       Z13, Z13, Z0
+	VPORD        Z0, Z11, Z11
+	VMOVUPS      128(AX), Z14
+	VFMADD213PS  Z4, Z8, Z4
+	VSUBPS       Z4, Z14, Z14
 	VMULPS       Z14, Z9, Z14
+	VFMADD213PS  Z5, Z8, Z5
+	VFMADD231PS  Z14, Z10, Z5
+	VMOVUPS      Z5, 128(CX)
+	VSUBPS       Z14, Z14, Z0
+	VPORD        Z0, Z11, Z11
+	VMOVUPS.Z    192(AX), K1, Z15
+	VFMADD213PS  Z6, Z8, Z6
+	VSUBPS       Z6, Z15, Z15
+	VMULPS       Z15, Z9, Z15
 	VFMADD213PS  Z7, Z8, Z7
-	VFMADD231PS  Z14, Z10, Z7
+	VFMADD231PS  Z15, Z10, Z7
 	VMOVUPS      Z7, K1, 192(CX)
+	VSUBPS       Z15, Z15, Z0
+	VPORD        Z0, Z11, Z11
+	VSUBPS       Z11, Z11, Z0
+	VCMPPS       $0x03, Z0, Z0, K7
+	KMOVW        K7, AX
+	MOVL         AX, 128(SP)
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
 	VBROADCASTSS zero<>+0(SB), Z2
@@ -12038,116 +12621,189 @@ stateKVbf16AVX512_nocarry_7:
 stateKVbf16AVX512_rows_13:
 	VBROADCASTSS (BX)(CX*4), Z9
 	VBROADCASTSS (SI)(CX*4), Z10
-	VBROADCASTSS (DI)(CX*4), Z15
+	VBROADCASTSS (DI)(CX*4), Z11
 	VMOVUPS      (AX), Z16
 	VFMADD213PS  Z16, Z8, Z16
-	VFMADD231PS  Z11, Z9, Z16
+	VFMADD231PS  Z12, Z9, Z16
 	VMOVUPS      Z16, (AX)
 	VFMADD231PS  Z16, Z10, Z0
-	VFMADD231PS  Z16, Z15, Z1
+	VFMADD231PS  Z16, Z11, Z1
 	VMOVUPS      64(AX), Z16
 	VFMADD213PS  Z16, Z8, Z16
-	VFMADD231PS  Z12, Z9, Z16
+	VFMADD231PS  Z13, Z9, Z16
 	VMOVUPS      Z16, 64(AX)
 	VFMADD231PS  Z16, Z10, Z2
-	VFMADD231PS  Z16, Z15, Z3
+	VFMADD231PS  Z16, Z11, Z3
 	VMOVUPS      128(AX), Z16
 	VFMADD213PS  Z16, Z8, Z16
-	VFMADD231PS  Z13, Z9, Z16
+	VFMADD231PS  Z14, Z9, Z16
 	VMOVUPS      Z16, 128(AX)
 	VFMADD231PS  Z16, Z10, Z4
-	VFMADD231PS  Z16, Z15, Z5
+	VFMADD231PS  Z16, Z11, Z5
 	VMOVUPS      192(AX), Z16
 	VFMADD213PS  Z16, Z8, Z16
-	VFMADD231PS  Z14, Z9, Z16
+	VFMADD231PS  Z15, Z9, Z16
 	VMOVUPS      Z16, 192(AX)
 	VFMADD231PS  Z16, Z10, Z6
-	VFMADD231PS  Z16, Z15, Z7
+	VFMADD231PS  Z16, Z11, Z7
 	TESTQ        R9, R9
 	JZ           stateKVbf16AVX512_nostorerow_13
+	CMPL         128(SP), $0x00
+	JNE          stateKVbf16AVX512_rownan_13
 	CMPB         120(SP), $0x00
-	JE           stateKVbf16AVX512_temporalrow_13
+	JE           stateKVbf16AVX512_temporalrow_25
 	VMOVUPS      (AX), Z9
 	VPSRLD       $0x10, Z9, Z10
-	VCMPPS       $0x03, Z9, Z9, K2
-	VPANDD.BCST  one_i<>+0(SB), Z10, Z15
+	VPANDD.BCST  one_i<>+0(SB), Z10, Z10
 	VPADDD.BCST  round<>+0(SB), Z9, Z9
-	VPADDD       Z15, Z9, Z9
+	VPADDD       Z10, Z9, Z9
 	VPSRLD       $0x10, Z9, Z9
-	VPORD.BCST   quiet<>+0(SB), Z10, K2, Z9
 	VPMOVDW      Z9, Y9
 	VMOVNTDQ     Y9, (R9)
 	VMOVUPS      64(AX), Z9
 	VPSRLD       $0x10, Z9, Z10
-	VCMPPS       $0x03, Z9, Z9, K2
-	VPANDD.BCST  one_i<>+0(SB), Z10, Z15
+	VPANDD.BCST  one_i<>+0(SB), Z10, Z10
 	VPADDD.BCST  round<>+0(SB), Z9, Z9
-	VPADDD       Z15, Z9, Z9
+	VPADDD       Z10, Z9, Z9
 	VPSRLD       $0x10, Z9, Z9
-	VPORD.BCST   quiet<>+0(SB), Z10, K2, Z9
 	VPMOVDW      Z9, Y9
 	VMOVNTDQ     Y9, 32(R9)
 	VMOVUPS      128(AX), Z9
 	VPSRLD       $0x10, Z9, Z10
-	VCMPPS       $0x03, Z9, Z9, K2
-	VPANDD.BCST  one_i<>+0(SB), Z10, Z15
+	VPANDD.BCST  one_i<>+0(SB), Z10, Z10
 	VPADDD.BCST  round<>+0(SB), Z9, Z9
-	VPADDD       Z15, Z9, Z9
+	VPADDD       Z10, Z9, Z9
 	VPSRLD       $0x10, Z9, Z9
-	VPORD.BCST   quiet<>+0(SB), Z10, K2, Z9
 	VPMOVDW      Z9, Y9
 	VMOVNTDQ     Y9, 64(R9)
 	VMOVUPS      192(AX), Z9
 	VPSRLD       $0x10, Z9, Z10
-	VCMPPS       $0x03, Z9, Z9, K2
-	VPANDD.BCST  one_i<>+0(SB), Z10, Z15
+	VPANDD.BCST  one_i<>+0(SB), Z10, Z10
 	VPADDD.BCST  round<>+0(SB), Z9, Z9
-	VPADDD       Z15, Z9, Z9
+	VPADDD       Z10, Z9, Z9
 	VPSRLD       $0x10, Z9, Z9
-	VPORD.BCST   quiet<>+0(SB), Z10, K2, Z9
 	VPMOVDW      Z9, Y9
 	VMOVNTDQ     Y9, 96(R9)
-	JMP          stateKVbf16AVX512_storedrow_13
+	JMP          stateKVbf16AVX512_storedrow_25
 
-stateKVbf16AVX512_temporalrow_13:
+stateKVbf16AVX512_temporalrow_25:
+	VMOVUPS     (AX), Z9
+	VPSRLD      $0x10, Z9, Z10
+	VPANDD.BCST one_i<>+0(SB), Z10, Z10
+	VPADDD.BCST round<>+0(SB), Z9, Z9
+	VPADDD      Z10, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPMOVDW     Z9, (R9)
+	VMOVUPS     64(AX), Z9
+	VPSRLD      $0x10, Z9, Z10
+	VPANDD.BCST one_i<>+0(SB), Z10, Z10
+	VPADDD.BCST round<>+0(SB), Z9, Z9
+	VPADDD      Z10, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPMOVDW     Z9, 32(R9)
+	VMOVUPS     128(AX), Z9
+	VPSRLD      $0x10, Z9, Z10
+	VPANDD.BCST one_i<>+0(SB), Z10, Z10
+	VPADDD.BCST round<>+0(SB), Z9, Z9
+	VPADDD      Z10, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPMOVDW     Z9, 64(R9)
+	VMOVUPS     192(AX), Z9
+	VPSRLD      $0x10, Z9, Z10
+	VPANDD.BCST one_i<>+0(SB), Z10, Z10
+	VPADDD.BCST round<>+0(SB), Z9, Z9
+	VPADDD      Z10, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPMOVDW     Z9, K1, 96(R9)
+
+stateKVbf16AVX512_storedrow_25:
+	JMP stateKVbf16AVX512_rowstored_13
+
+stateKVbf16AVX512_rownan_13:
+	CMPB        120(SP), $0x00
+	JE          stateKVbf16AVX512_temporalrow_26
 	VMOVUPS     (AX), Z9
 	VPSRLD      $0x10, Z9, Z10
 	VCMPPS      $0x03, Z9, Z9, K2
-	VPANDD.BCST one_i<>+0(SB), Z10, Z15
+	VPANDD.BCST one_i<>+0(SB), Z10, Z11
 	VPADDD.BCST round<>+0(SB), Z9, Z9
-	VPADDD      Z15, Z9, Z9
+	VPADDD      Z11, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPORD.BCST  quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW     Z9, Y9
+	VMOVNTDQ    Y9, (R9)
+	VMOVUPS     64(AX), Z9
+	VPSRLD      $0x10, Z9, Z10
+	VCMPPS      $0x03, Z9, Z9, K2
+	VPANDD.BCST one_i<>+0(SB), Z10, Z11
+	VPADDD.BCST round<>+0(SB), Z9, Z9
+	VPADDD      Z11, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPORD.BCST  quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW     Z9, Y9
+	VMOVNTDQ    Y9, 32(R9)
+	VMOVUPS     128(AX), Z9
+	VPSRLD      $0x10, Z9, Z10
+	VCMPPS      $0x03, Z9, Z9, K2
+	VPANDD.BCST one_i<>+0(SB), Z10, Z11
+	VPADDD.BCST round<>+0(SB), Z9, Z9
+	VPADDD      Z11, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPORD.BCST  quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW     Z9, Y9
+	VMOVNTDQ    Y9, 64(R9)
+	VMOVUPS     192(AX), Z9
+	VPSRLD      $0x10, Z9, Z10
+	VCMPPS      $0x03, Z9, Z9, K2
+	VPANDD.BCST one_i<>+0(SB), Z10, Z11
+	VPADDD.BCST round<>+0(SB), Z9, Z9
+	VPADDD      Z11, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPORD.BCST  quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW     Z9, Y9
+	VMOVNTDQ    Y9, 96(R9)
+	JMP         stateKVbf16AVX512_storedrow_26
+
+stateKVbf16AVX512_temporalrow_26:
+	VMOVUPS     (AX), Z9
+	VPSRLD      $0x10, Z9, Z10
+	VCMPPS      $0x03, Z9, Z9, K2
+	VPANDD.BCST one_i<>+0(SB), Z10, Z11
+	VPADDD.BCST round<>+0(SB), Z9, Z9
+	VPADDD      Z11, Z9, Z9
 	VPSRLD      $0x10, Z9, Z9
 	VPORD.BCST  quiet<>+0(SB), Z10, K2, Z9
 	VPMOVDW     Z9, (R9)
 	VMOVUPS     64(AX), Z9
 	VPSRLD      $0x10, Z9, Z10
 	VCMPPS      $0x03, Z9, Z9, K2
-	VPANDD.BCST one_i<>+0(SB), Z10, Z15
+	VPANDD.BCST one_i<>+0(SB), Z10, Z11
 	VPADDD.BCST round<>+0(SB), Z9, Z9
-	VPADDD      Z15, Z9, Z9
+	VPADDD      Z11, Z9, Z9
 	VPSRLD      $0x10, Z9, Z9
 	VPORD.BCST  quiet<>+0(SB), Z10, K2, Z9
 	VPMOVDW     Z9, 32(R9)
 	VMOVUPS     128(AX), Z9
 	VPSRLD      $0x10, Z9, Z10
 	VCMPPS      $0x03, Z9, Z9, K2
-	VPANDD.BCST one_i<>+0(SB), Z10, Z15
+	VPANDD.BCST one_i<>+0(SB), Z10, Z11
 	VPADDD.BCST round<>+0(SB), Z9, Z9
-	VPADDD      Z15, Z9, Z9
+	VPADDD      Z11, Z9, Z9
 	VPSRLD      $0x10, Z9, Z9
 	VPORD.BCST  quiet<>+0(SB), Z10, K2, Z9
 	VPMOVDW     Z9, 64(R9)
 	VMOVUPS     192(AX), Z9
 	VPSRLD      $0x10, Z9, Z10
 	VCMPPS      $0x03, Z9, Z9, K2
-	VPANDD.BCST one_i<>+0(SB), Z10, Z15
+	VPANDD.BCST one_i<>+0(SB), Z10, Z11
 	VPADDD.BCST round<>+0(SB), Z9, Z9
-	VPADDD      Z15, Z9, Z9
+	VPADDD      Z11, Z9, Z9
 	VPSRLD      $0x10, Z9, Z9
 	VPORD.BCST  quiet<>+0(SB), Z10, K2, Z9
 	VPMOVDW     Z9, K1, 96(R9)
 
-stateKVbf16AVX512_storedrow_13:
+stateKVbf16AVX512_storedrow_26:
+stateKVbf16AVX512_rowstored_13:
 	ADDQ R10, R9
 
 stateKVbf16AVX512_nostorerow_13:
@@ -12175,63 +12831,135 @@ stateKVbf16AVX512_rows_14:
 	VBROADCASTSS (BX)(CX*4), Z0
 	VMOVUPS      (AX), Z1
 	VFMADD213PS  Z1, Z8, Z1
-	VFMADD231PS  Z11, Z0, Z1
+	VFMADD231PS  Z12, Z0, Z1
 	VMOVUPS      64(AX), Z2
 	VFMADD213PS  Z2, Z8, Z2
-	VFMADD231PS  Z12, Z0, Z2
+	VFMADD231PS  Z13, Z0, Z2
 	VMOVUPS      128(AX), Z3
 	VFMADD213PS  Z3, Z8, Z3
-	VFMADD231PS  Z13, Z0, Z3
+	VFMADD231PS  Z14, Z0, Z3
 	VMOVUPS      192(AX), Z4
 	VFMADD213PS  Z4, Z8, Z4
-	VFMADD231PS  Z14, Z0, Z4
+	VFMADD231PS  Z15, Z0, Z4
 	TESTQ        R9, R9
 	JZ           stateKVbf16AVX512_nostorerow_14
+	CMPL         128(SP), $0x00
+	JNE          stateKVbf16AVX512_rownan_14
 	CMPB         120(SP), $0x00
-	JE           stateKVbf16AVX512_temporalrow_14
+	JE           stateKVbf16AVX512_temporalrow_27
 	VMOVAPS      Z1, Z0
 	VPSRLD       $0x10, Z0, Z5
-	VCMPPS       $0x03, Z0, Z0, K2
-	VPANDD.BCST  one_i<>+0(SB), Z5, Z6
+	VPANDD.BCST  one_i<>+0(SB), Z5, Z5
 	VPADDD.BCST  round<>+0(SB), Z0, Z0
-	VPADDD       Z6, Z0, Z0
+	VPADDD       Z5, Z0, Z0
 	VPSRLD       $0x10, Z0, Z0
-	VPORD.BCST   quiet<>+0(SB), Z5, K2, Z0
 	VPMOVDW      Z0, Y0
 	VMOVNTDQ     Y0, (R9)
 	VMOVAPS      Z2, Z0
 	VPSRLD       $0x10, Z0, Z5
-	VCMPPS       $0x03, Z0, Z0, K2
-	VPANDD.BCST  one_i<>+0(SB), Z5, Z6
+	VPANDD.BCST  one_i<>+0(SB), Z5, Z5
 	VPADDD.BCST  round<>+0(SB), Z0, Z0
-	VPADDD       Z6, Z0, Z0
+	VPADDD       Z5, Z0, Z0
 	VPSRLD       $0x10, Z0, Z0
-	VPORD.BCST   quiet<>+0(SB), Z5, K2, Z0
 	VPMOVDW      Z0, Y0
 	VMOVNTDQ     Y0, 32(R9)
 	VMOVAPS      Z3, Z0
 	VPSRLD       $0x10, Z0, Z5
-	VCMPPS       $0x03, Z0, Z0, K2
-	VPANDD.BCST  one_i<>+0(SB), Z5, Z6
+	VPANDD.BCST  one_i<>+0(SB), Z5, Z5
 	VPADDD.BCST  round<>+0(SB), Z0, Z0
-	VPADDD       Z6, Z0, Z0
+	VPADDD       Z5, Z0, Z0
 	VPSRLD       $0x10, Z0, Z0
-	VPORD.BCST   quiet<>+0(SB), Z5, K2, Z0
 	VPMOVDW      Z0, Y0
 	VMOVNTDQ     Y0, 64(R9)
 	VMOVAPS      Z4, Z0
 	VPSRLD       $0x10, Z0, Z5
-	VCMPPS       $0x03, Z0, Z0, K2
-	VPANDD.BCST  one_i<>+0(SB), Z5, Z6
+	VPANDD.BCST  one_i<>+0(SB), Z5, Z5
 	VPADDD.BCST  round<>+0(SB), Z0, Z0
-	VPADDD       Z6, Z0, Z0
+	VPADDD       Z5, Z0, Z0
 	VPSRLD       $0x10, Z0, Z0
-	VPORD.BCST   quiet<>+0(SB), Z5, K2, Z0
 	VPMOVDW      Z0, Y0
 	VMOVNTDQ     Y0, 96(R9)
-	JMP          stateKVbf16AVX512_storedrow_14
+	JMP          stateKVbf16AVX512_storedrow_27
 
-stateKVbf16AVX512_temporalrow_14:
+stateKVbf16AVX512_temporalrow_27:
+	VMOVAPS     Z1, Z0
+	VPSRLD      $0x10, Z0, Z5
+	VPANDD.BCST one_i<>+0(SB), Z5, Z5
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z5, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPMOVDW     Z0, (R9)
+	VMOVAPS     Z2, Z0
+	VPSRLD      $0x10, Z0, Z5
+	VPANDD.BCST one_i<>+0(SB), Z5, Z5
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z5, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPMOVDW     Z0, 32(R9)
+	VMOVAPS     Z3, Z0
+	VPSRLD      $0x10, Z0, Z5
+	VPANDD.BCST one_i<>+0(SB), Z5, Z5
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z5, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPMOVDW     Z0, 64(R9)
+	VMOVAPS     Z4, Z0
+	VPSRLD      $0x10, Z0, Z5
+	VPANDD.BCST one_i<>+0(SB), Z5, Z5
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z5, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPMOVDW     Z0, K1, 96(R9)
+
+stateKVbf16AVX512_storedrow_27:
+	JMP stateKVbf16AVX512_rowstored_14
+
+stateKVbf16AVX512_rownan_14:
+	CMPB        120(SP), $0x00
+	JE          stateKVbf16AVX512_temporalrow_28
+	VMOVAPS     Z1, Z0
+	VPSRLD      $0x10, Z0, Z5
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z5, Z6
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z6, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z5, K2, Z0
+	VPMOVDW     Z0, Y0
+	VMOVNTDQ    Y0, (R9)
+	VMOVAPS     Z2, Z0
+	VPSRLD      $0x10, Z0, Z5
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z5, Z6
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z6, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z5, K2, Z0
+	VPMOVDW     Z0, Y0
+	VMOVNTDQ    Y0, 32(R9)
+	VMOVAPS     Z3, Z0
+	VPSRLD      $0x10, Z0, Z5
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z5, Z6
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z6, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z5, K2, Z0
+	VPMOVDW     Z0, Y0
+	VMOVNTDQ    Y0, 64(R9)
+	VMOVAPS     Z4, Z0
+	VPSRLD      $0x10, Z0, Z5
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z5, Z6
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z6, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z5, K2, Z0
+	VPMOVDW     Z0, Y0
+	VMOVNTDQ    Y0, 96(R9)
+	JMP         stateKVbf16AVX512_storedrow_28
+
+stateKVbf16AVX512_temporalrow_28:
 	VMOVAPS     Z1, Z0
 	VPSRLD      $0x10, Z0, Z5
 	VCMPPS      $0x03, Z0, Z0, K2
@@ -12269,7 +12997,8 @@ stateKVbf16AVX512_temporalrow_14:
 	VPORD.BCST  quiet<>+0(SB), Z5, K2, Z0
 	VPMOVDW     Z0, K1, 96(R9)
 
-stateKVbf16AVX512_storedrow_14:
+stateKVbf16AVX512_storedrow_28:
+stateKVbf16AVX512_rowstored_14:
 	ADDQ R10, R9
 
 stateKVbf16AVX512_nostorerow_14:
@@ -12300,34 +13029,47 @@ stateKVbf16AVX512_far_4:
 	VBROADCASTSS 12(AX), Z10
 	MOVQ         80(SP), AX
 	MOVQ         88(SP), CX
-	VMOVUPS      (AX), Z11
+	VBROADCASTSS zero<>+0(SB), Z11
+	VMOVUPS      (AX), Z12
 	VMULPS       Z0, Z8, Z0
-	VSUBPS       Z0, Z11, Z11
-	VMULPS       Z11, Z9, Z11
-	VMULPS       Z1, Z8, Z1
-	VFMADD231PS  Z11, Z10, Z1
-	VMOVUPS      Z1, (CX)
-	VMOVUPS      64(AX), Z12
-	VMULPS       Z2, Z8, Z2
-	VSUBPS       Z2, Z12, Z12
+	VSUBPS       Z0, Z12, Z12
 	VMULPS       Z12, Z9, Z12
-	VMULPS       Z3, Z8, Z3
-	VFMADD231PS  Z12, Z10, Z3
-	VMOVUPS      Z3, 64(CX)
-	VMOVUPS      128(AX), Z13
-	VMULPS       Z4, Z8, Z4
-	VSUBPS       Z4, Z13, Z13
+	VMULPS       Z1, Z8, Z1
+	VFMADD231PS  Z12, Z10, Z1
+	VMOVUPS      Z1, (CX)
+	VSUBPS       Z12, Z12, Z0
+	VPORD        Z0, Z11, Z11
+	VMOVUPS      64(AX), Z13
+	VMULPS       Z2, Z8, Z2
+	VSUBPS       Z2, Z13, Z13
 	VMULPS       Z13, Z9, Z13
-	VMULPS       Z5, Z8, Z5
-	VFMADD231PS  Z13, Z10, Z5
-	VMOVUPS      Z5, 128(CX)
-	VMOVUPS.Z    192(AX), K1, Z14
-	VMULPS       Z6, Z8, Z6
-	VSUBPS       Z6, Z14, Z14
+	VMULPS       Z3, Z8, Z3
+	VFMADD231PS  Z13, Z10, Z3
+	VMOVUPS      Z3, 64(CX)
+	VSUBPS       Z13, Z13, Z0
+	VPORD        Z0, Z11, Z11
+	VMOVUPS      128(AX), Z14
+	VMULPS       Z4, Z8, Z4
+	VSUBPS       Z4, Z14, Z14
 	VMULPS       Z14, Z9, Z14
+	VMULPS       Z5, Z8, Z5
+	VFMADD231PS  Z14, Z10, Z5
+	VMOVUPS      Z5, 128(CX)
+	VSUBPS       Z14, Z14, Z0
+	VPORD        Z0, Z11, Z11
+	VMOVUPS.Z    192(AX), K1, Z15
+	VMULPS       Z6, Z8, Z6
+	VSUBPS       Z6, Z15, Z15
+	VMULPS       Z15, Z9, Z15
 	VMULPS       Z7, Z8, Z7
-	VFMADD231PS  Z14, Z10, Z7
+	VFMADD231PS  Z15, Z10, Z7
 	VMOVUPS      Z7, K1, 192(CX)
+	VSUBPS       Z15, Z15, Z0
+	VPORD        Z0, Z11, Z11
+	VSUBPS       Z11, Z11, Z0
+	VCMPPS       $0x03, Z0, Z0, K7
+	KMOVW        K7, AX
+	MOVL         AX, 128(SP)
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
 	VBROADCASTSS zero<>+0(SB), Z2
@@ -12406,116 +13148,189 @@ stateKVbf16AVX512_nocarry_8:
 stateKVbf16AVX512_rows_15:
 	VBROADCASTSS (BX)(CX*4), Z9
 	VBROADCASTSS (SI)(CX*4), Z10
-	VBROADCASTSS (DI)(CX*4), Z15
+	VBROADCASTSS (DI)(CX*4), Z11
 	VMOVUPS      (AX), Z16
 	VMULPS       Z16, Z8, Z16
-	VFMADD231PS  Z11, Z9, Z16
+	VFMADD231PS  Z12, Z9, Z16
 	VMOVUPS      Z16, (AX)
 	VFMADD231PS  Z16, Z10, Z0
-	VFMADD231PS  Z16, Z15, Z1
+	VFMADD231PS  Z16, Z11, Z1
 	VMOVUPS      64(AX), Z16
 	VMULPS       Z16, Z8, Z16
-	VFMADD231PS  Z12, Z9, Z16
+	VFMADD231PS  Z13, Z9, Z16
 	VMOVUPS      Z16, 64(AX)
 	VFMADD231PS  Z16, Z10, Z2
-	VFMADD231PS  Z16, Z15, Z3
+	VFMADD231PS  Z16, Z11, Z3
 	VMOVUPS      128(AX), Z16
 	VMULPS       Z16, Z8, Z16
-	VFMADD231PS  Z13, Z9, Z16
+	VFMADD231PS  Z14, Z9, Z16
 	VMOVUPS      Z16, 128(AX)
 	VFMADD231PS  Z16, Z10, Z4
-	VFMADD231PS  Z16, Z15, Z5
+	VFMADD231PS  Z16, Z11, Z5
 	VMOVUPS      192(AX), Z16
 	VMULPS       Z16, Z8, Z16
-	VFMADD231PS  Z14, Z9, Z16
+	VFMADD231PS  Z15, Z9, Z16
 	VMOVUPS      Z16, 192(AX)
 	VFMADD231PS  Z16, Z10, Z6
-	VFMADD231PS  Z16, Z15, Z7
+	VFMADD231PS  Z16, Z11, Z7
 	TESTQ        R9, R9
 	JZ           stateKVbf16AVX512_nostorerow_15
+	CMPL         128(SP), $0x00
+	JNE          stateKVbf16AVX512_rownan_15
 	CMPB         120(SP), $0x00
-	JE           stateKVbf16AVX512_temporalrow_15
+	JE           stateKVbf16AVX512_temporalrow_29
 	VMOVUPS      (AX), Z9
 	VPSRLD       $0x10, Z9, Z10
-	VCMPPS       $0x03, Z9, Z9, K2
-	VPANDD.BCST  one_i<>+0(SB), Z10, Z15
+	VPANDD.BCST  one_i<>+0(SB), Z10, Z10
 	VPADDD.BCST  round<>+0(SB), Z9, Z9
-	VPADDD       Z15, Z9, Z9
+	VPADDD       Z10, Z9, Z9
 	VPSRLD       $0x10, Z9, Z9
-	VPORD.BCST   quiet<>+0(SB), Z10, K2, Z9
 	VPMOVDW      Z9, Y9
 	VMOVNTDQ     Y9, (R9)
 	VMOVUPS      64(AX), Z9
 	VPSRLD       $0x10, Z9, Z10
-	VCMPPS       $0x03, Z9, Z9, K2
-	VPANDD.BCST  one_i<>+0(SB), Z10, Z15
+	VPANDD.BCST  one_i<>+0(SB), Z10, Z10
 	VPADDD.BCST  round<>+0(SB), Z9, Z9
-	VPADDD       Z15, Z9, Z9
+	VPADDD       Z10, Z9, Z9
 	VPSRLD       $0x10, Z9, Z9
-	VPORD.BCST   quiet<>+0(SB), Z10, K2, Z9
 	VPMOVDW      Z9, Y9
 	VMOVNTDQ     Y9, 32(R9)
 	VMOVUPS      128(AX), Z9
 	VPSRLD       $0x10, Z9, Z10
-	VCMPPS       $0x03, Z9, Z9, K2
-	VPANDD.BCST  one_i<>+0(SB), Z10, Z15
+	VPANDD.BCST  one_i<>+0(SB), Z10, Z10
 	VPADDD.BCST  round<>+0(SB), Z9, Z9
-	VPADDD       Z15, Z9, Z9
+	VPADDD       Z10, Z9, Z9
 	VPSRLD       $0x10, Z9, Z9
-	VPORD.BCST   quiet<>+0(SB), Z10, K2, Z9
 	VPMOVDW      Z9, Y9
 	VMOVNTDQ     Y9, 64(R9)
 	VMOVUPS      192(AX), Z9
 	VPSRLD       $0x10, Z9, Z10
-	VCMPPS       $0x03, Z9, Z9, K2
-	VPANDD.BCST  one_i<>+0(SB), Z10, Z15
+	VPANDD.BCST  one_i<>+0(SB), Z10, Z10
 	VPADDD.BCST  round<>+0(SB), Z9, Z9
-	VPADDD       Z15, Z9, Z9
+	VPADDD       Z10, Z9, Z9
 	VPSRLD       $0x10, Z9, Z9
-	VPORD.BCST   quiet<>+0(SB), Z10, K2, Z9
 	VPMOVDW      Z9, Y9
 	VMOVNTDQ     Y9, 96(R9)
-	JMP          stateKVbf16AVX512_storedrow_15
+	JMP          stateKVbf16AVX512_storedrow_29
 
-stateKVbf16AVX512_temporalrow_15:
+stateKVbf16AVX512_temporalrow_29:
+	VMOVUPS     (AX), Z9
+	VPSRLD      $0x10, Z9, Z10
+	VPANDD.BCST one_i<>+0(SB), Z10, Z10
+	VPADDD.BCST round<>+0(SB), Z9, Z9
+	VPADDD      Z10, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPMOVDW     Z9, (R9)
+	VMOVUPS     64(AX), Z9
+	VPSRLD      $0x10, Z9, Z10
+	VPANDD.BCST one_i<>+0(SB), Z10, Z10
+	VPADDD.BCST round<>+0(SB), Z9, Z9
+	VPADDD      Z10, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPMOVDW     Z9, 32(R9)
+	VMOVUPS     128(AX), Z9
+	VPSRLD      $0x10, Z9, Z10
+	VPANDD.BCST one_i<>+0(SB), Z10, Z10
+	VPADDD.BCST round<>+0(SB), Z9, Z9
+	VPADDD      Z10, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPMOVDW     Z9, 64(R9)
+	VMOVUPS     192(AX), Z9
+	VPSRLD      $0x10, Z9, Z10
+	VPANDD.BCST one_i<>+0(SB), Z10, Z10
+	VPADDD.BCST round<>+0(SB), Z9, Z9
+	VPADDD      Z10, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPMOVDW     Z9, K1, 96(R9)
+
+stateKVbf16AVX512_storedrow_29:
+	JMP stateKVbf16AVX512_rowstored_15
+
+stateKVbf16AVX512_rownan_15:
+	CMPB        120(SP), $0x00
+	JE          stateKVbf16AVX512_temporalrow_30
 	VMOVUPS     (AX), Z9
 	VPSRLD      $0x10, Z9, Z10
 	VCMPPS      $0x03, Z9, Z9, K2
-	VPANDD.BCST one_i<>+0(SB), Z10, Z15
+	VPANDD.BCST one_i<>+0(SB), Z10, Z11
 	VPADDD.BCST round<>+0(SB), Z9, Z9
-	VPADDD      Z15, Z9, Z9
+	VPADDD      Z11, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPORD.BCST  quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW     Z9, Y9
+	VMOVNTDQ    Y9, (R9)
+	VMOVUPS     64(AX), Z9
+	VPSRLD      $0x10, Z9, Z10
+	VCMPPS      $0x03, Z9, Z9, K2
+	VPANDD.BCST one_i<>+0(SB), Z10, Z11
+	VPADDD.BCST round<>+0(SB), Z9, Z9
+	VPADDD      Z11, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPORD.BCST  quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW     Z9, Y9
+	VMOVNTDQ    Y9, 32(R9)
+	VMOVUPS     128(AX), Z9
+	VPSRLD      $0x10, Z9, Z10
+	VCMPPS      $0x03, Z9, Z9, K2
+	VPANDD.BCST one_i<>+0(SB), Z10, Z11
+	VPADDD.BCST round<>+0(SB), Z9, Z9
+	VPADDD      Z11, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPORD.BCST  quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW     Z9, Y9
+	VMOVNTDQ    Y9, 64(R9)
+	VMOVUPS     192(AX), Z9
+	VPSRLD      $0x10, Z9, Z10
+	VCMPPS      $0x03, Z9, Z9, K2
+	VPANDD.BCST one_i<>+0(SB), Z10, Z11
+	VPADDD.BCST round<>+0(SB), Z9, Z9
+	VPADDD      Z11, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPORD.BCST  quiet<>+0(SB), Z10, K2, Z9
+	VPMOVDW     Z9, Y9
+	VMOVNTDQ    Y9, 96(R9)
+	JMP         stateKVbf16AVX512_storedrow_30
+
+stateKVbf16AVX512_temporalrow_30:
+	VMOVUPS     (AX), Z9
+	VPSRLD      $0x10, Z9, Z10
+	VCMPPS      $0x03, Z9, Z9, K2
+	VPANDD.BCST one_i<>+0(SB), Z10, Z11
+	VPADDD.BCST round<>+0(SB), Z9, Z9
+	VPADDD      Z11, Z9, Z9
 	VPSRLD      $0x10, Z9, Z9
 	VPORD.BCST  quiet<>+0(SB), Z10, K2, Z9
 	VPMOVDW     Z9, (R9)
 	VMOVUPS     64(AX), Z9
 	VPSRLD      $0x10, Z9, Z10
 	VCMPPS      $0x03, Z9, Z9, K2
-	VPANDD.BCST one_i<>+0(SB), Z10, Z15
+	VPANDD.BCST one_i<>+0(SB), Z10, Z11
 	VPADDD.BCST round<>+0(SB), Z9, Z9
-	VPADDD      Z15, Z9, Z9
+	VPADDD      Z11, Z9, Z9
 	VPSRLD      $0x10, Z9, Z9
 	VPORD.BCST  quiet<>+0(SB), Z10, K2, Z9
 	VPMOVDW     Z9, 32(R9)
 	VMOVUPS     128(AX), Z9
 	VPSRLD      $0x10, Z9, Z10
 	VCMPPS      $0x03, Z9, Z9, K2
-	VPANDD.BCST one_i<>+0(SB), Z10, Z15
+	VPANDD.BCST one_i<>+0(SB), Z10, Z11
 	VPADDD.BCST round<>+0(SB), Z9, Z9
-	VPADDD      Z15, Z9, Z9
+	VPADDD      Z11, Z9, Z9
 	VPSRLD      $0x10, Z9, Z9
 	VPORD.BCST  quiet<>+0(SB), Z10, K2, Z9
 	VPMOVDW     Z9, 64(R9)
 	VMOVUPS     192(AX), Z9
 	VPSRLD      $0x10, Z9, Z10
 	VCMPPS      $0x03, Z9, Z9, K2
-	VPANDD.BCST one_i<>+0(SB), Z10, Z15
+	VPANDD.BCST one_i<>+0(SB), Z10, Z11
 	VPADDD.BCST round<>+0(SB), Z9, Z9
-	VPADDD      Z15, Z9, Z9
+	VPADDD      Z11, Z9, Z9
 	VPSRLD      $0x10, Z9, Z9
 	VPORD.BCST  quiet<>+0(SB), Z10, K2, Z9
 	VPMOVDW     Z9, K1, 96(R9)
 
-stateKVbf16AVX512_storedrow_15:
+stateKVbf16AVX512_storedrow_30:
+stateKVbf16AVX512_rowstored_15:
 	ADDQ R10, R9
 
 stateKVbf16AVX512_nostorerow_15:
@@ -12543,63 +13358,135 @@ stateKVbf16AVX512_rows_16:
 	VBROADCASTSS (BX)(CX*4), Z0
 	VMOVUPS      (AX), Z1
 	VMULPS       Z1, Z8, Z1
-	VFMADD231PS  Z11, Z0, Z1
+	VFMADD231PS  Z12, Z0, Z1
 	VMOVUPS      64(AX), Z2
 	VMULPS       Z2, Z8, Z2
-	VFMADD231PS  Z12, Z0, Z2
+	VFMADD231PS  Z13, Z0, Z2
 	VMOVUPS      128(AX), Z3
 	VMULPS       Z3, Z8, Z3
-	VFMADD231PS  Z13, Z0, Z3
+	VFMADD231PS  Z14, Z0, Z3
 	VMOVUPS      192(AX), Z4
 	VMULPS       Z4, Z8, Z4
-	VFMADD231PS  Z14, Z0, Z4
+	VFMADD231PS  Z15, Z0, Z4
 	TESTQ        R9, R9
 	JZ           stateKVbf16AVX512_nostorerow_16
+	CMPL         128(SP), $0x00
+	JNE          stateKVbf16AVX512_rownan_16
 	CMPB         120(SP), $0x00
-	JE           stateKVbf16AVX512_temporalrow_16
+	JE           stateKVbf16AVX512_temporalrow_31
 	VMOVAPS      Z1, Z0
 	VPSRLD       $0x10, Z0, Z5
-	VCMPPS       $0x03, Z0, Z0, K2
-	VPANDD.BCST  one_i<>+0(SB), Z5, Z6
+	VPANDD.BCST  one_i<>+0(SB), Z5, Z5
 	VPADDD.BCST  round<>+0(SB), Z0, Z0
-	VPADDD       Z6, Z0, Z0
+	VPADDD       Z5, Z0, Z0
 	VPSRLD       $0x10, Z0, Z0
-	VPORD.BCST   quiet<>+0(SB), Z5, K2, Z0
 	VPMOVDW      Z0, Y0
 	VMOVNTDQ     Y0, (R9)
 	VMOVAPS      Z2, Z0
 	VPSRLD       $0x10, Z0, Z5
-	VCMPPS       $0x03, Z0, Z0, K2
-	VPANDD.BCST  one_i<>+0(SB), Z5, Z6
+	VPANDD.BCST  one_i<>+0(SB), Z5, Z5
 	VPADDD.BCST  round<>+0(SB), Z0, Z0
-	VPADDD       Z6, Z0, Z0
+	VPADDD       Z5, Z0, Z0
 	VPSRLD       $0x10, Z0, Z0
-	VPORD.BCST   quiet<>+0(SB), Z5, K2, Z0
 	VPMOVDW      Z0, Y0
 	VMOVNTDQ     Y0, 32(R9)
 	VMOVAPS      Z3, Z0
 	VPSRLD       $0x10, Z0, Z5
-	VCMPPS       $0x03, Z0, Z0, K2
-	VPANDD.BCST  one_i<>+0(SB), Z5, Z6
+	VPANDD.BCST  one_i<>+0(SB), Z5, Z5
 	VPADDD.BCST  round<>+0(SB), Z0, Z0
-	VPADDD       Z6, Z0, Z0
+	VPADDD       Z5, Z0, Z0
 	VPSRLD       $0x10, Z0, Z0
-	VPORD.BCST   quiet<>+0(SB), Z5, K2, Z0
 	VPMOVDW      Z0, Y0
 	VMOVNTDQ     Y0, 64(R9)
 	VMOVAPS      Z4, Z0
 	VPSRLD       $0x10, Z0, Z5
-	VCMPPS       $0x03, Z0, Z0, K2
-	VPANDD.BCST  one_i<>+0(SB), Z5, Z6
+	VPANDD.BCST  one_i<>+0(SB), Z5, Z5
 	VPADDD.BCST  round<>+0(SB), Z0, Z0
-	VPADDD       Z6, Z0, Z0
+	VPADDD       Z5, Z0, Z0
 	VPSRLD       $0x10, Z0, Z0
-	VPORD.BCST   quiet<>+0(SB), Z5, K2, Z0
 	VPMOVDW      Z0, Y0
 	VMOVNTDQ     Y0, 96(R9)
-	JMP          stateKVbf16AVX512_storedrow_16
+	JMP          stateKVbf16AVX512_storedrow_31
 
-stateKVbf16AVX512_temporalrow_16:
+stateKVbf16AVX512_temporalrow_31:
+	VMOVAPS     Z1, Z0
+	VPSRLD      $0x10, Z0, Z5
+	VPANDD.BCST one_i<>+0(SB), Z5, Z5
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z5, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPMOVDW     Z0, (R9)
+	VMOVAPS     Z2, Z0
+	VPSRLD      $0x10, Z0, Z5
+	VPANDD.BCST one_i<>+0(SB), Z5, Z5
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z5, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPMOVDW     Z0, 32(R9)
+	VMOVAPS     Z3, Z0
+	VPSRLD      $0x10, Z0, Z5
+	VPANDD.BCST one_i<>+0(SB), Z5, Z5
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z5, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPMOVDW     Z0, 64(R9)
+	VMOVAPS     Z4, Z0
+	VPSRLD      $0x10, Z0, Z5
+	VPANDD.BCST one_i<>+0(SB), Z5, Z5
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z5, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPMOVDW     Z0, K1, 96(R9)
+
+stateKVbf16AVX512_storedrow_31:
+	JMP stateKVbf16AVX512_rowstored_16
+
+stateKVbf16AVX512_rownan_16:
+	CMPB        120(SP), $0x00
+	JE          stateKVbf16AVX512_temporalrow_32
+	VMOVAPS     Z1, Z0
+	VPSRLD      $0x10, Z0, Z5
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z5, Z6
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z6, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z5, K2, Z0
+	VPMOVDW     Z0, Y0
+	VMOVNTDQ    Y0, (R9)
+	VMOVAPS     Z2, Z0
+	VPSRLD      $0x10, Z0, Z5
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z5, Z6
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z6, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z5, K2, Z0
+	VPMOVDW     Z0, Y0
+	VMOVNTDQ    Y0, 32(R9)
+	VMOVAPS     Z3, Z0
+	VPSRLD      $0x10, Z0, Z5
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z5, Z6
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z6, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z5, K2, Z0
+	VPMOVDW     Z0, Y0
+	VMOVNTDQ    Y0, 64(R9)
+	VMOVAPS     Z4, Z0
+	VPSRLD      $0x10, Z0, Z5
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z5, Z6
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z6, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z5, K2, Z0
+	VPMOVDW     Z0, Y0
+	VMOVNTDQ    Y0, 96(R9)
+	JMP         stateKVbf16AVX512_storedrow_32
+
+stateKVbf16AVX512_temporalrow_32:
 	VMOVAPS     Z1, Z0
 	VPSRLD      $0x10, Z0, Z5
 	VCMPPS      $0x03, Z0, Z0, K2
@@ -12637,7 +13524,8 @@ stateKVbf16AVX512_temporalrow_16:
 	VPORD.BCST  quiet<>+0(SB), Z5, K2, Z0
 	VPMOVDW     Z0, K1, 96(R9)
 
-stateKVbf16AVX512_storedrow_16:
+stateKVbf16AVX512_storedrow_32:
+stateKVbf16AVX512_rowstored_16:
 	ADDQ R10, R9
 
 stateKVbf16AVX512_nostorerow_16:
@@ -14367,7 +15255,7 @@ stateKVf32AVX2_done_1:
 
 // func stateKVbf16AVX2(K int, V int, src []uint16, src32 []float32, stores []uintptr, carry []float32, kh []float32, qh []float32, v []float32, vs int, o []float32, tok []float32, work []float32, pf []uintptr)
 // Requires: AVX, AVX2, CMOV, FMA3, MMX+
-TEXT ·stateKVbf16AVX2(SB), NOSPLIT, $392-288
+TEXT ·stateKVbf16AVX2(SB), NOSPLIT, $400-288
 	MOVQ  K+0(FP), AX
 	MOVQ  V+8(FP), CX
 	MOVQ  tok_len+224(FP), DX
@@ -14602,14 +15490,17 @@ stateKVbf16AVX2_notlast_1:
 	VBROADCASTSS 12(CX), Y10
 	MOVQ         80(SP), CX
 	MOVQ         88(SP), DX
-	VMOVUPS      (CX), Y11
+	VXORPS       Y11, Y11, Y11
+	VMOVUPS      (CX), Y12
 	VFMADD213PS  Y0, Y8, Y0
-	VSUBPS       Y0, Y11, Y11
-	VMULPS       Y11, Y9, Y11
+	VSUBPS       Y0, Y12, Y12
+	VMULPS       Y12, Y9, Y12
 	VFMADD213PS  Y1, Y8, Y1
-	VFMADD231PS  Y11, Y10, Y1
+	VFMADD231PS  Y12, Y10, Y1
 	VMOVUPS      Y1, (DX)
-	VMOVUPS      Y11, (AX)
+	VSUBPS       Y12, Y12, Y0
+	VORPS        Y0, Y11, Y11
+	VMOVUPS      Y12, (AX)
 	VMOVUPS      32(CX), Y0
 	VFMADD213PS  Y2, Y8, Y2
 	VSUBPS       Y2, Y0, Y0
@@ -14617,6 +15508,8 @@ stateKVbf16AVX2_notlast_1:
 	VFMADD213PS  Y3, Y8, Y3
 	VFMADD231PS  Y0, Y10, Y3
 	VMOVUPS      Y3, 32(DX)
+	VSUBPS       Y0, Y0, Y1
+	VORPS        Y1, Y11, Y11
 	VMOVUPS      Y0, 32(AX)
 	VMOVUPS      64(CX), Y0
 	VFMADD213PS  Y4, Y8, Y4
@@ -14625,6 +15518,8 @@ stateKVbf16AVX2_notlast_1:
 	VFMADD213PS  Y5, Y8, Y5
 	VFMADD231PS  Y0, Y10, Y5
 	VMOVUPS      Y5, 64(DX)
+	VSUBPS       Y0, Y0, Y1
+	VORPS        Y1, Y11, Y11
 	VMOVUPS      Y0, 64(AX)
 	VMOVUPS      96(CX), Y0
 	VFMADD213PS  Y6, Y8, Y6
@@ -14633,7 +15528,13 @@ stateKVbf16AVX2_notlast_1:
 	VFMADD213PS  Y7, Y8, Y7
 	VFMADD231PS  Y0, Y10, Y7
 	VMOVUPS      Y7, 96(DX)
+	VSUBPS       Y0, Y0, Y1
+	VORPS        Y1, Y11, Y11
 	VMOVUPS      Y0, 96(AX)
+	VSUBPS       Y11, Y11, Y0
+	VCMPPS       $0x03, Y0, Y0, Y0
+	VMOVMSKPS    Y0, AX
+	MOVL         AX, 392(SP)
 	VXORPS       Y0, Y0, Y0
 	VXORPS       Y1, Y1, Y1
 	VXORPS       Y2, Y2, Y2
@@ -14742,8 +15643,92 @@ stateKVbf16AVX2_rows_1:
 	VFMADD231PS  Y12, Y11, Y7
 	TESTQ        R9, R9
 	JZ           stateKVbf16AVX2_nostorerow_1
+	CMPL         392(SP), $0x00
+	JNE          stateKVbf16AVX2_rownan_1
 	CMPB         384(SP), $0x00
 	JE           stateKVbf16AVX2_temporalrow_1
+	VMOVUPS      (AX), Y9
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y10, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X10
+	VPACKUSDW    X10, X9, X10
+	VMOVNTDQ     X10, (R9)
+	VMOVUPS      32(AX), Y9
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y10, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X10
+	VPACKUSDW    X10, X9, X10
+	VMOVNTDQ     X10, 16(R9)
+	VMOVUPS      64(AX), Y9
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y10, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X10
+	VPACKUSDW    X10, X9, X10
+	VMOVNTDQ     X10, 32(R9)
+	VMOVUPS      96(AX), Y9
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y10, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X10
+	VPACKUSDW    X10, X9, X10
+	VMOVNTDQ     X10, 48(R9)
+	JMP          stateKVbf16AVX2_storedrow_1
+
+stateKVbf16AVX2_temporalrow_1:
+	VMOVUPS      (AX), Y9
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y10, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X10
+	VPACKUSDW    X10, X9, X10
+	VMOVDQU      X10, (R9)
+	VMOVUPS      32(AX), Y9
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y10, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X10
+	VPACKUSDW    X10, X9, X10
+	VMOVDQU      X10, 16(R9)
+	VMOVUPS      64(AX), Y9
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y10, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X10
+	VPACKUSDW    X10, X9, X10
+	VMOVDQU      X10, 32(R9)
+	VMOVUPS      96(AX), Y9
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y10, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X10
+	VPACKUSDW    X10, X9, X10
+	VMOVDQU      X10, 48(R9)
+
+stateKVbf16AVX2_storedrow_1:
+	JMP stateKVbf16AVX2_rowstored_1
+
+stateKVbf16AVX2_rownan_1:
+	CMPB         384(SP), $0x00
+	JE           stateKVbf16AVX2_temporalrow_2
 	VMOVUPS      (AX), Y9
 	VPSRLD       $0x10, Y9, Y10
 	VCMPPS       $0x03, Y9, Y9, Y12
@@ -14792,9 +15777,9 @@ stateKVbf16AVX2_rows_1:
 	VEXTRACTI128 $0x01, Y9, X10
 	VPACKUSDW    X10, X9, X10
 	VMOVNTDQ     X10, 48(R9)
-	JMP          stateKVbf16AVX2_storedrow_1
+	JMP          stateKVbf16AVX2_storedrow_2
 
-stateKVbf16AVX2_temporalrow_1:
+stateKVbf16AVX2_temporalrow_2:
 	VMOVUPS      (AX), Y9
 	VPSRLD       $0x10, Y9, Y10
 	VCMPPS       $0x03, Y9, Y9, Y12
@@ -14844,7 +15829,8 @@ stateKVbf16AVX2_temporalrow_1:
 	VPACKUSDW    X10, X9, X10
 	VMOVDQU      X10, 48(R9)
 
-stateKVbf16AVX2_storedrow_1:
+stateKVbf16AVX2_storedrow_2:
+stateKVbf16AVX2_rowstored_1:
 	ADDQ R10, R9
 
 stateKVbf16AVX2_nostorerow_1:
@@ -14884,8 +15870,92 @@ stateKVbf16AVX2_rows_2:
 	VFMADD231PS  96(R12), Y0, Y4
 	TESTQ        R9, R9
 	JZ           stateKVbf16AVX2_nostorerow_2
+	CMPL         392(SP), $0x00
+	JNE          stateKVbf16AVX2_rownan_2
 	CMPB         384(SP), $0x00
-	JE           stateKVbf16AVX2_temporalrow_2
+	JE           stateKVbf16AVX2_temporalrow_3
+	VMOVAPS      Y1, Y0
+	VPSRLD       $0x10, Y0, Y5
+	VPAND        one_i<>+0(SB), Y5, Y5
+	VPADDD       round<>+0(SB), Y0, Y0
+	VPADDD       Y5, Y0, Y0
+	VPSRLD       $0x10, Y0, Y0
+	VEXTRACTI128 $0x01, Y0, X5
+	VPACKUSDW    X5, X0, X5
+	VMOVNTDQ     X5, (R9)
+	VMOVAPS      Y2, Y0
+	VPSRLD       $0x10, Y0, Y5
+	VPAND        one_i<>+0(SB), Y5, Y5
+	VPADDD       round<>+0(SB), Y0, Y0
+	VPADDD       Y5, Y0, Y0
+	VPSRLD       $0x10, Y0, Y0
+	VEXTRACTI128 $0x01, Y0, X5
+	VPACKUSDW    X5, X0, X5
+	VMOVNTDQ     X5, 16(R9)
+	VMOVAPS      Y3, Y0
+	VPSRLD       $0x10, Y0, Y5
+	VPAND        one_i<>+0(SB), Y5, Y5
+	VPADDD       round<>+0(SB), Y0, Y0
+	VPADDD       Y5, Y0, Y0
+	VPSRLD       $0x10, Y0, Y0
+	VEXTRACTI128 $0x01, Y0, X5
+	VPACKUSDW    X5, X0, X5
+	VMOVNTDQ     X5, 32(R9)
+	VMOVAPS      Y4, Y0
+	VPSRLD       $0x10, Y0, Y5
+	VPAND        one_i<>+0(SB), Y5, Y5
+	VPADDD       round<>+0(SB), Y0, Y0
+	VPADDD       Y5, Y0, Y0
+	VPSRLD       $0x10, Y0, Y0
+	VEXTRACTI128 $0x01, Y0, X5
+	VPACKUSDW    X5, X0, X5
+	VMOVNTDQ     X5, 48(R9)
+	JMP          stateKVbf16AVX2_storedrow_3
+
+stateKVbf16AVX2_temporalrow_3:
+	VMOVAPS      Y1, Y0
+	VPSRLD       $0x10, Y0, Y5
+	VPAND        one_i<>+0(SB), Y5, Y5
+	VPADDD       round<>+0(SB), Y0, Y0
+	VPADDD       Y5, Y0, Y0
+	VPSRLD       $0x10, Y0, Y0
+	VEXTRACTI128 $0x01, Y0, X5
+	VPACKUSDW    X5, X0, X5
+	VMOVDQU      X5, (R9)
+	VMOVAPS      Y2, Y0
+	VPSRLD       $0x10, Y0, Y5
+	VPAND        one_i<>+0(SB), Y5, Y5
+	VPADDD       round<>+0(SB), Y0, Y0
+	VPADDD       Y5, Y0, Y0
+	VPSRLD       $0x10, Y0, Y0
+	VEXTRACTI128 $0x01, Y0, X5
+	VPACKUSDW    X5, X0, X5
+	VMOVDQU      X5, 16(R9)
+	VMOVAPS      Y3, Y0
+	VPSRLD       $0x10, Y0, Y5
+	VPAND        one_i<>+0(SB), Y5, Y5
+	VPADDD       round<>+0(SB), Y0, Y0
+	VPADDD       Y5, Y0, Y0
+	VPSRLD       $0x10, Y0, Y0
+	VEXTRACTI128 $0x01, Y0, X5
+	VPACKUSDW    X5, X0, X5
+	VMOVDQU      X5, 32(R9)
+	VMOVAPS      Y4, Y0
+	VPSRLD       $0x10, Y0, Y5
+	VPAND        one_i<>+0(SB), Y5, Y5
+	VPADDD       round<>+0(SB), Y0, Y0
+	VPADDD       Y5, Y0, Y0
+	VPSRLD       $0x10, Y0, Y0
+	VEXTRACTI128 $0x01, Y0, X5
+	VPACKUSDW    X5, X0, X5
+	VMOVDQU      X5, 48(R9)
+
+stateKVbf16AVX2_storedrow_3:
+	JMP stateKVbf16AVX2_rowstored_2
+
+stateKVbf16AVX2_rownan_2:
+	CMPB         384(SP), $0x00
+	JE           stateKVbf16AVX2_temporalrow_4
 	VMOVAPS      Y1, Y0
 	VPSRLD       $0x10, Y0, Y5
 	VCMPPS       $0x03, Y0, Y0, Y7
@@ -14934,9 +16004,9 @@ stateKVbf16AVX2_rows_2:
 	VEXTRACTI128 $0x01, Y0, X5
 	VPACKUSDW    X5, X0, X5
 	VMOVNTDQ     X5, 48(R9)
-	JMP          stateKVbf16AVX2_storedrow_2
+	JMP          stateKVbf16AVX2_storedrow_4
 
-stateKVbf16AVX2_temporalrow_2:
+stateKVbf16AVX2_temporalrow_4:
 	VMOVAPS      Y1, Y0
 	VPSRLD       $0x10, Y0, Y5
 	VCMPPS       $0x03, Y0, Y0, Y7
@@ -14986,7 +16056,8 @@ stateKVbf16AVX2_temporalrow_2:
 	VPACKUSDW    X5, X0, X5
 	VMOVDQU      X5, 48(R9)
 
-stateKVbf16AVX2_storedrow_2:
+stateKVbf16AVX2_storedrow_4:
+stateKVbf16AVX2_rowstored_2:
 	ADDQ R10, R9
 
 stateKVbf16AVX2_nostorerow_2:
@@ -15020,14 +16091,17 @@ stateKVbf16AVX2_far_1:
 	VBROADCASTSS 12(CX), Y10
 	MOVQ         80(SP), CX
 	MOVQ         88(SP), DX
-	VMOVUPS      (CX), Y11
+	VXORPS       Y11, Y11, Y11
+	VMOVUPS      (CX), Y12
 	VMULPS       Y0, Y8, Y0
-	VSUBPS       Y0, Y11, Y11
-	VMULPS       Y11, Y9, Y11
+	VSUBPS       Y0, Y12, Y12
+	VMULPS       Y12, Y9, Y12
 	VMULPS       Y1, Y8, Y1
-	VFMADD231PS  Y11, Y10, Y1
+	VFMADD231PS  Y12, Y10, Y1
 	VMOVUPS      Y1, (DX)
-	VMOVUPS      Y11, (AX)
+	VSUBPS       Y12, Y12, Y0
+	VORPS        Y0, Y11, Y11
+	VMOVUPS      Y12, (AX)
 	VMOVUPS      32(CX), Y0
 	VMULPS       Y2, Y8, Y2
 	VSUBPS       Y2, Y0, Y0
@@ -15035,6 +16109,8 @@ stateKVbf16AVX2_far_1:
 	VMULPS       Y3, Y8, Y3
 	VFMADD231PS  Y0, Y10, Y3
 	VMOVUPS      Y3, 32(DX)
+	VSUBPS       Y0, Y0, Y1
+	VORPS        Y1, Y11, Y11
 	VMOVUPS      Y0, 32(AX)
 	VMOVUPS      64(CX), Y0
 	VMULPS       Y4, Y8, Y4
@@ -15043,6 +16119,8 @@ stateKVbf16AVX2_far_1:
 	VMULPS       Y5, Y8, Y5
 	VFMADD231PS  Y0, Y10, Y5
 	VMOVUPS      Y5, 64(DX)
+	VSUBPS       Y0, Y0, Y1
+	VORPS        Y1, Y11, Y11
 	VMOVUPS      Y0, 64(AX)
 	VMOVUPS      96(CX), Y0
 	VMULPS       Y6, Y8, Y6
@@ -15051,7 +16129,13 @@ stateKVbf16AVX2_far_1:
 	VMULPS       Y7, Y8, Y7
 	VFMADD231PS  Y0, Y10, Y7
 	VMOVUPS      Y7, 96(DX)
+	VSUBPS       Y0, Y0, Y1
+	VORPS        Y1, Y11, Y11
 	VMOVUPS      Y0, 96(AX)
+	VSUBPS       Y11, Y11, Y0
+	VCMPPS       $0x03, Y0, Y0, Y0
+	VMOVMSKPS    Y0, AX
+	MOVL         AX, 392(SP)
 	VXORPS       Y0, Y0, Y0
 	VXORPS       Y1, Y1, Y1
 	VXORPS       Y2, Y2, Y2
@@ -15160,8 +16244,92 @@ stateKVbf16AVX2_rows_3:
 	VFMADD231PS  Y12, Y11, Y7
 	TESTQ        R9, R9
 	JZ           stateKVbf16AVX2_nostorerow_3
+	CMPL         392(SP), $0x00
+	JNE          stateKVbf16AVX2_rownan_3
 	CMPB         384(SP), $0x00
-	JE           stateKVbf16AVX2_temporalrow_3
+	JE           stateKVbf16AVX2_temporalrow_5
+	VMOVUPS      (AX), Y9
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y10, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X10
+	VPACKUSDW    X10, X9, X10
+	VMOVNTDQ     X10, (R9)
+	VMOVUPS      32(AX), Y9
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y10, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X10
+	VPACKUSDW    X10, X9, X10
+	VMOVNTDQ     X10, 16(R9)
+	VMOVUPS      64(AX), Y9
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y10, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X10
+	VPACKUSDW    X10, X9, X10
+	VMOVNTDQ     X10, 32(R9)
+	VMOVUPS      96(AX), Y9
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y10, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X10
+	VPACKUSDW    X10, X9, X10
+	VMOVNTDQ     X10, 48(R9)
+	JMP          stateKVbf16AVX2_storedrow_5
+
+stateKVbf16AVX2_temporalrow_5:
+	VMOVUPS      (AX), Y9
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y10, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X10
+	VPACKUSDW    X10, X9, X10
+	VMOVDQU      X10, (R9)
+	VMOVUPS      32(AX), Y9
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y10, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X10
+	VPACKUSDW    X10, X9, X10
+	VMOVDQU      X10, 16(R9)
+	VMOVUPS      64(AX), Y9
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y10, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X10
+	VPACKUSDW    X10, X9, X10
+	VMOVDQU      X10, 32(R9)
+	VMOVUPS      96(AX), Y9
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y10, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X10
+	VPACKUSDW    X10, X9, X10
+	VMOVDQU      X10, 48(R9)
+
+stateKVbf16AVX2_storedrow_5:
+	JMP stateKVbf16AVX2_rowstored_3
+
+stateKVbf16AVX2_rownan_3:
+	CMPB         384(SP), $0x00
+	JE           stateKVbf16AVX2_temporalrow_6
 	VMOVUPS      (AX), Y9
 	VPSRLD       $0x10, Y9, Y10
 	VCMPPS       $0x03, Y9, Y9, Y12
@@ -15210,9 +16378,9 @@ stateKVbf16AVX2_rows_3:
 	VEXTRACTI128 $0x01, Y9, X10
 	VPACKUSDW    X10, X9, X10
 	VMOVNTDQ     X10, 48(R9)
-	JMP          stateKVbf16AVX2_storedrow_3
+	JMP          stateKVbf16AVX2_storedrow_6
 
-stateKVbf16AVX2_temporalrow_3:
+stateKVbf16AVX2_temporalrow_6:
 	VMOVUPS      (AX), Y9
 	VPSRLD       $0x10, Y9, Y10
 	VCMPPS       $0x03, Y9, Y9, Y12
@@ -15262,7 +16430,8 @@ stateKVbf16AVX2_temporalrow_3:
 	VPACKUSDW    X10, X9, X10
 	VMOVDQU      X10, 48(R9)
 
-stateKVbf16AVX2_storedrow_3:
+stateKVbf16AVX2_storedrow_6:
+stateKVbf16AVX2_rowstored_3:
 	ADDQ R10, R9
 
 stateKVbf16AVX2_nostorerow_3:
@@ -15302,8 +16471,92 @@ stateKVbf16AVX2_rows_4:
 	VFMADD231PS  96(R12), Y0, Y4
 	TESTQ        R9, R9
 	JZ           stateKVbf16AVX2_nostorerow_4
+	CMPL         392(SP), $0x00
+	JNE          stateKVbf16AVX2_rownan_4
 	CMPB         384(SP), $0x00
-	JE           stateKVbf16AVX2_temporalrow_4
+	JE           stateKVbf16AVX2_temporalrow_7
+	VMOVAPS      Y1, Y0
+	VPSRLD       $0x10, Y0, Y5
+	VPAND        one_i<>+0(SB), Y5, Y5
+	VPADDD       round<>+0(SB), Y0, Y0
+	VPADDD       Y5, Y0, Y0
+	VPSRLD       $0x10, Y0, Y0
+	VEXTRACTI128 $0x01, Y0, X5
+	VPACKUSDW    X5, X0, X5
+	VMOVNTDQ     X5, (R9)
+	VMOVAPS      Y2, Y0
+	VPSRLD       $0x10, Y0, Y5
+	VPAND        one_i<>+0(SB), Y5, Y5
+	VPADDD       round<>+0(SB), Y0, Y0
+	VPADDD       Y5, Y0, Y0
+	VPSRLD       $0x10, Y0, Y0
+	VEXTRACTI128 $0x01, Y0, X5
+	VPACKUSDW    X5, X0, X5
+	VMOVNTDQ     X5, 16(R9)
+	VMOVAPS      Y3, Y0
+	VPSRLD       $0x10, Y0, Y5
+	VPAND        one_i<>+0(SB), Y5, Y5
+	VPADDD       round<>+0(SB), Y0, Y0
+	VPADDD       Y5, Y0, Y0
+	VPSRLD       $0x10, Y0, Y0
+	VEXTRACTI128 $0x01, Y0, X5
+	VPACKUSDW    X5, X0, X5
+	VMOVNTDQ     X5, 32(R9)
+	VMOVAPS      Y4, Y0
+	VPSRLD       $0x10, Y0, Y5
+	VPAND        one_i<>+0(SB), Y5, Y5
+	VPADDD       round<>+0(SB), Y0, Y0
+	VPADDD       Y5, Y0, Y0
+	VPSRLD       $0x10, Y0, Y0
+	VEXTRACTI128 $0x01, Y0, X5
+	VPACKUSDW    X5, X0, X5
+	VMOVNTDQ     X5, 48(R9)
+	JMP          stateKVbf16AVX2_storedrow_7
+
+stateKVbf16AVX2_temporalrow_7:
+	VMOVAPS      Y1, Y0
+	VPSRLD       $0x10, Y0, Y5
+	VPAND        one_i<>+0(SB), Y5, Y5
+	VPADDD       round<>+0(SB), Y0, Y0
+	VPADDD       Y5, Y0, Y0
+	VPSRLD       $0x10, Y0, Y0
+	VEXTRACTI128 $0x01, Y0, X5
+	VPACKUSDW    X5, X0, X5
+	VMOVDQU      X5, (R9)
+	VMOVAPS      Y2, Y0
+	VPSRLD       $0x10, Y0, Y5
+	VPAND        one_i<>+0(SB), Y5, Y5
+	VPADDD       round<>+0(SB), Y0, Y0
+	VPADDD       Y5, Y0, Y0
+	VPSRLD       $0x10, Y0, Y0
+	VEXTRACTI128 $0x01, Y0, X5
+	VPACKUSDW    X5, X0, X5
+	VMOVDQU      X5, 16(R9)
+	VMOVAPS      Y3, Y0
+	VPSRLD       $0x10, Y0, Y5
+	VPAND        one_i<>+0(SB), Y5, Y5
+	VPADDD       round<>+0(SB), Y0, Y0
+	VPADDD       Y5, Y0, Y0
+	VPSRLD       $0x10, Y0, Y0
+	VEXTRACTI128 $0x01, Y0, X5
+	VPACKUSDW    X5, X0, X5
+	VMOVDQU      X5, 32(R9)
+	VMOVAPS      Y4, Y0
+	VPSRLD       $0x10, Y0, Y5
+	VPAND        one_i<>+0(SB), Y5, Y5
+	VPADDD       round<>+0(SB), Y0, Y0
+	VPADDD       Y5, Y0, Y0
+	VPSRLD       $0x10, Y0, Y0
+	VEXTRACTI128 $0x01, Y0, X5
+	VPACKUSDW    X5, X0, X5
+	VMOVDQU      X5, 48(R9)
+
+stateKVbf16AVX2_storedrow_7:
+	JMP stateKVbf16AVX2_rowstored_4
+
+stateKVbf16AVX2_rownan_4:
+	CMPB         384(SP), $0x00
+	JE           stateKVbf16AVX2_temporalrow_8
 	VMOVAPS      Y1, Y0
 	VPSRLD       $0x10, Y0, Y5
 	VCMPPS       $0x03, Y0, Y0, Y7
@@ -15352,9 +16605,9 @@ stateKVbf16AVX2_rows_4:
 	VEXTRACTI128 $0x01, Y0, X5
 	VPACKUSDW    X5, X0, X5
 	VMOVNTDQ     X5, 48(R9)
-	JMP          stateKVbf16AVX2_storedrow_4
+	JMP          stateKVbf16AVX2_storedrow_8
 
-stateKVbf16AVX2_temporalrow_4:
+stateKVbf16AVX2_temporalrow_8:
 	VMOVAPS      Y1, Y0
 	VPSRLD       $0x10, Y0, Y5
 	VCMPPS       $0x03, Y0, Y0, Y7
@@ -15404,7 +16657,8 @@ stateKVbf16AVX2_temporalrow_4:
 	VPACKUSDW    X5, X0, X5
 	VMOVDQU      X5, 48(R9)
 
-stateKVbf16AVX2_storedrow_4:
+stateKVbf16AVX2_storedrow_8:
+stateKVbf16AVX2_rowstored_4:
 	ADDQ R10, R9
 
 stateKVbf16AVX2_nostorerow_4:
@@ -15607,14 +16861,17 @@ stateKVbf16AVX2_notlast_2:
 	VBROADCASTSS 12(CX), Y6
 	MOVQ         80(SP), CX
 	MOVQ         88(SP), DX
-	VMOVUPS      (CX), Y7
+	VXORPS       Y7, Y7, Y7
+	VMOVUPS      (CX), Y8
 	VFMADD213PS  Y0, Y4, Y0
-	VSUBPS       Y0, Y7, Y7
-	VMULPS       Y7, Y5, Y7
+	VSUBPS       Y0, Y8, Y8
+	VMULPS       Y8, Y5, Y8
 	VFMADD213PS  Y1, Y4, Y1
-	VFMADD231PS  Y7, Y6, Y1
+	VFMADD231PS  Y8, Y6, Y1
 	VMOVUPS      Y1, (DX)
-	VMOVUPS      Y7, (AX)
+	VSUBPS       Y8, Y8, Y0
+	VORPS        Y0, Y7, Y7
+	VMOVUPS      Y8, (AX)
 	VMOVUPS      32(CX), Y0
 	VFMADD213PS  Y2, Y4, Y2
 	VSUBPS       Y2, Y0, Y0
@@ -15622,7 +16879,13 @@ stateKVbf16AVX2_notlast_2:
 	VFMADD213PS  Y3, Y4, Y3
 	VFMADD231PS  Y0, Y6, Y3
 	VMOVUPS      Y3, 32(DX)
+	VSUBPS       Y0, Y0, Y1
+	VORPS        Y1, Y7, Y7
 	VMOVUPS      Y0, 32(AX)
+	VSUBPS       Y7, Y7, Y0
+	VCMPPS       $0x03, Y0, Y0, Y0
+	VMOVMSKPS    Y0, AX
+	MOVL         AX, 392(SP)
 	VXORPS       Y0, Y0, Y0
 	VXORPS       Y1, Y1, Y1
 	VXORPS       Y2, Y2, Y2
@@ -15715,8 +16978,56 @@ stateKVbf16AVX2_rows_5:
 	VFMADD231PS  Y8, Y7, Y3
 	TESTQ        R9, R9
 	JZ           stateKVbf16AVX2_nostorerow_5
+	CMPL         392(SP), $0x00
+	JNE          stateKVbf16AVX2_rownan_5
 	CMPB         384(SP), $0x00
-	JE           stateKVbf16AVX2_temporalrow_5
+	JE           stateKVbf16AVX2_temporalrow_9
+	VMOVUPS      (AX), Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X6
+	VPACKUSDW    X6, X5, X6
+	VMOVNTDQ     X6, (R9)
+	VMOVUPS      32(AX), Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X6
+	VPACKUSDW    X6, X5, X6
+	VMOVNTDQ     X6, 16(R9)
+	JMP          stateKVbf16AVX2_storedrow_9
+
+stateKVbf16AVX2_temporalrow_9:
+	VMOVUPS      (AX), Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X6
+	VPACKUSDW    X6, X5, X6
+	VMOVDQU      X6, (R9)
+	VMOVUPS      32(AX), Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X6
+	VPACKUSDW    X6, X5, X6
+	VMOVDQU      X6, 16(R9)
+
+stateKVbf16AVX2_storedrow_9:
+	JMP stateKVbf16AVX2_rowstored_5
+
+stateKVbf16AVX2_rownan_5:
+	CMPB         384(SP), $0x00
+	JE           stateKVbf16AVX2_temporalrow_10
 	VMOVUPS      (AX), Y5
 	VPSRLD       $0x10, Y5, Y6
 	VCMPPS       $0x03, Y5, Y5, Y8
@@ -15741,9 +17052,9 @@ stateKVbf16AVX2_rows_5:
 	VEXTRACTI128 $0x01, Y5, X6
 	VPACKUSDW    X6, X5, X6
 	VMOVNTDQ     X6, 16(R9)
-	JMP          stateKVbf16AVX2_storedrow_5
+	JMP          stateKVbf16AVX2_storedrow_10
 
-stateKVbf16AVX2_temporalrow_5:
+stateKVbf16AVX2_temporalrow_10:
 	VMOVUPS      (AX), Y5
 	VPSRLD       $0x10, Y5, Y6
 	VCMPPS       $0x03, Y5, Y5, Y8
@@ -15769,7 +17080,8 @@ stateKVbf16AVX2_temporalrow_5:
 	VPACKUSDW    X6, X5, X6
 	VMOVDQU      X6, 16(R9)
 
-stateKVbf16AVX2_storedrow_5:
+stateKVbf16AVX2_storedrow_10:
+stateKVbf16AVX2_rowstored_5:
 	ADDQ R10, R9
 
 stateKVbf16AVX2_nostorerow_5:
@@ -15799,8 +17111,56 @@ stateKVbf16AVX2_rows_6:
 	VFMADD231PS  32(R12), Y0, Y2
 	TESTQ        R9, R9
 	JZ           stateKVbf16AVX2_nostorerow_6
+	CMPL         392(SP), $0x00
+	JNE          stateKVbf16AVX2_rownan_6
 	CMPB         384(SP), $0x00
-	JE           stateKVbf16AVX2_temporalrow_6
+	JE           stateKVbf16AVX2_temporalrow_11
+	VMOVAPS      Y1, Y0
+	VPSRLD       $0x10, Y0, Y3
+	VPAND        one_i<>+0(SB), Y3, Y3
+	VPADDD       round<>+0(SB), Y0, Y0
+	VPADDD       Y3, Y0, Y0
+	VPSRLD       $0x10, Y0, Y0
+	VEXTRACTI128 $0x01, Y0, X3
+	VPACKUSDW    X3, X0, X3
+	VMOVNTDQ     X3, (R9)
+	VMOVAPS      Y2, Y0
+	VPSRLD       $0x10, Y0, Y3
+	VPAND        one_i<>+0(SB), Y3, Y3
+	VPADDD       round<>+0(SB), Y0, Y0
+	VPADDD       Y3, Y0, Y0
+	VPSRLD       $0x10, Y0, Y0
+	VEXTRACTI128 $0x01, Y0, X3
+	VPACKUSDW    X3, X0, X3
+	VMOVNTDQ     X3, 16(R9)
+	JMP          stateKVbf16AVX2_storedrow_11
+
+stateKVbf16AVX2_temporalrow_11:
+	VMOVAPS      Y1, Y0
+	VPSRLD       $0x10, Y0, Y3
+	VPAND        one_i<>+0(SB), Y3, Y3
+	VPADDD       round<>+0(SB), Y0, Y0
+	VPADDD       Y3, Y0, Y0
+	VPSRLD       $0x10, Y0, Y0
+	VEXTRACTI128 $0x01, Y0, X3
+	VPACKUSDW    X3, X0, X3
+	VMOVDQU      X3, (R9)
+	VMOVAPS      Y2, Y0
+	VPSRLD       $0x10, Y0, Y3
+	VPAND        one_i<>+0(SB), Y3, Y3
+	VPADDD       round<>+0(SB), Y0, Y0
+	VPADDD       Y3, Y0, Y0
+	VPSRLD       $0x10, Y0, Y0
+	VEXTRACTI128 $0x01, Y0, X3
+	VPACKUSDW    X3, X0, X3
+	VMOVDQU      X3, 16(R9)
+
+stateKVbf16AVX2_storedrow_11:
+	JMP stateKVbf16AVX2_rowstored_6
+
+stateKVbf16AVX2_rownan_6:
+	CMPB         384(SP), $0x00
+	JE           stateKVbf16AVX2_temporalrow_12
 	VMOVAPS      Y1, Y0
 	VPSRLD       $0x10, Y0, Y3
 	VCMPPS       $0x03, Y0, Y0, Y6
@@ -15825,9 +17185,9 @@ stateKVbf16AVX2_rows_6:
 	VEXTRACTI128 $0x01, Y0, X3
 	VPACKUSDW    X3, X0, X3
 	VMOVNTDQ     X3, 16(R9)
-	JMP          stateKVbf16AVX2_storedrow_6
+	JMP          stateKVbf16AVX2_storedrow_12
 
-stateKVbf16AVX2_temporalrow_6:
+stateKVbf16AVX2_temporalrow_12:
 	VMOVAPS      Y1, Y0
 	VPSRLD       $0x10, Y0, Y3
 	VCMPPS       $0x03, Y0, Y0, Y6
@@ -15853,7 +17213,8 @@ stateKVbf16AVX2_temporalrow_6:
 	VPACKUSDW    X3, X0, X3
 	VMOVDQU      X3, 16(R9)
 
-stateKVbf16AVX2_storedrow_6:
+stateKVbf16AVX2_storedrow_12:
+stateKVbf16AVX2_rowstored_6:
 	ADDQ R10, R9
 
 stateKVbf16AVX2_nostorerow_6:
@@ -15885,14 +17246,17 @@ stateKVbf16AVX2_far_2:
 	VBROADCASTSS 12(CX), Y6
 	MOVQ         80(SP), CX
 	MOVQ         88(SP), DX
-	VMOVUPS      (CX), Y7
+	VXORPS       Y7, Y7, Y7
+	VMOVUPS      (CX), Y8
 	VMULPS       Y0, Y4, Y0
-	VSUBPS       Y0, Y7, Y7
-	VMULPS       Y7, Y5, Y7
+	VSUBPS       Y0, Y8, Y8
+	VMULPS       Y8, Y5, Y8
 	VMULPS       Y1, Y4, Y1
-	VFMADD231PS  Y7, Y6, Y1
+	VFMADD231PS  Y8, Y6, Y1
 	VMOVUPS      Y1, (DX)
-	VMOVUPS      Y7, (AX)
+	VSUBPS       Y8, Y8, Y0
+	VORPS        Y0, Y7, Y7
+	VMOVUPS      Y8, (AX)
 	VMOVUPS      32(CX), Y0
 	VMULPS       Y2, Y4, Y2
 	VSUBPS       Y2, Y0, Y0
@@ -15900,7 +17264,13 @@ stateKVbf16AVX2_far_2:
 	VMULPS       Y3, Y4, Y3
 	VFMADD231PS  Y0, Y6, Y3
 	VMOVUPS      Y3, 32(DX)
+	VSUBPS       Y0, Y0, Y1
+	VORPS        Y1, Y7, Y7
 	VMOVUPS      Y0, 32(AX)
+	VSUBPS       Y7, Y7, Y0
+	VCMPPS       $0x03, Y0, Y0, Y0
+	VMOVMSKPS    Y0, AX
+	MOVL         AX, 392(SP)
 	VXORPS       Y0, Y0, Y0
 	VXORPS       Y1, Y1, Y1
 	VXORPS       Y2, Y2, Y2
@@ -15993,8 +17363,56 @@ stateKVbf16AVX2_rows_7:
 	VFMADD231PS  Y8, Y7, Y3
 	TESTQ        R9, R9
 	JZ           stateKVbf16AVX2_nostorerow_7
+	CMPL         392(SP), $0x00
+	JNE          stateKVbf16AVX2_rownan_7
 	CMPB         384(SP), $0x00
-	JE           stateKVbf16AVX2_temporalrow_7
+	JE           stateKVbf16AVX2_temporalrow_13
+	VMOVUPS      (AX), Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X6
+	VPACKUSDW    X6, X5, X6
+	VMOVNTDQ     X6, (R9)
+	VMOVUPS      32(AX), Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X6
+	VPACKUSDW    X6, X5, X6
+	VMOVNTDQ     X6, 16(R9)
+	JMP          stateKVbf16AVX2_storedrow_13
+
+stateKVbf16AVX2_temporalrow_13:
+	VMOVUPS      (AX), Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X6
+	VPACKUSDW    X6, X5, X6
+	VMOVDQU      X6, (R9)
+	VMOVUPS      32(AX), Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X6
+	VPACKUSDW    X6, X5, X6
+	VMOVDQU      X6, 16(R9)
+
+stateKVbf16AVX2_storedrow_13:
+	JMP stateKVbf16AVX2_rowstored_7
+
+stateKVbf16AVX2_rownan_7:
+	CMPB         384(SP), $0x00
+	JE           stateKVbf16AVX2_temporalrow_14
 	VMOVUPS      (AX), Y5
 	VPSRLD       $0x10, Y5, Y6
 	VCMPPS       $0x03, Y5, Y5, Y8
@@ -16019,9 +17437,9 @@ stateKVbf16AVX2_rows_7:
 	VEXTRACTI128 $0x01, Y5, X6
 	VPACKUSDW    X6, X5, X6
 	VMOVNTDQ     X6, 16(R9)
-	JMP          stateKVbf16AVX2_storedrow_7
+	JMP          stateKVbf16AVX2_storedrow_14
 
-stateKVbf16AVX2_temporalrow_7:
+stateKVbf16AVX2_temporalrow_14:
 	VMOVUPS      (AX), Y5
 	VPSRLD       $0x10, Y5, Y6
 	VCMPPS       $0x03, Y5, Y5, Y8
@@ -16047,7 +17465,8 @@ stateKVbf16AVX2_temporalrow_7:
 	VPACKUSDW    X6, X5, X6
 	VMOVDQU      X6, 16(R9)
 
-stateKVbf16AVX2_storedrow_7:
+stateKVbf16AVX2_storedrow_14:
+stateKVbf16AVX2_rowstored_7:
 	ADDQ R10, R9
 
 stateKVbf16AVX2_nostorerow_7:
@@ -16077,8 +17496,56 @@ stateKVbf16AVX2_rows_8:
 	VFMADD231PS  32(R12), Y0, Y2
 	TESTQ        R9, R9
 	JZ           stateKVbf16AVX2_nostorerow_8
+	CMPL         392(SP), $0x00
+	JNE          stateKVbf16AVX2_rownan_8
 	CMPB         384(SP), $0x00
-	JE           stateKVbf16AVX2_temporalrow_8
+	JE           stateKVbf16AVX2_temporalrow_15
+	VMOVAPS      Y1, Y0
+	VPSRLD       $0x10, Y0, Y3
+	VPAND        one_i<>+0(SB), Y3, Y3
+	VPADDD       round<>+0(SB), Y0, Y0
+	VPADDD       Y3, Y0, Y0
+	VPSRLD       $0x10, Y0, Y0
+	VEXTRACTI128 $0x01, Y0, X3
+	VPACKUSDW    X3, X0, X3
+	VMOVNTDQ     X3, (R9)
+	VMOVAPS      Y2, Y0
+	VPSRLD       $0x10, Y0, Y3
+	VPAND        one_i<>+0(SB), Y3, Y3
+	VPADDD       round<>+0(SB), Y0, Y0
+	VPADDD       Y3, Y0, Y0
+	VPSRLD       $0x10, Y0, Y0
+	VEXTRACTI128 $0x01, Y0, X3
+	VPACKUSDW    X3, X0, X3
+	VMOVNTDQ     X3, 16(R9)
+	JMP          stateKVbf16AVX2_storedrow_15
+
+stateKVbf16AVX2_temporalrow_15:
+	VMOVAPS      Y1, Y0
+	VPSRLD       $0x10, Y0, Y3
+	VPAND        one_i<>+0(SB), Y3, Y3
+	VPADDD       round<>+0(SB), Y0, Y0
+	VPADDD       Y3, Y0, Y0
+	VPSRLD       $0x10, Y0, Y0
+	VEXTRACTI128 $0x01, Y0, X3
+	VPACKUSDW    X3, X0, X3
+	VMOVDQU      X3, (R9)
+	VMOVAPS      Y2, Y0
+	VPSRLD       $0x10, Y0, Y3
+	VPAND        one_i<>+0(SB), Y3, Y3
+	VPADDD       round<>+0(SB), Y0, Y0
+	VPADDD       Y3, Y0, Y0
+	VPSRLD       $0x10, Y0, Y0
+	VEXTRACTI128 $0x01, Y0, X3
+	VPACKUSDW    X3, X0, X3
+	VMOVDQU      X3, 16(R9)
+
+stateKVbf16AVX2_storedrow_15:
+	JMP stateKVbf16AVX2_rowstored_8
+
+stateKVbf16AVX2_rownan_8:
+	CMPB         384(SP), $0x00
+	JE           stateKVbf16AVX2_temporalrow_16
 	VMOVAPS      Y1, Y0
 	VPSRLD       $0x10, Y0, Y3
 	VCMPPS       $0x03, Y0, Y0, Y6
@@ -16103,9 +17570,9 @@ stateKVbf16AVX2_rows_8:
 	VEXTRACTI128 $0x01, Y0, X3
 	VPACKUSDW    X3, X0, X3
 	VMOVNTDQ     X3, 16(R9)
-	JMP          stateKVbf16AVX2_storedrow_8
+	JMP          stateKVbf16AVX2_storedrow_16
 
-stateKVbf16AVX2_temporalrow_8:
+stateKVbf16AVX2_temporalrow_16:
 	VMOVAPS      Y1, Y0
 	VPSRLD       $0x10, Y0, Y3
 	VCMPPS       $0x03, Y0, Y0, Y6
@@ -16131,7 +17598,8 @@ stateKVbf16AVX2_temporalrow_8:
 	VPACKUSDW    X3, X0, X3
 	VMOVDQU      X3, 16(R9)
 
-stateKVbf16AVX2_storedrow_8:
+stateKVbf16AVX2_storedrow_16:
+stateKVbf16AVX2_rowstored_8:
 	ADDQ R10, R9
 
 stateKVbf16AVX2_nostorerow_8:
@@ -16479,16 +17947,19 @@ stateKVbf16AVX2_notlast_3:
 	VBROADCASTSS 12(DX), Y8
 	MOVQ         80(SP), DX
 	MOVQ         88(SP), BX
+	VXORPS       Y9, Y9, Y9
 	CMPQ         CX, $0x00000000
 	JBE          stateKVbf16AVX2_spantail_3
-	VMOVUPS      (DX), Y9
+	VMOVUPS      (DX), Y10
 	VFMADD213PS  Y0, Y6, Y0
-	VSUBPS       Y0, Y9, Y9
-	VMULPS       Y9, Y7, Y9
+	VSUBPS       Y0, Y10, Y10
+	VMULPS       Y10, Y7, Y10
 	VFMADD213PS  Y1, Y6, Y1
-	VFMADD231PS  Y9, Y8, Y1
+	VFMADD231PS  Y10, Y8, Y1
 	VMOVUPS      Y1, (BX)
-	VMOVUPS      Y9, (AX)
+	VSUBPS       Y10, Y10, Y0
+	VORPS        Y0, Y9, Y9
+	VMOVUPS      Y10, (AX)
 	CMPQ         CX, $0x00000008
 	JBE          stateKVbf16AVX2_spantail_3
 	VMOVUPS      32(DX), Y0
@@ -16498,6 +17969,8 @@ stateKVbf16AVX2_notlast_3:
 	VFMADD213PS  Y3, Y6, Y3
 	VFMADD231PS  Y0, Y8, Y3
 	VMOVUPS      Y3, 32(BX)
+	VSUBPS       Y0, Y0, Y1
+	VORPS        Y1, Y9, Y9
 	VMOVUPS      Y0, 32(AX)
 
 stateKVbf16AVX2_spantail_3:
@@ -16554,16 +18027,22 @@ stateKVbf16AVX2_mmdone_3:
 	VFMADD231PS Y0, Y8, Y5
 	VMOVUPS     264(SP), Y1
 	VMASKMOVPS  Y5, Y1, (BX)(CX*4)
+	VSUBPS      Y0, Y0, Y1
+	VORPS       Y1, Y9, Y9
 	VMOVUPS     Y0, 64(AX)
 	JMP         stateKVbf16AVX2_spanback_3
 
 stateKVbf16AVX2_spanpast_3:
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
+	VSUBPS    Y9, Y9, Y0
+	VCMPPS    $0x03, Y0, Y0, Y0
+	VMOVMSKPS Y0, AX
+	MOVL      AX, 392(SP)
+	VXORPS    Y0, Y0, Y0
+	VXORPS    Y1, Y1, Y1
+	VXORPS    Y2, Y2, Y2
+	VXORPS    Y3, Y3, Y3
+	VXORPS    Y4, Y4, Y4
+	VXORPS    Y5, Y5, Y5
 
 	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
 	MOVQ  (SP), AX
@@ -16630,8 +18109,41 @@ stateKVbf16AVX2_spantail_4:
 stateKVbf16AVX2_spanback_4:
 	TESTQ        R10, R10
 	JZ           stateKVbf16AVX2_nostorerow_9
+	CMPL         392(SP), $0x00
+	JNE          stateKVbf16AVX2_rownan_9
 	CMPQ         CX, $0x00000000
 	JBE          stateKVbf16AVX2_spantail_5
+	VMOVUPS      (AX), Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X8
+	VPACKUSDW    X8, X7, X8
+	VMOVDQU      X8, (R10)
+	CMPQ         CX, $0x00000008
+	JBE          stateKVbf16AVX2_spantail_5
+	VMOVUPS      32(AX), Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X8
+	VPACKUSDW    X8, X7, X8
+	VMOVDQU      X8, 16(R10)
+
+stateKVbf16AVX2_spantail_5:
+	CMPQ 24(SP), CX
+	JA   stateKVbf16AVX2_spanmasked_5
+
+stateKVbf16AVX2_spanback_5:
+	JMP stateKVbf16AVX2_rowstored_9
+
+stateKVbf16AVX2_rownan_9:
+	CMPQ         CX, $0x00000000
+	JBE          stateKVbf16AVX2_spantail_6
 	VMOVUPS      (AX), Y7
 	VPSRLD       $0x10, Y7, Y8
 	VCMPPS       $0x03, Y7, Y7, Y10
@@ -16645,7 +18157,7 @@ stateKVbf16AVX2_spanback_4:
 	VPACKUSDW    X8, X7, X8
 	VMOVDQU      X8, (R10)
 	CMPQ         CX, $0x00000008
-	JBE          stateKVbf16AVX2_spantail_5
+	JBE          stateKVbf16AVX2_spantail_6
 	VMOVUPS      32(AX), Y7
 	VPSRLD       $0x10, Y7, Y8
 	VCMPPS       $0x03, Y7, Y7, Y10
@@ -16659,30 +18171,31 @@ stateKVbf16AVX2_spanback_4:
 	VPACKUSDW    X8, X7, X8
 	VMOVDQU      X8, 16(R10)
 
-stateKVbf16AVX2_spantail_5:
+stateKVbf16AVX2_spantail_6:
 	CMPQ 24(SP), CX
-	JA   stateKVbf16AVX2_spanmasked_5
+	JA   stateKVbf16AVX2_spanmasked_6
 
-stateKVbf16AVX2_spanback_5:
+stateKVbf16AVX2_spanback_6:
+stateKVbf16AVX2_rowstored_9:
 	ADDQ R11, R10
 
 stateKVbf16AVX2_nostorerow_9:
 	TESTQ   R12, R12
 	JZ      stateKVbf16AVX2_nocarryrow_9
 	CMPQ    CX, $0x00000000
-	JBE     stateKVbf16AVX2_spantail_6
+	JBE     stateKVbf16AVX2_spantail_7
 	VMOVUPS (AX), Y7
 	VMOVUPS Y7, (R12)
 	CMPQ    CX, $0x00000008
-	JBE     stateKVbf16AVX2_spantail_6
+	JBE     stateKVbf16AVX2_spantail_7
 	VMOVUPS 32(AX), Y7
 	VMOVUPS Y7, 32(R12)
 
-stateKVbf16AVX2_spantail_6:
+stateKVbf16AVX2_spantail_7:
 	CMPQ 24(SP), CX
-	JA   stateKVbf16AVX2_spanmasked_6
+	JA   stateKVbf16AVX2_spanmasked_7
 
-stateKVbf16AVX2_spanback_6:
+stateKVbf16AVX2_spanback_7:
 	ADDQ R9, R12
 
 stateKVbf16AVX2_nocarryrow_9:
@@ -16730,12 +18243,37 @@ stateKVbf16AVX2_spanpast_5:
 	JMP stateKVbf16AVX2_spanpast_6
 
 stateKVbf16AVX2_spanmasked_6:
+	VMOVUPS      (AX)(CX*4), Y7
+	VPSRLD       $0x10, Y7, Y8
+	VCMPPS       $0x03, Y7, Y7, Y10
+	VPAND        one_i<>+0(SB), Y8, Y9
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y9, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VPOR         quiet<>+0(SB), Y8, Y8
+	VPBLENDVB    Y10, Y8, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X8
+	VPACKUSDW    X8, X7, X8
+	VMOVDQU      X8, 352(SP)
+	VMOVDQU      352(SP), X7
+	VMOVDQU      296(SP), X8
+	VPMASKMOVD   X7, X8, (R10)(CX*2)
+	VPSHUFB      328(SP), X7, X7
+	MOVQ         344(SP), R14
+	ADDQ         CX, R14
+	VPEXTRW      $0x00, X7, (R10)(R14*2)
+	JMP          stateKVbf16AVX2_spanback_6
+
+stateKVbf16AVX2_spanpast_6:
+	JMP stateKVbf16AVX2_spanpast_7
+
+stateKVbf16AVX2_spanmasked_7:
 	VMOVUPS    (AX)(CX*4), Y7
 	VMOVUPS    264(SP), Y8
 	VMASKMOVPS Y7, Y8, (R12)(CX*4)
-	JMP        stateKVbf16AVX2_spanback_6
+	JMP        stateKVbf16AVX2_spanback_7
 
-stateKVbf16AVX2_spanpast_6:
+stateKVbf16AVX2_spanpast_7:
 	JMP stateKVbf16AVX2_tokdone_3
 
 stateKVbf16AVX2_far_3:
@@ -16750,18 +18288,21 @@ stateKVbf16AVX2_far_3:
 	VBROADCASTSS 12(DX), Y8
 	MOVQ         80(SP), DX
 	MOVQ         88(SP), BX
+	VXORPS       Y9, Y9, Y9
 	CMPQ         CX, $0x00000000
-	JBE          stateKVbf16AVX2_spantail_7
-	VMOVUPS      (DX), Y9
+	JBE          stateKVbf16AVX2_spantail_8
+	VMOVUPS      (DX), Y10
 	VMULPS       Y0, Y6, Y0
-	VSUBPS       Y0, Y9, Y9
-	VMULPS       Y9, Y7, Y9
+	VSUBPS       Y0, Y10, Y10
+	VMULPS       Y10, Y7, Y10
 	VMULPS       Y1, Y6, Y1
-	VFMADD231PS  Y9, Y8, Y1
+	VFMADD231PS  Y10, Y8, Y1
 	VMOVUPS      Y1, (BX)
-	VMOVUPS      Y9, (AX)
+	VSUBPS       Y10, Y10, Y0
+	VORPS        Y0, Y9, Y9
+	VMOVUPS      Y10, (AX)
 	CMPQ         CX, $0x00000008
-	JBE          stateKVbf16AVX2_spantail_7
+	JBE          stateKVbf16AVX2_spantail_8
 	VMOVUPS      32(DX), Y0
 	VMULPS       Y2, Y6, Y2
 	VSUBPS       Y2, Y0, Y0
@@ -16769,16 +18310,18 @@ stateKVbf16AVX2_far_3:
 	VMULPS       Y3, Y6, Y3
 	VFMADD231PS  Y0, Y8, Y3
 	VMOVUPS      Y3, 32(BX)
+	VSUBPS       Y0, Y0, Y1
+	VORPS        Y1, Y9, Y9
 	VMOVUPS      Y0, 32(AX)
 
-stateKVbf16AVX2_spantail_7:
+stateKVbf16AVX2_spantail_8:
 	CMPQ 24(SP), CX
-	JA   stateKVbf16AVX2_spanmasked_7
+	JA   stateKVbf16AVX2_spanmasked_8
 
-stateKVbf16AVX2_spanback_7:
-	JMP stateKVbf16AVX2_spanpast_7
+stateKVbf16AVX2_spanback_8:
+	JMP stateKVbf16AVX2_spanpast_8
 
-stateKVbf16AVX2_spanmasked_7:
+stateKVbf16AVX2_spanmasked_8:
 	VMOVUPS    264(SP), Y1
 	LEAQ       (DX)(CX*4), DX
 	MOVQ       DX, SI
@@ -16825,16 +18368,22 @@ stateKVbf16AVX2_mmdone_4:
 	VFMADD231PS Y0, Y8, Y5
 	VMOVUPS     264(SP), Y1
 	VMASKMOVPS  Y5, Y1, (BX)(CX*4)
+	VSUBPS      Y0, Y0, Y1
+	VORPS       Y1, Y9, Y9
 	VMOVUPS     Y0, 64(AX)
-	JMP         stateKVbf16AVX2_spanback_7
+	JMP         stateKVbf16AVX2_spanback_8
 
-stateKVbf16AVX2_spanpast_7:
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
+stateKVbf16AVX2_spanpast_8:
+	VSUBPS    Y9, Y9, Y0
+	VCMPPS    $0x03, Y0, Y0, Y0
+	VMOVMSKPS Y0, AX
+	MOVL      AX, 392(SP)
+	VXORPS    Y0, Y0, Y0
+	VXORPS    Y1, Y1, Y1
+	VXORPS    Y2, Y2, Y2
+	VXORPS    Y3, Y3, Y3
+	VXORPS    Y4, Y4, Y4
+	VXORPS    Y5, Y5, Y5
 
 	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
 	MOVQ  (SP), AX
@@ -16878,7 +18427,7 @@ stateKVbf16AVX2_rows_10:
 	VBROADCASTSS (DI)(DX*4), Y8
 	VBROADCASTSS (R8)(DX*4), Y9
 	CMPQ         CX, $0x00000000
-	JBE          stateKVbf16AVX2_spantail_8
+	JBE          stateKVbf16AVX2_spantail_9
 	VMOVUPS      (AX), Y10
 	VMULPS       Y10, Y6, Y10
 	VFMADD231PS  (R13), Y7, Y10
@@ -16886,7 +18435,7 @@ stateKVbf16AVX2_rows_10:
 	VFMADD231PS  Y10, Y8, Y0
 	VFMADD231PS  Y10, Y9, Y1
 	CMPQ         CX, $0x00000008
-	JBE          stateKVbf16AVX2_spantail_8
+	JBE          stateKVbf16AVX2_spantail_9
 	VMOVUPS      32(AX), Y10
 	VMULPS       Y10, Y6, Y10
 	VFMADD231PS  32(R13), Y7, Y10
@@ -16894,15 +18443,48 @@ stateKVbf16AVX2_rows_10:
 	VFMADD231PS  Y10, Y8, Y2
 	VFMADD231PS  Y10, Y9, Y3
 
-stateKVbf16AVX2_spantail_8:
+stateKVbf16AVX2_spantail_9:
 	CMPQ 24(SP), CX
-	JA   stateKVbf16AVX2_spanmasked_8
+	JA   stateKVbf16AVX2_spanmasked_9
 
-stateKVbf16AVX2_spanback_8:
+stateKVbf16AVX2_spanback_9:
 	TESTQ        R10, R10
 	JZ           stateKVbf16AVX2_nostorerow_10
+	CMPL         392(SP), $0x00
+	JNE          stateKVbf16AVX2_rownan_10
 	CMPQ         CX, $0x00000000
-	JBE          stateKVbf16AVX2_spantail_9
+	JBE          stateKVbf16AVX2_spantail_10
+	VMOVUPS      (AX), Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X8
+	VPACKUSDW    X8, X7, X8
+	VMOVDQU      X8, (R10)
+	CMPQ         CX, $0x00000008
+	JBE          stateKVbf16AVX2_spantail_10
+	VMOVUPS      32(AX), Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X8
+	VPACKUSDW    X8, X7, X8
+	VMOVDQU      X8, 16(R10)
+
+stateKVbf16AVX2_spantail_10:
+	CMPQ 24(SP), CX
+	JA   stateKVbf16AVX2_spanmasked_10
+
+stateKVbf16AVX2_spanback_10:
+	JMP stateKVbf16AVX2_rowstored_10
+
+stateKVbf16AVX2_rownan_10:
+	CMPQ         CX, $0x00000000
+	JBE          stateKVbf16AVX2_spantail_11
 	VMOVUPS      (AX), Y7
 	VPSRLD       $0x10, Y7, Y8
 	VCMPPS       $0x03, Y7, Y7, Y10
@@ -16916,7 +18498,7 @@ stateKVbf16AVX2_spanback_8:
 	VPACKUSDW    X8, X7, X8
 	VMOVDQU      X8, (R10)
 	CMPQ         CX, $0x00000008
-	JBE          stateKVbf16AVX2_spantail_9
+	JBE          stateKVbf16AVX2_spantail_11
 	VMOVUPS      32(AX), Y7
 	VPSRLD       $0x10, Y7, Y8
 	VCMPPS       $0x03, Y7, Y7, Y10
@@ -16930,30 +18512,31 @@ stateKVbf16AVX2_spanback_8:
 	VPACKUSDW    X8, X7, X8
 	VMOVDQU      X8, 16(R10)
 
-stateKVbf16AVX2_spantail_9:
+stateKVbf16AVX2_spantail_11:
 	CMPQ 24(SP), CX
-	JA   stateKVbf16AVX2_spanmasked_9
+	JA   stateKVbf16AVX2_spanmasked_11
 
-stateKVbf16AVX2_spanback_9:
+stateKVbf16AVX2_spanback_11:
+stateKVbf16AVX2_rowstored_10:
 	ADDQ R11, R10
 
 stateKVbf16AVX2_nostorerow_10:
 	TESTQ   R12, R12
 	JZ      stateKVbf16AVX2_nocarryrow_10
 	CMPQ    CX, $0x00000000
-	JBE     stateKVbf16AVX2_spantail_10
+	JBE     stateKVbf16AVX2_spantail_12
 	VMOVUPS (AX), Y7
 	VMOVUPS Y7, (R12)
 	CMPQ    CX, $0x00000008
-	JBE     stateKVbf16AVX2_spantail_10
+	JBE     stateKVbf16AVX2_spantail_12
 	VMOVUPS 32(AX), Y7
 	VMOVUPS Y7, 32(R12)
 
-stateKVbf16AVX2_spantail_10:
+stateKVbf16AVX2_spantail_12:
 	CMPQ 24(SP), CX
-	JA   stateKVbf16AVX2_spanmasked_10
+	JA   stateKVbf16AVX2_spanmasked_12
 
-stateKVbf16AVX2_spanback_10:
+stateKVbf16AVX2_spanback_12:
 	ADDQ R9, R12
 
 stateKVbf16AVX2_nocarryrow_10:
@@ -16961,21 +18544,21 @@ stateKVbf16AVX2_nocarryrow_10:
 	INCQ DX
 	CMPQ DX, BX
 	JB   stateKVbf16AVX2_rows_10
-	JMP  stateKVbf16AVX2_spanpast_8
+	JMP  stateKVbf16AVX2_spanpast_9
 
-stateKVbf16AVX2_spanmasked_8:
+stateKVbf16AVX2_spanmasked_9:
 	VMOVUPS     (AX)(CX*4), Y10
 	VMULPS      Y10, Y6, Y10
 	VFMADD231PS 64(R13), Y7, Y10
 	VMOVUPS     Y10, (AX)(CX*4)
 	VFMADD231PS Y10, Y8, Y4
 	VFMADD231PS Y10, Y9, Y5
-	JMP         stateKVbf16AVX2_spanback_8
+	JMP         stateKVbf16AVX2_spanback_9
 
-stateKVbf16AVX2_spanpast_8:
-	JMP stateKVbf16AVX2_spanpast_9
+stateKVbf16AVX2_spanpast_9:
+	JMP stateKVbf16AVX2_spanpast_10
 
-stateKVbf16AVX2_spanmasked_9:
+stateKVbf16AVX2_spanmasked_10:
 	VMOVUPS      (AX)(CX*4), Y7
 	VPSRLD       $0x10, Y7, Y8
 	VCMPPS       $0x03, Y7, Y7, Y10
@@ -16995,18 +18578,43 @@ stateKVbf16AVX2_spanmasked_9:
 	MOVQ         344(SP), R14
 	ADDQ         CX, R14
 	VPEXTRW      $0x00, X7, (R10)(R14*2)
-	JMP          stateKVbf16AVX2_spanback_9
+	JMP          stateKVbf16AVX2_spanback_10
 
-stateKVbf16AVX2_spanpast_9:
-	JMP stateKVbf16AVX2_spanpast_10
+stateKVbf16AVX2_spanpast_10:
+	JMP stateKVbf16AVX2_spanpast_11
 
-stateKVbf16AVX2_spanmasked_10:
+stateKVbf16AVX2_spanmasked_11:
+	VMOVUPS      (AX)(CX*4), Y7
+	VPSRLD       $0x10, Y7, Y8
+	VCMPPS       $0x03, Y7, Y7, Y10
+	VPAND        one_i<>+0(SB), Y8, Y9
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y9, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VPOR         quiet<>+0(SB), Y8, Y8
+	VPBLENDVB    Y10, Y8, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X8
+	VPACKUSDW    X8, X7, X8
+	VMOVDQU      X8, 352(SP)
+	VMOVDQU      352(SP), X7
+	VMOVDQU      296(SP), X8
+	VPMASKMOVD   X7, X8, (R10)(CX*2)
+	VPSHUFB      328(SP), X7, X7
+	MOVQ         344(SP), R14
+	ADDQ         CX, R14
+	VPEXTRW      $0x00, X7, (R10)(R14*2)
+	JMP          stateKVbf16AVX2_spanback_11
+
+stateKVbf16AVX2_spanpast_11:
+	JMP stateKVbf16AVX2_spanpast_12
+
+stateKVbf16AVX2_spanmasked_12:
 	VMOVUPS    (AX)(CX*4), Y7
 	VMOVUPS    264(SP), Y8
 	VMASKMOVPS Y7, Y8, (R12)(CX*4)
-	JMP        stateKVbf16AVX2_spanback_10
+	JMP        stateKVbf16AVX2_spanback_12
 
-stateKVbf16AVX2_spanpast_10:
+stateKVbf16AVX2_spanpast_12:
 stateKVbf16AVX2_tokdone_3:
 	MOVQ 64(SP), AX
 	MOVQ AX, 56(SP)
@@ -22991,7 +24599,7 @@ stateVKf32AVX512_done_1:
 
 // func stateVKbf16AVX512(K int, V int, src []uint16, src32 []float32, stores []uintptr, carry []float32, kh []float32, qh []float32, v []float32, vs int, o []float32, tok []float32, work []float32, pf []uintptr, cvt bool)
 // Requires: AVX, AVX512BW, AVX512F, AVX512VL, CMOV, FMA3, MMX+
-TEXT ·stateVKbf16AVX512(SB), NOSPLIT, $72-289
+TEXT ·stateVKbf16AVX512(SB), NOSPLIT, $80-289
 	MOVQ  K+0(FP), AX
 	MOVQ  V+8(FP), CX
 	MOVQ  tok_len+224(FP), DX
@@ -23006,10 +24614,10 @@ TEXT ·stateVKbf16AVX512(SB), NOSPLIT, $72-289
 	MOVQ  DX, 16(SP)
 	MOVQ  pf_base+264(FP), DX
 	MOVQ  pf_len+272(FP), BX
-	MOVQ  DX, 56(SP)
+	MOVQ  DX, 64(SP)
 	ANDQ  $-2, BX
 	LEAQ  (DX)(BX*8), DX
-	MOVQ  DX, 64(SP)
+	MOVQ  DX, 72(SP)
 	MOVQ  work_base+240(FP), DX
 	ADDQ  $0x3f, DX
 	ANDQ  $-64, DX
@@ -23302,10 +24910,10 @@ stateVKbf16AVX512_dead_3:
 
 stateVKbf16AVX512_btoken_1:
 	// The prefetch list's next group.
-	MOVQ 56(SP), R11
+	MOVQ 64(SP), R11
 
 stateVKbf16AVX512_pfentry_1:
-	CMPQ  R11, 64(SP)
+	CMPQ  R11, 72(SP)
 	JAE   stateVKbf16AVX512_pfdone_1
 	MOVQ  (R11), R13
 	MOVQ  8(R11), R12
@@ -23321,7 +24929,7 @@ stateVKbf16AVX512_pfline_1:
 	JMP        stateVKbf16AVX512_pfentry_1
 
 stateVKbf16AVX512_pfdone_1:
-	MOVQ         R11, 56(SP)
+	MOVQ         R11, 64(SP)
 	VMOVSS       (DX), X0
 	VUCOMISS     nearone<>+0(SB), X0
 	JCS          stateVKbf16AVX512_far_1
@@ -24022,10 +25630,10 @@ stateVKbf16AVX512_group_1:
 	JB   stateVKbf16AVX512_groupsdone_1
 
 	// The prefetch list's next group.
-	MOVQ 56(SP), AX
+	MOVQ 64(SP), AX
 
 stateVKbf16AVX512_pfentry_2:
-	CMPQ  AX, 64(SP)
+	CMPQ  AX, 72(SP)
 	JAE   stateVKbf16AVX512_pfdone_2
 	MOVQ  (AX), DX
 	MOVQ  8(AX), CX
@@ -24041,7 +25649,7 @@ stateVKbf16AVX512_pfline_2:
 	JMP        stateVKbf16AVX512_pfentry_2
 
 stateVKbf16AVX512_pfdone_2:
-	MOVQ  AX, 56(SP)
+	MOVQ  AX, 64(SP)
 	MOVL  $0x00000007, AX
 	KMOVW AX, K6
 
@@ -24255,6 +25863,11 @@ stateVKbf16AVX512_decayed_2:
 	VBROADCASTSS  12(DX), Z14
 	VFMADD231PS   Y14, Y1, Y15
 	VMOVUPS       Y15, K6, (DI)
+	VSUBPS        Y1, Y1, Y14
+	VCMPPS        $0x03, Y14, Y14, K7
+	KMOVW         K7, R11
+	ANDL          $0x00000007, R11
+	MOVL          R11, 56(SP)
 	VMOVSS        (DX), X2
 	VUCOMISS      nearone<>+0(SB), X2
 	JCS           stateVKbf16AVX512_far_3
@@ -24376,6 +25989,121 @@ stateVKbf16AVX512_decayed_3:
 	JCS       stateVKbf16AVX512_bfstored_1
 
 stateVKbf16AVX512_bfints_1:
+	CMPL        56(SP), $0x00
+	JNE         stateVKbf16AVX512_bfnan_1
+	VMOVAPS     Z0, Z14
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD.BCST one_i<>+0(SB), Z15, Z15
+	VPADDD.BCST round<>+0(SB), Z14, Z14
+	VPADDD      Z15, Z14, Z14
+	VPSRLD      $0x10, Z14, Z14
+	VPMOVDW     Z14, K1, (R11)
+	CMPQ        R9, $0x00000040
+	JBE         stateVKbf16AVX512_dead_15
+	VMOVAPS     Z3, Z14
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD.BCST one_i<>+0(SB), Z15, Z15
+	VPADDD.BCST round<>+0(SB), Z14, Z14
+	VPADDD      Z15, Z14, Z14
+	VPSRLD      $0x10, Z14, Z14
+	VPMOVDW     Z14, K3, 32(R11)
+	CMPQ        R9, $0x00000080
+	JBE         stateVKbf16AVX512_dead_15
+	VMOVAPS     Z4, Z14
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD.BCST one_i<>+0(SB), Z15, Z15
+	VPADDD.BCST round<>+0(SB), Z14, Z14
+	VPADDD      Z15, Z14, Z14
+	VPSRLD      $0x10, Z14, Z14
+	VPMOVDW     Z14, K4, 64(R11)
+	CMPQ        R9, $0x000000c0
+	JBE         stateVKbf16AVX512_dead_15
+	VMOVAPS     Z5, Z14
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD.BCST one_i<>+0(SB), Z15, Z15
+	VPADDD.BCST round<>+0(SB), Z14, Z14
+	VPADDD      Z15, Z14, Z14
+	VPSRLD      $0x10, Z14, Z14
+	VPMOVDW     Z14, K5, 96(R11)
+
+stateVKbf16AVX512_dead_15:
+	ADDQ        R10, R11
+	VMOVAPS     Z6, Z14
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD.BCST one_i<>+0(SB), Z15, Z15
+	VPADDD.BCST round<>+0(SB), Z14, Z14
+	VPADDD      Z15, Z14, Z14
+	VPSRLD      $0x10, Z14, Z14
+	VPMOVDW     Z14, K1, (R11)
+	CMPQ        R9, $0x00000040
+	JBE         stateVKbf16AVX512_dead_16
+	VMOVAPS     Z7, Z14
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD.BCST one_i<>+0(SB), Z15, Z15
+	VPADDD.BCST round<>+0(SB), Z14, Z14
+	VPADDD      Z15, Z14, Z14
+	VPSRLD      $0x10, Z14, Z14
+	VPMOVDW     Z14, K3, 32(R11)
+	CMPQ        R9, $0x00000080
+	JBE         stateVKbf16AVX512_dead_16
+	VMOVAPS     Z8, Z14
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD.BCST one_i<>+0(SB), Z15, Z15
+	VPADDD.BCST round<>+0(SB), Z14, Z14
+	VPADDD      Z15, Z14, Z14
+	VPSRLD      $0x10, Z14, Z14
+	VPMOVDW     Z14, K4, 64(R11)
+	CMPQ        R9, $0x000000c0
+	JBE         stateVKbf16AVX512_dead_16
+	VMOVAPS     Z9, Z14
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD.BCST one_i<>+0(SB), Z15, Z15
+	VPADDD.BCST round<>+0(SB), Z14, Z14
+	VPADDD      Z15, Z14, Z14
+	VPSRLD      $0x10, Z14, Z14
+	VPMOVDW     Z14, K5, 96(R11)
+
+stateVKbf16AVX512_dead_16:
+	ADDQ        R10, R11
+	VMOVAPS     Z10, Z14
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD.BCST one_i<>+0(SB), Z15, Z15
+	VPADDD.BCST round<>+0(SB), Z14, Z14
+	VPADDD      Z15, Z14, Z14
+	VPSRLD      $0x10, Z14, Z14
+	VPMOVDW     Z14, K1, (R11)
+	CMPQ        R9, $0x00000040
+	JBE         stateVKbf16AVX512_dead_17
+	VMOVAPS     Z11, Z14
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD.BCST one_i<>+0(SB), Z15, Z15
+	VPADDD.BCST round<>+0(SB), Z14, Z14
+	VPADDD      Z15, Z14, Z14
+	VPSRLD      $0x10, Z14, Z14
+	VPMOVDW     Z14, K3, 32(R11)
+	CMPQ        R9, $0x00000080
+	JBE         stateVKbf16AVX512_dead_17
+	VMOVAPS     Z12, Z14
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD.BCST one_i<>+0(SB), Z15, Z15
+	VPADDD.BCST round<>+0(SB), Z14, Z14
+	VPADDD      Z15, Z14, Z14
+	VPSRLD      $0x10, Z14, Z14
+	VPMOVDW     Z14, K4, 64(R11)
+	CMPQ        R9, $0x000000c0
+	JBE         stateVKbf16AVX512_dead_17
+	VMOVAPS     Z13, Z14
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD.BCST one_i<>+0(SB), Z15, Z15
+	VPADDD.BCST round<>+0(SB), Z14, Z14
+	VPADDD      Z15, Z14, Z14
+	VPSRLD      $0x10, Z14, Z14
+	VPMOVDW     Z14, K5, 96(R11)
+
+stateVKbf16AVX512_dead_17:
+	JMP stateVKbf16AVX512_bfdone_1
+
+stateVKbf16AVX512_bfnan_1:
 	VMOVAPS     Z0, Z14
 	VPSRLD      $0x10, Z14, Z15
 	VCMPPS      $0x03, Z14, Z14, K2
@@ -24386,7 +26114,7 @@ stateVKbf16AVX512_bfints_1:
 	VPORD.BCST  quiet<>+0(SB), Z15, K2, Z14
 	VPMOVDW     Z14, K1, (R11)
 	CMPQ        R9, $0x00000040
-	JBE         stateVKbf16AVX512_dead_15
+	JBE         stateVKbf16AVX512_dead_18
 	VMOVAPS     Z3, Z14
 	VPSRLD      $0x10, Z14, Z15
 	VCMPPS      $0x03, Z14, Z14, K2
@@ -24397,7 +26125,7 @@ stateVKbf16AVX512_bfints_1:
 	VPORD.BCST  quiet<>+0(SB), Z15, K2, Z14
 	VPMOVDW     Z14, K3, 32(R11)
 	CMPQ        R9, $0x00000080
-	JBE         stateVKbf16AVX512_dead_15
+	JBE         stateVKbf16AVX512_dead_18
 	VMOVAPS     Z4, Z14
 	VPSRLD      $0x10, Z14, Z15
 	VCMPPS      $0x03, Z14, Z14, K2
@@ -24408,7 +26136,7 @@ stateVKbf16AVX512_bfints_1:
 	VPORD.BCST  quiet<>+0(SB), Z15, K2, Z14
 	VPMOVDW     Z14, K4, 64(R11)
 	CMPQ        R9, $0x000000c0
-	JBE         stateVKbf16AVX512_dead_15
+	JBE         stateVKbf16AVX512_dead_18
 	VMOVAPS     Z5, Z14
 	VPSRLD      $0x10, Z14, Z15
 	VCMPPS      $0x03, Z14, Z14, K2
@@ -24419,7 +26147,7 @@ stateVKbf16AVX512_bfints_1:
 	VPORD.BCST  quiet<>+0(SB), Z15, K2, Z14
 	VPMOVDW     Z14, K5, 96(R11)
 
-stateVKbf16AVX512_dead_15:
+stateVKbf16AVX512_dead_18:
 	ADDQ        R10, R11
 	VMOVAPS     Z6, Z14
 	VPSRLD      $0x10, Z14, Z15
@@ -24431,7 +26159,7 @@ stateVKbf16AVX512_dead_15:
 	VPORD.BCST  quiet<>+0(SB), Z15, K2, Z14
 	VPMOVDW     Z14, K1, (R11)
 	CMPQ        R9, $0x00000040
-	JBE         stateVKbf16AVX512_dead_16
+	JBE         stateVKbf16AVX512_dead_19
 	VMOVAPS     Z7, Z14
 	VPSRLD      $0x10, Z14, Z15
 	VCMPPS      $0x03, Z14, Z14, K2
@@ -24442,7 +26170,7 @@ stateVKbf16AVX512_dead_15:
 	VPORD.BCST  quiet<>+0(SB), Z15, K2, Z14
 	VPMOVDW     Z14, K3, 32(R11)
 	CMPQ        R9, $0x00000080
-	JBE         stateVKbf16AVX512_dead_16
+	JBE         stateVKbf16AVX512_dead_19
 	VMOVAPS     Z8, Z14
 	VPSRLD      $0x10, Z14, Z15
 	VCMPPS      $0x03, Z14, Z14, K2
@@ -24453,7 +26181,7 @@ stateVKbf16AVX512_dead_15:
 	VPORD.BCST  quiet<>+0(SB), Z15, K2, Z14
 	VPMOVDW     Z14, K4, 64(R11)
 	CMPQ        R9, $0x000000c0
-	JBE         stateVKbf16AVX512_dead_16
+	JBE         stateVKbf16AVX512_dead_19
 	VMOVAPS     Z9, Z14
 	VPSRLD      $0x10, Z14, Z15
 	VCMPPS      $0x03, Z14, Z14, K2
@@ -24464,7 +26192,7 @@ stateVKbf16AVX512_dead_15:
 	VPORD.BCST  quiet<>+0(SB), Z15, K2, Z14
 	VPMOVDW     Z14, K5, 96(R11)
 
-stateVKbf16AVX512_dead_16:
+stateVKbf16AVX512_dead_19:
 	ADDQ        R10, R11
 	VMOVAPS     Z10, Z14
 	VPSRLD      $0x10, Z14, Z15
@@ -24476,7 +26204,7 @@ stateVKbf16AVX512_dead_16:
 	VPORD.BCST  quiet<>+0(SB), Z15, K2, Z14
 	VPMOVDW     Z14, K1, (R11)
 	CMPQ        R9, $0x00000040
-	JBE         stateVKbf16AVX512_dead_17
+	JBE         stateVKbf16AVX512_dead_20
 	VMOVAPS     Z11, Z14
 	VPSRLD      $0x10, Z14, Z15
 	VCMPPS      $0x03, Z14, Z14, K2
@@ -24487,7 +26215,7 @@ stateVKbf16AVX512_dead_16:
 	VPORD.BCST  quiet<>+0(SB), Z15, K2, Z14
 	VPMOVDW     Z14, K3, 32(R11)
 	CMPQ        R9, $0x00000080
-	JBE         stateVKbf16AVX512_dead_17
+	JBE         stateVKbf16AVX512_dead_20
 	VMOVAPS     Z12, Z14
 	VPSRLD      $0x10, Z14, Z15
 	VCMPPS      $0x03, Z14, Z14, K2
@@ -24498,7 +26226,7 @@ stateVKbf16AVX512_dead_16:
 	VPORD.BCST  quiet<>+0(SB), Z15, K2, Z14
 	VPMOVDW     Z14, K4, 64(R11)
 	CMPQ        R9, $0x000000c0
-	JBE         stateVKbf16AVX512_dead_17
+	JBE         stateVKbf16AVX512_dead_20
 	VMOVAPS     Z13, Z14
 	VPSRLD      $0x10, Z14, Z15
 	VCMPPS      $0x03, Z14, Z14, K2
@@ -24509,7 +26237,8 @@ stateVKbf16AVX512_dead_16:
 	VPORD.BCST  quiet<>+0(SB), Z15, K2, Z14
 	VPMOVDW     Z14, K5, 96(R11)
 
-stateVKbf16AVX512_dead_17:
+stateVKbf16AVX512_dead_20:
+stateVKbf16AVX512_bfdone_1:
 stateVKbf16AVX512_bfstored_1:
 stateVKbf16AVX512_nostore_1:
 	ADDQ R9, AX
@@ -24530,42 +26259,42 @@ stateVKbf16AVX512_nostore_1:
 	ADDQ    CX, AX
 	VMOVUPS Z0, K1, (AX)
 	CMPQ    R9, $0x00000040
-	JBE     stateVKbf16AVX512_dead_18
+	JBE     stateVKbf16AVX512_dead_21
 	VMOVUPS Z3, K3, 64(AX)
 	CMPQ    R9, $0x00000080
-	JBE     stateVKbf16AVX512_dead_18
+	JBE     stateVKbf16AVX512_dead_21
 	VMOVUPS Z4, K4, 128(AX)
 	CMPQ    R9, $0x000000c0
-	JBE     stateVKbf16AVX512_dead_18
+	JBE     stateVKbf16AVX512_dead_21
 	VMOVUPS Z5, K5, 192(AX)
 
-stateVKbf16AVX512_dead_18:
+stateVKbf16AVX512_dead_21:
 	ADDQ    R9, AX
 	VMOVUPS Z6, K1, (AX)
 	CMPQ    R9, $0x00000040
-	JBE     stateVKbf16AVX512_dead_19
+	JBE     stateVKbf16AVX512_dead_22
 	VMOVUPS Z7, K3, 64(AX)
 	CMPQ    R9, $0x00000080
-	JBE     stateVKbf16AVX512_dead_19
+	JBE     stateVKbf16AVX512_dead_22
 	VMOVUPS Z8, K4, 128(AX)
 	CMPQ    R9, $0x000000c0
-	JBE     stateVKbf16AVX512_dead_19
+	JBE     stateVKbf16AVX512_dead_22
 	VMOVUPS Z9, K5, 192(AX)
 
-stateVKbf16AVX512_dead_19:
+stateVKbf16AVX512_dead_22:
 	ADDQ    R9, AX
 	VMOVUPS Z10, K1, (AX)
 	CMPQ    R9, $0x00000040
-	JBE     stateVKbf16AVX512_dead_20
+	JBE     stateVKbf16AVX512_dead_23
 	VMOVUPS Z11, K3, 64(AX)
 	CMPQ    R9, $0x00000080
-	JBE     stateVKbf16AVX512_dead_20
+	JBE     stateVKbf16AVX512_dead_23
 	VMOVUPS Z12, K4, 128(AX)
 	CMPQ    R9, $0x000000c0
-	JBE     stateVKbf16AVX512_dead_20
+	JBE     stateVKbf16AVX512_dead_23
 	VMOVUPS Z13, K5, 192(AX)
 
-stateVKbf16AVX512_dead_20:
+stateVKbf16AVX512_dead_23:
 stateVKbf16AVX512_nocarry_1:
 	ADDQ $0x00000003, (SP)
 	SUBQ $0x00000003, 8(SP)
@@ -24577,10 +26306,10 @@ stateVKbf16AVX512_group_2:
 	JB   stateVKbf16AVX512_groupsdone_2
 
 	// The prefetch list's next group.
-	MOVQ 56(SP), AX
+	MOVQ 64(SP), AX
 
 stateVKbf16AVX512_pfentry_3:
-	CMPQ  AX, 64(SP)
+	CMPQ  AX, 72(SP)
 	JAE   stateVKbf16AVX512_pfdone_3
 	MOVQ  (AX), DX
 	MOVQ  8(AX), CX
@@ -24596,7 +26325,7 @@ stateVKbf16AVX512_pfline_3:
 	JMP        stateVKbf16AVX512_pfentry_3
 
 stateVKbf16AVX512_pfdone_3:
-	MOVQ AX, 56(SP)
+	MOVQ AX, 64(SP)
 
 	// Load 1 row(s) of 1…4 vectors.
 	MOVQ       src32_base+40(FP), AX
@@ -24607,16 +26336,16 @@ stateVKbf16AVX512_pfdone_3:
 	ADDQ       CX, AX
 	PREFETCHT0 8192(AX)
 	CMPQ       R9, $0x00000040
-	JBE        stateVKbf16AVX512_dead_21
+	JBE        stateVKbf16AVX512_dead_24
 	PREFETCHT0 8256(AX)
 	CMPQ       R9, $0x00000080
-	JBE        stateVKbf16AVX512_dead_21
+	JBE        stateVKbf16AVX512_dead_24
 	PREFETCHT0 8320(AX)
 	CMPQ       R9, $0x000000c0
-	JBE        stateVKbf16AVX512_dead_21
+	JBE        stateVKbf16AVX512_dead_24
 	PREFETCHT0 8384(AX)
 
-stateVKbf16AVX512_dead_21:
+stateVKbf16AVX512_dead_24:
 	VMOVUPS.Z (AX), K1, Z0
 	VMOVUPS.Z 64(AX), K3, Z1
 	VMOVUPS.Z 128(AX), K4, Z3
@@ -24630,10 +26359,10 @@ stateVKbf16AVX512_frombf16_2:
 	ADDQ       CX, AX
 	PREFETCHT0 8192(AX)
 	CMPQ       R9, $0x00000080
-	JBE        stateVKbf16AVX512_dead_22
+	JBE        stateVKbf16AVX512_dead_25
 	PREFETCHT0 8256(AX)
 
-stateVKbf16AVX512_dead_22:
+stateVKbf16AVX512_dead_25:
 	VPMOVZXWD.Z (AX), K1, Z0
 	VPSLLD      $0x10, Z0, Z0
 	VPMOVZXWD.Z 32(AX), K3, Z1
@@ -24662,19 +26391,19 @@ stateVKbf16AVX512_token_2:
 	VMULPS.Z     (AX), Z0, K1, Z5
 	VMULPS.Z     (CX), Z0, K1, Z6
 	CMPQ         R9, $0x00000040
-	JBE          stateVKbf16AVX512_dead_23
+	JBE          stateVKbf16AVX512_dead_26
 	VFMADD231PS  64(AX), Z1, K3, Z7
 	VFMADD231PS  64(CX), Z1, K3, Z8
 	CMPQ         R9, $0x00000080
-	JBE          stateVKbf16AVX512_dead_23
+	JBE          stateVKbf16AVX512_dead_26
 	VFMADD231PS  128(AX), Z3, K4, Z5
 	VFMADD231PS  128(CX), Z3, K4, Z6
 	CMPQ         R9, $0x000000c0
-	JBE          stateVKbf16AVX512_dead_23
+	JBE          stateVKbf16AVX512_dead_26
 	VFMADD231PS  192(AX), Z4, K5, Z7
 	VFMADD231PS  192(CX), Z4, K5, Z8
 
-stateVKbf16AVX512_dead_23:
+stateVKbf16AVX512_dead_26:
 	VADDPS       Z7, Z5, Z5
 	VADDPS       Z8, Z6, Z6
 	VSHUFF32X4   $0x44, Z6, Z5, Z7
@@ -24711,6 +26440,11 @@ stateVKbf16AVX512_decayed_4:
 	VBROADCASTSS  12(DX), Z7
 	VFMADD231PS   Y7, Y5, Y6
 	VMOVSS        X6, (DI)
+	VSUBPS        Y5, Y5, Y6
+	VCMPPS        $0x03, Y6, Y6, K7
+	KMOVW         K7, R11
+	ANDL          $0x00000001, R11
+	MOVL          R11, 56(SP)
 	VMOVSS        (DX), X2
 	VUCOMISS      nearone<>+0(SB), X2
 	JCS           stateVKbf16AVX512_far_5
@@ -24719,19 +26453,19 @@ stateVKbf16AVX512_decayed_4:
 	VFMADD213PS   Z0, Z6, Z0
 	VFMADD231PS   (AX), Z5, K1, Z0
 	CMPQ          R9, $0x00000040
-	JBE           stateVKbf16AVX512_dead_24
+	JBE           stateVKbf16AVX512_dead_27
 	VFMADD213PS   Z1, Z6, Z1
 	VFMADD231PS   64(AX), Z5, K3, Z1
 	CMPQ          R9, $0x00000080
-	JBE           stateVKbf16AVX512_dead_24
+	JBE           stateVKbf16AVX512_dead_27
 	VFMADD213PS   Z3, Z6, Z3
 	VFMADD231PS   128(AX), Z5, K4, Z3
 	CMPQ          R9, $0x000000c0
-	JBE           stateVKbf16AVX512_dead_24
+	JBE           stateVKbf16AVX512_dead_27
 	VFMADD213PS   Z4, Z6, Z4
 	VFMADD231PS   192(AX), Z5, K5, Z4
 
-stateVKbf16AVX512_dead_24:
+stateVKbf16AVX512_dead_27:
 	JMP stateVKbf16AVX512_decayed_5
 
 stateVKbf16AVX512_far_5:
@@ -24740,19 +26474,19 @@ stateVKbf16AVX512_far_5:
 	VMULPS       Z0, Z6, Z0
 	VFMADD231PS  (AX), Z5, K1, Z0
 	CMPQ         R9, $0x00000040
-	JBE          stateVKbf16AVX512_dead_25
+	JBE          stateVKbf16AVX512_dead_28
 	VMULPS       Z1, Z6, Z1
 	VFMADD231PS  64(AX), Z5, K3, Z1
 	CMPQ         R9, $0x00000080
-	JBE          stateVKbf16AVX512_dead_25
+	JBE          stateVKbf16AVX512_dead_28
 	VMULPS       Z3, Z6, Z3
 	VFMADD231PS  128(AX), Z5, K4, Z3
 	CMPQ         R9, $0x000000c0
-	JBE          stateVKbf16AVX512_dead_25
+	JBE          stateVKbf16AVX512_dead_28
 	VMULPS       Z4, Z6, Z4
 	VFMADD231PS  192(AX), Z5, K5, Z4
 
-stateVKbf16AVX512_dead_25:
+stateVKbf16AVX512_dead_28:
 stateVKbf16AVX512_decayed_5:
 	// The state after this token, if stored.
 	MOVQ      (BX), R11
@@ -24778,6 +26512,47 @@ stateVKbf16AVX512_decayed_5:
 	JCS       stateVKbf16AVX512_bfstored_2
 
 stateVKbf16AVX512_bfints_2:
+	CMPL        56(SP), $0x00
+	JNE         stateVKbf16AVX512_bfnan_2
+	VMOVAPS     Z0, Z5
+	VPSRLD      $0x10, Z5, Z6
+	VPANDD.BCST one_i<>+0(SB), Z6, Z6
+	VPADDD.BCST round<>+0(SB), Z5, Z5
+	VPADDD      Z6, Z5, Z5
+	VPSRLD      $0x10, Z5, Z5
+	VPMOVDW     Z5, K1, (R11)
+	CMPQ        R9, $0x00000040
+	JBE         stateVKbf16AVX512_dead_29
+	VMOVAPS     Z1, Z5
+	VPSRLD      $0x10, Z5, Z6
+	VPANDD.BCST one_i<>+0(SB), Z6, Z6
+	VPADDD.BCST round<>+0(SB), Z5, Z5
+	VPADDD      Z6, Z5, Z5
+	VPSRLD      $0x10, Z5, Z5
+	VPMOVDW     Z5, K3, 32(R11)
+	CMPQ        R9, $0x00000080
+	JBE         stateVKbf16AVX512_dead_29
+	VMOVAPS     Z3, Z5
+	VPSRLD      $0x10, Z5, Z6
+	VPANDD.BCST one_i<>+0(SB), Z6, Z6
+	VPADDD.BCST round<>+0(SB), Z5, Z5
+	VPADDD      Z6, Z5, Z5
+	VPSRLD      $0x10, Z5, Z5
+	VPMOVDW     Z5, K4, 64(R11)
+	CMPQ        R9, $0x000000c0
+	JBE         stateVKbf16AVX512_dead_29
+	VMOVAPS     Z4, Z5
+	VPSRLD      $0x10, Z5, Z6
+	VPANDD.BCST one_i<>+0(SB), Z6, Z6
+	VPADDD.BCST round<>+0(SB), Z5, Z5
+	VPADDD      Z6, Z5, Z5
+	VPSRLD      $0x10, Z5, Z5
+	VPMOVDW     Z5, K5, 96(R11)
+
+stateVKbf16AVX512_dead_29:
+	JMP stateVKbf16AVX512_bfdone_2
+
+stateVKbf16AVX512_bfnan_2:
 	VMOVAPS     Z0, Z5
 	VPSRLD      $0x10, Z5, Z6
 	VCMPPS      $0x03, Z5, Z5, K2
@@ -24788,7 +26563,7 @@ stateVKbf16AVX512_bfints_2:
 	VPORD.BCST  quiet<>+0(SB), Z6, K2, Z5
 	VPMOVDW     Z5, K1, (R11)
 	CMPQ        R9, $0x00000040
-	JBE         stateVKbf16AVX512_dead_26
+	JBE         stateVKbf16AVX512_dead_30
 	VMOVAPS     Z1, Z5
 	VPSRLD      $0x10, Z5, Z6
 	VCMPPS      $0x03, Z5, Z5, K2
@@ -24799,7 +26574,7 @@ stateVKbf16AVX512_bfints_2:
 	VPORD.BCST  quiet<>+0(SB), Z6, K2, Z5
 	VPMOVDW     Z5, K3, 32(R11)
 	CMPQ        R9, $0x00000080
-	JBE         stateVKbf16AVX512_dead_26
+	JBE         stateVKbf16AVX512_dead_30
 	VMOVAPS     Z3, Z5
 	VPSRLD      $0x10, Z5, Z6
 	VCMPPS      $0x03, Z5, Z5, K2
@@ -24810,7 +26585,7 @@ stateVKbf16AVX512_bfints_2:
 	VPORD.BCST  quiet<>+0(SB), Z6, K2, Z5
 	VPMOVDW     Z5, K4, 64(R11)
 	CMPQ        R9, $0x000000c0
-	JBE         stateVKbf16AVX512_dead_26
+	JBE         stateVKbf16AVX512_dead_30
 	VMOVAPS     Z4, Z5
 	VPSRLD      $0x10, Z5, Z6
 	VCMPPS      $0x03, Z5, Z5, K2
@@ -24821,7 +26596,8 @@ stateVKbf16AVX512_bfints_2:
 	VPORD.BCST  quiet<>+0(SB), Z6, K2, Z5
 	VPMOVDW     Z5, K5, 96(R11)
 
-stateVKbf16AVX512_dead_26:
+stateVKbf16AVX512_dead_30:
+stateVKbf16AVX512_bfdone_2:
 stateVKbf16AVX512_bfstored_2:
 stateVKbf16AVX512_nostore_2:
 	ADDQ R9, AX
@@ -24842,16 +26618,16 @@ stateVKbf16AVX512_nostore_2:
 	ADDQ    CX, AX
 	VMOVUPS Z0, K1, (AX)
 	CMPQ    R9, $0x00000040
-	JBE     stateVKbf16AVX512_dead_27
+	JBE     stateVKbf16AVX512_dead_31
 	VMOVUPS Z1, K3, 64(AX)
 	CMPQ    R9, $0x00000080
-	JBE     stateVKbf16AVX512_dead_27
+	JBE     stateVKbf16AVX512_dead_31
 	VMOVUPS Z3, K4, 128(AX)
 	CMPQ    R9, $0x000000c0
-	JBE     stateVKbf16AVX512_dead_27
+	JBE     stateVKbf16AVX512_dead_31
 	VMOVUPS Z4, K5, 192(AX)
 
-stateVKbf16AVX512_dead_27:
+stateVKbf16AVX512_dead_31:
 stateVKbf16AVX512_nocarry_2:
 	ADDQ $0x00000001, (SP)
 	SUBQ $0x00000001, 8(SP)
@@ -24902,10 +26678,10 @@ stateVKbf16AVX512_bload_3:
 	PREFETCHT0 8384(AX)
 	PREFETCHT0 8448(AX)
 	CMPQ       R9, $0x00000140
-	JBE        stateVKbf16AVX512_dead_28
+	JBE        stateVKbf16AVX512_dead_32
 	PREFETCHT0 8512(AX)
 
-stateVKbf16AVX512_dead_28:
+stateVKbf16AVX512_dead_32:
 	VMOVUPS   (AX), Z0
 	VMOVUPS   Z0, (CX)
 	VMOVUPS   64(AX), Z0
@@ -25030,7 +26806,7 @@ stateVKbf16AVX512_bdots_2:
 	VFMADD231PS Z6, Z22, K1, Z18
 	VFMADD231PS Z12, Z22, K1, Z19
 	CMPQ        R9, $0x00000140
-	JBE         stateVKbf16AVX512_dead_29
+	JBE         stateVKbf16AVX512_dead_33
 	VMOVUPS     320(R12), Z22
 	VFMADD231PS Z7, Z22, K3, Z16
 	VFMADD231PS Z13, Z22, K3, Z17
@@ -25038,7 +26814,7 @@ stateVKbf16AVX512_bdots_2:
 	VFMADD231PS Z7, Z22, K3, Z20
 	VFMADD231PS Z13, Z22, K3, Z21
 
-stateVKbf16AVX512_dead_29:
+stateVKbf16AVX512_dead_33:
 	VADDPS     Z16, Z14, Z14
 	VADDPS     Z20, Z18, Z18
 	VSHUFF32X4 $0x44, Z18, Z14, Z16
@@ -25126,10 +26902,10 @@ stateVKbf16AVX512_dead_29:
 
 stateVKbf16AVX512_btoken_2:
 	// The prefetch list's next group.
-	MOVQ 56(SP), R11
+	MOVQ 64(SP), R11
 
 stateVKbf16AVX512_pfentry_4:
-	CMPQ  R11, 64(SP)
+	CMPQ  R11, 72(SP)
 	JAE   stateVKbf16AVX512_pfdone_4
 	MOVQ  (R11), R13
 	MOVQ  8(R11), R12
@@ -25145,7 +26921,7 @@ stateVKbf16AVX512_pfline_4:
 	JMP        stateVKbf16AVX512_pfentry_4
 
 stateVKbf16AVX512_pfdone_4:
-	MOVQ         R11, 56(SP)
+	MOVQ         R11, 64(SP)
 	VMOVSS       (DX), X0
 	VUCOMISS     nearone<>+0(SB), X0
 	JCS          stateVKbf16AVX512_far_6
@@ -25265,7 +27041,7 @@ stateVKbf16AVX512_bfused_3:
 	VFMADD231PS  Z7, Z25, K1, Z21
 	VFMADD231PS  Z13, Z25, K1, Z22
 	CMPQ         R9, $0x00000140
-	JBE          stateVKbf16AVX512_dead_30
+	JBE          stateVKbf16AVX512_dead_34
 	VMOVUPS      320(R11), Z25
 	VFMADD213PS  Z25, Z0, Z25
 	VFMADD231PS  320(AX), Z15, K3, Z25
@@ -25279,7 +27055,7 @@ stateVKbf16AVX512_bfused_3:
 	VFMADD231PS  Z8, Z15, K3, Z23
 	VFMADD231PS  Z14, Z15, K3, Z24
 
-stateVKbf16AVX512_dead_30:
+stateVKbf16AVX512_dead_34:
 	VADDPS     Z19, Z17, Z17
 	VADDPS     Z23, Z21, Z21
 	VSHUFF32X4 $0x44, Z21, Z17, Z15
@@ -25419,7 +27195,7 @@ stateVKbf16AVX512_bupdate_3:
 	VFMADD231PS  256(AX), Z4, K1, Z5
 	VMOVUPS      Z5, 640(R11)
 	CMPQ         R9, $0x00000140
-	JBE          stateVKbf16AVX512_dead_31
+	JBE          stateVKbf16AVX512_dead_35
 	VMOVUPS      320(R11), Z5
 	VFMADD213PS  Z5, Z0, Z5
 	VFMADD231PS  320(AX), Z3, K3, Z5
@@ -25429,7 +27205,7 @@ stateVKbf16AVX512_bupdate_3:
 	VFMADD231PS  320(AX), Z4, K3, Z3
 	VMOVUPS      Z3, 704(R11)
 
-stateVKbf16AVX512_dead_31:
+stateVKbf16AVX512_dead_35:
 	ADDQ $0x00000300, R11
 	ADDQ $0x08, R12
 	DECQ R13
@@ -25555,7 +27331,7 @@ stateVKbf16AVX512_bfused_4:
 	VFMADD231PS  Z7, Z25, K1, Z21
 	VFMADD231PS  Z13, Z25, K1, Z22
 	CMPQ         R9, $0x00000140
-	JBE          stateVKbf16AVX512_dead_32
+	JBE          stateVKbf16AVX512_dead_36
 	VMOVUPS      320(R11), Z25
 	VMULPS       Z25, Z0, Z25
 	VFMADD231PS  320(AX), Z15, K3, Z25
@@ -25569,7 +27345,7 @@ stateVKbf16AVX512_bfused_4:
 	VFMADD231PS  Z8, Z15, K3, Z23
 	VFMADD231PS  Z14, Z15, K3, Z24
 
-stateVKbf16AVX512_dead_32:
+stateVKbf16AVX512_dead_36:
 	VADDPS     Z19, Z17, Z17
 	VADDPS     Z23, Z21, Z21
 	VSHUFF32X4 $0x44, Z21, Z17, Z15
@@ -25709,7 +27485,7 @@ stateVKbf16AVX512_bupdate_4:
 	VFMADD231PS  256(AX), Z4, K1, Z5
 	VMOVUPS      Z5, 640(R11)
 	CMPQ         R9, $0x00000140
-	JBE          stateVKbf16AVX512_dead_33
+	JBE          stateVKbf16AVX512_dead_37
 	VMOVUPS      320(R11), Z5
 	VMULPS       Z5, Z0, Z5
 	VFMADD231PS  320(AX), Z3, K3, Z5
@@ -25719,7 +27495,7 @@ stateVKbf16AVX512_bupdate_4:
 	VFMADD231PS  320(AX), Z4, K3, Z3
 	VMOVUPS      Z3, 704(R11)
 
-stateVKbf16AVX512_dead_33:
+stateVKbf16AVX512_dead_37:
 	ADDQ $0x00000300, R11
 	ADDQ $0x08, R12
 	DECQ R13
@@ -25869,7 +27645,7 @@ stateVKbf16AVX512_bstore_3:
 	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
 	VPMOVDW     Z0, K1, 128(R11)
 	CMPQ        R9, $0x00000140
-	JBE         stateVKbf16AVX512_dead_34
+	JBE         stateVKbf16AVX512_dead_38
 	VMOVUPS     320(R12), Z0
 	VPSRLD      $0x10, Z0, Z3
 	VCMPPS      $0x03, Z0, Z0, K2
@@ -25880,7 +27656,7 @@ stateVKbf16AVX512_bstore_3:
 	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
 	VPMOVDW     Z0, K3, 160(R11)
 
-stateVKbf16AVX512_dead_34:
+stateVKbf16AVX512_dead_38:
 	ADDQ R10, R11
 	ADDQ $0x00000180, R12
 	DECQ R13
@@ -25920,11 +27696,11 @@ stateVKbf16AVX512_bstore_4:
 	VMOVUPS 256(CX), Z0
 	VMOVUPS Z0, K1, 256(AX)
 	CMPQ    R9, $0x00000140
-	JBE     stateVKbf16AVX512_dead_35
+	JBE     stateVKbf16AVX512_dead_39
 	VMOVUPS 320(CX), Z0
 	VMOVUPS Z0, K3, 320(AX)
 
-stateVKbf16AVX512_dead_35:
+stateVKbf16AVX512_dead_39:
 	ADDQ R9, AX
 	ADDQ $0x00000180, CX
 	DECQ DX
@@ -25944,10 +27720,10 @@ stateVKbf16AVX512_group_3:
 	JB   stateVKbf16AVX512_groupsdone_3
 
 	// The prefetch list's next group.
-	MOVQ 56(SP), AX
+	MOVQ 64(SP), AX
 
 stateVKbf16AVX512_pfentry_5:
-	CMPQ  AX, 64(SP)
+	CMPQ  AX, 72(SP)
 	JAE   stateVKbf16AVX512_pfdone_5
 	MOVQ  (AX), DX
 	MOVQ  8(AX), CX
@@ -25963,7 +27739,7 @@ stateVKbf16AVX512_pfline_5:
 	JMP        stateVKbf16AVX512_pfentry_5
 
 stateVKbf16AVX512_pfdone_5:
-	MOVQ  AX, 56(SP)
+	MOVQ  AX, 64(SP)
 	MOVL  $0x00000003, AX
 	KMOVW AX, K6
 
@@ -25984,16 +27760,16 @@ stateVKbf16AVX512_pfdone_5:
 	PREFETCHT0 8640(AX)
 	PREFETCHT0 8704(AX)
 	CMPQ       R9, $0x00000120
-	JBE        stateVKbf16AVX512_dead_36
+	JBE        stateVKbf16AVX512_dead_40
 	PREFETCHT0 8768(AX)
 	CMPQ       R9, $0x00000140
-	JBE        stateVKbf16AVX512_dead_36
+	JBE        stateVKbf16AVX512_dead_40
 	PREFETCHT0 8832(AX)
 	CMPQ       R9, $0x00000160
-	JBE        stateVKbf16AVX512_dead_36
+	JBE        stateVKbf16AVX512_dead_40
 	PREFETCHT0 8896(AX)
 
-stateVKbf16AVX512_dead_36:
+stateVKbf16AVX512_dead_40:
 	VMOVUPS   (AX), Z0
 	VMOVUPS   64(AX), Z3
 	VMOVUPS   128(AX), Z4
@@ -26020,10 +27796,10 @@ stateVKbf16AVX512_frombf16_3:
 	PREFETCHT0 8384(AX)
 	PREFETCHT0 8448(AX)
 	CMPQ       R9, $0x00000140
-	JBE        stateVKbf16AVX512_dead_37
+	JBE        stateVKbf16AVX512_dead_41
 	PREFETCHT0 8512(AX)
 
-stateVKbf16AVX512_dead_37:
+stateVKbf16AVX512_dead_41:
 	VPMOVZXWD   (AX), Z0
 	VPSLLD      $0x10, Z0, Z0
 	VPMOVZXWD   32(AX), Z3
@@ -26085,13 +27861,13 @@ stateVKbf16AVX512_token_3:
 	VFMADD231PS 256(AX), Z12, K1, Z18
 	VFMADD231PS 256(CX), Z12, K1, Z19
 	CMPQ        R9, $0x00000140
-	JBE         stateVKbf16AVX512_dead_38
+	JBE         stateVKbf16AVX512_dead_42
 	VFMADD231PS 320(AX), Z7, K3, Z16
 	VFMADD231PS 320(CX), Z7, K3, Z17
 	VFMADD231PS 320(AX), Z13, K3, Z20
 	VFMADD231PS 320(CX), Z13, K3, Z21
 
-stateVKbf16AVX512_dead_38:
+stateVKbf16AVX512_dead_42:
 	VADDPS       Z16, Z14, Z14
 	VADDPS       Z20, Z18, Z18
 	VADDPS       Z17, Z15, Z15
@@ -26133,6 +27909,11 @@ stateVKbf16AVX512_decayed_7:
 	VBROADCASTSS  12(DX), Z14
 	VFMADD231PS   Y14, Y1, Y15
 	VMOVUPS       Y15, K6, (DI)
+	VSUBPS        Y1, Y1, Y14
+	VCMPPS        $0x03, Y14, Y14, K7
+	KMOVW         K7, R11
+	ANDL          $0x00000003, R11
+	MOVL          R11, 56(SP)
 	VMOVSS        (DX), X2
 	VUCOMISS      nearone<>+0(SB), X2
 	JCS           stateVKbf16AVX512_far_8
@@ -26161,13 +27942,13 @@ stateVKbf16AVX512_decayed_7:
 	VFMADD213PS   Z12, Z14, Z12
 	VFMADD231PS   256(AX), Z16, K1, Z12
 	CMPQ          R9, $0x00000140
-	JBE           stateVKbf16AVX512_dead_39
+	JBE           stateVKbf16AVX512_dead_43
 	VFMADD213PS   Z7, Z14, Z7
 	VFMADD231PS   320(AX), Z15, K3, Z7
 	VFMADD213PS   Z13, Z14, Z13
 	VFMADD231PS   320(AX), Z16, K3, Z13
 
-stateVKbf16AVX512_dead_39:
+stateVKbf16AVX512_dead_43:
 	JMP stateVKbf16AVX512_decayed_8
 
 stateVKbf16AVX512_far_8:
@@ -26196,13 +27977,13 @@ stateVKbf16AVX512_far_8:
 	VMULPS       Z12, Z14, Z12
 	VFMADD231PS  256(AX), Z16, K1, Z12
 	CMPQ         R9, $0x00000140
-	JBE          stateVKbf16AVX512_dead_40
+	JBE          stateVKbf16AVX512_dead_44
 	VMULPS       Z7, Z14, Z7
 	VFMADD231PS  320(AX), Z15, K3, Z7
 	VMULPS       Z13, Z14, Z13
 	VFMADD231PS  320(AX), Z16, K3, Z13
 
-stateVKbf16AVX512_dead_40:
+stateVKbf16AVX512_dead_44:
 stateVKbf16AVX512_decayed_8:
 	// The state after this token, if stored.
 	MOVQ      (BX), R11
@@ -26241,6 +28022,104 @@ stateVKbf16AVX512_decayed_8:
 	JCS       stateVKbf16AVX512_bfstored_3
 
 stateVKbf16AVX512_bfints_3:
+	CMPL        56(SP), $0x00
+	JNE         stateVKbf16AVX512_bfnan_3
+	VMOVAPS     Z0, Z14
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD.BCST one_i<>+0(SB), Z15, Z15
+	VPADDD.BCST round<>+0(SB), Z14, Z14
+	VPADDD      Z15, Z14, Z14
+	VPSRLD      $0x10, Z14, Z14
+	VPMOVDW     Z14, (R11)
+	VMOVAPS     Z3, Z14
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD.BCST one_i<>+0(SB), Z15, Z15
+	VPADDD.BCST round<>+0(SB), Z14, Z14
+	VPADDD      Z15, Z14, Z14
+	VPSRLD      $0x10, Z14, Z14
+	VPMOVDW     Z14, 32(R11)
+	VMOVAPS     Z4, Z14
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD.BCST one_i<>+0(SB), Z15, Z15
+	VPADDD.BCST round<>+0(SB), Z14, Z14
+	VPADDD      Z15, Z14, Z14
+	VPSRLD      $0x10, Z14, Z14
+	VPMOVDW     Z14, 64(R11)
+	VMOVAPS     Z5, Z14
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD.BCST one_i<>+0(SB), Z15, Z15
+	VPADDD.BCST round<>+0(SB), Z14, Z14
+	VPADDD      Z15, Z14, Z14
+	VPSRLD      $0x10, Z14, Z14
+	VPMOVDW     Z14, 96(R11)
+	VMOVAPS     Z6, Z14
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD.BCST one_i<>+0(SB), Z15, Z15
+	VPADDD.BCST round<>+0(SB), Z14, Z14
+	VPADDD      Z15, Z14, Z14
+	VPSRLD      $0x10, Z14, Z14
+	VPMOVDW     Z14, K1, 128(R11)
+	CMPQ        R9, $0x00000140
+	JBE         stateVKbf16AVX512_dead_45
+	VMOVAPS     Z7, Z14
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD.BCST one_i<>+0(SB), Z15, Z15
+	VPADDD.BCST round<>+0(SB), Z14, Z14
+	VPADDD      Z15, Z14, Z14
+	VPSRLD      $0x10, Z14, Z14
+	VPMOVDW     Z14, K3, 160(R11)
+
+stateVKbf16AVX512_dead_45:
+	ADDQ        R10, R11
+	VMOVAPS     Z8, Z14
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD.BCST one_i<>+0(SB), Z15, Z15
+	VPADDD.BCST round<>+0(SB), Z14, Z14
+	VPADDD      Z15, Z14, Z14
+	VPSRLD      $0x10, Z14, Z14
+	VPMOVDW     Z14, (R11)
+	VMOVAPS     Z9, Z14
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD.BCST one_i<>+0(SB), Z15, Z15
+	VPADDD.BCST round<>+0(SB), Z14, Z14
+	VPADDD      Z15, Z14, Z14
+	VPSRLD      $0x10, Z14, Z14
+	VPMOVDW     Z14, 32(R11)
+	VMOVAPS     Z10, Z14
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD.BCST one_i<>+0(SB), Z15, Z15
+	VPADDD.BCST round<>+0(SB), Z14, Z14
+	VPADDD      Z15, Z14, Z14
+	VPSRLD      $0x10, Z14, Z14
+	VPMOVDW     Z14, 64(R11)
+	VMOVAPS     Z11, Z14
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD.BCST one_i<>+0(SB), Z15, Z15
+	VPADDD.BCST round<>+0(SB), Z14, Z14
+	VPADDD      Z15, Z14, Z14
+	VPSRLD      $0x10, Z14, Z14
+	VPMOVDW     Z14, 96(R11)
+	VMOVAPS     Z12, Z14
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD.BCST one_i<>+0(SB), Z15, Z15
+	VPADDD.BCST round<>+0(SB), Z14, Z14
+	VPADDD      Z15, Z14, Z14
+	VPSRLD      $0x10, Z14, Z14
+	VPMOVDW     Z14, K1, 128(R11)
+	CMPQ        R9, $0x00000140
+	JBE         stateVKbf16AVX512_dead_46
+	VMOVAPS     Z13, Z14
+	VPSRLD      $0x10, Z14, Z15
+	VPANDD.BCST one_i<>+0(SB), Z15, Z15
+	VPADDD.BCST round<>+0(SB), Z14, Z14
+	VPADDD      Z15, Z14, Z14
+	VPSRLD      $0x10, Z14, Z14
+	VPMOVDW     Z14, K3, 160(R11)
+
+stateVKbf16AVX512_dead_46:
+	JMP stateVKbf16AVX512_bfdone_3
+
+stateVKbf16AVX512_bfnan_3:
 	VMOVAPS     Z0, Z14
 	VPSRLD      $0x10, Z14, Z15
 	VCMPPS      $0x03, Z14, Z14, K2
@@ -26287,7 +28166,7 @@ stateVKbf16AVX512_bfints_3:
 	VPORD.BCST  quiet<>+0(SB), Z15, K2, Z14
 	VPMOVDW     Z14, K1, 128(R11)
 	CMPQ        R9, $0x00000140
-	JBE         stateVKbf16AVX512_dead_41
+	JBE         stateVKbf16AVX512_dead_47
 	VMOVAPS     Z7, Z14
 	VPSRLD      $0x10, Z14, Z15
 	VCMPPS      $0x03, Z14, Z14, K2
@@ -26298,7 +28177,7 @@ stateVKbf16AVX512_bfints_3:
 	VPORD.BCST  quiet<>+0(SB), Z15, K2, Z14
 	VPMOVDW     Z14, K3, 160(R11)
 
-stateVKbf16AVX512_dead_41:
+stateVKbf16AVX512_dead_47:
 	ADDQ        R10, R11
 	VMOVAPS     Z8, Z14
 	VPSRLD      $0x10, Z14, Z15
@@ -26346,7 +28225,7 @@ stateVKbf16AVX512_dead_41:
 	VPORD.BCST  quiet<>+0(SB), Z15, K2, Z14
 	VPMOVDW     Z14, K1, 128(R11)
 	CMPQ        R9, $0x00000140
-	JBE         stateVKbf16AVX512_dead_42
+	JBE         stateVKbf16AVX512_dead_48
 	VMOVAPS     Z13, Z14
 	VPSRLD      $0x10, Z14, Z15
 	VCMPPS      $0x03, Z14, Z14, K2
@@ -26357,7 +28236,8 @@ stateVKbf16AVX512_dead_41:
 	VPORD.BCST  quiet<>+0(SB), Z15, K2, Z14
 	VPMOVDW     Z14, K3, 160(R11)
 
-stateVKbf16AVX512_dead_42:
+stateVKbf16AVX512_dead_48:
+stateVKbf16AVX512_bfdone_3:
 stateVKbf16AVX512_bfstored_3:
 stateVKbf16AVX512_nostore_3:
 	ADDQ R9, AX
@@ -26382,10 +28262,10 @@ stateVKbf16AVX512_nostore_3:
 	VMOVUPS Z5, 192(AX)
 	VMOVUPS Z6, K1, 256(AX)
 	CMPQ    R9, $0x00000140
-	JBE     stateVKbf16AVX512_dead_43
+	JBE     stateVKbf16AVX512_dead_49
 	VMOVUPS Z7, K3, 320(AX)
 
-stateVKbf16AVX512_dead_43:
+stateVKbf16AVX512_dead_49:
 	ADDQ    R9, AX
 	VMOVUPS Z8, (AX)
 	VMOVUPS Z9, 64(AX)
@@ -26393,10 +28273,10 @@ stateVKbf16AVX512_dead_43:
 	VMOVUPS Z11, 192(AX)
 	VMOVUPS Z12, K1, 256(AX)
 	CMPQ    R9, $0x00000140
-	JBE     stateVKbf16AVX512_dead_44
+	JBE     stateVKbf16AVX512_dead_50
 	VMOVUPS Z13, K3, 320(AX)
 
-stateVKbf16AVX512_dead_44:
+stateVKbf16AVX512_dead_50:
 stateVKbf16AVX512_nocarry_3:
 	ADDQ $0x00000002, (SP)
 	SUBQ $0x00000002, 8(SP)
@@ -26408,10 +28288,10 @@ stateVKbf16AVX512_group_4:
 	JB   stateVKbf16AVX512_groupsdone_4
 
 	// The prefetch list's next group.
-	MOVQ 56(SP), AX
+	MOVQ 64(SP), AX
 
 stateVKbf16AVX512_pfentry_6:
-	CMPQ  AX, 64(SP)
+	CMPQ  AX, 72(SP)
 	JAE   stateVKbf16AVX512_pfdone_6
 	MOVQ  (AX), DX
 	MOVQ  8(AX), CX
@@ -26427,7 +28307,7 @@ stateVKbf16AVX512_pfline_6:
 	JMP        stateVKbf16AVX512_pfentry_6
 
 stateVKbf16AVX512_pfdone_6:
-	MOVQ AX, 56(SP)
+	MOVQ AX, 64(SP)
 
 	// Load 1 row(s) of 5…6 vectors.
 	MOVQ       src32_base+40(FP), AX
@@ -26442,10 +28322,10 @@ stateVKbf16AVX512_pfdone_6:
 	PREFETCHT0 8384(AX)
 	PREFETCHT0 8448(AX)
 	CMPQ       R9, $0x00000140
-	JBE        stateVKbf16AVX512_dead_45
+	JBE        stateVKbf16AVX512_dead_51
 	PREFETCHT0 8512(AX)
 
-stateVKbf16AVX512_dead_45:
+stateVKbf16AVX512_dead_51:
 	VMOVUPS   (AX), Z0
 	VMOVUPS   64(AX), Z1
 	VMOVUPS   128(AX), Z3
@@ -26500,11 +28380,11 @@ stateVKbf16AVX512_token_4:
 	VFMADD231PS 256(AX), Z5, K1, Z7
 	VFMADD231PS 256(CX), Z5, K1, Z8
 	CMPQ        R9, $0x00000140
-	JBE         stateVKbf16AVX512_dead_46
+	JBE         stateVKbf16AVX512_dead_52
 	VFMADD231PS 320(AX), Z6, K3, Z9
 	VFMADD231PS 320(CX), Z6, K3, Z10
 
-stateVKbf16AVX512_dead_46:
+stateVKbf16AVX512_dead_52:
 	VADDPS       Z9, Z7, Z7
 	VADDPS       Z10, Z8, Z8
 	VSHUFF32X4   $0x44, Z8, Z7, Z9
@@ -26541,6 +28421,11 @@ stateVKbf16AVX512_decayed_9:
 	VBROADCASTSS  12(DX), Z9
 	VFMADD231PS   Y9, Y7, Y8
 	VMOVSS        X8, (DI)
+	VSUBPS        Y7, Y7, Y8
+	VCMPPS        $0x03, Y8, Y8, K7
+	KMOVW         K7, R11
+	ANDL          $0x00000001, R11
+	MOVL          R11, 56(SP)
 	VMOVSS        (DX), X2
 	VUCOMISS      nearone<>+0(SB), X2
 	JCS           stateVKbf16AVX512_far_10
@@ -26557,11 +28442,11 @@ stateVKbf16AVX512_decayed_9:
 	VFMADD213PS   Z5, Z8, Z5
 	VFMADD231PS   256(AX), Z7, K1, Z5
 	CMPQ          R9, $0x00000140
-	JBE           stateVKbf16AVX512_dead_47
+	JBE           stateVKbf16AVX512_dead_53
 	VFMADD213PS   Z6, Z8, Z6
 	VFMADD231PS   320(AX), Z7, K3, Z6
 
-stateVKbf16AVX512_dead_47:
+stateVKbf16AVX512_dead_53:
 	JMP stateVKbf16AVX512_decayed_10
 
 stateVKbf16AVX512_far_10:
@@ -26578,11 +28463,11 @@ stateVKbf16AVX512_far_10:
 	VMULPS       Z5, Z8, Z5
 	VFMADD231PS  256(AX), Z7, K1, Z5
 	CMPQ         R9, $0x00000140
-	JBE          stateVKbf16AVX512_dead_48
+	JBE          stateVKbf16AVX512_dead_54
 	VMULPS       Z6, Z8, Z6
 	VFMADD231PS  320(AX), Z7, K3, Z6
 
-stateVKbf16AVX512_dead_48:
+stateVKbf16AVX512_dead_54:
 stateVKbf16AVX512_decayed_10:
 	// The state after this token, if stored.
 	MOVQ      (BX), R11
@@ -26611,6 +28496,57 @@ stateVKbf16AVX512_decayed_10:
 	JCS       stateVKbf16AVX512_bfstored_4
 
 stateVKbf16AVX512_bfints_4:
+	CMPL        56(SP), $0x00
+	JNE         stateVKbf16AVX512_bfnan_4
+	VMOVAPS     Z0, Z7
+	VPSRLD      $0x10, Z7, Z8
+	VPANDD.BCST one_i<>+0(SB), Z8, Z8
+	VPADDD.BCST round<>+0(SB), Z7, Z7
+	VPADDD      Z8, Z7, Z7
+	VPSRLD      $0x10, Z7, Z7
+	VPMOVDW     Z7, (R11)
+	VMOVAPS     Z1, Z7
+	VPSRLD      $0x10, Z7, Z8
+	VPANDD.BCST one_i<>+0(SB), Z8, Z8
+	VPADDD.BCST round<>+0(SB), Z7, Z7
+	VPADDD      Z8, Z7, Z7
+	VPSRLD      $0x10, Z7, Z7
+	VPMOVDW     Z7, 32(R11)
+	VMOVAPS     Z3, Z7
+	VPSRLD      $0x10, Z7, Z8
+	VPANDD.BCST one_i<>+0(SB), Z8, Z8
+	VPADDD.BCST round<>+0(SB), Z7, Z7
+	VPADDD      Z8, Z7, Z7
+	VPSRLD      $0x10, Z7, Z7
+	VPMOVDW     Z7, 64(R11)
+	VMOVAPS     Z4, Z7
+	VPSRLD      $0x10, Z7, Z8
+	VPANDD.BCST one_i<>+0(SB), Z8, Z8
+	VPADDD.BCST round<>+0(SB), Z7, Z7
+	VPADDD      Z8, Z7, Z7
+	VPSRLD      $0x10, Z7, Z7
+	VPMOVDW     Z7, 96(R11)
+	VMOVAPS     Z5, Z7
+	VPSRLD      $0x10, Z7, Z8
+	VPANDD.BCST one_i<>+0(SB), Z8, Z8
+	VPADDD.BCST round<>+0(SB), Z7, Z7
+	VPADDD      Z8, Z7, Z7
+	VPSRLD      $0x10, Z7, Z7
+	VPMOVDW     Z7, K1, 128(R11)
+	CMPQ        R9, $0x00000140
+	JBE         stateVKbf16AVX512_dead_55
+	VMOVAPS     Z6, Z7
+	VPSRLD      $0x10, Z7, Z8
+	VPANDD.BCST one_i<>+0(SB), Z8, Z8
+	VPADDD.BCST round<>+0(SB), Z7, Z7
+	VPADDD      Z8, Z7, Z7
+	VPSRLD      $0x10, Z7, Z7
+	VPMOVDW     Z7, K3, 160(R11)
+
+stateVKbf16AVX512_dead_55:
+	JMP stateVKbf16AVX512_bfdone_4
+
+stateVKbf16AVX512_bfnan_4:
 	VMOVAPS     Z0, Z7
 	VPSRLD      $0x10, Z7, Z8
 	VCMPPS      $0x03, Z7, Z7, K2
@@ -26657,7 +28593,7 @@ stateVKbf16AVX512_bfints_4:
 	VPORD.BCST  quiet<>+0(SB), Z8, K2, Z7
 	VPMOVDW     Z7, K1, 128(R11)
 	CMPQ        R9, $0x00000140
-	JBE         stateVKbf16AVX512_dead_49
+	JBE         stateVKbf16AVX512_dead_56
 	VMOVAPS     Z6, Z7
 	VPSRLD      $0x10, Z7, Z8
 	VCMPPS      $0x03, Z7, Z7, K2
@@ -26668,7 +28604,8 @@ stateVKbf16AVX512_bfints_4:
 	VPORD.BCST  quiet<>+0(SB), Z8, K2, Z7
 	VPMOVDW     Z7, K3, 160(R11)
 
-stateVKbf16AVX512_dead_49:
+stateVKbf16AVX512_dead_56:
+stateVKbf16AVX512_bfdone_4:
 stateVKbf16AVX512_bfstored_4:
 stateVKbf16AVX512_nostore_4:
 	ADDQ R9, AX
@@ -26693,10 +28630,10 @@ stateVKbf16AVX512_nostore_4:
 	VMOVUPS Z4, 192(AX)
 	VMOVUPS Z5, K1, 256(AX)
 	CMPQ    R9, $0x00000140
-	JBE     stateVKbf16AVX512_dead_50
+	JBE     stateVKbf16AVX512_dead_57
 	VMOVUPS Z6, K3, 320(AX)
 
-stateVKbf16AVX512_dead_50:
+stateVKbf16AVX512_dead_57:
 stateVKbf16AVX512_nocarry_4:
 	ADDQ $0x00000001, (SP)
 	SUBQ $0x00000001, 8(SP)
@@ -26749,10 +28686,10 @@ stateVKbf16AVX512_bload_5:
 	PREFETCHT0 8512(AX)
 	PREFETCHT0 8576(AX)
 	CMPQ       R9, $0x000001c0
-	JBE        stateVKbf16AVX512_dead_51
+	JBE        stateVKbf16AVX512_dead_58
 	PREFETCHT0 8640(AX)
 
-stateVKbf16AVX512_dead_51:
+stateVKbf16AVX512_dead_58:
 	VMOVUPS   (AX), Z0
 	VMOVUPS   Z0, (CX)
 	VMOVUPS   64(AX), Z0
@@ -26904,7 +28841,7 @@ stateVKbf16AVX512_bdots_3:
 	VFMADD231PS Z8, Z26, K1, Z22
 	VFMADD231PS Z16, Z26, K1, Z23
 	CMPQ        R9, $0x000001c0
-	JBE         stateVKbf16AVX512_dead_52
+	JBE         stateVKbf16AVX512_dead_59
 	VMOVUPS     448(R12), Z26
 	VFMADD231PS Z9, Z26, K3, Z20
 	VFMADD231PS Z17, Z26, K3, Z21
@@ -26912,7 +28849,7 @@ stateVKbf16AVX512_bdots_3:
 	VFMADD231PS Z9, Z26, K3, Z24
 	VFMADD231PS Z17, Z26, K3, Z25
 
-stateVKbf16AVX512_dead_52:
+stateVKbf16AVX512_dead_59:
 	VADDPS     Z20, Z18, Z18
 	VADDPS     Z24, Z22, Z22
 	VSHUFF32X4 $0x44, Z22, Z18, Z20
@@ -27000,10 +28937,10 @@ stateVKbf16AVX512_dead_52:
 
 stateVKbf16AVX512_btoken_3:
 	// The prefetch list's next group.
-	MOVQ 56(SP), R11
+	MOVQ 64(SP), R11
 
 stateVKbf16AVX512_pfentry_7:
-	CMPQ  R11, 64(SP)
+	CMPQ  R11, 72(SP)
 	JAE   stateVKbf16AVX512_pfdone_7
 	MOVQ  (R11), R13
 	MOVQ  8(R11), R12
@@ -27019,7 +28956,7 @@ stateVKbf16AVX512_pfline_7:
 	JMP        stateVKbf16AVX512_pfentry_7
 
 stateVKbf16AVX512_pfdone_7:
-	MOVQ         R11, 56(SP)
+	MOVQ         R11, 64(SP)
 	VMOVSS       (DX), X0
 	VUCOMISS     nearone<>+0(SB), X0
 	JCS          stateVKbf16AVX512_far_11
@@ -27167,7 +29104,7 @@ stateVKbf16AVX512_bfused_5:
 	VFMADD231PS  Z9, Z29, K1, Z25
 	VFMADD231PS  Z17, Z29, K1, Z26
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKbf16AVX512_dead_53
+	JBE          stateVKbf16AVX512_dead_60
 	VMOVUPS      448(R11), Z29
 	VFMADD213PS  Z29, Z0, Z29
 	VFMADD231PS  448(AX), Z19, K3, Z29
@@ -27181,7 +29118,7 @@ stateVKbf16AVX512_bfused_5:
 	VFMADD231PS  Z10, Z19, K3, Z27
 	VFMADD231PS  Z18, Z19, K3, Z28
 
-stateVKbf16AVX512_dead_53:
+stateVKbf16AVX512_dead_60:
 	VADDPS     Z23, Z21, Z21
 	VADDPS     Z27, Z25, Z25
 	VSHUFF32X4 $0x44, Z25, Z21, Z19
@@ -27337,7 +29274,7 @@ stateVKbf16AVX512_bupdate_5:
 	VFMADD231PS  384(AX), Z4, K1, Z5
 	VMOVUPS      Z5, 896(R11)
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKbf16AVX512_dead_54
+	JBE          stateVKbf16AVX512_dead_61
 	VMOVUPS      448(R11), Z5
 	VFMADD213PS  Z5, Z0, Z5
 	VFMADD231PS  448(AX), Z3, K3, Z5
@@ -27347,7 +29284,7 @@ stateVKbf16AVX512_bupdate_5:
 	VFMADD231PS  448(AX), Z4, K3, Z3
 	VMOVUPS      Z3, 960(R11)
 
-stateVKbf16AVX512_dead_54:
+stateVKbf16AVX512_dead_61:
 	ADDQ $0x00000400, R11
 	ADDQ $0x08, R12
 	DECQ R13
@@ -27501,7 +29438,7 @@ stateVKbf16AVX512_bfused_6:
 	VFMADD231PS  Z9, Z29, K1, Z25
 	VFMADD231PS  Z17, Z29, K1, Z26
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKbf16AVX512_dead_55
+	JBE          stateVKbf16AVX512_dead_62
 	VMOVUPS      448(R11), Z29
 	VMULPS       Z29, Z0, Z29
 	VFMADD231PS  448(AX), Z19, K3, Z29
@@ -27515,7 +29452,7 @@ stateVKbf16AVX512_bfused_6:
 	VFMADD231PS  Z10, Z19, K3, Z27
 	VFMADD231PS  Z18, Z19, K3, Z28
 
-stateVKbf16AVX512_dead_55:
+stateVKbf16AVX512_dead_62:
 	VADDPS     Z23, Z21, Z21
 	VADDPS     Z27, Z25, Z25
 	VSHUFF32X4 $0x44, Z25, Z21, Z19
@@ -27671,7 +29608,7 @@ stateVKbf16AVX512_bupdate_6:
 	VFMADD231PS  384(AX), Z4, K1, Z5
 	VMOVUPS      Z5, 896(R11)
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKbf16AVX512_dead_56
+	JBE          stateVKbf16AVX512_dead_63
 	VMOVUPS      448(R11), Z5
 	VMULPS       Z5, Z0, Z5
 	VFMADD231PS  448(AX), Z3, K3, Z5
@@ -27681,7 +29618,7 @@ stateVKbf16AVX512_bupdate_6:
 	VFMADD231PS  448(AX), Z4, K3, Z3
 	VMOVUPS      Z3, 960(R11)
 
-stateVKbf16AVX512_dead_56:
+stateVKbf16AVX512_dead_63:
 	ADDQ $0x00000400, R11
 	ADDQ $0x08, R12
 	DECQ R13
@@ -27869,7 +29806,7 @@ stateVKbf16AVX512_bstore_5:
 	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
 	VPMOVDW     Z0, K1, 192(R11)
 	CMPQ        R9, $0x000001c0
-	JBE         stateVKbf16AVX512_dead_57
+	JBE         stateVKbf16AVX512_dead_64
 	VMOVUPS     448(R12), Z0
 	VPSRLD      $0x10, Z0, Z3
 	VCMPPS      $0x03, Z0, Z0, K2
@@ -27880,7 +29817,7 @@ stateVKbf16AVX512_bstore_5:
 	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
 	VPMOVDW     Z0, K3, 224(R11)
 
-stateVKbf16AVX512_dead_57:
+stateVKbf16AVX512_dead_64:
 	ADDQ R10, R11
 	ADDQ $0x00000200, R12
 	DECQ R13
@@ -27924,11 +29861,11 @@ stateVKbf16AVX512_bstore_6:
 	VMOVUPS 384(CX), Z0
 	VMOVUPS Z0, K1, 384(AX)
 	CMPQ    R9, $0x000001c0
-	JBE     stateVKbf16AVX512_dead_58
+	JBE     stateVKbf16AVX512_dead_65
 	VMOVUPS 448(CX), Z0
 	VMOVUPS Z0, K3, 448(AX)
 
-stateVKbf16AVX512_dead_58:
+stateVKbf16AVX512_dead_65:
 	ADDQ R9, AX
 	ADDQ $0x00000200, CX
 	DECQ DX
@@ -27948,10 +29885,10 @@ stateVKbf16AVX512_group_5:
 	JB   stateVKbf16AVX512_groupsdone_5
 
 	// The prefetch list's next group.
-	MOVQ 56(SP), AX
+	MOVQ 64(SP), AX
 
 stateVKbf16AVX512_pfentry_8:
-	CMPQ  AX, 64(SP)
+	CMPQ  AX, 72(SP)
 	JAE   stateVKbf16AVX512_pfdone_8
 	MOVQ  (AX), DX
 	MOVQ  8(AX), CX
@@ -27967,7 +29904,7 @@ stateVKbf16AVX512_pfline_8:
 	JMP        stateVKbf16AVX512_pfentry_8
 
 stateVKbf16AVX512_pfdone_8:
-	MOVQ  AX, 56(SP)
+	MOVQ  AX, 64(SP)
 	MOVL  $0x00000003, AX
 	KMOVW AX, K6
 
@@ -27992,16 +29929,16 @@ stateVKbf16AVX512_pfdone_8:
 	PREFETCHT0 8896(AX)
 	PREFETCHT0 8960(AX)
 	CMPQ       R9, $0x000001a0
-	JBE        stateVKbf16AVX512_dead_59
+	JBE        stateVKbf16AVX512_dead_66
 	PREFETCHT0 9024(AX)
 	CMPQ       R9, $0x000001c0
-	JBE        stateVKbf16AVX512_dead_59
+	JBE        stateVKbf16AVX512_dead_66
 	PREFETCHT0 9088(AX)
 	CMPQ       R9, $0x000001e0
-	JBE        stateVKbf16AVX512_dead_59
+	JBE        stateVKbf16AVX512_dead_66
 	PREFETCHT0 9152(AX)
 
-stateVKbf16AVX512_dead_59:
+stateVKbf16AVX512_dead_66:
 	VMOVUPS   (AX), Z0
 	VMOVUPS   64(AX), Z3
 	VMOVUPS   128(AX), Z4
@@ -28034,10 +29971,10 @@ stateVKbf16AVX512_frombf16_5:
 	PREFETCHT0 8512(AX)
 	PREFETCHT0 8576(AX)
 	CMPQ       R9, $0x000001c0
-	JBE        stateVKbf16AVX512_dead_60
+	JBE        stateVKbf16AVX512_dead_67
 	PREFETCHT0 8640(AX)
 
-stateVKbf16AVX512_dead_60:
+stateVKbf16AVX512_dead_67:
 	VPMOVZXWD   (AX), Z0
 	VPSLLD      $0x10, Z0, Z0
 	VPMOVZXWD   32(AX), Z3
@@ -28115,13 +30052,13 @@ stateVKbf16AVX512_token_5:
 	VFMADD231PS 384(AX), Z16, K1, Z22
 	VFMADD231PS 384(CX), Z16, K1, Z23
 	CMPQ        R9, $0x000001c0
-	JBE         stateVKbf16AVX512_dead_61
+	JBE         stateVKbf16AVX512_dead_68
 	VFMADD231PS 448(AX), Z9, K3, Z20
 	VFMADD231PS 448(CX), Z9, K3, Z21
 	VFMADD231PS 448(AX), Z17, K3, Z24
 	VFMADD231PS 448(CX), Z17, K3, Z25
 
-stateVKbf16AVX512_dead_61:
+stateVKbf16AVX512_dead_68:
 	VADDPS       Z20, Z18, Z18
 	VADDPS       Z24, Z22, Z22
 	VADDPS       Z21, Z19, Z19
@@ -28163,6 +30100,11 @@ stateVKbf16AVX512_decayed_12:
 	VBROADCASTSS  12(DX), Z18
 	VFMADD231PS   Y18, Y1, Y19
 	VMOVUPS       Y19, K6, (DI)
+	VSUBPS        Y1, Y1, Y18
+	VCMPPS        $0x03, Y18, Y18, K7
+	KMOVW         K7, R11
+	ANDL          $0x00000003, R11
+	MOVL          R11, 56(SP)
 	VMOVSS        (DX), X2
 	VUCOMISS      nearone<>+0(SB), X2
 	JCS           stateVKbf16AVX512_far_13
@@ -28199,13 +30141,13 @@ stateVKbf16AVX512_decayed_12:
 	VFMADD213PS   Z16, Z18, Z16
 	VFMADD231PS   384(AX), Z20, K1, Z16
 	CMPQ          R9, $0x000001c0
-	JBE           stateVKbf16AVX512_dead_62
+	JBE           stateVKbf16AVX512_dead_69
 	VFMADD213PS   Z9, Z18, Z9
 	VFMADD231PS   448(AX), Z19, K3, Z9
 	VFMADD213PS   Z17, Z18, Z17
 	VFMADD231PS   448(AX), Z20, K3, Z17
 
-stateVKbf16AVX512_dead_62:
+stateVKbf16AVX512_dead_69:
 	JMP stateVKbf16AVX512_decayed_13
 
 stateVKbf16AVX512_far_13:
@@ -28242,13 +30184,13 @@ stateVKbf16AVX512_far_13:
 	VMULPS       Z16, Z18, Z16
 	VFMADD231PS  384(AX), Z20, K1, Z16
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKbf16AVX512_dead_63
+	JBE          stateVKbf16AVX512_dead_70
 	VMULPS       Z9, Z18, Z9
 	VFMADD231PS  448(AX), Z19, K3, Z9
 	VMULPS       Z17, Z18, Z17
 	VFMADD231PS  448(AX), Z20, K3, Z17
 
-stateVKbf16AVX512_dead_63:
+stateVKbf16AVX512_dead_70:
 stateVKbf16AVX512_decayed_13:
 	// The state after this token, if stored.
 	MOVQ      (BX), R11
@@ -28293,6 +30235,132 @@ stateVKbf16AVX512_decayed_13:
 	JCS       stateVKbf16AVX512_bfstored_5
 
 stateVKbf16AVX512_bfints_5:
+	CMPL        56(SP), $0x00
+	JNE         stateVKbf16AVX512_bfnan_5
+	VMOVAPS     Z0, Z18
+	VPSRLD      $0x10, Z18, Z19
+	VPANDD.BCST one_i<>+0(SB), Z19, Z19
+	VPADDD.BCST round<>+0(SB), Z18, Z18
+	VPADDD      Z19, Z18, Z18
+	VPSRLD      $0x10, Z18, Z18
+	VPMOVDW     Z18, (R11)
+	VMOVAPS     Z3, Z18
+	VPSRLD      $0x10, Z18, Z19
+	VPANDD.BCST one_i<>+0(SB), Z19, Z19
+	VPADDD.BCST round<>+0(SB), Z18, Z18
+	VPADDD      Z19, Z18, Z18
+	VPSRLD      $0x10, Z18, Z18
+	VPMOVDW     Z18, 32(R11)
+	VMOVAPS     Z4, Z18
+	VPSRLD      $0x10, Z18, Z19
+	VPANDD.BCST one_i<>+0(SB), Z19, Z19
+	VPADDD.BCST round<>+0(SB), Z18, Z18
+	VPADDD      Z19, Z18, Z18
+	VPSRLD      $0x10, Z18, Z18
+	VPMOVDW     Z18, 64(R11)
+	VMOVAPS     Z5, Z18
+	VPSRLD      $0x10, Z18, Z19
+	VPANDD.BCST one_i<>+0(SB), Z19, Z19
+	VPADDD.BCST round<>+0(SB), Z18, Z18
+	VPADDD      Z19, Z18, Z18
+	VPSRLD      $0x10, Z18, Z18
+	VPMOVDW     Z18, 96(R11)
+	VMOVAPS     Z6, Z18
+	VPSRLD      $0x10, Z18, Z19
+	VPANDD.BCST one_i<>+0(SB), Z19, Z19
+	VPADDD.BCST round<>+0(SB), Z18, Z18
+	VPADDD      Z19, Z18, Z18
+	VPSRLD      $0x10, Z18, Z18
+	VPMOVDW     Z18, 128(R11)
+	VMOVAPS     Z7, Z18
+	VPSRLD      $0x10, Z18, Z19
+	VPANDD.BCST one_i<>+0(SB), Z19, Z19
+	VPADDD.BCST round<>+0(SB), Z18, Z18
+	VPADDD      Z19, Z18, Z18
+	VPSRLD      $0x10, Z18, Z18
+	VPMOVDW     Z18, 160(R11)
+	VMOVAPS     Z8, Z18
+	VPSRLD      $0x10, Z18, Z19
+	VPANDD.BCST one_i<>+0(SB), Z19, Z19
+	VPADDD.BCST round<>+0(SB), Z18, Z18
+	VPADDD      Z19, Z18, Z18
+	VPSRLD      $0x10, Z18, Z18
+	VPMOVDW     Z18, K1, 192(R11)
+	CMPQ        R9, $0x000001c0
+	JBE         stateVKbf16AVX512_dead_71
+	VMOVAPS     Z9, Z18
+	VPSRLD      $0x10, Z18, Z19
+	VPANDD.BCST one_i<>+0(SB), Z19, Z19
+	VPADDD.BCST round<>+0(SB), Z18, Z18
+	VPADDD      Z19, Z18, Z18
+	VPSRLD      $0x10, Z18, Z18
+	VPMOVDW     Z18, K3, 224(R11)
+
+stateVKbf16AVX512_dead_71:
+	ADDQ        R10, R11
+	VMOVAPS     Z10, Z18
+	VPSRLD      $0x10, Z18, Z19
+	VPANDD.BCST one_i<>+0(SB), Z19, Z19
+	VPADDD.BCST round<>+0(SB), Z18, Z18
+	VPADDD      Z19, Z18, Z18
+	VPSRLD      $0x10, Z18, Z18
+	VPMOVDW     Z18, (R11)
+	VMOVAPS     Z11, Z18
+	VPSRLD      $0x10, Z18, Z19
+	VPANDD.BCST one_i<>+0(SB), Z19, Z19
+	VPADDD.BCST round<>+0(SB), Z18, Z18
+	VPADDD      Z19, Z18, Z18
+	VPSRLD      $0x10, Z18, Z18
+	VPMOVDW     Z18, 32(R11)
+	VMOVAPS     Z12, Z18
+	VPSRLD      $0x10, Z18, Z19
+	VPANDD.BCST one_i<>+0(SB), Z19, Z19
+	VPADDD.BCST round<>+0(SB), Z18, Z18
+	VPADDD      Z19, Z18, Z18
+	VPSRLD      $0x10, Z18, Z18
+	VPMOVDW     Z18, 64(R11)
+	VMOVAPS     Z13, Z18
+	VPSRLD      $0x10, Z18, Z19
+	VPANDD.BCST one_i<>+0(SB), Z19, Z19
+	VPADDD.BCST round<>+0(SB), Z18, Z18
+	VPADDD      Z19, Z18, Z18
+	VPSRLD      $0x10, Z18, Z18
+	VPMOVDW     Z18, 96(R11)
+	VMOVAPS     Z14, Z18
+	VPSRLD      $0x10, Z18, Z19
+	VPANDD.BCST one_i<>+0(SB), Z19, Z19
+	VPADDD.BCST round<>+0(SB), Z18, Z18
+	VPADDD      Z19, Z18, Z18
+	VPSRLD      $0x10, Z18, Z18
+	VPMOVDW     Z18, 128(R11)
+	VMOVAPS     Z15, Z18
+	VPSRLD      $0x10, Z18, Z19
+	VPANDD.BCST one_i<>+0(SB), Z19, Z19
+	VPADDD.BCST round<>+0(SB), Z18, Z18
+	VPADDD      Z19, Z18, Z18
+	VPSRLD      $0x10, Z18, Z18
+	VPMOVDW     Z18, 160(R11)
+	VMOVAPS     Z16, Z18
+	VPSRLD      $0x10, Z18, Z19
+	VPANDD.BCST one_i<>+0(SB), Z19, Z19
+	VPADDD.BCST round<>+0(SB), Z18, Z18
+	VPADDD      Z19, Z18, Z18
+	VPSRLD      $0x10, Z18, Z18
+	VPMOVDW     Z18, K1, 192(R11)
+	CMPQ        R9, $0x000001c0
+	JBE         stateVKbf16AVX512_dead_72
+	VMOVAPS     Z17, Z18
+	VPSRLD      $0x10, Z18, Z19
+	VPANDD.BCST one_i<>+0(SB), Z19, Z19
+	VPADDD.BCST round<>+0(SB), Z18, Z18
+	VPADDD      Z19, Z18, Z18
+	VPSRLD      $0x10, Z18, Z18
+	VPMOVDW     Z18, K3, 224(R11)
+
+stateVKbf16AVX512_dead_72:
+	JMP stateVKbf16AVX512_bfdone_5
+
+stateVKbf16AVX512_bfnan_5:
 	VMOVAPS     Z0, Z18
 	VPSRLD      $0x10, Z18, Z19
 	VCMPPS      $0x03, Z18, Z18, K2
@@ -28357,7 +30425,7 @@ stateVKbf16AVX512_bfints_5:
 	VPORD.BCST  quiet<>+0(SB), Z19, K2, Z18
 	VPMOVDW     Z18, K1, 192(R11)
 	CMPQ        R9, $0x000001c0
-	JBE         stateVKbf16AVX512_dead_64
+	JBE         stateVKbf16AVX512_dead_73
 	VMOVAPS     Z9, Z18
 	VPSRLD      $0x10, Z18, Z19
 	VCMPPS      $0x03, Z18, Z18, K2
@@ -28368,7 +30436,7 @@ stateVKbf16AVX512_bfints_5:
 	VPORD.BCST  quiet<>+0(SB), Z19, K2, Z18
 	VPMOVDW     Z18, K3, 224(R11)
 
-stateVKbf16AVX512_dead_64:
+stateVKbf16AVX512_dead_73:
 	ADDQ        R10, R11
 	VMOVAPS     Z10, Z18
 	VPSRLD      $0x10, Z18, Z19
@@ -28434,7 +30502,7 @@ stateVKbf16AVX512_dead_64:
 	VPORD.BCST  quiet<>+0(SB), Z19, K2, Z18
 	VPMOVDW     Z18, K1, 192(R11)
 	CMPQ        R9, $0x000001c0
-	JBE         stateVKbf16AVX512_dead_65
+	JBE         stateVKbf16AVX512_dead_74
 	VMOVAPS     Z17, Z18
 	VPSRLD      $0x10, Z18, Z19
 	VCMPPS      $0x03, Z18, Z18, K2
@@ -28445,7 +30513,8 @@ stateVKbf16AVX512_dead_64:
 	VPORD.BCST  quiet<>+0(SB), Z19, K2, Z18
 	VPMOVDW     Z18, K3, 224(R11)
 
-stateVKbf16AVX512_dead_65:
+stateVKbf16AVX512_dead_74:
+stateVKbf16AVX512_bfdone_5:
 stateVKbf16AVX512_bfstored_5:
 stateVKbf16AVX512_nostore_5:
 	ADDQ R9, AX
@@ -28472,10 +30541,10 @@ stateVKbf16AVX512_nostore_5:
 	VMOVUPS Z7, 320(AX)
 	VMOVUPS Z8, K1, 384(AX)
 	CMPQ    R9, $0x000001c0
-	JBE     stateVKbf16AVX512_dead_66
+	JBE     stateVKbf16AVX512_dead_75
 	VMOVUPS Z9, K3, 448(AX)
 
-stateVKbf16AVX512_dead_66:
+stateVKbf16AVX512_dead_75:
 	ADDQ    R9, AX
 	VMOVUPS Z10, (AX)
 	VMOVUPS Z11, 64(AX)
@@ -28485,10 +30554,10 @@ stateVKbf16AVX512_dead_66:
 	VMOVUPS Z15, 320(AX)
 	VMOVUPS Z16, K1, 384(AX)
 	CMPQ    R9, $0x000001c0
-	JBE     stateVKbf16AVX512_dead_67
+	JBE     stateVKbf16AVX512_dead_76
 	VMOVUPS Z17, K3, 448(AX)
 
-stateVKbf16AVX512_dead_67:
+stateVKbf16AVX512_dead_76:
 stateVKbf16AVX512_nocarry_5:
 	ADDQ $0x00000002, (SP)
 	SUBQ $0x00000002, 8(SP)
@@ -28500,10 +30569,10 @@ stateVKbf16AVX512_group_6:
 	JB   stateVKbf16AVX512_groupsdone_6
 
 	// The prefetch list's next group.
-	MOVQ 56(SP), AX
+	MOVQ 64(SP), AX
 
 stateVKbf16AVX512_pfentry_9:
-	CMPQ  AX, 64(SP)
+	CMPQ  AX, 72(SP)
 	JAE   stateVKbf16AVX512_pfdone_9
 	MOVQ  (AX), DX
 	MOVQ  8(AX), CX
@@ -28519,7 +30588,7 @@ stateVKbf16AVX512_pfline_9:
 	JMP        stateVKbf16AVX512_pfentry_9
 
 stateVKbf16AVX512_pfdone_9:
-	MOVQ AX, 56(SP)
+	MOVQ AX, 64(SP)
 
 	// Load 1 row(s) of 7…8 vectors.
 	MOVQ       src32_base+40(FP), AX
@@ -28536,10 +30605,10 @@ stateVKbf16AVX512_pfdone_9:
 	PREFETCHT0 8512(AX)
 	PREFETCHT0 8576(AX)
 	CMPQ       R9, $0x000001c0
-	JBE        stateVKbf16AVX512_dead_68
+	JBE        stateVKbf16AVX512_dead_77
 	PREFETCHT0 8640(AX)
 
-stateVKbf16AVX512_dead_68:
+stateVKbf16AVX512_dead_77:
 	VMOVUPS   (AX), Z0
 	VMOVUPS   64(AX), Z1
 	VMOVUPS   128(AX), Z3
@@ -28605,11 +30674,11 @@ stateVKbf16AVX512_token_6:
 	VFMADD231PS 384(AX), Z7, K1, Z9
 	VFMADD231PS 384(CX), Z7, K1, Z10
 	CMPQ        R9, $0x000001c0
-	JBE         stateVKbf16AVX512_dead_69
+	JBE         stateVKbf16AVX512_dead_78
 	VFMADD231PS 448(AX), Z8, K3, Z11
 	VFMADD231PS 448(CX), Z8, K3, Z12
 
-stateVKbf16AVX512_dead_69:
+stateVKbf16AVX512_dead_78:
 	VADDPS       Z11, Z9, Z9
 	VADDPS       Z12, Z10, Z10
 	VSHUFF32X4   $0x44, Z10, Z9, Z11
@@ -28646,6 +30715,11 @@ stateVKbf16AVX512_decayed_14:
 	VBROADCASTSS  12(DX), Z11
 	VFMADD231PS   Y11, Y9, Y10
 	VMOVSS        X10, (DI)
+	VSUBPS        Y9, Y9, Y10
+	VCMPPS        $0x03, Y10, Y10, K7
+	KMOVW         K7, R11
+	ANDL          $0x00000001, R11
+	MOVL          R11, 56(SP)
 	VMOVSS        (DX), X2
 	VUCOMISS      nearone<>+0(SB), X2
 	JCS           stateVKbf16AVX512_far_15
@@ -28666,11 +30740,11 @@ stateVKbf16AVX512_decayed_14:
 	VFMADD213PS   Z7, Z10, Z7
 	VFMADD231PS   384(AX), Z9, K1, Z7
 	CMPQ          R9, $0x000001c0
-	JBE           stateVKbf16AVX512_dead_70
+	JBE           stateVKbf16AVX512_dead_79
 	VFMADD213PS   Z8, Z10, Z8
 	VFMADD231PS   448(AX), Z9, K3, Z8
 
-stateVKbf16AVX512_dead_70:
+stateVKbf16AVX512_dead_79:
 	JMP stateVKbf16AVX512_decayed_15
 
 stateVKbf16AVX512_far_15:
@@ -28691,11 +30765,11 @@ stateVKbf16AVX512_far_15:
 	VMULPS       Z7, Z10, Z7
 	VFMADD231PS  384(AX), Z9, K1, Z7
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKbf16AVX512_dead_71
+	JBE          stateVKbf16AVX512_dead_80
 	VMULPS       Z8, Z10, Z8
 	VFMADD231PS  448(AX), Z9, K3, Z8
 
-stateVKbf16AVX512_dead_71:
+stateVKbf16AVX512_dead_80:
 stateVKbf16AVX512_decayed_15:
 	// The state after this token, if stored.
 	MOVQ      (BX), R11
@@ -28727,6 +30801,71 @@ stateVKbf16AVX512_decayed_15:
 	JCS       stateVKbf16AVX512_bfstored_6
 
 stateVKbf16AVX512_bfints_6:
+	CMPL        56(SP), $0x00
+	JNE         stateVKbf16AVX512_bfnan_6
+	VMOVAPS     Z0, Z9
+	VPSRLD      $0x10, Z9, Z10
+	VPANDD.BCST one_i<>+0(SB), Z10, Z10
+	VPADDD.BCST round<>+0(SB), Z9, Z9
+	VPADDD      Z10, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPMOVDW     Z9, (R11)
+	VMOVAPS     Z1, Z9
+	VPSRLD      $0x10, Z9, Z10
+	VPANDD.BCST one_i<>+0(SB), Z10, Z10
+	VPADDD.BCST round<>+0(SB), Z9, Z9
+	VPADDD      Z10, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPMOVDW     Z9, 32(R11)
+	VMOVAPS     Z3, Z9
+	VPSRLD      $0x10, Z9, Z10
+	VPANDD.BCST one_i<>+0(SB), Z10, Z10
+	VPADDD.BCST round<>+0(SB), Z9, Z9
+	VPADDD      Z10, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPMOVDW     Z9, 64(R11)
+	VMOVAPS     Z4, Z9
+	VPSRLD      $0x10, Z9, Z10
+	VPANDD.BCST one_i<>+0(SB), Z10, Z10
+	VPADDD.BCST round<>+0(SB), Z9, Z9
+	VPADDD      Z10, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPMOVDW     Z9, 96(R11)
+	VMOVAPS     Z5, Z9
+	VPSRLD      $0x10, Z9, Z10
+	VPANDD.BCST one_i<>+0(SB), Z10, Z10
+	VPADDD.BCST round<>+0(SB), Z9, Z9
+	VPADDD      Z10, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPMOVDW     Z9, 128(R11)
+	VMOVAPS     Z6, Z9
+	VPSRLD      $0x10, Z9, Z10
+	VPANDD.BCST one_i<>+0(SB), Z10, Z10
+	VPADDD.BCST round<>+0(SB), Z9, Z9
+	VPADDD      Z10, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPMOVDW     Z9, 160(R11)
+	VMOVAPS     Z7, Z9
+	VPSRLD      $0x10, Z9, Z10
+	VPANDD.BCST one_i<>+0(SB), Z10, Z10
+	VPADDD.BCST round<>+0(SB), Z9, Z9
+	VPADDD      Z10, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPMOVDW     Z9, K1, 192(R11)
+	CMPQ        R9, $0x000001c0
+	JBE         stateVKbf16AVX512_dead_81
+	VMOVAPS     Z8, Z9
+	VPSRLD      $0x10, Z9, Z10
+	VPANDD.BCST one_i<>+0(SB), Z10, Z10
+	VPADDD.BCST round<>+0(SB), Z9, Z9
+	VPADDD      Z10, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPMOVDW     Z9, K3, 224(R11)
+
+stateVKbf16AVX512_dead_81:
+	JMP stateVKbf16AVX512_bfdone_6
+
+stateVKbf16AVX512_bfnan_6:
 	VMOVAPS     Z0, Z9
 	VPSRLD      $0x10, Z9, Z10
 	VCMPPS      $0x03, Z9, Z9, K2
@@ -28791,7 +30930,7 @@ stateVKbf16AVX512_bfints_6:
 	VPORD.BCST  quiet<>+0(SB), Z10, K2, Z9
 	VPMOVDW     Z9, K1, 192(R11)
 	CMPQ        R9, $0x000001c0
-	JBE         stateVKbf16AVX512_dead_72
+	JBE         stateVKbf16AVX512_dead_82
 	VMOVAPS     Z8, Z9
 	VPSRLD      $0x10, Z9, Z10
 	VCMPPS      $0x03, Z9, Z9, K2
@@ -28802,7 +30941,8 @@ stateVKbf16AVX512_bfints_6:
 	VPORD.BCST  quiet<>+0(SB), Z10, K2, Z9
 	VPMOVDW     Z9, K3, 224(R11)
 
-stateVKbf16AVX512_dead_72:
+stateVKbf16AVX512_dead_82:
+stateVKbf16AVX512_bfdone_6:
 stateVKbf16AVX512_bfstored_6:
 stateVKbf16AVX512_nostore_6:
 	ADDQ R9, AX
@@ -28829,10 +30969,10 @@ stateVKbf16AVX512_nostore_6:
 	VMOVUPS Z6, 320(AX)
 	VMOVUPS Z7, K1, 384(AX)
 	CMPQ    R9, $0x000001c0
-	JBE     stateVKbf16AVX512_dead_73
+	JBE     stateVKbf16AVX512_dead_83
 	VMOVUPS Z8, K3, 448(AX)
 
-stateVKbf16AVX512_dead_73:
+stateVKbf16AVX512_dead_83:
 stateVKbf16AVX512_nocarry_6:
 	ADDQ $0x00000001, (SP)
 	SUBQ $0x00000001, 8(SP)
@@ -28869,10 +31009,10 @@ stateVKbf16AVX512_group_7:
 	JB   stateVKbf16AVX512_groupsdone_7
 
 	// The prefetch list's next group.
-	MOVQ 56(SP), AX
+	MOVQ 64(SP), AX
 
 stateVKbf16AVX512_pfentry_10:
-	CMPQ  AX, 64(SP)
+	CMPQ  AX, 72(SP)
 	JAE   stateVKbf16AVX512_pfdone_10
 	MOVQ  (AX), DX
 	MOVQ  8(AX), CX
@@ -28888,7 +31028,7 @@ stateVKbf16AVX512_pfline_10:
 	JMP        stateVKbf16AVX512_pfentry_10
 
 stateVKbf16AVX512_pfdone_10:
-	MOVQ AX, 56(SP)
+	MOVQ AX, 64(SP)
 
 	// Load 1 row(s) of 9…12 vectors.
 	MOVQ       src32_base+40(FP), AX
@@ -28907,16 +31047,16 @@ stateVKbf16AVX512_pfdone_10:
 	PREFETCHT0 8640(AX)
 	PREFETCHT0 8704(AX)
 	CMPQ       R9, $0x00000240
-	JBE        stateVKbf16AVX512_dead_74
+	JBE        stateVKbf16AVX512_dead_84
 	PREFETCHT0 8768(AX)
 	CMPQ       R9, $0x00000280
-	JBE        stateVKbf16AVX512_dead_74
+	JBE        stateVKbf16AVX512_dead_84
 	PREFETCHT0 8832(AX)
 	CMPQ       R9, $0x000002c0
-	JBE        stateVKbf16AVX512_dead_74
+	JBE        stateVKbf16AVX512_dead_84
 	PREFETCHT0 8896(AX)
 
-stateVKbf16AVX512_dead_74:
+stateVKbf16AVX512_dead_84:
 	VMOVUPS   (AX), Z0
 	VMOVUPS   64(AX), Z2
 	VMOVUPS   128(AX), Z3
@@ -28942,10 +31082,10 @@ stateVKbf16AVX512_frombf16_7:
 	PREFETCHT0 8384(AX)
 	PREFETCHT0 8448(AX)
 	CMPQ       R9, $0x00000280
-	JBE        stateVKbf16AVX512_dead_75
+	JBE        stateVKbf16AVX512_dead_85
 	PREFETCHT0 8512(AX)
 
-stateVKbf16AVX512_dead_75:
+stateVKbf16AVX512_dead_85:
 	VPMOVZXWD   (AX), Z0
 	VPSLLD      $0x10, Z0, Z0
 	VPMOVZXWD   32(AX), Z2
@@ -29004,19 +31144,19 @@ stateVKbf16AVX512_token_7:
 	VFMADD231PS 512(AX), Z9, K1, Z13
 	VFMADD231PS 512(CX), Z9, K1, Z14
 	CMPQ        R9, $0x00000240
-	JBE         stateVKbf16AVX512_dead_76
+	JBE         stateVKbf16AVX512_dead_86
 	VFMADD231PS 576(AX), Z10, K3, Z15
 	VFMADD231PS 576(CX), Z10, K3, Z16
 	CMPQ        R9, $0x00000280
-	JBE         stateVKbf16AVX512_dead_76
+	JBE         stateVKbf16AVX512_dead_86
 	VFMADD231PS 640(AX), Z11, K4, Z17
 	VFMADD231PS 640(CX), Z11, K4, Z18
 	CMPQ        R9, $0x000002c0
-	JBE         stateVKbf16AVX512_dead_76
+	JBE         stateVKbf16AVX512_dead_86
 	VFMADD231PS 704(AX), Z12, K5, Z19
 	VFMADD231PS 704(CX), Z12, K5, Z20
 
-stateVKbf16AVX512_dead_76:
+stateVKbf16AVX512_dead_86:
 	VADDPS       Z15, Z13, Z13
 	VADDPS       Z19, Z17, Z17
 	VADDPS       Z17, Z13, Z13
@@ -29057,6 +31197,11 @@ stateVKbf16AVX512_decayed_16:
 	VBROADCASTSS  12(DX), Z15
 	VFMADD231PS   Y15, Y13, Y14
 	VMOVSS        X14, (DI)
+	VSUBPS        Y13, Y13, Y14
+	VCMPPS        $0x03, Y14, Y14, K7
+	KMOVW         K7, R11
+	ANDL          $0x00000001, R11
+	MOVL          R11, 56(SP)
 	VMOVSS        (DX), X1
 	VUCOMISS      nearone<>+0(SB), X1
 	JCS           stateVKbf16AVX512_far_17
@@ -29081,19 +31226,19 @@ stateVKbf16AVX512_decayed_16:
 	VFMADD213PS   Z9, Z14, Z9
 	VFMADD231PS   512(AX), Z13, K1, Z9
 	CMPQ          R9, $0x00000240
-	JBE           stateVKbf16AVX512_dead_77
+	JBE           stateVKbf16AVX512_dead_87
 	VFMADD213PS   Z10, Z14, Z10
 	VFMADD231PS   576(AX), Z13, K3, Z10
 	CMPQ          R9, $0x00000280
-	JBE           stateVKbf16AVX512_dead_77
+	JBE           stateVKbf16AVX512_dead_87
 	VFMADD213PS   Z11, Z14, Z11
 	VFMADD231PS   640(AX), Z13, K4, Z11
 	CMPQ          R9, $0x000002c0
-	JBE           stateVKbf16AVX512_dead_77
+	JBE           stateVKbf16AVX512_dead_87
 	VFMADD213PS   Z12, Z14, Z12
 	VFMADD231PS   704(AX), Z13, K5, Z12
 
-stateVKbf16AVX512_dead_77:
+stateVKbf16AVX512_dead_87:
 	JMP stateVKbf16AVX512_decayed_17
 
 stateVKbf16AVX512_far_17:
@@ -29118,19 +31263,19 @@ stateVKbf16AVX512_far_17:
 	VMULPS       Z9, Z14, Z9
 	VFMADD231PS  512(AX), Z13, K1, Z9
 	CMPQ         R9, $0x00000240
-	JBE          stateVKbf16AVX512_dead_78
+	JBE          stateVKbf16AVX512_dead_88
 	VMULPS       Z10, Z14, Z10
 	VFMADD231PS  576(AX), Z13, K3, Z10
 	CMPQ         R9, $0x00000280
-	JBE          stateVKbf16AVX512_dead_78
+	JBE          stateVKbf16AVX512_dead_88
 	VMULPS       Z11, Z14, Z11
 	VFMADD231PS  640(AX), Z13, K4, Z11
 	CMPQ         R9, $0x000002c0
-	JBE          stateVKbf16AVX512_dead_78
+	JBE          stateVKbf16AVX512_dead_88
 	VMULPS       Z12, Z14, Z12
 	VFMADD231PS  704(AX), Z13, K5, Z12
 
-stateVKbf16AVX512_dead_78:
+stateVKbf16AVX512_dead_88:
 stateVKbf16AVX512_decayed_17:
 	// The state after this token, if stored.
 	MOVQ      (BX), R11
@@ -29168,6 +31313,103 @@ stateVKbf16AVX512_decayed_17:
 	JCS       stateVKbf16AVX512_bfstored_7
 
 stateVKbf16AVX512_bfints_7:
+	CMPL        56(SP), $0x00
+	JNE         stateVKbf16AVX512_bfnan_7
+	VMOVAPS     Z0, Z13
+	VPSRLD      $0x10, Z13, Z14
+	VPANDD.BCST one_i<>+0(SB), Z14, Z14
+	VPADDD.BCST round<>+0(SB), Z13, Z13
+	VPADDD      Z14, Z13, Z13
+	VPSRLD      $0x10, Z13, Z13
+	VPMOVDW     Z13, (R11)
+	VMOVAPS     Z2, Z13
+	VPSRLD      $0x10, Z13, Z14
+	VPANDD.BCST one_i<>+0(SB), Z14, Z14
+	VPADDD.BCST round<>+0(SB), Z13, Z13
+	VPADDD      Z14, Z13, Z13
+	VPSRLD      $0x10, Z13, Z13
+	VPMOVDW     Z13, 32(R11)
+	VMOVAPS     Z3, Z13
+	VPSRLD      $0x10, Z13, Z14
+	VPANDD.BCST one_i<>+0(SB), Z14, Z14
+	VPADDD.BCST round<>+0(SB), Z13, Z13
+	VPADDD      Z14, Z13, Z13
+	VPSRLD      $0x10, Z13, Z13
+	VPMOVDW     Z13, 64(R11)
+	VMOVAPS     Z4, Z13
+	VPSRLD      $0x10, Z13, Z14
+	VPANDD.BCST one_i<>+0(SB), Z14, Z14
+	VPADDD.BCST round<>+0(SB), Z13, Z13
+	VPADDD      Z14, Z13, Z13
+	VPSRLD      $0x10, Z13, Z13
+	VPMOVDW     Z13, 96(R11)
+	VMOVAPS     Z5, Z13
+	VPSRLD      $0x10, Z13, Z14
+	VPANDD.BCST one_i<>+0(SB), Z14, Z14
+	VPADDD.BCST round<>+0(SB), Z13, Z13
+	VPADDD      Z14, Z13, Z13
+	VPSRLD      $0x10, Z13, Z13
+	VPMOVDW     Z13, 128(R11)
+	VMOVAPS     Z6, Z13
+	VPSRLD      $0x10, Z13, Z14
+	VPANDD.BCST one_i<>+0(SB), Z14, Z14
+	VPADDD.BCST round<>+0(SB), Z13, Z13
+	VPADDD      Z14, Z13, Z13
+	VPSRLD      $0x10, Z13, Z13
+	VPMOVDW     Z13, 160(R11)
+	VMOVAPS     Z7, Z13
+	VPSRLD      $0x10, Z13, Z14
+	VPANDD.BCST one_i<>+0(SB), Z14, Z14
+	VPADDD.BCST round<>+0(SB), Z13, Z13
+	VPADDD      Z14, Z13, Z13
+	VPSRLD      $0x10, Z13, Z13
+	VPMOVDW     Z13, 192(R11)
+	VMOVAPS     Z8, Z13
+	VPSRLD      $0x10, Z13, Z14
+	VPANDD.BCST one_i<>+0(SB), Z14, Z14
+	VPADDD.BCST round<>+0(SB), Z13, Z13
+	VPADDD      Z14, Z13, Z13
+	VPSRLD      $0x10, Z13, Z13
+	VPMOVDW     Z13, 224(R11)
+	VMOVAPS     Z9, Z13
+	VPSRLD      $0x10, Z13, Z14
+	VPANDD.BCST one_i<>+0(SB), Z14, Z14
+	VPADDD.BCST round<>+0(SB), Z13, Z13
+	VPADDD      Z14, Z13, Z13
+	VPSRLD      $0x10, Z13, Z13
+	VPMOVDW     Z13, K1, 256(R11)
+	CMPQ        R9, $0x00000240
+	JBE         stateVKbf16AVX512_dead_89
+	VMOVAPS     Z10, Z13
+	VPSRLD      $0x10, Z13, Z14
+	VPANDD.BCST one_i<>+0(SB), Z14, Z14
+	VPADDD.BCST round<>+0(SB), Z13, Z13
+	VPADDD      Z14, Z13, Z13
+	VPSRLD      $0x10, Z13, Z13
+	VPMOVDW     Z13, K3, 288(R11)
+	CMPQ        R9, $0x00000280
+	JBE         stateVKbf16AVX512_dead_89
+	VMOVAPS     Z11, Z13
+	VPSRLD      $0x10, Z13, Z14
+	VPANDD.BCST one_i<>+0(SB), Z14, Z14
+	VPADDD.BCST round<>+0(SB), Z13, Z13
+	VPADDD      Z14, Z13, Z13
+	VPSRLD      $0x10, Z13, Z13
+	VPMOVDW     Z13, K4, 320(R11)
+	CMPQ        R9, $0x000002c0
+	JBE         stateVKbf16AVX512_dead_89
+	VMOVAPS     Z12, Z13
+	VPSRLD      $0x10, Z13, Z14
+	VPANDD.BCST one_i<>+0(SB), Z14, Z14
+	VPADDD.BCST round<>+0(SB), Z13, Z13
+	VPADDD      Z14, Z13, Z13
+	VPSRLD      $0x10, Z13, Z13
+	VPMOVDW     Z13, K5, 352(R11)
+
+stateVKbf16AVX512_dead_89:
+	JMP stateVKbf16AVX512_bfdone_7
+
+stateVKbf16AVX512_bfnan_7:
 	VMOVAPS     Z0, Z13
 	VPSRLD      $0x10, Z13, Z14
 	VCMPPS      $0x03, Z13, Z13, K2
@@ -29250,7 +31492,7 @@ stateVKbf16AVX512_bfints_7:
 	VPORD.BCST  quiet<>+0(SB), Z14, K2, Z13
 	VPMOVDW     Z13, K1, 256(R11)
 	CMPQ        R9, $0x00000240
-	JBE         stateVKbf16AVX512_dead_79
+	JBE         stateVKbf16AVX512_dead_90
 	VMOVAPS     Z10, Z13
 	VPSRLD      $0x10, Z13, Z14
 	VCMPPS      $0x03, Z13, Z13, K2
@@ -29261,7 +31503,7 @@ stateVKbf16AVX512_bfints_7:
 	VPORD.BCST  quiet<>+0(SB), Z14, K2, Z13
 	VPMOVDW     Z13, K3, 288(R11)
 	CMPQ        R9, $0x00000280
-	JBE         stateVKbf16AVX512_dead_79
+	JBE         stateVKbf16AVX512_dead_90
 	VMOVAPS     Z11, Z13
 	VPSRLD      $0x10, Z13, Z14
 	VCMPPS      $0x03, Z13, Z13, K2
@@ -29272,7 +31514,7 @@ stateVKbf16AVX512_bfints_7:
 	VPORD.BCST  quiet<>+0(SB), Z14, K2, Z13
 	VPMOVDW     Z13, K4, 320(R11)
 	CMPQ        R9, $0x000002c0
-	JBE         stateVKbf16AVX512_dead_79
+	JBE         stateVKbf16AVX512_dead_90
 	VMOVAPS     Z12, Z13
 	VPSRLD      $0x10, Z13, Z14
 	VCMPPS      $0x03, Z13, Z13, K2
@@ -29283,7 +31525,8 @@ stateVKbf16AVX512_bfints_7:
 	VPORD.BCST  quiet<>+0(SB), Z14, K2, Z13
 	VPMOVDW     Z13, K5, 352(R11)
 
-stateVKbf16AVX512_dead_79:
+stateVKbf16AVX512_dead_90:
+stateVKbf16AVX512_bfdone_7:
 stateVKbf16AVX512_bfstored_7:
 stateVKbf16AVX512_nostore_7:
 	ADDQ R9, AX
@@ -29312,16 +31555,16 @@ stateVKbf16AVX512_nostore_7:
 	VMOVUPS Z8, 448(AX)
 	VMOVUPS Z9, K1, 512(AX)
 	CMPQ    R9, $0x00000240
-	JBE     stateVKbf16AVX512_dead_80
+	JBE     stateVKbf16AVX512_dead_91
 	VMOVUPS Z10, K3, 576(AX)
 	CMPQ    R9, $0x00000280
-	JBE     stateVKbf16AVX512_dead_80
+	JBE     stateVKbf16AVX512_dead_91
 	VMOVUPS Z11, K4, 640(AX)
 	CMPQ    R9, $0x000002c0
-	JBE     stateVKbf16AVX512_dead_80
+	JBE     stateVKbf16AVX512_dead_91
 	VMOVUPS Z12, K5, 704(AX)
 
-stateVKbf16AVX512_dead_80:
+stateVKbf16AVX512_dead_91:
 stateVKbf16AVX512_nocarry_7:
 	ADDQ $0x00000001, (SP)
 	SUBQ $0x00000001, 8(SP)
@@ -29358,10 +31601,10 @@ stateVKbf16AVX512_group_8:
 	JB   stateVKbf16AVX512_groupsdone_8
 
 	// The prefetch list's next group.
-	MOVQ 56(SP), AX
+	MOVQ 64(SP), AX
 
 stateVKbf16AVX512_pfentry_11:
-	CMPQ  AX, 64(SP)
+	CMPQ  AX, 72(SP)
 	JAE   stateVKbf16AVX512_pfdone_11
 	MOVQ  (AX), DX
 	MOVQ  8(AX), CX
@@ -29377,7 +31620,7 @@ stateVKbf16AVX512_pfline_11:
 	JMP        stateVKbf16AVX512_pfentry_11
 
 stateVKbf16AVX512_pfdone_11:
-	MOVQ AX, 56(SP)
+	MOVQ AX, 64(SP)
 
 	// Load 1 row(s) of 13…16 vectors.
 	MOVQ       src32_base+40(FP), AX
@@ -29400,16 +31643,16 @@ stateVKbf16AVX512_pfdone_11:
 	PREFETCHT0 8896(AX)
 	PREFETCHT0 8960(AX)
 	CMPQ       R9, $0x00000340
-	JBE        stateVKbf16AVX512_dead_81
+	JBE        stateVKbf16AVX512_dead_92
 	PREFETCHT0 9024(AX)
 	CMPQ       R9, $0x00000380
-	JBE        stateVKbf16AVX512_dead_81
+	JBE        stateVKbf16AVX512_dead_92
 	PREFETCHT0 9088(AX)
 	CMPQ       R9, $0x000003c0
-	JBE        stateVKbf16AVX512_dead_81
+	JBE        stateVKbf16AVX512_dead_92
 	PREFETCHT0 9152(AX)
 
-stateVKbf16AVX512_dead_81:
+stateVKbf16AVX512_dead_92:
 	VMOVUPS   (AX), Z0
 	VMOVUPS   64(AX), Z2
 	VMOVUPS   128(AX), Z3
@@ -29441,10 +31684,10 @@ stateVKbf16AVX512_frombf16_8:
 	PREFETCHT0 8512(AX)
 	PREFETCHT0 8576(AX)
 	CMPQ       R9, $0x00000380
-	JBE        stateVKbf16AVX512_dead_82
+	JBE        stateVKbf16AVX512_dead_93
 	PREFETCHT0 8640(AX)
 
-stateVKbf16AVX512_dead_82:
+stateVKbf16AVX512_dead_93:
 	VPMOVZXWD   (AX), Z0
 	VPSLLD      $0x10, Z0, Z0
 	VPMOVZXWD   32(AX), Z2
@@ -29519,19 +31762,19 @@ stateVKbf16AVX512_token_8:
 	VFMADD231PS 768(AX), Z13, K1, Z17
 	VFMADD231PS 768(CX), Z13, K1, Z18
 	CMPQ        R9, $0x00000340
-	JBE         stateVKbf16AVX512_dead_83
+	JBE         stateVKbf16AVX512_dead_94
 	VFMADD231PS 832(AX), Z14, K3, Z19
 	VFMADD231PS 832(CX), Z14, K3, Z20
 	CMPQ        R9, $0x00000380
-	JBE         stateVKbf16AVX512_dead_83
+	JBE         stateVKbf16AVX512_dead_94
 	VFMADD231PS 896(AX), Z15, K4, Z21
 	VFMADD231PS 896(CX), Z15, K4, Z22
 	CMPQ        R9, $0x000003c0
-	JBE         stateVKbf16AVX512_dead_83
+	JBE         stateVKbf16AVX512_dead_94
 	VFMADD231PS 960(AX), Z16, K5, Z23
 	VFMADD231PS 960(CX), Z16, K5, Z24
 
-stateVKbf16AVX512_dead_83:
+stateVKbf16AVX512_dead_94:
 	VADDPS       Z19, Z17, Z17
 	VADDPS       Z23, Z21, Z21
 	VADDPS       Z21, Z17, Z17
@@ -29572,6 +31815,11 @@ stateVKbf16AVX512_decayed_18:
 	VBROADCASTSS  12(DX), Z19
 	VFMADD231PS   Y19, Y17, Y18
 	VMOVSS        X18, (DI)
+	VSUBPS        Y17, Y17, Y18
+	VCMPPS        $0x03, Y18, Y18, K7
+	KMOVW         K7, R11
+	ANDL          $0x00000001, R11
+	MOVL          R11, 56(SP)
 	VMOVSS        (DX), X1
 	VUCOMISS      nearone<>+0(SB), X1
 	JCS           stateVKbf16AVX512_far_19
@@ -29604,19 +31852,19 @@ stateVKbf16AVX512_decayed_18:
 	VFMADD213PS   Z13, Z18, Z13
 	VFMADD231PS   768(AX), Z17, K1, Z13
 	CMPQ          R9, $0x00000340
-	JBE           stateVKbf16AVX512_dead_84
+	JBE           stateVKbf16AVX512_dead_95
 	VFMADD213PS   Z14, Z18, Z14
 	VFMADD231PS   832(AX), Z17, K3, Z14
 	CMPQ          R9, $0x00000380
-	JBE           stateVKbf16AVX512_dead_84
+	JBE           stateVKbf16AVX512_dead_95
 	VFMADD213PS   Z15, Z18, Z15
 	VFMADD231PS   896(AX), Z17, K4, Z15
 	CMPQ          R9, $0x000003c0
-	JBE           stateVKbf16AVX512_dead_84
+	JBE           stateVKbf16AVX512_dead_95
 	VFMADD213PS   Z16, Z18, Z16
 	VFMADD231PS   960(AX), Z17, K5, Z16
 
-stateVKbf16AVX512_dead_84:
+stateVKbf16AVX512_dead_95:
 	JMP stateVKbf16AVX512_decayed_19
 
 stateVKbf16AVX512_far_19:
@@ -29649,19 +31897,19 @@ stateVKbf16AVX512_far_19:
 	VMULPS       Z13, Z18, Z13
 	VFMADD231PS  768(AX), Z17, K1, Z13
 	CMPQ         R9, $0x00000340
-	JBE          stateVKbf16AVX512_dead_85
+	JBE          stateVKbf16AVX512_dead_96
 	VMULPS       Z14, Z18, Z14
 	VFMADD231PS  832(AX), Z17, K3, Z14
 	CMPQ         R9, $0x00000380
-	JBE          stateVKbf16AVX512_dead_85
+	JBE          stateVKbf16AVX512_dead_96
 	VMULPS       Z15, Z18, Z15
 	VFMADD231PS  896(AX), Z17, K4, Z15
 	CMPQ         R9, $0x000003c0
-	JBE          stateVKbf16AVX512_dead_85
+	JBE          stateVKbf16AVX512_dead_96
 	VMULPS       Z16, Z18, Z16
 	VFMADD231PS  960(AX), Z17, K5, Z16
 
-stateVKbf16AVX512_dead_85:
+stateVKbf16AVX512_dead_96:
 stateVKbf16AVX512_decayed_19:
 	// The state after this token, if stored.
 	MOVQ      (BX), R11
@@ -29705,6 +31953,131 @@ stateVKbf16AVX512_decayed_19:
 	JCS       stateVKbf16AVX512_bfstored_8
 
 stateVKbf16AVX512_bfints_8:
+	CMPL        56(SP), $0x00
+	JNE         stateVKbf16AVX512_bfnan_8
+	VMOVAPS     Z0, Z17
+	VPSRLD      $0x10, Z17, Z18
+	VPANDD.BCST one_i<>+0(SB), Z18, Z18
+	VPADDD.BCST round<>+0(SB), Z17, Z17
+	VPADDD      Z18, Z17, Z17
+	VPSRLD      $0x10, Z17, Z17
+	VPMOVDW     Z17, (R11)
+	VMOVAPS     Z2, Z17
+	VPSRLD      $0x10, Z17, Z18
+	VPANDD.BCST one_i<>+0(SB), Z18, Z18
+	VPADDD.BCST round<>+0(SB), Z17, Z17
+	VPADDD      Z18, Z17, Z17
+	VPSRLD      $0x10, Z17, Z17
+	VPMOVDW     Z17, 32(R11)
+	VMOVAPS     Z3, Z17
+	VPSRLD      $0x10, Z17, Z18
+	VPANDD.BCST one_i<>+0(SB), Z18, Z18
+	VPADDD.BCST round<>+0(SB), Z17, Z17
+	VPADDD      Z18, Z17, Z17
+	VPSRLD      $0x10, Z17, Z17
+	VPMOVDW     Z17, 64(R11)
+	VMOVAPS     Z4, Z17
+	VPSRLD      $0x10, Z17, Z18
+	VPANDD.BCST one_i<>+0(SB), Z18, Z18
+	VPADDD.BCST round<>+0(SB), Z17, Z17
+	VPADDD      Z18, Z17, Z17
+	VPSRLD      $0x10, Z17, Z17
+	VPMOVDW     Z17, 96(R11)
+	VMOVAPS     Z5, Z17
+	VPSRLD      $0x10, Z17, Z18
+	VPANDD.BCST one_i<>+0(SB), Z18, Z18
+	VPADDD.BCST round<>+0(SB), Z17, Z17
+	VPADDD      Z18, Z17, Z17
+	VPSRLD      $0x10, Z17, Z17
+	VPMOVDW     Z17, 128(R11)
+	VMOVAPS     Z6, Z17
+	VPSRLD      $0x10, Z17, Z18
+	VPANDD.BCST one_i<>+0(SB), Z18, Z18
+	VPADDD.BCST round<>+0(SB), Z17, Z17
+	VPADDD      Z18, Z17, Z17
+	VPSRLD      $0x10, Z17, Z17
+	VPMOVDW     Z17, 160(R11)
+	VMOVAPS     Z7, Z17
+	VPSRLD      $0x10, Z17, Z18
+	VPANDD.BCST one_i<>+0(SB), Z18, Z18
+	VPADDD.BCST round<>+0(SB), Z17, Z17
+	VPADDD      Z18, Z17, Z17
+	VPSRLD      $0x10, Z17, Z17
+	VPMOVDW     Z17, 192(R11)
+	VMOVAPS     Z8, Z17
+	VPSRLD      $0x10, Z17, Z18
+	VPANDD.BCST one_i<>+0(SB), Z18, Z18
+	VPADDD.BCST round<>+0(SB), Z17, Z17
+	VPADDD      Z18, Z17, Z17
+	VPSRLD      $0x10, Z17, Z17
+	VPMOVDW     Z17, 224(R11)
+	VMOVAPS     Z9, Z17
+	VPSRLD      $0x10, Z17, Z18
+	VPANDD.BCST one_i<>+0(SB), Z18, Z18
+	VPADDD.BCST round<>+0(SB), Z17, Z17
+	VPADDD      Z18, Z17, Z17
+	VPSRLD      $0x10, Z17, Z17
+	VPMOVDW     Z17, 256(R11)
+	VMOVAPS     Z10, Z17
+	VPSRLD      $0x10, Z17, Z18
+	VPANDD.BCST one_i<>+0(SB), Z18, Z18
+	VPADDD.BCST round<>+0(SB), Z17, Z17
+	VPADDD      Z18, Z17, Z17
+	VPSRLD      $0x10, Z17, Z17
+	VPMOVDW     Z17, 288(R11)
+	VMOVAPS     Z11, Z17
+	VPSRLD      $0x10, Z17, Z18
+	VPANDD.BCST one_i<>+0(SB), Z18, Z18
+	VPADDD.BCST round<>+0(SB), Z17, Z17
+	VPADDD      Z18, Z17, Z17
+	VPSRLD      $0x10, Z17, Z17
+	VPMOVDW     Z17, 320(R11)
+	VMOVAPS     Z12, Z17
+	VPSRLD      $0x10, Z17, Z18
+	VPANDD.BCST one_i<>+0(SB), Z18, Z18
+	VPADDD.BCST round<>+0(SB), Z17, Z17
+	VPADDD      Z18, Z17, Z17
+	VPSRLD      $0x10, Z17, Z17
+	VPMOVDW     Z17, 352(R11)
+	VMOVAPS     Z13, Z17
+	VPSRLD      $0x10, Z17, Z18
+	VPANDD.BCST one_i<>+0(SB), Z18, Z18
+	VPADDD.BCST round<>+0(SB), Z17, Z17
+	VPADDD      Z18, Z17, Z17
+	VPSRLD      $0x10, Z17, Z17
+	VPMOVDW     Z17, K1, 384(R11)
+	CMPQ        R9, $0x00000340
+	JBE         stateVKbf16AVX512_dead_97
+	VMOVAPS     Z14, Z17
+	VPSRLD      $0x10, Z17, Z18
+	VPANDD.BCST one_i<>+0(SB), Z18, Z18
+	VPADDD.BCST round<>+0(SB), Z17, Z17
+	VPADDD      Z18, Z17, Z17
+	VPSRLD      $0x10, Z17, Z17
+	VPMOVDW     Z17, K3, 416(R11)
+	CMPQ        R9, $0x00000380
+	JBE         stateVKbf16AVX512_dead_97
+	VMOVAPS     Z15, Z17
+	VPSRLD      $0x10, Z17, Z18
+	VPANDD.BCST one_i<>+0(SB), Z18, Z18
+	VPADDD.BCST round<>+0(SB), Z17, Z17
+	VPADDD      Z18, Z17, Z17
+	VPSRLD      $0x10, Z17, Z17
+	VPMOVDW     Z17, K4, 448(R11)
+	CMPQ        R9, $0x000003c0
+	JBE         stateVKbf16AVX512_dead_97
+	VMOVAPS     Z16, Z17
+	VPSRLD      $0x10, Z17, Z18
+	VPANDD.BCST one_i<>+0(SB), Z18, Z18
+	VPADDD.BCST round<>+0(SB), Z17, Z17
+	VPADDD      Z18, Z17, Z17
+	VPSRLD      $0x10, Z17, Z17
+	VPMOVDW     Z17, K5, 480(R11)
+
+stateVKbf16AVX512_dead_97:
+	JMP stateVKbf16AVX512_bfdone_8
+
+stateVKbf16AVX512_bfnan_8:
 	VMOVAPS     Z0, Z17
 	VPSRLD      $0x10, Z17, Z18
 	VCMPPS      $0x03, Z17, Z17, K2
@@ -29823,7 +32196,7 @@ stateVKbf16AVX512_bfints_8:
 	VPORD.BCST  quiet<>+0(SB), Z18, K2, Z17
 	VPMOVDW     Z17, K1, 384(R11)
 	CMPQ        R9, $0x00000340
-	JBE         stateVKbf16AVX512_dead_86
+	JBE         stateVKbf16AVX512_dead_98
 	VMOVAPS     Z14, Z17
 	VPSRLD      $0x10, Z17, Z18
 	VCMPPS      $0x03, Z17, Z17, K2
@@ -29834,7 +32207,7 @@ stateVKbf16AVX512_bfints_8:
 	VPORD.BCST  quiet<>+0(SB), Z18, K2, Z17
 	VPMOVDW     Z17, K3, 416(R11)
 	CMPQ        R9, $0x00000380
-	JBE         stateVKbf16AVX512_dead_86
+	JBE         stateVKbf16AVX512_dead_98
 	VMOVAPS     Z15, Z17
 	VPSRLD      $0x10, Z17, Z18
 	VCMPPS      $0x03, Z17, Z17, K2
@@ -29845,7 +32218,7 @@ stateVKbf16AVX512_bfints_8:
 	VPORD.BCST  quiet<>+0(SB), Z18, K2, Z17
 	VPMOVDW     Z17, K4, 448(R11)
 	CMPQ        R9, $0x000003c0
-	JBE         stateVKbf16AVX512_dead_86
+	JBE         stateVKbf16AVX512_dead_98
 	VMOVAPS     Z16, Z17
 	VPSRLD      $0x10, Z17, Z18
 	VCMPPS      $0x03, Z17, Z17, K2
@@ -29856,7 +32229,8 @@ stateVKbf16AVX512_bfints_8:
 	VPORD.BCST  quiet<>+0(SB), Z18, K2, Z17
 	VPMOVDW     Z17, K5, 480(R11)
 
-stateVKbf16AVX512_dead_86:
+stateVKbf16AVX512_dead_98:
+stateVKbf16AVX512_bfdone_8:
 stateVKbf16AVX512_bfstored_8:
 stateVKbf16AVX512_nostore_8:
 	ADDQ R9, AX
@@ -29889,16 +32263,16 @@ stateVKbf16AVX512_nostore_8:
 	VMOVUPS Z12, 704(AX)
 	VMOVUPS Z13, K1, 768(AX)
 	CMPQ    R9, $0x00000340
-	JBE     stateVKbf16AVX512_dead_87
+	JBE     stateVKbf16AVX512_dead_99
 	VMOVUPS Z14, K3, 832(AX)
 	CMPQ    R9, $0x00000380
-	JBE     stateVKbf16AVX512_dead_87
+	JBE     stateVKbf16AVX512_dead_99
 	VMOVUPS Z15, K4, 896(AX)
 	CMPQ    R9, $0x000003c0
-	JBE     stateVKbf16AVX512_dead_87
+	JBE     stateVKbf16AVX512_dead_99
 	VMOVUPS Z16, K5, 960(AX)
 
-stateVKbf16AVX512_dead_87:
+stateVKbf16AVX512_dead_99:
 stateVKbf16AVX512_nocarry_8:
 	ADDQ $0x00000001, (SP)
 	SUBQ $0x00000001, 8(SP)
@@ -34854,7 +37228,7 @@ stateVKf32AVX2_done_1:
 
 // func stateVKbf16AVX2(K int, V int, src []uint16, src32 []float32, stores []uintptr, carry []float32, kh []float32, qh []float32, v []float32, vs int, o []float32, tok []float32, work []float32, pf []uintptr)
 // Requires: AVX, AVX2, FMA3, MMX+
-TEXT ·stateVKbf16AVX2(SB), NOSPLIT, $320-288
+TEXT ·stateVKbf16AVX2(SB), NOSPLIT, $328-288
 	MOVQ    K+0(FP), AX
 	MOVQ    V+8(FP), CX
 	MOVQ    tok_len+224(FP), DX
@@ -34869,10 +37243,10 @@ TEXT ·stateVKbf16AVX2(SB), NOSPLIT, $320-288
 	MOVQ    DX, 16(SP)
 	MOVQ    pf_base+264(FP), DX
 	MOVQ    pf_len+272(FP), BX
-	MOVQ    DX, 304(SP)
+	MOVQ    DX, 312(SP)
 	ANDQ    $-2, BX
 	LEAQ    (DX)(BX*8), DX
-	MOVQ    DX, 312(SP)
+	MOVQ    DX, 320(SP)
 	MOVQ    work_base+240(FP), DX
 	ADDQ    $0x3f, DX
 	ANDQ    $-64, DX
@@ -34912,6 +37286,385 @@ TEXT ·stateVKbf16AVX2(SB), NOSPLIT, $320-288
 
 stateVKbf16AVX2_n4_1:
 	// Rows of 1…4 vectors.
+	CMPQ  16(SP), $0x01
+	JNE   stateVKbf16AVX2_pairs_1
+	MOVQ  stores_base+64(FP), AX
+	CMPQ  (AX), $0x00
+	JE    stateVKbf16AVX2_pairs_1
+	MOVQ  src32_base+40(FP), AX
+	TESTQ AX, AX
+	JNZ   stateVKbf16AVX2_pairs_1
+	MOVQ  carry_base+88(FP), AX
+	TESTQ AX, AX
+	JNZ   stateVKbf16AVX2_pairs_1
+
+stateVKbf16AVX2_once_1:
+	CMPQ 8(SP), $0x02
+	JB   stateVKbf16AVX2_oncedone_1
+
+	// A pair of rows of 1…4 vectors, one token.
+	MOVQ       src_base+16(FP), R11
+	MOVQ       (SP), AX
+	IMULQ      R10, AX
+	ADDQ       AX, R11
+	MOVQ       kh_base+112(FP), AX
+	MOVQ       qh_base+136(FP), CX
+	MOVQ       tok_base+216(FP), DX
+	MOVQ       stores_base+64(FP), BX
+	MOVQ       v_base+160(FP), SI
+	MOVQ       o_base+192(FP), DI
+	MOVQ       (SP), R8
+	SHLQ       $0x02, R8
+	ADDQ       R8, SI
+	ADDQ       R8, DI
+	MOVQ       16(SP), R8
+	PREFETCHT0 8192(R11)
+	CMPQ       R9, $0x00000040
+	JBE        stateVKbf16AVX2_dead_1
+	PREFETCHT0 8256(R11)
+
+stateVKbf16AVX2_dead_1:
+	VXORPS      Y0, Y0, Y0
+	VXORPS      Y3, Y3, Y3
+	VXORPS      Y2, Y2, Y2
+	VXORPS      Y4, Y4, Y4
+	VXORPS      Y5, Y5, Y5
+	VXORPS      Y7, Y7, Y7
+	VXORPS      Y6, Y6, Y6
+	VXORPS      Y8, Y8, Y8
+	CMPQ        R9, $0x00000020
+	JBE         stateVKbf16AVX2_dead_2
+	VMOVUPS     (AX), Y9
+	VMOVUPS     (CX), Y10
+	VPMOVZXWD   (R11), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y0
+	VFMADD231PS Y10, Y11, Y2
+	VPMOVZXWD   (R11)(R10*1), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y5
+	VFMADD231PS Y10, Y11, Y6
+	CMPQ        R9, $0x00000040
+	JBE         stateVKbf16AVX2_dead_2
+	VMOVUPS     32(AX), Y9
+	VMOVUPS     32(CX), Y10
+	VPMOVZXWD   16(R11), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y3
+	VFMADD231PS Y10, Y11, Y4
+	VPMOVZXWD   16(R11)(R10*1), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y7
+	VFMADD231PS Y10, Y11, Y8
+	CMPQ        R9, $0x00000060
+	JBE         stateVKbf16AVX2_dead_2
+	VMOVUPS     64(AX), Y9
+	VMOVUPS     64(CX), Y10
+	VPMOVZXWD   32(R11), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y0
+	VFMADD231PS Y10, Y11, Y2
+	VPMOVZXWD   32(R11)(R10*1), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y5
+	VFMADD231PS Y10, Y11, Y6
+
+stateVKbf16AVX2_dead_2:
+	VMOVUPS      -32(AX)(R9*1), Y9
+	VMOVUPS      -32(CX)(R9*1), Y10
+	VPMOVZXWD    -16(R11)(R10*1), Y11
+	VPSLLD       $0x10, Y11, Y11
+	VANDPS       48(SP), Y11, Y11
+	VFMADD231PS  Y9, Y11, Y3
+	VFMADD231PS  Y10, Y11, Y4
+	VPMOVZXWD    -16(R11)(R10*2), Y11
+	VPSLLD       $0x10, Y11, Y11
+	VANDPS       48(SP), Y11, Y11
+	VFMADD231PS  Y9, Y11, Y7
+	VFMADD231PS  Y10, Y11, Y8
+	VADDPS       Y3, Y0, Y0
+	VADDPS       Y7, Y5, Y5
+	VADDPS       Y4, Y2, Y2
+	VADDPS       Y8, Y6, Y6
+	VPERM2F128   $0x20, Y5, Y0, Y3
+	VPERM2F128   $0x31, Y5, Y0, Y0
+	VADDPS       Y0, Y3, Y3
+	VPERM2F128   $0x20, Y6, Y2, Y0
+	VPERM2F128   $0x31, Y6, Y2, Y2
+	VADDPS       Y2, Y0, Y0
+	VSHUFPS      $0x44, Y0, Y3, Y2
+	VSHUFPS      $0xee, Y0, Y3, Y0
+	VADDPS       Y0, Y2, Y2
+	VSHUFPS      $0x88, Y2, Y2, Y0
+	VSHUFPS      $0xdd, Y2, Y2, Y2
+	VADDPS       Y2, Y0, Y0
+	VMOVUPS      vkpermAVX2_2<>+0(SB), Y2
+	VPERMPS      Y0, Y2, Y0
+	VMOVSS       (DX), X1
+	VUCOMISS     nearone<>+0(SB), X1
+	JCS          stateVKbf16AVX2_far_1
+	VBROADCASTSS (DX), Y2
+	VFMADD213PS  Y0, Y2, Y0
+	JMP          stateVKbf16AVX2_decayed_1
+
+stateVKbf16AVX2_far_1:
+	VBROADCASTSS 4(DX), Y2
+	VMULPS       Y0, Y2, Y0
+
+stateVKbf16AVX2_decayed_1:
+	VEXTRACTF128 $0x01, Y0, X2
+	VMOVSD       (SI), X1
+	VSUBPS       X0, X1, X1
+	VBROADCASTSS 8(DX), Y0
+	VMULPS       X0, X1, X1
+	VBROADCASTSS 12(DX), Y0
+	VFMADD231PS  X0, X1, X2
+	VMOVSD       X2, (DI)
+	VSUBPS       X1, X1, X0
+	VCMPPS       $0x03, X0, X0, X0
+	VMOVMSKPS    X0, CX
+	ANDL         $0x00000003, CX
+	MOVL         CX, 80(SP)
+	MOVQ         (BX), CX
+	MOVQ         (SP), BX
+	IMULQ        R10, BX
+	ADDQ         BX, CX
+	VPMOVZXWD    -16(R11)(R10*1), Y0
+	VPSLLD       $0x10, Y0, Y0
+	VPMOVZXWD    -16(R11)(R10*2), Y2
+	VPSLLD       $0x10, Y2, Y2
+	CMPL         80(SP), $0x00
+	JNE          stateVKbf16AVX2_pairs_1
+	VMOVSS       (DX), X3
+	VUCOMISS     nearone<>+0(SB), X3
+	JCS          stateVKbf16AVX2_far_2
+	VBROADCASTSS (DX), Y3
+	VBROADCASTSS X1, Y4
+	VMOVUPS      vklane1<>+0(SB), Y5
+	VPERMPS      Y1, Y5, Y5
+	CMPQ         R9, $0x00000020
+	JBE          stateVKbf16AVX2_dead_3
+	VMOVUPS      (AX), Y6
+	VPMOVZXWD    (R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, (CX)
+	VPMOVZXWD    (R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, (CX)(R10*1)
+	CMPQ         R9, $0x00000040
+	JBE          stateVKbf16AVX2_dead_3
+	VMOVUPS      32(AX), Y6
+	VPMOVZXWD    16(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 16(CX)
+	VPMOVZXWD    16(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 16(CX)(R10*1)
+	CMPQ         R9, $0x00000060
+	JBE          stateVKbf16AVX2_dead_3
+	VMOVUPS      64(AX), Y6
+	VPMOVZXWD    32(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 32(CX)
+	VPMOVZXWD    32(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 32(CX)(R10*1)
+
+stateVKbf16AVX2_dead_3:
+	VFMADD213PS  Y0, Y3, Y0
+	VFMADD231PS  -32(AX)(R9*1), Y4, Y0
+	VPSRLD       $0x10, Y0, Y4
+	VPAND        one_i<>+0(SB), Y4, Y4
+	VPADDD       round<>+0(SB), Y0, Y0
+	VPADDD       Y4, Y0, Y0
+	VPSRLD       $0x10, Y0, Y0
+	VEXTRACTI128 $0x01, Y0, X1
+	VPACKUSDW    X1, X0, X1
+	VMOVDQU      X1, -16(CX)(R10*1)
+	VFMADD213PS  Y2, Y3, Y2
+	VFMADD231PS  -32(AX)(R9*1), Y5, Y2
+	VPSRLD       $0x10, Y2, Y0
+	VPAND        one_i<>+0(SB), Y0, Y0
+	VPADDD       round<>+0(SB), Y2, Y2
+	VPADDD       Y0, Y2, Y2
+	VPSRLD       $0x10, Y2, Y2
+	VEXTRACTI128 $0x01, Y2, X0
+	VPACKUSDW    X0, X2, X0
+	VMOVDQU      X0, -16(CX)(R10*2)
+	JMP          stateVKbf16AVX2_decayed_2
+
+stateVKbf16AVX2_far_2:
+	VBROADCASTSS 4(DX), Y3
+	VBROADCASTSS X1, Y4
+	VMOVUPS      vklane1<>+0(SB), Y5
+	VPERMPS      Y1, Y5, Y5
+	CMPQ         R9, $0x00000020
+	JBE          stateVKbf16AVX2_dead_4
+	VMOVUPS      (AX), Y6
+	VPMOVZXWD    (R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, (CX)
+	VPMOVZXWD    (R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, (CX)(R10*1)
+	CMPQ         R9, $0x00000040
+	JBE          stateVKbf16AVX2_dead_4
+	VMOVUPS      32(AX), Y6
+	VPMOVZXWD    16(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 16(CX)
+	VPMOVZXWD    16(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 16(CX)(R10*1)
+	CMPQ         R9, $0x00000060
+	JBE          stateVKbf16AVX2_dead_4
+	VMOVUPS      64(AX), Y6
+	VPMOVZXWD    32(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 32(CX)
+	VPMOVZXWD    32(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 32(CX)(R10*1)
+
+stateVKbf16AVX2_dead_4:
+	VMULPS       Y0, Y3, Y0
+	VFMADD231PS  -32(AX)(R9*1), Y4, Y0
+	VPSRLD       $0x10, Y0, Y4
+	VPAND        one_i<>+0(SB), Y4, Y4
+	VPADDD       round<>+0(SB), Y0, Y0
+	VPADDD       Y4, Y0, Y0
+	VPSRLD       $0x10, Y0, Y0
+	VEXTRACTI128 $0x01, Y0, X1
+	VPACKUSDW    X1, X0, X1
+	VMOVDQU      X1, -16(CX)(R10*1)
+	VMULPS       Y2, Y3, Y2
+	VFMADD231PS  -32(AX)(R9*1), Y5, Y2
+	VPSRLD       $0x10, Y2, Y0
+	VPAND        one_i<>+0(SB), Y0, Y0
+	VPADDD       round<>+0(SB), Y2, Y2
+	VPADDD       Y0, Y2, Y2
+	VPSRLD       $0x10, Y2, Y2
+	VEXTRACTI128 $0x01, Y2, X0
+	VPACKUSDW    X0, X2, X0
+	VMOVDQU      X0, -16(CX)(R10*2)
+
+stateVKbf16AVX2_decayed_2:
+	ADDQ $0x00000002, (SP)
+	SUBQ $0x00000002, 8(SP)
+	JMP  stateVKbf16AVX2_once_1
+
+stateVKbf16AVX2_oncedone_1:
+	JMP stateVKbf16AVX2_pairtail_1
+
+stateVKbf16AVX2_pairs_1:
 	MOVQ 40(SP), R11
 
 stateVKbf16AVX2_group_1:
@@ -34919,10 +37672,10 @@ stateVKbf16AVX2_group_1:
 	JB   stateVKbf16AVX2_groupsdone_1
 
 	// The prefetch list's next group.
-	MOVQ 304(SP), AX
+	MOVQ 312(SP), AX
 
 stateVKbf16AVX2_pfentry_1:
-	CMPQ  AX, 312(SP)
+	CMPQ  AX, 320(SP)
 	JAE   stateVKbf16AVX2_pfdone_1
 	MOVQ  (AX), DX
 	MOVQ  8(AX), CX
@@ -34938,7 +37691,7 @@ stateVKbf16AVX2_pfline_1:
 	JMP        stateVKbf16AVX2_pfentry_1
 
 stateVKbf16AVX2_pfdone_1:
-	MOVQ AX, 304(SP)
+	MOVQ AX, 312(SP)
 
 	// Load 2 row(s) of 1…4 vectors.
 	MOVQ       src32_base+40(FP), AX
@@ -34949,47 +37702,47 @@ stateVKbf16AVX2_pfdone_1:
 	ADDQ       CX, AX
 	PREFETCHT0 8192(AX)
 	CMPQ       R9, $0x00000020
-	JBE        stateVKbf16AVX2_dead_1
+	JBE        stateVKbf16AVX2_dead_5
 	PREFETCHT0 8256(AX)
 	CMPQ       R9, $0x00000040
-	JBE        stateVKbf16AVX2_dead_1
+	JBE        stateVKbf16AVX2_dead_5
 	PREFETCHT0 8320(AX)
 	CMPQ       R9, $0x00000060
-	JBE        stateVKbf16AVX2_dead_1
+	JBE        stateVKbf16AVX2_dead_5
 	PREFETCHT0 8384(AX)
 
-stateVKbf16AVX2_dead_1:
+stateVKbf16AVX2_dead_5:
 	VXORPS  Y0, Y0, Y0
 	CMPQ    R9, $0x00000020
-	JBE     stateVKbf16AVX2_dead_2
+	JBE     stateVKbf16AVX2_dead_6
 	VMOVUPS (AX), Y0
 	CMPQ    R9, $0x00000040
-	JBE     stateVKbf16AVX2_dead_2
+	JBE     stateVKbf16AVX2_dead_6
 	VMOVUPS 32(AX), Y2
 	VMOVUPS Y2, 32(R11)
 	CMPQ    R9, $0x00000060
-	JBE     stateVKbf16AVX2_dead_2
+	JBE     stateVKbf16AVX2_dead_6
 	VMOVUPS 64(AX), Y2
 	VMOVUPS Y2, 64(R11)
 
-stateVKbf16AVX2_dead_2:
+stateVKbf16AVX2_dead_6:
 	VMOVUPS -32(AX)(R9*1), Y2
 	VANDPS  48(SP), Y2, Y2
 	ADDQ    R9, AX
 	VXORPS  Y3, Y3, Y3
 	CMPQ    R9, $0x00000020
-	JBE     stateVKbf16AVX2_dead_3
+	JBE     stateVKbf16AVX2_dead_7
 	VMOVUPS (AX), Y3
 	CMPQ    R9, $0x00000040
-	JBE     stateVKbf16AVX2_dead_3
+	JBE     stateVKbf16AVX2_dead_7
 	VMOVUPS 32(AX), Y4
 	VMOVUPS Y4, 544(R11)
 	CMPQ    R9, $0x00000060
-	JBE     stateVKbf16AVX2_dead_3
+	JBE     stateVKbf16AVX2_dead_7
 	VMOVUPS 64(AX), Y4
 	VMOVUPS Y4, 576(R11)
 
-stateVKbf16AVX2_dead_3:
+stateVKbf16AVX2_dead_7:
 	VMOVUPS -32(AX)(R9*1), Y4
 	VANDPS  48(SP), Y4, Y4
 	JMP     stateVKbf16AVX2_loaded_1
@@ -35001,48 +37754,48 @@ stateVKbf16AVX2_frombf16_1:
 	ADDQ       CX, AX
 	PREFETCHT0 8192(AX)
 	CMPQ       R9, $0x00000040
-	JBE        stateVKbf16AVX2_dead_4
+	JBE        stateVKbf16AVX2_dead_8
 	PREFETCHT0 8256(AX)
 
-stateVKbf16AVX2_dead_4:
+stateVKbf16AVX2_dead_8:
 	VXORPS    Y0, Y0, Y0
 	CMPQ      R9, $0x00000020
-	JBE       stateVKbf16AVX2_dead_5
+	JBE       stateVKbf16AVX2_dead_9
 	VPMOVZXWD (AX), Y0
 	VPSLLD    $0x10, Y0, Y0
 	CMPQ      R9, $0x00000040
-	JBE       stateVKbf16AVX2_dead_5
+	JBE       stateVKbf16AVX2_dead_9
 	VPMOVZXWD 16(AX), Y2
 	VPSLLD    $0x10, Y2, Y2
 	VMOVUPS   Y2, 32(R11)
 	CMPQ      R9, $0x00000060
-	JBE       stateVKbf16AVX2_dead_5
+	JBE       stateVKbf16AVX2_dead_9
 	VPMOVZXWD 32(AX), Y2
 	VPSLLD    $0x10, Y2, Y2
 	VMOVUPS   Y2, 64(R11)
 
-stateVKbf16AVX2_dead_5:
+stateVKbf16AVX2_dead_9:
 	VPMOVZXWD -16(AX)(R10*1), Y2
 	VPSLLD    $0x10, Y2, Y2
 	VANDPS    48(SP), Y2, Y2
 	ADDQ      R10, AX
 	VXORPS    Y3, Y3, Y3
 	CMPQ      R9, $0x00000020
-	JBE       stateVKbf16AVX2_dead_6
+	JBE       stateVKbf16AVX2_dead_10
 	VPMOVZXWD (AX), Y3
 	VPSLLD    $0x10, Y3, Y3
 	CMPQ      R9, $0x00000040
-	JBE       stateVKbf16AVX2_dead_6
+	JBE       stateVKbf16AVX2_dead_10
 	VPMOVZXWD 16(AX), Y4
 	VPSLLD    $0x10, Y4, Y4
 	VMOVUPS   Y4, 544(R11)
 	CMPQ      R9, $0x00000060
-	JBE       stateVKbf16AVX2_dead_6
+	JBE       stateVKbf16AVX2_dead_10
 	VPMOVZXWD 32(AX), Y4
 	VPSLLD    $0x10, Y4, Y4
 	VMOVUPS   Y4, 576(R11)
 
-stateVKbf16AVX2_dead_6:
+stateVKbf16AVX2_dead_10:
 	VPMOVZXWD -16(AX)(R10*1), Y4
 	VPSLLD    $0x10, Y4, Y4
 	VANDPS    48(SP), Y4, Y4
@@ -35070,13 +37823,13 @@ stateVKbf16AVX2_token_1:
 	VXORPS      Y10, Y10, Y10
 	VXORPS      Y12, Y12, Y12
 	CMPQ        R9, $0x00000020
-	JBE         stateVKbf16AVX2_dead_7
+	JBE         stateVKbf16AVX2_dead_11
 	VFMADD231PS (AX), Y0, Y5
 	VFMADD231PS (CX), Y0, Y6
 	VFMADD231PS (AX), Y3, Y9
 	VFMADD231PS (CX), Y3, Y10
 	CMPQ        R9, $0x00000040
-	JBE         stateVKbf16AVX2_dead_7
+	JBE         stateVKbf16AVX2_dead_11
 	VMOVUPS     32(R11), Y13
 	VFMADD231PS 32(AX), Y13, Y7
 	VFMADD231PS 32(CX), Y13, Y8
@@ -35084,7 +37837,7 @@ stateVKbf16AVX2_token_1:
 	VFMADD231PS 32(AX), Y13, Y11
 	VFMADD231PS 32(CX), Y13, Y12
 	CMPQ        R9, $0x00000060
-	JBE         stateVKbf16AVX2_dead_7
+	JBE         stateVKbf16AVX2_dead_11
 	VMOVUPS     64(R11), Y13
 	VFMADD231PS 64(AX), Y13, Y5
 	VFMADD231PS 64(CX), Y13, Y6
@@ -35092,7 +37845,7 @@ stateVKbf16AVX2_token_1:
 	VFMADD231PS 64(AX), Y13, Y9
 	VFMADD231PS 64(CX), Y13, Y10
 
-stateVKbf16AVX2_dead_7:
+stateVKbf16AVX2_dead_11:
 	VFMADD231PS  -32(AX)(R9*1), Y2, Y7
 	VFMADD231PS  -32(CX)(R9*1), Y2, Y8
 	VFMADD231PS  -32(AX)(R9*1), Y4, Y11
@@ -35117,16 +37870,16 @@ stateVKbf16AVX2_dead_7:
 	VPERMPS      Y5, Y6, Y5
 	VMOVSS       (DX), X1
 	VUCOMISS     nearone<>+0(SB), X1
-	JCS          stateVKbf16AVX2_far_1
+	JCS          stateVKbf16AVX2_far_3
 	VBROADCASTSS (DX), Y6
 	VFMADD213PS  Y5, Y6, Y5
-	JMP          stateVKbf16AVX2_decayed_1
+	JMP          stateVKbf16AVX2_decayed_3
 
-stateVKbf16AVX2_far_1:
+stateVKbf16AVX2_far_3:
 	VBROADCASTSS 4(DX), Y6
 	VMULPS       Y5, Y6, Y5
 
-stateVKbf16AVX2_decayed_1:
+stateVKbf16AVX2_decayed_3:
 	VEXTRACTF128 $0x01, Y5, X6
 	VMOVSD       (SI), X1
 	VSUBPS       X5, X1, X1
@@ -35135,21 +37888,26 @@ stateVKbf16AVX2_decayed_1:
 	VBROADCASTSS 12(DX), Y5
 	VFMADD231PS  X5, X1, X6
 	VMOVSD       X6, (DI)
+	VSUBPS       X1, X1, X5
+	VCMPPS       $0x03, X5, X5, X5
+	VMOVMSKPS    X5, R12
+	ANDL         $0x00000003, R12
+	MOVL         R12, 80(SP)
 	VMOVSS       (DX), X5
 	VUCOMISS     nearone<>+0(SB), X5
-	JCS          stateVKbf16AVX2_far_2
+	JCS          stateVKbf16AVX2_far_4
 	VBROADCASTSS (DX), Y5
 	VBROADCASTSS X1, Y6
 	VMOVUPS      vklane1<>+0(SB), Y7
 	VPERMPS      Y1, Y7, Y7
 	CMPQ         R9, $0x00000020
-	JBE          stateVKbf16AVX2_dead_8
+	JBE          stateVKbf16AVX2_dead_12
 	VFMADD213PS  Y0, Y5, Y0
 	VFMADD231PS  (AX), Y6, Y0
 	VFMADD213PS  Y3, Y5, Y3
 	VFMADD231PS  (AX), Y7, Y3
 	CMPQ         R9, $0x00000040
-	JBE          stateVKbf16AVX2_dead_8
+	JBE          stateVKbf16AVX2_dead_12
 	VMOVUPS      32(R11), Y8
 	VFMADD213PS  Y8, Y5, Y8
 	VFMADD231PS  32(AX), Y6, Y8
@@ -35159,7 +37917,7 @@ stateVKbf16AVX2_decayed_1:
 	VFMADD231PS  32(AX), Y7, Y8
 	VMOVUPS      Y8, 544(R11)
 	CMPQ         R9, $0x00000060
-	JBE          stateVKbf16AVX2_dead_8
+	JBE          stateVKbf16AVX2_dead_12
 	VMOVUPS      64(R11), Y8
 	VFMADD213PS  Y8, Y5, Y8
 	VFMADD231PS  64(AX), Y6, Y8
@@ -35169,28 +37927,28 @@ stateVKbf16AVX2_decayed_1:
 	VFMADD231PS  64(AX), Y7, Y8
 	VMOVUPS      Y8, 576(R11)
 
-stateVKbf16AVX2_dead_8:
+stateVKbf16AVX2_dead_12:
 	VFMADD213PS Y2, Y5, Y2
 	VFMADD231PS -32(AX)(R9*1), Y6, Y2
 	VANDPS      48(SP), Y2, Y2
 	VFMADD213PS Y4, Y5, Y4
 	VFMADD231PS -32(AX)(R9*1), Y7, Y4
 	VANDPS      48(SP), Y4, Y4
-	JMP         stateVKbf16AVX2_decayed_2
+	JMP         stateVKbf16AVX2_decayed_4
 
-stateVKbf16AVX2_far_2:
+stateVKbf16AVX2_far_4:
 	VBROADCASTSS 4(DX), Y5
 	VBROADCASTSS X1, Y6
 	VMOVUPS      vklane1<>+0(SB), Y7
 	VPERMPS      Y1, Y7, Y7
 	CMPQ         R9, $0x00000020
-	JBE          stateVKbf16AVX2_dead_9
+	JBE          stateVKbf16AVX2_dead_13
 	VMULPS       Y0, Y5, Y0
 	VFMADD231PS  (AX), Y6, Y0
 	VMULPS       Y3, Y5, Y3
 	VFMADD231PS  (AX), Y7, Y3
 	CMPQ         R9, $0x00000040
-	JBE          stateVKbf16AVX2_dead_9
+	JBE          stateVKbf16AVX2_dead_13
 	VMOVUPS      32(R11), Y8
 	VMULPS       Y8, Y5, Y8
 	VFMADD231PS  32(AX), Y6, Y8
@@ -35200,7 +37958,7 @@ stateVKbf16AVX2_far_2:
 	VFMADD231PS  32(AX), Y7, Y8
 	VMOVUPS      Y8, 544(R11)
 	CMPQ         R9, $0x00000060
-	JBE          stateVKbf16AVX2_dead_9
+	JBE          stateVKbf16AVX2_dead_13
 	VMOVUPS      64(R11), Y8
 	VMULPS       Y8, Y5, Y8
 	VFMADD231PS  64(AX), Y6, Y8
@@ -35210,7 +37968,7 @@ stateVKbf16AVX2_far_2:
 	VFMADD231PS  64(AX), Y7, Y8
 	VMOVUPS      Y8, 576(R11)
 
-stateVKbf16AVX2_dead_9:
+stateVKbf16AVX2_dead_13:
 	VMULPS      Y2, Y5, Y2
 	VFMADD231PS -32(AX)(R9*1), Y6, Y2
 	VANDPS      48(SP), Y2, Y2
@@ -35218,7 +37976,7 @@ stateVKbf16AVX2_dead_9:
 	VFMADD231PS -32(AX)(R9*1), Y7, Y4
 	VANDPS      48(SP), Y4, Y4
 
-stateVKbf16AVX2_decayed_2:
+stateVKbf16AVX2_decayed_4:
 	// The state after this token, if stored.
 	MOVQ         (BX), R12
 	TESTQ        R12, R12
@@ -35226,6 +37984,104 @@ stateVKbf16AVX2_decayed_2:
 	MOVQ         (SP), R13
 	IMULQ        R10, R13
 	ADDQ         R13, R12
+	CMPL         80(SP), $0x00
+	JNE          stateVKbf16AVX2_bfnan_1
+	VMOVAPS      Y2, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, -16(R12)(R10*1)
+	CMPQ         R9, $0x00000020
+	JBE          stateVKbf16AVX2_dead_14
+	VMOVAPS      Y0, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, (R12)
+	CMPQ         R9, $0x00000040
+	JBE          stateVKbf16AVX2_dead_14
+	VMOVUPS      32(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 16(R12)
+	CMPQ         R9, $0x00000060
+	JBE          stateVKbf16AVX2_dead_14
+	VMOVUPS      64(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 32(R12)
+
+stateVKbf16AVX2_dead_14:
+	ADDQ         R10, R12
+	VMOVAPS      Y4, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, -16(R12)(R10*1)
+	CMPQ         R9, $0x00000020
+	JBE          stateVKbf16AVX2_dead_15
+	VMOVAPS      Y3, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, (R12)
+	CMPQ         R9, $0x00000040
+	JBE          stateVKbf16AVX2_dead_15
+	VMOVUPS      544(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 16(R12)
+	CMPQ         R9, $0x00000060
+	JBE          stateVKbf16AVX2_dead_15
+	VMOVUPS      576(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 32(R12)
+
+stateVKbf16AVX2_dead_15:
+	JMP stateVKbf16AVX2_bfdone_1
+
+stateVKbf16AVX2_bfnan_1:
 	VMOVAPS      Y2, Y5
 	VPSRLD       $0x10, Y5, Y6
 	VCMPPS       $0x03, Y5, Y5, Y8
@@ -35239,7 +38095,7 @@ stateVKbf16AVX2_decayed_2:
 	VPACKUSDW    X1, X5, X1
 	VMOVDQU      X1, -16(R12)(R10*1)
 	CMPQ         R9, $0x00000020
-	JBE          stateVKbf16AVX2_dead_10
+	JBE          stateVKbf16AVX2_dead_16
 	VMOVAPS      Y0, Y5
 	VPSRLD       $0x10, Y5, Y6
 	VCMPPS       $0x03, Y5, Y5, Y8
@@ -35253,7 +38109,7 @@ stateVKbf16AVX2_decayed_2:
 	VPACKUSDW    X1, X5, X1
 	VMOVDQU      X1, (R12)
 	CMPQ         R9, $0x00000040
-	JBE          stateVKbf16AVX2_dead_10
+	JBE          stateVKbf16AVX2_dead_16
 	VMOVUPS      32(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
@@ -35268,7 +38124,7 @@ stateVKbf16AVX2_decayed_2:
 	VPACKUSDW    X1, X5, X1
 	VMOVDQU      X1, 16(R12)
 	CMPQ         R9, $0x00000060
-	JBE          stateVKbf16AVX2_dead_10
+	JBE          stateVKbf16AVX2_dead_16
 	VMOVUPS      64(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
@@ -35283,7 +38139,7 @@ stateVKbf16AVX2_decayed_2:
 	VPACKUSDW    X1, X5, X1
 	VMOVDQU      X1, 32(R12)
 
-stateVKbf16AVX2_dead_10:
+stateVKbf16AVX2_dead_16:
 	ADDQ         R10, R12
 	VMOVAPS      Y4, Y5
 	VPSRLD       $0x10, Y5, Y6
@@ -35298,7 +38154,7 @@ stateVKbf16AVX2_dead_10:
 	VPACKUSDW    X1, X5, X1
 	VMOVDQU      X1, -16(R12)(R10*1)
 	CMPQ         R9, $0x00000020
-	JBE          stateVKbf16AVX2_dead_11
+	JBE          stateVKbf16AVX2_dead_17
 	VMOVAPS      Y3, Y5
 	VPSRLD       $0x10, Y5, Y6
 	VCMPPS       $0x03, Y5, Y5, Y8
@@ -35312,7 +38168,7 @@ stateVKbf16AVX2_dead_10:
 	VPACKUSDW    X1, X5, X1
 	VMOVDQU      X1, (R12)
 	CMPQ         R9, $0x00000040
-	JBE          stateVKbf16AVX2_dead_11
+	JBE          stateVKbf16AVX2_dead_17
 	VMOVUPS      544(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
@@ -35327,7 +38183,7 @@ stateVKbf16AVX2_dead_10:
 	VPACKUSDW    X1, X5, X1
 	VMOVDQU      X1, 16(R12)
 	CMPQ         R9, $0x00000060
-	JBE          stateVKbf16AVX2_dead_11
+	JBE          stateVKbf16AVX2_dead_17
 	VMOVUPS      576(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
@@ -35342,7 +38198,8 @@ stateVKbf16AVX2_dead_10:
 	VPACKUSDW    X1, X5, X1
 	VMOVDQU      X1, 32(R12)
 
-stateVKbf16AVX2_dead_11:
+stateVKbf16AVX2_dead_17:
+stateVKbf16AVX2_bfdone_1:
 stateVKbf16AVX2_nostore_1:
 	ADDQ R9, AX
 	ADDQ R9, CX
@@ -35362,48 +38219,49 @@ stateVKbf16AVX2_nostore_1:
 	ADDQ    CX, AX
 	VMOVUPS Y2, -32(AX)(R9*1)
 	CMPQ    R9, $0x00000020
-	JBE     stateVKbf16AVX2_dead_12
+	JBE     stateVKbf16AVX2_dead_18
 	VMOVUPS Y0, (AX)
 	CMPQ    R9, $0x00000040
-	JBE     stateVKbf16AVX2_dead_12
+	JBE     stateVKbf16AVX2_dead_18
 	VMOVUPS 32(R11), Y0
 	VMOVUPS Y0, 32(AX)
 	CMPQ    R9, $0x00000060
-	JBE     stateVKbf16AVX2_dead_12
+	JBE     stateVKbf16AVX2_dead_18
 	VMOVUPS 64(R11), Y0
 	VMOVUPS Y0, 64(AX)
 
-stateVKbf16AVX2_dead_12:
+stateVKbf16AVX2_dead_18:
 	ADDQ    R9, AX
 	VMOVUPS Y4, -32(AX)(R9*1)
 	CMPQ    R9, $0x00000020
-	JBE     stateVKbf16AVX2_dead_13
+	JBE     stateVKbf16AVX2_dead_19
 	VMOVUPS Y3, (AX)
 	CMPQ    R9, $0x00000040
-	JBE     stateVKbf16AVX2_dead_13
+	JBE     stateVKbf16AVX2_dead_19
 	VMOVUPS 544(R11), Y0
 	VMOVUPS Y0, 32(AX)
 	CMPQ    R9, $0x00000060
-	JBE     stateVKbf16AVX2_dead_13
+	JBE     stateVKbf16AVX2_dead_19
 	VMOVUPS 576(R11), Y0
 	VMOVUPS Y0, 64(AX)
 
-stateVKbf16AVX2_dead_13:
+stateVKbf16AVX2_dead_19:
 stateVKbf16AVX2_nocarry_1:
 	ADDQ $0x00000002, (SP)
 	SUBQ $0x00000002, 8(SP)
 	JMP  stateVKbf16AVX2_group_1
 
 stateVKbf16AVX2_groupsdone_1:
+stateVKbf16AVX2_pairtail_1:
 stateVKbf16AVX2_group_2:
 	CMPQ 8(SP), $0x00000001
 	JB   stateVKbf16AVX2_groupsdone_2
 
 	// The prefetch list's next group.
-	MOVQ 304(SP), AX
+	MOVQ 312(SP), AX
 
 stateVKbf16AVX2_pfentry_2:
-	CMPQ  AX, 312(SP)
+	CMPQ  AX, 320(SP)
 	JAE   stateVKbf16AVX2_pfdone_2
 	MOVQ  (AX), DX
 	MOVQ  8(AX), CX
@@ -35419,7 +38277,7 @@ stateVKbf16AVX2_pfline_2:
 	JMP        stateVKbf16AVX2_pfentry_2
 
 stateVKbf16AVX2_pfdone_2:
-	MOVQ AX, 304(SP)
+	MOVQ AX, 312(SP)
 
 	// Load 1 row(s) of 1…4 vectors.
 	MOVQ       src32_base+40(FP), AX
@@ -35430,24 +38288,24 @@ stateVKbf16AVX2_pfdone_2:
 	ADDQ       CX, AX
 	PREFETCHT0 8192(AX)
 	CMPQ       R9, $0x00000040
-	JBE        stateVKbf16AVX2_dead_14
+	JBE        stateVKbf16AVX2_dead_20
 	PREFETCHT0 8256(AX)
 
-stateVKbf16AVX2_dead_14:
+stateVKbf16AVX2_dead_20:
 	VXORPS  Y0, Y0, Y0
 	VXORPS  Y1, Y1, Y1
 	VXORPS  Y2, Y2, Y2
 	CMPQ    R9, $0x00000020
-	JBE     stateVKbf16AVX2_dead_15
+	JBE     stateVKbf16AVX2_dead_21
 	VMOVUPS (AX), Y0
 	CMPQ    R9, $0x00000040
-	JBE     stateVKbf16AVX2_dead_15
+	JBE     stateVKbf16AVX2_dead_21
 	VMOVUPS 32(AX), Y1
 	CMPQ    R9, $0x00000060
-	JBE     stateVKbf16AVX2_dead_15
+	JBE     stateVKbf16AVX2_dead_21
 	VMOVUPS 64(AX), Y2
 
-stateVKbf16AVX2_dead_15:
+stateVKbf16AVX2_dead_21:
 	VMOVUPS -32(AX)(R9*1), Y3
 	VANDPS  48(SP), Y3, Y3
 	JMP     stateVKbf16AVX2_loaded_2
@@ -35462,19 +38320,19 @@ stateVKbf16AVX2_frombf16_2:
 	VXORPS     Y1, Y1, Y1
 	VXORPS     Y2, Y2, Y2
 	CMPQ       R9, $0x00000020
-	JBE        stateVKbf16AVX2_dead_16
+	JBE        stateVKbf16AVX2_dead_22
 	VPMOVZXWD  (AX), Y0
 	VPSLLD     $0x10, Y0, Y0
 	CMPQ       R9, $0x00000040
-	JBE        stateVKbf16AVX2_dead_16
+	JBE        stateVKbf16AVX2_dead_22
 	VPMOVZXWD  16(AX), Y1
 	VPSLLD     $0x10, Y1, Y1
 	CMPQ       R9, $0x00000060
-	JBE        stateVKbf16AVX2_dead_16
+	JBE        stateVKbf16AVX2_dead_22
 	VPMOVZXWD  32(AX), Y2
 	VPSLLD     $0x10, Y2, Y2
 
-stateVKbf16AVX2_dead_16:
+stateVKbf16AVX2_dead_22:
 	VPMOVZXWD -16(AX)(R10*1), Y3
 	VPSLLD    $0x10, Y3, Y3
 	VANDPS    48(SP), Y3, Y3
@@ -35498,19 +38356,19 @@ stateVKbf16AVX2_token_2:
 	VXORPS      Y5, Y5, Y5
 	VXORPS      Y7, Y7, Y7
 	CMPQ        R9, $0x00000020
-	JBE         stateVKbf16AVX2_dead_17
+	JBE         stateVKbf16AVX2_dead_23
 	VFMADD231PS (AX), Y0, Y4
 	VFMADD231PS (CX), Y0, Y5
 	CMPQ        R9, $0x00000040
-	JBE         stateVKbf16AVX2_dead_17
+	JBE         stateVKbf16AVX2_dead_23
 	VFMADD231PS 32(AX), Y1, Y6
 	VFMADD231PS 32(CX), Y1, Y7
 	CMPQ        R9, $0x00000060
-	JBE         stateVKbf16AVX2_dead_17
+	JBE         stateVKbf16AVX2_dead_23
 	VFMADD231PS 64(AX), Y2, Y4
 	VFMADD231PS 64(CX), Y2, Y5
 
-stateVKbf16AVX2_dead_17:
+stateVKbf16AVX2_dead_23:
 	VFMADD231PS  -32(AX)(R9*1), Y3, Y6
 	VFMADD231PS  -32(CX)(R9*1), Y3, Y7
 	VADDPS       Y6, Y4, Y4
@@ -35528,16 +38386,16 @@ stateVKbf16AVX2_dead_17:
 	VPERMPS      Y5, Y4, Y4
 	VMOVSS       (DX), X5
 	VUCOMISS     nearone<>+0(SB), X5
-	JCS          stateVKbf16AVX2_far_3
+	JCS          stateVKbf16AVX2_far_5
 	VBROADCASTSS (DX), Y5
 	VFMADD213PS  Y4, Y5, Y4
-	JMP          stateVKbf16AVX2_decayed_3
+	JMP          stateVKbf16AVX2_decayed_5
 
-stateVKbf16AVX2_far_3:
+stateVKbf16AVX2_far_5:
 	VBROADCASTSS 4(DX), Y5
 	VMULPS       Y4, Y5, Y4
 
-stateVKbf16AVX2_decayed_3:
+stateVKbf16AVX2_decayed_5:
 	VEXTRACTF128 $0x01, Y4, X5
 	VMOVSS       (SI), X6
 	VSUBPS       X4, X6, X6
@@ -35546,52 +38404,57 @@ stateVKbf16AVX2_decayed_3:
 	VBROADCASTSS 12(DX), Y6
 	VFMADD231PS  X6, X4, X5
 	VMOVSS       X5, (DI)
+	VSUBPS       X4, X4, X5
+	VCMPPS       $0x03, X5, X5, X5
+	VMOVMSKPS    X5, R11
+	ANDL         $0x00000001, R11
+	MOVL         R11, 80(SP)
 	VMOVSS       (DX), X5
 	VUCOMISS     nearone<>+0(SB), X5
-	JCS          stateVKbf16AVX2_far_4
+	JCS          stateVKbf16AVX2_far_6
 	VBROADCASTSS (DX), Y5
 	VBROADCASTSS X4, Y4
 	CMPQ         R9, $0x00000020
-	JBE          stateVKbf16AVX2_dead_18
+	JBE          stateVKbf16AVX2_dead_24
 	VFMADD213PS  Y0, Y5, Y0
 	VFMADD231PS  (AX), Y4, Y0
 	CMPQ         R9, $0x00000040
-	JBE          stateVKbf16AVX2_dead_18
+	JBE          stateVKbf16AVX2_dead_24
 	VFMADD213PS  Y1, Y5, Y1
 	VFMADD231PS  32(AX), Y4, Y1
 	CMPQ         R9, $0x00000060
-	JBE          stateVKbf16AVX2_dead_18
+	JBE          stateVKbf16AVX2_dead_24
 	VFMADD213PS  Y2, Y5, Y2
 	VFMADD231PS  64(AX), Y4, Y2
 
-stateVKbf16AVX2_dead_18:
+stateVKbf16AVX2_dead_24:
 	VFMADD213PS Y3, Y5, Y3
 	VFMADD231PS -32(AX)(R9*1), Y4, Y3
 	VANDPS      48(SP), Y3, Y3
-	JMP         stateVKbf16AVX2_decayed_4
+	JMP         stateVKbf16AVX2_decayed_6
 
-stateVKbf16AVX2_far_4:
+stateVKbf16AVX2_far_6:
 	VBROADCASTSS 4(DX), Y5
 	VBROADCASTSS X4, Y4
 	CMPQ         R9, $0x00000020
-	JBE          stateVKbf16AVX2_dead_19
+	JBE          stateVKbf16AVX2_dead_25
 	VMULPS       Y0, Y5, Y0
 	VFMADD231PS  (AX), Y4, Y0
 	CMPQ         R9, $0x00000040
-	JBE          stateVKbf16AVX2_dead_19
+	JBE          stateVKbf16AVX2_dead_25
 	VMULPS       Y1, Y5, Y1
 	VFMADD231PS  32(AX), Y4, Y1
 	CMPQ         R9, $0x00000060
-	JBE          stateVKbf16AVX2_dead_19
+	JBE          stateVKbf16AVX2_dead_25
 	VMULPS       Y2, Y5, Y2
 	VFMADD231PS  64(AX), Y4, Y2
 
-stateVKbf16AVX2_dead_19:
+stateVKbf16AVX2_dead_25:
 	VMULPS      Y3, Y5, Y3
 	VFMADD231PS -32(AX)(R9*1), Y4, Y3
 	VANDPS      48(SP), Y3, Y3
 
-stateVKbf16AVX2_decayed_4:
+stateVKbf16AVX2_decayed_6:
 	// The state after this token, if stored.
 	MOVQ         (BX), R11
 	TESTQ        R11, R11
@@ -35599,6 +38462,55 @@ stateVKbf16AVX2_decayed_4:
 	MOVQ         (SP), R12
 	IMULQ        R10, R12
 	ADDQ         R12, R11
+	CMPL         80(SP), $0x00
+	JNE          stateVKbf16AVX2_bfnan_2
+	VMOVAPS      Y3, Y4
+	VPSRLD       $0x10, Y4, Y5
+	VPAND        one_i<>+0(SB), Y5, Y5
+	VPADDD       round<>+0(SB), Y4, Y4
+	VPADDD       Y5, Y4, Y4
+	VPSRLD       $0x10, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X5
+	VPACKUSDW    X5, X4, X5
+	VMOVDQU      X5, -16(R11)(R10*1)
+	CMPQ         R9, $0x00000020
+	JBE          stateVKbf16AVX2_dead_26
+	VMOVAPS      Y0, Y4
+	VPSRLD       $0x10, Y4, Y5
+	VPAND        one_i<>+0(SB), Y5, Y5
+	VPADDD       round<>+0(SB), Y4, Y4
+	VPADDD       Y5, Y4, Y4
+	VPSRLD       $0x10, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X5
+	VPACKUSDW    X5, X4, X5
+	VMOVDQU      X5, (R11)
+	CMPQ         R9, $0x00000040
+	JBE          stateVKbf16AVX2_dead_26
+	VMOVAPS      Y1, Y4
+	VPSRLD       $0x10, Y4, Y5
+	VPAND        one_i<>+0(SB), Y5, Y5
+	VPADDD       round<>+0(SB), Y4, Y4
+	VPADDD       Y5, Y4, Y4
+	VPSRLD       $0x10, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X5
+	VPACKUSDW    X5, X4, X5
+	VMOVDQU      X5, 16(R11)
+	CMPQ         R9, $0x00000060
+	JBE          stateVKbf16AVX2_dead_26
+	VMOVAPS      Y2, Y4
+	VPSRLD       $0x10, Y4, Y5
+	VPAND        one_i<>+0(SB), Y5, Y5
+	VPADDD       round<>+0(SB), Y4, Y4
+	VPADDD       Y5, Y4, Y4
+	VPSRLD       $0x10, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X5
+	VPACKUSDW    X5, X4, X5
+	VMOVDQU      X5, 32(R11)
+
+stateVKbf16AVX2_dead_26:
+	JMP stateVKbf16AVX2_bfdone_2
+
+stateVKbf16AVX2_bfnan_2:
 	VMOVAPS      Y3, Y4
 	VPSRLD       $0x10, Y4, Y5
 	VCMPPS       $0x03, Y4, Y4, Y7
@@ -35612,7 +38524,7 @@ stateVKbf16AVX2_decayed_4:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, -16(R11)(R10*1)
 	CMPQ         R9, $0x00000020
-	JBE          stateVKbf16AVX2_dead_20
+	JBE          stateVKbf16AVX2_dead_27
 	VMOVAPS      Y0, Y4
 	VPSRLD       $0x10, Y4, Y5
 	VCMPPS       $0x03, Y4, Y4, Y7
@@ -35626,7 +38538,7 @@ stateVKbf16AVX2_decayed_4:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, (R11)
 	CMPQ         R9, $0x00000040
-	JBE          stateVKbf16AVX2_dead_20
+	JBE          stateVKbf16AVX2_dead_27
 	VMOVAPS      Y1, Y4
 	VPSRLD       $0x10, Y4, Y5
 	VCMPPS       $0x03, Y4, Y4, Y7
@@ -35640,7 +38552,7 @@ stateVKbf16AVX2_decayed_4:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 16(R11)
 	CMPQ         R9, $0x00000060
-	JBE          stateVKbf16AVX2_dead_20
+	JBE          stateVKbf16AVX2_dead_27
 	VMOVAPS      Y2, Y4
 	VPSRLD       $0x10, Y4, Y5
 	VCMPPS       $0x03, Y4, Y4, Y7
@@ -35654,7 +38566,8 @@ stateVKbf16AVX2_decayed_4:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 32(R11)
 
-stateVKbf16AVX2_dead_20:
+stateVKbf16AVX2_dead_27:
+stateVKbf16AVX2_bfdone_2:
 stateVKbf16AVX2_nostore_2:
 	ADDQ R9, AX
 	ADDQ R9, CX
@@ -35674,16 +38587,16 @@ stateVKbf16AVX2_nostore_2:
 	ADDQ    CX, AX
 	VMOVUPS Y3, -32(AX)(R9*1)
 	CMPQ    R9, $0x00000020
-	JBE     stateVKbf16AVX2_dead_21
+	JBE     stateVKbf16AVX2_dead_28
 	VMOVUPS Y0, (AX)
 	CMPQ    R9, $0x00000040
-	JBE     stateVKbf16AVX2_dead_21
+	JBE     stateVKbf16AVX2_dead_28
 	VMOVUPS Y1, 32(AX)
 	CMPQ    R9, $0x00000060
-	JBE     stateVKbf16AVX2_dead_21
+	JBE     stateVKbf16AVX2_dead_28
 	VMOVUPS Y2, 64(AX)
 
-stateVKbf16AVX2_dead_21:
+stateVKbf16AVX2_dead_28:
 stateVKbf16AVX2_nocarry_2:
 	ADDQ $0x00000001, (SP)
 	SUBQ $0x00000001, 8(SP)
@@ -35694,6 +38607,619 @@ stateVKbf16AVX2_groupsdone_2:
 
 stateVKbf16AVX2_n8_1:
 	// Rows of 5…8 vectors.
+	CMPQ  16(SP), $0x01
+	JNE   stateVKbf16AVX2_pairs_2
+	MOVQ  stores_base+64(FP), AX
+	CMPQ  (AX), $0x00
+	JE    stateVKbf16AVX2_pairs_2
+	MOVQ  src32_base+40(FP), AX
+	TESTQ AX, AX
+	JNZ   stateVKbf16AVX2_pairs_2
+	MOVQ  carry_base+88(FP), AX
+	TESTQ AX, AX
+	JNZ   stateVKbf16AVX2_pairs_2
+
+stateVKbf16AVX2_once_2:
+	CMPQ 8(SP), $0x02
+	JB   stateVKbf16AVX2_oncedone_2
+
+	// A pair of rows of 5…8 vectors, one token.
+	MOVQ       src_base+16(FP), R11
+	MOVQ       (SP), AX
+	IMULQ      R10, AX
+	ADDQ       AX, R11
+	MOVQ       kh_base+112(FP), AX
+	MOVQ       qh_base+136(FP), CX
+	MOVQ       tok_base+216(FP), DX
+	MOVQ       stores_base+64(FP), BX
+	MOVQ       v_base+160(FP), SI
+	MOVQ       o_base+192(FP), DI
+	MOVQ       (SP), R8
+	SHLQ       $0x02, R8
+	ADDQ       R8, SI
+	ADDQ       R8, DI
+	MOVQ       16(SP), R8
+	PREFETCHT0 8192(R11)
+	PREFETCHT0 8256(R11)
+	PREFETCHT0 8320(R11)
+	CMPQ       R9, $0x000000c0
+	JBE        stateVKbf16AVX2_dead_29
+	PREFETCHT0 8384(R11)
+
+stateVKbf16AVX2_dead_29:
+	VMOVUPS     (AX), Y5
+	VMOVUPS     (CX), Y3
+	VPMOVZXWD   (R11), Y2
+	VPSLLD      $0x10, Y2, Y2
+	VMULPS      Y5, Y2, Y0
+	VMULPS      Y3, Y2, Y2
+	VPMOVZXWD   (R11)(R10*1), Y4
+	VPSLLD      $0x10, Y4, Y4
+	VMULPS      Y5, Y4, Y5
+	VMULPS      Y3, Y4, Y6
+	VMOVUPS     32(AX), Y7
+	VMOVUPS     32(CX), Y8
+	VPMOVZXWD   16(R11), Y4
+	VPSLLD      $0x10, Y4, Y4
+	VMULPS      Y7, Y4, Y3
+	VMULPS      Y8, Y4, Y4
+	VPMOVZXWD   16(R11)(R10*1), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VMULPS      Y7, Y9, Y7
+	VMULPS      Y8, Y9, Y8
+	VMOVUPS     64(AX), Y9
+	VMOVUPS     64(CX), Y10
+	VPMOVZXWD   32(R11), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y0
+	VFMADD231PS Y10, Y11, Y2
+	VPMOVZXWD   32(R11)(R10*1), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y5
+	VFMADD231PS Y10, Y11, Y6
+	VMOVUPS     96(AX), Y9
+	VMOVUPS     96(CX), Y10
+	VPMOVZXWD   48(R11), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y3
+	VFMADD231PS Y10, Y11, Y4
+	VPMOVZXWD   48(R11)(R10*1), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y7
+	VFMADD231PS Y10, Y11, Y8
+	CMPQ        R9, $0x000000a0
+	JBE         stateVKbf16AVX2_dead_30
+	VMOVUPS     128(AX), Y9
+	VMOVUPS     128(CX), Y10
+	VPMOVZXWD   64(R11), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y0
+	VFMADD231PS Y10, Y11, Y2
+	VPMOVZXWD   64(R11)(R10*1), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y5
+	VFMADD231PS Y10, Y11, Y6
+	CMPQ        R9, $0x000000c0
+	JBE         stateVKbf16AVX2_dead_30
+	VMOVUPS     160(AX), Y9
+	VMOVUPS     160(CX), Y10
+	VPMOVZXWD   80(R11), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y3
+	VFMADD231PS Y10, Y11, Y4
+	VPMOVZXWD   80(R11)(R10*1), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y7
+	VFMADD231PS Y10, Y11, Y8
+	CMPQ        R9, $0x000000e0
+	JBE         stateVKbf16AVX2_dead_30
+	VMOVUPS     192(AX), Y9
+	VMOVUPS     192(CX), Y10
+	VPMOVZXWD   96(R11), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y0
+	VFMADD231PS Y10, Y11, Y2
+	VPMOVZXWD   96(R11)(R10*1), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y5
+	VFMADD231PS Y10, Y11, Y6
+
+stateVKbf16AVX2_dead_30:
+	VMOVUPS      -32(AX)(R9*1), Y9
+	VMOVUPS      -32(CX)(R9*1), Y10
+	VPMOVZXWD    -16(R11)(R10*1), Y11
+	VPSLLD       $0x10, Y11, Y11
+	VANDPS       48(SP), Y11, Y11
+	VFMADD231PS  Y9, Y11, Y3
+	VFMADD231PS  Y10, Y11, Y4
+	VPMOVZXWD    -16(R11)(R10*2), Y11
+	VPSLLD       $0x10, Y11, Y11
+	VANDPS       48(SP), Y11, Y11
+	VFMADD231PS  Y9, Y11, Y7
+	VFMADD231PS  Y10, Y11, Y8
+	VADDPS       Y3, Y0, Y0
+	VADDPS       Y7, Y5, Y5
+	VADDPS       Y4, Y2, Y2
+	VADDPS       Y8, Y6, Y6
+	VPERM2F128   $0x20, Y5, Y0, Y3
+	VPERM2F128   $0x31, Y5, Y0, Y0
+	VADDPS       Y0, Y3, Y3
+	VPERM2F128   $0x20, Y6, Y2, Y0
+	VPERM2F128   $0x31, Y6, Y2, Y2
+	VADDPS       Y2, Y0, Y0
+	VSHUFPS      $0x44, Y0, Y3, Y2
+	VSHUFPS      $0xee, Y0, Y3, Y0
+	VADDPS       Y0, Y2, Y2
+	VSHUFPS      $0x88, Y2, Y2, Y0
+	VSHUFPS      $0xdd, Y2, Y2, Y2
+	VADDPS       Y2, Y0, Y0
+	VMOVUPS      vkpermAVX2_2<>+0(SB), Y2
+	VPERMPS      Y0, Y2, Y0
+	VMOVSS       (DX), X1
+	VUCOMISS     nearone<>+0(SB), X1
+	JCS          stateVKbf16AVX2_far_7
+	VBROADCASTSS (DX), Y2
+	VFMADD213PS  Y0, Y2, Y0
+	JMP          stateVKbf16AVX2_decayed_7
+
+stateVKbf16AVX2_far_7:
+	VBROADCASTSS 4(DX), Y2
+	VMULPS       Y0, Y2, Y0
+
+stateVKbf16AVX2_decayed_7:
+	VEXTRACTF128 $0x01, Y0, X2
+	VMOVSD       (SI), X1
+	VSUBPS       X0, X1, X1
+	VBROADCASTSS 8(DX), Y0
+	VMULPS       X0, X1, X1
+	VBROADCASTSS 12(DX), Y0
+	VFMADD231PS  X0, X1, X2
+	VMOVSD       X2, (DI)
+	VSUBPS       X1, X1, X0
+	VCMPPS       $0x03, X0, X0, X0
+	VMOVMSKPS    X0, CX
+	ANDL         $0x00000003, CX
+	MOVL         CX, 80(SP)
+	MOVQ         (BX), CX
+	MOVQ         (SP), BX
+	IMULQ        R10, BX
+	ADDQ         BX, CX
+	VPMOVZXWD    -16(R11)(R10*1), Y0
+	VPSLLD       $0x10, Y0, Y0
+	VPMOVZXWD    -16(R11)(R10*2), Y2
+	VPSLLD       $0x10, Y2, Y2
+	CMPL         80(SP), $0x00
+	JNE          stateVKbf16AVX2_pairs_2
+	VMOVSS       (DX), X3
+	VUCOMISS     nearone<>+0(SB), X3
+	JCS          stateVKbf16AVX2_far_8
+	VBROADCASTSS (DX), Y3
+	VBROADCASTSS X1, Y4
+	VMOVUPS      vklane1<>+0(SB), Y5
+	VPERMPS      Y1, Y5, Y5
+	VMOVUPS      (AX), Y6
+	VPMOVZXWD    (R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, (CX)
+	VPMOVZXWD    (R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, (CX)(R10*1)
+	VMOVUPS      32(AX), Y6
+	VPMOVZXWD    16(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 16(CX)
+	VPMOVZXWD    16(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 16(CX)(R10*1)
+	VMOVUPS      64(AX), Y6
+	VPMOVZXWD    32(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 32(CX)
+	VPMOVZXWD    32(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 32(CX)(R10*1)
+	VMOVUPS      96(AX), Y6
+	VPMOVZXWD    48(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 48(CX)
+	VPMOVZXWD    48(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 48(CX)(R10*1)
+	CMPQ         R9, $0x000000a0
+	JBE          stateVKbf16AVX2_dead_31
+	VMOVUPS      128(AX), Y6
+	VPMOVZXWD    64(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 64(CX)
+	VPMOVZXWD    64(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 64(CX)(R10*1)
+	CMPQ         R9, $0x000000c0
+	JBE          stateVKbf16AVX2_dead_31
+	VMOVUPS      160(AX), Y6
+	VPMOVZXWD    80(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 80(CX)
+	VPMOVZXWD    80(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 80(CX)(R10*1)
+	CMPQ         R9, $0x000000e0
+	JBE          stateVKbf16AVX2_dead_31
+	VMOVUPS      192(AX), Y6
+	VPMOVZXWD    96(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 96(CX)
+	VPMOVZXWD    96(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 96(CX)(R10*1)
+
+stateVKbf16AVX2_dead_31:
+	VFMADD213PS  Y0, Y3, Y0
+	VFMADD231PS  -32(AX)(R9*1), Y4, Y0
+	VPSRLD       $0x10, Y0, Y4
+	VPAND        one_i<>+0(SB), Y4, Y4
+	VPADDD       round<>+0(SB), Y0, Y0
+	VPADDD       Y4, Y0, Y0
+	VPSRLD       $0x10, Y0, Y0
+	VEXTRACTI128 $0x01, Y0, X1
+	VPACKUSDW    X1, X0, X1
+	VMOVDQU      X1, -16(CX)(R10*1)
+	VFMADD213PS  Y2, Y3, Y2
+	VFMADD231PS  -32(AX)(R9*1), Y5, Y2
+	VPSRLD       $0x10, Y2, Y0
+	VPAND        one_i<>+0(SB), Y0, Y0
+	VPADDD       round<>+0(SB), Y2, Y2
+	VPADDD       Y0, Y2, Y2
+	VPSRLD       $0x10, Y2, Y2
+	VEXTRACTI128 $0x01, Y2, X0
+	VPACKUSDW    X0, X2, X0
+	VMOVDQU      X0, -16(CX)(R10*2)
+	JMP          stateVKbf16AVX2_decayed_8
+
+stateVKbf16AVX2_far_8:
+	VBROADCASTSS 4(DX), Y3
+	VBROADCASTSS X1, Y4
+	VMOVUPS      vklane1<>+0(SB), Y5
+	VPERMPS      Y1, Y5, Y5
+	VMOVUPS      (AX), Y6
+	VPMOVZXWD    (R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, (CX)
+	VPMOVZXWD    (R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, (CX)(R10*1)
+	VMOVUPS      32(AX), Y6
+	VPMOVZXWD    16(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 16(CX)
+	VPMOVZXWD    16(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 16(CX)(R10*1)
+	VMOVUPS      64(AX), Y6
+	VPMOVZXWD    32(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 32(CX)
+	VPMOVZXWD    32(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 32(CX)(R10*1)
+	VMOVUPS      96(AX), Y6
+	VPMOVZXWD    48(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 48(CX)
+	VPMOVZXWD    48(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 48(CX)(R10*1)
+	CMPQ         R9, $0x000000a0
+	JBE          stateVKbf16AVX2_dead_32
+	VMOVUPS      128(AX), Y6
+	VPMOVZXWD    64(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 64(CX)
+	VPMOVZXWD    64(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 64(CX)(R10*1)
+	CMPQ         R9, $0x000000c0
+	JBE          stateVKbf16AVX2_dead_32
+	VMOVUPS      160(AX), Y6
+	VPMOVZXWD    80(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 80(CX)
+	VPMOVZXWD    80(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 80(CX)(R10*1)
+	CMPQ         R9, $0x000000e0
+	JBE          stateVKbf16AVX2_dead_32
+	VMOVUPS      192(AX), Y6
+	VPMOVZXWD    96(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 96(CX)
+	VPMOVZXWD    96(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 96(CX)(R10*1)
+
+stateVKbf16AVX2_dead_32:
+	VMULPS       Y0, Y3, Y0
+	VFMADD231PS  -32(AX)(R9*1), Y4, Y0
+	VPSRLD       $0x10, Y0, Y4
+	VPAND        one_i<>+0(SB), Y4, Y4
+	VPADDD       round<>+0(SB), Y0, Y0
+	VPADDD       Y4, Y0, Y0
+	VPSRLD       $0x10, Y0, Y0
+	VEXTRACTI128 $0x01, Y0, X1
+	VPACKUSDW    X1, X0, X1
+	VMOVDQU      X1, -16(CX)(R10*1)
+	VMULPS       Y2, Y3, Y2
+	VFMADD231PS  -32(AX)(R9*1), Y5, Y2
+	VPSRLD       $0x10, Y2, Y0
+	VPAND        one_i<>+0(SB), Y0, Y0
+	VPADDD       round<>+0(SB), Y2, Y2
+	VPADDD       Y0, Y2, Y2
+	VPSRLD       $0x10, Y2, Y2
+	VEXTRACTI128 $0x01, Y2, X0
+	VPACKUSDW    X0, X2, X0
+	VMOVDQU      X0, -16(CX)(R10*2)
+
+stateVKbf16AVX2_decayed_8:
+	ADDQ $0x00000002, (SP)
+	SUBQ $0x00000002, 8(SP)
+	JMP  stateVKbf16AVX2_once_2
+
+stateVKbf16AVX2_oncedone_2:
+	JMP stateVKbf16AVX2_pairtail_2
+
+stateVKbf16AVX2_pairs_2:
 	MOVQ 40(SP), R11
 
 stateVKbf16AVX2_group_3:
@@ -35701,10 +39227,10 @@ stateVKbf16AVX2_group_3:
 	JB   stateVKbf16AVX2_groupsdone_3
 
 	// The prefetch list's next group.
-	MOVQ 304(SP), AX
+	MOVQ 312(SP), AX
 
 stateVKbf16AVX2_pfentry_3:
-	CMPQ  AX, 312(SP)
+	CMPQ  AX, 320(SP)
 	JAE   stateVKbf16AVX2_pfdone_3
 	MOVQ  (AX), DX
 	MOVQ  8(AX), CX
@@ -35720,7 +39246,7 @@ stateVKbf16AVX2_pfline_3:
 	JMP        stateVKbf16AVX2_pfentry_3
 
 stateVKbf16AVX2_pfdone_3:
-	MOVQ AX, 304(SP)
+	MOVQ AX, 312(SP)
 
 	// Load 2 row(s) of 5…8 vectors.
 	MOVQ       src32_base+40(FP), AX
@@ -35735,16 +39261,16 @@ stateVKbf16AVX2_pfdone_3:
 	PREFETCHT0 8384(AX)
 	PREFETCHT0 8448(AX)
 	CMPQ       R9, $0x000000a0
-	JBE        stateVKbf16AVX2_dead_22
+	JBE        stateVKbf16AVX2_dead_33
 	PREFETCHT0 8512(AX)
 	CMPQ       R9, $0x000000c0
-	JBE        stateVKbf16AVX2_dead_22
+	JBE        stateVKbf16AVX2_dead_33
 	PREFETCHT0 8576(AX)
 	CMPQ       R9, $0x000000e0
-	JBE        stateVKbf16AVX2_dead_22
+	JBE        stateVKbf16AVX2_dead_33
 	PREFETCHT0 8640(AX)
 
-stateVKbf16AVX2_dead_22:
+stateVKbf16AVX2_dead_33:
 	VMOVUPS (AX), Y0
 	VMOVUPS 32(AX), Y2
 	VMOVUPS Y2, 32(R11)
@@ -35753,19 +39279,19 @@ stateVKbf16AVX2_dead_22:
 	VMOVUPS 96(AX), Y2
 	VMOVUPS Y2, 96(R11)
 	CMPQ    R9, $0x000000a0
-	JBE     stateVKbf16AVX2_dead_23
+	JBE     stateVKbf16AVX2_dead_34
 	VMOVUPS 128(AX), Y2
 	VMOVUPS Y2, 128(R11)
 	CMPQ    R9, $0x000000c0
-	JBE     stateVKbf16AVX2_dead_23
+	JBE     stateVKbf16AVX2_dead_34
 	VMOVUPS 160(AX), Y2
 	VMOVUPS Y2, 160(R11)
 	CMPQ    R9, $0x000000e0
-	JBE     stateVKbf16AVX2_dead_23
+	JBE     stateVKbf16AVX2_dead_34
 	VMOVUPS 192(AX), Y2
 	VMOVUPS Y2, 192(R11)
 
-stateVKbf16AVX2_dead_23:
+stateVKbf16AVX2_dead_34:
 	VMOVUPS -32(AX)(R9*1), Y2
 	VANDPS  48(SP), Y2, Y2
 	ADDQ    R9, AX
@@ -35777,19 +39303,19 @@ stateVKbf16AVX2_dead_23:
 	VMOVUPS 96(AX), Y4
 	VMOVUPS Y4, 608(R11)
 	CMPQ    R9, $0x000000a0
-	JBE     stateVKbf16AVX2_dead_24
+	JBE     stateVKbf16AVX2_dead_35
 	VMOVUPS 128(AX), Y4
 	VMOVUPS Y4, 640(R11)
 	CMPQ    R9, $0x000000c0
-	JBE     stateVKbf16AVX2_dead_24
+	JBE     stateVKbf16AVX2_dead_35
 	VMOVUPS 160(AX), Y4
 	VMOVUPS Y4, 672(R11)
 	CMPQ    R9, $0x000000e0
-	JBE     stateVKbf16AVX2_dead_24
+	JBE     stateVKbf16AVX2_dead_35
 	VMOVUPS 192(AX), Y4
 	VMOVUPS Y4, 704(R11)
 
-stateVKbf16AVX2_dead_24:
+stateVKbf16AVX2_dead_35:
 	VMOVUPS -32(AX)(R9*1), Y4
 	VANDPS  48(SP), Y4, Y4
 	JMP     stateVKbf16AVX2_loaded_3
@@ -35803,10 +39329,10 @@ stateVKbf16AVX2_frombf16_3:
 	PREFETCHT0 8256(AX)
 	PREFETCHT0 8320(AX)
 	CMPQ       R9, $0x000000c0
-	JBE        stateVKbf16AVX2_dead_25
+	JBE        stateVKbf16AVX2_dead_36
 	PREFETCHT0 8384(AX)
 
-stateVKbf16AVX2_dead_25:
+stateVKbf16AVX2_dead_36:
 	VPMOVZXWD (AX), Y0
 	VPSLLD    $0x10, Y0, Y0
 	VPMOVZXWD 16(AX), Y2
@@ -35819,22 +39345,22 @@ stateVKbf16AVX2_dead_25:
 	VPSLLD    $0x10, Y2, Y2
 	VMOVUPS   Y2, 96(R11)
 	CMPQ      R9, $0x000000a0
-	JBE       stateVKbf16AVX2_dead_26
+	JBE       stateVKbf16AVX2_dead_37
 	VPMOVZXWD 64(AX), Y2
 	VPSLLD    $0x10, Y2, Y2
 	VMOVUPS   Y2, 128(R11)
 	CMPQ      R9, $0x000000c0
-	JBE       stateVKbf16AVX2_dead_26
+	JBE       stateVKbf16AVX2_dead_37
 	VPMOVZXWD 80(AX), Y2
 	VPSLLD    $0x10, Y2, Y2
 	VMOVUPS   Y2, 160(R11)
 	CMPQ      R9, $0x000000e0
-	JBE       stateVKbf16AVX2_dead_26
+	JBE       stateVKbf16AVX2_dead_37
 	VPMOVZXWD 96(AX), Y2
 	VPSLLD    $0x10, Y2, Y2
 	VMOVUPS   Y2, 192(R11)
 
-stateVKbf16AVX2_dead_26:
+stateVKbf16AVX2_dead_37:
 	VPMOVZXWD -16(AX)(R10*1), Y2
 	VPSLLD    $0x10, Y2, Y2
 	VANDPS    48(SP), Y2, Y2
@@ -35851,22 +39377,22 @@ stateVKbf16AVX2_dead_26:
 	VPSLLD    $0x10, Y4, Y4
 	VMOVUPS   Y4, 608(R11)
 	CMPQ      R9, $0x000000a0
-	JBE       stateVKbf16AVX2_dead_27
+	JBE       stateVKbf16AVX2_dead_38
 	VPMOVZXWD 64(AX), Y4
 	VPSLLD    $0x10, Y4, Y4
 	VMOVUPS   Y4, 640(R11)
 	CMPQ      R9, $0x000000c0
-	JBE       stateVKbf16AVX2_dead_27
+	JBE       stateVKbf16AVX2_dead_38
 	VPMOVZXWD 80(AX), Y4
 	VPSLLD    $0x10, Y4, Y4
 	VMOVUPS   Y4, 672(R11)
 	CMPQ      R9, $0x000000e0
-	JBE       stateVKbf16AVX2_dead_27
+	JBE       stateVKbf16AVX2_dead_38
 	VPMOVZXWD 96(AX), Y4
 	VPSLLD    $0x10, Y4, Y4
 	VMOVUPS   Y4, 704(R11)
 
-stateVKbf16AVX2_dead_27:
+stateVKbf16AVX2_dead_38:
 	VPMOVZXWD -16(AX)(R10*1), Y4
 	VPSLLD    $0x10, Y4, Y4
 	VANDPS    48(SP), Y4, Y4
@@ -35908,7 +39434,7 @@ stateVKbf16AVX2_token_3:
 	VFMADD231PS 96(AX), Y13, Y11
 	VFMADD231PS 96(CX), Y13, Y12
 	CMPQ        R9, $0x000000a0
-	JBE         stateVKbf16AVX2_dead_28
+	JBE         stateVKbf16AVX2_dead_39
 	VMOVUPS     128(R11), Y13
 	VFMADD231PS 128(AX), Y13, Y5
 	VFMADD231PS 128(CX), Y13, Y6
@@ -35916,7 +39442,7 @@ stateVKbf16AVX2_token_3:
 	VFMADD231PS 128(AX), Y13, Y9
 	VFMADD231PS 128(CX), Y13, Y10
 	CMPQ        R9, $0x000000c0
-	JBE         stateVKbf16AVX2_dead_28
+	JBE         stateVKbf16AVX2_dead_39
 	VMOVUPS     160(R11), Y13
 	VFMADD231PS 160(AX), Y13, Y7
 	VFMADD231PS 160(CX), Y13, Y8
@@ -35924,7 +39450,7 @@ stateVKbf16AVX2_token_3:
 	VFMADD231PS 160(AX), Y13, Y11
 	VFMADD231PS 160(CX), Y13, Y12
 	CMPQ        R9, $0x000000e0
-	JBE         stateVKbf16AVX2_dead_28
+	JBE         stateVKbf16AVX2_dead_39
 	VMOVUPS     192(R11), Y13
 	VFMADD231PS 192(AX), Y13, Y5
 	VFMADD231PS 192(CX), Y13, Y6
@@ -35932,7 +39458,7 @@ stateVKbf16AVX2_token_3:
 	VFMADD231PS 192(AX), Y13, Y9
 	VFMADD231PS 192(CX), Y13, Y10
 
-stateVKbf16AVX2_dead_28:
+stateVKbf16AVX2_dead_39:
 	VFMADD231PS  -32(AX)(R9*1), Y2, Y7
 	VFMADD231PS  -32(CX)(R9*1), Y2, Y8
 	VFMADD231PS  -32(AX)(R9*1), Y4, Y11
@@ -35957,16 +39483,16 @@ stateVKbf16AVX2_dead_28:
 	VPERMPS      Y5, Y6, Y5
 	VMOVSS       (DX), X1
 	VUCOMISS     nearone<>+0(SB), X1
-	JCS          stateVKbf16AVX2_far_5
+	JCS          stateVKbf16AVX2_far_9
 	VBROADCASTSS (DX), Y6
 	VFMADD213PS  Y5, Y6, Y5
-	JMP          stateVKbf16AVX2_decayed_5
+	JMP          stateVKbf16AVX2_decayed_9
 
-stateVKbf16AVX2_far_5:
+stateVKbf16AVX2_far_9:
 	VBROADCASTSS 4(DX), Y6
 	VMULPS       Y5, Y6, Y5
 
-stateVKbf16AVX2_decayed_5:
+stateVKbf16AVX2_decayed_9:
 	VEXTRACTF128 $0x01, Y5, X6
 	VMOVSD       (SI), X1
 	VSUBPS       X5, X1, X1
@@ -35975,9 +39501,14 @@ stateVKbf16AVX2_decayed_5:
 	VBROADCASTSS 12(DX), Y5
 	VFMADD231PS  X5, X1, X6
 	VMOVSD       X6, (DI)
+	VSUBPS       X1, X1, X5
+	VCMPPS       $0x03, X5, X5, X5
+	VMOVMSKPS    X5, R12
+	ANDL         $0x00000003, R12
+	MOVL         R12, 80(SP)
 	VMOVSS       (DX), X5
 	VUCOMISS     nearone<>+0(SB), X5
-	JCS          stateVKbf16AVX2_far_6
+	JCS          stateVKbf16AVX2_far_10
 	VBROADCASTSS (DX), Y5
 	VBROADCASTSS X1, Y6
 	VMOVUPS      vklane1<>+0(SB), Y7
@@ -36011,7 +39542,7 @@ stateVKbf16AVX2_decayed_5:
 	VFMADD231PS  96(AX), Y7, Y8
 	VMOVUPS      Y8, 608(R11)
 	CMPQ         R9, $0x000000a0
-	JBE          stateVKbf16AVX2_dead_29
+	JBE          stateVKbf16AVX2_dead_40
 	VMOVUPS      128(R11), Y8
 	VFMADD213PS  Y8, Y5, Y8
 	VFMADD231PS  128(AX), Y6, Y8
@@ -36021,7 +39552,7 @@ stateVKbf16AVX2_decayed_5:
 	VFMADD231PS  128(AX), Y7, Y8
 	VMOVUPS      Y8, 640(R11)
 	CMPQ         R9, $0x000000c0
-	JBE          stateVKbf16AVX2_dead_29
+	JBE          stateVKbf16AVX2_dead_40
 	VMOVUPS      160(R11), Y8
 	VFMADD213PS  Y8, Y5, Y8
 	VFMADD231PS  160(AX), Y6, Y8
@@ -36031,7 +39562,7 @@ stateVKbf16AVX2_decayed_5:
 	VFMADD231PS  160(AX), Y7, Y8
 	VMOVUPS      Y8, 672(R11)
 	CMPQ         R9, $0x000000e0
-	JBE          stateVKbf16AVX2_dead_29
+	JBE          stateVKbf16AVX2_dead_40
 	VMOVUPS      192(R11), Y8
 	VFMADD213PS  Y8, Y5, Y8
 	VFMADD231PS  192(AX), Y6, Y8
@@ -36041,16 +39572,16 @@ stateVKbf16AVX2_decayed_5:
 	VFMADD231PS  192(AX), Y7, Y8
 	VMOVUPS      Y8, 704(R11)
 
-stateVKbf16AVX2_dead_29:
+stateVKbf16AVX2_dead_40:
 	VFMADD213PS Y2, Y5, Y2
 	VFMADD231PS -32(AX)(R9*1), Y6, Y2
 	VANDPS      48(SP), Y2, Y2
 	VFMADD213PS Y4, Y5, Y4
 	VFMADD231PS -32(AX)(R9*1), Y7, Y4
 	VANDPS      48(SP), Y4, Y4
-	JMP         stateVKbf16AVX2_decayed_6
+	JMP         stateVKbf16AVX2_decayed_10
 
-stateVKbf16AVX2_far_6:
+stateVKbf16AVX2_far_10:
 	VBROADCASTSS 4(DX), Y5
 	VBROADCASTSS X1, Y6
 	VMOVUPS      vklane1<>+0(SB), Y7
@@ -36084,7 +39615,7 @@ stateVKbf16AVX2_far_6:
 	VFMADD231PS  96(AX), Y7, Y8
 	VMOVUPS      Y8, 608(R11)
 	CMPQ         R9, $0x000000a0
-	JBE          stateVKbf16AVX2_dead_30
+	JBE          stateVKbf16AVX2_dead_41
 	VMOVUPS      128(R11), Y8
 	VMULPS       Y8, Y5, Y8
 	VFMADD231PS  128(AX), Y6, Y8
@@ -36094,7 +39625,7 @@ stateVKbf16AVX2_far_6:
 	VFMADD231PS  128(AX), Y7, Y8
 	VMOVUPS      Y8, 640(R11)
 	CMPQ         R9, $0x000000c0
-	JBE          stateVKbf16AVX2_dead_30
+	JBE          stateVKbf16AVX2_dead_41
 	VMOVUPS      160(R11), Y8
 	VMULPS       Y8, Y5, Y8
 	VFMADD231PS  160(AX), Y6, Y8
@@ -36104,7 +39635,7 @@ stateVKbf16AVX2_far_6:
 	VFMADD231PS  160(AX), Y7, Y8
 	VMOVUPS      Y8, 672(R11)
 	CMPQ         R9, $0x000000e0
-	JBE          stateVKbf16AVX2_dead_30
+	JBE          stateVKbf16AVX2_dead_41
 	VMOVUPS      192(R11), Y8
 	VMULPS       Y8, Y5, Y8
 	VFMADD231PS  192(AX), Y6, Y8
@@ -36114,7 +39645,7 @@ stateVKbf16AVX2_far_6:
 	VFMADD231PS  192(AX), Y7, Y8
 	VMOVUPS      Y8, 704(R11)
 
-stateVKbf16AVX2_dead_30:
+stateVKbf16AVX2_dead_41:
 	VMULPS      Y2, Y5, Y2
 	VFMADD231PS -32(AX)(R9*1), Y6, Y2
 	VANDPS      48(SP), Y2, Y2
@@ -36122,7 +39653,7 @@ stateVKbf16AVX2_dead_30:
 	VFMADD231PS -32(AX)(R9*1), Y7, Y4
 	VANDPS      48(SP), Y4, Y4
 
-stateVKbf16AVX2_decayed_6:
+stateVKbf16AVX2_decayed_10:
 	// The state after this token, if stored.
 	MOVQ         (BX), R12
 	TESTQ        R12, R12
@@ -36130,6 +39661,184 @@ stateVKbf16AVX2_decayed_6:
 	MOVQ         (SP), R13
 	IMULQ        R10, R13
 	ADDQ         R13, R12
+	CMPL         80(SP), $0x00
+	JNE          stateVKbf16AVX2_bfnan_3
+	VMOVAPS      Y2, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, -16(R12)(R10*1)
+	VMOVAPS      Y0, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, (R12)
+	VMOVUPS      32(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 16(R12)
+	VMOVUPS      64(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 32(R12)
+	VMOVUPS      96(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 48(R12)
+	CMPQ         R9, $0x000000a0
+	JBE          stateVKbf16AVX2_dead_42
+	VMOVUPS      128(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 64(R12)
+	CMPQ         R9, $0x000000c0
+	JBE          stateVKbf16AVX2_dead_42
+	VMOVUPS      160(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 80(R12)
+	CMPQ         R9, $0x000000e0
+	JBE          stateVKbf16AVX2_dead_42
+	VMOVUPS      192(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 96(R12)
+
+stateVKbf16AVX2_dead_42:
+	ADDQ         R10, R12
+	VMOVAPS      Y4, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, -16(R12)(R10*1)
+	VMOVAPS      Y3, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, (R12)
+	VMOVUPS      544(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 16(R12)
+	VMOVUPS      576(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 32(R12)
+	VMOVUPS      608(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 48(R12)
+	CMPQ         R9, $0x000000a0
+	JBE          stateVKbf16AVX2_dead_43
+	VMOVUPS      640(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 64(R12)
+	CMPQ         R9, $0x000000c0
+	JBE          stateVKbf16AVX2_dead_43
+	VMOVUPS      672(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 80(R12)
+	CMPQ         R9, $0x000000e0
+	JBE          stateVKbf16AVX2_dead_43
+	VMOVUPS      704(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 96(R12)
+
+stateVKbf16AVX2_dead_43:
+	JMP stateVKbf16AVX2_bfdone_3
+
+stateVKbf16AVX2_bfnan_3:
 	VMOVAPS      Y2, Y5
 	VPSRLD       $0x10, Y5, Y6
 	VCMPPS       $0x03, Y5, Y5, Y8
@@ -36194,7 +39903,7 @@ stateVKbf16AVX2_decayed_6:
 	VPACKUSDW    X1, X5, X1
 	VMOVDQU      X1, 48(R12)
 	CMPQ         R9, $0x000000a0
-	JBE          stateVKbf16AVX2_dead_31
+	JBE          stateVKbf16AVX2_dead_44
 	VMOVUPS      128(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
@@ -36209,7 +39918,7 @@ stateVKbf16AVX2_decayed_6:
 	VPACKUSDW    X1, X5, X1
 	VMOVDQU      X1, 64(R12)
 	CMPQ         R9, $0x000000c0
-	JBE          stateVKbf16AVX2_dead_31
+	JBE          stateVKbf16AVX2_dead_44
 	VMOVUPS      160(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
@@ -36224,7 +39933,7 @@ stateVKbf16AVX2_decayed_6:
 	VPACKUSDW    X1, X5, X1
 	VMOVDQU      X1, 80(R12)
 	CMPQ         R9, $0x000000e0
-	JBE          stateVKbf16AVX2_dead_31
+	JBE          stateVKbf16AVX2_dead_44
 	VMOVUPS      192(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
@@ -36239,7 +39948,7 @@ stateVKbf16AVX2_decayed_6:
 	VPACKUSDW    X1, X5, X1
 	VMOVDQU      X1, 96(R12)
 
-stateVKbf16AVX2_dead_31:
+stateVKbf16AVX2_dead_44:
 	ADDQ         R10, R12
 	VMOVAPS      Y4, Y5
 	VPSRLD       $0x10, Y5, Y6
@@ -36305,7 +40014,7 @@ stateVKbf16AVX2_dead_31:
 	VPACKUSDW    X1, X5, X1
 	VMOVDQU      X1, 48(R12)
 	CMPQ         R9, $0x000000a0
-	JBE          stateVKbf16AVX2_dead_32
+	JBE          stateVKbf16AVX2_dead_45
 	VMOVUPS      640(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
@@ -36320,7 +40029,7 @@ stateVKbf16AVX2_dead_31:
 	VPACKUSDW    X1, X5, X1
 	VMOVDQU      X1, 64(R12)
 	CMPQ         R9, $0x000000c0
-	JBE          stateVKbf16AVX2_dead_32
+	JBE          stateVKbf16AVX2_dead_45
 	VMOVUPS      672(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
@@ -36335,7 +40044,7 @@ stateVKbf16AVX2_dead_31:
 	VPACKUSDW    X1, X5, X1
 	VMOVDQU      X1, 80(R12)
 	CMPQ         R9, $0x000000e0
-	JBE          stateVKbf16AVX2_dead_32
+	JBE          stateVKbf16AVX2_dead_45
 	VMOVUPS      704(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
@@ -36350,7 +40059,8 @@ stateVKbf16AVX2_dead_31:
 	VPACKUSDW    X1, X5, X1
 	VMOVDQU      X1, 96(R12)
 
-stateVKbf16AVX2_dead_32:
+stateVKbf16AVX2_dead_45:
+stateVKbf16AVX2_bfdone_3:
 stateVKbf16AVX2_nostore_3:
 	ADDQ R9, AX
 	ADDQ R9, CX
@@ -36377,19 +40087,19 @@ stateVKbf16AVX2_nostore_3:
 	VMOVUPS 96(R11), Y0
 	VMOVUPS Y0, 96(AX)
 	CMPQ    R9, $0x000000a0
-	JBE     stateVKbf16AVX2_dead_33
+	JBE     stateVKbf16AVX2_dead_46
 	VMOVUPS 128(R11), Y0
 	VMOVUPS Y0, 128(AX)
 	CMPQ    R9, $0x000000c0
-	JBE     stateVKbf16AVX2_dead_33
+	JBE     stateVKbf16AVX2_dead_46
 	VMOVUPS 160(R11), Y0
 	VMOVUPS Y0, 160(AX)
 	CMPQ    R9, $0x000000e0
-	JBE     stateVKbf16AVX2_dead_33
+	JBE     stateVKbf16AVX2_dead_46
 	VMOVUPS 192(R11), Y0
 	VMOVUPS Y0, 192(AX)
 
-stateVKbf16AVX2_dead_33:
+stateVKbf16AVX2_dead_46:
 	ADDQ    R9, AX
 	VMOVUPS Y4, -32(AX)(R9*1)
 	VMOVUPS Y3, (AX)
@@ -36400,34 +40110,35 @@ stateVKbf16AVX2_dead_33:
 	VMOVUPS 608(R11), Y0
 	VMOVUPS Y0, 96(AX)
 	CMPQ    R9, $0x000000a0
-	JBE     stateVKbf16AVX2_dead_34
+	JBE     stateVKbf16AVX2_dead_47
 	VMOVUPS 640(R11), Y0
 	VMOVUPS Y0, 128(AX)
 	CMPQ    R9, $0x000000c0
-	JBE     stateVKbf16AVX2_dead_34
+	JBE     stateVKbf16AVX2_dead_47
 	VMOVUPS 672(R11), Y0
 	VMOVUPS Y0, 160(AX)
 	CMPQ    R9, $0x000000e0
-	JBE     stateVKbf16AVX2_dead_34
+	JBE     stateVKbf16AVX2_dead_47
 	VMOVUPS 704(R11), Y0
 	VMOVUPS Y0, 192(AX)
 
-stateVKbf16AVX2_dead_34:
+stateVKbf16AVX2_dead_47:
 stateVKbf16AVX2_nocarry_3:
 	ADDQ $0x00000002, (SP)
 	SUBQ $0x00000002, 8(SP)
 	JMP  stateVKbf16AVX2_group_3
 
 stateVKbf16AVX2_groupsdone_3:
+stateVKbf16AVX2_pairtail_2:
 stateVKbf16AVX2_group_4:
 	CMPQ 8(SP), $0x00000001
 	JB   stateVKbf16AVX2_groupsdone_4
 
 	// The prefetch list's next group.
-	MOVQ 304(SP), AX
+	MOVQ 312(SP), AX
 
 stateVKbf16AVX2_pfentry_4:
-	CMPQ  AX, 312(SP)
+	CMPQ  AX, 320(SP)
 	JAE   stateVKbf16AVX2_pfdone_4
 	MOVQ  (AX), DX
 	MOVQ  8(AX), CX
@@ -36443,7 +40154,7 @@ stateVKbf16AVX2_pfline_4:
 	JMP        stateVKbf16AVX2_pfentry_4
 
 stateVKbf16AVX2_pfdone_4:
-	MOVQ AX, 304(SP)
+	MOVQ AX, 312(SP)
 
 	// Load 1 row(s) of 5…8 vectors.
 	MOVQ       src32_base+40(FP), AX
@@ -36456,10 +40167,10 @@ stateVKbf16AVX2_pfdone_4:
 	PREFETCHT0 8256(AX)
 	PREFETCHT0 8320(AX)
 	CMPQ       R9, $0x000000c0
-	JBE        stateVKbf16AVX2_dead_35
+	JBE        stateVKbf16AVX2_dead_48
 	PREFETCHT0 8384(AX)
 
-stateVKbf16AVX2_dead_35:
+stateVKbf16AVX2_dead_48:
 	VXORPS  Y4, Y4, Y4
 	VXORPS  Y5, Y5, Y5
 	VXORPS  Y6, Y6, Y6
@@ -36468,16 +40179,16 @@ stateVKbf16AVX2_dead_35:
 	VMOVUPS 64(AX), Y2
 	VMOVUPS 96(AX), Y3
 	CMPQ    R9, $0x000000a0
-	JBE     stateVKbf16AVX2_dead_36
+	JBE     stateVKbf16AVX2_dead_49
 	VMOVUPS 128(AX), Y4
 	CMPQ    R9, $0x000000c0
-	JBE     stateVKbf16AVX2_dead_36
+	JBE     stateVKbf16AVX2_dead_49
 	VMOVUPS 160(AX), Y5
 	CMPQ    R9, $0x000000e0
-	JBE     stateVKbf16AVX2_dead_36
+	JBE     stateVKbf16AVX2_dead_49
 	VMOVUPS 192(AX), Y6
 
-stateVKbf16AVX2_dead_36:
+stateVKbf16AVX2_dead_49:
 	VMOVUPS -32(AX)(R9*1), Y7
 	VANDPS  48(SP), Y7, Y7
 	JMP     stateVKbf16AVX2_loaded_4
@@ -36501,19 +40212,19 @@ stateVKbf16AVX2_frombf16_4:
 	VPMOVZXWD  48(AX), Y3
 	VPSLLD     $0x10, Y3, Y3
 	CMPQ       R9, $0x000000a0
-	JBE        stateVKbf16AVX2_dead_37
+	JBE        stateVKbf16AVX2_dead_50
 	VPMOVZXWD  64(AX), Y4
 	VPSLLD     $0x10, Y4, Y4
 	CMPQ       R9, $0x000000c0
-	JBE        stateVKbf16AVX2_dead_37
+	JBE        stateVKbf16AVX2_dead_50
 	VPMOVZXWD  80(AX), Y5
 	VPSLLD     $0x10, Y5, Y5
 	CMPQ       R9, $0x000000e0
-	JBE        stateVKbf16AVX2_dead_37
+	JBE        stateVKbf16AVX2_dead_50
 	VPMOVZXWD  96(AX), Y6
 	VPSLLD     $0x10, Y6, Y6
 
-stateVKbf16AVX2_dead_37:
+stateVKbf16AVX2_dead_50:
 	VPMOVZXWD -16(AX)(R10*1), Y7
 	VPSLLD    $0x10, Y7, Y7
 	VANDPS    48(SP), Y7, Y7
@@ -36541,19 +40252,19 @@ stateVKbf16AVX2_token_4:
 	VFMADD231PS 96(AX), Y3, Y10
 	VFMADD231PS 96(CX), Y3, Y11
 	CMPQ        R9, $0x000000a0
-	JBE         stateVKbf16AVX2_dead_38
+	JBE         stateVKbf16AVX2_dead_51
 	VFMADD231PS 128(AX), Y4, Y8
 	VFMADD231PS 128(CX), Y4, Y9
 	CMPQ        R9, $0x000000c0
-	JBE         stateVKbf16AVX2_dead_38
+	JBE         stateVKbf16AVX2_dead_51
 	VFMADD231PS 160(AX), Y5, Y10
 	VFMADD231PS 160(CX), Y5, Y11
 	CMPQ        R9, $0x000000e0
-	JBE         stateVKbf16AVX2_dead_38
+	JBE         stateVKbf16AVX2_dead_51
 	VFMADD231PS 192(AX), Y6, Y8
 	VFMADD231PS 192(CX), Y6, Y9
 
-stateVKbf16AVX2_dead_38:
+stateVKbf16AVX2_dead_51:
 	VFMADD231PS  -32(AX)(R9*1), Y7, Y10
 	VFMADD231PS  -32(CX)(R9*1), Y7, Y11
 	VADDPS       Y10, Y8, Y8
@@ -36571,16 +40282,16 @@ stateVKbf16AVX2_dead_38:
 	VPERMPS      Y9, Y8, Y8
 	VMOVSS       (DX), X9
 	VUCOMISS     nearone<>+0(SB), X9
-	JCS          stateVKbf16AVX2_far_7
+	JCS          stateVKbf16AVX2_far_11
 	VBROADCASTSS (DX), Y9
 	VFMADD213PS  Y8, Y9, Y8
-	JMP          stateVKbf16AVX2_decayed_7
+	JMP          stateVKbf16AVX2_decayed_11
 
-stateVKbf16AVX2_far_7:
+stateVKbf16AVX2_far_11:
 	VBROADCASTSS 4(DX), Y9
 	VMULPS       Y8, Y9, Y8
 
-stateVKbf16AVX2_decayed_7:
+stateVKbf16AVX2_decayed_11:
 	VEXTRACTF128 $0x01, Y8, X9
 	VMOVSS       (SI), X10
 	VSUBPS       X8, X10, X10
@@ -36589,9 +40300,14 @@ stateVKbf16AVX2_decayed_7:
 	VBROADCASTSS 12(DX), Y10
 	VFMADD231PS  X10, X8, X9
 	VMOVSS       X9, (DI)
+	VSUBPS       X8, X8, X9
+	VCMPPS       $0x03, X9, X9, X9
+	VMOVMSKPS    X9, R11
+	ANDL         $0x00000001, R11
+	MOVL         R11, 80(SP)
 	VMOVSS       (DX), X9
 	VUCOMISS     nearone<>+0(SB), X9
-	JCS          stateVKbf16AVX2_far_8
+	JCS          stateVKbf16AVX2_far_12
 	VBROADCASTSS (DX), Y9
 	VBROADCASTSS X8, Y8
 	VFMADD213PS  Y0, Y9, Y0
@@ -36603,25 +40319,25 @@ stateVKbf16AVX2_decayed_7:
 	VFMADD213PS  Y3, Y9, Y3
 	VFMADD231PS  96(AX), Y8, Y3
 	CMPQ         R9, $0x000000a0
-	JBE          stateVKbf16AVX2_dead_39
+	JBE          stateVKbf16AVX2_dead_52
 	VFMADD213PS  Y4, Y9, Y4
 	VFMADD231PS  128(AX), Y8, Y4
 	CMPQ         R9, $0x000000c0
-	JBE          stateVKbf16AVX2_dead_39
+	JBE          stateVKbf16AVX2_dead_52
 	VFMADD213PS  Y5, Y9, Y5
 	VFMADD231PS  160(AX), Y8, Y5
 	CMPQ         R9, $0x000000e0
-	JBE          stateVKbf16AVX2_dead_39
+	JBE          stateVKbf16AVX2_dead_52
 	VFMADD213PS  Y6, Y9, Y6
 	VFMADD231PS  192(AX), Y8, Y6
 
-stateVKbf16AVX2_dead_39:
+stateVKbf16AVX2_dead_52:
 	VFMADD213PS Y7, Y9, Y7
 	VFMADD231PS -32(AX)(R9*1), Y8, Y7
 	VANDPS      48(SP), Y7, Y7
-	JMP         stateVKbf16AVX2_decayed_8
+	JMP         stateVKbf16AVX2_decayed_12
 
-stateVKbf16AVX2_far_8:
+stateVKbf16AVX2_far_12:
 	VBROADCASTSS 4(DX), Y9
 	VBROADCASTSS X8, Y8
 	VMULPS       Y0, Y9, Y0
@@ -36633,24 +40349,24 @@ stateVKbf16AVX2_far_8:
 	VMULPS       Y3, Y9, Y3
 	VFMADD231PS  96(AX), Y8, Y3
 	CMPQ         R9, $0x000000a0
-	JBE          stateVKbf16AVX2_dead_40
+	JBE          stateVKbf16AVX2_dead_53
 	VMULPS       Y4, Y9, Y4
 	VFMADD231PS  128(AX), Y8, Y4
 	CMPQ         R9, $0x000000c0
-	JBE          stateVKbf16AVX2_dead_40
+	JBE          stateVKbf16AVX2_dead_53
 	VMULPS       Y5, Y9, Y5
 	VFMADD231PS  160(AX), Y8, Y5
 	CMPQ         R9, $0x000000e0
-	JBE          stateVKbf16AVX2_dead_40
+	JBE          stateVKbf16AVX2_dead_53
 	VMULPS       Y6, Y9, Y6
 	VFMADD231PS  192(AX), Y8, Y6
 
-stateVKbf16AVX2_dead_40:
+stateVKbf16AVX2_dead_53:
 	VMULPS      Y7, Y9, Y7
 	VFMADD231PS -32(AX)(R9*1), Y8, Y7
 	VANDPS      48(SP), Y7, Y7
 
-stateVKbf16AVX2_decayed_8:
+stateVKbf16AVX2_decayed_12:
 	// The state after this token, if stored.
 	MOVQ         (BX), R11
 	TESTQ        R11, R11
@@ -36658,6 +40374,91 @@ stateVKbf16AVX2_decayed_8:
 	MOVQ         (SP), R12
 	IMULQ        R10, R12
 	ADDQ         R12, R11
+	CMPL         80(SP), $0x00
+	JNE          stateVKbf16AVX2_bfnan_4
+	VMOVAPS      Y7, Y8
+	VPSRLD       $0x10, Y8, Y9
+	VPAND        one_i<>+0(SB), Y9, Y9
+	VPADDD       round<>+0(SB), Y8, Y8
+	VPADDD       Y9, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VEXTRACTI128 $0x01, Y8, X9
+	VPACKUSDW    X9, X8, X9
+	VMOVDQU      X9, -16(R11)(R10*1)
+	VMOVAPS      Y0, Y8
+	VPSRLD       $0x10, Y8, Y9
+	VPAND        one_i<>+0(SB), Y9, Y9
+	VPADDD       round<>+0(SB), Y8, Y8
+	VPADDD       Y9, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VEXTRACTI128 $0x01, Y8, X9
+	VPACKUSDW    X9, X8, X9
+	VMOVDQU      X9, (R11)
+	VMOVAPS      Y1, Y8
+	VPSRLD       $0x10, Y8, Y9
+	VPAND        one_i<>+0(SB), Y9, Y9
+	VPADDD       round<>+0(SB), Y8, Y8
+	VPADDD       Y9, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VEXTRACTI128 $0x01, Y8, X9
+	VPACKUSDW    X9, X8, X9
+	VMOVDQU      X9, 16(R11)
+	VMOVAPS      Y2, Y8
+	VPSRLD       $0x10, Y8, Y9
+	VPAND        one_i<>+0(SB), Y9, Y9
+	VPADDD       round<>+0(SB), Y8, Y8
+	VPADDD       Y9, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VEXTRACTI128 $0x01, Y8, X9
+	VPACKUSDW    X9, X8, X9
+	VMOVDQU      X9, 32(R11)
+	VMOVAPS      Y3, Y8
+	VPSRLD       $0x10, Y8, Y9
+	VPAND        one_i<>+0(SB), Y9, Y9
+	VPADDD       round<>+0(SB), Y8, Y8
+	VPADDD       Y9, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VEXTRACTI128 $0x01, Y8, X9
+	VPACKUSDW    X9, X8, X9
+	VMOVDQU      X9, 48(R11)
+	CMPQ         R9, $0x000000a0
+	JBE          stateVKbf16AVX2_dead_54
+	VMOVAPS      Y4, Y8
+	VPSRLD       $0x10, Y8, Y9
+	VPAND        one_i<>+0(SB), Y9, Y9
+	VPADDD       round<>+0(SB), Y8, Y8
+	VPADDD       Y9, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VEXTRACTI128 $0x01, Y8, X9
+	VPACKUSDW    X9, X8, X9
+	VMOVDQU      X9, 64(R11)
+	CMPQ         R9, $0x000000c0
+	JBE          stateVKbf16AVX2_dead_54
+	VMOVAPS      Y5, Y8
+	VPSRLD       $0x10, Y8, Y9
+	VPAND        one_i<>+0(SB), Y9, Y9
+	VPADDD       round<>+0(SB), Y8, Y8
+	VPADDD       Y9, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VEXTRACTI128 $0x01, Y8, X9
+	VPACKUSDW    X9, X8, X9
+	VMOVDQU      X9, 80(R11)
+	CMPQ         R9, $0x000000e0
+	JBE          stateVKbf16AVX2_dead_54
+	VMOVAPS      Y6, Y8
+	VPSRLD       $0x10, Y8, Y9
+	VPAND        one_i<>+0(SB), Y9, Y9
+	VPADDD       round<>+0(SB), Y8, Y8
+	VPADDD       Y9, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VEXTRACTI128 $0x01, Y8, X9
+	VPACKUSDW    X9, X8, X9
+	VMOVDQU      X9, 96(R11)
+
+stateVKbf16AVX2_dead_54:
+	JMP stateVKbf16AVX2_bfdone_4
+
+stateVKbf16AVX2_bfnan_4:
 	VMOVAPS      Y7, Y8
 	VPSRLD       $0x10, Y8, Y9
 	VCMPPS       $0x03, Y8, Y8, Y11
@@ -36719,7 +40520,7 @@ stateVKbf16AVX2_decayed_8:
 	VPACKUSDW    X9, X8, X9
 	VMOVDQU      X9, 48(R11)
 	CMPQ         R9, $0x000000a0
-	JBE          stateVKbf16AVX2_dead_41
+	JBE          stateVKbf16AVX2_dead_55
 	VMOVAPS      Y4, Y8
 	VPSRLD       $0x10, Y8, Y9
 	VCMPPS       $0x03, Y8, Y8, Y11
@@ -36733,7 +40534,7 @@ stateVKbf16AVX2_decayed_8:
 	VPACKUSDW    X9, X8, X9
 	VMOVDQU      X9, 64(R11)
 	CMPQ         R9, $0x000000c0
-	JBE          stateVKbf16AVX2_dead_41
+	JBE          stateVKbf16AVX2_dead_55
 	VMOVAPS      Y5, Y8
 	VPSRLD       $0x10, Y8, Y9
 	VCMPPS       $0x03, Y8, Y8, Y11
@@ -36747,7 +40548,7 @@ stateVKbf16AVX2_decayed_8:
 	VPACKUSDW    X9, X8, X9
 	VMOVDQU      X9, 80(R11)
 	CMPQ         R9, $0x000000e0
-	JBE          stateVKbf16AVX2_dead_41
+	JBE          stateVKbf16AVX2_dead_55
 	VMOVAPS      Y6, Y8
 	VPSRLD       $0x10, Y8, Y9
 	VCMPPS       $0x03, Y8, Y8, Y11
@@ -36761,7 +40562,8 @@ stateVKbf16AVX2_decayed_8:
 	VPACKUSDW    X9, X8, X9
 	VMOVDQU      X9, 96(R11)
 
-stateVKbf16AVX2_dead_41:
+stateVKbf16AVX2_dead_55:
+stateVKbf16AVX2_bfdone_4:
 stateVKbf16AVX2_nostore_4:
 	ADDQ R9, AX
 	ADDQ R9, CX
@@ -36785,16 +40587,16 @@ stateVKbf16AVX2_nostore_4:
 	VMOVUPS Y2, 64(AX)
 	VMOVUPS Y3, 96(AX)
 	CMPQ    R9, $0x000000a0
-	JBE     stateVKbf16AVX2_dead_42
+	JBE     stateVKbf16AVX2_dead_56
 	VMOVUPS Y4, 128(AX)
 	CMPQ    R9, $0x000000c0
-	JBE     stateVKbf16AVX2_dead_42
+	JBE     stateVKbf16AVX2_dead_56
 	VMOVUPS Y5, 160(AX)
 	CMPQ    R9, $0x000000e0
-	JBE     stateVKbf16AVX2_dead_42
+	JBE     stateVKbf16AVX2_dead_56
 	VMOVUPS Y6, 192(AX)
 
-stateVKbf16AVX2_dead_42:
+stateVKbf16AVX2_dead_56:
 stateVKbf16AVX2_nocarry_4:
 	ADDQ $0x00000001, (SP)
 	SUBQ $0x00000001, 8(SP)
@@ -36805,6 +40607,861 @@ stateVKbf16AVX2_groupsdone_4:
 
 stateVKbf16AVX2_n12_1:
 	// Rows of 9…12 vectors.
+	CMPQ  16(SP), $0x01
+	JNE   stateVKbf16AVX2_pairs_3
+	MOVQ  stores_base+64(FP), AX
+	CMPQ  (AX), $0x00
+	JE    stateVKbf16AVX2_pairs_3
+	MOVQ  src32_base+40(FP), AX
+	TESTQ AX, AX
+	JNZ   stateVKbf16AVX2_pairs_3
+	MOVQ  carry_base+88(FP), AX
+	TESTQ AX, AX
+	JNZ   stateVKbf16AVX2_pairs_3
+
+stateVKbf16AVX2_once_3:
+	CMPQ 8(SP), $0x02
+	JB   stateVKbf16AVX2_oncedone_3
+
+	// A pair of rows of 9…12 vectors, one token.
+	MOVQ       src_base+16(FP), R11
+	MOVQ       (SP), AX
+	IMULQ      R10, AX
+	ADDQ       AX, R11
+	MOVQ       kh_base+112(FP), AX
+	MOVQ       qh_base+136(FP), CX
+	MOVQ       tok_base+216(FP), DX
+	MOVQ       stores_base+64(FP), BX
+	MOVQ       v_base+160(FP), SI
+	MOVQ       o_base+192(FP), DI
+	MOVQ       (SP), R8
+	SHLQ       $0x02, R8
+	ADDQ       R8, SI
+	ADDQ       R8, DI
+	MOVQ       16(SP), R8
+	PREFETCHT0 8192(R11)
+	PREFETCHT0 8256(R11)
+	PREFETCHT0 8320(R11)
+	PREFETCHT0 8384(R11)
+	PREFETCHT0 8448(R11)
+	CMPQ       R9, $0x00000140
+	JBE        stateVKbf16AVX2_dead_57
+	PREFETCHT0 8512(R11)
+
+stateVKbf16AVX2_dead_57:
+	VMOVUPS     (AX), Y5
+	VMOVUPS     (CX), Y3
+	VPMOVZXWD   (R11), Y2
+	VPSLLD      $0x10, Y2, Y2
+	VMULPS      Y5, Y2, Y0
+	VMULPS      Y3, Y2, Y2
+	VPMOVZXWD   (R11)(R10*1), Y4
+	VPSLLD      $0x10, Y4, Y4
+	VMULPS      Y5, Y4, Y5
+	VMULPS      Y3, Y4, Y6
+	VMOVUPS     32(AX), Y7
+	VMOVUPS     32(CX), Y8
+	VPMOVZXWD   16(R11), Y4
+	VPSLLD      $0x10, Y4, Y4
+	VMULPS      Y7, Y4, Y3
+	VMULPS      Y8, Y4, Y4
+	VPMOVZXWD   16(R11)(R10*1), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VMULPS      Y7, Y9, Y7
+	VMULPS      Y8, Y9, Y8
+	VMOVUPS     64(AX), Y9
+	VMOVUPS     64(CX), Y10
+	VPMOVZXWD   32(R11), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y0
+	VFMADD231PS Y10, Y11, Y2
+	VPMOVZXWD   32(R11)(R10*1), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y5
+	VFMADD231PS Y10, Y11, Y6
+	VMOVUPS     96(AX), Y9
+	VMOVUPS     96(CX), Y10
+	VPMOVZXWD   48(R11), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y3
+	VFMADD231PS Y10, Y11, Y4
+	VPMOVZXWD   48(R11)(R10*1), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y7
+	VFMADD231PS Y10, Y11, Y8
+	VMOVUPS     128(AX), Y9
+	VMOVUPS     128(CX), Y10
+	VPMOVZXWD   64(R11), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y0
+	VFMADD231PS Y10, Y11, Y2
+	VPMOVZXWD   64(R11)(R10*1), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y5
+	VFMADD231PS Y10, Y11, Y6
+	VMOVUPS     160(AX), Y9
+	VMOVUPS     160(CX), Y10
+	VPMOVZXWD   80(R11), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y3
+	VFMADD231PS Y10, Y11, Y4
+	VPMOVZXWD   80(R11)(R10*1), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y7
+	VFMADD231PS Y10, Y11, Y8
+	VMOVUPS     192(AX), Y9
+	VMOVUPS     192(CX), Y10
+	VPMOVZXWD   96(R11), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y0
+	VFMADD231PS Y10, Y11, Y2
+	VPMOVZXWD   96(R11)(R10*1), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y5
+	VFMADD231PS Y10, Y11, Y6
+	VMOVUPS     224(AX), Y9
+	VMOVUPS     224(CX), Y10
+	VPMOVZXWD   112(R11), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y3
+	VFMADD231PS Y10, Y11, Y4
+	VPMOVZXWD   112(R11)(R10*1), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y7
+	VFMADD231PS Y10, Y11, Y8
+	CMPQ        R9, $0x00000120
+	JBE         stateVKbf16AVX2_dead_58
+	VMOVUPS     256(AX), Y9
+	VMOVUPS     256(CX), Y10
+	VPMOVZXWD   128(R11), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y0
+	VFMADD231PS Y10, Y11, Y2
+	VPMOVZXWD   128(R11)(R10*1), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y5
+	VFMADD231PS Y10, Y11, Y6
+	CMPQ        R9, $0x00000140
+	JBE         stateVKbf16AVX2_dead_58
+	VMOVUPS     288(AX), Y9
+	VMOVUPS     288(CX), Y10
+	VPMOVZXWD   144(R11), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y3
+	VFMADD231PS Y10, Y11, Y4
+	VPMOVZXWD   144(R11)(R10*1), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y7
+	VFMADD231PS Y10, Y11, Y8
+	CMPQ        R9, $0x00000160
+	JBE         stateVKbf16AVX2_dead_58
+	VMOVUPS     320(AX), Y9
+	VMOVUPS     320(CX), Y10
+	VPMOVZXWD   160(R11), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y0
+	VFMADD231PS Y10, Y11, Y2
+	VPMOVZXWD   160(R11)(R10*1), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y5
+	VFMADD231PS Y10, Y11, Y6
+
+stateVKbf16AVX2_dead_58:
+	VMOVUPS      -32(AX)(R9*1), Y9
+	VMOVUPS      -32(CX)(R9*1), Y10
+	VPMOVZXWD    -16(R11)(R10*1), Y11
+	VPSLLD       $0x10, Y11, Y11
+	VANDPS       48(SP), Y11, Y11
+	VFMADD231PS  Y9, Y11, Y3
+	VFMADD231PS  Y10, Y11, Y4
+	VPMOVZXWD    -16(R11)(R10*2), Y11
+	VPSLLD       $0x10, Y11, Y11
+	VANDPS       48(SP), Y11, Y11
+	VFMADD231PS  Y9, Y11, Y7
+	VFMADD231PS  Y10, Y11, Y8
+	VADDPS       Y3, Y0, Y0
+	VADDPS       Y7, Y5, Y5
+	VADDPS       Y4, Y2, Y2
+	VADDPS       Y8, Y6, Y6
+	VPERM2F128   $0x20, Y5, Y0, Y3
+	VPERM2F128   $0x31, Y5, Y0, Y0
+	VADDPS       Y0, Y3, Y3
+	VPERM2F128   $0x20, Y6, Y2, Y0
+	VPERM2F128   $0x31, Y6, Y2, Y2
+	VADDPS       Y2, Y0, Y0
+	VSHUFPS      $0x44, Y0, Y3, Y2
+	VSHUFPS      $0xee, Y0, Y3, Y0
+	VADDPS       Y0, Y2, Y2
+	VSHUFPS      $0x88, Y2, Y2, Y0
+	VSHUFPS      $0xdd, Y2, Y2, Y2
+	VADDPS       Y2, Y0, Y0
+	VMOVUPS      vkpermAVX2_2<>+0(SB), Y2
+	VPERMPS      Y0, Y2, Y0
+	VMOVSS       (DX), X1
+	VUCOMISS     nearone<>+0(SB), X1
+	JCS          stateVKbf16AVX2_far_13
+	VBROADCASTSS (DX), Y2
+	VFMADD213PS  Y0, Y2, Y0
+	JMP          stateVKbf16AVX2_decayed_13
+
+stateVKbf16AVX2_far_13:
+	VBROADCASTSS 4(DX), Y2
+	VMULPS       Y0, Y2, Y0
+
+stateVKbf16AVX2_decayed_13:
+	VEXTRACTF128 $0x01, Y0, X2
+	VMOVSD       (SI), X1
+	VSUBPS       X0, X1, X1
+	VBROADCASTSS 8(DX), Y0
+	VMULPS       X0, X1, X1
+	VBROADCASTSS 12(DX), Y0
+	VFMADD231PS  X0, X1, X2
+	VMOVSD       X2, (DI)
+	VSUBPS       X1, X1, X0
+	VCMPPS       $0x03, X0, X0, X0
+	VMOVMSKPS    X0, CX
+	ANDL         $0x00000003, CX
+	MOVL         CX, 80(SP)
+	MOVQ         (BX), CX
+	MOVQ         (SP), BX
+	IMULQ        R10, BX
+	ADDQ         BX, CX
+	VPMOVZXWD    -16(R11)(R10*1), Y0
+	VPSLLD       $0x10, Y0, Y0
+	VPMOVZXWD    -16(R11)(R10*2), Y2
+	VPSLLD       $0x10, Y2, Y2
+	CMPL         80(SP), $0x00
+	JNE          stateVKbf16AVX2_pairs_3
+	VMOVSS       (DX), X3
+	VUCOMISS     nearone<>+0(SB), X3
+	JCS          stateVKbf16AVX2_far_14
+	VBROADCASTSS (DX), Y3
+	VBROADCASTSS X1, Y4
+	VMOVUPS      vklane1<>+0(SB), Y5
+	VPERMPS      Y1, Y5, Y5
+	VMOVUPS      (AX), Y6
+	VPMOVZXWD    (R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, (CX)
+	VPMOVZXWD    (R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, (CX)(R10*1)
+	VMOVUPS      32(AX), Y6
+	VPMOVZXWD    16(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 16(CX)
+	VPMOVZXWD    16(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 16(CX)(R10*1)
+	VMOVUPS      64(AX), Y6
+	VPMOVZXWD    32(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 32(CX)
+	VPMOVZXWD    32(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 32(CX)(R10*1)
+	VMOVUPS      96(AX), Y6
+	VPMOVZXWD    48(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 48(CX)
+	VPMOVZXWD    48(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 48(CX)(R10*1)
+	VMOVUPS      128(AX), Y6
+	VPMOVZXWD    64(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 64(CX)
+	VPMOVZXWD    64(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 64(CX)(R10*1)
+	VMOVUPS      160(AX), Y6
+	VPMOVZXWD    80(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 80(CX)
+	VPMOVZXWD    80(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 80(CX)(R10*1)
+	VMOVUPS      192(AX), Y6
+	VPMOVZXWD    96(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 96(CX)
+	VPMOVZXWD    96(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 96(CX)(R10*1)
+	VMOVUPS      224(AX), Y6
+	VPMOVZXWD    112(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 112(CX)
+	VPMOVZXWD    112(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 112(CX)(R10*1)
+	CMPQ         R9, $0x00000120
+	JBE          stateVKbf16AVX2_dead_59
+	VMOVUPS      256(AX), Y6
+	VPMOVZXWD    128(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 128(CX)
+	VPMOVZXWD    128(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 128(CX)(R10*1)
+	CMPQ         R9, $0x00000140
+	JBE          stateVKbf16AVX2_dead_59
+	VMOVUPS      288(AX), Y6
+	VPMOVZXWD    144(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 144(CX)
+	VPMOVZXWD    144(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 144(CX)(R10*1)
+	CMPQ         R9, $0x00000160
+	JBE          stateVKbf16AVX2_dead_59
+	VMOVUPS      320(AX), Y6
+	VPMOVZXWD    160(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 160(CX)
+	VPMOVZXWD    160(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 160(CX)(R10*1)
+
+stateVKbf16AVX2_dead_59:
+	VFMADD213PS  Y0, Y3, Y0
+	VFMADD231PS  -32(AX)(R9*1), Y4, Y0
+	VPSRLD       $0x10, Y0, Y4
+	VPAND        one_i<>+0(SB), Y4, Y4
+	VPADDD       round<>+0(SB), Y0, Y0
+	VPADDD       Y4, Y0, Y0
+	VPSRLD       $0x10, Y0, Y0
+	VEXTRACTI128 $0x01, Y0, X1
+	VPACKUSDW    X1, X0, X1
+	VMOVDQU      X1, -16(CX)(R10*1)
+	VFMADD213PS  Y2, Y3, Y2
+	VFMADD231PS  -32(AX)(R9*1), Y5, Y2
+	VPSRLD       $0x10, Y2, Y0
+	VPAND        one_i<>+0(SB), Y0, Y0
+	VPADDD       round<>+0(SB), Y2, Y2
+	VPADDD       Y0, Y2, Y2
+	VPSRLD       $0x10, Y2, Y2
+	VEXTRACTI128 $0x01, Y2, X0
+	VPACKUSDW    X0, X2, X0
+	VMOVDQU      X0, -16(CX)(R10*2)
+	JMP          stateVKbf16AVX2_decayed_14
+
+stateVKbf16AVX2_far_14:
+	VBROADCASTSS 4(DX), Y3
+	VBROADCASTSS X1, Y4
+	VMOVUPS      vklane1<>+0(SB), Y5
+	VPERMPS      Y1, Y5, Y5
+	VMOVUPS      (AX), Y6
+	VPMOVZXWD    (R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, (CX)
+	VPMOVZXWD    (R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, (CX)(R10*1)
+	VMOVUPS      32(AX), Y6
+	VPMOVZXWD    16(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 16(CX)
+	VPMOVZXWD    16(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 16(CX)(R10*1)
+	VMOVUPS      64(AX), Y6
+	VPMOVZXWD    32(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 32(CX)
+	VPMOVZXWD    32(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 32(CX)(R10*1)
+	VMOVUPS      96(AX), Y6
+	VPMOVZXWD    48(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 48(CX)
+	VPMOVZXWD    48(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 48(CX)(R10*1)
+	VMOVUPS      128(AX), Y6
+	VPMOVZXWD    64(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 64(CX)
+	VPMOVZXWD    64(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 64(CX)(R10*1)
+	VMOVUPS      160(AX), Y6
+	VPMOVZXWD    80(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 80(CX)
+	VPMOVZXWD    80(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 80(CX)(R10*1)
+	VMOVUPS      192(AX), Y6
+	VPMOVZXWD    96(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 96(CX)
+	VPMOVZXWD    96(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 96(CX)(R10*1)
+	VMOVUPS      224(AX), Y6
+	VPMOVZXWD    112(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 112(CX)
+	VPMOVZXWD    112(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 112(CX)(R10*1)
+	CMPQ         R9, $0x00000120
+	JBE          stateVKbf16AVX2_dead_60
+	VMOVUPS      256(AX), Y6
+	VPMOVZXWD    128(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 128(CX)
+	VPMOVZXWD    128(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 128(CX)(R10*1)
+	CMPQ         R9, $0x00000140
+	JBE          stateVKbf16AVX2_dead_60
+	VMOVUPS      288(AX), Y6
+	VPMOVZXWD    144(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 144(CX)
+	VPMOVZXWD    144(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 144(CX)(R10*1)
+	CMPQ         R9, $0x00000160
+	JBE          stateVKbf16AVX2_dead_60
+	VMOVUPS      320(AX), Y6
+	VPMOVZXWD    160(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 160(CX)
+	VPMOVZXWD    160(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 160(CX)(R10*1)
+
+stateVKbf16AVX2_dead_60:
+	VMULPS       Y0, Y3, Y0
+	VFMADD231PS  -32(AX)(R9*1), Y4, Y0
+	VPSRLD       $0x10, Y0, Y4
+	VPAND        one_i<>+0(SB), Y4, Y4
+	VPADDD       round<>+0(SB), Y0, Y0
+	VPADDD       Y4, Y0, Y0
+	VPSRLD       $0x10, Y0, Y0
+	VEXTRACTI128 $0x01, Y0, X1
+	VPACKUSDW    X1, X0, X1
+	VMOVDQU      X1, -16(CX)(R10*1)
+	VMULPS       Y2, Y3, Y2
+	VFMADD231PS  -32(AX)(R9*1), Y5, Y2
+	VPSRLD       $0x10, Y2, Y0
+	VPAND        one_i<>+0(SB), Y0, Y0
+	VPADDD       round<>+0(SB), Y2, Y2
+	VPADDD       Y0, Y2, Y2
+	VPSRLD       $0x10, Y2, Y2
+	VEXTRACTI128 $0x01, Y2, X0
+	VPACKUSDW    X0, X2, X0
+	VMOVDQU      X0, -16(CX)(R10*2)
+
+stateVKbf16AVX2_decayed_14:
+	ADDQ $0x00000002, (SP)
+	SUBQ $0x00000002, 8(SP)
+	JMP  stateVKbf16AVX2_once_3
+
+stateVKbf16AVX2_oncedone_3:
+	JMP stateVKbf16AVX2_pairtail_3
+
+stateVKbf16AVX2_pairs_3:
 	MOVQ 40(SP), R11
 
 stateVKbf16AVX2_group_5:
@@ -36812,10 +41469,10 @@ stateVKbf16AVX2_group_5:
 	JB   stateVKbf16AVX2_groupsdone_5
 
 	// The prefetch list's next group.
-	MOVQ 304(SP), AX
+	MOVQ 312(SP), AX
 
 stateVKbf16AVX2_pfentry_5:
-	CMPQ  AX, 312(SP)
+	CMPQ  AX, 320(SP)
 	JAE   stateVKbf16AVX2_pfdone_5
 	MOVQ  (AX), DX
 	MOVQ  8(AX), CX
@@ -36831,7 +41488,7 @@ stateVKbf16AVX2_pfline_5:
 	JMP        stateVKbf16AVX2_pfentry_5
 
 stateVKbf16AVX2_pfdone_5:
-	MOVQ AX, 304(SP)
+	MOVQ AX, 312(SP)
 
 	// Load 2 row(s) of 9…12 vectors.
 	MOVQ       src32_base+40(FP), AX
@@ -36850,16 +41507,16 @@ stateVKbf16AVX2_pfdone_5:
 	PREFETCHT0 8640(AX)
 	PREFETCHT0 8704(AX)
 	CMPQ       R9, $0x00000120
-	JBE        stateVKbf16AVX2_dead_43
+	JBE        stateVKbf16AVX2_dead_61
 	PREFETCHT0 8768(AX)
 	CMPQ       R9, $0x00000140
-	JBE        stateVKbf16AVX2_dead_43
+	JBE        stateVKbf16AVX2_dead_61
 	PREFETCHT0 8832(AX)
 	CMPQ       R9, $0x00000160
-	JBE        stateVKbf16AVX2_dead_43
+	JBE        stateVKbf16AVX2_dead_61
 	PREFETCHT0 8896(AX)
 
-stateVKbf16AVX2_dead_43:
+stateVKbf16AVX2_dead_61:
 	VMOVUPS (AX), Y0
 	VMOVUPS 32(AX), Y2
 	VMOVUPS Y2, 32(R11)
@@ -36876,19 +41533,19 @@ stateVKbf16AVX2_dead_43:
 	VMOVUPS 224(AX), Y2
 	VMOVUPS Y2, 224(R11)
 	CMPQ    R9, $0x00000120
-	JBE     stateVKbf16AVX2_dead_44
+	JBE     stateVKbf16AVX2_dead_62
 	VMOVUPS 256(AX), Y2
 	VMOVUPS Y2, 256(R11)
 	CMPQ    R9, $0x00000140
-	JBE     stateVKbf16AVX2_dead_44
+	JBE     stateVKbf16AVX2_dead_62
 	VMOVUPS 288(AX), Y2
 	VMOVUPS Y2, 288(R11)
 	CMPQ    R9, $0x00000160
-	JBE     stateVKbf16AVX2_dead_44
+	JBE     stateVKbf16AVX2_dead_62
 	VMOVUPS 320(AX), Y2
 	VMOVUPS Y2, 320(R11)
 
-stateVKbf16AVX2_dead_44:
+stateVKbf16AVX2_dead_62:
 	VMOVUPS -32(AX)(R9*1), Y2
 	VANDPS  48(SP), Y2, Y2
 	ADDQ    R9, AX
@@ -36908,19 +41565,19 @@ stateVKbf16AVX2_dead_44:
 	VMOVUPS 224(AX), Y4
 	VMOVUPS Y4, 736(R11)
 	CMPQ    R9, $0x00000120
-	JBE     stateVKbf16AVX2_dead_45
+	JBE     stateVKbf16AVX2_dead_63
 	VMOVUPS 256(AX), Y4
 	VMOVUPS Y4, 768(R11)
 	CMPQ    R9, $0x00000140
-	JBE     stateVKbf16AVX2_dead_45
+	JBE     stateVKbf16AVX2_dead_63
 	VMOVUPS 288(AX), Y4
 	VMOVUPS Y4, 800(R11)
 	CMPQ    R9, $0x00000160
-	JBE     stateVKbf16AVX2_dead_45
+	JBE     stateVKbf16AVX2_dead_63
 	VMOVUPS 320(AX), Y4
 	VMOVUPS Y4, 832(R11)
 
-stateVKbf16AVX2_dead_45:
+stateVKbf16AVX2_dead_63:
 	VMOVUPS -32(AX)(R9*1), Y4
 	VANDPS  48(SP), Y4, Y4
 	JMP     stateVKbf16AVX2_loaded_5
@@ -36936,10 +41593,10 @@ stateVKbf16AVX2_frombf16_5:
 	PREFETCHT0 8384(AX)
 	PREFETCHT0 8448(AX)
 	CMPQ       R9, $0x00000140
-	JBE        stateVKbf16AVX2_dead_46
+	JBE        stateVKbf16AVX2_dead_64
 	PREFETCHT0 8512(AX)
 
-stateVKbf16AVX2_dead_46:
+stateVKbf16AVX2_dead_64:
 	VPMOVZXWD (AX), Y0
 	VPSLLD    $0x10, Y0, Y0
 	VPMOVZXWD 16(AX), Y2
@@ -36964,22 +41621,22 @@ stateVKbf16AVX2_dead_46:
 	VPSLLD    $0x10, Y2, Y2
 	VMOVUPS   Y2, 224(R11)
 	CMPQ      R9, $0x00000120
-	JBE       stateVKbf16AVX2_dead_47
+	JBE       stateVKbf16AVX2_dead_65
 	VPMOVZXWD 128(AX), Y2
 	VPSLLD    $0x10, Y2, Y2
 	VMOVUPS   Y2, 256(R11)
 	CMPQ      R9, $0x00000140
-	JBE       stateVKbf16AVX2_dead_47
+	JBE       stateVKbf16AVX2_dead_65
 	VPMOVZXWD 144(AX), Y2
 	VPSLLD    $0x10, Y2, Y2
 	VMOVUPS   Y2, 288(R11)
 	CMPQ      R9, $0x00000160
-	JBE       stateVKbf16AVX2_dead_47
+	JBE       stateVKbf16AVX2_dead_65
 	VPMOVZXWD 160(AX), Y2
 	VPSLLD    $0x10, Y2, Y2
 	VMOVUPS   Y2, 320(R11)
 
-stateVKbf16AVX2_dead_47:
+stateVKbf16AVX2_dead_65:
 	VPMOVZXWD -16(AX)(R10*1), Y2
 	VPSLLD    $0x10, Y2, Y2
 	VANDPS    48(SP), Y2, Y2
@@ -37008,22 +41665,22 @@ stateVKbf16AVX2_dead_47:
 	VPSLLD    $0x10, Y4, Y4
 	VMOVUPS   Y4, 736(R11)
 	CMPQ      R9, $0x00000120
-	JBE       stateVKbf16AVX2_dead_48
+	JBE       stateVKbf16AVX2_dead_66
 	VPMOVZXWD 128(AX), Y4
 	VPSLLD    $0x10, Y4, Y4
 	VMOVUPS   Y4, 768(R11)
 	CMPQ      R9, $0x00000140
-	JBE       stateVKbf16AVX2_dead_48
+	JBE       stateVKbf16AVX2_dead_66
 	VPMOVZXWD 144(AX), Y4
 	VPSLLD    $0x10, Y4, Y4
 	VMOVUPS   Y4, 800(R11)
 	CMPQ      R9, $0x00000160
-	JBE       stateVKbf16AVX2_dead_48
+	JBE       stateVKbf16AVX2_dead_66
 	VPMOVZXWD 160(AX), Y4
 	VPSLLD    $0x10, Y4, Y4
 	VMOVUPS   Y4, 832(R11)
 
-stateVKbf16AVX2_dead_48:
+stateVKbf16AVX2_dead_66:
 	VPMOVZXWD -16(AX)(R10*1), Y4
 	VPSLLD    $0x10, Y4, Y4
 	VANDPS    48(SP), Y4, Y4
@@ -37089,7 +41746,7 @@ stateVKbf16AVX2_token_5:
 	VFMADD231PS 224(AX), Y13, Y11
 	VFMADD231PS 224(CX), Y13, Y12
 	CMPQ        R9, $0x00000120
-	JBE         stateVKbf16AVX2_dead_49
+	JBE         stateVKbf16AVX2_dead_67
 	VMOVUPS     256(R11), Y13
 	VFMADD231PS 256(AX), Y13, Y5
 	VFMADD231PS 256(CX), Y13, Y6
@@ -37097,7 +41754,7 @@ stateVKbf16AVX2_token_5:
 	VFMADD231PS 256(AX), Y13, Y9
 	VFMADD231PS 256(CX), Y13, Y10
 	CMPQ        R9, $0x00000140
-	JBE         stateVKbf16AVX2_dead_49
+	JBE         stateVKbf16AVX2_dead_67
 	VMOVUPS     288(R11), Y13
 	VFMADD231PS 288(AX), Y13, Y7
 	VFMADD231PS 288(CX), Y13, Y8
@@ -37105,7 +41762,7 @@ stateVKbf16AVX2_token_5:
 	VFMADD231PS 288(AX), Y13, Y11
 	VFMADD231PS 288(CX), Y13, Y12
 	CMPQ        R9, $0x00000160
-	JBE         stateVKbf16AVX2_dead_49
+	JBE         stateVKbf16AVX2_dead_67
 	VMOVUPS     320(R11), Y13
 	VFMADD231PS 320(AX), Y13, Y5
 	VFMADD231PS 320(CX), Y13, Y6
@@ -37113,7 +41770,7 @@ stateVKbf16AVX2_token_5:
 	VFMADD231PS 320(AX), Y13, Y9
 	VFMADD231PS 320(CX), Y13, Y10
 
-stateVKbf16AVX2_dead_49:
+stateVKbf16AVX2_dead_67:
 	VFMADD231PS  -32(AX)(R9*1), Y2, Y7
 	VFMADD231PS  -32(CX)(R9*1), Y2, Y8
 	VFMADD231PS  -32(AX)(R9*1), Y4, Y11
@@ -37138,16 +41795,16 @@ stateVKbf16AVX2_dead_49:
 	VPERMPS      Y5, Y6, Y5
 	VMOVSS       (DX), X1
 	VUCOMISS     nearone<>+0(SB), X1
-	JCS          stateVKbf16AVX2_far_9
+	JCS          stateVKbf16AVX2_far_15
 	VBROADCASTSS (DX), Y6
 	VFMADD213PS  Y5, Y6, Y5
-	JMP          stateVKbf16AVX2_decayed_9
+	JMP          stateVKbf16AVX2_decayed_15
 
-stateVKbf16AVX2_far_9:
+stateVKbf16AVX2_far_15:
 	VBROADCASTSS 4(DX), Y6
 	VMULPS       Y5, Y6, Y5
 
-stateVKbf16AVX2_decayed_9:
+stateVKbf16AVX2_decayed_15:
 	VEXTRACTF128 $0x01, Y5, X6
 	VMOVSD       (SI), X1
 	VSUBPS       X5, X1, X1
@@ -37156,9 +41813,14 @@ stateVKbf16AVX2_decayed_9:
 	VBROADCASTSS 12(DX), Y5
 	VFMADD231PS  X5, X1, X6
 	VMOVSD       X6, (DI)
+	VSUBPS       X1, X1, X5
+	VCMPPS       $0x03, X5, X5, X5
+	VMOVMSKPS    X5, R12
+	ANDL         $0x00000003, R12
+	MOVL         R12, 80(SP)
 	VMOVSS       (DX), X5
 	VUCOMISS     nearone<>+0(SB), X5
-	JCS          stateVKbf16AVX2_far_10
+	JCS          stateVKbf16AVX2_far_16
 	VBROADCASTSS (DX), Y5
 	VBROADCASTSS X1, Y6
 	VMOVUPS      vklane1<>+0(SB), Y7
@@ -37224,7 +41886,7 @@ stateVKbf16AVX2_decayed_9:
 	VFMADD231PS  224(AX), Y7, Y8
 	VMOVUPS      Y8, 736(R11)
 	CMPQ         R9, $0x00000120
-	JBE          stateVKbf16AVX2_dead_50
+	JBE          stateVKbf16AVX2_dead_68
 	VMOVUPS      256(R11), Y8
 	VFMADD213PS  Y8, Y5, Y8
 	VFMADD231PS  256(AX), Y6, Y8
@@ -37234,7 +41896,7 @@ stateVKbf16AVX2_decayed_9:
 	VFMADD231PS  256(AX), Y7, Y8
 	VMOVUPS      Y8, 768(R11)
 	CMPQ         R9, $0x00000140
-	JBE          stateVKbf16AVX2_dead_50
+	JBE          stateVKbf16AVX2_dead_68
 	VMOVUPS      288(R11), Y8
 	VFMADD213PS  Y8, Y5, Y8
 	VFMADD231PS  288(AX), Y6, Y8
@@ -37244,7 +41906,7 @@ stateVKbf16AVX2_decayed_9:
 	VFMADD231PS  288(AX), Y7, Y8
 	VMOVUPS      Y8, 800(R11)
 	CMPQ         R9, $0x00000160
-	JBE          stateVKbf16AVX2_dead_50
+	JBE          stateVKbf16AVX2_dead_68
 	VMOVUPS      320(R11), Y8
 	VFMADD213PS  Y8, Y5, Y8
 	VFMADD231PS  320(AX), Y6, Y8
@@ -37254,16 +41916,16 @@ stateVKbf16AVX2_decayed_9:
 	VFMADD231PS  320(AX), Y7, Y8
 	VMOVUPS      Y8, 832(R11)
 
-stateVKbf16AVX2_dead_50:
+stateVKbf16AVX2_dead_68:
 	VFMADD213PS Y2, Y5, Y2
 	VFMADD231PS -32(AX)(R9*1), Y6, Y2
 	VANDPS      48(SP), Y2, Y2
 	VFMADD213PS Y4, Y5, Y4
 	VFMADD231PS -32(AX)(R9*1), Y7, Y4
 	VANDPS      48(SP), Y4, Y4
-	JMP         stateVKbf16AVX2_decayed_10
+	JMP         stateVKbf16AVX2_decayed_16
 
-stateVKbf16AVX2_far_10:
+stateVKbf16AVX2_far_16:
 	VBROADCASTSS 4(DX), Y5
 	VBROADCASTSS X1, Y6
 	VMOVUPS      vklane1<>+0(SB), Y7
@@ -37329,7 +41991,7 @@ stateVKbf16AVX2_far_10:
 	VFMADD231PS  224(AX), Y7, Y8
 	VMOVUPS      Y8, 736(R11)
 	CMPQ         R9, $0x00000120
-	JBE          stateVKbf16AVX2_dead_51
+	JBE          stateVKbf16AVX2_dead_69
 	VMOVUPS      256(R11), Y8
 	VMULPS       Y8, Y5, Y8
 	VFMADD231PS  256(AX), Y6, Y8
@@ -37339,7 +42001,7 @@ stateVKbf16AVX2_far_10:
 	VFMADD231PS  256(AX), Y7, Y8
 	VMOVUPS      Y8, 768(R11)
 	CMPQ         R9, $0x00000140
-	JBE          stateVKbf16AVX2_dead_51
+	JBE          stateVKbf16AVX2_dead_69
 	VMOVUPS      288(R11), Y8
 	VMULPS       Y8, Y5, Y8
 	VFMADD231PS  288(AX), Y6, Y8
@@ -37349,7 +42011,7 @@ stateVKbf16AVX2_far_10:
 	VFMADD231PS  288(AX), Y7, Y8
 	VMOVUPS      Y8, 800(R11)
 	CMPQ         R9, $0x00000160
-	JBE          stateVKbf16AVX2_dead_51
+	JBE          stateVKbf16AVX2_dead_69
 	VMOVUPS      320(R11), Y8
 	VMULPS       Y8, Y5, Y8
 	VFMADD231PS  320(AX), Y6, Y8
@@ -37359,7 +42021,7 @@ stateVKbf16AVX2_far_10:
 	VFMADD231PS  320(AX), Y7, Y8
 	VMOVUPS      Y8, 832(R11)
 
-stateVKbf16AVX2_dead_51:
+stateVKbf16AVX2_dead_69:
 	VMULPS      Y2, Y5, Y2
 	VFMADD231PS -32(AX)(R9*1), Y6, Y2
 	VANDPS      48(SP), Y2, Y2
@@ -37367,7 +42029,7 @@ stateVKbf16AVX2_dead_51:
 	VFMADD231PS -32(AX)(R9*1), Y7, Y4
 	VANDPS      48(SP), Y4, Y4
 
-stateVKbf16AVX2_decayed_10:
+stateVKbf16AVX2_decayed_16:
 	// The state after this token, if stored.
 	MOVQ         (BX), R12
 	TESTQ        R12, R12
@@ -37375,6 +42037,264 @@ stateVKbf16AVX2_decayed_10:
 	MOVQ         (SP), R13
 	IMULQ        R10, R13
 	ADDQ         R13, R12
+	CMPL         80(SP), $0x00
+	JNE          stateVKbf16AVX2_bfnan_5
+	VMOVAPS      Y2, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, -16(R12)(R10*1)
+	VMOVAPS      Y0, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, (R12)
+	VMOVUPS      32(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 16(R12)
+	VMOVUPS      64(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 32(R12)
+	VMOVUPS      96(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 48(R12)
+	VMOVUPS      128(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 64(R12)
+	VMOVUPS      160(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 80(R12)
+	VMOVUPS      192(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 96(R12)
+	VMOVUPS      224(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 112(R12)
+	CMPQ         R9, $0x00000120
+	JBE          stateVKbf16AVX2_dead_70
+	VMOVUPS      256(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 128(R12)
+	CMPQ         R9, $0x00000140
+	JBE          stateVKbf16AVX2_dead_70
+	VMOVUPS      288(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 144(R12)
+	CMPQ         R9, $0x00000160
+	JBE          stateVKbf16AVX2_dead_70
+	VMOVUPS      320(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 160(R12)
+
+stateVKbf16AVX2_dead_70:
+	ADDQ         R10, R12
+	VMOVAPS      Y4, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, -16(R12)(R10*1)
+	VMOVAPS      Y3, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, (R12)
+	VMOVUPS      544(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 16(R12)
+	VMOVUPS      576(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 32(R12)
+	VMOVUPS      608(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 48(R12)
+	VMOVUPS      640(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 64(R12)
+	VMOVUPS      672(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 80(R12)
+	VMOVUPS      704(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 96(R12)
+	VMOVUPS      736(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 112(R12)
+	CMPQ         R9, $0x00000120
+	JBE          stateVKbf16AVX2_dead_71
+	VMOVUPS      768(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 128(R12)
+	CMPQ         R9, $0x00000140
+	JBE          stateVKbf16AVX2_dead_71
+	VMOVUPS      800(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 144(R12)
+	CMPQ         R9, $0x00000160
+	JBE          stateVKbf16AVX2_dead_71
+	VMOVUPS      832(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 160(R12)
+
+stateVKbf16AVX2_dead_71:
+	JMP stateVKbf16AVX2_bfdone_5
+
+stateVKbf16AVX2_bfnan_5:
 	VMOVAPS      Y2, Y5
 	VPSRLD       $0x10, Y5, Y6
 	VCMPPS       $0x03, Y5, Y5, Y8
@@ -37491,7 +42411,7 @@ stateVKbf16AVX2_decayed_10:
 	VPACKUSDW    X1, X5, X1
 	VMOVDQU      X1, 112(R12)
 	CMPQ         R9, $0x00000120
-	JBE          stateVKbf16AVX2_dead_52
+	JBE          stateVKbf16AVX2_dead_72
 	VMOVUPS      256(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
@@ -37506,7 +42426,7 @@ stateVKbf16AVX2_decayed_10:
 	VPACKUSDW    X1, X5, X1
 	VMOVDQU      X1, 128(R12)
 	CMPQ         R9, $0x00000140
-	JBE          stateVKbf16AVX2_dead_52
+	JBE          stateVKbf16AVX2_dead_72
 	VMOVUPS      288(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
@@ -37521,7 +42441,7 @@ stateVKbf16AVX2_decayed_10:
 	VPACKUSDW    X1, X5, X1
 	VMOVDQU      X1, 144(R12)
 	CMPQ         R9, $0x00000160
-	JBE          stateVKbf16AVX2_dead_52
+	JBE          stateVKbf16AVX2_dead_72
 	VMOVUPS      320(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
@@ -37536,7 +42456,7 @@ stateVKbf16AVX2_decayed_10:
 	VPACKUSDW    X1, X5, X1
 	VMOVDQU      X1, 160(R12)
 
-stateVKbf16AVX2_dead_52:
+stateVKbf16AVX2_dead_72:
 	ADDQ         R10, R12
 	VMOVAPS      Y4, Y5
 	VPSRLD       $0x10, Y5, Y6
@@ -37654,7 +42574,7 @@ stateVKbf16AVX2_dead_52:
 	VPACKUSDW    X1, X5, X1
 	VMOVDQU      X1, 112(R12)
 	CMPQ         R9, $0x00000120
-	JBE          stateVKbf16AVX2_dead_53
+	JBE          stateVKbf16AVX2_dead_73
 	VMOVUPS      768(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
@@ -37669,7 +42589,7 @@ stateVKbf16AVX2_dead_52:
 	VPACKUSDW    X1, X5, X1
 	VMOVDQU      X1, 128(R12)
 	CMPQ         R9, $0x00000140
-	JBE          stateVKbf16AVX2_dead_53
+	JBE          stateVKbf16AVX2_dead_73
 	VMOVUPS      800(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
@@ -37684,7 +42604,7 @@ stateVKbf16AVX2_dead_52:
 	VPACKUSDW    X1, X5, X1
 	VMOVDQU      X1, 144(R12)
 	CMPQ         R9, $0x00000160
-	JBE          stateVKbf16AVX2_dead_53
+	JBE          stateVKbf16AVX2_dead_73
 	VMOVUPS      832(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
@@ -37699,7 +42619,8 @@ stateVKbf16AVX2_dead_52:
 	VPACKUSDW    X1, X5, X1
 	VMOVDQU      X1, 160(R12)
 
-stateVKbf16AVX2_dead_53:
+stateVKbf16AVX2_dead_73:
+stateVKbf16AVX2_bfdone_5:
 stateVKbf16AVX2_nostore_5:
 	ADDQ R9, AX
 	ADDQ R9, CX
@@ -37734,19 +42655,19 @@ stateVKbf16AVX2_nostore_5:
 	VMOVUPS 224(R11), Y0
 	VMOVUPS Y0, 224(AX)
 	CMPQ    R9, $0x00000120
-	JBE     stateVKbf16AVX2_dead_54
+	JBE     stateVKbf16AVX2_dead_74
 	VMOVUPS 256(R11), Y0
 	VMOVUPS Y0, 256(AX)
 	CMPQ    R9, $0x00000140
-	JBE     stateVKbf16AVX2_dead_54
+	JBE     stateVKbf16AVX2_dead_74
 	VMOVUPS 288(R11), Y0
 	VMOVUPS Y0, 288(AX)
 	CMPQ    R9, $0x00000160
-	JBE     stateVKbf16AVX2_dead_54
+	JBE     stateVKbf16AVX2_dead_74
 	VMOVUPS 320(R11), Y0
 	VMOVUPS Y0, 320(AX)
 
-stateVKbf16AVX2_dead_54:
+stateVKbf16AVX2_dead_74:
 	ADDQ    R9, AX
 	VMOVUPS Y4, -32(AX)(R9*1)
 	VMOVUPS Y3, (AX)
@@ -37765,34 +42686,35 @@ stateVKbf16AVX2_dead_54:
 	VMOVUPS 736(R11), Y0
 	VMOVUPS Y0, 224(AX)
 	CMPQ    R9, $0x00000120
-	JBE     stateVKbf16AVX2_dead_55
+	JBE     stateVKbf16AVX2_dead_75
 	VMOVUPS 768(R11), Y0
 	VMOVUPS Y0, 256(AX)
 	CMPQ    R9, $0x00000140
-	JBE     stateVKbf16AVX2_dead_55
+	JBE     stateVKbf16AVX2_dead_75
 	VMOVUPS 800(R11), Y0
 	VMOVUPS Y0, 288(AX)
 	CMPQ    R9, $0x00000160
-	JBE     stateVKbf16AVX2_dead_55
+	JBE     stateVKbf16AVX2_dead_75
 	VMOVUPS 832(R11), Y0
 	VMOVUPS Y0, 320(AX)
 
-stateVKbf16AVX2_dead_55:
+stateVKbf16AVX2_dead_75:
 stateVKbf16AVX2_nocarry_5:
 	ADDQ $0x00000002, (SP)
 	SUBQ $0x00000002, 8(SP)
 	JMP  stateVKbf16AVX2_group_5
 
 stateVKbf16AVX2_groupsdone_5:
+stateVKbf16AVX2_pairtail_3:
 stateVKbf16AVX2_group_6:
 	CMPQ 8(SP), $0x00000001
 	JB   stateVKbf16AVX2_groupsdone_6
 
 	// The prefetch list's next group.
-	MOVQ 304(SP), AX
+	MOVQ 312(SP), AX
 
 stateVKbf16AVX2_pfentry_6:
-	CMPQ  AX, 312(SP)
+	CMPQ  AX, 320(SP)
 	JAE   stateVKbf16AVX2_pfdone_6
 	MOVQ  (AX), DX
 	MOVQ  8(AX), CX
@@ -37808,7 +42730,7 @@ stateVKbf16AVX2_pfline_6:
 	JMP        stateVKbf16AVX2_pfentry_6
 
 stateVKbf16AVX2_pfdone_6:
-	MOVQ AX, 304(SP)
+	MOVQ AX, 312(SP)
 
 	// Load 1 row(s) of 9…12 vectors.
 	MOVQ       src32_base+40(FP), AX
@@ -37823,10 +42745,10 @@ stateVKbf16AVX2_pfdone_6:
 	PREFETCHT0 8384(AX)
 	PREFETCHT0 8448(AX)
 	CMPQ       R9, $0x00000140
-	JBE        stateVKbf16AVX2_dead_56
+	JBE        stateVKbf16AVX2_dead_76
 	PREFETCHT0 8512(AX)
 
-stateVKbf16AVX2_dead_56:
+stateVKbf16AVX2_dead_76:
 	VMOVUPS (AX), Y0
 	VMOVUPS 32(AX), Y1
 	VMOVUPS 64(AX), Y2
@@ -37836,19 +42758,19 @@ stateVKbf16AVX2_dead_56:
 	VMOVUPS 192(AX), Y6
 	VMOVUPS 224(AX), Y7
 	CMPQ    R9, $0x00000120
-	JBE     stateVKbf16AVX2_dead_57
+	JBE     stateVKbf16AVX2_dead_77
 	VMOVUPS 256(AX), Y8
-	VMOVUPS Y8, 80(SP)
+	VMOVUPS Y8, 88(SP)
 	CMPQ    R9, $0x00000140
-	JBE     stateVKbf16AVX2_dead_57
+	JBE     stateVKbf16AVX2_dead_77
 	VMOVUPS 288(AX), Y8
-	VMOVUPS Y8, 112(SP)
+	VMOVUPS Y8, 120(SP)
 	CMPQ    R9, $0x00000160
-	JBE     stateVKbf16AVX2_dead_57
+	JBE     stateVKbf16AVX2_dead_77
 	VMOVUPS 320(AX), Y8
-	VMOVUPS Y8, 144(SP)
+	VMOVUPS Y8, 152(SP)
 
-stateVKbf16AVX2_dead_57:
+stateVKbf16AVX2_dead_77:
 	VMOVUPS -32(AX)(R9*1), Y8
 	VANDPS  48(SP), Y8, Y8
 	JMP     stateVKbf16AVX2_loaded_6
@@ -37878,22 +42800,22 @@ stateVKbf16AVX2_frombf16_6:
 	VPMOVZXWD  112(AX), Y7
 	VPSLLD     $0x10, Y7, Y7
 	CMPQ       R9, $0x00000120
-	JBE        stateVKbf16AVX2_dead_58
+	JBE        stateVKbf16AVX2_dead_78
 	VPMOVZXWD  128(AX), Y8
 	VPSLLD     $0x10, Y8, Y8
-	VMOVUPS    Y8, 80(SP)
+	VMOVUPS    Y8, 88(SP)
 	CMPQ       R9, $0x00000140
-	JBE        stateVKbf16AVX2_dead_58
+	JBE        stateVKbf16AVX2_dead_78
 	VPMOVZXWD  144(AX), Y8
 	VPSLLD     $0x10, Y8, Y8
-	VMOVUPS    Y8, 112(SP)
+	VMOVUPS    Y8, 120(SP)
 	CMPQ       R9, $0x00000160
-	JBE        stateVKbf16AVX2_dead_58
+	JBE        stateVKbf16AVX2_dead_78
 	VPMOVZXWD  160(AX), Y8
 	VPSLLD     $0x10, Y8, Y8
-	VMOVUPS    Y8, 144(SP)
+	VMOVUPS    Y8, 152(SP)
 
-stateVKbf16AVX2_dead_58:
+stateVKbf16AVX2_dead_78:
 	VPMOVZXWD -16(AX)(R10*1), Y8
 	VPSLLD    $0x10, Y8, Y8
 	VANDPS    48(SP), Y8, Y8
@@ -37929,22 +42851,22 @@ stateVKbf16AVX2_token_6:
 	VFMADD231PS 224(AX), Y7, Y11
 	VFMADD231PS 224(CX), Y7, Y12
 	CMPQ        R9, $0x00000120
-	JBE         stateVKbf16AVX2_dead_59
-	VMOVUPS     80(SP), Y13
+	JBE         stateVKbf16AVX2_dead_79
+	VMOVUPS     88(SP), Y13
 	VFMADD231PS 256(AX), Y13, Y9
 	VFMADD231PS 256(CX), Y13, Y10
 	CMPQ        R9, $0x00000140
-	JBE         stateVKbf16AVX2_dead_59
-	VMOVUPS     112(SP), Y13
+	JBE         stateVKbf16AVX2_dead_79
+	VMOVUPS     120(SP), Y13
 	VFMADD231PS 288(AX), Y13, Y11
 	VFMADD231PS 288(CX), Y13, Y12
 	CMPQ        R9, $0x00000160
-	JBE         stateVKbf16AVX2_dead_59
-	VMOVUPS     144(SP), Y13
+	JBE         stateVKbf16AVX2_dead_79
+	VMOVUPS     152(SP), Y13
 	VFMADD231PS 320(AX), Y13, Y9
 	VFMADD231PS 320(CX), Y13, Y10
 
-stateVKbf16AVX2_dead_59:
+stateVKbf16AVX2_dead_79:
 	VFMADD231PS  -32(AX)(R9*1), Y8, Y11
 	VFMADD231PS  -32(CX)(R9*1), Y8, Y12
 	VADDPS       Y11, Y9, Y9
@@ -37962,16 +42884,16 @@ stateVKbf16AVX2_dead_59:
 	VPERMPS      Y10, Y9, Y9
 	VMOVSS       (DX), X10
 	VUCOMISS     nearone<>+0(SB), X10
-	JCS          stateVKbf16AVX2_far_11
+	JCS          stateVKbf16AVX2_far_17
 	VBROADCASTSS (DX), Y10
 	VFMADD213PS  Y9, Y10, Y9
-	JMP          stateVKbf16AVX2_decayed_11
+	JMP          stateVKbf16AVX2_decayed_17
 
-stateVKbf16AVX2_far_11:
+stateVKbf16AVX2_far_17:
 	VBROADCASTSS 4(DX), Y10
 	VMULPS       Y9, Y10, Y9
 
-stateVKbf16AVX2_decayed_11:
+stateVKbf16AVX2_decayed_17:
 	VEXTRACTF128 $0x01, Y9, X10
 	VMOVSS       (SI), X11
 	VSUBPS       X9, X11, X11
@@ -37980,9 +42902,14 @@ stateVKbf16AVX2_decayed_11:
 	VBROADCASTSS 12(DX), Y11
 	VFMADD231PS  X11, X9, X10
 	VMOVSS       X10, (DI)
+	VSUBPS       X9, X9, X10
+	VCMPPS       $0x03, X10, X10, X10
+	VMOVMSKPS    X10, R11
+	ANDL         $0x00000001, R11
+	MOVL         R11, 80(SP)
 	VMOVSS       (DX), X10
 	VUCOMISS     nearone<>+0(SB), X10
-	JCS          stateVKbf16AVX2_far_12
+	JCS          stateVKbf16AVX2_far_18
 	VBROADCASTSS (DX), Y10
 	VBROADCASTSS X9, Y9
 	VFMADD213PS  Y0, Y10, Y0
@@ -38002,31 +42929,31 @@ stateVKbf16AVX2_decayed_11:
 	VFMADD213PS  Y7, Y10, Y7
 	VFMADD231PS  224(AX), Y9, Y7
 	CMPQ         R9, $0x00000120
-	JBE          stateVKbf16AVX2_dead_60
-	VMOVUPS      80(SP), Y11
+	JBE          stateVKbf16AVX2_dead_80
+	VMOVUPS      88(SP), Y11
 	VFMADD213PS  Y11, Y10, Y11
 	VFMADD231PS  256(AX), Y9, Y11
-	VMOVUPS      Y11, 80(SP)
+	VMOVUPS      Y11, 88(SP)
 	CMPQ         R9, $0x00000140
-	JBE          stateVKbf16AVX2_dead_60
-	VMOVUPS      112(SP), Y11
+	JBE          stateVKbf16AVX2_dead_80
+	VMOVUPS      120(SP), Y11
 	VFMADD213PS  Y11, Y10, Y11
 	VFMADD231PS  288(AX), Y9, Y11
-	VMOVUPS      Y11, 112(SP)
+	VMOVUPS      Y11, 120(SP)
 	CMPQ         R9, $0x00000160
-	JBE          stateVKbf16AVX2_dead_60
-	VMOVUPS      144(SP), Y11
+	JBE          stateVKbf16AVX2_dead_80
+	VMOVUPS      152(SP), Y11
 	VFMADD213PS  Y11, Y10, Y11
 	VFMADD231PS  320(AX), Y9, Y11
-	VMOVUPS      Y11, 144(SP)
+	VMOVUPS      Y11, 152(SP)
 
-stateVKbf16AVX2_dead_60:
+stateVKbf16AVX2_dead_80:
 	VFMADD213PS Y8, Y10, Y8
 	VFMADD231PS -32(AX)(R9*1), Y9, Y8
 	VANDPS      48(SP), Y8, Y8
-	JMP         stateVKbf16AVX2_decayed_12
+	JMP         stateVKbf16AVX2_decayed_18
 
-stateVKbf16AVX2_far_12:
+stateVKbf16AVX2_far_18:
 	VBROADCASTSS 4(DX), Y10
 	VBROADCASTSS X9, Y9
 	VMULPS       Y0, Y10, Y0
@@ -38046,30 +42973,30 @@ stateVKbf16AVX2_far_12:
 	VMULPS       Y7, Y10, Y7
 	VFMADD231PS  224(AX), Y9, Y7
 	CMPQ         R9, $0x00000120
-	JBE          stateVKbf16AVX2_dead_61
-	VMOVUPS      80(SP), Y11
+	JBE          stateVKbf16AVX2_dead_81
+	VMOVUPS      88(SP), Y11
 	VMULPS       Y11, Y10, Y11
 	VFMADD231PS  256(AX), Y9, Y11
-	VMOVUPS      Y11, 80(SP)
+	VMOVUPS      Y11, 88(SP)
 	CMPQ         R9, $0x00000140
-	JBE          stateVKbf16AVX2_dead_61
-	VMOVUPS      112(SP), Y11
+	JBE          stateVKbf16AVX2_dead_81
+	VMOVUPS      120(SP), Y11
 	VMULPS       Y11, Y10, Y11
 	VFMADD231PS  288(AX), Y9, Y11
-	VMOVUPS      Y11, 112(SP)
+	VMOVUPS      Y11, 120(SP)
 	CMPQ         R9, $0x00000160
-	JBE          stateVKbf16AVX2_dead_61
-	VMOVUPS      144(SP), Y11
+	JBE          stateVKbf16AVX2_dead_81
+	VMOVUPS      152(SP), Y11
 	VMULPS       Y11, Y10, Y11
 	VFMADD231PS  320(AX), Y9, Y11
-	VMOVUPS      Y11, 144(SP)
+	VMOVUPS      Y11, 152(SP)
 
-stateVKbf16AVX2_dead_61:
+stateVKbf16AVX2_dead_81:
 	VMULPS      Y8, Y10, Y8
 	VFMADD231PS -32(AX)(R9*1), Y9, Y8
 	VANDPS      48(SP), Y8, Y8
 
-stateVKbf16AVX2_decayed_12:
+stateVKbf16AVX2_decayed_18:
 	// The state after this token, if stored.
 	MOVQ         (BX), R11
 	TESTQ        R11, R11
@@ -38077,6 +43004,130 @@ stateVKbf16AVX2_decayed_12:
 	MOVQ         (SP), R12
 	IMULQ        R10, R12
 	ADDQ         R12, R11
+	CMPL         80(SP), $0x00
+	JNE          stateVKbf16AVX2_bfnan_6
+	VMOVAPS      Y8, Y9
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y10, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X10
+	VPACKUSDW    X10, X9, X10
+	VMOVDQU      X10, -16(R11)(R10*1)
+	VMOVAPS      Y0, Y9
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y10, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X10
+	VPACKUSDW    X10, X9, X10
+	VMOVDQU      X10, (R11)
+	VMOVAPS      Y1, Y9
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y10, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X10
+	VPACKUSDW    X10, X9, X10
+	VMOVDQU      X10, 16(R11)
+	VMOVAPS      Y2, Y9
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y10, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X10
+	VPACKUSDW    X10, X9, X10
+	VMOVDQU      X10, 32(R11)
+	VMOVAPS      Y3, Y9
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y10, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X10
+	VPACKUSDW    X10, X9, X10
+	VMOVDQU      X10, 48(R11)
+	VMOVAPS      Y4, Y9
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y10, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X10
+	VPACKUSDW    X10, X9, X10
+	VMOVDQU      X10, 64(R11)
+	VMOVAPS      Y5, Y9
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y10, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X10
+	VPACKUSDW    X10, X9, X10
+	VMOVDQU      X10, 80(R11)
+	VMOVAPS      Y6, Y9
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y10, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X10
+	VPACKUSDW    X10, X9, X10
+	VMOVDQU      X10, 96(R11)
+	VMOVAPS      Y7, Y9
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y10, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X10
+	VPACKUSDW    X10, X9, X10
+	VMOVDQU      X10, 112(R11)
+	CMPQ         R9, $0x00000120
+	JBE          stateVKbf16AVX2_dead_82
+	VMOVUPS      88(SP), Y9
+	VMOVAPS      Y9, Y9
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y10, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X10
+	VPACKUSDW    X10, X9, X10
+	VMOVDQU      X10, 128(R11)
+	CMPQ         R9, $0x00000140
+	JBE          stateVKbf16AVX2_dead_82
+	VMOVUPS      120(SP), Y9
+	VMOVAPS      Y9, Y9
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y10, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X10
+	VPACKUSDW    X10, X9, X10
+	VMOVDQU      X10, 144(R11)
+	CMPQ         R9, $0x00000160
+	JBE          stateVKbf16AVX2_dead_82
+	VMOVUPS      152(SP), Y9
+	VMOVAPS      Y9, Y9
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y10, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X10
+	VPACKUSDW    X10, X9, X10
+	VMOVDQU      X10, 160(R11)
+
+stateVKbf16AVX2_dead_82:
+	JMP stateVKbf16AVX2_bfdone_6
+
+stateVKbf16AVX2_bfnan_6:
 	VMOVAPS      Y8, Y9
 	VPSRLD       $0x10, Y9, Y10
 	VCMPPS       $0x03, Y9, Y9, Y12
@@ -38186,8 +43237,8 @@ stateVKbf16AVX2_decayed_12:
 	VPACKUSDW    X10, X9, X10
 	VMOVDQU      X10, 112(R11)
 	CMPQ         R9, $0x00000120
-	JBE          stateVKbf16AVX2_dead_62
-	VMOVUPS      80(SP), Y9
+	JBE          stateVKbf16AVX2_dead_83
+	VMOVUPS      88(SP), Y9
 	VMOVAPS      Y9, Y9
 	VPSRLD       $0x10, Y9, Y10
 	VCMPPS       $0x03, Y9, Y9, Y12
@@ -38201,8 +43252,8 @@ stateVKbf16AVX2_decayed_12:
 	VPACKUSDW    X10, X9, X10
 	VMOVDQU      X10, 128(R11)
 	CMPQ         R9, $0x00000140
-	JBE          stateVKbf16AVX2_dead_62
-	VMOVUPS      112(SP), Y9
+	JBE          stateVKbf16AVX2_dead_83
+	VMOVUPS      120(SP), Y9
 	VMOVAPS      Y9, Y9
 	VPSRLD       $0x10, Y9, Y10
 	VCMPPS       $0x03, Y9, Y9, Y12
@@ -38216,8 +43267,8 @@ stateVKbf16AVX2_decayed_12:
 	VPACKUSDW    X10, X9, X10
 	VMOVDQU      X10, 144(R11)
 	CMPQ         R9, $0x00000160
-	JBE          stateVKbf16AVX2_dead_62
-	VMOVUPS      144(SP), Y9
+	JBE          stateVKbf16AVX2_dead_83
+	VMOVUPS      152(SP), Y9
 	VMOVAPS      Y9, Y9
 	VPSRLD       $0x10, Y9, Y10
 	VCMPPS       $0x03, Y9, Y9, Y12
@@ -38231,7 +43282,8 @@ stateVKbf16AVX2_decayed_12:
 	VPACKUSDW    X10, X9, X10
 	VMOVDQU      X10, 160(R11)
 
-stateVKbf16AVX2_dead_62:
+stateVKbf16AVX2_dead_83:
+stateVKbf16AVX2_bfdone_6:
 stateVKbf16AVX2_nostore_6:
 	ADDQ R9, AX
 	ADDQ R9, CX
@@ -38259,19 +43311,19 @@ stateVKbf16AVX2_nostore_6:
 	VMOVUPS Y6, 192(AX)
 	VMOVUPS Y7, 224(AX)
 	CMPQ    R9, $0x00000120
-	JBE     stateVKbf16AVX2_dead_63
-	VMOVUPS 80(SP), Y0
+	JBE     stateVKbf16AVX2_dead_84
+	VMOVUPS 88(SP), Y0
 	VMOVUPS Y0, 256(AX)
 	CMPQ    R9, $0x00000140
-	JBE     stateVKbf16AVX2_dead_63
-	VMOVUPS 112(SP), Y0
+	JBE     stateVKbf16AVX2_dead_84
+	VMOVUPS 120(SP), Y0
 	VMOVUPS Y0, 288(AX)
 	CMPQ    R9, $0x00000160
-	JBE     stateVKbf16AVX2_dead_63
-	VMOVUPS 144(SP), Y0
+	JBE     stateVKbf16AVX2_dead_84
+	VMOVUPS 152(SP), Y0
 	VMOVUPS Y0, 320(AX)
 
-stateVKbf16AVX2_dead_63:
+stateVKbf16AVX2_dead_84:
 stateVKbf16AVX2_nocarry_6:
 	ADDQ $0x00000001, (SP)
 	SUBQ $0x00000001, 8(SP)
@@ -38282,6 +43334,1103 @@ stateVKbf16AVX2_groupsdone_6:
 
 stateVKbf16AVX2_n16_1:
 	// Rows of 13…16 vectors.
+	CMPQ  16(SP), $0x01
+	JNE   stateVKbf16AVX2_pairs_4
+	MOVQ  stores_base+64(FP), AX
+	CMPQ  (AX), $0x00
+	JE    stateVKbf16AVX2_pairs_4
+	MOVQ  src32_base+40(FP), AX
+	TESTQ AX, AX
+	JNZ   stateVKbf16AVX2_pairs_4
+	MOVQ  carry_base+88(FP), AX
+	TESTQ AX, AX
+	JNZ   stateVKbf16AVX2_pairs_4
+
+stateVKbf16AVX2_once_4:
+	CMPQ 8(SP), $0x02
+	JB   stateVKbf16AVX2_oncedone_4
+
+	// A pair of rows of 13…16 vectors, one token.
+	MOVQ       src_base+16(FP), R11
+	MOVQ       (SP), AX
+	IMULQ      R10, AX
+	ADDQ       AX, R11
+	MOVQ       kh_base+112(FP), AX
+	MOVQ       qh_base+136(FP), CX
+	MOVQ       tok_base+216(FP), DX
+	MOVQ       stores_base+64(FP), BX
+	MOVQ       v_base+160(FP), SI
+	MOVQ       o_base+192(FP), DI
+	MOVQ       (SP), R8
+	SHLQ       $0x02, R8
+	ADDQ       R8, SI
+	ADDQ       R8, DI
+	MOVQ       16(SP), R8
+	PREFETCHT0 8192(R11)
+	PREFETCHT0 8256(R11)
+	PREFETCHT0 8320(R11)
+	PREFETCHT0 8384(R11)
+	PREFETCHT0 8448(R11)
+	PREFETCHT0 8512(R11)
+	PREFETCHT0 8576(R11)
+	CMPQ       R9, $0x000001c0
+	JBE        stateVKbf16AVX2_dead_85
+	PREFETCHT0 8640(R11)
+
+stateVKbf16AVX2_dead_85:
+	VMOVUPS     (AX), Y5
+	VMOVUPS     (CX), Y3
+	VPMOVZXWD   (R11), Y2
+	VPSLLD      $0x10, Y2, Y2
+	VMULPS      Y5, Y2, Y0
+	VMULPS      Y3, Y2, Y2
+	VPMOVZXWD   (R11)(R10*1), Y4
+	VPSLLD      $0x10, Y4, Y4
+	VMULPS      Y5, Y4, Y5
+	VMULPS      Y3, Y4, Y6
+	VMOVUPS     32(AX), Y7
+	VMOVUPS     32(CX), Y8
+	VPMOVZXWD   16(R11), Y4
+	VPSLLD      $0x10, Y4, Y4
+	VMULPS      Y7, Y4, Y3
+	VMULPS      Y8, Y4, Y4
+	VPMOVZXWD   16(R11)(R10*1), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VMULPS      Y7, Y9, Y7
+	VMULPS      Y8, Y9, Y8
+	VMOVUPS     64(AX), Y9
+	VMOVUPS     64(CX), Y10
+	VPMOVZXWD   32(R11), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y0
+	VFMADD231PS Y10, Y11, Y2
+	VPMOVZXWD   32(R11)(R10*1), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y5
+	VFMADD231PS Y10, Y11, Y6
+	VMOVUPS     96(AX), Y9
+	VMOVUPS     96(CX), Y10
+	VPMOVZXWD   48(R11), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y3
+	VFMADD231PS Y10, Y11, Y4
+	VPMOVZXWD   48(R11)(R10*1), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y7
+	VFMADD231PS Y10, Y11, Y8
+	VMOVUPS     128(AX), Y9
+	VMOVUPS     128(CX), Y10
+	VPMOVZXWD   64(R11), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y0
+	VFMADD231PS Y10, Y11, Y2
+	VPMOVZXWD   64(R11)(R10*1), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y5
+	VFMADD231PS Y10, Y11, Y6
+	VMOVUPS     160(AX), Y9
+	VMOVUPS     160(CX), Y10
+	VPMOVZXWD   80(R11), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y3
+	VFMADD231PS Y10, Y11, Y4
+	VPMOVZXWD   80(R11)(R10*1), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y7
+	VFMADD231PS Y10, Y11, Y8
+	VMOVUPS     192(AX), Y9
+	VMOVUPS     192(CX), Y10
+	VPMOVZXWD   96(R11), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y0
+	VFMADD231PS Y10, Y11, Y2
+	VPMOVZXWD   96(R11)(R10*1), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y5
+	VFMADD231PS Y10, Y11, Y6
+	VMOVUPS     224(AX), Y9
+	VMOVUPS     224(CX), Y10
+	VPMOVZXWD   112(R11), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y3
+	VFMADD231PS Y10, Y11, Y4
+	VPMOVZXWD   112(R11)(R10*1), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y7
+	VFMADD231PS Y10, Y11, Y8
+	VMOVUPS     256(AX), Y9
+	VMOVUPS     256(CX), Y10
+	VPMOVZXWD   128(R11), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y0
+	VFMADD231PS Y10, Y11, Y2
+	VPMOVZXWD   128(R11)(R10*1), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y5
+	VFMADD231PS Y10, Y11, Y6
+	VMOVUPS     288(AX), Y9
+	VMOVUPS     288(CX), Y10
+	VPMOVZXWD   144(R11), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y3
+	VFMADD231PS Y10, Y11, Y4
+	VPMOVZXWD   144(R11)(R10*1), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y7
+	VFMADD231PS Y10, Y11, Y8
+	VMOVUPS     320(AX), Y9
+	VMOVUPS     320(CX), Y10
+	VPMOVZXWD   160(R11), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y0
+	VFMADD231PS Y10, Y11, Y2
+	VPMOVZXWD   160(R11)(R10*1), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y5
+	VFMADD231PS Y10, Y11, Y6
+	VMOVUPS     352(AX), Y9
+	VMOVUPS     352(CX), Y10
+	VPMOVZXWD   176(R11), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y3
+	VFMADD231PS Y10, Y11, Y4
+	VPMOVZXWD   176(R11)(R10*1), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y7
+	VFMADD231PS Y10, Y11, Y8
+	CMPQ        R9, $0x000001a0
+	JBE         stateVKbf16AVX2_dead_86
+	VMOVUPS     384(AX), Y9
+	VMOVUPS     384(CX), Y10
+	VPMOVZXWD   192(R11), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y0
+	VFMADD231PS Y10, Y11, Y2
+	VPMOVZXWD   192(R11)(R10*1), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y5
+	VFMADD231PS Y10, Y11, Y6
+	CMPQ        R9, $0x000001c0
+	JBE         stateVKbf16AVX2_dead_86
+	VMOVUPS     416(AX), Y9
+	VMOVUPS     416(CX), Y10
+	VPMOVZXWD   208(R11), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y3
+	VFMADD231PS Y10, Y11, Y4
+	VPMOVZXWD   208(R11)(R10*1), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y7
+	VFMADD231PS Y10, Y11, Y8
+	CMPQ        R9, $0x000001e0
+	JBE         stateVKbf16AVX2_dead_86
+	VMOVUPS     448(AX), Y9
+	VMOVUPS     448(CX), Y10
+	VPMOVZXWD   224(R11), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y0
+	VFMADD231PS Y10, Y11, Y2
+	VPMOVZXWD   224(R11)(R10*1), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y5
+	VFMADD231PS Y10, Y11, Y6
+
+stateVKbf16AVX2_dead_86:
+	VMOVUPS      -32(AX)(R9*1), Y9
+	VMOVUPS      -32(CX)(R9*1), Y10
+	VPMOVZXWD    -16(R11)(R10*1), Y11
+	VPSLLD       $0x10, Y11, Y11
+	VANDPS       48(SP), Y11, Y11
+	VFMADD231PS  Y9, Y11, Y3
+	VFMADD231PS  Y10, Y11, Y4
+	VPMOVZXWD    -16(R11)(R10*2), Y11
+	VPSLLD       $0x10, Y11, Y11
+	VANDPS       48(SP), Y11, Y11
+	VFMADD231PS  Y9, Y11, Y7
+	VFMADD231PS  Y10, Y11, Y8
+	VADDPS       Y3, Y0, Y0
+	VADDPS       Y7, Y5, Y5
+	VADDPS       Y4, Y2, Y2
+	VADDPS       Y8, Y6, Y6
+	VPERM2F128   $0x20, Y5, Y0, Y3
+	VPERM2F128   $0x31, Y5, Y0, Y0
+	VADDPS       Y0, Y3, Y3
+	VPERM2F128   $0x20, Y6, Y2, Y0
+	VPERM2F128   $0x31, Y6, Y2, Y2
+	VADDPS       Y2, Y0, Y0
+	VSHUFPS      $0x44, Y0, Y3, Y2
+	VSHUFPS      $0xee, Y0, Y3, Y0
+	VADDPS       Y0, Y2, Y2
+	VSHUFPS      $0x88, Y2, Y2, Y0
+	VSHUFPS      $0xdd, Y2, Y2, Y2
+	VADDPS       Y2, Y0, Y0
+	VMOVUPS      vkpermAVX2_2<>+0(SB), Y2
+	VPERMPS      Y0, Y2, Y0
+	VMOVSS       (DX), X1
+	VUCOMISS     nearone<>+0(SB), X1
+	JCS          stateVKbf16AVX2_far_19
+	VBROADCASTSS (DX), Y2
+	VFMADD213PS  Y0, Y2, Y0
+	JMP          stateVKbf16AVX2_decayed_19
+
+stateVKbf16AVX2_far_19:
+	VBROADCASTSS 4(DX), Y2
+	VMULPS       Y0, Y2, Y0
+
+stateVKbf16AVX2_decayed_19:
+	VEXTRACTF128 $0x01, Y0, X2
+	VMOVSD       (SI), X1
+	VSUBPS       X0, X1, X1
+	VBROADCASTSS 8(DX), Y0
+	VMULPS       X0, X1, X1
+	VBROADCASTSS 12(DX), Y0
+	VFMADD231PS  X0, X1, X2
+	VMOVSD       X2, (DI)
+	VSUBPS       X1, X1, X0
+	VCMPPS       $0x03, X0, X0, X0
+	VMOVMSKPS    X0, CX
+	ANDL         $0x00000003, CX
+	MOVL         CX, 80(SP)
+	MOVQ         (BX), CX
+	MOVQ         (SP), BX
+	IMULQ        R10, BX
+	ADDQ         BX, CX
+	VPMOVZXWD    -16(R11)(R10*1), Y0
+	VPSLLD       $0x10, Y0, Y0
+	VPMOVZXWD    -16(R11)(R10*2), Y2
+	VPSLLD       $0x10, Y2, Y2
+	CMPL         80(SP), $0x00
+	JNE          stateVKbf16AVX2_pairs_4
+	VMOVSS       (DX), X3
+	VUCOMISS     nearone<>+0(SB), X3
+	JCS          stateVKbf16AVX2_far_20
+	VBROADCASTSS (DX), Y3
+	VBROADCASTSS X1, Y4
+	VMOVUPS      vklane1<>+0(SB), Y5
+	VPERMPS      Y1, Y5, Y5
+	VMOVUPS      (AX), Y6
+	VPMOVZXWD    (R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, (CX)
+	VPMOVZXWD    (R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, (CX)(R10*1)
+	VMOVUPS      32(AX), Y6
+	VPMOVZXWD    16(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 16(CX)
+	VPMOVZXWD    16(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 16(CX)(R10*1)
+	VMOVUPS      64(AX), Y6
+	VPMOVZXWD    32(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 32(CX)
+	VPMOVZXWD    32(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 32(CX)(R10*1)
+	VMOVUPS      96(AX), Y6
+	VPMOVZXWD    48(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 48(CX)
+	VPMOVZXWD    48(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 48(CX)(R10*1)
+	VMOVUPS      128(AX), Y6
+	VPMOVZXWD    64(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 64(CX)
+	VPMOVZXWD    64(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 64(CX)(R10*1)
+	VMOVUPS      160(AX), Y6
+	VPMOVZXWD    80(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 80(CX)
+	VPMOVZXWD    80(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 80(CX)(R10*1)
+	VMOVUPS      192(AX), Y6
+	VPMOVZXWD    96(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 96(CX)
+	VPMOVZXWD    96(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 96(CX)(R10*1)
+	VMOVUPS      224(AX), Y6
+	VPMOVZXWD    112(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 112(CX)
+	VPMOVZXWD    112(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 112(CX)(R10*1)
+	VMOVUPS      256(AX), Y6
+	VPMOVZXWD    128(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 128(CX)
+	VPMOVZXWD    128(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 128(CX)(R10*1)
+	VMOVUPS      288(AX), Y6
+	VPMOVZXWD    144(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 144(CX)
+	VPMOVZXWD    144(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 144(CX)(R10*1)
+	VMOVUPS      320(AX), Y6
+	VPMOVZXWD    160(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 160(CX)
+	VPMOVZXWD    160(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 160(CX)(R10*1)
+	VMOVUPS      352(AX), Y6
+	VPMOVZXWD    176(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 176(CX)
+	VPMOVZXWD    176(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 176(CX)(R10*1)
+	CMPQ         R9, $0x000001a0
+	JBE          stateVKbf16AVX2_dead_87
+	VMOVUPS      384(AX), Y6
+	VPMOVZXWD    192(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 192(CX)
+	VPMOVZXWD    192(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 192(CX)(R10*1)
+	CMPQ         R9, $0x000001c0
+	JBE          stateVKbf16AVX2_dead_87
+	VMOVUPS      416(AX), Y6
+	VPMOVZXWD    208(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 208(CX)
+	VPMOVZXWD    208(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 208(CX)(R10*1)
+	CMPQ         R9, $0x000001e0
+	JBE          stateVKbf16AVX2_dead_87
+	VMOVUPS      448(AX), Y6
+	VPMOVZXWD    224(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 224(CX)
+	VPMOVZXWD    224(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 224(CX)(R10*1)
+
+stateVKbf16AVX2_dead_87:
+	VFMADD213PS  Y0, Y3, Y0
+	VFMADD231PS  -32(AX)(R9*1), Y4, Y0
+	VPSRLD       $0x10, Y0, Y4
+	VPAND        one_i<>+0(SB), Y4, Y4
+	VPADDD       round<>+0(SB), Y0, Y0
+	VPADDD       Y4, Y0, Y0
+	VPSRLD       $0x10, Y0, Y0
+	VEXTRACTI128 $0x01, Y0, X1
+	VPACKUSDW    X1, X0, X1
+	VMOVDQU      X1, -16(CX)(R10*1)
+	VFMADD213PS  Y2, Y3, Y2
+	VFMADD231PS  -32(AX)(R9*1), Y5, Y2
+	VPSRLD       $0x10, Y2, Y0
+	VPAND        one_i<>+0(SB), Y0, Y0
+	VPADDD       round<>+0(SB), Y2, Y2
+	VPADDD       Y0, Y2, Y2
+	VPSRLD       $0x10, Y2, Y2
+	VEXTRACTI128 $0x01, Y2, X0
+	VPACKUSDW    X0, X2, X0
+	VMOVDQU      X0, -16(CX)(R10*2)
+	JMP          stateVKbf16AVX2_decayed_20
+
+stateVKbf16AVX2_far_20:
+	VBROADCASTSS 4(DX), Y3
+	VBROADCASTSS X1, Y4
+	VMOVUPS      vklane1<>+0(SB), Y5
+	VPERMPS      Y1, Y5, Y5
+	VMOVUPS      (AX), Y6
+	VPMOVZXWD    (R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, (CX)
+	VPMOVZXWD    (R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, (CX)(R10*1)
+	VMOVUPS      32(AX), Y6
+	VPMOVZXWD    16(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 16(CX)
+	VPMOVZXWD    16(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 16(CX)(R10*1)
+	VMOVUPS      64(AX), Y6
+	VPMOVZXWD    32(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 32(CX)
+	VPMOVZXWD    32(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 32(CX)(R10*1)
+	VMOVUPS      96(AX), Y6
+	VPMOVZXWD    48(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 48(CX)
+	VPMOVZXWD    48(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 48(CX)(R10*1)
+	VMOVUPS      128(AX), Y6
+	VPMOVZXWD    64(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 64(CX)
+	VPMOVZXWD    64(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 64(CX)(R10*1)
+	VMOVUPS      160(AX), Y6
+	VPMOVZXWD    80(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 80(CX)
+	VPMOVZXWD    80(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 80(CX)(R10*1)
+	VMOVUPS      192(AX), Y6
+	VPMOVZXWD    96(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 96(CX)
+	VPMOVZXWD    96(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 96(CX)(R10*1)
+	VMOVUPS      224(AX), Y6
+	VPMOVZXWD    112(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 112(CX)
+	VPMOVZXWD    112(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 112(CX)(R10*1)
+	VMOVUPS      256(AX), Y6
+	VPMOVZXWD    128(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 128(CX)
+	VPMOVZXWD    128(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 128(CX)(R10*1)
+	VMOVUPS      288(AX), Y6
+	VPMOVZXWD    144(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 144(CX)
+	VPMOVZXWD    144(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 144(CX)(R10*1)
+	VMOVUPS      320(AX), Y6
+	VPMOVZXWD    160(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 160(CX)
+	VPMOVZXWD    160(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 160(CX)(R10*1)
+	VMOVUPS      352(AX), Y6
+	VPMOVZXWD    176(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 176(CX)
+	VPMOVZXWD    176(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 176(CX)(R10*1)
+	CMPQ         R9, $0x000001a0
+	JBE          stateVKbf16AVX2_dead_88
+	VMOVUPS      384(AX), Y6
+	VPMOVZXWD    192(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 192(CX)
+	VPMOVZXWD    192(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 192(CX)(R10*1)
+	CMPQ         R9, $0x000001c0
+	JBE          stateVKbf16AVX2_dead_88
+	VMOVUPS      416(AX), Y6
+	VPMOVZXWD    208(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 208(CX)
+	VPMOVZXWD    208(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 208(CX)(R10*1)
+	CMPQ         R9, $0x000001e0
+	JBE          stateVKbf16AVX2_dead_88
+	VMOVUPS      448(AX), Y6
+	VPMOVZXWD    224(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 224(CX)
+	VPMOVZXWD    224(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 224(CX)(R10*1)
+
+stateVKbf16AVX2_dead_88:
+	VMULPS       Y0, Y3, Y0
+	VFMADD231PS  -32(AX)(R9*1), Y4, Y0
+	VPSRLD       $0x10, Y0, Y4
+	VPAND        one_i<>+0(SB), Y4, Y4
+	VPADDD       round<>+0(SB), Y0, Y0
+	VPADDD       Y4, Y0, Y0
+	VPSRLD       $0x10, Y0, Y0
+	VEXTRACTI128 $0x01, Y0, X1
+	VPACKUSDW    X1, X0, X1
+	VMOVDQU      X1, -16(CX)(R10*1)
+	VMULPS       Y2, Y3, Y2
+	VFMADD231PS  -32(AX)(R9*1), Y5, Y2
+	VPSRLD       $0x10, Y2, Y0
+	VPAND        one_i<>+0(SB), Y0, Y0
+	VPADDD       round<>+0(SB), Y2, Y2
+	VPADDD       Y0, Y2, Y2
+	VPSRLD       $0x10, Y2, Y2
+	VEXTRACTI128 $0x01, Y2, X0
+	VPACKUSDW    X0, X2, X0
+	VMOVDQU      X0, -16(CX)(R10*2)
+
+stateVKbf16AVX2_decayed_20:
+	ADDQ $0x00000002, (SP)
+	SUBQ $0x00000002, 8(SP)
+	JMP  stateVKbf16AVX2_once_4
+
+stateVKbf16AVX2_oncedone_4:
+	JMP stateVKbf16AVX2_pairtail_4
+
+stateVKbf16AVX2_pairs_4:
 	MOVQ 40(SP), R11
 
 stateVKbf16AVX2_group_7:
@@ -38289,10 +44438,10 @@ stateVKbf16AVX2_group_7:
 	JB   stateVKbf16AVX2_groupsdone_7
 
 	// The prefetch list's next group.
-	MOVQ 304(SP), AX
+	MOVQ 312(SP), AX
 
 stateVKbf16AVX2_pfentry_7:
-	CMPQ  AX, 312(SP)
+	CMPQ  AX, 320(SP)
 	JAE   stateVKbf16AVX2_pfdone_7
 	MOVQ  (AX), DX
 	MOVQ  8(AX), CX
@@ -38308,7 +44457,7 @@ stateVKbf16AVX2_pfline_7:
 	JMP        stateVKbf16AVX2_pfentry_7
 
 stateVKbf16AVX2_pfdone_7:
-	MOVQ AX, 304(SP)
+	MOVQ AX, 312(SP)
 
 	// Load 2 row(s) of 13…16 vectors.
 	MOVQ       src32_base+40(FP), AX
@@ -38331,16 +44480,16 @@ stateVKbf16AVX2_pfdone_7:
 	PREFETCHT0 8896(AX)
 	PREFETCHT0 8960(AX)
 	CMPQ       R9, $0x000001a0
-	JBE        stateVKbf16AVX2_dead_64
+	JBE        stateVKbf16AVX2_dead_89
 	PREFETCHT0 9024(AX)
 	CMPQ       R9, $0x000001c0
-	JBE        stateVKbf16AVX2_dead_64
+	JBE        stateVKbf16AVX2_dead_89
 	PREFETCHT0 9088(AX)
 	CMPQ       R9, $0x000001e0
-	JBE        stateVKbf16AVX2_dead_64
+	JBE        stateVKbf16AVX2_dead_89
 	PREFETCHT0 9152(AX)
 
-stateVKbf16AVX2_dead_64:
+stateVKbf16AVX2_dead_89:
 	VMOVUPS (AX), Y0
 	VMOVUPS 32(AX), Y2
 	VMOVUPS Y2, 32(R11)
@@ -38365,19 +44514,19 @@ stateVKbf16AVX2_dead_64:
 	VMOVUPS 352(AX), Y2
 	VMOVUPS Y2, 352(R11)
 	CMPQ    R9, $0x000001a0
-	JBE     stateVKbf16AVX2_dead_65
+	JBE     stateVKbf16AVX2_dead_90
 	VMOVUPS 384(AX), Y2
 	VMOVUPS Y2, 384(R11)
 	CMPQ    R9, $0x000001c0
-	JBE     stateVKbf16AVX2_dead_65
+	JBE     stateVKbf16AVX2_dead_90
 	VMOVUPS 416(AX), Y2
 	VMOVUPS Y2, 416(R11)
 	CMPQ    R9, $0x000001e0
-	JBE     stateVKbf16AVX2_dead_65
+	JBE     stateVKbf16AVX2_dead_90
 	VMOVUPS 448(AX), Y2
 	VMOVUPS Y2, 448(R11)
 
-stateVKbf16AVX2_dead_65:
+stateVKbf16AVX2_dead_90:
 	VMOVUPS -32(AX)(R9*1), Y2
 	VANDPS  48(SP), Y2, Y2
 	ADDQ    R9, AX
@@ -38405,19 +44554,19 @@ stateVKbf16AVX2_dead_65:
 	VMOVUPS 352(AX), Y4
 	VMOVUPS Y4, 864(R11)
 	CMPQ    R9, $0x000001a0
-	JBE     stateVKbf16AVX2_dead_66
+	JBE     stateVKbf16AVX2_dead_91
 	VMOVUPS 384(AX), Y4
 	VMOVUPS Y4, 896(R11)
 	CMPQ    R9, $0x000001c0
-	JBE     stateVKbf16AVX2_dead_66
+	JBE     stateVKbf16AVX2_dead_91
 	VMOVUPS 416(AX), Y4
 	VMOVUPS Y4, 928(R11)
 	CMPQ    R9, $0x000001e0
-	JBE     stateVKbf16AVX2_dead_66
+	JBE     stateVKbf16AVX2_dead_91
 	VMOVUPS 448(AX), Y4
 	VMOVUPS Y4, 960(R11)
 
-stateVKbf16AVX2_dead_66:
+stateVKbf16AVX2_dead_91:
 	VMOVUPS -32(AX)(R9*1), Y4
 	VANDPS  48(SP), Y4, Y4
 	JMP     stateVKbf16AVX2_loaded_7
@@ -38435,10 +44584,10 @@ stateVKbf16AVX2_frombf16_7:
 	PREFETCHT0 8512(AX)
 	PREFETCHT0 8576(AX)
 	CMPQ       R9, $0x000001c0
-	JBE        stateVKbf16AVX2_dead_67
+	JBE        stateVKbf16AVX2_dead_92
 	PREFETCHT0 8640(AX)
 
-stateVKbf16AVX2_dead_67:
+stateVKbf16AVX2_dead_92:
 	VPMOVZXWD (AX), Y0
 	VPSLLD    $0x10, Y0, Y0
 	VPMOVZXWD 16(AX), Y2
@@ -38475,22 +44624,22 @@ stateVKbf16AVX2_dead_67:
 	VPSLLD    $0x10, Y2, Y2
 	VMOVUPS   Y2, 352(R11)
 	CMPQ      R9, $0x000001a0
-	JBE       stateVKbf16AVX2_dead_68
+	JBE       stateVKbf16AVX2_dead_93
 	VPMOVZXWD 192(AX), Y2
 	VPSLLD    $0x10, Y2, Y2
 	VMOVUPS   Y2, 384(R11)
 	CMPQ      R9, $0x000001c0
-	JBE       stateVKbf16AVX2_dead_68
+	JBE       stateVKbf16AVX2_dead_93
 	VPMOVZXWD 208(AX), Y2
 	VPSLLD    $0x10, Y2, Y2
 	VMOVUPS   Y2, 416(R11)
 	CMPQ      R9, $0x000001e0
-	JBE       stateVKbf16AVX2_dead_68
+	JBE       stateVKbf16AVX2_dead_93
 	VPMOVZXWD 224(AX), Y2
 	VPSLLD    $0x10, Y2, Y2
 	VMOVUPS   Y2, 448(R11)
 
-stateVKbf16AVX2_dead_68:
+stateVKbf16AVX2_dead_93:
 	VPMOVZXWD -16(AX)(R10*1), Y2
 	VPSLLD    $0x10, Y2, Y2
 	VANDPS    48(SP), Y2, Y2
@@ -38531,22 +44680,22 @@ stateVKbf16AVX2_dead_68:
 	VPSLLD    $0x10, Y4, Y4
 	VMOVUPS   Y4, 864(R11)
 	CMPQ      R9, $0x000001a0
-	JBE       stateVKbf16AVX2_dead_69
+	JBE       stateVKbf16AVX2_dead_94
 	VPMOVZXWD 192(AX), Y4
 	VPSLLD    $0x10, Y4, Y4
 	VMOVUPS   Y4, 896(R11)
 	CMPQ      R9, $0x000001c0
-	JBE       stateVKbf16AVX2_dead_69
+	JBE       stateVKbf16AVX2_dead_94
 	VPMOVZXWD 208(AX), Y4
 	VPSLLD    $0x10, Y4, Y4
 	VMOVUPS   Y4, 928(R11)
 	CMPQ      R9, $0x000001e0
-	JBE       stateVKbf16AVX2_dead_69
+	JBE       stateVKbf16AVX2_dead_94
 	VPMOVZXWD 224(AX), Y4
 	VPSLLD    $0x10, Y4, Y4
 	VMOVUPS   Y4, 960(R11)
 
-stateVKbf16AVX2_dead_69:
+stateVKbf16AVX2_dead_94:
 	VPMOVZXWD -16(AX)(R10*1), Y4
 	VPSLLD    $0x10, Y4, Y4
 	VANDPS    48(SP), Y4, Y4
@@ -38636,7 +44785,7 @@ stateVKbf16AVX2_token_7:
 	VFMADD231PS 352(AX), Y13, Y11
 	VFMADD231PS 352(CX), Y13, Y12
 	CMPQ        R9, $0x000001a0
-	JBE         stateVKbf16AVX2_dead_70
+	JBE         stateVKbf16AVX2_dead_95
 	VMOVUPS     384(R11), Y13
 	VFMADD231PS 384(AX), Y13, Y5
 	VFMADD231PS 384(CX), Y13, Y6
@@ -38644,7 +44793,7 @@ stateVKbf16AVX2_token_7:
 	VFMADD231PS 384(AX), Y13, Y9
 	VFMADD231PS 384(CX), Y13, Y10
 	CMPQ        R9, $0x000001c0
-	JBE         stateVKbf16AVX2_dead_70
+	JBE         stateVKbf16AVX2_dead_95
 	VMOVUPS     416(R11), Y13
 	VFMADD231PS 416(AX), Y13, Y7
 	VFMADD231PS 416(CX), Y13, Y8
@@ -38652,7 +44801,7 @@ stateVKbf16AVX2_token_7:
 	VFMADD231PS 416(AX), Y13, Y11
 	VFMADD231PS 416(CX), Y13, Y12
 	CMPQ        R9, $0x000001e0
-	JBE         stateVKbf16AVX2_dead_70
+	JBE         stateVKbf16AVX2_dead_95
 	VMOVUPS     448(R11), Y13
 	VFMADD231PS 448(AX), Y13, Y5
 	VFMADD231PS 448(CX), Y13, Y6
@@ -38660,7 +44809,7 @@ stateVKbf16AVX2_token_7:
 	VFMADD231PS 448(AX), Y13, Y9
 	VFMADD231PS 448(CX), Y13, Y10
 
-stateVKbf16AVX2_dead_70:
+stateVKbf16AVX2_dead_95:
 	VFMADD231PS  -32(AX)(R9*1), Y2, Y7
 	VFMADD231PS  -32(CX)(R9*1), Y2, Y8
 	VFMADD231PS  -32(AX)(R9*1), Y4, Y11
@@ -38685,16 +44834,16 @@ stateVKbf16AVX2_dead_70:
 	VPERMPS      Y5, Y6, Y5
 	VMOVSS       (DX), X1
 	VUCOMISS     nearone<>+0(SB), X1
-	JCS          stateVKbf16AVX2_far_13
+	JCS          stateVKbf16AVX2_far_21
 	VBROADCASTSS (DX), Y6
 	VFMADD213PS  Y5, Y6, Y5
-	JMP          stateVKbf16AVX2_decayed_13
+	JMP          stateVKbf16AVX2_decayed_21
 
-stateVKbf16AVX2_far_13:
+stateVKbf16AVX2_far_21:
 	VBROADCASTSS 4(DX), Y6
 	VMULPS       Y5, Y6, Y5
 
-stateVKbf16AVX2_decayed_13:
+stateVKbf16AVX2_decayed_21:
 	VEXTRACTF128 $0x01, Y5, X6
 	VMOVSD       (SI), X1
 	VSUBPS       X5, X1, X1
@@ -38703,9 +44852,14 @@ stateVKbf16AVX2_decayed_13:
 	VBROADCASTSS 12(DX), Y5
 	VFMADD231PS  X5, X1, X6
 	VMOVSD       X6, (DI)
+	VSUBPS       X1, X1, X5
+	VCMPPS       $0x03, X5, X5, X5
+	VMOVMSKPS    X5, R12
+	ANDL         $0x00000003, R12
+	MOVL         R12, 80(SP)
 	VMOVSS       (DX), X5
 	VUCOMISS     nearone<>+0(SB), X5
-	JCS          stateVKbf16AVX2_far_14
+	JCS          stateVKbf16AVX2_far_22
 	VBROADCASTSS (DX), Y5
 	VBROADCASTSS X1, Y6
 	VMOVUPS      vklane1<>+0(SB), Y7
@@ -38803,7 +44957,7 @@ stateVKbf16AVX2_decayed_13:
 	VFMADD231PS  352(AX), Y7, Y8
 	VMOVUPS      Y8, 864(R11)
 	CMPQ         R9, $0x000001a0
-	JBE          stateVKbf16AVX2_dead_71
+	JBE          stateVKbf16AVX2_dead_96
 	VMOVUPS      384(R11), Y8
 	VFMADD213PS  Y8, Y5, Y8
 	VFMADD231PS  384(AX), Y6, Y8
@@ -38813,7 +44967,7 @@ stateVKbf16AVX2_decayed_13:
 	VFMADD231PS  384(AX), Y7, Y8
 	VMOVUPS      Y8, 896(R11)
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKbf16AVX2_dead_71
+	JBE          stateVKbf16AVX2_dead_96
 	VMOVUPS      416(R11), Y8
 	VFMADD213PS  Y8, Y5, Y8
 	VFMADD231PS  416(AX), Y6, Y8
@@ -38823,7 +44977,7 @@ stateVKbf16AVX2_decayed_13:
 	VFMADD231PS  416(AX), Y7, Y8
 	VMOVUPS      Y8, 928(R11)
 	CMPQ         R9, $0x000001e0
-	JBE          stateVKbf16AVX2_dead_71
+	JBE          stateVKbf16AVX2_dead_96
 	VMOVUPS      448(R11), Y8
 	VFMADD213PS  Y8, Y5, Y8
 	VFMADD231PS  448(AX), Y6, Y8
@@ -38833,16 +44987,16 @@ stateVKbf16AVX2_decayed_13:
 	VFMADD231PS  448(AX), Y7, Y8
 	VMOVUPS      Y8, 960(R11)
 
-stateVKbf16AVX2_dead_71:
+stateVKbf16AVX2_dead_96:
 	VFMADD213PS Y2, Y5, Y2
 	VFMADD231PS -32(AX)(R9*1), Y6, Y2
 	VANDPS      48(SP), Y2, Y2
 	VFMADD213PS Y4, Y5, Y4
 	VFMADD231PS -32(AX)(R9*1), Y7, Y4
 	VANDPS      48(SP), Y4, Y4
-	JMP         stateVKbf16AVX2_decayed_14
+	JMP         stateVKbf16AVX2_decayed_22
 
-stateVKbf16AVX2_far_14:
+stateVKbf16AVX2_far_22:
 	VBROADCASTSS 4(DX), Y5
 	VBROADCASTSS X1, Y6
 	VMOVUPS      vklane1<>+0(SB), Y7
@@ -38940,7 +45094,7 @@ stateVKbf16AVX2_far_14:
 	VFMADD231PS  352(AX), Y7, Y8
 	VMOVUPS      Y8, 864(R11)
 	CMPQ         R9, $0x000001a0
-	JBE          stateVKbf16AVX2_dead_72
+	JBE          stateVKbf16AVX2_dead_97
 	VMOVUPS      384(R11), Y8
 	VMULPS       Y8, Y5, Y8
 	VFMADD231PS  384(AX), Y6, Y8
@@ -38950,7 +45104,7 @@ stateVKbf16AVX2_far_14:
 	VFMADD231PS  384(AX), Y7, Y8
 	VMOVUPS      Y8, 896(R11)
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKbf16AVX2_dead_72
+	JBE          stateVKbf16AVX2_dead_97
 	VMOVUPS      416(R11), Y8
 	VMULPS       Y8, Y5, Y8
 	VFMADD231PS  416(AX), Y6, Y8
@@ -38960,7 +45114,7 @@ stateVKbf16AVX2_far_14:
 	VFMADD231PS  416(AX), Y7, Y8
 	VMOVUPS      Y8, 928(R11)
 	CMPQ         R9, $0x000001e0
-	JBE          stateVKbf16AVX2_dead_72
+	JBE          stateVKbf16AVX2_dead_97
 	VMOVUPS      448(R11), Y8
 	VMULPS       Y8, Y5, Y8
 	VFMADD231PS  448(AX), Y6, Y8
@@ -38970,7 +45124,7 @@ stateVKbf16AVX2_far_14:
 	VFMADD231PS  448(AX), Y7, Y8
 	VMOVUPS      Y8, 960(R11)
 
-stateVKbf16AVX2_dead_72:
+stateVKbf16AVX2_dead_97:
 	VMULPS      Y2, Y5, Y2
 	VFMADD231PS -32(AX)(R9*1), Y6, Y2
 	VANDPS      48(SP), Y2, Y2
@@ -38978,7 +45132,7 @@ stateVKbf16AVX2_dead_72:
 	VFMADD231PS -32(AX)(R9*1), Y7, Y4
 	VANDPS      48(SP), Y4, Y4
 
-stateVKbf16AVX2_decayed_14:
+stateVKbf16AVX2_decayed_22:
 	// The state after this token, if stored.
 	MOVQ         (BX), R12
 	TESTQ        R12, R12
@@ -38986,6 +45140,344 @@ stateVKbf16AVX2_decayed_14:
 	MOVQ         (SP), R13
 	IMULQ        R10, R13
 	ADDQ         R13, R12
+	CMPL         80(SP), $0x00
+	JNE          stateVKbf16AVX2_bfnan_7
+	VMOVAPS      Y2, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, -16(R12)(R10*1)
+	VMOVAPS      Y0, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, (R12)
+	VMOVUPS      32(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 16(R12)
+	VMOVUPS      64(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 32(R12)
+	VMOVUPS      96(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 48(R12)
+	VMOVUPS      128(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 64(R12)
+	VMOVUPS      160(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 80(R12)
+	VMOVUPS      192(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 96(R12)
+	VMOVUPS      224(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 112(R12)
+	VMOVUPS      256(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 128(R12)
+	VMOVUPS      288(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 144(R12)
+	VMOVUPS      320(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 160(R12)
+	VMOVUPS      352(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 176(R12)
+	CMPQ         R9, $0x000001a0
+	JBE          stateVKbf16AVX2_dead_98
+	VMOVUPS      384(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 192(R12)
+	CMPQ         R9, $0x000001c0
+	JBE          stateVKbf16AVX2_dead_98
+	VMOVUPS      416(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 208(R12)
+	CMPQ         R9, $0x000001e0
+	JBE          stateVKbf16AVX2_dead_98
+	VMOVUPS      448(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 224(R12)
+
+stateVKbf16AVX2_dead_98:
+	ADDQ         R10, R12
+	VMOVAPS      Y4, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, -16(R12)(R10*1)
+	VMOVAPS      Y3, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, (R12)
+	VMOVUPS      544(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 16(R12)
+	VMOVUPS      576(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 32(R12)
+	VMOVUPS      608(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 48(R12)
+	VMOVUPS      640(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 64(R12)
+	VMOVUPS      672(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 80(R12)
+	VMOVUPS      704(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 96(R12)
+	VMOVUPS      736(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 112(R12)
+	VMOVUPS      768(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 128(R12)
+	VMOVUPS      800(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 144(R12)
+	VMOVUPS      832(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 160(R12)
+	VMOVUPS      864(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 176(R12)
+	CMPQ         R9, $0x000001a0
+	JBE          stateVKbf16AVX2_dead_99
+	VMOVUPS      896(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 192(R12)
+	CMPQ         R9, $0x000001c0
+	JBE          stateVKbf16AVX2_dead_99
+	VMOVUPS      928(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 208(R12)
+	CMPQ         R9, $0x000001e0
+	JBE          stateVKbf16AVX2_dead_99
+	VMOVUPS      960(R11), Y5
+	VMOVAPS      Y5, Y5
+	VPSRLD       $0x10, Y5, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y5, Y5
+	VPADDD       Y6, Y5, Y5
+	VPSRLD       $0x10, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X1
+	VPACKUSDW    X1, X5, X1
+	VMOVDQU      X1, 224(R12)
+
+stateVKbf16AVX2_dead_99:
+	JMP stateVKbf16AVX2_bfdone_7
+
+stateVKbf16AVX2_bfnan_7:
 	VMOVAPS      Y2, Y5
 	VPSRLD       $0x10, Y5, Y6
 	VCMPPS       $0x03, Y5, Y5, Y8
@@ -39154,7 +45646,7 @@ stateVKbf16AVX2_decayed_14:
 	VPACKUSDW    X1, X5, X1
 	VMOVDQU      X1, 176(R12)
 	CMPQ         R9, $0x000001a0
-	JBE          stateVKbf16AVX2_dead_73
+	JBE          stateVKbf16AVX2_dead_100
 	VMOVUPS      384(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
@@ -39169,7 +45661,7 @@ stateVKbf16AVX2_decayed_14:
 	VPACKUSDW    X1, X5, X1
 	VMOVDQU      X1, 192(R12)
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKbf16AVX2_dead_73
+	JBE          stateVKbf16AVX2_dead_100
 	VMOVUPS      416(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
@@ -39184,7 +45676,7 @@ stateVKbf16AVX2_decayed_14:
 	VPACKUSDW    X1, X5, X1
 	VMOVDQU      X1, 208(R12)
 	CMPQ         R9, $0x000001e0
-	JBE          stateVKbf16AVX2_dead_73
+	JBE          stateVKbf16AVX2_dead_100
 	VMOVUPS      448(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
@@ -39199,7 +45691,7 @@ stateVKbf16AVX2_decayed_14:
 	VPACKUSDW    X1, X5, X1
 	VMOVDQU      X1, 224(R12)
 
-stateVKbf16AVX2_dead_73:
+stateVKbf16AVX2_dead_100:
 	ADDQ         R10, R12
 	VMOVAPS      Y4, Y5
 	VPSRLD       $0x10, Y5, Y6
@@ -39369,7 +45861,7 @@ stateVKbf16AVX2_dead_73:
 	VPACKUSDW    X1, X5, X1
 	VMOVDQU      X1, 176(R12)
 	CMPQ         R9, $0x000001a0
-	JBE          stateVKbf16AVX2_dead_74
+	JBE          stateVKbf16AVX2_dead_101
 	VMOVUPS      896(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
@@ -39384,7 +45876,7 @@ stateVKbf16AVX2_dead_73:
 	VPACKUSDW    X1, X5, X1
 	VMOVDQU      X1, 192(R12)
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKbf16AVX2_dead_74
+	JBE          stateVKbf16AVX2_dead_101
 	VMOVUPS      928(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
@@ -39399,7 +45891,7 @@ stateVKbf16AVX2_dead_73:
 	VPACKUSDW    X1, X5, X1
 	VMOVDQU      X1, 208(R12)
 	CMPQ         R9, $0x000001e0
-	JBE          stateVKbf16AVX2_dead_74
+	JBE          stateVKbf16AVX2_dead_101
 	VMOVUPS      960(R11), Y5
 	VMOVAPS      Y5, Y5
 	VPSRLD       $0x10, Y5, Y6
@@ -39414,7 +45906,8 @@ stateVKbf16AVX2_dead_73:
 	VPACKUSDW    X1, X5, X1
 	VMOVDQU      X1, 224(R12)
 
-stateVKbf16AVX2_dead_74:
+stateVKbf16AVX2_dead_101:
+stateVKbf16AVX2_bfdone_7:
 stateVKbf16AVX2_nostore_7:
 	ADDQ R9, AX
 	ADDQ R9, CX
@@ -39457,19 +45950,19 @@ stateVKbf16AVX2_nostore_7:
 	VMOVUPS 352(R11), Y0
 	VMOVUPS Y0, 352(AX)
 	CMPQ    R9, $0x000001a0
-	JBE     stateVKbf16AVX2_dead_75
+	JBE     stateVKbf16AVX2_dead_102
 	VMOVUPS 384(R11), Y0
 	VMOVUPS Y0, 384(AX)
 	CMPQ    R9, $0x000001c0
-	JBE     stateVKbf16AVX2_dead_75
+	JBE     stateVKbf16AVX2_dead_102
 	VMOVUPS 416(R11), Y0
 	VMOVUPS Y0, 416(AX)
 	CMPQ    R9, $0x000001e0
-	JBE     stateVKbf16AVX2_dead_75
+	JBE     stateVKbf16AVX2_dead_102
 	VMOVUPS 448(R11), Y0
 	VMOVUPS Y0, 448(AX)
 
-stateVKbf16AVX2_dead_75:
+stateVKbf16AVX2_dead_102:
 	ADDQ    R9, AX
 	VMOVUPS Y4, -32(AX)(R9*1)
 	VMOVUPS Y3, (AX)
@@ -39496,34 +45989,35 @@ stateVKbf16AVX2_dead_75:
 	VMOVUPS 864(R11), Y0
 	VMOVUPS Y0, 352(AX)
 	CMPQ    R9, $0x000001a0
-	JBE     stateVKbf16AVX2_dead_76
+	JBE     stateVKbf16AVX2_dead_103
 	VMOVUPS 896(R11), Y0
 	VMOVUPS Y0, 384(AX)
 	CMPQ    R9, $0x000001c0
-	JBE     stateVKbf16AVX2_dead_76
+	JBE     stateVKbf16AVX2_dead_103
 	VMOVUPS 928(R11), Y0
 	VMOVUPS Y0, 416(AX)
 	CMPQ    R9, $0x000001e0
-	JBE     stateVKbf16AVX2_dead_76
+	JBE     stateVKbf16AVX2_dead_103
 	VMOVUPS 960(R11), Y0
 	VMOVUPS Y0, 448(AX)
 
-stateVKbf16AVX2_dead_76:
+stateVKbf16AVX2_dead_103:
 stateVKbf16AVX2_nocarry_7:
 	ADDQ $0x00000002, (SP)
 	SUBQ $0x00000002, 8(SP)
 	JMP  stateVKbf16AVX2_group_7
 
 stateVKbf16AVX2_groupsdone_7:
+stateVKbf16AVX2_pairtail_4:
 stateVKbf16AVX2_group_8:
 	CMPQ 8(SP), $0x00000001
 	JB   stateVKbf16AVX2_groupsdone_8
 
 	// The prefetch list's next group.
-	MOVQ 304(SP), AX
+	MOVQ 312(SP), AX
 
 stateVKbf16AVX2_pfentry_8:
-	CMPQ  AX, 312(SP)
+	CMPQ  AX, 320(SP)
 	JAE   stateVKbf16AVX2_pfdone_8
 	MOVQ  (AX), DX
 	MOVQ  8(AX), CX
@@ -39539,7 +46033,7 @@ stateVKbf16AVX2_pfline_8:
 	JMP        stateVKbf16AVX2_pfentry_8
 
 stateVKbf16AVX2_pfdone_8:
-	MOVQ AX, 304(SP)
+	MOVQ AX, 312(SP)
 
 	// Load 1 row(s) of 13…16 vectors.
 	MOVQ       src32_base+40(FP), AX
@@ -39556,10 +46050,10 @@ stateVKbf16AVX2_pfdone_8:
 	PREFETCHT0 8512(AX)
 	PREFETCHT0 8576(AX)
 	CMPQ       R9, $0x000001c0
-	JBE        stateVKbf16AVX2_dead_77
+	JBE        stateVKbf16AVX2_dead_104
 	PREFETCHT0 8640(AX)
 
-stateVKbf16AVX2_dead_77:
+stateVKbf16AVX2_dead_104:
 	VMOVUPS (AX), Y0
 	VMOVUPS 32(AX), Y1
 	VMOVUPS 64(AX), Y2
@@ -39569,27 +46063,27 @@ stateVKbf16AVX2_dead_77:
 	VMOVUPS 192(AX), Y6
 	VMOVUPS 224(AX), Y7
 	VMOVUPS 256(AX), Y8
-	VMOVUPS Y8, 80(SP)
+	VMOVUPS Y8, 88(SP)
 	VMOVUPS 288(AX), Y8
-	VMOVUPS Y8, 112(SP)
+	VMOVUPS Y8, 120(SP)
 	VMOVUPS 320(AX), Y8
-	VMOVUPS Y8, 144(SP)
+	VMOVUPS Y8, 152(SP)
 	VMOVUPS 352(AX), Y8
-	VMOVUPS Y8, 176(SP)
+	VMOVUPS Y8, 184(SP)
 	CMPQ    R9, $0x000001a0
-	JBE     stateVKbf16AVX2_dead_78
+	JBE     stateVKbf16AVX2_dead_105
 	VMOVUPS 384(AX), Y8
-	VMOVUPS Y8, 208(SP)
+	VMOVUPS Y8, 216(SP)
 	CMPQ    R9, $0x000001c0
-	JBE     stateVKbf16AVX2_dead_78
+	JBE     stateVKbf16AVX2_dead_105
 	VMOVUPS 416(AX), Y8
-	VMOVUPS Y8, 240(SP)
+	VMOVUPS Y8, 248(SP)
 	CMPQ    R9, $0x000001e0
-	JBE     stateVKbf16AVX2_dead_78
+	JBE     stateVKbf16AVX2_dead_105
 	VMOVUPS 448(AX), Y8
-	VMOVUPS Y8, 272(SP)
+	VMOVUPS Y8, 280(SP)
 
-stateVKbf16AVX2_dead_78:
+stateVKbf16AVX2_dead_105:
 	VMOVUPS -32(AX)(R9*1), Y8
 	VANDPS  48(SP), Y8, Y8
 	JMP     stateVKbf16AVX2_loaded_8
@@ -39621,33 +46115,33 @@ stateVKbf16AVX2_frombf16_8:
 	VPSLLD     $0x10, Y7, Y7
 	VPMOVZXWD  128(AX), Y8
 	VPSLLD     $0x10, Y8, Y8
-	VMOVUPS    Y8, 80(SP)
+	VMOVUPS    Y8, 88(SP)
 	VPMOVZXWD  144(AX), Y8
 	VPSLLD     $0x10, Y8, Y8
-	VMOVUPS    Y8, 112(SP)
+	VMOVUPS    Y8, 120(SP)
 	VPMOVZXWD  160(AX), Y8
 	VPSLLD     $0x10, Y8, Y8
-	VMOVUPS    Y8, 144(SP)
+	VMOVUPS    Y8, 152(SP)
 	VPMOVZXWD  176(AX), Y8
 	VPSLLD     $0x10, Y8, Y8
-	VMOVUPS    Y8, 176(SP)
+	VMOVUPS    Y8, 184(SP)
 	CMPQ       R9, $0x000001a0
-	JBE        stateVKbf16AVX2_dead_79
+	JBE        stateVKbf16AVX2_dead_106
 	VPMOVZXWD  192(AX), Y8
 	VPSLLD     $0x10, Y8, Y8
-	VMOVUPS    Y8, 208(SP)
+	VMOVUPS    Y8, 216(SP)
 	CMPQ       R9, $0x000001c0
-	JBE        stateVKbf16AVX2_dead_79
+	JBE        stateVKbf16AVX2_dead_106
 	VPMOVZXWD  208(AX), Y8
 	VPSLLD     $0x10, Y8, Y8
-	VMOVUPS    Y8, 240(SP)
+	VMOVUPS    Y8, 248(SP)
 	CMPQ       R9, $0x000001e0
-	JBE        stateVKbf16AVX2_dead_79
+	JBE        stateVKbf16AVX2_dead_106
 	VPMOVZXWD  224(AX), Y8
 	VPSLLD     $0x10, Y8, Y8
-	VMOVUPS    Y8, 272(SP)
+	VMOVUPS    Y8, 280(SP)
 
-stateVKbf16AVX2_dead_79:
+stateVKbf16AVX2_dead_106:
 	VPMOVZXWD -16(AX)(R10*1), Y8
 	VPSLLD    $0x10, Y8, Y8
 	VANDPS    48(SP), Y8, Y8
@@ -39682,35 +46176,35 @@ stateVKbf16AVX2_token_8:
 	VFMADD231PS 192(CX), Y6, Y10
 	VFMADD231PS 224(AX), Y7, Y11
 	VFMADD231PS 224(CX), Y7, Y12
-	VMOVUPS     80(SP), Y13
+	VMOVUPS     88(SP), Y13
 	VFMADD231PS 256(AX), Y13, Y9
 	VFMADD231PS 256(CX), Y13, Y10
-	VMOVUPS     112(SP), Y13
+	VMOVUPS     120(SP), Y13
 	VFMADD231PS 288(AX), Y13, Y11
 	VFMADD231PS 288(CX), Y13, Y12
-	VMOVUPS     144(SP), Y13
+	VMOVUPS     152(SP), Y13
 	VFMADD231PS 320(AX), Y13, Y9
 	VFMADD231PS 320(CX), Y13, Y10
-	VMOVUPS     176(SP), Y13
+	VMOVUPS     184(SP), Y13
 	VFMADD231PS 352(AX), Y13, Y11
 	VFMADD231PS 352(CX), Y13, Y12
 	CMPQ        R9, $0x000001a0
-	JBE         stateVKbf16AVX2_dead_80
-	VMOVUPS     208(SP), Y13
+	JBE         stateVKbf16AVX2_dead_107
+	VMOVUPS     216(SP), Y13
 	VFMADD231PS 384(AX), Y13, Y9
 	VFMADD231PS 384(CX), Y13, Y10
 	CMPQ        R9, $0x000001c0
-	JBE         stateVKbf16AVX2_dead_80
-	VMOVUPS     240(SP), Y13
+	JBE         stateVKbf16AVX2_dead_107
+	VMOVUPS     248(SP), Y13
 	VFMADD231PS 416(AX), Y13, Y11
 	VFMADD231PS 416(CX), Y13, Y12
 	CMPQ        R9, $0x000001e0
-	JBE         stateVKbf16AVX2_dead_80
-	VMOVUPS     272(SP), Y13
+	JBE         stateVKbf16AVX2_dead_107
+	VMOVUPS     280(SP), Y13
 	VFMADD231PS 448(AX), Y13, Y9
 	VFMADD231PS 448(CX), Y13, Y10
 
-stateVKbf16AVX2_dead_80:
+stateVKbf16AVX2_dead_107:
 	VFMADD231PS  -32(AX)(R9*1), Y8, Y11
 	VFMADD231PS  -32(CX)(R9*1), Y8, Y12
 	VADDPS       Y11, Y9, Y9
@@ -39728,16 +46222,16 @@ stateVKbf16AVX2_dead_80:
 	VPERMPS      Y10, Y9, Y9
 	VMOVSS       (DX), X10
 	VUCOMISS     nearone<>+0(SB), X10
-	JCS          stateVKbf16AVX2_far_15
+	JCS          stateVKbf16AVX2_far_23
 	VBROADCASTSS (DX), Y10
 	VFMADD213PS  Y9, Y10, Y9
-	JMP          stateVKbf16AVX2_decayed_15
+	JMP          stateVKbf16AVX2_decayed_23
 
-stateVKbf16AVX2_far_15:
+stateVKbf16AVX2_far_23:
 	VBROADCASTSS 4(DX), Y10
 	VMULPS       Y9, Y10, Y9
 
-stateVKbf16AVX2_decayed_15:
+stateVKbf16AVX2_decayed_23:
 	VEXTRACTF128 $0x01, Y9, X10
 	VMOVSS       (SI), X11
 	VSUBPS       X9, X11, X11
@@ -39746,9 +46240,14 @@ stateVKbf16AVX2_decayed_15:
 	VBROADCASTSS 12(DX), Y11
 	VFMADD231PS  X11, X9, X10
 	VMOVSS       X10, (DI)
+	VSUBPS       X9, X9, X10
+	VCMPPS       $0x03, X10, X10, X10
+	VMOVMSKPS    X10, R11
+	ANDL         $0x00000001, R11
+	MOVL         R11, 80(SP)
 	VMOVSS       (DX), X10
 	VUCOMISS     nearone<>+0(SB), X10
-	JCS          stateVKbf16AVX2_far_16
+	JCS          stateVKbf16AVX2_far_24
 	VBROADCASTSS (DX), Y10
 	VBROADCASTSS X9, Y9
 	VFMADD213PS  Y0, Y10, Y0
@@ -39767,48 +46266,48 @@ stateVKbf16AVX2_decayed_15:
 	VFMADD231PS  192(AX), Y9, Y6
 	VFMADD213PS  Y7, Y10, Y7
 	VFMADD231PS  224(AX), Y9, Y7
-	VMOVUPS      80(SP), Y11
+	VMOVUPS      88(SP), Y11
 	VFMADD213PS  Y11, Y10, Y11
 	VFMADD231PS  256(AX), Y9, Y11
-	VMOVUPS      Y11, 80(SP)
-	VMOVUPS      112(SP), Y11
+	VMOVUPS      Y11, 88(SP)
+	VMOVUPS      120(SP), Y11
 	VFMADD213PS  Y11, Y10, Y11
 	VFMADD231PS  288(AX), Y9, Y11
-	VMOVUPS      Y11, 112(SP)
-	VMOVUPS      144(SP), Y11
+	VMOVUPS      Y11, 120(SP)
+	VMOVUPS      152(SP), Y11
 	VFMADD213PS  Y11, Y10, Y11
 	VFMADD231PS  320(AX), Y9, Y11
-	VMOVUPS      Y11, 144(SP)
-	VMOVUPS      176(SP), Y11
+	VMOVUPS      Y11, 152(SP)
+	VMOVUPS      184(SP), Y11
 	VFMADD213PS  Y11, Y10, Y11
 	VFMADD231PS  352(AX), Y9, Y11
-	VMOVUPS      Y11, 176(SP)
+	VMOVUPS      Y11, 184(SP)
 	CMPQ         R9, $0x000001a0
-	JBE          stateVKbf16AVX2_dead_81
-	VMOVUPS      208(SP), Y11
+	JBE          stateVKbf16AVX2_dead_108
+	VMOVUPS      216(SP), Y11
 	VFMADD213PS  Y11, Y10, Y11
 	VFMADD231PS  384(AX), Y9, Y11
-	VMOVUPS      Y11, 208(SP)
+	VMOVUPS      Y11, 216(SP)
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKbf16AVX2_dead_81
-	VMOVUPS      240(SP), Y11
+	JBE          stateVKbf16AVX2_dead_108
+	VMOVUPS      248(SP), Y11
 	VFMADD213PS  Y11, Y10, Y11
 	VFMADD231PS  416(AX), Y9, Y11
-	VMOVUPS      Y11, 240(SP)
+	VMOVUPS      Y11, 248(SP)
 	CMPQ         R9, $0x000001e0
-	JBE          stateVKbf16AVX2_dead_81
-	VMOVUPS      272(SP), Y11
+	JBE          stateVKbf16AVX2_dead_108
+	VMOVUPS      280(SP), Y11
 	VFMADD213PS  Y11, Y10, Y11
 	VFMADD231PS  448(AX), Y9, Y11
-	VMOVUPS      Y11, 272(SP)
+	VMOVUPS      Y11, 280(SP)
 
-stateVKbf16AVX2_dead_81:
+stateVKbf16AVX2_dead_108:
 	VFMADD213PS Y8, Y10, Y8
 	VFMADD231PS -32(AX)(R9*1), Y9, Y8
 	VANDPS      48(SP), Y8, Y8
-	JMP         stateVKbf16AVX2_decayed_16
+	JMP         stateVKbf16AVX2_decayed_24
 
-stateVKbf16AVX2_far_16:
+stateVKbf16AVX2_far_24:
 	VBROADCASTSS 4(DX), Y10
 	VBROADCASTSS X9, Y9
 	VMULPS       Y0, Y10, Y0
@@ -39827,47 +46326,47 @@ stateVKbf16AVX2_far_16:
 	VFMADD231PS  192(AX), Y9, Y6
 	VMULPS       Y7, Y10, Y7
 	VFMADD231PS  224(AX), Y9, Y7
-	VMOVUPS      80(SP), Y11
+	VMOVUPS      88(SP), Y11
 	VMULPS       Y11, Y10, Y11
 	VFMADD231PS  256(AX), Y9, Y11
-	VMOVUPS      Y11, 80(SP)
-	VMOVUPS      112(SP), Y11
+	VMOVUPS      Y11, 88(SP)
+	VMOVUPS      120(SP), Y11
 	VMULPS       Y11, Y10, Y11
 	VFMADD231PS  288(AX), Y9, Y11
-	VMOVUPS      Y11, 112(SP)
-	VMOVUPS      144(SP), Y11
+	VMOVUPS      Y11, 120(SP)
+	VMOVUPS      152(SP), Y11
 	VMULPS       Y11, Y10, Y11
 	VFMADD231PS  320(AX), Y9, Y11
-	VMOVUPS      Y11, 144(SP)
-	VMOVUPS      176(SP), Y11
+	VMOVUPS      Y11, 152(SP)
+	VMOVUPS      184(SP), Y11
 	VMULPS       Y11, Y10, Y11
 	VFMADD231PS  352(AX), Y9, Y11
-	VMOVUPS      Y11, 176(SP)
+	VMOVUPS      Y11, 184(SP)
 	CMPQ         R9, $0x000001a0
-	JBE          stateVKbf16AVX2_dead_82
-	VMOVUPS      208(SP), Y11
+	JBE          stateVKbf16AVX2_dead_109
+	VMOVUPS      216(SP), Y11
 	VMULPS       Y11, Y10, Y11
 	VFMADD231PS  384(AX), Y9, Y11
-	VMOVUPS      Y11, 208(SP)
+	VMOVUPS      Y11, 216(SP)
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKbf16AVX2_dead_82
-	VMOVUPS      240(SP), Y11
+	JBE          stateVKbf16AVX2_dead_109
+	VMOVUPS      248(SP), Y11
 	VMULPS       Y11, Y10, Y11
 	VFMADD231PS  416(AX), Y9, Y11
-	VMOVUPS      Y11, 240(SP)
+	VMOVUPS      Y11, 248(SP)
 	CMPQ         R9, $0x000001e0
-	JBE          stateVKbf16AVX2_dead_82
-	VMOVUPS      272(SP), Y11
+	JBE          stateVKbf16AVX2_dead_109
+	VMOVUPS      280(SP), Y11
 	VMULPS       Y11, Y10, Y11
 	VFMADD231PS  448(AX), Y9, Y11
-	VMOVUPS      Y11, 272(SP)
+	VMOVUPS      Y11, 280(SP)
 
-stateVKbf16AVX2_dead_82:
+stateVKbf16AVX2_dead_109:
 	VMULPS      Y8, Y10, Y8
 	VFMADD231PS -32(AX)(R9*1), Y9, Y8
 	VANDPS      48(SP), Y8, Y8
 
-stateVKbf16AVX2_decayed_16:
+stateVKbf16AVX2_decayed_24:
 	// The state after this token, if stored.
 	MOVQ         (BX), R11
 	TESTQ        R11, R11
@@ -39875,6 +46374,170 @@ stateVKbf16AVX2_decayed_16:
 	MOVQ         (SP), R12
 	IMULQ        R10, R12
 	ADDQ         R12, R11
+	CMPL         80(SP), $0x00
+	JNE          stateVKbf16AVX2_bfnan_8
+	VMOVAPS      Y8, Y9
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y10, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X10
+	VPACKUSDW    X10, X9, X10
+	VMOVDQU      X10, -16(R11)(R10*1)
+	VMOVAPS      Y0, Y9
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y10, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X10
+	VPACKUSDW    X10, X9, X10
+	VMOVDQU      X10, (R11)
+	VMOVAPS      Y1, Y9
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y10, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X10
+	VPACKUSDW    X10, X9, X10
+	VMOVDQU      X10, 16(R11)
+	VMOVAPS      Y2, Y9
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y10, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X10
+	VPACKUSDW    X10, X9, X10
+	VMOVDQU      X10, 32(R11)
+	VMOVAPS      Y3, Y9
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y10, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X10
+	VPACKUSDW    X10, X9, X10
+	VMOVDQU      X10, 48(R11)
+	VMOVAPS      Y4, Y9
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y10, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X10
+	VPACKUSDW    X10, X9, X10
+	VMOVDQU      X10, 64(R11)
+	VMOVAPS      Y5, Y9
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y10, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X10
+	VPACKUSDW    X10, X9, X10
+	VMOVDQU      X10, 80(R11)
+	VMOVAPS      Y6, Y9
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y10, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X10
+	VPACKUSDW    X10, X9, X10
+	VMOVDQU      X10, 96(R11)
+	VMOVAPS      Y7, Y9
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y10, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X10
+	VPACKUSDW    X10, X9, X10
+	VMOVDQU      X10, 112(R11)
+	VMOVUPS      88(SP), Y9
+	VMOVAPS      Y9, Y9
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y10, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X10
+	VPACKUSDW    X10, X9, X10
+	VMOVDQU      X10, 128(R11)
+	VMOVUPS      120(SP), Y9
+	VMOVAPS      Y9, Y9
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y10, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X10
+	VPACKUSDW    X10, X9, X10
+	VMOVDQU      X10, 144(R11)
+	VMOVUPS      152(SP), Y9
+	VMOVAPS      Y9, Y9
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y10, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X10
+	VPACKUSDW    X10, X9, X10
+	VMOVDQU      X10, 160(R11)
+	VMOVUPS      184(SP), Y9
+	VMOVAPS      Y9, Y9
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y10, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X10
+	VPACKUSDW    X10, X9, X10
+	VMOVDQU      X10, 176(R11)
+	CMPQ         R9, $0x000001a0
+	JBE          stateVKbf16AVX2_dead_110
+	VMOVUPS      216(SP), Y9
+	VMOVAPS      Y9, Y9
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y10, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X10
+	VPACKUSDW    X10, X9, X10
+	VMOVDQU      X10, 192(R11)
+	CMPQ         R9, $0x000001c0
+	JBE          stateVKbf16AVX2_dead_110
+	VMOVUPS      248(SP), Y9
+	VMOVAPS      Y9, Y9
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y10, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X10
+	VPACKUSDW    X10, X9, X10
+	VMOVDQU      X10, 208(R11)
+	CMPQ         R9, $0x000001e0
+	JBE          stateVKbf16AVX2_dead_110
+	VMOVUPS      280(SP), Y9
+	VMOVAPS      Y9, Y9
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y10, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X10
+	VPACKUSDW    X10, X9, X10
+	VMOVDQU      X10, 224(R11)
+
+stateVKbf16AVX2_dead_110:
+	JMP stateVKbf16AVX2_bfdone_8
+
+stateVKbf16AVX2_bfnan_8:
 	VMOVAPS      Y8, Y9
 	VPSRLD       $0x10, Y9, Y10
 	VCMPPS       $0x03, Y9, Y9, Y12
@@ -39983,7 +46646,7 @@ stateVKbf16AVX2_decayed_16:
 	VEXTRACTI128 $0x01, Y9, X10
 	VPACKUSDW    X10, X9, X10
 	VMOVDQU      X10, 112(R11)
-	VMOVUPS      80(SP), Y9
+	VMOVUPS      88(SP), Y9
 	VMOVAPS      Y9, Y9
 	VPSRLD       $0x10, Y9, Y10
 	VCMPPS       $0x03, Y9, Y9, Y12
@@ -39996,7 +46659,7 @@ stateVKbf16AVX2_decayed_16:
 	VEXTRACTI128 $0x01, Y9, X10
 	VPACKUSDW    X10, X9, X10
 	VMOVDQU      X10, 128(R11)
-	VMOVUPS      112(SP), Y9
+	VMOVUPS      120(SP), Y9
 	VMOVAPS      Y9, Y9
 	VPSRLD       $0x10, Y9, Y10
 	VCMPPS       $0x03, Y9, Y9, Y12
@@ -40009,7 +46672,7 @@ stateVKbf16AVX2_decayed_16:
 	VEXTRACTI128 $0x01, Y9, X10
 	VPACKUSDW    X10, X9, X10
 	VMOVDQU      X10, 144(R11)
-	VMOVUPS      144(SP), Y9
+	VMOVUPS      152(SP), Y9
 	VMOVAPS      Y9, Y9
 	VPSRLD       $0x10, Y9, Y10
 	VCMPPS       $0x03, Y9, Y9, Y12
@@ -40022,7 +46685,7 @@ stateVKbf16AVX2_decayed_16:
 	VEXTRACTI128 $0x01, Y9, X10
 	VPACKUSDW    X10, X9, X10
 	VMOVDQU      X10, 160(R11)
-	VMOVUPS      176(SP), Y9
+	VMOVUPS      184(SP), Y9
 	VMOVAPS      Y9, Y9
 	VPSRLD       $0x10, Y9, Y10
 	VCMPPS       $0x03, Y9, Y9, Y12
@@ -40036,8 +46699,8 @@ stateVKbf16AVX2_decayed_16:
 	VPACKUSDW    X10, X9, X10
 	VMOVDQU      X10, 176(R11)
 	CMPQ         R9, $0x000001a0
-	JBE          stateVKbf16AVX2_dead_83
-	VMOVUPS      208(SP), Y9
+	JBE          stateVKbf16AVX2_dead_111
+	VMOVUPS      216(SP), Y9
 	VMOVAPS      Y9, Y9
 	VPSRLD       $0x10, Y9, Y10
 	VCMPPS       $0x03, Y9, Y9, Y12
@@ -40051,8 +46714,8 @@ stateVKbf16AVX2_decayed_16:
 	VPACKUSDW    X10, X9, X10
 	VMOVDQU      X10, 192(R11)
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKbf16AVX2_dead_83
-	VMOVUPS      240(SP), Y9
+	JBE          stateVKbf16AVX2_dead_111
+	VMOVUPS      248(SP), Y9
 	VMOVAPS      Y9, Y9
 	VPSRLD       $0x10, Y9, Y10
 	VCMPPS       $0x03, Y9, Y9, Y12
@@ -40066,8 +46729,8 @@ stateVKbf16AVX2_decayed_16:
 	VPACKUSDW    X10, X9, X10
 	VMOVDQU      X10, 208(R11)
 	CMPQ         R9, $0x000001e0
-	JBE          stateVKbf16AVX2_dead_83
-	VMOVUPS      272(SP), Y9
+	JBE          stateVKbf16AVX2_dead_111
+	VMOVUPS      280(SP), Y9
 	VMOVAPS      Y9, Y9
 	VPSRLD       $0x10, Y9, Y10
 	VCMPPS       $0x03, Y9, Y9, Y12
@@ -40081,7 +46744,8 @@ stateVKbf16AVX2_decayed_16:
 	VPACKUSDW    X10, X9, X10
 	VMOVDQU      X10, 224(R11)
 
-stateVKbf16AVX2_dead_83:
+stateVKbf16AVX2_dead_111:
+stateVKbf16AVX2_bfdone_8:
 stateVKbf16AVX2_nostore_8:
 	ADDQ R9, AX
 	ADDQ R9, CX
@@ -40108,28 +46772,28 @@ stateVKbf16AVX2_nostore_8:
 	VMOVUPS Y5, 160(AX)
 	VMOVUPS Y6, 192(AX)
 	VMOVUPS Y7, 224(AX)
-	VMOVUPS 80(SP), Y0
+	VMOVUPS 88(SP), Y0
 	VMOVUPS Y0, 256(AX)
-	VMOVUPS 112(SP), Y0
+	VMOVUPS 120(SP), Y0
 	VMOVUPS Y0, 288(AX)
-	VMOVUPS 144(SP), Y0
+	VMOVUPS 152(SP), Y0
 	VMOVUPS Y0, 320(AX)
-	VMOVUPS 176(SP), Y0
+	VMOVUPS 184(SP), Y0
 	VMOVUPS Y0, 352(AX)
 	CMPQ    R9, $0x000001a0
-	JBE     stateVKbf16AVX2_dead_84
-	VMOVUPS 208(SP), Y0
+	JBE     stateVKbf16AVX2_dead_112
+	VMOVUPS 216(SP), Y0
 	VMOVUPS Y0, 384(AX)
 	CMPQ    R9, $0x000001c0
-	JBE     stateVKbf16AVX2_dead_84
-	VMOVUPS 240(SP), Y0
+	JBE     stateVKbf16AVX2_dead_112
+	VMOVUPS 248(SP), Y0
 	VMOVUPS Y0, 416(AX)
 	CMPQ    R9, $0x000001e0
-	JBE     stateVKbf16AVX2_dead_84
-	VMOVUPS 272(SP), Y0
+	JBE     stateVKbf16AVX2_dead_112
+	VMOVUPS 280(SP), Y0
 	VMOVUPS Y0, 448(AX)
 
-stateVKbf16AVX2_dead_84:
+stateVKbf16AVX2_dead_112:
 stateVKbf16AVX2_nocarry_8:
 	ADDQ $0x00000001, (SP)
 	SUBQ $0x00000001, 8(SP)

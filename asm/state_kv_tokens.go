@@ -73,6 +73,7 @@ type kvGen struct {
 	pairs, last, shuf, lastOff, tmp Mem
 	pf                              prefetchList // the driver's rows of its next call: a group per token pass
 	nt                              Mem          // 1 while this token's rows go to its store non-temporally (see ntSpan)
+	fin                             Mem          // bf16: 0 when this token's δ of the block are finite (finiteDelta)
 }
 
 // Non-temporal snapshot stores. Every routine over T tokens writes a token's rows to its store
@@ -151,6 +152,9 @@ func stateKVTokens(vr variant) {
 	MOVQ(w, g.work)
 	g.pf = newPrefetchList()
 	g.nt = AllocLocal(8)
+	if vr.bf16 {
+		g.fin = AllocLocal(8)
+	}
 	Commentf("K > %d does not fit work: the Go wrapper never calls with it.", kvMaxK(a))
 	CMPQ(k, U32(kvMaxK(a)))
 	JA(LabelRef(done))
@@ -269,15 +273,15 @@ func (g *kvGen) loadState(pc piece, base GPVirtual, x VecVirtual, f32 bool) {
 }
 
 // storeState stores the piece's lanes of y to its column of the row at base (rounded to bf16 for
-// bf16 storage; y may be clobbered).
-func (g *kvGen) storeState(pc piece, y VecVirtual, base GPVirtual) {
+// bf16 storage, finite: y holds no NaN, see finiteDelta; y may be clobbered).
+func (g *kvGen) storeState(pc piece, y VecVirtual, base GPVirtual, finite bool) {
 	switch {
 	case !g.bf16:
 		pc.store(y, pc.at(base, 4))
 	case pc.lane != nil:
 		g.storeTail(pc, y, base)
 	default:
-		bf16(g.a, pc, y, pc.at(base, 2))
+		bf16Stored(g.a, pc, y, pc.at(base, 2), false, finite)
 	}
 }
 
@@ -533,6 +537,11 @@ func (g *kvGen) token(s span, f form, accK, accQ []VecVirtual, cOff int, out str
 		VBROADCASTSS(Mem{Base: tp, Disp: 12}, kq)
 		MOVQ(g.vp, vp)
 		MOVQ(g.op, op)
+		var nf VecVirtual // bf16: the OR of δ − δ over the pieces (finiteDelta)
+		if g.bf16 {
+			nf = a.vec()
+			a.zero(nf)
+		}
 		s.each(func(t int, pc piece) {
 			vt := a.vec()
 			pc.load(pc.at(vp, 4), vt)
@@ -542,12 +551,25 @@ func (g *kvGen) token(s span, f form, accK, accQ []VecVirtual, cOff int, out str
 			pc.decay(f, c, accQ[t])
 			pc.fma(vt, kq, accQ[t])
 			pc.store(accQ[t], pc.at(op, 4))
+			if g.bf16 {
+				// (A narrower piece's other lanes are 0: VEX zeroes the upper ones.)
+				z := a.vec()
+				VSUBPS(a.view(vt), a.view(vt), a.view(z))
+				if a.evex {
+					VPORD(a.view(z), a.view(nf), a.view(nf)) // (VORPS of a ZMM needs AVX512DQ)
+				} else {
+					VORPS(a.view(z), a.view(nf), a.view(nf))
+				}
+			}
 			if g.deltaInFrame() {
 				unmasked(pc).store(vt, g.dslot(t))
 			} else {
 				d[t] = vt
 			}
 		})()
+		if g.bf16 {
+			finiteDelta(a, a.view, nf, 1<<a.lanes-1, g.fin)
+		}
 	}
 	for t := range ps {
 		a.zero(accK[t])
@@ -699,41 +721,56 @@ func (g *kvGen) rows(s span, f form, c VecVirtual, d []VecVirtual, accK, accQ []
 	TESTQ(dst, dst)
 	JZ(LabelRef(skip))
 	nt := ntSpan(a, s)
-	var stored string
-	if nt {
-		temporal := label("temporalrow")
-		stored = label("storedrow")
-		CMPB(g.nt, U8(0))
-		JE(LabelRef(temporal))
-		for t, pc := range s.ps {
-			y := get(t, unmasked(pc))
-			if !g.bf16 {
-				VMOVNTPS(a.view(y), pc.at(dst, 4))
-				continue
+	stores := func(finite bool) {
+		var stored string
+		if nt {
+			temporal := label("temporalrow")
+			stored = label("storedrow")
+			CMPB(g.nt, U8(0))
+			JE(LabelRef(temporal))
+			for t, pc := range s.ps {
+				y := get(t, unmasked(pc))
+				if !g.bf16 {
+					VMOVNTPS(a.view(y), pc.at(dst, 4))
+					continue
+				}
+				if last {
+					// rounded in place: keep the register for the carry.
+					z := a.vec()
+					VMOVAPS(a.view(y), a.view(z))
+					y = z
+				}
+				bf16Stored(a, piece{w: a.lanes}, y, pc.at(dst, 2), true, finite)
 			}
-			if last {
-				// rounded in place: keep the register for the carry.
+			JMP(LabelRef(stored))
+			Label(temporal)
+		}
+		ool = append(ool, s.each(func(t int, pc piece) {
+			y := get(t, pc)
+			if g.bf16 && last {
+				// storeState rounds y in place for bf16: keep the register for the carry.
 				z := a.vec()
 				VMOVAPS(a.view(y), a.view(z))
 				y = z
 			}
-			bf16NT(a, y, pc.at(dst, 2))
+			g.storeState(pc, y, dst, finite)
+		}))
+		if nt {
+			Label(stored)
 		}
-		JMP(LabelRef(stored))
-		Label(temporal)
 	}
-	ool = append(ool, s.each(func(t int, pc piece) {
-		y := get(t, pc)
-		if g.bf16 && last {
-			// storeState rounds y in place for bf16: keep the register for the carry.
-			z := a.vec()
-			VMOVAPS(a.view(y), a.view(z))
-			y = z
-		}
-		g.storeState(pc, y, dst)
-	}))
-	if nt {
-		Label(stored)
+	if g.bf16 {
+		// The rounding without its NaN select when this token's δ are finite (finiteDelta).
+		nan, done := label("rownan"), label("rowstored")
+		CMPL(g.fin, U8(0))
+		JNE(LabelRef(nan))
+		stores(true)
+		JMP(LabelRef(done))
+		Label(nan)
+		stores(false)
+		Label(done)
+	} else {
+		stores(false)
 	}
 	ADDQ(dstStride, dst)
 	Label(skip)

@@ -364,6 +364,7 @@ type vkRegs struct {
 	work, nb                            Mem          // vkBlocks: the work space (aligned to 64 bytes), a block's sub-blocks
 	andMask                             Mem          // no masks: the tail vector's and-mask
 	slots                               Mem          // the vectors of a row beyond vkRowRegs
+	fin                                 Mem          // bf16: 0 when this token's δ of the group's rows are finite (finiteDelta)
 	pf                                  prefetchList // a group per row group (vkBlk: per block token)
 }
 
@@ -576,14 +577,15 @@ func (b *vkBody) loadVec(m Mem, i int, bf16 bool, X Register) {
 	}
 }
 
-// storeVec stores x as position i of a row at m, bf16-rounded if bf16 (x is kept).
-func (b *vkBody) storeVec(x VecVirtual, m Mem, i int, bf16 bool) {
+// storeVec stores x as position i of a row at m, bf16-rounded if bf16 (x is kept; finite: x
+// holds no NaN, see finiteDelta).
+func (b *vkBody) storeVec(x VecVirtual, m Mem, i int, bf16, finite bool) {
 	mask := b.mask(i)
 	switch {
 	case bf16:
 		y := b.a.vec()
 		VMOVAPS(b.a.view(x), b.a.view(y))
-		bf16Store(b.a, piece{w: b.a.lanes, mask: mask}, y, m)
+		bf16Stored(b.a, piece{w: b.a.lanes, mask: mask}, y, m, false, finite)
 	case mask != nil:
 		VMOVUPS(b.a.view(x), mask, m)
 	default:
@@ -695,13 +697,31 @@ func (b *vkBody) storeRows(p GPVirtual, bf16 bool) {
 	if bf16 {
 		es, idx = 2, b.r.ks
 	}
-	one := func() {
+	rows := func(p GPVirtual, finite bool) {
 		for r := range b.g {
 			if r > 0 {
 				ADDQ(idx, p)
 			}
-			b.each(b.storeOrder(), func(i int) { b.storeVec(b.get(r, i), b.vecMem(p, i, es, idx), i, bf16) })
+			b.each(b.storeOrder(), func(i int) { b.storeVec(b.get(r, i), b.vecMem(p, i, es, idx), i, bf16, finite) })
 		}
+	}
+	one := func() {
+		if !bf16 {
+			rows(p, false)
+			return
+		}
+		// The rounding without its NaN select when this token's δ of the group's rows are finite
+		// (finiteDelta), which they are but for NaN or ±Inf in the state, v, k̂ or the gates.
+		nan, done := label("bfnan"), label("bfdone")
+		CMPL(b.r.fin, U8(0))
+		JNE(LabelRef(nan))
+		q := GP64()
+		MOVQ(p, q)
+		rows(q, true)
+		JMP(LabelRef(done))
+		Label(nan)
+		rows(p, false)
+		Label(done)
 	}
 	if !bf16 || !b.a.evex || b.n%2 != 0 {
 		one()
@@ -938,6 +958,9 @@ func (b *vkBody) finish(accK, accQ [][]VecVirtual) VecVirtual {
 	default:
 		VMOVUPS(half(hi), K6, Mem{Base: b.r.po})
 	}
+	if b.v.bf16 {
+		finiteDelta(a, half, d, 1<<b.g-1, b.r.fin)
+	}
 	return d
 }
 
@@ -955,17 +978,20 @@ func (b *vkBody) pairMem(base GPVirtual, rr, i, es int, idx GPVirtual) Mem {
 }
 
 // once emits the loop over pairs of rows (while two are left) for one token (T = 1, stores[0]
-// not nil), f32: the dots read the pair from src, the update reads it again (from L1) and writes
-// stores[0], with no copy through work. The arithmetic is the pair's (and the
+// not nil; bf16: src32 and carry nil): the dots read the pair from src, the update reads it again
+// (from L1; bf16 widened again) and writes stores[0], with no copy through work. bf16 takes it
+// while the pair's δ are finite, rounding without the NaN select (bf16Finite); from the first pair
+// with a non-finite δ on, the pairs through work (at nonFinite) take the rest, their rounding
+// selecting NaN lanes. The arithmetic is the pair's (and the
 // one-row group's); only the tail differs in how it is written: it is loaded without its and-mask
 // before any store and updated in full, its lanes before the vector ahead of it then holding the
 // values that vector gets (the same operands), and stored last. So src may be stores[0] (in place).
-func (b *vkBody) once() {
+func (b *vkBody) once(nonFinite string) {
 	v, a, r := b.v, b.a, b.r
-	if v.bf16 {
-		panic("vkBody.once: f32 only")
-	}
 	es, idx := 4, r.k4
+	if v.bf16 {
+		es, idx = 2, r.ks
+	}
 	loop, done := label("once"), label("oncedone")
 	Label(loop)
 	CMPQ(r.rows, U8(2))
@@ -983,7 +1009,7 @@ func (b *vkBody) once() {
 		km, qm := b.shared(b.kMem(r.pk, i)), b.shared(b.kMem(r.pq, i))
 		for rr := range 2 {
 			x := a.vec()
-			b.loadVec(b.pairMem(p, rr, i, es, idx), i, false, a.view(x))
+			b.loadVec(b.pairMem(p, rr, i, es, idx), i, v.bf16, a.view(x))
 			b.fma(km, x, accK[rr][i%b.acc], i, b.first(i))
 			b.fma(qm, x, accQ[rr][i%b.acc], i, b.first(i))
 		}
@@ -998,27 +1024,52 @@ func (b *vkBody) once() {
 	var tl [2]VecVirtual // the tails, in full
 	for rr := range 2 {
 		tl[rr] = a.vec()
-		VMOVUPS(b.pairMem(p, rr, b.n-1, es, idx), a.view(tl[rr]))
+		m := b.pairMem(p, rr, b.n-1, es, idx)
+		if v.bf16 {
+			VPMOVZXWD(m, a.view(tl[rr]))
+			VPSLLD(U8(16), a.view(tl[rr]), a.view(tl[rr]))
+		} else {
+			VMOVUPS(m, a.view(tl[rr]))
+		}
 	}
-	store := func(x VecVirtual, i, rr int) { VMOVUPS(a.view(x), b.pairMem(dst, rr, i, es, idx)) }
-	vkForm(b, func(f form, c VecVirtual) {
-		db := b.deltaBroadcasts(d)
-		b.each(b.positions()[:b.n-1], func(i int) {
-			km := b.shared(b.kMem(r.pk, i))
+	update := func(finite bool) {
+		store := func(x VecVirtual, i, rr int) {
+			if v.bf16 {
+				// (x is not used again)
+				bf16Stored(a, piece{w: a.lanes}, x, b.pairMem(dst, rr, i, es, idx), false, finite)
+				return
+			}
+			VMOVUPS(a.view(x), b.pairMem(dst, rr, i, es, idx))
+		}
+		vkForm(b, func(f form, c VecVirtual) {
+			db := b.deltaBroadcasts(d)
+			b.each(b.positions()[:b.n-1], func(i int) {
+				km := b.shared(b.kMem(r.pk, i))
+				for rr := range 2 {
+					x := a.vec()
+					b.loadVec(b.pairMem(p, rr, i, es, idx), i, v.bf16, a.view(x))
+					b.update(f, c, km, db[rr], x, i)
+					store(x, i, rr)
+				}
+			})
 			for rr := range 2 {
-				x := a.vec()
-				b.loadVec(b.pairMem(p, rr, i, es, idx), i, false, a.view(x))
-				b.update(f, c, km, db[rr], x, i)
-				store(x, i, rr)
+				x := tl[rr] // (each form's branch has its own copy of the code)
+				b.decay(f, c, x)
+				VFMADD231PS(b.kMem(r.pk, b.n-1), a.view(db[rr]), a.view(x))
+				store(x, b.n-1, rr)
 			}
 		})
-		for rr := range 2 {
-			x := tl[rr] // (each form's branch has its own copy of the code)
-			b.decay(f, c, x)
-			VFMADD231PS(b.kMem(r.pk, b.n-1), a.view(db[rr]), a.view(x))
-			store(x, b.n-1, rr)
-		}
-	})
+	}
+	if v.bf16 {
+		// Only when both rows' δ are finite (finiteDelta): the rounding without its NaN select.
+		// Else the pairs through work take this pair and the rest (nothing is stored yet; they
+		// store its o again, the same bits).
+		CMPL(r.fin, U8(0))
+		JNE(LabelRef(nonFinite))
+		update(true)
+	} else {
+		update(false)
+	}
 	ADDQ(U32(2), r.j)
 	SUBQ(U32(2), r.rows)
 	JMP(LabelRef(loop))
@@ -1223,6 +1274,17 @@ func unlessOneStoredToken(r vkRegs, to string) {
 	JE(LabelRef(to))
 }
 
+// noF32 jumps to label to if a bf16 routine's call has src32 or carry (once reads src, writes
+// stores[0] and nothing else).
+func noF32(to string) {
+	for _, p := range []string{"src32", "carry"} {
+		q := GP64()
+		Load(Param(p).Base(), q)
+		TESTQ(q, q)
+		JNZ(LabelRef(to))
+	}
+}
+
 // tokensStart emits the set-up of a [V][K] token loop: the k̂, q̂, tok and stores pointers, v and
 // o advanced to the first row (column) j, the token count.
 func tokensStart(r vkRegs) {
@@ -1313,6 +1375,9 @@ func stateVK(v variant) {
 	if !a.masks {
 		r.andMask = AllocLocal(a.bytes())
 	}
+	if v.bf16 {
+		r.fin = AllocLocal(8)
+	}
 	if a.vkRowRegs() < vkMaxVecs {
 		r.slots = AllocLocal(a.bytes() * (vkMaxVecs - a.vkRowRegs()))
 	}
@@ -1394,15 +1459,20 @@ func stateVK(v variant) {
 			Label(groups)
 		}
 		g, acc := vkGroup(a, n)
-		if a.vkPairs() && !v.bf16 {
-			// One token (decode) with a store, f32: the pairs from src to stores[0] (once), not
+		if a.vkPairs() {
+			// One token (decode) with a store: the pairs from src to stores[0] (once), not
 			// through work, whose copies cost more than the overlap wins. BenchmarkVKRoutine, avx2
-			// decode K=128, ns per head: one row 2,200, pairs through work 2,250, once 1,735. bf16
-			// (from src, no carry) once was slower than the pairs through work (3,890 vs 3,560):
-			// bf16 keeps those.
+			// decode K=128, ns per head: f32 one row 2,200, pairs through work 2,250, once 1,735.
+			// bf16 (src32 and carry nil) once was slower than the pairs through work while its
+			// rounding selected NaN lanes (3,890 vs 3,560; 4,464 vs 4,141); without the select
+			// (finite δ) it is faster: 4,340 → 3,890 (medians of 8 alternating runs, the pairs
+			// without the select too), stateVKbf16AVX2 6,630 → 9,578 lines.
 			pairs, tail := label("pairs"), label("pairtail")
 			unlessOneStoredToken(r, pairs)
-			(&vkBody{v: v, a: a, n: n, lo: lo, g: g, acc: acc, r: r}).once()
+			if v.bf16 {
+				noF32(pairs)
+			}
+			(&vkBody{v: v, a: a, n: n, lo: lo, g: g, acc: acc, r: r}).once(pairs)
 			JMP(LabelRef(tail))
 			Label(pairs)
 			(&vkBody{v: v, a: a, n: n, lo: lo, g: g, acc: acc, r: r}).group()

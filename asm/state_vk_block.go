@@ -216,7 +216,7 @@ func (k *vkBlk) storeRows(d GPVirtual, bf16 bool) {
 		if bf16 {
 			bf16Store(b.a, piece{w: 16, mask: b.mask(i)}, x, m)
 		} else {
-			b.storeVec(x, m, i, false)
+			b.storeVec(x, m, i, false, false)
 		}
 	})
 	ADDQ(idx, d)
