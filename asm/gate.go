@@ -165,24 +165,15 @@ func bf16(a isa, pc piece, y VecVirtual, m Mem) { bf16Stored(a, pc, y, m, false,
 // (32 for a ZMM's bf16, 16 for a YMM's).
 func bf16NT(a isa, y VecVirtual, m Mem) { bf16Stored(a, piece{w: a.lanes}, y, m, true, false) }
 
-// bf16Finite and bf16NTFinite are bf16 and bf16NT for a y known to hold no NaN (see
-// finiteDelta): (u + 0x7fff + lsb) >> 16 alone, which is BF16RNE for every other u (±Inf and the
-// values that round past the largest bf16 included), without the NaN lanes' test and select
-// (3 of an AVX2 vector's 11 operations, 2 of an AVX-512 one's 8).
-func bf16Finite(a isa, pc piece, y VecVirtual, m Mem) { bf16Stored(a, pc, y, m, false, true) }
-func bf16NTFinite(a isa, y VecVirtual, m Mem) {
-	bf16Stored(a, piece{w: a.lanes}, y, m, true, true)
-}
-
 // finiteDelta sets flag (a frame slot) to 0 when the lanes keep (a bit a lane) of view(x), a
 // token's δ, are finite, else to their non-finite lanes' bits. A stored state
-// S' = decay(S) + k̂·δ of a finite δ holds no NaN, so its rounding may take bf16Finite: a finite
-// δ = beta·(v − decay(Sᵀk̂)) needs decay(Sᵀk̂) finite, so Sᵀk̂ and the decay's constant finite
-// (decay of ±Inf or NaN, and of anything by a non-finite constant, is ±Inf or NaN), so every
-// product k̂_i·S_i of the dot finite (one ±Inf or NaN term makes the sum ±Inf or NaN), so every
-// k̂_i and S_i finite (Inf·0 is NaN); a decay and an FMA of finite operands round to ±Inf at worst,
-// never to NaN. ([K][V]: the same per column, Sᵀk̂_j summing column j.) An overflow of the sums
-// makes δ non-finite too: the full rounding then, as for any NaN.
+// S' = decay(S) + k̂·δ of a finite δ holds no NaN, so its rounding may be bf16Stored's finite
+// one: a finite δ = beta·(v − decay(Sᵀk̂)) needs decay(Sᵀk̂) finite, so Sᵀk̂ and the decay's
+// constant finite (decay of ±Inf or NaN, and of anything by a non-finite constant, is ±Inf or
+// NaN), so every product k̂_i·S_i of the dot finite (one ±Inf or NaN term makes the sum ±Inf or
+// NaN), so every k̂_i and S_i finite (Inf·0 is NaN); a decay and an FMA of finite operands round
+// to ±Inf at worst, never to NaN. ([K][V]: the same per column, Sᵀk̂_j summing column j.) An
+// overflow of the sums makes δ non-finite too: the full rounding then, as for any NaN.
 func finiteDelta(a isa, view func(VecVirtual) Register, x VecVirtual, keep uint32, flag Mem) {
 	t := a.vec()
 	VSUBPS(view(x), view(x), view(t)) // x − x: +0 finite, NaN else
@@ -200,7 +191,10 @@ func finiteDelta(a isa, view func(VecVirtual) Register, x VecVirtual, keep uint3
 	MOVL(g, flag)
 }
 
-// bf16Stored is bf16, the store non-temporal (and whole) when nt, y without NaN when finite.
+// bf16Stored is bf16, the store non-temporal (and whole) when nt. finite: y is known to hold no
+// NaN (see finiteDelta), and the rounding is (u + 0x7fff + lsb) >> 16 alone, which is BF16RNE for
+// every other u (±Inf and the values that round past the largest bf16 included), without the NaN
+// lanes' test and select (3 of an AVX2 vector's 11 operations, 2 of an AVX-512 one's 8).
 func bf16Stored(a isa, pc piece, y VecVirtual, m Mem, nt, finite bool) {
 	v := func(r VecVirtual) Register {
 		if pc.w == 1 {

@@ -988,7 +988,7 @@ func (b *vkBody) pairMem(base GPVirtual, rr, i, es int, idx GPVirtual) Mem {
 // once emits the loop over pairs of rows (while two are left) for one token (T = 1, stores[0]
 // not nil; bf16: src32 and carry nil): the dots read the pair from src, the update reads it again
 // (from L1; bf16 widened again) and writes stores[0], with no copy through work. bf16 takes it
-// while the pair's δ are finite, rounding without the NaN select (bf16Finite); from the first pair
+// while the pair's δ are finite, rounding without the NaN select (bf16Stored's finite); from the first pair
 // with a non-finite δ on, the pairs through work (at nonFinite) take the rest, their rounding
 // selecting NaN lanes. The arithmetic is the pair's (and the
 // one-row group's); only the tail differs in how it is written: it is loaded without its and-mask
