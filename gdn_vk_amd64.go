@@ -19,8 +19,10 @@ import "unsafe"
 // 4640 + 16 float32s; the routine aligns it to 64 bytes), 16 or 32 rows in flight per token
 // (asm/state_vk_block.go); the rows left, and every row when T = 1 (work may then be nil), take
 // the register groups. AVX2: pairs of rows in work (a workPool space, 1 KiB used; an odd V's last
-// row alone), two chains interleaved per token; f32 with one token and a store, the pairs from src
-// to stores[0] (work unused). The assembly handles K ≤ 256 (AVX-512) and 8 ≤ K ≤ 128 (AVX2); outside that range these wrappers run
+// row alone), two chains interleaved per token; with one token and a store (bf16: without src32
+// and carry), the pairs from src to stores[0] (once): f32 leaves work unused, bf16 needs it, for
+// the pairs through work take the rest of the head from the first pair whose δ is not finite.
+// The assembly handles K ≤ 256 (AVX-512) and 8 ≤ K ≤ 128 (AVX2); outside that range these wrappers run
 // the portable routine (vkTokens), which allocates its per-call bookkeeping.
 
 func vkF32AVX512(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok []float32, pf []uintptr) {
@@ -70,7 +72,7 @@ func vkBF16AVX2(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer
 		vkPortableBF16(K, V, src, src32, stores, carry, kh, qh, v, vs, o, tok)
 		return
 	}
-	w := workPool.Get().(*[]float32) // the pairs of rows live in work
+	w := workPool.Get().(*[]float32) // the pairs of rows live in work (also once's fallback: always given)
 	stateVKbf16AVX2(K, V, src, src32, stores, carry, kh, qh, v, vs, o, tok, *w, pf)
 	workPool.Put(w)
 }

@@ -14,12 +14,15 @@ import (
 
 // TestTokensBF16NonFinite: every kernel's bf16 routines over T tokens against its own f32 routines
 // (SPEC: a bf16 pool stores bf16 of the state an f32 pool would store) bit for bit, NaN payloads
-// included, on heads where some rows or columns go non-finite: a v of the token NaN (payloads
-// whose low bits a rounding without the NaN select would carry into the result: 0x7fc0ffff
-// rounds to 0x7fc1 there, BF16RNE gives 0x7fc0), ±Inf, a state element ±Inf or NaN, values
-// that overflow to Inf in the update or round past the largest bf16. The amd64 routines round
-// without the NaN select where the token's δ are finite (finiteDelta in asm/): a row or column
-// whose NaN that test missed stores the wrong bits here.
+// included, on heads where some rows or columns go non-finite: a v of the token NaN, ±Inf, a
+// state element ±Inf or NaN, values that overflow to Inf in the update or round past the largest
+// bf16. The amd64 routines round without the NaN select where the token's δ are finite
+// (finiteDelta in asm/): a row or column whose NaN that test missed stores the wrong bits here,
+// but only if the NaN has low payload bits (0x7fc0ffff rounds to 0x7fc1 without the select,
+// BF16RNE gives 0x7fc0). A NaN from a widened bf16 state, or made by arithmetic on ±Inf (the
+// default NaN), has a zero low half, which both roundings give alike; so the payloads come from v
+// (and, carried in the f32 state, reach later tokens) and from an f32 src32 (rawSrc32). The ±Inf
+// and overflow cases hold the rounding without the select to BF16RNE on its other inputs.
 func TestTokensBF16NonFinite(t *testing.T) {
 	shapes := [][2]int{{128, 128}, {96, 80}, {64, 64}, {17, 33}, {8, 16}, {5, 129}, {200, 48}, {16, 7}}
 	kerneltest.ForEach(t, func(t *testing.T, name string) {
@@ -39,7 +42,7 @@ func TestTokensBF16NonFinite(t *testing.T) {
 					for _, sh := range shapes {
 						for poison := range nonFiniteCases {
 							for _, src32 := range []bool{false, true} {
-								c := nonFiniteCase(r, f.Layout, sh[0], sh[1], T, poison)
+								c := nonFiniteCase(r, f.Layout, sh[0], sh[1], T, poison, src32)
 								c.noCarry = !src32 // a decode's call (the AVX2 [V][K] bf16 once), and a chunk's
 								what := fmt.Sprintf("%s/%v/T=%d/K=%d,V=%d/%s/src32=%v", name, f, T, sh[0], sh[1], nonFiniteCases[poison], src32)
 								got := runTokens(t, tk, l, true, src32, c, what)
@@ -69,7 +72,7 @@ var nonFiniteCases = []string{"v NaN payloads", "v ±Inf", "state ±Inf and NaN"
 // the bf16 routine's widened state), poisoned as nonFiniteCases[poison] says in a few rows and
 // columns (the first, the last, odd and even ones, so that every position of a group, pair or
 // block piece is hit somewhere) at some tokens.
-func nonFiniteCase(r *rand.Rand, layout gdnsimd.Layout, K, V, T, poison int) tokCase {
+func nonFiniteCase(r *rand.Rand, layout gdnsimd.Layout, K, V, T, poison int, src32 bool) tokCase {
 	c := newTokCase(r, K, V, T, false)
 	c.srcF = widenAll(roundAll(c.srcF))
 	cols := []int{0, V - 1, V / 2, r.IntN(V)}
@@ -85,11 +88,14 @@ func nonFiniteCase(r *rand.Rand, layout gdnsimd.Layout, K, V, T, poison int) tok
 			}
 			c.v[τ*c.vs+j] = x
 		}
-	case 2: // state element (i, j) ±Inf or NaN (its widened bits: a payload's low half is 0)
+	case 2: // state element (i, j) ±Inf or NaN: from src32 with low payload bits, else widened (low half 0)
 		for n, j := range cols {
 			x := float32(math.Inf(1 - 2*(n%2)))
 			if n == 2 {
 				x = nan(0x7fc10000)
+				if src32 {
+					x, c.rawSrc32 = nan(0x7fc0ffff), true
+				}
 			}
 			c.srcF[stateIndex(layout, K, V, r.IntN(K), j)] = x
 		}

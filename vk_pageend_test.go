@@ -11,6 +11,7 @@ import (
 	"unsafe"
 
 	"github.com/gdnsimd/gdnsimd"
+	"github.com/gdnsimd/gdnsimd/internal/kerneltest"
 )
 
 // pageEnd is a slice of n elements that ends where an inaccessible page begins: an access even one
@@ -147,4 +148,45 @@ func TestVKPageEnd(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestVKPageEndNoCarry: TestVKPageEnd's bf16 calls without the carry (T = 1: the AVX2
+// once path, which TestVKPageEnd never takes since it always passes a carry), every slice ending
+// at an inaccessible page, compared bit for bit with BF16RNE of the kernel's f32 routine, v NaN
+// in one row (once's fallback) or not.
+func TestVKPageEndNoCarry(t *testing.T) {
+	l := int(gdnsimd.VK)
+	forEachAmd64(t, func(t *testing.T, name string, k gdnsimd.Kernel) {
+		tk := gdnsimd.TokensOf(k)
+		r := rand.New(rand.NewPCG(33, 34))
+		for K := 1; K <= 140; K++ {
+			for _, V := range []int{2, 3, 33} {
+				for _, poison := range []bool{false, true} {
+					c := newTokCase(r, K, V, 1, false)
+					c.vs = V
+					c.v = c.v[:V]
+					c.srcF = widenAll(roundAll(c.srcF))
+					if poison {
+						c.v[V/2] = math.Float32frombits(0x7fc0ffff)
+					}
+					var keep []*pageEnd
+					kh, qh := pageEndF32(t, c.kh, &keep), pageEndF32(t, c.qh, &keep)
+					v, tok := pageEndF32(t, c.v, &keep), pageEndF32(t, c.tok, &keep)
+					o := pageEndF32(t, make([]float32, V), &keep)
+					src := pageEndU16(t, roundAll(c.srcF), &keep)
+					dst := pageEndU16(t, make([]uint16, K*V), &keep)
+					tk.BF16[l](K, V, src, nil, []unsafe.Pointer{unsafe.Pointer(&dst[0])}, nil, kh, qh, v, c.vs, o, tok, nil)
+					want := make([]float32, K*V)
+					wo := make([]float32, V)
+					tk.F32[l](K, V, c.srcF, []unsafe.Pointer{unsafe.Pointer(&want[0])}, c.kh, c.qh, c.v, c.vs, wo, c.tok, nil)
+					what := fmt.Sprintf("%s K=%d V=%d poison=%v", name, K, V, poison)
+					kerneltest.EqualBits(t, what+" o", o, wo)
+					kerneltest.EqualBits(t, what+" state", dst, roundAll(want))
+					for _, p := range keep {
+						p.free()
+					}
+				}
+			}
+		}
+	})
 }
