@@ -15686,42 +15686,36 @@ stateKVbf16AVX2_rows_1:
 	JMP          stateKVbf16AVX2_storedrow_1
 
 stateKVbf16AVX2_temporalrow_1:
-	VMOVUPS      (AX), Y9
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y10, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, (R9)
-	VMOVUPS      32(AX), Y9
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y10, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 16(R9)
-	VMOVUPS      64(AX), Y9
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y10, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 32(R9)
-	VMOVUPS      96(AX), Y9
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y10, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 48(R9)
+	VMOVUPS   (AX), Y9
+	VMOVUPS   32(AX), Y10
+	VPSRLD    $0x10, Y9, Y11
+	VPAND     one_i<>+0(SB), Y11, Y11
+	VPADDD    round<>+0(SB), Y9, Y9
+	VPADDD    Y11, Y9, Y9
+	VPSRLD    $0x10, Y9, Y9
+	VPSRLD    $0x10, Y10, Y11
+	VPAND     one_i<>+0(SB), Y11, Y11
+	VPADDD    round<>+0(SB), Y10, Y10
+	VPADDD    Y11, Y10, Y10
+	VPSRLD    $0x10, Y10, Y10
+	VPACKUSDW Y10, Y9, Y9
+	VPERMQ    $0xd8, Y9, Y9
+	VMOVDQU   Y9, (R9)
+	VMOVUPS   64(AX), Y9
+	VMOVUPS   96(AX), Y10
+	VPSRLD    $0x10, Y9, Y11
+	VPAND     one_i<>+0(SB), Y11, Y11
+	VPADDD    round<>+0(SB), Y9, Y9
+	VPADDD    Y11, Y9, Y9
+	VPSRLD    $0x10, Y9, Y9
+	VPSRLD    $0x10, Y10, Y11
+	VPAND     one_i<>+0(SB), Y11, Y11
+	VPADDD    round<>+0(SB), Y10, Y10
+	VPADDD    Y11, Y10, Y10
+	VPSRLD    $0x10, Y10, Y10
+	VPACKUSDW Y10, Y9, Y9
+	VPERMQ    $0xd8, Y9, Y9
+	VMOVDQU   Y9, 32(R9)
 
 stateKVbf16AVX2_storedrow_1:
 	JMP stateKVbf16AVX2_rowstored_1
@@ -15780,54 +15774,48 @@ stateKVbf16AVX2_rownan_1:
 	JMP          stateKVbf16AVX2_storedrow_2
 
 stateKVbf16AVX2_temporalrow_2:
-	VMOVUPS      (AX), Y9
-	VPSRLD       $0x10, Y9, Y10
-	VCMPPS       $0x03, Y9, Y9, Y12
-	VPAND        one_i<>+0(SB), Y10, Y11
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y11, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPOR         quiet<>+0(SB), Y10, Y10
-	VPBLENDVB    Y12, Y10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, (R9)
-	VMOVUPS      32(AX), Y9
-	VPSRLD       $0x10, Y9, Y10
-	VCMPPS       $0x03, Y9, Y9, Y12
-	VPAND        one_i<>+0(SB), Y10, Y11
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y11, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPOR         quiet<>+0(SB), Y10, Y10
-	VPBLENDVB    Y12, Y10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 16(R9)
-	VMOVUPS      64(AX), Y9
-	VPSRLD       $0x10, Y9, Y10
-	VCMPPS       $0x03, Y9, Y9, Y12
-	VPAND        one_i<>+0(SB), Y10, Y11
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y11, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPOR         quiet<>+0(SB), Y10, Y10
-	VPBLENDVB    Y12, Y10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 32(R9)
-	VMOVUPS      96(AX), Y9
-	VPSRLD       $0x10, Y9, Y10
-	VCMPPS       $0x03, Y9, Y9, Y12
-	VPAND        one_i<>+0(SB), Y10, Y11
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y11, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPOR         quiet<>+0(SB), Y10, Y10
-	VPBLENDVB    Y12, Y10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 48(R9)
+	VMOVUPS   (AX), Y9
+	VMOVUPS   32(AX), Y10
+	VPSRLD    $0x10, Y9, Y11
+	VCMPPS    $0x03, Y9, Y9, Y13
+	VPAND     one_i<>+0(SB), Y11, Y12
+	VPADDD    round<>+0(SB), Y9, Y9
+	VPADDD    Y12, Y9, Y9
+	VPSRLD    $0x10, Y9, Y9
+	VPOR      quiet<>+0(SB), Y11, Y11
+	VPBLENDVB Y13, Y11, Y9, Y9
+	VPSRLD    $0x10, Y10, Y11
+	VCMPPS    $0x03, Y10, Y10, Y13
+	VPAND     one_i<>+0(SB), Y11, Y12
+	VPADDD    round<>+0(SB), Y10, Y10
+	VPADDD    Y12, Y10, Y10
+	VPSRLD    $0x10, Y10, Y10
+	VPOR      quiet<>+0(SB), Y11, Y11
+	VPBLENDVB Y13, Y11, Y10, Y10
+	VPACKUSDW Y10, Y9, Y9
+	VPERMQ    $0xd8, Y9, Y9
+	VMOVDQU   Y9, (R9)
+	VMOVUPS   64(AX), Y9
+	VMOVUPS   96(AX), Y10
+	VPSRLD    $0x10, Y9, Y11
+	VCMPPS    $0x03, Y9, Y9, Y13
+	VPAND     one_i<>+0(SB), Y11, Y12
+	VPADDD    round<>+0(SB), Y9, Y9
+	VPADDD    Y12, Y9, Y9
+	VPSRLD    $0x10, Y9, Y9
+	VPOR      quiet<>+0(SB), Y11, Y11
+	VPBLENDVB Y13, Y11, Y9, Y9
+	VPSRLD    $0x10, Y10, Y11
+	VCMPPS    $0x03, Y10, Y10, Y13
+	VPAND     one_i<>+0(SB), Y11, Y12
+	VPADDD    round<>+0(SB), Y10, Y10
+	VPADDD    Y12, Y10, Y10
+	VPSRLD    $0x10, Y10, Y10
+	VPOR      quiet<>+0(SB), Y11, Y11
+	VPBLENDVB Y13, Y11, Y10, Y10
+	VPACKUSDW Y10, Y9, Y9
+	VPERMQ    $0xd8, Y9, Y9
+	VMOVDQU   Y9, 32(R9)
 
 stateKVbf16AVX2_storedrow_2:
 stateKVbf16AVX2_rowstored_1:
@@ -15913,42 +15901,36 @@ stateKVbf16AVX2_rows_2:
 	JMP          stateKVbf16AVX2_storedrow_3
 
 stateKVbf16AVX2_temporalrow_3:
-	VMOVAPS      Y1, Y0
-	VPSRLD       $0x10, Y0, Y5
-	VPAND        one_i<>+0(SB), Y5, Y5
-	VPADDD       round<>+0(SB), Y0, Y0
-	VPADDD       Y5, Y0, Y0
-	VPSRLD       $0x10, Y0, Y0
-	VEXTRACTI128 $0x01, Y0, X5
-	VPACKUSDW    X5, X0, X5
-	VMOVDQU      X5, (R9)
-	VMOVAPS      Y2, Y0
-	VPSRLD       $0x10, Y0, Y5
-	VPAND        one_i<>+0(SB), Y5, Y5
-	VPADDD       round<>+0(SB), Y0, Y0
-	VPADDD       Y5, Y0, Y0
-	VPSRLD       $0x10, Y0, Y0
-	VEXTRACTI128 $0x01, Y0, X5
-	VPACKUSDW    X5, X0, X5
-	VMOVDQU      X5, 16(R9)
-	VMOVAPS      Y3, Y0
-	VPSRLD       $0x10, Y0, Y5
-	VPAND        one_i<>+0(SB), Y5, Y5
-	VPADDD       round<>+0(SB), Y0, Y0
-	VPADDD       Y5, Y0, Y0
-	VPSRLD       $0x10, Y0, Y0
-	VEXTRACTI128 $0x01, Y0, X5
-	VPACKUSDW    X5, X0, X5
-	VMOVDQU      X5, 32(R9)
-	VMOVAPS      Y4, Y0
-	VPSRLD       $0x10, Y0, Y5
-	VPAND        one_i<>+0(SB), Y5, Y5
-	VPADDD       round<>+0(SB), Y0, Y0
-	VPADDD       Y5, Y0, Y0
-	VPSRLD       $0x10, Y0, Y0
-	VEXTRACTI128 $0x01, Y0, X5
-	VPACKUSDW    X5, X0, X5
-	VMOVDQU      X5, 48(R9)
+	VMOVAPS   Y1, Y0
+	VMOVAPS   Y2, Y5
+	VPSRLD    $0x10, Y0, Y6
+	VPAND     one_i<>+0(SB), Y6, Y6
+	VPADDD    round<>+0(SB), Y0, Y0
+	VPADDD    Y6, Y0, Y0
+	VPSRLD    $0x10, Y0, Y0
+	VPSRLD    $0x10, Y5, Y6
+	VPAND     one_i<>+0(SB), Y6, Y6
+	VPADDD    round<>+0(SB), Y5, Y5
+	VPADDD    Y6, Y5, Y5
+	VPSRLD    $0x10, Y5, Y5
+	VPACKUSDW Y5, Y0, Y0
+	VPERMQ    $0xd8, Y0, Y0
+	VMOVDQU   Y0, (R9)
+	VMOVAPS   Y3, Y0
+	VMOVAPS   Y4, Y5
+	VPSRLD    $0x10, Y0, Y6
+	VPAND     one_i<>+0(SB), Y6, Y6
+	VPADDD    round<>+0(SB), Y0, Y0
+	VPADDD    Y6, Y0, Y0
+	VPSRLD    $0x10, Y0, Y0
+	VPSRLD    $0x10, Y5, Y6
+	VPAND     one_i<>+0(SB), Y6, Y6
+	VPADDD    round<>+0(SB), Y5, Y5
+	VPADDD    Y6, Y5, Y5
+	VPSRLD    $0x10, Y5, Y5
+	VPACKUSDW Y5, Y0, Y0
+	VPERMQ    $0xd8, Y0, Y0
+	VMOVDQU   Y0, 32(R9)
 
 stateKVbf16AVX2_storedrow_3:
 	JMP stateKVbf16AVX2_rowstored_2
@@ -16007,54 +15989,48 @@ stateKVbf16AVX2_rownan_2:
 	JMP          stateKVbf16AVX2_storedrow_4
 
 stateKVbf16AVX2_temporalrow_4:
-	VMOVAPS      Y1, Y0
-	VPSRLD       $0x10, Y0, Y5
-	VCMPPS       $0x03, Y0, Y0, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y0, Y0
-	VPADDD       Y6, Y0, Y0
-	VPSRLD       $0x10, Y0, Y0
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y0, Y0
-	VEXTRACTI128 $0x01, Y0, X5
-	VPACKUSDW    X5, X0, X5
-	VMOVDQU      X5, (R9)
-	VMOVAPS      Y2, Y0
-	VPSRLD       $0x10, Y0, Y5
-	VCMPPS       $0x03, Y0, Y0, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y0, Y0
-	VPADDD       Y6, Y0, Y0
-	VPSRLD       $0x10, Y0, Y0
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y0, Y0
-	VEXTRACTI128 $0x01, Y0, X5
-	VPACKUSDW    X5, X0, X5
-	VMOVDQU      X5, 16(R9)
-	VMOVAPS      Y3, Y0
-	VPSRLD       $0x10, Y0, Y5
-	VCMPPS       $0x03, Y0, Y0, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y0, Y0
-	VPADDD       Y6, Y0, Y0
-	VPSRLD       $0x10, Y0, Y0
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y0, Y0
-	VEXTRACTI128 $0x01, Y0, X5
-	VPACKUSDW    X5, X0, X5
-	VMOVDQU      X5, 32(R9)
-	VMOVAPS      Y4, Y0
-	VPSRLD       $0x10, Y0, Y5
-	VCMPPS       $0x03, Y0, Y0, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y0, Y0
-	VPADDD       Y6, Y0, Y0
-	VPSRLD       $0x10, Y0, Y0
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y0, Y0
-	VEXTRACTI128 $0x01, Y0, X5
-	VPACKUSDW    X5, X0, X5
-	VMOVDQU      X5, 48(R9)
+	VMOVAPS   Y1, Y0
+	VMOVAPS   Y2, Y5
+	VPSRLD    $0x10, Y0, Y6
+	VCMPPS    $0x03, Y0, Y0, Y9
+	VPAND     one_i<>+0(SB), Y6, Y7
+	VPADDD    round<>+0(SB), Y0, Y0
+	VPADDD    Y7, Y0, Y0
+	VPSRLD    $0x10, Y0, Y0
+	VPOR      quiet<>+0(SB), Y6, Y6
+	VPBLENDVB Y9, Y6, Y0, Y0
+	VPSRLD    $0x10, Y5, Y6
+	VCMPPS    $0x03, Y5, Y5, Y9
+	VPAND     one_i<>+0(SB), Y6, Y7
+	VPADDD    round<>+0(SB), Y5, Y5
+	VPADDD    Y7, Y5, Y5
+	VPSRLD    $0x10, Y5, Y5
+	VPOR      quiet<>+0(SB), Y6, Y6
+	VPBLENDVB Y9, Y6, Y5, Y5
+	VPACKUSDW Y5, Y0, Y0
+	VPERMQ    $0xd8, Y0, Y0
+	VMOVDQU   Y0, (R9)
+	VMOVAPS   Y3, Y0
+	VMOVAPS   Y4, Y5
+	VPSRLD    $0x10, Y0, Y6
+	VCMPPS    $0x03, Y0, Y0, Y9
+	VPAND     one_i<>+0(SB), Y6, Y7
+	VPADDD    round<>+0(SB), Y0, Y0
+	VPADDD    Y7, Y0, Y0
+	VPSRLD    $0x10, Y0, Y0
+	VPOR      quiet<>+0(SB), Y6, Y6
+	VPBLENDVB Y9, Y6, Y0, Y0
+	VPSRLD    $0x10, Y5, Y6
+	VCMPPS    $0x03, Y5, Y5, Y9
+	VPAND     one_i<>+0(SB), Y6, Y7
+	VPADDD    round<>+0(SB), Y5, Y5
+	VPADDD    Y7, Y5, Y5
+	VPSRLD    $0x10, Y5, Y5
+	VPOR      quiet<>+0(SB), Y6, Y6
+	VPBLENDVB Y9, Y6, Y5, Y5
+	VPACKUSDW Y5, Y0, Y0
+	VPERMQ    $0xd8, Y0, Y0
+	VMOVDQU   Y0, 32(R9)
 
 stateKVbf16AVX2_storedrow_4:
 stateKVbf16AVX2_rowstored_2:
@@ -16287,42 +16263,36 @@ stateKVbf16AVX2_rows_3:
 	JMP          stateKVbf16AVX2_storedrow_5
 
 stateKVbf16AVX2_temporalrow_5:
-	VMOVUPS      (AX), Y9
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y10, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, (R9)
-	VMOVUPS      32(AX), Y9
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y10, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 16(R9)
-	VMOVUPS      64(AX), Y9
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y10, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 32(R9)
-	VMOVUPS      96(AX), Y9
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y10, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 48(R9)
+	VMOVUPS   (AX), Y9
+	VMOVUPS   32(AX), Y10
+	VPSRLD    $0x10, Y9, Y11
+	VPAND     one_i<>+0(SB), Y11, Y11
+	VPADDD    round<>+0(SB), Y9, Y9
+	VPADDD    Y11, Y9, Y9
+	VPSRLD    $0x10, Y9, Y9
+	VPSRLD    $0x10, Y10, Y11
+	VPAND     one_i<>+0(SB), Y11, Y11
+	VPADDD    round<>+0(SB), Y10, Y10
+	VPADDD    Y11, Y10, Y10
+	VPSRLD    $0x10, Y10, Y10
+	VPACKUSDW Y10, Y9, Y9
+	VPERMQ    $0xd8, Y9, Y9
+	VMOVDQU   Y9, (R9)
+	VMOVUPS   64(AX), Y9
+	VMOVUPS   96(AX), Y10
+	VPSRLD    $0x10, Y9, Y11
+	VPAND     one_i<>+0(SB), Y11, Y11
+	VPADDD    round<>+0(SB), Y9, Y9
+	VPADDD    Y11, Y9, Y9
+	VPSRLD    $0x10, Y9, Y9
+	VPSRLD    $0x10, Y10, Y11
+	VPAND     one_i<>+0(SB), Y11, Y11
+	VPADDD    round<>+0(SB), Y10, Y10
+	VPADDD    Y11, Y10, Y10
+	VPSRLD    $0x10, Y10, Y10
+	VPACKUSDW Y10, Y9, Y9
+	VPERMQ    $0xd8, Y9, Y9
+	VMOVDQU   Y9, 32(R9)
 
 stateKVbf16AVX2_storedrow_5:
 	JMP stateKVbf16AVX2_rowstored_3
@@ -16381,54 +16351,48 @@ stateKVbf16AVX2_rownan_3:
 	JMP          stateKVbf16AVX2_storedrow_6
 
 stateKVbf16AVX2_temporalrow_6:
-	VMOVUPS      (AX), Y9
-	VPSRLD       $0x10, Y9, Y10
-	VCMPPS       $0x03, Y9, Y9, Y12
-	VPAND        one_i<>+0(SB), Y10, Y11
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y11, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPOR         quiet<>+0(SB), Y10, Y10
-	VPBLENDVB    Y12, Y10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, (R9)
-	VMOVUPS      32(AX), Y9
-	VPSRLD       $0x10, Y9, Y10
-	VCMPPS       $0x03, Y9, Y9, Y12
-	VPAND        one_i<>+0(SB), Y10, Y11
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y11, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPOR         quiet<>+0(SB), Y10, Y10
-	VPBLENDVB    Y12, Y10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 16(R9)
-	VMOVUPS      64(AX), Y9
-	VPSRLD       $0x10, Y9, Y10
-	VCMPPS       $0x03, Y9, Y9, Y12
-	VPAND        one_i<>+0(SB), Y10, Y11
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y11, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPOR         quiet<>+0(SB), Y10, Y10
-	VPBLENDVB    Y12, Y10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 32(R9)
-	VMOVUPS      96(AX), Y9
-	VPSRLD       $0x10, Y9, Y10
-	VCMPPS       $0x03, Y9, Y9, Y12
-	VPAND        one_i<>+0(SB), Y10, Y11
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y11, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPOR         quiet<>+0(SB), Y10, Y10
-	VPBLENDVB    Y12, Y10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 48(R9)
+	VMOVUPS   (AX), Y9
+	VMOVUPS   32(AX), Y10
+	VPSRLD    $0x10, Y9, Y11
+	VCMPPS    $0x03, Y9, Y9, Y13
+	VPAND     one_i<>+0(SB), Y11, Y12
+	VPADDD    round<>+0(SB), Y9, Y9
+	VPADDD    Y12, Y9, Y9
+	VPSRLD    $0x10, Y9, Y9
+	VPOR      quiet<>+0(SB), Y11, Y11
+	VPBLENDVB Y13, Y11, Y9, Y9
+	VPSRLD    $0x10, Y10, Y11
+	VCMPPS    $0x03, Y10, Y10, Y13
+	VPAND     one_i<>+0(SB), Y11, Y12
+	VPADDD    round<>+0(SB), Y10, Y10
+	VPADDD    Y12, Y10, Y10
+	VPSRLD    $0x10, Y10, Y10
+	VPOR      quiet<>+0(SB), Y11, Y11
+	VPBLENDVB Y13, Y11, Y10, Y10
+	VPACKUSDW Y10, Y9, Y9
+	VPERMQ    $0xd8, Y9, Y9
+	VMOVDQU   Y9, (R9)
+	VMOVUPS   64(AX), Y9
+	VMOVUPS   96(AX), Y10
+	VPSRLD    $0x10, Y9, Y11
+	VCMPPS    $0x03, Y9, Y9, Y13
+	VPAND     one_i<>+0(SB), Y11, Y12
+	VPADDD    round<>+0(SB), Y9, Y9
+	VPADDD    Y12, Y9, Y9
+	VPSRLD    $0x10, Y9, Y9
+	VPOR      quiet<>+0(SB), Y11, Y11
+	VPBLENDVB Y13, Y11, Y9, Y9
+	VPSRLD    $0x10, Y10, Y11
+	VCMPPS    $0x03, Y10, Y10, Y13
+	VPAND     one_i<>+0(SB), Y11, Y12
+	VPADDD    round<>+0(SB), Y10, Y10
+	VPADDD    Y12, Y10, Y10
+	VPSRLD    $0x10, Y10, Y10
+	VPOR      quiet<>+0(SB), Y11, Y11
+	VPBLENDVB Y13, Y11, Y10, Y10
+	VPACKUSDW Y10, Y9, Y9
+	VPERMQ    $0xd8, Y9, Y9
+	VMOVDQU   Y9, 32(R9)
 
 stateKVbf16AVX2_storedrow_6:
 stateKVbf16AVX2_rowstored_3:
@@ -16514,42 +16478,36 @@ stateKVbf16AVX2_rows_4:
 	JMP          stateKVbf16AVX2_storedrow_7
 
 stateKVbf16AVX2_temporalrow_7:
-	VMOVAPS      Y1, Y0
-	VPSRLD       $0x10, Y0, Y5
-	VPAND        one_i<>+0(SB), Y5, Y5
-	VPADDD       round<>+0(SB), Y0, Y0
-	VPADDD       Y5, Y0, Y0
-	VPSRLD       $0x10, Y0, Y0
-	VEXTRACTI128 $0x01, Y0, X5
-	VPACKUSDW    X5, X0, X5
-	VMOVDQU      X5, (R9)
-	VMOVAPS      Y2, Y0
-	VPSRLD       $0x10, Y0, Y5
-	VPAND        one_i<>+0(SB), Y5, Y5
-	VPADDD       round<>+0(SB), Y0, Y0
-	VPADDD       Y5, Y0, Y0
-	VPSRLD       $0x10, Y0, Y0
-	VEXTRACTI128 $0x01, Y0, X5
-	VPACKUSDW    X5, X0, X5
-	VMOVDQU      X5, 16(R9)
-	VMOVAPS      Y3, Y0
-	VPSRLD       $0x10, Y0, Y5
-	VPAND        one_i<>+0(SB), Y5, Y5
-	VPADDD       round<>+0(SB), Y0, Y0
-	VPADDD       Y5, Y0, Y0
-	VPSRLD       $0x10, Y0, Y0
-	VEXTRACTI128 $0x01, Y0, X5
-	VPACKUSDW    X5, X0, X5
-	VMOVDQU      X5, 32(R9)
-	VMOVAPS      Y4, Y0
-	VPSRLD       $0x10, Y0, Y5
-	VPAND        one_i<>+0(SB), Y5, Y5
-	VPADDD       round<>+0(SB), Y0, Y0
-	VPADDD       Y5, Y0, Y0
-	VPSRLD       $0x10, Y0, Y0
-	VEXTRACTI128 $0x01, Y0, X5
-	VPACKUSDW    X5, X0, X5
-	VMOVDQU      X5, 48(R9)
+	VMOVAPS   Y1, Y0
+	VMOVAPS   Y2, Y5
+	VPSRLD    $0x10, Y0, Y6
+	VPAND     one_i<>+0(SB), Y6, Y6
+	VPADDD    round<>+0(SB), Y0, Y0
+	VPADDD    Y6, Y0, Y0
+	VPSRLD    $0x10, Y0, Y0
+	VPSRLD    $0x10, Y5, Y6
+	VPAND     one_i<>+0(SB), Y6, Y6
+	VPADDD    round<>+0(SB), Y5, Y5
+	VPADDD    Y6, Y5, Y5
+	VPSRLD    $0x10, Y5, Y5
+	VPACKUSDW Y5, Y0, Y0
+	VPERMQ    $0xd8, Y0, Y0
+	VMOVDQU   Y0, (R9)
+	VMOVAPS   Y3, Y0
+	VMOVAPS   Y4, Y5
+	VPSRLD    $0x10, Y0, Y6
+	VPAND     one_i<>+0(SB), Y6, Y6
+	VPADDD    round<>+0(SB), Y0, Y0
+	VPADDD    Y6, Y0, Y0
+	VPSRLD    $0x10, Y0, Y0
+	VPSRLD    $0x10, Y5, Y6
+	VPAND     one_i<>+0(SB), Y6, Y6
+	VPADDD    round<>+0(SB), Y5, Y5
+	VPADDD    Y6, Y5, Y5
+	VPSRLD    $0x10, Y5, Y5
+	VPACKUSDW Y5, Y0, Y0
+	VPERMQ    $0xd8, Y0, Y0
+	VMOVDQU   Y0, 32(R9)
 
 stateKVbf16AVX2_storedrow_7:
 	JMP stateKVbf16AVX2_rowstored_4
@@ -16608,54 +16566,48 @@ stateKVbf16AVX2_rownan_4:
 	JMP          stateKVbf16AVX2_storedrow_8
 
 stateKVbf16AVX2_temporalrow_8:
-	VMOVAPS      Y1, Y0
-	VPSRLD       $0x10, Y0, Y5
-	VCMPPS       $0x03, Y0, Y0, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y0, Y0
-	VPADDD       Y6, Y0, Y0
-	VPSRLD       $0x10, Y0, Y0
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y0, Y0
-	VEXTRACTI128 $0x01, Y0, X5
-	VPACKUSDW    X5, X0, X5
-	VMOVDQU      X5, (R9)
-	VMOVAPS      Y2, Y0
-	VPSRLD       $0x10, Y0, Y5
-	VCMPPS       $0x03, Y0, Y0, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y0, Y0
-	VPADDD       Y6, Y0, Y0
-	VPSRLD       $0x10, Y0, Y0
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y0, Y0
-	VEXTRACTI128 $0x01, Y0, X5
-	VPACKUSDW    X5, X0, X5
-	VMOVDQU      X5, 16(R9)
-	VMOVAPS      Y3, Y0
-	VPSRLD       $0x10, Y0, Y5
-	VCMPPS       $0x03, Y0, Y0, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y0, Y0
-	VPADDD       Y6, Y0, Y0
-	VPSRLD       $0x10, Y0, Y0
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y0, Y0
-	VEXTRACTI128 $0x01, Y0, X5
-	VPACKUSDW    X5, X0, X5
-	VMOVDQU      X5, 32(R9)
-	VMOVAPS      Y4, Y0
-	VPSRLD       $0x10, Y0, Y5
-	VCMPPS       $0x03, Y0, Y0, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y0, Y0
-	VPADDD       Y6, Y0, Y0
-	VPSRLD       $0x10, Y0, Y0
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y0, Y0
-	VEXTRACTI128 $0x01, Y0, X5
-	VPACKUSDW    X5, X0, X5
-	VMOVDQU      X5, 48(R9)
+	VMOVAPS   Y1, Y0
+	VMOVAPS   Y2, Y5
+	VPSRLD    $0x10, Y0, Y6
+	VCMPPS    $0x03, Y0, Y0, Y9
+	VPAND     one_i<>+0(SB), Y6, Y7
+	VPADDD    round<>+0(SB), Y0, Y0
+	VPADDD    Y7, Y0, Y0
+	VPSRLD    $0x10, Y0, Y0
+	VPOR      quiet<>+0(SB), Y6, Y6
+	VPBLENDVB Y9, Y6, Y0, Y0
+	VPSRLD    $0x10, Y5, Y6
+	VCMPPS    $0x03, Y5, Y5, Y9
+	VPAND     one_i<>+0(SB), Y6, Y7
+	VPADDD    round<>+0(SB), Y5, Y5
+	VPADDD    Y7, Y5, Y5
+	VPSRLD    $0x10, Y5, Y5
+	VPOR      quiet<>+0(SB), Y6, Y6
+	VPBLENDVB Y9, Y6, Y5, Y5
+	VPACKUSDW Y5, Y0, Y0
+	VPERMQ    $0xd8, Y0, Y0
+	VMOVDQU   Y0, (R9)
+	VMOVAPS   Y3, Y0
+	VMOVAPS   Y4, Y5
+	VPSRLD    $0x10, Y0, Y6
+	VCMPPS    $0x03, Y0, Y0, Y9
+	VPAND     one_i<>+0(SB), Y6, Y7
+	VPADDD    round<>+0(SB), Y0, Y0
+	VPADDD    Y7, Y0, Y0
+	VPSRLD    $0x10, Y0, Y0
+	VPOR      quiet<>+0(SB), Y6, Y6
+	VPBLENDVB Y9, Y6, Y0, Y0
+	VPSRLD    $0x10, Y5, Y6
+	VCMPPS    $0x03, Y5, Y5, Y9
+	VPAND     one_i<>+0(SB), Y6, Y7
+	VPADDD    round<>+0(SB), Y5, Y5
+	VPADDD    Y7, Y5, Y5
+	VPSRLD    $0x10, Y5, Y5
+	VPOR      quiet<>+0(SB), Y6, Y6
+	VPBLENDVB Y9, Y6, Y5, Y5
+	VPACKUSDW Y5, Y0, Y0
+	VPERMQ    $0xd8, Y0, Y0
+	VMOVDQU   Y0, 32(R9)
 
 stateKVbf16AVX2_storedrow_8:
 stateKVbf16AVX2_rowstored_4:
@@ -17003,24 +16955,21 @@ stateKVbf16AVX2_rows_5:
 	JMP          stateKVbf16AVX2_storedrow_9
 
 stateKVbf16AVX2_temporalrow_9:
-	VMOVUPS      (AX), Y5
-	VPSRLD       $0x10, Y5, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y5, Y5
-	VPADDD       Y6, Y5, Y5
-	VPSRLD       $0x10, Y5, Y5
-	VEXTRACTI128 $0x01, Y5, X6
-	VPACKUSDW    X6, X5, X6
-	VMOVDQU      X6, (R9)
-	VMOVUPS      32(AX), Y5
-	VPSRLD       $0x10, Y5, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y5, Y5
-	VPADDD       Y6, Y5, Y5
-	VPSRLD       $0x10, Y5, Y5
-	VEXTRACTI128 $0x01, Y5, X6
-	VPACKUSDW    X6, X5, X6
-	VMOVDQU      X6, 16(R9)
+	VMOVUPS   (AX), Y5
+	VMOVUPS   32(AX), Y6
+	VPSRLD    $0x10, Y5, Y7
+	VPAND     one_i<>+0(SB), Y7, Y7
+	VPADDD    round<>+0(SB), Y5, Y5
+	VPADDD    Y7, Y5, Y5
+	VPSRLD    $0x10, Y5, Y5
+	VPSRLD    $0x10, Y6, Y7
+	VPAND     one_i<>+0(SB), Y7, Y7
+	VPADDD    round<>+0(SB), Y6, Y6
+	VPADDD    Y7, Y6, Y6
+	VPSRLD    $0x10, Y6, Y6
+	VPACKUSDW Y6, Y5, Y5
+	VPERMQ    $0xd8, Y5, Y5
+	VMOVDQU   Y5, (R9)
 
 stateKVbf16AVX2_storedrow_9:
 	JMP stateKVbf16AVX2_rowstored_5
@@ -17055,30 +17004,27 @@ stateKVbf16AVX2_rownan_5:
 	JMP          stateKVbf16AVX2_storedrow_10
 
 stateKVbf16AVX2_temporalrow_10:
-	VMOVUPS      (AX), Y5
-	VPSRLD       $0x10, Y5, Y6
-	VCMPPS       $0x03, Y5, Y5, Y8
-	VPAND        one_i<>+0(SB), Y6, Y7
-	VPADDD       round<>+0(SB), Y5, Y5
-	VPADDD       Y7, Y5, Y5
-	VPSRLD       $0x10, Y5, Y5
-	VPOR         quiet<>+0(SB), Y6, Y6
-	VPBLENDVB    Y8, Y6, Y5, Y5
-	VEXTRACTI128 $0x01, Y5, X6
-	VPACKUSDW    X6, X5, X6
-	VMOVDQU      X6, (R9)
-	VMOVUPS      32(AX), Y5
-	VPSRLD       $0x10, Y5, Y6
-	VCMPPS       $0x03, Y5, Y5, Y8
-	VPAND        one_i<>+0(SB), Y6, Y7
-	VPADDD       round<>+0(SB), Y5, Y5
-	VPADDD       Y7, Y5, Y5
-	VPSRLD       $0x10, Y5, Y5
-	VPOR         quiet<>+0(SB), Y6, Y6
-	VPBLENDVB    Y8, Y6, Y5, Y5
-	VEXTRACTI128 $0x01, Y5, X6
-	VPACKUSDW    X6, X5, X6
-	VMOVDQU      X6, 16(R9)
+	VMOVUPS   (AX), Y5
+	VMOVUPS   32(AX), Y6
+	VPSRLD    $0x10, Y5, Y7
+	VCMPPS    $0x03, Y5, Y5, Y9
+	VPAND     one_i<>+0(SB), Y7, Y8
+	VPADDD    round<>+0(SB), Y5, Y5
+	VPADDD    Y8, Y5, Y5
+	VPSRLD    $0x10, Y5, Y5
+	VPOR      quiet<>+0(SB), Y7, Y7
+	VPBLENDVB Y9, Y7, Y5, Y5
+	VPSRLD    $0x10, Y6, Y7
+	VCMPPS    $0x03, Y6, Y6, Y9
+	VPAND     one_i<>+0(SB), Y7, Y8
+	VPADDD    round<>+0(SB), Y6, Y6
+	VPADDD    Y8, Y6, Y6
+	VPSRLD    $0x10, Y6, Y6
+	VPOR      quiet<>+0(SB), Y7, Y7
+	VPBLENDVB Y9, Y7, Y6, Y6
+	VPACKUSDW Y6, Y5, Y5
+	VPERMQ    $0xd8, Y5, Y5
+	VMOVDQU   Y5, (R9)
 
 stateKVbf16AVX2_storedrow_10:
 stateKVbf16AVX2_rowstored_5:
@@ -17136,24 +17082,21 @@ stateKVbf16AVX2_rows_6:
 	JMP          stateKVbf16AVX2_storedrow_11
 
 stateKVbf16AVX2_temporalrow_11:
-	VMOVAPS      Y1, Y0
-	VPSRLD       $0x10, Y0, Y3
-	VPAND        one_i<>+0(SB), Y3, Y3
-	VPADDD       round<>+0(SB), Y0, Y0
-	VPADDD       Y3, Y0, Y0
-	VPSRLD       $0x10, Y0, Y0
-	VEXTRACTI128 $0x01, Y0, X3
-	VPACKUSDW    X3, X0, X3
-	VMOVDQU      X3, (R9)
-	VMOVAPS      Y2, Y0
-	VPSRLD       $0x10, Y0, Y3
-	VPAND        one_i<>+0(SB), Y3, Y3
-	VPADDD       round<>+0(SB), Y0, Y0
-	VPADDD       Y3, Y0, Y0
-	VPSRLD       $0x10, Y0, Y0
-	VEXTRACTI128 $0x01, Y0, X3
-	VPACKUSDW    X3, X0, X3
-	VMOVDQU      X3, 16(R9)
+	VMOVAPS   Y1, Y0
+	VMOVAPS   Y2, Y3
+	VPSRLD    $0x10, Y0, Y5
+	VPAND     one_i<>+0(SB), Y5, Y5
+	VPADDD    round<>+0(SB), Y0, Y0
+	VPADDD    Y5, Y0, Y0
+	VPSRLD    $0x10, Y0, Y0
+	VPSRLD    $0x10, Y3, Y5
+	VPAND     one_i<>+0(SB), Y5, Y5
+	VPADDD    round<>+0(SB), Y3, Y3
+	VPADDD    Y5, Y3, Y3
+	VPSRLD    $0x10, Y3, Y3
+	VPACKUSDW Y3, Y0, Y0
+	VPERMQ    $0xd8, Y0, Y0
+	VMOVDQU   Y0, (R9)
 
 stateKVbf16AVX2_storedrow_11:
 	JMP stateKVbf16AVX2_rowstored_6
@@ -17188,30 +17131,27 @@ stateKVbf16AVX2_rownan_6:
 	JMP          stateKVbf16AVX2_storedrow_12
 
 stateKVbf16AVX2_temporalrow_12:
-	VMOVAPS      Y1, Y0
-	VPSRLD       $0x10, Y0, Y3
-	VCMPPS       $0x03, Y0, Y0, Y6
-	VPAND        one_i<>+0(SB), Y3, Y5
-	VPADDD       round<>+0(SB), Y0, Y0
-	VPADDD       Y5, Y0, Y0
-	VPSRLD       $0x10, Y0, Y0
-	VPOR         quiet<>+0(SB), Y3, Y3
-	VPBLENDVB    Y6, Y3, Y0, Y0
-	VEXTRACTI128 $0x01, Y0, X3
-	VPACKUSDW    X3, X0, X3
-	VMOVDQU      X3, (R9)
-	VMOVAPS      Y2, Y0
-	VPSRLD       $0x10, Y0, Y3
-	VCMPPS       $0x03, Y0, Y0, Y6
-	VPAND        one_i<>+0(SB), Y3, Y5
-	VPADDD       round<>+0(SB), Y0, Y0
-	VPADDD       Y5, Y0, Y0
-	VPSRLD       $0x10, Y0, Y0
-	VPOR         quiet<>+0(SB), Y3, Y3
-	VPBLENDVB    Y6, Y3, Y0, Y0
-	VEXTRACTI128 $0x01, Y0, X3
-	VPACKUSDW    X3, X0, X3
-	VMOVDQU      X3, 16(R9)
+	VMOVAPS   Y1, Y0
+	VMOVAPS   Y2, Y3
+	VPSRLD    $0x10, Y0, Y5
+	VCMPPS    $0x03, Y0, Y0, Y7
+	VPAND     one_i<>+0(SB), Y5, Y6
+	VPADDD    round<>+0(SB), Y0, Y0
+	VPADDD    Y6, Y0, Y0
+	VPSRLD    $0x10, Y0, Y0
+	VPOR      quiet<>+0(SB), Y5, Y5
+	VPBLENDVB Y7, Y5, Y0, Y0
+	VPSRLD    $0x10, Y3, Y5
+	VCMPPS    $0x03, Y3, Y3, Y7
+	VPAND     one_i<>+0(SB), Y5, Y6
+	VPADDD    round<>+0(SB), Y3, Y3
+	VPADDD    Y6, Y3, Y3
+	VPSRLD    $0x10, Y3, Y3
+	VPOR      quiet<>+0(SB), Y5, Y5
+	VPBLENDVB Y7, Y5, Y3, Y3
+	VPACKUSDW Y3, Y0, Y0
+	VPERMQ    $0xd8, Y0, Y0
+	VMOVDQU   Y0, (R9)
 
 stateKVbf16AVX2_storedrow_12:
 stateKVbf16AVX2_rowstored_6:
@@ -17388,24 +17328,21 @@ stateKVbf16AVX2_rows_7:
 	JMP          stateKVbf16AVX2_storedrow_13
 
 stateKVbf16AVX2_temporalrow_13:
-	VMOVUPS      (AX), Y5
-	VPSRLD       $0x10, Y5, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y5, Y5
-	VPADDD       Y6, Y5, Y5
-	VPSRLD       $0x10, Y5, Y5
-	VEXTRACTI128 $0x01, Y5, X6
-	VPACKUSDW    X6, X5, X6
-	VMOVDQU      X6, (R9)
-	VMOVUPS      32(AX), Y5
-	VPSRLD       $0x10, Y5, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y5, Y5
-	VPADDD       Y6, Y5, Y5
-	VPSRLD       $0x10, Y5, Y5
-	VEXTRACTI128 $0x01, Y5, X6
-	VPACKUSDW    X6, X5, X6
-	VMOVDQU      X6, 16(R9)
+	VMOVUPS   (AX), Y5
+	VMOVUPS   32(AX), Y6
+	VPSRLD    $0x10, Y5, Y7
+	VPAND     one_i<>+0(SB), Y7, Y7
+	VPADDD    round<>+0(SB), Y5, Y5
+	VPADDD    Y7, Y5, Y5
+	VPSRLD    $0x10, Y5, Y5
+	VPSRLD    $0x10, Y6, Y7
+	VPAND     one_i<>+0(SB), Y7, Y7
+	VPADDD    round<>+0(SB), Y6, Y6
+	VPADDD    Y7, Y6, Y6
+	VPSRLD    $0x10, Y6, Y6
+	VPACKUSDW Y6, Y5, Y5
+	VPERMQ    $0xd8, Y5, Y5
+	VMOVDQU   Y5, (R9)
 
 stateKVbf16AVX2_storedrow_13:
 	JMP stateKVbf16AVX2_rowstored_7
@@ -17440,30 +17377,27 @@ stateKVbf16AVX2_rownan_7:
 	JMP          stateKVbf16AVX2_storedrow_14
 
 stateKVbf16AVX2_temporalrow_14:
-	VMOVUPS      (AX), Y5
-	VPSRLD       $0x10, Y5, Y6
-	VCMPPS       $0x03, Y5, Y5, Y8
-	VPAND        one_i<>+0(SB), Y6, Y7
-	VPADDD       round<>+0(SB), Y5, Y5
-	VPADDD       Y7, Y5, Y5
-	VPSRLD       $0x10, Y5, Y5
-	VPOR         quiet<>+0(SB), Y6, Y6
-	VPBLENDVB    Y8, Y6, Y5, Y5
-	VEXTRACTI128 $0x01, Y5, X6
-	VPACKUSDW    X6, X5, X6
-	VMOVDQU      X6, (R9)
-	VMOVUPS      32(AX), Y5
-	VPSRLD       $0x10, Y5, Y6
-	VCMPPS       $0x03, Y5, Y5, Y8
-	VPAND        one_i<>+0(SB), Y6, Y7
-	VPADDD       round<>+0(SB), Y5, Y5
-	VPADDD       Y7, Y5, Y5
-	VPSRLD       $0x10, Y5, Y5
-	VPOR         quiet<>+0(SB), Y6, Y6
-	VPBLENDVB    Y8, Y6, Y5, Y5
-	VEXTRACTI128 $0x01, Y5, X6
-	VPACKUSDW    X6, X5, X6
-	VMOVDQU      X6, 16(R9)
+	VMOVUPS   (AX), Y5
+	VMOVUPS   32(AX), Y6
+	VPSRLD    $0x10, Y5, Y7
+	VCMPPS    $0x03, Y5, Y5, Y9
+	VPAND     one_i<>+0(SB), Y7, Y8
+	VPADDD    round<>+0(SB), Y5, Y5
+	VPADDD    Y8, Y5, Y5
+	VPSRLD    $0x10, Y5, Y5
+	VPOR      quiet<>+0(SB), Y7, Y7
+	VPBLENDVB Y9, Y7, Y5, Y5
+	VPSRLD    $0x10, Y6, Y7
+	VCMPPS    $0x03, Y6, Y6, Y9
+	VPAND     one_i<>+0(SB), Y7, Y8
+	VPADDD    round<>+0(SB), Y6, Y6
+	VPADDD    Y8, Y6, Y6
+	VPSRLD    $0x10, Y6, Y6
+	VPOR      quiet<>+0(SB), Y7, Y7
+	VPBLENDVB Y9, Y7, Y6, Y6
+	VPACKUSDW Y6, Y5, Y5
+	VPERMQ    $0xd8, Y5, Y5
+	VMOVDQU   Y5, (R9)
 
 stateKVbf16AVX2_storedrow_14:
 stateKVbf16AVX2_rowstored_7:
@@ -17521,24 +17455,21 @@ stateKVbf16AVX2_rows_8:
 	JMP          stateKVbf16AVX2_storedrow_15
 
 stateKVbf16AVX2_temporalrow_15:
-	VMOVAPS      Y1, Y0
-	VPSRLD       $0x10, Y0, Y3
-	VPAND        one_i<>+0(SB), Y3, Y3
-	VPADDD       round<>+0(SB), Y0, Y0
-	VPADDD       Y3, Y0, Y0
-	VPSRLD       $0x10, Y0, Y0
-	VEXTRACTI128 $0x01, Y0, X3
-	VPACKUSDW    X3, X0, X3
-	VMOVDQU      X3, (R9)
-	VMOVAPS      Y2, Y0
-	VPSRLD       $0x10, Y0, Y3
-	VPAND        one_i<>+0(SB), Y3, Y3
-	VPADDD       round<>+0(SB), Y0, Y0
-	VPADDD       Y3, Y0, Y0
-	VPSRLD       $0x10, Y0, Y0
-	VEXTRACTI128 $0x01, Y0, X3
-	VPACKUSDW    X3, X0, X3
-	VMOVDQU      X3, 16(R9)
+	VMOVAPS   Y1, Y0
+	VMOVAPS   Y2, Y3
+	VPSRLD    $0x10, Y0, Y5
+	VPAND     one_i<>+0(SB), Y5, Y5
+	VPADDD    round<>+0(SB), Y0, Y0
+	VPADDD    Y5, Y0, Y0
+	VPSRLD    $0x10, Y0, Y0
+	VPSRLD    $0x10, Y3, Y5
+	VPAND     one_i<>+0(SB), Y5, Y5
+	VPADDD    round<>+0(SB), Y3, Y3
+	VPADDD    Y5, Y3, Y3
+	VPSRLD    $0x10, Y3, Y3
+	VPACKUSDW Y3, Y0, Y0
+	VPERMQ    $0xd8, Y0, Y0
+	VMOVDQU   Y0, (R9)
 
 stateKVbf16AVX2_storedrow_15:
 	JMP stateKVbf16AVX2_rowstored_8
@@ -17573,30 +17504,27 @@ stateKVbf16AVX2_rownan_8:
 	JMP          stateKVbf16AVX2_storedrow_16
 
 stateKVbf16AVX2_temporalrow_16:
-	VMOVAPS      Y1, Y0
-	VPSRLD       $0x10, Y0, Y3
-	VCMPPS       $0x03, Y0, Y0, Y6
-	VPAND        one_i<>+0(SB), Y3, Y5
-	VPADDD       round<>+0(SB), Y0, Y0
-	VPADDD       Y5, Y0, Y0
-	VPSRLD       $0x10, Y0, Y0
-	VPOR         quiet<>+0(SB), Y3, Y3
-	VPBLENDVB    Y6, Y3, Y0, Y0
-	VEXTRACTI128 $0x01, Y0, X3
-	VPACKUSDW    X3, X0, X3
-	VMOVDQU      X3, (R9)
-	VMOVAPS      Y2, Y0
-	VPSRLD       $0x10, Y0, Y3
-	VCMPPS       $0x03, Y0, Y0, Y6
-	VPAND        one_i<>+0(SB), Y3, Y5
-	VPADDD       round<>+0(SB), Y0, Y0
-	VPADDD       Y5, Y0, Y0
-	VPSRLD       $0x10, Y0, Y0
-	VPOR         quiet<>+0(SB), Y3, Y3
-	VPBLENDVB    Y6, Y3, Y0, Y0
-	VEXTRACTI128 $0x01, Y0, X3
-	VPACKUSDW    X3, X0, X3
-	VMOVDQU      X3, 16(R9)
+	VMOVAPS   Y1, Y0
+	VMOVAPS   Y2, Y3
+	VPSRLD    $0x10, Y0, Y5
+	VCMPPS    $0x03, Y0, Y0, Y7
+	VPAND     one_i<>+0(SB), Y5, Y6
+	VPADDD    round<>+0(SB), Y0, Y0
+	VPADDD    Y6, Y0, Y0
+	VPSRLD    $0x10, Y0, Y0
+	VPOR      quiet<>+0(SB), Y5, Y5
+	VPBLENDVB Y7, Y5, Y0, Y0
+	VPSRLD    $0x10, Y3, Y5
+	VCMPPS    $0x03, Y3, Y3, Y7
+	VPAND     one_i<>+0(SB), Y5, Y6
+	VPADDD    round<>+0(SB), Y3, Y3
+	VPADDD    Y6, Y3, Y3
+	VPSRLD    $0x10, Y3, Y3
+	VPOR      quiet<>+0(SB), Y5, Y5
+	VPBLENDVB Y7, Y5, Y3, Y3
+	VPACKUSDW Y3, Y0, Y0
+	VPERMQ    $0xd8, Y0, Y0
+	VMOVDQU   Y0, (R9)
 
 stateKVbf16AVX2_storedrow_16:
 stateKVbf16AVX2_rowstored_8:
@@ -38858,105 +38786,93 @@ stateVKbf16AVX2_nofin_4:
 	VMOVUPS      vklane1<>+0(SB), Y5
 	VPERMPS      Y1, Y5, Y5
 	VMOVUPS      (AX), Y6
-	VPMOVZXWD    (R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, (CX)
-	VPMOVZXWD    (R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, (CX)(R10*1)
-	VMOVUPS      32(AX), Y6
-	VPMOVZXWD    16(R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 16(CX)
-	VPMOVZXWD    16(R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 16(CX)(R10*1)
+	VMOVUPS      32(AX), Y7
+	VPMOVZXWD    (R11), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VFMADD213PS  Y8, Y3, Y8
+	VFMADD231PS  Y6, Y4, Y8
+	VPMOVZXWD    16(R11), Y9
+	VPSLLD       $0x10, Y9, Y9
+	VFMADD213PS  Y9, Y3, Y9
+	VFMADD231PS  Y7, Y4, Y9
+	VPSRLD       $0x10, Y8, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y8, Y8
+	VPADDD       Y10, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y10, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPACKUSDW    Y9, Y8, Y8
+	VPERMQ       $0xd8, Y8, Y8
+	VMOVDQU      Y8, (CX)
+	VPMOVZXWD    (R11)(R10*1), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VFMADD213PS  Y8, Y3, Y8
+	VFMADD231PS  Y6, Y5, Y8
+	VPMOVZXWD    16(R11)(R10*1), Y6
+	VPSLLD       $0x10, Y6, Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  Y7, Y5, Y6
+	VPSRLD       $0x10, Y8, Y7
+	VPAND        one_i<>+0(SB), Y7, Y7
+	VPADDD       round<>+0(SB), Y8, Y8
+	VPADDD       Y7, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VPSRLD       $0x10, Y6, Y7
+	VPAND        one_i<>+0(SB), Y7, Y7
+	VPADDD       round<>+0(SB), Y6, Y6
+	VPADDD       Y7, Y6, Y6
+	VPSRLD       $0x10, Y6, Y6
+	VPACKUSDW    Y6, Y8, Y8
+	VPERMQ       $0xd8, Y8, Y8
+	VMOVDQU      Y8, (CX)(R10*1)
 	VMOVUPS      64(AX), Y6
-	VPMOVZXWD    32(R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 32(CX)
-	VPMOVZXWD    32(R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 32(CX)(R10*1)
-	VMOVUPS      96(AX), Y6
-	VPMOVZXWD    48(R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 48(CX)
-	VPMOVZXWD    48(R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 48(CX)(R10*1)
+	VMOVUPS      96(AX), Y7
+	VPMOVZXWD    32(R11), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VFMADD213PS  Y8, Y3, Y8
+	VFMADD231PS  Y6, Y4, Y8
+	VPMOVZXWD    48(R11), Y9
+	VPSLLD       $0x10, Y9, Y9
+	VFMADD213PS  Y9, Y3, Y9
+	VFMADD231PS  Y7, Y4, Y9
+	VPSRLD       $0x10, Y8, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y8, Y8
+	VPADDD       Y10, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y10, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPACKUSDW    Y9, Y8, Y8
+	VPERMQ       $0xd8, Y8, Y8
+	VMOVDQU      Y8, 32(CX)
+	VPMOVZXWD    32(R11)(R10*1), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VFMADD213PS  Y8, Y3, Y8
+	VFMADD231PS  Y6, Y5, Y8
+	VPMOVZXWD    48(R11)(R10*1), Y6
+	VPSLLD       $0x10, Y6, Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  Y7, Y5, Y6
+	VPSRLD       $0x10, Y8, Y7
+	VPAND        one_i<>+0(SB), Y7, Y7
+	VPADDD       round<>+0(SB), Y8, Y8
+	VPADDD       Y7, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VPSRLD       $0x10, Y6, Y7
+	VPAND        one_i<>+0(SB), Y7, Y7
+	VPADDD       round<>+0(SB), Y6, Y6
+	VPADDD       Y7, Y6, Y6
+	VPSRLD       $0x10, Y6, Y6
+	VPACKUSDW    Y6, Y8, Y8
+	VPERMQ       $0xd8, Y8, Y8
+	VMOVDQU      Y8, 32(CX)(R10*1)
 	CMPQ         R9, $0x000000a0
 	JBE          stateVKbf16AVX2_dead_31
 	VMOVUPS      128(AX), Y6
@@ -39068,105 +38984,93 @@ stateVKbf16AVX2_far_8:
 	VMOVUPS      vklane1<>+0(SB), Y5
 	VPERMPS      Y1, Y5, Y5
 	VMOVUPS      (AX), Y6
-	VPMOVZXWD    (R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, (CX)
-	VPMOVZXWD    (R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, (CX)(R10*1)
-	VMOVUPS      32(AX), Y6
-	VPMOVZXWD    16(R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 16(CX)
-	VPMOVZXWD    16(R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 16(CX)(R10*1)
+	VMOVUPS      32(AX), Y7
+	VPMOVZXWD    (R11), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VMULPS       Y8, Y3, Y8
+	VFMADD231PS  Y6, Y4, Y8
+	VPMOVZXWD    16(R11), Y9
+	VPSLLD       $0x10, Y9, Y9
+	VMULPS       Y9, Y3, Y9
+	VFMADD231PS  Y7, Y4, Y9
+	VPSRLD       $0x10, Y8, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y8, Y8
+	VPADDD       Y10, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y10, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPACKUSDW    Y9, Y8, Y8
+	VPERMQ       $0xd8, Y8, Y8
+	VMOVDQU      Y8, (CX)
+	VPMOVZXWD    (R11)(R10*1), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VMULPS       Y8, Y3, Y8
+	VFMADD231PS  Y6, Y5, Y8
+	VPMOVZXWD    16(R11)(R10*1), Y6
+	VPSLLD       $0x10, Y6, Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  Y7, Y5, Y6
+	VPSRLD       $0x10, Y8, Y7
+	VPAND        one_i<>+0(SB), Y7, Y7
+	VPADDD       round<>+0(SB), Y8, Y8
+	VPADDD       Y7, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VPSRLD       $0x10, Y6, Y7
+	VPAND        one_i<>+0(SB), Y7, Y7
+	VPADDD       round<>+0(SB), Y6, Y6
+	VPADDD       Y7, Y6, Y6
+	VPSRLD       $0x10, Y6, Y6
+	VPACKUSDW    Y6, Y8, Y8
+	VPERMQ       $0xd8, Y8, Y8
+	VMOVDQU      Y8, (CX)(R10*1)
 	VMOVUPS      64(AX), Y6
-	VPMOVZXWD    32(R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 32(CX)
-	VPMOVZXWD    32(R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 32(CX)(R10*1)
-	VMOVUPS      96(AX), Y6
-	VPMOVZXWD    48(R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 48(CX)
-	VPMOVZXWD    48(R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 48(CX)(R10*1)
+	VMOVUPS      96(AX), Y7
+	VPMOVZXWD    32(R11), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VMULPS       Y8, Y3, Y8
+	VFMADD231PS  Y6, Y4, Y8
+	VPMOVZXWD    48(R11), Y9
+	VPSLLD       $0x10, Y9, Y9
+	VMULPS       Y9, Y3, Y9
+	VFMADD231PS  Y7, Y4, Y9
+	VPSRLD       $0x10, Y8, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y8, Y8
+	VPADDD       Y10, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y10, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPACKUSDW    Y9, Y8, Y8
+	VPERMQ       $0xd8, Y8, Y8
+	VMOVDQU      Y8, 32(CX)
+	VPMOVZXWD    32(R11)(R10*1), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VMULPS       Y8, Y3, Y8
+	VFMADD231PS  Y6, Y5, Y8
+	VPMOVZXWD    48(R11)(R10*1), Y6
+	VPSLLD       $0x10, Y6, Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  Y7, Y5, Y6
+	VPSRLD       $0x10, Y8, Y7
+	VPAND        one_i<>+0(SB), Y7, Y7
+	VPADDD       round<>+0(SB), Y8, Y8
+	VPADDD       Y7, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VPSRLD       $0x10, Y6, Y7
+	VPAND        one_i<>+0(SB), Y7, Y7
+	VPADDD       round<>+0(SB), Y6, Y6
+	VPADDD       Y7, Y6, Y6
+	VPSRLD       $0x10, Y6, Y6
+	VPACKUSDW    Y6, Y8, Y8
+	VPERMQ       $0xd8, Y8, Y8
+	VMOVDQU      Y8, 32(CX)(R10*1)
 	CMPQ         R9, $0x000000a0
 	JBE          stateVKbf16AVX2_dead_32
 	VMOVUPS      128(AX), Y6
@@ -40915,205 +40819,181 @@ stateVKbf16AVX2_nofin_7:
 	VMOVUPS      vklane1<>+0(SB), Y5
 	VPERMPS      Y1, Y5, Y5
 	VMOVUPS      (AX), Y6
-	VPMOVZXWD    (R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, (CX)
-	VPMOVZXWD    (R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, (CX)(R10*1)
-	VMOVUPS      32(AX), Y6
-	VPMOVZXWD    16(R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 16(CX)
-	VPMOVZXWD    16(R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 16(CX)(R10*1)
+	VMOVUPS      32(AX), Y7
+	VPMOVZXWD    (R11), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VFMADD213PS  Y8, Y3, Y8
+	VFMADD231PS  Y6, Y4, Y8
+	VPMOVZXWD    16(R11), Y9
+	VPSLLD       $0x10, Y9, Y9
+	VFMADD213PS  Y9, Y3, Y9
+	VFMADD231PS  Y7, Y4, Y9
+	VPSRLD       $0x10, Y8, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y8, Y8
+	VPADDD       Y10, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y10, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPACKUSDW    Y9, Y8, Y8
+	VPERMQ       $0xd8, Y8, Y8
+	VMOVDQU      Y8, (CX)
+	VPMOVZXWD    (R11)(R10*1), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VFMADD213PS  Y8, Y3, Y8
+	VFMADD231PS  Y6, Y5, Y8
+	VPMOVZXWD    16(R11)(R10*1), Y6
+	VPSLLD       $0x10, Y6, Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  Y7, Y5, Y6
+	VPSRLD       $0x10, Y8, Y7
+	VPAND        one_i<>+0(SB), Y7, Y7
+	VPADDD       round<>+0(SB), Y8, Y8
+	VPADDD       Y7, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VPSRLD       $0x10, Y6, Y7
+	VPAND        one_i<>+0(SB), Y7, Y7
+	VPADDD       round<>+0(SB), Y6, Y6
+	VPADDD       Y7, Y6, Y6
+	VPSRLD       $0x10, Y6, Y6
+	VPACKUSDW    Y6, Y8, Y8
+	VPERMQ       $0xd8, Y8, Y8
+	VMOVDQU      Y8, (CX)(R10*1)
 	VMOVUPS      64(AX), Y6
-	VPMOVZXWD    32(R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 32(CX)
-	VPMOVZXWD    32(R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 32(CX)(R10*1)
-	VMOVUPS      96(AX), Y6
-	VPMOVZXWD    48(R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 48(CX)
-	VPMOVZXWD    48(R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 48(CX)(R10*1)
+	VMOVUPS      96(AX), Y7
+	VPMOVZXWD    32(R11), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VFMADD213PS  Y8, Y3, Y8
+	VFMADD231PS  Y6, Y4, Y8
+	VPMOVZXWD    48(R11), Y9
+	VPSLLD       $0x10, Y9, Y9
+	VFMADD213PS  Y9, Y3, Y9
+	VFMADD231PS  Y7, Y4, Y9
+	VPSRLD       $0x10, Y8, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y8, Y8
+	VPADDD       Y10, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y10, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPACKUSDW    Y9, Y8, Y8
+	VPERMQ       $0xd8, Y8, Y8
+	VMOVDQU      Y8, 32(CX)
+	VPMOVZXWD    32(R11)(R10*1), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VFMADD213PS  Y8, Y3, Y8
+	VFMADD231PS  Y6, Y5, Y8
+	VPMOVZXWD    48(R11)(R10*1), Y6
+	VPSLLD       $0x10, Y6, Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  Y7, Y5, Y6
+	VPSRLD       $0x10, Y8, Y7
+	VPAND        one_i<>+0(SB), Y7, Y7
+	VPADDD       round<>+0(SB), Y8, Y8
+	VPADDD       Y7, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VPSRLD       $0x10, Y6, Y7
+	VPAND        one_i<>+0(SB), Y7, Y7
+	VPADDD       round<>+0(SB), Y6, Y6
+	VPADDD       Y7, Y6, Y6
+	VPSRLD       $0x10, Y6, Y6
+	VPACKUSDW    Y6, Y8, Y8
+	VPERMQ       $0xd8, Y8, Y8
+	VMOVDQU      Y8, 32(CX)(R10*1)
 	VMOVUPS      128(AX), Y6
-	VPMOVZXWD    64(R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 64(CX)
-	VPMOVZXWD    64(R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 64(CX)(R10*1)
-	VMOVUPS      160(AX), Y6
-	VPMOVZXWD    80(R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 80(CX)
-	VPMOVZXWD    80(R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 80(CX)(R10*1)
+	VMOVUPS      160(AX), Y7
+	VPMOVZXWD    64(R11), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VFMADD213PS  Y8, Y3, Y8
+	VFMADD231PS  Y6, Y4, Y8
+	VPMOVZXWD    80(R11), Y9
+	VPSLLD       $0x10, Y9, Y9
+	VFMADD213PS  Y9, Y3, Y9
+	VFMADD231PS  Y7, Y4, Y9
+	VPSRLD       $0x10, Y8, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y8, Y8
+	VPADDD       Y10, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y10, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPACKUSDW    Y9, Y8, Y8
+	VPERMQ       $0xd8, Y8, Y8
+	VMOVDQU      Y8, 64(CX)
+	VPMOVZXWD    64(R11)(R10*1), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VFMADD213PS  Y8, Y3, Y8
+	VFMADD231PS  Y6, Y5, Y8
+	VPMOVZXWD    80(R11)(R10*1), Y6
+	VPSLLD       $0x10, Y6, Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  Y7, Y5, Y6
+	VPSRLD       $0x10, Y8, Y7
+	VPAND        one_i<>+0(SB), Y7, Y7
+	VPADDD       round<>+0(SB), Y8, Y8
+	VPADDD       Y7, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VPSRLD       $0x10, Y6, Y7
+	VPAND        one_i<>+0(SB), Y7, Y7
+	VPADDD       round<>+0(SB), Y6, Y6
+	VPADDD       Y7, Y6, Y6
+	VPSRLD       $0x10, Y6, Y6
+	VPACKUSDW    Y6, Y8, Y8
+	VPERMQ       $0xd8, Y8, Y8
+	VMOVDQU      Y8, 64(CX)(R10*1)
 	VMOVUPS      192(AX), Y6
-	VPMOVZXWD    96(R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 96(CX)
-	VPMOVZXWD    96(R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 96(CX)(R10*1)
-	VMOVUPS      224(AX), Y6
-	VPMOVZXWD    112(R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 112(CX)
-	VPMOVZXWD    112(R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 112(CX)(R10*1)
+	VMOVUPS      224(AX), Y7
+	VPMOVZXWD    96(R11), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VFMADD213PS  Y8, Y3, Y8
+	VFMADD231PS  Y6, Y4, Y8
+	VPMOVZXWD    112(R11), Y9
+	VPSLLD       $0x10, Y9, Y9
+	VFMADD213PS  Y9, Y3, Y9
+	VFMADD231PS  Y7, Y4, Y9
+	VPSRLD       $0x10, Y8, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y8, Y8
+	VPADDD       Y10, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y10, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPACKUSDW    Y9, Y8, Y8
+	VPERMQ       $0xd8, Y8, Y8
+	VMOVDQU      Y8, 96(CX)
+	VPMOVZXWD    96(R11)(R10*1), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VFMADD213PS  Y8, Y3, Y8
+	VFMADD231PS  Y6, Y5, Y8
+	VPMOVZXWD    112(R11)(R10*1), Y6
+	VPSLLD       $0x10, Y6, Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  Y7, Y5, Y6
+	VPSRLD       $0x10, Y8, Y7
+	VPAND        one_i<>+0(SB), Y7, Y7
+	VPADDD       round<>+0(SB), Y8, Y8
+	VPADDD       Y7, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VPSRLD       $0x10, Y6, Y7
+	VPAND        one_i<>+0(SB), Y7, Y7
+	VPADDD       round<>+0(SB), Y6, Y6
+	VPADDD       Y7, Y6, Y6
+	VPSRLD       $0x10, Y6, Y6
+	VPACKUSDW    Y6, Y8, Y8
+	VPERMQ       $0xd8, Y8, Y8
+	VMOVDQU      Y8, 96(CX)(R10*1)
 	CMPQ         R9, $0x00000120
 	JBE          stateVKbf16AVX2_dead_59
 	VMOVUPS      256(AX), Y6
@@ -41225,205 +41105,181 @@ stateVKbf16AVX2_far_14:
 	VMOVUPS      vklane1<>+0(SB), Y5
 	VPERMPS      Y1, Y5, Y5
 	VMOVUPS      (AX), Y6
-	VPMOVZXWD    (R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, (CX)
-	VPMOVZXWD    (R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, (CX)(R10*1)
-	VMOVUPS      32(AX), Y6
-	VPMOVZXWD    16(R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 16(CX)
-	VPMOVZXWD    16(R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 16(CX)(R10*1)
+	VMOVUPS      32(AX), Y7
+	VPMOVZXWD    (R11), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VMULPS       Y8, Y3, Y8
+	VFMADD231PS  Y6, Y4, Y8
+	VPMOVZXWD    16(R11), Y9
+	VPSLLD       $0x10, Y9, Y9
+	VMULPS       Y9, Y3, Y9
+	VFMADD231PS  Y7, Y4, Y9
+	VPSRLD       $0x10, Y8, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y8, Y8
+	VPADDD       Y10, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y10, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPACKUSDW    Y9, Y8, Y8
+	VPERMQ       $0xd8, Y8, Y8
+	VMOVDQU      Y8, (CX)
+	VPMOVZXWD    (R11)(R10*1), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VMULPS       Y8, Y3, Y8
+	VFMADD231PS  Y6, Y5, Y8
+	VPMOVZXWD    16(R11)(R10*1), Y6
+	VPSLLD       $0x10, Y6, Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  Y7, Y5, Y6
+	VPSRLD       $0x10, Y8, Y7
+	VPAND        one_i<>+0(SB), Y7, Y7
+	VPADDD       round<>+0(SB), Y8, Y8
+	VPADDD       Y7, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VPSRLD       $0x10, Y6, Y7
+	VPAND        one_i<>+0(SB), Y7, Y7
+	VPADDD       round<>+0(SB), Y6, Y6
+	VPADDD       Y7, Y6, Y6
+	VPSRLD       $0x10, Y6, Y6
+	VPACKUSDW    Y6, Y8, Y8
+	VPERMQ       $0xd8, Y8, Y8
+	VMOVDQU      Y8, (CX)(R10*1)
 	VMOVUPS      64(AX), Y6
-	VPMOVZXWD    32(R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 32(CX)
-	VPMOVZXWD    32(R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 32(CX)(R10*1)
-	VMOVUPS      96(AX), Y6
-	VPMOVZXWD    48(R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 48(CX)
-	VPMOVZXWD    48(R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 48(CX)(R10*1)
+	VMOVUPS      96(AX), Y7
+	VPMOVZXWD    32(R11), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VMULPS       Y8, Y3, Y8
+	VFMADD231PS  Y6, Y4, Y8
+	VPMOVZXWD    48(R11), Y9
+	VPSLLD       $0x10, Y9, Y9
+	VMULPS       Y9, Y3, Y9
+	VFMADD231PS  Y7, Y4, Y9
+	VPSRLD       $0x10, Y8, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y8, Y8
+	VPADDD       Y10, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y10, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPACKUSDW    Y9, Y8, Y8
+	VPERMQ       $0xd8, Y8, Y8
+	VMOVDQU      Y8, 32(CX)
+	VPMOVZXWD    32(R11)(R10*1), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VMULPS       Y8, Y3, Y8
+	VFMADD231PS  Y6, Y5, Y8
+	VPMOVZXWD    48(R11)(R10*1), Y6
+	VPSLLD       $0x10, Y6, Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  Y7, Y5, Y6
+	VPSRLD       $0x10, Y8, Y7
+	VPAND        one_i<>+0(SB), Y7, Y7
+	VPADDD       round<>+0(SB), Y8, Y8
+	VPADDD       Y7, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VPSRLD       $0x10, Y6, Y7
+	VPAND        one_i<>+0(SB), Y7, Y7
+	VPADDD       round<>+0(SB), Y6, Y6
+	VPADDD       Y7, Y6, Y6
+	VPSRLD       $0x10, Y6, Y6
+	VPACKUSDW    Y6, Y8, Y8
+	VPERMQ       $0xd8, Y8, Y8
+	VMOVDQU      Y8, 32(CX)(R10*1)
 	VMOVUPS      128(AX), Y6
-	VPMOVZXWD    64(R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 64(CX)
-	VPMOVZXWD    64(R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 64(CX)(R10*1)
-	VMOVUPS      160(AX), Y6
-	VPMOVZXWD    80(R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 80(CX)
-	VPMOVZXWD    80(R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 80(CX)(R10*1)
+	VMOVUPS      160(AX), Y7
+	VPMOVZXWD    64(R11), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VMULPS       Y8, Y3, Y8
+	VFMADD231PS  Y6, Y4, Y8
+	VPMOVZXWD    80(R11), Y9
+	VPSLLD       $0x10, Y9, Y9
+	VMULPS       Y9, Y3, Y9
+	VFMADD231PS  Y7, Y4, Y9
+	VPSRLD       $0x10, Y8, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y8, Y8
+	VPADDD       Y10, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y10, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPACKUSDW    Y9, Y8, Y8
+	VPERMQ       $0xd8, Y8, Y8
+	VMOVDQU      Y8, 64(CX)
+	VPMOVZXWD    64(R11)(R10*1), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VMULPS       Y8, Y3, Y8
+	VFMADD231PS  Y6, Y5, Y8
+	VPMOVZXWD    80(R11)(R10*1), Y6
+	VPSLLD       $0x10, Y6, Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  Y7, Y5, Y6
+	VPSRLD       $0x10, Y8, Y7
+	VPAND        one_i<>+0(SB), Y7, Y7
+	VPADDD       round<>+0(SB), Y8, Y8
+	VPADDD       Y7, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VPSRLD       $0x10, Y6, Y7
+	VPAND        one_i<>+0(SB), Y7, Y7
+	VPADDD       round<>+0(SB), Y6, Y6
+	VPADDD       Y7, Y6, Y6
+	VPSRLD       $0x10, Y6, Y6
+	VPACKUSDW    Y6, Y8, Y8
+	VPERMQ       $0xd8, Y8, Y8
+	VMOVDQU      Y8, 64(CX)(R10*1)
 	VMOVUPS      192(AX), Y6
-	VPMOVZXWD    96(R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 96(CX)
-	VPMOVZXWD    96(R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 96(CX)(R10*1)
-	VMOVUPS      224(AX), Y6
-	VPMOVZXWD    112(R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 112(CX)
-	VPMOVZXWD    112(R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 112(CX)(R10*1)
+	VMOVUPS      224(AX), Y7
+	VPMOVZXWD    96(R11), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VMULPS       Y8, Y3, Y8
+	VFMADD231PS  Y6, Y4, Y8
+	VPMOVZXWD    112(R11), Y9
+	VPSLLD       $0x10, Y9, Y9
+	VMULPS       Y9, Y3, Y9
+	VFMADD231PS  Y7, Y4, Y9
+	VPSRLD       $0x10, Y8, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y8, Y8
+	VPADDD       Y10, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y10, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPACKUSDW    Y9, Y8, Y8
+	VPERMQ       $0xd8, Y8, Y8
+	VMOVDQU      Y8, 96(CX)
+	VPMOVZXWD    96(R11)(R10*1), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VMULPS       Y8, Y3, Y8
+	VFMADD231PS  Y6, Y5, Y8
+	VPMOVZXWD    112(R11)(R10*1), Y6
+	VPSLLD       $0x10, Y6, Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  Y7, Y5, Y6
+	VPSRLD       $0x10, Y8, Y7
+	VPAND        one_i<>+0(SB), Y7, Y7
+	VPADDD       round<>+0(SB), Y8, Y8
+	VPADDD       Y7, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VPSRLD       $0x10, Y6, Y7
+	VPAND        one_i<>+0(SB), Y7, Y7
+	VPADDD       round<>+0(SB), Y6, Y6
+	VPADDD       Y7, Y6, Y6
+	VPSRLD       $0x10, Y6, Y6
+	VPACKUSDW    Y6, Y8, Y8
+	VPERMQ       $0xd8, Y8, Y8
+	VMOVDQU      Y8, 96(CX)(R10*1)
 	CMPQ         R9, $0x00000120
 	JBE          stateVKbf16AVX2_dead_60
 	VMOVUPS      256(AX), Y6
@@ -43699,305 +43555,269 @@ stateVKbf16AVX2_nofin_10:
 	VMOVUPS      vklane1<>+0(SB), Y5
 	VPERMPS      Y1, Y5, Y5
 	VMOVUPS      (AX), Y6
-	VPMOVZXWD    (R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, (CX)
-	VPMOVZXWD    (R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, (CX)(R10*1)
-	VMOVUPS      32(AX), Y6
-	VPMOVZXWD    16(R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 16(CX)
-	VPMOVZXWD    16(R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 16(CX)(R10*1)
+	VMOVUPS      32(AX), Y7
+	VPMOVZXWD    (R11), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VFMADD213PS  Y8, Y3, Y8
+	VFMADD231PS  Y6, Y4, Y8
+	VPMOVZXWD    16(R11), Y9
+	VPSLLD       $0x10, Y9, Y9
+	VFMADD213PS  Y9, Y3, Y9
+	VFMADD231PS  Y7, Y4, Y9
+	VPSRLD       $0x10, Y8, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y8, Y8
+	VPADDD       Y10, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y10, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPACKUSDW    Y9, Y8, Y8
+	VPERMQ       $0xd8, Y8, Y8
+	VMOVDQU      Y8, (CX)
+	VPMOVZXWD    (R11)(R10*1), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VFMADD213PS  Y8, Y3, Y8
+	VFMADD231PS  Y6, Y5, Y8
+	VPMOVZXWD    16(R11)(R10*1), Y6
+	VPSLLD       $0x10, Y6, Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  Y7, Y5, Y6
+	VPSRLD       $0x10, Y8, Y7
+	VPAND        one_i<>+0(SB), Y7, Y7
+	VPADDD       round<>+0(SB), Y8, Y8
+	VPADDD       Y7, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VPSRLD       $0x10, Y6, Y7
+	VPAND        one_i<>+0(SB), Y7, Y7
+	VPADDD       round<>+0(SB), Y6, Y6
+	VPADDD       Y7, Y6, Y6
+	VPSRLD       $0x10, Y6, Y6
+	VPACKUSDW    Y6, Y8, Y8
+	VPERMQ       $0xd8, Y8, Y8
+	VMOVDQU      Y8, (CX)(R10*1)
 	VMOVUPS      64(AX), Y6
-	VPMOVZXWD    32(R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 32(CX)
-	VPMOVZXWD    32(R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 32(CX)(R10*1)
-	VMOVUPS      96(AX), Y6
-	VPMOVZXWD    48(R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 48(CX)
-	VPMOVZXWD    48(R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 48(CX)(R10*1)
+	VMOVUPS      96(AX), Y7
+	VPMOVZXWD    32(R11), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VFMADD213PS  Y8, Y3, Y8
+	VFMADD231PS  Y6, Y4, Y8
+	VPMOVZXWD    48(R11), Y9
+	VPSLLD       $0x10, Y9, Y9
+	VFMADD213PS  Y9, Y3, Y9
+	VFMADD231PS  Y7, Y4, Y9
+	VPSRLD       $0x10, Y8, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y8, Y8
+	VPADDD       Y10, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y10, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPACKUSDW    Y9, Y8, Y8
+	VPERMQ       $0xd8, Y8, Y8
+	VMOVDQU      Y8, 32(CX)
+	VPMOVZXWD    32(R11)(R10*1), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VFMADD213PS  Y8, Y3, Y8
+	VFMADD231PS  Y6, Y5, Y8
+	VPMOVZXWD    48(R11)(R10*1), Y6
+	VPSLLD       $0x10, Y6, Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  Y7, Y5, Y6
+	VPSRLD       $0x10, Y8, Y7
+	VPAND        one_i<>+0(SB), Y7, Y7
+	VPADDD       round<>+0(SB), Y8, Y8
+	VPADDD       Y7, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VPSRLD       $0x10, Y6, Y7
+	VPAND        one_i<>+0(SB), Y7, Y7
+	VPADDD       round<>+0(SB), Y6, Y6
+	VPADDD       Y7, Y6, Y6
+	VPSRLD       $0x10, Y6, Y6
+	VPACKUSDW    Y6, Y8, Y8
+	VPERMQ       $0xd8, Y8, Y8
+	VMOVDQU      Y8, 32(CX)(R10*1)
 	VMOVUPS      128(AX), Y6
-	VPMOVZXWD    64(R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 64(CX)
-	VPMOVZXWD    64(R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 64(CX)(R10*1)
-	VMOVUPS      160(AX), Y6
-	VPMOVZXWD    80(R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 80(CX)
-	VPMOVZXWD    80(R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 80(CX)(R10*1)
+	VMOVUPS      160(AX), Y7
+	VPMOVZXWD    64(R11), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VFMADD213PS  Y8, Y3, Y8
+	VFMADD231PS  Y6, Y4, Y8
+	VPMOVZXWD    80(R11), Y9
+	VPSLLD       $0x10, Y9, Y9
+	VFMADD213PS  Y9, Y3, Y9
+	VFMADD231PS  Y7, Y4, Y9
+	VPSRLD       $0x10, Y8, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y8, Y8
+	VPADDD       Y10, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y10, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPACKUSDW    Y9, Y8, Y8
+	VPERMQ       $0xd8, Y8, Y8
+	VMOVDQU      Y8, 64(CX)
+	VPMOVZXWD    64(R11)(R10*1), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VFMADD213PS  Y8, Y3, Y8
+	VFMADD231PS  Y6, Y5, Y8
+	VPMOVZXWD    80(R11)(R10*1), Y6
+	VPSLLD       $0x10, Y6, Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  Y7, Y5, Y6
+	VPSRLD       $0x10, Y8, Y7
+	VPAND        one_i<>+0(SB), Y7, Y7
+	VPADDD       round<>+0(SB), Y8, Y8
+	VPADDD       Y7, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VPSRLD       $0x10, Y6, Y7
+	VPAND        one_i<>+0(SB), Y7, Y7
+	VPADDD       round<>+0(SB), Y6, Y6
+	VPADDD       Y7, Y6, Y6
+	VPSRLD       $0x10, Y6, Y6
+	VPACKUSDW    Y6, Y8, Y8
+	VPERMQ       $0xd8, Y8, Y8
+	VMOVDQU      Y8, 64(CX)(R10*1)
 	VMOVUPS      192(AX), Y6
-	VPMOVZXWD    96(R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 96(CX)
-	VPMOVZXWD    96(R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 96(CX)(R10*1)
-	VMOVUPS      224(AX), Y6
-	VPMOVZXWD    112(R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 112(CX)
-	VPMOVZXWD    112(R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 112(CX)(R10*1)
+	VMOVUPS      224(AX), Y7
+	VPMOVZXWD    96(R11), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VFMADD213PS  Y8, Y3, Y8
+	VFMADD231PS  Y6, Y4, Y8
+	VPMOVZXWD    112(R11), Y9
+	VPSLLD       $0x10, Y9, Y9
+	VFMADD213PS  Y9, Y3, Y9
+	VFMADD231PS  Y7, Y4, Y9
+	VPSRLD       $0x10, Y8, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y8, Y8
+	VPADDD       Y10, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y10, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPACKUSDW    Y9, Y8, Y8
+	VPERMQ       $0xd8, Y8, Y8
+	VMOVDQU      Y8, 96(CX)
+	VPMOVZXWD    96(R11)(R10*1), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VFMADD213PS  Y8, Y3, Y8
+	VFMADD231PS  Y6, Y5, Y8
+	VPMOVZXWD    112(R11)(R10*1), Y6
+	VPSLLD       $0x10, Y6, Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  Y7, Y5, Y6
+	VPSRLD       $0x10, Y8, Y7
+	VPAND        one_i<>+0(SB), Y7, Y7
+	VPADDD       round<>+0(SB), Y8, Y8
+	VPADDD       Y7, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VPSRLD       $0x10, Y6, Y7
+	VPAND        one_i<>+0(SB), Y7, Y7
+	VPADDD       round<>+0(SB), Y6, Y6
+	VPADDD       Y7, Y6, Y6
+	VPSRLD       $0x10, Y6, Y6
+	VPACKUSDW    Y6, Y8, Y8
+	VPERMQ       $0xd8, Y8, Y8
+	VMOVDQU      Y8, 96(CX)(R10*1)
 	VMOVUPS      256(AX), Y6
-	VPMOVZXWD    128(R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 128(CX)
-	VPMOVZXWD    128(R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 128(CX)(R10*1)
-	VMOVUPS      288(AX), Y6
-	VPMOVZXWD    144(R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 144(CX)
-	VPMOVZXWD    144(R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 144(CX)(R10*1)
+	VMOVUPS      288(AX), Y7
+	VPMOVZXWD    128(R11), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VFMADD213PS  Y8, Y3, Y8
+	VFMADD231PS  Y6, Y4, Y8
+	VPMOVZXWD    144(R11), Y9
+	VPSLLD       $0x10, Y9, Y9
+	VFMADD213PS  Y9, Y3, Y9
+	VFMADD231PS  Y7, Y4, Y9
+	VPSRLD       $0x10, Y8, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y8, Y8
+	VPADDD       Y10, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y10, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPACKUSDW    Y9, Y8, Y8
+	VPERMQ       $0xd8, Y8, Y8
+	VMOVDQU      Y8, 128(CX)
+	VPMOVZXWD    128(R11)(R10*1), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VFMADD213PS  Y8, Y3, Y8
+	VFMADD231PS  Y6, Y5, Y8
+	VPMOVZXWD    144(R11)(R10*1), Y6
+	VPSLLD       $0x10, Y6, Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  Y7, Y5, Y6
+	VPSRLD       $0x10, Y8, Y7
+	VPAND        one_i<>+0(SB), Y7, Y7
+	VPADDD       round<>+0(SB), Y8, Y8
+	VPADDD       Y7, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VPSRLD       $0x10, Y6, Y7
+	VPAND        one_i<>+0(SB), Y7, Y7
+	VPADDD       round<>+0(SB), Y6, Y6
+	VPADDD       Y7, Y6, Y6
+	VPSRLD       $0x10, Y6, Y6
+	VPACKUSDW    Y6, Y8, Y8
+	VPERMQ       $0xd8, Y8, Y8
+	VMOVDQU      Y8, 128(CX)(R10*1)
 	VMOVUPS      320(AX), Y6
-	VPMOVZXWD    160(R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 160(CX)
-	VPMOVZXWD    160(R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 160(CX)(R10*1)
-	VMOVUPS      352(AX), Y6
-	VPMOVZXWD    176(R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 176(CX)
-	VPMOVZXWD    176(R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 176(CX)(R10*1)
+	VMOVUPS      352(AX), Y7
+	VPMOVZXWD    160(R11), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VFMADD213PS  Y8, Y3, Y8
+	VFMADD231PS  Y6, Y4, Y8
+	VPMOVZXWD    176(R11), Y9
+	VPSLLD       $0x10, Y9, Y9
+	VFMADD213PS  Y9, Y3, Y9
+	VFMADD231PS  Y7, Y4, Y9
+	VPSRLD       $0x10, Y8, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y8, Y8
+	VPADDD       Y10, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y10, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPACKUSDW    Y9, Y8, Y8
+	VPERMQ       $0xd8, Y8, Y8
+	VMOVDQU      Y8, 160(CX)
+	VPMOVZXWD    160(R11)(R10*1), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VFMADD213PS  Y8, Y3, Y8
+	VFMADD231PS  Y6, Y5, Y8
+	VPMOVZXWD    176(R11)(R10*1), Y6
+	VPSLLD       $0x10, Y6, Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  Y7, Y5, Y6
+	VPSRLD       $0x10, Y8, Y7
+	VPAND        one_i<>+0(SB), Y7, Y7
+	VPADDD       round<>+0(SB), Y8, Y8
+	VPADDD       Y7, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VPSRLD       $0x10, Y6, Y7
+	VPAND        one_i<>+0(SB), Y7, Y7
+	VPADDD       round<>+0(SB), Y6, Y6
+	VPADDD       Y7, Y6, Y6
+	VPSRLD       $0x10, Y6, Y6
+	VPACKUSDW    Y6, Y8, Y8
+	VPERMQ       $0xd8, Y8, Y8
+	VMOVDQU      Y8, 160(CX)(R10*1)
 	CMPQ         R9, $0x000001a0
 	JBE          stateVKbf16AVX2_dead_87
 	VMOVUPS      384(AX), Y6
@@ -44109,305 +43929,269 @@ stateVKbf16AVX2_far_20:
 	VMOVUPS      vklane1<>+0(SB), Y5
 	VPERMPS      Y1, Y5, Y5
 	VMOVUPS      (AX), Y6
-	VPMOVZXWD    (R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, (CX)
-	VPMOVZXWD    (R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, (CX)(R10*1)
-	VMOVUPS      32(AX), Y6
-	VPMOVZXWD    16(R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 16(CX)
-	VPMOVZXWD    16(R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 16(CX)(R10*1)
+	VMOVUPS      32(AX), Y7
+	VPMOVZXWD    (R11), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VMULPS       Y8, Y3, Y8
+	VFMADD231PS  Y6, Y4, Y8
+	VPMOVZXWD    16(R11), Y9
+	VPSLLD       $0x10, Y9, Y9
+	VMULPS       Y9, Y3, Y9
+	VFMADD231PS  Y7, Y4, Y9
+	VPSRLD       $0x10, Y8, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y8, Y8
+	VPADDD       Y10, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y10, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPACKUSDW    Y9, Y8, Y8
+	VPERMQ       $0xd8, Y8, Y8
+	VMOVDQU      Y8, (CX)
+	VPMOVZXWD    (R11)(R10*1), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VMULPS       Y8, Y3, Y8
+	VFMADD231PS  Y6, Y5, Y8
+	VPMOVZXWD    16(R11)(R10*1), Y6
+	VPSLLD       $0x10, Y6, Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  Y7, Y5, Y6
+	VPSRLD       $0x10, Y8, Y7
+	VPAND        one_i<>+0(SB), Y7, Y7
+	VPADDD       round<>+0(SB), Y8, Y8
+	VPADDD       Y7, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VPSRLD       $0x10, Y6, Y7
+	VPAND        one_i<>+0(SB), Y7, Y7
+	VPADDD       round<>+0(SB), Y6, Y6
+	VPADDD       Y7, Y6, Y6
+	VPSRLD       $0x10, Y6, Y6
+	VPACKUSDW    Y6, Y8, Y8
+	VPERMQ       $0xd8, Y8, Y8
+	VMOVDQU      Y8, (CX)(R10*1)
 	VMOVUPS      64(AX), Y6
-	VPMOVZXWD    32(R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 32(CX)
-	VPMOVZXWD    32(R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 32(CX)(R10*1)
-	VMOVUPS      96(AX), Y6
-	VPMOVZXWD    48(R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 48(CX)
-	VPMOVZXWD    48(R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 48(CX)(R10*1)
+	VMOVUPS      96(AX), Y7
+	VPMOVZXWD    32(R11), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VMULPS       Y8, Y3, Y8
+	VFMADD231PS  Y6, Y4, Y8
+	VPMOVZXWD    48(R11), Y9
+	VPSLLD       $0x10, Y9, Y9
+	VMULPS       Y9, Y3, Y9
+	VFMADD231PS  Y7, Y4, Y9
+	VPSRLD       $0x10, Y8, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y8, Y8
+	VPADDD       Y10, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y10, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPACKUSDW    Y9, Y8, Y8
+	VPERMQ       $0xd8, Y8, Y8
+	VMOVDQU      Y8, 32(CX)
+	VPMOVZXWD    32(R11)(R10*1), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VMULPS       Y8, Y3, Y8
+	VFMADD231PS  Y6, Y5, Y8
+	VPMOVZXWD    48(R11)(R10*1), Y6
+	VPSLLD       $0x10, Y6, Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  Y7, Y5, Y6
+	VPSRLD       $0x10, Y8, Y7
+	VPAND        one_i<>+0(SB), Y7, Y7
+	VPADDD       round<>+0(SB), Y8, Y8
+	VPADDD       Y7, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VPSRLD       $0x10, Y6, Y7
+	VPAND        one_i<>+0(SB), Y7, Y7
+	VPADDD       round<>+0(SB), Y6, Y6
+	VPADDD       Y7, Y6, Y6
+	VPSRLD       $0x10, Y6, Y6
+	VPACKUSDW    Y6, Y8, Y8
+	VPERMQ       $0xd8, Y8, Y8
+	VMOVDQU      Y8, 32(CX)(R10*1)
 	VMOVUPS      128(AX), Y6
-	VPMOVZXWD    64(R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 64(CX)
-	VPMOVZXWD    64(R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 64(CX)(R10*1)
-	VMOVUPS      160(AX), Y6
-	VPMOVZXWD    80(R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 80(CX)
-	VPMOVZXWD    80(R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 80(CX)(R10*1)
+	VMOVUPS      160(AX), Y7
+	VPMOVZXWD    64(R11), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VMULPS       Y8, Y3, Y8
+	VFMADD231PS  Y6, Y4, Y8
+	VPMOVZXWD    80(R11), Y9
+	VPSLLD       $0x10, Y9, Y9
+	VMULPS       Y9, Y3, Y9
+	VFMADD231PS  Y7, Y4, Y9
+	VPSRLD       $0x10, Y8, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y8, Y8
+	VPADDD       Y10, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y10, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPACKUSDW    Y9, Y8, Y8
+	VPERMQ       $0xd8, Y8, Y8
+	VMOVDQU      Y8, 64(CX)
+	VPMOVZXWD    64(R11)(R10*1), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VMULPS       Y8, Y3, Y8
+	VFMADD231PS  Y6, Y5, Y8
+	VPMOVZXWD    80(R11)(R10*1), Y6
+	VPSLLD       $0x10, Y6, Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  Y7, Y5, Y6
+	VPSRLD       $0x10, Y8, Y7
+	VPAND        one_i<>+0(SB), Y7, Y7
+	VPADDD       round<>+0(SB), Y8, Y8
+	VPADDD       Y7, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VPSRLD       $0x10, Y6, Y7
+	VPAND        one_i<>+0(SB), Y7, Y7
+	VPADDD       round<>+0(SB), Y6, Y6
+	VPADDD       Y7, Y6, Y6
+	VPSRLD       $0x10, Y6, Y6
+	VPACKUSDW    Y6, Y8, Y8
+	VPERMQ       $0xd8, Y8, Y8
+	VMOVDQU      Y8, 64(CX)(R10*1)
 	VMOVUPS      192(AX), Y6
-	VPMOVZXWD    96(R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 96(CX)
-	VPMOVZXWD    96(R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 96(CX)(R10*1)
-	VMOVUPS      224(AX), Y6
-	VPMOVZXWD    112(R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 112(CX)
-	VPMOVZXWD    112(R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 112(CX)(R10*1)
+	VMOVUPS      224(AX), Y7
+	VPMOVZXWD    96(R11), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VMULPS       Y8, Y3, Y8
+	VFMADD231PS  Y6, Y4, Y8
+	VPMOVZXWD    112(R11), Y9
+	VPSLLD       $0x10, Y9, Y9
+	VMULPS       Y9, Y3, Y9
+	VFMADD231PS  Y7, Y4, Y9
+	VPSRLD       $0x10, Y8, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y8, Y8
+	VPADDD       Y10, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y10, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPACKUSDW    Y9, Y8, Y8
+	VPERMQ       $0xd8, Y8, Y8
+	VMOVDQU      Y8, 96(CX)
+	VPMOVZXWD    96(R11)(R10*1), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VMULPS       Y8, Y3, Y8
+	VFMADD231PS  Y6, Y5, Y8
+	VPMOVZXWD    112(R11)(R10*1), Y6
+	VPSLLD       $0x10, Y6, Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  Y7, Y5, Y6
+	VPSRLD       $0x10, Y8, Y7
+	VPAND        one_i<>+0(SB), Y7, Y7
+	VPADDD       round<>+0(SB), Y8, Y8
+	VPADDD       Y7, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VPSRLD       $0x10, Y6, Y7
+	VPAND        one_i<>+0(SB), Y7, Y7
+	VPADDD       round<>+0(SB), Y6, Y6
+	VPADDD       Y7, Y6, Y6
+	VPSRLD       $0x10, Y6, Y6
+	VPACKUSDW    Y6, Y8, Y8
+	VPERMQ       $0xd8, Y8, Y8
+	VMOVDQU      Y8, 96(CX)(R10*1)
 	VMOVUPS      256(AX), Y6
-	VPMOVZXWD    128(R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 128(CX)
-	VPMOVZXWD    128(R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 128(CX)(R10*1)
-	VMOVUPS      288(AX), Y6
-	VPMOVZXWD    144(R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 144(CX)
-	VPMOVZXWD    144(R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 144(CX)(R10*1)
+	VMOVUPS      288(AX), Y7
+	VPMOVZXWD    128(R11), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VMULPS       Y8, Y3, Y8
+	VFMADD231PS  Y6, Y4, Y8
+	VPMOVZXWD    144(R11), Y9
+	VPSLLD       $0x10, Y9, Y9
+	VMULPS       Y9, Y3, Y9
+	VFMADD231PS  Y7, Y4, Y9
+	VPSRLD       $0x10, Y8, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y8, Y8
+	VPADDD       Y10, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y10, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPACKUSDW    Y9, Y8, Y8
+	VPERMQ       $0xd8, Y8, Y8
+	VMOVDQU      Y8, 128(CX)
+	VPMOVZXWD    128(R11)(R10*1), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VMULPS       Y8, Y3, Y8
+	VFMADD231PS  Y6, Y5, Y8
+	VPMOVZXWD    144(R11)(R10*1), Y6
+	VPSLLD       $0x10, Y6, Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  Y7, Y5, Y6
+	VPSRLD       $0x10, Y8, Y7
+	VPAND        one_i<>+0(SB), Y7, Y7
+	VPADDD       round<>+0(SB), Y8, Y8
+	VPADDD       Y7, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VPSRLD       $0x10, Y6, Y7
+	VPAND        one_i<>+0(SB), Y7, Y7
+	VPADDD       round<>+0(SB), Y6, Y6
+	VPADDD       Y7, Y6, Y6
+	VPSRLD       $0x10, Y6, Y6
+	VPACKUSDW    Y6, Y8, Y8
+	VPERMQ       $0xd8, Y8, Y8
+	VMOVDQU      Y8, 128(CX)(R10*1)
 	VMOVUPS      320(AX), Y6
-	VPMOVZXWD    160(R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 160(CX)
-	VPMOVZXWD    160(R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 160(CX)(R10*1)
-	VMOVUPS      352(AX), Y6
-	VPMOVZXWD    176(R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 176(CX)
-	VPMOVZXWD    176(R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 176(CX)(R10*1)
+	VMOVUPS      352(AX), Y7
+	VPMOVZXWD    160(R11), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VMULPS       Y8, Y3, Y8
+	VFMADD231PS  Y6, Y4, Y8
+	VPMOVZXWD    176(R11), Y9
+	VPSLLD       $0x10, Y9, Y9
+	VMULPS       Y9, Y3, Y9
+	VFMADD231PS  Y7, Y4, Y9
+	VPSRLD       $0x10, Y8, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y8, Y8
+	VPADDD       Y10, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y10, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPACKUSDW    Y9, Y8, Y8
+	VPERMQ       $0xd8, Y8, Y8
+	VMOVDQU      Y8, 160(CX)
+	VPMOVZXWD    160(R11)(R10*1), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VMULPS       Y8, Y3, Y8
+	VFMADD231PS  Y6, Y5, Y8
+	VPMOVZXWD    176(R11)(R10*1), Y6
+	VPSLLD       $0x10, Y6, Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  Y7, Y5, Y6
+	VPSRLD       $0x10, Y8, Y7
+	VPAND        one_i<>+0(SB), Y7, Y7
+	VPADDD       round<>+0(SB), Y8, Y8
+	VPADDD       Y7, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VPSRLD       $0x10, Y6, Y7
+	VPAND        one_i<>+0(SB), Y7, Y7
+	VPADDD       round<>+0(SB), Y6, Y6
+	VPADDD       Y7, Y6, Y6
+	VPSRLD       $0x10, Y6, Y6
+	VPACKUSDW    Y6, Y8, Y8
+	VPERMQ       $0xd8, Y8, Y8
+	VMOVDQU      Y8, 160(CX)(R10*1)
 	CMPQ         R9, $0x000001a0
 	JBE          stateVKbf16AVX2_dead_88
 	VMOVUPS      384(AX), Y6

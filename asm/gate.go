@@ -228,23 +228,42 @@ func bf16Stored(a isa, pc piece, y VecVirtual, m Mem, nt, finite bool) {
 		}
 		return
 	}
-	if finite {
-		VPAND(cLSB, v(hi), v(t))
-		VPADDD(cRound, v(y), v(y))
-		VPADDD(v(t), v(y), v(y))
-		VPSRLD(U8(16), v(y), v(y))
-		bf16Narrow(pc, y, m, nt)
-		return
+	bf16RoundAVX2(a, v, y, hi, t, finite)
+	bf16Narrow(pc, y, m, nt)
+}
+
+// bf16RoundAVX2 replaces each dword of v(y) by its BF16RNE (≤ 0xffff), hi holding u >> 16 (both
+// clobbered, t a temporary); without the NaN test and select when finite.
+func bf16RoundAVX2(a isa, v func(VecVirtual) Register, y, hi, t VecVirtual, finite bool) {
+	var nan VecVirtual
+	if !finite {
+		nan = a.vec()
+		VCMPPS(U8(3), v(y), v(y), v(nan)) // NaN (UNORD_Q): |u| > 0x7f800000
 	}
-	nan := a.vec()
-	VCMPPS(U8(3), v(y), v(y), v(nan)) // NaN (UNORD_Q): |u| > 0x7f800000
 	VPAND(cLSB, v(hi), v(t))
 	VPADDD(cRound, v(y), v(y))
 	VPADDD(v(t), v(y), v(y))
 	VPSRLD(U8(16), v(y), v(y))
-	VPOR(cQuiet, v(hi), v(hi))
-	VPBLENDVB(v(nan), v(hi), v(y), v(y)) // nan ? (u>>16)|0x40 : rounded
-	bf16Narrow(pc, y, m, nt)
+	if !finite {
+		VPOR(cQuiet, v(hi), v(hi))
+		VPBLENDVB(v(nan), v(hi), v(y), v(y)) // nan ? (u>>16)|0x40 : rounded
+	}
+}
+
+// bf16Pair stores BF16RNE of the whole YMMs y0 and y1 (AVX2) as 16 words at m, y0's then y1's,
+// with one 32-byte store: each rounded as bf16Stored does, then narrowed together by VPACKUSDW
+// (per 128-bit lane: y0's four words, then y1's) and VPERMQ 0xD8 (into their order), where
+// narrowing each alone takes an extract and a pack. y0 and y1 are clobbered.
+func bf16Pair(a isa, y0, y1 VecVirtual, m Mem, finite bool) {
+	v := func(r VecVirtual) Register { return r.AsY() }
+	for _, y := range []VecVirtual{y0, y1} {
+		hi, t := a.vec(), a.vec()
+		VPSRLD(U8(16), v(y), v(hi))
+		bf16RoundAVX2(a, v, y, hi, t, finite)
+	}
+	VPACKUSDW(y1.AsY(), y0.AsY(), y0.AsY()) // values ≤ 0xffff: no saturation
+	VPERMQ(U8(0xd8), y0.AsY(), y0.AsY())
+	VMOVDQU(y0.AsY(), m)
 }
 
 // bf16Narrow stores the piece's words of y, each dword ≤ 0xffff (AVX2).

@@ -107,6 +107,21 @@ func kvMaxK(a isa) int { return kvWork / (4 * a.lanes) }
 // vector) rather than in registers.
 func (v variant) deltaInFrame() bool { return v.a.regs < 32 }
 
+// pairBF16 reports whether the span's bf16 rows go to a store two pieces at a time (bf16Pair):
+// AVX2, an even number of whole YMMs one after another, no guard. BenchmarkKVRoutine, avx2 bf16
+// decode, ns per head: see doc/performance.md.
+func (g *kvGen) pairBF16(s span) bool {
+	if !g.bf16 || g.a.evex || s.guarded() || len(s.ps)%2 != 0 {
+		return false
+	}
+	for t, pc := range s.ps {
+		if pc.w != g.a.lanes || pc.mask != nil || pc.lane != nil || pc.idx != nil || pc.off != t*4*g.a.lanes {
+			return false
+		}
+	}
+	return true
+}
+
 // narrowBF16 reports whether the last w mod lanes bf16 columns of a block take widenTail and
 // storeTail (AVX2: VPMASKMOVD has dword granules) rather than the masked vector's own masked loads
 // and stores (opmasks have word granules).
@@ -745,16 +760,22 @@ func (g *kvGen) rows(s span, f form, c VecVirtual, d []VecVirtual, accK, accQ []
 			JMP(LabelRef(stored))
 			Label(temporal)
 		}
-		ool = append(ool, s.each(func(t int, pc piece) {
-			y := get(t, pc)
-			if g.bf16 && last {
-				// storeState rounds y in place for bf16: keep the register for the carry.
-				z := a.vec()
-				VMOVAPS(a.view(y), a.view(z))
-				y = z
+		keep := func(y VecVirtual) VecVirtual {
+			if !g.bf16 || !last {
+				return y
 			}
-			g.storeState(pc, y, dst, finite)
-		}))
+			// the rounding is in place for bf16: keep the register for the carry.
+			z := a.vec()
+			VMOVAPS(a.view(y), a.view(z))
+			return z
+		}
+		if g.pairBF16(s) {
+			for t := 0; t < len(s.ps); t += 2 {
+				bf16Pair(a, keep(get(t, s.ps[t])), keep(get(t+1, s.ps[t+1])), s.ps[t].at(dst, 2), finite)
+			}
+		} else {
+			ool = append(ool, s.each(func(t int, pc piece) { g.storeState(pc, keep(get(t, pc)), dst, finite) }))
+		}
 		if nt {
 			Label(stored)
 		}

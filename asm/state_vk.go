@@ -1051,7 +1051,26 @@ func (b *vkBody) once(nonFinite string) {
 		}
 		vkForm(b, func(f form, c VecVirtual) {
 			db := b.deltaBroadcasts(d)
-			b.each(b.positions()[:b.n-1], func(i int) {
+			rest := b.positions()[:b.n-1]
+			if v.bf16 {
+				// The positions no K of the shape leaves dead, two at a time: a pair's two
+				// vectors of a row rounded and narrowed together (bf16Pair, one 32-byte store).
+				for len(rest) >= 2 && !b.guarded(rest[1]) {
+					i := rest[0]
+					km := [2]Op{b.shared(b.kMem(r.pk, i)), b.shared(b.kMem(r.pk, i+1))}
+					for rr := range 2 {
+						var x [2]VecVirtual
+						for h := range 2 {
+							x[h] = a.vec()
+							b.loadVec(b.pairMem(p, rr, i+h, es, idx), i+h, true, a.view(x[h]))
+							b.update(f, c, km[h], db[rr], x[h], i+h)
+						}
+						bf16Pair(a, x[0], x[1], b.pairMem(dst, rr, i, es, idx), finite)
+					}
+					rest = rest[2:]
+				}
+			}
+			b.each(rest, func(i int) {
 				km := b.shared(b.kMem(r.pk, i))
 				for rr := range 2 {
 					x := a.vec()
