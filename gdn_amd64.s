@@ -25794,11 +25794,17 @@ stateVKbf16AVX512_decayed_2:
 	MOVQ          (BX), R11
 	TESTQ         R11, R11
 	JZ            stateVKbf16AVX512_nofin_1
-	VSUBPS        Y1, Y1, Y14
-	VCMPPS        $0x03, Y14, Y14, K7
-	KMOVW         K7, R11
-	ANDL          $0x00000007, R11
-	MOVL          R11, 56(SP)
+	CMPQ          R9, $0x00000100
+	JNE           stateVKbf16AVX512_fin_1
+	CMPB          cvt+288(FP), $0x00
+	JNE           stateVKbf16AVX512_nofin_1
+
+stateVKbf16AVX512_fin_1:
+	VSUBPS Y1, Y1, Y14
+	VCMPPS $0x03, Y14, Y14, K7
+	KMOVW  K7, R11
+	ANDL   $0x00000007, R11
+	MOVL   R11, 56(SP)
 
 stateVKbf16AVX512_nofin_1:
 	VMOVSS       (DX), X2
@@ -25920,6 +25926,7 @@ stateVKbf16AVX512_decayed_3:
 	VPTESTMW  Z14, Z15, K7, K7
 	KORTESTD  K7, K7
 	JCS       stateVKbf16AVX512_bfstored_1
+	MOVL      $0x00000001, 56(SP)
 
 stateVKbf16AVX512_bfints_1:
 	CMPL        56(SP), $0x00
@@ -26376,11 +26383,17 @@ stateVKbf16AVX512_decayed_4:
 	MOVQ          (BX), R11
 	TESTQ         R11, R11
 	JZ            stateVKbf16AVX512_nofin_2
-	VSUBPS        Y5, Y5, Y6
-	VCMPPS        $0x03, Y6, Y6, K7
-	KMOVW         K7, R11
-	ANDL          $0x00000001, R11
-	MOVL          R11, 56(SP)
+	CMPQ          R9, $0x00000100
+	JNE           stateVKbf16AVX512_fin_2
+	CMPB          cvt+288(FP), $0x00
+	JNE           stateVKbf16AVX512_nofin_2
+
+stateVKbf16AVX512_fin_2:
+	VSUBPS Y5, Y5, Y6
+	VCMPPS $0x03, Y6, Y6, K7
+	KMOVW  K7, R11
+	ANDL   $0x00000001, R11
+	MOVL   R11, 56(SP)
 
 stateVKbf16AVX512_nofin_2:
 	VMOVSS       (DX), X2
@@ -26448,6 +26461,7 @@ stateVKbf16AVX512_decayed_5:
 	VPTESTMW  Z5, Z6, K7, K7
 	KORTESTD  K7, K7
 	JCS       stateVKbf16AVX512_bfstored_2
+	MOVL      $0x00000001, 56(SP)
 
 stateVKbf16AVX512_bfints_2:
 	CMPL        56(SP), $0x00
@@ -27850,11 +27864,17 @@ stateVKbf16AVX512_decayed_7:
 	MOVQ          (BX), R11
 	TESTQ         R11, R11
 	JZ            stateVKbf16AVX512_nofin_3
-	VSUBPS        Y1, Y1, Y14
-	VCMPPS        $0x03, Y14, Y14, K7
-	KMOVW         K7, R11
-	ANDL          $0x00000003, R11
-	MOVL          R11, 56(SP)
+	CMPQ          R9, $0x00000180
+	JNE           stateVKbf16AVX512_fin_3
+	CMPB          cvt+288(FP), $0x00
+	JNE           stateVKbf16AVX512_nofin_3
+
+stateVKbf16AVX512_fin_3:
+	VSUBPS Y1, Y1, Y14
+	VCMPPS $0x03, Y14, Y14, K7
+	KMOVW  K7, R11
+	ANDL   $0x00000003, R11
+	MOVL   R11, 56(SP)
 
 stateVKbf16AVX512_nofin_3:
 	VMOVSS       (DX), X2
@@ -27963,6 +27983,7 @@ stateVKbf16AVX512_decayed_8:
 	VPTESTMW  Z14, Z15, K7, K7
 	KORTESTD  K7, K7
 	JCS       stateVKbf16AVX512_bfstored_3
+	MOVL      $0x00000001, 56(SP)
 
 stateVKbf16AVX512_bfints_3:
 	CMPL        56(SP), $0x00
@@ -28367,11 +28388,17 @@ stateVKbf16AVX512_decayed_9:
 	MOVQ          (BX), R11
 	TESTQ         R11, R11
 	JZ            stateVKbf16AVX512_nofin_4
-	VSUBPS        Y7, Y7, Y8
-	VCMPPS        $0x03, Y8, Y8, K7
-	KMOVW         K7, R11
-	ANDL          $0x00000001, R11
-	MOVL          R11, 56(SP)
+	CMPQ          R9, $0x00000180
+	JNE           stateVKbf16AVX512_fin_4
+	CMPB          cvt+288(FP), $0x00
+	JNE           stateVKbf16AVX512_nofin_4
+
+stateVKbf16AVX512_fin_4:
+	VSUBPS Y7, Y7, Y8
+	VCMPPS $0x03, Y8, Y8, K7
+	KMOVW  K7, R11
+	ANDL   $0x00000001, R11
+	MOVL   R11, 56(SP)
 
 stateVKbf16AVX512_nofin_4:
 	VMOVSS       (DX), X2
@@ -28442,6 +28469,7 @@ stateVKbf16AVX512_decayed_10:
 	VPTESTMW  Z7, Z8, K7, K7
 	KORTESTD  K7, K7
 	JCS       stateVKbf16AVX512_bfstored_4
+	MOVL      $0x00000001, 56(SP)
 
 stateVKbf16AVX512_bfints_4:
 	CMPL        56(SP), $0x00
@@ -30051,11 +30079,17 @@ stateVKbf16AVX512_decayed_12:
 	MOVQ          (BX), R11
 	TESTQ         R11, R11
 	JZ            stateVKbf16AVX512_nofin_5
-	VSUBPS        Y1, Y1, Y18
-	VCMPPS        $0x03, Y18, Y18, K7
-	KMOVW         K7, R11
-	ANDL          $0x00000003, R11
-	MOVL          R11, 56(SP)
+	CMPQ          R9, $0x00000200
+	JNE           stateVKbf16AVX512_fin_5
+	CMPB          cvt+288(FP), $0x00
+	JNE           stateVKbf16AVX512_nofin_5
+
+stateVKbf16AVX512_fin_5:
+	VSUBPS Y1, Y1, Y18
+	VCMPPS $0x03, Y18, Y18, K7
+	KMOVW  K7, R11
+	ANDL   $0x00000003, R11
+	MOVL   R11, 56(SP)
 
 stateVKbf16AVX512_nofin_5:
 	VMOVSS       (DX), X2
@@ -30186,6 +30220,7 @@ stateVKbf16AVX512_decayed_13:
 	VPTESTMW  Z18, Z19, K7, K7
 	KORTESTD  K7, K7
 	JCS       stateVKbf16AVX512_bfstored_5
+	MOVL      $0x00000001, 56(SP)
 
 stateVKbf16AVX512_bfints_5:
 	CMPL        56(SP), $0x00
@@ -30671,11 +30706,17 @@ stateVKbf16AVX512_decayed_14:
 	MOVQ          (BX), R11
 	TESTQ         R11, R11
 	JZ            stateVKbf16AVX512_nofin_6
-	VSUBPS        Y9, Y9, Y10
-	VCMPPS        $0x03, Y10, Y10, K7
-	KMOVW         K7, R11
-	ANDL          $0x00000001, R11
-	MOVL          R11, 56(SP)
+	CMPQ          R9, $0x00000200
+	JNE           stateVKbf16AVX512_fin_6
+	CMPB          cvt+288(FP), $0x00
+	JNE           stateVKbf16AVX512_nofin_6
+
+stateVKbf16AVX512_fin_6:
+	VSUBPS Y9, Y9, Y10
+	VCMPPS $0x03, Y10, Y10, K7
+	KMOVW  K7, R11
+	ANDL   $0x00000001, R11
+	MOVL   R11, 56(SP)
 
 stateVKbf16AVX512_nofin_6:
 	VMOVSS       (DX), X2
@@ -30757,6 +30798,7 @@ stateVKbf16AVX512_decayed_15:
 	VPTESTMW  Z9, Z10, K7, K7
 	KORTESTD  K7, K7
 	JCS       stateVKbf16AVX512_bfstored_6
+	MOVL      $0x00000001, 56(SP)
 
 stateVKbf16AVX512_bfints_6:
 	CMPL        56(SP), $0x00
@@ -31158,11 +31200,17 @@ stateVKbf16AVX512_decayed_16:
 	MOVQ          (BX), R11
 	TESTQ         R11, R11
 	JZ            stateVKbf16AVX512_nofin_7
-	VSUBPS        Y13, Y13, Y14
-	VCMPPS        $0x03, Y14, Y14, K7
-	KMOVW         K7, R11
-	ANDL          $0x00000001, R11
-	MOVL          R11, 56(SP)
+	CMPQ          R9, $0x00000300
+	JNE           stateVKbf16AVX512_fin_7
+	CMPB          cvt+288(FP), $0x00
+	JNE           stateVKbf16AVX512_nofin_7
+
+stateVKbf16AVX512_fin_7:
+	VSUBPS Y13, Y13, Y14
+	VCMPPS $0x03, Y14, Y14, K7
+	KMOVW  K7, R11
+	ANDL   $0x00000001, R11
+	MOVL   R11, 56(SP)
 
 stateVKbf16AVX512_nofin_7:
 	VMOVSS       (DX), X1
@@ -31274,6 +31322,7 @@ stateVKbf16AVX512_decayed_17:
 	VPTESTMW  Z13, Z14, K7, K7
 	KORTESTD  K7, K7
 	JCS       stateVKbf16AVX512_bfstored_7
+	MOVL      $0x00000001, 56(SP)
 
 stateVKbf16AVX512_bfints_7:
 	CMPL        56(SP), $0x00
@@ -31781,11 +31830,17 @@ stateVKbf16AVX512_decayed_18:
 	MOVQ          (BX), R11
 	TESTQ         R11, R11
 	JZ            stateVKbf16AVX512_nofin_8
-	VSUBPS        Y17, Y17, Y18
-	VCMPPS        $0x03, Y18, Y18, K7
-	KMOVW         K7, R11
-	ANDL          $0x00000001, R11
-	MOVL          R11, 56(SP)
+	CMPQ          R9, $0x00000400
+	JNE           stateVKbf16AVX512_fin_8
+	CMPB          cvt+288(FP), $0x00
+	JNE           stateVKbf16AVX512_nofin_8
+
+stateVKbf16AVX512_fin_8:
+	VSUBPS Y17, Y17, Y18
+	VCMPPS $0x03, Y18, Y18, K7
+	KMOVW  K7, R11
+	ANDL   $0x00000001, R11
+	MOVL   R11, 56(SP)
 
 stateVKbf16AVX512_nofin_8:
 	VMOVSS       (DX), X1
@@ -31919,6 +31974,7 @@ stateVKbf16AVX512_decayed_19:
 	VPTESTMW  Z17, Z18, K7, K7
 	KORTESTD  K7, K7
 	JCS       stateVKbf16AVX512_bfstored_8
+	MOVL      $0x00000001, 56(SP)
 
 stateVKbf16AVX512_bfints_8:
 	CMPL        56(SP), $0x00

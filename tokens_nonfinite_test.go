@@ -66,7 +66,7 @@ func TestTokensBF16NonFinite(t *testing.T) {
 }
 
 // nonFiniteCases name the poisons of nonFiniteCase.
-var nonFiniteCases = []string{"v NaN payloads", "v ±Inf", "state ±Inf and NaN", "overflow", "finite"}
+var nonFiniteCases = []string{"v NaN payloads", "v ±Inf", "state ±Inf and NaN", "overflow", "finite", "v NaN payloads, ±0 words"}
 
 // nonFiniteCase is newTokCase with its state exact in bf16 (so that the f32 routine starts from
 // the bf16 routine's widened state), poisoned as nonFiniteCases[poison] says in a few rows and
@@ -79,6 +79,17 @@ func nonFiniteCase(r *rand.Rand, layout gdnsimd.Layout, K, V, T, poison int, src
 	nan := func(bits uint32) float32 { return math.Float32frombits(bits) }
 	payloads := []float32{nan(0x7fc0ffff), nan(0xffc08001), nan(0x7f80ffff), nan(0x7fc08000)}
 	switch poison {
+	case 5: // as 0, with element i0 of every row (column) 0 in the state and in k̂ at every token,
+		// so that every stored row holds a ±0 word: the AVX-512 [V][K] VCVTNE2PS2BF16 rounding then
+		// stores every group again with the integer one, NaN rows included
+		i0 := r.IntN(K)
+		for j := range V {
+			c.srcF[stateIndex(layout, K, V, i0, j)] = 0
+		}
+		for τ := range T {
+			c.kh[τ*K+i0] = 0
+		}
+		fallthrough
 	case 0, 1: // v of token τ at column (row) j: δ_j non-finite from that token on
 		for n, j := range cols {
 			τ := (n + r.IntN(2)) % T

@@ -205,3 +205,60 @@ func skipWithoutAVX512(t *testing.T) {
 	}
 	t.Skip("no AVX-512")
 }
+
+// TestVKBF16CvtFallbackNaN: the VCVTNE2PS2BF16 path's fallback to the integer rounding (a group
+// with a ±0 word) on a group whose other row is NaN with low payload bits (a v NaN): the fallback
+// must select the NaN lanes (finish does not test δ for that path; storeRows tells the integer
+// rounding so). Each call follows a cvt-false call on a finite head at the same stack depth,
+// which leaves a "finite" flag in the routine's frame slot for a stale read to find.
+func TestVKBF16CvtFallbackNaN(t *testing.T) {
+	skipWithoutAVX512(t)
+	if !avx512BF16 {
+		t.Skip("no AVX512_BF16")
+	}
+	r := rand.New(rand.NewPCG(63, 64))
+	for _, K := range []int{64, 96, 128} {
+		for _, V := range []int{2, 3, 8} {
+			for j := range V {
+				hs := K * V
+				kh, qh, v := make([]float32, K), make([]float32, K), make([]float32, V)
+				src := make([]uint16, hs)
+				for i := range K {
+					kh[i] = float32(r.NormFloat64() / math.Sqrt(float64(K)))
+					qh[i] = float32(r.NormFloat64() / math.Sqrt(float64(K)))
+				}
+				kh[0] = 0 // S'[·][0] = decay(0) = 0: a ±0 word in every finite row
+				for x := range V {
+					v[x] = float32(r.NormFloat64())
+					for i := 1; i < K; i++ {
+						src[x*K+i] = BF16RNE(float32(r.NormFloat64() * 0.5))
+					}
+				}
+				tok := []float32{-0.03, 0.97, 0.7, 0.2}
+				finite := append([]uint16(nil), src...)
+				out := make([]uint16, hs)
+				vkBF16AVX512Cvt(K, V, finite, []unsafe.Pointer{unsafe.Pointer(&out[0])}, kh, qh, v, make([]float32, V), tok, false)
+				v[j] = math.Float32frombits(0x7fc0ffff)
+				want32 := make([]float32, hs)
+				widened := make([]float32, hs)
+				for i, b := range src {
+					widened[i] = math.Float32frombits(uint32(b) << 16)
+				}
+				wantO := make([]float32, V)
+				vkF32AVX512(K, V, widened, []unsafe.Pointer{unsafe.Pointer(&want32[0])}, kh, qh, v, V, wantO, tok, nil)
+				got, gotO := make([]uint16, hs), make([]float32, V)
+				vkBF16AVX512Cvt(K, V, src, []unsafe.Pointer{unsafe.Pointer(&got[0])}, kh, qh, v, gotO, tok, true)
+				for i := range got {
+					if w := BF16RNE(want32[i]); got[i] != w {
+						t.Fatalf("K=%d V=%d NaN row %d: [%d] = %#x, BF16RNE(f32) %#x", K, V, j, i, got[i], w)
+					}
+				}
+				for i := range gotO {
+					if math.Float32bits(gotO[i]) != math.Float32bits(wantO[i]) {
+						t.Fatalf("K=%d V=%d NaN row %d: o[%d] = %#x, f32 %#x", K, V, j, i, math.Float32bits(gotO[i]), math.Float32bits(wantO[i]))
+					}
+				}
+			}
+		}
+	}
+}
