@@ -45,17 +45,7 @@ func TestTokensBF16NonFinite(t *testing.T) {
 								c := nonFiniteCase(r, f.Layout, sh[0], sh[1], T, poison, src32)
 								c.noCarry = !src32 // a decode's call (the AVX2 [V][K] bf16 once), and a chunk's
 								what := fmt.Sprintf("%s/%v/T=%d/K=%d,V=%d/%s/src32=%v", name, f, T, sh[0], sh[1], nonFiniteCases[poison], src32)
-								got := runTokens(t, tk, l, true, src32, c, what)
-								want := runTokens(t, tk, l, false, false, c, what+" (f32)")
-								kerneltest.EqualBits(t, what+" o", got.o, want.o)
-								for τ := range T {
-									if c.storeAt[τ] {
-										kerneltest.EqualBits(t, fmt.Sprintf("%s bf16 state after token %d", what, τ), got.bf16[τ], roundAll(want.stores[τ]))
-									}
-								}
-								if !c.noCarry {
-									kerneltest.EqualBits(t, what+" carry", got.carry, want.stores[T-1])
-								}
+								bf16AsF32(t, tk, l, src32, c, what)
 							}
 						}
 					}
@@ -125,4 +115,22 @@ func stateIndex(layout gdnsimd.Layout, K, V, i, j int) int {
 		return i*V + j
 	}
 	return j*K + i
+}
+
+// bf16AsF32 runs c through the bf16 routine of layout l (from src32 if asked) and the f32 one
+// from the same state, and fails unless o, every store (rounded: BF16RNE) and the carry agree bit
+// for bit.
+func bf16AsF32(t *testing.T, tk gdnsimd.Tokens, l int, src32 bool, c tokCase, what string) {
+	t.Helper()
+	got := runTokens(t, tk, l, true, src32, c, what)
+	want := runTokens(t, tk, l, false, false, c, what+" (f32)")
+	kerneltest.EqualBits(t, what+" o", got.o, want.o)
+	for τ := range c.T {
+		if c.storeAt[τ] {
+			kerneltest.EqualBits(t, fmt.Sprintf("%s bf16 state after token %d", what, τ), got.bf16[τ], roundAll(want.stores[τ]))
+		}
+	}
+	if !c.noCarry {
+		kerneltest.EqualBits(t, what+" carry", got.carry, want.stores[c.T-1])
+	}
 }

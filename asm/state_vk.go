@@ -1000,12 +1000,12 @@ func (b *vkBody) pairMem(base GPVirtual, rr, i, es int, idx GPVirtual) Mem {
 // once emits the loop over pairs of rows (while two are left) for one token (T = 1, stores[0]
 // not nil; bf16: src32 and carry nil): the dots read the pair from src, the update reads it again
 // (from L1; bf16 widened again) and writes stores[0], with no copy through work. bf16 takes it
-// while the pair's δ are finite, rounding without the NaN select (bf16Stored's finite); from the first pair
-// with a non-finite δ on, the pairs through work (at nonFinite) take the rest, their rounding
-// selecting NaN lanes. The arithmetic is the pair's (and the
-// one-row group's); only the tail differs in how it is written: it is loaded without its and-mask
-// before any store and updated in full, its lanes before the vector ahead of it then holding the
-// values that vector gets (the same operands), and stored last. So src may be stores[0] (in place).
+// while the pair's δ are finite, rounding without the NaN select (bf16Stored's finite form); from
+// the first pair with a non-finite δ on, the pairs through work (at nonFinite) take the rest,
+// their rounding selecting NaN lanes. The arithmetic is the pair's (and the one-row group's); only
+// the tail differs in how it is written: it is loaded without its and-mask before any store and
+// updated in full, its lanes before the vector ahead of it then holding the values that vector
+// gets (the same operands), and stored last. So src may be stores[0] (in place).
 func (b *vkBody) once(nonFinite string) {
 	v, a, r := b.v, b.a, b.r
 	es, idx := 4, r.k4
@@ -1052,63 +1052,58 @@ func (b *vkBody) once(nonFinite string) {
 			VMOVUPS(m, a.view(tl[rr]))
 		}
 	}
-	update := func(finite bool) {
-		store := func(x VecVirtual, i, rr int) {
-			if v.bf16 {
-				// (x is not used again)
-				bf16Stored(a, piece{w: a.lanes}, x, b.pairMem(dst, rr, i, es, idx), false, finite)
-				return
-			}
-			VMOVUPS(a.view(x), b.pairMem(dst, rr, i, es, idx))
-		}
-		vkForm(b, func(f form, c VecVirtual) {
-			db := b.deltaBroadcasts(d)
-			rest := b.positions()[:b.n-1]
-			if v.bf16 {
-				// The positions no K of the shape leaves dead, two at a time: a pair's two
-				// vectors of a row rounded and narrowed together (bf16Pair, one 32-byte store).
-				for len(rest) >= 2 && !b.guarded(rest[1]) {
-					i := rest[0]
-					km := [2]Op{b.shared(b.kMem(r.pk, i)), b.shared(b.kMem(r.pk, i+1))}
-					for rr := range 2 {
-						var x [2]VecVirtual
-						for h := range 2 {
-							x[h] = a.vec()
-							b.loadVec(b.pairMem(p, rr, i+h, es, idx), i+h, true, a.view(x[h]))
-							b.update(f, c, km[h], db[rr], x[h], i+h)
-						}
-						bf16Pair(a, x[0], x[1], b.pairMem(dst, rr, i, es, idx), finite)
-					}
-					rest = rest[2:]
-				}
-			}
-			b.each(rest, func(i int) {
-				km := b.shared(b.kMem(r.pk, i))
-				for rr := range 2 {
-					x := a.vec()
-					b.loadVec(b.pairMem(p, rr, i, es, idx), i, v.bf16, a.view(x))
-					b.update(f, c, km, db[rr], x, i)
-					store(x, i, rr)
-				}
-			})
-			for rr := range 2 {
-				x := tl[rr] // (each form's branch has its own copy of the code)
-				b.decay(f, c, x)
-				VFMADD231PS(b.kMem(r.pk, b.n-1), a.view(db[rr]), a.view(x))
-				store(x, b.n-1, rr)
-			}
-		})
-	}
 	if v.bf16 {
 		// Only when both rows' δ are finite (finiteDelta): the rounding without its NaN select.
 		// Else the pairs through work take this pair and the rest (nothing is stored yet; they
 		// store its o again, the same bits).
 		CMPL(r.fin, U8(0))
 		JNE(LabelRef(nonFinite))
-		update(true)
-	} else {
-		update(false)
 	}
+	store := func(x VecVirtual, i, rr int) {
+		if v.bf16 {
+			// (x is not used again; no NaN select: δ is finite here)
+			bf16Stored(a, piece{w: a.lanes}, x, b.pairMem(dst, rr, i, es, idx), false, true)
+			return
+		}
+		VMOVUPS(a.view(x), b.pairMem(dst, rr, i, es, idx))
+	}
+	vkForm(b, func(f form, c VecVirtual) {
+		db := b.deltaBroadcasts(d)
+		rest := b.positions()[:b.n-1]
+		if v.bf16 {
+			// The positions no K of the shape leaves dead, two at a time: a pair's two
+			// vectors of a row rounded and narrowed together (bf16Pair, one 32-byte store).
+			for len(rest) >= 2 && !b.guarded(rest[1]) {
+				i := rest[0]
+				km := [2]Op{b.shared(b.kMem(r.pk, i)), b.shared(b.kMem(r.pk, i+1))}
+				for rr := range 2 {
+					var x [2]VecVirtual
+					for h := range 2 {
+						x[h] = a.vec()
+						b.loadVec(b.pairMem(p, rr, i+h, es, idx), i+h, true, a.view(x[h]))
+						b.update(f, c, km[h], db[rr], x[h], i+h)
+					}
+					bf16Pair(a, x[0], x[1], b.pairMem(dst, rr, i, es, idx), true)
+				}
+				rest = rest[2:]
+			}
+		}
+		b.each(rest, func(i int) {
+			km := b.shared(b.kMem(r.pk, i))
+			for rr := range 2 {
+				x := a.vec()
+				b.loadVec(b.pairMem(p, rr, i, es, idx), i, v.bf16, a.view(x))
+				b.update(f, c, km, db[rr], x, i)
+				store(x, i, rr)
+			}
+		})
+		for rr := range 2 {
+			x := tl[rr] // (each form's branch has its own copy of the code)
+			b.decay(f, c, x)
+			VFMADD231PS(b.kMem(r.pk, b.n-1), a.view(db[rr]), a.view(x))
+			store(x, b.n-1, rr)
+		}
+	})
 	ADDQ(U32(2), r.j)
 	SUBQ(U32(2), r.rows)
 	JMP(LabelRef(loop))
