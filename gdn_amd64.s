@@ -9699,9 +9699,9 @@ stateKVf32AVX512_done_1:
 	VZEROUPPER
 	RET
 
-// func stateKVbf16AVX512(K int, V int, src []uint16, src32 []float32, stores []uintptr, carry []float32, kh []float32, qh []float32, v []float32, vs int, o []float32, tok []float32, work []float32, pf []uintptr)
-// Requires: AVX, AVX512F, CMOV, MMX+
-TEXT ·stateKVbf16AVX512(SB), NOSPLIT, $136-288
+// func stateKVbf16AVX512(K int, V int, src []uint16, src32 []float32, stores []uintptr, carry []float32, kh []float32, qh []float32, v []float32, vs int, o []float32, tok []float32, work []float32, pf []uintptr, cvt bool)
+// Requires: AVX, AVX512BW, AVX512F, CMOV, MMX+
+TEXT ·stateKVbf16AVX512(SB), NOSPLIT, $136-289
 	MOVQ  K+0(FP), AX
 	MOVQ  V+8(FP), CX
 	MOVQ  tok_len+224(FP), DX
@@ -10688,25 +10688,46 @@ stateKVbf16AVX512_rows_5:
 	JZ           stateKVbf16AVX512_nostorerow_5
 	CMPL         128(SP), $0x00
 	JNE          stateKVbf16AVX512_rownan_5
+	CMPB         cvt+288(FP), $0x00
+	JE           stateKVbf16AVX512_rowints_1
 	CMPB         120(SP), $0x00
-	JE           stateKVbf16AVX512_temporalrow_9
-	VMOVUPS      (AX), Z5
-	VPSRLD       $0x10, Z5, Z6
-	VPANDD.BCST  one_i<>+0(SB), Z6, Z6
-	VPADDD.BCST  round<>+0(SB), Z5, Z5
-	VPADDD       Z6, Z5, Z5
-	VPSRLD       $0x10, Z5, Z5
-	VPMOVDW      Z5, Y5
-	VMOVNTDQ     Y5, (R9)
-	VMOVUPS      64(AX), Z5
-	VPSRLD       $0x10, Z5, Z6
-	VPANDD.BCST  one_i<>+0(SB), Z6, Z6
-	VPADDD.BCST  round<>+0(SB), Z5, Z5
-	VPADDD       Z6, Z5, Z5
-	VPSRLD       $0x10, Z5, Z5
-	VPMOVDW      Z5, Y5
-	VMOVNTDQ     Y5, 32(R9)
-	JMP          stateKVbf16AVX512_storedrow_9
+	JNE          stateKVbf16AVX512_rowints_1
+	VPBROADCASTD mag16<>+0(SB), Z5
+	KXNORD       K6, K6, K6
+	VMOVUPS      (AX), Z6
+	VMOVUPS      64(AX), Z7
+	BYTE $0x62; BYTE $0xf2; BYTE $0x47; BYTE $0x48; BYTE $0x72; BYTE $0xf6 // VCVTNE2PS2BF16 Z6, Z7, Z6
+	KXNORW    K4, K4, K4
+	KUNPCKWD  K4, K1, K3
+	VMOVDQU16 Z6, K3, (R9)
+	KNOTD     K3, K4
+	VPTESTMW  Z5, Z6, K3, K5
+	KORD      K4, K5, K5
+	KANDD     K5, K6, K6
+	KORTESTD  K6, K6
+	JCS       stateKVbf16AVX512_rowstored_5
+	JMP       stateKVbf16AVX512_rownan_5
+
+stateKVbf16AVX512_rowints_1:
+	CMPB        120(SP), $0x00
+	JE          stateKVbf16AVX512_temporalrow_9
+	VMOVUPS     (AX), Z5
+	VPSRLD      $0x10, Z5, Z6
+	VPANDD.BCST one_i<>+0(SB), Z6, Z6
+	VPADDD.BCST round<>+0(SB), Z5, Z5
+	VPADDD      Z6, Z5, Z5
+	VPSRLD      $0x10, Z5, Z5
+	VPMOVDW     Z5, Y5
+	VMOVNTDQ    Y5, (R9)
+	VMOVUPS     64(AX), Z5
+	VPSRLD      $0x10, Z5, Z6
+	VPANDD.BCST one_i<>+0(SB), Z6, Z6
+	VPADDD.BCST round<>+0(SB), Z5, Z5
+	VPADDD      Z6, Z5, Z5
+	VPSRLD      $0x10, Z5, Z5
+	VPMOVDW     Z5, Y5
+	VMOVNTDQ    Y5, 32(R9)
+	JMP         stateKVbf16AVX512_storedrow_9
 
 stateKVbf16AVX512_temporalrow_9:
 	VMOVUPS     (AX), Z5
@@ -10805,25 +10826,44 @@ stateKVbf16AVX512_rows_6:
 	JZ           stateKVbf16AVX512_nostorerow_6
 	CMPL         128(SP), $0x00
 	JNE          stateKVbf16AVX512_rownan_6
+	CMPB         cvt+288(FP), $0x00
+	JE           stateKVbf16AVX512_rowints_2
 	CMPB         120(SP), $0x00
-	JE           stateKVbf16AVX512_temporalrow_11
-	VMOVAPS      Z1, Z0
-	VPSRLD       $0x10, Z0, Z3
-	VPANDD.BCST  one_i<>+0(SB), Z3, Z3
-	VPADDD.BCST  round<>+0(SB), Z0, Z0
-	VPADDD       Z3, Z0, Z0
-	VPSRLD       $0x10, Z0, Z0
-	VPMOVDW      Z0, Y0
-	VMOVNTDQ     Y0, (R9)
-	VMOVAPS      Z2, Z0
-	VPSRLD       $0x10, Z0, Z3
-	VPANDD.BCST  one_i<>+0(SB), Z3, Z3
-	VPADDD.BCST  round<>+0(SB), Z0, Z0
-	VPADDD       Z3, Z0, Z0
-	VPSRLD       $0x10, Z0, Z0
-	VPMOVDW      Z0, Y0
-	VMOVNTDQ     Y0, 32(R9)
-	JMP          stateKVbf16AVX512_storedrow_11
+	JNE          stateKVbf16AVX512_rowints_2
+	VPBROADCASTD mag16<>+0(SB), Z0
+	KXNORD       K6, K6, K6
+	BYTE $0x62; BYTE $0xf2; BYTE $0x6f; BYTE $0x48; BYTE $0x72; BYTE $0xd9 // VCVTNE2PS2BF16 Z1, Z2, Z3
+	KXNORW    K4, K4, K4
+	KUNPCKWD  K4, K1, K3
+	VMOVDQU16 Z3, K3, (R9)
+	KNOTD     K3, K4
+	VPTESTMW  Z0, Z3, K3, K5
+	KORD      K4, K5, K5
+	KANDD     K5, K6, K6
+	KORTESTD  K6, K6
+	JCS       stateKVbf16AVX512_rowstored_6
+	JMP       stateKVbf16AVX512_rownan_6
+
+stateKVbf16AVX512_rowints_2:
+	CMPB        120(SP), $0x00
+	JE          stateKVbf16AVX512_temporalrow_11
+	VMOVAPS     Z1, Z0
+	VPSRLD      $0x10, Z0, Z3
+	VPANDD.BCST one_i<>+0(SB), Z3, Z3
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z3, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPMOVDW     Z0, Y0
+	VMOVNTDQ    Y0, (R9)
+	VMOVAPS     Z2, Z0
+	VPSRLD      $0x10, Z0, Z3
+	VPANDD.BCST one_i<>+0(SB), Z3, Z3
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z3, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPMOVDW     Z0, Y0
+	VMOVNTDQ    Y0, 32(R9)
+	JMP         stateKVbf16AVX512_storedrow_11
 
 stateKVbf16AVX512_temporalrow_11:
 	VMOVAPS     Z1, Z0
@@ -11033,25 +11073,46 @@ stateKVbf16AVX512_rows_7:
 	JZ           stateKVbf16AVX512_nostorerow_7
 	CMPL         128(SP), $0x00
 	JNE          stateKVbf16AVX512_rownan_7
+	CMPB         cvt+288(FP), $0x00
+	JE           stateKVbf16AVX512_rowints_3
 	CMPB         120(SP), $0x00
-	JE           stateKVbf16AVX512_temporalrow_13
-	VMOVUPS      (AX), Z5
-	VPSRLD       $0x10, Z5, Z6
-	VPANDD.BCST  one_i<>+0(SB), Z6, Z6
-	VPADDD.BCST  round<>+0(SB), Z5, Z5
-	VPADDD       Z6, Z5, Z5
-	VPSRLD       $0x10, Z5, Z5
-	VPMOVDW      Z5, Y5
-	VMOVNTDQ     Y5, (R9)
-	VMOVUPS      64(AX), Z5
-	VPSRLD       $0x10, Z5, Z6
-	VPANDD.BCST  one_i<>+0(SB), Z6, Z6
-	VPADDD.BCST  round<>+0(SB), Z5, Z5
-	VPADDD       Z6, Z5, Z5
-	VPSRLD       $0x10, Z5, Z5
-	VPMOVDW      Z5, Y5
-	VMOVNTDQ     Y5, 32(R9)
-	JMP          stateKVbf16AVX512_storedrow_13
+	JNE          stateKVbf16AVX512_rowints_3
+	VPBROADCASTD mag16<>+0(SB), Z5
+	KXNORD       K6, K6, K6
+	VMOVUPS      (AX), Z6
+	VMOVUPS      64(AX), Z7
+	BYTE $0x62; BYTE $0xf2; BYTE $0x47; BYTE $0x48; BYTE $0x72; BYTE $0xf6 // VCVTNE2PS2BF16 Z6, Z7, Z6
+	KXNORW    K4, K4, K4
+	KUNPCKWD  K4, K1, K3
+	VMOVDQU16 Z6, K3, (R9)
+	KNOTD     K3, K4
+	VPTESTMW  Z5, Z6, K3, K5
+	KORD      K4, K5, K5
+	KANDD     K5, K6, K6
+	KORTESTD  K6, K6
+	JCS       stateKVbf16AVX512_rowstored_7
+	JMP       stateKVbf16AVX512_rownan_7
+
+stateKVbf16AVX512_rowints_3:
+	CMPB        120(SP), $0x00
+	JE          stateKVbf16AVX512_temporalrow_13
+	VMOVUPS     (AX), Z5
+	VPSRLD      $0x10, Z5, Z6
+	VPANDD.BCST one_i<>+0(SB), Z6, Z6
+	VPADDD.BCST round<>+0(SB), Z5, Z5
+	VPADDD      Z6, Z5, Z5
+	VPSRLD      $0x10, Z5, Z5
+	VPMOVDW     Z5, Y5
+	VMOVNTDQ    Y5, (R9)
+	VMOVUPS     64(AX), Z5
+	VPSRLD      $0x10, Z5, Z6
+	VPANDD.BCST one_i<>+0(SB), Z6, Z6
+	VPADDD.BCST round<>+0(SB), Z5, Z5
+	VPADDD      Z6, Z5, Z5
+	VPSRLD      $0x10, Z5, Z5
+	VPMOVDW     Z5, Y5
+	VMOVNTDQ    Y5, 32(R9)
+	JMP         stateKVbf16AVX512_storedrow_13
 
 stateKVbf16AVX512_temporalrow_13:
 	VMOVUPS     (AX), Z5
@@ -11150,25 +11211,44 @@ stateKVbf16AVX512_rows_8:
 	JZ           stateKVbf16AVX512_nostorerow_8
 	CMPL         128(SP), $0x00
 	JNE          stateKVbf16AVX512_rownan_8
+	CMPB         cvt+288(FP), $0x00
+	JE           stateKVbf16AVX512_rowints_4
 	CMPB         120(SP), $0x00
-	JE           stateKVbf16AVX512_temporalrow_15
-	VMOVAPS      Z1, Z0
-	VPSRLD       $0x10, Z0, Z3
-	VPANDD.BCST  one_i<>+0(SB), Z3, Z3
-	VPADDD.BCST  round<>+0(SB), Z0, Z0
-	VPADDD       Z3, Z0, Z0
-	VPSRLD       $0x10, Z0, Z0
-	VPMOVDW      Z0, Y0
-	VMOVNTDQ     Y0, (R9)
-	VMOVAPS      Z2, Z0
-	VPSRLD       $0x10, Z0, Z3
-	VPANDD.BCST  one_i<>+0(SB), Z3, Z3
-	VPADDD.BCST  round<>+0(SB), Z0, Z0
-	VPADDD       Z3, Z0, Z0
-	VPSRLD       $0x10, Z0, Z0
-	VPMOVDW      Z0, Y0
-	VMOVNTDQ     Y0, 32(R9)
-	JMP          stateKVbf16AVX512_storedrow_15
+	JNE          stateKVbf16AVX512_rowints_4
+	VPBROADCASTD mag16<>+0(SB), Z0
+	KXNORD       K6, K6, K6
+	BYTE $0x62; BYTE $0xf2; BYTE $0x6f; BYTE $0x48; BYTE $0x72; BYTE $0xd9 // VCVTNE2PS2BF16 Z1, Z2, Z3
+	KXNORW    K4, K4, K4
+	KUNPCKWD  K4, K1, K3
+	VMOVDQU16 Z3, K3, (R9)
+	KNOTD     K3, K4
+	VPTESTMW  Z0, Z3, K3, K5
+	KORD      K4, K5, K5
+	KANDD     K5, K6, K6
+	KORTESTD  K6, K6
+	JCS       stateKVbf16AVX512_rowstored_8
+	JMP       stateKVbf16AVX512_rownan_8
+
+stateKVbf16AVX512_rowints_4:
+	CMPB        120(SP), $0x00
+	JE          stateKVbf16AVX512_temporalrow_15
+	VMOVAPS     Z1, Z0
+	VPSRLD      $0x10, Z0, Z3
+	VPANDD.BCST one_i<>+0(SB), Z3, Z3
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z3, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPMOVDW     Z0, Y0
+	VMOVNTDQ    Y0, (R9)
+	VMOVAPS     Z2, Z0
+	VPSRLD      $0x10, Z0, Z3
+	VPANDD.BCST one_i<>+0(SB), Z3, Z3
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z3, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPMOVDW     Z0, Y0
+	VMOVNTDQ    Y0, 32(R9)
+	JMP         stateKVbf16AVX512_storedrow_15
 
 stateKVbf16AVX512_temporalrow_15:
 	VMOVAPS     Z1, Z0
@@ -11571,33 +11651,57 @@ stateKVbf16AVX512_rows_9:
 	JZ           stateKVbf16AVX512_nostorerow_9
 	CMPL         128(SP), $0x00
 	JNE          stateKVbf16AVX512_rownan_9
+	CMPB         cvt+288(FP), $0x00
+	JE           stateKVbf16AVX512_rowints_5
 	CMPB         120(SP), $0x00
-	JE           stateKVbf16AVX512_temporalrow_17
-	VMOVUPS      (AX), Z7
-	VPSRLD       $0x10, Z7, Z8
-	VPANDD.BCST  one_i<>+0(SB), Z8, Z8
-	VPADDD.BCST  round<>+0(SB), Z7, Z7
-	VPADDD       Z8, Z7, Z7
-	VPSRLD       $0x10, Z7, Z7
-	VPMOVDW      Z7, Y7
-	VMOVNTDQ     Y7, (R9)
-	VMOVUPS      64(AX), Z7
-	VPSRLD       $0x10, Z7, Z8
-	VPANDD.BCST  one_i<>+0(SB), Z8, Z8
-	VPADDD.BCST  round<>+0(SB), Z7, Z7
-	VPADDD       Z8, Z7, Z7
-	VPSRLD       $0x10, Z7, Z7
-	VPMOVDW      Z7, Y7
-	VMOVNTDQ     Y7, 32(R9)
-	VMOVUPS      128(AX), Z7
-	VPSRLD       $0x10, Z7, Z8
-	VPANDD.BCST  one_i<>+0(SB), Z8, Z8
-	VPADDD.BCST  round<>+0(SB), Z7, Z7
-	VPADDD       Z8, Z7, Z7
-	VPSRLD       $0x10, Z7, Z7
-	VPMOVDW      Z7, Y7
-	VMOVNTDQ     Y7, 64(R9)
-	JMP          stateKVbf16AVX512_storedrow_17
+	JNE          stateKVbf16AVX512_rowints_5
+	VPBROADCASTD mag16<>+0(SB), Z7
+	KXNORD       K6, K6, K6
+	VMOVUPS      (AX), Z8
+	VMOVUPS      64(AX), Z9
+	BYTE $0x62; BYTE $0x52; BYTE $0x37; BYTE $0x48; BYTE $0x72; BYTE $0xc0 // VCVTNE2PS2BF16 Z8, Z9, Z8
+	VMOVDQU32   Z8, (R9)
+	VPTESTMW    Z7, Z8, K6, K6
+	VMOVUPS     128(AX), Z7
+	VMOVAPS     Z7, Z7
+	VPSRLD      $0x10, Z7, Z8
+	VPANDD.BCST one_i<>+0(SB), Z8, Z8
+	VPADDD.BCST round<>+0(SB), Z7, Z7
+	VPADDD      Z8, Z7, Z7
+	VPSRLD      $0x10, Z7, Z7
+	VPMOVDW     Z7, K1, 64(R9)
+	KORTESTD    K6, K6
+	JCS         stateKVbf16AVX512_rowstored_9
+	JMP         stateKVbf16AVX512_rownan_9
+
+stateKVbf16AVX512_rowints_5:
+	CMPB        120(SP), $0x00
+	JE          stateKVbf16AVX512_temporalrow_17
+	VMOVUPS     (AX), Z7
+	VPSRLD      $0x10, Z7, Z8
+	VPANDD.BCST one_i<>+0(SB), Z8, Z8
+	VPADDD.BCST round<>+0(SB), Z7, Z7
+	VPADDD      Z8, Z7, Z7
+	VPSRLD      $0x10, Z7, Z7
+	VPMOVDW     Z7, Y7
+	VMOVNTDQ    Y7, (R9)
+	VMOVUPS     64(AX), Z7
+	VPSRLD      $0x10, Z7, Z8
+	VPANDD.BCST one_i<>+0(SB), Z8, Z8
+	VPADDD.BCST round<>+0(SB), Z7, Z7
+	VPADDD      Z8, Z7, Z7
+	VPSRLD      $0x10, Z7, Z7
+	VPMOVDW     Z7, Y7
+	VMOVNTDQ    Y7, 32(R9)
+	VMOVUPS     128(AX), Z7
+	VPSRLD      $0x10, Z7, Z8
+	VPANDD.BCST one_i<>+0(SB), Z8, Z8
+	VPADDD.BCST round<>+0(SB), Z7, Z7
+	VPADDD      Z8, Z7, Z7
+	VPSRLD      $0x10, Z7, Z7
+	VPMOVDW     Z7, Y7
+	VMOVNTDQ    Y7, 64(R9)
+	JMP         stateKVbf16AVX512_storedrow_17
 
 stateKVbf16AVX512_temporalrow_17:
 	VMOVUPS     (AX), Z7
@@ -11727,33 +11831,54 @@ stateKVbf16AVX512_rows_10:
 	JZ           stateKVbf16AVX512_nostorerow_10
 	CMPL         128(SP), $0x00
 	JNE          stateKVbf16AVX512_rownan_10
+	CMPB         cvt+288(FP), $0x00
+	JE           stateKVbf16AVX512_rowints_6
 	CMPB         120(SP), $0x00
-	JE           stateKVbf16AVX512_temporalrow_19
-	VMOVAPS      Z1, Z0
-	VPSRLD       $0x10, Z0, Z4
-	VPANDD.BCST  one_i<>+0(SB), Z4, Z4
-	VPADDD.BCST  round<>+0(SB), Z0, Z0
-	VPADDD       Z4, Z0, Z0
-	VPSRLD       $0x10, Z0, Z0
-	VPMOVDW      Z0, Y0
-	VMOVNTDQ     Y0, (R9)
-	VMOVAPS      Z2, Z0
-	VPSRLD       $0x10, Z0, Z4
-	VPANDD.BCST  one_i<>+0(SB), Z4, Z4
-	VPADDD.BCST  round<>+0(SB), Z0, Z0
-	VPADDD       Z4, Z0, Z0
-	VPSRLD       $0x10, Z0, Z0
-	VPMOVDW      Z0, Y0
-	VMOVNTDQ     Y0, 32(R9)
-	VMOVAPS      Z3, Z0
-	VPSRLD       $0x10, Z0, Z4
-	VPANDD.BCST  one_i<>+0(SB), Z4, Z4
-	VPADDD.BCST  round<>+0(SB), Z0, Z0
-	VPADDD       Z4, Z0, Z0
-	VPSRLD       $0x10, Z0, Z0
-	VPMOVDW      Z0, Y0
-	VMOVNTDQ     Y0, 64(R9)
-	JMP          stateKVbf16AVX512_storedrow_19
+	JNE          stateKVbf16AVX512_rowints_6
+	VPBROADCASTD mag16<>+0(SB), Z0
+	KXNORD       K6, K6, K6
+	BYTE $0x62; BYTE $0xf2; BYTE $0x6f; BYTE $0x48; BYTE $0x72; BYTE $0xe1 // VCVTNE2PS2BF16 Z1, Z2, Z4
+	VMOVDQU32   Z4, (R9)
+	VPTESTMW    Z0, Z4, K6, K6
+	VMOVAPS     Z3, Z0
+	VPSRLD      $0x10, Z0, Z4
+	VPANDD.BCST one_i<>+0(SB), Z4, Z4
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z4, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPMOVDW     Z0, K1, 64(R9)
+	KORTESTD    K6, K6
+	JCS         stateKVbf16AVX512_rowstored_10
+	JMP         stateKVbf16AVX512_rownan_10
+
+stateKVbf16AVX512_rowints_6:
+	CMPB        120(SP), $0x00
+	JE          stateKVbf16AVX512_temporalrow_19
+	VMOVAPS     Z1, Z0
+	VPSRLD      $0x10, Z0, Z4
+	VPANDD.BCST one_i<>+0(SB), Z4, Z4
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z4, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPMOVDW     Z0, Y0
+	VMOVNTDQ    Y0, (R9)
+	VMOVAPS     Z2, Z0
+	VPSRLD      $0x10, Z0, Z4
+	VPANDD.BCST one_i<>+0(SB), Z4, Z4
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z4, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPMOVDW     Z0, Y0
+	VMOVNTDQ    Y0, 32(R9)
+	VMOVAPS     Z3, Z0
+	VPSRLD      $0x10, Z0, Z4
+	VPANDD.BCST one_i<>+0(SB), Z4, Z4
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z4, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPMOVDW     Z0, Y0
+	VMOVNTDQ    Y0, 64(R9)
+	JMP         stateKVbf16AVX512_storedrow_19
 
 stateKVbf16AVX512_temporalrow_19:
 	VMOVAPS     Z1, Z0
@@ -12007,33 +12132,57 @@ stateKVbf16AVX512_rows_11:
 	JZ           stateKVbf16AVX512_nostorerow_11
 	CMPL         128(SP), $0x00
 	JNE          stateKVbf16AVX512_rownan_11
+	CMPB         cvt+288(FP), $0x00
+	JE           stateKVbf16AVX512_rowints_7
 	CMPB         120(SP), $0x00
-	JE           stateKVbf16AVX512_temporalrow_21
-	VMOVUPS      (AX), Z7
-	VPSRLD       $0x10, Z7, Z8
-	VPANDD.BCST  one_i<>+0(SB), Z8, Z8
-	VPADDD.BCST  round<>+0(SB), Z7, Z7
-	VPADDD       Z8, Z7, Z7
-	VPSRLD       $0x10, Z7, Z7
-	VPMOVDW      Z7, Y7
-	VMOVNTDQ     Y7, (R9)
-	VMOVUPS      64(AX), Z7
-	VPSRLD       $0x10, Z7, Z8
-	VPANDD.BCST  one_i<>+0(SB), Z8, Z8
-	VPADDD.BCST  round<>+0(SB), Z7, Z7
-	VPADDD       Z8, Z7, Z7
-	VPSRLD       $0x10, Z7, Z7
-	VPMOVDW      Z7, Y7
-	VMOVNTDQ     Y7, 32(R9)
-	VMOVUPS      128(AX), Z7
-	VPSRLD       $0x10, Z7, Z8
-	VPANDD.BCST  one_i<>+0(SB), Z8, Z8
-	VPADDD.BCST  round<>+0(SB), Z7, Z7
-	VPADDD       Z8, Z7, Z7
-	VPSRLD       $0x10, Z7, Z7
-	VPMOVDW      Z7, Y7
-	VMOVNTDQ     Y7, 64(R9)
-	JMP          stateKVbf16AVX512_storedrow_21
+	JNE          stateKVbf16AVX512_rowints_7
+	VPBROADCASTD mag16<>+0(SB), Z7
+	KXNORD       K6, K6, K6
+	VMOVUPS      (AX), Z8
+	VMOVUPS      64(AX), Z9
+	BYTE $0x62; BYTE $0x52; BYTE $0x37; BYTE $0x48; BYTE $0x72; BYTE $0xc0 // VCVTNE2PS2BF16 Z8, Z9, Z8
+	VMOVDQU32   Z8, (R9)
+	VPTESTMW    Z7, Z8, K6, K6
+	VMOVUPS     128(AX), Z7
+	VMOVAPS     Z7, Z7
+	VPSRLD      $0x10, Z7, Z8
+	VPANDD.BCST one_i<>+0(SB), Z8, Z8
+	VPADDD.BCST round<>+0(SB), Z7, Z7
+	VPADDD      Z8, Z7, Z7
+	VPSRLD      $0x10, Z7, Z7
+	VPMOVDW     Z7, K1, 64(R9)
+	KORTESTD    K6, K6
+	JCS         stateKVbf16AVX512_rowstored_11
+	JMP         stateKVbf16AVX512_rownan_11
+
+stateKVbf16AVX512_rowints_7:
+	CMPB        120(SP), $0x00
+	JE          stateKVbf16AVX512_temporalrow_21
+	VMOVUPS     (AX), Z7
+	VPSRLD      $0x10, Z7, Z8
+	VPANDD.BCST one_i<>+0(SB), Z8, Z8
+	VPADDD.BCST round<>+0(SB), Z7, Z7
+	VPADDD      Z8, Z7, Z7
+	VPSRLD      $0x10, Z7, Z7
+	VPMOVDW     Z7, Y7
+	VMOVNTDQ    Y7, (R9)
+	VMOVUPS     64(AX), Z7
+	VPSRLD      $0x10, Z7, Z8
+	VPANDD.BCST one_i<>+0(SB), Z8, Z8
+	VPADDD.BCST round<>+0(SB), Z7, Z7
+	VPADDD      Z8, Z7, Z7
+	VPSRLD      $0x10, Z7, Z7
+	VPMOVDW     Z7, Y7
+	VMOVNTDQ    Y7, 32(R9)
+	VMOVUPS     128(AX), Z7
+	VPSRLD      $0x10, Z7, Z8
+	VPANDD.BCST one_i<>+0(SB), Z8, Z8
+	VPADDD.BCST round<>+0(SB), Z7, Z7
+	VPADDD      Z8, Z7, Z7
+	VPSRLD      $0x10, Z7, Z7
+	VPMOVDW     Z7, Y7
+	VMOVNTDQ    Y7, 64(R9)
+	JMP         stateKVbf16AVX512_storedrow_21
 
 stateKVbf16AVX512_temporalrow_21:
 	VMOVUPS     (AX), Z7
@@ -12163,33 +12312,54 @@ stateKVbf16AVX512_rows_12:
 	JZ           stateKVbf16AVX512_nostorerow_12
 	CMPL         128(SP), $0x00
 	JNE          stateKVbf16AVX512_rownan_12
+	CMPB         cvt+288(FP), $0x00
+	JE           stateKVbf16AVX512_rowints_8
 	CMPB         120(SP), $0x00
-	JE           stateKVbf16AVX512_temporalrow_23
-	VMOVAPS      Z1, Z0
-	VPSRLD       $0x10, Z0, Z4
-	VPANDD.BCST  one_i<>+0(SB), Z4, Z4
-	VPADDD.BCST  round<>+0(SB), Z0, Z0
-	VPADDD       Z4, Z0, Z0
-	VPSRLD       $0x10, Z0, Z0
-	VPMOVDW      Z0, Y0
-	VMOVNTDQ     Y0, (R9)
-	VMOVAPS      Z2, Z0
-	VPSRLD       $0x10, Z0, Z4
-	VPANDD.BCST  one_i<>+0(SB), Z4, Z4
-	VPADDD.BCST  round<>+0(SB), Z0, Z0
-	VPADDD       Z4, Z0, Z0
-	VPSRLD       $0x10, Z0, Z0
-	VPMOVDW      Z0, Y0
-	VMOVNTDQ     Y0, 32(R9)
-	VMOVAPS      Z3, Z0
-	VPSRLD       $0x10, Z0, Z4
-	VPANDD.BCST  one_i<>+0(SB), Z4, Z4
-	VPADDD.BCST  round<>+0(SB), Z0, Z0
-	VPADDD       Z4, Z0, Z0
-	VPSRLD       $0x10, Z0, Z0
-	VPMOVDW      Z0, Y0
-	VMOVNTDQ     Y0, 64(R9)
-	JMP          stateKVbf16AVX512_storedrow_23
+	JNE          stateKVbf16AVX512_rowints_8
+	VPBROADCASTD mag16<>+0(SB), Z0
+	KXNORD       K6, K6, K6
+	BYTE $0x62; BYTE $0xf2; BYTE $0x6f; BYTE $0x48; BYTE $0x72; BYTE $0xe1 // VCVTNE2PS2BF16 Z1, Z2, Z4
+	VMOVDQU32   Z4, (R9)
+	VPTESTMW    Z0, Z4, K6, K6
+	VMOVAPS     Z3, Z0
+	VPSRLD      $0x10, Z0, Z4
+	VPANDD.BCST one_i<>+0(SB), Z4, Z4
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z4, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPMOVDW     Z0, K1, 64(R9)
+	KORTESTD    K6, K6
+	JCS         stateKVbf16AVX512_rowstored_12
+	JMP         stateKVbf16AVX512_rownan_12
+
+stateKVbf16AVX512_rowints_8:
+	CMPB        120(SP), $0x00
+	JE          stateKVbf16AVX512_temporalrow_23
+	VMOVAPS     Z1, Z0
+	VPSRLD      $0x10, Z0, Z4
+	VPANDD.BCST one_i<>+0(SB), Z4, Z4
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z4, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPMOVDW     Z0, Y0
+	VMOVNTDQ    Y0, (R9)
+	VMOVAPS     Z2, Z0
+	VPSRLD      $0x10, Z0, Z4
+	VPANDD.BCST one_i<>+0(SB), Z4, Z4
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z4, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPMOVDW     Z0, Y0
+	VMOVNTDQ    Y0, 32(R9)
+	VMOVAPS     Z3, Z0
+	VPSRLD      $0x10, Z0, Z4
+	VPANDD.BCST one_i<>+0(SB), Z4, Z4
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z4, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPMOVDW     Z0, Y0
+	VMOVNTDQ    Y0, 64(R9)
+	JMP         stateKVbf16AVX512_storedrow_23
 
 stateKVbf16AVX512_temporalrow_23:
 	VMOVAPS     Z1, Z0
@@ -12650,41 +12820,67 @@ stateKVbf16AVX512_rows_13:
 	JZ           stateKVbf16AVX512_nostorerow_13
 	CMPL         128(SP), $0x00
 	JNE          stateKVbf16AVX512_rownan_13
+	CMPB         cvt+288(FP), $0x00
+	JE           stateKVbf16AVX512_rowints_9
 	CMPB         120(SP), $0x00
-	JE           stateKVbf16AVX512_temporalrow_25
-	VMOVUPS      (AX), Z9
-	VPSRLD       $0x10, Z9, Z10
-	VPANDD.BCST  one_i<>+0(SB), Z10, Z10
-	VPADDD.BCST  round<>+0(SB), Z9, Z9
-	VPADDD       Z10, Z9, Z9
-	VPSRLD       $0x10, Z9, Z9
-	VPMOVDW      Z9, Y9
-	VMOVNTDQ     Y9, (R9)
-	VMOVUPS      64(AX), Z9
-	VPSRLD       $0x10, Z9, Z10
-	VPANDD.BCST  one_i<>+0(SB), Z10, Z10
-	VPADDD.BCST  round<>+0(SB), Z9, Z9
-	VPADDD       Z10, Z9, Z9
-	VPSRLD       $0x10, Z9, Z9
-	VPMOVDW      Z9, Y9
-	VMOVNTDQ     Y9, 32(R9)
-	VMOVUPS      128(AX), Z9
-	VPSRLD       $0x10, Z9, Z10
-	VPANDD.BCST  one_i<>+0(SB), Z10, Z10
-	VPADDD.BCST  round<>+0(SB), Z9, Z9
-	VPADDD       Z10, Z9, Z9
-	VPSRLD       $0x10, Z9, Z9
-	VPMOVDW      Z9, Y9
-	VMOVNTDQ     Y9, 64(R9)
-	VMOVUPS      192(AX), Z9
-	VPSRLD       $0x10, Z9, Z10
-	VPANDD.BCST  one_i<>+0(SB), Z10, Z10
-	VPADDD.BCST  round<>+0(SB), Z9, Z9
-	VPADDD       Z10, Z9, Z9
-	VPSRLD       $0x10, Z9, Z9
-	VPMOVDW      Z9, Y9
-	VMOVNTDQ     Y9, 96(R9)
-	JMP          stateKVbf16AVX512_storedrow_25
+	JNE          stateKVbf16AVX512_rowints_9
+	VPBROADCASTD mag16<>+0(SB), Z9
+	KXNORD       K6, K6, K6
+	VMOVUPS      (AX), Z10
+	VMOVUPS      64(AX), Z11
+	BYTE $0x62; BYTE $0x52; BYTE $0x27; BYTE $0x48; BYTE $0x72; BYTE $0xd2 // VCVTNE2PS2BF16 Z10, Z11, Z10
+	VMOVDQU32 Z10, (R9)
+	VPTESTMW  Z9, Z10, K6, K6
+	VMOVUPS   128(AX), Z10
+	VMOVUPS   192(AX), Z11
+	BYTE $0x62; BYTE $0x52; BYTE $0x27; BYTE $0x48; BYTE $0x72; BYTE $0xd2 // VCVTNE2PS2BF16 Z10, Z11, Z10
+	KXNORW    K4, K4, K4
+	KUNPCKWD  K4, K1, K3
+	VMOVDQU16 Z10, K3, 64(R9)
+	KNOTD     K3, K4
+	VPTESTMW  Z9, Z10, K3, K5
+	KORD      K4, K5, K5
+	KANDD     K5, K6, K6
+	KORTESTD  K6, K6
+	JCS       stateKVbf16AVX512_rowstored_13
+	JMP       stateKVbf16AVX512_rownan_13
+
+stateKVbf16AVX512_rowints_9:
+	CMPB        120(SP), $0x00
+	JE          stateKVbf16AVX512_temporalrow_25
+	VMOVUPS     (AX), Z9
+	VPSRLD      $0x10, Z9, Z10
+	VPANDD.BCST one_i<>+0(SB), Z10, Z10
+	VPADDD.BCST round<>+0(SB), Z9, Z9
+	VPADDD      Z10, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPMOVDW     Z9, Y9
+	VMOVNTDQ    Y9, (R9)
+	VMOVUPS     64(AX), Z9
+	VPSRLD      $0x10, Z9, Z10
+	VPANDD.BCST one_i<>+0(SB), Z10, Z10
+	VPADDD.BCST round<>+0(SB), Z9, Z9
+	VPADDD      Z10, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPMOVDW     Z9, Y9
+	VMOVNTDQ    Y9, 32(R9)
+	VMOVUPS     128(AX), Z9
+	VPSRLD      $0x10, Z9, Z10
+	VPANDD.BCST one_i<>+0(SB), Z10, Z10
+	VPADDD.BCST round<>+0(SB), Z9, Z9
+	VPADDD      Z10, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPMOVDW     Z9, Y9
+	VMOVNTDQ    Y9, 64(R9)
+	VMOVUPS     192(AX), Z9
+	VPSRLD      $0x10, Z9, Z10
+	VPANDD.BCST one_i<>+0(SB), Z10, Z10
+	VPADDD.BCST round<>+0(SB), Z9, Z9
+	VPADDD      Z10, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPMOVDW     Z9, Y9
+	VMOVNTDQ    Y9, 96(R9)
+	JMP         stateKVbf16AVX512_storedrow_25
 
 stateKVbf16AVX512_temporalrow_25:
 	VMOVUPS     (AX), Z9
@@ -12845,41 +13041,63 @@ stateKVbf16AVX512_rows_14:
 	JZ           stateKVbf16AVX512_nostorerow_14
 	CMPL         128(SP), $0x00
 	JNE          stateKVbf16AVX512_rownan_14
+	CMPB         cvt+288(FP), $0x00
+	JE           stateKVbf16AVX512_rowints_10
 	CMPB         120(SP), $0x00
-	JE           stateKVbf16AVX512_temporalrow_27
-	VMOVAPS      Z1, Z0
-	VPSRLD       $0x10, Z0, Z5
-	VPANDD.BCST  one_i<>+0(SB), Z5, Z5
-	VPADDD.BCST  round<>+0(SB), Z0, Z0
-	VPADDD       Z5, Z0, Z0
-	VPSRLD       $0x10, Z0, Z0
-	VPMOVDW      Z0, Y0
-	VMOVNTDQ     Y0, (R9)
-	VMOVAPS      Z2, Z0
-	VPSRLD       $0x10, Z0, Z5
-	VPANDD.BCST  one_i<>+0(SB), Z5, Z5
-	VPADDD.BCST  round<>+0(SB), Z0, Z0
-	VPADDD       Z5, Z0, Z0
-	VPSRLD       $0x10, Z0, Z0
-	VPMOVDW      Z0, Y0
-	VMOVNTDQ     Y0, 32(R9)
-	VMOVAPS      Z3, Z0
-	VPSRLD       $0x10, Z0, Z5
-	VPANDD.BCST  one_i<>+0(SB), Z5, Z5
-	VPADDD.BCST  round<>+0(SB), Z0, Z0
-	VPADDD       Z5, Z0, Z0
-	VPSRLD       $0x10, Z0, Z0
-	VPMOVDW      Z0, Y0
-	VMOVNTDQ     Y0, 64(R9)
-	VMOVAPS      Z4, Z0
-	VPSRLD       $0x10, Z0, Z5
-	VPANDD.BCST  one_i<>+0(SB), Z5, Z5
-	VPADDD.BCST  round<>+0(SB), Z0, Z0
-	VPADDD       Z5, Z0, Z0
-	VPSRLD       $0x10, Z0, Z0
-	VPMOVDW      Z0, Y0
-	VMOVNTDQ     Y0, 96(R9)
-	JMP          stateKVbf16AVX512_storedrow_27
+	JNE          stateKVbf16AVX512_rowints_10
+	VPBROADCASTD mag16<>+0(SB), Z0
+	KXNORD       K6, K6, K6
+	BYTE $0x62; BYTE $0xf2; BYTE $0x6f; BYTE $0x48; BYTE $0x72; BYTE $0xe9 // VCVTNE2PS2BF16 Z1, Z2, Z5
+	VMOVDQU32 Z5, (R9)
+	VPTESTMW  Z0, Z5, K6, K6
+	BYTE $0x62; BYTE $0xf2; BYTE $0x5f; BYTE $0x48; BYTE $0x72; BYTE $0xeb // VCVTNE2PS2BF16 Z3, Z4, Z5
+	KXNORW    K4, K4, K4
+	KUNPCKWD  K4, K1, K3
+	VMOVDQU16 Z5, K3, 64(R9)
+	KNOTD     K3, K4
+	VPTESTMW  Z0, Z5, K3, K5
+	KORD      K4, K5, K5
+	KANDD     K5, K6, K6
+	KORTESTD  K6, K6
+	JCS       stateKVbf16AVX512_rowstored_14
+	JMP       stateKVbf16AVX512_rownan_14
+
+stateKVbf16AVX512_rowints_10:
+	CMPB        120(SP), $0x00
+	JE          stateKVbf16AVX512_temporalrow_27
+	VMOVAPS     Z1, Z0
+	VPSRLD      $0x10, Z0, Z5
+	VPANDD.BCST one_i<>+0(SB), Z5, Z5
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z5, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPMOVDW     Z0, Y0
+	VMOVNTDQ    Y0, (R9)
+	VMOVAPS     Z2, Z0
+	VPSRLD      $0x10, Z0, Z5
+	VPANDD.BCST one_i<>+0(SB), Z5, Z5
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z5, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPMOVDW     Z0, Y0
+	VMOVNTDQ    Y0, 32(R9)
+	VMOVAPS     Z3, Z0
+	VPSRLD      $0x10, Z0, Z5
+	VPANDD.BCST one_i<>+0(SB), Z5, Z5
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z5, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPMOVDW     Z0, Y0
+	VMOVNTDQ    Y0, 64(R9)
+	VMOVAPS     Z4, Z0
+	VPSRLD      $0x10, Z0, Z5
+	VPANDD.BCST one_i<>+0(SB), Z5, Z5
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z5, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPMOVDW     Z0, Y0
+	VMOVNTDQ    Y0, 96(R9)
+	JMP         stateKVbf16AVX512_storedrow_27
 
 stateKVbf16AVX512_temporalrow_27:
 	VMOVAPS     Z1, Z0
@@ -13177,41 +13395,67 @@ stateKVbf16AVX512_rows_15:
 	JZ           stateKVbf16AVX512_nostorerow_15
 	CMPL         128(SP), $0x00
 	JNE          stateKVbf16AVX512_rownan_15
+	CMPB         cvt+288(FP), $0x00
+	JE           stateKVbf16AVX512_rowints_11
 	CMPB         120(SP), $0x00
-	JE           stateKVbf16AVX512_temporalrow_29
-	VMOVUPS      (AX), Z9
-	VPSRLD       $0x10, Z9, Z10
-	VPANDD.BCST  one_i<>+0(SB), Z10, Z10
-	VPADDD.BCST  round<>+0(SB), Z9, Z9
-	VPADDD       Z10, Z9, Z9
-	VPSRLD       $0x10, Z9, Z9
-	VPMOVDW      Z9, Y9
-	VMOVNTDQ     Y9, (R9)
-	VMOVUPS      64(AX), Z9
-	VPSRLD       $0x10, Z9, Z10
-	VPANDD.BCST  one_i<>+0(SB), Z10, Z10
-	VPADDD.BCST  round<>+0(SB), Z9, Z9
-	VPADDD       Z10, Z9, Z9
-	VPSRLD       $0x10, Z9, Z9
-	VPMOVDW      Z9, Y9
-	VMOVNTDQ     Y9, 32(R9)
-	VMOVUPS      128(AX), Z9
-	VPSRLD       $0x10, Z9, Z10
-	VPANDD.BCST  one_i<>+0(SB), Z10, Z10
-	VPADDD.BCST  round<>+0(SB), Z9, Z9
-	VPADDD       Z10, Z9, Z9
-	VPSRLD       $0x10, Z9, Z9
-	VPMOVDW      Z9, Y9
-	VMOVNTDQ     Y9, 64(R9)
-	VMOVUPS      192(AX), Z9
-	VPSRLD       $0x10, Z9, Z10
-	VPANDD.BCST  one_i<>+0(SB), Z10, Z10
-	VPADDD.BCST  round<>+0(SB), Z9, Z9
-	VPADDD       Z10, Z9, Z9
-	VPSRLD       $0x10, Z9, Z9
-	VPMOVDW      Z9, Y9
-	VMOVNTDQ     Y9, 96(R9)
-	JMP          stateKVbf16AVX512_storedrow_29
+	JNE          stateKVbf16AVX512_rowints_11
+	VPBROADCASTD mag16<>+0(SB), Z9
+	KXNORD       K6, K6, K6
+	VMOVUPS      (AX), Z10
+	VMOVUPS      64(AX), Z11
+	BYTE $0x62; BYTE $0x52; BYTE $0x27; BYTE $0x48; BYTE $0x72; BYTE $0xd2 // VCVTNE2PS2BF16 Z10, Z11, Z10
+	VMOVDQU32 Z10, (R9)
+	VPTESTMW  Z9, Z10, K6, K6
+	VMOVUPS   128(AX), Z10
+	VMOVUPS   192(AX), Z11
+	BYTE $0x62; BYTE $0x52; BYTE $0x27; BYTE $0x48; BYTE $0x72; BYTE $0xd2 // VCVTNE2PS2BF16 Z10, Z11, Z10
+	KXNORW    K4, K4, K4
+	KUNPCKWD  K4, K1, K3
+	VMOVDQU16 Z10, K3, 64(R9)
+	KNOTD     K3, K4
+	VPTESTMW  Z9, Z10, K3, K5
+	KORD      K4, K5, K5
+	KANDD     K5, K6, K6
+	KORTESTD  K6, K6
+	JCS       stateKVbf16AVX512_rowstored_15
+	JMP       stateKVbf16AVX512_rownan_15
+
+stateKVbf16AVX512_rowints_11:
+	CMPB        120(SP), $0x00
+	JE          stateKVbf16AVX512_temporalrow_29
+	VMOVUPS     (AX), Z9
+	VPSRLD      $0x10, Z9, Z10
+	VPANDD.BCST one_i<>+0(SB), Z10, Z10
+	VPADDD.BCST round<>+0(SB), Z9, Z9
+	VPADDD      Z10, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPMOVDW     Z9, Y9
+	VMOVNTDQ    Y9, (R9)
+	VMOVUPS     64(AX), Z9
+	VPSRLD      $0x10, Z9, Z10
+	VPANDD.BCST one_i<>+0(SB), Z10, Z10
+	VPADDD.BCST round<>+0(SB), Z9, Z9
+	VPADDD      Z10, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPMOVDW     Z9, Y9
+	VMOVNTDQ    Y9, 32(R9)
+	VMOVUPS     128(AX), Z9
+	VPSRLD      $0x10, Z9, Z10
+	VPANDD.BCST one_i<>+0(SB), Z10, Z10
+	VPADDD.BCST round<>+0(SB), Z9, Z9
+	VPADDD      Z10, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPMOVDW     Z9, Y9
+	VMOVNTDQ    Y9, 64(R9)
+	VMOVUPS     192(AX), Z9
+	VPSRLD      $0x10, Z9, Z10
+	VPANDD.BCST one_i<>+0(SB), Z10, Z10
+	VPADDD.BCST round<>+0(SB), Z9, Z9
+	VPADDD      Z10, Z9, Z9
+	VPSRLD      $0x10, Z9, Z9
+	VPMOVDW     Z9, Y9
+	VMOVNTDQ    Y9, 96(R9)
+	JMP         stateKVbf16AVX512_storedrow_29
 
 stateKVbf16AVX512_temporalrow_29:
 	VMOVUPS     (AX), Z9
@@ -13372,41 +13616,63 @@ stateKVbf16AVX512_rows_16:
 	JZ           stateKVbf16AVX512_nostorerow_16
 	CMPL         128(SP), $0x00
 	JNE          stateKVbf16AVX512_rownan_16
+	CMPB         cvt+288(FP), $0x00
+	JE           stateKVbf16AVX512_rowints_12
 	CMPB         120(SP), $0x00
-	JE           stateKVbf16AVX512_temporalrow_31
-	VMOVAPS      Z1, Z0
-	VPSRLD       $0x10, Z0, Z5
-	VPANDD.BCST  one_i<>+0(SB), Z5, Z5
-	VPADDD.BCST  round<>+0(SB), Z0, Z0
-	VPADDD       Z5, Z0, Z0
-	VPSRLD       $0x10, Z0, Z0
-	VPMOVDW      Z0, Y0
-	VMOVNTDQ     Y0, (R9)
-	VMOVAPS      Z2, Z0
-	VPSRLD       $0x10, Z0, Z5
-	VPANDD.BCST  one_i<>+0(SB), Z5, Z5
-	VPADDD.BCST  round<>+0(SB), Z0, Z0
-	VPADDD       Z5, Z0, Z0
-	VPSRLD       $0x10, Z0, Z0
-	VPMOVDW      Z0, Y0
-	VMOVNTDQ     Y0, 32(R9)
-	VMOVAPS      Z3, Z0
-	VPSRLD       $0x10, Z0, Z5
-	VPANDD.BCST  one_i<>+0(SB), Z5, Z5
-	VPADDD.BCST  round<>+0(SB), Z0, Z0
-	VPADDD       Z5, Z0, Z0
-	VPSRLD       $0x10, Z0, Z0
-	VPMOVDW      Z0, Y0
-	VMOVNTDQ     Y0, 64(R9)
-	VMOVAPS      Z4, Z0
-	VPSRLD       $0x10, Z0, Z5
-	VPANDD.BCST  one_i<>+0(SB), Z5, Z5
-	VPADDD.BCST  round<>+0(SB), Z0, Z0
-	VPADDD       Z5, Z0, Z0
-	VPSRLD       $0x10, Z0, Z0
-	VPMOVDW      Z0, Y0
-	VMOVNTDQ     Y0, 96(R9)
-	JMP          stateKVbf16AVX512_storedrow_31
+	JNE          stateKVbf16AVX512_rowints_12
+	VPBROADCASTD mag16<>+0(SB), Z0
+	KXNORD       K6, K6, K6
+	BYTE $0x62; BYTE $0xf2; BYTE $0x6f; BYTE $0x48; BYTE $0x72; BYTE $0xe9 // VCVTNE2PS2BF16 Z1, Z2, Z5
+	VMOVDQU32 Z5, (R9)
+	VPTESTMW  Z0, Z5, K6, K6
+	BYTE $0x62; BYTE $0xf2; BYTE $0x5f; BYTE $0x48; BYTE $0x72; BYTE $0xeb // VCVTNE2PS2BF16 Z3, Z4, Z5
+	KXNORW    K4, K4, K4
+	KUNPCKWD  K4, K1, K3
+	VMOVDQU16 Z5, K3, 64(R9)
+	KNOTD     K3, K4
+	VPTESTMW  Z0, Z5, K3, K5
+	KORD      K4, K5, K5
+	KANDD     K5, K6, K6
+	KORTESTD  K6, K6
+	JCS       stateKVbf16AVX512_rowstored_16
+	JMP       stateKVbf16AVX512_rownan_16
+
+stateKVbf16AVX512_rowints_12:
+	CMPB        120(SP), $0x00
+	JE          stateKVbf16AVX512_temporalrow_31
+	VMOVAPS     Z1, Z0
+	VPSRLD      $0x10, Z0, Z5
+	VPANDD.BCST one_i<>+0(SB), Z5, Z5
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z5, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPMOVDW     Z0, Y0
+	VMOVNTDQ    Y0, (R9)
+	VMOVAPS     Z2, Z0
+	VPSRLD      $0x10, Z0, Z5
+	VPANDD.BCST one_i<>+0(SB), Z5, Z5
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z5, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPMOVDW     Z0, Y0
+	VMOVNTDQ    Y0, 32(R9)
+	VMOVAPS     Z3, Z0
+	VPSRLD      $0x10, Z0, Z5
+	VPANDD.BCST one_i<>+0(SB), Z5, Z5
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z5, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPMOVDW     Z0, Y0
+	VMOVNTDQ    Y0, 64(R9)
+	VMOVAPS     Z4, Z0
+	VPSRLD      $0x10, Z0, Z5
+	VPANDD.BCST one_i<>+0(SB), Z5, Z5
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z5, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPMOVDW     Z0, Y0
+	VMOVNTDQ    Y0, 96(R9)
+	JMP         stateKVbf16AVX512_storedrow_31
 
 stateKVbf16AVX512_temporalrow_31:
 	VMOVAPS     Z1, Z0

@@ -30,8 +30,13 @@ import (
 //go:noescape
 func stateKVf32AVX512(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok, work []float32, pf []uintptr)
 
+// stateKVbf16AVX512's cvt: the CPU has AVX512_BF16 (avx512BF16), so that a row without NaN may be
+// rounded two vectors at a time by VCVTNE2PS2BF16, a row with a ±0 stored word (a denormal input,
+// which the instruction takes as zero, or a zero) stored again by the integer rounding: the same
+// bits either way.
+//
 //go:noescape
-func stateKVbf16AVX512(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok, work []float32, pf []uintptr)
+func stateKVbf16AVX512(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok, work []float32, pf []uintptr, cvt bool)
 
 //go:noescape
 func stateKVf32AVX2(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok, work []float32, pf []uintptr)
@@ -103,7 +108,7 @@ func kvBF16(one single, r func(K, V int, src []uint16, src32 []float32, stores [
 
 var (
 	kvF32AVX512  = kvF32(stateAVX512, stateKVf32AVX512, kvMaxK512)
-	kvBF16AVX512 = kvBF16(stateAVX512, stateKVbf16AVX512, kvMaxK512)
+	kvBF16AVX512 = kvBF16(stateAVX512, kvBF16AVX512Cvt, kvMaxK512)
 	kvF32AVX2    = kvF32(stateAVX2, stateKVf32AVX2, kvMaxK2)
 	kvBF16AVX2   = kvBF16(stateAVX2, stateKVbf16AVX2, kvMaxK2)
 )
@@ -131,4 +136,10 @@ func kvVia(one single, K, V int, src32 []float32, src16 []uint16, stores []unsaf
 	if carry != nil {
 		copy(carry[:hs], cur)
 	}
+}
+
+// kvBF16AVX512Cvt is stateKVbf16AVX512 with cvt = avx512BF16 (read per call, so that a test may
+// turn it off).
+func kvBF16AVX512Cvt(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok, work []float32, pf []uintptr) {
+	stateKVbf16AVX512(K, V, src, src32, stores, carry, kh, qh, v, vs, o, tok, work, pf, avx512BF16)
 }

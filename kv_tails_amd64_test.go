@@ -178,7 +178,7 @@ func kvRaw(t *testing.T, im *impl, K int) (tokensF32, tokensBF16) {
 		maxK int
 	}
 	rs := map[string]raw{
-		"avx512": {stateKVf32AVX512, stateKVbf16AVX512, kvMaxK512},
+		"avx512": {stateKVf32AVX512, kvBF16AVX512Cvt, kvMaxK512},
 		"avx2":   {stateKVf32AVX2, stateKVbf16AVX2, kvMaxK2},
 	}
 	r := rs[im.name]

@@ -131,7 +131,11 @@ func stateKVTokens(vr variant) {
 	g := &kvGen{variant: vr}
 	a := vr.a
 	if vr.bf16 {
-		routine(g.name(), NOSPLIT, "func(K, V int, src []uint16, src32 []float32, stores []uintptr, carry []float32, kh, qh, v []float32, vs int, o, tok, work []float32, pf []uintptr)")
+		sig := "func(K, V int, src []uint16, src32 []float32, stores []uintptr, carry []float32, kh, qh, v []float32, vs int, o, tok, work []float32, pf []uintptr"
+		if a.evex {
+			sig += ", cvt bool" // the CPU has AVX512_BF16 (cvtStores)
+		}
+		routine(g.name(), NOSPLIT, sig+")")
 	} else {
 		routine(g.name(), NOSPLIT, "func(K, V int, src []float32, stores []uintptr, kh, qh, v []float32, vs int, o, tok, work []float32, pf []uintptr)")
 	}
@@ -785,6 +789,22 @@ func (g *kvGen) rows(s span, f form, c VecVirtual, d []VecVirtual, accK, accQ []
 		nan, done := label("rownan"), label("rowstored")
 		CMPL(g.fin, U8(0))
 		JNE(LabelRef(nan))
+		if g.cvtPairs(s) {
+			// Finite, the CPU with AVX512_BF16, temporal stores: two vectors at a time rounded by
+			// one VCVTNE2PS2BF16 (cvtStores); a ±0 stored word (a denormal input, which cvt2 takes
+			// as zero, or a zero) sends the row to the integer rounding, which stores it again.
+			ints := label("rowints")
+			CMPB(paramMem("cvt"), U8(0))
+			JE(LabelRef(ints))
+			if nt {
+				CMPB(g.nt, U8(0))
+				JNE(LabelRef(ints))
+			}
+			g.cvtStores(s, get, dst)
+			JCS(LabelRef(done)) // CF: no stored word ±0
+			JMP(LabelRef(nan))
+			Label(ints)
+		}
 		stores(true)
 		JMP(LabelRef(done))
 		Label(nan)
@@ -812,6 +832,62 @@ func (g *kvGen) rows(s span, f form, c VecVirtual, d []VecVirtual, accK, accQ []
 	for _, f := range ool {
 		f()
 	}
+}
+
+// cvtPairs reports whether the span's bf16 rows may go to a store two pieces at a time through
+// VCVTNE2PS2BF16 (cvtStores): AVX-512 bf16, whole vectors at consecutive offsets (the last one
+// may be masked: its word mask is K1's), no guard.
+func (g *kvGen) cvtPairs(s span) bool {
+	if !g.bf16 || !g.a.evex || s.guarded() || len(s.ps) < 2 {
+		return false
+	}
+	for t, pc := range s.ps {
+		if pc.w != g.a.lanes || pc.lane != nil || pc.idx != nil || pc.off != t*4*g.a.lanes || (pc.mask != nil && t != len(s.ps)-1) {
+			return false
+		}
+	}
+	return true
+}
+
+// cvtStores stores BF16RNE of the row's pieces (get) at dst for a row without NaN: pairs of
+// vectors through one VCVTNE2PS2BF16 (cvt2) and one 64-byte store (a last masked piece's pair
+// under the word mask of K1's lanes, K3), an odd last piece by the integer rounding. cvt2 takes a
+// denormal input as zero, so it leaves CF set (KORTESTD) only when no stored word of a pair is ±0:
+// else the caller stores the row again with the integer rounding. K6 holds the AND of "magnitude
+// not zero" over the stored words (one VPTESTMW a pair under K6 itself; the masked pair's words
+// outside K3 count as not zero).
+func (g *kvGen) cvtStores(s span, get func(int, piece) VecVirtual, dst GPVirtual) {
+	a := g.a
+	mag := ZMM()
+	VPBROADCASTD(cMag16, mag)
+	KXNORD(K6, K6, K6)
+	n := len(s.ps)
+	for t := 0; t+1 < n; t += 2 {
+		p0, p1 := s.ps[t], s.ps[t+1]
+		y := ZMM()
+		cvt2(get(t, p0), get(t+1, p1), y)
+		m := p0.at(dst, 2)
+		if p1.mask == nil {
+			VMOVDQU32(y, m)
+			VPTESTMW(mag, y, K6, K6)
+			continue
+		}
+		// words 0–15 all, 16–31 as p1's lanes
+		KXNORW(K4, K4, K4)
+		KUNPCKWD(K4, p1.mask, K3)
+		VMOVDQU16(y, K3, m)
+		KNOTD(K3, K4)
+		VPTESTMW(mag, y, K3, K5)
+		KORD(K4, K5, K5)
+		KANDD(K5, K6, K6)
+	}
+	if n%2 != 0 {
+		pc := s.ps[n-1]
+		y := a.vec()
+		VMOVAPS(a.view(get(n-1, pc)), a.view(y)) // bf16Stored rounds in place: keep the register
+		bf16Stored(a, pc, y, pc.at(dst, 2), false, true)
+	}
+	KORTESTD(K6, K6)
 }
 
 // nextRow advances w to the next row of the block in work: whole vectors, g.rb bytes for a
