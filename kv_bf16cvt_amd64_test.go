@@ -17,8 +17,9 @@ import (
 // or the second vector of a pair, in a masked last vector or in an odd block's unpaired one, in
 // the first, a middle or the last row, or rows of special values (±0, denormals, values that
 // round to ±Inf, ±Inf; NaN, which takes the integer path); V from one vector to several blocks,
-// whole and masked, T 1–3 with stores at some or all tokens, the stores aligned (non-temporal
-// where the routine takes them so: cvt is not used there) or one word off, in place too.
+// whole and masked, K up to 200 (full blocks of 3 and 2 ZMM), T 1–3 with stores at some or all
+// tokens, the stores aligned (non-temporal where the routine takes them so: cvt is not used
+// there) or one word off, in place too.
 func TestKVBF16Cvt(t *testing.T) {
 	skipWithoutAVX512(t)
 	r := rand.New(rand.NewPCG(71, 72))
@@ -30,7 +31,7 @@ func TestKVBF16Cvt(t *testing.T) {
 			t.Log("no AVX512_BF16: cvt = true not run")
 			continue
 		}
-		for _, K := range []int{1, 3, 64, 128} {
+		for _, K := range []int{1, 3, 64, 128, 150, 200} { // (full blocks of 4, 3 and 2 ZMM)
 			for _, V := range []int{16, 17, 32, 48, 63, 64, 80, 96, 100, 128, 144, 200, 256} {
 				for _, T := range []int{1, 2, 3} {
 					for kind := range 6 {
