@@ -695,6 +695,13 @@ func (g *kvGen) cmpLast() {
 // token, whose pass stores and carries its rows from the registers and does nothing else.
 func (g *kvGen) rows(s span, f form, c VecVirtual, d []VecVirtual, accK, accQ []VecVirtual, w, i, k, kp, kn, qn, dst, dstStride, carry, cStride GPVirtual, last bool) {
 	a := g.a
+	if g.cvtPairs(s) && s.ps[len(s.ps)-1].mask != nil && len(s.ps)%2 == 0 {
+		// cvtStores' word mask of the masked pair (K3: words 0–15 all, 16–31 as the last
+		// piece's lanes) and its complement (K4), once per block.
+		KXNORW(K4, K4, K4)
+		KUNPCKWD(K4, s.ps[len(s.ps)-1].mask, K3)
+		KNOTD(K3, K4)
+	}
 	loop := label("rows")
 	Label(loop)
 	bk := a.vec()
@@ -851,7 +858,8 @@ func (g *kvGen) cvtPairs(s span) bool {
 
 // cvtStores stores BF16RNE of the row's pieces (get) at dst for a row without NaN: pairs of
 // vectors through one VCVTNE2PS2BF16 (cvt2) and one 64-byte store (a last masked piece's pair
-// under the word mask of K1's lanes, K3), an odd last piece by the integer rounding. cvt2 takes a
+// under the word mask of its lanes, K3, which rows sets once per block), an odd last piece by the
+// integer rounding. cvt2 takes a
 // denormal input as zero, so it leaves CF set (KORTESTD) only when no stored word of a pair is ±0:
 // else the caller stores the row again with the integer rounding. K6 holds the AND of "magnitude
 // not zero" over the stored words (one VPTESTMW a pair under K6 itself; the masked pair's words
@@ -872,11 +880,7 @@ func (g *kvGen) cvtStores(s span, get func(int, piece) VecVirtual, dst GPVirtual
 			VPTESTMW(mag, y, K6, K6)
 			continue
 		}
-		// words 0–15 all, 16–31 as p1's lanes
-		KXNORW(K4, K4, K4)
-		KUNPCKWD(K4, p1.mask, K3)
-		VMOVDQU16(y, K3, m)
-		KNOTD(K3, K4)
+		VMOVDQU16(y, K3, m) // K3, K4: the pair's word mask and its complement (rows)
 		VPTESTMW(mag, y, K3, K5)
 		KORD(K4, K5, K5)
 		KANDD(K5, K6, K6)
