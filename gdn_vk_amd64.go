@@ -18,11 +18,11 @@ import "unsafe"
 // K ≤ 128: blocks of 32, then 16 rows are carried in work instead (a workPool space, at least
 // 4640 + 16 float32s; the routine aligns it to 64 bytes), 16 or 32 rows in flight per token
 // (asm/state_vk_block.go); the rows left, and every row when T = 1 (work may then be nil), take
-// the register groups. AVX2: pairs of rows in work (a workPool space, 1 KiB used, bf16 1.25 KiB;
-// an odd V's last row alone), each token's update and the next token's dots in one pass over them
-// (fusedTokens); with one token and a store (bf16: without src32 and carry), the pairs from src
-// to stores[0] (once): f32 leaves work unused, bf16 needs it, for the pairs through work take the
-// rest of the head from the first pair whose δ is not finite.
+// the register groups. AVX2: pairs of rows in work (a workPool space, 1 KiB used; an odd V's last
+// row alone), each token's update and the next token's dots in one pass over them (fusedTokens);
+// with one token and a store (bf16: without src32 and carry), the pairs from src to stores[0]
+// (once): f32 leaves work unused, bf16 needs it, for the pairs through work take the rest of the
+// head from the first pair whose δ is not finite.
 // The assembly handles K ≤ 256 (AVX-512) and 8 ≤ K ≤ 128 (AVX2); outside that range these wrappers run
 // the portable routine (vkTokens), which allocates its per-call bookkeeping.
 

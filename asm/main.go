@@ -206,7 +206,7 @@ func table() []spec {
 			t = append(t, spec{"widen" + v.a.name, func() { widenRoutine(v.a) }, 60})
 		}
 	}
-	vkBudget := map[string]int{"stateVKf32AVX512": 6000, "stateVKbf16AVX512": 7800, "stateVKf32AVX2": 6800, "stateVKbf16AVX2": 11500}
+	vkBudget := map[string]int{"stateVKf32AVX512": 6000, "stateVKbf16AVX512": 7800, "stateVKf32AVX2": 6800, "stateVKbf16AVX2": 11700}
 	for _, v := range variants(layoutVK) {
 		t = append(t, spec{v.name(), func() { stateVK(v) }, vkBudget[v.name()]})
 	}

@@ -91,10 +91,6 @@ func (a isa) vkPairs() bool { return !a.masks }
 // the update's δ's, decay constant and temporaries take the rest of the 16 YMM.
 const vkPairRegs = 2
 
-// vkSpill is the byte offset in work, after the pair, where an AVX2 bf16 group's dot accumulators
-// wait while its rows are stored (fusedTokens): 8 YMM.
-const vkSpill = 2 * vkMaxVecs * 32
-
 // vkNeedsWork says whether the routine takes a work space: the AVX-512 blocks, the AVX2 pairs.
 func (a isa) vkNeedsWork() bool { return a.vkBlocks() || a.vkPairs() }
 
@@ -902,74 +898,78 @@ func (b *vkBody) nextKMem(base GPVirtual, i int) Mem {
 }
 
 // fusedTokens emits the token loop of a loaded AVX2 group (a pair in work, or an odd V's last
-// row): the dots of token 0, then per token the transpose-add, δ and o, and the update, which,
-// but at the last token, takes the next token's dots from each vector it updates, so that a row
-// is read once a token instead of twice. The same products and sums, per accumulator in the same
-// order, as token's: the same bits. (BenchmarkVKRoutine, T = 64, on a Zen 3, 3 alternating runs,
-// medians, µs per head-token: f32 128×128 3.30 → 2.93, 96×80 1.59 → 1.52; bf16 3.28 → 2.76 and
-// 1.64 → 1.61.)
+// row): the dots of token 0, then per token the transpose-add, δ and o, and the update, which
+// takes the next token's dots from each vector it updates, so that a row is read once a token
+// instead of twice. The last token's update takes no dots; nor does a bf16 token's with a store
+// (its rounding's temporaries do not fit beside the accumulators): the next token's dots then
+// follow the store in a pass of their own. The same products and sums, per accumulator in the
+// same order, as token's: the same bits. (BenchmarkVKRoutine, T = 64, on a Zen 3, 3 alternating
+// runs, medians, µs per head-token: f32 128×128 3.30 → 2.93, 96×80 1.59 → 1.52; bf16 3.28 →
+// 2.76 and 1.64 → 1.61.)
 func (b *vkBody) fusedTokens() {
 	v, r := b.v, b.r
 	b.loopD = true
 	accK, accQ := b.dotAccs(b.g)
-	b.each(b.positions(), func(i int) {
+	dots := func() {
+		b.each(b.positions(), func(i int) {
+			for rr := range b.g {
+				x := b.get(rr, i)
+				b.fma(b.kMem(r.pk, i), x, accK[rr][i%b.acc], i, b.first(i))
+				b.fma(b.kMem(r.pq, i), x, accQ[rr][i%b.acc], i, b.first(i))
+			}
+		})
+	}
+	zeroAccs := func() {
 		for rr := range b.g {
-			x := b.get(rr, i)
-			b.fma(b.kMem(r.pk, i), x, accK[rr][i%b.acc], i, b.first(i))
-			b.fma(b.kMem(r.pq, i), x, accQ[rr][i%b.acc], i, b.first(i))
+			b.zeroAccs(accK[rr])
+			b.zeroAccs(accQ[rr])
 		}
-	})
+	}
+	dots()
 	loop, last, stored, done := label("token"), label("lasttoken"), label("stored"), label("tokensdone")
 	Label(loop)
 	d := b.finish(accK, accQ)
 	CMPQ(r.cnt, U8(1))
 	JE(LabelRef(last))
-	for rr := range b.g {
-		b.zeroAccs(accK[rr])
-		b.zeroAccs(accQ[rr])
+	if v.bf16 {
+		p := GP64()
+		MOVQ(Mem{Base: r.ps}, p)
+		TESTQ(p, p)
+		JNZ(LabelRef(last))
 	}
+	zeroAccs()
 	b.updateRows(d, func(rr, i int, x VecVirtual) {
 		b.fma(b.nextKMem(r.pk, i), x, accK[rr][i%b.acc], i, b.first(i))
 		b.fma(b.nextKMem(r.pq, i), x, accQ[rr][i%b.acc], i, b.first(i))
 	})
-	JMP(LabelRef(stored))
+	if v.bf16 {
+		tokenNext(r)
+		DECQ(r.cnt)
+		JMP(LabelRef(loop))
+	} else {
+		JMP(LabelRef(stored))
+	}
 	Label(last)
-	// (The accumulators zeroed: a write, so that they are dead from the transpose-add on; the
-	// last token's rows are stored with the others' code, which the accumulators go through.)
-	for rr := range b.g {
-		for _, x := range append(append([]VecVirtual{}, accK[rr]...), accQ[rr]...) {
-			b.a.zero(x)
+	if !v.bf16 {
+		// (The accumulators zeroed, a write, so that they are dead from the transpose-add on: the
+		// last token's rows are stored with the fused pass's code, which they go through.)
+		for rr := range b.g {
+			for _, x := range append(append([]VecVirtual{}, accK[rr]...), accQ[rr]...) {
+				b.a.zero(x)
+			}
 		}
 	}
 	b.updateRows(d, nil)
 	Label(stored)
-	store := b.store
-	if v.bf16 {
-		// The bf16 rounding's temporaries do not fit beside the accumulators: they wait in work,
-		// after the pair (vkSpill, aligned to 32 bytes. In the frame, 8-byte aligned, a bf16
-		// verification, T = 4 with a store per token, took 9 % longer than before the fused
-		// pass, 24 % at the minimum; here as long, medians of 5 alternating runs).
-		store = func(p GPVirtual, bf16 bool) {
-			var accs []VecVirtual
-			for rr := range b.g {
-				accs = append(append(accs, accK[rr]...), accQ[rr]...)
-			}
-			w := GP64()
-			MOVQ(r.work, w)
-			for k, x := range accs {
-				VMOVAPS(b.a.view(x), Mem{Base: w, Disp: vkSpill + k*b.a.bytes()})
-			}
-			b.store(p, bf16)
-			for k, x := range accs {
-				VMOVAPS(Mem{Base: w, Disp: vkSpill + k*b.a.bytes()}, b.a.view(x))
-			}
-		}
-	}
-	tokenStore(r, v.bf16, label("nostore"), store)
+	tokenStore(r, v.bf16, label("nostore"), b.store)
 	CMPQ(r.cnt, U8(1))
 	JE(LabelRef(done))
 	tokenNext(r)
 	DECQ(r.cnt)
+	if v.bf16 {
+		zeroAccs()
+		dots()
+	}
 	JMP(LabelRef(loop))
 	Label(done)
 	tokensCarry(r, v.bf16, "nocarry", b.store)
