@@ -40096,6 +40096,9 @@ stateVKbf16AVX2_decayed_5:
 	MOVQ         (SP), R13
 	IMULQ        R10, R13
 	ADDQ         R13, R12
+	LEAQ         (R12)(R10*4), R13
+	PREFETCHT0   (R13)
+	PREFETCHT0   64(R13)
 	CMPL         80(SP), $0x00
 	JNE          stateVKbf16AVX2_bfnan_1
 	VMOVAPS      Y1, Y4
@@ -42136,6 +42139,11 @@ stateVKbf16AVX2_decayed_13:
 	MOVQ         (SP), R13
 	IMULQ        R10, R13
 	ADDQ         R13, R12
+	LEAQ         (R12)(R10*4), R13
+	PREFETCHT0   (R13)
+	PREFETCHT0   64(R13)
+	PREFETCHT0   128(R13)
+	PREFETCHT0   192(R13)
 	CMPL         80(SP), $0x00
 	JNE          stateVKbf16AVX2_bfnan_3
 	VMOVAPS      Y1, Y4
@@ -44995,6 +45003,13 @@ stateVKbf16AVX2_decayed_21:
 	MOVQ         (SP), R13
 	IMULQ        R10, R13
 	ADDQ         R13, R12
+	LEAQ         (R12)(R10*4), R13
+	PREFETCHT0   (R13)
+	PREFETCHT0   64(R13)
+	PREFETCHT0   128(R13)
+	PREFETCHT0   192(R13)
+	PREFETCHT0   256(R13)
+	PREFETCHT0   320(R13)
 	CMPL         80(SP), $0x00
 	JNE          stateVKbf16AVX2_bfnan_5
 	VMOVAPS      Y1, Y4
@@ -48732,6 +48747,15 @@ stateVKbf16AVX2_decayed_29:
 	MOVQ         (SP), R13
 	IMULQ        R10, R13
 	ADDQ         R13, R12
+	LEAQ         (R12)(R10*4), R13
+	PREFETCHT0   (R13)
+	PREFETCHT0   64(R13)
+	PREFETCHT0   128(R13)
+	PREFETCHT0   192(R13)
+	PREFETCHT0   256(R13)
+	PREFETCHT0   320(R13)
+	PREFETCHT0   384(R13)
+	PREFETCHT0   448(R13)
 	CMPL         80(SP), $0x00
 	JNE          stateVKbf16AVX2_bfnan_7
 	VMOVAPS      Y1, Y4
