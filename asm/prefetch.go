@@ -10,10 +10,12 @@ import (
 // list's end). The Go driver lists the rows its next call reads from memory (v, z, q, k and the
 // output rows, a group per token) and the routines over T tokens issue one group per token
 // pass (group), so those rows arrive while this call computes instead of one after another at
-// the start of the next (avx512, Qwen3-Next prefill: see doc/performance.md). A prefetch touches
-// no memory architecturally and cannot fault, whatever the address; the list itself is read
-// only within its length (an odd last word is ignored). A count is trusted: the driver's are at
-// most a row's lines (a huge one would only spin).
+// the start of the next (avx512, Qwen3-Next prefill: see doc/performance.md). To L2
+// (PREFETCHT1), as every prefetch here: a T0 one holds one of L1's miss buffers until its line
+// arrives (see vkBody.prefetch). A prefetch touches no memory architecturally and cannot fault,
+// whatever the address; the list itself is read only within its length (an odd last word is
+// ignored). A count is trusted: the driver's are at most a row's lines (a huge one would only
+// spin).
 type prefetchList struct {
 	next, end Mem // frame slots: the next entry, the end of the whole entries
 }
@@ -46,7 +48,7 @@ func (l prefetchList) group() {
 	TESTQ(n, n)
 	JZ(LabelRef(done))
 	Label(line)
-	PREFETCHT0(Mem{Base: x})
+	PREFETCHT1(Mem{Base: x})
 	ADDQ(U8(64), x)
 	DECQ(n)
 	JNZ(LabelRef(line))

@@ -477,11 +477,15 @@ func (b *vkBody) positions() []int {
 
 // prefetch emits the prefetches of rows rows at p (each K·es bytes) vkAhead bytes on (a hint:
 // past the head it touches the next one or nothing): the lines the shape's smallest K needs, and
-// behind guards those a larger one does.
+// behind guards those a larger one does. PREFETCHT1 (to L2), as the [K][V] routines': a T0
+// prefetch holds one of L1's few miss buffers until its line arrives, so from memory the rows
+// came at L1's miss rate, not at the rate the L2's streams reach (Zen 4, go run ./bench, 5
+// alternating runs, medians of t/copy(), decode B = 64: avx512 vk-f32 1.74 → 1.14, avx2 vk-f32
+// 1.44 → 1.20, avx512 vk-bf16 0.85 → 0.87; B = 1 and prefill unchanged).
 func (b *vkBody) prefetch(p GPVirtual, rows, es int) {
 	lines := (rows*b.n*b.a.lanes*es + 63) / 64
 	b.run(lines, func(m int) int { return 64*m/(rows*es) + 1 }, func(m int) {
-		PREFETCHT0(Mem{Base: p, Disp: vkAhead + 64*m})
+		PREFETCHT1(Mem{Base: p, Disp: vkAhead + 64*m})
 	})
 }
 
@@ -720,7 +724,7 @@ func (b *vkBody) storeRows(p GPVirtual, bf16 bool) {
 			ahead := GP64()
 			LEAQ(Mem{Base: p, Index: idx, Scale: 4}, ahead)
 			for m := range 2 * b.n * b.a.lanes * es / 64 {
-				PREFETCHT0(Mem{Base: ahead, Disp: 64 * m})
+				PREFETCHT1(Mem{Base: ahead, Disp: 64 * m})
 			}
 		}
 		// The rounding without its NaN select when this token's δ of the group's rows are finite
