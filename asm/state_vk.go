@@ -1232,13 +1232,21 @@ func (b *vkBody) once(nonFinite string) {
 // and q̂ are memory operands of every FMA: 64 loads a group of two 128-element rows, against 32
 // here (16 for the dots' rows, 16 for the update's). BenchmarkDriver, avx512 [V][K] f32 decode,
 // Qwen3-Next, ns per head, medians of 6–8 alternating runs: with k̂ in registers B = 1
-// 1442 → 1164, B = 64 2748 → 2654; q̂ too, 1210 → 1146 and 2664 → 2556. The order of the groups'
-// work made no difference (the next group's dots before this one's update, or the two interleaved
-// position by position: B = 1 1157, B = 64 2775–3054). A row's arithmetic is the group's: the
-// same products into the same accumulators in the same order, the same transpose-add and δ, the
-// same decay and update per element; only where the operands are read from differs. In place
-// (src = stores[0]) is safe: the update reads each vector before it writes it, masked to the
-// row's K.
+// 1442 → 1164, B = 64 2748 → 2654; q̂ too, 1210 → 1146 and 2664 → 2556.
+//
+// The loop is software-pipelined: the first group's dots before it, then per group its δ
+// (finish), and its update position by position beside the next group's dots, so that the
+// update's operations, which wait for the δ, never stand in the window ahead of the next dots
+// (the last group's update alone). Zen 4, in one process, alternating, medians (minima):
+// BenchmarkVKRoutine decode, ns per head, 8 runs, 128×128 2686 (2479) → 2068 (1886), 96×80
+// 1195 (1067) → 1035 (992); go run ./bench, t/copy(), 6 runs, B = 1 0.80 (0.77) → 0.71 (0.70),
+// B = 64 1.15 → 1.16 (from memory: the prefetch's rate, not the order, sets it). With L1-bound
+// prefetches (PREFETCHT0, see prefetch) the same order was 16 % slower at B = 64, which is why
+// an earlier interleaving measured worse. A row's arithmetic is the group's: the same products
+// into the same accumulators in the same order, the same transpose-add and δ, the same decay and
+// update per element; only where the operands are read from and when differ. In place (src =
+// stores[0]) is safe: a group's update reads each vector before it writes it, masked to the
+// row's K, and the next group's dots read rows that no store has reached yet.
 func (b *vkBody) direct() {
 	v, a, r := b.v, b.a, b.r
 	if v.bf16 || !a.masks || b.g > 3 || b.n > vkDirectKRegs {
@@ -1282,31 +1290,54 @@ func (b *vkBody) direct() {
 		b.loadVec(b.kMem(r.pq, i), i, false, a.view(qh[i]))
 	}
 
-	Label(loop)
+	// The dots of the group at p into accK, accQ (zeroed where guarded).
+	accK, accQ := b.dotAccs(b.g)
+	dots := func(p GPVirtual, rr, i int) {
+		x := a.vec()
+		b.loadVec(rowMem(p, rr, i), i, false, a.view(x))
+		b.fma(a.view(kh[i]), x, accK[rr][i%b.acc], i, b.first(i))
+		b.fma(a.view(qh[i]), x, accQ[rr][i%b.acc], i, b.first(i))
+	}
+	// The update of row rr's position i, from src to dst.
+	update := func(f form, c VecVirtual, db []VecVirtual, rr, i int) {
+		x := a.vec()
+		b.loadVec(rowMem(src, rr, i), i, false, a.view(x))
+		b.update(f, c, a.view(kh[i]), db[rr], x, i)
+		if mask := b.mask(i); mask != nil {
+			VMOVUPS(a.view(x), mask, rowMem(dst, rr, i))
+		} else {
+			VMOVUPS(a.view(x), rowMem(dst, rr, i))
+		}
+	}
 	r.pf.group()
 	b.prefetch(src, b.g, 4)
-	accK, accQ := b.dotAccs(b.g)
 	b.each(b.positions(), func(i int) {
 		for rr := range b.g {
-			x := a.vec()
-			b.loadVec(rowMem(src, rr, i), i, false, a.view(x))
-			b.fma(a.view(kh[i]), x, accK[rr][i%b.acc], i, b.first(i))
-			b.fma(a.view(qh[i]), x, accQ[rr][i%b.acc], i, b.first(i))
+			dots(src, rr, i)
 		}
 	})
+	last := label("directlast")
+	next := GP64()
+	Label(loop)
 	d := b.finish(accK, accQ)
+	CMPQ(r.rows, U32(2*b.g))
+	JB(LabelRef(last))
+	// The next group's dots beside this group's update, position by position: the update's
+	// operations, which wait for this group's δ, do not fill the window ahead of the next dots.
+	MOVQ(src, next)
+	ADDQ(step, next)
+	r.pf.group()
+	b.prefetch(next, b.g, 4)
+	for rr := range b.g {
+		b.zeroAccs(accK[rr])
+		b.zeroAccs(accQ[rr])
+	}
 	vkForm(b, func(f form, c VecVirtual) {
 		db := b.deltaBroadcasts(d)
 		b.each(b.positions(), func(i int) {
 			for rr := range b.g {
-				x := a.vec()
-				b.loadVec(rowMem(src, rr, i), i, false, a.view(x))
-				b.update(f, c, a.view(kh[i]), db[rr], x, i)
-				if mask := b.mask(i); mask != nil {
-					VMOVUPS(a.view(x), mask, rowMem(dst, rr, i))
-				} else {
-					VMOVUPS(a.view(x), rowMem(dst, rr, i))
-				}
+				update(f, c, db, rr, i)
+				dots(next, rr, i)
 			}
 		})
 	})
@@ -1316,8 +1347,19 @@ func (b *vkBody) direct() {
 	ADDQ(U32(4*b.g), r.po)
 	ADDQ(U32(b.g), r.j)
 	SUBQ(U32(b.g), r.rows)
-	CMPQ(r.rows, U32(b.g))
-	JAE(LabelRef(loop))
+	JMP(LabelRef(loop))
+	Label(last)
+	vkForm(b, func(f form, c VecVirtual) {
+		db := b.deltaBroadcasts(d)
+		b.each(b.positions(), func(i int) {
+			for rr := range b.g {
+				update(f, c, db, rr, i)
+			}
+		})
+	})
+	// The rows done (the pointers are set again from j by the loop that takes the rest).
+	ADDQ(U32(b.g), r.j)
+	SUBQ(U32(b.g), r.rows)
 	Label(skip)
 }
 
