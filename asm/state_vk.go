@@ -1309,6 +1309,21 @@ func (b *vkBody) direct() {
 			VMOVUPS(a.view(x), rowMem(dst, rr, i))
 		}
 	}
+	// The group's update from δ d, position by position, each beside the group at p's dots if p
+	// is not nil.
+	updates := func(d VecVirtual, p GPVirtual) {
+		vkForm(b, func(f form, c VecVirtual) {
+			db := b.deltaBroadcasts(d)
+			b.each(b.positions(), func(i int) {
+				for rr := range b.g {
+					update(f, c, db, rr, i)
+					if p != nil {
+						dots(p, rr, i)
+					}
+				}
+			})
+		})
+	}
 	r.pf.group()
 	b.prefetch(src, b.g, 4)
 	b.each(b.positions(), func(i int) {
@@ -1332,15 +1347,7 @@ func (b *vkBody) direct() {
 		b.zeroAccs(accK[rr])
 		b.zeroAccs(accQ[rr])
 	}
-	vkForm(b, func(f form, c VecVirtual) {
-		db := b.deltaBroadcasts(d)
-		b.each(b.positions(), func(i int) {
-			for rr := range b.g {
-				update(f, c, db, rr, i)
-				dots(next, rr, i)
-			}
-		})
-	})
+	updates(d, next)
 	ADDQ(step, src)
 	ADDQ(step, dst)
 	ADDQ(U32(4*b.g), r.pv)
@@ -1349,14 +1356,7 @@ func (b *vkBody) direct() {
 	SUBQ(U32(b.g), r.rows)
 	JMP(LabelRef(loop))
 	Label(last)
-	vkForm(b, func(f form, c VecVirtual) {
-		db := b.deltaBroadcasts(d)
-		b.each(b.positions(), func(i int) {
-			for rr := range b.g {
-				update(f, c, db, rr, i)
-			}
-		})
-	})
+	updates(d, nil)
 	// The rows done (the pointers are set again from j by the loop that takes the rest).
 	ADDQ(U32(b.g), r.j)
 	SUBQ(U32(b.g), r.rows)
