@@ -34163,305 +34163,6 @@ stateVKf32AVX2_tokensdone_1:
 
 stateVKf32AVX2_groupsdone_1:
 stateVKf32AVX2_pairtail_1:
-stateVKf32AVX2_group_2:
-	CMPQ 8(SP), $0x00000001
-	JB   stateVKf32AVX2_groupsdone_2
-
-	// The prefetch list's next group.
-	MOVQ 304(SP), AX
-
-stateVKf32AVX2_pfentry_2:
-	CMPQ  AX, 312(SP)
-	JAE   stateVKf32AVX2_pfdone_2
-	MOVQ  (AX), DX
-	MOVQ  8(AX), CX
-	ADDQ  $0x10, AX
-	TESTQ CX, CX
-	JZ    stateVKf32AVX2_pfdone_2
-
-stateVKf32AVX2_pfline_2:
-	PREFETCHT1 (DX)
-	ADDQ       $0x40, DX
-	DECQ       CX
-	JNZ        stateVKf32AVX2_pfline_2
-	JMP        stateVKf32AVX2_pfentry_2
-
-stateVKf32AVX2_pfdone_2:
-	MOVQ AX, 304(SP)
-
-	// Load 1 row(s) of 1…4 vectors.
-	MOVQ       src_base+16(FP), AX
-	MOVQ       (SP), CX
-	IMULQ      R9, CX
-	ADDQ       CX, AX
-	PREFETCHT1 8192(AX)
-	CMPQ       R9, $0x00000040
-	JBE        stateVKf32AVX2_dead_15
-	PREFETCHT1 8256(AX)
-
-stateVKf32AVX2_dead_15:
-	VXORPS  Y0, Y0, Y0
-	VXORPS  Y1, Y1, Y1
-	VXORPS  Y2, Y2, Y2
-	CMPQ    R9, $0x00000020
-	JBE     stateVKf32AVX2_dead_16
-	VMOVUPS (AX), Y0
-	CMPQ    R9, $0x00000040
-	JBE     stateVKf32AVX2_dead_16
-	VMOVUPS 32(AX), Y1
-	CMPQ    R9, $0x00000060
-	JBE     stateVKf32AVX2_dead_16
-	VMOVUPS 64(AX), Y2
-
-stateVKf32AVX2_dead_16:
-	VMOVUPS     -32(AX)(R9*1), Y3
-	VANDPS      48(SP), Y3, Y3
-	MOVQ        kh_base+64(FP), AX
-	MOVQ        qh_base+88(FP), CX
-	MOVQ        tok_base+168(FP), DX
-	MOVQ        stores_base+40(FP), BX
-	MOVQ        v_base+112(FP), SI
-	MOVQ        o_base+144(FP), DI
-	MOVQ        (SP), R8
-	SHLQ        $0x02, R8
-	ADDQ        R8, SI
-	ADDQ        R8, DI
-	MOVQ        16(SP), R8
-	VXORPS      Y4, Y4, Y4
-	VXORPS      Y6, Y6, Y6
-	VXORPS      Y5, Y5, Y5
-	VXORPS      Y7, Y7, Y7
-	CMPQ        R9, $0x00000020
-	JBE         stateVKf32AVX2_dead_17
-	VFMADD231PS (AX), Y0, Y4
-	VFMADD231PS (CX), Y0, Y5
-	CMPQ        R9, $0x00000040
-	JBE         stateVKf32AVX2_dead_17
-	VFMADD231PS 32(AX), Y1, Y6
-	VFMADD231PS 32(CX), Y1, Y7
-	CMPQ        R9, $0x00000060
-	JBE         stateVKf32AVX2_dead_17
-	VFMADD231PS 64(AX), Y2, Y4
-	VFMADD231PS 64(CX), Y2, Y5
-
-stateVKf32AVX2_dead_17:
-	VFMADD231PS -32(AX)(R9*1), Y3, Y6
-	VFMADD231PS -32(CX)(R9*1), Y3, Y7
-
-stateVKf32AVX2_token_2:
-	VADDPS       Y6, Y4, Y4
-	VADDPS       Y7, Y5, Y5
-	VPERM2F128   $0x20, Y5, Y4, Y6
-	VPERM2F128   $0x31, Y5, Y4, Y4
-	VADDPS       Y4, Y6, Y6
-	VSHUFPS      $0x44, Y6, Y6, Y4
-	VSHUFPS      $0xee, Y6, Y6, Y5
-	VADDPS       Y5, Y4, Y4
-	VSHUFPS      $0x88, Y4, Y4, Y5
-	VSHUFPS      $0xdd, Y4, Y4, Y4
-	VADDPS       Y4, Y5, Y5
-	VMOVUPS      vkpermAVX2_1<>+0(SB), Y4
-	VPERMPS      Y5, Y4, Y6
-	VMOVSS       (DX), X4
-	VUCOMISS     nearone<>+0(SB), X4
-	JCS          stateVKf32AVX2_far_6
-	VBROADCASTSS (DX), Y4
-	VFMADD213PS  Y6, Y4, Y6
-	JMP          stateVKf32AVX2_decayed_6
-
-stateVKf32AVX2_far_6:
-	VBROADCASTSS 4(DX), Y4
-	VMULPS       Y6, Y4, Y6
-
-stateVKf32AVX2_decayed_6:
-	VEXTRACTF128 $0x01, Y6, X4
-	VMOVSS       (SI), X5
-	VSUBPS       X6, X5, X5
-	VBROADCASTSS 8(DX), Y6
-	VXORPS       Y8, Y8, Y8
-	VMULPS       X6, X5, X8
-	VBROADCASTSS 12(DX), Y5
-	VFMADD231PS  X5, X8, X4
-	VMOVSS       X4, (DI)
-	CMPQ         R8, $0x01
-	JE           stateVKf32AVX2_lasttoken_2
-	VXORPS       Y4, Y4, Y4
-	VXORPS       Y6, Y6, Y6
-	VXORPS       Y5, Y5, Y5
-	VXORPS       Y7, Y7, Y7
-	VMOVSS       (DX), X9
-	VUCOMISS     nearone<>+0(SB), X9
-	JCS          stateVKf32AVX2_far_7
-	VBROADCASTSS (DX), Y9
-	VBROADCASTSS X8, Y8
-	CMPQ         R9, $0x00000020
-	JBE          stateVKf32AVX2_dead_18
-	VFMADD213PS  Y0, Y9, Y0
-	VFMADD231PS  (AX), Y8, Y0
-	VFMADD231PS  (AX)(R9*1), Y0, Y4
-	VFMADD231PS  (CX)(R9*1), Y0, Y5
-	CMPQ         R9, $0x00000040
-	JBE          stateVKf32AVX2_dead_18
-	VFMADD213PS  Y1, Y9, Y1
-	VFMADD231PS  32(AX), Y8, Y1
-	VFMADD231PS  32(AX)(R9*1), Y1, Y6
-	VFMADD231PS  32(CX)(R9*1), Y1, Y7
-	CMPQ         R9, $0x00000060
-	JBE          stateVKf32AVX2_dead_18
-	VFMADD213PS  Y2, Y9, Y2
-	VFMADD231PS  64(AX), Y8, Y2
-	VFMADD231PS  64(AX)(R9*1), Y2, Y4
-	VFMADD231PS  64(CX)(R9*1), Y2, Y5
-
-stateVKf32AVX2_dead_18:
-	VFMADD213PS Y3, Y9, Y3
-	VFMADD231PS -32(AX)(R9*1), Y8, Y3
-	VANDPS      48(SP), Y3, Y3
-	VFMADD231PS -32(AX)(R9*2), Y3, Y6
-	VFMADD231PS -32(CX)(R9*2), Y3, Y7
-	JMP         stateVKf32AVX2_decayed_7
-
-stateVKf32AVX2_far_7:
-	VBROADCASTSS 4(DX), Y9
-	VBROADCASTSS X8, Y8
-	CMPQ         R9, $0x00000020
-	JBE          stateVKf32AVX2_dead_19
-	VMULPS       Y0, Y9, Y0
-	VFMADD231PS  (AX), Y8, Y0
-	VFMADD231PS  (AX)(R9*1), Y0, Y4
-	VFMADD231PS  (CX)(R9*1), Y0, Y5
-	CMPQ         R9, $0x00000040
-	JBE          stateVKf32AVX2_dead_19
-	VMULPS       Y1, Y9, Y1
-	VFMADD231PS  32(AX), Y8, Y1
-	VFMADD231PS  32(AX)(R9*1), Y1, Y6
-	VFMADD231PS  32(CX)(R9*1), Y1, Y7
-	CMPQ         R9, $0x00000060
-	JBE          stateVKf32AVX2_dead_19
-	VMULPS       Y2, Y9, Y2
-	VFMADD231PS  64(AX), Y8, Y2
-	VFMADD231PS  64(AX)(R9*1), Y2, Y4
-	VFMADD231PS  64(CX)(R9*1), Y2, Y5
-
-stateVKf32AVX2_dead_19:
-	VMULPS      Y3, Y9, Y3
-	VFMADD231PS -32(AX)(R9*1), Y8, Y3
-	VANDPS      48(SP), Y3, Y3
-	VFMADD231PS -32(AX)(R9*2), Y3, Y6
-	VFMADD231PS -32(CX)(R9*2), Y3, Y7
-
-stateVKf32AVX2_decayed_7:
-	JMP stateVKf32AVX2_stored_3
-
-stateVKf32AVX2_lasttoken_2:
-	VXORPS       Y4, Y4, Y4
-	VXORPS       Y6, Y6, Y6
-	VXORPS       Y5, Y5, Y5
-	VXORPS       Y7, Y7, Y7
-	VMOVSS       (DX), X9
-	VUCOMISS     nearone<>+0(SB), X9
-	JCS          stateVKf32AVX2_far_8
-	VBROADCASTSS (DX), Y9
-	VBROADCASTSS X8, Y8
-	CMPQ         R9, $0x00000020
-	JBE          stateVKf32AVX2_dead_20
-	VFMADD213PS  Y0, Y9, Y0
-	VFMADD231PS  (AX), Y8, Y0
-	CMPQ         R9, $0x00000040
-	JBE          stateVKf32AVX2_dead_20
-	VFMADD213PS  Y1, Y9, Y1
-	VFMADD231PS  32(AX), Y8, Y1
-	CMPQ         R9, $0x00000060
-	JBE          stateVKf32AVX2_dead_20
-	VFMADD213PS  Y2, Y9, Y2
-	VFMADD231PS  64(AX), Y8, Y2
-
-stateVKf32AVX2_dead_20:
-	VFMADD213PS Y3, Y9, Y3
-	VFMADD231PS -32(AX)(R9*1), Y8, Y3
-	VANDPS      48(SP), Y3, Y3
-	JMP         stateVKf32AVX2_decayed_8
-
-stateVKf32AVX2_far_8:
-	VBROADCASTSS 4(DX), Y9
-	VBROADCASTSS X8, Y8
-	CMPQ         R9, $0x00000020
-	JBE          stateVKf32AVX2_dead_21
-	VMULPS       Y0, Y9, Y0
-	VFMADD231PS  (AX), Y8, Y0
-	CMPQ         R9, $0x00000040
-	JBE          stateVKf32AVX2_dead_21
-	VMULPS       Y1, Y9, Y1
-	VFMADD231PS  32(AX), Y8, Y1
-	CMPQ         R9, $0x00000060
-	JBE          stateVKf32AVX2_dead_21
-	VMULPS       Y2, Y9, Y2
-	VFMADD231PS  64(AX), Y8, Y2
-
-stateVKf32AVX2_dead_21:
-	VMULPS      Y3, Y9, Y3
-	VFMADD231PS -32(AX)(R9*1), Y8, Y3
-	VANDPS      48(SP), Y3, Y3
-
-stateVKf32AVX2_decayed_8:
-stateVKf32AVX2_stored_3:
-	// The state after this token, if stored.
-	MOVQ  (BX), R10
-	TESTQ R10, R10
-	JZ    stateVKf32AVX2_nostore_2
-	MOVQ  (SP), R11
-	IMULQ R9, R11
-	ADDQ  R11, R10
-	CMPQ  R9, $0x00000080
-	JNE   stateVKf32AVX2_temporal_2
-	TESTQ $0x0000001f, R10
-	JNZ   stateVKf32AVX2_temporal_2
-	CMPQ  R8, $0x01
-	JNE   stateVKf32AVX2_snapshot_2
-	CMPQ  16(SP), $0x01
-	JE    stateVKf32AVX2_temporal_2
-	CMPQ  -8(BX), $0x00
-	JE    stateVKf32AVX2_temporal_2
-
-stateVKf32AVX2_snapshot_2:
-	VMOVNTPS Y0, (R10)
-	VMOVNTPS Y1, 32(R10)
-	VMOVNTPS Y2, 64(R10)
-	VMOVNTPS Y3, 96(R10)
-	JMP      stateVKf32AVX2_stored_4
-
-stateVKf32AVX2_temporal_2:
-	VMOVUPS Y3, -32(R10)(R9*1)
-	CMPQ    R9, $0x00000020
-	JBE     stateVKf32AVX2_dead_22
-	VMOVUPS Y0, (R10)
-	CMPQ    R9, $0x00000040
-	JBE     stateVKf32AVX2_dead_22
-	VMOVUPS Y1, 32(R10)
-	CMPQ    R9, $0x00000060
-	JBE     stateVKf32AVX2_dead_22
-	VMOVUPS Y2, 64(R10)
-
-stateVKf32AVX2_dead_22:
-stateVKf32AVX2_stored_4:
-stateVKf32AVX2_nostore_2:
-	CMPQ R8, $0x01
-	JE   stateVKf32AVX2_tokensdone_2
-	ADDQ R9, AX
-	ADDQ R9, CX
-	ADDQ $0x10, DX
-	ADDQ $0x08, BX
-	ADDQ 32(SP), SI
-	ADDQ 24(SP), DI
-	DECQ R8
-	JMP  stateVKf32AVX2_token_2
-
-stateVKf32AVX2_tokensdone_2:
-	ADDQ $0x00000001, (SP)
-	SUBQ $0x00000001, 8(SP)
-	JMP  stateVKf32AVX2_group_2
-
-stateVKf32AVX2_groupsdone_2:
 	JMP stateVKf32AVX2_done_1
 
 stateVKf32AVX2_n8_1:
@@ -34498,16 +34199,16 @@ stateVKf32AVX2_once_2:
 	PREFETCHT1 8384(R10)
 	PREFETCHT1 8448(R10)
 	CMPQ       R9, $0x000000a0
-	JBE        stateVKf32AVX2_dead_23
+	JBE        stateVKf32AVX2_dead_15
 	PREFETCHT1 8512(R10)
 	CMPQ       R9, $0x000000c0
-	JBE        stateVKf32AVX2_dead_23
+	JBE        stateVKf32AVX2_dead_15
 	PREFETCHT1 8576(R10)
 	CMPQ       R9, $0x000000e0
-	JBE        stateVKf32AVX2_dead_23
+	JBE        stateVKf32AVX2_dead_15
 	PREFETCHT1 8640(R10)
 
-stateVKf32AVX2_dead_23:
+stateVKf32AVX2_dead_15:
 	VMOVUPS     (AX), Y5
 	VMOVUPS     (CX), Y3
 	VMOVUPS     (R10), Y2
@@ -34541,7 +34242,7 @@ stateVKf32AVX2_dead_23:
 	VFMADD231PS Y9, Y11, Y7
 	VFMADD231PS Y10, Y11, Y8
 	CMPQ        R9, $0x000000a0
-	JBE         stateVKf32AVX2_dead_24
+	JBE         stateVKf32AVX2_dead_16
 	VMOVUPS     128(AX), Y9
 	VMOVUPS     128(CX), Y10
 	VMOVUPS     128(R10), Y11
@@ -34551,7 +34252,7 @@ stateVKf32AVX2_dead_23:
 	VFMADD231PS Y9, Y11, Y5
 	VFMADD231PS Y10, Y11, Y6
 	CMPQ        R9, $0x000000c0
-	JBE         stateVKf32AVX2_dead_24
+	JBE         stateVKf32AVX2_dead_16
 	VMOVUPS     160(AX), Y9
 	VMOVUPS     160(CX), Y10
 	VMOVUPS     160(R10), Y11
@@ -34561,7 +34262,7 @@ stateVKf32AVX2_dead_23:
 	VFMADD231PS Y9, Y11, Y7
 	VFMADD231PS Y10, Y11, Y8
 	CMPQ        R9, $0x000000e0
-	JBE         stateVKf32AVX2_dead_24
+	JBE         stateVKf32AVX2_dead_16
 	VMOVUPS     192(AX), Y9
 	VMOVUPS     192(CX), Y10
 	VMOVUPS     192(R10), Y11
@@ -34571,7 +34272,7 @@ stateVKf32AVX2_dead_23:
 	VFMADD231PS Y9, Y11, Y5
 	VFMADD231PS Y10, Y11, Y6
 
-stateVKf32AVX2_dead_24:
+stateVKf32AVX2_dead_16:
 	VMOVUPS      -32(AX)(R9*1), Y9
 	VMOVUPS      -32(CX)(R9*1), Y10
 	VMOVUPS      -32(R10)(R9*1), Y11
@@ -34602,16 +34303,16 @@ stateVKf32AVX2_dead_24:
 	VPERMPS      Y0, Y2, Y0
 	VMOVSS       (DX), X1
 	VUCOMISS     nearone<>+0(SB), X1
-	JCS          stateVKf32AVX2_far_9
+	JCS          stateVKf32AVX2_far_6
 	VBROADCASTSS (DX), Y2
 	VFMADD213PS  Y0, Y2, Y0
-	JMP          stateVKf32AVX2_decayed_9
+	JMP          stateVKf32AVX2_decayed_6
 
-stateVKf32AVX2_far_9:
+stateVKf32AVX2_far_6:
 	VBROADCASTSS 4(DX), Y2
 	VMULPS       Y0, Y2, Y0
 
-stateVKf32AVX2_decayed_9:
+stateVKf32AVX2_decayed_6:
 	VEXTRACTF128 $0x01, Y0, X2
 	VMOVSD       (SI), X1
 	VSUBPS       X0, X1, X1
@@ -34628,7 +34329,7 @@ stateVKf32AVX2_decayed_9:
 	VMOVUPS      -32(R10)(R9*2), Y2
 	VMOVSS       (DX), X3
 	VUCOMISS     nearone<>+0(SB), X3
-	JCS          stateVKf32AVX2_far_10
+	JCS          stateVKf32AVX2_far_7
 	VBROADCASTSS (DX), Y3
 	VBROADCASTSS X1, Y4
 	VMOVUPS      vklane1<>+0(SB), Y5
@@ -34670,7 +34371,7 @@ stateVKf32AVX2_decayed_9:
 	VFMADD231PS  Y6, Y5, Y7
 	VMOVUPS      Y7, 96(CX)(R9*1)
 	CMPQ         R9, $0x000000a0
-	JBE          stateVKf32AVX2_dead_25
+	JBE          stateVKf32AVX2_dead_17
 	VMOVUPS      128(AX), Y6
 	VMOVUPS      128(R10), Y7
 	VFMADD213PS  Y7, Y3, Y7
@@ -34681,7 +34382,7 @@ stateVKf32AVX2_decayed_9:
 	VFMADD231PS  Y6, Y5, Y7
 	VMOVUPS      Y7, 128(CX)(R9*1)
 	CMPQ         R9, $0x000000c0
-	JBE          stateVKf32AVX2_dead_25
+	JBE          stateVKf32AVX2_dead_17
 	VMOVUPS      160(AX), Y6
 	VMOVUPS      160(R10), Y7
 	VFMADD213PS  Y7, Y3, Y7
@@ -34692,7 +34393,7 @@ stateVKf32AVX2_decayed_9:
 	VFMADD231PS  Y6, Y5, Y7
 	VMOVUPS      Y7, 160(CX)(R9*1)
 	CMPQ         R9, $0x000000e0
-	JBE          stateVKf32AVX2_dead_25
+	JBE          stateVKf32AVX2_dead_17
 	VMOVUPS      192(AX), Y6
 	VMOVUPS      192(R10), Y7
 	VFMADD213PS  Y7, Y3, Y7
@@ -34703,16 +34404,16 @@ stateVKf32AVX2_decayed_9:
 	VFMADD231PS  Y6, Y5, Y7
 	VMOVUPS      Y7, 192(CX)(R9*1)
 
-stateVKf32AVX2_dead_25:
+stateVKf32AVX2_dead_17:
 	VFMADD213PS Y0, Y3, Y0
 	VFMADD231PS -32(AX)(R9*1), Y4, Y0
 	VMOVUPS     Y0, -32(CX)(R9*1)
 	VFMADD213PS Y2, Y3, Y2
 	VFMADD231PS -32(AX)(R9*1), Y5, Y2
 	VMOVUPS     Y2, -32(CX)(R9*2)
-	JMP         stateVKf32AVX2_decayed_10
+	JMP         stateVKf32AVX2_decayed_7
 
-stateVKf32AVX2_far_10:
+stateVKf32AVX2_far_7:
 	VBROADCASTSS 4(DX), Y3
 	VBROADCASTSS X1, Y4
 	VMOVUPS      vklane1<>+0(SB), Y5
@@ -34754,7 +34455,7 @@ stateVKf32AVX2_far_10:
 	VFMADD231PS  Y6, Y5, Y7
 	VMOVUPS      Y7, 96(CX)(R9*1)
 	CMPQ         R9, $0x000000a0
-	JBE          stateVKf32AVX2_dead_26
+	JBE          stateVKf32AVX2_dead_18
 	VMOVUPS      128(AX), Y6
 	VMOVUPS      128(R10), Y7
 	VMULPS       Y7, Y3, Y7
@@ -34765,7 +34466,7 @@ stateVKf32AVX2_far_10:
 	VFMADD231PS  Y6, Y5, Y7
 	VMOVUPS      Y7, 128(CX)(R9*1)
 	CMPQ         R9, $0x000000c0
-	JBE          stateVKf32AVX2_dead_26
+	JBE          stateVKf32AVX2_dead_18
 	VMOVUPS      160(AX), Y6
 	VMOVUPS      160(R10), Y7
 	VMULPS       Y7, Y3, Y7
@@ -34776,7 +34477,7 @@ stateVKf32AVX2_far_10:
 	VFMADD231PS  Y6, Y5, Y7
 	VMOVUPS      Y7, 160(CX)(R9*1)
 	CMPQ         R9, $0x000000e0
-	JBE          stateVKf32AVX2_dead_26
+	JBE          stateVKf32AVX2_dead_18
 	VMOVUPS      192(AX), Y6
 	VMOVUPS      192(R10), Y7
 	VMULPS       Y7, Y3, Y7
@@ -34787,7 +34488,7 @@ stateVKf32AVX2_far_10:
 	VFMADD231PS  Y6, Y5, Y7
 	VMOVUPS      Y7, 192(CX)(R9*1)
 
-stateVKf32AVX2_dead_26:
+stateVKf32AVX2_dead_18:
 	VMULPS      Y0, Y3, Y0
 	VFMADD231PS -32(AX)(R9*1), Y4, Y0
 	VMOVUPS     Y0, -32(CX)(R9*1)
@@ -34795,7 +34496,7 @@ stateVKf32AVX2_dead_26:
 	VFMADD231PS -32(AX)(R9*1), Y5, Y2
 	VMOVUPS     Y2, -32(CX)(R9*2)
 
-stateVKf32AVX2_decayed_10:
+stateVKf32AVX2_decayed_7:
 	ADDQ $0x00000002, (SP)
 	SUBQ $0x00000002, 8(SP)
 	JMP  stateVKf32AVX2_once_2
@@ -34806,30 +34507,30 @@ stateVKf32AVX2_oncedone_2:
 stateVKf32AVX2_pairs_2:
 	MOVQ 40(SP), R10
 
-stateVKf32AVX2_group_3:
+stateVKf32AVX2_group_2:
 	CMPQ 8(SP), $0x00000002
-	JB   stateVKf32AVX2_groupsdone_3
+	JB   stateVKf32AVX2_groupsdone_2
 
 	// The prefetch list's next group.
 	MOVQ 304(SP), AX
 
-stateVKf32AVX2_pfentry_3:
+stateVKf32AVX2_pfentry_2:
 	CMPQ  AX, 312(SP)
-	JAE   stateVKf32AVX2_pfdone_3
+	JAE   stateVKf32AVX2_pfdone_2
 	MOVQ  (AX), DX
 	MOVQ  8(AX), CX
 	ADDQ  $0x10, AX
 	TESTQ CX, CX
-	JZ    stateVKf32AVX2_pfdone_3
+	JZ    stateVKf32AVX2_pfdone_2
 
-stateVKf32AVX2_pfline_3:
+stateVKf32AVX2_pfline_2:
 	PREFETCHT1 (DX)
 	ADDQ       $0x40, DX
 	DECQ       CX
-	JNZ        stateVKf32AVX2_pfline_3
-	JMP        stateVKf32AVX2_pfentry_3
+	JNZ        stateVKf32AVX2_pfline_2
+	JMP        stateVKf32AVX2_pfentry_2
 
-stateVKf32AVX2_pfdone_3:
+stateVKf32AVX2_pfdone_2:
 	MOVQ AX, 304(SP)
 
 	// Load 2 row(s) of 5…8 vectors.
@@ -34843,16 +34544,16 @@ stateVKf32AVX2_pfdone_3:
 	PREFETCHT1 8384(AX)
 	PREFETCHT1 8448(AX)
 	CMPQ       R9, $0x000000a0
-	JBE        stateVKf32AVX2_dead_27
+	JBE        stateVKf32AVX2_dead_19
 	PREFETCHT1 8512(AX)
 	CMPQ       R9, $0x000000c0
-	JBE        stateVKf32AVX2_dead_27
+	JBE        stateVKf32AVX2_dead_19
 	PREFETCHT1 8576(AX)
 	CMPQ       R9, $0x000000e0
-	JBE        stateVKf32AVX2_dead_27
+	JBE        stateVKf32AVX2_dead_19
 	PREFETCHT1 8640(AX)
 
-stateVKf32AVX2_dead_27:
+stateVKf32AVX2_dead_19:
 	VMOVUPS (AX), Y0
 	VMOVUPS 32(AX), Y1
 	VMOVUPS Y1, 32(R10)
@@ -34861,19 +34562,19 @@ stateVKf32AVX2_dead_27:
 	VMOVUPS 96(AX), Y1
 	VMOVUPS Y1, 96(R10)
 	CMPQ    R9, $0x000000a0
-	JBE     stateVKf32AVX2_dead_28
+	JBE     stateVKf32AVX2_dead_20
 	VMOVUPS 128(AX), Y1
 	VMOVUPS Y1, 128(R10)
 	CMPQ    R9, $0x000000c0
-	JBE     stateVKf32AVX2_dead_28
+	JBE     stateVKf32AVX2_dead_20
 	VMOVUPS 160(AX), Y1
 	VMOVUPS Y1, 160(R10)
 	CMPQ    R9, $0x000000e0
-	JBE     stateVKf32AVX2_dead_28
+	JBE     stateVKf32AVX2_dead_20
 	VMOVUPS 192(AX), Y1
 	VMOVUPS Y1, 192(R10)
 
-stateVKf32AVX2_dead_28:
+stateVKf32AVX2_dead_20:
 	VMOVUPS -32(AX)(R9*1), Y1
 	VANDPS  48(SP), Y1, Y1
 	ADDQ    R9, AX
@@ -34885,19 +34586,19 @@ stateVKf32AVX2_dead_28:
 	VMOVUPS 96(AX), Y3
 	VMOVUPS Y3, 608(R10)
 	CMPQ    R9, $0x000000a0
-	JBE     stateVKf32AVX2_dead_29
+	JBE     stateVKf32AVX2_dead_21
 	VMOVUPS 128(AX), Y3
 	VMOVUPS Y3, 640(R10)
 	CMPQ    R9, $0x000000c0
-	JBE     stateVKf32AVX2_dead_29
+	JBE     stateVKf32AVX2_dead_21
 	VMOVUPS 160(AX), Y3
 	VMOVUPS Y3, 672(R10)
 	CMPQ    R9, $0x000000e0
-	JBE     stateVKf32AVX2_dead_29
+	JBE     stateVKf32AVX2_dead_21
 	VMOVUPS 192(AX), Y3
 	VMOVUPS Y3, 704(R10)
 
-stateVKf32AVX2_dead_29:
+stateVKf32AVX2_dead_21:
 	VMOVUPS     -32(AX)(R9*1), Y3
 	VANDPS      48(SP), Y3, Y3
 	MOVQ        kh_base+64(FP), AX
@@ -34934,7 +34635,7 @@ stateVKf32AVX2_dead_29:
 	VFMADD231PS 96(AX), Y12, Y10
 	VFMADD231PS 96(CX), Y12, Y11
 	CMPQ        R9, $0x000000a0
-	JBE         stateVKf32AVX2_dead_30
+	JBE         stateVKf32AVX2_dead_22
 	VMOVUPS     128(R10), Y12
 	VFMADD231PS 128(AX), Y12, Y4
 	VFMADD231PS 128(CX), Y12, Y5
@@ -34942,7 +34643,7 @@ stateVKf32AVX2_dead_29:
 	VFMADD231PS 128(AX), Y12, Y8
 	VFMADD231PS 128(CX), Y12, Y9
 	CMPQ        R9, $0x000000c0
-	JBE         stateVKf32AVX2_dead_30
+	JBE         stateVKf32AVX2_dead_22
 	VMOVUPS     160(R10), Y12
 	VFMADD231PS 160(AX), Y12, Y6
 	VFMADD231PS 160(CX), Y12, Y7
@@ -34950,7 +34651,7 @@ stateVKf32AVX2_dead_29:
 	VFMADD231PS 160(AX), Y12, Y10
 	VFMADD231PS 160(CX), Y12, Y11
 	CMPQ        R9, $0x000000e0
-	JBE         stateVKf32AVX2_dead_30
+	JBE         stateVKf32AVX2_dead_22
 	VMOVUPS     192(R10), Y12
 	VFMADD231PS 192(AX), Y12, Y4
 	VFMADD231PS 192(CX), Y12, Y5
@@ -34958,13 +34659,13 @@ stateVKf32AVX2_dead_29:
 	VFMADD231PS 192(AX), Y12, Y8
 	VFMADD231PS 192(CX), Y12, Y9
 
-stateVKf32AVX2_dead_30:
+stateVKf32AVX2_dead_22:
 	VFMADD231PS -32(AX)(R9*1), Y1, Y6
 	VFMADD231PS -32(CX)(R9*1), Y1, Y7
 	VFMADD231PS -32(AX)(R9*1), Y3, Y10
 	VFMADD231PS -32(CX)(R9*1), Y3, Y11
 
-stateVKf32AVX2_token_3:
+stateVKf32AVX2_token_2:
 	VADDPS       Y6, Y4, Y4
 	VADDPS       Y10, Y8, Y8
 	VADDPS       Y7, Y5, Y5
@@ -34985,16 +34686,16 @@ stateVKf32AVX2_token_3:
 	VPERMPS      Y4, Y5, Y6
 	VMOVSS       (DX), X4
 	VUCOMISS     nearone<>+0(SB), X4
-	JCS          stateVKf32AVX2_far_11
+	JCS          stateVKf32AVX2_far_8
 	VBROADCASTSS (DX), Y4
 	VFMADD213PS  Y6, Y4, Y6
-	JMP          stateVKf32AVX2_decayed_11
+	JMP          stateVKf32AVX2_decayed_8
 
-stateVKf32AVX2_far_11:
+stateVKf32AVX2_far_8:
 	VBROADCASTSS 4(DX), Y4
 	VMULPS       Y6, Y4, Y6
 
-stateVKf32AVX2_decayed_11:
+stateVKf32AVX2_decayed_8:
 	VEXTRACTF128 $0x01, Y6, X4
 	VMOVSD       (SI), X5
 	VSUBPS       X6, X5, X5
@@ -35005,10 +34706,10 @@ stateVKf32AVX2_decayed_11:
 	VFMADD231PS  X5, X12, X4
 	VMOVSD       X4, (DI)
 	CMPQ         R8, $0x01
-	JE           stateVKf32AVX2_lasttoken_3
+	JE           stateVKf32AVX2_lasttoken_2
 	VMOVSS       (DX), X4
 	VUCOMISS     nearone<>+0(SB), X4
-	JCS          stateVKf32AVX2_far_12
+	JCS          stateVKf32AVX2_far_9
 	VBROADCASTSS (DX), Y13
 	VBROADCASTSS X12, Y14
 	VMOVUPS      vklane1<>+0(SB), Y4
@@ -35058,7 +34759,7 @@ stateVKf32AVX2_decayed_11:
 	VFMADD231PS  96(AX)(R9*1), Y15, Y10
 	VFMADD231PS  96(CX)(R9*1), Y15, Y11
 	CMPQ         R9, $0x000000a0
-	JBE          stateVKf32AVX2_dead_31
+	JBE          stateVKf32AVX2_dead_23
 	VMOVUPS      128(R10), Y15
 	VFMADD213PS  Y15, Y13, Y15
 	VFMADD231PS  128(AX), Y14, Y15
@@ -35072,7 +34773,7 @@ stateVKf32AVX2_decayed_11:
 	VFMADD231PS  128(AX)(R9*1), Y15, Y8
 	VFMADD231PS  128(CX)(R9*1), Y15, Y9
 	CMPQ         R9, $0x000000c0
-	JBE          stateVKf32AVX2_dead_31
+	JBE          stateVKf32AVX2_dead_23
 	VMOVUPS      160(R10), Y15
 	VFMADD213PS  Y15, Y13, Y15
 	VFMADD231PS  160(AX), Y14, Y15
@@ -35086,7 +34787,7 @@ stateVKf32AVX2_decayed_11:
 	VFMADD231PS  160(AX)(R9*1), Y15, Y10
 	VFMADD231PS  160(CX)(R9*1), Y15, Y11
 	CMPQ         R9, $0x000000e0
-	JBE          stateVKf32AVX2_dead_31
+	JBE          stateVKf32AVX2_dead_23
 	VMOVUPS      192(R10), Y15
 	VFMADD213PS  Y15, Y13, Y15
 	VFMADD231PS  192(AX), Y14, Y15
@@ -35100,7 +34801,7 @@ stateVKf32AVX2_decayed_11:
 	VFMADD231PS  192(AX)(R9*1), Y15, Y8
 	VFMADD231PS  192(CX)(R9*1), Y15, Y9
 
-stateVKf32AVX2_dead_31:
+stateVKf32AVX2_dead_23:
 	VFMADD213PS Y1, Y13, Y1
 	VFMADD231PS -32(AX)(R9*1), Y14, Y1
 	VANDPS      48(SP), Y1, Y1
@@ -35111,9 +34812,9 @@ stateVKf32AVX2_dead_31:
 	VANDPS      48(SP), Y3, Y3
 	VFMADD231PS -32(AX)(R9*2), Y3, Y10
 	VFMADD231PS -32(CX)(R9*2), Y3, Y11
-	JMP         stateVKf32AVX2_decayed_12
+	JMP         stateVKf32AVX2_decayed_9
 
-stateVKf32AVX2_far_12:
+stateVKf32AVX2_far_9:
 	VBROADCASTSS 4(DX), Y13
 	VBROADCASTSS X12, Y14
 	VMOVUPS      vklane1<>+0(SB), Y4
@@ -35163,7 +34864,7 @@ stateVKf32AVX2_far_12:
 	VFMADD231PS  96(AX)(R9*1), Y15, Y10
 	VFMADD231PS  96(CX)(R9*1), Y15, Y11
 	CMPQ         R9, $0x000000a0
-	JBE          stateVKf32AVX2_dead_32
+	JBE          stateVKf32AVX2_dead_24
 	VMOVUPS      128(R10), Y15
 	VMULPS       Y15, Y13, Y15
 	VFMADD231PS  128(AX), Y14, Y15
@@ -35177,7 +34878,7 @@ stateVKf32AVX2_far_12:
 	VFMADD231PS  128(AX)(R9*1), Y15, Y8
 	VFMADD231PS  128(CX)(R9*1), Y15, Y9
 	CMPQ         R9, $0x000000c0
-	JBE          stateVKf32AVX2_dead_32
+	JBE          stateVKf32AVX2_dead_24
 	VMOVUPS      160(R10), Y15
 	VMULPS       Y15, Y13, Y15
 	VFMADD231PS  160(AX), Y14, Y15
@@ -35191,7 +34892,7 @@ stateVKf32AVX2_far_12:
 	VFMADD231PS  160(AX)(R9*1), Y15, Y10
 	VFMADD231PS  160(CX)(R9*1), Y15, Y11
 	CMPQ         R9, $0x000000e0
-	JBE          stateVKf32AVX2_dead_32
+	JBE          stateVKf32AVX2_dead_24
 	VMOVUPS      192(R10), Y15
 	VMULPS       Y15, Y13, Y15
 	VFMADD231PS  192(AX), Y14, Y15
@@ -35205,7 +34906,7 @@ stateVKf32AVX2_far_12:
 	VFMADD231PS  192(AX)(R9*1), Y15, Y8
 	VFMADD231PS  192(CX)(R9*1), Y15, Y9
 
-stateVKf32AVX2_dead_32:
+stateVKf32AVX2_dead_24:
 	VMULPS      Y1, Y13, Y1
 	VFMADD231PS -32(AX)(R9*1), Y14, Y1
 	VANDPS      48(SP), Y1, Y1
@@ -35217,10 +34918,10 @@ stateVKf32AVX2_dead_32:
 	VFMADD231PS -32(AX)(R9*2), Y3, Y10
 	VFMADD231PS -32(CX)(R9*2), Y3, Y11
 
-stateVKf32AVX2_decayed_12:
-	JMP stateVKf32AVX2_stored_5
+stateVKf32AVX2_decayed_9:
+	JMP stateVKf32AVX2_stored_3
 
-stateVKf32AVX2_lasttoken_3:
+stateVKf32AVX2_lasttoken_2:
 	VXORPS       Y4, Y4, Y4
 	VXORPS       Y6, Y6, Y6
 	VXORPS       Y5, Y5, Y5
@@ -35231,7 +34932,7 @@ stateVKf32AVX2_lasttoken_3:
 	VXORPS       Y11, Y11, Y11
 	VMOVSS       (DX), X13
 	VUCOMISS     nearone<>+0(SB), X13
-	JCS          stateVKf32AVX2_far_13
+	JCS          stateVKf32AVX2_far_10
 	VBROADCASTSS (DX), Y13
 	VBROADCASTSS X12, Y14
 	VMOVUPS      vklane1<>+0(SB), Y15
@@ -35265,7 +34966,7 @@ stateVKf32AVX2_lasttoken_3:
 	VFMADD231PS  96(AX), Y12, Y15
 	VMOVUPS      Y15, 608(R10)
 	CMPQ         R9, $0x000000a0
-	JBE          stateVKf32AVX2_dead_33
+	JBE          stateVKf32AVX2_dead_25
 	VMOVUPS      128(R10), Y15
 	VFMADD213PS  Y15, Y13, Y15
 	VFMADD231PS  128(AX), Y14, Y15
@@ -35275,7 +34976,7 @@ stateVKf32AVX2_lasttoken_3:
 	VFMADD231PS  128(AX), Y12, Y15
 	VMOVUPS      Y15, 640(R10)
 	CMPQ         R9, $0x000000c0
-	JBE          stateVKf32AVX2_dead_33
+	JBE          stateVKf32AVX2_dead_25
 	VMOVUPS      160(R10), Y15
 	VFMADD213PS  Y15, Y13, Y15
 	VFMADD231PS  160(AX), Y14, Y15
@@ -35285,7 +34986,7 @@ stateVKf32AVX2_lasttoken_3:
 	VFMADD231PS  160(AX), Y12, Y15
 	VMOVUPS      Y15, 672(R10)
 	CMPQ         R9, $0x000000e0
-	JBE          stateVKf32AVX2_dead_33
+	JBE          stateVKf32AVX2_dead_25
 	VMOVUPS      192(R10), Y15
 	VFMADD213PS  Y15, Y13, Y15
 	VFMADD231PS  192(AX), Y14, Y15
@@ -35295,16 +34996,16 @@ stateVKf32AVX2_lasttoken_3:
 	VFMADD231PS  192(AX), Y12, Y15
 	VMOVUPS      Y15, 704(R10)
 
-stateVKf32AVX2_dead_33:
+stateVKf32AVX2_dead_25:
 	VFMADD213PS Y1, Y13, Y1
 	VFMADD231PS -32(AX)(R9*1), Y14, Y1
 	VANDPS      48(SP), Y1, Y1
 	VFMADD213PS Y3, Y13, Y3
 	VFMADD231PS -32(AX)(R9*1), Y12, Y3
 	VANDPS      48(SP), Y3, Y3
-	JMP         stateVKf32AVX2_decayed_13
+	JMP         stateVKf32AVX2_decayed_10
 
-stateVKf32AVX2_far_13:
+stateVKf32AVX2_far_10:
 	VBROADCASTSS 4(DX), Y13
 	VBROADCASTSS X12, Y14
 	VMOVUPS      vklane1<>+0(SB), Y15
@@ -35338,7 +35039,7 @@ stateVKf32AVX2_far_13:
 	VFMADD231PS  96(AX), Y12, Y15
 	VMOVUPS      Y15, 608(R10)
 	CMPQ         R9, $0x000000a0
-	JBE          stateVKf32AVX2_dead_34
+	JBE          stateVKf32AVX2_dead_26
 	VMOVUPS      128(R10), Y15
 	VMULPS       Y15, Y13, Y15
 	VFMADD231PS  128(AX), Y14, Y15
@@ -35348,7 +35049,7 @@ stateVKf32AVX2_far_13:
 	VFMADD231PS  128(AX), Y12, Y15
 	VMOVUPS      Y15, 640(R10)
 	CMPQ         R9, $0x000000c0
-	JBE          stateVKf32AVX2_dead_34
+	JBE          stateVKf32AVX2_dead_26
 	VMOVUPS      160(R10), Y15
 	VMULPS       Y15, Y13, Y15
 	VFMADD231PS  160(AX), Y14, Y15
@@ -35358,7 +35059,7 @@ stateVKf32AVX2_far_13:
 	VFMADD231PS  160(AX), Y12, Y15
 	VMOVUPS      Y15, 672(R10)
 	CMPQ         R9, $0x000000e0
-	JBE          stateVKf32AVX2_dead_34
+	JBE          stateVKf32AVX2_dead_26
 	VMOVUPS      192(R10), Y15
 	VMULPS       Y15, Y13, Y15
 	VFMADD231PS  192(AX), Y14, Y15
@@ -35368,7 +35069,7 @@ stateVKf32AVX2_far_13:
 	VFMADD231PS  192(AX), Y12, Y15
 	VMOVUPS      Y15, 704(R10)
 
-stateVKf32AVX2_dead_34:
+stateVKf32AVX2_dead_26:
 	VMULPS      Y1, Y13, Y1
 	VFMADD231PS -32(AX)(R9*1), Y14, Y1
 	VANDPS      48(SP), Y1, Y1
@@ -35376,27 +35077,27 @@ stateVKf32AVX2_dead_34:
 	VFMADD231PS -32(AX)(R9*1), Y12, Y3
 	VANDPS      48(SP), Y3, Y3
 
-stateVKf32AVX2_decayed_13:
-stateVKf32AVX2_stored_5:
+stateVKf32AVX2_decayed_10:
+stateVKf32AVX2_stored_3:
 	// The state after this token, if stored.
 	MOVQ  (BX), R11
 	TESTQ R11, R11
-	JZ    stateVKf32AVX2_nostore_3
+	JZ    stateVKf32AVX2_nostore_2
 	MOVQ  (SP), R12
 	IMULQ R9, R12
 	ADDQ  R12, R11
 	CMPQ  R9, $0x00000100
-	JNE   stateVKf32AVX2_temporal_3
+	JNE   stateVKf32AVX2_temporal_2
 	TESTQ $0x0000001f, R11
-	JNZ   stateVKf32AVX2_temporal_3
+	JNZ   stateVKf32AVX2_temporal_2
 	CMPQ  R8, $0x01
-	JNE   stateVKf32AVX2_snapshot_3
+	JNE   stateVKf32AVX2_snapshot_2
 	CMPQ  16(SP), $0x01
-	JE    stateVKf32AVX2_temporal_3
+	JE    stateVKf32AVX2_temporal_2
 	CMPQ  -8(BX), $0x00
-	JE    stateVKf32AVX2_temporal_3
+	JE    stateVKf32AVX2_temporal_2
 
-stateVKf32AVX2_snapshot_3:
+stateVKf32AVX2_snapshot_2:
 	VMOVNTPS Y0, (R11)
 	VMOVUPS  32(R10), Y12
 	VMOVNTPS Y12, 32(R11)
@@ -35426,9 +35127,9 @@ stateVKf32AVX2_snapshot_3:
 	VMOVUPS  704(R10), Y12
 	VMOVNTPS Y12, 192(R11)
 	VMOVNTPS Y3, 224(R11)
-	JMP      stateVKf32AVX2_stored_6
+	JMP      stateVKf32AVX2_stored_4
 
-stateVKf32AVX2_temporal_3:
+stateVKf32AVX2_temporal_2:
 	VMOVUPS Y1, -32(R11)(R9*1)
 	VMOVUPS Y0, (R11)
 	VMOVUPS 32(R10), Y12
@@ -35438,19 +35139,19 @@ stateVKf32AVX2_temporal_3:
 	VMOVUPS 96(R10), Y12
 	VMOVUPS Y12, 96(R11)
 	CMPQ    R9, $0x000000a0
-	JBE     stateVKf32AVX2_dead_35
+	JBE     stateVKf32AVX2_dead_27
 	VMOVUPS 128(R10), Y12
 	VMOVUPS Y12, 128(R11)
 	CMPQ    R9, $0x000000c0
-	JBE     stateVKf32AVX2_dead_35
+	JBE     stateVKf32AVX2_dead_27
 	VMOVUPS 160(R10), Y12
 	VMOVUPS Y12, 160(R11)
 	CMPQ    R9, $0x000000e0
-	JBE     stateVKf32AVX2_dead_35
+	JBE     stateVKf32AVX2_dead_27
 	VMOVUPS 192(R10), Y12
 	VMOVUPS Y12, 192(R11)
 
-stateVKf32AVX2_dead_35:
+stateVKf32AVX2_dead_27:
 	ADDQ    R9, R11
 	VMOVUPS Y3, -32(R11)(R9*1)
 	VMOVUPS Y2, (R11)
@@ -35461,23 +35162,23 @@ stateVKf32AVX2_dead_35:
 	VMOVUPS 608(R10), Y12
 	VMOVUPS Y12, 96(R11)
 	CMPQ    R9, $0x000000a0
-	JBE     stateVKf32AVX2_dead_36
+	JBE     stateVKf32AVX2_dead_28
 	VMOVUPS 640(R10), Y12
 	VMOVUPS Y12, 128(R11)
 	CMPQ    R9, $0x000000c0
-	JBE     stateVKf32AVX2_dead_36
+	JBE     stateVKf32AVX2_dead_28
 	VMOVUPS 672(R10), Y12
 	VMOVUPS Y12, 160(R11)
 	CMPQ    R9, $0x000000e0
-	JBE     stateVKf32AVX2_dead_36
+	JBE     stateVKf32AVX2_dead_28
 	VMOVUPS 704(R10), Y12
 	VMOVUPS Y12, 192(R11)
 
-stateVKf32AVX2_dead_36:
-stateVKf32AVX2_stored_6:
-stateVKf32AVX2_nostore_3:
+stateVKf32AVX2_dead_28:
+stateVKf32AVX2_stored_4:
+stateVKf32AVX2_nostore_2:
 	CMPQ R8, $0x01
-	JE   stateVKf32AVX2_tokensdone_3
+	JE   stateVKf32AVX2_tokensdone_2
 	ADDQ R9, AX
 	ADDQ R9, CX
 	ADDQ $0x10, DX
@@ -35485,376 +35186,15 @@ stateVKf32AVX2_nostore_3:
 	ADDQ 32(SP), SI
 	ADDQ 24(SP), DI
 	DECQ R8
-	JMP  stateVKf32AVX2_token_3
+	JMP  stateVKf32AVX2_token_2
 
-stateVKf32AVX2_tokensdone_3:
+stateVKf32AVX2_tokensdone_2:
 	ADDQ $0x00000002, (SP)
 	SUBQ $0x00000002, 8(SP)
-	JMP  stateVKf32AVX2_group_3
+	JMP  stateVKf32AVX2_group_2
 
-stateVKf32AVX2_groupsdone_3:
+stateVKf32AVX2_groupsdone_2:
 stateVKf32AVX2_pairtail_2:
-stateVKf32AVX2_group_4:
-	CMPQ 8(SP), $0x00000001
-	JB   stateVKf32AVX2_groupsdone_4
-
-	// The prefetch list's next group.
-	MOVQ 304(SP), AX
-
-stateVKf32AVX2_pfentry_4:
-	CMPQ  AX, 312(SP)
-	JAE   stateVKf32AVX2_pfdone_4
-	MOVQ  (AX), DX
-	MOVQ  8(AX), CX
-	ADDQ  $0x10, AX
-	TESTQ CX, CX
-	JZ    stateVKf32AVX2_pfdone_4
-
-stateVKf32AVX2_pfline_4:
-	PREFETCHT1 (DX)
-	ADDQ       $0x40, DX
-	DECQ       CX
-	JNZ        stateVKf32AVX2_pfline_4
-	JMP        stateVKf32AVX2_pfentry_4
-
-stateVKf32AVX2_pfdone_4:
-	MOVQ AX, 304(SP)
-
-	// Load 1 row(s) of 5…8 vectors.
-	MOVQ       src_base+16(FP), AX
-	MOVQ       (SP), CX
-	IMULQ      R9, CX
-	ADDQ       CX, AX
-	PREFETCHT1 8192(AX)
-	PREFETCHT1 8256(AX)
-	PREFETCHT1 8320(AX)
-	CMPQ       R9, $0x000000c0
-	JBE        stateVKf32AVX2_dead_37
-	PREFETCHT1 8384(AX)
-
-stateVKf32AVX2_dead_37:
-	VXORPS  Y4, Y4, Y4
-	VXORPS  Y5, Y5, Y5
-	VXORPS  Y6, Y6, Y6
-	VMOVUPS (AX), Y0
-	VMOVUPS 32(AX), Y1
-	VMOVUPS 64(AX), Y2
-	VMOVUPS 96(AX), Y3
-	CMPQ    R9, $0x000000a0
-	JBE     stateVKf32AVX2_dead_38
-	VMOVUPS 128(AX), Y4
-	CMPQ    R9, $0x000000c0
-	JBE     stateVKf32AVX2_dead_38
-	VMOVUPS 160(AX), Y5
-	CMPQ    R9, $0x000000e0
-	JBE     stateVKf32AVX2_dead_38
-	VMOVUPS 192(AX), Y6
-
-stateVKf32AVX2_dead_38:
-	VMOVUPS     -32(AX)(R9*1), Y7
-	VANDPS      48(SP), Y7, Y7
-	MOVQ        kh_base+64(FP), AX
-	MOVQ        qh_base+88(FP), CX
-	MOVQ        tok_base+168(FP), DX
-	MOVQ        stores_base+40(FP), BX
-	MOVQ        v_base+112(FP), SI
-	MOVQ        o_base+144(FP), DI
-	MOVQ        (SP), R8
-	SHLQ        $0x02, R8
-	ADDQ        R8, SI
-	ADDQ        R8, DI
-	MOVQ        16(SP), R8
-	VMULPS      (AX), Y0, Y8
-	VMULPS      (CX), Y0, Y9
-	VMULPS      32(AX), Y1, Y10
-	VMULPS      32(CX), Y1, Y11
-	VFMADD231PS 64(AX), Y2, Y8
-	VFMADD231PS 64(CX), Y2, Y9
-	VFMADD231PS 96(AX), Y3, Y10
-	VFMADD231PS 96(CX), Y3, Y11
-	CMPQ        R9, $0x000000a0
-	JBE         stateVKf32AVX2_dead_39
-	VFMADD231PS 128(AX), Y4, Y8
-	VFMADD231PS 128(CX), Y4, Y9
-	CMPQ        R9, $0x000000c0
-	JBE         stateVKf32AVX2_dead_39
-	VFMADD231PS 160(AX), Y5, Y10
-	VFMADD231PS 160(CX), Y5, Y11
-	CMPQ        R9, $0x000000e0
-	JBE         stateVKf32AVX2_dead_39
-	VFMADD231PS 192(AX), Y6, Y8
-	VFMADD231PS 192(CX), Y6, Y9
-
-stateVKf32AVX2_dead_39:
-	VFMADD231PS -32(AX)(R9*1), Y7, Y10
-	VFMADD231PS -32(CX)(R9*1), Y7, Y11
-
-stateVKf32AVX2_token_4:
-	VADDPS       Y10, Y8, Y8
-	VADDPS       Y11, Y9, Y9
-	VPERM2F128   $0x20, Y9, Y8, Y10
-	VPERM2F128   $0x31, Y9, Y8, Y8
-	VADDPS       Y8, Y10, Y10
-	VSHUFPS      $0x44, Y10, Y10, Y8
-	VSHUFPS      $0xee, Y10, Y10, Y9
-	VADDPS       Y9, Y8, Y8
-	VSHUFPS      $0x88, Y8, Y8, Y9
-	VSHUFPS      $0xdd, Y8, Y8, Y8
-	VADDPS       Y8, Y9, Y9
-	VMOVUPS      vkpermAVX2_1<>+0(SB), Y8
-	VPERMPS      Y9, Y8, Y10
-	VMOVSS       (DX), X8
-	VUCOMISS     nearone<>+0(SB), X8
-	JCS          stateVKf32AVX2_far_14
-	VBROADCASTSS (DX), Y8
-	VFMADD213PS  Y10, Y8, Y10
-	JMP          stateVKf32AVX2_decayed_14
-
-stateVKf32AVX2_far_14:
-	VBROADCASTSS 4(DX), Y8
-	VMULPS       Y10, Y8, Y10
-
-stateVKf32AVX2_decayed_14:
-	VEXTRACTF128 $0x01, Y10, X8
-	VMOVSS       (SI), X9
-	VSUBPS       X10, X9, X9
-	VBROADCASTSS 8(DX), Y10
-	VXORPS       Y12, Y12, Y12
-	VMULPS       X10, X9, X12
-	VBROADCASTSS 12(DX), Y9
-	VFMADD231PS  X9, X12, X8
-	VMOVSS       X8, (DI)
-	CMPQ         R8, $0x01
-	JE           stateVKf32AVX2_lasttoken_4
-	VMOVSS       (DX), X8
-	VUCOMISS     nearone<>+0(SB), X8
-	JCS          stateVKf32AVX2_far_15
-	VBROADCASTSS (DX), Y13
-	VBROADCASTSS X12, Y12
-	VFMADD213PS  Y0, Y13, Y0
-	VFMADD231PS  (AX), Y12, Y0
-	VMULPS       (AX)(R9*1), Y0, Y8
-	VMULPS       (CX)(R9*1), Y0, Y9
-	VFMADD213PS  Y1, Y13, Y1
-	VFMADD231PS  32(AX), Y12, Y1
-	VMULPS       32(AX)(R9*1), Y1, Y10
-	VMULPS       32(CX)(R9*1), Y1, Y11
-	VFMADD213PS  Y2, Y13, Y2
-	VFMADD231PS  64(AX), Y12, Y2
-	VFMADD231PS  64(AX)(R9*1), Y2, Y8
-	VFMADD231PS  64(CX)(R9*1), Y2, Y9
-	VFMADD213PS  Y3, Y13, Y3
-	VFMADD231PS  96(AX), Y12, Y3
-	VFMADD231PS  96(AX)(R9*1), Y3, Y10
-	VFMADD231PS  96(CX)(R9*1), Y3, Y11
-	CMPQ         R9, $0x000000a0
-	JBE          stateVKf32AVX2_dead_40
-	VFMADD213PS  Y4, Y13, Y4
-	VFMADD231PS  128(AX), Y12, Y4
-	VFMADD231PS  128(AX)(R9*1), Y4, Y8
-	VFMADD231PS  128(CX)(R9*1), Y4, Y9
-	CMPQ         R9, $0x000000c0
-	JBE          stateVKf32AVX2_dead_40
-	VFMADD213PS  Y5, Y13, Y5
-	VFMADD231PS  160(AX), Y12, Y5
-	VFMADD231PS  160(AX)(R9*1), Y5, Y10
-	VFMADD231PS  160(CX)(R9*1), Y5, Y11
-	CMPQ         R9, $0x000000e0
-	JBE          stateVKf32AVX2_dead_40
-	VFMADD213PS  Y6, Y13, Y6
-	VFMADD231PS  192(AX), Y12, Y6
-	VFMADD231PS  192(AX)(R9*1), Y6, Y8
-	VFMADD231PS  192(CX)(R9*1), Y6, Y9
-
-stateVKf32AVX2_dead_40:
-	VFMADD213PS Y7, Y13, Y7
-	VFMADD231PS -32(AX)(R9*1), Y12, Y7
-	VANDPS      48(SP), Y7, Y7
-	VFMADD231PS -32(AX)(R9*2), Y7, Y10
-	VFMADD231PS -32(CX)(R9*2), Y7, Y11
-	JMP         stateVKf32AVX2_decayed_15
-
-stateVKf32AVX2_far_15:
-	VBROADCASTSS 4(DX), Y13
-	VBROADCASTSS X12, Y12
-	VMULPS       Y0, Y13, Y0
-	VFMADD231PS  (AX), Y12, Y0
-	VMULPS       (AX)(R9*1), Y0, Y8
-	VMULPS       (CX)(R9*1), Y0, Y9
-	VMULPS       Y1, Y13, Y1
-	VFMADD231PS  32(AX), Y12, Y1
-	VMULPS       32(AX)(R9*1), Y1, Y10
-	VMULPS       32(CX)(R9*1), Y1, Y11
-	VMULPS       Y2, Y13, Y2
-	VFMADD231PS  64(AX), Y12, Y2
-	VFMADD231PS  64(AX)(R9*1), Y2, Y8
-	VFMADD231PS  64(CX)(R9*1), Y2, Y9
-	VMULPS       Y3, Y13, Y3
-	VFMADD231PS  96(AX), Y12, Y3
-	VFMADD231PS  96(AX)(R9*1), Y3, Y10
-	VFMADD231PS  96(CX)(R9*1), Y3, Y11
-	CMPQ         R9, $0x000000a0
-	JBE          stateVKf32AVX2_dead_41
-	VMULPS       Y4, Y13, Y4
-	VFMADD231PS  128(AX), Y12, Y4
-	VFMADD231PS  128(AX)(R9*1), Y4, Y8
-	VFMADD231PS  128(CX)(R9*1), Y4, Y9
-	CMPQ         R9, $0x000000c0
-	JBE          stateVKf32AVX2_dead_41
-	VMULPS       Y5, Y13, Y5
-	VFMADD231PS  160(AX), Y12, Y5
-	VFMADD231PS  160(AX)(R9*1), Y5, Y10
-	VFMADD231PS  160(CX)(R9*1), Y5, Y11
-	CMPQ         R9, $0x000000e0
-	JBE          stateVKf32AVX2_dead_41
-	VMULPS       Y6, Y13, Y6
-	VFMADD231PS  192(AX), Y12, Y6
-	VFMADD231PS  192(AX)(R9*1), Y6, Y8
-	VFMADD231PS  192(CX)(R9*1), Y6, Y9
-
-stateVKf32AVX2_dead_41:
-	VMULPS      Y7, Y13, Y7
-	VFMADD231PS -32(AX)(R9*1), Y12, Y7
-	VANDPS      48(SP), Y7, Y7
-	VFMADD231PS -32(AX)(R9*2), Y7, Y10
-	VFMADD231PS -32(CX)(R9*2), Y7, Y11
-
-stateVKf32AVX2_decayed_15:
-	JMP stateVKf32AVX2_stored_7
-
-stateVKf32AVX2_lasttoken_4:
-	VXORPS       Y8, Y8, Y8
-	VXORPS       Y10, Y10, Y10
-	VXORPS       Y9, Y9, Y9
-	VXORPS       Y11, Y11, Y11
-	VMOVSS       (DX), X13
-	VUCOMISS     nearone<>+0(SB), X13
-	JCS          stateVKf32AVX2_far_16
-	VBROADCASTSS (DX), Y13
-	VBROADCASTSS X12, Y12
-	VFMADD213PS  Y0, Y13, Y0
-	VFMADD231PS  (AX), Y12, Y0
-	VFMADD213PS  Y1, Y13, Y1
-	VFMADD231PS  32(AX), Y12, Y1
-	VFMADD213PS  Y2, Y13, Y2
-	VFMADD231PS  64(AX), Y12, Y2
-	VFMADD213PS  Y3, Y13, Y3
-	VFMADD231PS  96(AX), Y12, Y3
-	CMPQ         R9, $0x000000a0
-	JBE          stateVKf32AVX2_dead_42
-	VFMADD213PS  Y4, Y13, Y4
-	VFMADD231PS  128(AX), Y12, Y4
-	CMPQ         R9, $0x000000c0
-	JBE          stateVKf32AVX2_dead_42
-	VFMADD213PS  Y5, Y13, Y5
-	VFMADD231PS  160(AX), Y12, Y5
-	CMPQ         R9, $0x000000e0
-	JBE          stateVKf32AVX2_dead_42
-	VFMADD213PS  Y6, Y13, Y6
-	VFMADD231PS  192(AX), Y12, Y6
-
-stateVKf32AVX2_dead_42:
-	VFMADD213PS Y7, Y13, Y7
-	VFMADD231PS -32(AX)(R9*1), Y12, Y7
-	VANDPS      48(SP), Y7, Y7
-	JMP         stateVKf32AVX2_decayed_16
-
-stateVKf32AVX2_far_16:
-	VBROADCASTSS 4(DX), Y13
-	VBROADCASTSS X12, Y12
-	VMULPS       Y0, Y13, Y0
-	VFMADD231PS  (AX), Y12, Y0
-	VMULPS       Y1, Y13, Y1
-	VFMADD231PS  32(AX), Y12, Y1
-	VMULPS       Y2, Y13, Y2
-	VFMADD231PS  64(AX), Y12, Y2
-	VMULPS       Y3, Y13, Y3
-	VFMADD231PS  96(AX), Y12, Y3
-	CMPQ         R9, $0x000000a0
-	JBE          stateVKf32AVX2_dead_43
-	VMULPS       Y4, Y13, Y4
-	VFMADD231PS  128(AX), Y12, Y4
-	CMPQ         R9, $0x000000c0
-	JBE          stateVKf32AVX2_dead_43
-	VMULPS       Y5, Y13, Y5
-	VFMADD231PS  160(AX), Y12, Y5
-	CMPQ         R9, $0x000000e0
-	JBE          stateVKf32AVX2_dead_43
-	VMULPS       Y6, Y13, Y6
-	VFMADD231PS  192(AX), Y12, Y6
-
-stateVKf32AVX2_dead_43:
-	VMULPS      Y7, Y13, Y7
-	VFMADD231PS -32(AX)(R9*1), Y12, Y7
-	VANDPS      48(SP), Y7, Y7
-
-stateVKf32AVX2_decayed_16:
-stateVKf32AVX2_stored_7:
-	// The state after this token, if stored.
-	MOVQ  (BX), R10
-	TESTQ R10, R10
-	JZ    stateVKf32AVX2_nostore_4
-	MOVQ  (SP), R11
-	IMULQ R9, R11
-	ADDQ  R11, R10
-	CMPQ  R9, $0x00000100
-	JNE   stateVKf32AVX2_temporal_4
-	TESTQ $0x0000001f, R10
-	JNZ   stateVKf32AVX2_temporal_4
-	CMPQ  R8, $0x01
-	JNE   stateVKf32AVX2_snapshot_4
-	CMPQ  16(SP), $0x01
-	JE    stateVKf32AVX2_temporal_4
-	CMPQ  -8(BX), $0x00
-	JE    stateVKf32AVX2_temporal_4
-
-stateVKf32AVX2_snapshot_4:
-	VMOVNTPS Y0, (R10)
-	VMOVNTPS Y1, 32(R10)
-	VMOVNTPS Y2, 64(R10)
-	VMOVNTPS Y3, 96(R10)
-	VMOVNTPS Y4, 128(R10)
-	VMOVNTPS Y5, 160(R10)
-	VMOVNTPS Y6, 192(R10)
-	VMOVNTPS Y7, 224(R10)
-	JMP      stateVKf32AVX2_stored_8
-
-stateVKf32AVX2_temporal_4:
-	VMOVUPS Y7, -32(R10)(R9*1)
-	VMOVUPS Y0, (R10)
-	VMOVUPS Y1, 32(R10)
-	VMOVUPS Y2, 64(R10)
-	VMOVUPS Y3, 96(R10)
-	CMPQ    R9, $0x000000a0
-	JBE     stateVKf32AVX2_dead_44
-	VMOVUPS Y4, 128(R10)
-	CMPQ    R9, $0x000000c0
-	JBE     stateVKf32AVX2_dead_44
-	VMOVUPS Y5, 160(R10)
-	CMPQ    R9, $0x000000e0
-	JBE     stateVKf32AVX2_dead_44
-	VMOVUPS Y6, 192(R10)
-
-stateVKf32AVX2_dead_44:
-stateVKf32AVX2_stored_8:
-stateVKf32AVX2_nostore_4:
-	CMPQ R8, $0x01
-	JE   stateVKf32AVX2_tokensdone_4
-	ADDQ R9, AX
-	ADDQ R9, CX
-	ADDQ $0x10, DX
-	ADDQ $0x08, BX
-	ADDQ 32(SP), SI
-	ADDQ 24(SP), DI
-	DECQ R8
-	JMP  stateVKf32AVX2_token_4
-
-stateVKf32AVX2_tokensdone_4:
-	ADDQ $0x00000001, (SP)
-	SUBQ $0x00000001, 8(SP)
-	JMP  stateVKf32AVX2_group_4
-
-stateVKf32AVX2_groupsdone_4:
 	JMP stateVKf32AVX2_done_1
 
 stateVKf32AVX2_n12_1:
@@ -35895,16 +35235,16 @@ stateVKf32AVX2_once_3:
 	PREFETCHT1 8640(R10)
 	PREFETCHT1 8704(R10)
 	CMPQ       R9, $0x00000120
-	JBE        stateVKf32AVX2_dead_45
+	JBE        stateVKf32AVX2_dead_29
 	PREFETCHT1 8768(R10)
 	CMPQ       R9, $0x00000140
-	JBE        stateVKf32AVX2_dead_45
+	JBE        stateVKf32AVX2_dead_29
 	PREFETCHT1 8832(R10)
 	CMPQ       R9, $0x00000160
-	JBE        stateVKf32AVX2_dead_45
+	JBE        stateVKf32AVX2_dead_29
 	PREFETCHT1 8896(R10)
 
-stateVKf32AVX2_dead_45:
+stateVKf32AVX2_dead_29:
 	VMOVUPS     (AX), Y5
 	VMOVUPS     (CX), Y3
 	VMOVUPS     (R10), Y2
@@ -35970,7 +35310,7 @@ stateVKf32AVX2_dead_45:
 	VFMADD231PS Y9, Y11, Y7
 	VFMADD231PS Y10, Y11, Y8
 	CMPQ        R9, $0x00000120
-	JBE         stateVKf32AVX2_dead_46
+	JBE         stateVKf32AVX2_dead_30
 	VMOVUPS     256(AX), Y9
 	VMOVUPS     256(CX), Y10
 	VMOVUPS     256(R10), Y11
@@ -35980,7 +35320,7 @@ stateVKf32AVX2_dead_45:
 	VFMADD231PS Y9, Y11, Y5
 	VFMADD231PS Y10, Y11, Y6
 	CMPQ        R9, $0x00000140
-	JBE         stateVKf32AVX2_dead_46
+	JBE         stateVKf32AVX2_dead_30
 	VMOVUPS     288(AX), Y9
 	VMOVUPS     288(CX), Y10
 	VMOVUPS     288(R10), Y11
@@ -35990,7 +35330,7 @@ stateVKf32AVX2_dead_45:
 	VFMADD231PS Y9, Y11, Y7
 	VFMADD231PS Y10, Y11, Y8
 	CMPQ        R9, $0x00000160
-	JBE         stateVKf32AVX2_dead_46
+	JBE         stateVKf32AVX2_dead_30
 	VMOVUPS     320(AX), Y9
 	VMOVUPS     320(CX), Y10
 	VMOVUPS     320(R10), Y11
@@ -36000,7 +35340,7 @@ stateVKf32AVX2_dead_45:
 	VFMADD231PS Y9, Y11, Y5
 	VFMADD231PS Y10, Y11, Y6
 
-stateVKf32AVX2_dead_46:
+stateVKf32AVX2_dead_30:
 	VMOVUPS      -32(AX)(R9*1), Y9
 	VMOVUPS      -32(CX)(R9*1), Y10
 	VMOVUPS      -32(R10)(R9*1), Y11
@@ -36031,16 +35371,16 @@ stateVKf32AVX2_dead_46:
 	VPERMPS      Y0, Y2, Y0
 	VMOVSS       (DX), X1
 	VUCOMISS     nearone<>+0(SB), X1
-	JCS          stateVKf32AVX2_far_17
+	JCS          stateVKf32AVX2_far_11
 	VBROADCASTSS (DX), Y2
 	VFMADD213PS  Y0, Y2, Y0
-	JMP          stateVKf32AVX2_decayed_17
+	JMP          stateVKf32AVX2_decayed_11
 
-stateVKf32AVX2_far_17:
+stateVKf32AVX2_far_11:
 	VBROADCASTSS 4(DX), Y2
 	VMULPS       Y0, Y2, Y0
 
-stateVKf32AVX2_decayed_17:
+stateVKf32AVX2_decayed_11:
 	VEXTRACTF128 $0x01, Y0, X2
 	VMOVSD       (SI), X1
 	VSUBPS       X0, X1, X1
@@ -36057,7 +35397,7 @@ stateVKf32AVX2_decayed_17:
 	VMOVUPS      -32(R10)(R9*2), Y2
 	VMOVSS       (DX), X3
 	VUCOMISS     nearone<>+0(SB), X3
-	JCS          stateVKf32AVX2_far_18
+	JCS          stateVKf32AVX2_far_12
 	VBROADCASTSS (DX), Y3
 	VBROADCASTSS X1, Y4
 	VMOVUPS      vklane1<>+0(SB), Y5
@@ -36135,7 +35475,7 @@ stateVKf32AVX2_decayed_17:
 	VFMADD231PS  Y6, Y5, Y7
 	VMOVUPS      Y7, 224(CX)(R9*1)
 	CMPQ         R9, $0x00000120
-	JBE          stateVKf32AVX2_dead_47
+	JBE          stateVKf32AVX2_dead_31
 	VMOVUPS      256(AX), Y6
 	VMOVUPS      256(R10), Y7
 	VFMADD213PS  Y7, Y3, Y7
@@ -36146,7 +35486,7 @@ stateVKf32AVX2_decayed_17:
 	VFMADD231PS  Y6, Y5, Y7
 	VMOVUPS      Y7, 256(CX)(R9*1)
 	CMPQ         R9, $0x00000140
-	JBE          stateVKf32AVX2_dead_47
+	JBE          stateVKf32AVX2_dead_31
 	VMOVUPS      288(AX), Y6
 	VMOVUPS      288(R10), Y7
 	VFMADD213PS  Y7, Y3, Y7
@@ -36157,7 +35497,7 @@ stateVKf32AVX2_decayed_17:
 	VFMADD231PS  Y6, Y5, Y7
 	VMOVUPS      Y7, 288(CX)(R9*1)
 	CMPQ         R9, $0x00000160
-	JBE          stateVKf32AVX2_dead_47
+	JBE          stateVKf32AVX2_dead_31
 	VMOVUPS      320(AX), Y6
 	VMOVUPS      320(R10), Y7
 	VFMADD213PS  Y7, Y3, Y7
@@ -36168,16 +35508,16 @@ stateVKf32AVX2_decayed_17:
 	VFMADD231PS  Y6, Y5, Y7
 	VMOVUPS      Y7, 320(CX)(R9*1)
 
-stateVKf32AVX2_dead_47:
+stateVKf32AVX2_dead_31:
 	VFMADD213PS Y0, Y3, Y0
 	VFMADD231PS -32(AX)(R9*1), Y4, Y0
 	VMOVUPS     Y0, -32(CX)(R9*1)
 	VFMADD213PS Y2, Y3, Y2
 	VFMADD231PS -32(AX)(R9*1), Y5, Y2
 	VMOVUPS     Y2, -32(CX)(R9*2)
-	JMP         stateVKf32AVX2_decayed_18
+	JMP         stateVKf32AVX2_decayed_12
 
-stateVKf32AVX2_far_18:
+stateVKf32AVX2_far_12:
 	VBROADCASTSS 4(DX), Y3
 	VBROADCASTSS X1, Y4
 	VMOVUPS      vklane1<>+0(SB), Y5
@@ -36255,7 +35595,7 @@ stateVKf32AVX2_far_18:
 	VFMADD231PS  Y6, Y5, Y7
 	VMOVUPS      Y7, 224(CX)(R9*1)
 	CMPQ         R9, $0x00000120
-	JBE          stateVKf32AVX2_dead_48
+	JBE          stateVKf32AVX2_dead_32
 	VMOVUPS      256(AX), Y6
 	VMOVUPS      256(R10), Y7
 	VMULPS       Y7, Y3, Y7
@@ -36266,7 +35606,7 @@ stateVKf32AVX2_far_18:
 	VFMADD231PS  Y6, Y5, Y7
 	VMOVUPS      Y7, 256(CX)(R9*1)
 	CMPQ         R9, $0x00000140
-	JBE          stateVKf32AVX2_dead_48
+	JBE          stateVKf32AVX2_dead_32
 	VMOVUPS      288(AX), Y6
 	VMOVUPS      288(R10), Y7
 	VMULPS       Y7, Y3, Y7
@@ -36277,7 +35617,7 @@ stateVKf32AVX2_far_18:
 	VFMADD231PS  Y6, Y5, Y7
 	VMOVUPS      Y7, 288(CX)(R9*1)
 	CMPQ         R9, $0x00000160
-	JBE          stateVKf32AVX2_dead_48
+	JBE          stateVKf32AVX2_dead_32
 	VMOVUPS      320(AX), Y6
 	VMOVUPS      320(R10), Y7
 	VMULPS       Y7, Y3, Y7
@@ -36288,7 +35628,7 @@ stateVKf32AVX2_far_18:
 	VFMADD231PS  Y6, Y5, Y7
 	VMOVUPS      Y7, 320(CX)(R9*1)
 
-stateVKf32AVX2_dead_48:
+stateVKf32AVX2_dead_32:
 	VMULPS      Y0, Y3, Y0
 	VFMADD231PS -32(AX)(R9*1), Y4, Y0
 	VMOVUPS     Y0, -32(CX)(R9*1)
@@ -36296,7 +35636,7 @@ stateVKf32AVX2_dead_48:
 	VFMADD231PS -32(AX)(R9*1), Y5, Y2
 	VMOVUPS     Y2, -32(CX)(R9*2)
 
-stateVKf32AVX2_decayed_18:
+stateVKf32AVX2_decayed_12:
 	ADDQ $0x00000002, (SP)
 	SUBQ $0x00000002, 8(SP)
 	JMP  stateVKf32AVX2_once_3
@@ -36307,30 +35647,30 @@ stateVKf32AVX2_oncedone_3:
 stateVKf32AVX2_pairs_3:
 	MOVQ 40(SP), R10
 
-stateVKf32AVX2_group_5:
+stateVKf32AVX2_group_3:
 	CMPQ 8(SP), $0x00000002
-	JB   stateVKf32AVX2_groupsdone_5
+	JB   stateVKf32AVX2_groupsdone_3
 
 	// The prefetch list's next group.
 	MOVQ 304(SP), AX
 
-stateVKf32AVX2_pfentry_5:
+stateVKf32AVX2_pfentry_3:
 	CMPQ  AX, 312(SP)
-	JAE   stateVKf32AVX2_pfdone_5
+	JAE   stateVKf32AVX2_pfdone_3
 	MOVQ  (AX), DX
 	MOVQ  8(AX), CX
 	ADDQ  $0x10, AX
 	TESTQ CX, CX
-	JZ    stateVKf32AVX2_pfdone_5
+	JZ    stateVKf32AVX2_pfdone_3
 
-stateVKf32AVX2_pfline_5:
+stateVKf32AVX2_pfline_3:
 	PREFETCHT1 (DX)
 	ADDQ       $0x40, DX
 	DECQ       CX
-	JNZ        stateVKf32AVX2_pfline_5
-	JMP        stateVKf32AVX2_pfentry_5
+	JNZ        stateVKf32AVX2_pfline_3
+	JMP        stateVKf32AVX2_pfentry_3
 
-stateVKf32AVX2_pfdone_5:
+stateVKf32AVX2_pfdone_3:
 	MOVQ AX, 304(SP)
 
 	// Load 2 row(s) of 9…12 vectors.
@@ -36348,16 +35688,16 @@ stateVKf32AVX2_pfdone_5:
 	PREFETCHT1 8640(AX)
 	PREFETCHT1 8704(AX)
 	CMPQ       R9, $0x00000120
-	JBE        stateVKf32AVX2_dead_49
+	JBE        stateVKf32AVX2_dead_33
 	PREFETCHT1 8768(AX)
 	CMPQ       R9, $0x00000140
-	JBE        stateVKf32AVX2_dead_49
+	JBE        stateVKf32AVX2_dead_33
 	PREFETCHT1 8832(AX)
 	CMPQ       R9, $0x00000160
-	JBE        stateVKf32AVX2_dead_49
+	JBE        stateVKf32AVX2_dead_33
 	PREFETCHT1 8896(AX)
 
-stateVKf32AVX2_dead_49:
+stateVKf32AVX2_dead_33:
 	VMOVUPS (AX), Y0
 	VMOVUPS 32(AX), Y1
 	VMOVUPS Y1, 32(R10)
@@ -36374,19 +35714,19 @@ stateVKf32AVX2_dead_49:
 	VMOVUPS 224(AX), Y1
 	VMOVUPS Y1, 224(R10)
 	CMPQ    R9, $0x00000120
-	JBE     stateVKf32AVX2_dead_50
+	JBE     stateVKf32AVX2_dead_34
 	VMOVUPS 256(AX), Y1
 	VMOVUPS Y1, 256(R10)
 	CMPQ    R9, $0x00000140
-	JBE     stateVKf32AVX2_dead_50
+	JBE     stateVKf32AVX2_dead_34
 	VMOVUPS 288(AX), Y1
 	VMOVUPS Y1, 288(R10)
 	CMPQ    R9, $0x00000160
-	JBE     stateVKf32AVX2_dead_50
+	JBE     stateVKf32AVX2_dead_34
 	VMOVUPS 320(AX), Y1
 	VMOVUPS Y1, 320(R10)
 
-stateVKf32AVX2_dead_50:
+stateVKf32AVX2_dead_34:
 	VMOVUPS -32(AX)(R9*1), Y1
 	VANDPS  48(SP), Y1, Y1
 	ADDQ    R9, AX
@@ -36406,19 +35746,19 @@ stateVKf32AVX2_dead_50:
 	VMOVUPS 224(AX), Y3
 	VMOVUPS Y3, 736(R10)
 	CMPQ    R9, $0x00000120
-	JBE     stateVKf32AVX2_dead_51
+	JBE     stateVKf32AVX2_dead_35
 	VMOVUPS 256(AX), Y3
 	VMOVUPS Y3, 768(R10)
 	CMPQ    R9, $0x00000140
-	JBE     stateVKf32AVX2_dead_51
+	JBE     stateVKf32AVX2_dead_35
 	VMOVUPS 288(AX), Y3
 	VMOVUPS Y3, 800(R10)
 	CMPQ    R9, $0x00000160
-	JBE     stateVKf32AVX2_dead_51
+	JBE     stateVKf32AVX2_dead_35
 	VMOVUPS 320(AX), Y3
 	VMOVUPS Y3, 832(R10)
 
-stateVKf32AVX2_dead_51:
+stateVKf32AVX2_dead_35:
 	VMOVUPS     -32(AX)(R9*1), Y3
 	VANDPS      48(SP), Y3, Y3
 	MOVQ        kh_base+64(FP), AX
@@ -36479,7 +35819,7 @@ stateVKf32AVX2_dead_51:
 	VFMADD231PS 224(AX), Y12, Y10
 	VFMADD231PS 224(CX), Y12, Y11
 	CMPQ        R9, $0x00000120
-	JBE         stateVKf32AVX2_dead_52
+	JBE         stateVKf32AVX2_dead_36
 	VMOVUPS     256(R10), Y12
 	VFMADD231PS 256(AX), Y12, Y4
 	VFMADD231PS 256(CX), Y12, Y5
@@ -36487,7 +35827,7 @@ stateVKf32AVX2_dead_51:
 	VFMADD231PS 256(AX), Y12, Y8
 	VFMADD231PS 256(CX), Y12, Y9
 	CMPQ        R9, $0x00000140
-	JBE         stateVKf32AVX2_dead_52
+	JBE         stateVKf32AVX2_dead_36
 	VMOVUPS     288(R10), Y12
 	VFMADD231PS 288(AX), Y12, Y6
 	VFMADD231PS 288(CX), Y12, Y7
@@ -36495,7 +35835,7 @@ stateVKf32AVX2_dead_51:
 	VFMADD231PS 288(AX), Y12, Y10
 	VFMADD231PS 288(CX), Y12, Y11
 	CMPQ        R9, $0x00000160
-	JBE         stateVKf32AVX2_dead_52
+	JBE         stateVKf32AVX2_dead_36
 	VMOVUPS     320(R10), Y12
 	VFMADD231PS 320(AX), Y12, Y4
 	VFMADD231PS 320(CX), Y12, Y5
@@ -36503,13 +35843,13 @@ stateVKf32AVX2_dead_51:
 	VFMADD231PS 320(AX), Y12, Y8
 	VFMADD231PS 320(CX), Y12, Y9
 
-stateVKf32AVX2_dead_52:
+stateVKf32AVX2_dead_36:
 	VFMADD231PS -32(AX)(R9*1), Y1, Y6
 	VFMADD231PS -32(CX)(R9*1), Y1, Y7
 	VFMADD231PS -32(AX)(R9*1), Y3, Y10
 	VFMADD231PS -32(CX)(R9*1), Y3, Y11
 
-stateVKf32AVX2_token_5:
+stateVKf32AVX2_token_3:
 	VADDPS       Y6, Y4, Y4
 	VADDPS       Y10, Y8, Y8
 	VADDPS       Y7, Y5, Y5
@@ -36530,16 +35870,16 @@ stateVKf32AVX2_token_5:
 	VPERMPS      Y4, Y5, Y6
 	VMOVSS       (DX), X4
 	VUCOMISS     nearone<>+0(SB), X4
-	JCS          stateVKf32AVX2_far_19
+	JCS          stateVKf32AVX2_far_13
 	VBROADCASTSS (DX), Y4
 	VFMADD213PS  Y6, Y4, Y6
-	JMP          stateVKf32AVX2_decayed_19
+	JMP          stateVKf32AVX2_decayed_13
 
-stateVKf32AVX2_far_19:
+stateVKf32AVX2_far_13:
 	VBROADCASTSS 4(DX), Y4
 	VMULPS       Y6, Y4, Y6
 
-stateVKf32AVX2_decayed_19:
+stateVKf32AVX2_decayed_13:
 	VEXTRACTF128 $0x01, Y6, X4
 	VMOVSD       (SI), X5
 	VSUBPS       X6, X5, X5
@@ -36550,10 +35890,10 @@ stateVKf32AVX2_decayed_19:
 	VFMADD231PS  X5, X12, X4
 	VMOVSD       X4, (DI)
 	CMPQ         R8, $0x01
-	JE           stateVKf32AVX2_lasttoken_5
+	JE           stateVKf32AVX2_lasttoken_3
 	VMOVSS       (DX), X4
 	VUCOMISS     nearone<>+0(SB), X4
-	JCS          stateVKf32AVX2_far_20
+	JCS          stateVKf32AVX2_far_14
 	VBROADCASTSS (DX), Y13
 	VBROADCASTSS X12, Y14
 	VMOVUPS      vklane1<>+0(SB), Y4
@@ -36651,7 +35991,7 @@ stateVKf32AVX2_decayed_19:
 	VFMADD231PS  224(AX)(R9*1), Y15, Y10
 	VFMADD231PS  224(CX)(R9*1), Y15, Y11
 	CMPQ         R9, $0x00000120
-	JBE          stateVKf32AVX2_dead_53
+	JBE          stateVKf32AVX2_dead_37
 	VMOVUPS      256(R10), Y15
 	VFMADD213PS  Y15, Y13, Y15
 	VFMADD231PS  256(AX), Y14, Y15
@@ -36665,7 +36005,7 @@ stateVKf32AVX2_decayed_19:
 	VFMADD231PS  256(AX)(R9*1), Y15, Y8
 	VFMADD231PS  256(CX)(R9*1), Y15, Y9
 	CMPQ         R9, $0x00000140
-	JBE          stateVKf32AVX2_dead_53
+	JBE          stateVKf32AVX2_dead_37
 	VMOVUPS      288(R10), Y15
 	VFMADD213PS  Y15, Y13, Y15
 	VFMADD231PS  288(AX), Y14, Y15
@@ -36679,7 +36019,7 @@ stateVKf32AVX2_decayed_19:
 	VFMADD231PS  288(AX)(R9*1), Y15, Y10
 	VFMADD231PS  288(CX)(R9*1), Y15, Y11
 	CMPQ         R9, $0x00000160
-	JBE          stateVKf32AVX2_dead_53
+	JBE          stateVKf32AVX2_dead_37
 	VMOVUPS      320(R10), Y15
 	VFMADD213PS  Y15, Y13, Y15
 	VFMADD231PS  320(AX), Y14, Y15
@@ -36693,7 +36033,7 @@ stateVKf32AVX2_decayed_19:
 	VFMADD231PS  320(AX)(R9*1), Y15, Y8
 	VFMADD231PS  320(CX)(R9*1), Y15, Y9
 
-stateVKf32AVX2_dead_53:
+stateVKf32AVX2_dead_37:
 	VFMADD213PS Y1, Y13, Y1
 	VFMADD231PS -32(AX)(R9*1), Y14, Y1
 	VANDPS      48(SP), Y1, Y1
@@ -36704,9 +36044,9 @@ stateVKf32AVX2_dead_53:
 	VANDPS      48(SP), Y3, Y3
 	VFMADD231PS -32(AX)(R9*2), Y3, Y10
 	VFMADD231PS -32(CX)(R9*2), Y3, Y11
-	JMP         stateVKf32AVX2_decayed_20
+	JMP         stateVKf32AVX2_decayed_14
 
-stateVKf32AVX2_far_20:
+stateVKf32AVX2_far_14:
 	VBROADCASTSS 4(DX), Y13
 	VBROADCASTSS X12, Y14
 	VMOVUPS      vklane1<>+0(SB), Y4
@@ -36804,7 +36144,7 @@ stateVKf32AVX2_far_20:
 	VFMADD231PS  224(AX)(R9*1), Y15, Y10
 	VFMADD231PS  224(CX)(R9*1), Y15, Y11
 	CMPQ         R9, $0x00000120
-	JBE          stateVKf32AVX2_dead_54
+	JBE          stateVKf32AVX2_dead_38
 	VMOVUPS      256(R10), Y15
 	VMULPS       Y15, Y13, Y15
 	VFMADD231PS  256(AX), Y14, Y15
@@ -36818,7 +36158,7 @@ stateVKf32AVX2_far_20:
 	VFMADD231PS  256(AX)(R9*1), Y15, Y8
 	VFMADD231PS  256(CX)(R9*1), Y15, Y9
 	CMPQ         R9, $0x00000140
-	JBE          stateVKf32AVX2_dead_54
+	JBE          stateVKf32AVX2_dead_38
 	VMOVUPS      288(R10), Y15
 	VMULPS       Y15, Y13, Y15
 	VFMADD231PS  288(AX), Y14, Y15
@@ -36832,7 +36172,7 @@ stateVKf32AVX2_far_20:
 	VFMADD231PS  288(AX)(R9*1), Y15, Y10
 	VFMADD231PS  288(CX)(R9*1), Y15, Y11
 	CMPQ         R9, $0x00000160
-	JBE          stateVKf32AVX2_dead_54
+	JBE          stateVKf32AVX2_dead_38
 	VMOVUPS      320(R10), Y15
 	VMULPS       Y15, Y13, Y15
 	VFMADD231PS  320(AX), Y14, Y15
@@ -36846,7 +36186,7 @@ stateVKf32AVX2_far_20:
 	VFMADD231PS  320(AX)(R9*1), Y15, Y8
 	VFMADD231PS  320(CX)(R9*1), Y15, Y9
 
-stateVKf32AVX2_dead_54:
+stateVKf32AVX2_dead_38:
 	VMULPS      Y1, Y13, Y1
 	VFMADD231PS -32(AX)(R9*1), Y14, Y1
 	VANDPS      48(SP), Y1, Y1
@@ -36858,10 +36198,10 @@ stateVKf32AVX2_dead_54:
 	VFMADD231PS -32(AX)(R9*2), Y3, Y10
 	VFMADD231PS -32(CX)(R9*2), Y3, Y11
 
-stateVKf32AVX2_decayed_20:
-	JMP stateVKf32AVX2_stored_9
+stateVKf32AVX2_decayed_14:
+	JMP stateVKf32AVX2_stored_5
 
-stateVKf32AVX2_lasttoken_5:
+stateVKf32AVX2_lasttoken_3:
 	VXORPS       Y4, Y4, Y4
 	VXORPS       Y6, Y6, Y6
 	VXORPS       Y5, Y5, Y5
@@ -36872,7 +36212,7 @@ stateVKf32AVX2_lasttoken_5:
 	VXORPS       Y11, Y11, Y11
 	VMOVSS       (DX), X13
 	VUCOMISS     nearone<>+0(SB), X13
-	JCS          stateVKf32AVX2_far_21
+	JCS          stateVKf32AVX2_far_15
 	VBROADCASTSS (DX), Y13
 	VBROADCASTSS X12, Y14
 	VMOVUPS      vklane1<>+0(SB), Y15
@@ -36938,7 +36278,7 @@ stateVKf32AVX2_lasttoken_5:
 	VFMADD231PS  224(AX), Y12, Y15
 	VMOVUPS      Y15, 736(R10)
 	CMPQ         R9, $0x00000120
-	JBE          stateVKf32AVX2_dead_55
+	JBE          stateVKf32AVX2_dead_39
 	VMOVUPS      256(R10), Y15
 	VFMADD213PS  Y15, Y13, Y15
 	VFMADD231PS  256(AX), Y14, Y15
@@ -36948,7 +36288,7 @@ stateVKf32AVX2_lasttoken_5:
 	VFMADD231PS  256(AX), Y12, Y15
 	VMOVUPS      Y15, 768(R10)
 	CMPQ         R9, $0x00000140
-	JBE          stateVKf32AVX2_dead_55
+	JBE          stateVKf32AVX2_dead_39
 	VMOVUPS      288(R10), Y15
 	VFMADD213PS  Y15, Y13, Y15
 	VFMADD231PS  288(AX), Y14, Y15
@@ -36958,7 +36298,7 @@ stateVKf32AVX2_lasttoken_5:
 	VFMADD231PS  288(AX), Y12, Y15
 	VMOVUPS      Y15, 800(R10)
 	CMPQ         R9, $0x00000160
-	JBE          stateVKf32AVX2_dead_55
+	JBE          stateVKf32AVX2_dead_39
 	VMOVUPS      320(R10), Y15
 	VFMADD213PS  Y15, Y13, Y15
 	VFMADD231PS  320(AX), Y14, Y15
@@ -36968,16 +36308,16 @@ stateVKf32AVX2_lasttoken_5:
 	VFMADD231PS  320(AX), Y12, Y15
 	VMOVUPS      Y15, 832(R10)
 
-stateVKf32AVX2_dead_55:
+stateVKf32AVX2_dead_39:
 	VFMADD213PS Y1, Y13, Y1
 	VFMADD231PS -32(AX)(R9*1), Y14, Y1
 	VANDPS      48(SP), Y1, Y1
 	VFMADD213PS Y3, Y13, Y3
 	VFMADD231PS -32(AX)(R9*1), Y12, Y3
 	VANDPS      48(SP), Y3, Y3
-	JMP         stateVKf32AVX2_decayed_21
+	JMP         stateVKf32AVX2_decayed_15
 
-stateVKf32AVX2_far_21:
+stateVKf32AVX2_far_15:
 	VBROADCASTSS 4(DX), Y13
 	VBROADCASTSS X12, Y14
 	VMOVUPS      vklane1<>+0(SB), Y15
@@ -37043,7 +36383,7 @@ stateVKf32AVX2_far_21:
 	VFMADD231PS  224(AX), Y12, Y15
 	VMOVUPS      Y15, 736(R10)
 	CMPQ         R9, $0x00000120
-	JBE          stateVKf32AVX2_dead_56
+	JBE          stateVKf32AVX2_dead_40
 	VMOVUPS      256(R10), Y15
 	VMULPS       Y15, Y13, Y15
 	VFMADD231PS  256(AX), Y14, Y15
@@ -37053,7 +36393,7 @@ stateVKf32AVX2_far_21:
 	VFMADD231PS  256(AX), Y12, Y15
 	VMOVUPS      Y15, 768(R10)
 	CMPQ         R9, $0x00000140
-	JBE          stateVKf32AVX2_dead_56
+	JBE          stateVKf32AVX2_dead_40
 	VMOVUPS      288(R10), Y15
 	VMULPS       Y15, Y13, Y15
 	VFMADD231PS  288(AX), Y14, Y15
@@ -37063,7 +36403,7 @@ stateVKf32AVX2_far_21:
 	VFMADD231PS  288(AX), Y12, Y15
 	VMOVUPS      Y15, 800(R10)
 	CMPQ         R9, $0x00000160
-	JBE          stateVKf32AVX2_dead_56
+	JBE          stateVKf32AVX2_dead_40
 	VMOVUPS      320(R10), Y15
 	VMULPS       Y15, Y13, Y15
 	VFMADD231PS  320(AX), Y14, Y15
@@ -37073,7 +36413,7 @@ stateVKf32AVX2_far_21:
 	VFMADD231PS  320(AX), Y12, Y15
 	VMOVUPS      Y15, 832(R10)
 
-stateVKf32AVX2_dead_56:
+stateVKf32AVX2_dead_40:
 	VMULPS      Y1, Y13, Y1
 	VFMADD231PS -32(AX)(R9*1), Y14, Y1
 	VANDPS      48(SP), Y1, Y1
@@ -37081,27 +36421,27 @@ stateVKf32AVX2_dead_56:
 	VFMADD231PS -32(AX)(R9*1), Y12, Y3
 	VANDPS      48(SP), Y3, Y3
 
-stateVKf32AVX2_decayed_21:
-stateVKf32AVX2_stored_9:
+stateVKf32AVX2_decayed_15:
+stateVKf32AVX2_stored_5:
 	// The state after this token, if stored.
 	MOVQ  (BX), R11
 	TESTQ R11, R11
-	JZ    stateVKf32AVX2_nostore_5
+	JZ    stateVKf32AVX2_nostore_3
 	MOVQ  (SP), R12
 	IMULQ R9, R12
 	ADDQ  R12, R11
 	CMPQ  R9, $0x00000180
-	JNE   stateVKf32AVX2_temporal_5
+	JNE   stateVKf32AVX2_temporal_3
 	TESTQ $0x0000001f, R11
-	JNZ   stateVKf32AVX2_temporal_5
+	JNZ   stateVKf32AVX2_temporal_3
 	CMPQ  R8, $0x01
-	JNE   stateVKf32AVX2_snapshot_5
+	JNE   stateVKf32AVX2_snapshot_3
 	CMPQ  16(SP), $0x01
-	JE    stateVKf32AVX2_temporal_5
+	JE    stateVKf32AVX2_temporal_3
 	CMPQ  -8(BX), $0x00
-	JE    stateVKf32AVX2_temporal_5
+	JE    stateVKf32AVX2_temporal_3
 
-stateVKf32AVX2_snapshot_5:
+stateVKf32AVX2_snapshot_3:
 	VMOVNTPS Y0, (R11)
 	VMOVUPS  32(R10), Y12
 	VMOVNTPS Y12, 32(R11)
@@ -37147,9 +36487,9 @@ stateVKf32AVX2_snapshot_5:
 	VMOVUPS  832(R10), Y12
 	VMOVNTPS Y12, 320(R11)
 	VMOVNTPS Y3, 352(R11)
-	JMP      stateVKf32AVX2_stored_10
+	JMP      stateVKf32AVX2_stored_6
 
-stateVKf32AVX2_temporal_5:
+stateVKf32AVX2_temporal_3:
 	VMOVUPS Y1, -32(R11)(R9*1)
 	VMOVUPS Y0, (R11)
 	VMOVUPS 32(R10), Y12
@@ -37167,19 +36507,19 @@ stateVKf32AVX2_temporal_5:
 	VMOVUPS 224(R10), Y12
 	VMOVUPS Y12, 224(R11)
 	CMPQ    R9, $0x00000120
-	JBE     stateVKf32AVX2_dead_57
+	JBE     stateVKf32AVX2_dead_41
 	VMOVUPS 256(R10), Y12
 	VMOVUPS Y12, 256(R11)
 	CMPQ    R9, $0x00000140
-	JBE     stateVKf32AVX2_dead_57
+	JBE     stateVKf32AVX2_dead_41
 	VMOVUPS 288(R10), Y12
 	VMOVUPS Y12, 288(R11)
 	CMPQ    R9, $0x00000160
-	JBE     stateVKf32AVX2_dead_57
+	JBE     stateVKf32AVX2_dead_41
 	VMOVUPS 320(R10), Y12
 	VMOVUPS Y12, 320(R11)
 
-stateVKf32AVX2_dead_57:
+stateVKf32AVX2_dead_41:
 	ADDQ    R9, R11
 	VMOVUPS Y3, -32(R11)(R9*1)
 	VMOVUPS Y2, (R11)
@@ -37198,23 +36538,23 @@ stateVKf32AVX2_dead_57:
 	VMOVUPS 736(R10), Y12
 	VMOVUPS Y12, 224(R11)
 	CMPQ    R9, $0x00000120
-	JBE     stateVKf32AVX2_dead_58
+	JBE     stateVKf32AVX2_dead_42
 	VMOVUPS 768(R10), Y12
 	VMOVUPS Y12, 256(R11)
 	CMPQ    R9, $0x00000140
-	JBE     stateVKf32AVX2_dead_58
+	JBE     stateVKf32AVX2_dead_42
 	VMOVUPS 800(R10), Y12
 	VMOVUPS Y12, 288(R11)
 	CMPQ    R9, $0x00000160
-	JBE     stateVKf32AVX2_dead_58
+	JBE     stateVKf32AVX2_dead_42
 	VMOVUPS 832(R10), Y12
 	VMOVUPS Y12, 320(R11)
 
-stateVKf32AVX2_dead_58:
-stateVKf32AVX2_stored_10:
-stateVKf32AVX2_nostore_5:
+stateVKf32AVX2_dead_42:
+stateVKf32AVX2_stored_6:
+stateVKf32AVX2_nostore_3:
 	CMPQ R8, $0x01
-	JE   stateVKf32AVX2_tokensdone_5
+	JE   stateVKf32AVX2_tokensdone_3
 	ADDQ R9, AX
 	ADDQ R9, CX
 	ADDQ $0x10, DX
@@ -37222,479 +36562,15 @@ stateVKf32AVX2_nostore_5:
 	ADDQ 32(SP), SI
 	ADDQ 24(SP), DI
 	DECQ R8
-	JMP  stateVKf32AVX2_token_5
+	JMP  stateVKf32AVX2_token_3
 
-stateVKf32AVX2_tokensdone_5:
+stateVKf32AVX2_tokensdone_3:
 	ADDQ $0x00000002, (SP)
 	SUBQ $0x00000002, 8(SP)
-	JMP  stateVKf32AVX2_group_5
+	JMP  stateVKf32AVX2_group_3
 
-stateVKf32AVX2_groupsdone_5:
+stateVKf32AVX2_groupsdone_3:
 stateVKf32AVX2_pairtail_3:
-stateVKf32AVX2_group_6:
-	CMPQ 8(SP), $0x00000001
-	JB   stateVKf32AVX2_groupsdone_6
-
-	// The prefetch list's next group.
-	MOVQ 304(SP), AX
-
-stateVKf32AVX2_pfentry_6:
-	CMPQ  AX, 312(SP)
-	JAE   stateVKf32AVX2_pfdone_6
-	MOVQ  (AX), DX
-	MOVQ  8(AX), CX
-	ADDQ  $0x10, AX
-	TESTQ CX, CX
-	JZ    stateVKf32AVX2_pfdone_6
-
-stateVKf32AVX2_pfline_6:
-	PREFETCHT1 (DX)
-	ADDQ       $0x40, DX
-	DECQ       CX
-	JNZ        stateVKf32AVX2_pfline_6
-	JMP        stateVKf32AVX2_pfentry_6
-
-stateVKf32AVX2_pfdone_6:
-	MOVQ AX, 304(SP)
-
-	// Load 1 row(s) of 9…12 vectors.
-	MOVQ       src_base+16(FP), AX
-	MOVQ       (SP), CX
-	IMULQ      R9, CX
-	ADDQ       CX, AX
-	PREFETCHT1 8192(AX)
-	PREFETCHT1 8256(AX)
-	PREFETCHT1 8320(AX)
-	PREFETCHT1 8384(AX)
-	PREFETCHT1 8448(AX)
-	CMPQ       R9, $0x00000140
-	JBE        stateVKf32AVX2_dead_59
-	PREFETCHT1 8512(AX)
-
-stateVKf32AVX2_dead_59:
-	VMOVUPS (AX), Y0
-	VMOVUPS 32(AX), Y1
-	VMOVUPS 64(AX), Y2
-	VMOVUPS 96(AX), Y3
-	VMOVUPS 128(AX), Y4
-	VMOVUPS 160(AX), Y5
-	VMOVUPS 192(AX), Y6
-	VMOVUPS 224(AX), Y7
-	CMPQ    R9, $0x00000120
-	JBE     stateVKf32AVX2_dead_60
-	VMOVUPS 256(AX), Y8
-	VMOVUPS Y8, 80(SP)
-	CMPQ    R9, $0x00000140
-	JBE     stateVKf32AVX2_dead_60
-	VMOVUPS 288(AX), Y8
-	VMOVUPS Y8, 112(SP)
-	CMPQ    R9, $0x00000160
-	JBE     stateVKf32AVX2_dead_60
-	VMOVUPS 320(AX), Y8
-	VMOVUPS Y8, 144(SP)
-
-stateVKf32AVX2_dead_60:
-	VMOVUPS     -32(AX)(R9*1), Y8
-	VANDPS      48(SP), Y8, Y8
-	MOVQ        kh_base+64(FP), AX
-	MOVQ        qh_base+88(FP), CX
-	MOVQ        tok_base+168(FP), DX
-	MOVQ        stores_base+40(FP), BX
-	MOVQ        v_base+112(FP), SI
-	MOVQ        o_base+144(FP), DI
-	MOVQ        (SP), R8
-	SHLQ        $0x02, R8
-	ADDQ        R8, SI
-	ADDQ        R8, DI
-	MOVQ        16(SP), R8
-	VMULPS      (AX), Y0, Y9
-	VMULPS      (CX), Y0, Y10
-	VMULPS      32(AX), Y1, Y11
-	VMULPS      32(CX), Y1, Y12
-	VFMADD231PS 64(AX), Y2, Y9
-	VFMADD231PS 64(CX), Y2, Y10
-	VFMADD231PS 96(AX), Y3, Y11
-	VFMADD231PS 96(CX), Y3, Y12
-	VFMADD231PS 128(AX), Y4, Y9
-	VFMADD231PS 128(CX), Y4, Y10
-	VFMADD231PS 160(AX), Y5, Y11
-	VFMADD231PS 160(CX), Y5, Y12
-	VFMADD231PS 192(AX), Y6, Y9
-	VFMADD231PS 192(CX), Y6, Y10
-	VFMADD231PS 224(AX), Y7, Y11
-	VFMADD231PS 224(CX), Y7, Y12
-	CMPQ        R9, $0x00000120
-	JBE         stateVKf32AVX2_dead_61
-	VMOVUPS     80(SP), Y13
-	VFMADD231PS 256(AX), Y13, Y9
-	VFMADD231PS 256(CX), Y13, Y10
-	CMPQ        R9, $0x00000140
-	JBE         stateVKf32AVX2_dead_61
-	VMOVUPS     112(SP), Y13
-	VFMADD231PS 288(AX), Y13, Y11
-	VFMADD231PS 288(CX), Y13, Y12
-	CMPQ        R9, $0x00000160
-	JBE         stateVKf32AVX2_dead_61
-	VMOVUPS     144(SP), Y13
-	VFMADD231PS 320(AX), Y13, Y9
-	VFMADD231PS 320(CX), Y13, Y10
-
-stateVKf32AVX2_dead_61:
-	VFMADD231PS -32(AX)(R9*1), Y8, Y11
-	VFMADD231PS -32(CX)(R9*1), Y8, Y12
-
-stateVKf32AVX2_token_6:
-	VADDPS       Y11, Y9, Y9
-	VADDPS       Y12, Y10, Y10
-	VPERM2F128   $0x20, Y10, Y9, Y11
-	VPERM2F128   $0x31, Y10, Y9, Y9
-	VADDPS       Y9, Y11, Y11
-	VSHUFPS      $0x44, Y11, Y11, Y9
-	VSHUFPS      $0xee, Y11, Y11, Y10
-	VADDPS       Y10, Y9, Y9
-	VSHUFPS      $0x88, Y9, Y9, Y10
-	VSHUFPS      $0xdd, Y9, Y9, Y9
-	VADDPS       Y9, Y10, Y10
-	VMOVUPS      vkpermAVX2_1<>+0(SB), Y9
-	VPERMPS      Y10, Y9, Y11
-	VMOVSS       (DX), X9
-	VUCOMISS     nearone<>+0(SB), X9
-	JCS          stateVKf32AVX2_far_22
-	VBROADCASTSS (DX), Y9
-	VFMADD213PS  Y11, Y9, Y11
-	JMP          stateVKf32AVX2_decayed_22
-
-stateVKf32AVX2_far_22:
-	VBROADCASTSS 4(DX), Y9
-	VMULPS       Y11, Y9, Y11
-
-stateVKf32AVX2_decayed_22:
-	VEXTRACTF128 $0x01, Y11, X9
-	VMOVSS       (SI), X10
-	VSUBPS       X11, X10, X10
-	VBROADCASTSS 8(DX), Y11
-	VXORPS       Y13, Y13, Y13
-	VMULPS       X11, X10, X13
-	VBROADCASTSS 12(DX), Y10
-	VFMADD231PS  X10, X13, X9
-	VMOVSS       X9, (DI)
-	CMPQ         R8, $0x01
-	JE           stateVKf32AVX2_lasttoken_6
-	VMOVSS       (DX), X9
-	VUCOMISS     nearone<>+0(SB), X9
-	JCS          stateVKf32AVX2_far_23
-	VBROADCASTSS (DX), Y14
-	VBROADCASTSS X13, Y13
-	VFMADD213PS  Y0, Y14, Y0
-	VFMADD231PS  (AX), Y13, Y0
-	VMULPS       (AX)(R9*1), Y0, Y9
-	VMULPS       (CX)(R9*1), Y0, Y10
-	VFMADD213PS  Y1, Y14, Y1
-	VFMADD231PS  32(AX), Y13, Y1
-	VMULPS       32(AX)(R9*1), Y1, Y11
-	VMULPS       32(CX)(R9*1), Y1, Y12
-	VFMADD213PS  Y2, Y14, Y2
-	VFMADD231PS  64(AX), Y13, Y2
-	VFMADD231PS  64(AX)(R9*1), Y2, Y9
-	VFMADD231PS  64(CX)(R9*1), Y2, Y10
-	VFMADD213PS  Y3, Y14, Y3
-	VFMADD231PS  96(AX), Y13, Y3
-	VFMADD231PS  96(AX)(R9*1), Y3, Y11
-	VFMADD231PS  96(CX)(R9*1), Y3, Y12
-	VFMADD213PS  Y4, Y14, Y4
-	VFMADD231PS  128(AX), Y13, Y4
-	VFMADD231PS  128(AX)(R9*1), Y4, Y9
-	VFMADD231PS  128(CX)(R9*1), Y4, Y10
-	VFMADD213PS  Y5, Y14, Y5
-	VFMADD231PS  160(AX), Y13, Y5
-	VFMADD231PS  160(AX)(R9*1), Y5, Y11
-	VFMADD231PS  160(CX)(R9*1), Y5, Y12
-	VFMADD213PS  Y6, Y14, Y6
-	VFMADD231PS  192(AX), Y13, Y6
-	VFMADD231PS  192(AX)(R9*1), Y6, Y9
-	VFMADD231PS  192(CX)(R9*1), Y6, Y10
-	VFMADD213PS  Y7, Y14, Y7
-	VFMADD231PS  224(AX), Y13, Y7
-	VFMADD231PS  224(AX)(R9*1), Y7, Y11
-	VFMADD231PS  224(CX)(R9*1), Y7, Y12
-	CMPQ         R9, $0x00000120
-	JBE          stateVKf32AVX2_dead_62
-	VMOVUPS      80(SP), Y15
-	VFMADD213PS  Y15, Y14, Y15
-	VFMADD231PS  256(AX), Y13, Y15
-	VMOVUPS      Y15, 80(SP)
-	VFMADD231PS  256(AX)(R9*1), Y15, Y9
-	VFMADD231PS  256(CX)(R9*1), Y15, Y10
-	CMPQ         R9, $0x00000140
-	JBE          stateVKf32AVX2_dead_62
-	VMOVUPS      112(SP), Y15
-	VFMADD213PS  Y15, Y14, Y15
-	VFMADD231PS  288(AX), Y13, Y15
-	VMOVUPS      Y15, 112(SP)
-	VFMADD231PS  288(AX)(R9*1), Y15, Y11
-	VFMADD231PS  288(CX)(R9*1), Y15, Y12
-	CMPQ         R9, $0x00000160
-	JBE          stateVKf32AVX2_dead_62
-	VMOVUPS      144(SP), Y15
-	VFMADD213PS  Y15, Y14, Y15
-	VFMADD231PS  320(AX), Y13, Y15
-	VMOVUPS      Y15, 144(SP)
-	VFMADD231PS  320(AX)(R9*1), Y15, Y9
-	VFMADD231PS  320(CX)(R9*1), Y15, Y10
-
-stateVKf32AVX2_dead_62:
-	VFMADD213PS Y8, Y14, Y8
-	VFMADD231PS -32(AX)(R9*1), Y13, Y8
-	VANDPS      48(SP), Y8, Y8
-	VFMADD231PS -32(AX)(R9*2), Y8, Y11
-	VFMADD231PS -32(CX)(R9*2), Y8, Y12
-	JMP         stateVKf32AVX2_decayed_23
-
-stateVKf32AVX2_far_23:
-	VBROADCASTSS 4(DX), Y14
-	VBROADCASTSS X13, Y13
-	VMULPS       Y0, Y14, Y0
-	VFMADD231PS  (AX), Y13, Y0
-	VMULPS       (AX)(R9*1), Y0, Y9
-	VMULPS       (CX)(R9*1), Y0, Y10
-	VMULPS       Y1, Y14, Y1
-	VFMADD231PS  32(AX), Y13, Y1
-	VMULPS       32(AX)(R9*1), Y1, Y11
-	VMULPS       32(CX)(R9*1), Y1, Y12
-	VMULPS       Y2, Y14, Y2
-	VFMADD231PS  64(AX), Y13, Y2
-	VFMADD231PS  64(AX)(R9*1), Y2, Y9
-	VFMADD231PS  64(CX)(R9*1), Y2, Y10
-	VMULPS       Y3, Y14, Y3
-	VFMADD231PS  96(AX), Y13, Y3
-	VFMADD231PS  96(AX)(R9*1), Y3, Y11
-	VFMADD231PS  96(CX)(R9*1), Y3, Y12
-	VMULPS       Y4, Y14, Y4
-	VFMADD231PS  128(AX), Y13, Y4
-	VFMADD231PS  128(AX)(R9*1), Y4, Y9
-	VFMADD231PS  128(CX)(R9*1), Y4, Y10
-	VMULPS       Y5, Y14, Y5
-	VFMADD231PS  160(AX), Y13, Y5
-	VFMADD231PS  160(AX)(R9*1), Y5, Y11
-	VFMADD231PS  160(CX)(R9*1), Y5, Y12
-	VMULPS       Y6, Y14, Y6
-	VFMADD231PS  192(AX), Y13, Y6
-	VFMADD231PS  192(AX)(R9*1), Y6, Y9
-	VFMADD231PS  192(CX)(R9*1), Y6, Y10
-	VMULPS       Y7, Y14, Y7
-	VFMADD231PS  224(AX), Y13, Y7
-	VFMADD231PS  224(AX)(R9*1), Y7, Y11
-	VFMADD231PS  224(CX)(R9*1), Y7, Y12
-	CMPQ         R9, $0x00000120
-	JBE          stateVKf32AVX2_dead_63
-	VMOVUPS      80(SP), Y15
-	VMULPS       Y15, Y14, Y15
-	VFMADD231PS  256(AX), Y13, Y15
-	VMOVUPS      Y15, 80(SP)
-	VFMADD231PS  256(AX)(R9*1), Y15, Y9
-	VFMADD231PS  256(CX)(R9*1), Y15, Y10
-	CMPQ         R9, $0x00000140
-	JBE          stateVKf32AVX2_dead_63
-	VMOVUPS      112(SP), Y15
-	VMULPS       Y15, Y14, Y15
-	VFMADD231PS  288(AX), Y13, Y15
-	VMOVUPS      Y15, 112(SP)
-	VFMADD231PS  288(AX)(R9*1), Y15, Y11
-	VFMADD231PS  288(CX)(R9*1), Y15, Y12
-	CMPQ         R9, $0x00000160
-	JBE          stateVKf32AVX2_dead_63
-	VMOVUPS      144(SP), Y15
-	VMULPS       Y15, Y14, Y15
-	VFMADD231PS  320(AX), Y13, Y15
-	VMOVUPS      Y15, 144(SP)
-	VFMADD231PS  320(AX)(R9*1), Y15, Y9
-	VFMADD231PS  320(CX)(R9*1), Y15, Y10
-
-stateVKf32AVX2_dead_63:
-	VMULPS      Y8, Y14, Y8
-	VFMADD231PS -32(AX)(R9*1), Y13, Y8
-	VANDPS      48(SP), Y8, Y8
-	VFMADD231PS -32(AX)(R9*2), Y8, Y11
-	VFMADD231PS -32(CX)(R9*2), Y8, Y12
-
-stateVKf32AVX2_decayed_23:
-	JMP stateVKf32AVX2_stored_11
-
-stateVKf32AVX2_lasttoken_6:
-	VXORPS       Y9, Y9, Y9
-	VXORPS       Y11, Y11, Y11
-	VXORPS       Y10, Y10, Y10
-	VXORPS       Y12, Y12, Y12
-	VMOVSS       (DX), X14
-	VUCOMISS     nearone<>+0(SB), X14
-	JCS          stateVKf32AVX2_far_24
-	VBROADCASTSS (DX), Y14
-	VBROADCASTSS X13, Y13
-	VFMADD213PS  Y0, Y14, Y0
-	VFMADD231PS  (AX), Y13, Y0
-	VFMADD213PS  Y1, Y14, Y1
-	VFMADD231PS  32(AX), Y13, Y1
-	VFMADD213PS  Y2, Y14, Y2
-	VFMADD231PS  64(AX), Y13, Y2
-	VFMADD213PS  Y3, Y14, Y3
-	VFMADD231PS  96(AX), Y13, Y3
-	VFMADD213PS  Y4, Y14, Y4
-	VFMADD231PS  128(AX), Y13, Y4
-	VFMADD213PS  Y5, Y14, Y5
-	VFMADD231PS  160(AX), Y13, Y5
-	VFMADD213PS  Y6, Y14, Y6
-	VFMADD231PS  192(AX), Y13, Y6
-	VFMADD213PS  Y7, Y14, Y7
-	VFMADD231PS  224(AX), Y13, Y7
-	CMPQ         R9, $0x00000120
-	JBE          stateVKf32AVX2_dead_64
-	VMOVUPS      80(SP), Y15
-	VFMADD213PS  Y15, Y14, Y15
-	VFMADD231PS  256(AX), Y13, Y15
-	VMOVUPS      Y15, 80(SP)
-	CMPQ         R9, $0x00000140
-	JBE          stateVKf32AVX2_dead_64
-	VMOVUPS      112(SP), Y15
-	VFMADD213PS  Y15, Y14, Y15
-	VFMADD231PS  288(AX), Y13, Y15
-	VMOVUPS      Y15, 112(SP)
-	CMPQ         R9, $0x00000160
-	JBE          stateVKf32AVX2_dead_64
-	VMOVUPS      144(SP), Y15
-	VFMADD213PS  Y15, Y14, Y15
-	VFMADD231PS  320(AX), Y13, Y15
-	VMOVUPS      Y15, 144(SP)
-
-stateVKf32AVX2_dead_64:
-	VFMADD213PS Y8, Y14, Y8
-	VFMADD231PS -32(AX)(R9*1), Y13, Y8
-	VANDPS      48(SP), Y8, Y8
-	JMP         stateVKf32AVX2_decayed_24
-
-stateVKf32AVX2_far_24:
-	VBROADCASTSS 4(DX), Y14
-	VBROADCASTSS X13, Y13
-	VMULPS       Y0, Y14, Y0
-	VFMADD231PS  (AX), Y13, Y0
-	VMULPS       Y1, Y14, Y1
-	VFMADD231PS  32(AX), Y13, Y1
-	VMULPS       Y2, Y14, Y2
-	VFMADD231PS  64(AX), Y13, Y2
-	VMULPS       Y3, Y14, Y3
-	VFMADD231PS  96(AX), Y13, Y3
-	VMULPS       Y4, Y14, Y4
-	VFMADD231PS  128(AX), Y13, Y4
-	VMULPS       Y5, Y14, Y5
-	VFMADD231PS  160(AX), Y13, Y5
-	VMULPS       Y6, Y14, Y6
-	VFMADD231PS  192(AX), Y13, Y6
-	VMULPS       Y7, Y14, Y7
-	VFMADD231PS  224(AX), Y13, Y7
-	CMPQ         R9, $0x00000120
-	JBE          stateVKf32AVX2_dead_65
-	VMOVUPS      80(SP), Y15
-	VMULPS       Y15, Y14, Y15
-	VFMADD231PS  256(AX), Y13, Y15
-	VMOVUPS      Y15, 80(SP)
-	CMPQ         R9, $0x00000140
-	JBE          stateVKf32AVX2_dead_65
-	VMOVUPS      112(SP), Y15
-	VMULPS       Y15, Y14, Y15
-	VFMADD231PS  288(AX), Y13, Y15
-	VMOVUPS      Y15, 112(SP)
-	CMPQ         R9, $0x00000160
-	JBE          stateVKf32AVX2_dead_65
-	VMOVUPS      144(SP), Y15
-	VMULPS       Y15, Y14, Y15
-	VFMADD231PS  320(AX), Y13, Y15
-	VMOVUPS      Y15, 144(SP)
-
-stateVKf32AVX2_dead_65:
-	VMULPS      Y8, Y14, Y8
-	VFMADD231PS -32(AX)(R9*1), Y13, Y8
-	VANDPS      48(SP), Y8, Y8
-
-stateVKf32AVX2_decayed_24:
-stateVKf32AVX2_stored_11:
-	// The state after this token, if stored.
-	MOVQ  (BX), R10
-	TESTQ R10, R10
-	JZ    stateVKf32AVX2_nostore_6
-	MOVQ  (SP), R11
-	IMULQ R9, R11
-	ADDQ  R11, R10
-	CMPQ  R9, $0x00000180
-	JNE   stateVKf32AVX2_temporal_6
-	TESTQ $0x0000001f, R10
-	JNZ   stateVKf32AVX2_temporal_6
-	CMPQ  R8, $0x01
-	JNE   stateVKf32AVX2_snapshot_6
-	CMPQ  16(SP), $0x01
-	JE    stateVKf32AVX2_temporal_6
-	CMPQ  -8(BX), $0x00
-	JE    stateVKf32AVX2_temporal_6
-
-stateVKf32AVX2_snapshot_6:
-	VMOVNTPS Y0, (R10)
-	VMOVNTPS Y1, 32(R10)
-	VMOVNTPS Y2, 64(R10)
-	VMOVNTPS Y3, 96(R10)
-	VMOVNTPS Y4, 128(R10)
-	VMOVNTPS Y5, 160(R10)
-	VMOVNTPS Y6, 192(R10)
-	VMOVNTPS Y7, 224(R10)
-	VMOVUPS  80(SP), Y13
-	VMOVNTPS Y13, 256(R10)
-	VMOVUPS  112(SP), Y13
-	VMOVNTPS Y13, 288(R10)
-	VMOVUPS  144(SP), Y13
-	VMOVNTPS Y13, 320(R10)
-	VMOVNTPS Y8, 352(R10)
-	JMP      stateVKf32AVX2_stored_12
-
-stateVKf32AVX2_temporal_6:
-	VMOVUPS Y8, -32(R10)(R9*1)
-	VMOVUPS Y0, (R10)
-	VMOVUPS Y1, 32(R10)
-	VMOVUPS Y2, 64(R10)
-	VMOVUPS Y3, 96(R10)
-	VMOVUPS Y4, 128(R10)
-	VMOVUPS Y5, 160(R10)
-	VMOVUPS Y6, 192(R10)
-	VMOVUPS Y7, 224(R10)
-	CMPQ    R9, $0x00000120
-	JBE     stateVKf32AVX2_dead_66
-	VMOVUPS 80(SP), Y13
-	VMOVUPS Y13, 256(R10)
-	CMPQ    R9, $0x00000140
-	JBE     stateVKf32AVX2_dead_66
-	VMOVUPS 112(SP), Y13
-	VMOVUPS Y13, 288(R10)
-	CMPQ    R9, $0x00000160
-	JBE     stateVKf32AVX2_dead_66
-	VMOVUPS 144(SP), Y13
-	VMOVUPS Y13, 320(R10)
-
-stateVKf32AVX2_dead_66:
-stateVKf32AVX2_stored_12:
-stateVKf32AVX2_nostore_6:
-	CMPQ R8, $0x01
-	JE   stateVKf32AVX2_tokensdone_6
-	ADDQ R9, AX
-	ADDQ R9, CX
-	ADDQ $0x10, DX
-	ADDQ $0x08, BX
-	ADDQ 32(SP), SI
-	ADDQ 24(SP), DI
-	DECQ R8
-	JMP  stateVKf32AVX2_token_6
-
-stateVKf32AVX2_tokensdone_6:
-	ADDQ $0x00000001, (SP)
-	SUBQ $0x00000001, 8(SP)
-	JMP  stateVKf32AVX2_group_6
-
-stateVKf32AVX2_groupsdone_6:
 	JMP stateVKf32AVX2_done_1
 
 stateVKf32AVX2_n16_1:
@@ -37739,16 +36615,16 @@ stateVKf32AVX2_once_4:
 	PREFETCHT1 8896(R10)
 	PREFETCHT1 8960(R10)
 	CMPQ       R9, $0x000001a0
-	JBE        stateVKf32AVX2_dead_67
+	JBE        stateVKf32AVX2_dead_43
 	PREFETCHT1 9024(R10)
 	CMPQ       R9, $0x000001c0
-	JBE        stateVKf32AVX2_dead_67
+	JBE        stateVKf32AVX2_dead_43
 	PREFETCHT1 9088(R10)
 	CMPQ       R9, $0x000001e0
-	JBE        stateVKf32AVX2_dead_67
+	JBE        stateVKf32AVX2_dead_43
 	PREFETCHT1 9152(R10)
 
-stateVKf32AVX2_dead_67:
+stateVKf32AVX2_dead_43:
 	VMOVUPS     (AX), Y5
 	VMOVUPS     (CX), Y3
 	VMOVUPS     (R10), Y2
@@ -37846,7 +36722,7 @@ stateVKf32AVX2_dead_67:
 	VFMADD231PS Y9, Y11, Y7
 	VFMADD231PS Y10, Y11, Y8
 	CMPQ        R9, $0x000001a0
-	JBE         stateVKf32AVX2_dead_68
+	JBE         stateVKf32AVX2_dead_44
 	VMOVUPS     384(AX), Y9
 	VMOVUPS     384(CX), Y10
 	VMOVUPS     384(R10), Y11
@@ -37856,7 +36732,7 @@ stateVKf32AVX2_dead_67:
 	VFMADD231PS Y9, Y11, Y5
 	VFMADD231PS Y10, Y11, Y6
 	CMPQ        R9, $0x000001c0
-	JBE         stateVKf32AVX2_dead_68
+	JBE         stateVKf32AVX2_dead_44
 	VMOVUPS     416(AX), Y9
 	VMOVUPS     416(CX), Y10
 	VMOVUPS     416(R10), Y11
@@ -37866,7 +36742,7 @@ stateVKf32AVX2_dead_67:
 	VFMADD231PS Y9, Y11, Y7
 	VFMADD231PS Y10, Y11, Y8
 	CMPQ        R9, $0x000001e0
-	JBE         stateVKf32AVX2_dead_68
+	JBE         stateVKf32AVX2_dead_44
 	VMOVUPS     448(AX), Y9
 	VMOVUPS     448(CX), Y10
 	VMOVUPS     448(R10), Y11
@@ -37876,7 +36752,7 @@ stateVKf32AVX2_dead_67:
 	VFMADD231PS Y9, Y11, Y5
 	VFMADD231PS Y10, Y11, Y6
 
-stateVKf32AVX2_dead_68:
+stateVKf32AVX2_dead_44:
 	VMOVUPS      -32(AX)(R9*1), Y9
 	VMOVUPS      -32(CX)(R9*1), Y10
 	VMOVUPS      -32(R10)(R9*1), Y11
@@ -37907,16 +36783,16 @@ stateVKf32AVX2_dead_68:
 	VPERMPS      Y0, Y2, Y0
 	VMOVSS       (DX), X1
 	VUCOMISS     nearone<>+0(SB), X1
-	JCS          stateVKf32AVX2_far_25
+	JCS          stateVKf32AVX2_far_16
 	VBROADCASTSS (DX), Y2
 	VFMADD213PS  Y0, Y2, Y0
-	JMP          stateVKf32AVX2_decayed_25
+	JMP          stateVKf32AVX2_decayed_16
 
-stateVKf32AVX2_far_25:
+stateVKf32AVX2_far_16:
 	VBROADCASTSS 4(DX), Y2
 	VMULPS       Y0, Y2, Y0
 
-stateVKf32AVX2_decayed_25:
+stateVKf32AVX2_decayed_16:
 	VEXTRACTF128 $0x01, Y0, X2
 	VMOVSD       (SI), X1
 	VSUBPS       X0, X1, X1
@@ -37933,7 +36809,7 @@ stateVKf32AVX2_decayed_25:
 	VMOVUPS      -32(R10)(R9*2), Y2
 	VMOVSS       (DX), X3
 	VUCOMISS     nearone<>+0(SB), X3
-	JCS          stateVKf32AVX2_far_26
+	JCS          stateVKf32AVX2_far_17
 	VBROADCASTSS (DX), Y3
 	VBROADCASTSS X1, Y4
 	VMOVUPS      vklane1<>+0(SB), Y5
@@ -38047,7 +36923,7 @@ stateVKf32AVX2_decayed_25:
 	VFMADD231PS  Y6, Y5, Y7
 	VMOVUPS      Y7, 352(CX)(R9*1)
 	CMPQ         R9, $0x000001a0
-	JBE          stateVKf32AVX2_dead_69
+	JBE          stateVKf32AVX2_dead_45
 	VMOVUPS      384(AX), Y6
 	VMOVUPS      384(R10), Y7
 	VFMADD213PS  Y7, Y3, Y7
@@ -38058,7 +36934,7 @@ stateVKf32AVX2_decayed_25:
 	VFMADD231PS  Y6, Y5, Y7
 	VMOVUPS      Y7, 384(CX)(R9*1)
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKf32AVX2_dead_69
+	JBE          stateVKf32AVX2_dead_45
 	VMOVUPS      416(AX), Y6
 	VMOVUPS      416(R10), Y7
 	VFMADD213PS  Y7, Y3, Y7
@@ -38069,7 +36945,7 @@ stateVKf32AVX2_decayed_25:
 	VFMADD231PS  Y6, Y5, Y7
 	VMOVUPS      Y7, 416(CX)(R9*1)
 	CMPQ         R9, $0x000001e0
-	JBE          stateVKf32AVX2_dead_69
+	JBE          stateVKf32AVX2_dead_45
 	VMOVUPS      448(AX), Y6
 	VMOVUPS      448(R10), Y7
 	VFMADD213PS  Y7, Y3, Y7
@@ -38080,16 +36956,16 @@ stateVKf32AVX2_decayed_25:
 	VFMADD231PS  Y6, Y5, Y7
 	VMOVUPS      Y7, 448(CX)(R9*1)
 
-stateVKf32AVX2_dead_69:
+stateVKf32AVX2_dead_45:
 	VFMADD213PS Y0, Y3, Y0
 	VFMADD231PS -32(AX)(R9*1), Y4, Y0
 	VMOVUPS     Y0, -32(CX)(R9*1)
 	VFMADD213PS Y2, Y3, Y2
 	VFMADD231PS -32(AX)(R9*1), Y5, Y2
 	VMOVUPS     Y2, -32(CX)(R9*2)
-	JMP         stateVKf32AVX2_decayed_26
+	JMP         stateVKf32AVX2_decayed_17
 
-stateVKf32AVX2_far_26:
+stateVKf32AVX2_far_17:
 	VBROADCASTSS 4(DX), Y3
 	VBROADCASTSS X1, Y4
 	VMOVUPS      vklane1<>+0(SB), Y5
@@ -38203,7 +37079,7 @@ stateVKf32AVX2_far_26:
 	VFMADD231PS  Y6, Y5, Y7
 	VMOVUPS      Y7, 352(CX)(R9*1)
 	CMPQ         R9, $0x000001a0
-	JBE          stateVKf32AVX2_dead_70
+	JBE          stateVKf32AVX2_dead_46
 	VMOVUPS      384(AX), Y6
 	VMOVUPS      384(R10), Y7
 	VMULPS       Y7, Y3, Y7
@@ -38214,7 +37090,7 @@ stateVKf32AVX2_far_26:
 	VFMADD231PS  Y6, Y5, Y7
 	VMOVUPS      Y7, 384(CX)(R9*1)
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKf32AVX2_dead_70
+	JBE          stateVKf32AVX2_dead_46
 	VMOVUPS      416(AX), Y6
 	VMOVUPS      416(R10), Y7
 	VMULPS       Y7, Y3, Y7
@@ -38225,7 +37101,7 @@ stateVKf32AVX2_far_26:
 	VFMADD231PS  Y6, Y5, Y7
 	VMOVUPS      Y7, 416(CX)(R9*1)
 	CMPQ         R9, $0x000001e0
-	JBE          stateVKf32AVX2_dead_70
+	JBE          stateVKf32AVX2_dead_46
 	VMOVUPS      448(AX), Y6
 	VMOVUPS      448(R10), Y7
 	VMULPS       Y7, Y3, Y7
@@ -38236,7 +37112,7 @@ stateVKf32AVX2_far_26:
 	VFMADD231PS  Y6, Y5, Y7
 	VMOVUPS      Y7, 448(CX)(R9*1)
 
-stateVKf32AVX2_dead_70:
+stateVKf32AVX2_dead_46:
 	VMULPS      Y0, Y3, Y0
 	VFMADD231PS -32(AX)(R9*1), Y4, Y0
 	VMOVUPS     Y0, -32(CX)(R9*1)
@@ -38244,7 +37120,7 @@ stateVKf32AVX2_dead_70:
 	VFMADD231PS -32(AX)(R9*1), Y5, Y2
 	VMOVUPS     Y2, -32(CX)(R9*2)
 
-stateVKf32AVX2_decayed_26:
+stateVKf32AVX2_decayed_17:
 	ADDQ $0x00000002, (SP)
 	SUBQ $0x00000002, 8(SP)
 	JMP  stateVKf32AVX2_once_4
@@ -38255,30 +37131,30 @@ stateVKf32AVX2_oncedone_4:
 stateVKf32AVX2_pairs_4:
 	MOVQ 40(SP), R10
 
-stateVKf32AVX2_group_7:
+stateVKf32AVX2_group_4:
 	CMPQ 8(SP), $0x00000002
-	JB   stateVKf32AVX2_groupsdone_7
+	JB   stateVKf32AVX2_groupsdone_4
 
 	// The prefetch list's next group.
 	MOVQ 304(SP), AX
 
-stateVKf32AVX2_pfentry_7:
+stateVKf32AVX2_pfentry_4:
 	CMPQ  AX, 312(SP)
-	JAE   stateVKf32AVX2_pfdone_7
+	JAE   stateVKf32AVX2_pfdone_4
 	MOVQ  (AX), DX
 	MOVQ  8(AX), CX
 	ADDQ  $0x10, AX
 	TESTQ CX, CX
-	JZ    stateVKf32AVX2_pfdone_7
+	JZ    stateVKf32AVX2_pfdone_4
 
-stateVKf32AVX2_pfline_7:
+stateVKf32AVX2_pfline_4:
 	PREFETCHT1 (DX)
 	ADDQ       $0x40, DX
 	DECQ       CX
-	JNZ        stateVKf32AVX2_pfline_7
-	JMP        stateVKf32AVX2_pfentry_7
+	JNZ        stateVKf32AVX2_pfline_4
+	JMP        stateVKf32AVX2_pfentry_4
 
-stateVKf32AVX2_pfdone_7:
+stateVKf32AVX2_pfdone_4:
 	MOVQ AX, 304(SP)
 
 	// Load 2 row(s) of 13…16 vectors.
@@ -38300,16 +37176,16 @@ stateVKf32AVX2_pfdone_7:
 	PREFETCHT1 8896(AX)
 	PREFETCHT1 8960(AX)
 	CMPQ       R9, $0x000001a0
-	JBE        stateVKf32AVX2_dead_71
+	JBE        stateVKf32AVX2_dead_47
 	PREFETCHT1 9024(AX)
 	CMPQ       R9, $0x000001c0
-	JBE        stateVKf32AVX2_dead_71
+	JBE        stateVKf32AVX2_dead_47
 	PREFETCHT1 9088(AX)
 	CMPQ       R9, $0x000001e0
-	JBE        stateVKf32AVX2_dead_71
+	JBE        stateVKf32AVX2_dead_47
 	PREFETCHT1 9152(AX)
 
-stateVKf32AVX2_dead_71:
+stateVKf32AVX2_dead_47:
 	VMOVUPS (AX), Y0
 	VMOVUPS 32(AX), Y1
 	VMOVUPS Y1, 32(R10)
@@ -38334,19 +37210,19 @@ stateVKf32AVX2_dead_71:
 	VMOVUPS 352(AX), Y1
 	VMOVUPS Y1, 352(R10)
 	CMPQ    R9, $0x000001a0
-	JBE     stateVKf32AVX2_dead_72
+	JBE     stateVKf32AVX2_dead_48
 	VMOVUPS 384(AX), Y1
 	VMOVUPS Y1, 384(R10)
 	CMPQ    R9, $0x000001c0
-	JBE     stateVKf32AVX2_dead_72
+	JBE     stateVKf32AVX2_dead_48
 	VMOVUPS 416(AX), Y1
 	VMOVUPS Y1, 416(R10)
 	CMPQ    R9, $0x000001e0
-	JBE     stateVKf32AVX2_dead_72
+	JBE     stateVKf32AVX2_dead_48
 	VMOVUPS 448(AX), Y1
 	VMOVUPS Y1, 448(R10)
 
-stateVKf32AVX2_dead_72:
+stateVKf32AVX2_dead_48:
 	VMOVUPS -32(AX)(R9*1), Y1
 	VANDPS  48(SP), Y1, Y1
 	ADDQ    R9, AX
@@ -38374,19 +37250,19 @@ stateVKf32AVX2_dead_72:
 	VMOVUPS 352(AX), Y3
 	VMOVUPS Y3, 864(R10)
 	CMPQ    R9, $0x000001a0
-	JBE     stateVKf32AVX2_dead_73
+	JBE     stateVKf32AVX2_dead_49
 	VMOVUPS 384(AX), Y3
 	VMOVUPS Y3, 896(R10)
 	CMPQ    R9, $0x000001c0
-	JBE     stateVKf32AVX2_dead_73
+	JBE     stateVKf32AVX2_dead_49
 	VMOVUPS 416(AX), Y3
 	VMOVUPS Y3, 928(R10)
 	CMPQ    R9, $0x000001e0
-	JBE     stateVKf32AVX2_dead_73
+	JBE     stateVKf32AVX2_dead_49
 	VMOVUPS 448(AX), Y3
 	VMOVUPS Y3, 960(R10)
 
-stateVKf32AVX2_dead_73:
+stateVKf32AVX2_dead_49:
 	VMOVUPS     -32(AX)(R9*1), Y3
 	VANDPS      48(SP), Y3, Y3
 	MOVQ        kh_base+64(FP), AX
@@ -38471,7 +37347,7 @@ stateVKf32AVX2_dead_73:
 	VFMADD231PS 352(AX), Y12, Y10
 	VFMADD231PS 352(CX), Y12, Y11
 	CMPQ        R9, $0x000001a0
-	JBE         stateVKf32AVX2_dead_74
+	JBE         stateVKf32AVX2_dead_50
 	VMOVUPS     384(R10), Y12
 	VFMADD231PS 384(AX), Y12, Y4
 	VFMADD231PS 384(CX), Y12, Y5
@@ -38479,7 +37355,7 @@ stateVKf32AVX2_dead_73:
 	VFMADD231PS 384(AX), Y12, Y8
 	VFMADD231PS 384(CX), Y12, Y9
 	CMPQ        R9, $0x000001c0
-	JBE         stateVKf32AVX2_dead_74
+	JBE         stateVKf32AVX2_dead_50
 	VMOVUPS     416(R10), Y12
 	VFMADD231PS 416(AX), Y12, Y6
 	VFMADD231PS 416(CX), Y12, Y7
@@ -38487,7 +37363,7 @@ stateVKf32AVX2_dead_73:
 	VFMADD231PS 416(AX), Y12, Y10
 	VFMADD231PS 416(CX), Y12, Y11
 	CMPQ        R9, $0x000001e0
-	JBE         stateVKf32AVX2_dead_74
+	JBE         stateVKf32AVX2_dead_50
 	VMOVUPS     448(R10), Y12
 	VFMADD231PS 448(AX), Y12, Y4
 	VFMADD231PS 448(CX), Y12, Y5
@@ -38495,13 +37371,13 @@ stateVKf32AVX2_dead_73:
 	VFMADD231PS 448(AX), Y12, Y8
 	VFMADD231PS 448(CX), Y12, Y9
 
-stateVKf32AVX2_dead_74:
+stateVKf32AVX2_dead_50:
 	VFMADD231PS -32(AX)(R9*1), Y1, Y6
 	VFMADD231PS -32(CX)(R9*1), Y1, Y7
 	VFMADD231PS -32(AX)(R9*1), Y3, Y10
 	VFMADD231PS -32(CX)(R9*1), Y3, Y11
 
-stateVKf32AVX2_token_7:
+stateVKf32AVX2_token_4:
 	VADDPS       Y6, Y4, Y4
 	VADDPS       Y10, Y8, Y8
 	VADDPS       Y7, Y5, Y5
@@ -38522,16 +37398,16 @@ stateVKf32AVX2_token_7:
 	VPERMPS      Y4, Y5, Y6
 	VMOVSS       (DX), X4
 	VUCOMISS     nearone<>+0(SB), X4
-	JCS          stateVKf32AVX2_far_27
+	JCS          stateVKf32AVX2_far_18
 	VBROADCASTSS (DX), Y4
 	VFMADD213PS  Y6, Y4, Y6
-	JMP          stateVKf32AVX2_decayed_27
+	JMP          stateVKf32AVX2_decayed_18
 
-stateVKf32AVX2_far_27:
+stateVKf32AVX2_far_18:
 	VBROADCASTSS 4(DX), Y4
 	VMULPS       Y6, Y4, Y6
 
-stateVKf32AVX2_decayed_27:
+stateVKf32AVX2_decayed_18:
 	VEXTRACTF128 $0x01, Y6, X4
 	VMOVSD       (SI), X5
 	VSUBPS       X6, X5, X5
@@ -38542,10 +37418,10 @@ stateVKf32AVX2_decayed_27:
 	VFMADD231PS  X5, X12, X4
 	VMOVSD       X4, (DI)
 	CMPQ         R8, $0x01
-	JE           stateVKf32AVX2_lasttoken_7
+	JE           stateVKf32AVX2_lasttoken_4
 	VMOVSS       (DX), X4
 	VUCOMISS     nearone<>+0(SB), X4
-	JCS          stateVKf32AVX2_far_28
+	JCS          stateVKf32AVX2_far_19
 	VBROADCASTSS (DX), Y13
 	VBROADCASTSS X12, Y14
 	VMOVUPS      vklane1<>+0(SB), Y4
@@ -38691,7 +37567,7 @@ stateVKf32AVX2_decayed_27:
 	VFMADD231PS  352(AX)(R9*1), Y15, Y10
 	VFMADD231PS  352(CX)(R9*1), Y15, Y11
 	CMPQ         R9, $0x000001a0
-	JBE          stateVKf32AVX2_dead_75
+	JBE          stateVKf32AVX2_dead_51
 	VMOVUPS      384(R10), Y15
 	VFMADD213PS  Y15, Y13, Y15
 	VFMADD231PS  384(AX), Y14, Y15
@@ -38705,7 +37581,7 @@ stateVKf32AVX2_decayed_27:
 	VFMADD231PS  384(AX)(R9*1), Y15, Y8
 	VFMADD231PS  384(CX)(R9*1), Y15, Y9
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKf32AVX2_dead_75
+	JBE          stateVKf32AVX2_dead_51
 	VMOVUPS      416(R10), Y15
 	VFMADD213PS  Y15, Y13, Y15
 	VFMADD231PS  416(AX), Y14, Y15
@@ -38719,7 +37595,7 @@ stateVKf32AVX2_decayed_27:
 	VFMADD231PS  416(AX)(R9*1), Y15, Y10
 	VFMADD231PS  416(CX)(R9*1), Y15, Y11
 	CMPQ         R9, $0x000001e0
-	JBE          stateVKf32AVX2_dead_75
+	JBE          stateVKf32AVX2_dead_51
 	VMOVUPS      448(R10), Y15
 	VFMADD213PS  Y15, Y13, Y15
 	VFMADD231PS  448(AX), Y14, Y15
@@ -38733,7 +37609,7 @@ stateVKf32AVX2_decayed_27:
 	VFMADD231PS  448(AX)(R9*1), Y15, Y8
 	VFMADD231PS  448(CX)(R9*1), Y15, Y9
 
-stateVKf32AVX2_dead_75:
+stateVKf32AVX2_dead_51:
 	VFMADD213PS Y1, Y13, Y1
 	VFMADD231PS -32(AX)(R9*1), Y14, Y1
 	VANDPS      48(SP), Y1, Y1
@@ -38744,9 +37620,9 @@ stateVKf32AVX2_dead_75:
 	VANDPS      48(SP), Y3, Y3
 	VFMADD231PS -32(AX)(R9*2), Y3, Y10
 	VFMADD231PS -32(CX)(R9*2), Y3, Y11
-	JMP         stateVKf32AVX2_decayed_28
+	JMP         stateVKf32AVX2_decayed_19
 
-stateVKf32AVX2_far_28:
+stateVKf32AVX2_far_19:
 	VBROADCASTSS 4(DX), Y13
 	VBROADCASTSS X12, Y14
 	VMOVUPS      vklane1<>+0(SB), Y4
@@ -38892,7 +37768,7 @@ stateVKf32AVX2_far_28:
 	VFMADD231PS  352(AX)(R9*1), Y15, Y10
 	VFMADD231PS  352(CX)(R9*1), Y15, Y11
 	CMPQ         R9, $0x000001a0
-	JBE          stateVKf32AVX2_dead_76
+	JBE          stateVKf32AVX2_dead_52
 	VMOVUPS      384(R10), Y15
 	VMULPS       Y15, Y13, Y15
 	VFMADD231PS  384(AX), Y14, Y15
@@ -38906,7 +37782,7 @@ stateVKf32AVX2_far_28:
 	VFMADD231PS  384(AX)(R9*1), Y15, Y8
 	VFMADD231PS  384(CX)(R9*1), Y15, Y9
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKf32AVX2_dead_76
+	JBE          stateVKf32AVX2_dead_52
 	VMOVUPS      416(R10), Y15
 	VMULPS       Y15, Y13, Y15
 	VFMADD231PS  416(AX), Y14, Y15
@@ -38920,7 +37796,7 @@ stateVKf32AVX2_far_28:
 	VFMADD231PS  416(AX)(R9*1), Y15, Y10
 	VFMADD231PS  416(CX)(R9*1), Y15, Y11
 	CMPQ         R9, $0x000001e0
-	JBE          stateVKf32AVX2_dead_76
+	JBE          stateVKf32AVX2_dead_52
 	VMOVUPS      448(R10), Y15
 	VMULPS       Y15, Y13, Y15
 	VFMADD231PS  448(AX), Y14, Y15
@@ -38934,7 +37810,7 @@ stateVKf32AVX2_far_28:
 	VFMADD231PS  448(AX)(R9*1), Y15, Y8
 	VFMADD231PS  448(CX)(R9*1), Y15, Y9
 
-stateVKf32AVX2_dead_76:
+stateVKf32AVX2_dead_52:
 	VMULPS      Y1, Y13, Y1
 	VFMADD231PS -32(AX)(R9*1), Y14, Y1
 	VANDPS      48(SP), Y1, Y1
@@ -38946,10 +37822,10 @@ stateVKf32AVX2_dead_76:
 	VFMADD231PS -32(AX)(R9*2), Y3, Y10
 	VFMADD231PS -32(CX)(R9*2), Y3, Y11
 
-stateVKf32AVX2_decayed_28:
-	JMP stateVKf32AVX2_stored_13
+stateVKf32AVX2_decayed_19:
+	JMP stateVKf32AVX2_stored_7
 
-stateVKf32AVX2_lasttoken_7:
+stateVKf32AVX2_lasttoken_4:
 	VXORPS       Y4, Y4, Y4
 	VXORPS       Y6, Y6, Y6
 	VXORPS       Y5, Y5, Y5
@@ -38960,7 +37836,7 @@ stateVKf32AVX2_lasttoken_7:
 	VXORPS       Y11, Y11, Y11
 	VMOVSS       (DX), X13
 	VUCOMISS     nearone<>+0(SB), X13
-	JCS          stateVKf32AVX2_far_29
+	JCS          stateVKf32AVX2_far_20
 	VBROADCASTSS (DX), Y13
 	VBROADCASTSS X12, Y14
 	VMOVUPS      vklane1<>+0(SB), Y15
@@ -39058,7 +37934,7 @@ stateVKf32AVX2_lasttoken_7:
 	VFMADD231PS  352(AX), Y12, Y15
 	VMOVUPS      Y15, 864(R10)
 	CMPQ         R9, $0x000001a0
-	JBE          stateVKf32AVX2_dead_77
+	JBE          stateVKf32AVX2_dead_53
 	VMOVUPS      384(R10), Y15
 	VFMADD213PS  Y15, Y13, Y15
 	VFMADD231PS  384(AX), Y14, Y15
@@ -39068,7 +37944,7 @@ stateVKf32AVX2_lasttoken_7:
 	VFMADD231PS  384(AX), Y12, Y15
 	VMOVUPS      Y15, 896(R10)
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKf32AVX2_dead_77
+	JBE          stateVKf32AVX2_dead_53
 	VMOVUPS      416(R10), Y15
 	VFMADD213PS  Y15, Y13, Y15
 	VFMADD231PS  416(AX), Y14, Y15
@@ -39078,7 +37954,7 @@ stateVKf32AVX2_lasttoken_7:
 	VFMADD231PS  416(AX), Y12, Y15
 	VMOVUPS      Y15, 928(R10)
 	CMPQ         R9, $0x000001e0
-	JBE          stateVKf32AVX2_dead_77
+	JBE          stateVKf32AVX2_dead_53
 	VMOVUPS      448(R10), Y15
 	VFMADD213PS  Y15, Y13, Y15
 	VFMADD231PS  448(AX), Y14, Y15
@@ -39088,16 +37964,16 @@ stateVKf32AVX2_lasttoken_7:
 	VFMADD231PS  448(AX), Y12, Y15
 	VMOVUPS      Y15, 960(R10)
 
-stateVKf32AVX2_dead_77:
+stateVKf32AVX2_dead_53:
 	VFMADD213PS Y1, Y13, Y1
 	VFMADD231PS -32(AX)(R9*1), Y14, Y1
 	VANDPS      48(SP), Y1, Y1
 	VFMADD213PS Y3, Y13, Y3
 	VFMADD231PS -32(AX)(R9*1), Y12, Y3
 	VANDPS      48(SP), Y3, Y3
-	JMP         stateVKf32AVX2_decayed_29
+	JMP         stateVKf32AVX2_decayed_20
 
-stateVKf32AVX2_far_29:
+stateVKf32AVX2_far_20:
 	VBROADCASTSS 4(DX), Y13
 	VBROADCASTSS X12, Y14
 	VMOVUPS      vklane1<>+0(SB), Y15
@@ -39195,7 +38071,7 @@ stateVKf32AVX2_far_29:
 	VFMADD231PS  352(AX), Y12, Y15
 	VMOVUPS      Y15, 864(R10)
 	CMPQ         R9, $0x000001a0
-	JBE          stateVKf32AVX2_dead_78
+	JBE          stateVKf32AVX2_dead_54
 	VMOVUPS      384(R10), Y15
 	VMULPS       Y15, Y13, Y15
 	VFMADD231PS  384(AX), Y14, Y15
@@ -39205,7 +38081,7 @@ stateVKf32AVX2_far_29:
 	VFMADD231PS  384(AX), Y12, Y15
 	VMOVUPS      Y15, 896(R10)
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKf32AVX2_dead_78
+	JBE          stateVKf32AVX2_dead_54
 	VMOVUPS      416(R10), Y15
 	VMULPS       Y15, Y13, Y15
 	VFMADD231PS  416(AX), Y14, Y15
@@ -39215,7 +38091,7 @@ stateVKf32AVX2_far_29:
 	VFMADD231PS  416(AX), Y12, Y15
 	VMOVUPS      Y15, 928(R10)
 	CMPQ         R9, $0x000001e0
-	JBE          stateVKf32AVX2_dead_78
+	JBE          stateVKf32AVX2_dead_54
 	VMOVUPS      448(R10), Y15
 	VMULPS       Y15, Y13, Y15
 	VFMADD231PS  448(AX), Y14, Y15
@@ -39225,7 +38101,7 @@ stateVKf32AVX2_far_29:
 	VFMADD231PS  448(AX), Y12, Y15
 	VMOVUPS      Y15, 960(R10)
 
-stateVKf32AVX2_dead_78:
+stateVKf32AVX2_dead_54:
 	VMULPS      Y1, Y13, Y1
 	VFMADD231PS -32(AX)(R9*1), Y14, Y1
 	VANDPS      48(SP), Y1, Y1
@@ -39233,27 +38109,27 @@ stateVKf32AVX2_dead_78:
 	VFMADD231PS -32(AX)(R9*1), Y12, Y3
 	VANDPS      48(SP), Y3, Y3
 
-stateVKf32AVX2_decayed_29:
-stateVKf32AVX2_stored_13:
+stateVKf32AVX2_decayed_20:
+stateVKf32AVX2_stored_7:
 	// The state after this token, if stored.
 	MOVQ  (BX), R11
 	TESTQ R11, R11
-	JZ    stateVKf32AVX2_nostore_7
+	JZ    stateVKf32AVX2_nostore_4
 	MOVQ  (SP), R12
 	IMULQ R9, R12
 	ADDQ  R12, R11
 	CMPQ  R9, $0x00000200
-	JNE   stateVKf32AVX2_temporal_7
+	JNE   stateVKf32AVX2_temporal_4
 	TESTQ $0x0000001f, R11
-	JNZ   stateVKf32AVX2_temporal_7
+	JNZ   stateVKf32AVX2_temporal_4
 	CMPQ  R8, $0x01
-	JNE   stateVKf32AVX2_snapshot_7
+	JNE   stateVKf32AVX2_snapshot_4
 	CMPQ  16(SP), $0x01
-	JE    stateVKf32AVX2_temporal_7
+	JE    stateVKf32AVX2_temporal_4
 	CMPQ  -8(BX), $0x00
-	JE    stateVKf32AVX2_temporal_7
+	JE    stateVKf32AVX2_temporal_4
 
-stateVKf32AVX2_snapshot_7:
+stateVKf32AVX2_snapshot_4:
 	VMOVNTPS Y0, (R11)
 	VMOVUPS  32(R10), Y12
 	VMOVNTPS Y12, 32(R11)
@@ -39315,9 +38191,9 @@ stateVKf32AVX2_snapshot_7:
 	VMOVUPS  960(R10), Y12
 	VMOVNTPS Y12, 448(R11)
 	VMOVNTPS Y3, 480(R11)
-	JMP      stateVKf32AVX2_stored_14
+	JMP      stateVKf32AVX2_stored_8
 
-stateVKf32AVX2_temporal_7:
+stateVKf32AVX2_temporal_4:
 	VMOVUPS Y1, -32(R11)(R9*1)
 	VMOVUPS Y0, (R11)
 	VMOVUPS 32(R10), Y12
@@ -39343,19 +38219,19 @@ stateVKf32AVX2_temporal_7:
 	VMOVUPS 352(R10), Y12
 	VMOVUPS Y12, 352(R11)
 	CMPQ    R9, $0x000001a0
-	JBE     stateVKf32AVX2_dead_79
+	JBE     stateVKf32AVX2_dead_55
 	VMOVUPS 384(R10), Y12
 	VMOVUPS Y12, 384(R11)
 	CMPQ    R9, $0x000001c0
-	JBE     stateVKf32AVX2_dead_79
+	JBE     stateVKf32AVX2_dead_55
 	VMOVUPS 416(R10), Y12
 	VMOVUPS Y12, 416(R11)
 	CMPQ    R9, $0x000001e0
-	JBE     stateVKf32AVX2_dead_79
+	JBE     stateVKf32AVX2_dead_55
 	VMOVUPS 448(R10), Y12
 	VMOVUPS Y12, 448(R11)
 
-stateVKf32AVX2_dead_79:
+stateVKf32AVX2_dead_55:
 	ADDQ    R9, R11
 	VMOVUPS Y3, -32(R11)(R9*1)
 	VMOVUPS Y2, (R11)
@@ -39382,23 +38258,23 @@ stateVKf32AVX2_dead_79:
 	VMOVUPS 864(R10), Y12
 	VMOVUPS Y12, 352(R11)
 	CMPQ    R9, $0x000001a0
-	JBE     stateVKf32AVX2_dead_80
+	JBE     stateVKf32AVX2_dead_56
 	VMOVUPS 896(R10), Y12
 	VMOVUPS Y12, 384(R11)
 	CMPQ    R9, $0x000001c0
-	JBE     stateVKf32AVX2_dead_80
+	JBE     stateVKf32AVX2_dead_56
 	VMOVUPS 928(R10), Y12
 	VMOVUPS Y12, 416(R11)
 	CMPQ    R9, $0x000001e0
-	JBE     stateVKf32AVX2_dead_80
+	JBE     stateVKf32AVX2_dead_56
 	VMOVUPS 960(R10), Y12
 	VMOVUPS Y12, 448(R11)
 
-stateVKf32AVX2_dead_80:
-stateVKf32AVX2_stored_14:
-stateVKf32AVX2_nostore_7:
+stateVKf32AVX2_dead_56:
+stateVKf32AVX2_stored_8:
+stateVKf32AVX2_nostore_4:
 	CMPQ R8, $0x01
-	JE   stateVKf32AVX2_tokensdone_7
+	JE   stateVKf32AVX2_tokensdone_4
 	ADDQ R9, AX
 	ADDQ R9, CX
 	ADDQ $0x10, DX
@@ -39406,597 +38282,15 @@ stateVKf32AVX2_nostore_7:
 	ADDQ 32(SP), SI
 	ADDQ 24(SP), DI
 	DECQ R8
-	JMP  stateVKf32AVX2_token_7
+	JMP  stateVKf32AVX2_token_4
 
-stateVKf32AVX2_tokensdone_7:
+stateVKf32AVX2_tokensdone_4:
 	ADDQ $0x00000002, (SP)
 	SUBQ $0x00000002, 8(SP)
-	JMP  stateVKf32AVX2_group_7
+	JMP  stateVKf32AVX2_group_4
 
-stateVKf32AVX2_groupsdone_7:
+stateVKf32AVX2_groupsdone_4:
 stateVKf32AVX2_pairtail_4:
-stateVKf32AVX2_group_8:
-	CMPQ 8(SP), $0x00000001
-	JB   stateVKf32AVX2_groupsdone_8
-
-	// The prefetch list's next group.
-	MOVQ 304(SP), AX
-
-stateVKf32AVX2_pfentry_8:
-	CMPQ  AX, 312(SP)
-	JAE   stateVKf32AVX2_pfdone_8
-	MOVQ  (AX), DX
-	MOVQ  8(AX), CX
-	ADDQ  $0x10, AX
-	TESTQ CX, CX
-	JZ    stateVKf32AVX2_pfdone_8
-
-stateVKf32AVX2_pfline_8:
-	PREFETCHT1 (DX)
-	ADDQ       $0x40, DX
-	DECQ       CX
-	JNZ        stateVKf32AVX2_pfline_8
-	JMP        stateVKf32AVX2_pfentry_8
-
-stateVKf32AVX2_pfdone_8:
-	MOVQ AX, 304(SP)
-
-	// Load 1 row(s) of 13…16 vectors.
-	MOVQ       src_base+16(FP), AX
-	MOVQ       (SP), CX
-	IMULQ      R9, CX
-	ADDQ       CX, AX
-	PREFETCHT1 8192(AX)
-	PREFETCHT1 8256(AX)
-	PREFETCHT1 8320(AX)
-	PREFETCHT1 8384(AX)
-	PREFETCHT1 8448(AX)
-	PREFETCHT1 8512(AX)
-	PREFETCHT1 8576(AX)
-	CMPQ       R9, $0x000001c0
-	JBE        stateVKf32AVX2_dead_81
-	PREFETCHT1 8640(AX)
-
-stateVKf32AVX2_dead_81:
-	VMOVUPS (AX), Y0
-	VMOVUPS 32(AX), Y1
-	VMOVUPS 64(AX), Y2
-	VMOVUPS 96(AX), Y3
-	VMOVUPS 128(AX), Y4
-	VMOVUPS 160(AX), Y5
-	VMOVUPS 192(AX), Y6
-	VMOVUPS 224(AX), Y7
-	VMOVUPS 256(AX), Y8
-	VMOVUPS Y8, 80(SP)
-	VMOVUPS 288(AX), Y8
-	VMOVUPS Y8, 112(SP)
-	VMOVUPS 320(AX), Y8
-	VMOVUPS Y8, 144(SP)
-	VMOVUPS 352(AX), Y8
-	VMOVUPS Y8, 176(SP)
-	CMPQ    R9, $0x000001a0
-	JBE     stateVKf32AVX2_dead_82
-	VMOVUPS 384(AX), Y8
-	VMOVUPS Y8, 208(SP)
-	CMPQ    R9, $0x000001c0
-	JBE     stateVKf32AVX2_dead_82
-	VMOVUPS 416(AX), Y8
-	VMOVUPS Y8, 240(SP)
-	CMPQ    R9, $0x000001e0
-	JBE     stateVKf32AVX2_dead_82
-	VMOVUPS 448(AX), Y8
-	VMOVUPS Y8, 272(SP)
-
-stateVKf32AVX2_dead_82:
-	VMOVUPS     -32(AX)(R9*1), Y8
-	VANDPS      48(SP), Y8, Y8
-	MOVQ        kh_base+64(FP), AX
-	MOVQ        qh_base+88(FP), CX
-	MOVQ        tok_base+168(FP), DX
-	MOVQ        stores_base+40(FP), BX
-	MOVQ        v_base+112(FP), SI
-	MOVQ        o_base+144(FP), DI
-	MOVQ        (SP), R8
-	SHLQ        $0x02, R8
-	ADDQ        R8, SI
-	ADDQ        R8, DI
-	MOVQ        16(SP), R8
-	VMULPS      (AX), Y0, Y9
-	VMULPS      (CX), Y0, Y10
-	VMULPS      32(AX), Y1, Y11
-	VMULPS      32(CX), Y1, Y12
-	VFMADD231PS 64(AX), Y2, Y9
-	VFMADD231PS 64(CX), Y2, Y10
-	VFMADD231PS 96(AX), Y3, Y11
-	VFMADD231PS 96(CX), Y3, Y12
-	VFMADD231PS 128(AX), Y4, Y9
-	VFMADD231PS 128(CX), Y4, Y10
-	VFMADD231PS 160(AX), Y5, Y11
-	VFMADD231PS 160(CX), Y5, Y12
-	VFMADD231PS 192(AX), Y6, Y9
-	VFMADD231PS 192(CX), Y6, Y10
-	VFMADD231PS 224(AX), Y7, Y11
-	VFMADD231PS 224(CX), Y7, Y12
-	VMOVUPS     80(SP), Y13
-	VFMADD231PS 256(AX), Y13, Y9
-	VFMADD231PS 256(CX), Y13, Y10
-	VMOVUPS     112(SP), Y13
-	VFMADD231PS 288(AX), Y13, Y11
-	VFMADD231PS 288(CX), Y13, Y12
-	VMOVUPS     144(SP), Y13
-	VFMADD231PS 320(AX), Y13, Y9
-	VFMADD231PS 320(CX), Y13, Y10
-	VMOVUPS     176(SP), Y13
-	VFMADD231PS 352(AX), Y13, Y11
-	VFMADD231PS 352(CX), Y13, Y12
-	CMPQ        R9, $0x000001a0
-	JBE         stateVKf32AVX2_dead_83
-	VMOVUPS     208(SP), Y13
-	VFMADD231PS 384(AX), Y13, Y9
-	VFMADD231PS 384(CX), Y13, Y10
-	CMPQ        R9, $0x000001c0
-	JBE         stateVKf32AVX2_dead_83
-	VMOVUPS     240(SP), Y13
-	VFMADD231PS 416(AX), Y13, Y11
-	VFMADD231PS 416(CX), Y13, Y12
-	CMPQ        R9, $0x000001e0
-	JBE         stateVKf32AVX2_dead_83
-	VMOVUPS     272(SP), Y13
-	VFMADD231PS 448(AX), Y13, Y9
-	VFMADD231PS 448(CX), Y13, Y10
-
-stateVKf32AVX2_dead_83:
-	VFMADD231PS -32(AX)(R9*1), Y8, Y11
-	VFMADD231PS -32(CX)(R9*1), Y8, Y12
-
-stateVKf32AVX2_token_8:
-	VADDPS       Y11, Y9, Y9
-	VADDPS       Y12, Y10, Y10
-	VPERM2F128   $0x20, Y10, Y9, Y11
-	VPERM2F128   $0x31, Y10, Y9, Y9
-	VADDPS       Y9, Y11, Y11
-	VSHUFPS      $0x44, Y11, Y11, Y9
-	VSHUFPS      $0xee, Y11, Y11, Y10
-	VADDPS       Y10, Y9, Y9
-	VSHUFPS      $0x88, Y9, Y9, Y10
-	VSHUFPS      $0xdd, Y9, Y9, Y9
-	VADDPS       Y9, Y10, Y10
-	VMOVUPS      vkpermAVX2_1<>+0(SB), Y9
-	VPERMPS      Y10, Y9, Y11
-	VMOVSS       (DX), X9
-	VUCOMISS     nearone<>+0(SB), X9
-	JCS          stateVKf32AVX2_far_30
-	VBROADCASTSS (DX), Y9
-	VFMADD213PS  Y11, Y9, Y11
-	JMP          stateVKf32AVX2_decayed_30
-
-stateVKf32AVX2_far_30:
-	VBROADCASTSS 4(DX), Y9
-	VMULPS       Y11, Y9, Y11
-
-stateVKf32AVX2_decayed_30:
-	VEXTRACTF128 $0x01, Y11, X9
-	VMOVSS       (SI), X10
-	VSUBPS       X11, X10, X10
-	VBROADCASTSS 8(DX), Y11
-	VXORPS       Y13, Y13, Y13
-	VMULPS       X11, X10, X13
-	VBROADCASTSS 12(DX), Y10
-	VFMADD231PS  X10, X13, X9
-	VMOVSS       X9, (DI)
-	CMPQ         R8, $0x01
-	JE           stateVKf32AVX2_lasttoken_8
-	VMOVSS       (DX), X9
-	VUCOMISS     nearone<>+0(SB), X9
-	JCS          stateVKf32AVX2_far_31
-	VBROADCASTSS (DX), Y14
-	VBROADCASTSS X13, Y13
-	VFMADD213PS  Y0, Y14, Y0
-	VFMADD231PS  (AX), Y13, Y0
-	VMULPS       (AX)(R9*1), Y0, Y9
-	VMULPS       (CX)(R9*1), Y0, Y10
-	VFMADD213PS  Y1, Y14, Y1
-	VFMADD231PS  32(AX), Y13, Y1
-	VMULPS       32(AX)(R9*1), Y1, Y11
-	VMULPS       32(CX)(R9*1), Y1, Y12
-	VFMADD213PS  Y2, Y14, Y2
-	VFMADD231PS  64(AX), Y13, Y2
-	VFMADD231PS  64(AX)(R9*1), Y2, Y9
-	VFMADD231PS  64(CX)(R9*1), Y2, Y10
-	VFMADD213PS  Y3, Y14, Y3
-	VFMADD231PS  96(AX), Y13, Y3
-	VFMADD231PS  96(AX)(R9*1), Y3, Y11
-	VFMADD231PS  96(CX)(R9*1), Y3, Y12
-	VFMADD213PS  Y4, Y14, Y4
-	VFMADD231PS  128(AX), Y13, Y4
-	VFMADD231PS  128(AX)(R9*1), Y4, Y9
-	VFMADD231PS  128(CX)(R9*1), Y4, Y10
-	VFMADD213PS  Y5, Y14, Y5
-	VFMADD231PS  160(AX), Y13, Y5
-	VFMADD231PS  160(AX)(R9*1), Y5, Y11
-	VFMADD231PS  160(CX)(R9*1), Y5, Y12
-	VFMADD213PS  Y6, Y14, Y6
-	VFMADD231PS  192(AX), Y13, Y6
-	VFMADD231PS  192(AX)(R9*1), Y6, Y9
-	VFMADD231PS  192(CX)(R9*1), Y6, Y10
-	VFMADD213PS  Y7, Y14, Y7
-	VFMADD231PS  224(AX), Y13, Y7
-	VFMADD231PS  224(AX)(R9*1), Y7, Y11
-	VFMADD231PS  224(CX)(R9*1), Y7, Y12
-	VMOVUPS      80(SP), Y15
-	VFMADD213PS  Y15, Y14, Y15
-	VFMADD231PS  256(AX), Y13, Y15
-	VMOVUPS      Y15, 80(SP)
-	VFMADD231PS  256(AX)(R9*1), Y15, Y9
-	VFMADD231PS  256(CX)(R9*1), Y15, Y10
-	VMOVUPS      112(SP), Y15
-	VFMADD213PS  Y15, Y14, Y15
-	VFMADD231PS  288(AX), Y13, Y15
-	VMOVUPS      Y15, 112(SP)
-	VFMADD231PS  288(AX)(R9*1), Y15, Y11
-	VFMADD231PS  288(CX)(R9*1), Y15, Y12
-	VMOVUPS      144(SP), Y15
-	VFMADD213PS  Y15, Y14, Y15
-	VFMADD231PS  320(AX), Y13, Y15
-	VMOVUPS      Y15, 144(SP)
-	VFMADD231PS  320(AX)(R9*1), Y15, Y9
-	VFMADD231PS  320(CX)(R9*1), Y15, Y10
-	VMOVUPS      176(SP), Y15
-	VFMADD213PS  Y15, Y14, Y15
-	VFMADD231PS  352(AX), Y13, Y15
-	VMOVUPS      Y15, 176(SP)
-	VFMADD231PS  352(AX)(R9*1), Y15, Y11
-	VFMADD231PS  352(CX)(R9*1), Y15, Y12
-	CMPQ         R9, $0x000001a0
-	JBE          stateVKf32AVX2_dead_84
-	VMOVUPS      208(SP), Y15
-	VFMADD213PS  Y15, Y14, Y15
-	VFMADD231PS  384(AX), Y13, Y15
-	VMOVUPS      Y15, 208(SP)
-	VFMADD231PS  384(AX)(R9*1), Y15, Y9
-	VFMADD231PS  384(CX)(R9*1), Y15, Y10
-	CMPQ         R9, $0x000001c0
-	JBE          stateVKf32AVX2_dead_84
-	VMOVUPS      240(SP), Y15
-	VFMADD213PS  Y15, Y14, Y15
-	VFMADD231PS  416(AX), Y13, Y15
-	VMOVUPS      Y15, 240(SP)
-	VFMADD231PS  416(AX)(R9*1), Y15, Y11
-	VFMADD231PS  416(CX)(R9*1), Y15, Y12
-	CMPQ         R9, $0x000001e0
-	JBE          stateVKf32AVX2_dead_84
-	VMOVUPS      272(SP), Y15
-	VFMADD213PS  Y15, Y14, Y15
-	VFMADD231PS  448(AX), Y13, Y15
-	VMOVUPS      Y15, 272(SP)
-	VFMADD231PS  448(AX)(R9*1), Y15, Y9
-	VFMADD231PS  448(CX)(R9*1), Y15, Y10
-
-stateVKf32AVX2_dead_84:
-	VFMADD213PS Y8, Y14, Y8
-	VFMADD231PS -32(AX)(R9*1), Y13, Y8
-	VANDPS      48(SP), Y8, Y8
-	VFMADD231PS -32(AX)(R9*2), Y8, Y11
-	VFMADD231PS -32(CX)(R9*2), Y8, Y12
-	JMP         stateVKf32AVX2_decayed_31
-
-stateVKf32AVX2_far_31:
-	VBROADCASTSS 4(DX), Y14
-	VBROADCASTSS X13, Y13
-	VMULPS       Y0, Y14, Y0
-	VFMADD231PS  (AX), Y13, Y0
-	VMULPS       (AX)(R9*1), Y0, Y9
-	VMULPS       (CX)(R9*1), Y0, Y10
-	VMULPS       Y1, Y14, Y1
-	VFMADD231PS  32(AX), Y13, Y1
-	VMULPS       32(AX)(R9*1), Y1, Y11
-	VMULPS       32(CX)(R9*1), Y1, Y12
-	VMULPS       Y2, Y14, Y2
-	VFMADD231PS  64(AX), Y13, Y2
-	VFMADD231PS  64(AX)(R9*1), Y2, Y9
-	VFMADD231PS  64(CX)(R9*1), Y2, Y10
-	VMULPS       Y3, Y14, Y3
-	VFMADD231PS  96(AX), Y13, Y3
-	VFMADD231PS  96(AX)(R9*1), Y3, Y11
-	VFMADD231PS  96(CX)(R9*1), Y3, Y12
-	VMULPS       Y4, Y14, Y4
-	VFMADD231PS  128(AX), Y13, Y4
-	VFMADD231PS  128(AX)(R9*1), Y4, Y9
-	VFMADD231PS  128(CX)(R9*1), Y4, Y10
-	VMULPS       Y5, Y14, Y5
-	VFMADD231PS  160(AX), Y13, Y5
-	VFMADD231PS  160(AX)(R9*1), Y5, Y11
-	VFMADD231PS  160(CX)(R9*1), Y5, Y12
-	VMULPS       Y6, Y14, Y6
-	VFMADD231PS  192(AX), Y13, Y6
-	VFMADD231PS  192(AX)(R9*1), Y6, Y9
-	VFMADD231PS  192(CX)(R9*1), Y6, Y10
-	VMULPS       Y7, Y14, Y7
-	VFMADD231PS  224(AX), Y13, Y7
-	VFMADD231PS  224(AX)(R9*1), Y7, Y11
-	VFMADD231PS  224(CX)(R9*1), Y7, Y12
-	VMOVUPS      80(SP), Y15
-	VMULPS       Y15, Y14, Y15
-	VFMADD231PS  256(AX), Y13, Y15
-	VMOVUPS      Y15, 80(SP)
-	VFMADD231PS  256(AX)(R9*1), Y15, Y9
-	VFMADD231PS  256(CX)(R9*1), Y15, Y10
-	VMOVUPS      112(SP), Y15
-	VMULPS       Y15, Y14, Y15
-	VFMADD231PS  288(AX), Y13, Y15
-	VMOVUPS      Y15, 112(SP)
-	VFMADD231PS  288(AX)(R9*1), Y15, Y11
-	VFMADD231PS  288(CX)(R9*1), Y15, Y12
-	VMOVUPS      144(SP), Y15
-	VMULPS       Y15, Y14, Y15
-	VFMADD231PS  320(AX), Y13, Y15
-	VMOVUPS      Y15, 144(SP)
-	VFMADD231PS  320(AX)(R9*1), Y15, Y9
-	VFMADD231PS  320(CX)(R9*1), Y15, Y10
-	VMOVUPS      176(SP), Y15
-	VMULPS       Y15, Y14, Y15
-	VFMADD231PS  352(AX), Y13, Y15
-	VMOVUPS      Y15, 176(SP)
-	VFMADD231PS  352(AX)(R9*1), Y15, Y11
-	VFMADD231PS  352(CX)(R9*1), Y15, Y12
-	CMPQ         R9, $0x000001a0
-	JBE          stateVKf32AVX2_dead_85
-	VMOVUPS      208(SP), Y15
-	VMULPS       Y15, Y14, Y15
-	VFMADD231PS  384(AX), Y13, Y15
-	VMOVUPS      Y15, 208(SP)
-	VFMADD231PS  384(AX)(R9*1), Y15, Y9
-	VFMADD231PS  384(CX)(R9*1), Y15, Y10
-	CMPQ         R9, $0x000001c0
-	JBE          stateVKf32AVX2_dead_85
-	VMOVUPS      240(SP), Y15
-	VMULPS       Y15, Y14, Y15
-	VFMADD231PS  416(AX), Y13, Y15
-	VMOVUPS      Y15, 240(SP)
-	VFMADD231PS  416(AX)(R9*1), Y15, Y11
-	VFMADD231PS  416(CX)(R9*1), Y15, Y12
-	CMPQ         R9, $0x000001e0
-	JBE          stateVKf32AVX2_dead_85
-	VMOVUPS      272(SP), Y15
-	VMULPS       Y15, Y14, Y15
-	VFMADD231PS  448(AX), Y13, Y15
-	VMOVUPS      Y15, 272(SP)
-	VFMADD231PS  448(AX)(R9*1), Y15, Y9
-	VFMADD231PS  448(CX)(R9*1), Y15, Y10
-
-stateVKf32AVX2_dead_85:
-	VMULPS      Y8, Y14, Y8
-	VFMADD231PS -32(AX)(R9*1), Y13, Y8
-	VANDPS      48(SP), Y8, Y8
-	VFMADD231PS -32(AX)(R9*2), Y8, Y11
-	VFMADD231PS -32(CX)(R9*2), Y8, Y12
-
-stateVKf32AVX2_decayed_31:
-	JMP stateVKf32AVX2_stored_15
-
-stateVKf32AVX2_lasttoken_8:
-	VXORPS       Y9, Y9, Y9
-	VXORPS       Y11, Y11, Y11
-	VXORPS       Y10, Y10, Y10
-	VXORPS       Y12, Y12, Y12
-	VMOVSS       (DX), X14
-	VUCOMISS     nearone<>+0(SB), X14
-	JCS          stateVKf32AVX2_far_32
-	VBROADCASTSS (DX), Y14
-	VBROADCASTSS X13, Y13
-	VFMADD213PS  Y0, Y14, Y0
-	VFMADD231PS  (AX), Y13, Y0
-	VFMADD213PS  Y1, Y14, Y1
-	VFMADD231PS  32(AX), Y13, Y1
-	VFMADD213PS  Y2, Y14, Y2
-	VFMADD231PS  64(AX), Y13, Y2
-	VFMADD213PS  Y3, Y14, Y3
-	VFMADD231PS  96(AX), Y13, Y3
-	VFMADD213PS  Y4, Y14, Y4
-	VFMADD231PS  128(AX), Y13, Y4
-	VFMADD213PS  Y5, Y14, Y5
-	VFMADD231PS  160(AX), Y13, Y5
-	VFMADD213PS  Y6, Y14, Y6
-	VFMADD231PS  192(AX), Y13, Y6
-	VFMADD213PS  Y7, Y14, Y7
-	VFMADD231PS  224(AX), Y13, Y7
-	VMOVUPS      80(SP), Y15
-	VFMADD213PS  Y15, Y14, Y15
-	VFMADD231PS  256(AX), Y13, Y15
-	VMOVUPS      Y15, 80(SP)
-	VMOVUPS      112(SP), Y15
-	VFMADD213PS  Y15, Y14, Y15
-	VFMADD231PS  288(AX), Y13, Y15
-	VMOVUPS      Y15, 112(SP)
-	VMOVUPS      144(SP), Y15
-	VFMADD213PS  Y15, Y14, Y15
-	VFMADD231PS  320(AX), Y13, Y15
-	VMOVUPS      Y15, 144(SP)
-	VMOVUPS      176(SP), Y15
-	VFMADD213PS  Y15, Y14, Y15
-	VFMADD231PS  352(AX), Y13, Y15
-	VMOVUPS      Y15, 176(SP)
-	CMPQ         R9, $0x000001a0
-	JBE          stateVKf32AVX2_dead_86
-	VMOVUPS      208(SP), Y15
-	VFMADD213PS  Y15, Y14, Y15
-	VFMADD231PS  384(AX), Y13, Y15
-	VMOVUPS      Y15, 208(SP)
-	CMPQ         R9, $0x000001c0
-	JBE          stateVKf32AVX2_dead_86
-	VMOVUPS      240(SP), Y15
-	VFMADD213PS  Y15, Y14, Y15
-	VFMADD231PS  416(AX), Y13, Y15
-	VMOVUPS      Y15, 240(SP)
-	CMPQ         R9, $0x000001e0
-	JBE          stateVKf32AVX2_dead_86
-	VMOVUPS      272(SP), Y15
-	VFMADD213PS  Y15, Y14, Y15
-	VFMADD231PS  448(AX), Y13, Y15
-	VMOVUPS      Y15, 272(SP)
-
-stateVKf32AVX2_dead_86:
-	VFMADD213PS Y8, Y14, Y8
-	VFMADD231PS -32(AX)(R9*1), Y13, Y8
-	VANDPS      48(SP), Y8, Y8
-	JMP         stateVKf32AVX2_decayed_32
-
-stateVKf32AVX2_far_32:
-	VBROADCASTSS 4(DX), Y14
-	VBROADCASTSS X13, Y13
-	VMULPS       Y0, Y14, Y0
-	VFMADD231PS  (AX), Y13, Y0
-	VMULPS       Y1, Y14, Y1
-	VFMADD231PS  32(AX), Y13, Y1
-	VMULPS       Y2, Y14, Y2
-	VFMADD231PS  64(AX), Y13, Y2
-	VMULPS       Y3, Y14, Y3
-	VFMADD231PS  96(AX), Y13, Y3
-	VMULPS       Y4, Y14, Y4
-	VFMADD231PS  128(AX), Y13, Y4
-	VMULPS       Y5, Y14, Y5
-	VFMADD231PS  160(AX), Y13, Y5
-	VMULPS       Y6, Y14, Y6
-	VFMADD231PS  192(AX), Y13, Y6
-	VMULPS       Y7, Y14, Y7
-	VFMADD231PS  224(AX), Y13, Y7
-	VMOVUPS      80(SP), Y15
-	VMULPS       Y15, Y14, Y15
-	VFMADD231PS  256(AX), Y13, Y15
-	VMOVUPS      Y15, 80(SP)
-	VMOVUPS      112(SP), Y15
-	VMULPS       Y15, Y14, Y15
-	VFMADD231PS  288(AX), Y13, Y15
-	VMOVUPS      Y15, 112(SP)
-	VMOVUPS      144(SP), Y15
-	VMULPS       Y15, Y14, Y15
-	VFMADD231PS  320(AX), Y13, Y15
-	VMOVUPS      Y15, 144(SP)
-	VMOVUPS      176(SP), Y15
-	VMULPS       Y15, Y14, Y15
-	VFMADD231PS  352(AX), Y13, Y15
-	VMOVUPS      Y15, 176(SP)
-	CMPQ         R9, $0x000001a0
-	JBE          stateVKf32AVX2_dead_87
-	VMOVUPS      208(SP), Y15
-	VMULPS       Y15, Y14, Y15
-	VFMADD231PS  384(AX), Y13, Y15
-	VMOVUPS      Y15, 208(SP)
-	CMPQ         R9, $0x000001c0
-	JBE          stateVKf32AVX2_dead_87
-	VMOVUPS      240(SP), Y15
-	VMULPS       Y15, Y14, Y15
-	VFMADD231PS  416(AX), Y13, Y15
-	VMOVUPS      Y15, 240(SP)
-	CMPQ         R9, $0x000001e0
-	JBE          stateVKf32AVX2_dead_87
-	VMOVUPS      272(SP), Y15
-	VMULPS       Y15, Y14, Y15
-	VFMADD231PS  448(AX), Y13, Y15
-	VMOVUPS      Y15, 272(SP)
-
-stateVKf32AVX2_dead_87:
-	VMULPS      Y8, Y14, Y8
-	VFMADD231PS -32(AX)(R9*1), Y13, Y8
-	VANDPS      48(SP), Y8, Y8
-
-stateVKf32AVX2_decayed_32:
-stateVKf32AVX2_stored_15:
-	// The state after this token, if stored.
-	MOVQ  (BX), R10
-	TESTQ R10, R10
-	JZ    stateVKf32AVX2_nostore_8
-	MOVQ  (SP), R11
-	IMULQ R9, R11
-	ADDQ  R11, R10
-	CMPQ  R9, $0x00000200
-	JNE   stateVKf32AVX2_temporal_8
-	TESTQ $0x0000001f, R10
-	JNZ   stateVKf32AVX2_temporal_8
-	CMPQ  R8, $0x01
-	JNE   stateVKf32AVX2_snapshot_8
-	CMPQ  16(SP), $0x01
-	JE    stateVKf32AVX2_temporal_8
-	CMPQ  -8(BX), $0x00
-	JE    stateVKf32AVX2_temporal_8
-
-stateVKf32AVX2_snapshot_8:
-	VMOVNTPS Y0, (R10)
-	VMOVNTPS Y1, 32(R10)
-	VMOVNTPS Y2, 64(R10)
-	VMOVNTPS Y3, 96(R10)
-	VMOVNTPS Y4, 128(R10)
-	VMOVNTPS Y5, 160(R10)
-	VMOVNTPS Y6, 192(R10)
-	VMOVNTPS Y7, 224(R10)
-	VMOVUPS  80(SP), Y13
-	VMOVNTPS Y13, 256(R10)
-	VMOVUPS  112(SP), Y13
-	VMOVNTPS Y13, 288(R10)
-	VMOVUPS  144(SP), Y13
-	VMOVNTPS Y13, 320(R10)
-	VMOVUPS  176(SP), Y13
-	VMOVNTPS Y13, 352(R10)
-	VMOVUPS  208(SP), Y13
-	VMOVNTPS Y13, 384(R10)
-	VMOVUPS  240(SP), Y13
-	VMOVNTPS Y13, 416(R10)
-	VMOVUPS  272(SP), Y13
-	VMOVNTPS Y13, 448(R10)
-	VMOVNTPS Y8, 480(R10)
-	JMP      stateVKf32AVX2_stored_16
-
-stateVKf32AVX2_temporal_8:
-	VMOVUPS Y8, -32(R10)(R9*1)
-	VMOVUPS Y0, (R10)
-	VMOVUPS Y1, 32(R10)
-	VMOVUPS Y2, 64(R10)
-	VMOVUPS Y3, 96(R10)
-	VMOVUPS Y4, 128(R10)
-	VMOVUPS Y5, 160(R10)
-	VMOVUPS Y6, 192(R10)
-	VMOVUPS Y7, 224(R10)
-	VMOVUPS 80(SP), Y13
-	VMOVUPS Y13, 256(R10)
-	VMOVUPS 112(SP), Y13
-	VMOVUPS Y13, 288(R10)
-	VMOVUPS 144(SP), Y13
-	VMOVUPS Y13, 320(R10)
-	VMOVUPS 176(SP), Y13
-	VMOVUPS Y13, 352(R10)
-	CMPQ    R9, $0x000001a0
-	JBE     stateVKf32AVX2_dead_88
-	VMOVUPS 208(SP), Y13
-	VMOVUPS Y13, 384(R10)
-	CMPQ    R9, $0x000001c0
-	JBE     stateVKf32AVX2_dead_88
-	VMOVUPS 240(SP), Y13
-	VMOVUPS Y13, 416(R10)
-	CMPQ    R9, $0x000001e0
-	JBE     stateVKf32AVX2_dead_88
-	VMOVUPS 272(SP), Y13
-	VMOVUPS Y13, 448(R10)
-
-stateVKf32AVX2_dead_88:
-stateVKf32AVX2_stored_16:
-stateVKf32AVX2_nostore_8:
-	CMPQ R8, $0x01
-	JE   stateVKf32AVX2_tokensdone_8
-	ADDQ R9, AX
-	ADDQ R9, CX
-	ADDQ $0x10, DX
-	ADDQ $0x08, BX
-	ADDQ 32(SP), SI
-	ADDQ 24(SP), DI
-	DECQ R8
-	JMP  stateVKf32AVX2_token_8
-
-stateVKf32AVX2_tokensdone_8:
-	ADDQ $0x00000001, (SP)
-	SUBQ $0x00000001, 8(SP)
-	JMP  stateVKf32AVX2_group_8
-
-stateVKf32AVX2_groupsdone_8:
 stateVKf32AVX2_done_1:
 	SFENCE
 	VZEROUPPER
@@ -41221,466 +39515,6 @@ stateVKbf16AVX2_nocarry_1:
 
 stateVKbf16AVX2_groupsdone_1:
 stateVKbf16AVX2_pairtail_1:
-stateVKbf16AVX2_group_2:
-	CMPQ 8(SP), $0x00000001
-	JB   stateVKbf16AVX2_groupsdone_2
-
-	// The prefetch list's next group.
-	MOVQ 312(SP), AX
-
-stateVKbf16AVX2_pfentry_2:
-	CMPQ  AX, 320(SP)
-	JAE   stateVKbf16AVX2_pfdone_2
-	MOVQ  (AX), DX
-	MOVQ  8(AX), CX
-	ADDQ  $0x10, AX
-	TESTQ CX, CX
-	JZ    stateVKbf16AVX2_pfdone_2
-
-stateVKbf16AVX2_pfline_2:
-	PREFETCHT1 (DX)
-	ADDQ       $0x40, DX
-	DECQ       CX
-	JNZ        stateVKbf16AVX2_pfline_2
-	JMP        stateVKbf16AVX2_pfentry_2
-
-stateVKbf16AVX2_pfdone_2:
-	MOVQ AX, 312(SP)
-
-	// Load 1 row(s) of 1…4 vectors.
-	MOVQ       src32_base+40(FP), AX
-	TESTQ      AX, AX
-	JZ         stateVKbf16AVX2_frombf16_2
-	MOVQ       (SP), CX
-	IMULQ      R9, CX
-	ADDQ       CX, AX
-	PREFETCHT1 8192(AX)
-	CMPQ       R9, $0x00000040
-	JBE        stateVKbf16AVX2_dead_23
-	PREFETCHT1 8256(AX)
-
-stateVKbf16AVX2_dead_23:
-	VXORPS  Y0, Y0, Y0
-	VXORPS  Y1, Y1, Y1
-	VXORPS  Y2, Y2, Y2
-	CMPQ    R9, $0x00000020
-	JBE     stateVKbf16AVX2_dead_24
-	VMOVUPS (AX), Y0
-	CMPQ    R9, $0x00000040
-	JBE     stateVKbf16AVX2_dead_24
-	VMOVUPS 32(AX), Y1
-	CMPQ    R9, $0x00000060
-	JBE     stateVKbf16AVX2_dead_24
-	VMOVUPS 64(AX), Y2
-
-stateVKbf16AVX2_dead_24:
-	VMOVUPS -32(AX)(R9*1), Y3
-	VANDPS  48(SP), Y3, Y3
-	JMP     stateVKbf16AVX2_loaded_2
-
-stateVKbf16AVX2_frombf16_2:
-	MOVQ       src_base+16(FP), AX
-	MOVQ       (SP), CX
-	IMULQ      R10, CX
-	ADDQ       CX, AX
-	PREFETCHT1 8192(AX)
-	VXORPS     Y0, Y0, Y0
-	VXORPS     Y1, Y1, Y1
-	VXORPS     Y2, Y2, Y2
-	CMPQ       R9, $0x00000020
-	JBE        stateVKbf16AVX2_dead_25
-	VPMOVZXWD  (AX), Y0
-	VPSLLD     $0x10, Y0, Y0
-	CMPQ       R9, $0x00000040
-	JBE        stateVKbf16AVX2_dead_25
-	VPMOVZXWD  16(AX), Y1
-	VPSLLD     $0x10, Y1, Y1
-	CMPQ       R9, $0x00000060
-	JBE        stateVKbf16AVX2_dead_25
-	VPMOVZXWD  32(AX), Y2
-	VPSLLD     $0x10, Y2, Y2
-
-stateVKbf16AVX2_dead_25:
-	VPMOVZXWD -16(AX)(R10*1), Y3
-	VPSLLD    $0x10, Y3, Y3
-	VANDPS    48(SP), Y3, Y3
-
-stateVKbf16AVX2_loaded_2:
-	MOVQ        kh_base+112(FP), AX
-	MOVQ        qh_base+136(FP), CX
-	MOVQ        tok_base+216(FP), DX
-	MOVQ        stores_base+64(FP), BX
-	MOVQ        v_base+160(FP), SI
-	MOVQ        o_base+192(FP), DI
-	MOVQ        (SP), R8
-	SHLQ        $0x02, R8
-	ADDQ        R8, SI
-	ADDQ        R8, DI
-	MOVQ        16(SP), R8
-	VXORPS      Y4, Y4, Y4
-	VXORPS      Y6, Y6, Y6
-	VXORPS      Y5, Y5, Y5
-	VXORPS      Y7, Y7, Y7
-	CMPQ        R9, $0x00000020
-	JBE         stateVKbf16AVX2_dead_26
-	VFMADD231PS (AX), Y0, Y4
-	VFMADD231PS (CX), Y0, Y5
-	CMPQ        R9, $0x00000040
-	JBE         stateVKbf16AVX2_dead_26
-	VFMADD231PS 32(AX), Y1, Y6
-	VFMADD231PS 32(CX), Y1, Y7
-	CMPQ        R9, $0x00000060
-	JBE         stateVKbf16AVX2_dead_26
-	VFMADD231PS 64(AX), Y2, Y4
-	VFMADD231PS 64(CX), Y2, Y5
-
-stateVKbf16AVX2_dead_26:
-	VFMADD231PS -32(AX)(R9*1), Y3, Y6
-	VFMADD231PS -32(CX)(R9*1), Y3, Y7
-
-stateVKbf16AVX2_token_2:
-	VADDPS       Y6, Y4, Y4
-	VADDPS       Y7, Y5, Y5
-	VPERM2F128   $0x20, Y5, Y4, Y6
-	VPERM2F128   $0x31, Y5, Y4, Y4
-	VADDPS       Y4, Y6, Y6
-	VSHUFPS      $0x44, Y6, Y6, Y4
-	VSHUFPS      $0xee, Y6, Y6, Y5
-	VADDPS       Y5, Y4, Y4
-	VSHUFPS      $0x88, Y4, Y4, Y5
-	VSHUFPS      $0xdd, Y4, Y4, Y4
-	VADDPS       Y4, Y5, Y5
-	VMOVUPS      vkpermAVX2_1<>+0(SB), Y4
-	VPERMPS      Y5, Y4, Y6
-	VMOVSS       (DX), X4
-	VUCOMISS     nearone<>+0(SB), X4
-	JCS          stateVKbf16AVX2_far_6
-	VBROADCASTSS (DX), Y4
-	VFMADD213PS  Y6, Y4, Y6
-	JMP          stateVKbf16AVX2_decayed_6
-
-stateVKbf16AVX2_far_6:
-	VBROADCASTSS 4(DX), Y4
-	VMULPS       Y6, Y4, Y6
-
-stateVKbf16AVX2_decayed_6:
-	VEXTRACTF128 $0x01, Y6, X4
-	VMOVSS       (SI), X5
-	VSUBPS       X6, X5, X5
-	VBROADCASTSS 8(DX), Y6
-	VXORPS       Y8, Y8, Y8
-	VMULPS       X6, X5, X8
-	VBROADCASTSS 12(DX), Y5
-	VFMADD231PS  X5, X8, X4
-	VMOVSS       X4, (DI)
-	MOVQ         (BX), R11
-	TESTQ        R11, R11
-	JZ           stateVKbf16AVX2_nofin_3
-	VSUBPS       X8, X8, X4
-	VCMPPS       $0x03, X4, X4, X4
-	VMOVMSKPS    X4, R11
-	ANDL         $0x00000001, R11
-	MOVL         R11, 80(SP)
-
-stateVKbf16AVX2_nofin_3:
-	CMPQ         R8, $0x01
-	JE           stateVKbf16AVX2_lasttoken_2
-	MOVQ         (BX), R11
-	TESTQ        R11, R11
-	JNZ          stateVKbf16AVX2_lasttoken_2
-	VXORPS       Y4, Y4, Y4
-	VXORPS       Y6, Y6, Y6
-	VXORPS       Y5, Y5, Y5
-	VXORPS       Y7, Y7, Y7
-	VMOVSS       (DX), X9
-	VUCOMISS     nearone<>+0(SB), X9
-	JCS          stateVKbf16AVX2_far_7
-	VBROADCASTSS (DX), Y9
-	VBROADCASTSS X8, Y8
-	CMPQ         R9, $0x00000020
-	JBE          stateVKbf16AVX2_dead_27
-	VFMADD213PS  Y0, Y9, Y0
-	VFMADD231PS  (AX), Y8, Y0
-	VFMADD231PS  (AX)(R9*1), Y0, Y4
-	VFMADD231PS  (CX)(R9*1), Y0, Y5
-	CMPQ         R9, $0x00000040
-	JBE          stateVKbf16AVX2_dead_27
-	VFMADD213PS  Y1, Y9, Y1
-	VFMADD231PS  32(AX), Y8, Y1
-	VFMADD231PS  32(AX)(R9*1), Y1, Y6
-	VFMADD231PS  32(CX)(R9*1), Y1, Y7
-	CMPQ         R9, $0x00000060
-	JBE          stateVKbf16AVX2_dead_27
-	VFMADD213PS  Y2, Y9, Y2
-	VFMADD231PS  64(AX), Y8, Y2
-	VFMADD231PS  64(AX)(R9*1), Y2, Y4
-	VFMADD231PS  64(CX)(R9*1), Y2, Y5
-
-stateVKbf16AVX2_dead_27:
-	VFMADD213PS Y3, Y9, Y3
-	VFMADD231PS -32(AX)(R9*1), Y8, Y3
-	VANDPS      48(SP), Y3, Y3
-	VFMADD231PS -32(AX)(R9*2), Y3, Y6
-	VFMADD231PS -32(CX)(R9*2), Y3, Y7
-	JMP         stateVKbf16AVX2_decayed_7
-
-stateVKbf16AVX2_far_7:
-	VBROADCASTSS 4(DX), Y9
-	VBROADCASTSS X8, Y8
-	CMPQ         R9, $0x00000020
-	JBE          stateVKbf16AVX2_dead_28
-	VMULPS       Y0, Y9, Y0
-	VFMADD231PS  (AX), Y8, Y0
-	VFMADD231PS  (AX)(R9*1), Y0, Y4
-	VFMADD231PS  (CX)(R9*1), Y0, Y5
-	CMPQ         R9, $0x00000040
-	JBE          stateVKbf16AVX2_dead_28
-	VMULPS       Y1, Y9, Y1
-	VFMADD231PS  32(AX), Y8, Y1
-	VFMADD231PS  32(AX)(R9*1), Y1, Y6
-	VFMADD231PS  32(CX)(R9*1), Y1, Y7
-	CMPQ         R9, $0x00000060
-	JBE          stateVKbf16AVX2_dead_28
-	VMULPS       Y2, Y9, Y2
-	VFMADD231PS  64(AX), Y8, Y2
-	VFMADD231PS  64(AX)(R9*1), Y2, Y4
-	VFMADD231PS  64(CX)(R9*1), Y2, Y5
-
-stateVKbf16AVX2_dead_28:
-	VMULPS      Y3, Y9, Y3
-	VFMADD231PS -32(AX)(R9*1), Y8, Y3
-	VANDPS      48(SP), Y3, Y3
-	VFMADD231PS -32(AX)(R9*2), Y3, Y6
-	VFMADD231PS -32(CX)(R9*2), Y3, Y7
-
-stateVKbf16AVX2_decayed_7:
-	ADDQ R9, AX
-	ADDQ R9, CX
-	ADDQ $0x10, DX
-	ADDQ $0x08, BX
-	ADDQ 32(SP), SI
-	ADDQ 24(SP), DI
-	DECQ R8
-	JMP  stateVKbf16AVX2_token_2
-
-stateVKbf16AVX2_lasttoken_2:
-	VMOVSS       (DX), X4
-	VUCOMISS     nearone<>+0(SB), X4
-	JCS          stateVKbf16AVX2_far_8
-	VBROADCASTSS (DX), Y4
-	VBROADCASTSS X8, Y5
-	CMPQ         R9, $0x00000020
-	JBE          stateVKbf16AVX2_dead_29
-	VFMADD213PS  Y0, Y4, Y0
-	VFMADD231PS  (AX), Y5, Y0
-	CMPQ         R9, $0x00000040
-	JBE          stateVKbf16AVX2_dead_29
-	VFMADD213PS  Y1, Y4, Y1
-	VFMADD231PS  32(AX), Y5, Y1
-	CMPQ         R9, $0x00000060
-	JBE          stateVKbf16AVX2_dead_29
-	VFMADD213PS  Y2, Y4, Y2
-	VFMADD231PS  64(AX), Y5, Y2
-
-stateVKbf16AVX2_dead_29:
-	VFMADD213PS Y3, Y4, Y3
-	VFMADD231PS -32(AX)(R9*1), Y5, Y3
-	VANDPS      48(SP), Y3, Y3
-	JMP         stateVKbf16AVX2_decayed_8
-
-stateVKbf16AVX2_far_8:
-	VBROADCASTSS 4(DX), Y4
-	VBROADCASTSS X8, Y5
-	CMPQ         R9, $0x00000020
-	JBE          stateVKbf16AVX2_dead_30
-	VMULPS       Y0, Y4, Y0
-	VFMADD231PS  (AX), Y5, Y0
-	CMPQ         R9, $0x00000040
-	JBE          stateVKbf16AVX2_dead_30
-	VMULPS       Y1, Y4, Y1
-	VFMADD231PS  32(AX), Y5, Y1
-	CMPQ         R9, $0x00000060
-	JBE          stateVKbf16AVX2_dead_30
-	VMULPS       Y2, Y4, Y2
-	VFMADD231PS  64(AX), Y5, Y2
-
-stateVKbf16AVX2_dead_30:
-	VMULPS      Y3, Y4, Y3
-	VFMADD231PS -32(AX)(R9*1), Y5, Y3
-	VANDPS      48(SP), Y3, Y3
-
-stateVKbf16AVX2_decayed_8:
-	// The state after this token, if stored.
-	MOVQ         (BX), R11
-	TESTQ        R11, R11
-	JZ           stateVKbf16AVX2_nostore_2
-	MOVQ         (SP), R12
-	IMULQ        R10, R12
-	ADDQ         R12, R11
-	CMPL         80(SP), $0x00
-	JNE          stateVKbf16AVX2_bfnan_2
-	VMOVAPS      Y3, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VPAND        one_i<>+0(SB), Y5, Y5
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y5, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, -16(R11)(R10*1)
-	CMPQ         R9, $0x00000020
-	JBE          stateVKbf16AVX2_dead_31
-	VMOVAPS      Y0, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VPAND        one_i<>+0(SB), Y5, Y5
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y5, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, (R11)
-	CMPQ         R9, $0x00000040
-	JBE          stateVKbf16AVX2_dead_31
-	VMOVAPS      Y1, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VPAND        one_i<>+0(SB), Y5, Y5
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y5, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 16(R11)
-	CMPQ         R9, $0x00000060
-	JBE          stateVKbf16AVX2_dead_31
-	VMOVAPS      Y2, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VPAND        one_i<>+0(SB), Y5, Y5
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y5, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 32(R11)
-
-stateVKbf16AVX2_dead_31:
-	JMP stateVKbf16AVX2_bfdone_2
-
-stateVKbf16AVX2_bfnan_2:
-	VMOVAPS      Y3, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VCMPPS       $0x03, Y4, Y4, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y6, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, -16(R11)(R10*1)
-	CMPQ         R9, $0x00000020
-	JBE          stateVKbf16AVX2_dead_32
-	VMOVAPS      Y0, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VCMPPS       $0x03, Y4, Y4, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y6, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, (R11)
-	CMPQ         R9, $0x00000040
-	JBE          stateVKbf16AVX2_dead_32
-	VMOVAPS      Y1, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VCMPPS       $0x03, Y4, Y4, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y6, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 16(R11)
-	CMPQ         R9, $0x00000060
-	JBE          stateVKbf16AVX2_dead_32
-	VMOVAPS      Y2, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VCMPPS       $0x03, Y4, Y4, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y6, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 32(R11)
-
-stateVKbf16AVX2_dead_32:
-stateVKbf16AVX2_bfdone_2:
-stateVKbf16AVX2_nostore_2:
-	CMPQ        R8, $0x01
-	JE          stateVKbf16AVX2_tokensdone_2
-	ADDQ        R9, AX
-	ADDQ        R9, CX
-	ADDQ        $0x10, DX
-	ADDQ        $0x08, BX
-	ADDQ        32(SP), SI
-	ADDQ        24(SP), DI
-	DECQ        R8
-	VXORPS      Y4, Y4, Y4
-	VXORPS      Y6, Y6, Y6
-	VXORPS      Y5, Y5, Y5
-	VXORPS      Y7, Y7, Y7
-	CMPQ        R9, $0x00000020
-	JBE         stateVKbf16AVX2_dead_33
-	VFMADD231PS (AX), Y0, Y4
-	VFMADD231PS (CX), Y0, Y5
-	CMPQ        R9, $0x00000040
-	JBE         stateVKbf16AVX2_dead_33
-	VFMADD231PS 32(AX), Y1, Y6
-	VFMADD231PS 32(CX), Y1, Y7
-	CMPQ        R9, $0x00000060
-	JBE         stateVKbf16AVX2_dead_33
-	VFMADD231PS 64(AX), Y2, Y4
-	VFMADD231PS 64(CX), Y2, Y5
-
-stateVKbf16AVX2_dead_33:
-	VFMADD231PS -32(AX)(R9*1), Y3, Y6
-	VFMADD231PS -32(CX)(R9*1), Y3, Y7
-	JMP         stateVKbf16AVX2_token_2
-
-stateVKbf16AVX2_tokensdone_2:
-	// The f32 carry after the last token, if asked for.
-	MOVQ    carry_base+88(FP), AX
-	TESTQ   AX, AX
-	JZ      stateVKbf16AVX2_nocarry_2
-	MOVQ    (SP), CX
-	IMULQ   R9, CX
-	ADDQ    CX, AX
-	VMOVUPS Y3, -32(AX)(R9*1)
-	CMPQ    R9, $0x00000020
-	JBE     stateVKbf16AVX2_dead_34
-	VMOVUPS Y0, (AX)
-	CMPQ    R9, $0x00000040
-	JBE     stateVKbf16AVX2_dead_34
-	VMOVUPS Y1, 32(AX)
-	CMPQ    R9, $0x00000060
-	JBE     stateVKbf16AVX2_dead_34
-	VMOVUPS Y2, 64(AX)
-
-stateVKbf16AVX2_dead_34:
-stateVKbf16AVX2_nocarry_2:
-	ADDQ $0x00000001, (SP)
-	SUBQ $0x00000001, 8(SP)
-	JMP  stateVKbf16AVX2_group_2
-
-stateVKbf16AVX2_groupsdone_2:
 	JMP stateVKbf16AVX2_done_1
 
 stateVKbf16AVX2_n8_1:
@@ -41721,10 +39555,10 @@ stateVKbf16AVX2_once_2:
 	PREFETCHT1 8256(R11)
 	PREFETCHT1 8320(R11)
 	CMPQ       R9, $0x000000c0
-	JBE        stateVKbf16AVX2_dead_35
+	JBE        stateVKbf16AVX2_dead_23
 	PREFETCHT1 8384(R11)
 
-stateVKbf16AVX2_dead_35:
+stateVKbf16AVX2_dead_23:
 	VMOVUPS     (AX), Y5
 	VMOVUPS     (CX), Y3
 	VPMOVZXWD   (R11), Y2
@@ -41766,7 +39600,7 @@ stateVKbf16AVX2_dead_35:
 	VFMADD231PS Y9, Y11, Y7
 	VFMADD231PS Y10, Y11, Y8
 	CMPQ        R9, $0x000000a0
-	JBE         stateVKbf16AVX2_dead_36
+	JBE         stateVKbf16AVX2_dead_24
 	VMOVUPS     128(AX), Y9
 	VMOVUPS     128(CX), Y10
 	VPMOVZXWD   64(R11), Y11
@@ -41778,7 +39612,7 @@ stateVKbf16AVX2_dead_35:
 	VFMADD231PS Y9, Y11, Y5
 	VFMADD231PS Y10, Y11, Y6
 	CMPQ        R9, $0x000000c0
-	JBE         stateVKbf16AVX2_dead_36
+	JBE         stateVKbf16AVX2_dead_24
 	VMOVUPS     160(AX), Y9
 	VMOVUPS     160(CX), Y10
 	VPMOVZXWD   80(R11), Y11
@@ -41790,7 +39624,7 @@ stateVKbf16AVX2_dead_35:
 	VFMADD231PS Y9, Y11, Y7
 	VFMADD231PS Y10, Y11, Y8
 	CMPQ        R9, $0x000000e0
-	JBE         stateVKbf16AVX2_dead_36
+	JBE         stateVKbf16AVX2_dead_24
 	VMOVUPS     192(AX), Y9
 	VMOVUPS     192(CX), Y10
 	VPMOVZXWD   96(R11), Y11
@@ -41802,7 +39636,7 @@ stateVKbf16AVX2_dead_35:
 	VFMADD231PS Y9, Y11, Y5
 	VFMADD231PS Y10, Y11, Y6
 
-stateVKbf16AVX2_dead_36:
+stateVKbf16AVX2_dead_24:
 	VMOVUPS      -32(AX)(R9*1), Y9
 	VMOVUPS      -32(CX)(R9*1), Y10
 	VPMOVZXWD    -16(R11)(R10*1), Y11
@@ -41835,16 +39669,16 @@ stateVKbf16AVX2_dead_36:
 	VPERMPS      Y0, Y2, Y0
 	VMOVSS       (DX), X1
 	VUCOMISS     nearone<>+0(SB), X1
-	JCS          stateVKbf16AVX2_far_9
+	JCS          stateVKbf16AVX2_far_6
 	VBROADCASTSS (DX), Y2
 	VFMADD213PS  Y0, Y2, Y0
-	JMP          stateVKbf16AVX2_decayed_9
+	JMP          stateVKbf16AVX2_decayed_6
 
-stateVKbf16AVX2_far_9:
+stateVKbf16AVX2_far_6:
 	VBROADCASTSS 4(DX), Y2
 	VMULPS       Y0, Y2, Y0
 
-stateVKbf16AVX2_decayed_9:
+stateVKbf16AVX2_decayed_6:
 	VEXTRACTF128 $0x01, Y0, X2
 	VMOVSD       (SI), X1
 	VSUBPS       X0, X1, X1
@@ -41855,14 +39689,14 @@ stateVKbf16AVX2_decayed_9:
 	VMOVSD       X2, (DI)
 	MOVQ         (BX), CX
 	TESTQ        CX, CX
-	JZ           stateVKbf16AVX2_nofin_4
+	JZ           stateVKbf16AVX2_nofin_3
 	VSUBPS       X1, X1, X0
 	VCMPPS       $0x03, X0, X0, X0
 	VMOVMSKPS    X0, CX
 	ANDL         $0x00000003, CX
 	MOVL         CX, 80(SP)
 
-stateVKbf16AVX2_nofin_4:
+stateVKbf16AVX2_nofin_3:
 	MOVQ         (BX), CX
 	MOVQ         (SP), BX
 	IMULQ        R10, BX
@@ -41875,7 +39709,7 @@ stateVKbf16AVX2_nofin_4:
 	JNE          stateVKbf16AVX2_pairs_2
 	VMOVSS       (DX), X3
 	VUCOMISS     nearone<>+0(SB), X3
-	JCS          stateVKbf16AVX2_far_10
+	JCS          stateVKbf16AVX2_far_7
 	VBROADCASTSS (DX), Y3
 	VBROADCASTSS X1, Y4
 	VMOVUPS      vklane1<>+0(SB), Y5
@@ -41969,7 +39803,7 @@ stateVKbf16AVX2_nofin_4:
 	VPERMQ       $0xd8, Y8, Y8
 	VMOVDQU      Y8, 32(CX)(R10*1)
 	CMPQ         R9, $0x000000a0
-	JBE          stateVKbf16AVX2_dead_37
+	JBE          stateVKbf16AVX2_dead_25
 	VMOVUPS      128(AX), Y6
 	VPMOVZXWD    64(R11), Y7
 	VPSLLD       $0x10, Y7, Y7
@@ -41996,7 +39830,7 @@ stateVKbf16AVX2_nofin_4:
 	VPACKUSDW    X1, X7, X1
 	VMOVDQU      X1, 64(CX)(R10*1)
 	CMPQ         R9, $0x000000c0
-	JBE          stateVKbf16AVX2_dead_37
+	JBE          stateVKbf16AVX2_dead_25
 	VMOVUPS      160(AX), Y6
 	VPMOVZXWD    80(R11), Y7
 	VPSLLD       $0x10, Y7, Y7
@@ -42023,7 +39857,7 @@ stateVKbf16AVX2_nofin_4:
 	VPACKUSDW    X1, X7, X1
 	VMOVDQU      X1, 80(CX)(R10*1)
 	CMPQ         R9, $0x000000e0
-	JBE          stateVKbf16AVX2_dead_37
+	JBE          stateVKbf16AVX2_dead_25
 	VMOVUPS      192(AX), Y6
 	VPMOVZXWD    96(R11), Y7
 	VPSLLD       $0x10, Y7, Y7
@@ -42050,7 +39884,7 @@ stateVKbf16AVX2_nofin_4:
 	VPACKUSDW    X1, X7, X1
 	VMOVDQU      X1, 96(CX)(R10*1)
 
-stateVKbf16AVX2_dead_37:
+stateVKbf16AVX2_dead_25:
 	VFMADD213PS  Y0, Y3, Y0
 	VFMADD231PS  -32(AX)(R9*1), Y4, Y0
 	VPSRLD       $0x10, Y0, Y4
@@ -42071,9 +39905,9 @@ stateVKbf16AVX2_dead_37:
 	VEXTRACTI128 $0x01, Y2, X0
 	VPACKUSDW    X0, X2, X0
 	VMOVDQU      X0, -16(CX)(R10*2)
-	JMP          stateVKbf16AVX2_decayed_10
+	JMP          stateVKbf16AVX2_decayed_7
 
-stateVKbf16AVX2_far_10:
+stateVKbf16AVX2_far_7:
 	VBROADCASTSS 4(DX), Y3
 	VBROADCASTSS X1, Y4
 	VMOVUPS      vklane1<>+0(SB), Y5
@@ -42167,7 +40001,7 @@ stateVKbf16AVX2_far_10:
 	VPERMQ       $0xd8, Y8, Y8
 	VMOVDQU      Y8, 32(CX)(R10*1)
 	CMPQ         R9, $0x000000a0
-	JBE          stateVKbf16AVX2_dead_38
+	JBE          stateVKbf16AVX2_dead_26
 	VMOVUPS      128(AX), Y6
 	VPMOVZXWD    64(R11), Y7
 	VPSLLD       $0x10, Y7, Y7
@@ -42194,7 +40028,7 @@ stateVKbf16AVX2_far_10:
 	VPACKUSDW    X1, X7, X1
 	VMOVDQU      X1, 64(CX)(R10*1)
 	CMPQ         R9, $0x000000c0
-	JBE          stateVKbf16AVX2_dead_38
+	JBE          stateVKbf16AVX2_dead_26
 	VMOVUPS      160(AX), Y6
 	VPMOVZXWD    80(R11), Y7
 	VPSLLD       $0x10, Y7, Y7
@@ -42221,7 +40055,7 @@ stateVKbf16AVX2_far_10:
 	VPACKUSDW    X1, X7, X1
 	VMOVDQU      X1, 80(CX)(R10*1)
 	CMPQ         R9, $0x000000e0
-	JBE          stateVKbf16AVX2_dead_38
+	JBE          stateVKbf16AVX2_dead_26
 	VMOVUPS      192(AX), Y6
 	VPMOVZXWD    96(R11), Y7
 	VPSLLD       $0x10, Y7, Y7
@@ -42248,7 +40082,7 @@ stateVKbf16AVX2_far_10:
 	VPACKUSDW    X1, X7, X1
 	VMOVDQU      X1, 96(CX)(R10*1)
 
-stateVKbf16AVX2_dead_38:
+stateVKbf16AVX2_dead_26:
 	VMULPS       Y0, Y3, Y0
 	VFMADD231PS  -32(AX)(R9*1), Y4, Y0
 	VPSRLD       $0x10, Y0, Y4
@@ -42270,7 +40104,7 @@ stateVKbf16AVX2_dead_38:
 	VPACKUSDW    X0, X2, X0
 	VMOVDQU      X0, -16(CX)(R10*2)
 
-stateVKbf16AVX2_decayed_10:
+stateVKbf16AVX2_decayed_7:
 	ADDQ $0x00000002, (SP)
 	SUBQ $0x00000002, 8(SP)
 	JMP  stateVKbf16AVX2_once_2
@@ -42281,36 +40115,36 @@ stateVKbf16AVX2_oncedone_2:
 stateVKbf16AVX2_pairs_2:
 	MOVQ 40(SP), R11
 
-stateVKbf16AVX2_group_3:
+stateVKbf16AVX2_group_2:
 	CMPQ 8(SP), $0x00000002
-	JB   stateVKbf16AVX2_groupsdone_3
+	JB   stateVKbf16AVX2_groupsdone_2
 
 	// The prefetch list's next group.
 	MOVQ 312(SP), AX
 
-stateVKbf16AVX2_pfentry_3:
+stateVKbf16AVX2_pfentry_2:
 	CMPQ  AX, 320(SP)
-	JAE   stateVKbf16AVX2_pfdone_3
+	JAE   stateVKbf16AVX2_pfdone_2
 	MOVQ  (AX), DX
 	MOVQ  8(AX), CX
 	ADDQ  $0x10, AX
 	TESTQ CX, CX
-	JZ    stateVKbf16AVX2_pfdone_3
+	JZ    stateVKbf16AVX2_pfdone_2
 
-stateVKbf16AVX2_pfline_3:
+stateVKbf16AVX2_pfline_2:
 	PREFETCHT1 (DX)
 	ADDQ       $0x40, DX
 	DECQ       CX
-	JNZ        stateVKbf16AVX2_pfline_3
-	JMP        stateVKbf16AVX2_pfentry_3
+	JNZ        stateVKbf16AVX2_pfline_2
+	JMP        stateVKbf16AVX2_pfentry_2
 
-stateVKbf16AVX2_pfdone_3:
+stateVKbf16AVX2_pfdone_2:
 	MOVQ AX, 312(SP)
 
 	// Load 2 row(s) of 5…8 vectors.
 	MOVQ       src32_base+40(FP), AX
 	TESTQ      AX, AX
-	JZ         stateVKbf16AVX2_frombf16_3
+	JZ         stateVKbf16AVX2_frombf16_2
 	MOVQ       (SP), CX
 	IMULQ      R9, CX
 	ADDQ       CX, AX
@@ -42320,16 +40154,16 @@ stateVKbf16AVX2_pfdone_3:
 	PREFETCHT1 8384(AX)
 	PREFETCHT1 8448(AX)
 	CMPQ       R9, $0x000000a0
-	JBE        stateVKbf16AVX2_dead_39
+	JBE        stateVKbf16AVX2_dead_27
 	PREFETCHT1 8512(AX)
 	CMPQ       R9, $0x000000c0
-	JBE        stateVKbf16AVX2_dead_39
+	JBE        stateVKbf16AVX2_dead_27
 	PREFETCHT1 8576(AX)
 	CMPQ       R9, $0x000000e0
-	JBE        stateVKbf16AVX2_dead_39
+	JBE        stateVKbf16AVX2_dead_27
 	PREFETCHT1 8640(AX)
 
-stateVKbf16AVX2_dead_39:
+stateVKbf16AVX2_dead_27:
 	VMOVUPS (AX), Y0
 	VMOVUPS 32(AX), Y1
 	VMOVUPS Y1, 32(R11)
@@ -42338,19 +40172,19 @@ stateVKbf16AVX2_dead_39:
 	VMOVUPS 96(AX), Y1
 	VMOVUPS Y1, 96(R11)
 	CMPQ    R9, $0x000000a0
-	JBE     stateVKbf16AVX2_dead_40
+	JBE     stateVKbf16AVX2_dead_28
 	VMOVUPS 128(AX), Y1
 	VMOVUPS Y1, 128(R11)
 	CMPQ    R9, $0x000000c0
-	JBE     stateVKbf16AVX2_dead_40
+	JBE     stateVKbf16AVX2_dead_28
 	VMOVUPS 160(AX), Y1
 	VMOVUPS Y1, 160(R11)
 	CMPQ    R9, $0x000000e0
-	JBE     stateVKbf16AVX2_dead_40
+	JBE     stateVKbf16AVX2_dead_28
 	VMOVUPS 192(AX), Y1
 	VMOVUPS Y1, 192(R11)
 
-stateVKbf16AVX2_dead_40:
+stateVKbf16AVX2_dead_28:
 	VMOVUPS -32(AX)(R9*1), Y1
 	VANDPS  48(SP), Y1, Y1
 	ADDQ    R9, AX
@@ -42362,24 +40196,24 @@ stateVKbf16AVX2_dead_40:
 	VMOVUPS 96(AX), Y3
 	VMOVUPS Y3, 608(R11)
 	CMPQ    R9, $0x000000a0
-	JBE     stateVKbf16AVX2_dead_41
+	JBE     stateVKbf16AVX2_dead_29
 	VMOVUPS 128(AX), Y3
 	VMOVUPS Y3, 640(R11)
 	CMPQ    R9, $0x000000c0
-	JBE     stateVKbf16AVX2_dead_41
+	JBE     stateVKbf16AVX2_dead_29
 	VMOVUPS 160(AX), Y3
 	VMOVUPS Y3, 672(R11)
 	CMPQ    R9, $0x000000e0
-	JBE     stateVKbf16AVX2_dead_41
+	JBE     stateVKbf16AVX2_dead_29
 	VMOVUPS 192(AX), Y3
 	VMOVUPS Y3, 704(R11)
 
-stateVKbf16AVX2_dead_41:
+stateVKbf16AVX2_dead_29:
 	VMOVUPS -32(AX)(R9*1), Y3
 	VANDPS  48(SP), Y3, Y3
-	JMP     stateVKbf16AVX2_loaded_3
+	JMP     stateVKbf16AVX2_loaded_2
 
-stateVKbf16AVX2_frombf16_3:
+stateVKbf16AVX2_frombf16_2:
 	MOVQ       src_base+16(FP), AX
 	MOVQ       (SP), CX
 	IMULQ      R10, CX
@@ -42388,10 +40222,10 @@ stateVKbf16AVX2_frombf16_3:
 	PREFETCHT1 8256(AX)
 	PREFETCHT1 8320(AX)
 	CMPQ       R9, $0x000000c0
-	JBE        stateVKbf16AVX2_dead_42
+	JBE        stateVKbf16AVX2_dead_30
 	PREFETCHT1 8384(AX)
 
-stateVKbf16AVX2_dead_42:
+stateVKbf16AVX2_dead_30:
 	VPMOVZXWD (AX), Y0
 	VPSLLD    $0x10, Y0, Y0
 	VPMOVZXWD 16(AX), Y1
@@ -42404,22 +40238,22 @@ stateVKbf16AVX2_dead_42:
 	VPSLLD    $0x10, Y1, Y1
 	VMOVUPS   Y1, 96(R11)
 	CMPQ      R9, $0x000000a0
-	JBE       stateVKbf16AVX2_dead_43
+	JBE       stateVKbf16AVX2_dead_31
 	VPMOVZXWD 64(AX), Y1
 	VPSLLD    $0x10, Y1, Y1
 	VMOVUPS   Y1, 128(R11)
 	CMPQ      R9, $0x000000c0
-	JBE       stateVKbf16AVX2_dead_43
+	JBE       stateVKbf16AVX2_dead_31
 	VPMOVZXWD 80(AX), Y1
 	VPSLLD    $0x10, Y1, Y1
 	VMOVUPS   Y1, 160(R11)
 	CMPQ      R9, $0x000000e0
-	JBE       stateVKbf16AVX2_dead_43
+	JBE       stateVKbf16AVX2_dead_31
 	VPMOVZXWD 96(AX), Y1
 	VPSLLD    $0x10, Y1, Y1
 	VMOVUPS   Y1, 192(R11)
 
-stateVKbf16AVX2_dead_43:
+stateVKbf16AVX2_dead_31:
 	VPMOVZXWD -16(AX)(R10*1), Y1
 	VPSLLD    $0x10, Y1, Y1
 	VANDPS    48(SP), Y1, Y1
@@ -42436,27 +40270,27 @@ stateVKbf16AVX2_dead_43:
 	VPSLLD    $0x10, Y3, Y3
 	VMOVUPS   Y3, 608(R11)
 	CMPQ      R9, $0x000000a0
-	JBE       stateVKbf16AVX2_dead_44
+	JBE       stateVKbf16AVX2_dead_32
 	VPMOVZXWD 64(AX), Y3
 	VPSLLD    $0x10, Y3, Y3
 	VMOVUPS   Y3, 640(R11)
 	CMPQ      R9, $0x000000c0
-	JBE       stateVKbf16AVX2_dead_44
+	JBE       stateVKbf16AVX2_dead_32
 	VPMOVZXWD 80(AX), Y3
 	VPSLLD    $0x10, Y3, Y3
 	VMOVUPS   Y3, 672(R11)
 	CMPQ      R9, $0x000000e0
-	JBE       stateVKbf16AVX2_dead_44
+	JBE       stateVKbf16AVX2_dead_32
 	VPMOVZXWD 96(AX), Y3
 	VPSLLD    $0x10, Y3, Y3
 	VMOVUPS   Y3, 704(R11)
 
-stateVKbf16AVX2_dead_44:
+stateVKbf16AVX2_dead_32:
 	VPMOVZXWD -16(AX)(R10*1), Y3
 	VPSLLD    $0x10, Y3, Y3
 	VANDPS    48(SP), Y3, Y3
 
-stateVKbf16AVX2_loaded_3:
+stateVKbf16AVX2_loaded_2:
 	MOVQ        kh_base+112(FP), AX
 	MOVQ        qh_base+136(FP), CX
 	MOVQ        tok_base+216(FP), DX
@@ -42491,7 +40325,7 @@ stateVKbf16AVX2_loaded_3:
 	VFMADD231PS 96(AX), Y12, Y10
 	VFMADD231PS 96(CX), Y12, Y11
 	CMPQ        R9, $0x000000a0
-	JBE         stateVKbf16AVX2_dead_45
+	JBE         stateVKbf16AVX2_dead_33
 	VMOVUPS     128(R11), Y12
 	VFMADD231PS 128(AX), Y12, Y4
 	VFMADD231PS 128(CX), Y12, Y5
@@ -42499,7 +40333,7 @@ stateVKbf16AVX2_loaded_3:
 	VFMADD231PS 128(AX), Y12, Y8
 	VFMADD231PS 128(CX), Y12, Y9
 	CMPQ        R9, $0x000000c0
-	JBE         stateVKbf16AVX2_dead_45
+	JBE         stateVKbf16AVX2_dead_33
 	VMOVUPS     160(R11), Y12
 	VFMADD231PS 160(AX), Y12, Y6
 	VFMADD231PS 160(CX), Y12, Y7
@@ -42507,7 +40341,7 @@ stateVKbf16AVX2_loaded_3:
 	VFMADD231PS 160(AX), Y12, Y10
 	VFMADD231PS 160(CX), Y12, Y11
 	CMPQ        R9, $0x000000e0
-	JBE         stateVKbf16AVX2_dead_45
+	JBE         stateVKbf16AVX2_dead_33
 	VMOVUPS     192(R11), Y12
 	VFMADD231PS 192(AX), Y12, Y4
 	VFMADD231PS 192(CX), Y12, Y5
@@ -42515,13 +40349,13 @@ stateVKbf16AVX2_loaded_3:
 	VFMADD231PS 192(AX), Y12, Y8
 	VFMADD231PS 192(CX), Y12, Y9
 
-stateVKbf16AVX2_dead_45:
+stateVKbf16AVX2_dead_33:
 	VFMADD231PS -32(AX)(R9*1), Y1, Y6
 	VFMADD231PS -32(CX)(R9*1), Y1, Y7
 	VFMADD231PS -32(AX)(R9*1), Y3, Y10
 	VFMADD231PS -32(CX)(R9*1), Y3, Y11
 
-stateVKbf16AVX2_token_3:
+stateVKbf16AVX2_token_2:
 	VADDPS       Y6, Y4, Y4
 	VADDPS       Y10, Y8, Y8
 	VADDPS       Y7, Y5, Y5
@@ -42542,16 +40376,16 @@ stateVKbf16AVX2_token_3:
 	VPERMPS      Y4, Y5, Y4
 	VMOVSS       (DX), X5
 	VUCOMISS     nearone<>+0(SB), X5
-	JCS          stateVKbf16AVX2_far_11
+	JCS          stateVKbf16AVX2_far_8
 	VBROADCASTSS (DX), Y5
 	VFMADD213PS  Y4, Y5, Y4
-	JMP          stateVKbf16AVX2_decayed_11
+	JMP          stateVKbf16AVX2_decayed_8
 
-stateVKbf16AVX2_far_11:
+stateVKbf16AVX2_far_8:
 	VBROADCASTSS 4(DX), Y5
 	VMULPS       Y4, Y5, Y4
 
-stateVKbf16AVX2_decayed_11:
+stateVKbf16AVX2_decayed_8:
 	VEXTRACTF128 $0x01, Y4, X5
 	VMOVSD       (SI), X6
 	VSUBPS       X4, X6, X6
@@ -42563,22 +40397,22 @@ stateVKbf16AVX2_decayed_11:
 	VMOVSD       X5, (DI)
 	MOVQ         (BX), R12
 	TESTQ        R12, R12
-	JZ           stateVKbf16AVX2_nofin_5
+	JZ           stateVKbf16AVX2_nofin_4
 	VSUBPS       X4, X4, X5
 	VCMPPS       $0x03, X5, X5, X5
 	VMOVMSKPS    X5, R12
 	ANDL         $0x00000003, R12
 	MOVL         R12, 80(SP)
 
-stateVKbf16AVX2_nofin_5:
+stateVKbf16AVX2_nofin_4:
 	CMPQ         R8, $0x01
-	JE           stateVKbf16AVX2_lasttoken_3
+	JE           stateVKbf16AVX2_lasttoken_2
 	MOVQ         (BX), R12
 	TESTQ        R12, R12
-	JNZ          stateVKbf16AVX2_lasttoken_3
+	JNZ          stateVKbf16AVX2_lasttoken_2
 	VMOVSS       (DX), X5
 	VUCOMISS     nearone<>+0(SB), X5
-	JCS          stateVKbf16AVX2_far_12
+	JCS          stateVKbf16AVX2_far_9
 	VBROADCASTSS (DX), Y12
 	VBROADCASTSS X4, Y13
 	VMOVUPS      vklane1<>+0(SB), Y5
@@ -42628,7 +40462,7 @@ stateVKbf16AVX2_nofin_5:
 	VFMADD231PS  96(AX)(R9*1), Y15, Y10
 	VFMADD231PS  96(CX)(R9*1), Y15, Y11
 	CMPQ         R9, $0x000000a0
-	JBE          stateVKbf16AVX2_dead_46
+	JBE          stateVKbf16AVX2_dead_34
 	VMOVUPS      128(R11), Y15
 	VFMADD213PS  Y15, Y12, Y15
 	VFMADD231PS  128(AX), Y13, Y15
@@ -42642,7 +40476,7 @@ stateVKbf16AVX2_nofin_5:
 	VFMADD231PS  128(AX)(R9*1), Y15, Y8
 	VFMADD231PS  128(CX)(R9*1), Y15, Y9
 	CMPQ         R9, $0x000000c0
-	JBE          stateVKbf16AVX2_dead_46
+	JBE          stateVKbf16AVX2_dead_34
 	VMOVUPS      160(R11), Y15
 	VFMADD213PS  Y15, Y12, Y15
 	VFMADD231PS  160(AX), Y13, Y15
@@ -42656,7 +40490,7 @@ stateVKbf16AVX2_nofin_5:
 	VFMADD231PS  160(AX)(R9*1), Y15, Y10
 	VFMADD231PS  160(CX)(R9*1), Y15, Y11
 	CMPQ         R9, $0x000000e0
-	JBE          stateVKbf16AVX2_dead_46
+	JBE          stateVKbf16AVX2_dead_34
 	VMOVUPS      192(R11), Y15
 	VFMADD213PS  Y15, Y12, Y15
 	VFMADD231PS  192(AX), Y13, Y15
@@ -42670,7 +40504,7 @@ stateVKbf16AVX2_nofin_5:
 	VFMADD231PS  192(AX)(R9*1), Y15, Y8
 	VFMADD231PS  192(CX)(R9*1), Y15, Y9
 
-stateVKbf16AVX2_dead_46:
+stateVKbf16AVX2_dead_34:
 	VFMADD213PS Y1, Y12, Y1
 	VFMADD231PS -32(AX)(R9*1), Y13, Y1
 	VANDPS      48(SP), Y1, Y1
@@ -42681,9 +40515,9 @@ stateVKbf16AVX2_dead_46:
 	VANDPS      48(SP), Y3, Y3
 	VFMADD231PS -32(AX)(R9*2), Y3, Y10
 	VFMADD231PS -32(CX)(R9*2), Y3, Y11
-	JMP         stateVKbf16AVX2_decayed_12
+	JMP         stateVKbf16AVX2_decayed_9
 
-stateVKbf16AVX2_far_12:
+stateVKbf16AVX2_far_9:
 	VBROADCASTSS 4(DX), Y12
 	VBROADCASTSS X4, Y13
 	VMOVUPS      vklane1<>+0(SB), Y5
@@ -42733,7 +40567,7 @@ stateVKbf16AVX2_far_12:
 	VFMADD231PS  96(AX)(R9*1), Y15, Y10
 	VFMADD231PS  96(CX)(R9*1), Y15, Y11
 	CMPQ         R9, $0x000000a0
-	JBE          stateVKbf16AVX2_dead_47
+	JBE          stateVKbf16AVX2_dead_35
 	VMOVUPS      128(R11), Y15
 	VMULPS       Y15, Y12, Y15
 	VFMADD231PS  128(AX), Y13, Y15
@@ -42747,7 +40581,7 @@ stateVKbf16AVX2_far_12:
 	VFMADD231PS  128(AX)(R9*1), Y15, Y8
 	VFMADD231PS  128(CX)(R9*1), Y15, Y9
 	CMPQ         R9, $0x000000c0
-	JBE          stateVKbf16AVX2_dead_47
+	JBE          stateVKbf16AVX2_dead_35
 	VMOVUPS      160(R11), Y15
 	VMULPS       Y15, Y12, Y15
 	VFMADD231PS  160(AX), Y13, Y15
@@ -42761,7 +40595,7 @@ stateVKbf16AVX2_far_12:
 	VFMADD231PS  160(AX)(R9*1), Y15, Y10
 	VFMADD231PS  160(CX)(R9*1), Y15, Y11
 	CMPQ         R9, $0x000000e0
-	JBE          stateVKbf16AVX2_dead_47
+	JBE          stateVKbf16AVX2_dead_35
 	VMOVUPS      192(R11), Y15
 	VMULPS       Y15, Y12, Y15
 	VFMADD231PS  192(AX), Y13, Y15
@@ -42775,7 +40609,7 @@ stateVKbf16AVX2_far_12:
 	VFMADD231PS  192(AX)(R9*1), Y15, Y8
 	VFMADD231PS  192(CX)(R9*1), Y15, Y9
 
-stateVKbf16AVX2_dead_47:
+stateVKbf16AVX2_dead_35:
 	VMULPS      Y1, Y12, Y1
 	VFMADD231PS -32(AX)(R9*1), Y13, Y1
 	VANDPS      48(SP), Y1, Y1
@@ -42787,7 +40621,7 @@ stateVKbf16AVX2_dead_47:
 	VFMADD231PS -32(AX)(R9*2), Y3, Y10
 	VFMADD231PS -32(CX)(R9*2), Y3, Y11
 
-stateVKbf16AVX2_decayed_12:
+stateVKbf16AVX2_decayed_9:
 	ADDQ R9, AX
 	ADDQ R9, CX
 	ADDQ $0x10, DX
@@ -42795,12 +40629,12 @@ stateVKbf16AVX2_decayed_12:
 	ADDQ 32(SP), SI
 	ADDQ 24(SP), DI
 	DECQ R8
-	JMP  stateVKbf16AVX2_token_3
+	JMP  stateVKbf16AVX2_token_2
 
-stateVKbf16AVX2_lasttoken_3:
+stateVKbf16AVX2_lasttoken_2:
 	VMOVSS       (DX), X5
 	VUCOMISS     nearone<>+0(SB), X5
-	JCS          stateVKbf16AVX2_far_13
+	JCS          stateVKbf16AVX2_far_10
 	VBROADCASTSS (DX), Y5
 	VBROADCASTSS X4, Y6
 	VMOVUPS      vklane1<>+0(SB), Y7
@@ -42834,7 +40668,7 @@ stateVKbf16AVX2_lasttoken_3:
 	VFMADD231PS  96(AX), Y4, Y7
 	VMOVUPS      Y7, 608(R11)
 	CMPQ         R9, $0x000000a0
-	JBE          stateVKbf16AVX2_dead_48
+	JBE          stateVKbf16AVX2_dead_36
 	VMOVUPS      128(R11), Y7
 	VFMADD213PS  Y7, Y5, Y7
 	VFMADD231PS  128(AX), Y6, Y7
@@ -42844,7 +40678,7 @@ stateVKbf16AVX2_lasttoken_3:
 	VFMADD231PS  128(AX), Y4, Y7
 	VMOVUPS      Y7, 640(R11)
 	CMPQ         R9, $0x000000c0
-	JBE          stateVKbf16AVX2_dead_48
+	JBE          stateVKbf16AVX2_dead_36
 	VMOVUPS      160(R11), Y7
 	VFMADD213PS  Y7, Y5, Y7
 	VFMADD231PS  160(AX), Y6, Y7
@@ -42854,7 +40688,7 @@ stateVKbf16AVX2_lasttoken_3:
 	VFMADD231PS  160(AX), Y4, Y7
 	VMOVUPS      Y7, 672(R11)
 	CMPQ         R9, $0x000000e0
-	JBE          stateVKbf16AVX2_dead_48
+	JBE          stateVKbf16AVX2_dead_36
 	VMOVUPS      192(R11), Y7
 	VFMADD213PS  Y7, Y5, Y7
 	VFMADD231PS  192(AX), Y6, Y7
@@ -42864,16 +40698,16 @@ stateVKbf16AVX2_lasttoken_3:
 	VFMADD231PS  192(AX), Y4, Y7
 	VMOVUPS      Y7, 704(R11)
 
-stateVKbf16AVX2_dead_48:
+stateVKbf16AVX2_dead_36:
 	VFMADD213PS Y1, Y5, Y1
 	VFMADD231PS -32(AX)(R9*1), Y6, Y1
 	VANDPS      48(SP), Y1, Y1
 	VFMADD213PS Y3, Y5, Y3
 	VFMADD231PS -32(AX)(R9*1), Y4, Y3
 	VANDPS      48(SP), Y3, Y3
-	JMP         stateVKbf16AVX2_decayed_13
+	JMP         stateVKbf16AVX2_decayed_10
 
-stateVKbf16AVX2_far_13:
+stateVKbf16AVX2_far_10:
 	VBROADCASTSS 4(DX), Y5
 	VBROADCASTSS X4, Y6
 	VMOVUPS      vklane1<>+0(SB), Y7
@@ -42907,7 +40741,7 @@ stateVKbf16AVX2_far_13:
 	VFMADD231PS  96(AX), Y4, Y7
 	VMOVUPS      Y7, 608(R11)
 	CMPQ         R9, $0x000000a0
-	JBE          stateVKbf16AVX2_dead_49
+	JBE          stateVKbf16AVX2_dead_37
 	VMOVUPS      128(R11), Y7
 	VMULPS       Y7, Y5, Y7
 	VFMADD231PS  128(AX), Y6, Y7
@@ -42917,7 +40751,7 @@ stateVKbf16AVX2_far_13:
 	VFMADD231PS  128(AX), Y4, Y7
 	VMOVUPS      Y7, 640(R11)
 	CMPQ         R9, $0x000000c0
-	JBE          stateVKbf16AVX2_dead_49
+	JBE          stateVKbf16AVX2_dead_37
 	VMOVUPS      160(R11), Y7
 	VMULPS       Y7, Y5, Y7
 	VFMADD231PS  160(AX), Y6, Y7
@@ -42927,7 +40761,7 @@ stateVKbf16AVX2_far_13:
 	VFMADD231PS  160(AX), Y4, Y7
 	VMOVUPS      Y7, 672(R11)
 	CMPQ         R9, $0x000000e0
-	JBE          stateVKbf16AVX2_dead_49
+	JBE          stateVKbf16AVX2_dead_37
 	VMOVUPS      192(R11), Y7
 	VMULPS       Y7, Y5, Y7
 	VFMADD231PS  192(AX), Y6, Y7
@@ -42937,7 +40771,7 @@ stateVKbf16AVX2_far_13:
 	VFMADD231PS  192(AX), Y4, Y7
 	VMOVUPS      Y7, 704(R11)
 
-stateVKbf16AVX2_dead_49:
+stateVKbf16AVX2_dead_37:
 	VMULPS      Y1, Y5, Y1
 	VFMADD231PS -32(AX)(R9*1), Y6, Y1
 	VANDPS      48(SP), Y1, Y1
@@ -42945,11 +40779,11 @@ stateVKbf16AVX2_dead_49:
 	VFMADD231PS -32(AX)(R9*1), Y4, Y3
 	VANDPS      48(SP), Y3, Y3
 
-stateVKbf16AVX2_decayed_13:
+stateVKbf16AVX2_decayed_10:
 	// The state after this token, if stored.
 	MOVQ         (BX), R12
 	TESTQ        R12, R12
-	JZ           stateVKbf16AVX2_nostore_3
+	JZ           stateVKbf16AVX2_nostore_2
 	MOVQ         (SP), R13
 	IMULQ        R10, R13
 	ADDQ         R13, R12
@@ -42959,7 +40793,7 @@ stateVKbf16AVX2_decayed_13:
 	PREFETCHT1   128(R13)
 	PREFETCHT1   192(R13)
 	CMPL         80(SP), $0x00
-	JNE          stateVKbf16AVX2_bfnan_3
+	JNE          stateVKbf16AVX2_bfnan_2
 	VMOVAPS      Y1, Y4
 	VPSRLD       $0x10, Y4, Y5
 	VPAND        one_i<>+0(SB), Y5, Y5
@@ -43009,7 +40843,7 @@ stateVKbf16AVX2_decayed_13:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 48(R12)
 	CMPQ         R9, $0x000000a0
-	JBE          stateVKbf16AVX2_dead_50
+	JBE          stateVKbf16AVX2_dead_38
 	VMOVUPS      128(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -43021,7 +40855,7 @@ stateVKbf16AVX2_decayed_13:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 64(R12)
 	CMPQ         R9, $0x000000c0
-	JBE          stateVKbf16AVX2_dead_50
+	JBE          stateVKbf16AVX2_dead_38
 	VMOVUPS      160(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -43033,7 +40867,7 @@ stateVKbf16AVX2_decayed_13:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 80(R12)
 	CMPQ         R9, $0x000000e0
-	JBE          stateVKbf16AVX2_dead_50
+	JBE          stateVKbf16AVX2_dead_38
 	VMOVUPS      192(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -43045,7 +40879,7 @@ stateVKbf16AVX2_decayed_13:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 96(R12)
 
-stateVKbf16AVX2_dead_50:
+stateVKbf16AVX2_dead_38:
 	ADDQ         R10, R12
 	VMOVAPS      Y3, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -43096,7 +40930,7 @@ stateVKbf16AVX2_dead_50:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 48(R12)
 	CMPQ         R9, $0x000000a0
-	JBE          stateVKbf16AVX2_dead_51
+	JBE          stateVKbf16AVX2_dead_39
 	VMOVUPS      640(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -43108,7 +40942,7 @@ stateVKbf16AVX2_dead_50:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 64(R12)
 	CMPQ         R9, $0x000000c0
-	JBE          stateVKbf16AVX2_dead_51
+	JBE          stateVKbf16AVX2_dead_39
 	VMOVUPS      672(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -43120,7 +40954,7 @@ stateVKbf16AVX2_dead_50:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 80(R12)
 	CMPQ         R9, $0x000000e0
-	JBE          stateVKbf16AVX2_dead_51
+	JBE          stateVKbf16AVX2_dead_39
 	VMOVUPS      704(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -43132,10 +40966,10 @@ stateVKbf16AVX2_dead_50:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 96(R12)
 
-stateVKbf16AVX2_dead_51:
-	JMP stateVKbf16AVX2_bfdone_3
+stateVKbf16AVX2_dead_39:
+	JMP stateVKbf16AVX2_bfdone_2
 
-stateVKbf16AVX2_bfnan_3:
+stateVKbf16AVX2_bfnan_2:
 	VMOVAPS      Y1, Y4
 	VPSRLD       $0x10, Y4, Y5
 	VCMPPS       $0x03, Y4, Y4, Y7
@@ -43200,7 +41034,7 @@ stateVKbf16AVX2_bfnan_3:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 48(R12)
 	CMPQ         R9, $0x000000a0
-	JBE          stateVKbf16AVX2_dead_52
+	JBE          stateVKbf16AVX2_dead_40
 	VMOVUPS      128(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -43215,7 +41049,7 @@ stateVKbf16AVX2_bfnan_3:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 64(R12)
 	CMPQ         R9, $0x000000c0
-	JBE          stateVKbf16AVX2_dead_52
+	JBE          stateVKbf16AVX2_dead_40
 	VMOVUPS      160(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -43230,7 +41064,7 @@ stateVKbf16AVX2_bfnan_3:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 80(R12)
 	CMPQ         R9, $0x000000e0
-	JBE          stateVKbf16AVX2_dead_52
+	JBE          stateVKbf16AVX2_dead_40
 	VMOVUPS      192(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -43245,7 +41079,7 @@ stateVKbf16AVX2_bfnan_3:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 96(R12)
 
-stateVKbf16AVX2_dead_52:
+stateVKbf16AVX2_dead_40:
 	ADDQ         R10, R12
 	VMOVAPS      Y3, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -43311,7 +41145,7 @@ stateVKbf16AVX2_dead_52:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 48(R12)
 	CMPQ         R9, $0x000000a0
-	JBE          stateVKbf16AVX2_dead_53
+	JBE          stateVKbf16AVX2_dead_41
 	VMOVUPS      640(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -43326,7 +41160,7 @@ stateVKbf16AVX2_dead_52:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 64(R12)
 	CMPQ         R9, $0x000000c0
-	JBE          stateVKbf16AVX2_dead_53
+	JBE          stateVKbf16AVX2_dead_41
 	VMOVUPS      672(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -43341,7 +41175,7 @@ stateVKbf16AVX2_dead_52:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 80(R12)
 	CMPQ         R9, $0x000000e0
-	JBE          stateVKbf16AVX2_dead_53
+	JBE          stateVKbf16AVX2_dead_41
 	VMOVUPS      704(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -43356,11 +41190,11 @@ stateVKbf16AVX2_dead_52:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 96(R12)
 
-stateVKbf16AVX2_dead_53:
-stateVKbf16AVX2_bfdone_3:
-stateVKbf16AVX2_nostore_3:
+stateVKbf16AVX2_dead_41:
+stateVKbf16AVX2_bfdone_2:
+stateVKbf16AVX2_nostore_2:
 	CMPQ        R8, $0x01
-	JE          stateVKbf16AVX2_tokensdone_3
+	JE          stateVKbf16AVX2_tokensdone_2
 	ADDQ        R9, AX
 	ADDQ        R9, CX
 	ADDQ        $0x10, DX
@@ -43391,7 +41225,7 @@ stateVKbf16AVX2_nostore_3:
 	VFMADD231PS 96(AX), Y12, Y10
 	VFMADD231PS 96(CX), Y12, Y11
 	CMPQ        R9, $0x000000a0
-	JBE         stateVKbf16AVX2_dead_54
+	JBE         stateVKbf16AVX2_dead_42
 	VMOVUPS     128(R11), Y12
 	VFMADD231PS 128(AX), Y12, Y4
 	VFMADD231PS 128(CX), Y12, Y5
@@ -43399,7 +41233,7 @@ stateVKbf16AVX2_nostore_3:
 	VFMADD231PS 128(AX), Y12, Y8
 	VFMADD231PS 128(CX), Y12, Y9
 	CMPQ        R9, $0x000000c0
-	JBE         stateVKbf16AVX2_dead_54
+	JBE         stateVKbf16AVX2_dead_42
 	VMOVUPS     160(R11), Y12
 	VFMADD231PS 160(AX), Y12, Y6
 	VFMADD231PS 160(CX), Y12, Y7
@@ -43407,7 +41241,7 @@ stateVKbf16AVX2_nostore_3:
 	VFMADD231PS 160(AX), Y12, Y10
 	VFMADD231PS 160(CX), Y12, Y11
 	CMPQ        R9, $0x000000e0
-	JBE         stateVKbf16AVX2_dead_54
+	JBE         stateVKbf16AVX2_dead_42
 	VMOVUPS     192(R11), Y12
 	VFMADD231PS 192(AX), Y12, Y4
 	VFMADD231PS 192(CX), Y12, Y5
@@ -43415,18 +41249,18 @@ stateVKbf16AVX2_nostore_3:
 	VFMADD231PS 192(AX), Y12, Y8
 	VFMADD231PS 192(CX), Y12, Y9
 
-stateVKbf16AVX2_dead_54:
+stateVKbf16AVX2_dead_42:
 	VFMADD231PS -32(AX)(R9*1), Y1, Y6
 	VFMADD231PS -32(CX)(R9*1), Y1, Y7
 	VFMADD231PS -32(AX)(R9*1), Y3, Y10
 	VFMADD231PS -32(CX)(R9*1), Y3, Y11
-	JMP         stateVKbf16AVX2_token_3
+	JMP         stateVKbf16AVX2_token_2
 
-stateVKbf16AVX2_tokensdone_3:
+stateVKbf16AVX2_tokensdone_2:
 	// The f32 carry after the last token, if asked for.
 	MOVQ    carry_base+88(FP), AX
 	TESTQ   AX, AX
-	JZ      stateVKbf16AVX2_nocarry_3
+	JZ      stateVKbf16AVX2_nocarry_2
 	MOVQ    (SP), CX
 	IMULQ   R9, CX
 	ADDQ    CX, AX
@@ -43439,19 +41273,19 @@ stateVKbf16AVX2_tokensdone_3:
 	VMOVUPS 96(R11), Y0
 	VMOVUPS Y0, 96(AX)
 	CMPQ    R9, $0x000000a0
-	JBE     stateVKbf16AVX2_dead_55
+	JBE     stateVKbf16AVX2_dead_43
 	VMOVUPS 128(R11), Y0
 	VMOVUPS Y0, 128(AX)
 	CMPQ    R9, $0x000000c0
-	JBE     stateVKbf16AVX2_dead_55
+	JBE     stateVKbf16AVX2_dead_43
 	VMOVUPS 160(R11), Y0
 	VMOVUPS Y0, 160(AX)
 	CMPQ    R9, $0x000000e0
-	JBE     stateVKbf16AVX2_dead_55
+	JBE     stateVKbf16AVX2_dead_43
 	VMOVUPS 192(R11), Y0
 	VMOVUPS Y0, 192(AX)
 
-stateVKbf16AVX2_dead_55:
+stateVKbf16AVX2_dead_43:
 	ADDQ    R9, AX
 	VMOVUPS Y3, -32(AX)(R9*1)
 	VMOVUPS Y2, (AX)
@@ -43462,641 +41296,26 @@ stateVKbf16AVX2_dead_55:
 	VMOVUPS 608(R11), Y0
 	VMOVUPS Y0, 96(AX)
 	CMPQ    R9, $0x000000a0
-	JBE     stateVKbf16AVX2_dead_56
+	JBE     stateVKbf16AVX2_dead_44
 	VMOVUPS 640(R11), Y0
 	VMOVUPS Y0, 128(AX)
 	CMPQ    R9, $0x000000c0
-	JBE     stateVKbf16AVX2_dead_56
+	JBE     stateVKbf16AVX2_dead_44
 	VMOVUPS 672(R11), Y0
 	VMOVUPS Y0, 160(AX)
 	CMPQ    R9, $0x000000e0
-	JBE     stateVKbf16AVX2_dead_56
+	JBE     stateVKbf16AVX2_dead_44
 	VMOVUPS 704(R11), Y0
 	VMOVUPS Y0, 192(AX)
 
-stateVKbf16AVX2_dead_56:
-stateVKbf16AVX2_nocarry_3:
+stateVKbf16AVX2_dead_44:
+stateVKbf16AVX2_nocarry_2:
 	ADDQ $0x00000002, (SP)
 	SUBQ $0x00000002, 8(SP)
-	JMP  stateVKbf16AVX2_group_3
+	JMP  stateVKbf16AVX2_group_2
 
-stateVKbf16AVX2_groupsdone_3:
+stateVKbf16AVX2_groupsdone_2:
 stateVKbf16AVX2_pairtail_2:
-stateVKbf16AVX2_group_4:
-	CMPQ 8(SP), $0x00000001
-	JB   stateVKbf16AVX2_groupsdone_4
-
-	// The prefetch list's next group.
-	MOVQ 312(SP), AX
-
-stateVKbf16AVX2_pfentry_4:
-	CMPQ  AX, 320(SP)
-	JAE   stateVKbf16AVX2_pfdone_4
-	MOVQ  (AX), DX
-	MOVQ  8(AX), CX
-	ADDQ  $0x10, AX
-	TESTQ CX, CX
-	JZ    stateVKbf16AVX2_pfdone_4
-
-stateVKbf16AVX2_pfline_4:
-	PREFETCHT1 (DX)
-	ADDQ       $0x40, DX
-	DECQ       CX
-	JNZ        stateVKbf16AVX2_pfline_4
-	JMP        stateVKbf16AVX2_pfentry_4
-
-stateVKbf16AVX2_pfdone_4:
-	MOVQ AX, 312(SP)
-
-	// Load 1 row(s) of 5…8 vectors.
-	MOVQ       src32_base+40(FP), AX
-	TESTQ      AX, AX
-	JZ         stateVKbf16AVX2_frombf16_4
-	MOVQ       (SP), CX
-	IMULQ      R9, CX
-	ADDQ       CX, AX
-	PREFETCHT1 8192(AX)
-	PREFETCHT1 8256(AX)
-	PREFETCHT1 8320(AX)
-	CMPQ       R9, $0x000000c0
-	JBE        stateVKbf16AVX2_dead_57
-	PREFETCHT1 8384(AX)
-
-stateVKbf16AVX2_dead_57:
-	VXORPS  Y4, Y4, Y4
-	VXORPS  Y5, Y5, Y5
-	VXORPS  Y6, Y6, Y6
-	VMOVUPS (AX), Y0
-	VMOVUPS 32(AX), Y1
-	VMOVUPS 64(AX), Y2
-	VMOVUPS 96(AX), Y3
-	CMPQ    R9, $0x000000a0
-	JBE     stateVKbf16AVX2_dead_58
-	VMOVUPS 128(AX), Y4
-	CMPQ    R9, $0x000000c0
-	JBE     stateVKbf16AVX2_dead_58
-	VMOVUPS 160(AX), Y5
-	CMPQ    R9, $0x000000e0
-	JBE     stateVKbf16AVX2_dead_58
-	VMOVUPS 192(AX), Y6
-
-stateVKbf16AVX2_dead_58:
-	VMOVUPS -32(AX)(R9*1), Y7
-	VANDPS  48(SP), Y7, Y7
-	JMP     stateVKbf16AVX2_loaded_4
-
-stateVKbf16AVX2_frombf16_4:
-	MOVQ       src_base+16(FP), AX
-	MOVQ       (SP), CX
-	IMULQ      R10, CX
-	ADDQ       CX, AX
-	PREFETCHT1 8192(AX)
-	PREFETCHT1 8256(AX)
-	VXORPS     Y4, Y4, Y4
-	VXORPS     Y5, Y5, Y5
-	VXORPS     Y6, Y6, Y6
-	VPMOVZXWD  (AX), Y0
-	VPSLLD     $0x10, Y0, Y0
-	VPMOVZXWD  16(AX), Y1
-	VPSLLD     $0x10, Y1, Y1
-	VPMOVZXWD  32(AX), Y2
-	VPSLLD     $0x10, Y2, Y2
-	VPMOVZXWD  48(AX), Y3
-	VPSLLD     $0x10, Y3, Y3
-	CMPQ       R9, $0x000000a0
-	JBE        stateVKbf16AVX2_dead_59
-	VPMOVZXWD  64(AX), Y4
-	VPSLLD     $0x10, Y4, Y4
-	CMPQ       R9, $0x000000c0
-	JBE        stateVKbf16AVX2_dead_59
-	VPMOVZXWD  80(AX), Y5
-	VPSLLD     $0x10, Y5, Y5
-	CMPQ       R9, $0x000000e0
-	JBE        stateVKbf16AVX2_dead_59
-	VPMOVZXWD  96(AX), Y6
-	VPSLLD     $0x10, Y6, Y6
-
-stateVKbf16AVX2_dead_59:
-	VPMOVZXWD -16(AX)(R10*1), Y7
-	VPSLLD    $0x10, Y7, Y7
-	VANDPS    48(SP), Y7, Y7
-
-stateVKbf16AVX2_loaded_4:
-	MOVQ        kh_base+112(FP), AX
-	MOVQ        qh_base+136(FP), CX
-	MOVQ        tok_base+216(FP), DX
-	MOVQ        stores_base+64(FP), BX
-	MOVQ        v_base+160(FP), SI
-	MOVQ        o_base+192(FP), DI
-	MOVQ        (SP), R8
-	SHLQ        $0x02, R8
-	ADDQ        R8, SI
-	ADDQ        R8, DI
-	MOVQ        16(SP), R8
-	VMULPS      (AX), Y0, Y8
-	VMULPS      (CX), Y0, Y9
-	VMULPS      32(AX), Y1, Y10
-	VMULPS      32(CX), Y1, Y11
-	VFMADD231PS 64(AX), Y2, Y8
-	VFMADD231PS 64(CX), Y2, Y9
-	VFMADD231PS 96(AX), Y3, Y10
-	VFMADD231PS 96(CX), Y3, Y11
-	CMPQ        R9, $0x000000a0
-	JBE         stateVKbf16AVX2_dead_60
-	VFMADD231PS 128(AX), Y4, Y8
-	VFMADD231PS 128(CX), Y4, Y9
-	CMPQ        R9, $0x000000c0
-	JBE         stateVKbf16AVX2_dead_60
-	VFMADD231PS 160(AX), Y5, Y10
-	VFMADD231PS 160(CX), Y5, Y11
-	CMPQ        R9, $0x000000e0
-	JBE         stateVKbf16AVX2_dead_60
-	VFMADD231PS 192(AX), Y6, Y8
-	VFMADD231PS 192(CX), Y6, Y9
-
-stateVKbf16AVX2_dead_60:
-	VFMADD231PS -32(AX)(R9*1), Y7, Y10
-	VFMADD231PS -32(CX)(R9*1), Y7, Y11
-
-stateVKbf16AVX2_token_4:
-	VADDPS       Y10, Y8, Y8
-	VADDPS       Y11, Y9, Y9
-	VPERM2F128   $0x20, Y9, Y8, Y10
-	VPERM2F128   $0x31, Y9, Y8, Y8
-	VADDPS       Y8, Y10, Y10
-	VSHUFPS      $0x44, Y10, Y10, Y8
-	VSHUFPS      $0xee, Y10, Y10, Y9
-	VADDPS       Y9, Y8, Y8
-	VSHUFPS      $0x88, Y8, Y8, Y9
-	VSHUFPS      $0xdd, Y8, Y8, Y8
-	VADDPS       Y8, Y9, Y9
-	VMOVUPS      vkpermAVX2_1<>+0(SB), Y8
-	VPERMPS      Y9, Y8, Y8
-	VMOVSS       (DX), X9
-	VUCOMISS     nearone<>+0(SB), X9
-	JCS          stateVKbf16AVX2_far_14
-	VBROADCASTSS (DX), Y9
-	VFMADD213PS  Y8, Y9, Y8
-	JMP          stateVKbf16AVX2_decayed_14
-
-stateVKbf16AVX2_far_14:
-	VBROADCASTSS 4(DX), Y9
-	VMULPS       Y8, Y9, Y8
-
-stateVKbf16AVX2_decayed_14:
-	VEXTRACTF128 $0x01, Y8, X9
-	VMOVSS       (SI), X10
-	VSUBPS       X8, X10, X10
-	VBROADCASTSS 8(DX), Y11
-	VXORPS       Y8, Y8, Y8
-	VMULPS       X11, X10, X8
-	VBROADCASTSS 12(DX), Y10
-	VFMADD231PS  X10, X8, X9
-	VMOVSS       X9, (DI)
-	MOVQ         (BX), R11
-	TESTQ        R11, R11
-	JZ           stateVKbf16AVX2_nofin_6
-	VSUBPS       X8, X8, X9
-	VCMPPS       $0x03, X9, X9, X9
-	VMOVMSKPS    X9, R11
-	ANDL         $0x00000001, R11
-	MOVL         R11, 80(SP)
-
-stateVKbf16AVX2_nofin_6:
-	CMPQ         R8, $0x01
-	JE           stateVKbf16AVX2_lasttoken_4
-	MOVQ         (BX), R11
-	TESTQ        R11, R11
-	JNZ          stateVKbf16AVX2_lasttoken_4
-	VMOVSS       (DX), X9
-	VUCOMISS     nearone<>+0(SB), X9
-	JCS          stateVKbf16AVX2_far_15
-	VBROADCASTSS (DX), Y12
-	VBROADCASTSS X8, Y13
-	VFMADD213PS  Y0, Y12, Y0
-	VFMADD231PS  (AX), Y13, Y0
-	VMULPS       (AX)(R9*1), Y0, Y8
-	VMULPS       (CX)(R9*1), Y0, Y9
-	VFMADD213PS  Y1, Y12, Y1
-	VFMADD231PS  32(AX), Y13, Y1
-	VMULPS       32(AX)(R9*1), Y1, Y10
-	VMULPS       32(CX)(R9*1), Y1, Y11
-	VFMADD213PS  Y2, Y12, Y2
-	VFMADD231PS  64(AX), Y13, Y2
-	VFMADD231PS  64(AX)(R9*1), Y2, Y8
-	VFMADD231PS  64(CX)(R9*1), Y2, Y9
-	VFMADD213PS  Y3, Y12, Y3
-	VFMADD231PS  96(AX), Y13, Y3
-	VFMADD231PS  96(AX)(R9*1), Y3, Y10
-	VFMADD231PS  96(CX)(R9*1), Y3, Y11
-	CMPQ         R9, $0x000000a0
-	JBE          stateVKbf16AVX2_dead_61
-	VFMADD213PS  Y4, Y12, Y4
-	VFMADD231PS  128(AX), Y13, Y4
-	VFMADD231PS  128(AX)(R9*1), Y4, Y8
-	VFMADD231PS  128(CX)(R9*1), Y4, Y9
-	CMPQ         R9, $0x000000c0
-	JBE          stateVKbf16AVX2_dead_61
-	VFMADD213PS  Y5, Y12, Y5
-	VFMADD231PS  160(AX), Y13, Y5
-	VFMADD231PS  160(AX)(R9*1), Y5, Y10
-	VFMADD231PS  160(CX)(R9*1), Y5, Y11
-	CMPQ         R9, $0x000000e0
-	JBE          stateVKbf16AVX2_dead_61
-	VFMADD213PS  Y6, Y12, Y6
-	VFMADD231PS  192(AX), Y13, Y6
-	VFMADD231PS  192(AX)(R9*1), Y6, Y8
-	VFMADD231PS  192(CX)(R9*1), Y6, Y9
-
-stateVKbf16AVX2_dead_61:
-	VFMADD213PS Y7, Y12, Y7
-	VFMADD231PS -32(AX)(R9*1), Y13, Y7
-	VANDPS      48(SP), Y7, Y7
-	VFMADD231PS -32(AX)(R9*2), Y7, Y10
-	VFMADD231PS -32(CX)(R9*2), Y7, Y11
-	JMP         stateVKbf16AVX2_decayed_15
-
-stateVKbf16AVX2_far_15:
-	VBROADCASTSS 4(DX), Y12
-	VBROADCASTSS X8, Y13
-	VMULPS       Y0, Y12, Y0
-	VFMADD231PS  (AX), Y13, Y0
-	VMULPS       (AX)(R9*1), Y0, Y8
-	VMULPS       (CX)(R9*1), Y0, Y9
-	VMULPS       Y1, Y12, Y1
-	VFMADD231PS  32(AX), Y13, Y1
-	VMULPS       32(AX)(R9*1), Y1, Y10
-	VMULPS       32(CX)(R9*1), Y1, Y11
-	VMULPS       Y2, Y12, Y2
-	VFMADD231PS  64(AX), Y13, Y2
-	VFMADD231PS  64(AX)(R9*1), Y2, Y8
-	VFMADD231PS  64(CX)(R9*1), Y2, Y9
-	VMULPS       Y3, Y12, Y3
-	VFMADD231PS  96(AX), Y13, Y3
-	VFMADD231PS  96(AX)(R9*1), Y3, Y10
-	VFMADD231PS  96(CX)(R9*1), Y3, Y11
-	CMPQ         R9, $0x000000a0
-	JBE          stateVKbf16AVX2_dead_62
-	VMULPS       Y4, Y12, Y4
-	VFMADD231PS  128(AX), Y13, Y4
-	VFMADD231PS  128(AX)(R9*1), Y4, Y8
-	VFMADD231PS  128(CX)(R9*1), Y4, Y9
-	CMPQ         R9, $0x000000c0
-	JBE          stateVKbf16AVX2_dead_62
-	VMULPS       Y5, Y12, Y5
-	VFMADD231PS  160(AX), Y13, Y5
-	VFMADD231PS  160(AX)(R9*1), Y5, Y10
-	VFMADD231PS  160(CX)(R9*1), Y5, Y11
-	CMPQ         R9, $0x000000e0
-	JBE          stateVKbf16AVX2_dead_62
-	VMULPS       Y6, Y12, Y6
-	VFMADD231PS  192(AX), Y13, Y6
-	VFMADD231PS  192(AX)(R9*1), Y6, Y8
-	VFMADD231PS  192(CX)(R9*1), Y6, Y9
-
-stateVKbf16AVX2_dead_62:
-	VMULPS      Y7, Y12, Y7
-	VFMADD231PS -32(AX)(R9*1), Y13, Y7
-	VANDPS      48(SP), Y7, Y7
-	VFMADD231PS -32(AX)(R9*2), Y7, Y10
-	VFMADD231PS -32(CX)(R9*2), Y7, Y11
-
-stateVKbf16AVX2_decayed_15:
-	ADDQ R9, AX
-	ADDQ R9, CX
-	ADDQ $0x10, DX
-	ADDQ $0x08, BX
-	ADDQ 32(SP), SI
-	ADDQ 24(SP), DI
-	DECQ R8
-	JMP  stateVKbf16AVX2_token_4
-
-stateVKbf16AVX2_lasttoken_4:
-	VMOVSS       (DX), X9
-	VUCOMISS     nearone<>+0(SB), X9
-	JCS          stateVKbf16AVX2_far_16
-	VBROADCASTSS (DX), Y9
-	VBROADCASTSS X8, Y8
-	VFMADD213PS  Y0, Y9, Y0
-	VFMADD231PS  (AX), Y8, Y0
-	VFMADD213PS  Y1, Y9, Y1
-	VFMADD231PS  32(AX), Y8, Y1
-	VFMADD213PS  Y2, Y9, Y2
-	VFMADD231PS  64(AX), Y8, Y2
-	VFMADD213PS  Y3, Y9, Y3
-	VFMADD231PS  96(AX), Y8, Y3
-	CMPQ         R9, $0x000000a0
-	JBE          stateVKbf16AVX2_dead_63
-	VFMADD213PS  Y4, Y9, Y4
-	VFMADD231PS  128(AX), Y8, Y4
-	CMPQ         R9, $0x000000c0
-	JBE          stateVKbf16AVX2_dead_63
-	VFMADD213PS  Y5, Y9, Y5
-	VFMADD231PS  160(AX), Y8, Y5
-	CMPQ         R9, $0x000000e0
-	JBE          stateVKbf16AVX2_dead_63
-	VFMADD213PS  Y6, Y9, Y6
-	VFMADD231PS  192(AX), Y8, Y6
-
-stateVKbf16AVX2_dead_63:
-	VFMADD213PS Y7, Y9, Y7
-	VFMADD231PS -32(AX)(R9*1), Y8, Y7
-	VANDPS      48(SP), Y7, Y7
-	JMP         stateVKbf16AVX2_decayed_16
-
-stateVKbf16AVX2_far_16:
-	VBROADCASTSS 4(DX), Y9
-	VBROADCASTSS X8, Y8
-	VMULPS       Y0, Y9, Y0
-	VFMADD231PS  (AX), Y8, Y0
-	VMULPS       Y1, Y9, Y1
-	VFMADD231PS  32(AX), Y8, Y1
-	VMULPS       Y2, Y9, Y2
-	VFMADD231PS  64(AX), Y8, Y2
-	VMULPS       Y3, Y9, Y3
-	VFMADD231PS  96(AX), Y8, Y3
-	CMPQ         R9, $0x000000a0
-	JBE          stateVKbf16AVX2_dead_64
-	VMULPS       Y4, Y9, Y4
-	VFMADD231PS  128(AX), Y8, Y4
-	CMPQ         R9, $0x000000c0
-	JBE          stateVKbf16AVX2_dead_64
-	VMULPS       Y5, Y9, Y5
-	VFMADD231PS  160(AX), Y8, Y5
-	CMPQ         R9, $0x000000e0
-	JBE          stateVKbf16AVX2_dead_64
-	VMULPS       Y6, Y9, Y6
-	VFMADD231PS  192(AX), Y8, Y6
-
-stateVKbf16AVX2_dead_64:
-	VMULPS      Y7, Y9, Y7
-	VFMADD231PS -32(AX)(R9*1), Y8, Y7
-	VANDPS      48(SP), Y7, Y7
-
-stateVKbf16AVX2_decayed_16:
-	// The state after this token, if stored.
-	MOVQ         (BX), R11
-	TESTQ        R11, R11
-	JZ           stateVKbf16AVX2_nostore_4
-	MOVQ         (SP), R12
-	IMULQ        R10, R12
-	ADDQ         R12, R11
-	CMPL         80(SP), $0x00
-	JNE          stateVKbf16AVX2_bfnan_4
-	VMOVAPS      Y7, Y8
-	VPSRLD       $0x10, Y8, Y9
-	VPAND        one_i<>+0(SB), Y9, Y9
-	VPADDD       round<>+0(SB), Y8, Y8
-	VPADDD       Y9, Y8, Y8
-	VPSRLD       $0x10, Y8, Y8
-	VEXTRACTI128 $0x01, Y8, X9
-	VPACKUSDW    X9, X8, X9
-	VMOVDQU      X9, -16(R11)(R10*1)
-	VMOVAPS      Y0, Y8
-	VPSRLD       $0x10, Y8, Y9
-	VPAND        one_i<>+0(SB), Y9, Y9
-	VPADDD       round<>+0(SB), Y8, Y8
-	VPADDD       Y9, Y8, Y8
-	VPSRLD       $0x10, Y8, Y8
-	VEXTRACTI128 $0x01, Y8, X9
-	VPACKUSDW    X9, X8, X9
-	VMOVDQU      X9, (R11)
-	VMOVAPS      Y1, Y8
-	VPSRLD       $0x10, Y8, Y9
-	VPAND        one_i<>+0(SB), Y9, Y9
-	VPADDD       round<>+0(SB), Y8, Y8
-	VPADDD       Y9, Y8, Y8
-	VPSRLD       $0x10, Y8, Y8
-	VEXTRACTI128 $0x01, Y8, X9
-	VPACKUSDW    X9, X8, X9
-	VMOVDQU      X9, 16(R11)
-	VMOVAPS      Y2, Y8
-	VPSRLD       $0x10, Y8, Y9
-	VPAND        one_i<>+0(SB), Y9, Y9
-	VPADDD       round<>+0(SB), Y8, Y8
-	VPADDD       Y9, Y8, Y8
-	VPSRLD       $0x10, Y8, Y8
-	VEXTRACTI128 $0x01, Y8, X9
-	VPACKUSDW    X9, X8, X9
-	VMOVDQU      X9, 32(R11)
-	VMOVAPS      Y3, Y8
-	VPSRLD       $0x10, Y8, Y9
-	VPAND        one_i<>+0(SB), Y9, Y9
-	VPADDD       round<>+0(SB), Y8, Y8
-	VPADDD       Y9, Y8, Y8
-	VPSRLD       $0x10, Y8, Y8
-	VEXTRACTI128 $0x01, Y8, X9
-	VPACKUSDW    X9, X8, X9
-	VMOVDQU      X9, 48(R11)
-	CMPQ         R9, $0x000000a0
-	JBE          stateVKbf16AVX2_dead_65
-	VMOVAPS      Y4, Y8
-	VPSRLD       $0x10, Y8, Y9
-	VPAND        one_i<>+0(SB), Y9, Y9
-	VPADDD       round<>+0(SB), Y8, Y8
-	VPADDD       Y9, Y8, Y8
-	VPSRLD       $0x10, Y8, Y8
-	VEXTRACTI128 $0x01, Y8, X9
-	VPACKUSDW    X9, X8, X9
-	VMOVDQU      X9, 64(R11)
-	CMPQ         R9, $0x000000c0
-	JBE          stateVKbf16AVX2_dead_65
-	VMOVAPS      Y5, Y8
-	VPSRLD       $0x10, Y8, Y9
-	VPAND        one_i<>+0(SB), Y9, Y9
-	VPADDD       round<>+0(SB), Y8, Y8
-	VPADDD       Y9, Y8, Y8
-	VPSRLD       $0x10, Y8, Y8
-	VEXTRACTI128 $0x01, Y8, X9
-	VPACKUSDW    X9, X8, X9
-	VMOVDQU      X9, 80(R11)
-	CMPQ         R9, $0x000000e0
-	JBE          stateVKbf16AVX2_dead_65
-	VMOVAPS      Y6, Y8
-	VPSRLD       $0x10, Y8, Y9
-	VPAND        one_i<>+0(SB), Y9, Y9
-	VPADDD       round<>+0(SB), Y8, Y8
-	VPADDD       Y9, Y8, Y8
-	VPSRLD       $0x10, Y8, Y8
-	VEXTRACTI128 $0x01, Y8, X9
-	VPACKUSDW    X9, X8, X9
-	VMOVDQU      X9, 96(R11)
-
-stateVKbf16AVX2_dead_65:
-	JMP stateVKbf16AVX2_bfdone_4
-
-stateVKbf16AVX2_bfnan_4:
-	VMOVAPS      Y7, Y8
-	VPSRLD       $0x10, Y8, Y9
-	VCMPPS       $0x03, Y8, Y8, Y11
-	VPAND        one_i<>+0(SB), Y9, Y10
-	VPADDD       round<>+0(SB), Y8, Y8
-	VPADDD       Y10, Y8, Y8
-	VPSRLD       $0x10, Y8, Y8
-	VPOR         quiet<>+0(SB), Y9, Y9
-	VPBLENDVB    Y11, Y9, Y8, Y8
-	VEXTRACTI128 $0x01, Y8, X9
-	VPACKUSDW    X9, X8, X9
-	VMOVDQU      X9, -16(R11)(R10*1)
-	VMOVAPS      Y0, Y8
-	VPSRLD       $0x10, Y8, Y9
-	VCMPPS       $0x03, Y8, Y8, Y11
-	VPAND        one_i<>+0(SB), Y9, Y10
-	VPADDD       round<>+0(SB), Y8, Y8
-	VPADDD       Y10, Y8, Y8
-	VPSRLD       $0x10, Y8, Y8
-	VPOR         quiet<>+0(SB), Y9, Y9
-	VPBLENDVB    Y11, Y9, Y8, Y8
-	VEXTRACTI128 $0x01, Y8, X9
-	VPACKUSDW    X9, X8, X9
-	VMOVDQU      X9, (R11)
-	VMOVAPS      Y1, Y8
-	VPSRLD       $0x10, Y8, Y9
-	VCMPPS       $0x03, Y8, Y8, Y11
-	VPAND        one_i<>+0(SB), Y9, Y10
-	VPADDD       round<>+0(SB), Y8, Y8
-	VPADDD       Y10, Y8, Y8
-	VPSRLD       $0x10, Y8, Y8
-	VPOR         quiet<>+0(SB), Y9, Y9
-	VPBLENDVB    Y11, Y9, Y8, Y8
-	VEXTRACTI128 $0x01, Y8, X9
-	VPACKUSDW    X9, X8, X9
-	VMOVDQU      X9, 16(R11)
-	VMOVAPS      Y2, Y8
-	VPSRLD       $0x10, Y8, Y9
-	VCMPPS       $0x03, Y8, Y8, Y11
-	VPAND        one_i<>+0(SB), Y9, Y10
-	VPADDD       round<>+0(SB), Y8, Y8
-	VPADDD       Y10, Y8, Y8
-	VPSRLD       $0x10, Y8, Y8
-	VPOR         quiet<>+0(SB), Y9, Y9
-	VPBLENDVB    Y11, Y9, Y8, Y8
-	VEXTRACTI128 $0x01, Y8, X9
-	VPACKUSDW    X9, X8, X9
-	VMOVDQU      X9, 32(R11)
-	VMOVAPS      Y3, Y8
-	VPSRLD       $0x10, Y8, Y9
-	VCMPPS       $0x03, Y8, Y8, Y11
-	VPAND        one_i<>+0(SB), Y9, Y10
-	VPADDD       round<>+0(SB), Y8, Y8
-	VPADDD       Y10, Y8, Y8
-	VPSRLD       $0x10, Y8, Y8
-	VPOR         quiet<>+0(SB), Y9, Y9
-	VPBLENDVB    Y11, Y9, Y8, Y8
-	VEXTRACTI128 $0x01, Y8, X9
-	VPACKUSDW    X9, X8, X9
-	VMOVDQU      X9, 48(R11)
-	CMPQ         R9, $0x000000a0
-	JBE          stateVKbf16AVX2_dead_66
-	VMOVAPS      Y4, Y8
-	VPSRLD       $0x10, Y8, Y9
-	VCMPPS       $0x03, Y8, Y8, Y11
-	VPAND        one_i<>+0(SB), Y9, Y10
-	VPADDD       round<>+0(SB), Y8, Y8
-	VPADDD       Y10, Y8, Y8
-	VPSRLD       $0x10, Y8, Y8
-	VPOR         quiet<>+0(SB), Y9, Y9
-	VPBLENDVB    Y11, Y9, Y8, Y8
-	VEXTRACTI128 $0x01, Y8, X9
-	VPACKUSDW    X9, X8, X9
-	VMOVDQU      X9, 64(R11)
-	CMPQ         R9, $0x000000c0
-	JBE          stateVKbf16AVX2_dead_66
-	VMOVAPS      Y5, Y8
-	VPSRLD       $0x10, Y8, Y9
-	VCMPPS       $0x03, Y8, Y8, Y11
-	VPAND        one_i<>+0(SB), Y9, Y10
-	VPADDD       round<>+0(SB), Y8, Y8
-	VPADDD       Y10, Y8, Y8
-	VPSRLD       $0x10, Y8, Y8
-	VPOR         quiet<>+0(SB), Y9, Y9
-	VPBLENDVB    Y11, Y9, Y8, Y8
-	VEXTRACTI128 $0x01, Y8, X9
-	VPACKUSDW    X9, X8, X9
-	VMOVDQU      X9, 80(R11)
-	CMPQ         R9, $0x000000e0
-	JBE          stateVKbf16AVX2_dead_66
-	VMOVAPS      Y6, Y8
-	VPSRLD       $0x10, Y8, Y9
-	VCMPPS       $0x03, Y8, Y8, Y11
-	VPAND        one_i<>+0(SB), Y9, Y10
-	VPADDD       round<>+0(SB), Y8, Y8
-	VPADDD       Y10, Y8, Y8
-	VPSRLD       $0x10, Y8, Y8
-	VPOR         quiet<>+0(SB), Y9, Y9
-	VPBLENDVB    Y11, Y9, Y8, Y8
-	VEXTRACTI128 $0x01, Y8, X9
-	VPACKUSDW    X9, X8, X9
-	VMOVDQU      X9, 96(R11)
-
-stateVKbf16AVX2_dead_66:
-stateVKbf16AVX2_bfdone_4:
-stateVKbf16AVX2_nostore_4:
-	CMPQ        R8, $0x01
-	JE          stateVKbf16AVX2_tokensdone_4
-	ADDQ        R9, AX
-	ADDQ        R9, CX
-	ADDQ        $0x10, DX
-	ADDQ        $0x08, BX
-	ADDQ        32(SP), SI
-	ADDQ        24(SP), DI
-	DECQ        R8
-	VMULPS      (AX), Y0, Y8
-	VMULPS      (CX), Y0, Y9
-	VMULPS      32(AX), Y1, Y10
-	VMULPS      32(CX), Y1, Y11
-	VFMADD231PS 64(AX), Y2, Y8
-	VFMADD231PS 64(CX), Y2, Y9
-	VFMADD231PS 96(AX), Y3, Y10
-	VFMADD231PS 96(CX), Y3, Y11
-	CMPQ        R9, $0x000000a0
-	JBE         stateVKbf16AVX2_dead_67
-	VFMADD231PS 128(AX), Y4, Y8
-	VFMADD231PS 128(CX), Y4, Y9
-	CMPQ        R9, $0x000000c0
-	JBE         stateVKbf16AVX2_dead_67
-	VFMADD231PS 160(AX), Y5, Y10
-	VFMADD231PS 160(CX), Y5, Y11
-	CMPQ        R9, $0x000000e0
-	JBE         stateVKbf16AVX2_dead_67
-	VFMADD231PS 192(AX), Y6, Y8
-	VFMADD231PS 192(CX), Y6, Y9
-
-stateVKbf16AVX2_dead_67:
-	VFMADD231PS -32(AX)(R9*1), Y7, Y10
-	VFMADD231PS -32(CX)(R9*1), Y7, Y11
-	JMP         stateVKbf16AVX2_token_4
-
-stateVKbf16AVX2_tokensdone_4:
-	// The f32 carry after the last token, if asked for.
-	MOVQ    carry_base+88(FP), AX
-	TESTQ   AX, AX
-	JZ      stateVKbf16AVX2_nocarry_4
-	MOVQ    (SP), CX
-	IMULQ   R9, CX
-	ADDQ    CX, AX
-	VMOVUPS Y7, -32(AX)(R9*1)
-	VMOVUPS Y0, (AX)
-	VMOVUPS Y1, 32(AX)
-	VMOVUPS Y2, 64(AX)
-	VMOVUPS Y3, 96(AX)
-	CMPQ    R9, $0x000000a0
-	JBE     stateVKbf16AVX2_dead_68
-	VMOVUPS Y4, 128(AX)
-	CMPQ    R9, $0x000000c0
-	JBE     stateVKbf16AVX2_dead_68
-	VMOVUPS Y5, 160(AX)
-	CMPQ    R9, $0x000000e0
-	JBE     stateVKbf16AVX2_dead_68
-	VMOVUPS Y6, 192(AX)
-
-stateVKbf16AVX2_dead_68:
-stateVKbf16AVX2_nocarry_4:
-	ADDQ $0x00000001, (SP)
-	SUBQ $0x00000001, 8(SP)
-	JMP  stateVKbf16AVX2_group_4
-
-stateVKbf16AVX2_groupsdone_4:
 	JMP stateVKbf16AVX2_done_1
 
 stateVKbf16AVX2_n12_1:
@@ -44139,10 +41358,10 @@ stateVKbf16AVX2_once_3:
 	PREFETCHT1 8384(R11)
 	PREFETCHT1 8448(R11)
 	CMPQ       R9, $0x00000140
-	JBE        stateVKbf16AVX2_dead_69
+	JBE        stateVKbf16AVX2_dead_45
 	PREFETCHT1 8512(R11)
 
-stateVKbf16AVX2_dead_69:
+stateVKbf16AVX2_dead_45:
 	VMOVUPS     (AX), Y5
 	VMOVUPS     (CX), Y3
 	VPMOVZXWD   (R11), Y2
@@ -44224,7 +41443,7 @@ stateVKbf16AVX2_dead_69:
 	VFMADD231PS Y9, Y11, Y7
 	VFMADD231PS Y10, Y11, Y8
 	CMPQ        R9, $0x00000120
-	JBE         stateVKbf16AVX2_dead_70
+	JBE         stateVKbf16AVX2_dead_46
 	VMOVUPS     256(AX), Y9
 	VMOVUPS     256(CX), Y10
 	VPMOVZXWD   128(R11), Y11
@@ -44236,7 +41455,7 @@ stateVKbf16AVX2_dead_69:
 	VFMADD231PS Y9, Y11, Y5
 	VFMADD231PS Y10, Y11, Y6
 	CMPQ        R9, $0x00000140
-	JBE         stateVKbf16AVX2_dead_70
+	JBE         stateVKbf16AVX2_dead_46
 	VMOVUPS     288(AX), Y9
 	VMOVUPS     288(CX), Y10
 	VPMOVZXWD   144(R11), Y11
@@ -44248,7 +41467,7 @@ stateVKbf16AVX2_dead_69:
 	VFMADD231PS Y9, Y11, Y7
 	VFMADD231PS Y10, Y11, Y8
 	CMPQ        R9, $0x00000160
-	JBE         stateVKbf16AVX2_dead_70
+	JBE         stateVKbf16AVX2_dead_46
 	VMOVUPS     320(AX), Y9
 	VMOVUPS     320(CX), Y10
 	VPMOVZXWD   160(R11), Y11
@@ -44260,7 +41479,7 @@ stateVKbf16AVX2_dead_69:
 	VFMADD231PS Y9, Y11, Y5
 	VFMADD231PS Y10, Y11, Y6
 
-stateVKbf16AVX2_dead_70:
+stateVKbf16AVX2_dead_46:
 	VMOVUPS      -32(AX)(R9*1), Y9
 	VMOVUPS      -32(CX)(R9*1), Y10
 	VPMOVZXWD    -16(R11)(R10*1), Y11
@@ -44293,16 +41512,16 @@ stateVKbf16AVX2_dead_70:
 	VPERMPS      Y0, Y2, Y0
 	VMOVSS       (DX), X1
 	VUCOMISS     nearone<>+0(SB), X1
-	JCS          stateVKbf16AVX2_far_17
+	JCS          stateVKbf16AVX2_far_11
 	VBROADCASTSS (DX), Y2
 	VFMADD213PS  Y0, Y2, Y0
-	JMP          stateVKbf16AVX2_decayed_17
+	JMP          stateVKbf16AVX2_decayed_11
 
-stateVKbf16AVX2_far_17:
+stateVKbf16AVX2_far_11:
 	VBROADCASTSS 4(DX), Y2
 	VMULPS       Y0, Y2, Y0
 
-stateVKbf16AVX2_decayed_17:
+stateVKbf16AVX2_decayed_11:
 	VEXTRACTF128 $0x01, Y0, X2
 	VMOVSD       (SI), X1
 	VSUBPS       X0, X1, X1
@@ -44313,14 +41532,14 @@ stateVKbf16AVX2_decayed_17:
 	VMOVSD       X2, (DI)
 	MOVQ         (BX), CX
 	TESTQ        CX, CX
-	JZ           stateVKbf16AVX2_nofin_7
+	JZ           stateVKbf16AVX2_nofin_5
 	VSUBPS       X1, X1, X0
 	VCMPPS       $0x03, X0, X0, X0
 	VMOVMSKPS    X0, CX
 	ANDL         $0x00000003, CX
 	MOVL         CX, 80(SP)
 
-stateVKbf16AVX2_nofin_7:
+stateVKbf16AVX2_nofin_5:
 	MOVQ         (BX), CX
 	MOVQ         (SP), BX
 	IMULQ        R10, BX
@@ -44333,7 +41552,7 @@ stateVKbf16AVX2_nofin_7:
 	JNE          stateVKbf16AVX2_pairs_3
 	VMOVSS       (DX), X3
 	VUCOMISS     nearone<>+0(SB), X3
-	JCS          stateVKbf16AVX2_far_18
+	JCS          stateVKbf16AVX2_far_12
 	VBROADCASTSS (DX), Y3
 	VBROADCASTSS X1, Y4
 	VMOVUPS      vklane1<>+0(SB), Y5
@@ -44515,7 +41734,7 @@ stateVKbf16AVX2_nofin_7:
 	VPERMQ       $0xd8, Y8, Y8
 	VMOVDQU      Y8, 96(CX)(R10*1)
 	CMPQ         R9, $0x00000120
-	JBE          stateVKbf16AVX2_dead_71
+	JBE          stateVKbf16AVX2_dead_47
 	VMOVUPS      256(AX), Y6
 	VPMOVZXWD    128(R11), Y7
 	VPSLLD       $0x10, Y7, Y7
@@ -44542,7 +41761,7 @@ stateVKbf16AVX2_nofin_7:
 	VPACKUSDW    X1, X7, X1
 	VMOVDQU      X1, 128(CX)(R10*1)
 	CMPQ         R9, $0x00000140
-	JBE          stateVKbf16AVX2_dead_71
+	JBE          stateVKbf16AVX2_dead_47
 	VMOVUPS      288(AX), Y6
 	VPMOVZXWD    144(R11), Y7
 	VPSLLD       $0x10, Y7, Y7
@@ -44569,7 +41788,7 @@ stateVKbf16AVX2_nofin_7:
 	VPACKUSDW    X1, X7, X1
 	VMOVDQU      X1, 144(CX)(R10*1)
 	CMPQ         R9, $0x00000160
-	JBE          stateVKbf16AVX2_dead_71
+	JBE          stateVKbf16AVX2_dead_47
 	VMOVUPS      320(AX), Y6
 	VPMOVZXWD    160(R11), Y7
 	VPSLLD       $0x10, Y7, Y7
@@ -44596,7 +41815,7 @@ stateVKbf16AVX2_nofin_7:
 	VPACKUSDW    X1, X7, X1
 	VMOVDQU      X1, 160(CX)(R10*1)
 
-stateVKbf16AVX2_dead_71:
+stateVKbf16AVX2_dead_47:
 	VFMADD213PS  Y0, Y3, Y0
 	VFMADD231PS  -32(AX)(R9*1), Y4, Y0
 	VPSRLD       $0x10, Y0, Y4
@@ -44617,9 +41836,9 @@ stateVKbf16AVX2_dead_71:
 	VEXTRACTI128 $0x01, Y2, X0
 	VPACKUSDW    X0, X2, X0
 	VMOVDQU      X0, -16(CX)(R10*2)
-	JMP          stateVKbf16AVX2_decayed_18
+	JMP          stateVKbf16AVX2_decayed_12
 
-stateVKbf16AVX2_far_18:
+stateVKbf16AVX2_far_12:
 	VBROADCASTSS 4(DX), Y3
 	VBROADCASTSS X1, Y4
 	VMOVUPS      vklane1<>+0(SB), Y5
@@ -44801,7 +42020,7 @@ stateVKbf16AVX2_far_18:
 	VPERMQ       $0xd8, Y8, Y8
 	VMOVDQU      Y8, 96(CX)(R10*1)
 	CMPQ         R9, $0x00000120
-	JBE          stateVKbf16AVX2_dead_72
+	JBE          stateVKbf16AVX2_dead_48
 	VMOVUPS      256(AX), Y6
 	VPMOVZXWD    128(R11), Y7
 	VPSLLD       $0x10, Y7, Y7
@@ -44828,7 +42047,7 @@ stateVKbf16AVX2_far_18:
 	VPACKUSDW    X1, X7, X1
 	VMOVDQU      X1, 128(CX)(R10*1)
 	CMPQ         R9, $0x00000140
-	JBE          stateVKbf16AVX2_dead_72
+	JBE          stateVKbf16AVX2_dead_48
 	VMOVUPS      288(AX), Y6
 	VPMOVZXWD    144(R11), Y7
 	VPSLLD       $0x10, Y7, Y7
@@ -44855,7 +42074,7 @@ stateVKbf16AVX2_far_18:
 	VPACKUSDW    X1, X7, X1
 	VMOVDQU      X1, 144(CX)(R10*1)
 	CMPQ         R9, $0x00000160
-	JBE          stateVKbf16AVX2_dead_72
+	JBE          stateVKbf16AVX2_dead_48
 	VMOVUPS      320(AX), Y6
 	VPMOVZXWD    160(R11), Y7
 	VPSLLD       $0x10, Y7, Y7
@@ -44882,7 +42101,7 @@ stateVKbf16AVX2_far_18:
 	VPACKUSDW    X1, X7, X1
 	VMOVDQU      X1, 160(CX)(R10*1)
 
-stateVKbf16AVX2_dead_72:
+stateVKbf16AVX2_dead_48:
 	VMULPS       Y0, Y3, Y0
 	VFMADD231PS  -32(AX)(R9*1), Y4, Y0
 	VPSRLD       $0x10, Y0, Y4
@@ -44904,7 +42123,7 @@ stateVKbf16AVX2_dead_72:
 	VPACKUSDW    X0, X2, X0
 	VMOVDQU      X0, -16(CX)(R10*2)
 
-stateVKbf16AVX2_decayed_18:
+stateVKbf16AVX2_decayed_12:
 	ADDQ $0x00000002, (SP)
 	SUBQ $0x00000002, 8(SP)
 	JMP  stateVKbf16AVX2_once_3
@@ -44915,36 +42134,36 @@ stateVKbf16AVX2_oncedone_3:
 stateVKbf16AVX2_pairs_3:
 	MOVQ 40(SP), R11
 
-stateVKbf16AVX2_group_5:
+stateVKbf16AVX2_group_3:
 	CMPQ 8(SP), $0x00000002
-	JB   stateVKbf16AVX2_groupsdone_5
+	JB   stateVKbf16AVX2_groupsdone_3
 
 	// The prefetch list's next group.
 	MOVQ 312(SP), AX
 
-stateVKbf16AVX2_pfentry_5:
+stateVKbf16AVX2_pfentry_3:
 	CMPQ  AX, 320(SP)
-	JAE   stateVKbf16AVX2_pfdone_5
+	JAE   stateVKbf16AVX2_pfdone_3
 	MOVQ  (AX), DX
 	MOVQ  8(AX), CX
 	ADDQ  $0x10, AX
 	TESTQ CX, CX
-	JZ    stateVKbf16AVX2_pfdone_5
+	JZ    stateVKbf16AVX2_pfdone_3
 
-stateVKbf16AVX2_pfline_5:
+stateVKbf16AVX2_pfline_3:
 	PREFETCHT1 (DX)
 	ADDQ       $0x40, DX
 	DECQ       CX
-	JNZ        stateVKbf16AVX2_pfline_5
-	JMP        stateVKbf16AVX2_pfentry_5
+	JNZ        stateVKbf16AVX2_pfline_3
+	JMP        stateVKbf16AVX2_pfentry_3
 
-stateVKbf16AVX2_pfdone_5:
+stateVKbf16AVX2_pfdone_3:
 	MOVQ AX, 312(SP)
 
 	// Load 2 row(s) of 9…12 vectors.
 	MOVQ       src32_base+40(FP), AX
 	TESTQ      AX, AX
-	JZ         stateVKbf16AVX2_frombf16_5
+	JZ         stateVKbf16AVX2_frombf16_3
 	MOVQ       (SP), CX
 	IMULQ      R9, CX
 	ADDQ       CX, AX
@@ -44958,16 +42177,16 @@ stateVKbf16AVX2_pfdone_5:
 	PREFETCHT1 8640(AX)
 	PREFETCHT1 8704(AX)
 	CMPQ       R9, $0x00000120
-	JBE        stateVKbf16AVX2_dead_73
+	JBE        stateVKbf16AVX2_dead_49
 	PREFETCHT1 8768(AX)
 	CMPQ       R9, $0x00000140
-	JBE        stateVKbf16AVX2_dead_73
+	JBE        stateVKbf16AVX2_dead_49
 	PREFETCHT1 8832(AX)
 	CMPQ       R9, $0x00000160
-	JBE        stateVKbf16AVX2_dead_73
+	JBE        stateVKbf16AVX2_dead_49
 	PREFETCHT1 8896(AX)
 
-stateVKbf16AVX2_dead_73:
+stateVKbf16AVX2_dead_49:
 	VMOVUPS (AX), Y0
 	VMOVUPS 32(AX), Y1
 	VMOVUPS Y1, 32(R11)
@@ -44984,19 +42203,19 @@ stateVKbf16AVX2_dead_73:
 	VMOVUPS 224(AX), Y1
 	VMOVUPS Y1, 224(R11)
 	CMPQ    R9, $0x00000120
-	JBE     stateVKbf16AVX2_dead_74
+	JBE     stateVKbf16AVX2_dead_50
 	VMOVUPS 256(AX), Y1
 	VMOVUPS Y1, 256(R11)
 	CMPQ    R9, $0x00000140
-	JBE     stateVKbf16AVX2_dead_74
+	JBE     stateVKbf16AVX2_dead_50
 	VMOVUPS 288(AX), Y1
 	VMOVUPS Y1, 288(R11)
 	CMPQ    R9, $0x00000160
-	JBE     stateVKbf16AVX2_dead_74
+	JBE     stateVKbf16AVX2_dead_50
 	VMOVUPS 320(AX), Y1
 	VMOVUPS Y1, 320(R11)
 
-stateVKbf16AVX2_dead_74:
+stateVKbf16AVX2_dead_50:
 	VMOVUPS -32(AX)(R9*1), Y1
 	VANDPS  48(SP), Y1, Y1
 	ADDQ    R9, AX
@@ -45016,24 +42235,24 @@ stateVKbf16AVX2_dead_74:
 	VMOVUPS 224(AX), Y3
 	VMOVUPS Y3, 736(R11)
 	CMPQ    R9, $0x00000120
-	JBE     stateVKbf16AVX2_dead_75
+	JBE     stateVKbf16AVX2_dead_51
 	VMOVUPS 256(AX), Y3
 	VMOVUPS Y3, 768(R11)
 	CMPQ    R9, $0x00000140
-	JBE     stateVKbf16AVX2_dead_75
+	JBE     stateVKbf16AVX2_dead_51
 	VMOVUPS 288(AX), Y3
 	VMOVUPS Y3, 800(R11)
 	CMPQ    R9, $0x00000160
-	JBE     stateVKbf16AVX2_dead_75
+	JBE     stateVKbf16AVX2_dead_51
 	VMOVUPS 320(AX), Y3
 	VMOVUPS Y3, 832(R11)
 
-stateVKbf16AVX2_dead_75:
+stateVKbf16AVX2_dead_51:
 	VMOVUPS -32(AX)(R9*1), Y3
 	VANDPS  48(SP), Y3, Y3
-	JMP     stateVKbf16AVX2_loaded_5
+	JMP     stateVKbf16AVX2_loaded_3
 
-stateVKbf16AVX2_frombf16_5:
+stateVKbf16AVX2_frombf16_3:
 	MOVQ       src_base+16(FP), AX
 	MOVQ       (SP), CX
 	IMULQ      R10, CX
@@ -45044,10 +42263,10 @@ stateVKbf16AVX2_frombf16_5:
 	PREFETCHT1 8384(AX)
 	PREFETCHT1 8448(AX)
 	CMPQ       R9, $0x00000140
-	JBE        stateVKbf16AVX2_dead_76
+	JBE        stateVKbf16AVX2_dead_52
 	PREFETCHT1 8512(AX)
 
-stateVKbf16AVX2_dead_76:
+stateVKbf16AVX2_dead_52:
 	VPMOVZXWD (AX), Y0
 	VPSLLD    $0x10, Y0, Y0
 	VPMOVZXWD 16(AX), Y1
@@ -45072,22 +42291,22 @@ stateVKbf16AVX2_dead_76:
 	VPSLLD    $0x10, Y1, Y1
 	VMOVUPS   Y1, 224(R11)
 	CMPQ      R9, $0x00000120
-	JBE       stateVKbf16AVX2_dead_77
+	JBE       stateVKbf16AVX2_dead_53
 	VPMOVZXWD 128(AX), Y1
 	VPSLLD    $0x10, Y1, Y1
 	VMOVUPS   Y1, 256(R11)
 	CMPQ      R9, $0x00000140
-	JBE       stateVKbf16AVX2_dead_77
+	JBE       stateVKbf16AVX2_dead_53
 	VPMOVZXWD 144(AX), Y1
 	VPSLLD    $0x10, Y1, Y1
 	VMOVUPS   Y1, 288(R11)
 	CMPQ      R9, $0x00000160
-	JBE       stateVKbf16AVX2_dead_77
+	JBE       stateVKbf16AVX2_dead_53
 	VPMOVZXWD 160(AX), Y1
 	VPSLLD    $0x10, Y1, Y1
 	VMOVUPS   Y1, 320(R11)
 
-stateVKbf16AVX2_dead_77:
+stateVKbf16AVX2_dead_53:
 	VPMOVZXWD -16(AX)(R10*1), Y1
 	VPSLLD    $0x10, Y1, Y1
 	VANDPS    48(SP), Y1, Y1
@@ -45116,27 +42335,27 @@ stateVKbf16AVX2_dead_77:
 	VPSLLD    $0x10, Y3, Y3
 	VMOVUPS   Y3, 736(R11)
 	CMPQ      R9, $0x00000120
-	JBE       stateVKbf16AVX2_dead_78
+	JBE       stateVKbf16AVX2_dead_54
 	VPMOVZXWD 128(AX), Y3
 	VPSLLD    $0x10, Y3, Y3
 	VMOVUPS   Y3, 768(R11)
 	CMPQ      R9, $0x00000140
-	JBE       stateVKbf16AVX2_dead_78
+	JBE       stateVKbf16AVX2_dead_54
 	VPMOVZXWD 144(AX), Y3
 	VPSLLD    $0x10, Y3, Y3
 	VMOVUPS   Y3, 800(R11)
 	CMPQ      R9, $0x00000160
-	JBE       stateVKbf16AVX2_dead_78
+	JBE       stateVKbf16AVX2_dead_54
 	VPMOVZXWD 160(AX), Y3
 	VPSLLD    $0x10, Y3, Y3
 	VMOVUPS   Y3, 832(R11)
 
-stateVKbf16AVX2_dead_78:
+stateVKbf16AVX2_dead_54:
 	VPMOVZXWD -16(AX)(R10*1), Y3
 	VPSLLD    $0x10, Y3, Y3
 	VANDPS    48(SP), Y3, Y3
 
-stateVKbf16AVX2_loaded_5:
+stateVKbf16AVX2_loaded_3:
 	MOVQ        kh_base+112(FP), AX
 	MOVQ        qh_base+136(FP), CX
 	MOVQ        tok_base+216(FP), DX
@@ -45195,7 +42414,7 @@ stateVKbf16AVX2_loaded_5:
 	VFMADD231PS 224(AX), Y12, Y10
 	VFMADD231PS 224(CX), Y12, Y11
 	CMPQ        R9, $0x00000120
-	JBE         stateVKbf16AVX2_dead_79
+	JBE         stateVKbf16AVX2_dead_55
 	VMOVUPS     256(R11), Y12
 	VFMADD231PS 256(AX), Y12, Y4
 	VFMADD231PS 256(CX), Y12, Y5
@@ -45203,7 +42422,7 @@ stateVKbf16AVX2_loaded_5:
 	VFMADD231PS 256(AX), Y12, Y8
 	VFMADD231PS 256(CX), Y12, Y9
 	CMPQ        R9, $0x00000140
-	JBE         stateVKbf16AVX2_dead_79
+	JBE         stateVKbf16AVX2_dead_55
 	VMOVUPS     288(R11), Y12
 	VFMADD231PS 288(AX), Y12, Y6
 	VFMADD231PS 288(CX), Y12, Y7
@@ -45211,7 +42430,7 @@ stateVKbf16AVX2_loaded_5:
 	VFMADD231PS 288(AX), Y12, Y10
 	VFMADD231PS 288(CX), Y12, Y11
 	CMPQ        R9, $0x00000160
-	JBE         stateVKbf16AVX2_dead_79
+	JBE         stateVKbf16AVX2_dead_55
 	VMOVUPS     320(R11), Y12
 	VFMADD231PS 320(AX), Y12, Y4
 	VFMADD231PS 320(CX), Y12, Y5
@@ -45219,13 +42438,13 @@ stateVKbf16AVX2_loaded_5:
 	VFMADD231PS 320(AX), Y12, Y8
 	VFMADD231PS 320(CX), Y12, Y9
 
-stateVKbf16AVX2_dead_79:
+stateVKbf16AVX2_dead_55:
 	VFMADD231PS -32(AX)(R9*1), Y1, Y6
 	VFMADD231PS -32(CX)(R9*1), Y1, Y7
 	VFMADD231PS -32(AX)(R9*1), Y3, Y10
 	VFMADD231PS -32(CX)(R9*1), Y3, Y11
 
-stateVKbf16AVX2_token_5:
+stateVKbf16AVX2_token_3:
 	VADDPS       Y6, Y4, Y4
 	VADDPS       Y10, Y8, Y8
 	VADDPS       Y7, Y5, Y5
@@ -45246,16 +42465,16 @@ stateVKbf16AVX2_token_5:
 	VPERMPS      Y4, Y5, Y4
 	VMOVSS       (DX), X5
 	VUCOMISS     nearone<>+0(SB), X5
-	JCS          stateVKbf16AVX2_far_19
+	JCS          stateVKbf16AVX2_far_13
 	VBROADCASTSS (DX), Y5
 	VFMADD213PS  Y4, Y5, Y4
-	JMP          stateVKbf16AVX2_decayed_19
+	JMP          stateVKbf16AVX2_decayed_13
 
-stateVKbf16AVX2_far_19:
+stateVKbf16AVX2_far_13:
 	VBROADCASTSS 4(DX), Y5
 	VMULPS       Y4, Y5, Y4
 
-stateVKbf16AVX2_decayed_19:
+stateVKbf16AVX2_decayed_13:
 	VEXTRACTF128 $0x01, Y4, X5
 	VMOVSD       (SI), X6
 	VSUBPS       X4, X6, X6
@@ -45267,22 +42486,22 @@ stateVKbf16AVX2_decayed_19:
 	VMOVSD       X5, (DI)
 	MOVQ         (BX), R12
 	TESTQ        R12, R12
-	JZ           stateVKbf16AVX2_nofin_8
+	JZ           stateVKbf16AVX2_nofin_6
 	VSUBPS       X4, X4, X5
 	VCMPPS       $0x03, X5, X5, X5
 	VMOVMSKPS    X5, R12
 	ANDL         $0x00000003, R12
 	MOVL         R12, 80(SP)
 
-stateVKbf16AVX2_nofin_8:
+stateVKbf16AVX2_nofin_6:
 	CMPQ         R8, $0x01
-	JE           stateVKbf16AVX2_lasttoken_5
+	JE           stateVKbf16AVX2_lasttoken_3
 	MOVQ         (BX), R12
 	TESTQ        R12, R12
-	JNZ          stateVKbf16AVX2_lasttoken_5
+	JNZ          stateVKbf16AVX2_lasttoken_3
 	VMOVSS       (DX), X5
 	VUCOMISS     nearone<>+0(SB), X5
-	JCS          stateVKbf16AVX2_far_20
+	JCS          stateVKbf16AVX2_far_14
 	VBROADCASTSS (DX), Y12
 	VBROADCASTSS X4, Y13
 	VMOVUPS      vklane1<>+0(SB), Y5
@@ -45380,7 +42599,7 @@ stateVKbf16AVX2_nofin_8:
 	VFMADD231PS  224(AX)(R9*1), Y15, Y10
 	VFMADD231PS  224(CX)(R9*1), Y15, Y11
 	CMPQ         R9, $0x00000120
-	JBE          stateVKbf16AVX2_dead_80
+	JBE          stateVKbf16AVX2_dead_56
 	VMOVUPS      256(R11), Y15
 	VFMADD213PS  Y15, Y12, Y15
 	VFMADD231PS  256(AX), Y13, Y15
@@ -45394,7 +42613,7 @@ stateVKbf16AVX2_nofin_8:
 	VFMADD231PS  256(AX)(R9*1), Y15, Y8
 	VFMADD231PS  256(CX)(R9*1), Y15, Y9
 	CMPQ         R9, $0x00000140
-	JBE          stateVKbf16AVX2_dead_80
+	JBE          stateVKbf16AVX2_dead_56
 	VMOVUPS      288(R11), Y15
 	VFMADD213PS  Y15, Y12, Y15
 	VFMADD231PS  288(AX), Y13, Y15
@@ -45408,7 +42627,7 @@ stateVKbf16AVX2_nofin_8:
 	VFMADD231PS  288(AX)(R9*1), Y15, Y10
 	VFMADD231PS  288(CX)(R9*1), Y15, Y11
 	CMPQ         R9, $0x00000160
-	JBE          stateVKbf16AVX2_dead_80
+	JBE          stateVKbf16AVX2_dead_56
 	VMOVUPS      320(R11), Y15
 	VFMADD213PS  Y15, Y12, Y15
 	VFMADD231PS  320(AX), Y13, Y15
@@ -45422,7 +42641,7 @@ stateVKbf16AVX2_nofin_8:
 	VFMADD231PS  320(AX)(R9*1), Y15, Y8
 	VFMADD231PS  320(CX)(R9*1), Y15, Y9
 
-stateVKbf16AVX2_dead_80:
+stateVKbf16AVX2_dead_56:
 	VFMADD213PS Y1, Y12, Y1
 	VFMADD231PS -32(AX)(R9*1), Y13, Y1
 	VANDPS      48(SP), Y1, Y1
@@ -45433,9 +42652,9 @@ stateVKbf16AVX2_dead_80:
 	VANDPS      48(SP), Y3, Y3
 	VFMADD231PS -32(AX)(R9*2), Y3, Y10
 	VFMADD231PS -32(CX)(R9*2), Y3, Y11
-	JMP         stateVKbf16AVX2_decayed_20
+	JMP         stateVKbf16AVX2_decayed_14
 
-stateVKbf16AVX2_far_20:
+stateVKbf16AVX2_far_14:
 	VBROADCASTSS 4(DX), Y12
 	VBROADCASTSS X4, Y13
 	VMOVUPS      vklane1<>+0(SB), Y5
@@ -45533,7 +42752,7 @@ stateVKbf16AVX2_far_20:
 	VFMADD231PS  224(AX)(R9*1), Y15, Y10
 	VFMADD231PS  224(CX)(R9*1), Y15, Y11
 	CMPQ         R9, $0x00000120
-	JBE          stateVKbf16AVX2_dead_81
+	JBE          stateVKbf16AVX2_dead_57
 	VMOVUPS      256(R11), Y15
 	VMULPS       Y15, Y12, Y15
 	VFMADD231PS  256(AX), Y13, Y15
@@ -45547,7 +42766,7 @@ stateVKbf16AVX2_far_20:
 	VFMADD231PS  256(AX)(R9*1), Y15, Y8
 	VFMADD231PS  256(CX)(R9*1), Y15, Y9
 	CMPQ         R9, $0x00000140
-	JBE          stateVKbf16AVX2_dead_81
+	JBE          stateVKbf16AVX2_dead_57
 	VMOVUPS      288(R11), Y15
 	VMULPS       Y15, Y12, Y15
 	VFMADD231PS  288(AX), Y13, Y15
@@ -45561,7 +42780,7 @@ stateVKbf16AVX2_far_20:
 	VFMADD231PS  288(AX)(R9*1), Y15, Y10
 	VFMADD231PS  288(CX)(R9*1), Y15, Y11
 	CMPQ         R9, $0x00000160
-	JBE          stateVKbf16AVX2_dead_81
+	JBE          stateVKbf16AVX2_dead_57
 	VMOVUPS      320(R11), Y15
 	VMULPS       Y15, Y12, Y15
 	VFMADD231PS  320(AX), Y13, Y15
@@ -45575,7 +42794,7 @@ stateVKbf16AVX2_far_20:
 	VFMADD231PS  320(AX)(R9*1), Y15, Y8
 	VFMADD231PS  320(CX)(R9*1), Y15, Y9
 
-stateVKbf16AVX2_dead_81:
+stateVKbf16AVX2_dead_57:
 	VMULPS      Y1, Y12, Y1
 	VFMADD231PS -32(AX)(R9*1), Y13, Y1
 	VANDPS      48(SP), Y1, Y1
@@ -45587,7 +42806,7 @@ stateVKbf16AVX2_dead_81:
 	VFMADD231PS -32(AX)(R9*2), Y3, Y10
 	VFMADD231PS -32(CX)(R9*2), Y3, Y11
 
-stateVKbf16AVX2_decayed_20:
+stateVKbf16AVX2_decayed_14:
 	ADDQ R9, AX
 	ADDQ R9, CX
 	ADDQ $0x10, DX
@@ -45595,12 +42814,12 @@ stateVKbf16AVX2_decayed_20:
 	ADDQ 32(SP), SI
 	ADDQ 24(SP), DI
 	DECQ R8
-	JMP  stateVKbf16AVX2_token_5
+	JMP  stateVKbf16AVX2_token_3
 
-stateVKbf16AVX2_lasttoken_5:
+stateVKbf16AVX2_lasttoken_3:
 	VMOVSS       (DX), X5
 	VUCOMISS     nearone<>+0(SB), X5
-	JCS          stateVKbf16AVX2_far_21
+	JCS          stateVKbf16AVX2_far_15
 	VBROADCASTSS (DX), Y5
 	VBROADCASTSS X4, Y6
 	VMOVUPS      vklane1<>+0(SB), Y7
@@ -45666,7 +42885,7 @@ stateVKbf16AVX2_lasttoken_5:
 	VFMADD231PS  224(AX), Y4, Y7
 	VMOVUPS      Y7, 736(R11)
 	CMPQ         R9, $0x00000120
-	JBE          stateVKbf16AVX2_dead_82
+	JBE          stateVKbf16AVX2_dead_58
 	VMOVUPS      256(R11), Y7
 	VFMADD213PS  Y7, Y5, Y7
 	VFMADD231PS  256(AX), Y6, Y7
@@ -45676,7 +42895,7 @@ stateVKbf16AVX2_lasttoken_5:
 	VFMADD231PS  256(AX), Y4, Y7
 	VMOVUPS      Y7, 768(R11)
 	CMPQ         R9, $0x00000140
-	JBE          stateVKbf16AVX2_dead_82
+	JBE          stateVKbf16AVX2_dead_58
 	VMOVUPS      288(R11), Y7
 	VFMADD213PS  Y7, Y5, Y7
 	VFMADD231PS  288(AX), Y6, Y7
@@ -45686,7 +42905,7 @@ stateVKbf16AVX2_lasttoken_5:
 	VFMADD231PS  288(AX), Y4, Y7
 	VMOVUPS      Y7, 800(R11)
 	CMPQ         R9, $0x00000160
-	JBE          stateVKbf16AVX2_dead_82
+	JBE          stateVKbf16AVX2_dead_58
 	VMOVUPS      320(R11), Y7
 	VFMADD213PS  Y7, Y5, Y7
 	VFMADD231PS  320(AX), Y6, Y7
@@ -45696,16 +42915,16 @@ stateVKbf16AVX2_lasttoken_5:
 	VFMADD231PS  320(AX), Y4, Y7
 	VMOVUPS      Y7, 832(R11)
 
-stateVKbf16AVX2_dead_82:
+stateVKbf16AVX2_dead_58:
 	VFMADD213PS Y1, Y5, Y1
 	VFMADD231PS -32(AX)(R9*1), Y6, Y1
 	VANDPS      48(SP), Y1, Y1
 	VFMADD213PS Y3, Y5, Y3
 	VFMADD231PS -32(AX)(R9*1), Y4, Y3
 	VANDPS      48(SP), Y3, Y3
-	JMP         stateVKbf16AVX2_decayed_21
+	JMP         stateVKbf16AVX2_decayed_15
 
-stateVKbf16AVX2_far_21:
+stateVKbf16AVX2_far_15:
 	VBROADCASTSS 4(DX), Y5
 	VBROADCASTSS X4, Y6
 	VMOVUPS      vklane1<>+0(SB), Y7
@@ -45771,7 +42990,7 @@ stateVKbf16AVX2_far_21:
 	VFMADD231PS  224(AX), Y4, Y7
 	VMOVUPS      Y7, 736(R11)
 	CMPQ         R9, $0x00000120
-	JBE          stateVKbf16AVX2_dead_83
+	JBE          stateVKbf16AVX2_dead_59
 	VMOVUPS      256(R11), Y7
 	VMULPS       Y7, Y5, Y7
 	VFMADD231PS  256(AX), Y6, Y7
@@ -45781,7 +43000,7 @@ stateVKbf16AVX2_far_21:
 	VFMADD231PS  256(AX), Y4, Y7
 	VMOVUPS      Y7, 768(R11)
 	CMPQ         R9, $0x00000140
-	JBE          stateVKbf16AVX2_dead_83
+	JBE          stateVKbf16AVX2_dead_59
 	VMOVUPS      288(R11), Y7
 	VMULPS       Y7, Y5, Y7
 	VFMADD231PS  288(AX), Y6, Y7
@@ -45791,7 +43010,7 @@ stateVKbf16AVX2_far_21:
 	VFMADD231PS  288(AX), Y4, Y7
 	VMOVUPS      Y7, 800(R11)
 	CMPQ         R9, $0x00000160
-	JBE          stateVKbf16AVX2_dead_83
+	JBE          stateVKbf16AVX2_dead_59
 	VMOVUPS      320(R11), Y7
 	VMULPS       Y7, Y5, Y7
 	VFMADD231PS  320(AX), Y6, Y7
@@ -45801,7 +43020,7 @@ stateVKbf16AVX2_far_21:
 	VFMADD231PS  320(AX), Y4, Y7
 	VMOVUPS      Y7, 832(R11)
 
-stateVKbf16AVX2_dead_83:
+stateVKbf16AVX2_dead_59:
 	VMULPS      Y1, Y5, Y1
 	VFMADD231PS -32(AX)(R9*1), Y6, Y1
 	VANDPS      48(SP), Y1, Y1
@@ -45809,11 +43028,11 @@ stateVKbf16AVX2_dead_83:
 	VFMADD231PS -32(AX)(R9*1), Y4, Y3
 	VANDPS      48(SP), Y3, Y3
 
-stateVKbf16AVX2_decayed_21:
+stateVKbf16AVX2_decayed_15:
 	// The state after this token, if stored.
 	MOVQ         (BX), R12
 	TESTQ        R12, R12
-	JZ           stateVKbf16AVX2_nostore_5
+	JZ           stateVKbf16AVX2_nostore_3
 	MOVQ         (SP), R13
 	IMULQ        R10, R13
 	ADDQ         R13, R12
@@ -45825,7 +43044,7 @@ stateVKbf16AVX2_decayed_21:
 	PREFETCHT1   256(R13)
 	PREFETCHT1   320(R13)
 	CMPL         80(SP), $0x00
-	JNE          stateVKbf16AVX2_bfnan_5
+	JNE          stateVKbf16AVX2_bfnan_3
 	VMOVAPS      Y1, Y4
 	VPSRLD       $0x10, Y4, Y5
 	VPAND        one_i<>+0(SB), Y5, Y5
@@ -45915,7 +43134,7 @@ stateVKbf16AVX2_decayed_21:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 112(R12)
 	CMPQ         R9, $0x00000120
-	JBE          stateVKbf16AVX2_dead_84
+	JBE          stateVKbf16AVX2_dead_60
 	VMOVUPS      256(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -45927,7 +43146,7 @@ stateVKbf16AVX2_decayed_21:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 128(R12)
 	CMPQ         R9, $0x00000140
-	JBE          stateVKbf16AVX2_dead_84
+	JBE          stateVKbf16AVX2_dead_60
 	VMOVUPS      288(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -45939,7 +43158,7 @@ stateVKbf16AVX2_decayed_21:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 144(R12)
 	CMPQ         R9, $0x00000160
-	JBE          stateVKbf16AVX2_dead_84
+	JBE          stateVKbf16AVX2_dead_60
 	VMOVUPS      320(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -45951,7 +43170,7 @@ stateVKbf16AVX2_decayed_21:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 160(R12)
 
-stateVKbf16AVX2_dead_84:
+stateVKbf16AVX2_dead_60:
 	ADDQ         R10, R12
 	VMOVAPS      Y3, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -46042,7 +43261,7 @@ stateVKbf16AVX2_dead_84:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 112(R12)
 	CMPQ         R9, $0x00000120
-	JBE          stateVKbf16AVX2_dead_85
+	JBE          stateVKbf16AVX2_dead_61
 	VMOVUPS      768(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -46054,7 +43273,7 @@ stateVKbf16AVX2_dead_84:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 128(R12)
 	CMPQ         R9, $0x00000140
-	JBE          stateVKbf16AVX2_dead_85
+	JBE          stateVKbf16AVX2_dead_61
 	VMOVUPS      800(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -46066,7 +43285,7 @@ stateVKbf16AVX2_dead_84:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 144(R12)
 	CMPQ         R9, $0x00000160
-	JBE          stateVKbf16AVX2_dead_85
+	JBE          stateVKbf16AVX2_dead_61
 	VMOVUPS      832(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -46078,10 +43297,10 @@ stateVKbf16AVX2_dead_84:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 160(R12)
 
-stateVKbf16AVX2_dead_85:
-	JMP stateVKbf16AVX2_bfdone_5
+stateVKbf16AVX2_dead_61:
+	JMP stateVKbf16AVX2_bfdone_3
 
-stateVKbf16AVX2_bfnan_5:
+stateVKbf16AVX2_bfnan_3:
 	VMOVAPS      Y1, Y4
 	VPSRLD       $0x10, Y4, Y5
 	VCMPPS       $0x03, Y4, Y4, Y7
@@ -46198,7 +43417,7 @@ stateVKbf16AVX2_bfnan_5:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 112(R12)
 	CMPQ         R9, $0x00000120
-	JBE          stateVKbf16AVX2_dead_86
+	JBE          stateVKbf16AVX2_dead_62
 	VMOVUPS      256(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -46213,7 +43432,7 @@ stateVKbf16AVX2_bfnan_5:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 128(R12)
 	CMPQ         R9, $0x00000140
-	JBE          stateVKbf16AVX2_dead_86
+	JBE          stateVKbf16AVX2_dead_62
 	VMOVUPS      288(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -46228,7 +43447,7 @@ stateVKbf16AVX2_bfnan_5:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 144(R12)
 	CMPQ         R9, $0x00000160
-	JBE          stateVKbf16AVX2_dead_86
+	JBE          stateVKbf16AVX2_dead_62
 	VMOVUPS      320(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -46243,7 +43462,7 @@ stateVKbf16AVX2_bfnan_5:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 160(R12)
 
-stateVKbf16AVX2_dead_86:
+stateVKbf16AVX2_dead_62:
 	ADDQ         R10, R12
 	VMOVAPS      Y3, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -46361,7 +43580,7 @@ stateVKbf16AVX2_dead_86:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 112(R12)
 	CMPQ         R9, $0x00000120
-	JBE          stateVKbf16AVX2_dead_87
+	JBE          stateVKbf16AVX2_dead_63
 	VMOVUPS      768(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -46376,7 +43595,7 @@ stateVKbf16AVX2_dead_86:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 128(R12)
 	CMPQ         R9, $0x00000140
-	JBE          stateVKbf16AVX2_dead_87
+	JBE          stateVKbf16AVX2_dead_63
 	VMOVUPS      800(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -46391,7 +43610,7 @@ stateVKbf16AVX2_dead_86:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 144(R12)
 	CMPQ         R9, $0x00000160
-	JBE          stateVKbf16AVX2_dead_87
+	JBE          stateVKbf16AVX2_dead_63
 	VMOVUPS      832(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -46406,11 +43625,11 @@ stateVKbf16AVX2_dead_86:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 160(R12)
 
-stateVKbf16AVX2_dead_87:
-stateVKbf16AVX2_bfdone_5:
-stateVKbf16AVX2_nostore_5:
+stateVKbf16AVX2_dead_63:
+stateVKbf16AVX2_bfdone_3:
+stateVKbf16AVX2_nostore_3:
 	CMPQ        R8, $0x01
-	JE          stateVKbf16AVX2_tokensdone_5
+	JE          stateVKbf16AVX2_tokensdone_3
 	ADDQ        R9, AX
 	ADDQ        R9, CX
 	ADDQ        $0x10, DX
@@ -46465,7 +43684,7 @@ stateVKbf16AVX2_nostore_5:
 	VFMADD231PS 224(AX), Y12, Y10
 	VFMADD231PS 224(CX), Y12, Y11
 	CMPQ        R9, $0x00000120
-	JBE         stateVKbf16AVX2_dead_88
+	JBE         stateVKbf16AVX2_dead_64
 	VMOVUPS     256(R11), Y12
 	VFMADD231PS 256(AX), Y12, Y4
 	VFMADD231PS 256(CX), Y12, Y5
@@ -46473,7 +43692,7 @@ stateVKbf16AVX2_nostore_5:
 	VFMADD231PS 256(AX), Y12, Y8
 	VFMADD231PS 256(CX), Y12, Y9
 	CMPQ        R9, $0x00000140
-	JBE         stateVKbf16AVX2_dead_88
+	JBE         stateVKbf16AVX2_dead_64
 	VMOVUPS     288(R11), Y12
 	VFMADD231PS 288(AX), Y12, Y6
 	VFMADD231PS 288(CX), Y12, Y7
@@ -46481,7 +43700,7 @@ stateVKbf16AVX2_nostore_5:
 	VFMADD231PS 288(AX), Y12, Y10
 	VFMADD231PS 288(CX), Y12, Y11
 	CMPQ        R9, $0x00000160
-	JBE         stateVKbf16AVX2_dead_88
+	JBE         stateVKbf16AVX2_dead_64
 	VMOVUPS     320(R11), Y12
 	VFMADD231PS 320(AX), Y12, Y4
 	VFMADD231PS 320(CX), Y12, Y5
@@ -46489,18 +43708,18 @@ stateVKbf16AVX2_nostore_5:
 	VFMADD231PS 320(AX), Y12, Y8
 	VFMADD231PS 320(CX), Y12, Y9
 
-stateVKbf16AVX2_dead_88:
+stateVKbf16AVX2_dead_64:
 	VFMADD231PS -32(AX)(R9*1), Y1, Y6
 	VFMADD231PS -32(CX)(R9*1), Y1, Y7
 	VFMADD231PS -32(AX)(R9*1), Y3, Y10
 	VFMADD231PS -32(CX)(R9*1), Y3, Y11
-	JMP         stateVKbf16AVX2_token_5
+	JMP         stateVKbf16AVX2_token_3
 
-stateVKbf16AVX2_tokensdone_5:
+stateVKbf16AVX2_tokensdone_3:
 	// The f32 carry after the last token, if asked for.
 	MOVQ    carry_base+88(FP), AX
 	TESTQ   AX, AX
-	JZ      stateVKbf16AVX2_nocarry_5
+	JZ      stateVKbf16AVX2_nocarry_3
 	MOVQ    (SP), CX
 	IMULQ   R9, CX
 	ADDQ    CX, AX
@@ -46521,19 +43740,19 @@ stateVKbf16AVX2_tokensdone_5:
 	VMOVUPS 224(R11), Y0
 	VMOVUPS Y0, 224(AX)
 	CMPQ    R9, $0x00000120
-	JBE     stateVKbf16AVX2_dead_89
+	JBE     stateVKbf16AVX2_dead_65
 	VMOVUPS 256(R11), Y0
 	VMOVUPS Y0, 256(AX)
 	CMPQ    R9, $0x00000140
-	JBE     stateVKbf16AVX2_dead_89
+	JBE     stateVKbf16AVX2_dead_65
 	VMOVUPS 288(R11), Y0
 	VMOVUPS Y0, 288(AX)
 	CMPQ    R9, $0x00000160
-	JBE     stateVKbf16AVX2_dead_89
+	JBE     stateVKbf16AVX2_dead_65
 	VMOVUPS 320(R11), Y0
 	VMOVUPS Y0, 320(AX)
 
-stateVKbf16AVX2_dead_89:
+stateVKbf16AVX2_dead_65:
 	ADDQ    R9, AX
 	VMOVUPS Y3, -32(AX)(R9*1)
 	VMOVUPS Y2, (AX)
@@ -46552,847 +43771,26 @@ stateVKbf16AVX2_dead_89:
 	VMOVUPS 736(R11), Y0
 	VMOVUPS Y0, 224(AX)
 	CMPQ    R9, $0x00000120
-	JBE     stateVKbf16AVX2_dead_90
+	JBE     stateVKbf16AVX2_dead_66
 	VMOVUPS 768(R11), Y0
 	VMOVUPS Y0, 256(AX)
 	CMPQ    R9, $0x00000140
-	JBE     stateVKbf16AVX2_dead_90
+	JBE     stateVKbf16AVX2_dead_66
 	VMOVUPS 800(R11), Y0
 	VMOVUPS Y0, 288(AX)
 	CMPQ    R9, $0x00000160
-	JBE     stateVKbf16AVX2_dead_90
+	JBE     stateVKbf16AVX2_dead_66
 	VMOVUPS 832(R11), Y0
 	VMOVUPS Y0, 320(AX)
 
-stateVKbf16AVX2_dead_90:
-stateVKbf16AVX2_nocarry_5:
+stateVKbf16AVX2_dead_66:
+stateVKbf16AVX2_nocarry_3:
 	ADDQ $0x00000002, (SP)
 	SUBQ $0x00000002, 8(SP)
-	JMP  stateVKbf16AVX2_group_5
+	JMP  stateVKbf16AVX2_group_3
 
-stateVKbf16AVX2_groupsdone_5:
+stateVKbf16AVX2_groupsdone_3:
 stateVKbf16AVX2_pairtail_3:
-stateVKbf16AVX2_group_6:
-	CMPQ 8(SP), $0x00000001
-	JB   stateVKbf16AVX2_groupsdone_6
-
-	// The prefetch list's next group.
-	MOVQ 312(SP), AX
-
-stateVKbf16AVX2_pfentry_6:
-	CMPQ  AX, 320(SP)
-	JAE   stateVKbf16AVX2_pfdone_6
-	MOVQ  (AX), DX
-	MOVQ  8(AX), CX
-	ADDQ  $0x10, AX
-	TESTQ CX, CX
-	JZ    stateVKbf16AVX2_pfdone_6
-
-stateVKbf16AVX2_pfline_6:
-	PREFETCHT1 (DX)
-	ADDQ       $0x40, DX
-	DECQ       CX
-	JNZ        stateVKbf16AVX2_pfline_6
-	JMP        stateVKbf16AVX2_pfentry_6
-
-stateVKbf16AVX2_pfdone_6:
-	MOVQ AX, 312(SP)
-
-	// Load 1 row(s) of 9…12 vectors.
-	MOVQ       src32_base+40(FP), AX
-	TESTQ      AX, AX
-	JZ         stateVKbf16AVX2_frombf16_6
-	MOVQ       (SP), CX
-	IMULQ      R9, CX
-	ADDQ       CX, AX
-	PREFETCHT1 8192(AX)
-	PREFETCHT1 8256(AX)
-	PREFETCHT1 8320(AX)
-	PREFETCHT1 8384(AX)
-	PREFETCHT1 8448(AX)
-	CMPQ       R9, $0x00000140
-	JBE        stateVKbf16AVX2_dead_91
-	PREFETCHT1 8512(AX)
-
-stateVKbf16AVX2_dead_91:
-	VMOVUPS (AX), Y0
-	VMOVUPS 32(AX), Y1
-	VMOVUPS 64(AX), Y2
-	VMOVUPS 96(AX), Y3
-	VMOVUPS 128(AX), Y4
-	VMOVUPS 160(AX), Y5
-	VMOVUPS 192(AX), Y6
-	VMOVUPS 224(AX), Y7
-	CMPQ    R9, $0x00000120
-	JBE     stateVKbf16AVX2_dead_92
-	VMOVUPS 256(AX), Y8
-	VMOVUPS Y8, 88(SP)
-	CMPQ    R9, $0x00000140
-	JBE     stateVKbf16AVX2_dead_92
-	VMOVUPS 288(AX), Y8
-	VMOVUPS Y8, 120(SP)
-	CMPQ    R9, $0x00000160
-	JBE     stateVKbf16AVX2_dead_92
-	VMOVUPS 320(AX), Y8
-	VMOVUPS Y8, 152(SP)
-
-stateVKbf16AVX2_dead_92:
-	VMOVUPS -32(AX)(R9*1), Y8
-	VANDPS  48(SP), Y8, Y8
-	JMP     stateVKbf16AVX2_loaded_6
-
-stateVKbf16AVX2_frombf16_6:
-	MOVQ       src_base+16(FP), AX
-	MOVQ       (SP), CX
-	IMULQ      R10, CX
-	ADDQ       CX, AX
-	PREFETCHT1 8192(AX)
-	PREFETCHT1 8256(AX)
-	PREFETCHT1 8320(AX)
-	VPMOVZXWD  (AX), Y0
-	VPSLLD     $0x10, Y0, Y0
-	VPMOVZXWD  16(AX), Y1
-	VPSLLD     $0x10, Y1, Y1
-	VPMOVZXWD  32(AX), Y2
-	VPSLLD     $0x10, Y2, Y2
-	VPMOVZXWD  48(AX), Y3
-	VPSLLD     $0x10, Y3, Y3
-	VPMOVZXWD  64(AX), Y4
-	VPSLLD     $0x10, Y4, Y4
-	VPMOVZXWD  80(AX), Y5
-	VPSLLD     $0x10, Y5, Y5
-	VPMOVZXWD  96(AX), Y6
-	VPSLLD     $0x10, Y6, Y6
-	VPMOVZXWD  112(AX), Y7
-	VPSLLD     $0x10, Y7, Y7
-	CMPQ       R9, $0x00000120
-	JBE        stateVKbf16AVX2_dead_93
-	VPMOVZXWD  128(AX), Y8
-	VPSLLD     $0x10, Y8, Y8
-	VMOVUPS    Y8, 88(SP)
-	CMPQ       R9, $0x00000140
-	JBE        stateVKbf16AVX2_dead_93
-	VPMOVZXWD  144(AX), Y8
-	VPSLLD     $0x10, Y8, Y8
-	VMOVUPS    Y8, 120(SP)
-	CMPQ       R9, $0x00000160
-	JBE        stateVKbf16AVX2_dead_93
-	VPMOVZXWD  160(AX), Y8
-	VPSLLD     $0x10, Y8, Y8
-	VMOVUPS    Y8, 152(SP)
-
-stateVKbf16AVX2_dead_93:
-	VPMOVZXWD -16(AX)(R10*1), Y8
-	VPSLLD    $0x10, Y8, Y8
-	VANDPS    48(SP), Y8, Y8
-
-stateVKbf16AVX2_loaded_6:
-	MOVQ        kh_base+112(FP), AX
-	MOVQ        qh_base+136(FP), CX
-	MOVQ        tok_base+216(FP), DX
-	MOVQ        stores_base+64(FP), BX
-	MOVQ        v_base+160(FP), SI
-	MOVQ        o_base+192(FP), DI
-	MOVQ        (SP), R8
-	SHLQ        $0x02, R8
-	ADDQ        R8, SI
-	ADDQ        R8, DI
-	MOVQ        16(SP), R8
-	VMULPS      (AX), Y0, Y9
-	VMULPS      (CX), Y0, Y10
-	VMULPS      32(AX), Y1, Y11
-	VMULPS      32(CX), Y1, Y12
-	VFMADD231PS 64(AX), Y2, Y9
-	VFMADD231PS 64(CX), Y2, Y10
-	VFMADD231PS 96(AX), Y3, Y11
-	VFMADD231PS 96(CX), Y3, Y12
-	VFMADD231PS 128(AX), Y4, Y9
-	VFMADD231PS 128(CX), Y4, Y10
-	VFMADD231PS 160(AX), Y5, Y11
-	VFMADD231PS 160(CX), Y5, Y12
-	VFMADD231PS 192(AX), Y6, Y9
-	VFMADD231PS 192(CX), Y6, Y10
-	VFMADD231PS 224(AX), Y7, Y11
-	VFMADD231PS 224(CX), Y7, Y12
-	CMPQ        R9, $0x00000120
-	JBE         stateVKbf16AVX2_dead_94
-	VMOVUPS     88(SP), Y13
-	VFMADD231PS 256(AX), Y13, Y9
-	VFMADD231PS 256(CX), Y13, Y10
-	CMPQ        R9, $0x00000140
-	JBE         stateVKbf16AVX2_dead_94
-	VMOVUPS     120(SP), Y13
-	VFMADD231PS 288(AX), Y13, Y11
-	VFMADD231PS 288(CX), Y13, Y12
-	CMPQ        R9, $0x00000160
-	JBE         stateVKbf16AVX2_dead_94
-	VMOVUPS     152(SP), Y13
-	VFMADD231PS 320(AX), Y13, Y9
-	VFMADD231PS 320(CX), Y13, Y10
-
-stateVKbf16AVX2_dead_94:
-	VFMADD231PS -32(AX)(R9*1), Y8, Y11
-	VFMADD231PS -32(CX)(R9*1), Y8, Y12
-
-stateVKbf16AVX2_token_6:
-	VADDPS       Y11, Y9, Y9
-	VADDPS       Y12, Y10, Y10
-	VPERM2F128   $0x20, Y10, Y9, Y11
-	VPERM2F128   $0x31, Y10, Y9, Y9
-	VADDPS       Y9, Y11, Y11
-	VSHUFPS      $0x44, Y11, Y11, Y9
-	VSHUFPS      $0xee, Y11, Y11, Y10
-	VADDPS       Y10, Y9, Y9
-	VSHUFPS      $0x88, Y9, Y9, Y10
-	VSHUFPS      $0xdd, Y9, Y9, Y9
-	VADDPS       Y9, Y10, Y10
-	VMOVUPS      vkpermAVX2_1<>+0(SB), Y9
-	VPERMPS      Y10, Y9, Y9
-	VMOVSS       (DX), X10
-	VUCOMISS     nearone<>+0(SB), X10
-	JCS          stateVKbf16AVX2_far_22
-	VBROADCASTSS (DX), Y10
-	VFMADD213PS  Y9, Y10, Y9
-	JMP          stateVKbf16AVX2_decayed_22
-
-stateVKbf16AVX2_far_22:
-	VBROADCASTSS 4(DX), Y10
-	VMULPS       Y9, Y10, Y9
-
-stateVKbf16AVX2_decayed_22:
-	VEXTRACTF128 $0x01, Y9, X10
-	VMOVSS       (SI), X11
-	VSUBPS       X9, X11, X11
-	VBROADCASTSS 8(DX), Y12
-	VXORPS       Y9, Y9, Y9
-	VMULPS       X12, X11, X9
-	VBROADCASTSS 12(DX), Y11
-	VFMADD231PS  X11, X9, X10
-	VMOVSS       X10, (DI)
-	MOVQ         (BX), R11
-	TESTQ        R11, R11
-	JZ           stateVKbf16AVX2_nofin_9
-	VSUBPS       X9, X9, X10
-	VCMPPS       $0x03, X10, X10, X10
-	VMOVMSKPS    X10, R11
-	ANDL         $0x00000001, R11
-	MOVL         R11, 80(SP)
-
-stateVKbf16AVX2_nofin_9:
-	CMPQ         R8, $0x01
-	JE           stateVKbf16AVX2_lasttoken_6
-	MOVQ         (BX), R11
-	TESTQ        R11, R11
-	JNZ          stateVKbf16AVX2_lasttoken_6
-	VMOVSS       (DX), X10
-	VUCOMISS     nearone<>+0(SB), X10
-	JCS          stateVKbf16AVX2_far_23
-	VBROADCASTSS (DX), Y13
-	VBROADCASTSS X9, Y14
-	VFMADD213PS  Y0, Y13, Y0
-	VFMADD231PS  (AX), Y14, Y0
-	VMULPS       (AX)(R9*1), Y0, Y9
-	VMULPS       (CX)(R9*1), Y0, Y10
-	VFMADD213PS  Y1, Y13, Y1
-	VFMADD231PS  32(AX), Y14, Y1
-	VMULPS       32(AX)(R9*1), Y1, Y11
-	VMULPS       32(CX)(R9*1), Y1, Y12
-	VFMADD213PS  Y2, Y13, Y2
-	VFMADD231PS  64(AX), Y14, Y2
-	VFMADD231PS  64(AX)(R9*1), Y2, Y9
-	VFMADD231PS  64(CX)(R9*1), Y2, Y10
-	VFMADD213PS  Y3, Y13, Y3
-	VFMADD231PS  96(AX), Y14, Y3
-	VFMADD231PS  96(AX)(R9*1), Y3, Y11
-	VFMADD231PS  96(CX)(R9*1), Y3, Y12
-	VFMADD213PS  Y4, Y13, Y4
-	VFMADD231PS  128(AX), Y14, Y4
-	VFMADD231PS  128(AX)(R9*1), Y4, Y9
-	VFMADD231PS  128(CX)(R9*1), Y4, Y10
-	VFMADD213PS  Y5, Y13, Y5
-	VFMADD231PS  160(AX), Y14, Y5
-	VFMADD231PS  160(AX)(R9*1), Y5, Y11
-	VFMADD231PS  160(CX)(R9*1), Y5, Y12
-	VFMADD213PS  Y6, Y13, Y6
-	VFMADD231PS  192(AX), Y14, Y6
-	VFMADD231PS  192(AX)(R9*1), Y6, Y9
-	VFMADD231PS  192(CX)(R9*1), Y6, Y10
-	VFMADD213PS  Y7, Y13, Y7
-	VFMADD231PS  224(AX), Y14, Y7
-	VFMADD231PS  224(AX)(R9*1), Y7, Y11
-	VFMADD231PS  224(CX)(R9*1), Y7, Y12
-	CMPQ         R9, $0x00000120
-	JBE          stateVKbf16AVX2_dead_95
-	VMOVUPS      88(SP), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  256(AX), Y14, Y15
-	VMOVUPS      Y15, 88(SP)
-	VFMADD231PS  256(AX)(R9*1), Y15, Y9
-	VFMADD231PS  256(CX)(R9*1), Y15, Y10
-	CMPQ         R9, $0x00000140
-	JBE          stateVKbf16AVX2_dead_95
-	VMOVUPS      120(SP), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  288(AX), Y14, Y15
-	VMOVUPS      Y15, 120(SP)
-	VFMADD231PS  288(AX)(R9*1), Y15, Y11
-	VFMADD231PS  288(CX)(R9*1), Y15, Y12
-	CMPQ         R9, $0x00000160
-	JBE          stateVKbf16AVX2_dead_95
-	VMOVUPS      152(SP), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  320(AX), Y14, Y15
-	VMOVUPS      Y15, 152(SP)
-	VFMADD231PS  320(AX)(R9*1), Y15, Y9
-	VFMADD231PS  320(CX)(R9*1), Y15, Y10
-
-stateVKbf16AVX2_dead_95:
-	VFMADD213PS Y8, Y13, Y8
-	VFMADD231PS -32(AX)(R9*1), Y14, Y8
-	VANDPS      48(SP), Y8, Y8
-	VFMADD231PS -32(AX)(R9*2), Y8, Y11
-	VFMADD231PS -32(CX)(R9*2), Y8, Y12
-	JMP         stateVKbf16AVX2_decayed_23
-
-stateVKbf16AVX2_far_23:
-	VBROADCASTSS 4(DX), Y13
-	VBROADCASTSS X9, Y14
-	VMULPS       Y0, Y13, Y0
-	VFMADD231PS  (AX), Y14, Y0
-	VMULPS       (AX)(R9*1), Y0, Y9
-	VMULPS       (CX)(R9*1), Y0, Y10
-	VMULPS       Y1, Y13, Y1
-	VFMADD231PS  32(AX), Y14, Y1
-	VMULPS       32(AX)(R9*1), Y1, Y11
-	VMULPS       32(CX)(R9*1), Y1, Y12
-	VMULPS       Y2, Y13, Y2
-	VFMADD231PS  64(AX), Y14, Y2
-	VFMADD231PS  64(AX)(R9*1), Y2, Y9
-	VFMADD231PS  64(CX)(R9*1), Y2, Y10
-	VMULPS       Y3, Y13, Y3
-	VFMADD231PS  96(AX), Y14, Y3
-	VFMADD231PS  96(AX)(R9*1), Y3, Y11
-	VFMADD231PS  96(CX)(R9*1), Y3, Y12
-	VMULPS       Y4, Y13, Y4
-	VFMADD231PS  128(AX), Y14, Y4
-	VFMADD231PS  128(AX)(R9*1), Y4, Y9
-	VFMADD231PS  128(CX)(R9*1), Y4, Y10
-	VMULPS       Y5, Y13, Y5
-	VFMADD231PS  160(AX), Y14, Y5
-	VFMADD231PS  160(AX)(R9*1), Y5, Y11
-	VFMADD231PS  160(CX)(R9*1), Y5, Y12
-	VMULPS       Y6, Y13, Y6
-	VFMADD231PS  192(AX), Y14, Y6
-	VFMADD231PS  192(AX)(R9*1), Y6, Y9
-	VFMADD231PS  192(CX)(R9*1), Y6, Y10
-	VMULPS       Y7, Y13, Y7
-	VFMADD231PS  224(AX), Y14, Y7
-	VFMADD231PS  224(AX)(R9*1), Y7, Y11
-	VFMADD231PS  224(CX)(R9*1), Y7, Y12
-	CMPQ         R9, $0x00000120
-	JBE          stateVKbf16AVX2_dead_96
-	VMOVUPS      88(SP), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  256(AX), Y14, Y15
-	VMOVUPS      Y15, 88(SP)
-	VFMADD231PS  256(AX)(R9*1), Y15, Y9
-	VFMADD231PS  256(CX)(R9*1), Y15, Y10
-	CMPQ         R9, $0x00000140
-	JBE          stateVKbf16AVX2_dead_96
-	VMOVUPS      120(SP), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  288(AX), Y14, Y15
-	VMOVUPS      Y15, 120(SP)
-	VFMADD231PS  288(AX)(R9*1), Y15, Y11
-	VFMADD231PS  288(CX)(R9*1), Y15, Y12
-	CMPQ         R9, $0x00000160
-	JBE          stateVKbf16AVX2_dead_96
-	VMOVUPS      152(SP), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  320(AX), Y14, Y15
-	VMOVUPS      Y15, 152(SP)
-	VFMADD231PS  320(AX)(R9*1), Y15, Y9
-	VFMADD231PS  320(CX)(R9*1), Y15, Y10
-
-stateVKbf16AVX2_dead_96:
-	VMULPS      Y8, Y13, Y8
-	VFMADD231PS -32(AX)(R9*1), Y14, Y8
-	VANDPS      48(SP), Y8, Y8
-	VFMADD231PS -32(AX)(R9*2), Y8, Y11
-	VFMADD231PS -32(CX)(R9*2), Y8, Y12
-
-stateVKbf16AVX2_decayed_23:
-	ADDQ R9, AX
-	ADDQ R9, CX
-	ADDQ $0x10, DX
-	ADDQ $0x08, BX
-	ADDQ 32(SP), SI
-	ADDQ 24(SP), DI
-	DECQ R8
-	JMP  stateVKbf16AVX2_token_6
-
-stateVKbf16AVX2_lasttoken_6:
-	VMOVSS       (DX), X10
-	VUCOMISS     nearone<>+0(SB), X10
-	JCS          stateVKbf16AVX2_far_24
-	VBROADCASTSS (DX), Y10
-	VBROADCASTSS X9, Y9
-	VFMADD213PS  Y0, Y10, Y0
-	VFMADD231PS  (AX), Y9, Y0
-	VFMADD213PS  Y1, Y10, Y1
-	VFMADD231PS  32(AX), Y9, Y1
-	VFMADD213PS  Y2, Y10, Y2
-	VFMADD231PS  64(AX), Y9, Y2
-	VFMADD213PS  Y3, Y10, Y3
-	VFMADD231PS  96(AX), Y9, Y3
-	VFMADD213PS  Y4, Y10, Y4
-	VFMADD231PS  128(AX), Y9, Y4
-	VFMADD213PS  Y5, Y10, Y5
-	VFMADD231PS  160(AX), Y9, Y5
-	VFMADD213PS  Y6, Y10, Y6
-	VFMADD231PS  192(AX), Y9, Y6
-	VFMADD213PS  Y7, Y10, Y7
-	VFMADD231PS  224(AX), Y9, Y7
-	CMPQ         R9, $0x00000120
-	JBE          stateVKbf16AVX2_dead_97
-	VMOVUPS      88(SP), Y11
-	VFMADD213PS  Y11, Y10, Y11
-	VFMADD231PS  256(AX), Y9, Y11
-	VMOVUPS      Y11, 88(SP)
-	CMPQ         R9, $0x00000140
-	JBE          stateVKbf16AVX2_dead_97
-	VMOVUPS      120(SP), Y11
-	VFMADD213PS  Y11, Y10, Y11
-	VFMADD231PS  288(AX), Y9, Y11
-	VMOVUPS      Y11, 120(SP)
-	CMPQ         R9, $0x00000160
-	JBE          stateVKbf16AVX2_dead_97
-	VMOVUPS      152(SP), Y11
-	VFMADD213PS  Y11, Y10, Y11
-	VFMADD231PS  320(AX), Y9, Y11
-	VMOVUPS      Y11, 152(SP)
-
-stateVKbf16AVX2_dead_97:
-	VFMADD213PS Y8, Y10, Y8
-	VFMADD231PS -32(AX)(R9*1), Y9, Y8
-	VANDPS      48(SP), Y8, Y8
-	JMP         stateVKbf16AVX2_decayed_24
-
-stateVKbf16AVX2_far_24:
-	VBROADCASTSS 4(DX), Y10
-	VBROADCASTSS X9, Y9
-	VMULPS       Y0, Y10, Y0
-	VFMADD231PS  (AX), Y9, Y0
-	VMULPS       Y1, Y10, Y1
-	VFMADD231PS  32(AX), Y9, Y1
-	VMULPS       Y2, Y10, Y2
-	VFMADD231PS  64(AX), Y9, Y2
-	VMULPS       Y3, Y10, Y3
-	VFMADD231PS  96(AX), Y9, Y3
-	VMULPS       Y4, Y10, Y4
-	VFMADD231PS  128(AX), Y9, Y4
-	VMULPS       Y5, Y10, Y5
-	VFMADD231PS  160(AX), Y9, Y5
-	VMULPS       Y6, Y10, Y6
-	VFMADD231PS  192(AX), Y9, Y6
-	VMULPS       Y7, Y10, Y7
-	VFMADD231PS  224(AX), Y9, Y7
-	CMPQ         R9, $0x00000120
-	JBE          stateVKbf16AVX2_dead_98
-	VMOVUPS      88(SP), Y11
-	VMULPS       Y11, Y10, Y11
-	VFMADD231PS  256(AX), Y9, Y11
-	VMOVUPS      Y11, 88(SP)
-	CMPQ         R9, $0x00000140
-	JBE          stateVKbf16AVX2_dead_98
-	VMOVUPS      120(SP), Y11
-	VMULPS       Y11, Y10, Y11
-	VFMADD231PS  288(AX), Y9, Y11
-	VMOVUPS      Y11, 120(SP)
-	CMPQ         R9, $0x00000160
-	JBE          stateVKbf16AVX2_dead_98
-	VMOVUPS      152(SP), Y11
-	VMULPS       Y11, Y10, Y11
-	VFMADD231PS  320(AX), Y9, Y11
-	VMOVUPS      Y11, 152(SP)
-
-stateVKbf16AVX2_dead_98:
-	VMULPS      Y8, Y10, Y8
-	VFMADD231PS -32(AX)(R9*1), Y9, Y8
-	VANDPS      48(SP), Y8, Y8
-
-stateVKbf16AVX2_decayed_24:
-	// The state after this token, if stored.
-	MOVQ         (BX), R11
-	TESTQ        R11, R11
-	JZ           stateVKbf16AVX2_nostore_6
-	MOVQ         (SP), R12
-	IMULQ        R10, R12
-	ADDQ         R12, R11
-	CMPL         80(SP), $0x00
-	JNE          stateVKbf16AVX2_bfnan_6
-	VMOVAPS      Y8, Y9
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y10, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, -16(R11)(R10*1)
-	VMOVAPS      Y0, Y9
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y10, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, (R11)
-	VMOVAPS      Y1, Y9
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y10, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 16(R11)
-	VMOVAPS      Y2, Y9
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y10, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 32(R11)
-	VMOVAPS      Y3, Y9
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y10, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 48(R11)
-	VMOVAPS      Y4, Y9
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y10, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 64(R11)
-	VMOVAPS      Y5, Y9
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y10, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 80(R11)
-	VMOVAPS      Y6, Y9
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y10, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 96(R11)
-	VMOVAPS      Y7, Y9
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y10, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 112(R11)
-	CMPQ         R9, $0x00000120
-	JBE          stateVKbf16AVX2_dead_99
-	VMOVUPS      88(SP), Y9
-	VMOVAPS      Y9, Y9
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y10, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 128(R11)
-	CMPQ         R9, $0x00000140
-	JBE          stateVKbf16AVX2_dead_99
-	VMOVUPS      120(SP), Y9
-	VMOVAPS      Y9, Y9
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y10, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 144(R11)
-	CMPQ         R9, $0x00000160
-	JBE          stateVKbf16AVX2_dead_99
-	VMOVUPS      152(SP), Y9
-	VMOVAPS      Y9, Y9
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y10, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 160(R11)
-
-stateVKbf16AVX2_dead_99:
-	JMP stateVKbf16AVX2_bfdone_6
-
-stateVKbf16AVX2_bfnan_6:
-	VMOVAPS      Y8, Y9
-	VPSRLD       $0x10, Y9, Y10
-	VCMPPS       $0x03, Y9, Y9, Y12
-	VPAND        one_i<>+0(SB), Y10, Y11
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y11, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPOR         quiet<>+0(SB), Y10, Y10
-	VPBLENDVB    Y12, Y10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, -16(R11)(R10*1)
-	VMOVAPS      Y0, Y9
-	VPSRLD       $0x10, Y9, Y10
-	VCMPPS       $0x03, Y9, Y9, Y12
-	VPAND        one_i<>+0(SB), Y10, Y11
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y11, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPOR         quiet<>+0(SB), Y10, Y10
-	VPBLENDVB    Y12, Y10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, (R11)
-	VMOVAPS      Y1, Y9
-	VPSRLD       $0x10, Y9, Y10
-	VCMPPS       $0x03, Y9, Y9, Y12
-	VPAND        one_i<>+0(SB), Y10, Y11
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y11, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPOR         quiet<>+0(SB), Y10, Y10
-	VPBLENDVB    Y12, Y10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 16(R11)
-	VMOVAPS      Y2, Y9
-	VPSRLD       $0x10, Y9, Y10
-	VCMPPS       $0x03, Y9, Y9, Y12
-	VPAND        one_i<>+0(SB), Y10, Y11
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y11, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPOR         quiet<>+0(SB), Y10, Y10
-	VPBLENDVB    Y12, Y10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 32(R11)
-	VMOVAPS      Y3, Y9
-	VPSRLD       $0x10, Y9, Y10
-	VCMPPS       $0x03, Y9, Y9, Y12
-	VPAND        one_i<>+0(SB), Y10, Y11
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y11, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPOR         quiet<>+0(SB), Y10, Y10
-	VPBLENDVB    Y12, Y10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 48(R11)
-	VMOVAPS      Y4, Y9
-	VPSRLD       $0x10, Y9, Y10
-	VCMPPS       $0x03, Y9, Y9, Y12
-	VPAND        one_i<>+0(SB), Y10, Y11
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y11, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPOR         quiet<>+0(SB), Y10, Y10
-	VPBLENDVB    Y12, Y10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 64(R11)
-	VMOVAPS      Y5, Y9
-	VPSRLD       $0x10, Y9, Y10
-	VCMPPS       $0x03, Y9, Y9, Y12
-	VPAND        one_i<>+0(SB), Y10, Y11
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y11, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPOR         quiet<>+0(SB), Y10, Y10
-	VPBLENDVB    Y12, Y10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 80(R11)
-	VMOVAPS      Y6, Y9
-	VPSRLD       $0x10, Y9, Y10
-	VCMPPS       $0x03, Y9, Y9, Y12
-	VPAND        one_i<>+0(SB), Y10, Y11
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y11, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPOR         quiet<>+0(SB), Y10, Y10
-	VPBLENDVB    Y12, Y10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 96(R11)
-	VMOVAPS      Y7, Y9
-	VPSRLD       $0x10, Y9, Y10
-	VCMPPS       $0x03, Y9, Y9, Y12
-	VPAND        one_i<>+0(SB), Y10, Y11
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y11, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPOR         quiet<>+0(SB), Y10, Y10
-	VPBLENDVB    Y12, Y10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 112(R11)
-	CMPQ         R9, $0x00000120
-	JBE          stateVKbf16AVX2_dead_100
-	VMOVUPS      88(SP), Y9
-	VMOVAPS      Y9, Y9
-	VPSRLD       $0x10, Y9, Y10
-	VCMPPS       $0x03, Y9, Y9, Y12
-	VPAND        one_i<>+0(SB), Y10, Y11
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y11, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPOR         quiet<>+0(SB), Y10, Y10
-	VPBLENDVB    Y12, Y10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 128(R11)
-	CMPQ         R9, $0x00000140
-	JBE          stateVKbf16AVX2_dead_100
-	VMOVUPS      120(SP), Y9
-	VMOVAPS      Y9, Y9
-	VPSRLD       $0x10, Y9, Y10
-	VCMPPS       $0x03, Y9, Y9, Y12
-	VPAND        one_i<>+0(SB), Y10, Y11
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y11, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPOR         quiet<>+0(SB), Y10, Y10
-	VPBLENDVB    Y12, Y10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 144(R11)
-	CMPQ         R9, $0x00000160
-	JBE          stateVKbf16AVX2_dead_100
-	VMOVUPS      152(SP), Y9
-	VMOVAPS      Y9, Y9
-	VPSRLD       $0x10, Y9, Y10
-	VCMPPS       $0x03, Y9, Y9, Y12
-	VPAND        one_i<>+0(SB), Y10, Y11
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y11, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPOR         quiet<>+0(SB), Y10, Y10
-	VPBLENDVB    Y12, Y10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 160(R11)
-
-stateVKbf16AVX2_dead_100:
-stateVKbf16AVX2_bfdone_6:
-stateVKbf16AVX2_nostore_6:
-	CMPQ        R8, $0x01
-	JE          stateVKbf16AVX2_tokensdone_6
-	ADDQ        R9, AX
-	ADDQ        R9, CX
-	ADDQ        $0x10, DX
-	ADDQ        $0x08, BX
-	ADDQ        32(SP), SI
-	ADDQ        24(SP), DI
-	DECQ        R8
-	VMULPS      (AX), Y0, Y9
-	VMULPS      (CX), Y0, Y10
-	VMULPS      32(AX), Y1, Y11
-	VMULPS      32(CX), Y1, Y12
-	VFMADD231PS 64(AX), Y2, Y9
-	VFMADD231PS 64(CX), Y2, Y10
-	VFMADD231PS 96(AX), Y3, Y11
-	VFMADD231PS 96(CX), Y3, Y12
-	VFMADD231PS 128(AX), Y4, Y9
-	VFMADD231PS 128(CX), Y4, Y10
-	VFMADD231PS 160(AX), Y5, Y11
-	VFMADD231PS 160(CX), Y5, Y12
-	VFMADD231PS 192(AX), Y6, Y9
-	VFMADD231PS 192(CX), Y6, Y10
-	VFMADD231PS 224(AX), Y7, Y11
-	VFMADD231PS 224(CX), Y7, Y12
-	CMPQ        R9, $0x00000120
-	JBE         stateVKbf16AVX2_dead_101
-	VMOVUPS     88(SP), Y13
-	VFMADD231PS 256(AX), Y13, Y9
-	VFMADD231PS 256(CX), Y13, Y10
-	CMPQ        R9, $0x00000140
-	JBE         stateVKbf16AVX2_dead_101
-	VMOVUPS     120(SP), Y13
-	VFMADD231PS 288(AX), Y13, Y11
-	VFMADD231PS 288(CX), Y13, Y12
-	CMPQ        R9, $0x00000160
-	JBE         stateVKbf16AVX2_dead_101
-	VMOVUPS     152(SP), Y13
-	VFMADD231PS 320(AX), Y13, Y9
-	VFMADD231PS 320(CX), Y13, Y10
-
-stateVKbf16AVX2_dead_101:
-	VFMADD231PS -32(AX)(R9*1), Y8, Y11
-	VFMADD231PS -32(CX)(R9*1), Y8, Y12
-	JMP         stateVKbf16AVX2_token_6
-
-stateVKbf16AVX2_tokensdone_6:
-	// The f32 carry after the last token, if asked for.
-	MOVQ    carry_base+88(FP), AX
-	TESTQ   AX, AX
-	JZ      stateVKbf16AVX2_nocarry_6
-	MOVQ    (SP), CX
-	IMULQ   R9, CX
-	ADDQ    CX, AX
-	VMOVUPS Y8, -32(AX)(R9*1)
-	VMOVUPS Y0, (AX)
-	VMOVUPS Y1, 32(AX)
-	VMOVUPS Y2, 64(AX)
-	VMOVUPS Y3, 96(AX)
-	VMOVUPS Y4, 128(AX)
-	VMOVUPS Y5, 160(AX)
-	VMOVUPS Y6, 192(AX)
-	VMOVUPS Y7, 224(AX)
-	CMPQ    R9, $0x00000120
-	JBE     stateVKbf16AVX2_dead_102
-	VMOVUPS 88(SP), Y0
-	VMOVUPS Y0, 256(AX)
-	CMPQ    R9, $0x00000140
-	JBE     stateVKbf16AVX2_dead_102
-	VMOVUPS 120(SP), Y0
-	VMOVUPS Y0, 288(AX)
-	CMPQ    R9, $0x00000160
-	JBE     stateVKbf16AVX2_dead_102
-	VMOVUPS 152(SP), Y0
-	VMOVUPS Y0, 320(AX)
-
-stateVKbf16AVX2_dead_102:
-stateVKbf16AVX2_nocarry_6:
-	ADDQ $0x00000001, (SP)
-	SUBQ $0x00000001, 8(SP)
-	JMP  stateVKbf16AVX2_group_6
-
-stateVKbf16AVX2_groupsdone_6:
 	JMP stateVKbf16AVX2_done_1
 
 stateVKbf16AVX2_n16_1:
@@ -47437,10 +43835,10 @@ stateVKbf16AVX2_once_4:
 	PREFETCHT1 8512(R11)
 	PREFETCHT1 8576(R11)
 	CMPQ       R9, $0x000001c0
-	JBE        stateVKbf16AVX2_dead_103
+	JBE        stateVKbf16AVX2_dead_67
 	PREFETCHT1 8640(R11)
 
-stateVKbf16AVX2_dead_103:
+stateVKbf16AVX2_dead_67:
 	VMOVUPS     (AX), Y5
 	VMOVUPS     (CX), Y3
 	VPMOVZXWD   (R11), Y2
@@ -47562,7 +43960,7 @@ stateVKbf16AVX2_dead_103:
 	VFMADD231PS Y9, Y11, Y7
 	VFMADD231PS Y10, Y11, Y8
 	CMPQ        R9, $0x000001a0
-	JBE         stateVKbf16AVX2_dead_104
+	JBE         stateVKbf16AVX2_dead_68
 	VMOVUPS     384(AX), Y9
 	VMOVUPS     384(CX), Y10
 	VPMOVZXWD   192(R11), Y11
@@ -47574,7 +43972,7 @@ stateVKbf16AVX2_dead_103:
 	VFMADD231PS Y9, Y11, Y5
 	VFMADD231PS Y10, Y11, Y6
 	CMPQ        R9, $0x000001c0
-	JBE         stateVKbf16AVX2_dead_104
+	JBE         stateVKbf16AVX2_dead_68
 	VMOVUPS     416(AX), Y9
 	VMOVUPS     416(CX), Y10
 	VPMOVZXWD   208(R11), Y11
@@ -47586,7 +43984,7 @@ stateVKbf16AVX2_dead_103:
 	VFMADD231PS Y9, Y11, Y7
 	VFMADD231PS Y10, Y11, Y8
 	CMPQ        R9, $0x000001e0
-	JBE         stateVKbf16AVX2_dead_104
+	JBE         stateVKbf16AVX2_dead_68
 	VMOVUPS     448(AX), Y9
 	VMOVUPS     448(CX), Y10
 	VPMOVZXWD   224(R11), Y11
@@ -47598,7 +43996,7 @@ stateVKbf16AVX2_dead_103:
 	VFMADD231PS Y9, Y11, Y5
 	VFMADD231PS Y10, Y11, Y6
 
-stateVKbf16AVX2_dead_104:
+stateVKbf16AVX2_dead_68:
 	VMOVUPS      -32(AX)(R9*1), Y9
 	VMOVUPS      -32(CX)(R9*1), Y10
 	VPMOVZXWD    -16(R11)(R10*1), Y11
@@ -47631,16 +44029,16 @@ stateVKbf16AVX2_dead_104:
 	VPERMPS      Y0, Y2, Y0
 	VMOVSS       (DX), X1
 	VUCOMISS     nearone<>+0(SB), X1
-	JCS          stateVKbf16AVX2_far_25
+	JCS          stateVKbf16AVX2_far_16
 	VBROADCASTSS (DX), Y2
 	VFMADD213PS  Y0, Y2, Y0
-	JMP          stateVKbf16AVX2_decayed_25
+	JMP          stateVKbf16AVX2_decayed_16
 
-stateVKbf16AVX2_far_25:
+stateVKbf16AVX2_far_16:
 	VBROADCASTSS 4(DX), Y2
 	VMULPS       Y0, Y2, Y0
 
-stateVKbf16AVX2_decayed_25:
+stateVKbf16AVX2_decayed_16:
 	VEXTRACTF128 $0x01, Y0, X2
 	VMOVSD       (SI), X1
 	VSUBPS       X0, X1, X1
@@ -47651,14 +44049,14 @@ stateVKbf16AVX2_decayed_25:
 	VMOVSD       X2, (DI)
 	MOVQ         (BX), CX
 	TESTQ        CX, CX
-	JZ           stateVKbf16AVX2_nofin_10
+	JZ           stateVKbf16AVX2_nofin_7
 	VSUBPS       X1, X1, X0
 	VCMPPS       $0x03, X0, X0, X0
 	VMOVMSKPS    X0, CX
 	ANDL         $0x00000003, CX
 	MOVL         CX, 80(SP)
 
-stateVKbf16AVX2_nofin_10:
+stateVKbf16AVX2_nofin_7:
 	MOVQ         (BX), CX
 	MOVQ         (SP), BX
 	IMULQ        R10, BX
@@ -47671,7 +44069,7 @@ stateVKbf16AVX2_nofin_10:
 	JNE          stateVKbf16AVX2_pairs_4
 	VMOVSS       (DX), X3
 	VUCOMISS     nearone<>+0(SB), X3
-	JCS          stateVKbf16AVX2_far_26
+	JCS          stateVKbf16AVX2_far_17
 	VBROADCASTSS (DX), Y3
 	VBROADCASTSS X1, Y4
 	VMOVUPS      vklane1<>+0(SB), Y5
@@ -47941,7 +44339,7 @@ stateVKbf16AVX2_nofin_10:
 	VPERMQ       $0xd8, Y8, Y8
 	VMOVDQU      Y8, 160(CX)(R10*1)
 	CMPQ         R9, $0x000001a0
-	JBE          stateVKbf16AVX2_dead_105
+	JBE          stateVKbf16AVX2_dead_69
 	VMOVUPS      384(AX), Y6
 	VPMOVZXWD    192(R11), Y7
 	VPSLLD       $0x10, Y7, Y7
@@ -47968,7 +44366,7 @@ stateVKbf16AVX2_nofin_10:
 	VPACKUSDW    X1, X7, X1
 	VMOVDQU      X1, 192(CX)(R10*1)
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKbf16AVX2_dead_105
+	JBE          stateVKbf16AVX2_dead_69
 	VMOVUPS      416(AX), Y6
 	VPMOVZXWD    208(R11), Y7
 	VPSLLD       $0x10, Y7, Y7
@@ -47995,7 +44393,7 @@ stateVKbf16AVX2_nofin_10:
 	VPACKUSDW    X1, X7, X1
 	VMOVDQU      X1, 208(CX)(R10*1)
 	CMPQ         R9, $0x000001e0
-	JBE          stateVKbf16AVX2_dead_105
+	JBE          stateVKbf16AVX2_dead_69
 	VMOVUPS      448(AX), Y6
 	VPMOVZXWD    224(R11), Y7
 	VPSLLD       $0x10, Y7, Y7
@@ -48022,7 +44420,7 @@ stateVKbf16AVX2_nofin_10:
 	VPACKUSDW    X1, X7, X1
 	VMOVDQU      X1, 224(CX)(R10*1)
 
-stateVKbf16AVX2_dead_105:
+stateVKbf16AVX2_dead_69:
 	VFMADD213PS  Y0, Y3, Y0
 	VFMADD231PS  -32(AX)(R9*1), Y4, Y0
 	VPSRLD       $0x10, Y0, Y4
@@ -48043,9 +44441,9 @@ stateVKbf16AVX2_dead_105:
 	VEXTRACTI128 $0x01, Y2, X0
 	VPACKUSDW    X0, X2, X0
 	VMOVDQU      X0, -16(CX)(R10*2)
-	JMP          stateVKbf16AVX2_decayed_26
+	JMP          stateVKbf16AVX2_decayed_17
 
-stateVKbf16AVX2_far_26:
+stateVKbf16AVX2_far_17:
 	VBROADCASTSS 4(DX), Y3
 	VBROADCASTSS X1, Y4
 	VMOVUPS      vklane1<>+0(SB), Y5
@@ -48315,7 +44713,7 @@ stateVKbf16AVX2_far_26:
 	VPERMQ       $0xd8, Y8, Y8
 	VMOVDQU      Y8, 160(CX)(R10*1)
 	CMPQ         R9, $0x000001a0
-	JBE          stateVKbf16AVX2_dead_106
+	JBE          stateVKbf16AVX2_dead_70
 	VMOVUPS      384(AX), Y6
 	VPMOVZXWD    192(R11), Y7
 	VPSLLD       $0x10, Y7, Y7
@@ -48342,7 +44740,7 @@ stateVKbf16AVX2_far_26:
 	VPACKUSDW    X1, X7, X1
 	VMOVDQU      X1, 192(CX)(R10*1)
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKbf16AVX2_dead_106
+	JBE          stateVKbf16AVX2_dead_70
 	VMOVUPS      416(AX), Y6
 	VPMOVZXWD    208(R11), Y7
 	VPSLLD       $0x10, Y7, Y7
@@ -48369,7 +44767,7 @@ stateVKbf16AVX2_far_26:
 	VPACKUSDW    X1, X7, X1
 	VMOVDQU      X1, 208(CX)(R10*1)
 	CMPQ         R9, $0x000001e0
-	JBE          stateVKbf16AVX2_dead_106
+	JBE          stateVKbf16AVX2_dead_70
 	VMOVUPS      448(AX), Y6
 	VPMOVZXWD    224(R11), Y7
 	VPSLLD       $0x10, Y7, Y7
@@ -48396,7 +44794,7 @@ stateVKbf16AVX2_far_26:
 	VPACKUSDW    X1, X7, X1
 	VMOVDQU      X1, 224(CX)(R10*1)
 
-stateVKbf16AVX2_dead_106:
+stateVKbf16AVX2_dead_70:
 	VMULPS       Y0, Y3, Y0
 	VFMADD231PS  -32(AX)(R9*1), Y4, Y0
 	VPSRLD       $0x10, Y0, Y4
@@ -48418,7 +44816,7 @@ stateVKbf16AVX2_dead_106:
 	VPACKUSDW    X0, X2, X0
 	VMOVDQU      X0, -16(CX)(R10*2)
 
-stateVKbf16AVX2_decayed_26:
+stateVKbf16AVX2_decayed_17:
 	ADDQ $0x00000002, (SP)
 	SUBQ $0x00000002, 8(SP)
 	JMP  stateVKbf16AVX2_once_4
@@ -48429,36 +44827,36 @@ stateVKbf16AVX2_oncedone_4:
 stateVKbf16AVX2_pairs_4:
 	MOVQ 40(SP), R11
 
-stateVKbf16AVX2_group_7:
+stateVKbf16AVX2_group_4:
 	CMPQ 8(SP), $0x00000002
-	JB   stateVKbf16AVX2_groupsdone_7
+	JB   stateVKbf16AVX2_groupsdone_4
 
 	// The prefetch list's next group.
 	MOVQ 312(SP), AX
 
-stateVKbf16AVX2_pfentry_7:
+stateVKbf16AVX2_pfentry_4:
 	CMPQ  AX, 320(SP)
-	JAE   stateVKbf16AVX2_pfdone_7
+	JAE   stateVKbf16AVX2_pfdone_4
 	MOVQ  (AX), DX
 	MOVQ  8(AX), CX
 	ADDQ  $0x10, AX
 	TESTQ CX, CX
-	JZ    stateVKbf16AVX2_pfdone_7
+	JZ    stateVKbf16AVX2_pfdone_4
 
-stateVKbf16AVX2_pfline_7:
+stateVKbf16AVX2_pfline_4:
 	PREFETCHT1 (DX)
 	ADDQ       $0x40, DX
 	DECQ       CX
-	JNZ        stateVKbf16AVX2_pfline_7
-	JMP        stateVKbf16AVX2_pfentry_7
+	JNZ        stateVKbf16AVX2_pfline_4
+	JMP        stateVKbf16AVX2_pfentry_4
 
-stateVKbf16AVX2_pfdone_7:
+stateVKbf16AVX2_pfdone_4:
 	MOVQ AX, 312(SP)
 
 	// Load 2 row(s) of 13…16 vectors.
 	MOVQ       src32_base+40(FP), AX
 	TESTQ      AX, AX
-	JZ         stateVKbf16AVX2_frombf16_7
+	JZ         stateVKbf16AVX2_frombf16_4
 	MOVQ       (SP), CX
 	IMULQ      R9, CX
 	ADDQ       CX, AX
@@ -48476,16 +44874,16 @@ stateVKbf16AVX2_pfdone_7:
 	PREFETCHT1 8896(AX)
 	PREFETCHT1 8960(AX)
 	CMPQ       R9, $0x000001a0
-	JBE        stateVKbf16AVX2_dead_107
+	JBE        stateVKbf16AVX2_dead_71
 	PREFETCHT1 9024(AX)
 	CMPQ       R9, $0x000001c0
-	JBE        stateVKbf16AVX2_dead_107
+	JBE        stateVKbf16AVX2_dead_71
 	PREFETCHT1 9088(AX)
 	CMPQ       R9, $0x000001e0
-	JBE        stateVKbf16AVX2_dead_107
+	JBE        stateVKbf16AVX2_dead_71
 	PREFETCHT1 9152(AX)
 
-stateVKbf16AVX2_dead_107:
+stateVKbf16AVX2_dead_71:
 	VMOVUPS (AX), Y0
 	VMOVUPS 32(AX), Y1
 	VMOVUPS Y1, 32(R11)
@@ -48510,19 +44908,19 @@ stateVKbf16AVX2_dead_107:
 	VMOVUPS 352(AX), Y1
 	VMOVUPS Y1, 352(R11)
 	CMPQ    R9, $0x000001a0
-	JBE     stateVKbf16AVX2_dead_108
+	JBE     stateVKbf16AVX2_dead_72
 	VMOVUPS 384(AX), Y1
 	VMOVUPS Y1, 384(R11)
 	CMPQ    R9, $0x000001c0
-	JBE     stateVKbf16AVX2_dead_108
+	JBE     stateVKbf16AVX2_dead_72
 	VMOVUPS 416(AX), Y1
 	VMOVUPS Y1, 416(R11)
 	CMPQ    R9, $0x000001e0
-	JBE     stateVKbf16AVX2_dead_108
+	JBE     stateVKbf16AVX2_dead_72
 	VMOVUPS 448(AX), Y1
 	VMOVUPS Y1, 448(R11)
 
-stateVKbf16AVX2_dead_108:
+stateVKbf16AVX2_dead_72:
 	VMOVUPS -32(AX)(R9*1), Y1
 	VANDPS  48(SP), Y1, Y1
 	ADDQ    R9, AX
@@ -48550,24 +44948,24 @@ stateVKbf16AVX2_dead_108:
 	VMOVUPS 352(AX), Y3
 	VMOVUPS Y3, 864(R11)
 	CMPQ    R9, $0x000001a0
-	JBE     stateVKbf16AVX2_dead_109
+	JBE     stateVKbf16AVX2_dead_73
 	VMOVUPS 384(AX), Y3
 	VMOVUPS Y3, 896(R11)
 	CMPQ    R9, $0x000001c0
-	JBE     stateVKbf16AVX2_dead_109
+	JBE     stateVKbf16AVX2_dead_73
 	VMOVUPS 416(AX), Y3
 	VMOVUPS Y3, 928(R11)
 	CMPQ    R9, $0x000001e0
-	JBE     stateVKbf16AVX2_dead_109
+	JBE     stateVKbf16AVX2_dead_73
 	VMOVUPS 448(AX), Y3
 	VMOVUPS Y3, 960(R11)
 
-stateVKbf16AVX2_dead_109:
+stateVKbf16AVX2_dead_73:
 	VMOVUPS -32(AX)(R9*1), Y3
 	VANDPS  48(SP), Y3, Y3
-	JMP     stateVKbf16AVX2_loaded_7
+	JMP     stateVKbf16AVX2_loaded_4
 
-stateVKbf16AVX2_frombf16_7:
+stateVKbf16AVX2_frombf16_4:
 	MOVQ       src_base+16(FP), AX
 	MOVQ       (SP), CX
 	IMULQ      R10, CX
@@ -48580,10 +44978,10 @@ stateVKbf16AVX2_frombf16_7:
 	PREFETCHT1 8512(AX)
 	PREFETCHT1 8576(AX)
 	CMPQ       R9, $0x000001c0
-	JBE        stateVKbf16AVX2_dead_110
+	JBE        stateVKbf16AVX2_dead_74
 	PREFETCHT1 8640(AX)
 
-stateVKbf16AVX2_dead_110:
+stateVKbf16AVX2_dead_74:
 	VPMOVZXWD (AX), Y0
 	VPSLLD    $0x10, Y0, Y0
 	VPMOVZXWD 16(AX), Y1
@@ -48620,22 +45018,22 @@ stateVKbf16AVX2_dead_110:
 	VPSLLD    $0x10, Y1, Y1
 	VMOVUPS   Y1, 352(R11)
 	CMPQ      R9, $0x000001a0
-	JBE       stateVKbf16AVX2_dead_111
+	JBE       stateVKbf16AVX2_dead_75
 	VPMOVZXWD 192(AX), Y1
 	VPSLLD    $0x10, Y1, Y1
 	VMOVUPS   Y1, 384(R11)
 	CMPQ      R9, $0x000001c0
-	JBE       stateVKbf16AVX2_dead_111
+	JBE       stateVKbf16AVX2_dead_75
 	VPMOVZXWD 208(AX), Y1
 	VPSLLD    $0x10, Y1, Y1
 	VMOVUPS   Y1, 416(R11)
 	CMPQ      R9, $0x000001e0
-	JBE       stateVKbf16AVX2_dead_111
+	JBE       stateVKbf16AVX2_dead_75
 	VPMOVZXWD 224(AX), Y1
 	VPSLLD    $0x10, Y1, Y1
 	VMOVUPS   Y1, 448(R11)
 
-stateVKbf16AVX2_dead_111:
+stateVKbf16AVX2_dead_75:
 	VPMOVZXWD -16(AX)(R10*1), Y1
 	VPSLLD    $0x10, Y1, Y1
 	VANDPS    48(SP), Y1, Y1
@@ -48676,27 +45074,27 @@ stateVKbf16AVX2_dead_111:
 	VPSLLD    $0x10, Y3, Y3
 	VMOVUPS   Y3, 864(R11)
 	CMPQ      R9, $0x000001a0
-	JBE       stateVKbf16AVX2_dead_112
+	JBE       stateVKbf16AVX2_dead_76
 	VPMOVZXWD 192(AX), Y3
 	VPSLLD    $0x10, Y3, Y3
 	VMOVUPS   Y3, 896(R11)
 	CMPQ      R9, $0x000001c0
-	JBE       stateVKbf16AVX2_dead_112
+	JBE       stateVKbf16AVX2_dead_76
 	VPMOVZXWD 208(AX), Y3
 	VPSLLD    $0x10, Y3, Y3
 	VMOVUPS   Y3, 928(R11)
 	CMPQ      R9, $0x000001e0
-	JBE       stateVKbf16AVX2_dead_112
+	JBE       stateVKbf16AVX2_dead_76
 	VPMOVZXWD 224(AX), Y3
 	VPSLLD    $0x10, Y3, Y3
 	VMOVUPS   Y3, 960(R11)
 
-stateVKbf16AVX2_dead_112:
+stateVKbf16AVX2_dead_76:
 	VPMOVZXWD -16(AX)(R10*1), Y3
 	VPSLLD    $0x10, Y3, Y3
 	VANDPS    48(SP), Y3, Y3
 
-stateVKbf16AVX2_loaded_7:
+stateVKbf16AVX2_loaded_4:
 	MOVQ        kh_base+112(FP), AX
 	MOVQ        qh_base+136(FP), CX
 	MOVQ        tok_base+216(FP), DX
@@ -48779,7 +45177,7 @@ stateVKbf16AVX2_loaded_7:
 	VFMADD231PS 352(AX), Y12, Y10
 	VFMADD231PS 352(CX), Y12, Y11
 	CMPQ        R9, $0x000001a0
-	JBE         stateVKbf16AVX2_dead_113
+	JBE         stateVKbf16AVX2_dead_77
 	VMOVUPS     384(R11), Y12
 	VFMADD231PS 384(AX), Y12, Y4
 	VFMADD231PS 384(CX), Y12, Y5
@@ -48787,7 +45185,7 @@ stateVKbf16AVX2_loaded_7:
 	VFMADD231PS 384(AX), Y12, Y8
 	VFMADD231PS 384(CX), Y12, Y9
 	CMPQ        R9, $0x000001c0
-	JBE         stateVKbf16AVX2_dead_113
+	JBE         stateVKbf16AVX2_dead_77
 	VMOVUPS     416(R11), Y12
 	VFMADD231PS 416(AX), Y12, Y6
 	VFMADD231PS 416(CX), Y12, Y7
@@ -48795,7 +45193,7 @@ stateVKbf16AVX2_loaded_7:
 	VFMADD231PS 416(AX), Y12, Y10
 	VFMADD231PS 416(CX), Y12, Y11
 	CMPQ        R9, $0x000001e0
-	JBE         stateVKbf16AVX2_dead_113
+	JBE         stateVKbf16AVX2_dead_77
 	VMOVUPS     448(R11), Y12
 	VFMADD231PS 448(AX), Y12, Y4
 	VFMADD231PS 448(CX), Y12, Y5
@@ -48803,13 +45201,13 @@ stateVKbf16AVX2_loaded_7:
 	VFMADD231PS 448(AX), Y12, Y8
 	VFMADD231PS 448(CX), Y12, Y9
 
-stateVKbf16AVX2_dead_113:
+stateVKbf16AVX2_dead_77:
 	VFMADD231PS -32(AX)(R9*1), Y1, Y6
 	VFMADD231PS -32(CX)(R9*1), Y1, Y7
 	VFMADD231PS -32(AX)(R9*1), Y3, Y10
 	VFMADD231PS -32(CX)(R9*1), Y3, Y11
 
-stateVKbf16AVX2_token_7:
+stateVKbf16AVX2_token_4:
 	VADDPS       Y6, Y4, Y4
 	VADDPS       Y10, Y8, Y8
 	VADDPS       Y7, Y5, Y5
@@ -48830,16 +45228,16 @@ stateVKbf16AVX2_token_7:
 	VPERMPS      Y4, Y5, Y4
 	VMOVSS       (DX), X5
 	VUCOMISS     nearone<>+0(SB), X5
-	JCS          stateVKbf16AVX2_far_27
+	JCS          stateVKbf16AVX2_far_18
 	VBROADCASTSS (DX), Y5
 	VFMADD213PS  Y4, Y5, Y4
-	JMP          stateVKbf16AVX2_decayed_27
+	JMP          stateVKbf16AVX2_decayed_18
 
-stateVKbf16AVX2_far_27:
+stateVKbf16AVX2_far_18:
 	VBROADCASTSS 4(DX), Y5
 	VMULPS       Y4, Y5, Y4
 
-stateVKbf16AVX2_decayed_27:
+stateVKbf16AVX2_decayed_18:
 	VEXTRACTF128 $0x01, Y4, X5
 	VMOVSD       (SI), X6
 	VSUBPS       X4, X6, X6
@@ -48851,22 +45249,22 @@ stateVKbf16AVX2_decayed_27:
 	VMOVSD       X5, (DI)
 	MOVQ         (BX), R12
 	TESTQ        R12, R12
-	JZ           stateVKbf16AVX2_nofin_11
+	JZ           stateVKbf16AVX2_nofin_8
 	VSUBPS       X4, X4, X5
 	VCMPPS       $0x03, X5, X5, X5
 	VMOVMSKPS    X5, R12
 	ANDL         $0x00000003, R12
 	MOVL         R12, 80(SP)
 
-stateVKbf16AVX2_nofin_11:
+stateVKbf16AVX2_nofin_8:
 	CMPQ         R8, $0x01
-	JE           stateVKbf16AVX2_lasttoken_7
+	JE           stateVKbf16AVX2_lasttoken_4
 	MOVQ         (BX), R12
 	TESTQ        R12, R12
-	JNZ          stateVKbf16AVX2_lasttoken_7
+	JNZ          stateVKbf16AVX2_lasttoken_4
 	VMOVSS       (DX), X5
 	VUCOMISS     nearone<>+0(SB), X5
-	JCS          stateVKbf16AVX2_far_28
+	JCS          stateVKbf16AVX2_far_19
 	VBROADCASTSS (DX), Y12
 	VBROADCASTSS X4, Y13
 	VMOVUPS      vklane1<>+0(SB), Y5
@@ -49012,7 +45410,7 @@ stateVKbf16AVX2_nofin_11:
 	VFMADD231PS  352(AX)(R9*1), Y15, Y10
 	VFMADD231PS  352(CX)(R9*1), Y15, Y11
 	CMPQ         R9, $0x000001a0
-	JBE          stateVKbf16AVX2_dead_114
+	JBE          stateVKbf16AVX2_dead_78
 	VMOVUPS      384(R11), Y15
 	VFMADD213PS  Y15, Y12, Y15
 	VFMADD231PS  384(AX), Y13, Y15
@@ -49026,7 +45424,7 @@ stateVKbf16AVX2_nofin_11:
 	VFMADD231PS  384(AX)(R9*1), Y15, Y8
 	VFMADD231PS  384(CX)(R9*1), Y15, Y9
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKbf16AVX2_dead_114
+	JBE          stateVKbf16AVX2_dead_78
 	VMOVUPS      416(R11), Y15
 	VFMADD213PS  Y15, Y12, Y15
 	VFMADD231PS  416(AX), Y13, Y15
@@ -49040,7 +45438,7 @@ stateVKbf16AVX2_nofin_11:
 	VFMADD231PS  416(AX)(R9*1), Y15, Y10
 	VFMADD231PS  416(CX)(R9*1), Y15, Y11
 	CMPQ         R9, $0x000001e0
-	JBE          stateVKbf16AVX2_dead_114
+	JBE          stateVKbf16AVX2_dead_78
 	VMOVUPS      448(R11), Y15
 	VFMADD213PS  Y15, Y12, Y15
 	VFMADD231PS  448(AX), Y13, Y15
@@ -49054,7 +45452,7 @@ stateVKbf16AVX2_nofin_11:
 	VFMADD231PS  448(AX)(R9*1), Y15, Y8
 	VFMADD231PS  448(CX)(R9*1), Y15, Y9
 
-stateVKbf16AVX2_dead_114:
+stateVKbf16AVX2_dead_78:
 	VFMADD213PS Y1, Y12, Y1
 	VFMADD231PS -32(AX)(R9*1), Y13, Y1
 	VANDPS      48(SP), Y1, Y1
@@ -49065,9 +45463,9 @@ stateVKbf16AVX2_dead_114:
 	VANDPS      48(SP), Y3, Y3
 	VFMADD231PS -32(AX)(R9*2), Y3, Y10
 	VFMADD231PS -32(CX)(R9*2), Y3, Y11
-	JMP         stateVKbf16AVX2_decayed_28
+	JMP         stateVKbf16AVX2_decayed_19
 
-stateVKbf16AVX2_far_28:
+stateVKbf16AVX2_far_19:
 	VBROADCASTSS 4(DX), Y12
 	VBROADCASTSS X4, Y13
 	VMOVUPS      vklane1<>+0(SB), Y5
@@ -49213,7 +45611,7 @@ stateVKbf16AVX2_far_28:
 	VFMADD231PS  352(AX)(R9*1), Y15, Y10
 	VFMADD231PS  352(CX)(R9*1), Y15, Y11
 	CMPQ         R9, $0x000001a0
-	JBE          stateVKbf16AVX2_dead_115
+	JBE          stateVKbf16AVX2_dead_79
 	VMOVUPS      384(R11), Y15
 	VMULPS       Y15, Y12, Y15
 	VFMADD231PS  384(AX), Y13, Y15
@@ -49227,7 +45625,7 @@ stateVKbf16AVX2_far_28:
 	VFMADD231PS  384(AX)(R9*1), Y15, Y8
 	VFMADD231PS  384(CX)(R9*1), Y15, Y9
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKbf16AVX2_dead_115
+	JBE          stateVKbf16AVX2_dead_79
 	VMOVUPS      416(R11), Y15
 	VMULPS       Y15, Y12, Y15
 	VFMADD231PS  416(AX), Y13, Y15
@@ -49241,7 +45639,7 @@ stateVKbf16AVX2_far_28:
 	VFMADD231PS  416(AX)(R9*1), Y15, Y10
 	VFMADD231PS  416(CX)(R9*1), Y15, Y11
 	CMPQ         R9, $0x000001e0
-	JBE          stateVKbf16AVX2_dead_115
+	JBE          stateVKbf16AVX2_dead_79
 	VMOVUPS      448(R11), Y15
 	VMULPS       Y15, Y12, Y15
 	VFMADD231PS  448(AX), Y13, Y15
@@ -49255,7 +45653,7 @@ stateVKbf16AVX2_far_28:
 	VFMADD231PS  448(AX)(R9*1), Y15, Y8
 	VFMADD231PS  448(CX)(R9*1), Y15, Y9
 
-stateVKbf16AVX2_dead_115:
+stateVKbf16AVX2_dead_79:
 	VMULPS      Y1, Y12, Y1
 	VFMADD231PS -32(AX)(R9*1), Y13, Y1
 	VANDPS      48(SP), Y1, Y1
@@ -49267,7 +45665,7 @@ stateVKbf16AVX2_dead_115:
 	VFMADD231PS -32(AX)(R9*2), Y3, Y10
 	VFMADD231PS -32(CX)(R9*2), Y3, Y11
 
-stateVKbf16AVX2_decayed_28:
+stateVKbf16AVX2_decayed_19:
 	ADDQ R9, AX
 	ADDQ R9, CX
 	ADDQ $0x10, DX
@@ -49275,12 +45673,12 @@ stateVKbf16AVX2_decayed_28:
 	ADDQ 32(SP), SI
 	ADDQ 24(SP), DI
 	DECQ R8
-	JMP  stateVKbf16AVX2_token_7
+	JMP  stateVKbf16AVX2_token_4
 
-stateVKbf16AVX2_lasttoken_7:
+stateVKbf16AVX2_lasttoken_4:
 	VMOVSS       (DX), X5
 	VUCOMISS     nearone<>+0(SB), X5
-	JCS          stateVKbf16AVX2_far_29
+	JCS          stateVKbf16AVX2_far_20
 	VBROADCASTSS (DX), Y5
 	VBROADCASTSS X4, Y6
 	VMOVUPS      vklane1<>+0(SB), Y7
@@ -49378,7 +45776,7 @@ stateVKbf16AVX2_lasttoken_7:
 	VFMADD231PS  352(AX), Y4, Y7
 	VMOVUPS      Y7, 864(R11)
 	CMPQ         R9, $0x000001a0
-	JBE          stateVKbf16AVX2_dead_116
+	JBE          stateVKbf16AVX2_dead_80
 	VMOVUPS      384(R11), Y7
 	VFMADD213PS  Y7, Y5, Y7
 	VFMADD231PS  384(AX), Y6, Y7
@@ -49388,7 +45786,7 @@ stateVKbf16AVX2_lasttoken_7:
 	VFMADD231PS  384(AX), Y4, Y7
 	VMOVUPS      Y7, 896(R11)
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKbf16AVX2_dead_116
+	JBE          stateVKbf16AVX2_dead_80
 	VMOVUPS      416(R11), Y7
 	VFMADD213PS  Y7, Y5, Y7
 	VFMADD231PS  416(AX), Y6, Y7
@@ -49398,7 +45796,7 @@ stateVKbf16AVX2_lasttoken_7:
 	VFMADD231PS  416(AX), Y4, Y7
 	VMOVUPS      Y7, 928(R11)
 	CMPQ         R9, $0x000001e0
-	JBE          stateVKbf16AVX2_dead_116
+	JBE          stateVKbf16AVX2_dead_80
 	VMOVUPS      448(R11), Y7
 	VFMADD213PS  Y7, Y5, Y7
 	VFMADD231PS  448(AX), Y6, Y7
@@ -49408,16 +45806,16 @@ stateVKbf16AVX2_lasttoken_7:
 	VFMADD231PS  448(AX), Y4, Y7
 	VMOVUPS      Y7, 960(R11)
 
-stateVKbf16AVX2_dead_116:
+stateVKbf16AVX2_dead_80:
 	VFMADD213PS Y1, Y5, Y1
 	VFMADD231PS -32(AX)(R9*1), Y6, Y1
 	VANDPS      48(SP), Y1, Y1
 	VFMADD213PS Y3, Y5, Y3
 	VFMADD231PS -32(AX)(R9*1), Y4, Y3
 	VANDPS      48(SP), Y3, Y3
-	JMP         stateVKbf16AVX2_decayed_29
+	JMP         stateVKbf16AVX2_decayed_20
 
-stateVKbf16AVX2_far_29:
+stateVKbf16AVX2_far_20:
 	VBROADCASTSS 4(DX), Y5
 	VBROADCASTSS X4, Y6
 	VMOVUPS      vklane1<>+0(SB), Y7
@@ -49515,7 +45913,7 @@ stateVKbf16AVX2_far_29:
 	VFMADD231PS  352(AX), Y4, Y7
 	VMOVUPS      Y7, 864(R11)
 	CMPQ         R9, $0x000001a0
-	JBE          stateVKbf16AVX2_dead_117
+	JBE          stateVKbf16AVX2_dead_81
 	VMOVUPS      384(R11), Y7
 	VMULPS       Y7, Y5, Y7
 	VFMADD231PS  384(AX), Y6, Y7
@@ -49525,7 +45923,7 @@ stateVKbf16AVX2_far_29:
 	VFMADD231PS  384(AX), Y4, Y7
 	VMOVUPS      Y7, 896(R11)
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKbf16AVX2_dead_117
+	JBE          stateVKbf16AVX2_dead_81
 	VMOVUPS      416(R11), Y7
 	VMULPS       Y7, Y5, Y7
 	VFMADD231PS  416(AX), Y6, Y7
@@ -49535,7 +45933,7 @@ stateVKbf16AVX2_far_29:
 	VFMADD231PS  416(AX), Y4, Y7
 	VMOVUPS      Y7, 928(R11)
 	CMPQ         R9, $0x000001e0
-	JBE          stateVKbf16AVX2_dead_117
+	JBE          stateVKbf16AVX2_dead_81
 	VMOVUPS      448(R11), Y7
 	VMULPS       Y7, Y5, Y7
 	VFMADD231PS  448(AX), Y6, Y7
@@ -49545,7 +45943,7 @@ stateVKbf16AVX2_far_29:
 	VFMADD231PS  448(AX), Y4, Y7
 	VMOVUPS      Y7, 960(R11)
 
-stateVKbf16AVX2_dead_117:
+stateVKbf16AVX2_dead_81:
 	VMULPS      Y1, Y5, Y1
 	VFMADD231PS -32(AX)(R9*1), Y6, Y1
 	VANDPS      48(SP), Y1, Y1
@@ -49553,11 +45951,11 @@ stateVKbf16AVX2_dead_117:
 	VFMADD231PS -32(AX)(R9*1), Y4, Y3
 	VANDPS      48(SP), Y3, Y3
 
-stateVKbf16AVX2_decayed_29:
+stateVKbf16AVX2_decayed_20:
 	// The state after this token, if stored.
 	MOVQ         (BX), R12
 	TESTQ        R12, R12
-	JZ           stateVKbf16AVX2_nostore_7
+	JZ           stateVKbf16AVX2_nostore_4
 	MOVQ         (SP), R13
 	IMULQ        R10, R13
 	ADDQ         R13, R12
@@ -49571,7 +45969,7 @@ stateVKbf16AVX2_decayed_29:
 	PREFETCHT1   384(R13)
 	PREFETCHT1   448(R13)
 	CMPL         80(SP), $0x00
-	JNE          stateVKbf16AVX2_bfnan_7
+	JNE          stateVKbf16AVX2_bfnan_4
 	VMOVAPS      Y1, Y4
 	VPSRLD       $0x10, Y4, Y5
 	VPAND        one_i<>+0(SB), Y5, Y5
@@ -49701,7 +46099,7 @@ stateVKbf16AVX2_decayed_29:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 176(R12)
 	CMPQ         R9, $0x000001a0
-	JBE          stateVKbf16AVX2_dead_118
+	JBE          stateVKbf16AVX2_dead_82
 	VMOVUPS      384(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -49713,7 +46111,7 @@ stateVKbf16AVX2_decayed_29:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 192(R12)
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKbf16AVX2_dead_118
+	JBE          stateVKbf16AVX2_dead_82
 	VMOVUPS      416(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -49725,7 +46123,7 @@ stateVKbf16AVX2_decayed_29:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 208(R12)
 	CMPQ         R9, $0x000001e0
-	JBE          stateVKbf16AVX2_dead_118
+	JBE          stateVKbf16AVX2_dead_82
 	VMOVUPS      448(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -49737,7 +46135,7 @@ stateVKbf16AVX2_decayed_29:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 224(R12)
 
-stateVKbf16AVX2_dead_118:
+stateVKbf16AVX2_dead_82:
 	ADDQ         R10, R12
 	VMOVAPS      Y3, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -49868,7 +46266,7 @@ stateVKbf16AVX2_dead_118:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 176(R12)
 	CMPQ         R9, $0x000001a0
-	JBE          stateVKbf16AVX2_dead_119
+	JBE          stateVKbf16AVX2_dead_83
 	VMOVUPS      896(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -49880,7 +46278,7 @@ stateVKbf16AVX2_dead_118:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 192(R12)
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKbf16AVX2_dead_119
+	JBE          stateVKbf16AVX2_dead_83
 	VMOVUPS      928(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -49892,7 +46290,7 @@ stateVKbf16AVX2_dead_118:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 208(R12)
 	CMPQ         R9, $0x000001e0
-	JBE          stateVKbf16AVX2_dead_119
+	JBE          stateVKbf16AVX2_dead_83
 	VMOVUPS      960(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -49904,10 +46302,10 @@ stateVKbf16AVX2_dead_118:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 224(R12)
 
-stateVKbf16AVX2_dead_119:
-	JMP stateVKbf16AVX2_bfdone_7
+stateVKbf16AVX2_dead_83:
+	JMP stateVKbf16AVX2_bfdone_4
 
-stateVKbf16AVX2_bfnan_7:
+stateVKbf16AVX2_bfnan_4:
 	VMOVAPS      Y1, Y4
 	VPSRLD       $0x10, Y4, Y5
 	VCMPPS       $0x03, Y4, Y4, Y7
@@ -50076,7 +46474,7 @@ stateVKbf16AVX2_bfnan_7:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 176(R12)
 	CMPQ         R9, $0x000001a0
-	JBE          stateVKbf16AVX2_dead_120
+	JBE          stateVKbf16AVX2_dead_84
 	VMOVUPS      384(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -50091,7 +46489,7 @@ stateVKbf16AVX2_bfnan_7:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 192(R12)
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKbf16AVX2_dead_120
+	JBE          stateVKbf16AVX2_dead_84
 	VMOVUPS      416(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -50106,7 +46504,7 @@ stateVKbf16AVX2_bfnan_7:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 208(R12)
 	CMPQ         R9, $0x000001e0
-	JBE          stateVKbf16AVX2_dead_120
+	JBE          stateVKbf16AVX2_dead_84
 	VMOVUPS      448(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -50121,7 +46519,7 @@ stateVKbf16AVX2_bfnan_7:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 224(R12)
 
-stateVKbf16AVX2_dead_120:
+stateVKbf16AVX2_dead_84:
 	ADDQ         R10, R12
 	VMOVAPS      Y3, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -50291,7 +46689,7 @@ stateVKbf16AVX2_dead_120:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 176(R12)
 	CMPQ         R9, $0x000001a0
-	JBE          stateVKbf16AVX2_dead_121
+	JBE          stateVKbf16AVX2_dead_85
 	VMOVUPS      896(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -50306,7 +46704,7 @@ stateVKbf16AVX2_dead_120:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 192(R12)
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKbf16AVX2_dead_121
+	JBE          stateVKbf16AVX2_dead_85
 	VMOVUPS      928(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -50321,7 +46719,7 @@ stateVKbf16AVX2_dead_120:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 208(R12)
 	CMPQ         R9, $0x000001e0
-	JBE          stateVKbf16AVX2_dead_121
+	JBE          stateVKbf16AVX2_dead_85
 	VMOVUPS      960(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -50336,11 +46734,11 @@ stateVKbf16AVX2_dead_120:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 224(R12)
 
-stateVKbf16AVX2_dead_121:
-stateVKbf16AVX2_bfdone_7:
-stateVKbf16AVX2_nostore_7:
+stateVKbf16AVX2_dead_85:
+stateVKbf16AVX2_bfdone_4:
+stateVKbf16AVX2_nostore_4:
 	CMPQ        R8, $0x01
-	JE          stateVKbf16AVX2_tokensdone_7
+	JE          stateVKbf16AVX2_tokensdone_4
 	ADDQ        R9, AX
 	ADDQ        R9, CX
 	ADDQ        $0x10, DX
@@ -50419,7 +46817,7 @@ stateVKbf16AVX2_nostore_7:
 	VFMADD231PS 352(AX), Y12, Y10
 	VFMADD231PS 352(CX), Y12, Y11
 	CMPQ        R9, $0x000001a0
-	JBE         stateVKbf16AVX2_dead_122
+	JBE         stateVKbf16AVX2_dead_86
 	VMOVUPS     384(R11), Y12
 	VFMADD231PS 384(AX), Y12, Y4
 	VFMADD231PS 384(CX), Y12, Y5
@@ -50427,7 +46825,7 @@ stateVKbf16AVX2_nostore_7:
 	VFMADD231PS 384(AX), Y12, Y8
 	VFMADD231PS 384(CX), Y12, Y9
 	CMPQ        R9, $0x000001c0
-	JBE         stateVKbf16AVX2_dead_122
+	JBE         stateVKbf16AVX2_dead_86
 	VMOVUPS     416(R11), Y12
 	VFMADD231PS 416(AX), Y12, Y6
 	VFMADD231PS 416(CX), Y12, Y7
@@ -50435,7 +46833,7 @@ stateVKbf16AVX2_nostore_7:
 	VFMADD231PS 416(AX), Y12, Y10
 	VFMADD231PS 416(CX), Y12, Y11
 	CMPQ        R9, $0x000001e0
-	JBE         stateVKbf16AVX2_dead_122
+	JBE         stateVKbf16AVX2_dead_86
 	VMOVUPS     448(R11), Y12
 	VFMADD231PS 448(AX), Y12, Y4
 	VFMADD231PS 448(CX), Y12, Y5
@@ -50443,18 +46841,18 @@ stateVKbf16AVX2_nostore_7:
 	VFMADD231PS 448(AX), Y12, Y8
 	VFMADD231PS 448(CX), Y12, Y9
 
-stateVKbf16AVX2_dead_122:
+stateVKbf16AVX2_dead_86:
 	VFMADD231PS -32(AX)(R9*1), Y1, Y6
 	VFMADD231PS -32(CX)(R9*1), Y1, Y7
 	VFMADD231PS -32(AX)(R9*1), Y3, Y10
 	VFMADD231PS -32(CX)(R9*1), Y3, Y11
-	JMP         stateVKbf16AVX2_token_7
+	JMP         stateVKbf16AVX2_token_4
 
-stateVKbf16AVX2_tokensdone_7:
+stateVKbf16AVX2_tokensdone_4:
 	// The f32 carry after the last token, if asked for.
 	MOVQ    carry_base+88(FP), AX
 	TESTQ   AX, AX
-	JZ      stateVKbf16AVX2_nocarry_7
+	JZ      stateVKbf16AVX2_nocarry_4
 	MOVQ    (SP), CX
 	IMULQ   R9, CX
 	ADDQ    CX, AX
@@ -50483,19 +46881,19 @@ stateVKbf16AVX2_tokensdone_7:
 	VMOVUPS 352(R11), Y0
 	VMOVUPS Y0, 352(AX)
 	CMPQ    R9, $0x000001a0
-	JBE     stateVKbf16AVX2_dead_123
+	JBE     stateVKbf16AVX2_dead_87
 	VMOVUPS 384(R11), Y0
 	VMOVUPS Y0, 384(AX)
 	CMPQ    R9, $0x000001c0
-	JBE     stateVKbf16AVX2_dead_123
+	JBE     stateVKbf16AVX2_dead_87
 	VMOVUPS 416(R11), Y0
 	VMOVUPS Y0, 416(AX)
 	CMPQ    R9, $0x000001e0
-	JBE     stateVKbf16AVX2_dead_123
+	JBE     stateVKbf16AVX2_dead_87
 	VMOVUPS 448(R11), Y0
 	VMOVUPS Y0, 448(AX)
 
-stateVKbf16AVX2_dead_123:
+stateVKbf16AVX2_dead_87:
 	ADDQ    R9, AX
 	VMOVUPS Y3, -32(AX)(R9*1)
 	VMOVUPS Y2, (AX)
@@ -50522,1074 +46920,26 @@ stateVKbf16AVX2_dead_123:
 	VMOVUPS 864(R11), Y0
 	VMOVUPS Y0, 352(AX)
 	CMPQ    R9, $0x000001a0
-	JBE     stateVKbf16AVX2_dead_124
+	JBE     stateVKbf16AVX2_dead_88
 	VMOVUPS 896(R11), Y0
 	VMOVUPS Y0, 384(AX)
 	CMPQ    R9, $0x000001c0
-	JBE     stateVKbf16AVX2_dead_124
+	JBE     stateVKbf16AVX2_dead_88
 	VMOVUPS 928(R11), Y0
 	VMOVUPS Y0, 416(AX)
 	CMPQ    R9, $0x000001e0
-	JBE     stateVKbf16AVX2_dead_124
+	JBE     stateVKbf16AVX2_dead_88
 	VMOVUPS 960(R11), Y0
 	VMOVUPS Y0, 448(AX)
 
-stateVKbf16AVX2_dead_124:
-stateVKbf16AVX2_nocarry_7:
+stateVKbf16AVX2_dead_88:
+stateVKbf16AVX2_nocarry_4:
 	ADDQ $0x00000002, (SP)
 	SUBQ $0x00000002, 8(SP)
-	JMP  stateVKbf16AVX2_group_7
+	JMP  stateVKbf16AVX2_group_4
 
-stateVKbf16AVX2_groupsdone_7:
+stateVKbf16AVX2_groupsdone_4:
 stateVKbf16AVX2_pairtail_4:
-stateVKbf16AVX2_group_8:
-	CMPQ 8(SP), $0x00000001
-	JB   stateVKbf16AVX2_groupsdone_8
-
-	// The prefetch list's next group.
-	MOVQ 312(SP), AX
-
-stateVKbf16AVX2_pfentry_8:
-	CMPQ  AX, 320(SP)
-	JAE   stateVKbf16AVX2_pfdone_8
-	MOVQ  (AX), DX
-	MOVQ  8(AX), CX
-	ADDQ  $0x10, AX
-	TESTQ CX, CX
-	JZ    stateVKbf16AVX2_pfdone_8
-
-stateVKbf16AVX2_pfline_8:
-	PREFETCHT1 (DX)
-	ADDQ       $0x40, DX
-	DECQ       CX
-	JNZ        stateVKbf16AVX2_pfline_8
-	JMP        stateVKbf16AVX2_pfentry_8
-
-stateVKbf16AVX2_pfdone_8:
-	MOVQ AX, 312(SP)
-
-	// Load 1 row(s) of 13…16 vectors.
-	MOVQ       src32_base+40(FP), AX
-	TESTQ      AX, AX
-	JZ         stateVKbf16AVX2_frombf16_8
-	MOVQ       (SP), CX
-	IMULQ      R9, CX
-	ADDQ       CX, AX
-	PREFETCHT1 8192(AX)
-	PREFETCHT1 8256(AX)
-	PREFETCHT1 8320(AX)
-	PREFETCHT1 8384(AX)
-	PREFETCHT1 8448(AX)
-	PREFETCHT1 8512(AX)
-	PREFETCHT1 8576(AX)
-	CMPQ       R9, $0x000001c0
-	JBE        stateVKbf16AVX2_dead_125
-	PREFETCHT1 8640(AX)
-
-stateVKbf16AVX2_dead_125:
-	VMOVUPS (AX), Y0
-	VMOVUPS 32(AX), Y1
-	VMOVUPS 64(AX), Y2
-	VMOVUPS 96(AX), Y3
-	VMOVUPS 128(AX), Y4
-	VMOVUPS 160(AX), Y5
-	VMOVUPS 192(AX), Y6
-	VMOVUPS 224(AX), Y7
-	VMOVUPS 256(AX), Y8
-	VMOVUPS Y8, 88(SP)
-	VMOVUPS 288(AX), Y8
-	VMOVUPS Y8, 120(SP)
-	VMOVUPS 320(AX), Y8
-	VMOVUPS Y8, 152(SP)
-	VMOVUPS 352(AX), Y8
-	VMOVUPS Y8, 184(SP)
-	CMPQ    R9, $0x000001a0
-	JBE     stateVKbf16AVX2_dead_126
-	VMOVUPS 384(AX), Y8
-	VMOVUPS Y8, 216(SP)
-	CMPQ    R9, $0x000001c0
-	JBE     stateVKbf16AVX2_dead_126
-	VMOVUPS 416(AX), Y8
-	VMOVUPS Y8, 248(SP)
-	CMPQ    R9, $0x000001e0
-	JBE     stateVKbf16AVX2_dead_126
-	VMOVUPS 448(AX), Y8
-	VMOVUPS Y8, 280(SP)
-
-stateVKbf16AVX2_dead_126:
-	VMOVUPS -32(AX)(R9*1), Y8
-	VANDPS  48(SP), Y8, Y8
-	JMP     stateVKbf16AVX2_loaded_8
-
-stateVKbf16AVX2_frombf16_8:
-	MOVQ       src_base+16(FP), AX
-	MOVQ       (SP), CX
-	IMULQ      R10, CX
-	ADDQ       CX, AX
-	PREFETCHT1 8192(AX)
-	PREFETCHT1 8256(AX)
-	PREFETCHT1 8320(AX)
-	PREFETCHT1 8384(AX)
-	VPMOVZXWD  (AX), Y0
-	VPSLLD     $0x10, Y0, Y0
-	VPMOVZXWD  16(AX), Y1
-	VPSLLD     $0x10, Y1, Y1
-	VPMOVZXWD  32(AX), Y2
-	VPSLLD     $0x10, Y2, Y2
-	VPMOVZXWD  48(AX), Y3
-	VPSLLD     $0x10, Y3, Y3
-	VPMOVZXWD  64(AX), Y4
-	VPSLLD     $0x10, Y4, Y4
-	VPMOVZXWD  80(AX), Y5
-	VPSLLD     $0x10, Y5, Y5
-	VPMOVZXWD  96(AX), Y6
-	VPSLLD     $0x10, Y6, Y6
-	VPMOVZXWD  112(AX), Y7
-	VPSLLD     $0x10, Y7, Y7
-	VPMOVZXWD  128(AX), Y8
-	VPSLLD     $0x10, Y8, Y8
-	VMOVUPS    Y8, 88(SP)
-	VPMOVZXWD  144(AX), Y8
-	VPSLLD     $0x10, Y8, Y8
-	VMOVUPS    Y8, 120(SP)
-	VPMOVZXWD  160(AX), Y8
-	VPSLLD     $0x10, Y8, Y8
-	VMOVUPS    Y8, 152(SP)
-	VPMOVZXWD  176(AX), Y8
-	VPSLLD     $0x10, Y8, Y8
-	VMOVUPS    Y8, 184(SP)
-	CMPQ       R9, $0x000001a0
-	JBE        stateVKbf16AVX2_dead_127
-	VPMOVZXWD  192(AX), Y8
-	VPSLLD     $0x10, Y8, Y8
-	VMOVUPS    Y8, 216(SP)
-	CMPQ       R9, $0x000001c0
-	JBE        stateVKbf16AVX2_dead_127
-	VPMOVZXWD  208(AX), Y8
-	VPSLLD     $0x10, Y8, Y8
-	VMOVUPS    Y8, 248(SP)
-	CMPQ       R9, $0x000001e0
-	JBE        stateVKbf16AVX2_dead_127
-	VPMOVZXWD  224(AX), Y8
-	VPSLLD     $0x10, Y8, Y8
-	VMOVUPS    Y8, 280(SP)
-
-stateVKbf16AVX2_dead_127:
-	VPMOVZXWD -16(AX)(R10*1), Y8
-	VPSLLD    $0x10, Y8, Y8
-	VANDPS    48(SP), Y8, Y8
-
-stateVKbf16AVX2_loaded_8:
-	MOVQ        kh_base+112(FP), AX
-	MOVQ        qh_base+136(FP), CX
-	MOVQ        tok_base+216(FP), DX
-	MOVQ        stores_base+64(FP), BX
-	MOVQ        v_base+160(FP), SI
-	MOVQ        o_base+192(FP), DI
-	MOVQ        (SP), R8
-	SHLQ        $0x02, R8
-	ADDQ        R8, SI
-	ADDQ        R8, DI
-	MOVQ        16(SP), R8
-	VMULPS      (AX), Y0, Y9
-	VMULPS      (CX), Y0, Y10
-	VMULPS      32(AX), Y1, Y11
-	VMULPS      32(CX), Y1, Y12
-	VFMADD231PS 64(AX), Y2, Y9
-	VFMADD231PS 64(CX), Y2, Y10
-	VFMADD231PS 96(AX), Y3, Y11
-	VFMADD231PS 96(CX), Y3, Y12
-	VFMADD231PS 128(AX), Y4, Y9
-	VFMADD231PS 128(CX), Y4, Y10
-	VFMADD231PS 160(AX), Y5, Y11
-	VFMADD231PS 160(CX), Y5, Y12
-	VFMADD231PS 192(AX), Y6, Y9
-	VFMADD231PS 192(CX), Y6, Y10
-	VFMADD231PS 224(AX), Y7, Y11
-	VFMADD231PS 224(CX), Y7, Y12
-	VMOVUPS     88(SP), Y13
-	VFMADD231PS 256(AX), Y13, Y9
-	VFMADD231PS 256(CX), Y13, Y10
-	VMOVUPS     120(SP), Y13
-	VFMADD231PS 288(AX), Y13, Y11
-	VFMADD231PS 288(CX), Y13, Y12
-	VMOVUPS     152(SP), Y13
-	VFMADD231PS 320(AX), Y13, Y9
-	VFMADD231PS 320(CX), Y13, Y10
-	VMOVUPS     184(SP), Y13
-	VFMADD231PS 352(AX), Y13, Y11
-	VFMADD231PS 352(CX), Y13, Y12
-	CMPQ        R9, $0x000001a0
-	JBE         stateVKbf16AVX2_dead_128
-	VMOVUPS     216(SP), Y13
-	VFMADD231PS 384(AX), Y13, Y9
-	VFMADD231PS 384(CX), Y13, Y10
-	CMPQ        R9, $0x000001c0
-	JBE         stateVKbf16AVX2_dead_128
-	VMOVUPS     248(SP), Y13
-	VFMADD231PS 416(AX), Y13, Y11
-	VFMADD231PS 416(CX), Y13, Y12
-	CMPQ        R9, $0x000001e0
-	JBE         stateVKbf16AVX2_dead_128
-	VMOVUPS     280(SP), Y13
-	VFMADD231PS 448(AX), Y13, Y9
-	VFMADD231PS 448(CX), Y13, Y10
-
-stateVKbf16AVX2_dead_128:
-	VFMADD231PS -32(AX)(R9*1), Y8, Y11
-	VFMADD231PS -32(CX)(R9*1), Y8, Y12
-
-stateVKbf16AVX2_token_8:
-	VADDPS       Y11, Y9, Y9
-	VADDPS       Y12, Y10, Y10
-	VPERM2F128   $0x20, Y10, Y9, Y11
-	VPERM2F128   $0x31, Y10, Y9, Y9
-	VADDPS       Y9, Y11, Y11
-	VSHUFPS      $0x44, Y11, Y11, Y9
-	VSHUFPS      $0xee, Y11, Y11, Y10
-	VADDPS       Y10, Y9, Y9
-	VSHUFPS      $0x88, Y9, Y9, Y10
-	VSHUFPS      $0xdd, Y9, Y9, Y9
-	VADDPS       Y9, Y10, Y10
-	VMOVUPS      vkpermAVX2_1<>+0(SB), Y9
-	VPERMPS      Y10, Y9, Y9
-	VMOVSS       (DX), X10
-	VUCOMISS     nearone<>+0(SB), X10
-	JCS          stateVKbf16AVX2_far_30
-	VBROADCASTSS (DX), Y10
-	VFMADD213PS  Y9, Y10, Y9
-	JMP          stateVKbf16AVX2_decayed_30
-
-stateVKbf16AVX2_far_30:
-	VBROADCASTSS 4(DX), Y10
-	VMULPS       Y9, Y10, Y9
-
-stateVKbf16AVX2_decayed_30:
-	VEXTRACTF128 $0x01, Y9, X10
-	VMOVSS       (SI), X11
-	VSUBPS       X9, X11, X11
-	VBROADCASTSS 8(DX), Y12
-	VXORPS       Y9, Y9, Y9
-	VMULPS       X12, X11, X9
-	VBROADCASTSS 12(DX), Y11
-	VFMADD231PS  X11, X9, X10
-	VMOVSS       X10, (DI)
-	MOVQ         (BX), R11
-	TESTQ        R11, R11
-	JZ           stateVKbf16AVX2_nofin_12
-	VSUBPS       X9, X9, X10
-	VCMPPS       $0x03, X10, X10, X10
-	VMOVMSKPS    X10, R11
-	ANDL         $0x00000001, R11
-	MOVL         R11, 80(SP)
-
-stateVKbf16AVX2_nofin_12:
-	CMPQ         R8, $0x01
-	JE           stateVKbf16AVX2_lasttoken_8
-	MOVQ         (BX), R11
-	TESTQ        R11, R11
-	JNZ          stateVKbf16AVX2_lasttoken_8
-	VMOVSS       (DX), X10
-	VUCOMISS     nearone<>+0(SB), X10
-	JCS          stateVKbf16AVX2_far_31
-	VBROADCASTSS (DX), Y13
-	VBROADCASTSS X9, Y14
-	VFMADD213PS  Y0, Y13, Y0
-	VFMADD231PS  (AX), Y14, Y0
-	VMULPS       (AX)(R9*1), Y0, Y9
-	VMULPS       (CX)(R9*1), Y0, Y10
-	VFMADD213PS  Y1, Y13, Y1
-	VFMADD231PS  32(AX), Y14, Y1
-	VMULPS       32(AX)(R9*1), Y1, Y11
-	VMULPS       32(CX)(R9*1), Y1, Y12
-	VFMADD213PS  Y2, Y13, Y2
-	VFMADD231PS  64(AX), Y14, Y2
-	VFMADD231PS  64(AX)(R9*1), Y2, Y9
-	VFMADD231PS  64(CX)(R9*1), Y2, Y10
-	VFMADD213PS  Y3, Y13, Y3
-	VFMADD231PS  96(AX), Y14, Y3
-	VFMADD231PS  96(AX)(R9*1), Y3, Y11
-	VFMADD231PS  96(CX)(R9*1), Y3, Y12
-	VFMADD213PS  Y4, Y13, Y4
-	VFMADD231PS  128(AX), Y14, Y4
-	VFMADD231PS  128(AX)(R9*1), Y4, Y9
-	VFMADD231PS  128(CX)(R9*1), Y4, Y10
-	VFMADD213PS  Y5, Y13, Y5
-	VFMADD231PS  160(AX), Y14, Y5
-	VFMADD231PS  160(AX)(R9*1), Y5, Y11
-	VFMADD231PS  160(CX)(R9*1), Y5, Y12
-	VFMADD213PS  Y6, Y13, Y6
-	VFMADD231PS  192(AX), Y14, Y6
-	VFMADD231PS  192(AX)(R9*1), Y6, Y9
-	VFMADD231PS  192(CX)(R9*1), Y6, Y10
-	VFMADD213PS  Y7, Y13, Y7
-	VFMADD231PS  224(AX), Y14, Y7
-	VFMADD231PS  224(AX)(R9*1), Y7, Y11
-	VFMADD231PS  224(CX)(R9*1), Y7, Y12
-	VMOVUPS      88(SP), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  256(AX), Y14, Y15
-	VMOVUPS      Y15, 88(SP)
-	VFMADD231PS  256(AX)(R9*1), Y15, Y9
-	VFMADD231PS  256(CX)(R9*1), Y15, Y10
-	VMOVUPS      120(SP), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  288(AX), Y14, Y15
-	VMOVUPS      Y15, 120(SP)
-	VFMADD231PS  288(AX)(R9*1), Y15, Y11
-	VFMADD231PS  288(CX)(R9*1), Y15, Y12
-	VMOVUPS      152(SP), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  320(AX), Y14, Y15
-	VMOVUPS      Y15, 152(SP)
-	VFMADD231PS  320(AX)(R9*1), Y15, Y9
-	VFMADD231PS  320(CX)(R9*1), Y15, Y10
-	VMOVUPS      184(SP), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  352(AX), Y14, Y15
-	VMOVUPS      Y15, 184(SP)
-	VFMADD231PS  352(AX)(R9*1), Y15, Y11
-	VFMADD231PS  352(CX)(R9*1), Y15, Y12
-	CMPQ         R9, $0x000001a0
-	JBE          stateVKbf16AVX2_dead_129
-	VMOVUPS      216(SP), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  384(AX), Y14, Y15
-	VMOVUPS      Y15, 216(SP)
-	VFMADD231PS  384(AX)(R9*1), Y15, Y9
-	VFMADD231PS  384(CX)(R9*1), Y15, Y10
-	CMPQ         R9, $0x000001c0
-	JBE          stateVKbf16AVX2_dead_129
-	VMOVUPS      248(SP), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  416(AX), Y14, Y15
-	VMOVUPS      Y15, 248(SP)
-	VFMADD231PS  416(AX)(R9*1), Y15, Y11
-	VFMADD231PS  416(CX)(R9*1), Y15, Y12
-	CMPQ         R9, $0x000001e0
-	JBE          stateVKbf16AVX2_dead_129
-	VMOVUPS      280(SP), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  448(AX), Y14, Y15
-	VMOVUPS      Y15, 280(SP)
-	VFMADD231PS  448(AX)(R9*1), Y15, Y9
-	VFMADD231PS  448(CX)(R9*1), Y15, Y10
-
-stateVKbf16AVX2_dead_129:
-	VFMADD213PS Y8, Y13, Y8
-	VFMADD231PS -32(AX)(R9*1), Y14, Y8
-	VANDPS      48(SP), Y8, Y8
-	VFMADD231PS -32(AX)(R9*2), Y8, Y11
-	VFMADD231PS -32(CX)(R9*2), Y8, Y12
-	JMP         stateVKbf16AVX2_decayed_31
-
-stateVKbf16AVX2_far_31:
-	VBROADCASTSS 4(DX), Y13
-	VBROADCASTSS X9, Y14
-	VMULPS       Y0, Y13, Y0
-	VFMADD231PS  (AX), Y14, Y0
-	VMULPS       (AX)(R9*1), Y0, Y9
-	VMULPS       (CX)(R9*1), Y0, Y10
-	VMULPS       Y1, Y13, Y1
-	VFMADD231PS  32(AX), Y14, Y1
-	VMULPS       32(AX)(R9*1), Y1, Y11
-	VMULPS       32(CX)(R9*1), Y1, Y12
-	VMULPS       Y2, Y13, Y2
-	VFMADD231PS  64(AX), Y14, Y2
-	VFMADD231PS  64(AX)(R9*1), Y2, Y9
-	VFMADD231PS  64(CX)(R9*1), Y2, Y10
-	VMULPS       Y3, Y13, Y3
-	VFMADD231PS  96(AX), Y14, Y3
-	VFMADD231PS  96(AX)(R9*1), Y3, Y11
-	VFMADD231PS  96(CX)(R9*1), Y3, Y12
-	VMULPS       Y4, Y13, Y4
-	VFMADD231PS  128(AX), Y14, Y4
-	VFMADD231PS  128(AX)(R9*1), Y4, Y9
-	VFMADD231PS  128(CX)(R9*1), Y4, Y10
-	VMULPS       Y5, Y13, Y5
-	VFMADD231PS  160(AX), Y14, Y5
-	VFMADD231PS  160(AX)(R9*1), Y5, Y11
-	VFMADD231PS  160(CX)(R9*1), Y5, Y12
-	VMULPS       Y6, Y13, Y6
-	VFMADD231PS  192(AX), Y14, Y6
-	VFMADD231PS  192(AX)(R9*1), Y6, Y9
-	VFMADD231PS  192(CX)(R9*1), Y6, Y10
-	VMULPS       Y7, Y13, Y7
-	VFMADD231PS  224(AX), Y14, Y7
-	VFMADD231PS  224(AX)(R9*1), Y7, Y11
-	VFMADD231PS  224(CX)(R9*1), Y7, Y12
-	VMOVUPS      88(SP), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  256(AX), Y14, Y15
-	VMOVUPS      Y15, 88(SP)
-	VFMADD231PS  256(AX)(R9*1), Y15, Y9
-	VFMADD231PS  256(CX)(R9*1), Y15, Y10
-	VMOVUPS      120(SP), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  288(AX), Y14, Y15
-	VMOVUPS      Y15, 120(SP)
-	VFMADD231PS  288(AX)(R9*1), Y15, Y11
-	VFMADD231PS  288(CX)(R9*1), Y15, Y12
-	VMOVUPS      152(SP), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  320(AX), Y14, Y15
-	VMOVUPS      Y15, 152(SP)
-	VFMADD231PS  320(AX)(R9*1), Y15, Y9
-	VFMADD231PS  320(CX)(R9*1), Y15, Y10
-	VMOVUPS      184(SP), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  352(AX), Y14, Y15
-	VMOVUPS      Y15, 184(SP)
-	VFMADD231PS  352(AX)(R9*1), Y15, Y11
-	VFMADD231PS  352(CX)(R9*1), Y15, Y12
-	CMPQ         R9, $0x000001a0
-	JBE          stateVKbf16AVX2_dead_130
-	VMOVUPS      216(SP), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  384(AX), Y14, Y15
-	VMOVUPS      Y15, 216(SP)
-	VFMADD231PS  384(AX)(R9*1), Y15, Y9
-	VFMADD231PS  384(CX)(R9*1), Y15, Y10
-	CMPQ         R9, $0x000001c0
-	JBE          stateVKbf16AVX2_dead_130
-	VMOVUPS      248(SP), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  416(AX), Y14, Y15
-	VMOVUPS      Y15, 248(SP)
-	VFMADD231PS  416(AX)(R9*1), Y15, Y11
-	VFMADD231PS  416(CX)(R9*1), Y15, Y12
-	CMPQ         R9, $0x000001e0
-	JBE          stateVKbf16AVX2_dead_130
-	VMOVUPS      280(SP), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  448(AX), Y14, Y15
-	VMOVUPS      Y15, 280(SP)
-	VFMADD231PS  448(AX)(R9*1), Y15, Y9
-	VFMADD231PS  448(CX)(R9*1), Y15, Y10
-
-stateVKbf16AVX2_dead_130:
-	VMULPS      Y8, Y13, Y8
-	VFMADD231PS -32(AX)(R9*1), Y14, Y8
-	VANDPS      48(SP), Y8, Y8
-	VFMADD231PS -32(AX)(R9*2), Y8, Y11
-	VFMADD231PS -32(CX)(R9*2), Y8, Y12
-
-stateVKbf16AVX2_decayed_31:
-	ADDQ R9, AX
-	ADDQ R9, CX
-	ADDQ $0x10, DX
-	ADDQ $0x08, BX
-	ADDQ 32(SP), SI
-	ADDQ 24(SP), DI
-	DECQ R8
-	JMP  stateVKbf16AVX2_token_8
-
-stateVKbf16AVX2_lasttoken_8:
-	VMOVSS       (DX), X10
-	VUCOMISS     nearone<>+0(SB), X10
-	JCS          stateVKbf16AVX2_far_32
-	VBROADCASTSS (DX), Y10
-	VBROADCASTSS X9, Y9
-	VFMADD213PS  Y0, Y10, Y0
-	VFMADD231PS  (AX), Y9, Y0
-	VFMADD213PS  Y1, Y10, Y1
-	VFMADD231PS  32(AX), Y9, Y1
-	VFMADD213PS  Y2, Y10, Y2
-	VFMADD231PS  64(AX), Y9, Y2
-	VFMADD213PS  Y3, Y10, Y3
-	VFMADD231PS  96(AX), Y9, Y3
-	VFMADD213PS  Y4, Y10, Y4
-	VFMADD231PS  128(AX), Y9, Y4
-	VFMADD213PS  Y5, Y10, Y5
-	VFMADD231PS  160(AX), Y9, Y5
-	VFMADD213PS  Y6, Y10, Y6
-	VFMADD231PS  192(AX), Y9, Y6
-	VFMADD213PS  Y7, Y10, Y7
-	VFMADD231PS  224(AX), Y9, Y7
-	VMOVUPS      88(SP), Y11
-	VFMADD213PS  Y11, Y10, Y11
-	VFMADD231PS  256(AX), Y9, Y11
-	VMOVUPS      Y11, 88(SP)
-	VMOVUPS      120(SP), Y11
-	VFMADD213PS  Y11, Y10, Y11
-	VFMADD231PS  288(AX), Y9, Y11
-	VMOVUPS      Y11, 120(SP)
-	VMOVUPS      152(SP), Y11
-	VFMADD213PS  Y11, Y10, Y11
-	VFMADD231PS  320(AX), Y9, Y11
-	VMOVUPS      Y11, 152(SP)
-	VMOVUPS      184(SP), Y11
-	VFMADD213PS  Y11, Y10, Y11
-	VFMADD231PS  352(AX), Y9, Y11
-	VMOVUPS      Y11, 184(SP)
-	CMPQ         R9, $0x000001a0
-	JBE          stateVKbf16AVX2_dead_131
-	VMOVUPS      216(SP), Y11
-	VFMADD213PS  Y11, Y10, Y11
-	VFMADD231PS  384(AX), Y9, Y11
-	VMOVUPS      Y11, 216(SP)
-	CMPQ         R9, $0x000001c0
-	JBE          stateVKbf16AVX2_dead_131
-	VMOVUPS      248(SP), Y11
-	VFMADD213PS  Y11, Y10, Y11
-	VFMADD231PS  416(AX), Y9, Y11
-	VMOVUPS      Y11, 248(SP)
-	CMPQ         R9, $0x000001e0
-	JBE          stateVKbf16AVX2_dead_131
-	VMOVUPS      280(SP), Y11
-	VFMADD213PS  Y11, Y10, Y11
-	VFMADD231PS  448(AX), Y9, Y11
-	VMOVUPS      Y11, 280(SP)
-
-stateVKbf16AVX2_dead_131:
-	VFMADD213PS Y8, Y10, Y8
-	VFMADD231PS -32(AX)(R9*1), Y9, Y8
-	VANDPS      48(SP), Y8, Y8
-	JMP         stateVKbf16AVX2_decayed_32
-
-stateVKbf16AVX2_far_32:
-	VBROADCASTSS 4(DX), Y10
-	VBROADCASTSS X9, Y9
-	VMULPS       Y0, Y10, Y0
-	VFMADD231PS  (AX), Y9, Y0
-	VMULPS       Y1, Y10, Y1
-	VFMADD231PS  32(AX), Y9, Y1
-	VMULPS       Y2, Y10, Y2
-	VFMADD231PS  64(AX), Y9, Y2
-	VMULPS       Y3, Y10, Y3
-	VFMADD231PS  96(AX), Y9, Y3
-	VMULPS       Y4, Y10, Y4
-	VFMADD231PS  128(AX), Y9, Y4
-	VMULPS       Y5, Y10, Y5
-	VFMADD231PS  160(AX), Y9, Y5
-	VMULPS       Y6, Y10, Y6
-	VFMADD231PS  192(AX), Y9, Y6
-	VMULPS       Y7, Y10, Y7
-	VFMADD231PS  224(AX), Y9, Y7
-	VMOVUPS      88(SP), Y11
-	VMULPS       Y11, Y10, Y11
-	VFMADD231PS  256(AX), Y9, Y11
-	VMOVUPS      Y11, 88(SP)
-	VMOVUPS      120(SP), Y11
-	VMULPS       Y11, Y10, Y11
-	VFMADD231PS  288(AX), Y9, Y11
-	VMOVUPS      Y11, 120(SP)
-	VMOVUPS      152(SP), Y11
-	VMULPS       Y11, Y10, Y11
-	VFMADD231PS  320(AX), Y9, Y11
-	VMOVUPS      Y11, 152(SP)
-	VMOVUPS      184(SP), Y11
-	VMULPS       Y11, Y10, Y11
-	VFMADD231PS  352(AX), Y9, Y11
-	VMOVUPS      Y11, 184(SP)
-	CMPQ         R9, $0x000001a0
-	JBE          stateVKbf16AVX2_dead_132
-	VMOVUPS      216(SP), Y11
-	VMULPS       Y11, Y10, Y11
-	VFMADD231PS  384(AX), Y9, Y11
-	VMOVUPS      Y11, 216(SP)
-	CMPQ         R9, $0x000001c0
-	JBE          stateVKbf16AVX2_dead_132
-	VMOVUPS      248(SP), Y11
-	VMULPS       Y11, Y10, Y11
-	VFMADD231PS  416(AX), Y9, Y11
-	VMOVUPS      Y11, 248(SP)
-	CMPQ         R9, $0x000001e0
-	JBE          stateVKbf16AVX2_dead_132
-	VMOVUPS      280(SP), Y11
-	VMULPS       Y11, Y10, Y11
-	VFMADD231PS  448(AX), Y9, Y11
-	VMOVUPS      Y11, 280(SP)
-
-stateVKbf16AVX2_dead_132:
-	VMULPS      Y8, Y10, Y8
-	VFMADD231PS -32(AX)(R9*1), Y9, Y8
-	VANDPS      48(SP), Y8, Y8
-
-stateVKbf16AVX2_decayed_32:
-	// The state after this token, if stored.
-	MOVQ         (BX), R11
-	TESTQ        R11, R11
-	JZ           stateVKbf16AVX2_nostore_8
-	MOVQ         (SP), R12
-	IMULQ        R10, R12
-	ADDQ         R12, R11
-	CMPL         80(SP), $0x00
-	JNE          stateVKbf16AVX2_bfnan_8
-	VMOVAPS      Y8, Y9
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y10, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, -16(R11)(R10*1)
-	VMOVAPS      Y0, Y9
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y10, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, (R11)
-	VMOVAPS      Y1, Y9
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y10, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 16(R11)
-	VMOVAPS      Y2, Y9
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y10, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 32(R11)
-	VMOVAPS      Y3, Y9
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y10, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 48(R11)
-	VMOVAPS      Y4, Y9
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y10, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 64(R11)
-	VMOVAPS      Y5, Y9
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y10, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 80(R11)
-	VMOVAPS      Y6, Y9
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y10, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 96(R11)
-	VMOVAPS      Y7, Y9
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y10, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 112(R11)
-	VMOVUPS      88(SP), Y9
-	VMOVAPS      Y9, Y9
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y10, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 128(R11)
-	VMOVUPS      120(SP), Y9
-	VMOVAPS      Y9, Y9
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y10, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 144(R11)
-	VMOVUPS      152(SP), Y9
-	VMOVAPS      Y9, Y9
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y10, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 160(R11)
-	VMOVUPS      184(SP), Y9
-	VMOVAPS      Y9, Y9
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y10, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 176(R11)
-	CMPQ         R9, $0x000001a0
-	JBE          stateVKbf16AVX2_dead_133
-	VMOVUPS      216(SP), Y9
-	VMOVAPS      Y9, Y9
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y10, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 192(R11)
-	CMPQ         R9, $0x000001c0
-	JBE          stateVKbf16AVX2_dead_133
-	VMOVUPS      248(SP), Y9
-	VMOVAPS      Y9, Y9
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y10, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 208(R11)
-	CMPQ         R9, $0x000001e0
-	JBE          stateVKbf16AVX2_dead_133
-	VMOVUPS      280(SP), Y9
-	VMOVAPS      Y9, Y9
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y10, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 224(R11)
-
-stateVKbf16AVX2_dead_133:
-	JMP stateVKbf16AVX2_bfdone_8
-
-stateVKbf16AVX2_bfnan_8:
-	VMOVAPS      Y8, Y9
-	VPSRLD       $0x10, Y9, Y10
-	VCMPPS       $0x03, Y9, Y9, Y12
-	VPAND        one_i<>+0(SB), Y10, Y11
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y11, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPOR         quiet<>+0(SB), Y10, Y10
-	VPBLENDVB    Y12, Y10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, -16(R11)(R10*1)
-	VMOVAPS      Y0, Y9
-	VPSRLD       $0x10, Y9, Y10
-	VCMPPS       $0x03, Y9, Y9, Y12
-	VPAND        one_i<>+0(SB), Y10, Y11
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y11, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPOR         quiet<>+0(SB), Y10, Y10
-	VPBLENDVB    Y12, Y10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, (R11)
-	VMOVAPS      Y1, Y9
-	VPSRLD       $0x10, Y9, Y10
-	VCMPPS       $0x03, Y9, Y9, Y12
-	VPAND        one_i<>+0(SB), Y10, Y11
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y11, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPOR         quiet<>+0(SB), Y10, Y10
-	VPBLENDVB    Y12, Y10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 16(R11)
-	VMOVAPS      Y2, Y9
-	VPSRLD       $0x10, Y9, Y10
-	VCMPPS       $0x03, Y9, Y9, Y12
-	VPAND        one_i<>+0(SB), Y10, Y11
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y11, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPOR         quiet<>+0(SB), Y10, Y10
-	VPBLENDVB    Y12, Y10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 32(R11)
-	VMOVAPS      Y3, Y9
-	VPSRLD       $0x10, Y9, Y10
-	VCMPPS       $0x03, Y9, Y9, Y12
-	VPAND        one_i<>+0(SB), Y10, Y11
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y11, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPOR         quiet<>+0(SB), Y10, Y10
-	VPBLENDVB    Y12, Y10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 48(R11)
-	VMOVAPS      Y4, Y9
-	VPSRLD       $0x10, Y9, Y10
-	VCMPPS       $0x03, Y9, Y9, Y12
-	VPAND        one_i<>+0(SB), Y10, Y11
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y11, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPOR         quiet<>+0(SB), Y10, Y10
-	VPBLENDVB    Y12, Y10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 64(R11)
-	VMOVAPS      Y5, Y9
-	VPSRLD       $0x10, Y9, Y10
-	VCMPPS       $0x03, Y9, Y9, Y12
-	VPAND        one_i<>+0(SB), Y10, Y11
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y11, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPOR         quiet<>+0(SB), Y10, Y10
-	VPBLENDVB    Y12, Y10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 80(R11)
-	VMOVAPS      Y6, Y9
-	VPSRLD       $0x10, Y9, Y10
-	VCMPPS       $0x03, Y9, Y9, Y12
-	VPAND        one_i<>+0(SB), Y10, Y11
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y11, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPOR         quiet<>+0(SB), Y10, Y10
-	VPBLENDVB    Y12, Y10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 96(R11)
-	VMOVAPS      Y7, Y9
-	VPSRLD       $0x10, Y9, Y10
-	VCMPPS       $0x03, Y9, Y9, Y12
-	VPAND        one_i<>+0(SB), Y10, Y11
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y11, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPOR         quiet<>+0(SB), Y10, Y10
-	VPBLENDVB    Y12, Y10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 112(R11)
-	VMOVUPS      88(SP), Y9
-	VMOVAPS      Y9, Y9
-	VPSRLD       $0x10, Y9, Y10
-	VCMPPS       $0x03, Y9, Y9, Y12
-	VPAND        one_i<>+0(SB), Y10, Y11
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y11, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPOR         quiet<>+0(SB), Y10, Y10
-	VPBLENDVB    Y12, Y10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 128(R11)
-	VMOVUPS      120(SP), Y9
-	VMOVAPS      Y9, Y9
-	VPSRLD       $0x10, Y9, Y10
-	VCMPPS       $0x03, Y9, Y9, Y12
-	VPAND        one_i<>+0(SB), Y10, Y11
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y11, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPOR         quiet<>+0(SB), Y10, Y10
-	VPBLENDVB    Y12, Y10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 144(R11)
-	VMOVUPS      152(SP), Y9
-	VMOVAPS      Y9, Y9
-	VPSRLD       $0x10, Y9, Y10
-	VCMPPS       $0x03, Y9, Y9, Y12
-	VPAND        one_i<>+0(SB), Y10, Y11
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y11, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPOR         quiet<>+0(SB), Y10, Y10
-	VPBLENDVB    Y12, Y10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 160(R11)
-	VMOVUPS      184(SP), Y9
-	VMOVAPS      Y9, Y9
-	VPSRLD       $0x10, Y9, Y10
-	VCMPPS       $0x03, Y9, Y9, Y12
-	VPAND        one_i<>+0(SB), Y10, Y11
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y11, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPOR         quiet<>+0(SB), Y10, Y10
-	VPBLENDVB    Y12, Y10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 176(R11)
-	CMPQ         R9, $0x000001a0
-	JBE          stateVKbf16AVX2_dead_134
-	VMOVUPS      216(SP), Y9
-	VMOVAPS      Y9, Y9
-	VPSRLD       $0x10, Y9, Y10
-	VCMPPS       $0x03, Y9, Y9, Y12
-	VPAND        one_i<>+0(SB), Y10, Y11
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y11, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPOR         quiet<>+0(SB), Y10, Y10
-	VPBLENDVB    Y12, Y10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 192(R11)
-	CMPQ         R9, $0x000001c0
-	JBE          stateVKbf16AVX2_dead_134
-	VMOVUPS      248(SP), Y9
-	VMOVAPS      Y9, Y9
-	VPSRLD       $0x10, Y9, Y10
-	VCMPPS       $0x03, Y9, Y9, Y12
-	VPAND        one_i<>+0(SB), Y10, Y11
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y11, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPOR         quiet<>+0(SB), Y10, Y10
-	VPBLENDVB    Y12, Y10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 208(R11)
-	CMPQ         R9, $0x000001e0
-	JBE          stateVKbf16AVX2_dead_134
-	VMOVUPS      280(SP), Y9
-	VMOVAPS      Y9, Y9
-	VPSRLD       $0x10, Y9, Y10
-	VCMPPS       $0x03, Y9, Y9, Y12
-	VPAND        one_i<>+0(SB), Y10, Y11
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y11, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPOR         quiet<>+0(SB), Y10, Y10
-	VPBLENDVB    Y12, Y10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVDQU      X10, 224(R11)
-
-stateVKbf16AVX2_dead_134:
-stateVKbf16AVX2_bfdone_8:
-stateVKbf16AVX2_nostore_8:
-	CMPQ        R8, $0x01
-	JE          stateVKbf16AVX2_tokensdone_8
-	ADDQ        R9, AX
-	ADDQ        R9, CX
-	ADDQ        $0x10, DX
-	ADDQ        $0x08, BX
-	ADDQ        32(SP), SI
-	ADDQ        24(SP), DI
-	DECQ        R8
-	VMULPS      (AX), Y0, Y9
-	VMULPS      (CX), Y0, Y10
-	VMULPS      32(AX), Y1, Y11
-	VMULPS      32(CX), Y1, Y12
-	VFMADD231PS 64(AX), Y2, Y9
-	VFMADD231PS 64(CX), Y2, Y10
-	VFMADD231PS 96(AX), Y3, Y11
-	VFMADD231PS 96(CX), Y3, Y12
-	VFMADD231PS 128(AX), Y4, Y9
-	VFMADD231PS 128(CX), Y4, Y10
-	VFMADD231PS 160(AX), Y5, Y11
-	VFMADD231PS 160(CX), Y5, Y12
-	VFMADD231PS 192(AX), Y6, Y9
-	VFMADD231PS 192(CX), Y6, Y10
-	VFMADD231PS 224(AX), Y7, Y11
-	VFMADD231PS 224(CX), Y7, Y12
-	VMOVUPS     88(SP), Y13
-	VFMADD231PS 256(AX), Y13, Y9
-	VFMADD231PS 256(CX), Y13, Y10
-	VMOVUPS     120(SP), Y13
-	VFMADD231PS 288(AX), Y13, Y11
-	VFMADD231PS 288(CX), Y13, Y12
-	VMOVUPS     152(SP), Y13
-	VFMADD231PS 320(AX), Y13, Y9
-	VFMADD231PS 320(CX), Y13, Y10
-	VMOVUPS     184(SP), Y13
-	VFMADD231PS 352(AX), Y13, Y11
-	VFMADD231PS 352(CX), Y13, Y12
-	CMPQ        R9, $0x000001a0
-	JBE         stateVKbf16AVX2_dead_135
-	VMOVUPS     216(SP), Y13
-	VFMADD231PS 384(AX), Y13, Y9
-	VFMADD231PS 384(CX), Y13, Y10
-	CMPQ        R9, $0x000001c0
-	JBE         stateVKbf16AVX2_dead_135
-	VMOVUPS     248(SP), Y13
-	VFMADD231PS 416(AX), Y13, Y11
-	VFMADD231PS 416(CX), Y13, Y12
-	CMPQ        R9, $0x000001e0
-	JBE         stateVKbf16AVX2_dead_135
-	VMOVUPS     280(SP), Y13
-	VFMADD231PS 448(AX), Y13, Y9
-	VFMADD231PS 448(CX), Y13, Y10
-
-stateVKbf16AVX2_dead_135:
-	VFMADD231PS -32(AX)(R9*1), Y8, Y11
-	VFMADD231PS -32(CX)(R9*1), Y8, Y12
-	JMP         stateVKbf16AVX2_token_8
-
-stateVKbf16AVX2_tokensdone_8:
-	// The f32 carry after the last token, if asked for.
-	MOVQ    carry_base+88(FP), AX
-	TESTQ   AX, AX
-	JZ      stateVKbf16AVX2_nocarry_8
-	MOVQ    (SP), CX
-	IMULQ   R9, CX
-	ADDQ    CX, AX
-	VMOVUPS Y8, -32(AX)(R9*1)
-	VMOVUPS Y0, (AX)
-	VMOVUPS Y1, 32(AX)
-	VMOVUPS Y2, 64(AX)
-	VMOVUPS Y3, 96(AX)
-	VMOVUPS Y4, 128(AX)
-	VMOVUPS Y5, 160(AX)
-	VMOVUPS Y6, 192(AX)
-	VMOVUPS Y7, 224(AX)
-	VMOVUPS 88(SP), Y0
-	VMOVUPS Y0, 256(AX)
-	VMOVUPS 120(SP), Y0
-	VMOVUPS Y0, 288(AX)
-	VMOVUPS 152(SP), Y0
-	VMOVUPS Y0, 320(AX)
-	VMOVUPS 184(SP), Y0
-	VMOVUPS Y0, 352(AX)
-	CMPQ    R9, $0x000001a0
-	JBE     stateVKbf16AVX2_dead_136
-	VMOVUPS 216(SP), Y0
-	VMOVUPS Y0, 384(AX)
-	CMPQ    R9, $0x000001c0
-	JBE     stateVKbf16AVX2_dead_136
-	VMOVUPS 248(SP), Y0
-	VMOVUPS Y0, 416(AX)
-	CMPQ    R9, $0x000001e0
-	JBE     stateVKbf16AVX2_dead_136
-	VMOVUPS 280(SP), Y0
-	VMOVUPS Y0, 448(AX)
-
-stateVKbf16AVX2_dead_136:
-stateVKbf16AVX2_nocarry_8:
-	ADDQ $0x00000001, (SP)
-	SUBQ $0x00000001, 8(SP)
-	JMP  stateVKbf16AVX2_group_8
-
-stateVKbf16AVX2_groupsdone_8:
 stateVKbf16AVX2_done_1:
 	VZEROUPPER
 	RET

@@ -38,30 +38,37 @@ func kvTokens(h *headCall) {
 // vkTokens is the [V][K] routine: row j (column j of the maths, K contiguous) is loaded once,
 // advanced through every token and stored at every token that keeps its state.
 func vkTokens(h *headCall) {
-	K, V, T := h.K, h.V, len(h.tok)/4
+	K := h.K
 	row := h.slab[:K:K]
-	for j := range V {
+	for j := range h.V {
 		loadState(row, h.src, j*K)
-		for τ := range T {
-			tk := h.tok[4*τ : 4*τ+4]
-			em1, eg, beta, kq := tk[0], tk[1], tk[2], tk[3]
-			near := em1 >= nearOne
-			kh, qh := h.kh[τ*K:(τ+1)*K], h.qh[τ*K:(τ+1)*K]
-			kv, qs := dot2(row, kh, qh)
-			d := beta * (h.v[τ*h.vs+j] - decay(kv, em1, eg, near))
-			h.o[τ*V+j] = decay(qs, em1, eg, near) + kq*d
-			if near {
-				for i, x := range row {
-					row[i] = x + em1*x + kh[i]*d
-				}
-			} else {
-				for i, x := range row {
-					row[i] = eg*x + kh[i]*d
-				}
+		vkRow(row, j, h.V, h.kh, h.qh, h.v, h.vs, h.o, h.tok, func(τ int) stateRef { return h.dst[τ] })
+	}
+}
+
+// vkRow advances row j of a [V][K] head (row: its K elements, loaded) through the tokens of tok:
+// it writes o[τ·V+j], and the row after token τ to dst(τ) from element j·K unless that is none.
+func vkRow(row []float32, j, V int, kh, qh, v []float32, vs int, o, tok []float32, dst func(τ int) stateRef) {
+	K := len(row)
+	for τ := range len(tok) / 4 {
+		tk := tok[4*τ : 4*τ+4]
+		em1, eg, beta, kq := tk[0], tk[1], tk[2], tk[3]
+		near := em1 >= nearOne
+		kh, qh := kh[τ*K:(τ+1)*K], qh[τ*K:(τ+1)*K]
+		kv, qs := dot2(row, kh, qh)
+		d := beta * (v[τ*vs+j] - decay(kv, em1, eg, near))
+		o[τ*V+j] = decay(qs, em1, eg, near) + kq*d
+		if near {
+			for i, x := range row {
+				row[i] = x + em1*x + kh[i]*d
 			}
-			if d := h.dst[τ]; !d.none() {
-				storeState(d, j*K, row)
+		} else {
+			for i, x := range row {
+				row[i] = eg*x + kh[i]*d
 			}
+		}
+		if d := dst(τ); !d.none() {
+			storeState(d, j*K, row)
 		}
 	}
 }

@@ -25,7 +25,7 @@ func gatePiece(a isa, g gateRegs, pc piece) { gatePieces(a, g, pc, 1) }
 // tries them (each in a loop while that many are left). Each Exp32 is a chain of about 30 dependent
 // operations: one vector's chain after another filled the scheduler with waiting operations
 // (AVX-512, V = 128: about 28 cycles a vector). BenchmarkGate, V = 128, medians of 8 alternating
-// runs: AVX-512 88 → 63 ns, AVX2 164 → 119 (doc/performance.md). A vector takes 3 registers
+// runs: AVX-512 88 → 63 ns, AVX2 164 → 119 (doc/notebook/2026-12-01-gate-exp32-chains.md). A vector takes 3 registers
 // through Exp32 (x, n, p) besides r, a constant and one temporary: 8 fit in 32 ZMM, 4 in 16 YMM.
 func (a isa) gateGroups() []int {
 	if a.regs >= 32 {

@@ -10,7 +10,7 @@ import (
 // list's end). The Go driver lists the rows its next call reads from memory (v, z, q, k and the
 // output rows, a group per token) and the routines over T tokens issue one group per token
 // pass (group), so those rows arrive while this call computes instead of one after another at
-// the start of the next (avx512, Qwen3-Next prefill: see doc/performance.md). To L2
+// the start of the next (avx512, Qwen3-Next prefill: see doc/notebook/2026-12-01-prefetch-lists.md). To L2
 // (PREFETCHT1), as every prefetch here: a T0 one holds one of L1's miss buffers until its line
 // arrives (see vkBody.prefetch). A prefetch touches no memory architecturally and cannot fault,
 // whatever the address; the list itself is read only within its length (an odd last word is

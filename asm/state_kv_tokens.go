@@ -1,6 +1,6 @@
 package main
 
-// The [K][V] state routines over T tokens (issue 11): stateKV<storage><ISA>, with the flat
+// The [K][V] state routines over T tokens: stateKV<storage><ISA>, with the flat
 // signature of tokens_generic.go.
 //
 // # Structure
@@ -109,7 +109,7 @@ func (v variant) deltaInFrame() bool { return v.a.regs < 32 }
 
 // pairBF16 reports whether the span's bf16 rows go to a store two pieces at a time (bf16Pair):
 // AVX2, an even number of whole YMMs one after another, no guard. BenchmarkKVRoutine, avx2 bf16
-// decode, ns per head: see doc/performance.md.
+// decode, ns per head: see doc/notebook/2026-12-02-bf16-stores-nan-select.md.
 func (g *kvGen) pairBF16(s span) bool {
 	if !g.bf16 || g.a.evex || s.guarded() || len(s.ps)%2 != 0 {
 		return false

@@ -1701,7 +1701,7 @@ func stateVK(v variant) {
 			}
 			(&vkBody{v: v, a: a, n: n, lo: lo, g: g, acc: acc, r: r}).group()
 		}
-		if g > 1 {
+		if g > 1 && !a.vkPairs() { // (the pairs leave an odd V's last row to the Go wrapper)
 			(&vkBody{v: v, a: a, n: n, lo: lo, g: 1, acc: vkTailAcc(a, n), r: r}).group()
 		}
 		JMP(LabelRef(done))

@@ -21,7 +21,7 @@ package main
 //
 // The last token's pass only updates (update). Fusing the dots into the update pass, with the
 // first level of the reduction in registers, took the routine from 817 to 725 ns per head-token
-// (BenchmarkVKRoutine, 128×128, T = 64, medians of 10 alternating runs; doc/performance.md): the
+// (BenchmarkVKRoutine, 128×128, T = 64, medians of 10 alternating runs; doc/notebook/2026-12-01-vk-prefill-fused-dots.md): the
 // two passes were bound by their loads and stores in L1 (every vector of a row stored at every
 // token) as much as by the FMAs.
 //

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -285,6 +286,50 @@ func TestShapesAndFlags(t *testing.T) {
 	}
 }
 
+// TestDefaults checks the quick defaults (the default kernel alone, Workers 1, B = 1, 64), -full
+// (every kernel, Workers 1 and 2, B = 1, 8, 64) and that flags given explicitly override both.
+func TestDefaults(t *testing.T) {
+	all := gdn.Kernels()
+	for _, c := range []struct {
+		args        []string
+		kernels     []string
+		picked      bool
+		bs, workers string
+		reps        int
+		batch       time.Duration
+	}{
+		{nil, all, true, "1,64", "1", 5, 5 * time.Millisecond},
+		{[]string{"-full"}, all, false, "1,8,64", "1,2", 11, 5 * time.Millisecond},
+		{[]string{"-b", "1,8,64", "-reps", "3"}, all, true, "1,8,64", "1", 3, 5 * time.Millisecond},
+		{[]string{"-kernels", "generic"}, []string{"generic"}, false, "1,64", "1", 5, 5 * time.Millisecond},
+		{[]string{"-full", "-kernels", "generic", "-workers", "2", "-batch", "1ms"}, []string{"generic"}, false, "1,8,64", "2", 11, time.Millisecond},
+		{[]string{"-layers", "2x4x16x16", "-b", "1,2", "-workers", "1,2", "-reps", "3", "-batch", "1ms"}, all, true, "1,2", "1,2", 3, time.Millisecond},
+	} {
+		fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+		f := newFlags(fs)
+		if err := fs.Parse(c.args); err != nil {
+			t.Fatal(err)
+		}
+		got, err := f.config(fs)
+		if err != nil {
+			t.Fatalf("%q: %v", c.args, err)
+		}
+		if !slices.Equal(got.Kernels, c.kernels) || got.Picked != c.picked || joinInts(got.Bs, ",") != c.bs ||
+			joinInts(got.Workers, ",") != c.workers || got.Reps != c.reps || got.Batch != c.batch {
+			t.Errorf("%q: %+v, want kernels %v (picked %v), B %s, workers %s, %d reps, batch %v",
+				c.args, got, c.kernels, c.picked, c.bs, c.workers, c.reps, c.batch)
+		}
+	}
+	var h strings.Builder
+	printHeader(&h, Config{Kernels: all[:1], Workers: []int{1}, Bs: []int{1}})
+	if want := "Kernel " + all[0] + ", the default"; !strings.Contains(h.String(), want) {
+		t.Errorf("header does not say %q:\n%s", want, h.String())
+	}
+	if got := ServeCases(Qwen3Next, 1, 64); len(got) != 4 || got[1].Shape.B != 64 || got[2].T != 512 || !got[3].Snapshots {
+		t.Errorf("ServeCases(Qwen3Next, 1, 64) = %v", got)
+	}
+}
+
 func TestMedian(t *testing.T) {
 	for _, c := range []struct {
 		v    []float64
@@ -328,5 +373,24 @@ func TestServe(t *testing.T) {
 	printServe(&tab, res)
 	if !strings.Contains(tab.String(), "| generic | vk-bf16 | T=70,B=1,") || !strings.Contains(tab.String(), "| generic | kv-f32 | T=4,snap,B=8,") {
 		t.Errorf("rows missing:\n%s", tab.String())
+	}
+
+	// Picked: per case and format, only the kernel gdn picks (the first that implements it).
+	c.Picked, c.Workers = true, []int{1}
+	res, err = MeasureServe(c, Formats, cases[:1], io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != len(Formats) {
+		t.Fatalf("Picked: %d results, want one per format (%d)", len(res), len(Formats))
+	}
+	for _, r := range res {
+		l, err := NewRunData(r.Case, r.Format).Layer("", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := l.Kernel(); r.Kernel != want {
+			t.Errorf("Picked, %v: kernel %s, gdn picks %s", r.Format, r.Kernel, want)
+		}
 	}
 }

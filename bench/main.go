@@ -1,9 +1,19 @@
-// Command bench measures the fused GDN decode step with every kernel this CPU has against copy() of
-// the same state bytes, and prints a markdown table (and, with -svg, a chart of GB/s against B):
+// Command bench measures the fused GDN decode step against copy() of the same state bytes, and the
+// serving call (Layer.Run: decode, prefill, verification) against copy(), its memory floor and the
+// FMA bound, and prints markdown tables (and, with -svg, a chart of GB/s against B).
 //
-//	go run ./bench                                   # Qwen3-Next layer, B = 1, 8, 64, every kernel, Workers 1 and 2
+// With no flags it is the quick answer (≈ 10 s on a 2-core Zen 4): the default kernel only (the one
+// gdn picks: the first of gdn.Kernels()), Workers 1, B = 1 and 64, 5 repetitions (batches ≥ 5 ms);
+// the serving table for every state format: decode at B = 1 and 64, prefill T = 512, verification
+// T = 4 at B = 8. -full is the whole matrix (≈ 2 min 15 s there, half of it the prefills, mostly
+// generic's): every kernel this CPU has, Workers 1 and 2, B = 1, 8, 64, 11 repetitions. Flags given
+// explicitly override either set of defaults:
+//
+//	go run ./bench                                   # quick: default kernel, Workers 1, B = 1, 64
+//	go run ./bench -full                             # every kernel, Workers 1 and 2, B = 1, 8, 64
+//	go run ./bench -full -kernels avx512,avx2 -b 1,64 -formats vk-f32,vk-bf16
 //	go run ./bench -layers 16x32x128x128,16x32x64x64 -b 1,8 -kernels avx512,generic -workers 1 -reps 21
-//	go run ./bench -svg gbps.svg
+//	go run ./bench -full -svg gbps.svg
 //
 // A step reads the state once and writes it once, so its traffic is 2× the state bytes; copy()
 // from the state into a second buffer of the same size moves the same bytes, and its time is the
@@ -22,6 +32,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -36,6 +47,9 @@ type Config struct {
 	Workers []int
 	Reps    int           // repetitions (medians are taken over them)
 	Batch   time.Duration // minimum duration of one measured batch of steps or copies
+	// Picked: MeasureServe measures, per format, only the first kernel of Kernels that implements
+	// it (with Kernels = gdn.Kernels(): the one gdn picks for the format).
+	Picked bool
 }
 
 // Result is the measurement of one (shape, kernel, workers).
@@ -56,37 +70,97 @@ func (r Result) GBps() float64 { return float64(r.Shape.Traffic()) / r.Step / 1e
 // CopyGBps is copy()'s traffic (the same bytes) in GB/s.
 func (r Result) CopyGBps() float64 { return float64(r.Shape.Traffic()) / r.Copy / 1e9 }
 
+// quickDefaults are the flags' defaults (the quick run); fullDefaults replace them with -full,
+// for the flags not given explicitly. -kernels, unset, is the default kernel alone in the quick run
+// and every kernel with -full.
+var (
+	quickDefaults = map[string]string{"b": "1,64", "workers": "1", "reps": "5", "batch": "5ms"}
+	fullDefaults  = map[string]string{"b": "1,8,64", "workers": "1,2", "reps": "11", "batch": "5ms"}
+)
+
+// flags are the command's flags.
+type flags struct {
+	full                         *bool
+	layers, bs, kernels, workers *string
+	reps                         *int
+	batch                        *time.Duration
+	svg, formats                 *string
+	serve                        *bool
+}
+
+// newFlags defines the command's flags on fs.
+func newFlags(fs *flag.FlagSet) *flags {
+	batch, _ := time.ParseDuration(quickDefaults["batch"])
+	reps, _ := strconv.Atoi(quickDefaults["reps"])
+	return &flags{
+		full: fs.Bool("full", false, "the full matrix: every kernel, -workers "+fullDefaults["workers"]+", -b "+fullDefaults["b"]+
+			", -reps "+fullDefaults["reps"]+", -batch "+fullDefaults["batch"]+" (flags given explicitly still override)"),
+		layers: fs.String("layers", "16x32x128x128", "comma-separated layers HKxHVxKxV (qwen3next = 16x32x128x128)"),
+		bs: fs.String("b", quickDefaults["b"], "comma-separated batch sizes B of the step table and of the serving table's decode (-full: "+
+			fullDefaults["b"]+")"),
+		kernels: fs.String("kernels", "", "comma-separated kernels (default: the default kernel alone, the first of those this CPU has: "+
+			strings.Join(gdn.Kernels(), ",")+"; -full: every one)"),
+		workers: fs.String("workers", quickDefaults["workers"], "comma-separated worker counts (Config.Workers) (-full: "+fullDefaults["workers"]+")"),
+		reps:    fs.Int("reps", reps, "repetitions; the tables show medians (-full: "+fullDefaults["reps"]+")"),
+		batch:   fs.Duration("batch", batch, "minimum duration of one measured batch of steps or of copies (-full: "+fullDefaults["batch"]+")"),
+		svg:     fs.String("svg", "", "also write a chart of GB/s against B (SVG) to this file"),
+		serve: fs.Bool("serve", true, "also measure the serving call (Layer.Run: decode at every -b; prefill T = 512 at B = 1; "+
+			"verify T = 4 at B = 8) on the first layer"),
+		formats: fs.String("formats", "kv-f32,vk-f32,kv-bf16,vk-bf16", "comma-separated state formats of the serving table"),
+	}
+}
+
+// config applies -full to the flags of fs not given explicitly (fs parsed) and returns the Config.
+func (f *flags) config(fs *flag.FlagSet) (Config, error) {
+	set := map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	if *f.full {
+		for name, v := range fullDefaults {
+			if !set[name] {
+				if err := fs.Set(name, v); err != nil {
+					return Config{}, err
+				}
+			}
+		}
+	} else if !set["kernels"] {
+		// The default kernel: the step table runs the first kernel (gdn's pick for the [K][V] f32
+		// state of Layer.Step), the serving table gdn's pick for each format.
+		c, err := parseConfig(*f.layers, *f.bs, "", *f.workers, *f.reps, *f.batch)
+		c.Picked = true
+		return c, err
+	}
+	return parseConfig(*f.layers, *f.bs, *f.kernels, *f.workers, *f.reps, *f.batch)
+}
+
 func main() {
-	layers := flag.String("layers", "16x32x128x128", "comma-separated layers HKxHVxKxV (qwen3next = 16x32x128x128)")
-	bs := flag.String("b", "1,8,64", "comma-separated batch sizes B")
-	kernels := flag.String("kernels", "", "comma-separated kernels (default: every kernel this CPU has: "+strings.Join(gdn.Kernels(), ",")+")")
-	workers := flag.String("workers", "1,2", "comma-separated worker counts (Config.Workers)")
-	reps := flag.Int("reps", 11, "repetitions; the table shows medians")
-	batch := flag.Duration("batch", 5*time.Millisecond, "minimum duration of one measured batch of steps or of copies")
-	svg := flag.String("svg", "", "also write a chart of GB/s against B (SVG) to this file")
-	serve := flag.Bool("serve", true, "also measure the serving call (Layer.Run: decode B = 1, 8, 64; prefill T = 512; verify T = 4 at B = 8) on the first layer")
-	formats := flag.String("formats", "kv-f32,vk-f32,kv-bf16,vk-bf16", "comma-separated state formats of the serving table")
+	f := newFlags(flag.CommandLine)
 	flag.Parse()
 
-	c, err := parseConfig(*layers, *bs, *kernels, *workers, *reps, *batch)
+	c, err := f.config(flag.CommandLine)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(2)
 	}
-	res, err := Measure(c, os.Stderr)
+	var fs []Format
+	if *f.serve {
+		if fs, err = parseFormats(*f.formats); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: -formats:", err)
+			os.Exit(2)
+		}
+	}
+	steps := c
+	if c.Picked {
+		steps.Kernels = c.Kernels[:1]
+	}
+	res, err := Measure(steps, os.Stderr)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
-	printHeader(os.Stdout, c)
+	printHeader(os.Stdout, steps)
 	printTable(os.Stdout, res)
-	if *serve {
-		fs, err := parseFormats(*formats)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "bench: -formats:", err)
-			os.Exit(2)
-		}
-		sres, err := MeasureServe(c, fs, ServeCases(c.Layers[0]), os.Stderr)
+	if *f.serve {
+		sres, err := MeasureServe(c, fs, ServeCases(c.Layers[0], c.Bs...), os.Stderr)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			os.Exit(1)
@@ -94,11 +168,16 @@ func main() {
 		fmt.Println()
 		printServe(os.Stdout, sres)
 	}
-	if *svg != "" {
-		if err := os.WriteFile(*svg, []byte(SVG(res)), 0o644); err != nil {
+	if *f.svg != "" {
+		if err := os.WriteFile(*f.svg, []byte(SVG(res)), 0o644); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			os.Exit(1)
 		}
+	}
+	if !*f.full {
+		fmt.Printf("\nThe full matrix (every kernel, Workers %s, B = %s, %s repetitions of batches ≥ %s; ≈ 2 min on 2 cores): `go run ./bench -full`.\n",
+			strings.ReplaceAll(fullDefaults["workers"], ",", " and "), strings.ReplaceAll(fullDefaults["b"], ",", ", "),
+			fullDefaults["reps"], fullDefaults["batch"])
 	}
 }
 
@@ -240,10 +319,43 @@ func batchLen(one, min time.Duration) int {
 }
 
 func printHeader(w io.Writer, c Config) {
-	fmt.Fprintf(w, "`go run ./bench %s`  \n", strings.Join(os.Args[1:], " "))
+	fmt.Fprintf(w, "`%s`  \n", strings.Join(append([]string{"go run ./bench"}, os.Args[1:]...), " "))
 	fmt.Fprintf(w, "%s, %s, %s/%s, GOMAXPROCS %d, %s; %d repetitions, batches ≥ %v; medians.\n\n",
 		time.Now().UTC().Format("2006-01-02 15:04 MST"), cpuModel(), runtime.GOOS, runtime.GOARCH,
 		runtime.GOMAXPROCS(0), runtime.Version(), c.Reps, c.Batch)
+	fmt.Fprintf(w, "%s; Workers %s; B = %s.\n\n", kernelsLine(c.Kernels), joinInts(c.Workers, ", "), joinInts(c.Bs, ", "))
+}
+
+// kernelsLine names the kernels measured and which one is the default (the one gdn picks, the
+// first of gdn.Kernels()).
+func kernelsLine(kernels []string) string {
+	have := gdn.Kernels()
+	def := have[0]
+	if len(kernels) == 1 && kernels[0] == def {
+		return fmt.Sprintf("Kernel %s, the default (gdn picks the first of the kernels this CPU has that implements the state format: %s)",
+			def, strings.Join(have, ", "))
+	}
+	var names []string
+	for _, k := range kernels {
+		if k == def {
+			k += " (the default)"
+		}
+		names = append(names, k)
+	}
+	s := "Kernels " + strings.Join(names, ", ")
+	if !slices.Contains(kernels, def) {
+		s += fmt.Sprintf(" (the default, %s, not measured)", def)
+	}
+	return s
+}
+
+// joinInts formats v with sep between the numbers.
+func joinInts(v []int, sep string) string {
+	s := make([]string, len(v))
+	for i, n := range v {
+		s[i] = strconv.Itoa(n)
+	}
+	return strings.Join(s, sep)
 }
 
 // printTable writes the results as a markdown table: per shape, every kernel and worker count,

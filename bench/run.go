@@ -67,15 +67,18 @@ func (c Serve) String() string {
 // Tokens is the number of tokens of a call.
 func (c Serve) Tokens() int { return c.Shape.B * c.T }
 
-// ServeCases are the serving benchmarks: decode at B = 1, 8, 64, a prefill of 512 tokens at B = 1
-// and the verification of 4 draft tokens at B = 8, on the Qwen3-Next layer.
-func ServeCases(layer Shape) []Serve {
-	at := func(b int) Shape { s := layer; s.B = b; return s }
-	return []Serve{
-		{Shape: at(1), T: 1}, {Shape: at(8), T: 1}, {Shape: at(64), T: 1},
-		{Shape: at(1), T: 512},
-		{Shape: at(8), T: 4, Snapshots: true},
+// ServeCases are the serving benchmarks on layer: decode at every B of bs (none given: B = 1, 8,
+// 64), then a prefill of 512 tokens at B = 1 and the verification of 4 draft tokens at B = 8.
+func ServeCases(layer Shape, bs ...int) []Serve {
+	if len(bs) == 0 {
+		bs = []int{1, 8, 64}
 	}
+	at := func(b int) Shape { s := layer; s.B = b; return s }
+	var cs []Serve
+	for _, b := range bs {
+		cs = append(cs, Serve{Shape: at(b), T: 1})
+	}
+	return append(cs, Serve{Shape: at(1), T: 512}, Serve{Shape: at(8), T: 4, Snapshots: true})
 }
 
 // RunData is one serving case's data: a pool of B slots (plus B·T snapshot slots), token rows
@@ -252,8 +255,8 @@ var fmaRates = map[string]struct {
 	lanes int
 }{}
 
-// MeasureServe measures every case × format × kernel (that implements the format) × workers of
-// c, alternating as Measure does: per repetition a batch of calls, of copies and, for T > 1, of
+// MeasureServe measures every case × format × kernel (that implements the format; with c.Picked
+// only the first that does) × workers of c, alternating as Measure does: per repetition a batch of calls, of copies and, for T > 1, of
 // single-token calls, each after one untimed operation of its kind.
 func MeasureServe(c Config, formats []Format, cases []Serve, log io.Writer) ([]ServeResult, error) {
 	var res []ServeResult
@@ -268,6 +271,7 @@ func MeasureServe(c Config, formats []Format, cases []Serve, log io.Writer) ([]S
 				d1 = NewRunData(one, f)
 			}
 			for _, k := range c.Kernels {
+				measured := false
 				for _, w := range c.Workers {
 					l, err := d.Layer(k, w)
 					if errors.Is(err, gdn.ErrKernel) {
@@ -281,6 +285,10 @@ func MeasureServe(c Config, formats []Format, cases []Serve, log io.Writer) ([]S
 						return nil, err
 					}
 					res = append(res, r)
+					measured = true
+				}
+				if measured && c.Picked {
+					break
 				}
 			}
 			runtime.GC()

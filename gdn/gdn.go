@@ -22,11 +22,11 @@ func BF16FromFloat32(f float32) BF16 { return BF16(gdnsimd.BF16RNE(f)) }
 
 // The sentinels every error of this package wraps.
 var (
-	ErrConfig   = errors.New("gdn: invalid config")             // from New
+	ErrConfig   = errors.New("gdn: invalid config")             // from New; from Step and Run: a Layer not made by New
 	ErrKernel   = errors.New("gdn: kernel not available")       // from New: unknown or unsupported kernel
-	ErrShape    = errors.New("gdn: slice length mismatch")      // from Step: a length disagrees with B
-	ErrNoOutput = errors.New("gdn: no output requested")        // from Step: Out and OutF32 both nil
-	ErrOverlap  = errors.New("gdn: output overlaps other data") // from Step: forbidden aliasing
+	ErrShape    = errors.New("gdn: slice length mismatch")      // from Step and Run: a length, stride, Start or storage type disagrees with the shapes
+	ErrNoOutput = errors.New("gdn: no output requested")        // from Step and Run: Out and OutF32 both nil
+	ErrOverlap  = errors.New("gdn: output overlaps other data") // from Step and Run: forbidden aliasing
 )
 
 // DefaultRMSEps is the gated RMSNorm epsilon used when Config.RMSEps is 0 (Qwen3-Next/3.5's
