@@ -18,8 +18,8 @@ import (
 // routine), every slice between guard bands (runTokens):
 //
 //   - f32, bf16 (with and without the f32 carry) and bf16 from an f32 src32 against the generic
-//     routine, T = 1 and T = 3 (both decay forms), V = 1 (AVX2: the odd row alone, vkOddRow), V = 2
-//     (the one-row groups only) and V = 53
+//     routine, T = 1 and T = 3 (both decay forms), V = 2 (the one-row groups only), V = 1 (avx2: the
+//     odd row alone, vkOddRow) and V = 53
 //     (with T > 1 an AVX-512 block of 32 rows and one of 16, then a full group and the one-row
 //     tail groups);
 //   - the f32 routine's state after each token of the T = 3 call, bit for bit, against three
@@ -32,7 +32,13 @@ func TestVKTails(t *testing.T) {
 		l := int(gdnsimd.VK)
 		r := rand.New(rand.NewPCG(21, 22))
 		for K := 1; K <= 264; K++ {
-			for _, V := range []int{1, 2, 53} {
+			Vs := []int{2, 53}
+			if name == "avx2" {
+				// V = 1: the odd row alone (vkOddRow, the portable arithmetic). Not for the
+				// others: one row's max |o| is too small a scale for the relative tolerance.
+				Vs = append(Vs, 1)
+			}
+			for _, V := range Vs {
 				for _, T := range []int{1, 3} {
 					c := newTokCase(r, K, V, T, false)
 					for τ := range T {
