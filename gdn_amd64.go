@@ -57,20 +57,20 @@ func aligned(stores []unsafe.Pointer, a uintptr) bool {
 
 // The shapes and stores whose verification snapshots the routines write non-temporally (the
 // conditions in asm/state_kv_tokens.go, ntStores and token; asm/state_vk_block.go, vkBlk.store;
-// asm/state_vk.go, vkBody.store): [K][V], V a multiple of 16 (every block a fixed span of whole
-// vectors) and the stores aligned to a vector (a bytes); AVX-512 [V][K], K the whole ZMM of a row
-// block's shape (64, 96, 128) and at least 16 rows; AVX2 [V][K], K the whole YMM of a shape (32,
-// 64, 96, 128). Elsewhere a verification runs one token per call (perToken).
+// asm/state_vk.go, vkBody.store and vkSnapshot): [K][V], V a multiple of 16 (every block a fixed
+// span of whole vectors) and the stores aligned to a vector (a bytes); AVX-512 [V][K], K a
+// multiple of 16 up to the blocks' 128 and at least 16 rows; AVX2 [V][K], K a multiple of 8 up to
+// 128. Elsewhere a verification runs one token per call (perToken).
 func kvSnap(a uintptr) snapOnce {
 	return func(K, V int, stores []unsafe.Pointer) bool { return V%16 == 0 && aligned(stores, a) }
 }
 
 func vkSnap512(K, V int, stores []unsafe.Pointer) bool {
-	return (K == 64 || K == 96 || K == 128) && V >= 16 && aligned(stores, 64)
+	return K%16 == 0 && K <= 128 && V >= 16 && aligned(stores, 64)
 }
 
 func vkSnap2(K, V int, stores []unsafe.Pointer) bool {
-	return (K == 32 || K == 64 || K == 96 || K == 128) && aligned(stores, 32)
+	return K%8 == 0 && K <= 128 && aligned(stores, 32)
 }
 
 // stateAVX512 is stateGeneric in AVX-512: column blocks of 256 (whole rows up to V = 256), then one

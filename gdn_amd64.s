@@ -18922,14 +18922,12 @@ TEXT ·stateVKf32AVX512(SB), NOSPLIT, $72-240
 	MOVQ  CX, AX
 	SHLQ  $0x01, AX
 
-	// Dispatch on the vectors per row, L = ceil(K/16), to the shapes [4 6 8 12 16].
+	// Dispatch on the vectors per row, L = ceil(K/16), to the shapes [4 8 12 16].
 	MOVQ CX, AX
 	DECQ AX
 	SHRQ $0x04, AX
 	CMPQ AX, $0x00000003
 	JBE  stateVKf32AVX512_n4_1
-	CMPQ AX, $0x00000005
-	JBE  stateVKf32AVX512_n6_1
 	CMPQ AX, $0x00000007
 	JBE  stateVKf32AVX512_n8_1
 	CMPQ AX, $0x0000000b
@@ -18995,27 +18993,35 @@ stateVKf32AVX512_bload_1:
 stateVKf32AVX512_dead_1:
 	VMOVUPS.Z (AX), K1, Z0
 	VMOVUPS   Z0, (CX)
+	CMPQ      R9, $0x00000040
+	JBE       stateVKf32AVX512_dead_2
 	VMOVUPS.Z 64(AX), K3, Z0
 	VMOVUPS   Z0, 64(CX)
+	CMPQ      R9, $0x00000080
+	JBE       stateVKf32AVX512_dead_2
 	VMOVUPS.Z 128(AX), K4, Z0
 	VMOVUPS   Z0, 128(CX)
+	CMPQ      R9, $0x000000c0
+	JBE       stateVKf32AVX512_dead_2
 	VMOVUPS.Z 192(AX), K5, Z0
 	VMOVUPS   Z0, 192(CX)
-	ADDQ      R9, AX
-	ADDQ      $0x00000100, CX
-	DECQ      DX
-	JNZ       stateVKf32AVX512_bload_1
-	MOVQ      kh_base+64(FP), AX
-	MOVQ      qh_base+88(FP), CX
-	MOVQ      tok_base+168(FP), DX
-	MOVQ      stores_base+40(FP), BX
-	MOVQ      v_base+112(FP), SI
-	MOVQ      o_base+144(FP), DI
-	MOVQ      (SP), R8
-	SHLQ      $0x02, R8
-	ADDQ      R8, SI
-	ADDQ      R8, DI
-	MOVQ      16(SP), R8
+
+stateVKf32AVX512_dead_2:
+	ADDQ R9, AX
+	ADDQ $0x00000100, CX
+	DECQ DX
+	JNZ  stateVKf32AVX512_bload_1
+	MOVQ kh_base+64(FP), AX
+	MOVQ qh_base+88(FP), CX
+	MOVQ tok_base+168(FP), DX
+	MOVQ stores_base+40(FP), BX
+	MOVQ v_base+112(FP), SI
+	MOVQ o_base+144(FP), DI
+	MOVQ (SP), R8
+	SHLQ $0x02, R8
+	ADDQ R8, SI
+	ADDQ R8, DI
+	MOVQ 16(SP), R8
 
 	// The first token's dots and their totals.
 	VMOVUPS.Z (AX), K1, Z0
@@ -19050,7 +19056,7 @@ stateVKf32AVX512_bdots_1:
 	VMULPS.Z     Z0, Z15, K1, Z14
 	VMULPS.Z     Z6, Z15, K1, Z15
 	CMPQ         R9, $0x00000040
-	JBE          stateVKf32AVX512_dead_2
+	JBE          stateVKf32AVX512_dead_3
 	VMOVUPS      64(R11), Z18
 	VFMADD231PS  Z3, Z18, K3, Z12
 	VFMADD231PS  Z7, Z18, K3, Z13
@@ -19058,7 +19064,7 @@ stateVKf32AVX512_bdots_1:
 	VFMADD231PS  Z3, Z18, K3, Z16
 	VFMADD231PS  Z7, Z18, K3, Z17
 	CMPQ         R9, $0x00000080
-	JBE          stateVKf32AVX512_dead_2
+	JBE          stateVKf32AVX512_dead_3
 	VMOVUPS      128(R11), Z18
 	VFMADD231PS  Z4, Z18, K4, Z10
 	VFMADD231PS  Z8, Z18, K4, Z11
@@ -19066,7 +19072,7 @@ stateVKf32AVX512_bdots_1:
 	VFMADD231PS  Z4, Z18, K4, Z14
 	VFMADD231PS  Z8, Z18, K4, Z15
 	CMPQ         R9, $0x000000c0
-	JBE          stateVKf32AVX512_dead_2
+	JBE          stateVKf32AVX512_dead_3
 	VMOVUPS      192(R11), Z18
 	VFMADD231PS  Z5, Z18, K5, Z12
 	VFMADD231PS  Z9, Z18, K5, Z13
@@ -19074,7 +19080,7 @@ stateVKf32AVX512_bdots_1:
 	VFMADD231PS  Z5, Z18, K5, Z16
 	VFMADD231PS  Z9, Z18, K5, Z17
 
-stateVKf32AVX512_dead_2:
+stateVKf32AVX512_dead_3:
 	VADDPS     Z12, Z10, Z10
 	VADDPS     Z16, Z14, Z14
 	VSHUFF32X4 $0x44, Z14, Z10, Z12
@@ -19253,7 +19259,7 @@ stateVKf32AVX512_bfused_1:
 	VMULPS.Z     Z3, Z18, K1, Z17
 	VMULPS.Z     Z7, Z18, K1, Z18
 	CMPQ         R9, $0x00000040
-	JBE          stateVKf32AVX512_dead_3
+	JBE          stateVKf32AVX512_dead_4
 	VMOVUPS      64(R10), Z21
 	VFMADD213PS  Z21, Z0, Z21
 	VFMADD231PS  64(AX), Z11, K3, Z21
@@ -19267,7 +19273,7 @@ stateVKf32AVX512_bfused_1:
 	VFMADD231PS  Z4, Z21, K3, Z19
 	VFMADD231PS  Z8, Z21, K3, Z20
 	CMPQ         R9, $0x00000080
-	JBE          stateVKf32AVX512_dead_3
+	JBE          stateVKf32AVX512_dead_4
 	VMOVUPS      128(R10), Z21
 	VFMADD213PS  Z21, Z0, Z21
 	VFMADD231PS  128(AX), Z11, K4, Z21
@@ -19281,7 +19287,7 @@ stateVKf32AVX512_bfused_1:
 	VFMADD231PS  Z5, Z21, K4, Z17
 	VFMADD231PS  Z9, Z21, K4, Z18
 	CMPQ         R9, $0x000000c0
-	JBE          stateVKf32AVX512_dead_3
+	JBE          stateVKf32AVX512_dead_4
 	VMOVUPS      192(R10), Z21
 	VFMADD213PS  Z21, Z0, Z21
 	VFMADD231PS  192(AX), Z11, K5, Z21
@@ -19295,7 +19301,7 @@ stateVKf32AVX512_bfused_1:
 	VFMADD231PS  Z6, Z11, K5, Z19
 	VFMADD231PS  Z10, Z11, K5, Z20
 
-stateVKf32AVX512_dead_3:
+stateVKf32AVX512_dead_4:
 	VADDPS     Z15, Z13, Z13
 	VADDPS     Z19, Z17, Z17
 	VSHUFF32X4 $0x44, Z17, Z13, Z11
@@ -19403,7 +19409,7 @@ stateVKf32AVX512_bupdate_1:
 	VFMADD231PS  (AX), Z4, K1, Z5
 	VMOVUPS      Z5, 256(R10)
 	CMPQ         R9, $0x00000040
-	JBE          stateVKf32AVX512_dead_4
+	JBE          stateVKf32AVX512_dead_5
 	VMOVUPS      64(R10), Z5
 	VFMADD213PS  Z5, Z0, Z5
 	VFMADD231PS  64(AX), Z3, K3, Z5
@@ -19413,7 +19419,7 @@ stateVKf32AVX512_bupdate_1:
 	VFMADD231PS  64(AX), Z4, K3, Z5
 	VMOVUPS      Z5, 320(R10)
 	CMPQ         R9, $0x00000080
-	JBE          stateVKf32AVX512_dead_4
+	JBE          stateVKf32AVX512_dead_5
 	VMOVUPS      128(R10), Z5
 	VFMADD213PS  Z5, Z0, Z5
 	VFMADD231PS  128(AX), Z3, K4, Z5
@@ -19423,7 +19429,7 @@ stateVKf32AVX512_bupdate_1:
 	VFMADD231PS  128(AX), Z4, K4, Z5
 	VMOVUPS      Z5, 384(R10)
 	CMPQ         R9, $0x000000c0
-	JBE          stateVKf32AVX512_dead_4
+	JBE          stateVKf32AVX512_dead_5
 	VMOVUPS      192(R10), Z5
 	VFMADD213PS  Z5, Z0, Z5
 	VFMADD231PS  192(AX), Z3, K5, Z5
@@ -19433,7 +19439,7 @@ stateVKf32AVX512_bupdate_1:
 	VFMADD231PS  192(AX), Z4, K5, Z3
 	VMOVUPS      Z3, 448(R10)
 
-stateVKf32AVX512_dead_4:
+stateVKf32AVX512_dead_5:
 	ADDQ $0x00000200, R10
 	ADDQ $0x08, R11
 	DECQ R12
@@ -19511,7 +19517,7 @@ stateVKf32AVX512_bfused_2:
 	VMULPS.Z     Z3, Z18, K1, Z17
 	VMULPS.Z     Z7, Z18, K1, Z18
 	CMPQ         R9, $0x00000040
-	JBE          stateVKf32AVX512_dead_5
+	JBE          stateVKf32AVX512_dead_6
 	VMOVUPS      64(R10), Z21
 	VMULPS       Z21, Z0, Z21
 	VFMADD231PS  64(AX), Z11, K3, Z21
@@ -19525,7 +19531,7 @@ stateVKf32AVX512_bfused_2:
 	VFMADD231PS  Z4, Z21, K3, Z19
 	VFMADD231PS  Z8, Z21, K3, Z20
 	CMPQ         R9, $0x00000080
-	JBE          stateVKf32AVX512_dead_5
+	JBE          stateVKf32AVX512_dead_6
 	VMOVUPS      128(R10), Z21
 	VMULPS       Z21, Z0, Z21
 	VFMADD231PS  128(AX), Z11, K4, Z21
@@ -19539,7 +19545,7 @@ stateVKf32AVX512_bfused_2:
 	VFMADD231PS  Z5, Z21, K4, Z17
 	VFMADD231PS  Z9, Z21, K4, Z18
 	CMPQ         R9, $0x000000c0
-	JBE          stateVKf32AVX512_dead_5
+	JBE          stateVKf32AVX512_dead_6
 	VMOVUPS      192(R10), Z21
 	VMULPS       Z21, Z0, Z21
 	VFMADD231PS  192(AX), Z11, K5, Z21
@@ -19553,7 +19559,7 @@ stateVKf32AVX512_bfused_2:
 	VFMADD231PS  Z6, Z11, K5, Z19
 	VFMADD231PS  Z10, Z11, K5, Z20
 
-stateVKf32AVX512_dead_5:
+stateVKf32AVX512_dead_6:
 	VADDPS     Z15, Z13, Z13
 	VADDPS     Z19, Z17, Z17
 	VSHUFF32X4 $0x44, Z17, Z13, Z11
@@ -19661,7 +19667,7 @@ stateVKf32AVX512_bupdate_2:
 	VFMADD231PS  (AX), Z4, K1, Z5
 	VMOVUPS      Z5, 256(R10)
 	CMPQ         R9, $0x00000040
-	JBE          stateVKf32AVX512_dead_6
+	JBE          stateVKf32AVX512_dead_7
 	VMOVUPS      64(R10), Z5
 	VMULPS       Z5, Z0, Z5
 	VFMADD231PS  64(AX), Z3, K3, Z5
@@ -19671,7 +19677,7 @@ stateVKf32AVX512_bupdate_2:
 	VFMADD231PS  64(AX), Z4, K3, Z5
 	VMOVUPS      Z5, 320(R10)
 	CMPQ         R9, $0x00000080
-	JBE          stateVKf32AVX512_dead_6
+	JBE          stateVKf32AVX512_dead_7
 	VMOVUPS      128(R10), Z5
 	VMULPS       Z5, Z0, Z5
 	VFMADD231PS  128(AX), Z3, K4, Z5
@@ -19681,7 +19687,7 @@ stateVKf32AVX512_bupdate_2:
 	VFMADD231PS  128(AX), Z4, K4, Z5
 	VMOVUPS      Z5, 384(R10)
 	CMPQ         R9, $0x000000c0
-	JBE          stateVKf32AVX512_dead_6
+	JBE          stateVKf32AVX512_dead_7
 	VMOVUPS      192(R10), Z5
 	VMULPS       Z5, Z0, Z5
 	VFMADD231PS  192(AX), Z3, K5, Z5
@@ -19691,7 +19697,7 @@ stateVKf32AVX512_bupdate_2:
 	VFMADD231PS  192(AX), Z4, K5, Z3
 	VMOVUPS      Z3, 448(R10)
 
-stateVKf32AVX512_dead_6:
+stateVKf32AVX512_dead_7:
 	ADDQ $0x00000200, R10
 	ADDQ $0x08, R11
 	DECQ R12
@@ -19706,8 +19712,8 @@ stateVKf32AVX512_decayed_1:
 	MOVQ  (SP), R11
 	IMULQ R9, R11
 	ADDQ  R11, R10
-	CMPQ  R9, $0x00000100
-	JNE   stateVKf32AVX512_btemporal_1
+	TESTQ $0x0000003f, R9
+	JNZ   stateVKf32AVX512_btemporal_1
 	TESTQ $0x0000003f, R10
 	JNZ   stateVKf32AVX512_btemporal_1
 	CMPQ  R8, $0x01
@@ -19725,17 +19731,25 @@ stateVKf32AVX512_bsnapshot_1:
 stateVKf32AVX512_bstorent_1:
 	VMOVUPS  (R11), Z0
 	VMOVNTPS Z0, (R10)
+	CMPQ     R9, $0x00000040
+	JBE      stateVKf32AVX512_dead_8
 	VMOVUPS  64(R11), Z0
 	VMOVNTPS Z0, 64(R10)
+	CMPQ     R9, $0x00000080
+	JBE      stateVKf32AVX512_dead_8
 	VMOVUPS  128(R11), Z0
 	VMOVNTPS Z0, 128(R10)
+	CMPQ     R9, $0x000000c0
+	JBE      stateVKf32AVX512_dead_8
 	VMOVUPS  192(R11), Z0
 	VMOVNTPS Z0, 192(R10)
-	ADDQ     R9, R10
-	ADDQ     $0x00000100, R11
-	DECQ     R12
-	JNZ      stateVKf32AVX512_bstorent_1
-	JMP      stateVKf32AVX512_bstored_1
+
+stateVKf32AVX512_dead_8:
+	ADDQ R9, R10
+	ADDQ $0x00000100, R11
+	DECQ R12
+	JNZ  stateVKf32AVX512_bstorent_1
+	JMP  stateVKf32AVX512_bstored_1
 
 stateVKf32AVX512_btemporal_1:
 	MOVQ 40(SP), R11
@@ -19746,19 +19760,19 @@ stateVKf32AVX512_bstore_1:
 	VMOVUPS (R11), Z0
 	VMOVUPS Z0, K1, (R10)
 	CMPQ    R9, $0x00000040
-	JBE     stateVKf32AVX512_dead_7
+	JBE     stateVKf32AVX512_dead_9
 	VMOVUPS 64(R11), Z0
 	VMOVUPS Z0, K3, 64(R10)
 	CMPQ    R9, $0x00000080
-	JBE     stateVKf32AVX512_dead_7
+	JBE     stateVKf32AVX512_dead_9
 	VMOVUPS 128(R11), Z0
 	VMOVUPS Z0, K4, 128(R10)
 	CMPQ    R9, $0x000000c0
-	JBE     stateVKf32AVX512_dead_7
+	JBE     stateVKf32AVX512_dead_9
 	VMOVUPS 192(R11), Z0
 	VMOVUPS Z0, K5, 192(R10)
 
-stateVKf32AVX512_dead_7:
+stateVKf32AVX512_dead_9:
 	ADDQ R9, R10
 	ADDQ $0x00000100, R11
 	DECQ R12
@@ -19851,40 +19865,40 @@ stateVKf32AVX512_pfdone_2:
 	MOVQ       AX, 56(SP)
 	PREFETCHT1 8192(R8)
 	CMPQ       R9, $0x00000014
-	JBE        stateVKf32AVX512_dead_8
+	JBE        stateVKf32AVX512_dead_10
 	PREFETCHT1 8256(R8)
 	CMPQ       R9, $0x00000028
-	JBE        stateVKf32AVX512_dead_8
+	JBE        stateVKf32AVX512_dead_10
 	PREFETCHT1 8320(R8)
 	CMPQ       R9, $0x00000040
-	JBE        stateVKf32AVX512_dead_8
+	JBE        stateVKf32AVX512_dead_10
 	PREFETCHT1 8384(R8)
 	CMPQ       R9, $0x00000054
-	JBE        stateVKf32AVX512_dead_8
+	JBE        stateVKf32AVX512_dead_10
 	PREFETCHT1 8448(R8)
 	CMPQ       R9, $0x00000068
-	JBE        stateVKf32AVX512_dead_8
+	JBE        stateVKf32AVX512_dead_10
 	PREFETCHT1 8512(R8)
 	CMPQ       R9, $0x00000080
-	JBE        stateVKf32AVX512_dead_8
+	JBE        stateVKf32AVX512_dead_10
 	PREFETCHT1 8576(R8)
 	CMPQ       R9, $0x00000094
-	JBE        stateVKf32AVX512_dead_8
+	JBE        stateVKf32AVX512_dead_10
 	PREFETCHT1 8640(R8)
 	CMPQ       R9, $0x000000a8
-	JBE        stateVKf32AVX512_dead_8
+	JBE        stateVKf32AVX512_dead_10
 	PREFETCHT1 8704(R8)
 	CMPQ       R9, $0x000000c0
-	JBE        stateVKf32AVX512_dead_8
+	JBE        stateVKf32AVX512_dead_10
 	PREFETCHT1 8768(R8)
 	CMPQ       R9, $0x000000d4
-	JBE        stateVKf32AVX512_dead_8
+	JBE        stateVKf32AVX512_dead_10
 	PREFETCHT1 8832(R8)
 	CMPQ       R9, $0x000000e8
-	JBE        stateVKf32AVX512_dead_8
+	JBE        stateVKf32AVX512_dead_10
 	PREFETCHT1 8896(R8)
 
-stateVKf32AVX512_dead_8:
+stateVKf32AVX512_dead_10:
 	VMOVUPS.Z   (R8), K1, Z11
 	VMULPS.Z    Z0, Z11, K1, Z10
 	VMULPS.Z    Z3, Z11, K1, Z11
@@ -19895,7 +19909,7 @@ stateVKf32AVX512_dead_8:
 	VMULPS.Z    Z0, Z19, K1, Z18
 	VMULPS.Z    Z3, Z19, K1, Z19
 	CMPQ        R9, $0x00000040
-	JBE         stateVKf32AVX512_dead_9
+	JBE         stateVKf32AVX512_dead_11
 	VMOVUPS.Z   64(R8), K3, Z22
 	VFMADD231PS Z4, Z22, K3, Z12
 	VFMADD231PS Z5, Z22, K3, Z13
@@ -19906,7 +19920,7 @@ stateVKf32AVX512_dead_8:
 	VFMADD231PS Z4, Z22, K3, Z20
 	VFMADD231PS Z5, Z22, K3, Z21
 	CMPQ        R9, $0x00000080
-	JBE         stateVKf32AVX512_dead_9
+	JBE         stateVKf32AVX512_dead_11
 	VMOVUPS.Z   128(R8), K4, Z22
 	VFMADD231PS Z6, Z22, K4, Z10
 	VFMADD231PS Z7, Z22, K4, Z11
@@ -19917,7 +19931,7 @@ stateVKf32AVX512_dead_8:
 	VFMADD231PS Z6, Z22, K4, Z18
 	VFMADD231PS Z7, Z22, K4, Z19
 	CMPQ        R9, $0x000000c0
-	JBE         stateVKf32AVX512_dead_9
+	JBE         stateVKf32AVX512_dead_11
 	VMOVUPS.Z   192(R8), K5, Z22
 	VFMADD231PS Z8, Z22, K5, Z12
 	VFMADD231PS Z9, Z22, K5, Z13
@@ -19928,7 +19942,7 @@ stateVKf32AVX512_dead_8:
 	VFMADD231PS Z8, Z22, K5, Z20
 	VFMADD231PS Z9, Z22, K5, Z21
 
-stateVKf32AVX512_dead_9:
+stateVKf32AVX512_dead_11:
 stateVKf32AVX512_direct_1:
 	VADDPS       Z12, Z10, Z10
 	VADDPS       Z16, Z14, Z14
@@ -20007,40 +20021,40 @@ stateVKf32AVX512_pfdone_3:
 	MOVQ       CX, 56(SP)
 	PREFETCHT1 8192(AX)
 	CMPQ       R9, $0x00000014
-	JBE        stateVKf32AVX512_dead_10
+	JBE        stateVKf32AVX512_dead_12
 	PREFETCHT1 8256(AX)
 	CMPQ       R9, $0x00000028
-	JBE        stateVKf32AVX512_dead_10
+	JBE        stateVKf32AVX512_dead_12
 	PREFETCHT1 8320(AX)
 	CMPQ       R9, $0x00000040
-	JBE        stateVKf32AVX512_dead_10
+	JBE        stateVKf32AVX512_dead_12
 	PREFETCHT1 8384(AX)
 	CMPQ       R9, $0x00000054
-	JBE        stateVKf32AVX512_dead_10
+	JBE        stateVKf32AVX512_dead_12
 	PREFETCHT1 8448(AX)
 	CMPQ       R9, $0x00000068
-	JBE        stateVKf32AVX512_dead_10
+	JBE        stateVKf32AVX512_dead_12
 	PREFETCHT1 8512(AX)
 	CMPQ       R9, $0x00000080
-	JBE        stateVKf32AVX512_dead_10
+	JBE        stateVKf32AVX512_dead_12
 	PREFETCHT1 8576(AX)
 	CMPQ       R9, $0x00000094
-	JBE        stateVKf32AVX512_dead_10
+	JBE        stateVKf32AVX512_dead_12
 	PREFETCHT1 8640(AX)
 	CMPQ       R9, $0x000000a8
-	JBE        stateVKf32AVX512_dead_10
+	JBE        stateVKf32AVX512_dead_12
 	PREFETCHT1 8704(AX)
 	CMPQ       R9, $0x000000c0
-	JBE        stateVKf32AVX512_dead_10
+	JBE        stateVKf32AVX512_dead_12
 	PREFETCHT1 8768(AX)
 	CMPQ       R9, $0x000000d4
-	JBE        stateVKf32AVX512_dead_10
+	JBE        stateVKf32AVX512_dead_12
 	PREFETCHT1 8832(AX)
 	CMPQ       R9, $0x000000e8
-	JBE        stateVKf32AVX512_dead_10
+	JBE        stateVKf32AVX512_dead_12
 	PREFETCHT1 8896(AX)
 
-stateVKf32AVX512_dead_10:
+stateVKf32AVX512_dead_12:
 	VBROADCASTSS zero<>+0(SB), Z12
 	VBROADCASTSS zero<>+0(SB), Z13
 	VBROADCASTSS zero<>+0(SB), Z16
@@ -20078,7 +20092,7 @@ stateVKf32AVX512_dead_10:
 	VMULPS.Z     Z0, Z19, K1, Z18
 	VMULPS.Z     Z3, Z19, K1, Z19
 	CMPQ         R9, $0x00000040
-	JBE          stateVKf32AVX512_dead_11
+	JBE          stateVKf32AVX512_dead_13
 	VMOVUPS.Z    64(R8), K3, Z26
 	VFMADD213PS  Z26, Z22, Z26
 	VFMADD231PS  Z4, Z23, K3, Z26
@@ -20101,7 +20115,7 @@ stateVKf32AVX512_dead_10:
 	VFMADD231PS  Z4, Z26, K3, Z20
 	VFMADD231PS  Z5, Z26, K3, Z21
 	CMPQ         R9, $0x00000080
-	JBE          stateVKf32AVX512_dead_11
+	JBE          stateVKf32AVX512_dead_13
 	VMOVUPS.Z    128(R8), K4, Z26
 	VFMADD213PS  Z26, Z22, Z26
 	VFMADD231PS  Z6, Z23, K4, Z26
@@ -20124,7 +20138,7 @@ stateVKf32AVX512_dead_10:
 	VFMADD231PS  Z6, Z26, K4, Z18
 	VFMADD231PS  Z7, Z26, K4, Z19
 	CMPQ         R9, $0x000000c0
-	JBE          stateVKf32AVX512_dead_11
+	JBE          stateVKf32AVX512_dead_13
 	VMOVUPS.Z    192(R8), K5, Z26
 	VFMADD213PS  Z26, Z22, Z26
 	VFMADD231PS  Z8, Z23, K5, Z26
@@ -20147,7 +20161,7 @@ stateVKf32AVX512_dead_10:
 	VFMADD231PS  Z8, Z22, K5, Z20
 	VFMADD231PS  Z9, Z22, K5, Z21
 
-stateVKf32AVX512_dead_11:
+stateVKf32AVX512_dead_13:
 	JMP stateVKf32AVX512_decayed_3
 
 stateVKf32AVX512_far_3:
@@ -20179,7 +20193,7 @@ stateVKf32AVX512_far_3:
 	VMULPS.Z     Z0, Z19, K1, Z18
 	VMULPS.Z     Z3, Z19, K1, Z19
 	CMPQ         R9, $0x00000040
-	JBE          stateVKf32AVX512_dead_12
+	JBE          stateVKf32AVX512_dead_14
 	VMOVUPS.Z    64(R8), K3, Z26
 	VMULPS       Z26, Z22, Z26
 	VFMADD231PS  Z4, Z23, K3, Z26
@@ -20202,7 +20216,7 @@ stateVKf32AVX512_far_3:
 	VFMADD231PS  Z4, Z26, K3, Z20
 	VFMADD231PS  Z5, Z26, K3, Z21
 	CMPQ         R9, $0x00000080
-	JBE          stateVKf32AVX512_dead_12
+	JBE          stateVKf32AVX512_dead_14
 	VMOVUPS.Z    128(R8), K4, Z26
 	VMULPS       Z26, Z22, Z26
 	VFMADD231PS  Z6, Z23, K4, Z26
@@ -20225,7 +20239,7 @@ stateVKf32AVX512_far_3:
 	VFMADD231PS  Z6, Z26, K4, Z18
 	VFMADD231PS  Z7, Z26, K4, Z19
 	CMPQ         R9, $0x000000c0
-	JBE          stateVKf32AVX512_dead_12
+	JBE          stateVKf32AVX512_dead_14
 	VMOVUPS.Z    192(R8), K5, Z26
 	VMULPS       Z26, Z22, Z26
 	VFMADD231PS  Z8, Z23, K5, Z26
@@ -20248,7 +20262,7 @@ stateVKf32AVX512_far_3:
 	VFMADD231PS  Z8, Z22, K5, Z20
 	VFMADD231PS  Z9, Z22, K5, Z21
 
-stateVKf32AVX512_dead_12:
+stateVKf32AVX512_dead_14:
 stateVKf32AVX512_decayed_3:
 	ADDQ R10, R8
 	ADDQ R10, BX
@@ -20281,7 +20295,7 @@ stateVKf32AVX512_directlast_1:
 	VFMADD231PS  Z0, Z9, K1, Z10
 	VMOVUPS      Z10, K1, (BX)(R9*2)
 	CMPQ         R9, $0x00000040
-	JBE          stateVKf32AVX512_dead_13
+	JBE          stateVKf32AVX512_dead_15
 	VMOVUPS.Z    64(R8), K3, Z0
 	VFMADD213PS  Z0, Z3, Z0
 	VFMADD231PS  Z4, Z5, K3, Z0
@@ -20295,7 +20309,7 @@ stateVKf32AVX512_directlast_1:
 	VFMADD231PS  Z4, Z9, K3, Z0
 	VMOVUPS      Z0, K3, 64(BX)(R9*2)
 	CMPQ         R9, $0x00000080
-	JBE          stateVKf32AVX512_dead_13
+	JBE          stateVKf32AVX512_dead_15
 	VMOVUPS.Z    128(R8), K4, Z0
 	VFMADD213PS  Z0, Z3, Z0
 	VFMADD231PS  Z6, Z5, K4, Z0
@@ -20309,7 +20323,7 @@ stateVKf32AVX512_directlast_1:
 	VFMADD231PS  Z6, Z9, K4, Z0
 	VMOVUPS      Z0, K4, 128(BX)(R9*2)
 	CMPQ         R9, $0x000000c0
-	JBE          stateVKf32AVX512_dead_13
+	JBE          stateVKf32AVX512_dead_15
 	VMOVUPS.Z    192(R8), K5, Z0
 	VFMADD213PS  Z0, Z3, Z0
 	VFMADD231PS  Z8, Z5, K5, Z0
@@ -20323,7 +20337,7 @@ stateVKf32AVX512_directlast_1:
 	VFMADD231PS  Z8, Z9, K5, Z0
 	VMOVUPS      Z0, K5, 192(BX)(R9*2)
 
-stateVKf32AVX512_dead_13:
+stateVKf32AVX512_dead_15:
 	JMP stateVKf32AVX512_decayed_4
 
 stateVKf32AVX512_far_4:
@@ -20346,7 +20360,7 @@ stateVKf32AVX512_far_4:
 	VFMADD231PS  Z0, Z9, K1, Z10
 	VMOVUPS      Z10, K1, (BX)(R9*2)
 	CMPQ         R9, $0x00000040
-	JBE          stateVKf32AVX512_dead_14
+	JBE          stateVKf32AVX512_dead_16
 	VMOVUPS.Z    64(R8), K3, Z0
 	VMULPS       Z0, Z3, Z0
 	VFMADD231PS  Z4, Z5, K3, Z0
@@ -20360,7 +20374,7 @@ stateVKf32AVX512_far_4:
 	VFMADD231PS  Z4, Z9, K3, Z0
 	VMOVUPS      Z0, K3, 64(BX)(R9*2)
 	CMPQ         R9, $0x00000080
-	JBE          stateVKf32AVX512_dead_14
+	JBE          stateVKf32AVX512_dead_16
 	VMOVUPS.Z    128(R8), K4, Z0
 	VMULPS       Z0, Z3, Z0
 	VFMADD231PS  Z6, Z5, K4, Z0
@@ -20374,7 +20388,7 @@ stateVKf32AVX512_far_4:
 	VFMADD231PS  Z6, Z9, K4, Z0
 	VMOVUPS      Z0, K4, 128(BX)(R9*2)
 	CMPQ         R9, $0x000000c0
-	JBE          stateVKf32AVX512_dead_14
+	JBE          stateVKf32AVX512_dead_16
 	VMOVUPS.Z    192(R8), K5, Z0
 	VMULPS       Z0, Z3, Z0
 	VFMADD231PS  Z8, Z5, K5, Z0
@@ -20388,7 +20402,7 @@ stateVKf32AVX512_far_4:
 	VFMADD231PS  Z8, Z9, K5, Z0
 	VMOVUPS      Z0, K5, 192(BX)(R9*2)
 
-stateVKf32AVX512_dead_14:
+stateVKf32AVX512_dead_16:
 stateVKf32AVX512_decayed_4:
 	ADDQ $0x00000003, (SP)
 	SUBQ $0x00000003, 8(SP)
@@ -20430,65 +20444,98 @@ stateVKf32AVX512_pfdone_4:
 	ADDQ       CX, AX
 	PREFETCHT1 8192(AX)
 	CMPQ       R9, $0x00000014
-	JBE        stateVKf32AVX512_dead_15
+	JBE        stateVKf32AVX512_dead_17
 	PREFETCHT1 8256(AX)
 	CMPQ       R9, $0x00000028
-	JBE        stateVKf32AVX512_dead_15
+	JBE        stateVKf32AVX512_dead_17
 	PREFETCHT1 8320(AX)
 	CMPQ       R9, $0x00000040
-	JBE        stateVKf32AVX512_dead_15
+	JBE        stateVKf32AVX512_dead_17
 	PREFETCHT1 8384(AX)
 	CMPQ       R9, $0x00000054
-	JBE        stateVKf32AVX512_dead_15
+	JBE        stateVKf32AVX512_dead_17
 	PREFETCHT1 8448(AX)
 	CMPQ       R9, $0x00000068
-	JBE        stateVKf32AVX512_dead_15
+	JBE        stateVKf32AVX512_dead_17
 	PREFETCHT1 8512(AX)
 	CMPQ       R9, $0x00000080
-	JBE        stateVKf32AVX512_dead_15
+	JBE        stateVKf32AVX512_dead_17
 	PREFETCHT1 8576(AX)
 	CMPQ       R9, $0x00000094
-	JBE        stateVKf32AVX512_dead_15
+	JBE        stateVKf32AVX512_dead_17
 	PREFETCHT1 8640(AX)
 	CMPQ       R9, $0x000000a8
-	JBE        stateVKf32AVX512_dead_15
+	JBE        stateVKf32AVX512_dead_17
 	PREFETCHT1 8704(AX)
 	CMPQ       R9, $0x000000c0
-	JBE        stateVKf32AVX512_dead_15
+	JBE        stateVKf32AVX512_dead_17
 	PREFETCHT1 8768(AX)
 	CMPQ       R9, $0x000000d4
-	JBE        stateVKf32AVX512_dead_15
+	JBE        stateVKf32AVX512_dead_17
 	PREFETCHT1 8832(AX)
 	CMPQ       R9, $0x000000e8
-	JBE        stateVKf32AVX512_dead_15
+	JBE        stateVKf32AVX512_dead_17
 	PREFETCHT1 8896(AX)
 
-stateVKf32AVX512_dead_15:
-	VMOVUPS.Z (AX), K1, Z0
-	VMOVUPS.Z 64(AX), K3, Z3
-	VMOVUPS.Z 128(AX), K4, Z4
-	VMOVUPS.Z 192(AX), K5, Z5
-	ADDQ      R9, AX
-	VMOVUPS.Z (AX), K1, Z6
-	VMOVUPS.Z 64(AX), K3, Z7
-	VMOVUPS.Z 128(AX), K4, Z8
-	VMOVUPS.Z 192(AX), K5, Z9
-	ADDQ      R9, AX
-	VMOVUPS.Z (AX), K1, Z10
-	VMOVUPS.Z 64(AX), K3, Z11
-	VMOVUPS.Z 128(AX), K4, Z12
-	VMOVUPS.Z 192(AX), K5, Z13
-	MOVQ      kh_base+64(FP), AX
-	MOVQ      qh_base+88(FP), CX
-	MOVQ      tok_base+168(FP), DX
-	MOVQ      stores_base+40(FP), BX
-	MOVQ      v_base+112(FP), SI
-	MOVQ      o_base+144(FP), DI
-	MOVQ      (SP), R8
-	SHLQ      $0x02, R8
-	ADDQ      R8, SI
-	ADDQ      R8, DI
-	MOVQ      16(SP), R8
+stateVKf32AVX512_dead_17:
+	VBROADCASTSS zero<>+0(SB), Z3
+	VBROADCASTSS zero<>+0(SB), Z4
+	VBROADCASTSS zero<>+0(SB), Z5
+	VMOVUPS.Z    (AX), K1, Z0
+	CMPQ         R9, $0x00000040
+	JBE          stateVKf32AVX512_dead_18
+	VMOVUPS.Z    64(AX), K3, Z3
+	CMPQ         R9, $0x00000080
+	JBE          stateVKf32AVX512_dead_18
+	VMOVUPS.Z    128(AX), K4, Z4
+	CMPQ         R9, $0x000000c0
+	JBE          stateVKf32AVX512_dead_18
+	VMOVUPS.Z    192(AX), K5, Z5
+
+stateVKf32AVX512_dead_18:
+	ADDQ         R9, AX
+	VBROADCASTSS zero<>+0(SB), Z7
+	VBROADCASTSS zero<>+0(SB), Z8
+	VBROADCASTSS zero<>+0(SB), Z9
+	VMOVUPS.Z    (AX), K1, Z6
+	CMPQ         R9, $0x00000040
+	JBE          stateVKf32AVX512_dead_19
+	VMOVUPS.Z    64(AX), K3, Z7
+	CMPQ         R9, $0x00000080
+	JBE          stateVKf32AVX512_dead_19
+	VMOVUPS.Z    128(AX), K4, Z8
+	CMPQ         R9, $0x000000c0
+	JBE          stateVKf32AVX512_dead_19
+	VMOVUPS.Z    192(AX), K5, Z9
+
+stateVKf32AVX512_dead_19:
+	ADDQ         R9, AX
+	VBROADCASTSS zero<>+0(SB), Z11
+	VBROADCASTSS zero<>+0(SB), Z12
+	VBROADCASTSS zero<>+0(SB), Z13
+	VMOVUPS.Z    (AX), K1, Z10
+	CMPQ         R9, $0x00000040
+	JBE          stateVKf32AVX512_dead_20
+	VMOVUPS.Z    64(AX), K3, Z11
+	CMPQ         R9, $0x00000080
+	JBE          stateVKf32AVX512_dead_20
+	VMOVUPS.Z    128(AX), K4, Z12
+	CMPQ         R9, $0x000000c0
+	JBE          stateVKf32AVX512_dead_20
+	VMOVUPS.Z    192(AX), K5, Z13
+
+stateVKf32AVX512_dead_20:
+	MOVQ kh_base+64(FP), AX
+	MOVQ qh_base+88(FP), CX
+	MOVQ tok_base+168(FP), DX
+	MOVQ stores_base+40(FP), BX
+	MOVQ v_base+112(FP), SI
+	MOVQ o_base+144(FP), DI
+	MOVQ (SP), R8
+	SHLQ $0x02, R8
+	ADDQ R8, SI
+	ADDQ R8, DI
+	MOVQ 16(SP), R8
 
 stateVKf32AVX512_token_1:
 	VBROADCASTSS zero<>+0(SB), Z16
@@ -20504,7 +20551,7 @@ stateVKf32AVX512_token_1:
 	VMULPS.Z     (AX), Z10, K1, Z22
 	VMULPS.Z     (CX), Z10, K1, Z23
 	CMPQ         R9, $0x00000040
-	JBE          stateVKf32AVX512_dead_16
+	JBE          stateVKf32AVX512_dead_21
 	VFMADD231PS  64(AX), Z3, K3, Z16
 	VFMADD231PS  64(CX), Z3, K3, Z17
 	VFMADD231PS  64(AX), Z7, K3, Z20
@@ -20512,7 +20559,7 @@ stateVKf32AVX512_token_1:
 	VFMADD231PS  64(AX), Z11, K3, Z24
 	VFMADD231PS  64(CX), Z11, K3, Z25
 	CMPQ         R9, $0x00000080
-	JBE          stateVKf32AVX512_dead_16
+	JBE          stateVKf32AVX512_dead_21
 	VFMADD231PS  128(AX), Z4, K4, Z14
 	VFMADD231PS  128(CX), Z4, K4, Z15
 	VFMADD231PS  128(AX), Z8, K4, Z18
@@ -20520,7 +20567,7 @@ stateVKf32AVX512_token_1:
 	VFMADD231PS  128(AX), Z12, K4, Z22
 	VFMADD231PS  128(CX), Z12, K4, Z23
 	CMPQ         R9, $0x000000c0
-	JBE          stateVKf32AVX512_dead_16
+	JBE          stateVKf32AVX512_dead_21
 	VFMADD231PS  192(AX), Z5, K5, Z16
 	VFMADD231PS  192(CX), Z5, K5, Z17
 	VFMADD231PS  192(AX), Z9, K5, Z20
@@ -20528,7 +20575,7 @@ stateVKf32AVX512_token_1:
 	VFMADD231PS  192(AX), Z13, K5, Z24
 	VFMADD231PS  192(CX), Z13, K5, Z25
 
-stateVKf32AVX512_dead_16:
+stateVKf32AVX512_dead_21:
 	VADDPS       Z16, Z14, Z14
 	VADDPS       Z20, Z18, Z18
 	VADDPS       Z24, Z22, Z22
@@ -20594,7 +20641,7 @@ stateVKf32AVX512_decayed_5:
 	VFMADD213PS   Z10, Z14, Z10
 	VFMADD231PS   (AX), Z17, K1, Z10
 	CMPQ          R9, $0x00000040
-	JBE           stateVKf32AVX512_dead_17
+	JBE           stateVKf32AVX512_dead_22
 	VFMADD213PS   Z3, Z14, Z3
 	VFMADD231PS   64(AX), Z15, K3, Z3
 	VFMADD213PS   Z7, Z14, Z7
@@ -20602,7 +20649,7 @@ stateVKf32AVX512_decayed_5:
 	VFMADD213PS   Z11, Z14, Z11
 	VFMADD231PS   64(AX), Z17, K3, Z11
 	CMPQ          R9, $0x00000080
-	JBE           stateVKf32AVX512_dead_17
+	JBE           stateVKf32AVX512_dead_22
 	VFMADD213PS   Z4, Z14, Z4
 	VFMADD231PS   128(AX), Z15, K4, Z4
 	VFMADD213PS   Z8, Z14, Z8
@@ -20610,7 +20657,7 @@ stateVKf32AVX512_decayed_5:
 	VFMADD213PS   Z12, Z14, Z12
 	VFMADD231PS   128(AX), Z17, K4, Z12
 	CMPQ          R9, $0x000000c0
-	JBE           stateVKf32AVX512_dead_17
+	JBE           stateVKf32AVX512_dead_22
 	VFMADD213PS   Z5, Z14, Z5
 	VFMADD231PS   192(AX), Z15, K5, Z5
 	VFMADD213PS   Z9, Z14, Z9
@@ -20618,7 +20665,7 @@ stateVKf32AVX512_decayed_5:
 	VFMADD213PS   Z13, Z14, Z13
 	VFMADD231PS   192(AX), Z17, K5, Z13
 
-stateVKf32AVX512_dead_17:
+stateVKf32AVX512_dead_22:
 	JMP stateVKf32AVX512_decayed_6
 
 stateVKf32AVX512_far_6:
@@ -20635,7 +20682,7 @@ stateVKf32AVX512_far_6:
 	VMULPS       Z10, Z14, Z10
 	VFMADD231PS  (AX), Z17, K1, Z10
 	CMPQ         R9, $0x00000040
-	JBE          stateVKf32AVX512_dead_18
+	JBE          stateVKf32AVX512_dead_23
 	VMULPS       Z3, Z14, Z3
 	VFMADD231PS  64(AX), Z15, K3, Z3
 	VMULPS       Z7, Z14, Z7
@@ -20643,7 +20690,7 @@ stateVKf32AVX512_far_6:
 	VMULPS       Z11, Z14, Z11
 	VFMADD231PS  64(AX), Z17, K3, Z11
 	CMPQ         R9, $0x00000080
-	JBE          stateVKf32AVX512_dead_18
+	JBE          stateVKf32AVX512_dead_23
 	VMULPS       Z4, Z14, Z4
 	VFMADD231PS  128(AX), Z15, K4, Z4
 	VMULPS       Z8, Z14, Z8
@@ -20651,7 +20698,7 @@ stateVKf32AVX512_far_6:
 	VMULPS       Z12, Z14, Z12
 	VFMADD231PS  128(AX), Z17, K4, Z12
 	CMPQ         R9, $0x000000c0
-	JBE          stateVKf32AVX512_dead_18
+	JBE          stateVKf32AVX512_dead_23
 	VMULPS       Z5, Z14, Z5
 	VFMADD231PS  192(AX), Z15, K5, Z5
 	VMULPS       Z9, Z14, Z9
@@ -20659,7 +20706,7 @@ stateVKf32AVX512_far_6:
 	VMULPS       Z13, Z14, Z13
 	VFMADD231PS  192(AX), Z17, K5, Z13
 
-stateVKf32AVX512_dead_18:
+stateVKf32AVX512_dead_23:
 stateVKf32AVX512_decayed_6:
 	// The state after this token, if stored.
 	MOVQ    (BX), R10
@@ -20670,42 +20717,42 @@ stateVKf32AVX512_decayed_6:
 	ADDQ    R11, R10
 	VMOVUPS Z0, K1, (R10)
 	CMPQ    R9, $0x00000040
-	JBE     stateVKf32AVX512_dead_19
+	JBE     stateVKf32AVX512_dead_24
 	VMOVUPS Z3, K3, 64(R10)
 	CMPQ    R9, $0x00000080
-	JBE     stateVKf32AVX512_dead_19
+	JBE     stateVKf32AVX512_dead_24
 	VMOVUPS Z4, K4, 128(R10)
 	CMPQ    R9, $0x000000c0
-	JBE     stateVKf32AVX512_dead_19
+	JBE     stateVKf32AVX512_dead_24
 	VMOVUPS Z5, K5, 192(R10)
 
-stateVKf32AVX512_dead_19:
+stateVKf32AVX512_dead_24:
 	ADDQ    R9, R10
 	VMOVUPS Z6, K1, (R10)
 	CMPQ    R9, $0x00000040
-	JBE     stateVKf32AVX512_dead_20
+	JBE     stateVKf32AVX512_dead_25
 	VMOVUPS Z7, K3, 64(R10)
 	CMPQ    R9, $0x00000080
-	JBE     stateVKf32AVX512_dead_20
+	JBE     stateVKf32AVX512_dead_25
 	VMOVUPS Z8, K4, 128(R10)
 	CMPQ    R9, $0x000000c0
-	JBE     stateVKf32AVX512_dead_20
+	JBE     stateVKf32AVX512_dead_25
 	VMOVUPS Z9, K5, 192(R10)
 
-stateVKf32AVX512_dead_20:
+stateVKf32AVX512_dead_25:
 	ADDQ    R9, R10
 	VMOVUPS Z10, K1, (R10)
 	CMPQ    R9, $0x00000040
-	JBE     stateVKf32AVX512_dead_21
+	JBE     stateVKf32AVX512_dead_26
 	VMOVUPS Z11, K3, 64(R10)
 	CMPQ    R9, $0x00000080
-	JBE     stateVKf32AVX512_dead_21
+	JBE     stateVKf32AVX512_dead_26
 	VMOVUPS Z12, K4, 128(R10)
 	CMPQ    R9, $0x000000c0
-	JBE     stateVKf32AVX512_dead_21
+	JBE     stateVKf32AVX512_dead_26
 	VMOVUPS Z13, K5, 192(R10)
 
-stateVKf32AVX512_dead_21:
+stateVKf32AVX512_dead_26:
 stateVKf32AVX512_nostore_1:
 	ADDQ R9, AX
 	ADDQ R9, CX
@@ -20753,31 +20800,42 @@ stateVKf32AVX512_pfdone_5:
 	ADDQ       CX, AX
 	PREFETCHT1 8192(AX)
 	CMPQ       R9, $0x00000040
-	JBE        stateVKf32AVX512_dead_22
+	JBE        stateVKf32AVX512_dead_27
 	PREFETCHT1 8256(AX)
 	CMPQ       R9, $0x00000080
-	JBE        stateVKf32AVX512_dead_22
+	JBE        stateVKf32AVX512_dead_27
 	PREFETCHT1 8320(AX)
 	CMPQ       R9, $0x000000c0
-	JBE        stateVKf32AVX512_dead_22
+	JBE        stateVKf32AVX512_dead_27
 	PREFETCHT1 8384(AX)
 
-stateVKf32AVX512_dead_22:
-	VMOVUPS.Z (AX), K1, Z0
-	VMOVUPS.Z 64(AX), K3, Z1
-	VMOVUPS.Z 128(AX), K4, Z3
-	VMOVUPS.Z 192(AX), K5, Z4
-	MOVQ      kh_base+64(FP), AX
-	MOVQ      qh_base+88(FP), CX
-	MOVQ      tok_base+168(FP), DX
-	MOVQ      stores_base+40(FP), BX
-	MOVQ      v_base+112(FP), SI
-	MOVQ      o_base+144(FP), DI
-	MOVQ      (SP), R8
-	SHLQ      $0x02, R8
-	ADDQ      R8, SI
-	ADDQ      R8, DI
-	MOVQ      16(SP), R8
+stateVKf32AVX512_dead_27:
+	VBROADCASTSS zero<>+0(SB), Z1
+	VBROADCASTSS zero<>+0(SB), Z3
+	VBROADCASTSS zero<>+0(SB), Z4
+	VMOVUPS.Z    (AX), K1, Z0
+	CMPQ         R9, $0x00000040
+	JBE          stateVKf32AVX512_dead_28
+	VMOVUPS.Z    64(AX), K3, Z1
+	CMPQ         R9, $0x00000080
+	JBE          stateVKf32AVX512_dead_28
+	VMOVUPS.Z    128(AX), K4, Z3
+	CMPQ         R9, $0x000000c0
+	JBE          stateVKf32AVX512_dead_28
+	VMOVUPS.Z    192(AX), K5, Z4
+
+stateVKf32AVX512_dead_28:
+	MOVQ kh_base+64(FP), AX
+	MOVQ qh_base+88(FP), CX
+	MOVQ tok_base+168(FP), DX
+	MOVQ stores_base+40(FP), BX
+	MOVQ v_base+112(FP), SI
+	MOVQ o_base+144(FP), DI
+	MOVQ (SP), R8
+	SHLQ $0x02, R8
+	ADDQ R8, SI
+	ADDQ R8, DI
+	MOVQ 16(SP), R8
 
 stateVKf32AVX512_token_2:
 	VBROADCASTSS zero<>+0(SB), Z7
@@ -20785,19 +20843,19 @@ stateVKf32AVX512_token_2:
 	VMULPS.Z     (AX), Z0, K1, Z5
 	VMULPS.Z     (CX), Z0, K1, Z6
 	CMPQ         R9, $0x00000040
-	JBE          stateVKf32AVX512_dead_23
+	JBE          stateVKf32AVX512_dead_29
 	VFMADD231PS  64(AX), Z1, K3, Z7
 	VFMADD231PS  64(CX), Z1, K3, Z8
 	CMPQ         R9, $0x00000080
-	JBE          stateVKf32AVX512_dead_23
+	JBE          stateVKf32AVX512_dead_29
 	VFMADD231PS  128(AX), Z3, K4, Z5
 	VFMADD231PS  128(CX), Z3, K4, Z6
 	CMPQ         R9, $0x000000c0
-	JBE          stateVKf32AVX512_dead_23
+	JBE          stateVKf32AVX512_dead_29
 	VFMADD231PS  192(AX), Z4, K5, Z7
 	VFMADD231PS  192(CX), Z4, K5, Z8
 
-stateVKf32AVX512_dead_23:
+stateVKf32AVX512_dead_29:
 	VADDPS       Z7, Z5, Z5
 	VADDPS       Z8, Z6, Z6
 	VSHUFF32X4   $0x44, Z6, Z5, Z7
@@ -20842,19 +20900,19 @@ stateVKf32AVX512_decayed_7:
 	VFMADD213PS   Z0, Z6, Z0
 	VFMADD231PS   (AX), Z5, K1, Z0
 	CMPQ          R9, $0x00000040
-	JBE           stateVKf32AVX512_dead_24
+	JBE           stateVKf32AVX512_dead_30
 	VFMADD213PS   Z1, Z6, Z1
 	VFMADD231PS   64(AX), Z5, K3, Z1
 	CMPQ          R9, $0x00000080
-	JBE           stateVKf32AVX512_dead_24
+	JBE           stateVKf32AVX512_dead_30
 	VFMADD213PS   Z3, Z6, Z3
 	VFMADD231PS   128(AX), Z5, K4, Z3
 	CMPQ          R9, $0x000000c0
-	JBE           stateVKf32AVX512_dead_24
+	JBE           stateVKf32AVX512_dead_30
 	VFMADD213PS   Z4, Z6, Z4
 	VFMADD231PS   192(AX), Z5, K5, Z4
 
-stateVKf32AVX512_dead_24:
+stateVKf32AVX512_dead_30:
 	JMP stateVKf32AVX512_decayed_8
 
 stateVKf32AVX512_far_8:
@@ -20863,19 +20921,19 @@ stateVKf32AVX512_far_8:
 	VMULPS       Z0, Z6, Z0
 	VFMADD231PS  (AX), Z5, K1, Z0
 	CMPQ         R9, $0x00000040
-	JBE          stateVKf32AVX512_dead_25
+	JBE          stateVKf32AVX512_dead_31
 	VMULPS       Z1, Z6, Z1
 	VFMADD231PS  64(AX), Z5, K3, Z1
 	CMPQ         R9, $0x00000080
-	JBE          stateVKf32AVX512_dead_25
+	JBE          stateVKf32AVX512_dead_31
 	VMULPS       Z3, Z6, Z3
 	VFMADD231PS  128(AX), Z5, K4, Z3
 	CMPQ         R9, $0x000000c0
-	JBE          stateVKf32AVX512_dead_25
+	JBE          stateVKf32AVX512_dead_31
 	VMULPS       Z4, Z6, Z4
 	VFMADD231PS  192(AX), Z5, K5, Z4
 
-stateVKf32AVX512_dead_25:
+stateVKf32AVX512_dead_31:
 stateVKf32AVX512_decayed_8:
 	// The state after this token, if stored.
 	MOVQ    (BX), R10
@@ -20886,16 +20944,16 @@ stateVKf32AVX512_decayed_8:
 	ADDQ    R11, R10
 	VMOVUPS Z0, K1, (R10)
 	CMPQ    R9, $0x00000040
-	JBE     stateVKf32AVX512_dead_26
+	JBE     stateVKf32AVX512_dead_32
 	VMOVUPS Z1, K3, 64(R10)
 	CMPQ    R9, $0x00000080
-	JBE     stateVKf32AVX512_dead_26
+	JBE     stateVKf32AVX512_dead_32
 	VMOVUPS Z3, K4, 128(R10)
 	CMPQ    R9, $0x000000c0
-	JBE     stateVKf32AVX512_dead_26
+	JBE     stateVKf32AVX512_dead_32
 	VMOVUPS Z4, K5, 192(R10)
 
-stateVKf32AVX512_dead_26:
+stateVKf32AVX512_dead_32:
 stateVKf32AVX512_nostore_2:
 	ADDQ R9, AX
 	ADDQ R9, CX
@@ -20912,8 +20970,8 @@ stateVKf32AVX512_nostore_2:
 stateVKf32AVX512_groupsdone_2:
 	JMP stateVKf32AVX512_done_1
 
-stateVKf32AVX512_n6_1:
-	// Rows of 5…6 vectors.
+stateVKf32AVX512_n8_1:
+	// Rows of 5…8 vectors.
 	MOVQ         R9, AX
 	SHRQ         $0x02, AX
 	SUBQ         $0x00000040, AX
@@ -20924,6 +20982,16 @@ stateVKf32AVX512_n6_1:
 	SUBQ         $0x00000050, AX
 	VPBROADCASTD AX, Z0
 	VPCMPGTD     iota<>+0(SB), Z0, K3
+	MOVQ         R9, AX
+	SHRQ         $0x02, AX
+	SUBQ         $0x00000060, AX
+	VPBROADCASTD AX, Z0
+	VPCMPGTD     iota<>+0(SB), Z0, K4
+	MOVQ         R9, AX
+	SHRQ         $0x02, AX
+	SUBQ         $0x00000070, AX
+	VPBROADCASTD AX, Z0
+	VPCMPGTD     iota<>+0(SB), Z0, K5
 	CMPQ         16(SP), $0x01
 	JE           stateVKf32AVX512_groups_3
 
@@ -20936,7 +21004,7 @@ stateVKf32AVX512_block_2:
 	CMOVQCC CX, AX
 	MOVQ    AX, 48(SP)
 
-	// A block of 16·nb rows of 5…6 vectors in work.
+	// A block of 16·nb rows of 5…8 vectors in work.
 	MOVQ  src_base+16(FP), AX
 	MOVQ  (SP), CX
 	IMULQ R9, CX
@@ -20952,10 +21020,16 @@ stateVKf32AVX512_bload_2:
 	PREFETCHT1 8384(AX)
 	PREFETCHT1 8448(AX)
 	CMPQ       R9, $0x00000140
-	JBE        stateVKf32AVX512_dead_27
+	JBE        stateVKf32AVX512_dead_33
 	PREFETCHT1 8512(AX)
+	CMPQ       R9, $0x00000180
+	JBE        stateVKf32AVX512_dead_33
+	PREFETCHT1 8576(AX)
+	CMPQ       R9, $0x000001c0
+	JBE        stateVKf32AVX512_dead_33
+	PREFETCHT1 8640(AX)
 
-stateVKf32AVX512_dead_27:
+stateVKf32AVX512_dead_33:
 	VMOVUPS   (AX), Z0
 	VMOVUPS   Z0, (CX)
 	VMOVUPS   64(AX), Z0
@@ -20966,1948 +21040,56 @@ stateVKf32AVX512_dead_27:
 	VMOVUPS   Z0, 192(CX)
 	VMOVUPS.Z 256(AX), K1, Z0
 	VMOVUPS   Z0, 256(CX)
+	CMPQ      R9, $0x00000140
+	JBE       stateVKf32AVX512_dead_34
 	VMOVUPS.Z 320(AX), K3, Z0
 	VMOVUPS   Z0, 320(CX)
-	ADDQ      R9, AX
-	ADDQ      $0x00000180, CX
-	DECQ      DX
-	JNZ       stateVKf32AVX512_bload_2
-	MOVQ      kh_base+64(FP), AX
-	MOVQ      qh_base+88(FP), CX
-	MOVQ      tok_base+168(FP), DX
-	MOVQ      stores_base+40(FP), BX
-	MOVQ      v_base+112(FP), SI
-	MOVQ      o_base+144(FP), DI
-	MOVQ      (SP), R8
-	SHLQ      $0x02, R8
-	ADDQ      R8, SI
-	ADDQ      R8, DI
-	MOVQ      16(SP), R8
-
-	// The first token's dots and their totals.
-	VMOVUPS   (AX), Z0
-	VMOVUPS   64(AX), Z3
-	VMOVUPS   128(AX), Z4
-	VMOVUPS   192(AX), Z5
-	VMOVUPS.Z 256(AX), K1, Z6
-	VMOVUPS.Z 320(AX), K3, Z7
-	VMOVUPS   (CX), Z8
-	VMOVUPS   64(CX), Z9
-	VMOVUPS   128(CX), Z10
-	VMOVUPS   192(CX), Z11
-	VMOVUPS.Z 256(CX), K1, Z12
-	VMOVUPS.Z 320(CX), K3, Z13
-	XORQ      R10, R10
-
-stateVKf32AVX512_bsub_2:
-	MOVQ   R10, R11
-	IMUL3Q $0x00001800, R11, R11
-	ADDQ   40(SP), R11
-	MOVQ   R10, R12
-	SHLQ   $0x0a, R12
-	ADDQ   40(SP), R12
-	ADDQ   $0x00003000, R12
-	MOVQ   $0x00000008, R13
-
-stateVKf32AVX512_bdots_2:
-	VMOVUPS     (R11), Z15
-	VMULPS      Z0, Z15, Z14
-	VMULPS      Z8, Z15, Z15
-	VMOVUPS     384(R11), Z16
-	VMULPS      Z0, Z16, Z18
-	VMULPS      Z8, Z16, Z19
-	VMOVUPS     64(R11), Z17
-	VMULPS      Z3, Z17, Z16
-	VMULPS      Z9, Z17, Z17
-	VMOVUPS     448(R11), Z21
-	VMULPS      Z3, Z21, Z20
-	VMULPS      Z9, Z21, Z21
-	VMOVUPS     128(R11), Z22
-	VFMADD231PS Z4, Z22, Z14
-	VFMADD231PS Z10, Z22, Z15
-	VMOVUPS     512(R11), Z22
-	VFMADD231PS Z4, Z22, Z18
-	VFMADD231PS Z10, Z22, Z19
-	VMOVUPS     192(R11), Z22
-	VFMADD231PS Z5, Z22, Z16
-	VFMADD231PS Z11, Z22, Z17
-	VMOVUPS     576(R11), Z22
-	VFMADD231PS Z5, Z22, Z20
-	VFMADD231PS Z11, Z22, Z21
-	VMOVUPS     256(R11), Z22
-	VFMADD231PS Z6, Z22, K1, Z14
-	VFMADD231PS Z12, Z22, K1, Z15
-	VMOVUPS     640(R11), Z22
-	VFMADD231PS Z6, Z22, K1, Z18
-	VFMADD231PS Z12, Z22, K1, Z19
-	CMPQ        R9, $0x00000140
-	JBE         stateVKf32AVX512_dead_28
-	VMOVUPS     320(R11), Z22
-	VFMADD231PS Z7, Z22, K3, Z16
-	VFMADD231PS Z13, Z22, K3, Z17
-	VMOVUPS     704(R11), Z22
-	VFMADD231PS Z7, Z22, K3, Z20
-	VFMADD231PS Z13, Z22, K3, Z21
-
-stateVKf32AVX512_dead_28:
-	VADDPS     Z16, Z14, Z14
-	VADDPS     Z20, Z18, Z18
-	VSHUFF32X4 $0x44, Z18, Z14, Z16
-	VSHUFF32X4 $0xee, Z18, Z14, Z14
-	VADDPS     Z14, Z16, Z16
-	VMOVUPS    Z16, (R12)
-	VADDPS     Z17, Z15, Z15
-	VADDPS     Z21, Z19, Z19
-	VSHUFF32X4 $0x44, Z19, Z15, Z14
-	VSHUFF32X4 $0xee, Z19, Z15, Z15
-	VADDPS     Z15, Z14, Z14
-	VMOVUPS    Z14, 512(R12)
-	ADDQ       $0x00000300, R11
-	ADDQ       $0x40, R12
-	DECQ       R13
-	JNZ        stateVKf32AVX512_bdots_2
-	SUBQ       $0x00000200, R12
-	VMOVUPS    (R12), Z14
-	VMOVUPS    64(R12), Z15
-	VMOVUPS    128(R12), Z16
-	VMOVUPS    192(R12), Z17
-	VMOVUPS    256(R12), Z18
-	VMOVUPS    320(R12), Z19
-	VMOVUPS    384(R12), Z20
-	VMOVUPS    448(R12), Z21
-	VSHUFF32X4 $0x88, Z15, Z14, Z22
-	VSHUFF32X4 $0xdd, Z15, Z14, Z14
-	VADDPS     Z14, Z22, Z22
-	VSHUFF32X4 $0x88, Z17, Z16, Z14
-	VSHUFF32X4 $0xdd, Z17, Z16, Z15
-	VADDPS     Z15, Z14, Z14
-	VSHUFF32X4 $0x88, Z19, Z18, Z15
-	VSHUFF32X4 $0xdd, Z19, Z18, Z16
-	VADDPS     Z16, Z15, Z15
-	VSHUFF32X4 $0x88, Z21, Z20, Z16
-	VSHUFF32X4 $0xdd, Z21, Z20, Z17
-	VADDPS     Z17, Z16, Z16
-	VSHUFPS    $0x44, Z14, Z22, Z17
-	VSHUFPS    $0xee, Z14, Z22, Z14
-	VADDPS     Z14, Z17, Z17
-	VSHUFPS    $0x44, Z16, Z15, Z14
-	VSHUFPS    $0xee, Z16, Z15, Z15
-	VADDPS     Z15, Z14, Z14
-	VSHUFPS    $0x88, Z14, Z17, Z15
-	VSHUFPS    $0xdd, Z14, Z17, Z14
-	VADDPS     Z14, Z15, Z15
-	VMOVUPS    vkblockperm<>+0(SB), Z14
-	VPERMPS    Z15, Z14, Z14
-	VMOVUPS    512(R12), Z15
-	VMOVUPS    576(R12), Z16
-	VMOVUPS    640(R12), Z17
-	VMOVUPS    704(R12), Z18
-	VMOVUPS    768(R12), Z19
-	VMOVUPS    832(R12), Z20
-	VMOVUPS    896(R12), Z21
-	VMOVUPS    960(R12), Z22
-	VSHUFF32X4 $0x88, Z16, Z15, Z23
-	VSHUFF32X4 $0xdd, Z16, Z15, Z15
-	VADDPS     Z15, Z23, Z23
-	VSHUFF32X4 $0x88, Z18, Z17, Z15
-	VSHUFF32X4 $0xdd, Z18, Z17, Z16
-	VADDPS     Z16, Z15, Z15
-	VSHUFF32X4 $0x88, Z20, Z19, Z16
-	VSHUFF32X4 $0xdd, Z20, Z19, Z17
-	VADDPS     Z17, Z16, Z16
-	VSHUFF32X4 $0x88, Z22, Z21, Z17
-	VSHUFF32X4 $0xdd, Z22, Z21, Z18
-	VADDPS     Z18, Z17, Z17
-	VSHUFPS    $0x44, Z15, Z23, Z18
-	VSHUFPS    $0xee, Z15, Z23, Z15
-	VADDPS     Z15, Z18, Z18
-	VSHUFPS    $0x44, Z17, Z16, Z15
-	VSHUFPS    $0xee, Z17, Z16, Z16
-	VADDPS     Z16, Z15, Z15
-	VSHUFPS    $0x88, Z15, Z18, Z16
-	VSHUFPS    $0xdd, Z15, Z18, Z15
-	VADDPS     Z15, Z16, Z16
-	VMOVUPS    vkblockperm<>+0(SB), Z15
-	VPERMPS    Z16, Z15, Z15
-	VMOVUPS    Z14, (R12)
-	VMOVUPS    Z15, 64(R12)
-	INCQ       R10
-	CMPQ       R10, 48(SP)
-	JB         stateVKf32AVX512_bsub_2
-
-stateVKf32AVX512_btoken_2:
-	// The prefetch list's next group.
-	MOVQ 56(SP), R10
-
-stateVKf32AVX512_pfentry_6:
-	CMPQ  R10, 64(SP)
-	JAE   stateVKf32AVX512_pfdone_6
-	MOVQ  (R10), R12
-	MOVQ  8(R10), R11
-	ADDQ  $0x10, R10
-	TESTQ R11, R11
-	JZ    stateVKf32AVX512_pfdone_6
-
-stateVKf32AVX512_pfline_6:
-	PREFETCHT1 (R12)
-	ADDQ       $0x40, R12
-	DECQ       R11
-	JNZ        stateVKf32AVX512_pfline_6
-	JMP        stateVKf32AVX512_pfentry_6
-
-stateVKf32AVX512_pfdone_6:
-	MOVQ         R10, 56(SP)
-	VMOVSS       (DX), X0
-	VUCOMISS     nearone<>+0(SB), X0
-	JCS          stateVKf32AVX512_far_9
-	VBROADCASTSS (DX), Z0
-	XORQ         R10, R10
-
-stateVKf32AVX512_bdelta_3:
-	MOVQ         R10, R11
-	SHLQ         $0x0a, R11
-	ADDQ         40(SP), R11
-	VMOVUPS      12288(R11), Z3
-	VMOVUPS      12352(R11), Z4
-	VFMADD213PS  Z3, Z0, Z3
-	VFMADD213PS  Z4, Z0, Z4
-	MOVQ         R10, R11
-	SHLQ         $0x06, R11
-	VMOVUPS      (SI)(R11*1), Z5
-	VSUBPS       Z3, Z5, Z5
-	VBROADCASTSS 8(DX), Z3
-	VMULPS       Z3, Z5, Z3
-	MOVQ         40(SP), R12
-	ADDQ         $0x00003800, R12
-	VMOVUPS      Z3, (R12)(R11*1)
-	VBROADCASTSS 12(DX), Z5
-	VFMADD231PS  Z5, Z3, Z4
-	VMOVUPS      Z4, (DI)(R11*1)
-	INCQ         R10
-	CMPQ         R10, 48(SP)
-	JB           stateVKf32AVX512_bdelta_3
-	CMPQ         R8, $0x01
-	JE           stateVKf32AVX512_blast_3
-	MOVQ         AX, R10
-	ADDQ         R9, R10
-	MOVQ         CX, R11
-	ADDQ         R9, R11
-	VMOVUPS      (R10), Z3
-	VMOVUPS      64(R10), Z4
-	VMOVUPS      128(R10), Z5
-	VMOVUPS      192(R10), Z6
-	VMOVUPS.Z    256(R10), K1, Z7
-	VMOVUPS.Z    320(R10), K3, Z8
-	VMOVUPS      (R11), Z9
-	VMOVUPS      64(R11), Z10
-	VMOVUPS      128(R11), Z11
-	VMOVUPS      192(R11), Z12
-	VMOVUPS.Z    256(R11), K1, Z13
-	VMOVUPS.Z    320(R11), K3, Z14
-	MOVQ         40(SP), R10
-	MOVQ         40(SP), R11
-	ADDQ         $0x00003000, R11
-	MOVQ         40(SP), R12
-	ADDQ         $0x00003800, R12
-	MOVQ         48(SP), R13
-	SHLQ         $0x03, R13
-
-stateVKf32AVX512_bfused_3:
-	VBROADCASTSS (R12), Z15
-	VBROADCASTSS 4(R12), Z16
-	VMOVUPS      (R10), Z18
-	VFMADD213PS  Z18, Z0, Z18
-	VFMADD231PS  (AX), Z15, Z18
-	VMOVUPS      Z18, (R10)
-	VMULPS       Z3, Z18, Z17
-	VMULPS       Z9, Z18, Z18
-	VMOVUPS      384(R10), Z19
-	VFMADD213PS  Z19, Z0, Z19
-	VFMADD231PS  (AX), Z16, Z19
-	VMOVUPS      Z19, 384(R10)
-	VMULPS       Z3, Z19, Z21
-	VMULPS       Z9, Z19, Z22
-	VMOVUPS      64(R10), Z20
-	VFMADD213PS  Z20, Z0, Z20
-	VFMADD231PS  64(AX), Z15, Z20
-	VMOVUPS      Z20, 64(R10)
-	VMULPS       Z4, Z20, Z19
-	VMULPS       Z10, Z20, Z20
-	VMOVUPS      448(R10), Z24
-	VFMADD213PS  Z24, Z0, Z24
-	VFMADD231PS  64(AX), Z16, Z24
-	VMOVUPS      Z24, 448(R10)
-	VMULPS       Z4, Z24, Z23
-	VMULPS       Z10, Z24, Z24
-	VMOVUPS      128(R10), Z25
-	VFMADD213PS  Z25, Z0, Z25
-	VFMADD231PS  128(AX), Z15, Z25
-	VMOVUPS      Z25, 128(R10)
-	VFMADD231PS  Z5, Z25, Z17
-	VFMADD231PS  Z11, Z25, Z18
-	VMOVUPS      512(R10), Z25
-	VFMADD213PS  Z25, Z0, Z25
-	VFMADD231PS  128(AX), Z16, Z25
-	VMOVUPS      Z25, 512(R10)
-	VFMADD231PS  Z5, Z25, Z21
-	VFMADD231PS  Z11, Z25, Z22
-	VMOVUPS      192(R10), Z25
-	VFMADD213PS  Z25, Z0, Z25
-	VFMADD231PS  192(AX), Z15, Z25
-	VMOVUPS      Z25, 192(R10)
-	VFMADD231PS  Z6, Z25, Z19
-	VFMADD231PS  Z12, Z25, Z20
-	VMOVUPS      576(R10), Z25
-	VFMADD213PS  Z25, Z0, Z25
-	VFMADD231PS  192(AX), Z16, Z25
-	VMOVUPS      Z25, 576(R10)
-	VFMADD231PS  Z6, Z25, Z23
-	VFMADD231PS  Z12, Z25, Z24
-	VMOVUPS      256(R10), Z25
-	VFMADD213PS  Z25, Z0, Z25
-	VFMADD231PS  256(AX), Z15, K1, Z25
-	VMOVUPS      Z25, 256(R10)
-	VFMADD231PS  Z7, Z25, K1, Z17
-	VFMADD231PS  Z13, Z25, K1, Z18
-	VMOVUPS      640(R10), Z25
-	VFMADD213PS  Z25, Z0, Z25
-	VFMADD231PS  256(AX), Z16, K1, Z25
-	VMOVUPS      Z25, 640(R10)
-	VFMADD231PS  Z7, Z25, K1, Z21
-	VFMADD231PS  Z13, Z25, K1, Z22
-	CMPQ         R9, $0x00000140
-	JBE          stateVKf32AVX512_dead_29
-	VMOVUPS      320(R10), Z25
-	VFMADD213PS  Z25, Z0, Z25
-	VFMADD231PS  320(AX), Z15, K3, Z25
-	VMOVUPS      Z25, 320(R10)
-	VFMADD231PS  Z8, Z25, K3, Z19
-	VFMADD231PS  Z14, Z25, K3, Z20
-	VMOVUPS      704(R10), Z15
-	VFMADD213PS  Z15, Z0, Z15
-	VFMADD231PS  320(AX), Z16, K3, Z15
-	VMOVUPS      Z15, 704(R10)
-	VFMADD231PS  Z8, Z15, K3, Z23
-	VFMADD231PS  Z14, Z15, K3, Z24
-
-stateVKf32AVX512_dead_29:
-	VADDPS     Z19, Z17, Z17
-	VADDPS     Z23, Z21, Z21
-	VSHUFF32X4 $0x44, Z21, Z17, Z15
-	VSHUFF32X4 $0xee, Z21, Z17, Z16
-	VADDPS     Z16, Z15, Z15
-	VMOVUPS    Z15, (R11)
-	VADDPS     Z20, Z18, Z18
-	VADDPS     Z24, Z22, Z22
-	VSHUFF32X4 $0x44, Z22, Z18, Z15
-	VSHUFF32X4 $0xee, Z22, Z18, Z16
-	VADDPS     Z16, Z15, Z15
-	VMOVUPS    Z15, 512(R11)
-	ADDQ       $0x00000300, R10
-	ADDQ       $0x40, R11
-	ADDQ       $0x08, R12
-	DECQ       R13
-	TESTQ      $0x00000007, R13
-	JNZ        stateVKf32AVX512_bfused_3
-	SUBQ       $0x00000200, R11
-	VMOVUPS    (R11), Z15
-	VMOVUPS    64(R11), Z16
-	VMOVUPS    128(R11), Z17
-	VMOVUPS    192(R11), Z18
-	VMOVUPS    256(R11), Z19
-	VMOVUPS    320(R11), Z20
-	VMOVUPS    384(R11), Z21
-	VMOVUPS    448(R11), Z22
-	VSHUFF32X4 $0x88, Z16, Z15, Z23
-	VSHUFF32X4 $0xdd, Z16, Z15, Z15
-	VADDPS     Z15, Z23, Z23
-	VSHUFF32X4 $0x88, Z18, Z17, Z15
-	VSHUFF32X4 $0xdd, Z18, Z17, Z16
-	VADDPS     Z16, Z15, Z15
-	VSHUFF32X4 $0x88, Z20, Z19, Z16
-	VSHUFF32X4 $0xdd, Z20, Z19, Z17
-	VADDPS     Z17, Z16, Z16
-	VSHUFF32X4 $0x88, Z22, Z21, Z17
-	VSHUFF32X4 $0xdd, Z22, Z21, Z18
-	VADDPS     Z18, Z17, Z17
-	VSHUFPS    $0x44, Z15, Z23, Z18
-	VSHUFPS    $0xee, Z15, Z23, Z15
-	VADDPS     Z15, Z18, Z18
-	VSHUFPS    $0x44, Z17, Z16, Z15
-	VSHUFPS    $0xee, Z17, Z16, Z16
-	VADDPS     Z16, Z15, Z15
-	VSHUFPS    $0x88, Z15, Z18, Z16
-	VSHUFPS    $0xdd, Z15, Z18, Z15
-	VADDPS     Z15, Z16, Z16
-	VMOVUPS    vkblockperm<>+0(SB), Z15
-	VPERMPS    Z16, Z15, Z15
-	VMOVUPS    512(R11), Z16
-	VMOVUPS    576(R11), Z17
-	VMOVUPS    640(R11), Z18
-	VMOVUPS    704(R11), Z19
-	VMOVUPS    768(R11), Z20
-	VMOVUPS    832(R11), Z21
-	VMOVUPS    896(R11), Z22
-	VMOVUPS    960(R11), Z23
-	VSHUFF32X4 $0x88, Z17, Z16, Z24
-	VSHUFF32X4 $0xdd, Z17, Z16, Z16
-	VADDPS     Z16, Z24, Z24
-	VSHUFF32X4 $0x88, Z19, Z18, Z16
-	VSHUFF32X4 $0xdd, Z19, Z18, Z17
-	VADDPS     Z17, Z16, Z16
-	VSHUFF32X4 $0x88, Z21, Z20, Z17
-	VSHUFF32X4 $0xdd, Z21, Z20, Z18
-	VADDPS     Z18, Z17, Z17
-	VSHUFF32X4 $0x88, Z23, Z22, Z18
-	VSHUFF32X4 $0xdd, Z23, Z22, Z19
-	VADDPS     Z19, Z18, Z18
-	VSHUFPS    $0x44, Z16, Z24, Z19
-	VSHUFPS    $0xee, Z16, Z24, Z16
-	VADDPS     Z16, Z19, Z19
-	VSHUFPS    $0x44, Z18, Z17, Z16
-	VSHUFPS    $0xee, Z18, Z17, Z17
-	VADDPS     Z17, Z16, Z16
-	VSHUFPS    $0x88, Z16, Z19, Z17
-	VSHUFPS    $0xdd, Z16, Z19, Z16
-	VADDPS     Z16, Z17, Z17
-	VMOVUPS    vkblockperm<>+0(SB), Z16
-	VPERMPS    Z17, Z16, Z16
-	VMOVUPS    Z15, (R11)
-	VMOVUPS    Z16, 64(R11)
-	ADDQ       $0x00000400, R11
-	TESTQ      R13, R13
-	JNZ        stateVKf32AVX512_bfused_3
-	JMP        stateVKf32AVX512_bupdated_3
-
-stateVKf32AVX512_blast_3:
-	MOVQ 40(SP), R10
-	MOVQ 40(SP), R11
-	ADDQ $0x00003800, R11
-	MOVQ 48(SP), R12
-	SHLQ $0x03, R12
-
-stateVKf32AVX512_bupdate_3:
-	VBROADCASTSS (R11), Z3
-	VBROADCASTSS 4(R11), Z4
-	VMOVUPS      (R10), Z5
-	VFMADD213PS  Z5, Z0, Z5
-	VFMADD231PS  (AX), Z3, Z5
-	VMOVUPS      Z5, (R10)
-	VMOVUPS      384(R10), Z5
-	VFMADD213PS  Z5, Z0, Z5
-	VFMADD231PS  (AX), Z4, Z5
-	VMOVUPS      Z5, 384(R10)
-	VMOVUPS      64(R10), Z5
-	VFMADD213PS  Z5, Z0, Z5
-	VFMADD231PS  64(AX), Z3, Z5
-	VMOVUPS      Z5, 64(R10)
-	VMOVUPS      448(R10), Z5
-	VFMADD213PS  Z5, Z0, Z5
-	VFMADD231PS  64(AX), Z4, Z5
-	VMOVUPS      Z5, 448(R10)
-	VMOVUPS      128(R10), Z5
-	VFMADD213PS  Z5, Z0, Z5
-	VFMADD231PS  128(AX), Z3, Z5
-	VMOVUPS      Z5, 128(R10)
-	VMOVUPS      512(R10), Z5
-	VFMADD213PS  Z5, Z0, Z5
-	VFMADD231PS  128(AX), Z4, Z5
-	VMOVUPS      Z5, 512(R10)
-	VMOVUPS      192(R10), Z5
-	VFMADD213PS  Z5, Z0, Z5
-	VFMADD231PS  192(AX), Z3, Z5
-	VMOVUPS      Z5, 192(R10)
-	VMOVUPS      576(R10), Z5
-	VFMADD213PS  Z5, Z0, Z5
-	VFMADD231PS  192(AX), Z4, Z5
-	VMOVUPS      Z5, 576(R10)
-	VMOVUPS      256(R10), Z5
-	VFMADD213PS  Z5, Z0, Z5
-	VFMADD231PS  256(AX), Z3, K1, Z5
-	VMOVUPS      Z5, 256(R10)
-	VMOVUPS      640(R10), Z5
-	VFMADD213PS  Z5, Z0, Z5
-	VFMADD231PS  256(AX), Z4, K1, Z5
-	VMOVUPS      Z5, 640(R10)
-	CMPQ         R9, $0x00000140
-	JBE          stateVKf32AVX512_dead_30
-	VMOVUPS      320(R10), Z5
-	VFMADD213PS  Z5, Z0, Z5
-	VFMADD231PS  320(AX), Z3, K3, Z5
-	VMOVUPS      Z5, 320(R10)
-	VMOVUPS      704(R10), Z3
-	VFMADD213PS  Z3, Z0, Z3
-	VFMADD231PS  320(AX), Z4, K3, Z3
-	VMOVUPS      Z3, 704(R10)
-
-stateVKf32AVX512_dead_30:
-	ADDQ $0x00000300, R10
-	ADDQ $0x08, R11
-	DECQ R12
-	JNZ  stateVKf32AVX512_bupdate_3
-
-stateVKf32AVX512_bupdated_3:
-	JMP stateVKf32AVX512_decayed_9
-
-stateVKf32AVX512_far_9:
-	VBROADCASTSS 4(DX), Z0
-	XORQ         R10, R10
-
-stateVKf32AVX512_bdelta_4:
-	MOVQ         R10, R11
-	SHLQ         $0x0a, R11
-	ADDQ         40(SP), R11
-	VMOVUPS      12288(R11), Z3
-	VMOVUPS      12352(R11), Z4
-	VMULPS       Z3, Z0, Z3
-	VMULPS       Z4, Z0, Z4
-	MOVQ         R10, R11
-	SHLQ         $0x06, R11
-	VMOVUPS      (SI)(R11*1), Z5
-	VSUBPS       Z3, Z5, Z5
-	VBROADCASTSS 8(DX), Z3
-	VMULPS       Z3, Z5, Z3
-	MOVQ         40(SP), R12
-	ADDQ         $0x00003800, R12
-	VMOVUPS      Z3, (R12)(R11*1)
-	VBROADCASTSS 12(DX), Z5
-	VFMADD231PS  Z5, Z3, Z4
-	VMOVUPS      Z4, (DI)(R11*1)
-	INCQ         R10
-	CMPQ         R10, 48(SP)
-	JB           stateVKf32AVX512_bdelta_4
-	CMPQ         R8, $0x01
-	JE           stateVKf32AVX512_blast_4
-	MOVQ         AX, R10
-	ADDQ         R9, R10
-	MOVQ         CX, R11
-	ADDQ         R9, R11
-	VMOVUPS      (R10), Z3
-	VMOVUPS      64(R10), Z4
-	VMOVUPS      128(R10), Z5
-	VMOVUPS      192(R10), Z6
-	VMOVUPS.Z    256(R10), K1, Z7
-	VMOVUPS.Z    320(R10), K3, Z8
-	VMOVUPS      (R11), Z9
-	VMOVUPS      64(R11), Z10
-	VMOVUPS      128(R11), Z11
-	VMOVUPS      192(R11), Z12
-	VMOVUPS.Z    256(R11), K1, Z13
-	VMOVUPS.Z    320(R11), K3, Z14
-	MOVQ         40(SP), R10
-	MOVQ         40(SP), R11
-	ADDQ         $0x00003000, R11
-	MOVQ         40(SP), R12
-	ADDQ         $0x00003800, R12
-	MOVQ         48(SP), R13
-	SHLQ         $0x03, R13
-
-stateVKf32AVX512_bfused_4:
-	VBROADCASTSS (R12), Z15
-	VBROADCASTSS 4(R12), Z16
-	VMOVUPS      (R10), Z18
-	VMULPS       Z18, Z0, Z18
-	VFMADD231PS  (AX), Z15, Z18
-	VMOVUPS      Z18, (R10)
-	VMULPS       Z3, Z18, Z17
-	VMULPS       Z9, Z18, Z18
-	VMOVUPS      384(R10), Z19
-	VMULPS       Z19, Z0, Z19
-	VFMADD231PS  (AX), Z16, Z19
-	VMOVUPS      Z19, 384(R10)
-	VMULPS       Z3, Z19, Z21
-	VMULPS       Z9, Z19, Z22
-	VMOVUPS      64(R10), Z20
-	VMULPS       Z20, Z0, Z20
-	VFMADD231PS  64(AX), Z15, Z20
-	VMOVUPS      Z20, 64(R10)
-	VMULPS       Z4, Z20, Z19
-	VMULPS       Z10, Z20, Z20
-	VMOVUPS      448(R10), Z24
-	VMULPS       Z24, Z0, Z24
-	VFMADD231PS  64(AX), Z16, Z24
-	VMOVUPS      Z24, 448(R10)
-	VMULPS       Z4, Z24, Z23
-	VMULPS       Z10, Z24, Z24
-	VMOVUPS      128(R10), Z25
-	VMULPS       Z25, Z0, Z25
-	VFMADD231PS  128(AX), Z15, Z25
-	VMOVUPS      Z25, 128(R10)
-	VFMADD231PS  Z5, Z25, Z17
-	VFMADD231PS  Z11, Z25, Z18
-	VMOVUPS      512(R10), Z25
-	VMULPS       Z25, Z0, Z25
-	VFMADD231PS  128(AX), Z16, Z25
-	VMOVUPS      Z25, 512(R10)
-	VFMADD231PS  Z5, Z25, Z21
-	VFMADD231PS  Z11, Z25, Z22
-	VMOVUPS      192(R10), Z25
-	VMULPS       Z25, Z0, Z25
-	VFMADD231PS  192(AX), Z15, Z25
-	VMOVUPS      Z25, 192(R10)
-	VFMADD231PS  Z6, Z25, Z19
-	VFMADD231PS  Z12, Z25, Z20
-	VMOVUPS      576(R10), Z25
-	VMULPS       Z25, Z0, Z25
-	VFMADD231PS  192(AX), Z16, Z25
-	VMOVUPS      Z25, 576(R10)
-	VFMADD231PS  Z6, Z25, Z23
-	VFMADD231PS  Z12, Z25, Z24
-	VMOVUPS      256(R10), Z25
-	VMULPS       Z25, Z0, Z25
-	VFMADD231PS  256(AX), Z15, K1, Z25
-	VMOVUPS      Z25, 256(R10)
-	VFMADD231PS  Z7, Z25, K1, Z17
-	VFMADD231PS  Z13, Z25, K1, Z18
-	VMOVUPS      640(R10), Z25
-	VMULPS       Z25, Z0, Z25
-	VFMADD231PS  256(AX), Z16, K1, Z25
-	VMOVUPS      Z25, 640(R10)
-	VFMADD231PS  Z7, Z25, K1, Z21
-	VFMADD231PS  Z13, Z25, K1, Z22
-	CMPQ         R9, $0x00000140
-	JBE          stateVKf32AVX512_dead_31
-	VMOVUPS      320(R10), Z25
-	VMULPS       Z25, Z0, Z25
-	VFMADD231PS  320(AX), Z15, K3, Z25
-	VMOVUPS      Z25, 320(R10)
-	VFMADD231PS  Z8, Z25, K3, Z19
-	VFMADD231PS  Z14, Z25, K3, Z20
-	VMOVUPS      704(R10), Z15
-	VMULPS       Z15, Z0, Z15
-	VFMADD231PS  320(AX), Z16, K3, Z15
-	VMOVUPS      Z15, 704(R10)
-	VFMADD231PS  Z8, Z15, K3, Z23
-	VFMADD231PS  Z14, Z15, K3, Z24
-
-stateVKf32AVX512_dead_31:
-	VADDPS     Z19, Z17, Z17
-	VADDPS     Z23, Z21, Z21
-	VSHUFF32X4 $0x44, Z21, Z17, Z15
-	VSHUFF32X4 $0xee, Z21, Z17, Z16
-	VADDPS     Z16, Z15, Z15
-	VMOVUPS    Z15, (R11)
-	VADDPS     Z20, Z18, Z18
-	VADDPS     Z24, Z22, Z22
-	VSHUFF32X4 $0x44, Z22, Z18, Z15
-	VSHUFF32X4 $0xee, Z22, Z18, Z16
-	VADDPS     Z16, Z15, Z15
-	VMOVUPS    Z15, 512(R11)
-	ADDQ       $0x00000300, R10
-	ADDQ       $0x40, R11
-	ADDQ       $0x08, R12
-	DECQ       R13
-	TESTQ      $0x00000007, R13
-	JNZ        stateVKf32AVX512_bfused_4
-	SUBQ       $0x00000200, R11
-	VMOVUPS    (R11), Z15
-	VMOVUPS    64(R11), Z16
-	VMOVUPS    128(R11), Z17
-	VMOVUPS    192(R11), Z18
-	VMOVUPS    256(R11), Z19
-	VMOVUPS    320(R11), Z20
-	VMOVUPS    384(R11), Z21
-	VMOVUPS    448(R11), Z22
-	VSHUFF32X4 $0x88, Z16, Z15, Z23
-	VSHUFF32X4 $0xdd, Z16, Z15, Z15
-	VADDPS     Z15, Z23, Z23
-	VSHUFF32X4 $0x88, Z18, Z17, Z15
-	VSHUFF32X4 $0xdd, Z18, Z17, Z16
-	VADDPS     Z16, Z15, Z15
-	VSHUFF32X4 $0x88, Z20, Z19, Z16
-	VSHUFF32X4 $0xdd, Z20, Z19, Z17
-	VADDPS     Z17, Z16, Z16
-	VSHUFF32X4 $0x88, Z22, Z21, Z17
-	VSHUFF32X4 $0xdd, Z22, Z21, Z18
-	VADDPS     Z18, Z17, Z17
-	VSHUFPS    $0x44, Z15, Z23, Z18
-	VSHUFPS    $0xee, Z15, Z23, Z15
-	VADDPS     Z15, Z18, Z18
-	VSHUFPS    $0x44, Z17, Z16, Z15
-	VSHUFPS    $0xee, Z17, Z16, Z16
-	VADDPS     Z16, Z15, Z15
-	VSHUFPS    $0x88, Z15, Z18, Z16
-	VSHUFPS    $0xdd, Z15, Z18, Z15
-	VADDPS     Z15, Z16, Z16
-	VMOVUPS    vkblockperm<>+0(SB), Z15
-	VPERMPS    Z16, Z15, Z15
-	VMOVUPS    512(R11), Z16
-	VMOVUPS    576(R11), Z17
-	VMOVUPS    640(R11), Z18
-	VMOVUPS    704(R11), Z19
-	VMOVUPS    768(R11), Z20
-	VMOVUPS    832(R11), Z21
-	VMOVUPS    896(R11), Z22
-	VMOVUPS    960(R11), Z23
-	VSHUFF32X4 $0x88, Z17, Z16, Z24
-	VSHUFF32X4 $0xdd, Z17, Z16, Z16
-	VADDPS     Z16, Z24, Z24
-	VSHUFF32X4 $0x88, Z19, Z18, Z16
-	VSHUFF32X4 $0xdd, Z19, Z18, Z17
-	VADDPS     Z17, Z16, Z16
-	VSHUFF32X4 $0x88, Z21, Z20, Z17
-	VSHUFF32X4 $0xdd, Z21, Z20, Z18
-	VADDPS     Z18, Z17, Z17
-	VSHUFF32X4 $0x88, Z23, Z22, Z18
-	VSHUFF32X4 $0xdd, Z23, Z22, Z19
-	VADDPS     Z19, Z18, Z18
-	VSHUFPS    $0x44, Z16, Z24, Z19
-	VSHUFPS    $0xee, Z16, Z24, Z16
-	VADDPS     Z16, Z19, Z19
-	VSHUFPS    $0x44, Z18, Z17, Z16
-	VSHUFPS    $0xee, Z18, Z17, Z17
-	VADDPS     Z17, Z16, Z16
-	VSHUFPS    $0x88, Z16, Z19, Z17
-	VSHUFPS    $0xdd, Z16, Z19, Z16
-	VADDPS     Z16, Z17, Z17
-	VMOVUPS    vkblockperm<>+0(SB), Z16
-	VPERMPS    Z17, Z16, Z16
-	VMOVUPS    Z15, (R11)
-	VMOVUPS    Z16, 64(R11)
-	ADDQ       $0x00000400, R11
-	TESTQ      R13, R13
-	JNZ        stateVKf32AVX512_bfused_4
-	JMP        stateVKf32AVX512_bupdated_4
-
-stateVKf32AVX512_blast_4:
-	MOVQ 40(SP), R10
-	MOVQ 40(SP), R11
-	ADDQ $0x00003800, R11
-	MOVQ 48(SP), R12
-	SHLQ $0x03, R12
-
-stateVKf32AVX512_bupdate_4:
-	VBROADCASTSS (R11), Z3
-	VBROADCASTSS 4(R11), Z4
-	VMOVUPS      (R10), Z5
-	VMULPS       Z5, Z0, Z5
-	VFMADD231PS  (AX), Z3, Z5
-	VMOVUPS      Z5, (R10)
-	VMOVUPS      384(R10), Z5
-	VMULPS       Z5, Z0, Z5
-	VFMADD231PS  (AX), Z4, Z5
-	VMOVUPS      Z5, 384(R10)
-	VMOVUPS      64(R10), Z5
-	VMULPS       Z5, Z0, Z5
-	VFMADD231PS  64(AX), Z3, Z5
-	VMOVUPS      Z5, 64(R10)
-	VMOVUPS      448(R10), Z5
-	VMULPS       Z5, Z0, Z5
-	VFMADD231PS  64(AX), Z4, Z5
-	VMOVUPS      Z5, 448(R10)
-	VMOVUPS      128(R10), Z5
-	VMULPS       Z5, Z0, Z5
-	VFMADD231PS  128(AX), Z3, Z5
-	VMOVUPS      Z5, 128(R10)
-	VMOVUPS      512(R10), Z5
-	VMULPS       Z5, Z0, Z5
-	VFMADD231PS  128(AX), Z4, Z5
-	VMOVUPS      Z5, 512(R10)
-	VMOVUPS      192(R10), Z5
-	VMULPS       Z5, Z0, Z5
-	VFMADD231PS  192(AX), Z3, Z5
-	VMOVUPS      Z5, 192(R10)
-	VMOVUPS      576(R10), Z5
-	VMULPS       Z5, Z0, Z5
-	VFMADD231PS  192(AX), Z4, Z5
-	VMOVUPS      Z5, 576(R10)
-	VMOVUPS      256(R10), Z5
-	VMULPS       Z5, Z0, Z5
-	VFMADD231PS  256(AX), Z3, K1, Z5
-	VMOVUPS      Z5, 256(R10)
-	VMOVUPS      640(R10), Z5
-	VMULPS       Z5, Z0, Z5
-	VFMADD231PS  256(AX), Z4, K1, Z5
-	VMOVUPS      Z5, 640(R10)
-	CMPQ         R9, $0x00000140
-	JBE          stateVKf32AVX512_dead_32
-	VMOVUPS      320(R10), Z5
-	VMULPS       Z5, Z0, Z5
-	VFMADD231PS  320(AX), Z3, K3, Z5
-	VMOVUPS      Z5, 320(R10)
-	VMOVUPS      704(R10), Z3
-	VMULPS       Z3, Z0, Z3
-	VFMADD231PS  320(AX), Z4, K3, Z3
-	VMOVUPS      Z3, 704(R10)
-
-stateVKf32AVX512_dead_32:
-	ADDQ $0x00000300, R10
-	ADDQ $0x08, R11
-	DECQ R12
-	JNZ  stateVKf32AVX512_bupdate_4
-
-stateVKf32AVX512_bupdated_4:
-stateVKf32AVX512_decayed_9:
-	// The state after this token, if stored.
-	MOVQ  (BX), R10
-	TESTQ R10, R10
-	JZ    stateVKf32AVX512_bnostore_2
-	MOVQ  (SP), R11
-	IMULQ R9, R11
-	ADDQ  R11, R10
-	CMPQ  R9, $0x00000180
-	JNE   stateVKf32AVX512_btemporal_2
-	TESTQ $0x0000003f, R10
-	JNZ   stateVKf32AVX512_btemporal_2
-	CMPQ  R8, $0x01
-	JNE   stateVKf32AVX512_bsnapshot_2
-	CMPQ  16(SP), $0x01
-	JE    stateVKf32AVX512_btemporal_2
-	CMPQ  -8(BX), $0x00
-	JE    stateVKf32AVX512_btemporal_2
-
-stateVKf32AVX512_bsnapshot_2:
-	MOVQ 40(SP), R11
-	MOVQ 48(SP), R12
-	SHLQ $0x04, R12
-
-stateVKf32AVX512_bstorent_2:
-	VMOVUPS  (R11), Z0
-	VMOVNTPS Z0, (R10)
-	VMOVUPS  64(R11), Z0
-	VMOVNTPS Z0, 64(R10)
-	VMOVUPS  128(R11), Z0
-	VMOVNTPS Z0, 128(R10)
-	VMOVUPS  192(R11), Z0
-	VMOVNTPS Z0, 192(R10)
-	VMOVUPS  256(R11), Z0
-	VMOVNTPS Z0, 256(R10)
-	VMOVUPS  320(R11), Z0
-	VMOVNTPS Z0, 320(R10)
-	ADDQ     R9, R10
-	ADDQ     $0x00000180, R11
-	DECQ     R12
-	JNZ      stateVKf32AVX512_bstorent_2
-	JMP      stateVKf32AVX512_bstored_2
-
-stateVKf32AVX512_btemporal_2:
-	MOVQ 40(SP), R11
-	MOVQ 48(SP), R12
-	SHLQ $0x04, R12
-
-stateVKf32AVX512_bstore_2:
-	VMOVUPS (R11), Z0
-	VMOVUPS Z0, (R10)
-	VMOVUPS 64(R11), Z0
-	VMOVUPS Z0, 64(R10)
-	VMOVUPS 128(R11), Z0
-	VMOVUPS Z0, 128(R10)
-	VMOVUPS 192(R11), Z0
-	VMOVUPS Z0, 192(R10)
-	VMOVUPS 256(R11), Z0
-	VMOVUPS Z0, K1, 256(R10)
-	CMPQ    R9, $0x00000140
-	JBE     stateVKf32AVX512_dead_33
-	VMOVUPS 320(R11), Z0
-	VMOVUPS Z0, K3, 320(R10)
-
-stateVKf32AVX512_dead_33:
-	ADDQ R9, R10
-	ADDQ $0x00000180, R11
-	DECQ R12
-	JNZ  stateVKf32AVX512_bstore_2
-
-stateVKf32AVX512_bstored_2:
-stateVKf32AVX512_bnostore_2:
-	ADDQ R9, AX
-	ADDQ R9, CX
-	ADDQ $0x10, DX
-	ADDQ $0x08, BX
-	ADDQ 32(SP), SI
-	ADDQ 24(SP), DI
-	DECQ R8
-	JNZ  stateVKf32AVX512_btoken_2
-	MOVQ 48(SP), AX
-	SHLQ $0x04, AX
-	ADDQ AX, (SP)
-	SUBQ AX, 8(SP)
-	JMP  stateVKf32AVX512_block_2
-
-stateVKf32AVX512_blocksdone_2:
-stateVKf32AVX512_groups_3:
-	CMPQ 16(SP), $0x01
-	JNE  stateVKf32AVX512_groups_4
-	MOVQ stores_base+40(FP), AX
-	CMPQ (AX), $0x00
-	JE   stateVKf32AVX512_groups_4
-	CMPQ 8(SP), $0x00000002
-	JB   stateVKf32AVX512_directdone_2
-
-	// Groups of 2 rows of 5…6 vectors, one token, from src to stores[0].
-	MOVL      $0x00000003, AX
-	KMOVW     AX, K6
-	MOVQ      kh_base+64(FP), AX
-	MOVQ      qh_base+88(FP), CX
-	MOVQ      tok_base+168(FP), DX
-	MOVQ      stores_base+40(FP), BX
-	MOVQ      v_base+112(FP), SI
-	MOVQ      o_base+144(FP), DI
-	MOVQ      (SP), R8
-	SHLQ      $0x02, R8
-	ADDQ      R8, SI
-	ADDQ      R8, DI
-	MOVQ      16(SP), R8
-	MOVQ      src_base+16(FP), R8
-	MOVQ      (SP), R10
-	IMULQ     R9, R10
-	ADDQ      R10, R8
-	MOVQ      (BX), BX
-	ADDQ      R10, BX
-	MOVQ      R9, R10
-	ADDQ      R9, R10
-	VMOVUPS   (AX), Z0
-	VMOVUPS   (CX), Z3
-	VMOVUPS   64(AX), Z4
-	VMOVUPS   64(CX), Z5
-	VMOVUPS   128(AX), Z6
-	VMOVUPS   128(CX), Z7
-	VMOVUPS   192(AX), Z8
-	VMOVUPS   192(CX), Z9
-	VMOVUPS.Z 256(AX), K1, Z10
-	VMOVUPS.Z 256(CX), K1, Z11
-	VMOVUPS.Z 320(AX), K3, Z12
-	VMOVUPS.Z 320(CX), K3, Z13
-
-	// The prefetch list's next group.
-	MOVQ 56(SP), AX
-
-stateVKf32AVX512_pfentry_7:
-	CMPQ  AX, 64(SP)
-	JAE   stateVKf32AVX512_pfdone_7
-	MOVQ  (AX), R11
-	MOVQ  8(AX), CX
-	ADDQ  $0x10, AX
-	TESTQ CX, CX
-	JZ    stateVKf32AVX512_pfdone_7
-
-stateVKf32AVX512_pfline_7:
-	PREFETCHT1 (R11)
-	ADDQ       $0x40, R11
-	DECQ       CX
-	JNZ        stateVKf32AVX512_pfline_7
-	JMP        stateVKf32AVX512_pfentry_7
-
-stateVKf32AVX512_pfdone_7:
-	MOVQ       AX, 56(SP)
-	PREFETCHT1 8192(R8)
-	PREFETCHT1 8256(R8)
-	PREFETCHT1 8320(R8)
-	PREFETCHT1 8384(R8)
-	PREFETCHT1 8448(R8)
-	PREFETCHT1 8512(R8)
-	PREFETCHT1 8576(R8)
-	PREFETCHT1 8640(R8)
-	PREFETCHT1 8704(R8)
-	CMPQ       R9, $0x00000120
-	JBE        stateVKf32AVX512_dead_34
-	PREFETCHT1 8768(R8)
-	CMPQ       R9, $0x00000140
-	JBE        stateVKf32AVX512_dead_34
-	PREFETCHT1 8832(R8)
-	CMPQ       R9, $0x00000160
-	JBE        stateVKf32AVX512_dead_34
-	PREFETCHT1 8896(R8)
+	CMPQ      R9, $0x00000180
+	JBE       stateVKf32AVX512_dead_34
+	VMOVUPS.Z 384(AX), K4, Z0
+	VMOVUPS   Z0, 384(CX)
+	CMPQ      R9, $0x000001c0
+	JBE       stateVKf32AVX512_dead_34
+	VMOVUPS.Z 448(AX), K5, Z0
+	VMOVUPS   Z0, 448(CX)
 
 stateVKf32AVX512_dead_34:
-	VMOVUPS     (R8), Z15
-	VMULPS      Z0, Z15, Z14
-	VMULPS      Z3, Z15, Z15
-	VMOVUPS     (R8)(R9*1), Z16
-	VMULPS      Z0, Z16, Z18
-	VMULPS      Z3, Z16, Z19
-	VMOVUPS     64(R8), Z17
-	VMULPS      Z4, Z17, Z16
-	VMULPS      Z5, Z17, Z17
-	VMOVUPS     64(R8)(R9*1), Z21
-	VMULPS      Z4, Z21, Z20
-	VMULPS      Z5, Z21, Z21
-	VMOVUPS     128(R8), Z22
-	VFMADD231PS Z6, Z22, Z14
-	VFMADD231PS Z7, Z22, Z15
-	VMOVUPS     128(R8)(R9*1), Z22
-	VFMADD231PS Z6, Z22, Z18
-	VFMADD231PS Z7, Z22, Z19
-	VMOVUPS     192(R8), Z22
-	VFMADD231PS Z8, Z22, Z16
-	VFMADD231PS Z9, Z22, Z17
-	VMOVUPS     192(R8)(R9*1), Z22
-	VFMADD231PS Z8, Z22, Z20
-	VFMADD231PS Z9, Z22, Z21
-	VMOVUPS.Z   256(R8), K1, Z22
-	VFMADD231PS Z10, Z22, K1, Z14
-	VFMADD231PS Z11, Z22, K1, Z15
-	VMOVUPS.Z   256(R8)(R9*1), K1, Z22
-	VFMADD231PS Z10, Z22, K1, Z18
-	VFMADD231PS Z11, Z22, K1, Z19
-	CMPQ        R9, $0x00000140
-	JBE         stateVKf32AVX512_dead_35
-	VMOVUPS.Z   320(R8), K3, Z22
-	VFMADD231PS Z12, Z22, K3, Z16
-	VFMADD231PS Z13, Z22, K3, Z17
-	VMOVUPS.Z   320(R8)(R9*1), K3, Z22
-	VFMADD231PS Z12, Z22, K3, Z20
-	VFMADD231PS Z13, Z22, K3, Z21
-
-stateVKf32AVX512_dead_35:
-stateVKf32AVX512_direct_2:
-	VADDPS       Z16, Z14, Z14
-	VADDPS       Z20, Z18, Z18
-	VADDPS       Z17, Z15, Z15
-	VADDPS       Z21, Z19, Z19
-	VSHUFF32X4   $0x44, Z18, Z14, Z16
-	VSHUFF32X4   $0xee, Z18, Z14, Z14
-	VADDPS       Z14, Z16, Z16
-	VSHUFF32X4   $0x44, Z19, Z15, Z14
-	VSHUFF32X4   $0xee, Z19, Z15, Z15
-	VADDPS       Z15, Z14, Z14
-	VSHUFF32X4   $0x88, Z14, Z16, Z15
-	VSHUFF32X4   $0xdd, Z14, Z16, Z14
-	VADDPS       Z14, Z15, Z15
-	VSHUFPS      $0x44, Z15, Z15, Z14
-	VSHUFPS      $0xee, Z15, Z15, Z15
-	VADDPS       Z15, Z14, Z14
-	VSHUFPS      $0x88, Z14, Z14, Z15
-	VSHUFPS      $0xdd, Z14, Z14, Z14
-	VADDPS       Z14, Z15, Z15
-	VMOVUPS      vkpermAVX512_2<>+0(SB), Z14
-	VPERMPS      Z15, Z14, Z14
-	VMOVSS       (DX), X1
-	VUCOMISS     nearone<>+0(SB), X1
-	JCS          stateVKf32AVX512_far_10
-	VBROADCASTSS (DX), Z15
-	VFMADD213PS  Z14, Z15, Z14
-	JMP          stateVKf32AVX512_decayed_10
-
-stateVKf32AVX512_far_10:
-	VBROADCASTSS 4(DX), Z15
-	VMULPS       Z14, Z15, Z14
-
-stateVKf32AVX512_decayed_10:
-	VEXTRACTF64X4 $0x01, Z14, Y15
-	VMOVUPS.Z     (SI), K6, Y1
-	VSUBPS        Y14, Y1, Y1
-	VBROADCASTSS  8(DX), Z14
-	VMULPS        Y14, Y1, Y1
-	VBROADCASTSS  12(DX), Z14
-	VFMADD231PS   Y14, Y1, Y15
-	VMOVUPS       Y15, K6, (DI)
-	CMPQ          8(SP), $0x00000004
-	JB            stateVKf32AVX512_directlast_2
-	MOVQ          R8, AX
-	ADDQ          R10, AX
-
-	// The prefetch list's next group.
-	MOVQ 56(SP), CX
-
-stateVKf32AVX512_pfentry_8:
-	CMPQ  CX, 64(SP)
-	JAE   stateVKf32AVX512_pfdone_8
-	MOVQ  (CX), R12
-	MOVQ  8(CX), R11
-	ADDQ  $0x10, CX
-	TESTQ R11, R11
-	JZ    stateVKf32AVX512_pfdone_8
-
-stateVKf32AVX512_pfline_8:
-	PREFETCHT1 (R12)
-	ADDQ       $0x40, R12
-	DECQ       R11
-	JNZ        stateVKf32AVX512_pfline_8
-	JMP        stateVKf32AVX512_pfentry_8
-
-stateVKf32AVX512_pfdone_8:
-	MOVQ       CX, 56(SP)
-	PREFETCHT1 8192(AX)
-	PREFETCHT1 8256(AX)
-	PREFETCHT1 8320(AX)
-	PREFETCHT1 8384(AX)
-	PREFETCHT1 8448(AX)
-	PREFETCHT1 8512(AX)
-	PREFETCHT1 8576(AX)
-	PREFETCHT1 8640(AX)
-	PREFETCHT1 8704(AX)
-	CMPQ       R9, $0x00000120
-	JBE        stateVKf32AVX512_dead_36
-	PREFETCHT1 8768(AX)
-	CMPQ       R9, $0x00000140
-	JBE        stateVKf32AVX512_dead_36
-	PREFETCHT1 8832(AX)
-	CMPQ       R9, $0x00000160
-	JBE        stateVKf32AVX512_dead_36
-	PREFETCHT1 8896(AX)
-
-stateVKf32AVX512_dead_36:
-	VMOVSS       (DX), X2
-	VUCOMISS     nearone<>+0(SB), X2
-	JCS          stateVKf32AVX512_far_11
-	VBROADCASTSS (DX), Z22
-	VBROADCASTSS X1, Z23
-	VMOVUPS      vklane1<>+0(SB), Z14
-	VPERMPS      Z1, Z14, Z24
-	VMOVUPS      (R8), Z14
-	VFMADD213PS  Z14, Z22, Z14
-	VFMADD231PS  Z0, Z23, Z14
-	VMOVUPS      Z14, (BX)
-	VMOVUPS      (AX), Z15
-	VMULPS       Z0, Z15, Z14
-	VMULPS       Z3, Z15, Z15
-	VMOVUPS      (R8)(R9*1), Z16
-	VFMADD213PS  Z16, Z22, Z16
-	VFMADD231PS  Z0, Z24, Z16
-	VMOVUPS      Z16, (BX)(R9*1)
-	VMOVUPS      (AX)(R9*1), Z16
-	VMULPS       Z0, Z16, Z18
-	VMULPS       Z3, Z16, Z19
-	VMOVUPS      64(R8), Z16
-	VFMADD213PS  Z16, Z22, Z16
-	VFMADD231PS  Z4, Z23, Z16
-	VMOVUPS      Z16, 64(BX)
-	VMOVUPS      64(AX), Z17
-	VMULPS       Z4, Z17, Z16
-	VMULPS       Z5, Z17, Z17
-	VMOVUPS      64(R8)(R9*1), Z20
-	VFMADD213PS  Z20, Z22, Z20
-	VFMADD231PS  Z4, Z24, Z20
-	VMOVUPS      Z20, 64(BX)(R9*1)
-	VMOVUPS      64(AX)(R9*1), Z21
-	VMULPS       Z4, Z21, Z20
-	VMULPS       Z5, Z21, Z21
-	VMOVUPS      128(R8), Z25
-	VFMADD213PS  Z25, Z22, Z25
-	VFMADD231PS  Z6, Z23, Z25
-	VMOVUPS      Z25, 128(BX)
-	VMOVUPS      128(AX), Z25
-	VFMADD231PS  Z6, Z25, Z14
-	VFMADD231PS  Z7, Z25, Z15
-	VMOVUPS      128(R8)(R9*1), Z25
-	VFMADD213PS  Z25, Z22, Z25
-	VFMADD231PS  Z6, Z24, Z25
-	VMOVUPS      Z25, 128(BX)(R9*1)
-	VMOVUPS      128(AX)(R9*1), Z25
-	VFMADD231PS  Z6, Z25, Z18
-	VFMADD231PS  Z7, Z25, Z19
-	VMOVUPS      192(R8), Z25
-	VFMADD213PS  Z25, Z22, Z25
-	VFMADD231PS  Z8, Z23, Z25
-	VMOVUPS      Z25, 192(BX)
-	VMOVUPS      192(AX), Z25
-	VFMADD231PS  Z8, Z25, Z16
-	VFMADD231PS  Z9, Z25, Z17
-	VMOVUPS      192(R8)(R9*1), Z25
-	VFMADD213PS  Z25, Z22, Z25
-	VFMADD231PS  Z8, Z24, Z25
-	VMOVUPS      Z25, 192(BX)(R9*1)
-	VMOVUPS      192(AX)(R9*1), Z25
-	VFMADD231PS  Z8, Z25, Z20
-	VFMADD231PS  Z9, Z25, Z21
-	VMOVUPS.Z    256(R8), K1, Z25
-	VFMADD213PS  Z25, Z22, Z25
-	VFMADD231PS  Z10, Z23, K1, Z25
-	VMOVUPS      Z25, K1, 256(BX)
-	VMOVUPS.Z    256(AX), K1, Z25
-	VFMADD231PS  Z10, Z25, K1, Z14
-	VFMADD231PS  Z11, Z25, K1, Z15
-	VMOVUPS.Z    256(R8)(R9*1), K1, Z25
-	VFMADD213PS  Z25, Z22, Z25
-	VFMADD231PS  Z10, Z24, K1, Z25
-	VMOVUPS      Z25, K1, 256(BX)(R9*1)
-	VMOVUPS.Z    256(AX)(R9*1), K1, Z25
-	VFMADD231PS  Z10, Z25, K1, Z18
-	VFMADD231PS  Z11, Z25, K1, Z19
-	CMPQ         R9, $0x00000140
-	JBE          stateVKf32AVX512_dead_37
-	VMOVUPS.Z    320(R8), K3, Z25
-	VFMADD213PS  Z25, Z22, Z25
-	VFMADD231PS  Z12, Z23, K3, Z25
-	VMOVUPS      Z25, K3, 320(BX)
-	VMOVUPS.Z    320(AX), K3, Z23
-	VFMADD231PS  Z12, Z23, K3, Z16
-	VFMADD231PS  Z13, Z23, K3, Z17
-	VMOVUPS.Z    320(R8)(R9*1), K3, Z23
-	VFMADD213PS  Z23, Z22, Z23
-	VFMADD231PS  Z12, Z24, K3, Z23
-	VMOVUPS      Z23, K3, 320(BX)(R9*1)
-	VMOVUPS.Z    320(AX)(R9*1), K3, Z22
-	VFMADD231PS  Z12, Z22, K3, Z20
-	VFMADD231PS  Z13, Z22, K3, Z21
-
-stateVKf32AVX512_dead_37:
-	JMP stateVKf32AVX512_decayed_11
-
-stateVKf32AVX512_far_11:
-	VBROADCASTSS 4(DX), Z22
-	VBROADCASTSS X1, Z23
-	VMOVUPS      vklane1<>+0(SB), Z14
-	VPERMPS      Z1, Z14, Z24
-	VMOVUPS      (R8), Z14
-	VMULPS       Z14, Z22, Z14
-	VFMADD231PS  Z0, Z23, Z14
-	VMOVUPS      Z14, (BX)
-	VMOVUPS      (AX), Z15
-	VMULPS       Z0, Z15, Z14
-	VMULPS       Z3, Z15, Z15
-	VMOVUPS      (R8)(R9*1), Z16
-	VMULPS       Z16, Z22, Z16
-	VFMADD231PS  Z0, Z24, Z16
-	VMOVUPS      Z16, (BX)(R9*1)
-	VMOVUPS      (AX)(R9*1), Z16
-	VMULPS       Z0, Z16, Z18
-	VMULPS       Z3, Z16, Z19
-	VMOVUPS      64(R8), Z16
-	VMULPS       Z16, Z22, Z16
-	VFMADD231PS  Z4, Z23, Z16
-	VMOVUPS      Z16, 64(BX)
-	VMOVUPS      64(AX), Z17
-	VMULPS       Z4, Z17, Z16
-	VMULPS       Z5, Z17, Z17
-	VMOVUPS      64(R8)(R9*1), Z20
-	VMULPS       Z20, Z22, Z20
-	VFMADD231PS  Z4, Z24, Z20
-	VMOVUPS      Z20, 64(BX)(R9*1)
-	VMOVUPS      64(AX)(R9*1), Z21
-	VMULPS       Z4, Z21, Z20
-	VMULPS       Z5, Z21, Z21
-	VMOVUPS      128(R8), Z25
-	VMULPS       Z25, Z22, Z25
-	VFMADD231PS  Z6, Z23, Z25
-	VMOVUPS      Z25, 128(BX)
-	VMOVUPS      128(AX), Z25
-	VFMADD231PS  Z6, Z25, Z14
-	VFMADD231PS  Z7, Z25, Z15
-	VMOVUPS      128(R8)(R9*1), Z25
-	VMULPS       Z25, Z22, Z25
-	VFMADD231PS  Z6, Z24, Z25
-	VMOVUPS      Z25, 128(BX)(R9*1)
-	VMOVUPS      128(AX)(R9*1), Z25
-	VFMADD231PS  Z6, Z25, Z18
-	VFMADD231PS  Z7, Z25, Z19
-	VMOVUPS      192(R8), Z25
-	VMULPS       Z25, Z22, Z25
-	VFMADD231PS  Z8, Z23, Z25
-	VMOVUPS      Z25, 192(BX)
-	VMOVUPS      192(AX), Z25
-	VFMADD231PS  Z8, Z25, Z16
-	VFMADD231PS  Z9, Z25, Z17
-	VMOVUPS      192(R8)(R9*1), Z25
-	VMULPS       Z25, Z22, Z25
-	VFMADD231PS  Z8, Z24, Z25
-	VMOVUPS      Z25, 192(BX)(R9*1)
-	VMOVUPS      192(AX)(R9*1), Z25
-	VFMADD231PS  Z8, Z25, Z20
-	VFMADD231PS  Z9, Z25, Z21
-	VMOVUPS.Z    256(R8), K1, Z25
-	VMULPS       Z25, Z22, Z25
-	VFMADD231PS  Z10, Z23, K1, Z25
-	VMOVUPS      Z25, K1, 256(BX)
-	VMOVUPS.Z    256(AX), K1, Z25
-	VFMADD231PS  Z10, Z25, K1, Z14
-	VFMADD231PS  Z11, Z25, K1, Z15
-	VMOVUPS.Z    256(R8)(R9*1), K1, Z25
-	VMULPS       Z25, Z22, Z25
-	VFMADD231PS  Z10, Z24, K1, Z25
-	VMOVUPS      Z25, K1, 256(BX)(R9*1)
-	VMOVUPS.Z    256(AX)(R9*1), K1, Z25
-	VFMADD231PS  Z10, Z25, K1, Z18
-	VFMADD231PS  Z11, Z25, K1, Z19
-	CMPQ         R9, $0x00000140
-	JBE          stateVKf32AVX512_dead_38
-	VMOVUPS.Z    320(R8), K3, Z25
-	VMULPS       Z25, Z22, Z25
-	VFMADD231PS  Z12, Z23, K3, Z25
-	VMOVUPS      Z25, K3, 320(BX)
-	VMOVUPS.Z    320(AX), K3, Z23
-	VFMADD231PS  Z12, Z23, K3, Z16
-	VFMADD231PS  Z13, Z23, K3, Z17
-	VMOVUPS.Z    320(R8)(R9*1), K3, Z23
-	VMULPS       Z23, Z22, Z23
-	VFMADD231PS  Z12, Z24, K3, Z23
-	VMOVUPS      Z23, K3, 320(BX)(R9*1)
-	VMOVUPS.Z    320(AX)(R9*1), K3, Z22
-	VFMADD231PS  Z12, Z22, K3, Z20
-	VFMADD231PS  Z13, Z22, K3, Z21
-
-stateVKf32AVX512_dead_38:
-stateVKf32AVX512_decayed_11:
-	ADDQ R10, R8
-	ADDQ R10, BX
-	ADDQ $0x00000008, SI
-	ADDQ $0x00000008, DI
-	ADDQ $0x00000002, (SP)
-	SUBQ $0x00000002, 8(SP)
-	JMP  stateVKf32AVX512_direct_2
-
-stateVKf32AVX512_directlast_2:
-	VMOVSS       (DX), X2
-	VUCOMISS     nearone<>+0(SB), X2
-	JCS          stateVKf32AVX512_far_12
-	VBROADCASTSS (DX), Z3
-	VBROADCASTSS X1, Z5
-	VMOVUPS      vklane1<>+0(SB), Z7
-	VPERMPS      Z1, Z7, Z7
-	VMOVUPS      (R8), Z9
-	VFMADD213PS  Z9, Z3, Z9
-	VFMADD231PS  Z0, Z5, Z9
-	VMOVUPS      Z9, (BX)
-	VMOVUPS      (R8)(R9*1), Z9
-	VFMADD213PS  Z9, Z3, Z9
-	VFMADD231PS  Z0, Z7, Z9
-	VMOVUPS      Z9, (BX)(R9*1)
-	VMOVUPS      64(R8), Z0
-	VFMADD213PS  Z0, Z3, Z0
-	VFMADD231PS  Z4, Z5, Z0
-	VMOVUPS      Z0, 64(BX)
-	VMOVUPS      64(R8)(R9*1), Z0
-	VFMADD213PS  Z0, Z3, Z0
-	VFMADD231PS  Z4, Z7, Z0
-	VMOVUPS      Z0, 64(BX)(R9*1)
-	VMOVUPS      128(R8), Z0
-	VFMADD213PS  Z0, Z3, Z0
-	VFMADD231PS  Z6, Z5, Z0
-	VMOVUPS      Z0, 128(BX)
-	VMOVUPS      128(R8)(R9*1), Z0
-	VFMADD213PS  Z0, Z3, Z0
-	VFMADD231PS  Z6, Z7, Z0
-	VMOVUPS      Z0, 128(BX)(R9*1)
-	VMOVUPS      192(R8), Z0
-	VFMADD213PS  Z0, Z3, Z0
-	VFMADD231PS  Z8, Z5, Z0
-	VMOVUPS      Z0, 192(BX)
-	VMOVUPS      192(R8)(R9*1), Z0
-	VFMADD213PS  Z0, Z3, Z0
-	VFMADD231PS  Z8, Z7, Z0
-	VMOVUPS      Z0, 192(BX)(R9*1)
-	VMOVUPS.Z    256(R8), K1, Z0
-	VFMADD213PS  Z0, Z3, Z0
-	VFMADD231PS  Z10, Z5, K1, Z0
-	VMOVUPS      Z0, K1, 256(BX)
-	VMOVUPS.Z    256(R8)(R9*1), K1, Z0
-	VFMADD213PS  Z0, Z3, Z0
-	VFMADD231PS  Z10, Z7, K1, Z0
-	VMOVUPS      Z0, K1, 256(BX)(R9*1)
-	CMPQ         R9, $0x00000140
-	JBE          stateVKf32AVX512_dead_39
-	VMOVUPS.Z    320(R8), K3, Z0
-	VFMADD213PS  Z0, Z3, Z0
-	VFMADD231PS  Z12, Z5, K3, Z0
-	VMOVUPS      Z0, K3, 320(BX)
-	VMOVUPS.Z    320(R8)(R9*1), K3, Z0
-	VFMADD213PS  Z0, Z3, Z0
-	VFMADD231PS  Z12, Z7, K3, Z0
-	VMOVUPS      Z0, K3, 320(BX)(R9*1)
-
-stateVKf32AVX512_dead_39:
-	JMP stateVKf32AVX512_decayed_12
-
-stateVKf32AVX512_far_12:
-	VBROADCASTSS 4(DX), Z3
-	VBROADCASTSS X1, Z5
-	VMOVUPS      vklane1<>+0(SB), Z7
-	VPERMPS      Z1, Z7, Z7
-	VMOVUPS      (R8), Z9
-	VMULPS       Z9, Z3, Z9
-	VFMADD231PS  Z0, Z5, Z9
-	VMOVUPS      Z9, (BX)
-	VMOVUPS      (R8)(R9*1), Z9
-	VMULPS       Z9, Z3, Z9
-	VFMADD231PS  Z0, Z7, Z9
-	VMOVUPS      Z9, (BX)(R9*1)
-	VMOVUPS      64(R8), Z0
-	VMULPS       Z0, Z3, Z0
-	VFMADD231PS  Z4, Z5, Z0
-	VMOVUPS      Z0, 64(BX)
-	VMOVUPS      64(R8)(R9*1), Z0
-	VMULPS       Z0, Z3, Z0
-	VFMADD231PS  Z4, Z7, Z0
-	VMOVUPS      Z0, 64(BX)(R9*1)
-	VMOVUPS      128(R8), Z0
-	VMULPS       Z0, Z3, Z0
-	VFMADD231PS  Z6, Z5, Z0
-	VMOVUPS      Z0, 128(BX)
-	VMOVUPS      128(R8)(R9*1), Z0
-	VMULPS       Z0, Z3, Z0
-	VFMADD231PS  Z6, Z7, Z0
-	VMOVUPS      Z0, 128(BX)(R9*1)
-	VMOVUPS      192(R8), Z0
-	VMULPS       Z0, Z3, Z0
-	VFMADD231PS  Z8, Z5, Z0
-	VMOVUPS      Z0, 192(BX)
-	VMOVUPS      192(R8)(R9*1), Z0
-	VMULPS       Z0, Z3, Z0
-	VFMADD231PS  Z8, Z7, Z0
-	VMOVUPS      Z0, 192(BX)(R9*1)
-	VMOVUPS.Z    256(R8), K1, Z0
-	VMULPS       Z0, Z3, Z0
-	VFMADD231PS  Z10, Z5, K1, Z0
-	VMOVUPS      Z0, K1, 256(BX)
-	VMOVUPS.Z    256(R8)(R9*1), K1, Z0
-	VMULPS       Z0, Z3, Z0
-	VFMADD231PS  Z10, Z7, K1, Z0
-	VMOVUPS      Z0, K1, 256(BX)(R9*1)
-	CMPQ         R9, $0x00000140
-	JBE          stateVKf32AVX512_dead_40
-	VMOVUPS.Z    320(R8), K3, Z0
-	VMULPS       Z0, Z3, Z0
-	VFMADD231PS  Z12, Z5, K3, Z0
-	VMOVUPS      Z0, K3, 320(BX)
-	VMOVUPS.Z    320(R8)(R9*1), K3, Z0
-	VMULPS       Z0, Z3, Z0
-	VFMADD231PS  Z12, Z7, K3, Z0
-	VMOVUPS      Z0, K3, 320(BX)(R9*1)
-
-stateVKf32AVX512_dead_40:
-stateVKf32AVX512_decayed_12:
-	ADDQ $0x00000002, (SP)
-	SUBQ $0x00000002, 8(SP)
-
-stateVKf32AVX512_directdone_2:
-stateVKf32AVX512_groups_4:
-stateVKf32AVX512_group_3:
-	CMPQ 8(SP), $0x00000002
-	JB   stateVKf32AVX512_groupsdone_3
-
-	// The prefetch list's next group.
-	MOVQ 56(SP), AX
-
-stateVKf32AVX512_pfentry_9:
-	CMPQ  AX, 64(SP)
-	JAE   stateVKf32AVX512_pfdone_9
-	MOVQ  (AX), DX
-	MOVQ  8(AX), CX
-	ADDQ  $0x10, AX
-	TESTQ CX, CX
-	JZ    stateVKf32AVX512_pfdone_9
-
-stateVKf32AVX512_pfline_9:
-	PREFETCHT1 (DX)
-	ADDQ       $0x40, DX
-	DECQ       CX
-	JNZ        stateVKf32AVX512_pfline_9
-	JMP        stateVKf32AVX512_pfentry_9
-
-stateVKf32AVX512_pfdone_9:
-	MOVQ  AX, 56(SP)
-	MOVL  $0x00000003, AX
-	KMOVW AX, K6
-
-	// Load 2 row(s) of 5…6 vectors.
-	MOVQ       src_base+16(FP), AX
-	MOVQ       (SP), CX
-	IMULQ      R9, CX
-	ADDQ       CX, AX
-	PREFETCHT1 8192(AX)
-	PREFETCHT1 8256(AX)
-	PREFETCHT1 8320(AX)
-	PREFETCHT1 8384(AX)
-	PREFETCHT1 8448(AX)
-	PREFETCHT1 8512(AX)
-	PREFETCHT1 8576(AX)
-	PREFETCHT1 8640(AX)
-	PREFETCHT1 8704(AX)
-	CMPQ       R9, $0x00000120
-	JBE        stateVKf32AVX512_dead_41
-	PREFETCHT1 8768(AX)
-	CMPQ       R9, $0x00000140
-	JBE        stateVKf32AVX512_dead_41
-	PREFETCHT1 8832(AX)
-	CMPQ       R9, $0x00000160
-	JBE        stateVKf32AVX512_dead_41
-	PREFETCHT1 8896(AX)
-
-stateVKf32AVX512_dead_41:
-	VMOVUPS   (AX), Z0
-	VMOVUPS   64(AX), Z3
-	VMOVUPS   128(AX), Z4
-	VMOVUPS   192(AX), Z5
-	VMOVUPS.Z 256(AX), K1, Z6
-	VMOVUPS.Z 320(AX), K3, Z7
-	ADDQ      R9, AX
-	VMOVUPS   (AX), Z8
-	VMOVUPS   64(AX), Z9
-	VMOVUPS   128(AX), Z10
-	VMOVUPS   192(AX), Z11
-	VMOVUPS.Z 256(AX), K1, Z12
-	VMOVUPS.Z 320(AX), K3, Z13
-	MOVQ      kh_base+64(FP), AX
-	MOVQ      qh_base+88(FP), CX
-	MOVQ      tok_base+168(FP), DX
-	MOVQ      stores_base+40(FP), BX
-	MOVQ      v_base+112(FP), SI
-	MOVQ      o_base+144(FP), DI
-	MOVQ      (SP), R8
-	SHLQ      $0x02, R8
-	ADDQ      R8, SI
-	ADDQ      R8, DI
-	MOVQ      16(SP), R8
-
-stateVKf32AVX512_token_3:
-	VMULPS      (AX), Z0, Z14
-	VMULPS      (CX), Z0, Z15
-	VMULPS      (AX), Z8, Z18
-	VMULPS      (CX), Z8, Z19
-	VMULPS      64(AX), Z3, Z16
-	VMULPS      64(CX), Z3, Z17
-	VMULPS      64(AX), Z9, Z20
-	VMULPS      64(CX), Z9, Z21
-	VFMADD231PS 128(AX), Z4, Z14
-	VFMADD231PS 128(CX), Z4, Z15
-	VFMADD231PS 128(AX), Z10, Z18
-	VFMADD231PS 128(CX), Z10, Z19
-	VFMADD231PS 192(AX), Z5, Z16
-	VFMADD231PS 192(CX), Z5, Z17
-	VFMADD231PS 192(AX), Z11, Z20
-	VFMADD231PS 192(CX), Z11, Z21
-	VFMADD231PS 256(AX), Z6, K1, Z14
-	VFMADD231PS 256(CX), Z6, K1, Z15
-	VFMADD231PS 256(AX), Z12, K1, Z18
-	VFMADD231PS 256(CX), Z12, K1, Z19
-	CMPQ        R9, $0x00000140
-	JBE         stateVKf32AVX512_dead_42
-	VFMADD231PS 320(AX), Z7, K3, Z16
-	VFMADD231PS 320(CX), Z7, K3, Z17
-	VFMADD231PS 320(AX), Z13, K3, Z20
-	VFMADD231PS 320(CX), Z13, K3, Z21
-
-stateVKf32AVX512_dead_42:
-	VADDPS       Z16, Z14, Z14
-	VADDPS       Z20, Z18, Z18
-	VADDPS       Z17, Z15, Z15
-	VADDPS       Z21, Z19, Z19
-	VSHUFF32X4   $0x44, Z18, Z14, Z16
-	VSHUFF32X4   $0xee, Z18, Z14, Z14
-	VADDPS       Z14, Z16, Z16
-	VSHUFF32X4   $0x44, Z19, Z15, Z14
-	VSHUFF32X4   $0xee, Z19, Z15, Z15
-	VADDPS       Z15, Z14, Z14
-	VSHUFF32X4   $0x88, Z14, Z16, Z15
-	VSHUFF32X4   $0xdd, Z14, Z16, Z14
-	VADDPS       Z14, Z15, Z15
-	VSHUFPS      $0x44, Z15, Z15, Z14
-	VSHUFPS      $0xee, Z15, Z15, Z15
-	VADDPS       Z15, Z14, Z14
-	VSHUFPS      $0x88, Z14, Z14, Z15
-	VSHUFPS      $0xdd, Z14, Z14, Z14
-	VADDPS       Z14, Z15, Z15
-	VMOVUPS      vkpermAVX512_2<>+0(SB), Z14
-	VPERMPS      Z15, Z14, Z14
-	VMOVSS       (DX), X1
-	VUCOMISS     nearone<>+0(SB), X1
-	JCS          stateVKf32AVX512_far_13
-	VBROADCASTSS (DX), Z15
-	VFMADD213PS  Z14, Z15, Z14
-	JMP          stateVKf32AVX512_decayed_13
-
-stateVKf32AVX512_far_13:
-	VBROADCASTSS 4(DX), Z15
-	VMULPS       Z14, Z15, Z14
-
-stateVKf32AVX512_decayed_13:
-	VEXTRACTF64X4 $0x01, Z14, Y15
-	VMOVUPS.Z     (SI), K6, Y1
-	VSUBPS        Y14, Y1, Y1
-	VBROADCASTSS  8(DX), Z14
-	VMULPS        Y14, Y1, Y1
-	VBROADCASTSS  12(DX), Z14
-	VFMADD231PS   Y14, Y1, Y15
-	VMOVUPS       Y15, K6, (DI)
-	VMOVSS        (DX), X2
-	VUCOMISS      nearone<>+0(SB), X2
-	JCS           stateVKf32AVX512_far_14
-	VBROADCASTSS  (DX), Z14
-	VBROADCASTSS  X1, Z15
-	VMOVUPS       vklane1<>+0(SB), Z16
-	VPERMPS       Z1, Z16, Z16
-	VFMADD213PS   Z0, Z14, Z0
-	VFMADD231PS   (AX), Z15, Z0
-	VFMADD213PS   Z8, Z14, Z8
-	VFMADD231PS   (AX), Z16, Z8
-	VFMADD213PS   Z3, Z14, Z3
-	VFMADD231PS   64(AX), Z15, Z3
-	VFMADD213PS   Z9, Z14, Z9
-	VFMADD231PS   64(AX), Z16, Z9
-	VFMADD213PS   Z4, Z14, Z4
-	VFMADD231PS   128(AX), Z15, Z4
-	VFMADD213PS   Z10, Z14, Z10
-	VFMADD231PS   128(AX), Z16, Z10
-	VFMADD213PS   Z5, Z14, Z5
-	VFMADD231PS   192(AX), Z15, Z5
-	VFMADD213PS   Z11, Z14, Z11
-	VFMADD231PS   192(AX), Z16, Z11
-	VFMADD213PS   Z6, Z14, Z6
-	VFMADD231PS   256(AX), Z15, K1, Z6
-	VFMADD213PS   Z12, Z14, Z12
-	VFMADD231PS   256(AX), Z16, K1, Z12
-	CMPQ          R9, $0x00000140
-	JBE           stateVKf32AVX512_dead_43
-	VFMADD213PS   Z7, Z14, Z7
-	VFMADD231PS   320(AX), Z15, K3, Z7
-	VFMADD213PS   Z13, Z14, Z13
-	VFMADD231PS   320(AX), Z16, K3, Z13
-
-stateVKf32AVX512_dead_43:
-	JMP stateVKf32AVX512_decayed_14
-
-stateVKf32AVX512_far_14:
-	VBROADCASTSS 4(DX), Z14
-	VBROADCASTSS X1, Z15
-	VMOVUPS      vklane1<>+0(SB), Z16
-	VPERMPS      Z1, Z16, Z16
-	VMULPS       Z0, Z14, Z0
-	VFMADD231PS  (AX), Z15, Z0
-	VMULPS       Z8, Z14, Z8
-	VFMADD231PS  (AX), Z16, Z8
-	VMULPS       Z3, Z14, Z3
-	VFMADD231PS  64(AX), Z15, Z3
-	VMULPS       Z9, Z14, Z9
-	VFMADD231PS  64(AX), Z16, Z9
-	VMULPS       Z4, Z14, Z4
-	VFMADD231PS  128(AX), Z15, Z4
-	VMULPS       Z10, Z14, Z10
-	VFMADD231PS  128(AX), Z16, Z10
-	VMULPS       Z5, Z14, Z5
-	VFMADD231PS  192(AX), Z15, Z5
-	VMULPS       Z11, Z14, Z11
-	VFMADD231PS  192(AX), Z16, Z11
-	VMULPS       Z6, Z14, Z6
-	VFMADD231PS  256(AX), Z15, K1, Z6
-	VMULPS       Z12, Z14, Z12
-	VFMADD231PS  256(AX), Z16, K1, Z12
-	CMPQ         R9, $0x00000140
-	JBE          stateVKf32AVX512_dead_44
-	VMULPS       Z7, Z14, Z7
-	VFMADD231PS  320(AX), Z15, K3, Z7
-	VMULPS       Z13, Z14, Z13
-	VFMADD231PS  320(AX), Z16, K3, Z13
-
-stateVKf32AVX512_dead_44:
-stateVKf32AVX512_decayed_14:
-	// The state after this token, if stored.
-	MOVQ    (BX), R10
-	TESTQ   R10, R10
-	JZ      stateVKf32AVX512_nostore_3
-	MOVQ    (SP), R11
-	IMULQ   R9, R11
-	ADDQ    R11, R10
-	VMOVUPS Z0, (R10)
-	VMOVUPS Z3, 64(R10)
-	VMOVUPS Z4, 128(R10)
-	VMOVUPS Z5, 192(R10)
-	VMOVUPS Z6, K1, 256(R10)
-	CMPQ    R9, $0x00000140
-	JBE     stateVKf32AVX512_dead_45
-	VMOVUPS Z7, K3, 320(R10)
-
-stateVKf32AVX512_dead_45:
-	ADDQ    R9, R10
-	VMOVUPS Z8, (R10)
-	VMOVUPS Z9, 64(R10)
-	VMOVUPS Z10, 128(R10)
-	VMOVUPS Z11, 192(R10)
-	VMOVUPS Z12, K1, 256(R10)
-	CMPQ    R9, $0x00000140
-	JBE     stateVKf32AVX512_dead_46
-	VMOVUPS Z13, K3, 320(R10)
-
-stateVKf32AVX512_dead_46:
-stateVKf32AVX512_nostore_3:
 	ADDQ R9, AX
-	ADDQ R9, CX
-	ADDQ $0x10, DX
-	ADDQ $0x08, BX
-	ADDQ 32(SP), SI
-	ADDQ 24(SP), DI
-	DECQ R8
-	JNZ  stateVKf32AVX512_token_3
-	ADDQ $0x00000002, (SP)
-	SUBQ $0x00000002, 8(SP)
-	JMP  stateVKf32AVX512_group_3
-
-stateVKf32AVX512_groupsdone_3:
-stateVKf32AVX512_group_4:
-	CMPQ 8(SP), $0x00000001
-	JB   stateVKf32AVX512_groupsdone_4
-
-	// The prefetch list's next group.
-	MOVQ 56(SP), AX
-
-stateVKf32AVX512_pfentry_10:
-	CMPQ  AX, 64(SP)
-	JAE   stateVKf32AVX512_pfdone_10
-	MOVQ  (AX), DX
-	MOVQ  8(AX), CX
-	ADDQ  $0x10, AX
-	TESTQ CX, CX
-	JZ    stateVKf32AVX512_pfdone_10
-
-stateVKf32AVX512_pfline_10:
-	PREFETCHT1 (DX)
-	ADDQ       $0x40, DX
-	DECQ       CX
-	JNZ        stateVKf32AVX512_pfline_10
-	JMP        stateVKf32AVX512_pfentry_10
-
-stateVKf32AVX512_pfdone_10:
-	MOVQ AX, 56(SP)
-
-	// Load 1 row(s) of 5…6 vectors.
-	MOVQ       src_base+16(FP), AX
-	MOVQ       (SP), CX
-	IMULQ      R9, CX
-	ADDQ       CX, AX
-	PREFETCHT1 8192(AX)
-	PREFETCHT1 8256(AX)
-	PREFETCHT1 8320(AX)
-	PREFETCHT1 8384(AX)
-	PREFETCHT1 8448(AX)
-	CMPQ       R9, $0x00000140
-	JBE        stateVKf32AVX512_dead_47
-	PREFETCHT1 8512(AX)
-
-stateVKf32AVX512_dead_47:
-	VMOVUPS   (AX), Z0
-	VMOVUPS   64(AX), Z1
-	VMOVUPS   128(AX), Z3
-	VMOVUPS   192(AX), Z4
-	VMOVUPS.Z 256(AX), K1, Z5
-	VMOVUPS.Z 320(AX), K3, Z6
-	MOVQ      kh_base+64(FP), AX
-	MOVQ      qh_base+88(FP), CX
-	MOVQ      tok_base+168(FP), DX
-	MOVQ      stores_base+40(FP), BX
-	MOVQ      v_base+112(FP), SI
-	MOVQ      o_base+144(FP), DI
-	MOVQ      (SP), R8
-	SHLQ      $0x02, R8
-	ADDQ      R8, SI
-	ADDQ      R8, DI
-	MOVQ      16(SP), R8
-
-stateVKf32AVX512_token_4:
-	VMULPS      (AX), Z0, Z7
-	VMULPS      (CX), Z0, Z8
-	VMULPS      64(AX), Z1, Z9
-	VMULPS      64(CX), Z1, Z10
-	VFMADD231PS 128(AX), Z3, Z7
-	VFMADD231PS 128(CX), Z3, Z8
-	VFMADD231PS 192(AX), Z4, Z9
-	VFMADD231PS 192(CX), Z4, Z10
-	VFMADD231PS 256(AX), Z5, K1, Z7
-	VFMADD231PS 256(CX), Z5, K1, Z8
-	CMPQ        R9, $0x00000140
-	JBE         stateVKf32AVX512_dead_48
-	VFMADD231PS 320(AX), Z6, K3, Z9
-	VFMADD231PS 320(CX), Z6, K3, Z10
-
-stateVKf32AVX512_dead_48:
-	VADDPS       Z9, Z7, Z7
-	VADDPS       Z10, Z8, Z8
-	VSHUFF32X4   $0x44, Z8, Z7, Z9
-	VSHUFF32X4   $0xee, Z8, Z7, Z7
-	VADDPS       Z7, Z9, Z9
-	VSHUFF32X4   $0x88, Z9, Z9, Z7
-	VSHUFF32X4   $0xdd, Z9, Z9, Z8
-	VADDPS       Z8, Z7, Z7
-	VSHUFPS      $0x44, Z7, Z7, Z8
-	VSHUFPS      $0xee, Z7, Z7, Z7
-	VADDPS       Z7, Z8, Z8
-	VSHUFPS      $0x88, Z8, Z8, Z7
-	VSHUFPS      $0xdd, Z8, Z8, Z8
-	VADDPS       Z8, Z7, Z7
-	VMOVUPS      vkpermAVX512_1<>+0(SB), Z8
-	VPERMPS      Z7, Z8, Z7
-	VMOVSS       (DX), X2
-	VUCOMISS     nearone<>+0(SB), X2
-	JCS          stateVKf32AVX512_far_15
-	VBROADCASTSS (DX), Z8
-	VFMADD213PS  Z7, Z8, Z7
-	JMP          stateVKf32AVX512_decayed_15
-
-stateVKf32AVX512_far_15:
-	VBROADCASTSS 4(DX), Z8
-	VMULPS       Z7, Z8, Z7
-
-stateVKf32AVX512_decayed_15:
-	VEXTRACTF64X4 $0x01, Z7, Y8
-	VMOVSS        (SI), X2
-	VSUBPS        Y7, Y2, Y2
-	VBROADCASTSS  8(DX), Z7
-	VMULPS        Y7, Y2, Y7
-	VBROADCASTSS  12(DX), Z9
-	VFMADD231PS   Y9, Y7, Y8
-	VMOVSS        X8, (DI)
-	VMOVSS        (DX), X2
-	VUCOMISS      nearone<>+0(SB), X2
-	JCS           stateVKf32AVX512_far_16
-	VBROADCASTSS  (DX), Z8
-	VBROADCASTSS  X7, Z7
-	VFMADD213PS   Z0, Z8, Z0
-	VFMADD231PS   (AX), Z7, Z0
-	VFMADD213PS   Z1, Z8, Z1
-	VFMADD231PS   64(AX), Z7, Z1
-	VFMADD213PS   Z3, Z8, Z3
-	VFMADD231PS   128(AX), Z7, Z3
-	VFMADD213PS   Z4, Z8, Z4
-	VFMADD231PS   192(AX), Z7, Z4
-	VFMADD213PS   Z5, Z8, Z5
-	VFMADD231PS   256(AX), Z7, K1, Z5
-	CMPQ          R9, $0x00000140
-	JBE           stateVKf32AVX512_dead_49
-	VFMADD213PS   Z6, Z8, Z6
-	VFMADD231PS   320(AX), Z7, K3, Z6
-
-stateVKf32AVX512_dead_49:
-	JMP stateVKf32AVX512_decayed_16
-
-stateVKf32AVX512_far_16:
-	VBROADCASTSS 4(DX), Z8
-	VBROADCASTSS X7, Z7
-	VMULPS       Z0, Z8, Z0
-	VFMADD231PS  (AX), Z7, Z0
-	VMULPS       Z1, Z8, Z1
-	VFMADD231PS  64(AX), Z7, Z1
-	VMULPS       Z3, Z8, Z3
-	VFMADD231PS  128(AX), Z7, Z3
-	VMULPS       Z4, Z8, Z4
-	VFMADD231PS  192(AX), Z7, Z4
-	VMULPS       Z5, Z8, Z5
-	VFMADD231PS  256(AX), Z7, K1, Z5
-	CMPQ         R9, $0x00000140
-	JBE          stateVKf32AVX512_dead_50
-	VMULPS       Z6, Z8, Z6
-	VFMADD231PS  320(AX), Z7, K3, Z6
-
-stateVKf32AVX512_dead_50:
-stateVKf32AVX512_decayed_16:
-	// The state after this token, if stored.
-	MOVQ    (BX), R10
-	TESTQ   R10, R10
-	JZ      stateVKf32AVX512_nostore_4
-	MOVQ    (SP), R11
-	IMULQ   R9, R11
-	ADDQ    R11, R10
-	VMOVUPS Z0, (R10)
-	VMOVUPS Z1, 64(R10)
-	VMOVUPS Z3, 128(R10)
-	VMOVUPS Z4, 192(R10)
-	VMOVUPS Z5, K1, 256(R10)
-	CMPQ    R9, $0x00000140
-	JBE     stateVKf32AVX512_dead_51
-	VMOVUPS Z6, K3, 320(R10)
-
-stateVKf32AVX512_dead_51:
-stateVKf32AVX512_nostore_4:
-	ADDQ R9, AX
-	ADDQ R9, CX
-	ADDQ $0x10, DX
-	ADDQ $0x08, BX
-	ADDQ 32(SP), SI
-	ADDQ 24(SP), DI
-	DECQ R8
-	JNZ  stateVKf32AVX512_token_4
-	ADDQ $0x00000001, (SP)
-	SUBQ $0x00000001, 8(SP)
-	JMP  stateVKf32AVX512_group_4
-
-stateVKf32AVX512_groupsdone_4:
-	JMP stateVKf32AVX512_done_1
-
-stateVKf32AVX512_n8_1:
-	// Rows of 7…8 vectors.
-	MOVQ         R9, AX
-	SHRQ         $0x02, AX
-	SUBQ         $0x00000060, AX
-	VPBROADCASTD AX, Z0
-	VPCMPGTD     iota<>+0(SB), Z0, K1
-	MOVQ         R9, AX
-	SHRQ         $0x02, AX
-	SUBQ         $0x00000070, AX
-	VPBROADCASTD AX, Z0
-	VPCMPGTD     iota<>+0(SB), Z0, K3
-	CMPQ         16(SP), $0x01
-	JE           stateVKf32AVX512_groups_5
-
-stateVKf32AVX512_block_3:
-	CMPQ    8(SP), $0x10
-	JB      stateVKf32AVX512_blocksdone_3
-	MOVQ    $0x00000001, AX
-	MOVQ    $0x00000002, CX
-	CMPQ    8(SP), $0x20
-	CMOVQCC CX, AX
-	MOVQ    AX, 48(SP)
-
-	// A block of 16·nb rows of 7…8 vectors in work.
-	MOVQ  src_base+16(FP), AX
-	MOVQ  (SP), CX
-	IMULQ R9, CX
-	ADDQ  CX, AX
-	MOVQ  40(SP), CX
-	MOVQ  48(SP), DX
-	SHLQ  $0x04, DX
-
-stateVKf32AVX512_bload_3:
-	PREFETCHT1 8192(AX)
-	PREFETCHT1 8256(AX)
-	PREFETCHT1 8320(AX)
-	PREFETCHT1 8384(AX)
-	PREFETCHT1 8448(AX)
-	PREFETCHT1 8512(AX)
-	PREFETCHT1 8576(AX)
-	CMPQ       R9, $0x000001c0
-	JBE        stateVKf32AVX512_dead_52
-	PREFETCHT1 8640(AX)
-
-stateVKf32AVX512_dead_52:
-	VMOVUPS   (AX), Z0
-	VMOVUPS   Z0, (CX)
-	VMOVUPS   64(AX), Z0
-	VMOVUPS   Z0, 64(CX)
-	VMOVUPS   128(AX), Z0
-	VMOVUPS   Z0, 128(CX)
-	VMOVUPS   192(AX), Z0
-	VMOVUPS   Z0, 192(CX)
-	VMOVUPS   256(AX), Z0
-	VMOVUPS   Z0, 256(CX)
-	VMOVUPS   320(AX), Z0
-	VMOVUPS   Z0, 320(CX)
-	VMOVUPS.Z 384(AX), K1, Z0
-	VMOVUPS   Z0, 384(CX)
-	VMOVUPS.Z 448(AX), K3, Z0
-	VMOVUPS   Z0, 448(CX)
-	ADDQ      R9, AX
-	ADDQ      $0x00000200, CX
-	DECQ      DX
-	JNZ       stateVKf32AVX512_bload_3
-	MOVQ      kh_base+64(FP), AX
-	MOVQ      qh_base+88(FP), CX
-	MOVQ      tok_base+168(FP), DX
-	MOVQ      stores_base+40(FP), BX
-	MOVQ      v_base+112(FP), SI
-	MOVQ      o_base+144(FP), DI
-	MOVQ      (SP), R8
-	SHLQ      $0x02, R8
-	ADDQ      R8, SI
-	ADDQ      R8, DI
-	MOVQ      16(SP), R8
+	ADDQ $0x00000200, CX
+	DECQ DX
+	JNZ  stateVKf32AVX512_bload_2
+	MOVQ kh_base+64(FP), AX
+	MOVQ qh_base+88(FP), CX
+	MOVQ tok_base+168(FP), DX
+	MOVQ stores_base+40(FP), BX
+	MOVQ v_base+112(FP), SI
+	MOVQ o_base+144(FP), DI
+	MOVQ (SP), R8
+	SHLQ $0x02, R8
+	ADDQ R8, SI
+	ADDQ R8, DI
+	MOVQ 16(SP), R8
 
 	// The first token's dots and their totals.
 	VMOVUPS   (AX), Z0
 	VMOVUPS   64(AX), Z3
 	VMOVUPS   128(AX), Z4
 	VMOVUPS   192(AX), Z5
-	VMOVUPS   256(AX), Z6
-	VMOVUPS   320(AX), Z7
-	VMOVUPS.Z 384(AX), K1, Z8
-	VMOVUPS.Z 448(AX), K3, Z9
+	VMOVUPS.Z 256(AX), K1, Z6
+	VMOVUPS.Z 320(AX), K3, Z7
+	VMOVUPS.Z 384(AX), K4, Z8
+	VMOVUPS.Z 448(AX), K5, Z9
 	VMOVUPS   (CX), Z10
 	VMOVUPS   64(CX), Z11
 	VMOVUPS   128(CX), Z12
 	VMOVUPS   192(CX), Z13
-	VMOVUPS   256(CX), Z14
-	VMOVUPS   320(CX), Z15
-	VMOVUPS.Z 384(CX), K1, Z16
-	VMOVUPS.Z 448(CX), K3, Z17
+	VMOVUPS.Z 256(CX), K1, Z14
+	VMOVUPS.Z 320(CX), K3, Z15
+	VMOVUPS.Z 384(CX), K4, Z16
+	VMOVUPS.Z 448(CX), K5, Z17
 	XORQ      R10, R10
 
-stateVKf32AVX512_bsub_3:
+stateVKf32AVX512_bsub_2:
 	MOVQ   R10, R11
 	IMUL3Q $0x00002000, R11, R11
 	ADDQ   40(SP), R11
@@ -22917,7 +21099,7 @@ stateVKf32AVX512_bsub_3:
 	ADDQ   $0x00004000, R12
 	MOVQ   $0x00000008, R13
 
-stateVKf32AVX512_bdots_3:
+stateVKf32AVX512_bdots_2:
 	VMOVUPS     (R11), Z19
 	VMULPS      Z0, Z19, Z18
 	VMULPS      Z10, Z19, Z19
@@ -22943,33 +21125,37 @@ stateVKf32AVX512_bdots_3:
 	VFMADD231PS Z5, Z26, Z24
 	VFMADD231PS Z13, Z26, Z25
 	VMOVUPS     256(R11), Z26
-	VFMADD231PS Z6, Z26, Z18
-	VFMADD231PS Z14, Z26, Z19
+	VFMADD231PS Z6, Z26, K1, Z18
+	VFMADD231PS Z14, Z26, K1, Z19
 	VMOVUPS     768(R11), Z26
-	VFMADD231PS Z6, Z26, Z22
-	VFMADD231PS Z14, Z26, Z23
+	VFMADD231PS Z6, Z26, K1, Z22
+	VFMADD231PS Z14, Z26, K1, Z23
+	CMPQ        R9, $0x00000140
+	JBE         stateVKf32AVX512_dead_35
 	VMOVUPS     320(R11), Z26
-	VFMADD231PS Z7, Z26, Z20
-	VFMADD231PS Z15, Z26, Z21
+	VFMADD231PS Z7, Z26, K3, Z20
+	VFMADD231PS Z15, Z26, K3, Z21
 	VMOVUPS     832(R11), Z26
-	VFMADD231PS Z7, Z26, Z24
-	VFMADD231PS Z15, Z26, Z25
+	VFMADD231PS Z7, Z26, K3, Z24
+	VFMADD231PS Z15, Z26, K3, Z25
+	CMPQ        R9, $0x00000180
+	JBE         stateVKf32AVX512_dead_35
 	VMOVUPS     384(R11), Z26
-	VFMADD231PS Z8, Z26, K1, Z18
-	VFMADD231PS Z16, Z26, K1, Z19
+	VFMADD231PS Z8, Z26, K4, Z18
+	VFMADD231PS Z16, Z26, K4, Z19
 	VMOVUPS     896(R11), Z26
-	VFMADD231PS Z8, Z26, K1, Z22
-	VFMADD231PS Z16, Z26, K1, Z23
+	VFMADD231PS Z8, Z26, K4, Z22
+	VFMADD231PS Z16, Z26, K4, Z23
 	CMPQ        R9, $0x000001c0
-	JBE         stateVKf32AVX512_dead_53
+	JBE         stateVKf32AVX512_dead_35
 	VMOVUPS     448(R11), Z26
-	VFMADD231PS Z9, Z26, K3, Z20
-	VFMADD231PS Z17, Z26, K3, Z21
+	VFMADD231PS Z9, Z26, K5, Z20
+	VFMADD231PS Z17, Z26, K5, Z21
 	VMOVUPS     960(R11), Z26
-	VFMADD231PS Z9, Z26, K3, Z24
-	VFMADD231PS Z17, Z26, K3, Z25
+	VFMADD231PS Z9, Z26, K5, Z24
+	VFMADD231PS Z17, Z26, K5, Z25
 
-stateVKf32AVX512_dead_53:
+stateVKf32AVX512_dead_35:
 	VADDPS     Z20, Z18, Z18
 	VADDPS     Z24, Z22, Z22
 	VSHUFF32X4 $0x44, Z22, Z18, Z20
@@ -22985,7 +21171,7 @@ stateVKf32AVX512_dead_53:
 	ADDQ       $0x00000400, R11
 	ADDQ       $0x40, R12
 	DECQ       R13
-	JNZ        stateVKf32AVX512_bdots_3
+	JNZ        stateVKf32AVX512_bdots_2
 	SUBQ       $0x00000200, R12
 	VMOVUPS    (R12), Z18
 	VMOVUPS    64(R12), Z19
@@ -23053,37 +21239,37 @@ stateVKf32AVX512_dead_53:
 	VMOVUPS    Z19, 64(R12)
 	INCQ       R10
 	CMPQ       R10, 48(SP)
-	JB         stateVKf32AVX512_bsub_3
+	JB         stateVKf32AVX512_bsub_2
 
-stateVKf32AVX512_btoken_3:
+stateVKf32AVX512_btoken_2:
 	// The prefetch list's next group.
 	MOVQ 56(SP), R10
 
-stateVKf32AVX512_pfentry_11:
+stateVKf32AVX512_pfentry_6:
 	CMPQ  R10, 64(SP)
-	JAE   stateVKf32AVX512_pfdone_11
+	JAE   stateVKf32AVX512_pfdone_6
 	MOVQ  (R10), R12
 	MOVQ  8(R10), R11
 	ADDQ  $0x10, R10
 	TESTQ R11, R11
-	JZ    stateVKf32AVX512_pfdone_11
+	JZ    stateVKf32AVX512_pfdone_6
 
-stateVKf32AVX512_pfline_11:
+stateVKf32AVX512_pfline_6:
 	PREFETCHT1 (R12)
 	ADDQ       $0x40, R12
 	DECQ       R11
-	JNZ        stateVKf32AVX512_pfline_11
-	JMP        stateVKf32AVX512_pfentry_11
+	JNZ        stateVKf32AVX512_pfline_6
+	JMP        stateVKf32AVX512_pfentry_6
 
-stateVKf32AVX512_pfdone_11:
+stateVKf32AVX512_pfdone_6:
 	MOVQ         R10, 56(SP)
 	VMOVSS       (DX), X0
 	VUCOMISS     nearone<>+0(SB), X0
-	JCS          stateVKf32AVX512_far_17
+	JCS          stateVKf32AVX512_far_9
 	VBROADCASTSS (DX), Z0
 	XORQ         R10, R10
 
-stateVKf32AVX512_bdelta_5:
+stateVKf32AVX512_bdelta_3:
 	MOVQ         R10, R11
 	SHLQ         $0x0a, R11
 	ADDQ         40(SP), R11
@@ -23105,9 +21291,9 @@ stateVKf32AVX512_bdelta_5:
 	VMOVUPS      Z4, (DI)(R11*1)
 	INCQ         R10
 	CMPQ         R10, 48(SP)
-	JB           stateVKf32AVX512_bdelta_5
+	JB           stateVKf32AVX512_bdelta_3
 	CMPQ         R8, $0x01
-	JE           stateVKf32AVX512_blast_5
+	JE           stateVKf32AVX512_blast_3
 	MOVQ         AX, R10
 	ADDQ         R9, R10
 	MOVQ         CX, R11
@@ -23116,18 +21302,18 @@ stateVKf32AVX512_bdelta_5:
 	VMOVUPS      64(R10), Z4
 	VMOVUPS      128(R10), Z5
 	VMOVUPS      192(R10), Z6
-	VMOVUPS      256(R10), Z7
-	VMOVUPS      320(R10), Z8
-	VMOVUPS.Z    384(R10), K1, Z9
-	VMOVUPS.Z    448(R10), K3, Z10
+	VMOVUPS.Z    256(R10), K1, Z7
+	VMOVUPS.Z    320(R10), K3, Z8
+	VMOVUPS.Z    384(R10), K4, Z9
+	VMOVUPS.Z    448(R10), K5, Z10
 	VMOVUPS      (R11), Z11
 	VMOVUPS      64(R11), Z12
 	VMOVUPS      128(R11), Z13
 	VMOVUPS      192(R11), Z14
-	VMOVUPS      256(R11), Z15
-	VMOVUPS      320(R11), Z16
-	VMOVUPS.Z    384(R11), K1, Z17
-	VMOVUPS.Z    448(R11), K3, Z18
+	VMOVUPS.Z    256(R11), K1, Z15
+	VMOVUPS.Z    320(R11), K3, Z16
+	VMOVUPS.Z    384(R11), K4, Z17
+	VMOVUPS.Z    448(R11), K5, Z18
 	MOVQ         40(SP), R10
 	MOVQ         40(SP), R11
 	ADDQ         $0x00004000, R11
@@ -23136,7 +21322,7 @@ stateVKf32AVX512_bdelta_5:
 	MOVQ         48(SP), R13
 	SHLQ         $0x03, R13
 
-stateVKf32AVX512_bfused_5:
+stateVKf32AVX512_bfused_3:
 	VBROADCASTSS (R12), Z19
 	VBROADCASTSS 4(R12), Z20
 	VMOVUPS      (R10), Z22
@@ -23189,56 +21375,60 @@ stateVKf32AVX512_bfused_5:
 	VFMADD231PS  Z14, Z29, Z28
 	VMOVUPS      256(R10), Z29
 	VFMADD213PS  Z29, Z0, Z29
-	VFMADD231PS  256(AX), Z19, Z29
+	VFMADD231PS  256(AX), Z19, K1, Z29
 	VMOVUPS      Z29, 256(R10)
-	VFMADD231PS  Z7, Z29, Z21
-	VFMADD231PS  Z15, Z29, Z22
+	VFMADD231PS  Z7, Z29, K1, Z21
+	VFMADD231PS  Z15, Z29, K1, Z22
 	VMOVUPS      768(R10), Z29
 	VFMADD213PS  Z29, Z0, Z29
-	VFMADD231PS  256(AX), Z20, Z29
+	VFMADD231PS  256(AX), Z20, K1, Z29
 	VMOVUPS      Z29, 768(R10)
-	VFMADD231PS  Z7, Z29, Z25
-	VFMADD231PS  Z15, Z29, Z26
+	VFMADD231PS  Z7, Z29, K1, Z25
+	VFMADD231PS  Z15, Z29, K1, Z26
+	CMPQ         R9, $0x00000140
+	JBE          stateVKf32AVX512_dead_36
 	VMOVUPS      320(R10), Z29
 	VFMADD213PS  Z29, Z0, Z29
-	VFMADD231PS  320(AX), Z19, Z29
+	VFMADD231PS  320(AX), Z19, K3, Z29
 	VMOVUPS      Z29, 320(R10)
-	VFMADD231PS  Z8, Z29, Z23
-	VFMADD231PS  Z16, Z29, Z24
+	VFMADD231PS  Z8, Z29, K3, Z23
+	VFMADD231PS  Z16, Z29, K3, Z24
 	VMOVUPS      832(R10), Z29
 	VFMADD213PS  Z29, Z0, Z29
-	VFMADD231PS  320(AX), Z20, Z29
+	VFMADD231PS  320(AX), Z20, K3, Z29
 	VMOVUPS      Z29, 832(R10)
-	VFMADD231PS  Z8, Z29, Z27
-	VFMADD231PS  Z16, Z29, Z28
+	VFMADD231PS  Z8, Z29, K3, Z27
+	VFMADD231PS  Z16, Z29, K3, Z28
+	CMPQ         R9, $0x00000180
+	JBE          stateVKf32AVX512_dead_36
 	VMOVUPS      384(R10), Z29
 	VFMADD213PS  Z29, Z0, Z29
-	VFMADD231PS  384(AX), Z19, K1, Z29
+	VFMADD231PS  384(AX), Z19, K4, Z29
 	VMOVUPS      Z29, 384(R10)
-	VFMADD231PS  Z9, Z29, K1, Z21
-	VFMADD231PS  Z17, Z29, K1, Z22
+	VFMADD231PS  Z9, Z29, K4, Z21
+	VFMADD231PS  Z17, Z29, K4, Z22
 	VMOVUPS      896(R10), Z29
 	VFMADD213PS  Z29, Z0, Z29
-	VFMADD231PS  384(AX), Z20, K1, Z29
+	VFMADD231PS  384(AX), Z20, K4, Z29
 	VMOVUPS      Z29, 896(R10)
-	VFMADD231PS  Z9, Z29, K1, Z25
-	VFMADD231PS  Z17, Z29, K1, Z26
+	VFMADD231PS  Z9, Z29, K4, Z25
+	VFMADD231PS  Z17, Z29, K4, Z26
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKf32AVX512_dead_54
+	JBE          stateVKf32AVX512_dead_36
 	VMOVUPS      448(R10), Z29
 	VFMADD213PS  Z29, Z0, Z29
-	VFMADD231PS  448(AX), Z19, K3, Z29
+	VFMADD231PS  448(AX), Z19, K5, Z29
 	VMOVUPS      Z29, 448(R10)
-	VFMADD231PS  Z10, Z29, K3, Z23
-	VFMADD231PS  Z18, Z29, K3, Z24
+	VFMADD231PS  Z10, Z29, K5, Z23
+	VFMADD231PS  Z18, Z29, K5, Z24
 	VMOVUPS      960(R10), Z19
 	VFMADD213PS  Z19, Z0, Z19
-	VFMADD231PS  448(AX), Z20, K3, Z19
+	VFMADD231PS  448(AX), Z20, K5, Z19
 	VMOVUPS      Z19, 960(R10)
-	VFMADD231PS  Z10, Z19, K3, Z27
-	VFMADD231PS  Z18, Z19, K3, Z28
+	VFMADD231PS  Z10, Z19, K5, Z27
+	VFMADD231PS  Z18, Z19, K5, Z28
 
-stateVKf32AVX512_dead_54:
+stateVKf32AVX512_dead_36:
 	VADDPS     Z23, Z21, Z21
 	VADDPS     Z27, Z25, Z25
 	VSHUFF32X4 $0x44, Z25, Z21, Z19
@@ -23256,7 +21446,7 @@ stateVKf32AVX512_dead_54:
 	ADDQ       $0x08, R12
 	DECQ       R13
 	TESTQ      $0x00000007, R13
-	JNZ        stateVKf32AVX512_bfused_5
+	JNZ        stateVKf32AVX512_bfused_3
 	SUBQ       $0x00000200, R11
 	VMOVUPS    (R11), Z19
 	VMOVUPS    64(R11), Z20
@@ -23324,17 +21514,17 @@ stateVKf32AVX512_dead_54:
 	VMOVUPS    Z20, 64(R11)
 	ADDQ       $0x00000400, R11
 	TESTQ      R13, R13
-	JNZ        stateVKf32AVX512_bfused_5
-	JMP        stateVKf32AVX512_bupdated_5
+	JNZ        stateVKf32AVX512_bfused_3
+	JMP        stateVKf32AVX512_bupdated_3
 
-stateVKf32AVX512_blast_5:
+stateVKf32AVX512_blast_3:
 	MOVQ 40(SP), R10
 	MOVQ 40(SP), R11
 	ADDQ $0x00004800, R11
 	MOVQ 48(SP), R12
 	SHLQ $0x03, R12
 
-stateVKf32AVX512_bupdate_5:
+stateVKf32AVX512_bupdate_3:
 	VBROADCASTSS (R11), Z3
 	VBROADCASTSS 4(R11), Z4
 	VMOVUPS      (R10), Z5
@@ -23371,53 +21561,57 @@ stateVKf32AVX512_bupdate_5:
 	VMOVUPS      Z5, 704(R10)
 	VMOVUPS      256(R10), Z5
 	VFMADD213PS  Z5, Z0, Z5
-	VFMADD231PS  256(AX), Z3, Z5
+	VFMADD231PS  256(AX), Z3, K1, Z5
 	VMOVUPS      Z5, 256(R10)
 	VMOVUPS      768(R10), Z5
 	VFMADD213PS  Z5, Z0, Z5
-	VFMADD231PS  256(AX), Z4, Z5
+	VFMADD231PS  256(AX), Z4, K1, Z5
 	VMOVUPS      Z5, 768(R10)
+	CMPQ         R9, $0x00000140
+	JBE          stateVKf32AVX512_dead_37
 	VMOVUPS      320(R10), Z5
 	VFMADD213PS  Z5, Z0, Z5
-	VFMADD231PS  320(AX), Z3, Z5
+	VFMADD231PS  320(AX), Z3, K3, Z5
 	VMOVUPS      Z5, 320(R10)
 	VMOVUPS      832(R10), Z5
 	VFMADD213PS  Z5, Z0, Z5
-	VFMADD231PS  320(AX), Z4, Z5
+	VFMADD231PS  320(AX), Z4, K3, Z5
 	VMOVUPS      Z5, 832(R10)
+	CMPQ         R9, $0x00000180
+	JBE          stateVKf32AVX512_dead_37
 	VMOVUPS      384(R10), Z5
 	VFMADD213PS  Z5, Z0, Z5
-	VFMADD231PS  384(AX), Z3, K1, Z5
+	VFMADD231PS  384(AX), Z3, K4, Z5
 	VMOVUPS      Z5, 384(R10)
 	VMOVUPS      896(R10), Z5
 	VFMADD213PS  Z5, Z0, Z5
-	VFMADD231PS  384(AX), Z4, K1, Z5
+	VFMADD231PS  384(AX), Z4, K4, Z5
 	VMOVUPS      Z5, 896(R10)
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKf32AVX512_dead_55
+	JBE          stateVKf32AVX512_dead_37
 	VMOVUPS      448(R10), Z5
 	VFMADD213PS  Z5, Z0, Z5
-	VFMADD231PS  448(AX), Z3, K3, Z5
+	VFMADD231PS  448(AX), Z3, K5, Z5
 	VMOVUPS      Z5, 448(R10)
 	VMOVUPS      960(R10), Z3
 	VFMADD213PS  Z3, Z0, Z3
-	VFMADD231PS  448(AX), Z4, K3, Z3
+	VFMADD231PS  448(AX), Z4, K5, Z3
 	VMOVUPS      Z3, 960(R10)
 
-stateVKf32AVX512_dead_55:
+stateVKf32AVX512_dead_37:
 	ADDQ $0x00000400, R10
 	ADDQ $0x08, R11
 	DECQ R12
-	JNZ  stateVKf32AVX512_bupdate_5
+	JNZ  stateVKf32AVX512_bupdate_3
 
-stateVKf32AVX512_bupdated_5:
-	JMP stateVKf32AVX512_decayed_17
+stateVKf32AVX512_bupdated_3:
+	JMP stateVKf32AVX512_decayed_9
 
-stateVKf32AVX512_far_17:
+stateVKf32AVX512_far_9:
 	VBROADCASTSS 4(DX), Z0
 	XORQ         R10, R10
 
-stateVKf32AVX512_bdelta_6:
+stateVKf32AVX512_bdelta_4:
 	MOVQ         R10, R11
 	SHLQ         $0x0a, R11
 	ADDQ         40(SP), R11
@@ -23439,9 +21633,9 @@ stateVKf32AVX512_bdelta_6:
 	VMOVUPS      Z4, (DI)(R11*1)
 	INCQ         R10
 	CMPQ         R10, 48(SP)
-	JB           stateVKf32AVX512_bdelta_6
+	JB           stateVKf32AVX512_bdelta_4
 	CMPQ         R8, $0x01
-	JE           stateVKf32AVX512_blast_6
+	JE           stateVKf32AVX512_blast_4
 	MOVQ         AX, R10
 	ADDQ         R9, R10
 	MOVQ         CX, R11
@@ -23450,18 +21644,18 @@ stateVKf32AVX512_bdelta_6:
 	VMOVUPS      64(R10), Z4
 	VMOVUPS      128(R10), Z5
 	VMOVUPS      192(R10), Z6
-	VMOVUPS      256(R10), Z7
-	VMOVUPS      320(R10), Z8
-	VMOVUPS.Z    384(R10), K1, Z9
-	VMOVUPS.Z    448(R10), K3, Z10
+	VMOVUPS.Z    256(R10), K1, Z7
+	VMOVUPS.Z    320(R10), K3, Z8
+	VMOVUPS.Z    384(R10), K4, Z9
+	VMOVUPS.Z    448(R10), K5, Z10
 	VMOVUPS      (R11), Z11
 	VMOVUPS      64(R11), Z12
 	VMOVUPS      128(R11), Z13
 	VMOVUPS      192(R11), Z14
-	VMOVUPS      256(R11), Z15
-	VMOVUPS      320(R11), Z16
-	VMOVUPS.Z    384(R11), K1, Z17
-	VMOVUPS.Z    448(R11), K3, Z18
+	VMOVUPS.Z    256(R11), K1, Z15
+	VMOVUPS.Z    320(R11), K3, Z16
+	VMOVUPS.Z    384(R11), K4, Z17
+	VMOVUPS.Z    448(R11), K5, Z18
 	MOVQ         40(SP), R10
 	MOVQ         40(SP), R11
 	ADDQ         $0x00004000, R11
@@ -23470,7 +21664,7 @@ stateVKf32AVX512_bdelta_6:
 	MOVQ         48(SP), R13
 	SHLQ         $0x03, R13
 
-stateVKf32AVX512_bfused_6:
+stateVKf32AVX512_bfused_4:
 	VBROADCASTSS (R12), Z19
 	VBROADCASTSS 4(R12), Z20
 	VMOVUPS      (R10), Z22
@@ -23523,56 +21717,60 @@ stateVKf32AVX512_bfused_6:
 	VFMADD231PS  Z14, Z29, Z28
 	VMOVUPS      256(R10), Z29
 	VMULPS       Z29, Z0, Z29
-	VFMADD231PS  256(AX), Z19, Z29
+	VFMADD231PS  256(AX), Z19, K1, Z29
 	VMOVUPS      Z29, 256(R10)
-	VFMADD231PS  Z7, Z29, Z21
-	VFMADD231PS  Z15, Z29, Z22
+	VFMADD231PS  Z7, Z29, K1, Z21
+	VFMADD231PS  Z15, Z29, K1, Z22
 	VMOVUPS      768(R10), Z29
 	VMULPS       Z29, Z0, Z29
-	VFMADD231PS  256(AX), Z20, Z29
+	VFMADD231PS  256(AX), Z20, K1, Z29
 	VMOVUPS      Z29, 768(R10)
-	VFMADD231PS  Z7, Z29, Z25
-	VFMADD231PS  Z15, Z29, Z26
+	VFMADD231PS  Z7, Z29, K1, Z25
+	VFMADD231PS  Z15, Z29, K1, Z26
+	CMPQ         R9, $0x00000140
+	JBE          stateVKf32AVX512_dead_38
 	VMOVUPS      320(R10), Z29
 	VMULPS       Z29, Z0, Z29
-	VFMADD231PS  320(AX), Z19, Z29
+	VFMADD231PS  320(AX), Z19, K3, Z29
 	VMOVUPS      Z29, 320(R10)
-	VFMADD231PS  Z8, Z29, Z23
-	VFMADD231PS  Z16, Z29, Z24
+	VFMADD231PS  Z8, Z29, K3, Z23
+	VFMADD231PS  Z16, Z29, K3, Z24
 	VMOVUPS      832(R10), Z29
 	VMULPS       Z29, Z0, Z29
-	VFMADD231PS  320(AX), Z20, Z29
+	VFMADD231PS  320(AX), Z20, K3, Z29
 	VMOVUPS      Z29, 832(R10)
-	VFMADD231PS  Z8, Z29, Z27
-	VFMADD231PS  Z16, Z29, Z28
+	VFMADD231PS  Z8, Z29, K3, Z27
+	VFMADD231PS  Z16, Z29, K3, Z28
+	CMPQ         R9, $0x00000180
+	JBE          stateVKf32AVX512_dead_38
 	VMOVUPS      384(R10), Z29
 	VMULPS       Z29, Z0, Z29
-	VFMADD231PS  384(AX), Z19, K1, Z29
+	VFMADD231PS  384(AX), Z19, K4, Z29
 	VMOVUPS      Z29, 384(R10)
-	VFMADD231PS  Z9, Z29, K1, Z21
-	VFMADD231PS  Z17, Z29, K1, Z22
+	VFMADD231PS  Z9, Z29, K4, Z21
+	VFMADD231PS  Z17, Z29, K4, Z22
 	VMOVUPS      896(R10), Z29
 	VMULPS       Z29, Z0, Z29
-	VFMADD231PS  384(AX), Z20, K1, Z29
+	VFMADD231PS  384(AX), Z20, K4, Z29
 	VMOVUPS      Z29, 896(R10)
-	VFMADD231PS  Z9, Z29, K1, Z25
-	VFMADD231PS  Z17, Z29, K1, Z26
+	VFMADD231PS  Z9, Z29, K4, Z25
+	VFMADD231PS  Z17, Z29, K4, Z26
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKf32AVX512_dead_56
+	JBE          stateVKf32AVX512_dead_38
 	VMOVUPS      448(R10), Z29
 	VMULPS       Z29, Z0, Z29
-	VFMADD231PS  448(AX), Z19, K3, Z29
+	VFMADD231PS  448(AX), Z19, K5, Z29
 	VMOVUPS      Z29, 448(R10)
-	VFMADD231PS  Z10, Z29, K3, Z23
-	VFMADD231PS  Z18, Z29, K3, Z24
+	VFMADD231PS  Z10, Z29, K5, Z23
+	VFMADD231PS  Z18, Z29, K5, Z24
 	VMOVUPS      960(R10), Z19
 	VMULPS       Z19, Z0, Z19
-	VFMADD231PS  448(AX), Z20, K3, Z19
+	VFMADD231PS  448(AX), Z20, K5, Z19
 	VMOVUPS      Z19, 960(R10)
-	VFMADD231PS  Z10, Z19, K3, Z27
-	VFMADD231PS  Z18, Z19, K3, Z28
+	VFMADD231PS  Z10, Z19, K5, Z27
+	VFMADD231PS  Z18, Z19, K5, Z28
 
-stateVKf32AVX512_dead_56:
+stateVKf32AVX512_dead_38:
 	VADDPS     Z23, Z21, Z21
 	VADDPS     Z27, Z25, Z25
 	VSHUFF32X4 $0x44, Z25, Z21, Z19
@@ -23590,7 +21788,7 @@ stateVKf32AVX512_dead_56:
 	ADDQ       $0x08, R12
 	DECQ       R13
 	TESTQ      $0x00000007, R13
-	JNZ        stateVKf32AVX512_bfused_6
+	JNZ        stateVKf32AVX512_bfused_4
 	SUBQ       $0x00000200, R11
 	VMOVUPS    (R11), Z19
 	VMOVUPS    64(R11), Z20
@@ -23658,17 +21856,17 @@ stateVKf32AVX512_dead_56:
 	VMOVUPS    Z20, 64(R11)
 	ADDQ       $0x00000400, R11
 	TESTQ      R13, R13
-	JNZ        stateVKf32AVX512_bfused_6
-	JMP        stateVKf32AVX512_bupdated_6
+	JNZ        stateVKf32AVX512_bfused_4
+	JMP        stateVKf32AVX512_bupdated_4
 
-stateVKf32AVX512_blast_6:
+stateVKf32AVX512_blast_4:
 	MOVQ 40(SP), R10
 	MOVQ 40(SP), R11
 	ADDQ $0x00004800, R11
 	MOVQ 48(SP), R12
 	SHLQ $0x03, R12
 
-stateVKf32AVX512_bupdate_6:
+stateVKf32AVX512_bupdate_4:
 	VBROADCASTSS (R11), Z3
 	VBROADCASTSS 4(R11), Z4
 	VMOVUPS      (R10), Z5
@@ -23705,71 +21903,75 @@ stateVKf32AVX512_bupdate_6:
 	VMOVUPS      Z5, 704(R10)
 	VMOVUPS      256(R10), Z5
 	VMULPS       Z5, Z0, Z5
-	VFMADD231PS  256(AX), Z3, Z5
+	VFMADD231PS  256(AX), Z3, K1, Z5
 	VMOVUPS      Z5, 256(R10)
 	VMOVUPS      768(R10), Z5
 	VMULPS       Z5, Z0, Z5
-	VFMADD231PS  256(AX), Z4, Z5
+	VFMADD231PS  256(AX), Z4, K1, Z5
 	VMOVUPS      Z5, 768(R10)
+	CMPQ         R9, $0x00000140
+	JBE          stateVKf32AVX512_dead_39
 	VMOVUPS      320(R10), Z5
 	VMULPS       Z5, Z0, Z5
-	VFMADD231PS  320(AX), Z3, Z5
+	VFMADD231PS  320(AX), Z3, K3, Z5
 	VMOVUPS      Z5, 320(R10)
 	VMOVUPS      832(R10), Z5
 	VMULPS       Z5, Z0, Z5
-	VFMADD231PS  320(AX), Z4, Z5
+	VFMADD231PS  320(AX), Z4, K3, Z5
 	VMOVUPS      Z5, 832(R10)
+	CMPQ         R9, $0x00000180
+	JBE          stateVKf32AVX512_dead_39
 	VMOVUPS      384(R10), Z5
 	VMULPS       Z5, Z0, Z5
-	VFMADD231PS  384(AX), Z3, K1, Z5
+	VFMADD231PS  384(AX), Z3, K4, Z5
 	VMOVUPS      Z5, 384(R10)
 	VMOVUPS      896(R10), Z5
 	VMULPS       Z5, Z0, Z5
-	VFMADD231PS  384(AX), Z4, K1, Z5
+	VFMADD231PS  384(AX), Z4, K4, Z5
 	VMOVUPS      Z5, 896(R10)
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKf32AVX512_dead_57
+	JBE          stateVKf32AVX512_dead_39
 	VMOVUPS      448(R10), Z5
 	VMULPS       Z5, Z0, Z5
-	VFMADD231PS  448(AX), Z3, K3, Z5
+	VFMADD231PS  448(AX), Z3, K5, Z5
 	VMOVUPS      Z5, 448(R10)
 	VMOVUPS      960(R10), Z3
 	VMULPS       Z3, Z0, Z3
-	VFMADD231PS  448(AX), Z4, K3, Z3
+	VFMADD231PS  448(AX), Z4, K5, Z3
 	VMOVUPS      Z3, 960(R10)
 
-stateVKf32AVX512_dead_57:
+stateVKf32AVX512_dead_39:
 	ADDQ $0x00000400, R10
 	ADDQ $0x08, R11
 	DECQ R12
-	JNZ  stateVKf32AVX512_bupdate_6
+	JNZ  stateVKf32AVX512_bupdate_4
 
-stateVKf32AVX512_bupdated_6:
-stateVKf32AVX512_decayed_17:
+stateVKf32AVX512_bupdated_4:
+stateVKf32AVX512_decayed_9:
 	// The state after this token, if stored.
 	MOVQ  (BX), R10
 	TESTQ R10, R10
-	JZ    stateVKf32AVX512_bnostore_3
+	JZ    stateVKf32AVX512_bnostore_2
 	MOVQ  (SP), R11
 	IMULQ R9, R11
 	ADDQ  R11, R10
-	CMPQ  R9, $0x00000200
-	JNE   stateVKf32AVX512_btemporal_3
+	TESTQ $0x0000003f, R9
+	JNZ   stateVKf32AVX512_btemporal_2
 	TESTQ $0x0000003f, R10
-	JNZ   stateVKf32AVX512_btemporal_3
+	JNZ   stateVKf32AVX512_btemporal_2
 	CMPQ  R8, $0x01
-	JNE   stateVKf32AVX512_bsnapshot_3
+	JNE   stateVKf32AVX512_bsnapshot_2
 	CMPQ  16(SP), $0x01
-	JE    stateVKf32AVX512_btemporal_3
+	JE    stateVKf32AVX512_btemporal_2
 	CMPQ  -8(BX), $0x00
-	JE    stateVKf32AVX512_btemporal_3
+	JE    stateVKf32AVX512_btemporal_2
 
-stateVKf32AVX512_bsnapshot_3:
+stateVKf32AVX512_bsnapshot_2:
 	MOVQ 40(SP), R11
 	MOVQ 48(SP), R12
 	SHLQ $0x04, R12
 
-stateVKf32AVX512_bstorent_3:
+stateVKf32AVX512_bstorent_2:
 	VMOVUPS  (R11), Z0
 	VMOVNTPS Z0, (R10)
 	VMOVUPS  64(R11), Z0
@@ -23780,24 +21982,32 @@ stateVKf32AVX512_bstorent_3:
 	VMOVNTPS Z0, 192(R10)
 	VMOVUPS  256(R11), Z0
 	VMOVNTPS Z0, 256(R10)
+	CMPQ     R9, $0x00000140
+	JBE      stateVKf32AVX512_dead_40
 	VMOVUPS  320(R11), Z0
 	VMOVNTPS Z0, 320(R10)
+	CMPQ     R9, $0x00000180
+	JBE      stateVKf32AVX512_dead_40
 	VMOVUPS  384(R11), Z0
 	VMOVNTPS Z0, 384(R10)
+	CMPQ     R9, $0x000001c0
+	JBE      stateVKf32AVX512_dead_40
 	VMOVUPS  448(R11), Z0
 	VMOVNTPS Z0, 448(R10)
-	ADDQ     R9, R10
-	ADDQ     $0x00000200, R11
-	DECQ     R12
-	JNZ      stateVKf32AVX512_bstorent_3
-	JMP      stateVKf32AVX512_bstored_3
 
-stateVKf32AVX512_btemporal_3:
+stateVKf32AVX512_dead_40:
+	ADDQ R9, R10
+	ADDQ $0x00000200, R11
+	DECQ R12
+	JNZ  stateVKf32AVX512_bstorent_2
+	JMP  stateVKf32AVX512_bstored_2
+
+stateVKf32AVX512_btemporal_2:
 	MOVQ 40(SP), R11
 	MOVQ 48(SP), R12
 	SHLQ $0x04, R12
 
-stateVKf32AVX512_bstore_3:
+stateVKf32AVX512_bstore_2:
 	VMOVUPS (R11), Z0
 	VMOVUPS Z0, (R10)
 	VMOVUPS 64(R11), Z0
@@ -23807,24 +22017,28 @@ stateVKf32AVX512_bstore_3:
 	VMOVUPS 192(R11), Z0
 	VMOVUPS Z0, 192(R10)
 	VMOVUPS 256(R11), Z0
-	VMOVUPS Z0, 256(R10)
+	VMOVUPS Z0, K1, 256(R10)
+	CMPQ    R9, $0x00000140
+	JBE     stateVKf32AVX512_dead_41
 	VMOVUPS 320(R11), Z0
-	VMOVUPS Z0, 320(R10)
+	VMOVUPS Z0, K3, 320(R10)
+	CMPQ    R9, $0x00000180
+	JBE     stateVKf32AVX512_dead_41
 	VMOVUPS 384(R11), Z0
-	VMOVUPS Z0, K1, 384(R10)
+	VMOVUPS Z0, K4, 384(R10)
 	CMPQ    R9, $0x000001c0
-	JBE     stateVKf32AVX512_dead_58
+	JBE     stateVKf32AVX512_dead_41
 	VMOVUPS 448(R11), Z0
-	VMOVUPS Z0, K3, 448(R10)
+	VMOVUPS Z0, K5, 448(R10)
 
-stateVKf32AVX512_dead_58:
+stateVKf32AVX512_dead_41:
 	ADDQ R9, R10
 	ADDQ $0x00000200, R11
 	DECQ R12
-	JNZ  stateVKf32AVX512_bstore_3
+	JNZ  stateVKf32AVX512_bstore_2
 
-stateVKf32AVX512_bstored_3:
-stateVKf32AVX512_bnostore_3:
+stateVKf32AVX512_bstored_2:
+stateVKf32AVX512_bnostore_2:
 	ADDQ R9, AX
 	ADDQ R9, CX
 	ADDQ $0x10, DX
@@ -23832,24 +22046,24 @@ stateVKf32AVX512_bnostore_3:
 	ADDQ 32(SP), SI
 	ADDQ 24(SP), DI
 	DECQ R8
-	JNZ  stateVKf32AVX512_btoken_3
+	JNZ  stateVKf32AVX512_btoken_2
 	MOVQ 48(SP), AX
 	SHLQ $0x04, AX
 	ADDQ AX, (SP)
 	SUBQ AX, 8(SP)
-	JMP  stateVKf32AVX512_block_3
+	JMP  stateVKf32AVX512_block_2
 
-stateVKf32AVX512_blocksdone_3:
-stateVKf32AVX512_groups_5:
+stateVKf32AVX512_blocksdone_2:
+stateVKf32AVX512_groups_3:
 	CMPQ 16(SP), $0x01
-	JNE  stateVKf32AVX512_groups_6
+	JNE  stateVKf32AVX512_groups_4
 	MOVQ stores_base+40(FP), AX
 	CMPQ (AX), $0x00
-	JE   stateVKf32AVX512_groups_6
+	JE   stateVKf32AVX512_groups_4
 	CMPQ 8(SP), $0x00000002
-	JB   stateVKf32AVX512_directdone_3
+	JB   stateVKf32AVX512_directdone_2
 
-	// Groups of 2 rows of 7…8 vectors, one token, from src to stores[0].
+	// Groups of 2 rows of 5…8 vectors, one token, from src to stores[0].
 	MOVL      $0x00000003, AX
 	KMOVW     AX, K6
 	MOVQ      kh_base+64(FP), AX
@@ -23879,35 +22093,35 @@ stateVKf32AVX512_groups_5:
 	VMOVUPS   128(CX), Z7
 	VMOVUPS   192(AX), Z8
 	VMOVUPS   192(CX), Z9
-	VMOVUPS   256(AX), Z10
-	VMOVUPS   256(CX), Z11
-	VMOVUPS   320(AX), Z12
-	VMOVUPS   320(CX), Z13
-	VMOVUPS.Z 384(AX), K1, Z14
-	VMOVUPS.Z 384(CX), K1, Z15
-	VMOVUPS.Z 448(AX), K3, Z16
-	VMOVUPS.Z 448(CX), K3, Z17
+	VMOVUPS.Z 256(AX), K1, Z10
+	VMOVUPS.Z 256(CX), K1, Z11
+	VMOVUPS.Z 320(AX), K3, Z12
+	VMOVUPS.Z 320(CX), K3, Z13
+	VMOVUPS.Z 384(AX), K4, Z14
+	VMOVUPS.Z 384(CX), K4, Z15
+	VMOVUPS.Z 448(AX), K5, Z16
+	VMOVUPS.Z 448(CX), K5, Z17
 
 	// The prefetch list's next group.
 	MOVQ 56(SP), AX
 
-stateVKf32AVX512_pfentry_12:
+stateVKf32AVX512_pfentry_7:
 	CMPQ  AX, 64(SP)
-	JAE   stateVKf32AVX512_pfdone_12
+	JAE   stateVKf32AVX512_pfdone_7
 	MOVQ  (AX), R11
 	MOVQ  8(AX), CX
 	ADDQ  $0x10, AX
 	TESTQ CX, CX
-	JZ    stateVKf32AVX512_pfdone_12
+	JZ    stateVKf32AVX512_pfdone_7
 
-stateVKf32AVX512_pfline_12:
+stateVKf32AVX512_pfline_7:
 	PREFETCHT1 (R11)
 	ADDQ       $0x40, R11
 	DECQ       CX
-	JNZ        stateVKf32AVX512_pfline_12
-	JMP        stateVKf32AVX512_pfentry_12
+	JNZ        stateVKf32AVX512_pfline_7
+	JMP        stateVKf32AVX512_pfentry_7
 
-stateVKf32AVX512_pfdone_12:
+stateVKf32AVX512_pfdone_7:
 	MOVQ       AX, 56(SP)
 	PREFETCHT1 8192(R8)
 	PREFETCHT1 8256(R8)
@@ -23918,21 +22132,29 @@ stateVKf32AVX512_pfdone_12:
 	PREFETCHT1 8576(R8)
 	PREFETCHT1 8640(R8)
 	PREFETCHT1 8704(R8)
+	CMPQ       R9, $0x00000120
+	JBE        stateVKf32AVX512_dead_42
 	PREFETCHT1 8768(R8)
+	CMPQ       R9, $0x00000140
+	JBE        stateVKf32AVX512_dead_42
 	PREFETCHT1 8832(R8)
+	CMPQ       R9, $0x00000160
+	JBE        stateVKf32AVX512_dead_42
 	PREFETCHT1 8896(R8)
+	CMPQ       R9, $0x00000180
+	JBE        stateVKf32AVX512_dead_42
 	PREFETCHT1 8960(R8)
 	CMPQ       R9, $0x000001a0
-	JBE        stateVKf32AVX512_dead_59
+	JBE        stateVKf32AVX512_dead_42
 	PREFETCHT1 9024(R8)
 	CMPQ       R9, $0x000001c0
-	JBE        stateVKf32AVX512_dead_59
+	JBE        stateVKf32AVX512_dead_42
 	PREFETCHT1 9088(R8)
 	CMPQ       R9, $0x000001e0
-	JBE        stateVKf32AVX512_dead_59
+	JBE        stateVKf32AVX512_dead_42
 	PREFETCHT1 9152(R8)
 
-stateVKf32AVX512_dead_59:
+stateVKf32AVX512_dead_42:
 	VMOVUPS     (R8), Z19
 	VMULPS      Z0, Z19, Z18
 	VMULPS      Z3, Z19, Z19
@@ -23957,35 +22179,39 @@ stateVKf32AVX512_dead_59:
 	VMOVUPS     192(R8)(R9*1), Z26
 	VFMADD231PS Z8, Z26, Z24
 	VFMADD231PS Z9, Z26, Z25
-	VMOVUPS     256(R8), Z26
-	VFMADD231PS Z10, Z26, Z18
-	VFMADD231PS Z11, Z26, Z19
-	VMOVUPS     256(R8)(R9*1), Z26
-	VFMADD231PS Z10, Z26, Z22
-	VFMADD231PS Z11, Z26, Z23
-	VMOVUPS     320(R8), Z26
-	VFMADD231PS Z12, Z26, Z20
-	VFMADD231PS Z13, Z26, Z21
-	VMOVUPS     320(R8)(R9*1), Z26
-	VFMADD231PS Z12, Z26, Z24
-	VFMADD231PS Z13, Z26, Z25
-	VMOVUPS.Z   384(R8), K1, Z26
-	VFMADD231PS Z14, Z26, K1, Z18
-	VFMADD231PS Z15, Z26, K1, Z19
-	VMOVUPS.Z   384(R8)(R9*1), K1, Z26
-	VFMADD231PS Z14, Z26, K1, Z22
-	VFMADD231PS Z15, Z26, K1, Z23
+	VMOVUPS.Z   256(R8), K1, Z26
+	VFMADD231PS Z10, Z26, K1, Z18
+	VFMADD231PS Z11, Z26, K1, Z19
+	VMOVUPS.Z   256(R8)(R9*1), K1, Z26
+	VFMADD231PS Z10, Z26, K1, Z22
+	VFMADD231PS Z11, Z26, K1, Z23
+	CMPQ        R9, $0x00000140
+	JBE         stateVKf32AVX512_dead_43
+	VMOVUPS.Z   320(R8), K3, Z26
+	VFMADD231PS Z12, Z26, K3, Z20
+	VFMADD231PS Z13, Z26, K3, Z21
+	VMOVUPS.Z   320(R8)(R9*1), K3, Z26
+	VFMADD231PS Z12, Z26, K3, Z24
+	VFMADD231PS Z13, Z26, K3, Z25
+	CMPQ        R9, $0x00000180
+	JBE         stateVKf32AVX512_dead_43
+	VMOVUPS.Z   384(R8), K4, Z26
+	VFMADD231PS Z14, Z26, K4, Z18
+	VFMADD231PS Z15, Z26, K4, Z19
+	VMOVUPS.Z   384(R8)(R9*1), K4, Z26
+	VFMADD231PS Z14, Z26, K4, Z22
+	VFMADD231PS Z15, Z26, K4, Z23
 	CMPQ        R9, $0x000001c0
-	JBE         stateVKf32AVX512_dead_60
-	VMOVUPS.Z   448(R8), K3, Z26
-	VFMADD231PS Z16, Z26, K3, Z20
-	VFMADD231PS Z17, Z26, K3, Z21
-	VMOVUPS.Z   448(R8)(R9*1), K3, Z26
-	VFMADD231PS Z16, Z26, K3, Z24
-	VFMADD231PS Z17, Z26, K3, Z25
+	JBE         stateVKf32AVX512_dead_43
+	VMOVUPS.Z   448(R8), K5, Z26
+	VFMADD231PS Z16, Z26, K5, Z20
+	VFMADD231PS Z17, Z26, K5, Z21
+	VMOVUPS.Z   448(R8)(R9*1), K5, Z26
+	VFMADD231PS Z16, Z26, K5, Z24
+	VFMADD231PS Z17, Z26, K5, Z25
 
-stateVKf32AVX512_dead_60:
-stateVKf32AVX512_direct_3:
+stateVKf32AVX512_dead_43:
+stateVKf32AVX512_direct_2:
 	VADDPS       Z20, Z18, Z18
 	VADDPS       Z24, Z22, Z22
 	VADDPS       Z21, Z19, Z19
@@ -24009,16 +22235,16 @@ stateVKf32AVX512_direct_3:
 	VPERMPS      Z19, Z18, Z18
 	VMOVSS       (DX), X1
 	VUCOMISS     nearone<>+0(SB), X1
-	JCS          stateVKf32AVX512_far_18
+	JCS          stateVKf32AVX512_far_10
 	VBROADCASTSS (DX), Z19
 	VFMADD213PS  Z18, Z19, Z18
-	JMP          stateVKf32AVX512_decayed_18
+	JMP          stateVKf32AVX512_decayed_10
 
-stateVKf32AVX512_far_18:
+stateVKf32AVX512_far_10:
 	VBROADCASTSS 4(DX), Z19
 	VMULPS       Z18, Z19, Z18
 
-stateVKf32AVX512_decayed_18:
+stateVKf32AVX512_decayed_10:
 	VEXTRACTF64X4 $0x01, Z18, Y19
 	VMOVUPS.Z     (SI), K6, Y1
 	VSUBPS        Y18, Y1, Y1
@@ -24028,30 +22254,30 @@ stateVKf32AVX512_decayed_18:
 	VFMADD231PS   Y18, Y1, Y19
 	VMOVUPS       Y19, K6, (DI)
 	CMPQ          8(SP), $0x00000004
-	JB            stateVKf32AVX512_directlast_3
+	JB            stateVKf32AVX512_directlast_2
 	MOVQ          R8, AX
 	ADDQ          R10, AX
 
 	// The prefetch list's next group.
 	MOVQ 56(SP), CX
 
-stateVKf32AVX512_pfentry_13:
+stateVKf32AVX512_pfentry_8:
 	CMPQ  CX, 64(SP)
-	JAE   stateVKf32AVX512_pfdone_13
+	JAE   stateVKf32AVX512_pfdone_8
 	MOVQ  (CX), R12
 	MOVQ  8(CX), R11
 	ADDQ  $0x10, CX
 	TESTQ R11, R11
-	JZ    stateVKf32AVX512_pfdone_13
+	JZ    stateVKf32AVX512_pfdone_8
 
-stateVKf32AVX512_pfline_13:
+stateVKf32AVX512_pfline_8:
 	PREFETCHT1 (R12)
 	ADDQ       $0x40, R12
 	DECQ       R11
-	JNZ        stateVKf32AVX512_pfline_13
-	JMP        stateVKf32AVX512_pfentry_13
+	JNZ        stateVKf32AVX512_pfline_8
+	JMP        stateVKf32AVX512_pfentry_8
 
-stateVKf32AVX512_pfdone_13:
+stateVKf32AVX512_pfdone_8:
 	MOVQ       CX, 56(SP)
 	PREFETCHT1 8192(AX)
 	PREFETCHT1 8256(AX)
@@ -24062,24 +22288,32 @@ stateVKf32AVX512_pfdone_13:
 	PREFETCHT1 8576(AX)
 	PREFETCHT1 8640(AX)
 	PREFETCHT1 8704(AX)
+	CMPQ       R9, $0x00000120
+	JBE        stateVKf32AVX512_dead_44
 	PREFETCHT1 8768(AX)
+	CMPQ       R9, $0x00000140
+	JBE        stateVKf32AVX512_dead_44
 	PREFETCHT1 8832(AX)
+	CMPQ       R9, $0x00000160
+	JBE        stateVKf32AVX512_dead_44
 	PREFETCHT1 8896(AX)
+	CMPQ       R9, $0x00000180
+	JBE        stateVKf32AVX512_dead_44
 	PREFETCHT1 8960(AX)
 	CMPQ       R9, $0x000001a0
-	JBE        stateVKf32AVX512_dead_61
+	JBE        stateVKf32AVX512_dead_44
 	PREFETCHT1 9024(AX)
 	CMPQ       R9, $0x000001c0
-	JBE        stateVKf32AVX512_dead_61
+	JBE        stateVKf32AVX512_dead_44
 	PREFETCHT1 9088(AX)
 	CMPQ       R9, $0x000001e0
-	JBE        stateVKf32AVX512_dead_61
+	JBE        stateVKf32AVX512_dead_44
 	PREFETCHT1 9152(AX)
 
-stateVKf32AVX512_dead_61:
+stateVKf32AVX512_dead_44:
 	VMOVSS       (DX), X2
 	VUCOMISS     nearone<>+0(SB), X2
-	JCS          stateVKf32AVX512_far_19
+	JCS          stateVKf32AVX512_far_11
 	VBROADCASTSS (DX), Z26
 	VBROADCASTSS X1, Z27
 	VMOVUPS      vklane1<>+0(SB), Z18
@@ -24140,69 +22374,73 @@ stateVKf32AVX512_dead_61:
 	VMOVUPS      192(AX)(R9*1), Z29
 	VFMADD231PS  Z8, Z29, Z24
 	VFMADD231PS  Z9, Z29, Z25
-	VMOVUPS      256(R8), Z29
+	VMOVUPS.Z    256(R8), K1, Z29
 	VFMADD213PS  Z29, Z26, Z29
-	VFMADD231PS  Z10, Z27, Z29
-	VMOVUPS      Z29, 256(BX)
-	VMOVUPS      256(AX), Z29
-	VFMADD231PS  Z10, Z29, Z18
-	VFMADD231PS  Z11, Z29, Z19
-	VMOVUPS      256(R8)(R9*1), Z29
+	VFMADD231PS  Z10, Z27, K1, Z29
+	VMOVUPS      Z29, K1, 256(BX)
+	VMOVUPS.Z    256(AX), K1, Z29
+	VFMADD231PS  Z10, Z29, K1, Z18
+	VFMADD231PS  Z11, Z29, K1, Z19
+	VMOVUPS.Z    256(R8)(R9*1), K1, Z29
 	VFMADD213PS  Z29, Z26, Z29
-	VFMADD231PS  Z10, Z28, Z29
-	VMOVUPS      Z29, 256(BX)(R9*1)
-	VMOVUPS      256(AX)(R9*1), Z29
-	VFMADD231PS  Z10, Z29, Z22
-	VFMADD231PS  Z11, Z29, Z23
-	VMOVUPS      320(R8), Z29
+	VFMADD231PS  Z10, Z28, K1, Z29
+	VMOVUPS      Z29, K1, 256(BX)(R9*1)
+	VMOVUPS.Z    256(AX)(R9*1), K1, Z29
+	VFMADD231PS  Z10, Z29, K1, Z22
+	VFMADD231PS  Z11, Z29, K1, Z23
+	CMPQ         R9, $0x00000140
+	JBE          stateVKf32AVX512_dead_45
+	VMOVUPS.Z    320(R8), K3, Z29
 	VFMADD213PS  Z29, Z26, Z29
-	VFMADD231PS  Z12, Z27, Z29
-	VMOVUPS      Z29, 320(BX)
-	VMOVUPS      320(AX), Z29
-	VFMADD231PS  Z12, Z29, Z20
-	VFMADD231PS  Z13, Z29, Z21
-	VMOVUPS      320(R8)(R9*1), Z29
+	VFMADD231PS  Z12, Z27, K3, Z29
+	VMOVUPS      Z29, K3, 320(BX)
+	VMOVUPS.Z    320(AX), K3, Z29
+	VFMADD231PS  Z12, Z29, K3, Z20
+	VFMADD231PS  Z13, Z29, K3, Z21
+	VMOVUPS.Z    320(R8)(R9*1), K3, Z29
 	VFMADD213PS  Z29, Z26, Z29
-	VFMADD231PS  Z12, Z28, Z29
-	VMOVUPS      Z29, 320(BX)(R9*1)
-	VMOVUPS      320(AX)(R9*1), Z29
-	VFMADD231PS  Z12, Z29, Z24
-	VFMADD231PS  Z13, Z29, Z25
-	VMOVUPS.Z    384(R8), K1, Z29
+	VFMADD231PS  Z12, Z28, K3, Z29
+	VMOVUPS      Z29, K3, 320(BX)(R9*1)
+	VMOVUPS.Z    320(AX)(R9*1), K3, Z29
+	VFMADD231PS  Z12, Z29, K3, Z24
+	VFMADD231PS  Z13, Z29, K3, Z25
+	CMPQ         R9, $0x00000180
+	JBE          stateVKf32AVX512_dead_45
+	VMOVUPS.Z    384(R8), K4, Z29
 	VFMADD213PS  Z29, Z26, Z29
-	VFMADD231PS  Z14, Z27, K1, Z29
-	VMOVUPS      Z29, K1, 384(BX)
-	VMOVUPS.Z    384(AX), K1, Z29
-	VFMADD231PS  Z14, Z29, K1, Z18
-	VFMADD231PS  Z15, Z29, K1, Z19
-	VMOVUPS.Z    384(R8)(R9*1), K1, Z29
+	VFMADD231PS  Z14, Z27, K4, Z29
+	VMOVUPS      Z29, K4, 384(BX)
+	VMOVUPS.Z    384(AX), K4, Z29
+	VFMADD231PS  Z14, Z29, K4, Z18
+	VFMADD231PS  Z15, Z29, K4, Z19
+	VMOVUPS.Z    384(R8)(R9*1), K4, Z29
 	VFMADD213PS  Z29, Z26, Z29
-	VFMADD231PS  Z14, Z28, K1, Z29
-	VMOVUPS      Z29, K1, 384(BX)(R9*1)
-	VMOVUPS.Z    384(AX)(R9*1), K1, Z29
-	VFMADD231PS  Z14, Z29, K1, Z22
-	VFMADD231PS  Z15, Z29, K1, Z23
+	VFMADD231PS  Z14, Z28, K4, Z29
+	VMOVUPS      Z29, K4, 384(BX)(R9*1)
+	VMOVUPS.Z    384(AX)(R9*1), K4, Z29
+	VFMADD231PS  Z14, Z29, K4, Z22
+	VFMADD231PS  Z15, Z29, K4, Z23
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKf32AVX512_dead_62
-	VMOVUPS.Z    448(R8), K3, Z29
+	JBE          stateVKf32AVX512_dead_45
+	VMOVUPS.Z    448(R8), K5, Z29
 	VFMADD213PS  Z29, Z26, Z29
-	VFMADD231PS  Z16, Z27, K3, Z29
-	VMOVUPS      Z29, K3, 448(BX)
-	VMOVUPS.Z    448(AX), K3, Z27
-	VFMADD231PS  Z16, Z27, K3, Z20
-	VFMADD231PS  Z17, Z27, K3, Z21
-	VMOVUPS.Z    448(R8)(R9*1), K3, Z27
+	VFMADD231PS  Z16, Z27, K5, Z29
+	VMOVUPS      Z29, K5, 448(BX)
+	VMOVUPS.Z    448(AX), K5, Z27
+	VFMADD231PS  Z16, Z27, K5, Z20
+	VFMADD231PS  Z17, Z27, K5, Z21
+	VMOVUPS.Z    448(R8)(R9*1), K5, Z27
 	VFMADD213PS  Z27, Z26, Z27
-	VFMADD231PS  Z16, Z28, K3, Z27
-	VMOVUPS      Z27, K3, 448(BX)(R9*1)
-	VMOVUPS.Z    448(AX)(R9*1), K3, Z26
-	VFMADD231PS  Z16, Z26, K3, Z24
-	VFMADD231PS  Z17, Z26, K3, Z25
+	VFMADD231PS  Z16, Z28, K5, Z27
+	VMOVUPS      Z27, K5, 448(BX)(R9*1)
+	VMOVUPS.Z    448(AX)(R9*1), K5, Z26
+	VFMADD231PS  Z16, Z26, K5, Z24
+	VFMADD231PS  Z17, Z26, K5, Z25
 
-stateVKf32AVX512_dead_62:
-	JMP stateVKf32AVX512_decayed_19
+stateVKf32AVX512_dead_45:
+	JMP stateVKf32AVX512_decayed_11
 
-stateVKf32AVX512_far_19:
+stateVKf32AVX512_far_11:
 	VBROADCASTSS 4(DX), Z26
 	VBROADCASTSS X1, Z27
 	VMOVUPS      vklane1<>+0(SB), Z18
@@ -24263,79 +22501,83 @@ stateVKf32AVX512_far_19:
 	VMOVUPS      192(AX)(R9*1), Z29
 	VFMADD231PS  Z8, Z29, Z24
 	VFMADD231PS  Z9, Z29, Z25
-	VMOVUPS      256(R8), Z29
+	VMOVUPS.Z    256(R8), K1, Z29
 	VMULPS       Z29, Z26, Z29
-	VFMADD231PS  Z10, Z27, Z29
-	VMOVUPS      Z29, 256(BX)
-	VMOVUPS      256(AX), Z29
-	VFMADD231PS  Z10, Z29, Z18
-	VFMADD231PS  Z11, Z29, Z19
-	VMOVUPS      256(R8)(R9*1), Z29
+	VFMADD231PS  Z10, Z27, K1, Z29
+	VMOVUPS      Z29, K1, 256(BX)
+	VMOVUPS.Z    256(AX), K1, Z29
+	VFMADD231PS  Z10, Z29, K1, Z18
+	VFMADD231PS  Z11, Z29, K1, Z19
+	VMOVUPS.Z    256(R8)(R9*1), K1, Z29
 	VMULPS       Z29, Z26, Z29
-	VFMADD231PS  Z10, Z28, Z29
-	VMOVUPS      Z29, 256(BX)(R9*1)
-	VMOVUPS      256(AX)(R9*1), Z29
-	VFMADD231PS  Z10, Z29, Z22
-	VFMADD231PS  Z11, Z29, Z23
-	VMOVUPS      320(R8), Z29
+	VFMADD231PS  Z10, Z28, K1, Z29
+	VMOVUPS      Z29, K1, 256(BX)(R9*1)
+	VMOVUPS.Z    256(AX)(R9*1), K1, Z29
+	VFMADD231PS  Z10, Z29, K1, Z22
+	VFMADD231PS  Z11, Z29, K1, Z23
+	CMPQ         R9, $0x00000140
+	JBE          stateVKf32AVX512_dead_46
+	VMOVUPS.Z    320(R8), K3, Z29
 	VMULPS       Z29, Z26, Z29
-	VFMADD231PS  Z12, Z27, Z29
-	VMOVUPS      Z29, 320(BX)
-	VMOVUPS      320(AX), Z29
-	VFMADD231PS  Z12, Z29, Z20
-	VFMADD231PS  Z13, Z29, Z21
-	VMOVUPS      320(R8)(R9*1), Z29
+	VFMADD231PS  Z12, Z27, K3, Z29
+	VMOVUPS      Z29, K3, 320(BX)
+	VMOVUPS.Z    320(AX), K3, Z29
+	VFMADD231PS  Z12, Z29, K3, Z20
+	VFMADD231PS  Z13, Z29, K3, Z21
+	VMOVUPS.Z    320(R8)(R9*1), K3, Z29
 	VMULPS       Z29, Z26, Z29
-	VFMADD231PS  Z12, Z28, Z29
-	VMOVUPS      Z29, 320(BX)(R9*1)
-	VMOVUPS      320(AX)(R9*1), Z29
-	VFMADD231PS  Z12, Z29, Z24
-	VFMADD231PS  Z13, Z29, Z25
-	VMOVUPS.Z    384(R8), K1, Z29
+	VFMADD231PS  Z12, Z28, K3, Z29
+	VMOVUPS      Z29, K3, 320(BX)(R9*1)
+	VMOVUPS.Z    320(AX)(R9*1), K3, Z29
+	VFMADD231PS  Z12, Z29, K3, Z24
+	VFMADD231PS  Z13, Z29, K3, Z25
+	CMPQ         R9, $0x00000180
+	JBE          stateVKf32AVX512_dead_46
+	VMOVUPS.Z    384(R8), K4, Z29
 	VMULPS       Z29, Z26, Z29
-	VFMADD231PS  Z14, Z27, K1, Z29
-	VMOVUPS      Z29, K1, 384(BX)
-	VMOVUPS.Z    384(AX), K1, Z29
-	VFMADD231PS  Z14, Z29, K1, Z18
-	VFMADD231PS  Z15, Z29, K1, Z19
-	VMOVUPS.Z    384(R8)(R9*1), K1, Z29
+	VFMADD231PS  Z14, Z27, K4, Z29
+	VMOVUPS      Z29, K4, 384(BX)
+	VMOVUPS.Z    384(AX), K4, Z29
+	VFMADD231PS  Z14, Z29, K4, Z18
+	VFMADD231PS  Z15, Z29, K4, Z19
+	VMOVUPS.Z    384(R8)(R9*1), K4, Z29
 	VMULPS       Z29, Z26, Z29
-	VFMADD231PS  Z14, Z28, K1, Z29
-	VMOVUPS      Z29, K1, 384(BX)(R9*1)
-	VMOVUPS.Z    384(AX)(R9*1), K1, Z29
-	VFMADD231PS  Z14, Z29, K1, Z22
-	VFMADD231PS  Z15, Z29, K1, Z23
+	VFMADD231PS  Z14, Z28, K4, Z29
+	VMOVUPS      Z29, K4, 384(BX)(R9*1)
+	VMOVUPS.Z    384(AX)(R9*1), K4, Z29
+	VFMADD231PS  Z14, Z29, K4, Z22
+	VFMADD231PS  Z15, Z29, K4, Z23
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKf32AVX512_dead_63
-	VMOVUPS.Z    448(R8), K3, Z29
+	JBE          stateVKf32AVX512_dead_46
+	VMOVUPS.Z    448(R8), K5, Z29
 	VMULPS       Z29, Z26, Z29
-	VFMADD231PS  Z16, Z27, K3, Z29
-	VMOVUPS      Z29, K3, 448(BX)
-	VMOVUPS.Z    448(AX), K3, Z27
-	VFMADD231PS  Z16, Z27, K3, Z20
-	VFMADD231PS  Z17, Z27, K3, Z21
-	VMOVUPS.Z    448(R8)(R9*1), K3, Z27
+	VFMADD231PS  Z16, Z27, K5, Z29
+	VMOVUPS      Z29, K5, 448(BX)
+	VMOVUPS.Z    448(AX), K5, Z27
+	VFMADD231PS  Z16, Z27, K5, Z20
+	VFMADD231PS  Z17, Z27, K5, Z21
+	VMOVUPS.Z    448(R8)(R9*1), K5, Z27
 	VMULPS       Z27, Z26, Z27
-	VFMADD231PS  Z16, Z28, K3, Z27
-	VMOVUPS      Z27, K3, 448(BX)(R9*1)
-	VMOVUPS.Z    448(AX)(R9*1), K3, Z26
-	VFMADD231PS  Z16, Z26, K3, Z24
-	VFMADD231PS  Z17, Z26, K3, Z25
+	VFMADD231PS  Z16, Z28, K5, Z27
+	VMOVUPS      Z27, K5, 448(BX)(R9*1)
+	VMOVUPS.Z    448(AX)(R9*1), K5, Z26
+	VFMADD231PS  Z16, Z26, K5, Z24
+	VFMADD231PS  Z17, Z26, K5, Z25
 
-stateVKf32AVX512_dead_63:
-stateVKf32AVX512_decayed_19:
+stateVKf32AVX512_dead_46:
+stateVKf32AVX512_decayed_11:
 	ADDQ R10, R8
 	ADDQ R10, BX
 	ADDQ $0x00000008, SI
 	ADDQ $0x00000008, DI
 	ADDQ $0x00000002, (SP)
 	SUBQ $0x00000002, 8(SP)
-	JMP  stateVKf32AVX512_direct_3
+	JMP  stateVKf32AVX512_direct_2
 
-stateVKf32AVX512_directlast_3:
+stateVKf32AVX512_directlast_2:
 	VMOVSS       (DX), X2
 	VUCOMISS     nearone<>+0(SB), X2
-	JCS          stateVKf32AVX512_far_20
+	JCS          stateVKf32AVX512_far_12
 	VBROADCASTSS (DX), Z3
 	VBROADCASTSS X1, Z5
 	VMOVUPS      vklane1<>+0(SB), Z7
@@ -24372,45 +22614,49 @@ stateVKf32AVX512_directlast_3:
 	VFMADD213PS  Z0, Z3, Z0
 	VFMADD231PS  Z8, Z7, Z0
 	VMOVUPS      Z0, 192(BX)(R9*1)
-	VMOVUPS      256(R8), Z0
+	VMOVUPS.Z    256(R8), K1, Z0
 	VFMADD213PS  Z0, Z3, Z0
-	VFMADD231PS  Z10, Z5, Z0
-	VMOVUPS      Z0, 256(BX)
-	VMOVUPS      256(R8)(R9*1), Z0
+	VFMADD231PS  Z10, Z5, K1, Z0
+	VMOVUPS      Z0, K1, 256(BX)
+	VMOVUPS.Z    256(R8)(R9*1), K1, Z0
 	VFMADD213PS  Z0, Z3, Z0
-	VFMADD231PS  Z10, Z7, Z0
-	VMOVUPS      Z0, 256(BX)(R9*1)
-	VMOVUPS      320(R8), Z0
+	VFMADD231PS  Z10, Z7, K1, Z0
+	VMOVUPS      Z0, K1, 256(BX)(R9*1)
+	CMPQ         R9, $0x00000140
+	JBE          stateVKf32AVX512_dead_47
+	VMOVUPS.Z    320(R8), K3, Z0
 	VFMADD213PS  Z0, Z3, Z0
-	VFMADD231PS  Z12, Z5, Z0
-	VMOVUPS      Z0, 320(BX)
-	VMOVUPS      320(R8)(R9*1), Z0
+	VFMADD231PS  Z12, Z5, K3, Z0
+	VMOVUPS      Z0, K3, 320(BX)
+	VMOVUPS.Z    320(R8)(R9*1), K3, Z0
 	VFMADD213PS  Z0, Z3, Z0
-	VFMADD231PS  Z12, Z7, Z0
-	VMOVUPS      Z0, 320(BX)(R9*1)
-	VMOVUPS.Z    384(R8), K1, Z0
+	VFMADD231PS  Z12, Z7, K3, Z0
+	VMOVUPS      Z0, K3, 320(BX)(R9*1)
+	CMPQ         R9, $0x00000180
+	JBE          stateVKf32AVX512_dead_47
+	VMOVUPS.Z    384(R8), K4, Z0
 	VFMADD213PS  Z0, Z3, Z0
-	VFMADD231PS  Z14, Z5, K1, Z0
-	VMOVUPS      Z0, K1, 384(BX)
-	VMOVUPS.Z    384(R8)(R9*1), K1, Z0
+	VFMADD231PS  Z14, Z5, K4, Z0
+	VMOVUPS      Z0, K4, 384(BX)
+	VMOVUPS.Z    384(R8)(R9*1), K4, Z0
 	VFMADD213PS  Z0, Z3, Z0
-	VFMADD231PS  Z14, Z7, K1, Z0
-	VMOVUPS      Z0, K1, 384(BX)(R9*1)
+	VFMADD231PS  Z14, Z7, K4, Z0
+	VMOVUPS      Z0, K4, 384(BX)(R9*1)
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKf32AVX512_dead_64
-	VMOVUPS.Z    448(R8), K3, Z0
+	JBE          stateVKf32AVX512_dead_47
+	VMOVUPS.Z    448(R8), K5, Z0
 	VFMADD213PS  Z0, Z3, Z0
-	VFMADD231PS  Z16, Z5, K3, Z0
-	VMOVUPS      Z0, K3, 448(BX)
-	VMOVUPS.Z    448(R8)(R9*1), K3, Z0
+	VFMADD231PS  Z16, Z5, K5, Z0
+	VMOVUPS      Z0, K5, 448(BX)
+	VMOVUPS.Z    448(R8)(R9*1), K5, Z0
 	VFMADD213PS  Z0, Z3, Z0
-	VFMADD231PS  Z16, Z7, K3, Z0
-	VMOVUPS      Z0, K3, 448(BX)(R9*1)
+	VFMADD231PS  Z16, Z7, K5, Z0
+	VMOVUPS      Z0, K5, 448(BX)(R9*1)
 
-stateVKf32AVX512_dead_64:
-	JMP stateVKf32AVX512_decayed_20
+stateVKf32AVX512_dead_47:
+	JMP stateVKf32AVX512_decayed_12
 
-stateVKf32AVX512_far_20:
+stateVKf32AVX512_far_12:
 	VBROADCASTSS 4(DX), Z3
 	VBROADCASTSS X1, Z5
 	VMOVUPS      vklane1<>+0(SB), Z7
@@ -24447,77 +22693,81 @@ stateVKf32AVX512_far_20:
 	VMULPS       Z0, Z3, Z0
 	VFMADD231PS  Z8, Z7, Z0
 	VMOVUPS      Z0, 192(BX)(R9*1)
-	VMOVUPS      256(R8), Z0
+	VMOVUPS.Z    256(R8), K1, Z0
 	VMULPS       Z0, Z3, Z0
-	VFMADD231PS  Z10, Z5, Z0
-	VMOVUPS      Z0, 256(BX)
-	VMOVUPS      256(R8)(R9*1), Z0
+	VFMADD231PS  Z10, Z5, K1, Z0
+	VMOVUPS      Z0, K1, 256(BX)
+	VMOVUPS.Z    256(R8)(R9*1), K1, Z0
 	VMULPS       Z0, Z3, Z0
-	VFMADD231PS  Z10, Z7, Z0
-	VMOVUPS      Z0, 256(BX)(R9*1)
-	VMOVUPS      320(R8), Z0
+	VFMADD231PS  Z10, Z7, K1, Z0
+	VMOVUPS      Z0, K1, 256(BX)(R9*1)
+	CMPQ         R9, $0x00000140
+	JBE          stateVKf32AVX512_dead_48
+	VMOVUPS.Z    320(R8), K3, Z0
 	VMULPS       Z0, Z3, Z0
-	VFMADD231PS  Z12, Z5, Z0
-	VMOVUPS      Z0, 320(BX)
-	VMOVUPS      320(R8)(R9*1), Z0
+	VFMADD231PS  Z12, Z5, K3, Z0
+	VMOVUPS      Z0, K3, 320(BX)
+	VMOVUPS.Z    320(R8)(R9*1), K3, Z0
 	VMULPS       Z0, Z3, Z0
-	VFMADD231PS  Z12, Z7, Z0
-	VMOVUPS      Z0, 320(BX)(R9*1)
-	VMOVUPS.Z    384(R8), K1, Z0
+	VFMADD231PS  Z12, Z7, K3, Z0
+	VMOVUPS      Z0, K3, 320(BX)(R9*1)
+	CMPQ         R9, $0x00000180
+	JBE          stateVKf32AVX512_dead_48
+	VMOVUPS.Z    384(R8), K4, Z0
 	VMULPS       Z0, Z3, Z0
-	VFMADD231PS  Z14, Z5, K1, Z0
-	VMOVUPS      Z0, K1, 384(BX)
-	VMOVUPS.Z    384(R8)(R9*1), K1, Z0
+	VFMADD231PS  Z14, Z5, K4, Z0
+	VMOVUPS      Z0, K4, 384(BX)
+	VMOVUPS.Z    384(R8)(R9*1), K4, Z0
 	VMULPS       Z0, Z3, Z0
-	VFMADD231PS  Z14, Z7, K1, Z0
-	VMOVUPS      Z0, K1, 384(BX)(R9*1)
+	VFMADD231PS  Z14, Z7, K4, Z0
+	VMOVUPS      Z0, K4, 384(BX)(R9*1)
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKf32AVX512_dead_65
-	VMOVUPS.Z    448(R8), K3, Z0
+	JBE          stateVKf32AVX512_dead_48
+	VMOVUPS.Z    448(R8), K5, Z0
 	VMULPS       Z0, Z3, Z0
-	VFMADD231PS  Z16, Z5, K3, Z0
-	VMOVUPS      Z0, K3, 448(BX)
-	VMOVUPS.Z    448(R8)(R9*1), K3, Z0
+	VFMADD231PS  Z16, Z5, K5, Z0
+	VMOVUPS      Z0, K5, 448(BX)
+	VMOVUPS.Z    448(R8)(R9*1), K5, Z0
 	VMULPS       Z0, Z3, Z0
-	VFMADD231PS  Z16, Z7, K3, Z0
-	VMOVUPS      Z0, K3, 448(BX)(R9*1)
+	VFMADD231PS  Z16, Z7, K5, Z0
+	VMOVUPS      Z0, K5, 448(BX)(R9*1)
 
-stateVKf32AVX512_dead_65:
-stateVKf32AVX512_decayed_20:
+stateVKf32AVX512_dead_48:
+stateVKf32AVX512_decayed_12:
 	ADDQ $0x00000002, (SP)
 	SUBQ $0x00000002, 8(SP)
 
-stateVKf32AVX512_directdone_3:
-stateVKf32AVX512_groups_6:
-stateVKf32AVX512_group_5:
+stateVKf32AVX512_directdone_2:
+stateVKf32AVX512_groups_4:
+stateVKf32AVX512_group_3:
 	CMPQ 8(SP), $0x00000002
-	JB   stateVKf32AVX512_groupsdone_5
+	JB   stateVKf32AVX512_groupsdone_3
 
 	// The prefetch list's next group.
 	MOVQ 56(SP), AX
 
-stateVKf32AVX512_pfentry_14:
+stateVKf32AVX512_pfentry_9:
 	CMPQ  AX, 64(SP)
-	JAE   stateVKf32AVX512_pfdone_14
+	JAE   stateVKf32AVX512_pfdone_9
 	MOVQ  (AX), DX
 	MOVQ  8(AX), CX
 	ADDQ  $0x10, AX
 	TESTQ CX, CX
-	JZ    stateVKf32AVX512_pfdone_14
+	JZ    stateVKf32AVX512_pfdone_9
 
-stateVKf32AVX512_pfline_14:
+stateVKf32AVX512_pfline_9:
 	PREFETCHT1 (DX)
 	ADDQ       $0x40, DX
 	DECQ       CX
-	JNZ        stateVKf32AVX512_pfline_14
-	JMP        stateVKf32AVX512_pfentry_14
+	JNZ        stateVKf32AVX512_pfline_9
+	JMP        stateVKf32AVX512_pfentry_9
 
-stateVKf32AVX512_pfdone_14:
+stateVKf32AVX512_pfdone_9:
 	MOVQ  AX, 56(SP)
 	MOVL  $0x00000003, AX
 	KMOVW AX, K6
 
-	// Load 2 row(s) of 7…8 vectors.
+	// Load 2 row(s) of 5…8 vectors.
 	MOVQ       src_base+16(FP), AX
 	MOVQ       (SP), CX
 	IMULQ      R9, CX
@@ -24531,51 +22781,81 @@ stateVKf32AVX512_pfdone_14:
 	PREFETCHT1 8576(AX)
 	PREFETCHT1 8640(AX)
 	PREFETCHT1 8704(AX)
+	CMPQ       R9, $0x00000120
+	JBE        stateVKf32AVX512_dead_49
 	PREFETCHT1 8768(AX)
+	CMPQ       R9, $0x00000140
+	JBE        stateVKf32AVX512_dead_49
 	PREFETCHT1 8832(AX)
+	CMPQ       R9, $0x00000160
+	JBE        stateVKf32AVX512_dead_49
 	PREFETCHT1 8896(AX)
+	CMPQ       R9, $0x00000180
+	JBE        stateVKf32AVX512_dead_49
 	PREFETCHT1 8960(AX)
 	CMPQ       R9, $0x000001a0
-	JBE        stateVKf32AVX512_dead_66
+	JBE        stateVKf32AVX512_dead_49
 	PREFETCHT1 9024(AX)
 	CMPQ       R9, $0x000001c0
-	JBE        stateVKf32AVX512_dead_66
+	JBE        stateVKf32AVX512_dead_49
 	PREFETCHT1 9088(AX)
 	CMPQ       R9, $0x000001e0
-	JBE        stateVKf32AVX512_dead_66
+	JBE        stateVKf32AVX512_dead_49
 	PREFETCHT1 9152(AX)
 
-stateVKf32AVX512_dead_66:
-	VMOVUPS   (AX), Z0
-	VMOVUPS   64(AX), Z3
-	VMOVUPS   128(AX), Z4
-	VMOVUPS   192(AX), Z5
-	VMOVUPS   256(AX), Z6
-	VMOVUPS   320(AX), Z7
-	VMOVUPS.Z 384(AX), K1, Z8
-	VMOVUPS.Z 448(AX), K3, Z9
-	ADDQ      R9, AX
-	VMOVUPS   (AX), Z10
-	VMOVUPS   64(AX), Z11
-	VMOVUPS   128(AX), Z12
-	VMOVUPS   192(AX), Z13
-	VMOVUPS   256(AX), Z14
-	VMOVUPS   320(AX), Z15
-	VMOVUPS.Z 384(AX), K1, Z16
-	VMOVUPS.Z 448(AX), K3, Z17
-	MOVQ      kh_base+64(FP), AX
-	MOVQ      qh_base+88(FP), CX
-	MOVQ      tok_base+168(FP), DX
-	MOVQ      stores_base+40(FP), BX
-	MOVQ      v_base+112(FP), SI
-	MOVQ      o_base+144(FP), DI
-	MOVQ      (SP), R8
-	SHLQ      $0x02, R8
-	ADDQ      R8, SI
-	ADDQ      R8, DI
-	MOVQ      16(SP), R8
+stateVKf32AVX512_dead_49:
+	VBROADCASTSS zero<>+0(SB), Z7
+	VBROADCASTSS zero<>+0(SB), Z8
+	VBROADCASTSS zero<>+0(SB), Z9
+	VMOVUPS      (AX), Z0
+	VMOVUPS      64(AX), Z3
+	VMOVUPS      128(AX), Z4
+	VMOVUPS      192(AX), Z5
+	VMOVUPS.Z    256(AX), K1, Z6
+	CMPQ         R9, $0x00000140
+	JBE          stateVKf32AVX512_dead_50
+	VMOVUPS.Z    320(AX), K3, Z7
+	CMPQ         R9, $0x00000180
+	JBE          stateVKf32AVX512_dead_50
+	VMOVUPS.Z    384(AX), K4, Z8
+	CMPQ         R9, $0x000001c0
+	JBE          stateVKf32AVX512_dead_50
+	VMOVUPS.Z    448(AX), K5, Z9
 
-stateVKf32AVX512_token_5:
+stateVKf32AVX512_dead_50:
+	ADDQ         R9, AX
+	VBROADCASTSS zero<>+0(SB), Z15
+	VBROADCASTSS zero<>+0(SB), Z16
+	VBROADCASTSS zero<>+0(SB), Z17
+	VMOVUPS      (AX), Z10
+	VMOVUPS      64(AX), Z11
+	VMOVUPS      128(AX), Z12
+	VMOVUPS      192(AX), Z13
+	VMOVUPS.Z    256(AX), K1, Z14
+	CMPQ         R9, $0x00000140
+	JBE          stateVKf32AVX512_dead_51
+	VMOVUPS.Z    320(AX), K3, Z15
+	CMPQ         R9, $0x00000180
+	JBE          stateVKf32AVX512_dead_51
+	VMOVUPS.Z    384(AX), K4, Z16
+	CMPQ         R9, $0x000001c0
+	JBE          stateVKf32AVX512_dead_51
+	VMOVUPS.Z    448(AX), K5, Z17
+
+stateVKf32AVX512_dead_51:
+	MOVQ kh_base+64(FP), AX
+	MOVQ qh_base+88(FP), CX
+	MOVQ tok_base+168(FP), DX
+	MOVQ stores_base+40(FP), BX
+	MOVQ v_base+112(FP), SI
+	MOVQ o_base+144(FP), DI
+	MOVQ (SP), R8
+	SHLQ $0x02, R8
+	ADDQ R8, SI
+	ADDQ R8, DI
+	MOVQ 16(SP), R8
+
+stateVKf32AVX512_token_3:
 	VMULPS      (AX), Z0, Z18
 	VMULPS      (CX), Z0, Z19
 	VMULPS      (AX), Z10, Z22
@@ -24592,26 +22872,30 @@ stateVKf32AVX512_token_5:
 	VFMADD231PS 192(CX), Z5, Z21
 	VFMADD231PS 192(AX), Z13, Z24
 	VFMADD231PS 192(CX), Z13, Z25
-	VFMADD231PS 256(AX), Z6, Z18
-	VFMADD231PS 256(CX), Z6, Z19
-	VFMADD231PS 256(AX), Z14, Z22
-	VFMADD231PS 256(CX), Z14, Z23
-	VFMADD231PS 320(AX), Z7, Z20
-	VFMADD231PS 320(CX), Z7, Z21
-	VFMADD231PS 320(AX), Z15, Z24
-	VFMADD231PS 320(CX), Z15, Z25
-	VFMADD231PS 384(AX), Z8, K1, Z18
-	VFMADD231PS 384(CX), Z8, K1, Z19
-	VFMADD231PS 384(AX), Z16, K1, Z22
-	VFMADD231PS 384(CX), Z16, K1, Z23
+	VFMADD231PS 256(AX), Z6, K1, Z18
+	VFMADD231PS 256(CX), Z6, K1, Z19
+	VFMADD231PS 256(AX), Z14, K1, Z22
+	VFMADD231PS 256(CX), Z14, K1, Z23
+	CMPQ        R9, $0x00000140
+	JBE         stateVKf32AVX512_dead_52
+	VFMADD231PS 320(AX), Z7, K3, Z20
+	VFMADD231PS 320(CX), Z7, K3, Z21
+	VFMADD231PS 320(AX), Z15, K3, Z24
+	VFMADD231PS 320(CX), Z15, K3, Z25
+	CMPQ        R9, $0x00000180
+	JBE         stateVKf32AVX512_dead_52
+	VFMADD231PS 384(AX), Z8, K4, Z18
+	VFMADD231PS 384(CX), Z8, K4, Z19
+	VFMADD231PS 384(AX), Z16, K4, Z22
+	VFMADD231PS 384(CX), Z16, K4, Z23
 	CMPQ        R9, $0x000001c0
-	JBE         stateVKf32AVX512_dead_67
-	VFMADD231PS 448(AX), Z9, K3, Z20
-	VFMADD231PS 448(CX), Z9, K3, Z21
-	VFMADD231PS 448(AX), Z17, K3, Z24
-	VFMADD231PS 448(CX), Z17, K3, Z25
+	JBE         stateVKf32AVX512_dead_52
+	VFMADD231PS 448(AX), Z9, K5, Z20
+	VFMADD231PS 448(CX), Z9, K5, Z21
+	VFMADD231PS 448(AX), Z17, K5, Z24
+	VFMADD231PS 448(CX), Z17, K5, Z25
 
-stateVKf32AVX512_dead_67:
+stateVKf32AVX512_dead_52:
 	VADDPS       Z20, Z18, Z18
 	VADDPS       Z24, Z22, Z22
 	VADDPS       Z21, Z19, Z19
@@ -24635,16 +22919,16 @@ stateVKf32AVX512_dead_67:
 	VPERMPS      Z19, Z18, Z18
 	VMOVSS       (DX), X1
 	VUCOMISS     nearone<>+0(SB), X1
-	JCS          stateVKf32AVX512_far_21
+	JCS          stateVKf32AVX512_far_13
 	VBROADCASTSS (DX), Z19
 	VFMADD213PS  Z18, Z19, Z18
-	JMP          stateVKf32AVX512_decayed_21
+	JMP          stateVKf32AVX512_decayed_13
 
-stateVKf32AVX512_far_21:
+stateVKf32AVX512_far_13:
 	VBROADCASTSS 4(DX), Z19
 	VMULPS       Z18, Z19, Z18
 
-stateVKf32AVX512_decayed_21:
+stateVKf32AVX512_decayed_13:
 	VEXTRACTF64X4 $0x01, Z18, Y19
 	VMOVUPS.Z     (SI), K6, Y1
 	VSUBPS        Y18, Y1, Y1
@@ -24655,7 +22939,7 @@ stateVKf32AVX512_decayed_21:
 	VMOVUPS       Y19, K6, (DI)
 	VMOVSS        (DX), X2
 	VUCOMISS      nearone<>+0(SB), X2
-	JCS           stateVKf32AVX512_far_22
+	JCS           stateVKf32AVX512_far_14
 	VBROADCASTSS  (DX), Z18
 	VBROADCASTSS  X1, Z19
 	VMOVUPS       vklane1<>+0(SB), Z20
@@ -24677,28 +22961,32 @@ stateVKf32AVX512_decayed_21:
 	VFMADD213PS   Z13, Z18, Z13
 	VFMADD231PS   192(AX), Z20, Z13
 	VFMADD213PS   Z6, Z18, Z6
-	VFMADD231PS   256(AX), Z19, Z6
+	VFMADD231PS   256(AX), Z19, K1, Z6
 	VFMADD213PS   Z14, Z18, Z14
-	VFMADD231PS   256(AX), Z20, Z14
+	VFMADD231PS   256(AX), Z20, K1, Z14
+	CMPQ          R9, $0x00000140
+	JBE           stateVKf32AVX512_dead_53
 	VFMADD213PS   Z7, Z18, Z7
-	VFMADD231PS   320(AX), Z19, Z7
+	VFMADD231PS   320(AX), Z19, K3, Z7
 	VFMADD213PS   Z15, Z18, Z15
-	VFMADD231PS   320(AX), Z20, Z15
+	VFMADD231PS   320(AX), Z20, K3, Z15
+	CMPQ          R9, $0x00000180
+	JBE           stateVKf32AVX512_dead_53
 	VFMADD213PS   Z8, Z18, Z8
-	VFMADD231PS   384(AX), Z19, K1, Z8
+	VFMADD231PS   384(AX), Z19, K4, Z8
 	VFMADD213PS   Z16, Z18, Z16
-	VFMADD231PS   384(AX), Z20, K1, Z16
+	VFMADD231PS   384(AX), Z20, K4, Z16
 	CMPQ          R9, $0x000001c0
-	JBE           stateVKf32AVX512_dead_68
+	JBE           stateVKf32AVX512_dead_53
 	VFMADD213PS   Z9, Z18, Z9
-	VFMADD231PS   448(AX), Z19, K3, Z9
+	VFMADD231PS   448(AX), Z19, K5, Z9
 	VFMADD213PS   Z17, Z18, Z17
-	VFMADD231PS   448(AX), Z20, K3, Z17
+	VFMADD231PS   448(AX), Z20, K5, Z17
 
-stateVKf32AVX512_dead_68:
-	JMP stateVKf32AVX512_decayed_22
+stateVKf32AVX512_dead_53:
+	JMP stateVKf32AVX512_decayed_14
 
-stateVKf32AVX512_far_22:
+stateVKf32AVX512_far_14:
 	VBROADCASTSS 4(DX), Z18
 	VBROADCASTSS X1, Z19
 	VMOVUPS      vklane1<>+0(SB), Z20
@@ -24720,30 +23008,34 @@ stateVKf32AVX512_far_22:
 	VMULPS       Z13, Z18, Z13
 	VFMADD231PS  192(AX), Z20, Z13
 	VMULPS       Z6, Z18, Z6
-	VFMADD231PS  256(AX), Z19, Z6
+	VFMADD231PS  256(AX), Z19, K1, Z6
 	VMULPS       Z14, Z18, Z14
-	VFMADD231PS  256(AX), Z20, Z14
+	VFMADD231PS  256(AX), Z20, K1, Z14
+	CMPQ         R9, $0x00000140
+	JBE          stateVKf32AVX512_dead_54
 	VMULPS       Z7, Z18, Z7
-	VFMADD231PS  320(AX), Z19, Z7
+	VFMADD231PS  320(AX), Z19, K3, Z7
 	VMULPS       Z15, Z18, Z15
-	VFMADD231PS  320(AX), Z20, Z15
+	VFMADD231PS  320(AX), Z20, K3, Z15
+	CMPQ         R9, $0x00000180
+	JBE          stateVKf32AVX512_dead_54
 	VMULPS       Z8, Z18, Z8
-	VFMADD231PS  384(AX), Z19, K1, Z8
+	VFMADD231PS  384(AX), Z19, K4, Z8
 	VMULPS       Z16, Z18, Z16
-	VFMADD231PS  384(AX), Z20, K1, Z16
+	VFMADD231PS  384(AX), Z20, K4, Z16
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKf32AVX512_dead_69
+	JBE          stateVKf32AVX512_dead_54
 	VMULPS       Z9, Z18, Z9
-	VFMADD231PS  448(AX), Z19, K3, Z9
+	VFMADD231PS  448(AX), Z19, K5, Z9
 	VMULPS       Z17, Z18, Z17
-	VFMADD231PS  448(AX), Z20, K3, Z17
+	VFMADD231PS  448(AX), Z20, K5, Z17
 
-stateVKf32AVX512_dead_69:
-stateVKf32AVX512_decayed_22:
+stateVKf32AVX512_dead_54:
+stateVKf32AVX512_decayed_14:
 	// The state after this token, if stored.
 	MOVQ    (BX), R10
 	TESTQ   R10, R10
-	JZ      stateVKf32AVX512_nostore_5
+	JZ      stateVKf32AVX512_nostore_3
 	MOVQ    (SP), R11
 	IMULQ   R9, R11
 	ADDQ    R11, R10
@@ -24751,28 +23043,36 @@ stateVKf32AVX512_decayed_22:
 	VMOVUPS Z3, 64(R10)
 	VMOVUPS Z4, 128(R10)
 	VMOVUPS Z5, 192(R10)
-	VMOVUPS Z6, 256(R10)
-	VMOVUPS Z7, 320(R10)
-	VMOVUPS Z8, K1, 384(R10)
+	VMOVUPS Z6, K1, 256(R10)
+	CMPQ    R9, $0x00000140
+	JBE     stateVKf32AVX512_dead_55
+	VMOVUPS Z7, K3, 320(R10)
+	CMPQ    R9, $0x00000180
+	JBE     stateVKf32AVX512_dead_55
+	VMOVUPS Z8, K4, 384(R10)
 	CMPQ    R9, $0x000001c0
-	JBE     stateVKf32AVX512_dead_70
-	VMOVUPS Z9, K3, 448(R10)
+	JBE     stateVKf32AVX512_dead_55
+	VMOVUPS Z9, K5, 448(R10)
 
-stateVKf32AVX512_dead_70:
+stateVKf32AVX512_dead_55:
 	ADDQ    R9, R10
 	VMOVUPS Z10, (R10)
 	VMOVUPS Z11, 64(R10)
 	VMOVUPS Z12, 128(R10)
 	VMOVUPS Z13, 192(R10)
-	VMOVUPS Z14, 256(R10)
-	VMOVUPS Z15, 320(R10)
-	VMOVUPS Z16, K1, 384(R10)
+	VMOVUPS Z14, K1, 256(R10)
+	CMPQ    R9, $0x00000140
+	JBE     stateVKf32AVX512_dead_56
+	VMOVUPS Z15, K3, 320(R10)
+	CMPQ    R9, $0x00000180
+	JBE     stateVKf32AVX512_dead_56
+	VMOVUPS Z16, K4, 384(R10)
 	CMPQ    R9, $0x000001c0
-	JBE     stateVKf32AVX512_dead_71
-	VMOVUPS Z17, K3, 448(R10)
+	JBE     stateVKf32AVX512_dead_56
+	VMOVUPS Z17, K5, 448(R10)
 
-stateVKf32AVX512_dead_71:
-stateVKf32AVX512_nostore_5:
+stateVKf32AVX512_dead_56:
+stateVKf32AVX512_nostore_3:
 	ADDQ R9, AX
 	ADDQ R9, CX
 	ADDQ $0x10, DX
@@ -24780,39 +23080,39 @@ stateVKf32AVX512_nostore_5:
 	ADDQ 32(SP), SI
 	ADDQ 24(SP), DI
 	DECQ R8
-	JNZ  stateVKf32AVX512_token_5
+	JNZ  stateVKf32AVX512_token_3
 	ADDQ $0x00000002, (SP)
 	SUBQ $0x00000002, 8(SP)
-	JMP  stateVKf32AVX512_group_5
+	JMP  stateVKf32AVX512_group_3
 
-stateVKf32AVX512_groupsdone_5:
-stateVKf32AVX512_group_6:
+stateVKf32AVX512_groupsdone_3:
+stateVKf32AVX512_group_4:
 	CMPQ 8(SP), $0x00000001
-	JB   stateVKf32AVX512_groupsdone_6
+	JB   stateVKf32AVX512_groupsdone_4
 
 	// The prefetch list's next group.
 	MOVQ 56(SP), AX
 
-stateVKf32AVX512_pfentry_15:
+stateVKf32AVX512_pfentry_10:
 	CMPQ  AX, 64(SP)
-	JAE   stateVKf32AVX512_pfdone_15
+	JAE   stateVKf32AVX512_pfdone_10
 	MOVQ  (AX), DX
 	MOVQ  8(AX), CX
 	ADDQ  $0x10, AX
 	TESTQ CX, CX
-	JZ    stateVKf32AVX512_pfdone_15
+	JZ    stateVKf32AVX512_pfdone_10
 
-stateVKf32AVX512_pfline_15:
+stateVKf32AVX512_pfline_10:
 	PREFETCHT1 (DX)
 	ADDQ       $0x40, DX
 	DECQ       CX
-	JNZ        stateVKf32AVX512_pfline_15
-	JMP        stateVKf32AVX512_pfentry_15
+	JNZ        stateVKf32AVX512_pfline_10
+	JMP        stateVKf32AVX512_pfentry_10
 
-stateVKf32AVX512_pfdone_15:
+stateVKf32AVX512_pfdone_10:
 	MOVQ AX, 56(SP)
 
-	// Load 1 row(s) of 7…8 vectors.
+	// Load 1 row(s) of 5…8 vectors.
 	MOVQ       src_base+16(FP), AX
 	MOVQ       (SP), CX
 	IMULQ      R9, CX
@@ -24822,34 +23122,49 @@ stateVKf32AVX512_pfdone_15:
 	PREFETCHT1 8320(AX)
 	PREFETCHT1 8384(AX)
 	PREFETCHT1 8448(AX)
+	CMPQ       R9, $0x00000140
+	JBE        stateVKf32AVX512_dead_57
 	PREFETCHT1 8512(AX)
+	CMPQ       R9, $0x00000180
+	JBE        stateVKf32AVX512_dead_57
 	PREFETCHT1 8576(AX)
 	CMPQ       R9, $0x000001c0
-	JBE        stateVKf32AVX512_dead_72
+	JBE        stateVKf32AVX512_dead_57
 	PREFETCHT1 8640(AX)
 
-stateVKf32AVX512_dead_72:
-	VMOVUPS   (AX), Z0
-	VMOVUPS   64(AX), Z1
-	VMOVUPS   128(AX), Z3
-	VMOVUPS   192(AX), Z4
-	VMOVUPS   256(AX), Z5
-	VMOVUPS   320(AX), Z6
-	VMOVUPS.Z 384(AX), K1, Z7
-	VMOVUPS.Z 448(AX), K3, Z8
-	MOVQ      kh_base+64(FP), AX
-	MOVQ      qh_base+88(FP), CX
-	MOVQ      tok_base+168(FP), DX
-	MOVQ      stores_base+40(FP), BX
-	MOVQ      v_base+112(FP), SI
-	MOVQ      o_base+144(FP), DI
-	MOVQ      (SP), R8
-	SHLQ      $0x02, R8
-	ADDQ      R8, SI
-	ADDQ      R8, DI
-	MOVQ      16(SP), R8
+stateVKf32AVX512_dead_57:
+	VBROADCASTSS zero<>+0(SB), Z6
+	VBROADCASTSS zero<>+0(SB), Z7
+	VBROADCASTSS zero<>+0(SB), Z8
+	VMOVUPS      (AX), Z0
+	VMOVUPS      64(AX), Z1
+	VMOVUPS      128(AX), Z3
+	VMOVUPS      192(AX), Z4
+	VMOVUPS.Z    256(AX), K1, Z5
+	CMPQ         R9, $0x00000140
+	JBE          stateVKf32AVX512_dead_58
+	VMOVUPS.Z    320(AX), K3, Z6
+	CMPQ         R9, $0x00000180
+	JBE          stateVKf32AVX512_dead_58
+	VMOVUPS.Z    384(AX), K4, Z7
+	CMPQ         R9, $0x000001c0
+	JBE          stateVKf32AVX512_dead_58
+	VMOVUPS.Z    448(AX), K5, Z8
 
-stateVKf32AVX512_token_6:
+stateVKf32AVX512_dead_58:
+	MOVQ kh_base+64(FP), AX
+	MOVQ qh_base+88(FP), CX
+	MOVQ tok_base+168(FP), DX
+	MOVQ stores_base+40(FP), BX
+	MOVQ v_base+112(FP), SI
+	MOVQ o_base+144(FP), DI
+	MOVQ (SP), R8
+	SHLQ $0x02, R8
+	ADDQ R8, SI
+	ADDQ R8, DI
+	MOVQ 16(SP), R8
+
+stateVKf32AVX512_token_4:
 	VMULPS      (AX), Z0, Z9
 	VMULPS      (CX), Z0, Z10
 	VMULPS      64(AX), Z1, Z11
@@ -24858,18 +23173,22 @@ stateVKf32AVX512_token_6:
 	VFMADD231PS 128(CX), Z3, Z10
 	VFMADD231PS 192(AX), Z4, Z11
 	VFMADD231PS 192(CX), Z4, Z12
-	VFMADD231PS 256(AX), Z5, Z9
-	VFMADD231PS 256(CX), Z5, Z10
-	VFMADD231PS 320(AX), Z6, Z11
-	VFMADD231PS 320(CX), Z6, Z12
-	VFMADD231PS 384(AX), Z7, K1, Z9
-	VFMADD231PS 384(CX), Z7, K1, Z10
+	VFMADD231PS 256(AX), Z5, K1, Z9
+	VFMADD231PS 256(CX), Z5, K1, Z10
+	CMPQ        R9, $0x00000140
+	JBE         stateVKf32AVX512_dead_59
+	VFMADD231PS 320(AX), Z6, K3, Z11
+	VFMADD231PS 320(CX), Z6, K3, Z12
+	CMPQ        R9, $0x00000180
+	JBE         stateVKf32AVX512_dead_59
+	VFMADD231PS 384(AX), Z7, K4, Z9
+	VFMADD231PS 384(CX), Z7, K4, Z10
 	CMPQ        R9, $0x000001c0
-	JBE         stateVKf32AVX512_dead_73
-	VFMADD231PS 448(AX), Z8, K3, Z11
-	VFMADD231PS 448(CX), Z8, K3, Z12
+	JBE         stateVKf32AVX512_dead_59
+	VFMADD231PS 448(AX), Z8, K5, Z11
+	VFMADD231PS 448(CX), Z8, K5, Z12
 
-stateVKf32AVX512_dead_73:
+stateVKf32AVX512_dead_59:
 	VADDPS       Z11, Z9, Z9
 	VADDPS       Z12, Z10, Z10
 	VSHUFF32X4   $0x44, Z10, Z9, Z11
@@ -24888,16 +23207,16 @@ stateVKf32AVX512_dead_73:
 	VPERMPS      Z9, Z10, Z9
 	VMOVSS       (DX), X2
 	VUCOMISS     nearone<>+0(SB), X2
-	JCS          stateVKf32AVX512_far_23
+	JCS          stateVKf32AVX512_far_15
 	VBROADCASTSS (DX), Z10
 	VFMADD213PS  Z9, Z10, Z9
-	JMP          stateVKf32AVX512_decayed_23
+	JMP          stateVKf32AVX512_decayed_15
 
-stateVKf32AVX512_far_23:
+stateVKf32AVX512_far_15:
 	VBROADCASTSS 4(DX), Z10
 	VMULPS       Z9, Z10, Z9
 
-stateVKf32AVX512_decayed_23:
+stateVKf32AVX512_decayed_15:
 	VEXTRACTF64X4 $0x01, Z9, Y10
 	VMOVSS        (SI), X2
 	VSUBPS        Y9, Y2, Y2
@@ -24908,7 +23227,7 @@ stateVKf32AVX512_decayed_23:
 	VMOVSS        X10, (DI)
 	VMOVSS        (DX), X2
 	VUCOMISS      nearone<>+0(SB), X2
-	JCS           stateVKf32AVX512_far_24
+	JCS           stateVKf32AVX512_far_16
 	VBROADCASTSS  (DX), Z10
 	VBROADCASTSS  X9, Z9
 	VFMADD213PS   Z0, Z10, Z0
@@ -24920,20 +23239,24 @@ stateVKf32AVX512_decayed_23:
 	VFMADD213PS   Z4, Z10, Z4
 	VFMADD231PS   192(AX), Z9, Z4
 	VFMADD213PS   Z5, Z10, Z5
-	VFMADD231PS   256(AX), Z9, Z5
+	VFMADD231PS   256(AX), Z9, K1, Z5
+	CMPQ          R9, $0x00000140
+	JBE           stateVKf32AVX512_dead_60
 	VFMADD213PS   Z6, Z10, Z6
-	VFMADD231PS   320(AX), Z9, Z6
+	VFMADD231PS   320(AX), Z9, K3, Z6
+	CMPQ          R9, $0x00000180
+	JBE           stateVKf32AVX512_dead_60
 	VFMADD213PS   Z7, Z10, Z7
-	VFMADD231PS   384(AX), Z9, K1, Z7
+	VFMADD231PS   384(AX), Z9, K4, Z7
 	CMPQ          R9, $0x000001c0
-	JBE           stateVKf32AVX512_dead_74
+	JBE           stateVKf32AVX512_dead_60
 	VFMADD213PS   Z8, Z10, Z8
-	VFMADD231PS   448(AX), Z9, K3, Z8
+	VFMADD231PS   448(AX), Z9, K5, Z8
 
-stateVKf32AVX512_dead_74:
-	JMP stateVKf32AVX512_decayed_24
+stateVKf32AVX512_dead_60:
+	JMP stateVKf32AVX512_decayed_16
 
-stateVKf32AVX512_far_24:
+stateVKf32AVX512_far_16:
 	VBROADCASTSS 4(DX), Z10
 	VBROADCASTSS X9, Z9
 	VMULPS       Z0, Z10, Z0
@@ -24945,22 +23268,26 @@ stateVKf32AVX512_far_24:
 	VMULPS       Z4, Z10, Z4
 	VFMADD231PS  192(AX), Z9, Z4
 	VMULPS       Z5, Z10, Z5
-	VFMADD231PS  256(AX), Z9, Z5
+	VFMADD231PS  256(AX), Z9, K1, Z5
+	CMPQ         R9, $0x00000140
+	JBE          stateVKf32AVX512_dead_61
 	VMULPS       Z6, Z10, Z6
-	VFMADD231PS  320(AX), Z9, Z6
+	VFMADD231PS  320(AX), Z9, K3, Z6
+	CMPQ         R9, $0x00000180
+	JBE          stateVKf32AVX512_dead_61
 	VMULPS       Z7, Z10, Z7
-	VFMADD231PS  384(AX), Z9, K1, Z7
+	VFMADD231PS  384(AX), Z9, K4, Z7
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKf32AVX512_dead_75
+	JBE          stateVKf32AVX512_dead_61
 	VMULPS       Z8, Z10, Z8
-	VFMADD231PS  448(AX), Z9, K3, Z8
+	VFMADD231PS  448(AX), Z9, K5, Z8
 
-stateVKf32AVX512_dead_75:
-stateVKf32AVX512_decayed_24:
+stateVKf32AVX512_dead_61:
+stateVKf32AVX512_decayed_16:
 	// The state after this token, if stored.
 	MOVQ    (BX), R10
 	TESTQ   R10, R10
-	JZ      stateVKf32AVX512_nostore_6
+	JZ      stateVKf32AVX512_nostore_4
 	MOVQ    (SP), R11
 	IMULQ   R9, R11
 	ADDQ    R11, R10
@@ -24968,15 +23295,19 @@ stateVKf32AVX512_decayed_24:
 	VMOVUPS Z1, 64(R10)
 	VMOVUPS Z3, 128(R10)
 	VMOVUPS Z4, 192(R10)
-	VMOVUPS Z5, 256(R10)
-	VMOVUPS Z6, 320(R10)
-	VMOVUPS Z7, K1, 384(R10)
+	VMOVUPS Z5, K1, 256(R10)
+	CMPQ    R9, $0x00000140
+	JBE     stateVKf32AVX512_dead_62
+	VMOVUPS Z6, K3, 320(R10)
+	CMPQ    R9, $0x00000180
+	JBE     stateVKf32AVX512_dead_62
+	VMOVUPS Z7, K4, 384(R10)
 	CMPQ    R9, $0x000001c0
-	JBE     stateVKf32AVX512_dead_76
-	VMOVUPS Z8, K3, 448(R10)
+	JBE     stateVKf32AVX512_dead_62
+	VMOVUPS Z8, K5, 448(R10)
 
-stateVKf32AVX512_dead_76:
-stateVKf32AVX512_nostore_6:
+stateVKf32AVX512_dead_62:
+stateVKf32AVX512_nostore_4:
 	ADDQ R9, AX
 	ADDQ R9, CX
 	ADDQ $0x10, DX
@@ -24984,12 +23315,12 @@ stateVKf32AVX512_nostore_6:
 	ADDQ 32(SP), SI
 	ADDQ 24(SP), DI
 	DECQ R8
-	JNZ  stateVKf32AVX512_token_6
+	JNZ  stateVKf32AVX512_token_4
 	ADDQ $0x00000001, (SP)
 	SUBQ $0x00000001, 8(SP)
-	JMP  stateVKf32AVX512_group_6
+	JMP  stateVKf32AVX512_group_4
 
-stateVKf32AVX512_groupsdone_6:
+stateVKf32AVX512_groupsdone_4:
 	JMP stateVKf32AVX512_done_1
 
 stateVKf32AVX512_n12_1:
@@ -25015,30 +23346,30 @@ stateVKf32AVX512_n12_1:
 	VPBROADCASTD AX, Z0
 	VPCMPGTD     iota<>+0(SB), Z0, K5
 
-stateVKf32AVX512_group_7:
+stateVKf32AVX512_group_5:
 	CMPQ 8(SP), $0x00000001
-	JB   stateVKf32AVX512_groupsdone_7
+	JB   stateVKf32AVX512_groupsdone_5
 
 	// The prefetch list's next group.
 	MOVQ 56(SP), AX
 
-stateVKf32AVX512_pfentry_16:
+stateVKf32AVX512_pfentry_11:
 	CMPQ  AX, 64(SP)
-	JAE   stateVKf32AVX512_pfdone_16
+	JAE   stateVKf32AVX512_pfdone_11
 	MOVQ  (AX), DX
 	MOVQ  8(AX), CX
 	ADDQ  $0x10, AX
 	TESTQ CX, CX
-	JZ    stateVKf32AVX512_pfdone_16
+	JZ    stateVKf32AVX512_pfdone_11
 
-stateVKf32AVX512_pfline_16:
+stateVKf32AVX512_pfline_11:
 	PREFETCHT1 (DX)
 	ADDQ       $0x40, DX
 	DECQ       CX
-	JNZ        stateVKf32AVX512_pfline_16
-	JMP        stateVKf32AVX512_pfentry_16
+	JNZ        stateVKf32AVX512_pfline_11
+	JMP        stateVKf32AVX512_pfentry_11
 
-stateVKf32AVX512_pfdone_16:
+stateVKf32AVX512_pfdone_11:
 	MOVQ AX, 56(SP)
 
 	// Load 1 row(s) of 9…12 vectors.
@@ -25056,41 +23387,52 @@ stateVKf32AVX512_pfdone_16:
 	PREFETCHT1 8640(AX)
 	PREFETCHT1 8704(AX)
 	CMPQ       R9, $0x00000240
-	JBE        stateVKf32AVX512_dead_77
+	JBE        stateVKf32AVX512_dead_63
 	PREFETCHT1 8768(AX)
 	CMPQ       R9, $0x00000280
-	JBE        stateVKf32AVX512_dead_77
+	JBE        stateVKf32AVX512_dead_63
 	PREFETCHT1 8832(AX)
 	CMPQ       R9, $0x000002c0
-	JBE        stateVKf32AVX512_dead_77
+	JBE        stateVKf32AVX512_dead_63
 	PREFETCHT1 8896(AX)
 
-stateVKf32AVX512_dead_77:
-	VMOVUPS   (AX), Z0
-	VMOVUPS   64(AX), Z2
-	VMOVUPS   128(AX), Z3
-	VMOVUPS   192(AX), Z4
-	VMOVUPS   256(AX), Z5
-	VMOVUPS   320(AX), Z6
-	VMOVUPS   384(AX), Z7
-	VMOVUPS   448(AX), Z8
-	VMOVUPS.Z 512(AX), K1, Z9
-	VMOVUPS.Z 576(AX), K3, Z10
-	VMOVUPS.Z 640(AX), K4, Z11
-	VMOVUPS.Z 704(AX), K5, Z12
-	MOVQ      kh_base+64(FP), AX
-	MOVQ      qh_base+88(FP), CX
-	MOVQ      tok_base+168(FP), DX
-	MOVQ      stores_base+40(FP), BX
-	MOVQ      v_base+112(FP), SI
-	MOVQ      o_base+144(FP), DI
-	MOVQ      (SP), R8
-	SHLQ      $0x02, R8
-	ADDQ      R8, SI
-	ADDQ      R8, DI
-	MOVQ      16(SP), R8
+stateVKf32AVX512_dead_63:
+	VBROADCASTSS zero<>+0(SB), Z10
+	VBROADCASTSS zero<>+0(SB), Z11
+	VBROADCASTSS zero<>+0(SB), Z12
+	VMOVUPS      (AX), Z0
+	VMOVUPS      64(AX), Z2
+	VMOVUPS      128(AX), Z3
+	VMOVUPS      192(AX), Z4
+	VMOVUPS      256(AX), Z5
+	VMOVUPS      320(AX), Z6
+	VMOVUPS      384(AX), Z7
+	VMOVUPS      448(AX), Z8
+	VMOVUPS.Z    512(AX), K1, Z9
+	CMPQ         R9, $0x00000240
+	JBE          stateVKf32AVX512_dead_64
+	VMOVUPS.Z    576(AX), K3, Z10
+	CMPQ         R9, $0x00000280
+	JBE          stateVKf32AVX512_dead_64
+	VMOVUPS.Z    640(AX), K4, Z11
+	CMPQ         R9, $0x000002c0
+	JBE          stateVKf32AVX512_dead_64
+	VMOVUPS.Z    704(AX), K5, Z12
 
-stateVKf32AVX512_token_7:
+stateVKf32AVX512_dead_64:
+	MOVQ kh_base+64(FP), AX
+	MOVQ qh_base+88(FP), CX
+	MOVQ tok_base+168(FP), DX
+	MOVQ stores_base+40(FP), BX
+	MOVQ v_base+112(FP), SI
+	MOVQ o_base+144(FP), DI
+	MOVQ (SP), R8
+	SHLQ $0x02, R8
+	ADDQ R8, SI
+	ADDQ R8, DI
+	MOVQ 16(SP), R8
+
+stateVKf32AVX512_token_5:
 	VMULPS      (AX), Z0, Z13
 	VMULPS      (CX), Z0, Z14
 	VMULPS      64(AX), Z2, Z15
@@ -25110,19 +23452,19 @@ stateVKf32AVX512_token_7:
 	VFMADD231PS 512(AX), Z9, K1, Z13
 	VFMADD231PS 512(CX), Z9, K1, Z14
 	CMPQ        R9, $0x00000240
-	JBE         stateVKf32AVX512_dead_78
+	JBE         stateVKf32AVX512_dead_65
 	VFMADD231PS 576(AX), Z10, K3, Z15
 	VFMADD231PS 576(CX), Z10, K3, Z16
 	CMPQ        R9, $0x00000280
-	JBE         stateVKf32AVX512_dead_78
+	JBE         stateVKf32AVX512_dead_65
 	VFMADD231PS 640(AX), Z11, K4, Z17
 	VFMADD231PS 640(CX), Z11, K4, Z18
 	CMPQ        R9, $0x000002c0
-	JBE         stateVKf32AVX512_dead_78
+	JBE         stateVKf32AVX512_dead_65
 	VFMADD231PS 704(AX), Z12, K5, Z19
 	VFMADD231PS 704(CX), Z12, K5, Z20
 
-stateVKf32AVX512_dead_78:
+stateVKf32AVX512_dead_65:
 	VADDPS       Z15, Z13, Z13
 	VADDPS       Z19, Z17, Z17
 	VADDPS       Z17, Z13, Z13
@@ -25145,16 +23487,16 @@ stateVKf32AVX512_dead_78:
 	VPERMPS      Z13, Z14, Z13
 	VMOVSS       (DX), X1
 	VUCOMISS     nearone<>+0(SB), X1
-	JCS          stateVKf32AVX512_far_25
+	JCS          stateVKf32AVX512_far_17
 	VBROADCASTSS (DX), Z14
 	VFMADD213PS  Z13, Z14, Z13
-	JMP          stateVKf32AVX512_decayed_25
+	JMP          stateVKf32AVX512_decayed_17
 
-stateVKf32AVX512_far_25:
+stateVKf32AVX512_far_17:
 	VBROADCASTSS 4(DX), Z14
 	VMULPS       Z13, Z14, Z13
 
-stateVKf32AVX512_decayed_25:
+stateVKf32AVX512_decayed_17:
 	VEXTRACTF64X4 $0x01, Z13, Y14
 	VMOVSS        (SI), X1
 	VSUBPS        Y13, Y1, Y1
@@ -25165,7 +23507,7 @@ stateVKf32AVX512_decayed_25:
 	VMOVSS        X14, (DI)
 	VMOVSS        (DX), X1
 	VUCOMISS      nearone<>+0(SB), X1
-	JCS           stateVKf32AVX512_far_26
+	JCS           stateVKf32AVX512_far_18
 	VBROADCASTSS  (DX), Z14
 	VBROADCASTSS  X13, Z13
 	VFMADD213PS   Z0, Z14, Z0
@@ -25187,22 +23529,22 @@ stateVKf32AVX512_decayed_25:
 	VFMADD213PS   Z9, Z14, Z9
 	VFMADD231PS   512(AX), Z13, K1, Z9
 	CMPQ          R9, $0x00000240
-	JBE           stateVKf32AVX512_dead_79
+	JBE           stateVKf32AVX512_dead_66
 	VFMADD213PS   Z10, Z14, Z10
 	VFMADD231PS   576(AX), Z13, K3, Z10
 	CMPQ          R9, $0x00000280
-	JBE           stateVKf32AVX512_dead_79
+	JBE           stateVKf32AVX512_dead_66
 	VFMADD213PS   Z11, Z14, Z11
 	VFMADD231PS   640(AX), Z13, K4, Z11
 	CMPQ          R9, $0x000002c0
-	JBE           stateVKf32AVX512_dead_79
+	JBE           stateVKf32AVX512_dead_66
 	VFMADD213PS   Z12, Z14, Z12
 	VFMADD231PS   704(AX), Z13, K5, Z12
 
-stateVKf32AVX512_dead_79:
-	JMP stateVKf32AVX512_decayed_26
+stateVKf32AVX512_dead_66:
+	JMP stateVKf32AVX512_decayed_18
 
-stateVKf32AVX512_far_26:
+stateVKf32AVX512_far_18:
 	VBROADCASTSS 4(DX), Z14
 	VBROADCASTSS X13, Z13
 	VMULPS       Z0, Z14, Z0
@@ -25224,24 +23566,24 @@ stateVKf32AVX512_far_26:
 	VMULPS       Z9, Z14, Z9
 	VFMADD231PS  512(AX), Z13, K1, Z9
 	CMPQ         R9, $0x00000240
-	JBE          stateVKf32AVX512_dead_80
+	JBE          stateVKf32AVX512_dead_67
 	VMULPS       Z10, Z14, Z10
 	VFMADD231PS  576(AX), Z13, K3, Z10
 	CMPQ         R9, $0x00000280
-	JBE          stateVKf32AVX512_dead_80
+	JBE          stateVKf32AVX512_dead_67
 	VMULPS       Z11, Z14, Z11
 	VFMADD231PS  640(AX), Z13, K4, Z11
 	CMPQ         R9, $0x000002c0
-	JBE          stateVKf32AVX512_dead_80
+	JBE          stateVKf32AVX512_dead_67
 	VMULPS       Z12, Z14, Z12
 	VFMADD231PS  704(AX), Z13, K5, Z12
 
-stateVKf32AVX512_dead_80:
-stateVKf32AVX512_decayed_26:
+stateVKf32AVX512_dead_67:
+stateVKf32AVX512_decayed_18:
 	// The state after this token, if stored.
 	MOVQ    (BX), R10
 	TESTQ   R10, R10
-	JZ      stateVKf32AVX512_nostore_7
+	JZ      stateVKf32AVX512_nostore_5
 	MOVQ    (SP), R11
 	IMULQ   R9, R11
 	ADDQ    R11, R10
@@ -25255,17 +23597,17 @@ stateVKf32AVX512_decayed_26:
 	VMOVUPS Z8, 448(R10)
 	VMOVUPS Z9, K1, 512(R10)
 	CMPQ    R9, $0x00000240
-	JBE     stateVKf32AVX512_dead_81
+	JBE     stateVKf32AVX512_dead_68
 	VMOVUPS Z10, K3, 576(R10)
 	CMPQ    R9, $0x00000280
-	JBE     stateVKf32AVX512_dead_81
+	JBE     stateVKf32AVX512_dead_68
 	VMOVUPS Z11, K4, 640(R10)
 	CMPQ    R9, $0x000002c0
-	JBE     stateVKf32AVX512_dead_81
+	JBE     stateVKf32AVX512_dead_68
 	VMOVUPS Z12, K5, 704(R10)
 
-stateVKf32AVX512_dead_81:
-stateVKf32AVX512_nostore_7:
+stateVKf32AVX512_dead_68:
+stateVKf32AVX512_nostore_5:
 	ADDQ R9, AX
 	ADDQ R9, CX
 	ADDQ $0x10, DX
@@ -25273,12 +23615,12 @@ stateVKf32AVX512_nostore_7:
 	ADDQ 32(SP), SI
 	ADDQ 24(SP), DI
 	DECQ R8
-	JNZ  stateVKf32AVX512_token_7
+	JNZ  stateVKf32AVX512_token_5
 	ADDQ $0x00000001, (SP)
 	SUBQ $0x00000001, 8(SP)
-	JMP  stateVKf32AVX512_group_7
+	JMP  stateVKf32AVX512_group_5
 
-stateVKf32AVX512_groupsdone_7:
+stateVKf32AVX512_groupsdone_5:
 	JMP stateVKf32AVX512_done_1
 
 stateVKf32AVX512_n16_1:
@@ -25304,30 +23646,30 @@ stateVKf32AVX512_n16_1:
 	VPBROADCASTD AX, Z0
 	VPCMPGTD     iota<>+0(SB), Z0, K5
 
-stateVKf32AVX512_group_8:
+stateVKf32AVX512_group_6:
 	CMPQ 8(SP), $0x00000001
-	JB   stateVKf32AVX512_groupsdone_8
+	JB   stateVKf32AVX512_groupsdone_6
 
 	// The prefetch list's next group.
 	MOVQ 56(SP), AX
 
-stateVKf32AVX512_pfentry_17:
+stateVKf32AVX512_pfentry_12:
 	CMPQ  AX, 64(SP)
-	JAE   stateVKf32AVX512_pfdone_17
+	JAE   stateVKf32AVX512_pfdone_12
 	MOVQ  (AX), DX
 	MOVQ  8(AX), CX
 	ADDQ  $0x10, AX
 	TESTQ CX, CX
-	JZ    stateVKf32AVX512_pfdone_17
+	JZ    stateVKf32AVX512_pfdone_12
 
-stateVKf32AVX512_pfline_17:
+stateVKf32AVX512_pfline_12:
 	PREFETCHT1 (DX)
 	ADDQ       $0x40, DX
 	DECQ       CX
-	JNZ        stateVKf32AVX512_pfline_17
-	JMP        stateVKf32AVX512_pfentry_17
+	JNZ        stateVKf32AVX512_pfline_12
+	JMP        stateVKf32AVX512_pfentry_12
 
-stateVKf32AVX512_pfdone_17:
+stateVKf32AVX512_pfdone_12:
 	MOVQ AX, 56(SP)
 
 	// Load 1 row(s) of 13…16 vectors.
@@ -25349,45 +23691,56 @@ stateVKf32AVX512_pfdone_17:
 	PREFETCHT1 8896(AX)
 	PREFETCHT1 8960(AX)
 	CMPQ       R9, $0x00000340
-	JBE        stateVKf32AVX512_dead_82
+	JBE        stateVKf32AVX512_dead_69
 	PREFETCHT1 9024(AX)
 	CMPQ       R9, $0x00000380
-	JBE        stateVKf32AVX512_dead_82
+	JBE        stateVKf32AVX512_dead_69
 	PREFETCHT1 9088(AX)
 	CMPQ       R9, $0x000003c0
-	JBE        stateVKf32AVX512_dead_82
+	JBE        stateVKf32AVX512_dead_69
 	PREFETCHT1 9152(AX)
 
-stateVKf32AVX512_dead_82:
-	VMOVUPS   (AX), Z0
-	VMOVUPS   64(AX), Z2
-	VMOVUPS   128(AX), Z3
-	VMOVUPS   192(AX), Z4
-	VMOVUPS   256(AX), Z5
-	VMOVUPS   320(AX), Z6
-	VMOVUPS   384(AX), Z7
-	VMOVUPS   448(AX), Z8
-	VMOVUPS   512(AX), Z9
-	VMOVUPS   576(AX), Z10
-	VMOVUPS   640(AX), Z11
-	VMOVUPS   704(AX), Z12
-	VMOVUPS.Z 768(AX), K1, Z13
-	VMOVUPS.Z 832(AX), K3, Z14
-	VMOVUPS.Z 896(AX), K4, Z15
-	VMOVUPS.Z 960(AX), K5, Z16
-	MOVQ      kh_base+64(FP), AX
-	MOVQ      qh_base+88(FP), CX
-	MOVQ      tok_base+168(FP), DX
-	MOVQ      stores_base+40(FP), BX
-	MOVQ      v_base+112(FP), SI
-	MOVQ      o_base+144(FP), DI
-	MOVQ      (SP), R8
-	SHLQ      $0x02, R8
-	ADDQ      R8, SI
-	ADDQ      R8, DI
-	MOVQ      16(SP), R8
+stateVKf32AVX512_dead_69:
+	VBROADCASTSS zero<>+0(SB), Z14
+	VBROADCASTSS zero<>+0(SB), Z15
+	VBROADCASTSS zero<>+0(SB), Z16
+	VMOVUPS      (AX), Z0
+	VMOVUPS      64(AX), Z2
+	VMOVUPS      128(AX), Z3
+	VMOVUPS      192(AX), Z4
+	VMOVUPS      256(AX), Z5
+	VMOVUPS      320(AX), Z6
+	VMOVUPS      384(AX), Z7
+	VMOVUPS      448(AX), Z8
+	VMOVUPS      512(AX), Z9
+	VMOVUPS      576(AX), Z10
+	VMOVUPS      640(AX), Z11
+	VMOVUPS      704(AX), Z12
+	VMOVUPS.Z    768(AX), K1, Z13
+	CMPQ         R9, $0x00000340
+	JBE          stateVKf32AVX512_dead_70
+	VMOVUPS.Z    832(AX), K3, Z14
+	CMPQ         R9, $0x00000380
+	JBE          stateVKf32AVX512_dead_70
+	VMOVUPS.Z    896(AX), K4, Z15
+	CMPQ         R9, $0x000003c0
+	JBE          stateVKf32AVX512_dead_70
+	VMOVUPS.Z    960(AX), K5, Z16
 
-stateVKf32AVX512_token_8:
+stateVKf32AVX512_dead_70:
+	MOVQ kh_base+64(FP), AX
+	MOVQ qh_base+88(FP), CX
+	MOVQ tok_base+168(FP), DX
+	MOVQ stores_base+40(FP), BX
+	MOVQ v_base+112(FP), SI
+	MOVQ o_base+144(FP), DI
+	MOVQ (SP), R8
+	SHLQ $0x02, R8
+	ADDQ R8, SI
+	ADDQ R8, DI
+	MOVQ 16(SP), R8
+
+stateVKf32AVX512_token_6:
 	VMULPS      (AX), Z0, Z17
 	VMULPS      (CX), Z0, Z18
 	VMULPS      64(AX), Z2, Z19
@@ -25415,19 +23768,19 @@ stateVKf32AVX512_token_8:
 	VFMADD231PS 768(AX), Z13, K1, Z17
 	VFMADD231PS 768(CX), Z13, K1, Z18
 	CMPQ        R9, $0x00000340
-	JBE         stateVKf32AVX512_dead_83
+	JBE         stateVKf32AVX512_dead_71
 	VFMADD231PS 832(AX), Z14, K3, Z19
 	VFMADD231PS 832(CX), Z14, K3, Z20
 	CMPQ        R9, $0x00000380
-	JBE         stateVKf32AVX512_dead_83
+	JBE         stateVKf32AVX512_dead_71
 	VFMADD231PS 896(AX), Z15, K4, Z21
 	VFMADD231PS 896(CX), Z15, K4, Z22
 	CMPQ        R9, $0x000003c0
-	JBE         stateVKf32AVX512_dead_83
+	JBE         stateVKf32AVX512_dead_71
 	VFMADD231PS 960(AX), Z16, K5, Z23
 	VFMADD231PS 960(CX), Z16, K5, Z24
 
-stateVKf32AVX512_dead_83:
+stateVKf32AVX512_dead_71:
 	VADDPS       Z19, Z17, Z17
 	VADDPS       Z23, Z21, Z21
 	VADDPS       Z21, Z17, Z17
@@ -25450,16 +23803,16 @@ stateVKf32AVX512_dead_83:
 	VPERMPS      Z17, Z18, Z17
 	VMOVSS       (DX), X1
 	VUCOMISS     nearone<>+0(SB), X1
-	JCS          stateVKf32AVX512_far_27
+	JCS          stateVKf32AVX512_far_19
 	VBROADCASTSS (DX), Z18
 	VFMADD213PS  Z17, Z18, Z17
-	JMP          stateVKf32AVX512_decayed_27
+	JMP          stateVKf32AVX512_decayed_19
 
-stateVKf32AVX512_far_27:
+stateVKf32AVX512_far_19:
 	VBROADCASTSS 4(DX), Z18
 	VMULPS       Z17, Z18, Z17
 
-stateVKf32AVX512_decayed_27:
+stateVKf32AVX512_decayed_19:
 	VEXTRACTF64X4 $0x01, Z17, Y18
 	VMOVSS        (SI), X1
 	VSUBPS        Y17, Y1, Y1
@@ -25470,7 +23823,7 @@ stateVKf32AVX512_decayed_27:
 	VMOVSS        X18, (DI)
 	VMOVSS        (DX), X1
 	VUCOMISS      nearone<>+0(SB), X1
-	JCS           stateVKf32AVX512_far_28
+	JCS           stateVKf32AVX512_far_20
 	VBROADCASTSS  (DX), Z18
 	VBROADCASTSS  X17, Z17
 	VFMADD213PS   Z0, Z18, Z0
@@ -25500,22 +23853,22 @@ stateVKf32AVX512_decayed_27:
 	VFMADD213PS   Z13, Z18, Z13
 	VFMADD231PS   768(AX), Z17, K1, Z13
 	CMPQ          R9, $0x00000340
-	JBE           stateVKf32AVX512_dead_84
+	JBE           stateVKf32AVX512_dead_72
 	VFMADD213PS   Z14, Z18, Z14
 	VFMADD231PS   832(AX), Z17, K3, Z14
 	CMPQ          R9, $0x00000380
-	JBE           stateVKf32AVX512_dead_84
+	JBE           stateVKf32AVX512_dead_72
 	VFMADD213PS   Z15, Z18, Z15
 	VFMADD231PS   896(AX), Z17, K4, Z15
 	CMPQ          R9, $0x000003c0
-	JBE           stateVKf32AVX512_dead_84
+	JBE           stateVKf32AVX512_dead_72
 	VFMADD213PS   Z16, Z18, Z16
 	VFMADD231PS   960(AX), Z17, K5, Z16
 
-stateVKf32AVX512_dead_84:
-	JMP stateVKf32AVX512_decayed_28
+stateVKf32AVX512_dead_72:
+	JMP stateVKf32AVX512_decayed_20
 
-stateVKf32AVX512_far_28:
+stateVKf32AVX512_far_20:
 	VBROADCASTSS 4(DX), Z18
 	VBROADCASTSS X17, Z17
 	VMULPS       Z0, Z18, Z0
@@ -25545,24 +23898,24 @@ stateVKf32AVX512_far_28:
 	VMULPS       Z13, Z18, Z13
 	VFMADD231PS  768(AX), Z17, K1, Z13
 	CMPQ         R9, $0x00000340
-	JBE          stateVKf32AVX512_dead_85
+	JBE          stateVKf32AVX512_dead_73
 	VMULPS       Z14, Z18, Z14
 	VFMADD231PS  832(AX), Z17, K3, Z14
 	CMPQ         R9, $0x00000380
-	JBE          stateVKf32AVX512_dead_85
+	JBE          stateVKf32AVX512_dead_73
 	VMULPS       Z15, Z18, Z15
 	VFMADD231PS  896(AX), Z17, K4, Z15
 	CMPQ         R9, $0x000003c0
-	JBE          stateVKf32AVX512_dead_85
+	JBE          stateVKf32AVX512_dead_73
 	VMULPS       Z16, Z18, Z16
 	VFMADD231PS  960(AX), Z17, K5, Z16
 
-stateVKf32AVX512_dead_85:
-stateVKf32AVX512_decayed_28:
+stateVKf32AVX512_dead_73:
+stateVKf32AVX512_decayed_20:
 	// The state after this token, if stored.
 	MOVQ    (BX), R10
 	TESTQ   R10, R10
-	JZ      stateVKf32AVX512_nostore_8
+	JZ      stateVKf32AVX512_nostore_6
 	MOVQ    (SP), R11
 	IMULQ   R9, R11
 	ADDQ    R11, R10
@@ -25580,17 +23933,17 @@ stateVKf32AVX512_decayed_28:
 	VMOVUPS Z12, 704(R10)
 	VMOVUPS Z13, K1, 768(R10)
 	CMPQ    R9, $0x00000340
-	JBE     stateVKf32AVX512_dead_86
+	JBE     stateVKf32AVX512_dead_74
 	VMOVUPS Z14, K3, 832(R10)
 	CMPQ    R9, $0x00000380
-	JBE     stateVKf32AVX512_dead_86
+	JBE     stateVKf32AVX512_dead_74
 	VMOVUPS Z15, K4, 896(R10)
 	CMPQ    R9, $0x000003c0
-	JBE     stateVKf32AVX512_dead_86
+	JBE     stateVKf32AVX512_dead_74
 	VMOVUPS Z16, K5, 960(R10)
 
-stateVKf32AVX512_dead_86:
-stateVKf32AVX512_nostore_8:
+stateVKf32AVX512_dead_74:
+stateVKf32AVX512_nostore_6:
 	ADDQ R9, AX
 	ADDQ R9, CX
 	ADDQ $0x10, DX
@@ -25598,12 +23951,12 @@ stateVKf32AVX512_nostore_8:
 	ADDQ 32(SP), SI
 	ADDQ 24(SP), DI
 	DECQ R8
-	JNZ  stateVKf32AVX512_token_8
+	JNZ  stateVKf32AVX512_token_6
 	ADDQ $0x00000001, (SP)
 	SUBQ $0x00000001, 8(SP)
-	JMP  stateVKf32AVX512_group_8
+	JMP  stateVKf32AVX512_group_6
 
-stateVKf32AVX512_groupsdone_8:
+stateVKf32AVX512_groupsdone_6:
 stateVKf32AVX512_done_1:
 	SFENCE
 	VZEROUPPER
@@ -25645,13 +23998,11 @@ TEXT ·stateVKbf16AVX512(SB), NOSPLIT, $80-289
 	MOVQ  AX, R10
 	SHLQ  $0x01, R10
 
-	// Dispatch on the vectors per row, L = ceil(K/16), to the shapes [4 6 8 12 16].
+	// Dispatch on the vectors per row, L = ceil(K/16), to the shapes [4 8 12 16].
 	DECQ AX
 	SHRQ $0x04, AX
 	CMPQ AX, $0x00000003
 	JBE  stateVKbf16AVX512_n4_1
-	CMPQ AX, $0x00000005
-	JBE  stateVKbf16AVX512_n6_1
 	CMPQ AX, $0x00000007
 	JBE  stateVKbf16AVX512_n8_1
 	CMPQ AX, $0x0000000b
@@ -25719,17 +24070,25 @@ stateVKbf16AVX512_bload_1:
 stateVKbf16AVX512_dead_1:
 	VMOVUPS.Z (AX), K1, Z0
 	VMOVUPS   Z0, (CX)
+	CMPQ      R9, $0x00000040
+	JBE       stateVKbf16AVX512_dead_2
 	VMOVUPS.Z 64(AX), K3, Z0
 	VMOVUPS   Z0, 64(CX)
+	CMPQ      R9, $0x00000080
+	JBE       stateVKbf16AVX512_dead_2
 	VMOVUPS.Z 128(AX), K4, Z0
 	VMOVUPS   Z0, 128(CX)
+	CMPQ      R9, $0x000000c0
+	JBE       stateVKbf16AVX512_dead_2
 	VMOVUPS.Z 192(AX), K5, Z0
 	VMOVUPS   Z0, 192(CX)
-	ADDQ      R9, AX
-	ADDQ      $0x00000100, CX
-	DECQ      DX
-	JNZ       stateVKbf16AVX512_bload_1
-	JMP       stateVKbf16AVX512_bloaded_1
+
+stateVKbf16AVX512_dead_2:
+	ADDQ R9, AX
+	ADDQ $0x00000100, CX
+	DECQ DX
+	JNZ  stateVKbf16AVX512_bload_1
+	JMP  stateVKbf16AVX512_bloaded_1
 
 stateVKbf16AVX512_bfrombf16_1:
 	MOVQ  src_base+16(FP), AX
@@ -25743,26 +24102,34 @@ stateVKbf16AVX512_bfrombf16_1:
 stateVKbf16AVX512_bload_2:
 	PREFETCHT1 8192(AX)
 	CMPQ       R9, $0x00000080
-	JBE        stateVKbf16AVX512_dead_2
+	JBE        stateVKbf16AVX512_dead_3
 	PREFETCHT1 8256(AX)
 
-stateVKbf16AVX512_dead_2:
+stateVKbf16AVX512_dead_3:
 	VPMOVZXWD.Z (AX), K1, Z0
 	VPSLLD      $0x10, Z0, Z0
 	VMOVUPS     Z0, (CX)
+	CMPQ        R9, $0x00000040
+	JBE         stateVKbf16AVX512_dead_4
 	VPMOVZXWD.Z 32(AX), K3, Z0
 	VPSLLD      $0x10, Z0, Z0
 	VMOVUPS     Z0, 64(CX)
+	CMPQ        R9, $0x00000080
+	JBE         stateVKbf16AVX512_dead_4
 	VPMOVZXWD.Z 64(AX), K4, Z0
 	VPSLLD      $0x10, Z0, Z0
 	VMOVUPS     Z0, 128(CX)
+	CMPQ        R9, $0x000000c0
+	JBE         stateVKbf16AVX512_dead_4
 	VPMOVZXWD.Z 96(AX), K5, Z0
 	VPSLLD      $0x10, Z0, Z0
 	VMOVUPS     Z0, 192(CX)
-	ADDQ        R10, AX
-	ADDQ        $0x00000100, CX
-	DECQ        DX
-	JNZ         stateVKbf16AVX512_bload_2
+
+stateVKbf16AVX512_dead_4:
+	ADDQ R10, AX
+	ADDQ $0x00000100, CX
+	DECQ DX
+	JNZ  stateVKbf16AVX512_bload_2
 
 stateVKbf16AVX512_bloaded_1:
 	MOVQ kh_base+112(FP), AX
@@ -25810,7 +24177,7 @@ stateVKbf16AVX512_bdots_1:
 	VMULPS.Z     Z0, Z15, K1, Z14
 	VMULPS.Z     Z6, Z15, K1, Z15
 	CMPQ         R9, $0x00000040
-	JBE          stateVKbf16AVX512_dead_3
+	JBE          stateVKbf16AVX512_dead_5
 	VMOVUPS      64(R12), Z18
 	VFMADD231PS  Z3, Z18, K3, Z12
 	VFMADD231PS  Z7, Z18, K3, Z13
@@ -25818,7 +24185,7 @@ stateVKbf16AVX512_bdots_1:
 	VFMADD231PS  Z3, Z18, K3, Z16
 	VFMADD231PS  Z7, Z18, K3, Z17
 	CMPQ         R9, $0x00000080
-	JBE          stateVKbf16AVX512_dead_3
+	JBE          stateVKbf16AVX512_dead_5
 	VMOVUPS      128(R12), Z18
 	VFMADD231PS  Z4, Z18, K4, Z10
 	VFMADD231PS  Z8, Z18, K4, Z11
@@ -25826,7 +24193,7 @@ stateVKbf16AVX512_bdots_1:
 	VFMADD231PS  Z4, Z18, K4, Z14
 	VFMADD231PS  Z8, Z18, K4, Z15
 	CMPQ         R9, $0x000000c0
-	JBE          stateVKbf16AVX512_dead_3
+	JBE          stateVKbf16AVX512_dead_5
 	VMOVUPS      192(R12), Z18
 	VFMADD231PS  Z5, Z18, K5, Z12
 	VFMADD231PS  Z9, Z18, K5, Z13
@@ -25834,7 +24201,7 @@ stateVKbf16AVX512_bdots_1:
 	VFMADD231PS  Z5, Z18, K5, Z16
 	VFMADD231PS  Z9, Z18, K5, Z17
 
-stateVKbf16AVX512_dead_3:
+stateVKbf16AVX512_dead_5:
 	VADDPS     Z12, Z10, Z10
 	VADDPS     Z16, Z14, Z14
 	VSHUFF32X4 $0x44, Z14, Z10, Z12
@@ -26013,7 +24380,7 @@ stateVKbf16AVX512_bfused_1:
 	VMULPS.Z     Z3, Z18, K1, Z17
 	VMULPS.Z     Z7, Z18, K1, Z18
 	CMPQ         R9, $0x00000040
-	JBE          stateVKbf16AVX512_dead_4
+	JBE          stateVKbf16AVX512_dead_6
 	VMOVUPS      64(R11), Z21
 	VFMADD213PS  Z21, Z0, Z21
 	VFMADD231PS  64(AX), Z11, K3, Z21
@@ -26027,7 +24394,7 @@ stateVKbf16AVX512_bfused_1:
 	VFMADD231PS  Z4, Z21, K3, Z19
 	VFMADD231PS  Z8, Z21, K3, Z20
 	CMPQ         R9, $0x00000080
-	JBE          stateVKbf16AVX512_dead_4
+	JBE          stateVKbf16AVX512_dead_6
 	VMOVUPS      128(R11), Z21
 	VFMADD213PS  Z21, Z0, Z21
 	VFMADD231PS  128(AX), Z11, K4, Z21
@@ -26041,7 +24408,7 @@ stateVKbf16AVX512_bfused_1:
 	VFMADD231PS  Z5, Z21, K4, Z17
 	VFMADD231PS  Z9, Z21, K4, Z18
 	CMPQ         R9, $0x000000c0
-	JBE          stateVKbf16AVX512_dead_4
+	JBE          stateVKbf16AVX512_dead_6
 	VMOVUPS      192(R11), Z21
 	VFMADD213PS  Z21, Z0, Z21
 	VFMADD231PS  192(AX), Z11, K5, Z21
@@ -26055,7 +24422,7 @@ stateVKbf16AVX512_bfused_1:
 	VFMADD231PS  Z6, Z11, K5, Z19
 	VFMADD231PS  Z10, Z11, K5, Z20
 
-stateVKbf16AVX512_dead_4:
+stateVKbf16AVX512_dead_6:
 	VADDPS     Z15, Z13, Z13
 	VADDPS     Z19, Z17, Z17
 	VSHUFF32X4 $0x44, Z17, Z13, Z11
@@ -26163,7 +24530,7 @@ stateVKbf16AVX512_bupdate_1:
 	VFMADD231PS  (AX), Z4, K1, Z5
 	VMOVUPS      Z5, 256(R11)
 	CMPQ         R9, $0x00000040
-	JBE          stateVKbf16AVX512_dead_5
+	JBE          stateVKbf16AVX512_dead_7
 	VMOVUPS      64(R11), Z5
 	VFMADD213PS  Z5, Z0, Z5
 	VFMADD231PS  64(AX), Z3, K3, Z5
@@ -26173,7 +24540,7 @@ stateVKbf16AVX512_bupdate_1:
 	VFMADD231PS  64(AX), Z4, K3, Z5
 	VMOVUPS      Z5, 320(R11)
 	CMPQ         R9, $0x00000080
-	JBE          stateVKbf16AVX512_dead_5
+	JBE          stateVKbf16AVX512_dead_7
 	VMOVUPS      128(R11), Z5
 	VFMADD213PS  Z5, Z0, Z5
 	VFMADD231PS  128(AX), Z3, K4, Z5
@@ -26183,7 +24550,7 @@ stateVKbf16AVX512_bupdate_1:
 	VFMADD231PS  128(AX), Z4, K4, Z5
 	VMOVUPS      Z5, 384(R11)
 	CMPQ         R9, $0x000000c0
-	JBE          stateVKbf16AVX512_dead_5
+	JBE          stateVKbf16AVX512_dead_7
 	VMOVUPS      192(R11), Z5
 	VFMADD213PS  Z5, Z0, Z5
 	VFMADD231PS  192(AX), Z3, K5, Z5
@@ -26193,7 +24560,7 @@ stateVKbf16AVX512_bupdate_1:
 	VFMADD231PS  192(AX), Z4, K5, Z3
 	VMOVUPS      Z3, 448(R11)
 
-stateVKbf16AVX512_dead_5:
+stateVKbf16AVX512_dead_7:
 	ADDQ $0x00000200, R11
 	ADDQ $0x08, R12
 	DECQ R13
@@ -26271,7 +24638,7 @@ stateVKbf16AVX512_bfused_2:
 	VMULPS.Z     Z3, Z18, K1, Z17
 	VMULPS.Z     Z7, Z18, K1, Z18
 	CMPQ         R9, $0x00000040
-	JBE          stateVKbf16AVX512_dead_6
+	JBE          stateVKbf16AVX512_dead_8
 	VMOVUPS      64(R11), Z21
 	VMULPS       Z21, Z0, Z21
 	VFMADD231PS  64(AX), Z11, K3, Z21
@@ -26285,7 +24652,7 @@ stateVKbf16AVX512_bfused_2:
 	VFMADD231PS  Z4, Z21, K3, Z19
 	VFMADD231PS  Z8, Z21, K3, Z20
 	CMPQ         R9, $0x00000080
-	JBE          stateVKbf16AVX512_dead_6
+	JBE          stateVKbf16AVX512_dead_8
 	VMOVUPS      128(R11), Z21
 	VMULPS       Z21, Z0, Z21
 	VFMADD231PS  128(AX), Z11, K4, Z21
@@ -26299,7 +24666,7 @@ stateVKbf16AVX512_bfused_2:
 	VFMADD231PS  Z5, Z21, K4, Z17
 	VFMADD231PS  Z9, Z21, K4, Z18
 	CMPQ         R9, $0x000000c0
-	JBE          stateVKbf16AVX512_dead_6
+	JBE          stateVKbf16AVX512_dead_8
 	VMOVUPS      192(R11), Z21
 	VMULPS       Z21, Z0, Z21
 	VFMADD231PS  192(AX), Z11, K5, Z21
@@ -26313,7 +24680,7 @@ stateVKbf16AVX512_bfused_2:
 	VFMADD231PS  Z6, Z11, K5, Z19
 	VFMADD231PS  Z10, Z11, K5, Z20
 
-stateVKbf16AVX512_dead_6:
+stateVKbf16AVX512_dead_8:
 	VADDPS     Z15, Z13, Z13
 	VADDPS     Z19, Z17, Z17
 	VSHUFF32X4 $0x44, Z17, Z13, Z11
@@ -26421,7 +24788,7 @@ stateVKbf16AVX512_bupdate_2:
 	VFMADD231PS  (AX), Z4, K1, Z5
 	VMOVUPS      Z5, 256(R11)
 	CMPQ         R9, $0x00000040
-	JBE          stateVKbf16AVX512_dead_7
+	JBE          stateVKbf16AVX512_dead_9
 	VMOVUPS      64(R11), Z5
 	VMULPS       Z5, Z0, Z5
 	VFMADD231PS  64(AX), Z3, K3, Z5
@@ -26431,7 +24798,7 @@ stateVKbf16AVX512_bupdate_2:
 	VFMADD231PS  64(AX), Z4, K3, Z5
 	VMOVUPS      Z5, 320(R11)
 	CMPQ         R9, $0x00000080
-	JBE          stateVKbf16AVX512_dead_7
+	JBE          stateVKbf16AVX512_dead_9
 	VMOVUPS      128(R11), Z5
 	VMULPS       Z5, Z0, Z5
 	VFMADD231PS  128(AX), Z3, K4, Z5
@@ -26441,7 +24808,7 @@ stateVKbf16AVX512_bupdate_2:
 	VFMADD231PS  128(AX), Z4, K4, Z5
 	VMOVUPS      Z5, 384(R11)
 	CMPQ         R9, $0x000000c0
-	JBE          stateVKbf16AVX512_dead_7
+	JBE          stateVKbf16AVX512_dead_9
 	VMOVUPS      192(R11), Z5
 	VMULPS       Z5, Z0, Z5
 	VFMADD231PS  192(AX), Z3, K5, Z5
@@ -26451,7 +24818,7 @@ stateVKbf16AVX512_bupdate_2:
 	VFMADD231PS  192(AX), Z4, K5, Z3
 	VMOVUPS      Z3, 448(R11)
 
-stateVKbf16AVX512_dead_7:
+stateVKbf16AVX512_dead_9:
 	ADDQ $0x00000200, R11
 	ADDQ $0x08, R12
 	DECQ R13
@@ -26466,8 +24833,8 @@ stateVKbf16AVX512_decayed_1:
 	MOVQ  (SP), R12
 	IMULQ R10, R12
 	ADDQ  R12, R11
-	CMPQ  R9, $0x00000100
-	JNE   stateVKbf16AVX512_btemporal_1
+	TESTQ $0x0000003f, R9
+	JNZ   stateVKbf16AVX512_btemporal_1
 	TESTQ $0x0000001f, R11
 	JNZ   stateVKbf16AVX512_btemporal_1
 	CMPQ  R8, $0x01
@@ -26493,6 +24860,8 @@ stateVKbf16AVX512_bstorent_1:
 	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
 	VPMOVDW     Z0, Y0
 	VMOVNTDQ    Y0, (R11)
+	CMPQ        R9, $0x00000040
+	JBE         stateVKbf16AVX512_dead_10
 	VMOVUPS     64(R12), Z0
 	VPSRLD      $0x10, Z0, Z3
 	VCMPPS      $0x03, Z0, Z0, K2
@@ -26503,6 +24872,8 @@ stateVKbf16AVX512_bstorent_1:
 	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
 	VPMOVDW     Z0, Y0
 	VMOVNTDQ    Y0, 32(R11)
+	CMPQ        R9, $0x00000080
+	JBE         stateVKbf16AVX512_dead_10
 	VMOVUPS     128(R12), Z0
 	VPSRLD      $0x10, Z0, Z3
 	VCMPPS      $0x03, Z0, Z0, K2
@@ -26513,6 +24884,8 @@ stateVKbf16AVX512_bstorent_1:
 	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
 	VPMOVDW     Z0, Y0
 	VMOVNTDQ    Y0, 64(R11)
+	CMPQ        R9, $0x000000c0
+	JBE         stateVKbf16AVX512_dead_10
 	VMOVUPS     192(R12), Z0
 	VPSRLD      $0x10, Z0, Z3
 	VCMPPS      $0x03, Z0, Z0, K2
@@ -26523,11 +24896,13 @@ stateVKbf16AVX512_bstorent_1:
 	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
 	VPMOVDW     Z0, Y0
 	VMOVNTDQ    Y0, 96(R11)
-	ADDQ        R10, R11
-	ADDQ        $0x00000100, R12
-	DECQ        R13
-	JNZ         stateVKbf16AVX512_bstorent_1
-	JMP         stateVKbf16AVX512_bstored_1
+
+stateVKbf16AVX512_dead_10:
+	ADDQ R10, R11
+	ADDQ $0x00000100, R12
+	DECQ R13
+	JNZ  stateVKbf16AVX512_bstorent_1
+	JMP  stateVKbf16AVX512_bstored_1
 
 stateVKbf16AVX512_btemporal_1:
 	MOVQ 40(SP), R12
@@ -26545,7 +24920,7 @@ stateVKbf16AVX512_bstore_1:
 	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
 	VPMOVDW     Z0, K1, (R11)
 	CMPQ        R9, $0x00000040
-	JBE         stateVKbf16AVX512_dead_8
+	JBE         stateVKbf16AVX512_dead_11
 	VMOVUPS     64(R12), Z0
 	VPSRLD      $0x10, Z0, Z3
 	VCMPPS      $0x03, Z0, Z0, K2
@@ -26556,7 +24931,7 @@ stateVKbf16AVX512_bstore_1:
 	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
 	VPMOVDW     Z0, K3, 32(R11)
 	CMPQ        R9, $0x00000080
-	JBE         stateVKbf16AVX512_dead_8
+	JBE         stateVKbf16AVX512_dead_11
 	VMOVUPS     128(R12), Z0
 	VPSRLD      $0x10, Z0, Z3
 	VCMPPS      $0x03, Z0, Z0, K2
@@ -26567,7 +24942,7 @@ stateVKbf16AVX512_bstore_1:
 	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
 	VPMOVDW     Z0, K4, 64(R11)
 	CMPQ        R9, $0x000000c0
-	JBE         stateVKbf16AVX512_dead_8
+	JBE         stateVKbf16AVX512_dead_11
 	VMOVUPS     192(R12), Z0
 	VPSRLD      $0x10, Z0, Z3
 	VCMPPS      $0x03, Z0, Z0, K2
@@ -26578,7 +24953,7 @@ stateVKbf16AVX512_bstore_1:
 	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
 	VPMOVDW     Z0, K5, 96(R11)
 
-stateVKbf16AVX512_dead_8:
+stateVKbf16AVX512_dead_11:
 	ADDQ R10, R11
 	ADDQ $0x00000100, R12
 	DECQ R13
@@ -26610,19 +24985,19 @@ stateVKbf16AVX512_bstore_2:
 	VMOVUPS (CX), Z0
 	VMOVUPS Z0, K1, (AX)
 	CMPQ    R9, $0x00000040
-	JBE     stateVKbf16AVX512_dead_9
+	JBE     stateVKbf16AVX512_dead_12
 	VMOVUPS 64(CX), Z0
 	VMOVUPS Z0, K3, 64(AX)
 	CMPQ    R9, $0x00000080
-	JBE     stateVKbf16AVX512_dead_9
+	JBE     stateVKbf16AVX512_dead_12
 	VMOVUPS 128(CX), Z0
 	VMOVUPS Z0, K4, 128(AX)
 	CMPQ    R9, $0x000000c0
-	JBE     stateVKbf16AVX512_dead_9
+	JBE     stateVKbf16AVX512_dead_12
 	VMOVUPS 192(CX), Z0
 	VMOVUPS Z0, K5, 192(AX)
 
-stateVKbf16AVX512_dead_9:
+stateVKbf16AVX512_dead_12:
 	ADDQ R9, AX
 	ADDQ $0x00000100, CX
 	DECQ DX
@@ -26674,55 +25049,88 @@ stateVKbf16AVX512_pfdone_2:
 	ADDQ       CX, AX
 	PREFETCHT1 8192(AX)
 	CMPQ       R9, $0x00000014
-	JBE        stateVKbf16AVX512_dead_10
+	JBE        stateVKbf16AVX512_dead_13
 	PREFETCHT1 8256(AX)
 	CMPQ       R9, $0x00000028
-	JBE        stateVKbf16AVX512_dead_10
+	JBE        stateVKbf16AVX512_dead_13
 	PREFETCHT1 8320(AX)
 	CMPQ       R9, $0x00000040
-	JBE        stateVKbf16AVX512_dead_10
+	JBE        stateVKbf16AVX512_dead_13
 	PREFETCHT1 8384(AX)
 	CMPQ       R9, $0x00000054
-	JBE        stateVKbf16AVX512_dead_10
+	JBE        stateVKbf16AVX512_dead_13
 	PREFETCHT1 8448(AX)
 	CMPQ       R9, $0x00000068
-	JBE        stateVKbf16AVX512_dead_10
+	JBE        stateVKbf16AVX512_dead_13
 	PREFETCHT1 8512(AX)
 	CMPQ       R9, $0x00000080
-	JBE        stateVKbf16AVX512_dead_10
+	JBE        stateVKbf16AVX512_dead_13
 	PREFETCHT1 8576(AX)
 	CMPQ       R9, $0x00000094
-	JBE        stateVKbf16AVX512_dead_10
+	JBE        stateVKbf16AVX512_dead_13
 	PREFETCHT1 8640(AX)
 	CMPQ       R9, $0x000000a8
-	JBE        stateVKbf16AVX512_dead_10
+	JBE        stateVKbf16AVX512_dead_13
 	PREFETCHT1 8704(AX)
 	CMPQ       R9, $0x000000c0
-	JBE        stateVKbf16AVX512_dead_10
+	JBE        stateVKbf16AVX512_dead_13
 	PREFETCHT1 8768(AX)
 	CMPQ       R9, $0x000000d4
-	JBE        stateVKbf16AVX512_dead_10
+	JBE        stateVKbf16AVX512_dead_13
 	PREFETCHT1 8832(AX)
 	CMPQ       R9, $0x000000e8
-	JBE        stateVKbf16AVX512_dead_10
+	JBE        stateVKbf16AVX512_dead_13
 	PREFETCHT1 8896(AX)
 
-stateVKbf16AVX512_dead_10:
-	VMOVUPS.Z (AX), K1, Z0
-	VMOVUPS.Z 64(AX), K3, Z3
-	VMOVUPS.Z 128(AX), K4, Z4
-	VMOVUPS.Z 192(AX), K5, Z5
-	ADDQ      R9, AX
-	VMOVUPS.Z (AX), K1, Z6
-	VMOVUPS.Z 64(AX), K3, Z7
-	VMOVUPS.Z 128(AX), K4, Z8
-	VMOVUPS.Z 192(AX), K5, Z9
-	ADDQ      R9, AX
-	VMOVUPS.Z (AX), K1, Z10
-	VMOVUPS.Z 64(AX), K3, Z11
-	VMOVUPS.Z 128(AX), K4, Z12
-	VMOVUPS.Z 192(AX), K5, Z13
-	JMP       stateVKbf16AVX512_loaded_1
+stateVKbf16AVX512_dead_13:
+	VBROADCASTSS zero<>+0(SB), Z3
+	VBROADCASTSS zero<>+0(SB), Z4
+	VBROADCASTSS zero<>+0(SB), Z5
+	VMOVUPS.Z    (AX), K1, Z0
+	CMPQ         R9, $0x00000040
+	JBE          stateVKbf16AVX512_dead_14
+	VMOVUPS.Z    64(AX), K3, Z3
+	CMPQ         R9, $0x00000080
+	JBE          stateVKbf16AVX512_dead_14
+	VMOVUPS.Z    128(AX), K4, Z4
+	CMPQ         R9, $0x000000c0
+	JBE          stateVKbf16AVX512_dead_14
+	VMOVUPS.Z    192(AX), K5, Z5
+
+stateVKbf16AVX512_dead_14:
+	ADDQ         R9, AX
+	VBROADCASTSS zero<>+0(SB), Z7
+	VBROADCASTSS zero<>+0(SB), Z8
+	VBROADCASTSS zero<>+0(SB), Z9
+	VMOVUPS.Z    (AX), K1, Z6
+	CMPQ         R9, $0x00000040
+	JBE          stateVKbf16AVX512_dead_15
+	VMOVUPS.Z    64(AX), K3, Z7
+	CMPQ         R9, $0x00000080
+	JBE          stateVKbf16AVX512_dead_15
+	VMOVUPS.Z    128(AX), K4, Z8
+	CMPQ         R9, $0x000000c0
+	JBE          stateVKbf16AVX512_dead_15
+	VMOVUPS.Z    192(AX), K5, Z9
+
+stateVKbf16AVX512_dead_15:
+	ADDQ         R9, AX
+	VBROADCASTSS zero<>+0(SB), Z11
+	VBROADCASTSS zero<>+0(SB), Z12
+	VBROADCASTSS zero<>+0(SB), Z13
+	VMOVUPS.Z    (AX), K1, Z10
+	CMPQ         R9, $0x00000040
+	JBE          stateVKbf16AVX512_dead_16
+	VMOVUPS.Z    64(AX), K3, Z11
+	CMPQ         R9, $0x00000080
+	JBE          stateVKbf16AVX512_dead_16
+	VMOVUPS.Z    128(AX), K4, Z12
+	CMPQ         R9, $0x000000c0
+	JBE          stateVKbf16AVX512_dead_16
+	VMOVUPS.Z    192(AX), K5, Z13
+
+stateVKbf16AVX512_dead_16:
+	JMP stateVKbf16AVX512_loaded_1
 
 stateVKbf16AVX512_frombf16_1:
 	MOVQ       src_base+16(FP), AX
@@ -26731,49 +25139,81 @@ stateVKbf16AVX512_frombf16_1:
 	ADDQ       CX, AX
 	PREFETCHT1 8192(AX)
 	CMPQ       R9, $0x00000028
-	JBE        stateVKbf16AVX512_dead_11
+	JBE        stateVKbf16AVX512_dead_17
 	PREFETCHT1 8256(AX)
 	CMPQ       R9, $0x00000054
-	JBE        stateVKbf16AVX512_dead_11
+	JBE        stateVKbf16AVX512_dead_17
 	PREFETCHT1 8320(AX)
 	CMPQ       R9, $0x00000080
-	JBE        stateVKbf16AVX512_dead_11
+	JBE        stateVKbf16AVX512_dead_17
 	PREFETCHT1 8384(AX)
 	CMPQ       R9, $0x000000a8
-	JBE        stateVKbf16AVX512_dead_11
+	JBE        stateVKbf16AVX512_dead_17
 	PREFETCHT1 8448(AX)
 	CMPQ       R9, $0x000000d4
-	JBE        stateVKbf16AVX512_dead_11
+	JBE        stateVKbf16AVX512_dead_17
 	PREFETCHT1 8512(AX)
 
-stateVKbf16AVX512_dead_11:
-	VPMOVZXWD.Z (AX), K1, Z0
-	VPSLLD      $0x10, Z0, Z0
-	VPMOVZXWD.Z 32(AX), K3, Z3
-	VPSLLD      $0x10, Z3, Z3
-	VPMOVZXWD.Z 64(AX), K4, Z4
-	VPSLLD      $0x10, Z4, Z4
-	VPMOVZXWD.Z 96(AX), K5, Z5
-	VPSLLD      $0x10, Z5, Z5
-	ADDQ        R10, AX
-	VPMOVZXWD.Z (AX), K1, Z6
-	VPSLLD      $0x10, Z6, Z6
-	VPMOVZXWD.Z 32(AX), K3, Z7
-	VPSLLD      $0x10, Z7, Z7
-	VPMOVZXWD.Z 64(AX), K4, Z8
-	VPSLLD      $0x10, Z8, Z8
-	VPMOVZXWD.Z 96(AX), K5, Z9
-	VPSLLD      $0x10, Z9, Z9
-	ADDQ        R10, AX
-	VPMOVZXWD.Z (AX), K1, Z10
-	VPSLLD      $0x10, Z10, Z10
-	VPMOVZXWD.Z 32(AX), K3, Z11
-	VPSLLD      $0x10, Z11, Z11
-	VPMOVZXWD.Z 64(AX), K4, Z12
-	VPSLLD      $0x10, Z12, Z12
-	VPMOVZXWD.Z 96(AX), K5, Z13
-	VPSLLD      $0x10, Z13, Z13
+stateVKbf16AVX512_dead_17:
+	VBROADCASTSS zero<>+0(SB), Z3
+	VBROADCASTSS zero<>+0(SB), Z4
+	VBROADCASTSS zero<>+0(SB), Z5
+	VPMOVZXWD.Z  (AX), K1, Z0
+	VPSLLD       $0x10, Z0, Z0
+	CMPQ         R9, $0x00000040
+	JBE          stateVKbf16AVX512_dead_18
+	VPMOVZXWD.Z  32(AX), K3, Z3
+	VPSLLD       $0x10, Z3, Z3
+	CMPQ         R9, $0x00000080
+	JBE          stateVKbf16AVX512_dead_18
+	VPMOVZXWD.Z  64(AX), K4, Z4
+	VPSLLD       $0x10, Z4, Z4
+	CMPQ         R9, $0x000000c0
+	JBE          stateVKbf16AVX512_dead_18
+	VPMOVZXWD.Z  96(AX), K5, Z5
+	VPSLLD       $0x10, Z5, Z5
 
+stateVKbf16AVX512_dead_18:
+	ADDQ         R10, AX
+	VBROADCASTSS zero<>+0(SB), Z7
+	VBROADCASTSS zero<>+0(SB), Z8
+	VBROADCASTSS zero<>+0(SB), Z9
+	VPMOVZXWD.Z  (AX), K1, Z6
+	VPSLLD       $0x10, Z6, Z6
+	CMPQ         R9, $0x00000040
+	JBE          stateVKbf16AVX512_dead_19
+	VPMOVZXWD.Z  32(AX), K3, Z7
+	VPSLLD       $0x10, Z7, Z7
+	CMPQ         R9, $0x00000080
+	JBE          stateVKbf16AVX512_dead_19
+	VPMOVZXWD.Z  64(AX), K4, Z8
+	VPSLLD       $0x10, Z8, Z8
+	CMPQ         R9, $0x000000c0
+	JBE          stateVKbf16AVX512_dead_19
+	VPMOVZXWD.Z  96(AX), K5, Z9
+	VPSLLD       $0x10, Z9, Z9
+
+stateVKbf16AVX512_dead_19:
+	ADDQ         R10, AX
+	VBROADCASTSS zero<>+0(SB), Z11
+	VBROADCASTSS zero<>+0(SB), Z12
+	VBROADCASTSS zero<>+0(SB), Z13
+	VPMOVZXWD.Z  (AX), K1, Z10
+	VPSLLD       $0x10, Z10, Z10
+	CMPQ         R9, $0x00000040
+	JBE          stateVKbf16AVX512_dead_20
+	VPMOVZXWD.Z  32(AX), K3, Z11
+	VPSLLD       $0x10, Z11, Z11
+	CMPQ         R9, $0x00000080
+	JBE          stateVKbf16AVX512_dead_20
+	VPMOVZXWD.Z  64(AX), K4, Z12
+	VPSLLD       $0x10, Z12, Z12
+	CMPQ         R9, $0x000000c0
+	JBE          stateVKbf16AVX512_dead_20
+	VPMOVZXWD.Z  96(AX), K5, Z13
+	VPSLLD       $0x10, Z13, Z13
+
+stateVKbf16AVX512_dead_20:
 stateVKbf16AVX512_loaded_1:
 	MOVQ kh_base+112(FP), AX
 	MOVQ qh_base+136(FP), CX
@@ -26801,7 +25241,7 @@ stateVKbf16AVX512_token_1:
 	VMULPS.Z     (AX), Z10, K1, Z22
 	VMULPS.Z     (CX), Z10, K1, Z23
 	CMPQ         R9, $0x00000040
-	JBE          stateVKbf16AVX512_dead_12
+	JBE          stateVKbf16AVX512_dead_21
 	VFMADD231PS  64(AX), Z3, K3, Z16
 	VFMADD231PS  64(CX), Z3, K3, Z17
 	VFMADD231PS  64(AX), Z7, K3, Z20
@@ -26809,7 +25249,7 @@ stateVKbf16AVX512_token_1:
 	VFMADD231PS  64(AX), Z11, K3, Z24
 	VFMADD231PS  64(CX), Z11, K3, Z25
 	CMPQ         R9, $0x00000080
-	JBE          stateVKbf16AVX512_dead_12
+	JBE          stateVKbf16AVX512_dead_21
 	VFMADD231PS  128(AX), Z4, K4, Z14
 	VFMADD231PS  128(CX), Z4, K4, Z15
 	VFMADD231PS  128(AX), Z8, K4, Z18
@@ -26817,7 +25257,7 @@ stateVKbf16AVX512_token_1:
 	VFMADD231PS  128(AX), Z12, K4, Z22
 	VFMADD231PS  128(CX), Z12, K4, Z23
 	CMPQ         R9, $0x000000c0
-	JBE          stateVKbf16AVX512_dead_12
+	JBE          stateVKbf16AVX512_dead_21
 	VFMADD231PS  192(AX), Z5, K5, Z16
 	VFMADD231PS  192(CX), Z5, K5, Z17
 	VFMADD231PS  192(AX), Z9, K5, Z20
@@ -26825,7 +25265,7 @@ stateVKbf16AVX512_token_1:
 	VFMADD231PS  192(AX), Z13, K5, Z24
 	VFMADD231PS  192(CX), Z13, K5, Z25
 
-stateVKbf16AVX512_dead_12:
+stateVKbf16AVX512_dead_21:
 	VADDPS       Z16, Z14, Z14
 	VADDPS       Z20, Z18, Z18
 	VADDPS       Z24, Z22, Z22
@@ -26878,8 +25318,8 @@ stateVKbf16AVX512_decayed_2:
 	MOVQ          (BX), R11
 	TESTQ         R11, R11
 	JZ            stateVKbf16AVX512_nofin_1
-	CMPQ          R9, $0x00000100
-	JNE           stateVKbf16AVX512_fin_1
+	TESTQ         $0x0000007f, R9
+	JNZ           stateVKbf16AVX512_fin_1
 	CMPB          cvt+288(FP), $0x00
 	JNE           stateVKbf16AVX512_nofin_1
 
@@ -26907,7 +25347,7 @@ stateVKbf16AVX512_nofin_1:
 	VFMADD213PS  Z10, Z14, Z10
 	VFMADD231PS  (AX), Z17, K1, Z10
 	CMPQ         R9, $0x00000040
-	JBE          stateVKbf16AVX512_dead_13
+	JBE          stateVKbf16AVX512_dead_22
 	VFMADD213PS  Z3, Z14, Z3
 	VFMADD231PS  64(AX), Z15, K3, Z3
 	VFMADD213PS  Z7, Z14, Z7
@@ -26915,7 +25355,7 @@ stateVKbf16AVX512_nofin_1:
 	VFMADD213PS  Z11, Z14, Z11
 	VFMADD231PS  64(AX), Z17, K3, Z11
 	CMPQ         R9, $0x00000080
-	JBE          stateVKbf16AVX512_dead_13
+	JBE          stateVKbf16AVX512_dead_22
 	VFMADD213PS  Z4, Z14, Z4
 	VFMADD231PS  128(AX), Z15, K4, Z4
 	VFMADD213PS  Z8, Z14, Z8
@@ -26923,7 +25363,7 @@ stateVKbf16AVX512_nofin_1:
 	VFMADD213PS  Z12, Z14, Z12
 	VFMADD231PS  128(AX), Z17, K4, Z12
 	CMPQ         R9, $0x000000c0
-	JBE          stateVKbf16AVX512_dead_13
+	JBE          stateVKbf16AVX512_dead_22
 	VFMADD213PS  Z5, Z14, Z5
 	VFMADD231PS  192(AX), Z15, K5, Z5
 	VFMADD213PS  Z9, Z14, Z9
@@ -26931,7 +25371,7 @@ stateVKbf16AVX512_nofin_1:
 	VFMADD213PS  Z13, Z14, Z13
 	VFMADD231PS  192(AX), Z17, K5, Z13
 
-stateVKbf16AVX512_dead_13:
+stateVKbf16AVX512_dead_22:
 	JMP stateVKbf16AVX512_decayed_3
 
 stateVKbf16AVX512_far_3:
@@ -26948,7 +25388,7 @@ stateVKbf16AVX512_far_3:
 	VMULPS       Z10, Z14, Z10
 	VFMADD231PS  (AX), Z17, K1, Z10
 	CMPQ         R9, $0x00000040
-	JBE          stateVKbf16AVX512_dead_14
+	JBE          stateVKbf16AVX512_dead_23
 	VMULPS       Z3, Z14, Z3
 	VFMADD231PS  64(AX), Z15, K3, Z3
 	VMULPS       Z7, Z14, Z7
@@ -26956,7 +25396,7 @@ stateVKbf16AVX512_far_3:
 	VMULPS       Z11, Z14, Z11
 	VFMADD231PS  64(AX), Z17, K3, Z11
 	CMPQ         R9, $0x00000080
-	JBE          stateVKbf16AVX512_dead_14
+	JBE          stateVKbf16AVX512_dead_23
 	VMULPS       Z4, Z14, Z4
 	VFMADD231PS  128(AX), Z15, K4, Z4
 	VMULPS       Z8, Z14, Z8
@@ -26964,7 +25404,7 @@ stateVKbf16AVX512_far_3:
 	VMULPS       Z12, Z14, Z12
 	VFMADD231PS  128(AX), Z17, K4, Z12
 	CMPQ         R9, $0x000000c0
-	JBE          stateVKbf16AVX512_dead_14
+	JBE          stateVKbf16AVX512_dead_23
 	VMULPS       Z5, Z14, Z5
 	VFMADD231PS  192(AX), Z15, K5, Z5
 	VMULPS       Z9, Z14, Z9
@@ -26972,7 +25412,7 @@ stateVKbf16AVX512_far_3:
 	VMULPS       Z13, Z14, Z13
 	VFMADD231PS  192(AX), Z17, K5, Z13
 
-stateVKbf16AVX512_dead_14:
+stateVKbf16AVX512_dead_23:
 stateVKbf16AVX512_decayed_3:
 	// The state after this token, if stored.
 	MOVQ      (BX), R11
@@ -26981,36 +25421,54 @@ stateVKbf16AVX512_decayed_3:
 	MOVQ      (SP), R12
 	IMULQ     R10, R12
 	ADDQ      R12, R11
-	CMPQ      R9, $0x00000100
-	JNE       stateVKbf16AVX512_bfints_1
+	TESTQ     $0x0000007f, R9
+	JNZ       stateVKbf16AVX512_bfints_1
 	CMPB      cvt+288(FP), $0x00
 	JE        stateVKbf16AVX512_bfints_1
 	VMOVDQU32 mag16<>+0(SB), Z14
 	KXNORD    K7, K7, K7
 	MOVQ      R11, R12
+	CMPQ      R9, $0x00000040
+	JBE       stateVKbf16AVX512_dead_24
 	BYTE $0x62; BYTE $0x72; BYTE $0x67; BYTE $0x48; BYTE $0x72; BYTE $0xf8 // VCVTNE2PS2BF16 Z0, Z3, Z15
 	VMOVDQU32 Z15, (R12)
 	VPTESTMW  Z14, Z15, K7, K7
+	CMPQ      R9, $0x000000c0
+	JBE       stateVKbf16AVX512_dead_24
 	BYTE $0x62; BYTE $0x72; BYTE $0x57; BYTE $0x48; BYTE $0x72; BYTE $0xfc // VCVTNE2PS2BF16 Z4, Z5, Z15
 	VMOVDQU32 Z15, 64(R12)
 	VPTESTMW  Z14, Z15, K7, K7
-	ADDQ      R10, R12
+
+stateVKbf16AVX512_dead_24:
+	ADDQ R10, R12
+	CMPQ R9, $0x00000040
+	JBE  stateVKbf16AVX512_dead_25
 	BYTE $0x62; BYTE $0x72; BYTE $0x47; BYTE $0x48; BYTE $0x72; BYTE $0xfe // VCVTNE2PS2BF16 Z6, Z7, Z15
 	VMOVDQU32 Z15, (R12)
 	VPTESTMW  Z14, Z15, K7, K7
+	CMPQ      R9, $0x000000c0
+	JBE       stateVKbf16AVX512_dead_25
 	BYTE $0x62; BYTE $0x52; BYTE $0x37; BYTE $0x48; BYTE $0x72; BYTE $0xf8 // VCVTNE2PS2BF16 Z8, Z9, Z15
 	VMOVDQU32 Z15, 64(R12)
 	VPTESTMW  Z14, Z15, K7, K7
-	ADDQ      R10, R12
+
+stateVKbf16AVX512_dead_25:
+	ADDQ R10, R12
+	CMPQ R9, $0x00000040
+	JBE  stateVKbf16AVX512_dead_26
 	BYTE $0x62; BYTE $0x52; BYTE $0x27; BYTE $0x48; BYTE $0x72; BYTE $0xfa // VCVTNE2PS2BF16 Z10, Z11, Z15
 	VMOVDQU32 Z15, (R12)
 	VPTESTMW  Z14, Z15, K7, K7
+	CMPQ      R9, $0x000000c0
+	JBE       stateVKbf16AVX512_dead_26
 	BYTE $0x62; BYTE $0x52; BYTE $0x17; BYTE $0x48; BYTE $0x72; BYTE $0xfc // VCVTNE2PS2BF16 Z12, Z13, Z15
 	VMOVDQU32 Z15, 64(R12)
 	VPTESTMW  Z14, Z15, K7, K7
-	KORTESTD  K7, K7
-	JCS       stateVKbf16AVX512_bfstored_1
-	MOVL      $0x00000001, 56(SP)
+
+stateVKbf16AVX512_dead_26:
+	KORTESTD K7, K7
+	JCS      stateVKbf16AVX512_bfstored_1
+	MOVL     $0x00000001, 56(SP)
 
 stateVKbf16AVX512_bfints_1:
 	CMPL        56(SP), $0x00
@@ -27023,7 +25481,7 @@ stateVKbf16AVX512_bfints_1:
 	VPSRLD      $0x10, Z14, Z14
 	VPMOVDW     Z14, K1, (R11)
 	CMPQ        R9, $0x00000040
-	JBE         stateVKbf16AVX512_dead_15
+	JBE         stateVKbf16AVX512_dead_27
 	VMOVAPS     Z3, Z14
 	VPSRLD      $0x10, Z14, Z15
 	VPANDD.BCST one_i<>+0(SB), Z15, Z15
@@ -27032,7 +25490,7 @@ stateVKbf16AVX512_bfints_1:
 	VPSRLD      $0x10, Z14, Z14
 	VPMOVDW     Z14, K3, 32(R11)
 	CMPQ        R9, $0x00000080
-	JBE         stateVKbf16AVX512_dead_15
+	JBE         stateVKbf16AVX512_dead_27
 	VMOVAPS     Z4, Z14
 	VPSRLD      $0x10, Z14, Z15
 	VPANDD.BCST one_i<>+0(SB), Z15, Z15
@@ -27041,7 +25499,7 @@ stateVKbf16AVX512_bfints_1:
 	VPSRLD      $0x10, Z14, Z14
 	VPMOVDW     Z14, K4, 64(R11)
 	CMPQ        R9, $0x000000c0
-	JBE         stateVKbf16AVX512_dead_15
+	JBE         stateVKbf16AVX512_dead_27
 	VMOVAPS     Z5, Z14
 	VPSRLD      $0x10, Z14, Z15
 	VPANDD.BCST one_i<>+0(SB), Z15, Z15
@@ -27050,7 +25508,7 @@ stateVKbf16AVX512_bfints_1:
 	VPSRLD      $0x10, Z14, Z14
 	VPMOVDW     Z14, K5, 96(R11)
 
-stateVKbf16AVX512_dead_15:
+stateVKbf16AVX512_dead_27:
 	ADDQ        R10, R11
 	VMOVAPS     Z6, Z14
 	VPSRLD      $0x10, Z14, Z15
@@ -27060,7 +25518,7 @@ stateVKbf16AVX512_dead_15:
 	VPSRLD      $0x10, Z14, Z14
 	VPMOVDW     Z14, K1, (R11)
 	CMPQ        R9, $0x00000040
-	JBE         stateVKbf16AVX512_dead_16
+	JBE         stateVKbf16AVX512_dead_28
 	VMOVAPS     Z7, Z14
 	VPSRLD      $0x10, Z14, Z15
 	VPANDD.BCST one_i<>+0(SB), Z15, Z15
@@ -27069,7 +25527,7 @@ stateVKbf16AVX512_dead_15:
 	VPSRLD      $0x10, Z14, Z14
 	VPMOVDW     Z14, K3, 32(R11)
 	CMPQ        R9, $0x00000080
-	JBE         stateVKbf16AVX512_dead_16
+	JBE         stateVKbf16AVX512_dead_28
 	VMOVAPS     Z8, Z14
 	VPSRLD      $0x10, Z14, Z15
 	VPANDD.BCST one_i<>+0(SB), Z15, Z15
@@ -27078,7 +25536,7 @@ stateVKbf16AVX512_dead_15:
 	VPSRLD      $0x10, Z14, Z14
 	VPMOVDW     Z14, K4, 64(R11)
 	CMPQ        R9, $0x000000c0
-	JBE         stateVKbf16AVX512_dead_16
+	JBE         stateVKbf16AVX512_dead_28
 	VMOVAPS     Z9, Z14
 	VPSRLD      $0x10, Z14, Z15
 	VPANDD.BCST one_i<>+0(SB), Z15, Z15
@@ -27087,7 +25545,7 @@ stateVKbf16AVX512_dead_15:
 	VPSRLD      $0x10, Z14, Z14
 	VPMOVDW     Z14, K5, 96(R11)
 
-stateVKbf16AVX512_dead_16:
+stateVKbf16AVX512_dead_28:
 	ADDQ        R10, R11
 	VMOVAPS     Z10, Z14
 	VPSRLD      $0x10, Z14, Z15
@@ -27097,7 +25555,7 @@ stateVKbf16AVX512_dead_16:
 	VPSRLD      $0x10, Z14, Z14
 	VPMOVDW     Z14, K1, (R11)
 	CMPQ        R9, $0x00000040
-	JBE         stateVKbf16AVX512_dead_17
+	JBE         stateVKbf16AVX512_dead_29
 	VMOVAPS     Z11, Z14
 	VPSRLD      $0x10, Z14, Z15
 	VPANDD.BCST one_i<>+0(SB), Z15, Z15
@@ -27106,7 +25564,7 @@ stateVKbf16AVX512_dead_16:
 	VPSRLD      $0x10, Z14, Z14
 	VPMOVDW     Z14, K3, 32(R11)
 	CMPQ        R9, $0x00000080
-	JBE         stateVKbf16AVX512_dead_17
+	JBE         stateVKbf16AVX512_dead_29
 	VMOVAPS     Z12, Z14
 	VPSRLD      $0x10, Z14, Z15
 	VPANDD.BCST one_i<>+0(SB), Z15, Z15
@@ -27115,7 +25573,7 @@ stateVKbf16AVX512_dead_16:
 	VPSRLD      $0x10, Z14, Z14
 	VPMOVDW     Z14, K4, 64(R11)
 	CMPQ        R9, $0x000000c0
-	JBE         stateVKbf16AVX512_dead_17
+	JBE         stateVKbf16AVX512_dead_29
 	VMOVAPS     Z13, Z14
 	VPSRLD      $0x10, Z14, Z15
 	VPANDD.BCST one_i<>+0(SB), Z15, Z15
@@ -27124,7 +25582,7 @@ stateVKbf16AVX512_dead_16:
 	VPSRLD      $0x10, Z14, Z14
 	VPMOVDW     Z14, K5, 96(R11)
 
-stateVKbf16AVX512_dead_17:
+stateVKbf16AVX512_dead_29:
 	JMP stateVKbf16AVX512_bfdone_1
 
 stateVKbf16AVX512_bfnan_1:
@@ -27138,7 +25596,7 @@ stateVKbf16AVX512_bfnan_1:
 	VPORD.BCST  quiet<>+0(SB), Z15, K2, Z14
 	VPMOVDW     Z14, K1, (R11)
 	CMPQ        R9, $0x00000040
-	JBE         stateVKbf16AVX512_dead_18
+	JBE         stateVKbf16AVX512_dead_30
 	VMOVAPS     Z3, Z14
 	VPSRLD      $0x10, Z14, Z15
 	VCMPPS      $0x03, Z14, Z14, K2
@@ -27149,7 +25607,7 @@ stateVKbf16AVX512_bfnan_1:
 	VPORD.BCST  quiet<>+0(SB), Z15, K2, Z14
 	VPMOVDW     Z14, K3, 32(R11)
 	CMPQ        R9, $0x00000080
-	JBE         stateVKbf16AVX512_dead_18
+	JBE         stateVKbf16AVX512_dead_30
 	VMOVAPS     Z4, Z14
 	VPSRLD      $0x10, Z14, Z15
 	VCMPPS      $0x03, Z14, Z14, K2
@@ -27160,7 +25618,7 @@ stateVKbf16AVX512_bfnan_1:
 	VPORD.BCST  quiet<>+0(SB), Z15, K2, Z14
 	VPMOVDW     Z14, K4, 64(R11)
 	CMPQ        R9, $0x000000c0
-	JBE         stateVKbf16AVX512_dead_18
+	JBE         stateVKbf16AVX512_dead_30
 	VMOVAPS     Z5, Z14
 	VPSRLD      $0x10, Z14, Z15
 	VCMPPS      $0x03, Z14, Z14, K2
@@ -27171,7 +25629,7 @@ stateVKbf16AVX512_bfnan_1:
 	VPORD.BCST  quiet<>+0(SB), Z15, K2, Z14
 	VPMOVDW     Z14, K5, 96(R11)
 
-stateVKbf16AVX512_dead_18:
+stateVKbf16AVX512_dead_30:
 	ADDQ        R10, R11
 	VMOVAPS     Z6, Z14
 	VPSRLD      $0x10, Z14, Z15
@@ -27183,7 +25641,7 @@ stateVKbf16AVX512_dead_18:
 	VPORD.BCST  quiet<>+0(SB), Z15, K2, Z14
 	VPMOVDW     Z14, K1, (R11)
 	CMPQ        R9, $0x00000040
-	JBE         stateVKbf16AVX512_dead_19
+	JBE         stateVKbf16AVX512_dead_31
 	VMOVAPS     Z7, Z14
 	VPSRLD      $0x10, Z14, Z15
 	VCMPPS      $0x03, Z14, Z14, K2
@@ -27194,7 +25652,7 @@ stateVKbf16AVX512_dead_18:
 	VPORD.BCST  quiet<>+0(SB), Z15, K2, Z14
 	VPMOVDW     Z14, K3, 32(R11)
 	CMPQ        R9, $0x00000080
-	JBE         stateVKbf16AVX512_dead_19
+	JBE         stateVKbf16AVX512_dead_31
 	VMOVAPS     Z8, Z14
 	VPSRLD      $0x10, Z14, Z15
 	VCMPPS      $0x03, Z14, Z14, K2
@@ -27205,7 +25663,7 @@ stateVKbf16AVX512_dead_18:
 	VPORD.BCST  quiet<>+0(SB), Z15, K2, Z14
 	VPMOVDW     Z14, K4, 64(R11)
 	CMPQ        R9, $0x000000c0
-	JBE         stateVKbf16AVX512_dead_19
+	JBE         stateVKbf16AVX512_dead_31
 	VMOVAPS     Z9, Z14
 	VPSRLD      $0x10, Z14, Z15
 	VCMPPS      $0x03, Z14, Z14, K2
@@ -27216,7 +25674,7 @@ stateVKbf16AVX512_dead_18:
 	VPORD.BCST  quiet<>+0(SB), Z15, K2, Z14
 	VPMOVDW     Z14, K5, 96(R11)
 
-stateVKbf16AVX512_dead_19:
+stateVKbf16AVX512_dead_31:
 	ADDQ        R10, R11
 	VMOVAPS     Z10, Z14
 	VPSRLD      $0x10, Z14, Z15
@@ -27228,7 +25686,7 @@ stateVKbf16AVX512_dead_19:
 	VPORD.BCST  quiet<>+0(SB), Z15, K2, Z14
 	VPMOVDW     Z14, K1, (R11)
 	CMPQ        R9, $0x00000040
-	JBE         stateVKbf16AVX512_dead_20
+	JBE         stateVKbf16AVX512_dead_32
 	VMOVAPS     Z11, Z14
 	VPSRLD      $0x10, Z14, Z15
 	VCMPPS      $0x03, Z14, Z14, K2
@@ -27239,7 +25697,7 @@ stateVKbf16AVX512_dead_19:
 	VPORD.BCST  quiet<>+0(SB), Z15, K2, Z14
 	VPMOVDW     Z14, K3, 32(R11)
 	CMPQ        R9, $0x00000080
-	JBE         stateVKbf16AVX512_dead_20
+	JBE         stateVKbf16AVX512_dead_32
 	VMOVAPS     Z12, Z14
 	VPSRLD      $0x10, Z14, Z15
 	VCMPPS      $0x03, Z14, Z14, K2
@@ -27250,7 +25708,7 @@ stateVKbf16AVX512_dead_19:
 	VPORD.BCST  quiet<>+0(SB), Z15, K2, Z14
 	VPMOVDW     Z14, K4, 64(R11)
 	CMPQ        R9, $0x000000c0
-	JBE         stateVKbf16AVX512_dead_20
+	JBE         stateVKbf16AVX512_dead_32
 	VMOVAPS     Z13, Z14
 	VPSRLD      $0x10, Z14, Z15
 	VCMPPS      $0x03, Z14, Z14, K2
@@ -27261,7 +25719,7 @@ stateVKbf16AVX512_dead_19:
 	VPORD.BCST  quiet<>+0(SB), Z15, K2, Z14
 	VPMOVDW     Z14, K5, 96(R11)
 
-stateVKbf16AVX512_dead_20:
+stateVKbf16AVX512_dead_32:
 stateVKbf16AVX512_bfdone_1:
 stateVKbf16AVX512_bfstored_1:
 stateVKbf16AVX512_nostore_1:
@@ -27283,42 +25741,42 @@ stateVKbf16AVX512_nostore_1:
 	ADDQ    CX, AX
 	VMOVUPS Z0, K1, (AX)
 	CMPQ    R9, $0x00000040
-	JBE     stateVKbf16AVX512_dead_21
+	JBE     stateVKbf16AVX512_dead_33
 	VMOVUPS Z3, K3, 64(AX)
 	CMPQ    R9, $0x00000080
-	JBE     stateVKbf16AVX512_dead_21
+	JBE     stateVKbf16AVX512_dead_33
 	VMOVUPS Z4, K4, 128(AX)
 	CMPQ    R9, $0x000000c0
-	JBE     stateVKbf16AVX512_dead_21
+	JBE     stateVKbf16AVX512_dead_33
 	VMOVUPS Z5, K5, 192(AX)
 
-stateVKbf16AVX512_dead_21:
+stateVKbf16AVX512_dead_33:
 	ADDQ    R9, AX
 	VMOVUPS Z6, K1, (AX)
 	CMPQ    R9, $0x00000040
-	JBE     stateVKbf16AVX512_dead_22
+	JBE     stateVKbf16AVX512_dead_34
 	VMOVUPS Z7, K3, 64(AX)
 	CMPQ    R9, $0x00000080
-	JBE     stateVKbf16AVX512_dead_22
+	JBE     stateVKbf16AVX512_dead_34
 	VMOVUPS Z8, K4, 128(AX)
 	CMPQ    R9, $0x000000c0
-	JBE     stateVKbf16AVX512_dead_22
+	JBE     stateVKbf16AVX512_dead_34
 	VMOVUPS Z9, K5, 192(AX)
 
-stateVKbf16AVX512_dead_22:
+stateVKbf16AVX512_dead_34:
 	ADDQ    R9, AX
 	VMOVUPS Z10, K1, (AX)
 	CMPQ    R9, $0x00000040
-	JBE     stateVKbf16AVX512_dead_23
+	JBE     stateVKbf16AVX512_dead_35
 	VMOVUPS Z11, K3, 64(AX)
 	CMPQ    R9, $0x00000080
-	JBE     stateVKbf16AVX512_dead_23
+	JBE     stateVKbf16AVX512_dead_35
 	VMOVUPS Z12, K4, 128(AX)
 	CMPQ    R9, $0x000000c0
-	JBE     stateVKbf16AVX512_dead_23
+	JBE     stateVKbf16AVX512_dead_35
 	VMOVUPS Z13, K5, 192(AX)
 
-stateVKbf16AVX512_dead_23:
+stateVKbf16AVX512_dead_35:
 stateVKbf16AVX512_nocarry_1:
 	ADDQ $0x00000003, (SP)
 	SUBQ $0x00000003, 8(SP)
@@ -27360,21 +25818,32 @@ stateVKbf16AVX512_pfdone_3:
 	ADDQ       CX, AX
 	PREFETCHT1 8192(AX)
 	CMPQ       R9, $0x00000040
-	JBE        stateVKbf16AVX512_dead_24
+	JBE        stateVKbf16AVX512_dead_36
 	PREFETCHT1 8256(AX)
 	CMPQ       R9, $0x00000080
-	JBE        stateVKbf16AVX512_dead_24
+	JBE        stateVKbf16AVX512_dead_36
 	PREFETCHT1 8320(AX)
 	CMPQ       R9, $0x000000c0
-	JBE        stateVKbf16AVX512_dead_24
+	JBE        stateVKbf16AVX512_dead_36
 	PREFETCHT1 8384(AX)
 
-stateVKbf16AVX512_dead_24:
-	VMOVUPS.Z (AX), K1, Z0
-	VMOVUPS.Z 64(AX), K3, Z1
-	VMOVUPS.Z 128(AX), K4, Z3
-	VMOVUPS.Z 192(AX), K5, Z4
-	JMP       stateVKbf16AVX512_loaded_2
+stateVKbf16AVX512_dead_36:
+	VBROADCASTSS zero<>+0(SB), Z1
+	VBROADCASTSS zero<>+0(SB), Z3
+	VBROADCASTSS zero<>+0(SB), Z4
+	VMOVUPS.Z    (AX), K1, Z0
+	CMPQ         R9, $0x00000040
+	JBE          stateVKbf16AVX512_dead_37
+	VMOVUPS.Z    64(AX), K3, Z1
+	CMPQ         R9, $0x00000080
+	JBE          stateVKbf16AVX512_dead_37
+	VMOVUPS.Z    128(AX), K4, Z3
+	CMPQ         R9, $0x000000c0
+	JBE          stateVKbf16AVX512_dead_37
+	VMOVUPS.Z    192(AX), K5, Z4
+
+stateVKbf16AVX512_dead_37:
+	JMP stateVKbf16AVX512_loaded_2
 
 stateVKbf16AVX512_frombf16_2:
 	MOVQ       src_base+16(FP), AX
@@ -27383,19 +25852,29 @@ stateVKbf16AVX512_frombf16_2:
 	ADDQ       CX, AX
 	PREFETCHT1 8192(AX)
 	CMPQ       R9, $0x00000080
-	JBE        stateVKbf16AVX512_dead_25
+	JBE        stateVKbf16AVX512_dead_38
 	PREFETCHT1 8256(AX)
 
-stateVKbf16AVX512_dead_25:
-	VPMOVZXWD.Z (AX), K1, Z0
-	VPSLLD      $0x10, Z0, Z0
-	VPMOVZXWD.Z 32(AX), K3, Z1
-	VPSLLD      $0x10, Z1, Z1
-	VPMOVZXWD.Z 64(AX), K4, Z3
-	VPSLLD      $0x10, Z3, Z3
-	VPMOVZXWD.Z 96(AX), K5, Z4
-	VPSLLD      $0x10, Z4, Z4
+stateVKbf16AVX512_dead_38:
+	VBROADCASTSS zero<>+0(SB), Z1
+	VBROADCASTSS zero<>+0(SB), Z3
+	VBROADCASTSS zero<>+0(SB), Z4
+	VPMOVZXWD.Z  (AX), K1, Z0
+	VPSLLD       $0x10, Z0, Z0
+	CMPQ         R9, $0x00000040
+	JBE          stateVKbf16AVX512_dead_39
+	VPMOVZXWD.Z  32(AX), K3, Z1
+	VPSLLD       $0x10, Z1, Z1
+	CMPQ         R9, $0x00000080
+	JBE          stateVKbf16AVX512_dead_39
+	VPMOVZXWD.Z  64(AX), K4, Z3
+	VPSLLD       $0x10, Z3, Z3
+	CMPQ         R9, $0x000000c0
+	JBE          stateVKbf16AVX512_dead_39
+	VPMOVZXWD.Z  96(AX), K5, Z4
+	VPSLLD       $0x10, Z4, Z4
 
+stateVKbf16AVX512_dead_39:
 stateVKbf16AVX512_loaded_2:
 	MOVQ kh_base+112(FP), AX
 	MOVQ qh_base+136(FP), CX
@@ -27415,19 +25894,19 @@ stateVKbf16AVX512_token_2:
 	VMULPS.Z     (AX), Z0, K1, Z5
 	VMULPS.Z     (CX), Z0, K1, Z6
 	CMPQ         R9, $0x00000040
-	JBE          stateVKbf16AVX512_dead_26
+	JBE          stateVKbf16AVX512_dead_40
 	VFMADD231PS  64(AX), Z1, K3, Z7
 	VFMADD231PS  64(CX), Z1, K3, Z8
 	CMPQ         R9, $0x00000080
-	JBE          stateVKbf16AVX512_dead_26
+	JBE          stateVKbf16AVX512_dead_40
 	VFMADD231PS  128(AX), Z3, K4, Z5
 	VFMADD231PS  128(CX), Z3, K4, Z6
 	CMPQ         R9, $0x000000c0
-	JBE          stateVKbf16AVX512_dead_26
+	JBE          stateVKbf16AVX512_dead_40
 	VFMADD231PS  192(AX), Z4, K5, Z7
 	VFMADD231PS  192(CX), Z4, K5, Z8
 
-stateVKbf16AVX512_dead_26:
+stateVKbf16AVX512_dead_40:
 	VADDPS       Z7, Z5, Z5
 	VADDPS       Z8, Z6, Z6
 	VSHUFF32X4   $0x44, Z6, Z5, Z7
@@ -27467,8 +25946,8 @@ stateVKbf16AVX512_decayed_4:
 	MOVQ          (BX), R11
 	TESTQ         R11, R11
 	JZ            stateVKbf16AVX512_nofin_2
-	CMPQ          R9, $0x00000100
-	JNE           stateVKbf16AVX512_fin_2
+	TESTQ         $0x0000007f, R9
+	JNZ           stateVKbf16AVX512_fin_2
 	CMPB          cvt+288(FP), $0x00
 	JNE           stateVKbf16AVX512_nofin_2
 
@@ -27488,19 +25967,19 @@ stateVKbf16AVX512_nofin_2:
 	VFMADD213PS  Z0, Z6, Z0
 	VFMADD231PS  (AX), Z5, K1, Z0
 	CMPQ         R9, $0x00000040
-	JBE          stateVKbf16AVX512_dead_27
+	JBE          stateVKbf16AVX512_dead_41
 	VFMADD213PS  Z1, Z6, Z1
 	VFMADD231PS  64(AX), Z5, K3, Z1
 	CMPQ         R9, $0x00000080
-	JBE          stateVKbf16AVX512_dead_27
+	JBE          stateVKbf16AVX512_dead_41
 	VFMADD213PS  Z3, Z6, Z3
 	VFMADD231PS  128(AX), Z5, K4, Z3
 	CMPQ         R9, $0x000000c0
-	JBE          stateVKbf16AVX512_dead_27
+	JBE          stateVKbf16AVX512_dead_41
 	VFMADD213PS  Z4, Z6, Z4
 	VFMADD231PS  192(AX), Z5, K5, Z4
 
-stateVKbf16AVX512_dead_27:
+stateVKbf16AVX512_dead_41:
 	JMP stateVKbf16AVX512_decayed_5
 
 stateVKbf16AVX512_far_5:
@@ -27509,19 +25988,19 @@ stateVKbf16AVX512_far_5:
 	VMULPS       Z0, Z6, Z0
 	VFMADD231PS  (AX), Z5, K1, Z0
 	CMPQ         R9, $0x00000040
-	JBE          stateVKbf16AVX512_dead_28
+	JBE          stateVKbf16AVX512_dead_42
 	VMULPS       Z1, Z6, Z1
 	VFMADD231PS  64(AX), Z5, K3, Z1
 	CMPQ         R9, $0x00000080
-	JBE          stateVKbf16AVX512_dead_28
+	JBE          stateVKbf16AVX512_dead_42
 	VMULPS       Z3, Z6, Z3
 	VFMADD231PS  128(AX), Z5, K4, Z3
 	CMPQ         R9, $0x000000c0
-	JBE          stateVKbf16AVX512_dead_28
+	JBE          stateVKbf16AVX512_dead_42
 	VMULPS       Z4, Z6, Z4
 	VFMADD231PS  192(AX), Z5, K5, Z4
 
-stateVKbf16AVX512_dead_28:
+stateVKbf16AVX512_dead_42:
 stateVKbf16AVX512_decayed_5:
 	// The state after this token, if stored.
 	MOVQ      (BX), R11
@@ -27530,22 +26009,28 @@ stateVKbf16AVX512_decayed_5:
 	MOVQ      (SP), R12
 	IMULQ     R10, R12
 	ADDQ      R12, R11
-	CMPQ      R9, $0x00000100
-	JNE       stateVKbf16AVX512_bfints_2
+	TESTQ     $0x0000007f, R9
+	JNZ       stateVKbf16AVX512_bfints_2
 	CMPB      cvt+288(FP), $0x00
 	JE        stateVKbf16AVX512_bfints_2
 	VMOVDQU32 mag16<>+0(SB), Z5
 	KXNORD    K7, K7, K7
 	MOVQ      R11, R12
+	CMPQ      R9, $0x00000040
+	JBE       stateVKbf16AVX512_dead_43
 	BYTE $0x62; BYTE $0xf2; BYTE $0x77; BYTE $0x48; BYTE $0x72; BYTE $0xf0 // VCVTNE2PS2BF16 Z0, Z1, Z6
 	VMOVDQU32 Z6, (R12)
 	VPTESTMW  Z5, Z6, K7, K7
+	CMPQ      R9, $0x000000c0
+	JBE       stateVKbf16AVX512_dead_43
 	BYTE $0x62; BYTE $0xf2; BYTE $0x5f; BYTE $0x48; BYTE $0x72; BYTE $0xf3 // VCVTNE2PS2BF16 Z3, Z4, Z6
 	VMOVDQU32 Z6, 64(R12)
 	VPTESTMW  Z5, Z6, K7, K7
-	KORTESTD  K7, K7
-	JCS       stateVKbf16AVX512_bfstored_2
-	MOVL      $0x00000001, 56(SP)
+
+stateVKbf16AVX512_dead_43:
+	KORTESTD K7, K7
+	JCS      stateVKbf16AVX512_bfstored_2
+	MOVL     $0x00000001, 56(SP)
 
 stateVKbf16AVX512_bfints_2:
 	CMPL        56(SP), $0x00
@@ -27558,7 +26043,7 @@ stateVKbf16AVX512_bfints_2:
 	VPSRLD      $0x10, Z5, Z5
 	VPMOVDW     Z5, K1, (R11)
 	CMPQ        R9, $0x00000040
-	JBE         stateVKbf16AVX512_dead_29
+	JBE         stateVKbf16AVX512_dead_44
 	VMOVAPS     Z1, Z5
 	VPSRLD      $0x10, Z5, Z6
 	VPANDD.BCST one_i<>+0(SB), Z6, Z6
@@ -27567,7 +26052,7 @@ stateVKbf16AVX512_bfints_2:
 	VPSRLD      $0x10, Z5, Z5
 	VPMOVDW     Z5, K3, 32(R11)
 	CMPQ        R9, $0x00000080
-	JBE         stateVKbf16AVX512_dead_29
+	JBE         stateVKbf16AVX512_dead_44
 	VMOVAPS     Z3, Z5
 	VPSRLD      $0x10, Z5, Z6
 	VPANDD.BCST one_i<>+0(SB), Z6, Z6
@@ -27576,7 +26061,7 @@ stateVKbf16AVX512_bfints_2:
 	VPSRLD      $0x10, Z5, Z5
 	VPMOVDW     Z5, K4, 64(R11)
 	CMPQ        R9, $0x000000c0
-	JBE         stateVKbf16AVX512_dead_29
+	JBE         stateVKbf16AVX512_dead_44
 	VMOVAPS     Z4, Z5
 	VPSRLD      $0x10, Z5, Z6
 	VPANDD.BCST one_i<>+0(SB), Z6, Z6
@@ -27585,7 +26070,7 @@ stateVKbf16AVX512_bfints_2:
 	VPSRLD      $0x10, Z5, Z5
 	VPMOVDW     Z5, K5, 96(R11)
 
-stateVKbf16AVX512_dead_29:
+stateVKbf16AVX512_dead_44:
 	JMP stateVKbf16AVX512_bfdone_2
 
 stateVKbf16AVX512_bfnan_2:
@@ -27599,7 +26084,7 @@ stateVKbf16AVX512_bfnan_2:
 	VPORD.BCST  quiet<>+0(SB), Z6, K2, Z5
 	VPMOVDW     Z5, K1, (R11)
 	CMPQ        R9, $0x00000040
-	JBE         stateVKbf16AVX512_dead_30
+	JBE         stateVKbf16AVX512_dead_45
 	VMOVAPS     Z1, Z5
 	VPSRLD      $0x10, Z5, Z6
 	VCMPPS      $0x03, Z5, Z5, K2
@@ -27610,7 +26095,7 @@ stateVKbf16AVX512_bfnan_2:
 	VPORD.BCST  quiet<>+0(SB), Z6, K2, Z5
 	VPMOVDW     Z5, K3, 32(R11)
 	CMPQ        R9, $0x00000080
-	JBE         stateVKbf16AVX512_dead_30
+	JBE         stateVKbf16AVX512_dead_45
 	VMOVAPS     Z3, Z5
 	VPSRLD      $0x10, Z5, Z6
 	VCMPPS      $0x03, Z5, Z5, K2
@@ -27621,7 +26106,7 @@ stateVKbf16AVX512_bfnan_2:
 	VPORD.BCST  quiet<>+0(SB), Z6, K2, Z5
 	VPMOVDW     Z5, K4, 64(R11)
 	CMPQ        R9, $0x000000c0
-	JBE         stateVKbf16AVX512_dead_30
+	JBE         stateVKbf16AVX512_dead_45
 	VMOVAPS     Z4, Z5
 	VPSRLD      $0x10, Z5, Z6
 	VCMPPS      $0x03, Z5, Z5, K2
@@ -27632,7 +26117,7 @@ stateVKbf16AVX512_bfnan_2:
 	VPORD.BCST  quiet<>+0(SB), Z6, K2, Z5
 	VPMOVDW     Z5, K5, 96(R11)
 
-stateVKbf16AVX512_dead_30:
+stateVKbf16AVX512_dead_45:
 stateVKbf16AVX512_bfdone_2:
 stateVKbf16AVX512_bfstored_2:
 stateVKbf16AVX512_nostore_2:
@@ -27654,16 +26139,16 @@ stateVKbf16AVX512_nostore_2:
 	ADDQ    CX, AX
 	VMOVUPS Z0, K1, (AX)
 	CMPQ    R9, $0x00000040
-	JBE     stateVKbf16AVX512_dead_31
+	JBE     stateVKbf16AVX512_dead_46
 	VMOVUPS Z1, K3, 64(AX)
 	CMPQ    R9, $0x00000080
-	JBE     stateVKbf16AVX512_dead_31
+	JBE     stateVKbf16AVX512_dead_46
 	VMOVUPS Z3, K4, 128(AX)
 	CMPQ    R9, $0x000000c0
-	JBE     stateVKbf16AVX512_dead_31
+	JBE     stateVKbf16AVX512_dead_46
 	VMOVUPS Z4, K5, 192(AX)
 
-stateVKbf16AVX512_dead_31:
+stateVKbf16AVX512_dead_46:
 stateVKbf16AVX512_nocarry_2:
 	ADDQ $0x00000001, (SP)
 	SUBQ $0x00000001, 8(SP)
@@ -27672,8 +26157,8 @@ stateVKbf16AVX512_nocarry_2:
 stateVKbf16AVX512_groupsdone_2:
 	JMP stateVKbf16AVX512_done_1
 
-stateVKbf16AVX512_n6_1:
-	// Rows of 5…6 vectors.
+stateVKbf16AVX512_n8_1:
+	// Rows of 5…8 vectors.
 	MOVQ         R9, AX
 	SHRQ         $0x02, AX
 	SUBQ         $0x00000040, AX
@@ -27684,6 +26169,16 @@ stateVKbf16AVX512_n6_1:
 	SUBQ         $0x00000050, AX
 	VPBROADCASTD AX, Z0
 	VPCMPGTD     iota<>+0(SB), Z0, K3
+	MOVQ         R9, AX
+	SHRQ         $0x02, AX
+	SUBQ         $0x00000060, AX
+	VPBROADCASTD AX, Z0
+	VPCMPGTD     iota<>+0(SB), Z0, K4
+	MOVQ         R9, AX
+	SHRQ         $0x02, AX
+	SUBQ         $0x00000070, AX
+	VPBROADCASTD AX, Z0
+	VPCMPGTD     iota<>+0(SB), Z0, K5
 	CMPQ         16(SP), $0x01
 	JE           stateVKbf16AVX512_groups_2
 
@@ -27696,7 +26191,7 @@ stateVKbf16AVX512_block_2:
 	CMOVQCC CX, AX
 	MOVQ    AX, 48(SP)
 
-	// A block of 16·nb rows of 5…6 vectors in work.
+	// A block of 16·nb rows of 5…8 vectors in work.
 	MOVQ  src32_base+40(FP), AX
 	TESTQ AX, AX
 	JZ    stateVKbf16AVX512_bfrombf16_2
@@ -27714,10 +26209,16 @@ stateVKbf16AVX512_bload_3:
 	PREFETCHT1 8384(AX)
 	PREFETCHT1 8448(AX)
 	CMPQ       R9, $0x00000140
-	JBE        stateVKbf16AVX512_dead_32
+	JBE        stateVKbf16AVX512_dead_47
 	PREFETCHT1 8512(AX)
+	CMPQ       R9, $0x00000180
+	JBE        stateVKbf16AVX512_dead_47
+	PREFETCHT1 8576(AX)
+	CMPQ       R9, $0x000001c0
+	JBE        stateVKbf16AVX512_dead_47
+	PREFETCHT1 8640(AX)
 
-stateVKbf16AVX512_dead_32:
+stateVKbf16AVX512_dead_47:
 	VMOVUPS   (AX), Z0
 	VMOVUPS   Z0, (CX)
 	VMOVUPS   64(AX), Z0
@@ -27728,13 +26229,25 @@ stateVKbf16AVX512_dead_32:
 	VMOVUPS   Z0, 192(CX)
 	VMOVUPS.Z 256(AX), K1, Z0
 	VMOVUPS   Z0, 256(CX)
+	CMPQ      R9, $0x00000140
+	JBE       stateVKbf16AVX512_dead_48
 	VMOVUPS.Z 320(AX), K3, Z0
 	VMOVUPS   Z0, 320(CX)
-	ADDQ      R9, AX
-	ADDQ      $0x00000180, CX
-	DECQ      DX
-	JNZ       stateVKbf16AVX512_bload_3
-	JMP       stateVKbf16AVX512_bloaded_2
+	CMPQ      R9, $0x00000180
+	JBE       stateVKbf16AVX512_dead_48
+	VMOVUPS.Z 384(AX), K4, Z0
+	VMOVUPS   Z0, 384(CX)
+	CMPQ      R9, $0x000001c0
+	JBE       stateVKbf16AVX512_dead_48
+	VMOVUPS.Z 448(AX), K5, Z0
+	VMOVUPS   Z0, 448(CX)
+
+stateVKbf16AVX512_dead_48:
+	ADDQ R9, AX
+	ADDQ $0x00000200, CX
+	DECQ DX
+	JNZ  stateVKbf16AVX512_bload_3
+	JMP  stateVKbf16AVX512_bloaded_2
 
 stateVKbf16AVX512_bfrombf16_2:
 	MOVQ  src_base+16(FP), AX
@@ -27746,9 +26259,14 @@ stateVKbf16AVX512_bfrombf16_2:
 	SHLQ  $0x04, DX
 
 stateVKbf16AVX512_bload_4:
-	PREFETCHT1  8192(AX)
-	PREFETCHT1  8256(AX)
-	PREFETCHT1  8320(AX)
+	PREFETCHT1 8192(AX)
+	PREFETCHT1 8256(AX)
+	PREFETCHT1 8320(AX)
+	CMPQ       R9, $0x00000180
+	JBE        stateVKbf16AVX512_dead_49
+	PREFETCHT1 8384(AX)
+
+stateVKbf16AVX512_dead_49:
 	VPMOVZXWD   (AX), Z0
 	VPSLLD      $0x10, Z0, Z0
 	VMOVUPS     Z0, (CX)
@@ -27764,13 +26282,27 @@ stateVKbf16AVX512_bload_4:
 	VPMOVZXWD.Z 128(AX), K1, Z0
 	VPSLLD      $0x10, Z0, Z0
 	VMOVUPS     Z0, 256(CX)
+	CMPQ        R9, $0x00000140
+	JBE         stateVKbf16AVX512_dead_50
 	VPMOVZXWD.Z 160(AX), K3, Z0
 	VPSLLD      $0x10, Z0, Z0
 	VMOVUPS     Z0, 320(CX)
-	ADDQ        R10, AX
-	ADDQ        $0x00000180, CX
-	DECQ        DX
-	JNZ         stateVKbf16AVX512_bload_4
+	CMPQ        R9, $0x00000180
+	JBE         stateVKbf16AVX512_dead_50
+	VPMOVZXWD.Z 192(AX), K4, Z0
+	VPSLLD      $0x10, Z0, Z0
+	VMOVUPS     Z0, 384(CX)
+	CMPQ        R9, $0x000001c0
+	JBE         stateVKbf16AVX512_dead_50
+	VPMOVZXWD.Z 224(AX), K5, Z0
+	VPSLLD      $0x10, Z0, Z0
+	VMOVUPS     Z0, 448(CX)
+
+stateVKbf16AVX512_dead_50:
+	ADDQ R10, AX
+	ADDQ $0x00000200, CX
+	DECQ DX
+	JNZ  stateVKbf16AVX512_bload_4
 
 stateVKbf16AVX512_bloaded_2:
 	MOVQ kh_base+112(FP), AX
@@ -27792,2062 +26324,19 @@ stateVKbf16AVX512_bloaded_2:
 	VMOVUPS   192(AX), Z5
 	VMOVUPS.Z 256(AX), K1, Z6
 	VMOVUPS.Z 320(AX), K3, Z7
-	VMOVUPS   (CX), Z8
-	VMOVUPS   64(CX), Z9
-	VMOVUPS   128(CX), Z10
-	VMOVUPS   192(CX), Z11
-	VMOVUPS.Z 256(CX), K1, Z12
-	VMOVUPS.Z 320(CX), K3, Z13
-	XORQ      R11, R11
-
-stateVKbf16AVX512_bsub_2:
-	MOVQ   R11, R12
-	IMUL3Q $0x00001800, R12, R12
-	ADDQ   40(SP), R12
-	MOVQ   R11, R13
-	SHLQ   $0x0a, R13
-	ADDQ   40(SP), R13
-	ADDQ   $0x00003000, R13
-	MOVQ   $0x00000008, R14
-
-stateVKbf16AVX512_bdots_2:
-	VMOVUPS     (R12), Z15
-	VMULPS      Z0, Z15, Z14
-	VMULPS      Z8, Z15, Z15
-	VMOVUPS     384(R12), Z16
-	VMULPS      Z0, Z16, Z18
-	VMULPS      Z8, Z16, Z19
-	VMOVUPS     64(R12), Z17
-	VMULPS      Z3, Z17, Z16
-	VMULPS      Z9, Z17, Z17
-	VMOVUPS     448(R12), Z21
-	VMULPS      Z3, Z21, Z20
-	VMULPS      Z9, Z21, Z21
-	VMOVUPS     128(R12), Z22
-	VFMADD231PS Z4, Z22, Z14
-	VFMADD231PS Z10, Z22, Z15
-	VMOVUPS     512(R12), Z22
-	VFMADD231PS Z4, Z22, Z18
-	VFMADD231PS Z10, Z22, Z19
-	VMOVUPS     192(R12), Z22
-	VFMADD231PS Z5, Z22, Z16
-	VFMADD231PS Z11, Z22, Z17
-	VMOVUPS     576(R12), Z22
-	VFMADD231PS Z5, Z22, Z20
-	VFMADD231PS Z11, Z22, Z21
-	VMOVUPS     256(R12), Z22
-	VFMADD231PS Z6, Z22, K1, Z14
-	VFMADD231PS Z12, Z22, K1, Z15
-	VMOVUPS     640(R12), Z22
-	VFMADD231PS Z6, Z22, K1, Z18
-	VFMADD231PS Z12, Z22, K1, Z19
-	CMPQ        R9, $0x00000140
-	JBE         stateVKbf16AVX512_dead_33
-	VMOVUPS     320(R12), Z22
-	VFMADD231PS Z7, Z22, K3, Z16
-	VFMADD231PS Z13, Z22, K3, Z17
-	VMOVUPS     704(R12), Z22
-	VFMADD231PS Z7, Z22, K3, Z20
-	VFMADD231PS Z13, Z22, K3, Z21
-
-stateVKbf16AVX512_dead_33:
-	VADDPS     Z16, Z14, Z14
-	VADDPS     Z20, Z18, Z18
-	VSHUFF32X4 $0x44, Z18, Z14, Z16
-	VSHUFF32X4 $0xee, Z18, Z14, Z14
-	VADDPS     Z14, Z16, Z16
-	VMOVUPS    Z16, (R13)
-	VADDPS     Z17, Z15, Z15
-	VADDPS     Z21, Z19, Z19
-	VSHUFF32X4 $0x44, Z19, Z15, Z14
-	VSHUFF32X4 $0xee, Z19, Z15, Z15
-	VADDPS     Z15, Z14, Z14
-	VMOVUPS    Z14, 512(R13)
-	ADDQ       $0x00000300, R12
-	ADDQ       $0x40, R13
-	DECQ       R14
-	JNZ        stateVKbf16AVX512_bdots_2
-	SUBQ       $0x00000200, R13
-	VMOVUPS    (R13), Z14
-	VMOVUPS    64(R13), Z15
-	VMOVUPS    128(R13), Z16
-	VMOVUPS    192(R13), Z17
-	VMOVUPS    256(R13), Z18
-	VMOVUPS    320(R13), Z19
-	VMOVUPS    384(R13), Z20
-	VMOVUPS    448(R13), Z21
-	VSHUFF32X4 $0x88, Z15, Z14, Z22
-	VSHUFF32X4 $0xdd, Z15, Z14, Z14
-	VADDPS     Z14, Z22, Z22
-	VSHUFF32X4 $0x88, Z17, Z16, Z14
-	VSHUFF32X4 $0xdd, Z17, Z16, Z15
-	VADDPS     Z15, Z14, Z14
-	VSHUFF32X4 $0x88, Z19, Z18, Z15
-	VSHUFF32X4 $0xdd, Z19, Z18, Z16
-	VADDPS     Z16, Z15, Z15
-	VSHUFF32X4 $0x88, Z21, Z20, Z16
-	VSHUFF32X4 $0xdd, Z21, Z20, Z17
-	VADDPS     Z17, Z16, Z16
-	VSHUFPS    $0x44, Z14, Z22, Z17
-	VSHUFPS    $0xee, Z14, Z22, Z14
-	VADDPS     Z14, Z17, Z17
-	VSHUFPS    $0x44, Z16, Z15, Z14
-	VSHUFPS    $0xee, Z16, Z15, Z15
-	VADDPS     Z15, Z14, Z14
-	VSHUFPS    $0x88, Z14, Z17, Z15
-	VSHUFPS    $0xdd, Z14, Z17, Z14
-	VADDPS     Z14, Z15, Z15
-	VMOVUPS    vkblockperm<>+0(SB), Z14
-	VPERMPS    Z15, Z14, Z14
-	VMOVUPS    512(R13), Z15
-	VMOVUPS    576(R13), Z16
-	VMOVUPS    640(R13), Z17
-	VMOVUPS    704(R13), Z18
-	VMOVUPS    768(R13), Z19
-	VMOVUPS    832(R13), Z20
-	VMOVUPS    896(R13), Z21
-	VMOVUPS    960(R13), Z22
-	VSHUFF32X4 $0x88, Z16, Z15, Z23
-	VSHUFF32X4 $0xdd, Z16, Z15, Z15
-	VADDPS     Z15, Z23, Z23
-	VSHUFF32X4 $0x88, Z18, Z17, Z15
-	VSHUFF32X4 $0xdd, Z18, Z17, Z16
-	VADDPS     Z16, Z15, Z15
-	VSHUFF32X4 $0x88, Z20, Z19, Z16
-	VSHUFF32X4 $0xdd, Z20, Z19, Z17
-	VADDPS     Z17, Z16, Z16
-	VSHUFF32X4 $0x88, Z22, Z21, Z17
-	VSHUFF32X4 $0xdd, Z22, Z21, Z18
-	VADDPS     Z18, Z17, Z17
-	VSHUFPS    $0x44, Z15, Z23, Z18
-	VSHUFPS    $0xee, Z15, Z23, Z15
-	VADDPS     Z15, Z18, Z18
-	VSHUFPS    $0x44, Z17, Z16, Z15
-	VSHUFPS    $0xee, Z17, Z16, Z16
-	VADDPS     Z16, Z15, Z15
-	VSHUFPS    $0x88, Z15, Z18, Z16
-	VSHUFPS    $0xdd, Z15, Z18, Z15
-	VADDPS     Z15, Z16, Z16
-	VMOVUPS    vkblockperm<>+0(SB), Z15
-	VPERMPS    Z16, Z15, Z15
-	VMOVUPS    Z14, (R13)
-	VMOVUPS    Z15, 64(R13)
-	INCQ       R11
-	CMPQ       R11, 48(SP)
-	JB         stateVKbf16AVX512_bsub_2
-
-stateVKbf16AVX512_btoken_2:
-	// The prefetch list's next group.
-	MOVQ 64(SP), R11
-
-stateVKbf16AVX512_pfentry_4:
-	CMPQ  R11, 72(SP)
-	JAE   stateVKbf16AVX512_pfdone_4
-	MOVQ  (R11), R13
-	MOVQ  8(R11), R12
-	ADDQ  $0x10, R11
-	TESTQ R12, R12
-	JZ    stateVKbf16AVX512_pfdone_4
-
-stateVKbf16AVX512_pfline_4:
-	PREFETCHT1 (R13)
-	ADDQ       $0x40, R13
-	DECQ       R12
-	JNZ        stateVKbf16AVX512_pfline_4
-	JMP        stateVKbf16AVX512_pfentry_4
-
-stateVKbf16AVX512_pfdone_4:
-	MOVQ         R11, 64(SP)
-	VMOVSS       (DX), X0
-	VUCOMISS     nearone<>+0(SB), X0
-	JCS          stateVKbf16AVX512_far_6
-	VBROADCASTSS (DX), Z0
-	XORQ         R11, R11
-
-stateVKbf16AVX512_bdelta_3:
-	MOVQ         R11, R12
-	SHLQ         $0x0a, R12
-	ADDQ         40(SP), R12
-	VMOVUPS      12288(R12), Z3
-	VMOVUPS      12352(R12), Z4
-	VFMADD213PS  Z3, Z0, Z3
-	VFMADD213PS  Z4, Z0, Z4
-	MOVQ         R11, R12
-	SHLQ         $0x06, R12
-	VMOVUPS      (SI)(R12*1), Z5
-	VSUBPS       Z3, Z5, Z5
-	VBROADCASTSS 8(DX), Z3
-	VMULPS       Z3, Z5, Z3
-	MOVQ         40(SP), R13
-	ADDQ         $0x00003800, R13
-	VMOVUPS      Z3, (R13)(R12*1)
-	VBROADCASTSS 12(DX), Z5
-	VFMADD231PS  Z5, Z3, Z4
-	VMOVUPS      Z4, (DI)(R12*1)
-	INCQ         R11
-	CMPQ         R11, 48(SP)
-	JB           stateVKbf16AVX512_bdelta_3
-	CMPQ         R8, $0x01
-	JE           stateVKbf16AVX512_blast_3
-	MOVQ         AX, R11
-	ADDQ         R9, R11
-	MOVQ         CX, R12
-	ADDQ         R9, R12
-	VMOVUPS      (R11), Z3
-	VMOVUPS      64(R11), Z4
-	VMOVUPS      128(R11), Z5
-	VMOVUPS      192(R11), Z6
-	VMOVUPS.Z    256(R11), K1, Z7
-	VMOVUPS.Z    320(R11), K3, Z8
-	VMOVUPS      (R12), Z9
-	VMOVUPS      64(R12), Z10
-	VMOVUPS      128(R12), Z11
-	VMOVUPS      192(R12), Z12
-	VMOVUPS.Z    256(R12), K1, Z13
-	VMOVUPS.Z    320(R12), K3, Z14
-	MOVQ         40(SP), R11
-	MOVQ         40(SP), R12
-	ADDQ         $0x00003000, R12
-	MOVQ         40(SP), R13
-	ADDQ         $0x00003800, R13
-	MOVQ         48(SP), R14
-	SHLQ         $0x03, R14
-
-stateVKbf16AVX512_bfused_3:
-	VBROADCASTSS (R13), Z15
-	VBROADCASTSS 4(R13), Z16
-	VMOVUPS      (R11), Z18
-	VFMADD213PS  Z18, Z0, Z18
-	VFMADD231PS  (AX), Z15, Z18
-	VMOVUPS      Z18, (R11)
-	VMULPS       Z3, Z18, Z17
-	VMULPS       Z9, Z18, Z18
-	VMOVUPS      384(R11), Z19
-	VFMADD213PS  Z19, Z0, Z19
-	VFMADD231PS  (AX), Z16, Z19
-	VMOVUPS      Z19, 384(R11)
-	VMULPS       Z3, Z19, Z21
-	VMULPS       Z9, Z19, Z22
-	VMOVUPS      64(R11), Z20
-	VFMADD213PS  Z20, Z0, Z20
-	VFMADD231PS  64(AX), Z15, Z20
-	VMOVUPS      Z20, 64(R11)
-	VMULPS       Z4, Z20, Z19
-	VMULPS       Z10, Z20, Z20
-	VMOVUPS      448(R11), Z24
-	VFMADD213PS  Z24, Z0, Z24
-	VFMADD231PS  64(AX), Z16, Z24
-	VMOVUPS      Z24, 448(R11)
-	VMULPS       Z4, Z24, Z23
-	VMULPS       Z10, Z24, Z24
-	VMOVUPS      128(R11), Z25
-	VFMADD213PS  Z25, Z0, Z25
-	VFMADD231PS  128(AX), Z15, Z25
-	VMOVUPS      Z25, 128(R11)
-	VFMADD231PS  Z5, Z25, Z17
-	VFMADD231PS  Z11, Z25, Z18
-	VMOVUPS      512(R11), Z25
-	VFMADD213PS  Z25, Z0, Z25
-	VFMADD231PS  128(AX), Z16, Z25
-	VMOVUPS      Z25, 512(R11)
-	VFMADD231PS  Z5, Z25, Z21
-	VFMADD231PS  Z11, Z25, Z22
-	VMOVUPS      192(R11), Z25
-	VFMADD213PS  Z25, Z0, Z25
-	VFMADD231PS  192(AX), Z15, Z25
-	VMOVUPS      Z25, 192(R11)
-	VFMADD231PS  Z6, Z25, Z19
-	VFMADD231PS  Z12, Z25, Z20
-	VMOVUPS      576(R11), Z25
-	VFMADD213PS  Z25, Z0, Z25
-	VFMADD231PS  192(AX), Z16, Z25
-	VMOVUPS      Z25, 576(R11)
-	VFMADD231PS  Z6, Z25, Z23
-	VFMADD231PS  Z12, Z25, Z24
-	VMOVUPS      256(R11), Z25
-	VFMADD213PS  Z25, Z0, Z25
-	VFMADD231PS  256(AX), Z15, K1, Z25
-	VMOVUPS      Z25, 256(R11)
-	VFMADD231PS  Z7, Z25, K1, Z17
-	VFMADD231PS  Z13, Z25, K1, Z18
-	VMOVUPS      640(R11), Z25
-	VFMADD213PS  Z25, Z0, Z25
-	VFMADD231PS  256(AX), Z16, K1, Z25
-	VMOVUPS      Z25, 640(R11)
-	VFMADD231PS  Z7, Z25, K1, Z21
-	VFMADD231PS  Z13, Z25, K1, Z22
-	CMPQ         R9, $0x00000140
-	JBE          stateVKbf16AVX512_dead_34
-	VMOVUPS      320(R11), Z25
-	VFMADD213PS  Z25, Z0, Z25
-	VFMADD231PS  320(AX), Z15, K3, Z25
-	VMOVUPS      Z25, 320(R11)
-	VFMADD231PS  Z8, Z25, K3, Z19
-	VFMADD231PS  Z14, Z25, K3, Z20
-	VMOVUPS      704(R11), Z15
-	VFMADD213PS  Z15, Z0, Z15
-	VFMADD231PS  320(AX), Z16, K3, Z15
-	VMOVUPS      Z15, 704(R11)
-	VFMADD231PS  Z8, Z15, K3, Z23
-	VFMADD231PS  Z14, Z15, K3, Z24
-
-stateVKbf16AVX512_dead_34:
-	VADDPS     Z19, Z17, Z17
-	VADDPS     Z23, Z21, Z21
-	VSHUFF32X4 $0x44, Z21, Z17, Z15
-	VSHUFF32X4 $0xee, Z21, Z17, Z16
-	VADDPS     Z16, Z15, Z15
-	VMOVUPS    Z15, (R12)
-	VADDPS     Z20, Z18, Z18
-	VADDPS     Z24, Z22, Z22
-	VSHUFF32X4 $0x44, Z22, Z18, Z15
-	VSHUFF32X4 $0xee, Z22, Z18, Z16
-	VADDPS     Z16, Z15, Z15
-	VMOVUPS    Z15, 512(R12)
-	ADDQ       $0x00000300, R11
-	ADDQ       $0x40, R12
-	ADDQ       $0x08, R13
-	DECQ       R14
-	TESTQ      $0x00000007, R14
-	JNZ        stateVKbf16AVX512_bfused_3
-	SUBQ       $0x00000200, R12
-	VMOVUPS    (R12), Z15
-	VMOVUPS    64(R12), Z16
-	VMOVUPS    128(R12), Z17
-	VMOVUPS    192(R12), Z18
-	VMOVUPS    256(R12), Z19
-	VMOVUPS    320(R12), Z20
-	VMOVUPS    384(R12), Z21
-	VMOVUPS    448(R12), Z22
-	VSHUFF32X4 $0x88, Z16, Z15, Z23
-	VSHUFF32X4 $0xdd, Z16, Z15, Z15
-	VADDPS     Z15, Z23, Z23
-	VSHUFF32X4 $0x88, Z18, Z17, Z15
-	VSHUFF32X4 $0xdd, Z18, Z17, Z16
-	VADDPS     Z16, Z15, Z15
-	VSHUFF32X4 $0x88, Z20, Z19, Z16
-	VSHUFF32X4 $0xdd, Z20, Z19, Z17
-	VADDPS     Z17, Z16, Z16
-	VSHUFF32X4 $0x88, Z22, Z21, Z17
-	VSHUFF32X4 $0xdd, Z22, Z21, Z18
-	VADDPS     Z18, Z17, Z17
-	VSHUFPS    $0x44, Z15, Z23, Z18
-	VSHUFPS    $0xee, Z15, Z23, Z15
-	VADDPS     Z15, Z18, Z18
-	VSHUFPS    $0x44, Z17, Z16, Z15
-	VSHUFPS    $0xee, Z17, Z16, Z16
-	VADDPS     Z16, Z15, Z15
-	VSHUFPS    $0x88, Z15, Z18, Z16
-	VSHUFPS    $0xdd, Z15, Z18, Z15
-	VADDPS     Z15, Z16, Z16
-	VMOVUPS    vkblockperm<>+0(SB), Z15
-	VPERMPS    Z16, Z15, Z15
-	VMOVUPS    512(R12), Z16
-	VMOVUPS    576(R12), Z17
-	VMOVUPS    640(R12), Z18
-	VMOVUPS    704(R12), Z19
-	VMOVUPS    768(R12), Z20
-	VMOVUPS    832(R12), Z21
-	VMOVUPS    896(R12), Z22
-	VMOVUPS    960(R12), Z23
-	VSHUFF32X4 $0x88, Z17, Z16, Z24
-	VSHUFF32X4 $0xdd, Z17, Z16, Z16
-	VADDPS     Z16, Z24, Z24
-	VSHUFF32X4 $0x88, Z19, Z18, Z16
-	VSHUFF32X4 $0xdd, Z19, Z18, Z17
-	VADDPS     Z17, Z16, Z16
-	VSHUFF32X4 $0x88, Z21, Z20, Z17
-	VSHUFF32X4 $0xdd, Z21, Z20, Z18
-	VADDPS     Z18, Z17, Z17
-	VSHUFF32X4 $0x88, Z23, Z22, Z18
-	VSHUFF32X4 $0xdd, Z23, Z22, Z19
-	VADDPS     Z19, Z18, Z18
-	VSHUFPS    $0x44, Z16, Z24, Z19
-	VSHUFPS    $0xee, Z16, Z24, Z16
-	VADDPS     Z16, Z19, Z19
-	VSHUFPS    $0x44, Z18, Z17, Z16
-	VSHUFPS    $0xee, Z18, Z17, Z17
-	VADDPS     Z17, Z16, Z16
-	VSHUFPS    $0x88, Z16, Z19, Z17
-	VSHUFPS    $0xdd, Z16, Z19, Z16
-	VADDPS     Z16, Z17, Z17
-	VMOVUPS    vkblockperm<>+0(SB), Z16
-	VPERMPS    Z17, Z16, Z16
-	VMOVUPS    Z15, (R12)
-	VMOVUPS    Z16, 64(R12)
-	ADDQ       $0x00000400, R12
-	TESTQ      R14, R14
-	JNZ        stateVKbf16AVX512_bfused_3
-	JMP        stateVKbf16AVX512_bupdated_3
-
-stateVKbf16AVX512_blast_3:
-	MOVQ 40(SP), R11
-	MOVQ 40(SP), R12
-	ADDQ $0x00003800, R12
-	MOVQ 48(SP), R13
-	SHLQ $0x03, R13
-
-stateVKbf16AVX512_bupdate_3:
-	VBROADCASTSS (R12), Z3
-	VBROADCASTSS 4(R12), Z4
-	VMOVUPS      (R11), Z5
-	VFMADD213PS  Z5, Z0, Z5
-	VFMADD231PS  (AX), Z3, Z5
-	VMOVUPS      Z5, (R11)
-	VMOVUPS      384(R11), Z5
-	VFMADD213PS  Z5, Z0, Z5
-	VFMADD231PS  (AX), Z4, Z5
-	VMOVUPS      Z5, 384(R11)
-	VMOVUPS      64(R11), Z5
-	VFMADD213PS  Z5, Z0, Z5
-	VFMADD231PS  64(AX), Z3, Z5
-	VMOVUPS      Z5, 64(R11)
-	VMOVUPS      448(R11), Z5
-	VFMADD213PS  Z5, Z0, Z5
-	VFMADD231PS  64(AX), Z4, Z5
-	VMOVUPS      Z5, 448(R11)
-	VMOVUPS      128(R11), Z5
-	VFMADD213PS  Z5, Z0, Z5
-	VFMADD231PS  128(AX), Z3, Z5
-	VMOVUPS      Z5, 128(R11)
-	VMOVUPS      512(R11), Z5
-	VFMADD213PS  Z5, Z0, Z5
-	VFMADD231PS  128(AX), Z4, Z5
-	VMOVUPS      Z5, 512(R11)
-	VMOVUPS      192(R11), Z5
-	VFMADD213PS  Z5, Z0, Z5
-	VFMADD231PS  192(AX), Z3, Z5
-	VMOVUPS      Z5, 192(R11)
-	VMOVUPS      576(R11), Z5
-	VFMADD213PS  Z5, Z0, Z5
-	VFMADD231PS  192(AX), Z4, Z5
-	VMOVUPS      Z5, 576(R11)
-	VMOVUPS      256(R11), Z5
-	VFMADD213PS  Z5, Z0, Z5
-	VFMADD231PS  256(AX), Z3, K1, Z5
-	VMOVUPS      Z5, 256(R11)
-	VMOVUPS      640(R11), Z5
-	VFMADD213PS  Z5, Z0, Z5
-	VFMADD231PS  256(AX), Z4, K1, Z5
-	VMOVUPS      Z5, 640(R11)
-	CMPQ         R9, $0x00000140
-	JBE          stateVKbf16AVX512_dead_35
-	VMOVUPS      320(R11), Z5
-	VFMADD213PS  Z5, Z0, Z5
-	VFMADD231PS  320(AX), Z3, K3, Z5
-	VMOVUPS      Z5, 320(R11)
-	VMOVUPS      704(R11), Z3
-	VFMADD213PS  Z3, Z0, Z3
-	VFMADD231PS  320(AX), Z4, K3, Z3
-	VMOVUPS      Z3, 704(R11)
-
-stateVKbf16AVX512_dead_35:
-	ADDQ $0x00000300, R11
-	ADDQ $0x08, R12
-	DECQ R13
-	JNZ  stateVKbf16AVX512_bupdate_3
-
-stateVKbf16AVX512_bupdated_3:
-	JMP stateVKbf16AVX512_decayed_6
-
-stateVKbf16AVX512_far_6:
-	VBROADCASTSS 4(DX), Z0
-	XORQ         R11, R11
-
-stateVKbf16AVX512_bdelta_4:
-	MOVQ         R11, R12
-	SHLQ         $0x0a, R12
-	ADDQ         40(SP), R12
-	VMOVUPS      12288(R12), Z3
-	VMOVUPS      12352(R12), Z4
-	VMULPS       Z3, Z0, Z3
-	VMULPS       Z4, Z0, Z4
-	MOVQ         R11, R12
-	SHLQ         $0x06, R12
-	VMOVUPS      (SI)(R12*1), Z5
-	VSUBPS       Z3, Z5, Z5
-	VBROADCASTSS 8(DX), Z3
-	VMULPS       Z3, Z5, Z3
-	MOVQ         40(SP), R13
-	ADDQ         $0x00003800, R13
-	VMOVUPS      Z3, (R13)(R12*1)
-	VBROADCASTSS 12(DX), Z5
-	VFMADD231PS  Z5, Z3, Z4
-	VMOVUPS      Z4, (DI)(R12*1)
-	INCQ         R11
-	CMPQ         R11, 48(SP)
-	JB           stateVKbf16AVX512_bdelta_4
-	CMPQ         R8, $0x01
-	JE           stateVKbf16AVX512_blast_4
-	MOVQ         AX, R11
-	ADDQ         R9, R11
-	MOVQ         CX, R12
-	ADDQ         R9, R12
-	VMOVUPS      (R11), Z3
-	VMOVUPS      64(R11), Z4
-	VMOVUPS      128(R11), Z5
-	VMOVUPS      192(R11), Z6
-	VMOVUPS.Z    256(R11), K1, Z7
-	VMOVUPS.Z    320(R11), K3, Z8
-	VMOVUPS      (R12), Z9
-	VMOVUPS      64(R12), Z10
-	VMOVUPS      128(R12), Z11
-	VMOVUPS      192(R12), Z12
-	VMOVUPS.Z    256(R12), K1, Z13
-	VMOVUPS.Z    320(R12), K3, Z14
-	MOVQ         40(SP), R11
-	MOVQ         40(SP), R12
-	ADDQ         $0x00003000, R12
-	MOVQ         40(SP), R13
-	ADDQ         $0x00003800, R13
-	MOVQ         48(SP), R14
-	SHLQ         $0x03, R14
-
-stateVKbf16AVX512_bfused_4:
-	VBROADCASTSS (R13), Z15
-	VBROADCASTSS 4(R13), Z16
-	VMOVUPS      (R11), Z18
-	VMULPS       Z18, Z0, Z18
-	VFMADD231PS  (AX), Z15, Z18
-	VMOVUPS      Z18, (R11)
-	VMULPS       Z3, Z18, Z17
-	VMULPS       Z9, Z18, Z18
-	VMOVUPS      384(R11), Z19
-	VMULPS       Z19, Z0, Z19
-	VFMADD231PS  (AX), Z16, Z19
-	VMOVUPS      Z19, 384(R11)
-	VMULPS       Z3, Z19, Z21
-	VMULPS       Z9, Z19, Z22
-	VMOVUPS      64(R11), Z20
-	VMULPS       Z20, Z0, Z20
-	VFMADD231PS  64(AX), Z15, Z20
-	VMOVUPS      Z20, 64(R11)
-	VMULPS       Z4, Z20, Z19
-	VMULPS       Z10, Z20, Z20
-	VMOVUPS      448(R11), Z24
-	VMULPS       Z24, Z0, Z24
-	VFMADD231PS  64(AX), Z16, Z24
-	VMOVUPS      Z24, 448(R11)
-	VMULPS       Z4, Z24, Z23
-	VMULPS       Z10, Z24, Z24
-	VMOVUPS      128(R11), Z25
-	VMULPS       Z25, Z0, Z25
-	VFMADD231PS  128(AX), Z15, Z25
-	VMOVUPS      Z25, 128(R11)
-	VFMADD231PS  Z5, Z25, Z17
-	VFMADD231PS  Z11, Z25, Z18
-	VMOVUPS      512(R11), Z25
-	VMULPS       Z25, Z0, Z25
-	VFMADD231PS  128(AX), Z16, Z25
-	VMOVUPS      Z25, 512(R11)
-	VFMADD231PS  Z5, Z25, Z21
-	VFMADD231PS  Z11, Z25, Z22
-	VMOVUPS      192(R11), Z25
-	VMULPS       Z25, Z0, Z25
-	VFMADD231PS  192(AX), Z15, Z25
-	VMOVUPS      Z25, 192(R11)
-	VFMADD231PS  Z6, Z25, Z19
-	VFMADD231PS  Z12, Z25, Z20
-	VMOVUPS      576(R11), Z25
-	VMULPS       Z25, Z0, Z25
-	VFMADD231PS  192(AX), Z16, Z25
-	VMOVUPS      Z25, 576(R11)
-	VFMADD231PS  Z6, Z25, Z23
-	VFMADD231PS  Z12, Z25, Z24
-	VMOVUPS      256(R11), Z25
-	VMULPS       Z25, Z0, Z25
-	VFMADD231PS  256(AX), Z15, K1, Z25
-	VMOVUPS      Z25, 256(R11)
-	VFMADD231PS  Z7, Z25, K1, Z17
-	VFMADD231PS  Z13, Z25, K1, Z18
-	VMOVUPS      640(R11), Z25
-	VMULPS       Z25, Z0, Z25
-	VFMADD231PS  256(AX), Z16, K1, Z25
-	VMOVUPS      Z25, 640(R11)
-	VFMADD231PS  Z7, Z25, K1, Z21
-	VFMADD231PS  Z13, Z25, K1, Z22
-	CMPQ         R9, $0x00000140
-	JBE          stateVKbf16AVX512_dead_36
-	VMOVUPS      320(R11), Z25
-	VMULPS       Z25, Z0, Z25
-	VFMADD231PS  320(AX), Z15, K3, Z25
-	VMOVUPS      Z25, 320(R11)
-	VFMADD231PS  Z8, Z25, K3, Z19
-	VFMADD231PS  Z14, Z25, K3, Z20
-	VMOVUPS      704(R11), Z15
-	VMULPS       Z15, Z0, Z15
-	VFMADD231PS  320(AX), Z16, K3, Z15
-	VMOVUPS      Z15, 704(R11)
-	VFMADD231PS  Z8, Z15, K3, Z23
-	VFMADD231PS  Z14, Z15, K3, Z24
-
-stateVKbf16AVX512_dead_36:
-	VADDPS     Z19, Z17, Z17
-	VADDPS     Z23, Z21, Z21
-	VSHUFF32X4 $0x44, Z21, Z17, Z15
-	VSHUFF32X4 $0xee, Z21, Z17, Z16
-	VADDPS     Z16, Z15, Z15
-	VMOVUPS    Z15, (R12)
-	VADDPS     Z20, Z18, Z18
-	VADDPS     Z24, Z22, Z22
-	VSHUFF32X4 $0x44, Z22, Z18, Z15
-	VSHUFF32X4 $0xee, Z22, Z18, Z16
-	VADDPS     Z16, Z15, Z15
-	VMOVUPS    Z15, 512(R12)
-	ADDQ       $0x00000300, R11
-	ADDQ       $0x40, R12
-	ADDQ       $0x08, R13
-	DECQ       R14
-	TESTQ      $0x00000007, R14
-	JNZ        stateVKbf16AVX512_bfused_4
-	SUBQ       $0x00000200, R12
-	VMOVUPS    (R12), Z15
-	VMOVUPS    64(R12), Z16
-	VMOVUPS    128(R12), Z17
-	VMOVUPS    192(R12), Z18
-	VMOVUPS    256(R12), Z19
-	VMOVUPS    320(R12), Z20
-	VMOVUPS    384(R12), Z21
-	VMOVUPS    448(R12), Z22
-	VSHUFF32X4 $0x88, Z16, Z15, Z23
-	VSHUFF32X4 $0xdd, Z16, Z15, Z15
-	VADDPS     Z15, Z23, Z23
-	VSHUFF32X4 $0x88, Z18, Z17, Z15
-	VSHUFF32X4 $0xdd, Z18, Z17, Z16
-	VADDPS     Z16, Z15, Z15
-	VSHUFF32X4 $0x88, Z20, Z19, Z16
-	VSHUFF32X4 $0xdd, Z20, Z19, Z17
-	VADDPS     Z17, Z16, Z16
-	VSHUFF32X4 $0x88, Z22, Z21, Z17
-	VSHUFF32X4 $0xdd, Z22, Z21, Z18
-	VADDPS     Z18, Z17, Z17
-	VSHUFPS    $0x44, Z15, Z23, Z18
-	VSHUFPS    $0xee, Z15, Z23, Z15
-	VADDPS     Z15, Z18, Z18
-	VSHUFPS    $0x44, Z17, Z16, Z15
-	VSHUFPS    $0xee, Z17, Z16, Z16
-	VADDPS     Z16, Z15, Z15
-	VSHUFPS    $0x88, Z15, Z18, Z16
-	VSHUFPS    $0xdd, Z15, Z18, Z15
-	VADDPS     Z15, Z16, Z16
-	VMOVUPS    vkblockperm<>+0(SB), Z15
-	VPERMPS    Z16, Z15, Z15
-	VMOVUPS    512(R12), Z16
-	VMOVUPS    576(R12), Z17
-	VMOVUPS    640(R12), Z18
-	VMOVUPS    704(R12), Z19
-	VMOVUPS    768(R12), Z20
-	VMOVUPS    832(R12), Z21
-	VMOVUPS    896(R12), Z22
-	VMOVUPS    960(R12), Z23
-	VSHUFF32X4 $0x88, Z17, Z16, Z24
-	VSHUFF32X4 $0xdd, Z17, Z16, Z16
-	VADDPS     Z16, Z24, Z24
-	VSHUFF32X4 $0x88, Z19, Z18, Z16
-	VSHUFF32X4 $0xdd, Z19, Z18, Z17
-	VADDPS     Z17, Z16, Z16
-	VSHUFF32X4 $0x88, Z21, Z20, Z17
-	VSHUFF32X4 $0xdd, Z21, Z20, Z18
-	VADDPS     Z18, Z17, Z17
-	VSHUFF32X4 $0x88, Z23, Z22, Z18
-	VSHUFF32X4 $0xdd, Z23, Z22, Z19
-	VADDPS     Z19, Z18, Z18
-	VSHUFPS    $0x44, Z16, Z24, Z19
-	VSHUFPS    $0xee, Z16, Z24, Z16
-	VADDPS     Z16, Z19, Z19
-	VSHUFPS    $0x44, Z18, Z17, Z16
-	VSHUFPS    $0xee, Z18, Z17, Z17
-	VADDPS     Z17, Z16, Z16
-	VSHUFPS    $0x88, Z16, Z19, Z17
-	VSHUFPS    $0xdd, Z16, Z19, Z16
-	VADDPS     Z16, Z17, Z17
-	VMOVUPS    vkblockperm<>+0(SB), Z16
-	VPERMPS    Z17, Z16, Z16
-	VMOVUPS    Z15, (R12)
-	VMOVUPS    Z16, 64(R12)
-	ADDQ       $0x00000400, R12
-	TESTQ      R14, R14
-	JNZ        stateVKbf16AVX512_bfused_4
-	JMP        stateVKbf16AVX512_bupdated_4
-
-stateVKbf16AVX512_blast_4:
-	MOVQ 40(SP), R11
-	MOVQ 40(SP), R12
-	ADDQ $0x00003800, R12
-	MOVQ 48(SP), R13
-	SHLQ $0x03, R13
-
-stateVKbf16AVX512_bupdate_4:
-	VBROADCASTSS (R12), Z3
-	VBROADCASTSS 4(R12), Z4
-	VMOVUPS      (R11), Z5
-	VMULPS       Z5, Z0, Z5
-	VFMADD231PS  (AX), Z3, Z5
-	VMOVUPS      Z5, (R11)
-	VMOVUPS      384(R11), Z5
-	VMULPS       Z5, Z0, Z5
-	VFMADD231PS  (AX), Z4, Z5
-	VMOVUPS      Z5, 384(R11)
-	VMOVUPS      64(R11), Z5
-	VMULPS       Z5, Z0, Z5
-	VFMADD231PS  64(AX), Z3, Z5
-	VMOVUPS      Z5, 64(R11)
-	VMOVUPS      448(R11), Z5
-	VMULPS       Z5, Z0, Z5
-	VFMADD231PS  64(AX), Z4, Z5
-	VMOVUPS      Z5, 448(R11)
-	VMOVUPS      128(R11), Z5
-	VMULPS       Z5, Z0, Z5
-	VFMADD231PS  128(AX), Z3, Z5
-	VMOVUPS      Z5, 128(R11)
-	VMOVUPS      512(R11), Z5
-	VMULPS       Z5, Z0, Z5
-	VFMADD231PS  128(AX), Z4, Z5
-	VMOVUPS      Z5, 512(R11)
-	VMOVUPS      192(R11), Z5
-	VMULPS       Z5, Z0, Z5
-	VFMADD231PS  192(AX), Z3, Z5
-	VMOVUPS      Z5, 192(R11)
-	VMOVUPS      576(R11), Z5
-	VMULPS       Z5, Z0, Z5
-	VFMADD231PS  192(AX), Z4, Z5
-	VMOVUPS      Z5, 576(R11)
-	VMOVUPS      256(R11), Z5
-	VMULPS       Z5, Z0, Z5
-	VFMADD231PS  256(AX), Z3, K1, Z5
-	VMOVUPS      Z5, 256(R11)
-	VMOVUPS      640(R11), Z5
-	VMULPS       Z5, Z0, Z5
-	VFMADD231PS  256(AX), Z4, K1, Z5
-	VMOVUPS      Z5, 640(R11)
-	CMPQ         R9, $0x00000140
-	JBE          stateVKbf16AVX512_dead_37
-	VMOVUPS      320(R11), Z5
-	VMULPS       Z5, Z0, Z5
-	VFMADD231PS  320(AX), Z3, K3, Z5
-	VMOVUPS      Z5, 320(R11)
-	VMOVUPS      704(R11), Z3
-	VMULPS       Z3, Z0, Z3
-	VFMADD231PS  320(AX), Z4, K3, Z3
-	VMOVUPS      Z3, 704(R11)
-
-stateVKbf16AVX512_dead_37:
-	ADDQ $0x00000300, R11
-	ADDQ $0x08, R12
-	DECQ R13
-	JNZ  stateVKbf16AVX512_bupdate_4
-
-stateVKbf16AVX512_bupdated_4:
-stateVKbf16AVX512_decayed_6:
-	// The state after this token, if stored.
-	MOVQ  (BX), R11
-	TESTQ R11, R11
-	JZ    stateVKbf16AVX512_bnostore_2
-	MOVQ  (SP), R12
-	IMULQ R10, R12
-	ADDQ  R12, R11
-	CMPQ  R9, $0x00000180
-	JNE   stateVKbf16AVX512_btemporal_2
-	TESTQ $0x0000001f, R11
-	JNZ   stateVKbf16AVX512_btemporal_2
-	CMPQ  R8, $0x01
-	JNE   stateVKbf16AVX512_bsnapshot_2
-	CMPQ  16(SP), $0x01
-	JE    stateVKbf16AVX512_btemporal_2
-	CMPQ  -8(BX), $0x00
-	JE    stateVKbf16AVX512_btemporal_2
-
-stateVKbf16AVX512_bsnapshot_2:
-	MOVQ 40(SP), R12
-	MOVQ 48(SP), R13
-	SHLQ $0x04, R13
-
-stateVKbf16AVX512_bstorent_2:
-	VMOVUPS     (R12), Z0
-	VPSRLD      $0x10, Z0, Z3
-	VCMPPS      $0x03, Z0, Z0, K2
-	VPANDD.BCST one_i<>+0(SB), Z3, Z4
-	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z4, Z0, Z0
-	VPSRLD      $0x10, Z0, Z0
-	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
-	VPMOVDW     Z0, Y0
-	VMOVNTDQ    Y0, (R11)
-	VMOVUPS     64(R12), Z0
-	VPSRLD      $0x10, Z0, Z3
-	VCMPPS      $0x03, Z0, Z0, K2
-	VPANDD.BCST one_i<>+0(SB), Z3, Z4
-	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z4, Z0, Z0
-	VPSRLD      $0x10, Z0, Z0
-	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
-	VPMOVDW     Z0, Y0
-	VMOVNTDQ    Y0, 32(R11)
-	VMOVUPS     128(R12), Z0
-	VPSRLD      $0x10, Z0, Z3
-	VCMPPS      $0x03, Z0, Z0, K2
-	VPANDD.BCST one_i<>+0(SB), Z3, Z4
-	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z4, Z0, Z0
-	VPSRLD      $0x10, Z0, Z0
-	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
-	VPMOVDW     Z0, Y0
-	VMOVNTDQ    Y0, 64(R11)
-	VMOVUPS     192(R12), Z0
-	VPSRLD      $0x10, Z0, Z3
-	VCMPPS      $0x03, Z0, Z0, K2
-	VPANDD.BCST one_i<>+0(SB), Z3, Z4
-	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z4, Z0, Z0
-	VPSRLD      $0x10, Z0, Z0
-	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
-	VPMOVDW     Z0, Y0
-	VMOVNTDQ    Y0, 96(R11)
-	VMOVUPS     256(R12), Z0
-	VPSRLD      $0x10, Z0, Z3
-	VCMPPS      $0x03, Z0, Z0, K2
-	VPANDD.BCST one_i<>+0(SB), Z3, Z4
-	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z4, Z0, Z0
-	VPSRLD      $0x10, Z0, Z0
-	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
-	VPMOVDW     Z0, Y0
-	VMOVNTDQ    Y0, 128(R11)
-	VMOVUPS     320(R12), Z0
-	VPSRLD      $0x10, Z0, Z3
-	VCMPPS      $0x03, Z0, Z0, K2
-	VPANDD.BCST one_i<>+0(SB), Z3, Z4
-	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z4, Z0, Z0
-	VPSRLD      $0x10, Z0, Z0
-	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
-	VPMOVDW     Z0, Y0
-	VMOVNTDQ    Y0, 160(R11)
-	ADDQ        R10, R11
-	ADDQ        $0x00000180, R12
-	DECQ        R13
-	JNZ         stateVKbf16AVX512_bstorent_2
-	JMP         stateVKbf16AVX512_bstored_2
-
-stateVKbf16AVX512_btemporal_2:
-	MOVQ 40(SP), R12
-	MOVQ 48(SP), R13
-	SHLQ $0x04, R13
-
-stateVKbf16AVX512_bstore_3:
-	VMOVUPS     (R12), Z0
-	VPSRLD      $0x10, Z0, Z3
-	VCMPPS      $0x03, Z0, Z0, K2
-	VPANDD.BCST one_i<>+0(SB), Z3, Z4
-	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z4, Z0, Z0
-	VPSRLD      $0x10, Z0, Z0
-	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
-	VPMOVDW     Z0, (R11)
-	VMOVUPS     64(R12), Z0
-	VPSRLD      $0x10, Z0, Z3
-	VCMPPS      $0x03, Z0, Z0, K2
-	VPANDD.BCST one_i<>+0(SB), Z3, Z4
-	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z4, Z0, Z0
-	VPSRLD      $0x10, Z0, Z0
-	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
-	VPMOVDW     Z0, 32(R11)
-	VMOVUPS     128(R12), Z0
-	VPSRLD      $0x10, Z0, Z3
-	VCMPPS      $0x03, Z0, Z0, K2
-	VPANDD.BCST one_i<>+0(SB), Z3, Z4
-	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z4, Z0, Z0
-	VPSRLD      $0x10, Z0, Z0
-	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
-	VPMOVDW     Z0, 64(R11)
-	VMOVUPS     192(R12), Z0
-	VPSRLD      $0x10, Z0, Z3
-	VCMPPS      $0x03, Z0, Z0, K2
-	VPANDD.BCST one_i<>+0(SB), Z3, Z4
-	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z4, Z0, Z0
-	VPSRLD      $0x10, Z0, Z0
-	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
-	VPMOVDW     Z0, 96(R11)
-	VMOVUPS     256(R12), Z0
-	VPSRLD      $0x10, Z0, Z3
-	VCMPPS      $0x03, Z0, Z0, K2
-	VPANDD.BCST one_i<>+0(SB), Z3, Z4
-	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z4, Z0, Z0
-	VPSRLD      $0x10, Z0, Z0
-	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
-	VPMOVDW     Z0, K1, 128(R11)
-	CMPQ        R9, $0x00000140
-	JBE         stateVKbf16AVX512_dead_38
-	VMOVUPS     320(R12), Z0
-	VPSRLD      $0x10, Z0, Z3
-	VCMPPS      $0x03, Z0, Z0, K2
-	VPANDD.BCST one_i<>+0(SB), Z3, Z4
-	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z4, Z0, Z0
-	VPSRLD      $0x10, Z0, Z0
-	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
-	VPMOVDW     Z0, K3, 160(R11)
-
-stateVKbf16AVX512_dead_38:
-	ADDQ R10, R11
-	ADDQ $0x00000180, R12
-	DECQ R13
-	JNZ  stateVKbf16AVX512_bstore_3
-
-stateVKbf16AVX512_bstored_2:
-stateVKbf16AVX512_bnostore_2:
-	ADDQ R9, AX
-	ADDQ R9, CX
-	ADDQ $0x10, DX
-	ADDQ $0x08, BX
-	ADDQ 32(SP), SI
-	ADDQ 24(SP), DI
-	DECQ R8
-	JNZ  stateVKbf16AVX512_btoken_2
-
-	// The f32 carry after the last token, if asked for.
-	MOVQ  carry_base+88(FP), AX
-	TESTQ AX, AX
-	JZ    stateVKbf16AVX512_bnocarry_2
-	MOVQ  (SP), CX
-	IMULQ R9, CX
-	ADDQ  CX, AX
-	MOVQ  40(SP), CX
-	MOVQ  48(SP), DX
-	SHLQ  $0x04, DX
-
-stateVKbf16AVX512_bstore_4:
-	VMOVUPS (CX), Z0
-	VMOVUPS Z0, (AX)
-	VMOVUPS 64(CX), Z0
-	VMOVUPS Z0, 64(AX)
-	VMOVUPS 128(CX), Z0
-	VMOVUPS Z0, 128(AX)
-	VMOVUPS 192(CX), Z0
-	VMOVUPS Z0, 192(AX)
-	VMOVUPS 256(CX), Z0
-	VMOVUPS Z0, K1, 256(AX)
-	CMPQ    R9, $0x00000140
-	JBE     stateVKbf16AVX512_dead_39
-	VMOVUPS 320(CX), Z0
-	VMOVUPS Z0, K3, 320(AX)
-
-stateVKbf16AVX512_dead_39:
-	ADDQ R9, AX
-	ADDQ $0x00000180, CX
-	DECQ DX
-	JNZ  stateVKbf16AVX512_bstore_4
-
-stateVKbf16AVX512_bnocarry_2:
-	MOVQ 48(SP), AX
-	SHLQ $0x04, AX
-	ADDQ AX, (SP)
-	SUBQ AX, 8(SP)
-	JMP  stateVKbf16AVX512_block_2
-
-stateVKbf16AVX512_blocksdone_2:
-stateVKbf16AVX512_groups_2:
-stateVKbf16AVX512_group_3:
-	CMPQ 8(SP), $0x00000002
-	JB   stateVKbf16AVX512_groupsdone_3
-
-	// The prefetch list's next group.
-	MOVQ 64(SP), AX
-
-stateVKbf16AVX512_pfentry_5:
-	CMPQ  AX, 72(SP)
-	JAE   stateVKbf16AVX512_pfdone_5
-	MOVQ  (AX), DX
-	MOVQ  8(AX), CX
-	ADDQ  $0x10, AX
-	TESTQ CX, CX
-	JZ    stateVKbf16AVX512_pfdone_5
-
-stateVKbf16AVX512_pfline_5:
-	PREFETCHT1 (DX)
-	ADDQ       $0x40, DX
-	DECQ       CX
-	JNZ        stateVKbf16AVX512_pfline_5
-	JMP        stateVKbf16AVX512_pfentry_5
-
-stateVKbf16AVX512_pfdone_5:
-	MOVQ  AX, 64(SP)
-	MOVL  $0x00000003, AX
-	KMOVW AX, K6
-
-	// Load 2 row(s) of 5…6 vectors.
-	MOVQ       src32_base+40(FP), AX
-	TESTQ      AX, AX
-	JZ         stateVKbf16AVX512_frombf16_3
-	MOVQ       (SP), CX
-	IMULQ      R9, CX
-	ADDQ       CX, AX
-	PREFETCHT1 8192(AX)
-	PREFETCHT1 8256(AX)
-	PREFETCHT1 8320(AX)
-	PREFETCHT1 8384(AX)
-	PREFETCHT1 8448(AX)
-	PREFETCHT1 8512(AX)
-	PREFETCHT1 8576(AX)
-	PREFETCHT1 8640(AX)
-	PREFETCHT1 8704(AX)
-	CMPQ       R9, $0x00000120
-	JBE        stateVKbf16AVX512_dead_40
-	PREFETCHT1 8768(AX)
-	CMPQ       R9, $0x00000140
-	JBE        stateVKbf16AVX512_dead_40
-	PREFETCHT1 8832(AX)
-	CMPQ       R9, $0x00000160
-	JBE        stateVKbf16AVX512_dead_40
-	PREFETCHT1 8896(AX)
-
-stateVKbf16AVX512_dead_40:
-	VMOVUPS   (AX), Z0
-	VMOVUPS   64(AX), Z3
-	VMOVUPS   128(AX), Z4
-	VMOVUPS   192(AX), Z5
-	VMOVUPS.Z 256(AX), K1, Z6
-	VMOVUPS.Z 320(AX), K3, Z7
-	ADDQ      R9, AX
-	VMOVUPS   (AX), Z8
-	VMOVUPS   64(AX), Z9
-	VMOVUPS   128(AX), Z10
-	VMOVUPS   192(AX), Z11
-	VMOVUPS.Z 256(AX), K1, Z12
-	VMOVUPS.Z 320(AX), K3, Z13
-	JMP       stateVKbf16AVX512_loaded_3
-
-stateVKbf16AVX512_frombf16_3:
-	MOVQ       src_base+16(FP), AX
-	MOVQ       (SP), CX
-	IMULQ      R10, CX
-	ADDQ       CX, AX
-	PREFETCHT1 8192(AX)
-	PREFETCHT1 8256(AX)
-	PREFETCHT1 8320(AX)
-	PREFETCHT1 8384(AX)
-	PREFETCHT1 8448(AX)
-	CMPQ       R9, $0x00000140
-	JBE        stateVKbf16AVX512_dead_41
-	PREFETCHT1 8512(AX)
-
-stateVKbf16AVX512_dead_41:
-	VPMOVZXWD   (AX), Z0
-	VPSLLD      $0x10, Z0, Z0
-	VPMOVZXWD   32(AX), Z3
-	VPSLLD      $0x10, Z3, Z3
-	VPMOVZXWD   64(AX), Z4
-	VPSLLD      $0x10, Z4, Z4
-	VPMOVZXWD   96(AX), Z5
-	VPSLLD      $0x10, Z5, Z5
-	VPMOVZXWD.Z 128(AX), K1, Z6
-	VPSLLD      $0x10, Z6, Z6
-	VPMOVZXWD.Z 160(AX), K3, Z7
-	VPSLLD      $0x10, Z7, Z7
-	ADDQ        R10, AX
-	VPMOVZXWD   (AX), Z8
-	VPSLLD      $0x10, Z8, Z8
-	VPMOVZXWD   32(AX), Z9
-	VPSLLD      $0x10, Z9, Z9
-	VPMOVZXWD   64(AX), Z10
-	VPSLLD      $0x10, Z10, Z10
-	VPMOVZXWD   96(AX), Z11
-	VPSLLD      $0x10, Z11, Z11
-	VPMOVZXWD.Z 128(AX), K1, Z12
-	VPSLLD      $0x10, Z12, Z12
-	VPMOVZXWD.Z 160(AX), K3, Z13
-	VPSLLD      $0x10, Z13, Z13
-
-stateVKbf16AVX512_loaded_3:
-	MOVQ kh_base+112(FP), AX
-	MOVQ qh_base+136(FP), CX
-	MOVQ tok_base+216(FP), DX
-	MOVQ stores_base+64(FP), BX
-	MOVQ v_base+160(FP), SI
-	MOVQ o_base+192(FP), DI
-	MOVQ (SP), R8
-	SHLQ $0x02, R8
-	ADDQ R8, SI
-	ADDQ R8, DI
-	MOVQ 16(SP), R8
-
-stateVKbf16AVX512_token_3:
-	VMULPS      (AX), Z0, Z14
-	VMULPS      (CX), Z0, Z15
-	VMULPS      (AX), Z8, Z18
-	VMULPS      (CX), Z8, Z19
-	VMULPS      64(AX), Z3, Z16
-	VMULPS      64(CX), Z3, Z17
-	VMULPS      64(AX), Z9, Z20
-	VMULPS      64(CX), Z9, Z21
-	VFMADD231PS 128(AX), Z4, Z14
-	VFMADD231PS 128(CX), Z4, Z15
-	VFMADD231PS 128(AX), Z10, Z18
-	VFMADD231PS 128(CX), Z10, Z19
-	VFMADD231PS 192(AX), Z5, Z16
-	VFMADD231PS 192(CX), Z5, Z17
-	VFMADD231PS 192(AX), Z11, Z20
-	VFMADD231PS 192(CX), Z11, Z21
-	VFMADD231PS 256(AX), Z6, K1, Z14
-	VFMADD231PS 256(CX), Z6, K1, Z15
-	VFMADD231PS 256(AX), Z12, K1, Z18
-	VFMADD231PS 256(CX), Z12, K1, Z19
-	CMPQ        R9, $0x00000140
-	JBE         stateVKbf16AVX512_dead_42
-	VFMADD231PS 320(AX), Z7, K3, Z16
-	VFMADD231PS 320(CX), Z7, K3, Z17
-	VFMADD231PS 320(AX), Z13, K3, Z20
-	VFMADD231PS 320(CX), Z13, K3, Z21
-
-stateVKbf16AVX512_dead_42:
-	VADDPS       Z16, Z14, Z14
-	VADDPS       Z20, Z18, Z18
-	VADDPS       Z17, Z15, Z15
-	VADDPS       Z21, Z19, Z19
-	VSHUFF32X4   $0x44, Z18, Z14, Z16
-	VSHUFF32X4   $0xee, Z18, Z14, Z14
-	VADDPS       Z14, Z16, Z16
-	VSHUFF32X4   $0x44, Z19, Z15, Z14
-	VSHUFF32X4   $0xee, Z19, Z15, Z15
-	VADDPS       Z15, Z14, Z14
-	VSHUFF32X4   $0x88, Z14, Z16, Z15
-	VSHUFF32X4   $0xdd, Z14, Z16, Z14
-	VADDPS       Z14, Z15, Z15
-	VSHUFPS      $0x44, Z15, Z15, Z14
-	VSHUFPS      $0xee, Z15, Z15, Z15
-	VADDPS       Z15, Z14, Z14
-	VSHUFPS      $0x88, Z14, Z14, Z15
-	VSHUFPS      $0xdd, Z14, Z14, Z14
-	VADDPS       Z14, Z15, Z15
-	VMOVUPS      vkpermAVX512_2<>+0(SB), Z14
-	VPERMPS      Z15, Z14, Z14
-	VMOVSS       (DX), X1
-	VUCOMISS     nearone<>+0(SB), X1
-	JCS          stateVKbf16AVX512_far_7
-	VBROADCASTSS (DX), Z15
-	VFMADD213PS  Z14, Z15, Z14
-	JMP          stateVKbf16AVX512_decayed_7
-
-stateVKbf16AVX512_far_7:
-	VBROADCASTSS 4(DX), Z15
-	VMULPS       Z14, Z15, Z14
-
-stateVKbf16AVX512_decayed_7:
-	VEXTRACTF64X4 $0x01, Z14, Y15
-	VMOVUPS.Z     (SI), K6, Y1
-	VSUBPS        Y14, Y1, Y1
-	VBROADCASTSS  8(DX), Z14
-	VMULPS        Y14, Y1, Y1
-	VBROADCASTSS  12(DX), Z14
-	VFMADD231PS   Y14, Y1, Y15
-	VMOVUPS       Y15, K6, (DI)
-	MOVQ          (BX), R11
-	TESTQ         R11, R11
-	JZ            stateVKbf16AVX512_nofin_3
-	CMPQ          R9, $0x00000180
-	JNE           stateVKbf16AVX512_fin_3
-	CMPB          cvt+288(FP), $0x00
-	JNE           stateVKbf16AVX512_nofin_3
-
-stateVKbf16AVX512_fin_3:
-	VSUBPS Y1, Y1, Y14
-	VCMPPS $0x03, Y14, Y14, K7
-	KMOVW  K7, R11
-	ANDL   $0x00000003, R11
-	MOVL   R11, 56(SP)
-
-stateVKbf16AVX512_nofin_3:
-	VMOVSS       (DX), X2
-	VUCOMISS     nearone<>+0(SB), X2
-	JCS          stateVKbf16AVX512_far_8
-	VBROADCASTSS (DX), Z14
-	VBROADCASTSS X1, Z15
-	VMOVUPS      vklane1<>+0(SB), Z16
-	VPERMPS      Z1, Z16, Z16
-	VFMADD213PS  Z0, Z14, Z0
-	VFMADD231PS  (AX), Z15, Z0
-	VFMADD213PS  Z8, Z14, Z8
-	VFMADD231PS  (AX), Z16, Z8
-	VFMADD213PS  Z3, Z14, Z3
-	VFMADD231PS  64(AX), Z15, Z3
-	VFMADD213PS  Z9, Z14, Z9
-	VFMADD231PS  64(AX), Z16, Z9
-	VFMADD213PS  Z4, Z14, Z4
-	VFMADD231PS  128(AX), Z15, Z4
-	VFMADD213PS  Z10, Z14, Z10
-	VFMADD231PS  128(AX), Z16, Z10
-	VFMADD213PS  Z5, Z14, Z5
-	VFMADD231PS  192(AX), Z15, Z5
-	VFMADD213PS  Z11, Z14, Z11
-	VFMADD231PS  192(AX), Z16, Z11
-	VFMADD213PS  Z6, Z14, Z6
-	VFMADD231PS  256(AX), Z15, K1, Z6
-	VFMADD213PS  Z12, Z14, Z12
-	VFMADD231PS  256(AX), Z16, K1, Z12
-	CMPQ         R9, $0x00000140
-	JBE          stateVKbf16AVX512_dead_43
-	VFMADD213PS  Z7, Z14, Z7
-	VFMADD231PS  320(AX), Z15, K3, Z7
-	VFMADD213PS  Z13, Z14, Z13
-	VFMADD231PS  320(AX), Z16, K3, Z13
-
-stateVKbf16AVX512_dead_43:
-	JMP stateVKbf16AVX512_decayed_8
-
-stateVKbf16AVX512_far_8:
-	VBROADCASTSS 4(DX), Z14
-	VBROADCASTSS X1, Z15
-	VMOVUPS      vklane1<>+0(SB), Z16
-	VPERMPS      Z1, Z16, Z16
-	VMULPS       Z0, Z14, Z0
-	VFMADD231PS  (AX), Z15, Z0
-	VMULPS       Z8, Z14, Z8
-	VFMADD231PS  (AX), Z16, Z8
-	VMULPS       Z3, Z14, Z3
-	VFMADD231PS  64(AX), Z15, Z3
-	VMULPS       Z9, Z14, Z9
-	VFMADD231PS  64(AX), Z16, Z9
-	VMULPS       Z4, Z14, Z4
-	VFMADD231PS  128(AX), Z15, Z4
-	VMULPS       Z10, Z14, Z10
-	VFMADD231PS  128(AX), Z16, Z10
-	VMULPS       Z5, Z14, Z5
-	VFMADD231PS  192(AX), Z15, Z5
-	VMULPS       Z11, Z14, Z11
-	VFMADD231PS  192(AX), Z16, Z11
-	VMULPS       Z6, Z14, Z6
-	VFMADD231PS  256(AX), Z15, K1, Z6
-	VMULPS       Z12, Z14, Z12
-	VFMADD231PS  256(AX), Z16, K1, Z12
-	CMPQ         R9, $0x00000140
-	JBE          stateVKbf16AVX512_dead_44
-	VMULPS       Z7, Z14, Z7
-	VFMADD231PS  320(AX), Z15, K3, Z7
-	VMULPS       Z13, Z14, Z13
-	VFMADD231PS  320(AX), Z16, K3, Z13
-
-stateVKbf16AVX512_dead_44:
-stateVKbf16AVX512_decayed_8:
-	// The state after this token, if stored.
-	MOVQ      (BX), R11
-	TESTQ     R11, R11
-	JZ        stateVKbf16AVX512_nostore_3
-	MOVQ      (SP), R12
-	IMULQ     R10, R12
-	ADDQ      R12, R11
-	CMPQ      R9, $0x00000180
-	JNE       stateVKbf16AVX512_bfints_3
-	CMPB      cvt+288(FP), $0x00
-	JE        stateVKbf16AVX512_bfints_3
-	VMOVDQU32 mag16<>+0(SB), Z14
-	KXNORD    K7, K7, K7
-	MOVQ      R11, R12
-	BYTE $0x62; BYTE $0x72; BYTE $0x67; BYTE $0x48; BYTE $0x72; BYTE $0xf8 // VCVTNE2PS2BF16 Z0, Z3, Z15
-	VMOVDQU32 Z15, (R12)
-	VPTESTMW  Z14, Z15, K7, K7
-	BYTE $0x62; BYTE $0x72; BYTE $0x57; BYTE $0x48; BYTE $0x72; BYTE $0xfc // VCVTNE2PS2BF16 Z4, Z5, Z15
-	VMOVDQU32 Z15, 64(R12)
-	VPTESTMW  Z14, Z15, K7, K7
-	BYTE $0x62; BYTE $0x72; BYTE $0x47; BYTE $0x48; BYTE $0x72; BYTE $0xfe // VCVTNE2PS2BF16 Z6, Z7, Z15
-	VMOVDQU32 Z15, 128(R12)
-	VPTESTMW  Z14, Z15, K7, K7
-	ADDQ      R10, R12
-	BYTE $0x62; BYTE $0x52; BYTE $0x37; BYTE $0x48; BYTE $0x72; BYTE $0xf8 // VCVTNE2PS2BF16 Z8, Z9, Z15
-	VMOVDQU32 Z15, (R12)
-	VPTESTMW  Z14, Z15, K7, K7
-	BYTE $0x62; BYTE $0x52; BYTE $0x27; BYTE $0x48; BYTE $0x72; BYTE $0xfa // VCVTNE2PS2BF16 Z10, Z11, Z15
-	VMOVDQU32 Z15, 64(R12)
-	VPTESTMW  Z14, Z15, K7, K7
-	BYTE $0x62; BYTE $0x52; BYTE $0x17; BYTE $0x48; BYTE $0x72; BYTE $0xfc // VCVTNE2PS2BF16 Z12, Z13, Z15
-	VMOVDQU32 Z15, 128(R12)
-	VPTESTMW  Z14, Z15, K7, K7
-	KORTESTD  K7, K7
-	JCS       stateVKbf16AVX512_bfstored_3
-	MOVL      $0x00000001, 56(SP)
-
-stateVKbf16AVX512_bfints_3:
-	CMPL        56(SP), $0x00
-	JNE         stateVKbf16AVX512_bfnan_3
-	VMOVAPS     Z0, Z14
-	VPSRLD      $0x10, Z14, Z15
-	VPANDD.BCST one_i<>+0(SB), Z15, Z15
-	VPADDD.BCST round<>+0(SB), Z14, Z14
-	VPADDD      Z15, Z14, Z14
-	VPSRLD      $0x10, Z14, Z14
-	VPMOVDW     Z14, (R11)
-	VMOVAPS     Z3, Z14
-	VPSRLD      $0x10, Z14, Z15
-	VPANDD.BCST one_i<>+0(SB), Z15, Z15
-	VPADDD.BCST round<>+0(SB), Z14, Z14
-	VPADDD      Z15, Z14, Z14
-	VPSRLD      $0x10, Z14, Z14
-	VPMOVDW     Z14, 32(R11)
-	VMOVAPS     Z4, Z14
-	VPSRLD      $0x10, Z14, Z15
-	VPANDD.BCST one_i<>+0(SB), Z15, Z15
-	VPADDD.BCST round<>+0(SB), Z14, Z14
-	VPADDD      Z15, Z14, Z14
-	VPSRLD      $0x10, Z14, Z14
-	VPMOVDW     Z14, 64(R11)
-	VMOVAPS     Z5, Z14
-	VPSRLD      $0x10, Z14, Z15
-	VPANDD.BCST one_i<>+0(SB), Z15, Z15
-	VPADDD.BCST round<>+0(SB), Z14, Z14
-	VPADDD      Z15, Z14, Z14
-	VPSRLD      $0x10, Z14, Z14
-	VPMOVDW     Z14, 96(R11)
-	VMOVAPS     Z6, Z14
-	VPSRLD      $0x10, Z14, Z15
-	VPANDD.BCST one_i<>+0(SB), Z15, Z15
-	VPADDD.BCST round<>+0(SB), Z14, Z14
-	VPADDD      Z15, Z14, Z14
-	VPSRLD      $0x10, Z14, Z14
-	VPMOVDW     Z14, K1, 128(R11)
-	CMPQ        R9, $0x00000140
-	JBE         stateVKbf16AVX512_dead_45
-	VMOVAPS     Z7, Z14
-	VPSRLD      $0x10, Z14, Z15
-	VPANDD.BCST one_i<>+0(SB), Z15, Z15
-	VPADDD.BCST round<>+0(SB), Z14, Z14
-	VPADDD      Z15, Z14, Z14
-	VPSRLD      $0x10, Z14, Z14
-	VPMOVDW     Z14, K3, 160(R11)
-
-stateVKbf16AVX512_dead_45:
-	ADDQ        R10, R11
-	VMOVAPS     Z8, Z14
-	VPSRLD      $0x10, Z14, Z15
-	VPANDD.BCST one_i<>+0(SB), Z15, Z15
-	VPADDD.BCST round<>+0(SB), Z14, Z14
-	VPADDD      Z15, Z14, Z14
-	VPSRLD      $0x10, Z14, Z14
-	VPMOVDW     Z14, (R11)
-	VMOVAPS     Z9, Z14
-	VPSRLD      $0x10, Z14, Z15
-	VPANDD.BCST one_i<>+0(SB), Z15, Z15
-	VPADDD.BCST round<>+0(SB), Z14, Z14
-	VPADDD      Z15, Z14, Z14
-	VPSRLD      $0x10, Z14, Z14
-	VPMOVDW     Z14, 32(R11)
-	VMOVAPS     Z10, Z14
-	VPSRLD      $0x10, Z14, Z15
-	VPANDD.BCST one_i<>+0(SB), Z15, Z15
-	VPADDD.BCST round<>+0(SB), Z14, Z14
-	VPADDD      Z15, Z14, Z14
-	VPSRLD      $0x10, Z14, Z14
-	VPMOVDW     Z14, 64(R11)
-	VMOVAPS     Z11, Z14
-	VPSRLD      $0x10, Z14, Z15
-	VPANDD.BCST one_i<>+0(SB), Z15, Z15
-	VPADDD.BCST round<>+0(SB), Z14, Z14
-	VPADDD      Z15, Z14, Z14
-	VPSRLD      $0x10, Z14, Z14
-	VPMOVDW     Z14, 96(R11)
-	VMOVAPS     Z12, Z14
-	VPSRLD      $0x10, Z14, Z15
-	VPANDD.BCST one_i<>+0(SB), Z15, Z15
-	VPADDD.BCST round<>+0(SB), Z14, Z14
-	VPADDD      Z15, Z14, Z14
-	VPSRLD      $0x10, Z14, Z14
-	VPMOVDW     Z14, K1, 128(R11)
-	CMPQ        R9, $0x00000140
-	JBE         stateVKbf16AVX512_dead_46
-	VMOVAPS     Z13, Z14
-	VPSRLD      $0x10, Z14, Z15
-	VPANDD.BCST one_i<>+0(SB), Z15, Z15
-	VPADDD.BCST round<>+0(SB), Z14, Z14
-	VPADDD      Z15, Z14, Z14
-	VPSRLD      $0x10, Z14, Z14
-	VPMOVDW     Z14, K3, 160(R11)
-
-stateVKbf16AVX512_dead_46:
-	JMP stateVKbf16AVX512_bfdone_3
-
-stateVKbf16AVX512_bfnan_3:
-	VMOVAPS     Z0, Z14
-	VPSRLD      $0x10, Z14, Z15
-	VCMPPS      $0x03, Z14, Z14, K2
-	VPANDD.BCST one_i<>+0(SB), Z15, Z16
-	VPADDD.BCST round<>+0(SB), Z14, Z14
-	VPADDD      Z16, Z14, Z14
-	VPSRLD      $0x10, Z14, Z14
-	VPORD.BCST  quiet<>+0(SB), Z15, K2, Z14
-	VPMOVDW     Z14, (R11)
-	VMOVAPS     Z3, Z14
-	VPSRLD      $0x10, Z14, Z15
-	VCMPPS      $0x03, Z14, Z14, K2
-	VPANDD.BCST one_i<>+0(SB), Z15, Z16
-	VPADDD.BCST round<>+0(SB), Z14, Z14
-	VPADDD      Z16, Z14, Z14
-	VPSRLD      $0x10, Z14, Z14
-	VPORD.BCST  quiet<>+0(SB), Z15, K2, Z14
-	VPMOVDW     Z14, 32(R11)
-	VMOVAPS     Z4, Z14
-	VPSRLD      $0x10, Z14, Z15
-	VCMPPS      $0x03, Z14, Z14, K2
-	VPANDD.BCST one_i<>+0(SB), Z15, Z16
-	VPADDD.BCST round<>+0(SB), Z14, Z14
-	VPADDD      Z16, Z14, Z14
-	VPSRLD      $0x10, Z14, Z14
-	VPORD.BCST  quiet<>+0(SB), Z15, K2, Z14
-	VPMOVDW     Z14, 64(R11)
-	VMOVAPS     Z5, Z14
-	VPSRLD      $0x10, Z14, Z15
-	VCMPPS      $0x03, Z14, Z14, K2
-	VPANDD.BCST one_i<>+0(SB), Z15, Z16
-	VPADDD.BCST round<>+0(SB), Z14, Z14
-	VPADDD      Z16, Z14, Z14
-	VPSRLD      $0x10, Z14, Z14
-	VPORD.BCST  quiet<>+0(SB), Z15, K2, Z14
-	VPMOVDW     Z14, 96(R11)
-	VMOVAPS     Z6, Z14
-	VPSRLD      $0x10, Z14, Z15
-	VCMPPS      $0x03, Z14, Z14, K2
-	VPANDD.BCST one_i<>+0(SB), Z15, Z16
-	VPADDD.BCST round<>+0(SB), Z14, Z14
-	VPADDD      Z16, Z14, Z14
-	VPSRLD      $0x10, Z14, Z14
-	VPORD.BCST  quiet<>+0(SB), Z15, K2, Z14
-	VPMOVDW     Z14, K1, 128(R11)
-	CMPQ        R9, $0x00000140
-	JBE         stateVKbf16AVX512_dead_47
-	VMOVAPS     Z7, Z14
-	VPSRLD      $0x10, Z14, Z15
-	VCMPPS      $0x03, Z14, Z14, K2
-	VPANDD.BCST one_i<>+0(SB), Z15, Z16
-	VPADDD.BCST round<>+0(SB), Z14, Z14
-	VPADDD      Z16, Z14, Z14
-	VPSRLD      $0x10, Z14, Z14
-	VPORD.BCST  quiet<>+0(SB), Z15, K2, Z14
-	VPMOVDW     Z14, K3, 160(R11)
-
-stateVKbf16AVX512_dead_47:
-	ADDQ        R10, R11
-	VMOVAPS     Z8, Z14
-	VPSRLD      $0x10, Z14, Z15
-	VCMPPS      $0x03, Z14, Z14, K2
-	VPANDD.BCST one_i<>+0(SB), Z15, Z16
-	VPADDD.BCST round<>+0(SB), Z14, Z14
-	VPADDD      Z16, Z14, Z14
-	VPSRLD      $0x10, Z14, Z14
-	VPORD.BCST  quiet<>+0(SB), Z15, K2, Z14
-	VPMOVDW     Z14, (R11)
-	VMOVAPS     Z9, Z14
-	VPSRLD      $0x10, Z14, Z15
-	VCMPPS      $0x03, Z14, Z14, K2
-	VPANDD.BCST one_i<>+0(SB), Z15, Z16
-	VPADDD.BCST round<>+0(SB), Z14, Z14
-	VPADDD      Z16, Z14, Z14
-	VPSRLD      $0x10, Z14, Z14
-	VPORD.BCST  quiet<>+0(SB), Z15, K2, Z14
-	VPMOVDW     Z14, 32(R11)
-	VMOVAPS     Z10, Z14
-	VPSRLD      $0x10, Z14, Z15
-	VCMPPS      $0x03, Z14, Z14, K2
-	VPANDD.BCST one_i<>+0(SB), Z15, Z16
-	VPADDD.BCST round<>+0(SB), Z14, Z14
-	VPADDD      Z16, Z14, Z14
-	VPSRLD      $0x10, Z14, Z14
-	VPORD.BCST  quiet<>+0(SB), Z15, K2, Z14
-	VPMOVDW     Z14, 64(R11)
-	VMOVAPS     Z11, Z14
-	VPSRLD      $0x10, Z14, Z15
-	VCMPPS      $0x03, Z14, Z14, K2
-	VPANDD.BCST one_i<>+0(SB), Z15, Z16
-	VPADDD.BCST round<>+0(SB), Z14, Z14
-	VPADDD      Z16, Z14, Z14
-	VPSRLD      $0x10, Z14, Z14
-	VPORD.BCST  quiet<>+0(SB), Z15, K2, Z14
-	VPMOVDW     Z14, 96(R11)
-	VMOVAPS     Z12, Z14
-	VPSRLD      $0x10, Z14, Z15
-	VCMPPS      $0x03, Z14, Z14, K2
-	VPANDD.BCST one_i<>+0(SB), Z15, Z16
-	VPADDD.BCST round<>+0(SB), Z14, Z14
-	VPADDD      Z16, Z14, Z14
-	VPSRLD      $0x10, Z14, Z14
-	VPORD.BCST  quiet<>+0(SB), Z15, K2, Z14
-	VPMOVDW     Z14, K1, 128(R11)
-	CMPQ        R9, $0x00000140
-	JBE         stateVKbf16AVX512_dead_48
-	VMOVAPS     Z13, Z14
-	VPSRLD      $0x10, Z14, Z15
-	VCMPPS      $0x03, Z14, Z14, K2
-	VPANDD.BCST one_i<>+0(SB), Z15, Z16
-	VPADDD.BCST round<>+0(SB), Z14, Z14
-	VPADDD      Z16, Z14, Z14
-	VPSRLD      $0x10, Z14, Z14
-	VPORD.BCST  quiet<>+0(SB), Z15, K2, Z14
-	VPMOVDW     Z14, K3, 160(R11)
-
-stateVKbf16AVX512_dead_48:
-stateVKbf16AVX512_bfdone_3:
-stateVKbf16AVX512_bfstored_3:
-stateVKbf16AVX512_nostore_3:
-	ADDQ R9, AX
-	ADDQ R9, CX
-	ADDQ $0x10, DX
-	ADDQ $0x08, BX
-	ADDQ 32(SP), SI
-	ADDQ 24(SP), DI
-	DECQ R8
-	JNZ  stateVKbf16AVX512_token_3
-
-	// The f32 carry after the last token, if asked for.
-	MOVQ    carry_base+88(FP), AX
-	TESTQ   AX, AX
-	JZ      stateVKbf16AVX512_nocarry_3
-	MOVQ    (SP), CX
-	IMULQ   R9, CX
-	ADDQ    CX, AX
-	VMOVUPS Z0, (AX)
-	VMOVUPS Z3, 64(AX)
-	VMOVUPS Z4, 128(AX)
-	VMOVUPS Z5, 192(AX)
-	VMOVUPS Z6, K1, 256(AX)
-	CMPQ    R9, $0x00000140
-	JBE     stateVKbf16AVX512_dead_49
-	VMOVUPS Z7, K3, 320(AX)
-
-stateVKbf16AVX512_dead_49:
-	ADDQ    R9, AX
-	VMOVUPS Z8, (AX)
-	VMOVUPS Z9, 64(AX)
-	VMOVUPS Z10, 128(AX)
-	VMOVUPS Z11, 192(AX)
-	VMOVUPS Z12, K1, 256(AX)
-	CMPQ    R9, $0x00000140
-	JBE     stateVKbf16AVX512_dead_50
-	VMOVUPS Z13, K3, 320(AX)
-
-stateVKbf16AVX512_dead_50:
-stateVKbf16AVX512_nocarry_3:
-	ADDQ $0x00000002, (SP)
-	SUBQ $0x00000002, 8(SP)
-	JMP  stateVKbf16AVX512_group_3
-
-stateVKbf16AVX512_groupsdone_3:
-stateVKbf16AVX512_group_4:
-	CMPQ 8(SP), $0x00000001
-	JB   stateVKbf16AVX512_groupsdone_4
-
-	// The prefetch list's next group.
-	MOVQ 64(SP), AX
-
-stateVKbf16AVX512_pfentry_6:
-	CMPQ  AX, 72(SP)
-	JAE   stateVKbf16AVX512_pfdone_6
-	MOVQ  (AX), DX
-	MOVQ  8(AX), CX
-	ADDQ  $0x10, AX
-	TESTQ CX, CX
-	JZ    stateVKbf16AVX512_pfdone_6
-
-stateVKbf16AVX512_pfline_6:
-	PREFETCHT1 (DX)
-	ADDQ       $0x40, DX
-	DECQ       CX
-	JNZ        stateVKbf16AVX512_pfline_6
-	JMP        stateVKbf16AVX512_pfentry_6
-
-stateVKbf16AVX512_pfdone_6:
-	MOVQ AX, 64(SP)
-
-	// Load 1 row(s) of 5…6 vectors.
-	MOVQ       src32_base+40(FP), AX
-	TESTQ      AX, AX
-	JZ         stateVKbf16AVX512_frombf16_4
-	MOVQ       (SP), CX
-	IMULQ      R9, CX
-	ADDQ       CX, AX
-	PREFETCHT1 8192(AX)
-	PREFETCHT1 8256(AX)
-	PREFETCHT1 8320(AX)
-	PREFETCHT1 8384(AX)
-	PREFETCHT1 8448(AX)
-	CMPQ       R9, $0x00000140
-	JBE        stateVKbf16AVX512_dead_51
-	PREFETCHT1 8512(AX)
-
-stateVKbf16AVX512_dead_51:
-	VMOVUPS   (AX), Z0
-	VMOVUPS   64(AX), Z1
-	VMOVUPS   128(AX), Z3
-	VMOVUPS   192(AX), Z4
-	VMOVUPS.Z 256(AX), K1, Z5
-	VMOVUPS.Z 320(AX), K3, Z6
-	JMP       stateVKbf16AVX512_loaded_4
-
-stateVKbf16AVX512_frombf16_4:
-	MOVQ        src_base+16(FP), AX
-	MOVQ        (SP), CX
-	IMULQ       R10, CX
-	ADDQ        CX, AX
-	PREFETCHT1  8192(AX)
-	PREFETCHT1  8256(AX)
-	PREFETCHT1  8320(AX)
-	VPMOVZXWD   (AX), Z0
-	VPSLLD      $0x10, Z0, Z0
-	VPMOVZXWD   32(AX), Z1
-	VPSLLD      $0x10, Z1, Z1
-	VPMOVZXWD   64(AX), Z3
-	VPSLLD      $0x10, Z3, Z3
-	VPMOVZXWD   96(AX), Z4
-	VPSLLD      $0x10, Z4, Z4
-	VPMOVZXWD.Z 128(AX), K1, Z5
-	VPSLLD      $0x10, Z5, Z5
-	VPMOVZXWD.Z 160(AX), K3, Z6
-	VPSLLD      $0x10, Z6, Z6
-
-stateVKbf16AVX512_loaded_4:
-	MOVQ kh_base+112(FP), AX
-	MOVQ qh_base+136(FP), CX
-	MOVQ tok_base+216(FP), DX
-	MOVQ stores_base+64(FP), BX
-	MOVQ v_base+160(FP), SI
-	MOVQ o_base+192(FP), DI
-	MOVQ (SP), R8
-	SHLQ $0x02, R8
-	ADDQ R8, SI
-	ADDQ R8, DI
-	MOVQ 16(SP), R8
-
-stateVKbf16AVX512_token_4:
-	VMULPS      (AX), Z0, Z7
-	VMULPS      (CX), Z0, Z8
-	VMULPS      64(AX), Z1, Z9
-	VMULPS      64(CX), Z1, Z10
-	VFMADD231PS 128(AX), Z3, Z7
-	VFMADD231PS 128(CX), Z3, Z8
-	VFMADD231PS 192(AX), Z4, Z9
-	VFMADD231PS 192(CX), Z4, Z10
-	VFMADD231PS 256(AX), Z5, K1, Z7
-	VFMADD231PS 256(CX), Z5, K1, Z8
-	CMPQ        R9, $0x00000140
-	JBE         stateVKbf16AVX512_dead_52
-	VFMADD231PS 320(AX), Z6, K3, Z9
-	VFMADD231PS 320(CX), Z6, K3, Z10
-
-stateVKbf16AVX512_dead_52:
-	VADDPS       Z9, Z7, Z7
-	VADDPS       Z10, Z8, Z8
-	VSHUFF32X4   $0x44, Z8, Z7, Z9
-	VSHUFF32X4   $0xee, Z8, Z7, Z7
-	VADDPS       Z7, Z9, Z9
-	VSHUFF32X4   $0x88, Z9, Z9, Z7
-	VSHUFF32X4   $0xdd, Z9, Z9, Z8
-	VADDPS       Z8, Z7, Z7
-	VSHUFPS      $0x44, Z7, Z7, Z8
-	VSHUFPS      $0xee, Z7, Z7, Z7
-	VADDPS       Z7, Z8, Z8
-	VSHUFPS      $0x88, Z8, Z8, Z7
-	VSHUFPS      $0xdd, Z8, Z8, Z8
-	VADDPS       Z8, Z7, Z7
-	VMOVUPS      vkpermAVX512_1<>+0(SB), Z8
-	VPERMPS      Z7, Z8, Z7
-	VMOVSS       (DX), X2
-	VUCOMISS     nearone<>+0(SB), X2
-	JCS          stateVKbf16AVX512_far_9
-	VBROADCASTSS (DX), Z8
-	VFMADD213PS  Z7, Z8, Z7
-	JMP          stateVKbf16AVX512_decayed_9
-
-stateVKbf16AVX512_far_9:
-	VBROADCASTSS 4(DX), Z8
-	VMULPS       Z7, Z8, Z7
-
-stateVKbf16AVX512_decayed_9:
-	VEXTRACTF64X4 $0x01, Z7, Y8
-	VMOVSS        (SI), X2
-	VSUBPS        Y7, Y2, Y2
-	VBROADCASTSS  8(DX), Z7
-	VMULPS        Y7, Y2, Y7
-	VBROADCASTSS  12(DX), Z9
-	VFMADD231PS   Y9, Y7, Y8
-	VMOVSS        X8, (DI)
-	MOVQ          (BX), R11
-	TESTQ         R11, R11
-	JZ            stateVKbf16AVX512_nofin_4
-	CMPQ          R9, $0x00000180
-	JNE           stateVKbf16AVX512_fin_4
-	CMPB          cvt+288(FP), $0x00
-	JNE           stateVKbf16AVX512_nofin_4
-
-stateVKbf16AVX512_fin_4:
-	VSUBPS Y7, Y7, Y8
-	VCMPPS $0x03, Y8, Y8, K7
-	KMOVW  K7, R11
-	ANDL   $0x00000001, R11
-	MOVL   R11, 56(SP)
-
-stateVKbf16AVX512_nofin_4:
-	VMOVSS       (DX), X2
-	VUCOMISS     nearone<>+0(SB), X2
-	JCS          stateVKbf16AVX512_far_10
-	VBROADCASTSS (DX), Z8
-	VBROADCASTSS X7, Z7
-	VFMADD213PS  Z0, Z8, Z0
-	VFMADD231PS  (AX), Z7, Z0
-	VFMADD213PS  Z1, Z8, Z1
-	VFMADD231PS  64(AX), Z7, Z1
-	VFMADD213PS  Z3, Z8, Z3
-	VFMADD231PS  128(AX), Z7, Z3
-	VFMADD213PS  Z4, Z8, Z4
-	VFMADD231PS  192(AX), Z7, Z4
-	VFMADD213PS  Z5, Z8, Z5
-	VFMADD231PS  256(AX), Z7, K1, Z5
-	CMPQ         R9, $0x00000140
-	JBE          stateVKbf16AVX512_dead_53
-	VFMADD213PS  Z6, Z8, Z6
-	VFMADD231PS  320(AX), Z7, K3, Z6
-
-stateVKbf16AVX512_dead_53:
-	JMP stateVKbf16AVX512_decayed_10
-
-stateVKbf16AVX512_far_10:
-	VBROADCASTSS 4(DX), Z8
-	VBROADCASTSS X7, Z7
-	VMULPS       Z0, Z8, Z0
-	VFMADD231PS  (AX), Z7, Z0
-	VMULPS       Z1, Z8, Z1
-	VFMADD231PS  64(AX), Z7, Z1
-	VMULPS       Z3, Z8, Z3
-	VFMADD231PS  128(AX), Z7, Z3
-	VMULPS       Z4, Z8, Z4
-	VFMADD231PS  192(AX), Z7, Z4
-	VMULPS       Z5, Z8, Z5
-	VFMADD231PS  256(AX), Z7, K1, Z5
-	CMPQ         R9, $0x00000140
-	JBE          stateVKbf16AVX512_dead_54
-	VMULPS       Z6, Z8, Z6
-	VFMADD231PS  320(AX), Z7, K3, Z6
-
-stateVKbf16AVX512_dead_54:
-stateVKbf16AVX512_decayed_10:
-	// The state after this token, if stored.
-	MOVQ      (BX), R11
-	TESTQ     R11, R11
-	JZ        stateVKbf16AVX512_nostore_4
-	MOVQ      (SP), R12
-	IMULQ     R10, R12
-	ADDQ      R12, R11
-	CMPQ      R9, $0x00000180
-	JNE       stateVKbf16AVX512_bfints_4
-	CMPB      cvt+288(FP), $0x00
-	JE        stateVKbf16AVX512_bfints_4
-	VMOVDQU32 mag16<>+0(SB), Z7
-	KXNORD    K7, K7, K7
-	MOVQ      R11, R12
-	BYTE $0x62; BYTE $0x72; BYTE $0x77; BYTE $0x48; BYTE $0x72; BYTE $0xc0 // VCVTNE2PS2BF16 Z0, Z1, Z8
-	VMOVDQU32 Z8, (R12)
-	VPTESTMW  Z7, Z8, K7, K7
-	BYTE $0x62; BYTE $0x72; BYTE $0x5f; BYTE $0x48; BYTE $0x72; BYTE $0xc3 // VCVTNE2PS2BF16 Z3, Z4, Z8
-	VMOVDQU32 Z8, 64(R12)
-	VPTESTMW  Z7, Z8, K7, K7
-	BYTE $0x62; BYTE $0x72; BYTE $0x4f; BYTE $0x48; BYTE $0x72; BYTE $0xc5 // VCVTNE2PS2BF16 Z5, Z6, Z8
-	VMOVDQU32 Z8, 128(R12)
-	VPTESTMW  Z7, Z8, K7, K7
-	KORTESTD  K7, K7
-	JCS       stateVKbf16AVX512_bfstored_4
-	MOVL      $0x00000001, 56(SP)
-
-stateVKbf16AVX512_bfints_4:
-	CMPL        56(SP), $0x00
-	JNE         stateVKbf16AVX512_bfnan_4
-	VMOVAPS     Z0, Z7
-	VPSRLD      $0x10, Z7, Z8
-	VPANDD.BCST one_i<>+0(SB), Z8, Z8
-	VPADDD.BCST round<>+0(SB), Z7, Z7
-	VPADDD      Z8, Z7, Z7
-	VPSRLD      $0x10, Z7, Z7
-	VPMOVDW     Z7, (R11)
-	VMOVAPS     Z1, Z7
-	VPSRLD      $0x10, Z7, Z8
-	VPANDD.BCST one_i<>+0(SB), Z8, Z8
-	VPADDD.BCST round<>+0(SB), Z7, Z7
-	VPADDD      Z8, Z7, Z7
-	VPSRLD      $0x10, Z7, Z7
-	VPMOVDW     Z7, 32(R11)
-	VMOVAPS     Z3, Z7
-	VPSRLD      $0x10, Z7, Z8
-	VPANDD.BCST one_i<>+0(SB), Z8, Z8
-	VPADDD.BCST round<>+0(SB), Z7, Z7
-	VPADDD      Z8, Z7, Z7
-	VPSRLD      $0x10, Z7, Z7
-	VPMOVDW     Z7, 64(R11)
-	VMOVAPS     Z4, Z7
-	VPSRLD      $0x10, Z7, Z8
-	VPANDD.BCST one_i<>+0(SB), Z8, Z8
-	VPADDD.BCST round<>+0(SB), Z7, Z7
-	VPADDD      Z8, Z7, Z7
-	VPSRLD      $0x10, Z7, Z7
-	VPMOVDW     Z7, 96(R11)
-	VMOVAPS     Z5, Z7
-	VPSRLD      $0x10, Z7, Z8
-	VPANDD.BCST one_i<>+0(SB), Z8, Z8
-	VPADDD.BCST round<>+0(SB), Z7, Z7
-	VPADDD      Z8, Z7, Z7
-	VPSRLD      $0x10, Z7, Z7
-	VPMOVDW     Z7, K1, 128(R11)
-	CMPQ        R9, $0x00000140
-	JBE         stateVKbf16AVX512_dead_55
-	VMOVAPS     Z6, Z7
-	VPSRLD      $0x10, Z7, Z8
-	VPANDD.BCST one_i<>+0(SB), Z8, Z8
-	VPADDD.BCST round<>+0(SB), Z7, Z7
-	VPADDD      Z8, Z7, Z7
-	VPSRLD      $0x10, Z7, Z7
-	VPMOVDW     Z7, K3, 160(R11)
-
-stateVKbf16AVX512_dead_55:
-	JMP stateVKbf16AVX512_bfdone_4
-
-stateVKbf16AVX512_bfnan_4:
-	VMOVAPS     Z0, Z7
-	VPSRLD      $0x10, Z7, Z8
-	VCMPPS      $0x03, Z7, Z7, K2
-	VPANDD.BCST one_i<>+0(SB), Z8, Z9
-	VPADDD.BCST round<>+0(SB), Z7, Z7
-	VPADDD      Z9, Z7, Z7
-	VPSRLD      $0x10, Z7, Z7
-	VPORD.BCST  quiet<>+0(SB), Z8, K2, Z7
-	VPMOVDW     Z7, (R11)
-	VMOVAPS     Z1, Z7
-	VPSRLD      $0x10, Z7, Z8
-	VCMPPS      $0x03, Z7, Z7, K2
-	VPANDD.BCST one_i<>+0(SB), Z8, Z9
-	VPADDD.BCST round<>+0(SB), Z7, Z7
-	VPADDD      Z9, Z7, Z7
-	VPSRLD      $0x10, Z7, Z7
-	VPORD.BCST  quiet<>+0(SB), Z8, K2, Z7
-	VPMOVDW     Z7, 32(R11)
-	VMOVAPS     Z3, Z7
-	VPSRLD      $0x10, Z7, Z8
-	VCMPPS      $0x03, Z7, Z7, K2
-	VPANDD.BCST one_i<>+0(SB), Z8, Z9
-	VPADDD.BCST round<>+0(SB), Z7, Z7
-	VPADDD      Z9, Z7, Z7
-	VPSRLD      $0x10, Z7, Z7
-	VPORD.BCST  quiet<>+0(SB), Z8, K2, Z7
-	VPMOVDW     Z7, 64(R11)
-	VMOVAPS     Z4, Z7
-	VPSRLD      $0x10, Z7, Z8
-	VCMPPS      $0x03, Z7, Z7, K2
-	VPANDD.BCST one_i<>+0(SB), Z8, Z9
-	VPADDD.BCST round<>+0(SB), Z7, Z7
-	VPADDD      Z9, Z7, Z7
-	VPSRLD      $0x10, Z7, Z7
-	VPORD.BCST  quiet<>+0(SB), Z8, K2, Z7
-	VPMOVDW     Z7, 96(R11)
-	VMOVAPS     Z5, Z7
-	VPSRLD      $0x10, Z7, Z8
-	VCMPPS      $0x03, Z7, Z7, K2
-	VPANDD.BCST one_i<>+0(SB), Z8, Z9
-	VPADDD.BCST round<>+0(SB), Z7, Z7
-	VPADDD      Z9, Z7, Z7
-	VPSRLD      $0x10, Z7, Z7
-	VPORD.BCST  quiet<>+0(SB), Z8, K2, Z7
-	VPMOVDW     Z7, K1, 128(R11)
-	CMPQ        R9, $0x00000140
-	JBE         stateVKbf16AVX512_dead_56
-	VMOVAPS     Z6, Z7
-	VPSRLD      $0x10, Z7, Z8
-	VCMPPS      $0x03, Z7, Z7, K2
-	VPANDD.BCST one_i<>+0(SB), Z8, Z9
-	VPADDD.BCST round<>+0(SB), Z7, Z7
-	VPADDD      Z9, Z7, Z7
-	VPSRLD      $0x10, Z7, Z7
-	VPORD.BCST  quiet<>+0(SB), Z8, K2, Z7
-	VPMOVDW     Z7, K3, 160(R11)
-
-stateVKbf16AVX512_dead_56:
-stateVKbf16AVX512_bfdone_4:
-stateVKbf16AVX512_bfstored_4:
-stateVKbf16AVX512_nostore_4:
-	ADDQ R9, AX
-	ADDQ R9, CX
-	ADDQ $0x10, DX
-	ADDQ $0x08, BX
-	ADDQ 32(SP), SI
-	ADDQ 24(SP), DI
-	DECQ R8
-	JNZ  stateVKbf16AVX512_token_4
-
-	// The f32 carry after the last token, if asked for.
-	MOVQ    carry_base+88(FP), AX
-	TESTQ   AX, AX
-	JZ      stateVKbf16AVX512_nocarry_4
-	MOVQ    (SP), CX
-	IMULQ   R9, CX
-	ADDQ    CX, AX
-	VMOVUPS Z0, (AX)
-	VMOVUPS Z1, 64(AX)
-	VMOVUPS Z3, 128(AX)
-	VMOVUPS Z4, 192(AX)
-	VMOVUPS Z5, K1, 256(AX)
-	CMPQ    R9, $0x00000140
-	JBE     stateVKbf16AVX512_dead_57
-	VMOVUPS Z6, K3, 320(AX)
-
-stateVKbf16AVX512_dead_57:
-stateVKbf16AVX512_nocarry_4:
-	ADDQ $0x00000001, (SP)
-	SUBQ $0x00000001, 8(SP)
-	JMP  stateVKbf16AVX512_group_4
-
-stateVKbf16AVX512_groupsdone_4:
-	JMP stateVKbf16AVX512_done_1
-
-stateVKbf16AVX512_n8_1:
-	// Rows of 7…8 vectors.
-	MOVQ         R9, AX
-	SHRQ         $0x02, AX
-	SUBQ         $0x00000060, AX
-	VPBROADCASTD AX, Z0
-	VPCMPGTD     iota<>+0(SB), Z0, K1
-	MOVQ         R9, AX
-	SHRQ         $0x02, AX
-	SUBQ         $0x00000070, AX
-	VPBROADCASTD AX, Z0
-	VPCMPGTD     iota<>+0(SB), Z0, K3
-	CMPQ         16(SP), $0x01
-	JE           stateVKbf16AVX512_groups_3
-
-stateVKbf16AVX512_block_3:
-	CMPQ    8(SP), $0x10
-	JB      stateVKbf16AVX512_blocksdone_3
-	MOVQ    $0x00000001, AX
-	MOVQ    $0x00000002, CX
-	CMPQ    8(SP), $0x20
-	CMOVQCC CX, AX
-	MOVQ    AX, 48(SP)
-
-	// A block of 16·nb rows of 7…8 vectors in work.
-	MOVQ  src32_base+40(FP), AX
-	TESTQ AX, AX
-	JZ    stateVKbf16AVX512_bfrombf16_3
-	MOVQ  (SP), CX
-	IMULQ R9, CX
-	ADDQ  CX, AX
-	MOVQ  40(SP), CX
-	MOVQ  48(SP), DX
-	SHLQ  $0x04, DX
-
-stateVKbf16AVX512_bload_5:
-	PREFETCHT1 8192(AX)
-	PREFETCHT1 8256(AX)
-	PREFETCHT1 8320(AX)
-	PREFETCHT1 8384(AX)
-	PREFETCHT1 8448(AX)
-	PREFETCHT1 8512(AX)
-	PREFETCHT1 8576(AX)
-	CMPQ       R9, $0x000001c0
-	JBE        stateVKbf16AVX512_dead_58
-	PREFETCHT1 8640(AX)
-
-stateVKbf16AVX512_dead_58:
-	VMOVUPS   (AX), Z0
-	VMOVUPS   Z0, (CX)
-	VMOVUPS   64(AX), Z0
-	VMOVUPS   Z0, 64(CX)
-	VMOVUPS   128(AX), Z0
-	VMOVUPS   Z0, 128(CX)
-	VMOVUPS   192(AX), Z0
-	VMOVUPS   Z0, 192(CX)
-	VMOVUPS   256(AX), Z0
-	VMOVUPS   Z0, 256(CX)
-	VMOVUPS   320(AX), Z0
-	VMOVUPS   Z0, 320(CX)
-	VMOVUPS.Z 384(AX), K1, Z0
-	VMOVUPS   Z0, 384(CX)
-	VMOVUPS.Z 448(AX), K3, Z0
-	VMOVUPS   Z0, 448(CX)
-	ADDQ      R9, AX
-	ADDQ      $0x00000200, CX
-	DECQ      DX
-	JNZ       stateVKbf16AVX512_bload_5
-	JMP       stateVKbf16AVX512_bloaded_3
-
-stateVKbf16AVX512_bfrombf16_3:
-	MOVQ  src_base+16(FP), AX
-	MOVQ  (SP), CX
-	IMULQ R10, CX
-	ADDQ  CX, AX
-	MOVQ  40(SP), CX
-	MOVQ  48(SP), DX
-	SHLQ  $0x04, DX
-
-stateVKbf16AVX512_bload_6:
-	PREFETCHT1  8192(AX)
-	PREFETCHT1  8256(AX)
-	PREFETCHT1  8320(AX)
-	PREFETCHT1  8384(AX)
-	VPMOVZXWD   (AX), Z0
-	VPSLLD      $0x10, Z0, Z0
-	VMOVUPS     Z0, (CX)
-	VPMOVZXWD   32(AX), Z0
-	VPSLLD      $0x10, Z0, Z0
-	VMOVUPS     Z0, 64(CX)
-	VPMOVZXWD   64(AX), Z0
-	VPSLLD      $0x10, Z0, Z0
-	VMOVUPS     Z0, 128(CX)
-	VPMOVZXWD   96(AX), Z0
-	VPSLLD      $0x10, Z0, Z0
-	VMOVUPS     Z0, 192(CX)
-	VPMOVZXWD   128(AX), Z0
-	VPSLLD      $0x10, Z0, Z0
-	VMOVUPS     Z0, 256(CX)
-	VPMOVZXWD   160(AX), Z0
-	VPSLLD      $0x10, Z0, Z0
-	VMOVUPS     Z0, 320(CX)
-	VPMOVZXWD.Z 192(AX), K1, Z0
-	VPSLLD      $0x10, Z0, Z0
-	VMOVUPS     Z0, 384(CX)
-	VPMOVZXWD.Z 224(AX), K3, Z0
-	VPSLLD      $0x10, Z0, Z0
-	VMOVUPS     Z0, 448(CX)
-	ADDQ        R10, AX
-	ADDQ        $0x00000200, CX
-	DECQ        DX
-	JNZ         stateVKbf16AVX512_bload_6
-
-stateVKbf16AVX512_bloaded_3:
-	MOVQ kh_base+112(FP), AX
-	MOVQ qh_base+136(FP), CX
-	MOVQ tok_base+216(FP), DX
-	MOVQ stores_base+64(FP), BX
-	MOVQ v_base+160(FP), SI
-	MOVQ o_base+192(FP), DI
-	MOVQ (SP), R8
-	SHLQ $0x02, R8
-	ADDQ R8, SI
-	ADDQ R8, DI
-	MOVQ 16(SP), R8
-
-	// The first token's dots and their totals.
-	VMOVUPS   (AX), Z0
-	VMOVUPS   64(AX), Z3
-	VMOVUPS   128(AX), Z4
-	VMOVUPS   192(AX), Z5
-	VMOVUPS   256(AX), Z6
-	VMOVUPS   320(AX), Z7
-	VMOVUPS.Z 384(AX), K1, Z8
-	VMOVUPS.Z 448(AX), K3, Z9
+	VMOVUPS.Z 384(AX), K4, Z8
+	VMOVUPS.Z 448(AX), K5, Z9
 	VMOVUPS   (CX), Z10
 	VMOVUPS   64(CX), Z11
 	VMOVUPS   128(CX), Z12
 	VMOVUPS   192(CX), Z13
-	VMOVUPS   256(CX), Z14
-	VMOVUPS   320(CX), Z15
-	VMOVUPS.Z 384(CX), K1, Z16
-	VMOVUPS.Z 448(CX), K3, Z17
+	VMOVUPS.Z 256(CX), K1, Z14
+	VMOVUPS.Z 320(CX), K3, Z15
+	VMOVUPS.Z 384(CX), K4, Z16
+	VMOVUPS.Z 448(CX), K5, Z17
 	XORQ      R11, R11
 
-stateVKbf16AVX512_bsub_3:
+stateVKbf16AVX512_bsub_2:
 	MOVQ   R11, R12
 	IMUL3Q $0x00002000, R12, R12
 	ADDQ   40(SP), R12
@@ -29857,7 +26346,7 @@ stateVKbf16AVX512_bsub_3:
 	ADDQ   $0x00004000, R13
 	MOVQ   $0x00000008, R14
 
-stateVKbf16AVX512_bdots_3:
+stateVKbf16AVX512_bdots_2:
 	VMOVUPS     (R12), Z19
 	VMULPS      Z0, Z19, Z18
 	VMULPS      Z10, Z19, Z19
@@ -29883,33 +26372,37 @@ stateVKbf16AVX512_bdots_3:
 	VFMADD231PS Z5, Z26, Z24
 	VFMADD231PS Z13, Z26, Z25
 	VMOVUPS     256(R12), Z26
-	VFMADD231PS Z6, Z26, Z18
-	VFMADD231PS Z14, Z26, Z19
+	VFMADD231PS Z6, Z26, K1, Z18
+	VFMADD231PS Z14, Z26, K1, Z19
 	VMOVUPS     768(R12), Z26
-	VFMADD231PS Z6, Z26, Z22
-	VFMADD231PS Z14, Z26, Z23
+	VFMADD231PS Z6, Z26, K1, Z22
+	VFMADD231PS Z14, Z26, K1, Z23
+	CMPQ        R9, $0x00000140
+	JBE         stateVKbf16AVX512_dead_51
 	VMOVUPS     320(R12), Z26
-	VFMADD231PS Z7, Z26, Z20
-	VFMADD231PS Z15, Z26, Z21
+	VFMADD231PS Z7, Z26, K3, Z20
+	VFMADD231PS Z15, Z26, K3, Z21
 	VMOVUPS     832(R12), Z26
-	VFMADD231PS Z7, Z26, Z24
-	VFMADD231PS Z15, Z26, Z25
+	VFMADD231PS Z7, Z26, K3, Z24
+	VFMADD231PS Z15, Z26, K3, Z25
+	CMPQ        R9, $0x00000180
+	JBE         stateVKbf16AVX512_dead_51
 	VMOVUPS     384(R12), Z26
-	VFMADD231PS Z8, Z26, K1, Z18
-	VFMADD231PS Z16, Z26, K1, Z19
+	VFMADD231PS Z8, Z26, K4, Z18
+	VFMADD231PS Z16, Z26, K4, Z19
 	VMOVUPS     896(R12), Z26
-	VFMADD231PS Z8, Z26, K1, Z22
-	VFMADD231PS Z16, Z26, K1, Z23
+	VFMADD231PS Z8, Z26, K4, Z22
+	VFMADD231PS Z16, Z26, K4, Z23
 	CMPQ        R9, $0x000001c0
-	JBE         stateVKbf16AVX512_dead_59
+	JBE         stateVKbf16AVX512_dead_51
 	VMOVUPS     448(R12), Z26
-	VFMADD231PS Z9, Z26, K3, Z20
-	VFMADD231PS Z17, Z26, K3, Z21
+	VFMADD231PS Z9, Z26, K5, Z20
+	VFMADD231PS Z17, Z26, K5, Z21
 	VMOVUPS     960(R12), Z26
-	VFMADD231PS Z9, Z26, K3, Z24
-	VFMADD231PS Z17, Z26, K3, Z25
+	VFMADD231PS Z9, Z26, K5, Z24
+	VFMADD231PS Z17, Z26, K5, Z25
 
-stateVKbf16AVX512_dead_59:
+stateVKbf16AVX512_dead_51:
 	VADDPS     Z20, Z18, Z18
 	VADDPS     Z24, Z22, Z22
 	VSHUFF32X4 $0x44, Z22, Z18, Z20
@@ -29925,7 +26418,7 @@ stateVKbf16AVX512_dead_59:
 	ADDQ       $0x00000400, R12
 	ADDQ       $0x40, R13
 	DECQ       R14
-	JNZ        stateVKbf16AVX512_bdots_3
+	JNZ        stateVKbf16AVX512_bdots_2
 	SUBQ       $0x00000200, R13
 	VMOVUPS    (R13), Z18
 	VMOVUPS    64(R13), Z19
@@ -29993,37 +26486,37 @@ stateVKbf16AVX512_dead_59:
 	VMOVUPS    Z19, 64(R13)
 	INCQ       R11
 	CMPQ       R11, 48(SP)
-	JB         stateVKbf16AVX512_bsub_3
+	JB         stateVKbf16AVX512_bsub_2
 
-stateVKbf16AVX512_btoken_3:
+stateVKbf16AVX512_btoken_2:
 	// The prefetch list's next group.
 	MOVQ 64(SP), R11
 
-stateVKbf16AVX512_pfentry_7:
+stateVKbf16AVX512_pfentry_4:
 	CMPQ  R11, 72(SP)
-	JAE   stateVKbf16AVX512_pfdone_7
+	JAE   stateVKbf16AVX512_pfdone_4
 	MOVQ  (R11), R13
 	MOVQ  8(R11), R12
 	ADDQ  $0x10, R11
 	TESTQ R12, R12
-	JZ    stateVKbf16AVX512_pfdone_7
+	JZ    stateVKbf16AVX512_pfdone_4
 
-stateVKbf16AVX512_pfline_7:
+stateVKbf16AVX512_pfline_4:
 	PREFETCHT1 (R13)
 	ADDQ       $0x40, R13
 	DECQ       R12
-	JNZ        stateVKbf16AVX512_pfline_7
-	JMP        stateVKbf16AVX512_pfentry_7
+	JNZ        stateVKbf16AVX512_pfline_4
+	JMP        stateVKbf16AVX512_pfentry_4
 
-stateVKbf16AVX512_pfdone_7:
+stateVKbf16AVX512_pfdone_4:
 	MOVQ         R11, 64(SP)
 	VMOVSS       (DX), X0
 	VUCOMISS     nearone<>+0(SB), X0
-	JCS          stateVKbf16AVX512_far_11
+	JCS          stateVKbf16AVX512_far_6
 	VBROADCASTSS (DX), Z0
 	XORQ         R11, R11
 
-stateVKbf16AVX512_bdelta_5:
+stateVKbf16AVX512_bdelta_3:
 	MOVQ         R11, R12
 	SHLQ         $0x0a, R12
 	ADDQ         40(SP), R12
@@ -30045,9 +26538,9 @@ stateVKbf16AVX512_bdelta_5:
 	VMOVUPS      Z4, (DI)(R12*1)
 	INCQ         R11
 	CMPQ         R11, 48(SP)
-	JB           stateVKbf16AVX512_bdelta_5
+	JB           stateVKbf16AVX512_bdelta_3
 	CMPQ         R8, $0x01
-	JE           stateVKbf16AVX512_blast_5
+	JE           stateVKbf16AVX512_blast_3
 	MOVQ         AX, R11
 	ADDQ         R9, R11
 	MOVQ         CX, R12
@@ -30056,18 +26549,18 @@ stateVKbf16AVX512_bdelta_5:
 	VMOVUPS      64(R11), Z4
 	VMOVUPS      128(R11), Z5
 	VMOVUPS      192(R11), Z6
-	VMOVUPS      256(R11), Z7
-	VMOVUPS      320(R11), Z8
-	VMOVUPS.Z    384(R11), K1, Z9
-	VMOVUPS.Z    448(R11), K3, Z10
+	VMOVUPS.Z    256(R11), K1, Z7
+	VMOVUPS.Z    320(R11), K3, Z8
+	VMOVUPS.Z    384(R11), K4, Z9
+	VMOVUPS.Z    448(R11), K5, Z10
 	VMOVUPS      (R12), Z11
 	VMOVUPS      64(R12), Z12
 	VMOVUPS      128(R12), Z13
 	VMOVUPS      192(R12), Z14
-	VMOVUPS      256(R12), Z15
-	VMOVUPS      320(R12), Z16
-	VMOVUPS.Z    384(R12), K1, Z17
-	VMOVUPS.Z    448(R12), K3, Z18
+	VMOVUPS.Z    256(R12), K1, Z15
+	VMOVUPS.Z    320(R12), K3, Z16
+	VMOVUPS.Z    384(R12), K4, Z17
+	VMOVUPS.Z    448(R12), K5, Z18
 	MOVQ         40(SP), R11
 	MOVQ         40(SP), R12
 	ADDQ         $0x00004000, R12
@@ -30076,7 +26569,7 @@ stateVKbf16AVX512_bdelta_5:
 	MOVQ         48(SP), R14
 	SHLQ         $0x03, R14
 
-stateVKbf16AVX512_bfused_5:
+stateVKbf16AVX512_bfused_3:
 	VBROADCASTSS (R13), Z19
 	VBROADCASTSS 4(R13), Z20
 	VMOVUPS      (R11), Z22
@@ -30129,56 +26622,60 @@ stateVKbf16AVX512_bfused_5:
 	VFMADD231PS  Z14, Z29, Z28
 	VMOVUPS      256(R11), Z29
 	VFMADD213PS  Z29, Z0, Z29
-	VFMADD231PS  256(AX), Z19, Z29
+	VFMADD231PS  256(AX), Z19, K1, Z29
 	VMOVUPS      Z29, 256(R11)
-	VFMADD231PS  Z7, Z29, Z21
-	VFMADD231PS  Z15, Z29, Z22
+	VFMADD231PS  Z7, Z29, K1, Z21
+	VFMADD231PS  Z15, Z29, K1, Z22
 	VMOVUPS      768(R11), Z29
 	VFMADD213PS  Z29, Z0, Z29
-	VFMADD231PS  256(AX), Z20, Z29
+	VFMADD231PS  256(AX), Z20, K1, Z29
 	VMOVUPS      Z29, 768(R11)
-	VFMADD231PS  Z7, Z29, Z25
-	VFMADD231PS  Z15, Z29, Z26
+	VFMADD231PS  Z7, Z29, K1, Z25
+	VFMADD231PS  Z15, Z29, K1, Z26
+	CMPQ         R9, $0x00000140
+	JBE          stateVKbf16AVX512_dead_52
 	VMOVUPS      320(R11), Z29
 	VFMADD213PS  Z29, Z0, Z29
-	VFMADD231PS  320(AX), Z19, Z29
+	VFMADD231PS  320(AX), Z19, K3, Z29
 	VMOVUPS      Z29, 320(R11)
-	VFMADD231PS  Z8, Z29, Z23
-	VFMADD231PS  Z16, Z29, Z24
+	VFMADD231PS  Z8, Z29, K3, Z23
+	VFMADD231PS  Z16, Z29, K3, Z24
 	VMOVUPS      832(R11), Z29
 	VFMADD213PS  Z29, Z0, Z29
-	VFMADD231PS  320(AX), Z20, Z29
+	VFMADD231PS  320(AX), Z20, K3, Z29
 	VMOVUPS      Z29, 832(R11)
-	VFMADD231PS  Z8, Z29, Z27
-	VFMADD231PS  Z16, Z29, Z28
+	VFMADD231PS  Z8, Z29, K3, Z27
+	VFMADD231PS  Z16, Z29, K3, Z28
+	CMPQ         R9, $0x00000180
+	JBE          stateVKbf16AVX512_dead_52
 	VMOVUPS      384(R11), Z29
 	VFMADD213PS  Z29, Z0, Z29
-	VFMADD231PS  384(AX), Z19, K1, Z29
+	VFMADD231PS  384(AX), Z19, K4, Z29
 	VMOVUPS      Z29, 384(R11)
-	VFMADD231PS  Z9, Z29, K1, Z21
-	VFMADD231PS  Z17, Z29, K1, Z22
+	VFMADD231PS  Z9, Z29, K4, Z21
+	VFMADD231PS  Z17, Z29, K4, Z22
 	VMOVUPS      896(R11), Z29
 	VFMADD213PS  Z29, Z0, Z29
-	VFMADD231PS  384(AX), Z20, K1, Z29
+	VFMADD231PS  384(AX), Z20, K4, Z29
 	VMOVUPS      Z29, 896(R11)
-	VFMADD231PS  Z9, Z29, K1, Z25
-	VFMADD231PS  Z17, Z29, K1, Z26
+	VFMADD231PS  Z9, Z29, K4, Z25
+	VFMADD231PS  Z17, Z29, K4, Z26
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKbf16AVX512_dead_60
+	JBE          stateVKbf16AVX512_dead_52
 	VMOVUPS      448(R11), Z29
 	VFMADD213PS  Z29, Z0, Z29
-	VFMADD231PS  448(AX), Z19, K3, Z29
+	VFMADD231PS  448(AX), Z19, K5, Z29
 	VMOVUPS      Z29, 448(R11)
-	VFMADD231PS  Z10, Z29, K3, Z23
-	VFMADD231PS  Z18, Z29, K3, Z24
+	VFMADD231PS  Z10, Z29, K5, Z23
+	VFMADD231PS  Z18, Z29, K5, Z24
 	VMOVUPS      960(R11), Z19
 	VFMADD213PS  Z19, Z0, Z19
-	VFMADD231PS  448(AX), Z20, K3, Z19
+	VFMADD231PS  448(AX), Z20, K5, Z19
 	VMOVUPS      Z19, 960(R11)
-	VFMADD231PS  Z10, Z19, K3, Z27
-	VFMADD231PS  Z18, Z19, K3, Z28
+	VFMADD231PS  Z10, Z19, K5, Z27
+	VFMADD231PS  Z18, Z19, K5, Z28
 
-stateVKbf16AVX512_dead_60:
+stateVKbf16AVX512_dead_52:
 	VADDPS     Z23, Z21, Z21
 	VADDPS     Z27, Z25, Z25
 	VSHUFF32X4 $0x44, Z25, Z21, Z19
@@ -30196,7 +26693,7 @@ stateVKbf16AVX512_dead_60:
 	ADDQ       $0x08, R13
 	DECQ       R14
 	TESTQ      $0x00000007, R14
-	JNZ        stateVKbf16AVX512_bfused_5
+	JNZ        stateVKbf16AVX512_bfused_3
 	SUBQ       $0x00000200, R12
 	VMOVUPS    (R12), Z19
 	VMOVUPS    64(R12), Z20
@@ -30264,17 +26761,17 @@ stateVKbf16AVX512_dead_60:
 	VMOVUPS    Z20, 64(R12)
 	ADDQ       $0x00000400, R12
 	TESTQ      R14, R14
-	JNZ        stateVKbf16AVX512_bfused_5
-	JMP        stateVKbf16AVX512_bupdated_5
+	JNZ        stateVKbf16AVX512_bfused_3
+	JMP        stateVKbf16AVX512_bupdated_3
 
-stateVKbf16AVX512_blast_5:
+stateVKbf16AVX512_blast_3:
 	MOVQ 40(SP), R11
 	MOVQ 40(SP), R12
 	ADDQ $0x00004800, R12
 	MOVQ 48(SP), R13
 	SHLQ $0x03, R13
 
-stateVKbf16AVX512_bupdate_5:
+stateVKbf16AVX512_bupdate_3:
 	VBROADCASTSS (R12), Z3
 	VBROADCASTSS 4(R12), Z4
 	VMOVUPS      (R11), Z5
@@ -30311,53 +26808,57 @@ stateVKbf16AVX512_bupdate_5:
 	VMOVUPS      Z5, 704(R11)
 	VMOVUPS      256(R11), Z5
 	VFMADD213PS  Z5, Z0, Z5
-	VFMADD231PS  256(AX), Z3, Z5
+	VFMADD231PS  256(AX), Z3, K1, Z5
 	VMOVUPS      Z5, 256(R11)
 	VMOVUPS      768(R11), Z5
 	VFMADD213PS  Z5, Z0, Z5
-	VFMADD231PS  256(AX), Z4, Z5
+	VFMADD231PS  256(AX), Z4, K1, Z5
 	VMOVUPS      Z5, 768(R11)
+	CMPQ         R9, $0x00000140
+	JBE          stateVKbf16AVX512_dead_53
 	VMOVUPS      320(R11), Z5
 	VFMADD213PS  Z5, Z0, Z5
-	VFMADD231PS  320(AX), Z3, Z5
+	VFMADD231PS  320(AX), Z3, K3, Z5
 	VMOVUPS      Z5, 320(R11)
 	VMOVUPS      832(R11), Z5
 	VFMADD213PS  Z5, Z0, Z5
-	VFMADD231PS  320(AX), Z4, Z5
+	VFMADD231PS  320(AX), Z4, K3, Z5
 	VMOVUPS      Z5, 832(R11)
+	CMPQ         R9, $0x00000180
+	JBE          stateVKbf16AVX512_dead_53
 	VMOVUPS      384(R11), Z5
 	VFMADD213PS  Z5, Z0, Z5
-	VFMADD231PS  384(AX), Z3, K1, Z5
+	VFMADD231PS  384(AX), Z3, K4, Z5
 	VMOVUPS      Z5, 384(R11)
 	VMOVUPS      896(R11), Z5
 	VFMADD213PS  Z5, Z0, Z5
-	VFMADD231PS  384(AX), Z4, K1, Z5
+	VFMADD231PS  384(AX), Z4, K4, Z5
 	VMOVUPS      Z5, 896(R11)
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKbf16AVX512_dead_61
+	JBE          stateVKbf16AVX512_dead_53
 	VMOVUPS      448(R11), Z5
 	VFMADD213PS  Z5, Z0, Z5
-	VFMADD231PS  448(AX), Z3, K3, Z5
+	VFMADD231PS  448(AX), Z3, K5, Z5
 	VMOVUPS      Z5, 448(R11)
 	VMOVUPS      960(R11), Z3
 	VFMADD213PS  Z3, Z0, Z3
-	VFMADD231PS  448(AX), Z4, K3, Z3
+	VFMADD231PS  448(AX), Z4, K5, Z3
 	VMOVUPS      Z3, 960(R11)
 
-stateVKbf16AVX512_dead_61:
+stateVKbf16AVX512_dead_53:
 	ADDQ $0x00000400, R11
 	ADDQ $0x08, R12
 	DECQ R13
-	JNZ  stateVKbf16AVX512_bupdate_5
+	JNZ  stateVKbf16AVX512_bupdate_3
 
-stateVKbf16AVX512_bupdated_5:
-	JMP stateVKbf16AVX512_decayed_11
+stateVKbf16AVX512_bupdated_3:
+	JMP stateVKbf16AVX512_decayed_6
 
-stateVKbf16AVX512_far_11:
+stateVKbf16AVX512_far_6:
 	VBROADCASTSS 4(DX), Z0
 	XORQ         R11, R11
 
-stateVKbf16AVX512_bdelta_6:
+stateVKbf16AVX512_bdelta_4:
 	MOVQ         R11, R12
 	SHLQ         $0x0a, R12
 	ADDQ         40(SP), R12
@@ -30379,9 +26880,9 @@ stateVKbf16AVX512_bdelta_6:
 	VMOVUPS      Z4, (DI)(R12*1)
 	INCQ         R11
 	CMPQ         R11, 48(SP)
-	JB           stateVKbf16AVX512_bdelta_6
+	JB           stateVKbf16AVX512_bdelta_4
 	CMPQ         R8, $0x01
-	JE           stateVKbf16AVX512_blast_6
+	JE           stateVKbf16AVX512_blast_4
 	MOVQ         AX, R11
 	ADDQ         R9, R11
 	MOVQ         CX, R12
@@ -30390,18 +26891,18 @@ stateVKbf16AVX512_bdelta_6:
 	VMOVUPS      64(R11), Z4
 	VMOVUPS      128(R11), Z5
 	VMOVUPS      192(R11), Z6
-	VMOVUPS      256(R11), Z7
-	VMOVUPS      320(R11), Z8
-	VMOVUPS.Z    384(R11), K1, Z9
-	VMOVUPS.Z    448(R11), K3, Z10
+	VMOVUPS.Z    256(R11), K1, Z7
+	VMOVUPS.Z    320(R11), K3, Z8
+	VMOVUPS.Z    384(R11), K4, Z9
+	VMOVUPS.Z    448(R11), K5, Z10
 	VMOVUPS      (R12), Z11
 	VMOVUPS      64(R12), Z12
 	VMOVUPS      128(R12), Z13
 	VMOVUPS      192(R12), Z14
-	VMOVUPS      256(R12), Z15
-	VMOVUPS      320(R12), Z16
-	VMOVUPS.Z    384(R12), K1, Z17
-	VMOVUPS.Z    448(R12), K3, Z18
+	VMOVUPS.Z    256(R12), K1, Z15
+	VMOVUPS.Z    320(R12), K3, Z16
+	VMOVUPS.Z    384(R12), K4, Z17
+	VMOVUPS.Z    448(R12), K5, Z18
 	MOVQ         40(SP), R11
 	MOVQ         40(SP), R12
 	ADDQ         $0x00004000, R12
@@ -30410,7 +26911,7 @@ stateVKbf16AVX512_bdelta_6:
 	MOVQ         48(SP), R14
 	SHLQ         $0x03, R14
 
-stateVKbf16AVX512_bfused_6:
+stateVKbf16AVX512_bfused_4:
 	VBROADCASTSS (R13), Z19
 	VBROADCASTSS 4(R13), Z20
 	VMOVUPS      (R11), Z22
@@ -30463,56 +26964,60 @@ stateVKbf16AVX512_bfused_6:
 	VFMADD231PS  Z14, Z29, Z28
 	VMOVUPS      256(R11), Z29
 	VMULPS       Z29, Z0, Z29
-	VFMADD231PS  256(AX), Z19, Z29
+	VFMADD231PS  256(AX), Z19, K1, Z29
 	VMOVUPS      Z29, 256(R11)
-	VFMADD231PS  Z7, Z29, Z21
-	VFMADD231PS  Z15, Z29, Z22
+	VFMADD231PS  Z7, Z29, K1, Z21
+	VFMADD231PS  Z15, Z29, K1, Z22
 	VMOVUPS      768(R11), Z29
 	VMULPS       Z29, Z0, Z29
-	VFMADD231PS  256(AX), Z20, Z29
+	VFMADD231PS  256(AX), Z20, K1, Z29
 	VMOVUPS      Z29, 768(R11)
-	VFMADD231PS  Z7, Z29, Z25
-	VFMADD231PS  Z15, Z29, Z26
+	VFMADD231PS  Z7, Z29, K1, Z25
+	VFMADD231PS  Z15, Z29, K1, Z26
+	CMPQ         R9, $0x00000140
+	JBE          stateVKbf16AVX512_dead_54
 	VMOVUPS      320(R11), Z29
 	VMULPS       Z29, Z0, Z29
-	VFMADD231PS  320(AX), Z19, Z29
+	VFMADD231PS  320(AX), Z19, K3, Z29
 	VMOVUPS      Z29, 320(R11)
-	VFMADD231PS  Z8, Z29, Z23
-	VFMADD231PS  Z16, Z29, Z24
+	VFMADD231PS  Z8, Z29, K3, Z23
+	VFMADD231PS  Z16, Z29, K3, Z24
 	VMOVUPS      832(R11), Z29
 	VMULPS       Z29, Z0, Z29
-	VFMADD231PS  320(AX), Z20, Z29
+	VFMADD231PS  320(AX), Z20, K3, Z29
 	VMOVUPS      Z29, 832(R11)
-	VFMADD231PS  Z8, Z29, Z27
-	VFMADD231PS  Z16, Z29, Z28
+	VFMADD231PS  Z8, Z29, K3, Z27
+	VFMADD231PS  Z16, Z29, K3, Z28
+	CMPQ         R9, $0x00000180
+	JBE          stateVKbf16AVX512_dead_54
 	VMOVUPS      384(R11), Z29
 	VMULPS       Z29, Z0, Z29
-	VFMADD231PS  384(AX), Z19, K1, Z29
+	VFMADD231PS  384(AX), Z19, K4, Z29
 	VMOVUPS      Z29, 384(R11)
-	VFMADD231PS  Z9, Z29, K1, Z21
-	VFMADD231PS  Z17, Z29, K1, Z22
+	VFMADD231PS  Z9, Z29, K4, Z21
+	VFMADD231PS  Z17, Z29, K4, Z22
 	VMOVUPS      896(R11), Z29
 	VMULPS       Z29, Z0, Z29
-	VFMADD231PS  384(AX), Z20, K1, Z29
+	VFMADD231PS  384(AX), Z20, K4, Z29
 	VMOVUPS      Z29, 896(R11)
-	VFMADD231PS  Z9, Z29, K1, Z25
-	VFMADD231PS  Z17, Z29, K1, Z26
+	VFMADD231PS  Z9, Z29, K4, Z25
+	VFMADD231PS  Z17, Z29, K4, Z26
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKbf16AVX512_dead_62
+	JBE          stateVKbf16AVX512_dead_54
 	VMOVUPS      448(R11), Z29
 	VMULPS       Z29, Z0, Z29
-	VFMADD231PS  448(AX), Z19, K3, Z29
+	VFMADD231PS  448(AX), Z19, K5, Z29
 	VMOVUPS      Z29, 448(R11)
-	VFMADD231PS  Z10, Z29, K3, Z23
-	VFMADD231PS  Z18, Z29, K3, Z24
+	VFMADD231PS  Z10, Z29, K5, Z23
+	VFMADD231PS  Z18, Z29, K5, Z24
 	VMOVUPS      960(R11), Z19
 	VMULPS       Z19, Z0, Z19
-	VFMADD231PS  448(AX), Z20, K3, Z19
+	VFMADD231PS  448(AX), Z20, K5, Z19
 	VMOVUPS      Z19, 960(R11)
-	VFMADD231PS  Z10, Z19, K3, Z27
-	VFMADD231PS  Z18, Z19, K3, Z28
+	VFMADD231PS  Z10, Z19, K5, Z27
+	VFMADD231PS  Z18, Z19, K5, Z28
 
-stateVKbf16AVX512_dead_62:
+stateVKbf16AVX512_dead_54:
 	VADDPS     Z23, Z21, Z21
 	VADDPS     Z27, Z25, Z25
 	VSHUFF32X4 $0x44, Z25, Z21, Z19
@@ -30530,7 +27035,7 @@ stateVKbf16AVX512_dead_62:
 	ADDQ       $0x08, R13
 	DECQ       R14
 	TESTQ      $0x00000007, R14
-	JNZ        stateVKbf16AVX512_bfused_6
+	JNZ        stateVKbf16AVX512_bfused_4
 	SUBQ       $0x00000200, R12
 	VMOVUPS    (R12), Z19
 	VMOVUPS    64(R12), Z20
@@ -30598,17 +27103,17 @@ stateVKbf16AVX512_dead_62:
 	VMOVUPS    Z20, 64(R12)
 	ADDQ       $0x00000400, R12
 	TESTQ      R14, R14
-	JNZ        stateVKbf16AVX512_bfused_6
-	JMP        stateVKbf16AVX512_bupdated_6
+	JNZ        stateVKbf16AVX512_bfused_4
+	JMP        stateVKbf16AVX512_bupdated_4
 
-stateVKbf16AVX512_blast_6:
+stateVKbf16AVX512_blast_4:
 	MOVQ 40(SP), R11
 	MOVQ 40(SP), R12
 	ADDQ $0x00004800, R12
 	MOVQ 48(SP), R13
 	SHLQ $0x03, R13
 
-stateVKbf16AVX512_bupdate_6:
+stateVKbf16AVX512_bupdate_4:
 	VBROADCASTSS (R12), Z3
 	VBROADCASTSS 4(R12), Z4
 	VMOVUPS      (R11), Z5
@@ -30645,71 +27150,75 @@ stateVKbf16AVX512_bupdate_6:
 	VMOVUPS      Z5, 704(R11)
 	VMOVUPS      256(R11), Z5
 	VMULPS       Z5, Z0, Z5
-	VFMADD231PS  256(AX), Z3, Z5
+	VFMADD231PS  256(AX), Z3, K1, Z5
 	VMOVUPS      Z5, 256(R11)
 	VMOVUPS      768(R11), Z5
 	VMULPS       Z5, Z0, Z5
-	VFMADD231PS  256(AX), Z4, Z5
+	VFMADD231PS  256(AX), Z4, K1, Z5
 	VMOVUPS      Z5, 768(R11)
+	CMPQ         R9, $0x00000140
+	JBE          stateVKbf16AVX512_dead_55
 	VMOVUPS      320(R11), Z5
 	VMULPS       Z5, Z0, Z5
-	VFMADD231PS  320(AX), Z3, Z5
+	VFMADD231PS  320(AX), Z3, K3, Z5
 	VMOVUPS      Z5, 320(R11)
 	VMOVUPS      832(R11), Z5
 	VMULPS       Z5, Z0, Z5
-	VFMADD231PS  320(AX), Z4, Z5
+	VFMADD231PS  320(AX), Z4, K3, Z5
 	VMOVUPS      Z5, 832(R11)
+	CMPQ         R9, $0x00000180
+	JBE          stateVKbf16AVX512_dead_55
 	VMOVUPS      384(R11), Z5
 	VMULPS       Z5, Z0, Z5
-	VFMADD231PS  384(AX), Z3, K1, Z5
+	VFMADD231PS  384(AX), Z3, K4, Z5
 	VMOVUPS      Z5, 384(R11)
 	VMOVUPS      896(R11), Z5
 	VMULPS       Z5, Z0, Z5
-	VFMADD231PS  384(AX), Z4, K1, Z5
+	VFMADD231PS  384(AX), Z4, K4, Z5
 	VMOVUPS      Z5, 896(R11)
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKbf16AVX512_dead_63
+	JBE          stateVKbf16AVX512_dead_55
 	VMOVUPS      448(R11), Z5
 	VMULPS       Z5, Z0, Z5
-	VFMADD231PS  448(AX), Z3, K3, Z5
+	VFMADD231PS  448(AX), Z3, K5, Z5
 	VMOVUPS      Z5, 448(R11)
 	VMOVUPS      960(R11), Z3
 	VMULPS       Z3, Z0, Z3
-	VFMADD231PS  448(AX), Z4, K3, Z3
+	VFMADD231PS  448(AX), Z4, K5, Z3
 	VMOVUPS      Z3, 960(R11)
 
-stateVKbf16AVX512_dead_63:
+stateVKbf16AVX512_dead_55:
 	ADDQ $0x00000400, R11
 	ADDQ $0x08, R12
 	DECQ R13
-	JNZ  stateVKbf16AVX512_bupdate_6
+	JNZ  stateVKbf16AVX512_bupdate_4
 
-stateVKbf16AVX512_bupdated_6:
-stateVKbf16AVX512_decayed_11:
+stateVKbf16AVX512_bupdated_4:
+stateVKbf16AVX512_decayed_6:
 	// The state after this token, if stored.
 	MOVQ  (BX), R11
 	TESTQ R11, R11
-	JZ    stateVKbf16AVX512_bnostore_3
+	JZ    stateVKbf16AVX512_bnostore_2
 	MOVQ  (SP), R12
 	IMULQ R10, R12
 	ADDQ  R12, R11
-	CMPQ  R9, $0x00000200
-	JNE   stateVKbf16AVX512_btemporal_3
+	TESTQ $0x0000003f, R9
+	JNZ   stateVKbf16AVX512_btemporal_2
 	TESTQ $0x0000001f, R11
-	JNZ   stateVKbf16AVX512_btemporal_3
+	JNZ   stateVKbf16AVX512_btemporal_2
 	CMPQ  R8, $0x01
-	JNE   stateVKbf16AVX512_bsnapshot_3
+	JNE   stateVKbf16AVX512_bsnapshot_2
 	CMPQ  16(SP), $0x01
-	JE    stateVKbf16AVX512_btemporal_3
+	JE    stateVKbf16AVX512_btemporal_2
 	CMPQ  -8(BX), $0x00
-	JE    stateVKbf16AVX512_btemporal_3
+	JE    stateVKbf16AVX512_btemporal_2
 
-stateVKbf16AVX512_bsnapshot_3:
+stateVKbf16AVX512_bsnapshot_2:
 	MOVQ 40(SP), R12
 	MOVQ 48(SP), R13
 	SHLQ $0x04, R13
 
-stateVKbf16AVX512_bstorent_3:
+stateVKbf16AVX512_bstorent_2:
 	VMOVUPS     (R12), Z0
 	VPSRLD      $0x10, Z0, Z3
 	VCMPPS      $0x03, Z0, Z0, K2
@@ -30760,6 +27269,8 @@ stateVKbf16AVX512_bstorent_3:
 	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
 	VPMOVDW     Z0, Y0
 	VMOVNTDQ    Y0, 128(R11)
+	CMPQ        R9, $0x00000140
+	JBE         stateVKbf16AVX512_dead_56
 	VMOVUPS     320(R12), Z0
 	VPSRLD      $0x10, Z0, Z3
 	VCMPPS      $0x03, Z0, Z0, K2
@@ -30770,6 +27281,8 @@ stateVKbf16AVX512_bstorent_3:
 	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
 	VPMOVDW     Z0, Y0
 	VMOVNTDQ    Y0, 160(R11)
+	CMPQ        R9, $0x00000180
+	JBE         stateVKbf16AVX512_dead_56
 	VMOVUPS     384(R12), Z0
 	VPSRLD      $0x10, Z0, Z3
 	VCMPPS      $0x03, Z0, Z0, K2
@@ -30780,6 +27293,8 @@ stateVKbf16AVX512_bstorent_3:
 	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
 	VPMOVDW     Z0, Y0
 	VMOVNTDQ    Y0, 192(R11)
+	CMPQ        R9, $0x000001c0
+	JBE         stateVKbf16AVX512_dead_56
 	VMOVUPS     448(R12), Z0
 	VPSRLD      $0x10, Z0, Z3
 	VCMPPS      $0x03, Z0, Z0, K2
@@ -30790,18 +27305,20 @@ stateVKbf16AVX512_bstorent_3:
 	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
 	VPMOVDW     Z0, Y0
 	VMOVNTDQ    Y0, 224(R11)
-	ADDQ        R10, R11
-	ADDQ        $0x00000200, R12
-	DECQ        R13
-	JNZ         stateVKbf16AVX512_bstorent_3
-	JMP         stateVKbf16AVX512_bstored_3
 
-stateVKbf16AVX512_btemporal_3:
+stateVKbf16AVX512_dead_56:
+	ADDQ R10, R11
+	ADDQ $0x00000200, R12
+	DECQ R13
+	JNZ  stateVKbf16AVX512_bstorent_2
+	JMP  stateVKbf16AVX512_bstored_2
+
+stateVKbf16AVX512_btemporal_2:
 	MOVQ 40(SP), R12
 	MOVQ 48(SP), R13
 	SHLQ $0x04, R13
 
-stateVKbf16AVX512_bstore_5:
+stateVKbf16AVX512_bstore_3:
 	VMOVUPS     (R12), Z0
 	VPSRLD      $0x10, Z0, Z3
 	VCMPPS      $0x03, Z0, Z0, K2
@@ -30846,7 +27363,9 @@ stateVKbf16AVX512_bstore_5:
 	VPADDD      Z4, Z0, Z0
 	VPSRLD      $0x10, Z0, Z0
 	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
-	VPMOVDW     Z0, 128(R11)
+	VPMOVDW     Z0, K1, 128(R11)
+	CMPQ        R9, $0x00000140
+	JBE         stateVKbf16AVX512_dead_57
 	VMOVUPS     320(R12), Z0
 	VPSRLD      $0x10, Z0, Z3
 	VCMPPS      $0x03, Z0, Z0, K2
@@ -30855,7 +27374,9 @@ stateVKbf16AVX512_bstore_5:
 	VPADDD      Z4, Z0, Z0
 	VPSRLD      $0x10, Z0, Z0
 	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
-	VPMOVDW     Z0, 160(R11)
+	VPMOVDW     Z0, K3, 160(R11)
+	CMPQ        R9, $0x00000180
+	JBE         stateVKbf16AVX512_dead_57
 	VMOVUPS     384(R12), Z0
 	VPSRLD      $0x10, Z0, Z3
 	VCMPPS      $0x03, Z0, Z0, K2
@@ -30864,9 +27385,9 @@ stateVKbf16AVX512_bstore_5:
 	VPADDD      Z4, Z0, Z0
 	VPSRLD      $0x10, Z0, Z0
 	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
-	VPMOVDW     Z0, K1, 192(R11)
+	VPMOVDW     Z0, K4, 192(R11)
 	CMPQ        R9, $0x000001c0
-	JBE         stateVKbf16AVX512_dead_64
+	JBE         stateVKbf16AVX512_dead_57
 	VMOVUPS     448(R12), Z0
 	VPSRLD      $0x10, Z0, Z3
 	VCMPPS      $0x03, Z0, Z0, K2
@@ -30875,16 +27396,16 @@ stateVKbf16AVX512_bstore_5:
 	VPADDD      Z4, Z0, Z0
 	VPSRLD      $0x10, Z0, Z0
 	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
-	VPMOVDW     Z0, K3, 224(R11)
+	VPMOVDW     Z0, K5, 224(R11)
 
-stateVKbf16AVX512_dead_64:
+stateVKbf16AVX512_dead_57:
 	ADDQ R10, R11
 	ADDQ $0x00000200, R12
 	DECQ R13
-	JNZ  stateVKbf16AVX512_bstore_5
+	JNZ  stateVKbf16AVX512_bstore_3
 
-stateVKbf16AVX512_bstored_3:
-stateVKbf16AVX512_bnostore_3:
+stateVKbf16AVX512_bstored_2:
+stateVKbf16AVX512_bnostore_2:
 	ADDQ R9, AX
 	ADDQ R9, CX
 	ADDQ $0x10, DX
@@ -30892,12 +27413,12 @@ stateVKbf16AVX512_bnostore_3:
 	ADDQ 32(SP), SI
 	ADDQ 24(SP), DI
 	DECQ R8
-	JNZ  stateVKbf16AVX512_btoken_3
+	JNZ  stateVKbf16AVX512_btoken_2
 
 	// The f32 carry after the last token, if asked for.
 	MOVQ  carry_base+88(FP), AX
 	TESTQ AX, AX
-	JZ    stateVKbf16AVX512_bnocarry_3
+	JZ    stateVKbf16AVX512_bnocarry_2
 	MOVQ  (SP), CX
 	IMULQ R9, CX
 	ADDQ  CX, AX
@@ -30905,7 +27426,7 @@ stateVKbf16AVX512_bnostore_3:
 	MOVQ  48(SP), DX
 	SHLQ  $0x04, DX
 
-stateVKbf16AVX512_bstore_6:
+stateVKbf16AVX512_bstore_4:
 	VMOVUPS (CX), Z0
 	VMOVUPS Z0, (AX)
 	VMOVUPS 64(CX), Z0
@@ -30915,63 +27436,67 @@ stateVKbf16AVX512_bstore_6:
 	VMOVUPS 192(CX), Z0
 	VMOVUPS Z0, 192(AX)
 	VMOVUPS 256(CX), Z0
-	VMOVUPS Z0, 256(AX)
+	VMOVUPS Z0, K1, 256(AX)
+	CMPQ    R9, $0x00000140
+	JBE     stateVKbf16AVX512_dead_58
 	VMOVUPS 320(CX), Z0
-	VMOVUPS Z0, 320(AX)
+	VMOVUPS Z0, K3, 320(AX)
+	CMPQ    R9, $0x00000180
+	JBE     stateVKbf16AVX512_dead_58
 	VMOVUPS 384(CX), Z0
-	VMOVUPS Z0, K1, 384(AX)
+	VMOVUPS Z0, K4, 384(AX)
 	CMPQ    R9, $0x000001c0
-	JBE     stateVKbf16AVX512_dead_65
+	JBE     stateVKbf16AVX512_dead_58
 	VMOVUPS 448(CX), Z0
-	VMOVUPS Z0, K3, 448(AX)
+	VMOVUPS Z0, K5, 448(AX)
 
-stateVKbf16AVX512_dead_65:
+stateVKbf16AVX512_dead_58:
 	ADDQ R9, AX
 	ADDQ $0x00000200, CX
 	DECQ DX
-	JNZ  stateVKbf16AVX512_bstore_6
+	JNZ  stateVKbf16AVX512_bstore_4
 
-stateVKbf16AVX512_bnocarry_3:
+stateVKbf16AVX512_bnocarry_2:
 	MOVQ 48(SP), AX
 	SHLQ $0x04, AX
 	ADDQ AX, (SP)
 	SUBQ AX, 8(SP)
-	JMP  stateVKbf16AVX512_block_3
+	JMP  stateVKbf16AVX512_block_2
 
-stateVKbf16AVX512_blocksdone_3:
-stateVKbf16AVX512_groups_3:
-stateVKbf16AVX512_group_5:
+stateVKbf16AVX512_blocksdone_2:
+stateVKbf16AVX512_groups_2:
+stateVKbf16AVX512_group_3:
 	CMPQ 8(SP), $0x00000002
-	JB   stateVKbf16AVX512_groupsdone_5
+	JB   stateVKbf16AVX512_groupsdone_3
 
 	// The prefetch list's next group.
 	MOVQ 64(SP), AX
 
-stateVKbf16AVX512_pfentry_8:
+stateVKbf16AVX512_pfentry_5:
 	CMPQ  AX, 72(SP)
-	JAE   stateVKbf16AVX512_pfdone_8
+	JAE   stateVKbf16AVX512_pfdone_5
 	MOVQ  (AX), DX
 	MOVQ  8(AX), CX
 	ADDQ  $0x10, AX
 	TESTQ CX, CX
-	JZ    stateVKbf16AVX512_pfdone_8
+	JZ    stateVKbf16AVX512_pfdone_5
 
-stateVKbf16AVX512_pfline_8:
+stateVKbf16AVX512_pfline_5:
 	PREFETCHT1 (DX)
 	ADDQ       $0x40, DX
 	DECQ       CX
-	JNZ        stateVKbf16AVX512_pfline_8
-	JMP        stateVKbf16AVX512_pfentry_8
+	JNZ        stateVKbf16AVX512_pfline_5
+	JMP        stateVKbf16AVX512_pfentry_5
 
-stateVKbf16AVX512_pfdone_8:
+stateVKbf16AVX512_pfdone_5:
 	MOVQ  AX, 64(SP)
 	MOVL  $0x00000003, AX
 	KMOVW AX, K6
 
-	// Load 2 row(s) of 7…8 vectors.
+	// Load 2 row(s) of 5…8 vectors.
 	MOVQ       src32_base+40(FP), AX
 	TESTQ      AX, AX
-	JZ         stateVKbf16AVX512_frombf16_5
+	JZ         stateVKbf16AVX512_frombf16_3
 	MOVQ       (SP), CX
 	IMULQ      R9, CX
 	ADDQ       CX, AX
@@ -30984,41 +27509,71 @@ stateVKbf16AVX512_pfdone_8:
 	PREFETCHT1 8576(AX)
 	PREFETCHT1 8640(AX)
 	PREFETCHT1 8704(AX)
+	CMPQ       R9, $0x00000120
+	JBE        stateVKbf16AVX512_dead_59
 	PREFETCHT1 8768(AX)
+	CMPQ       R9, $0x00000140
+	JBE        stateVKbf16AVX512_dead_59
 	PREFETCHT1 8832(AX)
+	CMPQ       R9, $0x00000160
+	JBE        stateVKbf16AVX512_dead_59
 	PREFETCHT1 8896(AX)
+	CMPQ       R9, $0x00000180
+	JBE        stateVKbf16AVX512_dead_59
 	PREFETCHT1 8960(AX)
 	CMPQ       R9, $0x000001a0
-	JBE        stateVKbf16AVX512_dead_66
+	JBE        stateVKbf16AVX512_dead_59
 	PREFETCHT1 9024(AX)
 	CMPQ       R9, $0x000001c0
-	JBE        stateVKbf16AVX512_dead_66
+	JBE        stateVKbf16AVX512_dead_59
 	PREFETCHT1 9088(AX)
 	CMPQ       R9, $0x000001e0
-	JBE        stateVKbf16AVX512_dead_66
+	JBE        stateVKbf16AVX512_dead_59
 	PREFETCHT1 9152(AX)
 
-stateVKbf16AVX512_dead_66:
-	VMOVUPS   (AX), Z0
-	VMOVUPS   64(AX), Z3
-	VMOVUPS   128(AX), Z4
-	VMOVUPS   192(AX), Z5
-	VMOVUPS   256(AX), Z6
-	VMOVUPS   320(AX), Z7
-	VMOVUPS.Z 384(AX), K1, Z8
-	VMOVUPS.Z 448(AX), K3, Z9
-	ADDQ      R9, AX
-	VMOVUPS   (AX), Z10
-	VMOVUPS   64(AX), Z11
-	VMOVUPS   128(AX), Z12
-	VMOVUPS   192(AX), Z13
-	VMOVUPS   256(AX), Z14
-	VMOVUPS   320(AX), Z15
-	VMOVUPS.Z 384(AX), K1, Z16
-	VMOVUPS.Z 448(AX), K3, Z17
-	JMP       stateVKbf16AVX512_loaded_5
+stateVKbf16AVX512_dead_59:
+	VBROADCASTSS zero<>+0(SB), Z7
+	VBROADCASTSS zero<>+0(SB), Z8
+	VBROADCASTSS zero<>+0(SB), Z9
+	VMOVUPS      (AX), Z0
+	VMOVUPS      64(AX), Z3
+	VMOVUPS      128(AX), Z4
+	VMOVUPS      192(AX), Z5
+	VMOVUPS.Z    256(AX), K1, Z6
+	CMPQ         R9, $0x00000140
+	JBE          stateVKbf16AVX512_dead_60
+	VMOVUPS.Z    320(AX), K3, Z7
+	CMPQ         R9, $0x00000180
+	JBE          stateVKbf16AVX512_dead_60
+	VMOVUPS.Z    384(AX), K4, Z8
+	CMPQ         R9, $0x000001c0
+	JBE          stateVKbf16AVX512_dead_60
+	VMOVUPS.Z    448(AX), K5, Z9
 
-stateVKbf16AVX512_frombf16_5:
+stateVKbf16AVX512_dead_60:
+	ADDQ         R9, AX
+	VBROADCASTSS zero<>+0(SB), Z15
+	VBROADCASTSS zero<>+0(SB), Z16
+	VBROADCASTSS zero<>+0(SB), Z17
+	VMOVUPS      (AX), Z10
+	VMOVUPS      64(AX), Z11
+	VMOVUPS      128(AX), Z12
+	VMOVUPS      192(AX), Z13
+	VMOVUPS.Z    256(AX), K1, Z14
+	CMPQ         R9, $0x00000140
+	JBE          stateVKbf16AVX512_dead_61
+	VMOVUPS.Z    320(AX), K3, Z15
+	CMPQ         R9, $0x00000180
+	JBE          stateVKbf16AVX512_dead_61
+	VMOVUPS.Z    384(AX), K4, Z16
+	CMPQ         R9, $0x000001c0
+	JBE          stateVKbf16AVX512_dead_61
+	VMOVUPS.Z    448(AX), K5, Z17
+
+stateVKbf16AVX512_dead_61:
+	JMP stateVKbf16AVX512_loaded_3
+
+stateVKbf16AVX512_frombf16_3:
 	MOVQ       src_base+16(FP), AX
 	MOVQ       (SP), CX
 	IMULQ      R10, CX
@@ -31028,48 +27583,73 @@ stateVKbf16AVX512_frombf16_5:
 	PREFETCHT1 8320(AX)
 	PREFETCHT1 8384(AX)
 	PREFETCHT1 8448(AX)
+	CMPQ       R9, $0x00000140
+	JBE        stateVKbf16AVX512_dead_62
 	PREFETCHT1 8512(AX)
+	CMPQ       R9, $0x00000180
+	JBE        stateVKbf16AVX512_dead_62
 	PREFETCHT1 8576(AX)
 	CMPQ       R9, $0x000001c0
-	JBE        stateVKbf16AVX512_dead_67
+	JBE        stateVKbf16AVX512_dead_62
 	PREFETCHT1 8640(AX)
 
-stateVKbf16AVX512_dead_67:
-	VPMOVZXWD   (AX), Z0
-	VPSLLD      $0x10, Z0, Z0
-	VPMOVZXWD   32(AX), Z3
-	VPSLLD      $0x10, Z3, Z3
-	VPMOVZXWD   64(AX), Z4
-	VPSLLD      $0x10, Z4, Z4
-	VPMOVZXWD   96(AX), Z5
-	VPSLLD      $0x10, Z5, Z5
-	VPMOVZXWD   128(AX), Z6
-	VPSLLD      $0x10, Z6, Z6
-	VPMOVZXWD   160(AX), Z7
-	VPSLLD      $0x10, Z7, Z7
-	VPMOVZXWD.Z 192(AX), K1, Z8
-	VPSLLD      $0x10, Z8, Z8
-	VPMOVZXWD.Z 224(AX), K3, Z9
-	VPSLLD      $0x10, Z9, Z9
-	ADDQ        R10, AX
-	VPMOVZXWD   (AX), Z10
-	VPSLLD      $0x10, Z10, Z10
-	VPMOVZXWD   32(AX), Z11
-	VPSLLD      $0x10, Z11, Z11
-	VPMOVZXWD   64(AX), Z12
-	VPSLLD      $0x10, Z12, Z12
-	VPMOVZXWD   96(AX), Z13
-	VPSLLD      $0x10, Z13, Z13
-	VPMOVZXWD   128(AX), Z14
-	VPSLLD      $0x10, Z14, Z14
-	VPMOVZXWD   160(AX), Z15
-	VPSLLD      $0x10, Z15, Z15
-	VPMOVZXWD.Z 192(AX), K1, Z16
-	VPSLLD      $0x10, Z16, Z16
-	VPMOVZXWD.Z 224(AX), K3, Z17
-	VPSLLD      $0x10, Z17, Z17
+stateVKbf16AVX512_dead_62:
+	VBROADCASTSS zero<>+0(SB), Z7
+	VBROADCASTSS zero<>+0(SB), Z8
+	VBROADCASTSS zero<>+0(SB), Z9
+	VPMOVZXWD    (AX), Z0
+	VPSLLD       $0x10, Z0, Z0
+	VPMOVZXWD    32(AX), Z3
+	VPSLLD       $0x10, Z3, Z3
+	VPMOVZXWD    64(AX), Z4
+	VPSLLD       $0x10, Z4, Z4
+	VPMOVZXWD    96(AX), Z5
+	VPSLLD       $0x10, Z5, Z5
+	VPMOVZXWD.Z  128(AX), K1, Z6
+	VPSLLD       $0x10, Z6, Z6
+	CMPQ         R9, $0x00000140
+	JBE          stateVKbf16AVX512_dead_63
+	VPMOVZXWD.Z  160(AX), K3, Z7
+	VPSLLD       $0x10, Z7, Z7
+	CMPQ         R9, $0x00000180
+	JBE          stateVKbf16AVX512_dead_63
+	VPMOVZXWD.Z  192(AX), K4, Z8
+	VPSLLD       $0x10, Z8, Z8
+	CMPQ         R9, $0x000001c0
+	JBE          stateVKbf16AVX512_dead_63
+	VPMOVZXWD.Z  224(AX), K5, Z9
+	VPSLLD       $0x10, Z9, Z9
 
-stateVKbf16AVX512_loaded_5:
+stateVKbf16AVX512_dead_63:
+	ADDQ         R10, AX
+	VBROADCASTSS zero<>+0(SB), Z15
+	VBROADCASTSS zero<>+0(SB), Z16
+	VBROADCASTSS zero<>+0(SB), Z17
+	VPMOVZXWD    (AX), Z10
+	VPSLLD       $0x10, Z10, Z10
+	VPMOVZXWD    32(AX), Z11
+	VPSLLD       $0x10, Z11, Z11
+	VPMOVZXWD    64(AX), Z12
+	VPSLLD       $0x10, Z12, Z12
+	VPMOVZXWD    96(AX), Z13
+	VPSLLD       $0x10, Z13, Z13
+	VPMOVZXWD.Z  128(AX), K1, Z14
+	VPSLLD       $0x10, Z14, Z14
+	CMPQ         R9, $0x00000140
+	JBE          stateVKbf16AVX512_dead_64
+	VPMOVZXWD.Z  160(AX), K3, Z15
+	VPSLLD       $0x10, Z15, Z15
+	CMPQ         R9, $0x00000180
+	JBE          stateVKbf16AVX512_dead_64
+	VPMOVZXWD.Z  192(AX), K4, Z16
+	VPSLLD       $0x10, Z16, Z16
+	CMPQ         R9, $0x000001c0
+	JBE          stateVKbf16AVX512_dead_64
+	VPMOVZXWD.Z  224(AX), K5, Z17
+	VPSLLD       $0x10, Z17, Z17
+
+stateVKbf16AVX512_dead_64:
+stateVKbf16AVX512_loaded_3:
 	MOVQ kh_base+112(FP), AX
 	MOVQ qh_base+136(FP), CX
 	MOVQ tok_base+216(FP), DX
@@ -31082,7 +27662,7 @@ stateVKbf16AVX512_loaded_5:
 	ADDQ R8, DI
 	MOVQ 16(SP), R8
 
-stateVKbf16AVX512_token_5:
+stateVKbf16AVX512_token_3:
 	VMULPS      (AX), Z0, Z18
 	VMULPS      (CX), Z0, Z19
 	VMULPS      (AX), Z10, Z22
@@ -31099,26 +27679,30 @@ stateVKbf16AVX512_token_5:
 	VFMADD231PS 192(CX), Z5, Z21
 	VFMADD231PS 192(AX), Z13, Z24
 	VFMADD231PS 192(CX), Z13, Z25
-	VFMADD231PS 256(AX), Z6, Z18
-	VFMADD231PS 256(CX), Z6, Z19
-	VFMADD231PS 256(AX), Z14, Z22
-	VFMADD231PS 256(CX), Z14, Z23
-	VFMADD231PS 320(AX), Z7, Z20
-	VFMADD231PS 320(CX), Z7, Z21
-	VFMADD231PS 320(AX), Z15, Z24
-	VFMADD231PS 320(CX), Z15, Z25
-	VFMADD231PS 384(AX), Z8, K1, Z18
-	VFMADD231PS 384(CX), Z8, K1, Z19
-	VFMADD231PS 384(AX), Z16, K1, Z22
-	VFMADD231PS 384(CX), Z16, K1, Z23
+	VFMADD231PS 256(AX), Z6, K1, Z18
+	VFMADD231PS 256(CX), Z6, K1, Z19
+	VFMADD231PS 256(AX), Z14, K1, Z22
+	VFMADD231PS 256(CX), Z14, K1, Z23
+	CMPQ        R9, $0x00000140
+	JBE         stateVKbf16AVX512_dead_65
+	VFMADD231PS 320(AX), Z7, K3, Z20
+	VFMADD231PS 320(CX), Z7, K3, Z21
+	VFMADD231PS 320(AX), Z15, K3, Z24
+	VFMADD231PS 320(CX), Z15, K3, Z25
+	CMPQ        R9, $0x00000180
+	JBE         stateVKbf16AVX512_dead_65
+	VFMADD231PS 384(AX), Z8, K4, Z18
+	VFMADD231PS 384(CX), Z8, K4, Z19
+	VFMADD231PS 384(AX), Z16, K4, Z22
+	VFMADD231PS 384(CX), Z16, K4, Z23
 	CMPQ        R9, $0x000001c0
-	JBE         stateVKbf16AVX512_dead_68
-	VFMADD231PS 448(AX), Z9, K3, Z20
-	VFMADD231PS 448(CX), Z9, K3, Z21
-	VFMADD231PS 448(AX), Z17, K3, Z24
-	VFMADD231PS 448(CX), Z17, K3, Z25
+	JBE         stateVKbf16AVX512_dead_65
+	VFMADD231PS 448(AX), Z9, K5, Z20
+	VFMADD231PS 448(CX), Z9, K5, Z21
+	VFMADD231PS 448(AX), Z17, K5, Z24
+	VFMADD231PS 448(CX), Z17, K5, Z25
 
-stateVKbf16AVX512_dead_68:
+stateVKbf16AVX512_dead_65:
 	VADDPS       Z20, Z18, Z18
 	VADDPS       Z24, Z22, Z22
 	VADDPS       Z21, Z19, Z19
@@ -31142,16 +27726,16 @@ stateVKbf16AVX512_dead_68:
 	VPERMPS      Z19, Z18, Z18
 	VMOVSS       (DX), X1
 	VUCOMISS     nearone<>+0(SB), X1
-	JCS          stateVKbf16AVX512_far_12
+	JCS          stateVKbf16AVX512_far_7
 	VBROADCASTSS (DX), Z19
 	VFMADD213PS  Z18, Z19, Z18
-	JMP          stateVKbf16AVX512_decayed_12
+	JMP          stateVKbf16AVX512_decayed_7
 
-stateVKbf16AVX512_far_12:
+stateVKbf16AVX512_far_7:
 	VBROADCASTSS 4(DX), Z19
 	VMULPS       Z18, Z19, Z18
 
-stateVKbf16AVX512_decayed_12:
+stateVKbf16AVX512_decayed_7:
 	VEXTRACTF64X4 $0x01, Z18, Y19
 	VMOVUPS.Z     (SI), K6, Y1
 	VSUBPS        Y18, Y1, Y1
@@ -31162,23 +27746,23 @@ stateVKbf16AVX512_decayed_12:
 	VMOVUPS       Y19, K6, (DI)
 	MOVQ          (BX), R11
 	TESTQ         R11, R11
-	JZ            stateVKbf16AVX512_nofin_5
-	CMPQ          R9, $0x00000200
-	JNE           stateVKbf16AVX512_fin_5
+	JZ            stateVKbf16AVX512_nofin_3
+	TESTQ         $0x0000007f, R9
+	JNZ           stateVKbf16AVX512_fin_3
 	CMPB          cvt+288(FP), $0x00
-	JNE           stateVKbf16AVX512_nofin_5
+	JNE           stateVKbf16AVX512_nofin_3
 
-stateVKbf16AVX512_fin_5:
+stateVKbf16AVX512_fin_3:
 	VSUBPS Y1, Y1, Y18
 	VCMPPS $0x03, Y18, Y18, K7
 	KMOVW  K7, R11
 	ANDL   $0x00000003, R11
 	MOVL   R11, 56(SP)
 
-stateVKbf16AVX512_nofin_5:
+stateVKbf16AVX512_nofin_3:
 	VMOVSS       (DX), X2
 	VUCOMISS     nearone<>+0(SB), X2
-	JCS          stateVKbf16AVX512_far_13
+	JCS          stateVKbf16AVX512_far_8
 	VBROADCASTSS (DX), Z18
 	VBROADCASTSS X1, Z19
 	VMOVUPS      vklane1<>+0(SB), Z20
@@ -31200,28 +27784,32 @@ stateVKbf16AVX512_nofin_5:
 	VFMADD213PS  Z13, Z18, Z13
 	VFMADD231PS  192(AX), Z20, Z13
 	VFMADD213PS  Z6, Z18, Z6
-	VFMADD231PS  256(AX), Z19, Z6
+	VFMADD231PS  256(AX), Z19, K1, Z6
 	VFMADD213PS  Z14, Z18, Z14
-	VFMADD231PS  256(AX), Z20, Z14
+	VFMADD231PS  256(AX), Z20, K1, Z14
+	CMPQ         R9, $0x00000140
+	JBE          stateVKbf16AVX512_dead_66
 	VFMADD213PS  Z7, Z18, Z7
-	VFMADD231PS  320(AX), Z19, Z7
+	VFMADD231PS  320(AX), Z19, K3, Z7
 	VFMADD213PS  Z15, Z18, Z15
-	VFMADD231PS  320(AX), Z20, Z15
+	VFMADD231PS  320(AX), Z20, K3, Z15
+	CMPQ         R9, $0x00000180
+	JBE          stateVKbf16AVX512_dead_66
 	VFMADD213PS  Z8, Z18, Z8
-	VFMADD231PS  384(AX), Z19, K1, Z8
+	VFMADD231PS  384(AX), Z19, K4, Z8
 	VFMADD213PS  Z16, Z18, Z16
-	VFMADD231PS  384(AX), Z20, K1, Z16
+	VFMADD231PS  384(AX), Z20, K4, Z16
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKbf16AVX512_dead_69
+	JBE          stateVKbf16AVX512_dead_66
 	VFMADD213PS  Z9, Z18, Z9
-	VFMADD231PS  448(AX), Z19, K3, Z9
+	VFMADD231PS  448(AX), Z19, K5, Z9
 	VFMADD213PS  Z17, Z18, Z17
-	VFMADD231PS  448(AX), Z20, K3, Z17
+	VFMADD231PS  448(AX), Z20, K5, Z17
 
-stateVKbf16AVX512_dead_69:
-	JMP stateVKbf16AVX512_decayed_13
+stateVKbf16AVX512_dead_66:
+	JMP stateVKbf16AVX512_decayed_8
 
-stateVKbf16AVX512_far_13:
+stateVKbf16AVX512_far_8:
 	VBROADCASTSS 4(DX), Z18
 	VBROADCASTSS X1, Z19
 	VMOVUPS      vklane1<>+0(SB), Z20
@@ -31243,37 +27831,41 @@ stateVKbf16AVX512_far_13:
 	VMULPS       Z13, Z18, Z13
 	VFMADD231PS  192(AX), Z20, Z13
 	VMULPS       Z6, Z18, Z6
-	VFMADD231PS  256(AX), Z19, Z6
+	VFMADD231PS  256(AX), Z19, K1, Z6
 	VMULPS       Z14, Z18, Z14
-	VFMADD231PS  256(AX), Z20, Z14
+	VFMADD231PS  256(AX), Z20, K1, Z14
+	CMPQ         R9, $0x00000140
+	JBE          stateVKbf16AVX512_dead_67
 	VMULPS       Z7, Z18, Z7
-	VFMADD231PS  320(AX), Z19, Z7
+	VFMADD231PS  320(AX), Z19, K3, Z7
 	VMULPS       Z15, Z18, Z15
-	VFMADD231PS  320(AX), Z20, Z15
+	VFMADD231PS  320(AX), Z20, K3, Z15
+	CMPQ         R9, $0x00000180
+	JBE          stateVKbf16AVX512_dead_67
 	VMULPS       Z8, Z18, Z8
-	VFMADD231PS  384(AX), Z19, K1, Z8
+	VFMADD231PS  384(AX), Z19, K4, Z8
 	VMULPS       Z16, Z18, Z16
-	VFMADD231PS  384(AX), Z20, K1, Z16
+	VFMADD231PS  384(AX), Z20, K4, Z16
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKbf16AVX512_dead_70
+	JBE          stateVKbf16AVX512_dead_67
 	VMULPS       Z9, Z18, Z9
-	VFMADD231PS  448(AX), Z19, K3, Z9
+	VFMADD231PS  448(AX), Z19, K5, Z9
 	VMULPS       Z17, Z18, Z17
-	VFMADD231PS  448(AX), Z20, K3, Z17
+	VFMADD231PS  448(AX), Z20, K5, Z17
 
-stateVKbf16AVX512_dead_70:
-stateVKbf16AVX512_decayed_13:
+stateVKbf16AVX512_dead_67:
+stateVKbf16AVX512_decayed_8:
 	// The state after this token, if stored.
 	MOVQ      (BX), R11
 	TESTQ     R11, R11
-	JZ        stateVKbf16AVX512_nostore_5
+	JZ        stateVKbf16AVX512_nostore_3
 	MOVQ      (SP), R12
 	IMULQ     R10, R12
 	ADDQ      R12, R11
-	CMPQ      R9, $0x00000200
-	JNE       stateVKbf16AVX512_bfints_5
+	TESTQ     $0x0000007f, R9
+	JNZ       stateVKbf16AVX512_bfints_3
 	CMPB      cvt+288(FP), $0x00
-	JE        stateVKbf16AVX512_bfints_5
+	JE        stateVKbf16AVX512_bfints_3
 	VMOVDQU32 mag16<>+0(SB), Z18
 	KXNORD    K7, K7, K7
 	MOVQ      R11, R12
@@ -31283,32 +27875,44 @@ stateVKbf16AVX512_decayed_13:
 	BYTE $0x62; BYTE $0xe2; BYTE $0x57; BYTE $0x48; BYTE $0x72; BYTE $0xdc // VCVTNE2PS2BF16 Z4, Z5, Z19
 	VMOVDQU32 Z19, 64(R12)
 	VPTESTMW  Z18, Z19, K7, K7
+	CMPQ      R9, $0x00000140
+	JBE       stateVKbf16AVX512_dead_68
 	BYTE $0x62; BYTE $0xe2; BYTE $0x47; BYTE $0x48; BYTE $0x72; BYTE $0xde // VCVTNE2PS2BF16 Z6, Z7, Z19
 	VMOVDQU32 Z19, 128(R12)
 	VPTESTMW  Z18, Z19, K7, K7
+	CMPQ      R9, $0x000001c0
+	JBE       stateVKbf16AVX512_dead_68
 	BYTE $0x62; BYTE $0xc2; BYTE $0x37; BYTE $0x48; BYTE $0x72; BYTE $0xd8 // VCVTNE2PS2BF16 Z8, Z9, Z19
 	VMOVDQU32 Z19, 192(R12)
 	VPTESTMW  Z18, Z19, K7, K7
-	ADDQ      R10, R12
+
+stateVKbf16AVX512_dead_68:
+	ADDQ R10, R12
 	BYTE $0x62; BYTE $0xc2; BYTE $0x27; BYTE $0x48; BYTE $0x72; BYTE $0xda // VCVTNE2PS2BF16 Z10, Z11, Z19
 	VMOVDQU32 Z19, (R12)
 	VPTESTMW  Z18, Z19, K7, K7
 	BYTE $0x62; BYTE $0xc2; BYTE $0x17; BYTE $0x48; BYTE $0x72; BYTE $0xdc // VCVTNE2PS2BF16 Z12, Z13, Z19
 	VMOVDQU32 Z19, 64(R12)
 	VPTESTMW  Z18, Z19, K7, K7
+	CMPQ      R9, $0x00000140
+	JBE       stateVKbf16AVX512_dead_69
 	BYTE $0x62; BYTE $0xc2; BYTE $0x07; BYTE $0x48; BYTE $0x72; BYTE $0xde // VCVTNE2PS2BF16 Z14, Z15, Z19
 	VMOVDQU32 Z19, 128(R12)
 	VPTESTMW  Z18, Z19, K7, K7
+	CMPQ      R9, $0x000001c0
+	JBE       stateVKbf16AVX512_dead_69
 	BYTE $0x62; BYTE $0xa2; BYTE $0x77; BYTE $0x40; BYTE $0x72; BYTE $0xd8 // VCVTNE2PS2BF16 Z16, Z17, Z19
 	VMOVDQU32 Z19, 192(R12)
 	VPTESTMW  Z18, Z19, K7, K7
-	KORTESTD  K7, K7
-	JCS       stateVKbf16AVX512_bfstored_5
-	MOVL      $0x00000001, 56(SP)
 
-stateVKbf16AVX512_bfints_5:
+stateVKbf16AVX512_dead_69:
+	KORTESTD K7, K7
+	JCS      stateVKbf16AVX512_bfstored_3
+	MOVL     $0x00000001, 56(SP)
+
+stateVKbf16AVX512_bfints_3:
 	CMPL        56(SP), $0x00
-	JNE         stateVKbf16AVX512_bfnan_5
+	JNE         stateVKbf16AVX512_bfnan_3
 	VMOVAPS     Z0, Z18
 	VPSRLD      $0x10, Z18, Z19
 	VPANDD.BCST one_i<>+0(SB), Z19, Z19
@@ -31343,96 +27947,104 @@ stateVKbf16AVX512_bfints_5:
 	VPADDD.BCST round<>+0(SB), Z18, Z18
 	VPADDD      Z19, Z18, Z18
 	VPSRLD      $0x10, Z18, Z18
-	VPMOVDW     Z18, 128(R11)
+	VPMOVDW     Z18, K1, 128(R11)
+	CMPQ        R9, $0x00000140
+	JBE         stateVKbf16AVX512_dead_70
 	VMOVAPS     Z7, Z18
 	VPSRLD      $0x10, Z18, Z19
 	VPANDD.BCST one_i<>+0(SB), Z19, Z19
 	VPADDD.BCST round<>+0(SB), Z18, Z18
 	VPADDD      Z19, Z18, Z18
 	VPSRLD      $0x10, Z18, Z18
-	VPMOVDW     Z18, 160(R11)
+	VPMOVDW     Z18, K3, 160(R11)
+	CMPQ        R9, $0x00000180
+	JBE         stateVKbf16AVX512_dead_70
 	VMOVAPS     Z8, Z18
 	VPSRLD      $0x10, Z18, Z19
 	VPANDD.BCST one_i<>+0(SB), Z19, Z19
 	VPADDD.BCST round<>+0(SB), Z18, Z18
 	VPADDD      Z19, Z18, Z18
 	VPSRLD      $0x10, Z18, Z18
-	VPMOVDW     Z18, K1, 192(R11)
+	VPMOVDW     Z18, K4, 192(R11)
+	CMPQ        R9, $0x000001c0
+	JBE         stateVKbf16AVX512_dead_70
+	VMOVAPS     Z9, Z18
+	VPSRLD      $0x10, Z18, Z19
+	VPANDD.BCST one_i<>+0(SB), Z19, Z19
+	VPADDD.BCST round<>+0(SB), Z18, Z18
+	VPADDD      Z19, Z18, Z18
+	VPSRLD      $0x10, Z18, Z18
+	VPMOVDW     Z18, K5, 224(R11)
+
+stateVKbf16AVX512_dead_70:
+	ADDQ        R10, R11
+	VMOVAPS     Z10, Z18
+	VPSRLD      $0x10, Z18, Z19
+	VPANDD.BCST one_i<>+0(SB), Z19, Z19
+	VPADDD.BCST round<>+0(SB), Z18, Z18
+	VPADDD      Z19, Z18, Z18
+	VPSRLD      $0x10, Z18, Z18
+	VPMOVDW     Z18, (R11)
+	VMOVAPS     Z11, Z18
+	VPSRLD      $0x10, Z18, Z19
+	VPANDD.BCST one_i<>+0(SB), Z19, Z19
+	VPADDD.BCST round<>+0(SB), Z18, Z18
+	VPADDD      Z19, Z18, Z18
+	VPSRLD      $0x10, Z18, Z18
+	VPMOVDW     Z18, 32(R11)
+	VMOVAPS     Z12, Z18
+	VPSRLD      $0x10, Z18, Z19
+	VPANDD.BCST one_i<>+0(SB), Z19, Z19
+	VPADDD.BCST round<>+0(SB), Z18, Z18
+	VPADDD      Z19, Z18, Z18
+	VPSRLD      $0x10, Z18, Z18
+	VPMOVDW     Z18, 64(R11)
+	VMOVAPS     Z13, Z18
+	VPSRLD      $0x10, Z18, Z19
+	VPANDD.BCST one_i<>+0(SB), Z19, Z19
+	VPADDD.BCST round<>+0(SB), Z18, Z18
+	VPADDD      Z19, Z18, Z18
+	VPSRLD      $0x10, Z18, Z18
+	VPMOVDW     Z18, 96(R11)
+	VMOVAPS     Z14, Z18
+	VPSRLD      $0x10, Z18, Z19
+	VPANDD.BCST one_i<>+0(SB), Z19, Z19
+	VPADDD.BCST round<>+0(SB), Z18, Z18
+	VPADDD      Z19, Z18, Z18
+	VPSRLD      $0x10, Z18, Z18
+	VPMOVDW     Z18, K1, 128(R11)
+	CMPQ        R9, $0x00000140
+	JBE         stateVKbf16AVX512_dead_71
+	VMOVAPS     Z15, Z18
+	VPSRLD      $0x10, Z18, Z19
+	VPANDD.BCST one_i<>+0(SB), Z19, Z19
+	VPADDD.BCST round<>+0(SB), Z18, Z18
+	VPADDD      Z19, Z18, Z18
+	VPSRLD      $0x10, Z18, Z18
+	VPMOVDW     Z18, K3, 160(R11)
+	CMPQ        R9, $0x00000180
+	JBE         stateVKbf16AVX512_dead_71
+	VMOVAPS     Z16, Z18
+	VPSRLD      $0x10, Z18, Z19
+	VPANDD.BCST one_i<>+0(SB), Z19, Z19
+	VPADDD.BCST round<>+0(SB), Z18, Z18
+	VPADDD      Z19, Z18, Z18
+	VPSRLD      $0x10, Z18, Z18
+	VPMOVDW     Z18, K4, 192(R11)
 	CMPQ        R9, $0x000001c0
 	JBE         stateVKbf16AVX512_dead_71
-	VMOVAPS     Z9, Z18
-	VPSRLD      $0x10, Z18, Z19
-	VPANDD.BCST one_i<>+0(SB), Z19, Z19
-	VPADDD.BCST round<>+0(SB), Z18, Z18
-	VPADDD      Z19, Z18, Z18
-	VPSRLD      $0x10, Z18, Z18
-	VPMOVDW     Z18, K3, 224(R11)
-
-stateVKbf16AVX512_dead_71:
-	ADDQ        R10, R11
-	VMOVAPS     Z10, Z18
-	VPSRLD      $0x10, Z18, Z19
-	VPANDD.BCST one_i<>+0(SB), Z19, Z19
-	VPADDD.BCST round<>+0(SB), Z18, Z18
-	VPADDD      Z19, Z18, Z18
-	VPSRLD      $0x10, Z18, Z18
-	VPMOVDW     Z18, (R11)
-	VMOVAPS     Z11, Z18
-	VPSRLD      $0x10, Z18, Z19
-	VPANDD.BCST one_i<>+0(SB), Z19, Z19
-	VPADDD.BCST round<>+0(SB), Z18, Z18
-	VPADDD      Z19, Z18, Z18
-	VPSRLD      $0x10, Z18, Z18
-	VPMOVDW     Z18, 32(R11)
-	VMOVAPS     Z12, Z18
-	VPSRLD      $0x10, Z18, Z19
-	VPANDD.BCST one_i<>+0(SB), Z19, Z19
-	VPADDD.BCST round<>+0(SB), Z18, Z18
-	VPADDD      Z19, Z18, Z18
-	VPSRLD      $0x10, Z18, Z18
-	VPMOVDW     Z18, 64(R11)
-	VMOVAPS     Z13, Z18
-	VPSRLD      $0x10, Z18, Z19
-	VPANDD.BCST one_i<>+0(SB), Z19, Z19
-	VPADDD.BCST round<>+0(SB), Z18, Z18
-	VPADDD      Z19, Z18, Z18
-	VPSRLD      $0x10, Z18, Z18
-	VPMOVDW     Z18, 96(R11)
-	VMOVAPS     Z14, Z18
-	VPSRLD      $0x10, Z18, Z19
-	VPANDD.BCST one_i<>+0(SB), Z19, Z19
-	VPADDD.BCST round<>+0(SB), Z18, Z18
-	VPADDD      Z19, Z18, Z18
-	VPSRLD      $0x10, Z18, Z18
-	VPMOVDW     Z18, 128(R11)
-	VMOVAPS     Z15, Z18
-	VPSRLD      $0x10, Z18, Z19
-	VPANDD.BCST one_i<>+0(SB), Z19, Z19
-	VPADDD.BCST round<>+0(SB), Z18, Z18
-	VPADDD      Z19, Z18, Z18
-	VPSRLD      $0x10, Z18, Z18
-	VPMOVDW     Z18, 160(R11)
-	VMOVAPS     Z16, Z18
-	VPSRLD      $0x10, Z18, Z19
-	VPANDD.BCST one_i<>+0(SB), Z19, Z19
-	VPADDD.BCST round<>+0(SB), Z18, Z18
-	VPADDD      Z19, Z18, Z18
-	VPSRLD      $0x10, Z18, Z18
-	VPMOVDW     Z18, K1, 192(R11)
-	CMPQ        R9, $0x000001c0
-	JBE         stateVKbf16AVX512_dead_72
 	VMOVAPS     Z17, Z18
 	VPSRLD      $0x10, Z18, Z19
 	VPANDD.BCST one_i<>+0(SB), Z19, Z19
 	VPADDD.BCST round<>+0(SB), Z18, Z18
 	VPADDD      Z19, Z18, Z18
 	VPSRLD      $0x10, Z18, Z18
-	VPMOVDW     Z18, K3, 224(R11)
+	VPMOVDW     Z18, K5, 224(R11)
 
-stateVKbf16AVX512_dead_72:
-	JMP stateVKbf16AVX512_bfdone_5
+stateVKbf16AVX512_dead_71:
+	JMP stateVKbf16AVX512_bfdone_3
 
-stateVKbf16AVX512_bfnan_5:
+stateVKbf16AVX512_bfnan_3:
 	VMOVAPS     Z0, Z18
 	VPSRLD      $0x10, Z18, Z19
 	VCMPPS      $0x03, Z18, Z18, K2
@@ -31477,7 +28089,9 @@ stateVKbf16AVX512_bfnan_5:
 	VPADDD      Z20, Z18, Z18
 	VPSRLD      $0x10, Z18, Z18
 	VPORD.BCST  quiet<>+0(SB), Z19, K2, Z18
-	VPMOVDW     Z18, 128(R11)
+	VPMOVDW     Z18, K1, 128(R11)
+	CMPQ        R9, $0x00000140
+	JBE         stateVKbf16AVX512_dead_72
 	VMOVAPS     Z7, Z18
 	VPSRLD      $0x10, Z18, Z19
 	VCMPPS      $0x03, Z18, Z18, K2
@@ -31486,7 +28100,9 @@ stateVKbf16AVX512_bfnan_5:
 	VPADDD      Z20, Z18, Z18
 	VPSRLD      $0x10, Z18, Z18
 	VPORD.BCST  quiet<>+0(SB), Z19, K2, Z18
-	VPMOVDW     Z18, 160(R11)
+	VPMOVDW     Z18, K3, 160(R11)
+	CMPQ        R9, $0x00000180
+	JBE         stateVKbf16AVX512_dead_72
 	VMOVAPS     Z8, Z18
 	VPSRLD      $0x10, Z18, Z19
 	VCMPPS      $0x03, Z18, Z18, K2
@@ -31495,9 +28111,9 @@ stateVKbf16AVX512_bfnan_5:
 	VPADDD      Z20, Z18, Z18
 	VPSRLD      $0x10, Z18, Z18
 	VPORD.BCST  quiet<>+0(SB), Z19, K2, Z18
-	VPMOVDW     Z18, K1, 192(R11)
+	VPMOVDW     Z18, K4, 192(R11)
 	CMPQ        R9, $0x000001c0
-	JBE         stateVKbf16AVX512_dead_73
+	JBE         stateVKbf16AVX512_dead_72
 	VMOVAPS     Z9, Z18
 	VPSRLD      $0x10, Z18, Z19
 	VCMPPS      $0x03, Z18, Z18, K2
@@ -31506,9 +28122,9 @@ stateVKbf16AVX512_bfnan_5:
 	VPADDD      Z20, Z18, Z18
 	VPSRLD      $0x10, Z18, Z18
 	VPORD.BCST  quiet<>+0(SB), Z19, K2, Z18
-	VPMOVDW     Z18, K3, 224(R11)
+	VPMOVDW     Z18, K5, 224(R11)
 
-stateVKbf16AVX512_dead_73:
+stateVKbf16AVX512_dead_72:
 	ADDQ        R10, R11
 	VMOVAPS     Z10, Z18
 	VPSRLD      $0x10, Z18, Z19
@@ -31554,7 +28170,9 @@ stateVKbf16AVX512_dead_73:
 	VPADDD      Z20, Z18, Z18
 	VPSRLD      $0x10, Z18, Z18
 	VPORD.BCST  quiet<>+0(SB), Z19, K2, Z18
-	VPMOVDW     Z18, 128(R11)
+	VPMOVDW     Z18, K1, 128(R11)
+	CMPQ        R9, $0x00000140
+	JBE         stateVKbf16AVX512_dead_73
 	VMOVAPS     Z15, Z18
 	VPSRLD      $0x10, Z18, Z19
 	VCMPPS      $0x03, Z18, Z18, K2
@@ -31563,7 +28181,9 @@ stateVKbf16AVX512_dead_73:
 	VPADDD      Z20, Z18, Z18
 	VPSRLD      $0x10, Z18, Z18
 	VPORD.BCST  quiet<>+0(SB), Z19, K2, Z18
-	VPMOVDW     Z18, 160(R11)
+	VPMOVDW     Z18, K3, 160(R11)
+	CMPQ        R9, $0x00000180
+	JBE         stateVKbf16AVX512_dead_73
 	VMOVAPS     Z16, Z18
 	VPSRLD      $0x10, Z18, Z19
 	VCMPPS      $0x03, Z18, Z18, K2
@@ -31572,9 +28192,9 @@ stateVKbf16AVX512_dead_73:
 	VPADDD      Z20, Z18, Z18
 	VPSRLD      $0x10, Z18, Z18
 	VPORD.BCST  quiet<>+0(SB), Z19, K2, Z18
-	VPMOVDW     Z18, K1, 192(R11)
+	VPMOVDW     Z18, K4, 192(R11)
 	CMPQ        R9, $0x000001c0
-	JBE         stateVKbf16AVX512_dead_74
+	JBE         stateVKbf16AVX512_dead_73
 	VMOVAPS     Z17, Z18
 	VPSRLD      $0x10, Z18, Z19
 	VCMPPS      $0x03, Z18, Z18, K2
@@ -31583,12 +28203,12 @@ stateVKbf16AVX512_dead_73:
 	VPADDD      Z20, Z18, Z18
 	VPSRLD      $0x10, Z18, Z18
 	VPORD.BCST  quiet<>+0(SB), Z19, K2, Z18
-	VPMOVDW     Z18, K3, 224(R11)
+	VPMOVDW     Z18, K5, 224(R11)
 
-stateVKbf16AVX512_dead_74:
-stateVKbf16AVX512_bfdone_5:
-stateVKbf16AVX512_bfstored_5:
-stateVKbf16AVX512_nostore_5:
+stateVKbf16AVX512_dead_73:
+stateVKbf16AVX512_bfdone_3:
+stateVKbf16AVX512_bfstored_3:
+stateVKbf16AVX512_nostore_3:
 	ADDQ R9, AX
 	ADDQ R9, CX
 	ADDQ $0x10, DX
@@ -31596,12 +28216,12 @@ stateVKbf16AVX512_nostore_5:
 	ADDQ 32(SP), SI
 	ADDQ 24(SP), DI
 	DECQ R8
-	JNZ  stateVKbf16AVX512_token_5
+	JNZ  stateVKbf16AVX512_token_3
 
 	// The f32 carry after the last token, if asked for.
 	MOVQ    carry_base+88(FP), AX
 	TESTQ   AX, AX
-	JZ      stateVKbf16AVX512_nocarry_5
+	JZ      stateVKbf16AVX512_nocarry_3
 	MOVQ    (SP), CX
 	IMULQ   R9, CX
 	ADDQ    CX, AX
@@ -31609,63 +28229,71 @@ stateVKbf16AVX512_nostore_5:
 	VMOVUPS Z3, 64(AX)
 	VMOVUPS Z4, 128(AX)
 	VMOVUPS Z5, 192(AX)
-	VMOVUPS Z6, 256(AX)
-	VMOVUPS Z7, 320(AX)
-	VMOVUPS Z8, K1, 384(AX)
+	VMOVUPS Z6, K1, 256(AX)
+	CMPQ    R9, $0x00000140
+	JBE     stateVKbf16AVX512_dead_74
+	VMOVUPS Z7, K3, 320(AX)
+	CMPQ    R9, $0x00000180
+	JBE     stateVKbf16AVX512_dead_74
+	VMOVUPS Z8, K4, 384(AX)
 	CMPQ    R9, $0x000001c0
-	JBE     stateVKbf16AVX512_dead_75
-	VMOVUPS Z9, K3, 448(AX)
+	JBE     stateVKbf16AVX512_dead_74
+	VMOVUPS Z9, K5, 448(AX)
 
-stateVKbf16AVX512_dead_75:
+stateVKbf16AVX512_dead_74:
 	ADDQ    R9, AX
 	VMOVUPS Z10, (AX)
 	VMOVUPS Z11, 64(AX)
 	VMOVUPS Z12, 128(AX)
 	VMOVUPS Z13, 192(AX)
-	VMOVUPS Z14, 256(AX)
-	VMOVUPS Z15, 320(AX)
-	VMOVUPS Z16, K1, 384(AX)
+	VMOVUPS Z14, K1, 256(AX)
+	CMPQ    R9, $0x00000140
+	JBE     stateVKbf16AVX512_dead_75
+	VMOVUPS Z15, K3, 320(AX)
+	CMPQ    R9, $0x00000180
+	JBE     stateVKbf16AVX512_dead_75
+	VMOVUPS Z16, K4, 384(AX)
 	CMPQ    R9, $0x000001c0
-	JBE     stateVKbf16AVX512_dead_76
-	VMOVUPS Z17, K3, 448(AX)
+	JBE     stateVKbf16AVX512_dead_75
+	VMOVUPS Z17, K5, 448(AX)
 
-stateVKbf16AVX512_dead_76:
-stateVKbf16AVX512_nocarry_5:
+stateVKbf16AVX512_dead_75:
+stateVKbf16AVX512_nocarry_3:
 	ADDQ $0x00000002, (SP)
 	SUBQ $0x00000002, 8(SP)
-	JMP  stateVKbf16AVX512_group_5
+	JMP  stateVKbf16AVX512_group_3
 
-stateVKbf16AVX512_groupsdone_5:
-stateVKbf16AVX512_group_6:
+stateVKbf16AVX512_groupsdone_3:
+stateVKbf16AVX512_group_4:
 	CMPQ 8(SP), $0x00000001
-	JB   stateVKbf16AVX512_groupsdone_6
+	JB   stateVKbf16AVX512_groupsdone_4
 
 	// The prefetch list's next group.
 	MOVQ 64(SP), AX
 
-stateVKbf16AVX512_pfentry_9:
+stateVKbf16AVX512_pfentry_6:
 	CMPQ  AX, 72(SP)
-	JAE   stateVKbf16AVX512_pfdone_9
+	JAE   stateVKbf16AVX512_pfdone_6
 	MOVQ  (AX), DX
 	MOVQ  8(AX), CX
 	ADDQ  $0x10, AX
 	TESTQ CX, CX
-	JZ    stateVKbf16AVX512_pfdone_9
+	JZ    stateVKbf16AVX512_pfdone_6
 
-stateVKbf16AVX512_pfline_9:
+stateVKbf16AVX512_pfline_6:
 	PREFETCHT1 (DX)
 	ADDQ       $0x40, DX
 	DECQ       CX
-	JNZ        stateVKbf16AVX512_pfline_9
-	JMP        stateVKbf16AVX512_pfentry_9
+	JNZ        stateVKbf16AVX512_pfline_6
+	JMP        stateVKbf16AVX512_pfentry_6
 
-stateVKbf16AVX512_pfdone_9:
+stateVKbf16AVX512_pfdone_6:
 	MOVQ AX, 64(SP)
 
-	// Load 1 row(s) of 7…8 vectors.
+	// Load 1 row(s) of 5…8 vectors.
 	MOVQ       src32_base+40(FP), AX
 	TESTQ      AX, AX
-	JZ         stateVKbf16AVX512_frombf16_6
+	JZ         stateVKbf16AVX512_frombf16_4
 	MOVQ       (SP), CX
 	IMULQ      R9, CX
 	ADDQ       CX, AX
@@ -31674,50 +28302,79 @@ stateVKbf16AVX512_pfdone_9:
 	PREFETCHT1 8320(AX)
 	PREFETCHT1 8384(AX)
 	PREFETCHT1 8448(AX)
+	CMPQ       R9, $0x00000140
+	JBE        stateVKbf16AVX512_dead_76
 	PREFETCHT1 8512(AX)
+	CMPQ       R9, $0x00000180
+	JBE        stateVKbf16AVX512_dead_76
 	PREFETCHT1 8576(AX)
 	CMPQ       R9, $0x000001c0
-	JBE        stateVKbf16AVX512_dead_77
+	JBE        stateVKbf16AVX512_dead_76
 	PREFETCHT1 8640(AX)
 
+stateVKbf16AVX512_dead_76:
+	VBROADCASTSS zero<>+0(SB), Z6
+	VBROADCASTSS zero<>+0(SB), Z7
+	VBROADCASTSS zero<>+0(SB), Z8
+	VMOVUPS      (AX), Z0
+	VMOVUPS      64(AX), Z1
+	VMOVUPS      128(AX), Z3
+	VMOVUPS      192(AX), Z4
+	VMOVUPS.Z    256(AX), K1, Z5
+	CMPQ         R9, $0x00000140
+	JBE          stateVKbf16AVX512_dead_77
+	VMOVUPS.Z    320(AX), K3, Z6
+	CMPQ         R9, $0x00000180
+	JBE          stateVKbf16AVX512_dead_77
+	VMOVUPS.Z    384(AX), K4, Z7
+	CMPQ         R9, $0x000001c0
+	JBE          stateVKbf16AVX512_dead_77
+	VMOVUPS.Z    448(AX), K5, Z8
+
 stateVKbf16AVX512_dead_77:
-	VMOVUPS   (AX), Z0
-	VMOVUPS   64(AX), Z1
-	VMOVUPS   128(AX), Z3
-	VMOVUPS   192(AX), Z4
-	VMOVUPS   256(AX), Z5
-	VMOVUPS   320(AX), Z6
-	VMOVUPS.Z 384(AX), K1, Z7
-	VMOVUPS.Z 448(AX), K3, Z8
-	JMP       stateVKbf16AVX512_loaded_6
+	JMP stateVKbf16AVX512_loaded_4
 
-stateVKbf16AVX512_frombf16_6:
-	MOVQ        src_base+16(FP), AX
-	MOVQ        (SP), CX
-	IMULQ       R10, CX
-	ADDQ        CX, AX
-	PREFETCHT1  8192(AX)
-	PREFETCHT1  8256(AX)
-	PREFETCHT1  8320(AX)
-	PREFETCHT1  8384(AX)
-	VPMOVZXWD   (AX), Z0
-	VPSLLD      $0x10, Z0, Z0
-	VPMOVZXWD   32(AX), Z1
-	VPSLLD      $0x10, Z1, Z1
-	VPMOVZXWD   64(AX), Z3
-	VPSLLD      $0x10, Z3, Z3
-	VPMOVZXWD   96(AX), Z4
-	VPSLLD      $0x10, Z4, Z4
-	VPMOVZXWD   128(AX), Z5
-	VPSLLD      $0x10, Z5, Z5
-	VPMOVZXWD   160(AX), Z6
-	VPSLLD      $0x10, Z6, Z6
-	VPMOVZXWD.Z 192(AX), K1, Z7
-	VPSLLD      $0x10, Z7, Z7
-	VPMOVZXWD.Z 224(AX), K3, Z8
-	VPSLLD      $0x10, Z8, Z8
+stateVKbf16AVX512_frombf16_4:
+	MOVQ       src_base+16(FP), AX
+	MOVQ       (SP), CX
+	IMULQ      R10, CX
+	ADDQ       CX, AX
+	PREFETCHT1 8192(AX)
+	PREFETCHT1 8256(AX)
+	PREFETCHT1 8320(AX)
+	CMPQ       R9, $0x00000180
+	JBE        stateVKbf16AVX512_dead_78
+	PREFETCHT1 8384(AX)
 
-stateVKbf16AVX512_loaded_6:
+stateVKbf16AVX512_dead_78:
+	VBROADCASTSS zero<>+0(SB), Z6
+	VBROADCASTSS zero<>+0(SB), Z7
+	VBROADCASTSS zero<>+0(SB), Z8
+	VPMOVZXWD    (AX), Z0
+	VPSLLD       $0x10, Z0, Z0
+	VPMOVZXWD    32(AX), Z1
+	VPSLLD       $0x10, Z1, Z1
+	VPMOVZXWD    64(AX), Z3
+	VPSLLD       $0x10, Z3, Z3
+	VPMOVZXWD    96(AX), Z4
+	VPSLLD       $0x10, Z4, Z4
+	VPMOVZXWD.Z  128(AX), K1, Z5
+	VPSLLD       $0x10, Z5, Z5
+	CMPQ         R9, $0x00000140
+	JBE          stateVKbf16AVX512_dead_79
+	VPMOVZXWD.Z  160(AX), K3, Z6
+	VPSLLD       $0x10, Z6, Z6
+	CMPQ         R9, $0x00000180
+	JBE          stateVKbf16AVX512_dead_79
+	VPMOVZXWD.Z  192(AX), K4, Z7
+	VPSLLD       $0x10, Z7, Z7
+	CMPQ         R9, $0x000001c0
+	JBE          stateVKbf16AVX512_dead_79
+	VPMOVZXWD.Z  224(AX), K5, Z8
+	VPSLLD       $0x10, Z8, Z8
+
+stateVKbf16AVX512_dead_79:
+stateVKbf16AVX512_loaded_4:
 	MOVQ kh_base+112(FP), AX
 	MOVQ qh_base+136(FP), CX
 	MOVQ tok_base+216(FP), DX
@@ -31730,7 +28387,7 @@ stateVKbf16AVX512_loaded_6:
 	ADDQ R8, DI
 	MOVQ 16(SP), R8
 
-stateVKbf16AVX512_token_6:
+stateVKbf16AVX512_token_4:
 	VMULPS      (AX), Z0, Z9
 	VMULPS      (CX), Z0, Z10
 	VMULPS      64(AX), Z1, Z11
@@ -31739,18 +28396,22 @@ stateVKbf16AVX512_token_6:
 	VFMADD231PS 128(CX), Z3, Z10
 	VFMADD231PS 192(AX), Z4, Z11
 	VFMADD231PS 192(CX), Z4, Z12
-	VFMADD231PS 256(AX), Z5, Z9
-	VFMADD231PS 256(CX), Z5, Z10
-	VFMADD231PS 320(AX), Z6, Z11
-	VFMADD231PS 320(CX), Z6, Z12
-	VFMADD231PS 384(AX), Z7, K1, Z9
-	VFMADD231PS 384(CX), Z7, K1, Z10
+	VFMADD231PS 256(AX), Z5, K1, Z9
+	VFMADD231PS 256(CX), Z5, K1, Z10
+	CMPQ        R9, $0x00000140
+	JBE         stateVKbf16AVX512_dead_80
+	VFMADD231PS 320(AX), Z6, K3, Z11
+	VFMADD231PS 320(CX), Z6, K3, Z12
+	CMPQ        R9, $0x00000180
+	JBE         stateVKbf16AVX512_dead_80
+	VFMADD231PS 384(AX), Z7, K4, Z9
+	VFMADD231PS 384(CX), Z7, K4, Z10
 	CMPQ        R9, $0x000001c0
-	JBE         stateVKbf16AVX512_dead_78
-	VFMADD231PS 448(AX), Z8, K3, Z11
-	VFMADD231PS 448(CX), Z8, K3, Z12
+	JBE         stateVKbf16AVX512_dead_80
+	VFMADD231PS 448(AX), Z8, K5, Z11
+	VFMADD231PS 448(CX), Z8, K5, Z12
 
-stateVKbf16AVX512_dead_78:
+stateVKbf16AVX512_dead_80:
 	VADDPS       Z11, Z9, Z9
 	VADDPS       Z12, Z10, Z10
 	VSHUFF32X4   $0x44, Z10, Z9, Z11
@@ -31769,16 +28430,16 @@ stateVKbf16AVX512_dead_78:
 	VPERMPS      Z9, Z10, Z9
 	VMOVSS       (DX), X2
 	VUCOMISS     nearone<>+0(SB), X2
-	JCS          stateVKbf16AVX512_far_14
+	JCS          stateVKbf16AVX512_far_9
 	VBROADCASTSS (DX), Z10
 	VFMADD213PS  Z9, Z10, Z9
-	JMP          stateVKbf16AVX512_decayed_14
+	JMP          stateVKbf16AVX512_decayed_9
 
-stateVKbf16AVX512_far_14:
+stateVKbf16AVX512_far_9:
 	VBROADCASTSS 4(DX), Z10
 	VMULPS       Z9, Z10, Z9
 
-stateVKbf16AVX512_decayed_14:
+stateVKbf16AVX512_decayed_9:
 	VEXTRACTF64X4 $0x01, Z9, Y10
 	VMOVSS        (SI), X2
 	VSUBPS        Y9, Y2, Y2
@@ -31789,23 +28450,23 @@ stateVKbf16AVX512_decayed_14:
 	VMOVSS        X10, (DI)
 	MOVQ          (BX), R11
 	TESTQ         R11, R11
-	JZ            stateVKbf16AVX512_nofin_6
-	CMPQ          R9, $0x00000200
-	JNE           stateVKbf16AVX512_fin_6
+	JZ            stateVKbf16AVX512_nofin_4
+	TESTQ         $0x0000007f, R9
+	JNZ           stateVKbf16AVX512_fin_4
 	CMPB          cvt+288(FP), $0x00
-	JNE           stateVKbf16AVX512_nofin_6
+	JNE           stateVKbf16AVX512_nofin_4
 
-stateVKbf16AVX512_fin_6:
+stateVKbf16AVX512_fin_4:
 	VSUBPS Y9, Y9, Y10
 	VCMPPS $0x03, Y10, Y10, K7
 	KMOVW  K7, R11
 	ANDL   $0x00000001, R11
 	MOVL   R11, 56(SP)
 
-stateVKbf16AVX512_nofin_6:
+stateVKbf16AVX512_nofin_4:
 	VMOVSS       (DX), X2
 	VUCOMISS     nearone<>+0(SB), X2
-	JCS          stateVKbf16AVX512_far_15
+	JCS          stateVKbf16AVX512_far_10
 	VBROADCASTSS (DX), Z10
 	VBROADCASTSS X9, Z9
 	VFMADD213PS  Z0, Z10, Z0
@@ -31817,20 +28478,24 @@ stateVKbf16AVX512_nofin_6:
 	VFMADD213PS  Z4, Z10, Z4
 	VFMADD231PS  192(AX), Z9, Z4
 	VFMADD213PS  Z5, Z10, Z5
-	VFMADD231PS  256(AX), Z9, Z5
+	VFMADD231PS  256(AX), Z9, K1, Z5
+	CMPQ         R9, $0x00000140
+	JBE          stateVKbf16AVX512_dead_81
 	VFMADD213PS  Z6, Z10, Z6
-	VFMADD231PS  320(AX), Z9, Z6
+	VFMADD231PS  320(AX), Z9, K3, Z6
+	CMPQ         R9, $0x00000180
+	JBE          stateVKbf16AVX512_dead_81
 	VFMADD213PS  Z7, Z10, Z7
-	VFMADD231PS  384(AX), Z9, K1, Z7
+	VFMADD231PS  384(AX), Z9, K4, Z7
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKbf16AVX512_dead_79
+	JBE          stateVKbf16AVX512_dead_81
 	VFMADD213PS  Z8, Z10, Z8
-	VFMADD231PS  448(AX), Z9, K3, Z8
+	VFMADD231PS  448(AX), Z9, K5, Z8
 
-stateVKbf16AVX512_dead_79:
-	JMP stateVKbf16AVX512_decayed_15
+stateVKbf16AVX512_dead_81:
+	JMP stateVKbf16AVX512_decayed_10
 
-stateVKbf16AVX512_far_15:
+stateVKbf16AVX512_far_10:
 	VBROADCASTSS 4(DX), Z10
 	VBROADCASTSS X9, Z9
 	VMULPS       Z0, Z10, Z0
@@ -31842,29 +28507,33 @@ stateVKbf16AVX512_far_15:
 	VMULPS       Z4, Z10, Z4
 	VFMADD231PS  192(AX), Z9, Z4
 	VMULPS       Z5, Z10, Z5
-	VFMADD231PS  256(AX), Z9, Z5
+	VFMADD231PS  256(AX), Z9, K1, Z5
+	CMPQ         R9, $0x00000140
+	JBE          stateVKbf16AVX512_dead_82
 	VMULPS       Z6, Z10, Z6
-	VFMADD231PS  320(AX), Z9, Z6
+	VFMADD231PS  320(AX), Z9, K3, Z6
+	CMPQ         R9, $0x00000180
+	JBE          stateVKbf16AVX512_dead_82
 	VMULPS       Z7, Z10, Z7
-	VFMADD231PS  384(AX), Z9, K1, Z7
+	VFMADD231PS  384(AX), Z9, K4, Z7
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKbf16AVX512_dead_80
+	JBE          stateVKbf16AVX512_dead_82
 	VMULPS       Z8, Z10, Z8
-	VFMADD231PS  448(AX), Z9, K3, Z8
+	VFMADD231PS  448(AX), Z9, K5, Z8
 
-stateVKbf16AVX512_dead_80:
-stateVKbf16AVX512_decayed_15:
+stateVKbf16AVX512_dead_82:
+stateVKbf16AVX512_decayed_10:
 	// The state after this token, if stored.
 	MOVQ      (BX), R11
 	TESTQ     R11, R11
-	JZ        stateVKbf16AVX512_nostore_6
+	JZ        stateVKbf16AVX512_nostore_4
 	MOVQ      (SP), R12
 	IMULQ     R10, R12
 	ADDQ      R12, R11
-	CMPQ      R9, $0x00000200
-	JNE       stateVKbf16AVX512_bfints_6
+	TESTQ     $0x0000007f, R9
+	JNZ       stateVKbf16AVX512_bfints_4
 	CMPB      cvt+288(FP), $0x00
-	JE        stateVKbf16AVX512_bfints_6
+	JE        stateVKbf16AVX512_bfints_4
 	VMOVDQU32 mag16<>+0(SB), Z9
 	KXNORD    K7, K7, K7
 	MOVQ      R11, R12
@@ -31874,19 +28543,25 @@ stateVKbf16AVX512_decayed_15:
 	BYTE $0x62; BYTE $0x72; BYTE $0x5f; BYTE $0x48; BYTE $0x72; BYTE $0xd3 // VCVTNE2PS2BF16 Z3, Z4, Z10
 	VMOVDQU32 Z10, 64(R12)
 	VPTESTMW  Z9, Z10, K7, K7
+	CMPQ      R9, $0x00000140
+	JBE       stateVKbf16AVX512_dead_83
 	BYTE $0x62; BYTE $0x72; BYTE $0x4f; BYTE $0x48; BYTE $0x72; BYTE $0xd5 // VCVTNE2PS2BF16 Z5, Z6, Z10
 	VMOVDQU32 Z10, 128(R12)
 	VPTESTMW  Z9, Z10, K7, K7
+	CMPQ      R9, $0x000001c0
+	JBE       stateVKbf16AVX512_dead_83
 	BYTE $0x62; BYTE $0x72; BYTE $0x3f; BYTE $0x48; BYTE $0x72; BYTE $0xd7 // VCVTNE2PS2BF16 Z7, Z8, Z10
 	VMOVDQU32 Z10, 192(R12)
 	VPTESTMW  Z9, Z10, K7, K7
-	KORTESTD  K7, K7
-	JCS       stateVKbf16AVX512_bfstored_6
-	MOVL      $0x00000001, 56(SP)
 
-stateVKbf16AVX512_bfints_6:
+stateVKbf16AVX512_dead_83:
+	KORTESTD K7, K7
+	JCS      stateVKbf16AVX512_bfstored_4
+	MOVL     $0x00000001, 56(SP)
+
+stateVKbf16AVX512_bfints_4:
 	CMPL        56(SP), $0x00
-	JNE         stateVKbf16AVX512_bfnan_6
+	JNE         stateVKbf16AVX512_bfnan_4
 	VMOVAPS     Z0, Z9
 	VPSRLD      $0x10, Z9, Z10
 	VPANDD.BCST one_i<>+0(SB), Z10, Z10
@@ -31921,35 +28596,39 @@ stateVKbf16AVX512_bfints_6:
 	VPADDD.BCST round<>+0(SB), Z9, Z9
 	VPADDD      Z10, Z9, Z9
 	VPSRLD      $0x10, Z9, Z9
-	VPMOVDW     Z9, 128(R11)
+	VPMOVDW     Z9, K1, 128(R11)
+	CMPQ        R9, $0x00000140
+	JBE         stateVKbf16AVX512_dead_84
 	VMOVAPS     Z6, Z9
 	VPSRLD      $0x10, Z9, Z10
 	VPANDD.BCST one_i<>+0(SB), Z10, Z10
 	VPADDD.BCST round<>+0(SB), Z9, Z9
 	VPADDD      Z10, Z9, Z9
 	VPSRLD      $0x10, Z9, Z9
-	VPMOVDW     Z9, 160(R11)
+	VPMOVDW     Z9, K3, 160(R11)
+	CMPQ        R9, $0x00000180
+	JBE         stateVKbf16AVX512_dead_84
 	VMOVAPS     Z7, Z9
 	VPSRLD      $0x10, Z9, Z10
 	VPANDD.BCST one_i<>+0(SB), Z10, Z10
 	VPADDD.BCST round<>+0(SB), Z9, Z9
 	VPADDD      Z10, Z9, Z9
 	VPSRLD      $0x10, Z9, Z9
-	VPMOVDW     Z9, K1, 192(R11)
+	VPMOVDW     Z9, K4, 192(R11)
 	CMPQ        R9, $0x000001c0
-	JBE         stateVKbf16AVX512_dead_81
+	JBE         stateVKbf16AVX512_dead_84
 	VMOVAPS     Z8, Z9
 	VPSRLD      $0x10, Z9, Z10
 	VPANDD.BCST one_i<>+0(SB), Z10, Z10
 	VPADDD.BCST round<>+0(SB), Z9, Z9
 	VPADDD      Z10, Z9, Z9
 	VPSRLD      $0x10, Z9, Z9
-	VPMOVDW     Z9, K3, 224(R11)
+	VPMOVDW     Z9, K5, 224(R11)
 
-stateVKbf16AVX512_dead_81:
-	JMP stateVKbf16AVX512_bfdone_6
+stateVKbf16AVX512_dead_84:
+	JMP stateVKbf16AVX512_bfdone_4
 
-stateVKbf16AVX512_bfnan_6:
+stateVKbf16AVX512_bfnan_4:
 	VMOVAPS     Z0, Z9
 	VPSRLD      $0x10, Z9, Z10
 	VCMPPS      $0x03, Z9, Z9, K2
@@ -31994,7 +28673,9 @@ stateVKbf16AVX512_bfnan_6:
 	VPADDD      Z11, Z9, Z9
 	VPSRLD      $0x10, Z9, Z9
 	VPORD.BCST  quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW     Z9, 128(R11)
+	VPMOVDW     Z9, K1, 128(R11)
+	CMPQ        R9, $0x00000140
+	JBE         stateVKbf16AVX512_dead_85
 	VMOVAPS     Z6, Z9
 	VPSRLD      $0x10, Z9, Z10
 	VCMPPS      $0x03, Z9, Z9, K2
@@ -32003,7 +28684,9 @@ stateVKbf16AVX512_bfnan_6:
 	VPADDD      Z11, Z9, Z9
 	VPSRLD      $0x10, Z9, Z9
 	VPORD.BCST  quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW     Z9, 160(R11)
+	VPMOVDW     Z9, K3, 160(R11)
+	CMPQ        R9, $0x00000180
+	JBE         stateVKbf16AVX512_dead_85
 	VMOVAPS     Z7, Z9
 	VPSRLD      $0x10, Z9, Z10
 	VCMPPS      $0x03, Z9, Z9, K2
@@ -32012,9 +28695,9 @@ stateVKbf16AVX512_bfnan_6:
 	VPADDD      Z11, Z9, Z9
 	VPSRLD      $0x10, Z9, Z9
 	VPORD.BCST  quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW     Z9, K1, 192(R11)
+	VPMOVDW     Z9, K4, 192(R11)
 	CMPQ        R9, $0x000001c0
-	JBE         stateVKbf16AVX512_dead_82
+	JBE         stateVKbf16AVX512_dead_85
 	VMOVAPS     Z8, Z9
 	VPSRLD      $0x10, Z9, Z10
 	VCMPPS      $0x03, Z9, Z9, K2
@@ -32023,12 +28706,12 @@ stateVKbf16AVX512_bfnan_6:
 	VPADDD      Z11, Z9, Z9
 	VPSRLD      $0x10, Z9, Z9
 	VPORD.BCST  quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW     Z9, K3, 224(R11)
+	VPMOVDW     Z9, K5, 224(R11)
 
-stateVKbf16AVX512_dead_82:
-stateVKbf16AVX512_bfdone_6:
-stateVKbf16AVX512_bfstored_6:
-stateVKbf16AVX512_nostore_6:
+stateVKbf16AVX512_dead_85:
+stateVKbf16AVX512_bfdone_4:
+stateVKbf16AVX512_bfstored_4:
+stateVKbf16AVX512_nostore_4:
 	ADDQ R9, AX
 	ADDQ R9, CX
 	ADDQ $0x10, DX
@@ -32036,12 +28719,12 @@ stateVKbf16AVX512_nostore_6:
 	ADDQ 32(SP), SI
 	ADDQ 24(SP), DI
 	DECQ R8
-	JNZ  stateVKbf16AVX512_token_6
+	JNZ  stateVKbf16AVX512_token_4
 
 	// The f32 carry after the last token, if asked for.
 	MOVQ    carry_base+88(FP), AX
 	TESTQ   AX, AX
-	JZ      stateVKbf16AVX512_nocarry_6
+	JZ      stateVKbf16AVX512_nocarry_4
 	MOVQ    (SP), CX
 	IMULQ   R9, CX
 	ADDQ    CX, AX
@@ -32049,20 +28732,24 @@ stateVKbf16AVX512_nostore_6:
 	VMOVUPS Z1, 64(AX)
 	VMOVUPS Z3, 128(AX)
 	VMOVUPS Z4, 192(AX)
-	VMOVUPS Z5, 256(AX)
-	VMOVUPS Z6, 320(AX)
-	VMOVUPS Z7, K1, 384(AX)
+	VMOVUPS Z5, K1, 256(AX)
+	CMPQ    R9, $0x00000140
+	JBE     stateVKbf16AVX512_dead_86
+	VMOVUPS Z6, K3, 320(AX)
+	CMPQ    R9, $0x00000180
+	JBE     stateVKbf16AVX512_dead_86
+	VMOVUPS Z7, K4, 384(AX)
 	CMPQ    R9, $0x000001c0
-	JBE     stateVKbf16AVX512_dead_83
-	VMOVUPS Z8, K3, 448(AX)
+	JBE     stateVKbf16AVX512_dead_86
+	VMOVUPS Z8, K5, 448(AX)
 
-stateVKbf16AVX512_dead_83:
-stateVKbf16AVX512_nocarry_6:
+stateVKbf16AVX512_dead_86:
+stateVKbf16AVX512_nocarry_4:
 	ADDQ $0x00000001, (SP)
 	SUBQ $0x00000001, 8(SP)
-	JMP  stateVKbf16AVX512_group_6
+	JMP  stateVKbf16AVX512_group_4
 
-stateVKbf16AVX512_groupsdone_6:
+stateVKbf16AVX512_groupsdone_4:
 	JMP stateVKbf16AVX512_done_1
 
 stateVKbf16AVX512_n12_1:
@@ -32088,36 +28775,36 @@ stateVKbf16AVX512_n12_1:
 	VPBROADCASTD AX, Z0
 	VPCMPGTD     iota<>+0(SB), Z0, K5
 
-stateVKbf16AVX512_group_7:
+stateVKbf16AVX512_group_5:
 	CMPQ 8(SP), $0x00000001
-	JB   stateVKbf16AVX512_groupsdone_7
+	JB   stateVKbf16AVX512_groupsdone_5
 
 	// The prefetch list's next group.
 	MOVQ 64(SP), AX
 
-stateVKbf16AVX512_pfentry_10:
+stateVKbf16AVX512_pfentry_7:
 	CMPQ  AX, 72(SP)
-	JAE   stateVKbf16AVX512_pfdone_10
+	JAE   stateVKbf16AVX512_pfdone_7
 	MOVQ  (AX), DX
 	MOVQ  8(AX), CX
 	ADDQ  $0x10, AX
 	TESTQ CX, CX
-	JZ    stateVKbf16AVX512_pfdone_10
+	JZ    stateVKbf16AVX512_pfdone_7
 
-stateVKbf16AVX512_pfline_10:
+stateVKbf16AVX512_pfline_7:
 	PREFETCHT1 (DX)
 	ADDQ       $0x40, DX
 	DECQ       CX
-	JNZ        stateVKbf16AVX512_pfline_10
-	JMP        stateVKbf16AVX512_pfentry_10
+	JNZ        stateVKbf16AVX512_pfline_7
+	JMP        stateVKbf16AVX512_pfentry_7
 
-stateVKbf16AVX512_pfdone_10:
+stateVKbf16AVX512_pfdone_7:
 	MOVQ AX, 64(SP)
 
 	// Load 1 row(s) of 9…12 vectors.
 	MOVQ       src32_base+40(FP), AX
 	TESTQ      AX, AX
-	JZ         stateVKbf16AVX512_frombf16_7
+	JZ         stateVKbf16AVX512_frombf16_5
 	MOVQ       (SP), CX
 	IMULQ      R9, CX
 	ADDQ       CX, AX
@@ -32131,31 +28818,42 @@ stateVKbf16AVX512_pfdone_10:
 	PREFETCHT1 8640(AX)
 	PREFETCHT1 8704(AX)
 	CMPQ       R9, $0x00000240
-	JBE        stateVKbf16AVX512_dead_84
+	JBE        stateVKbf16AVX512_dead_87
 	PREFETCHT1 8768(AX)
 	CMPQ       R9, $0x00000280
-	JBE        stateVKbf16AVX512_dead_84
+	JBE        stateVKbf16AVX512_dead_87
 	PREFETCHT1 8832(AX)
 	CMPQ       R9, $0x000002c0
-	JBE        stateVKbf16AVX512_dead_84
+	JBE        stateVKbf16AVX512_dead_87
 	PREFETCHT1 8896(AX)
 
-stateVKbf16AVX512_dead_84:
-	VMOVUPS   (AX), Z0
-	VMOVUPS   64(AX), Z2
-	VMOVUPS   128(AX), Z3
-	VMOVUPS   192(AX), Z4
-	VMOVUPS   256(AX), Z5
-	VMOVUPS   320(AX), Z6
-	VMOVUPS   384(AX), Z7
-	VMOVUPS   448(AX), Z8
-	VMOVUPS.Z 512(AX), K1, Z9
-	VMOVUPS.Z 576(AX), K3, Z10
-	VMOVUPS.Z 640(AX), K4, Z11
-	VMOVUPS.Z 704(AX), K5, Z12
-	JMP       stateVKbf16AVX512_loaded_7
+stateVKbf16AVX512_dead_87:
+	VBROADCASTSS zero<>+0(SB), Z10
+	VBROADCASTSS zero<>+0(SB), Z11
+	VBROADCASTSS zero<>+0(SB), Z12
+	VMOVUPS      (AX), Z0
+	VMOVUPS      64(AX), Z2
+	VMOVUPS      128(AX), Z3
+	VMOVUPS      192(AX), Z4
+	VMOVUPS      256(AX), Z5
+	VMOVUPS      320(AX), Z6
+	VMOVUPS      384(AX), Z7
+	VMOVUPS      448(AX), Z8
+	VMOVUPS.Z    512(AX), K1, Z9
+	CMPQ         R9, $0x00000240
+	JBE          stateVKbf16AVX512_dead_88
+	VMOVUPS.Z    576(AX), K3, Z10
+	CMPQ         R9, $0x00000280
+	JBE          stateVKbf16AVX512_dead_88
+	VMOVUPS.Z    640(AX), K4, Z11
+	CMPQ         R9, $0x000002c0
+	JBE          stateVKbf16AVX512_dead_88
+	VMOVUPS.Z    704(AX), K5, Z12
 
-stateVKbf16AVX512_frombf16_7:
+stateVKbf16AVX512_dead_88:
+	JMP stateVKbf16AVX512_loaded_5
+
+stateVKbf16AVX512_frombf16_5:
 	MOVQ       src_base+16(FP), AX
 	MOVQ       (SP), CX
 	IMULQ      R10, CX
@@ -32166,36 +28864,46 @@ stateVKbf16AVX512_frombf16_7:
 	PREFETCHT1 8384(AX)
 	PREFETCHT1 8448(AX)
 	CMPQ       R9, $0x00000280
-	JBE        stateVKbf16AVX512_dead_85
+	JBE        stateVKbf16AVX512_dead_89
 	PREFETCHT1 8512(AX)
 
-stateVKbf16AVX512_dead_85:
-	VPMOVZXWD   (AX), Z0
-	VPSLLD      $0x10, Z0, Z0
-	VPMOVZXWD   32(AX), Z2
-	VPSLLD      $0x10, Z2, Z2
-	VPMOVZXWD   64(AX), Z3
-	VPSLLD      $0x10, Z3, Z3
-	VPMOVZXWD   96(AX), Z4
-	VPSLLD      $0x10, Z4, Z4
-	VPMOVZXWD   128(AX), Z5
-	VPSLLD      $0x10, Z5, Z5
-	VPMOVZXWD   160(AX), Z6
-	VPSLLD      $0x10, Z6, Z6
-	VPMOVZXWD   192(AX), Z7
-	VPSLLD      $0x10, Z7, Z7
-	VPMOVZXWD   224(AX), Z8
-	VPSLLD      $0x10, Z8, Z8
-	VPMOVZXWD.Z 256(AX), K1, Z9
-	VPSLLD      $0x10, Z9, Z9
-	VPMOVZXWD.Z 288(AX), K3, Z10
-	VPSLLD      $0x10, Z10, Z10
-	VPMOVZXWD.Z 320(AX), K4, Z11
-	VPSLLD      $0x10, Z11, Z11
-	VPMOVZXWD.Z 352(AX), K5, Z12
-	VPSLLD      $0x10, Z12, Z12
+stateVKbf16AVX512_dead_89:
+	VBROADCASTSS zero<>+0(SB), Z10
+	VBROADCASTSS zero<>+0(SB), Z11
+	VBROADCASTSS zero<>+0(SB), Z12
+	VPMOVZXWD    (AX), Z0
+	VPSLLD       $0x10, Z0, Z0
+	VPMOVZXWD    32(AX), Z2
+	VPSLLD       $0x10, Z2, Z2
+	VPMOVZXWD    64(AX), Z3
+	VPSLLD       $0x10, Z3, Z3
+	VPMOVZXWD    96(AX), Z4
+	VPSLLD       $0x10, Z4, Z4
+	VPMOVZXWD    128(AX), Z5
+	VPSLLD       $0x10, Z5, Z5
+	VPMOVZXWD    160(AX), Z6
+	VPSLLD       $0x10, Z6, Z6
+	VPMOVZXWD    192(AX), Z7
+	VPSLLD       $0x10, Z7, Z7
+	VPMOVZXWD    224(AX), Z8
+	VPSLLD       $0x10, Z8, Z8
+	VPMOVZXWD.Z  256(AX), K1, Z9
+	VPSLLD       $0x10, Z9, Z9
+	CMPQ         R9, $0x00000240
+	JBE          stateVKbf16AVX512_dead_90
+	VPMOVZXWD.Z  288(AX), K3, Z10
+	VPSLLD       $0x10, Z10, Z10
+	CMPQ         R9, $0x00000280
+	JBE          stateVKbf16AVX512_dead_90
+	VPMOVZXWD.Z  320(AX), K4, Z11
+	VPSLLD       $0x10, Z11, Z11
+	CMPQ         R9, $0x000002c0
+	JBE          stateVKbf16AVX512_dead_90
+	VPMOVZXWD.Z  352(AX), K5, Z12
+	VPSLLD       $0x10, Z12, Z12
 
-stateVKbf16AVX512_loaded_7:
+stateVKbf16AVX512_dead_90:
+stateVKbf16AVX512_loaded_5:
 	MOVQ kh_base+112(FP), AX
 	MOVQ qh_base+136(FP), CX
 	MOVQ tok_base+216(FP), DX
@@ -32208,7 +28916,7 @@ stateVKbf16AVX512_loaded_7:
 	ADDQ R8, DI
 	MOVQ 16(SP), R8
 
-stateVKbf16AVX512_token_7:
+stateVKbf16AVX512_token_5:
 	VMULPS      (AX), Z0, Z13
 	VMULPS      (CX), Z0, Z14
 	VMULPS      64(AX), Z2, Z15
@@ -32228,19 +28936,19 @@ stateVKbf16AVX512_token_7:
 	VFMADD231PS 512(AX), Z9, K1, Z13
 	VFMADD231PS 512(CX), Z9, K1, Z14
 	CMPQ        R9, $0x00000240
-	JBE         stateVKbf16AVX512_dead_86
+	JBE         stateVKbf16AVX512_dead_91
 	VFMADD231PS 576(AX), Z10, K3, Z15
 	VFMADD231PS 576(CX), Z10, K3, Z16
 	CMPQ        R9, $0x00000280
-	JBE         stateVKbf16AVX512_dead_86
+	JBE         stateVKbf16AVX512_dead_91
 	VFMADD231PS 640(AX), Z11, K4, Z17
 	VFMADD231PS 640(CX), Z11, K4, Z18
 	CMPQ        R9, $0x000002c0
-	JBE         stateVKbf16AVX512_dead_86
+	JBE         stateVKbf16AVX512_dead_91
 	VFMADD231PS 704(AX), Z12, K5, Z19
 	VFMADD231PS 704(CX), Z12, K5, Z20
 
-stateVKbf16AVX512_dead_86:
+stateVKbf16AVX512_dead_91:
 	VADDPS       Z15, Z13, Z13
 	VADDPS       Z19, Z17, Z17
 	VADDPS       Z17, Z13, Z13
@@ -32263,16 +28971,16 @@ stateVKbf16AVX512_dead_86:
 	VPERMPS      Z13, Z14, Z13
 	VMOVSS       (DX), X1
 	VUCOMISS     nearone<>+0(SB), X1
-	JCS          stateVKbf16AVX512_far_16
+	JCS          stateVKbf16AVX512_far_11
 	VBROADCASTSS (DX), Z14
 	VFMADD213PS  Z13, Z14, Z13
-	JMP          stateVKbf16AVX512_decayed_16
+	JMP          stateVKbf16AVX512_decayed_11
 
-stateVKbf16AVX512_far_16:
+stateVKbf16AVX512_far_11:
 	VBROADCASTSS 4(DX), Z14
 	VMULPS       Z13, Z14, Z13
 
-stateVKbf16AVX512_decayed_16:
+stateVKbf16AVX512_decayed_11:
 	VEXTRACTF64X4 $0x01, Z13, Y14
 	VMOVSS        (SI), X1
 	VSUBPS        Y13, Y1, Y1
@@ -32283,23 +28991,23 @@ stateVKbf16AVX512_decayed_16:
 	VMOVSS        X14, (DI)
 	MOVQ          (BX), R11
 	TESTQ         R11, R11
-	JZ            stateVKbf16AVX512_nofin_7
-	CMPQ          R9, $0x00000300
-	JNE           stateVKbf16AVX512_fin_7
+	JZ            stateVKbf16AVX512_nofin_5
+	TESTQ         $0x0000007f, R9
+	JNZ           stateVKbf16AVX512_fin_5
 	CMPB          cvt+288(FP), $0x00
-	JNE           stateVKbf16AVX512_nofin_7
+	JNE           stateVKbf16AVX512_nofin_5
 
-stateVKbf16AVX512_fin_7:
+stateVKbf16AVX512_fin_5:
 	VSUBPS Y13, Y13, Y14
 	VCMPPS $0x03, Y14, Y14, K7
 	KMOVW  K7, R11
 	ANDL   $0x00000001, R11
 	MOVL   R11, 56(SP)
 
-stateVKbf16AVX512_nofin_7:
+stateVKbf16AVX512_nofin_5:
 	VMOVSS       (DX), X1
 	VUCOMISS     nearone<>+0(SB), X1
-	JCS          stateVKbf16AVX512_far_17
+	JCS          stateVKbf16AVX512_far_12
 	VBROADCASTSS (DX), Z14
 	VBROADCASTSS X13, Z13
 	VFMADD213PS  Z0, Z14, Z0
@@ -32321,22 +29029,22 @@ stateVKbf16AVX512_nofin_7:
 	VFMADD213PS  Z9, Z14, Z9
 	VFMADD231PS  512(AX), Z13, K1, Z9
 	CMPQ         R9, $0x00000240
-	JBE          stateVKbf16AVX512_dead_87
+	JBE          stateVKbf16AVX512_dead_92
 	VFMADD213PS  Z10, Z14, Z10
 	VFMADD231PS  576(AX), Z13, K3, Z10
 	CMPQ         R9, $0x00000280
-	JBE          stateVKbf16AVX512_dead_87
+	JBE          stateVKbf16AVX512_dead_92
 	VFMADD213PS  Z11, Z14, Z11
 	VFMADD231PS  640(AX), Z13, K4, Z11
 	CMPQ         R9, $0x000002c0
-	JBE          stateVKbf16AVX512_dead_87
+	JBE          stateVKbf16AVX512_dead_92
 	VFMADD213PS  Z12, Z14, Z12
 	VFMADD231PS  704(AX), Z13, K5, Z12
 
-stateVKbf16AVX512_dead_87:
-	JMP stateVKbf16AVX512_decayed_17
+stateVKbf16AVX512_dead_92:
+	JMP stateVKbf16AVX512_decayed_12
 
-stateVKbf16AVX512_far_17:
+stateVKbf16AVX512_far_12:
 	VBROADCASTSS 4(DX), Z14
 	VBROADCASTSS X13, Z13
 	VMULPS       Z0, Z14, Z0
@@ -32358,31 +29066,31 @@ stateVKbf16AVX512_far_17:
 	VMULPS       Z9, Z14, Z9
 	VFMADD231PS  512(AX), Z13, K1, Z9
 	CMPQ         R9, $0x00000240
-	JBE          stateVKbf16AVX512_dead_88
+	JBE          stateVKbf16AVX512_dead_93
 	VMULPS       Z10, Z14, Z10
 	VFMADD231PS  576(AX), Z13, K3, Z10
 	CMPQ         R9, $0x00000280
-	JBE          stateVKbf16AVX512_dead_88
+	JBE          stateVKbf16AVX512_dead_93
 	VMULPS       Z11, Z14, Z11
 	VFMADD231PS  640(AX), Z13, K4, Z11
 	CMPQ         R9, $0x000002c0
-	JBE          stateVKbf16AVX512_dead_88
+	JBE          stateVKbf16AVX512_dead_93
 	VMULPS       Z12, Z14, Z12
 	VFMADD231PS  704(AX), Z13, K5, Z12
 
-stateVKbf16AVX512_dead_88:
-stateVKbf16AVX512_decayed_17:
+stateVKbf16AVX512_dead_93:
+stateVKbf16AVX512_decayed_12:
 	// The state after this token, if stored.
 	MOVQ      (BX), R11
 	TESTQ     R11, R11
-	JZ        stateVKbf16AVX512_nostore_7
+	JZ        stateVKbf16AVX512_nostore_5
 	MOVQ      (SP), R12
 	IMULQ     R10, R12
 	ADDQ      R12, R11
-	CMPQ      R9, $0x00000300
-	JNE       stateVKbf16AVX512_bfints_7
+	TESTQ     $0x0000007f, R9
+	JNZ       stateVKbf16AVX512_bfints_5
 	CMPB      cvt+288(FP), $0x00
-	JE        stateVKbf16AVX512_bfints_7
+	JE        stateVKbf16AVX512_bfints_5
 	VMOVDQU32 mag16<>+0(SB), Z13
 	KXNORD    K7, K7, K7
 	MOVQ      R11, R12
@@ -32398,19 +29106,25 @@ stateVKbf16AVX512_decayed_17:
 	BYTE $0x62; BYTE $0x72; BYTE $0x3f; BYTE $0x48; BYTE $0x72; BYTE $0xf7 // VCVTNE2PS2BF16 Z7, Z8, Z14
 	VMOVDQU32 Z14, 192(R12)
 	VPTESTMW  Z13, Z14, K7, K7
+	CMPQ      R9, $0x00000240
+	JBE       stateVKbf16AVX512_dead_94
 	BYTE $0x62; BYTE $0x52; BYTE $0x2f; BYTE $0x48; BYTE $0x72; BYTE $0xf1 // VCVTNE2PS2BF16 Z9, Z10, Z14
 	VMOVDQU32 Z14, 256(R12)
 	VPTESTMW  Z13, Z14, K7, K7
+	CMPQ      R9, $0x000002c0
+	JBE       stateVKbf16AVX512_dead_94
 	BYTE $0x62; BYTE $0x52; BYTE $0x1f; BYTE $0x48; BYTE $0x72; BYTE $0xf3 // VCVTNE2PS2BF16 Z11, Z12, Z14
 	VMOVDQU32 Z14, 320(R12)
 	VPTESTMW  Z13, Z14, K7, K7
-	KORTESTD  K7, K7
-	JCS       stateVKbf16AVX512_bfstored_7
-	MOVL      $0x00000001, 56(SP)
 
-stateVKbf16AVX512_bfints_7:
+stateVKbf16AVX512_dead_94:
+	KORTESTD K7, K7
+	JCS      stateVKbf16AVX512_bfstored_5
+	MOVL     $0x00000001, 56(SP)
+
+stateVKbf16AVX512_bfints_5:
 	CMPL        56(SP), $0x00
-	JNE         stateVKbf16AVX512_bfnan_7
+	JNE         stateVKbf16AVX512_bfnan_5
 	VMOVAPS     Z0, Z13
 	VPSRLD      $0x10, Z13, Z14
 	VPANDD.BCST one_i<>+0(SB), Z14, Z14
@@ -32475,7 +29189,7 @@ stateVKbf16AVX512_bfints_7:
 	VPSRLD      $0x10, Z13, Z13
 	VPMOVDW     Z13, K1, 256(R11)
 	CMPQ        R9, $0x00000240
-	JBE         stateVKbf16AVX512_dead_89
+	JBE         stateVKbf16AVX512_dead_95
 	VMOVAPS     Z10, Z13
 	VPSRLD      $0x10, Z13, Z14
 	VPANDD.BCST one_i<>+0(SB), Z14, Z14
@@ -32484,7 +29198,7 @@ stateVKbf16AVX512_bfints_7:
 	VPSRLD      $0x10, Z13, Z13
 	VPMOVDW     Z13, K3, 288(R11)
 	CMPQ        R9, $0x00000280
-	JBE         stateVKbf16AVX512_dead_89
+	JBE         stateVKbf16AVX512_dead_95
 	VMOVAPS     Z11, Z13
 	VPSRLD      $0x10, Z13, Z14
 	VPANDD.BCST one_i<>+0(SB), Z14, Z14
@@ -32493,7 +29207,7 @@ stateVKbf16AVX512_bfints_7:
 	VPSRLD      $0x10, Z13, Z13
 	VPMOVDW     Z13, K4, 320(R11)
 	CMPQ        R9, $0x000002c0
-	JBE         stateVKbf16AVX512_dead_89
+	JBE         stateVKbf16AVX512_dead_95
 	VMOVAPS     Z12, Z13
 	VPSRLD      $0x10, Z13, Z14
 	VPANDD.BCST one_i<>+0(SB), Z14, Z14
@@ -32502,10 +29216,10 @@ stateVKbf16AVX512_bfints_7:
 	VPSRLD      $0x10, Z13, Z13
 	VPMOVDW     Z13, K5, 352(R11)
 
-stateVKbf16AVX512_dead_89:
-	JMP stateVKbf16AVX512_bfdone_7
+stateVKbf16AVX512_dead_95:
+	JMP stateVKbf16AVX512_bfdone_5
 
-stateVKbf16AVX512_bfnan_7:
+stateVKbf16AVX512_bfnan_5:
 	VMOVAPS     Z0, Z13
 	VPSRLD      $0x10, Z13, Z14
 	VCMPPS      $0x03, Z13, Z13, K2
@@ -32588,7 +29302,7 @@ stateVKbf16AVX512_bfnan_7:
 	VPORD.BCST  quiet<>+0(SB), Z14, K2, Z13
 	VPMOVDW     Z13, K1, 256(R11)
 	CMPQ        R9, $0x00000240
-	JBE         stateVKbf16AVX512_dead_90
+	JBE         stateVKbf16AVX512_dead_96
 	VMOVAPS     Z10, Z13
 	VPSRLD      $0x10, Z13, Z14
 	VCMPPS      $0x03, Z13, Z13, K2
@@ -32599,7 +29313,7 @@ stateVKbf16AVX512_bfnan_7:
 	VPORD.BCST  quiet<>+0(SB), Z14, K2, Z13
 	VPMOVDW     Z13, K3, 288(R11)
 	CMPQ        R9, $0x00000280
-	JBE         stateVKbf16AVX512_dead_90
+	JBE         stateVKbf16AVX512_dead_96
 	VMOVAPS     Z11, Z13
 	VPSRLD      $0x10, Z13, Z14
 	VCMPPS      $0x03, Z13, Z13, K2
@@ -32610,7 +29324,7 @@ stateVKbf16AVX512_bfnan_7:
 	VPORD.BCST  quiet<>+0(SB), Z14, K2, Z13
 	VPMOVDW     Z13, K4, 320(R11)
 	CMPQ        R9, $0x000002c0
-	JBE         stateVKbf16AVX512_dead_90
+	JBE         stateVKbf16AVX512_dead_96
 	VMOVAPS     Z12, Z13
 	VPSRLD      $0x10, Z13, Z14
 	VCMPPS      $0x03, Z13, Z13, K2
@@ -32621,10 +29335,10 @@ stateVKbf16AVX512_bfnan_7:
 	VPORD.BCST  quiet<>+0(SB), Z14, K2, Z13
 	VPMOVDW     Z13, K5, 352(R11)
 
-stateVKbf16AVX512_dead_90:
-stateVKbf16AVX512_bfdone_7:
-stateVKbf16AVX512_bfstored_7:
-stateVKbf16AVX512_nostore_7:
+stateVKbf16AVX512_dead_96:
+stateVKbf16AVX512_bfdone_5:
+stateVKbf16AVX512_bfstored_5:
+stateVKbf16AVX512_nostore_5:
 	ADDQ R9, AX
 	ADDQ R9, CX
 	ADDQ $0x10, DX
@@ -32632,12 +29346,12 @@ stateVKbf16AVX512_nostore_7:
 	ADDQ 32(SP), SI
 	ADDQ 24(SP), DI
 	DECQ R8
-	JNZ  stateVKbf16AVX512_token_7
+	JNZ  stateVKbf16AVX512_token_5
 
 	// The f32 carry after the last token, if asked for.
 	MOVQ    carry_base+88(FP), AX
 	TESTQ   AX, AX
-	JZ      stateVKbf16AVX512_nocarry_7
+	JZ      stateVKbf16AVX512_nocarry_5
 	MOVQ    (SP), CX
 	IMULQ   R9, CX
 	ADDQ    CX, AX
@@ -32651,22 +29365,22 @@ stateVKbf16AVX512_nostore_7:
 	VMOVUPS Z8, 448(AX)
 	VMOVUPS Z9, K1, 512(AX)
 	CMPQ    R9, $0x00000240
-	JBE     stateVKbf16AVX512_dead_91
+	JBE     stateVKbf16AVX512_dead_97
 	VMOVUPS Z10, K3, 576(AX)
 	CMPQ    R9, $0x00000280
-	JBE     stateVKbf16AVX512_dead_91
+	JBE     stateVKbf16AVX512_dead_97
 	VMOVUPS Z11, K4, 640(AX)
 	CMPQ    R9, $0x000002c0
-	JBE     stateVKbf16AVX512_dead_91
+	JBE     stateVKbf16AVX512_dead_97
 	VMOVUPS Z12, K5, 704(AX)
 
-stateVKbf16AVX512_dead_91:
-stateVKbf16AVX512_nocarry_7:
+stateVKbf16AVX512_dead_97:
+stateVKbf16AVX512_nocarry_5:
 	ADDQ $0x00000001, (SP)
 	SUBQ $0x00000001, 8(SP)
-	JMP  stateVKbf16AVX512_group_7
+	JMP  stateVKbf16AVX512_group_5
 
-stateVKbf16AVX512_groupsdone_7:
+stateVKbf16AVX512_groupsdone_5:
 	JMP stateVKbf16AVX512_done_1
 
 stateVKbf16AVX512_n16_1:
@@ -32692,36 +29406,36 @@ stateVKbf16AVX512_n16_1:
 	VPBROADCASTD AX, Z0
 	VPCMPGTD     iota<>+0(SB), Z0, K5
 
-stateVKbf16AVX512_group_8:
+stateVKbf16AVX512_group_6:
 	CMPQ 8(SP), $0x00000001
-	JB   stateVKbf16AVX512_groupsdone_8
+	JB   stateVKbf16AVX512_groupsdone_6
 
 	// The prefetch list's next group.
 	MOVQ 64(SP), AX
 
-stateVKbf16AVX512_pfentry_11:
+stateVKbf16AVX512_pfentry_8:
 	CMPQ  AX, 72(SP)
-	JAE   stateVKbf16AVX512_pfdone_11
+	JAE   stateVKbf16AVX512_pfdone_8
 	MOVQ  (AX), DX
 	MOVQ  8(AX), CX
 	ADDQ  $0x10, AX
 	TESTQ CX, CX
-	JZ    stateVKbf16AVX512_pfdone_11
+	JZ    stateVKbf16AVX512_pfdone_8
 
-stateVKbf16AVX512_pfline_11:
+stateVKbf16AVX512_pfline_8:
 	PREFETCHT1 (DX)
 	ADDQ       $0x40, DX
 	DECQ       CX
-	JNZ        stateVKbf16AVX512_pfline_11
-	JMP        stateVKbf16AVX512_pfentry_11
+	JNZ        stateVKbf16AVX512_pfline_8
+	JMP        stateVKbf16AVX512_pfentry_8
 
-stateVKbf16AVX512_pfdone_11:
+stateVKbf16AVX512_pfdone_8:
 	MOVQ AX, 64(SP)
 
 	// Load 1 row(s) of 13…16 vectors.
 	MOVQ       src32_base+40(FP), AX
 	TESTQ      AX, AX
-	JZ         stateVKbf16AVX512_frombf16_8
+	JZ         stateVKbf16AVX512_frombf16_6
 	MOVQ       (SP), CX
 	IMULQ      R9, CX
 	ADDQ       CX, AX
@@ -32739,35 +29453,46 @@ stateVKbf16AVX512_pfdone_11:
 	PREFETCHT1 8896(AX)
 	PREFETCHT1 8960(AX)
 	CMPQ       R9, $0x00000340
-	JBE        stateVKbf16AVX512_dead_92
+	JBE        stateVKbf16AVX512_dead_98
 	PREFETCHT1 9024(AX)
 	CMPQ       R9, $0x00000380
-	JBE        stateVKbf16AVX512_dead_92
+	JBE        stateVKbf16AVX512_dead_98
 	PREFETCHT1 9088(AX)
 	CMPQ       R9, $0x000003c0
-	JBE        stateVKbf16AVX512_dead_92
+	JBE        stateVKbf16AVX512_dead_98
 	PREFETCHT1 9152(AX)
 
-stateVKbf16AVX512_dead_92:
-	VMOVUPS   (AX), Z0
-	VMOVUPS   64(AX), Z2
-	VMOVUPS   128(AX), Z3
-	VMOVUPS   192(AX), Z4
-	VMOVUPS   256(AX), Z5
-	VMOVUPS   320(AX), Z6
-	VMOVUPS   384(AX), Z7
-	VMOVUPS   448(AX), Z8
-	VMOVUPS   512(AX), Z9
-	VMOVUPS   576(AX), Z10
-	VMOVUPS   640(AX), Z11
-	VMOVUPS   704(AX), Z12
-	VMOVUPS.Z 768(AX), K1, Z13
-	VMOVUPS.Z 832(AX), K3, Z14
-	VMOVUPS.Z 896(AX), K4, Z15
-	VMOVUPS.Z 960(AX), K5, Z16
-	JMP       stateVKbf16AVX512_loaded_8
+stateVKbf16AVX512_dead_98:
+	VBROADCASTSS zero<>+0(SB), Z14
+	VBROADCASTSS zero<>+0(SB), Z15
+	VBROADCASTSS zero<>+0(SB), Z16
+	VMOVUPS      (AX), Z0
+	VMOVUPS      64(AX), Z2
+	VMOVUPS      128(AX), Z3
+	VMOVUPS      192(AX), Z4
+	VMOVUPS      256(AX), Z5
+	VMOVUPS      320(AX), Z6
+	VMOVUPS      384(AX), Z7
+	VMOVUPS      448(AX), Z8
+	VMOVUPS      512(AX), Z9
+	VMOVUPS      576(AX), Z10
+	VMOVUPS      640(AX), Z11
+	VMOVUPS      704(AX), Z12
+	VMOVUPS.Z    768(AX), K1, Z13
+	CMPQ         R9, $0x00000340
+	JBE          stateVKbf16AVX512_dead_99
+	VMOVUPS.Z    832(AX), K3, Z14
+	CMPQ         R9, $0x00000380
+	JBE          stateVKbf16AVX512_dead_99
+	VMOVUPS.Z    896(AX), K4, Z15
+	CMPQ         R9, $0x000003c0
+	JBE          stateVKbf16AVX512_dead_99
+	VMOVUPS.Z    960(AX), K5, Z16
 
-stateVKbf16AVX512_frombf16_8:
+stateVKbf16AVX512_dead_99:
+	JMP stateVKbf16AVX512_loaded_6
+
+stateVKbf16AVX512_frombf16_6:
 	MOVQ       src_base+16(FP), AX
 	MOVQ       (SP), CX
 	IMULQ      R10, CX
@@ -32780,44 +29505,54 @@ stateVKbf16AVX512_frombf16_8:
 	PREFETCHT1 8512(AX)
 	PREFETCHT1 8576(AX)
 	CMPQ       R9, $0x00000380
-	JBE        stateVKbf16AVX512_dead_93
+	JBE        stateVKbf16AVX512_dead_100
 	PREFETCHT1 8640(AX)
 
-stateVKbf16AVX512_dead_93:
-	VPMOVZXWD   (AX), Z0
-	VPSLLD      $0x10, Z0, Z0
-	VPMOVZXWD   32(AX), Z2
-	VPSLLD      $0x10, Z2, Z2
-	VPMOVZXWD   64(AX), Z3
-	VPSLLD      $0x10, Z3, Z3
-	VPMOVZXWD   96(AX), Z4
-	VPSLLD      $0x10, Z4, Z4
-	VPMOVZXWD   128(AX), Z5
-	VPSLLD      $0x10, Z5, Z5
-	VPMOVZXWD   160(AX), Z6
-	VPSLLD      $0x10, Z6, Z6
-	VPMOVZXWD   192(AX), Z7
-	VPSLLD      $0x10, Z7, Z7
-	VPMOVZXWD   224(AX), Z8
-	VPSLLD      $0x10, Z8, Z8
-	VPMOVZXWD   256(AX), Z9
-	VPSLLD      $0x10, Z9, Z9
-	VPMOVZXWD   288(AX), Z10
-	VPSLLD      $0x10, Z10, Z10
-	VPMOVZXWD   320(AX), Z11
-	VPSLLD      $0x10, Z11, Z11
-	VPMOVZXWD   352(AX), Z12
-	VPSLLD      $0x10, Z12, Z12
-	VPMOVZXWD.Z 384(AX), K1, Z13
-	VPSLLD      $0x10, Z13, Z13
-	VPMOVZXWD.Z 416(AX), K3, Z14
-	VPSLLD      $0x10, Z14, Z14
-	VPMOVZXWD.Z 448(AX), K4, Z15
-	VPSLLD      $0x10, Z15, Z15
-	VPMOVZXWD.Z 480(AX), K5, Z16
-	VPSLLD      $0x10, Z16, Z16
+stateVKbf16AVX512_dead_100:
+	VBROADCASTSS zero<>+0(SB), Z14
+	VBROADCASTSS zero<>+0(SB), Z15
+	VBROADCASTSS zero<>+0(SB), Z16
+	VPMOVZXWD    (AX), Z0
+	VPSLLD       $0x10, Z0, Z0
+	VPMOVZXWD    32(AX), Z2
+	VPSLLD       $0x10, Z2, Z2
+	VPMOVZXWD    64(AX), Z3
+	VPSLLD       $0x10, Z3, Z3
+	VPMOVZXWD    96(AX), Z4
+	VPSLLD       $0x10, Z4, Z4
+	VPMOVZXWD    128(AX), Z5
+	VPSLLD       $0x10, Z5, Z5
+	VPMOVZXWD    160(AX), Z6
+	VPSLLD       $0x10, Z6, Z6
+	VPMOVZXWD    192(AX), Z7
+	VPSLLD       $0x10, Z7, Z7
+	VPMOVZXWD    224(AX), Z8
+	VPSLLD       $0x10, Z8, Z8
+	VPMOVZXWD    256(AX), Z9
+	VPSLLD       $0x10, Z9, Z9
+	VPMOVZXWD    288(AX), Z10
+	VPSLLD       $0x10, Z10, Z10
+	VPMOVZXWD    320(AX), Z11
+	VPSLLD       $0x10, Z11, Z11
+	VPMOVZXWD    352(AX), Z12
+	VPSLLD       $0x10, Z12, Z12
+	VPMOVZXWD.Z  384(AX), K1, Z13
+	VPSLLD       $0x10, Z13, Z13
+	CMPQ         R9, $0x00000340
+	JBE          stateVKbf16AVX512_dead_101
+	VPMOVZXWD.Z  416(AX), K3, Z14
+	VPSLLD       $0x10, Z14, Z14
+	CMPQ         R9, $0x00000380
+	JBE          stateVKbf16AVX512_dead_101
+	VPMOVZXWD.Z  448(AX), K4, Z15
+	VPSLLD       $0x10, Z15, Z15
+	CMPQ         R9, $0x000003c0
+	JBE          stateVKbf16AVX512_dead_101
+	VPMOVZXWD.Z  480(AX), K5, Z16
+	VPSLLD       $0x10, Z16, Z16
 
-stateVKbf16AVX512_loaded_8:
+stateVKbf16AVX512_dead_101:
+stateVKbf16AVX512_loaded_6:
 	MOVQ kh_base+112(FP), AX
 	MOVQ qh_base+136(FP), CX
 	MOVQ tok_base+216(FP), DX
@@ -32830,7 +29565,7 @@ stateVKbf16AVX512_loaded_8:
 	ADDQ R8, DI
 	MOVQ 16(SP), R8
 
-stateVKbf16AVX512_token_8:
+stateVKbf16AVX512_token_6:
 	VMULPS      (AX), Z0, Z17
 	VMULPS      (CX), Z0, Z18
 	VMULPS      64(AX), Z2, Z19
@@ -32858,19 +29593,19 @@ stateVKbf16AVX512_token_8:
 	VFMADD231PS 768(AX), Z13, K1, Z17
 	VFMADD231PS 768(CX), Z13, K1, Z18
 	CMPQ        R9, $0x00000340
-	JBE         stateVKbf16AVX512_dead_94
+	JBE         stateVKbf16AVX512_dead_102
 	VFMADD231PS 832(AX), Z14, K3, Z19
 	VFMADD231PS 832(CX), Z14, K3, Z20
 	CMPQ        R9, $0x00000380
-	JBE         stateVKbf16AVX512_dead_94
+	JBE         stateVKbf16AVX512_dead_102
 	VFMADD231PS 896(AX), Z15, K4, Z21
 	VFMADD231PS 896(CX), Z15, K4, Z22
 	CMPQ        R9, $0x000003c0
-	JBE         stateVKbf16AVX512_dead_94
+	JBE         stateVKbf16AVX512_dead_102
 	VFMADD231PS 960(AX), Z16, K5, Z23
 	VFMADD231PS 960(CX), Z16, K5, Z24
 
-stateVKbf16AVX512_dead_94:
+stateVKbf16AVX512_dead_102:
 	VADDPS       Z19, Z17, Z17
 	VADDPS       Z23, Z21, Z21
 	VADDPS       Z21, Z17, Z17
@@ -32893,16 +29628,16 @@ stateVKbf16AVX512_dead_94:
 	VPERMPS      Z17, Z18, Z17
 	VMOVSS       (DX), X1
 	VUCOMISS     nearone<>+0(SB), X1
-	JCS          stateVKbf16AVX512_far_18
+	JCS          stateVKbf16AVX512_far_13
 	VBROADCASTSS (DX), Z18
 	VFMADD213PS  Z17, Z18, Z17
-	JMP          stateVKbf16AVX512_decayed_18
+	JMP          stateVKbf16AVX512_decayed_13
 
-stateVKbf16AVX512_far_18:
+stateVKbf16AVX512_far_13:
 	VBROADCASTSS 4(DX), Z18
 	VMULPS       Z17, Z18, Z17
 
-stateVKbf16AVX512_decayed_18:
+stateVKbf16AVX512_decayed_13:
 	VEXTRACTF64X4 $0x01, Z17, Y18
 	VMOVSS        (SI), X1
 	VSUBPS        Y17, Y1, Y1
@@ -32913,23 +29648,23 @@ stateVKbf16AVX512_decayed_18:
 	VMOVSS        X18, (DI)
 	MOVQ          (BX), R11
 	TESTQ         R11, R11
-	JZ            stateVKbf16AVX512_nofin_8
-	CMPQ          R9, $0x00000400
-	JNE           stateVKbf16AVX512_fin_8
+	JZ            stateVKbf16AVX512_nofin_6
+	TESTQ         $0x0000007f, R9
+	JNZ           stateVKbf16AVX512_fin_6
 	CMPB          cvt+288(FP), $0x00
-	JNE           stateVKbf16AVX512_nofin_8
+	JNE           stateVKbf16AVX512_nofin_6
 
-stateVKbf16AVX512_fin_8:
+stateVKbf16AVX512_fin_6:
 	VSUBPS Y17, Y17, Y18
 	VCMPPS $0x03, Y18, Y18, K7
 	KMOVW  K7, R11
 	ANDL   $0x00000001, R11
 	MOVL   R11, 56(SP)
 
-stateVKbf16AVX512_nofin_8:
+stateVKbf16AVX512_nofin_6:
 	VMOVSS       (DX), X1
 	VUCOMISS     nearone<>+0(SB), X1
-	JCS          stateVKbf16AVX512_far_19
+	JCS          stateVKbf16AVX512_far_14
 	VBROADCASTSS (DX), Z18
 	VBROADCASTSS X17, Z17
 	VFMADD213PS  Z0, Z18, Z0
@@ -32959,22 +29694,22 @@ stateVKbf16AVX512_nofin_8:
 	VFMADD213PS  Z13, Z18, Z13
 	VFMADD231PS  768(AX), Z17, K1, Z13
 	CMPQ         R9, $0x00000340
-	JBE          stateVKbf16AVX512_dead_95
+	JBE          stateVKbf16AVX512_dead_103
 	VFMADD213PS  Z14, Z18, Z14
 	VFMADD231PS  832(AX), Z17, K3, Z14
 	CMPQ         R9, $0x00000380
-	JBE          stateVKbf16AVX512_dead_95
+	JBE          stateVKbf16AVX512_dead_103
 	VFMADD213PS  Z15, Z18, Z15
 	VFMADD231PS  896(AX), Z17, K4, Z15
 	CMPQ         R9, $0x000003c0
-	JBE          stateVKbf16AVX512_dead_95
+	JBE          stateVKbf16AVX512_dead_103
 	VFMADD213PS  Z16, Z18, Z16
 	VFMADD231PS  960(AX), Z17, K5, Z16
 
-stateVKbf16AVX512_dead_95:
-	JMP stateVKbf16AVX512_decayed_19
+stateVKbf16AVX512_dead_103:
+	JMP stateVKbf16AVX512_decayed_14
 
-stateVKbf16AVX512_far_19:
+stateVKbf16AVX512_far_14:
 	VBROADCASTSS 4(DX), Z18
 	VBROADCASTSS X17, Z17
 	VMULPS       Z0, Z18, Z0
@@ -33004,31 +29739,31 @@ stateVKbf16AVX512_far_19:
 	VMULPS       Z13, Z18, Z13
 	VFMADD231PS  768(AX), Z17, K1, Z13
 	CMPQ         R9, $0x00000340
-	JBE          stateVKbf16AVX512_dead_96
+	JBE          stateVKbf16AVX512_dead_104
 	VMULPS       Z14, Z18, Z14
 	VFMADD231PS  832(AX), Z17, K3, Z14
 	CMPQ         R9, $0x00000380
-	JBE          stateVKbf16AVX512_dead_96
+	JBE          stateVKbf16AVX512_dead_104
 	VMULPS       Z15, Z18, Z15
 	VFMADD231PS  896(AX), Z17, K4, Z15
 	CMPQ         R9, $0x000003c0
-	JBE          stateVKbf16AVX512_dead_96
+	JBE          stateVKbf16AVX512_dead_104
 	VMULPS       Z16, Z18, Z16
 	VFMADD231PS  960(AX), Z17, K5, Z16
 
-stateVKbf16AVX512_dead_96:
-stateVKbf16AVX512_decayed_19:
+stateVKbf16AVX512_dead_104:
+stateVKbf16AVX512_decayed_14:
 	// The state after this token, if stored.
 	MOVQ      (BX), R11
 	TESTQ     R11, R11
-	JZ        stateVKbf16AVX512_nostore_8
+	JZ        stateVKbf16AVX512_nostore_6
 	MOVQ      (SP), R12
 	IMULQ     R10, R12
 	ADDQ      R12, R11
-	CMPQ      R9, $0x00000400
-	JNE       stateVKbf16AVX512_bfints_8
+	TESTQ     $0x0000007f, R9
+	JNZ       stateVKbf16AVX512_bfints_6
 	CMPB      cvt+288(FP), $0x00
-	JE        stateVKbf16AVX512_bfints_8
+	JE        stateVKbf16AVX512_bfints_6
 	VMOVDQU32 mag16<>+0(SB), Z17
 	KXNORD    K7, K7, K7
 	MOVQ      R11, R12
@@ -33050,19 +29785,25 @@ stateVKbf16AVX512_decayed_19:
 	BYTE $0x62; BYTE $0xc2; BYTE $0x1f; BYTE $0x48; BYTE $0x72; BYTE $0xd3 // VCVTNE2PS2BF16 Z11, Z12, Z18
 	VMOVDQU32 Z18, 320(R12)
 	VPTESTMW  Z17, Z18, K7, K7
+	CMPQ      R9, $0x00000340
+	JBE       stateVKbf16AVX512_dead_105
 	BYTE $0x62; BYTE $0xc2; BYTE $0x0f; BYTE $0x48; BYTE $0x72; BYTE $0xd5 // VCVTNE2PS2BF16 Z13, Z14, Z18
 	VMOVDQU32 Z18, 384(R12)
 	VPTESTMW  Z17, Z18, K7, K7
+	CMPQ      R9, $0x000003c0
+	JBE       stateVKbf16AVX512_dead_105
 	BYTE $0x62; BYTE $0xc2; BYTE $0x7f; BYTE $0x40; BYTE $0x72; BYTE $0xd7 // VCVTNE2PS2BF16 Z15, Z16, Z18
 	VMOVDQU32 Z18, 448(R12)
 	VPTESTMW  Z17, Z18, K7, K7
-	KORTESTD  K7, K7
-	JCS       stateVKbf16AVX512_bfstored_8
-	MOVL      $0x00000001, 56(SP)
 
-stateVKbf16AVX512_bfints_8:
+stateVKbf16AVX512_dead_105:
+	KORTESTD K7, K7
+	JCS      stateVKbf16AVX512_bfstored_6
+	MOVL     $0x00000001, 56(SP)
+
+stateVKbf16AVX512_bfints_6:
 	CMPL        56(SP), $0x00
-	JNE         stateVKbf16AVX512_bfnan_8
+	JNE         stateVKbf16AVX512_bfnan_6
 	VMOVAPS     Z0, Z17
 	VPSRLD      $0x10, Z17, Z18
 	VPANDD.BCST one_i<>+0(SB), Z18, Z18
@@ -33155,7 +29896,7 @@ stateVKbf16AVX512_bfints_8:
 	VPSRLD      $0x10, Z17, Z17
 	VPMOVDW     Z17, K1, 384(R11)
 	CMPQ        R9, $0x00000340
-	JBE         stateVKbf16AVX512_dead_97
+	JBE         stateVKbf16AVX512_dead_106
 	VMOVAPS     Z14, Z17
 	VPSRLD      $0x10, Z17, Z18
 	VPANDD.BCST one_i<>+0(SB), Z18, Z18
@@ -33164,7 +29905,7 @@ stateVKbf16AVX512_bfints_8:
 	VPSRLD      $0x10, Z17, Z17
 	VPMOVDW     Z17, K3, 416(R11)
 	CMPQ        R9, $0x00000380
-	JBE         stateVKbf16AVX512_dead_97
+	JBE         stateVKbf16AVX512_dead_106
 	VMOVAPS     Z15, Z17
 	VPSRLD      $0x10, Z17, Z18
 	VPANDD.BCST one_i<>+0(SB), Z18, Z18
@@ -33173,7 +29914,7 @@ stateVKbf16AVX512_bfints_8:
 	VPSRLD      $0x10, Z17, Z17
 	VPMOVDW     Z17, K4, 448(R11)
 	CMPQ        R9, $0x000003c0
-	JBE         stateVKbf16AVX512_dead_97
+	JBE         stateVKbf16AVX512_dead_106
 	VMOVAPS     Z16, Z17
 	VPSRLD      $0x10, Z17, Z18
 	VPANDD.BCST one_i<>+0(SB), Z18, Z18
@@ -33182,10 +29923,10 @@ stateVKbf16AVX512_bfints_8:
 	VPSRLD      $0x10, Z17, Z17
 	VPMOVDW     Z17, K5, 480(R11)
 
-stateVKbf16AVX512_dead_97:
-	JMP stateVKbf16AVX512_bfdone_8
+stateVKbf16AVX512_dead_106:
+	JMP stateVKbf16AVX512_bfdone_6
 
-stateVKbf16AVX512_bfnan_8:
+stateVKbf16AVX512_bfnan_6:
 	VMOVAPS     Z0, Z17
 	VPSRLD      $0x10, Z17, Z18
 	VCMPPS      $0x03, Z17, Z17, K2
@@ -33304,7 +30045,7 @@ stateVKbf16AVX512_bfnan_8:
 	VPORD.BCST  quiet<>+0(SB), Z18, K2, Z17
 	VPMOVDW     Z17, K1, 384(R11)
 	CMPQ        R9, $0x00000340
-	JBE         stateVKbf16AVX512_dead_98
+	JBE         stateVKbf16AVX512_dead_107
 	VMOVAPS     Z14, Z17
 	VPSRLD      $0x10, Z17, Z18
 	VCMPPS      $0x03, Z17, Z17, K2
@@ -33315,7 +30056,7 @@ stateVKbf16AVX512_bfnan_8:
 	VPORD.BCST  quiet<>+0(SB), Z18, K2, Z17
 	VPMOVDW     Z17, K3, 416(R11)
 	CMPQ        R9, $0x00000380
-	JBE         stateVKbf16AVX512_dead_98
+	JBE         stateVKbf16AVX512_dead_107
 	VMOVAPS     Z15, Z17
 	VPSRLD      $0x10, Z17, Z18
 	VCMPPS      $0x03, Z17, Z17, K2
@@ -33326,7 +30067,7 @@ stateVKbf16AVX512_bfnan_8:
 	VPORD.BCST  quiet<>+0(SB), Z18, K2, Z17
 	VPMOVDW     Z17, K4, 448(R11)
 	CMPQ        R9, $0x000003c0
-	JBE         stateVKbf16AVX512_dead_98
+	JBE         stateVKbf16AVX512_dead_107
 	VMOVAPS     Z16, Z17
 	VPSRLD      $0x10, Z17, Z18
 	VCMPPS      $0x03, Z17, Z17, K2
@@ -33337,10 +30078,10 @@ stateVKbf16AVX512_bfnan_8:
 	VPORD.BCST  quiet<>+0(SB), Z18, K2, Z17
 	VPMOVDW     Z17, K5, 480(R11)
 
-stateVKbf16AVX512_dead_98:
-stateVKbf16AVX512_bfdone_8:
-stateVKbf16AVX512_bfstored_8:
-stateVKbf16AVX512_nostore_8:
+stateVKbf16AVX512_dead_107:
+stateVKbf16AVX512_bfdone_6:
+stateVKbf16AVX512_bfstored_6:
+stateVKbf16AVX512_nostore_6:
 	ADDQ R9, AX
 	ADDQ R9, CX
 	ADDQ $0x10, DX
@@ -33348,12 +30089,12 @@ stateVKbf16AVX512_nostore_8:
 	ADDQ 32(SP), SI
 	ADDQ 24(SP), DI
 	DECQ R8
-	JNZ  stateVKbf16AVX512_token_8
+	JNZ  stateVKbf16AVX512_token_6
 
 	// The f32 carry after the last token, if asked for.
 	MOVQ    carry_base+88(FP), AX
 	TESTQ   AX, AX
-	JZ      stateVKbf16AVX512_nocarry_8
+	JZ      stateVKbf16AVX512_nocarry_6
 	MOVQ    (SP), CX
 	IMULQ   R9, CX
 	ADDQ    CX, AX
@@ -33371,22 +30112,22 @@ stateVKbf16AVX512_nostore_8:
 	VMOVUPS Z12, 704(AX)
 	VMOVUPS Z13, K1, 768(AX)
 	CMPQ    R9, $0x00000340
-	JBE     stateVKbf16AVX512_dead_99
+	JBE     stateVKbf16AVX512_dead_108
 	VMOVUPS Z14, K3, 832(AX)
 	CMPQ    R9, $0x00000380
-	JBE     stateVKbf16AVX512_dead_99
+	JBE     stateVKbf16AVX512_dead_108
 	VMOVUPS Z15, K4, 896(AX)
 	CMPQ    R9, $0x000003c0
-	JBE     stateVKbf16AVX512_dead_99
+	JBE     stateVKbf16AVX512_dead_108
 	VMOVUPS Z16, K5, 960(AX)
 
-stateVKbf16AVX512_dead_99:
-stateVKbf16AVX512_nocarry_8:
+stateVKbf16AVX512_dead_108:
+stateVKbf16AVX512_nocarry_6:
 	ADDQ $0x00000001, (SP)
 	SUBQ $0x00000001, 8(SP)
-	JMP  stateVKbf16AVX512_group_8
+	JMP  stateVKbf16AVX512_group_6
 
-stateVKbf16AVX512_groupsdone_8:
+stateVKbf16AVX512_groupsdone_6:
 stateVKbf16AVX512_done_1:
 	SFENCE
 	VZEROUPPER
@@ -33437,22 +30178,18 @@ TEXT ·stateVKf32AVX2(SB), NOSPLIT, $320-240
 	VMOVUPS (DX), Y0
 	VMOVUPS Y0, 48(SP)
 
-	// Dispatch on the vectors per row, L = ceil(K/8), to the shapes [4 8 12 16].
+	// Dispatch on the vectors per row, L = ceil(K/8), to the shapes [8 16].
 	MOVQ CX, AX
 	DECQ AX
 	SHRQ $0x03, AX
-	CMPQ AX, $0x00000003
-	JBE  stateVKf32AVX2_n4_1
 	CMPQ AX, $0x00000007
 	JBE  stateVKf32AVX2_n8_1
-	CMPQ AX, $0x0000000b
-	JBE  stateVKf32AVX2_n12_1
 	CMPQ AX, $0x0000000f
 	JBE  stateVKf32AVX2_n16_1
 	JMP  stateVKf32AVX2_done_1
 
-stateVKf32AVX2_n4_1:
-	// Rows of 1…4 vectors.
+stateVKf32AVX2_n8_1:
+	// Rows of 1…8 vectors.
 	CMPQ 16(SP), $0x01
 	JNE  stateVKf32AVX2_pairs_1
 	MOVQ stores_base+40(FP), AX
@@ -33463,7 +30200,7 @@ stateVKf32AVX2_once_1:
 	CMPQ 8(SP), $0x02
 	JB   stateVKf32AVX2_oncedone_1
 
-	// A pair of rows of 1…4 vectors, one token.
+	// A pair of rows of 1…8 vectors, one token.
 	MOVQ       src_base+16(FP), R10
 	MOVQ       (SP), AX
 	IMULQ      R9, AX
@@ -33489,6 +30226,18 @@ stateVKf32AVX2_once_1:
 	CMPQ       R9, $0x00000060
 	JBE        stateVKf32AVX2_dead_1
 	PREFETCHT1 8384(R10)
+	CMPQ       R9, $0x00000080
+	JBE        stateVKf32AVX2_dead_1
+	PREFETCHT1 8448(R10)
+	CMPQ       R9, $0x000000a0
+	JBE        stateVKf32AVX2_dead_1
+	PREFETCHT1 8512(R10)
+	CMPQ       R9, $0x000000c0
+	JBE        stateVKf32AVX2_dead_1
+	PREFETCHT1 8576(R10)
+	CMPQ       R9, $0x000000e0
+	JBE        stateVKf32AVX2_dead_1
+	PREFETCHT1 8640(R10)
 
 stateVKf32AVX2_dead_1:
 	VXORPS      Y0, Y0, Y0
@@ -33527,6 +30276,46 @@ stateVKf32AVX2_dead_1:
 	VFMADD231PS Y9, Y11, Y0
 	VFMADD231PS Y10, Y11, Y2
 	VMOVUPS     64(R10)(R9*1), Y11
+	VFMADD231PS Y9, Y11, Y5
+	VFMADD231PS Y10, Y11, Y6
+	CMPQ        R9, $0x00000080
+	JBE         stateVKf32AVX2_dead_2
+	VMOVUPS     96(AX), Y9
+	VMOVUPS     96(CX), Y10
+	VMOVUPS     96(R10), Y11
+	VFMADD231PS Y9, Y11, Y3
+	VFMADD231PS Y10, Y11, Y4
+	VMOVUPS     96(R10)(R9*1), Y11
+	VFMADD231PS Y9, Y11, Y7
+	VFMADD231PS Y10, Y11, Y8
+	CMPQ        R9, $0x000000a0
+	JBE         stateVKf32AVX2_dead_2
+	VMOVUPS     128(AX), Y9
+	VMOVUPS     128(CX), Y10
+	VMOVUPS     128(R10), Y11
+	VFMADD231PS Y9, Y11, Y0
+	VFMADD231PS Y10, Y11, Y2
+	VMOVUPS     128(R10)(R9*1), Y11
+	VFMADD231PS Y9, Y11, Y5
+	VFMADD231PS Y10, Y11, Y6
+	CMPQ        R9, $0x000000c0
+	JBE         stateVKf32AVX2_dead_2
+	VMOVUPS     160(AX), Y9
+	VMOVUPS     160(CX), Y10
+	VMOVUPS     160(R10), Y11
+	VFMADD231PS Y9, Y11, Y3
+	VFMADD231PS Y10, Y11, Y4
+	VMOVUPS     160(R10)(R9*1), Y11
+	VFMADD231PS Y9, Y11, Y7
+	VFMADD231PS Y10, Y11, Y8
+	CMPQ        R9, $0x000000e0
+	JBE         stateVKf32AVX2_dead_2
+	VMOVUPS     192(AX), Y9
+	VMOVUPS     192(CX), Y10
+	VMOVUPS     192(R10), Y11
+	VFMADD231PS Y9, Y11, Y0
+	VFMADD231PS Y10, Y11, Y2
+	VMOVUPS     192(R10)(R9*1), Y11
 	VFMADD231PS Y9, Y11, Y5
 	VFMADD231PS Y10, Y11, Y6
 
@@ -33625,6 +30414,50 @@ stateVKf32AVX2_decayed_1:
 	VFMADD213PS  Y7, Y3, Y7
 	VFMADD231PS  Y6, Y5, Y7
 	VMOVUPS      Y7, 64(CX)(R9*1)
+	CMPQ         R9, $0x00000080
+	JBE          stateVKf32AVX2_dead_3
+	VMOVUPS      96(AX), Y6
+	VMOVUPS      96(R10), Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VMOVUPS      Y7, 96(CX)
+	VMOVUPS      96(R10)(R9*1), Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VMOVUPS      Y7, 96(CX)(R9*1)
+	CMPQ         R9, $0x000000a0
+	JBE          stateVKf32AVX2_dead_3
+	VMOVUPS      128(AX), Y6
+	VMOVUPS      128(R10), Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VMOVUPS      Y7, 128(CX)
+	VMOVUPS      128(R10)(R9*1), Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VMOVUPS      Y7, 128(CX)(R9*1)
+	CMPQ         R9, $0x000000c0
+	JBE          stateVKf32AVX2_dead_3
+	VMOVUPS      160(AX), Y6
+	VMOVUPS      160(R10), Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VMOVUPS      Y7, 160(CX)
+	VMOVUPS      160(R10)(R9*1), Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VMOVUPS      Y7, 160(CX)(R9*1)
+	CMPQ         R9, $0x000000e0
+	JBE          stateVKf32AVX2_dead_3
+	VMOVUPS      192(AX), Y6
+	VMOVUPS      192(R10), Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VMOVUPS      Y7, 192(CX)
+	VMOVUPS      192(R10)(R9*1), Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VMOVUPS      Y7, 192(CX)(R9*1)
 
 stateVKf32AVX2_dead_3:
 	VFMADD213PS Y0, Y3, Y0
@@ -33673,6 +30506,50 @@ stateVKf32AVX2_far_2:
 	VMULPS       Y7, Y3, Y7
 	VFMADD231PS  Y6, Y5, Y7
 	VMOVUPS      Y7, 64(CX)(R9*1)
+	CMPQ         R9, $0x00000080
+	JBE          stateVKf32AVX2_dead_4
+	VMOVUPS      96(AX), Y6
+	VMOVUPS      96(R10), Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VMOVUPS      Y7, 96(CX)
+	VMOVUPS      96(R10)(R9*1), Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VMOVUPS      Y7, 96(CX)(R9*1)
+	CMPQ         R9, $0x000000a0
+	JBE          stateVKf32AVX2_dead_4
+	VMOVUPS      128(AX), Y6
+	VMOVUPS      128(R10), Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VMOVUPS      Y7, 128(CX)
+	VMOVUPS      128(R10)(R9*1), Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VMOVUPS      Y7, 128(CX)(R9*1)
+	CMPQ         R9, $0x000000c0
+	JBE          stateVKf32AVX2_dead_4
+	VMOVUPS      160(AX), Y6
+	VMOVUPS      160(R10), Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VMOVUPS      Y7, 160(CX)
+	VMOVUPS      160(R10)(R9*1), Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VMOVUPS      Y7, 160(CX)(R9*1)
+	CMPQ         R9, $0x000000e0
+	JBE          stateVKf32AVX2_dead_4
+	VMOVUPS      192(AX), Y6
+	VMOVUPS      192(R10), Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VMOVUPS      Y7, 192(CX)
+	VMOVUPS      192(R10)(R9*1), Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VMOVUPS      Y7, 192(CX)(R9*1)
 
 stateVKf32AVX2_dead_4:
 	VMULPS      Y0, Y3, Y0
@@ -33719,7 +30596,7 @@ stateVKf32AVX2_pfline_1:
 stateVKf32AVX2_pfdone_1:
 	MOVQ AX, 304(SP)
 
-	// Load 2 row(s) of 1…4 vectors.
+	// Load 2 row(s) of 1…8 vectors.
 	MOVQ       src_base+16(FP), AX
 	MOVQ       (SP), CX
 	IMULQ      R9, CX
@@ -33734,6 +30611,18 @@ stateVKf32AVX2_pfdone_1:
 	CMPQ       R9, $0x00000060
 	JBE        stateVKf32AVX2_dead_5
 	PREFETCHT1 8384(AX)
+	CMPQ       R9, $0x00000080
+	JBE        stateVKf32AVX2_dead_5
+	PREFETCHT1 8448(AX)
+	CMPQ       R9, $0x000000a0
+	JBE        stateVKf32AVX2_dead_5
+	PREFETCHT1 8512(AX)
+	CMPQ       R9, $0x000000c0
+	JBE        stateVKf32AVX2_dead_5
+	PREFETCHT1 8576(AX)
+	CMPQ       R9, $0x000000e0
+	JBE        stateVKf32AVX2_dead_5
+	PREFETCHT1 8640(AX)
 
 stateVKf32AVX2_dead_5:
 	VXORPS  Y0, Y0, Y0
@@ -33748,6 +30637,22 @@ stateVKf32AVX2_dead_5:
 	JBE     stateVKf32AVX2_dead_6
 	VMOVUPS 64(AX), Y1
 	VMOVUPS Y1, 64(R10)
+	CMPQ    R9, $0x00000080
+	JBE     stateVKf32AVX2_dead_6
+	VMOVUPS 96(AX), Y1
+	VMOVUPS Y1, 96(R10)
+	CMPQ    R9, $0x000000a0
+	JBE     stateVKf32AVX2_dead_6
+	VMOVUPS 128(AX), Y1
+	VMOVUPS Y1, 128(R10)
+	CMPQ    R9, $0x000000c0
+	JBE     stateVKf32AVX2_dead_6
+	VMOVUPS 160(AX), Y1
+	VMOVUPS Y1, 160(R10)
+	CMPQ    R9, $0x000000e0
+	JBE     stateVKf32AVX2_dead_6
+	VMOVUPS 192(AX), Y1
+	VMOVUPS Y1, 192(R10)
 
 stateVKf32AVX2_dead_6:
 	VMOVUPS -32(AX)(R9*1), Y1
@@ -33765,6 +30670,22 @@ stateVKf32AVX2_dead_6:
 	JBE     stateVKf32AVX2_dead_7
 	VMOVUPS 64(AX), Y3
 	VMOVUPS Y3, 576(R10)
+	CMPQ    R9, $0x00000080
+	JBE     stateVKf32AVX2_dead_7
+	VMOVUPS 96(AX), Y3
+	VMOVUPS Y3, 608(R10)
+	CMPQ    R9, $0x000000a0
+	JBE     stateVKf32AVX2_dead_7
+	VMOVUPS 128(AX), Y3
+	VMOVUPS Y3, 640(R10)
+	CMPQ    R9, $0x000000c0
+	JBE     stateVKf32AVX2_dead_7
+	VMOVUPS 160(AX), Y3
+	VMOVUPS Y3, 672(R10)
+	CMPQ    R9, $0x000000e0
+	JBE     stateVKf32AVX2_dead_7
+	VMOVUPS 192(AX), Y3
+	VMOVUPS Y3, 704(R10)
 
 stateVKf32AVX2_dead_7:
 	VMOVUPS     -32(AX)(R9*1), Y3
@@ -33810,6 +30731,38 @@ stateVKf32AVX2_dead_7:
 	VMOVUPS     576(R10), Y12
 	VFMADD231PS 64(AX), Y12, Y8
 	VFMADD231PS 64(CX), Y12, Y9
+	CMPQ        R9, $0x00000080
+	JBE         stateVKf32AVX2_dead_8
+	VMOVUPS     96(R10), Y12
+	VFMADD231PS 96(AX), Y12, Y6
+	VFMADD231PS 96(CX), Y12, Y7
+	VMOVUPS     608(R10), Y12
+	VFMADD231PS 96(AX), Y12, Y10
+	VFMADD231PS 96(CX), Y12, Y11
+	CMPQ        R9, $0x000000a0
+	JBE         stateVKf32AVX2_dead_8
+	VMOVUPS     128(R10), Y12
+	VFMADD231PS 128(AX), Y12, Y4
+	VFMADD231PS 128(CX), Y12, Y5
+	VMOVUPS     640(R10), Y12
+	VFMADD231PS 128(AX), Y12, Y8
+	VFMADD231PS 128(CX), Y12, Y9
+	CMPQ        R9, $0x000000c0
+	JBE         stateVKf32AVX2_dead_8
+	VMOVUPS     160(R10), Y12
+	VFMADD231PS 160(AX), Y12, Y6
+	VFMADD231PS 160(CX), Y12, Y7
+	VMOVUPS     672(R10), Y12
+	VFMADD231PS 160(AX), Y12, Y10
+	VFMADD231PS 160(CX), Y12, Y11
+	CMPQ        R9, $0x000000e0
+	JBE         stateVKf32AVX2_dead_8
+	VMOVUPS     192(R10), Y12
+	VFMADD231PS 192(AX), Y12, Y4
+	VFMADD231PS 192(CX), Y12, Y5
+	VMOVUPS     704(R10), Y12
+	VFMADD231PS 192(AX), Y12, Y8
+	VFMADD231PS 192(CX), Y12, Y9
 
 stateVKf32AVX2_dead_8:
 	VFMADD231PS -32(AX)(R9*1), Y1, Y6
@@ -33912,6 +30865,62 @@ stateVKf32AVX2_decayed_3:
 	VMOVUPS      Y15, 576(R10)
 	VFMADD231PS  64(AX)(R9*1), Y15, Y8
 	VFMADD231PS  64(CX)(R9*1), Y15, Y9
+	CMPQ         R9, $0x00000080
+	JBE          stateVKf32AVX2_dead_9
+	VMOVUPS      96(R10), Y15
+	VFMADD213PS  Y15, Y13, Y15
+	VFMADD231PS  96(AX), Y14, Y15
+	VMOVUPS      Y15, 96(R10)
+	VFMADD231PS  96(AX)(R9*1), Y15, Y6
+	VFMADD231PS  96(CX)(R9*1), Y15, Y7
+	VMOVUPS      608(R10), Y15
+	VFMADD213PS  Y15, Y13, Y15
+	VFMADD231PS  96(AX), Y12, Y15
+	VMOVUPS      Y15, 608(R10)
+	VFMADD231PS  96(AX)(R9*1), Y15, Y10
+	VFMADD231PS  96(CX)(R9*1), Y15, Y11
+	CMPQ         R9, $0x000000a0
+	JBE          stateVKf32AVX2_dead_9
+	VMOVUPS      128(R10), Y15
+	VFMADD213PS  Y15, Y13, Y15
+	VFMADD231PS  128(AX), Y14, Y15
+	VMOVUPS      Y15, 128(R10)
+	VFMADD231PS  128(AX)(R9*1), Y15, Y4
+	VFMADD231PS  128(CX)(R9*1), Y15, Y5
+	VMOVUPS      640(R10), Y15
+	VFMADD213PS  Y15, Y13, Y15
+	VFMADD231PS  128(AX), Y12, Y15
+	VMOVUPS      Y15, 640(R10)
+	VFMADD231PS  128(AX)(R9*1), Y15, Y8
+	VFMADD231PS  128(CX)(R9*1), Y15, Y9
+	CMPQ         R9, $0x000000c0
+	JBE          stateVKf32AVX2_dead_9
+	VMOVUPS      160(R10), Y15
+	VFMADD213PS  Y15, Y13, Y15
+	VFMADD231PS  160(AX), Y14, Y15
+	VMOVUPS      Y15, 160(R10)
+	VFMADD231PS  160(AX)(R9*1), Y15, Y6
+	VFMADD231PS  160(CX)(R9*1), Y15, Y7
+	VMOVUPS      672(R10), Y15
+	VFMADD213PS  Y15, Y13, Y15
+	VFMADD231PS  160(AX), Y12, Y15
+	VMOVUPS      Y15, 672(R10)
+	VFMADD231PS  160(AX)(R9*1), Y15, Y10
+	VFMADD231PS  160(CX)(R9*1), Y15, Y11
+	CMPQ         R9, $0x000000e0
+	JBE          stateVKf32AVX2_dead_9
+	VMOVUPS      192(R10), Y15
+	VFMADD213PS  Y15, Y13, Y15
+	VFMADD231PS  192(AX), Y14, Y15
+	VMOVUPS      Y15, 192(R10)
+	VFMADD231PS  192(AX)(R9*1), Y15, Y4
+	VFMADD231PS  192(CX)(R9*1), Y15, Y5
+	VMOVUPS      704(R10), Y15
+	VFMADD213PS  Y15, Y13, Y15
+	VFMADD231PS  192(AX), Y12, Y15
+	VMOVUPS      Y15, 704(R10)
+	VFMADD231PS  192(AX)(R9*1), Y15, Y8
+	VFMADD231PS  192(CX)(R9*1), Y15, Y9
 
 stateVKf32AVX2_dead_9:
 	VFMADD213PS Y1, Y13, Y1
@@ -33969,6 +30978,62 @@ stateVKf32AVX2_far_4:
 	VMOVUPS      Y15, 576(R10)
 	VFMADD231PS  64(AX)(R9*1), Y15, Y8
 	VFMADD231PS  64(CX)(R9*1), Y15, Y9
+	CMPQ         R9, $0x00000080
+	JBE          stateVKf32AVX2_dead_10
+	VMOVUPS      96(R10), Y15
+	VMULPS       Y15, Y13, Y15
+	VFMADD231PS  96(AX), Y14, Y15
+	VMOVUPS      Y15, 96(R10)
+	VFMADD231PS  96(AX)(R9*1), Y15, Y6
+	VFMADD231PS  96(CX)(R9*1), Y15, Y7
+	VMOVUPS      608(R10), Y15
+	VMULPS       Y15, Y13, Y15
+	VFMADD231PS  96(AX), Y12, Y15
+	VMOVUPS      Y15, 608(R10)
+	VFMADD231PS  96(AX)(R9*1), Y15, Y10
+	VFMADD231PS  96(CX)(R9*1), Y15, Y11
+	CMPQ         R9, $0x000000a0
+	JBE          stateVKf32AVX2_dead_10
+	VMOVUPS      128(R10), Y15
+	VMULPS       Y15, Y13, Y15
+	VFMADD231PS  128(AX), Y14, Y15
+	VMOVUPS      Y15, 128(R10)
+	VFMADD231PS  128(AX)(R9*1), Y15, Y4
+	VFMADD231PS  128(CX)(R9*1), Y15, Y5
+	VMOVUPS      640(R10), Y15
+	VMULPS       Y15, Y13, Y15
+	VFMADD231PS  128(AX), Y12, Y15
+	VMOVUPS      Y15, 640(R10)
+	VFMADD231PS  128(AX)(R9*1), Y15, Y8
+	VFMADD231PS  128(CX)(R9*1), Y15, Y9
+	CMPQ         R9, $0x000000c0
+	JBE          stateVKf32AVX2_dead_10
+	VMOVUPS      160(R10), Y15
+	VMULPS       Y15, Y13, Y15
+	VFMADD231PS  160(AX), Y14, Y15
+	VMOVUPS      Y15, 160(R10)
+	VFMADD231PS  160(AX)(R9*1), Y15, Y6
+	VFMADD231PS  160(CX)(R9*1), Y15, Y7
+	VMOVUPS      672(R10), Y15
+	VMULPS       Y15, Y13, Y15
+	VFMADD231PS  160(AX), Y12, Y15
+	VMOVUPS      Y15, 672(R10)
+	VFMADD231PS  160(AX)(R9*1), Y15, Y10
+	VFMADD231PS  160(CX)(R9*1), Y15, Y11
+	CMPQ         R9, $0x000000e0
+	JBE          stateVKf32AVX2_dead_10
+	VMOVUPS      192(R10), Y15
+	VMULPS       Y15, Y13, Y15
+	VFMADD231PS  192(AX), Y14, Y15
+	VMOVUPS      Y15, 192(R10)
+	VFMADD231PS  192(AX)(R9*1), Y15, Y4
+	VFMADD231PS  192(CX)(R9*1), Y15, Y5
+	VMOVUPS      704(R10), Y15
+	VMULPS       Y15, Y13, Y15
+	VFMADD231PS  192(AX), Y12, Y15
+	VMOVUPS      Y15, 704(R10)
+	VFMADD231PS  192(AX)(R9*1), Y15, Y8
+	VFMADD231PS  192(CX)(R9*1), Y15, Y9
 
 stateVKf32AVX2_dead_10:
 	VMULPS      Y1, Y13, Y1
@@ -34027,6 +31092,46 @@ stateVKf32AVX2_lasttoken_1:
 	VFMADD213PS  Y15, Y13, Y15
 	VFMADD231PS  64(AX), Y12, Y15
 	VMOVUPS      Y15, 576(R10)
+	CMPQ         R9, $0x00000080
+	JBE          stateVKf32AVX2_dead_11
+	VMOVUPS      96(R10), Y15
+	VFMADD213PS  Y15, Y13, Y15
+	VFMADD231PS  96(AX), Y14, Y15
+	VMOVUPS      Y15, 96(R10)
+	VMOVUPS      608(R10), Y15
+	VFMADD213PS  Y15, Y13, Y15
+	VFMADD231PS  96(AX), Y12, Y15
+	VMOVUPS      Y15, 608(R10)
+	CMPQ         R9, $0x000000a0
+	JBE          stateVKf32AVX2_dead_11
+	VMOVUPS      128(R10), Y15
+	VFMADD213PS  Y15, Y13, Y15
+	VFMADD231PS  128(AX), Y14, Y15
+	VMOVUPS      Y15, 128(R10)
+	VMOVUPS      640(R10), Y15
+	VFMADD213PS  Y15, Y13, Y15
+	VFMADD231PS  128(AX), Y12, Y15
+	VMOVUPS      Y15, 640(R10)
+	CMPQ         R9, $0x000000c0
+	JBE          stateVKf32AVX2_dead_11
+	VMOVUPS      160(R10), Y15
+	VFMADD213PS  Y15, Y13, Y15
+	VFMADD231PS  160(AX), Y14, Y15
+	VMOVUPS      Y15, 160(R10)
+	VMOVUPS      672(R10), Y15
+	VFMADD213PS  Y15, Y13, Y15
+	VFMADD231PS  160(AX), Y12, Y15
+	VMOVUPS      Y15, 672(R10)
+	CMPQ         R9, $0x000000e0
+	JBE          stateVKf32AVX2_dead_11
+	VMOVUPS      192(R10), Y15
+	VFMADD213PS  Y15, Y13, Y15
+	VFMADD231PS  192(AX), Y14, Y15
+	VMOVUPS      Y15, 192(R10)
+	VMOVUPS      704(R10), Y15
+	VFMADD213PS  Y15, Y13, Y15
+	VFMADD231PS  192(AX), Y12, Y15
+	VMOVUPS      Y15, 704(R10)
 
 stateVKf32AVX2_dead_11:
 	VFMADD213PS Y1, Y13, Y1
@@ -34068,6 +31173,46 @@ stateVKf32AVX2_far_5:
 	VMULPS       Y15, Y13, Y15
 	VFMADD231PS  64(AX), Y12, Y15
 	VMOVUPS      Y15, 576(R10)
+	CMPQ         R9, $0x00000080
+	JBE          stateVKf32AVX2_dead_12
+	VMOVUPS      96(R10), Y15
+	VMULPS       Y15, Y13, Y15
+	VFMADD231PS  96(AX), Y14, Y15
+	VMOVUPS      Y15, 96(R10)
+	VMOVUPS      608(R10), Y15
+	VMULPS       Y15, Y13, Y15
+	VFMADD231PS  96(AX), Y12, Y15
+	VMOVUPS      Y15, 608(R10)
+	CMPQ         R9, $0x000000a0
+	JBE          stateVKf32AVX2_dead_12
+	VMOVUPS      128(R10), Y15
+	VMULPS       Y15, Y13, Y15
+	VFMADD231PS  128(AX), Y14, Y15
+	VMOVUPS      Y15, 128(R10)
+	VMOVUPS      640(R10), Y15
+	VMULPS       Y15, Y13, Y15
+	VFMADD231PS  128(AX), Y12, Y15
+	VMOVUPS      Y15, 640(R10)
+	CMPQ         R9, $0x000000c0
+	JBE          stateVKf32AVX2_dead_12
+	VMOVUPS      160(R10), Y15
+	VMULPS       Y15, Y13, Y15
+	VFMADD231PS  160(AX), Y14, Y15
+	VMOVUPS      Y15, 160(R10)
+	VMOVUPS      672(R10), Y15
+	VMULPS       Y15, Y13, Y15
+	VFMADD231PS  160(AX), Y12, Y15
+	VMOVUPS      Y15, 672(R10)
+	CMPQ         R9, $0x000000e0
+	JBE          stateVKf32AVX2_dead_12
+	VMOVUPS      192(R10), Y15
+	VMULPS       Y15, Y13, Y15
+	VFMADD231PS  192(AX), Y14, Y15
+	VMOVUPS      Y15, 192(R10)
+	VMOVUPS      704(R10), Y15
+	VMULPS       Y15, Y13, Y15
+	VFMADD231PS  192(AX), Y12, Y15
+	VMOVUPS      Y15, 704(R10)
 
 stateVKf32AVX2_dead_12:
 	VMULPS      Y1, Y13, Y1
@@ -34086,8 +31231,8 @@ stateVKf32AVX2_stored_1:
 	MOVQ  (SP), R12
 	IMULQ R9, R12
 	ADDQ  R12, R11
-	CMPQ  R9, $0x00000080
-	JNE   stateVKf32AVX2_temporal_1
+	TESTQ $0x0000001f, R9
+	JNZ   stateVKf32AVX2_temporal_1
 	TESTQ $0x0000001f, R11
 	JNZ   stateVKf32AVX2_temporal_1
 	CMPQ  R8, $0x01
@@ -34098,51 +31243,131 @@ stateVKf32AVX2_stored_1:
 	JE    stateVKf32AVX2_temporal_1
 
 stateVKf32AVX2_snapshot_1:
+	VMOVNTPS Y1, -32(R11)(R9*1)
+	CMPQ     R9, $0x00000020
+	JBE      stateVKf32AVX2_dead_13
 	VMOVNTPS Y0, (R11)
+	CMPQ     R9, $0x00000040
+	JBE      stateVKf32AVX2_dead_13
 	VMOVUPS  32(R10), Y12
 	VMOVNTPS Y12, 32(R11)
+	CMPQ     R9, $0x00000060
+	JBE      stateVKf32AVX2_dead_13
 	VMOVUPS  64(R10), Y12
 	VMOVNTPS Y12, 64(R11)
-	VMOVNTPS Y1, 96(R11)
+	CMPQ     R9, $0x00000080
+	JBE      stateVKf32AVX2_dead_13
+	VMOVUPS  96(R10), Y12
+	VMOVNTPS Y12, 96(R11)
+	CMPQ     R9, $0x000000a0
+	JBE      stateVKf32AVX2_dead_13
+	VMOVUPS  128(R10), Y12
+	VMOVNTPS Y12, 128(R11)
+	CMPQ     R9, $0x000000c0
+	JBE      stateVKf32AVX2_dead_13
+	VMOVUPS  160(R10), Y12
+	VMOVNTPS Y12, 160(R11)
+	CMPQ     R9, $0x000000e0
+	JBE      stateVKf32AVX2_dead_13
+	VMOVUPS  192(R10), Y12
+	VMOVNTPS Y12, 192(R11)
+
+stateVKf32AVX2_dead_13:
 	ADDQ     R9, R11
+	VMOVNTPS Y3, -32(R11)(R9*1)
+	CMPQ     R9, $0x00000020
+	JBE      stateVKf32AVX2_dead_14
 	VMOVNTPS Y2, (R11)
+	CMPQ     R9, $0x00000040
+	JBE      stateVKf32AVX2_dead_14
 	VMOVUPS  544(R10), Y12
 	VMOVNTPS Y12, 32(R11)
+	CMPQ     R9, $0x00000060
+	JBE      stateVKf32AVX2_dead_14
 	VMOVUPS  576(R10), Y12
 	VMOVNTPS Y12, 64(R11)
-	VMOVNTPS Y3, 96(R11)
-	JMP      stateVKf32AVX2_stored_2
+	CMPQ     R9, $0x00000080
+	JBE      stateVKf32AVX2_dead_14
+	VMOVUPS  608(R10), Y12
+	VMOVNTPS Y12, 96(R11)
+	CMPQ     R9, $0x000000a0
+	JBE      stateVKf32AVX2_dead_14
+	VMOVUPS  640(R10), Y12
+	VMOVNTPS Y12, 128(R11)
+	CMPQ     R9, $0x000000c0
+	JBE      stateVKf32AVX2_dead_14
+	VMOVUPS  672(R10), Y12
+	VMOVNTPS Y12, 160(R11)
+	CMPQ     R9, $0x000000e0
+	JBE      stateVKf32AVX2_dead_14
+	VMOVUPS  704(R10), Y12
+	VMOVNTPS Y12, 192(R11)
+
+stateVKf32AVX2_dead_14:
+	JMP stateVKf32AVX2_stored_2
 
 stateVKf32AVX2_temporal_1:
 	VMOVUPS Y1, -32(R11)(R9*1)
 	CMPQ    R9, $0x00000020
-	JBE     stateVKf32AVX2_dead_13
+	JBE     stateVKf32AVX2_dead_15
 	VMOVUPS Y0, (R11)
 	CMPQ    R9, $0x00000040
-	JBE     stateVKf32AVX2_dead_13
+	JBE     stateVKf32AVX2_dead_15
 	VMOVUPS 32(R10), Y12
 	VMOVUPS Y12, 32(R11)
 	CMPQ    R9, $0x00000060
-	JBE     stateVKf32AVX2_dead_13
+	JBE     stateVKf32AVX2_dead_15
 	VMOVUPS 64(R10), Y12
 	VMOVUPS Y12, 64(R11)
+	CMPQ    R9, $0x00000080
+	JBE     stateVKf32AVX2_dead_15
+	VMOVUPS 96(R10), Y12
+	VMOVUPS Y12, 96(R11)
+	CMPQ    R9, $0x000000a0
+	JBE     stateVKf32AVX2_dead_15
+	VMOVUPS 128(R10), Y12
+	VMOVUPS Y12, 128(R11)
+	CMPQ    R9, $0x000000c0
+	JBE     stateVKf32AVX2_dead_15
+	VMOVUPS 160(R10), Y12
+	VMOVUPS Y12, 160(R11)
+	CMPQ    R9, $0x000000e0
+	JBE     stateVKf32AVX2_dead_15
+	VMOVUPS 192(R10), Y12
+	VMOVUPS Y12, 192(R11)
 
-stateVKf32AVX2_dead_13:
+stateVKf32AVX2_dead_15:
 	ADDQ    R9, R11
 	VMOVUPS Y3, -32(R11)(R9*1)
 	CMPQ    R9, $0x00000020
-	JBE     stateVKf32AVX2_dead_14
+	JBE     stateVKf32AVX2_dead_16
 	VMOVUPS Y2, (R11)
 	CMPQ    R9, $0x00000040
-	JBE     stateVKf32AVX2_dead_14
+	JBE     stateVKf32AVX2_dead_16
 	VMOVUPS 544(R10), Y12
 	VMOVUPS Y12, 32(R11)
 	CMPQ    R9, $0x00000060
-	JBE     stateVKf32AVX2_dead_14
+	JBE     stateVKf32AVX2_dead_16
 	VMOVUPS 576(R10), Y12
 	VMOVUPS Y12, 64(R11)
+	CMPQ    R9, $0x00000080
+	JBE     stateVKf32AVX2_dead_16
+	VMOVUPS 608(R10), Y12
+	VMOVUPS Y12, 96(R11)
+	CMPQ    R9, $0x000000a0
+	JBE     stateVKf32AVX2_dead_16
+	VMOVUPS 640(R10), Y12
+	VMOVUPS Y12, 128(R11)
+	CMPQ    R9, $0x000000c0
+	JBE     stateVKf32AVX2_dead_16
+	VMOVUPS 672(R10), Y12
+	VMOVUPS Y12, 160(R11)
+	CMPQ    R9, $0x000000e0
+	JBE     stateVKf32AVX2_dead_16
+	VMOVUPS 704(R10), Y12
+	VMOVUPS Y12, 192(R11)
 
-stateVKf32AVX2_dead_14:
+stateVKf32AVX2_dead_16:
 stateVKf32AVX2_stored_2:
 stateVKf32AVX2_nostore_1:
 	CMPQ R8, $0x01
@@ -34165,8 +31390,8 @@ stateVKf32AVX2_groupsdone_1:
 stateVKf32AVX2_pairtail_1:
 	JMP stateVKf32AVX2_done_1
 
-stateVKf32AVX2_n8_1:
-	// Rows of 5…8 vectors.
+stateVKf32AVX2_n16_1:
+	// Rows of 9…16 vectors.
 	CMPQ 16(SP), $0x01
 	JNE  stateVKf32AVX2_pairs_2
 	MOVQ stores_base+40(FP), AX
@@ -34177,7 +31402,7 @@ stateVKf32AVX2_once_2:
 	CMPQ 8(SP), $0x02
 	JB   stateVKf32AVX2_oncedone_2
 
-	// A pair of rows of 5…8 vectors, one token.
+	// A pair of rows of 9…16 vectors, one token.
 	MOVQ       src_base+16(FP), R10
 	MOVQ       (SP), AX
 	IMULQ      R9, AX
@@ -34198,17 +31423,33 @@ stateVKf32AVX2_once_2:
 	PREFETCHT1 8320(R10)
 	PREFETCHT1 8384(R10)
 	PREFETCHT1 8448(R10)
-	CMPQ       R9, $0x000000a0
-	JBE        stateVKf32AVX2_dead_15
 	PREFETCHT1 8512(R10)
-	CMPQ       R9, $0x000000c0
-	JBE        stateVKf32AVX2_dead_15
 	PREFETCHT1 8576(R10)
-	CMPQ       R9, $0x000000e0
-	JBE        stateVKf32AVX2_dead_15
 	PREFETCHT1 8640(R10)
+	PREFETCHT1 8704(R10)
+	CMPQ       R9, $0x00000120
+	JBE        stateVKf32AVX2_dead_17
+	PREFETCHT1 8768(R10)
+	CMPQ       R9, $0x00000140
+	JBE        stateVKf32AVX2_dead_17
+	PREFETCHT1 8832(R10)
+	CMPQ       R9, $0x00000160
+	JBE        stateVKf32AVX2_dead_17
+	PREFETCHT1 8896(R10)
+	CMPQ       R9, $0x00000180
+	JBE        stateVKf32AVX2_dead_17
+	PREFETCHT1 8960(R10)
+	CMPQ       R9, $0x000001a0
+	JBE        stateVKf32AVX2_dead_17
+	PREFETCHT1 9024(R10)
+	CMPQ       R9, $0x000001c0
+	JBE        stateVKf32AVX2_dead_17
+	PREFETCHT1 9088(R10)
+	CMPQ       R9, $0x000001e0
+	JBE        stateVKf32AVX2_dead_17
+	PREFETCHT1 9152(R10)
 
-stateVKf32AVX2_dead_15:
+stateVKf32AVX2_dead_17:
 	VMOVUPS     (AX), Y5
 	VMOVUPS     (CX), Y3
 	VMOVUPS     (R10), Y2
@@ -34241,8 +31482,6 @@ stateVKf32AVX2_dead_15:
 	VMOVUPS     96(R10)(R9*1), Y11
 	VFMADD231PS Y9, Y11, Y7
 	VFMADD231PS Y10, Y11, Y8
-	CMPQ        R9, $0x000000a0
-	JBE         stateVKf32AVX2_dead_16
 	VMOVUPS     128(AX), Y9
 	VMOVUPS     128(CX), Y10
 	VMOVUPS     128(R10), Y11
@@ -34251,8 +31490,6 @@ stateVKf32AVX2_dead_15:
 	VMOVUPS     128(R10)(R9*1), Y11
 	VFMADD231PS Y9, Y11, Y5
 	VFMADD231PS Y10, Y11, Y6
-	CMPQ        R9, $0x000000c0
-	JBE         stateVKf32AVX2_dead_16
 	VMOVUPS     160(AX), Y9
 	VMOVUPS     160(CX), Y10
 	VMOVUPS     160(R10), Y11
@@ -34261,8 +31498,6 @@ stateVKf32AVX2_dead_15:
 	VMOVUPS     160(R10)(R9*1), Y11
 	VFMADD231PS Y9, Y11, Y7
 	VFMADD231PS Y10, Y11, Y8
-	CMPQ        R9, $0x000000e0
-	JBE         stateVKf32AVX2_dead_16
 	VMOVUPS     192(AX), Y9
 	VMOVUPS     192(CX), Y10
 	VMOVUPS     192(R10), Y11
@@ -34271,8 +31506,86 @@ stateVKf32AVX2_dead_15:
 	VMOVUPS     192(R10)(R9*1), Y11
 	VFMADD231PS Y9, Y11, Y5
 	VFMADD231PS Y10, Y11, Y6
+	VMOVUPS     224(AX), Y9
+	VMOVUPS     224(CX), Y10
+	VMOVUPS     224(R10), Y11
+	VFMADD231PS Y9, Y11, Y3
+	VFMADD231PS Y10, Y11, Y4
+	VMOVUPS     224(R10)(R9*1), Y11
+	VFMADD231PS Y9, Y11, Y7
+	VFMADD231PS Y10, Y11, Y8
+	CMPQ        R9, $0x00000120
+	JBE         stateVKf32AVX2_dead_18
+	VMOVUPS     256(AX), Y9
+	VMOVUPS     256(CX), Y10
+	VMOVUPS     256(R10), Y11
+	VFMADD231PS Y9, Y11, Y0
+	VFMADD231PS Y10, Y11, Y2
+	VMOVUPS     256(R10)(R9*1), Y11
+	VFMADD231PS Y9, Y11, Y5
+	VFMADD231PS Y10, Y11, Y6
+	CMPQ        R9, $0x00000140
+	JBE         stateVKf32AVX2_dead_18
+	VMOVUPS     288(AX), Y9
+	VMOVUPS     288(CX), Y10
+	VMOVUPS     288(R10), Y11
+	VFMADD231PS Y9, Y11, Y3
+	VFMADD231PS Y10, Y11, Y4
+	VMOVUPS     288(R10)(R9*1), Y11
+	VFMADD231PS Y9, Y11, Y7
+	VFMADD231PS Y10, Y11, Y8
+	CMPQ        R9, $0x00000160
+	JBE         stateVKf32AVX2_dead_18
+	VMOVUPS     320(AX), Y9
+	VMOVUPS     320(CX), Y10
+	VMOVUPS     320(R10), Y11
+	VFMADD231PS Y9, Y11, Y0
+	VFMADD231PS Y10, Y11, Y2
+	VMOVUPS     320(R10)(R9*1), Y11
+	VFMADD231PS Y9, Y11, Y5
+	VFMADD231PS Y10, Y11, Y6
+	CMPQ        R9, $0x00000180
+	JBE         stateVKf32AVX2_dead_18
+	VMOVUPS     352(AX), Y9
+	VMOVUPS     352(CX), Y10
+	VMOVUPS     352(R10), Y11
+	VFMADD231PS Y9, Y11, Y3
+	VFMADD231PS Y10, Y11, Y4
+	VMOVUPS     352(R10)(R9*1), Y11
+	VFMADD231PS Y9, Y11, Y7
+	VFMADD231PS Y10, Y11, Y8
+	CMPQ        R9, $0x000001a0
+	JBE         stateVKf32AVX2_dead_18
+	VMOVUPS     384(AX), Y9
+	VMOVUPS     384(CX), Y10
+	VMOVUPS     384(R10), Y11
+	VFMADD231PS Y9, Y11, Y0
+	VFMADD231PS Y10, Y11, Y2
+	VMOVUPS     384(R10)(R9*1), Y11
+	VFMADD231PS Y9, Y11, Y5
+	VFMADD231PS Y10, Y11, Y6
+	CMPQ        R9, $0x000001c0
+	JBE         stateVKf32AVX2_dead_18
+	VMOVUPS     416(AX), Y9
+	VMOVUPS     416(CX), Y10
+	VMOVUPS     416(R10), Y11
+	VFMADD231PS Y9, Y11, Y3
+	VFMADD231PS Y10, Y11, Y4
+	VMOVUPS     416(R10)(R9*1), Y11
+	VFMADD231PS Y9, Y11, Y7
+	VFMADD231PS Y10, Y11, Y8
+	CMPQ        R9, $0x000001e0
+	JBE         stateVKf32AVX2_dead_18
+	VMOVUPS     448(AX), Y9
+	VMOVUPS     448(CX), Y10
+	VMOVUPS     448(R10), Y11
+	VFMADD231PS Y9, Y11, Y0
+	VFMADD231PS Y10, Y11, Y2
+	VMOVUPS     448(R10)(R9*1), Y11
+	VFMADD231PS Y9, Y11, Y5
+	VFMADD231PS Y10, Y11, Y6
 
-stateVKf32AVX2_dead_16:
+stateVKf32AVX2_dead_18:
 	VMOVUPS      -32(AX)(R9*1), Y9
 	VMOVUPS      -32(CX)(R9*1), Y10
 	VMOVUPS      -32(R10)(R9*1), Y11
@@ -34370,8 +31683,6 @@ stateVKf32AVX2_decayed_6:
 	VFMADD213PS  Y7, Y3, Y7
 	VFMADD231PS  Y6, Y5, Y7
 	VMOVUPS      Y7, 96(CX)(R9*1)
-	CMPQ         R9, $0x000000a0
-	JBE          stateVKf32AVX2_dead_17
 	VMOVUPS      128(AX), Y6
 	VMOVUPS      128(R10), Y7
 	VFMADD213PS  Y7, Y3, Y7
@@ -34381,8 +31692,6 @@ stateVKf32AVX2_decayed_6:
 	VFMADD213PS  Y7, Y3, Y7
 	VFMADD231PS  Y6, Y5, Y7
 	VMOVUPS      Y7, 128(CX)(R9*1)
-	CMPQ         R9, $0x000000c0
-	JBE          stateVKf32AVX2_dead_17
 	VMOVUPS      160(AX), Y6
 	VMOVUPS      160(R10), Y7
 	VFMADD213PS  Y7, Y3, Y7
@@ -34392,8 +31701,6 @@ stateVKf32AVX2_decayed_6:
 	VFMADD213PS  Y7, Y3, Y7
 	VFMADD231PS  Y6, Y5, Y7
 	VMOVUPS      Y7, 160(CX)(R9*1)
-	CMPQ         R9, $0x000000e0
-	JBE          stateVKf32AVX2_dead_17
 	VMOVUPS      192(AX), Y6
 	VMOVUPS      192(R10), Y7
 	VFMADD213PS  Y7, Y3, Y7
@@ -34403,8 +31710,94 @@ stateVKf32AVX2_decayed_6:
 	VFMADD213PS  Y7, Y3, Y7
 	VFMADD231PS  Y6, Y5, Y7
 	VMOVUPS      Y7, 192(CX)(R9*1)
+	VMOVUPS      224(AX), Y6
+	VMOVUPS      224(R10), Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VMOVUPS      Y7, 224(CX)
+	VMOVUPS      224(R10)(R9*1), Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VMOVUPS      Y7, 224(CX)(R9*1)
+	CMPQ         R9, $0x00000120
+	JBE          stateVKf32AVX2_dead_19
+	VMOVUPS      256(AX), Y6
+	VMOVUPS      256(R10), Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VMOVUPS      Y7, 256(CX)
+	VMOVUPS      256(R10)(R9*1), Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VMOVUPS      Y7, 256(CX)(R9*1)
+	CMPQ         R9, $0x00000140
+	JBE          stateVKf32AVX2_dead_19
+	VMOVUPS      288(AX), Y6
+	VMOVUPS      288(R10), Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VMOVUPS      Y7, 288(CX)
+	VMOVUPS      288(R10)(R9*1), Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VMOVUPS      Y7, 288(CX)(R9*1)
+	CMPQ         R9, $0x00000160
+	JBE          stateVKf32AVX2_dead_19
+	VMOVUPS      320(AX), Y6
+	VMOVUPS      320(R10), Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VMOVUPS      Y7, 320(CX)
+	VMOVUPS      320(R10)(R9*1), Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VMOVUPS      Y7, 320(CX)(R9*1)
+	CMPQ         R9, $0x00000180
+	JBE          stateVKf32AVX2_dead_19
+	VMOVUPS      352(AX), Y6
+	VMOVUPS      352(R10), Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VMOVUPS      Y7, 352(CX)
+	VMOVUPS      352(R10)(R9*1), Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VMOVUPS      Y7, 352(CX)(R9*1)
+	CMPQ         R9, $0x000001a0
+	JBE          stateVKf32AVX2_dead_19
+	VMOVUPS      384(AX), Y6
+	VMOVUPS      384(R10), Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VMOVUPS      Y7, 384(CX)
+	VMOVUPS      384(R10)(R9*1), Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VMOVUPS      Y7, 384(CX)(R9*1)
+	CMPQ         R9, $0x000001c0
+	JBE          stateVKf32AVX2_dead_19
+	VMOVUPS      416(AX), Y6
+	VMOVUPS      416(R10), Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VMOVUPS      Y7, 416(CX)
+	VMOVUPS      416(R10)(R9*1), Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VMOVUPS      Y7, 416(CX)(R9*1)
+	CMPQ         R9, $0x000001e0
+	JBE          stateVKf32AVX2_dead_19
+	VMOVUPS      448(AX), Y6
+	VMOVUPS      448(R10), Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VMOVUPS      Y7, 448(CX)
+	VMOVUPS      448(R10)(R9*1), Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VMOVUPS      Y7, 448(CX)(R9*1)
 
-stateVKf32AVX2_dead_17:
+stateVKf32AVX2_dead_19:
 	VFMADD213PS Y0, Y3, Y0
 	VFMADD231PS -32(AX)(R9*1), Y4, Y0
 	VMOVUPS     Y0, -32(CX)(R9*1)
@@ -34454,8 +31847,6 @@ stateVKf32AVX2_far_7:
 	VMULPS       Y7, Y3, Y7
 	VFMADD231PS  Y6, Y5, Y7
 	VMOVUPS      Y7, 96(CX)(R9*1)
-	CMPQ         R9, $0x000000a0
-	JBE          stateVKf32AVX2_dead_18
 	VMOVUPS      128(AX), Y6
 	VMOVUPS      128(R10), Y7
 	VMULPS       Y7, Y3, Y7
@@ -34465,8 +31856,6 @@ stateVKf32AVX2_far_7:
 	VMULPS       Y7, Y3, Y7
 	VFMADD231PS  Y6, Y5, Y7
 	VMOVUPS      Y7, 128(CX)(R9*1)
-	CMPQ         R9, $0x000000c0
-	JBE          stateVKf32AVX2_dead_18
 	VMOVUPS      160(AX), Y6
 	VMOVUPS      160(R10), Y7
 	VMULPS       Y7, Y3, Y7
@@ -34476,8 +31865,6 @@ stateVKf32AVX2_far_7:
 	VMULPS       Y7, Y3, Y7
 	VFMADD231PS  Y6, Y5, Y7
 	VMOVUPS      Y7, 160(CX)(R9*1)
-	CMPQ         R9, $0x000000e0
-	JBE          stateVKf32AVX2_dead_18
 	VMOVUPS      192(AX), Y6
 	VMOVUPS      192(R10), Y7
 	VMULPS       Y7, Y3, Y7
@@ -34487,8 +31874,94 @@ stateVKf32AVX2_far_7:
 	VMULPS       Y7, Y3, Y7
 	VFMADD231PS  Y6, Y5, Y7
 	VMOVUPS      Y7, 192(CX)(R9*1)
+	VMOVUPS      224(AX), Y6
+	VMOVUPS      224(R10), Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VMOVUPS      Y7, 224(CX)
+	VMOVUPS      224(R10)(R9*1), Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VMOVUPS      Y7, 224(CX)(R9*1)
+	CMPQ         R9, $0x00000120
+	JBE          stateVKf32AVX2_dead_20
+	VMOVUPS      256(AX), Y6
+	VMOVUPS      256(R10), Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VMOVUPS      Y7, 256(CX)
+	VMOVUPS      256(R10)(R9*1), Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VMOVUPS      Y7, 256(CX)(R9*1)
+	CMPQ         R9, $0x00000140
+	JBE          stateVKf32AVX2_dead_20
+	VMOVUPS      288(AX), Y6
+	VMOVUPS      288(R10), Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VMOVUPS      Y7, 288(CX)
+	VMOVUPS      288(R10)(R9*1), Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VMOVUPS      Y7, 288(CX)(R9*1)
+	CMPQ         R9, $0x00000160
+	JBE          stateVKf32AVX2_dead_20
+	VMOVUPS      320(AX), Y6
+	VMOVUPS      320(R10), Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VMOVUPS      Y7, 320(CX)
+	VMOVUPS      320(R10)(R9*1), Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VMOVUPS      Y7, 320(CX)(R9*1)
+	CMPQ         R9, $0x00000180
+	JBE          stateVKf32AVX2_dead_20
+	VMOVUPS      352(AX), Y6
+	VMOVUPS      352(R10), Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VMOVUPS      Y7, 352(CX)
+	VMOVUPS      352(R10)(R9*1), Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VMOVUPS      Y7, 352(CX)(R9*1)
+	CMPQ         R9, $0x000001a0
+	JBE          stateVKf32AVX2_dead_20
+	VMOVUPS      384(AX), Y6
+	VMOVUPS      384(R10), Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VMOVUPS      Y7, 384(CX)
+	VMOVUPS      384(R10)(R9*1), Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VMOVUPS      Y7, 384(CX)(R9*1)
+	CMPQ         R9, $0x000001c0
+	JBE          stateVKf32AVX2_dead_20
+	VMOVUPS      416(AX), Y6
+	VMOVUPS      416(R10), Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VMOVUPS      Y7, 416(CX)
+	VMOVUPS      416(R10)(R9*1), Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VMOVUPS      Y7, 416(CX)(R9*1)
+	CMPQ         R9, $0x000001e0
+	JBE          stateVKf32AVX2_dead_20
+	VMOVUPS      448(AX), Y6
+	VMOVUPS      448(R10), Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VMOVUPS      Y7, 448(CX)
+	VMOVUPS      448(R10)(R9*1), Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VMOVUPS      Y7, 448(CX)(R9*1)
 
-stateVKf32AVX2_dead_18:
+stateVKf32AVX2_dead_20:
 	VMULPS      Y0, Y3, Y0
 	VFMADD231PS -32(AX)(R9*1), Y4, Y0
 	VMOVUPS     Y0, -32(CX)(R9*1)
@@ -34533,7 +32006,7 @@ stateVKf32AVX2_pfline_2:
 stateVKf32AVX2_pfdone_2:
 	MOVQ AX, 304(SP)
 
-	// Load 2 row(s) of 5…8 vectors.
+	// Load 2 row(s) of 9…16 vectors.
 	MOVQ       src_base+16(FP), AX
 	MOVQ       (SP), CX
 	IMULQ      R9, CX
@@ -34543,17 +32016,33 @@ stateVKf32AVX2_pfdone_2:
 	PREFETCHT1 8320(AX)
 	PREFETCHT1 8384(AX)
 	PREFETCHT1 8448(AX)
-	CMPQ       R9, $0x000000a0
-	JBE        stateVKf32AVX2_dead_19
 	PREFETCHT1 8512(AX)
-	CMPQ       R9, $0x000000c0
-	JBE        stateVKf32AVX2_dead_19
 	PREFETCHT1 8576(AX)
-	CMPQ       R9, $0x000000e0
-	JBE        stateVKf32AVX2_dead_19
 	PREFETCHT1 8640(AX)
+	PREFETCHT1 8704(AX)
+	CMPQ       R9, $0x00000120
+	JBE        stateVKf32AVX2_dead_21
+	PREFETCHT1 8768(AX)
+	CMPQ       R9, $0x00000140
+	JBE        stateVKf32AVX2_dead_21
+	PREFETCHT1 8832(AX)
+	CMPQ       R9, $0x00000160
+	JBE        stateVKf32AVX2_dead_21
+	PREFETCHT1 8896(AX)
+	CMPQ       R9, $0x00000180
+	JBE        stateVKf32AVX2_dead_21
+	PREFETCHT1 8960(AX)
+	CMPQ       R9, $0x000001a0
+	JBE        stateVKf32AVX2_dead_21
+	PREFETCHT1 9024(AX)
+	CMPQ       R9, $0x000001c0
+	JBE        stateVKf32AVX2_dead_21
+	PREFETCHT1 9088(AX)
+	CMPQ       R9, $0x000001e0
+	JBE        stateVKf32AVX2_dead_21
+	PREFETCHT1 9152(AX)
 
-stateVKf32AVX2_dead_19:
+stateVKf32AVX2_dead_21:
 	VMOVUPS (AX), Y0
 	VMOVUPS 32(AX), Y1
 	VMOVUPS Y1, 32(R10)
@@ -34561,20 +32050,44 @@ stateVKf32AVX2_dead_19:
 	VMOVUPS Y1, 64(R10)
 	VMOVUPS 96(AX), Y1
 	VMOVUPS Y1, 96(R10)
-	CMPQ    R9, $0x000000a0
-	JBE     stateVKf32AVX2_dead_20
 	VMOVUPS 128(AX), Y1
 	VMOVUPS Y1, 128(R10)
-	CMPQ    R9, $0x000000c0
-	JBE     stateVKf32AVX2_dead_20
 	VMOVUPS 160(AX), Y1
 	VMOVUPS Y1, 160(R10)
-	CMPQ    R9, $0x000000e0
-	JBE     stateVKf32AVX2_dead_20
 	VMOVUPS 192(AX), Y1
 	VMOVUPS Y1, 192(R10)
+	VMOVUPS 224(AX), Y1
+	VMOVUPS Y1, 224(R10)
+	CMPQ    R9, $0x00000120
+	JBE     stateVKf32AVX2_dead_22
+	VMOVUPS 256(AX), Y1
+	VMOVUPS Y1, 256(R10)
+	CMPQ    R9, $0x00000140
+	JBE     stateVKf32AVX2_dead_22
+	VMOVUPS 288(AX), Y1
+	VMOVUPS Y1, 288(R10)
+	CMPQ    R9, $0x00000160
+	JBE     stateVKf32AVX2_dead_22
+	VMOVUPS 320(AX), Y1
+	VMOVUPS Y1, 320(R10)
+	CMPQ    R9, $0x00000180
+	JBE     stateVKf32AVX2_dead_22
+	VMOVUPS 352(AX), Y1
+	VMOVUPS Y1, 352(R10)
+	CMPQ    R9, $0x000001a0
+	JBE     stateVKf32AVX2_dead_22
+	VMOVUPS 384(AX), Y1
+	VMOVUPS Y1, 384(R10)
+	CMPQ    R9, $0x000001c0
+	JBE     stateVKf32AVX2_dead_22
+	VMOVUPS 416(AX), Y1
+	VMOVUPS Y1, 416(R10)
+	CMPQ    R9, $0x000001e0
+	JBE     stateVKf32AVX2_dead_22
+	VMOVUPS 448(AX), Y1
+	VMOVUPS Y1, 448(R10)
 
-stateVKf32AVX2_dead_20:
+stateVKf32AVX2_dead_22:
 	VMOVUPS -32(AX)(R9*1), Y1
 	VANDPS  48(SP), Y1, Y1
 	ADDQ    R9, AX
@@ -34585,20 +32098,44 @@ stateVKf32AVX2_dead_20:
 	VMOVUPS Y3, 576(R10)
 	VMOVUPS 96(AX), Y3
 	VMOVUPS Y3, 608(R10)
-	CMPQ    R9, $0x000000a0
-	JBE     stateVKf32AVX2_dead_21
 	VMOVUPS 128(AX), Y3
 	VMOVUPS Y3, 640(R10)
-	CMPQ    R9, $0x000000c0
-	JBE     stateVKf32AVX2_dead_21
 	VMOVUPS 160(AX), Y3
 	VMOVUPS Y3, 672(R10)
-	CMPQ    R9, $0x000000e0
-	JBE     stateVKf32AVX2_dead_21
 	VMOVUPS 192(AX), Y3
 	VMOVUPS Y3, 704(R10)
+	VMOVUPS 224(AX), Y3
+	VMOVUPS Y3, 736(R10)
+	CMPQ    R9, $0x00000120
+	JBE     stateVKf32AVX2_dead_23
+	VMOVUPS 256(AX), Y3
+	VMOVUPS Y3, 768(R10)
+	CMPQ    R9, $0x00000140
+	JBE     stateVKf32AVX2_dead_23
+	VMOVUPS 288(AX), Y3
+	VMOVUPS Y3, 800(R10)
+	CMPQ    R9, $0x00000160
+	JBE     stateVKf32AVX2_dead_23
+	VMOVUPS 320(AX), Y3
+	VMOVUPS Y3, 832(R10)
+	CMPQ    R9, $0x00000180
+	JBE     stateVKf32AVX2_dead_23
+	VMOVUPS 352(AX), Y3
+	VMOVUPS Y3, 864(R10)
+	CMPQ    R9, $0x000001a0
+	JBE     stateVKf32AVX2_dead_23
+	VMOVUPS 384(AX), Y3
+	VMOVUPS Y3, 896(R10)
+	CMPQ    R9, $0x000001c0
+	JBE     stateVKf32AVX2_dead_23
+	VMOVUPS 416(AX), Y3
+	VMOVUPS Y3, 928(R10)
+	CMPQ    R9, $0x000001e0
+	JBE     stateVKf32AVX2_dead_23
+	VMOVUPS 448(AX), Y3
+	VMOVUPS Y3, 960(R10)
 
-stateVKf32AVX2_dead_21:
+stateVKf32AVX2_dead_23:
 	VMOVUPS     -32(AX)(R9*1), Y3
 	VANDPS      48(SP), Y3, Y3
 	MOVQ        kh_base+64(FP), AX
@@ -34634,32 +32171,88 @@ stateVKf32AVX2_dead_21:
 	VMOVUPS     608(R10), Y12
 	VFMADD231PS 96(AX), Y12, Y10
 	VFMADD231PS 96(CX), Y12, Y11
-	CMPQ        R9, $0x000000a0
-	JBE         stateVKf32AVX2_dead_22
 	VMOVUPS     128(R10), Y12
 	VFMADD231PS 128(AX), Y12, Y4
 	VFMADD231PS 128(CX), Y12, Y5
 	VMOVUPS     640(R10), Y12
 	VFMADD231PS 128(AX), Y12, Y8
 	VFMADD231PS 128(CX), Y12, Y9
-	CMPQ        R9, $0x000000c0
-	JBE         stateVKf32AVX2_dead_22
 	VMOVUPS     160(R10), Y12
 	VFMADD231PS 160(AX), Y12, Y6
 	VFMADD231PS 160(CX), Y12, Y7
 	VMOVUPS     672(R10), Y12
 	VFMADD231PS 160(AX), Y12, Y10
 	VFMADD231PS 160(CX), Y12, Y11
-	CMPQ        R9, $0x000000e0
-	JBE         stateVKf32AVX2_dead_22
 	VMOVUPS     192(R10), Y12
 	VFMADD231PS 192(AX), Y12, Y4
 	VFMADD231PS 192(CX), Y12, Y5
 	VMOVUPS     704(R10), Y12
 	VFMADD231PS 192(AX), Y12, Y8
 	VFMADD231PS 192(CX), Y12, Y9
+	VMOVUPS     224(R10), Y12
+	VFMADD231PS 224(AX), Y12, Y6
+	VFMADD231PS 224(CX), Y12, Y7
+	VMOVUPS     736(R10), Y12
+	VFMADD231PS 224(AX), Y12, Y10
+	VFMADD231PS 224(CX), Y12, Y11
+	CMPQ        R9, $0x00000120
+	JBE         stateVKf32AVX2_dead_24
+	VMOVUPS     256(R10), Y12
+	VFMADD231PS 256(AX), Y12, Y4
+	VFMADD231PS 256(CX), Y12, Y5
+	VMOVUPS     768(R10), Y12
+	VFMADD231PS 256(AX), Y12, Y8
+	VFMADD231PS 256(CX), Y12, Y9
+	CMPQ        R9, $0x00000140
+	JBE         stateVKf32AVX2_dead_24
+	VMOVUPS     288(R10), Y12
+	VFMADD231PS 288(AX), Y12, Y6
+	VFMADD231PS 288(CX), Y12, Y7
+	VMOVUPS     800(R10), Y12
+	VFMADD231PS 288(AX), Y12, Y10
+	VFMADD231PS 288(CX), Y12, Y11
+	CMPQ        R9, $0x00000160
+	JBE         stateVKf32AVX2_dead_24
+	VMOVUPS     320(R10), Y12
+	VFMADD231PS 320(AX), Y12, Y4
+	VFMADD231PS 320(CX), Y12, Y5
+	VMOVUPS     832(R10), Y12
+	VFMADD231PS 320(AX), Y12, Y8
+	VFMADD231PS 320(CX), Y12, Y9
+	CMPQ        R9, $0x00000180
+	JBE         stateVKf32AVX2_dead_24
+	VMOVUPS     352(R10), Y12
+	VFMADD231PS 352(AX), Y12, Y6
+	VFMADD231PS 352(CX), Y12, Y7
+	VMOVUPS     864(R10), Y12
+	VFMADD231PS 352(AX), Y12, Y10
+	VFMADD231PS 352(CX), Y12, Y11
+	CMPQ        R9, $0x000001a0
+	JBE         stateVKf32AVX2_dead_24
+	VMOVUPS     384(R10), Y12
+	VFMADD231PS 384(AX), Y12, Y4
+	VFMADD231PS 384(CX), Y12, Y5
+	VMOVUPS     896(R10), Y12
+	VFMADD231PS 384(AX), Y12, Y8
+	VFMADD231PS 384(CX), Y12, Y9
+	CMPQ        R9, $0x000001c0
+	JBE         stateVKf32AVX2_dead_24
+	VMOVUPS     416(R10), Y12
+	VFMADD231PS 416(AX), Y12, Y6
+	VFMADD231PS 416(CX), Y12, Y7
+	VMOVUPS     928(R10), Y12
+	VFMADD231PS 416(AX), Y12, Y10
+	VFMADD231PS 416(CX), Y12, Y11
+	CMPQ        R9, $0x000001e0
+	JBE         stateVKf32AVX2_dead_24
+	VMOVUPS     448(R10), Y12
+	VFMADD231PS 448(AX), Y12, Y4
+	VFMADD231PS 448(CX), Y12, Y5
+	VMOVUPS     960(R10), Y12
+	VFMADD231PS 448(AX), Y12, Y8
+	VFMADD231PS 448(CX), Y12, Y9
 
-stateVKf32AVX2_dead_22:
+stateVKf32AVX2_dead_24:
 	VFMADD231PS -32(AX)(R9*1), Y1, Y6
 	VFMADD231PS -32(CX)(R9*1), Y1, Y7
 	VFMADD231PS -32(AX)(R9*1), Y3, Y10
@@ -34758,8 +32351,6 @@ stateVKf32AVX2_decayed_8:
 	VMOVUPS      Y15, 608(R10)
 	VFMADD231PS  96(AX)(R9*1), Y15, Y10
 	VFMADD231PS  96(CX)(R9*1), Y15, Y11
-	CMPQ         R9, $0x000000a0
-	JBE          stateVKf32AVX2_dead_23
 	VMOVUPS      128(R10), Y15
 	VFMADD213PS  Y15, Y13, Y15
 	VFMADD231PS  128(AX), Y14, Y15
@@ -34772,8 +32363,6 @@ stateVKf32AVX2_decayed_8:
 	VMOVUPS      Y15, 640(R10)
 	VFMADD231PS  128(AX)(R9*1), Y15, Y8
 	VFMADD231PS  128(CX)(R9*1), Y15, Y9
-	CMPQ         R9, $0x000000c0
-	JBE          stateVKf32AVX2_dead_23
 	VMOVUPS      160(R10), Y15
 	VFMADD213PS  Y15, Y13, Y15
 	VFMADD231PS  160(AX), Y14, Y15
@@ -34786,8 +32375,6 @@ stateVKf32AVX2_decayed_8:
 	VMOVUPS      Y15, 672(R10)
 	VFMADD231PS  160(AX)(R9*1), Y15, Y10
 	VFMADD231PS  160(CX)(R9*1), Y15, Y11
-	CMPQ         R9, $0x000000e0
-	JBE          stateVKf32AVX2_dead_23
 	VMOVUPS      192(R10), Y15
 	VFMADD213PS  Y15, Y13, Y15
 	VFMADD231PS  192(AX), Y14, Y15
@@ -34800,8 +32387,118 @@ stateVKf32AVX2_decayed_8:
 	VMOVUPS      Y15, 704(R10)
 	VFMADD231PS  192(AX)(R9*1), Y15, Y8
 	VFMADD231PS  192(CX)(R9*1), Y15, Y9
+	VMOVUPS      224(R10), Y15
+	VFMADD213PS  Y15, Y13, Y15
+	VFMADD231PS  224(AX), Y14, Y15
+	VMOVUPS      Y15, 224(R10)
+	VFMADD231PS  224(AX)(R9*1), Y15, Y6
+	VFMADD231PS  224(CX)(R9*1), Y15, Y7
+	VMOVUPS      736(R10), Y15
+	VFMADD213PS  Y15, Y13, Y15
+	VFMADD231PS  224(AX), Y12, Y15
+	VMOVUPS      Y15, 736(R10)
+	VFMADD231PS  224(AX)(R9*1), Y15, Y10
+	VFMADD231PS  224(CX)(R9*1), Y15, Y11
+	CMPQ         R9, $0x00000120
+	JBE          stateVKf32AVX2_dead_25
+	VMOVUPS      256(R10), Y15
+	VFMADD213PS  Y15, Y13, Y15
+	VFMADD231PS  256(AX), Y14, Y15
+	VMOVUPS      Y15, 256(R10)
+	VFMADD231PS  256(AX)(R9*1), Y15, Y4
+	VFMADD231PS  256(CX)(R9*1), Y15, Y5
+	VMOVUPS      768(R10), Y15
+	VFMADD213PS  Y15, Y13, Y15
+	VFMADD231PS  256(AX), Y12, Y15
+	VMOVUPS      Y15, 768(R10)
+	VFMADD231PS  256(AX)(R9*1), Y15, Y8
+	VFMADD231PS  256(CX)(R9*1), Y15, Y9
+	CMPQ         R9, $0x00000140
+	JBE          stateVKf32AVX2_dead_25
+	VMOVUPS      288(R10), Y15
+	VFMADD213PS  Y15, Y13, Y15
+	VFMADD231PS  288(AX), Y14, Y15
+	VMOVUPS      Y15, 288(R10)
+	VFMADD231PS  288(AX)(R9*1), Y15, Y6
+	VFMADD231PS  288(CX)(R9*1), Y15, Y7
+	VMOVUPS      800(R10), Y15
+	VFMADD213PS  Y15, Y13, Y15
+	VFMADD231PS  288(AX), Y12, Y15
+	VMOVUPS      Y15, 800(R10)
+	VFMADD231PS  288(AX)(R9*1), Y15, Y10
+	VFMADD231PS  288(CX)(R9*1), Y15, Y11
+	CMPQ         R9, $0x00000160
+	JBE          stateVKf32AVX2_dead_25
+	VMOVUPS      320(R10), Y15
+	VFMADD213PS  Y15, Y13, Y15
+	VFMADD231PS  320(AX), Y14, Y15
+	VMOVUPS      Y15, 320(R10)
+	VFMADD231PS  320(AX)(R9*1), Y15, Y4
+	VFMADD231PS  320(CX)(R9*1), Y15, Y5
+	VMOVUPS      832(R10), Y15
+	VFMADD213PS  Y15, Y13, Y15
+	VFMADD231PS  320(AX), Y12, Y15
+	VMOVUPS      Y15, 832(R10)
+	VFMADD231PS  320(AX)(R9*1), Y15, Y8
+	VFMADD231PS  320(CX)(R9*1), Y15, Y9
+	CMPQ         R9, $0x00000180
+	JBE          stateVKf32AVX2_dead_25
+	VMOVUPS      352(R10), Y15
+	VFMADD213PS  Y15, Y13, Y15
+	VFMADD231PS  352(AX), Y14, Y15
+	VMOVUPS      Y15, 352(R10)
+	VFMADD231PS  352(AX)(R9*1), Y15, Y6
+	VFMADD231PS  352(CX)(R9*1), Y15, Y7
+	VMOVUPS      864(R10), Y15
+	VFMADD213PS  Y15, Y13, Y15
+	VFMADD231PS  352(AX), Y12, Y15
+	VMOVUPS      Y15, 864(R10)
+	VFMADD231PS  352(AX)(R9*1), Y15, Y10
+	VFMADD231PS  352(CX)(R9*1), Y15, Y11
+	CMPQ         R9, $0x000001a0
+	JBE          stateVKf32AVX2_dead_25
+	VMOVUPS      384(R10), Y15
+	VFMADD213PS  Y15, Y13, Y15
+	VFMADD231PS  384(AX), Y14, Y15
+	VMOVUPS      Y15, 384(R10)
+	VFMADD231PS  384(AX)(R9*1), Y15, Y4
+	VFMADD231PS  384(CX)(R9*1), Y15, Y5
+	VMOVUPS      896(R10), Y15
+	VFMADD213PS  Y15, Y13, Y15
+	VFMADD231PS  384(AX), Y12, Y15
+	VMOVUPS      Y15, 896(R10)
+	VFMADD231PS  384(AX)(R9*1), Y15, Y8
+	VFMADD231PS  384(CX)(R9*1), Y15, Y9
+	CMPQ         R9, $0x000001c0
+	JBE          stateVKf32AVX2_dead_25
+	VMOVUPS      416(R10), Y15
+	VFMADD213PS  Y15, Y13, Y15
+	VFMADD231PS  416(AX), Y14, Y15
+	VMOVUPS      Y15, 416(R10)
+	VFMADD231PS  416(AX)(R9*1), Y15, Y6
+	VFMADD231PS  416(CX)(R9*1), Y15, Y7
+	VMOVUPS      928(R10), Y15
+	VFMADD213PS  Y15, Y13, Y15
+	VFMADD231PS  416(AX), Y12, Y15
+	VMOVUPS      Y15, 928(R10)
+	VFMADD231PS  416(AX)(R9*1), Y15, Y10
+	VFMADD231PS  416(CX)(R9*1), Y15, Y11
+	CMPQ         R9, $0x000001e0
+	JBE          stateVKf32AVX2_dead_25
+	VMOVUPS      448(R10), Y15
+	VFMADD213PS  Y15, Y13, Y15
+	VFMADD231PS  448(AX), Y14, Y15
+	VMOVUPS      Y15, 448(R10)
+	VFMADD231PS  448(AX)(R9*1), Y15, Y4
+	VFMADD231PS  448(CX)(R9*1), Y15, Y5
+	VMOVUPS      960(R10), Y15
+	VFMADD213PS  Y15, Y13, Y15
+	VFMADD231PS  448(AX), Y12, Y15
+	VMOVUPS      Y15, 960(R10)
+	VFMADD231PS  448(AX)(R9*1), Y15, Y8
+	VFMADD231PS  448(CX)(R9*1), Y15, Y9
 
-stateVKf32AVX2_dead_23:
+stateVKf32AVX2_dead_25:
 	VFMADD213PS Y1, Y13, Y1
 	VFMADD231PS -32(AX)(R9*1), Y14, Y1
 	VANDPS      48(SP), Y1, Y1
@@ -34863,8 +32560,6 @@ stateVKf32AVX2_far_9:
 	VMOVUPS      Y15, 608(R10)
 	VFMADD231PS  96(AX)(R9*1), Y15, Y10
 	VFMADD231PS  96(CX)(R9*1), Y15, Y11
-	CMPQ         R9, $0x000000a0
-	JBE          stateVKf32AVX2_dead_24
 	VMOVUPS      128(R10), Y15
 	VMULPS       Y15, Y13, Y15
 	VFMADD231PS  128(AX), Y14, Y15
@@ -34877,8 +32572,6 @@ stateVKf32AVX2_far_9:
 	VMOVUPS      Y15, 640(R10)
 	VFMADD231PS  128(AX)(R9*1), Y15, Y8
 	VFMADD231PS  128(CX)(R9*1), Y15, Y9
-	CMPQ         R9, $0x000000c0
-	JBE          stateVKf32AVX2_dead_24
 	VMOVUPS      160(R10), Y15
 	VMULPS       Y15, Y13, Y15
 	VFMADD231PS  160(AX), Y14, Y15
@@ -34891,8 +32584,6 @@ stateVKf32AVX2_far_9:
 	VMOVUPS      Y15, 672(R10)
 	VFMADD231PS  160(AX)(R9*1), Y15, Y10
 	VFMADD231PS  160(CX)(R9*1), Y15, Y11
-	CMPQ         R9, $0x000000e0
-	JBE          stateVKf32AVX2_dead_24
 	VMOVUPS      192(R10), Y15
 	VMULPS       Y15, Y13, Y15
 	VFMADD231PS  192(AX), Y14, Y15
@@ -34905,8 +32596,118 @@ stateVKf32AVX2_far_9:
 	VMOVUPS      Y15, 704(R10)
 	VFMADD231PS  192(AX)(R9*1), Y15, Y8
 	VFMADD231PS  192(CX)(R9*1), Y15, Y9
+	VMOVUPS      224(R10), Y15
+	VMULPS       Y15, Y13, Y15
+	VFMADD231PS  224(AX), Y14, Y15
+	VMOVUPS      Y15, 224(R10)
+	VFMADD231PS  224(AX)(R9*1), Y15, Y6
+	VFMADD231PS  224(CX)(R9*1), Y15, Y7
+	VMOVUPS      736(R10), Y15
+	VMULPS       Y15, Y13, Y15
+	VFMADD231PS  224(AX), Y12, Y15
+	VMOVUPS      Y15, 736(R10)
+	VFMADD231PS  224(AX)(R9*1), Y15, Y10
+	VFMADD231PS  224(CX)(R9*1), Y15, Y11
+	CMPQ         R9, $0x00000120
+	JBE          stateVKf32AVX2_dead_26
+	VMOVUPS      256(R10), Y15
+	VMULPS       Y15, Y13, Y15
+	VFMADD231PS  256(AX), Y14, Y15
+	VMOVUPS      Y15, 256(R10)
+	VFMADD231PS  256(AX)(R9*1), Y15, Y4
+	VFMADD231PS  256(CX)(R9*1), Y15, Y5
+	VMOVUPS      768(R10), Y15
+	VMULPS       Y15, Y13, Y15
+	VFMADD231PS  256(AX), Y12, Y15
+	VMOVUPS      Y15, 768(R10)
+	VFMADD231PS  256(AX)(R9*1), Y15, Y8
+	VFMADD231PS  256(CX)(R9*1), Y15, Y9
+	CMPQ         R9, $0x00000140
+	JBE          stateVKf32AVX2_dead_26
+	VMOVUPS      288(R10), Y15
+	VMULPS       Y15, Y13, Y15
+	VFMADD231PS  288(AX), Y14, Y15
+	VMOVUPS      Y15, 288(R10)
+	VFMADD231PS  288(AX)(R9*1), Y15, Y6
+	VFMADD231PS  288(CX)(R9*1), Y15, Y7
+	VMOVUPS      800(R10), Y15
+	VMULPS       Y15, Y13, Y15
+	VFMADD231PS  288(AX), Y12, Y15
+	VMOVUPS      Y15, 800(R10)
+	VFMADD231PS  288(AX)(R9*1), Y15, Y10
+	VFMADD231PS  288(CX)(R9*1), Y15, Y11
+	CMPQ         R9, $0x00000160
+	JBE          stateVKf32AVX2_dead_26
+	VMOVUPS      320(R10), Y15
+	VMULPS       Y15, Y13, Y15
+	VFMADD231PS  320(AX), Y14, Y15
+	VMOVUPS      Y15, 320(R10)
+	VFMADD231PS  320(AX)(R9*1), Y15, Y4
+	VFMADD231PS  320(CX)(R9*1), Y15, Y5
+	VMOVUPS      832(R10), Y15
+	VMULPS       Y15, Y13, Y15
+	VFMADD231PS  320(AX), Y12, Y15
+	VMOVUPS      Y15, 832(R10)
+	VFMADD231PS  320(AX)(R9*1), Y15, Y8
+	VFMADD231PS  320(CX)(R9*1), Y15, Y9
+	CMPQ         R9, $0x00000180
+	JBE          stateVKf32AVX2_dead_26
+	VMOVUPS      352(R10), Y15
+	VMULPS       Y15, Y13, Y15
+	VFMADD231PS  352(AX), Y14, Y15
+	VMOVUPS      Y15, 352(R10)
+	VFMADD231PS  352(AX)(R9*1), Y15, Y6
+	VFMADD231PS  352(CX)(R9*1), Y15, Y7
+	VMOVUPS      864(R10), Y15
+	VMULPS       Y15, Y13, Y15
+	VFMADD231PS  352(AX), Y12, Y15
+	VMOVUPS      Y15, 864(R10)
+	VFMADD231PS  352(AX)(R9*1), Y15, Y10
+	VFMADD231PS  352(CX)(R9*1), Y15, Y11
+	CMPQ         R9, $0x000001a0
+	JBE          stateVKf32AVX2_dead_26
+	VMOVUPS      384(R10), Y15
+	VMULPS       Y15, Y13, Y15
+	VFMADD231PS  384(AX), Y14, Y15
+	VMOVUPS      Y15, 384(R10)
+	VFMADD231PS  384(AX)(R9*1), Y15, Y4
+	VFMADD231PS  384(CX)(R9*1), Y15, Y5
+	VMOVUPS      896(R10), Y15
+	VMULPS       Y15, Y13, Y15
+	VFMADD231PS  384(AX), Y12, Y15
+	VMOVUPS      Y15, 896(R10)
+	VFMADD231PS  384(AX)(R9*1), Y15, Y8
+	VFMADD231PS  384(CX)(R9*1), Y15, Y9
+	CMPQ         R9, $0x000001c0
+	JBE          stateVKf32AVX2_dead_26
+	VMOVUPS      416(R10), Y15
+	VMULPS       Y15, Y13, Y15
+	VFMADD231PS  416(AX), Y14, Y15
+	VMOVUPS      Y15, 416(R10)
+	VFMADD231PS  416(AX)(R9*1), Y15, Y6
+	VFMADD231PS  416(CX)(R9*1), Y15, Y7
+	VMOVUPS      928(R10), Y15
+	VMULPS       Y15, Y13, Y15
+	VFMADD231PS  416(AX), Y12, Y15
+	VMOVUPS      Y15, 928(R10)
+	VFMADD231PS  416(AX)(R9*1), Y15, Y10
+	VFMADD231PS  416(CX)(R9*1), Y15, Y11
+	CMPQ         R9, $0x000001e0
+	JBE          stateVKf32AVX2_dead_26
+	VMOVUPS      448(R10), Y15
+	VMULPS       Y15, Y13, Y15
+	VFMADD231PS  448(AX), Y14, Y15
+	VMOVUPS      Y15, 448(R10)
+	VFMADD231PS  448(AX)(R9*1), Y15, Y4
+	VFMADD231PS  448(CX)(R9*1), Y15, Y5
+	VMOVUPS      960(R10), Y15
+	VMULPS       Y15, Y13, Y15
+	VFMADD231PS  448(AX), Y12, Y15
+	VMOVUPS      Y15, 960(R10)
+	VFMADD231PS  448(AX)(R9*1), Y15, Y8
+	VFMADD231PS  448(CX)(R9*1), Y15, Y9
 
-stateVKf32AVX2_dead_24:
+stateVKf32AVX2_dead_26:
 	VMULPS      Y1, Y13, Y1
 	VFMADD231PS -32(AX)(R9*1), Y14, Y1
 	VANDPS      48(SP), Y1, Y1
@@ -34965,8 +32766,6 @@ stateVKf32AVX2_lasttoken_2:
 	VFMADD213PS  Y15, Y13, Y15
 	VFMADD231PS  96(AX), Y12, Y15
 	VMOVUPS      Y15, 608(R10)
-	CMPQ         R9, $0x000000a0
-	JBE          stateVKf32AVX2_dead_25
 	VMOVUPS      128(R10), Y15
 	VFMADD213PS  Y15, Y13, Y15
 	VFMADD231PS  128(AX), Y14, Y15
@@ -34975,8 +32774,6 @@ stateVKf32AVX2_lasttoken_2:
 	VFMADD213PS  Y15, Y13, Y15
 	VFMADD231PS  128(AX), Y12, Y15
 	VMOVUPS      Y15, 640(R10)
-	CMPQ         R9, $0x000000c0
-	JBE          stateVKf32AVX2_dead_25
 	VMOVUPS      160(R10), Y15
 	VFMADD213PS  Y15, Y13, Y15
 	VFMADD231PS  160(AX), Y14, Y15
@@ -34985,8 +32782,6 @@ stateVKf32AVX2_lasttoken_2:
 	VFMADD213PS  Y15, Y13, Y15
 	VFMADD231PS  160(AX), Y12, Y15
 	VMOVUPS      Y15, 672(R10)
-	CMPQ         R9, $0x000000e0
-	JBE          stateVKf32AVX2_dead_25
 	VMOVUPS      192(R10), Y15
 	VFMADD213PS  Y15, Y13, Y15
 	VFMADD231PS  192(AX), Y14, Y15
@@ -34995,8 +32790,86 @@ stateVKf32AVX2_lasttoken_2:
 	VFMADD213PS  Y15, Y13, Y15
 	VFMADD231PS  192(AX), Y12, Y15
 	VMOVUPS      Y15, 704(R10)
+	VMOVUPS      224(R10), Y15
+	VFMADD213PS  Y15, Y13, Y15
+	VFMADD231PS  224(AX), Y14, Y15
+	VMOVUPS      Y15, 224(R10)
+	VMOVUPS      736(R10), Y15
+	VFMADD213PS  Y15, Y13, Y15
+	VFMADD231PS  224(AX), Y12, Y15
+	VMOVUPS      Y15, 736(R10)
+	CMPQ         R9, $0x00000120
+	JBE          stateVKf32AVX2_dead_27
+	VMOVUPS      256(R10), Y15
+	VFMADD213PS  Y15, Y13, Y15
+	VFMADD231PS  256(AX), Y14, Y15
+	VMOVUPS      Y15, 256(R10)
+	VMOVUPS      768(R10), Y15
+	VFMADD213PS  Y15, Y13, Y15
+	VFMADD231PS  256(AX), Y12, Y15
+	VMOVUPS      Y15, 768(R10)
+	CMPQ         R9, $0x00000140
+	JBE          stateVKf32AVX2_dead_27
+	VMOVUPS      288(R10), Y15
+	VFMADD213PS  Y15, Y13, Y15
+	VFMADD231PS  288(AX), Y14, Y15
+	VMOVUPS      Y15, 288(R10)
+	VMOVUPS      800(R10), Y15
+	VFMADD213PS  Y15, Y13, Y15
+	VFMADD231PS  288(AX), Y12, Y15
+	VMOVUPS      Y15, 800(R10)
+	CMPQ         R9, $0x00000160
+	JBE          stateVKf32AVX2_dead_27
+	VMOVUPS      320(R10), Y15
+	VFMADD213PS  Y15, Y13, Y15
+	VFMADD231PS  320(AX), Y14, Y15
+	VMOVUPS      Y15, 320(R10)
+	VMOVUPS      832(R10), Y15
+	VFMADD213PS  Y15, Y13, Y15
+	VFMADD231PS  320(AX), Y12, Y15
+	VMOVUPS      Y15, 832(R10)
+	CMPQ         R9, $0x00000180
+	JBE          stateVKf32AVX2_dead_27
+	VMOVUPS      352(R10), Y15
+	VFMADD213PS  Y15, Y13, Y15
+	VFMADD231PS  352(AX), Y14, Y15
+	VMOVUPS      Y15, 352(R10)
+	VMOVUPS      864(R10), Y15
+	VFMADD213PS  Y15, Y13, Y15
+	VFMADD231PS  352(AX), Y12, Y15
+	VMOVUPS      Y15, 864(R10)
+	CMPQ         R9, $0x000001a0
+	JBE          stateVKf32AVX2_dead_27
+	VMOVUPS      384(R10), Y15
+	VFMADD213PS  Y15, Y13, Y15
+	VFMADD231PS  384(AX), Y14, Y15
+	VMOVUPS      Y15, 384(R10)
+	VMOVUPS      896(R10), Y15
+	VFMADD213PS  Y15, Y13, Y15
+	VFMADD231PS  384(AX), Y12, Y15
+	VMOVUPS      Y15, 896(R10)
+	CMPQ         R9, $0x000001c0
+	JBE          stateVKf32AVX2_dead_27
+	VMOVUPS      416(R10), Y15
+	VFMADD213PS  Y15, Y13, Y15
+	VFMADD231PS  416(AX), Y14, Y15
+	VMOVUPS      Y15, 416(R10)
+	VMOVUPS      928(R10), Y15
+	VFMADD213PS  Y15, Y13, Y15
+	VFMADD231PS  416(AX), Y12, Y15
+	VMOVUPS      Y15, 928(R10)
+	CMPQ         R9, $0x000001e0
+	JBE          stateVKf32AVX2_dead_27
+	VMOVUPS      448(R10), Y15
+	VFMADD213PS  Y15, Y13, Y15
+	VFMADD231PS  448(AX), Y14, Y15
+	VMOVUPS      Y15, 448(R10)
+	VMOVUPS      960(R10), Y15
+	VFMADD213PS  Y15, Y13, Y15
+	VFMADD231PS  448(AX), Y12, Y15
+	VMOVUPS      Y15, 960(R10)
 
-stateVKf32AVX2_dead_25:
+stateVKf32AVX2_dead_27:
 	VFMADD213PS Y1, Y13, Y1
 	VFMADD231PS -32(AX)(R9*1), Y14, Y1
 	VANDPS      48(SP), Y1, Y1
@@ -35038,8 +32911,6 @@ stateVKf32AVX2_far_10:
 	VMULPS       Y15, Y13, Y15
 	VFMADD231PS  96(AX), Y12, Y15
 	VMOVUPS      Y15, 608(R10)
-	CMPQ         R9, $0x000000a0
-	JBE          stateVKf32AVX2_dead_26
 	VMOVUPS      128(R10), Y15
 	VMULPS       Y15, Y13, Y15
 	VFMADD231PS  128(AX), Y14, Y15
@@ -35048,8 +32919,6 @@ stateVKf32AVX2_far_10:
 	VMULPS       Y15, Y13, Y15
 	VFMADD231PS  128(AX), Y12, Y15
 	VMOVUPS      Y15, 640(R10)
-	CMPQ         R9, $0x000000c0
-	JBE          stateVKf32AVX2_dead_26
 	VMOVUPS      160(R10), Y15
 	VMULPS       Y15, Y13, Y15
 	VFMADD231PS  160(AX), Y14, Y15
@@ -35058,8 +32927,6 @@ stateVKf32AVX2_far_10:
 	VMULPS       Y15, Y13, Y15
 	VFMADD231PS  160(AX), Y12, Y15
 	VMOVUPS      Y15, 672(R10)
-	CMPQ         R9, $0x000000e0
-	JBE          stateVKf32AVX2_dead_26
 	VMOVUPS      192(R10), Y15
 	VMULPS       Y15, Y13, Y15
 	VFMADD231PS  192(AX), Y14, Y15
@@ -35068,8 +32935,86 @@ stateVKf32AVX2_far_10:
 	VMULPS       Y15, Y13, Y15
 	VFMADD231PS  192(AX), Y12, Y15
 	VMOVUPS      Y15, 704(R10)
+	VMOVUPS      224(R10), Y15
+	VMULPS       Y15, Y13, Y15
+	VFMADD231PS  224(AX), Y14, Y15
+	VMOVUPS      Y15, 224(R10)
+	VMOVUPS      736(R10), Y15
+	VMULPS       Y15, Y13, Y15
+	VFMADD231PS  224(AX), Y12, Y15
+	VMOVUPS      Y15, 736(R10)
+	CMPQ         R9, $0x00000120
+	JBE          stateVKf32AVX2_dead_28
+	VMOVUPS      256(R10), Y15
+	VMULPS       Y15, Y13, Y15
+	VFMADD231PS  256(AX), Y14, Y15
+	VMOVUPS      Y15, 256(R10)
+	VMOVUPS      768(R10), Y15
+	VMULPS       Y15, Y13, Y15
+	VFMADD231PS  256(AX), Y12, Y15
+	VMOVUPS      Y15, 768(R10)
+	CMPQ         R9, $0x00000140
+	JBE          stateVKf32AVX2_dead_28
+	VMOVUPS      288(R10), Y15
+	VMULPS       Y15, Y13, Y15
+	VFMADD231PS  288(AX), Y14, Y15
+	VMOVUPS      Y15, 288(R10)
+	VMOVUPS      800(R10), Y15
+	VMULPS       Y15, Y13, Y15
+	VFMADD231PS  288(AX), Y12, Y15
+	VMOVUPS      Y15, 800(R10)
+	CMPQ         R9, $0x00000160
+	JBE          stateVKf32AVX2_dead_28
+	VMOVUPS      320(R10), Y15
+	VMULPS       Y15, Y13, Y15
+	VFMADD231PS  320(AX), Y14, Y15
+	VMOVUPS      Y15, 320(R10)
+	VMOVUPS      832(R10), Y15
+	VMULPS       Y15, Y13, Y15
+	VFMADD231PS  320(AX), Y12, Y15
+	VMOVUPS      Y15, 832(R10)
+	CMPQ         R9, $0x00000180
+	JBE          stateVKf32AVX2_dead_28
+	VMOVUPS      352(R10), Y15
+	VMULPS       Y15, Y13, Y15
+	VFMADD231PS  352(AX), Y14, Y15
+	VMOVUPS      Y15, 352(R10)
+	VMOVUPS      864(R10), Y15
+	VMULPS       Y15, Y13, Y15
+	VFMADD231PS  352(AX), Y12, Y15
+	VMOVUPS      Y15, 864(R10)
+	CMPQ         R9, $0x000001a0
+	JBE          stateVKf32AVX2_dead_28
+	VMOVUPS      384(R10), Y15
+	VMULPS       Y15, Y13, Y15
+	VFMADD231PS  384(AX), Y14, Y15
+	VMOVUPS      Y15, 384(R10)
+	VMOVUPS      896(R10), Y15
+	VMULPS       Y15, Y13, Y15
+	VFMADD231PS  384(AX), Y12, Y15
+	VMOVUPS      Y15, 896(R10)
+	CMPQ         R9, $0x000001c0
+	JBE          stateVKf32AVX2_dead_28
+	VMOVUPS      416(R10), Y15
+	VMULPS       Y15, Y13, Y15
+	VFMADD231PS  416(AX), Y14, Y15
+	VMOVUPS      Y15, 416(R10)
+	VMOVUPS      928(R10), Y15
+	VMULPS       Y15, Y13, Y15
+	VFMADD231PS  416(AX), Y12, Y15
+	VMOVUPS      Y15, 928(R10)
+	CMPQ         R9, $0x000001e0
+	JBE          stateVKf32AVX2_dead_28
+	VMOVUPS      448(R10), Y15
+	VMULPS       Y15, Y13, Y15
+	VFMADD231PS  448(AX), Y14, Y15
+	VMOVUPS      Y15, 448(R10)
+	VMOVUPS      960(R10), Y15
+	VMULPS       Y15, Y13, Y15
+	VFMADD231PS  448(AX), Y12, Y15
+	VMOVUPS      Y15, 960(R10)
 
-stateVKf32AVX2_dead_26:
+stateVKf32AVX2_dead_28:
 	VMULPS      Y1, Y13, Y1
 	VFMADD231PS -32(AX)(R9*1), Y14, Y1
 	VANDPS      48(SP), Y1, Y1
@@ -35086,8 +33031,8 @@ stateVKf32AVX2_stored_3:
 	MOVQ  (SP), R12
 	IMULQ R9, R12
 	ADDQ  R12, R11
-	CMPQ  R9, $0x00000100
-	JNE   stateVKf32AVX2_temporal_2
+	TESTQ $0x0000001f, R9
+	JNZ   stateVKf32AVX2_temporal_2
 	TESTQ $0x0000001f, R11
 	JNZ   stateVKf32AVX2_temporal_2
 	CMPQ  R8, $0x01
@@ -35098,6 +33043,7 @@ stateVKf32AVX2_stored_3:
 	JE    stateVKf32AVX2_temporal_2
 
 stateVKf32AVX2_snapshot_2:
+	VMOVNTPS Y1, -32(R11)(R9*1)
 	VMOVNTPS Y0, (R11)
 	VMOVUPS  32(R10), Y12
 	VMOVNTPS Y12, 32(R11)
@@ -35111,8 +33057,40 @@ stateVKf32AVX2_snapshot_2:
 	VMOVNTPS Y12, 160(R11)
 	VMOVUPS  192(R10), Y12
 	VMOVNTPS Y12, 192(R11)
-	VMOVNTPS Y1, 224(R11)
+	VMOVUPS  224(R10), Y12
+	VMOVNTPS Y12, 224(R11)
+	CMPQ     R9, $0x00000120
+	JBE      stateVKf32AVX2_dead_29
+	VMOVUPS  256(R10), Y12
+	VMOVNTPS Y12, 256(R11)
+	CMPQ     R9, $0x00000140
+	JBE      stateVKf32AVX2_dead_29
+	VMOVUPS  288(R10), Y12
+	VMOVNTPS Y12, 288(R11)
+	CMPQ     R9, $0x00000160
+	JBE      stateVKf32AVX2_dead_29
+	VMOVUPS  320(R10), Y12
+	VMOVNTPS Y12, 320(R11)
+	CMPQ     R9, $0x00000180
+	JBE      stateVKf32AVX2_dead_29
+	VMOVUPS  352(R10), Y12
+	VMOVNTPS Y12, 352(R11)
+	CMPQ     R9, $0x000001a0
+	JBE      stateVKf32AVX2_dead_29
+	VMOVUPS  384(R10), Y12
+	VMOVNTPS Y12, 384(R11)
+	CMPQ     R9, $0x000001c0
+	JBE      stateVKf32AVX2_dead_29
+	VMOVUPS  416(R10), Y12
+	VMOVNTPS Y12, 416(R11)
+	CMPQ     R9, $0x000001e0
+	JBE      stateVKf32AVX2_dead_29
+	VMOVUPS  448(R10), Y12
+	VMOVNTPS Y12, 448(R11)
+
+stateVKf32AVX2_dead_29:
 	ADDQ     R9, R11
+	VMOVNTPS Y3, -32(R11)(R9*1)
 	VMOVNTPS Y2, (R11)
 	VMOVUPS  544(R10), Y12
 	VMOVNTPS Y12, 32(R11)
@@ -35126,8 +33104,39 @@ stateVKf32AVX2_snapshot_2:
 	VMOVNTPS Y12, 160(R11)
 	VMOVUPS  704(R10), Y12
 	VMOVNTPS Y12, 192(R11)
-	VMOVNTPS Y3, 224(R11)
-	JMP      stateVKf32AVX2_stored_4
+	VMOVUPS  736(R10), Y12
+	VMOVNTPS Y12, 224(R11)
+	CMPQ     R9, $0x00000120
+	JBE      stateVKf32AVX2_dead_30
+	VMOVUPS  768(R10), Y12
+	VMOVNTPS Y12, 256(R11)
+	CMPQ     R9, $0x00000140
+	JBE      stateVKf32AVX2_dead_30
+	VMOVUPS  800(R10), Y12
+	VMOVNTPS Y12, 288(R11)
+	CMPQ     R9, $0x00000160
+	JBE      stateVKf32AVX2_dead_30
+	VMOVUPS  832(R10), Y12
+	VMOVNTPS Y12, 320(R11)
+	CMPQ     R9, $0x00000180
+	JBE      stateVKf32AVX2_dead_30
+	VMOVUPS  864(R10), Y12
+	VMOVNTPS Y12, 352(R11)
+	CMPQ     R9, $0x000001a0
+	JBE      stateVKf32AVX2_dead_30
+	VMOVUPS  896(R10), Y12
+	VMOVNTPS Y12, 384(R11)
+	CMPQ     R9, $0x000001c0
+	JBE      stateVKf32AVX2_dead_30
+	VMOVUPS  928(R10), Y12
+	VMOVNTPS Y12, 416(R11)
+	CMPQ     R9, $0x000001e0
+	JBE      stateVKf32AVX2_dead_30
+	VMOVUPS  960(R10), Y12
+	VMOVNTPS Y12, 448(R11)
+
+stateVKf32AVX2_dead_30:
+	JMP stateVKf32AVX2_stored_4
 
 stateVKf32AVX2_temporal_2:
 	VMOVUPS Y1, -32(R11)(R9*1)
@@ -35138,20 +33147,44 @@ stateVKf32AVX2_temporal_2:
 	VMOVUPS Y12, 64(R11)
 	VMOVUPS 96(R10), Y12
 	VMOVUPS Y12, 96(R11)
-	CMPQ    R9, $0x000000a0
-	JBE     stateVKf32AVX2_dead_27
 	VMOVUPS 128(R10), Y12
 	VMOVUPS Y12, 128(R11)
-	CMPQ    R9, $0x000000c0
-	JBE     stateVKf32AVX2_dead_27
 	VMOVUPS 160(R10), Y12
 	VMOVUPS Y12, 160(R11)
-	CMPQ    R9, $0x000000e0
-	JBE     stateVKf32AVX2_dead_27
 	VMOVUPS 192(R10), Y12
 	VMOVUPS Y12, 192(R11)
+	VMOVUPS 224(R10), Y12
+	VMOVUPS Y12, 224(R11)
+	CMPQ    R9, $0x00000120
+	JBE     stateVKf32AVX2_dead_31
+	VMOVUPS 256(R10), Y12
+	VMOVUPS Y12, 256(R11)
+	CMPQ    R9, $0x00000140
+	JBE     stateVKf32AVX2_dead_31
+	VMOVUPS 288(R10), Y12
+	VMOVUPS Y12, 288(R11)
+	CMPQ    R9, $0x00000160
+	JBE     stateVKf32AVX2_dead_31
+	VMOVUPS 320(R10), Y12
+	VMOVUPS Y12, 320(R11)
+	CMPQ    R9, $0x00000180
+	JBE     stateVKf32AVX2_dead_31
+	VMOVUPS 352(R10), Y12
+	VMOVUPS Y12, 352(R11)
+	CMPQ    R9, $0x000001a0
+	JBE     stateVKf32AVX2_dead_31
+	VMOVUPS 384(R10), Y12
+	VMOVUPS Y12, 384(R11)
+	CMPQ    R9, $0x000001c0
+	JBE     stateVKf32AVX2_dead_31
+	VMOVUPS 416(R10), Y12
+	VMOVUPS Y12, 416(R11)
+	CMPQ    R9, $0x000001e0
+	JBE     stateVKf32AVX2_dead_31
+	VMOVUPS 448(R10), Y12
+	VMOVUPS Y12, 448(R11)
 
-stateVKf32AVX2_dead_27:
+stateVKf32AVX2_dead_31:
 	ADDQ    R9, R11
 	VMOVUPS Y3, -32(R11)(R9*1)
 	VMOVUPS Y2, (R11)
@@ -35161,20 +33194,44 @@ stateVKf32AVX2_dead_27:
 	VMOVUPS Y12, 64(R11)
 	VMOVUPS 608(R10), Y12
 	VMOVUPS Y12, 96(R11)
-	CMPQ    R9, $0x000000a0
-	JBE     stateVKf32AVX2_dead_28
 	VMOVUPS 640(R10), Y12
 	VMOVUPS Y12, 128(R11)
-	CMPQ    R9, $0x000000c0
-	JBE     stateVKf32AVX2_dead_28
 	VMOVUPS 672(R10), Y12
 	VMOVUPS Y12, 160(R11)
-	CMPQ    R9, $0x000000e0
-	JBE     stateVKf32AVX2_dead_28
 	VMOVUPS 704(R10), Y12
 	VMOVUPS Y12, 192(R11)
+	VMOVUPS 736(R10), Y12
+	VMOVUPS Y12, 224(R11)
+	CMPQ    R9, $0x00000120
+	JBE     stateVKf32AVX2_dead_32
+	VMOVUPS 768(R10), Y12
+	VMOVUPS Y12, 256(R11)
+	CMPQ    R9, $0x00000140
+	JBE     stateVKf32AVX2_dead_32
+	VMOVUPS 800(R10), Y12
+	VMOVUPS Y12, 288(R11)
+	CMPQ    R9, $0x00000160
+	JBE     stateVKf32AVX2_dead_32
+	VMOVUPS 832(R10), Y12
+	VMOVUPS Y12, 320(R11)
+	CMPQ    R9, $0x00000180
+	JBE     stateVKf32AVX2_dead_32
+	VMOVUPS 864(R10), Y12
+	VMOVUPS Y12, 352(R11)
+	CMPQ    R9, $0x000001a0
+	JBE     stateVKf32AVX2_dead_32
+	VMOVUPS 896(R10), Y12
+	VMOVUPS Y12, 384(R11)
+	CMPQ    R9, $0x000001c0
+	JBE     stateVKf32AVX2_dead_32
+	VMOVUPS 928(R10), Y12
+	VMOVUPS Y12, 416(R11)
+	CMPQ    R9, $0x000001e0
+	JBE     stateVKf32AVX2_dead_32
+	VMOVUPS 960(R10), Y12
+	VMOVUPS Y12, 448(R11)
 
-stateVKf32AVX2_dead_28:
+stateVKf32AVX2_dead_32:
 stateVKf32AVX2_stored_4:
 stateVKf32AVX2_nostore_2:
 	CMPQ R8, $0x01
@@ -35195,3102 +33252,6 @@ stateVKf32AVX2_tokensdone_2:
 
 stateVKf32AVX2_groupsdone_2:
 stateVKf32AVX2_pairtail_2:
-	JMP stateVKf32AVX2_done_1
-
-stateVKf32AVX2_n12_1:
-	// Rows of 9…12 vectors.
-	CMPQ 16(SP), $0x01
-	JNE  stateVKf32AVX2_pairs_3
-	MOVQ stores_base+40(FP), AX
-	CMPQ (AX), $0x00
-	JE   stateVKf32AVX2_pairs_3
-
-stateVKf32AVX2_once_3:
-	CMPQ 8(SP), $0x02
-	JB   stateVKf32AVX2_oncedone_3
-
-	// A pair of rows of 9…12 vectors, one token.
-	MOVQ       src_base+16(FP), R10
-	MOVQ       (SP), AX
-	IMULQ      R9, AX
-	ADDQ       AX, R10
-	MOVQ       kh_base+64(FP), AX
-	MOVQ       qh_base+88(FP), CX
-	MOVQ       tok_base+168(FP), DX
-	MOVQ       stores_base+40(FP), BX
-	MOVQ       v_base+112(FP), SI
-	MOVQ       o_base+144(FP), DI
-	MOVQ       (SP), R8
-	SHLQ       $0x02, R8
-	ADDQ       R8, SI
-	ADDQ       R8, DI
-	MOVQ       16(SP), R8
-	PREFETCHT1 8192(R10)
-	PREFETCHT1 8256(R10)
-	PREFETCHT1 8320(R10)
-	PREFETCHT1 8384(R10)
-	PREFETCHT1 8448(R10)
-	PREFETCHT1 8512(R10)
-	PREFETCHT1 8576(R10)
-	PREFETCHT1 8640(R10)
-	PREFETCHT1 8704(R10)
-	CMPQ       R9, $0x00000120
-	JBE        stateVKf32AVX2_dead_29
-	PREFETCHT1 8768(R10)
-	CMPQ       R9, $0x00000140
-	JBE        stateVKf32AVX2_dead_29
-	PREFETCHT1 8832(R10)
-	CMPQ       R9, $0x00000160
-	JBE        stateVKf32AVX2_dead_29
-	PREFETCHT1 8896(R10)
-
-stateVKf32AVX2_dead_29:
-	VMOVUPS     (AX), Y5
-	VMOVUPS     (CX), Y3
-	VMOVUPS     (R10), Y2
-	VMULPS      Y5, Y2, Y0
-	VMULPS      Y3, Y2, Y2
-	VMOVUPS     (R10)(R9*1), Y4
-	VMULPS      Y5, Y4, Y5
-	VMULPS      Y3, Y4, Y6
-	VMOVUPS     32(AX), Y7
-	VMOVUPS     32(CX), Y8
-	VMOVUPS     32(R10), Y4
-	VMULPS      Y7, Y4, Y3
-	VMULPS      Y8, Y4, Y4
-	VMOVUPS     32(R10)(R9*1), Y9
-	VMULPS      Y7, Y9, Y7
-	VMULPS      Y8, Y9, Y8
-	VMOVUPS     64(AX), Y9
-	VMOVUPS     64(CX), Y10
-	VMOVUPS     64(R10), Y11
-	VFMADD231PS Y9, Y11, Y0
-	VFMADD231PS Y10, Y11, Y2
-	VMOVUPS     64(R10)(R9*1), Y11
-	VFMADD231PS Y9, Y11, Y5
-	VFMADD231PS Y10, Y11, Y6
-	VMOVUPS     96(AX), Y9
-	VMOVUPS     96(CX), Y10
-	VMOVUPS     96(R10), Y11
-	VFMADD231PS Y9, Y11, Y3
-	VFMADD231PS Y10, Y11, Y4
-	VMOVUPS     96(R10)(R9*1), Y11
-	VFMADD231PS Y9, Y11, Y7
-	VFMADD231PS Y10, Y11, Y8
-	VMOVUPS     128(AX), Y9
-	VMOVUPS     128(CX), Y10
-	VMOVUPS     128(R10), Y11
-	VFMADD231PS Y9, Y11, Y0
-	VFMADD231PS Y10, Y11, Y2
-	VMOVUPS     128(R10)(R9*1), Y11
-	VFMADD231PS Y9, Y11, Y5
-	VFMADD231PS Y10, Y11, Y6
-	VMOVUPS     160(AX), Y9
-	VMOVUPS     160(CX), Y10
-	VMOVUPS     160(R10), Y11
-	VFMADD231PS Y9, Y11, Y3
-	VFMADD231PS Y10, Y11, Y4
-	VMOVUPS     160(R10)(R9*1), Y11
-	VFMADD231PS Y9, Y11, Y7
-	VFMADD231PS Y10, Y11, Y8
-	VMOVUPS     192(AX), Y9
-	VMOVUPS     192(CX), Y10
-	VMOVUPS     192(R10), Y11
-	VFMADD231PS Y9, Y11, Y0
-	VFMADD231PS Y10, Y11, Y2
-	VMOVUPS     192(R10)(R9*1), Y11
-	VFMADD231PS Y9, Y11, Y5
-	VFMADD231PS Y10, Y11, Y6
-	VMOVUPS     224(AX), Y9
-	VMOVUPS     224(CX), Y10
-	VMOVUPS     224(R10), Y11
-	VFMADD231PS Y9, Y11, Y3
-	VFMADD231PS Y10, Y11, Y4
-	VMOVUPS     224(R10)(R9*1), Y11
-	VFMADD231PS Y9, Y11, Y7
-	VFMADD231PS Y10, Y11, Y8
-	CMPQ        R9, $0x00000120
-	JBE         stateVKf32AVX2_dead_30
-	VMOVUPS     256(AX), Y9
-	VMOVUPS     256(CX), Y10
-	VMOVUPS     256(R10), Y11
-	VFMADD231PS Y9, Y11, Y0
-	VFMADD231PS Y10, Y11, Y2
-	VMOVUPS     256(R10)(R9*1), Y11
-	VFMADD231PS Y9, Y11, Y5
-	VFMADD231PS Y10, Y11, Y6
-	CMPQ        R9, $0x00000140
-	JBE         stateVKf32AVX2_dead_30
-	VMOVUPS     288(AX), Y9
-	VMOVUPS     288(CX), Y10
-	VMOVUPS     288(R10), Y11
-	VFMADD231PS Y9, Y11, Y3
-	VFMADD231PS Y10, Y11, Y4
-	VMOVUPS     288(R10)(R9*1), Y11
-	VFMADD231PS Y9, Y11, Y7
-	VFMADD231PS Y10, Y11, Y8
-	CMPQ        R9, $0x00000160
-	JBE         stateVKf32AVX2_dead_30
-	VMOVUPS     320(AX), Y9
-	VMOVUPS     320(CX), Y10
-	VMOVUPS     320(R10), Y11
-	VFMADD231PS Y9, Y11, Y0
-	VFMADD231PS Y10, Y11, Y2
-	VMOVUPS     320(R10)(R9*1), Y11
-	VFMADD231PS Y9, Y11, Y5
-	VFMADD231PS Y10, Y11, Y6
-
-stateVKf32AVX2_dead_30:
-	VMOVUPS      -32(AX)(R9*1), Y9
-	VMOVUPS      -32(CX)(R9*1), Y10
-	VMOVUPS      -32(R10)(R9*1), Y11
-	VANDPS       48(SP), Y11, Y11
-	VFMADD231PS  Y9, Y11, Y3
-	VFMADD231PS  Y10, Y11, Y4
-	VMOVUPS      -32(R10)(R9*2), Y11
-	VANDPS       48(SP), Y11, Y11
-	VFMADD231PS  Y9, Y11, Y7
-	VFMADD231PS  Y10, Y11, Y8
-	VADDPS       Y3, Y0, Y0
-	VADDPS       Y7, Y5, Y5
-	VADDPS       Y4, Y2, Y2
-	VADDPS       Y8, Y6, Y6
-	VPERM2F128   $0x20, Y5, Y0, Y3
-	VPERM2F128   $0x31, Y5, Y0, Y0
-	VADDPS       Y0, Y3, Y3
-	VPERM2F128   $0x20, Y6, Y2, Y0
-	VPERM2F128   $0x31, Y6, Y2, Y2
-	VADDPS       Y2, Y0, Y0
-	VSHUFPS      $0x44, Y0, Y3, Y2
-	VSHUFPS      $0xee, Y0, Y3, Y0
-	VADDPS       Y0, Y2, Y2
-	VSHUFPS      $0x88, Y2, Y2, Y0
-	VSHUFPS      $0xdd, Y2, Y2, Y2
-	VADDPS       Y2, Y0, Y0
-	VMOVUPS      vkpermAVX2_2<>+0(SB), Y2
-	VPERMPS      Y0, Y2, Y0
-	VMOVSS       (DX), X1
-	VUCOMISS     nearone<>+0(SB), X1
-	JCS          stateVKf32AVX2_far_11
-	VBROADCASTSS (DX), Y2
-	VFMADD213PS  Y0, Y2, Y0
-	JMP          stateVKf32AVX2_decayed_11
-
-stateVKf32AVX2_far_11:
-	VBROADCASTSS 4(DX), Y2
-	VMULPS       Y0, Y2, Y0
-
-stateVKf32AVX2_decayed_11:
-	VEXTRACTF128 $0x01, Y0, X2
-	VMOVSD       (SI), X1
-	VSUBPS       X0, X1, X1
-	VBROADCASTSS 8(DX), Y0
-	VMULPS       X0, X1, X1
-	VBROADCASTSS 12(DX), Y0
-	VFMADD231PS  X0, X1, X2
-	VMOVSD       X2, (DI)
-	MOVQ         (BX), CX
-	MOVQ         (SP), BX
-	IMULQ        R9, BX
-	ADDQ         BX, CX
-	VMOVUPS      -32(R10)(R9*1), Y0
-	VMOVUPS      -32(R10)(R9*2), Y2
-	VMOVSS       (DX), X3
-	VUCOMISS     nearone<>+0(SB), X3
-	JCS          stateVKf32AVX2_far_12
-	VBROADCASTSS (DX), Y3
-	VBROADCASTSS X1, Y4
-	VMOVUPS      vklane1<>+0(SB), Y5
-	VPERMPS      Y1, Y5, Y5
-	VMOVUPS      (AX), Y6
-	VMOVUPS      (R10), Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VMOVUPS      Y7, (CX)
-	VMOVUPS      (R10)(R9*1), Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VMOVUPS      Y7, (CX)(R9*1)
-	VMOVUPS      32(AX), Y6
-	VMOVUPS      32(R10), Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VMOVUPS      Y7, 32(CX)
-	VMOVUPS      32(R10)(R9*1), Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VMOVUPS      Y7, 32(CX)(R9*1)
-	VMOVUPS      64(AX), Y6
-	VMOVUPS      64(R10), Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VMOVUPS      Y7, 64(CX)
-	VMOVUPS      64(R10)(R9*1), Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VMOVUPS      Y7, 64(CX)(R9*1)
-	VMOVUPS      96(AX), Y6
-	VMOVUPS      96(R10), Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VMOVUPS      Y7, 96(CX)
-	VMOVUPS      96(R10)(R9*1), Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VMOVUPS      Y7, 96(CX)(R9*1)
-	VMOVUPS      128(AX), Y6
-	VMOVUPS      128(R10), Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VMOVUPS      Y7, 128(CX)
-	VMOVUPS      128(R10)(R9*1), Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VMOVUPS      Y7, 128(CX)(R9*1)
-	VMOVUPS      160(AX), Y6
-	VMOVUPS      160(R10), Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VMOVUPS      Y7, 160(CX)
-	VMOVUPS      160(R10)(R9*1), Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VMOVUPS      Y7, 160(CX)(R9*1)
-	VMOVUPS      192(AX), Y6
-	VMOVUPS      192(R10), Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VMOVUPS      Y7, 192(CX)
-	VMOVUPS      192(R10)(R9*1), Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VMOVUPS      Y7, 192(CX)(R9*1)
-	VMOVUPS      224(AX), Y6
-	VMOVUPS      224(R10), Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VMOVUPS      Y7, 224(CX)
-	VMOVUPS      224(R10)(R9*1), Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VMOVUPS      Y7, 224(CX)(R9*1)
-	CMPQ         R9, $0x00000120
-	JBE          stateVKf32AVX2_dead_31
-	VMOVUPS      256(AX), Y6
-	VMOVUPS      256(R10), Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VMOVUPS      Y7, 256(CX)
-	VMOVUPS      256(R10)(R9*1), Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VMOVUPS      Y7, 256(CX)(R9*1)
-	CMPQ         R9, $0x00000140
-	JBE          stateVKf32AVX2_dead_31
-	VMOVUPS      288(AX), Y6
-	VMOVUPS      288(R10), Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VMOVUPS      Y7, 288(CX)
-	VMOVUPS      288(R10)(R9*1), Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VMOVUPS      Y7, 288(CX)(R9*1)
-	CMPQ         R9, $0x00000160
-	JBE          stateVKf32AVX2_dead_31
-	VMOVUPS      320(AX), Y6
-	VMOVUPS      320(R10), Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VMOVUPS      Y7, 320(CX)
-	VMOVUPS      320(R10)(R9*1), Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VMOVUPS      Y7, 320(CX)(R9*1)
-
-stateVKf32AVX2_dead_31:
-	VFMADD213PS Y0, Y3, Y0
-	VFMADD231PS -32(AX)(R9*1), Y4, Y0
-	VMOVUPS     Y0, -32(CX)(R9*1)
-	VFMADD213PS Y2, Y3, Y2
-	VFMADD231PS -32(AX)(R9*1), Y5, Y2
-	VMOVUPS     Y2, -32(CX)(R9*2)
-	JMP         stateVKf32AVX2_decayed_12
-
-stateVKf32AVX2_far_12:
-	VBROADCASTSS 4(DX), Y3
-	VBROADCASTSS X1, Y4
-	VMOVUPS      vklane1<>+0(SB), Y5
-	VPERMPS      Y1, Y5, Y5
-	VMOVUPS      (AX), Y6
-	VMOVUPS      (R10), Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VMOVUPS      Y7, (CX)
-	VMOVUPS      (R10)(R9*1), Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VMOVUPS      Y7, (CX)(R9*1)
-	VMOVUPS      32(AX), Y6
-	VMOVUPS      32(R10), Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VMOVUPS      Y7, 32(CX)
-	VMOVUPS      32(R10)(R9*1), Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VMOVUPS      Y7, 32(CX)(R9*1)
-	VMOVUPS      64(AX), Y6
-	VMOVUPS      64(R10), Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VMOVUPS      Y7, 64(CX)
-	VMOVUPS      64(R10)(R9*1), Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VMOVUPS      Y7, 64(CX)(R9*1)
-	VMOVUPS      96(AX), Y6
-	VMOVUPS      96(R10), Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VMOVUPS      Y7, 96(CX)
-	VMOVUPS      96(R10)(R9*1), Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VMOVUPS      Y7, 96(CX)(R9*1)
-	VMOVUPS      128(AX), Y6
-	VMOVUPS      128(R10), Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VMOVUPS      Y7, 128(CX)
-	VMOVUPS      128(R10)(R9*1), Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VMOVUPS      Y7, 128(CX)(R9*1)
-	VMOVUPS      160(AX), Y6
-	VMOVUPS      160(R10), Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VMOVUPS      Y7, 160(CX)
-	VMOVUPS      160(R10)(R9*1), Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VMOVUPS      Y7, 160(CX)(R9*1)
-	VMOVUPS      192(AX), Y6
-	VMOVUPS      192(R10), Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VMOVUPS      Y7, 192(CX)
-	VMOVUPS      192(R10)(R9*1), Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VMOVUPS      Y7, 192(CX)(R9*1)
-	VMOVUPS      224(AX), Y6
-	VMOVUPS      224(R10), Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VMOVUPS      Y7, 224(CX)
-	VMOVUPS      224(R10)(R9*1), Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VMOVUPS      Y7, 224(CX)(R9*1)
-	CMPQ         R9, $0x00000120
-	JBE          stateVKf32AVX2_dead_32
-	VMOVUPS      256(AX), Y6
-	VMOVUPS      256(R10), Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VMOVUPS      Y7, 256(CX)
-	VMOVUPS      256(R10)(R9*1), Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VMOVUPS      Y7, 256(CX)(R9*1)
-	CMPQ         R9, $0x00000140
-	JBE          stateVKf32AVX2_dead_32
-	VMOVUPS      288(AX), Y6
-	VMOVUPS      288(R10), Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VMOVUPS      Y7, 288(CX)
-	VMOVUPS      288(R10)(R9*1), Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VMOVUPS      Y7, 288(CX)(R9*1)
-	CMPQ         R9, $0x00000160
-	JBE          stateVKf32AVX2_dead_32
-	VMOVUPS      320(AX), Y6
-	VMOVUPS      320(R10), Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VMOVUPS      Y7, 320(CX)
-	VMOVUPS      320(R10)(R9*1), Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VMOVUPS      Y7, 320(CX)(R9*1)
-
-stateVKf32AVX2_dead_32:
-	VMULPS      Y0, Y3, Y0
-	VFMADD231PS -32(AX)(R9*1), Y4, Y0
-	VMOVUPS     Y0, -32(CX)(R9*1)
-	VMULPS      Y2, Y3, Y2
-	VFMADD231PS -32(AX)(R9*1), Y5, Y2
-	VMOVUPS     Y2, -32(CX)(R9*2)
-
-stateVKf32AVX2_decayed_12:
-	ADDQ $0x00000002, (SP)
-	SUBQ $0x00000002, 8(SP)
-	JMP  stateVKf32AVX2_once_3
-
-stateVKf32AVX2_oncedone_3:
-	JMP stateVKf32AVX2_pairtail_3
-
-stateVKf32AVX2_pairs_3:
-	MOVQ 40(SP), R10
-
-stateVKf32AVX2_group_3:
-	CMPQ 8(SP), $0x00000002
-	JB   stateVKf32AVX2_groupsdone_3
-
-	// The prefetch list's next group.
-	MOVQ 304(SP), AX
-
-stateVKf32AVX2_pfentry_3:
-	CMPQ  AX, 312(SP)
-	JAE   stateVKf32AVX2_pfdone_3
-	MOVQ  (AX), DX
-	MOVQ  8(AX), CX
-	ADDQ  $0x10, AX
-	TESTQ CX, CX
-	JZ    stateVKf32AVX2_pfdone_3
-
-stateVKf32AVX2_pfline_3:
-	PREFETCHT1 (DX)
-	ADDQ       $0x40, DX
-	DECQ       CX
-	JNZ        stateVKf32AVX2_pfline_3
-	JMP        stateVKf32AVX2_pfentry_3
-
-stateVKf32AVX2_pfdone_3:
-	MOVQ AX, 304(SP)
-
-	// Load 2 row(s) of 9…12 vectors.
-	MOVQ       src_base+16(FP), AX
-	MOVQ       (SP), CX
-	IMULQ      R9, CX
-	ADDQ       CX, AX
-	PREFETCHT1 8192(AX)
-	PREFETCHT1 8256(AX)
-	PREFETCHT1 8320(AX)
-	PREFETCHT1 8384(AX)
-	PREFETCHT1 8448(AX)
-	PREFETCHT1 8512(AX)
-	PREFETCHT1 8576(AX)
-	PREFETCHT1 8640(AX)
-	PREFETCHT1 8704(AX)
-	CMPQ       R9, $0x00000120
-	JBE        stateVKf32AVX2_dead_33
-	PREFETCHT1 8768(AX)
-	CMPQ       R9, $0x00000140
-	JBE        stateVKf32AVX2_dead_33
-	PREFETCHT1 8832(AX)
-	CMPQ       R9, $0x00000160
-	JBE        stateVKf32AVX2_dead_33
-	PREFETCHT1 8896(AX)
-
-stateVKf32AVX2_dead_33:
-	VMOVUPS (AX), Y0
-	VMOVUPS 32(AX), Y1
-	VMOVUPS Y1, 32(R10)
-	VMOVUPS 64(AX), Y1
-	VMOVUPS Y1, 64(R10)
-	VMOVUPS 96(AX), Y1
-	VMOVUPS Y1, 96(R10)
-	VMOVUPS 128(AX), Y1
-	VMOVUPS Y1, 128(R10)
-	VMOVUPS 160(AX), Y1
-	VMOVUPS Y1, 160(R10)
-	VMOVUPS 192(AX), Y1
-	VMOVUPS Y1, 192(R10)
-	VMOVUPS 224(AX), Y1
-	VMOVUPS Y1, 224(R10)
-	CMPQ    R9, $0x00000120
-	JBE     stateVKf32AVX2_dead_34
-	VMOVUPS 256(AX), Y1
-	VMOVUPS Y1, 256(R10)
-	CMPQ    R9, $0x00000140
-	JBE     stateVKf32AVX2_dead_34
-	VMOVUPS 288(AX), Y1
-	VMOVUPS Y1, 288(R10)
-	CMPQ    R9, $0x00000160
-	JBE     stateVKf32AVX2_dead_34
-	VMOVUPS 320(AX), Y1
-	VMOVUPS Y1, 320(R10)
-
-stateVKf32AVX2_dead_34:
-	VMOVUPS -32(AX)(R9*1), Y1
-	VANDPS  48(SP), Y1, Y1
-	ADDQ    R9, AX
-	VMOVUPS (AX), Y2
-	VMOVUPS 32(AX), Y3
-	VMOVUPS Y3, 544(R10)
-	VMOVUPS 64(AX), Y3
-	VMOVUPS Y3, 576(R10)
-	VMOVUPS 96(AX), Y3
-	VMOVUPS Y3, 608(R10)
-	VMOVUPS 128(AX), Y3
-	VMOVUPS Y3, 640(R10)
-	VMOVUPS 160(AX), Y3
-	VMOVUPS Y3, 672(R10)
-	VMOVUPS 192(AX), Y3
-	VMOVUPS Y3, 704(R10)
-	VMOVUPS 224(AX), Y3
-	VMOVUPS Y3, 736(R10)
-	CMPQ    R9, $0x00000120
-	JBE     stateVKf32AVX2_dead_35
-	VMOVUPS 256(AX), Y3
-	VMOVUPS Y3, 768(R10)
-	CMPQ    R9, $0x00000140
-	JBE     stateVKf32AVX2_dead_35
-	VMOVUPS 288(AX), Y3
-	VMOVUPS Y3, 800(R10)
-	CMPQ    R9, $0x00000160
-	JBE     stateVKf32AVX2_dead_35
-	VMOVUPS 320(AX), Y3
-	VMOVUPS Y3, 832(R10)
-
-stateVKf32AVX2_dead_35:
-	VMOVUPS     -32(AX)(R9*1), Y3
-	VANDPS      48(SP), Y3, Y3
-	MOVQ        kh_base+64(FP), AX
-	MOVQ        qh_base+88(FP), CX
-	MOVQ        tok_base+168(FP), DX
-	MOVQ        stores_base+40(FP), BX
-	MOVQ        v_base+112(FP), SI
-	MOVQ        o_base+144(FP), DI
-	MOVQ        (SP), R8
-	SHLQ        $0x02, R8
-	ADDQ        R8, SI
-	ADDQ        R8, DI
-	MOVQ        16(SP), R8
-	VMULPS      (AX), Y0, Y4
-	VMULPS      (CX), Y0, Y5
-	VMULPS      (AX), Y2, Y8
-	VMULPS      (CX), Y2, Y9
-	VMOVUPS     32(R10), Y7
-	VMULPS      32(AX), Y7, Y6
-	VMULPS      32(CX), Y7, Y7
-	VMOVUPS     544(R10), Y11
-	VMULPS      32(AX), Y11, Y10
-	VMULPS      32(CX), Y11, Y11
-	VMOVUPS     64(R10), Y12
-	VFMADD231PS 64(AX), Y12, Y4
-	VFMADD231PS 64(CX), Y12, Y5
-	VMOVUPS     576(R10), Y12
-	VFMADD231PS 64(AX), Y12, Y8
-	VFMADD231PS 64(CX), Y12, Y9
-	VMOVUPS     96(R10), Y12
-	VFMADD231PS 96(AX), Y12, Y6
-	VFMADD231PS 96(CX), Y12, Y7
-	VMOVUPS     608(R10), Y12
-	VFMADD231PS 96(AX), Y12, Y10
-	VFMADD231PS 96(CX), Y12, Y11
-	VMOVUPS     128(R10), Y12
-	VFMADD231PS 128(AX), Y12, Y4
-	VFMADD231PS 128(CX), Y12, Y5
-	VMOVUPS     640(R10), Y12
-	VFMADD231PS 128(AX), Y12, Y8
-	VFMADD231PS 128(CX), Y12, Y9
-	VMOVUPS     160(R10), Y12
-	VFMADD231PS 160(AX), Y12, Y6
-	VFMADD231PS 160(CX), Y12, Y7
-	VMOVUPS     672(R10), Y12
-	VFMADD231PS 160(AX), Y12, Y10
-	VFMADD231PS 160(CX), Y12, Y11
-	VMOVUPS     192(R10), Y12
-	VFMADD231PS 192(AX), Y12, Y4
-	VFMADD231PS 192(CX), Y12, Y5
-	VMOVUPS     704(R10), Y12
-	VFMADD231PS 192(AX), Y12, Y8
-	VFMADD231PS 192(CX), Y12, Y9
-	VMOVUPS     224(R10), Y12
-	VFMADD231PS 224(AX), Y12, Y6
-	VFMADD231PS 224(CX), Y12, Y7
-	VMOVUPS     736(R10), Y12
-	VFMADD231PS 224(AX), Y12, Y10
-	VFMADD231PS 224(CX), Y12, Y11
-	CMPQ        R9, $0x00000120
-	JBE         stateVKf32AVX2_dead_36
-	VMOVUPS     256(R10), Y12
-	VFMADD231PS 256(AX), Y12, Y4
-	VFMADD231PS 256(CX), Y12, Y5
-	VMOVUPS     768(R10), Y12
-	VFMADD231PS 256(AX), Y12, Y8
-	VFMADD231PS 256(CX), Y12, Y9
-	CMPQ        R9, $0x00000140
-	JBE         stateVKf32AVX2_dead_36
-	VMOVUPS     288(R10), Y12
-	VFMADD231PS 288(AX), Y12, Y6
-	VFMADD231PS 288(CX), Y12, Y7
-	VMOVUPS     800(R10), Y12
-	VFMADD231PS 288(AX), Y12, Y10
-	VFMADD231PS 288(CX), Y12, Y11
-	CMPQ        R9, $0x00000160
-	JBE         stateVKf32AVX2_dead_36
-	VMOVUPS     320(R10), Y12
-	VFMADD231PS 320(AX), Y12, Y4
-	VFMADD231PS 320(CX), Y12, Y5
-	VMOVUPS     832(R10), Y12
-	VFMADD231PS 320(AX), Y12, Y8
-	VFMADD231PS 320(CX), Y12, Y9
-
-stateVKf32AVX2_dead_36:
-	VFMADD231PS -32(AX)(R9*1), Y1, Y6
-	VFMADD231PS -32(CX)(R9*1), Y1, Y7
-	VFMADD231PS -32(AX)(R9*1), Y3, Y10
-	VFMADD231PS -32(CX)(R9*1), Y3, Y11
-
-stateVKf32AVX2_token_3:
-	VADDPS       Y6, Y4, Y4
-	VADDPS       Y10, Y8, Y8
-	VADDPS       Y7, Y5, Y5
-	VADDPS       Y11, Y9, Y9
-	VPERM2F128   $0x20, Y8, Y4, Y6
-	VPERM2F128   $0x31, Y8, Y4, Y4
-	VADDPS       Y4, Y6, Y6
-	VPERM2F128   $0x20, Y9, Y5, Y4
-	VPERM2F128   $0x31, Y9, Y5, Y5
-	VADDPS       Y5, Y4, Y4
-	VSHUFPS      $0x44, Y4, Y6, Y5
-	VSHUFPS      $0xee, Y4, Y6, Y4
-	VADDPS       Y4, Y5, Y5
-	VSHUFPS      $0x88, Y5, Y5, Y4
-	VSHUFPS      $0xdd, Y5, Y5, Y5
-	VADDPS       Y5, Y4, Y4
-	VMOVUPS      vkpermAVX2_2<>+0(SB), Y5
-	VPERMPS      Y4, Y5, Y6
-	VMOVSS       (DX), X4
-	VUCOMISS     nearone<>+0(SB), X4
-	JCS          stateVKf32AVX2_far_13
-	VBROADCASTSS (DX), Y4
-	VFMADD213PS  Y6, Y4, Y6
-	JMP          stateVKf32AVX2_decayed_13
-
-stateVKf32AVX2_far_13:
-	VBROADCASTSS 4(DX), Y4
-	VMULPS       Y6, Y4, Y6
-
-stateVKf32AVX2_decayed_13:
-	VEXTRACTF128 $0x01, Y6, X4
-	VMOVSD       (SI), X5
-	VSUBPS       X6, X5, X5
-	VBROADCASTSS 8(DX), Y6
-	VXORPS       Y12, Y12, Y12
-	VMULPS       X6, X5, X12
-	VBROADCASTSS 12(DX), Y5
-	VFMADD231PS  X5, X12, X4
-	VMOVSD       X4, (DI)
-	CMPQ         R8, $0x01
-	JE           stateVKf32AVX2_lasttoken_3
-	VMOVSS       (DX), X4
-	VUCOMISS     nearone<>+0(SB), X4
-	JCS          stateVKf32AVX2_far_14
-	VBROADCASTSS (DX), Y13
-	VBROADCASTSS X12, Y14
-	VMOVUPS      vklane1<>+0(SB), Y4
-	VPERMPS      Y12, Y4, Y12
-	VFMADD213PS  Y0, Y13, Y0
-	VFMADD231PS  (AX), Y14, Y0
-	VMULPS       (AX)(R9*1), Y0, Y4
-	VMULPS       (CX)(R9*1), Y0, Y5
-	VFMADD213PS  Y2, Y13, Y2
-	VFMADD231PS  (AX), Y12, Y2
-	VMULPS       (AX)(R9*1), Y2, Y8
-	VMULPS       (CX)(R9*1), Y2, Y9
-	VMOVUPS      32(R10), Y7
-	VFMADD213PS  Y7, Y13, Y7
-	VFMADD231PS  32(AX), Y14, Y7
-	VMOVUPS      Y7, 32(R10)
-	VMULPS       32(AX)(R9*1), Y7, Y6
-	VMULPS       32(CX)(R9*1), Y7, Y7
-	VMOVUPS      544(R10), Y11
-	VFMADD213PS  Y11, Y13, Y11
-	VFMADD231PS  32(AX), Y12, Y11
-	VMOVUPS      Y11, 544(R10)
-	VMULPS       32(AX)(R9*1), Y11, Y10
-	VMULPS       32(CX)(R9*1), Y11, Y11
-	VMOVUPS      64(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  64(AX), Y14, Y15
-	VMOVUPS      Y15, 64(R10)
-	VFMADD231PS  64(AX)(R9*1), Y15, Y4
-	VFMADD231PS  64(CX)(R9*1), Y15, Y5
-	VMOVUPS      576(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  64(AX), Y12, Y15
-	VMOVUPS      Y15, 576(R10)
-	VFMADD231PS  64(AX)(R9*1), Y15, Y8
-	VFMADD231PS  64(CX)(R9*1), Y15, Y9
-	VMOVUPS      96(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  96(AX), Y14, Y15
-	VMOVUPS      Y15, 96(R10)
-	VFMADD231PS  96(AX)(R9*1), Y15, Y6
-	VFMADD231PS  96(CX)(R9*1), Y15, Y7
-	VMOVUPS      608(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  96(AX), Y12, Y15
-	VMOVUPS      Y15, 608(R10)
-	VFMADD231PS  96(AX)(R9*1), Y15, Y10
-	VFMADD231PS  96(CX)(R9*1), Y15, Y11
-	VMOVUPS      128(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  128(AX), Y14, Y15
-	VMOVUPS      Y15, 128(R10)
-	VFMADD231PS  128(AX)(R9*1), Y15, Y4
-	VFMADD231PS  128(CX)(R9*1), Y15, Y5
-	VMOVUPS      640(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  128(AX), Y12, Y15
-	VMOVUPS      Y15, 640(R10)
-	VFMADD231PS  128(AX)(R9*1), Y15, Y8
-	VFMADD231PS  128(CX)(R9*1), Y15, Y9
-	VMOVUPS      160(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  160(AX), Y14, Y15
-	VMOVUPS      Y15, 160(R10)
-	VFMADD231PS  160(AX)(R9*1), Y15, Y6
-	VFMADD231PS  160(CX)(R9*1), Y15, Y7
-	VMOVUPS      672(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  160(AX), Y12, Y15
-	VMOVUPS      Y15, 672(R10)
-	VFMADD231PS  160(AX)(R9*1), Y15, Y10
-	VFMADD231PS  160(CX)(R9*1), Y15, Y11
-	VMOVUPS      192(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  192(AX), Y14, Y15
-	VMOVUPS      Y15, 192(R10)
-	VFMADD231PS  192(AX)(R9*1), Y15, Y4
-	VFMADD231PS  192(CX)(R9*1), Y15, Y5
-	VMOVUPS      704(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  192(AX), Y12, Y15
-	VMOVUPS      Y15, 704(R10)
-	VFMADD231PS  192(AX)(R9*1), Y15, Y8
-	VFMADD231PS  192(CX)(R9*1), Y15, Y9
-	VMOVUPS      224(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  224(AX), Y14, Y15
-	VMOVUPS      Y15, 224(R10)
-	VFMADD231PS  224(AX)(R9*1), Y15, Y6
-	VFMADD231PS  224(CX)(R9*1), Y15, Y7
-	VMOVUPS      736(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  224(AX), Y12, Y15
-	VMOVUPS      Y15, 736(R10)
-	VFMADD231PS  224(AX)(R9*1), Y15, Y10
-	VFMADD231PS  224(CX)(R9*1), Y15, Y11
-	CMPQ         R9, $0x00000120
-	JBE          stateVKf32AVX2_dead_37
-	VMOVUPS      256(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  256(AX), Y14, Y15
-	VMOVUPS      Y15, 256(R10)
-	VFMADD231PS  256(AX)(R9*1), Y15, Y4
-	VFMADD231PS  256(CX)(R9*1), Y15, Y5
-	VMOVUPS      768(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  256(AX), Y12, Y15
-	VMOVUPS      Y15, 768(R10)
-	VFMADD231PS  256(AX)(R9*1), Y15, Y8
-	VFMADD231PS  256(CX)(R9*1), Y15, Y9
-	CMPQ         R9, $0x00000140
-	JBE          stateVKf32AVX2_dead_37
-	VMOVUPS      288(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  288(AX), Y14, Y15
-	VMOVUPS      Y15, 288(R10)
-	VFMADD231PS  288(AX)(R9*1), Y15, Y6
-	VFMADD231PS  288(CX)(R9*1), Y15, Y7
-	VMOVUPS      800(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  288(AX), Y12, Y15
-	VMOVUPS      Y15, 800(R10)
-	VFMADD231PS  288(AX)(R9*1), Y15, Y10
-	VFMADD231PS  288(CX)(R9*1), Y15, Y11
-	CMPQ         R9, $0x00000160
-	JBE          stateVKf32AVX2_dead_37
-	VMOVUPS      320(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  320(AX), Y14, Y15
-	VMOVUPS      Y15, 320(R10)
-	VFMADD231PS  320(AX)(R9*1), Y15, Y4
-	VFMADD231PS  320(CX)(R9*1), Y15, Y5
-	VMOVUPS      832(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  320(AX), Y12, Y15
-	VMOVUPS      Y15, 832(R10)
-	VFMADD231PS  320(AX)(R9*1), Y15, Y8
-	VFMADD231PS  320(CX)(R9*1), Y15, Y9
-
-stateVKf32AVX2_dead_37:
-	VFMADD213PS Y1, Y13, Y1
-	VFMADD231PS -32(AX)(R9*1), Y14, Y1
-	VANDPS      48(SP), Y1, Y1
-	VFMADD231PS -32(AX)(R9*2), Y1, Y6
-	VFMADD231PS -32(CX)(R9*2), Y1, Y7
-	VFMADD213PS Y3, Y13, Y3
-	VFMADD231PS -32(AX)(R9*1), Y12, Y3
-	VANDPS      48(SP), Y3, Y3
-	VFMADD231PS -32(AX)(R9*2), Y3, Y10
-	VFMADD231PS -32(CX)(R9*2), Y3, Y11
-	JMP         stateVKf32AVX2_decayed_14
-
-stateVKf32AVX2_far_14:
-	VBROADCASTSS 4(DX), Y13
-	VBROADCASTSS X12, Y14
-	VMOVUPS      vklane1<>+0(SB), Y4
-	VPERMPS      Y12, Y4, Y12
-	VMULPS       Y0, Y13, Y0
-	VFMADD231PS  (AX), Y14, Y0
-	VMULPS       (AX)(R9*1), Y0, Y4
-	VMULPS       (CX)(R9*1), Y0, Y5
-	VMULPS       Y2, Y13, Y2
-	VFMADD231PS  (AX), Y12, Y2
-	VMULPS       (AX)(R9*1), Y2, Y8
-	VMULPS       (CX)(R9*1), Y2, Y9
-	VMOVUPS      32(R10), Y7
-	VMULPS       Y7, Y13, Y7
-	VFMADD231PS  32(AX), Y14, Y7
-	VMOVUPS      Y7, 32(R10)
-	VMULPS       32(AX)(R9*1), Y7, Y6
-	VMULPS       32(CX)(R9*1), Y7, Y7
-	VMOVUPS      544(R10), Y11
-	VMULPS       Y11, Y13, Y11
-	VFMADD231PS  32(AX), Y12, Y11
-	VMOVUPS      Y11, 544(R10)
-	VMULPS       32(AX)(R9*1), Y11, Y10
-	VMULPS       32(CX)(R9*1), Y11, Y11
-	VMOVUPS      64(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  64(AX), Y14, Y15
-	VMOVUPS      Y15, 64(R10)
-	VFMADD231PS  64(AX)(R9*1), Y15, Y4
-	VFMADD231PS  64(CX)(R9*1), Y15, Y5
-	VMOVUPS      576(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  64(AX), Y12, Y15
-	VMOVUPS      Y15, 576(R10)
-	VFMADD231PS  64(AX)(R9*1), Y15, Y8
-	VFMADD231PS  64(CX)(R9*1), Y15, Y9
-	VMOVUPS      96(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  96(AX), Y14, Y15
-	VMOVUPS      Y15, 96(R10)
-	VFMADD231PS  96(AX)(R9*1), Y15, Y6
-	VFMADD231PS  96(CX)(R9*1), Y15, Y7
-	VMOVUPS      608(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  96(AX), Y12, Y15
-	VMOVUPS      Y15, 608(R10)
-	VFMADD231PS  96(AX)(R9*1), Y15, Y10
-	VFMADD231PS  96(CX)(R9*1), Y15, Y11
-	VMOVUPS      128(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  128(AX), Y14, Y15
-	VMOVUPS      Y15, 128(R10)
-	VFMADD231PS  128(AX)(R9*1), Y15, Y4
-	VFMADD231PS  128(CX)(R9*1), Y15, Y5
-	VMOVUPS      640(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  128(AX), Y12, Y15
-	VMOVUPS      Y15, 640(R10)
-	VFMADD231PS  128(AX)(R9*1), Y15, Y8
-	VFMADD231PS  128(CX)(R9*1), Y15, Y9
-	VMOVUPS      160(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  160(AX), Y14, Y15
-	VMOVUPS      Y15, 160(R10)
-	VFMADD231PS  160(AX)(R9*1), Y15, Y6
-	VFMADD231PS  160(CX)(R9*1), Y15, Y7
-	VMOVUPS      672(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  160(AX), Y12, Y15
-	VMOVUPS      Y15, 672(R10)
-	VFMADD231PS  160(AX)(R9*1), Y15, Y10
-	VFMADD231PS  160(CX)(R9*1), Y15, Y11
-	VMOVUPS      192(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  192(AX), Y14, Y15
-	VMOVUPS      Y15, 192(R10)
-	VFMADD231PS  192(AX)(R9*1), Y15, Y4
-	VFMADD231PS  192(CX)(R9*1), Y15, Y5
-	VMOVUPS      704(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  192(AX), Y12, Y15
-	VMOVUPS      Y15, 704(R10)
-	VFMADD231PS  192(AX)(R9*1), Y15, Y8
-	VFMADD231PS  192(CX)(R9*1), Y15, Y9
-	VMOVUPS      224(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  224(AX), Y14, Y15
-	VMOVUPS      Y15, 224(R10)
-	VFMADD231PS  224(AX)(R9*1), Y15, Y6
-	VFMADD231PS  224(CX)(R9*1), Y15, Y7
-	VMOVUPS      736(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  224(AX), Y12, Y15
-	VMOVUPS      Y15, 736(R10)
-	VFMADD231PS  224(AX)(R9*1), Y15, Y10
-	VFMADD231PS  224(CX)(R9*1), Y15, Y11
-	CMPQ         R9, $0x00000120
-	JBE          stateVKf32AVX2_dead_38
-	VMOVUPS      256(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  256(AX), Y14, Y15
-	VMOVUPS      Y15, 256(R10)
-	VFMADD231PS  256(AX)(R9*1), Y15, Y4
-	VFMADD231PS  256(CX)(R9*1), Y15, Y5
-	VMOVUPS      768(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  256(AX), Y12, Y15
-	VMOVUPS      Y15, 768(R10)
-	VFMADD231PS  256(AX)(R9*1), Y15, Y8
-	VFMADD231PS  256(CX)(R9*1), Y15, Y9
-	CMPQ         R9, $0x00000140
-	JBE          stateVKf32AVX2_dead_38
-	VMOVUPS      288(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  288(AX), Y14, Y15
-	VMOVUPS      Y15, 288(R10)
-	VFMADD231PS  288(AX)(R9*1), Y15, Y6
-	VFMADD231PS  288(CX)(R9*1), Y15, Y7
-	VMOVUPS      800(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  288(AX), Y12, Y15
-	VMOVUPS      Y15, 800(R10)
-	VFMADD231PS  288(AX)(R9*1), Y15, Y10
-	VFMADD231PS  288(CX)(R9*1), Y15, Y11
-	CMPQ         R9, $0x00000160
-	JBE          stateVKf32AVX2_dead_38
-	VMOVUPS      320(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  320(AX), Y14, Y15
-	VMOVUPS      Y15, 320(R10)
-	VFMADD231PS  320(AX)(R9*1), Y15, Y4
-	VFMADD231PS  320(CX)(R9*1), Y15, Y5
-	VMOVUPS      832(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  320(AX), Y12, Y15
-	VMOVUPS      Y15, 832(R10)
-	VFMADD231PS  320(AX)(R9*1), Y15, Y8
-	VFMADD231PS  320(CX)(R9*1), Y15, Y9
-
-stateVKf32AVX2_dead_38:
-	VMULPS      Y1, Y13, Y1
-	VFMADD231PS -32(AX)(R9*1), Y14, Y1
-	VANDPS      48(SP), Y1, Y1
-	VFMADD231PS -32(AX)(R9*2), Y1, Y6
-	VFMADD231PS -32(CX)(R9*2), Y1, Y7
-	VMULPS      Y3, Y13, Y3
-	VFMADD231PS -32(AX)(R9*1), Y12, Y3
-	VANDPS      48(SP), Y3, Y3
-	VFMADD231PS -32(AX)(R9*2), Y3, Y10
-	VFMADD231PS -32(CX)(R9*2), Y3, Y11
-
-stateVKf32AVX2_decayed_14:
-	JMP stateVKf32AVX2_stored_5
-
-stateVKf32AVX2_lasttoken_3:
-	VXORPS       Y4, Y4, Y4
-	VXORPS       Y6, Y6, Y6
-	VXORPS       Y5, Y5, Y5
-	VXORPS       Y7, Y7, Y7
-	VXORPS       Y8, Y8, Y8
-	VXORPS       Y10, Y10, Y10
-	VXORPS       Y9, Y9, Y9
-	VXORPS       Y11, Y11, Y11
-	VMOVSS       (DX), X13
-	VUCOMISS     nearone<>+0(SB), X13
-	JCS          stateVKf32AVX2_far_15
-	VBROADCASTSS (DX), Y13
-	VBROADCASTSS X12, Y14
-	VMOVUPS      vklane1<>+0(SB), Y15
-	VPERMPS      Y12, Y15, Y12
-	VFMADD213PS  Y0, Y13, Y0
-	VFMADD231PS  (AX), Y14, Y0
-	VFMADD213PS  Y2, Y13, Y2
-	VFMADD231PS  (AX), Y12, Y2
-	VMOVUPS      32(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  32(AX), Y14, Y15
-	VMOVUPS      Y15, 32(R10)
-	VMOVUPS      544(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  32(AX), Y12, Y15
-	VMOVUPS      Y15, 544(R10)
-	VMOVUPS      64(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  64(AX), Y14, Y15
-	VMOVUPS      Y15, 64(R10)
-	VMOVUPS      576(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  64(AX), Y12, Y15
-	VMOVUPS      Y15, 576(R10)
-	VMOVUPS      96(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  96(AX), Y14, Y15
-	VMOVUPS      Y15, 96(R10)
-	VMOVUPS      608(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  96(AX), Y12, Y15
-	VMOVUPS      Y15, 608(R10)
-	VMOVUPS      128(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  128(AX), Y14, Y15
-	VMOVUPS      Y15, 128(R10)
-	VMOVUPS      640(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  128(AX), Y12, Y15
-	VMOVUPS      Y15, 640(R10)
-	VMOVUPS      160(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  160(AX), Y14, Y15
-	VMOVUPS      Y15, 160(R10)
-	VMOVUPS      672(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  160(AX), Y12, Y15
-	VMOVUPS      Y15, 672(R10)
-	VMOVUPS      192(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  192(AX), Y14, Y15
-	VMOVUPS      Y15, 192(R10)
-	VMOVUPS      704(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  192(AX), Y12, Y15
-	VMOVUPS      Y15, 704(R10)
-	VMOVUPS      224(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  224(AX), Y14, Y15
-	VMOVUPS      Y15, 224(R10)
-	VMOVUPS      736(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  224(AX), Y12, Y15
-	VMOVUPS      Y15, 736(R10)
-	CMPQ         R9, $0x00000120
-	JBE          stateVKf32AVX2_dead_39
-	VMOVUPS      256(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  256(AX), Y14, Y15
-	VMOVUPS      Y15, 256(R10)
-	VMOVUPS      768(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  256(AX), Y12, Y15
-	VMOVUPS      Y15, 768(R10)
-	CMPQ         R9, $0x00000140
-	JBE          stateVKf32AVX2_dead_39
-	VMOVUPS      288(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  288(AX), Y14, Y15
-	VMOVUPS      Y15, 288(R10)
-	VMOVUPS      800(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  288(AX), Y12, Y15
-	VMOVUPS      Y15, 800(R10)
-	CMPQ         R9, $0x00000160
-	JBE          stateVKf32AVX2_dead_39
-	VMOVUPS      320(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  320(AX), Y14, Y15
-	VMOVUPS      Y15, 320(R10)
-	VMOVUPS      832(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  320(AX), Y12, Y15
-	VMOVUPS      Y15, 832(R10)
-
-stateVKf32AVX2_dead_39:
-	VFMADD213PS Y1, Y13, Y1
-	VFMADD231PS -32(AX)(R9*1), Y14, Y1
-	VANDPS      48(SP), Y1, Y1
-	VFMADD213PS Y3, Y13, Y3
-	VFMADD231PS -32(AX)(R9*1), Y12, Y3
-	VANDPS      48(SP), Y3, Y3
-	JMP         stateVKf32AVX2_decayed_15
-
-stateVKf32AVX2_far_15:
-	VBROADCASTSS 4(DX), Y13
-	VBROADCASTSS X12, Y14
-	VMOVUPS      vklane1<>+0(SB), Y15
-	VPERMPS      Y12, Y15, Y12
-	VMULPS       Y0, Y13, Y0
-	VFMADD231PS  (AX), Y14, Y0
-	VMULPS       Y2, Y13, Y2
-	VFMADD231PS  (AX), Y12, Y2
-	VMOVUPS      32(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  32(AX), Y14, Y15
-	VMOVUPS      Y15, 32(R10)
-	VMOVUPS      544(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  32(AX), Y12, Y15
-	VMOVUPS      Y15, 544(R10)
-	VMOVUPS      64(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  64(AX), Y14, Y15
-	VMOVUPS      Y15, 64(R10)
-	VMOVUPS      576(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  64(AX), Y12, Y15
-	VMOVUPS      Y15, 576(R10)
-	VMOVUPS      96(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  96(AX), Y14, Y15
-	VMOVUPS      Y15, 96(R10)
-	VMOVUPS      608(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  96(AX), Y12, Y15
-	VMOVUPS      Y15, 608(R10)
-	VMOVUPS      128(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  128(AX), Y14, Y15
-	VMOVUPS      Y15, 128(R10)
-	VMOVUPS      640(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  128(AX), Y12, Y15
-	VMOVUPS      Y15, 640(R10)
-	VMOVUPS      160(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  160(AX), Y14, Y15
-	VMOVUPS      Y15, 160(R10)
-	VMOVUPS      672(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  160(AX), Y12, Y15
-	VMOVUPS      Y15, 672(R10)
-	VMOVUPS      192(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  192(AX), Y14, Y15
-	VMOVUPS      Y15, 192(R10)
-	VMOVUPS      704(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  192(AX), Y12, Y15
-	VMOVUPS      Y15, 704(R10)
-	VMOVUPS      224(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  224(AX), Y14, Y15
-	VMOVUPS      Y15, 224(R10)
-	VMOVUPS      736(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  224(AX), Y12, Y15
-	VMOVUPS      Y15, 736(R10)
-	CMPQ         R9, $0x00000120
-	JBE          stateVKf32AVX2_dead_40
-	VMOVUPS      256(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  256(AX), Y14, Y15
-	VMOVUPS      Y15, 256(R10)
-	VMOVUPS      768(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  256(AX), Y12, Y15
-	VMOVUPS      Y15, 768(R10)
-	CMPQ         R9, $0x00000140
-	JBE          stateVKf32AVX2_dead_40
-	VMOVUPS      288(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  288(AX), Y14, Y15
-	VMOVUPS      Y15, 288(R10)
-	VMOVUPS      800(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  288(AX), Y12, Y15
-	VMOVUPS      Y15, 800(R10)
-	CMPQ         R9, $0x00000160
-	JBE          stateVKf32AVX2_dead_40
-	VMOVUPS      320(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  320(AX), Y14, Y15
-	VMOVUPS      Y15, 320(R10)
-	VMOVUPS      832(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  320(AX), Y12, Y15
-	VMOVUPS      Y15, 832(R10)
-
-stateVKf32AVX2_dead_40:
-	VMULPS      Y1, Y13, Y1
-	VFMADD231PS -32(AX)(R9*1), Y14, Y1
-	VANDPS      48(SP), Y1, Y1
-	VMULPS      Y3, Y13, Y3
-	VFMADD231PS -32(AX)(R9*1), Y12, Y3
-	VANDPS      48(SP), Y3, Y3
-
-stateVKf32AVX2_decayed_15:
-stateVKf32AVX2_stored_5:
-	// The state after this token, if stored.
-	MOVQ  (BX), R11
-	TESTQ R11, R11
-	JZ    stateVKf32AVX2_nostore_3
-	MOVQ  (SP), R12
-	IMULQ R9, R12
-	ADDQ  R12, R11
-	CMPQ  R9, $0x00000180
-	JNE   stateVKf32AVX2_temporal_3
-	TESTQ $0x0000001f, R11
-	JNZ   stateVKf32AVX2_temporal_3
-	CMPQ  R8, $0x01
-	JNE   stateVKf32AVX2_snapshot_3
-	CMPQ  16(SP), $0x01
-	JE    stateVKf32AVX2_temporal_3
-	CMPQ  -8(BX), $0x00
-	JE    stateVKf32AVX2_temporal_3
-
-stateVKf32AVX2_snapshot_3:
-	VMOVNTPS Y0, (R11)
-	VMOVUPS  32(R10), Y12
-	VMOVNTPS Y12, 32(R11)
-	VMOVUPS  64(R10), Y12
-	VMOVNTPS Y12, 64(R11)
-	VMOVUPS  96(R10), Y12
-	VMOVNTPS Y12, 96(R11)
-	VMOVUPS  128(R10), Y12
-	VMOVNTPS Y12, 128(R11)
-	VMOVUPS  160(R10), Y12
-	VMOVNTPS Y12, 160(R11)
-	VMOVUPS  192(R10), Y12
-	VMOVNTPS Y12, 192(R11)
-	VMOVUPS  224(R10), Y12
-	VMOVNTPS Y12, 224(R11)
-	VMOVUPS  256(R10), Y12
-	VMOVNTPS Y12, 256(R11)
-	VMOVUPS  288(R10), Y12
-	VMOVNTPS Y12, 288(R11)
-	VMOVUPS  320(R10), Y12
-	VMOVNTPS Y12, 320(R11)
-	VMOVNTPS Y1, 352(R11)
-	ADDQ     R9, R11
-	VMOVNTPS Y2, (R11)
-	VMOVUPS  544(R10), Y12
-	VMOVNTPS Y12, 32(R11)
-	VMOVUPS  576(R10), Y12
-	VMOVNTPS Y12, 64(R11)
-	VMOVUPS  608(R10), Y12
-	VMOVNTPS Y12, 96(R11)
-	VMOVUPS  640(R10), Y12
-	VMOVNTPS Y12, 128(R11)
-	VMOVUPS  672(R10), Y12
-	VMOVNTPS Y12, 160(R11)
-	VMOVUPS  704(R10), Y12
-	VMOVNTPS Y12, 192(R11)
-	VMOVUPS  736(R10), Y12
-	VMOVNTPS Y12, 224(R11)
-	VMOVUPS  768(R10), Y12
-	VMOVNTPS Y12, 256(R11)
-	VMOVUPS  800(R10), Y12
-	VMOVNTPS Y12, 288(R11)
-	VMOVUPS  832(R10), Y12
-	VMOVNTPS Y12, 320(R11)
-	VMOVNTPS Y3, 352(R11)
-	JMP      stateVKf32AVX2_stored_6
-
-stateVKf32AVX2_temporal_3:
-	VMOVUPS Y1, -32(R11)(R9*1)
-	VMOVUPS Y0, (R11)
-	VMOVUPS 32(R10), Y12
-	VMOVUPS Y12, 32(R11)
-	VMOVUPS 64(R10), Y12
-	VMOVUPS Y12, 64(R11)
-	VMOVUPS 96(R10), Y12
-	VMOVUPS Y12, 96(R11)
-	VMOVUPS 128(R10), Y12
-	VMOVUPS Y12, 128(R11)
-	VMOVUPS 160(R10), Y12
-	VMOVUPS Y12, 160(R11)
-	VMOVUPS 192(R10), Y12
-	VMOVUPS Y12, 192(R11)
-	VMOVUPS 224(R10), Y12
-	VMOVUPS Y12, 224(R11)
-	CMPQ    R9, $0x00000120
-	JBE     stateVKf32AVX2_dead_41
-	VMOVUPS 256(R10), Y12
-	VMOVUPS Y12, 256(R11)
-	CMPQ    R9, $0x00000140
-	JBE     stateVKf32AVX2_dead_41
-	VMOVUPS 288(R10), Y12
-	VMOVUPS Y12, 288(R11)
-	CMPQ    R9, $0x00000160
-	JBE     stateVKf32AVX2_dead_41
-	VMOVUPS 320(R10), Y12
-	VMOVUPS Y12, 320(R11)
-
-stateVKf32AVX2_dead_41:
-	ADDQ    R9, R11
-	VMOVUPS Y3, -32(R11)(R9*1)
-	VMOVUPS Y2, (R11)
-	VMOVUPS 544(R10), Y12
-	VMOVUPS Y12, 32(R11)
-	VMOVUPS 576(R10), Y12
-	VMOVUPS Y12, 64(R11)
-	VMOVUPS 608(R10), Y12
-	VMOVUPS Y12, 96(R11)
-	VMOVUPS 640(R10), Y12
-	VMOVUPS Y12, 128(R11)
-	VMOVUPS 672(R10), Y12
-	VMOVUPS Y12, 160(R11)
-	VMOVUPS 704(R10), Y12
-	VMOVUPS Y12, 192(R11)
-	VMOVUPS 736(R10), Y12
-	VMOVUPS Y12, 224(R11)
-	CMPQ    R9, $0x00000120
-	JBE     stateVKf32AVX2_dead_42
-	VMOVUPS 768(R10), Y12
-	VMOVUPS Y12, 256(R11)
-	CMPQ    R9, $0x00000140
-	JBE     stateVKf32AVX2_dead_42
-	VMOVUPS 800(R10), Y12
-	VMOVUPS Y12, 288(R11)
-	CMPQ    R9, $0x00000160
-	JBE     stateVKf32AVX2_dead_42
-	VMOVUPS 832(R10), Y12
-	VMOVUPS Y12, 320(R11)
-
-stateVKf32AVX2_dead_42:
-stateVKf32AVX2_stored_6:
-stateVKf32AVX2_nostore_3:
-	CMPQ R8, $0x01
-	JE   stateVKf32AVX2_tokensdone_3
-	ADDQ R9, AX
-	ADDQ R9, CX
-	ADDQ $0x10, DX
-	ADDQ $0x08, BX
-	ADDQ 32(SP), SI
-	ADDQ 24(SP), DI
-	DECQ R8
-	JMP  stateVKf32AVX2_token_3
-
-stateVKf32AVX2_tokensdone_3:
-	ADDQ $0x00000002, (SP)
-	SUBQ $0x00000002, 8(SP)
-	JMP  stateVKf32AVX2_group_3
-
-stateVKf32AVX2_groupsdone_3:
-stateVKf32AVX2_pairtail_3:
-	JMP stateVKf32AVX2_done_1
-
-stateVKf32AVX2_n16_1:
-	// Rows of 13…16 vectors.
-	CMPQ 16(SP), $0x01
-	JNE  stateVKf32AVX2_pairs_4
-	MOVQ stores_base+40(FP), AX
-	CMPQ (AX), $0x00
-	JE   stateVKf32AVX2_pairs_4
-
-stateVKf32AVX2_once_4:
-	CMPQ 8(SP), $0x02
-	JB   stateVKf32AVX2_oncedone_4
-
-	// A pair of rows of 13…16 vectors, one token.
-	MOVQ       src_base+16(FP), R10
-	MOVQ       (SP), AX
-	IMULQ      R9, AX
-	ADDQ       AX, R10
-	MOVQ       kh_base+64(FP), AX
-	MOVQ       qh_base+88(FP), CX
-	MOVQ       tok_base+168(FP), DX
-	MOVQ       stores_base+40(FP), BX
-	MOVQ       v_base+112(FP), SI
-	MOVQ       o_base+144(FP), DI
-	MOVQ       (SP), R8
-	SHLQ       $0x02, R8
-	ADDQ       R8, SI
-	ADDQ       R8, DI
-	MOVQ       16(SP), R8
-	PREFETCHT1 8192(R10)
-	PREFETCHT1 8256(R10)
-	PREFETCHT1 8320(R10)
-	PREFETCHT1 8384(R10)
-	PREFETCHT1 8448(R10)
-	PREFETCHT1 8512(R10)
-	PREFETCHT1 8576(R10)
-	PREFETCHT1 8640(R10)
-	PREFETCHT1 8704(R10)
-	PREFETCHT1 8768(R10)
-	PREFETCHT1 8832(R10)
-	PREFETCHT1 8896(R10)
-	PREFETCHT1 8960(R10)
-	CMPQ       R9, $0x000001a0
-	JBE        stateVKf32AVX2_dead_43
-	PREFETCHT1 9024(R10)
-	CMPQ       R9, $0x000001c0
-	JBE        stateVKf32AVX2_dead_43
-	PREFETCHT1 9088(R10)
-	CMPQ       R9, $0x000001e0
-	JBE        stateVKf32AVX2_dead_43
-	PREFETCHT1 9152(R10)
-
-stateVKf32AVX2_dead_43:
-	VMOVUPS     (AX), Y5
-	VMOVUPS     (CX), Y3
-	VMOVUPS     (R10), Y2
-	VMULPS      Y5, Y2, Y0
-	VMULPS      Y3, Y2, Y2
-	VMOVUPS     (R10)(R9*1), Y4
-	VMULPS      Y5, Y4, Y5
-	VMULPS      Y3, Y4, Y6
-	VMOVUPS     32(AX), Y7
-	VMOVUPS     32(CX), Y8
-	VMOVUPS     32(R10), Y4
-	VMULPS      Y7, Y4, Y3
-	VMULPS      Y8, Y4, Y4
-	VMOVUPS     32(R10)(R9*1), Y9
-	VMULPS      Y7, Y9, Y7
-	VMULPS      Y8, Y9, Y8
-	VMOVUPS     64(AX), Y9
-	VMOVUPS     64(CX), Y10
-	VMOVUPS     64(R10), Y11
-	VFMADD231PS Y9, Y11, Y0
-	VFMADD231PS Y10, Y11, Y2
-	VMOVUPS     64(R10)(R9*1), Y11
-	VFMADD231PS Y9, Y11, Y5
-	VFMADD231PS Y10, Y11, Y6
-	VMOVUPS     96(AX), Y9
-	VMOVUPS     96(CX), Y10
-	VMOVUPS     96(R10), Y11
-	VFMADD231PS Y9, Y11, Y3
-	VFMADD231PS Y10, Y11, Y4
-	VMOVUPS     96(R10)(R9*1), Y11
-	VFMADD231PS Y9, Y11, Y7
-	VFMADD231PS Y10, Y11, Y8
-	VMOVUPS     128(AX), Y9
-	VMOVUPS     128(CX), Y10
-	VMOVUPS     128(R10), Y11
-	VFMADD231PS Y9, Y11, Y0
-	VFMADD231PS Y10, Y11, Y2
-	VMOVUPS     128(R10)(R9*1), Y11
-	VFMADD231PS Y9, Y11, Y5
-	VFMADD231PS Y10, Y11, Y6
-	VMOVUPS     160(AX), Y9
-	VMOVUPS     160(CX), Y10
-	VMOVUPS     160(R10), Y11
-	VFMADD231PS Y9, Y11, Y3
-	VFMADD231PS Y10, Y11, Y4
-	VMOVUPS     160(R10)(R9*1), Y11
-	VFMADD231PS Y9, Y11, Y7
-	VFMADD231PS Y10, Y11, Y8
-	VMOVUPS     192(AX), Y9
-	VMOVUPS     192(CX), Y10
-	VMOVUPS     192(R10), Y11
-	VFMADD231PS Y9, Y11, Y0
-	VFMADD231PS Y10, Y11, Y2
-	VMOVUPS     192(R10)(R9*1), Y11
-	VFMADD231PS Y9, Y11, Y5
-	VFMADD231PS Y10, Y11, Y6
-	VMOVUPS     224(AX), Y9
-	VMOVUPS     224(CX), Y10
-	VMOVUPS     224(R10), Y11
-	VFMADD231PS Y9, Y11, Y3
-	VFMADD231PS Y10, Y11, Y4
-	VMOVUPS     224(R10)(R9*1), Y11
-	VFMADD231PS Y9, Y11, Y7
-	VFMADD231PS Y10, Y11, Y8
-	VMOVUPS     256(AX), Y9
-	VMOVUPS     256(CX), Y10
-	VMOVUPS     256(R10), Y11
-	VFMADD231PS Y9, Y11, Y0
-	VFMADD231PS Y10, Y11, Y2
-	VMOVUPS     256(R10)(R9*1), Y11
-	VFMADD231PS Y9, Y11, Y5
-	VFMADD231PS Y10, Y11, Y6
-	VMOVUPS     288(AX), Y9
-	VMOVUPS     288(CX), Y10
-	VMOVUPS     288(R10), Y11
-	VFMADD231PS Y9, Y11, Y3
-	VFMADD231PS Y10, Y11, Y4
-	VMOVUPS     288(R10)(R9*1), Y11
-	VFMADD231PS Y9, Y11, Y7
-	VFMADD231PS Y10, Y11, Y8
-	VMOVUPS     320(AX), Y9
-	VMOVUPS     320(CX), Y10
-	VMOVUPS     320(R10), Y11
-	VFMADD231PS Y9, Y11, Y0
-	VFMADD231PS Y10, Y11, Y2
-	VMOVUPS     320(R10)(R9*1), Y11
-	VFMADD231PS Y9, Y11, Y5
-	VFMADD231PS Y10, Y11, Y6
-	VMOVUPS     352(AX), Y9
-	VMOVUPS     352(CX), Y10
-	VMOVUPS     352(R10), Y11
-	VFMADD231PS Y9, Y11, Y3
-	VFMADD231PS Y10, Y11, Y4
-	VMOVUPS     352(R10)(R9*1), Y11
-	VFMADD231PS Y9, Y11, Y7
-	VFMADD231PS Y10, Y11, Y8
-	CMPQ        R9, $0x000001a0
-	JBE         stateVKf32AVX2_dead_44
-	VMOVUPS     384(AX), Y9
-	VMOVUPS     384(CX), Y10
-	VMOVUPS     384(R10), Y11
-	VFMADD231PS Y9, Y11, Y0
-	VFMADD231PS Y10, Y11, Y2
-	VMOVUPS     384(R10)(R9*1), Y11
-	VFMADD231PS Y9, Y11, Y5
-	VFMADD231PS Y10, Y11, Y6
-	CMPQ        R9, $0x000001c0
-	JBE         stateVKf32AVX2_dead_44
-	VMOVUPS     416(AX), Y9
-	VMOVUPS     416(CX), Y10
-	VMOVUPS     416(R10), Y11
-	VFMADD231PS Y9, Y11, Y3
-	VFMADD231PS Y10, Y11, Y4
-	VMOVUPS     416(R10)(R9*1), Y11
-	VFMADD231PS Y9, Y11, Y7
-	VFMADD231PS Y10, Y11, Y8
-	CMPQ        R9, $0x000001e0
-	JBE         stateVKf32AVX2_dead_44
-	VMOVUPS     448(AX), Y9
-	VMOVUPS     448(CX), Y10
-	VMOVUPS     448(R10), Y11
-	VFMADD231PS Y9, Y11, Y0
-	VFMADD231PS Y10, Y11, Y2
-	VMOVUPS     448(R10)(R9*1), Y11
-	VFMADD231PS Y9, Y11, Y5
-	VFMADD231PS Y10, Y11, Y6
-
-stateVKf32AVX2_dead_44:
-	VMOVUPS      -32(AX)(R9*1), Y9
-	VMOVUPS      -32(CX)(R9*1), Y10
-	VMOVUPS      -32(R10)(R9*1), Y11
-	VANDPS       48(SP), Y11, Y11
-	VFMADD231PS  Y9, Y11, Y3
-	VFMADD231PS  Y10, Y11, Y4
-	VMOVUPS      -32(R10)(R9*2), Y11
-	VANDPS       48(SP), Y11, Y11
-	VFMADD231PS  Y9, Y11, Y7
-	VFMADD231PS  Y10, Y11, Y8
-	VADDPS       Y3, Y0, Y0
-	VADDPS       Y7, Y5, Y5
-	VADDPS       Y4, Y2, Y2
-	VADDPS       Y8, Y6, Y6
-	VPERM2F128   $0x20, Y5, Y0, Y3
-	VPERM2F128   $0x31, Y5, Y0, Y0
-	VADDPS       Y0, Y3, Y3
-	VPERM2F128   $0x20, Y6, Y2, Y0
-	VPERM2F128   $0x31, Y6, Y2, Y2
-	VADDPS       Y2, Y0, Y0
-	VSHUFPS      $0x44, Y0, Y3, Y2
-	VSHUFPS      $0xee, Y0, Y3, Y0
-	VADDPS       Y0, Y2, Y2
-	VSHUFPS      $0x88, Y2, Y2, Y0
-	VSHUFPS      $0xdd, Y2, Y2, Y2
-	VADDPS       Y2, Y0, Y0
-	VMOVUPS      vkpermAVX2_2<>+0(SB), Y2
-	VPERMPS      Y0, Y2, Y0
-	VMOVSS       (DX), X1
-	VUCOMISS     nearone<>+0(SB), X1
-	JCS          stateVKf32AVX2_far_16
-	VBROADCASTSS (DX), Y2
-	VFMADD213PS  Y0, Y2, Y0
-	JMP          stateVKf32AVX2_decayed_16
-
-stateVKf32AVX2_far_16:
-	VBROADCASTSS 4(DX), Y2
-	VMULPS       Y0, Y2, Y0
-
-stateVKf32AVX2_decayed_16:
-	VEXTRACTF128 $0x01, Y0, X2
-	VMOVSD       (SI), X1
-	VSUBPS       X0, X1, X1
-	VBROADCASTSS 8(DX), Y0
-	VMULPS       X0, X1, X1
-	VBROADCASTSS 12(DX), Y0
-	VFMADD231PS  X0, X1, X2
-	VMOVSD       X2, (DI)
-	MOVQ         (BX), CX
-	MOVQ         (SP), BX
-	IMULQ        R9, BX
-	ADDQ         BX, CX
-	VMOVUPS      -32(R10)(R9*1), Y0
-	VMOVUPS      -32(R10)(R9*2), Y2
-	VMOVSS       (DX), X3
-	VUCOMISS     nearone<>+0(SB), X3
-	JCS          stateVKf32AVX2_far_17
-	VBROADCASTSS (DX), Y3
-	VBROADCASTSS X1, Y4
-	VMOVUPS      vklane1<>+0(SB), Y5
-	VPERMPS      Y1, Y5, Y5
-	VMOVUPS      (AX), Y6
-	VMOVUPS      (R10), Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VMOVUPS      Y7, (CX)
-	VMOVUPS      (R10)(R9*1), Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VMOVUPS      Y7, (CX)(R9*1)
-	VMOVUPS      32(AX), Y6
-	VMOVUPS      32(R10), Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VMOVUPS      Y7, 32(CX)
-	VMOVUPS      32(R10)(R9*1), Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VMOVUPS      Y7, 32(CX)(R9*1)
-	VMOVUPS      64(AX), Y6
-	VMOVUPS      64(R10), Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VMOVUPS      Y7, 64(CX)
-	VMOVUPS      64(R10)(R9*1), Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VMOVUPS      Y7, 64(CX)(R9*1)
-	VMOVUPS      96(AX), Y6
-	VMOVUPS      96(R10), Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VMOVUPS      Y7, 96(CX)
-	VMOVUPS      96(R10)(R9*1), Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VMOVUPS      Y7, 96(CX)(R9*1)
-	VMOVUPS      128(AX), Y6
-	VMOVUPS      128(R10), Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VMOVUPS      Y7, 128(CX)
-	VMOVUPS      128(R10)(R9*1), Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VMOVUPS      Y7, 128(CX)(R9*1)
-	VMOVUPS      160(AX), Y6
-	VMOVUPS      160(R10), Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VMOVUPS      Y7, 160(CX)
-	VMOVUPS      160(R10)(R9*1), Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VMOVUPS      Y7, 160(CX)(R9*1)
-	VMOVUPS      192(AX), Y6
-	VMOVUPS      192(R10), Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VMOVUPS      Y7, 192(CX)
-	VMOVUPS      192(R10)(R9*1), Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VMOVUPS      Y7, 192(CX)(R9*1)
-	VMOVUPS      224(AX), Y6
-	VMOVUPS      224(R10), Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VMOVUPS      Y7, 224(CX)
-	VMOVUPS      224(R10)(R9*1), Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VMOVUPS      Y7, 224(CX)(R9*1)
-	VMOVUPS      256(AX), Y6
-	VMOVUPS      256(R10), Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VMOVUPS      Y7, 256(CX)
-	VMOVUPS      256(R10)(R9*1), Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VMOVUPS      Y7, 256(CX)(R9*1)
-	VMOVUPS      288(AX), Y6
-	VMOVUPS      288(R10), Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VMOVUPS      Y7, 288(CX)
-	VMOVUPS      288(R10)(R9*1), Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VMOVUPS      Y7, 288(CX)(R9*1)
-	VMOVUPS      320(AX), Y6
-	VMOVUPS      320(R10), Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VMOVUPS      Y7, 320(CX)
-	VMOVUPS      320(R10)(R9*1), Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VMOVUPS      Y7, 320(CX)(R9*1)
-	VMOVUPS      352(AX), Y6
-	VMOVUPS      352(R10), Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VMOVUPS      Y7, 352(CX)
-	VMOVUPS      352(R10)(R9*1), Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VMOVUPS      Y7, 352(CX)(R9*1)
-	CMPQ         R9, $0x000001a0
-	JBE          stateVKf32AVX2_dead_45
-	VMOVUPS      384(AX), Y6
-	VMOVUPS      384(R10), Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VMOVUPS      Y7, 384(CX)
-	VMOVUPS      384(R10)(R9*1), Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VMOVUPS      Y7, 384(CX)(R9*1)
-	CMPQ         R9, $0x000001c0
-	JBE          stateVKf32AVX2_dead_45
-	VMOVUPS      416(AX), Y6
-	VMOVUPS      416(R10), Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VMOVUPS      Y7, 416(CX)
-	VMOVUPS      416(R10)(R9*1), Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VMOVUPS      Y7, 416(CX)(R9*1)
-	CMPQ         R9, $0x000001e0
-	JBE          stateVKf32AVX2_dead_45
-	VMOVUPS      448(AX), Y6
-	VMOVUPS      448(R10), Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VMOVUPS      Y7, 448(CX)
-	VMOVUPS      448(R10)(R9*1), Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VMOVUPS      Y7, 448(CX)(R9*1)
-
-stateVKf32AVX2_dead_45:
-	VFMADD213PS Y0, Y3, Y0
-	VFMADD231PS -32(AX)(R9*1), Y4, Y0
-	VMOVUPS     Y0, -32(CX)(R9*1)
-	VFMADD213PS Y2, Y3, Y2
-	VFMADD231PS -32(AX)(R9*1), Y5, Y2
-	VMOVUPS     Y2, -32(CX)(R9*2)
-	JMP         stateVKf32AVX2_decayed_17
-
-stateVKf32AVX2_far_17:
-	VBROADCASTSS 4(DX), Y3
-	VBROADCASTSS X1, Y4
-	VMOVUPS      vklane1<>+0(SB), Y5
-	VPERMPS      Y1, Y5, Y5
-	VMOVUPS      (AX), Y6
-	VMOVUPS      (R10), Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VMOVUPS      Y7, (CX)
-	VMOVUPS      (R10)(R9*1), Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VMOVUPS      Y7, (CX)(R9*1)
-	VMOVUPS      32(AX), Y6
-	VMOVUPS      32(R10), Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VMOVUPS      Y7, 32(CX)
-	VMOVUPS      32(R10)(R9*1), Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VMOVUPS      Y7, 32(CX)(R9*1)
-	VMOVUPS      64(AX), Y6
-	VMOVUPS      64(R10), Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VMOVUPS      Y7, 64(CX)
-	VMOVUPS      64(R10)(R9*1), Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VMOVUPS      Y7, 64(CX)(R9*1)
-	VMOVUPS      96(AX), Y6
-	VMOVUPS      96(R10), Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VMOVUPS      Y7, 96(CX)
-	VMOVUPS      96(R10)(R9*1), Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VMOVUPS      Y7, 96(CX)(R9*1)
-	VMOVUPS      128(AX), Y6
-	VMOVUPS      128(R10), Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VMOVUPS      Y7, 128(CX)
-	VMOVUPS      128(R10)(R9*1), Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VMOVUPS      Y7, 128(CX)(R9*1)
-	VMOVUPS      160(AX), Y6
-	VMOVUPS      160(R10), Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VMOVUPS      Y7, 160(CX)
-	VMOVUPS      160(R10)(R9*1), Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VMOVUPS      Y7, 160(CX)(R9*1)
-	VMOVUPS      192(AX), Y6
-	VMOVUPS      192(R10), Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VMOVUPS      Y7, 192(CX)
-	VMOVUPS      192(R10)(R9*1), Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VMOVUPS      Y7, 192(CX)(R9*1)
-	VMOVUPS      224(AX), Y6
-	VMOVUPS      224(R10), Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VMOVUPS      Y7, 224(CX)
-	VMOVUPS      224(R10)(R9*1), Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VMOVUPS      Y7, 224(CX)(R9*1)
-	VMOVUPS      256(AX), Y6
-	VMOVUPS      256(R10), Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VMOVUPS      Y7, 256(CX)
-	VMOVUPS      256(R10)(R9*1), Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VMOVUPS      Y7, 256(CX)(R9*1)
-	VMOVUPS      288(AX), Y6
-	VMOVUPS      288(R10), Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VMOVUPS      Y7, 288(CX)
-	VMOVUPS      288(R10)(R9*1), Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VMOVUPS      Y7, 288(CX)(R9*1)
-	VMOVUPS      320(AX), Y6
-	VMOVUPS      320(R10), Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VMOVUPS      Y7, 320(CX)
-	VMOVUPS      320(R10)(R9*1), Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VMOVUPS      Y7, 320(CX)(R9*1)
-	VMOVUPS      352(AX), Y6
-	VMOVUPS      352(R10), Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VMOVUPS      Y7, 352(CX)
-	VMOVUPS      352(R10)(R9*1), Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VMOVUPS      Y7, 352(CX)(R9*1)
-	CMPQ         R9, $0x000001a0
-	JBE          stateVKf32AVX2_dead_46
-	VMOVUPS      384(AX), Y6
-	VMOVUPS      384(R10), Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VMOVUPS      Y7, 384(CX)
-	VMOVUPS      384(R10)(R9*1), Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VMOVUPS      Y7, 384(CX)(R9*1)
-	CMPQ         R9, $0x000001c0
-	JBE          stateVKf32AVX2_dead_46
-	VMOVUPS      416(AX), Y6
-	VMOVUPS      416(R10), Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VMOVUPS      Y7, 416(CX)
-	VMOVUPS      416(R10)(R9*1), Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VMOVUPS      Y7, 416(CX)(R9*1)
-	CMPQ         R9, $0x000001e0
-	JBE          stateVKf32AVX2_dead_46
-	VMOVUPS      448(AX), Y6
-	VMOVUPS      448(R10), Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VMOVUPS      Y7, 448(CX)
-	VMOVUPS      448(R10)(R9*1), Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VMOVUPS      Y7, 448(CX)(R9*1)
-
-stateVKf32AVX2_dead_46:
-	VMULPS      Y0, Y3, Y0
-	VFMADD231PS -32(AX)(R9*1), Y4, Y0
-	VMOVUPS     Y0, -32(CX)(R9*1)
-	VMULPS      Y2, Y3, Y2
-	VFMADD231PS -32(AX)(R9*1), Y5, Y2
-	VMOVUPS     Y2, -32(CX)(R9*2)
-
-stateVKf32AVX2_decayed_17:
-	ADDQ $0x00000002, (SP)
-	SUBQ $0x00000002, 8(SP)
-	JMP  stateVKf32AVX2_once_4
-
-stateVKf32AVX2_oncedone_4:
-	JMP stateVKf32AVX2_pairtail_4
-
-stateVKf32AVX2_pairs_4:
-	MOVQ 40(SP), R10
-
-stateVKf32AVX2_group_4:
-	CMPQ 8(SP), $0x00000002
-	JB   stateVKf32AVX2_groupsdone_4
-
-	// The prefetch list's next group.
-	MOVQ 304(SP), AX
-
-stateVKf32AVX2_pfentry_4:
-	CMPQ  AX, 312(SP)
-	JAE   stateVKf32AVX2_pfdone_4
-	MOVQ  (AX), DX
-	MOVQ  8(AX), CX
-	ADDQ  $0x10, AX
-	TESTQ CX, CX
-	JZ    stateVKf32AVX2_pfdone_4
-
-stateVKf32AVX2_pfline_4:
-	PREFETCHT1 (DX)
-	ADDQ       $0x40, DX
-	DECQ       CX
-	JNZ        stateVKf32AVX2_pfline_4
-	JMP        stateVKf32AVX2_pfentry_4
-
-stateVKf32AVX2_pfdone_4:
-	MOVQ AX, 304(SP)
-
-	// Load 2 row(s) of 13…16 vectors.
-	MOVQ       src_base+16(FP), AX
-	MOVQ       (SP), CX
-	IMULQ      R9, CX
-	ADDQ       CX, AX
-	PREFETCHT1 8192(AX)
-	PREFETCHT1 8256(AX)
-	PREFETCHT1 8320(AX)
-	PREFETCHT1 8384(AX)
-	PREFETCHT1 8448(AX)
-	PREFETCHT1 8512(AX)
-	PREFETCHT1 8576(AX)
-	PREFETCHT1 8640(AX)
-	PREFETCHT1 8704(AX)
-	PREFETCHT1 8768(AX)
-	PREFETCHT1 8832(AX)
-	PREFETCHT1 8896(AX)
-	PREFETCHT1 8960(AX)
-	CMPQ       R9, $0x000001a0
-	JBE        stateVKf32AVX2_dead_47
-	PREFETCHT1 9024(AX)
-	CMPQ       R9, $0x000001c0
-	JBE        stateVKf32AVX2_dead_47
-	PREFETCHT1 9088(AX)
-	CMPQ       R9, $0x000001e0
-	JBE        stateVKf32AVX2_dead_47
-	PREFETCHT1 9152(AX)
-
-stateVKf32AVX2_dead_47:
-	VMOVUPS (AX), Y0
-	VMOVUPS 32(AX), Y1
-	VMOVUPS Y1, 32(R10)
-	VMOVUPS 64(AX), Y1
-	VMOVUPS Y1, 64(R10)
-	VMOVUPS 96(AX), Y1
-	VMOVUPS Y1, 96(R10)
-	VMOVUPS 128(AX), Y1
-	VMOVUPS Y1, 128(R10)
-	VMOVUPS 160(AX), Y1
-	VMOVUPS Y1, 160(R10)
-	VMOVUPS 192(AX), Y1
-	VMOVUPS Y1, 192(R10)
-	VMOVUPS 224(AX), Y1
-	VMOVUPS Y1, 224(R10)
-	VMOVUPS 256(AX), Y1
-	VMOVUPS Y1, 256(R10)
-	VMOVUPS 288(AX), Y1
-	VMOVUPS Y1, 288(R10)
-	VMOVUPS 320(AX), Y1
-	VMOVUPS Y1, 320(R10)
-	VMOVUPS 352(AX), Y1
-	VMOVUPS Y1, 352(R10)
-	CMPQ    R9, $0x000001a0
-	JBE     stateVKf32AVX2_dead_48
-	VMOVUPS 384(AX), Y1
-	VMOVUPS Y1, 384(R10)
-	CMPQ    R9, $0x000001c0
-	JBE     stateVKf32AVX2_dead_48
-	VMOVUPS 416(AX), Y1
-	VMOVUPS Y1, 416(R10)
-	CMPQ    R9, $0x000001e0
-	JBE     stateVKf32AVX2_dead_48
-	VMOVUPS 448(AX), Y1
-	VMOVUPS Y1, 448(R10)
-
-stateVKf32AVX2_dead_48:
-	VMOVUPS -32(AX)(R9*1), Y1
-	VANDPS  48(SP), Y1, Y1
-	ADDQ    R9, AX
-	VMOVUPS (AX), Y2
-	VMOVUPS 32(AX), Y3
-	VMOVUPS Y3, 544(R10)
-	VMOVUPS 64(AX), Y3
-	VMOVUPS Y3, 576(R10)
-	VMOVUPS 96(AX), Y3
-	VMOVUPS Y3, 608(R10)
-	VMOVUPS 128(AX), Y3
-	VMOVUPS Y3, 640(R10)
-	VMOVUPS 160(AX), Y3
-	VMOVUPS Y3, 672(R10)
-	VMOVUPS 192(AX), Y3
-	VMOVUPS Y3, 704(R10)
-	VMOVUPS 224(AX), Y3
-	VMOVUPS Y3, 736(R10)
-	VMOVUPS 256(AX), Y3
-	VMOVUPS Y3, 768(R10)
-	VMOVUPS 288(AX), Y3
-	VMOVUPS Y3, 800(R10)
-	VMOVUPS 320(AX), Y3
-	VMOVUPS Y3, 832(R10)
-	VMOVUPS 352(AX), Y3
-	VMOVUPS Y3, 864(R10)
-	CMPQ    R9, $0x000001a0
-	JBE     stateVKf32AVX2_dead_49
-	VMOVUPS 384(AX), Y3
-	VMOVUPS Y3, 896(R10)
-	CMPQ    R9, $0x000001c0
-	JBE     stateVKf32AVX2_dead_49
-	VMOVUPS 416(AX), Y3
-	VMOVUPS Y3, 928(R10)
-	CMPQ    R9, $0x000001e0
-	JBE     stateVKf32AVX2_dead_49
-	VMOVUPS 448(AX), Y3
-	VMOVUPS Y3, 960(R10)
-
-stateVKf32AVX2_dead_49:
-	VMOVUPS     -32(AX)(R9*1), Y3
-	VANDPS      48(SP), Y3, Y3
-	MOVQ        kh_base+64(FP), AX
-	MOVQ        qh_base+88(FP), CX
-	MOVQ        tok_base+168(FP), DX
-	MOVQ        stores_base+40(FP), BX
-	MOVQ        v_base+112(FP), SI
-	MOVQ        o_base+144(FP), DI
-	MOVQ        (SP), R8
-	SHLQ        $0x02, R8
-	ADDQ        R8, SI
-	ADDQ        R8, DI
-	MOVQ        16(SP), R8
-	VMULPS      (AX), Y0, Y4
-	VMULPS      (CX), Y0, Y5
-	VMULPS      (AX), Y2, Y8
-	VMULPS      (CX), Y2, Y9
-	VMOVUPS     32(R10), Y7
-	VMULPS      32(AX), Y7, Y6
-	VMULPS      32(CX), Y7, Y7
-	VMOVUPS     544(R10), Y11
-	VMULPS      32(AX), Y11, Y10
-	VMULPS      32(CX), Y11, Y11
-	VMOVUPS     64(R10), Y12
-	VFMADD231PS 64(AX), Y12, Y4
-	VFMADD231PS 64(CX), Y12, Y5
-	VMOVUPS     576(R10), Y12
-	VFMADD231PS 64(AX), Y12, Y8
-	VFMADD231PS 64(CX), Y12, Y9
-	VMOVUPS     96(R10), Y12
-	VFMADD231PS 96(AX), Y12, Y6
-	VFMADD231PS 96(CX), Y12, Y7
-	VMOVUPS     608(R10), Y12
-	VFMADD231PS 96(AX), Y12, Y10
-	VFMADD231PS 96(CX), Y12, Y11
-	VMOVUPS     128(R10), Y12
-	VFMADD231PS 128(AX), Y12, Y4
-	VFMADD231PS 128(CX), Y12, Y5
-	VMOVUPS     640(R10), Y12
-	VFMADD231PS 128(AX), Y12, Y8
-	VFMADD231PS 128(CX), Y12, Y9
-	VMOVUPS     160(R10), Y12
-	VFMADD231PS 160(AX), Y12, Y6
-	VFMADD231PS 160(CX), Y12, Y7
-	VMOVUPS     672(R10), Y12
-	VFMADD231PS 160(AX), Y12, Y10
-	VFMADD231PS 160(CX), Y12, Y11
-	VMOVUPS     192(R10), Y12
-	VFMADD231PS 192(AX), Y12, Y4
-	VFMADD231PS 192(CX), Y12, Y5
-	VMOVUPS     704(R10), Y12
-	VFMADD231PS 192(AX), Y12, Y8
-	VFMADD231PS 192(CX), Y12, Y9
-	VMOVUPS     224(R10), Y12
-	VFMADD231PS 224(AX), Y12, Y6
-	VFMADD231PS 224(CX), Y12, Y7
-	VMOVUPS     736(R10), Y12
-	VFMADD231PS 224(AX), Y12, Y10
-	VFMADD231PS 224(CX), Y12, Y11
-	VMOVUPS     256(R10), Y12
-	VFMADD231PS 256(AX), Y12, Y4
-	VFMADD231PS 256(CX), Y12, Y5
-	VMOVUPS     768(R10), Y12
-	VFMADD231PS 256(AX), Y12, Y8
-	VFMADD231PS 256(CX), Y12, Y9
-	VMOVUPS     288(R10), Y12
-	VFMADD231PS 288(AX), Y12, Y6
-	VFMADD231PS 288(CX), Y12, Y7
-	VMOVUPS     800(R10), Y12
-	VFMADD231PS 288(AX), Y12, Y10
-	VFMADD231PS 288(CX), Y12, Y11
-	VMOVUPS     320(R10), Y12
-	VFMADD231PS 320(AX), Y12, Y4
-	VFMADD231PS 320(CX), Y12, Y5
-	VMOVUPS     832(R10), Y12
-	VFMADD231PS 320(AX), Y12, Y8
-	VFMADD231PS 320(CX), Y12, Y9
-	VMOVUPS     352(R10), Y12
-	VFMADD231PS 352(AX), Y12, Y6
-	VFMADD231PS 352(CX), Y12, Y7
-	VMOVUPS     864(R10), Y12
-	VFMADD231PS 352(AX), Y12, Y10
-	VFMADD231PS 352(CX), Y12, Y11
-	CMPQ        R9, $0x000001a0
-	JBE         stateVKf32AVX2_dead_50
-	VMOVUPS     384(R10), Y12
-	VFMADD231PS 384(AX), Y12, Y4
-	VFMADD231PS 384(CX), Y12, Y5
-	VMOVUPS     896(R10), Y12
-	VFMADD231PS 384(AX), Y12, Y8
-	VFMADD231PS 384(CX), Y12, Y9
-	CMPQ        R9, $0x000001c0
-	JBE         stateVKf32AVX2_dead_50
-	VMOVUPS     416(R10), Y12
-	VFMADD231PS 416(AX), Y12, Y6
-	VFMADD231PS 416(CX), Y12, Y7
-	VMOVUPS     928(R10), Y12
-	VFMADD231PS 416(AX), Y12, Y10
-	VFMADD231PS 416(CX), Y12, Y11
-	CMPQ        R9, $0x000001e0
-	JBE         stateVKf32AVX2_dead_50
-	VMOVUPS     448(R10), Y12
-	VFMADD231PS 448(AX), Y12, Y4
-	VFMADD231PS 448(CX), Y12, Y5
-	VMOVUPS     960(R10), Y12
-	VFMADD231PS 448(AX), Y12, Y8
-	VFMADD231PS 448(CX), Y12, Y9
-
-stateVKf32AVX2_dead_50:
-	VFMADD231PS -32(AX)(R9*1), Y1, Y6
-	VFMADD231PS -32(CX)(R9*1), Y1, Y7
-	VFMADD231PS -32(AX)(R9*1), Y3, Y10
-	VFMADD231PS -32(CX)(R9*1), Y3, Y11
-
-stateVKf32AVX2_token_4:
-	VADDPS       Y6, Y4, Y4
-	VADDPS       Y10, Y8, Y8
-	VADDPS       Y7, Y5, Y5
-	VADDPS       Y11, Y9, Y9
-	VPERM2F128   $0x20, Y8, Y4, Y6
-	VPERM2F128   $0x31, Y8, Y4, Y4
-	VADDPS       Y4, Y6, Y6
-	VPERM2F128   $0x20, Y9, Y5, Y4
-	VPERM2F128   $0x31, Y9, Y5, Y5
-	VADDPS       Y5, Y4, Y4
-	VSHUFPS      $0x44, Y4, Y6, Y5
-	VSHUFPS      $0xee, Y4, Y6, Y4
-	VADDPS       Y4, Y5, Y5
-	VSHUFPS      $0x88, Y5, Y5, Y4
-	VSHUFPS      $0xdd, Y5, Y5, Y5
-	VADDPS       Y5, Y4, Y4
-	VMOVUPS      vkpermAVX2_2<>+0(SB), Y5
-	VPERMPS      Y4, Y5, Y6
-	VMOVSS       (DX), X4
-	VUCOMISS     nearone<>+0(SB), X4
-	JCS          stateVKf32AVX2_far_18
-	VBROADCASTSS (DX), Y4
-	VFMADD213PS  Y6, Y4, Y6
-	JMP          stateVKf32AVX2_decayed_18
-
-stateVKf32AVX2_far_18:
-	VBROADCASTSS 4(DX), Y4
-	VMULPS       Y6, Y4, Y6
-
-stateVKf32AVX2_decayed_18:
-	VEXTRACTF128 $0x01, Y6, X4
-	VMOVSD       (SI), X5
-	VSUBPS       X6, X5, X5
-	VBROADCASTSS 8(DX), Y6
-	VXORPS       Y12, Y12, Y12
-	VMULPS       X6, X5, X12
-	VBROADCASTSS 12(DX), Y5
-	VFMADD231PS  X5, X12, X4
-	VMOVSD       X4, (DI)
-	CMPQ         R8, $0x01
-	JE           stateVKf32AVX2_lasttoken_4
-	VMOVSS       (DX), X4
-	VUCOMISS     nearone<>+0(SB), X4
-	JCS          stateVKf32AVX2_far_19
-	VBROADCASTSS (DX), Y13
-	VBROADCASTSS X12, Y14
-	VMOVUPS      vklane1<>+0(SB), Y4
-	VPERMPS      Y12, Y4, Y12
-	VFMADD213PS  Y0, Y13, Y0
-	VFMADD231PS  (AX), Y14, Y0
-	VMULPS       (AX)(R9*1), Y0, Y4
-	VMULPS       (CX)(R9*1), Y0, Y5
-	VFMADD213PS  Y2, Y13, Y2
-	VFMADD231PS  (AX), Y12, Y2
-	VMULPS       (AX)(R9*1), Y2, Y8
-	VMULPS       (CX)(R9*1), Y2, Y9
-	VMOVUPS      32(R10), Y7
-	VFMADD213PS  Y7, Y13, Y7
-	VFMADD231PS  32(AX), Y14, Y7
-	VMOVUPS      Y7, 32(R10)
-	VMULPS       32(AX)(R9*1), Y7, Y6
-	VMULPS       32(CX)(R9*1), Y7, Y7
-	VMOVUPS      544(R10), Y11
-	VFMADD213PS  Y11, Y13, Y11
-	VFMADD231PS  32(AX), Y12, Y11
-	VMOVUPS      Y11, 544(R10)
-	VMULPS       32(AX)(R9*1), Y11, Y10
-	VMULPS       32(CX)(R9*1), Y11, Y11
-	VMOVUPS      64(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  64(AX), Y14, Y15
-	VMOVUPS      Y15, 64(R10)
-	VFMADD231PS  64(AX)(R9*1), Y15, Y4
-	VFMADD231PS  64(CX)(R9*1), Y15, Y5
-	VMOVUPS      576(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  64(AX), Y12, Y15
-	VMOVUPS      Y15, 576(R10)
-	VFMADD231PS  64(AX)(R9*1), Y15, Y8
-	VFMADD231PS  64(CX)(R9*1), Y15, Y9
-	VMOVUPS      96(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  96(AX), Y14, Y15
-	VMOVUPS      Y15, 96(R10)
-	VFMADD231PS  96(AX)(R9*1), Y15, Y6
-	VFMADD231PS  96(CX)(R9*1), Y15, Y7
-	VMOVUPS      608(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  96(AX), Y12, Y15
-	VMOVUPS      Y15, 608(R10)
-	VFMADD231PS  96(AX)(R9*1), Y15, Y10
-	VFMADD231PS  96(CX)(R9*1), Y15, Y11
-	VMOVUPS      128(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  128(AX), Y14, Y15
-	VMOVUPS      Y15, 128(R10)
-	VFMADD231PS  128(AX)(R9*1), Y15, Y4
-	VFMADD231PS  128(CX)(R9*1), Y15, Y5
-	VMOVUPS      640(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  128(AX), Y12, Y15
-	VMOVUPS      Y15, 640(R10)
-	VFMADD231PS  128(AX)(R9*1), Y15, Y8
-	VFMADD231PS  128(CX)(R9*1), Y15, Y9
-	VMOVUPS      160(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  160(AX), Y14, Y15
-	VMOVUPS      Y15, 160(R10)
-	VFMADD231PS  160(AX)(R9*1), Y15, Y6
-	VFMADD231PS  160(CX)(R9*1), Y15, Y7
-	VMOVUPS      672(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  160(AX), Y12, Y15
-	VMOVUPS      Y15, 672(R10)
-	VFMADD231PS  160(AX)(R9*1), Y15, Y10
-	VFMADD231PS  160(CX)(R9*1), Y15, Y11
-	VMOVUPS      192(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  192(AX), Y14, Y15
-	VMOVUPS      Y15, 192(R10)
-	VFMADD231PS  192(AX)(R9*1), Y15, Y4
-	VFMADD231PS  192(CX)(R9*1), Y15, Y5
-	VMOVUPS      704(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  192(AX), Y12, Y15
-	VMOVUPS      Y15, 704(R10)
-	VFMADD231PS  192(AX)(R9*1), Y15, Y8
-	VFMADD231PS  192(CX)(R9*1), Y15, Y9
-	VMOVUPS      224(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  224(AX), Y14, Y15
-	VMOVUPS      Y15, 224(R10)
-	VFMADD231PS  224(AX)(R9*1), Y15, Y6
-	VFMADD231PS  224(CX)(R9*1), Y15, Y7
-	VMOVUPS      736(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  224(AX), Y12, Y15
-	VMOVUPS      Y15, 736(R10)
-	VFMADD231PS  224(AX)(R9*1), Y15, Y10
-	VFMADD231PS  224(CX)(R9*1), Y15, Y11
-	VMOVUPS      256(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  256(AX), Y14, Y15
-	VMOVUPS      Y15, 256(R10)
-	VFMADD231PS  256(AX)(R9*1), Y15, Y4
-	VFMADD231PS  256(CX)(R9*1), Y15, Y5
-	VMOVUPS      768(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  256(AX), Y12, Y15
-	VMOVUPS      Y15, 768(R10)
-	VFMADD231PS  256(AX)(R9*1), Y15, Y8
-	VFMADD231PS  256(CX)(R9*1), Y15, Y9
-	VMOVUPS      288(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  288(AX), Y14, Y15
-	VMOVUPS      Y15, 288(R10)
-	VFMADD231PS  288(AX)(R9*1), Y15, Y6
-	VFMADD231PS  288(CX)(R9*1), Y15, Y7
-	VMOVUPS      800(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  288(AX), Y12, Y15
-	VMOVUPS      Y15, 800(R10)
-	VFMADD231PS  288(AX)(R9*1), Y15, Y10
-	VFMADD231PS  288(CX)(R9*1), Y15, Y11
-	VMOVUPS      320(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  320(AX), Y14, Y15
-	VMOVUPS      Y15, 320(R10)
-	VFMADD231PS  320(AX)(R9*1), Y15, Y4
-	VFMADD231PS  320(CX)(R9*1), Y15, Y5
-	VMOVUPS      832(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  320(AX), Y12, Y15
-	VMOVUPS      Y15, 832(R10)
-	VFMADD231PS  320(AX)(R9*1), Y15, Y8
-	VFMADD231PS  320(CX)(R9*1), Y15, Y9
-	VMOVUPS      352(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  352(AX), Y14, Y15
-	VMOVUPS      Y15, 352(R10)
-	VFMADD231PS  352(AX)(R9*1), Y15, Y6
-	VFMADD231PS  352(CX)(R9*1), Y15, Y7
-	VMOVUPS      864(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  352(AX), Y12, Y15
-	VMOVUPS      Y15, 864(R10)
-	VFMADD231PS  352(AX)(R9*1), Y15, Y10
-	VFMADD231PS  352(CX)(R9*1), Y15, Y11
-	CMPQ         R9, $0x000001a0
-	JBE          stateVKf32AVX2_dead_51
-	VMOVUPS      384(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  384(AX), Y14, Y15
-	VMOVUPS      Y15, 384(R10)
-	VFMADD231PS  384(AX)(R9*1), Y15, Y4
-	VFMADD231PS  384(CX)(R9*1), Y15, Y5
-	VMOVUPS      896(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  384(AX), Y12, Y15
-	VMOVUPS      Y15, 896(R10)
-	VFMADD231PS  384(AX)(R9*1), Y15, Y8
-	VFMADD231PS  384(CX)(R9*1), Y15, Y9
-	CMPQ         R9, $0x000001c0
-	JBE          stateVKf32AVX2_dead_51
-	VMOVUPS      416(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  416(AX), Y14, Y15
-	VMOVUPS      Y15, 416(R10)
-	VFMADD231PS  416(AX)(R9*1), Y15, Y6
-	VFMADD231PS  416(CX)(R9*1), Y15, Y7
-	VMOVUPS      928(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  416(AX), Y12, Y15
-	VMOVUPS      Y15, 928(R10)
-	VFMADD231PS  416(AX)(R9*1), Y15, Y10
-	VFMADD231PS  416(CX)(R9*1), Y15, Y11
-	CMPQ         R9, $0x000001e0
-	JBE          stateVKf32AVX2_dead_51
-	VMOVUPS      448(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  448(AX), Y14, Y15
-	VMOVUPS      Y15, 448(R10)
-	VFMADD231PS  448(AX)(R9*1), Y15, Y4
-	VFMADD231PS  448(CX)(R9*1), Y15, Y5
-	VMOVUPS      960(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  448(AX), Y12, Y15
-	VMOVUPS      Y15, 960(R10)
-	VFMADD231PS  448(AX)(R9*1), Y15, Y8
-	VFMADD231PS  448(CX)(R9*1), Y15, Y9
-
-stateVKf32AVX2_dead_51:
-	VFMADD213PS Y1, Y13, Y1
-	VFMADD231PS -32(AX)(R9*1), Y14, Y1
-	VANDPS      48(SP), Y1, Y1
-	VFMADD231PS -32(AX)(R9*2), Y1, Y6
-	VFMADD231PS -32(CX)(R9*2), Y1, Y7
-	VFMADD213PS Y3, Y13, Y3
-	VFMADD231PS -32(AX)(R9*1), Y12, Y3
-	VANDPS      48(SP), Y3, Y3
-	VFMADD231PS -32(AX)(R9*2), Y3, Y10
-	VFMADD231PS -32(CX)(R9*2), Y3, Y11
-	JMP         stateVKf32AVX2_decayed_19
-
-stateVKf32AVX2_far_19:
-	VBROADCASTSS 4(DX), Y13
-	VBROADCASTSS X12, Y14
-	VMOVUPS      vklane1<>+0(SB), Y4
-	VPERMPS      Y12, Y4, Y12
-	VMULPS       Y0, Y13, Y0
-	VFMADD231PS  (AX), Y14, Y0
-	VMULPS       (AX)(R9*1), Y0, Y4
-	VMULPS       (CX)(R9*1), Y0, Y5
-	VMULPS       Y2, Y13, Y2
-	VFMADD231PS  (AX), Y12, Y2
-	VMULPS       (AX)(R9*1), Y2, Y8
-	VMULPS       (CX)(R9*1), Y2, Y9
-	VMOVUPS      32(R10), Y7
-	VMULPS       Y7, Y13, Y7
-	VFMADD231PS  32(AX), Y14, Y7
-	VMOVUPS      Y7, 32(R10)
-	VMULPS       32(AX)(R9*1), Y7, Y6
-	VMULPS       32(CX)(R9*1), Y7, Y7
-	VMOVUPS      544(R10), Y11
-	VMULPS       Y11, Y13, Y11
-	VFMADD231PS  32(AX), Y12, Y11
-	VMOVUPS      Y11, 544(R10)
-	VMULPS       32(AX)(R9*1), Y11, Y10
-	VMULPS       32(CX)(R9*1), Y11, Y11
-	VMOVUPS      64(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  64(AX), Y14, Y15
-	VMOVUPS      Y15, 64(R10)
-	VFMADD231PS  64(AX)(R9*1), Y15, Y4
-	VFMADD231PS  64(CX)(R9*1), Y15, Y5
-	VMOVUPS      576(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  64(AX), Y12, Y15
-	VMOVUPS      Y15, 576(R10)
-	VFMADD231PS  64(AX)(R9*1), Y15, Y8
-	VFMADD231PS  64(CX)(R9*1), Y15, Y9
-	VMOVUPS      96(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  96(AX), Y14, Y15
-	VMOVUPS      Y15, 96(R10)
-	VFMADD231PS  96(AX)(R9*1), Y15, Y6
-	VFMADD231PS  96(CX)(R9*1), Y15, Y7
-	VMOVUPS      608(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  96(AX), Y12, Y15
-	VMOVUPS      Y15, 608(R10)
-	VFMADD231PS  96(AX)(R9*1), Y15, Y10
-	VFMADD231PS  96(CX)(R9*1), Y15, Y11
-	VMOVUPS      128(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  128(AX), Y14, Y15
-	VMOVUPS      Y15, 128(R10)
-	VFMADD231PS  128(AX)(R9*1), Y15, Y4
-	VFMADD231PS  128(CX)(R9*1), Y15, Y5
-	VMOVUPS      640(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  128(AX), Y12, Y15
-	VMOVUPS      Y15, 640(R10)
-	VFMADD231PS  128(AX)(R9*1), Y15, Y8
-	VFMADD231PS  128(CX)(R9*1), Y15, Y9
-	VMOVUPS      160(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  160(AX), Y14, Y15
-	VMOVUPS      Y15, 160(R10)
-	VFMADD231PS  160(AX)(R9*1), Y15, Y6
-	VFMADD231PS  160(CX)(R9*1), Y15, Y7
-	VMOVUPS      672(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  160(AX), Y12, Y15
-	VMOVUPS      Y15, 672(R10)
-	VFMADD231PS  160(AX)(R9*1), Y15, Y10
-	VFMADD231PS  160(CX)(R9*1), Y15, Y11
-	VMOVUPS      192(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  192(AX), Y14, Y15
-	VMOVUPS      Y15, 192(R10)
-	VFMADD231PS  192(AX)(R9*1), Y15, Y4
-	VFMADD231PS  192(CX)(R9*1), Y15, Y5
-	VMOVUPS      704(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  192(AX), Y12, Y15
-	VMOVUPS      Y15, 704(R10)
-	VFMADD231PS  192(AX)(R9*1), Y15, Y8
-	VFMADD231PS  192(CX)(R9*1), Y15, Y9
-	VMOVUPS      224(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  224(AX), Y14, Y15
-	VMOVUPS      Y15, 224(R10)
-	VFMADD231PS  224(AX)(R9*1), Y15, Y6
-	VFMADD231PS  224(CX)(R9*1), Y15, Y7
-	VMOVUPS      736(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  224(AX), Y12, Y15
-	VMOVUPS      Y15, 736(R10)
-	VFMADD231PS  224(AX)(R9*1), Y15, Y10
-	VFMADD231PS  224(CX)(R9*1), Y15, Y11
-	VMOVUPS      256(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  256(AX), Y14, Y15
-	VMOVUPS      Y15, 256(R10)
-	VFMADD231PS  256(AX)(R9*1), Y15, Y4
-	VFMADD231PS  256(CX)(R9*1), Y15, Y5
-	VMOVUPS      768(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  256(AX), Y12, Y15
-	VMOVUPS      Y15, 768(R10)
-	VFMADD231PS  256(AX)(R9*1), Y15, Y8
-	VFMADD231PS  256(CX)(R9*1), Y15, Y9
-	VMOVUPS      288(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  288(AX), Y14, Y15
-	VMOVUPS      Y15, 288(R10)
-	VFMADD231PS  288(AX)(R9*1), Y15, Y6
-	VFMADD231PS  288(CX)(R9*1), Y15, Y7
-	VMOVUPS      800(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  288(AX), Y12, Y15
-	VMOVUPS      Y15, 800(R10)
-	VFMADD231PS  288(AX)(R9*1), Y15, Y10
-	VFMADD231PS  288(CX)(R9*1), Y15, Y11
-	VMOVUPS      320(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  320(AX), Y14, Y15
-	VMOVUPS      Y15, 320(R10)
-	VFMADD231PS  320(AX)(R9*1), Y15, Y4
-	VFMADD231PS  320(CX)(R9*1), Y15, Y5
-	VMOVUPS      832(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  320(AX), Y12, Y15
-	VMOVUPS      Y15, 832(R10)
-	VFMADD231PS  320(AX)(R9*1), Y15, Y8
-	VFMADD231PS  320(CX)(R9*1), Y15, Y9
-	VMOVUPS      352(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  352(AX), Y14, Y15
-	VMOVUPS      Y15, 352(R10)
-	VFMADD231PS  352(AX)(R9*1), Y15, Y6
-	VFMADD231PS  352(CX)(R9*1), Y15, Y7
-	VMOVUPS      864(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  352(AX), Y12, Y15
-	VMOVUPS      Y15, 864(R10)
-	VFMADD231PS  352(AX)(R9*1), Y15, Y10
-	VFMADD231PS  352(CX)(R9*1), Y15, Y11
-	CMPQ         R9, $0x000001a0
-	JBE          stateVKf32AVX2_dead_52
-	VMOVUPS      384(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  384(AX), Y14, Y15
-	VMOVUPS      Y15, 384(R10)
-	VFMADD231PS  384(AX)(R9*1), Y15, Y4
-	VFMADD231PS  384(CX)(R9*1), Y15, Y5
-	VMOVUPS      896(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  384(AX), Y12, Y15
-	VMOVUPS      Y15, 896(R10)
-	VFMADD231PS  384(AX)(R9*1), Y15, Y8
-	VFMADD231PS  384(CX)(R9*1), Y15, Y9
-	CMPQ         R9, $0x000001c0
-	JBE          stateVKf32AVX2_dead_52
-	VMOVUPS      416(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  416(AX), Y14, Y15
-	VMOVUPS      Y15, 416(R10)
-	VFMADD231PS  416(AX)(R9*1), Y15, Y6
-	VFMADD231PS  416(CX)(R9*1), Y15, Y7
-	VMOVUPS      928(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  416(AX), Y12, Y15
-	VMOVUPS      Y15, 928(R10)
-	VFMADD231PS  416(AX)(R9*1), Y15, Y10
-	VFMADD231PS  416(CX)(R9*1), Y15, Y11
-	CMPQ         R9, $0x000001e0
-	JBE          stateVKf32AVX2_dead_52
-	VMOVUPS      448(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  448(AX), Y14, Y15
-	VMOVUPS      Y15, 448(R10)
-	VFMADD231PS  448(AX)(R9*1), Y15, Y4
-	VFMADD231PS  448(CX)(R9*1), Y15, Y5
-	VMOVUPS      960(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  448(AX), Y12, Y15
-	VMOVUPS      Y15, 960(R10)
-	VFMADD231PS  448(AX)(R9*1), Y15, Y8
-	VFMADD231PS  448(CX)(R9*1), Y15, Y9
-
-stateVKf32AVX2_dead_52:
-	VMULPS      Y1, Y13, Y1
-	VFMADD231PS -32(AX)(R9*1), Y14, Y1
-	VANDPS      48(SP), Y1, Y1
-	VFMADD231PS -32(AX)(R9*2), Y1, Y6
-	VFMADD231PS -32(CX)(R9*2), Y1, Y7
-	VMULPS      Y3, Y13, Y3
-	VFMADD231PS -32(AX)(R9*1), Y12, Y3
-	VANDPS      48(SP), Y3, Y3
-	VFMADD231PS -32(AX)(R9*2), Y3, Y10
-	VFMADD231PS -32(CX)(R9*2), Y3, Y11
-
-stateVKf32AVX2_decayed_19:
-	JMP stateVKf32AVX2_stored_7
-
-stateVKf32AVX2_lasttoken_4:
-	VXORPS       Y4, Y4, Y4
-	VXORPS       Y6, Y6, Y6
-	VXORPS       Y5, Y5, Y5
-	VXORPS       Y7, Y7, Y7
-	VXORPS       Y8, Y8, Y8
-	VXORPS       Y10, Y10, Y10
-	VXORPS       Y9, Y9, Y9
-	VXORPS       Y11, Y11, Y11
-	VMOVSS       (DX), X13
-	VUCOMISS     nearone<>+0(SB), X13
-	JCS          stateVKf32AVX2_far_20
-	VBROADCASTSS (DX), Y13
-	VBROADCASTSS X12, Y14
-	VMOVUPS      vklane1<>+0(SB), Y15
-	VPERMPS      Y12, Y15, Y12
-	VFMADD213PS  Y0, Y13, Y0
-	VFMADD231PS  (AX), Y14, Y0
-	VFMADD213PS  Y2, Y13, Y2
-	VFMADD231PS  (AX), Y12, Y2
-	VMOVUPS      32(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  32(AX), Y14, Y15
-	VMOVUPS      Y15, 32(R10)
-	VMOVUPS      544(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  32(AX), Y12, Y15
-	VMOVUPS      Y15, 544(R10)
-	VMOVUPS      64(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  64(AX), Y14, Y15
-	VMOVUPS      Y15, 64(R10)
-	VMOVUPS      576(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  64(AX), Y12, Y15
-	VMOVUPS      Y15, 576(R10)
-	VMOVUPS      96(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  96(AX), Y14, Y15
-	VMOVUPS      Y15, 96(R10)
-	VMOVUPS      608(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  96(AX), Y12, Y15
-	VMOVUPS      Y15, 608(R10)
-	VMOVUPS      128(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  128(AX), Y14, Y15
-	VMOVUPS      Y15, 128(R10)
-	VMOVUPS      640(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  128(AX), Y12, Y15
-	VMOVUPS      Y15, 640(R10)
-	VMOVUPS      160(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  160(AX), Y14, Y15
-	VMOVUPS      Y15, 160(R10)
-	VMOVUPS      672(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  160(AX), Y12, Y15
-	VMOVUPS      Y15, 672(R10)
-	VMOVUPS      192(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  192(AX), Y14, Y15
-	VMOVUPS      Y15, 192(R10)
-	VMOVUPS      704(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  192(AX), Y12, Y15
-	VMOVUPS      Y15, 704(R10)
-	VMOVUPS      224(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  224(AX), Y14, Y15
-	VMOVUPS      Y15, 224(R10)
-	VMOVUPS      736(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  224(AX), Y12, Y15
-	VMOVUPS      Y15, 736(R10)
-	VMOVUPS      256(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  256(AX), Y14, Y15
-	VMOVUPS      Y15, 256(R10)
-	VMOVUPS      768(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  256(AX), Y12, Y15
-	VMOVUPS      Y15, 768(R10)
-	VMOVUPS      288(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  288(AX), Y14, Y15
-	VMOVUPS      Y15, 288(R10)
-	VMOVUPS      800(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  288(AX), Y12, Y15
-	VMOVUPS      Y15, 800(R10)
-	VMOVUPS      320(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  320(AX), Y14, Y15
-	VMOVUPS      Y15, 320(R10)
-	VMOVUPS      832(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  320(AX), Y12, Y15
-	VMOVUPS      Y15, 832(R10)
-	VMOVUPS      352(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  352(AX), Y14, Y15
-	VMOVUPS      Y15, 352(R10)
-	VMOVUPS      864(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  352(AX), Y12, Y15
-	VMOVUPS      Y15, 864(R10)
-	CMPQ         R9, $0x000001a0
-	JBE          stateVKf32AVX2_dead_53
-	VMOVUPS      384(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  384(AX), Y14, Y15
-	VMOVUPS      Y15, 384(R10)
-	VMOVUPS      896(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  384(AX), Y12, Y15
-	VMOVUPS      Y15, 896(R10)
-	CMPQ         R9, $0x000001c0
-	JBE          stateVKf32AVX2_dead_53
-	VMOVUPS      416(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  416(AX), Y14, Y15
-	VMOVUPS      Y15, 416(R10)
-	VMOVUPS      928(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  416(AX), Y12, Y15
-	VMOVUPS      Y15, 928(R10)
-	CMPQ         R9, $0x000001e0
-	JBE          stateVKf32AVX2_dead_53
-	VMOVUPS      448(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  448(AX), Y14, Y15
-	VMOVUPS      Y15, 448(R10)
-	VMOVUPS      960(R10), Y15
-	VFMADD213PS  Y15, Y13, Y15
-	VFMADD231PS  448(AX), Y12, Y15
-	VMOVUPS      Y15, 960(R10)
-
-stateVKf32AVX2_dead_53:
-	VFMADD213PS Y1, Y13, Y1
-	VFMADD231PS -32(AX)(R9*1), Y14, Y1
-	VANDPS      48(SP), Y1, Y1
-	VFMADD213PS Y3, Y13, Y3
-	VFMADD231PS -32(AX)(R9*1), Y12, Y3
-	VANDPS      48(SP), Y3, Y3
-	JMP         stateVKf32AVX2_decayed_20
-
-stateVKf32AVX2_far_20:
-	VBROADCASTSS 4(DX), Y13
-	VBROADCASTSS X12, Y14
-	VMOVUPS      vklane1<>+0(SB), Y15
-	VPERMPS      Y12, Y15, Y12
-	VMULPS       Y0, Y13, Y0
-	VFMADD231PS  (AX), Y14, Y0
-	VMULPS       Y2, Y13, Y2
-	VFMADD231PS  (AX), Y12, Y2
-	VMOVUPS      32(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  32(AX), Y14, Y15
-	VMOVUPS      Y15, 32(R10)
-	VMOVUPS      544(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  32(AX), Y12, Y15
-	VMOVUPS      Y15, 544(R10)
-	VMOVUPS      64(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  64(AX), Y14, Y15
-	VMOVUPS      Y15, 64(R10)
-	VMOVUPS      576(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  64(AX), Y12, Y15
-	VMOVUPS      Y15, 576(R10)
-	VMOVUPS      96(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  96(AX), Y14, Y15
-	VMOVUPS      Y15, 96(R10)
-	VMOVUPS      608(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  96(AX), Y12, Y15
-	VMOVUPS      Y15, 608(R10)
-	VMOVUPS      128(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  128(AX), Y14, Y15
-	VMOVUPS      Y15, 128(R10)
-	VMOVUPS      640(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  128(AX), Y12, Y15
-	VMOVUPS      Y15, 640(R10)
-	VMOVUPS      160(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  160(AX), Y14, Y15
-	VMOVUPS      Y15, 160(R10)
-	VMOVUPS      672(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  160(AX), Y12, Y15
-	VMOVUPS      Y15, 672(R10)
-	VMOVUPS      192(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  192(AX), Y14, Y15
-	VMOVUPS      Y15, 192(R10)
-	VMOVUPS      704(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  192(AX), Y12, Y15
-	VMOVUPS      Y15, 704(R10)
-	VMOVUPS      224(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  224(AX), Y14, Y15
-	VMOVUPS      Y15, 224(R10)
-	VMOVUPS      736(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  224(AX), Y12, Y15
-	VMOVUPS      Y15, 736(R10)
-	VMOVUPS      256(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  256(AX), Y14, Y15
-	VMOVUPS      Y15, 256(R10)
-	VMOVUPS      768(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  256(AX), Y12, Y15
-	VMOVUPS      Y15, 768(R10)
-	VMOVUPS      288(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  288(AX), Y14, Y15
-	VMOVUPS      Y15, 288(R10)
-	VMOVUPS      800(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  288(AX), Y12, Y15
-	VMOVUPS      Y15, 800(R10)
-	VMOVUPS      320(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  320(AX), Y14, Y15
-	VMOVUPS      Y15, 320(R10)
-	VMOVUPS      832(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  320(AX), Y12, Y15
-	VMOVUPS      Y15, 832(R10)
-	VMOVUPS      352(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  352(AX), Y14, Y15
-	VMOVUPS      Y15, 352(R10)
-	VMOVUPS      864(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  352(AX), Y12, Y15
-	VMOVUPS      Y15, 864(R10)
-	CMPQ         R9, $0x000001a0
-	JBE          stateVKf32AVX2_dead_54
-	VMOVUPS      384(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  384(AX), Y14, Y15
-	VMOVUPS      Y15, 384(R10)
-	VMOVUPS      896(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  384(AX), Y12, Y15
-	VMOVUPS      Y15, 896(R10)
-	CMPQ         R9, $0x000001c0
-	JBE          stateVKf32AVX2_dead_54
-	VMOVUPS      416(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  416(AX), Y14, Y15
-	VMOVUPS      Y15, 416(R10)
-	VMOVUPS      928(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  416(AX), Y12, Y15
-	VMOVUPS      Y15, 928(R10)
-	CMPQ         R9, $0x000001e0
-	JBE          stateVKf32AVX2_dead_54
-	VMOVUPS      448(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  448(AX), Y14, Y15
-	VMOVUPS      Y15, 448(R10)
-	VMOVUPS      960(R10), Y15
-	VMULPS       Y15, Y13, Y15
-	VFMADD231PS  448(AX), Y12, Y15
-	VMOVUPS      Y15, 960(R10)
-
-stateVKf32AVX2_dead_54:
-	VMULPS      Y1, Y13, Y1
-	VFMADD231PS -32(AX)(R9*1), Y14, Y1
-	VANDPS      48(SP), Y1, Y1
-	VMULPS      Y3, Y13, Y3
-	VFMADD231PS -32(AX)(R9*1), Y12, Y3
-	VANDPS      48(SP), Y3, Y3
-
-stateVKf32AVX2_decayed_20:
-stateVKf32AVX2_stored_7:
-	// The state after this token, if stored.
-	MOVQ  (BX), R11
-	TESTQ R11, R11
-	JZ    stateVKf32AVX2_nostore_4
-	MOVQ  (SP), R12
-	IMULQ R9, R12
-	ADDQ  R12, R11
-	CMPQ  R9, $0x00000200
-	JNE   stateVKf32AVX2_temporal_4
-	TESTQ $0x0000001f, R11
-	JNZ   stateVKf32AVX2_temporal_4
-	CMPQ  R8, $0x01
-	JNE   stateVKf32AVX2_snapshot_4
-	CMPQ  16(SP), $0x01
-	JE    stateVKf32AVX2_temporal_4
-	CMPQ  -8(BX), $0x00
-	JE    stateVKf32AVX2_temporal_4
-
-stateVKf32AVX2_snapshot_4:
-	VMOVNTPS Y0, (R11)
-	VMOVUPS  32(R10), Y12
-	VMOVNTPS Y12, 32(R11)
-	VMOVUPS  64(R10), Y12
-	VMOVNTPS Y12, 64(R11)
-	VMOVUPS  96(R10), Y12
-	VMOVNTPS Y12, 96(R11)
-	VMOVUPS  128(R10), Y12
-	VMOVNTPS Y12, 128(R11)
-	VMOVUPS  160(R10), Y12
-	VMOVNTPS Y12, 160(R11)
-	VMOVUPS  192(R10), Y12
-	VMOVNTPS Y12, 192(R11)
-	VMOVUPS  224(R10), Y12
-	VMOVNTPS Y12, 224(R11)
-	VMOVUPS  256(R10), Y12
-	VMOVNTPS Y12, 256(R11)
-	VMOVUPS  288(R10), Y12
-	VMOVNTPS Y12, 288(R11)
-	VMOVUPS  320(R10), Y12
-	VMOVNTPS Y12, 320(R11)
-	VMOVUPS  352(R10), Y12
-	VMOVNTPS Y12, 352(R11)
-	VMOVUPS  384(R10), Y12
-	VMOVNTPS Y12, 384(R11)
-	VMOVUPS  416(R10), Y12
-	VMOVNTPS Y12, 416(R11)
-	VMOVUPS  448(R10), Y12
-	VMOVNTPS Y12, 448(R11)
-	VMOVNTPS Y1, 480(R11)
-	ADDQ     R9, R11
-	VMOVNTPS Y2, (R11)
-	VMOVUPS  544(R10), Y12
-	VMOVNTPS Y12, 32(R11)
-	VMOVUPS  576(R10), Y12
-	VMOVNTPS Y12, 64(R11)
-	VMOVUPS  608(R10), Y12
-	VMOVNTPS Y12, 96(R11)
-	VMOVUPS  640(R10), Y12
-	VMOVNTPS Y12, 128(R11)
-	VMOVUPS  672(R10), Y12
-	VMOVNTPS Y12, 160(R11)
-	VMOVUPS  704(R10), Y12
-	VMOVNTPS Y12, 192(R11)
-	VMOVUPS  736(R10), Y12
-	VMOVNTPS Y12, 224(R11)
-	VMOVUPS  768(R10), Y12
-	VMOVNTPS Y12, 256(R11)
-	VMOVUPS  800(R10), Y12
-	VMOVNTPS Y12, 288(R11)
-	VMOVUPS  832(R10), Y12
-	VMOVNTPS Y12, 320(R11)
-	VMOVUPS  864(R10), Y12
-	VMOVNTPS Y12, 352(R11)
-	VMOVUPS  896(R10), Y12
-	VMOVNTPS Y12, 384(R11)
-	VMOVUPS  928(R10), Y12
-	VMOVNTPS Y12, 416(R11)
-	VMOVUPS  960(R10), Y12
-	VMOVNTPS Y12, 448(R11)
-	VMOVNTPS Y3, 480(R11)
-	JMP      stateVKf32AVX2_stored_8
-
-stateVKf32AVX2_temporal_4:
-	VMOVUPS Y1, -32(R11)(R9*1)
-	VMOVUPS Y0, (R11)
-	VMOVUPS 32(R10), Y12
-	VMOVUPS Y12, 32(R11)
-	VMOVUPS 64(R10), Y12
-	VMOVUPS Y12, 64(R11)
-	VMOVUPS 96(R10), Y12
-	VMOVUPS Y12, 96(R11)
-	VMOVUPS 128(R10), Y12
-	VMOVUPS Y12, 128(R11)
-	VMOVUPS 160(R10), Y12
-	VMOVUPS Y12, 160(R11)
-	VMOVUPS 192(R10), Y12
-	VMOVUPS Y12, 192(R11)
-	VMOVUPS 224(R10), Y12
-	VMOVUPS Y12, 224(R11)
-	VMOVUPS 256(R10), Y12
-	VMOVUPS Y12, 256(R11)
-	VMOVUPS 288(R10), Y12
-	VMOVUPS Y12, 288(R11)
-	VMOVUPS 320(R10), Y12
-	VMOVUPS Y12, 320(R11)
-	VMOVUPS 352(R10), Y12
-	VMOVUPS Y12, 352(R11)
-	CMPQ    R9, $0x000001a0
-	JBE     stateVKf32AVX2_dead_55
-	VMOVUPS 384(R10), Y12
-	VMOVUPS Y12, 384(R11)
-	CMPQ    R9, $0x000001c0
-	JBE     stateVKf32AVX2_dead_55
-	VMOVUPS 416(R10), Y12
-	VMOVUPS Y12, 416(R11)
-	CMPQ    R9, $0x000001e0
-	JBE     stateVKf32AVX2_dead_55
-	VMOVUPS 448(R10), Y12
-	VMOVUPS Y12, 448(R11)
-
-stateVKf32AVX2_dead_55:
-	ADDQ    R9, R11
-	VMOVUPS Y3, -32(R11)(R9*1)
-	VMOVUPS Y2, (R11)
-	VMOVUPS 544(R10), Y12
-	VMOVUPS Y12, 32(R11)
-	VMOVUPS 576(R10), Y12
-	VMOVUPS Y12, 64(R11)
-	VMOVUPS 608(R10), Y12
-	VMOVUPS Y12, 96(R11)
-	VMOVUPS 640(R10), Y12
-	VMOVUPS Y12, 128(R11)
-	VMOVUPS 672(R10), Y12
-	VMOVUPS Y12, 160(R11)
-	VMOVUPS 704(R10), Y12
-	VMOVUPS Y12, 192(R11)
-	VMOVUPS 736(R10), Y12
-	VMOVUPS Y12, 224(R11)
-	VMOVUPS 768(R10), Y12
-	VMOVUPS Y12, 256(R11)
-	VMOVUPS 800(R10), Y12
-	VMOVUPS Y12, 288(R11)
-	VMOVUPS 832(R10), Y12
-	VMOVUPS Y12, 320(R11)
-	VMOVUPS 864(R10), Y12
-	VMOVUPS Y12, 352(R11)
-	CMPQ    R9, $0x000001a0
-	JBE     stateVKf32AVX2_dead_56
-	VMOVUPS 896(R10), Y12
-	VMOVUPS Y12, 384(R11)
-	CMPQ    R9, $0x000001c0
-	JBE     stateVKf32AVX2_dead_56
-	VMOVUPS 928(R10), Y12
-	VMOVUPS Y12, 416(R11)
-	CMPQ    R9, $0x000001e0
-	JBE     stateVKf32AVX2_dead_56
-	VMOVUPS 960(R10), Y12
-	VMOVUPS Y12, 448(R11)
-
-stateVKf32AVX2_dead_56:
-stateVKf32AVX2_stored_8:
-stateVKf32AVX2_nostore_4:
-	CMPQ R8, $0x01
-	JE   stateVKf32AVX2_tokensdone_4
-	ADDQ R9, AX
-	ADDQ R9, CX
-	ADDQ $0x10, DX
-	ADDQ $0x08, BX
-	ADDQ 32(SP), SI
-	ADDQ 24(SP), DI
-	DECQ R8
-	JMP  stateVKf32AVX2_token_4
-
-stateVKf32AVX2_tokensdone_4:
-	ADDQ $0x00000002, (SP)
-	SUBQ $0x00000002, 8(SP)
-	JMP  stateVKf32AVX2_group_4
-
-stateVKf32AVX2_groupsdone_4:
-stateVKf32AVX2_pairtail_4:
 stateVKf32AVX2_done_1:
 	SFENCE
 	VZEROUPPER
@@ -38341,21 +33302,17 @@ TEXT ·stateVKbf16AVX2(SB), NOSPLIT, $328-288
 	VMOVUPS (DX), Y0
 	VMOVUPS Y0, 48(SP)
 
-	// Dispatch on the vectors per row, L = ceil(K/8), to the shapes [4 8 12 16].
+	// Dispatch on the vectors per row, L = ceil(K/8), to the shapes [8 16].
 	DECQ AX
 	SHRQ $0x03, AX
-	CMPQ AX, $0x00000003
-	JBE  stateVKbf16AVX2_n4_1
 	CMPQ AX, $0x00000007
 	JBE  stateVKbf16AVX2_n8_1
-	CMPQ AX, $0x0000000b
-	JBE  stateVKbf16AVX2_n12_1
 	CMPQ AX, $0x0000000f
 	JBE  stateVKbf16AVX2_n16_1
 	JMP  stateVKbf16AVX2_done_1
 
-stateVKbf16AVX2_n4_1:
-	// Rows of 1…4 vectors.
+stateVKbf16AVX2_n8_1:
+	// Rows of 1…8 vectors.
 	CMPQ  16(SP), $0x01
 	JNE   stateVKbf16AVX2_pairs_1
 	MOVQ  stores_base+64(FP), AX
@@ -38372,7 +33329,7 @@ stateVKbf16AVX2_once_1:
 	CMPQ 8(SP), $0x02
 	JB   stateVKbf16AVX2_oncedone_1
 
-	// A pair of rows of 1…4 vectors, one token.
+	// A pair of rows of 1…8 vectors, one token.
 	MOVQ       src_base+16(FP), R11
 	MOVQ       (SP), AX
 	IMULQ      R10, AX
@@ -38392,6 +33349,12 @@ stateVKbf16AVX2_once_1:
 	CMPQ       R9, $0x00000040
 	JBE        stateVKbf16AVX2_dead_1
 	PREFETCHT1 8256(R11)
+	CMPQ       R9, $0x00000080
+	JBE        stateVKbf16AVX2_dead_1
+	PREFETCHT1 8320(R11)
+	CMPQ       R9, $0x000000c0
+	JBE        stateVKbf16AVX2_dead_1
+	PREFETCHT1 8384(R11)
 
 stateVKbf16AVX2_dead_1:
 	VXORPS      Y0, Y0, Y0
@@ -38435,6 +33398,54 @@ stateVKbf16AVX2_dead_1:
 	VFMADD231PS Y9, Y11, Y0
 	VFMADD231PS Y10, Y11, Y2
 	VPMOVZXWD   32(R11)(R10*1), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y5
+	VFMADD231PS Y10, Y11, Y6
+	CMPQ        R9, $0x00000080
+	JBE         stateVKbf16AVX2_dead_2
+	VMOVUPS     96(AX), Y9
+	VMOVUPS     96(CX), Y10
+	VPMOVZXWD   48(R11), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y3
+	VFMADD231PS Y10, Y11, Y4
+	VPMOVZXWD   48(R11)(R10*1), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y7
+	VFMADD231PS Y10, Y11, Y8
+	CMPQ        R9, $0x000000a0
+	JBE         stateVKbf16AVX2_dead_2
+	VMOVUPS     128(AX), Y9
+	VMOVUPS     128(CX), Y10
+	VPMOVZXWD   64(R11), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y0
+	VFMADD231PS Y10, Y11, Y2
+	VPMOVZXWD   64(R11)(R10*1), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y5
+	VFMADD231PS Y10, Y11, Y6
+	CMPQ        R9, $0x000000c0
+	JBE         stateVKbf16AVX2_dead_2
+	VMOVUPS     160(AX), Y9
+	VMOVUPS     160(CX), Y10
+	VPMOVZXWD   80(R11), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y3
+	VFMADD231PS Y10, Y11, Y4
+	VPMOVZXWD   80(R11)(R10*1), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y7
+	VFMADD231PS Y10, Y11, Y8
+	CMPQ        R9, $0x000000e0
+	JBE         stateVKbf16AVX2_dead_2
+	VMOVUPS     192(AX), Y9
+	VMOVUPS     192(CX), Y10
+	VPMOVZXWD   96(R11), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y0
+	VFMADD231PS Y10, Y11, Y2
+	VPMOVZXWD   96(R11)(R10*1), Y11
 	VPSLLD      $0x10, Y11, Y11
 	VFMADD231PS Y9, Y11, Y5
 	VFMADD231PS Y10, Y11, Y6
@@ -38598,6 +33609,114 @@ stateVKbf16AVX2_nofin_1:
 	VEXTRACTI128 $0x01, Y7, X1
 	VPACKUSDW    X1, X7, X1
 	VMOVDQU      X1, 32(CX)(R10*1)
+	CMPQ         R9, $0x00000080
+	JBE          stateVKbf16AVX2_dead_3
+	VMOVUPS      96(AX), Y6
+	VPMOVZXWD    48(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 48(CX)
+	VPMOVZXWD    48(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 48(CX)(R10*1)
+	CMPQ         R9, $0x000000a0
+	JBE          stateVKbf16AVX2_dead_3
+	VMOVUPS      128(AX), Y6
+	VPMOVZXWD    64(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 64(CX)
+	VPMOVZXWD    64(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 64(CX)(R10*1)
+	CMPQ         R9, $0x000000c0
+	JBE          stateVKbf16AVX2_dead_3
+	VMOVUPS      160(AX), Y6
+	VPMOVZXWD    80(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 80(CX)
+	VPMOVZXWD    80(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 80(CX)(R10*1)
+	CMPQ         R9, $0x000000e0
+	JBE          stateVKbf16AVX2_dead_3
+	VMOVUPS      192(AX), Y6
+	VPMOVZXWD    96(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 96(CX)
+	VPMOVZXWD    96(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 96(CX)(R10*1)
 
 stateVKbf16AVX2_dead_3:
 	VFMADD213PS  Y0, Y3, Y0
@@ -38708,6 +33827,114 @@ stateVKbf16AVX2_far_2:
 	VEXTRACTI128 $0x01, Y7, X1
 	VPACKUSDW    X1, X7, X1
 	VMOVDQU      X1, 32(CX)(R10*1)
+	CMPQ         R9, $0x00000080
+	JBE          stateVKbf16AVX2_dead_4
+	VMOVUPS      96(AX), Y6
+	VPMOVZXWD    48(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 48(CX)
+	VPMOVZXWD    48(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 48(CX)(R10*1)
+	CMPQ         R9, $0x000000a0
+	JBE          stateVKbf16AVX2_dead_4
+	VMOVUPS      128(AX), Y6
+	VPMOVZXWD    64(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 64(CX)
+	VPMOVZXWD    64(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 64(CX)(R10*1)
+	CMPQ         R9, $0x000000c0
+	JBE          stateVKbf16AVX2_dead_4
+	VMOVUPS      160(AX), Y6
+	VPMOVZXWD    80(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 80(CX)
+	VPMOVZXWD    80(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 80(CX)(R10*1)
+	CMPQ         R9, $0x000000e0
+	JBE          stateVKbf16AVX2_dead_4
+	VMOVUPS      192(AX), Y6
+	VPMOVZXWD    96(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 96(CX)
+	VPMOVZXWD    96(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 96(CX)(R10*1)
 
 stateVKbf16AVX2_dead_4:
 	VMULPS       Y0, Y3, Y0
@@ -38768,7 +33995,7 @@ stateVKbf16AVX2_pfline_1:
 stateVKbf16AVX2_pfdone_1:
 	MOVQ AX, 312(SP)
 
-	// Load 2 row(s) of 1…4 vectors.
+	// Load 2 row(s) of 1…8 vectors.
 	MOVQ       src32_base+40(FP), AX
 	TESTQ      AX, AX
 	JZ         stateVKbf16AVX2_frombf16_1
@@ -38785,6 +34012,18 @@ stateVKbf16AVX2_pfdone_1:
 	CMPQ       R9, $0x00000060
 	JBE        stateVKbf16AVX2_dead_5
 	PREFETCHT1 8384(AX)
+	CMPQ       R9, $0x00000080
+	JBE        stateVKbf16AVX2_dead_5
+	PREFETCHT1 8448(AX)
+	CMPQ       R9, $0x000000a0
+	JBE        stateVKbf16AVX2_dead_5
+	PREFETCHT1 8512(AX)
+	CMPQ       R9, $0x000000c0
+	JBE        stateVKbf16AVX2_dead_5
+	PREFETCHT1 8576(AX)
+	CMPQ       R9, $0x000000e0
+	JBE        stateVKbf16AVX2_dead_5
+	PREFETCHT1 8640(AX)
 
 stateVKbf16AVX2_dead_5:
 	VXORPS  Y0, Y0, Y0
@@ -38799,6 +34038,22 @@ stateVKbf16AVX2_dead_5:
 	JBE     stateVKbf16AVX2_dead_6
 	VMOVUPS 64(AX), Y1
 	VMOVUPS Y1, 64(R11)
+	CMPQ    R9, $0x00000080
+	JBE     stateVKbf16AVX2_dead_6
+	VMOVUPS 96(AX), Y1
+	VMOVUPS Y1, 96(R11)
+	CMPQ    R9, $0x000000a0
+	JBE     stateVKbf16AVX2_dead_6
+	VMOVUPS 128(AX), Y1
+	VMOVUPS Y1, 128(R11)
+	CMPQ    R9, $0x000000c0
+	JBE     stateVKbf16AVX2_dead_6
+	VMOVUPS 160(AX), Y1
+	VMOVUPS Y1, 160(R11)
+	CMPQ    R9, $0x000000e0
+	JBE     stateVKbf16AVX2_dead_6
+	VMOVUPS 192(AX), Y1
+	VMOVUPS Y1, 192(R11)
 
 stateVKbf16AVX2_dead_6:
 	VMOVUPS -32(AX)(R9*1), Y1
@@ -38816,6 +34071,22 @@ stateVKbf16AVX2_dead_6:
 	JBE     stateVKbf16AVX2_dead_7
 	VMOVUPS 64(AX), Y3
 	VMOVUPS Y3, 576(R11)
+	CMPQ    R9, $0x00000080
+	JBE     stateVKbf16AVX2_dead_7
+	VMOVUPS 96(AX), Y3
+	VMOVUPS Y3, 608(R11)
+	CMPQ    R9, $0x000000a0
+	JBE     stateVKbf16AVX2_dead_7
+	VMOVUPS 128(AX), Y3
+	VMOVUPS Y3, 640(R11)
+	CMPQ    R9, $0x000000c0
+	JBE     stateVKbf16AVX2_dead_7
+	VMOVUPS 160(AX), Y3
+	VMOVUPS Y3, 672(R11)
+	CMPQ    R9, $0x000000e0
+	JBE     stateVKbf16AVX2_dead_7
+	VMOVUPS 192(AX), Y3
+	VMOVUPS Y3, 704(R11)
 
 stateVKbf16AVX2_dead_7:
 	VMOVUPS -32(AX)(R9*1), Y3
@@ -38831,6 +34102,12 @@ stateVKbf16AVX2_frombf16_1:
 	CMPQ       R9, $0x00000040
 	JBE        stateVKbf16AVX2_dead_8
 	PREFETCHT1 8256(AX)
+	CMPQ       R9, $0x00000080
+	JBE        stateVKbf16AVX2_dead_8
+	PREFETCHT1 8320(AX)
+	CMPQ       R9, $0x000000c0
+	JBE        stateVKbf16AVX2_dead_8
+	PREFETCHT1 8384(AX)
 
 stateVKbf16AVX2_dead_8:
 	VXORPS    Y0, Y0, Y0
@@ -38848,6 +34125,26 @@ stateVKbf16AVX2_dead_8:
 	VPMOVZXWD 32(AX), Y1
 	VPSLLD    $0x10, Y1, Y1
 	VMOVUPS   Y1, 64(R11)
+	CMPQ      R9, $0x00000080
+	JBE       stateVKbf16AVX2_dead_9
+	VPMOVZXWD 48(AX), Y1
+	VPSLLD    $0x10, Y1, Y1
+	VMOVUPS   Y1, 96(R11)
+	CMPQ      R9, $0x000000a0
+	JBE       stateVKbf16AVX2_dead_9
+	VPMOVZXWD 64(AX), Y1
+	VPSLLD    $0x10, Y1, Y1
+	VMOVUPS   Y1, 128(R11)
+	CMPQ      R9, $0x000000c0
+	JBE       stateVKbf16AVX2_dead_9
+	VPMOVZXWD 80(AX), Y1
+	VPSLLD    $0x10, Y1, Y1
+	VMOVUPS   Y1, 160(R11)
+	CMPQ      R9, $0x000000e0
+	JBE       stateVKbf16AVX2_dead_9
+	VPMOVZXWD 96(AX), Y1
+	VPSLLD    $0x10, Y1, Y1
+	VMOVUPS   Y1, 192(R11)
 
 stateVKbf16AVX2_dead_9:
 	VPMOVZXWD -16(AX)(R10*1), Y1
@@ -38869,6 +34166,26 @@ stateVKbf16AVX2_dead_9:
 	VPMOVZXWD 32(AX), Y3
 	VPSLLD    $0x10, Y3, Y3
 	VMOVUPS   Y3, 576(R11)
+	CMPQ      R9, $0x00000080
+	JBE       stateVKbf16AVX2_dead_10
+	VPMOVZXWD 48(AX), Y3
+	VPSLLD    $0x10, Y3, Y3
+	VMOVUPS   Y3, 608(R11)
+	CMPQ      R9, $0x000000a0
+	JBE       stateVKbf16AVX2_dead_10
+	VPMOVZXWD 64(AX), Y3
+	VPSLLD    $0x10, Y3, Y3
+	VMOVUPS   Y3, 640(R11)
+	CMPQ      R9, $0x000000c0
+	JBE       stateVKbf16AVX2_dead_10
+	VPMOVZXWD 80(AX), Y3
+	VPSLLD    $0x10, Y3, Y3
+	VMOVUPS   Y3, 672(R11)
+	CMPQ      R9, $0x000000e0
+	JBE       stateVKbf16AVX2_dead_10
+	VPMOVZXWD 96(AX), Y3
+	VPSLLD    $0x10, Y3, Y3
+	VMOVUPS   Y3, 704(R11)
 
 stateVKbf16AVX2_dead_10:
 	VPMOVZXWD -16(AX)(R10*1), Y3
@@ -38917,6 +34234,38 @@ stateVKbf16AVX2_loaded_1:
 	VMOVUPS     576(R11), Y12
 	VFMADD231PS 64(AX), Y12, Y8
 	VFMADD231PS 64(CX), Y12, Y9
+	CMPQ        R9, $0x00000080
+	JBE         stateVKbf16AVX2_dead_11
+	VMOVUPS     96(R11), Y12
+	VFMADD231PS 96(AX), Y12, Y6
+	VFMADD231PS 96(CX), Y12, Y7
+	VMOVUPS     608(R11), Y12
+	VFMADD231PS 96(AX), Y12, Y10
+	VFMADD231PS 96(CX), Y12, Y11
+	CMPQ        R9, $0x000000a0
+	JBE         stateVKbf16AVX2_dead_11
+	VMOVUPS     128(R11), Y12
+	VFMADD231PS 128(AX), Y12, Y4
+	VFMADD231PS 128(CX), Y12, Y5
+	VMOVUPS     640(R11), Y12
+	VFMADD231PS 128(AX), Y12, Y8
+	VFMADD231PS 128(CX), Y12, Y9
+	CMPQ        R9, $0x000000c0
+	JBE         stateVKbf16AVX2_dead_11
+	VMOVUPS     160(R11), Y12
+	VFMADD231PS 160(AX), Y12, Y6
+	VFMADD231PS 160(CX), Y12, Y7
+	VMOVUPS     672(R11), Y12
+	VFMADD231PS 160(AX), Y12, Y10
+	VFMADD231PS 160(CX), Y12, Y11
+	CMPQ        R9, $0x000000e0
+	JBE         stateVKbf16AVX2_dead_11
+	VMOVUPS     192(R11), Y12
+	VFMADD231PS 192(AX), Y12, Y4
+	VFMADD231PS 192(CX), Y12, Y5
+	VMOVUPS     704(R11), Y12
+	VFMADD231PS 192(AX), Y12, Y8
+	VFMADD231PS 192(CX), Y12, Y9
 
 stateVKbf16AVX2_dead_11:
 	VFMADD231PS -32(AX)(R9*1), Y1, Y6
@@ -39032,6 +34381,62 @@ stateVKbf16AVX2_nofin_2:
 	VMOVUPS      Y15, 576(R11)
 	VFMADD231PS  64(AX)(R9*1), Y15, Y8
 	VFMADD231PS  64(CX)(R9*1), Y15, Y9
+	CMPQ         R9, $0x00000080
+	JBE          stateVKbf16AVX2_dead_12
+	VMOVUPS      96(R11), Y15
+	VFMADD213PS  Y15, Y13, Y15
+	VFMADD231PS  96(AX), Y14, Y15
+	VMOVUPS      Y15, 96(R11)
+	VFMADD231PS  96(AX)(R9*1), Y15, Y6
+	VFMADD231PS  96(CX)(R9*1), Y15, Y7
+	VMOVUPS      608(R11), Y15
+	VFMADD213PS  Y15, Y13, Y15
+	VFMADD231PS  96(AX), Y12, Y15
+	VMOVUPS      Y15, 608(R11)
+	VFMADD231PS  96(AX)(R9*1), Y15, Y10
+	VFMADD231PS  96(CX)(R9*1), Y15, Y11
+	CMPQ         R9, $0x000000a0
+	JBE          stateVKbf16AVX2_dead_12
+	VMOVUPS      128(R11), Y15
+	VFMADD213PS  Y15, Y13, Y15
+	VFMADD231PS  128(AX), Y14, Y15
+	VMOVUPS      Y15, 128(R11)
+	VFMADD231PS  128(AX)(R9*1), Y15, Y4
+	VFMADD231PS  128(CX)(R9*1), Y15, Y5
+	VMOVUPS      640(R11), Y15
+	VFMADD213PS  Y15, Y13, Y15
+	VFMADD231PS  128(AX), Y12, Y15
+	VMOVUPS      Y15, 640(R11)
+	VFMADD231PS  128(AX)(R9*1), Y15, Y8
+	VFMADD231PS  128(CX)(R9*1), Y15, Y9
+	CMPQ         R9, $0x000000c0
+	JBE          stateVKbf16AVX2_dead_12
+	VMOVUPS      160(R11), Y15
+	VFMADD213PS  Y15, Y13, Y15
+	VFMADD231PS  160(AX), Y14, Y15
+	VMOVUPS      Y15, 160(R11)
+	VFMADD231PS  160(AX)(R9*1), Y15, Y6
+	VFMADD231PS  160(CX)(R9*1), Y15, Y7
+	VMOVUPS      672(R11), Y15
+	VFMADD213PS  Y15, Y13, Y15
+	VFMADD231PS  160(AX), Y12, Y15
+	VMOVUPS      Y15, 672(R11)
+	VFMADD231PS  160(AX)(R9*1), Y15, Y10
+	VFMADD231PS  160(CX)(R9*1), Y15, Y11
+	CMPQ         R9, $0x000000e0
+	JBE          stateVKbf16AVX2_dead_12
+	VMOVUPS      192(R11), Y15
+	VFMADD213PS  Y15, Y13, Y15
+	VFMADD231PS  192(AX), Y14, Y15
+	VMOVUPS      Y15, 192(R11)
+	VFMADD231PS  192(AX)(R9*1), Y15, Y4
+	VFMADD231PS  192(CX)(R9*1), Y15, Y5
+	VMOVUPS      704(R11), Y15
+	VFMADD213PS  Y15, Y13, Y15
+	VFMADD231PS  192(AX), Y12, Y15
+	VMOVUPS      Y15, 704(R11)
+	VFMADD231PS  192(AX)(R9*1), Y15, Y8
+	VFMADD231PS  192(CX)(R9*1), Y15, Y9
 
 stateVKbf16AVX2_dead_12:
 	VFMADD213PS Y1, Y13, Y1
@@ -39089,6 +34494,62 @@ stateVKbf16AVX2_far_4:
 	VMOVUPS      Y15, 576(R11)
 	VFMADD231PS  64(AX)(R9*1), Y15, Y8
 	VFMADD231PS  64(CX)(R9*1), Y15, Y9
+	CMPQ         R9, $0x00000080
+	JBE          stateVKbf16AVX2_dead_13
+	VMOVUPS      96(R11), Y15
+	VMULPS       Y15, Y13, Y15
+	VFMADD231PS  96(AX), Y14, Y15
+	VMOVUPS      Y15, 96(R11)
+	VFMADD231PS  96(AX)(R9*1), Y15, Y6
+	VFMADD231PS  96(CX)(R9*1), Y15, Y7
+	VMOVUPS      608(R11), Y15
+	VMULPS       Y15, Y13, Y15
+	VFMADD231PS  96(AX), Y12, Y15
+	VMOVUPS      Y15, 608(R11)
+	VFMADD231PS  96(AX)(R9*1), Y15, Y10
+	VFMADD231PS  96(CX)(R9*1), Y15, Y11
+	CMPQ         R9, $0x000000a0
+	JBE          stateVKbf16AVX2_dead_13
+	VMOVUPS      128(R11), Y15
+	VMULPS       Y15, Y13, Y15
+	VFMADD231PS  128(AX), Y14, Y15
+	VMOVUPS      Y15, 128(R11)
+	VFMADD231PS  128(AX)(R9*1), Y15, Y4
+	VFMADD231PS  128(CX)(R9*1), Y15, Y5
+	VMOVUPS      640(R11), Y15
+	VMULPS       Y15, Y13, Y15
+	VFMADD231PS  128(AX), Y12, Y15
+	VMOVUPS      Y15, 640(R11)
+	VFMADD231PS  128(AX)(R9*1), Y15, Y8
+	VFMADD231PS  128(CX)(R9*1), Y15, Y9
+	CMPQ         R9, $0x000000c0
+	JBE          stateVKbf16AVX2_dead_13
+	VMOVUPS      160(R11), Y15
+	VMULPS       Y15, Y13, Y15
+	VFMADD231PS  160(AX), Y14, Y15
+	VMOVUPS      Y15, 160(R11)
+	VFMADD231PS  160(AX)(R9*1), Y15, Y6
+	VFMADD231PS  160(CX)(R9*1), Y15, Y7
+	VMOVUPS      672(R11), Y15
+	VMULPS       Y15, Y13, Y15
+	VFMADD231PS  160(AX), Y12, Y15
+	VMOVUPS      Y15, 672(R11)
+	VFMADD231PS  160(AX)(R9*1), Y15, Y10
+	VFMADD231PS  160(CX)(R9*1), Y15, Y11
+	CMPQ         R9, $0x000000e0
+	JBE          stateVKbf16AVX2_dead_13
+	VMOVUPS      192(R11), Y15
+	VMULPS       Y15, Y13, Y15
+	VFMADD231PS  192(AX), Y14, Y15
+	VMOVUPS      Y15, 192(R11)
+	VFMADD231PS  192(AX)(R9*1), Y15, Y4
+	VFMADD231PS  192(CX)(R9*1), Y15, Y5
+	VMOVUPS      704(R11), Y15
+	VMULPS       Y15, Y13, Y15
+	VFMADD231PS  192(AX), Y12, Y15
+	VMOVUPS      Y15, 704(R11)
+	VFMADD231PS  192(AX)(R9*1), Y15, Y8
+	VFMADD231PS  192(CX)(R9*1), Y15, Y9
 
 stateVKbf16AVX2_dead_13:
 	VMULPS      Y1, Y13, Y1
@@ -39146,6 +34607,46 @@ stateVKbf16AVX2_lasttoken_1:
 	VFMADD213PS  Y7, Y4, Y7
 	VFMADD231PS  64(AX), Y6, Y7
 	VMOVUPS      Y7, 576(R11)
+	CMPQ         R9, $0x00000080
+	JBE          stateVKbf16AVX2_dead_14
+	VMOVUPS      96(R11), Y7
+	VFMADD213PS  Y7, Y4, Y7
+	VFMADD231PS  96(AX), Y5, Y7
+	VMOVUPS      Y7, 96(R11)
+	VMOVUPS      608(R11), Y7
+	VFMADD213PS  Y7, Y4, Y7
+	VFMADD231PS  96(AX), Y6, Y7
+	VMOVUPS      Y7, 608(R11)
+	CMPQ         R9, $0x000000a0
+	JBE          stateVKbf16AVX2_dead_14
+	VMOVUPS      128(R11), Y7
+	VFMADD213PS  Y7, Y4, Y7
+	VFMADD231PS  128(AX), Y5, Y7
+	VMOVUPS      Y7, 128(R11)
+	VMOVUPS      640(R11), Y7
+	VFMADD213PS  Y7, Y4, Y7
+	VFMADD231PS  128(AX), Y6, Y7
+	VMOVUPS      Y7, 640(R11)
+	CMPQ         R9, $0x000000c0
+	JBE          stateVKbf16AVX2_dead_14
+	VMOVUPS      160(R11), Y7
+	VFMADD213PS  Y7, Y4, Y7
+	VFMADD231PS  160(AX), Y5, Y7
+	VMOVUPS      Y7, 160(R11)
+	VMOVUPS      672(R11), Y7
+	VFMADD213PS  Y7, Y4, Y7
+	VFMADD231PS  160(AX), Y6, Y7
+	VMOVUPS      Y7, 672(R11)
+	CMPQ         R9, $0x000000e0
+	JBE          stateVKbf16AVX2_dead_14
+	VMOVUPS      192(R11), Y7
+	VFMADD213PS  Y7, Y4, Y7
+	VFMADD231PS  192(AX), Y5, Y7
+	VMOVUPS      Y7, 192(R11)
+	VMOVUPS      704(R11), Y7
+	VFMADD213PS  Y7, Y4, Y7
+	VFMADD231PS  192(AX), Y6, Y7
+	VMOVUPS      Y7, 704(R11)
 
 stateVKbf16AVX2_dead_14:
 	VFMADD213PS Y1, Y4, Y1
@@ -39187,6 +34688,46 @@ stateVKbf16AVX2_far_5:
 	VMULPS       Y7, Y4, Y7
 	VFMADD231PS  64(AX), Y6, Y7
 	VMOVUPS      Y7, 576(R11)
+	CMPQ         R9, $0x00000080
+	JBE          stateVKbf16AVX2_dead_15
+	VMOVUPS      96(R11), Y7
+	VMULPS       Y7, Y4, Y7
+	VFMADD231PS  96(AX), Y5, Y7
+	VMOVUPS      Y7, 96(R11)
+	VMOVUPS      608(R11), Y7
+	VMULPS       Y7, Y4, Y7
+	VFMADD231PS  96(AX), Y6, Y7
+	VMOVUPS      Y7, 608(R11)
+	CMPQ         R9, $0x000000a0
+	JBE          stateVKbf16AVX2_dead_15
+	VMOVUPS      128(R11), Y7
+	VMULPS       Y7, Y4, Y7
+	VFMADD231PS  128(AX), Y5, Y7
+	VMOVUPS      Y7, 128(R11)
+	VMOVUPS      640(R11), Y7
+	VMULPS       Y7, Y4, Y7
+	VFMADD231PS  128(AX), Y6, Y7
+	VMOVUPS      Y7, 640(R11)
+	CMPQ         R9, $0x000000c0
+	JBE          stateVKbf16AVX2_dead_15
+	VMOVUPS      160(R11), Y7
+	VMULPS       Y7, Y4, Y7
+	VFMADD231PS  160(AX), Y5, Y7
+	VMOVUPS      Y7, 160(R11)
+	VMOVUPS      672(R11), Y7
+	VMULPS       Y7, Y4, Y7
+	VFMADD231PS  160(AX), Y6, Y7
+	VMOVUPS      Y7, 672(R11)
+	CMPQ         R9, $0x000000e0
+	JBE          stateVKbf16AVX2_dead_15
+	VMOVUPS      192(R11), Y7
+	VMULPS       Y7, Y4, Y7
+	VFMADD231PS  192(AX), Y5, Y7
+	VMOVUPS      Y7, 192(R11)
+	VMOVUPS      704(R11), Y7
+	VMULPS       Y7, Y4, Y7
+	VFMADD231PS  192(AX), Y6, Y7
+	VMOVUPS      Y7, 704(R11)
 
 stateVKbf16AVX2_dead_15:
 	VMULPS      Y1, Y4, Y1
@@ -39207,6 +34748,8 @@ stateVKbf16AVX2_decayed_5:
 	LEAQ         (R12)(R10*4), R13
 	PREFETCHT1   (R13)
 	PREFETCHT1   64(R13)
+	PREFETCHT1   128(R13)
+	PREFETCHT1   192(R13)
 	CMPL         80(SP), $0x00
 	JNE          stateVKbf16AVX2_bfnan_1
 	VMOVAPS      Y1, Y4
@@ -39253,6 +34796,54 @@ stateVKbf16AVX2_decayed_5:
 	VEXTRACTI128 $0x01, Y4, X5
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 32(R12)
+	CMPQ         R9, $0x00000080
+	JBE          stateVKbf16AVX2_dead_16
+	VMOVUPS      96(R11), Y4
+	VMOVAPS      Y4, Y4
+	VPSRLD       $0x10, Y4, Y5
+	VPAND        one_i<>+0(SB), Y5, Y5
+	VPADDD       round<>+0(SB), Y4, Y4
+	VPADDD       Y5, Y4, Y4
+	VPSRLD       $0x10, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X5
+	VPACKUSDW    X5, X4, X5
+	VMOVDQU      X5, 48(R12)
+	CMPQ         R9, $0x000000a0
+	JBE          stateVKbf16AVX2_dead_16
+	VMOVUPS      128(R11), Y4
+	VMOVAPS      Y4, Y4
+	VPSRLD       $0x10, Y4, Y5
+	VPAND        one_i<>+0(SB), Y5, Y5
+	VPADDD       round<>+0(SB), Y4, Y4
+	VPADDD       Y5, Y4, Y4
+	VPSRLD       $0x10, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X5
+	VPACKUSDW    X5, X4, X5
+	VMOVDQU      X5, 64(R12)
+	CMPQ         R9, $0x000000c0
+	JBE          stateVKbf16AVX2_dead_16
+	VMOVUPS      160(R11), Y4
+	VMOVAPS      Y4, Y4
+	VPSRLD       $0x10, Y4, Y5
+	VPAND        one_i<>+0(SB), Y5, Y5
+	VPADDD       round<>+0(SB), Y4, Y4
+	VPADDD       Y5, Y4, Y4
+	VPSRLD       $0x10, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X5
+	VPACKUSDW    X5, X4, X5
+	VMOVDQU      X5, 80(R12)
+	CMPQ         R9, $0x000000e0
+	JBE          stateVKbf16AVX2_dead_16
+	VMOVUPS      192(R11), Y4
+	VMOVAPS      Y4, Y4
+	VPSRLD       $0x10, Y4, Y5
+	VPAND        one_i<>+0(SB), Y5, Y5
+	VPADDD       round<>+0(SB), Y4, Y4
+	VPADDD       Y5, Y4, Y4
+	VPSRLD       $0x10, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X5
+	VPACKUSDW    X5, X4, X5
+	VMOVDQU      X5, 96(R12)
 
 stateVKbf16AVX2_dead_16:
 	ADDQ         R10, R12
@@ -39300,6 +34891,54 @@ stateVKbf16AVX2_dead_16:
 	VEXTRACTI128 $0x01, Y4, X5
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 32(R12)
+	CMPQ         R9, $0x00000080
+	JBE          stateVKbf16AVX2_dead_17
+	VMOVUPS      608(R11), Y4
+	VMOVAPS      Y4, Y4
+	VPSRLD       $0x10, Y4, Y5
+	VPAND        one_i<>+0(SB), Y5, Y5
+	VPADDD       round<>+0(SB), Y4, Y4
+	VPADDD       Y5, Y4, Y4
+	VPSRLD       $0x10, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X5
+	VPACKUSDW    X5, X4, X5
+	VMOVDQU      X5, 48(R12)
+	CMPQ         R9, $0x000000a0
+	JBE          stateVKbf16AVX2_dead_17
+	VMOVUPS      640(R11), Y4
+	VMOVAPS      Y4, Y4
+	VPSRLD       $0x10, Y4, Y5
+	VPAND        one_i<>+0(SB), Y5, Y5
+	VPADDD       round<>+0(SB), Y4, Y4
+	VPADDD       Y5, Y4, Y4
+	VPSRLD       $0x10, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X5
+	VPACKUSDW    X5, X4, X5
+	VMOVDQU      X5, 64(R12)
+	CMPQ         R9, $0x000000c0
+	JBE          stateVKbf16AVX2_dead_17
+	VMOVUPS      672(R11), Y4
+	VMOVAPS      Y4, Y4
+	VPSRLD       $0x10, Y4, Y5
+	VPAND        one_i<>+0(SB), Y5, Y5
+	VPADDD       round<>+0(SB), Y4, Y4
+	VPADDD       Y5, Y4, Y4
+	VPSRLD       $0x10, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X5
+	VPACKUSDW    X5, X4, X5
+	VMOVDQU      X5, 80(R12)
+	CMPQ         R9, $0x000000e0
+	JBE          stateVKbf16AVX2_dead_17
+	VMOVUPS      704(R11), Y4
+	VMOVAPS      Y4, Y4
+	VPSRLD       $0x10, Y4, Y5
+	VPAND        one_i<>+0(SB), Y5, Y5
+	VPADDD       round<>+0(SB), Y4, Y4
+	VPADDD       Y5, Y4, Y4
+	VPSRLD       $0x10, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X5
+	VPACKUSDW    X5, X4, X5
+	VMOVDQU      X5, 96(R12)
 
 stateVKbf16AVX2_dead_17:
 	JMP stateVKbf16AVX2_bfdone_1
@@ -39361,6 +35000,66 @@ stateVKbf16AVX2_bfnan_1:
 	VEXTRACTI128 $0x01, Y4, X5
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 32(R12)
+	CMPQ         R9, $0x00000080
+	JBE          stateVKbf16AVX2_dead_18
+	VMOVUPS      96(R11), Y4
+	VMOVAPS      Y4, Y4
+	VPSRLD       $0x10, Y4, Y5
+	VCMPPS       $0x03, Y4, Y4, Y7
+	VPAND        one_i<>+0(SB), Y5, Y6
+	VPADDD       round<>+0(SB), Y4, Y4
+	VPADDD       Y6, Y4, Y4
+	VPSRLD       $0x10, Y4, Y4
+	VPOR         quiet<>+0(SB), Y5, Y5
+	VPBLENDVB    Y7, Y5, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X5
+	VPACKUSDW    X5, X4, X5
+	VMOVDQU      X5, 48(R12)
+	CMPQ         R9, $0x000000a0
+	JBE          stateVKbf16AVX2_dead_18
+	VMOVUPS      128(R11), Y4
+	VMOVAPS      Y4, Y4
+	VPSRLD       $0x10, Y4, Y5
+	VCMPPS       $0x03, Y4, Y4, Y7
+	VPAND        one_i<>+0(SB), Y5, Y6
+	VPADDD       round<>+0(SB), Y4, Y4
+	VPADDD       Y6, Y4, Y4
+	VPSRLD       $0x10, Y4, Y4
+	VPOR         quiet<>+0(SB), Y5, Y5
+	VPBLENDVB    Y7, Y5, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X5
+	VPACKUSDW    X5, X4, X5
+	VMOVDQU      X5, 64(R12)
+	CMPQ         R9, $0x000000c0
+	JBE          stateVKbf16AVX2_dead_18
+	VMOVUPS      160(R11), Y4
+	VMOVAPS      Y4, Y4
+	VPSRLD       $0x10, Y4, Y5
+	VCMPPS       $0x03, Y4, Y4, Y7
+	VPAND        one_i<>+0(SB), Y5, Y6
+	VPADDD       round<>+0(SB), Y4, Y4
+	VPADDD       Y6, Y4, Y4
+	VPSRLD       $0x10, Y4, Y4
+	VPOR         quiet<>+0(SB), Y5, Y5
+	VPBLENDVB    Y7, Y5, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X5
+	VPACKUSDW    X5, X4, X5
+	VMOVDQU      X5, 80(R12)
+	CMPQ         R9, $0x000000e0
+	JBE          stateVKbf16AVX2_dead_18
+	VMOVUPS      192(R11), Y4
+	VMOVAPS      Y4, Y4
+	VPSRLD       $0x10, Y4, Y5
+	VCMPPS       $0x03, Y4, Y4, Y7
+	VPAND        one_i<>+0(SB), Y5, Y6
+	VPADDD       round<>+0(SB), Y4, Y4
+	VPADDD       Y6, Y4, Y4
+	VPSRLD       $0x10, Y4, Y4
+	VPOR         quiet<>+0(SB), Y5, Y5
+	VPBLENDVB    Y7, Y5, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X5
+	VPACKUSDW    X5, X4, X5
+	VMOVDQU      X5, 96(R12)
 
 stateVKbf16AVX2_dead_18:
 	ADDQ         R10, R12
@@ -39420,6 +35119,66 @@ stateVKbf16AVX2_dead_18:
 	VEXTRACTI128 $0x01, Y4, X5
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 32(R12)
+	CMPQ         R9, $0x00000080
+	JBE          stateVKbf16AVX2_dead_19
+	VMOVUPS      608(R11), Y4
+	VMOVAPS      Y4, Y4
+	VPSRLD       $0x10, Y4, Y5
+	VCMPPS       $0x03, Y4, Y4, Y7
+	VPAND        one_i<>+0(SB), Y5, Y6
+	VPADDD       round<>+0(SB), Y4, Y4
+	VPADDD       Y6, Y4, Y4
+	VPSRLD       $0x10, Y4, Y4
+	VPOR         quiet<>+0(SB), Y5, Y5
+	VPBLENDVB    Y7, Y5, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X5
+	VPACKUSDW    X5, X4, X5
+	VMOVDQU      X5, 48(R12)
+	CMPQ         R9, $0x000000a0
+	JBE          stateVKbf16AVX2_dead_19
+	VMOVUPS      640(R11), Y4
+	VMOVAPS      Y4, Y4
+	VPSRLD       $0x10, Y4, Y5
+	VCMPPS       $0x03, Y4, Y4, Y7
+	VPAND        one_i<>+0(SB), Y5, Y6
+	VPADDD       round<>+0(SB), Y4, Y4
+	VPADDD       Y6, Y4, Y4
+	VPSRLD       $0x10, Y4, Y4
+	VPOR         quiet<>+0(SB), Y5, Y5
+	VPBLENDVB    Y7, Y5, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X5
+	VPACKUSDW    X5, X4, X5
+	VMOVDQU      X5, 64(R12)
+	CMPQ         R9, $0x000000c0
+	JBE          stateVKbf16AVX2_dead_19
+	VMOVUPS      672(R11), Y4
+	VMOVAPS      Y4, Y4
+	VPSRLD       $0x10, Y4, Y5
+	VCMPPS       $0x03, Y4, Y4, Y7
+	VPAND        one_i<>+0(SB), Y5, Y6
+	VPADDD       round<>+0(SB), Y4, Y4
+	VPADDD       Y6, Y4, Y4
+	VPSRLD       $0x10, Y4, Y4
+	VPOR         quiet<>+0(SB), Y5, Y5
+	VPBLENDVB    Y7, Y5, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X5
+	VPACKUSDW    X5, X4, X5
+	VMOVDQU      X5, 80(R12)
+	CMPQ         R9, $0x000000e0
+	JBE          stateVKbf16AVX2_dead_19
+	VMOVUPS      704(R11), Y4
+	VMOVAPS      Y4, Y4
+	VPSRLD       $0x10, Y4, Y5
+	VCMPPS       $0x03, Y4, Y4, Y7
+	VPAND        one_i<>+0(SB), Y5, Y6
+	VPADDD       round<>+0(SB), Y4, Y4
+	VPADDD       Y6, Y4, Y4
+	VPSRLD       $0x10, Y4, Y4
+	VPOR         quiet<>+0(SB), Y5, Y5
+	VPBLENDVB    Y7, Y5, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X5
+	VPACKUSDW    X5, X4, X5
+	VMOVDQU      X5, 96(R12)
 
 stateVKbf16AVX2_dead_19:
 stateVKbf16AVX2_bfdone_1:
@@ -39463,6 +35222,38 @@ stateVKbf16AVX2_nostore_1:
 	VMOVUPS     576(R11), Y12
 	VFMADD231PS 64(AX), Y12, Y8
 	VFMADD231PS 64(CX), Y12, Y9
+	CMPQ        R9, $0x00000080
+	JBE         stateVKbf16AVX2_dead_20
+	VMOVUPS     96(R11), Y12
+	VFMADD231PS 96(AX), Y12, Y6
+	VFMADD231PS 96(CX), Y12, Y7
+	VMOVUPS     608(R11), Y12
+	VFMADD231PS 96(AX), Y12, Y10
+	VFMADD231PS 96(CX), Y12, Y11
+	CMPQ        R9, $0x000000a0
+	JBE         stateVKbf16AVX2_dead_20
+	VMOVUPS     128(R11), Y12
+	VFMADD231PS 128(AX), Y12, Y4
+	VFMADD231PS 128(CX), Y12, Y5
+	VMOVUPS     640(R11), Y12
+	VFMADD231PS 128(AX), Y12, Y8
+	VFMADD231PS 128(CX), Y12, Y9
+	CMPQ        R9, $0x000000c0
+	JBE         stateVKbf16AVX2_dead_20
+	VMOVUPS     160(R11), Y12
+	VFMADD231PS 160(AX), Y12, Y6
+	VFMADD231PS 160(CX), Y12, Y7
+	VMOVUPS     672(R11), Y12
+	VFMADD231PS 160(AX), Y12, Y10
+	VFMADD231PS 160(CX), Y12, Y11
+	CMPQ        R9, $0x000000e0
+	JBE         stateVKbf16AVX2_dead_20
+	VMOVUPS     192(R11), Y12
+	VFMADD231PS 192(AX), Y12, Y4
+	VFMADD231PS 192(CX), Y12, Y5
+	VMOVUPS     704(R11), Y12
+	VFMADD231PS 192(AX), Y12, Y8
+	VFMADD231PS 192(CX), Y12, Y9
 
 stateVKbf16AVX2_dead_20:
 	VFMADD231PS -32(AX)(R9*1), Y1, Y6
@@ -39491,6 +35282,22 @@ stateVKbf16AVX2_tokensdone_1:
 	JBE     stateVKbf16AVX2_dead_21
 	VMOVUPS 64(R11), Y0
 	VMOVUPS Y0, 64(AX)
+	CMPQ    R9, $0x00000080
+	JBE     stateVKbf16AVX2_dead_21
+	VMOVUPS 96(R11), Y0
+	VMOVUPS Y0, 96(AX)
+	CMPQ    R9, $0x000000a0
+	JBE     stateVKbf16AVX2_dead_21
+	VMOVUPS 128(R11), Y0
+	VMOVUPS Y0, 128(AX)
+	CMPQ    R9, $0x000000c0
+	JBE     stateVKbf16AVX2_dead_21
+	VMOVUPS 160(R11), Y0
+	VMOVUPS Y0, 160(AX)
+	CMPQ    R9, $0x000000e0
+	JBE     stateVKbf16AVX2_dead_21
+	VMOVUPS 192(R11), Y0
+	VMOVUPS Y0, 192(AX)
 
 stateVKbf16AVX2_dead_21:
 	ADDQ    R9, AX
@@ -39506,6 +35313,22 @@ stateVKbf16AVX2_dead_21:
 	JBE     stateVKbf16AVX2_dead_22
 	VMOVUPS 576(R11), Y0
 	VMOVUPS Y0, 64(AX)
+	CMPQ    R9, $0x00000080
+	JBE     stateVKbf16AVX2_dead_22
+	VMOVUPS 608(R11), Y0
+	VMOVUPS Y0, 96(AX)
+	CMPQ    R9, $0x000000a0
+	JBE     stateVKbf16AVX2_dead_22
+	VMOVUPS 640(R11), Y0
+	VMOVUPS Y0, 128(AX)
+	CMPQ    R9, $0x000000c0
+	JBE     stateVKbf16AVX2_dead_22
+	VMOVUPS 672(R11), Y0
+	VMOVUPS Y0, 160(AX)
+	CMPQ    R9, $0x000000e0
+	JBE     stateVKbf16AVX2_dead_22
+	VMOVUPS 704(R11), Y0
+	VMOVUPS Y0, 192(AX)
 
 stateVKbf16AVX2_dead_22:
 stateVKbf16AVX2_nocarry_1:
@@ -39517,8 +35340,8 @@ stateVKbf16AVX2_groupsdone_1:
 stateVKbf16AVX2_pairtail_1:
 	JMP stateVKbf16AVX2_done_1
 
-stateVKbf16AVX2_n8_1:
-	// Rows of 5…8 vectors.
+stateVKbf16AVX2_n16_1:
+	// Rows of 9…16 vectors.
 	CMPQ  16(SP), $0x01
 	JNE   stateVKbf16AVX2_pairs_2
 	MOVQ  stores_base+64(FP), AX
@@ -39535,7 +35358,7 @@ stateVKbf16AVX2_once_2:
 	CMPQ 8(SP), $0x02
 	JB   stateVKbf16AVX2_oncedone_2
 
-	// A pair of rows of 5…8 vectors, one token.
+	// A pair of rows of 9…16 vectors, one token.
 	MOVQ       src_base+16(FP), R11
 	MOVQ       (SP), AX
 	IMULQ      R10, AX
@@ -39554,9 +35377,17 @@ stateVKbf16AVX2_once_2:
 	PREFETCHT1 8192(R11)
 	PREFETCHT1 8256(R11)
 	PREFETCHT1 8320(R11)
-	CMPQ       R9, $0x000000c0
-	JBE        stateVKbf16AVX2_dead_23
 	PREFETCHT1 8384(R11)
+	PREFETCHT1 8448(R11)
+	CMPQ       R9, $0x00000140
+	JBE        stateVKbf16AVX2_dead_23
+	PREFETCHT1 8512(R11)
+	CMPQ       R9, $0x00000180
+	JBE        stateVKbf16AVX2_dead_23
+	PREFETCHT1 8576(R11)
+	CMPQ       R9, $0x000001c0
+	JBE        stateVKbf16AVX2_dead_23
+	PREFETCHT1 8640(R11)
 
 stateVKbf16AVX2_dead_23:
 	VMOVUPS     (AX), Y5
@@ -39599,8 +35430,6 @@ stateVKbf16AVX2_dead_23:
 	VPSLLD      $0x10, Y11, Y11
 	VFMADD231PS Y9, Y11, Y7
 	VFMADD231PS Y10, Y11, Y8
-	CMPQ        R9, $0x000000a0
-	JBE         stateVKbf16AVX2_dead_24
 	VMOVUPS     128(AX), Y9
 	VMOVUPS     128(CX), Y10
 	VPMOVZXWD   64(R11), Y11
@@ -39611,8 +35440,6 @@ stateVKbf16AVX2_dead_23:
 	VPSLLD      $0x10, Y11, Y11
 	VFMADD231PS Y9, Y11, Y5
 	VFMADD231PS Y10, Y11, Y6
-	CMPQ        R9, $0x000000c0
-	JBE         stateVKbf16AVX2_dead_24
 	VMOVUPS     160(AX), Y9
 	VMOVUPS     160(CX), Y10
 	VPMOVZXWD   80(R11), Y11
@@ -39623,8 +35450,6 @@ stateVKbf16AVX2_dead_23:
 	VPSLLD      $0x10, Y11, Y11
 	VFMADD231PS Y9, Y11, Y7
 	VFMADD231PS Y10, Y11, Y8
-	CMPQ        R9, $0x000000e0
-	JBE         stateVKbf16AVX2_dead_24
 	VMOVUPS     192(AX), Y9
 	VMOVUPS     192(CX), Y10
 	VPMOVZXWD   96(R11), Y11
@@ -39632,6 +35457,100 @@ stateVKbf16AVX2_dead_23:
 	VFMADD231PS Y9, Y11, Y0
 	VFMADD231PS Y10, Y11, Y2
 	VPMOVZXWD   96(R11)(R10*1), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y5
+	VFMADD231PS Y10, Y11, Y6
+	VMOVUPS     224(AX), Y9
+	VMOVUPS     224(CX), Y10
+	VPMOVZXWD   112(R11), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y3
+	VFMADD231PS Y10, Y11, Y4
+	VPMOVZXWD   112(R11)(R10*1), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y7
+	VFMADD231PS Y10, Y11, Y8
+	CMPQ        R9, $0x00000120
+	JBE         stateVKbf16AVX2_dead_24
+	VMOVUPS     256(AX), Y9
+	VMOVUPS     256(CX), Y10
+	VPMOVZXWD   128(R11), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y0
+	VFMADD231PS Y10, Y11, Y2
+	VPMOVZXWD   128(R11)(R10*1), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y5
+	VFMADD231PS Y10, Y11, Y6
+	CMPQ        R9, $0x00000140
+	JBE         stateVKbf16AVX2_dead_24
+	VMOVUPS     288(AX), Y9
+	VMOVUPS     288(CX), Y10
+	VPMOVZXWD   144(R11), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y3
+	VFMADD231PS Y10, Y11, Y4
+	VPMOVZXWD   144(R11)(R10*1), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y7
+	VFMADD231PS Y10, Y11, Y8
+	CMPQ        R9, $0x00000160
+	JBE         stateVKbf16AVX2_dead_24
+	VMOVUPS     320(AX), Y9
+	VMOVUPS     320(CX), Y10
+	VPMOVZXWD   160(R11), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y0
+	VFMADD231PS Y10, Y11, Y2
+	VPMOVZXWD   160(R11)(R10*1), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y5
+	VFMADD231PS Y10, Y11, Y6
+	CMPQ        R9, $0x00000180
+	JBE         stateVKbf16AVX2_dead_24
+	VMOVUPS     352(AX), Y9
+	VMOVUPS     352(CX), Y10
+	VPMOVZXWD   176(R11), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y3
+	VFMADD231PS Y10, Y11, Y4
+	VPMOVZXWD   176(R11)(R10*1), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y7
+	VFMADD231PS Y10, Y11, Y8
+	CMPQ        R9, $0x000001a0
+	JBE         stateVKbf16AVX2_dead_24
+	VMOVUPS     384(AX), Y9
+	VMOVUPS     384(CX), Y10
+	VPMOVZXWD   192(R11), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y0
+	VFMADD231PS Y10, Y11, Y2
+	VPMOVZXWD   192(R11)(R10*1), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y5
+	VFMADD231PS Y10, Y11, Y6
+	CMPQ        R9, $0x000001c0
+	JBE         stateVKbf16AVX2_dead_24
+	VMOVUPS     416(AX), Y9
+	VMOVUPS     416(CX), Y10
+	VPMOVZXWD   208(R11), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y3
+	VFMADD231PS Y10, Y11, Y4
+	VPMOVZXWD   208(R11)(R10*1), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y7
+	VFMADD231PS Y10, Y11, Y8
+	CMPQ        R9, $0x000001e0
+	JBE         stateVKbf16AVX2_dead_24
+	VMOVUPS     448(AX), Y9
+	VMOVUPS     448(CX), Y10
+	VPMOVZXWD   224(R11), Y11
+	VPSLLD      $0x10, Y11, Y11
+	VFMADD231PS Y9, Y11, Y0
+	VFMADD231PS Y10, Y11, Y2
+	VPMOVZXWD   224(R11)(R10*1), Y11
 	VPSLLD      $0x10, Y11, Y11
 	VFMADD231PS Y9, Y11, Y5
 	VFMADD231PS Y10, Y11, Y6
@@ -39802,64 +35721,98 @@ stateVKbf16AVX2_nofin_3:
 	VPACKUSDW    Y6, Y8, Y8
 	VPERMQ       $0xd8, Y8, Y8
 	VMOVDQU      Y8, 32(CX)(R10*1)
-	CMPQ         R9, $0x000000a0
-	JBE          stateVKbf16AVX2_dead_25
 	VMOVUPS      128(AX), Y6
-	VPMOVZXWD    64(R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 64(CX)
-	VPMOVZXWD    64(R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 64(CX)(R10*1)
-	CMPQ         R9, $0x000000c0
-	JBE          stateVKbf16AVX2_dead_25
-	VMOVUPS      160(AX), Y6
-	VPMOVZXWD    80(R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 80(CX)
-	VPMOVZXWD    80(R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 80(CX)(R10*1)
-	CMPQ         R9, $0x000000e0
-	JBE          stateVKbf16AVX2_dead_25
+	VMOVUPS      160(AX), Y7
+	VPMOVZXWD    64(R11), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VFMADD213PS  Y8, Y3, Y8
+	VFMADD231PS  Y6, Y4, Y8
+	VPMOVZXWD    80(R11), Y9
+	VPSLLD       $0x10, Y9, Y9
+	VFMADD213PS  Y9, Y3, Y9
+	VFMADD231PS  Y7, Y4, Y9
+	VPSRLD       $0x10, Y8, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y8, Y8
+	VPADDD       Y10, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y10, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPACKUSDW    Y9, Y8, Y8
+	VPERMQ       $0xd8, Y8, Y8
+	VMOVDQU      Y8, 64(CX)
+	VPMOVZXWD    64(R11)(R10*1), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VFMADD213PS  Y8, Y3, Y8
+	VFMADD231PS  Y6, Y5, Y8
+	VPMOVZXWD    80(R11)(R10*1), Y6
+	VPSLLD       $0x10, Y6, Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  Y7, Y5, Y6
+	VPSRLD       $0x10, Y8, Y7
+	VPAND        one_i<>+0(SB), Y7, Y7
+	VPADDD       round<>+0(SB), Y8, Y8
+	VPADDD       Y7, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VPSRLD       $0x10, Y6, Y7
+	VPAND        one_i<>+0(SB), Y7, Y7
+	VPADDD       round<>+0(SB), Y6, Y6
+	VPADDD       Y7, Y6, Y6
+	VPSRLD       $0x10, Y6, Y6
+	VPACKUSDW    Y6, Y8, Y8
+	VPERMQ       $0xd8, Y8, Y8
+	VMOVDQU      Y8, 64(CX)(R10*1)
 	VMOVUPS      192(AX), Y6
-	VPMOVZXWD    96(R11), Y7
+	VMOVUPS      224(AX), Y7
+	VPMOVZXWD    96(R11), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VFMADD213PS  Y8, Y3, Y8
+	VFMADD231PS  Y6, Y4, Y8
+	VPMOVZXWD    112(R11), Y9
+	VPSLLD       $0x10, Y9, Y9
+	VFMADD213PS  Y9, Y3, Y9
+	VFMADD231PS  Y7, Y4, Y9
+	VPSRLD       $0x10, Y8, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y8, Y8
+	VPADDD       Y10, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y10, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPACKUSDW    Y9, Y8, Y8
+	VPERMQ       $0xd8, Y8, Y8
+	VMOVDQU      Y8, 96(CX)
+	VPMOVZXWD    96(R11)(R10*1), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VFMADD213PS  Y8, Y3, Y8
+	VFMADD231PS  Y6, Y5, Y8
+	VPMOVZXWD    112(R11)(R10*1), Y6
+	VPSLLD       $0x10, Y6, Y6
+	VFMADD213PS  Y6, Y3, Y6
+	VFMADD231PS  Y7, Y5, Y6
+	VPSRLD       $0x10, Y8, Y7
+	VPAND        one_i<>+0(SB), Y7, Y7
+	VPADDD       round<>+0(SB), Y8, Y8
+	VPADDD       Y7, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VPSRLD       $0x10, Y6, Y7
+	VPAND        one_i<>+0(SB), Y7, Y7
+	VPADDD       round<>+0(SB), Y6, Y6
+	VPADDD       Y7, Y6, Y6
+	VPSRLD       $0x10, Y6, Y6
+	VPACKUSDW    Y6, Y8, Y8
+	VPERMQ       $0xd8, Y8, Y8
+	VMOVDQU      Y8, 96(CX)(R10*1)
+	CMPQ         R9, $0x00000120
+	JBE          stateVKbf16AVX2_dead_25
+	VMOVUPS      256(AX), Y6
+	VPMOVZXWD    128(R11), Y7
 	VPSLLD       $0x10, Y7, Y7
 	VFMADD213PS  Y7, Y3, Y7
 	VFMADD231PS  Y6, Y4, Y7
@@ -39870,8 +35823,8 @@ stateVKbf16AVX2_nofin_3:
 	VPSRLD       $0x10, Y7, Y7
 	VEXTRACTI128 $0x01, Y7, X1
 	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 96(CX)
-	VPMOVZXWD    96(R11)(R10*1), Y7
+	VMOVDQU      X1, 128(CX)
+	VPMOVZXWD    128(R11)(R10*1), Y7
 	VPSLLD       $0x10, Y7, Y7
 	VFMADD213PS  Y7, Y3, Y7
 	VFMADD231PS  Y6, Y5, Y7
@@ -39882,7 +35835,169 @@ stateVKbf16AVX2_nofin_3:
 	VPSRLD       $0x10, Y7, Y7
 	VEXTRACTI128 $0x01, Y7, X1
 	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 96(CX)(R10*1)
+	VMOVDQU      X1, 128(CX)(R10*1)
+	CMPQ         R9, $0x00000140
+	JBE          stateVKbf16AVX2_dead_25
+	VMOVUPS      288(AX), Y6
+	VPMOVZXWD    144(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 144(CX)
+	VPMOVZXWD    144(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 144(CX)(R10*1)
+	CMPQ         R9, $0x00000160
+	JBE          stateVKbf16AVX2_dead_25
+	VMOVUPS      320(AX), Y6
+	VPMOVZXWD    160(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 160(CX)
+	VPMOVZXWD    160(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 160(CX)(R10*1)
+	CMPQ         R9, $0x00000180
+	JBE          stateVKbf16AVX2_dead_25
+	VMOVUPS      352(AX), Y6
+	VPMOVZXWD    176(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 176(CX)
+	VPMOVZXWD    176(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 176(CX)(R10*1)
+	CMPQ         R9, $0x000001a0
+	JBE          stateVKbf16AVX2_dead_25
+	VMOVUPS      384(AX), Y6
+	VPMOVZXWD    192(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 192(CX)
+	VPMOVZXWD    192(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 192(CX)(R10*1)
+	CMPQ         R9, $0x000001c0
+	JBE          stateVKbf16AVX2_dead_25
+	VMOVUPS      416(AX), Y6
+	VPMOVZXWD    208(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 208(CX)
+	VPMOVZXWD    208(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 208(CX)(R10*1)
+	CMPQ         R9, $0x000001e0
+	JBE          stateVKbf16AVX2_dead_25
+	VMOVUPS      448(AX), Y6
+	VPMOVZXWD    224(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 224(CX)
+	VPMOVZXWD    224(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VFMADD213PS  Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 224(CX)(R10*1)
 
 stateVKbf16AVX2_dead_25:
 	VFMADD213PS  Y0, Y3, Y0
@@ -40000,64 +36115,98 @@ stateVKbf16AVX2_far_7:
 	VPACKUSDW    Y6, Y8, Y8
 	VPERMQ       $0xd8, Y8, Y8
 	VMOVDQU      Y8, 32(CX)(R10*1)
-	CMPQ         R9, $0x000000a0
-	JBE          stateVKbf16AVX2_dead_26
 	VMOVUPS      128(AX), Y6
-	VPMOVZXWD    64(R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 64(CX)
-	VPMOVZXWD    64(R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 64(CX)(R10*1)
-	CMPQ         R9, $0x000000c0
-	JBE          stateVKbf16AVX2_dead_26
-	VMOVUPS      160(AX), Y6
-	VPMOVZXWD    80(R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 80(CX)
-	VPMOVZXWD    80(R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 80(CX)(R10*1)
-	CMPQ         R9, $0x000000e0
-	JBE          stateVKbf16AVX2_dead_26
+	VMOVUPS      160(AX), Y7
+	VPMOVZXWD    64(R11), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VMULPS       Y8, Y3, Y8
+	VFMADD231PS  Y6, Y4, Y8
+	VPMOVZXWD    80(R11), Y9
+	VPSLLD       $0x10, Y9, Y9
+	VMULPS       Y9, Y3, Y9
+	VFMADD231PS  Y7, Y4, Y9
+	VPSRLD       $0x10, Y8, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y8, Y8
+	VPADDD       Y10, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y10, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPACKUSDW    Y9, Y8, Y8
+	VPERMQ       $0xd8, Y8, Y8
+	VMOVDQU      Y8, 64(CX)
+	VPMOVZXWD    64(R11)(R10*1), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VMULPS       Y8, Y3, Y8
+	VFMADD231PS  Y6, Y5, Y8
+	VPMOVZXWD    80(R11)(R10*1), Y6
+	VPSLLD       $0x10, Y6, Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  Y7, Y5, Y6
+	VPSRLD       $0x10, Y8, Y7
+	VPAND        one_i<>+0(SB), Y7, Y7
+	VPADDD       round<>+0(SB), Y8, Y8
+	VPADDD       Y7, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VPSRLD       $0x10, Y6, Y7
+	VPAND        one_i<>+0(SB), Y7, Y7
+	VPADDD       round<>+0(SB), Y6, Y6
+	VPADDD       Y7, Y6, Y6
+	VPSRLD       $0x10, Y6, Y6
+	VPACKUSDW    Y6, Y8, Y8
+	VPERMQ       $0xd8, Y8, Y8
+	VMOVDQU      Y8, 64(CX)(R10*1)
 	VMOVUPS      192(AX), Y6
-	VPMOVZXWD    96(R11), Y7
+	VMOVUPS      224(AX), Y7
+	VPMOVZXWD    96(R11), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VMULPS       Y8, Y3, Y8
+	VFMADD231PS  Y6, Y4, Y8
+	VPMOVZXWD    112(R11), Y9
+	VPSLLD       $0x10, Y9, Y9
+	VMULPS       Y9, Y3, Y9
+	VFMADD231PS  Y7, Y4, Y9
+	VPSRLD       $0x10, Y8, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y8, Y8
+	VPADDD       Y10, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VPSRLD       $0x10, Y9, Y10
+	VPAND        one_i<>+0(SB), Y10, Y10
+	VPADDD       round<>+0(SB), Y9, Y9
+	VPADDD       Y10, Y9, Y9
+	VPSRLD       $0x10, Y9, Y9
+	VPACKUSDW    Y9, Y8, Y8
+	VPERMQ       $0xd8, Y8, Y8
+	VMOVDQU      Y8, 96(CX)
+	VPMOVZXWD    96(R11)(R10*1), Y8
+	VPSLLD       $0x10, Y8, Y8
+	VMULPS       Y8, Y3, Y8
+	VFMADD231PS  Y6, Y5, Y8
+	VPMOVZXWD    112(R11)(R10*1), Y6
+	VPSLLD       $0x10, Y6, Y6
+	VMULPS       Y6, Y3, Y6
+	VFMADD231PS  Y7, Y5, Y6
+	VPSRLD       $0x10, Y8, Y7
+	VPAND        one_i<>+0(SB), Y7, Y7
+	VPADDD       round<>+0(SB), Y8, Y8
+	VPADDD       Y7, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VPSRLD       $0x10, Y6, Y7
+	VPAND        one_i<>+0(SB), Y7, Y7
+	VPADDD       round<>+0(SB), Y6, Y6
+	VPADDD       Y7, Y6, Y6
+	VPSRLD       $0x10, Y6, Y6
+	VPACKUSDW    Y6, Y8, Y8
+	VPERMQ       $0xd8, Y8, Y8
+	VMOVDQU      Y8, 96(CX)(R10*1)
+	CMPQ         R9, $0x00000120
+	JBE          stateVKbf16AVX2_dead_26
+	VMOVUPS      256(AX), Y6
+	VPMOVZXWD    128(R11), Y7
 	VPSLLD       $0x10, Y7, Y7
 	VMULPS       Y7, Y3, Y7
 	VFMADD231PS  Y6, Y4, Y7
@@ -40068,8 +36217,8 @@ stateVKbf16AVX2_far_7:
 	VPSRLD       $0x10, Y7, Y7
 	VEXTRACTI128 $0x01, Y7, X1
 	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 96(CX)
-	VPMOVZXWD    96(R11)(R10*1), Y7
+	VMOVDQU      X1, 128(CX)
+	VPMOVZXWD    128(R11)(R10*1), Y7
 	VPSLLD       $0x10, Y7, Y7
 	VMULPS       Y7, Y3, Y7
 	VFMADD231PS  Y6, Y5, Y7
@@ -40080,7 +36229,169 @@ stateVKbf16AVX2_far_7:
 	VPSRLD       $0x10, Y7, Y7
 	VEXTRACTI128 $0x01, Y7, X1
 	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 96(CX)(R10*1)
+	VMOVDQU      X1, 128(CX)(R10*1)
+	CMPQ         R9, $0x00000140
+	JBE          stateVKbf16AVX2_dead_26
+	VMOVUPS      288(AX), Y6
+	VPMOVZXWD    144(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 144(CX)
+	VPMOVZXWD    144(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 144(CX)(R10*1)
+	CMPQ         R9, $0x00000160
+	JBE          stateVKbf16AVX2_dead_26
+	VMOVUPS      320(AX), Y6
+	VPMOVZXWD    160(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 160(CX)
+	VPMOVZXWD    160(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 160(CX)(R10*1)
+	CMPQ         R9, $0x00000180
+	JBE          stateVKbf16AVX2_dead_26
+	VMOVUPS      352(AX), Y6
+	VPMOVZXWD    176(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 176(CX)
+	VPMOVZXWD    176(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 176(CX)(R10*1)
+	CMPQ         R9, $0x000001a0
+	JBE          stateVKbf16AVX2_dead_26
+	VMOVUPS      384(AX), Y6
+	VPMOVZXWD    192(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 192(CX)
+	VPMOVZXWD    192(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 192(CX)(R10*1)
+	CMPQ         R9, $0x000001c0
+	JBE          stateVKbf16AVX2_dead_26
+	VMOVUPS      416(AX), Y6
+	VPMOVZXWD    208(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 208(CX)
+	VPMOVZXWD    208(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 208(CX)(R10*1)
+	CMPQ         R9, $0x000001e0
+	JBE          stateVKbf16AVX2_dead_26
+	VMOVUPS      448(AX), Y6
+	VPMOVZXWD    224(R11), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y4, Y7
+	VPSRLD       $0x10, Y7, Y8
+	VPAND        one_i<>+0(SB), Y8, Y8
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y8, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 224(CX)
+	VPMOVZXWD    224(R11)(R10*1), Y7
+	VPSLLD       $0x10, Y7, Y7
+	VMULPS       Y7, Y3, Y7
+	VFMADD231PS  Y6, Y5, Y7
+	VPSRLD       $0x10, Y7, Y6
+	VPAND        one_i<>+0(SB), Y6, Y6
+	VPADDD       round<>+0(SB), Y7, Y7
+	VPADDD       Y6, Y7, Y7
+	VPSRLD       $0x10, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X1
+	VPACKUSDW    X1, X7, X1
+	VMOVDQU      X1, 224(CX)(R10*1)
 
 stateVKbf16AVX2_dead_26:
 	VMULPS       Y0, Y3, Y0
@@ -40141,7 +36452,7 @@ stateVKbf16AVX2_pfline_2:
 stateVKbf16AVX2_pfdone_2:
 	MOVQ AX, 312(SP)
 
-	// Load 2 row(s) of 5…8 vectors.
+	// Load 2 row(s) of 9…16 vectors.
 	MOVQ       src32_base+40(FP), AX
 	TESTQ      AX, AX
 	JZ         stateVKbf16AVX2_frombf16_2
@@ -40153,15 +36464,31 @@ stateVKbf16AVX2_pfdone_2:
 	PREFETCHT1 8320(AX)
 	PREFETCHT1 8384(AX)
 	PREFETCHT1 8448(AX)
-	CMPQ       R9, $0x000000a0
-	JBE        stateVKbf16AVX2_dead_27
 	PREFETCHT1 8512(AX)
-	CMPQ       R9, $0x000000c0
-	JBE        stateVKbf16AVX2_dead_27
 	PREFETCHT1 8576(AX)
-	CMPQ       R9, $0x000000e0
-	JBE        stateVKbf16AVX2_dead_27
 	PREFETCHT1 8640(AX)
+	PREFETCHT1 8704(AX)
+	CMPQ       R9, $0x00000120
+	JBE        stateVKbf16AVX2_dead_27
+	PREFETCHT1 8768(AX)
+	CMPQ       R9, $0x00000140
+	JBE        stateVKbf16AVX2_dead_27
+	PREFETCHT1 8832(AX)
+	CMPQ       R9, $0x00000160
+	JBE        stateVKbf16AVX2_dead_27
+	PREFETCHT1 8896(AX)
+	CMPQ       R9, $0x00000180
+	JBE        stateVKbf16AVX2_dead_27
+	PREFETCHT1 8960(AX)
+	CMPQ       R9, $0x000001a0
+	JBE        stateVKbf16AVX2_dead_27
+	PREFETCHT1 9024(AX)
+	CMPQ       R9, $0x000001c0
+	JBE        stateVKbf16AVX2_dead_27
+	PREFETCHT1 9088(AX)
+	CMPQ       R9, $0x000001e0
+	JBE        stateVKbf16AVX2_dead_27
+	PREFETCHT1 9152(AX)
 
 stateVKbf16AVX2_dead_27:
 	VMOVUPS (AX), Y0
@@ -40171,18 +36498,42 @@ stateVKbf16AVX2_dead_27:
 	VMOVUPS Y1, 64(R11)
 	VMOVUPS 96(AX), Y1
 	VMOVUPS Y1, 96(R11)
-	CMPQ    R9, $0x000000a0
-	JBE     stateVKbf16AVX2_dead_28
 	VMOVUPS 128(AX), Y1
 	VMOVUPS Y1, 128(R11)
-	CMPQ    R9, $0x000000c0
-	JBE     stateVKbf16AVX2_dead_28
 	VMOVUPS 160(AX), Y1
 	VMOVUPS Y1, 160(R11)
-	CMPQ    R9, $0x000000e0
-	JBE     stateVKbf16AVX2_dead_28
 	VMOVUPS 192(AX), Y1
 	VMOVUPS Y1, 192(R11)
+	VMOVUPS 224(AX), Y1
+	VMOVUPS Y1, 224(R11)
+	CMPQ    R9, $0x00000120
+	JBE     stateVKbf16AVX2_dead_28
+	VMOVUPS 256(AX), Y1
+	VMOVUPS Y1, 256(R11)
+	CMPQ    R9, $0x00000140
+	JBE     stateVKbf16AVX2_dead_28
+	VMOVUPS 288(AX), Y1
+	VMOVUPS Y1, 288(R11)
+	CMPQ    R9, $0x00000160
+	JBE     stateVKbf16AVX2_dead_28
+	VMOVUPS 320(AX), Y1
+	VMOVUPS Y1, 320(R11)
+	CMPQ    R9, $0x00000180
+	JBE     stateVKbf16AVX2_dead_28
+	VMOVUPS 352(AX), Y1
+	VMOVUPS Y1, 352(R11)
+	CMPQ    R9, $0x000001a0
+	JBE     stateVKbf16AVX2_dead_28
+	VMOVUPS 384(AX), Y1
+	VMOVUPS Y1, 384(R11)
+	CMPQ    R9, $0x000001c0
+	JBE     stateVKbf16AVX2_dead_28
+	VMOVUPS 416(AX), Y1
+	VMOVUPS Y1, 416(R11)
+	CMPQ    R9, $0x000001e0
+	JBE     stateVKbf16AVX2_dead_28
+	VMOVUPS 448(AX), Y1
+	VMOVUPS Y1, 448(R11)
 
 stateVKbf16AVX2_dead_28:
 	VMOVUPS -32(AX)(R9*1), Y1
@@ -40195,18 +36546,42 @@ stateVKbf16AVX2_dead_28:
 	VMOVUPS Y3, 576(R11)
 	VMOVUPS 96(AX), Y3
 	VMOVUPS Y3, 608(R11)
-	CMPQ    R9, $0x000000a0
-	JBE     stateVKbf16AVX2_dead_29
 	VMOVUPS 128(AX), Y3
 	VMOVUPS Y3, 640(R11)
-	CMPQ    R9, $0x000000c0
-	JBE     stateVKbf16AVX2_dead_29
 	VMOVUPS 160(AX), Y3
 	VMOVUPS Y3, 672(R11)
-	CMPQ    R9, $0x000000e0
-	JBE     stateVKbf16AVX2_dead_29
 	VMOVUPS 192(AX), Y3
 	VMOVUPS Y3, 704(R11)
+	VMOVUPS 224(AX), Y3
+	VMOVUPS Y3, 736(R11)
+	CMPQ    R9, $0x00000120
+	JBE     stateVKbf16AVX2_dead_29
+	VMOVUPS 256(AX), Y3
+	VMOVUPS Y3, 768(R11)
+	CMPQ    R9, $0x00000140
+	JBE     stateVKbf16AVX2_dead_29
+	VMOVUPS 288(AX), Y3
+	VMOVUPS Y3, 800(R11)
+	CMPQ    R9, $0x00000160
+	JBE     stateVKbf16AVX2_dead_29
+	VMOVUPS 320(AX), Y3
+	VMOVUPS Y3, 832(R11)
+	CMPQ    R9, $0x00000180
+	JBE     stateVKbf16AVX2_dead_29
+	VMOVUPS 352(AX), Y3
+	VMOVUPS Y3, 864(R11)
+	CMPQ    R9, $0x000001a0
+	JBE     stateVKbf16AVX2_dead_29
+	VMOVUPS 384(AX), Y3
+	VMOVUPS Y3, 896(R11)
+	CMPQ    R9, $0x000001c0
+	JBE     stateVKbf16AVX2_dead_29
+	VMOVUPS 416(AX), Y3
+	VMOVUPS Y3, 928(R11)
+	CMPQ    R9, $0x000001e0
+	JBE     stateVKbf16AVX2_dead_29
+	VMOVUPS 448(AX), Y3
+	VMOVUPS Y3, 960(R11)
 
 stateVKbf16AVX2_dead_29:
 	VMOVUPS -32(AX)(R9*1), Y3
@@ -40221,9 +36596,17 @@ stateVKbf16AVX2_frombf16_2:
 	PREFETCHT1 8192(AX)
 	PREFETCHT1 8256(AX)
 	PREFETCHT1 8320(AX)
-	CMPQ       R9, $0x000000c0
-	JBE        stateVKbf16AVX2_dead_30
 	PREFETCHT1 8384(AX)
+	PREFETCHT1 8448(AX)
+	CMPQ       R9, $0x00000140
+	JBE        stateVKbf16AVX2_dead_30
+	PREFETCHT1 8512(AX)
+	CMPQ       R9, $0x00000180
+	JBE        stateVKbf16AVX2_dead_30
+	PREFETCHT1 8576(AX)
+	CMPQ       R9, $0x000001c0
+	JBE        stateVKbf16AVX2_dead_30
+	PREFETCHT1 8640(AX)
 
 stateVKbf16AVX2_dead_30:
 	VPMOVZXWD (AX), Y0
@@ -40237,21 +36620,53 @@ stateVKbf16AVX2_dead_30:
 	VPMOVZXWD 48(AX), Y1
 	VPSLLD    $0x10, Y1, Y1
 	VMOVUPS   Y1, 96(R11)
-	CMPQ      R9, $0x000000a0
-	JBE       stateVKbf16AVX2_dead_31
 	VPMOVZXWD 64(AX), Y1
 	VPSLLD    $0x10, Y1, Y1
 	VMOVUPS   Y1, 128(R11)
-	CMPQ      R9, $0x000000c0
-	JBE       stateVKbf16AVX2_dead_31
 	VPMOVZXWD 80(AX), Y1
 	VPSLLD    $0x10, Y1, Y1
 	VMOVUPS   Y1, 160(R11)
-	CMPQ      R9, $0x000000e0
-	JBE       stateVKbf16AVX2_dead_31
 	VPMOVZXWD 96(AX), Y1
 	VPSLLD    $0x10, Y1, Y1
 	VMOVUPS   Y1, 192(R11)
+	VPMOVZXWD 112(AX), Y1
+	VPSLLD    $0x10, Y1, Y1
+	VMOVUPS   Y1, 224(R11)
+	CMPQ      R9, $0x00000120
+	JBE       stateVKbf16AVX2_dead_31
+	VPMOVZXWD 128(AX), Y1
+	VPSLLD    $0x10, Y1, Y1
+	VMOVUPS   Y1, 256(R11)
+	CMPQ      R9, $0x00000140
+	JBE       stateVKbf16AVX2_dead_31
+	VPMOVZXWD 144(AX), Y1
+	VPSLLD    $0x10, Y1, Y1
+	VMOVUPS   Y1, 288(R11)
+	CMPQ      R9, $0x00000160
+	JBE       stateVKbf16AVX2_dead_31
+	VPMOVZXWD 160(AX), Y1
+	VPSLLD    $0x10, Y1, Y1
+	VMOVUPS   Y1, 320(R11)
+	CMPQ      R9, $0x00000180
+	JBE       stateVKbf16AVX2_dead_31
+	VPMOVZXWD 176(AX), Y1
+	VPSLLD    $0x10, Y1, Y1
+	VMOVUPS   Y1, 352(R11)
+	CMPQ      R9, $0x000001a0
+	JBE       stateVKbf16AVX2_dead_31
+	VPMOVZXWD 192(AX), Y1
+	VPSLLD    $0x10, Y1, Y1
+	VMOVUPS   Y1, 384(R11)
+	CMPQ      R9, $0x000001c0
+	JBE       stateVKbf16AVX2_dead_31
+	VPMOVZXWD 208(AX), Y1
+	VPSLLD    $0x10, Y1, Y1
+	VMOVUPS   Y1, 416(R11)
+	CMPQ      R9, $0x000001e0
+	JBE       stateVKbf16AVX2_dead_31
+	VPMOVZXWD 224(AX), Y1
+	VPSLLD    $0x10, Y1, Y1
+	VMOVUPS   Y1, 448(R11)
 
 stateVKbf16AVX2_dead_31:
 	VPMOVZXWD -16(AX)(R10*1), Y1
@@ -40269,21 +36684,53 @@ stateVKbf16AVX2_dead_31:
 	VPMOVZXWD 48(AX), Y3
 	VPSLLD    $0x10, Y3, Y3
 	VMOVUPS   Y3, 608(R11)
-	CMPQ      R9, $0x000000a0
-	JBE       stateVKbf16AVX2_dead_32
 	VPMOVZXWD 64(AX), Y3
 	VPSLLD    $0x10, Y3, Y3
 	VMOVUPS   Y3, 640(R11)
-	CMPQ      R9, $0x000000c0
-	JBE       stateVKbf16AVX2_dead_32
 	VPMOVZXWD 80(AX), Y3
 	VPSLLD    $0x10, Y3, Y3
 	VMOVUPS   Y3, 672(R11)
-	CMPQ      R9, $0x000000e0
-	JBE       stateVKbf16AVX2_dead_32
 	VPMOVZXWD 96(AX), Y3
 	VPSLLD    $0x10, Y3, Y3
 	VMOVUPS   Y3, 704(R11)
+	VPMOVZXWD 112(AX), Y3
+	VPSLLD    $0x10, Y3, Y3
+	VMOVUPS   Y3, 736(R11)
+	CMPQ      R9, $0x00000120
+	JBE       stateVKbf16AVX2_dead_32
+	VPMOVZXWD 128(AX), Y3
+	VPSLLD    $0x10, Y3, Y3
+	VMOVUPS   Y3, 768(R11)
+	CMPQ      R9, $0x00000140
+	JBE       stateVKbf16AVX2_dead_32
+	VPMOVZXWD 144(AX), Y3
+	VPSLLD    $0x10, Y3, Y3
+	VMOVUPS   Y3, 800(R11)
+	CMPQ      R9, $0x00000160
+	JBE       stateVKbf16AVX2_dead_32
+	VPMOVZXWD 160(AX), Y3
+	VPSLLD    $0x10, Y3, Y3
+	VMOVUPS   Y3, 832(R11)
+	CMPQ      R9, $0x00000180
+	JBE       stateVKbf16AVX2_dead_32
+	VPMOVZXWD 176(AX), Y3
+	VPSLLD    $0x10, Y3, Y3
+	VMOVUPS   Y3, 864(R11)
+	CMPQ      R9, $0x000001a0
+	JBE       stateVKbf16AVX2_dead_32
+	VPMOVZXWD 192(AX), Y3
+	VPSLLD    $0x10, Y3, Y3
+	VMOVUPS   Y3, 896(R11)
+	CMPQ      R9, $0x000001c0
+	JBE       stateVKbf16AVX2_dead_32
+	VPMOVZXWD 208(AX), Y3
+	VPSLLD    $0x10, Y3, Y3
+	VMOVUPS   Y3, 928(R11)
+	CMPQ      R9, $0x000001e0
+	JBE       stateVKbf16AVX2_dead_32
+	VPMOVZXWD 224(AX), Y3
+	VPSLLD    $0x10, Y3, Y3
+	VMOVUPS   Y3, 960(R11)
 
 stateVKbf16AVX2_dead_32:
 	VPMOVZXWD -16(AX)(R10*1), Y3
@@ -40324,30 +36771,86 @@ stateVKbf16AVX2_loaded_2:
 	VMOVUPS     608(R11), Y12
 	VFMADD231PS 96(AX), Y12, Y10
 	VFMADD231PS 96(CX), Y12, Y11
-	CMPQ        R9, $0x000000a0
-	JBE         stateVKbf16AVX2_dead_33
 	VMOVUPS     128(R11), Y12
 	VFMADD231PS 128(AX), Y12, Y4
 	VFMADD231PS 128(CX), Y12, Y5
 	VMOVUPS     640(R11), Y12
 	VFMADD231PS 128(AX), Y12, Y8
 	VFMADD231PS 128(CX), Y12, Y9
-	CMPQ        R9, $0x000000c0
-	JBE         stateVKbf16AVX2_dead_33
 	VMOVUPS     160(R11), Y12
 	VFMADD231PS 160(AX), Y12, Y6
 	VFMADD231PS 160(CX), Y12, Y7
 	VMOVUPS     672(R11), Y12
 	VFMADD231PS 160(AX), Y12, Y10
 	VFMADD231PS 160(CX), Y12, Y11
-	CMPQ        R9, $0x000000e0
-	JBE         stateVKbf16AVX2_dead_33
 	VMOVUPS     192(R11), Y12
 	VFMADD231PS 192(AX), Y12, Y4
 	VFMADD231PS 192(CX), Y12, Y5
 	VMOVUPS     704(R11), Y12
 	VFMADD231PS 192(AX), Y12, Y8
 	VFMADD231PS 192(CX), Y12, Y9
+	VMOVUPS     224(R11), Y12
+	VFMADD231PS 224(AX), Y12, Y6
+	VFMADD231PS 224(CX), Y12, Y7
+	VMOVUPS     736(R11), Y12
+	VFMADD231PS 224(AX), Y12, Y10
+	VFMADD231PS 224(CX), Y12, Y11
+	CMPQ        R9, $0x00000120
+	JBE         stateVKbf16AVX2_dead_33
+	VMOVUPS     256(R11), Y12
+	VFMADD231PS 256(AX), Y12, Y4
+	VFMADD231PS 256(CX), Y12, Y5
+	VMOVUPS     768(R11), Y12
+	VFMADD231PS 256(AX), Y12, Y8
+	VFMADD231PS 256(CX), Y12, Y9
+	CMPQ        R9, $0x00000140
+	JBE         stateVKbf16AVX2_dead_33
+	VMOVUPS     288(R11), Y12
+	VFMADD231PS 288(AX), Y12, Y6
+	VFMADD231PS 288(CX), Y12, Y7
+	VMOVUPS     800(R11), Y12
+	VFMADD231PS 288(AX), Y12, Y10
+	VFMADD231PS 288(CX), Y12, Y11
+	CMPQ        R9, $0x00000160
+	JBE         stateVKbf16AVX2_dead_33
+	VMOVUPS     320(R11), Y12
+	VFMADD231PS 320(AX), Y12, Y4
+	VFMADD231PS 320(CX), Y12, Y5
+	VMOVUPS     832(R11), Y12
+	VFMADD231PS 320(AX), Y12, Y8
+	VFMADD231PS 320(CX), Y12, Y9
+	CMPQ        R9, $0x00000180
+	JBE         stateVKbf16AVX2_dead_33
+	VMOVUPS     352(R11), Y12
+	VFMADD231PS 352(AX), Y12, Y6
+	VFMADD231PS 352(CX), Y12, Y7
+	VMOVUPS     864(R11), Y12
+	VFMADD231PS 352(AX), Y12, Y10
+	VFMADD231PS 352(CX), Y12, Y11
+	CMPQ        R9, $0x000001a0
+	JBE         stateVKbf16AVX2_dead_33
+	VMOVUPS     384(R11), Y12
+	VFMADD231PS 384(AX), Y12, Y4
+	VFMADD231PS 384(CX), Y12, Y5
+	VMOVUPS     896(R11), Y12
+	VFMADD231PS 384(AX), Y12, Y8
+	VFMADD231PS 384(CX), Y12, Y9
+	CMPQ        R9, $0x000001c0
+	JBE         stateVKbf16AVX2_dead_33
+	VMOVUPS     416(R11), Y12
+	VFMADD231PS 416(AX), Y12, Y6
+	VFMADD231PS 416(CX), Y12, Y7
+	VMOVUPS     928(R11), Y12
+	VFMADD231PS 416(AX), Y12, Y10
+	VFMADD231PS 416(CX), Y12, Y11
+	CMPQ        R9, $0x000001e0
+	JBE         stateVKbf16AVX2_dead_33
+	VMOVUPS     448(R11), Y12
+	VFMADD231PS 448(AX), Y12, Y4
+	VFMADD231PS 448(CX), Y12, Y5
+	VMOVUPS     960(R11), Y12
+	VFMADD231PS 448(AX), Y12, Y8
+	VFMADD231PS 448(CX), Y12, Y9
 
 stateVKbf16AVX2_dead_33:
 	VFMADD231PS -32(AX)(R9*1), Y1, Y6
@@ -40461,8 +36964,6 @@ stateVKbf16AVX2_nofin_4:
 	VMOVUPS      Y15, 608(R11)
 	VFMADD231PS  96(AX)(R9*1), Y15, Y10
 	VFMADD231PS  96(CX)(R9*1), Y15, Y11
-	CMPQ         R9, $0x000000a0
-	JBE          stateVKbf16AVX2_dead_34
 	VMOVUPS      128(R11), Y15
 	VFMADD213PS  Y15, Y12, Y15
 	VFMADD231PS  128(AX), Y13, Y15
@@ -40475,8 +36976,6 @@ stateVKbf16AVX2_nofin_4:
 	VMOVUPS      Y15, 640(R11)
 	VFMADD231PS  128(AX)(R9*1), Y15, Y8
 	VFMADD231PS  128(CX)(R9*1), Y15, Y9
-	CMPQ         R9, $0x000000c0
-	JBE          stateVKbf16AVX2_dead_34
 	VMOVUPS      160(R11), Y15
 	VFMADD213PS  Y15, Y12, Y15
 	VFMADD231PS  160(AX), Y13, Y15
@@ -40489,8 +36988,6 @@ stateVKbf16AVX2_nofin_4:
 	VMOVUPS      Y15, 672(R11)
 	VFMADD231PS  160(AX)(R9*1), Y15, Y10
 	VFMADD231PS  160(CX)(R9*1), Y15, Y11
-	CMPQ         R9, $0x000000e0
-	JBE          stateVKbf16AVX2_dead_34
 	VMOVUPS      192(R11), Y15
 	VFMADD213PS  Y15, Y12, Y15
 	VFMADD231PS  192(AX), Y13, Y15
@@ -40503,6 +37000,116 @@ stateVKbf16AVX2_nofin_4:
 	VMOVUPS      Y15, 704(R11)
 	VFMADD231PS  192(AX)(R9*1), Y15, Y8
 	VFMADD231PS  192(CX)(R9*1), Y15, Y9
+	VMOVUPS      224(R11), Y15
+	VFMADD213PS  Y15, Y12, Y15
+	VFMADD231PS  224(AX), Y13, Y15
+	VMOVUPS      Y15, 224(R11)
+	VFMADD231PS  224(AX)(R9*1), Y15, Y6
+	VFMADD231PS  224(CX)(R9*1), Y15, Y7
+	VMOVUPS      736(R11), Y15
+	VFMADD213PS  Y15, Y12, Y15
+	VFMADD231PS  224(AX), Y14, Y15
+	VMOVUPS      Y15, 736(R11)
+	VFMADD231PS  224(AX)(R9*1), Y15, Y10
+	VFMADD231PS  224(CX)(R9*1), Y15, Y11
+	CMPQ         R9, $0x00000120
+	JBE          stateVKbf16AVX2_dead_34
+	VMOVUPS      256(R11), Y15
+	VFMADD213PS  Y15, Y12, Y15
+	VFMADD231PS  256(AX), Y13, Y15
+	VMOVUPS      Y15, 256(R11)
+	VFMADD231PS  256(AX)(R9*1), Y15, Y4
+	VFMADD231PS  256(CX)(R9*1), Y15, Y5
+	VMOVUPS      768(R11), Y15
+	VFMADD213PS  Y15, Y12, Y15
+	VFMADD231PS  256(AX), Y14, Y15
+	VMOVUPS      Y15, 768(R11)
+	VFMADD231PS  256(AX)(R9*1), Y15, Y8
+	VFMADD231PS  256(CX)(R9*1), Y15, Y9
+	CMPQ         R9, $0x00000140
+	JBE          stateVKbf16AVX2_dead_34
+	VMOVUPS      288(R11), Y15
+	VFMADD213PS  Y15, Y12, Y15
+	VFMADD231PS  288(AX), Y13, Y15
+	VMOVUPS      Y15, 288(R11)
+	VFMADD231PS  288(AX)(R9*1), Y15, Y6
+	VFMADD231PS  288(CX)(R9*1), Y15, Y7
+	VMOVUPS      800(R11), Y15
+	VFMADD213PS  Y15, Y12, Y15
+	VFMADD231PS  288(AX), Y14, Y15
+	VMOVUPS      Y15, 800(R11)
+	VFMADD231PS  288(AX)(R9*1), Y15, Y10
+	VFMADD231PS  288(CX)(R9*1), Y15, Y11
+	CMPQ         R9, $0x00000160
+	JBE          stateVKbf16AVX2_dead_34
+	VMOVUPS      320(R11), Y15
+	VFMADD213PS  Y15, Y12, Y15
+	VFMADD231PS  320(AX), Y13, Y15
+	VMOVUPS      Y15, 320(R11)
+	VFMADD231PS  320(AX)(R9*1), Y15, Y4
+	VFMADD231PS  320(CX)(R9*1), Y15, Y5
+	VMOVUPS      832(R11), Y15
+	VFMADD213PS  Y15, Y12, Y15
+	VFMADD231PS  320(AX), Y14, Y15
+	VMOVUPS      Y15, 832(R11)
+	VFMADD231PS  320(AX)(R9*1), Y15, Y8
+	VFMADD231PS  320(CX)(R9*1), Y15, Y9
+	CMPQ         R9, $0x00000180
+	JBE          stateVKbf16AVX2_dead_34
+	VMOVUPS      352(R11), Y15
+	VFMADD213PS  Y15, Y12, Y15
+	VFMADD231PS  352(AX), Y13, Y15
+	VMOVUPS      Y15, 352(R11)
+	VFMADD231PS  352(AX)(R9*1), Y15, Y6
+	VFMADD231PS  352(CX)(R9*1), Y15, Y7
+	VMOVUPS      864(R11), Y15
+	VFMADD213PS  Y15, Y12, Y15
+	VFMADD231PS  352(AX), Y14, Y15
+	VMOVUPS      Y15, 864(R11)
+	VFMADD231PS  352(AX)(R9*1), Y15, Y10
+	VFMADD231PS  352(CX)(R9*1), Y15, Y11
+	CMPQ         R9, $0x000001a0
+	JBE          stateVKbf16AVX2_dead_34
+	VMOVUPS      384(R11), Y15
+	VFMADD213PS  Y15, Y12, Y15
+	VFMADD231PS  384(AX), Y13, Y15
+	VMOVUPS      Y15, 384(R11)
+	VFMADD231PS  384(AX)(R9*1), Y15, Y4
+	VFMADD231PS  384(CX)(R9*1), Y15, Y5
+	VMOVUPS      896(R11), Y15
+	VFMADD213PS  Y15, Y12, Y15
+	VFMADD231PS  384(AX), Y14, Y15
+	VMOVUPS      Y15, 896(R11)
+	VFMADD231PS  384(AX)(R9*1), Y15, Y8
+	VFMADD231PS  384(CX)(R9*1), Y15, Y9
+	CMPQ         R9, $0x000001c0
+	JBE          stateVKbf16AVX2_dead_34
+	VMOVUPS      416(R11), Y15
+	VFMADD213PS  Y15, Y12, Y15
+	VFMADD231PS  416(AX), Y13, Y15
+	VMOVUPS      Y15, 416(R11)
+	VFMADD231PS  416(AX)(R9*1), Y15, Y6
+	VFMADD231PS  416(CX)(R9*1), Y15, Y7
+	VMOVUPS      928(R11), Y15
+	VFMADD213PS  Y15, Y12, Y15
+	VFMADD231PS  416(AX), Y14, Y15
+	VMOVUPS      Y15, 928(R11)
+	VFMADD231PS  416(AX)(R9*1), Y15, Y10
+	VFMADD231PS  416(CX)(R9*1), Y15, Y11
+	CMPQ         R9, $0x000001e0
+	JBE          stateVKbf16AVX2_dead_34
+	VMOVUPS      448(R11), Y15
+	VFMADD213PS  Y15, Y12, Y15
+	VFMADD231PS  448(AX), Y13, Y15
+	VMOVUPS      Y15, 448(R11)
+	VFMADD231PS  448(AX)(R9*1), Y15, Y4
+	VFMADD231PS  448(CX)(R9*1), Y15, Y5
+	VMOVUPS      960(R11), Y15
+	VFMADD213PS  Y15, Y12, Y15
+	VFMADD231PS  448(AX), Y14, Y15
+	VMOVUPS      Y15, 960(R11)
+	VFMADD231PS  448(AX)(R9*1), Y15, Y8
+	VFMADD231PS  448(CX)(R9*1), Y15, Y9
 
 stateVKbf16AVX2_dead_34:
 	VFMADD213PS Y1, Y12, Y1
@@ -40566,8 +37173,6 @@ stateVKbf16AVX2_far_9:
 	VMOVUPS      Y15, 608(R11)
 	VFMADD231PS  96(AX)(R9*1), Y15, Y10
 	VFMADD231PS  96(CX)(R9*1), Y15, Y11
-	CMPQ         R9, $0x000000a0
-	JBE          stateVKbf16AVX2_dead_35
 	VMOVUPS      128(R11), Y15
 	VMULPS       Y15, Y12, Y15
 	VFMADD231PS  128(AX), Y13, Y15
@@ -40580,8 +37185,6 @@ stateVKbf16AVX2_far_9:
 	VMOVUPS      Y15, 640(R11)
 	VFMADD231PS  128(AX)(R9*1), Y15, Y8
 	VFMADD231PS  128(CX)(R9*1), Y15, Y9
-	CMPQ         R9, $0x000000c0
-	JBE          stateVKbf16AVX2_dead_35
 	VMOVUPS      160(R11), Y15
 	VMULPS       Y15, Y12, Y15
 	VFMADD231PS  160(AX), Y13, Y15
@@ -40594,8 +37197,6 @@ stateVKbf16AVX2_far_9:
 	VMOVUPS      Y15, 672(R11)
 	VFMADD231PS  160(AX)(R9*1), Y15, Y10
 	VFMADD231PS  160(CX)(R9*1), Y15, Y11
-	CMPQ         R9, $0x000000e0
-	JBE          stateVKbf16AVX2_dead_35
 	VMOVUPS      192(R11), Y15
 	VMULPS       Y15, Y12, Y15
 	VFMADD231PS  192(AX), Y13, Y15
@@ -40608,6 +37209,116 @@ stateVKbf16AVX2_far_9:
 	VMOVUPS      Y15, 704(R11)
 	VFMADD231PS  192(AX)(R9*1), Y15, Y8
 	VFMADD231PS  192(CX)(R9*1), Y15, Y9
+	VMOVUPS      224(R11), Y15
+	VMULPS       Y15, Y12, Y15
+	VFMADD231PS  224(AX), Y13, Y15
+	VMOVUPS      Y15, 224(R11)
+	VFMADD231PS  224(AX)(R9*1), Y15, Y6
+	VFMADD231PS  224(CX)(R9*1), Y15, Y7
+	VMOVUPS      736(R11), Y15
+	VMULPS       Y15, Y12, Y15
+	VFMADD231PS  224(AX), Y14, Y15
+	VMOVUPS      Y15, 736(R11)
+	VFMADD231PS  224(AX)(R9*1), Y15, Y10
+	VFMADD231PS  224(CX)(R9*1), Y15, Y11
+	CMPQ         R9, $0x00000120
+	JBE          stateVKbf16AVX2_dead_35
+	VMOVUPS      256(R11), Y15
+	VMULPS       Y15, Y12, Y15
+	VFMADD231PS  256(AX), Y13, Y15
+	VMOVUPS      Y15, 256(R11)
+	VFMADD231PS  256(AX)(R9*1), Y15, Y4
+	VFMADD231PS  256(CX)(R9*1), Y15, Y5
+	VMOVUPS      768(R11), Y15
+	VMULPS       Y15, Y12, Y15
+	VFMADD231PS  256(AX), Y14, Y15
+	VMOVUPS      Y15, 768(R11)
+	VFMADD231PS  256(AX)(R9*1), Y15, Y8
+	VFMADD231PS  256(CX)(R9*1), Y15, Y9
+	CMPQ         R9, $0x00000140
+	JBE          stateVKbf16AVX2_dead_35
+	VMOVUPS      288(R11), Y15
+	VMULPS       Y15, Y12, Y15
+	VFMADD231PS  288(AX), Y13, Y15
+	VMOVUPS      Y15, 288(R11)
+	VFMADD231PS  288(AX)(R9*1), Y15, Y6
+	VFMADD231PS  288(CX)(R9*1), Y15, Y7
+	VMOVUPS      800(R11), Y15
+	VMULPS       Y15, Y12, Y15
+	VFMADD231PS  288(AX), Y14, Y15
+	VMOVUPS      Y15, 800(R11)
+	VFMADD231PS  288(AX)(R9*1), Y15, Y10
+	VFMADD231PS  288(CX)(R9*1), Y15, Y11
+	CMPQ         R9, $0x00000160
+	JBE          stateVKbf16AVX2_dead_35
+	VMOVUPS      320(R11), Y15
+	VMULPS       Y15, Y12, Y15
+	VFMADD231PS  320(AX), Y13, Y15
+	VMOVUPS      Y15, 320(R11)
+	VFMADD231PS  320(AX)(R9*1), Y15, Y4
+	VFMADD231PS  320(CX)(R9*1), Y15, Y5
+	VMOVUPS      832(R11), Y15
+	VMULPS       Y15, Y12, Y15
+	VFMADD231PS  320(AX), Y14, Y15
+	VMOVUPS      Y15, 832(R11)
+	VFMADD231PS  320(AX)(R9*1), Y15, Y8
+	VFMADD231PS  320(CX)(R9*1), Y15, Y9
+	CMPQ         R9, $0x00000180
+	JBE          stateVKbf16AVX2_dead_35
+	VMOVUPS      352(R11), Y15
+	VMULPS       Y15, Y12, Y15
+	VFMADD231PS  352(AX), Y13, Y15
+	VMOVUPS      Y15, 352(R11)
+	VFMADD231PS  352(AX)(R9*1), Y15, Y6
+	VFMADD231PS  352(CX)(R9*1), Y15, Y7
+	VMOVUPS      864(R11), Y15
+	VMULPS       Y15, Y12, Y15
+	VFMADD231PS  352(AX), Y14, Y15
+	VMOVUPS      Y15, 864(R11)
+	VFMADD231PS  352(AX)(R9*1), Y15, Y10
+	VFMADD231PS  352(CX)(R9*1), Y15, Y11
+	CMPQ         R9, $0x000001a0
+	JBE          stateVKbf16AVX2_dead_35
+	VMOVUPS      384(R11), Y15
+	VMULPS       Y15, Y12, Y15
+	VFMADD231PS  384(AX), Y13, Y15
+	VMOVUPS      Y15, 384(R11)
+	VFMADD231PS  384(AX)(R9*1), Y15, Y4
+	VFMADD231PS  384(CX)(R9*1), Y15, Y5
+	VMOVUPS      896(R11), Y15
+	VMULPS       Y15, Y12, Y15
+	VFMADD231PS  384(AX), Y14, Y15
+	VMOVUPS      Y15, 896(R11)
+	VFMADD231PS  384(AX)(R9*1), Y15, Y8
+	VFMADD231PS  384(CX)(R9*1), Y15, Y9
+	CMPQ         R9, $0x000001c0
+	JBE          stateVKbf16AVX2_dead_35
+	VMOVUPS      416(R11), Y15
+	VMULPS       Y15, Y12, Y15
+	VFMADD231PS  416(AX), Y13, Y15
+	VMOVUPS      Y15, 416(R11)
+	VFMADD231PS  416(AX)(R9*1), Y15, Y6
+	VFMADD231PS  416(CX)(R9*1), Y15, Y7
+	VMOVUPS      928(R11), Y15
+	VMULPS       Y15, Y12, Y15
+	VFMADD231PS  416(AX), Y14, Y15
+	VMOVUPS      Y15, 928(R11)
+	VFMADD231PS  416(AX)(R9*1), Y15, Y10
+	VFMADD231PS  416(CX)(R9*1), Y15, Y11
+	CMPQ         R9, $0x000001e0
+	JBE          stateVKbf16AVX2_dead_35
+	VMOVUPS      448(R11), Y15
+	VMULPS       Y15, Y12, Y15
+	VFMADD231PS  448(AX), Y13, Y15
+	VMOVUPS      Y15, 448(R11)
+	VFMADD231PS  448(AX)(R9*1), Y15, Y4
+	VFMADD231PS  448(CX)(R9*1), Y15, Y5
+	VMOVUPS      960(R11), Y15
+	VMULPS       Y15, Y12, Y15
+	VFMADD231PS  448(AX), Y14, Y15
+	VMOVUPS      Y15, 960(R11)
+	VFMADD231PS  448(AX)(R9*1), Y15, Y8
+	VFMADD231PS  448(CX)(R9*1), Y15, Y9
 
 stateVKbf16AVX2_dead_35:
 	VMULPS      Y1, Y12, Y1
@@ -40667,8 +37378,6 @@ stateVKbf16AVX2_lasttoken_2:
 	VFMADD213PS  Y7, Y5, Y7
 	VFMADD231PS  96(AX), Y4, Y7
 	VMOVUPS      Y7, 608(R11)
-	CMPQ         R9, $0x000000a0
-	JBE          stateVKbf16AVX2_dead_36
 	VMOVUPS      128(R11), Y7
 	VFMADD213PS  Y7, Y5, Y7
 	VFMADD231PS  128(AX), Y6, Y7
@@ -40677,8 +37386,6 @@ stateVKbf16AVX2_lasttoken_2:
 	VFMADD213PS  Y7, Y5, Y7
 	VFMADD231PS  128(AX), Y4, Y7
 	VMOVUPS      Y7, 640(R11)
-	CMPQ         R9, $0x000000c0
-	JBE          stateVKbf16AVX2_dead_36
 	VMOVUPS      160(R11), Y7
 	VFMADD213PS  Y7, Y5, Y7
 	VFMADD231PS  160(AX), Y6, Y7
@@ -40687,8 +37394,6 @@ stateVKbf16AVX2_lasttoken_2:
 	VFMADD213PS  Y7, Y5, Y7
 	VFMADD231PS  160(AX), Y4, Y7
 	VMOVUPS      Y7, 672(R11)
-	CMPQ         R9, $0x000000e0
-	JBE          stateVKbf16AVX2_dead_36
 	VMOVUPS      192(R11), Y7
 	VFMADD213PS  Y7, Y5, Y7
 	VFMADD231PS  192(AX), Y6, Y7
@@ -40697,6 +37402,84 @@ stateVKbf16AVX2_lasttoken_2:
 	VFMADD213PS  Y7, Y5, Y7
 	VFMADD231PS  192(AX), Y4, Y7
 	VMOVUPS      Y7, 704(R11)
+	VMOVUPS      224(R11), Y7
+	VFMADD213PS  Y7, Y5, Y7
+	VFMADD231PS  224(AX), Y6, Y7
+	VMOVUPS      Y7, 224(R11)
+	VMOVUPS      736(R11), Y7
+	VFMADD213PS  Y7, Y5, Y7
+	VFMADD231PS  224(AX), Y4, Y7
+	VMOVUPS      Y7, 736(R11)
+	CMPQ         R9, $0x00000120
+	JBE          stateVKbf16AVX2_dead_36
+	VMOVUPS      256(R11), Y7
+	VFMADD213PS  Y7, Y5, Y7
+	VFMADD231PS  256(AX), Y6, Y7
+	VMOVUPS      Y7, 256(R11)
+	VMOVUPS      768(R11), Y7
+	VFMADD213PS  Y7, Y5, Y7
+	VFMADD231PS  256(AX), Y4, Y7
+	VMOVUPS      Y7, 768(R11)
+	CMPQ         R9, $0x00000140
+	JBE          stateVKbf16AVX2_dead_36
+	VMOVUPS      288(R11), Y7
+	VFMADD213PS  Y7, Y5, Y7
+	VFMADD231PS  288(AX), Y6, Y7
+	VMOVUPS      Y7, 288(R11)
+	VMOVUPS      800(R11), Y7
+	VFMADD213PS  Y7, Y5, Y7
+	VFMADD231PS  288(AX), Y4, Y7
+	VMOVUPS      Y7, 800(R11)
+	CMPQ         R9, $0x00000160
+	JBE          stateVKbf16AVX2_dead_36
+	VMOVUPS      320(R11), Y7
+	VFMADD213PS  Y7, Y5, Y7
+	VFMADD231PS  320(AX), Y6, Y7
+	VMOVUPS      Y7, 320(R11)
+	VMOVUPS      832(R11), Y7
+	VFMADD213PS  Y7, Y5, Y7
+	VFMADD231PS  320(AX), Y4, Y7
+	VMOVUPS      Y7, 832(R11)
+	CMPQ         R9, $0x00000180
+	JBE          stateVKbf16AVX2_dead_36
+	VMOVUPS      352(R11), Y7
+	VFMADD213PS  Y7, Y5, Y7
+	VFMADD231PS  352(AX), Y6, Y7
+	VMOVUPS      Y7, 352(R11)
+	VMOVUPS      864(R11), Y7
+	VFMADD213PS  Y7, Y5, Y7
+	VFMADD231PS  352(AX), Y4, Y7
+	VMOVUPS      Y7, 864(R11)
+	CMPQ         R9, $0x000001a0
+	JBE          stateVKbf16AVX2_dead_36
+	VMOVUPS      384(R11), Y7
+	VFMADD213PS  Y7, Y5, Y7
+	VFMADD231PS  384(AX), Y6, Y7
+	VMOVUPS      Y7, 384(R11)
+	VMOVUPS      896(R11), Y7
+	VFMADD213PS  Y7, Y5, Y7
+	VFMADD231PS  384(AX), Y4, Y7
+	VMOVUPS      Y7, 896(R11)
+	CMPQ         R9, $0x000001c0
+	JBE          stateVKbf16AVX2_dead_36
+	VMOVUPS      416(R11), Y7
+	VFMADD213PS  Y7, Y5, Y7
+	VFMADD231PS  416(AX), Y6, Y7
+	VMOVUPS      Y7, 416(R11)
+	VMOVUPS      928(R11), Y7
+	VFMADD213PS  Y7, Y5, Y7
+	VFMADD231PS  416(AX), Y4, Y7
+	VMOVUPS      Y7, 928(R11)
+	CMPQ         R9, $0x000001e0
+	JBE          stateVKbf16AVX2_dead_36
+	VMOVUPS      448(R11), Y7
+	VFMADD213PS  Y7, Y5, Y7
+	VFMADD231PS  448(AX), Y6, Y7
+	VMOVUPS      Y7, 448(R11)
+	VMOVUPS      960(R11), Y7
+	VFMADD213PS  Y7, Y5, Y7
+	VFMADD231PS  448(AX), Y4, Y7
+	VMOVUPS      Y7, 960(R11)
 
 stateVKbf16AVX2_dead_36:
 	VFMADD213PS Y1, Y5, Y1
@@ -40740,8 +37523,6 @@ stateVKbf16AVX2_far_10:
 	VMULPS       Y7, Y5, Y7
 	VFMADD231PS  96(AX), Y4, Y7
 	VMOVUPS      Y7, 608(R11)
-	CMPQ         R9, $0x000000a0
-	JBE          stateVKbf16AVX2_dead_37
 	VMOVUPS      128(R11), Y7
 	VMULPS       Y7, Y5, Y7
 	VFMADD231PS  128(AX), Y6, Y7
@@ -40750,8 +37531,6 @@ stateVKbf16AVX2_far_10:
 	VMULPS       Y7, Y5, Y7
 	VFMADD231PS  128(AX), Y4, Y7
 	VMOVUPS      Y7, 640(R11)
-	CMPQ         R9, $0x000000c0
-	JBE          stateVKbf16AVX2_dead_37
 	VMOVUPS      160(R11), Y7
 	VMULPS       Y7, Y5, Y7
 	VFMADD231PS  160(AX), Y6, Y7
@@ -40760,8 +37539,6 @@ stateVKbf16AVX2_far_10:
 	VMULPS       Y7, Y5, Y7
 	VFMADD231PS  160(AX), Y4, Y7
 	VMOVUPS      Y7, 672(R11)
-	CMPQ         R9, $0x000000e0
-	JBE          stateVKbf16AVX2_dead_37
 	VMOVUPS      192(R11), Y7
 	VMULPS       Y7, Y5, Y7
 	VFMADD231PS  192(AX), Y6, Y7
@@ -40770,6 +37547,84 @@ stateVKbf16AVX2_far_10:
 	VMULPS       Y7, Y5, Y7
 	VFMADD231PS  192(AX), Y4, Y7
 	VMOVUPS      Y7, 704(R11)
+	VMOVUPS      224(R11), Y7
+	VMULPS       Y7, Y5, Y7
+	VFMADD231PS  224(AX), Y6, Y7
+	VMOVUPS      Y7, 224(R11)
+	VMOVUPS      736(R11), Y7
+	VMULPS       Y7, Y5, Y7
+	VFMADD231PS  224(AX), Y4, Y7
+	VMOVUPS      Y7, 736(R11)
+	CMPQ         R9, $0x00000120
+	JBE          stateVKbf16AVX2_dead_37
+	VMOVUPS      256(R11), Y7
+	VMULPS       Y7, Y5, Y7
+	VFMADD231PS  256(AX), Y6, Y7
+	VMOVUPS      Y7, 256(R11)
+	VMOVUPS      768(R11), Y7
+	VMULPS       Y7, Y5, Y7
+	VFMADD231PS  256(AX), Y4, Y7
+	VMOVUPS      Y7, 768(R11)
+	CMPQ         R9, $0x00000140
+	JBE          stateVKbf16AVX2_dead_37
+	VMOVUPS      288(R11), Y7
+	VMULPS       Y7, Y5, Y7
+	VFMADD231PS  288(AX), Y6, Y7
+	VMOVUPS      Y7, 288(R11)
+	VMOVUPS      800(R11), Y7
+	VMULPS       Y7, Y5, Y7
+	VFMADD231PS  288(AX), Y4, Y7
+	VMOVUPS      Y7, 800(R11)
+	CMPQ         R9, $0x00000160
+	JBE          stateVKbf16AVX2_dead_37
+	VMOVUPS      320(R11), Y7
+	VMULPS       Y7, Y5, Y7
+	VFMADD231PS  320(AX), Y6, Y7
+	VMOVUPS      Y7, 320(R11)
+	VMOVUPS      832(R11), Y7
+	VMULPS       Y7, Y5, Y7
+	VFMADD231PS  320(AX), Y4, Y7
+	VMOVUPS      Y7, 832(R11)
+	CMPQ         R9, $0x00000180
+	JBE          stateVKbf16AVX2_dead_37
+	VMOVUPS      352(R11), Y7
+	VMULPS       Y7, Y5, Y7
+	VFMADD231PS  352(AX), Y6, Y7
+	VMOVUPS      Y7, 352(R11)
+	VMOVUPS      864(R11), Y7
+	VMULPS       Y7, Y5, Y7
+	VFMADD231PS  352(AX), Y4, Y7
+	VMOVUPS      Y7, 864(R11)
+	CMPQ         R9, $0x000001a0
+	JBE          stateVKbf16AVX2_dead_37
+	VMOVUPS      384(R11), Y7
+	VMULPS       Y7, Y5, Y7
+	VFMADD231PS  384(AX), Y6, Y7
+	VMOVUPS      Y7, 384(R11)
+	VMOVUPS      896(R11), Y7
+	VMULPS       Y7, Y5, Y7
+	VFMADD231PS  384(AX), Y4, Y7
+	VMOVUPS      Y7, 896(R11)
+	CMPQ         R9, $0x000001c0
+	JBE          stateVKbf16AVX2_dead_37
+	VMOVUPS      416(R11), Y7
+	VMULPS       Y7, Y5, Y7
+	VFMADD231PS  416(AX), Y6, Y7
+	VMOVUPS      Y7, 416(R11)
+	VMOVUPS      928(R11), Y7
+	VMULPS       Y7, Y5, Y7
+	VFMADD231PS  416(AX), Y4, Y7
+	VMOVUPS      Y7, 928(R11)
+	CMPQ         R9, $0x000001e0
+	JBE          stateVKbf16AVX2_dead_37
+	VMOVUPS      448(R11), Y7
+	VMULPS       Y7, Y5, Y7
+	VFMADD231PS  448(AX), Y6, Y7
+	VMOVUPS      Y7, 448(R11)
+	VMOVUPS      960(R11), Y7
+	VMULPS       Y7, Y5, Y7
+	VFMADD231PS  448(AX), Y4, Y7
+	VMOVUPS      Y7, 960(R11)
 
 stateVKbf16AVX2_dead_37:
 	VMULPS      Y1, Y5, Y1
@@ -40792,6 +37647,10 @@ stateVKbf16AVX2_decayed_10:
 	PREFETCHT1   64(R13)
 	PREFETCHT1   128(R13)
 	PREFETCHT1   192(R13)
+	PREFETCHT1   256(R13)
+	PREFETCHT1   320(R13)
+	PREFETCHT1   384(R13)
+	PREFETCHT1   448(R13)
 	CMPL         80(SP), $0x00
 	JNE          stateVKbf16AVX2_bfnan_2
 	VMOVAPS      Y1, Y4
@@ -40842,8 +37701,6 @@ stateVKbf16AVX2_decayed_10:
 	VEXTRACTI128 $0x01, Y4, X5
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 48(R12)
-	CMPQ         R9, $0x000000a0
-	JBE          stateVKbf16AVX2_dead_38
 	VMOVUPS      128(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -40854,8 +37711,6 @@ stateVKbf16AVX2_decayed_10:
 	VEXTRACTI128 $0x01, Y4, X5
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 64(R12)
-	CMPQ         R9, $0x000000c0
-	JBE          stateVKbf16AVX2_dead_38
 	VMOVUPS      160(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -40866,8 +37721,6 @@ stateVKbf16AVX2_decayed_10:
 	VEXTRACTI128 $0x01, Y4, X5
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 80(R12)
-	CMPQ         R9, $0x000000e0
-	JBE          stateVKbf16AVX2_dead_38
 	VMOVUPS      192(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -40878,6 +37731,100 @@ stateVKbf16AVX2_decayed_10:
 	VEXTRACTI128 $0x01, Y4, X5
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 96(R12)
+	VMOVUPS      224(R11), Y4
+	VMOVAPS      Y4, Y4
+	VPSRLD       $0x10, Y4, Y5
+	VPAND        one_i<>+0(SB), Y5, Y5
+	VPADDD       round<>+0(SB), Y4, Y4
+	VPADDD       Y5, Y4, Y4
+	VPSRLD       $0x10, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X5
+	VPACKUSDW    X5, X4, X5
+	VMOVDQU      X5, 112(R12)
+	CMPQ         R9, $0x00000120
+	JBE          stateVKbf16AVX2_dead_38
+	VMOVUPS      256(R11), Y4
+	VMOVAPS      Y4, Y4
+	VPSRLD       $0x10, Y4, Y5
+	VPAND        one_i<>+0(SB), Y5, Y5
+	VPADDD       round<>+0(SB), Y4, Y4
+	VPADDD       Y5, Y4, Y4
+	VPSRLD       $0x10, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X5
+	VPACKUSDW    X5, X4, X5
+	VMOVDQU      X5, 128(R12)
+	CMPQ         R9, $0x00000140
+	JBE          stateVKbf16AVX2_dead_38
+	VMOVUPS      288(R11), Y4
+	VMOVAPS      Y4, Y4
+	VPSRLD       $0x10, Y4, Y5
+	VPAND        one_i<>+0(SB), Y5, Y5
+	VPADDD       round<>+0(SB), Y4, Y4
+	VPADDD       Y5, Y4, Y4
+	VPSRLD       $0x10, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X5
+	VPACKUSDW    X5, X4, X5
+	VMOVDQU      X5, 144(R12)
+	CMPQ         R9, $0x00000160
+	JBE          stateVKbf16AVX2_dead_38
+	VMOVUPS      320(R11), Y4
+	VMOVAPS      Y4, Y4
+	VPSRLD       $0x10, Y4, Y5
+	VPAND        one_i<>+0(SB), Y5, Y5
+	VPADDD       round<>+0(SB), Y4, Y4
+	VPADDD       Y5, Y4, Y4
+	VPSRLD       $0x10, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X5
+	VPACKUSDW    X5, X4, X5
+	VMOVDQU      X5, 160(R12)
+	CMPQ         R9, $0x00000180
+	JBE          stateVKbf16AVX2_dead_38
+	VMOVUPS      352(R11), Y4
+	VMOVAPS      Y4, Y4
+	VPSRLD       $0x10, Y4, Y5
+	VPAND        one_i<>+0(SB), Y5, Y5
+	VPADDD       round<>+0(SB), Y4, Y4
+	VPADDD       Y5, Y4, Y4
+	VPSRLD       $0x10, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X5
+	VPACKUSDW    X5, X4, X5
+	VMOVDQU      X5, 176(R12)
+	CMPQ         R9, $0x000001a0
+	JBE          stateVKbf16AVX2_dead_38
+	VMOVUPS      384(R11), Y4
+	VMOVAPS      Y4, Y4
+	VPSRLD       $0x10, Y4, Y5
+	VPAND        one_i<>+0(SB), Y5, Y5
+	VPADDD       round<>+0(SB), Y4, Y4
+	VPADDD       Y5, Y4, Y4
+	VPSRLD       $0x10, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X5
+	VPACKUSDW    X5, X4, X5
+	VMOVDQU      X5, 192(R12)
+	CMPQ         R9, $0x000001c0
+	JBE          stateVKbf16AVX2_dead_38
+	VMOVUPS      416(R11), Y4
+	VMOVAPS      Y4, Y4
+	VPSRLD       $0x10, Y4, Y5
+	VPAND        one_i<>+0(SB), Y5, Y5
+	VPADDD       round<>+0(SB), Y4, Y4
+	VPADDD       Y5, Y4, Y4
+	VPSRLD       $0x10, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X5
+	VPACKUSDW    X5, X4, X5
+	VMOVDQU      X5, 208(R12)
+	CMPQ         R9, $0x000001e0
+	JBE          stateVKbf16AVX2_dead_38
+	VMOVUPS      448(R11), Y4
+	VMOVAPS      Y4, Y4
+	VPSRLD       $0x10, Y4, Y5
+	VPAND        one_i<>+0(SB), Y5, Y5
+	VPADDD       round<>+0(SB), Y4, Y4
+	VPADDD       Y5, Y4, Y4
+	VPSRLD       $0x10, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X5
+	VPACKUSDW    X5, X4, X5
+	VMOVDQU      X5, 224(R12)
 
 stateVKbf16AVX2_dead_38:
 	ADDQ         R10, R12
@@ -40929,8 +37876,6 @@ stateVKbf16AVX2_dead_38:
 	VEXTRACTI128 $0x01, Y4, X5
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 48(R12)
-	CMPQ         R9, $0x000000a0
-	JBE          stateVKbf16AVX2_dead_39
 	VMOVUPS      640(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -40941,8 +37886,6 @@ stateVKbf16AVX2_dead_38:
 	VEXTRACTI128 $0x01, Y4, X5
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 64(R12)
-	CMPQ         R9, $0x000000c0
-	JBE          stateVKbf16AVX2_dead_39
 	VMOVUPS      672(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -40953,8 +37896,6 @@ stateVKbf16AVX2_dead_38:
 	VEXTRACTI128 $0x01, Y4, X5
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 80(R12)
-	CMPQ         R9, $0x000000e0
-	JBE          stateVKbf16AVX2_dead_39
 	VMOVUPS      704(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -40965,6 +37906,100 @@ stateVKbf16AVX2_dead_38:
 	VEXTRACTI128 $0x01, Y4, X5
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 96(R12)
+	VMOVUPS      736(R11), Y4
+	VMOVAPS      Y4, Y4
+	VPSRLD       $0x10, Y4, Y5
+	VPAND        one_i<>+0(SB), Y5, Y5
+	VPADDD       round<>+0(SB), Y4, Y4
+	VPADDD       Y5, Y4, Y4
+	VPSRLD       $0x10, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X5
+	VPACKUSDW    X5, X4, X5
+	VMOVDQU      X5, 112(R12)
+	CMPQ         R9, $0x00000120
+	JBE          stateVKbf16AVX2_dead_39
+	VMOVUPS      768(R11), Y4
+	VMOVAPS      Y4, Y4
+	VPSRLD       $0x10, Y4, Y5
+	VPAND        one_i<>+0(SB), Y5, Y5
+	VPADDD       round<>+0(SB), Y4, Y4
+	VPADDD       Y5, Y4, Y4
+	VPSRLD       $0x10, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X5
+	VPACKUSDW    X5, X4, X5
+	VMOVDQU      X5, 128(R12)
+	CMPQ         R9, $0x00000140
+	JBE          stateVKbf16AVX2_dead_39
+	VMOVUPS      800(R11), Y4
+	VMOVAPS      Y4, Y4
+	VPSRLD       $0x10, Y4, Y5
+	VPAND        one_i<>+0(SB), Y5, Y5
+	VPADDD       round<>+0(SB), Y4, Y4
+	VPADDD       Y5, Y4, Y4
+	VPSRLD       $0x10, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X5
+	VPACKUSDW    X5, X4, X5
+	VMOVDQU      X5, 144(R12)
+	CMPQ         R9, $0x00000160
+	JBE          stateVKbf16AVX2_dead_39
+	VMOVUPS      832(R11), Y4
+	VMOVAPS      Y4, Y4
+	VPSRLD       $0x10, Y4, Y5
+	VPAND        one_i<>+0(SB), Y5, Y5
+	VPADDD       round<>+0(SB), Y4, Y4
+	VPADDD       Y5, Y4, Y4
+	VPSRLD       $0x10, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X5
+	VPACKUSDW    X5, X4, X5
+	VMOVDQU      X5, 160(R12)
+	CMPQ         R9, $0x00000180
+	JBE          stateVKbf16AVX2_dead_39
+	VMOVUPS      864(R11), Y4
+	VMOVAPS      Y4, Y4
+	VPSRLD       $0x10, Y4, Y5
+	VPAND        one_i<>+0(SB), Y5, Y5
+	VPADDD       round<>+0(SB), Y4, Y4
+	VPADDD       Y5, Y4, Y4
+	VPSRLD       $0x10, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X5
+	VPACKUSDW    X5, X4, X5
+	VMOVDQU      X5, 176(R12)
+	CMPQ         R9, $0x000001a0
+	JBE          stateVKbf16AVX2_dead_39
+	VMOVUPS      896(R11), Y4
+	VMOVAPS      Y4, Y4
+	VPSRLD       $0x10, Y4, Y5
+	VPAND        one_i<>+0(SB), Y5, Y5
+	VPADDD       round<>+0(SB), Y4, Y4
+	VPADDD       Y5, Y4, Y4
+	VPSRLD       $0x10, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X5
+	VPACKUSDW    X5, X4, X5
+	VMOVDQU      X5, 192(R12)
+	CMPQ         R9, $0x000001c0
+	JBE          stateVKbf16AVX2_dead_39
+	VMOVUPS      928(R11), Y4
+	VMOVAPS      Y4, Y4
+	VPSRLD       $0x10, Y4, Y5
+	VPAND        one_i<>+0(SB), Y5, Y5
+	VPADDD       round<>+0(SB), Y4, Y4
+	VPADDD       Y5, Y4, Y4
+	VPSRLD       $0x10, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X5
+	VPACKUSDW    X5, X4, X5
+	VMOVDQU      X5, 208(R12)
+	CMPQ         R9, $0x000001e0
+	JBE          stateVKbf16AVX2_dead_39
+	VMOVUPS      960(R11), Y4
+	VMOVAPS      Y4, Y4
+	VPSRLD       $0x10, Y4, Y5
+	VPAND        one_i<>+0(SB), Y5, Y5
+	VPADDD       round<>+0(SB), Y4, Y4
+	VPADDD       Y5, Y4, Y4
+	VPSRLD       $0x10, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X5
+	VPACKUSDW    X5, X4, X5
+	VMOVDQU      X5, 224(R12)
 
 stateVKbf16AVX2_dead_39:
 	JMP stateVKbf16AVX2_bfdone_2
@@ -41033,8 +38068,6 @@ stateVKbf16AVX2_bfnan_2:
 	VEXTRACTI128 $0x01, Y4, X5
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 48(R12)
-	CMPQ         R9, $0x000000a0
-	JBE          stateVKbf16AVX2_dead_40
 	VMOVUPS      128(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -41048,8 +38081,6 @@ stateVKbf16AVX2_bfnan_2:
 	VEXTRACTI128 $0x01, Y4, X5
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 64(R12)
-	CMPQ         R9, $0x000000c0
-	JBE          stateVKbf16AVX2_dead_40
 	VMOVUPS      160(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -41063,8 +38094,6 @@ stateVKbf16AVX2_bfnan_2:
 	VEXTRACTI128 $0x01, Y4, X5
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 80(R12)
-	CMPQ         R9, $0x000000e0
-	JBE          stateVKbf16AVX2_dead_40
 	VMOVUPS      192(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -41078,6 +38107,124 @@ stateVKbf16AVX2_bfnan_2:
 	VEXTRACTI128 $0x01, Y4, X5
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 96(R12)
+	VMOVUPS      224(R11), Y4
+	VMOVAPS      Y4, Y4
+	VPSRLD       $0x10, Y4, Y5
+	VCMPPS       $0x03, Y4, Y4, Y7
+	VPAND        one_i<>+0(SB), Y5, Y6
+	VPADDD       round<>+0(SB), Y4, Y4
+	VPADDD       Y6, Y4, Y4
+	VPSRLD       $0x10, Y4, Y4
+	VPOR         quiet<>+0(SB), Y5, Y5
+	VPBLENDVB    Y7, Y5, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X5
+	VPACKUSDW    X5, X4, X5
+	VMOVDQU      X5, 112(R12)
+	CMPQ         R9, $0x00000120
+	JBE          stateVKbf16AVX2_dead_40
+	VMOVUPS      256(R11), Y4
+	VMOVAPS      Y4, Y4
+	VPSRLD       $0x10, Y4, Y5
+	VCMPPS       $0x03, Y4, Y4, Y7
+	VPAND        one_i<>+0(SB), Y5, Y6
+	VPADDD       round<>+0(SB), Y4, Y4
+	VPADDD       Y6, Y4, Y4
+	VPSRLD       $0x10, Y4, Y4
+	VPOR         quiet<>+0(SB), Y5, Y5
+	VPBLENDVB    Y7, Y5, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X5
+	VPACKUSDW    X5, X4, X5
+	VMOVDQU      X5, 128(R12)
+	CMPQ         R9, $0x00000140
+	JBE          stateVKbf16AVX2_dead_40
+	VMOVUPS      288(R11), Y4
+	VMOVAPS      Y4, Y4
+	VPSRLD       $0x10, Y4, Y5
+	VCMPPS       $0x03, Y4, Y4, Y7
+	VPAND        one_i<>+0(SB), Y5, Y6
+	VPADDD       round<>+0(SB), Y4, Y4
+	VPADDD       Y6, Y4, Y4
+	VPSRLD       $0x10, Y4, Y4
+	VPOR         quiet<>+0(SB), Y5, Y5
+	VPBLENDVB    Y7, Y5, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X5
+	VPACKUSDW    X5, X4, X5
+	VMOVDQU      X5, 144(R12)
+	CMPQ         R9, $0x00000160
+	JBE          stateVKbf16AVX2_dead_40
+	VMOVUPS      320(R11), Y4
+	VMOVAPS      Y4, Y4
+	VPSRLD       $0x10, Y4, Y5
+	VCMPPS       $0x03, Y4, Y4, Y7
+	VPAND        one_i<>+0(SB), Y5, Y6
+	VPADDD       round<>+0(SB), Y4, Y4
+	VPADDD       Y6, Y4, Y4
+	VPSRLD       $0x10, Y4, Y4
+	VPOR         quiet<>+0(SB), Y5, Y5
+	VPBLENDVB    Y7, Y5, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X5
+	VPACKUSDW    X5, X4, X5
+	VMOVDQU      X5, 160(R12)
+	CMPQ         R9, $0x00000180
+	JBE          stateVKbf16AVX2_dead_40
+	VMOVUPS      352(R11), Y4
+	VMOVAPS      Y4, Y4
+	VPSRLD       $0x10, Y4, Y5
+	VCMPPS       $0x03, Y4, Y4, Y7
+	VPAND        one_i<>+0(SB), Y5, Y6
+	VPADDD       round<>+0(SB), Y4, Y4
+	VPADDD       Y6, Y4, Y4
+	VPSRLD       $0x10, Y4, Y4
+	VPOR         quiet<>+0(SB), Y5, Y5
+	VPBLENDVB    Y7, Y5, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X5
+	VPACKUSDW    X5, X4, X5
+	VMOVDQU      X5, 176(R12)
+	CMPQ         R9, $0x000001a0
+	JBE          stateVKbf16AVX2_dead_40
+	VMOVUPS      384(R11), Y4
+	VMOVAPS      Y4, Y4
+	VPSRLD       $0x10, Y4, Y5
+	VCMPPS       $0x03, Y4, Y4, Y7
+	VPAND        one_i<>+0(SB), Y5, Y6
+	VPADDD       round<>+0(SB), Y4, Y4
+	VPADDD       Y6, Y4, Y4
+	VPSRLD       $0x10, Y4, Y4
+	VPOR         quiet<>+0(SB), Y5, Y5
+	VPBLENDVB    Y7, Y5, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X5
+	VPACKUSDW    X5, X4, X5
+	VMOVDQU      X5, 192(R12)
+	CMPQ         R9, $0x000001c0
+	JBE          stateVKbf16AVX2_dead_40
+	VMOVUPS      416(R11), Y4
+	VMOVAPS      Y4, Y4
+	VPSRLD       $0x10, Y4, Y5
+	VCMPPS       $0x03, Y4, Y4, Y7
+	VPAND        one_i<>+0(SB), Y5, Y6
+	VPADDD       round<>+0(SB), Y4, Y4
+	VPADDD       Y6, Y4, Y4
+	VPSRLD       $0x10, Y4, Y4
+	VPOR         quiet<>+0(SB), Y5, Y5
+	VPBLENDVB    Y7, Y5, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X5
+	VPACKUSDW    X5, X4, X5
+	VMOVDQU      X5, 208(R12)
+	CMPQ         R9, $0x000001e0
+	JBE          stateVKbf16AVX2_dead_40
+	VMOVUPS      448(R11), Y4
+	VMOVAPS      Y4, Y4
+	VPSRLD       $0x10, Y4, Y5
+	VCMPPS       $0x03, Y4, Y4, Y7
+	VPAND        one_i<>+0(SB), Y5, Y6
+	VPADDD       round<>+0(SB), Y4, Y4
+	VPADDD       Y6, Y4, Y4
+	VPSRLD       $0x10, Y4, Y4
+	VPOR         quiet<>+0(SB), Y5, Y5
+	VPBLENDVB    Y7, Y5, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X5
+	VPACKUSDW    X5, X4, X5
+	VMOVDQU      X5, 224(R12)
 
 stateVKbf16AVX2_dead_40:
 	ADDQ         R10, R12
@@ -41144,8 +38291,6 @@ stateVKbf16AVX2_dead_40:
 	VEXTRACTI128 $0x01, Y4, X5
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 48(R12)
-	CMPQ         R9, $0x000000a0
-	JBE          stateVKbf16AVX2_dead_41
 	VMOVUPS      640(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -41159,8 +38304,6 @@ stateVKbf16AVX2_dead_40:
 	VEXTRACTI128 $0x01, Y4, X5
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 64(R12)
-	CMPQ         R9, $0x000000c0
-	JBE          stateVKbf16AVX2_dead_41
 	VMOVUPS      672(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -41174,8 +38317,6 @@ stateVKbf16AVX2_dead_40:
 	VEXTRACTI128 $0x01, Y4, X5
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 80(R12)
-	CMPQ         R9, $0x000000e0
-	JBE          stateVKbf16AVX2_dead_41
 	VMOVUPS      704(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -41189,6 +38330,124 @@ stateVKbf16AVX2_dead_40:
 	VEXTRACTI128 $0x01, Y4, X5
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 96(R12)
+	VMOVUPS      736(R11), Y4
+	VMOVAPS      Y4, Y4
+	VPSRLD       $0x10, Y4, Y5
+	VCMPPS       $0x03, Y4, Y4, Y7
+	VPAND        one_i<>+0(SB), Y5, Y6
+	VPADDD       round<>+0(SB), Y4, Y4
+	VPADDD       Y6, Y4, Y4
+	VPSRLD       $0x10, Y4, Y4
+	VPOR         quiet<>+0(SB), Y5, Y5
+	VPBLENDVB    Y7, Y5, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X5
+	VPACKUSDW    X5, X4, X5
+	VMOVDQU      X5, 112(R12)
+	CMPQ         R9, $0x00000120
+	JBE          stateVKbf16AVX2_dead_41
+	VMOVUPS      768(R11), Y4
+	VMOVAPS      Y4, Y4
+	VPSRLD       $0x10, Y4, Y5
+	VCMPPS       $0x03, Y4, Y4, Y7
+	VPAND        one_i<>+0(SB), Y5, Y6
+	VPADDD       round<>+0(SB), Y4, Y4
+	VPADDD       Y6, Y4, Y4
+	VPSRLD       $0x10, Y4, Y4
+	VPOR         quiet<>+0(SB), Y5, Y5
+	VPBLENDVB    Y7, Y5, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X5
+	VPACKUSDW    X5, X4, X5
+	VMOVDQU      X5, 128(R12)
+	CMPQ         R9, $0x00000140
+	JBE          stateVKbf16AVX2_dead_41
+	VMOVUPS      800(R11), Y4
+	VMOVAPS      Y4, Y4
+	VPSRLD       $0x10, Y4, Y5
+	VCMPPS       $0x03, Y4, Y4, Y7
+	VPAND        one_i<>+0(SB), Y5, Y6
+	VPADDD       round<>+0(SB), Y4, Y4
+	VPADDD       Y6, Y4, Y4
+	VPSRLD       $0x10, Y4, Y4
+	VPOR         quiet<>+0(SB), Y5, Y5
+	VPBLENDVB    Y7, Y5, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X5
+	VPACKUSDW    X5, X4, X5
+	VMOVDQU      X5, 144(R12)
+	CMPQ         R9, $0x00000160
+	JBE          stateVKbf16AVX2_dead_41
+	VMOVUPS      832(R11), Y4
+	VMOVAPS      Y4, Y4
+	VPSRLD       $0x10, Y4, Y5
+	VCMPPS       $0x03, Y4, Y4, Y7
+	VPAND        one_i<>+0(SB), Y5, Y6
+	VPADDD       round<>+0(SB), Y4, Y4
+	VPADDD       Y6, Y4, Y4
+	VPSRLD       $0x10, Y4, Y4
+	VPOR         quiet<>+0(SB), Y5, Y5
+	VPBLENDVB    Y7, Y5, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X5
+	VPACKUSDW    X5, X4, X5
+	VMOVDQU      X5, 160(R12)
+	CMPQ         R9, $0x00000180
+	JBE          stateVKbf16AVX2_dead_41
+	VMOVUPS      864(R11), Y4
+	VMOVAPS      Y4, Y4
+	VPSRLD       $0x10, Y4, Y5
+	VCMPPS       $0x03, Y4, Y4, Y7
+	VPAND        one_i<>+0(SB), Y5, Y6
+	VPADDD       round<>+0(SB), Y4, Y4
+	VPADDD       Y6, Y4, Y4
+	VPSRLD       $0x10, Y4, Y4
+	VPOR         quiet<>+0(SB), Y5, Y5
+	VPBLENDVB    Y7, Y5, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X5
+	VPACKUSDW    X5, X4, X5
+	VMOVDQU      X5, 176(R12)
+	CMPQ         R9, $0x000001a0
+	JBE          stateVKbf16AVX2_dead_41
+	VMOVUPS      896(R11), Y4
+	VMOVAPS      Y4, Y4
+	VPSRLD       $0x10, Y4, Y5
+	VCMPPS       $0x03, Y4, Y4, Y7
+	VPAND        one_i<>+0(SB), Y5, Y6
+	VPADDD       round<>+0(SB), Y4, Y4
+	VPADDD       Y6, Y4, Y4
+	VPSRLD       $0x10, Y4, Y4
+	VPOR         quiet<>+0(SB), Y5, Y5
+	VPBLENDVB    Y7, Y5, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X5
+	VPACKUSDW    X5, X4, X5
+	VMOVDQU      X5, 192(R12)
+	CMPQ         R9, $0x000001c0
+	JBE          stateVKbf16AVX2_dead_41
+	VMOVUPS      928(R11), Y4
+	VMOVAPS      Y4, Y4
+	VPSRLD       $0x10, Y4, Y5
+	VCMPPS       $0x03, Y4, Y4, Y7
+	VPAND        one_i<>+0(SB), Y5, Y6
+	VPADDD       round<>+0(SB), Y4, Y4
+	VPADDD       Y6, Y4, Y4
+	VPSRLD       $0x10, Y4, Y4
+	VPOR         quiet<>+0(SB), Y5, Y5
+	VPBLENDVB    Y7, Y5, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X5
+	VPACKUSDW    X5, X4, X5
+	VMOVDQU      X5, 208(R12)
+	CMPQ         R9, $0x000001e0
+	JBE          stateVKbf16AVX2_dead_41
+	VMOVUPS      960(R11), Y4
+	VMOVAPS      Y4, Y4
+	VPSRLD       $0x10, Y4, Y5
+	VCMPPS       $0x03, Y4, Y4, Y7
+	VPAND        one_i<>+0(SB), Y5, Y6
+	VPADDD       round<>+0(SB), Y4, Y4
+	VPADDD       Y6, Y4, Y4
+	VPSRLD       $0x10, Y4, Y4
+	VPOR         quiet<>+0(SB), Y5, Y5
+	VPBLENDVB    Y7, Y5, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X5
+	VPACKUSDW    X5, X4, X5
+	VMOVDQU      X5, 224(R12)
 
 stateVKbf16AVX2_dead_41:
 stateVKbf16AVX2_bfdone_2:
@@ -41224,30 +38483,86 @@ stateVKbf16AVX2_nostore_2:
 	VMOVUPS     608(R11), Y12
 	VFMADD231PS 96(AX), Y12, Y10
 	VFMADD231PS 96(CX), Y12, Y11
-	CMPQ        R9, $0x000000a0
-	JBE         stateVKbf16AVX2_dead_42
 	VMOVUPS     128(R11), Y12
 	VFMADD231PS 128(AX), Y12, Y4
 	VFMADD231PS 128(CX), Y12, Y5
 	VMOVUPS     640(R11), Y12
 	VFMADD231PS 128(AX), Y12, Y8
 	VFMADD231PS 128(CX), Y12, Y9
-	CMPQ        R9, $0x000000c0
-	JBE         stateVKbf16AVX2_dead_42
 	VMOVUPS     160(R11), Y12
 	VFMADD231PS 160(AX), Y12, Y6
 	VFMADD231PS 160(CX), Y12, Y7
 	VMOVUPS     672(R11), Y12
 	VFMADD231PS 160(AX), Y12, Y10
 	VFMADD231PS 160(CX), Y12, Y11
-	CMPQ        R9, $0x000000e0
-	JBE         stateVKbf16AVX2_dead_42
 	VMOVUPS     192(R11), Y12
 	VFMADD231PS 192(AX), Y12, Y4
 	VFMADD231PS 192(CX), Y12, Y5
 	VMOVUPS     704(R11), Y12
 	VFMADD231PS 192(AX), Y12, Y8
 	VFMADD231PS 192(CX), Y12, Y9
+	VMOVUPS     224(R11), Y12
+	VFMADD231PS 224(AX), Y12, Y6
+	VFMADD231PS 224(CX), Y12, Y7
+	VMOVUPS     736(R11), Y12
+	VFMADD231PS 224(AX), Y12, Y10
+	VFMADD231PS 224(CX), Y12, Y11
+	CMPQ        R9, $0x00000120
+	JBE         stateVKbf16AVX2_dead_42
+	VMOVUPS     256(R11), Y12
+	VFMADD231PS 256(AX), Y12, Y4
+	VFMADD231PS 256(CX), Y12, Y5
+	VMOVUPS     768(R11), Y12
+	VFMADD231PS 256(AX), Y12, Y8
+	VFMADD231PS 256(CX), Y12, Y9
+	CMPQ        R9, $0x00000140
+	JBE         stateVKbf16AVX2_dead_42
+	VMOVUPS     288(R11), Y12
+	VFMADD231PS 288(AX), Y12, Y6
+	VFMADD231PS 288(CX), Y12, Y7
+	VMOVUPS     800(R11), Y12
+	VFMADD231PS 288(AX), Y12, Y10
+	VFMADD231PS 288(CX), Y12, Y11
+	CMPQ        R9, $0x00000160
+	JBE         stateVKbf16AVX2_dead_42
+	VMOVUPS     320(R11), Y12
+	VFMADD231PS 320(AX), Y12, Y4
+	VFMADD231PS 320(CX), Y12, Y5
+	VMOVUPS     832(R11), Y12
+	VFMADD231PS 320(AX), Y12, Y8
+	VFMADD231PS 320(CX), Y12, Y9
+	CMPQ        R9, $0x00000180
+	JBE         stateVKbf16AVX2_dead_42
+	VMOVUPS     352(R11), Y12
+	VFMADD231PS 352(AX), Y12, Y6
+	VFMADD231PS 352(CX), Y12, Y7
+	VMOVUPS     864(R11), Y12
+	VFMADD231PS 352(AX), Y12, Y10
+	VFMADD231PS 352(CX), Y12, Y11
+	CMPQ        R9, $0x000001a0
+	JBE         stateVKbf16AVX2_dead_42
+	VMOVUPS     384(R11), Y12
+	VFMADD231PS 384(AX), Y12, Y4
+	VFMADD231PS 384(CX), Y12, Y5
+	VMOVUPS     896(R11), Y12
+	VFMADD231PS 384(AX), Y12, Y8
+	VFMADD231PS 384(CX), Y12, Y9
+	CMPQ        R9, $0x000001c0
+	JBE         stateVKbf16AVX2_dead_42
+	VMOVUPS     416(R11), Y12
+	VFMADD231PS 416(AX), Y12, Y6
+	VFMADD231PS 416(CX), Y12, Y7
+	VMOVUPS     928(R11), Y12
+	VFMADD231PS 416(AX), Y12, Y10
+	VFMADD231PS 416(CX), Y12, Y11
+	CMPQ        R9, $0x000001e0
+	JBE         stateVKbf16AVX2_dead_42
+	VMOVUPS     448(R11), Y12
+	VFMADD231PS 448(AX), Y12, Y4
+	VFMADD231PS 448(CX), Y12, Y5
+	VMOVUPS     960(R11), Y12
+	VFMADD231PS 448(AX), Y12, Y8
+	VFMADD231PS 448(CX), Y12, Y9
 
 stateVKbf16AVX2_dead_42:
 	VFMADD231PS -32(AX)(R9*1), Y1, Y6
@@ -41272,18 +38587,42 @@ stateVKbf16AVX2_tokensdone_2:
 	VMOVUPS Y0, 64(AX)
 	VMOVUPS 96(R11), Y0
 	VMOVUPS Y0, 96(AX)
-	CMPQ    R9, $0x000000a0
-	JBE     stateVKbf16AVX2_dead_43
 	VMOVUPS 128(R11), Y0
 	VMOVUPS Y0, 128(AX)
-	CMPQ    R9, $0x000000c0
-	JBE     stateVKbf16AVX2_dead_43
 	VMOVUPS 160(R11), Y0
 	VMOVUPS Y0, 160(AX)
-	CMPQ    R9, $0x000000e0
-	JBE     stateVKbf16AVX2_dead_43
 	VMOVUPS 192(R11), Y0
 	VMOVUPS Y0, 192(AX)
+	VMOVUPS 224(R11), Y0
+	VMOVUPS Y0, 224(AX)
+	CMPQ    R9, $0x00000120
+	JBE     stateVKbf16AVX2_dead_43
+	VMOVUPS 256(R11), Y0
+	VMOVUPS Y0, 256(AX)
+	CMPQ    R9, $0x00000140
+	JBE     stateVKbf16AVX2_dead_43
+	VMOVUPS 288(R11), Y0
+	VMOVUPS Y0, 288(AX)
+	CMPQ    R9, $0x00000160
+	JBE     stateVKbf16AVX2_dead_43
+	VMOVUPS 320(R11), Y0
+	VMOVUPS Y0, 320(AX)
+	CMPQ    R9, $0x00000180
+	JBE     stateVKbf16AVX2_dead_43
+	VMOVUPS 352(R11), Y0
+	VMOVUPS Y0, 352(AX)
+	CMPQ    R9, $0x000001a0
+	JBE     stateVKbf16AVX2_dead_43
+	VMOVUPS 384(R11), Y0
+	VMOVUPS Y0, 384(AX)
+	CMPQ    R9, $0x000001c0
+	JBE     stateVKbf16AVX2_dead_43
+	VMOVUPS 416(R11), Y0
+	VMOVUPS Y0, 416(AX)
+	CMPQ    R9, $0x000001e0
+	JBE     stateVKbf16AVX2_dead_43
+	VMOVUPS 448(R11), Y0
+	VMOVUPS Y0, 448(AX)
 
 stateVKbf16AVX2_dead_43:
 	ADDQ    R9, AX
@@ -41295,18 +38634,42 @@ stateVKbf16AVX2_dead_43:
 	VMOVUPS Y0, 64(AX)
 	VMOVUPS 608(R11), Y0
 	VMOVUPS Y0, 96(AX)
-	CMPQ    R9, $0x000000a0
-	JBE     stateVKbf16AVX2_dead_44
 	VMOVUPS 640(R11), Y0
 	VMOVUPS Y0, 128(AX)
-	CMPQ    R9, $0x000000c0
-	JBE     stateVKbf16AVX2_dead_44
 	VMOVUPS 672(R11), Y0
 	VMOVUPS Y0, 160(AX)
-	CMPQ    R9, $0x000000e0
-	JBE     stateVKbf16AVX2_dead_44
 	VMOVUPS 704(R11), Y0
 	VMOVUPS Y0, 192(AX)
+	VMOVUPS 736(R11), Y0
+	VMOVUPS Y0, 224(AX)
+	CMPQ    R9, $0x00000120
+	JBE     stateVKbf16AVX2_dead_44
+	VMOVUPS 768(R11), Y0
+	VMOVUPS Y0, 256(AX)
+	CMPQ    R9, $0x00000140
+	JBE     stateVKbf16AVX2_dead_44
+	VMOVUPS 800(R11), Y0
+	VMOVUPS Y0, 288(AX)
+	CMPQ    R9, $0x00000160
+	JBE     stateVKbf16AVX2_dead_44
+	VMOVUPS 832(R11), Y0
+	VMOVUPS Y0, 320(AX)
+	CMPQ    R9, $0x00000180
+	JBE     stateVKbf16AVX2_dead_44
+	VMOVUPS 864(R11), Y0
+	VMOVUPS Y0, 352(AX)
+	CMPQ    R9, $0x000001a0
+	JBE     stateVKbf16AVX2_dead_44
+	VMOVUPS 896(R11), Y0
+	VMOVUPS Y0, 384(AX)
+	CMPQ    R9, $0x000001c0
+	JBE     stateVKbf16AVX2_dead_44
+	VMOVUPS 928(R11), Y0
+	VMOVUPS Y0, 416(AX)
+	CMPQ    R9, $0x000001e0
+	JBE     stateVKbf16AVX2_dead_44
+	VMOVUPS 960(R11), Y0
+	VMOVUPS Y0, 448(AX)
 
 stateVKbf16AVX2_dead_44:
 stateVKbf16AVX2_nocarry_2:
@@ -41316,5630 +38679,6 @@ stateVKbf16AVX2_nocarry_2:
 
 stateVKbf16AVX2_groupsdone_2:
 stateVKbf16AVX2_pairtail_2:
-	JMP stateVKbf16AVX2_done_1
-
-stateVKbf16AVX2_n12_1:
-	// Rows of 9…12 vectors.
-	CMPQ  16(SP), $0x01
-	JNE   stateVKbf16AVX2_pairs_3
-	MOVQ  stores_base+64(FP), AX
-	CMPQ  (AX), $0x00
-	JE    stateVKbf16AVX2_pairs_3
-	MOVQ  src32_base+40(FP), AX
-	TESTQ AX, AX
-	JNZ   stateVKbf16AVX2_pairs_3
-	MOVQ  carry_base+88(FP), AX
-	TESTQ AX, AX
-	JNZ   stateVKbf16AVX2_pairs_3
-
-stateVKbf16AVX2_once_3:
-	CMPQ 8(SP), $0x02
-	JB   stateVKbf16AVX2_oncedone_3
-
-	// A pair of rows of 9…12 vectors, one token.
-	MOVQ       src_base+16(FP), R11
-	MOVQ       (SP), AX
-	IMULQ      R10, AX
-	ADDQ       AX, R11
-	MOVQ       kh_base+112(FP), AX
-	MOVQ       qh_base+136(FP), CX
-	MOVQ       tok_base+216(FP), DX
-	MOVQ       stores_base+64(FP), BX
-	MOVQ       v_base+160(FP), SI
-	MOVQ       o_base+192(FP), DI
-	MOVQ       (SP), R8
-	SHLQ       $0x02, R8
-	ADDQ       R8, SI
-	ADDQ       R8, DI
-	MOVQ       16(SP), R8
-	PREFETCHT1 8192(R11)
-	PREFETCHT1 8256(R11)
-	PREFETCHT1 8320(R11)
-	PREFETCHT1 8384(R11)
-	PREFETCHT1 8448(R11)
-	CMPQ       R9, $0x00000140
-	JBE        stateVKbf16AVX2_dead_45
-	PREFETCHT1 8512(R11)
-
-stateVKbf16AVX2_dead_45:
-	VMOVUPS     (AX), Y5
-	VMOVUPS     (CX), Y3
-	VPMOVZXWD   (R11), Y2
-	VPSLLD      $0x10, Y2, Y2
-	VMULPS      Y5, Y2, Y0
-	VMULPS      Y3, Y2, Y2
-	VPMOVZXWD   (R11)(R10*1), Y4
-	VPSLLD      $0x10, Y4, Y4
-	VMULPS      Y5, Y4, Y5
-	VMULPS      Y3, Y4, Y6
-	VMOVUPS     32(AX), Y7
-	VMOVUPS     32(CX), Y8
-	VPMOVZXWD   16(R11), Y4
-	VPSLLD      $0x10, Y4, Y4
-	VMULPS      Y7, Y4, Y3
-	VMULPS      Y8, Y4, Y4
-	VPMOVZXWD   16(R11)(R10*1), Y9
-	VPSLLD      $0x10, Y9, Y9
-	VMULPS      Y7, Y9, Y7
-	VMULPS      Y8, Y9, Y8
-	VMOVUPS     64(AX), Y9
-	VMOVUPS     64(CX), Y10
-	VPMOVZXWD   32(R11), Y11
-	VPSLLD      $0x10, Y11, Y11
-	VFMADD231PS Y9, Y11, Y0
-	VFMADD231PS Y10, Y11, Y2
-	VPMOVZXWD   32(R11)(R10*1), Y11
-	VPSLLD      $0x10, Y11, Y11
-	VFMADD231PS Y9, Y11, Y5
-	VFMADD231PS Y10, Y11, Y6
-	VMOVUPS     96(AX), Y9
-	VMOVUPS     96(CX), Y10
-	VPMOVZXWD   48(R11), Y11
-	VPSLLD      $0x10, Y11, Y11
-	VFMADD231PS Y9, Y11, Y3
-	VFMADD231PS Y10, Y11, Y4
-	VPMOVZXWD   48(R11)(R10*1), Y11
-	VPSLLD      $0x10, Y11, Y11
-	VFMADD231PS Y9, Y11, Y7
-	VFMADD231PS Y10, Y11, Y8
-	VMOVUPS     128(AX), Y9
-	VMOVUPS     128(CX), Y10
-	VPMOVZXWD   64(R11), Y11
-	VPSLLD      $0x10, Y11, Y11
-	VFMADD231PS Y9, Y11, Y0
-	VFMADD231PS Y10, Y11, Y2
-	VPMOVZXWD   64(R11)(R10*1), Y11
-	VPSLLD      $0x10, Y11, Y11
-	VFMADD231PS Y9, Y11, Y5
-	VFMADD231PS Y10, Y11, Y6
-	VMOVUPS     160(AX), Y9
-	VMOVUPS     160(CX), Y10
-	VPMOVZXWD   80(R11), Y11
-	VPSLLD      $0x10, Y11, Y11
-	VFMADD231PS Y9, Y11, Y3
-	VFMADD231PS Y10, Y11, Y4
-	VPMOVZXWD   80(R11)(R10*1), Y11
-	VPSLLD      $0x10, Y11, Y11
-	VFMADD231PS Y9, Y11, Y7
-	VFMADD231PS Y10, Y11, Y8
-	VMOVUPS     192(AX), Y9
-	VMOVUPS     192(CX), Y10
-	VPMOVZXWD   96(R11), Y11
-	VPSLLD      $0x10, Y11, Y11
-	VFMADD231PS Y9, Y11, Y0
-	VFMADD231PS Y10, Y11, Y2
-	VPMOVZXWD   96(R11)(R10*1), Y11
-	VPSLLD      $0x10, Y11, Y11
-	VFMADD231PS Y9, Y11, Y5
-	VFMADD231PS Y10, Y11, Y6
-	VMOVUPS     224(AX), Y9
-	VMOVUPS     224(CX), Y10
-	VPMOVZXWD   112(R11), Y11
-	VPSLLD      $0x10, Y11, Y11
-	VFMADD231PS Y9, Y11, Y3
-	VFMADD231PS Y10, Y11, Y4
-	VPMOVZXWD   112(R11)(R10*1), Y11
-	VPSLLD      $0x10, Y11, Y11
-	VFMADD231PS Y9, Y11, Y7
-	VFMADD231PS Y10, Y11, Y8
-	CMPQ        R9, $0x00000120
-	JBE         stateVKbf16AVX2_dead_46
-	VMOVUPS     256(AX), Y9
-	VMOVUPS     256(CX), Y10
-	VPMOVZXWD   128(R11), Y11
-	VPSLLD      $0x10, Y11, Y11
-	VFMADD231PS Y9, Y11, Y0
-	VFMADD231PS Y10, Y11, Y2
-	VPMOVZXWD   128(R11)(R10*1), Y11
-	VPSLLD      $0x10, Y11, Y11
-	VFMADD231PS Y9, Y11, Y5
-	VFMADD231PS Y10, Y11, Y6
-	CMPQ        R9, $0x00000140
-	JBE         stateVKbf16AVX2_dead_46
-	VMOVUPS     288(AX), Y9
-	VMOVUPS     288(CX), Y10
-	VPMOVZXWD   144(R11), Y11
-	VPSLLD      $0x10, Y11, Y11
-	VFMADD231PS Y9, Y11, Y3
-	VFMADD231PS Y10, Y11, Y4
-	VPMOVZXWD   144(R11)(R10*1), Y11
-	VPSLLD      $0x10, Y11, Y11
-	VFMADD231PS Y9, Y11, Y7
-	VFMADD231PS Y10, Y11, Y8
-	CMPQ        R9, $0x00000160
-	JBE         stateVKbf16AVX2_dead_46
-	VMOVUPS     320(AX), Y9
-	VMOVUPS     320(CX), Y10
-	VPMOVZXWD   160(R11), Y11
-	VPSLLD      $0x10, Y11, Y11
-	VFMADD231PS Y9, Y11, Y0
-	VFMADD231PS Y10, Y11, Y2
-	VPMOVZXWD   160(R11)(R10*1), Y11
-	VPSLLD      $0x10, Y11, Y11
-	VFMADD231PS Y9, Y11, Y5
-	VFMADD231PS Y10, Y11, Y6
-
-stateVKbf16AVX2_dead_46:
-	VMOVUPS      -32(AX)(R9*1), Y9
-	VMOVUPS      -32(CX)(R9*1), Y10
-	VPMOVZXWD    -16(R11)(R10*1), Y11
-	VPSLLD       $0x10, Y11, Y11
-	VANDPS       48(SP), Y11, Y11
-	VFMADD231PS  Y9, Y11, Y3
-	VFMADD231PS  Y10, Y11, Y4
-	VPMOVZXWD    -16(R11)(R10*2), Y11
-	VPSLLD       $0x10, Y11, Y11
-	VANDPS       48(SP), Y11, Y11
-	VFMADD231PS  Y9, Y11, Y7
-	VFMADD231PS  Y10, Y11, Y8
-	VADDPS       Y3, Y0, Y0
-	VADDPS       Y7, Y5, Y5
-	VADDPS       Y4, Y2, Y2
-	VADDPS       Y8, Y6, Y6
-	VPERM2F128   $0x20, Y5, Y0, Y3
-	VPERM2F128   $0x31, Y5, Y0, Y0
-	VADDPS       Y0, Y3, Y3
-	VPERM2F128   $0x20, Y6, Y2, Y0
-	VPERM2F128   $0x31, Y6, Y2, Y2
-	VADDPS       Y2, Y0, Y0
-	VSHUFPS      $0x44, Y0, Y3, Y2
-	VSHUFPS      $0xee, Y0, Y3, Y0
-	VADDPS       Y0, Y2, Y2
-	VSHUFPS      $0x88, Y2, Y2, Y0
-	VSHUFPS      $0xdd, Y2, Y2, Y2
-	VADDPS       Y2, Y0, Y0
-	VMOVUPS      vkpermAVX2_2<>+0(SB), Y2
-	VPERMPS      Y0, Y2, Y0
-	VMOVSS       (DX), X1
-	VUCOMISS     nearone<>+0(SB), X1
-	JCS          stateVKbf16AVX2_far_11
-	VBROADCASTSS (DX), Y2
-	VFMADD213PS  Y0, Y2, Y0
-	JMP          stateVKbf16AVX2_decayed_11
-
-stateVKbf16AVX2_far_11:
-	VBROADCASTSS 4(DX), Y2
-	VMULPS       Y0, Y2, Y0
-
-stateVKbf16AVX2_decayed_11:
-	VEXTRACTF128 $0x01, Y0, X2
-	VMOVSD       (SI), X1
-	VSUBPS       X0, X1, X1
-	VBROADCASTSS 8(DX), Y0
-	VMULPS       X0, X1, X1
-	VBROADCASTSS 12(DX), Y0
-	VFMADD231PS  X0, X1, X2
-	VMOVSD       X2, (DI)
-	MOVQ         (BX), CX
-	TESTQ        CX, CX
-	JZ           stateVKbf16AVX2_nofin_5
-	VSUBPS       X1, X1, X0
-	VCMPPS       $0x03, X0, X0, X0
-	VMOVMSKPS    X0, CX
-	ANDL         $0x00000003, CX
-	MOVL         CX, 80(SP)
-
-stateVKbf16AVX2_nofin_5:
-	MOVQ         (BX), CX
-	MOVQ         (SP), BX
-	IMULQ        R10, BX
-	ADDQ         BX, CX
-	VPMOVZXWD    -16(R11)(R10*1), Y0
-	VPSLLD       $0x10, Y0, Y0
-	VPMOVZXWD    -16(R11)(R10*2), Y2
-	VPSLLD       $0x10, Y2, Y2
-	CMPL         80(SP), $0x00
-	JNE          stateVKbf16AVX2_pairs_3
-	VMOVSS       (DX), X3
-	VUCOMISS     nearone<>+0(SB), X3
-	JCS          stateVKbf16AVX2_far_12
-	VBROADCASTSS (DX), Y3
-	VBROADCASTSS X1, Y4
-	VMOVUPS      vklane1<>+0(SB), Y5
-	VPERMPS      Y1, Y5, Y5
-	VMOVUPS      (AX), Y6
-	VMOVUPS      32(AX), Y7
-	VPMOVZXWD    (R11), Y8
-	VPSLLD       $0x10, Y8, Y8
-	VFMADD213PS  Y8, Y3, Y8
-	VFMADD231PS  Y6, Y4, Y8
-	VPMOVZXWD    16(R11), Y9
-	VPSLLD       $0x10, Y9, Y9
-	VFMADD213PS  Y9, Y3, Y9
-	VFMADD231PS  Y7, Y4, Y9
-	VPSRLD       $0x10, Y8, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y8, Y8
-	VPADDD       Y10, Y8, Y8
-	VPSRLD       $0x10, Y8, Y8
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y10, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPACKUSDW    Y9, Y8, Y8
-	VPERMQ       $0xd8, Y8, Y8
-	VMOVDQU      Y8, (CX)
-	VPMOVZXWD    (R11)(R10*1), Y8
-	VPSLLD       $0x10, Y8, Y8
-	VFMADD213PS  Y8, Y3, Y8
-	VFMADD231PS  Y6, Y5, Y8
-	VPMOVZXWD    16(R11)(R10*1), Y6
-	VPSLLD       $0x10, Y6, Y6
-	VFMADD213PS  Y6, Y3, Y6
-	VFMADD231PS  Y7, Y5, Y6
-	VPSRLD       $0x10, Y8, Y7
-	VPAND        one_i<>+0(SB), Y7, Y7
-	VPADDD       round<>+0(SB), Y8, Y8
-	VPADDD       Y7, Y8, Y8
-	VPSRLD       $0x10, Y8, Y8
-	VPSRLD       $0x10, Y6, Y7
-	VPAND        one_i<>+0(SB), Y7, Y7
-	VPADDD       round<>+0(SB), Y6, Y6
-	VPADDD       Y7, Y6, Y6
-	VPSRLD       $0x10, Y6, Y6
-	VPACKUSDW    Y6, Y8, Y8
-	VPERMQ       $0xd8, Y8, Y8
-	VMOVDQU      Y8, (CX)(R10*1)
-	VMOVUPS      64(AX), Y6
-	VMOVUPS      96(AX), Y7
-	VPMOVZXWD    32(R11), Y8
-	VPSLLD       $0x10, Y8, Y8
-	VFMADD213PS  Y8, Y3, Y8
-	VFMADD231PS  Y6, Y4, Y8
-	VPMOVZXWD    48(R11), Y9
-	VPSLLD       $0x10, Y9, Y9
-	VFMADD213PS  Y9, Y3, Y9
-	VFMADD231PS  Y7, Y4, Y9
-	VPSRLD       $0x10, Y8, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y8, Y8
-	VPADDD       Y10, Y8, Y8
-	VPSRLD       $0x10, Y8, Y8
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y10, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPACKUSDW    Y9, Y8, Y8
-	VPERMQ       $0xd8, Y8, Y8
-	VMOVDQU      Y8, 32(CX)
-	VPMOVZXWD    32(R11)(R10*1), Y8
-	VPSLLD       $0x10, Y8, Y8
-	VFMADD213PS  Y8, Y3, Y8
-	VFMADD231PS  Y6, Y5, Y8
-	VPMOVZXWD    48(R11)(R10*1), Y6
-	VPSLLD       $0x10, Y6, Y6
-	VFMADD213PS  Y6, Y3, Y6
-	VFMADD231PS  Y7, Y5, Y6
-	VPSRLD       $0x10, Y8, Y7
-	VPAND        one_i<>+0(SB), Y7, Y7
-	VPADDD       round<>+0(SB), Y8, Y8
-	VPADDD       Y7, Y8, Y8
-	VPSRLD       $0x10, Y8, Y8
-	VPSRLD       $0x10, Y6, Y7
-	VPAND        one_i<>+0(SB), Y7, Y7
-	VPADDD       round<>+0(SB), Y6, Y6
-	VPADDD       Y7, Y6, Y6
-	VPSRLD       $0x10, Y6, Y6
-	VPACKUSDW    Y6, Y8, Y8
-	VPERMQ       $0xd8, Y8, Y8
-	VMOVDQU      Y8, 32(CX)(R10*1)
-	VMOVUPS      128(AX), Y6
-	VMOVUPS      160(AX), Y7
-	VPMOVZXWD    64(R11), Y8
-	VPSLLD       $0x10, Y8, Y8
-	VFMADD213PS  Y8, Y3, Y8
-	VFMADD231PS  Y6, Y4, Y8
-	VPMOVZXWD    80(R11), Y9
-	VPSLLD       $0x10, Y9, Y9
-	VFMADD213PS  Y9, Y3, Y9
-	VFMADD231PS  Y7, Y4, Y9
-	VPSRLD       $0x10, Y8, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y8, Y8
-	VPADDD       Y10, Y8, Y8
-	VPSRLD       $0x10, Y8, Y8
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y10, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPACKUSDW    Y9, Y8, Y8
-	VPERMQ       $0xd8, Y8, Y8
-	VMOVDQU      Y8, 64(CX)
-	VPMOVZXWD    64(R11)(R10*1), Y8
-	VPSLLD       $0x10, Y8, Y8
-	VFMADD213PS  Y8, Y3, Y8
-	VFMADD231PS  Y6, Y5, Y8
-	VPMOVZXWD    80(R11)(R10*1), Y6
-	VPSLLD       $0x10, Y6, Y6
-	VFMADD213PS  Y6, Y3, Y6
-	VFMADD231PS  Y7, Y5, Y6
-	VPSRLD       $0x10, Y8, Y7
-	VPAND        one_i<>+0(SB), Y7, Y7
-	VPADDD       round<>+0(SB), Y8, Y8
-	VPADDD       Y7, Y8, Y8
-	VPSRLD       $0x10, Y8, Y8
-	VPSRLD       $0x10, Y6, Y7
-	VPAND        one_i<>+0(SB), Y7, Y7
-	VPADDD       round<>+0(SB), Y6, Y6
-	VPADDD       Y7, Y6, Y6
-	VPSRLD       $0x10, Y6, Y6
-	VPACKUSDW    Y6, Y8, Y8
-	VPERMQ       $0xd8, Y8, Y8
-	VMOVDQU      Y8, 64(CX)(R10*1)
-	VMOVUPS      192(AX), Y6
-	VMOVUPS      224(AX), Y7
-	VPMOVZXWD    96(R11), Y8
-	VPSLLD       $0x10, Y8, Y8
-	VFMADD213PS  Y8, Y3, Y8
-	VFMADD231PS  Y6, Y4, Y8
-	VPMOVZXWD    112(R11), Y9
-	VPSLLD       $0x10, Y9, Y9
-	VFMADD213PS  Y9, Y3, Y9
-	VFMADD231PS  Y7, Y4, Y9
-	VPSRLD       $0x10, Y8, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y8, Y8
-	VPADDD       Y10, Y8, Y8
-	VPSRLD       $0x10, Y8, Y8
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y10, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPACKUSDW    Y9, Y8, Y8
-	VPERMQ       $0xd8, Y8, Y8
-	VMOVDQU      Y8, 96(CX)
-	VPMOVZXWD    96(R11)(R10*1), Y8
-	VPSLLD       $0x10, Y8, Y8
-	VFMADD213PS  Y8, Y3, Y8
-	VFMADD231PS  Y6, Y5, Y8
-	VPMOVZXWD    112(R11)(R10*1), Y6
-	VPSLLD       $0x10, Y6, Y6
-	VFMADD213PS  Y6, Y3, Y6
-	VFMADD231PS  Y7, Y5, Y6
-	VPSRLD       $0x10, Y8, Y7
-	VPAND        one_i<>+0(SB), Y7, Y7
-	VPADDD       round<>+0(SB), Y8, Y8
-	VPADDD       Y7, Y8, Y8
-	VPSRLD       $0x10, Y8, Y8
-	VPSRLD       $0x10, Y6, Y7
-	VPAND        one_i<>+0(SB), Y7, Y7
-	VPADDD       round<>+0(SB), Y6, Y6
-	VPADDD       Y7, Y6, Y6
-	VPSRLD       $0x10, Y6, Y6
-	VPACKUSDW    Y6, Y8, Y8
-	VPERMQ       $0xd8, Y8, Y8
-	VMOVDQU      Y8, 96(CX)(R10*1)
-	CMPQ         R9, $0x00000120
-	JBE          stateVKbf16AVX2_dead_47
-	VMOVUPS      256(AX), Y6
-	VPMOVZXWD    128(R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 128(CX)
-	VPMOVZXWD    128(R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 128(CX)(R10*1)
-	CMPQ         R9, $0x00000140
-	JBE          stateVKbf16AVX2_dead_47
-	VMOVUPS      288(AX), Y6
-	VPMOVZXWD    144(R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 144(CX)
-	VPMOVZXWD    144(R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 144(CX)(R10*1)
-	CMPQ         R9, $0x00000160
-	JBE          stateVKbf16AVX2_dead_47
-	VMOVUPS      320(AX), Y6
-	VPMOVZXWD    160(R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 160(CX)
-	VPMOVZXWD    160(R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 160(CX)(R10*1)
-
-stateVKbf16AVX2_dead_47:
-	VFMADD213PS  Y0, Y3, Y0
-	VFMADD231PS  -32(AX)(R9*1), Y4, Y0
-	VPSRLD       $0x10, Y0, Y4
-	VPAND        one_i<>+0(SB), Y4, Y4
-	VPADDD       round<>+0(SB), Y0, Y0
-	VPADDD       Y4, Y0, Y0
-	VPSRLD       $0x10, Y0, Y0
-	VEXTRACTI128 $0x01, Y0, X1
-	VPACKUSDW    X1, X0, X1
-	VMOVDQU      X1, -16(CX)(R10*1)
-	VFMADD213PS  Y2, Y3, Y2
-	VFMADD231PS  -32(AX)(R9*1), Y5, Y2
-	VPSRLD       $0x10, Y2, Y0
-	VPAND        one_i<>+0(SB), Y0, Y0
-	VPADDD       round<>+0(SB), Y2, Y2
-	VPADDD       Y0, Y2, Y2
-	VPSRLD       $0x10, Y2, Y2
-	VEXTRACTI128 $0x01, Y2, X0
-	VPACKUSDW    X0, X2, X0
-	VMOVDQU      X0, -16(CX)(R10*2)
-	JMP          stateVKbf16AVX2_decayed_12
-
-stateVKbf16AVX2_far_12:
-	VBROADCASTSS 4(DX), Y3
-	VBROADCASTSS X1, Y4
-	VMOVUPS      vklane1<>+0(SB), Y5
-	VPERMPS      Y1, Y5, Y5
-	VMOVUPS      (AX), Y6
-	VMOVUPS      32(AX), Y7
-	VPMOVZXWD    (R11), Y8
-	VPSLLD       $0x10, Y8, Y8
-	VMULPS       Y8, Y3, Y8
-	VFMADD231PS  Y6, Y4, Y8
-	VPMOVZXWD    16(R11), Y9
-	VPSLLD       $0x10, Y9, Y9
-	VMULPS       Y9, Y3, Y9
-	VFMADD231PS  Y7, Y4, Y9
-	VPSRLD       $0x10, Y8, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y8, Y8
-	VPADDD       Y10, Y8, Y8
-	VPSRLD       $0x10, Y8, Y8
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y10, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPACKUSDW    Y9, Y8, Y8
-	VPERMQ       $0xd8, Y8, Y8
-	VMOVDQU      Y8, (CX)
-	VPMOVZXWD    (R11)(R10*1), Y8
-	VPSLLD       $0x10, Y8, Y8
-	VMULPS       Y8, Y3, Y8
-	VFMADD231PS  Y6, Y5, Y8
-	VPMOVZXWD    16(R11)(R10*1), Y6
-	VPSLLD       $0x10, Y6, Y6
-	VMULPS       Y6, Y3, Y6
-	VFMADD231PS  Y7, Y5, Y6
-	VPSRLD       $0x10, Y8, Y7
-	VPAND        one_i<>+0(SB), Y7, Y7
-	VPADDD       round<>+0(SB), Y8, Y8
-	VPADDD       Y7, Y8, Y8
-	VPSRLD       $0x10, Y8, Y8
-	VPSRLD       $0x10, Y6, Y7
-	VPAND        one_i<>+0(SB), Y7, Y7
-	VPADDD       round<>+0(SB), Y6, Y6
-	VPADDD       Y7, Y6, Y6
-	VPSRLD       $0x10, Y6, Y6
-	VPACKUSDW    Y6, Y8, Y8
-	VPERMQ       $0xd8, Y8, Y8
-	VMOVDQU      Y8, (CX)(R10*1)
-	VMOVUPS      64(AX), Y6
-	VMOVUPS      96(AX), Y7
-	VPMOVZXWD    32(R11), Y8
-	VPSLLD       $0x10, Y8, Y8
-	VMULPS       Y8, Y3, Y8
-	VFMADD231PS  Y6, Y4, Y8
-	VPMOVZXWD    48(R11), Y9
-	VPSLLD       $0x10, Y9, Y9
-	VMULPS       Y9, Y3, Y9
-	VFMADD231PS  Y7, Y4, Y9
-	VPSRLD       $0x10, Y8, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y8, Y8
-	VPADDD       Y10, Y8, Y8
-	VPSRLD       $0x10, Y8, Y8
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y10, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPACKUSDW    Y9, Y8, Y8
-	VPERMQ       $0xd8, Y8, Y8
-	VMOVDQU      Y8, 32(CX)
-	VPMOVZXWD    32(R11)(R10*1), Y8
-	VPSLLD       $0x10, Y8, Y8
-	VMULPS       Y8, Y3, Y8
-	VFMADD231PS  Y6, Y5, Y8
-	VPMOVZXWD    48(R11)(R10*1), Y6
-	VPSLLD       $0x10, Y6, Y6
-	VMULPS       Y6, Y3, Y6
-	VFMADD231PS  Y7, Y5, Y6
-	VPSRLD       $0x10, Y8, Y7
-	VPAND        one_i<>+0(SB), Y7, Y7
-	VPADDD       round<>+0(SB), Y8, Y8
-	VPADDD       Y7, Y8, Y8
-	VPSRLD       $0x10, Y8, Y8
-	VPSRLD       $0x10, Y6, Y7
-	VPAND        one_i<>+0(SB), Y7, Y7
-	VPADDD       round<>+0(SB), Y6, Y6
-	VPADDD       Y7, Y6, Y6
-	VPSRLD       $0x10, Y6, Y6
-	VPACKUSDW    Y6, Y8, Y8
-	VPERMQ       $0xd8, Y8, Y8
-	VMOVDQU      Y8, 32(CX)(R10*1)
-	VMOVUPS      128(AX), Y6
-	VMOVUPS      160(AX), Y7
-	VPMOVZXWD    64(R11), Y8
-	VPSLLD       $0x10, Y8, Y8
-	VMULPS       Y8, Y3, Y8
-	VFMADD231PS  Y6, Y4, Y8
-	VPMOVZXWD    80(R11), Y9
-	VPSLLD       $0x10, Y9, Y9
-	VMULPS       Y9, Y3, Y9
-	VFMADD231PS  Y7, Y4, Y9
-	VPSRLD       $0x10, Y8, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y8, Y8
-	VPADDD       Y10, Y8, Y8
-	VPSRLD       $0x10, Y8, Y8
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y10, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPACKUSDW    Y9, Y8, Y8
-	VPERMQ       $0xd8, Y8, Y8
-	VMOVDQU      Y8, 64(CX)
-	VPMOVZXWD    64(R11)(R10*1), Y8
-	VPSLLD       $0x10, Y8, Y8
-	VMULPS       Y8, Y3, Y8
-	VFMADD231PS  Y6, Y5, Y8
-	VPMOVZXWD    80(R11)(R10*1), Y6
-	VPSLLD       $0x10, Y6, Y6
-	VMULPS       Y6, Y3, Y6
-	VFMADD231PS  Y7, Y5, Y6
-	VPSRLD       $0x10, Y8, Y7
-	VPAND        one_i<>+0(SB), Y7, Y7
-	VPADDD       round<>+0(SB), Y8, Y8
-	VPADDD       Y7, Y8, Y8
-	VPSRLD       $0x10, Y8, Y8
-	VPSRLD       $0x10, Y6, Y7
-	VPAND        one_i<>+0(SB), Y7, Y7
-	VPADDD       round<>+0(SB), Y6, Y6
-	VPADDD       Y7, Y6, Y6
-	VPSRLD       $0x10, Y6, Y6
-	VPACKUSDW    Y6, Y8, Y8
-	VPERMQ       $0xd8, Y8, Y8
-	VMOVDQU      Y8, 64(CX)(R10*1)
-	VMOVUPS      192(AX), Y6
-	VMOVUPS      224(AX), Y7
-	VPMOVZXWD    96(R11), Y8
-	VPSLLD       $0x10, Y8, Y8
-	VMULPS       Y8, Y3, Y8
-	VFMADD231PS  Y6, Y4, Y8
-	VPMOVZXWD    112(R11), Y9
-	VPSLLD       $0x10, Y9, Y9
-	VMULPS       Y9, Y3, Y9
-	VFMADD231PS  Y7, Y4, Y9
-	VPSRLD       $0x10, Y8, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y8, Y8
-	VPADDD       Y10, Y8, Y8
-	VPSRLD       $0x10, Y8, Y8
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y10, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPACKUSDW    Y9, Y8, Y8
-	VPERMQ       $0xd8, Y8, Y8
-	VMOVDQU      Y8, 96(CX)
-	VPMOVZXWD    96(R11)(R10*1), Y8
-	VPSLLD       $0x10, Y8, Y8
-	VMULPS       Y8, Y3, Y8
-	VFMADD231PS  Y6, Y5, Y8
-	VPMOVZXWD    112(R11)(R10*1), Y6
-	VPSLLD       $0x10, Y6, Y6
-	VMULPS       Y6, Y3, Y6
-	VFMADD231PS  Y7, Y5, Y6
-	VPSRLD       $0x10, Y8, Y7
-	VPAND        one_i<>+0(SB), Y7, Y7
-	VPADDD       round<>+0(SB), Y8, Y8
-	VPADDD       Y7, Y8, Y8
-	VPSRLD       $0x10, Y8, Y8
-	VPSRLD       $0x10, Y6, Y7
-	VPAND        one_i<>+0(SB), Y7, Y7
-	VPADDD       round<>+0(SB), Y6, Y6
-	VPADDD       Y7, Y6, Y6
-	VPSRLD       $0x10, Y6, Y6
-	VPACKUSDW    Y6, Y8, Y8
-	VPERMQ       $0xd8, Y8, Y8
-	VMOVDQU      Y8, 96(CX)(R10*1)
-	CMPQ         R9, $0x00000120
-	JBE          stateVKbf16AVX2_dead_48
-	VMOVUPS      256(AX), Y6
-	VPMOVZXWD    128(R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 128(CX)
-	VPMOVZXWD    128(R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 128(CX)(R10*1)
-	CMPQ         R9, $0x00000140
-	JBE          stateVKbf16AVX2_dead_48
-	VMOVUPS      288(AX), Y6
-	VPMOVZXWD    144(R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 144(CX)
-	VPMOVZXWD    144(R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 144(CX)(R10*1)
-	CMPQ         R9, $0x00000160
-	JBE          stateVKbf16AVX2_dead_48
-	VMOVUPS      320(AX), Y6
-	VPMOVZXWD    160(R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 160(CX)
-	VPMOVZXWD    160(R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 160(CX)(R10*1)
-
-stateVKbf16AVX2_dead_48:
-	VMULPS       Y0, Y3, Y0
-	VFMADD231PS  -32(AX)(R9*1), Y4, Y0
-	VPSRLD       $0x10, Y0, Y4
-	VPAND        one_i<>+0(SB), Y4, Y4
-	VPADDD       round<>+0(SB), Y0, Y0
-	VPADDD       Y4, Y0, Y0
-	VPSRLD       $0x10, Y0, Y0
-	VEXTRACTI128 $0x01, Y0, X1
-	VPACKUSDW    X1, X0, X1
-	VMOVDQU      X1, -16(CX)(R10*1)
-	VMULPS       Y2, Y3, Y2
-	VFMADD231PS  -32(AX)(R9*1), Y5, Y2
-	VPSRLD       $0x10, Y2, Y0
-	VPAND        one_i<>+0(SB), Y0, Y0
-	VPADDD       round<>+0(SB), Y2, Y2
-	VPADDD       Y0, Y2, Y2
-	VPSRLD       $0x10, Y2, Y2
-	VEXTRACTI128 $0x01, Y2, X0
-	VPACKUSDW    X0, X2, X0
-	VMOVDQU      X0, -16(CX)(R10*2)
-
-stateVKbf16AVX2_decayed_12:
-	ADDQ $0x00000002, (SP)
-	SUBQ $0x00000002, 8(SP)
-	JMP  stateVKbf16AVX2_once_3
-
-stateVKbf16AVX2_oncedone_3:
-	JMP stateVKbf16AVX2_pairtail_3
-
-stateVKbf16AVX2_pairs_3:
-	MOVQ 40(SP), R11
-
-stateVKbf16AVX2_group_3:
-	CMPQ 8(SP), $0x00000002
-	JB   stateVKbf16AVX2_groupsdone_3
-
-	// The prefetch list's next group.
-	MOVQ 312(SP), AX
-
-stateVKbf16AVX2_pfentry_3:
-	CMPQ  AX, 320(SP)
-	JAE   stateVKbf16AVX2_pfdone_3
-	MOVQ  (AX), DX
-	MOVQ  8(AX), CX
-	ADDQ  $0x10, AX
-	TESTQ CX, CX
-	JZ    stateVKbf16AVX2_pfdone_3
-
-stateVKbf16AVX2_pfline_3:
-	PREFETCHT1 (DX)
-	ADDQ       $0x40, DX
-	DECQ       CX
-	JNZ        stateVKbf16AVX2_pfline_3
-	JMP        stateVKbf16AVX2_pfentry_3
-
-stateVKbf16AVX2_pfdone_3:
-	MOVQ AX, 312(SP)
-
-	// Load 2 row(s) of 9…12 vectors.
-	MOVQ       src32_base+40(FP), AX
-	TESTQ      AX, AX
-	JZ         stateVKbf16AVX2_frombf16_3
-	MOVQ       (SP), CX
-	IMULQ      R9, CX
-	ADDQ       CX, AX
-	PREFETCHT1 8192(AX)
-	PREFETCHT1 8256(AX)
-	PREFETCHT1 8320(AX)
-	PREFETCHT1 8384(AX)
-	PREFETCHT1 8448(AX)
-	PREFETCHT1 8512(AX)
-	PREFETCHT1 8576(AX)
-	PREFETCHT1 8640(AX)
-	PREFETCHT1 8704(AX)
-	CMPQ       R9, $0x00000120
-	JBE        stateVKbf16AVX2_dead_49
-	PREFETCHT1 8768(AX)
-	CMPQ       R9, $0x00000140
-	JBE        stateVKbf16AVX2_dead_49
-	PREFETCHT1 8832(AX)
-	CMPQ       R9, $0x00000160
-	JBE        stateVKbf16AVX2_dead_49
-	PREFETCHT1 8896(AX)
-
-stateVKbf16AVX2_dead_49:
-	VMOVUPS (AX), Y0
-	VMOVUPS 32(AX), Y1
-	VMOVUPS Y1, 32(R11)
-	VMOVUPS 64(AX), Y1
-	VMOVUPS Y1, 64(R11)
-	VMOVUPS 96(AX), Y1
-	VMOVUPS Y1, 96(R11)
-	VMOVUPS 128(AX), Y1
-	VMOVUPS Y1, 128(R11)
-	VMOVUPS 160(AX), Y1
-	VMOVUPS Y1, 160(R11)
-	VMOVUPS 192(AX), Y1
-	VMOVUPS Y1, 192(R11)
-	VMOVUPS 224(AX), Y1
-	VMOVUPS Y1, 224(R11)
-	CMPQ    R9, $0x00000120
-	JBE     stateVKbf16AVX2_dead_50
-	VMOVUPS 256(AX), Y1
-	VMOVUPS Y1, 256(R11)
-	CMPQ    R9, $0x00000140
-	JBE     stateVKbf16AVX2_dead_50
-	VMOVUPS 288(AX), Y1
-	VMOVUPS Y1, 288(R11)
-	CMPQ    R9, $0x00000160
-	JBE     stateVKbf16AVX2_dead_50
-	VMOVUPS 320(AX), Y1
-	VMOVUPS Y1, 320(R11)
-
-stateVKbf16AVX2_dead_50:
-	VMOVUPS -32(AX)(R9*1), Y1
-	VANDPS  48(SP), Y1, Y1
-	ADDQ    R9, AX
-	VMOVUPS (AX), Y2
-	VMOVUPS 32(AX), Y3
-	VMOVUPS Y3, 544(R11)
-	VMOVUPS 64(AX), Y3
-	VMOVUPS Y3, 576(R11)
-	VMOVUPS 96(AX), Y3
-	VMOVUPS Y3, 608(R11)
-	VMOVUPS 128(AX), Y3
-	VMOVUPS Y3, 640(R11)
-	VMOVUPS 160(AX), Y3
-	VMOVUPS Y3, 672(R11)
-	VMOVUPS 192(AX), Y3
-	VMOVUPS Y3, 704(R11)
-	VMOVUPS 224(AX), Y3
-	VMOVUPS Y3, 736(R11)
-	CMPQ    R9, $0x00000120
-	JBE     stateVKbf16AVX2_dead_51
-	VMOVUPS 256(AX), Y3
-	VMOVUPS Y3, 768(R11)
-	CMPQ    R9, $0x00000140
-	JBE     stateVKbf16AVX2_dead_51
-	VMOVUPS 288(AX), Y3
-	VMOVUPS Y3, 800(R11)
-	CMPQ    R9, $0x00000160
-	JBE     stateVKbf16AVX2_dead_51
-	VMOVUPS 320(AX), Y3
-	VMOVUPS Y3, 832(R11)
-
-stateVKbf16AVX2_dead_51:
-	VMOVUPS -32(AX)(R9*1), Y3
-	VANDPS  48(SP), Y3, Y3
-	JMP     stateVKbf16AVX2_loaded_3
-
-stateVKbf16AVX2_frombf16_3:
-	MOVQ       src_base+16(FP), AX
-	MOVQ       (SP), CX
-	IMULQ      R10, CX
-	ADDQ       CX, AX
-	PREFETCHT1 8192(AX)
-	PREFETCHT1 8256(AX)
-	PREFETCHT1 8320(AX)
-	PREFETCHT1 8384(AX)
-	PREFETCHT1 8448(AX)
-	CMPQ       R9, $0x00000140
-	JBE        stateVKbf16AVX2_dead_52
-	PREFETCHT1 8512(AX)
-
-stateVKbf16AVX2_dead_52:
-	VPMOVZXWD (AX), Y0
-	VPSLLD    $0x10, Y0, Y0
-	VPMOVZXWD 16(AX), Y1
-	VPSLLD    $0x10, Y1, Y1
-	VMOVUPS   Y1, 32(R11)
-	VPMOVZXWD 32(AX), Y1
-	VPSLLD    $0x10, Y1, Y1
-	VMOVUPS   Y1, 64(R11)
-	VPMOVZXWD 48(AX), Y1
-	VPSLLD    $0x10, Y1, Y1
-	VMOVUPS   Y1, 96(R11)
-	VPMOVZXWD 64(AX), Y1
-	VPSLLD    $0x10, Y1, Y1
-	VMOVUPS   Y1, 128(R11)
-	VPMOVZXWD 80(AX), Y1
-	VPSLLD    $0x10, Y1, Y1
-	VMOVUPS   Y1, 160(R11)
-	VPMOVZXWD 96(AX), Y1
-	VPSLLD    $0x10, Y1, Y1
-	VMOVUPS   Y1, 192(R11)
-	VPMOVZXWD 112(AX), Y1
-	VPSLLD    $0x10, Y1, Y1
-	VMOVUPS   Y1, 224(R11)
-	CMPQ      R9, $0x00000120
-	JBE       stateVKbf16AVX2_dead_53
-	VPMOVZXWD 128(AX), Y1
-	VPSLLD    $0x10, Y1, Y1
-	VMOVUPS   Y1, 256(R11)
-	CMPQ      R9, $0x00000140
-	JBE       stateVKbf16AVX2_dead_53
-	VPMOVZXWD 144(AX), Y1
-	VPSLLD    $0x10, Y1, Y1
-	VMOVUPS   Y1, 288(R11)
-	CMPQ      R9, $0x00000160
-	JBE       stateVKbf16AVX2_dead_53
-	VPMOVZXWD 160(AX), Y1
-	VPSLLD    $0x10, Y1, Y1
-	VMOVUPS   Y1, 320(R11)
-
-stateVKbf16AVX2_dead_53:
-	VPMOVZXWD -16(AX)(R10*1), Y1
-	VPSLLD    $0x10, Y1, Y1
-	VANDPS    48(SP), Y1, Y1
-	ADDQ      R10, AX
-	VPMOVZXWD (AX), Y2
-	VPSLLD    $0x10, Y2, Y2
-	VPMOVZXWD 16(AX), Y3
-	VPSLLD    $0x10, Y3, Y3
-	VMOVUPS   Y3, 544(R11)
-	VPMOVZXWD 32(AX), Y3
-	VPSLLD    $0x10, Y3, Y3
-	VMOVUPS   Y3, 576(R11)
-	VPMOVZXWD 48(AX), Y3
-	VPSLLD    $0x10, Y3, Y3
-	VMOVUPS   Y3, 608(R11)
-	VPMOVZXWD 64(AX), Y3
-	VPSLLD    $0x10, Y3, Y3
-	VMOVUPS   Y3, 640(R11)
-	VPMOVZXWD 80(AX), Y3
-	VPSLLD    $0x10, Y3, Y3
-	VMOVUPS   Y3, 672(R11)
-	VPMOVZXWD 96(AX), Y3
-	VPSLLD    $0x10, Y3, Y3
-	VMOVUPS   Y3, 704(R11)
-	VPMOVZXWD 112(AX), Y3
-	VPSLLD    $0x10, Y3, Y3
-	VMOVUPS   Y3, 736(R11)
-	CMPQ      R9, $0x00000120
-	JBE       stateVKbf16AVX2_dead_54
-	VPMOVZXWD 128(AX), Y3
-	VPSLLD    $0x10, Y3, Y3
-	VMOVUPS   Y3, 768(R11)
-	CMPQ      R9, $0x00000140
-	JBE       stateVKbf16AVX2_dead_54
-	VPMOVZXWD 144(AX), Y3
-	VPSLLD    $0x10, Y3, Y3
-	VMOVUPS   Y3, 800(R11)
-	CMPQ      R9, $0x00000160
-	JBE       stateVKbf16AVX2_dead_54
-	VPMOVZXWD 160(AX), Y3
-	VPSLLD    $0x10, Y3, Y3
-	VMOVUPS   Y3, 832(R11)
-
-stateVKbf16AVX2_dead_54:
-	VPMOVZXWD -16(AX)(R10*1), Y3
-	VPSLLD    $0x10, Y3, Y3
-	VANDPS    48(SP), Y3, Y3
-
-stateVKbf16AVX2_loaded_3:
-	MOVQ        kh_base+112(FP), AX
-	MOVQ        qh_base+136(FP), CX
-	MOVQ        tok_base+216(FP), DX
-	MOVQ        stores_base+64(FP), BX
-	MOVQ        v_base+160(FP), SI
-	MOVQ        o_base+192(FP), DI
-	MOVQ        (SP), R8
-	SHLQ        $0x02, R8
-	ADDQ        R8, SI
-	ADDQ        R8, DI
-	MOVQ        16(SP), R8
-	VMULPS      (AX), Y0, Y4
-	VMULPS      (CX), Y0, Y5
-	VMULPS      (AX), Y2, Y8
-	VMULPS      (CX), Y2, Y9
-	VMOVUPS     32(R11), Y7
-	VMULPS      32(AX), Y7, Y6
-	VMULPS      32(CX), Y7, Y7
-	VMOVUPS     544(R11), Y11
-	VMULPS      32(AX), Y11, Y10
-	VMULPS      32(CX), Y11, Y11
-	VMOVUPS     64(R11), Y12
-	VFMADD231PS 64(AX), Y12, Y4
-	VFMADD231PS 64(CX), Y12, Y5
-	VMOVUPS     576(R11), Y12
-	VFMADD231PS 64(AX), Y12, Y8
-	VFMADD231PS 64(CX), Y12, Y9
-	VMOVUPS     96(R11), Y12
-	VFMADD231PS 96(AX), Y12, Y6
-	VFMADD231PS 96(CX), Y12, Y7
-	VMOVUPS     608(R11), Y12
-	VFMADD231PS 96(AX), Y12, Y10
-	VFMADD231PS 96(CX), Y12, Y11
-	VMOVUPS     128(R11), Y12
-	VFMADD231PS 128(AX), Y12, Y4
-	VFMADD231PS 128(CX), Y12, Y5
-	VMOVUPS     640(R11), Y12
-	VFMADD231PS 128(AX), Y12, Y8
-	VFMADD231PS 128(CX), Y12, Y9
-	VMOVUPS     160(R11), Y12
-	VFMADD231PS 160(AX), Y12, Y6
-	VFMADD231PS 160(CX), Y12, Y7
-	VMOVUPS     672(R11), Y12
-	VFMADD231PS 160(AX), Y12, Y10
-	VFMADD231PS 160(CX), Y12, Y11
-	VMOVUPS     192(R11), Y12
-	VFMADD231PS 192(AX), Y12, Y4
-	VFMADD231PS 192(CX), Y12, Y5
-	VMOVUPS     704(R11), Y12
-	VFMADD231PS 192(AX), Y12, Y8
-	VFMADD231PS 192(CX), Y12, Y9
-	VMOVUPS     224(R11), Y12
-	VFMADD231PS 224(AX), Y12, Y6
-	VFMADD231PS 224(CX), Y12, Y7
-	VMOVUPS     736(R11), Y12
-	VFMADD231PS 224(AX), Y12, Y10
-	VFMADD231PS 224(CX), Y12, Y11
-	CMPQ        R9, $0x00000120
-	JBE         stateVKbf16AVX2_dead_55
-	VMOVUPS     256(R11), Y12
-	VFMADD231PS 256(AX), Y12, Y4
-	VFMADD231PS 256(CX), Y12, Y5
-	VMOVUPS     768(R11), Y12
-	VFMADD231PS 256(AX), Y12, Y8
-	VFMADD231PS 256(CX), Y12, Y9
-	CMPQ        R9, $0x00000140
-	JBE         stateVKbf16AVX2_dead_55
-	VMOVUPS     288(R11), Y12
-	VFMADD231PS 288(AX), Y12, Y6
-	VFMADD231PS 288(CX), Y12, Y7
-	VMOVUPS     800(R11), Y12
-	VFMADD231PS 288(AX), Y12, Y10
-	VFMADD231PS 288(CX), Y12, Y11
-	CMPQ        R9, $0x00000160
-	JBE         stateVKbf16AVX2_dead_55
-	VMOVUPS     320(R11), Y12
-	VFMADD231PS 320(AX), Y12, Y4
-	VFMADD231PS 320(CX), Y12, Y5
-	VMOVUPS     832(R11), Y12
-	VFMADD231PS 320(AX), Y12, Y8
-	VFMADD231PS 320(CX), Y12, Y9
-
-stateVKbf16AVX2_dead_55:
-	VFMADD231PS -32(AX)(R9*1), Y1, Y6
-	VFMADD231PS -32(CX)(R9*1), Y1, Y7
-	VFMADD231PS -32(AX)(R9*1), Y3, Y10
-	VFMADD231PS -32(CX)(R9*1), Y3, Y11
-
-stateVKbf16AVX2_token_3:
-	VADDPS       Y6, Y4, Y4
-	VADDPS       Y10, Y8, Y8
-	VADDPS       Y7, Y5, Y5
-	VADDPS       Y11, Y9, Y9
-	VPERM2F128   $0x20, Y8, Y4, Y6
-	VPERM2F128   $0x31, Y8, Y4, Y4
-	VADDPS       Y4, Y6, Y6
-	VPERM2F128   $0x20, Y9, Y5, Y4
-	VPERM2F128   $0x31, Y9, Y5, Y5
-	VADDPS       Y5, Y4, Y4
-	VSHUFPS      $0x44, Y4, Y6, Y5
-	VSHUFPS      $0xee, Y4, Y6, Y4
-	VADDPS       Y4, Y5, Y5
-	VSHUFPS      $0x88, Y5, Y5, Y4
-	VSHUFPS      $0xdd, Y5, Y5, Y5
-	VADDPS       Y5, Y4, Y4
-	VMOVUPS      vkpermAVX2_2<>+0(SB), Y5
-	VPERMPS      Y4, Y5, Y4
-	VMOVSS       (DX), X5
-	VUCOMISS     nearone<>+0(SB), X5
-	JCS          stateVKbf16AVX2_far_13
-	VBROADCASTSS (DX), Y5
-	VFMADD213PS  Y4, Y5, Y4
-	JMP          stateVKbf16AVX2_decayed_13
-
-stateVKbf16AVX2_far_13:
-	VBROADCASTSS 4(DX), Y5
-	VMULPS       Y4, Y5, Y4
-
-stateVKbf16AVX2_decayed_13:
-	VEXTRACTF128 $0x01, Y4, X5
-	VMOVSD       (SI), X6
-	VSUBPS       X4, X6, X6
-	VBROADCASTSS 8(DX), Y7
-	VXORPS       Y4, Y4, Y4
-	VMULPS       X7, X6, X4
-	VBROADCASTSS 12(DX), Y6
-	VFMADD231PS  X6, X4, X5
-	VMOVSD       X5, (DI)
-	MOVQ         (BX), R12
-	TESTQ        R12, R12
-	JZ           stateVKbf16AVX2_nofin_6
-	VSUBPS       X4, X4, X5
-	VCMPPS       $0x03, X5, X5, X5
-	VMOVMSKPS    X5, R12
-	ANDL         $0x00000003, R12
-	MOVL         R12, 80(SP)
-
-stateVKbf16AVX2_nofin_6:
-	CMPQ         R8, $0x01
-	JE           stateVKbf16AVX2_lasttoken_3
-	MOVQ         (BX), R12
-	TESTQ        R12, R12
-	JNZ          stateVKbf16AVX2_lasttoken_3
-	VMOVSS       (DX), X5
-	VUCOMISS     nearone<>+0(SB), X5
-	JCS          stateVKbf16AVX2_far_14
-	VBROADCASTSS (DX), Y12
-	VBROADCASTSS X4, Y13
-	VMOVUPS      vklane1<>+0(SB), Y5
-	VPERMPS      Y4, Y5, Y14
-	VFMADD213PS  Y0, Y12, Y0
-	VFMADD231PS  (AX), Y13, Y0
-	VMULPS       (AX)(R9*1), Y0, Y4
-	VMULPS       (CX)(R9*1), Y0, Y5
-	VFMADD213PS  Y2, Y12, Y2
-	VFMADD231PS  (AX), Y14, Y2
-	VMULPS       (AX)(R9*1), Y2, Y8
-	VMULPS       (CX)(R9*1), Y2, Y9
-	VMOVUPS      32(R11), Y7
-	VFMADD213PS  Y7, Y12, Y7
-	VFMADD231PS  32(AX), Y13, Y7
-	VMOVUPS      Y7, 32(R11)
-	VMULPS       32(AX)(R9*1), Y7, Y6
-	VMULPS       32(CX)(R9*1), Y7, Y7
-	VMOVUPS      544(R11), Y11
-	VFMADD213PS  Y11, Y12, Y11
-	VFMADD231PS  32(AX), Y14, Y11
-	VMOVUPS      Y11, 544(R11)
-	VMULPS       32(AX)(R9*1), Y11, Y10
-	VMULPS       32(CX)(R9*1), Y11, Y11
-	VMOVUPS      64(R11), Y15
-	VFMADD213PS  Y15, Y12, Y15
-	VFMADD231PS  64(AX), Y13, Y15
-	VMOVUPS      Y15, 64(R11)
-	VFMADD231PS  64(AX)(R9*1), Y15, Y4
-	VFMADD231PS  64(CX)(R9*1), Y15, Y5
-	VMOVUPS      576(R11), Y15
-	VFMADD213PS  Y15, Y12, Y15
-	VFMADD231PS  64(AX), Y14, Y15
-	VMOVUPS      Y15, 576(R11)
-	VFMADD231PS  64(AX)(R9*1), Y15, Y8
-	VFMADD231PS  64(CX)(R9*1), Y15, Y9
-	VMOVUPS      96(R11), Y15
-	VFMADD213PS  Y15, Y12, Y15
-	VFMADD231PS  96(AX), Y13, Y15
-	VMOVUPS      Y15, 96(R11)
-	VFMADD231PS  96(AX)(R9*1), Y15, Y6
-	VFMADD231PS  96(CX)(R9*1), Y15, Y7
-	VMOVUPS      608(R11), Y15
-	VFMADD213PS  Y15, Y12, Y15
-	VFMADD231PS  96(AX), Y14, Y15
-	VMOVUPS      Y15, 608(R11)
-	VFMADD231PS  96(AX)(R9*1), Y15, Y10
-	VFMADD231PS  96(CX)(R9*1), Y15, Y11
-	VMOVUPS      128(R11), Y15
-	VFMADD213PS  Y15, Y12, Y15
-	VFMADD231PS  128(AX), Y13, Y15
-	VMOVUPS      Y15, 128(R11)
-	VFMADD231PS  128(AX)(R9*1), Y15, Y4
-	VFMADD231PS  128(CX)(R9*1), Y15, Y5
-	VMOVUPS      640(R11), Y15
-	VFMADD213PS  Y15, Y12, Y15
-	VFMADD231PS  128(AX), Y14, Y15
-	VMOVUPS      Y15, 640(R11)
-	VFMADD231PS  128(AX)(R9*1), Y15, Y8
-	VFMADD231PS  128(CX)(R9*1), Y15, Y9
-	VMOVUPS      160(R11), Y15
-	VFMADD213PS  Y15, Y12, Y15
-	VFMADD231PS  160(AX), Y13, Y15
-	VMOVUPS      Y15, 160(R11)
-	VFMADD231PS  160(AX)(R9*1), Y15, Y6
-	VFMADD231PS  160(CX)(R9*1), Y15, Y7
-	VMOVUPS      672(R11), Y15
-	VFMADD213PS  Y15, Y12, Y15
-	VFMADD231PS  160(AX), Y14, Y15
-	VMOVUPS      Y15, 672(R11)
-	VFMADD231PS  160(AX)(R9*1), Y15, Y10
-	VFMADD231PS  160(CX)(R9*1), Y15, Y11
-	VMOVUPS      192(R11), Y15
-	VFMADD213PS  Y15, Y12, Y15
-	VFMADD231PS  192(AX), Y13, Y15
-	VMOVUPS      Y15, 192(R11)
-	VFMADD231PS  192(AX)(R9*1), Y15, Y4
-	VFMADD231PS  192(CX)(R9*1), Y15, Y5
-	VMOVUPS      704(R11), Y15
-	VFMADD213PS  Y15, Y12, Y15
-	VFMADD231PS  192(AX), Y14, Y15
-	VMOVUPS      Y15, 704(R11)
-	VFMADD231PS  192(AX)(R9*1), Y15, Y8
-	VFMADD231PS  192(CX)(R9*1), Y15, Y9
-	VMOVUPS      224(R11), Y15
-	VFMADD213PS  Y15, Y12, Y15
-	VFMADD231PS  224(AX), Y13, Y15
-	VMOVUPS      Y15, 224(R11)
-	VFMADD231PS  224(AX)(R9*1), Y15, Y6
-	VFMADD231PS  224(CX)(R9*1), Y15, Y7
-	VMOVUPS      736(R11), Y15
-	VFMADD213PS  Y15, Y12, Y15
-	VFMADD231PS  224(AX), Y14, Y15
-	VMOVUPS      Y15, 736(R11)
-	VFMADD231PS  224(AX)(R9*1), Y15, Y10
-	VFMADD231PS  224(CX)(R9*1), Y15, Y11
-	CMPQ         R9, $0x00000120
-	JBE          stateVKbf16AVX2_dead_56
-	VMOVUPS      256(R11), Y15
-	VFMADD213PS  Y15, Y12, Y15
-	VFMADD231PS  256(AX), Y13, Y15
-	VMOVUPS      Y15, 256(R11)
-	VFMADD231PS  256(AX)(R9*1), Y15, Y4
-	VFMADD231PS  256(CX)(R9*1), Y15, Y5
-	VMOVUPS      768(R11), Y15
-	VFMADD213PS  Y15, Y12, Y15
-	VFMADD231PS  256(AX), Y14, Y15
-	VMOVUPS      Y15, 768(R11)
-	VFMADD231PS  256(AX)(R9*1), Y15, Y8
-	VFMADD231PS  256(CX)(R9*1), Y15, Y9
-	CMPQ         R9, $0x00000140
-	JBE          stateVKbf16AVX2_dead_56
-	VMOVUPS      288(R11), Y15
-	VFMADD213PS  Y15, Y12, Y15
-	VFMADD231PS  288(AX), Y13, Y15
-	VMOVUPS      Y15, 288(R11)
-	VFMADD231PS  288(AX)(R9*1), Y15, Y6
-	VFMADD231PS  288(CX)(R9*1), Y15, Y7
-	VMOVUPS      800(R11), Y15
-	VFMADD213PS  Y15, Y12, Y15
-	VFMADD231PS  288(AX), Y14, Y15
-	VMOVUPS      Y15, 800(R11)
-	VFMADD231PS  288(AX)(R9*1), Y15, Y10
-	VFMADD231PS  288(CX)(R9*1), Y15, Y11
-	CMPQ         R9, $0x00000160
-	JBE          stateVKbf16AVX2_dead_56
-	VMOVUPS      320(R11), Y15
-	VFMADD213PS  Y15, Y12, Y15
-	VFMADD231PS  320(AX), Y13, Y15
-	VMOVUPS      Y15, 320(R11)
-	VFMADD231PS  320(AX)(R9*1), Y15, Y4
-	VFMADD231PS  320(CX)(R9*1), Y15, Y5
-	VMOVUPS      832(R11), Y15
-	VFMADD213PS  Y15, Y12, Y15
-	VFMADD231PS  320(AX), Y14, Y15
-	VMOVUPS      Y15, 832(R11)
-	VFMADD231PS  320(AX)(R9*1), Y15, Y8
-	VFMADD231PS  320(CX)(R9*1), Y15, Y9
-
-stateVKbf16AVX2_dead_56:
-	VFMADD213PS Y1, Y12, Y1
-	VFMADD231PS -32(AX)(R9*1), Y13, Y1
-	VANDPS      48(SP), Y1, Y1
-	VFMADD231PS -32(AX)(R9*2), Y1, Y6
-	VFMADD231PS -32(CX)(R9*2), Y1, Y7
-	VFMADD213PS Y3, Y12, Y3
-	VFMADD231PS -32(AX)(R9*1), Y14, Y3
-	VANDPS      48(SP), Y3, Y3
-	VFMADD231PS -32(AX)(R9*2), Y3, Y10
-	VFMADD231PS -32(CX)(R9*2), Y3, Y11
-	JMP         stateVKbf16AVX2_decayed_14
-
-stateVKbf16AVX2_far_14:
-	VBROADCASTSS 4(DX), Y12
-	VBROADCASTSS X4, Y13
-	VMOVUPS      vklane1<>+0(SB), Y5
-	VPERMPS      Y4, Y5, Y14
-	VMULPS       Y0, Y12, Y0
-	VFMADD231PS  (AX), Y13, Y0
-	VMULPS       (AX)(R9*1), Y0, Y4
-	VMULPS       (CX)(R9*1), Y0, Y5
-	VMULPS       Y2, Y12, Y2
-	VFMADD231PS  (AX), Y14, Y2
-	VMULPS       (AX)(R9*1), Y2, Y8
-	VMULPS       (CX)(R9*1), Y2, Y9
-	VMOVUPS      32(R11), Y7
-	VMULPS       Y7, Y12, Y7
-	VFMADD231PS  32(AX), Y13, Y7
-	VMOVUPS      Y7, 32(R11)
-	VMULPS       32(AX)(R9*1), Y7, Y6
-	VMULPS       32(CX)(R9*1), Y7, Y7
-	VMOVUPS      544(R11), Y11
-	VMULPS       Y11, Y12, Y11
-	VFMADD231PS  32(AX), Y14, Y11
-	VMOVUPS      Y11, 544(R11)
-	VMULPS       32(AX)(R9*1), Y11, Y10
-	VMULPS       32(CX)(R9*1), Y11, Y11
-	VMOVUPS      64(R11), Y15
-	VMULPS       Y15, Y12, Y15
-	VFMADD231PS  64(AX), Y13, Y15
-	VMOVUPS      Y15, 64(R11)
-	VFMADD231PS  64(AX)(R9*1), Y15, Y4
-	VFMADD231PS  64(CX)(R9*1), Y15, Y5
-	VMOVUPS      576(R11), Y15
-	VMULPS       Y15, Y12, Y15
-	VFMADD231PS  64(AX), Y14, Y15
-	VMOVUPS      Y15, 576(R11)
-	VFMADD231PS  64(AX)(R9*1), Y15, Y8
-	VFMADD231PS  64(CX)(R9*1), Y15, Y9
-	VMOVUPS      96(R11), Y15
-	VMULPS       Y15, Y12, Y15
-	VFMADD231PS  96(AX), Y13, Y15
-	VMOVUPS      Y15, 96(R11)
-	VFMADD231PS  96(AX)(R9*1), Y15, Y6
-	VFMADD231PS  96(CX)(R9*1), Y15, Y7
-	VMOVUPS      608(R11), Y15
-	VMULPS       Y15, Y12, Y15
-	VFMADD231PS  96(AX), Y14, Y15
-	VMOVUPS      Y15, 608(R11)
-	VFMADD231PS  96(AX)(R9*1), Y15, Y10
-	VFMADD231PS  96(CX)(R9*1), Y15, Y11
-	VMOVUPS      128(R11), Y15
-	VMULPS       Y15, Y12, Y15
-	VFMADD231PS  128(AX), Y13, Y15
-	VMOVUPS      Y15, 128(R11)
-	VFMADD231PS  128(AX)(R9*1), Y15, Y4
-	VFMADD231PS  128(CX)(R9*1), Y15, Y5
-	VMOVUPS      640(R11), Y15
-	VMULPS       Y15, Y12, Y15
-	VFMADD231PS  128(AX), Y14, Y15
-	VMOVUPS      Y15, 640(R11)
-	VFMADD231PS  128(AX)(R9*1), Y15, Y8
-	VFMADD231PS  128(CX)(R9*1), Y15, Y9
-	VMOVUPS      160(R11), Y15
-	VMULPS       Y15, Y12, Y15
-	VFMADD231PS  160(AX), Y13, Y15
-	VMOVUPS      Y15, 160(R11)
-	VFMADD231PS  160(AX)(R9*1), Y15, Y6
-	VFMADD231PS  160(CX)(R9*1), Y15, Y7
-	VMOVUPS      672(R11), Y15
-	VMULPS       Y15, Y12, Y15
-	VFMADD231PS  160(AX), Y14, Y15
-	VMOVUPS      Y15, 672(R11)
-	VFMADD231PS  160(AX)(R9*1), Y15, Y10
-	VFMADD231PS  160(CX)(R9*1), Y15, Y11
-	VMOVUPS      192(R11), Y15
-	VMULPS       Y15, Y12, Y15
-	VFMADD231PS  192(AX), Y13, Y15
-	VMOVUPS      Y15, 192(R11)
-	VFMADD231PS  192(AX)(R9*1), Y15, Y4
-	VFMADD231PS  192(CX)(R9*1), Y15, Y5
-	VMOVUPS      704(R11), Y15
-	VMULPS       Y15, Y12, Y15
-	VFMADD231PS  192(AX), Y14, Y15
-	VMOVUPS      Y15, 704(R11)
-	VFMADD231PS  192(AX)(R9*1), Y15, Y8
-	VFMADD231PS  192(CX)(R9*1), Y15, Y9
-	VMOVUPS      224(R11), Y15
-	VMULPS       Y15, Y12, Y15
-	VFMADD231PS  224(AX), Y13, Y15
-	VMOVUPS      Y15, 224(R11)
-	VFMADD231PS  224(AX)(R9*1), Y15, Y6
-	VFMADD231PS  224(CX)(R9*1), Y15, Y7
-	VMOVUPS      736(R11), Y15
-	VMULPS       Y15, Y12, Y15
-	VFMADD231PS  224(AX), Y14, Y15
-	VMOVUPS      Y15, 736(R11)
-	VFMADD231PS  224(AX)(R9*1), Y15, Y10
-	VFMADD231PS  224(CX)(R9*1), Y15, Y11
-	CMPQ         R9, $0x00000120
-	JBE          stateVKbf16AVX2_dead_57
-	VMOVUPS      256(R11), Y15
-	VMULPS       Y15, Y12, Y15
-	VFMADD231PS  256(AX), Y13, Y15
-	VMOVUPS      Y15, 256(R11)
-	VFMADD231PS  256(AX)(R9*1), Y15, Y4
-	VFMADD231PS  256(CX)(R9*1), Y15, Y5
-	VMOVUPS      768(R11), Y15
-	VMULPS       Y15, Y12, Y15
-	VFMADD231PS  256(AX), Y14, Y15
-	VMOVUPS      Y15, 768(R11)
-	VFMADD231PS  256(AX)(R9*1), Y15, Y8
-	VFMADD231PS  256(CX)(R9*1), Y15, Y9
-	CMPQ         R9, $0x00000140
-	JBE          stateVKbf16AVX2_dead_57
-	VMOVUPS      288(R11), Y15
-	VMULPS       Y15, Y12, Y15
-	VFMADD231PS  288(AX), Y13, Y15
-	VMOVUPS      Y15, 288(R11)
-	VFMADD231PS  288(AX)(R9*1), Y15, Y6
-	VFMADD231PS  288(CX)(R9*1), Y15, Y7
-	VMOVUPS      800(R11), Y15
-	VMULPS       Y15, Y12, Y15
-	VFMADD231PS  288(AX), Y14, Y15
-	VMOVUPS      Y15, 800(R11)
-	VFMADD231PS  288(AX)(R9*1), Y15, Y10
-	VFMADD231PS  288(CX)(R9*1), Y15, Y11
-	CMPQ         R9, $0x00000160
-	JBE          stateVKbf16AVX2_dead_57
-	VMOVUPS      320(R11), Y15
-	VMULPS       Y15, Y12, Y15
-	VFMADD231PS  320(AX), Y13, Y15
-	VMOVUPS      Y15, 320(R11)
-	VFMADD231PS  320(AX)(R9*1), Y15, Y4
-	VFMADD231PS  320(CX)(R9*1), Y15, Y5
-	VMOVUPS      832(R11), Y15
-	VMULPS       Y15, Y12, Y15
-	VFMADD231PS  320(AX), Y14, Y15
-	VMOVUPS      Y15, 832(R11)
-	VFMADD231PS  320(AX)(R9*1), Y15, Y8
-	VFMADD231PS  320(CX)(R9*1), Y15, Y9
-
-stateVKbf16AVX2_dead_57:
-	VMULPS      Y1, Y12, Y1
-	VFMADD231PS -32(AX)(R9*1), Y13, Y1
-	VANDPS      48(SP), Y1, Y1
-	VFMADD231PS -32(AX)(R9*2), Y1, Y6
-	VFMADD231PS -32(CX)(R9*2), Y1, Y7
-	VMULPS      Y3, Y12, Y3
-	VFMADD231PS -32(AX)(R9*1), Y14, Y3
-	VANDPS      48(SP), Y3, Y3
-	VFMADD231PS -32(AX)(R9*2), Y3, Y10
-	VFMADD231PS -32(CX)(R9*2), Y3, Y11
-
-stateVKbf16AVX2_decayed_14:
-	ADDQ R9, AX
-	ADDQ R9, CX
-	ADDQ $0x10, DX
-	ADDQ $0x08, BX
-	ADDQ 32(SP), SI
-	ADDQ 24(SP), DI
-	DECQ R8
-	JMP  stateVKbf16AVX2_token_3
-
-stateVKbf16AVX2_lasttoken_3:
-	VMOVSS       (DX), X5
-	VUCOMISS     nearone<>+0(SB), X5
-	JCS          stateVKbf16AVX2_far_15
-	VBROADCASTSS (DX), Y5
-	VBROADCASTSS X4, Y6
-	VMOVUPS      vklane1<>+0(SB), Y7
-	VPERMPS      Y4, Y7, Y4
-	VFMADD213PS  Y0, Y5, Y0
-	VFMADD231PS  (AX), Y6, Y0
-	VFMADD213PS  Y2, Y5, Y2
-	VFMADD231PS  (AX), Y4, Y2
-	VMOVUPS      32(R11), Y7
-	VFMADD213PS  Y7, Y5, Y7
-	VFMADD231PS  32(AX), Y6, Y7
-	VMOVUPS      Y7, 32(R11)
-	VMOVUPS      544(R11), Y7
-	VFMADD213PS  Y7, Y5, Y7
-	VFMADD231PS  32(AX), Y4, Y7
-	VMOVUPS      Y7, 544(R11)
-	VMOVUPS      64(R11), Y7
-	VFMADD213PS  Y7, Y5, Y7
-	VFMADD231PS  64(AX), Y6, Y7
-	VMOVUPS      Y7, 64(R11)
-	VMOVUPS      576(R11), Y7
-	VFMADD213PS  Y7, Y5, Y7
-	VFMADD231PS  64(AX), Y4, Y7
-	VMOVUPS      Y7, 576(R11)
-	VMOVUPS      96(R11), Y7
-	VFMADD213PS  Y7, Y5, Y7
-	VFMADD231PS  96(AX), Y6, Y7
-	VMOVUPS      Y7, 96(R11)
-	VMOVUPS      608(R11), Y7
-	VFMADD213PS  Y7, Y5, Y7
-	VFMADD231PS  96(AX), Y4, Y7
-	VMOVUPS      Y7, 608(R11)
-	VMOVUPS      128(R11), Y7
-	VFMADD213PS  Y7, Y5, Y7
-	VFMADD231PS  128(AX), Y6, Y7
-	VMOVUPS      Y7, 128(R11)
-	VMOVUPS      640(R11), Y7
-	VFMADD213PS  Y7, Y5, Y7
-	VFMADD231PS  128(AX), Y4, Y7
-	VMOVUPS      Y7, 640(R11)
-	VMOVUPS      160(R11), Y7
-	VFMADD213PS  Y7, Y5, Y7
-	VFMADD231PS  160(AX), Y6, Y7
-	VMOVUPS      Y7, 160(R11)
-	VMOVUPS      672(R11), Y7
-	VFMADD213PS  Y7, Y5, Y7
-	VFMADD231PS  160(AX), Y4, Y7
-	VMOVUPS      Y7, 672(R11)
-	VMOVUPS      192(R11), Y7
-	VFMADD213PS  Y7, Y5, Y7
-	VFMADD231PS  192(AX), Y6, Y7
-	VMOVUPS      Y7, 192(R11)
-	VMOVUPS      704(R11), Y7
-	VFMADD213PS  Y7, Y5, Y7
-	VFMADD231PS  192(AX), Y4, Y7
-	VMOVUPS      Y7, 704(R11)
-	VMOVUPS      224(R11), Y7
-	VFMADD213PS  Y7, Y5, Y7
-	VFMADD231PS  224(AX), Y6, Y7
-	VMOVUPS      Y7, 224(R11)
-	VMOVUPS      736(R11), Y7
-	VFMADD213PS  Y7, Y5, Y7
-	VFMADD231PS  224(AX), Y4, Y7
-	VMOVUPS      Y7, 736(R11)
-	CMPQ         R9, $0x00000120
-	JBE          stateVKbf16AVX2_dead_58
-	VMOVUPS      256(R11), Y7
-	VFMADD213PS  Y7, Y5, Y7
-	VFMADD231PS  256(AX), Y6, Y7
-	VMOVUPS      Y7, 256(R11)
-	VMOVUPS      768(R11), Y7
-	VFMADD213PS  Y7, Y5, Y7
-	VFMADD231PS  256(AX), Y4, Y7
-	VMOVUPS      Y7, 768(R11)
-	CMPQ         R9, $0x00000140
-	JBE          stateVKbf16AVX2_dead_58
-	VMOVUPS      288(R11), Y7
-	VFMADD213PS  Y7, Y5, Y7
-	VFMADD231PS  288(AX), Y6, Y7
-	VMOVUPS      Y7, 288(R11)
-	VMOVUPS      800(R11), Y7
-	VFMADD213PS  Y7, Y5, Y7
-	VFMADD231PS  288(AX), Y4, Y7
-	VMOVUPS      Y7, 800(R11)
-	CMPQ         R9, $0x00000160
-	JBE          stateVKbf16AVX2_dead_58
-	VMOVUPS      320(R11), Y7
-	VFMADD213PS  Y7, Y5, Y7
-	VFMADD231PS  320(AX), Y6, Y7
-	VMOVUPS      Y7, 320(R11)
-	VMOVUPS      832(R11), Y7
-	VFMADD213PS  Y7, Y5, Y7
-	VFMADD231PS  320(AX), Y4, Y7
-	VMOVUPS      Y7, 832(R11)
-
-stateVKbf16AVX2_dead_58:
-	VFMADD213PS Y1, Y5, Y1
-	VFMADD231PS -32(AX)(R9*1), Y6, Y1
-	VANDPS      48(SP), Y1, Y1
-	VFMADD213PS Y3, Y5, Y3
-	VFMADD231PS -32(AX)(R9*1), Y4, Y3
-	VANDPS      48(SP), Y3, Y3
-	JMP         stateVKbf16AVX2_decayed_15
-
-stateVKbf16AVX2_far_15:
-	VBROADCASTSS 4(DX), Y5
-	VBROADCASTSS X4, Y6
-	VMOVUPS      vklane1<>+0(SB), Y7
-	VPERMPS      Y4, Y7, Y4
-	VMULPS       Y0, Y5, Y0
-	VFMADD231PS  (AX), Y6, Y0
-	VMULPS       Y2, Y5, Y2
-	VFMADD231PS  (AX), Y4, Y2
-	VMOVUPS      32(R11), Y7
-	VMULPS       Y7, Y5, Y7
-	VFMADD231PS  32(AX), Y6, Y7
-	VMOVUPS      Y7, 32(R11)
-	VMOVUPS      544(R11), Y7
-	VMULPS       Y7, Y5, Y7
-	VFMADD231PS  32(AX), Y4, Y7
-	VMOVUPS      Y7, 544(R11)
-	VMOVUPS      64(R11), Y7
-	VMULPS       Y7, Y5, Y7
-	VFMADD231PS  64(AX), Y6, Y7
-	VMOVUPS      Y7, 64(R11)
-	VMOVUPS      576(R11), Y7
-	VMULPS       Y7, Y5, Y7
-	VFMADD231PS  64(AX), Y4, Y7
-	VMOVUPS      Y7, 576(R11)
-	VMOVUPS      96(R11), Y7
-	VMULPS       Y7, Y5, Y7
-	VFMADD231PS  96(AX), Y6, Y7
-	VMOVUPS      Y7, 96(R11)
-	VMOVUPS      608(R11), Y7
-	VMULPS       Y7, Y5, Y7
-	VFMADD231PS  96(AX), Y4, Y7
-	VMOVUPS      Y7, 608(R11)
-	VMOVUPS      128(R11), Y7
-	VMULPS       Y7, Y5, Y7
-	VFMADD231PS  128(AX), Y6, Y7
-	VMOVUPS      Y7, 128(R11)
-	VMOVUPS      640(R11), Y7
-	VMULPS       Y7, Y5, Y7
-	VFMADD231PS  128(AX), Y4, Y7
-	VMOVUPS      Y7, 640(R11)
-	VMOVUPS      160(R11), Y7
-	VMULPS       Y7, Y5, Y7
-	VFMADD231PS  160(AX), Y6, Y7
-	VMOVUPS      Y7, 160(R11)
-	VMOVUPS      672(R11), Y7
-	VMULPS       Y7, Y5, Y7
-	VFMADD231PS  160(AX), Y4, Y7
-	VMOVUPS      Y7, 672(R11)
-	VMOVUPS      192(R11), Y7
-	VMULPS       Y7, Y5, Y7
-	VFMADD231PS  192(AX), Y6, Y7
-	VMOVUPS      Y7, 192(R11)
-	VMOVUPS      704(R11), Y7
-	VMULPS       Y7, Y5, Y7
-	VFMADD231PS  192(AX), Y4, Y7
-	VMOVUPS      Y7, 704(R11)
-	VMOVUPS      224(R11), Y7
-	VMULPS       Y7, Y5, Y7
-	VFMADD231PS  224(AX), Y6, Y7
-	VMOVUPS      Y7, 224(R11)
-	VMOVUPS      736(R11), Y7
-	VMULPS       Y7, Y5, Y7
-	VFMADD231PS  224(AX), Y4, Y7
-	VMOVUPS      Y7, 736(R11)
-	CMPQ         R9, $0x00000120
-	JBE          stateVKbf16AVX2_dead_59
-	VMOVUPS      256(R11), Y7
-	VMULPS       Y7, Y5, Y7
-	VFMADD231PS  256(AX), Y6, Y7
-	VMOVUPS      Y7, 256(R11)
-	VMOVUPS      768(R11), Y7
-	VMULPS       Y7, Y5, Y7
-	VFMADD231PS  256(AX), Y4, Y7
-	VMOVUPS      Y7, 768(R11)
-	CMPQ         R9, $0x00000140
-	JBE          stateVKbf16AVX2_dead_59
-	VMOVUPS      288(R11), Y7
-	VMULPS       Y7, Y5, Y7
-	VFMADD231PS  288(AX), Y6, Y7
-	VMOVUPS      Y7, 288(R11)
-	VMOVUPS      800(R11), Y7
-	VMULPS       Y7, Y5, Y7
-	VFMADD231PS  288(AX), Y4, Y7
-	VMOVUPS      Y7, 800(R11)
-	CMPQ         R9, $0x00000160
-	JBE          stateVKbf16AVX2_dead_59
-	VMOVUPS      320(R11), Y7
-	VMULPS       Y7, Y5, Y7
-	VFMADD231PS  320(AX), Y6, Y7
-	VMOVUPS      Y7, 320(R11)
-	VMOVUPS      832(R11), Y7
-	VMULPS       Y7, Y5, Y7
-	VFMADD231PS  320(AX), Y4, Y7
-	VMOVUPS      Y7, 832(R11)
-
-stateVKbf16AVX2_dead_59:
-	VMULPS      Y1, Y5, Y1
-	VFMADD231PS -32(AX)(R9*1), Y6, Y1
-	VANDPS      48(SP), Y1, Y1
-	VMULPS      Y3, Y5, Y3
-	VFMADD231PS -32(AX)(R9*1), Y4, Y3
-	VANDPS      48(SP), Y3, Y3
-
-stateVKbf16AVX2_decayed_15:
-	// The state after this token, if stored.
-	MOVQ         (BX), R12
-	TESTQ        R12, R12
-	JZ           stateVKbf16AVX2_nostore_3
-	MOVQ         (SP), R13
-	IMULQ        R10, R13
-	ADDQ         R13, R12
-	LEAQ         (R12)(R10*4), R13
-	PREFETCHT1   (R13)
-	PREFETCHT1   64(R13)
-	PREFETCHT1   128(R13)
-	PREFETCHT1   192(R13)
-	PREFETCHT1   256(R13)
-	PREFETCHT1   320(R13)
-	CMPL         80(SP), $0x00
-	JNE          stateVKbf16AVX2_bfnan_3
-	VMOVAPS      Y1, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VPAND        one_i<>+0(SB), Y5, Y5
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y5, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, -16(R12)(R10*1)
-	VMOVAPS      Y0, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VPAND        one_i<>+0(SB), Y5, Y5
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y5, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, (R12)
-	VMOVUPS      32(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VPAND        one_i<>+0(SB), Y5, Y5
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y5, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 16(R12)
-	VMOVUPS      64(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VPAND        one_i<>+0(SB), Y5, Y5
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y5, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 32(R12)
-	VMOVUPS      96(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VPAND        one_i<>+0(SB), Y5, Y5
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y5, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 48(R12)
-	VMOVUPS      128(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VPAND        one_i<>+0(SB), Y5, Y5
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y5, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 64(R12)
-	VMOVUPS      160(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VPAND        one_i<>+0(SB), Y5, Y5
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y5, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 80(R12)
-	VMOVUPS      192(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VPAND        one_i<>+0(SB), Y5, Y5
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y5, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 96(R12)
-	VMOVUPS      224(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VPAND        one_i<>+0(SB), Y5, Y5
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y5, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 112(R12)
-	CMPQ         R9, $0x00000120
-	JBE          stateVKbf16AVX2_dead_60
-	VMOVUPS      256(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VPAND        one_i<>+0(SB), Y5, Y5
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y5, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 128(R12)
-	CMPQ         R9, $0x00000140
-	JBE          stateVKbf16AVX2_dead_60
-	VMOVUPS      288(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VPAND        one_i<>+0(SB), Y5, Y5
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y5, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 144(R12)
-	CMPQ         R9, $0x00000160
-	JBE          stateVKbf16AVX2_dead_60
-	VMOVUPS      320(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VPAND        one_i<>+0(SB), Y5, Y5
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y5, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 160(R12)
-
-stateVKbf16AVX2_dead_60:
-	ADDQ         R10, R12
-	VMOVAPS      Y3, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VPAND        one_i<>+0(SB), Y5, Y5
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y5, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, -16(R12)(R10*1)
-	VMOVAPS      Y2, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VPAND        one_i<>+0(SB), Y5, Y5
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y5, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, (R12)
-	VMOVUPS      544(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VPAND        one_i<>+0(SB), Y5, Y5
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y5, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 16(R12)
-	VMOVUPS      576(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VPAND        one_i<>+0(SB), Y5, Y5
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y5, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 32(R12)
-	VMOVUPS      608(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VPAND        one_i<>+0(SB), Y5, Y5
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y5, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 48(R12)
-	VMOVUPS      640(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VPAND        one_i<>+0(SB), Y5, Y5
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y5, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 64(R12)
-	VMOVUPS      672(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VPAND        one_i<>+0(SB), Y5, Y5
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y5, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 80(R12)
-	VMOVUPS      704(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VPAND        one_i<>+0(SB), Y5, Y5
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y5, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 96(R12)
-	VMOVUPS      736(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VPAND        one_i<>+0(SB), Y5, Y5
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y5, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 112(R12)
-	CMPQ         R9, $0x00000120
-	JBE          stateVKbf16AVX2_dead_61
-	VMOVUPS      768(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VPAND        one_i<>+0(SB), Y5, Y5
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y5, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 128(R12)
-	CMPQ         R9, $0x00000140
-	JBE          stateVKbf16AVX2_dead_61
-	VMOVUPS      800(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VPAND        one_i<>+0(SB), Y5, Y5
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y5, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 144(R12)
-	CMPQ         R9, $0x00000160
-	JBE          stateVKbf16AVX2_dead_61
-	VMOVUPS      832(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VPAND        one_i<>+0(SB), Y5, Y5
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y5, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 160(R12)
-
-stateVKbf16AVX2_dead_61:
-	JMP stateVKbf16AVX2_bfdone_3
-
-stateVKbf16AVX2_bfnan_3:
-	VMOVAPS      Y1, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VCMPPS       $0x03, Y4, Y4, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y6, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, -16(R12)(R10*1)
-	VMOVAPS      Y0, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VCMPPS       $0x03, Y4, Y4, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y6, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, (R12)
-	VMOVUPS      32(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VCMPPS       $0x03, Y4, Y4, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y6, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 16(R12)
-	VMOVUPS      64(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VCMPPS       $0x03, Y4, Y4, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y6, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 32(R12)
-	VMOVUPS      96(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VCMPPS       $0x03, Y4, Y4, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y6, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 48(R12)
-	VMOVUPS      128(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VCMPPS       $0x03, Y4, Y4, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y6, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 64(R12)
-	VMOVUPS      160(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VCMPPS       $0x03, Y4, Y4, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y6, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 80(R12)
-	VMOVUPS      192(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VCMPPS       $0x03, Y4, Y4, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y6, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 96(R12)
-	VMOVUPS      224(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VCMPPS       $0x03, Y4, Y4, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y6, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 112(R12)
-	CMPQ         R9, $0x00000120
-	JBE          stateVKbf16AVX2_dead_62
-	VMOVUPS      256(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VCMPPS       $0x03, Y4, Y4, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y6, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 128(R12)
-	CMPQ         R9, $0x00000140
-	JBE          stateVKbf16AVX2_dead_62
-	VMOVUPS      288(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VCMPPS       $0x03, Y4, Y4, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y6, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 144(R12)
-	CMPQ         R9, $0x00000160
-	JBE          stateVKbf16AVX2_dead_62
-	VMOVUPS      320(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VCMPPS       $0x03, Y4, Y4, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y6, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 160(R12)
-
-stateVKbf16AVX2_dead_62:
-	ADDQ         R10, R12
-	VMOVAPS      Y3, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VCMPPS       $0x03, Y4, Y4, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y6, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, -16(R12)(R10*1)
-	VMOVAPS      Y2, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VCMPPS       $0x03, Y4, Y4, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y6, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, (R12)
-	VMOVUPS      544(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VCMPPS       $0x03, Y4, Y4, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y6, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 16(R12)
-	VMOVUPS      576(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VCMPPS       $0x03, Y4, Y4, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y6, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 32(R12)
-	VMOVUPS      608(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VCMPPS       $0x03, Y4, Y4, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y6, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 48(R12)
-	VMOVUPS      640(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VCMPPS       $0x03, Y4, Y4, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y6, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 64(R12)
-	VMOVUPS      672(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VCMPPS       $0x03, Y4, Y4, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y6, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 80(R12)
-	VMOVUPS      704(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VCMPPS       $0x03, Y4, Y4, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y6, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 96(R12)
-	VMOVUPS      736(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VCMPPS       $0x03, Y4, Y4, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y6, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 112(R12)
-	CMPQ         R9, $0x00000120
-	JBE          stateVKbf16AVX2_dead_63
-	VMOVUPS      768(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VCMPPS       $0x03, Y4, Y4, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y6, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 128(R12)
-	CMPQ         R9, $0x00000140
-	JBE          stateVKbf16AVX2_dead_63
-	VMOVUPS      800(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VCMPPS       $0x03, Y4, Y4, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y6, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 144(R12)
-	CMPQ         R9, $0x00000160
-	JBE          stateVKbf16AVX2_dead_63
-	VMOVUPS      832(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VCMPPS       $0x03, Y4, Y4, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y6, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 160(R12)
-
-stateVKbf16AVX2_dead_63:
-stateVKbf16AVX2_bfdone_3:
-stateVKbf16AVX2_nostore_3:
-	CMPQ        R8, $0x01
-	JE          stateVKbf16AVX2_tokensdone_3
-	ADDQ        R9, AX
-	ADDQ        R9, CX
-	ADDQ        $0x10, DX
-	ADDQ        $0x08, BX
-	ADDQ        32(SP), SI
-	ADDQ        24(SP), DI
-	DECQ        R8
-	VMULPS      (AX), Y0, Y4
-	VMULPS      (CX), Y0, Y5
-	VMULPS      (AX), Y2, Y8
-	VMULPS      (CX), Y2, Y9
-	VMOVUPS     32(R11), Y7
-	VMULPS      32(AX), Y7, Y6
-	VMULPS      32(CX), Y7, Y7
-	VMOVUPS     544(R11), Y11
-	VMULPS      32(AX), Y11, Y10
-	VMULPS      32(CX), Y11, Y11
-	VMOVUPS     64(R11), Y12
-	VFMADD231PS 64(AX), Y12, Y4
-	VFMADD231PS 64(CX), Y12, Y5
-	VMOVUPS     576(R11), Y12
-	VFMADD231PS 64(AX), Y12, Y8
-	VFMADD231PS 64(CX), Y12, Y9
-	VMOVUPS     96(R11), Y12
-	VFMADD231PS 96(AX), Y12, Y6
-	VFMADD231PS 96(CX), Y12, Y7
-	VMOVUPS     608(R11), Y12
-	VFMADD231PS 96(AX), Y12, Y10
-	VFMADD231PS 96(CX), Y12, Y11
-	VMOVUPS     128(R11), Y12
-	VFMADD231PS 128(AX), Y12, Y4
-	VFMADD231PS 128(CX), Y12, Y5
-	VMOVUPS     640(R11), Y12
-	VFMADD231PS 128(AX), Y12, Y8
-	VFMADD231PS 128(CX), Y12, Y9
-	VMOVUPS     160(R11), Y12
-	VFMADD231PS 160(AX), Y12, Y6
-	VFMADD231PS 160(CX), Y12, Y7
-	VMOVUPS     672(R11), Y12
-	VFMADD231PS 160(AX), Y12, Y10
-	VFMADD231PS 160(CX), Y12, Y11
-	VMOVUPS     192(R11), Y12
-	VFMADD231PS 192(AX), Y12, Y4
-	VFMADD231PS 192(CX), Y12, Y5
-	VMOVUPS     704(R11), Y12
-	VFMADD231PS 192(AX), Y12, Y8
-	VFMADD231PS 192(CX), Y12, Y9
-	VMOVUPS     224(R11), Y12
-	VFMADD231PS 224(AX), Y12, Y6
-	VFMADD231PS 224(CX), Y12, Y7
-	VMOVUPS     736(R11), Y12
-	VFMADD231PS 224(AX), Y12, Y10
-	VFMADD231PS 224(CX), Y12, Y11
-	CMPQ        R9, $0x00000120
-	JBE         stateVKbf16AVX2_dead_64
-	VMOVUPS     256(R11), Y12
-	VFMADD231PS 256(AX), Y12, Y4
-	VFMADD231PS 256(CX), Y12, Y5
-	VMOVUPS     768(R11), Y12
-	VFMADD231PS 256(AX), Y12, Y8
-	VFMADD231PS 256(CX), Y12, Y9
-	CMPQ        R9, $0x00000140
-	JBE         stateVKbf16AVX2_dead_64
-	VMOVUPS     288(R11), Y12
-	VFMADD231PS 288(AX), Y12, Y6
-	VFMADD231PS 288(CX), Y12, Y7
-	VMOVUPS     800(R11), Y12
-	VFMADD231PS 288(AX), Y12, Y10
-	VFMADD231PS 288(CX), Y12, Y11
-	CMPQ        R9, $0x00000160
-	JBE         stateVKbf16AVX2_dead_64
-	VMOVUPS     320(R11), Y12
-	VFMADD231PS 320(AX), Y12, Y4
-	VFMADD231PS 320(CX), Y12, Y5
-	VMOVUPS     832(R11), Y12
-	VFMADD231PS 320(AX), Y12, Y8
-	VFMADD231PS 320(CX), Y12, Y9
-
-stateVKbf16AVX2_dead_64:
-	VFMADD231PS -32(AX)(R9*1), Y1, Y6
-	VFMADD231PS -32(CX)(R9*1), Y1, Y7
-	VFMADD231PS -32(AX)(R9*1), Y3, Y10
-	VFMADD231PS -32(CX)(R9*1), Y3, Y11
-	JMP         stateVKbf16AVX2_token_3
-
-stateVKbf16AVX2_tokensdone_3:
-	// The f32 carry after the last token, if asked for.
-	MOVQ    carry_base+88(FP), AX
-	TESTQ   AX, AX
-	JZ      stateVKbf16AVX2_nocarry_3
-	MOVQ    (SP), CX
-	IMULQ   R9, CX
-	ADDQ    CX, AX
-	VMOVUPS Y1, -32(AX)(R9*1)
-	VMOVUPS Y0, (AX)
-	VMOVUPS 32(R11), Y0
-	VMOVUPS Y0, 32(AX)
-	VMOVUPS 64(R11), Y0
-	VMOVUPS Y0, 64(AX)
-	VMOVUPS 96(R11), Y0
-	VMOVUPS Y0, 96(AX)
-	VMOVUPS 128(R11), Y0
-	VMOVUPS Y0, 128(AX)
-	VMOVUPS 160(R11), Y0
-	VMOVUPS Y0, 160(AX)
-	VMOVUPS 192(R11), Y0
-	VMOVUPS Y0, 192(AX)
-	VMOVUPS 224(R11), Y0
-	VMOVUPS Y0, 224(AX)
-	CMPQ    R9, $0x00000120
-	JBE     stateVKbf16AVX2_dead_65
-	VMOVUPS 256(R11), Y0
-	VMOVUPS Y0, 256(AX)
-	CMPQ    R9, $0x00000140
-	JBE     stateVKbf16AVX2_dead_65
-	VMOVUPS 288(R11), Y0
-	VMOVUPS Y0, 288(AX)
-	CMPQ    R9, $0x00000160
-	JBE     stateVKbf16AVX2_dead_65
-	VMOVUPS 320(R11), Y0
-	VMOVUPS Y0, 320(AX)
-
-stateVKbf16AVX2_dead_65:
-	ADDQ    R9, AX
-	VMOVUPS Y3, -32(AX)(R9*1)
-	VMOVUPS Y2, (AX)
-	VMOVUPS 544(R11), Y0
-	VMOVUPS Y0, 32(AX)
-	VMOVUPS 576(R11), Y0
-	VMOVUPS Y0, 64(AX)
-	VMOVUPS 608(R11), Y0
-	VMOVUPS Y0, 96(AX)
-	VMOVUPS 640(R11), Y0
-	VMOVUPS Y0, 128(AX)
-	VMOVUPS 672(R11), Y0
-	VMOVUPS Y0, 160(AX)
-	VMOVUPS 704(R11), Y0
-	VMOVUPS Y0, 192(AX)
-	VMOVUPS 736(R11), Y0
-	VMOVUPS Y0, 224(AX)
-	CMPQ    R9, $0x00000120
-	JBE     stateVKbf16AVX2_dead_66
-	VMOVUPS 768(R11), Y0
-	VMOVUPS Y0, 256(AX)
-	CMPQ    R9, $0x00000140
-	JBE     stateVKbf16AVX2_dead_66
-	VMOVUPS 800(R11), Y0
-	VMOVUPS Y0, 288(AX)
-	CMPQ    R9, $0x00000160
-	JBE     stateVKbf16AVX2_dead_66
-	VMOVUPS 832(R11), Y0
-	VMOVUPS Y0, 320(AX)
-
-stateVKbf16AVX2_dead_66:
-stateVKbf16AVX2_nocarry_3:
-	ADDQ $0x00000002, (SP)
-	SUBQ $0x00000002, 8(SP)
-	JMP  stateVKbf16AVX2_group_3
-
-stateVKbf16AVX2_groupsdone_3:
-stateVKbf16AVX2_pairtail_3:
-	JMP stateVKbf16AVX2_done_1
-
-stateVKbf16AVX2_n16_1:
-	// Rows of 13…16 vectors.
-	CMPQ  16(SP), $0x01
-	JNE   stateVKbf16AVX2_pairs_4
-	MOVQ  stores_base+64(FP), AX
-	CMPQ  (AX), $0x00
-	JE    stateVKbf16AVX2_pairs_4
-	MOVQ  src32_base+40(FP), AX
-	TESTQ AX, AX
-	JNZ   stateVKbf16AVX2_pairs_4
-	MOVQ  carry_base+88(FP), AX
-	TESTQ AX, AX
-	JNZ   stateVKbf16AVX2_pairs_4
-
-stateVKbf16AVX2_once_4:
-	CMPQ 8(SP), $0x02
-	JB   stateVKbf16AVX2_oncedone_4
-
-	// A pair of rows of 13…16 vectors, one token.
-	MOVQ       src_base+16(FP), R11
-	MOVQ       (SP), AX
-	IMULQ      R10, AX
-	ADDQ       AX, R11
-	MOVQ       kh_base+112(FP), AX
-	MOVQ       qh_base+136(FP), CX
-	MOVQ       tok_base+216(FP), DX
-	MOVQ       stores_base+64(FP), BX
-	MOVQ       v_base+160(FP), SI
-	MOVQ       o_base+192(FP), DI
-	MOVQ       (SP), R8
-	SHLQ       $0x02, R8
-	ADDQ       R8, SI
-	ADDQ       R8, DI
-	MOVQ       16(SP), R8
-	PREFETCHT1 8192(R11)
-	PREFETCHT1 8256(R11)
-	PREFETCHT1 8320(R11)
-	PREFETCHT1 8384(R11)
-	PREFETCHT1 8448(R11)
-	PREFETCHT1 8512(R11)
-	PREFETCHT1 8576(R11)
-	CMPQ       R9, $0x000001c0
-	JBE        stateVKbf16AVX2_dead_67
-	PREFETCHT1 8640(R11)
-
-stateVKbf16AVX2_dead_67:
-	VMOVUPS     (AX), Y5
-	VMOVUPS     (CX), Y3
-	VPMOVZXWD   (R11), Y2
-	VPSLLD      $0x10, Y2, Y2
-	VMULPS      Y5, Y2, Y0
-	VMULPS      Y3, Y2, Y2
-	VPMOVZXWD   (R11)(R10*1), Y4
-	VPSLLD      $0x10, Y4, Y4
-	VMULPS      Y5, Y4, Y5
-	VMULPS      Y3, Y4, Y6
-	VMOVUPS     32(AX), Y7
-	VMOVUPS     32(CX), Y8
-	VPMOVZXWD   16(R11), Y4
-	VPSLLD      $0x10, Y4, Y4
-	VMULPS      Y7, Y4, Y3
-	VMULPS      Y8, Y4, Y4
-	VPMOVZXWD   16(R11)(R10*1), Y9
-	VPSLLD      $0x10, Y9, Y9
-	VMULPS      Y7, Y9, Y7
-	VMULPS      Y8, Y9, Y8
-	VMOVUPS     64(AX), Y9
-	VMOVUPS     64(CX), Y10
-	VPMOVZXWD   32(R11), Y11
-	VPSLLD      $0x10, Y11, Y11
-	VFMADD231PS Y9, Y11, Y0
-	VFMADD231PS Y10, Y11, Y2
-	VPMOVZXWD   32(R11)(R10*1), Y11
-	VPSLLD      $0x10, Y11, Y11
-	VFMADD231PS Y9, Y11, Y5
-	VFMADD231PS Y10, Y11, Y6
-	VMOVUPS     96(AX), Y9
-	VMOVUPS     96(CX), Y10
-	VPMOVZXWD   48(R11), Y11
-	VPSLLD      $0x10, Y11, Y11
-	VFMADD231PS Y9, Y11, Y3
-	VFMADD231PS Y10, Y11, Y4
-	VPMOVZXWD   48(R11)(R10*1), Y11
-	VPSLLD      $0x10, Y11, Y11
-	VFMADD231PS Y9, Y11, Y7
-	VFMADD231PS Y10, Y11, Y8
-	VMOVUPS     128(AX), Y9
-	VMOVUPS     128(CX), Y10
-	VPMOVZXWD   64(R11), Y11
-	VPSLLD      $0x10, Y11, Y11
-	VFMADD231PS Y9, Y11, Y0
-	VFMADD231PS Y10, Y11, Y2
-	VPMOVZXWD   64(R11)(R10*1), Y11
-	VPSLLD      $0x10, Y11, Y11
-	VFMADD231PS Y9, Y11, Y5
-	VFMADD231PS Y10, Y11, Y6
-	VMOVUPS     160(AX), Y9
-	VMOVUPS     160(CX), Y10
-	VPMOVZXWD   80(R11), Y11
-	VPSLLD      $0x10, Y11, Y11
-	VFMADD231PS Y9, Y11, Y3
-	VFMADD231PS Y10, Y11, Y4
-	VPMOVZXWD   80(R11)(R10*1), Y11
-	VPSLLD      $0x10, Y11, Y11
-	VFMADD231PS Y9, Y11, Y7
-	VFMADD231PS Y10, Y11, Y8
-	VMOVUPS     192(AX), Y9
-	VMOVUPS     192(CX), Y10
-	VPMOVZXWD   96(R11), Y11
-	VPSLLD      $0x10, Y11, Y11
-	VFMADD231PS Y9, Y11, Y0
-	VFMADD231PS Y10, Y11, Y2
-	VPMOVZXWD   96(R11)(R10*1), Y11
-	VPSLLD      $0x10, Y11, Y11
-	VFMADD231PS Y9, Y11, Y5
-	VFMADD231PS Y10, Y11, Y6
-	VMOVUPS     224(AX), Y9
-	VMOVUPS     224(CX), Y10
-	VPMOVZXWD   112(R11), Y11
-	VPSLLD      $0x10, Y11, Y11
-	VFMADD231PS Y9, Y11, Y3
-	VFMADD231PS Y10, Y11, Y4
-	VPMOVZXWD   112(R11)(R10*1), Y11
-	VPSLLD      $0x10, Y11, Y11
-	VFMADD231PS Y9, Y11, Y7
-	VFMADD231PS Y10, Y11, Y8
-	VMOVUPS     256(AX), Y9
-	VMOVUPS     256(CX), Y10
-	VPMOVZXWD   128(R11), Y11
-	VPSLLD      $0x10, Y11, Y11
-	VFMADD231PS Y9, Y11, Y0
-	VFMADD231PS Y10, Y11, Y2
-	VPMOVZXWD   128(R11)(R10*1), Y11
-	VPSLLD      $0x10, Y11, Y11
-	VFMADD231PS Y9, Y11, Y5
-	VFMADD231PS Y10, Y11, Y6
-	VMOVUPS     288(AX), Y9
-	VMOVUPS     288(CX), Y10
-	VPMOVZXWD   144(R11), Y11
-	VPSLLD      $0x10, Y11, Y11
-	VFMADD231PS Y9, Y11, Y3
-	VFMADD231PS Y10, Y11, Y4
-	VPMOVZXWD   144(R11)(R10*1), Y11
-	VPSLLD      $0x10, Y11, Y11
-	VFMADD231PS Y9, Y11, Y7
-	VFMADD231PS Y10, Y11, Y8
-	VMOVUPS     320(AX), Y9
-	VMOVUPS     320(CX), Y10
-	VPMOVZXWD   160(R11), Y11
-	VPSLLD      $0x10, Y11, Y11
-	VFMADD231PS Y9, Y11, Y0
-	VFMADD231PS Y10, Y11, Y2
-	VPMOVZXWD   160(R11)(R10*1), Y11
-	VPSLLD      $0x10, Y11, Y11
-	VFMADD231PS Y9, Y11, Y5
-	VFMADD231PS Y10, Y11, Y6
-	VMOVUPS     352(AX), Y9
-	VMOVUPS     352(CX), Y10
-	VPMOVZXWD   176(R11), Y11
-	VPSLLD      $0x10, Y11, Y11
-	VFMADD231PS Y9, Y11, Y3
-	VFMADD231PS Y10, Y11, Y4
-	VPMOVZXWD   176(R11)(R10*1), Y11
-	VPSLLD      $0x10, Y11, Y11
-	VFMADD231PS Y9, Y11, Y7
-	VFMADD231PS Y10, Y11, Y8
-	CMPQ        R9, $0x000001a0
-	JBE         stateVKbf16AVX2_dead_68
-	VMOVUPS     384(AX), Y9
-	VMOVUPS     384(CX), Y10
-	VPMOVZXWD   192(R11), Y11
-	VPSLLD      $0x10, Y11, Y11
-	VFMADD231PS Y9, Y11, Y0
-	VFMADD231PS Y10, Y11, Y2
-	VPMOVZXWD   192(R11)(R10*1), Y11
-	VPSLLD      $0x10, Y11, Y11
-	VFMADD231PS Y9, Y11, Y5
-	VFMADD231PS Y10, Y11, Y6
-	CMPQ        R9, $0x000001c0
-	JBE         stateVKbf16AVX2_dead_68
-	VMOVUPS     416(AX), Y9
-	VMOVUPS     416(CX), Y10
-	VPMOVZXWD   208(R11), Y11
-	VPSLLD      $0x10, Y11, Y11
-	VFMADD231PS Y9, Y11, Y3
-	VFMADD231PS Y10, Y11, Y4
-	VPMOVZXWD   208(R11)(R10*1), Y11
-	VPSLLD      $0x10, Y11, Y11
-	VFMADD231PS Y9, Y11, Y7
-	VFMADD231PS Y10, Y11, Y8
-	CMPQ        R9, $0x000001e0
-	JBE         stateVKbf16AVX2_dead_68
-	VMOVUPS     448(AX), Y9
-	VMOVUPS     448(CX), Y10
-	VPMOVZXWD   224(R11), Y11
-	VPSLLD      $0x10, Y11, Y11
-	VFMADD231PS Y9, Y11, Y0
-	VFMADD231PS Y10, Y11, Y2
-	VPMOVZXWD   224(R11)(R10*1), Y11
-	VPSLLD      $0x10, Y11, Y11
-	VFMADD231PS Y9, Y11, Y5
-	VFMADD231PS Y10, Y11, Y6
-
-stateVKbf16AVX2_dead_68:
-	VMOVUPS      -32(AX)(R9*1), Y9
-	VMOVUPS      -32(CX)(R9*1), Y10
-	VPMOVZXWD    -16(R11)(R10*1), Y11
-	VPSLLD       $0x10, Y11, Y11
-	VANDPS       48(SP), Y11, Y11
-	VFMADD231PS  Y9, Y11, Y3
-	VFMADD231PS  Y10, Y11, Y4
-	VPMOVZXWD    -16(R11)(R10*2), Y11
-	VPSLLD       $0x10, Y11, Y11
-	VANDPS       48(SP), Y11, Y11
-	VFMADD231PS  Y9, Y11, Y7
-	VFMADD231PS  Y10, Y11, Y8
-	VADDPS       Y3, Y0, Y0
-	VADDPS       Y7, Y5, Y5
-	VADDPS       Y4, Y2, Y2
-	VADDPS       Y8, Y6, Y6
-	VPERM2F128   $0x20, Y5, Y0, Y3
-	VPERM2F128   $0x31, Y5, Y0, Y0
-	VADDPS       Y0, Y3, Y3
-	VPERM2F128   $0x20, Y6, Y2, Y0
-	VPERM2F128   $0x31, Y6, Y2, Y2
-	VADDPS       Y2, Y0, Y0
-	VSHUFPS      $0x44, Y0, Y3, Y2
-	VSHUFPS      $0xee, Y0, Y3, Y0
-	VADDPS       Y0, Y2, Y2
-	VSHUFPS      $0x88, Y2, Y2, Y0
-	VSHUFPS      $0xdd, Y2, Y2, Y2
-	VADDPS       Y2, Y0, Y0
-	VMOVUPS      vkpermAVX2_2<>+0(SB), Y2
-	VPERMPS      Y0, Y2, Y0
-	VMOVSS       (DX), X1
-	VUCOMISS     nearone<>+0(SB), X1
-	JCS          stateVKbf16AVX2_far_16
-	VBROADCASTSS (DX), Y2
-	VFMADD213PS  Y0, Y2, Y0
-	JMP          stateVKbf16AVX2_decayed_16
-
-stateVKbf16AVX2_far_16:
-	VBROADCASTSS 4(DX), Y2
-	VMULPS       Y0, Y2, Y0
-
-stateVKbf16AVX2_decayed_16:
-	VEXTRACTF128 $0x01, Y0, X2
-	VMOVSD       (SI), X1
-	VSUBPS       X0, X1, X1
-	VBROADCASTSS 8(DX), Y0
-	VMULPS       X0, X1, X1
-	VBROADCASTSS 12(DX), Y0
-	VFMADD231PS  X0, X1, X2
-	VMOVSD       X2, (DI)
-	MOVQ         (BX), CX
-	TESTQ        CX, CX
-	JZ           stateVKbf16AVX2_nofin_7
-	VSUBPS       X1, X1, X0
-	VCMPPS       $0x03, X0, X0, X0
-	VMOVMSKPS    X0, CX
-	ANDL         $0x00000003, CX
-	MOVL         CX, 80(SP)
-
-stateVKbf16AVX2_nofin_7:
-	MOVQ         (BX), CX
-	MOVQ         (SP), BX
-	IMULQ        R10, BX
-	ADDQ         BX, CX
-	VPMOVZXWD    -16(R11)(R10*1), Y0
-	VPSLLD       $0x10, Y0, Y0
-	VPMOVZXWD    -16(R11)(R10*2), Y2
-	VPSLLD       $0x10, Y2, Y2
-	CMPL         80(SP), $0x00
-	JNE          stateVKbf16AVX2_pairs_4
-	VMOVSS       (DX), X3
-	VUCOMISS     nearone<>+0(SB), X3
-	JCS          stateVKbf16AVX2_far_17
-	VBROADCASTSS (DX), Y3
-	VBROADCASTSS X1, Y4
-	VMOVUPS      vklane1<>+0(SB), Y5
-	VPERMPS      Y1, Y5, Y5
-	VMOVUPS      (AX), Y6
-	VMOVUPS      32(AX), Y7
-	VPMOVZXWD    (R11), Y8
-	VPSLLD       $0x10, Y8, Y8
-	VFMADD213PS  Y8, Y3, Y8
-	VFMADD231PS  Y6, Y4, Y8
-	VPMOVZXWD    16(R11), Y9
-	VPSLLD       $0x10, Y9, Y9
-	VFMADD213PS  Y9, Y3, Y9
-	VFMADD231PS  Y7, Y4, Y9
-	VPSRLD       $0x10, Y8, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y8, Y8
-	VPADDD       Y10, Y8, Y8
-	VPSRLD       $0x10, Y8, Y8
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y10, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPACKUSDW    Y9, Y8, Y8
-	VPERMQ       $0xd8, Y8, Y8
-	VMOVDQU      Y8, (CX)
-	VPMOVZXWD    (R11)(R10*1), Y8
-	VPSLLD       $0x10, Y8, Y8
-	VFMADD213PS  Y8, Y3, Y8
-	VFMADD231PS  Y6, Y5, Y8
-	VPMOVZXWD    16(R11)(R10*1), Y6
-	VPSLLD       $0x10, Y6, Y6
-	VFMADD213PS  Y6, Y3, Y6
-	VFMADD231PS  Y7, Y5, Y6
-	VPSRLD       $0x10, Y8, Y7
-	VPAND        one_i<>+0(SB), Y7, Y7
-	VPADDD       round<>+0(SB), Y8, Y8
-	VPADDD       Y7, Y8, Y8
-	VPSRLD       $0x10, Y8, Y8
-	VPSRLD       $0x10, Y6, Y7
-	VPAND        one_i<>+0(SB), Y7, Y7
-	VPADDD       round<>+0(SB), Y6, Y6
-	VPADDD       Y7, Y6, Y6
-	VPSRLD       $0x10, Y6, Y6
-	VPACKUSDW    Y6, Y8, Y8
-	VPERMQ       $0xd8, Y8, Y8
-	VMOVDQU      Y8, (CX)(R10*1)
-	VMOVUPS      64(AX), Y6
-	VMOVUPS      96(AX), Y7
-	VPMOVZXWD    32(R11), Y8
-	VPSLLD       $0x10, Y8, Y8
-	VFMADD213PS  Y8, Y3, Y8
-	VFMADD231PS  Y6, Y4, Y8
-	VPMOVZXWD    48(R11), Y9
-	VPSLLD       $0x10, Y9, Y9
-	VFMADD213PS  Y9, Y3, Y9
-	VFMADD231PS  Y7, Y4, Y9
-	VPSRLD       $0x10, Y8, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y8, Y8
-	VPADDD       Y10, Y8, Y8
-	VPSRLD       $0x10, Y8, Y8
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y10, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPACKUSDW    Y9, Y8, Y8
-	VPERMQ       $0xd8, Y8, Y8
-	VMOVDQU      Y8, 32(CX)
-	VPMOVZXWD    32(R11)(R10*1), Y8
-	VPSLLD       $0x10, Y8, Y8
-	VFMADD213PS  Y8, Y3, Y8
-	VFMADD231PS  Y6, Y5, Y8
-	VPMOVZXWD    48(R11)(R10*1), Y6
-	VPSLLD       $0x10, Y6, Y6
-	VFMADD213PS  Y6, Y3, Y6
-	VFMADD231PS  Y7, Y5, Y6
-	VPSRLD       $0x10, Y8, Y7
-	VPAND        one_i<>+0(SB), Y7, Y7
-	VPADDD       round<>+0(SB), Y8, Y8
-	VPADDD       Y7, Y8, Y8
-	VPSRLD       $0x10, Y8, Y8
-	VPSRLD       $0x10, Y6, Y7
-	VPAND        one_i<>+0(SB), Y7, Y7
-	VPADDD       round<>+0(SB), Y6, Y6
-	VPADDD       Y7, Y6, Y6
-	VPSRLD       $0x10, Y6, Y6
-	VPACKUSDW    Y6, Y8, Y8
-	VPERMQ       $0xd8, Y8, Y8
-	VMOVDQU      Y8, 32(CX)(R10*1)
-	VMOVUPS      128(AX), Y6
-	VMOVUPS      160(AX), Y7
-	VPMOVZXWD    64(R11), Y8
-	VPSLLD       $0x10, Y8, Y8
-	VFMADD213PS  Y8, Y3, Y8
-	VFMADD231PS  Y6, Y4, Y8
-	VPMOVZXWD    80(R11), Y9
-	VPSLLD       $0x10, Y9, Y9
-	VFMADD213PS  Y9, Y3, Y9
-	VFMADD231PS  Y7, Y4, Y9
-	VPSRLD       $0x10, Y8, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y8, Y8
-	VPADDD       Y10, Y8, Y8
-	VPSRLD       $0x10, Y8, Y8
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y10, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPACKUSDW    Y9, Y8, Y8
-	VPERMQ       $0xd8, Y8, Y8
-	VMOVDQU      Y8, 64(CX)
-	VPMOVZXWD    64(R11)(R10*1), Y8
-	VPSLLD       $0x10, Y8, Y8
-	VFMADD213PS  Y8, Y3, Y8
-	VFMADD231PS  Y6, Y5, Y8
-	VPMOVZXWD    80(R11)(R10*1), Y6
-	VPSLLD       $0x10, Y6, Y6
-	VFMADD213PS  Y6, Y3, Y6
-	VFMADD231PS  Y7, Y5, Y6
-	VPSRLD       $0x10, Y8, Y7
-	VPAND        one_i<>+0(SB), Y7, Y7
-	VPADDD       round<>+0(SB), Y8, Y8
-	VPADDD       Y7, Y8, Y8
-	VPSRLD       $0x10, Y8, Y8
-	VPSRLD       $0x10, Y6, Y7
-	VPAND        one_i<>+0(SB), Y7, Y7
-	VPADDD       round<>+0(SB), Y6, Y6
-	VPADDD       Y7, Y6, Y6
-	VPSRLD       $0x10, Y6, Y6
-	VPACKUSDW    Y6, Y8, Y8
-	VPERMQ       $0xd8, Y8, Y8
-	VMOVDQU      Y8, 64(CX)(R10*1)
-	VMOVUPS      192(AX), Y6
-	VMOVUPS      224(AX), Y7
-	VPMOVZXWD    96(R11), Y8
-	VPSLLD       $0x10, Y8, Y8
-	VFMADD213PS  Y8, Y3, Y8
-	VFMADD231PS  Y6, Y4, Y8
-	VPMOVZXWD    112(R11), Y9
-	VPSLLD       $0x10, Y9, Y9
-	VFMADD213PS  Y9, Y3, Y9
-	VFMADD231PS  Y7, Y4, Y9
-	VPSRLD       $0x10, Y8, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y8, Y8
-	VPADDD       Y10, Y8, Y8
-	VPSRLD       $0x10, Y8, Y8
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y10, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPACKUSDW    Y9, Y8, Y8
-	VPERMQ       $0xd8, Y8, Y8
-	VMOVDQU      Y8, 96(CX)
-	VPMOVZXWD    96(R11)(R10*1), Y8
-	VPSLLD       $0x10, Y8, Y8
-	VFMADD213PS  Y8, Y3, Y8
-	VFMADD231PS  Y6, Y5, Y8
-	VPMOVZXWD    112(R11)(R10*1), Y6
-	VPSLLD       $0x10, Y6, Y6
-	VFMADD213PS  Y6, Y3, Y6
-	VFMADD231PS  Y7, Y5, Y6
-	VPSRLD       $0x10, Y8, Y7
-	VPAND        one_i<>+0(SB), Y7, Y7
-	VPADDD       round<>+0(SB), Y8, Y8
-	VPADDD       Y7, Y8, Y8
-	VPSRLD       $0x10, Y8, Y8
-	VPSRLD       $0x10, Y6, Y7
-	VPAND        one_i<>+0(SB), Y7, Y7
-	VPADDD       round<>+0(SB), Y6, Y6
-	VPADDD       Y7, Y6, Y6
-	VPSRLD       $0x10, Y6, Y6
-	VPACKUSDW    Y6, Y8, Y8
-	VPERMQ       $0xd8, Y8, Y8
-	VMOVDQU      Y8, 96(CX)(R10*1)
-	VMOVUPS      256(AX), Y6
-	VMOVUPS      288(AX), Y7
-	VPMOVZXWD    128(R11), Y8
-	VPSLLD       $0x10, Y8, Y8
-	VFMADD213PS  Y8, Y3, Y8
-	VFMADD231PS  Y6, Y4, Y8
-	VPMOVZXWD    144(R11), Y9
-	VPSLLD       $0x10, Y9, Y9
-	VFMADD213PS  Y9, Y3, Y9
-	VFMADD231PS  Y7, Y4, Y9
-	VPSRLD       $0x10, Y8, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y8, Y8
-	VPADDD       Y10, Y8, Y8
-	VPSRLD       $0x10, Y8, Y8
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y10, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPACKUSDW    Y9, Y8, Y8
-	VPERMQ       $0xd8, Y8, Y8
-	VMOVDQU      Y8, 128(CX)
-	VPMOVZXWD    128(R11)(R10*1), Y8
-	VPSLLD       $0x10, Y8, Y8
-	VFMADD213PS  Y8, Y3, Y8
-	VFMADD231PS  Y6, Y5, Y8
-	VPMOVZXWD    144(R11)(R10*1), Y6
-	VPSLLD       $0x10, Y6, Y6
-	VFMADD213PS  Y6, Y3, Y6
-	VFMADD231PS  Y7, Y5, Y6
-	VPSRLD       $0x10, Y8, Y7
-	VPAND        one_i<>+0(SB), Y7, Y7
-	VPADDD       round<>+0(SB), Y8, Y8
-	VPADDD       Y7, Y8, Y8
-	VPSRLD       $0x10, Y8, Y8
-	VPSRLD       $0x10, Y6, Y7
-	VPAND        one_i<>+0(SB), Y7, Y7
-	VPADDD       round<>+0(SB), Y6, Y6
-	VPADDD       Y7, Y6, Y6
-	VPSRLD       $0x10, Y6, Y6
-	VPACKUSDW    Y6, Y8, Y8
-	VPERMQ       $0xd8, Y8, Y8
-	VMOVDQU      Y8, 128(CX)(R10*1)
-	VMOVUPS      320(AX), Y6
-	VMOVUPS      352(AX), Y7
-	VPMOVZXWD    160(R11), Y8
-	VPSLLD       $0x10, Y8, Y8
-	VFMADD213PS  Y8, Y3, Y8
-	VFMADD231PS  Y6, Y4, Y8
-	VPMOVZXWD    176(R11), Y9
-	VPSLLD       $0x10, Y9, Y9
-	VFMADD213PS  Y9, Y3, Y9
-	VFMADD231PS  Y7, Y4, Y9
-	VPSRLD       $0x10, Y8, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y8, Y8
-	VPADDD       Y10, Y8, Y8
-	VPSRLD       $0x10, Y8, Y8
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y10, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPACKUSDW    Y9, Y8, Y8
-	VPERMQ       $0xd8, Y8, Y8
-	VMOVDQU      Y8, 160(CX)
-	VPMOVZXWD    160(R11)(R10*1), Y8
-	VPSLLD       $0x10, Y8, Y8
-	VFMADD213PS  Y8, Y3, Y8
-	VFMADD231PS  Y6, Y5, Y8
-	VPMOVZXWD    176(R11)(R10*1), Y6
-	VPSLLD       $0x10, Y6, Y6
-	VFMADD213PS  Y6, Y3, Y6
-	VFMADD231PS  Y7, Y5, Y6
-	VPSRLD       $0x10, Y8, Y7
-	VPAND        one_i<>+0(SB), Y7, Y7
-	VPADDD       round<>+0(SB), Y8, Y8
-	VPADDD       Y7, Y8, Y8
-	VPSRLD       $0x10, Y8, Y8
-	VPSRLD       $0x10, Y6, Y7
-	VPAND        one_i<>+0(SB), Y7, Y7
-	VPADDD       round<>+0(SB), Y6, Y6
-	VPADDD       Y7, Y6, Y6
-	VPSRLD       $0x10, Y6, Y6
-	VPACKUSDW    Y6, Y8, Y8
-	VPERMQ       $0xd8, Y8, Y8
-	VMOVDQU      Y8, 160(CX)(R10*1)
-	CMPQ         R9, $0x000001a0
-	JBE          stateVKbf16AVX2_dead_69
-	VMOVUPS      384(AX), Y6
-	VPMOVZXWD    192(R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 192(CX)
-	VPMOVZXWD    192(R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 192(CX)(R10*1)
-	CMPQ         R9, $0x000001c0
-	JBE          stateVKbf16AVX2_dead_69
-	VMOVUPS      416(AX), Y6
-	VPMOVZXWD    208(R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 208(CX)
-	VPMOVZXWD    208(R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 208(CX)(R10*1)
-	CMPQ         R9, $0x000001e0
-	JBE          stateVKbf16AVX2_dead_69
-	VMOVUPS      448(AX), Y6
-	VPMOVZXWD    224(R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 224(CX)
-	VPMOVZXWD    224(R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 224(CX)(R10*1)
-
-stateVKbf16AVX2_dead_69:
-	VFMADD213PS  Y0, Y3, Y0
-	VFMADD231PS  -32(AX)(R9*1), Y4, Y0
-	VPSRLD       $0x10, Y0, Y4
-	VPAND        one_i<>+0(SB), Y4, Y4
-	VPADDD       round<>+0(SB), Y0, Y0
-	VPADDD       Y4, Y0, Y0
-	VPSRLD       $0x10, Y0, Y0
-	VEXTRACTI128 $0x01, Y0, X1
-	VPACKUSDW    X1, X0, X1
-	VMOVDQU      X1, -16(CX)(R10*1)
-	VFMADD213PS  Y2, Y3, Y2
-	VFMADD231PS  -32(AX)(R9*1), Y5, Y2
-	VPSRLD       $0x10, Y2, Y0
-	VPAND        one_i<>+0(SB), Y0, Y0
-	VPADDD       round<>+0(SB), Y2, Y2
-	VPADDD       Y0, Y2, Y2
-	VPSRLD       $0x10, Y2, Y2
-	VEXTRACTI128 $0x01, Y2, X0
-	VPACKUSDW    X0, X2, X0
-	VMOVDQU      X0, -16(CX)(R10*2)
-	JMP          stateVKbf16AVX2_decayed_17
-
-stateVKbf16AVX2_far_17:
-	VBROADCASTSS 4(DX), Y3
-	VBROADCASTSS X1, Y4
-	VMOVUPS      vklane1<>+0(SB), Y5
-	VPERMPS      Y1, Y5, Y5
-	VMOVUPS      (AX), Y6
-	VMOVUPS      32(AX), Y7
-	VPMOVZXWD    (R11), Y8
-	VPSLLD       $0x10, Y8, Y8
-	VMULPS       Y8, Y3, Y8
-	VFMADD231PS  Y6, Y4, Y8
-	VPMOVZXWD    16(R11), Y9
-	VPSLLD       $0x10, Y9, Y9
-	VMULPS       Y9, Y3, Y9
-	VFMADD231PS  Y7, Y4, Y9
-	VPSRLD       $0x10, Y8, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y8, Y8
-	VPADDD       Y10, Y8, Y8
-	VPSRLD       $0x10, Y8, Y8
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y10, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPACKUSDW    Y9, Y8, Y8
-	VPERMQ       $0xd8, Y8, Y8
-	VMOVDQU      Y8, (CX)
-	VPMOVZXWD    (R11)(R10*1), Y8
-	VPSLLD       $0x10, Y8, Y8
-	VMULPS       Y8, Y3, Y8
-	VFMADD231PS  Y6, Y5, Y8
-	VPMOVZXWD    16(R11)(R10*1), Y6
-	VPSLLD       $0x10, Y6, Y6
-	VMULPS       Y6, Y3, Y6
-	VFMADD231PS  Y7, Y5, Y6
-	VPSRLD       $0x10, Y8, Y7
-	VPAND        one_i<>+0(SB), Y7, Y7
-	VPADDD       round<>+0(SB), Y8, Y8
-	VPADDD       Y7, Y8, Y8
-	VPSRLD       $0x10, Y8, Y8
-	VPSRLD       $0x10, Y6, Y7
-	VPAND        one_i<>+0(SB), Y7, Y7
-	VPADDD       round<>+0(SB), Y6, Y6
-	VPADDD       Y7, Y6, Y6
-	VPSRLD       $0x10, Y6, Y6
-	VPACKUSDW    Y6, Y8, Y8
-	VPERMQ       $0xd8, Y8, Y8
-	VMOVDQU      Y8, (CX)(R10*1)
-	VMOVUPS      64(AX), Y6
-	VMOVUPS      96(AX), Y7
-	VPMOVZXWD    32(R11), Y8
-	VPSLLD       $0x10, Y8, Y8
-	VMULPS       Y8, Y3, Y8
-	VFMADD231PS  Y6, Y4, Y8
-	VPMOVZXWD    48(R11), Y9
-	VPSLLD       $0x10, Y9, Y9
-	VMULPS       Y9, Y3, Y9
-	VFMADD231PS  Y7, Y4, Y9
-	VPSRLD       $0x10, Y8, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y8, Y8
-	VPADDD       Y10, Y8, Y8
-	VPSRLD       $0x10, Y8, Y8
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y10, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPACKUSDW    Y9, Y8, Y8
-	VPERMQ       $0xd8, Y8, Y8
-	VMOVDQU      Y8, 32(CX)
-	VPMOVZXWD    32(R11)(R10*1), Y8
-	VPSLLD       $0x10, Y8, Y8
-	VMULPS       Y8, Y3, Y8
-	VFMADD231PS  Y6, Y5, Y8
-	VPMOVZXWD    48(R11)(R10*1), Y6
-	VPSLLD       $0x10, Y6, Y6
-	VMULPS       Y6, Y3, Y6
-	VFMADD231PS  Y7, Y5, Y6
-	VPSRLD       $0x10, Y8, Y7
-	VPAND        one_i<>+0(SB), Y7, Y7
-	VPADDD       round<>+0(SB), Y8, Y8
-	VPADDD       Y7, Y8, Y8
-	VPSRLD       $0x10, Y8, Y8
-	VPSRLD       $0x10, Y6, Y7
-	VPAND        one_i<>+0(SB), Y7, Y7
-	VPADDD       round<>+0(SB), Y6, Y6
-	VPADDD       Y7, Y6, Y6
-	VPSRLD       $0x10, Y6, Y6
-	VPACKUSDW    Y6, Y8, Y8
-	VPERMQ       $0xd8, Y8, Y8
-	VMOVDQU      Y8, 32(CX)(R10*1)
-	VMOVUPS      128(AX), Y6
-	VMOVUPS      160(AX), Y7
-	VPMOVZXWD    64(R11), Y8
-	VPSLLD       $0x10, Y8, Y8
-	VMULPS       Y8, Y3, Y8
-	VFMADD231PS  Y6, Y4, Y8
-	VPMOVZXWD    80(R11), Y9
-	VPSLLD       $0x10, Y9, Y9
-	VMULPS       Y9, Y3, Y9
-	VFMADD231PS  Y7, Y4, Y9
-	VPSRLD       $0x10, Y8, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y8, Y8
-	VPADDD       Y10, Y8, Y8
-	VPSRLD       $0x10, Y8, Y8
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y10, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPACKUSDW    Y9, Y8, Y8
-	VPERMQ       $0xd8, Y8, Y8
-	VMOVDQU      Y8, 64(CX)
-	VPMOVZXWD    64(R11)(R10*1), Y8
-	VPSLLD       $0x10, Y8, Y8
-	VMULPS       Y8, Y3, Y8
-	VFMADD231PS  Y6, Y5, Y8
-	VPMOVZXWD    80(R11)(R10*1), Y6
-	VPSLLD       $0x10, Y6, Y6
-	VMULPS       Y6, Y3, Y6
-	VFMADD231PS  Y7, Y5, Y6
-	VPSRLD       $0x10, Y8, Y7
-	VPAND        one_i<>+0(SB), Y7, Y7
-	VPADDD       round<>+0(SB), Y8, Y8
-	VPADDD       Y7, Y8, Y8
-	VPSRLD       $0x10, Y8, Y8
-	VPSRLD       $0x10, Y6, Y7
-	VPAND        one_i<>+0(SB), Y7, Y7
-	VPADDD       round<>+0(SB), Y6, Y6
-	VPADDD       Y7, Y6, Y6
-	VPSRLD       $0x10, Y6, Y6
-	VPACKUSDW    Y6, Y8, Y8
-	VPERMQ       $0xd8, Y8, Y8
-	VMOVDQU      Y8, 64(CX)(R10*1)
-	VMOVUPS      192(AX), Y6
-	VMOVUPS      224(AX), Y7
-	VPMOVZXWD    96(R11), Y8
-	VPSLLD       $0x10, Y8, Y8
-	VMULPS       Y8, Y3, Y8
-	VFMADD231PS  Y6, Y4, Y8
-	VPMOVZXWD    112(R11), Y9
-	VPSLLD       $0x10, Y9, Y9
-	VMULPS       Y9, Y3, Y9
-	VFMADD231PS  Y7, Y4, Y9
-	VPSRLD       $0x10, Y8, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y8, Y8
-	VPADDD       Y10, Y8, Y8
-	VPSRLD       $0x10, Y8, Y8
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y10, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPACKUSDW    Y9, Y8, Y8
-	VPERMQ       $0xd8, Y8, Y8
-	VMOVDQU      Y8, 96(CX)
-	VPMOVZXWD    96(R11)(R10*1), Y8
-	VPSLLD       $0x10, Y8, Y8
-	VMULPS       Y8, Y3, Y8
-	VFMADD231PS  Y6, Y5, Y8
-	VPMOVZXWD    112(R11)(R10*1), Y6
-	VPSLLD       $0x10, Y6, Y6
-	VMULPS       Y6, Y3, Y6
-	VFMADD231PS  Y7, Y5, Y6
-	VPSRLD       $0x10, Y8, Y7
-	VPAND        one_i<>+0(SB), Y7, Y7
-	VPADDD       round<>+0(SB), Y8, Y8
-	VPADDD       Y7, Y8, Y8
-	VPSRLD       $0x10, Y8, Y8
-	VPSRLD       $0x10, Y6, Y7
-	VPAND        one_i<>+0(SB), Y7, Y7
-	VPADDD       round<>+0(SB), Y6, Y6
-	VPADDD       Y7, Y6, Y6
-	VPSRLD       $0x10, Y6, Y6
-	VPACKUSDW    Y6, Y8, Y8
-	VPERMQ       $0xd8, Y8, Y8
-	VMOVDQU      Y8, 96(CX)(R10*1)
-	VMOVUPS      256(AX), Y6
-	VMOVUPS      288(AX), Y7
-	VPMOVZXWD    128(R11), Y8
-	VPSLLD       $0x10, Y8, Y8
-	VMULPS       Y8, Y3, Y8
-	VFMADD231PS  Y6, Y4, Y8
-	VPMOVZXWD    144(R11), Y9
-	VPSLLD       $0x10, Y9, Y9
-	VMULPS       Y9, Y3, Y9
-	VFMADD231PS  Y7, Y4, Y9
-	VPSRLD       $0x10, Y8, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y8, Y8
-	VPADDD       Y10, Y8, Y8
-	VPSRLD       $0x10, Y8, Y8
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y10, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPACKUSDW    Y9, Y8, Y8
-	VPERMQ       $0xd8, Y8, Y8
-	VMOVDQU      Y8, 128(CX)
-	VPMOVZXWD    128(R11)(R10*1), Y8
-	VPSLLD       $0x10, Y8, Y8
-	VMULPS       Y8, Y3, Y8
-	VFMADD231PS  Y6, Y5, Y8
-	VPMOVZXWD    144(R11)(R10*1), Y6
-	VPSLLD       $0x10, Y6, Y6
-	VMULPS       Y6, Y3, Y6
-	VFMADD231PS  Y7, Y5, Y6
-	VPSRLD       $0x10, Y8, Y7
-	VPAND        one_i<>+0(SB), Y7, Y7
-	VPADDD       round<>+0(SB), Y8, Y8
-	VPADDD       Y7, Y8, Y8
-	VPSRLD       $0x10, Y8, Y8
-	VPSRLD       $0x10, Y6, Y7
-	VPAND        one_i<>+0(SB), Y7, Y7
-	VPADDD       round<>+0(SB), Y6, Y6
-	VPADDD       Y7, Y6, Y6
-	VPSRLD       $0x10, Y6, Y6
-	VPACKUSDW    Y6, Y8, Y8
-	VPERMQ       $0xd8, Y8, Y8
-	VMOVDQU      Y8, 128(CX)(R10*1)
-	VMOVUPS      320(AX), Y6
-	VMOVUPS      352(AX), Y7
-	VPMOVZXWD    160(R11), Y8
-	VPSLLD       $0x10, Y8, Y8
-	VMULPS       Y8, Y3, Y8
-	VFMADD231PS  Y6, Y4, Y8
-	VPMOVZXWD    176(R11), Y9
-	VPSLLD       $0x10, Y9, Y9
-	VMULPS       Y9, Y3, Y9
-	VFMADD231PS  Y7, Y4, Y9
-	VPSRLD       $0x10, Y8, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y8, Y8
-	VPADDD       Y10, Y8, Y8
-	VPSRLD       $0x10, Y8, Y8
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y10, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPACKUSDW    Y9, Y8, Y8
-	VPERMQ       $0xd8, Y8, Y8
-	VMOVDQU      Y8, 160(CX)
-	VPMOVZXWD    160(R11)(R10*1), Y8
-	VPSLLD       $0x10, Y8, Y8
-	VMULPS       Y8, Y3, Y8
-	VFMADD231PS  Y6, Y5, Y8
-	VPMOVZXWD    176(R11)(R10*1), Y6
-	VPSLLD       $0x10, Y6, Y6
-	VMULPS       Y6, Y3, Y6
-	VFMADD231PS  Y7, Y5, Y6
-	VPSRLD       $0x10, Y8, Y7
-	VPAND        one_i<>+0(SB), Y7, Y7
-	VPADDD       round<>+0(SB), Y8, Y8
-	VPADDD       Y7, Y8, Y8
-	VPSRLD       $0x10, Y8, Y8
-	VPSRLD       $0x10, Y6, Y7
-	VPAND        one_i<>+0(SB), Y7, Y7
-	VPADDD       round<>+0(SB), Y6, Y6
-	VPADDD       Y7, Y6, Y6
-	VPSRLD       $0x10, Y6, Y6
-	VPACKUSDW    Y6, Y8, Y8
-	VPERMQ       $0xd8, Y8, Y8
-	VMOVDQU      Y8, 160(CX)(R10*1)
-	CMPQ         R9, $0x000001a0
-	JBE          stateVKbf16AVX2_dead_70
-	VMOVUPS      384(AX), Y6
-	VPMOVZXWD    192(R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 192(CX)
-	VPMOVZXWD    192(R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 192(CX)(R10*1)
-	CMPQ         R9, $0x000001c0
-	JBE          stateVKbf16AVX2_dead_70
-	VMOVUPS      416(AX), Y6
-	VPMOVZXWD    208(R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 208(CX)
-	VPMOVZXWD    208(R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 208(CX)(R10*1)
-	CMPQ         R9, $0x000001e0
-	JBE          stateVKbf16AVX2_dead_70
-	VMOVUPS      448(AX), Y6
-	VPMOVZXWD    224(R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 224(CX)
-	VPMOVZXWD    224(R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 224(CX)(R10*1)
-
-stateVKbf16AVX2_dead_70:
-	VMULPS       Y0, Y3, Y0
-	VFMADD231PS  -32(AX)(R9*1), Y4, Y0
-	VPSRLD       $0x10, Y0, Y4
-	VPAND        one_i<>+0(SB), Y4, Y4
-	VPADDD       round<>+0(SB), Y0, Y0
-	VPADDD       Y4, Y0, Y0
-	VPSRLD       $0x10, Y0, Y0
-	VEXTRACTI128 $0x01, Y0, X1
-	VPACKUSDW    X1, X0, X1
-	VMOVDQU      X1, -16(CX)(R10*1)
-	VMULPS       Y2, Y3, Y2
-	VFMADD231PS  -32(AX)(R9*1), Y5, Y2
-	VPSRLD       $0x10, Y2, Y0
-	VPAND        one_i<>+0(SB), Y0, Y0
-	VPADDD       round<>+0(SB), Y2, Y2
-	VPADDD       Y0, Y2, Y2
-	VPSRLD       $0x10, Y2, Y2
-	VEXTRACTI128 $0x01, Y2, X0
-	VPACKUSDW    X0, X2, X0
-	VMOVDQU      X0, -16(CX)(R10*2)
-
-stateVKbf16AVX2_decayed_17:
-	ADDQ $0x00000002, (SP)
-	SUBQ $0x00000002, 8(SP)
-	JMP  stateVKbf16AVX2_once_4
-
-stateVKbf16AVX2_oncedone_4:
-	JMP stateVKbf16AVX2_pairtail_4
-
-stateVKbf16AVX2_pairs_4:
-	MOVQ 40(SP), R11
-
-stateVKbf16AVX2_group_4:
-	CMPQ 8(SP), $0x00000002
-	JB   stateVKbf16AVX2_groupsdone_4
-
-	// The prefetch list's next group.
-	MOVQ 312(SP), AX
-
-stateVKbf16AVX2_pfentry_4:
-	CMPQ  AX, 320(SP)
-	JAE   stateVKbf16AVX2_pfdone_4
-	MOVQ  (AX), DX
-	MOVQ  8(AX), CX
-	ADDQ  $0x10, AX
-	TESTQ CX, CX
-	JZ    stateVKbf16AVX2_pfdone_4
-
-stateVKbf16AVX2_pfline_4:
-	PREFETCHT1 (DX)
-	ADDQ       $0x40, DX
-	DECQ       CX
-	JNZ        stateVKbf16AVX2_pfline_4
-	JMP        stateVKbf16AVX2_pfentry_4
-
-stateVKbf16AVX2_pfdone_4:
-	MOVQ AX, 312(SP)
-
-	// Load 2 row(s) of 13…16 vectors.
-	MOVQ       src32_base+40(FP), AX
-	TESTQ      AX, AX
-	JZ         stateVKbf16AVX2_frombf16_4
-	MOVQ       (SP), CX
-	IMULQ      R9, CX
-	ADDQ       CX, AX
-	PREFETCHT1 8192(AX)
-	PREFETCHT1 8256(AX)
-	PREFETCHT1 8320(AX)
-	PREFETCHT1 8384(AX)
-	PREFETCHT1 8448(AX)
-	PREFETCHT1 8512(AX)
-	PREFETCHT1 8576(AX)
-	PREFETCHT1 8640(AX)
-	PREFETCHT1 8704(AX)
-	PREFETCHT1 8768(AX)
-	PREFETCHT1 8832(AX)
-	PREFETCHT1 8896(AX)
-	PREFETCHT1 8960(AX)
-	CMPQ       R9, $0x000001a0
-	JBE        stateVKbf16AVX2_dead_71
-	PREFETCHT1 9024(AX)
-	CMPQ       R9, $0x000001c0
-	JBE        stateVKbf16AVX2_dead_71
-	PREFETCHT1 9088(AX)
-	CMPQ       R9, $0x000001e0
-	JBE        stateVKbf16AVX2_dead_71
-	PREFETCHT1 9152(AX)
-
-stateVKbf16AVX2_dead_71:
-	VMOVUPS (AX), Y0
-	VMOVUPS 32(AX), Y1
-	VMOVUPS Y1, 32(R11)
-	VMOVUPS 64(AX), Y1
-	VMOVUPS Y1, 64(R11)
-	VMOVUPS 96(AX), Y1
-	VMOVUPS Y1, 96(R11)
-	VMOVUPS 128(AX), Y1
-	VMOVUPS Y1, 128(R11)
-	VMOVUPS 160(AX), Y1
-	VMOVUPS Y1, 160(R11)
-	VMOVUPS 192(AX), Y1
-	VMOVUPS Y1, 192(R11)
-	VMOVUPS 224(AX), Y1
-	VMOVUPS Y1, 224(R11)
-	VMOVUPS 256(AX), Y1
-	VMOVUPS Y1, 256(R11)
-	VMOVUPS 288(AX), Y1
-	VMOVUPS Y1, 288(R11)
-	VMOVUPS 320(AX), Y1
-	VMOVUPS Y1, 320(R11)
-	VMOVUPS 352(AX), Y1
-	VMOVUPS Y1, 352(R11)
-	CMPQ    R9, $0x000001a0
-	JBE     stateVKbf16AVX2_dead_72
-	VMOVUPS 384(AX), Y1
-	VMOVUPS Y1, 384(R11)
-	CMPQ    R9, $0x000001c0
-	JBE     stateVKbf16AVX2_dead_72
-	VMOVUPS 416(AX), Y1
-	VMOVUPS Y1, 416(R11)
-	CMPQ    R9, $0x000001e0
-	JBE     stateVKbf16AVX2_dead_72
-	VMOVUPS 448(AX), Y1
-	VMOVUPS Y1, 448(R11)
-
-stateVKbf16AVX2_dead_72:
-	VMOVUPS -32(AX)(R9*1), Y1
-	VANDPS  48(SP), Y1, Y1
-	ADDQ    R9, AX
-	VMOVUPS (AX), Y2
-	VMOVUPS 32(AX), Y3
-	VMOVUPS Y3, 544(R11)
-	VMOVUPS 64(AX), Y3
-	VMOVUPS Y3, 576(R11)
-	VMOVUPS 96(AX), Y3
-	VMOVUPS Y3, 608(R11)
-	VMOVUPS 128(AX), Y3
-	VMOVUPS Y3, 640(R11)
-	VMOVUPS 160(AX), Y3
-	VMOVUPS Y3, 672(R11)
-	VMOVUPS 192(AX), Y3
-	VMOVUPS Y3, 704(R11)
-	VMOVUPS 224(AX), Y3
-	VMOVUPS Y3, 736(R11)
-	VMOVUPS 256(AX), Y3
-	VMOVUPS Y3, 768(R11)
-	VMOVUPS 288(AX), Y3
-	VMOVUPS Y3, 800(R11)
-	VMOVUPS 320(AX), Y3
-	VMOVUPS Y3, 832(R11)
-	VMOVUPS 352(AX), Y3
-	VMOVUPS Y3, 864(R11)
-	CMPQ    R9, $0x000001a0
-	JBE     stateVKbf16AVX2_dead_73
-	VMOVUPS 384(AX), Y3
-	VMOVUPS Y3, 896(R11)
-	CMPQ    R9, $0x000001c0
-	JBE     stateVKbf16AVX2_dead_73
-	VMOVUPS 416(AX), Y3
-	VMOVUPS Y3, 928(R11)
-	CMPQ    R9, $0x000001e0
-	JBE     stateVKbf16AVX2_dead_73
-	VMOVUPS 448(AX), Y3
-	VMOVUPS Y3, 960(R11)
-
-stateVKbf16AVX2_dead_73:
-	VMOVUPS -32(AX)(R9*1), Y3
-	VANDPS  48(SP), Y3, Y3
-	JMP     stateVKbf16AVX2_loaded_4
-
-stateVKbf16AVX2_frombf16_4:
-	MOVQ       src_base+16(FP), AX
-	MOVQ       (SP), CX
-	IMULQ      R10, CX
-	ADDQ       CX, AX
-	PREFETCHT1 8192(AX)
-	PREFETCHT1 8256(AX)
-	PREFETCHT1 8320(AX)
-	PREFETCHT1 8384(AX)
-	PREFETCHT1 8448(AX)
-	PREFETCHT1 8512(AX)
-	PREFETCHT1 8576(AX)
-	CMPQ       R9, $0x000001c0
-	JBE        stateVKbf16AVX2_dead_74
-	PREFETCHT1 8640(AX)
-
-stateVKbf16AVX2_dead_74:
-	VPMOVZXWD (AX), Y0
-	VPSLLD    $0x10, Y0, Y0
-	VPMOVZXWD 16(AX), Y1
-	VPSLLD    $0x10, Y1, Y1
-	VMOVUPS   Y1, 32(R11)
-	VPMOVZXWD 32(AX), Y1
-	VPSLLD    $0x10, Y1, Y1
-	VMOVUPS   Y1, 64(R11)
-	VPMOVZXWD 48(AX), Y1
-	VPSLLD    $0x10, Y1, Y1
-	VMOVUPS   Y1, 96(R11)
-	VPMOVZXWD 64(AX), Y1
-	VPSLLD    $0x10, Y1, Y1
-	VMOVUPS   Y1, 128(R11)
-	VPMOVZXWD 80(AX), Y1
-	VPSLLD    $0x10, Y1, Y1
-	VMOVUPS   Y1, 160(R11)
-	VPMOVZXWD 96(AX), Y1
-	VPSLLD    $0x10, Y1, Y1
-	VMOVUPS   Y1, 192(R11)
-	VPMOVZXWD 112(AX), Y1
-	VPSLLD    $0x10, Y1, Y1
-	VMOVUPS   Y1, 224(R11)
-	VPMOVZXWD 128(AX), Y1
-	VPSLLD    $0x10, Y1, Y1
-	VMOVUPS   Y1, 256(R11)
-	VPMOVZXWD 144(AX), Y1
-	VPSLLD    $0x10, Y1, Y1
-	VMOVUPS   Y1, 288(R11)
-	VPMOVZXWD 160(AX), Y1
-	VPSLLD    $0x10, Y1, Y1
-	VMOVUPS   Y1, 320(R11)
-	VPMOVZXWD 176(AX), Y1
-	VPSLLD    $0x10, Y1, Y1
-	VMOVUPS   Y1, 352(R11)
-	CMPQ      R9, $0x000001a0
-	JBE       stateVKbf16AVX2_dead_75
-	VPMOVZXWD 192(AX), Y1
-	VPSLLD    $0x10, Y1, Y1
-	VMOVUPS   Y1, 384(R11)
-	CMPQ      R9, $0x000001c0
-	JBE       stateVKbf16AVX2_dead_75
-	VPMOVZXWD 208(AX), Y1
-	VPSLLD    $0x10, Y1, Y1
-	VMOVUPS   Y1, 416(R11)
-	CMPQ      R9, $0x000001e0
-	JBE       stateVKbf16AVX2_dead_75
-	VPMOVZXWD 224(AX), Y1
-	VPSLLD    $0x10, Y1, Y1
-	VMOVUPS   Y1, 448(R11)
-
-stateVKbf16AVX2_dead_75:
-	VPMOVZXWD -16(AX)(R10*1), Y1
-	VPSLLD    $0x10, Y1, Y1
-	VANDPS    48(SP), Y1, Y1
-	ADDQ      R10, AX
-	VPMOVZXWD (AX), Y2
-	VPSLLD    $0x10, Y2, Y2
-	VPMOVZXWD 16(AX), Y3
-	VPSLLD    $0x10, Y3, Y3
-	VMOVUPS   Y3, 544(R11)
-	VPMOVZXWD 32(AX), Y3
-	VPSLLD    $0x10, Y3, Y3
-	VMOVUPS   Y3, 576(R11)
-	VPMOVZXWD 48(AX), Y3
-	VPSLLD    $0x10, Y3, Y3
-	VMOVUPS   Y3, 608(R11)
-	VPMOVZXWD 64(AX), Y3
-	VPSLLD    $0x10, Y3, Y3
-	VMOVUPS   Y3, 640(R11)
-	VPMOVZXWD 80(AX), Y3
-	VPSLLD    $0x10, Y3, Y3
-	VMOVUPS   Y3, 672(R11)
-	VPMOVZXWD 96(AX), Y3
-	VPSLLD    $0x10, Y3, Y3
-	VMOVUPS   Y3, 704(R11)
-	VPMOVZXWD 112(AX), Y3
-	VPSLLD    $0x10, Y3, Y3
-	VMOVUPS   Y3, 736(R11)
-	VPMOVZXWD 128(AX), Y3
-	VPSLLD    $0x10, Y3, Y3
-	VMOVUPS   Y3, 768(R11)
-	VPMOVZXWD 144(AX), Y3
-	VPSLLD    $0x10, Y3, Y3
-	VMOVUPS   Y3, 800(R11)
-	VPMOVZXWD 160(AX), Y3
-	VPSLLD    $0x10, Y3, Y3
-	VMOVUPS   Y3, 832(R11)
-	VPMOVZXWD 176(AX), Y3
-	VPSLLD    $0x10, Y3, Y3
-	VMOVUPS   Y3, 864(R11)
-	CMPQ      R9, $0x000001a0
-	JBE       stateVKbf16AVX2_dead_76
-	VPMOVZXWD 192(AX), Y3
-	VPSLLD    $0x10, Y3, Y3
-	VMOVUPS   Y3, 896(R11)
-	CMPQ      R9, $0x000001c0
-	JBE       stateVKbf16AVX2_dead_76
-	VPMOVZXWD 208(AX), Y3
-	VPSLLD    $0x10, Y3, Y3
-	VMOVUPS   Y3, 928(R11)
-	CMPQ      R9, $0x000001e0
-	JBE       stateVKbf16AVX2_dead_76
-	VPMOVZXWD 224(AX), Y3
-	VPSLLD    $0x10, Y3, Y3
-	VMOVUPS   Y3, 960(R11)
-
-stateVKbf16AVX2_dead_76:
-	VPMOVZXWD -16(AX)(R10*1), Y3
-	VPSLLD    $0x10, Y3, Y3
-	VANDPS    48(SP), Y3, Y3
-
-stateVKbf16AVX2_loaded_4:
-	MOVQ        kh_base+112(FP), AX
-	MOVQ        qh_base+136(FP), CX
-	MOVQ        tok_base+216(FP), DX
-	MOVQ        stores_base+64(FP), BX
-	MOVQ        v_base+160(FP), SI
-	MOVQ        o_base+192(FP), DI
-	MOVQ        (SP), R8
-	SHLQ        $0x02, R8
-	ADDQ        R8, SI
-	ADDQ        R8, DI
-	MOVQ        16(SP), R8
-	VMULPS      (AX), Y0, Y4
-	VMULPS      (CX), Y0, Y5
-	VMULPS      (AX), Y2, Y8
-	VMULPS      (CX), Y2, Y9
-	VMOVUPS     32(R11), Y7
-	VMULPS      32(AX), Y7, Y6
-	VMULPS      32(CX), Y7, Y7
-	VMOVUPS     544(R11), Y11
-	VMULPS      32(AX), Y11, Y10
-	VMULPS      32(CX), Y11, Y11
-	VMOVUPS     64(R11), Y12
-	VFMADD231PS 64(AX), Y12, Y4
-	VFMADD231PS 64(CX), Y12, Y5
-	VMOVUPS     576(R11), Y12
-	VFMADD231PS 64(AX), Y12, Y8
-	VFMADD231PS 64(CX), Y12, Y9
-	VMOVUPS     96(R11), Y12
-	VFMADD231PS 96(AX), Y12, Y6
-	VFMADD231PS 96(CX), Y12, Y7
-	VMOVUPS     608(R11), Y12
-	VFMADD231PS 96(AX), Y12, Y10
-	VFMADD231PS 96(CX), Y12, Y11
-	VMOVUPS     128(R11), Y12
-	VFMADD231PS 128(AX), Y12, Y4
-	VFMADD231PS 128(CX), Y12, Y5
-	VMOVUPS     640(R11), Y12
-	VFMADD231PS 128(AX), Y12, Y8
-	VFMADD231PS 128(CX), Y12, Y9
-	VMOVUPS     160(R11), Y12
-	VFMADD231PS 160(AX), Y12, Y6
-	VFMADD231PS 160(CX), Y12, Y7
-	VMOVUPS     672(R11), Y12
-	VFMADD231PS 160(AX), Y12, Y10
-	VFMADD231PS 160(CX), Y12, Y11
-	VMOVUPS     192(R11), Y12
-	VFMADD231PS 192(AX), Y12, Y4
-	VFMADD231PS 192(CX), Y12, Y5
-	VMOVUPS     704(R11), Y12
-	VFMADD231PS 192(AX), Y12, Y8
-	VFMADD231PS 192(CX), Y12, Y9
-	VMOVUPS     224(R11), Y12
-	VFMADD231PS 224(AX), Y12, Y6
-	VFMADD231PS 224(CX), Y12, Y7
-	VMOVUPS     736(R11), Y12
-	VFMADD231PS 224(AX), Y12, Y10
-	VFMADD231PS 224(CX), Y12, Y11
-	VMOVUPS     256(R11), Y12
-	VFMADD231PS 256(AX), Y12, Y4
-	VFMADD231PS 256(CX), Y12, Y5
-	VMOVUPS     768(R11), Y12
-	VFMADD231PS 256(AX), Y12, Y8
-	VFMADD231PS 256(CX), Y12, Y9
-	VMOVUPS     288(R11), Y12
-	VFMADD231PS 288(AX), Y12, Y6
-	VFMADD231PS 288(CX), Y12, Y7
-	VMOVUPS     800(R11), Y12
-	VFMADD231PS 288(AX), Y12, Y10
-	VFMADD231PS 288(CX), Y12, Y11
-	VMOVUPS     320(R11), Y12
-	VFMADD231PS 320(AX), Y12, Y4
-	VFMADD231PS 320(CX), Y12, Y5
-	VMOVUPS     832(R11), Y12
-	VFMADD231PS 320(AX), Y12, Y8
-	VFMADD231PS 320(CX), Y12, Y9
-	VMOVUPS     352(R11), Y12
-	VFMADD231PS 352(AX), Y12, Y6
-	VFMADD231PS 352(CX), Y12, Y7
-	VMOVUPS     864(R11), Y12
-	VFMADD231PS 352(AX), Y12, Y10
-	VFMADD231PS 352(CX), Y12, Y11
-	CMPQ        R9, $0x000001a0
-	JBE         stateVKbf16AVX2_dead_77
-	VMOVUPS     384(R11), Y12
-	VFMADD231PS 384(AX), Y12, Y4
-	VFMADD231PS 384(CX), Y12, Y5
-	VMOVUPS     896(R11), Y12
-	VFMADD231PS 384(AX), Y12, Y8
-	VFMADD231PS 384(CX), Y12, Y9
-	CMPQ        R9, $0x000001c0
-	JBE         stateVKbf16AVX2_dead_77
-	VMOVUPS     416(R11), Y12
-	VFMADD231PS 416(AX), Y12, Y6
-	VFMADD231PS 416(CX), Y12, Y7
-	VMOVUPS     928(R11), Y12
-	VFMADD231PS 416(AX), Y12, Y10
-	VFMADD231PS 416(CX), Y12, Y11
-	CMPQ        R9, $0x000001e0
-	JBE         stateVKbf16AVX2_dead_77
-	VMOVUPS     448(R11), Y12
-	VFMADD231PS 448(AX), Y12, Y4
-	VFMADD231PS 448(CX), Y12, Y5
-	VMOVUPS     960(R11), Y12
-	VFMADD231PS 448(AX), Y12, Y8
-	VFMADD231PS 448(CX), Y12, Y9
-
-stateVKbf16AVX2_dead_77:
-	VFMADD231PS -32(AX)(R9*1), Y1, Y6
-	VFMADD231PS -32(CX)(R9*1), Y1, Y7
-	VFMADD231PS -32(AX)(R9*1), Y3, Y10
-	VFMADD231PS -32(CX)(R9*1), Y3, Y11
-
-stateVKbf16AVX2_token_4:
-	VADDPS       Y6, Y4, Y4
-	VADDPS       Y10, Y8, Y8
-	VADDPS       Y7, Y5, Y5
-	VADDPS       Y11, Y9, Y9
-	VPERM2F128   $0x20, Y8, Y4, Y6
-	VPERM2F128   $0x31, Y8, Y4, Y4
-	VADDPS       Y4, Y6, Y6
-	VPERM2F128   $0x20, Y9, Y5, Y4
-	VPERM2F128   $0x31, Y9, Y5, Y5
-	VADDPS       Y5, Y4, Y4
-	VSHUFPS      $0x44, Y4, Y6, Y5
-	VSHUFPS      $0xee, Y4, Y6, Y4
-	VADDPS       Y4, Y5, Y5
-	VSHUFPS      $0x88, Y5, Y5, Y4
-	VSHUFPS      $0xdd, Y5, Y5, Y5
-	VADDPS       Y5, Y4, Y4
-	VMOVUPS      vkpermAVX2_2<>+0(SB), Y5
-	VPERMPS      Y4, Y5, Y4
-	VMOVSS       (DX), X5
-	VUCOMISS     nearone<>+0(SB), X5
-	JCS          stateVKbf16AVX2_far_18
-	VBROADCASTSS (DX), Y5
-	VFMADD213PS  Y4, Y5, Y4
-	JMP          stateVKbf16AVX2_decayed_18
-
-stateVKbf16AVX2_far_18:
-	VBROADCASTSS 4(DX), Y5
-	VMULPS       Y4, Y5, Y4
-
-stateVKbf16AVX2_decayed_18:
-	VEXTRACTF128 $0x01, Y4, X5
-	VMOVSD       (SI), X6
-	VSUBPS       X4, X6, X6
-	VBROADCASTSS 8(DX), Y7
-	VXORPS       Y4, Y4, Y4
-	VMULPS       X7, X6, X4
-	VBROADCASTSS 12(DX), Y6
-	VFMADD231PS  X6, X4, X5
-	VMOVSD       X5, (DI)
-	MOVQ         (BX), R12
-	TESTQ        R12, R12
-	JZ           stateVKbf16AVX2_nofin_8
-	VSUBPS       X4, X4, X5
-	VCMPPS       $0x03, X5, X5, X5
-	VMOVMSKPS    X5, R12
-	ANDL         $0x00000003, R12
-	MOVL         R12, 80(SP)
-
-stateVKbf16AVX2_nofin_8:
-	CMPQ         R8, $0x01
-	JE           stateVKbf16AVX2_lasttoken_4
-	MOVQ         (BX), R12
-	TESTQ        R12, R12
-	JNZ          stateVKbf16AVX2_lasttoken_4
-	VMOVSS       (DX), X5
-	VUCOMISS     nearone<>+0(SB), X5
-	JCS          stateVKbf16AVX2_far_19
-	VBROADCASTSS (DX), Y12
-	VBROADCASTSS X4, Y13
-	VMOVUPS      vklane1<>+0(SB), Y5
-	VPERMPS      Y4, Y5, Y14
-	VFMADD213PS  Y0, Y12, Y0
-	VFMADD231PS  (AX), Y13, Y0
-	VMULPS       (AX)(R9*1), Y0, Y4
-	VMULPS       (CX)(R9*1), Y0, Y5
-	VFMADD213PS  Y2, Y12, Y2
-	VFMADD231PS  (AX), Y14, Y2
-	VMULPS       (AX)(R9*1), Y2, Y8
-	VMULPS       (CX)(R9*1), Y2, Y9
-	VMOVUPS      32(R11), Y7
-	VFMADD213PS  Y7, Y12, Y7
-	VFMADD231PS  32(AX), Y13, Y7
-	VMOVUPS      Y7, 32(R11)
-	VMULPS       32(AX)(R9*1), Y7, Y6
-	VMULPS       32(CX)(R9*1), Y7, Y7
-	VMOVUPS      544(R11), Y11
-	VFMADD213PS  Y11, Y12, Y11
-	VFMADD231PS  32(AX), Y14, Y11
-	VMOVUPS      Y11, 544(R11)
-	VMULPS       32(AX)(R9*1), Y11, Y10
-	VMULPS       32(CX)(R9*1), Y11, Y11
-	VMOVUPS      64(R11), Y15
-	VFMADD213PS  Y15, Y12, Y15
-	VFMADD231PS  64(AX), Y13, Y15
-	VMOVUPS      Y15, 64(R11)
-	VFMADD231PS  64(AX)(R9*1), Y15, Y4
-	VFMADD231PS  64(CX)(R9*1), Y15, Y5
-	VMOVUPS      576(R11), Y15
-	VFMADD213PS  Y15, Y12, Y15
-	VFMADD231PS  64(AX), Y14, Y15
-	VMOVUPS      Y15, 576(R11)
-	VFMADD231PS  64(AX)(R9*1), Y15, Y8
-	VFMADD231PS  64(CX)(R9*1), Y15, Y9
-	VMOVUPS      96(R11), Y15
-	VFMADD213PS  Y15, Y12, Y15
-	VFMADD231PS  96(AX), Y13, Y15
-	VMOVUPS      Y15, 96(R11)
-	VFMADD231PS  96(AX)(R9*1), Y15, Y6
-	VFMADD231PS  96(CX)(R9*1), Y15, Y7
-	VMOVUPS      608(R11), Y15
-	VFMADD213PS  Y15, Y12, Y15
-	VFMADD231PS  96(AX), Y14, Y15
-	VMOVUPS      Y15, 608(R11)
-	VFMADD231PS  96(AX)(R9*1), Y15, Y10
-	VFMADD231PS  96(CX)(R9*1), Y15, Y11
-	VMOVUPS      128(R11), Y15
-	VFMADD213PS  Y15, Y12, Y15
-	VFMADD231PS  128(AX), Y13, Y15
-	VMOVUPS      Y15, 128(R11)
-	VFMADD231PS  128(AX)(R9*1), Y15, Y4
-	VFMADD231PS  128(CX)(R9*1), Y15, Y5
-	VMOVUPS      640(R11), Y15
-	VFMADD213PS  Y15, Y12, Y15
-	VFMADD231PS  128(AX), Y14, Y15
-	VMOVUPS      Y15, 640(R11)
-	VFMADD231PS  128(AX)(R9*1), Y15, Y8
-	VFMADD231PS  128(CX)(R9*1), Y15, Y9
-	VMOVUPS      160(R11), Y15
-	VFMADD213PS  Y15, Y12, Y15
-	VFMADD231PS  160(AX), Y13, Y15
-	VMOVUPS      Y15, 160(R11)
-	VFMADD231PS  160(AX)(R9*1), Y15, Y6
-	VFMADD231PS  160(CX)(R9*1), Y15, Y7
-	VMOVUPS      672(R11), Y15
-	VFMADD213PS  Y15, Y12, Y15
-	VFMADD231PS  160(AX), Y14, Y15
-	VMOVUPS      Y15, 672(R11)
-	VFMADD231PS  160(AX)(R9*1), Y15, Y10
-	VFMADD231PS  160(CX)(R9*1), Y15, Y11
-	VMOVUPS      192(R11), Y15
-	VFMADD213PS  Y15, Y12, Y15
-	VFMADD231PS  192(AX), Y13, Y15
-	VMOVUPS      Y15, 192(R11)
-	VFMADD231PS  192(AX)(R9*1), Y15, Y4
-	VFMADD231PS  192(CX)(R9*1), Y15, Y5
-	VMOVUPS      704(R11), Y15
-	VFMADD213PS  Y15, Y12, Y15
-	VFMADD231PS  192(AX), Y14, Y15
-	VMOVUPS      Y15, 704(R11)
-	VFMADD231PS  192(AX)(R9*1), Y15, Y8
-	VFMADD231PS  192(CX)(R9*1), Y15, Y9
-	VMOVUPS      224(R11), Y15
-	VFMADD213PS  Y15, Y12, Y15
-	VFMADD231PS  224(AX), Y13, Y15
-	VMOVUPS      Y15, 224(R11)
-	VFMADD231PS  224(AX)(R9*1), Y15, Y6
-	VFMADD231PS  224(CX)(R9*1), Y15, Y7
-	VMOVUPS      736(R11), Y15
-	VFMADD213PS  Y15, Y12, Y15
-	VFMADD231PS  224(AX), Y14, Y15
-	VMOVUPS      Y15, 736(R11)
-	VFMADD231PS  224(AX)(R9*1), Y15, Y10
-	VFMADD231PS  224(CX)(R9*1), Y15, Y11
-	VMOVUPS      256(R11), Y15
-	VFMADD213PS  Y15, Y12, Y15
-	VFMADD231PS  256(AX), Y13, Y15
-	VMOVUPS      Y15, 256(R11)
-	VFMADD231PS  256(AX)(R9*1), Y15, Y4
-	VFMADD231PS  256(CX)(R9*1), Y15, Y5
-	VMOVUPS      768(R11), Y15
-	VFMADD213PS  Y15, Y12, Y15
-	VFMADD231PS  256(AX), Y14, Y15
-	VMOVUPS      Y15, 768(R11)
-	VFMADD231PS  256(AX)(R9*1), Y15, Y8
-	VFMADD231PS  256(CX)(R9*1), Y15, Y9
-	VMOVUPS      288(R11), Y15
-	VFMADD213PS  Y15, Y12, Y15
-	VFMADD231PS  288(AX), Y13, Y15
-	VMOVUPS      Y15, 288(R11)
-	VFMADD231PS  288(AX)(R9*1), Y15, Y6
-	VFMADD231PS  288(CX)(R9*1), Y15, Y7
-	VMOVUPS      800(R11), Y15
-	VFMADD213PS  Y15, Y12, Y15
-	VFMADD231PS  288(AX), Y14, Y15
-	VMOVUPS      Y15, 800(R11)
-	VFMADD231PS  288(AX)(R9*1), Y15, Y10
-	VFMADD231PS  288(CX)(R9*1), Y15, Y11
-	VMOVUPS      320(R11), Y15
-	VFMADD213PS  Y15, Y12, Y15
-	VFMADD231PS  320(AX), Y13, Y15
-	VMOVUPS      Y15, 320(R11)
-	VFMADD231PS  320(AX)(R9*1), Y15, Y4
-	VFMADD231PS  320(CX)(R9*1), Y15, Y5
-	VMOVUPS      832(R11), Y15
-	VFMADD213PS  Y15, Y12, Y15
-	VFMADD231PS  320(AX), Y14, Y15
-	VMOVUPS      Y15, 832(R11)
-	VFMADD231PS  320(AX)(R9*1), Y15, Y8
-	VFMADD231PS  320(CX)(R9*1), Y15, Y9
-	VMOVUPS      352(R11), Y15
-	VFMADD213PS  Y15, Y12, Y15
-	VFMADD231PS  352(AX), Y13, Y15
-	VMOVUPS      Y15, 352(R11)
-	VFMADD231PS  352(AX)(R9*1), Y15, Y6
-	VFMADD231PS  352(CX)(R9*1), Y15, Y7
-	VMOVUPS      864(R11), Y15
-	VFMADD213PS  Y15, Y12, Y15
-	VFMADD231PS  352(AX), Y14, Y15
-	VMOVUPS      Y15, 864(R11)
-	VFMADD231PS  352(AX)(R9*1), Y15, Y10
-	VFMADD231PS  352(CX)(R9*1), Y15, Y11
-	CMPQ         R9, $0x000001a0
-	JBE          stateVKbf16AVX2_dead_78
-	VMOVUPS      384(R11), Y15
-	VFMADD213PS  Y15, Y12, Y15
-	VFMADD231PS  384(AX), Y13, Y15
-	VMOVUPS      Y15, 384(R11)
-	VFMADD231PS  384(AX)(R9*1), Y15, Y4
-	VFMADD231PS  384(CX)(R9*1), Y15, Y5
-	VMOVUPS      896(R11), Y15
-	VFMADD213PS  Y15, Y12, Y15
-	VFMADD231PS  384(AX), Y14, Y15
-	VMOVUPS      Y15, 896(R11)
-	VFMADD231PS  384(AX)(R9*1), Y15, Y8
-	VFMADD231PS  384(CX)(R9*1), Y15, Y9
-	CMPQ         R9, $0x000001c0
-	JBE          stateVKbf16AVX2_dead_78
-	VMOVUPS      416(R11), Y15
-	VFMADD213PS  Y15, Y12, Y15
-	VFMADD231PS  416(AX), Y13, Y15
-	VMOVUPS      Y15, 416(R11)
-	VFMADD231PS  416(AX)(R9*1), Y15, Y6
-	VFMADD231PS  416(CX)(R9*1), Y15, Y7
-	VMOVUPS      928(R11), Y15
-	VFMADD213PS  Y15, Y12, Y15
-	VFMADD231PS  416(AX), Y14, Y15
-	VMOVUPS      Y15, 928(R11)
-	VFMADD231PS  416(AX)(R9*1), Y15, Y10
-	VFMADD231PS  416(CX)(R9*1), Y15, Y11
-	CMPQ         R9, $0x000001e0
-	JBE          stateVKbf16AVX2_dead_78
-	VMOVUPS      448(R11), Y15
-	VFMADD213PS  Y15, Y12, Y15
-	VFMADD231PS  448(AX), Y13, Y15
-	VMOVUPS      Y15, 448(R11)
-	VFMADD231PS  448(AX)(R9*1), Y15, Y4
-	VFMADD231PS  448(CX)(R9*1), Y15, Y5
-	VMOVUPS      960(R11), Y15
-	VFMADD213PS  Y15, Y12, Y15
-	VFMADD231PS  448(AX), Y14, Y15
-	VMOVUPS      Y15, 960(R11)
-	VFMADD231PS  448(AX)(R9*1), Y15, Y8
-	VFMADD231PS  448(CX)(R9*1), Y15, Y9
-
-stateVKbf16AVX2_dead_78:
-	VFMADD213PS Y1, Y12, Y1
-	VFMADD231PS -32(AX)(R9*1), Y13, Y1
-	VANDPS      48(SP), Y1, Y1
-	VFMADD231PS -32(AX)(R9*2), Y1, Y6
-	VFMADD231PS -32(CX)(R9*2), Y1, Y7
-	VFMADD213PS Y3, Y12, Y3
-	VFMADD231PS -32(AX)(R9*1), Y14, Y3
-	VANDPS      48(SP), Y3, Y3
-	VFMADD231PS -32(AX)(R9*2), Y3, Y10
-	VFMADD231PS -32(CX)(R9*2), Y3, Y11
-	JMP         stateVKbf16AVX2_decayed_19
-
-stateVKbf16AVX2_far_19:
-	VBROADCASTSS 4(DX), Y12
-	VBROADCASTSS X4, Y13
-	VMOVUPS      vklane1<>+0(SB), Y5
-	VPERMPS      Y4, Y5, Y14
-	VMULPS       Y0, Y12, Y0
-	VFMADD231PS  (AX), Y13, Y0
-	VMULPS       (AX)(R9*1), Y0, Y4
-	VMULPS       (CX)(R9*1), Y0, Y5
-	VMULPS       Y2, Y12, Y2
-	VFMADD231PS  (AX), Y14, Y2
-	VMULPS       (AX)(R9*1), Y2, Y8
-	VMULPS       (CX)(R9*1), Y2, Y9
-	VMOVUPS      32(R11), Y7
-	VMULPS       Y7, Y12, Y7
-	VFMADD231PS  32(AX), Y13, Y7
-	VMOVUPS      Y7, 32(R11)
-	VMULPS       32(AX)(R9*1), Y7, Y6
-	VMULPS       32(CX)(R9*1), Y7, Y7
-	VMOVUPS      544(R11), Y11
-	VMULPS       Y11, Y12, Y11
-	VFMADD231PS  32(AX), Y14, Y11
-	VMOVUPS      Y11, 544(R11)
-	VMULPS       32(AX)(R9*1), Y11, Y10
-	VMULPS       32(CX)(R9*1), Y11, Y11
-	VMOVUPS      64(R11), Y15
-	VMULPS       Y15, Y12, Y15
-	VFMADD231PS  64(AX), Y13, Y15
-	VMOVUPS      Y15, 64(R11)
-	VFMADD231PS  64(AX)(R9*1), Y15, Y4
-	VFMADD231PS  64(CX)(R9*1), Y15, Y5
-	VMOVUPS      576(R11), Y15
-	VMULPS       Y15, Y12, Y15
-	VFMADD231PS  64(AX), Y14, Y15
-	VMOVUPS      Y15, 576(R11)
-	VFMADD231PS  64(AX)(R9*1), Y15, Y8
-	VFMADD231PS  64(CX)(R9*1), Y15, Y9
-	VMOVUPS      96(R11), Y15
-	VMULPS       Y15, Y12, Y15
-	VFMADD231PS  96(AX), Y13, Y15
-	VMOVUPS      Y15, 96(R11)
-	VFMADD231PS  96(AX)(R9*1), Y15, Y6
-	VFMADD231PS  96(CX)(R9*1), Y15, Y7
-	VMOVUPS      608(R11), Y15
-	VMULPS       Y15, Y12, Y15
-	VFMADD231PS  96(AX), Y14, Y15
-	VMOVUPS      Y15, 608(R11)
-	VFMADD231PS  96(AX)(R9*1), Y15, Y10
-	VFMADD231PS  96(CX)(R9*1), Y15, Y11
-	VMOVUPS      128(R11), Y15
-	VMULPS       Y15, Y12, Y15
-	VFMADD231PS  128(AX), Y13, Y15
-	VMOVUPS      Y15, 128(R11)
-	VFMADD231PS  128(AX)(R9*1), Y15, Y4
-	VFMADD231PS  128(CX)(R9*1), Y15, Y5
-	VMOVUPS      640(R11), Y15
-	VMULPS       Y15, Y12, Y15
-	VFMADD231PS  128(AX), Y14, Y15
-	VMOVUPS      Y15, 640(R11)
-	VFMADD231PS  128(AX)(R9*1), Y15, Y8
-	VFMADD231PS  128(CX)(R9*1), Y15, Y9
-	VMOVUPS      160(R11), Y15
-	VMULPS       Y15, Y12, Y15
-	VFMADD231PS  160(AX), Y13, Y15
-	VMOVUPS      Y15, 160(R11)
-	VFMADD231PS  160(AX)(R9*1), Y15, Y6
-	VFMADD231PS  160(CX)(R9*1), Y15, Y7
-	VMOVUPS      672(R11), Y15
-	VMULPS       Y15, Y12, Y15
-	VFMADD231PS  160(AX), Y14, Y15
-	VMOVUPS      Y15, 672(R11)
-	VFMADD231PS  160(AX)(R9*1), Y15, Y10
-	VFMADD231PS  160(CX)(R9*1), Y15, Y11
-	VMOVUPS      192(R11), Y15
-	VMULPS       Y15, Y12, Y15
-	VFMADD231PS  192(AX), Y13, Y15
-	VMOVUPS      Y15, 192(R11)
-	VFMADD231PS  192(AX)(R9*1), Y15, Y4
-	VFMADD231PS  192(CX)(R9*1), Y15, Y5
-	VMOVUPS      704(R11), Y15
-	VMULPS       Y15, Y12, Y15
-	VFMADD231PS  192(AX), Y14, Y15
-	VMOVUPS      Y15, 704(R11)
-	VFMADD231PS  192(AX)(R9*1), Y15, Y8
-	VFMADD231PS  192(CX)(R9*1), Y15, Y9
-	VMOVUPS      224(R11), Y15
-	VMULPS       Y15, Y12, Y15
-	VFMADD231PS  224(AX), Y13, Y15
-	VMOVUPS      Y15, 224(R11)
-	VFMADD231PS  224(AX)(R9*1), Y15, Y6
-	VFMADD231PS  224(CX)(R9*1), Y15, Y7
-	VMOVUPS      736(R11), Y15
-	VMULPS       Y15, Y12, Y15
-	VFMADD231PS  224(AX), Y14, Y15
-	VMOVUPS      Y15, 736(R11)
-	VFMADD231PS  224(AX)(R9*1), Y15, Y10
-	VFMADD231PS  224(CX)(R9*1), Y15, Y11
-	VMOVUPS      256(R11), Y15
-	VMULPS       Y15, Y12, Y15
-	VFMADD231PS  256(AX), Y13, Y15
-	VMOVUPS      Y15, 256(R11)
-	VFMADD231PS  256(AX)(R9*1), Y15, Y4
-	VFMADD231PS  256(CX)(R9*1), Y15, Y5
-	VMOVUPS      768(R11), Y15
-	VMULPS       Y15, Y12, Y15
-	VFMADD231PS  256(AX), Y14, Y15
-	VMOVUPS      Y15, 768(R11)
-	VFMADD231PS  256(AX)(R9*1), Y15, Y8
-	VFMADD231PS  256(CX)(R9*1), Y15, Y9
-	VMOVUPS      288(R11), Y15
-	VMULPS       Y15, Y12, Y15
-	VFMADD231PS  288(AX), Y13, Y15
-	VMOVUPS      Y15, 288(R11)
-	VFMADD231PS  288(AX)(R9*1), Y15, Y6
-	VFMADD231PS  288(CX)(R9*1), Y15, Y7
-	VMOVUPS      800(R11), Y15
-	VMULPS       Y15, Y12, Y15
-	VFMADD231PS  288(AX), Y14, Y15
-	VMOVUPS      Y15, 800(R11)
-	VFMADD231PS  288(AX)(R9*1), Y15, Y10
-	VFMADD231PS  288(CX)(R9*1), Y15, Y11
-	VMOVUPS      320(R11), Y15
-	VMULPS       Y15, Y12, Y15
-	VFMADD231PS  320(AX), Y13, Y15
-	VMOVUPS      Y15, 320(R11)
-	VFMADD231PS  320(AX)(R9*1), Y15, Y4
-	VFMADD231PS  320(CX)(R9*1), Y15, Y5
-	VMOVUPS      832(R11), Y15
-	VMULPS       Y15, Y12, Y15
-	VFMADD231PS  320(AX), Y14, Y15
-	VMOVUPS      Y15, 832(R11)
-	VFMADD231PS  320(AX)(R9*1), Y15, Y8
-	VFMADD231PS  320(CX)(R9*1), Y15, Y9
-	VMOVUPS      352(R11), Y15
-	VMULPS       Y15, Y12, Y15
-	VFMADD231PS  352(AX), Y13, Y15
-	VMOVUPS      Y15, 352(R11)
-	VFMADD231PS  352(AX)(R9*1), Y15, Y6
-	VFMADD231PS  352(CX)(R9*1), Y15, Y7
-	VMOVUPS      864(R11), Y15
-	VMULPS       Y15, Y12, Y15
-	VFMADD231PS  352(AX), Y14, Y15
-	VMOVUPS      Y15, 864(R11)
-	VFMADD231PS  352(AX)(R9*1), Y15, Y10
-	VFMADD231PS  352(CX)(R9*1), Y15, Y11
-	CMPQ         R9, $0x000001a0
-	JBE          stateVKbf16AVX2_dead_79
-	VMOVUPS      384(R11), Y15
-	VMULPS       Y15, Y12, Y15
-	VFMADD231PS  384(AX), Y13, Y15
-	VMOVUPS      Y15, 384(R11)
-	VFMADD231PS  384(AX)(R9*1), Y15, Y4
-	VFMADD231PS  384(CX)(R9*1), Y15, Y5
-	VMOVUPS      896(R11), Y15
-	VMULPS       Y15, Y12, Y15
-	VFMADD231PS  384(AX), Y14, Y15
-	VMOVUPS      Y15, 896(R11)
-	VFMADD231PS  384(AX)(R9*1), Y15, Y8
-	VFMADD231PS  384(CX)(R9*1), Y15, Y9
-	CMPQ         R9, $0x000001c0
-	JBE          stateVKbf16AVX2_dead_79
-	VMOVUPS      416(R11), Y15
-	VMULPS       Y15, Y12, Y15
-	VFMADD231PS  416(AX), Y13, Y15
-	VMOVUPS      Y15, 416(R11)
-	VFMADD231PS  416(AX)(R9*1), Y15, Y6
-	VFMADD231PS  416(CX)(R9*1), Y15, Y7
-	VMOVUPS      928(R11), Y15
-	VMULPS       Y15, Y12, Y15
-	VFMADD231PS  416(AX), Y14, Y15
-	VMOVUPS      Y15, 928(R11)
-	VFMADD231PS  416(AX)(R9*1), Y15, Y10
-	VFMADD231PS  416(CX)(R9*1), Y15, Y11
-	CMPQ         R9, $0x000001e0
-	JBE          stateVKbf16AVX2_dead_79
-	VMOVUPS      448(R11), Y15
-	VMULPS       Y15, Y12, Y15
-	VFMADD231PS  448(AX), Y13, Y15
-	VMOVUPS      Y15, 448(R11)
-	VFMADD231PS  448(AX)(R9*1), Y15, Y4
-	VFMADD231PS  448(CX)(R9*1), Y15, Y5
-	VMOVUPS      960(R11), Y15
-	VMULPS       Y15, Y12, Y15
-	VFMADD231PS  448(AX), Y14, Y15
-	VMOVUPS      Y15, 960(R11)
-	VFMADD231PS  448(AX)(R9*1), Y15, Y8
-	VFMADD231PS  448(CX)(R9*1), Y15, Y9
-
-stateVKbf16AVX2_dead_79:
-	VMULPS      Y1, Y12, Y1
-	VFMADD231PS -32(AX)(R9*1), Y13, Y1
-	VANDPS      48(SP), Y1, Y1
-	VFMADD231PS -32(AX)(R9*2), Y1, Y6
-	VFMADD231PS -32(CX)(R9*2), Y1, Y7
-	VMULPS      Y3, Y12, Y3
-	VFMADD231PS -32(AX)(R9*1), Y14, Y3
-	VANDPS      48(SP), Y3, Y3
-	VFMADD231PS -32(AX)(R9*2), Y3, Y10
-	VFMADD231PS -32(CX)(R9*2), Y3, Y11
-
-stateVKbf16AVX2_decayed_19:
-	ADDQ R9, AX
-	ADDQ R9, CX
-	ADDQ $0x10, DX
-	ADDQ $0x08, BX
-	ADDQ 32(SP), SI
-	ADDQ 24(SP), DI
-	DECQ R8
-	JMP  stateVKbf16AVX2_token_4
-
-stateVKbf16AVX2_lasttoken_4:
-	VMOVSS       (DX), X5
-	VUCOMISS     nearone<>+0(SB), X5
-	JCS          stateVKbf16AVX2_far_20
-	VBROADCASTSS (DX), Y5
-	VBROADCASTSS X4, Y6
-	VMOVUPS      vklane1<>+0(SB), Y7
-	VPERMPS      Y4, Y7, Y4
-	VFMADD213PS  Y0, Y5, Y0
-	VFMADD231PS  (AX), Y6, Y0
-	VFMADD213PS  Y2, Y5, Y2
-	VFMADD231PS  (AX), Y4, Y2
-	VMOVUPS      32(R11), Y7
-	VFMADD213PS  Y7, Y5, Y7
-	VFMADD231PS  32(AX), Y6, Y7
-	VMOVUPS      Y7, 32(R11)
-	VMOVUPS      544(R11), Y7
-	VFMADD213PS  Y7, Y5, Y7
-	VFMADD231PS  32(AX), Y4, Y7
-	VMOVUPS      Y7, 544(R11)
-	VMOVUPS      64(R11), Y7
-	VFMADD213PS  Y7, Y5, Y7
-	VFMADD231PS  64(AX), Y6, Y7
-	VMOVUPS      Y7, 64(R11)
-	VMOVUPS      576(R11), Y7
-	VFMADD213PS  Y7, Y5, Y7
-	VFMADD231PS  64(AX), Y4, Y7
-	VMOVUPS      Y7, 576(R11)
-	VMOVUPS      96(R11), Y7
-	VFMADD213PS  Y7, Y5, Y7
-	VFMADD231PS  96(AX), Y6, Y7
-	VMOVUPS      Y7, 96(R11)
-	VMOVUPS      608(R11), Y7
-	VFMADD213PS  Y7, Y5, Y7
-	VFMADD231PS  96(AX), Y4, Y7
-	VMOVUPS      Y7, 608(R11)
-	VMOVUPS      128(R11), Y7
-	VFMADD213PS  Y7, Y5, Y7
-	VFMADD231PS  128(AX), Y6, Y7
-	VMOVUPS      Y7, 128(R11)
-	VMOVUPS      640(R11), Y7
-	VFMADD213PS  Y7, Y5, Y7
-	VFMADD231PS  128(AX), Y4, Y7
-	VMOVUPS      Y7, 640(R11)
-	VMOVUPS      160(R11), Y7
-	VFMADD213PS  Y7, Y5, Y7
-	VFMADD231PS  160(AX), Y6, Y7
-	VMOVUPS      Y7, 160(R11)
-	VMOVUPS      672(R11), Y7
-	VFMADD213PS  Y7, Y5, Y7
-	VFMADD231PS  160(AX), Y4, Y7
-	VMOVUPS      Y7, 672(R11)
-	VMOVUPS      192(R11), Y7
-	VFMADD213PS  Y7, Y5, Y7
-	VFMADD231PS  192(AX), Y6, Y7
-	VMOVUPS      Y7, 192(R11)
-	VMOVUPS      704(R11), Y7
-	VFMADD213PS  Y7, Y5, Y7
-	VFMADD231PS  192(AX), Y4, Y7
-	VMOVUPS      Y7, 704(R11)
-	VMOVUPS      224(R11), Y7
-	VFMADD213PS  Y7, Y5, Y7
-	VFMADD231PS  224(AX), Y6, Y7
-	VMOVUPS      Y7, 224(R11)
-	VMOVUPS      736(R11), Y7
-	VFMADD213PS  Y7, Y5, Y7
-	VFMADD231PS  224(AX), Y4, Y7
-	VMOVUPS      Y7, 736(R11)
-	VMOVUPS      256(R11), Y7
-	VFMADD213PS  Y7, Y5, Y7
-	VFMADD231PS  256(AX), Y6, Y7
-	VMOVUPS      Y7, 256(R11)
-	VMOVUPS      768(R11), Y7
-	VFMADD213PS  Y7, Y5, Y7
-	VFMADD231PS  256(AX), Y4, Y7
-	VMOVUPS      Y7, 768(R11)
-	VMOVUPS      288(R11), Y7
-	VFMADD213PS  Y7, Y5, Y7
-	VFMADD231PS  288(AX), Y6, Y7
-	VMOVUPS      Y7, 288(R11)
-	VMOVUPS      800(R11), Y7
-	VFMADD213PS  Y7, Y5, Y7
-	VFMADD231PS  288(AX), Y4, Y7
-	VMOVUPS      Y7, 800(R11)
-	VMOVUPS      320(R11), Y7
-	VFMADD213PS  Y7, Y5, Y7
-	VFMADD231PS  320(AX), Y6, Y7
-	VMOVUPS      Y7, 320(R11)
-	VMOVUPS      832(R11), Y7
-	VFMADD213PS  Y7, Y5, Y7
-	VFMADD231PS  320(AX), Y4, Y7
-	VMOVUPS      Y7, 832(R11)
-	VMOVUPS      352(R11), Y7
-	VFMADD213PS  Y7, Y5, Y7
-	VFMADD231PS  352(AX), Y6, Y7
-	VMOVUPS      Y7, 352(R11)
-	VMOVUPS      864(R11), Y7
-	VFMADD213PS  Y7, Y5, Y7
-	VFMADD231PS  352(AX), Y4, Y7
-	VMOVUPS      Y7, 864(R11)
-	CMPQ         R9, $0x000001a0
-	JBE          stateVKbf16AVX2_dead_80
-	VMOVUPS      384(R11), Y7
-	VFMADD213PS  Y7, Y5, Y7
-	VFMADD231PS  384(AX), Y6, Y7
-	VMOVUPS      Y7, 384(R11)
-	VMOVUPS      896(R11), Y7
-	VFMADD213PS  Y7, Y5, Y7
-	VFMADD231PS  384(AX), Y4, Y7
-	VMOVUPS      Y7, 896(R11)
-	CMPQ         R9, $0x000001c0
-	JBE          stateVKbf16AVX2_dead_80
-	VMOVUPS      416(R11), Y7
-	VFMADD213PS  Y7, Y5, Y7
-	VFMADD231PS  416(AX), Y6, Y7
-	VMOVUPS      Y7, 416(R11)
-	VMOVUPS      928(R11), Y7
-	VFMADD213PS  Y7, Y5, Y7
-	VFMADD231PS  416(AX), Y4, Y7
-	VMOVUPS      Y7, 928(R11)
-	CMPQ         R9, $0x000001e0
-	JBE          stateVKbf16AVX2_dead_80
-	VMOVUPS      448(R11), Y7
-	VFMADD213PS  Y7, Y5, Y7
-	VFMADD231PS  448(AX), Y6, Y7
-	VMOVUPS      Y7, 448(R11)
-	VMOVUPS      960(R11), Y7
-	VFMADD213PS  Y7, Y5, Y7
-	VFMADD231PS  448(AX), Y4, Y7
-	VMOVUPS      Y7, 960(R11)
-
-stateVKbf16AVX2_dead_80:
-	VFMADD213PS Y1, Y5, Y1
-	VFMADD231PS -32(AX)(R9*1), Y6, Y1
-	VANDPS      48(SP), Y1, Y1
-	VFMADD213PS Y3, Y5, Y3
-	VFMADD231PS -32(AX)(R9*1), Y4, Y3
-	VANDPS      48(SP), Y3, Y3
-	JMP         stateVKbf16AVX2_decayed_20
-
-stateVKbf16AVX2_far_20:
-	VBROADCASTSS 4(DX), Y5
-	VBROADCASTSS X4, Y6
-	VMOVUPS      vklane1<>+0(SB), Y7
-	VPERMPS      Y4, Y7, Y4
-	VMULPS       Y0, Y5, Y0
-	VFMADD231PS  (AX), Y6, Y0
-	VMULPS       Y2, Y5, Y2
-	VFMADD231PS  (AX), Y4, Y2
-	VMOVUPS      32(R11), Y7
-	VMULPS       Y7, Y5, Y7
-	VFMADD231PS  32(AX), Y6, Y7
-	VMOVUPS      Y7, 32(R11)
-	VMOVUPS      544(R11), Y7
-	VMULPS       Y7, Y5, Y7
-	VFMADD231PS  32(AX), Y4, Y7
-	VMOVUPS      Y7, 544(R11)
-	VMOVUPS      64(R11), Y7
-	VMULPS       Y7, Y5, Y7
-	VFMADD231PS  64(AX), Y6, Y7
-	VMOVUPS      Y7, 64(R11)
-	VMOVUPS      576(R11), Y7
-	VMULPS       Y7, Y5, Y7
-	VFMADD231PS  64(AX), Y4, Y7
-	VMOVUPS      Y7, 576(R11)
-	VMOVUPS      96(R11), Y7
-	VMULPS       Y7, Y5, Y7
-	VFMADD231PS  96(AX), Y6, Y7
-	VMOVUPS      Y7, 96(R11)
-	VMOVUPS      608(R11), Y7
-	VMULPS       Y7, Y5, Y7
-	VFMADD231PS  96(AX), Y4, Y7
-	VMOVUPS      Y7, 608(R11)
-	VMOVUPS      128(R11), Y7
-	VMULPS       Y7, Y5, Y7
-	VFMADD231PS  128(AX), Y6, Y7
-	VMOVUPS      Y7, 128(R11)
-	VMOVUPS      640(R11), Y7
-	VMULPS       Y7, Y5, Y7
-	VFMADD231PS  128(AX), Y4, Y7
-	VMOVUPS      Y7, 640(R11)
-	VMOVUPS      160(R11), Y7
-	VMULPS       Y7, Y5, Y7
-	VFMADD231PS  160(AX), Y6, Y7
-	VMOVUPS      Y7, 160(R11)
-	VMOVUPS      672(R11), Y7
-	VMULPS       Y7, Y5, Y7
-	VFMADD231PS  160(AX), Y4, Y7
-	VMOVUPS      Y7, 672(R11)
-	VMOVUPS      192(R11), Y7
-	VMULPS       Y7, Y5, Y7
-	VFMADD231PS  192(AX), Y6, Y7
-	VMOVUPS      Y7, 192(R11)
-	VMOVUPS      704(R11), Y7
-	VMULPS       Y7, Y5, Y7
-	VFMADD231PS  192(AX), Y4, Y7
-	VMOVUPS      Y7, 704(R11)
-	VMOVUPS      224(R11), Y7
-	VMULPS       Y7, Y5, Y7
-	VFMADD231PS  224(AX), Y6, Y7
-	VMOVUPS      Y7, 224(R11)
-	VMOVUPS      736(R11), Y7
-	VMULPS       Y7, Y5, Y7
-	VFMADD231PS  224(AX), Y4, Y7
-	VMOVUPS      Y7, 736(R11)
-	VMOVUPS      256(R11), Y7
-	VMULPS       Y7, Y5, Y7
-	VFMADD231PS  256(AX), Y6, Y7
-	VMOVUPS      Y7, 256(R11)
-	VMOVUPS      768(R11), Y7
-	VMULPS       Y7, Y5, Y7
-	VFMADD231PS  256(AX), Y4, Y7
-	VMOVUPS      Y7, 768(R11)
-	VMOVUPS      288(R11), Y7
-	VMULPS       Y7, Y5, Y7
-	VFMADD231PS  288(AX), Y6, Y7
-	VMOVUPS      Y7, 288(R11)
-	VMOVUPS      800(R11), Y7
-	VMULPS       Y7, Y5, Y7
-	VFMADD231PS  288(AX), Y4, Y7
-	VMOVUPS      Y7, 800(R11)
-	VMOVUPS      320(R11), Y7
-	VMULPS       Y7, Y5, Y7
-	VFMADD231PS  320(AX), Y6, Y7
-	VMOVUPS      Y7, 320(R11)
-	VMOVUPS      832(R11), Y7
-	VMULPS       Y7, Y5, Y7
-	VFMADD231PS  320(AX), Y4, Y7
-	VMOVUPS      Y7, 832(R11)
-	VMOVUPS      352(R11), Y7
-	VMULPS       Y7, Y5, Y7
-	VFMADD231PS  352(AX), Y6, Y7
-	VMOVUPS      Y7, 352(R11)
-	VMOVUPS      864(R11), Y7
-	VMULPS       Y7, Y5, Y7
-	VFMADD231PS  352(AX), Y4, Y7
-	VMOVUPS      Y7, 864(R11)
-	CMPQ         R9, $0x000001a0
-	JBE          stateVKbf16AVX2_dead_81
-	VMOVUPS      384(R11), Y7
-	VMULPS       Y7, Y5, Y7
-	VFMADD231PS  384(AX), Y6, Y7
-	VMOVUPS      Y7, 384(R11)
-	VMOVUPS      896(R11), Y7
-	VMULPS       Y7, Y5, Y7
-	VFMADD231PS  384(AX), Y4, Y7
-	VMOVUPS      Y7, 896(R11)
-	CMPQ         R9, $0x000001c0
-	JBE          stateVKbf16AVX2_dead_81
-	VMOVUPS      416(R11), Y7
-	VMULPS       Y7, Y5, Y7
-	VFMADD231PS  416(AX), Y6, Y7
-	VMOVUPS      Y7, 416(R11)
-	VMOVUPS      928(R11), Y7
-	VMULPS       Y7, Y5, Y7
-	VFMADD231PS  416(AX), Y4, Y7
-	VMOVUPS      Y7, 928(R11)
-	CMPQ         R9, $0x000001e0
-	JBE          stateVKbf16AVX2_dead_81
-	VMOVUPS      448(R11), Y7
-	VMULPS       Y7, Y5, Y7
-	VFMADD231PS  448(AX), Y6, Y7
-	VMOVUPS      Y7, 448(R11)
-	VMOVUPS      960(R11), Y7
-	VMULPS       Y7, Y5, Y7
-	VFMADD231PS  448(AX), Y4, Y7
-	VMOVUPS      Y7, 960(R11)
-
-stateVKbf16AVX2_dead_81:
-	VMULPS      Y1, Y5, Y1
-	VFMADD231PS -32(AX)(R9*1), Y6, Y1
-	VANDPS      48(SP), Y1, Y1
-	VMULPS      Y3, Y5, Y3
-	VFMADD231PS -32(AX)(R9*1), Y4, Y3
-	VANDPS      48(SP), Y3, Y3
-
-stateVKbf16AVX2_decayed_20:
-	// The state after this token, if stored.
-	MOVQ         (BX), R12
-	TESTQ        R12, R12
-	JZ           stateVKbf16AVX2_nostore_4
-	MOVQ         (SP), R13
-	IMULQ        R10, R13
-	ADDQ         R13, R12
-	LEAQ         (R12)(R10*4), R13
-	PREFETCHT1   (R13)
-	PREFETCHT1   64(R13)
-	PREFETCHT1   128(R13)
-	PREFETCHT1   192(R13)
-	PREFETCHT1   256(R13)
-	PREFETCHT1   320(R13)
-	PREFETCHT1   384(R13)
-	PREFETCHT1   448(R13)
-	CMPL         80(SP), $0x00
-	JNE          stateVKbf16AVX2_bfnan_4
-	VMOVAPS      Y1, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VPAND        one_i<>+0(SB), Y5, Y5
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y5, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, -16(R12)(R10*1)
-	VMOVAPS      Y0, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VPAND        one_i<>+0(SB), Y5, Y5
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y5, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, (R12)
-	VMOVUPS      32(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VPAND        one_i<>+0(SB), Y5, Y5
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y5, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 16(R12)
-	VMOVUPS      64(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VPAND        one_i<>+0(SB), Y5, Y5
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y5, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 32(R12)
-	VMOVUPS      96(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VPAND        one_i<>+0(SB), Y5, Y5
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y5, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 48(R12)
-	VMOVUPS      128(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VPAND        one_i<>+0(SB), Y5, Y5
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y5, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 64(R12)
-	VMOVUPS      160(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VPAND        one_i<>+0(SB), Y5, Y5
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y5, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 80(R12)
-	VMOVUPS      192(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VPAND        one_i<>+0(SB), Y5, Y5
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y5, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 96(R12)
-	VMOVUPS      224(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VPAND        one_i<>+0(SB), Y5, Y5
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y5, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 112(R12)
-	VMOVUPS      256(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VPAND        one_i<>+0(SB), Y5, Y5
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y5, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 128(R12)
-	VMOVUPS      288(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VPAND        one_i<>+0(SB), Y5, Y5
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y5, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 144(R12)
-	VMOVUPS      320(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VPAND        one_i<>+0(SB), Y5, Y5
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y5, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 160(R12)
-	VMOVUPS      352(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VPAND        one_i<>+0(SB), Y5, Y5
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y5, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 176(R12)
-	CMPQ         R9, $0x000001a0
-	JBE          stateVKbf16AVX2_dead_82
-	VMOVUPS      384(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VPAND        one_i<>+0(SB), Y5, Y5
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y5, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 192(R12)
-	CMPQ         R9, $0x000001c0
-	JBE          stateVKbf16AVX2_dead_82
-	VMOVUPS      416(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VPAND        one_i<>+0(SB), Y5, Y5
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y5, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 208(R12)
-	CMPQ         R9, $0x000001e0
-	JBE          stateVKbf16AVX2_dead_82
-	VMOVUPS      448(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VPAND        one_i<>+0(SB), Y5, Y5
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y5, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 224(R12)
-
-stateVKbf16AVX2_dead_82:
-	ADDQ         R10, R12
-	VMOVAPS      Y3, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VPAND        one_i<>+0(SB), Y5, Y5
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y5, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, -16(R12)(R10*1)
-	VMOVAPS      Y2, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VPAND        one_i<>+0(SB), Y5, Y5
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y5, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, (R12)
-	VMOVUPS      544(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VPAND        one_i<>+0(SB), Y5, Y5
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y5, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 16(R12)
-	VMOVUPS      576(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VPAND        one_i<>+0(SB), Y5, Y5
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y5, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 32(R12)
-	VMOVUPS      608(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VPAND        one_i<>+0(SB), Y5, Y5
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y5, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 48(R12)
-	VMOVUPS      640(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VPAND        one_i<>+0(SB), Y5, Y5
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y5, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 64(R12)
-	VMOVUPS      672(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VPAND        one_i<>+0(SB), Y5, Y5
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y5, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 80(R12)
-	VMOVUPS      704(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VPAND        one_i<>+0(SB), Y5, Y5
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y5, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 96(R12)
-	VMOVUPS      736(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VPAND        one_i<>+0(SB), Y5, Y5
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y5, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 112(R12)
-	VMOVUPS      768(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VPAND        one_i<>+0(SB), Y5, Y5
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y5, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 128(R12)
-	VMOVUPS      800(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VPAND        one_i<>+0(SB), Y5, Y5
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y5, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 144(R12)
-	VMOVUPS      832(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VPAND        one_i<>+0(SB), Y5, Y5
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y5, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 160(R12)
-	VMOVUPS      864(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VPAND        one_i<>+0(SB), Y5, Y5
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y5, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 176(R12)
-	CMPQ         R9, $0x000001a0
-	JBE          stateVKbf16AVX2_dead_83
-	VMOVUPS      896(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VPAND        one_i<>+0(SB), Y5, Y5
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y5, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 192(R12)
-	CMPQ         R9, $0x000001c0
-	JBE          stateVKbf16AVX2_dead_83
-	VMOVUPS      928(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VPAND        one_i<>+0(SB), Y5, Y5
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y5, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 208(R12)
-	CMPQ         R9, $0x000001e0
-	JBE          stateVKbf16AVX2_dead_83
-	VMOVUPS      960(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VPAND        one_i<>+0(SB), Y5, Y5
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y5, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 224(R12)
-
-stateVKbf16AVX2_dead_83:
-	JMP stateVKbf16AVX2_bfdone_4
-
-stateVKbf16AVX2_bfnan_4:
-	VMOVAPS      Y1, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VCMPPS       $0x03, Y4, Y4, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y6, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, -16(R12)(R10*1)
-	VMOVAPS      Y0, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VCMPPS       $0x03, Y4, Y4, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y6, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, (R12)
-	VMOVUPS      32(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VCMPPS       $0x03, Y4, Y4, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y6, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 16(R12)
-	VMOVUPS      64(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VCMPPS       $0x03, Y4, Y4, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y6, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 32(R12)
-	VMOVUPS      96(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VCMPPS       $0x03, Y4, Y4, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y6, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 48(R12)
-	VMOVUPS      128(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VCMPPS       $0x03, Y4, Y4, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y6, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 64(R12)
-	VMOVUPS      160(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VCMPPS       $0x03, Y4, Y4, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y6, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 80(R12)
-	VMOVUPS      192(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VCMPPS       $0x03, Y4, Y4, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y6, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 96(R12)
-	VMOVUPS      224(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VCMPPS       $0x03, Y4, Y4, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y6, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 112(R12)
-	VMOVUPS      256(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VCMPPS       $0x03, Y4, Y4, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y6, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 128(R12)
-	VMOVUPS      288(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VCMPPS       $0x03, Y4, Y4, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y6, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 144(R12)
-	VMOVUPS      320(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VCMPPS       $0x03, Y4, Y4, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y6, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 160(R12)
-	VMOVUPS      352(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VCMPPS       $0x03, Y4, Y4, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y6, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 176(R12)
-	CMPQ         R9, $0x000001a0
-	JBE          stateVKbf16AVX2_dead_84
-	VMOVUPS      384(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VCMPPS       $0x03, Y4, Y4, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y6, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 192(R12)
-	CMPQ         R9, $0x000001c0
-	JBE          stateVKbf16AVX2_dead_84
-	VMOVUPS      416(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VCMPPS       $0x03, Y4, Y4, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y6, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 208(R12)
-	CMPQ         R9, $0x000001e0
-	JBE          stateVKbf16AVX2_dead_84
-	VMOVUPS      448(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VCMPPS       $0x03, Y4, Y4, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y6, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 224(R12)
-
-stateVKbf16AVX2_dead_84:
-	ADDQ         R10, R12
-	VMOVAPS      Y3, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VCMPPS       $0x03, Y4, Y4, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y6, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, -16(R12)(R10*1)
-	VMOVAPS      Y2, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VCMPPS       $0x03, Y4, Y4, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y6, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, (R12)
-	VMOVUPS      544(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VCMPPS       $0x03, Y4, Y4, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y6, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 16(R12)
-	VMOVUPS      576(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VCMPPS       $0x03, Y4, Y4, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y6, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 32(R12)
-	VMOVUPS      608(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VCMPPS       $0x03, Y4, Y4, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y6, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 48(R12)
-	VMOVUPS      640(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VCMPPS       $0x03, Y4, Y4, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y6, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 64(R12)
-	VMOVUPS      672(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VCMPPS       $0x03, Y4, Y4, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y6, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 80(R12)
-	VMOVUPS      704(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VCMPPS       $0x03, Y4, Y4, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y6, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 96(R12)
-	VMOVUPS      736(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VCMPPS       $0x03, Y4, Y4, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y6, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 112(R12)
-	VMOVUPS      768(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VCMPPS       $0x03, Y4, Y4, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y6, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 128(R12)
-	VMOVUPS      800(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VCMPPS       $0x03, Y4, Y4, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y6, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 144(R12)
-	VMOVUPS      832(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VCMPPS       $0x03, Y4, Y4, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y6, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 160(R12)
-	VMOVUPS      864(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VCMPPS       $0x03, Y4, Y4, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y6, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 176(R12)
-	CMPQ         R9, $0x000001a0
-	JBE          stateVKbf16AVX2_dead_85
-	VMOVUPS      896(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VCMPPS       $0x03, Y4, Y4, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y6, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 192(R12)
-	CMPQ         R9, $0x000001c0
-	JBE          stateVKbf16AVX2_dead_85
-	VMOVUPS      928(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VCMPPS       $0x03, Y4, Y4, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y6, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 208(R12)
-	CMPQ         R9, $0x000001e0
-	JBE          stateVKbf16AVX2_dead_85
-	VMOVUPS      960(R11), Y4
-	VMOVAPS      Y4, Y4
-	VPSRLD       $0x10, Y4, Y5
-	VCMPPS       $0x03, Y4, Y4, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y4, Y4
-	VPADDD       Y6, Y4, Y4
-	VPSRLD       $0x10, Y4, Y4
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y4, Y4
-	VEXTRACTI128 $0x01, Y4, X5
-	VPACKUSDW    X5, X4, X5
-	VMOVDQU      X5, 224(R12)
-
-stateVKbf16AVX2_dead_85:
-stateVKbf16AVX2_bfdone_4:
-stateVKbf16AVX2_nostore_4:
-	CMPQ        R8, $0x01
-	JE          stateVKbf16AVX2_tokensdone_4
-	ADDQ        R9, AX
-	ADDQ        R9, CX
-	ADDQ        $0x10, DX
-	ADDQ        $0x08, BX
-	ADDQ        32(SP), SI
-	ADDQ        24(SP), DI
-	DECQ        R8
-	VMULPS      (AX), Y0, Y4
-	VMULPS      (CX), Y0, Y5
-	VMULPS      (AX), Y2, Y8
-	VMULPS      (CX), Y2, Y9
-	VMOVUPS     32(R11), Y7
-	VMULPS      32(AX), Y7, Y6
-	VMULPS      32(CX), Y7, Y7
-	VMOVUPS     544(R11), Y11
-	VMULPS      32(AX), Y11, Y10
-	VMULPS      32(CX), Y11, Y11
-	VMOVUPS     64(R11), Y12
-	VFMADD231PS 64(AX), Y12, Y4
-	VFMADD231PS 64(CX), Y12, Y5
-	VMOVUPS     576(R11), Y12
-	VFMADD231PS 64(AX), Y12, Y8
-	VFMADD231PS 64(CX), Y12, Y9
-	VMOVUPS     96(R11), Y12
-	VFMADD231PS 96(AX), Y12, Y6
-	VFMADD231PS 96(CX), Y12, Y7
-	VMOVUPS     608(R11), Y12
-	VFMADD231PS 96(AX), Y12, Y10
-	VFMADD231PS 96(CX), Y12, Y11
-	VMOVUPS     128(R11), Y12
-	VFMADD231PS 128(AX), Y12, Y4
-	VFMADD231PS 128(CX), Y12, Y5
-	VMOVUPS     640(R11), Y12
-	VFMADD231PS 128(AX), Y12, Y8
-	VFMADD231PS 128(CX), Y12, Y9
-	VMOVUPS     160(R11), Y12
-	VFMADD231PS 160(AX), Y12, Y6
-	VFMADD231PS 160(CX), Y12, Y7
-	VMOVUPS     672(R11), Y12
-	VFMADD231PS 160(AX), Y12, Y10
-	VFMADD231PS 160(CX), Y12, Y11
-	VMOVUPS     192(R11), Y12
-	VFMADD231PS 192(AX), Y12, Y4
-	VFMADD231PS 192(CX), Y12, Y5
-	VMOVUPS     704(R11), Y12
-	VFMADD231PS 192(AX), Y12, Y8
-	VFMADD231PS 192(CX), Y12, Y9
-	VMOVUPS     224(R11), Y12
-	VFMADD231PS 224(AX), Y12, Y6
-	VFMADD231PS 224(CX), Y12, Y7
-	VMOVUPS     736(R11), Y12
-	VFMADD231PS 224(AX), Y12, Y10
-	VFMADD231PS 224(CX), Y12, Y11
-	VMOVUPS     256(R11), Y12
-	VFMADD231PS 256(AX), Y12, Y4
-	VFMADD231PS 256(CX), Y12, Y5
-	VMOVUPS     768(R11), Y12
-	VFMADD231PS 256(AX), Y12, Y8
-	VFMADD231PS 256(CX), Y12, Y9
-	VMOVUPS     288(R11), Y12
-	VFMADD231PS 288(AX), Y12, Y6
-	VFMADD231PS 288(CX), Y12, Y7
-	VMOVUPS     800(R11), Y12
-	VFMADD231PS 288(AX), Y12, Y10
-	VFMADD231PS 288(CX), Y12, Y11
-	VMOVUPS     320(R11), Y12
-	VFMADD231PS 320(AX), Y12, Y4
-	VFMADD231PS 320(CX), Y12, Y5
-	VMOVUPS     832(R11), Y12
-	VFMADD231PS 320(AX), Y12, Y8
-	VFMADD231PS 320(CX), Y12, Y9
-	VMOVUPS     352(R11), Y12
-	VFMADD231PS 352(AX), Y12, Y6
-	VFMADD231PS 352(CX), Y12, Y7
-	VMOVUPS     864(R11), Y12
-	VFMADD231PS 352(AX), Y12, Y10
-	VFMADD231PS 352(CX), Y12, Y11
-	CMPQ        R9, $0x000001a0
-	JBE         stateVKbf16AVX2_dead_86
-	VMOVUPS     384(R11), Y12
-	VFMADD231PS 384(AX), Y12, Y4
-	VFMADD231PS 384(CX), Y12, Y5
-	VMOVUPS     896(R11), Y12
-	VFMADD231PS 384(AX), Y12, Y8
-	VFMADD231PS 384(CX), Y12, Y9
-	CMPQ        R9, $0x000001c0
-	JBE         stateVKbf16AVX2_dead_86
-	VMOVUPS     416(R11), Y12
-	VFMADD231PS 416(AX), Y12, Y6
-	VFMADD231PS 416(CX), Y12, Y7
-	VMOVUPS     928(R11), Y12
-	VFMADD231PS 416(AX), Y12, Y10
-	VFMADD231PS 416(CX), Y12, Y11
-	CMPQ        R9, $0x000001e0
-	JBE         stateVKbf16AVX2_dead_86
-	VMOVUPS     448(R11), Y12
-	VFMADD231PS 448(AX), Y12, Y4
-	VFMADD231PS 448(CX), Y12, Y5
-	VMOVUPS     960(R11), Y12
-	VFMADD231PS 448(AX), Y12, Y8
-	VFMADD231PS 448(CX), Y12, Y9
-
-stateVKbf16AVX2_dead_86:
-	VFMADD231PS -32(AX)(R9*1), Y1, Y6
-	VFMADD231PS -32(CX)(R9*1), Y1, Y7
-	VFMADD231PS -32(AX)(R9*1), Y3, Y10
-	VFMADD231PS -32(CX)(R9*1), Y3, Y11
-	JMP         stateVKbf16AVX2_token_4
-
-stateVKbf16AVX2_tokensdone_4:
-	// The f32 carry after the last token, if asked for.
-	MOVQ    carry_base+88(FP), AX
-	TESTQ   AX, AX
-	JZ      stateVKbf16AVX2_nocarry_4
-	MOVQ    (SP), CX
-	IMULQ   R9, CX
-	ADDQ    CX, AX
-	VMOVUPS Y1, -32(AX)(R9*1)
-	VMOVUPS Y0, (AX)
-	VMOVUPS 32(R11), Y0
-	VMOVUPS Y0, 32(AX)
-	VMOVUPS 64(R11), Y0
-	VMOVUPS Y0, 64(AX)
-	VMOVUPS 96(R11), Y0
-	VMOVUPS Y0, 96(AX)
-	VMOVUPS 128(R11), Y0
-	VMOVUPS Y0, 128(AX)
-	VMOVUPS 160(R11), Y0
-	VMOVUPS Y0, 160(AX)
-	VMOVUPS 192(R11), Y0
-	VMOVUPS Y0, 192(AX)
-	VMOVUPS 224(R11), Y0
-	VMOVUPS Y0, 224(AX)
-	VMOVUPS 256(R11), Y0
-	VMOVUPS Y0, 256(AX)
-	VMOVUPS 288(R11), Y0
-	VMOVUPS Y0, 288(AX)
-	VMOVUPS 320(R11), Y0
-	VMOVUPS Y0, 320(AX)
-	VMOVUPS 352(R11), Y0
-	VMOVUPS Y0, 352(AX)
-	CMPQ    R9, $0x000001a0
-	JBE     stateVKbf16AVX2_dead_87
-	VMOVUPS 384(R11), Y0
-	VMOVUPS Y0, 384(AX)
-	CMPQ    R9, $0x000001c0
-	JBE     stateVKbf16AVX2_dead_87
-	VMOVUPS 416(R11), Y0
-	VMOVUPS Y0, 416(AX)
-	CMPQ    R9, $0x000001e0
-	JBE     stateVKbf16AVX2_dead_87
-	VMOVUPS 448(R11), Y0
-	VMOVUPS Y0, 448(AX)
-
-stateVKbf16AVX2_dead_87:
-	ADDQ    R9, AX
-	VMOVUPS Y3, -32(AX)(R9*1)
-	VMOVUPS Y2, (AX)
-	VMOVUPS 544(R11), Y0
-	VMOVUPS Y0, 32(AX)
-	VMOVUPS 576(R11), Y0
-	VMOVUPS Y0, 64(AX)
-	VMOVUPS 608(R11), Y0
-	VMOVUPS Y0, 96(AX)
-	VMOVUPS 640(R11), Y0
-	VMOVUPS Y0, 128(AX)
-	VMOVUPS 672(R11), Y0
-	VMOVUPS Y0, 160(AX)
-	VMOVUPS 704(R11), Y0
-	VMOVUPS Y0, 192(AX)
-	VMOVUPS 736(R11), Y0
-	VMOVUPS Y0, 224(AX)
-	VMOVUPS 768(R11), Y0
-	VMOVUPS Y0, 256(AX)
-	VMOVUPS 800(R11), Y0
-	VMOVUPS Y0, 288(AX)
-	VMOVUPS 832(R11), Y0
-	VMOVUPS Y0, 320(AX)
-	VMOVUPS 864(R11), Y0
-	VMOVUPS Y0, 352(AX)
-	CMPQ    R9, $0x000001a0
-	JBE     stateVKbf16AVX2_dead_88
-	VMOVUPS 896(R11), Y0
-	VMOVUPS Y0, 384(AX)
-	CMPQ    R9, $0x000001c0
-	JBE     stateVKbf16AVX2_dead_88
-	VMOVUPS 928(R11), Y0
-	VMOVUPS Y0, 416(AX)
-	CMPQ    R9, $0x000001e0
-	JBE     stateVKbf16AVX2_dead_88
-	VMOVUPS 960(R11), Y0
-	VMOVUPS Y0, 448(AX)
-
-stateVKbf16AVX2_dead_88:
-stateVKbf16AVX2_nocarry_4:
-	ADDQ $0x00000002, (SP)
-	SUBQ $0x00000002, 8(SP)
-	JMP  stateVKbf16AVX2_group_4
-
-stateVKbf16AVX2_groupsdone_4:
-stateVKbf16AVX2_pairtail_4:
 stateVKbf16AVX2_done_1:
 	VZEROUPPER
 	RET

@@ -50,27 +50,19 @@ const vkDirectKRegs = 8
 // vkMaxVecs is the most vectors per row the routines carry (K ≤ 256 AVX-512, 128 AVX2).
 const vkMaxVecs = 16
 
-// vkModelK are the K of the models (64, 128, 192, 256) and of the odd shape (96): their rows run
-// at the top of a shape, where no position is dead.
-var vkModelK = []int{64, 96, 128, 192, 256}
-
 // vkShapes are the row shapes of an ISA's routine, in vectors per row: rows of L vectors take the
-// first shape n ≥ L, whose code serves L = (the shape before) + 1 … n (vkBody). They are L = 4
-// (so that a small K does not run through many dead positions) and the L of each model K:
-// AVX-512 4, 6, 8, 12, 16; AVX2 4, 8, 12, 16. (K = 96 served by the AVX-512 shape of 7…8 vectors,
-// two positions dead, took 5–7 % longer in decode, f32: BenchmarkVKRoutine, minima of 8–16
-// interleaved runs.)
+// first shape n ≥ L, whose code serves L = (the shape before) + 1 … n (vkBody), the positions
+// beyond L dead. A full unroll sits at the K of the models, 128 (and 64, 256): AVX-512 4, 8, 12,
+// 16 (a shape serves at most 4 positions that can be a row's last, one mask each: vkMasks); AVX2,
+// without masks, 8 and 16. The odd K = 96 runs in the shape of 128, two (AVX2 four) positions
+// dead: the guards cost integer-port µops only, and its snapshots, cvt2 rounding and stores are
+// those of whole vectors (K a multiple of the lanes, vkSnapshot). Specialised for 96 too (AVX-512
+// 6, AVX2 12) the four routines took 8,300 more lines.
 func vkShapes(a isa) []int {
-	shapes := []int{4}
-	for _, k := range vkModelK {
-		if n := (k + a.lanes - 1) / a.lanes; n <= vkMaxVecs && n > shapes[len(shapes)-1] {
-			shapes = append(shapes, n)
-		}
+	if a.masks {
+		return []int{4, 8, 12, vkMaxVecs}
 	}
-	if shapes[len(shapes)-1] != vkMaxVecs {
-		panic("vkShapes: the last shape must take the widest rows")
-	}
-	return shapes
+	return []int{8, vkMaxVecs}
 }
 
 // The strategies of the [V][K] routines that differ per ISA.
@@ -625,14 +617,10 @@ func (b *vkBody) load(p GPVirtual, bf16 bool) {
 		if r > 0 {
 			ADDQ(idx, p)
 		}
-		if b.a.masks {
-			for i := range b.n {
-				b.loadVec(b.vecMem(p, i, es, idx), i, bf16, b.a.view(b.rows[r].reg[i]))
-			}
-			continue
-		}
 		// (The registers of guarded positions are zeroed: the allocator needs them written on
-		// every path to their uses, which are all behind the same guards.)
+		// every path to their uses, which are all behind the same guards. A dead position is not
+		// loaded even under its empty mask: from memory such a load still waits for its line, the
+		// next row's, at B = 64 a bf16 decode at K = 96 in the shape of 128 took 1.35× as long.)
 		for i, x := range b.rows[r].reg {
 			if x != nil && b.guarded(i) {
 				b.a.zero(x)
@@ -659,14 +647,13 @@ func (b *vkBody) store(p GPVirtual, bf16 bool) {
 		// rule of the [K][V] routines: see ntSpan).
 		r := b.r
 		temporal, done := label("temporal"), label("stored")
-		vkSnapshot(r, b.a, b.n, 4, p, temporal, label("snapshot"))
+		vkSnapshot(r, b.a, 4, p, temporal, label("snapshot"))
 		for row := range b.g {
 			if row > 0 {
 				ADDQ(r.k4, p)
 			}
-			for i := range b.n {
-				VMOVNTPS(b.a.view(b.get(row, i)), Mem{Base: p, Disp: i * 4 * b.a.lanes})
-			}
+			// (K a multiple of the lanes: the tail is the vector after the last live one.)
+			b.each(b.storeOrder(), func(i int) { VMOVNTPS(b.a.view(b.get(row, i)), b.vecMem(p, i, 4, r.k4)) })
 		}
 		JMP(LabelRef(done))
 		Label(temporal)
@@ -678,12 +665,13 @@ func (b *vkBody) store(p GPVirtual, bf16 bool) {
 }
 
 // vkSnapshot emits the test of a [V][K] token store at row pointer p for non-temporal stores:
-// on to temporal unless K is the shape's n whole vectors, p is aligned to a vector of elements of
-// es bytes and the store is a snapshot (any but the last token's, or the last token's after a
-// token with one: see ntSpan); else on to the code after it, at label nt.
-func vkSnapshot(r vkRegs, a isa, n, es int, p GPVirtual, temporal, nt string) {
-	CMPQ(r.k4, U32(4*a.lanes*n))
-	JNE(LabelRef(temporal))
+// on to temporal unless K is a multiple of the lanes (every live position a whole vector, the
+// dead ones skipped by the stores' guards), p is aligned to a vector of elements of es bytes and
+// the store is a snapshot (any but the last token's, or the last token's after a token with one:
+// see ntSpan); else on to the code after it, at label nt.
+func vkSnapshot(r vkRegs, a isa, es int, p GPVirtual, temporal, nt string) {
+	TESTQ(U32(4*a.lanes-1), r.k4)
+	JNZ(LabelRef(temporal))
 	TESTQ(U32(es*a.lanes-1), p)
 	JNZ(LabelRef(temporal))
 	CMPQ(r.cnt, U8(1))
@@ -744,12 +732,12 @@ func (b *vkBody) storeRows(p GPVirtual, bf16 bool) {
 		one()
 		return
 	}
-	// AVX-512 bf16, K the shape's whole vectors, the CPU with AVX512_BF16 (cvt): two vectors at a
-	// time rounded by one VCVTNE2PS2BF16 (see cvt2) and stored as one 64-byte vector; else the
-	// integer rounding, vector by vector.
+	// AVX-512 bf16, K a multiple of two vectors, the CPU with AVX512_BF16 (cvt): two vectors at a
+	// time rounded by one VCVTNE2PS2BF16 (see cvt2) and stored as one 64-byte vector, the dead
+	// pairs skipped; else the integer rounding, vector by vector.
 	ints, done := label("bfints"), label("bfstored")
-	CMPQ(b.r.k4, U32(4*b.a.lanes*b.n))
-	JNE(LabelRef(ints))
+	TESTQ(U32(8*b.a.lanes-1), b.r.k4)
+	JNZ(LabelRef(ints))
 	CMPB(paramMem("cvt"), U8(0))
 	JE(LabelRef(ints))
 	// cvt2 takes a denormal input as zero, so if a stored word is ±0 (that, or a zero) the integer
@@ -766,12 +754,12 @@ func (b *vkBody) storeRows(p GPVirtual, bf16 bool) {
 		if r > 0 {
 			ADDQ(idx, q)
 		}
-		for i := 0; i < b.n; i += 2 {
-			t := b.a.vec()
+		b.run(b.n/2, func(h int) int { return b.need(2*h + 1) }, func(h int) {
+			i, t := 2*h, b.a.vec()
 			cvt2(b.get(r, i), b.get(r, i+1), t)
 			VMOVDQU32(t.AsZ(), b.vecMem(q, i, es, idx))
 			VPTESTMW(mag.AsZ(), t.AsZ(), K7, K7)
-		}
+		})
 	}
 	KORTESTD(K7, K7)
 	JCS(LabelRef(done)) // CF: every word of every pair not ±0
@@ -1087,8 +1075,8 @@ func (b *vkBody) finish(accK, accQ [][]VecVirtual) VecVirtual {
 			// Nor where storeRows rounds with VCVTNE2PS2BF16 (its fallback to the integer
 			// rounding sets fin itself): 5-6 operations of a group of two rows' 100 or so.
 			fin := label("fin")
-			CMPQ(b.r.k4, U32(4*a.lanes*b.n))
-			JNE(LabelRef(fin))
+			TESTQ(U32(8*a.lanes-1), b.r.k4)
+			JNZ(LabelRef(fin))
 			CMPB(paramMem("cvt"), U8(0))
 			JNE(LabelRef(none))
 			Label(fin)

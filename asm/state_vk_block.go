@@ -133,11 +133,11 @@ func (k *vkBlk) load(p GPVirtual, bf16 bool) {
 	l := label("bload")
 	Label(l)
 	b.prefetch(p, 1, es)
-	for i := range b.n { // (a dead position's mask is empty: 0 in work)
+	b.each(b.positions(), func(i int) { // (a dead position's vector in work is never read)
 		x := ZMM()
 		b.loadVec(Mem{Base: p, Disp: i * 16 * es}, i, bf16, x)
 		VMOVUPS(x, Mem{Base: w, Disp: i * 64})
-	}
+	})
 	ADDQ(idx, p)
 	ADDQ(U32(k.rb), w)
 	DECQ(c)
@@ -145,14 +145,14 @@ func (k *vkBlk) load(p GPVirtual, bf16 bool) {
 }
 
 // store copies the block's rows from work to d (clobbered), bf16-rounded if bf16. An f32
-// routine's token store goes with non-temporal stores (storeNT) when K is the shape's whole
-// vectors, d is aligned to 64 bytes and the store is a snapshot: any but the last token's, and
-// the last token's after a token with one (as the [K][V] routines: see ntSpan).
+// routine's token store goes with non-temporal stores (storeNT) when K is a multiple of 16, d is
+// aligned to 64 bytes and the store is a snapshot: any but the last token's, and the last token's
+// after a token with one (as the [K][V] routines: see ntSpan).
 func (k *vkBlk) store(d GPVirtual, bf16 bool) {
 	b := k.b
 	if bf16 || !b.v.bf16 { // a token's store, not a bf16 routine's f32 carry
 		temporal, done := label("btemporal"), label("bstored")
-		vkSnapshot(b.r, b.a, b.n, es(bf16), d, temporal, label("bsnapshot"))
+		vkSnapshot(b.r, b.a, es(bf16), d, temporal, label("bsnapshot"))
 		k.storeNT(d, bf16)
 		JMP(LabelRef(done))
 		Label(temporal)
@@ -172,14 +172,14 @@ func es(bf16 bool) int {
 }
 
 // storeNT copies the block's rows from work to d (clobbered) with non-temporal stores, rounded to
-// bf16 if bf16: every position whole (K = 16·n).
+// bf16 if bf16: every live position whole (K a multiple of 16), the dead ones skipped.
 func (k *vkBlk) storeNT(d GPVirtual, bf16 bool) {
 	b := k.b
 	w := k.workPtr(0)
 	c := k.rowCount()
 	l := label("bstorent")
 	Label(l)
-	for i := range b.n {
+	b.each(b.positions(), func(i int) {
 		x := ZMM()
 		VMOVUPS(Mem{Base: w, Disp: i * 64}, x)
 		if bf16 {
@@ -187,7 +187,7 @@ func (k *vkBlk) storeNT(d GPVirtual, bf16 bool) {
 		} else {
 			VMOVNTPS(x, Mem{Base: d, Disp: i * 64})
 		}
-	}
+	})
 	if bf16 {
 		ADDQ(b.r.ks, d)
 	} else {
