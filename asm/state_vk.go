@@ -119,12 +119,13 @@ func (a isa) vkExtractHigh(x, dst VecVirtual) {
 
 // vkGroup returns the rows per group and the accumulators per dot for rows of n vectors: the most
 // rows (≤ lanes/2) whose state, 2·G·A accumulators (≥ 8 chains in all, to cover the FMA latency) and
-// five temporaries fit the registers (32 ZMM); without masks (AVX2): a pair of rows in work
-// (vkPairs), two accumulators, then a one-row group for an odd V's last row.
+// five temporaries fit the registers (32 ZMM), the last group of a head partial (vkBody.partial);
+// without masks (AVX2): a pair of rows in work (vkPairs), two accumulators, an odd V's last row
+// left to the Go wrapper.
 //
 // AVX-512 rows that the blocks of state_vk_block.go also take (n ≤ vkBlockVecs) use the blocks'
-// accumulators, min(n, 2), in every group, the one-row tail included: a row's arithmetic must not
-// depend on whether a call's T sends it to a block or to a group (T = 1 does).
+// accumulators, min(n, 2), in every group: a row's arithmetic must not depend on whether a call's
+// T sends it to a block or to a group (T = 1 does).
 func vkGroup(a isa, n int) (g, acc int) {
 	if a.vkPairs() {
 		return 2, min(2, n)
@@ -138,16 +139,7 @@ func vkGroup(a isa, n int) (g, acc int) {
 			return g, acc
 		}
 	}
-	return 1, vkTailAcc(a, n)
-}
-
-// vkTailAcc is the accumulators per dot of the one-row groups after the multi-row ones (AVX2: those
-// of the pairs).
-func vkTailAcc(a isa, n int) int {
-	if !a.masks || n <= vkBlockVecs {
-		return min(n, 2)
-	}
-	return min(n, 4)
+	return 1, min(n, 4)
 }
 
 // lab is one lane of the transpose-add simulation: partial sums of input in over the lanes in
@@ -603,9 +595,8 @@ func (b *vkBody) storeOrder() []int {
 	return order
 }
 
-// load loads the group's rows from row pointer p (clobbered): bf16 widened, else f32. With masks a
-// dead position loads nothing (its mask is empty: the register is 0); without, it is skipped and
-// its register zeroed.
+// load loads the group's rows from row pointer p (clobbered): bf16 widened, else f32. A dead
+// position is skipped and its register zeroed; so are the rows a partial group lacks (rowGuard).
 func (b *vkBody) load(p GPVirtual, bf16 bool) {
 	es := 4
 	idx := b.r.k4
@@ -613,8 +604,13 @@ func (b *vkBody) load(p GPVirtual, bf16 bool) {
 		es, idx = 2, b.r.ks
 	}
 	b.prefetch(p, b.g, es)
+	absent := make([]string, b.g)
 	for r := range b.g {
 		if r > 0 {
+			if b.partial() {
+				absent[r] = label("norow")
+				b.rowSkip(r, absent[r])
+			}
 			ADDQ(idx, p)
 		}
 		// (The registers of guarded positions are zeroed: the allocator needs them written on
@@ -634,6 +630,34 @@ func (b *vkBody) load(p GPVirtual, bf16 bool) {
 			b.loadVec(b.vecMem(p, i, es, idx), i, bf16, b.a.view(x))
 			b.put(r, i, x)
 		})
+	}
+	if b.partial() {
+		// The rows a partial group lacks are 0: δ and o of such a row are 0, and it is not stored.
+		loaded := label("rowsloaded")
+		JMP(LabelRef(loaded))
+		for r := 1; r < b.g; r++ {
+			Label(absent[r])
+			for _, x := range b.rows[r].reg {
+				b.a.zero(x)
+			}
+		}
+		Label(loaded)
+	}
+}
+
+// partial says whether the group also takes the last rows of a head when fewer than g are left
+// (AVX-512: its v and o under K6, the rows it lacks neither loaded nor stored), so that no shape
+// needs a one-row group after its multi-row one (about 300 lines a shape). A row's arithmetic in
+// a group of g rows is that of a one-row group (the same products, accumulators and
+// transpose-add pairs): the same bits.
+func (b *vkBody) partial() bool { return b.a.masks && b.g > 1 }
+
+// rowSkip emits, for a partial group, the jump to label to when the group lacks row r (rows left
+// ≤ r).
+func (b *vkBody) rowSkip(r int, to string) {
+	if b.partial() && r > 0 {
+		CMPQ(b.r.rows, U8(r))
+		JLE(LabelRef(to))
 	}
 }
 
@@ -691,11 +715,19 @@ func (b *vkBody) storeRows(p GPVirtual, bf16 bool) {
 		es, idx = 2, b.r.ks
 	}
 	rows := func(p GPVirtual, finite bool) {
+		end := ""
+		if b.partial() {
+			end = label("rowsstored")
+		}
 		for r := range b.g {
 			if r > 0 {
+				b.rowSkip(r, end)
 				ADDQ(idx, p)
 			}
 			b.each(b.storeOrder(), func(i int) { b.storeVec(b.get(r, i), b.vecMem(p, i, es, idx), i, bf16, finite) })
+		}
+		if end != "" {
+			Label(end)
 		}
 	}
 	one := func() {
@@ -750,8 +782,13 @@ func (b *vkBody) storeRows(p GPVirtual, bf16 bool) {
 	KXNORD(K7, K7, K7)
 	q := GP64()
 	MOVQ(p, q)
+	stored := ""
+	if b.partial() {
+		stored = label("pairsstored")
+	}
 	for r := range b.g {
 		if r > 0 {
+			b.rowSkip(r, stored)
 			ADDQ(idx, q)
 		}
 		b.run(b.n/2, func(h int) int { return b.need(2*h + 1) }, func(h int) {
@@ -760,6 +797,9 @@ func (b *vkBody) storeRows(p GPVirtual, bf16 bool) {
 			VMOVDQU32(t.AsZ(), b.vecMem(q, i, es, idx))
 			VPTESTMW(mag.AsZ(), t.AsZ(), K7, K7)
 		})
+	}
+	if stored != "" {
+		Label(stored)
 	}
 	KORTESTD(K7, K7)
 	JCS(LabelRef(done)) // CF: every word of every pair not ±0
@@ -1351,7 +1391,8 @@ func (b *vkBody) direct() {
 	Label(skip)
 }
 
-// group emits the loop over groups of b.g rows (while at least b.g rows are left).
+// group emits the loop over groups of b.g rows (while at least b.g rows are left; a partial group
+// while any is).
 func (b *vkBody) group() {
 	v, a, r := b.v, b.a, b.r
 	b.rows = make([]vkRow, b.g)
@@ -1380,14 +1421,26 @@ func (b *vkBody) group() {
 	}
 	loop, done := label("group"), label("groupsdone")
 	Label(loop)
-	CMPQ(r.rows, U32(b.g))
-	JB(LabelRef(done))
-	r.pf.group()
-	if b.g > 1 && b.g < 8 && a.masks { // (multi-row groups need masks, but the AVX2 pairs)
-		m := GP32()
-		MOVL(U32(1<<b.g-1), m)
+	if b.partial() {
+		if b.g >= a.lanes/2 {
+			panic("vkBody.group: a partial group's v and o need K6")
+		}
+		CMPQ(r.rows, U8(0))
+		JLE(LabelRef(done))
+		// K6: the group's rows, min(rows left, g) of them.
+		m, c := GP32(), GP32()
+		MOVL(U32(1), m)
+		for k := 2; k <= b.g; k++ {
+			MOVL(U32(1<<k-1), c)
+			CMPQ(r.rows, U8(k))
+			CMOVLGE(c, m)
+		}
 		KMOVW(m, K6)
+	} else {
+		CMPQ(r.rows, U32(b.g))
+		JB(LabelRef(done))
 	}
+	r.pf.group()
 	Commentf("Load %d row(s) of %d…%d vectors.", b.g, b.lo, b.n)
 	loadRows(r, v.bf16, "frombf16", "loaded", b.load)
 	b.tokens()
@@ -1689,9 +1742,8 @@ func stateVK(v variant) {
 			}
 			(&vkBody{v: v, a: a, n: n, lo: lo, g: g, acc: acc, r: r}).group()
 		}
-		if g > 1 && !a.vkPairs() { // (the pairs leave an odd V's last row to the Go wrapper)
-			(&vkBody{v: v, a: a, n: n, lo: lo, g: 1, acc: vkTailAcc(a, n), r: r}).group()
-		}
+		// (No one-row group after the multi-row one: AVX-512 groups are partial at a head's end,
+		// the AVX2 pairs leave an odd V's last row to the Go wrapper.)
 		JMP(LabelRef(done))
 		lo = n + 1
 	}
