@@ -7832,13 +7832,10 @@ TEXT ·stateKVf32AVX512(SB), NOSPLIT, $128-240
 	CMPQ AX, $0x00000200
 	JA   stateKVf32AVX512_done_1
 
-	// Columns per full block: 16 × the most vectors (≤ 4) whose K rows fit 32768 bytes.
+	// Columns per full block: 16 × the most vectors ([1 2 4]) whose K rows fit 32768 bytes.
 	MOVQ    $0x00000010, CX
 	MOVQ    $0x00000020, DX
 	CMPQ    AX, $0x00000100
-	CMOVQLS DX, CX
-	MOVQ    $0x00000030, DX
-	CMPQ    AX, $0x000000aa
 	CMOVQLS DX, CX
 	MOVQ    $0x00000040, DX
 	CMPQ    AX, $0x00000080
@@ -7855,6 +7852,11 @@ stateKVf32AVX512_blocks_1:
 	MOVQ         32(SP), CX
 	CMPQ         AX, CX
 	CMOVQCC      CX, AX
+	MOVQ         AX, CX
+	SUBQ         $0x21, CX
+	MOVQ         $0x00000020, DX
+	CMPQ         CX, $0x0f
+	CMOVQLS      DX, AX
 	MOVQ         AX, 24(SP)
 	MOVQ         AX, CX
 	DECQ         CX
@@ -7863,13 +7865,11 @@ stateKVf32AVX512_blocks_1:
 	VPBROADCASTD AX, Z0
 	VPCMPGTD     iota<>+0(SB), Z0, K1
 
-	// 1 to 4 ZMM, the last masked (every full block, every tail), no guard.
+	// [1 2 4] ZMM, the last masked (every full block, every tail), no guard.
 	CMPQ CX, $0x00000000
 	JE   stateKVf32AVX512_masked1_1
 	CMPQ CX, $0x00000010
 	JE   stateKVf32AVX512_masked2_1
-	CMPQ CX, $0x00000020
-	JE   stateKVf32AVX512_masked3_1
 	JMP  stateKVf32AVX512_masked4_1
 
 stateKVf32AVX512_masked1_1:
@@ -8671,8 +8671,8 @@ stateKVf32AVX512_tokdone_2:
 stateKVf32AVX512_tokensout_2:
 	JMP stateKVf32AVX512_blockdone_1
 
-stateKVf32AVX512_masked3_1:
-	// Block of up to 48 columns (rows in work of whole vectors): pass 0 loads it, with token 0's read.
+stateKVf32AVX512_masked4_1:
+	// Block of up to 64 columns (rows in work of whole vectors): pass 0 loads it, with token 0's read.
 	MOVQ         K+0(FP), AX
 	MOVQ         16(SP), CX
 	MOVQ         src_base+16(FP), DX
@@ -8685,6 +8685,8 @@ stateKVf32AVX512_masked3_1:
 	VBROADCASTSS zero<>+0(SB), Z3
 	VBROADCASTSS zero<>+0(SB), Z4
 	VBROADCASTSS zero<>+0(SB), Z5
+	VBROADCASTSS zero<>+0(SB), Z6
+	VBROADCASTSS zero<>+0(SB), Z7
 	MOVQ         kh_base+64(FP), SI
 	MOVQ         qh_base+88(FP), DI
 	MOVQ         (SP), R8
@@ -8696,23 +8698,28 @@ stateKVf32AVX512_pass0_3:
 	PREFETCHT1   (R10)
 	PREFETCHT1   64(R10)
 	PREFETCHT1   128(R10)
-	VBROADCASTSS (SI)(R9*4), Z6
-	VBROADCASTSS (DI)(R9*4), Z7
-	VMOVUPS      (DX), Z8
-	VMOVUPS      Z8, (R8)
-	VFMADD231PS  Z8, Z6, Z0
-	VFMADD231PS  Z8, Z7, Z1
-	VMOVUPS      64(DX), Z8
-	VMOVUPS      Z8, 64(R8)
-	VFMADD231PS  Z8, Z6, Z2
-	VFMADD231PS  Z8, Z7, Z3
-	VMOVUPS.Z    128(DX), K1, Z8
-	VMOVUPS      Z8, 128(R8)
-	VFMADD231PS  Z8, Z6, Z4
-	VFMADD231PS  Z8, Z7, Z5
+	PREFETCHT1   192(R10)
+	VBROADCASTSS (SI)(R9*4), Z8
+	VBROADCASTSS (DI)(R9*4), Z9
+	VMOVUPS      (DX), Z10
+	VMOVUPS      Z10, (R8)
+	VFMADD231PS  Z10, Z8, Z0
+	VFMADD231PS  Z10, Z9, Z1
+	VMOVUPS      64(DX), Z10
+	VMOVUPS      Z10, 64(R8)
+	VFMADD231PS  Z10, Z8, Z2
+	VFMADD231PS  Z10, Z9, Z3
+	VMOVUPS      128(DX), Z10
+	VMOVUPS      Z10, 128(R8)
+	VFMADD231PS  Z10, Z8, Z4
+	VFMADD231PS  Z10, Z9, Z5
+	VMOVUPS.Z    192(DX), K1, Z10
+	VMOVUPS      Z10, 192(R8)
+	VFMADD231PS  Z10, Z8, Z6
+	VFMADD231PS  Z10, Z9, Z7
 	ADDQ         BX, DX
 	ADDQ         BX, R10
-	ADDQ         $0x000000c0, R8
+	ADDQ         $0x00000100, R8
 	INCQ         R9
 	CMPQ         R9, AX
 	JB           stateKVf32AVX512_pass0_3
@@ -8773,498 +8780,9 @@ stateKVf32AVX512_notlast_3:
 	LEAQ     (CX)(AX*4), CX
 	MOVQ     CX, 72(SP)
 	MOVQ     96(SP), AX
-	VMOVSS   (AX), X6
-	VUCOMISS nearone<>+0(SB), X6
-	JCS      stateKVf32AVX512_far_3
-
-	// em1 ≥ -0.5: decay(x) = x + em1·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         96(SP), AX
-	VBROADCASTSS (AX), Z6
-	VBROADCASTSS 8(AX), Z7
-	VBROADCASTSS 12(AX), Z8
-	MOVQ         80(SP), AX
-	MOVQ         88(SP), CX
-	VMOVUPS      (AX), Z9
-	VFMADD213PS  Z0, Z6, Z0
-	VSUBPS       Z0, Z9, Z9
-	VMULPS       Z9, Z7, Z9
-	VFMADD213PS  Z1, Z6, Z1
-	VFMADD231PS  Z9, Z8, Z1
-	VMOVUPS      Z1, (CX)
-	VMOVUPS      64(AX), Z10
-	VFMADD213PS  Z2, Z6, Z2
-	VSUBPS       Z2, Z10, Z10
-	VMULPS       Z10, Z7, Z10
-	VFMADD213PS  Z3, Z6, Z3
-	VFMADD231PS  Z10, Z8, Z3
-	VMOVUPS      Z3, 64(CX)
-	VMOVUPS.Z    128(AX), K1, Z11
-	VFMADD213PS  Z4, Z6, Z4
-	VSUBPS       Z4, Z11, Z11
-	VMULPS       Z11, Z7, Z11
-	VFMADD213PS  Z5, Z6, Z5
-	VFMADD231PS  Z11, Z8, Z5
-	VMOVUPS      Z5, K1, 128(CX)
-	VBROADCASTSS zero<>+0(SB), Z0
-	VBROADCASTSS zero<>+0(SB), Z1
-	VBROADCASTSS zero<>+0(SB), Z2
-	VBROADCASTSS zero<>+0(SB), Z3
-	VBROADCASTSS zero<>+0(SB), Z4
-	VBROADCASTSS zero<>+0(SB), Z5
-
-	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
-	MOVQ  (SP), AX
-	XORQ  CX, CX
-	MOVQ  K+0(FP), DX
-	MOVQ  56(SP), BX
-	MOVQ  64(SP), SI
-	MOVQ  72(SP), DI
-	MOVQ  16(SP), R8
-	MOVQ  48(SP), R10
-	MOVQ  stores_base+40(FP), R9
-	MOVQ  (R9)(R10*8), R9
-	TESTQ R9, R9
-	JZ    stateKVf32AVX512_nostore_5
-	LEAQ  (R9)(R8*4), R9
-
-stateKVf32AVX512_nostore_5:
-	MOVQ V+8(FP), R8
-	SHLQ $0x02, R8
-
-	// Non-temporal stores for this token's rows: a store but the last token's after a token without one, the rows aligned whole vectors.
-	MOVQ  $0x00000000, 120(SP)
-	TESTQ R9, R9
-	JZ    stateKVf32AVX512_temporal_5
-	MOVQ  48(SP), R10
-	INCQ  R10
-	MOVQ  tok_len+176(FP), R11
-	SHRQ  $0x02, R11
-	CMPQ  R10, R11
-	JNE   stateKVf32AVX512_snapshot_5
-	MOVQ  48(SP), R10
-	TESTQ R10, R10
-	JZ    stateKVf32AVX512_temporal_5
-	MOVQ  stores_base+40(FP), R11
-	CMPQ  -8(R11)(R10*8), $0x00
-	JE    stateKVf32AVX512_temporal_5
-
-stateKVf32AVX512_snapshot_5:
-	TESTQ $0x0000003f, R9
-	JNZ   stateKVf32AVX512_temporal_5
-	TESTQ $0x0000003f, R8
-	JNZ   stateKVf32AVX512_temporal_5
-	MOVQ  $0x00000001, 120(SP)
-
-stateKVf32AVX512_temporal_5:
-	MOVQ 48(SP), R10
-	INCQ R10
-	MOVQ tok_len+176(FP), R11
-	SHRQ $0x02, R11
-	CMPQ R10, R11
-	JE   stateKVf32AVX512_lastrows_5
-
-stateKVf32AVX512_rows_9:
-	VBROADCASTSS (BX)(CX*4), Z7
-	VBROADCASTSS (SI)(CX*4), Z8
-	VBROADCASTSS (DI)(CX*4), Z12
-	VMOVUPS      (AX), Z13
-	VFMADD213PS  Z13, Z6, Z13
-	VFMADD231PS  Z9, Z7, Z13
-	VMOVUPS      Z13, (AX)
-	VFMADD231PS  Z13, Z8, Z0
-	VFMADD231PS  Z13, Z12, Z1
-	VMOVUPS      64(AX), Z13
-	VFMADD213PS  Z13, Z6, Z13
-	VFMADD231PS  Z10, Z7, Z13
-	VMOVUPS      Z13, 64(AX)
-	VFMADD231PS  Z13, Z8, Z2
-	VFMADD231PS  Z13, Z12, Z3
-	VMOVUPS      128(AX), Z13
-	VFMADD213PS  Z13, Z6, Z13
-	VFMADD231PS  Z11, Z7, Z13
-	VMOVUPS      Z13, 128(AX)
-	VFMADD231PS  Z13, Z8, Z4
-	VFMADD231PS  Z13, Z12, Z5
-	TESTQ        R9, R9
-	JZ           stateKVf32AVX512_nostorerow_9
-	CMPB         120(SP), $0x00
-	JE           stateKVf32AVX512_temporalrow_9
-	VMOVUPS      (AX), Z7
-	VMOVNTPS     Z7, (R9)
-	VMOVUPS      64(AX), Z7
-	VMOVNTPS     Z7, 64(R9)
-	VMOVUPS      128(AX), Z7
-	VMOVNTPS     Z7, 128(R9)
-	JMP          stateKVf32AVX512_storedrow_9
-
-stateKVf32AVX512_temporalrow_9:
-	VMOVUPS (AX), Z7
-	VMOVUPS Z7, (R9)
-	VMOVUPS 64(AX), Z7
-	VMOVUPS Z7, 64(R9)
-	VMOVUPS 128(AX), Z7
-	VMOVUPS Z7, K1, 128(R9)
-
-stateKVf32AVX512_storedrow_9:
-	ADDQ R8, R9
-
-stateKVf32AVX512_nostorerow_9:
-	ADDQ $0x000000c0, AX
-	INCQ CX
-	CMPQ CX, DX
-	JB   stateKVf32AVX512_rows_9
-	JMP  stateKVf32AVX512_rowsdone_5
-
-stateKVf32AVX512_lastrows_5:
-stateKVf32AVX512_rows_10:
-	VBROADCASTSS (BX)(CX*4), Z0
-	VMOVUPS      (AX), Z1
-	VFMADD213PS  Z1, Z6, Z1
-	VFMADD231PS  Z9, Z0, Z1
-	VMOVUPS      64(AX), Z2
-	VFMADD213PS  Z2, Z6, Z2
-	VFMADD231PS  Z10, Z0, Z2
-	VMOVUPS      128(AX), Z3
-	VFMADD213PS  Z3, Z6, Z3
-	VFMADD231PS  Z11, Z0, Z3
-	TESTQ        R9, R9
-	JZ           stateKVf32AVX512_nostorerow_10
-	CMPB         120(SP), $0x00
-	JE           stateKVf32AVX512_temporalrow_10
-	VMOVNTPS     Z1, (R9)
-	VMOVNTPS     Z2, 64(R9)
-	VMOVNTPS     Z3, 128(R9)
-	JMP          stateKVf32AVX512_storedrow_10
-
-stateKVf32AVX512_temporalrow_10:
-	VMOVUPS Z1, (R9)
-	VMOVUPS Z2, 64(R9)
-	VMOVUPS Z3, K1, 128(R9)
-
-stateKVf32AVX512_storedrow_10:
-	ADDQ R8, R9
-
-stateKVf32AVX512_nostorerow_10:
-	ADDQ $0x000000c0, AX
-	INCQ CX
-	CMPQ CX, DX
-	JB   stateKVf32AVX512_rows_10
-	JMP  stateKVf32AVX512_tokensout_3
-
-stateKVf32AVX512_rowsdone_5:
-	JMP stateKVf32AVX512_tokdone_3
-
-stateKVf32AVX512_far_3:
-	// em1 < -0.5 or NaN: decay(x) = eg·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         96(SP), AX
-	VBROADCASTSS 4(AX), Z6
-	VBROADCASTSS 8(AX), Z7
-	VBROADCASTSS 12(AX), Z8
-	MOVQ         80(SP), AX
-	MOVQ         88(SP), CX
-	VMOVUPS      (AX), Z9
-	VMULPS       Z0, Z6, Z0
-	VSUBPS       Z0, Z9, Z9
-	VMULPS       Z9, Z7, Z9
-	VMULPS       Z1, Z6, Z1
-	VFMADD231PS  Z9, Z8, Z1
-	VMOVUPS      Z1, (CX)
-	VMOVUPS      64(AX), Z10
-	VMULPS       Z2, Z6, Z2
-	VSUBPS       Z2, Z10, Z10
-	VMULPS       Z10, Z7, Z10
-	VMULPS       Z3, Z6, Z3
-	VFMADD231PS  Z10, Z8, Z3
-	VMOVUPS      Z3, 64(CX)
-	VMOVUPS.Z    128(AX), K1, Z11
-	VMULPS       Z4, Z6, Z4
-	VSUBPS       Z4, Z11, Z11
-	VMULPS       Z11, Z7, Z11
-	VMULPS       Z5, Z6, Z5
-	VFMADD231PS  Z11, Z8, Z5
-	VMOVUPS      Z5, K1, 128(CX)
-	VBROADCASTSS zero<>+0(SB), Z0
-	VBROADCASTSS zero<>+0(SB), Z1
-	VBROADCASTSS zero<>+0(SB), Z2
-	VBROADCASTSS zero<>+0(SB), Z3
-	VBROADCASTSS zero<>+0(SB), Z4
-	VBROADCASTSS zero<>+0(SB), Z5
-
-	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
-	MOVQ  (SP), AX
-	XORQ  CX, CX
-	MOVQ  K+0(FP), DX
-	MOVQ  56(SP), BX
-	MOVQ  64(SP), SI
-	MOVQ  72(SP), DI
-	MOVQ  16(SP), R8
-	MOVQ  48(SP), R10
-	MOVQ  stores_base+40(FP), R9
-	MOVQ  (R9)(R10*8), R9
-	TESTQ R9, R9
-	JZ    stateKVf32AVX512_nostore_6
-	LEAQ  (R9)(R8*4), R9
-
-stateKVf32AVX512_nostore_6:
-	MOVQ V+8(FP), R8
-	SHLQ $0x02, R8
-
-	// Non-temporal stores for this token's rows: a store but the last token's after a token without one, the rows aligned whole vectors.
-	MOVQ  $0x00000000, 120(SP)
-	TESTQ R9, R9
-	JZ    stateKVf32AVX512_temporal_6
-	MOVQ  48(SP), R10
-	INCQ  R10
-	MOVQ  tok_len+176(FP), R11
-	SHRQ  $0x02, R11
-	CMPQ  R10, R11
-	JNE   stateKVf32AVX512_snapshot_6
-	MOVQ  48(SP), R10
-	TESTQ R10, R10
-	JZ    stateKVf32AVX512_temporal_6
-	MOVQ  stores_base+40(FP), R11
-	CMPQ  -8(R11)(R10*8), $0x00
-	JE    stateKVf32AVX512_temporal_6
-
-stateKVf32AVX512_snapshot_6:
-	TESTQ $0x0000003f, R9
-	JNZ   stateKVf32AVX512_temporal_6
-	TESTQ $0x0000003f, R8
-	JNZ   stateKVf32AVX512_temporal_6
-	MOVQ  $0x00000001, 120(SP)
-
-stateKVf32AVX512_temporal_6:
-	MOVQ 48(SP), R10
-	INCQ R10
-	MOVQ tok_len+176(FP), R11
-	SHRQ $0x02, R11
-	CMPQ R10, R11
-	JE   stateKVf32AVX512_lastrows_6
-
-stateKVf32AVX512_rows_11:
-	VBROADCASTSS (BX)(CX*4), Z7
-	VBROADCASTSS (SI)(CX*4), Z8
-	VBROADCASTSS (DI)(CX*4), Z12
-	VMOVUPS      (AX), Z13
-	VMULPS       Z13, Z6, Z13
-	VFMADD231PS  Z9, Z7, Z13
-	VMOVUPS      Z13, (AX)
-	VFMADD231PS  Z13, Z8, Z0
-	VFMADD231PS  Z13, Z12, Z1
-	VMOVUPS      64(AX), Z13
-	VMULPS       Z13, Z6, Z13
-	VFMADD231PS  Z10, Z7, Z13
-	VMOVUPS      Z13, 64(AX)
-	VFMADD231PS  Z13, Z8, Z2
-	VFMADD231PS  Z13, Z12, Z3
-	VMOVUPS      128(AX), Z13
-	VMULPS       Z13, Z6, Z13
-	VFMADD231PS  Z11, Z7, Z13
-	VMOVUPS      Z13, 128(AX)
-	VFMADD231PS  Z13, Z8, Z4
-	VFMADD231PS  Z13, Z12, Z5
-	TESTQ        R9, R9
-	JZ           stateKVf32AVX512_nostorerow_11
-	CMPB         120(SP), $0x00
-	JE           stateKVf32AVX512_temporalrow_11
-	VMOVUPS      (AX), Z7
-	VMOVNTPS     Z7, (R9)
-	VMOVUPS      64(AX), Z7
-	VMOVNTPS     Z7, 64(R9)
-	VMOVUPS      128(AX), Z7
-	VMOVNTPS     Z7, 128(R9)
-	JMP          stateKVf32AVX512_storedrow_11
-
-stateKVf32AVX512_temporalrow_11:
-	VMOVUPS (AX), Z7
-	VMOVUPS Z7, (R9)
-	VMOVUPS 64(AX), Z7
-	VMOVUPS Z7, 64(R9)
-	VMOVUPS 128(AX), Z7
-	VMOVUPS Z7, K1, 128(R9)
-
-stateKVf32AVX512_storedrow_11:
-	ADDQ R8, R9
-
-stateKVf32AVX512_nostorerow_11:
-	ADDQ $0x000000c0, AX
-	INCQ CX
-	CMPQ CX, DX
-	JB   stateKVf32AVX512_rows_11
-	JMP  stateKVf32AVX512_rowsdone_6
-
-stateKVf32AVX512_lastrows_6:
-stateKVf32AVX512_rows_12:
-	VBROADCASTSS (BX)(CX*4), Z0
-	VMOVUPS      (AX), Z1
-	VMULPS       Z1, Z6, Z1
-	VFMADD231PS  Z9, Z0, Z1
-	VMOVUPS      64(AX), Z2
-	VMULPS       Z2, Z6, Z2
-	VFMADD231PS  Z10, Z0, Z2
-	VMOVUPS      128(AX), Z3
-	VMULPS       Z3, Z6, Z3
-	VFMADD231PS  Z11, Z0, Z3
-	TESTQ        R9, R9
-	JZ           stateKVf32AVX512_nostorerow_12
-	CMPB         120(SP), $0x00
-	JE           stateKVf32AVX512_temporalrow_12
-	VMOVNTPS     Z1, (R9)
-	VMOVNTPS     Z2, 64(R9)
-	VMOVNTPS     Z3, 128(R9)
-	JMP          stateKVf32AVX512_storedrow_12
-
-stateKVf32AVX512_temporalrow_12:
-	VMOVUPS Z1, (R9)
-	VMOVUPS Z2, 64(R9)
-	VMOVUPS Z3, K1, 128(R9)
-
-stateKVf32AVX512_storedrow_12:
-	ADDQ R8, R9
-
-stateKVf32AVX512_nostorerow_12:
-	ADDQ $0x000000c0, AX
-	INCQ CX
-	CMPQ CX, DX
-	JB   stateKVf32AVX512_rows_12
-	JMP  stateKVf32AVX512_tokensout_3
-
-stateKVf32AVX512_rowsdone_6:
-stateKVf32AVX512_tokdone_3:
-	MOVQ 64(SP), AX
-	MOVQ AX, 56(SP)
-	ADDQ $0x10, 96(SP)
-	MOVQ vs+136(FP), AX
-	SHLQ $0x02, AX
-	ADDQ AX, 80(SP)
-	MOVQ V+8(FP), AX
-	SHLQ $0x02, AX
-	ADDQ AX, 88(SP)
-	MOVQ 48(SP), CX
-	INCQ CX
-	MOVQ CX, 48(SP)
-	MOVQ tok_len+176(FP), AX
-	SHRQ $0x02, AX
-	CMPQ CX, AX
-	JB   stateKVf32AVX512_token_3
-
-stateKVf32AVX512_tokensout_3:
-	JMP stateKVf32AVX512_blockdone_1
-
-stateKVf32AVX512_masked4_1:
-	// Block of up to 64 columns (rows in work of whole vectors): pass 0 loads it, with token 0's read.
-	MOVQ         K+0(FP), AX
-	MOVQ         16(SP), CX
-	MOVQ         src_base+16(FP), DX
-	MOVQ         V+8(FP), BX
-	LEAQ         (DX)(CX*4), DX
-	SHLQ         $0x02, BX
-	VBROADCASTSS zero<>+0(SB), Z0
-	VBROADCASTSS zero<>+0(SB), Z1
-	VBROADCASTSS zero<>+0(SB), Z2
-	VBROADCASTSS zero<>+0(SB), Z3
-	VBROADCASTSS zero<>+0(SB), Z4
-	VBROADCASTSS zero<>+0(SB), Z5
-	VBROADCASTSS zero<>+0(SB), Z6
-	VBROADCASTSS zero<>+0(SB), Z7
-	MOVQ         kh_base+64(FP), SI
-	MOVQ         qh_base+88(FP), DI
-	MOVQ         (SP), R8
-	XORQ         R9, R9
-	IMUL3Q       $0x00000020, BX, R10
-	ADDQ         DX, R10
-
-stateKVf32AVX512_pass0_4:
-	PREFETCHT1   (R10)
-	PREFETCHT1   64(R10)
-	PREFETCHT1   128(R10)
-	PREFETCHT1   192(R10)
-	VBROADCASTSS (SI)(R9*4), Z8
-	VBROADCASTSS (DI)(R9*4), Z9
-	VMOVUPS      (DX), Z10
-	VMOVUPS      Z10, (R8)
-	VFMADD231PS  Z10, Z8, Z0
-	VFMADD231PS  Z10, Z9, Z1
-	VMOVUPS      64(DX), Z10
-	VMOVUPS      Z10, 64(R8)
-	VFMADD231PS  Z10, Z8, Z2
-	VFMADD231PS  Z10, Z9, Z3
-	VMOVUPS      128(DX), Z10
-	VMOVUPS      Z10, 128(R8)
-	VFMADD231PS  Z10, Z8, Z4
-	VFMADD231PS  Z10, Z9, Z5
-	VMOVUPS.Z    192(DX), K1, Z10
-	VMOVUPS      Z10, 192(R8)
-	VFMADD231PS  Z10, Z8, Z6
-	VFMADD231PS  Z10, Z9, Z7
-	ADDQ         BX, DX
-	ADDQ         BX, R10
-	ADDQ         $0x00000100, R8
-	INCQ         R9
-	CMPQ         R9, AX
-	JB           stateKVf32AVX512_pass0_4
-
-	// The tokens.
-	XORQ AX, AX
-	MOVQ AX, 48(SP)
-	MOVQ kh_base+64(FP), AX
-	MOVQ AX, 56(SP)
-	MOVQ tok_base+168(FP), AX
-	MOVQ AX, 96(SP)
-	MOVQ v_base+112(FP), AX
-	LEAQ (AX)(CX*4), AX
-	MOVQ AX, 80(SP)
-	MOVQ o_base+144(FP), AX
-	LEAQ (AX)(CX*4), AX
-	MOVQ AX, 88(SP)
-
-stateKVf32AVX512_token_4:
-	// The prefetch list's next group.
-	MOVQ 104(SP), AX
-
-stateKVf32AVX512_pfentry_4:
-	CMPQ  AX, 112(SP)
-	JAE   stateKVf32AVX512_pfdone_4
-	MOVQ  (AX), DX
-	MOVQ  8(AX), CX
-	ADDQ  $0x10, AX
-	TESTQ CX, CX
-	JZ    stateKVf32AVX512_pfdone_4
-
-stateKVf32AVX512_pfline_4:
-	PREFETCHT1 (DX)
-	ADDQ       $0x40, DX
-	DECQ       CX
-	JNZ        stateKVf32AVX512_pfline_4
-	JMP        stateKVf32AVX512_pfentry_4
-
-stateKVf32AVX512_pfdone_4:
-	MOVQ AX, 104(SP)
-
-	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
-	MOVQ 48(SP), AX
-	MOVQ K+0(FP), CX
-	INCQ AX
-	MOVQ tok_len+176(FP), DX
-	SHRQ $0x02, DX
-	CMPQ AX, DX
-	JB   stateKVf32AVX512_notlast_4
-	DECQ AX
-
-stateKVf32AVX512_notlast_4:
-	IMULQ    CX, AX
-	MOVQ     kh_base+64(FP), CX
-	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 64(SP)
-	MOVQ     qh_base+88(FP), CX
-	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 72(SP)
-	MOVQ     96(SP), AX
 	VMOVSS   (AX), X8
 	VUCOMISS nearone<>+0(SB), X8
-	JCS      stateKVf32AVX512_far_4
+	JCS      stateKVf32AVX512_far_3
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
@@ -9323,46 +8841,46 @@ stateKVf32AVX512_notlast_4:
 	MOVQ  stores_base+40(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
-	JZ    stateKVf32AVX512_nostore_7
+	JZ    stateKVf32AVX512_nostore_5
 	LEAQ  (R9)(R8*4), R9
 
-stateKVf32AVX512_nostore_7:
+stateKVf32AVX512_nostore_5:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
 
 	// Non-temporal stores for this token's rows: a store but the last token's after a token without one, the rows aligned whole vectors.
 	MOVQ  $0x00000000, 120(SP)
 	TESTQ R9, R9
-	JZ    stateKVf32AVX512_temporal_7
+	JZ    stateKVf32AVX512_temporal_5
 	MOVQ  48(SP), R10
 	INCQ  R10
 	MOVQ  tok_len+176(FP), R11
 	SHRQ  $0x02, R11
 	CMPQ  R10, R11
-	JNE   stateKVf32AVX512_snapshot_7
+	JNE   stateKVf32AVX512_snapshot_5
 	MOVQ  48(SP), R10
 	TESTQ R10, R10
-	JZ    stateKVf32AVX512_temporal_7
+	JZ    stateKVf32AVX512_temporal_5
 	MOVQ  stores_base+40(FP), R11
 	CMPQ  -8(R11)(R10*8), $0x00
-	JE    stateKVf32AVX512_temporal_7
+	JE    stateKVf32AVX512_temporal_5
 
-stateKVf32AVX512_snapshot_7:
+stateKVf32AVX512_snapshot_5:
 	TESTQ $0x0000003f, R9
-	JNZ   stateKVf32AVX512_temporal_7
+	JNZ   stateKVf32AVX512_temporal_5
 	TESTQ $0x0000003f, R8
-	JNZ   stateKVf32AVX512_temporal_7
+	JNZ   stateKVf32AVX512_temporal_5
 	MOVQ  $0x00000001, 120(SP)
 
-stateKVf32AVX512_temporal_7:
+stateKVf32AVX512_temporal_5:
 	MOVQ 48(SP), R10
 	INCQ R10
 	MOVQ tok_len+176(FP), R11
 	SHRQ $0x02, R11
 	CMPQ R10, R11
-	JE   stateKVf32AVX512_lastrows_7
+	JE   stateKVf32AVX512_lastrows_5
 
-stateKVf32AVX512_rows_13:
+stateKVf32AVX512_rows_9:
 	VBROADCASTSS (BX)(CX*4), Z9
 	VBROADCASTSS (SI)(CX*4), Z10
 	VBROADCASTSS (DI)(CX*4), Z15
@@ -9391,9 +8909,9 @@ stateKVf32AVX512_rows_13:
 	VFMADD231PS  Z16, Z10, Z6
 	VFMADD231PS  Z16, Z15, Z7
 	TESTQ        R9, R9
-	JZ           stateKVf32AVX512_nostorerow_13
+	JZ           stateKVf32AVX512_nostorerow_9
 	CMPB         120(SP), $0x00
-	JE           stateKVf32AVX512_temporalrow_13
+	JE           stateKVf32AVX512_temporalrow_9
 	VMOVUPS      (AX), Z9
 	VMOVNTPS     Z9, (R9)
 	VMOVUPS      64(AX), Z9
@@ -9402,9 +8920,9 @@ stateKVf32AVX512_rows_13:
 	VMOVNTPS     Z9, 128(R9)
 	VMOVUPS      192(AX), Z9
 	VMOVNTPS     Z9, 192(R9)
-	JMP          stateKVf32AVX512_storedrow_13
+	JMP          stateKVf32AVX512_storedrow_9
 
-stateKVf32AVX512_temporalrow_13:
+stateKVf32AVX512_temporalrow_9:
 	VMOVUPS (AX), Z9
 	VMOVUPS Z9, (R9)
 	VMOVUPS 64(AX), Z9
@@ -9414,18 +8932,18 @@ stateKVf32AVX512_temporalrow_13:
 	VMOVUPS 192(AX), Z9
 	VMOVUPS Z9, K1, 192(R9)
 
-stateKVf32AVX512_storedrow_13:
+stateKVf32AVX512_storedrow_9:
 	ADDQ R8, R9
 
-stateKVf32AVX512_nostorerow_13:
+stateKVf32AVX512_nostorerow_9:
 	ADDQ $0x00000100, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVf32AVX512_rows_13
-	JMP  stateKVf32AVX512_rowsdone_7
+	JB   stateKVf32AVX512_rows_9
+	JMP  stateKVf32AVX512_rowsdone_5
 
-stateKVf32AVX512_lastrows_7:
-stateKVf32AVX512_rows_14:
+stateKVf32AVX512_lastrows_5:
+stateKVf32AVX512_rows_10:
 	VBROADCASTSS (BX)(CX*4), Z0
 	VMOVUPS      (AX), Z1
 	VFMADD213PS  Z1, Z8, Z1
@@ -9440,35 +8958,35 @@ stateKVf32AVX512_rows_14:
 	VFMADD213PS  Z4, Z8, Z4
 	VFMADD231PS  Z14, Z0, Z4
 	TESTQ        R9, R9
-	JZ           stateKVf32AVX512_nostorerow_14
+	JZ           stateKVf32AVX512_nostorerow_10
 	CMPB         120(SP), $0x00
-	JE           stateKVf32AVX512_temporalrow_14
+	JE           stateKVf32AVX512_temporalrow_10
 	VMOVNTPS     Z1, (R9)
 	VMOVNTPS     Z2, 64(R9)
 	VMOVNTPS     Z3, 128(R9)
 	VMOVNTPS     Z4, 192(R9)
-	JMP          stateKVf32AVX512_storedrow_14
+	JMP          stateKVf32AVX512_storedrow_10
 
-stateKVf32AVX512_temporalrow_14:
+stateKVf32AVX512_temporalrow_10:
 	VMOVUPS Z1, (R9)
 	VMOVUPS Z2, 64(R9)
 	VMOVUPS Z3, 128(R9)
 	VMOVUPS Z4, K1, 192(R9)
 
-stateKVf32AVX512_storedrow_14:
+stateKVf32AVX512_storedrow_10:
 	ADDQ R8, R9
 
-stateKVf32AVX512_nostorerow_14:
+stateKVf32AVX512_nostorerow_10:
 	ADDQ $0x00000100, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVf32AVX512_rows_14
-	JMP  stateKVf32AVX512_tokensout_4
+	JB   stateKVf32AVX512_rows_10
+	JMP  stateKVf32AVX512_tokensout_3
 
-stateKVf32AVX512_rowsdone_7:
-	JMP stateKVf32AVX512_tokdone_4
+stateKVf32AVX512_rowsdone_5:
+	JMP stateKVf32AVX512_tokdone_3
 
-stateKVf32AVX512_far_4:
+stateKVf32AVX512_far_3:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	MOVQ         96(SP), AX
@@ -9526,46 +9044,46 @@ stateKVf32AVX512_far_4:
 	MOVQ  stores_base+40(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
-	JZ    stateKVf32AVX512_nostore_8
+	JZ    stateKVf32AVX512_nostore_6
 	LEAQ  (R9)(R8*4), R9
 
-stateKVf32AVX512_nostore_8:
+stateKVf32AVX512_nostore_6:
 	MOVQ V+8(FP), R8
 	SHLQ $0x02, R8
 
 	// Non-temporal stores for this token's rows: a store but the last token's after a token without one, the rows aligned whole vectors.
 	MOVQ  $0x00000000, 120(SP)
 	TESTQ R9, R9
-	JZ    stateKVf32AVX512_temporal_8
+	JZ    stateKVf32AVX512_temporal_6
 	MOVQ  48(SP), R10
 	INCQ  R10
 	MOVQ  tok_len+176(FP), R11
 	SHRQ  $0x02, R11
 	CMPQ  R10, R11
-	JNE   stateKVf32AVX512_snapshot_8
+	JNE   stateKVf32AVX512_snapshot_6
 	MOVQ  48(SP), R10
 	TESTQ R10, R10
-	JZ    stateKVf32AVX512_temporal_8
+	JZ    stateKVf32AVX512_temporal_6
 	MOVQ  stores_base+40(FP), R11
 	CMPQ  -8(R11)(R10*8), $0x00
-	JE    stateKVf32AVX512_temporal_8
+	JE    stateKVf32AVX512_temporal_6
 
-stateKVf32AVX512_snapshot_8:
+stateKVf32AVX512_snapshot_6:
 	TESTQ $0x0000003f, R9
-	JNZ   stateKVf32AVX512_temporal_8
+	JNZ   stateKVf32AVX512_temporal_6
 	TESTQ $0x0000003f, R8
-	JNZ   stateKVf32AVX512_temporal_8
+	JNZ   stateKVf32AVX512_temporal_6
 	MOVQ  $0x00000001, 120(SP)
 
-stateKVf32AVX512_temporal_8:
+stateKVf32AVX512_temporal_6:
 	MOVQ 48(SP), R10
 	INCQ R10
 	MOVQ tok_len+176(FP), R11
 	SHRQ $0x02, R11
 	CMPQ R10, R11
-	JE   stateKVf32AVX512_lastrows_8
+	JE   stateKVf32AVX512_lastrows_6
 
-stateKVf32AVX512_rows_15:
+stateKVf32AVX512_rows_11:
 	VBROADCASTSS (BX)(CX*4), Z9
 	VBROADCASTSS (SI)(CX*4), Z10
 	VBROADCASTSS (DI)(CX*4), Z15
@@ -9594,9 +9112,9 @@ stateKVf32AVX512_rows_15:
 	VFMADD231PS  Z16, Z10, Z6
 	VFMADD231PS  Z16, Z15, Z7
 	TESTQ        R9, R9
-	JZ           stateKVf32AVX512_nostorerow_15
+	JZ           stateKVf32AVX512_nostorerow_11
 	CMPB         120(SP), $0x00
-	JE           stateKVf32AVX512_temporalrow_15
+	JE           stateKVf32AVX512_temporalrow_11
 	VMOVUPS      (AX), Z9
 	VMOVNTPS     Z9, (R9)
 	VMOVUPS      64(AX), Z9
@@ -9605,9 +9123,9 @@ stateKVf32AVX512_rows_15:
 	VMOVNTPS     Z9, 128(R9)
 	VMOVUPS      192(AX), Z9
 	VMOVNTPS     Z9, 192(R9)
-	JMP          stateKVf32AVX512_storedrow_15
+	JMP          stateKVf32AVX512_storedrow_11
 
-stateKVf32AVX512_temporalrow_15:
+stateKVf32AVX512_temporalrow_11:
 	VMOVUPS (AX), Z9
 	VMOVUPS Z9, (R9)
 	VMOVUPS 64(AX), Z9
@@ -9617,18 +9135,18 @@ stateKVf32AVX512_temporalrow_15:
 	VMOVUPS 192(AX), Z9
 	VMOVUPS Z9, K1, 192(R9)
 
-stateKVf32AVX512_storedrow_15:
+stateKVf32AVX512_storedrow_11:
 	ADDQ R8, R9
 
-stateKVf32AVX512_nostorerow_15:
+stateKVf32AVX512_nostorerow_11:
 	ADDQ $0x00000100, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVf32AVX512_rows_15
-	JMP  stateKVf32AVX512_rowsdone_8
+	JB   stateKVf32AVX512_rows_11
+	JMP  stateKVf32AVX512_rowsdone_6
 
-stateKVf32AVX512_lastrows_8:
-stateKVf32AVX512_rows_16:
+stateKVf32AVX512_lastrows_6:
+stateKVf32AVX512_rows_12:
 	VBROADCASTSS (BX)(CX*4), Z0
 	VMOVUPS      (AX), Z1
 	VMULPS       Z1, Z8, Z1
@@ -9643,33 +9161,33 @@ stateKVf32AVX512_rows_16:
 	VMULPS       Z4, Z8, Z4
 	VFMADD231PS  Z14, Z0, Z4
 	TESTQ        R9, R9
-	JZ           stateKVf32AVX512_nostorerow_16
+	JZ           stateKVf32AVX512_nostorerow_12
 	CMPB         120(SP), $0x00
-	JE           stateKVf32AVX512_temporalrow_16
+	JE           stateKVf32AVX512_temporalrow_12
 	VMOVNTPS     Z1, (R9)
 	VMOVNTPS     Z2, 64(R9)
 	VMOVNTPS     Z3, 128(R9)
 	VMOVNTPS     Z4, 192(R9)
-	JMP          stateKVf32AVX512_storedrow_16
+	JMP          stateKVf32AVX512_storedrow_12
 
-stateKVf32AVX512_temporalrow_16:
+stateKVf32AVX512_temporalrow_12:
 	VMOVUPS Z1, (R9)
 	VMOVUPS Z2, 64(R9)
 	VMOVUPS Z3, 128(R9)
 	VMOVUPS Z4, K1, 192(R9)
 
-stateKVf32AVX512_storedrow_16:
+stateKVf32AVX512_storedrow_12:
 	ADDQ R8, R9
 
-stateKVf32AVX512_nostorerow_16:
+stateKVf32AVX512_nostorerow_12:
 	ADDQ $0x00000100, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVf32AVX512_rows_16
-	JMP  stateKVf32AVX512_tokensout_4
+	JB   stateKVf32AVX512_rows_12
+	JMP  stateKVf32AVX512_tokensout_3
 
-stateKVf32AVX512_rowsdone_8:
-stateKVf32AVX512_tokdone_4:
+stateKVf32AVX512_rowsdone_6:
+stateKVf32AVX512_tokdone_3:
 	MOVQ 64(SP), AX
 	MOVQ AX, 56(SP)
 	ADDQ $0x10, 96(SP)
@@ -9685,9 +9203,9 @@ stateKVf32AVX512_tokdone_4:
 	MOVQ tok_len+176(FP), AX
 	SHRQ $0x02, AX
 	CMPQ CX, AX
-	JB   stateKVf32AVX512_token_4
+	JB   stateKVf32AVX512_token_3
 
-stateKVf32AVX512_tokensout_4:
+stateKVf32AVX512_tokensout_3:
 stateKVf32AVX512_blockdone_1:
 	MOVQ 24(SP), AX
 	ADDQ AX, 16(SP)
@@ -9728,13 +9246,10 @@ TEXT ·stateKVbf16AVX512(SB), NOSPLIT, $136-289
 	CMPQ AX, $0x00000200
 	JA   stateKVbf16AVX512_done_1
 
-	// Columns per full block: 16 × the most vectors (≤ 4) whose K rows fit 32768 bytes.
+	// Columns per full block: 16 × the most vectors ([1 2 4]) whose K rows fit 32768 bytes.
 	MOVQ    $0x00000010, CX
 	MOVQ    $0x00000020, DX
 	CMPQ    AX, $0x00000100
-	CMOVQLS DX, CX
-	MOVQ    $0x00000030, DX
-	CMPQ    AX, $0x000000aa
 	CMOVQLS DX, CX
 	MOVQ    $0x00000040, DX
 	CMPQ    AX, $0x00000080
@@ -9751,6 +9266,11 @@ stateKVbf16AVX512_blocks_1:
 	MOVQ         32(SP), CX
 	CMPQ         AX, CX
 	CMOVQCC      CX, AX
+	MOVQ         AX, CX
+	SUBQ         $0x21, CX
+	MOVQ         $0x00000020, DX
+	CMPQ         CX, $0x0f
+	CMOVQLS      DX, AX
 	MOVQ         AX, 24(SP)
 	MOVQ         AX, CX
 	DECQ         CX
@@ -9759,13 +9279,11 @@ stateKVbf16AVX512_blocks_1:
 	VPBROADCASTD AX, Z0
 	VPCMPGTD     iota<>+0(SB), Z0, K1
 
-	// 1 to 4 ZMM, the last masked (every full block, every tail), no guard.
+	// [1 2 4] ZMM, the last masked (every full block, every tail), no guard.
 	CMPQ CX, $0x00000000
 	JE   stateKVbf16AVX512_masked1_1
 	CMPQ CX, $0x00000010
 	JE   stateKVbf16AVX512_masked2_1
-	CMPQ CX, $0x00000020
-	JE   stateKVbf16AVX512_masked3_1
 	JMP  stateKVbf16AVX512_masked4_1
 
 stateKVbf16AVX512_masked1_1:
@@ -11356,8 +10874,8 @@ stateKVbf16AVX512_tokdone_2:
 stateKVbf16AVX512_tokensout_2:
 	JMP stateKVbf16AVX512_blockdone_1
 
-stateKVbf16AVX512_masked3_1:
-	// Block of up to 48 columns (rows in work of whole vectors): pass 0 loads it, with token 0's read.
+stateKVbf16AVX512_masked4_1:
+	// Block of up to 64 columns (rows in work of whole vectors): pass 0 loads it, with token 0's read.
 	MOVQ  K+0(FP), AX
 	MOVQ  16(SP), CX
 	MOVQ  src32_base+40(FP), DX
@@ -11374,6 +10892,8 @@ stateKVbf16AVX512_masked3_1:
 	VBROADCASTSS zero<>+0(SB), Z3
 	VBROADCASTSS zero<>+0(SB), Z4
 	VBROADCASTSS zero<>+0(SB), Z5
+	VBROADCASTSS zero<>+0(SB), Z6
+	VBROADCASTSS zero<>+0(SB), Z7
 	MOVQ         kh_base+112(FP), SI
 	MOVQ         qh_base+136(FP), DI
 	MOVQ         (SP), R8
@@ -11385,23 +10905,28 @@ stateKVbf16AVX512_pass0_5:
 	PREFETCHT1   (R10)
 	PREFETCHT1   64(R10)
 	PREFETCHT1   128(R10)
-	VBROADCASTSS (SI)(R9*4), Z6
-	VBROADCASTSS (DI)(R9*4), Z7
-	VMOVUPS      (DX), Z8
-	VMOVUPS      Z8, (R8)
-	VFMADD231PS  Z8, Z6, Z0
-	VFMADD231PS  Z8, Z7, Z1
-	VMOVUPS      64(DX), Z8
-	VMOVUPS      Z8, 64(R8)
-	VFMADD231PS  Z8, Z6, Z2
-	VFMADD231PS  Z8, Z7, Z3
-	VMOVUPS.Z    128(DX), K1, Z8
-	VMOVUPS      Z8, 128(R8)
-	VFMADD231PS  Z8, Z6, Z4
-	VFMADD231PS  Z8, Z7, Z5
+	PREFETCHT1   192(R10)
+	VBROADCASTSS (SI)(R9*4), Z8
+	VBROADCASTSS (DI)(R9*4), Z9
+	VMOVUPS      (DX), Z10
+	VMOVUPS      Z10, (R8)
+	VFMADD231PS  Z10, Z8, Z0
+	VFMADD231PS  Z10, Z9, Z1
+	VMOVUPS      64(DX), Z10
+	VMOVUPS      Z10, 64(R8)
+	VFMADD231PS  Z10, Z8, Z2
+	VFMADD231PS  Z10, Z9, Z3
+	VMOVUPS      128(DX), Z10
+	VMOVUPS      Z10, 128(R8)
+	VFMADD231PS  Z10, Z8, Z4
+	VFMADD231PS  Z10, Z9, Z5
+	VMOVUPS.Z    192(DX), K1, Z10
+	VMOVUPS      Z10, 192(R8)
+	VFMADD231PS  Z10, Z8, Z6
+	VFMADD231PS  Z10, Z9, Z7
 	ADDQ         BX, DX
 	ADDQ         BX, R10
-	ADDQ         $0x000000c0, R8
+	ADDQ         $0x00000100, R8
 	INCQ         R9
 	CMPQ         R9, AX
 	JB           stateKVbf16AVX512_pass0_5
@@ -11419,6 +10944,8 @@ stateKVbf16AVX512_from16_3:
 	VBROADCASTSS zero<>+0(SB), Z3
 	VBROADCASTSS zero<>+0(SB), Z4
 	VBROADCASTSS zero<>+0(SB), Z5
+	VBROADCASTSS zero<>+0(SB), Z6
+	VBROADCASTSS zero<>+0(SB), Z7
 	MOVQ         kh_base+112(FP), SI
 	MOVQ         qh_base+136(FP), DI
 	MOVQ         (SP), R8
@@ -11429,26 +10956,31 @@ stateKVbf16AVX512_from16_3:
 stateKVbf16AVX512_pass0_6:
 	PREFETCHT1   (R10)
 	PREFETCHT1   64(R10)
-	VBROADCASTSS (SI)(R9*4), Z6
-	VBROADCASTSS (DI)(R9*4), Z7
-	VPMOVZXWD    (DX), Z8
-	VPSLLD       $0x10, Z8, Z8
-	VMOVUPS      Z8, (R8)
-	VFMADD231PS  Z8, Z6, Z0
-	VFMADD231PS  Z8, Z7, Z1
-	VPMOVZXWD    32(DX), Z8
-	VPSLLD       $0x10, Z8, Z8
-	VMOVUPS      Z8, 64(R8)
-	VFMADD231PS  Z8, Z6, Z2
-	VFMADD231PS  Z8, Z7, Z3
-	VPMOVZXWD.Z  64(DX), K1, Z8
-	VPSLLD       $0x10, Z8, Z8
-	VMOVUPS      Z8, 128(R8)
-	VFMADD231PS  Z8, Z6, Z4
-	VFMADD231PS  Z8, Z7, Z5
+	VBROADCASTSS (SI)(R9*4), Z8
+	VBROADCASTSS (DI)(R9*4), Z9
+	VPMOVZXWD    (DX), Z10
+	VPSLLD       $0x10, Z10, Z10
+	VMOVUPS      Z10, (R8)
+	VFMADD231PS  Z10, Z8, Z0
+	VFMADD231PS  Z10, Z9, Z1
+	VPMOVZXWD    32(DX), Z10
+	VPSLLD       $0x10, Z10, Z10
+	VMOVUPS      Z10, 64(R8)
+	VFMADD231PS  Z10, Z8, Z2
+	VFMADD231PS  Z10, Z9, Z3
+	VPMOVZXWD    64(DX), Z10
+	VPSLLD       $0x10, Z10, Z10
+	VMOVUPS      Z10, 128(R8)
+	VFMADD231PS  Z10, Z8, Z4
+	VFMADD231PS  Z10, Z9, Z5
+	VPMOVZXWD.Z  96(DX), K1, Z10
+	VPSLLD       $0x10, Z10, Z10
+	VMOVUPS      Z10, 192(R8)
+	VFMADD231PS  Z10, Z8, Z6
+	VFMADD231PS  Z10, Z9, Z7
 	ADDQ         BX, DX
 	ADDQ         BX, R10
-	ADDQ         $0x000000c0, R8
+	ADDQ         $0x00000100, R8
 	INCQ         R9
 	CMPQ         R9, AX
 	JB           stateKVbf16AVX512_pass0_6
@@ -11510,1161 +11042,9 @@ stateKVbf16AVX512_notlast_3:
 	LEAQ     (CX)(AX*4), CX
 	MOVQ     CX, 72(SP)
 	MOVQ     96(SP), AX
-	VMOVSS   (AX), X6
-	VUCOMISS nearone<>+0(SB), X6
-	JCS      stateKVbf16AVX512_far_3
-
-	// em1 ≥ -0.5: decay(x) = x + em1·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         96(SP), AX
-	VBROADCASTSS (AX), Z6
-	VBROADCASTSS 8(AX), Z7
-	VBROADCASTSS 12(AX), Z8
-	MOVQ         80(SP), AX
-	MOVQ         88(SP), CX
-	VBROADCASTSS zero<>+0(SB), Z9
-	VMOVUPS      (AX), Z10
-	VFMADD213PS  Z0, Z6, Z0
-	VSUBPS       Z0, Z10, Z10
-	VMULPS       Z10, Z7, Z10
-	VFMADD213PS  Z1, Z6, Z1
-	VFMADD231PS  Z10, Z8, Z1
-	VMOVUPS      Z1, (CX)
-	VSUBPS       Z10, Z10, Z0
-	VPORD        Z0, Z9, Z9
-	VMOVUPS      64(AX), Z11
-	VFMADD213PS  Z2, Z6, Z2
-	VSUBPS       Z2, Z11, Z11
-	VMULPS       Z11, Z7, Z11
-	VFMADD213PS  Z3, Z6, Z3
-	VFMADD231PS  Z11, Z8, Z3
-	VMOVUPS      Z3, 64(CX)
-	VSUBPS       Z11, Z11, Z0
-	VPORD        Z0, Z9, Z9
-	VMOVUPS.Z    128(AX), K1, Z12
-	VFMADD213PS  Z4, Z6, Z4
-	VSUBPS       Z4, Z12, Z12
-	VMULPS       Z12, Z7, Z12
-	VFMADD213PS  Z5, Z6, Z5
-	VFMADD231PS  Z12, Z8, Z5
-	VMOVUPS      Z5, K1, 128(CX)
-	VSUBPS       Z12, Z12, Z0
-	VPORD        Z0, Z9, Z9
-	VSUBPS       Z9, Z9, Z0
-	VCMPPS       $0x03, Z0, Z0, K7
-	KMOVW        K7, AX
-	MOVL         AX, 128(SP)
-	VBROADCASTSS zero<>+0(SB), Z0
-	VBROADCASTSS zero<>+0(SB), Z1
-	VBROADCASTSS zero<>+0(SB), Z2
-	VBROADCASTSS zero<>+0(SB), Z3
-	VBROADCASTSS zero<>+0(SB), Z4
-	VBROADCASTSS zero<>+0(SB), Z5
-
-	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
-	MOVQ  (SP), AX
-	XORQ  CX, CX
-	MOVQ  K+0(FP), DX
-	MOVQ  56(SP), BX
-	MOVQ  64(SP), SI
-	MOVQ  72(SP), DI
-	MOVQ  16(SP), R8
-	MOVQ  48(SP), R10
-	MOVQ  stores_base+64(FP), R9
-	MOVQ  (R9)(R10*8), R9
-	TESTQ R9, R9
-	JZ    stateKVbf16AVX512_nostore_5
-	LEAQ  (R9)(R8*2), R9
-
-stateKVbf16AVX512_nostore_5:
-	MOVQ V+8(FP), R10
-	SHLQ $0x01, R10
-
-	// Non-temporal stores for this token's rows: a store but the last token's after a token without one, the rows aligned whole vectors.
-	MOVQ  $0x00000000, 120(SP)
-	TESTQ R9, R9
-	JZ    stateKVbf16AVX512_temporal_5
-	MOVQ  48(SP), R11
-	INCQ  R11
-	MOVQ  tok_len+224(FP), R12
-	SHRQ  $0x02, R12
-	CMPQ  R11, R12
-	JNE   stateKVbf16AVX512_snapshot_5
-	MOVQ  48(SP), R11
-	TESTQ R11, R11
-	JZ    stateKVbf16AVX512_temporal_5
-	MOVQ  stores_base+64(FP), R12
-	CMPQ  -8(R12)(R11*8), $0x00
-	JE    stateKVbf16AVX512_temporal_5
-
-stateKVbf16AVX512_snapshot_5:
-	TESTQ $0x0000001f, R9
-	JNZ   stateKVbf16AVX512_temporal_5
-	TESTQ $0x0000001f, R10
-	JNZ   stateKVbf16AVX512_temporal_5
-	MOVQ  $0x00000001, 120(SP)
-
-stateKVbf16AVX512_temporal_5:
-	XORQ  R11, R11
-	MOVQ  48(SP), R12
-	INCQ  R12
-	MOVQ  tok_len+224(FP), R13
-	SHRQ  $0x02, R13
-	CMPQ  R12, R13
-	JNE   stateKVbf16AVX512_nocarry_5
-	MOVQ  carry_base+88(FP), R11
-	TESTQ R11, R11
-	JZ    stateKVbf16AVX512_nocarry_5
-	LEAQ  (R11)(R8*4), R11
-
-stateKVbf16AVX512_nocarry_5:
-	MOVQ V+8(FP), R8
-	SHLQ $0x02, R8
-	MOVQ 48(SP), R12
-	INCQ R12
-	MOVQ tok_len+224(FP), R13
-	SHRQ $0x02, R13
-	CMPQ R12, R13
-	JE   stateKVbf16AVX512_lastrows_5
-
-stateKVbf16AVX512_rows_9:
-	VBROADCASTSS (BX)(CX*4), Z7
-	VBROADCASTSS (SI)(CX*4), Z8
-	VBROADCASTSS (DI)(CX*4), Z9
-	VMOVUPS      (AX), Z13
-	VFMADD213PS  Z13, Z6, Z13
-	VFMADD231PS  Z10, Z7, Z13
-	VMOVUPS      Z13, (AX)
-	VFMADD231PS  Z13, Z8, Z0
-	VFMADD231PS  Z13, Z9, Z1
-	VMOVUPS      64(AX), Z13
-	VFMADD213PS  Z13, Z6, Z13
-	VFMADD231PS  Z11, Z7, Z13
-	VMOVUPS      Z13, 64(AX)
-	VFMADD231PS  Z13, Z8, Z2
-	VFMADD231PS  Z13, Z9, Z3
-	VMOVUPS      128(AX), Z13
-	VFMADD213PS  Z13, Z6, Z13
-	VFMADD231PS  Z12, Z7, Z13
-	VMOVUPS      Z13, 128(AX)
-	VFMADD231PS  Z13, Z8, Z4
-	VFMADD231PS  Z13, Z9, Z5
-	TESTQ        R9, R9
-	JZ           stateKVbf16AVX512_nostorerow_9
-	CMPL         128(SP), $0x00
-	JNE          stateKVbf16AVX512_rownan_9
-	CMPB         cvt+288(FP), $0x00
-	JE           stateKVbf16AVX512_rowints_5
-	CMPB         120(SP), $0x00
-	JNE          stateKVbf16AVX512_rowints_5
-	VPBROADCASTD mag16<>+0(SB), Z7
-	KXNORD       K6, K6, K6
-	VMOVUPS      (AX), Z8
-	VMOVUPS      64(AX), Z9
-	BYTE $0x62; BYTE $0x52; BYTE $0x37; BYTE $0x48; BYTE $0x72; BYTE $0xc0 // VCVTNE2PS2BF16 Z8, Z9, Z8
-	VMOVDQU32   Z8, (R9)
-	VPTESTMW    Z7, Z8, K6, K6
-	VMOVUPS     128(AX), Z7
-	VMOVAPS     Z7, Z7
-	VPSRLD      $0x10, Z7, Z8
-	VPANDD.BCST one_i<>+0(SB), Z8, Z8
-	VPADDD.BCST round<>+0(SB), Z7, Z7
-	VPADDD      Z8, Z7, Z7
-	VPSRLD      $0x10, Z7, Z7
-	VPMOVDW     Z7, K1, 64(R9)
-	KORTESTD    K6, K6
-	JCS         stateKVbf16AVX512_rowstored_9
-	JMP         stateKVbf16AVX512_rownan_9
-
-stateKVbf16AVX512_rowints_5:
-	CMPB        120(SP), $0x00
-	JE          stateKVbf16AVX512_temporalrow_17
-	VMOVUPS     (AX), Z7
-	VPSRLD      $0x10, Z7, Z8
-	VPANDD.BCST one_i<>+0(SB), Z8, Z8
-	VPADDD.BCST round<>+0(SB), Z7, Z7
-	VPADDD      Z8, Z7, Z7
-	VPSRLD      $0x10, Z7, Z7
-	VPMOVDW     Z7, Y7
-	VMOVNTDQ    Y7, (R9)
-	VMOVUPS     64(AX), Z7
-	VPSRLD      $0x10, Z7, Z8
-	VPANDD.BCST one_i<>+0(SB), Z8, Z8
-	VPADDD.BCST round<>+0(SB), Z7, Z7
-	VPADDD      Z8, Z7, Z7
-	VPSRLD      $0x10, Z7, Z7
-	VPMOVDW     Z7, Y7
-	VMOVNTDQ    Y7, 32(R9)
-	VMOVUPS     128(AX), Z7
-	VPSRLD      $0x10, Z7, Z8
-	VPANDD.BCST one_i<>+0(SB), Z8, Z8
-	VPADDD.BCST round<>+0(SB), Z7, Z7
-	VPADDD      Z8, Z7, Z7
-	VPSRLD      $0x10, Z7, Z7
-	VPMOVDW     Z7, Y7
-	VMOVNTDQ    Y7, 64(R9)
-	JMP         stateKVbf16AVX512_storedrow_17
-
-stateKVbf16AVX512_temporalrow_17:
-	VMOVUPS     (AX), Z7
-	VPSRLD      $0x10, Z7, Z8
-	VPANDD.BCST one_i<>+0(SB), Z8, Z8
-	VPADDD.BCST round<>+0(SB), Z7, Z7
-	VPADDD      Z8, Z7, Z7
-	VPSRLD      $0x10, Z7, Z7
-	VPMOVDW     Z7, (R9)
-	VMOVUPS     64(AX), Z7
-	VPSRLD      $0x10, Z7, Z8
-	VPANDD.BCST one_i<>+0(SB), Z8, Z8
-	VPADDD.BCST round<>+0(SB), Z7, Z7
-	VPADDD      Z8, Z7, Z7
-	VPSRLD      $0x10, Z7, Z7
-	VPMOVDW     Z7, 32(R9)
-	VMOVUPS     128(AX), Z7
-	VPSRLD      $0x10, Z7, Z8
-	VPANDD.BCST one_i<>+0(SB), Z8, Z8
-	VPADDD.BCST round<>+0(SB), Z7, Z7
-	VPADDD      Z8, Z7, Z7
-	VPSRLD      $0x10, Z7, Z7
-	VPMOVDW     Z7, K1, 64(R9)
-
-stateKVbf16AVX512_storedrow_17:
-	JMP stateKVbf16AVX512_rowstored_9
-
-stateKVbf16AVX512_rownan_9:
-	CMPB        120(SP), $0x00
-	JE          stateKVbf16AVX512_temporalrow_18
-	VMOVUPS     (AX), Z7
-	VPSRLD      $0x10, Z7, Z8
-	VCMPPS      $0x03, Z7, Z7, K2
-	VPANDD.BCST one_i<>+0(SB), Z8, Z9
-	VPADDD.BCST round<>+0(SB), Z7, Z7
-	VPADDD      Z9, Z7, Z7
-	VPSRLD      $0x10, Z7, Z7
-	VPORD.BCST  quiet<>+0(SB), Z8, K2, Z7
-	VPMOVDW     Z7, Y7
-	VMOVNTDQ    Y7, (R9)
-	VMOVUPS     64(AX), Z7
-	VPSRLD      $0x10, Z7, Z8
-	VCMPPS      $0x03, Z7, Z7, K2
-	VPANDD.BCST one_i<>+0(SB), Z8, Z9
-	VPADDD.BCST round<>+0(SB), Z7, Z7
-	VPADDD      Z9, Z7, Z7
-	VPSRLD      $0x10, Z7, Z7
-	VPORD.BCST  quiet<>+0(SB), Z8, K2, Z7
-	VPMOVDW     Z7, Y7
-	VMOVNTDQ    Y7, 32(R9)
-	VMOVUPS     128(AX), Z7
-	VPSRLD      $0x10, Z7, Z8
-	VCMPPS      $0x03, Z7, Z7, K2
-	VPANDD.BCST one_i<>+0(SB), Z8, Z9
-	VPADDD.BCST round<>+0(SB), Z7, Z7
-	VPADDD      Z9, Z7, Z7
-	VPSRLD      $0x10, Z7, Z7
-	VPORD.BCST  quiet<>+0(SB), Z8, K2, Z7
-	VPMOVDW     Z7, Y7
-	VMOVNTDQ    Y7, 64(R9)
-	JMP         stateKVbf16AVX512_storedrow_18
-
-stateKVbf16AVX512_temporalrow_18:
-	VMOVUPS     (AX), Z7
-	VPSRLD      $0x10, Z7, Z8
-	VCMPPS      $0x03, Z7, Z7, K2
-	VPANDD.BCST one_i<>+0(SB), Z8, Z9
-	VPADDD.BCST round<>+0(SB), Z7, Z7
-	VPADDD      Z9, Z7, Z7
-	VPSRLD      $0x10, Z7, Z7
-	VPORD.BCST  quiet<>+0(SB), Z8, K2, Z7
-	VPMOVDW     Z7, (R9)
-	VMOVUPS     64(AX), Z7
-	VPSRLD      $0x10, Z7, Z8
-	VCMPPS      $0x03, Z7, Z7, K2
-	VPANDD.BCST one_i<>+0(SB), Z8, Z9
-	VPADDD.BCST round<>+0(SB), Z7, Z7
-	VPADDD      Z9, Z7, Z7
-	VPSRLD      $0x10, Z7, Z7
-	VPORD.BCST  quiet<>+0(SB), Z8, K2, Z7
-	VPMOVDW     Z7, 32(R9)
-	VMOVUPS     128(AX), Z7
-	VPSRLD      $0x10, Z7, Z8
-	VCMPPS      $0x03, Z7, Z7, K2
-	VPANDD.BCST one_i<>+0(SB), Z8, Z9
-	VPADDD.BCST round<>+0(SB), Z7, Z7
-	VPADDD      Z9, Z7, Z7
-	VPSRLD      $0x10, Z7, Z7
-	VPORD.BCST  quiet<>+0(SB), Z8, K2, Z7
-	VPMOVDW     Z7, K1, 64(R9)
-
-stateKVbf16AVX512_storedrow_18:
-stateKVbf16AVX512_rowstored_9:
-	ADDQ R10, R9
-
-stateKVbf16AVX512_nostorerow_9:
-	TESTQ   R11, R11
-	JZ      stateKVbf16AVX512_nocarryrow_9
-	VMOVUPS (AX), Z7
-	VMOVUPS Z7, (R11)
-	VMOVUPS 64(AX), Z7
-	VMOVUPS Z7, 64(R11)
-	VMOVUPS 128(AX), Z7
-	VMOVUPS Z7, K1, 128(R11)
-	ADDQ    R8, R11
-
-stateKVbf16AVX512_nocarryrow_9:
-	ADDQ $0x000000c0, AX
-	INCQ CX
-	CMPQ CX, DX
-	JB   stateKVbf16AVX512_rows_9
-	JMP  stateKVbf16AVX512_rowsdone_5
-
-stateKVbf16AVX512_lastrows_5:
-stateKVbf16AVX512_rows_10:
-	VBROADCASTSS (BX)(CX*4), Z0
-	VMOVUPS      (AX), Z1
-	VFMADD213PS  Z1, Z6, Z1
-	VFMADD231PS  Z10, Z0, Z1
-	VMOVUPS      64(AX), Z2
-	VFMADD213PS  Z2, Z6, Z2
-	VFMADD231PS  Z11, Z0, Z2
-	VMOVUPS      128(AX), Z3
-	VFMADD213PS  Z3, Z6, Z3
-	VFMADD231PS  Z12, Z0, Z3
-	TESTQ        R9, R9
-	JZ           stateKVbf16AVX512_nostorerow_10
-	CMPL         128(SP), $0x00
-	JNE          stateKVbf16AVX512_rownan_10
-	CMPB         cvt+288(FP), $0x00
-	JE           stateKVbf16AVX512_rowints_6
-	CMPB         120(SP), $0x00
-	JNE          stateKVbf16AVX512_rowints_6
-	VPBROADCASTD mag16<>+0(SB), Z0
-	KXNORD       K6, K6, K6
-	BYTE $0x62; BYTE $0xf2; BYTE $0x6f; BYTE $0x48; BYTE $0x72; BYTE $0xe1 // VCVTNE2PS2BF16 Z1, Z2, Z4
-	VMOVDQU32   Z4, (R9)
-	VPTESTMW    Z0, Z4, K6, K6
-	VMOVAPS     Z3, Z0
-	VPSRLD      $0x10, Z0, Z4
-	VPANDD.BCST one_i<>+0(SB), Z4, Z4
-	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z4, Z0, Z0
-	VPSRLD      $0x10, Z0, Z0
-	VPMOVDW     Z0, K1, 64(R9)
-	KORTESTD    K6, K6
-	JCS         stateKVbf16AVX512_rowstored_10
-	JMP         stateKVbf16AVX512_rownan_10
-
-stateKVbf16AVX512_rowints_6:
-	CMPB        120(SP), $0x00
-	JE          stateKVbf16AVX512_temporalrow_19
-	VMOVAPS     Z1, Z0
-	VPSRLD      $0x10, Z0, Z4
-	VPANDD.BCST one_i<>+0(SB), Z4, Z4
-	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z4, Z0, Z0
-	VPSRLD      $0x10, Z0, Z0
-	VPMOVDW     Z0, Y0
-	VMOVNTDQ    Y0, (R9)
-	VMOVAPS     Z2, Z0
-	VPSRLD      $0x10, Z0, Z4
-	VPANDD.BCST one_i<>+0(SB), Z4, Z4
-	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z4, Z0, Z0
-	VPSRLD      $0x10, Z0, Z0
-	VPMOVDW     Z0, Y0
-	VMOVNTDQ    Y0, 32(R9)
-	VMOVAPS     Z3, Z0
-	VPSRLD      $0x10, Z0, Z4
-	VPANDD.BCST one_i<>+0(SB), Z4, Z4
-	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z4, Z0, Z0
-	VPSRLD      $0x10, Z0, Z0
-	VPMOVDW     Z0, Y0
-	VMOVNTDQ    Y0, 64(R9)
-	JMP         stateKVbf16AVX512_storedrow_19
-
-stateKVbf16AVX512_temporalrow_19:
-	VMOVAPS     Z1, Z0
-	VPSRLD      $0x10, Z0, Z4
-	VPANDD.BCST one_i<>+0(SB), Z4, Z4
-	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z4, Z0, Z0
-	VPSRLD      $0x10, Z0, Z0
-	VPMOVDW     Z0, (R9)
-	VMOVAPS     Z2, Z0
-	VPSRLD      $0x10, Z0, Z4
-	VPANDD.BCST one_i<>+0(SB), Z4, Z4
-	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z4, Z0, Z0
-	VPSRLD      $0x10, Z0, Z0
-	VPMOVDW     Z0, 32(R9)
-	VMOVAPS     Z3, Z0
-	VPSRLD      $0x10, Z0, Z4
-	VPANDD.BCST one_i<>+0(SB), Z4, Z4
-	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z4, Z0, Z0
-	VPSRLD      $0x10, Z0, Z0
-	VPMOVDW     Z0, K1, 64(R9)
-
-stateKVbf16AVX512_storedrow_19:
-	JMP stateKVbf16AVX512_rowstored_10
-
-stateKVbf16AVX512_rownan_10:
-	CMPB        120(SP), $0x00
-	JE          stateKVbf16AVX512_temporalrow_20
-	VMOVAPS     Z1, Z0
-	VPSRLD      $0x10, Z0, Z4
-	VCMPPS      $0x03, Z0, Z0, K2
-	VPANDD.BCST one_i<>+0(SB), Z4, Z5
-	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z5, Z0, Z0
-	VPSRLD      $0x10, Z0, Z0
-	VPORD.BCST  quiet<>+0(SB), Z4, K2, Z0
-	VPMOVDW     Z0, Y0
-	VMOVNTDQ    Y0, (R9)
-	VMOVAPS     Z2, Z0
-	VPSRLD      $0x10, Z0, Z4
-	VCMPPS      $0x03, Z0, Z0, K2
-	VPANDD.BCST one_i<>+0(SB), Z4, Z5
-	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z5, Z0, Z0
-	VPSRLD      $0x10, Z0, Z0
-	VPORD.BCST  quiet<>+0(SB), Z4, K2, Z0
-	VPMOVDW     Z0, Y0
-	VMOVNTDQ    Y0, 32(R9)
-	VMOVAPS     Z3, Z0
-	VPSRLD      $0x10, Z0, Z4
-	VCMPPS      $0x03, Z0, Z0, K2
-	VPANDD.BCST one_i<>+0(SB), Z4, Z5
-	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z5, Z0, Z0
-	VPSRLD      $0x10, Z0, Z0
-	VPORD.BCST  quiet<>+0(SB), Z4, K2, Z0
-	VPMOVDW     Z0, Y0
-	VMOVNTDQ    Y0, 64(R9)
-	JMP         stateKVbf16AVX512_storedrow_20
-
-stateKVbf16AVX512_temporalrow_20:
-	VMOVAPS     Z1, Z0
-	VPSRLD      $0x10, Z0, Z4
-	VCMPPS      $0x03, Z0, Z0, K2
-	VPANDD.BCST one_i<>+0(SB), Z4, Z5
-	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z5, Z0, Z0
-	VPSRLD      $0x10, Z0, Z0
-	VPORD.BCST  quiet<>+0(SB), Z4, K2, Z0
-	VPMOVDW     Z0, (R9)
-	VMOVAPS     Z2, Z0
-	VPSRLD      $0x10, Z0, Z4
-	VCMPPS      $0x03, Z0, Z0, K2
-	VPANDD.BCST one_i<>+0(SB), Z4, Z5
-	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z5, Z0, Z0
-	VPSRLD      $0x10, Z0, Z0
-	VPORD.BCST  quiet<>+0(SB), Z4, K2, Z0
-	VPMOVDW     Z0, 32(R9)
-	VMOVAPS     Z3, Z0
-	VPSRLD      $0x10, Z0, Z4
-	VCMPPS      $0x03, Z0, Z0, K2
-	VPANDD.BCST one_i<>+0(SB), Z4, Z5
-	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z5, Z0, Z0
-	VPSRLD      $0x10, Z0, Z0
-	VPORD.BCST  quiet<>+0(SB), Z4, K2, Z0
-	VPMOVDW     Z0, K1, 64(R9)
-
-stateKVbf16AVX512_storedrow_20:
-stateKVbf16AVX512_rowstored_10:
-	ADDQ R10, R9
-
-stateKVbf16AVX512_nostorerow_10:
-	TESTQ   R11, R11
-	JZ      stateKVbf16AVX512_nocarryrow_10
-	VMOVUPS Z1, (R11)
-	VMOVUPS Z2, 64(R11)
-	VMOVUPS Z3, K1, 128(R11)
-	ADDQ    R8, R11
-
-stateKVbf16AVX512_nocarryrow_10:
-	ADDQ $0x000000c0, AX
-	INCQ CX
-	CMPQ CX, DX
-	JB   stateKVbf16AVX512_rows_10
-	JMP  stateKVbf16AVX512_tokensout_3
-
-stateKVbf16AVX512_rowsdone_5:
-	JMP stateKVbf16AVX512_tokdone_3
-
-stateKVbf16AVX512_far_3:
-	// em1 < -0.5 or NaN: decay(x) = eg·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         96(SP), AX
-	VBROADCASTSS 4(AX), Z6
-	VBROADCASTSS 8(AX), Z7
-	VBROADCASTSS 12(AX), Z8
-	MOVQ         80(SP), AX
-	MOVQ         88(SP), CX
-	VBROADCASTSS zero<>+0(SB), Z9
-	VMOVUPS      (AX), Z10
-	VMULPS       Z0, Z6, Z0
-	VSUBPS       Z0, Z10, Z10
-	VMULPS       Z10, Z7, Z10
-	VMULPS       Z1, Z6, Z1
-	VFMADD231PS  Z10, Z8, Z1
-	VMOVUPS      Z1, (CX)
-	VSUBPS       Z10, Z10, Z0
-	VPORD        Z0, Z9, Z9
-	VMOVUPS      64(AX), Z11
-	VMULPS       Z2, Z6, Z2
-	VSUBPS       Z2, Z11, Z11
-	VMULPS       Z11, Z7, Z11
-	VMULPS       Z3, Z6, Z3
-	VFMADD231PS  Z11, Z8, Z3
-	VMOVUPS      Z3, 64(CX)
-	VSUBPS       Z11, Z11, Z0
-	VPORD        Z0, Z9, Z9
-	VMOVUPS.Z    128(AX), K1, Z12
-	VMULPS       Z4, Z6, Z4
-	VSUBPS       Z4, Z12, Z12
-	VMULPS       Z12, Z7, Z12
-	VMULPS       Z5, Z6, Z5
-	VFMADD231PS  Z12, Z8, Z5
-	VMOVUPS      Z5, K1, 128(CX)
-	VSUBPS       Z12, Z12, Z0
-	VPORD        Z0, Z9, Z9
-	VSUBPS       Z9, Z9, Z0
-	VCMPPS       $0x03, Z0, Z0, K7
-	KMOVW        K7, AX
-	MOVL         AX, 128(SP)
-	VBROADCASTSS zero<>+0(SB), Z0
-	VBROADCASTSS zero<>+0(SB), Z1
-	VBROADCASTSS zero<>+0(SB), Z2
-	VBROADCASTSS zero<>+0(SB), Z3
-	VBROADCASTSS zero<>+0(SB), Z4
-	VBROADCASTSS zero<>+0(SB), Z5
-
-	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
-	MOVQ  (SP), AX
-	XORQ  CX, CX
-	MOVQ  K+0(FP), DX
-	MOVQ  56(SP), BX
-	MOVQ  64(SP), SI
-	MOVQ  72(SP), DI
-	MOVQ  16(SP), R8
-	MOVQ  48(SP), R10
-	MOVQ  stores_base+64(FP), R9
-	MOVQ  (R9)(R10*8), R9
-	TESTQ R9, R9
-	JZ    stateKVbf16AVX512_nostore_6
-	LEAQ  (R9)(R8*2), R9
-
-stateKVbf16AVX512_nostore_6:
-	MOVQ V+8(FP), R10
-	SHLQ $0x01, R10
-
-	// Non-temporal stores for this token's rows: a store but the last token's after a token without one, the rows aligned whole vectors.
-	MOVQ  $0x00000000, 120(SP)
-	TESTQ R9, R9
-	JZ    stateKVbf16AVX512_temporal_6
-	MOVQ  48(SP), R11
-	INCQ  R11
-	MOVQ  tok_len+224(FP), R12
-	SHRQ  $0x02, R12
-	CMPQ  R11, R12
-	JNE   stateKVbf16AVX512_snapshot_6
-	MOVQ  48(SP), R11
-	TESTQ R11, R11
-	JZ    stateKVbf16AVX512_temporal_6
-	MOVQ  stores_base+64(FP), R12
-	CMPQ  -8(R12)(R11*8), $0x00
-	JE    stateKVbf16AVX512_temporal_6
-
-stateKVbf16AVX512_snapshot_6:
-	TESTQ $0x0000001f, R9
-	JNZ   stateKVbf16AVX512_temporal_6
-	TESTQ $0x0000001f, R10
-	JNZ   stateKVbf16AVX512_temporal_6
-	MOVQ  $0x00000001, 120(SP)
-
-stateKVbf16AVX512_temporal_6:
-	XORQ  R11, R11
-	MOVQ  48(SP), R12
-	INCQ  R12
-	MOVQ  tok_len+224(FP), R13
-	SHRQ  $0x02, R13
-	CMPQ  R12, R13
-	JNE   stateKVbf16AVX512_nocarry_6
-	MOVQ  carry_base+88(FP), R11
-	TESTQ R11, R11
-	JZ    stateKVbf16AVX512_nocarry_6
-	LEAQ  (R11)(R8*4), R11
-
-stateKVbf16AVX512_nocarry_6:
-	MOVQ V+8(FP), R8
-	SHLQ $0x02, R8
-	MOVQ 48(SP), R12
-	INCQ R12
-	MOVQ tok_len+224(FP), R13
-	SHRQ $0x02, R13
-	CMPQ R12, R13
-	JE   stateKVbf16AVX512_lastrows_6
-
-stateKVbf16AVX512_rows_11:
-	VBROADCASTSS (BX)(CX*4), Z7
-	VBROADCASTSS (SI)(CX*4), Z8
-	VBROADCASTSS (DI)(CX*4), Z9
-	VMOVUPS      (AX), Z13
-	VMULPS       Z13, Z6, Z13
-	VFMADD231PS  Z10, Z7, Z13
-	VMOVUPS      Z13, (AX)
-	VFMADD231PS  Z13, Z8, Z0
-	VFMADD231PS  Z13, Z9, Z1
-	VMOVUPS      64(AX), Z13
-	VMULPS       Z13, Z6, Z13
-	VFMADD231PS  Z11, Z7, Z13
-	VMOVUPS      Z13, 64(AX)
-	VFMADD231PS  Z13, Z8, Z2
-	VFMADD231PS  Z13, Z9, Z3
-	VMOVUPS      128(AX), Z13
-	VMULPS       Z13, Z6, Z13
-	VFMADD231PS  Z12, Z7, Z13
-	VMOVUPS      Z13, 128(AX)
-	VFMADD231PS  Z13, Z8, Z4
-	VFMADD231PS  Z13, Z9, Z5
-	TESTQ        R9, R9
-	JZ           stateKVbf16AVX512_nostorerow_11
-	CMPL         128(SP), $0x00
-	JNE          stateKVbf16AVX512_rownan_11
-	CMPB         cvt+288(FP), $0x00
-	JE           stateKVbf16AVX512_rowints_7
-	CMPB         120(SP), $0x00
-	JNE          stateKVbf16AVX512_rowints_7
-	VPBROADCASTD mag16<>+0(SB), Z7
-	KXNORD       K6, K6, K6
-	VMOVUPS      (AX), Z8
-	VMOVUPS      64(AX), Z9
-	BYTE $0x62; BYTE $0x52; BYTE $0x37; BYTE $0x48; BYTE $0x72; BYTE $0xc0 // VCVTNE2PS2BF16 Z8, Z9, Z8
-	VMOVDQU32   Z8, (R9)
-	VPTESTMW    Z7, Z8, K6, K6
-	VMOVUPS     128(AX), Z7
-	VMOVAPS     Z7, Z7
-	VPSRLD      $0x10, Z7, Z8
-	VPANDD.BCST one_i<>+0(SB), Z8, Z8
-	VPADDD.BCST round<>+0(SB), Z7, Z7
-	VPADDD      Z8, Z7, Z7
-	VPSRLD      $0x10, Z7, Z7
-	VPMOVDW     Z7, K1, 64(R9)
-	KORTESTD    K6, K6
-	JCS         stateKVbf16AVX512_rowstored_11
-	JMP         stateKVbf16AVX512_rownan_11
-
-stateKVbf16AVX512_rowints_7:
-	CMPB        120(SP), $0x00
-	JE          stateKVbf16AVX512_temporalrow_21
-	VMOVUPS     (AX), Z7
-	VPSRLD      $0x10, Z7, Z8
-	VPANDD.BCST one_i<>+0(SB), Z8, Z8
-	VPADDD.BCST round<>+0(SB), Z7, Z7
-	VPADDD      Z8, Z7, Z7
-	VPSRLD      $0x10, Z7, Z7
-	VPMOVDW     Z7, Y7
-	VMOVNTDQ    Y7, (R9)
-	VMOVUPS     64(AX), Z7
-	VPSRLD      $0x10, Z7, Z8
-	VPANDD.BCST one_i<>+0(SB), Z8, Z8
-	VPADDD.BCST round<>+0(SB), Z7, Z7
-	VPADDD      Z8, Z7, Z7
-	VPSRLD      $0x10, Z7, Z7
-	VPMOVDW     Z7, Y7
-	VMOVNTDQ    Y7, 32(R9)
-	VMOVUPS     128(AX), Z7
-	VPSRLD      $0x10, Z7, Z8
-	VPANDD.BCST one_i<>+0(SB), Z8, Z8
-	VPADDD.BCST round<>+0(SB), Z7, Z7
-	VPADDD      Z8, Z7, Z7
-	VPSRLD      $0x10, Z7, Z7
-	VPMOVDW     Z7, Y7
-	VMOVNTDQ    Y7, 64(R9)
-	JMP         stateKVbf16AVX512_storedrow_21
-
-stateKVbf16AVX512_temporalrow_21:
-	VMOVUPS     (AX), Z7
-	VPSRLD      $0x10, Z7, Z8
-	VPANDD.BCST one_i<>+0(SB), Z8, Z8
-	VPADDD.BCST round<>+0(SB), Z7, Z7
-	VPADDD      Z8, Z7, Z7
-	VPSRLD      $0x10, Z7, Z7
-	VPMOVDW     Z7, (R9)
-	VMOVUPS     64(AX), Z7
-	VPSRLD      $0x10, Z7, Z8
-	VPANDD.BCST one_i<>+0(SB), Z8, Z8
-	VPADDD.BCST round<>+0(SB), Z7, Z7
-	VPADDD      Z8, Z7, Z7
-	VPSRLD      $0x10, Z7, Z7
-	VPMOVDW     Z7, 32(R9)
-	VMOVUPS     128(AX), Z7
-	VPSRLD      $0x10, Z7, Z8
-	VPANDD.BCST one_i<>+0(SB), Z8, Z8
-	VPADDD.BCST round<>+0(SB), Z7, Z7
-	VPADDD      Z8, Z7, Z7
-	VPSRLD      $0x10, Z7, Z7
-	VPMOVDW     Z7, K1, 64(R9)
-
-stateKVbf16AVX512_storedrow_21:
-	JMP stateKVbf16AVX512_rowstored_11
-
-stateKVbf16AVX512_rownan_11:
-	CMPB        120(SP), $0x00
-	JE          stateKVbf16AVX512_temporalrow_22
-	VMOVUPS     (AX), Z7
-	VPSRLD      $0x10, Z7, Z8
-	VCMPPS      $0x03, Z7, Z7, K2
-	VPANDD.BCST one_i<>+0(SB), Z8, Z9
-	VPADDD.BCST round<>+0(SB), Z7, Z7
-	VPADDD      Z9, Z7, Z7
-	VPSRLD      $0x10, Z7, Z7
-	VPORD.BCST  quiet<>+0(SB), Z8, K2, Z7
-	VPMOVDW     Z7, Y7
-	VMOVNTDQ    Y7, (R9)
-	VMOVUPS     64(AX), Z7
-	VPSRLD      $0x10, Z7, Z8
-	VCMPPS      $0x03, Z7, Z7, K2
-	VPANDD.BCST one_i<>+0(SB), Z8, Z9
-	VPADDD.BCST round<>+0(SB), Z7, Z7
-	VPADDD      Z9, Z7, Z7
-	VPSRLD      $0x10, Z7, Z7
-	VPORD.BCST  quiet<>+0(SB), Z8, K2, Z7
-	VPMOVDW     Z7, Y7
-	VMOVNTDQ    Y7, 32(R9)
-	VMOVUPS     128(AX), Z7
-	VPSRLD      $0x10, Z7, Z8
-	VCMPPS      $0x03, Z7, Z7, K2
-	VPANDD.BCST one_i<>+0(SB), Z8, Z9
-	VPADDD.BCST round<>+0(SB), Z7, Z7
-	VPADDD      Z9, Z7, Z7
-	VPSRLD      $0x10, Z7, Z7
-	VPORD.BCST  quiet<>+0(SB), Z8, K2, Z7
-	VPMOVDW     Z7, Y7
-	VMOVNTDQ    Y7, 64(R9)
-	JMP         stateKVbf16AVX512_storedrow_22
-
-stateKVbf16AVX512_temporalrow_22:
-	VMOVUPS     (AX), Z7
-	VPSRLD      $0x10, Z7, Z8
-	VCMPPS      $0x03, Z7, Z7, K2
-	VPANDD.BCST one_i<>+0(SB), Z8, Z9
-	VPADDD.BCST round<>+0(SB), Z7, Z7
-	VPADDD      Z9, Z7, Z7
-	VPSRLD      $0x10, Z7, Z7
-	VPORD.BCST  quiet<>+0(SB), Z8, K2, Z7
-	VPMOVDW     Z7, (R9)
-	VMOVUPS     64(AX), Z7
-	VPSRLD      $0x10, Z7, Z8
-	VCMPPS      $0x03, Z7, Z7, K2
-	VPANDD.BCST one_i<>+0(SB), Z8, Z9
-	VPADDD.BCST round<>+0(SB), Z7, Z7
-	VPADDD      Z9, Z7, Z7
-	VPSRLD      $0x10, Z7, Z7
-	VPORD.BCST  quiet<>+0(SB), Z8, K2, Z7
-	VPMOVDW     Z7, 32(R9)
-	VMOVUPS     128(AX), Z7
-	VPSRLD      $0x10, Z7, Z8
-	VCMPPS      $0x03, Z7, Z7, K2
-	VPANDD.BCST one_i<>+0(SB), Z8, Z9
-	VPADDD.BCST round<>+0(SB), Z7, Z7
-	VPADDD      Z9, Z7, Z7
-	VPSRLD      $0x10, Z7, Z7
-	VPORD.BCST  quiet<>+0(SB), Z8, K2, Z7
-	VPMOVDW     Z7, K1, 64(R9)
-
-stateKVbf16AVX512_storedrow_22:
-stateKVbf16AVX512_rowstored_11:
-	ADDQ R10, R9
-
-stateKVbf16AVX512_nostorerow_11:
-	TESTQ   R11, R11
-	JZ      stateKVbf16AVX512_nocarryrow_11
-	VMOVUPS (AX), Z7
-	VMOVUPS Z7, (R11)
-	VMOVUPS 64(AX), Z7
-	VMOVUPS Z7, 64(R11)
-	VMOVUPS 128(AX), Z7
-	VMOVUPS Z7, K1, 128(R11)
-	ADDQ    R8, R11
-
-stateKVbf16AVX512_nocarryrow_11:
-	ADDQ $0x000000c0, AX
-	INCQ CX
-	CMPQ CX, DX
-	JB   stateKVbf16AVX512_rows_11
-	JMP  stateKVbf16AVX512_rowsdone_6
-
-stateKVbf16AVX512_lastrows_6:
-stateKVbf16AVX512_rows_12:
-	VBROADCASTSS (BX)(CX*4), Z0
-	VMOVUPS      (AX), Z1
-	VMULPS       Z1, Z6, Z1
-	VFMADD231PS  Z10, Z0, Z1
-	VMOVUPS      64(AX), Z2
-	VMULPS       Z2, Z6, Z2
-	VFMADD231PS  Z11, Z0, Z2
-	VMOVUPS      128(AX), Z3
-	VMULPS       Z3, Z6, Z3
-	VFMADD231PS  Z12, Z0, Z3
-	TESTQ        R9, R9
-	JZ           stateKVbf16AVX512_nostorerow_12
-	CMPL         128(SP), $0x00
-	JNE          stateKVbf16AVX512_rownan_12
-	CMPB         cvt+288(FP), $0x00
-	JE           stateKVbf16AVX512_rowints_8
-	CMPB         120(SP), $0x00
-	JNE          stateKVbf16AVX512_rowints_8
-	VPBROADCASTD mag16<>+0(SB), Z0
-	KXNORD       K6, K6, K6
-	BYTE $0x62; BYTE $0xf2; BYTE $0x6f; BYTE $0x48; BYTE $0x72; BYTE $0xe1 // VCVTNE2PS2BF16 Z1, Z2, Z4
-	VMOVDQU32   Z4, (R9)
-	VPTESTMW    Z0, Z4, K6, K6
-	VMOVAPS     Z3, Z0
-	VPSRLD      $0x10, Z0, Z4
-	VPANDD.BCST one_i<>+0(SB), Z4, Z4
-	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z4, Z0, Z0
-	VPSRLD      $0x10, Z0, Z0
-	VPMOVDW     Z0, K1, 64(R9)
-	KORTESTD    K6, K6
-	JCS         stateKVbf16AVX512_rowstored_12
-	JMP         stateKVbf16AVX512_rownan_12
-
-stateKVbf16AVX512_rowints_8:
-	CMPB        120(SP), $0x00
-	JE          stateKVbf16AVX512_temporalrow_23
-	VMOVAPS     Z1, Z0
-	VPSRLD      $0x10, Z0, Z4
-	VPANDD.BCST one_i<>+0(SB), Z4, Z4
-	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z4, Z0, Z0
-	VPSRLD      $0x10, Z0, Z0
-	VPMOVDW     Z0, Y0
-	VMOVNTDQ    Y0, (R9)
-	VMOVAPS     Z2, Z0
-	VPSRLD      $0x10, Z0, Z4
-	VPANDD.BCST one_i<>+0(SB), Z4, Z4
-	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z4, Z0, Z0
-	VPSRLD      $0x10, Z0, Z0
-	VPMOVDW     Z0, Y0
-	VMOVNTDQ    Y0, 32(R9)
-	VMOVAPS     Z3, Z0
-	VPSRLD      $0x10, Z0, Z4
-	VPANDD.BCST one_i<>+0(SB), Z4, Z4
-	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z4, Z0, Z0
-	VPSRLD      $0x10, Z0, Z0
-	VPMOVDW     Z0, Y0
-	VMOVNTDQ    Y0, 64(R9)
-	JMP         stateKVbf16AVX512_storedrow_23
-
-stateKVbf16AVX512_temporalrow_23:
-	VMOVAPS     Z1, Z0
-	VPSRLD      $0x10, Z0, Z4
-	VPANDD.BCST one_i<>+0(SB), Z4, Z4
-	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z4, Z0, Z0
-	VPSRLD      $0x10, Z0, Z0
-	VPMOVDW     Z0, (R9)
-	VMOVAPS     Z2, Z0
-	VPSRLD      $0x10, Z0, Z4
-	VPANDD.BCST one_i<>+0(SB), Z4, Z4
-	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z4, Z0, Z0
-	VPSRLD      $0x10, Z0, Z0
-	VPMOVDW     Z0, 32(R9)
-	VMOVAPS     Z3, Z0
-	VPSRLD      $0x10, Z0, Z4
-	VPANDD.BCST one_i<>+0(SB), Z4, Z4
-	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z4, Z0, Z0
-	VPSRLD      $0x10, Z0, Z0
-	VPMOVDW     Z0, K1, 64(R9)
-
-stateKVbf16AVX512_storedrow_23:
-	JMP stateKVbf16AVX512_rowstored_12
-
-stateKVbf16AVX512_rownan_12:
-	CMPB        120(SP), $0x00
-	JE          stateKVbf16AVX512_temporalrow_24
-	VMOVAPS     Z1, Z0
-	VPSRLD      $0x10, Z0, Z4
-	VCMPPS      $0x03, Z0, Z0, K2
-	VPANDD.BCST one_i<>+0(SB), Z4, Z5
-	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z5, Z0, Z0
-	VPSRLD      $0x10, Z0, Z0
-	VPORD.BCST  quiet<>+0(SB), Z4, K2, Z0
-	VPMOVDW     Z0, Y0
-	VMOVNTDQ    Y0, (R9)
-	VMOVAPS     Z2, Z0
-	VPSRLD      $0x10, Z0, Z4
-	VCMPPS      $0x03, Z0, Z0, K2
-	VPANDD.BCST one_i<>+0(SB), Z4, Z5
-	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z5, Z0, Z0
-	VPSRLD      $0x10, Z0, Z0
-	VPORD.BCST  quiet<>+0(SB), Z4, K2, Z0
-	VPMOVDW     Z0, Y0
-	VMOVNTDQ    Y0, 32(R9)
-	VMOVAPS     Z3, Z0
-	VPSRLD      $0x10, Z0, Z4
-	VCMPPS      $0x03, Z0, Z0, K2
-	VPANDD.BCST one_i<>+0(SB), Z4, Z5
-	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z5, Z0, Z0
-	VPSRLD      $0x10, Z0, Z0
-	VPORD.BCST  quiet<>+0(SB), Z4, K2, Z0
-	VPMOVDW     Z0, Y0
-	VMOVNTDQ    Y0, 64(R9)
-	JMP         stateKVbf16AVX512_storedrow_24
-
-stateKVbf16AVX512_temporalrow_24:
-	VMOVAPS     Z1, Z0
-	VPSRLD      $0x10, Z0, Z4
-	VCMPPS      $0x03, Z0, Z0, K2
-	VPANDD.BCST one_i<>+0(SB), Z4, Z5
-	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z5, Z0, Z0
-	VPSRLD      $0x10, Z0, Z0
-	VPORD.BCST  quiet<>+0(SB), Z4, K2, Z0
-	VPMOVDW     Z0, (R9)
-	VMOVAPS     Z2, Z0
-	VPSRLD      $0x10, Z0, Z4
-	VCMPPS      $0x03, Z0, Z0, K2
-	VPANDD.BCST one_i<>+0(SB), Z4, Z5
-	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z5, Z0, Z0
-	VPSRLD      $0x10, Z0, Z0
-	VPORD.BCST  quiet<>+0(SB), Z4, K2, Z0
-	VPMOVDW     Z0, 32(R9)
-	VMOVAPS     Z3, Z0
-	VPSRLD      $0x10, Z0, Z4
-	VCMPPS      $0x03, Z0, Z0, K2
-	VPANDD.BCST one_i<>+0(SB), Z4, Z5
-	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z5, Z0, Z0
-	VPSRLD      $0x10, Z0, Z0
-	VPORD.BCST  quiet<>+0(SB), Z4, K2, Z0
-	VPMOVDW     Z0, K1, 64(R9)
-
-stateKVbf16AVX512_storedrow_24:
-stateKVbf16AVX512_rowstored_12:
-	ADDQ R10, R9
-
-stateKVbf16AVX512_nostorerow_12:
-	TESTQ   R11, R11
-	JZ      stateKVbf16AVX512_nocarryrow_12
-	VMOVUPS Z1, (R11)
-	VMOVUPS Z2, 64(R11)
-	VMOVUPS Z3, K1, 128(R11)
-	ADDQ    R8, R11
-
-stateKVbf16AVX512_nocarryrow_12:
-	ADDQ $0x000000c0, AX
-	INCQ CX
-	CMPQ CX, DX
-	JB   stateKVbf16AVX512_rows_12
-	JMP  stateKVbf16AVX512_tokensout_3
-
-stateKVbf16AVX512_rowsdone_6:
-stateKVbf16AVX512_tokdone_3:
-	MOVQ 64(SP), AX
-	MOVQ AX, 56(SP)
-	ADDQ $0x10, 96(SP)
-	MOVQ vs+184(FP), AX
-	SHLQ $0x02, AX
-	ADDQ AX, 80(SP)
-	MOVQ V+8(FP), AX
-	SHLQ $0x02, AX
-	ADDQ AX, 88(SP)
-	MOVQ 48(SP), CX
-	INCQ CX
-	MOVQ CX, 48(SP)
-	MOVQ tok_len+224(FP), AX
-	SHRQ $0x02, AX
-	CMPQ CX, AX
-	JB   stateKVbf16AVX512_token_3
-
-stateKVbf16AVX512_tokensout_3:
-	JMP stateKVbf16AVX512_blockdone_1
-
-stateKVbf16AVX512_masked4_1:
-	// Block of up to 64 columns (rows in work of whole vectors): pass 0 loads it, with token 0's read.
-	MOVQ  K+0(FP), AX
-	MOVQ  16(SP), CX
-	MOVQ  src32_base+40(FP), DX
-	TESTQ DX, DX
-	JZ    stateKVbf16AVX512_from16_4
-
-	// From src32 (f32).
-	MOVQ         V+8(FP), BX
-	LEAQ         (DX)(CX*4), DX
-	SHLQ         $0x02, BX
-	VBROADCASTSS zero<>+0(SB), Z0
-	VBROADCASTSS zero<>+0(SB), Z1
-	VBROADCASTSS zero<>+0(SB), Z2
-	VBROADCASTSS zero<>+0(SB), Z3
-	VBROADCASTSS zero<>+0(SB), Z4
-	VBROADCASTSS zero<>+0(SB), Z5
-	VBROADCASTSS zero<>+0(SB), Z6
-	VBROADCASTSS zero<>+0(SB), Z7
-	MOVQ         kh_base+112(FP), SI
-	MOVQ         qh_base+136(FP), DI
-	MOVQ         (SP), R8
-	XORQ         R9, R9
-	IMUL3Q       $0x00000020, BX, R10
-	ADDQ         DX, R10
-
-stateKVbf16AVX512_pass0_7:
-	PREFETCHT1   (R10)
-	PREFETCHT1   64(R10)
-	PREFETCHT1   128(R10)
-	PREFETCHT1   192(R10)
-	VBROADCASTSS (SI)(R9*4), Z8
-	VBROADCASTSS (DI)(R9*4), Z9
-	VMOVUPS      (DX), Z10
-	VMOVUPS      Z10, (R8)
-	VFMADD231PS  Z10, Z8, Z0
-	VFMADD231PS  Z10, Z9, Z1
-	VMOVUPS      64(DX), Z10
-	VMOVUPS      Z10, 64(R8)
-	VFMADD231PS  Z10, Z8, Z2
-	VFMADD231PS  Z10, Z9, Z3
-	VMOVUPS      128(DX), Z10
-	VMOVUPS      Z10, 128(R8)
-	VFMADD231PS  Z10, Z8, Z4
-	VFMADD231PS  Z10, Z9, Z5
-	VMOVUPS.Z    192(DX), K1, Z10
-	VMOVUPS      Z10, 192(R8)
-	VFMADD231PS  Z10, Z8, Z6
-	VFMADD231PS  Z10, Z9, Z7
-	ADDQ         BX, DX
-	ADDQ         BX, R10
-	ADDQ         $0x00000100, R8
-	INCQ         R9
-	CMPQ         R9, AX
-	JB           stateKVbf16AVX512_pass0_7
-	JMP          stateKVbf16AVX512_loaded_4
-
-stateKVbf16AVX512_from16_4:
-	// From src (bf16).
-	MOVQ         src_base+16(FP), DX
-	MOVQ         V+8(FP), BX
-	LEAQ         (DX)(CX*2), DX
-	SHLQ         $0x01, BX
-	VBROADCASTSS zero<>+0(SB), Z0
-	VBROADCASTSS zero<>+0(SB), Z1
-	VBROADCASTSS zero<>+0(SB), Z2
-	VBROADCASTSS zero<>+0(SB), Z3
-	VBROADCASTSS zero<>+0(SB), Z4
-	VBROADCASTSS zero<>+0(SB), Z5
-	VBROADCASTSS zero<>+0(SB), Z6
-	VBROADCASTSS zero<>+0(SB), Z7
-	MOVQ         kh_base+112(FP), SI
-	MOVQ         qh_base+136(FP), DI
-	MOVQ         (SP), R8
-	XORQ         R9, R9
-	IMUL3Q       $0x00000020, BX, R10
-	ADDQ         DX, R10
-
-stateKVbf16AVX512_pass0_8:
-	PREFETCHT1   (R10)
-	PREFETCHT1   64(R10)
-	VBROADCASTSS (SI)(R9*4), Z8
-	VBROADCASTSS (DI)(R9*4), Z9
-	VPMOVZXWD    (DX), Z10
-	VPSLLD       $0x10, Z10, Z10
-	VMOVUPS      Z10, (R8)
-	VFMADD231PS  Z10, Z8, Z0
-	VFMADD231PS  Z10, Z9, Z1
-	VPMOVZXWD    32(DX), Z10
-	VPSLLD       $0x10, Z10, Z10
-	VMOVUPS      Z10, 64(R8)
-	VFMADD231PS  Z10, Z8, Z2
-	VFMADD231PS  Z10, Z9, Z3
-	VPMOVZXWD    64(DX), Z10
-	VPSLLD       $0x10, Z10, Z10
-	VMOVUPS      Z10, 128(R8)
-	VFMADD231PS  Z10, Z8, Z4
-	VFMADD231PS  Z10, Z9, Z5
-	VPMOVZXWD.Z  96(DX), K1, Z10
-	VPSLLD       $0x10, Z10, Z10
-	VMOVUPS      Z10, 192(R8)
-	VFMADD231PS  Z10, Z8, Z6
-	VFMADD231PS  Z10, Z9, Z7
-	ADDQ         BX, DX
-	ADDQ         BX, R10
-	ADDQ         $0x00000100, R8
-	INCQ         R9
-	CMPQ         R9, AX
-	JB           stateKVbf16AVX512_pass0_8
-
-stateKVbf16AVX512_loaded_4:
-	// The tokens.
-	XORQ AX, AX
-	MOVQ AX, 48(SP)
-	MOVQ kh_base+112(FP), AX
-	MOVQ AX, 56(SP)
-	MOVQ tok_base+216(FP), AX
-	MOVQ AX, 96(SP)
-	MOVQ v_base+160(FP), AX
-	LEAQ (AX)(CX*4), AX
-	MOVQ AX, 80(SP)
-	MOVQ o_base+192(FP), AX
-	LEAQ (AX)(CX*4), AX
-	MOVQ AX, 88(SP)
-
-stateKVbf16AVX512_token_4:
-	// The prefetch list's next group.
-	MOVQ 104(SP), AX
-
-stateKVbf16AVX512_pfentry_4:
-	CMPQ  AX, 112(SP)
-	JAE   stateKVbf16AVX512_pfdone_4
-	MOVQ  (AX), DX
-	MOVQ  8(AX), CX
-	ADDQ  $0x10, AX
-	TESTQ CX, CX
-	JZ    stateKVbf16AVX512_pfdone_4
-
-stateKVbf16AVX512_pfline_4:
-	PREFETCHT1 (DX)
-	ADDQ       $0x40, DX
-	DECQ       CX
-	JNZ        stateKVbf16AVX512_pfline_4
-	JMP        stateKVbf16AVX512_pfentry_4
-
-stateKVbf16AVX512_pfdone_4:
-	MOVQ AX, 104(SP)
-
-	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
-	MOVQ 48(SP), AX
-	MOVQ K+0(FP), CX
-	INCQ AX
-	MOVQ tok_len+224(FP), DX
-	SHRQ $0x02, DX
-	CMPQ AX, DX
-	JB   stateKVbf16AVX512_notlast_4
-	DECQ AX
-
-stateKVbf16AVX512_notlast_4:
-	IMULQ    CX, AX
-	MOVQ     kh_base+112(FP), CX
-	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 64(SP)
-	MOVQ     qh_base+136(FP), CX
-	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 72(SP)
-	MOVQ     96(SP), AX
 	VMOVSS   (AX), X8
 	VUCOMISS nearone<>+0(SB), X8
-	JCS      stateKVbf16AVX512_far_4
+	JCS      stateKVbf16AVX512_far_3
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
@@ -12736,51 +11116,51 @@ stateKVbf16AVX512_notlast_4:
 	MOVQ  stores_base+64(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
-	JZ    stateKVbf16AVX512_nostore_7
+	JZ    stateKVbf16AVX512_nostore_5
 	LEAQ  (R9)(R8*2), R9
 
-stateKVbf16AVX512_nostore_7:
+stateKVbf16AVX512_nostore_5:
 	MOVQ V+8(FP), R10
 	SHLQ $0x01, R10
 
 	// Non-temporal stores for this token's rows: a store but the last token's after a token without one, the rows aligned whole vectors.
 	MOVQ  $0x00000000, 120(SP)
 	TESTQ R9, R9
-	JZ    stateKVbf16AVX512_temporal_7
+	JZ    stateKVbf16AVX512_temporal_5
 	MOVQ  48(SP), R11
 	INCQ  R11
 	MOVQ  tok_len+224(FP), R12
 	SHRQ  $0x02, R12
 	CMPQ  R11, R12
-	JNE   stateKVbf16AVX512_snapshot_7
+	JNE   stateKVbf16AVX512_snapshot_5
 	MOVQ  48(SP), R11
 	TESTQ R11, R11
-	JZ    stateKVbf16AVX512_temporal_7
+	JZ    stateKVbf16AVX512_temporal_5
 	MOVQ  stores_base+64(FP), R12
 	CMPQ  -8(R12)(R11*8), $0x00
-	JE    stateKVbf16AVX512_temporal_7
+	JE    stateKVbf16AVX512_temporal_5
 
-stateKVbf16AVX512_snapshot_7:
+stateKVbf16AVX512_snapshot_5:
 	TESTQ $0x0000001f, R9
-	JNZ   stateKVbf16AVX512_temporal_7
+	JNZ   stateKVbf16AVX512_temporal_5
 	TESTQ $0x0000001f, R10
-	JNZ   stateKVbf16AVX512_temporal_7
+	JNZ   stateKVbf16AVX512_temporal_5
 	MOVQ  $0x00000001, 120(SP)
 
-stateKVbf16AVX512_temporal_7:
+stateKVbf16AVX512_temporal_5:
 	XORQ  R11, R11
 	MOVQ  48(SP), R12
 	INCQ  R12
 	MOVQ  tok_len+224(FP), R13
 	SHRQ  $0x02, R13
 	CMPQ  R12, R13
-	JNE   stateKVbf16AVX512_nocarry_7
+	JNE   stateKVbf16AVX512_nocarry_5
 	MOVQ  carry_base+88(FP), R11
 	TESTQ R11, R11
-	JZ    stateKVbf16AVX512_nocarry_7
+	JZ    stateKVbf16AVX512_nocarry_5
 	LEAQ  (R11)(R8*4), R11
 
-stateKVbf16AVX512_nocarry_7:
+stateKVbf16AVX512_nocarry_5:
 	MOVQ     V+8(FP), R8
 	SHLQ     $0x02, R8
 	MOVQ     48(SP), R12
@@ -12788,12 +11168,12 @@ stateKVbf16AVX512_nocarry_7:
 	MOVQ     tok_len+224(FP), R13
 	SHRQ     $0x02, R13
 	CMPQ     R12, R13
-	JE       stateKVbf16AVX512_lastrows_7
+	JE       stateKVbf16AVX512_lastrows_5
 	KXNORW   K4, K4, K4
 	KUNPCKWD K4, K1, K3
 	KNOTD    K3, K4
 
-stateKVbf16AVX512_rows_13:
+stateKVbf16AVX512_rows_9:
 	VBROADCASTSS (BX)(CX*4), Z9
 	VBROADCASTSS (SI)(CX*4), Z10
 	VBROADCASTSS (DI)(CX*4), Z11
@@ -12822,13 +11202,13 @@ stateKVbf16AVX512_rows_13:
 	VFMADD231PS  Z16, Z10, Z6
 	VFMADD231PS  Z16, Z11, Z7
 	TESTQ        R9, R9
-	JZ           stateKVbf16AVX512_nostorerow_13
+	JZ           stateKVbf16AVX512_nostorerow_9
 	CMPL         128(SP), $0x00
-	JNE          stateKVbf16AVX512_rownan_13
+	JNE          stateKVbf16AVX512_rownan_9
 	CMPB         cvt+288(FP), $0x00
-	JE           stateKVbf16AVX512_rowints_9
+	JE           stateKVbf16AVX512_rowints_5
 	CMPB         120(SP), $0x00
-	JNE          stateKVbf16AVX512_rowints_9
+	JNE          stateKVbf16AVX512_rowints_5
 	VPBROADCASTD mag16<>+0(SB), Z9
 	KXNORD       K6, K6, K6
 	VMOVUPS      (AX), Z10
@@ -12844,12 +11224,12 @@ stateKVbf16AVX512_rows_13:
 	KORD      K4, K5, K5
 	KANDD     K5, K6, K6
 	KORTESTD  K6, K6
-	JCS       stateKVbf16AVX512_rowstored_13
-	JMP       stateKVbf16AVX512_rownan_13
+	JCS       stateKVbf16AVX512_rowstored_9
+	JMP       stateKVbf16AVX512_rownan_9
 
-stateKVbf16AVX512_rowints_9:
+stateKVbf16AVX512_rowints_5:
 	CMPB        120(SP), $0x00
-	JE          stateKVbf16AVX512_temporalrow_25
+	JE          stateKVbf16AVX512_temporalrow_17
 	VMOVUPS     (AX), Z9
 	VPSRLD      $0x10, Z9, Z10
 	VPANDD.BCST one_i<>+0(SB), Z10, Z10
@@ -12882,9 +11262,9 @@ stateKVbf16AVX512_rowints_9:
 	VPSRLD      $0x10, Z9, Z9
 	VPMOVDW     Z9, Y9
 	VMOVNTDQ    Y9, 96(R9)
-	JMP         stateKVbf16AVX512_storedrow_25
+	JMP         stateKVbf16AVX512_storedrow_17
 
-stateKVbf16AVX512_temporalrow_25:
+stateKVbf16AVX512_temporalrow_17:
 	VMOVUPS     (AX), Z9
 	VPSRLD      $0x10, Z9, Z10
 	VPANDD.BCST one_i<>+0(SB), Z10, Z10
@@ -12914,12 +11294,12 @@ stateKVbf16AVX512_temporalrow_25:
 	VPSRLD      $0x10, Z9, Z9
 	VPMOVDW     Z9, K1, 96(R9)
 
-stateKVbf16AVX512_storedrow_25:
-	JMP stateKVbf16AVX512_rowstored_13
+stateKVbf16AVX512_storedrow_17:
+	JMP stateKVbf16AVX512_rowstored_9
 
-stateKVbf16AVX512_rownan_13:
+stateKVbf16AVX512_rownan_9:
 	CMPB        120(SP), $0x00
-	JE          stateKVbf16AVX512_temporalrow_26
+	JE          stateKVbf16AVX512_temporalrow_18
 	VMOVUPS     (AX), Z9
 	VPSRLD      $0x10, Z9, Z10
 	VCMPPS      $0x03, Z9, Z9, K2
@@ -12960,9 +11340,9 @@ stateKVbf16AVX512_rownan_13:
 	VPORD.BCST  quiet<>+0(SB), Z10, K2, Z9
 	VPMOVDW     Z9, Y9
 	VMOVNTDQ    Y9, 96(R9)
-	JMP         stateKVbf16AVX512_storedrow_26
+	JMP         stateKVbf16AVX512_storedrow_18
 
-stateKVbf16AVX512_temporalrow_26:
+stateKVbf16AVX512_temporalrow_18:
 	VMOVUPS     (AX), Z9
 	VPSRLD      $0x10, Z9, Z10
 	VCMPPS      $0x03, Z9, Z9, K2
@@ -13000,13 +11380,13 @@ stateKVbf16AVX512_temporalrow_26:
 	VPORD.BCST  quiet<>+0(SB), Z10, K2, Z9
 	VPMOVDW     Z9, K1, 96(R9)
 
-stateKVbf16AVX512_storedrow_26:
-stateKVbf16AVX512_rowstored_13:
+stateKVbf16AVX512_storedrow_18:
+stateKVbf16AVX512_rowstored_9:
 	ADDQ R10, R9
 
-stateKVbf16AVX512_nostorerow_13:
+stateKVbf16AVX512_nostorerow_9:
 	TESTQ   R11, R11
-	JZ      stateKVbf16AVX512_nocarryrow_13
+	JZ      stateKVbf16AVX512_nocarryrow_9
 	VMOVUPS (AX), Z9
 	VMOVUPS Z9, (R11)
 	VMOVUPS 64(AX), Z9
@@ -13017,19 +11397,19 @@ stateKVbf16AVX512_nostorerow_13:
 	VMOVUPS Z9, K1, 192(R11)
 	ADDQ    R8, R11
 
-stateKVbf16AVX512_nocarryrow_13:
+stateKVbf16AVX512_nocarryrow_9:
 	ADDQ $0x00000100, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVbf16AVX512_rows_13
-	JMP  stateKVbf16AVX512_rowsdone_7
+	JB   stateKVbf16AVX512_rows_9
+	JMP  stateKVbf16AVX512_rowsdone_5
 
-stateKVbf16AVX512_lastrows_7:
+stateKVbf16AVX512_lastrows_5:
 	KXNORW   K4, K4, K4
 	KUNPCKWD K4, K1, K3
 	KNOTD    K3, K4
 
-stateKVbf16AVX512_rows_14:
+stateKVbf16AVX512_rows_10:
 	VBROADCASTSS (BX)(CX*4), Z0
 	VMOVUPS      (AX), Z1
 	VFMADD213PS  Z1, Z8, Z1
@@ -13044,13 +11424,13 @@ stateKVbf16AVX512_rows_14:
 	VFMADD213PS  Z4, Z8, Z4
 	VFMADD231PS  Z15, Z0, Z4
 	TESTQ        R9, R9
-	JZ           stateKVbf16AVX512_nostorerow_14
+	JZ           stateKVbf16AVX512_nostorerow_10
 	CMPL         128(SP), $0x00
-	JNE          stateKVbf16AVX512_rownan_14
+	JNE          stateKVbf16AVX512_rownan_10
 	CMPB         cvt+288(FP), $0x00
-	JE           stateKVbf16AVX512_rowints_10
+	JE           stateKVbf16AVX512_rowints_6
 	CMPB         120(SP), $0x00
-	JNE          stateKVbf16AVX512_rowints_10
+	JNE          stateKVbf16AVX512_rowints_6
 	VPBROADCASTD mag16<>+0(SB), Z0
 	KXNORD       K6, K6, K6
 	BYTE $0x62; BYTE $0xf2; BYTE $0x6f; BYTE $0x48; BYTE $0x72; BYTE $0xe9 // VCVTNE2PS2BF16 Z1, Z2, Z5
@@ -13062,12 +11442,12 @@ stateKVbf16AVX512_rows_14:
 	KORD      K4, K5, K5
 	KANDD     K5, K6, K6
 	KORTESTD  K6, K6
-	JCS       stateKVbf16AVX512_rowstored_14
-	JMP       stateKVbf16AVX512_rownan_14
+	JCS       stateKVbf16AVX512_rowstored_10
+	JMP       stateKVbf16AVX512_rownan_10
 
-stateKVbf16AVX512_rowints_10:
+stateKVbf16AVX512_rowints_6:
 	CMPB        120(SP), $0x00
-	JE          stateKVbf16AVX512_temporalrow_27
+	JE          stateKVbf16AVX512_temporalrow_19
 	VMOVAPS     Z1, Z0
 	VPSRLD      $0x10, Z0, Z5
 	VPANDD.BCST one_i<>+0(SB), Z5, Z5
@@ -13100,9 +11480,9 @@ stateKVbf16AVX512_rowints_10:
 	VPSRLD      $0x10, Z0, Z0
 	VPMOVDW     Z0, Y0
 	VMOVNTDQ    Y0, 96(R9)
-	JMP         stateKVbf16AVX512_storedrow_27
+	JMP         stateKVbf16AVX512_storedrow_19
 
-stateKVbf16AVX512_temporalrow_27:
+stateKVbf16AVX512_temporalrow_19:
 	VMOVAPS     Z1, Z0
 	VPSRLD      $0x10, Z0, Z5
 	VPANDD.BCST one_i<>+0(SB), Z5, Z5
@@ -13132,12 +11512,12 @@ stateKVbf16AVX512_temporalrow_27:
 	VPSRLD      $0x10, Z0, Z0
 	VPMOVDW     Z0, K1, 96(R9)
 
-stateKVbf16AVX512_storedrow_27:
-	JMP stateKVbf16AVX512_rowstored_14
+stateKVbf16AVX512_storedrow_19:
+	JMP stateKVbf16AVX512_rowstored_10
 
-stateKVbf16AVX512_rownan_14:
+stateKVbf16AVX512_rownan_10:
 	CMPB        120(SP), $0x00
-	JE          stateKVbf16AVX512_temporalrow_28
+	JE          stateKVbf16AVX512_temporalrow_20
 	VMOVAPS     Z1, Z0
 	VPSRLD      $0x10, Z0, Z5
 	VCMPPS      $0x03, Z0, Z0, K2
@@ -13178,9 +11558,9 @@ stateKVbf16AVX512_rownan_14:
 	VPORD.BCST  quiet<>+0(SB), Z5, K2, Z0
 	VPMOVDW     Z0, Y0
 	VMOVNTDQ    Y0, 96(R9)
-	JMP         stateKVbf16AVX512_storedrow_28
+	JMP         stateKVbf16AVX512_storedrow_20
 
-stateKVbf16AVX512_temporalrow_28:
+stateKVbf16AVX512_temporalrow_20:
 	VMOVAPS     Z1, Z0
 	VPSRLD      $0x10, Z0, Z5
 	VCMPPS      $0x03, Z0, Z0, K2
@@ -13218,30 +11598,30 @@ stateKVbf16AVX512_temporalrow_28:
 	VPORD.BCST  quiet<>+0(SB), Z5, K2, Z0
 	VPMOVDW     Z0, K1, 96(R9)
 
-stateKVbf16AVX512_storedrow_28:
-stateKVbf16AVX512_rowstored_14:
+stateKVbf16AVX512_storedrow_20:
+stateKVbf16AVX512_rowstored_10:
 	ADDQ R10, R9
 
-stateKVbf16AVX512_nostorerow_14:
+stateKVbf16AVX512_nostorerow_10:
 	TESTQ   R11, R11
-	JZ      stateKVbf16AVX512_nocarryrow_14
+	JZ      stateKVbf16AVX512_nocarryrow_10
 	VMOVUPS Z1, (R11)
 	VMOVUPS Z2, 64(R11)
 	VMOVUPS Z3, 128(R11)
 	VMOVUPS Z4, K1, 192(R11)
 	ADDQ    R8, R11
 
-stateKVbf16AVX512_nocarryrow_14:
+stateKVbf16AVX512_nocarryrow_10:
 	ADDQ $0x00000100, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVbf16AVX512_rows_14
-	JMP  stateKVbf16AVX512_tokensout_4
+	JB   stateKVbf16AVX512_rows_10
+	JMP  stateKVbf16AVX512_tokensout_3
 
-stateKVbf16AVX512_rowsdone_7:
-	JMP stateKVbf16AVX512_tokdone_4
+stateKVbf16AVX512_rowsdone_5:
+	JMP stateKVbf16AVX512_tokdone_3
 
-stateKVbf16AVX512_far_4:
+stateKVbf16AVX512_far_3:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	MOVQ         96(SP), AX
@@ -13312,51 +11692,51 @@ stateKVbf16AVX512_far_4:
 	MOVQ  stores_base+64(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
-	JZ    stateKVbf16AVX512_nostore_8
+	JZ    stateKVbf16AVX512_nostore_6
 	LEAQ  (R9)(R8*2), R9
 
-stateKVbf16AVX512_nostore_8:
+stateKVbf16AVX512_nostore_6:
 	MOVQ V+8(FP), R10
 	SHLQ $0x01, R10
 
 	// Non-temporal stores for this token's rows: a store but the last token's after a token without one, the rows aligned whole vectors.
 	MOVQ  $0x00000000, 120(SP)
 	TESTQ R9, R9
-	JZ    stateKVbf16AVX512_temporal_8
+	JZ    stateKVbf16AVX512_temporal_6
 	MOVQ  48(SP), R11
 	INCQ  R11
 	MOVQ  tok_len+224(FP), R12
 	SHRQ  $0x02, R12
 	CMPQ  R11, R12
-	JNE   stateKVbf16AVX512_snapshot_8
+	JNE   stateKVbf16AVX512_snapshot_6
 	MOVQ  48(SP), R11
 	TESTQ R11, R11
-	JZ    stateKVbf16AVX512_temporal_8
+	JZ    stateKVbf16AVX512_temporal_6
 	MOVQ  stores_base+64(FP), R12
 	CMPQ  -8(R12)(R11*8), $0x00
-	JE    stateKVbf16AVX512_temporal_8
+	JE    stateKVbf16AVX512_temporal_6
 
-stateKVbf16AVX512_snapshot_8:
+stateKVbf16AVX512_snapshot_6:
 	TESTQ $0x0000001f, R9
-	JNZ   stateKVbf16AVX512_temporal_8
+	JNZ   stateKVbf16AVX512_temporal_6
 	TESTQ $0x0000001f, R10
-	JNZ   stateKVbf16AVX512_temporal_8
+	JNZ   stateKVbf16AVX512_temporal_6
 	MOVQ  $0x00000001, 120(SP)
 
-stateKVbf16AVX512_temporal_8:
+stateKVbf16AVX512_temporal_6:
 	XORQ  R11, R11
 	MOVQ  48(SP), R12
 	INCQ  R12
 	MOVQ  tok_len+224(FP), R13
 	SHRQ  $0x02, R13
 	CMPQ  R12, R13
-	JNE   stateKVbf16AVX512_nocarry_8
+	JNE   stateKVbf16AVX512_nocarry_6
 	MOVQ  carry_base+88(FP), R11
 	TESTQ R11, R11
-	JZ    stateKVbf16AVX512_nocarry_8
+	JZ    stateKVbf16AVX512_nocarry_6
 	LEAQ  (R11)(R8*4), R11
 
-stateKVbf16AVX512_nocarry_8:
+stateKVbf16AVX512_nocarry_6:
 	MOVQ     V+8(FP), R8
 	SHLQ     $0x02, R8
 	MOVQ     48(SP), R12
@@ -13364,12 +11744,12 @@ stateKVbf16AVX512_nocarry_8:
 	MOVQ     tok_len+224(FP), R13
 	SHRQ     $0x02, R13
 	CMPQ     R12, R13
-	JE       stateKVbf16AVX512_lastrows_8
+	JE       stateKVbf16AVX512_lastrows_6
 	KXNORW   K4, K4, K4
 	KUNPCKWD K4, K1, K3
 	KNOTD    K3, K4
 
-stateKVbf16AVX512_rows_15:
+stateKVbf16AVX512_rows_11:
 	VBROADCASTSS (BX)(CX*4), Z9
 	VBROADCASTSS (SI)(CX*4), Z10
 	VBROADCASTSS (DI)(CX*4), Z11
@@ -13398,13 +11778,13 @@ stateKVbf16AVX512_rows_15:
 	VFMADD231PS  Z16, Z10, Z6
 	VFMADD231PS  Z16, Z11, Z7
 	TESTQ        R9, R9
-	JZ           stateKVbf16AVX512_nostorerow_15
+	JZ           stateKVbf16AVX512_nostorerow_11
 	CMPL         128(SP), $0x00
-	JNE          stateKVbf16AVX512_rownan_15
+	JNE          stateKVbf16AVX512_rownan_11
 	CMPB         cvt+288(FP), $0x00
-	JE           stateKVbf16AVX512_rowints_11
+	JE           stateKVbf16AVX512_rowints_7
 	CMPB         120(SP), $0x00
-	JNE          stateKVbf16AVX512_rowints_11
+	JNE          stateKVbf16AVX512_rowints_7
 	VPBROADCASTD mag16<>+0(SB), Z9
 	KXNORD       K6, K6, K6
 	VMOVUPS      (AX), Z10
@@ -13420,12 +11800,12 @@ stateKVbf16AVX512_rows_15:
 	KORD      K4, K5, K5
 	KANDD     K5, K6, K6
 	KORTESTD  K6, K6
-	JCS       stateKVbf16AVX512_rowstored_15
-	JMP       stateKVbf16AVX512_rownan_15
+	JCS       stateKVbf16AVX512_rowstored_11
+	JMP       stateKVbf16AVX512_rownan_11
 
-stateKVbf16AVX512_rowints_11:
+stateKVbf16AVX512_rowints_7:
 	CMPB        120(SP), $0x00
-	JE          stateKVbf16AVX512_temporalrow_29
+	JE          stateKVbf16AVX512_temporalrow_21
 	VMOVUPS     (AX), Z9
 	VPSRLD      $0x10, Z9, Z10
 	VPANDD.BCST one_i<>+0(SB), Z10, Z10
@@ -13458,9 +11838,9 @@ stateKVbf16AVX512_rowints_11:
 	VPSRLD      $0x10, Z9, Z9
 	VPMOVDW     Z9, Y9
 	VMOVNTDQ    Y9, 96(R9)
-	JMP         stateKVbf16AVX512_storedrow_29
+	JMP         stateKVbf16AVX512_storedrow_21
 
-stateKVbf16AVX512_temporalrow_29:
+stateKVbf16AVX512_temporalrow_21:
 	VMOVUPS     (AX), Z9
 	VPSRLD      $0x10, Z9, Z10
 	VPANDD.BCST one_i<>+0(SB), Z10, Z10
@@ -13490,12 +11870,12 @@ stateKVbf16AVX512_temporalrow_29:
 	VPSRLD      $0x10, Z9, Z9
 	VPMOVDW     Z9, K1, 96(R9)
 
-stateKVbf16AVX512_storedrow_29:
-	JMP stateKVbf16AVX512_rowstored_15
+stateKVbf16AVX512_storedrow_21:
+	JMP stateKVbf16AVX512_rowstored_11
 
-stateKVbf16AVX512_rownan_15:
+stateKVbf16AVX512_rownan_11:
 	CMPB        120(SP), $0x00
-	JE          stateKVbf16AVX512_temporalrow_30
+	JE          stateKVbf16AVX512_temporalrow_22
 	VMOVUPS     (AX), Z9
 	VPSRLD      $0x10, Z9, Z10
 	VCMPPS      $0x03, Z9, Z9, K2
@@ -13536,9 +11916,9 @@ stateKVbf16AVX512_rownan_15:
 	VPORD.BCST  quiet<>+0(SB), Z10, K2, Z9
 	VPMOVDW     Z9, Y9
 	VMOVNTDQ    Y9, 96(R9)
-	JMP         stateKVbf16AVX512_storedrow_30
+	JMP         stateKVbf16AVX512_storedrow_22
 
-stateKVbf16AVX512_temporalrow_30:
+stateKVbf16AVX512_temporalrow_22:
 	VMOVUPS     (AX), Z9
 	VPSRLD      $0x10, Z9, Z10
 	VCMPPS      $0x03, Z9, Z9, K2
@@ -13576,13 +11956,13 @@ stateKVbf16AVX512_temporalrow_30:
 	VPORD.BCST  quiet<>+0(SB), Z10, K2, Z9
 	VPMOVDW     Z9, K1, 96(R9)
 
-stateKVbf16AVX512_storedrow_30:
-stateKVbf16AVX512_rowstored_15:
+stateKVbf16AVX512_storedrow_22:
+stateKVbf16AVX512_rowstored_11:
 	ADDQ R10, R9
 
-stateKVbf16AVX512_nostorerow_15:
+stateKVbf16AVX512_nostorerow_11:
 	TESTQ   R11, R11
-	JZ      stateKVbf16AVX512_nocarryrow_15
+	JZ      stateKVbf16AVX512_nocarryrow_11
 	VMOVUPS (AX), Z9
 	VMOVUPS Z9, (R11)
 	VMOVUPS 64(AX), Z9
@@ -13593,19 +11973,19 @@ stateKVbf16AVX512_nostorerow_15:
 	VMOVUPS Z9, K1, 192(R11)
 	ADDQ    R8, R11
 
-stateKVbf16AVX512_nocarryrow_15:
+stateKVbf16AVX512_nocarryrow_11:
 	ADDQ $0x00000100, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVbf16AVX512_rows_15
-	JMP  stateKVbf16AVX512_rowsdone_8
+	JB   stateKVbf16AVX512_rows_11
+	JMP  stateKVbf16AVX512_rowsdone_6
 
-stateKVbf16AVX512_lastrows_8:
+stateKVbf16AVX512_lastrows_6:
 	KXNORW   K4, K4, K4
 	KUNPCKWD K4, K1, K3
 	KNOTD    K3, K4
 
-stateKVbf16AVX512_rows_16:
+stateKVbf16AVX512_rows_12:
 	VBROADCASTSS (BX)(CX*4), Z0
 	VMOVUPS      (AX), Z1
 	VMULPS       Z1, Z8, Z1
@@ -13620,13 +12000,13 @@ stateKVbf16AVX512_rows_16:
 	VMULPS       Z4, Z8, Z4
 	VFMADD231PS  Z15, Z0, Z4
 	TESTQ        R9, R9
-	JZ           stateKVbf16AVX512_nostorerow_16
+	JZ           stateKVbf16AVX512_nostorerow_12
 	CMPL         128(SP), $0x00
-	JNE          stateKVbf16AVX512_rownan_16
+	JNE          stateKVbf16AVX512_rownan_12
 	CMPB         cvt+288(FP), $0x00
-	JE           stateKVbf16AVX512_rowints_12
+	JE           stateKVbf16AVX512_rowints_8
 	CMPB         120(SP), $0x00
-	JNE          stateKVbf16AVX512_rowints_12
+	JNE          stateKVbf16AVX512_rowints_8
 	VPBROADCASTD mag16<>+0(SB), Z0
 	KXNORD       K6, K6, K6
 	BYTE $0x62; BYTE $0xf2; BYTE $0x6f; BYTE $0x48; BYTE $0x72; BYTE $0xe9 // VCVTNE2PS2BF16 Z1, Z2, Z5
@@ -13638,12 +12018,12 @@ stateKVbf16AVX512_rows_16:
 	KORD      K4, K5, K5
 	KANDD     K5, K6, K6
 	KORTESTD  K6, K6
-	JCS       stateKVbf16AVX512_rowstored_16
-	JMP       stateKVbf16AVX512_rownan_16
+	JCS       stateKVbf16AVX512_rowstored_12
+	JMP       stateKVbf16AVX512_rownan_12
 
-stateKVbf16AVX512_rowints_12:
+stateKVbf16AVX512_rowints_8:
 	CMPB        120(SP), $0x00
-	JE          stateKVbf16AVX512_temporalrow_31
+	JE          stateKVbf16AVX512_temporalrow_23
 	VMOVAPS     Z1, Z0
 	VPSRLD      $0x10, Z0, Z5
 	VPANDD.BCST one_i<>+0(SB), Z5, Z5
@@ -13676,9 +12056,9 @@ stateKVbf16AVX512_rowints_12:
 	VPSRLD      $0x10, Z0, Z0
 	VPMOVDW     Z0, Y0
 	VMOVNTDQ    Y0, 96(R9)
-	JMP         stateKVbf16AVX512_storedrow_31
+	JMP         stateKVbf16AVX512_storedrow_23
 
-stateKVbf16AVX512_temporalrow_31:
+stateKVbf16AVX512_temporalrow_23:
 	VMOVAPS     Z1, Z0
 	VPSRLD      $0x10, Z0, Z5
 	VPANDD.BCST one_i<>+0(SB), Z5, Z5
@@ -13708,12 +12088,12 @@ stateKVbf16AVX512_temporalrow_31:
 	VPSRLD      $0x10, Z0, Z0
 	VPMOVDW     Z0, K1, 96(R9)
 
-stateKVbf16AVX512_storedrow_31:
-	JMP stateKVbf16AVX512_rowstored_16
+stateKVbf16AVX512_storedrow_23:
+	JMP stateKVbf16AVX512_rowstored_12
 
-stateKVbf16AVX512_rownan_16:
+stateKVbf16AVX512_rownan_12:
 	CMPB        120(SP), $0x00
-	JE          stateKVbf16AVX512_temporalrow_32
+	JE          stateKVbf16AVX512_temporalrow_24
 	VMOVAPS     Z1, Z0
 	VPSRLD      $0x10, Z0, Z5
 	VCMPPS      $0x03, Z0, Z0, K2
@@ -13754,9 +12134,9 @@ stateKVbf16AVX512_rownan_16:
 	VPORD.BCST  quiet<>+0(SB), Z5, K2, Z0
 	VPMOVDW     Z0, Y0
 	VMOVNTDQ    Y0, 96(R9)
-	JMP         stateKVbf16AVX512_storedrow_32
+	JMP         stateKVbf16AVX512_storedrow_24
 
-stateKVbf16AVX512_temporalrow_32:
+stateKVbf16AVX512_temporalrow_24:
 	VMOVAPS     Z1, Z0
 	VPSRLD      $0x10, Z0, Z5
 	VCMPPS      $0x03, Z0, Z0, K2
@@ -13794,28 +12174,28 @@ stateKVbf16AVX512_temporalrow_32:
 	VPORD.BCST  quiet<>+0(SB), Z5, K2, Z0
 	VPMOVDW     Z0, K1, 96(R9)
 
-stateKVbf16AVX512_storedrow_32:
-stateKVbf16AVX512_rowstored_16:
+stateKVbf16AVX512_storedrow_24:
+stateKVbf16AVX512_rowstored_12:
 	ADDQ R10, R9
 
-stateKVbf16AVX512_nostorerow_16:
+stateKVbf16AVX512_nostorerow_12:
 	TESTQ   R11, R11
-	JZ      stateKVbf16AVX512_nocarryrow_16
+	JZ      stateKVbf16AVX512_nocarryrow_12
 	VMOVUPS Z1, (R11)
 	VMOVUPS Z2, 64(R11)
 	VMOVUPS Z3, 128(R11)
 	VMOVUPS Z4, K1, 192(R11)
 	ADDQ    R8, R11
 
-stateKVbf16AVX512_nocarryrow_16:
+stateKVbf16AVX512_nocarryrow_12:
 	ADDQ $0x00000100, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVbf16AVX512_rows_16
-	JMP  stateKVbf16AVX512_tokensout_4
+	JB   stateKVbf16AVX512_rows_12
+	JMP  stateKVbf16AVX512_tokensout_3
 
-stateKVbf16AVX512_rowsdone_8:
-stateKVbf16AVX512_tokdone_4:
+stateKVbf16AVX512_rowsdone_6:
+stateKVbf16AVX512_tokdone_3:
 	MOVQ 64(SP), AX
 	MOVQ AX, 56(SP)
 	ADDQ $0x10, 96(SP)
@@ -13831,9 +12211,9 @@ stateKVbf16AVX512_tokdone_4:
 	MOVQ tok_len+224(FP), AX
 	SHRQ $0x02, AX
 	CMPQ CX, AX
-	JB   stateKVbf16AVX512_token_4
+	JB   stateKVbf16AVX512_token_3
 
-stateKVbf16AVX512_tokensout_4:
+stateKVbf16AVX512_tokensout_3:
 stateKVbf16AVX512_blockdone_1:
 	MOVQ 24(SP), AX
 	ADDQ AX, 16(SP)
@@ -13905,7 +12285,7 @@ TEXT ·stateKVf32AVX2(SB), NOSPLIT, $320-240
 	CMPQ AX, $0x00000400
 	JA   stateKVf32AVX2_done_1
 
-	// Columns per full block: 8 × the most vectors (≤ 4) whose K rows fit 32768 bytes.
+	// Columns per full block: 8 × the most vectors ([1 2 3 4]) whose K rows fit 32768 bytes.
 	MOVQ    $0x00000008, CX
 	MOVQ    $0x00000010, DX
 	CMPQ    AX, $0x00000200
@@ -15552,7 +13932,7 @@ TEXT ·stateKVbf16AVX2(SB), NOSPLIT, $400-288
 	CMPQ AX, $0x00000400
 	JA   stateKVbf16AVX2_done_1
 
-	// Columns per full block: 8 × the most vectors (≤ 4) whose K rows fit 32768 bytes.
+	// Columns per full block: 8 × the most vectors ([1 2 3 4]) whose K rows fit 32768 bytes.
 	MOVQ    $0x00000008, CX
 	MOVQ    $0x00000010, DX
 	CMPQ    AX, $0x00000200

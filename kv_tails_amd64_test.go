@@ -33,9 +33,9 @@ func kvTailVs() []int {
 	return append(vs, 255+80, 256+100, 256+128+7, 511+24)
 }
 
-// kvTailKs are K for each block width of the routines over T tokens: AVX-512 blocks of 4, 3, 2, 1
-// ZMM (K ≤ 128, ≤ 170, ≤ 256, ≤ 512; above: the single-token routine), AVX2 of 4, 3, 2, 1 YMM
-// (K ≤ 256, ≤ 341, ≤ 512, ≤ 1024).
+// kvTailKs are K for each block width of the routines over T tokens: AVX-512 blocks of 4, 2, 2, 1
+// ZMM (K ≤ 128, ≤ 170, ≤ 256, ≤ 512; above: the single-token routine; a tail of 33–48 columns as
+// 2 and 1), AVX2 of 4, 3, 2, 1 YMM (K ≤ 256, ≤ 341, ≤ 512, ≤ 1024).
 var kvTailKs = []int{1, 3, 129, 171, 257, 342, 513}
 
 // kvTailShapes pairs them: every V with a small K (cycling through 1, 2, 3, 5, 17), and the

@@ -199,7 +199,7 @@ func table() []spec {
 			spec{"l2" + a.name, func() { l2Routine(a) }, 100},
 			spec{"scale" + a.name, func() { scaleRoutine(a) }, 60})
 	}
-	kvBudget := map[string]int{"stateKVf32AVX512": 1900, "stateKVbf16AVX512": 4200, "stateKVf32AVX2": 1700, "stateKVbf16AVX2": 3450}
+	kvBudget := map[string]int{"stateKVf32AVX512": 1450, "stateKVbf16AVX512": 3050, "stateKVf32AVX2": 1700, "stateKVbf16AVX2": 3450}
 	for i, v := range variants(layoutKV) {
 		t = append(t, spec{v.name(), func() { stateKVTokens(v) }, kvBudget[v.name()]})
 		if i%2 == 1 {

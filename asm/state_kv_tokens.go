@@ -99,6 +99,20 @@ func ntSpan(a isa, s span) bool {
 	return true
 }
 
+// kvVecs are the vectors per row of the column blocks' shapes: AVX-512 1, 2 and 4 (maskedLast),
+// AVX2 1 … kvBlockVecs (the full block's width; its blocks are the 4-vector one, the 2-vector one
+// and a span).
+func kvVecs(a isa) []int {
+	if a.maskedLast() {
+		return []int{1, 2, kvBlockVecs}
+	}
+	var v []int
+	for nv := 1; nv <= kvBlockVecs; nv++ {
+		v = append(v, nv)
+	}
+	return v
+}
+
 // kvMaxK is the largest K whose rows of one vector fit kvWork.
 func kvMaxK(a isa) int { return kvWork / (4 * a.lanes) }
 
@@ -177,11 +191,11 @@ func stateKVTokens(vr variant) {
 	Commentf("K > %d does not fit work: the Go wrapper never calls with it.", kvMaxK(a))
 	CMPQ(k, U32(kvMaxK(a)))
 	JA(LabelRef(done))
-	Commentf("Columns per full block: %d × the most vectors (≤ %d) whose K rows fit %d bytes.", a.lanes, kvBlockVecs, kvWork)
+	Commentf("Columns per full block: %d × the most vectors (%v) whose K rows fit %d bytes.", a.lanes, kvVecs(a), kvWork)
 	{
 		q, n := GP64(), GP64()
 		MOVQ(U32(a.lanes), q)
-		for nv := 2; nv <= kvBlockVecs; nv++ {
+		for _, nv := range kvVecs(a)[1:] {
 			MOVQ(U32(a.lanes*nv), n)
 			CMPQ(k, U32(kvWork/(4*a.lanes*nv)))
 			CMOVQLS(n, q)
@@ -204,31 +218,41 @@ func stateKVTokens(vr variant) {
 		CMPQ(wd, x)
 		CMOVQCC(x, wd)
 	}
-	MOVQ(wd, g.wcols)
 	next := label("blockdone")
 	if a.maskedLast() {
-		// 1 to 4 ZMM, the last masked: the full blocks of every K (4: K ≤ 128, 3: ≤ 170, 2: ≤ 256,
-		// 1: ≤ 512), the odd shape's tail (1) and the other tails. A span would save nothing here:
-		// each of these shapes is the full block of some K.
+		// 1, 2 or 4 ZMM, the last masked: the full blocks of every K (4: K ≤ 128, 2: ≤ 256, 1: ≤
+		// 512) and every tail, one of 33–48 columns as 2 ZMM and then 1 (three ZMM, the full block
+		// of K ≤ 170 only, took 480 lines of stateKVf32AVX512 and 1,140 of stateKVbf16AVX512).
+		{
+			x, c := GP64(), GP64()
+			MOVQ(wd, x)
+			SUBQ(U8(2*a.lanes+1), x)
+			MOVQ(U32(2*a.lanes), c)
+			CMPQ(x, U8(a.lanes-1))
+			CMOVQLS(c, wd) // 33 ≤ wd ≤ 48: 32
+		}
+		MOVQ(wd, g.wcols)
 		n := splitWidth(a, wd, g.lane)
-		Comment("1 to 4 ZMM, the last masked (every full block, every tail), no guard.")
+		Commentf("%v ZMM, the last masked (every full block, every tail), no guard.", kvVecs(a))
+		nvs := kvVecs(a)
 		var labs []string
-		for nv := 1; nv <= kvBlockVecs; nv++ {
+		for _, nv := range nvs {
 			labs = append(labs, label(fmt.Sprintf("masked%d", nv)))
 		}
-		for nv := 1; nv < kvBlockVecs; nv++ {
+		for t, nv := range nvs[:len(nvs)-1] {
 			CMPQ(n, U32(a.lanes*(nv-1)))
-			JE(LabelRef(labs[nv-1]))
+			JE(LabelRef(labs[t]))
 		}
-		JMP(LabelRef(labs[kvBlockVecs-1]))
-		for nv := 1; nv <= kvBlockVecs; nv++ {
-			Label(labs[nv-1])
+		JMP(LabelRef(labs[len(nvs)-1]))
+		for t, nv := range nvs {
+			Label(labs[t])
 			g.block(fixedSpan(a, maskedBlock(nv)))
-			if nv < kvBlockVecs {
+			if t < len(nvs)-1 {
 				JMP(LabelRef(next))
 			}
 		}
 	} else {
+		MOVQ(wd, g.wcols)
 		Commentf("A block of %d columns (the full one when K ≤ %d): %d full vectors.", a.lanes*kvBlockVecs, kvWork/(4*a.lanes*kvBlockVecs), kvBlockVecs)
 		spanLab := label("span")
 		CMPQ(wd, U32(a.lanes*kvBlockVecs))
