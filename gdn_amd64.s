@@ -21959,7 +21959,7 @@ stateVKf32AVX512_done_1:
 
 // func stateVKbf16AVX512(K int, V int, src []uint16, src32 []float32, stores []uintptr, carry []float32, kh []float32, qh []float32, v []float32, vs int, o []float32, tok []float32, work []float32, pf []uintptr, cvt bool)
 // Requires: AVX, AVX512BW, AVX512F, AVX512VL, CMOV, FMA3, MMX+
-TEXT ·stateVKbf16AVX512(SB), NOSPLIT, $80-289
+TEXT ·stateVKbf16AVX512(SB), NOSPLIT, $72-289
 	MOVQ  K+0(FP), AX
 	MOVQ  V+8(FP), CX
 	MOVQ  tok_len+224(FP), DX
@@ -21974,10 +21974,10 @@ TEXT ·stateVKbf16AVX512(SB), NOSPLIT, $80-289
 	MOVQ  DX, 16(SP)
 	MOVQ  pf_base+264(FP), DX
 	MOVQ  pf_len+272(FP), BX
-	MOVQ  DX, 64(SP)
+	MOVQ  DX, 56(SP)
 	ANDQ  $-2, BX
 	LEAQ  (DX)(BX*8), DX
-	MOVQ  DX, 72(SP)
+	MOVQ  DX, 64(SP)
 	MOVQ  work_base+240(FP), DX
 	ADDQ  $0x3f, DX
 	ANDQ  $-64, DX
@@ -22284,10 +22284,10 @@ stateVKbf16AVX512_dead_5:
 
 stateVKbf16AVX512_btoken_1:
 	// The prefetch list's next group.
-	MOVQ 64(SP), R11
+	MOVQ 56(SP), R11
 
 stateVKbf16AVX512_pfentry_1:
-	CMPQ  R11, 72(SP)
+	CMPQ  R11, 64(SP)
 	JAE   stateVKbf16AVX512_pfdone_1
 	MOVQ  (R11), R13
 	MOVQ  8(R11), R12
@@ -22303,7 +22303,7 @@ stateVKbf16AVX512_pfline_1:
 	JMP        stateVKbf16AVX512_pfentry_1
 
 stateVKbf16AVX512_pfdone_1:
-	MOVQ         R11, 64(SP)
+	MOVQ         R11, 56(SP)
 	VMOVSS       (DX), X0
 	VUCOMISS     nearone<>+0(SB), X0
 	JCS          stateVKbf16AVX512_far_1
@@ -23020,10 +23020,10 @@ stateVKbf16AVX512_group_1:
 	KMOVW   AX, K6
 
 	// The prefetch list's next group.
-	MOVQ 64(SP), AX
+	MOVQ 56(SP), AX
 
 stateVKbf16AVX512_pfentry_2:
-	CMPQ  AX, 72(SP)
+	CMPQ  AX, 64(SP)
 	JAE   stateVKbf16AVX512_pfdone_2
 	MOVQ  (AX), DX
 	MOVQ  8(AX), CX
@@ -23039,7 +23039,7 @@ stateVKbf16AVX512_pfline_2:
 	JMP        stateVKbf16AVX512_pfentry_2
 
 stateVKbf16AVX512_pfdone_2:
-	MOVQ AX, 64(SP)
+	MOVQ AX, 56(SP)
 
 	// Load 3 row(s) of 1…4 vectors.
 	MOVQ       src32_base+40(FP), AX
@@ -23354,61 +23354,45 @@ stateVKbf16AVX512_decayed_2:
 	VBROADCASTSS  12(DX), Z13
 	VFMADD231PS   Y13, Y1, Y14
 	VMOVUPS       Y14, K6, (DI)
-	MOVQ          (BX), R11
-	TESTQ         R11, R11
-	JZ            stateVKbf16AVX512_nofin_1
-	TESTQ         $0x0000007f, R9
-	JNZ           stateVKbf16AVX512_fin_1
-	CMPB          cvt+288(FP), $0x00
-	JNE           stateVKbf16AVX512_nofin_1
-
-stateVKbf16AVX512_fin_1:
-	VSUBPS Y1, Y1, Y13
-	VCMPPS $0x03, Y13, Y13, K7
-	KMOVW  K7, R11
-	ANDL   $0x00000007, R11
-	MOVL   R11, 56(SP)
-
-stateVKbf16AVX512_nofin_1:
-	VMOVSS       (DX), X13
-	VUCOMISS     nearone<>+0(SB), X13
-	JCS          stateVKbf16AVX512_far_3
-	VBROADCASTSS (DX), Z13
-	VBROADCASTSS X1, Z14
-	VMOVUPS      vklane1<>+0(SB), Z15
-	VPERMPS      Z1, Z15, Z15
-	VMOVUPS      vklane2<>+0(SB), Z16
-	VPERMPS      Z1, Z16, Z16
-	VFMADD213PS  Z0, Z13, Z0
-	VFMADD231PS  (AX), Z14, K1, Z0
-	VFMADD213PS  Z5, Z13, Z5
-	VFMADD231PS  (AX), Z15, K1, Z5
-	VFMADD213PS  Z9, Z13, Z9
-	VFMADD231PS  (AX), Z16, K1, Z9
-	CMPQ         R9, $0x00000040
-	JBE          stateVKbf16AVX512_dead_22
-	VFMADD213PS  Z2, Z13, Z2
-	VFMADD231PS  64(AX), Z14, K3, Z2
-	VFMADD213PS  Z6, Z13, Z6
-	VFMADD231PS  64(AX), Z15, K3, Z6
-	VFMADD213PS  Z10, Z13, Z10
-	VFMADD231PS  64(AX), Z16, K3, Z10
-	CMPQ         R9, $0x00000080
-	JBE          stateVKbf16AVX512_dead_22
-	VFMADD213PS  Z3, Z13, Z3
-	VFMADD231PS  128(AX), Z14, K4, Z3
-	VFMADD213PS  Z7, Z13, Z7
-	VFMADD231PS  128(AX), Z15, K4, Z7
-	VFMADD213PS  Z11, Z13, Z11
-	VFMADD231PS  128(AX), Z16, K4, Z11
-	CMPQ         R9, $0x000000c0
-	JBE          stateVKbf16AVX512_dead_22
-	VFMADD213PS  Z4, Z13, Z4
-	VFMADD231PS  192(AX), Z14, K5, Z4
-	VFMADD213PS  Z8, Z13, Z8
-	VFMADD231PS  192(AX), Z15, K5, Z8
-	VFMADD213PS  Z12, Z13, Z12
-	VFMADD231PS  192(AX), Z16, K5, Z12
+	VMOVSS        (DX), X13
+	VUCOMISS      nearone<>+0(SB), X13
+	JCS           stateVKbf16AVX512_far_3
+	VBROADCASTSS  (DX), Z13
+	VBROADCASTSS  X1, Z14
+	VMOVUPS       vklane1<>+0(SB), Z15
+	VPERMPS       Z1, Z15, Z15
+	VMOVUPS       vklane2<>+0(SB), Z16
+	VPERMPS       Z1, Z16, Z16
+	VFMADD213PS   Z0, Z13, Z0
+	VFMADD231PS   (AX), Z14, K1, Z0
+	VFMADD213PS   Z5, Z13, Z5
+	VFMADD231PS   (AX), Z15, K1, Z5
+	VFMADD213PS   Z9, Z13, Z9
+	VFMADD231PS   (AX), Z16, K1, Z9
+	CMPQ          R9, $0x00000040
+	JBE           stateVKbf16AVX512_dead_22
+	VFMADD213PS   Z2, Z13, Z2
+	VFMADD231PS   64(AX), Z14, K3, Z2
+	VFMADD213PS   Z6, Z13, Z6
+	VFMADD231PS   64(AX), Z15, K3, Z6
+	VFMADD213PS   Z10, Z13, Z10
+	VFMADD231PS   64(AX), Z16, K3, Z10
+	CMPQ          R9, $0x00000080
+	JBE           stateVKbf16AVX512_dead_22
+	VFMADD213PS   Z3, Z13, Z3
+	VFMADD231PS   128(AX), Z14, K4, Z3
+	VFMADD213PS   Z7, Z13, Z7
+	VFMADD231PS   128(AX), Z15, K4, Z7
+	VFMADD213PS   Z11, Z13, Z11
+	VFMADD231PS   128(AX), Z16, K4, Z11
+	CMPQ          R9, $0x000000c0
+	JBE           stateVKbf16AVX512_dead_22
+	VFMADD213PS   Z4, Z13, Z4
+	VFMADD231PS   192(AX), Z14, K5, Z4
+	VFMADD213PS   Z8, Z13, Z8
+	VFMADD231PS   192(AX), Z15, K5, Z8
+	VFMADD213PS   Z12, Z13, Z12
+	VFMADD231PS   192(AX), Z16, K5, Z12
 
 stateVKbf16AVX512_dead_22:
 	JMP stateVKbf16AVX512_decayed_3
@@ -23512,44 +23496,49 @@ stateVKbf16AVX512_dead_26:
 stateVKbf16AVX512_pairsstored_1:
 	KORTESTD K7, K7
 	JCS      stateVKbf16AVX512_bfstored_1
-	MOVL     $0x00000001, 56(SP)
 
 stateVKbf16AVX512_bfints_1:
-	CMPL        56(SP), $0x00
-	JNE         stateVKbf16AVX512_bfnan_1
 	VMOVAPS     Z0, Z13
 	VPSRLD      $0x10, Z13, Z14
-	VPANDD.BCST one_i<>+0(SB), Z14, Z14
+	VCMPPS      $0x03, Z13, Z13, K2
+	VPANDD.BCST one_i<>+0(SB), Z14, Z15
 	VPADDD.BCST round<>+0(SB), Z13, Z13
-	VPADDD      Z14, Z13, Z13
+	VPADDD      Z15, Z13, Z13
 	VPSRLD      $0x10, Z13, Z13
+	VPORD.BCST  quiet<>+0(SB), Z14, K2, Z13
 	VPMOVDW     Z13, K1, (R11)
 	CMPQ        R9, $0x00000040
 	JBE         stateVKbf16AVX512_dead_27
 	VMOVAPS     Z2, Z13
 	VPSRLD      $0x10, Z13, Z14
-	VPANDD.BCST one_i<>+0(SB), Z14, Z14
+	VCMPPS      $0x03, Z13, Z13, K2
+	VPANDD.BCST one_i<>+0(SB), Z14, Z15
 	VPADDD.BCST round<>+0(SB), Z13, Z13
-	VPADDD      Z14, Z13, Z13
+	VPADDD      Z15, Z13, Z13
 	VPSRLD      $0x10, Z13, Z13
+	VPORD.BCST  quiet<>+0(SB), Z14, K2, Z13
 	VPMOVDW     Z13, K3, 32(R11)
 	CMPQ        R9, $0x00000080
 	JBE         stateVKbf16AVX512_dead_27
 	VMOVAPS     Z3, Z13
 	VPSRLD      $0x10, Z13, Z14
-	VPANDD.BCST one_i<>+0(SB), Z14, Z14
+	VCMPPS      $0x03, Z13, Z13, K2
+	VPANDD.BCST one_i<>+0(SB), Z14, Z15
 	VPADDD.BCST round<>+0(SB), Z13, Z13
-	VPADDD      Z14, Z13, Z13
+	VPADDD      Z15, Z13, Z13
 	VPSRLD      $0x10, Z13, Z13
+	VPORD.BCST  quiet<>+0(SB), Z14, K2, Z13
 	VPMOVDW     Z13, K4, 64(R11)
 	CMPQ        R9, $0x000000c0
 	JBE         stateVKbf16AVX512_dead_27
 	VMOVAPS     Z4, Z13
 	VPSRLD      $0x10, Z13, Z14
-	VPANDD.BCST one_i<>+0(SB), Z14, Z14
+	VCMPPS      $0x03, Z13, Z13, K2
+	VPANDD.BCST one_i<>+0(SB), Z14, Z15
 	VPADDD.BCST round<>+0(SB), Z13, Z13
-	VPADDD      Z14, Z13, Z13
+	VPADDD      Z15, Z13, Z13
 	VPSRLD      $0x10, Z13, Z13
+	VPORD.BCST  quiet<>+0(SB), Z14, K2, Z13
 	VPMOVDW     Z13, K5, 96(R11)
 
 stateVKbf16AVX512_dead_27:
@@ -23558,37 +23547,45 @@ stateVKbf16AVX512_dead_27:
 	ADDQ        R10, R11
 	VMOVAPS     Z5, Z13
 	VPSRLD      $0x10, Z13, Z14
-	VPANDD.BCST one_i<>+0(SB), Z14, Z14
+	VCMPPS      $0x03, Z13, Z13, K2
+	VPANDD.BCST one_i<>+0(SB), Z14, Z15
 	VPADDD.BCST round<>+0(SB), Z13, Z13
-	VPADDD      Z14, Z13, Z13
+	VPADDD      Z15, Z13, Z13
 	VPSRLD      $0x10, Z13, Z13
+	VPORD.BCST  quiet<>+0(SB), Z14, K2, Z13
 	VPMOVDW     Z13, K1, (R11)
 	CMPQ        R9, $0x00000040
 	JBE         stateVKbf16AVX512_dead_28
 	VMOVAPS     Z6, Z13
 	VPSRLD      $0x10, Z13, Z14
-	VPANDD.BCST one_i<>+0(SB), Z14, Z14
+	VCMPPS      $0x03, Z13, Z13, K2
+	VPANDD.BCST one_i<>+0(SB), Z14, Z15
 	VPADDD.BCST round<>+0(SB), Z13, Z13
-	VPADDD      Z14, Z13, Z13
+	VPADDD      Z15, Z13, Z13
 	VPSRLD      $0x10, Z13, Z13
+	VPORD.BCST  quiet<>+0(SB), Z14, K2, Z13
 	VPMOVDW     Z13, K3, 32(R11)
 	CMPQ        R9, $0x00000080
 	JBE         stateVKbf16AVX512_dead_28
 	VMOVAPS     Z7, Z13
 	VPSRLD      $0x10, Z13, Z14
-	VPANDD.BCST one_i<>+0(SB), Z14, Z14
+	VCMPPS      $0x03, Z13, Z13, K2
+	VPANDD.BCST one_i<>+0(SB), Z14, Z15
 	VPADDD.BCST round<>+0(SB), Z13, Z13
-	VPADDD      Z14, Z13, Z13
+	VPADDD      Z15, Z13, Z13
 	VPSRLD      $0x10, Z13, Z13
+	VPORD.BCST  quiet<>+0(SB), Z14, K2, Z13
 	VPMOVDW     Z13, K4, 64(R11)
 	CMPQ        R9, $0x000000c0
 	JBE         stateVKbf16AVX512_dead_28
 	VMOVAPS     Z8, Z13
 	VPSRLD      $0x10, Z13, Z14
-	VPANDD.BCST one_i<>+0(SB), Z14, Z14
+	VCMPPS      $0x03, Z13, Z13, K2
+	VPANDD.BCST one_i<>+0(SB), Z14, Z15
 	VPADDD.BCST round<>+0(SB), Z13, Z13
-	VPADDD      Z14, Z13, Z13
+	VPADDD      Z15, Z13, Z13
 	VPSRLD      $0x10, Z13, Z13
+	VPORD.BCST  quiet<>+0(SB), Z14, K2, Z13
 	VPMOVDW     Z13, K5, 96(R11)
 
 stateVKbf16AVX512_dead_28:
@@ -23597,184 +23594,49 @@ stateVKbf16AVX512_dead_28:
 	ADDQ        R10, R11
 	VMOVAPS     Z9, Z13
 	VPSRLD      $0x10, Z13, Z14
-	VPANDD.BCST one_i<>+0(SB), Z14, Z14
+	VCMPPS      $0x03, Z13, Z13, K2
+	VPANDD.BCST one_i<>+0(SB), Z14, Z15
 	VPADDD.BCST round<>+0(SB), Z13, Z13
-	VPADDD      Z14, Z13, Z13
+	VPADDD      Z15, Z13, Z13
 	VPSRLD      $0x10, Z13, Z13
+	VPORD.BCST  quiet<>+0(SB), Z14, K2, Z13
 	VPMOVDW     Z13, K1, (R11)
 	CMPQ        R9, $0x00000040
 	JBE         stateVKbf16AVX512_dead_29
 	VMOVAPS     Z10, Z13
 	VPSRLD      $0x10, Z13, Z14
-	VPANDD.BCST one_i<>+0(SB), Z14, Z14
+	VCMPPS      $0x03, Z13, Z13, K2
+	VPANDD.BCST one_i<>+0(SB), Z14, Z15
 	VPADDD.BCST round<>+0(SB), Z13, Z13
-	VPADDD      Z14, Z13, Z13
+	VPADDD      Z15, Z13, Z13
 	VPSRLD      $0x10, Z13, Z13
+	VPORD.BCST  quiet<>+0(SB), Z14, K2, Z13
 	VPMOVDW     Z13, K3, 32(R11)
 	CMPQ        R9, $0x00000080
 	JBE         stateVKbf16AVX512_dead_29
 	VMOVAPS     Z11, Z13
 	VPSRLD      $0x10, Z13, Z14
-	VPANDD.BCST one_i<>+0(SB), Z14, Z14
+	VCMPPS      $0x03, Z13, Z13, K2
+	VPANDD.BCST one_i<>+0(SB), Z14, Z15
 	VPADDD.BCST round<>+0(SB), Z13, Z13
-	VPADDD      Z14, Z13, Z13
+	VPADDD      Z15, Z13, Z13
 	VPSRLD      $0x10, Z13, Z13
+	VPORD.BCST  quiet<>+0(SB), Z14, K2, Z13
 	VPMOVDW     Z13, K4, 64(R11)
 	CMPQ        R9, $0x000000c0
 	JBE         stateVKbf16AVX512_dead_29
 	VMOVAPS     Z12, Z13
 	VPSRLD      $0x10, Z13, Z14
-	VPANDD.BCST one_i<>+0(SB), Z14, Z14
+	VCMPPS      $0x03, Z13, Z13, K2
+	VPANDD.BCST one_i<>+0(SB), Z14, Z15
 	VPADDD.BCST round<>+0(SB), Z13, Z13
-	VPADDD      Z14, Z13, Z13
+	VPADDD      Z15, Z13, Z13
 	VPSRLD      $0x10, Z13, Z13
+	VPORD.BCST  quiet<>+0(SB), Z14, K2, Z13
 	VPMOVDW     Z13, K5, 96(R11)
 
 stateVKbf16AVX512_dead_29:
 stateVKbf16AVX512_rowsstored_1:
-	JMP stateVKbf16AVX512_bfdone_1
-
-stateVKbf16AVX512_bfnan_1:
-	VMOVAPS     Z0, Z13
-	VPSRLD      $0x10, Z13, Z14
-	VCMPPS      $0x03, Z13, Z13, K2
-	VPANDD.BCST one_i<>+0(SB), Z14, Z15
-	VPADDD.BCST round<>+0(SB), Z13, Z13
-	VPADDD      Z15, Z13, Z13
-	VPSRLD      $0x10, Z13, Z13
-	VPORD.BCST  quiet<>+0(SB), Z14, K2, Z13
-	VPMOVDW     Z13, K1, (R11)
-	CMPQ        R9, $0x00000040
-	JBE         stateVKbf16AVX512_dead_30
-	VMOVAPS     Z2, Z13
-	VPSRLD      $0x10, Z13, Z14
-	VCMPPS      $0x03, Z13, Z13, K2
-	VPANDD.BCST one_i<>+0(SB), Z14, Z15
-	VPADDD.BCST round<>+0(SB), Z13, Z13
-	VPADDD      Z15, Z13, Z13
-	VPSRLD      $0x10, Z13, Z13
-	VPORD.BCST  quiet<>+0(SB), Z14, K2, Z13
-	VPMOVDW     Z13, K3, 32(R11)
-	CMPQ        R9, $0x00000080
-	JBE         stateVKbf16AVX512_dead_30
-	VMOVAPS     Z3, Z13
-	VPSRLD      $0x10, Z13, Z14
-	VCMPPS      $0x03, Z13, Z13, K2
-	VPANDD.BCST one_i<>+0(SB), Z14, Z15
-	VPADDD.BCST round<>+0(SB), Z13, Z13
-	VPADDD      Z15, Z13, Z13
-	VPSRLD      $0x10, Z13, Z13
-	VPORD.BCST  quiet<>+0(SB), Z14, K2, Z13
-	VPMOVDW     Z13, K4, 64(R11)
-	CMPQ        R9, $0x000000c0
-	JBE         stateVKbf16AVX512_dead_30
-	VMOVAPS     Z4, Z13
-	VPSRLD      $0x10, Z13, Z14
-	VCMPPS      $0x03, Z13, Z13, K2
-	VPANDD.BCST one_i<>+0(SB), Z14, Z15
-	VPADDD.BCST round<>+0(SB), Z13, Z13
-	VPADDD      Z15, Z13, Z13
-	VPSRLD      $0x10, Z13, Z13
-	VPORD.BCST  quiet<>+0(SB), Z14, K2, Z13
-	VPMOVDW     Z13, K5, 96(R11)
-
-stateVKbf16AVX512_dead_30:
-	CMPQ        8(SP), $0x01
-	JLE         stateVKbf16AVX512_rowsstored_2
-	ADDQ        R10, R11
-	VMOVAPS     Z5, Z13
-	VPSRLD      $0x10, Z13, Z14
-	VCMPPS      $0x03, Z13, Z13, K2
-	VPANDD.BCST one_i<>+0(SB), Z14, Z15
-	VPADDD.BCST round<>+0(SB), Z13, Z13
-	VPADDD      Z15, Z13, Z13
-	VPSRLD      $0x10, Z13, Z13
-	VPORD.BCST  quiet<>+0(SB), Z14, K2, Z13
-	VPMOVDW     Z13, K1, (R11)
-	CMPQ        R9, $0x00000040
-	JBE         stateVKbf16AVX512_dead_31
-	VMOVAPS     Z6, Z13
-	VPSRLD      $0x10, Z13, Z14
-	VCMPPS      $0x03, Z13, Z13, K2
-	VPANDD.BCST one_i<>+0(SB), Z14, Z15
-	VPADDD.BCST round<>+0(SB), Z13, Z13
-	VPADDD      Z15, Z13, Z13
-	VPSRLD      $0x10, Z13, Z13
-	VPORD.BCST  quiet<>+0(SB), Z14, K2, Z13
-	VPMOVDW     Z13, K3, 32(R11)
-	CMPQ        R9, $0x00000080
-	JBE         stateVKbf16AVX512_dead_31
-	VMOVAPS     Z7, Z13
-	VPSRLD      $0x10, Z13, Z14
-	VCMPPS      $0x03, Z13, Z13, K2
-	VPANDD.BCST one_i<>+0(SB), Z14, Z15
-	VPADDD.BCST round<>+0(SB), Z13, Z13
-	VPADDD      Z15, Z13, Z13
-	VPSRLD      $0x10, Z13, Z13
-	VPORD.BCST  quiet<>+0(SB), Z14, K2, Z13
-	VPMOVDW     Z13, K4, 64(R11)
-	CMPQ        R9, $0x000000c0
-	JBE         stateVKbf16AVX512_dead_31
-	VMOVAPS     Z8, Z13
-	VPSRLD      $0x10, Z13, Z14
-	VCMPPS      $0x03, Z13, Z13, K2
-	VPANDD.BCST one_i<>+0(SB), Z14, Z15
-	VPADDD.BCST round<>+0(SB), Z13, Z13
-	VPADDD      Z15, Z13, Z13
-	VPSRLD      $0x10, Z13, Z13
-	VPORD.BCST  quiet<>+0(SB), Z14, K2, Z13
-	VPMOVDW     Z13, K5, 96(R11)
-
-stateVKbf16AVX512_dead_31:
-	CMPQ        8(SP), $0x02
-	JLE         stateVKbf16AVX512_rowsstored_2
-	ADDQ        R10, R11
-	VMOVAPS     Z9, Z13
-	VPSRLD      $0x10, Z13, Z14
-	VCMPPS      $0x03, Z13, Z13, K2
-	VPANDD.BCST one_i<>+0(SB), Z14, Z15
-	VPADDD.BCST round<>+0(SB), Z13, Z13
-	VPADDD      Z15, Z13, Z13
-	VPSRLD      $0x10, Z13, Z13
-	VPORD.BCST  quiet<>+0(SB), Z14, K2, Z13
-	VPMOVDW     Z13, K1, (R11)
-	CMPQ        R9, $0x00000040
-	JBE         stateVKbf16AVX512_dead_32
-	VMOVAPS     Z10, Z13
-	VPSRLD      $0x10, Z13, Z14
-	VCMPPS      $0x03, Z13, Z13, K2
-	VPANDD.BCST one_i<>+0(SB), Z14, Z15
-	VPADDD.BCST round<>+0(SB), Z13, Z13
-	VPADDD      Z15, Z13, Z13
-	VPSRLD      $0x10, Z13, Z13
-	VPORD.BCST  quiet<>+0(SB), Z14, K2, Z13
-	VPMOVDW     Z13, K3, 32(R11)
-	CMPQ        R9, $0x00000080
-	JBE         stateVKbf16AVX512_dead_32
-	VMOVAPS     Z11, Z13
-	VPSRLD      $0x10, Z13, Z14
-	VCMPPS      $0x03, Z13, Z13, K2
-	VPANDD.BCST one_i<>+0(SB), Z14, Z15
-	VPADDD.BCST round<>+0(SB), Z13, Z13
-	VPADDD      Z15, Z13, Z13
-	VPSRLD      $0x10, Z13, Z13
-	VPORD.BCST  quiet<>+0(SB), Z14, K2, Z13
-	VPMOVDW     Z13, K4, 64(R11)
-	CMPQ        R9, $0x000000c0
-	JBE         stateVKbf16AVX512_dead_32
-	VMOVAPS     Z12, Z13
-	VPSRLD      $0x10, Z13, Z14
-	VCMPPS      $0x03, Z13, Z13, K2
-	VPANDD.BCST one_i<>+0(SB), Z14, Z15
-	VPADDD.BCST round<>+0(SB), Z13, Z13
-	VPADDD      Z15, Z13, Z13
-	VPSRLD      $0x10, Z13, Z13
-	VPORD.BCST  quiet<>+0(SB), Z14, K2, Z13
-	VPMOVDW     Z13, K5, 96(R11)
-
-stateVKbf16AVX512_dead_32:
-stateVKbf16AVX512_rowsstored_2:
-stateVKbf16AVX512_bfdone_1:
 stateVKbf16AVX512_bfstored_1:
 stateVKbf16AVX512_nostore_1:
 	ADDQ R9, AX
@@ -23795,47 +23657,47 @@ stateVKbf16AVX512_nostore_1:
 	ADDQ    CX, AX
 	VMOVUPS Z0, K1, (AX)
 	CMPQ    R9, $0x00000040
-	JBE     stateVKbf16AVX512_dead_33
+	JBE     stateVKbf16AVX512_dead_30
 	VMOVUPS Z2, K3, 64(AX)
 	CMPQ    R9, $0x00000080
-	JBE     stateVKbf16AVX512_dead_33
+	JBE     stateVKbf16AVX512_dead_30
 	VMOVUPS Z3, K4, 128(AX)
 	CMPQ    R9, $0x000000c0
-	JBE     stateVKbf16AVX512_dead_33
+	JBE     stateVKbf16AVX512_dead_30
 	VMOVUPS Z4, K5, 192(AX)
 
-stateVKbf16AVX512_dead_33:
+stateVKbf16AVX512_dead_30:
 	CMPQ    8(SP), $0x01
-	JLE     stateVKbf16AVX512_rowsstored_3
+	JLE     stateVKbf16AVX512_rowsstored_2
 	ADDQ    R9, AX
 	VMOVUPS Z5, K1, (AX)
 	CMPQ    R9, $0x00000040
-	JBE     stateVKbf16AVX512_dead_34
+	JBE     stateVKbf16AVX512_dead_31
 	VMOVUPS Z6, K3, 64(AX)
 	CMPQ    R9, $0x00000080
-	JBE     stateVKbf16AVX512_dead_34
+	JBE     stateVKbf16AVX512_dead_31
 	VMOVUPS Z7, K4, 128(AX)
 	CMPQ    R9, $0x000000c0
-	JBE     stateVKbf16AVX512_dead_34
+	JBE     stateVKbf16AVX512_dead_31
 	VMOVUPS Z8, K5, 192(AX)
 
-stateVKbf16AVX512_dead_34:
+stateVKbf16AVX512_dead_31:
 	CMPQ    8(SP), $0x02
-	JLE     stateVKbf16AVX512_rowsstored_3
+	JLE     stateVKbf16AVX512_rowsstored_2
 	ADDQ    R9, AX
 	VMOVUPS Z9, K1, (AX)
 	CMPQ    R9, $0x00000040
-	JBE     stateVKbf16AVX512_dead_35
+	JBE     stateVKbf16AVX512_dead_32
 	VMOVUPS Z10, K3, 64(AX)
 	CMPQ    R9, $0x00000080
-	JBE     stateVKbf16AVX512_dead_35
+	JBE     stateVKbf16AVX512_dead_32
 	VMOVUPS Z11, K4, 128(AX)
 	CMPQ    R9, $0x000000c0
-	JBE     stateVKbf16AVX512_dead_35
+	JBE     stateVKbf16AVX512_dead_32
 	VMOVUPS Z12, K5, 192(AX)
 
-stateVKbf16AVX512_dead_35:
-stateVKbf16AVX512_rowsstored_3:
+stateVKbf16AVX512_dead_32:
+stateVKbf16AVX512_rowsstored_2:
 stateVKbf16AVX512_nocarry_1:
 	ADDQ $0x00000003, (SP)
 	SUBQ $0x00000003, 8(SP)
@@ -23896,16 +23758,16 @@ stateVKbf16AVX512_bload_3:
 	PREFETCHT1 8384(AX)
 	PREFETCHT1 8448(AX)
 	CMPQ       R9, $0x00000140
-	JBE        stateVKbf16AVX512_dead_36
+	JBE        stateVKbf16AVX512_dead_33
 	PREFETCHT1 8512(AX)
 	CMPQ       R9, $0x00000180
-	JBE        stateVKbf16AVX512_dead_36
+	JBE        stateVKbf16AVX512_dead_33
 	PREFETCHT1 8576(AX)
 	CMPQ       R9, $0x000001c0
-	JBE        stateVKbf16AVX512_dead_36
+	JBE        stateVKbf16AVX512_dead_33
 	PREFETCHT1 8640(AX)
 
-stateVKbf16AVX512_dead_36:
+stateVKbf16AVX512_dead_33:
 	VMOVUPS   (AX), Z0
 	VMOVUPS   Z0, (CX)
 	VMOVUPS   64(AX), Z0
@@ -23917,19 +23779,19 @@ stateVKbf16AVX512_dead_36:
 	VMOVUPS.Z 256(AX), K1, Z0
 	VMOVUPS   Z0, 256(CX)
 	CMPQ      R9, $0x00000140
-	JBE       stateVKbf16AVX512_dead_37
+	JBE       stateVKbf16AVX512_dead_34
 	VMOVUPS.Z 320(AX), K3, Z0
 	VMOVUPS   Z0, 320(CX)
 	CMPQ      R9, $0x00000180
-	JBE       stateVKbf16AVX512_dead_37
+	JBE       stateVKbf16AVX512_dead_34
 	VMOVUPS.Z 384(AX), K4, Z0
 	VMOVUPS   Z0, 384(CX)
 	CMPQ      R9, $0x000001c0
-	JBE       stateVKbf16AVX512_dead_37
+	JBE       stateVKbf16AVX512_dead_34
 	VMOVUPS.Z 448(AX), K5, Z0
 	VMOVUPS   Z0, 448(CX)
 
-stateVKbf16AVX512_dead_37:
+stateVKbf16AVX512_dead_34:
 	ADDQ R9, AX
 	ADDQ $0x00000200, CX
 	DECQ DX
@@ -23950,10 +23812,10 @@ stateVKbf16AVX512_bload_4:
 	PREFETCHT1 8256(AX)
 	PREFETCHT1 8320(AX)
 	CMPQ       R9, $0x00000180
-	JBE        stateVKbf16AVX512_dead_38
+	JBE        stateVKbf16AVX512_dead_35
 	PREFETCHT1 8384(AX)
 
-stateVKbf16AVX512_dead_38:
+stateVKbf16AVX512_dead_35:
 	VPMOVZXWD   (AX), Z0
 	VPSLLD      $0x10, Z0, Z0
 	VMOVUPS     Z0, (CX)
@@ -23970,22 +23832,22 @@ stateVKbf16AVX512_dead_38:
 	VPSLLD      $0x10, Z0, Z0
 	VMOVUPS     Z0, 256(CX)
 	CMPQ        R9, $0x00000140
-	JBE         stateVKbf16AVX512_dead_39
+	JBE         stateVKbf16AVX512_dead_36
 	VPMOVZXWD.Z 160(AX), K3, Z0
 	VPSLLD      $0x10, Z0, Z0
 	VMOVUPS     Z0, 320(CX)
 	CMPQ        R9, $0x00000180
-	JBE         stateVKbf16AVX512_dead_39
+	JBE         stateVKbf16AVX512_dead_36
 	VPMOVZXWD.Z 192(AX), K4, Z0
 	VPSLLD      $0x10, Z0, Z0
 	VMOVUPS     Z0, 384(CX)
 	CMPQ        R9, $0x000001c0
-	JBE         stateVKbf16AVX512_dead_39
+	JBE         stateVKbf16AVX512_dead_36
 	VPMOVZXWD.Z 224(AX), K5, Z0
 	VPSLLD      $0x10, Z0, Z0
 	VMOVUPS     Z0, 448(CX)
 
-stateVKbf16AVX512_dead_39:
+stateVKbf16AVX512_dead_36:
 	ADDQ R10, AX
 	ADDQ $0x00000200, CX
 	DECQ DX
@@ -24065,7 +23927,7 @@ stateVKbf16AVX512_bdots_2:
 	VFMADD231PS Z5, Z25, K1, Z21
 	VFMADD231PS Z13, Z25, K1, Z22
 	CMPQ        R9, $0x00000140
-	JBE         stateVKbf16AVX512_dead_40
+	JBE         stateVKbf16AVX512_dead_37
 	VMOVUPS     320(R12), Z25
 	VFMADD231PS Z6, Z25, K3, Z19
 	VFMADD231PS Z14, Z25, K3, Z20
@@ -24073,7 +23935,7 @@ stateVKbf16AVX512_bdots_2:
 	VFMADD231PS Z6, Z25, K3, Z23
 	VFMADD231PS Z14, Z25, K3, Z24
 	CMPQ        R9, $0x00000180
-	JBE         stateVKbf16AVX512_dead_40
+	JBE         stateVKbf16AVX512_dead_37
 	VMOVUPS     384(R12), Z25
 	VFMADD231PS Z7, Z25, K4, Z17
 	VFMADD231PS Z15, Z25, K4, Z18
@@ -24081,7 +23943,7 @@ stateVKbf16AVX512_bdots_2:
 	VFMADD231PS Z7, Z25, K4, Z21
 	VFMADD231PS Z15, Z25, K4, Z22
 	CMPQ        R9, $0x000001c0
-	JBE         stateVKbf16AVX512_dead_40
+	JBE         stateVKbf16AVX512_dead_37
 	VMOVUPS     448(R12), Z25
 	VFMADD231PS Z8, Z25, K5, Z19
 	VFMADD231PS Z16, Z25, K5, Z20
@@ -24089,7 +23951,7 @@ stateVKbf16AVX512_bdots_2:
 	VFMADD231PS Z8, Z25, K5, Z23
 	VFMADD231PS Z16, Z25, K5, Z24
 
-stateVKbf16AVX512_dead_40:
+stateVKbf16AVX512_dead_37:
 	VADDPS     Z19, Z17, Z17
 	VADDPS     Z23, Z21, Z21
 	VSHUFF32X4 $0x44, Z21, Z17, Z19
@@ -24177,10 +24039,10 @@ stateVKbf16AVX512_dead_40:
 
 stateVKbf16AVX512_btoken_2:
 	// The prefetch list's next group.
-	MOVQ 64(SP), R11
+	MOVQ 56(SP), R11
 
 stateVKbf16AVX512_pfentry_3:
-	CMPQ  R11, 72(SP)
+	CMPQ  R11, 64(SP)
 	JAE   stateVKbf16AVX512_pfdone_3
 	MOVQ  (R11), R13
 	MOVQ  8(R11), R12
@@ -24196,7 +24058,7 @@ stateVKbf16AVX512_pfline_3:
 	JMP        stateVKbf16AVX512_pfentry_3
 
 stateVKbf16AVX512_pfdone_3:
-	MOVQ         R11, 64(SP)
+	MOVQ         R11, 56(SP)
 	VMOVSS       (DX), X0
 	VUCOMISS     nearone<>+0(SB), X0
 	JCS          stateVKbf16AVX512_far_4
@@ -24320,7 +24182,7 @@ stateVKbf16AVX512_bfused_3:
 	VFMADD231PS  Z6, Z28, K1, Z24
 	VFMADD231PS  Z14, Z28, K1, Z25
 	CMPQ         R9, $0x00000140
-	JBE          stateVKbf16AVX512_dead_41
+	JBE          stateVKbf16AVX512_dead_38
 	VMOVUPS      320(R11), Z28
 	VFMADD213PS  Z28, Z0, Z28
 	VFMADD231PS  320(AX), Z18, K3, Z28
@@ -24334,7 +24196,7 @@ stateVKbf16AVX512_bfused_3:
 	VFMADD231PS  Z7, Z28, K3, Z26
 	VFMADD231PS  Z15, Z28, K3, Z27
 	CMPQ         R9, $0x00000180
-	JBE          stateVKbf16AVX512_dead_41
+	JBE          stateVKbf16AVX512_dead_38
 	VMOVUPS      384(R11), Z28
 	VFMADD213PS  Z28, Z0, Z28
 	VFMADD231PS  384(AX), Z18, K4, Z28
@@ -24348,7 +24210,7 @@ stateVKbf16AVX512_bfused_3:
 	VFMADD231PS  Z8, Z28, K4, Z24
 	VFMADD231PS  Z16, Z28, K4, Z25
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKbf16AVX512_dead_41
+	JBE          stateVKbf16AVX512_dead_38
 	VMOVUPS      448(R11), Z28
 	VFMADD213PS  Z28, Z0, Z28
 	VFMADD231PS  448(AX), Z18, K5, Z28
@@ -24362,7 +24224,7 @@ stateVKbf16AVX512_bfused_3:
 	VFMADD231PS  Z9, Z18, K5, Z26
 	VFMADD231PS  Z17, Z18, K5, Z27
 
-stateVKbf16AVX512_dead_41:
+stateVKbf16AVX512_dead_38:
 	VADDPS     Z22, Z20, Z20
 	VADDPS     Z26, Z24, Z24
 	VSHUFF32X4 $0x44, Z24, Z20, Z18
@@ -24502,7 +24364,7 @@ stateVKbf16AVX512_bupdate_3:
 	VFMADD231PS  256(AX), Z3, K1, Z4
 	VMOVUPS      Z4, 768(R11)
 	CMPQ         R9, $0x00000140
-	JBE          stateVKbf16AVX512_dead_42
+	JBE          stateVKbf16AVX512_dead_39
 	VMOVUPS      320(R11), Z4
 	VFMADD213PS  Z4, Z0, Z4
 	VFMADD231PS  320(AX), Z2, K3, Z4
@@ -24512,7 +24374,7 @@ stateVKbf16AVX512_bupdate_3:
 	VFMADD231PS  320(AX), Z3, K3, Z4
 	VMOVUPS      Z4, 832(R11)
 	CMPQ         R9, $0x00000180
-	JBE          stateVKbf16AVX512_dead_42
+	JBE          stateVKbf16AVX512_dead_39
 	VMOVUPS      384(R11), Z4
 	VFMADD213PS  Z4, Z0, Z4
 	VFMADD231PS  384(AX), Z2, K4, Z4
@@ -24522,7 +24384,7 @@ stateVKbf16AVX512_bupdate_3:
 	VFMADD231PS  384(AX), Z3, K4, Z4
 	VMOVUPS      Z4, 896(R11)
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKbf16AVX512_dead_42
+	JBE          stateVKbf16AVX512_dead_39
 	VMOVUPS      448(R11), Z4
 	VFMADD213PS  Z4, Z0, Z4
 	VFMADD231PS  448(AX), Z2, K5, Z4
@@ -24532,7 +24394,7 @@ stateVKbf16AVX512_bupdate_3:
 	VFMADD231PS  448(AX), Z3, K5, Z2
 	VMOVUPS      Z2, 960(R11)
 
-stateVKbf16AVX512_dead_42:
+stateVKbf16AVX512_dead_39:
 	ADDQ $0x00000400, R11
 	ADDQ $0x08, R12
 	DECQ R13
@@ -24662,7 +24524,7 @@ stateVKbf16AVX512_bfused_4:
 	VFMADD231PS  Z6, Z28, K1, Z24
 	VFMADD231PS  Z14, Z28, K1, Z25
 	CMPQ         R9, $0x00000140
-	JBE          stateVKbf16AVX512_dead_43
+	JBE          stateVKbf16AVX512_dead_40
 	VMOVUPS      320(R11), Z28
 	VMULPS       Z28, Z0, Z28
 	VFMADD231PS  320(AX), Z18, K3, Z28
@@ -24676,7 +24538,7 @@ stateVKbf16AVX512_bfused_4:
 	VFMADD231PS  Z7, Z28, K3, Z26
 	VFMADD231PS  Z15, Z28, K3, Z27
 	CMPQ         R9, $0x00000180
-	JBE          stateVKbf16AVX512_dead_43
+	JBE          stateVKbf16AVX512_dead_40
 	VMOVUPS      384(R11), Z28
 	VMULPS       Z28, Z0, Z28
 	VFMADD231PS  384(AX), Z18, K4, Z28
@@ -24690,7 +24552,7 @@ stateVKbf16AVX512_bfused_4:
 	VFMADD231PS  Z8, Z28, K4, Z24
 	VFMADD231PS  Z16, Z28, K4, Z25
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKbf16AVX512_dead_43
+	JBE          stateVKbf16AVX512_dead_40
 	VMOVUPS      448(R11), Z28
 	VMULPS       Z28, Z0, Z28
 	VFMADD231PS  448(AX), Z18, K5, Z28
@@ -24704,7 +24566,7 @@ stateVKbf16AVX512_bfused_4:
 	VFMADD231PS  Z9, Z18, K5, Z26
 	VFMADD231PS  Z17, Z18, K5, Z27
 
-stateVKbf16AVX512_dead_43:
+stateVKbf16AVX512_dead_40:
 	VADDPS     Z22, Z20, Z20
 	VADDPS     Z26, Z24, Z24
 	VSHUFF32X4 $0x44, Z24, Z20, Z18
@@ -24844,7 +24706,7 @@ stateVKbf16AVX512_bupdate_4:
 	VFMADD231PS  256(AX), Z3, K1, Z4
 	VMOVUPS      Z4, 768(R11)
 	CMPQ         R9, $0x00000140
-	JBE          stateVKbf16AVX512_dead_44
+	JBE          stateVKbf16AVX512_dead_41
 	VMOVUPS      320(R11), Z4
 	VMULPS       Z4, Z0, Z4
 	VFMADD231PS  320(AX), Z2, K3, Z4
@@ -24854,7 +24716,7 @@ stateVKbf16AVX512_bupdate_4:
 	VFMADD231PS  320(AX), Z3, K3, Z4
 	VMOVUPS      Z4, 832(R11)
 	CMPQ         R9, $0x00000180
-	JBE          stateVKbf16AVX512_dead_44
+	JBE          stateVKbf16AVX512_dead_41
 	VMOVUPS      384(R11), Z4
 	VMULPS       Z4, Z0, Z4
 	VFMADD231PS  384(AX), Z2, K4, Z4
@@ -24864,7 +24726,7 @@ stateVKbf16AVX512_bupdate_4:
 	VFMADD231PS  384(AX), Z3, K4, Z4
 	VMOVUPS      Z4, 896(R11)
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKbf16AVX512_dead_44
+	JBE          stateVKbf16AVX512_dead_41
 	VMOVUPS      448(R11), Z4
 	VMULPS       Z4, Z0, Z4
 	VFMADD231PS  448(AX), Z2, K5, Z4
@@ -24874,7 +24736,7 @@ stateVKbf16AVX512_bupdate_4:
 	VFMADD231PS  448(AX), Z3, K5, Z2
 	VMOVUPS      Z2, 960(R11)
 
-stateVKbf16AVX512_dead_44:
+stateVKbf16AVX512_dead_41:
 	ADDQ $0x00000400, R11
 	ADDQ $0x08, R12
 	DECQ R13
@@ -24957,7 +24819,7 @@ stateVKbf16AVX512_bstorent_2:
 	VPMOVDW     Z0, Y0
 	VMOVNTDQ    Y0, 128(R11)
 	CMPQ        R9, $0x00000140
-	JBE         stateVKbf16AVX512_dead_45
+	JBE         stateVKbf16AVX512_dead_42
 	VMOVUPS     320(R12), Z0
 	VPSRLD      $0x10, Z0, Z2
 	VCMPPS      $0x03, Z0, Z0, K2
@@ -24969,7 +24831,7 @@ stateVKbf16AVX512_bstorent_2:
 	VPMOVDW     Z0, Y0
 	VMOVNTDQ    Y0, 160(R11)
 	CMPQ        R9, $0x00000180
-	JBE         stateVKbf16AVX512_dead_45
+	JBE         stateVKbf16AVX512_dead_42
 	VMOVUPS     384(R12), Z0
 	VPSRLD      $0x10, Z0, Z2
 	VCMPPS      $0x03, Z0, Z0, K2
@@ -24981,7 +24843,7 @@ stateVKbf16AVX512_bstorent_2:
 	VPMOVDW     Z0, Y0
 	VMOVNTDQ    Y0, 192(R11)
 	CMPQ        R9, $0x000001c0
-	JBE         stateVKbf16AVX512_dead_45
+	JBE         stateVKbf16AVX512_dead_42
 	VMOVUPS     448(R12), Z0
 	VPSRLD      $0x10, Z0, Z2
 	VCMPPS      $0x03, Z0, Z0, K2
@@ -24993,7 +24855,7 @@ stateVKbf16AVX512_bstorent_2:
 	VPMOVDW     Z0, Y0
 	VMOVNTDQ    Y0, 224(R11)
 
-stateVKbf16AVX512_dead_45:
+stateVKbf16AVX512_dead_42:
 	ADDQ R10, R11
 	ADDQ $0x00000200, R12
 	DECQ R13
@@ -25052,7 +24914,7 @@ stateVKbf16AVX512_bstore_3:
 	VPORD.BCST  quiet<>+0(SB), Z2, K2, Z0
 	VPMOVDW     Z0, K1, 128(R11)
 	CMPQ        R9, $0x00000140
-	JBE         stateVKbf16AVX512_dead_46
+	JBE         stateVKbf16AVX512_dead_43
 	VMOVUPS     320(R12), Z0
 	VPSRLD      $0x10, Z0, Z2
 	VCMPPS      $0x03, Z0, Z0, K2
@@ -25063,7 +24925,7 @@ stateVKbf16AVX512_bstore_3:
 	VPORD.BCST  quiet<>+0(SB), Z2, K2, Z0
 	VPMOVDW     Z0, K3, 160(R11)
 	CMPQ        R9, $0x00000180
-	JBE         stateVKbf16AVX512_dead_46
+	JBE         stateVKbf16AVX512_dead_43
 	VMOVUPS     384(R12), Z0
 	VPSRLD      $0x10, Z0, Z2
 	VCMPPS      $0x03, Z0, Z0, K2
@@ -25074,7 +24936,7 @@ stateVKbf16AVX512_bstore_3:
 	VPORD.BCST  quiet<>+0(SB), Z2, K2, Z0
 	VPMOVDW     Z0, K4, 192(R11)
 	CMPQ        R9, $0x000001c0
-	JBE         stateVKbf16AVX512_dead_46
+	JBE         stateVKbf16AVX512_dead_43
 	VMOVUPS     448(R12), Z0
 	VPSRLD      $0x10, Z0, Z2
 	VCMPPS      $0x03, Z0, Z0, K2
@@ -25085,7 +24947,7 @@ stateVKbf16AVX512_bstore_3:
 	VPORD.BCST  quiet<>+0(SB), Z2, K2, Z0
 	VPMOVDW     Z0, K5, 224(R11)
 
-stateVKbf16AVX512_dead_46:
+stateVKbf16AVX512_dead_43:
 	ADDQ R10, R11
 	ADDQ $0x00000200, R12
 	DECQ R13
@@ -25125,19 +24987,19 @@ stateVKbf16AVX512_bstore_4:
 	VMOVUPS 256(CX), Z0
 	VMOVUPS Z0, K1, 256(AX)
 	CMPQ    R9, $0x00000140
-	JBE     stateVKbf16AVX512_dead_47
+	JBE     stateVKbf16AVX512_dead_44
 	VMOVUPS 320(CX), Z0
 	VMOVUPS Z0, K3, 320(AX)
 	CMPQ    R9, $0x00000180
-	JBE     stateVKbf16AVX512_dead_47
+	JBE     stateVKbf16AVX512_dead_44
 	VMOVUPS 384(CX), Z0
 	VMOVUPS Z0, K4, 384(AX)
 	CMPQ    R9, $0x000001c0
-	JBE     stateVKbf16AVX512_dead_47
+	JBE     stateVKbf16AVX512_dead_44
 	VMOVUPS 448(CX), Z0
 	VMOVUPS Z0, K5, 448(AX)
 
-stateVKbf16AVX512_dead_47:
+stateVKbf16AVX512_dead_44:
 	ADDQ R9, AX
 	ADDQ $0x00000200, CX
 	DECQ DX
@@ -25162,10 +25024,10 @@ stateVKbf16AVX512_group_2:
 	KMOVW   AX, K6
 
 	// The prefetch list's next group.
-	MOVQ 64(SP), AX
+	MOVQ 56(SP), AX
 
 stateVKbf16AVX512_pfentry_4:
-	CMPQ  AX, 72(SP)
+	CMPQ  AX, 64(SP)
 	JAE   stateVKbf16AVX512_pfdone_4
 	MOVQ  (AX), DX
 	MOVQ  8(AX), CX
@@ -25181,7 +25043,7 @@ stateVKbf16AVX512_pfline_4:
 	JMP        stateVKbf16AVX512_pfentry_4
 
 stateVKbf16AVX512_pfdone_4:
-	MOVQ AX, 64(SP)
+	MOVQ AX, 56(SP)
 
 	// Load 2 row(s) of 5…8 vectors.
 	MOVQ       src32_base+40(FP), AX
@@ -25200,28 +25062,28 @@ stateVKbf16AVX512_pfdone_4:
 	PREFETCHT1 8640(AX)
 	PREFETCHT1 8704(AX)
 	CMPQ       R9, $0x00000120
-	JBE        stateVKbf16AVX512_dead_48
+	JBE        stateVKbf16AVX512_dead_45
 	PREFETCHT1 8768(AX)
 	CMPQ       R9, $0x00000140
-	JBE        stateVKbf16AVX512_dead_48
+	JBE        stateVKbf16AVX512_dead_45
 	PREFETCHT1 8832(AX)
 	CMPQ       R9, $0x00000160
-	JBE        stateVKbf16AVX512_dead_48
+	JBE        stateVKbf16AVX512_dead_45
 	PREFETCHT1 8896(AX)
 	CMPQ       R9, $0x00000180
-	JBE        stateVKbf16AVX512_dead_48
+	JBE        stateVKbf16AVX512_dead_45
 	PREFETCHT1 8960(AX)
 	CMPQ       R9, $0x000001a0
-	JBE        stateVKbf16AVX512_dead_48
+	JBE        stateVKbf16AVX512_dead_45
 	PREFETCHT1 9024(AX)
 	CMPQ       R9, $0x000001c0
-	JBE        stateVKbf16AVX512_dead_48
+	JBE        stateVKbf16AVX512_dead_45
 	PREFETCHT1 9088(AX)
 	CMPQ       R9, $0x000001e0
-	JBE        stateVKbf16AVX512_dead_48
+	JBE        stateVKbf16AVX512_dead_45
 	PREFETCHT1 9152(AX)
 
-stateVKbf16AVX512_dead_48:
+stateVKbf16AVX512_dead_45:
 	VBROADCASTSS zero<>+0(SB), Z6
 	VBROADCASTSS zero<>+0(SB), Z7
 	VBROADCASTSS zero<>+0(SB), Z8
@@ -25231,16 +25093,16 @@ stateVKbf16AVX512_dead_48:
 	VMOVUPS      192(AX), Z4
 	VMOVUPS.Z    256(AX), K1, Z5
 	CMPQ         R9, $0x00000140
-	JBE          stateVKbf16AVX512_dead_49
+	JBE          stateVKbf16AVX512_dead_46
 	VMOVUPS.Z    320(AX), K3, Z6
 	CMPQ         R9, $0x00000180
-	JBE          stateVKbf16AVX512_dead_49
+	JBE          stateVKbf16AVX512_dead_46
 	VMOVUPS.Z    384(AX), K4, Z7
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKbf16AVX512_dead_49
+	JBE          stateVKbf16AVX512_dead_46
 	VMOVUPS.Z    448(AX), K5, Z8
 
-stateVKbf16AVX512_dead_49:
+stateVKbf16AVX512_dead_46:
 	CMPQ         8(SP), $0x01
 	JLE          stateVKbf16AVX512_norow_5
 	ADDQ         R9, AX
@@ -25253,16 +25115,16 @@ stateVKbf16AVX512_dead_49:
 	VMOVUPS      192(AX), Z12
 	VMOVUPS.Z    256(AX), K1, Z13
 	CMPQ         R9, $0x00000140
-	JBE          stateVKbf16AVX512_dead_50
+	JBE          stateVKbf16AVX512_dead_47
 	VMOVUPS.Z    320(AX), K3, Z14
 	CMPQ         R9, $0x00000180
-	JBE          stateVKbf16AVX512_dead_50
+	JBE          stateVKbf16AVX512_dead_47
 	VMOVUPS.Z    384(AX), K4, Z15
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKbf16AVX512_dead_50
+	JBE          stateVKbf16AVX512_dead_47
 	VMOVUPS.Z    448(AX), K5, Z16
 
-stateVKbf16AVX512_dead_50:
+stateVKbf16AVX512_dead_47:
 	JMP stateVKbf16AVX512_rowsloaded_3
 
 stateVKbf16AVX512_norow_5:
@@ -25289,16 +25151,16 @@ stateVKbf16AVX512_frombf16_2:
 	PREFETCHT1 8384(AX)
 	PREFETCHT1 8448(AX)
 	CMPQ       R9, $0x00000140
-	JBE        stateVKbf16AVX512_dead_51
+	JBE        stateVKbf16AVX512_dead_48
 	PREFETCHT1 8512(AX)
 	CMPQ       R9, $0x00000180
-	JBE        stateVKbf16AVX512_dead_51
+	JBE        stateVKbf16AVX512_dead_48
 	PREFETCHT1 8576(AX)
 	CMPQ       R9, $0x000001c0
-	JBE        stateVKbf16AVX512_dead_51
+	JBE        stateVKbf16AVX512_dead_48
 	PREFETCHT1 8640(AX)
 
-stateVKbf16AVX512_dead_51:
+stateVKbf16AVX512_dead_48:
 	VBROADCASTSS zero<>+0(SB), Z6
 	VBROADCASTSS zero<>+0(SB), Z7
 	VBROADCASTSS zero<>+0(SB), Z8
@@ -25313,19 +25175,19 @@ stateVKbf16AVX512_dead_51:
 	VPMOVZXWD.Z  128(AX), K1, Z5
 	VPSLLD       $0x10, Z5, Z5
 	CMPQ         R9, $0x00000140
-	JBE          stateVKbf16AVX512_dead_52
+	JBE          stateVKbf16AVX512_dead_49
 	VPMOVZXWD.Z  160(AX), K3, Z6
 	VPSLLD       $0x10, Z6, Z6
 	CMPQ         R9, $0x00000180
-	JBE          stateVKbf16AVX512_dead_52
+	JBE          stateVKbf16AVX512_dead_49
 	VPMOVZXWD.Z  192(AX), K4, Z7
 	VPSLLD       $0x10, Z7, Z7
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKbf16AVX512_dead_52
+	JBE          stateVKbf16AVX512_dead_49
 	VPMOVZXWD.Z  224(AX), K5, Z8
 	VPSLLD       $0x10, Z8, Z8
 
-stateVKbf16AVX512_dead_52:
+stateVKbf16AVX512_dead_49:
 	CMPQ         8(SP), $0x01
 	JLE          stateVKbf16AVX512_norow_6
 	ADDQ         R10, AX
@@ -25343,19 +25205,19 @@ stateVKbf16AVX512_dead_52:
 	VPMOVZXWD.Z  128(AX), K1, Z13
 	VPSLLD       $0x10, Z13, Z13
 	CMPQ         R9, $0x00000140
-	JBE          stateVKbf16AVX512_dead_53
+	JBE          stateVKbf16AVX512_dead_50
 	VPMOVZXWD.Z  160(AX), K3, Z14
 	VPSLLD       $0x10, Z14, Z14
 	CMPQ         R9, $0x00000180
-	JBE          stateVKbf16AVX512_dead_53
+	JBE          stateVKbf16AVX512_dead_50
 	VPMOVZXWD.Z  192(AX), K4, Z15
 	VPSLLD       $0x10, Z15, Z15
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKbf16AVX512_dead_53
+	JBE          stateVKbf16AVX512_dead_50
 	VPMOVZXWD.Z  224(AX), K5, Z16
 	VPSLLD       $0x10, Z16, Z16
 
-stateVKbf16AVX512_dead_53:
+stateVKbf16AVX512_dead_50:
 	JMP stateVKbf16AVX512_rowsloaded_4
 
 stateVKbf16AVX512_norow_6:
@@ -25404,25 +25266,25 @@ stateVKbf16AVX512_token_2:
 	VFMADD231PS 256(AX), Z13, K1, Z21
 	VFMADD231PS 256(CX), Z13, K1, Z22
 	CMPQ        R9, $0x00000140
-	JBE         stateVKbf16AVX512_dead_54
+	JBE         stateVKbf16AVX512_dead_51
 	VFMADD231PS 320(AX), Z6, K3, Z19
 	VFMADD231PS 320(CX), Z6, K3, Z20
 	VFMADD231PS 320(AX), Z14, K3, Z23
 	VFMADD231PS 320(CX), Z14, K3, Z24
 	CMPQ        R9, $0x00000180
-	JBE         stateVKbf16AVX512_dead_54
+	JBE         stateVKbf16AVX512_dead_51
 	VFMADD231PS 384(AX), Z7, K4, Z17
 	VFMADD231PS 384(CX), Z7, K4, Z18
 	VFMADD231PS 384(AX), Z15, K4, Z21
 	VFMADD231PS 384(CX), Z15, K4, Z22
 	CMPQ        R9, $0x000001c0
-	JBE         stateVKbf16AVX512_dead_54
+	JBE         stateVKbf16AVX512_dead_51
 	VFMADD231PS 448(AX), Z8, K5, Z19
 	VFMADD231PS 448(CX), Z8, K5, Z20
 	VFMADD231PS 448(AX), Z16, K5, Z23
 	VFMADD231PS 448(CX), Z16, K5, Z24
 
-stateVKbf16AVX512_dead_54:
+stateVKbf16AVX512_dead_51:
 	VADDPS       Z19, Z17, Z17
 	VADDPS       Z23, Z21, Z21
 	VADDPS       Z20, Z18, Z18
@@ -25464,69 +25326,53 @@ stateVKbf16AVX512_decayed_5:
 	VBROADCASTSS  12(DX), Z17
 	VFMADD231PS   Y17, Y1, Y18
 	VMOVUPS       Y18, K6, (DI)
-	MOVQ          (BX), R11
-	TESTQ         R11, R11
-	JZ            stateVKbf16AVX512_nofin_2
-	TESTQ         $0x0000007f, R9
-	JNZ           stateVKbf16AVX512_fin_2
-	CMPB          cvt+288(FP), $0x00
-	JNE           stateVKbf16AVX512_nofin_2
+	VMOVSS        (DX), X17
+	VUCOMISS      nearone<>+0(SB), X17
+	JCS           stateVKbf16AVX512_far_6
+	VBROADCASTSS  (DX), Z17
+	VBROADCASTSS  X1, Z18
+	VMOVUPS       vklane1<>+0(SB), Z19
+	VPERMPS       Z1, Z19, Z19
+	VFMADD213PS   Z0, Z17, Z0
+	VFMADD231PS   (AX), Z18, Z0
+	VFMADD213PS   Z9, Z17, Z9
+	VFMADD231PS   (AX), Z19, Z9
+	VFMADD213PS   Z2, Z17, Z2
+	VFMADD231PS   64(AX), Z18, Z2
+	VFMADD213PS   Z10, Z17, Z10
+	VFMADD231PS   64(AX), Z19, Z10
+	VFMADD213PS   Z3, Z17, Z3
+	VFMADD231PS   128(AX), Z18, Z3
+	VFMADD213PS   Z11, Z17, Z11
+	VFMADD231PS   128(AX), Z19, Z11
+	VFMADD213PS   Z4, Z17, Z4
+	VFMADD231PS   192(AX), Z18, Z4
+	VFMADD213PS   Z12, Z17, Z12
+	VFMADD231PS   192(AX), Z19, Z12
+	VFMADD213PS   Z5, Z17, Z5
+	VFMADD231PS   256(AX), Z18, K1, Z5
+	VFMADD213PS   Z13, Z17, Z13
+	VFMADD231PS   256(AX), Z19, K1, Z13
+	CMPQ          R9, $0x00000140
+	JBE           stateVKbf16AVX512_dead_52
+	VFMADD213PS   Z6, Z17, Z6
+	VFMADD231PS   320(AX), Z18, K3, Z6
+	VFMADD213PS   Z14, Z17, Z14
+	VFMADD231PS   320(AX), Z19, K3, Z14
+	CMPQ          R9, $0x00000180
+	JBE           stateVKbf16AVX512_dead_52
+	VFMADD213PS   Z7, Z17, Z7
+	VFMADD231PS   384(AX), Z18, K4, Z7
+	VFMADD213PS   Z15, Z17, Z15
+	VFMADD231PS   384(AX), Z19, K4, Z15
+	CMPQ          R9, $0x000001c0
+	JBE           stateVKbf16AVX512_dead_52
+	VFMADD213PS   Z8, Z17, Z8
+	VFMADD231PS   448(AX), Z18, K5, Z8
+	VFMADD213PS   Z16, Z17, Z16
+	VFMADD231PS   448(AX), Z19, K5, Z16
 
-stateVKbf16AVX512_fin_2:
-	VSUBPS Y1, Y1, Y17
-	VCMPPS $0x03, Y17, Y17, K7
-	KMOVW  K7, R11
-	ANDL   $0x00000003, R11
-	MOVL   R11, 56(SP)
-
-stateVKbf16AVX512_nofin_2:
-	VMOVSS       (DX), X17
-	VUCOMISS     nearone<>+0(SB), X17
-	JCS          stateVKbf16AVX512_far_6
-	VBROADCASTSS (DX), Z17
-	VBROADCASTSS X1, Z18
-	VMOVUPS      vklane1<>+0(SB), Z19
-	VPERMPS      Z1, Z19, Z19
-	VFMADD213PS  Z0, Z17, Z0
-	VFMADD231PS  (AX), Z18, Z0
-	VFMADD213PS  Z9, Z17, Z9
-	VFMADD231PS  (AX), Z19, Z9
-	VFMADD213PS  Z2, Z17, Z2
-	VFMADD231PS  64(AX), Z18, Z2
-	VFMADD213PS  Z10, Z17, Z10
-	VFMADD231PS  64(AX), Z19, Z10
-	VFMADD213PS  Z3, Z17, Z3
-	VFMADD231PS  128(AX), Z18, Z3
-	VFMADD213PS  Z11, Z17, Z11
-	VFMADD231PS  128(AX), Z19, Z11
-	VFMADD213PS  Z4, Z17, Z4
-	VFMADD231PS  192(AX), Z18, Z4
-	VFMADD213PS  Z12, Z17, Z12
-	VFMADD231PS  192(AX), Z19, Z12
-	VFMADD213PS  Z5, Z17, Z5
-	VFMADD231PS  256(AX), Z18, K1, Z5
-	VFMADD213PS  Z13, Z17, Z13
-	VFMADD231PS  256(AX), Z19, K1, Z13
-	CMPQ         R9, $0x00000140
-	JBE          stateVKbf16AVX512_dead_55
-	VFMADD213PS  Z6, Z17, Z6
-	VFMADD231PS  320(AX), Z18, K3, Z6
-	VFMADD213PS  Z14, Z17, Z14
-	VFMADD231PS  320(AX), Z19, K3, Z14
-	CMPQ         R9, $0x00000180
-	JBE          stateVKbf16AVX512_dead_55
-	VFMADD213PS  Z7, Z17, Z7
-	VFMADD231PS  384(AX), Z18, K4, Z7
-	VFMADD213PS  Z15, Z17, Z15
-	VFMADD231PS  384(AX), Z19, K4, Z15
-	CMPQ         R9, $0x000001c0
-	JBE          stateVKbf16AVX512_dead_55
-	VFMADD213PS  Z8, Z17, Z8
-	VFMADD231PS  448(AX), Z18, K5, Z8
-	VFMADD213PS  Z16, Z17, Z16
-	VFMADD231PS  448(AX), Z19, K5, Z16
-
-stateVKbf16AVX512_dead_55:
+stateVKbf16AVX512_dead_52:
 	JMP stateVKbf16AVX512_decayed_6
 
 stateVKbf16AVX512_far_6:
@@ -25555,25 +25401,25 @@ stateVKbf16AVX512_far_6:
 	VMULPS       Z13, Z17, Z13
 	VFMADD231PS  256(AX), Z19, K1, Z13
 	CMPQ         R9, $0x00000140
-	JBE          stateVKbf16AVX512_dead_56
+	JBE          stateVKbf16AVX512_dead_53
 	VMULPS       Z6, Z17, Z6
 	VFMADD231PS  320(AX), Z18, K3, Z6
 	VMULPS       Z14, Z17, Z14
 	VFMADD231PS  320(AX), Z19, K3, Z14
 	CMPQ         R9, $0x00000180
-	JBE          stateVKbf16AVX512_dead_56
+	JBE          stateVKbf16AVX512_dead_53
 	VMULPS       Z7, Z17, Z7
 	VFMADD231PS  384(AX), Z18, K4, Z7
 	VMULPS       Z15, Z17, Z15
 	VFMADD231PS  384(AX), Z19, K4, Z15
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKbf16AVX512_dead_56
+	JBE          stateVKbf16AVX512_dead_53
 	VMULPS       Z8, Z17, Z8
 	VFMADD231PS  448(AX), Z18, K5, Z8
 	VMULPS       Z16, Z17, Z16
 	VFMADD231PS  448(AX), Z19, K5, Z16
 
-stateVKbf16AVX512_dead_56:
+stateVKbf16AVX512_dead_53:
 stateVKbf16AVX512_decayed_6:
 	// The state after this token, if stored.
 	MOVQ      (BX), R11
@@ -25596,17 +25442,17 @@ stateVKbf16AVX512_decayed_6:
 	VMOVDQU32 Z18, 64(R12)
 	VPTESTMW  Z17, Z18, K7, K7
 	CMPQ      R9, $0x00000140
-	JBE       stateVKbf16AVX512_dead_57
+	JBE       stateVKbf16AVX512_dead_54
 	BYTE $0x62; BYTE $0xe2; BYTE $0x4f; BYTE $0x48; BYTE $0x72; BYTE $0xd5 // VCVTNE2PS2BF16 Z5, Z6, Z18
 	VMOVDQU32 Z18, 128(R12)
 	VPTESTMW  Z17, Z18, K7, K7
 	CMPQ      R9, $0x000001c0
-	JBE       stateVKbf16AVX512_dead_57
+	JBE       stateVKbf16AVX512_dead_54
 	BYTE $0x62; BYTE $0xe2; BYTE $0x3f; BYTE $0x48; BYTE $0x72; BYTE $0xd7 // VCVTNE2PS2BF16 Z7, Z8, Z18
 	VMOVDQU32 Z18, 192(R12)
 	VPTESTMW  Z17, Z18, K7, K7
 
-stateVKbf16AVX512_dead_57:
+stateVKbf16AVX512_dead_54:
 	CMPQ 8(SP), $0x01
 	JLE  stateVKbf16AVX512_pairsstored_2
 	ADDQ R10, R12
@@ -25617,160 +25463,22 @@ stateVKbf16AVX512_dead_57:
 	VMOVDQU32 Z18, 64(R12)
 	VPTESTMW  Z17, Z18, K7, K7
 	CMPQ      R9, $0x00000140
-	JBE       stateVKbf16AVX512_dead_58
+	JBE       stateVKbf16AVX512_dead_55
 	BYTE $0x62; BYTE $0xc2; BYTE $0x0f; BYTE $0x48; BYTE $0x72; BYTE $0xd5 // VCVTNE2PS2BF16 Z13, Z14, Z18
 	VMOVDQU32 Z18, 128(R12)
 	VPTESTMW  Z17, Z18, K7, K7
 	CMPQ      R9, $0x000001c0
-	JBE       stateVKbf16AVX512_dead_58
+	JBE       stateVKbf16AVX512_dead_55
 	BYTE $0x62; BYTE $0xc2; BYTE $0x7f; BYTE $0x40; BYTE $0x72; BYTE $0xd7 // VCVTNE2PS2BF16 Z15, Z16, Z18
 	VMOVDQU32 Z18, 192(R12)
 	VPTESTMW  Z17, Z18, K7, K7
 
-stateVKbf16AVX512_dead_58:
+stateVKbf16AVX512_dead_55:
 stateVKbf16AVX512_pairsstored_2:
 	KORTESTD K7, K7
 	JCS      stateVKbf16AVX512_bfstored_2
-	MOVL     $0x00000001, 56(SP)
 
 stateVKbf16AVX512_bfints_2:
-	CMPL        56(SP), $0x00
-	JNE         stateVKbf16AVX512_bfnan_2
-	VMOVAPS     Z0, Z17
-	VPSRLD      $0x10, Z17, Z18
-	VPANDD.BCST one_i<>+0(SB), Z18, Z18
-	VPADDD.BCST round<>+0(SB), Z17, Z17
-	VPADDD      Z18, Z17, Z17
-	VPSRLD      $0x10, Z17, Z17
-	VPMOVDW     Z17, (R11)
-	VMOVAPS     Z2, Z17
-	VPSRLD      $0x10, Z17, Z18
-	VPANDD.BCST one_i<>+0(SB), Z18, Z18
-	VPADDD.BCST round<>+0(SB), Z17, Z17
-	VPADDD      Z18, Z17, Z17
-	VPSRLD      $0x10, Z17, Z17
-	VPMOVDW     Z17, 32(R11)
-	VMOVAPS     Z3, Z17
-	VPSRLD      $0x10, Z17, Z18
-	VPANDD.BCST one_i<>+0(SB), Z18, Z18
-	VPADDD.BCST round<>+0(SB), Z17, Z17
-	VPADDD      Z18, Z17, Z17
-	VPSRLD      $0x10, Z17, Z17
-	VPMOVDW     Z17, 64(R11)
-	VMOVAPS     Z4, Z17
-	VPSRLD      $0x10, Z17, Z18
-	VPANDD.BCST one_i<>+0(SB), Z18, Z18
-	VPADDD.BCST round<>+0(SB), Z17, Z17
-	VPADDD      Z18, Z17, Z17
-	VPSRLD      $0x10, Z17, Z17
-	VPMOVDW     Z17, 96(R11)
-	VMOVAPS     Z5, Z17
-	VPSRLD      $0x10, Z17, Z18
-	VPANDD.BCST one_i<>+0(SB), Z18, Z18
-	VPADDD.BCST round<>+0(SB), Z17, Z17
-	VPADDD      Z18, Z17, Z17
-	VPSRLD      $0x10, Z17, Z17
-	VPMOVDW     Z17, K1, 128(R11)
-	CMPQ        R9, $0x00000140
-	JBE         stateVKbf16AVX512_dead_59
-	VMOVAPS     Z6, Z17
-	VPSRLD      $0x10, Z17, Z18
-	VPANDD.BCST one_i<>+0(SB), Z18, Z18
-	VPADDD.BCST round<>+0(SB), Z17, Z17
-	VPADDD      Z18, Z17, Z17
-	VPSRLD      $0x10, Z17, Z17
-	VPMOVDW     Z17, K3, 160(R11)
-	CMPQ        R9, $0x00000180
-	JBE         stateVKbf16AVX512_dead_59
-	VMOVAPS     Z7, Z17
-	VPSRLD      $0x10, Z17, Z18
-	VPANDD.BCST one_i<>+0(SB), Z18, Z18
-	VPADDD.BCST round<>+0(SB), Z17, Z17
-	VPADDD      Z18, Z17, Z17
-	VPSRLD      $0x10, Z17, Z17
-	VPMOVDW     Z17, K4, 192(R11)
-	CMPQ        R9, $0x000001c0
-	JBE         stateVKbf16AVX512_dead_59
-	VMOVAPS     Z8, Z17
-	VPSRLD      $0x10, Z17, Z18
-	VPANDD.BCST one_i<>+0(SB), Z18, Z18
-	VPADDD.BCST round<>+0(SB), Z17, Z17
-	VPADDD      Z18, Z17, Z17
-	VPSRLD      $0x10, Z17, Z17
-	VPMOVDW     Z17, K5, 224(R11)
-
-stateVKbf16AVX512_dead_59:
-	CMPQ        8(SP), $0x01
-	JLE         stateVKbf16AVX512_rowsstored_4
-	ADDQ        R10, R11
-	VMOVAPS     Z9, Z17
-	VPSRLD      $0x10, Z17, Z18
-	VPANDD.BCST one_i<>+0(SB), Z18, Z18
-	VPADDD.BCST round<>+0(SB), Z17, Z17
-	VPADDD      Z18, Z17, Z17
-	VPSRLD      $0x10, Z17, Z17
-	VPMOVDW     Z17, (R11)
-	VMOVAPS     Z10, Z17
-	VPSRLD      $0x10, Z17, Z18
-	VPANDD.BCST one_i<>+0(SB), Z18, Z18
-	VPADDD.BCST round<>+0(SB), Z17, Z17
-	VPADDD      Z18, Z17, Z17
-	VPSRLD      $0x10, Z17, Z17
-	VPMOVDW     Z17, 32(R11)
-	VMOVAPS     Z11, Z17
-	VPSRLD      $0x10, Z17, Z18
-	VPANDD.BCST one_i<>+0(SB), Z18, Z18
-	VPADDD.BCST round<>+0(SB), Z17, Z17
-	VPADDD      Z18, Z17, Z17
-	VPSRLD      $0x10, Z17, Z17
-	VPMOVDW     Z17, 64(R11)
-	VMOVAPS     Z12, Z17
-	VPSRLD      $0x10, Z17, Z18
-	VPANDD.BCST one_i<>+0(SB), Z18, Z18
-	VPADDD.BCST round<>+0(SB), Z17, Z17
-	VPADDD      Z18, Z17, Z17
-	VPSRLD      $0x10, Z17, Z17
-	VPMOVDW     Z17, 96(R11)
-	VMOVAPS     Z13, Z17
-	VPSRLD      $0x10, Z17, Z18
-	VPANDD.BCST one_i<>+0(SB), Z18, Z18
-	VPADDD.BCST round<>+0(SB), Z17, Z17
-	VPADDD      Z18, Z17, Z17
-	VPSRLD      $0x10, Z17, Z17
-	VPMOVDW     Z17, K1, 128(R11)
-	CMPQ        R9, $0x00000140
-	JBE         stateVKbf16AVX512_dead_60
-	VMOVAPS     Z14, Z17
-	VPSRLD      $0x10, Z17, Z18
-	VPANDD.BCST one_i<>+0(SB), Z18, Z18
-	VPADDD.BCST round<>+0(SB), Z17, Z17
-	VPADDD      Z18, Z17, Z17
-	VPSRLD      $0x10, Z17, Z17
-	VPMOVDW     Z17, K3, 160(R11)
-	CMPQ        R9, $0x00000180
-	JBE         stateVKbf16AVX512_dead_60
-	VMOVAPS     Z15, Z17
-	VPSRLD      $0x10, Z17, Z18
-	VPANDD.BCST one_i<>+0(SB), Z18, Z18
-	VPADDD.BCST round<>+0(SB), Z17, Z17
-	VPADDD      Z18, Z17, Z17
-	VPSRLD      $0x10, Z17, Z17
-	VPMOVDW     Z17, K4, 192(R11)
-	CMPQ        R9, $0x000001c0
-	JBE         stateVKbf16AVX512_dead_60
-	VMOVAPS     Z16, Z17
-	VPSRLD      $0x10, Z17, Z18
-	VPANDD.BCST one_i<>+0(SB), Z18, Z18
-	VPADDD.BCST round<>+0(SB), Z17, Z17
-	VPADDD      Z18, Z17, Z17
-	VPSRLD      $0x10, Z17, Z17
-	VPMOVDW     Z17, K5, 224(R11)
-
-stateVKbf16AVX512_dead_60:
-stateVKbf16AVX512_rowsstored_4:
-	JMP stateVKbf16AVX512_bfdone_2
-
-stateVKbf16AVX512_bfnan_2:
 	VMOVAPS     Z0, Z17
 	VPSRLD      $0x10, Z17, Z18
 	VCMPPS      $0x03, Z17, Z17, K2
@@ -25817,7 +25525,7 @@ stateVKbf16AVX512_bfnan_2:
 	VPORD.BCST  quiet<>+0(SB), Z18, K2, Z17
 	VPMOVDW     Z17, K1, 128(R11)
 	CMPQ        R9, $0x00000140
-	JBE         stateVKbf16AVX512_dead_61
+	JBE         stateVKbf16AVX512_dead_56
 	VMOVAPS     Z6, Z17
 	VPSRLD      $0x10, Z17, Z18
 	VCMPPS      $0x03, Z17, Z17, K2
@@ -25828,7 +25536,7 @@ stateVKbf16AVX512_bfnan_2:
 	VPORD.BCST  quiet<>+0(SB), Z18, K2, Z17
 	VPMOVDW     Z17, K3, 160(R11)
 	CMPQ        R9, $0x00000180
-	JBE         stateVKbf16AVX512_dead_61
+	JBE         stateVKbf16AVX512_dead_56
 	VMOVAPS     Z7, Z17
 	VPSRLD      $0x10, Z17, Z18
 	VCMPPS      $0x03, Z17, Z17, K2
@@ -25839,7 +25547,7 @@ stateVKbf16AVX512_bfnan_2:
 	VPORD.BCST  quiet<>+0(SB), Z18, K2, Z17
 	VPMOVDW     Z17, K4, 192(R11)
 	CMPQ        R9, $0x000001c0
-	JBE         stateVKbf16AVX512_dead_61
+	JBE         stateVKbf16AVX512_dead_56
 	VMOVAPS     Z8, Z17
 	VPSRLD      $0x10, Z17, Z18
 	VCMPPS      $0x03, Z17, Z17, K2
@@ -25850,9 +25558,9 @@ stateVKbf16AVX512_bfnan_2:
 	VPORD.BCST  quiet<>+0(SB), Z18, K2, Z17
 	VPMOVDW     Z17, K5, 224(R11)
 
-stateVKbf16AVX512_dead_61:
+stateVKbf16AVX512_dead_56:
 	CMPQ        8(SP), $0x01
-	JLE         stateVKbf16AVX512_rowsstored_5
+	JLE         stateVKbf16AVX512_rowsstored_3
 	ADDQ        R10, R11
 	VMOVAPS     Z9, Z17
 	VPSRLD      $0x10, Z17, Z18
@@ -25900,7 +25608,7 @@ stateVKbf16AVX512_dead_61:
 	VPORD.BCST  quiet<>+0(SB), Z18, K2, Z17
 	VPMOVDW     Z17, K1, 128(R11)
 	CMPQ        R9, $0x00000140
-	JBE         stateVKbf16AVX512_dead_62
+	JBE         stateVKbf16AVX512_dead_57
 	VMOVAPS     Z14, Z17
 	VPSRLD      $0x10, Z17, Z18
 	VCMPPS      $0x03, Z17, Z17, K2
@@ -25911,7 +25619,7 @@ stateVKbf16AVX512_dead_61:
 	VPORD.BCST  quiet<>+0(SB), Z18, K2, Z17
 	VPMOVDW     Z17, K3, 160(R11)
 	CMPQ        R9, $0x00000180
-	JBE         stateVKbf16AVX512_dead_62
+	JBE         stateVKbf16AVX512_dead_57
 	VMOVAPS     Z15, Z17
 	VPSRLD      $0x10, Z17, Z18
 	VCMPPS      $0x03, Z17, Z17, K2
@@ -25922,7 +25630,7 @@ stateVKbf16AVX512_dead_61:
 	VPORD.BCST  quiet<>+0(SB), Z18, K2, Z17
 	VPMOVDW     Z17, K4, 192(R11)
 	CMPQ        R9, $0x000001c0
-	JBE         stateVKbf16AVX512_dead_62
+	JBE         stateVKbf16AVX512_dead_57
 	VMOVAPS     Z16, Z17
 	VPSRLD      $0x10, Z17, Z18
 	VCMPPS      $0x03, Z17, Z17, K2
@@ -25933,9 +25641,8 @@ stateVKbf16AVX512_dead_61:
 	VPORD.BCST  quiet<>+0(SB), Z18, K2, Z17
 	VPMOVDW     Z17, K5, 224(R11)
 
-stateVKbf16AVX512_dead_62:
-stateVKbf16AVX512_rowsstored_5:
-stateVKbf16AVX512_bfdone_2:
+stateVKbf16AVX512_dead_57:
+stateVKbf16AVX512_rowsstored_3:
 stateVKbf16AVX512_bfstored_2:
 stateVKbf16AVX512_nostore_2:
 	ADDQ R9, AX
@@ -25960,18 +25667,18 @@ stateVKbf16AVX512_nostore_2:
 	VMOVUPS Z4, 192(AX)
 	VMOVUPS Z5, K1, 256(AX)
 	CMPQ    R9, $0x00000140
-	JBE     stateVKbf16AVX512_dead_63
+	JBE     stateVKbf16AVX512_dead_58
 	VMOVUPS Z6, K3, 320(AX)
 	CMPQ    R9, $0x00000180
-	JBE     stateVKbf16AVX512_dead_63
+	JBE     stateVKbf16AVX512_dead_58
 	VMOVUPS Z7, K4, 384(AX)
 	CMPQ    R9, $0x000001c0
-	JBE     stateVKbf16AVX512_dead_63
+	JBE     stateVKbf16AVX512_dead_58
 	VMOVUPS Z8, K5, 448(AX)
 
-stateVKbf16AVX512_dead_63:
+stateVKbf16AVX512_dead_58:
 	CMPQ    8(SP), $0x01
-	JLE     stateVKbf16AVX512_rowsstored_6
+	JLE     stateVKbf16AVX512_rowsstored_4
 	ADDQ    R9, AX
 	VMOVUPS Z9, (AX)
 	VMOVUPS Z10, 64(AX)
@@ -25979,17 +25686,17 @@ stateVKbf16AVX512_dead_63:
 	VMOVUPS Z12, 192(AX)
 	VMOVUPS Z13, K1, 256(AX)
 	CMPQ    R9, $0x00000140
-	JBE     stateVKbf16AVX512_dead_64
+	JBE     stateVKbf16AVX512_dead_59
 	VMOVUPS Z14, K3, 320(AX)
 	CMPQ    R9, $0x00000180
-	JBE     stateVKbf16AVX512_dead_64
+	JBE     stateVKbf16AVX512_dead_59
 	VMOVUPS Z15, K4, 384(AX)
 	CMPQ    R9, $0x000001c0
-	JBE     stateVKbf16AVX512_dead_64
+	JBE     stateVKbf16AVX512_dead_59
 	VMOVUPS Z16, K5, 448(AX)
 
-stateVKbf16AVX512_dead_64:
-stateVKbf16AVX512_rowsstored_6:
+stateVKbf16AVX512_dead_59:
+stateVKbf16AVX512_rowsstored_4:
 stateVKbf16AVX512_nocarry_2:
 	ADDQ $0x00000002, (SP)
 	SUBQ $0x00000002, 8(SP)
@@ -26026,10 +25733,10 @@ stateVKbf16AVX512_group_3:
 	JB   stateVKbf16AVX512_groupsdone_3
 
 	// The prefetch list's next group.
-	MOVQ 64(SP), AX
+	MOVQ 56(SP), AX
 
 stateVKbf16AVX512_pfentry_5:
-	CMPQ  AX, 72(SP)
+	CMPQ  AX, 64(SP)
 	JAE   stateVKbf16AVX512_pfdone_5
 	MOVQ  (AX), DX
 	MOVQ  8(AX), CX
@@ -26045,7 +25752,7 @@ stateVKbf16AVX512_pfline_5:
 	JMP        stateVKbf16AVX512_pfentry_5
 
 stateVKbf16AVX512_pfdone_5:
-	MOVQ AX, 64(SP)
+	MOVQ AX, 56(SP)
 
 	// Load 1 row(s) of 9…12 vectors.
 	MOVQ       src32_base+40(FP), AX
@@ -26064,16 +25771,16 @@ stateVKbf16AVX512_pfdone_5:
 	PREFETCHT1 8640(AX)
 	PREFETCHT1 8704(AX)
 	CMPQ       R9, $0x00000240
-	JBE        stateVKbf16AVX512_dead_65
+	JBE        stateVKbf16AVX512_dead_60
 	PREFETCHT1 8768(AX)
 	CMPQ       R9, $0x00000280
-	JBE        stateVKbf16AVX512_dead_65
+	JBE        stateVKbf16AVX512_dead_60
 	PREFETCHT1 8832(AX)
 	CMPQ       R9, $0x000002c0
-	JBE        stateVKbf16AVX512_dead_65
+	JBE        stateVKbf16AVX512_dead_60
 	PREFETCHT1 8896(AX)
 
-stateVKbf16AVX512_dead_65:
+stateVKbf16AVX512_dead_60:
 	VBROADCASTSS zero<>+0(SB), Z10
 	VBROADCASTSS zero<>+0(SB), Z11
 	VBROADCASTSS zero<>+0(SB), Z12
@@ -26087,16 +25794,16 @@ stateVKbf16AVX512_dead_65:
 	VMOVUPS      448(AX), Z8
 	VMOVUPS.Z    512(AX), K1, Z9
 	CMPQ         R9, $0x00000240
-	JBE          stateVKbf16AVX512_dead_66
+	JBE          stateVKbf16AVX512_dead_61
 	VMOVUPS.Z    576(AX), K3, Z10
 	CMPQ         R9, $0x00000280
-	JBE          stateVKbf16AVX512_dead_66
+	JBE          stateVKbf16AVX512_dead_61
 	VMOVUPS.Z    640(AX), K4, Z11
 	CMPQ         R9, $0x000002c0
-	JBE          stateVKbf16AVX512_dead_66
+	JBE          stateVKbf16AVX512_dead_61
 	VMOVUPS.Z    704(AX), K5, Z12
 
-stateVKbf16AVX512_dead_66:
+stateVKbf16AVX512_dead_61:
 	JMP stateVKbf16AVX512_loaded_3
 
 stateVKbf16AVX512_frombf16_3:
@@ -26110,10 +25817,10 @@ stateVKbf16AVX512_frombf16_3:
 	PREFETCHT1 8384(AX)
 	PREFETCHT1 8448(AX)
 	CMPQ       R9, $0x00000280
-	JBE        stateVKbf16AVX512_dead_67
+	JBE        stateVKbf16AVX512_dead_62
 	PREFETCHT1 8512(AX)
 
-stateVKbf16AVX512_dead_67:
+stateVKbf16AVX512_dead_62:
 	VBROADCASTSS zero<>+0(SB), Z10
 	VBROADCASTSS zero<>+0(SB), Z11
 	VBROADCASTSS zero<>+0(SB), Z12
@@ -26136,19 +25843,19 @@ stateVKbf16AVX512_dead_67:
 	VPMOVZXWD.Z  256(AX), K1, Z9
 	VPSLLD       $0x10, Z9, Z9
 	CMPQ         R9, $0x00000240
-	JBE          stateVKbf16AVX512_dead_68
+	JBE          stateVKbf16AVX512_dead_63
 	VPMOVZXWD.Z  288(AX), K3, Z10
 	VPSLLD       $0x10, Z10, Z10
 	CMPQ         R9, $0x00000280
-	JBE          stateVKbf16AVX512_dead_68
+	JBE          stateVKbf16AVX512_dead_63
 	VPMOVZXWD.Z  320(AX), K4, Z11
 	VPSLLD       $0x10, Z11, Z11
 	CMPQ         R9, $0x000002c0
-	JBE          stateVKbf16AVX512_dead_68
+	JBE          stateVKbf16AVX512_dead_63
 	VPMOVZXWD.Z  352(AX), K5, Z12
 	VPSLLD       $0x10, Z12, Z12
 
-stateVKbf16AVX512_dead_68:
+stateVKbf16AVX512_dead_63:
 stateVKbf16AVX512_loaded_3:
 	MOVQ kh_base+112(FP), AX
 	MOVQ qh_base+136(FP), CX
@@ -26182,19 +25889,19 @@ stateVKbf16AVX512_token_3:
 	VFMADD231PS 512(AX), Z9, K1, Z13
 	VFMADD231PS 512(CX), Z9, K1, Z14
 	CMPQ        R9, $0x00000240
-	JBE         stateVKbf16AVX512_dead_69
+	JBE         stateVKbf16AVX512_dead_64
 	VFMADD231PS 576(AX), Z10, K3, Z15
 	VFMADD231PS 576(CX), Z10, K3, Z16
 	CMPQ        R9, $0x00000280
-	JBE         stateVKbf16AVX512_dead_69
+	JBE         stateVKbf16AVX512_dead_64
 	VFMADD231PS 640(AX), Z11, K4, Z17
 	VFMADD231PS 640(CX), Z11, K4, Z18
 	CMPQ        R9, $0x000002c0
-	JBE         stateVKbf16AVX512_dead_69
+	JBE         stateVKbf16AVX512_dead_64
 	VFMADD231PS 704(AX), Z12, K5, Z19
 	VFMADD231PS 704(CX), Z12, K5, Z20
 
-stateVKbf16AVX512_dead_69:
+stateVKbf16AVX512_dead_64:
 	VADDPS       Z15, Z13, Z13
 	VADDPS       Z19, Z17, Z17
 	VADDPS       Z17, Z13, Z13
@@ -26235,59 +25942,43 @@ stateVKbf16AVX512_decayed_7:
 	VBROADCASTSS  12(DX), Z15
 	VFMADD231PS   Y15, Y13, Y14
 	VMOVSS        X14, (DI)
-	MOVQ          (BX), R11
-	TESTQ         R11, R11
-	JZ            stateVKbf16AVX512_nofin_3
-	TESTQ         $0x0000007f, R9
-	JNZ           stateVKbf16AVX512_fin_3
-	CMPB          cvt+288(FP), $0x00
-	JNE           stateVKbf16AVX512_nofin_3
+	VMOVSS        (DX), X1
+	VUCOMISS      nearone<>+0(SB), X1
+	JCS           stateVKbf16AVX512_far_8
+	VBROADCASTSS  (DX), Z14
+	VBROADCASTSS  X13, Z13
+	VFMADD213PS   Z0, Z14, Z0
+	VFMADD231PS   (AX), Z13, Z0
+	VFMADD213PS   Z2, Z14, Z2
+	VFMADD231PS   64(AX), Z13, Z2
+	VFMADD213PS   Z3, Z14, Z3
+	VFMADD231PS   128(AX), Z13, Z3
+	VFMADD213PS   Z4, Z14, Z4
+	VFMADD231PS   192(AX), Z13, Z4
+	VFMADD213PS   Z5, Z14, Z5
+	VFMADD231PS   256(AX), Z13, Z5
+	VFMADD213PS   Z6, Z14, Z6
+	VFMADD231PS   320(AX), Z13, Z6
+	VFMADD213PS   Z7, Z14, Z7
+	VFMADD231PS   384(AX), Z13, Z7
+	VFMADD213PS   Z8, Z14, Z8
+	VFMADD231PS   448(AX), Z13, Z8
+	VFMADD213PS   Z9, Z14, Z9
+	VFMADD231PS   512(AX), Z13, K1, Z9
+	CMPQ          R9, $0x00000240
+	JBE           stateVKbf16AVX512_dead_65
+	VFMADD213PS   Z10, Z14, Z10
+	VFMADD231PS   576(AX), Z13, K3, Z10
+	CMPQ          R9, $0x00000280
+	JBE           stateVKbf16AVX512_dead_65
+	VFMADD213PS   Z11, Z14, Z11
+	VFMADD231PS   640(AX), Z13, K4, Z11
+	CMPQ          R9, $0x000002c0
+	JBE           stateVKbf16AVX512_dead_65
+	VFMADD213PS   Z12, Z14, Z12
+	VFMADD231PS   704(AX), Z13, K5, Z12
 
-stateVKbf16AVX512_fin_3:
-	VSUBPS Y13, Y13, Y14
-	VCMPPS $0x03, Y14, Y14, K7
-	KMOVW  K7, R11
-	ANDL   $0x00000001, R11
-	MOVL   R11, 56(SP)
-
-stateVKbf16AVX512_nofin_3:
-	VMOVSS       (DX), X1
-	VUCOMISS     nearone<>+0(SB), X1
-	JCS          stateVKbf16AVX512_far_8
-	VBROADCASTSS (DX), Z14
-	VBROADCASTSS X13, Z13
-	VFMADD213PS  Z0, Z14, Z0
-	VFMADD231PS  (AX), Z13, Z0
-	VFMADD213PS  Z2, Z14, Z2
-	VFMADD231PS  64(AX), Z13, Z2
-	VFMADD213PS  Z3, Z14, Z3
-	VFMADD231PS  128(AX), Z13, Z3
-	VFMADD213PS  Z4, Z14, Z4
-	VFMADD231PS  192(AX), Z13, Z4
-	VFMADD213PS  Z5, Z14, Z5
-	VFMADD231PS  256(AX), Z13, Z5
-	VFMADD213PS  Z6, Z14, Z6
-	VFMADD231PS  320(AX), Z13, Z6
-	VFMADD213PS  Z7, Z14, Z7
-	VFMADD231PS  384(AX), Z13, Z7
-	VFMADD213PS  Z8, Z14, Z8
-	VFMADD231PS  448(AX), Z13, Z8
-	VFMADD213PS  Z9, Z14, Z9
-	VFMADD231PS  512(AX), Z13, K1, Z9
-	CMPQ         R9, $0x00000240
-	JBE          stateVKbf16AVX512_dead_70
-	VFMADD213PS  Z10, Z14, Z10
-	VFMADD231PS  576(AX), Z13, K3, Z10
-	CMPQ         R9, $0x00000280
-	JBE          stateVKbf16AVX512_dead_70
-	VFMADD213PS  Z11, Z14, Z11
-	VFMADD231PS  640(AX), Z13, K4, Z11
-	CMPQ         R9, $0x000002c0
-	JBE          stateVKbf16AVX512_dead_70
-	VFMADD213PS  Z12, Z14, Z12
-	VFMADD231PS  704(AX), Z13, K5, Z12
-
-stateVKbf16AVX512_dead_70:
+stateVKbf16AVX512_dead_65:
 	JMP stateVKbf16AVX512_decayed_8
 
 stateVKbf16AVX512_far_8:
@@ -26312,19 +26003,19 @@ stateVKbf16AVX512_far_8:
 	VMULPS       Z9, Z14, Z9
 	VFMADD231PS  512(AX), Z13, K1, Z9
 	CMPQ         R9, $0x00000240
-	JBE          stateVKbf16AVX512_dead_71
+	JBE          stateVKbf16AVX512_dead_66
 	VMULPS       Z10, Z14, Z10
 	VFMADD231PS  576(AX), Z13, K3, Z10
 	CMPQ         R9, $0x00000280
-	JBE          stateVKbf16AVX512_dead_71
+	JBE          stateVKbf16AVX512_dead_66
 	VMULPS       Z11, Z14, Z11
 	VFMADD231PS  640(AX), Z13, K4, Z11
 	CMPQ         R9, $0x000002c0
-	JBE          stateVKbf16AVX512_dead_71
+	JBE          stateVKbf16AVX512_dead_66
 	VMULPS       Z12, Z14, Z12
 	VFMADD231PS  704(AX), Z13, K5, Z12
 
-stateVKbf16AVX512_dead_71:
+stateVKbf16AVX512_dead_66:
 stateVKbf16AVX512_decayed_8:
 	// The state after this token, if stored.
 	MOVQ      (BX), R11
@@ -26353,119 +26044,21 @@ stateVKbf16AVX512_decayed_8:
 	VMOVDQU32 Z14, 192(R12)
 	VPTESTMW  Z13, Z14, K7, K7
 	CMPQ      R9, $0x00000240
-	JBE       stateVKbf16AVX512_dead_72
+	JBE       stateVKbf16AVX512_dead_67
 	BYTE $0x62; BYTE $0x52; BYTE $0x2f; BYTE $0x48; BYTE $0x72; BYTE $0xf1 // VCVTNE2PS2BF16 Z9, Z10, Z14
 	VMOVDQU32 Z14, 256(R12)
 	VPTESTMW  Z13, Z14, K7, K7
 	CMPQ      R9, $0x000002c0
-	JBE       stateVKbf16AVX512_dead_72
+	JBE       stateVKbf16AVX512_dead_67
 	BYTE $0x62; BYTE $0x52; BYTE $0x1f; BYTE $0x48; BYTE $0x72; BYTE $0xf3 // VCVTNE2PS2BF16 Z11, Z12, Z14
 	VMOVDQU32 Z14, 320(R12)
 	VPTESTMW  Z13, Z14, K7, K7
 
-stateVKbf16AVX512_dead_72:
+stateVKbf16AVX512_dead_67:
 	KORTESTD K7, K7
 	JCS      stateVKbf16AVX512_bfstored_3
-	MOVL     $0x00000001, 56(SP)
 
 stateVKbf16AVX512_bfints_3:
-	CMPL        56(SP), $0x00
-	JNE         stateVKbf16AVX512_bfnan_3
-	VMOVAPS     Z0, Z13
-	VPSRLD      $0x10, Z13, Z14
-	VPANDD.BCST one_i<>+0(SB), Z14, Z14
-	VPADDD.BCST round<>+0(SB), Z13, Z13
-	VPADDD      Z14, Z13, Z13
-	VPSRLD      $0x10, Z13, Z13
-	VPMOVDW     Z13, (R11)
-	VMOVAPS     Z2, Z13
-	VPSRLD      $0x10, Z13, Z14
-	VPANDD.BCST one_i<>+0(SB), Z14, Z14
-	VPADDD.BCST round<>+0(SB), Z13, Z13
-	VPADDD      Z14, Z13, Z13
-	VPSRLD      $0x10, Z13, Z13
-	VPMOVDW     Z13, 32(R11)
-	VMOVAPS     Z3, Z13
-	VPSRLD      $0x10, Z13, Z14
-	VPANDD.BCST one_i<>+0(SB), Z14, Z14
-	VPADDD.BCST round<>+0(SB), Z13, Z13
-	VPADDD      Z14, Z13, Z13
-	VPSRLD      $0x10, Z13, Z13
-	VPMOVDW     Z13, 64(R11)
-	VMOVAPS     Z4, Z13
-	VPSRLD      $0x10, Z13, Z14
-	VPANDD.BCST one_i<>+0(SB), Z14, Z14
-	VPADDD.BCST round<>+0(SB), Z13, Z13
-	VPADDD      Z14, Z13, Z13
-	VPSRLD      $0x10, Z13, Z13
-	VPMOVDW     Z13, 96(R11)
-	VMOVAPS     Z5, Z13
-	VPSRLD      $0x10, Z13, Z14
-	VPANDD.BCST one_i<>+0(SB), Z14, Z14
-	VPADDD.BCST round<>+0(SB), Z13, Z13
-	VPADDD      Z14, Z13, Z13
-	VPSRLD      $0x10, Z13, Z13
-	VPMOVDW     Z13, 128(R11)
-	VMOVAPS     Z6, Z13
-	VPSRLD      $0x10, Z13, Z14
-	VPANDD.BCST one_i<>+0(SB), Z14, Z14
-	VPADDD.BCST round<>+0(SB), Z13, Z13
-	VPADDD      Z14, Z13, Z13
-	VPSRLD      $0x10, Z13, Z13
-	VPMOVDW     Z13, 160(R11)
-	VMOVAPS     Z7, Z13
-	VPSRLD      $0x10, Z13, Z14
-	VPANDD.BCST one_i<>+0(SB), Z14, Z14
-	VPADDD.BCST round<>+0(SB), Z13, Z13
-	VPADDD      Z14, Z13, Z13
-	VPSRLD      $0x10, Z13, Z13
-	VPMOVDW     Z13, 192(R11)
-	VMOVAPS     Z8, Z13
-	VPSRLD      $0x10, Z13, Z14
-	VPANDD.BCST one_i<>+0(SB), Z14, Z14
-	VPADDD.BCST round<>+0(SB), Z13, Z13
-	VPADDD      Z14, Z13, Z13
-	VPSRLD      $0x10, Z13, Z13
-	VPMOVDW     Z13, 224(R11)
-	VMOVAPS     Z9, Z13
-	VPSRLD      $0x10, Z13, Z14
-	VPANDD.BCST one_i<>+0(SB), Z14, Z14
-	VPADDD.BCST round<>+0(SB), Z13, Z13
-	VPADDD      Z14, Z13, Z13
-	VPSRLD      $0x10, Z13, Z13
-	VPMOVDW     Z13, K1, 256(R11)
-	CMPQ        R9, $0x00000240
-	JBE         stateVKbf16AVX512_dead_73
-	VMOVAPS     Z10, Z13
-	VPSRLD      $0x10, Z13, Z14
-	VPANDD.BCST one_i<>+0(SB), Z14, Z14
-	VPADDD.BCST round<>+0(SB), Z13, Z13
-	VPADDD      Z14, Z13, Z13
-	VPSRLD      $0x10, Z13, Z13
-	VPMOVDW     Z13, K3, 288(R11)
-	CMPQ        R9, $0x00000280
-	JBE         stateVKbf16AVX512_dead_73
-	VMOVAPS     Z11, Z13
-	VPSRLD      $0x10, Z13, Z14
-	VPANDD.BCST one_i<>+0(SB), Z14, Z14
-	VPADDD.BCST round<>+0(SB), Z13, Z13
-	VPADDD      Z14, Z13, Z13
-	VPSRLD      $0x10, Z13, Z13
-	VPMOVDW     Z13, K4, 320(R11)
-	CMPQ        R9, $0x000002c0
-	JBE         stateVKbf16AVX512_dead_73
-	VMOVAPS     Z12, Z13
-	VPSRLD      $0x10, Z13, Z14
-	VPANDD.BCST one_i<>+0(SB), Z14, Z14
-	VPADDD.BCST round<>+0(SB), Z13, Z13
-	VPADDD      Z14, Z13, Z13
-	VPSRLD      $0x10, Z13, Z13
-	VPMOVDW     Z13, K5, 352(R11)
-
-stateVKbf16AVX512_dead_73:
-	JMP stateVKbf16AVX512_bfdone_3
-
-stateVKbf16AVX512_bfnan_3:
 	VMOVAPS     Z0, Z13
 	VPSRLD      $0x10, Z13, Z14
 	VCMPPS      $0x03, Z13, Z13, K2
@@ -26548,7 +26141,7 @@ stateVKbf16AVX512_bfnan_3:
 	VPORD.BCST  quiet<>+0(SB), Z14, K2, Z13
 	VPMOVDW     Z13, K1, 256(R11)
 	CMPQ        R9, $0x00000240
-	JBE         stateVKbf16AVX512_dead_74
+	JBE         stateVKbf16AVX512_dead_68
 	VMOVAPS     Z10, Z13
 	VPSRLD      $0x10, Z13, Z14
 	VCMPPS      $0x03, Z13, Z13, K2
@@ -26559,7 +26152,7 @@ stateVKbf16AVX512_bfnan_3:
 	VPORD.BCST  quiet<>+0(SB), Z14, K2, Z13
 	VPMOVDW     Z13, K3, 288(R11)
 	CMPQ        R9, $0x00000280
-	JBE         stateVKbf16AVX512_dead_74
+	JBE         stateVKbf16AVX512_dead_68
 	VMOVAPS     Z11, Z13
 	VPSRLD      $0x10, Z13, Z14
 	VCMPPS      $0x03, Z13, Z13, K2
@@ -26570,7 +26163,7 @@ stateVKbf16AVX512_bfnan_3:
 	VPORD.BCST  quiet<>+0(SB), Z14, K2, Z13
 	VPMOVDW     Z13, K4, 320(R11)
 	CMPQ        R9, $0x000002c0
-	JBE         stateVKbf16AVX512_dead_74
+	JBE         stateVKbf16AVX512_dead_68
 	VMOVAPS     Z12, Z13
 	VPSRLD      $0x10, Z13, Z14
 	VCMPPS      $0x03, Z13, Z13, K2
@@ -26581,8 +26174,7 @@ stateVKbf16AVX512_bfnan_3:
 	VPORD.BCST  quiet<>+0(SB), Z14, K2, Z13
 	VPMOVDW     Z13, K5, 352(R11)
 
-stateVKbf16AVX512_dead_74:
-stateVKbf16AVX512_bfdone_3:
+stateVKbf16AVX512_dead_68:
 stateVKbf16AVX512_bfstored_3:
 stateVKbf16AVX512_nostore_3:
 	ADDQ R9, AX
@@ -26611,16 +26203,16 @@ stateVKbf16AVX512_nostore_3:
 	VMOVUPS Z8, 448(AX)
 	VMOVUPS Z9, K1, 512(AX)
 	CMPQ    R9, $0x00000240
-	JBE     stateVKbf16AVX512_dead_75
+	JBE     stateVKbf16AVX512_dead_69
 	VMOVUPS Z10, K3, 576(AX)
 	CMPQ    R9, $0x00000280
-	JBE     stateVKbf16AVX512_dead_75
+	JBE     stateVKbf16AVX512_dead_69
 	VMOVUPS Z11, K4, 640(AX)
 	CMPQ    R9, $0x000002c0
-	JBE     stateVKbf16AVX512_dead_75
+	JBE     stateVKbf16AVX512_dead_69
 	VMOVUPS Z12, K5, 704(AX)
 
-stateVKbf16AVX512_dead_75:
+stateVKbf16AVX512_dead_69:
 stateVKbf16AVX512_nocarry_3:
 	ADDQ $0x00000001, (SP)
 	SUBQ $0x00000001, 8(SP)
@@ -26657,10 +26249,10 @@ stateVKbf16AVX512_group_4:
 	JB   stateVKbf16AVX512_groupsdone_4
 
 	// The prefetch list's next group.
-	MOVQ 64(SP), AX
+	MOVQ 56(SP), AX
 
 stateVKbf16AVX512_pfentry_6:
-	CMPQ  AX, 72(SP)
+	CMPQ  AX, 64(SP)
 	JAE   stateVKbf16AVX512_pfdone_6
 	MOVQ  (AX), DX
 	MOVQ  8(AX), CX
@@ -26676,7 +26268,7 @@ stateVKbf16AVX512_pfline_6:
 	JMP        stateVKbf16AVX512_pfentry_6
 
 stateVKbf16AVX512_pfdone_6:
-	MOVQ AX, 64(SP)
+	MOVQ AX, 56(SP)
 
 	// Load 1 row(s) of 13…16 vectors.
 	MOVQ       src32_base+40(FP), AX
@@ -26699,16 +26291,16 @@ stateVKbf16AVX512_pfdone_6:
 	PREFETCHT1 8896(AX)
 	PREFETCHT1 8960(AX)
 	CMPQ       R9, $0x00000340
-	JBE        stateVKbf16AVX512_dead_76
+	JBE        stateVKbf16AVX512_dead_70
 	PREFETCHT1 9024(AX)
 	CMPQ       R9, $0x00000380
-	JBE        stateVKbf16AVX512_dead_76
+	JBE        stateVKbf16AVX512_dead_70
 	PREFETCHT1 9088(AX)
 	CMPQ       R9, $0x000003c0
-	JBE        stateVKbf16AVX512_dead_76
+	JBE        stateVKbf16AVX512_dead_70
 	PREFETCHT1 9152(AX)
 
-stateVKbf16AVX512_dead_76:
+stateVKbf16AVX512_dead_70:
 	VBROADCASTSS zero<>+0(SB), Z14
 	VBROADCASTSS zero<>+0(SB), Z15
 	VBROADCASTSS zero<>+0(SB), Z16
@@ -26726,16 +26318,16 @@ stateVKbf16AVX512_dead_76:
 	VMOVUPS      704(AX), Z12
 	VMOVUPS.Z    768(AX), K1, Z13
 	CMPQ         R9, $0x00000340
-	JBE          stateVKbf16AVX512_dead_77
+	JBE          stateVKbf16AVX512_dead_71
 	VMOVUPS.Z    832(AX), K3, Z14
 	CMPQ         R9, $0x00000380
-	JBE          stateVKbf16AVX512_dead_77
+	JBE          stateVKbf16AVX512_dead_71
 	VMOVUPS.Z    896(AX), K4, Z15
 	CMPQ         R9, $0x000003c0
-	JBE          stateVKbf16AVX512_dead_77
+	JBE          stateVKbf16AVX512_dead_71
 	VMOVUPS.Z    960(AX), K5, Z16
 
-stateVKbf16AVX512_dead_77:
+stateVKbf16AVX512_dead_71:
 	JMP stateVKbf16AVX512_loaded_4
 
 stateVKbf16AVX512_frombf16_4:
@@ -26751,10 +26343,10 @@ stateVKbf16AVX512_frombf16_4:
 	PREFETCHT1 8512(AX)
 	PREFETCHT1 8576(AX)
 	CMPQ       R9, $0x00000380
-	JBE        stateVKbf16AVX512_dead_78
+	JBE        stateVKbf16AVX512_dead_72
 	PREFETCHT1 8640(AX)
 
-stateVKbf16AVX512_dead_78:
+stateVKbf16AVX512_dead_72:
 	VBROADCASTSS zero<>+0(SB), Z14
 	VBROADCASTSS zero<>+0(SB), Z15
 	VBROADCASTSS zero<>+0(SB), Z16
@@ -26785,19 +26377,19 @@ stateVKbf16AVX512_dead_78:
 	VPMOVZXWD.Z  384(AX), K1, Z13
 	VPSLLD       $0x10, Z13, Z13
 	CMPQ         R9, $0x00000340
-	JBE          stateVKbf16AVX512_dead_79
+	JBE          stateVKbf16AVX512_dead_73
 	VPMOVZXWD.Z  416(AX), K3, Z14
 	VPSLLD       $0x10, Z14, Z14
 	CMPQ         R9, $0x00000380
-	JBE          stateVKbf16AVX512_dead_79
+	JBE          stateVKbf16AVX512_dead_73
 	VPMOVZXWD.Z  448(AX), K4, Z15
 	VPSLLD       $0x10, Z15, Z15
 	CMPQ         R9, $0x000003c0
-	JBE          stateVKbf16AVX512_dead_79
+	JBE          stateVKbf16AVX512_dead_73
 	VPMOVZXWD.Z  480(AX), K5, Z16
 	VPSLLD       $0x10, Z16, Z16
 
-stateVKbf16AVX512_dead_79:
+stateVKbf16AVX512_dead_73:
 stateVKbf16AVX512_loaded_4:
 	MOVQ kh_base+112(FP), AX
 	MOVQ qh_base+136(FP), CX
@@ -26839,19 +26431,19 @@ stateVKbf16AVX512_token_4:
 	VFMADD231PS 768(AX), Z13, K1, Z17
 	VFMADD231PS 768(CX), Z13, K1, Z18
 	CMPQ        R9, $0x00000340
-	JBE         stateVKbf16AVX512_dead_80
+	JBE         stateVKbf16AVX512_dead_74
 	VFMADD231PS 832(AX), Z14, K3, Z19
 	VFMADD231PS 832(CX), Z14, K3, Z20
 	CMPQ        R9, $0x00000380
-	JBE         stateVKbf16AVX512_dead_80
+	JBE         stateVKbf16AVX512_dead_74
 	VFMADD231PS 896(AX), Z15, K4, Z21
 	VFMADD231PS 896(CX), Z15, K4, Z22
 	CMPQ        R9, $0x000003c0
-	JBE         stateVKbf16AVX512_dead_80
+	JBE         stateVKbf16AVX512_dead_74
 	VFMADD231PS 960(AX), Z16, K5, Z23
 	VFMADD231PS 960(CX), Z16, K5, Z24
 
-stateVKbf16AVX512_dead_80:
+stateVKbf16AVX512_dead_74:
 	VADDPS       Z19, Z17, Z17
 	VADDPS       Z23, Z21, Z21
 	VADDPS       Z21, Z17, Z17
@@ -26892,67 +26484,51 @@ stateVKbf16AVX512_decayed_9:
 	VBROADCASTSS  12(DX), Z19
 	VFMADD231PS   Y19, Y17, Y18
 	VMOVSS        X18, (DI)
-	MOVQ          (BX), R11
-	TESTQ         R11, R11
-	JZ            stateVKbf16AVX512_nofin_4
-	TESTQ         $0x0000007f, R9
-	JNZ           stateVKbf16AVX512_fin_4
-	CMPB          cvt+288(FP), $0x00
-	JNE           stateVKbf16AVX512_nofin_4
+	VMOVSS        (DX), X1
+	VUCOMISS      nearone<>+0(SB), X1
+	JCS           stateVKbf16AVX512_far_10
+	VBROADCASTSS  (DX), Z18
+	VBROADCASTSS  X17, Z17
+	VFMADD213PS   Z0, Z18, Z0
+	VFMADD231PS   (AX), Z17, Z0
+	VFMADD213PS   Z2, Z18, Z2
+	VFMADD231PS   64(AX), Z17, Z2
+	VFMADD213PS   Z3, Z18, Z3
+	VFMADD231PS   128(AX), Z17, Z3
+	VFMADD213PS   Z4, Z18, Z4
+	VFMADD231PS   192(AX), Z17, Z4
+	VFMADD213PS   Z5, Z18, Z5
+	VFMADD231PS   256(AX), Z17, Z5
+	VFMADD213PS   Z6, Z18, Z6
+	VFMADD231PS   320(AX), Z17, Z6
+	VFMADD213PS   Z7, Z18, Z7
+	VFMADD231PS   384(AX), Z17, Z7
+	VFMADD213PS   Z8, Z18, Z8
+	VFMADD231PS   448(AX), Z17, Z8
+	VFMADD213PS   Z9, Z18, Z9
+	VFMADD231PS   512(AX), Z17, Z9
+	VFMADD213PS   Z10, Z18, Z10
+	VFMADD231PS   576(AX), Z17, Z10
+	VFMADD213PS   Z11, Z18, Z11
+	VFMADD231PS   640(AX), Z17, Z11
+	VFMADD213PS   Z12, Z18, Z12
+	VFMADD231PS   704(AX), Z17, Z12
+	VFMADD213PS   Z13, Z18, Z13
+	VFMADD231PS   768(AX), Z17, K1, Z13
+	CMPQ          R9, $0x00000340
+	JBE           stateVKbf16AVX512_dead_75
+	VFMADD213PS   Z14, Z18, Z14
+	VFMADD231PS   832(AX), Z17, K3, Z14
+	CMPQ          R9, $0x00000380
+	JBE           stateVKbf16AVX512_dead_75
+	VFMADD213PS   Z15, Z18, Z15
+	VFMADD231PS   896(AX), Z17, K4, Z15
+	CMPQ          R9, $0x000003c0
+	JBE           stateVKbf16AVX512_dead_75
+	VFMADD213PS   Z16, Z18, Z16
+	VFMADD231PS   960(AX), Z17, K5, Z16
 
-stateVKbf16AVX512_fin_4:
-	VSUBPS Y17, Y17, Y18
-	VCMPPS $0x03, Y18, Y18, K7
-	KMOVW  K7, R11
-	ANDL   $0x00000001, R11
-	MOVL   R11, 56(SP)
-
-stateVKbf16AVX512_nofin_4:
-	VMOVSS       (DX), X1
-	VUCOMISS     nearone<>+0(SB), X1
-	JCS          stateVKbf16AVX512_far_10
-	VBROADCASTSS (DX), Z18
-	VBROADCASTSS X17, Z17
-	VFMADD213PS  Z0, Z18, Z0
-	VFMADD231PS  (AX), Z17, Z0
-	VFMADD213PS  Z2, Z18, Z2
-	VFMADD231PS  64(AX), Z17, Z2
-	VFMADD213PS  Z3, Z18, Z3
-	VFMADD231PS  128(AX), Z17, Z3
-	VFMADD213PS  Z4, Z18, Z4
-	VFMADD231PS  192(AX), Z17, Z4
-	VFMADD213PS  Z5, Z18, Z5
-	VFMADD231PS  256(AX), Z17, Z5
-	VFMADD213PS  Z6, Z18, Z6
-	VFMADD231PS  320(AX), Z17, Z6
-	VFMADD213PS  Z7, Z18, Z7
-	VFMADD231PS  384(AX), Z17, Z7
-	VFMADD213PS  Z8, Z18, Z8
-	VFMADD231PS  448(AX), Z17, Z8
-	VFMADD213PS  Z9, Z18, Z9
-	VFMADD231PS  512(AX), Z17, Z9
-	VFMADD213PS  Z10, Z18, Z10
-	VFMADD231PS  576(AX), Z17, Z10
-	VFMADD213PS  Z11, Z18, Z11
-	VFMADD231PS  640(AX), Z17, Z11
-	VFMADD213PS  Z12, Z18, Z12
-	VFMADD231PS  704(AX), Z17, Z12
-	VFMADD213PS  Z13, Z18, Z13
-	VFMADD231PS  768(AX), Z17, K1, Z13
-	CMPQ         R9, $0x00000340
-	JBE          stateVKbf16AVX512_dead_81
-	VFMADD213PS  Z14, Z18, Z14
-	VFMADD231PS  832(AX), Z17, K3, Z14
-	CMPQ         R9, $0x00000380
-	JBE          stateVKbf16AVX512_dead_81
-	VFMADD213PS  Z15, Z18, Z15
-	VFMADD231PS  896(AX), Z17, K4, Z15
-	CMPQ         R9, $0x000003c0
-	JBE          stateVKbf16AVX512_dead_81
-	VFMADD213PS  Z16, Z18, Z16
-	VFMADD231PS  960(AX), Z17, K5, Z16
-
-stateVKbf16AVX512_dead_81:
+stateVKbf16AVX512_dead_75:
 	JMP stateVKbf16AVX512_decayed_10
 
 stateVKbf16AVX512_far_10:
@@ -26985,19 +26561,19 @@ stateVKbf16AVX512_far_10:
 	VMULPS       Z13, Z18, Z13
 	VFMADD231PS  768(AX), Z17, K1, Z13
 	CMPQ         R9, $0x00000340
-	JBE          stateVKbf16AVX512_dead_82
+	JBE          stateVKbf16AVX512_dead_76
 	VMULPS       Z14, Z18, Z14
 	VFMADD231PS  832(AX), Z17, K3, Z14
 	CMPQ         R9, $0x00000380
-	JBE          stateVKbf16AVX512_dead_82
+	JBE          stateVKbf16AVX512_dead_76
 	VMULPS       Z15, Z18, Z15
 	VFMADD231PS  896(AX), Z17, K4, Z15
 	CMPQ         R9, $0x000003c0
-	JBE          stateVKbf16AVX512_dead_82
+	JBE          stateVKbf16AVX512_dead_76
 	VMULPS       Z16, Z18, Z16
 	VFMADD231PS  960(AX), Z17, K5, Z16
 
-stateVKbf16AVX512_dead_82:
+stateVKbf16AVX512_dead_76:
 stateVKbf16AVX512_decayed_10:
 	// The state after this token, if stored.
 	MOVQ      (BX), R11
@@ -27032,147 +26608,21 @@ stateVKbf16AVX512_decayed_10:
 	VMOVDQU32 Z18, 320(R12)
 	VPTESTMW  Z17, Z18, K7, K7
 	CMPQ      R9, $0x00000340
-	JBE       stateVKbf16AVX512_dead_83
+	JBE       stateVKbf16AVX512_dead_77
 	BYTE $0x62; BYTE $0xc2; BYTE $0x0f; BYTE $0x48; BYTE $0x72; BYTE $0xd5 // VCVTNE2PS2BF16 Z13, Z14, Z18
 	VMOVDQU32 Z18, 384(R12)
 	VPTESTMW  Z17, Z18, K7, K7
 	CMPQ      R9, $0x000003c0
-	JBE       stateVKbf16AVX512_dead_83
+	JBE       stateVKbf16AVX512_dead_77
 	BYTE $0x62; BYTE $0xc2; BYTE $0x7f; BYTE $0x40; BYTE $0x72; BYTE $0xd7 // VCVTNE2PS2BF16 Z15, Z16, Z18
 	VMOVDQU32 Z18, 448(R12)
 	VPTESTMW  Z17, Z18, K7, K7
 
-stateVKbf16AVX512_dead_83:
+stateVKbf16AVX512_dead_77:
 	KORTESTD K7, K7
 	JCS      stateVKbf16AVX512_bfstored_4
-	MOVL     $0x00000001, 56(SP)
 
 stateVKbf16AVX512_bfints_4:
-	CMPL        56(SP), $0x00
-	JNE         stateVKbf16AVX512_bfnan_4
-	VMOVAPS     Z0, Z17
-	VPSRLD      $0x10, Z17, Z18
-	VPANDD.BCST one_i<>+0(SB), Z18, Z18
-	VPADDD.BCST round<>+0(SB), Z17, Z17
-	VPADDD      Z18, Z17, Z17
-	VPSRLD      $0x10, Z17, Z17
-	VPMOVDW     Z17, (R11)
-	VMOVAPS     Z2, Z17
-	VPSRLD      $0x10, Z17, Z18
-	VPANDD.BCST one_i<>+0(SB), Z18, Z18
-	VPADDD.BCST round<>+0(SB), Z17, Z17
-	VPADDD      Z18, Z17, Z17
-	VPSRLD      $0x10, Z17, Z17
-	VPMOVDW     Z17, 32(R11)
-	VMOVAPS     Z3, Z17
-	VPSRLD      $0x10, Z17, Z18
-	VPANDD.BCST one_i<>+0(SB), Z18, Z18
-	VPADDD.BCST round<>+0(SB), Z17, Z17
-	VPADDD      Z18, Z17, Z17
-	VPSRLD      $0x10, Z17, Z17
-	VPMOVDW     Z17, 64(R11)
-	VMOVAPS     Z4, Z17
-	VPSRLD      $0x10, Z17, Z18
-	VPANDD.BCST one_i<>+0(SB), Z18, Z18
-	VPADDD.BCST round<>+0(SB), Z17, Z17
-	VPADDD      Z18, Z17, Z17
-	VPSRLD      $0x10, Z17, Z17
-	VPMOVDW     Z17, 96(R11)
-	VMOVAPS     Z5, Z17
-	VPSRLD      $0x10, Z17, Z18
-	VPANDD.BCST one_i<>+0(SB), Z18, Z18
-	VPADDD.BCST round<>+0(SB), Z17, Z17
-	VPADDD      Z18, Z17, Z17
-	VPSRLD      $0x10, Z17, Z17
-	VPMOVDW     Z17, 128(R11)
-	VMOVAPS     Z6, Z17
-	VPSRLD      $0x10, Z17, Z18
-	VPANDD.BCST one_i<>+0(SB), Z18, Z18
-	VPADDD.BCST round<>+0(SB), Z17, Z17
-	VPADDD      Z18, Z17, Z17
-	VPSRLD      $0x10, Z17, Z17
-	VPMOVDW     Z17, 160(R11)
-	VMOVAPS     Z7, Z17
-	VPSRLD      $0x10, Z17, Z18
-	VPANDD.BCST one_i<>+0(SB), Z18, Z18
-	VPADDD.BCST round<>+0(SB), Z17, Z17
-	VPADDD      Z18, Z17, Z17
-	VPSRLD      $0x10, Z17, Z17
-	VPMOVDW     Z17, 192(R11)
-	VMOVAPS     Z8, Z17
-	VPSRLD      $0x10, Z17, Z18
-	VPANDD.BCST one_i<>+0(SB), Z18, Z18
-	VPADDD.BCST round<>+0(SB), Z17, Z17
-	VPADDD      Z18, Z17, Z17
-	VPSRLD      $0x10, Z17, Z17
-	VPMOVDW     Z17, 224(R11)
-	VMOVAPS     Z9, Z17
-	VPSRLD      $0x10, Z17, Z18
-	VPANDD.BCST one_i<>+0(SB), Z18, Z18
-	VPADDD.BCST round<>+0(SB), Z17, Z17
-	VPADDD      Z18, Z17, Z17
-	VPSRLD      $0x10, Z17, Z17
-	VPMOVDW     Z17, 256(R11)
-	VMOVAPS     Z10, Z17
-	VPSRLD      $0x10, Z17, Z18
-	VPANDD.BCST one_i<>+0(SB), Z18, Z18
-	VPADDD.BCST round<>+0(SB), Z17, Z17
-	VPADDD      Z18, Z17, Z17
-	VPSRLD      $0x10, Z17, Z17
-	VPMOVDW     Z17, 288(R11)
-	VMOVAPS     Z11, Z17
-	VPSRLD      $0x10, Z17, Z18
-	VPANDD.BCST one_i<>+0(SB), Z18, Z18
-	VPADDD.BCST round<>+0(SB), Z17, Z17
-	VPADDD      Z18, Z17, Z17
-	VPSRLD      $0x10, Z17, Z17
-	VPMOVDW     Z17, 320(R11)
-	VMOVAPS     Z12, Z17
-	VPSRLD      $0x10, Z17, Z18
-	VPANDD.BCST one_i<>+0(SB), Z18, Z18
-	VPADDD.BCST round<>+0(SB), Z17, Z17
-	VPADDD      Z18, Z17, Z17
-	VPSRLD      $0x10, Z17, Z17
-	VPMOVDW     Z17, 352(R11)
-	VMOVAPS     Z13, Z17
-	VPSRLD      $0x10, Z17, Z18
-	VPANDD.BCST one_i<>+0(SB), Z18, Z18
-	VPADDD.BCST round<>+0(SB), Z17, Z17
-	VPADDD      Z18, Z17, Z17
-	VPSRLD      $0x10, Z17, Z17
-	VPMOVDW     Z17, K1, 384(R11)
-	CMPQ        R9, $0x00000340
-	JBE         stateVKbf16AVX512_dead_84
-	VMOVAPS     Z14, Z17
-	VPSRLD      $0x10, Z17, Z18
-	VPANDD.BCST one_i<>+0(SB), Z18, Z18
-	VPADDD.BCST round<>+0(SB), Z17, Z17
-	VPADDD      Z18, Z17, Z17
-	VPSRLD      $0x10, Z17, Z17
-	VPMOVDW     Z17, K3, 416(R11)
-	CMPQ        R9, $0x00000380
-	JBE         stateVKbf16AVX512_dead_84
-	VMOVAPS     Z15, Z17
-	VPSRLD      $0x10, Z17, Z18
-	VPANDD.BCST one_i<>+0(SB), Z18, Z18
-	VPADDD.BCST round<>+0(SB), Z17, Z17
-	VPADDD      Z18, Z17, Z17
-	VPSRLD      $0x10, Z17, Z17
-	VPMOVDW     Z17, K4, 448(R11)
-	CMPQ        R9, $0x000003c0
-	JBE         stateVKbf16AVX512_dead_84
-	VMOVAPS     Z16, Z17
-	VPSRLD      $0x10, Z17, Z18
-	VPANDD.BCST one_i<>+0(SB), Z18, Z18
-	VPADDD.BCST round<>+0(SB), Z17, Z17
-	VPADDD      Z18, Z17, Z17
-	VPSRLD      $0x10, Z17, Z17
-	VPMOVDW     Z17, K5, 480(R11)
-
-stateVKbf16AVX512_dead_84:
-	JMP stateVKbf16AVX512_bfdone_4
-
-stateVKbf16AVX512_bfnan_4:
 	VMOVAPS     Z0, Z17
 	VPSRLD      $0x10, Z17, Z18
 	VCMPPS      $0x03, Z17, Z17, K2
@@ -27291,7 +26741,7 @@ stateVKbf16AVX512_bfnan_4:
 	VPORD.BCST  quiet<>+0(SB), Z18, K2, Z17
 	VPMOVDW     Z17, K1, 384(R11)
 	CMPQ        R9, $0x00000340
-	JBE         stateVKbf16AVX512_dead_85
+	JBE         stateVKbf16AVX512_dead_78
 	VMOVAPS     Z14, Z17
 	VPSRLD      $0x10, Z17, Z18
 	VCMPPS      $0x03, Z17, Z17, K2
@@ -27302,7 +26752,7 @@ stateVKbf16AVX512_bfnan_4:
 	VPORD.BCST  quiet<>+0(SB), Z18, K2, Z17
 	VPMOVDW     Z17, K3, 416(R11)
 	CMPQ        R9, $0x00000380
-	JBE         stateVKbf16AVX512_dead_85
+	JBE         stateVKbf16AVX512_dead_78
 	VMOVAPS     Z15, Z17
 	VPSRLD      $0x10, Z17, Z18
 	VCMPPS      $0x03, Z17, Z17, K2
@@ -27313,7 +26763,7 @@ stateVKbf16AVX512_bfnan_4:
 	VPORD.BCST  quiet<>+0(SB), Z18, K2, Z17
 	VPMOVDW     Z17, K4, 448(R11)
 	CMPQ        R9, $0x000003c0
-	JBE         stateVKbf16AVX512_dead_85
+	JBE         stateVKbf16AVX512_dead_78
 	VMOVAPS     Z16, Z17
 	VPSRLD      $0x10, Z17, Z18
 	VCMPPS      $0x03, Z17, Z17, K2
@@ -27324,8 +26774,7 @@ stateVKbf16AVX512_bfnan_4:
 	VPORD.BCST  quiet<>+0(SB), Z18, K2, Z17
 	VPMOVDW     Z17, K5, 480(R11)
 
-stateVKbf16AVX512_dead_85:
-stateVKbf16AVX512_bfdone_4:
+stateVKbf16AVX512_dead_78:
 stateVKbf16AVX512_bfstored_4:
 stateVKbf16AVX512_nostore_4:
 	ADDQ R9, AX
@@ -27358,16 +26807,16 @@ stateVKbf16AVX512_nostore_4:
 	VMOVUPS Z12, 704(AX)
 	VMOVUPS Z13, K1, 768(AX)
 	CMPQ    R9, $0x00000340
-	JBE     stateVKbf16AVX512_dead_86
+	JBE     stateVKbf16AVX512_dead_79
 	VMOVUPS Z14, K3, 832(AX)
 	CMPQ    R9, $0x00000380
-	JBE     stateVKbf16AVX512_dead_86
+	JBE     stateVKbf16AVX512_dead_79
 	VMOVUPS Z15, K4, 896(AX)
 	CMPQ    R9, $0x000003c0
-	JBE     stateVKbf16AVX512_dead_86
+	JBE     stateVKbf16AVX512_dead_79
 	VMOVUPS Z16, K5, 960(AX)
 
-stateVKbf16AVX512_dead_86:
+stateVKbf16AVX512_dead_79:
 stateVKbf16AVX512_nocarry_4:
 	ADDQ $0x00000001, (SP)
 	SUBQ $0x00000001, 8(SP)
@@ -30559,660 +30008,6 @@ TEXT ·stateVKbf16AVX2(SB), NOSPLIT, $328-288
 
 stateVKbf16AVX2_n8_1:
 	// Rows of 1…8 vectors.
-	CMPQ  16(SP), $0x01
-	JNE   stateVKbf16AVX2_pairs_1
-	MOVQ  stores_base+64(FP), AX
-	CMPQ  (AX), $0x00
-	JE    stateVKbf16AVX2_pairs_1
-	MOVQ  src32_base+40(FP), AX
-	TESTQ AX, AX
-	JNZ   stateVKbf16AVX2_pairs_1
-	MOVQ  carry_base+88(FP), AX
-	TESTQ AX, AX
-	JNZ   stateVKbf16AVX2_pairs_1
-
-stateVKbf16AVX2_once_1:
-	CMPQ 8(SP), $0x02
-	JB   stateVKbf16AVX2_oncedone_1
-
-	// A pair of rows of 1…8 vectors, one token.
-	MOVQ       src_base+16(FP), R11
-	MOVQ       (SP), AX
-	IMULQ      R10, AX
-	ADDQ       AX, R11
-	MOVQ       kh_base+112(FP), AX
-	MOVQ       qh_base+136(FP), CX
-	MOVQ       tok_base+216(FP), DX
-	MOVQ       stores_base+64(FP), BX
-	MOVQ       v_base+160(FP), SI
-	MOVQ       o_base+192(FP), DI
-	MOVQ       (SP), R8
-	SHLQ       $0x02, R8
-	ADDQ       R8, SI
-	ADDQ       R8, DI
-	MOVQ       16(SP), R8
-	PREFETCHT1 8192(R11)
-	CMPQ       R9, $0x00000040
-	JBE        stateVKbf16AVX2_dead_1
-	PREFETCHT1 8256(R11)
-	CMPQ       R9, $0x00000080
-	JBE        stateVKbf16AVX2_dead_1
-	PREFETCHT1 8320(R11)
-	CMPQ       R9, $0x000000c0
-	JBE        stateVKbf16AVX2_dead_1
-	PREFETCHT1 8384(R11)
-
-stateVKbf16AVX2_dead_1:
-	VXORPS      Y0, Y0, Y0
-	VXORPS      Y3, Y3, Y3
-	VXORPS      Y2, Y2, Y2
-	VXORPS      Y4, Y4, Y4
-	VXORPS      Y5, Y5, Y5
-	VXORPS      Y7, Y7, Y7
-	VXORPS      Y6, Y6, Y6
-	VXORPS      Y8, Y8, Y8
-	CMPQ        R9, $0x00000020
-	JBE         stateVKbf16AVX2_dead_2
-	VMOVUPS     (AX), Y9
-	VMOVUPS     (CX), Y10
-	VPMOVZXWD   (R11), Y11
-	VPSLLD      $0x10, Y11, Y11
-	VFMADD231PS Y9, Y11, Y0
-	VFMADD231PS Y10, Y11, Y2
-	VPMOVZXWD   (R11)(R10*1), Y11
-	VPSLLD      $0x10, Y11, Y11
-	VFMADD231PS Y9, Y11, Y5
-	VFMADD231PS Y10, Y11, Y6
-	CMPQ        R9, $0x00000040
-	JBE         stateVKbf16AVX2_dead_2
-	VMOVUPS     32(AX), Y9
-	VMOVUPS     32(CX), Y10
-	VPMOVZXWD   16(R11), Y11
-	VPSLLD      $0x10, Y11, Y11
-	VFMADD231PS Y9, Y11, Y3
-	VFMADD231PS Y10, Y11, Y4
-	VPMOVZXWD   16(R11)(R10*1), Y11
-	VPSLLD      $0x10, Y11, Y11
-	VFMADD231PS Y9, Y11, Y7
-	VFMADD231PS Y10, Y11, Y8
-	CMPQ        R9, $0x00000060
-	JBE         stateVKbf16AVX2_dead_2
-	VMOVUPS     64(AX), Y9
-	VMOVUPS     64(CX), Y10
-	VPMOVZXWD   32(R11), Y11
-	VPSLLD      $0x10, Y11, Y11
-	VFMADD231PS Y9, Y11, Y0
-	VFMADD231PS Y10, Y11, Y2
-	VPMOVZXWD   32(R11)(R10*1), Y11
-	VPSLLD      $0x10, Y11, Y11
-	VFMADD231PS Y9, Y11, Y5
-	VFMADD231PS Y10, Y11, Y6
-	CMPQ        R9, $0x00000080
-	JBE         stateVKbf16AVX2_dead_2
-	VMOVUPS     96(AX), Y9
-	VMOVUPS     96(CX), Y10
-	VPMOVZXWD   48(R11), Y11
-	VPSLLD      $0x10, Y11, Y11
-	VFMADD231PS Y9, Y11, Y3
-	VFMADD231PS Y10, Y11, Y4
-	VPMOVZXWD   48(R11)(R10*1), Y11
-	VPSLLD      $0x10, Y11, Y11
-	VFMADD231PS Y9, Y11, Y7
-	VFMADD231PS Y10, Y11, Y8
-	CMPQ        R9, $0x000000a0
-	JBE         stateVKbf16AVX2_dead_2
-	VMOVUPS     128(AX), Y9
-	VMOVUPS     128(CX), Y10
-	VPMOVZXWD   64(R11), Y11
-	VPSLLD      $0x10, Y11, Y11
-	VFMADD231PS Y9, Y11, Y0
-	VFMADD231PS Y10, Y11, Y2
-	VPMOVZXWD   64(R11)(R10*1), Y11
-	VPSLLD      $0x10, Y11, Y11
-	VFMADD231PS Y9, Y11, Y5
-	VFMADD231PS Y10, Y11, Y6
-	CMPQ        R9, $0x000000c0
-	JBE         stateVKbf16AVX2_dead_2
-	VMOVUPS     160(AX), Y9
-	VMOVUPS     160(CX), Y10
-	VPMOVZXWD   80(R11), Y11
-	VPSLLD      $0x10, Y11, Y11
-	VFMADD231PS Y9, Y11, Y3
-	VFMADD231PS Y10, Y11, Y4
-	VPMOVZXWD   80(R11)(R10*1), Y11
-	VPSLLD      $0x10, Y11, Y11
-	VFMADD231PS Y9, Y11, Y7
-	VFMADD231PS Y10, Y11, Y8
-	CMPQ        R9, $0x000000e0
-	JBE         stateVKbf16AVX2_dead_2
-	VMOVUPS     192(AX), Y9
-	VMOVUPS     192(CX), Y10
-	VPMOVZXWD   96(R11), Y11
-	VPSLLD      $0x10, Y11, Y11
-	VFMADD231PS Y9, Y11, Y0
-	VFMADD231PS Y10, Y11, Y2
-	VPMOVZXWD   96(R11)(R10*1), Y11
-	VPSLLD      $0x10, Y11, Y11
-	VFMADD231PS Y9, Y11, Y5
-	VFMADD231PS Y10, Y11, Y6
-
-stateVKbf16AVX2_dead_2:
-	VMOVUPS      -32(AX)(R9*1), Y9
-	VMOVUPS      -32(CX)(R9*1), Y10
-	VPMOVZXWD    -16(R11)(R10*1), Y11
-	VPSLLD       $0x10, Y11, Y11
-	VANDPS       48(SP), Y11, Y11
-	VFMADD231PS  Y9, Y11, Y3
-	VFMADD231PS  Y10, Y11, Y4
-	VPMOVZXWD    -16(R11)(R10*2), Y11
-	VPSLLD       $0x10, Y11, Y11
-	VANDPS       48(SP), Y11, Y11
-	VFMADD231PS  Y9, Y11, Y7
-	VFMADD231PS  Y10, Y11, Y8
-	VADDPS       Y3, Y0, Y0
-	VADDPS       Y7, Y5, Y5
-	VADDPS       Y4, Y2, Y2
-	VADDPS       Y8, Y6, Y6
-	VPERM2F128   $0x20, Y5, Y0, Y3
-	VPERM2F128   $0x31, Y5, Y0, Y0
-	VADDPS       Y0, Y3, Y3
-	VPERM2F128   $0x20, Y6, Y2, Y0
-	VPERM2F128   $0x31, Y6, Y2, Y2
-	VADDPS       Y2, Y0, Y0
-	VSHUFPS      $0x44, Y0, Y3, Y2
-	VSHUFPS      $0xee, Y0, Y3, Y0
-	VADDPS       Y0, Y2, Y2
-	VSHUFPS      $0x88, Y2, Y2, Y0
-	VSHUFPS      $0xdd, Y2, Y2, Y2
-	VADDPS       Y2, Y0, Y0
-	VMOVUPS      vkpermAVX2_2<>+0(SB), Y2
-	VPERMPS      Y0, Y2, Y0
-	VMOVSS       (DX), X1
-	VUCOMISS     nearone<>+0(SB), X1
-	JCS          stateVKbf16AVX2_far_1
-	VBROADCASTSS (DX), Y2
-	VFMADD213PS  Y0, Y2, Y0
-	JMP          stateVKbf16AVX2_decayed_1
-
-stateVKbf16AVX2_far_1:
-	VBROADCASTSS 4(DX), Y2
-	VMULPS       Y0, Y2, Y0
-
-stateVKbf16AVX2_decayed_1:
-	VEXTRACTF128 $0x01, Y0, X2
-	VMOVSD       (SI), X1
-	VSUBPS       X0, X1, X1
-	VBROADCASTSS 8(DX), Y0
-	VMULPS       X0, X1, X1
-	VBROADCASTSS 12(DX), Y0
-	VFMADD231PS  X0, X1, X2
-	VMOVSD       X2, (DI)
-	MOVQ         (BX), CX
-	TESTQ        CX, CX
-	JZ           stateVKbf16AVX2_nofin_1
-	VSUBPS       X1, X1, X0
-	VCMPPS       $0x03, X0, X0, X0
-	VMOVMSKPS    X0, CX
-	ANDL         $0x00000003, CX
-	MOVL         CX, 80(SP)
-
-stateVKbf16AVX2_nofin_1:
-	MOVQ         (BX), CX
-	MOVQ         (SP), BX
-	IMULQ        R10, BX
-	ADDQ         BX, CX
-	VPMOVZXWD    -16(R11)(R10*1), Y0
-	VPSLLD       $0x10, Y0, Y0
-	VPMOVZXWD    -16(R11)(R10*2), Y2
-	VPSLLD       $0x10, Y2, Y2
-	CMPL         80(SP), $0x00
-	JNE          stateVKbf16AVX2_pairs_1
-	VMOVSS       (DX), X3
-	VUCOMISS     nearone<>+0(SB), X3
-	JCS          stateVKbf16AVX2_far_2
-	VBROADCASTSS (DX), Y3
-	VBROADCASTSS X1, Y4
-	VMOVUPS      vklane1<>+0(SB), Y5
-	VPERMPS      Y1, Y5, Y5
-	CMPQ         R9, $0x00000020
-	JBE          stateVKbf16AVX2_dead_3
-	VMOVUPS      (AX), Y6
-	VPMOVZXWD    (R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, (CX)
-	VPMOVZXWD    (R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, (CX)(R10*1)
-	CMPQ         R9, $0x00000040
-	JBE          stateVKbf16AVX2_dead_3
-	VMOVUPS      32(AX), Y6
-	VPMOVZXWD    16(R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 16(CX)
-	VPMOVZXWD    16(R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 16(CX)(R10*1)
-	CMPQ         R9, $0x00000060
-	JBE          stateVKbf16AVX2_dead_3
-	VMOVUPS      64(AX), Y6
-	VPMOVZXWD    32(R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 32(CX)
-	VPMOVZXWD    32(R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 32(CX)(R10*1)
-	CMPQ         R9, $0x00000080
-	JBE          stateVKbf16AVX2_dead_3
-	VMOVUPS      96(AX), Y6
-	VPMOVZXWD    48(R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 48(CX)
-	VPMOVZXWD    48(R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 48(CX)(R10*1)
-	CMPQ         R9, $0x000000a0
-	JBE          stateVKbf16AVX2_dead_3
-	VMOVUPS      128(AX), Y6
-	VPMOVZXWD    64(R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 64(CX)
-	VPMOVZXWD    64(R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 64(CX)(R10*1)
-	CMPQ         R9, $0x000000c0
-	JBE          stateVKbf16AVX2_dead_3
-	VMOVUPS      160(AX), Y6
-	VPMOVZXWD    80(R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 80(CX)
-	VPMOVZXWD    80(R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 80(CX)(R10*1)
-	CMPQ         R9, $0x000000e0
-	JBE          stateVKbf16AVX2_dead_3
-	VMOVUPS      192(AX), Y6
-	VPMOVZXWD    96(R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 96(CX)
-	VPMOVZXWD    96(R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VFMADD213PS  Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 96(CX)(R10*1)
-
-stateVKbf16AVX2_dead_3:
-	VFMADD213PS  Y0, Y3, Y0
-	VFMADD231PS  -32(AX)(R9*1), Y4, Y0
-	VPSRLD       $0x10, Y0, Y4
-	VPAND        one_i<>+0(SB), Y4, Y4
-	VPADDD       round<>+0(SB), Y0, Y0
-	VPADDD       Y4, Y0, Y0
-	VPSRLD       $0x10, Y0, Y0
-	VEXTRACTI128 $0x01, Y0, X1
-	VPACKUSDW    X1, X0, X1
-	VMOVDQU      X1, -16(CX)(R10*1)
-	VFMADD213PS  Y2, Y3, Y2
-	VFMADD231PS  -32(AX)(R9*1), Y5, Y2
-	VPSRLD       $0x10, Y2, Y0
-	VPAND        one_i<>+0(SB), Y0, Y0
-	VPADDD       round<>+0(SB), Y2, Y2
-	VPADDD       Y0, Y2, Y2
-	VPSRLD       $0x10, Y2, Y2
-	VEXTRACTI128 $0x01, Y2, X0
-	VPACKUSDW    X0, X2, X0
-	VMOVDQU      X0, -16(CX)(R10*2)
-	JMP          stateVKbf16AVX2_decayed_2
-
-stateVKbf16AVX2_far_2:
-	VBROADCASTSS 4(DX), Y3
-	VBROADCASTSS X1, Y4
-	VMOVUPS      vklane1<>+0(SB), Y5
-	VPERMPS      Y1, Y5, Y5
-	CMPQ         R9, $0x00000020
-	JBE          stateVKbf16AVX2_dead_4
-	VMOVUPS      (AX), Y6
-	VPMOVZXWD    (R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, (CX)
-	VPMOVZXWD    (R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, (CX)(R10*1)
-	CMPQ         R9, $0x00000040
-	JBE          stateVKbf16AVX2_dead_4
-	VMOVUPS      32(AX), Y6
-	VPMOVZXWD    16(R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 16(CX)
-	VPMOVZXWD    16(R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 16(CX)(R10*1)
-	CMPQ         R9, $0x00000060
-	JBE          stateVKbf16AVX2_dead_4
-	VMOVUPS      64(AX), Y6
-	VPMOVZXWD    32(R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 32(CX)
-	VPMOVZXWD    32(R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 32(CX)(R10*1)
-	CMPQ         R9, $0x00000080
-	JBE          stateVKbf16AVX2_dead_4
-	VMOVUPS      96(AX), Y6
-	VPMOVZXWD    48(R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 48(CX)
-	VPMOVZXWD    48(R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 48(CX)(R10*1)
-	CMPQ         R9, $0x000000a0
-	JBE          stateVKbf16AVX2_dead_4
-	VMOVUPS      128(AX), Y6
-	VPMOVZXWD    64(R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 64(CX)
-	VPMOVZXWD    64(R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 64(CX)(R10*1)
-	CMPQ         R9, $0x000000c0
-	JBE          stateVKbf16AVX2_dead_4
-	VMOVUPS      160(AX), Y6
-	VPMOVZXWD    80(R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 80(CX)
-	VPMOVZXWD    80(R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 80(CX)(R10*1)
-	CMPQ         R9, $0x000000e0
-	JBE          stateVKbf16AVX2_dead_4
-	VMOVUPS      192(AX), Y6
-	VPMOVZXWD    96(R11), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y4, Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 96(CX)
-	VPMOVZXWD    96(R11)(R10*1), Y7
-	VPSLLD       $0x10, Y7, Y7
-	VMULPS       Y7, Y3, Y7
-	VFMADD231PS  Y6, Y5, Y7
-	VPSRLD       $0x10, Y7, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y6, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X1
-	VPACKUSDW    X1, X7, X1
-	VMOVDQU      X1, 96(CX)(R10*1)
-
-stateVKbf16AVX2_dead_4:
-	VMULPS       Y0, Y3, Y0
-	VFMADD231PS  -32(AX)(R9*1), Y4, Y0
-	VPSRLD       $0x10, Y0, Y4
-	VPAND        one_i<>+0(SB), Y4, Y4
-	VPADDD       round<>+0(SB), Y0, Y0
-	VPADDD       Y4, Y0, Y0
-	VPSRLD       $0x10, Y0, Y0
-	VEXTRACTI128 $0x01, Y0, X1
-	VPACKUSDW    X1, X0, X1
-	VMOVDQU      X1, -16(CX)(R10*1)
-	VMULPS       Y2, Y3, Y2
-	VFMADD231PS  -32(AX)(R9*1), Y5, Y2
-	VPSRLD       $0x10, Y2, Y0
-	VPAND        one_i<>+0(SB), Y0, Y0
-	VPADDD       round<>+0(SB), Y2, Y2
-	VPADDD       Y0, Y2, Y2
-	VPSRLD       $0x10, Y2, Y2
-	VEXTRACTI128 $0x01, Y2, X0
-	VPACKUSDW    X0, X2, X0
-	VMOVDQU      X0, -16(CX)(R10*2)
-
-stateVKbf16AVX2_decayed_2:
-	ADDQ $0x00000002, (SP)
-	SUBQ $0x00000002, 8(SP)
-	JMP  stateVKbf16AVX2_once_1
-
-stateVKbf16AVX2_oncedone_1:
-	JMP stateVKbf16AVX2_pairtail_1
-
-stateVKbf16AVX2_pairs_1:
 	MOVQ 40(SP), R11
 
 stateVKbf16AVX2_group_1:
@@ -31250,91 +30045,91 @@ stateVKbf16AVX2_pfdone_1:
 	ADDQ       CX, AX
 	PREFETCHT1 8192(AX)
 	CMPQ       R9, $0x00000020
-	JBE        stateVKbf16AVX2_dead_5
+	JBE        stateVKbf16AVX2_dead_1
 	PREFETCHT1 8256(AX)
 	CMPQ       R9, $0x00000040
-	JBE        stateVKbf16AVX2_dead_5
+	JBE        stateVKbf16AVX2_dead_1
 	PREFETCHT1 8320(AX)
 	CMPQ       R9, $0x00000060
-	JBE        stateVKbf16AVX2_dead_5
+	JBE        stateVKbf16AVX2_dead_1
 	PREFETCHT1 8384(AX)
 	CMPQ       R9, $0x00000080
-	JBE        stateVKbf16AVX2_dead_5
+	JBE        stateVKbf16AVX2_dead_1
 	PREFETCHT1 8448(AX)
 	CMPQ       R9, $0x000000a0
-	JBE        stateVKbf16AVX2_dead_5
+	JBE        stateVKbf16AVX2_dead_1
 	PREFETCHT1 8512(AX)
 	CMPQ       R9, $0x000000c0
-	JBE        stateVKbf16AVX2_dead_5
+	JBE        stateVKbf16AVX2_dead_1
 	PREFETCHT1 8576(AX)
 	CMPQ       R9, $0x000000e0
-	JBE        stateVKbf16AVX2_dead_5
+	JBE        stateVKbf16AVX2_dead_1
 	PREFETCHT1 8640(AX)
 
-stateVKbf16AVX2_dead_5:
+stateVKbf16AVX2_dead_1:
 	VXORPS  Y0, Y0, Y0
 	CMPQ    R9, $0x00000020
-	JBE     stateVKbf16AVX2_dead_6
+	JBE     stateVKbf16AVX2_dead_2
 	VMOVUPS (AX), Y0
 	CMPQ    R9, $0x00000040
-	JBE     stateVKbf16AVX2_dead_6
+	JBE     stateVKbf16AVX2_dead_2
 	VMOVUPS 32(AX), Y1
 	VMOVUPS Y1, 32(R11)
 	CMPQ    R9, $0x00000060
-	JBE     stateVKbf16AVX2_dead_6
+	JBE     stateVKbf16AVX2_dead_2
 	VMOVUPS 64(AX), Y1
 	VMOVUPS Y1, 64(R11)
 	CMPQ    R9, $0x00000080
-	JBE     stateVKbf16AVX2_dead_6
+	JBE     stateVKbf16AVX2_dead_2
 	VMOVUPS 96(AX), Y1
 	VMOVUPS Y1, 96(R11)
 	CMPQ    R9, $0x000000a0
-	JBE     stateVKbf16AVX2_dead_6
+	JBE     stateVKbf16AVX2_dead_2
 	VMOVUPS 128(AX), Y1
 	VMOVUPS Y1, 128(R11)
 	CMPQ    R9, $0x000000c0
-	JBE     stateVKbf16AVX2_dead_6
+	JBE     stateVKbf16AVX2_dead_2
 	VMOVUPS 160(AX), Y1
 	VMOVUPS Y1, 160(R11)
 	CMPQ    R9, $0x000000e0
-	JBE     stateVKbf16AVX2_dead_6
+	JBE     stateVKbf16AVX2_dead_2
 	VMOVUPS 192(AX), Y1
 	VMOVUPS Y1, 192(R11)
 
-stateVKbf16AVX2_dead_6:
+stateVKbf16AVX2_dead_2:
 	VMOVUPS -32(AX)(R9*1), Y1
 	VANDPS  48(SP), Y1, Y1
 	ADDQ    R9, AX
 	VXORPS  Y2, Y2, Y2
 	CMPQ    R9, $0x00000020
-	JBE     stateVKbf16AVX2_dead_7
+	JBE     stateVKbf16AVX2_dead_3
 	VMOVUPS (AX), Y2
 	CMPQ    R9, $0x00000040
-	JBE     stateVKbf16AVX2_dead_7
+	JBE     stateVKbf16AVX2_dead_3
 	VMOVUPS 32(AX), Y3
 	VMOVUPS Y3, 544(R11)
 	CMPQ    R9, $0x00000060
-	JBE     stateVKbf16AVX2_dead_7
+	JBE     stateVKbf16AVX2_dead_3
 	VMOVUPS 64(AX), Y3
 	VMOVUPS Y3, 576(R11)
 	CMPQ    R9, $0x00000080
-	JBE     stateVKbf16AVX2_dead_7
+	JBE     stateVKbf16AVX2_dead_3
 	VMOVUPS 96(AX), Y3
 	VMOVUPS Y3, 608(R11)
 	CMPQ    R9, $0x000000a0
-	JBE     stateVKbf16AVX2_dead_7
+	JBE     stateVKbf16AVX2_dead_3
 	VMOVUPS 128(AX), Y3
 	VMOVUPS Y3, 640(R11)
 	CMPQ    R9, $0x000000c0
-	JBE     stateVKbf16AVX2_dead_7
+	JBE     stateVKbf16AVX2_dead_3
 	VMOVUPS 160(AX), Y3
 	VMOVUPS Y3, 672(R11)
 	CMPQ    R9, $0x000000e0
-	JBE     stateVKbf16AVX2_dead_7
+	JBE     stateVKbf16AVX2_dead_3
 	VMOVUPS 192(AX), Y3
 	VMOVUPS Y3, 704(R11)
 
-stateVKbf16AVX2_dead_7:
+stateVKbf16AVX2_dead_3:
 	VMOVUPS -32(AX)(R9*1), Y3
 	VANDPS  48(SP), Y3, Y3
 	JMP     stateVKbf16AVX2_loaded_1
@@ -31346,94 +30141,94 @@ stateVKbf16AVX2_frombf16_1:
 	ADDQ       CX, AX
 	PREFETCHT1 8192(AX)
 	CMPQ       R9, $0x00000040
-	JBE        stateVKbf16AVX2_dead_8
+	JBE        stateVKbf16AVX2_dead_4
 	PREFETCHT1 8256(AX)
 	CMPQ       R9, $0x00000080
-	JBE        stateVKbf16AVX2_dead_8
+	JBE        stateVKbf16AVX2_dead_4
 	PREFETCHT1 8320(AX)
 	CMPQ       R9, $0x000000c0
-	JBE        stateVKbf16AVX2_dead_8
+	JBE        stateVKbf16AVX2_dead_4
 	PREFETCHT1 8384(AX)
 
-stateVKbf16AVX2_dead_8:
+stateVKbf16AVX2_dead_4:
 	VXORPS    Y0, Y0, Y0
 	CMPQ      R9, $0x00000020
-	JBE       stateVKbf16AVX2_dead_9
+	JBE       stateVKbf16AVX2_dead_5
 	VPMOVZXWD (AX), Y0
 	VPSLLD    $0x10, Y0, Y0
 	CMPQ      R9, $0x00000040
-	JBE       stateVKbf16AVX2_dead_9
+	JBE       stateVKbf16AVX2_dead_5
 	VPMOVZXWD 16(AX), Y1
 	VPSLLD    $0x10, Y1, Y1
 	VMOVUPS   Y1, 32(R11)
 	CMPQ      R9, $0x00000060
-	JBE       stateVKbf16AVX2_dead_9
+	JBE       stateVKbf16AVX2_dead_5
 	VPMOVZXWD 32(AX), Y1
 	VPSLLD    $0x10, Y1, Y1
 	VMOVUPS   Y1, 64(R11)
 	CMPQ      R9, $0x00000080
-	JBE       stateVKbf16AVX2_dead_9
+	JBE       stateVKbf16AVX2_dead_5
 	VPMOVZXWD 48(AX), Y1
 	VPSLLD    $0x10, Y1, Y1
 	VMOVUPS   Y1, 96(R11)
 	CMPQ      R9, $0x000000a0
-	JBE       stateVKbf16AVX2_dead_9
+	JBE       stateVKbf16AVX2_dead_5
 	VPMOVZXWD 64(AX), Y1
 	VPSLLD    $0x10, Y1, Y1
 	VMOVUPS   Y1, 128(R11)
 	CMPQ      R9, $0x000000c0
-	JBE       stateVKbf16AVX2_dead_9
+	JBE       stateVKbf16AVX2_dead_5
 	VPMOVZXWD 80(AX), Y1
 	VPSLLD    $0x10, Y1, Y1
 	VMOVUPS   Y1, 160(R11)
 	CMPQ      R9, $0x000000e0
-	JBE       stateVKbf16AVX2_dead_9
+	JBE       stateVKbf16AVX2_dead_5
 	VPMOVZXWD 96(AX), Y1
 	VPSLLD    $0x10, Y1, Y1
 	VMOVUPS   Y1, 192(R11)
 
-stateVKbf16AVX2_dead_9:
+stateVKbf16AVX2_dead_5:
 	VPMOVZXWD -16(AX)(R10*1), Y1
 	VPSLLD    $0x10, Y1, Y1
 	VANDPS    48(SP), Y1, Y1
 	ADDQ      R10, AX
 	VXORPS    Y2, Y2, Y2
 	CMPQ      R9, $0x00000020
-	JBE       stateVKbf16AVX2_dead_10
+	JBE       stateVKbf16AVX2_dead_6
 	VPMOVZXWD (AX), Y2
 	VPSLLD    $0x10, Y2, Y2
 	CMPQ      R9, $0x00000040
-	JBE       stateVKbf16AVX2_dead_10
+	JBE       stateVKbf16AVX2_dead_6
 	VPMOVZXWD 16(AX), Y3
 	VPSLLD    $0x10, Y3, Y3
 	VMOVUPS   Y3, 544(R11)
 	CMPQ      R9, $0x00000060
-	JBE       stateVKbf16AVX2_dead_10
+	JBE       stateVKbf16AVX2_dead_6
 	VPMOVZXWD 32(AX), Y3
 	VPSLLD    $0x10, Y3, Y3
 	VMOVUPS   Y3, 576(R11)
 	CMPQ      R9, $0x00000080
-	JBE       stateVKbf16AVX2_dead_10
+	JBE       stateVKbf16AVX2_dead_6
 	VPMOVZXWD 48(AX), Y3
 	VPSLLD    $0x10, Y3, Y3
 	VMOVUPS   Y3, 608(R11)
 	CMPQ      R9, $0x000000a0
-	JBE       stateVKbf16AVX2_dead_10
+	JBE       stateVKbf16AVX2_dead_6
 	VPMOVZXWD 64(AX), Y3
 	VPSLLD    $0x10, Y3, Y3
 	VMOVUPS   Y3, 640(R11)
 	CMPQ      R9, $0x000000c0
-	JBE       stateVKbf16AVX2_dead_10
+	JBE       stateVKbf16AVX2_dead_6
 	VPMOVZXWD 80(AX), Y3
 	VPSLLD    $0x10, Y3, Y3
 	VMOVUPS   Y3, 672(R11)
 	CMPQ      R9, $0x000000e0
-	JBE       stateVKbf16AVX2_dead_10
+	JBE       stateVKbf16AVX2_dead_6
 	VPMOVZXWD 96(AX), Y3
 	VPSLLD    $0x10, Y3, Y3
 	VMOVUPS   Y3, 704(R11)
 
-stateVKbf16AVX2_dead_10:
+stateVKbf16AVX2_dead_6:
 	VPMOVZXWD -16(AX)(R10*1), Y3
 	VPSLLD    $0x10, Y3, Y3
 	VANDPS    48(SP), Y3, Y3
@@ -31459,13 +30254,13 @@ stateVKbf16AVX2_loaded_1:
 	VXORPS      Y9, Y9, Y9
 	VXORPS      Y11, Y11, Y11
 	CMPQ        R9, $0x00000020
-	JBE         stateVKbf16AVX2_dead_11
+	JBE         stateVKbf16AVX2_dead_7
 	VFMADD231PS (AX), Y0, Y4
 	VFMADD231PS (CX), Y0, Y5
 	VFMADD231PS (AX), Y2, Y8
 	VFMADD231PS (CX), Y2, Y9
 	CMPQ        R9, $0x00000040
-	JBE         stateVKbf16AVX2_dead_11
+	JBE         stateVKbf16AVX2_dead_7
 	VMOVUPS     32(R11), Y12
 	VFMADD231PS 32(AX), Y12, Y6
 	VFMADD231PS 32(CX), Y12, Y7
@@ -31473,7 +30268,7 @@ stateVKbf16AVX2_loaded_1:
 	VFMADD231PS 32(AX), Y12, Y10
 	VFMADD231PS 32(CX), Y12, Y11
 	CMPQ        R9, $0x00000060
-	JBE         stateVKbf16AVX2_dead_11
+	JBE         stateVKbf16AVX2_dead_7
 	VMOVUPS     64(R11), Y12
 	VFMADD231PS 64(AX), Y12, Y4
 	VFMADD231PS 64(CX), Y12, Y5
@@ -31481,7 +30276,7 @@ stateVKbf16AVX2_loaded_1:
 	VFMADD231PS 64(AX), Y12, Y8
 	VFMADD231PS 64(CX), Y12, Y9
 	CMPQ        R9, $0x00000080
-	JBE         stateVKbf16AVX2_dead_11
+	JBE         stateVKbf16AVX2_dead_7
 	VMOVUPS     96(R11), Y12
 	VFMADD231PS 96(AX), Y12, Y6
 	VFMADD231PS 96(CX), Y12, Y7
@@ -31489,7 +30284,7 @@ stateVKbf16AVX2_loaded_1:
 	VFMADD231PS 96(AX), Y12, Y10
 	VFMADD231PS 96(CX), Y12, Y11
 	CMPQ        R9, $0x000000a0
-	JBE         stateVKbf16AVX2_dead_11
+	JBE         stateVKbf16AVX2_dead_7
 	VMOVUPS     128(R11), Y12
 	VFMADD231PS 128(AX), Y12, Y4
 	VFMADD231PS 128(CX), Y12, Y5
@@ -31497,7 +30292,7 @@ stateVKbf16AVX2_loaded_1:
 	VFMADD231PS 128(AX), Y12, Y8
 	VFMADD231PS 128(CX), Y12, Y9
 	CMPQ        R9, $0x000000c0
-	JBE         stateVKbf16AVX2_dead_11
+	JBE         stateVKbf16AVX2_dead_7
 	VMOVUPS     160(R11), Y12
 	VFMADD231PS 160(AX), Y12, Y6
 	VFMADD231PS 160(CX), Y12, Y7
@@ -31505,7 +30300,7 @@ stateVKbf16AVX2_loaded_1:
 	VFMADD231PS 160(AX), Y12, Y10
 	VFMADD231PS 160(CX), Y12, Y11
 	CMPQ        R9, $0x000000e0
-	JBE         stateVKbf16AVX2_dead_11
+	JBE         stateVKbf16AVX2_dead_7
 	VMOVUPS     192(R11), Y12
 	VFMADD231PS 192(AX), Y12, Y4
 	VFMADD231PS 192(CX), Y12, Y5
@@ -31513,7 +30308,7 @@ stateVKbf16AVX2_loaded_1:
 	VFMADD231PS 192(AX), Y12, Y8
 	VFMADD231PS 192(CX), Y12, Y9
 
-stateVKbf16AVX2_dead_11:
+stateVKbf16AVX2_dead_7:
 	VFMADD231PS -32(AX)(R9*1), Y1, Y6
 	VFMADD231PS -32(CX)(R9*1), Y1, Y7
 	VFMADD231PS -32(AX)(R9*1), Y3, Y10
@@ -31540,16 +30335,16 @@ stateVKbf16AVX2_token_1:
 	VPERMPS      Y4, Y5, Y6
 	VMOVSS       (DX), X4
 	VUCOMISS     nearone<>+0(SB), X4
-	JCS          stateVKbf16AVX2_far_3
+	JCS          stateVKbf16AVX2_far_1
 	VBROADCASTSS (DX), Y4
 	VFMADD213PS  Y6, Y4, Y6
-	JMP          stateVKbf16AVX2_decayed_3
+	JMP          stateVKbf16AVX2_decayed_1
 
-stateVKbf16AVX2_far_3:
+stateVKbf16AVX2_far_1:
 	VBROADCASTSS 4(DX), Y4
 	VMULPS       Y6, Y4, Y6
 
-stateVKbf16AVX2_decayed_3:
+stateVKbf16AVX2_decayed_1:
 	VEXTRACTF128 $0x01, Y6, X4
 	VMOVSD       (SI), X5
 	VSUBPS       X6, X5, X5
@@ -31561,14 +30356,14 @@ stateVKbf16AVX2_decayed_3:
 	VMOVSD       X4, (DI)
 	MOVQ         (BX), R12
 	TESTQ        R12, R12
-	JZ           stateVKbf16AVX2_nofin_2
+	JZ           stateVKbf16AVX2_nofin_1
 	VSUBPS       X12, X12, X4
 	VCMPPS       $0x03, X4, X4, X4
 	VMOVMSKPS    X4, R12
 	ANDL         $0x00000003, R12
 	MOVL         R12, 80(SP)
 
-stateVKbf16AVX2_nofin_2:
+stateVKbf16AVX2_nofin_1:
 	CMPQ         R8, $0x01
 	JE           stateVKbf16AVX2_lasttoken_1
 	MOVQ         (BX), R12
@@ -31584,13 +30379,13 @@ stateVKbf16AVX2_nofin_2:
 	VXORPS       Y11, Y11, Y11
 	VMOVSS       (DX), X13
 	VUCOMISS     nearone<>+0(SB), X13
-	JCS          stateVKbf16AVX2_far_4
+	JCS          stateVKbf16AVX2_far_2
 	VBROADCASTSS (DX), Y13
 	VBROADCASTSS X12, Y14
 	VMOVUPS      vklane1<>+0(SB), Y15
 	VPERMPS      Y12, Y15, Y12
 	CMPQ         R9, $0x00000020
-	JBE          stateVKbf16AVX2_dead_12
+	JBE          stateVKbf16AVX2_dead_8
 	VFMADD213PS  Y0, Y13, Y0
 	VFMADD231PS  (AX), Y14, Y0
 	VFMADD231PS  (AX)(R9*1), Y0, Y4
@@ -31600,7 +30395,7 @@ stateVKbf16AVX2_nofin_2:
 	VFMADD231PS  (AX)(R9*1), Y2, Y8
 	VFMADD231PS  (CX)(R9*1), Y2, Y9
 	CMPQ         R9, $0x00000040
-	JBE          stateVKbf16AVX2_dead_12
+	JBE          stateVKbf16AVX2_dead_8
 	VMOVUPS      32(R11), Y15
 	VFMADD213PS  Y15, Y13, Y15
 	VFMADD231PS  32(AX), Y14, Y15
@@ -31614,7 +30409,7 @@ stateVKbf16AVX2_nofin_2:
 	VFMADD231PS  32(AX)(R9*1), Y15, Y10
 	VFMADD231PS  32(CX)(R9*1), Y15, Y11
 	CMPQ         R9, $0x00000060
-	JBE          stateVKbf16AVX2_dead_12
+	JBE          stateVKbf16AVX2_dead_8
 	VMOVUPS      64(R11), Y15
 	VFMADD213PS  Y15, Y13, Y15
 	VFMADD231PS  64(AX), Y14, Y15
@@ -31628,7 +30423,7 @@ stateVKbf16AVX2_nofin_2:
 	VFMADD231PS  64(AX)(R9*1), Y15, Y8
 	VFMADD231PS  64(CX)(R9*1), Y15, Y9
 	CMPQ         R9, $0x00000080
-	JBE          stateVKbf16AVX2_dead_12
+	JBE          stateVKbf16AVX2_dead_8
 	VMOVUPS      96(R11), Y15
 	VFMADD213PS  Y15, Y13, Y15
 	VFMADD231PS  96(AX), Y14, Y15
@@ -31642,7 +30437,7 @@ stateVKbf16AVX2_nofin_2:
 	VFMADD231PS  96(AX)(R9*1), Y15, Y10
 	VFMADD231PS  96(CX)(R9*1), Y15, Y11
 	CMPQ         R9, $0x000000a0
-	JBE          stateVKbf16AVX2_dead_12
+	JBE          stateVKbf16AVX2_dead_8
 	VMOVUPS      128(R11), Y15
 	VFMADD213PS  Y15, Y13, Y15
 	VFMADD231PS  128(AX), Y14, Y15
@@ -31656,7 +30451,7 @@ stateVKbf16AVX2_nofin_2:
 	VFMADD231PS  128(AX)(R9*1), Y15, Y8
 	VFMADD231PS  128(CX)(R9*1), Y15, Y9
 	CMPQ         R9, $0x000000c0
-	JBE          stateVKbf16AVX2_dead_12
+	JBE          stateVKbf16AVX2_dead_8
 	VMOVUPS      160(R11), Y15
 	VFMADD213PS  Y15, Y13, Y15
 	VFMADD231PS  160(AX), Y14, Y15
@@ -31670,7 +30465,7 @@ stateVKbf16AVX2_nofin_2:
 	VFMADD231PS  160(AX)(R9*1), Y15, Y10
 	VFMADD231PS  160(CX)(R9*1), Y15, Y11
 	CMPQ         R9, $0x000000e0
-	JBE          stateVKbf16AVX2_dead_12
+	JBE          stateVKbf16AVX2_dead_8
 	VMOVUPS      192(R11), Y15
 	VFMADD213PS  Y15, Y13, Y15
 	VFMADD231PS  192(AX), Y14, Y15
@@ -31684,7 +30479,7 @@ stateVKbf16AVX2_nofin_2:
 	VFMADD231PS  192(AX)(R9*1), Y15, Y8
 	VFMADD231PS  192(CX)(R9*1), Y15, Y9
 
-stateVKbf16AVX2_dead_12:
+stateVKbf16AVX2_dead_8:
 	VFMADD213PS Y1, Y13, Y1
 	VFMADD231PS -32(AX)(R9*1), Y14, Y1
 	VANDPS      48(SP), Y1, Y1
@@ -31695,15 +30490,15 @@ stateVKbf16AVX2_dead_12:
 	VANDPS      48(SP), Y3, Y3
 	VFMADD231PS -32(AX)(R9*2), Y3, Y10
 	VFMADD231PS -32(CX)(R9*2), Y3, Y11
-	JMP         stateVKbf16AVX2_decayed_4
+	JMP         stateVKbf16AVX2_decayed_2
 
-stateVKbf16AVX2_far_4:
+stateVKbf16AVX2_far_2:
 	VBROADCASTSS 4(DX), Y13
 	VBROADCASTSS X12, Y14
 	VMOVUPS      vklane1<>+0(SB), Y15
 	VPERMPS      Y12, Y15, Y12
 	CMPQ         R9, $0x00000020
-	JBE          stateVKbf16AVX2_dead_13
+	JBE          stateVKbf16AVX2_dead_9
 	VMULPS       Y0, Y13, Y0
 	VFMADD231PS  (AX), Y14, Y0
 	VFMADD231PS  (AX)(R9*1), Y0, Y4
@@ -31713,7 +30508,7 @@ stateVKbf16AVX2_far_4:
 	VFMADD231PS  (AX)(R9*1), Y2, Y8
 	VFMADD231PS  (CX)(R9*1), Y2, Y9
 	CMPQ         R9, $0x00000040
-	JBE          stateVKbf16AVX2_dead_13
+	JBE          stateVKbf16AVX2_dead_9
 	VMOVUPS      32(R11), Y15
 	VMULPS       Y15, Y13, Y15
 	VFMADD231PS  32(AX), Y14, Y15
@@ -31727,7 +30522,7 @@ stateVKbf16AVX2_far_4:
 	VFMADD231PS  32(AX)(R9*1), Y15, Y10
 	VFMADD231PS  32(CX)(R9*1), Y15, Y11
 	CMPQ         R9, $0x00000060
-	JBE          stateVKbf16AVX2_dead_13
+	JBE          stateVKbf16AVX2_dead_9
 	VMOVUPS      64(R11), Y15
 	VMULPS       Y15, Y13, Y15
 	VFMADD231PS  64(AX), Y14, Y15
@@ -31741,7 +30536,7 @@ stateVKbf16AVX2_far_4:
 	VFMADD231PS  64(AX)(R9*1), Y15, Y8
 	VFMADD231PS  64(CX)(R9*1), Y15, Y9
 	CMPQ         R9, $0x00000080
-	JBE          stateVKbf16AVX2_dead_13
+	JBE          stateVKbf16AVX2_dead_9
 	VMOVUPS      96(R11), Y15
 	VMULPS       Y15, Y13, Y15
 	VFMADD231PS  96(AX), Y14, Y15
@@ -31755,7 +30550,7 @@ stateVKbf16AVX2_far_4:
 	VFMADD231PS  96(AX)(R9*1), Y15, Y10
 	VFMADD231PS  96(CX)(R9*1), Y15, Y11
 	CMPQ         R9, $0x000000a0
-	JBE          stateVKbf16AVX2_dead_13
+	JBE          stateVKbf16AVX2_dead_9
 	VMOVUPS      128(R11), Y15
 	VMULPS       Y15, Y13, Y15
 	VFMADD231PS  128(AX), Y14, Y15
@@ -31769,7 +30564,7 @@ stateVKbf16AVX2_far_4:
 	VFMADD231PS  128(AX)(R9*1), Y15, Y8
 	VFMADD231PS  128(CX)(R9*1), Y15, Y9
 	CMPQ         R9, $0x000000c0
-	JBE          stateVKbf16AVX2_dead_13
+	JBE          stateVKbf16AVX2_dead_9
 	VMOVUPS      160(R11), Y15
 	VMULPS       Y15, Y13, Y15
 	VFMADD231PS  160(AX), Y14, Y15
@@ -31783,7 +30578,7 @@ stateVKbf16AVX2_far_4:
 	VFMADD231PS  160(AX)(R9*1), Y15, Y10
 	VFMADD231PS  160(CX)(R9*1), Y15, Y11
 	CMPQ         R9, $0x000000e0
-	JBE          stateVKbf16AVX2_dead_13
+	JBE          stateVKbf16AVX2_dead_9
 	VMOVUPS      192(R11), Y15
 	VMULPS       Y15, Y13, Y15
 	VFMADD231PS  192(AX), Y14, Y15
@@ -31797,7 +30592,7 @@ stateVKbf16AVX2_far_4:
 	VFMADD231PS  192(AX)(R9*1), Y15, Y8
 	VFMADD231PS  192(CX)(R9*1), Y15, Y9
 
-stateVKbf16AVX2_dead_13:
+stateVKbf16AVX2_dead_9:
 	VMULPS      Y1, Y13, Y1
 	VFMADD231PS -32(AX)(R9*1), Y14, Y1
 	VANDPS      48(SP), Y1, Y1
@@ -31809,7 +30604,7 @@ stateVKbf16AVX2_dead_13:
 	VFMADD231PS -32(AX)(R9*2), Y3, Y10
 	VFMADD231PS -32(CX)(R9*2), Y3, Y11
 
-stateVKbf16AVX2_decayed_4:
+stateVKbf16AVX2_decayed_2:
 	ADDQ R9, AX
 	ADDQ R9, CX
 	ADDQ $0x10, DX
@@ -31822,19 +30617,19 @@ stateVKbf16AVX2_decayed_4:
 stateVKbf16AVX2_lasttoken_1:
 	VMOVSS       (DX), X4
 	VUCOMISS     nearone<>+0(SB), X4
-	JCS          stateVKbf16AVX2_far_5
+	JCS          stateVKbf16AVX2_far_3
 	VBROADCASTSS (DX), Y4
 	VBROADCASTSS X12, Y5
 	VMOVUPS      vklane1<>+0(SB), Y6
 	VPERMPS      Y12, Y6, Y6
 	CMPQ         R9, $0x00000020
-	JBE          stateVKbf16AVX2_dead_14
+	JBE          stateVKbf16AVX2_dead_10
 	VFMADD213PS  Y0, Y4, Y0
 	VFMADD231PS  (AX), Y5, Y0
 	VFMADD213PS  Y2, Y4, Y2
 	VFMADD231PS  (AX), Y6, Y2
 	CMPQ         R9, $0x00000040
-	JBE          stateVKbf16AVX2_dead_14
+	JBE          stateVKbf16AVX2_dead_10
 	VMOVUPS      32(R11), Y7
 	VFMADD213PS  Y7, Y4, Y7
 	VFMADD231PS  32(AX), Y5, Y7
@@ -31844,7 +30639,7 @@ stateVKbf16AVX2_lasttoken_1:
 	VFMADD231PS  32(AX), Y6, Y7
 	VMOVUPS      Y7, 544(R11)
 	CMPQ         R9, $0x00000060
-	JBE          stateVKbf16AVX2_dead_14
+	JBE          stateVKbf16AVX2_dead_10
 	VMOVUPS      64(R11), Y7
 	VFMADD213PS  Y7, Y4, Y7
 	VFMADD231PS  64(AX), Y5, Y7
@@ -31854,7 +30649,7 @@ stateVKbf16AVX2_lasttoken_1:
 	VFMADD231PS  64(AX), Y6, Y7
 	VMOVUPS      Y7, 576(R11)
 	CMPQ         R9, $0x00000080
-	JBE          stateVKbf16AVX2_dead_14
+	JBE          stateVKbf16AVX2_dead_10
 	VMOVUPS      96(R11), Y7
 	VFMADD213PS  Y7, Y4, Y7
 	VFMADD231PS  96(AX), Y5, Y7
@@ -31864,7 +30659,7 @@ stateVKbf16AVX2_lasttoken_1:
 	VFMADD231PS  96(AX), Y6, Y7
 	VMOVUPS      Y7, 608(R11)
 	CMPQ         R9, $0x000000a0
-	JBE          stateVKbf16AVX2_dead_14
+	JBE          stateVKbf16AVX2_dead_10
 	VMOVUPS      128(R11), Y7
 	VFMADD213PS  Y7, Y4, Y7
 	VFMADD231PS  128(AX), Y5, Y7
@@ -31874,7 +30669,7 @@ stateVKbf16AVX2_lasttoken_1:
 	VFMADD231PS  128(AX), Y6, Y7
 	VMOVUPS      Y7, 640(R11)
 	CMPQ         R9, $0x000000c0
-	JBE          stateVKbf16AVX2_dead_14
+	JBE          stateVKbf16AVX2_dead_10
 	VMOVUPS      160(R11), Y7
 	VFMADD213PS  Y7, Y4, Y7
 	VFMADD231PS  160(AX), Y5, Y7
@@ -31884,7 +30679,7 @@ stateVKbf16AVX2_lasttoken_1:
 	VFMADD231PS  160(AX), Y6, Y7
 	VMOVUPS      Y7, 672(R11)
 	CMPQ         R9, $0x000000e0
-	JBE          stateVKbf16AVX2_dead_14
+	JBE          stateVKbf16AVX2_dead_10
 	VMOVUPS      192(R11), Y7
 	VFMADD213PS  Y7, Y4, Y7
 	VFMADD231PS  192(AX), Y5, Y7
@@ -31894,28 +30689,28 @@ stateVKbf16AVX2_lasttoken_1:
 	VFMADD231PS  192(AX), Y6, Y7
 	VMOVUPS      Y7, 704(R11)
 
-stateVKbf16AVX2_dead_14:
+stateVKbf16AVX2_dead_10:
 	VFMADD213PS Y1, Y4, Y1
 	VFMADD231PS -32(AX)(R9*1), Y5, Y1
 	VANDPS      48(SP), Y1, Y1
 	VFMADD213PS Y3, Y4, Y3
 	VFMADD231PS -32(AX)(R9*1), Y6, Y3
 	VANDPS      48(SP), Y3, Y3
-	JMP         stateVKbf16AVX2_decayed_5
+	JMP         stateVKbf16AVX2_decayed_3
 
-stateVKbf16AVX2_far_5:
+stateVKbf16AVX2_far_3:
 	VBROADCASTSS 4(DX), Y4
 	VBROADCASTSS X12, Y5
 	VMOVUPS      vklane1<>+0(SB), Y6
 	VPERMPS      Y12, Y6, Y6
 	CMPQ         R9, $0x00000020
-	JBE          stateVKbf16AVX2_dead_15
+	JBE          stateVKbf16AVX2_dead_11
 	VMULPS       Y0, Y4, Y0
 	VFMADD231PS  (AX), Y5, Y0
 	VMULPS       Y2, Y4, Y2
 	VFMADD231PS  (AX), Y6, Y2
 	CMPQ         R9, $0x00000040
-	JBE          stateVKbf16AVX2_dead_15
+	JBE          stateVKbf16AVX2_dead_11
 	VMOVUPS      32(R11), Y7
 	VMULPS       Y7, Y4, Y7
 	VFMADD231PS  32(AX), Y5, Y7
@@ -31925,7 +30720,7 @@ stateVKbf16AVX2_far_5:
 	VFMADD231PS  32(AX), Y6, Y7
 	VMOVUPS      Y7, 544(R11)
 	CMPQ         R9, $0x00000060
-	JBE          stateVKbf16AVX2_dead_15
+	JBE          stateVKbf16AVX2_dead_11
 	VMOVUPS      64(R11), Y7
 	VMULPS       Y7, Y4, Y7
 	VFMADD231PS  64(AX), Y5, Y7
@@ -31935,7 +30730,7 @@ stateVKbf16AVX2_far_5:
 	VFMADD231PS  64(AX), Y6, Y7
 	VMOVUPS      Y7, 576(R11)
 	CMPQ         R9, $0x00000080
-	JBE          stateVKbf16AVX2_dead_15
+	JBE          stateVKbf16AVX2_dead_11
 	VMOVUPS      96(R11), Y7
 	VMULPS       Y7, Y4, Y7
 	VFMADD231PS  96(AX), Y5, Y7
@@ -31945,7 +30740,7 @@ stateVKbf16AVX2_far_5:
 	VFMADD231PS  96(AX), Y6, Y7
 	VMOVUPS      Y7, 608(R11)
 	CMPQ         R9, $0x000000a0
-	JBE          stateVKbf16AVX2_dead_15
+	JBE          stateVKbf16AVX2_dead_11
 	VMOVUPS      128(R11), Y7
 	VMULPS       Y7, Y4, Y7
 	VFMADD231PS  128(AX), Y5, Y7
@@ -31955,7 +30750,7 @@ stateVKbf16AVX2_far_5:
 	VFMADD231PS  128(AX), Y6, Y7
 	VMOVUPS      Y7, 640(R11)
 	CMPQ         R9, $0x000000c0
-	JBE          stateVKbf16AVX2_dead_15
+	JBE          stateVKbf16AVX2_dead_11
 	VMOVUPS      160(R11), Y7
 	VMULPS       Y7, Y4, Y7
 	VFMADD231PS  160(AX), Y5, Y7
@@ -31965,7 +30760,7 @@ stateVKbf16AVX2_far_5:
 	VFMADD231PS  160(AX), Y6, Y7
 	VMOVUPS      Y7, 672(R11)
 	CMPQ         R9, $0x000000e0
-	JBE          stateVKbf16AVX2_dead_15
+	JBE          stateVKbf16AVX2_dead_11
 	VMOVUPS      192(R11), Y7
 	VMULPS       Y7, Y4, Y7
 	VFMADD231PS  192(AX), Y5, Y7
@@ -31975,7 +30770,7 @@ stateVKbf16AVX2_far_5:
 	VFMADD231PS  192(AX), Y6, Y7
 	VMOVUPS      Y7, 704(R11)
 
-stateVKbf16AVX2_dead_15:
+stateVKbf16AVX2_dead_11:
 	VMULPS      Y1, Y4, Y1
 	VFMADD231PS -32(AX)(R9*1), Y5, Y1
 	VANDPS      48(SP), Y1, Y1
@@ -31983,7 +30778,7 @@ stateVKbf16AVX2_dead_15:
 	VFMADD231PS -32(AX)(R9*1), Y6, Y3
 	VANDPS      48(SP), Y3, Y3
 
-stateVKbf16AVX2_decayed_5:
+stateVKbf16AVX2_decayed_3:
 	// The state after this token, if stored.
 	MOVQ         (BX), R12
 	TESTQ        R12, R12
@@ -32008,7 +30803,7 @@ stateVKbf16AVX2_decayed_5:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, -16(R12)(R10*1)
 	CMPQ         R9, $0x00000020
-	JBE          stateVKbf16AVX2_dead_16
+	JBE          stateVKbf16AVX2_dead_12
 	VMOVAPS      Y0, Y4
 	VPSRLD       $0x10, Y4, Y5
 	VPAND        one_i<>+0(SB), Y5, Y5
@@ -32019,7 +30814,7 @@ stateVKbf16AVX2_decayed_5:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, (R12)
 	CMPQ         R9, $0x00000040
-	JBE          stateVKbf16AVX2_dead_16
+	JBE          stateVKbf16AVX2_dead_12
 	VMOVUPS      32(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -32031,7 +30826,7 @@ stateVKbf16AVX2_decayed_5:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 16(R12)
 	CMPQ         R9, $0x00000060
-	JBE          stateVKbf16AVX2_dead_16
+	JBE          stateVKbf16AVX2_dead_12
 	VMOVUPS      64(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -32043,7 +30838,7 @@ stateVKbf16AVX2_decayed_5:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 32(R12)
 	CMPQ         R9, $0x00000080
-	JBE          stateVKbf16AVX2_dead_16
+	JBE          stateVKbf16AVX2_dead_12
 	VMOVUPS      96(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -32055,7 +30850,7 @@ stateVKbf16AVX2_decayed_5:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 48(R12)
 	CMPQ         R9, $0x000000a0
-	JBE          stateVKbf16AVX2_dead_16
+	JBE          stateVKbf16AVX2_dead_12
 	VMOVUPS      128(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -32067,7 +30862,7 @@ stateVKbf16AVX2_decayed_5:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 64(R12)
 	CMPQ         R9, $0x000000c0
-	JBE          stateVKbf16AVX2_dead_16
+	JBE          stateVKbf16AVX2_dead_12
 	VMOVUPS      160(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -32079,7 +30874,7 @@ stateVKbf16AVX2_decayed_5:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 80(R12)
 	CMPQ         R9, $0x000000e0
-	JBE          stateVKbf16AVX2_dead_16
+	JBE          stateVKbf16AVX2_dead_12
 	VMOVUPS      192(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -32091,7 +30886,7 @@ stateVKbf16AVX2_decayed_5:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 96(R12)
 
-stateVKbf16AVX2_dead_16:
+stateVKbf16AVX2_dead_12:
 	ADDQ         R10, R12
 	VMOVAPS      Y3, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -32103,7 +30898,7 @@ stateVKbf16AVX2_dead_16:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, -16(R12)(R10*1)
 	CMPQ         R9, $0x00000020
-	JBE          stateVKbf16AVX2_dead_17
+	JBE          stateVKbf16AVX2_dead_13
 	VMOVAPS      Y2, Y4
 	VPSRLD       $0x10, Y4, Y5
 	VPAND        one_i<>+0(SB), Y5, Y5
@@ -32114,7 +30909,7 @@ stateVKbf16AVX2_dead_16:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, (R12)
 	CMPQ         R9, $0x00000040
-	JBE          stateVKbf16AVX2_dead_17
+	JBE          stateVKbf16AVX2_dead_13
 	VMOVUPS      544(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -32126,7 +30921,7 @@ stateVKbf16AVX2_dead_16:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 16(R12)
 	CMPQ         R9, $0x00000060
-	JBE          stateVKbf16AVX2_dead_17
+	JBE          stateVKbf16AVX2_dead_13
 	VMOVUPS      576(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -32138,7 +30933,7 @@ stateVKbf16AVX2_dead_16:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 32(R12)
 	CMPQ         R9, $0x00000080
-	JBE          stateVKbf16AVX2_dead_17
+	JBE          stateVKbf16AVX2_dead_13
 	VMOVUPS      608(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -32150,7 +30945,7 @@ stateVKbf16AVX2_dead_16:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 48(R12)
 	CMPQ         R9, $0x000000a0
-	JBE          stateVKbf16AVX2_dead_17
+	JBE          stateVKbf16AVX2_dead_13
 	VMOVUPS      640(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -32162,7 +30957,7 @@ stateVKbf16AVX2_dead_16:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 64(R12)
 	CMPQ         R9, $0x000000c0
-	JBE          stateVKbf16AVX2_dead_17
+	JBE          stateVKbf16AVX2_dead_13
 	VMOVUPS      672(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -32174,7 +30969,7 @@ stateVKbf16AVX2_dead_16:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 80(R12)
 	CMPQ         R9, $0x000000e0
-	JBE          stateVKbf16AVX2_dead_17
+	JBE          stateVKbf16AVX2_dead_13
 	VMOVUPS      704(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -32186,7 +30981,7 @@ stateVKbf16AVX2_dead_16:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 96(R12)
 
-stateVKbf16AVX2_dead_17:
+stateVKbf16AVX2_dead_13:
 	JMP stateVKbf16AVX2_bfdone_1
 
 stateVKbf16AVX2_bfnan_1:
@@ -32203,7 +30998,7 @@ stateVKbf16AVX2_bfnan_1:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, -16(R12)(R10*1)
 	CMPQ         R9, $0x00000020
-	JBE          stateVKbf16AVX2_dead_18
+	JBE          stateVKbf16AVX2_dead_14
 	VMOVAPS      Y0, Y4
 	VPSRLD       $0x10, Y4, Y5
 	VCMPPS       $0x03, Y4, Y4, Y7
@@ -32217,7 +31012,7 @@ stateVKbf16AVX2_bfnan_1:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, (R12)
 	CMPQ         R9, $0x00000040
-	JBE          stateVKbf16AVX2_dead_18
+	JBE          stateVKbf16AVX2_dead_14
 	VMOVUPS      32(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -32232,7 +31027,7 @@ stateVKbf16AVX2_bfnan_1:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 16(R12)
 	CMPQ         R9, $0x00000060
-	JBE          stateVKbf16AVX2_dead_18
+	JBE          stateVKbf16AVX2_dead_14
 	VMOVUPS      64(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -32247,7 +31042,7 @@ stateVKbf16AVX2_bfnan_1:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 32(R12)
 	CMPQ         R9, $0x00000080
-	JBE          stateVKbf16AVX2_dead_18
+	JBE          stateVKbf16AVX2_dead_14
 	VMOVUPS      96(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -32262,7 +31057,7 @@ stateVKbf16AVX2_bfnan_1:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 48(R12)
 	CMPQ         R9, $0x000000a0
-	JBE          stateVKbf16AVX2_dead_18
+	JBE          stateVKbf16AVX2_dead_14
 	VMOVUPS      128(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -32277,7 +31072,7 @@ stateVKbf16AVX2_bfnan_1:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 64(R12)
 	CMPQ         R9, $0x000000c0
-	JBE          stateVKbf16AVX2_dead_18
+	JBE          stateVKbf16AVX2_dead_14
 	VMOVUPS      160(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -32292,7 +31087,7 @@ stateVKbf16AVX2_bfnan_1:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 80(R12)
 	CMPQ         R9, $0x000000e0
-	JBE          stateVKbf16AVX2_dead_18
+	JBE          stateVKbf16AVX2_dead_14
 	VMOVUPS      192(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -32307,7 +31102,7 @@ stateVKbf16AVX2_bfnan_1:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 96(R12)
 
-stateVKbf16AVX2_dead_18:
+stateVKbf16AVX2_dead_14:
 	ADDQ         R10, R12
 	VMOVAPS      Y3, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -32322,7 +31117,7 @@ stateVKbf16AVX2_dead_18:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, -16(R12)(R10*1)
 	CMPQ         R9, $0x00000020
-	JBE          stateVKbf16AVX2_dead_19
+	JBE          stateVKbf16AVX2_dead_15
 	VMOVAPS      Y2, Y4
 	VPSRLD       $0x10, Y4, Y5
 	VCMPPS       $0x03, Y4, Y4, Y7
@@ -32336,7 +31131,7 @@ stateVKbf16AVX2_dead_18:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, (R12)
 	CMPQ         R9, $0x00000040
-	JBE          stateVKbf16AVX2_dead_19
+	JBE          stateVKbf16AVX2_dead_15
 	VMOVUPS      544(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -32351,7 +31146,7 @@ stateVKbf16AVX2_dead_18:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 16(R12)
 	CMPQ         R9, $0x00000060
-	JBE          stateVKbf16AVX2_dead_19
+	JBE          stateVKbf16AVX2_dead_15
 	VMOVUPS      576(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -32366,7 +31161,7 @@ stateVKbf16AVX2_dead_18:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 32(R12)
 	CMPQ         R9, $0x00000080
-	JBE          stateVKbf16AVX2_dead_19
+	JBE          stateVKbf16AVX2_dead_15
 	VMOVUPS      608(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -32381,7 +31176,7 @@ stateVKbf16AVX2_dead_18:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 48(R12)
 	CMPQ         R9, $0x000000a0
-	JBE          stateVKbf16AVX2_dead_19
+	JBE          stateVKbf16AVX2_dead_15
 	VMOVUPS      640(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -32396,7 +31191,7 @@ stateVKbf16AVX2_dead_18:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 64(R12)
 	CMPQ         R9, $0x000000c0
-	JBE          stateVKbf16AVX2_dead_19
+	JBE          stateVKbf16AVX2_dead_15
 	VMOVUPS      672(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -32411,7 +31206,7 @@ stateVKbf16AVX2_dead_18:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 80(R12)
 	CMPQ         R9, $0x000000e0
-	JBE          stateVKbf16AVX2_dead_19
+	JBE          stateVKbf16AVX2_dead_15
 	VMOVUPS      704(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -32426,7 +31221,7 @@ stateVKbf16AVX2_dead_18:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 96(R12)
 
-stateVKbf16AVX2_dead_19:
+stateVKbf16AVX2_dead_15:
 stateVKbf16AVX2_bfdone_1:
 stateVKbf16AVX2_nostore_1:
 	CMPQ        R8, $0x01
@@ -32447,13 +31242,13 @@ stateVKbf16AVX2_nostore_1:
 	VXORPS      Y9, Y9, Y9
 	VXORPS      Y11, Y11, Y11
 	CMPQ        R9, $0x00000020
-	JBE         stateVKbf16AVX2_dead_20
+	JBE         stateVKbf16AVX2_dead_16
 	VFMADD231PS (AX), Y0, Y4
 	VFMADD231PS (CX), Y0, Y5
 	VFMADD231PS (AX), Y2, Y8
 	VFMADD231PS (CX), Y2, Y9
 	CMPQ        R9, $0x00000040
-	JBE         stateVKbf16AVX2_dead_20
+	JBE         stateVKbf16AVX2_dead_16
 	VMOVUPS     32(R11), Y12
 	VFMADD231PS 32(AX), Y12, Y6
 	VFMADD231PS 32(CX), Y12, Y7
@@ -32461,7 +31256,7 @@ stateVKbf16AVX2_nostore_1:
 	VFMADD231PS 32(AX), Y12, Y10
 	VFMADD231PS 32(CX), Y12, Y11
 	CMPQ        R9, $0x00000060
-	JBE         stateVKbf16AVX2_dead_20
+	JBE         stateVKbf16AVX2_dead_16
 	VMOVUPS     64(R11), Y12
 	VFMADD231PS 64(AX), Y12, Y4
 	VFMADD231PS 64(CX), Y12, Y5
@@ -32469,7 +31264,7 @@ stateVKbf16AVX2_nostore_1:
 	VFMADD231PS 64(AX), Y12, Y8
 	VFMADD231PS 64(CX), Y12, Y9
 	CMPQ        R9, $0x00000080
-	JBE         stateVKbf16AVX2_dead_20
+	JBE         stateVKbf16AVX2_dead_16
 	VMOVUPS     96(R11), Y12
 	VFMADD231PS 96(AX), Y12, Y6
 	VFMADD231PS 96(CX), Y12, Y7
@@ -32477,7 +31272,7 @@ stateVKbf16AVX2_nostore_1:
 	VFMADD231PS 96(AX), Y12, Y10
 	VFMADD231PS 96(CX), Y12, Y11
 	CMPQ        R9, $0x000000a0
-	JBE         stateVKbf16AVX2_dead_20
+	JBE         stateVKbf16AVX2_dead_16
 	VMOVUPS     128(R11), Y12
 	VFMADD231PS 128(AX), Y12, Y4
 	VFMADD231PS 128(CX), Y12, Y5
@@ -32485,7 +31280,7 @@ stateVKbf16AVX2_nostore_1:
 	VFMADD231PS 128(AX), Y12, Y8
 	VFMADD231PS 128(CX), Y12, Y9
 	CMPQ        R9, $0x000000c0
-	JBE         stateVKbf16AVX2_dead_20
+	JBE         stateVKbf16AVX2_dead_16
 	VMOVUPS     160(R11), Y12
 	VFMADD231PS 160(AX), Y12, Y6
 	VFMADD231PS 160(CX), Y12, Y7
@@ -32493,7 +31288,7 @@ stateVKbf16AVX2_nostore_1:
 	VFMADD231PS 160(AX), Y12, Y10
 	VFMADD231PS 160(CX), Y12, Y11
 	CMPQ        R9, $0x000000e0
-	JBE         stateVKbf16AVX2_dead_20
+	JBE         stateVKbf16AVX2_dead_16
 	VMOVUPS     192(R11), Y12
 	VFMADD231PS 192(AX), Y12, Y4
 	VFMADD231PS 192(CX), Y12, Y5
@@ -32501,7 +31296,7 @@ stateVKbf16AVX2_nostore_1:
 	VFMADD231PS 192(AX), Y12, Y8
 	VFMADD231PS 192(CX), Y12, Y9
 
-stateVKbf16AVX2_dead_20:
+stateVKbf16AVX2_dead_16:
 	VFMADD231PS -32(AX)(R9*1), Y1, Y6
 	VFMADD231PS -32(CX)(R9*1), Y1, Y7
 	VFMADD231PS -32(AX)(R9*1), Y3, Y10
@@ -32518,91 +31313,90 @@ stateVKbf16AVX2_tokensdone_1:
 	ADDQ    CX, AX
 	VMOVUPS Y1, -32(AX)(R9*1)
 	CMPQ    R9, $0x00000020
-	JBE     stateVKbf16AVX2_dead_21
+	JBE     stateVKbf16AVX2_dead_17
 	VMOVUPS Y0, (AX)
 	CMPQ    R9, $0x00000040
-	JBE     stateVKbf16AVX2_dead_21
+	JBE     stateVKbf16AVX2_dead_17
 	VMOVUPS 32(R11), Y0
 	VMOVUPS Y0, 32(AX)
 	CMPQ    R9, $0x00000060
-	JBE     stateVKbf16AVX2_dead_21
+	JBE     stateVKbf16AVX2_dead_17
 	VMOVUPS 64(R11), Y0
 	VMOVUPS Y0, 64(AX)
 	CMPQ    R9, $0x00000080
-	JBE     stateVKbf16AVX2_dead_21
+	JBE     stateVKbf16AVX2_dead_17
 	VMOVUPS 96(R11), Y0
 	VMOVUPS Y0, 96(AX)
 	CMPQ    R9, $0x000000a0
-	JBE     stateVKbf16AVX2_dead_21
+	JBE     stateVKbf16AVX2_dead_17
 	VMOVUPS 128(R11), Y0
 	VMOVUPS Y0, 128(AX)
 	CMPQ    R9, $0x000000c0
-	JBE     stateVKbf16AVX2_dead_21
+	JBE     stateVKbf16AVX2_dead_17
 	VMOVUPS 160(R11), Y0
 	VMOVUPS Y0, 160(AX)
 	CMPQ    R9, $0x000000e0
-	JBE     stateVKbf16AVX2_dead_21
+	JBE     stateVKbf16AVX2_dead_17
 	VMOVUPS 192(R11), Y0
 	VMOVUPS Y0, 192(AX)
 
-stateVKbf16AVX2_dead_21:
+stateVKbf16AVX2_dead_17:
 	ADDQ    R9, AX
 	VMOVUPS Y3, -32(AX)(R9*1)
 	CMPQ    R9, $0x00000020
-	JBE     stateVKbf16AVX2_dead_22
+	JBE     stateVKbf16AVX2_dead_18
 	VMOVUPS Y2, (AX)
 	CMPQ    R9, $0x00000040
-	JBE     stateVKbf16AVX2_dead_22
+	JBE     stateVKbf16AVX2_dead_18
 	VMOVUPS 544(R11), Y0
 	VMOVUPS Y0, 32(AX)
 	CMPQ    R9, $0x00000060
-	JBE     stateVKbf16AVX2_dead_22
+	JBE     stateVKbf16AVX2_dead_18
 	VMOVUPS 576(R11), Y0
 	VMOVUPS Y0, 64(AX)
 	CMPQ    R9, $0x00000080
-	JBE     stateVKbf16AVX2_dead_22
+	JBE     stateVKbf16AVX2_dead_18
 	VMOVUPS 608(R11), Y0
 	VMOVUPS Y0, 96(AX)
 	CMPQ    R9, $0x000000a0
-	JBE     stateVKbf16AVX2_dead_22
+	JBE     stateVKbf16AVX2_dead_18
 	VMOVUPS 640(R11), Y0
 	VMOVUPS Y0, 128(AX)
 	CMPQ    R9, $0x000000c0
-	JBE     stateVKbf16AVX2_dead_22
+	JBE     stateVKbf16AVX2_dead_18
 	VMOVUPS 672(R11), Y0
 	VMOVUPS Y0, 160(AX)
 	CMPQ    R9, $0x000000e0
-	JBE     stateVKbf16AVX2_dead_22
+	JBE     stateVKbf16AVX2_dead_18
 	VMOVUPS 704(R11), Y0
 	VMOVUPS Y0, 192(AX)
 
-stateVKbf16AVX2_dead_22:
+stateVKbf16AVX2_dead_18:
 stateVKbf16AVX2_nocarry_1:
 	ADDQ $0x00000002, (SP)
 	SUBQ $0x00000002, 8(SP)
 	JMP  stateVKbf16AVX2_group_1
 
 stateVKbf16AVX2_groupsdone_1:
-stateVKbf16AVX2_pairtail_1:
 	JMP stateVKbf16AVX2_done_1
 
 stateVKbf16AVX2_n16_1:
 	// Rows of 9…16 vectors.
 	CMPQ  16(SP), $0x01
-	JNE   stateVKbf16AVX2_pairs_2
+	JNE   stateVKbf16AVX2_pairs_1
 	MOVQ  stores_base+64(FP), AX
 	CMPQ  (AX), $0x00
-	JE    stateVKbf16AVX2_pairs_2
+	JE    stateVKbf16AVX2_pairs_1
 	MOVQ  src32_base+40(FP), AX
 	TESTQ AX, AX
-	JNZ   stateVKbf16AVX2_pairs_2
+	JNZ   stateVKbf16AVX2_pairs_1
 	MOVQ  carry_base+88(FP), AX
 	TESTQ AX, AX
-	JNZ   stateVKbf16AVX2_pairs_2
+	JNZ   stateVKbf16AVX2_pairs_1
 
-stateVKbf16AVX2_once_2:
+stateVKbf16AVX2_once_1:
 	CMPQ 8(SP), $0x02
-	JB   stateVKbf16AVX2_oncedone_2
+	JB   stateVKbf16AVX2_oncedone_1
 
 	// A pair of rows of 9…16 vectors, one token.
 	MOVQ       src_base+16(FP), R11
@@ -32626,16 +31420,16 @@ stateVKbf16AVX2_once_2:
 	PREFETCHT1 8384(R11)
 	PREFETCHT1 8448(R11)
 	CMPQ       R9, $0x00000140
-	JBE        stateVKbf16AVX2_dead_23
+	JBE        stateVKbf16AVX2_dead_19
 	PREFETCHT1 8512(R11)
 	CMPQ       R9, $0x00000180
-	JBE        stateVKbf16AVX2_dead_23
+	JBE        stateVKbf16AVX2_dead_19
 	PREFETCHT1 8576(R11)
 	CMPQ       R9, $0x000001c0
-	JBE        stateVKbf16AVX2_dead_23
+	JBE        stateVKbf16AVX2_dead_19
 	PREFETCHT1 8640(R11)
 
-stateVKbf16AVX2_dead_23:
+stateVKbf16AVX2_dead_19:
 	VMOVUPS     (AX), Y5
 	VMOVUPS     (CX), Y3
 	VPMOVZXWD   (R11), Y2
@@ -32717,7 +31511,7 @@ stateVKbf16AVX2_dead_23:
 	VFMADD231PS Y9, Y11, Y7
 	VFMADD231PS Y10, Y11, Y8
 	CMPQ        R9, $0x00000120
-	JBE         stateVKbf16AVX2_dead_24
+	JBE         stateVKbf16AVX2_dead_20
 	VMOVUPS     256(AX), Y9
 	VMOVUPS     256(CX), Y10
 	VPMOVZXWD   128(R11), Y11
@@ -32729,7 +31523,7 @@ stateVKbf16AVX2_dead_23:
 	VFMADD231PS Y9, Y11, Y5
 	VFMADD231PS Y10, Y11, Y6
 	CMPQ        R9, $0x00000140
-	JBE         stateVKbf16AVX2_dead_24
+	JBE         stateVKbf16AVX2_dead_20
 	VMOVUPS     288(AX), Y9
 	VMOVUPS     288(CX), Y10
 	VPMOVZXWD   144(R11), Y11
@@ -32741,7 +31535,7 @@ stateVKbf16AVX2_dead_23:
 	VFMADD231PS Y9, Y11, Y7
 	VFMADD231PS Y10, Y11, Y8
 	CMPQ        R9, $0x00000160
-	JBE         stateVKbf16AVX2_dead_24
+	JBE         stateVKbf16AVX2_dead_20
 	VMOVUPS     320(AX), Y9
 	VMOVUPS     320(CX), Y10
 	VPMOVZXWD   160(R11), Y11
@@ -32753,7 +31547,7 @@ stateVKbf16AVX2_dead_23:
 	VFMADD231PS Y9, Y11, Y5
 	VFMADD231PS Y10, Y11, Y6
 	CMPQ        R9, $0x00000180
-	JBE         stateVKbf16AVX2_dead_24
+	JBE         stateVKbf16AVX2_dead_20
 	VMOVUPS     352(AX), Y9
 	VMOVUPS     352(CX), Y10
 	VPMOVZXWD   176(R11), Y11
@@ -32765,7 +31559,7 @@ stateVKbf16AVX2_dead_23:
 	VFMADD231PS Y9, Y11, Y7
 	VFMADD231PS Y10, Y11, Y8
 	CMPQ        R9, $0x000001a0
-	JBE         stateVKbf16AVX2_dead_24
+	JBE         stateVKbf16AVX2_dead_20
 	VMOVUPS     384(AX), Y9
 	VMOVUPS     384(CX), Y10
 	VPMOVZXWD   192(R11), Y11
@@ -32777,7 +31571,7 @@ stateVKbf16AVX2_dead_23:
 	VFMADD231PS Y9, Y11, Y5
 	VFMADD231PS Y10, Y11, Y6
 	CMPQ        R9, $0x000001c0
-	JBE         stateVKbf16AVX2_dead_24
+	JBE         stateVKbf16AVX2_dead_20
 	VMOVUPS     416(AX), Y9
 	VMOVUPS     416(CX), Y10
 	VPMOVZXWD   208(R11), Y11
@@ -32789,7 +31583,7 @@ stateVKbf16AVX2_dead_23:
 	VFMADD231PS Y9, Y11, Y7
 	VFMADD231PS Y10, Y11, Y8
 	CMPQ        R9, $0x000001e0
-	JBE         stateVKbf16AVX2_dead_24
+	JBE         stateVKbf16AVX2_dead_20
 	VMOVUPS     448(AX), Y9
 	VMOVUPS     448(CX), Y10
 	VPMOVZXWD   224(R11), Y11
@@ -32801,7 +31595,7 @@ stateVKbf16AVX2_dead_23:
 	VFMADD231PS Y9, Y11, Y5
 	VFMADD231PS Y10, Y11, Y6
 
-stateVKbf16AVX2_dead_24:
+stateVKbf16AVX2_dead_20:
 	VMOVUPS      -32(AX)(R9*1), Y9
 	VMOVUPS      -32(CX)(R9*1), Y10
 	VPMOVZXWD    -16(R11)(R10*1), Y11
@@ -32834,16 +31628,16 @@ stateVKbf16AVX2_dead_24:
 	VPERMPS      Y0, Y2, Y0
 	VMOVSS       (DX), X1
 	VUCOMISS     nearone<>+0(SB), X1
-	JCS          stateVKbf16AVX2_far_6
+	JCS          stateVKbf16AVX2_far_4
 	VBROADCASTSS (DX), Y2
 	VFMADD213PS  Y0, Y2, Y0
-	JMP          stateVKbf16AVX2_decayed_6
+	JMP          stateVKbf16AVX2_decayed_4
 
-stateVKbf16AVX2_far_6:
+stateVKbf16AVX2_far_4:
 	VBROADCASTSS 4(DX), Y2
 	VMULPS       Y0, Y2, Y0
 
-stateVKbf16AVX2_decayed_6:
+stateVKbf16AVX2_decayed_4:
 	VEXTRACTF128 $0x01, Y0, X2
 	VMOVSD       (SI), X1
 	VSUBPS       X0, X1, X1
@@ -32854,14 +31648,14 @@ stateVKbf16AVX2_decayed_6:
 	VMOVSD       X2, (DI)
 	MOVQ         (BX), CX
 	TESTQ        CX, CX
-	JZ           stateVKbf16AVX2_nofin_3
+	JZ           stateVKbf16AVX2_nofin_2
 	VSUBPS       X1, X1, X0
 	VCMPPS       $0x03, X0, X0, X0
 	VMOVMSKPS    X0, CX
 	ANDL         $0x00000003, CX
 	MOVL         CX, 80(SP)
 
-stateVKbf16AVX2_nofin_3:
+stateVKbf16AVX2_nofin_2:
 	MOVQ         (BX), CX
 	MOVQ         (SP), BX
 	IMULQ        R10, BX
@@ -32871,10 +31665,10 @@ stateVKbf16AVX2_nofin_3:
 	VPMOVZXWD    -16(R11)(R10*2), Y2
 	VPSLLD       $0x10, Y2, Y2
 	CMPL         80(SP), $0x00
-	JNE          stateVKbf16AVX2_pairs_2
+	JNE          stateVKbf16AVX2_pairs_1
 	VMOVSS       (DX), X3
 	VUCOMISS     nearone<>+0(SB), X3
-	JCS          stateVKbf16AVX2_far_7
+	JCS          stateVKbf16AVX2_far_5
 	VBROADCASTSS (DX), Y3
 	VBROADCASTSS X1, Y4
 	VMOVUPS      vklane1<>+0(SB), Y5
@@ -33056,7 +31850,7 @@ stateVKbf16AVX2_nofin_3:
 	VPERMQ       $0xd8, Y8, Y8
 	VMOVDQU      Y8, 96(CX)(R10*1)
 	CMPQ         R9, $0x00000120
-	JBE          stateVKbf16AVX2_dead_25
+	JBE          stateVKbf16AVX2_dead_21
 	VMOVUPS      256(AX), Y6
 	VPMOVZXWD    128(R11), Y7
 	VPSLLD       $0x10, Y7, Y7
@@ -33083,7 +31877,7 @@ stateVKbf16AVX2_nofin_3:
 	VPACKUSDW    X1, X7, X1
 	VMOVDQU      X1, 128(CX)(R10*1)
 	CMPQ         R9, $0x00000140
-	JBE          stateVKbf16AVX2_dead_25
+	JBE          stateVKbf16AVX2_dead_21
 	VMOVUPS      288(AX), Y6
 	VPMOVZXWD    144(R11), Y7
 	VPSLLD       $0x10, Y7, Y7
@@ -33110,7 +31904,7 @@ stateVKbf16AVX2_nofin_3:
 	VPACKUSDW    X1, X7, X1
 	VMOVDQU      X1, 144(CX)(R10*1)
 	CMPQ         R9, $0x00000160
-	JBE          stateVKbf16AVX2_dead_25
+	JBE          stateVKbf16AVX2_dead_21
 	VMOVUPS      320(AX), Y6
 	VPMOVZXWD    160(R11), Y7
 	VPSLLD       $0x10, Y7, Y7
@@ -33137,7 +31931,7 @@ stateVKbf16AVX2_nofin_3:
 	VPACKUSDW    X1, X7, X1
 	VMOVDQU      X1, 160(CX)(R10*1)
 	CMPQ         R9, $0x00000180
-	JBE          stateVKbf16AVX2_dead_25
+	JBE          stateVKbf16AVX2_dead_21
 	VMOVUPS      352(AX), Y6
 	VPMOVZXWD    176(R11), Y7
 	VPSLLD       $0x10, Y7, Y7
@@ -33164,7 +31958,7 @@ stateVKbf16AVX2_nofin_3:
 	VPACKUSDW    X1, X7, X1
 	VMOVDQU      X1, 176(CX)(R10*1)
 	CMPQ         R9, $0x000001a0
-	JBE          stateVKbf16AVX2_dead_25
+	JBE          stateVKbf16AVX2_dead_21
 	VMOVUPS      384(AX), Y6
 	VPMOVZXWD    192(R11), Y7
 	VPSLLD       $0x10, Y7, Y7
@@ -33191,7 +31985,7 @@ stateVKbf16AVX2_nofin_3:
 	VPACKUSDW    X1, X7, X1
 	VMOVDQU      X1, 192(CX)(R10*1)
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKbf16AVX2_dead_25
+	JBE          stateVKbf16AVX2_dead_21
 	VMOVUPS      416(AX), Y6
 	VPMOVZXWD    208(R11), Y7
 	VPSLLD       $0x10, Y7, Y7
@@ -33218,7 +32012,7 @@ stateVKbf16AVX2_nofin_3:
 	VPACKUSDW    X1, X7, X1
 	VMOVDQU      X1, 208(CX)(R10*1)
 	CMPQ         R9, $0x000001e0
-	JBE          stateVKbf16AVX2_dead_25
+	JBE          stateVKbf16AVX2_dead_21
 	VMOVUPS      448(AX), Y6
 	VPMOVZXWD    224(R11), Y7
 	VPSLLD       $0x10, Y7, Y7
@@ -33245,7 +32039,7 @@ stateVKbf16AVX2_nofin_3:
 	VPACKUSDW    X1, X7, X1
 	VMOVDQU      X1, 224(CX)(R10*1)
 
-stateVKbf16AVX2_dead_25:
+stateVKbf16AVX2_dead_21:
 	VFMADD213PS  Y0, Y3, Y0
 	VFMADD231PS  -32(AX)(R9*1), Y4, Y0
 	VPSRLD       $0x10, Y0, Y4
@@ -33266,9 +32060,9 @@ stateVKbf16AVX2_dead_25:
 	VEXTRACTI128 $0x01, Y2, X0
 	VPACKUSDW    X0, X2, X0
 	VMOVDQU      X0, -16(CX)(R10*2)
-	JMP          stateVKbf16AVX2_decayed_7
+	JMP          stateVKbf16AVX2_decayed_5
 
-stateVKbf16AVX2_far_7:
+stateVKbf16AVX2_far_5:
 	VBROADCASTSS 4(DX), Y3
 	VBROADCASTSS X1, Y4
 	VMOVUPS      vklane1<>+0(SB), Y5
@@ -33450,7 +32244,7 @@ stateVKbf16AVX2_far_7:
 	VPERMQ       $0xd8, Y8, Y8
 	VMOVDQU      Y8, 96(CX)(R10*1)
 	CMPQ         R9, $0x00000120
-	JBE          stateVKbf16AVX2_dead_26
+	JBE          stateVKbf16AVX2_dead_22
 	VMOVUPS      256(AX), Y6
 	VPMOVZXWD    128(R11), Y7
 	VPSLLD       $0x10, Y7, Y7
@@ -33477,7 +32271,7 @@ stateVKbf16AVX2_far_7:
 	VPACKUSDW    X1, X7, X1
 	VMOVDQU      X1, 128(CX)(R10*1)
 	CMPQ         R9, $0x00000140
-	JBE          stateVKbf16AVX2_dead_26
+	JBE          stateVKbf16AVX2_dead_22
 	VMOVUPS      288(AX), Y6
 	VPMOVZXWD    144(R11), Y7
 	VPSLLD       $0x10, Y7, Y7
@@ -33504,7 +32298,7 @@ stateVKbf16AVX2_far_7:
 	VPACKUSDW    X1, X7, X1
 	VMOVDQU      X1, 144(CX)(R10*1)
 	CMPQ         R9, $0x00000160
-	JBE          stateVKbf16AVX2_dead_26
+	JBE          stateVKbf16AVX2_dead_22
 	VMOVUPS      320(AX), Y6
 	VPMOVZXWD    160(R11), Y7
 	VPSLLD       $0x10, Y7, Y7
@@ -33531,7 +32325,7 @@ stateVKbf16AVX2_far_7:
 	VPACKUSDW    X1, X7, X1
 	VMOVDQU      X1, 160(CX)(R10*1)
 	CMPQ         R9, $0x00000180
-	JBE          stateVKbf16AVX2_dead_26
+	JBE          stateVKbf16AVX2_dead_22
 	VMOVUPS      352(AX), Y6
 	VPMOVZXWD    176(R11), Y7
 	VPSLLD       $0x10, Y7, Y7
@@ -33558,7 +32352,7 @@ stateVKbf16AVX2_far_7:
 	VPACKUSDW    X1, X7, X1
 	VMOVDQU      X1, 176(CX)(R10*1)
 	CMPQ         R9, $0x000001a0
-	JBE          stateVKbf16AVX2_dead_26
+	JBE          stateVKbf16AVX2_dead_22
 	VMOVUPS      384(AX), Y6
 	VPMOVZXWD    192(R11), Y7
 	VPSLLD       $0x10, Y7, Y7
@@ -33585,7 +32379,7 @@ stateVKbf16AVX2_far_7:
 	VPACKUSDW    X1, X7, X1
 	VMOVDQU      X1, 192(CX)(R10*1)
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKbf16AVX2_dead_26
+	JBE          stateVKbf16AVX2_dead_22
 	VMOVUPS      416(AX), Y6
 	VPMOVZXWD    208(R11), Y7
 	VPSLLD       $0x10, Y7, Y7
@@ -33612,7 +32406,7 @@ stateVKbf16AVX2_far_7:
 	VPACKUSDW    X1, X7, X1
 	VMOVDQU      X1, 208(CX)(R10*1)
 	CMPQ         R9, $0x000001e0
-	JBE          stateVKbf16AVX2_dead_26
+	JBE          stateVKbf16AVX2_dead_22
 	VMOVUPS      448(AX), Y6
 	VPMOVZXWD    224(R11), Y7
 	VPSLLD       $0x10, Y7, Y7
@@ -33639,7 +32433,7 @@ stateVKbf16AVX2_far_7:
 	VPACKUSDW    X1, X7, X1
 	VMOVDQU      X1, 224(CX)(R10*1)
 
-stateVKbf16AVX2_dead_26:
+stateVKbf16AVX2_dead_22:
 	VMULPS       Y0, Y3, Y0
 	VFMADD231PS  -32(AX)(R9*1), Y4, Y0
 	VPSRLD       $0x10, Y0, Y4
@@ -33661,15 +32455,15 @@ stateVKbf16AVX2_dead_26:
 	VPACKUSDW    X0, X2, X0
 	VMOVDQU      X0, -16(CX)(R10*2)
 
-stateVKbf16AVX2_decayed_7:
+stateVKbf16AVX2_decayed_5:
 	ADDQ $0x00000002, (SP)
 	SUBQ $0x00000002, 8(SP)
-	JMP  stateVKbf16AVX2_once_2
+	JMP  stateVKbf16AVX2_once_1
 
-stateVKbf16AVX2_oncedone_2:
-	JMP stateVKbf16AVX2_pairtail_2
+stateVKbf16AVX2_oncedone_1:
+	JMP stateVKbf16AVX2_pairtail_1
 
-stateVKbf16AVX2_pairs_2:
+stateVKbf16AVX2_pairs_1:
 	MOVQ 40(SP), R11
 
 stateVKbf16AVX2_group_2:
@@ -33715,28 +32509,28 @@ stateVKbf16AVX2_pfdone_2:
 	PREFETCHT1 8640(AX)
 	PREFETCHT1 8704(AX)
 	CMPQ       R9, $0x00000120
-	JBE        stateVKbf16AVX2_dead_27
+	JBE        stateVKbf16AVX2_dead_23
 	PREFETCHT1 8768(AX)
 	CMPQ       R9, $0x00000140
-	JBE        stateVKbf16AVX2_dead_27
+	JBE        stateVKbf16AVX2_dead_23
 	PREFETCHT1 8832(AX)
 	CMPQ       R9, $0x00000160
-	JBE        stateVKbf16AVX2_dead_27
+	JBE        stateVKbf16AVX2_dead_23
 	PREFETCHT1 8896(AX)
 	CMPQ       R9, $0x00000180
-	JBE        stateVKbf16AVX2_dead_27
+	JBE        stateVKbf16AVX2_dead_23
 	PREFETCHT1 8960(AX)
 	CMPQ       R9, $0x000001a0
-	JBE        stateVKbf16AVX2_dead_27
+	JBE        stateVKbf16AVX2_dead_23
 	PREFETCHT1 9024(AX)
 	CMPQ       R9, $0x000001c0
-	JBE        stateVKbf16AVX2_dead_27
+	JBE        stateVKbf16AVX2_dead_23
 	PREFETCHT1 9088(AX)
 	CMPQ       R9, $0x000001e0
-	JBE        stateVKbf16AVX2_dead_27
+	JBE        stateVKbf16AVX2_dead_23
 	PREFETCHT1 9152(AX)
 
-stateVKbf16AVX2_dead_27:
+stateVKbf16AVX2_dead_23:
 	VMOVUPS (AX), Y0
 	VMOVUPS 32(AX), Y1
 	VMOVUPS Y1, 32(R11)
@@ -33753,35 +32547,35 @@ stateVKbf16AVX2_dead_27:
 	VMOVUPS 224(AX), Y1
 	VMOVUPS Y1, 224(R11)
 	CMPQ    R9, $0x00000120
-	JBE     stateVKbf16AVX2_dead_28
+	JBE     stateVKbf16AVX2_dead_24
 	VMOVUPS 256(AX), Y1
 	VMOVUPS Y1, 256(R11)
 	CMPQ    R9, $0x00000140
-	JBE     stateVKbf16AVX2_dead_28
+	JBE     stateVKbf16AVX2_dead_24
 	VMOVUPS 288(AX), Y1
 	VMOVUPS Y1, 288(R11)
 	CMPQ    R9, $0x00000160
-	JBE     stateVKbf16AVX2_dead_28
+	JBE     stateVKbf16AVX2_dead_24
 	VMOVUPS 320(AX), Y1
 	VMOVUPS Y1, 320(R11)
 	CMPQ    R9, $0x00000180
-	JBE     stateVKbf16AVX2_dead_28
+	JBE     stateVKbf16AVX2_dead_24
 	VMOVUPS 352(AX), Y1
 	VMOVUPS Y1, 352(R11)
 	CMPQ    R9, $0x000001a0
-	JBE     stateVKbf16AVX2_dead_28
+	JBE     stateVKbf16AVX2_dead_24
 	VMOVUPS 384(AX), Y1
 	VMOVUPS Y1, 384(R11)
 	CMPQ    R9, $0x000001c0
-	JBE     stateVKbf16AVX2_dead_28
+	JBE     stateVKbf16AVX2_dead_24
 	VMOVUPS 416(AX), Y1
 	VMOVUPS Y1, 416(R11)
 	CMPQ    R9, $0x000001e0
-	JBE     stateVKbf16AVX2_dead_28
+	JBE     stateVKbf16AVX2_dead_24
 	VMOVUPS 448(AX), Y1
 	VMOVUPS Y1, 448(R11)
 
-stateVKbf16AVX2_dead_28:
+stateVKbf16AVX2_dead_24:
 	VMOVUPS -32(AX)(R9*1), Y1
 	VANDPS  48(SP), Y1, Y1
 	ADDQ    R9, AX
@@ -33801,35 +32595,35 @@ stateVKbf16AVX2_dead_28:
 	VMOVUPS 224(AX), Y3
 	VMOVUPS Y3, 736(R11)
 	CMPQ    R9, $0x00000120
-	JBE     stateVKbf16AVX2_dead_29
+	JBE     stateVKbf16AVX2_dead_25
 	VMOVUPS 256(AX), Y3
 	VMOVUPS Y3, 768(R11)
 	CMPQ    R9, $0x00000140
-	JBE     stateVKbf16AVX2_dead_29
+	JBE     stateVKbf16AVX2_dead_25
 	VMOVUPS 288(AX), Y3
 	VMOVUPS Y3, 800(R11)
 	CMPQ    R9, $0x00000160
-	JBE     stateVKbf16AVX2_dead_29
+	JBE     stateVKbf16AVX2_dead_25
 	VMOVUPS 320(AX), Y3
 	VMOVUPS Y3, 832(R11)
 	CMPQ    R9, $0x00000180
-	JBE     stateVKbf16AVX2_dead_29
+	JBE     stateVKbf16AVX2_dead_25
 	VMOVUPS 352(AX), Y3
 	VMOVUPS Y3, 864(R11)
 	CMPQ    R9, $0x000001a0
-	JBE     stateVKbf16AVX2_dead_29
+	JBE     stateVKbf16AVX2_dead_25
 	VMOVUPS 384(AX), Y3
 	VMOVUPS Y3, 896(R11)
 	CMPQ    R9, $0x000001c0
-	JBE     stateVKbf16AVX2_dead_29
+	JBE     stateVKbf16AVX2_dead_25
 	VMOVUPS 416(AX), Y3
 	VMOVUPS Y3, 928(R11)
 	CMPQ    R9, $0x000001e0
-	JBE     stateVKbf16AVX2_dead_29
+	JBE     stateVKbf16AVX2_dead_25
 	VMOVUPS 448(AX), Y3
 	VMOVUPS Y3, 960(R11)
 
-stateVKbf16AVX2_dead_29:
+stateVKbf16AVX2_dead_25:
 	VMOVUPS -32(AX)(R9*1), Y3
 	VANDPS  48(SP), Y3, Y3
 	JMP     stateVKbf16AVX2_loaded_2
@@ -33845,16 +32639,16 @@ stateVKbf16AVX2_frombf16_2:
 	PREFETCHT1 8384(AX)
 	PREFETCHT1 8448(AX)
 	CMPQ       R9, $0x00000140
-	JBE        stateVKbf16AVX2_dead_30
+	JBE        stateVKbf16AVX2_dead_26
 	PREFETCHT1 8512(AX)
 	CMPQ       R9, $0x00000180
-	JBE        stateVKbf16AVX2_dead_30
+	JBE        stateVKbf16AVX2_dead_26
 	PREFETCHT1 8576(AX)
 	CMPQ       R9, $0x000001c0
-	JBE        stateVKbf16AVX2_dead_30
+	JBE        stateVKbf16AVX2_dead_26
 	PREFETCHT1 8640(AX)
 
-stateVKbf16AVX2_dead_30:
+stateVKbf16AVX2_dead_26:
 	VPMOVZXWD (AX), Y0
 	VPSLLD    $0x10, Y0, Y0
 	VPMOVZXWD 16(AX), Y1
@@ -33879,42 +32673,42 @@ stateVKbf16AVX2_dead_30:
 	VPSLLD    $0x10, Y1, Y1
 	VMOVUPS   Y1, 224(R11)
 	CMPQ      R9, $0x00000120
-	JBE       stateVKbf16AVX2_dead_31
+	JBE       stateVKbf16AVX2_dead_27
 	VPMOVZXWD 128(AX), Y1
 	VPSLLD    $0x10, Y1, Y1
 	VMOVUPS   Y1, 256(R11)
 	CMPQ      R9, $0x00000140
-	JBE       stateVKbf16AVX2_dead_31
+	JBE       stateVKbf16AVX2_dead_27
 	VPMOVZXWD 144(AX), Y1
 	VPSLLD    $0x10, Y1, Y1
 	VMOVUPS   Y1, 288(R11)
 	CMPQ      R9, $0x00000160
-	JBE       stateVKbf16AVX2_dead_31
+	JBE       stateVKbf16AVX2_dead_27
 	VPMOVZXWD 160(AX), Y1
 	VPSLLD    $0x10, Y1, Y1
 	VMOVUPS   Y1, 320(R11)
 	CMPQ      R9, $0x00000180
-	JBE       stateVKbf16AVX2_dead_31
+	JBE       stateVKbf16AVX2_dead_27
 	VPMOVZXWD 176(AX), Y1
 	VPSLLD    $0x10, Y1, Y1
 	VMOVUPS   Y1, 352(R11)
 	CMPQ      R9, $0x000001a0
-	JBE       stateVKbf16AVX2_dead_31
+	JBE       stateVKbf16AVX2_dead_27
 	VPMOVZXWD 192(AX), Y1
 	VPSLLD    $0x10, Y1, Y1
 	VMOVUPS   Y1, 384(R11)
 	CMPQ      R9, $0x000001c0
-	JBE       stateVKbf16AVX2_dead_31
+	JBE       stateVKbf16AVX2_dead_27
 	VPMOVZXWD 208(AX), Y1
 	VPSLLD    $0x10, Y1, Y1
 	VMOVUPS   Y1, 416(R11)
 	CMPQ      R9, $0x000001e0
-	JBE       stateVKbf16AVX2_dead_31
+	JBE       stateVKbf16AVX2_dead_27
 	VPMOVZXWD 224(AX), Y1
 	VPSLLD    $0x10, Y1, Y1
 	VMOVUPS   Y1, 448(R11)
 
-stateVKbf16AVX2_dead_31:
+stateVKbf16AVX2_dead_27:
 	VPMOVZXWD -16(AX)(R10*1), Y1
 	VPSLLD    $0x10, Y1, Y1
 	VANDPS    48(SP), Y1, Y1
@@ -33943,42 +32737,42 @@ stateVKbf16AVX2_dead_31:
 	VPSLLD    $0x10, Y3, Y3
 	VMOVUPS   Y3, 736(R11)
 	CMPQ      R9, $0x00000120
-	JBE       stateVKbf16AVX2_dead_32
+	JBE       stateVKbf16AVX2_dead_28
 	VPMOVZXWD 128(AX), Y3
 	VPSLLD    $0x10, Y3, Y3
 	VMOVUPS   Y3, 768(R11)
 	CMPQ      R9, $0x00000140
-	JBE       stateVKbf16AVX2_dead_32
+	JBE       stateVKbf16AVX2_dead_28
 	VPMOVZXWD 144(AX), Y3
 	VPSLLD    $0x10, Y3, Y3
 	VMOVUPS   Y3, 800(R11)
 	CMPQ      R9, $0x00000160
-	JBE       stateVKbf16AVX2_dead_32
+	JBE       stateVKbf16AVX2_dead_28
 	VPMOVZXWD 160(AX), Y3
 	VPSLLD    $0x10, Y3, Y3
 	VMOVUPS   Y3, 832(R11)
 	CMPQ      R9, $0x00000180
-	JBE       stateVKbf16AVX2_dead_32
+	JBE       stateVKbf16AVX2_dead_28
 	VPMOVZXWD 176(AX), Y3
 	VPSLLD    $0x10, Y3, Y3
 	VMOVUPS   Y3, 864(R11)
 	CMPQ      R9, $0x000001a0
-	JBE       stateVKbf16AVX2_dead_32
+	JBE       stateVKbf16AVX2_dead_28
 	VPMOVZXWD 192(AX), Y3
 	VPSLLD    $0x10, Y3, Y3
 	VMOVUPS   Y3, 896(R11)
 	CMPQ      R9, $0x000001c0
-	JBE       stateVKbf16AVX2_dead_32
+	JBE       stateVKbf16AVX2_dead_28
 	VPMOVZXWD 208(AX), Y3
 	VPSLLD    $0x10, Y3, Y3
 	VMOVUPS   Y3, 928(R11)
 	CMPQ      R9, $0x000001e0
-	JBE       stateVKbf16AVX2_dead_32
+	JBE       stateVKbf16AVX2_dead_28
 	VPMOVZXWD 224(AX), Y3
 	VPSLLD    $0x10, Y3, Y3
 	VMOVUPS   Y3, 960(R11)
 
-stateVKbf16AVX2_dead_32:
+stateVKbf16AVX2_dead_28:
 	VPMOVZXWD -16(AX)(R10*1), Y3
 	VPSLLD    $0x10, Y3, Y3
 	VANDPS    48(SP), Y3, Y3
@@ -34042,7 +32836,7 @@ stateVKbf16AVX2_loaded_2:
 	VFMADD231PS 224(AX), Y12, Y10
 	VFMADD231PS 224(CX), Y12, Y11
 	CMPQ        R9, $0x00000120
-	JBE         stateVKbf16AVX2_dead_33
+	JBE         stateVKbf16AVX2_dead_29
 	VMOVUPS     256(R11), Y12
 	VFMADD231PS 256(AX), Y12, Y4
 	VFMADD231PS 256(CX), Y12, Y5
@@ -34050,7 +32844,7 @@ stateVKbf16AVX2_loaded_2:
 	VFMADD231PS 256(AX), Y12, Y8
 	VFMADD231PS 256(CX), Y12, Y9
 	CMPQ        R9, $0x00000140
-	JBE         stateVKbf16AVX2_dead_33
+	JBE         stateVKbf16AVX2_dead_29
 	VMOVUPS     288(R11), Y12
 	VFMADD231PS 288(AX), Y12, Y6
 	VFMADD231PS 288(CX), Y12, Y7
@@ -34058,7 +32852,7 @@ stateVKbf16AVX2_loaded_2:
 	VFMADD231PS 288(AX), Y12, Y10
 	VFMADD231PS 288(CX), Y12, Y11
 	CMPQ        R9, $0x00000160
-	JBE         stateVKbf16AVX2_dead_33
+	JBE         stateVKbf16AVX2_dead_29
 	VMOVUPS     320(R11), Y12
 	VFMADD231PS 320(AX), Y12, Y4
 	VFMADD231PS 320(CX), Y12, Y5
@@ -34066,7 +32860,7 @@ stateVKbf16AVX2_loaded_2:
 	VFMADD231PS 320(AX), Y12, Y8
 	VFMADD231PS 320(CX), Y12, Y9
 	CMPQ        R9, $0x00000180
-	JBE         stateVKbf16AVX2_dead_33
+	JBE         stateVKbf16AVX2_dead_29
 	VMOVUPS     352(R11), Y12
 	VFMADD231PS 352(AX), Y12, Y6
 	VFMADD231PS 352(CX), Y12, Y7
@@ -34074,7 +32868,7 @@ stateVKbf16AVX2_loaded_2:
 	VFMADD231PS 352(AX), Y12, Y10
 	VFMADD231PS 352(CX), Y12, Y11
 	CMPQ        R9, $0x000001a0
-	JBE         stateVKbf16AVX2_dead_33
+	JBE         stateVKbf16AVX2_dead_29
 	VMOVUPS     384(R11), Y12
 	VFMADD231PS 384(AX), Y12, Y4
 	VFMADD231PS 384(CX), Y12, Y5
@@ -34082,7 +32876,7 @@ stateVKbf16AVX2_loaded_2:
 	VFMADD231PS 384(AX), Y12, Y8
 	VFMADD231PS 384(CX), Y12, Y9
 	CMPQ        R9, $0x000001c0
-	JBE         stateVKbf16AVX2_dead_33
+	JBE         stateVKbf16AVX2_dead_29
 	VMOVUPS     416(R11), Y12
 	VFMADD231PS 416(AX), Y12, Y6
 	VFMADD231PS 416(CX), Y12, Y7
@@ -34090,7 +32884,7 @@ stateVKbf16AVX2_loaded_2:
 	VFMADD231PS 416(AX), Y12, Y10
 	VFMADD231PS 416(CX), Y12, Y11
 	CMPQ        R9, $0x000001e0
-	JBE         stateVKbf16AVX2_dead_33
+	JBE         stateVKbf16AVX2_dead_29
 	VMOVUPS     448(R11), Y12
 	VFMADD231PS 448(AX), Y12, Y4
 	VFMADD231PS 448(CX), Y12, Y5
@@ -34098,7 +32892,7 @@ stateVKbf16AVX2_loaded_2:
 	VFMADD231PS 448(AX), Y12, Y8
 	VFMADD231PS 448(CX), Y12, Y9
 
-stateVKbf16AVX2_dead_33:
+stateVKbf16AVX2_dead_29:
 	VFMADD231PS -32(AX)(R9*1), Y1, Y6
 	VFMADD231PS -32(CX)(R9*1), Y1, Y7
 	VFMADD231PS -32(AX)(R9*1), Y3, Y10
@@ -34125,16 +32919,16 @@ stateVKbf16AVX2_token_2:
 	VPERMPS      Y4, Y5, Y4
 	VMOVSS       (DX), X5
 	VUCOMISS     nearone<>+0(SB), X5
-	JCS          stateVKbf16AVX2_far_8
+	JCS          stateVKbf16AVX2_far_6
 	VBROADCASTSS (DX), Y5
 	VFMADD213PS  Y4, Y5, Y4
-	JMP          stateVKbf16AVX2_decayed_8
+	JMP          stateVKbf16AVX2_decayed_6
 
-stateVKbf16AVX2_far_8:
+stateVKbf16AVX2_far_6:
 	VBROADCASTSS 4(DX), Y5
 	VMULPS       Y4, Y5, Y4
 
-stateVKbf16AVX2_decayed_8:
+stateVKbf16AVX2_decayed_6:
 	VEXTRACTF128 $0x01, Y4, X5
 	VMOVSD       (SI), X6
 	VSUBPS       X4, X6, X6
@@ -34146,14 +32940,14 @@ stateVKbf16AVX2_decayed_8:
 	VMOVSD       X5, (DI)
 	MOVQ         (BX), R12
 	TESTQ        R12, R12
-	JZ           stateVKbf16AVX2_nofin_4
+	JZ           stateVKbf16AVX2_nofin_3
 	VSUBPS       X4, X4, X5
 	VCMPPS       $0x03, X5, X5, X5
 	VMOVMSKPS    X5, R12
 	ANDL         $0x00000003, R12
 	MOVL         R12, 80(SP)
 
-stateVKbf16AVX2_nofin_4:
+stateVKbf16AVX2_nofin_3:
 	CMPQ         R8, $0x01
 	JE           stateVKbf16AVX2_lasttoken_2
 	MOVQ         (BX), R12
@@ -34161,7 +32955,7 @@ stateVKbf16AVX2_nofin_4:
 	JNZ          stateVKbf16AVX2_lasttoken_2
 	VMOVSS       (DX), X5
 	VUCOMISS     nearone<>+0(SB), X5
-	JCS          stateVKbf16AVX2_far_9
+	JCS          stateVKbf16AVX2_far_7
 	VBROADCASTSS (DX), Y12
 	VBROADCASTSS X4, Y13
 	VMOVUPS      vklane1<>+0(SB), Y5
@@ -34259,7 +33053,7 @@ stateVKbf16AVX2_nofin_4:
 	VFMADD231PS  224(AX)(R9*1), Y15, Y10
 	VFMADD231PS  224(CX)(R9*1), Y15, Y11
 	CMPQ         R9, $0x00000120
-	JBE          stateVKbf16AVX2_dead_34
+	JBE          stateVKbf16AVX2_dead_30
 	VMOVUPS      256(R11), Y15
 	VFMADD213PS  Y15, Y12, Y15
 	VFMADD231PS  256(AX), Y13, Y15
@@ -34273,7 +33067,7 @@ stateVKbf16AVX2_nofin_4:
 	VFMADD231PS  256(AX)(R9*1), Y15, Y8
 	VFMADD231PS  256(CX)(R9*1), Y15, Y9
 	CMPQ         R9, $0x00000140
-	JBE          stateVKbf16AVX2_dead_34
+	JBE          stateVKbf16AVX2_dead_30
 	VMOVUPS      288(R11), Y15
 	VFMADD213PS  Y15, Y12, Y15
 	VFMADD231PS  288(AX), Y13, Y15
@@ -34287,7 +33081,7 @@ stateVKbf16AVX2_nofin_4:
 	VFMADD231PS  288(AX)(R9*1), Y15, Y10
 	VFMADD231PS  288(CX)(R9*1), Y15, Y11
 	CMPQ         R9, $0x00000160
-	JBE          stateVKbf16AVX2_dead_34
+	JBE          stateVKbf16AVX2_dead_30
 	VMOVUPS      320(R11), Y15
 	VFMADD213PS  Y15, Y12, Y15
 	VFMADD231PS  320(AX), Y13, Y15
@@ -34301,7 +33095,7 @@ stateVKbf16AVX2_nofin_4:
 	VFMADD231PS  320(AX)(R9*1), Y15, Y8
 	VFMADD231PS  320(CX)(R9*1), Y15, Y9
 	CMPQ         R9, $0x00000180
-	JBE          stateVKbf16AVX2_dead_34
+	JBE          stateVKbf16AVX2_dead_30
 	VMOVUPS      352(R11), Y15
 	VFMADD213PS  Y15, Y12, Y15
 	VFMADD231PS  352(AX), Y13, Y15
@@ -34315,7 +33109,7 @@ stateVKbf16AVX2_nofin_4:
 	VFMADD231PS  352(AX)(R9*1), Y15, Y10
 	VFMADD231PS  352(CX)(R9*1), Y15, Y11
 	CMPQ         R9, $0x000001a0
-	JBE          stateVKbf16AVX2_dead_34
+	JBE          stateVKbf16AVX2_dead_30
 	VMOVUPS      384(R11), Y15
 	VFMADD213PS  Y15, Y12, Y15
 	VFMADD231PS  384(AX), Y13, Y15
@@ -34329,7 +33123,7 @@ stateVKbf16AVX2_nofin_4:
 	VFMADD231PS  384(AX)(R9*1), Y15, Y8
 	VFMADD231PS  384(CX)(R9*1), Y15, Y9
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKbf16AVX2_dead_34
+	JBE          stateVKbf16AVX2_dead_30
 	VMOVUPS      416(R11), Y15
 	VFMADD213PS  Y15, Y12, Y15
 	VFMADD231PS  416(AX), Y13, Y15
@@ -34343,7 +33137,7 @@ stateVKbf16AVX2_nofin_4:
 	VFMADD231PS  416(AX)(R9*1), Y15, Y10
 	VFMADD231PS  416(CX)(R9*1), Y15, Y11
 	CMPQ         R9, $0x000001e0
-	JBE          stateVKbf16AVX2_dead_34
+	JBE          stateVKbf16AVX2_dead_30
 	VMOVUPS      448(R11), Y15
 	VFMADD213PS  Y15, Y12, Y15
 	VFMADD231PS  448(AX), Y13, Y15
@@ -34357,7 +33151,7 @@ stateVKbf16AVX2_nofin_4:
 	VFMADD231PS  448(AX)(R9*1), Y15, Y8
 	VFMADD231PS  448(CX)(R9*1), Y15, Y9
 
-stateVKbf16AVX2_dead_34:
+stateVKbf16AVX2_dead_30:
 	VFMADD213PS Y1, Y12, Y1
 	VFMADD231PS -32(AX)(R9*1), Y13, Y1
 	VANDPS      48(SP), Y1, Y1
@@ -34368,9 +33162,9 @@ stateVKbf16AVX2_dead_34:
 	VANDPS      48(SP), Y3, Y3
 	VFMADD231PS -32(AX)(R9*2), Y3, Y10
 	VFMADD231PS -32(CX)(R9*2), Y3, Y11
-	JMP         stateVKbf16AVX2_decayed_9
+	JMP         stateVKbf16AVX2_decayed_7
 
-stateVKbf16AVX2_far_9:
+stateVKbf16AVX2_far_7:
 	VBROADCASTSS 4(DX), Y12
 	VBROADCASTSS X4, Y13
 	VMOVUPS      vklane1<>+0(SB), Y5
@@ -34468,7 +33262,7 @@ stateVKbf16AVX2_far_9:
 	VFMADD231PS  224(AX)(R9*1), Y15, Y10
 	VFMADD231PS  224(CX)(R9*1), Y15, Y11
 	CMPQ         R9, $0x00000120
-	JBE          stateVKbf16AVX2_dead_35
+	JBE          stateVKbf16AVX2_dead_31
 	VMOVUPS      256(R11), Y15
 	VMULPS       Y15, Y12, Y15
 	VFMADD231PS  256(AX), Y13, Y15
@@ -34482,7 +33276,7 @@ stateVKbf16AVX2_far_9:
 	VFMADD231PS  256(AX)(R9*1), Y15, Y8
 	VFMADD231PS  256(CX)(R9*1), Y15, Y9
 	CMPQ         R9, $0x00000140
-	JBE          stateVKbf16AVX2_dead_35
+	JBE          stateVKbf16AVX2_dead_31
 	VMOVUPS      288(R11), Y15
 	VMULPS       Y15, Y12, Y15
 	VFMADD231PS  288(AX), Y13, Y15
@@ -34496,7 +33290,7 @@ stateVKbf16AVX2_far_9:
 	VFMADD231PS  288(AX)(R9*1), Y15, Y10
 	VFMADD231PS  288(CX)(R9*1), Y15, Y11
 	CMPQ         R9, $0x00000160
-	JBE          stateVKbf16AVX2_dead_35
+	JBE          stateVKbf16AVX2_dead_31
 	VMOVUPS      320(R11), Y15
 	VMULPS       Y15, Y12, Y15
 	VFMADD231PS  320(AX), Y13, Y15
@@ -34510,7 +33304,7 @@ stateVKbf16AVX2_far_9:
 	VFMADD231PS  320(AX)(R9*1), Y15, Y8
 	VFMADD231PS  320(CX)(R9*1), Y15, Y9
 	CMPQ         R9, $0x00000180
-	JBE          stateVKbf16AVX2_dead_35
+	JBE          stateVKbf16AVX2_dead_31
 	VMOVUPS      352(R11), Y15
 	VMULPS       Y15, Y12, Y15
 	VFMADD231PS  352(AX), Y13, Y15
@@ -34524,7 +33318,7 @@ stateVKbf16AVX2_far_9:
 	VFMADD231PS  352(AX)(R9*1), Y15, Y10
 	VFMADD231PS  352(CX)(R9*1), Y15, Y11
 	CMPQ         R9, $0x000001a0
-	JBE          stateVKbf16AVX2_dead_35
+	JBE          stateVKbf16AVX2_dead_31
 	VMOVUPS      384(R11), Y15
 	VMULPS       Y15, Y12, Y15
 	VFMADD231PS  384(AX), Y13, Y15
@@ -34538,7 +33332,7 @@ stateVKbf16AVX2_far_9:
 	VFMADD231PS  384(AX)(R9*1), Y15, Y8
 	VFMADD231PS  384(CX)(R9*1), Y15, Y9
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKbf16AVX2_dead_35
+	JBE          stateVKbf16AVX2_dead_31
 	VMOVUPS      416(R11), Y15
 	VMULPS       Y15, Y12, Y15
 	VFMADD231PS  416(AX), Y13, Y15
@@ -34552,7 +33346,7 @@ stateVKbf16AVX2_far_9:
 	VFMADD231PS  416(AX)(R9*1), Y15, Y10
 	VFMADD231PS  416(CX)(R9*1), Y15, Y11
 	CMPQ         R9, $0x000001e0
-	JBE          stateVKbf16AVX2_dead_35
+	JBE          stateVKbf16AVX2_dead_31
 	VMOVUPS      448(R11), Y15
 	VMULPS       Y15, Y12, Y15
 	VFMADD231PS  448(AX), Y13, Y15
@@ -34566,7 +33360,7 @@ stateVKbf16AVX2_far_9:
 	VFMADD231PS  448(AX)(R9*1), Y15, Y8
 	VFMADD231PS  448(CX)(R9*1), Y15, Y9
 
-stateVKbf16AVX2_dead_35:
+stateVKbf16AVX2_dead_31:
 	VMULPS      Y1, Y12, Y1
 	VFMADD231PS -32(AX)(R9*1), Y13, Y1
 	VANDPS      48(SP), Y1, Y1
@@ -34578,7 +33372,7 @@ stateVKbf16AVX2_dead_35:
 	VFMADD231PS -32(AX)(R9*2), Y3, Y10
 	VFMADD231PS -32(CX)(R9*2), Y3, Y11
 
-stateVKbf16AVX2_decayed_9:
+stateVKbf16AVX2_decayed_7:
 	ADDQ R9, AX
 	ADDQ R9, CX
 	ADDQ $0x10, DX
@@ -34591,7 +33385,7 @@ stateVKbf16AVX2_decayed_9:
 stateVKbf16AVX2_lasttoken_2:
 	VMOVSS       (DX), X5
 	VUCOMISS     nearone<>+0(SB), X5
-	JCS          stateVKbf16AVX2_far_10
+	JCS          stateVKbf16AVX2_far_8
 	VBROADCASTSS (DX), Y5
 	VBROADCASTSS X4, Y6
 	VMOVUPS      vklane1<>+0(SB), Y7
@@ -34657,7 +33451,7 @@ stateVKbf16AVX2_lasttoken_2:
 	VFMADD231PS  224(AX), Y4, Y7
 	VMOVUPS      Y7, 736(R11)
 	CMPQ         R9, $0x00000120
-	JBE          stateVKbf16AVX2_dead_36
+	JBE          stateVKbf16AVX2_dead_32
 	VMOVUPS      256(R11), Y7
 	VFMADD213PS  Y7, Y5, Y7
 	VFMADD231PS  256(AX), Y6, Y7
@@ -34667,7 +33461,7 @@ stateVKbf16AVX2_lasttoken_2:
 	VFMADD231PS  256(AX), Y4, Y7
 	VMOVUPS      Y7, 768(R11)
 	CMPQ         R9, $0x00000140
-	JBE          stateVKbf16AVX2_dead_36
+	JBE          stateVKbf16AVX2_dead_32
 	VMOVUPS      288(R11), Y7
 	VFMADD213PS  Y7, Y5, Y7
 	VFMADD231PS  288(AX), Y6, Y7
@@ -34677,7 +33471,7 @@ stateVKbf16AVX2_lasttoken_2:
 	VFMADD231PS  288(AX), Y4, Y7
 	VMOVUPS      Y7, 800(R11)
 	CMPQ         R9, $0x00000160
-	JBE          stateVKbf16AVX2_dead_36
+	JBE          stateVKbf16AVX2_dead_32
 	VMOVUPS      320(R11), Y7
 	VFMADD213PS  Y7, Y5, Y7
 	VFMADD231PS  320(AX), Y6, Y7
@@ -34687,7 +33481,7 @@ stateVKbf16AVX2_lasttoken_2:
 	VFMADD231PS  320(AX), Y4, Y7
 	VMOVUPS      Y7, 832(R11)
 	CMPQ         R9, $0x00000180
-	JBE          stateVKbf16AVX2_dead_36
+	JBE          stateVKbf16AVX2_dead_32
 	VMOVUPS      352(R11), Y7
 	VFMADD213PS  Y7, Y5, Y7
 	VFMADD231PS  352(AX), Y6, Y7
@@ -34697,7 +33491,7 @@ stateVKbf16AVX2_lasttoken_2:
 	VFMADD231PS  352(AX), Y4, Y7
 	VMOVUPS      Y7, 864(R11)
 	CMPQ         R9, $0x000001a0
-	JBE          stateVKbf16AVX2_dead_36
+	JBE          stateVKbf16AVX2_dead_32
 	VMOVUPS      384(R11), Y7
 	VFMADD213PS  Y7, Y5, Y7
 	VFMADD231PS  384(AX), Y6, Y7
@@ -34707,7 +33501,7 @@ stateVKbf16AVX2_lasttoken_2:
 	VFMADD231PS  384(AX), Y4, Y7
 	VMOVUPS      Y7, 896(R11)
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKbf16AVX2_dead_36
+	JBE          stateVKbf16AVX2_dead_32
 	VMOVUPS      416(R11), Y7
 	VFMADD213PS  Y7, Y5, Y7
 	VFMADD231PS  416(AX), Y6, Y7
@@ -34717,7 +33511,7 @@ stateVKbf16AVX2_lasttoken_2:
 	VFMADD231PS  416(AX), Y4, Y7
 	VMOVUPS      Y7, 928(R11)
 	CMPQ         R9, $0x000001e0
-	JBE          stateVKbf16AVX2_dead_36
+	JBE          stateVKbf16AVX2_dead_32
 	VMOVUPS      448(R11), Y7
 	VFMADD213PS  Y7, Y5, Y7
 	VFMADD231PS  448(AX), Y6, Y7
@@ -34727,16 +33521,16 @@ stateVKbf16AVX2_lasttoken_2:
 	VFMADD231PS  448(AX), Y4, Y7
 	VMOVUPS      Y7, 960(R11)
 
-stateVKbf16AVX2_dead_36:
+stateVKbf16AVX2_dead_32:
 	VFMADD213PS Y1, Y5, Y1
 	VFMADD231PS -32(AX)(R9*1), Y6, Y1
 	VANDPS      48(SP), Y1, Y1
 	VFMADD213PS Y3, Y5, Y3
 	VFMADD231PS -32(AX)(R9*1), Y4, Y3
 	VANDPS      48(SP), Y3, Y3
-	JMP         stateVKbf16AVX2_decayed_10
+	JMP         stateVKbf16AVX2_decayed_8
 
-stateVKbf16AVX2_far_10:
+stateVKbf16AVX2_far_8:
 	VBROADCASTSS 4(DX), Y5
 	VBROADCASTSS X4, Y6
 	VMOVUPS      vklane1<>+0(SB), Y7
@@ -34802,7 +33596,7 @@ stateVKbf16AVX2_far_10:
 	VFMADD231PS  224(AX), Y4, Y7
 	VMOVUPS      Y7, 736(R11)
 	CMPQ         R9, $0x00000120
-	JBE          stateVKbf16AVX2_dead_37
+	JBE          stateVKbf16AVX2_dead_33
 	VMOVUPS      256(R11), Y7
 	VMULPS       Y7, Y5, Y7
 	VFMADD231PS  256(AX), Y6, Y7
@@ -34812,7 +33606,7 @@ stateVKbf16AVX2_far_10:
 	VFMADD231PS  256(AX), Y4, Y7
 	VMOVUPS      Y7, 768(R11)
 	CMPQ         R9, $0x00000140
-	JBE          stateVKbf16AVX2_dead_37
+	JBE          stateVKbf16AVX2_dead_33
 	VMOVUPS      288(R11), Y7
 	VMULPS       Y7, Y5, Y7
 	VFMADD231PS  288(AX), Y6, Y7
@@ -34822,7 +33616,7 @@ stateVKbf16AVX2_far_10:
 	VFMADD231PS  288(AX), Y4, Y7
 	VMOVUPS      Y7, 800(R11)
 	CMPQ         R9, $0x00000160
-	JBE          stateVKbf16AVX2_dead_37
+	JBE          stateVKbf16AVX2_dead_33
 	VMOVUPS      320(R11), Y7
 	VMULPS       Y7, Y5, Y7
 	VFMADD231PS  320(AX), Y6, Y7
@@ -34832,7 +33626,7 @@ stateVKbf16AVX2_far_10:
 	VFMADD231PS  320(AX), Y4, Y7
 	VMOVUPS      Y7, 832(R11)
 	CMPQ         R9, $0x00000180
-	JBE          stateVKbf16AVX2_dead_37
+	JBE          stateVKbf16AVX2_dead_33
 	VMOVUPS      352(R11), Y7
 	VMULPS       Y7, Y5, Y7
 	VFMADD231PS  352(AX), Y6, Y7
@@ -34842,7 +33636,7 @@ stateVKbf16AVX2_far_10:
 	VFMADD231PS  352(AX), Y4, Y7
 	VMOVUPS      Y7, 864(R11)
 	CMPQ         R9, $0x000001a0
-	JBE          stateVKbf16AVX2_dead_37
+	JBE          stateVKbf16AVX2_dead_33
 	VMOVUPS      384(R11), Y7
 	VMULPS       Y7, Y5, Y7
 	VFMADD231PS  384(AX), Y6, Y7
@@ -34852,7 +33646,7 @@ stateVKbf16AVX2_far_10:
 	VFMADD231PS  384(AX), Y4, Y7
 	VMOVUPS      Y7, 896(R11)
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKbf16AVX2_dead_37
+	JBE          stateVKbf16AVX2_dead_33
 	VMOVUPS      416(R11), Y7
 	VMULPS       Y7, Y5, Y7
 	VFMADD231PS  416(AX), Y6, Y7
@@ -34862,7 +33656,7 @@ stateVKbf16AVX2_far_10:
 	VFMADD231PS  416(AX), Y4, Y7
 	VMOVUPS      Y7, 928(R11)
 	CMPQ         R9, $0x000001e0
-	JBE          stateVKbf16AVX2_dead_37
+	JBE          stateVKbf16AVX2_dead_33
 	VMOVUPS      448(R11), Y7
 	VMULPS       Y7, Y5, Y7
 	VFMADD231PS  448(AX), Y6, Y7
@@ -34872,7 +33666,7 @@ stateVKbf16AVX2_far_10:
 	VFMADD231PS  448(AX), Y4, Y7
 	VMOVUPS      Y7, 960(R11)
 
-stateVKbf16AVX2_dead_37:
+stateVKbf16AVX2_dead_33:
 	VMULPS      Y1, Y5, Y1
 	VFMADD231PS -32(AX)(R9*1), Y6, Y1
 	VANDPS      48(SP), Y1, Y1
@@ -34880,7 +33674,7 @@ stateVKbf16AVX2_dead_37:
 	VFMADD231PS -32(AX)(R9*1), Y4, Y3
 	VANDPS      48(SP), Y3, Y3
 
-stateVKbf16AVX2_decayed_10:
+stateVKbf16AVX2_decayed_8:
 	// The state after this token, if stored.
 	MOVQ         (BX), R12
 	TESTQ        R12, R12
@@ -34988,7 +33782,7 @@ stateVKbf16AVX2_decayed_10:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 112(R12)
 	CMPQ         R9, $0x00000120
-	JBE          stateVKbf16AVX2_dead_38
+	JBE          stateVKbf16AVX2_dead_34
 	VMOVUPS      256(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -35000,7 +33794,7 @@ stateVKbf16AVX2_decayed_10:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 128(R12)
 	CMPQ         R9, $0x00000140
-	JBE          stateVKbf16AVX2_dead_38
+	JBE          stateVKbf16AVX2_dead_34
 	VMOVUPS      288(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -35012,7 +33806,7 @@ stateVKbf16AVX2_decayed_10:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 144(R12)
 	CMPQ         R9, $0x00000160
-	JBE          stateVKbf16AVX2_dead_38
+	JBE          stateVKbf16AVX2_dead_34
 	VMOVUPS      320(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -35024,7 +33818,7 @@ stateVKbf16AVX2_decayed_10:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 160(R12)
 	CMPQ         R9, $0x00000180
-	JBE          stateVKbf16AVX2_dead_38
+	JBE          stateVKbf16AVX2_dead_34
 	VMOVUPS      352(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -35036,7 +33830,7 @@ stateVKbf16AVX2_decayed_10:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 176(R12)
 	CMPQ         R9, $0x000001a0
-	JBE          stateVKbf16AVX2_dead_38
+	JBE          stateVKbf16AVX2_dead_34
 	VMOVUPS      384(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -35048,7 +33842,7 @@ stateVKbf16AVX2_decayed_10:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 192(R12)
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKbf16AVX2_dead_38
+	JBE          stateVKbf16AVX2_dead_34
 	VMOVUPS      416(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -35060,7 +33854,7 @@ stateVKbf16AVX2_decayed_10:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 208(R12)
 	CMPQ         R9, $0x000001e0
-	JBE          stateVKbf16AVX2_dead_38
+	JBE          stateVKbf16AVX2_dead_34
 	VMOVUPS      448(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -35072,7 +33866,7 @@ stateVKbf16AVX2_decayed_10:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 224(R12)
 
-stateVKbf16AVX2_dead_38:
+stateVKbf16AVX2_dead_34:
 	ADDQ         R10, R12
 	VMOVAPS      Y3, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -35163,7 +33957,7 @@ stateVKbf16AVX2_dead_38:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 112(R12)
 	CMPQ         R9, $0x00000120
-	JBE          stateVKbf16AVX2_dead_39
+	JBE          stateVKbf16AVX2_dead_35
 	VMOVUPS      768(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -35175,7 +33969,7 @@ stateVKbf16AVX2_dead_38:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 128(R12)
 	CMPQ         R9, $0x00000140
-	JBE          stateVKbf16AVX2_dead_39
+	JBE          stateVKbf16AVX2_dead_35
 	VMOVUPS      800(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -35187,7 +33981,7 @@ stateVKbf16AVX2_dead_38:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 144(R12)
 	CMPQ         R9, $0x00000160
-	JBE          stateVKbf16AVX2_dead_39
+	JBE          stateVKbf16AVX2_dead_35
 	VMOVUPS      832(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -35199,7 +33993,7 @@ stateVKbf16AVX2_dead_38:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 160(R12)
 	CMPQ         R9, $0x00000180
-	JBE          stateVKbf16AVX2_dead_39
+	JBE          stateVKbf16AVX2_dead_35
 	VMOVUPS      864(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -35211,7 +34005,7 @@ stateVKbf16AVX2_dead_38:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 176(R12)
 	CMPQ         R9, $0x000001a0
-	JBE          stateVKbf16AVX2_dead_39
+	JBE          stateVKbf16AVX2_dead_35
 	VMOVUPS      896(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -35223,7 +34017,7 @@ stateVKbf16AVX2_dead_38:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 192(R12)
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKbf16AVX2_dead_39
+	JBE          stateVKbf16AVX2_dead_35
 	VMOVUPS      928(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -35235,7 +34029,7 @@ stateVKbf16AVX2_dead_38:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 208(R12)
 	CMPQ         R9, $0x000001e0
-	JBE          stateVKbf16AVX2_dead_39
+	JBE          stateVKbf16AVX2_dead_35
 	VMOVUPS      960(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -35247,7 +34041,7 @@ stateVKbf16AVX2_dead_38:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 224(R12)
 
-stateVKbf16AVX2_dead_39:
+stateVKbf16AVX2_dead_35:
 	JMP stateVKbf16AVX2_bfdone_2
 
 stateVKbf16AVX2_bfnan_2:
@@ -35367,7 +34161,7 @@ stateVKbf16AVX2_bfnan_2:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 112(R12)
 	CMPQ         R9, $0x00000120
-	JBE          stateVKbf16AVX2_dead_40
+	JBE          stateVKbf16AVX2_dead_36
 	VMOVUPS      256(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -35382,7 +34176,7 @@ stateVKbf16AVX2_bfnan_2:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 128(R12)
 	CMPQ         R9, $0x00000140
-	JBE          stateVKbf16AVX2_dead_40
+	JBE          stateVKbf16AVX2_dead_36
 	VMOVUPS      288(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -35397,7 +34191,7 @@ stateVKbf16AVX2_bfnan_2:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 144(R12)
 	CMPQ         R9, $0x00000160
-	JBE          stateVKbf16AVX2_dead_40
+	JBE          stateVKbf16AVX2_dead_36
 	VMOVUPS      320(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -35412,7 +34206,7 @@ stateVKbf16AVX2_bfnan_2:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 160(R12)
 	CMPQ         R9, $0x00000180
-	JBE          stateVKbf16AVX2_dead_40
+	JBE          stateVKbf16AVX2_dead_36
 	VMOVUPS      352(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -35427,7 +34221,7 @@ stateVKbf16AVX2_bfnan_2:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 176(R12)
 	CMPQ         R9, $0x000001a0
-	JBE          stateVKbf16AVX2_dead_40
+	JBE          stateVKbf16AVX2_dead_36
 	VMOVUPS      384(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -35442,7 +34236,7 @@ stateVKbf16AVX2_bfnan_2:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 192(R12)
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKbf16AVX2_dead_40
+	JBE          stateVKbf16AVX2_dead_36
 	VMOVUPS      416(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -35457,7 +34251,7 @@ stateVKbf16AVX2_bfnan_2:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 208(R12)
 	CMPQ         R9, $0x000001e0
-	JBE          stateVKbf16AVX2_dead_40
+	JBE          stateVKbf16AVX2_dead_36
 	VMOVUPS      448(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -35472,7 +34266,7 @@ stateVKbf16AVX2_bfnan_2:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 224(R12)
 
-stateVKbf16AVX2_dead_40:
+stateVKbf16AVX2_dead_36:
 	ADDQ         R10, R12
 	VMOVAPS      Y3, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -35590,7 +34384,7 @@ stateVKbf16AVX2_dead_40:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 112(R12)
 	CMPQ         R9, $0x00000120
-	JBE          stateVKbf16AVX2_dead_41
+	JBE          stateVKbf16AVX2_dead_37
 	VMOVUPS      768(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -35605,7 +34399,7 @@ stateVKbf16AVX2_dead_40:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 128(R12)
 	CMPQ         R9, $0x00000140
-	JBE          stateVKbf16AVX2_dead_41
+	JBE          stateVKbf16AVX2_dead_37
 	VMOVUPS      800(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -35620,7 +34414,7 @@ stateVKbf16AVX2_dead_40:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 144(R12)
 	CMPQ         R9, $0x00000160
-	JBE          stateVKbf16AVX2_dead_41
+	JBE          stateVKbf16AVX2_dead_37
 	VMOVUPS      832(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -35635,7 +34429,7 @@ stateVKbf16AVX2_dead_40:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 160(R12)
 	CMPQ         R9, $0x00000180
-	JBE          stateVKbf16AVX2_dead_41
+	JBE          stateVKbf16AVX2_dead_37
 	VMOVUPS      864(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -35650,7 +34444,7 @@ stateVKbf16AVX2_dead_40:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 176(R12)
 	CMPQ         R9, $0x000001a0
-	JBE          stateVKbf16AVX2_dead_41
+	JBE          stateVKbf16AVX2_dead_37
 	VMOVUPS      896(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -35665,7 +34459,7 @@ stateVKbf16AVX2_dead_40:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 192(R12)
 	CMPQ         R9, $0x000001c0
-	JBE          stateVKbf16AVX2_dead_41
+	JBE          stateVKbf16AVX2_dead_37
 	VMOVUPS      928(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -35680,7 +34474,7 @@ stateVKbf16AVX2_dead_40:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 208(R12)
 	CMPQ         R9, $0x000001e0
-	JBE          stateVKbf16AVX2_dead_41
+	JBE          stateVKbf16AVX2_dead_37
 	VMOVUPS      960(R11), Y4
 	VMOVAPS      Y4, Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -35695,7 +34489,7 @@ stateVKbf16AVX2_dead_40:
 	VPACKUSDW    X5, X4, X5
 	VMOVDQU      X5, 224(R12)
 
-stateVKbf16AVX2_dead_41:
+stateVKbf16AVX2_dead_37:
 stateVKbf16AVX2_bfdone_2:
 stateVKbf16AVX2_nostore_2:
 	CMPQ        R8, $0x01
@@ -35754,7 +34548,7 @@ stateVKbf16AVX2_nostore_2:
 	VFMADD231PS 224(AX), Y12, Y10
 	VFMADD231PS 224(CX), Y12, Y11
 	CMPQ        R9, $0x00000120
-	JBE         stateVKbf16AVX2_dead_42
+	JBE         stateVKbf16AVX2_dead_38
 	VMOVUPS     256(R11), Y12
 	VFMADD231PS 256(AX), Y12, Y4
 	VFMADD231PS 256(CX), Y12, Y5
@@ -35762,7 +34556,7 @@ stateVKbf16AVX2_nostore_2:
 	VFMADD231PS 256(AX), Y12, Y8
 	VFMADD231PS 256(CX), Y12, Y9
 	CMPQ        R9, $0x00000140
-	JBE         stateVKbf16AVX2_dead_42
+	JBE         stateVKbf16AVX2_dead_38
 	VMOVUPS     288(R11), Y12
 	VFMADD231PS 288(AX), Y12, Y6
 	VFMADD231PS 288(CX), Y12, Y7
@@ -35770,7 +34564,7 @@ stateVKbf16AVX2_nostore_2:
 	VFMADD231PS 288(AX), Y12, Y10
 	VFMADD231PS 288(CX), Y12, Y11
 	CMPQ        R9, $0x00000160
-	JBE         stateVKbf16AVX2_dead_42
+	JBE         stateVKbf16AVX2_dead_38
 	VMOVUPS     320(R11), Y12
 	VFMADD231PS 320(AX), Y12, Y4
 	VFMADD231PS 320(CX), Y12, Y5
@@ -35778,7 +34572,7 @@ stateVKbf16AVX2_nostore_2:
 	VFMADD231PS 320(AX), Y12, Y8
 	VFMADD231PS 320(CX), Y12, Y9
 	CMPQ        R9, $0x00000180
-	JBE         stateVKbf16AVX2_dead_42
+	JBE         stateVKbf16AVX2_dead_38
 	VMOVUPS     352(R11), Y12
 	VFMADD231PS 352(AX), Y12, Y6
 	VFMADD231PS 352(CX), Y12, Y7
@@ -35786,7 +34580,7 @@ stateVKbf16AVX2_nostore_2:
 	VFMADD231PS 352(AX), Y12, Y10
 	VFMADD231PS 352(CX), Y12, Y11
 	CMPQ        R9, $0x000001a0
-	JBE         stateVKbf16AVX2_dead_42
+	JBE         stateVKbf16AVX2_dead_38
 	VMOVUPS     384(R11), Y12
 	VFMADD231PS 384(AX), Y12, Y4
 	VFMADD231PS 384(CX), Y12, Y5
@@ -35794,7 +34588,7 @@ stateVKbf16AVX2_nostore_2:
 	VFMADD231PS 384(AX), Y12, Y8
 	VFMADD231PS 384(CX), Y12, Y9
 	CMPQ        R9, $0x000001c0
-	JBE         stateVKbf16AVX2_dead_42
+	JBE         stateVKbf16AVX2_dead_38
 	VMOVUPS     416(R11), Y12
 	VFMADD231PS 416(AX), Y12, Y6
 	VFMADD231PS 416(CX), Y12, Y7
@@ -35802,7 +34596,7 @@ stateVKbf16AVX2_nostore_2:
 	VFMADD231PS 416(AX), Y12, Y10
 	VFMADD231PS 416(CX), Y12, Y11
 	CMPQ        R9, $0x000001e0
-	JBE         stateVKbf16AVX2_dead_42
+	JBE         stateVKbf16AVX2_dead_38
 	VMOVUPS     448(R11), Y12
 	VFMADD231PS 448(AX), Y12, Y4
 	VFMADD231PS 448(CX), Y12, Y5
@@ -35810,7 +34604,7 @@ stateVKbf16AVX2_nostore_2:
 	VFMADD231PS 448(AX), Y12, Y8
 	VFMADD231PS 448(CX), Y12, Y9
 
-stateVKbf16AVX2_dead_42:
+stateVKbf16AVX2_dead_38:
 	VFMADD231PS -32(AX)(R9*1), Y1, Y6
 	VFMADD231PS -32(CX)(R9*1), Y1, Y7
 	VFMADD231PS -32(AX)(R9*1), Y3, Y10
@@ -35842,35 +34636,35 @@ stateVKbf16AVX2_tokensdone_2:
 	VMOVUPS 224(R11), Y0
 	VMOVUPS Y0, 224(AX)
 	CMPQ    R9, $0x00000120
-	JBE     stateVKbf16AVX2_dead_43
+	JBE     stateVKbf16AVX2_dead_39
 	VMOVUPS 256(R11), Y0
 	VMOVUPS Y0, 256(AX)
 	CMPQ    R9, $0x00000140
-	JBE     stateVKbf16AVX2_dead_43
+	JBE     stateVKbf16AVX2_dead_39
 	VMOVUPS 288(R11), Y0
 	VMOVUPS Y0, 288(AX)
 	CMPQ    R9, $0x00000160
-	JBE     stateVKbf16AVX2_dead_43
+	JBE     stateVKbf16AVX2_dead_39
 	VMOVUPS 320(R11), Y0
 	VMOVUPS Y0, 320(AX)
 	CMPQ    R9, $0x00000180
-	JBE     stateVKbf16AVX2_dead_43
+	JBE     stateVKbf16AVX2_dead_39
 	VMOVUPS 352(R11), Y0
 	VMOVUPS Y0, 352(AX)
 	CMPQ    R9, $0x000001a0
-	JBE     stateVKbf16AVX2_dead_43
+	JBE     stateVKbf16AVX2_dead_39
 	VMOVUPS 384(R11), Y0
 	VMOVUPS Y0, 384(AX)
 	CMPQ    R9, $0x000001c0
-	JBE     stateVKbf16AVX2_dead_43
+	JBE     stateVKbf16AVX2_dead_39
 	VMOVUPS 416(R11), Y0
 	VMOVUPS Y0, 416(AX)
 	CMPQ    R9, $0x000001e0
-	JBE     stateVKbf16AVX2_dead_43
+	JBE     stateVKbf16AVX2_dead_39
 	VMOVUPS 448(R11), Y0
 	VMOVUPS Y0, 448(AX)
 
-stateVKbf16AVX2_dead_43:
+stateVKbf16AVX2_dead_39:
 	ADDQ    R9, AX
 	VMOVUPS Y3, -32(AX)(R9*1)
 	VMOVUPS Y2, (AX)
@@ -35889,42 +34683,42 @@ stateVKbf16AVX2_dead_43:
 	VMOVUPS 736(R11), Y0
 	VMOVUPS Y0, 224(AX)
 	CMPQ    R9, $0x00000120
-	JBE     stateVKbf16AVX2_dead_44
+	JBE     stateVKbf16AVX2_dead_40
 	VMOVUPS 768(R11), Y0
 	VMOVUPS Y0, 256(AX)
 	CMPQ    R9, $0x00000140
-	JBE     stateVKbf16AVX2_dead_44
+	JBE     stateVKbf16AVX2_dead_40
 	VMOVUPS 800(R11), Y0
 	VMOVUPS Y0, 288(AX)
 	CMPQ    R9, $0x00000160
-	JBE     stateVKbf16AVX2_dead_44
+	JBE     stateVKbf16AVX2_dead_40
 	VMOVUPS 832(R11), Y0
 	VMOVUPS Y0, 320(AX)
 	CMPQ    R9, $0x00000180
-	JBE     stateVKbf16AVX2_dead_44
+	JBE     stateVKbf16AVX2_dead_40
 	VMOVUPS 864(R11), Y0
 	VMOVUPS Y0, 352(AX)
 	CMPQ    R9, $0x000001a0
-	JBE     stateVKbf16AVX2_dead_44
+	JBE     stateVKbf16AVX2_dead_40
 	VMOVUPS 896(R11), Y0
 	VMOVUPS Y0, 384(AX)
 	CMPQ    R9, $0x000001c0
-	JBE     stateVKbf16AVX2_dead_44
+	JBE     stateVKbf16AVX2_dead_40
 	VMOVUPS 928(R11), Y0
 	VMOVUPS Y0, 416(AX)
 	CMPQ    R9, $0x000001e0
-	JBE     stateVKbf16AVX2_dead_44
+	JBE     stateVKbf16AVX2_dead_40
 	VMOVUPS 960(R11), Y0
 	VMOVUPS Y0, 448(AX)
 
-stateVKbf16AVX2_dead_44:
+stateVKbf16AVX2_dead_40:
 stateVKbf16AVX2_nocarry_2:
 	ADDQ $0x00000002, (SP)
 	SUBQ $0x00000002, 8(SP)
 	JMP  stateVKbf16AVX2_group_2
 
 stateVKbf16AVX2_groupsdone_2:
-stateVKbf16AVX2_pairtail_2:
+stateVKbf16AVX2_pairtail_1:
 stateVKbf16AVX2_done_1:
 	VZEROUPPER
 	RET

@@ -206,7 +206,7 @@ func table() []spec {
 			t = append(t, spec{"widen" + v.a.name, func() { widenRoutine(v.a) }, 60})
 		}
 	}
-	vkBudget := map[string]int{"stateVKf32AVX512": 5000, "stateVKbf16AVX512": 5450, "stateVKf32AVX2": 3150, "stateVKbf16AVX2": 5450}
+	vkBudget := map[string]int{"stateVKf32AVX512": 5000, "stateVKbf16AVX512": 5000, "stateVKf32AVX2": 3150, "stateVKbf16AVX2": 5000}
 	for _, v := range variants(layoutVK) {
 		t = append(t, spec{v.name(), func() { stateVK(v) }, vkBudget[v.name()]})
 	}

@@ -731,7 +731,9 @@ func (b *vkBody) storeRows(p GPVirtual, bf16 bool) {
 		}
 	}
 	one := func() {
-		if !bf16 {
+		if !bf16 || b.a.evex {
+			// (AVX-512 rounds with cvt2 where the CPU has it; the integer rounding, a fallback,
+			// always selects NaN lanes: its finite form took 330 lines of stateVKbf16AVX512.)
 			rows(p, false)
 			return
 		}
@@ -803,8 +805,6 @@ func (b *vkBody) storeRows(p GPVirtual, bf16 bool) {
 	}
 	KORTESTD(K7, K7)
 	JCS(LabelRef(done)) // CF: every word of every pair not ±0
-	// finish left fin unset for this path: the integer rounding selecting NaN lanes, then.
-	MOVL(U32(1), b.r.fin)
 	Label(ints)
 	one()
 	Label(done)
@@ -1103,24 +1103,14 @@ func (b *vkBody) finish(accK, accQ [][]VecVirtual) VecVirtual {
 	default:
 		VMOVUPS(half(hi), K6, Mem{Base: b.r.po})
 	}
-	if b.v.bf16 {
+	if b.v.bf16 && !a.evex {
 		// For a token with a store only: a prefill's other tokens would pay for it (about 4 % of
-		// an AVX2 pair's token).
+		// an AVX2 pair's token). (AVX-512: storeRows does not use it.)
 		none := label("nofin")
 		q := GP64()
 		MOVQ(Mem{Base: b.r.ps}, q)
 		TESTQ(q, q)
 		JZ(LabelRef(none))
-		if a.evex && b.n%2 == 0 {
-			// Nor where storeRows rounds with VCVTNE2PS2BF16 (its fallback to the integer
-			// rounding sets fin itself): 5-6 operations of a group of two rows' 100 or so.
-			fin := label("fin")
-			TESTQ(U32(8*a.lanes-1), b.r.k4)
-			JNZ(LabelRef(fin))
-			CMPB(paramMem("cvt"), U8(0))
-			JNE(LabelRef(none))
-			Label(fin)
-		}
 		finiteDelta(a, half, d, 1<<b.g-1, b.r.fin)
 		Label(none)
 	}
@@ -1629,7 +1619,7 @@ func stateVK(v variant) {
 	if !a.masks {
 		r.andMask = AllocLocal(a.bytes())
 	}
-	if v.bf16 {
+	if v.bf16 && !a.evex {
 		r.fin = AllocLocal(8)
 	}
 	if a.vkRowRegs() < vkMaxVecs {
@@ -1713,14 +1703,15 @@ func stateVK(v variant) {
 			Label(groups)
 		}
 		g, acc := vkGroup(a, n)
-		if a.vkPairs() {
+		if a.vkPairs() && (!v.bf16 || n == vkMaxVecs) {
 			// One token (decode) with a store: the pairs from src to stores[0] (once), not
 			// through work, whose copies cost more than the overlap wins. BenchmarkVKRoutine, avx2
 			// decode K=128, ns per head: f32 one row 2,200, pairs through work 2,250, once 1,735.
 			// bf16 (src32 and carry nil) once was slower than the pairs through work while its
 			// rounding selected NaN lanes (3,890 vs 3,560; 4,464 vs 4,141); without the select
 			// (finite δ) it is faster: 4,340 → 3,890 (medians of 8 alternating runs, the pairs
-			// without the select too), stateVKbf16AVX2 6,630 → 9,578 lines.
+			// without the select too), stateVKbf16AVX2 6,630 → 9,578 lines. bf16 only at the
+			// model's K = 128 (and 96): at K ≤ 64 it took 666 lines.
 			pairs, tail := label("pairs"), label("pairtail")
 			unlessOneStoredToken(r, pairs)
 			if v.bf16 {
