@@ -2367,401 +2367,6 @@ stateAVX512_decayed_3:
 	JMP stateAVX512_done_1
 
 stateAVX512_notmodel_2:
-	CMPQ R10, $0x000000c0
-	JNE  stateAVX512_notmodel_3
-
-	// Block of 192 columns: read pass (Sᵀk̂, Sᵀq̂ of 12 vectors in registers).
-	VBROADCASTSS zero<>+0(SB), Z0
-	VBROADCASTSS zero<>+0(SB), Z1
-	VBROADCASTSS zero<>+0(SB), Z2
-	VBROADCASTSS zero<>+0(SB), Z3
-	VBROADCASTSS zero<>+0(SB), Z4
-	VBROADCASTSS zero<>+0(SB), Z5
-	VBROADCASTSS zero<>+0(SB), Z6
-	VBROADCASTSS zero<>+0(SB), Z7
-	VBROADCASTSS zero<>+0(SB), Z8
-	VBROADCASTSS zero<>+0(SB), Z9
-	VBROADCASTSS zero<>+0(SB), Z10
-	VBROADCASTSS zero<>+0(SB), Z11
-	VBROADCASTSS zero<>+0(SB), Z12
-	VBROADCASTSS zero<>+0(SB), Z13
-	VBROADCASTSS zero<>+0(SB), Z14
-	VBROADCASTSS zero<>+0(SB), Z15
-	VBROADCASTSS zero<>+0(SB), Z16
-	VBROADCASTSS zero<>+0(SB), Z17
-	VBROADCASTSS zero<>+0(SB), Z18
-	VBROADCASTSS zero<>+0(SB), Z19
-	VBROADCASTSS zero<>+0(SB), Z20
-	VBROADCASTSS zero<>+0(SB), Z21
-	VBROADCASTSS zero<>+0(SB), Z22
-	VBROADCASTSS zero<>+0(SB), Z23
-	MOVQ         AX, R10
-	XORQ         R11, R11
-
-stateAVX512_read_4:
-	VBROADCASTSS (DX)(R11*4), Z24
-	VBROADCASTSS (BX)(R11*4), Z25
-	VMOVUPS      (R10), Z26
-	VFMADD231PS  Z26, Z24, Z0
-	VFMADD231PS  Z26, Z25, Z1
-	VMOVUPS      64(R10), Z26
-	VFMADD231PS  Z26, Z24, Z2
-	VFMADD231PS  Z26, Z25, Z3
-	VMOVUPS      128(R10), Z26
-	VFMADD231PS  Z26, Z24, Z4
-	VFMADD231PS  Z26, Z25, Z5
-	VMOVUPS      192(R10), Z26
-	VFMADD231PS  Z26, Z24, Z6
-	VFMADD231PS  Z26, Z25, Z7
-	VMOVUPS      256(R10), Z26
-	VFMADD231PS  Z26, Z24, Z8
-	VFMADD231PS  Z26, Z25, Z9
-	VMOVUPS      320(R10), Z26
-	VFMADD231PS  Z26, Z24, Z10
-	VFMADD231PS  Z26, Z25, Z11
-	VMOVUPS      384(R10), Z26
-	VFMADD231PS  Z26, Z24, Z12
-	VFMADD231PS  Z26, Z25, Z13
-	VMOVUPS      448(R10), Z26
-	VFMADD231PS  Z26, Z24, Z14
-	VFMADD231PS  Z26, Z25, Z15
-	VMOVUPS      512(R10), Z26
-	VFMADD231PS  Z26, Z24, Z16
-	VFMADD231PS  Z26, Z25, Z17
-	VMOVUPS      576(R10), Z26
-	VFMADD231PS  Z26, Z24, Z18
-	VFMADD231PS  Z26, Z25, Z19
-	VMOVUPS      640(R10), Z26
-	VFMADD231PS  Z26, Z24, Z20
-	VFMADD231PS  Z26, Z25, Z21
-	VMOVUPS      704(R10), Z26
-	VFMADD231PS  Z26, Z24, Z22
-	VFMADD231PS  Z26, Z25, Z23
-	ADDQ         R9, R10
-	INCQ         R11
-	CMPQ         R11, R8
-	JB           stateAVX512_read_4
-	CMPB         16(SP), $0x00
-	JE           stateAVX512_far_4
-
-	// em1 ≥ -0.5: decay(x) = x + em1·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	VBROADCASTSS em1+144(FP), Z24
-	VBROADCASTSS beta+152(FP), Z25
-	VBROADCASTSS kq+156(FP), Z26
-	VMOVUPS      (SI), Z27
-	VFMADD213PS  Z0, Z24, Z0
-	VSUBPS       Z0, Z27, Z0
-	VMULPS       Z0, Z25, Z0
-	VFMADD213PS  Z1, Z24, Z1
-	VFMADD231PS  Z0, Z26, Z1
-	VMOVUPS      Z1, (DI)
-	VMOVUPS      64(SI), Z1
-	VFMADD213PS  Z2, Z24, Z2
-	VSUBPS       Z2, Z1, Z2
-	VMULPS       Z2, Z25, Z2
-	VFMADD213PS  Z3, Z24, Z3
-	VFMADD231PS  Z2, Z26, Z3
-	VMOVUPS      Z3, 64(DI)
-	VMOVUPS      128(SI), Z1
-	VFMADD213PS  Z4, Z24, Z4
-	VSUBPS       Z4, Z1, Z4
-	VMULPS       Z4, Z25, Z4
-	VFMADD213PS  Z5, Z24, Z5
-	VFMADD231PS  Z4, Z26, Z5
-	VMOVUPS      Z5, 128(DI)
-	VMOVUPS      192(SI), Z1
-	VFMADD213PS  Z6, Z24, Z6
-	VSUBPS       Z6, Z1, Z6
-	VMULPS       Z6, Z25, Z6
-	VFMADD213PS  Z7, Z24, Z7
-	VFMADD231PS  Z6, Z26, Z7
-	VMOVUPS      Z7, 192(DI)
-	VMOVUPS      256(SI), Z1
-	VFMADD213PS  Z8, Z24, Z8
-	VSUBPS       Z8, Z1, Z8
-	VMULPS       Z8, Z25, Z8
-	VFMADD213PS  Z9, Z24, Z9
-	VFMADD231PS  Z8, Z26, Z9
-	VMOVUPS      Z9, 256(DI)
-	VMOVUPS      320(SI), Z1
-	VFMADD213PS  Z10, Z24, Z10
-	VSUBPS       Z10, Z1, Z10
-	VMULPS       Z10, Z25, Z10
-	VFMADD213PS  Z11, Z24, Z11
-	VFMADD231PS  Z10, Z26, Z11
-	VMOVUPS      Z11, 320(DI)
-	VMOVUPS      384(SI), Z1
-	VFMADD213PS  Z12, Z24, Z12
-	VSUBPS       Z12, Z1, Z12
-	VMULPS       Z12, Z25, Z12
-	VFMADD213PS  Z13, Z24, Z13
-	VFMADD231PS  Z12, Z26, Z13
-	VMOVUPS      Z13, 384(DI)
-	VMOVUPS      448(SI), Z1
-	VFMADD213PS  Z14, Z24, Z14
-	VSUBPS       Z14, Z1, Z14
-	VMULPS       Z14, Z25, Z14
-	VFMADD213PS  Z15, Z24, Z15
-	VFMADD231PS  Z14, Z26, Z15
-	VMOVUPS      Z15, 448(DI)
-	VMOVUPS      512(SI), Z1
-	VFMADD213PS  Z16, Z24, Z16
-	VSUBPS       Z16, Z1, Z16
-	VMULPS       Z16, Z25, Z16
-	VFMADD213PS  Z17, Z24, Z17
-	VFMADD231PS  Z16, Z26, Z17
-	VMOVUPS      Z17, 512(DI)
-	VMOVUPS      576(SI), Z1
-	VFMADD213PS  Z18, Z24, Z18
-	VSUBPS       Z18, Z1, Z18
-	VMULPS       Z18, Z25, Z18
-	VFMADD213PS  Z19, Z24, Z19
-	VFMADD231PS  Z18, Z26, Z19
-	VMOVUPS      Z19, 576(DI)
-	VMOVUPS      640(SI), Z1
-	VFMADD213PS  Z20, Z24, Z20
-	VSUBPS       Z20, Z1, Z20
-	VMULPS       Z20, Z25, Z20
-	VFMADD213PS  Z21, Z24, Z21
-	VFMADD231PS  Z20, Z26, Z21
-	VMOVUPS      Z21, 640(DI)
-	VMOVUPS      704(SI), Z1
-	VFMADD213PS  Z22, Z24, Z22
-	VSUBPS       Z22, Z1, Z22
-	VMULPS       Z22, Z25, Z22
-	VFMADD213PS  Z23, Z24, Z23
-	VFMADD231PS  Z22, Z26, Z23
-	VMOVUPS      Z23, 704(DI)
-
-	// Write pass: S' = S + em1·S + k̂_i·δ over the same slab.
-	MOVQ AX, R10
-	MOVQ CX, AX
-	XORQ R11, R11
-
-stateAVX512_write_7:
-	MOVQ         8(SP), CX
-	PREFETCHT1   (CX)
-	PREFETCHT1   256(CX)
-	PREFETCHT1   512(CX)
-	ADDQ         $0x00000300, 8(SP)
-	VBROADCASTSS (DX)(R11*4), Z1
-	VMOVUPS      (R10), Z3
-	VFMADD213PS  Z3, Z24, Z3
-	VFMADD231PS  Z0, Z1, Z3
-	VMOVUPS      Z3, (AX)
-	VMOVUPS      64(R10), Z3
-	VFMADD213PS  Z3, Z24, Z3
-	VFMADD231PS  Z2, Z1, Z3
-	VMOVUPS      Z3, 64(AX)
-	VMOVUPS      128(R10), Z3
-	VFMADD213PS  Z3, Z24, Z3
-	VFMADD231PS  Z4, Z1, Z3
-	VMOVUPS      Z3, 128(AX)
-	VMOVUPS      192(R10), Z3
-	VFMADD213PS  Z3, Z24, Z3
-	VFMADD231PS  Z6, Z1, Z3
-	VMOVUPS      Z3, 192(AX)
-	VMOVUPS      256(R10), Z3
-	VFMADD213PS  Z3, Z24, Z3
-	VFMADD231PS  Z8, Z1, Z3
-	VMOVUPS      Z3, 256(AX)
-	VMOVUPS      320(R10), Z3
-	VFMADD213PS  Z3, Z24, Z3
-	VFMADD231PS  Z10, Z1, Z3
-	VMOVUPS      Z3, 320(AX)
-	VMOVUPS      384(R10), Z3
-	VFMADD213PS  Z3, Z24, Z3
-	VFMADD231PS  Z12, Z1, Z3
-	VMOVUPS      Z3, 384(AX)
-	VMOVUPS      448(R10), Z3
-	VFMADD213PS  Z3, Z24, Z3
-	VFMADD231PS  Z14, Z1, Z3
-	VMOVUPS      Z3, 448(AX)
-	VMOVUPS      512(R10), Z3
-	VFMADD213PS  Z3, Z24, Z3
-	VFMADD231PS  Z16, Z1, Z3
-	VMOVUPS      Z3, 512(AX)
-	VMOVUPS      576(R10), Z3
-	VFMADD213PS  Z3, Z24, Z3
-	VFMADD231PS  Z18, Z1, Z3
-	VMOVUPS      Z3, 576(AX)
-	VMOVUPS      640(R10), Z3
-	VFMADD213PS  Z3, Z24, Z3
-	VFMADD231PS  Z20, Z1, Z3
-	VMOVUPS      Z3, 640(AX)
-	VMOVUPS      704(R10), Z3
-	VFMADD213PS  Z3, Z24, Z3
-	VFMADD231PS  Z22, Z1, Z3
-	VMOVUPS      Z3, 704(AX)
-	ADDQ         R9, R10
-	ADDQ         R9, AX
-	INCQ         R11
-	CMPQ         R11, R8
-	JB           stateAVX512_write_7
-	JMP          stateAVX512_decayed_4
-
-stateAVX512_far_4:
-	// em1 < -0.5 or NaN: decay(x) = eg·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	VBROADCASTSS eg+148(FP), Z24
-	VBROADCASTSS beta+152(FP), Z25
-	VBROADCASTSS kq+156(FP), Z26
-	VMOVUPS      (SI), Z27
-	VMULPS       Z0, Z24, Z0
-	VSUBPS       Z0, Z27, Z0
-	VMULPS       Z0, Z25, Z0
-	VMULPS       Z1, Z24, Z1
-	VFMADD231PS  Z0, Z26, Z1
-	VMOVUPS      Z1, (DI)
-	VMOVUPS      64(SI), Z1
-	VMULPS       Z2, Z24, Z2
-	VSUBPS       Z2, Z1, Z2
-	VMULPS       Z2, Z25, Z2
-	VMULPS       Z3, Z24, Z3
-	VFMADD231PS  Z2, Z26, Z3
-	VMOVUPS      Z3, 64(DI)
-	VMOVUPS      128(SI), Z1
-	VMULPS       Z4, Z24, Z4
-	VSUBPS       Z4, Z1, Z4
-	VMULPS       Z4, Z25, Z4
-	VMULPS       Z5, Z24, Z5
-	VFMADD231PS  Z4, Z26, Z5
-	VMOVUPS      Z5, 128(DI)
-	VMOVUPS      192(SI), Z1
-	VMULPS       Z6, Z24, Z6
-	VSUBPS       Z6, Z1, Z6
-	VMULPS       Z6, Z25, Z6
-	VMULPS       Z7, Z24, Z7
-	VFMADD231PS  Z6, Z26, Z7
-	VMOVUPS      Z7, 192(DI)
-	VMOVUPS      256(SI), Z1
-	VMULPS       Z8, Z24, Z8
-	VSUBPS       Z8, Z1, Z8
-	VMULPS       Z8, Z25, Z8
-	VMULPS       Z9, Z24, Z9
-	VFMADD231PS  Z8, Z26, Z9
-	VMOVUPS      Z9, 256(DI)
-	VMOVUPS      320(SI), Z1
-	VMULPS       Z10, Z24, Z10
-	VSUBPS       Z10, Z1, Z10
-	VMULPS       Z10, Z25, Z10
-	VMULPS       Z11, Z24, Z11
-	VFMADD231PS  Z10, Z26, Z11
-	VMOVUPS      Z11, 320(DI)
-	VMOVUPS      384(SI), Z1
-	VMULPS       Z12, Z24, Z12
-	VSUBPS       Z12, Z1, Z12
-	VMULPS       Z12, Z25, Z12
-	VMULPS       Z13, Z24, Z13
-	VFMADD231PS  Z12, Z26, Z13
-	VMOVUPS      Z13, 384(DI)
-	VMOVUPS      448(SI), Z1
-	VMULPS       Z14, Z24, Z14
-	VSUBPS       Z14, Z1, Z14
-	VMULPS       Z14, Z25, Z14
-	VMULPS       Z15, Z24, Z15
-	VFMADD231PS  Z14, Z26, Z15
-	VMOVUPS      Z15, 448(DI)
-	VMOVUPS      512(SI), Z1
-	VMULPS       Z16, Z24, Z16
-	VSUBPS       Z16, Z1, Z16
-	VMULPS       Z16, Z25, Z16
-	VMULPS       Z17, Z24, Z17
-	VFMADD231PS  Z16, Z26, Z17
-	VMOVUPS      Z17, 512(DI)
-	VMOVUPS      576(SI), Z1
-	VMULPS       Z18, Z24, Z18
-	VSUBPS       Z18, Z1, Z18
-	VMULPS       Z18, Z25, Z18
-	VMULPS       Z19, Z24, Z19
-	VFMADD231PS  Z18, Z26, Z19
-	VMOVUPS      Z19, 576(DI)
-	VMOVUPS      640(SI), Z1
-	VMULPS       Z20, Z24, Z20
-	VSUBPS       Z20, Z1, Z20
-	VMULPS       Z20, Z25, Z20
-	VMULPS       Z21, Z24, Z21
-	VFMADD231PS  Z20, Z26, Z21
-	VMOVUPS      Z21, 640(DI)
-	VMOVUPS      704(SI), Z1
-	VMULPS       Z22, Z24, Z22
-	VSUBPS       Z22, Z1, Z22
-	VMULPS       Z22, Z25, Z22
-	VMULPS       Z23, Z24, Z23
-	VFMADD231PS  Z22, Z26, Z23
-	VMOVUPS      Z23, 704(DI)
-
-	// Write pass: S' = eg·S + k̂_i·δ over the same slab.
-	MOVQ AX, R10
-	MOVQ CX, AX
-	XORQ R11, R11
-
-stateAVX512_write_8:
-	MOVQ         8(SP), CX
-	PREFETCHT1   (CX)
-	PREFETCHT1   256(CX)
-	PREFETCHT1   512(CX)
-	ADDQ         $0x00000300, 8(SP)
-	VBROADCASTSS (DX)(R11*4), Z1
-	VMOVUPS      (R10), Z3
-	VMULPS       Z3, Z24, Z3
-	VFMADD231PS  Z0, Z1, Z3
-	VMOVUPS      Z3, (AX)
-	VMOVUPS      64(R10), Z3
-	VMULPS       Z3, Z24, Z3
-	VFMADD231PS  Z2, Z1, Z3
-	VMOVUPS      Z3, 64(AX)
-	VMOVUPS      128(R10), Z3
-	VMULPS       Z3, Z24, Z3
-	VFMADD231PS  Z4, Z1, Z3
-	VMOVUPS      Z3, 128(AX)
-	VMOVUPS      192(R10), Z3
-	VMULPS       Z3, Z24, Z3
-	VFMADD231PS  Z6, Z1, Z3
-	VMOVUPS      Z3, 192(AX)
-	VMOVUPS      256(R10), Z3
-	VMULPS       Z3, Z24, Z3
-	VFMADD231PS  Z8, Z1, Z3
-	VMOVUPS      Z3, 256(AX)
-	VMOVUPS      320(R10), Z3
-	VMULPS       Z3, Z24, Z3
-	VFMADD231PS  Z10, Z1, Z3
-	VMOVUPS      Z3, 320(AX)
-	VMOVUPS      384(R10), Z3
-	VMULPS       Z3, Z24, Z3
-	VFMADD231PS  Z12, Z1, Z3
-	VMOVUPS      Z3, 384(AX)
-	VMOVUPS      448(R10), Z3
-	VMULPS       Z3, Z24, Z3
-	VFMADD231PS  Z14, Z1, Z3
-	VMOVUPS      Z3, 448(AX)
-	VMOVUPS      512(R10), Z3
-	VMULPS       Z3, Z24, Z3
-	VFMADD231PS  Z16, Z1, Z3
-	VMOVUPS      Z3, 512(AX)
-	VMOVUPS      576(R10), Z3
-	VMULPS       Z3, Z24, Z3
-	VFMADD231PS  Z18, Z1, Z3
-	VMOVUPS      Z3, 576(AX)
-	VMOVUPS      640(R10), Z3
-	VMULPS       Z3, Z24, Z3
-	VFMADD231PS  Z20, Z1, Z3
-	VMOVUPS      Z3, 640(AX)
-	VMOVUPS      704(R10), Z3
-	VMULPS       Z3, Z24, Z3
-	VFMADD231PS  Z22, Z1, Z3
-	VMOVUPS      Z3, 704(AX)
-	ADDQ         R9, R10
-	ADDQ         R9, AX
-	INCQ         R11
-	CMPQ         R11, R8
-	JB           stateAVX512_write_8
-
-stateAVX512_decayed_4:
-	JMP stateAVX512_done_1
-
-stateAVX512_notmodel_3:
 	MOVQ         R10, R11
 	DECQ         R11
 	ANDQ         $-16, R11
@@ -2771,214 +2376,8 @@ stateAVX512_notmodel_3:
 	VPCMPGTD     iota<>+0(SB), Z0, K1
 	SHLQ         $0x02, R10
 	MOVQ         R10, 24(SP)
-
-	// V = 65 to 80 (the odd 96×80): 4 full vectors and a masked one, no guard.
-	CMPQ R11, $0x00000040
-	JNE  stateAVX512_odd_1
-
-	// Block of 80 columns: read pass (Sᵀk̂, Sᵀq̂ of 5 vectors in registers).
-	VBROADCASTSS zero<>+0(SB), Z0
-	VBROADCASTSS zero<>+0(SB), Z1
-	VBROADCASTSS zero<>+0(SB), Z2
-	VBROADCASTSS zero<>+0(SB), Z3
-	VBROADCASTSS zero<>+0(SB), Z4
-	VBROADCASTSS zero<>+0(SB), Z5
-	VBROADCASTSS zero<>+0(SB), Z6
-	VBROADCASTSS zero<>+0(SB), Z7
-	VBROADCASTSS zero<>+0(SB), Z8
-	VBROADCASTSS zero<>+0(SB), Z9
-	MOVQ         AX, R10
-	XORQ         R11, R11
-
-stateAVX512_read_5:
-	VBROADCASTSS (DX)(R11*4), Z10
-	VBROADCASTSS (BX)(R11*4), Z11
-	VMOVUPS      (R10), Z12
-	VFMADD231PS  Z12, Z10, Z0
-	VFMADD231PS  Z12, Z11, Z1
-	VMOVUPS      64(R10), Z12
-	VFMADD231PS  Z12, Z10, Z2
-	VFMADD231PS  Z12, Z11, Z3
-	VMOVUPS      128(R10), Z12
-	VFMADD231PS  Z12, Z10, Z4
-	VFMADD231PS  Z12, Z11, Z5
-	VMOVUPS      192(R10), Z12
-	VFMADD231PS  Z12, Z10, Z6
-	VFMADD231PS  Z12, Z11, Z7
-	VMOVUPS.Z    256(R10), K1, Z12
-	VFMADD231PS  Z12, Z10, Z8
-	VFMADD231PS  Z12, Z11, Z9
-	ADDQ         R9, R10
-	INCQ         R11
-	CMPQ         R11, R8
-	JB           stateAVX512_read_5
-	CMPB         16(SP), $0x00
-	JE           stateAVX512_far_5
-
-	// em1 ≥ -0.5: decay(x) = x + em1·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	VBROADCASTSS em1+144(FP), Z10
-	VBROADCASTSS beta+152(FP), Z11
-	VBROADCASTSS kq+156(FP), Z12
-	VMOVUPS      (SI), Z13
-	VFMADD213PS  Z0, Z10, Z0
-	VSUBPS       Z0, Z13, Z0
-	VMULPS       Z0, Z11, Z0
-	VFMADD213PS  Z1, Z10, Z1
-	VFMADD231PS  Z0, Z12, Z1
-	VMOVUPS      Z1, (DI)
-	VMOVUPS      64(SI), Z1
-	VFMADD213PS  Z2, Z10, Z2
-	VSUBPS       Z2, Z1, Z2
-	VMULPS       Z2, Z11, Z2
-	VFMADD213PS  Z3, Z10, Z3
-	VFMADD231PS  Z2, Z12, Z3
-	VMOVUPS      Z3, 64(DI)
-	VMOVUPS      128(SI), Z1
-	VFMADD213PS  Z4, Z10, Z4
-	VSUBPS       Z4, Z1, Z4
-	VMULPS       Z4, Z11, Z4
-	VFMADD213PS  Z5, Z10, Z5
-	VFMADD231PS  Z4, Z12, Z5
-	VMOVUPS      Z5, 128(DI)
-	VMOVUPS      192(SI), Z1
-	VFMADD213PS  Z6, Z10, Z6
-	VSUBPS       Z6, Z1, Z6
-	VMULPS       Z6, Z11, Z6
-	VFMADD213PS  Z7, Z10, Z7
-	VFMADD231PS  Z6, Z12, Z7
-	VMOVUPS      Z7, 192(DI)
-	VMOVUPS.Z    256(SI), K1, Z1
-	VFMADD213PS  Z8, Z10, Z8
-	VSUBPS       Z8, Z1, Z8
-	VMULPS       Z8, Z11, Z8
-	VFMADD213PS  Z9, Z10, Z9
-	VFMADD231PS  Z8, Z12, Z9
-	VMOVUPS      Z9, K1, 256(DI)
-
-	// Write pass: S' = S + em1·S + k̂_i·δ over the same slab.
-	MOVQ AX, R10
-	MOVQ CX, AX
-	XORQ R11, R11
-
-stateAVX512_write_9:
-	MOVQ         8(SP), CX
-	PREFETCHT1   (CX)
-	PREFETCHT1   256(CX)
-	ADDQ         $0x00000140, 8(SP)
-	VBROADCASTSS (DX)(R11*4), Z1
-	VMOVUPS      (R10), Z3
-	VFMADD213PS  Z3, Z10, Z3
-	VFMADD231PS  Z0, Z1, Z3
-	VMOVUPS      Z3, (AX)
-	VMOVUPS      64(R10), Z3
-	VFMADD213PS  Z3, Z10, Z3
-	VFMADD231PS  Z2, Z1, Z3
-	VMOVUPS      Z3, 64(AX)
-	VMOVUPS      128(R10), Z3
-	VFMADD213PS  Z3, Z10, Z3
-	VFMADD231PS  Z4, Z1, Z3
-	VMOVUPS      Z3, 128(AX)
-	VMOVUPS      192(R10), Z3
-	VFMADD213PS  Z3, Z10, Z3
-	VFMADD231PS  Z6, Z1, Z3
-	VMOVUPS      Z3, 192(AX)
-	VMOVUPS.Z    256(R10), K1, Z3
-	VFMADD213PS  Z3, Z10, Z3
-	VFMADD231PS  Z8, Z1, Z3
-	VMOVUPS      Z3, K1, 256(AX)
-	ADDQ         R9, R10
-	ADDQ         R9, AX
-	INCQ         R11
-	CMPQ         R11, R8
-	JB           stateAVX512_write_9
-	JMP          stateAVX512_decayed_5
-
-stateAVX512_far_5:
-	// em1 < -0.5 or NaN: decay(x) = eg·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	VBROADCASTSS eg+148(FP), Z10
-	VBROADCASTSS beta+152(FP), Z11
-	VBROADCASTSS kq+156(FP), Z12
-	VMOVUPS      (SI), Z13
-	VMULPS       Z0, Z10, Z0
-	VSUBPS       Z0, Z13, Z0
-	VMULPS       Z0, Z11, Z0
-	VMULPS       Z1, Z10, Z1
-	VFMADD231PS  Z0, Z12, Z1
-	VMOVUPS      Z1, (DI)
-	VMOVUPS      64(SI), Z1
-	VMULPS       Z2, Z10, Z2
-	VSUBPS       Z2, Z1, Z2
-	VMULPS       Z2, Z11, Z2
-	VMULPS       Z3, Z10, Z3
-	VFMADD231PS  Z2, Z12, Z3
-	VMOVUPS      Z3, 64(DI)
-	VMOVUPS      128(SI), Z1
-	VMULPS       Z4, Z10, Z4
-	VSUBPS       Z4, Z1, Z4
-	VMULPS       Z4, Z11, Z4
-	VMULPS       Z5, Z10, Z5
-	VFMADD231PS  Z4, Z12, Z5
-	VMOVUPS      Z5, 128(DI)
-	VMOVUPS      192(SI), Z1
-	VMULPS       Z6, Z10, Z6
-	VSUBPS       Z6, Z1, Z6
-	VMULPS       Z6, Z11, Z6
-	VMULPS       Z7, Z10, Z7
-	VFMADD231PS  Z6, Z12, Z7
-	VMOVUPS      Z7, 192(DI)
-	VMOVUPS.Z    256(SI), K1, Z1
-	VMULPS       Z8, Z10, Z8
-	VSUBPS       Z8, Z1, Z8
-	VMULPS       Z8, Z11, Z8
-	VMULPS       Z9, Z10, Z9
-	VFMADD231PS  Z8, Z12, Z9
-	VMOVUPS      Z9, K1, 256(DI)
-
-	// Write pass: S' = eg·S + k̂_i·δ over the same slab.
-	MOVQ AX, R10
-	MOVQ CX, AX
-	XORQ R11, R11
-
-stateAVX512_write_10:
-	MOVQ         8(SP), CX
-	PREFETCHT1   (CX)
-	PREFETCHT1   256(CX)
-	ADDQ         $0x00000140, 8(SP)
-	VBROADCASTSS (DX)(R11*4), Z1
-	VMOVUPS      (R10), Z3
-	VMULPS       Z3, Z10, Z3
-	VFMADD231PS  Z0, Z1, Z3
-	VMOVUPS      Z3, (AX)
-	VMOVUPS      64(R10), Z3
-	VMULPS       Z3, Z10, Z3
-	VFMADD231PS  Z2, Z1, Z3
-	VMOVUPS      Z3, 64(AX)
-	VMOVUPS      128(R10), Z3
-	VMULPS       Z3, Z10, Z3
-	VFMADD231PS  Z4, Z1, Z3
-	VMOVUPS      Z3, 128(AX)
-	VMOVUPS      192(R10), Z3
-	VMULPS       Z3, Z10, Z3
-	VFMADD231PS  Z6, Z1, Z3
-	VMOVUPS      Z3, 192(AX)
-	VMOVUPS.Z    256(R10), K1, Z3
-	VMULPS       Z3, Z10, Z3
-	VFMADD231PS  Z8, Z1, Z3
-	VMOVUPS      Z3, K1, 256(AX)
-	ADDQ         R9, R10
-	ADDQ         R9, AX
-	INCQ         R11
-	CMPQ         R11, R8
-	JB           stateAVX512_write_10
-
-stateAVX512_decayed_5:
-	JMP stateAVX512_done_1
-
-stateAVX512_odd_1:
-	CMPQ R11, $0x00000040
-	JB   stateAVX512_span64_1
+	CMPQ         R11, $0x00000050
+	JB           stateAVX512_span80_1
 
 	// Tail of 81 to 256 columns.
 	// Block of 81–256 columns: read pass (Sᵀk̂, Sᵀq̂ of 14 vectors in registers).
@@ -3021,7 +2420,7 @@ stateAVX512_odd_1:
 	MOVQ         AX, R12
 	XORQ         R13, R13
 
-stateAVX512_read_6:
+stateAVX512_read_4:
 	VBROADCASTSS (DX)(R13*4), Z28
 	VBROADCASTSS (BX)(R13*4), Z29
 	VMOVUPS      (R12), Z30
@@ -3105,9 +2504,9 @@ stateAVX512_spantail_1:
 	ADDQ        R9, R12
 	INCQ        R13
 	CMPQ        R13, R8
-	JB          stateAVX512_read_6
+	JB          stateAVX512_read_4
 	CMPB        16(SP), $0x00
-	JE          stateAVX512_far_6
+	JE          stateAVX512_far_4
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
@@ -3260,7 +2659,7 @@ stateAVX512_spantail_2:
 	MOVQ CX, AX
 	XORQ R13, R13
 
-stateAVX512_write_11:
+stateAVX512_write_7:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	PREFETCHT1   256(CX)
@@ -3359,10 +2758,10 @@ stateAVX512_spantail_3:
 	ADDQ        R9, AX
 	INCQ        R13
 	CMPQ        R13, R8
-	JB          stateAVX512_write_11
-	JMP         stateAVX512_decayed_6
+	JB          stateAVX512_write_7
+	JMP         stateAVX512_decayed_4
 
-stateAVX512_far_6:
+stateAVX512_far_4:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	VBROADCASTSS eg+148(FP), Z28
@@ -3514,7 +2913,7 @@ stateAVX512_spantail_4:
 	MOVQ CX, AX
 	XORQ R13, R13
 
-stateAVX512_write_12:
+stateAVX512_write_8:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
 	PREFETCHT1   256(CX)
@@ -3613,14 +3012,14 @@ stateAVX512_spantail_5:
 	ADDQ        R9, AX
 	INCQ        R13
 	CMPQ        R13, R8
-	JB          stateAVX512_write_12
+	JB          stateAVX512_write_8
 
-stateAVX512_decayed_6:
+stateAVX512_decayed_4:
 	JMP stateAVX512_done_1
 
-stateAVX512_span64_1:
-	// Tail of 1 to 64 columns.
-	// Block of 1–64 columns: read pass (Sᵀk̂, Sᵀq̂ of 4 vectors in registers).
+stateAVX512_span80_1:
+	// Tail of 1 to 80 columns.
+	// Block of 1–80 columns: read pass (Sᵀk̂, Sᵀq̂ of 5 vectors in registers).
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
 	VBROADCASTSS zero<>+0(SB), Z2
@@ -3629,208 +3028,247 @@ stateAVX512_span64_1:
 	VBROADCASTSS zero<>+0(SB), Z5
 	VBROADCASTSS zero<>+0(SB), Z6
 	VBROADCASTSS zero<>+0(SB), Z7
+	VBROADCASTSS zero<>+0(SB), Z8
+	VBROADCASTSS zero<>+0(SB), Z9
 	MOVQ         AX, R10
 	XORQ         R12, R12
 
-stateAVX512_read_7:
-	VBROADCASTSS (DX)(R12*4), Z8
-	VBROADCASTSS (BX)(R12*4), Z9
+stateAVX512_read_5:
+	VBROADCASTSS (DX)(R12*4), Z10
+	VBROADCASTSS (BX)(R12*4), Z11
 	CMPQ         R11, $0x00000000
 	JBE          stateAVX512_spantail_6
-	VMOVUPS      (R10), Z10
-	VFMADD231PS  Z10, Z8, Z0
-	VFMADD231PS  Z10, Z9, Z1
+	VMOVUPS      (R10), Z12
+	VFMADD231PS  Z12, Z10, Z0
+	VFMADD231PS  Z12, Z11, Z1
 	CMPQ         R11, $0x00000010
 	JBE          stateAVX512_spantail_6
-	VMOVUPS      64(R10), Z10
-	VFMADD231PS  Z10, Z8, Z2
-	VFMADD231PS  Z10, Z9, Z3
+	VMOVUPS      64(R10), Z12
+	VFMADD231PS  Z12, Z10, Z2
+	VFMADD231PS  Z12, Z11, Z3
 	CMPQ         R11, $0x00000020
 	JBE          stateAVX512_spantail_6
-	VMOVUPS      128(R10), Z10
-	VFMADD231PS  Z10, Z8, Z4
-	VFMADD231PS  Z10, Z9, Z5
+	VMOVUPS      128(R10), Z12
+	VFMADD231PS  Z12, Z10, Z4
+	VFMADD231PS  Z12, Z11, Z5
+	CMPQ         R11, $0x00000030
+	JBE          stateAVX512_spantail_6
+	VMOVUPS      192(R10), Z12
+	VFMADD231PS  Z12, Z10, Z6
+	VFMADD231PS  Z12, Z11, Z7
 
 stateAVX512_spantail_6:
-	VMOVUPS.Z   (R10)(R11*4), K1, Z10
-	VFMADD231PS Z10, Z8, Z6
-	VFMADD231PS Z10, Z9, Z7
+	VMOVUPS.Z   (R10)(R11*4), K1, Z12
+	VFMADD231PS Z12, Z10, Z8
+	VFMADD231PS Z12, Z11, Z9
 	ADDQ        R9, R10
 	INCQ        R12
 	CMPQ        R12, R8
-	JB          stateAVX512_read_7
+	JB          stateAVX512_read_5
 	CMPB        16(SP), $0x00
-	JE          stateAVX512_far_7
+	JE          stateAVX512_far_5
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	VBROADCASTSS em1+144(FP), Z8
-	VBROADCASTSS beta+152(FP), Z9
-	VBROADCASTSS kq+156(FP), Z10
+	VBROADCASTSS em1+144(FP), Z10
+	VBROADCASTSS beta+152(FP), Z11
+	VBROADCASTSS kq+156(FP), Z12
 	CMPQ         R11, $0x00000000
 	JBE          stateAVX512_spantail_7
-	VMOVUPS      (SI), Z11
-	VFMADD213PS  Z0, Z8, Z0
-	VSUBPS       Z0, Z11, Z0
-	VMULPS       Z0, Z9, Z0
-	VFMADD213PS  Z1, Z8, Z1
-	VFMADD231PS  Z0, Z10, Z1
+	VMOVUPS      (SI), Z13
+	VFMADD213PS  Z0, Z10, Z0
+	VSUBPS       Z0, Z13, Z0
+	VMULPS       Z0, Z11, Z0
+	VFMADD213PS  Z1, Z10, Z1
+	VFMADD231PS  Z0, Z12, Z1
 	VMOVUPS      Z1, (DI)
 	CMPQ         R11, $0x00000010
 	JBE          stateAVX512_spantail_7
 	VMOVUPS      64(SI), Z1
-	VFMADD213PS  Z2, Z8, Z2
+	VFMADD213PS  Z2, Z10, Z2
 	VSUBPS       Z2, Z1, Z2
-	VMULPS       Z2, Z9, Z2
-	VFMADD213PS  Z3, Z8, Z3
-	VFMADD231PS  Z2, Z10, Z3
+	VMULPS       Z2, Z11, Z2
+	VFMADD213PS  Z3, Z10, Z3
+	VFMADD231PS  Z2, Z12, Z3
 	VMOVUPS      Z3, 64(DI)
 	CMPQ         R11, $0x00000020
 	JBE          stateAVX512_spantail_7
 	VMOVUPS      128(SI), Z1
-	VFMADD213PS  Z4, Z8, Z4
+	VFMADD213PS  Z4, Z10, Z4
 	VSUBPS       Z4, Z1, Z4
-	VMULPS       Z4, Z9, Z4
-	VFMADD213PS  Z5, Z8, Z5
-	VFMADD231PS  Z4, Z10, Z5
+	VMULPS       Z4, Z11, Z4
+	VFMADD213PS  Z5, Z10, Z5
+	VFMADD231PS  Z4, Z12, Z5
 	VMOVUPS      Z5, 128(DI)
+	CMPQ         R11, $0x00000030
+	JBE          stateAVX512_spantail_7
+	VMOVUPS      192(SI), Z1
+	VFMADD213PS  Z6, Z10, Z6
+	VSUBPS       Z6, Z1, Z6
+	VMULPS       Z6, Z11, Z6
+	VFMADD213PS  Z7, Z10, Z7
+	VFMADD231PS  Z6, Z12, Z7
+	VMOVUPS      Z7, 192(DI)
 
 stateAVX512_spantail_7:
 	VMOVUPS.Z   (SI)(R11*4), K1, Z1
-	VFMADD213PS Z6, Z8, Z6
-	VSUBPS      Z6, Z1, Z6
-	VMULPS      Z6, Z9, Z6
-	VFMADD213PS Z7, Z8, Z7
-	VFMADD231PS Z6, Z10, Z7
-	VMOVUPS     Z7, K1, (DI)(R11*4)
+	VFMADD213PS Z8, Z10, Z8
+	VSUBPS      Z8, Z1, Z8
+	VMULPS      Z8, Z11, Z8
+	VFMADD213PS Z9, Z10, Z9
+	VFMADD231PS Z8, Z12, Z9
+	VMOVUPS     Z9, K1, (DI)(R11*4)
 
 	// Write pass: S' = S + em1·S + k̂_i·δ over the same slab.
 	MOVQ AX, R10
 	MOVQ CX, AX
 	XORQ R12, R12
 
-stateAVX512_write_13:
+stateAVX512_write_9:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
+	PREFETCHT1   256(CX)
 	ADDQ         24(SP), CX
 	MOVQ         CX, 8(SP)
 	VBROADCASTSS (DX)(R12*4), Z1
 	CMPQ         R11, $0x00000000
 	JBE          stateAVX512_spantail_8
 	VMOVUPS      (R10), Z3
-	VFMADD213PS  Z3, Z8, Z3
+	VFMADD213PS  Z3, Z10, Z3
 	VFMADD231PS  Z0, Z1, Z3
 	VMOVUPS      Z3, (AX)
 	CMPQ         R11, $0x00000010
 	JBE          stateAVX512_spantail_8
 	VMOVUPS      64(R10), Z3
-	VFMADD213PS  Z3, Z8, Z3
+	VFMADD213PS  Z3, Z10, Z3
 	VFMADD231PS  Z2, Z1, Z3
 	VMOVUPS      Z3, 64(AX)
 	CMPQ         R11, $0x00000020
 	JBE          stateAVX512_spantail_8
 	VMOVUPS      128(R10), Z3
-	VFMADD213PS  Z3, Z8, Z3
+	VFMADD213PS  Z3, Z10, Z3
 	VFMADD231PS  Z4, Z1, Z3
 	VMOVUPS      Z3, 128(AX)
+	CMPQ         R11, $0x00000030
+	JBE          stateAVX512_spantail_8
+	VMOVUPS      192(R10), Z3
+	VFMADD213PS  Z3, Z10, Z3
+	VFMADD231PS  Z6, Z1, Z3
+	VMOVUPS      Z3, 192(AX)
 
 stateAVX512_spantail_8:
 	VMOVUPS.Z   (R10)(R11*4), K1, Z3
-	VFMADD213PS Z3, Z8, Z3
-	VFMADD231PS Z6, Z1, Z3
+	VFMADD213PS Z3, Z10, Z3
+	VFMADD231PS Z8, Z1, Z3
 	VMOVUPS     Z3, K1, (AX)(R11*4)
 	ADDQ        R9, R10
 	ADDQ        R9, AX
 	INCQ        R12
 	CMPQ        R12, R8
-	JB          stateAVX512_write_13
-	JMP         stateAVX512_decayed_7
+	JB          stateAVX512_write_9
+	JMP         stateAVX512_decayed_5
 
-stateAVX512_far_7:
+stateAVX512_far_5:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	VBROADCASTSS eg+148(FP), Z8
-	VBROADCASTSS beta+152(FP), Z9
-	VBROADCASTSS kq+156(FP), Z10
+	VBROADCASTSS eg+148(FP), Z10
+	VBROADCASTSS beta+152(FP), Z11
+	VBROADCASTSS kq+156(FP), Z12
 	CMPQ         R11, $0x00000000
 	JBE          stateAVX512_spantail_9
-	VMOVUPS      (SI), Z11
-	VMULPS       Z0, Z8, Z0
-	VSUBPS       Z0, Z11, Z0
-	VMULPS       Z0, Z9, Z0
-	VMULPS       Z1, Z8, Z1
-	VFMADD231PS  Z0, Z10, Z1
+	VMOVUPS      (SI), Z13
+	VMULPS       Z0, Z10, Z0
+	VSUBPS       Z0, Z13, Z0
+	VMULPS       Z0, Z11, Z0
+	VMULPS       Z1, Z10, Z1
+	VFMADD231PS  Z0, Z12, Z1
 	VMOVUPS      Z1, (DI)
 	CMPQ         R11, $0x00000010
 	JBE          stateAVX512_spantail_9
 	VMOVUPS      64(SI), Z1
-	VMULPS       Z2, Z8, Z2
+	VMULPS       Z2, Z10, Z2
 	VSUBPS       Z2, Z1, Z2
-	VMULPS       Z2, Z9, Z2
-	VMULPS       Z3, Z8, Z3
-	VFMADD231PS  Z2, Z10, Z3
+	VMULPS       Z2, Z11, Z2
+	VMULPS       Z3, Z10, Z3
+	VFMADD231PS  Z2, Z12, Z3
 	VMOVUPS      Z3, 64(DI)
 	CMPQ         R11, $0x00000020
 	JBE          stateAVX512_spantail_9
 	VMOVUPS      128(SI), Z1
-	VMULPS       Z4, Z8, Z4
+	VMULPS       Z4, Z10, Z4
 	VSUBPS       Z4, Z1, Z4
-	VMULPS       Z4, Z9, Z4
-	VMULPS       Z5, Z8, Z5
-	VFMADD231PS  Z4, Z10, Z5
+	VMULPS       Z4, Z11, Z4
+	VMULPS       Z5, Z10, Z5
+	VFMADD231PS  Z4, Z12, Z5
 	VMOVUPS      Z5, 128(DI)
+	CMPQ         R11, $0x00000030
+	JBE          stateAVX512_spantail_9
+	VMOVUPS      192(SI), Z1
+	VMULPS       Z6, Z10, Z6
+	VSUBPS       Z6, Z1, Z6
+	VMULPS       Z6, Z11, Z6
+	VMULPS       Z7, Z10, Z7
+	VFMADD231PS  Z6, Z12, Z7
+	VMOVUPS      Z7, 192(DI)
 
 stateAVX512_spantail_9:
 	VMOVUPS.Z   (SI)(R11*4), K1, Z1
-	VMULPS      Z6, Z8, Z6
-	VSUBPS      Z6, Z1, Z6
-	VMULPS      Z6, Z9, Z6
-	VMULPS      Z7, Z8, Z7
-	VFMADD231PS Z6, Z10, Z7
-	VMOVUPS     Z7, K1, (DI)(R11*4)
+	VMULPS      Z8, Z10, Z8
+	VSUBPS      Z8, Z1, Z8
+	VMULPS      Z8, Z11, Z8
+	VMULPS      Z9, Z10, Z9
+	VFMADD231PS Z8, Z12, Z9
+	VMOVUPS     Z9, K1, (DI)(R11*4)
 
 	// Write pass: S' = eg·S + k̂_i·δ over the same slab.
 	MOVQ AX, R10
 	MOVQ CX, AX
 	XORQ R12, R12
 
-stateAVX512_write_14:
+stateAVX512_write_10:
 	MOVQ         8(SP), CX
 	PREFETCHT1   (CX)
+	PREFETCHT1   256(CX)
 	ADDQ         24(SP), CX
 	MOVQ         CX, 8(SP)
 	VBROADCASTSS (DX)(R12*4), Z1
 	CMPQ         R11, $0x00000000
 	JBE          stateAVX512_spantail_10
 	VMOVUPS      (R10), Z3
-	VMULPS       Z3, Z8, Z3
+	VMULPS       Z3, Z10, Z3
 	VFMADD231PS  Z0, Z1, Z3
 	VMOVUPS      Z3, (AX)
 	CMPQ         R11, $0x00000010
 	JBE          stateAVX512_spantail_10
 	VMOVUPS      64(R10), Z3
-	VMULPS       Z3, Z8, Z3
+	VMULPS       Z3, Z10, Z3
 	VFMADD231PS  Z2, Z1, Z3
 	VMOVUPS      Z3, 64(AX)
 	CMPQ         R11, $0x00000020
 	JBE          stateAVX512_spantail_10
 	VMOVUPS      128(R10), Z3
-	VMULPS       Z3, Z8, Z3
+	VMULPS       Z3, Z10, Z3
 	VFMADD231PS  Z4, Z1, Z3
 	VMOVUPS      Z3, 128(AX)
+	CMPQ         R11, $0x00000030
+	JBE          stateAVX512_spantail_10
+	VMOVUPS      192(R10), Z3
+	VMULPS       Z3, Z10, Z3
+	VFMADD231PS  Z6, Z1, Z3
+	VMOVUPS      Z3, 192(AX)
 
 stateAVX512_spantail_10:
 	VMOVUPS.Z   (R10)(R11*4), K1, Z3
-	VMULPS      Z3, Z8, Z3
-	VFMADD231PS Z6, Z1, Z3
+	VMULPS      Z3, Z10, Z3
+	VFMADD231PS Z8, Z1, Z3
 	VMOVUPS     Z3, K1, (AX)(R11*4)
 	ADDQ        R9, R10
 	ADDQ        R9, AX
 	INCQ        R12
 	CMPQ        R12, R8
-	JB          stateAVX512_write_14
+	JB          stateAVX512_write_10
 
-stateAVX512_decayed_7:
+stateAVX512_decayed_5:
 stateAVX512_done_1:
 	VZEROUPPER
 	RET
@@ -5144,14 +4582,14 @@ stateAVX2_rback_2:
 	JMP  stateAVX2_rows256_1
 
 stateAVX2_rowsdone_1:
-	CMPQ (SP), $0x000000c0
+	CMPQ (SP), $0x00000080
 	JB   stateAVX2_rowsdone_2
 
-	// Rows of 192 columns: read pass, Sᵀk̂ of YMM ≥ 13 in o.
-	// Zero the Sᵀk̂ of YMM 13–23 in o (a loop: once per block).
+	// Rows of 128 columns: read pass, Sᵀk̂ of YMM ≥ 13 in o.
+	// Zero the Sᵀk̂ of YMM 13–15 in o (a loop: once per block).
 	VXORPS Y0, Y0, Y0
 	LEAQ   416(DI), R11
-	MOVQ   $0x0000000b, R12
+	MOVQ   $0x00000003, R12
 
 stateAVX2_rzero_2:
 	VMOVUPS Y0, (R11)
@@ -5198,30 +4636,6 @@ stateAVX2_rread_2:
 	VMOVUPS      480(DI), Y14
 	VFMADD231PS  480(R11), Y13, Y14
 	VMOVUPS      Y14, 480(DI)
-	VMOVUPS      512(DI), Y14
-	VFMADD231PS  512(R11), Y13, Y14
-	VMOVUPS      Y14, 512(DI)
-	VMOVUPS      544(DI), Y14
-	VFMADD231PS  544(R11), Y13, Y14
-	VMOVUPS      Y14, 544(DI)
-	VMOVUPS      576(DI), Y14
-	VFMADD231PS  576(R11), Y13, Y14
-	VMOVUPS      Y14, 576(DI)
-	VMOVUPS      608(DI), Y14
-	VFMADD231PS  608(R11), Y13, Y14
-	VMOVUPS      Y14, 608(DI)
-	VMOVUPS      640(DI), Y14
-	VFMADD231PS  640(R11), Y13, Y14
-	VMOVUPS      Y14, 640(DI)
-	VMOVUPS      672(DI), Y14
-	VFMADD231PS  672(R11), Y13, Y14
-	VMOVUPS      Y14, 672(DI)
-	VMOVUPS      704(DI), Y14
-	VFMADD231PS  704(R11), Y13, Y14
-	VMOVUPS      Y14, 704(DI)
-	VMOVUPS      736(DI), Y14
-	VFMADD231PS  736(R11), Y13, Y14
-	VMOVUPS      Y14, 736(DI)
 	ADDQ         R9, R11
 	INCQ         R12
 	CMPQ         R12, R8
@@ -5299,10 +4713,10 @@ stateAVX2_rread_2:
 	VMULPS       Y12, Y14, Y12
 	VMOVUPS      Y12, 384(DI)
 
-	// YMM 13–23 from o (a loop: once per block).
+	// YMM 13–15 from o (a loop: once per block).
 	LEAQ 416(DI), R11
 	LEAQ 416(SI), R12
-	MOVQ $0x0000000b, R13
+	MOVQ $0x00000003, R13
 
 stateAVX2_rdelta_3:
 	VMOVUPS     (R11), Y0
@@ -5388,10 +4802,10 @@ stateAVX2_far_2:
 	VMULPS       Y12, Y14, Y12
 	VMOVUPS      Y12, 384(DI)
 
-	// YMM 13–23 from o (a loop: once per block).
+	// YMM 13–15 from o (a loop: once per block).
 	LEAQ 416(DI), R11
 	LEAQ 416(SI), R12
-	MOVQ $0x0000000b, R13
+	MOVQ $0x00000003, R13
 
 stateAVX2_rdelta_4:
 	VMOVUPS (R11), Y0
@@ -5411,264 +4825,12 @@ stateAVX2_decayed_2:
 	JMP  stateAVX2_rwrite16_1
 
 stateAVX2_rback_3:
-	// Write pass over 8 YMM (rowWrite), back to stateAVX2_rback_4.
-	MOVQ $0x00000004, 256(SP)
-	JMP  stateAVX2_rwrite8_1
-
-stateAVX2_rback_4:
-	ADDQ $0x00000300, SI
-	SUBQ $0x000000c0, (SP)
-
-stateAVX2_rowsdone_2:
-	CMPQ (SP), $0x00000080
-	JB   stateAVX2_rowsdone_3
-
-	// Rows of 128 columns: read pass, Sᵀk̂ of YMM ≥ 13 in o.
-	// Zero the Sᵀk̂ of YMM 13–15 in o (a loop: once per block).
-	VXORPS Y0, Y0, Y0
-	LEAQ   416(DI), R11
-	MOVQ   $0x00000003, R12
-
-stateAVX2_rzero_3:
-	VMOVUPS Y0, (R11)
-	ADDQ    $0x20, R11
-	DECQ    R12
-	JNZ     stateAVX2_rzero_3
-	VXORPS  Y0, Y0, Y0
-	VXORPS  Y1, Y1, Y1
-	VXORPS  Y2, Y2, Y2
-	VXORPS  Y3, Y3, Y3
-	VXORPS  Y4, Y4, Y4
-	VXORPS  Y5, Y5, Y5
-	VXORPS  Y6, Y6, Y6
-	VXORPS  Y7, Y7, Y7
-	VXORPS  Y8, Y8, Y8
-	VXORPS  Y9, Y9, Y9
-	VXORPS  Y10, Y10, Y10
-	VXORPS  Y11, Y11, Y11
-	VXORPS  Y12, Y12, Y12
-	MOVQ    AX, R11
-	XORQ    R12, R12
-
-stateAVX2_rread_3:
-	VBROADCASTSS (DX)(R12*4), Y13
-	VFMADD231PS  (R11), Y13, Y0
-	VFMADD231PS  32(R11), Y13, Y1
-	VFMADD231PS  64(R11), Y13, Y2
-	VFMADD231PS  96(R11), Y13, Y3
-	VFMADD231PS  128(R11), Y13, Y4
-	VFMADD231PS  160(R11), Y13, Y5
-	VFMADD231PS  192(R11), Y13, Y6
-	VFMADD231PS  224(R11), Y13, Y7
-	VFMADD231PS  256(R11), Y13, Y8
-	VFMADD231PS  288(R11), Y13, Y9
-	VFMADD231PS  320(R11), Y13, Y10
-	VFMADD231PS  352(R11), Y13, Y11
-	VFMADD231PS  384(R11), Y13, Y12
-	VMOVUPS      416(DI), Y14
-	VFMADD231PS  416(R11), Y13, Y14
-	VMOVUPS      Y14, 416(DI)
-	VMOVUPS      448(DI), Y14
-	VFMADD231PS  448(R11), Y13, Y14
-	VMOVUPS      Y14, 448(DI)
-	VMOVUPS      480(DI), Y14
-	VFMADD231PS  480(R11), Y13, Y14
-	VMOVUPS      Y14, 480(DI)
-	ADDQ         R9, R11
-	INCQ         R12
-	CMPQ         R12, R8
-	JB           stateAVX2_rread_3
-	CMPB         16(SP), $0x00
-	JE           stateAVX2_far_3
-
-	// em1 ≥ -0.5: decay(x) = x + em1·x.
-	// δ = beta·(v − decay(Sᵀk̂)), in o.
-	VBROADCASTSS em1+144(FP), Y13
-	VBROADCASTSS beta+152(FP), Y14
-	VMOVUPS      (SI), Y15
-	VFMADD213PS  Y0, Y13, Y0
-	VSUBPS       Y0, Y15, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, (DI)
-	VMOVUPS      32(SI), Y0
-	VFMADD213PS  Y1, Y13, Y1
-	VSUBPS       Y1, Y0, Y1
-	VMULPS       Y1, Y14, Y1
-	VMOVUPS      Y1, 32(DI)
-	VMOVUPS      64(SI), Y0
-	VFMADD213PS  Y2, Y13, Y2
-	VSUBPS       Y2, Y0, Y2
-	VMULPS       Y2, Y14, Y2
-	VMOVUPS      Y2, 64(DI)
-	VMOVUPS      96(SI), Y0
-	VFMADD213PS  Y3, Y13, Y3
-	VSUBPS       Y3, Y0, Y3
-	VMULPS       Y3, Y14, Y3
-	VMOVUPS      Y3, 96(DI)
-	VMOVUPS      128(SI), Y0
-	VFMADD213PS  Y4, Y13, Y4
-	VSUBPS       Y4, Y0, Y4
-	VMULPS       Y4, Y14, Y4
-	VMOVUPS      Y4, 128(DI)
-	VMOVUPS      160(SI), Y0
-	VFMADD213PS  Y5, Y13, Y5
-	VSUBPS       Y5, Y0, Y5
-	VMULPS       Y5, Y14, Y5
-	VMOVUPS      Y5, 160(DI)
-	VMOVUPS      192(SI), Y0
-	VFMADD213PS  Y6, Y13, Y6
-	VSUBPS       Y6, Y0, Y6
-	VMULPS       Y6, Y14, Y6
-	VMOVUPS      Y6, 192(DI)
-	VMOVUPS      224(SI), Y0
-	VFMADD213PS  Y7, Y13, Y7
-	VSUBPS       Y7, Y0, Y7
-	VMULPS       Y7, Y14, Y7
-	VMOVUPS      Y7, 224(DI)
-	VMOVUPS      256(SI), Y0
-	VFMADD213PS  Y8, Y13, Y8
-	VSUBPS       Y8, Y0, Y8
-	VMULPS       Y8, Y14, Y8
-	VMOVUPS      Y8, 256(DI)
-	VMOVUPS      288(SI), Y0
-	VFMADD213PS  Y9, Y13, Y9
-	VSUBPS       Y9, Y0, Y9
-	VMULPS       Y9, Y14, Y9
-	VMOVUPS      Y9, 288(DI)
-	VMOVUPS      320(SI), Y0
-	VFMADD213PS  Y10, Y13, Y10
-	VSUBPS       Y10, Y0, Y10
-	VMULPS       Y10, Y14, Y10
-	VMOVUPS      Y10, 320(DI)
-	VMOVUPS      352(SI), Y0
-	VFMADD213PS  Y11, Y13, Y11
-	VSUBPS       Y11, Y0, Y11
-	VMULPS       Y11, Y14, Y11
-	VMOVUPS      Y11, 352(DI)
-	VMOVUPS      384(SI), Y0
-	VFMADD213PS  Y12, Y13, Y12
-	VSUBPS       Y12, Y0, Y12
-	VMULPS       Y12, Y14, Y12
-	VMOVUPS      Y12, 384(DI)
-
-	// YMM 13–15 from o (a loop: once per block).
-	LEAQ 416(DI), R11
-	LEAQ 416(SI), R12
-	MOVQ $0x00000003, R13
-
-stateAVX2_rdelta_5:
-	VMOVUPS     (R11), Y0
-	VMOVUPS     (R12), Y1
-	VFMADD213PS Y0, Y13, Y0
-	VSUBPS      Y0, Y1, Y0
-	VMULPS      Y0, Y14, Y0
-	VMOVUPS     Y0, (R11)
-	ADDQ        $0x20, R11
-	ADDQ        $0x20, R12
-	DECQ        R13
-	JNZ         stateAVX2_rdelta_5
-	JMP         stateAVX2_decayed_3
-
-stateAVX2_far_3:
-	// em1 < -0.5 or NaN: decay(x) = eg·x.
-	// δ = beta·(v − decay(Sᵀk̂)), in o.
-	VBROADCASTSS eg+148(FP), Y13
-	VBROADCASTSS beta+152(FP), Y14
-	VMOVUPS      (SI), Y15
-	VMULPS       Y0, Y13, Y0
-	VSUBPS       Y0, Y15, Y0
-	VMULPS       Y0, Y14, Y0
-	VMOVUPS      Y0, (DI)
-	VMOVUPS      32(SI), Y0
-	VMULPS       Y1, Y13, Y1
-	VSUBPS       Y1, Y0, Y1
-	VMULPS       Y1, Y14, Y1
-	VMOVUPS      Y1, 32(DI)
-	VMOVUPS      64(SI), Y0
-	VMULPS       Y2, Y13, Y2
-	VSUBPS       Y2, Y0, Y2
-	VMULPS       Y2, Y14, Y2
-	VMOVUPS      Y2, 64(DI)
-	VMOVUPS      96(SI), Y0
-	VMULPS       Y3, Y13, Y3
-	VSUBPS       Y3, Y0, Y3
-	VMULPS       Y3, Y14, Y3
-	VMOVUPS      Y3, 96(DI)
-	VMOVUPS      128(SI), Y0
-	VMULPS       Y4, Y13, Y4
-	VSUBPS       Y4, Y0, Y4
-	VMULPS       Y4, Y14, Y4
-	VMOVUPS      Y4, 128(DI)
-	VMOVUPS      160(SI), Y0
-	VMULPS       Y5, Y13, Y5
-	VSUBPS       Y5, Y0, Y5
-	VMULPS       Y5, Y14, Y5
-	VMOVUPS      Y5, 160(DI)
-	VMOVUPS      192(SI), Y0
-	VMULPS       Y6, Y13, Y6
-	VSUBPS       Y6, Y0, Y6
-	VMULPS       Y6, Y14, Y6
-	VMOVUPS      Y6, 192(DI)
-	VMOVUPS      224(SI), Y0
-	VMULPS       Y7, Y13, Y7
-	VSUBPS       Y7, Y0, Y7
-	VMULPS       Y7, Y14, Y7
-	VMOVUPS      Y7, 224(DI)
-	VMOVUPS      256(SI), Y0
-	VMULPS       Y8, Y13, Y8
-	VSUBPS       Y8, Y0, Y8
-	VMULPS       Y8, Y14, Y8
-	VMOVUPS      Y8, 256(DI)
-	VMOVUPS      288(SI), Y0
-	VMULPS       Y9, Y13, Y9
-	VSUBPS       Y9, Y0, Y9
-	VMULPS       Y9, Y14, Y9
-	VMOVUPS      Y9, 288(DI)
-	VMOVUPS      320(SI), Y0
-	VMULPS       Y10, Y13, Y10
-	VSUBPS       Y10, Y0, Y10
-	VMULPS       Y10, Y14, Y10
-	VMOVUPS      Y10, 320(DI)
-	VMOVUPS      352(SI), Y0
-	VMULPS       Y11, Y13, Y11
-	VSUBPS       Y11, Y0, Y11
-	VMULPS       Y11, Y14, Y11
-	VMOVUPS      Y11, 352(DI)
-	VMOVUPS      384(SI), Y0
-	VMULPS       Y12, Y13, Y12
-	VSUBPS       Y12, Y0, Y12
-	VMULPS       Y12, Y14, Y12
-	VMOVUPS      Y12, 384(DI)
-
-	// YMM 13–15 from o (a loop: once per block).
-	LEAQ 416(DI), R11
-	LEAQ 416(SI), R12
-	MOVQ $0x00000003, R13
-
-stateAVX2_rdelta_6:
-	VMOVUPS (R11), Y0
-	VMOVUPS (R12), Y1
-	VMULPS  Y0, Y13, Y0
-	VSUBPS  Y0, Y1, Y0
-	VMULPS  Y0, Y14, Y0
-	VMOVUPS Y0, (R11)
-	ADDQ    $0x20, R11
-	ADDQ    $0x20, R12
-	DECQ    R13
-	JNZ     stateAVX2_rdelta_6
-
-stateAVX2_decayed_3:
-	// Write pass over 16 YMM (rowWrite), back to stateAVX2_rback_5.
-	MOVQ $0x00000005, 256(SP)
-	JMP  stateAVX2_rwrite16_1
-
-stateAVX2_rback_5:
 	ADDQ $0x00000200, SI
 	SUBQ $0x00000080, (SP)
 
-stateAVX2_rowsdone_3:
+stateAVX2_rowsdone_2:
 	CMPQ (SP), $0x00000040
-	JB   stateAVX2_rowsdone_4
+	JB   stateAVX2_rowsdone_3
 
 	// Rows of 64 columns: read pass, Sᵀk̂ of YMM ≥ 13 in o.
 	VXORPS Y0, Y0, Y0
@@ -5679,25 +4841,25 @@ stateAVX2_rowsdone_3:
 	VXORPS Y5, Y5, Y5
 	VXORPS Y6, Y6, Y6
 	VXORPS Y7, Y7, Y7
-	MOVQ   AX, R11
-	XORQ   R12, R12
+	MOVQ   AX, R10
+	XORQ   R11, R11
 
-stateAVX2_rread_4:
-	VBROADCASTSS (DX)(R12*4), Y8
-	VFMADD231PS  (R11), Y8, Y0
-	VFMADD231PS  32(R11), Y8, Y1
-	VFMADD231PS  64(R11), Y8, Y2
-	VFMADD231PS  96(R11), Y8, Y3
-	VFMADD231PS  128(R11), Y8, Y4
-	VFMADD231PS  160(R11), Y8, Y5
-	VFMADD231PS  192(R11), Y8, Y6
-	VFMADD231PS  224(R11), Y8, Y7
-	ADDQ         R9, R11
-	INCQ         R12
-	CMPQ         R12, R8
-	JB           stateAVX2_rread_4
+stateAVX2_rread_3:
+	VBROADCASTSS (DX)(R11*4), Y8
+	VFMADD231PS  (R10), Y8, Y0
+	VFMADD231PS  32(R10), Y8, Y1
+	VFMADD231PS  64(R10), Y8, Y2
+	VFMADD231PS  96(R10), Y8, Y3
+	VFMADD231PS  128(R10), Y8, Y4
+	VFMADD231PS  160(R10), Y8, Y5
+	VFMADD231PS  192(R10), Y8, Y6
+	VFMADD231PS  224(R10), Y8, Y7
+	ADDQ         R9, R10
+	INCQ         R11
+	CMPQ         R11, R8
+	JB           stateAVX2_rread_3
 	CMPB         16(SP), $0x00
-	JE           stateAVX2_far_4
+	JE           stateAVX2_far_3
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), in o.
@@ -5743,9 +4905,9 @@ stateAVX2_rread_4:
 	VSUBPS       Y7, Y0, Y7
 	VMULPS       Y7, Y9, Y7
 	VMOVUPS      Y7, 224(DI)
-	JMP          stateAVX2_decayed_4
+	JMP          stateAVX2_decayed_3
 
-stateAVX2_far_4:
+stateAVX2_far_3:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), in o.
 	VBROADCASTSS eg+148(FP), Y8
@@ -5791,16 +4953,16 @@ stateAVX2_far_4:
 	VMULPS       Y7, Y9, Y7
 	VMOVUPS      Y7, 224(DI)
 
-stateAVX2_decayed_4:
-	// Write pass over 8 YMM (rowWrite), back to stateAVX2_rback_6.
-	MOVQ $0x00000006, 256(SP)
+stateAVX2_decayed_3:
+	// Write pass over 8 YMM (rowWrite), back to stateAVX2_rback_4.
+	MOVQ $0x00000004, 256(SP)
 	JMP  stateAVX2_rwrite8_1
 
-stateAVX2_rback_6:
+stateAVX2_rback_4:
 	ADDQ $0x00000100, SI
 	SUBQ $0x00000040, (SP)
 
-stateAVX2_rowsdone_4:
+stateAVX2_rowsdone_3:
 	JMP stateAVX2_rowsend_1
 
 stateAVX2_rwrite16_1:
@@ -5823,7 +4985,7 @@ stateAVX2_rwrite16_1:
 	VXORPS  Y9, Y9, Y9
 	VXORPS  Y10, Y10, Y10
 	CMPB    16(SP), $0x00
-	JE      stateAVX2_far_5
+	JE      stateAVX2_far_4
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// S' = S + em1·S + k̂_i·δ.
@@ -5990,9 +5152,9 @@ stateAVX2_rwrite_1:
 	VFMADD213PS  Y0, Y11, Y0
 	VFMADD231PS  480(DI), Y12, Y0
 	VMOVUPS      Y0, 480(DI)
-	JMP          stateAVX2_decayed_5
+	JMP          stateAVX2_decayed_4
 
-stateAVX2_far_5:
+stateAVX2_far_4:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// S' = eg·S + k̂_i·δ.
 	VBROADCASTSS eg+148(FP), Y11
@@ -6159,7 +5321,7 @@ stateAVX2_rwrite_2:
 	VFMADD231PS  480(DI), Y12, Y0
 	VMOVUPS      Y0, 480(DI)
 
-stateAVX2_decayed_5:
+stateAVX2_decayed_4:
 	ADDQ $0x00000200, AX
 	ADDQ $0x00000200, CX
 	ADDQ $0x00000200, DI
@@ -6168,9 +5330,7 @@ stateAVX2_decayed_5:
 	JE   stateAVX2_rback_1
 	CMPQ R11, $0x00000002
 	JE   stateAVX2_rback_2
-	CMPQ R11, $0x00000003
-	JE   stateAVX2_rback_3
-	JMP  stateAVX2_rback_5
+	JMP  stateAVX2_rback_3
 
 stateAVX2_rwrite8_1:
 	// Write pass over 8 YMM, Sᵀq̂ of YMM ≥ 11 in the frame.
@@ -6183,65 +5343,65 @@ stateAVX2_rwrite8_1:
 	VXORPS Y6, Y6, Y6
 	VXORPS Y7, Y7, Y7
 	CMPB   16(SP), $0x00
-	JE     stateAVX2_far_6
+	JE     stateAVX2_far_5
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// S' = S + em1·S + k̂_i·δ.
 	VBROADCASTSS em1+144(FP), Y8
-	MOVQ         AX, R11
-	MOVQ         CX, R13
-	XORQ         R12, R12
+	MOVQ         AX, R10
+	MOVQ         CX, R12
+	XORQ         R11, R11
 
 stateAVX2_rwrite_3:
-	MOVQ         8(SP), R14
-	PREFETCHT1   (R14)
+	MOVQ         8(SP), R13
+	PREFETCHT1   (R13)
 	ADDQ         $0x00000100, 8(SP)
-	VBROADCASTSS (DX)(R12*4), Y9
-	VBROADCASTSS (BX)(R12*4), Y10
-	VMOVUPS      (R11), Y11
+	VBROADCASTSS (DX)(R11*4), Y9
+	VBROADCASTSS (BX)(R11*4), Y10
+	VMOVUPS      (R10), Y11
 	VFMADD231PS  Y11, Y10, Y0
 	VFMADD213PS  Y11, Y8, Y11
 	VFMADD231PS  (DI), Y9, Y11
-	VMOVUPS      Y11, (R13)
-	VMOVUPS      32(R11), Y11
+	VMOVUPS      Y11, (R12)
+	VMOVUPS      32(R10), Y11
 	VFMADD231PS  Y11, Y10, Y1
 	VFMADD213PS  Y11, Y8, Y11
 	VFMADD231PS  32(DI), Y9, Y11
-	VMOVUPS      Y11, 32(R13)
-	VMOVUPS      64(R11), Y11
+	VMOVUPS      Y11, 32(R12)
+	VMOVUPS      64(R10), Y11
 	VFMADD231PS  Y11, Y10, Y2
 	VFMADD213PS  Y11, Y8, Y11
 	VFMADD231PS  64(DI), Y9, Y11
-	VMOVUPS      Y11, 64(R13)
-	VMOVUPS      96(R11), Y11
+	VMOVUPS      Y11, 64(R12)
+	VMOVUPS      96(R10), Y11
 	VFMADD231PS  Y11, Y10, Y3
 	VFMADD213PS  Y11, Y8, Y11
 	VFMADD231PS  96(DI), Y9, Y11
-	VMOVUPS      Y11, 96(R13)
-	VMOVUPS      128(R11), Y11
+	VMOVUPS      Y11, 96(R12)
+	VMOVUPS      128(R10), Y11
 	VFMADD231PS  Y11, Y10, Y4
 	VFMADD213PS  Y11, Y8, Y11
 	VFMADD231PS  128(DI), Y9, Y11
-	VMOVUPS      Y11, 128(R13)
-	VMOVUPS      160(R11), Y11
+	VMOVUPS      Y11, 128(R12)
+	VMOVUPS      160(R10), Y11
 	VFMADD231PS  Y11, Y10, Y5
 	VFMADD213PS  Y11, Y8, Y11
 	VFMADD231PS  160(DI), Y9, Y11
-	VMOVUPS      Y11, 160(R13)
-	VMOVUPS      192(R11), Y11
+	VMOVUPS      Y11, 160(R12)
+	VMOVUPS      192(R10), Y11
 	VFMADD231PS  Y11, Y10, Y6
 	VFMADD213PS  Y11, Y8, Y11
 	VFMADD231PS  192(DI), Y9, Y11
-	VMOVUPS      Y11, 192(R13)
-	VMOVUPS      224(R11), Y11
+	VMOVUPS      Y11, 192(R12)
+	VMOVUPS      224(R10), Y11
 	VFMADD231PS  Y11, Y10, Y7
 	VFMADD213PS  Y11, Y8, Y11
 	VFMADD231PS  224(DI), Y9, Y11
-	VMOVUPS      Y11, 224(R13)
-	ADDQ         R9, R11
-	ADDQ         R9, R13
-	INCQ         R12
-	CMPQ         R12, R8
+	VMOVUPS      Y11, 224(R12)
+	ADDQ         R9, R10
+	ADDQ         R9, R12
+	INCQ         R11
+	CMPQ         R11, R8
 	JB           stateAVX2_rwrite_3
 
 	// o = decay(Sᵀq̂) + kq·δ over δ.
@@ -6270,66 +5430,66 @@ stateAVX2_rwrite_3:
 	VFMADD213PS  Y7, Y8, Y7
 	VFMADD231PS  224(DI), Y9, Y7
 	VMOVUPS      Y7, 224(DI)
-	JMP          stateAVX2_decayed_6
+	JMP          stateAVX2_decayed_5
 
-stateAVX2_far_6:
+stateAVX2_far_5:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// S' = eg·S + k̂_i·δ.
 	VBROADCASTSS eg+148(FP), Y8
-	MOVQ         AX, R11
-	MOVQ         CX, R13
-	XORQ         R12, R12
+	MOVQ         AX, R10
+	MOVQ         CX, R12
+	XORQ         R11, R11
 
 stateAVX2_rwrite_4:
-	MOVQ         8(SP), R14
-	PREFETCHT1   (R14)
+	MOVQ         8(SP), R13
+	PREFETCHT1   (R13)
 	ADDQ         $0x00000100, 8(SP)
-	VBROADCASTSS (DX)(R12*4), Y9
-	VBROADCASTSS (BX)(R12*4), Y10
-	VMOVUPS      (R11), Y11
+	VBROADCASTSS (DX)(R11*4), Y9
+	VBROADCASTSS (BX)(R11*4), Y10
+	VMOVUPS      (R10), Y11
 	VFMADD231PS  Y11, Y10, Y0
 	VMULPS       Y11, Y8, Y11
 	VFMADD231PS  (DI), Y9, Y11
-	VMOVUPS      Y11, (R13)
-	VMOVUPS      32(R11), Y11
+	VMOVUPS      Y11, (R12)
+	VMOVUPS      32(R10), Y11
 	VFMADD231PS  Y11, Y10, Y1
 	VMULPS       Y11, Y8, Y11
 	VFMADD231PS  32(DI), Y9, Y11
-	VMOVUPS      Y11, 32(R13)
-	VMOVUPS      64(R11), Y11
+	VMOVUPS      Y11, 32(R12)
+	VMOVUPS      64(R10), Y11
 	VFMADD231PS  Y11, Y10, Y2
 	VMULPS       Y11, Y8, Y11
 	VFMADD231PS  64(DI), Y9, Y11
-	VMOVUPS      Y11, 64(R13)
-	VMOVUPS      96(R11), Y11
+	VMOVUPS      Y11, 64(R12)
+	VMOVUPS      96(R10), Y11
 	VFMADD231PS  Y11, Y10, Y3
 	VMULPS       Y11, Y8, Y11
 	VFMADD231PS  96(DI), Y9, Y11
-	VMOVUPS      Y11, 96(R13)
-	VMOVUPS      128(R11), Y11
+	VMOVUPS      Y11, 96(R12)
+	VMOVUPS      128(R10), Y11
 	VFMADD231PS  Y11, Y10, Y4
 	VMULPS       Y11, Y8, Y11
 	VFMADD231PS  128(DI), Y9, Y11
-	VMOVUPS      Y11, 128(R13)
-	VMOVUPS      160(R11), Y11
+	VMOVUPS      Y11, 128(R12)
+	VMOVUPS      160(R10), Y11
 	VFMADD231PS  Y11, Y10, Y5
 	VMULPS       Y11, Y8, Y11
 	VFMADD231PS  160(DI), Y9, Y11
-	VMOVUPS      Y11, 160(R13)
-	VMOVUPS      192(R11), Y11
+	VMOVUPS      Y11, 160(R12)
+	VMOVUPS      192(R10), Y11
 	VFMADD231PS  Y11, Y10, Y6
 	VMULPS       Y11, Y8, Y11
 	VFMADD231PS  192(DI), Y9, Y11
-	VMOVUPS      Y11, 192(R13)
-	VMOVUPS      224(R11), Y11
+	VMOVUPS      Y11, 192(R12)
+	VMOVUPS      224(R10), Y11
 	VFMADD231PS  Y11, Y10, Y7
 	VMULPS       Y11, Y8, Y11
 	VFMADD231PS  224(DI), Y9, Y11
-	VMOVUPS      Y11, 224(R13)
-	ADDQ         R9, R11
-	ADDQ         R9, R13
-	INCQ         R12
-	CMPQ         R12, R8
+	VMOVUPS      Y11, 224(R12)
+	ADDQ         R9, R10
+	ADDQ         R9, R12
+	INCQ         R11
+	CMPQ         R11, R8
 	JB           stateAVX2_rwrite_4
 
 	// o = decay(Sᵀq̂) + kq·δ over δ.
@@ -6359,14 +5519,12 @@ stateAVX2_rwrite_4:
 	VFMADD231PS  224(DI), Y9, Y7
 	VMOVUPS      Y7, 224(DI)
 
-stateAVX2_decayed_6:
+stateAVX2_decayed_5:
 	ADDQ $0x00000100, AX
 	ADDQ $0x00000100, CX
 	ADDQ $0x00000100, DI
-	MOVQ 256(SP), R11
-	CMPQ R11, $0x00000004
-	JE   stateAVX2_rback_4
-	JMP  stateAVX2_rback_6
+	MOVQ 256(SP), R10
+	JMP  stateAVX2_rback_4
 
 stateAVX2_rowsend_1:
 	// Then blocks of 32 columns, of 16, and a span of less than 24 columns (cutWidth).
@@ -6411,7 +5569,7 @@ stateAVX2_read_1:
 	CMPQ         R11, R8
 	JB           stateAVX2_read_1
 	CMPB         16(SP), $0x00
-	JE           stateAVX2_far_7
+	JE           stateAVX2_far_6
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
@@ -6478,9 +5636,9 @@ stateAVX2_write_1:
 	INCQ         R11
 	CMPQ         R11, R8
 	JB           stateAVX2_write_1
-	JMP          stateAVX2_decayed_7
+	JMP          stateAVX2_decayed_6
 
-stateAVX2_far_7:
+stateAVX2_far_6:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	VBROADCASTSS eg+148(FP), Y8
@@ -6547,7 +5705,7 @@ stateAVX2_write_2:
 	CMPQ         R11, R8
 	JB           stateAVX2_write_2
 
-stateAVX2_decayed_7:
+stateAVX2_decayed_6:
 	ADDQ $0x00000080, AX
 	ADDQ $0x00000080, CX
 	ADDQ $0x00000080, SI
@@ -6586,7 +5744,7 @@ stateAVX2_read_2:
 	CMPQ         R11, R8
 	JB           stateAVX2_read_2
 	CMPB         16(SP), $0x00
-	JE           stateAVX2_far_8
+	JE           stateAVX2_far_7
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
@@ -6631,9 +5789,9 @@ stateAVX2_write_3:
 	INCQ         R11
 	CMPQ         R11, R8
 	JB           stateAVX2_write_3
-	JMP          stateAVX2_decayed_8
+	JMP          stateAVX2_decayed_7
 
-stateAVX2_far_8:
+stateAVX2_far_7:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	VBROADCASTSS eg+148(FP), Y4
@@ -6678,7 +5836,7 @@ stateAVX2_write_4:
 	CMPQ         R11, R8
 	JB           stateAVX2_write_4
 
-stateAVX2_decayed_8:
+stateAVX2_decayed_7:
 	ADDQ $0x00000040, AX
 	ADDQ $0x00000040, CX
 	ADDQ $0x00000040, SI
@@ -6780,7 +5938,7 @@ stateAVX2_mmdone_1:
 
 stateAVX2_spanpast_1:
 	CMPB 16(SP), $0x00
-	JE   stateAVX2_far_9
+	JE   stateAVX2_far_8
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
@@ -6946,9 +6104,9 @@ stateAVX2_mmdone_3:
 	JMP         stateAVX2_spanback_3
 
 stateAVX2_spanpast_3:
-	JMP stateAVX2_decayed_9
+	JMP stateAVX2_decayed_8
 
-stateAVX2_far_9:
+stateAVX2_far_8:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	VBROADCASTSS eg+148(FP), Y6
@@ -7113,7 +6271,7 @@ stateAVX2_mmdone_5:
 	JMP         stateAVX2_spanback_5
 
 stateAVX2_spanpast_5:
-stateAVX2_decayed_9:
+stateAVX2_decayed_8:
 stateAVX2_done_1:
 	VZEROUPPER
 	RET

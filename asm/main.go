@@ -191,7 +191,7 @@ type spec struct {
 // table is every routine of gdn_amd64.s, in output order.
 func table() []spec {
 	var t []spec
-	stepBudget := map[string]int{"AVX512": 2550, "AVX2": 2370}
+	stepBudget := map[string]int{"AVX512": 2000, "AVX2": 2100}
 	for _, a := range []isa{avx512, avx2} {
 		t = append(t,
 			spec{"state" + a.name, func() { stateRoutine(a) }, stepBudget[a.name]},

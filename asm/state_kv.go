@@ -70,8 +70,8 @@ func stateRoutine(a isa) {
 	r.wb = AllocLocal(8)
 	if a.rowsQInWrite() {
 		lane := AllocLocal(32)
-		// Whole rows of 256 columns, then of 192, 128 or 64 (see rowBlock), then spans of at
-		// most 32 columns for the last V mod 64.
+		// Whole rows of 256 columns, then of 128 and 64 (see rowBlocks), then spans of at most 32
+		// columns for the last V mod 64.
 		acc := GP64()
 		LEAQ(AllocLocal(rowLocal), acc)
 		ADDQ(U8(31), acc)
@@ -129,7 +129,7 @@ func stateRoutine(a isa) {
 		MOVQ(remMem, rem)
 		TESTQ(rem, rem)
 		JZ(LabelRef(done))
-		// The model widths (V mod 256 = 64, 128, 192): unmasked vectors, no guard.
+		// The model widths (V mod 256 = 64, 128): unmasked vectors, no guard.
 		for _, nv := range modelVecs {
 			next := label("notmodel")
 			CMPQ(rem, U32(nv*a.lanes))
@@ -141,13 +141,6 @@ func stateRoutine(a isa) {
 		n := splitWidth(a, rem, Mem{})
 		SHLQ(U8(2), rem)
 		MOVQ(rem, r.wb)
-		Commentf("V = %d to %d (the odd 96×80): %d full vectors and a masked one, no guard.", a.lanes*oddVecs-a.lanes+1, a.lanes*oddVecs, oddVecs-1)
-		odd := label("odd")
-		CMPQ(n, U32(a.lanes*(oddVecs-1)))
-		JNE(LabelRef(odd))
-		stateBlock(r, fixedSpan(a, maskedBlock(oddVecs)), local)
-		JMP(LabelRef(done))
-		Label(odd)
 		// The spans: full vectors [lo, hi] guarded from fixed on, then the masked one (1–16 columns).
 		ranges := stateSpans(a)
 		labs := make([]string, len(ranges))
@@ -178,21 +171,16 @@ func stateRoutine(a isa) {
 // accumulators).
 func (a isa) frameAcc() bool { return a.regVecs < a.blockVecs }
 
-// modelVecs are the AVX-512 tails of the model widths (V mod 256 = 64, 128, 192), fixed blocks
-// of unmasked vectors (DESIGN.md §4: full unrolls where the models are). Through the spans,
-// whose guards they would pass without a branch taken, they ran 3–4 % slower (64 and 192; A/B in
-// one process).
-var modelVecs = []int{8, 4, 12}
-
-// oddVecs is the AVX-512 tail of the odd shape (V = 80: 4 full vectors and a masked one): a
-// fixed block, for V = 65…80. Guards in its loops, even never taken, cost 1–2 % there (four of
-// them: the span [0, 4] measured against this block, alternating in one process).
-const oddVecs = 5
+// modelVecs are the AVX-512 tails of the model widths (V mod 256 = 64, 128), fixed blocks of
+// unmasked vectors (full unrolls where the models are). Through the spans, whose guards they
+// would pass without a branch taken, they ran 3–4 % slower (64 and 192; A/B in one process).
+// Every other width takes a span: V = 192's block took 400 lines, the odd V = 80's 210 (for 1–2 %
+// of its decode).
+var modelVecs = []int{8, 4}
 
 // stateSpans are the AVX-512 tail spans of the single-token routine: [fixed, full] full vectors
-// (then the masked one), in ascending order, together covering 0 to blockVecs − 1 but for
-// oddVecs − 1 (its fixed block).
-func stateSpans(a isa) [][2]int { return [][2]int{{0, 3}, {5, 15}} }
+// (then the masked one), in ascending order, together covering 0 to blockVecs − 1.
+func stateSpans(a isa) [][2]int { return [][2]int{{0, 4}, {5, 15}} }
 
 // advance moves the block pointers by n bytes.
 func advance(r stateRegs, n int) {
@@ -223,9 +211,9 @@ const (
 	rowLocal = (16-rowRegsQ)*32 + 32
 )
 
-// rowSubs are the AVX2 blocks of whole rows (rowBlocks): 256 columns (in a loop), then one of
-// 192, 128 or 64, as sub-blocks of YMM.
-var rowSubs = [][]int{{16, 16}, {16, 8}, {16}, {8}}
+// rowSubs are the AVX2 blocks of whole rows (rowBlocks): 256 columns (in a loop), then 128 and 64
+// (V mod 256 = 192 takes both: its own block took 276 lines), as sub-blocks of YMM.
+var rowSubs = [][]int{{16, 16}, {16}, {8}}
 
 // rowBlocks emits the AVX2 blocks of whole rows of 8·Σsubs columns (at most 32 YMM) for every
 // entry of rowSubs, taken while the columns left (remMem) allow: the read pass accumulates only
