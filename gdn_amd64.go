@@ -73,24 +73,14 @@ func vkSnap2(K, V int, stores []unsafe.Pointer) bool {
 	return K%8 == 0 && K <= 128 && aligned(stores, 32)
 }
 
-// stateAVX512 is stateGeneric in AVX-512: column blocks of 256 (whole rows up to V = 256), then one
-// block of the rest: 8 ZMM at V mod 256 = 128, 4 and a masked one at 65–80, else a span of 1–16
-// ZMM (asm/state_kv_span.go), the last masked; each block with one read pass and one write pass
-// over its slab. Reference,
-// with K = len(kh) = len(qh), V = len(v) = len(o), len(sIn) = len(sOut) = K·V (not checked; sOut
-// may be sIn):
-//
-//	decay(x) := x + em1·x (fused: one rounding)   if em1 ≥ −0.5
-//	            eg·x                              otherwise (also for a NaN em1)
-//	for j := range V:
-//		kv, qs := Σ_i kh[i]·sIn[i*V+j], Σ_i qh[i]·sIn[i*V+j]
-//		d := beta·(v[j] − decay(kv));  o[j] = decay(qs) + kq·d
-//		for i := range K: sOut[i*V+j] = decay(sIn[i*V+j]) + kh[i]·d
-//
-// The form is chosen once per call.
-//
-//go:noescape
-func stateAVX512(sIn, sOut, kh, qh, v, o []float32, em1, eg, beta, kq float32)
+// stateAVX512 is stateGeneric in AVX-512 (impl.state): the T = 1 plan of stateKVf32AVX512 (one
+// token, stores[0] = sOut), whole rows streamed, any K. K = len(kh) = len(qh), V = len(v) =
+// len(o), len(sIn) = len(sOut) = K·V (not checked; sOut may be sIn).
+func stateAVX512(sIn, sOut, kh, qh, v, o []float32, em1, eg, beta, kq float32) {
+	tok := [4]float32{em1, eg, beta, kq}
+	stores := [1]unsafe.Pointer{unsafe.Pointer(unsafe.SliceData(sOut))}
+	stateKVf32AVX512(len(kh), len(v), sIn, stores[:], kh, qh, v, len(v), o, tok[:], nil, nil)
+}
 
 // gateAVX512 is gateGeneric in AVX-512: for V = len(o) (z, w at least as long; out and outF nil or
 // at least as long, not checked)
@@ -127,13 +117,12 @@ func scaleChecked(f func(dst, src []float32, s float32)) func(dst, src []float32
 	return func(dst, src []float32, s float32) { f(dst[:len(src)], src, s) }
 }
 
-// stateAVX2 is stateAVX512 in AVX2: whole rows of 256 columns (then one block of 192, 128 or 64)
-// whose read pass accumulates Sᵀk̂ (in registers and o) and whose write pass, per 128 columns,
-// accumulates Sᵀq̂ from the state it re-reads; then blocks of at most 23 columns (16 at 24 or
-// more): 2 YMM at 16, else a span of up to 2 YMM and a VMASKMOVPS one for the last V mod 8.
-//
-//go:noescape
-func stateAVX2(sIn, sOut, kh, qh, v, o []float32, em1, eg, beta, kq float32)
+// stateAVX2 is stateAVX512 in AVX2: the T = 1 plan of stateKVf32AVX2.
+func stateAVX2(sIn, sOut, kh, qh, v, o []float32, em1, eg, beta, kq float32) {
+	tok := [4]float32{em1, eg, beta, kq}
+	stores := [1]unsafe.Pointer{unsafe.Pointer(unsafe.SliceData(sOut))}
+	stateKVf32AVX2(len(kh), len(v), sIn, stores[:], kh, qh, v, len(v), o, tok[:], nil, nil)
+}
 
 // gateAVX2 is gateAVX512 in AVX2: 8 columns at a time, then 4, then one.
 //

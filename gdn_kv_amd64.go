@@ -67,12 +67,14 @@ const kvWork = 8 << 10
 // 32 KiB frame would need the stack-check prologue, which -dynlink builds cannot link).
 var workPool = sync.Pool{New: func() any { b := make([]float32, kvWork+16); return &b }}
 
-// single is a single-token [K][V] f32 state routine (stateAVX512, stateAVX2).
+// single is a single-token [K][V] f32 state routine (stateAVX512, stateAVX2: the T = 1 plan of the
+// routine over T tokens).
 type single func(sIn, sOut, kh, qh, v, o []float32, em1, eg, beta, kq float32)
 
-// kvF32 is the f32 [K][V] routine over T tokens of a kernel: one token with a store goes to the
-// single-token routine (whole rows: the read pass is one stream); a K too large for the frame to
-// kvVia; the rest to the routine over T tokens. All give the same bits.
+// kvF32 is the f32 [K][V] routine over T tokens of a kernel: one token with a store goes to its
+// T = 1 plan (whole rows: the read pass is one stream; any K, no work space); a K too large for
+// the frame to kvVia; the rest to the routine over T tokens with a work space. All give the same
+// bits.
 func kvF32(one single, r func(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok, work []float32, pf []uintptr), maxK int) tokensF32 {
 	return func(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok []float32, pf []uintptr) {
 		hs := K * V

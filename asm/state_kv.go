@@ -23,21 +23,77 @@ type stateRegs struct {
 func (a isa) rowsQInWrite() bool { return a.regs < 32 }
 
 // nearOne is the em1 from which the state decays as x + em1·x rather than eg·x (nearOne in
-func stateRoutine(a isa) {
-	routine("state"+a.name, NOSPLIT, "func(sIn, sOut, kh, qh, v, o []float32, em1, eg, beta, kq float32)")
-	Doc(fmt.Sprintf("state%s is impl.state (stateGeneric) for one head, in %s; see gdn_amd64.go.", a.name, a.name))
+// oneFrame is the next offset of stateOne's frame slots (oneLocal): from offset 0 of the routine's
+// frame, over the slots of its plan over T tokens (the two plans never run in one call), the
+// frame grown where it needs more, so that it stays small enough for NOSPLIT (792 bytes with the
+// ABI wrapper's 256).
+var oneFrame int
+
+// oneLocal is AllocLocal for stateOne.
+func oneLocal(n int) Mem {
+	end := AllocLocal(0).Disp
+	if oneFrame+n > end {
+		AllocLocal(oneFrame + n - end)
+	}
+	m := AllocLocal(0)
+	m.Disp = oneFrame
+	oneFrame += n
+	return m
+}
+
+// oneScalars is the frame copy of the token's em1, eg, beta and kq (tok[0:4]) while the T = 1 plan
+// is emitted (scalarMem).
+var oneScalars Mem
+
+// scalarMem is the frame address of the token's scalar name (em1, eg, beta or kq).
+func scalarMem(name string) Mem {
+	for i, n := range []string{"em1", "eg", "beta", "kq"} {
+		if n == name {
+			return oneScalars.Offset(4 * i)
+		}
+	}
+	panic("scalarMem: " + name)
+}
+
+// stateOne emits the T = 1 plan of a [K][V] f32 routine over T tokens (one token with a store,
+// stores[0] not nil: decode): whole rows streamed from src to stores[0], as stateGeneric computes
+// them, and the routine's return. Reference, with sIn = src, sOut = stores[0] (which may be src),
+// em1, eg, beta, kq = tok[0:4]:
+//
+//	decay(x) := x + em1·x (fused: one rounding)   if em1 ≥ −0.5
+//	            eg·x                              otherwise (also for a NaN em1)
+//	for j := range V:
+//		kv, qs := Σ_i kh[i]·sIn[i*V+j], Σ_i qh[i]·sIn[i*V+j]
+//		d := beta·(v[j] − decay(kv));  o[j] = decay(qs) + kq·d
+//		for i := range K: sOut[i*V+j] = decay(sIn[i*V+j]) + kh[i]·d
+//
+// AVX-512: column blocks of 256 (whole rows up to V = 256), then one block of the rest: 8 ZMM at V
+// mod 256 = 128, 4 at 64, else a span of 1–16 ZMM (state_kv_span.go), the last masked; each block
+// with one read pass and one write pass over its slab. AVX2: whole rows of 256 columns (then of
+// 128 and 64), Sᵀq̂ accumulated by the write pass, then blocks of 32 and 16 columns and a span.
+// The form is chosen once per call. Any K: nothing is kept in the work space.
+func stateOne(a isa) {
+	oneFrame = 0
 	r := stateRegs{
 		sIn: GP64(), sOut: GP64(), kh: GP64(), qh: GP64(), v: GP64(), o: GP64(), k: GP64(), stride: GP64(),
 	}
-	Load(Param("sIn").Base(), r.sIn)
-	Load(Param("sOut").Base(), r.sOut)
+	Load(Param("src").Base(), r.sIn)
+	Load(Param("stores").Base(), r.sOut)
+	MOVQ(Mem{Base: r.sOut}, r.sOut)
 	Load(Param("kh").Base(), r.kh)
 	Load(Param("qh").Base(), r.qh)
 	Load(Param("v").Base(), r.v)
 	Load(Param("o").Base(), r.o)
-	Load(Param("kh").Len(), r.k)
+	Load(Param("K"), r.k)
 	rem := GP64()
-	Load(Param("v").Len(), rem)
+	Load(Param("V"), rem)
+	oneScalars = oneLocal(16)
+	{
+		tp, x := GP64(), XMM()
+		Load(Param("tok").Base(), tp)
+		VMOVUPS(Mem{Base: tp}, x)
+		VMOVUPS(x, oneScalars)
+	}
 	done := label("done")
 	TESTQ(r.k, r.k)
 	JZ(LabelRef(done))
@@ -46,11 +102,11 @@ func stateRoutine(a isa) {
 	MOVQ(rem, r.stride)
 	SHLQ(U8(2), r.stride) // row stride in bytes
 	// The columns left, in the frame: the write passes need every register but R15 (-dynlink).
-	remMem := AllocLocal(8)
+	remMem := oneLocal(8)
 	MOVQ(rem, remMem)
 	Comment("Hint: the next head's v (the caller's v usually continues with it).")
 	prefetchAfter(r.v, rem)
-	r.next = AllocLocal(8)
+	r.next = oneLocal(8)
 	{
 		nx := GP64()
 		MOVQ(r.k, nx)
@@ -59,21 +115,21 @@ func stateRoutine(a isa) {
 		MOVQ(nx, r.next) // the byte after the head: the next head, if the caller has one
 	}
 	Commentf("The decay form, once per call: near = em1 ≥ %g (false for a NaN em1).", nearOne)
-	r.near = AllocLocal(8)
+	r.near = oneLocal(8)
 	{
 		x := XMM()
-		VMOVSS(paramMem("em1"), x)
+		VMOVSS(scalarMem("em1"), x)
 		VUCOMISS(cNearOne, x) // CF = em1 < nearOne or unordered
 		SETCC(r.near)
 	}
 
-	r.wb = AllocLocal(8)
+	r.wb = oneLocal(8)
 	if a.rowsQInWrite() {
-		lane := AllocLocal(32)
+		lane := oneLocal(32)
 		// Whole rows of 256 columns, then of 128 and 64 (see rowBlocks), then spans of at most 32
 		// columns for the last V mod 64.
 		acc := GP64()
-		LEAQ(AllocLocal(rowLocal), acc)
+		LEAQ(oneLocal(rowLocal), acc)
 		ADDQ(U8(31), acc)
 		ANDQ(I8(-32), acc)
 		rowBlocks(r, remMem, acc)
@@ -104,7 +160,7 @@ func stateRoutine(a isa) {
 		JMP(LabelRef(loop))
 		Label(spans)
 		n := splitWidth(a, wd, lane)
-		wdMem := AllocLocal(8)
+		wdMem := oneLocal(8)
 		MOVQ(wd, wdMem)
 		SHLQ(U8(2), wd)
 		MOVQ(wd, r.wb)
@@ -112,7 +168,7 @@ func stateRoutine(a isa) {
 		stateBlock(r, guardedSpan(a, narrowSpan, 0, n, wdMem, &lane), Mem{})
 		JMP(LabelRef(done))
 	} else {
-		local := AllocLocal(stateLocal)
+		local := oneLocal(stateLocal)
 		blockCols := a.lanes * a.blockVecs
 		Commentf("Blocks of %d columns.", blockCols)
 		loop, tail := label("full"), label("tail")
@@ -226,7 +282,7 @@ var rowSubs = [][]int{{16, 16}, {16}, {8}}
 // all of them: a block jumps to it with its continuation's number in a frame slot, and it
 // jumps back by that number (a few compares, once per sub-block).
 func rowBlocks(r stateRegs, remMem Mem, acc GPVirtual) {
-	ret := AllocLocal(8)
+	ret := oneLocal(8)
 	type call struct {
 		id   int
 		back string
@@ -327,8 +383,8 @@ func rowRead(r stateRegs, n int) {
 	eachForm(r, func(f form) {
 		Comment("δ = beta·(v − decay(Sᵀk̂)), in o.")
 		c, beta := YMM(), YMM()
-		VBROADCASTSS(paramMem(f.param), c)
-		VBROADCASTSS(paramMem("beta"), beta)
+		VBROADCASTSS(scalarMem(f.param), c)
+		VBROADCASTSS(scalarMem("beta"), beta)
 		delta := func(ak VecVirtual, vm, om Mem) {
 			vt := YMM()
 			VMOVUPS(vm, vt)
@@ -383,7 +439,7 @@ func rowWrite(r stateRegs, m int, acc GPVirtual) {
 	eachForm(r, func(f form) {
 		Commentf("S' = %s + k̂_i·δ.", f.of("S"))
 		c := YMM()
-		VBROADCASTSS(paramMem(f.param), c)
+		VBROADCASTSS(scalarMem(f.param), c)
 		q := GP64()
 		MOVQ(r.sIn, p)
 		MOVQ(r.sOut, q)
@@ -417,7 +473,7 @@ func rowWrite(r stateRegs, m int, acc GPVirtual) {
 
 		Comment("o = decay(Sᵀq̂) + kq·δ over δ.")
 		kq := YMM()
-		VBROADCASTSS(paramMem("kq"), kq)
+		VBROADCASTSS(scalarMem("kq"), kq)
 		for t := 0; t < m; t++ {
 			ot := YMM()
 			if t < nq {
@@ -552,9 +608,9 @@ func stateBlockWrite(r stateRegs, s span, f form, accK, accQ []VecVirtual, slotK
 	a := s.a
 	Comment("δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.")
 	c, beta, kq := a.vec(), a.vec(), a.vec()
-	VBROADCASTSS(paramMem(f.param), c)
-	VBROADCASTSS(paramMem("beta"), beta)
-	VBROADCASTSS(paramMem("kq"), kq)
+	VBROADCASTSS(scalarMem(f.param), c)
+	VBROADCASTSS(scalarMem("beta"), beta)
+	VBROADCASTSS(scalarMem("kq"), kq)
 	// In place: δ replaces Sᵀk̂ in its registers (or its Sᵀq̂ slot), o is formed in Sᵀq̂'s.
 	d := accK
 	s.each(func(t int, pc piece) {

@@ -165,6 +165,19 @@ func stateKVTokens(vr variant) {
 	if vr.narrowBF16() {
 		g.pairs, g.last, g.shuf, g.lastOff, g.tmp = AllocLocal(16), AllocLocal(16), AllocLocal(16), AllocLocal(8), AllocLocal(16)
 	}
+	if !vr.bf16 {
+		// One token with a store (decode): the T = 1 plan, whole rows, no work space (stateOne).
+		tokens := label("tokens")
+		t, p := GP64(), GP64()
+		Load(Param("tok").Len(), t)
+		CMPQ(t, U8(4))
+		JNE(LabelRef(tokens))
+		Load(Param("stores").Base(), p)
+		CMPQ(Mem{Base: p}, U8(0))
+		JE(LabelRef(tokens))
+		stateOne(a)
+		Label(tokens)
+	}
 	done := label("done")
 	k, v, t := GP64(), GP64(), GP64()
 	Load(Param("K"), k)
