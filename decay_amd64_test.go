@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/gdnsimd/gdnsimd/internal/kerneltest"
 )
 
 // The two decays of SPEC Part A in the assembly state pieces: decay(x) = x + em1·x when
@@ -52,41 +54,37 @@ func decayKernels(t *testing.T, f func(t *testing.T, im *impl)) {
 	}
 }
 
-// decayBuf is a slice of n float32s at offset off (0–15) between NaN guard bands.
-type decayBuf struct {
-	buf    []float32
-	lo, n  int
-	s      []float32
-	before []float32 // a copy of s taken by freeze
+// guardedBuf is a slice s between kerneltest's guard bands and, after freeze, a copy of it that
+// check compares it with.
+type guardedBuf[T kerneltest.Elem] struct {
+	s      []T
+	guards func(testing.TB, string)
+	before []T
 }
 
-const decayBand = 24
-const decayGuard = 0x7fb1b2b3
+type (
+	decayBuf = guardedBuf[float32]
+	kvBuf16  = guardedBuf[uint16]
+)
 
-func newDecayBuf(n, off int) *decayBuf {
-	b := &decayBuf{buf: make([]float32, n+2*decayBand+16), lo: decayBand + off, n: n}
-	for i := range b.buf {
-		b.buf[i] = math.Float32frombits(decayGuard)
-	}
-	b.s = b.buf[b.lo : b.lo+n : b.lo+n]
-	return b
+// newDecayBuf and newKVBuf16 are n elements off elements past a 64-byte boundary.
+func newDecayBuf(n, off int) *decayBuf { return newGuardedBuf[float32](n, off) }
+func newKVBuf16(n, off int) *kvBuf16   { return newGuardedBuf[uint16](n, off) }
+
+func newGuardedBuf[T kerneltest.Elem](n, off int) *guardedBuf[T] {
+	s, g := kerneltest.NewGuarded[T](n, off)
+	return &guardedBuf[T]{s: s, guards: g}
 }
 
-func (b *decayBuf) freeze() { b.before = slices.Clone(b.s) }
+func (b *guardedBuf[T]) freeze() { b.before = slices.Clone(b.s) }
 
 // check fails if a guard element changed or (after freeze) the slice itself.
-func (b *decayBuf) check(t *testing.T, what string) {
+func (b *guardedBuf[T]) check(t *testing.T, what string) {
 	t.Helper()
-	for i, x := range b.buf {
-		if (i < b.lo || i >= b.lo+b.n) && math.Float32bits(x) != decayGuard {
-			t.Fatalf("%s: guard element at index %d overwritten (%#x)", what, i-b.lo, math.Float32bits(x))
-		}
-	}
+	b.guards(t, what)
 	if b.before != nil {
-		for i := range b.s {
-			if math.Float32bits(b.s[i]) != math.Float32bits(b.before[i]) {
-				t.Fatalf("%s: input element %d changed", what, i)
-			}
+		if err := kerneltest.DiffBits(what+": input", b.s, b.before); err != nil {
+			t.Fatal(err)
 		}
 	}
 }

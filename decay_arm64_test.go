@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/gdnsimd/gdnsimd/internal/kerneltest"
 )
 
 // TestDecayFormsNEON calls stateNEON directly with em1 and eg that do not belong together
@@ -37,25 +39,9 @@ var decayCases = []decayCase{
 	{"A em1=-0 eg=0.2", float32(math.Copysign(0, -1)), 0.2, true},
 }
 
-const decayGuardBits = 0x7fa5a5a5 // a signalling-NaN payload: any use of a guard element shows
-
-// decayGuarded returns n float32s at offset off inside NaN-payload guard bands of 40 elements plus
-// 15−off, and a check that fails the test if any guard element changed.
+// decayGuarded is kerneltest.Guarded for float32.
 func decayGuarded(t *testing.T, n, off int) ([]float32, func(what string)) {
-	const band = 40
-	buf := make([]float32, band+off+n+band+15-off)
-	for i := range buf {
-		buf[i] = math.Float32frombits(decayGuardBits)
-	}
-	lo := band + off
-	return buf[lo : lo+n : lo+n], func(what string) {
-		t.Helper()
-		for i, x := range buf {
-			if (i < lo || i >= lo+n) && math.Float32bits(x) != decayGuardBits {
-				t.Fatalf("%s: guard element at index %d of the slice overwritten (%#x)", what, i-lo, math.Float32bits(x))
-			}
-		}
-	}
+	return kerneltest.Guarded[float32](t, n, off)
 }
 
 func decayFill(r *rand.Rand, s []float32, sd float64) {

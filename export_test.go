@@ -3,11 +3,18 @@ package gdnsimd
 import (
 	"math/rand/v2"
 	"unsafe"
+
+	"github.com/gdnsimd/gdnsimd/internal/kerneltest"
 )
 
+// The kernels internal/kerneltest runs the tests for (it imports nothing of the module).
+func init() { kerneltest.Use(AllNames, Available) }
+
+// Available says whether this CPU/build runs the kernel name.
+func Available(name string) bool { _, ok := Lookup(name); return ok }
+
 // Exported for the external test package gdnsimd_test, whose piece tests (piece_test.go) iterate
-// the kernels with internal/kerneltest: that package imports gdnsimd, so gdnsimd's internal tests
-// could not import it.
+// the kernels with internal/kerneltest.
 
 // Pieces are the vector pieces of one kernel (see impl).
 type Pieces struct {

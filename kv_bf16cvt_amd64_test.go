@@ -99,7 +99,7 @@ func TestKVBF16Cvt(t *testing.T) {
 						stores32 := make([]unsafe.Pointer, T)
 						for τ := range T {
 							if every || τ == T-1 || r.IntN(2) == 0 {
-								st[τ] = alignedKVBuf16(hs, off)
+								st[τ] = newKVBuf16(hs, off)
 								stores[τ] = unsafe.Pointer(&st[τ].s[0])
 								wantSt[τ] = make([]float32, hs)
 								stores32[τ] = unsafe.Pointer(&wantSt[τ][0])
@@ -136,7 +136,7 @@ func TestKVBF16Cvt(t *testing.T) {
 							}
 						}
 						if T == 1 { // in place: the one store is src
-							inPlace := alignedKVBuf16(hs, off)
+							inPlace := newKVBuf16(hs, off)
 							copy(inPlace.s, src)
 							stateKVbf16AVX512(K, V, inPlace.s, nil, []unsafe.Pointer{unsafe.Pointer(&inPlace.s[0])}, nil, kh, qh, v, V, gotO, tok, work, nil, cvt)
 							check("in place", inPlace, wantSt[0])
@@ -148,13 +148,4 @@ func TestKVBF16Cvt(t *testing.T) {
 		}
 	}
 	t.Logf("%d cases", cases)
-}
-
-// alignedKVBuf16 is newKVBuf16 with s starting off (< 32) words after a 64-byte boundary.
-func alignedKVBuf16(n, off int) *kvBuf16 {
-	b := newKVBuf16(n+63, 0)
-	b.lo += int((64-uintptr(unsafe.Pointer(&b.buf[b.lo]))%64)%64/2) + off
-	b.n = n
-	b.s = b.buf[b.lo : b.lo+n : b.lo+n]
-	return b
 }

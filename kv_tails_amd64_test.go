@@ -60,33 +60,6 @@ func kvTailShapes() [][2]int {
 	return sh
 }
 
-// kvBuf16 is a []uint16 of n elements at offset off between guard bands.
-type kvBuf16 struct {
-	buf   []uint16
-	lo, n int
-	s     []uint16
-}
-
-const kvGuard16 = 0x7fb3
-
-func newKVBuf16(n, off int) *kvBuf16 {
-	b := &kvBuf16{buf: make([]uint16, n+2*decayBand+16), lo: decayBand + off, n: n}
-	for i := range b.buf {
-		b.buf[i] = kvGuard16
-	}
-	b.s = b.buf[b.lo : b.lo+n : b.lo+n]
-	return b
-}
-
-func (b *kvBuf16) check(t *testing.T, what string) {
-	t.Helper()
-	for i, x := range b.buf {
-		if (i < b.lo || i >= b.lo+b.n) && x != kvGuard16 {
-			t.Fatalf("%s: guard element at index %d overwritten (%#x)", what, i-b.lo, x)
-		}
-	}
-}
-
 // kvTailCall is one call of a [K][V] routine over T tokens on guarded slices.
 type kvTailCall struct {
 	K, V, T, vs    int

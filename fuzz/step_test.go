@@ -15,6 +15,11 @@ import (
 	"github.com/gdnsimd/gdnsimd/internal/oracle"
 )
 
+// The kernels kerneltest runs the tests for.
+func init() {
+	kerneltest.Use(gdnsimd.AllNames, func(name string) bool { _, ok := gdnsimd.Lookup(name); return ok })
+}
+
 // run is one Step through the public API with every slice between guard bands at its offset
 // (kerneltest.Guarded); it fails tb if a band changed, checks that no input changed (the state
 // only if out of place) and returns the results.

@@ -14,6 +14,11 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// The kernels kerneltest runs the tests for.
+func init() {
+	kerneltest.Use(gdnsimd.AllNames, func(name string) bool { _, ok := gdnsimd.Lookup(name); return ok })
+}
+
 // Helpers that run an oracle.BatchCase through Layer.Run in a chosen form (state layout and
 // storage, row buffers, slot stride, workers) and read the pools back in the oracle's terms.
 

@@ -1,11 +1,10 @@
 // Package kerneltest is the one test helper of the root package's tests, gdn/ and fuzz/: it runs
-// a test for every kernel name the root package knows, fails a run in which GDN_REQUIRE_KERNEL
-// names a kernel this CPU or build lacks (as the standard library's crypto/internal/cryptotest
-// does for its implementations), puts slices between guard bands and compares bits.
+// a test for every kernel name the registry knows, fails a run in which GDN_REQUIRE_KERNEL names a
+// kernel this CPU or build lacks (as the standard library's crypto/internal/cryptotest does for
+// its implementations), puts slices between guard bands and compares bits.
 //
-// It imports the root package, so the root package's own tests use it from the external test
-// package gdnsimd_test; what those tests need of the unexported kernels (the vector pieces) the
-// root package exports to them in export_test.go.
+// It imports nothing of the module: the kernels come from a Registry the test package hands it
+// (Use), so the root package's internal tests can use it as well as gdn's and fuzz's.
 package kerneltest
 
 import (
@@ -16,9 +15,47 @@ import (
 	"strings"
 	"testing"
 	"unsafe"
-
-	"github.com/gdnsimd/gdnsimd"
 )
+
+// Registry is what kerneltest needs of the kernels: every name the module knows, generic last,
+// and whether this CPU/build runs one (gdnsimd.AllNames, gdnsimd.Lookup).
+type Registry interface {
+	AllNames() []string
+	Available(name string) bool
+}
+
+var reg Registry
+
+// Use sets the registry of the test binary (from a test file's init) from its two functions.
+func Use(all func() []string, available func(name string) bool) { reg = funcs{all, available} }
+
+type funcs struct {
+	all       func() []string
+	available func(name string) bool
+}
+
+func (f funcs) AllNames() []string         { return f.all() }
+func (f funcs) Available(name string) bool { return f.available(name) }
+
+// registry is the registry set by Use (the test fails without one).
+func registry(tb testing.TB) Registry {
+	tb.Helper()
+	if reg == nil {
+		tb.Fatal("kerneltest: no registry (call kerneltest.Use from the test package's init)")
+	}
+	return reg
+}
+
+// available is, in the order of AllNames, the kernels r says this CPU/build runs.
+func available(r Registry) []string {
+	var a []string
+	for _, n := range r.AllNames() {
+		if r.Available(n) {
+			a = append(a, n)
+		}
+	}
+	return a
+}
 
 // RequireEnv is the environment variable naming (comma-separated) the kernels a run must test:
 // a CI leg that sets it cannot silently test less.
@@ -27,28 +64,30 @@ const RequireEnv = "GDN_REQUIRE_KERNEL"
 // Require fails tb if RequireEnv names a kernel that is unknown or that this CPU/build cannot run.
 func Require(tb testing.TB) {
 	tb.Helper()
+	r := registry(tb)
 	for _, want := range strings.Split(os.Getenv(RequireEnv), ",") {
 		want = strings.TrimSpace(want)
 		switch {
 		case want == "":
-		case !slices.Contains(gdnsimd.AllNames(), want):
-			tb.Fatalf("%s names %q, which is not a kernel (known: %v)", RequireEnv, want, gdnsimd.AllNames())
-		case !slices.Contains(gdnsimd.Names(), want):
-			tb.Fatalf("%s names %q, but this CPU/build has only %v", RequireEnv, want, gdnsimd.Names())
+		case !slices.Contains(r.AllNames(), want):
+			tb.Fatalf("%s names %q, which is not a kernel (known: %v)", RequireEnv, want, r.AllNames())
+		case !r.Available(want):
+			tb.Fatalf("%s names %q, but this CPU/build has only %v", RequireEnv, want, available(r))
 		}
 	}
 }
 
-// ForEach runs f as the subtest "kernel=NAME" for every name of gdnsimd.AllNames(), "generic"
-// last, after Require. A kernel this CPU/build cannot run is a skipped subtest that says so, so
+// ForEach runs f as the subtest "kernel=NAME" for every name of the registry, "generic" last,
+// after Require. A kernel this CPU/build cannot run is a skipped subtest that says so, so
 // `go test -v` shows "--- SKIP: Test/kernel=NAME" for it and "--- PASS" only for kernels that ran.
 func ForEach(t *testing.T, f func(t *testing.T, name string)) {
 	t.Helper()
 	Require(t)
-	for _, name := range gdnsimd.AllNames() {
+	r := registry(t)
+	for _, name := range r.AllNames() {
 		t.Run("kernel="+name, func(t *testing.T) {
-			if _, ok := gdnsimd.Lookup(name); !ok {
-				t.Skipf("%s: not available on this CPU/build (it has %v)", name, gdnsimd.Names())
+			if !r.Available(name) {
+				t.Skipf("%s: not available on this CPU/build (it has %v)", name, available(r))
 			}
 			f(t, name)
 		})
@@ -60,8 +99,8 @@ func ForEach(t *testing.T, f func(t *testing.T, name string)) {
 func Names(tb testing.TB) []string {
 	tb.Helper()
 	Require(tb)
-	names := gdnsimd.Names()
-	if names[len(names)-1] != "generic" {
+	names := available(registry(tb))
+	if len(names) == 0 || names[len(names)-1] != "generic" {
 		tb.Fatalf("kernels %v: generic is not last", names)
 	}
 	return names
@@ -91,6 +130,19 @@ func Guarded[T Elem](tb testing.TB, n, off int) ([]T, func(what string)) {
 	if n < 0 || off < 0 {
 		tb.Fatalf("kerneltest.Guarded(n = %d, off = %d): want n, off >= 0", n, off)
 	}
+	s, check := NewGuarded[T](n, off)
+	return s, func(what string) {
+		tb.Helper()
+		check(tb, what)
+	}
+}
+
+// NewGuarded is Guarded for a caller that builds its slices before it has a test at hand: the
+// check takes the test (n, off ≥ 0, else it panics).
+func NewGuarded[T Elem](n, off int) ([]T, func(tb testing.TB, what string)) {
+	if n < 0 || off < 0 {
+		panic(fmt.Sprintf("kerneltest.NewGuarded(n = %d, off = %d): want n, off >= 0", n, off))
+	}
 	var zero T
 	size := int(unsafe.Sizeof(zero))
 	buf := make([]T, Band+Align/size+off+n+Band)
@@ -104,7 +156,7 @@ func Guarded[T Elem](tb testing.TB, n, off int) ([]T, func(what string)) {
 	}
 	lo += off
 	hi := lo + n
-	return buf[lo:hi:hi], func(what string) {
+	return buf[lo:hi:hi], func(tb testing.TB, what string) {
 		tb.Helper()
 		for i, x := range buf {
 			if (i < lo || i >= hi) && bits(x) != bits(p) {
