@@ -6,60 +6,11 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"syscall"
 	"testing"
 	"unsafe"
+
+	"github.com/gdnsimd/gdnsimd/internal/kerneltest"
 )
-
-// kvPages gives every slice its own mapping next to a PROT_NONE page (as gdn's pagePlacer): with
-// atEnd the slice ends exactly where the protected page begins, otherwise it starts exactly where
-// one ends. Reading or writing one element past the slice (or before it) faults.
-type kvPages struct {
-	t     *testing.T
-	atEnd bool
-	maps  [][]byte
-}
-
-func (p *kvPages) mem(bytes int) unsafe.Pointer {
-	page := syscall.Getpagesize()
-	n := max((bytes+page-1)/page*page, page)
-	m, err := syscall.Mmap(-1, 0, n+page, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	p.maps = append(p.maps, m)
-	if p.atEnd {
-		if err := syscall.Mprotect(m[n:], syscall.PROT_NONE); err != nil {
-			p.t.Fatal(err)
-		}
-		return unsafe.Pointer(&m[n-bytes])
-	}
-	if err := syscall.Mprotect(m[:page], syscall.PROT_NONE); err != nil {
-		p.t.Fatal(err)
-	}
-	return unsafe.Pointer(&m[page])
-}
-
-func (p *kvPages) f32(x []float32) []float32 {
-	s := unsafe.Slice((*float32)(p.mem(4*len(x))), len(x))
-	copy(s, x)
-	return s
-}
-
-func (p *kvPages) u16(x []uint16) []uint16 {
-	s := unsafe.Slice((*uint16)(p.mem(2*len(x))), len(x))
-	copy(s, x)
-	return s
-}
-
-func (p *kvPages) free() {
-	for _, m := range p.maps {
-		if err := syscall.Munmap(m); err != nil {
-			p.t.Errorf("munmap: %v", err)
-		}
-	}
-	p.maps = nil
-}
 
 // TestKVTailsGuardPages runs every amd64 [K][V] routine (the single-token one; over T = 1 and 2
 // tokens f32, bf16 from src and from src32, with stores and the carry, called directly: kvRaw) with every slice ending at
@@ -127,8 +78,8 @@ func TestKVTailsGuardPages(t *testing.T) {
 					want := call(format, plain32, plain16)
 					for _, atEnd := range []bool{true, false} {
 						what := fmt.Sprintf("%s K=%d V=%d T=%d format %d atEnd=%v", im.name, K, V, T, format, atEnd)
-						p := &kvPages{t: t, atEnd: atEnd}
-						got := call(format, p.f32, p.u16)
+						p := kerneltest.NewPages(t, atEnd)
+						got := call(format, func(x []float32) []float32 { return kerneltest.PageCopy(p, x) }, func(x []uint16) []uint16 { return kerneltest.PageCopy(p, x) })
 						same := func(name string, a, b []float32) {
 							for i := range a {
 								if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
@@ -146,21 +97,21 @@ func TestKVTailsGuardPages(t *testing.T) {
 								}
 							}
 						}
-						p.free()
+						p.Free()
 					}
 				}
 				// The single-token routine (T = 1, in place and out of place).
 				if T == 1 {
 					for _, atEnd := range []bool{true, false} {
 						for _, inPlace := range []bool{false, true} {
-							p := &kvPages{t: t, atEnd: atEnd}
-							sIn := p.f32(s)
+							p := kerneltest.NewPages(t, atEnd)
+							sIn := kerneltest.PageCopy(p, s)
 							sOut := sIn
 							if !inPlace {
-								sOut = p.f32(make([]float32, K*V))
+								sOut = kerneltest.PageCopy(p, make([]float32, K*V))
 							}
-							o := p.f32(make([]float32, V))
-							im.state(sIn, sOut, p.f32(kh), p.f32(qh), p.f32(v), o, tok[0], tok[1], tok[2], tok[3])
+							o := kerneltest.PageCopy(p, make([]float32, V))
+							im.state(sIn, sOut, kerneltest.PageCopy(p, kh), kerneltest.PageCopy(p, qh), kerneltest.PageCopy(p, v), o, tok[0], tok[1], tok[2], tok[3])
 							wantS, wantO := make([]float32, K*V), make([]float32, V)
 							im.state(s, wantS, kh, qh, v, wantO, tok[0], tok[1], tok[2], tok[3])
 							for i := range wantS {
@@ -168,7 +119,7 @@ func TestKVTailsGuardPages(t *testing.T) {
 									t.Fatalf("%s K=%d V=%d single-token atEnd=%v inPlace=%v: sOut[%d] differs", im.name, K, V, atEnd, inPlace, i)
 								}
 							}
-							p.free()
+							p.Free()
 						}
 					}
 				}

@@ -10,6 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/gdnsimd/gdnsimd"
+	"github.com/gdnsimd/gdnsimd/internal/kerneltest"
 )
 
 // hostileList is a prefetch list (tokensF32's pf: entries of an address and a count of 64-byte
@@ -18,11 +19,9 @@ import (
 // inaccessible page; and ending in half an entry, the list's last word, which ends where an
 // inaccessible page begins. A routine that loads where the list points, or reads the list past
 // its whole entries, faults.
-func hostileList(t *testing.T, groups int, keep *[]*pageEnd) []uintptr {
+func hostileList(t *testing.T, groups int, keep *kerneltest.Pages) []uintptr {
 	t.Helper()
-	guard := newPageEnd(t, 64)
-	*keep = append(*keep, guard)
-	none := uintptr(unsafe.Pointer(&guard.mem[0])) + uintptr(guard.off) + 64 // the inaccessible page
+	none := uintptr(keep.Mem(64)) + 64 // the inaccessible page after 64 bytes of a mapping
 	var l []uintptr
 	for g := range groups {
 		l = append(l, none, uintptr(1+g%3), 0, 2, 8, 1, ^uintptr(0)&^63, 1, none-128, 4)
@@ -32,9 +31,7 @@ func hostileList(t *testing.T, groups int, keep *[]*pageEnd) []uintptr {
 		l = append(l, 0, 0)
 	}
 	l = append(l, none) // half an entry: never read as one
-	p := newPageEnd(t, 8*len(l))
-	*keep = append(*keep, p)
-	s := unsafe.Slice((*uintptr)(unsafe.Pointer(&p.mem[p.off])), len(l))
+	s := unsafe.Slice((*uintptr)(keep.Mem(8*len(l))), len(l))
 	copy(s, l)
 	return s
 }
@@ -46,19 +43,14 @@ func hostileList(t *testing.T, groups int, keep *[]*pageEnd) []uintptr {
 func TestPrefetchListHarmless(t *testing.T) {
 	forEachAmd64(t, func(t *testing.T, name string, k gdnsimd.Kernel) {
 		tk := gdnsimd.TokensOf(k)
-		var keep []*pageEnd
-		defer func() {
-			for _, p := range keep {
-				p.free()
-			}
-		}()
+		keep := kerneltest.NewPages(t, true)
 		r := rand.New(rand.NewPCG(41, 42))
 		for _, sh := range [][2]int{{128, 128}, {96, 80}, {8, 3}, {17, 5}} {
 			K, V := sh[0], sh[1]
 			hs := K * V
 			for _, T := range []int{1, 2, 5, 9} {
 				src, kh, qh, v, tok := tokenCall(r, K, V, T)
-				pf := hostileList(t, 3*T+4, &keep)
+				pf := hostileList(t, 3*T+4, keep)
 				for l, layout := range []string{"kv", "vk"} {
 					what := fmt.Sprintf("%s %s K=%d V=%d T=%d", name, layout, K, V, T)
 					// f32, the last token stored (T = 1: the single-token path of the [K][V] wrapper).

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"syscall"
 	"testing"
 	"unsafe"
 
@@ -14,48 +13,17 @@ import (
 	"github.com/gdnsimd/gdnsimd/internal/kerneltest"
 )
 
-// pageEnd is a slice of n elements that ends where an inaccessible page begins: an access even one
-// element past its end faults (guard bands only see what a routine writes or what a value it reads
-// changes, not a read whose lanes it then ignores).
-type pageEnd struct {
-	mem []byte
-	off int // byte offset of the slice in mem
-}
-
-func newPageEnd(t *testing.T, bytes int) *pageEnd {
-	t.Helper()
-	ps := syscall.Getpagesize()
-	n := (bytes+ps-1)/ps + 1
-	mem, err := syscall.Mmap(-1, 0, n*ps, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Mprotect(mem[(n-1)*ps:], syscall.PROT_NONE); err != nil {
-		t.Fatal(err)
-	}
-	return &pageEnd{mem: mem, off: (n-1)*ps - bytes}
-}
-
-func (p *pageEnd) free() { syscall.Munmap(p.mem) }
-
-func pageEndF32(t *testing.T, x []float32, keep *[]*pageEnd) []float32 {
-	p := newPageEnd(t, 4*len(x))
-	*keep = append(*keep, p)
+// pageEndF32 and pageEndU16 copy x to a slice that ends where an inaccessible page begins (nil
+// for an empty f32 x): an access even one element past its end faults (guard bands only see what a
+// routine writes or what a value it reads changes, not a read whose lanes it then ignores).
+func pageEndF32(p *kerneltest.Pages, x []float32) []float32 {
 	if len(x) == 0 {
 		return nil
 	}
-	s := unsafe.Slice((*float32)(unsafe.Pointer(&p.mem[p.off])), len(x))
-	copy(s, x)
-	return s
+	return kerneltest.PageCopy(p, x)
 }
 
-func pageEndU16(t *testing.T, x []uint16, keep *[]*pageEnd) []uint16 {
-	p := newPageEnd(t, 2*len(x))
-	*keep = append(*keep, p)
-	s := unsafe.Slice((*uint16)(unsafe.Pointer(&p.mem[p.off])), len(x))
-	copy(s, x)
-	return s
-}
+func pageEndU16(p *kerneltest.Pages, x []uint16) []uint16 { return kerneltest.PageCopy(p, x) }
 
 // TestVKPageEnd runs the amd64 [V][K] routines with every slice they read or write (the state in
 // and out, the carry, k̂, q̂, v, o, tok) ending at an inaccessible page, at every K from 1 to 264
@@ -84,29 +52,29 @@ func TestVKPageEnd(t *testing.T) {
 					}
 					for _, bf16 := range []bool{false, true} {
 						what := fmt.Sprintf("%s K=%d V=%d T=%d bf16=%v", name, K, V, T, bf16)
-						var keep []*pageEnd
-						kh, qh := pageEndF32(t, c.kh, &keep), pageEndF32(t, c.qh, &keep)
-						v, tok := pageEndF32(t, c.v, &keep), pageEndF32(t, c.tok, &keep)
-						o := pageEndF32(t, make([]float32, T*V), &keep)
+						keep := kerneltest.NewPages(t, true)
+						kh, qh := pageEndF32(keep, c.kh), pageEndF32(keep, c.qh)
+						v, tok := pageEndF32(keep, c.v), pageEndF32(keep, c.tok)
+						o := pageEndF32(keep, make([]float32, T*V))
 						hs := K * V
 						stores := make([]unsafe.Pointer, T)
 						var got [][]float32
 						var got16 [][]uint16
 						var carry []float32
 						if !bf16 {
-							src := pageEndF32(t, c.srcF, &keep)
+							src := pageEndF32(keep, c.srcF)
 							for τ := range T {
-								s := pageEndF32(t, make([]float32, hs), &keep)
+								s := pageEndF32(keep, make([]float32, hs))
 								got, stores[τ] = append(got, s), unsafe.Pointer(&s[0])
 							}
 							tk.F32[l](K, V, src, stores, kh, qh, v, c.vs, o, tok, nil)
 						} else {
-							src := pageEndU16(t, roundAll(c.srcF), &keep)
+							src := pageEndU16(keep, roundAll(c.srcF))
 							for τ := range T {
-								s := pageEndU16(t, make([]uint16, hs), &keep)
+								s := pageEndU16(keep, make([]uint16, hs))
 								got16, stores[τ] = append(got16, s), unsafe.Pointer(&s[0])
 							}
-							carry = pageEndF32(t, make([]float32, hs), &keep)
+							carry = pageEndF32(keep, make([]float32, hs))
 							tk.BF16[l](K, V, src, nil, stores, carry, kh, qh, v, c.vs, o, tok, nil)
 						}
 						// The generic routine on ordinary slices.
@@ -140,9 +108,7 @@ func TestVKPageEnd(t *testing.T) {
 								}
 							}
 						}
-						for _, p := range keep {
-							p.free()
-						}
+						keep.Free()
 					}
 				}
 			}
@@ -169,12 +135,12 @@ func TestVKPageEndNoCarry(t *testing.T) {
 					if poison {
 						c.v[V/2] = math.Float32frombits(0x7fc0ffff)
 					}
-					var keep []*pageEnd
-					kh, qh := pageEndF32(t, c.kh, &keep), pageEndF32(t, c.qh, &keep)
-					v, tok := pageEndF32(t, c.v, &keep), pageEndF32(t, c.tok, &keep)
-					o := pageEndF32(t, make([]float32, V), &keep)
-					src := pageEndU16(t, roundAll(c.srcF), &keep)
-					dst := pageEndU16(t, make([]uint16, K*V), &keep)
+					keep := kerneltest.NewPages(t, true)
+					kh, qh := pageEndF32(keep, c.kh), pageEndF32(keep, c.qh)
+					v, tok := pageEndF32(keep, c.v), pageEndF32(keep, c.tok)
+					o := pageEndF32(keep, make([]float32, V))
+					src := pageEndU16(keep, roundAll(c.srcF))
+					dst := pageEndU16(keep, make([]uint16, K*V))
 					tk.BF16[l](K, V, src, nil, []unsafe.Pointer{unsafe.Pointer(&dst[0])}, nil, kh, qh, v, c.vs, o, tok, nil)
 					want := make([]float32, K*V)
 					wo := make([]float32, V)
@@ -182,9 +148,7 @@ func TestVKPageEndNoCarry(t *testing.T) {
 					what := fmt.Sprintf("%s K=%d V=%d poison=%v", name, K, V, poison)
 					kerneltest.EqualBits(t, what+" o", o, wo)
 					kerneltest.EqualBits(t, what+" state", dst, roundAll(want))
-					for _, p := range keep {
-						p.free()
-					}
+					keep.Free()
 				}
 			}
 		}

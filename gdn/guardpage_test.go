@@ -5,54 +5,19 @@ package gdn_test
 import (
 	"fmt"
 	"math/rand/v2"
-	"syscall"
 	"testing"
 	"unsafe"
 
 	"github.com/gdnsimd/gdnsimd/gdn"
 	"github.com/gdnsimd/gdnsimd/internal/kerneltest"
-	"github.com/stretchr/testify/require"
 )
 
-// pagePlacer gives every slice its own mapping next to a PROT_NONE page, as Go's
-// bytes/boundary_test.go does: with atEnd the slice ends exactly where the protected page begins,
-// otherwise it starts exactly where a protected page ends. Reading or writing one element past
-// the slice (or before it) faults and kills the test.
-type pagePlacer struct {
-	t     *testing.T
-	atEnd bool
-	maps  [][]byte
-}
+// pagePlacer is the placer of slices next to protected pages (kerneltest.Pages).
+type pagePlacer struct{ *kerneltest.Pages }
 
-func (p *pagePlacer) mem(bytes int) unsafe.Pointer {
-	page := syscall.Getpagesize()
-	n := (bytes + page - 1) / page * page
-	if n == 0 {
-		n = page
-	}
-	m, err := syscall.Mmap(-1, 0, n+page, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
-	require.NoError(p.t, err)
-	p.maps = append(p.maps, m)
-	if p.atEnd {
-		require.NoError(p.t, syscall.Mprotect(m[n:], syscall.PROT_NONE))
-		return unsafe.Pointer(&m[n-bytes])
-	}
-	require.NoError(p.t, syscall.Mprotect(m[:page], syscall.PROT_NONE))
-	return unsafe.Pointer(&m[page])
-}
+func (p pagePlacer) f32(n int) []float32 { return kerneltest.PageSlice[float32](p.Pages, n) }
 
-func (p *pagePlacer) f32(n int) []float32 { return unsafe.Slice((*float32)(p.mem(4*n)), n) }
-
-func (p *pagePlacer) bf16(n int) []gdn.BF16 { return unsafe.Slice((*gdn.BF16)(p.mem(2*n)), n) }
-
-func (p *pagePlacer) free() {
-	for _, m := range p.maps {
-		if err := syscall.Munmap(m); err != nil {
-			p.t.Errorf("munmap: %v", err)
-		}
-	}
-	p.maps = nil
-}
+func (p pagePlacer) bf16(n int) []gdn.BF16 { return unsafe.Slice((*gdn.BF16)(p.Mem(2*n)), n) }
 
 // guardShapes covers the tails of every kernel: V in 1..33 (every remainder mod 4, 8, 16 and 32)
 // and the partial blocks above 33 (AVX-512 masked tails of 3 to 8 ZMM, AVX2's 32-column blocks
@@ -79,8 +44,7 @@ func TestGuardPages(t *testing.T) {
 			var rc roundedCount
 			for _, sc := range cases {
 				t.Run(fmt.Sprintf("%s,atEnd=%v", sc.c.Name, atEnd), func(t *testing.T) {
-					p := &pagePlacer{t: t, atEnd: atEnd}
-					defer p.free()
+					p := pagePlacer{kerneltest.NewPages(t, atEnd)}
 					rc.add(placedStep(t, kernel, sc, p))
 				})
 			}
