@@ -1,15 +1,113 @@
-package gdnsimd_test
+package gdnsimd
 
 import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"strings"
 	"testing"
+	"unsafe"
 
-	"github.com/gdnsimd/gdnsimd"
 	"github.com/gdnsimd/gdnsimd/internal/kerneltest"
+	"github.com/gdnsimd/gdnsimd/internal/oracle"
+	"github.com/gdnsimd/gdnsimd/internal/race"
+	"github.com/stretchr/testify/require"
 )
+
+// The kernels internal/kerneltest runs the tests for (it imports nothing of the module).
+func init() { kerneltest.Use(AllNames, Available) }
+
+// Available says whether this CPU/build runs the kernel name.
+func Available(name string) bool { _, ok := Lookup(name); return ok }
+
+// The test files: kernel_test.go (the registry, the driver, the portable kernel, the gates),
+// pieces_test.go (every kernel's pieces and routines against the portable ones), amd64_test.go,
+// amd64_linux_test.go (guard pages), amd64_bench_test.go and arm64_test.go (what the assembly of
+// one architecture needs beyond that). What follows gives the tests a kernel's pieces and
+// routines as values (Pieces, Tokens).
+
+// Pieces are the vector pieces of one kernel (see impl).
+type Pieces struct {
+	State func(sIn, sOut, kh, qh, v, o []float32, em1, eg, beta, kq float32)
+	Gate  func(o, z, w []float32, eps float32, out []uint16, outF []float32)
+	L2    func(q, k []float32) (qq, kk, kq float64)
+	Scale func(dst, src []float32, f float32)
+	Gates func(beta, em1, eg, b, a, alog, dtb []float32)
+}
+
+// PiecesOf returns k's pieces; PiecesOf of the "generic" kernel is the reference.
+func PiecesOf(k Kernel) Pieces {
+	return Pieces{State: k.im.state, Gate: k.im.gate, L2: k.im.l2, Scale: k.im.scale, Gates: k.im.gates}
+}
+
+// Tokens are a kernel's state routines over T tokens in the flat signature of the assembly
+// (tokensF32, tokensBF16 in tokens_generic.go), by layout (KV, VK); nil where the kernel has none.
+// The generic kernel's, wrapped around kvTokens and vkTokens, are the reference.
+type Tokens struct {
+	F32  [2]func(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok []float32, pf []uintptr)
+	BF16 [2]func(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok []float32, pf []uintptr)
+}
+
+// TokensOf returns k's flat state routines.
+func TokensOf(k Kernel) Tokens {
+	var t Tokens
+	if k.im == &genericImpl {
+		for l, st := range [2]stateFunc{kvTokens, vkTokens} {
+			t.F32[l] = flatF32(st)
+			t.BF16[l] = flatBF16(st)
+		}
+		return t
+	}
+	for l := range 2 {
+		t.F32[l] = k.im.tokF32[l]
+		t.BF16[l] = k.im.tokBF16[l]
+	}
+	return t
+}
+
+func flatF32(st stateFunc) func(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok []float32, pf []uintptr) {
+	return func(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok []float32, pf []uintptr) {
+		dst := make([]stateRef, len(tok)/4)
+		for τ, p := range stores {
+			if p != nil {
+				dst[τ].f32 = unsafe.Slice((*float32)(p), K*V)
+			}
+		}
+		st(&headCall{K: K, V: V, src: stateRef{f32: src}, dst: dst, kh: kh, qh: qh, v: v, vs: vs, o: o, tok: tok,
+			tmp: make([]float32, K*V), slab: make([]float32, K*genericBlock)})
+	}
+}
+
+func flatBF16(st stateFunc) func(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok []float32, pf []uintptr) {
+	return func(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok []float32, pf []uintptr) {
+		T := len(tok) / 4
+		dst := make([]stateRef, T)
+		for τ, p := range stores {
+			if p != nil {
+				dst[τ].bf16 = unsafe.Slice((*uint16)(p), K*V)
+			}
+		}
+		if carry != nil {
+			dst[T-1].f32 = carry
+		}
+		in := stateRef{bf16: src}
+		if src32 != nil {
+			in = stateRef{f32: src32}
+		}
+		st(&headCall{K: K, V: V, src: in, dst: dst, kh: kh, qh: qh, v: v, vs: vs, o: o, tok: tok,
+			tmp: make([]float32, K*V), slab: make([]float32, K*genericBlock)})
+	}
+}
+
+// GatesBoundaryLanes returns the inputs of n lanes whose gates lie at float32 rounding boundaries
+// (boundaryLanes, gates_test.go), one slice per input.
+func GatesBoundaryLanes(seed uint64, n int) (b, a, alog, dtb []float32) {
+	for _, l := range boundaryLanes(rand.New(rand.NewPCG(seed, seed)), n) {
+		b, a, alog, dtb = append(b, l.in[0]), append(a, l.in[1]), append(alog, l.in[2]), append(dtb, l.in[3])
+	}
+	return b, a, alog, dtb
+}
 
 // Kernel.Run and Kernel.RunBatch are the root package's exported functions that take slices
 // (Exp32, Silu32 and BF16RNE take numbers; Kernels, Names, Default, Lookup, AllNames and Formats
@@ -40,8 +138,8 @@ var runSlices = []runSlice{
 // runCall is a Run call whose every slice lies between guard bands, with extra elements of
 // capacity past its length that hold the guard value too.
 type runCall struct {
-	st      gdnsimd.Step
-	scratch *gdnsimd.Scratch
+	st      Step
+	scratch *Scratch
 	checks  []func(written bool)
 }
 
@@ -92,7 +190,7 @@ func newRunCall(t *testing.T, short string, extra int) *runCall {
 		})
 	}
 	c.st.KHeads, c.st.VHeads, c.st.K, c.st.V, c.st.RMSEps = rHK, rHV, rK, rV, 1e-6
-	c.scratch = new(gdnsimd.Scratch)
+	c.scratch = new(Scratch)
 	return c
 }
 
@@ -124,7 +222,7 @@ func mustPanic(t *testing.T, what string, f func()) (msg string) {
 // let the assembly write). With every length right it writes only inside its outputs.
 func TestRunChecksLengths(t *testing.T) {
 	kerneltest.ForEach(t, func(t *testing.T, name string) {
-		k, _ := gdnsimd.Lookup(name)
+		k, _ := Lookup(name)
 		for _, extra := range []int{0, 3 * rV * rK} {
 			c := newRunCall(t, "", extra)
 			k.Run(&c.st, 0, rHeads, c.scratch)
@@ -142,16 +240,16 @@ func TestRunChecksLengths(t *testing.T) {
 		// Arguments no slice length can make right.
 		for _, tc := range []struct {
 			what   string
-			mod    func(*gdnsimd.Step)
+			mod    func(*Step)
 			lo, hi int
 		}{
 			{"lo < 0", nil, -1, rHeads},
 			{"lo > hi", nil, 2, 1},
-			{"K = 0", func(s *gdnsimd.Step) { s.K = 0 }, 0, rHeads},
-			{"V < 0", func(s *gdnsimd.Step) { s.V = -1 }, 0, rHeads},
-			{"VHeads % KHeads != 0", func(s *gdnsimd.Step) { s.KHeads, s.VHeads = 2, 3 }, 0, rHeads},
-			{"K·V overflows", func(s *gdnsimd.Step) { s.K, s.V = math.MaxInt/2, 3 }, 0, rHeads},
-			{"hi·K·V overflows", func(s *gdnsimd.Step) { s.K, s.V = 1<<8, 1<<8 }, 0, math.MaxInt/(1<<16) + 1},
+			{"K = 0", func(s *Step) { s.K = 0 }, 0, rHeads},
+			{"V < 0", func(s *Step) { s.V = -1 }, 0, rHeads},
+			{"VHeads % KHeads != 0", func(s *Step) { s.KHeads, s.VHeads = 2, 3 }, 0, rHeads},
+			{"K·V overflows", func(s *Step) { s.K, s.V = math.MaxInt/2, 3 }, 0, rHeads},
+			{"hi·K·V overflows", func(s *Step) { s.K, s.V = 1<<8, 1<<8 }, 0, math.MaxInt/(1<<16) + 1},
 		} {
 			c := newRunCall(t, "", 0)
 			if tc.mod != nil {
@@ -161,19 +259,19 @@ func TestRunChecksLengths(t *testing.T) {
 			c.check(false)
 		}
 	})
-	if n := (gdnsimd.Kernel{}).Name(); n != "" {
+	if n := (Kernel{}).Name(); n != "" {
 		t.Errorf("the zero Kernel's name is %q, want \"\"", n)
 	}
 	mustPanic(t, "the zero Kernel", func() {
 		c := newRunCall(t, "", 0)
-		gdnsimd.Kernel{}.Run(&c.st, 0, rHeads, c.scratch)
+		Kernel{}.Run(&c.st, 0, rHeads, c.scratch)
 	})
 }
 
 // TestRunRange: a Run of heads [lo, hi) needs the slices only as far as those heads reach.
 func TestRunRange(t *testing.T) {
 	kerneltest.ForEach(t, func(t *testing.T, name string) {
-		k, _ := gdnsimd.Lookup(name)
+		k, _ := Lookup(name)
 		full := newRunCall(t, "", 0)
 		k.Run(&full.st, 0, rHeads, full.scratch)
 		// Heads [1, 3): sequence 0 head 1 and sequence 1 head 0, key heads 0 and 1.
@@ -212,15 +310,15 @@ func TestRunBatchChecksLengths(t *testing.T) {
 		output bool // written by a successful call
 	}
 	kerneltest.ForEach(t, func(t *testing.T, name string) {
-		k, _ := gdnsimd.Lookup(name)
-		for _, f := range gdnsimd.Formats() {
+		k, _ := Lookup(name)
+		for _, f := range Formats() {
 			if !k.Implements(f) {
 				continue
 			}
 			for _, short := range []string{"", "Start", "Read", "Store", "Q", "Key", "Val", "Z", "Beta", "Gate",
 				"ALog", "DtBias", "NormWeight", "State", "Out", "OutF32"} {
 				what := fmt.Sprintf("%v, %s one short", f, short)
-				var b gdnsimd.Batch
+				var b Batch
 				var pool []float32
 				var pool16 []uint16
 				fields := []field{
@@ -266,7 +364,7 @@ func TestRunBatchChecksLengths(t *testing.T) {
 						buf, check := kerneltest.Guarded[uint16](t, n+spare, i%16)
 						if !fl.output || fl.name == "State" {
 							for j := range buf[:n] {
-								buf[j] = gdnsimd.BF16RNE(float32(r.NormFloat64()))
+								buf[j] = BF16RNE(float32(r.NormFloat64()))
 							}
 						}
 						orig := append([]uint16(nil), buf...)
@@ -281,7 +379,7 @@ func TestRunBatchChecksLengths(t *testing.T) {
 						})
 					default:
 						buf, check := kerneltest.Guarded[int32](t, n+spare, i%16)
-						copy(buf, map[string][]int32{"Start": {0, 2, 3}, "Read": {0, gdnsimd.Zero}, "Store": {gdnsimd.NoStore, 1, 2}}[fl.name])
+						copy(buf, map[string][]int32{"Start": {0, 2, 3}, "Read": {0, Zero}, "Store": {NoStore, 1, 2}}[fl.name])
 						orig := append([]int32(nil), buf...)
 						*fl.i32 = buf[:n]
 						checks = append(checks, func(bool) {
@@ -292,8 +390,8 @@ func TestRunBatchChecksLengths(t *testing.T) {
 				}
 				b.KHeads, b.VHeads, b.K, b.V, b.RMSEps, b.Format, b.N = HK, HV, K, V, 1e-6, f, N
 				b.Q.Stride, b.Key.Stride, b.Val.Stride, b.Z.Stride, b.Beta.Stride, b.Gate.Stride = 2*HK*K+1, HK*K, HV*V, HV*V, HV, 2*HV
-				b.State = gdnsimd.Pool{F32: pool, BF16: pool16, SlotStride: slot}
-				run := func() { k.RunBatch(&b, 0, N*HV, new(gdnsimd.Scratch)) }
+				b.State = Pool{F32: pool, BF16: pool16, SlotStride: slot}
+				run := func() { k.RunBatch(&b, 0, N*HV, new(Scratch)) }
 				if short == "" {
 					run()
 					for _, c := range checks {
@@ -311,4 +409,726 @@ func TestRunBatchChecksLengths(t *testing.T) {
 			}
 		}
 	})
+}
+
+// headGatesMath is the gates as package math computes them (the code gatesGeneric replaced):
+// the reference TestGatesMath holds gate1 to.
+func headGatesMath(b, a, alog, dtb float32) (beta, em1, eg float32) {
+	beta = float32(1 / (1 + math.Exp(-float64(b))))
+	x := float64(a) + float64(dtb)
+	sp := x
+	if !(x > 20) {
+		sp = math.Log1p(math.Exp(x))
+	}
+	g := -math.Exp(float64(alog)) * sp
+	if g >= ln2Half {
+		em1d := math.Expm1(g)
+		return beta, float32(em1d), float32(1 + em1d)
+	}
+	egd := math.Exp(g)
+	return beta, float32(egd - 1), float32(egd)
+}
+
+// ulps64 is the distance of x from want in float64 ulps of want (0 for equal, both NaN included).
+func ulps64(x, want float64) float64 {
+	if x == want || math.IsNaN(x) && math.IsNaN(want) {
+		return 0
+	}
+	if math.IsInf(want, 0) || math.IsNaN(x) || math.IsNaN(want) {
+		return math.Inf(1)
+	}
+	u := math.Nextafter(math.Abs(want), math.Inf(1)) - math.Abs(want)
+	return math.Abs(x-want) / u
+}
+
+// TestGates64Accuracy holds exp64, log1p01 and expm1Near to package math's functions over their
+// domains (math's are within 1 ulp of the exact value): at most 3 ulp apart, and the special values.
+func TestGates64Accuracy(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	var worst [3]float64
+	for range 300000 {
+		// math's range (denormals below −708.4), but for its last 0.78: amd64's math.Exp gives
+		// +Inf from e^709.44 (exp64(709.7) is checked below).
+		x := -745 + (709+745)*r.Float64()
+		if r.IntN(2) == 0 {
+			x = 40 * (r.Float64() - 0.5)
+		}
+		worst[0] = max(worst[0], ulps64(exp64(x), math.Exp(x)))
+		y := r.Float64()
+		if r.IntN(2) == 0 {
+			y = math.Ldexp(1, -r.IntN(1075)) * r.Float64() // down to the denormals
+		}
+		worst[1] = max(worst[1], ulps64(log1p01(y), math.Log1p(y)))
+		g := ln2Half * r.Float64()
+		if r.IntN(2) == 0 {
+			g = -math.Ldexp(1, -1-r.IntN(1000)) * r.Float64() // in [−0.5, 0]
+		}
+		worst[2] = max(worst[2], ulps64(expm1Near(g), math.Expm1(g)))
+	}
+	t.Logf("worst ulps against math: exp64 %.2f, log1p01 %.2f, expm1Near %.2f", worst[0], worst[1], worst[2])
+	for i, name := range []string{"exp64", "log1p01", "expm1Near"} {
+		if worst[i] > 3 {
+			t.Errorf("%s: %.2f ulp from package math's", name, worst[i])
+		}
+	}
+	for _, c := range []struct {
+		name    string
+		got, at float64
+		want    float64
+	}{
+		{"exp64(0)", exp64(0), 0, 1}, {"exp64(+Inf)", exp64(math.Inf(1)), 0, math.Inf(1)},
+		{"exp64(-Inf)", exp64(math.Inf(-1)), 0, 0}, {"exp64(709.8)", exp64(709.8), 0, math.Inf(1)},
+		{"exp64(-745.2)", exp64(-745.2), 0, 0}, {"exp64(-745.1)", exp64(-745.1), 0, 5e-324}, {"log1p01(0)", log1p01(0), 0, 0},
+		{"log1p01(1)", log1p01(1), 0, math.Ln2}, {"expm1Near(0)", expm1Near(0), 0, 0},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
+		}
+	}
+	if x, want := exp64(709.7), math.Exp(708.7)*math.E; ulps64(x, want) > 3 {
+		t.Errorf("exp64(709.7) = %v, want %v", x, want)
+	}
+	for range 1000 { // log(1 + y) rounds to y there (as math.Log1p gives)
+		if y := math.Ldexp(r.Float64(), -1021-r.IntN(54)); log1p01(y) != y {
+			t.Fatalf("log1p01(%v) = %v, want %v", y, log1p01(y), y)
+		}
+	}
+	if x := expm1Near(math.Copysign(0, -1)); x != 0 || !math.Signbit(x) {
+		t.Errorf("expm1Near(−0) = %v, want −0", x)
+	}
+	for _, f := range []func(float64) float64{exp64, log1p01, expm1Near} {
+		if x := f(math.NaN()); !math.IsNaN(x) {
+			t.Errorf("NaN gave %v", x)
+		}
+	}
+}
+
+// TestGatesMath holds gate1 to headGatesMath (package math's functions): the float32 gates equal,
+// but for a few lanes whose float64 value is within a few ulp of a float32 rounding boundary,
+// which differ by one float32 ulp; over realistic lanes and over the special values.
+func TestGatesMath(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	specials := []float32{0, float32(math.Copysign(0, -1)), 1, -1, 20, -20, 19.999998, 20.000002, 88, -88,
+		700, -700, 710, -710, 1e30, -1e30, math.MaxFloat32, -math.MaxFloat32, 1e-40, -1e-40,
+		float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()), 0.6931472, -0.6931472}
+	pick := func(sd float64) float32 {
+		if r.IntN(8) == 0 {
+			return specials[r.IntN(len(specials))]
+		}
+		return float32(sd * r.NormFloat64())
+	}
+	const n = 400000
+	diff := 0
+	for i := range n {
+		b, a, alog, dtb := pick(3), pick(4), pick(1.5), pick(2)
+		if i%3 == 0 { // the models' range: A_log in about [−1, 3], a + dt_bias within ±10
+			alog, dtb = float32(4*r.Float64()-1), float32(2*r.NormFloat64())
+		}
+		g := [3]float32{}
+		w := [3]float32{}
+		g[0], g[1], g[2] = gate1(b, a, alog, dtb)
+		w[0], w[1], w[2] = headGatesMath(b, a, alog, dtb)
+		for j := range g {
+			if math.Float32bits(g[j]) == math.Float32bits(w[j]) || g[j] != g[j] && w[j] != w[j] {
+				continue
+			}
+			diff++
+			if d := math.Abs(float64(g[j]) - float64(w[j])); math.Float32bits(g[j])>>31 != math.Float32bits(w[j])>>31 && d != 0 ||
+				d > float64(math.Nextafter32(float32(math.Abs(float64(w[j]))), float32(math.Inf(1)))-float32(math.Abs(float64(w[j])))) {
+				t.Fatalf("b=%v a=%v A_log=%v dt_bias=%v: gate %d = %v (%#x), package math gives %v (%#x)",
+					b, a, alog, dtb, j, g[j], math.Float32bits(g[j]), w[j], math.Float32bits(w[j]))
+			}
+		}
+	}
+	t.Logf("%d of %d gates one float32 ulp from package math's", diff, 3*n)
+	if diff > 3*n/100000 {
+		t.Errorf("%d of %d gates differ from package math's: more than 1 in 100000", diff, 3*n)
+	}
+}
+
+// BenchmarkGates times the gates of n lanes (32: a one-token sequence's value heads, Qwen3-Next;
+// 64: a chunk's tokens of one head) with every kernel's gates piece, and with package math's
+// functions a lane at a time (headGatesMath: the code the piece replaced), ns per lane.
+func BenchmarkGates(b *testing.B) {
+	for _, n := range []int{32, 64} {
+		in := make([][]float32, 7)
+		for j := range in {
+			in[j] = make([]float32, n)
+		}
+		for i := range n {
+			in[0][i], in[1][i] = float32(i%7)-3, float32(i%11)*0.7-4
+			in[2][i], in[3][i] = float32(i%5)*0.5-1, float32(i%3)-1
+		}
+		lanes := func(b *testing.B) { b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/lane") }
+		b.Run(fmt.Sprintf("kernel=math/n=%d", n), func(b *testing.B) {
+			for range b.N {
+				for i := range n {
+					in[4][i], in[5][i], in[6][i] = headGatesMath(in[0][i], in[1][i], in[2][i], in[3][i])
+				}
+			}
+			lanes(b)
+		})
+		for _, im := range append([]*impl{&genericImpl}, available...) {
+			b.Run(fmt.Sprintf("kernel=%s/n=%d", im.name, n), func(b *testing.B) {
+				for range b.N {
+					im.gates(in[4], in[5], in[6], in[0], in[1], in[2], in[3])
+				}
+				lanes(b)
+			})
+		}
+	}
+}
+
+// boundaryLane is a lane (b, a, A_log, dt_bias) and how near one of its gates is to a float32
+// rounding boundary, in float64 ulps (see boundaryLanes).
+type boundaryLane struct {
+	in  [4]float32
+	tol float64
+}
+
+// boundaryLanes returns n lanes each of which has one of its gates, in float64 (gate64), within
+// one float64 ulp of a float32 rounding boundary (the midpoint of two neighbouring float32s), so
+// that a change of a float64 ulp or more anywhere in the lane's computation changes its float32
+// result with probability about one half: em1 and eg in turn, in the expm1 branch (x = a ≤ 0) and
+// in the exp branch (x in (0.1, 6.1]). Such a lane reaches its boundary through A_log = c·2⁻⁵²
+// (|c| < 2²³): exp64 of it is 1 + c·2⁻⁵², which scales g by c float64 ulps. Every fifth lane has
+// x = 20 exactly (where softplus is log1p(exp(x)), not x: the threshold's side) with a random
+// A_log in [0, 1.6], its eg within 2²² float64 ulps of a boundary: taking softplus as x there moves
+// eg by more than 2²⁴. b is random (beta is not on a boundary).
+func boundaryLanes(r *rand.Rand, n int) []boundaryLane {
+	var lanes []boundaryLane
+	for tries := 0; len(lanes) < n; tries++ {
+		if tries > 1000*n {
+			panic("boundaryLanes: no lanes found")
+		}
+		which := len(lanes) % 5
+		a := float32(-8 * r.Float64())
+		if which == 2 || which == 3 {
+			a = float32(0.1 + 6*r.Float64())
+		}
+		out := func(alog float32) float64 {
+			_, em1, eg := gate64(0, a, alog, 0)
+			if which%2 == 0 && which != 4 {
+				return em1
+			}
+			return eg
+		}
+		ulp := func(m float64) float64 { return math.Nextafter(math.Abs(m), math.Inf(1)) - math.Abs(m) }
+		mid := func(v float64) float64 { // the float32 boundary nearest v
+			f := float32(v)
+			m := float64(f) + (float64(math.Nextafter32(f, float32(math.Inf(1))))-float64(f))/2
+			if m2 := float64(f) + (float64(math.Nextafter32(f, float32(math.Inf(-1))))-float64(f))/2; math.Abs(m2-v) < math.Abs(m-v) {
+				m = m2
+			}
+			return m
+		}
+		b := float32(2 * r.NormFloat64())
+		if which == 4 {
+			a = 20
+			alog := float32(1.6 * r.Float64())
+			v := out(alog)
+			if m := mid(v); math.Abs(v-m) <= 1<<22*ulp(m) {
+				lanes = append(lanes, boundaryLane{[4]float32{b, a, alog, 0}, 1 << 22})
+			}
+			continue
+		}
+		v0 := out(0)
+		m := mid(v0)
+		s := (out(0x1p-32) - v0) / (1 << 20)
+		if s == 0 || math.IsNaN(s) {
+			continue
+		}
+		c0 := math.Round((m - v0) / s)
+		if math.Abs(c0) > 1<<23-8 {
+			continue
+		}
+		best, bestD := 0, math.Inf(1)
+		for c := int(c0) - 6; c <= int(c0)+6; c++ {
+			if d := math.Abs(out(float32(c)*0x1p-52) - m); d < bestD {
+				best, bestD = c, d
+			}
+		}
+		if bestD <= ulp(m) {
+			lanes = append(lanes, boundaryLane{[4]float32{b, a, float32(best) * 0x1p-52, 0}, 1})
+		}
+	}
+	return lanes
+}
+
+// TestBoundaryLanes checks boundaryLanes' claim on its lanes: one gate within tol float64 ulps of
+// a float32 rounding boundary.
+func TestBoundaryLanes(t *testing.T) {
+	for i, l := range boundaryLanes(rand.New(rand.NewPCG(5, 6)), 200) {
+		_, em1, eg := gate64(l.in[0], l.in[1], l.in[2], l.in[3])
+		near := false
+		for _, v := range []float64{em1, eg} {
+			f := float32(v)
+			for _, nb := range []float32{math.Nextafter32(f, float32(math.Inf(1))), math.Nextafter32(f, float32(math.Inf(-1)))} {
+				m := float64(f) + (float64(nb)-float64(f))/2
+				near = near || math.Abs(v-m) <= l.tol*(math.Nextafter(math.Abs(m), math.Inf(1))-math.Abs(m))
+			}
+		}
+		if !near {
+			t.Fatalf("lane %d %v: em1 %v, eg %v: neither within %v ulp of a float32 boundary", i, l.in, em1, eg, l.tol)
+		}
+	}
+}
+
+// TestCellsFilled: every kernel this build has implements every state format — on amd64 and
+// arm64 the assembly kernels too, so no format silently falls back to the portable kernel. A
+// kernel listed by AllNames that this CPU lacks is checked where it runs (the CI legs).
+func TestCellsFilled(t *testing.T) {
+	for _, k := range Kernels() {
+		for _, f := range Formats() {
+			if !k.Implements(f) {
+				t.Errorf("%s/%s: kernel %s does not implement format %v (an empty cell)", runtime.GOARCH, k.Name(), k.Name(), f)
+			}
+		}
+	}
+	if len(Formats()) != 4 {
+		t.Fatalf("Formats() = %v, want the 4 layouts × storages", Formats())
+	}
+}
+
+// TestFloors: FloorScale scales exactly len(x) elements (guard bands at every length and offset)
+// and FloorFMA takes any n (none run for n ≤ 0); kernels without floors report so.
+func TestFloors(t *testing.T) {
+	kerneltest.ForEach(t, func(t *testing.T, name string) {
+		for n := 0; n <= 70; n++ {
+			x, check := kerneltest.Guarded[float32](t, n, n%16)
+			for i := range x {
+				x[i] = float32(i + 1)
+			}
+			if !FloorScale(name, x, 2) {
+				if name != "generic" && name != "neon" {
+					t.Fatalf("%s has no FloorScale", name)
+				}
+				return
+			}
+			check(name)
+			for i, v := range x {
+				if v != float32(2*(i+1)) {
+					t.Fatalf("%s n=%d: x[%d] = %v, want %v", name, n, i, v, 2*(i+1))
+				}
+			}
+		}
+		for _, n := range []int{math.MinInt, -1, 0, 1, 3} {
+			if l := FloorFMA(name, n); l != 8 && l != 16 {
+				t.Fatalf("%s: FloorFMA(%d) lanes %d", name, n, l)
+			}
+		}
+	})
+}
+
+// ulpDiff is the distance in float32 ulps between two finite floats of the same sign.
+func ulpDiff(a, b float32) int64 {
+	d := int64(math.Float32bits(a)) - int64(math.Float32bits(b))
+	return max(d, -d)
+}
+
+// TestExp32 holds Exp32 within 2 ulp of the correctly rounded exp over its whole unclamped range,
+// and checks the clamps and NaN.
+func TestExp32(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 1))
+	worst := int64(0)
+	for i := 0; i < 1_000_000; i++ {
+		x := float32(-87.3 + r.Float64()*(88+87.3))
+		if i%4 == 0 {
+			x = float32(r.NormFloat64())
+		}
+		got, want := Exp32(x), float32(math.Exp(float64(x)))
+		d := ulpDiff(got, want)
+		worst = max(worst, d)
+		require.LessOrEqual(t, d, int64(2), "Exp32(%g) = %g, want %g", x, got, want)
+	}
+	t.Logf("worst error %d ulp", worst)
+	require.Equal(t, float32(1), Exp32(0))
+	require.Equal(t, Exp32(88), Exp32(1000))
+	require.Equal(t, Exp32(88), Exp32(float32(math.Inf(1))))
+	require.Equal(t, Exp32(-87.33654), Exp32(-1000))
+	require.Greater(t, Exp32(-1000), float32(0))
+	require.False(t, math.IsInf(float64(Exp32(88)), 0))
+	require.True(t, math.IsNaN(float64(Exp32(float32(math.NaN())))))
+}
+
+// TestSilu32 checks the gate function against float64 silu.
+func TestSilu32(t *testing.T) {
+	for z := float32(-120); z <= 120; z += 0.0137 {
+		want := float64(z) / (1 + math.Exp(-float64(z)))
+		got := float64(Silu32(z))
+		require.InDelta(t, want, got, 4e-7*math.Abs(want)+1e-33, "silu(%g)", z)
+	}
+	require.True(t, math.IsNaN(float64(Silu32(float32(math.NaN())))))
+}
+
+// TestBF16RNE compares the float32 → bf16 rounding with oracle.BF16's rounding of the same value
+// (an independent float64 implementation) on every class of input, ties included.
+func TestBF16RNE(t *testing.T) {
+	r := rand.New(rand.NewPCG(2, 2))
+	check := func(u uint32) {
+		f := math.Float32frombits(u)
+		got := BF16RNE(f)
+		if math.IsNaN(float64(f)) {
+			require.Equal(t, uint16(0x7f80), got&0x7f80, "NaN %08x → %04x", u, got)
+			require.NotZero(t, got&0x7f, "NaN %08x → %04x is not a NaN", u, got)
+			require.Equal(t, uint16(u>>16)&0x8000, got&0x8000, "NaN sign")
+			return
+		}
+		require.Equal(t, oracle.BF16(float64(f)), got, "BF16RNE(%g = %08x)", f, u)
+	}
+	for i := 0; i < 2_000_000; i++ {
+		check(r.Uint32())
+	}
+	for _, u := range []uint32{0, 0x80000000, 0x00000001, 0x00008000, 0x00018000, 0x00028000, 0x3f808000,
+		0x3f818000, 0x3f80ffff, 0x7f7fffff, 0x7f7f8000, 0x7f7f7fff, 0xff7fffff, 0x7f800000, 0xff800000,
+		0x7fc00000, 0x7f800001, 0xffffffff, 0x007fffff, 0x00800000} {
+		check(u)
+	}
+	for hi := uint32(0); hi < 1<<16; hi++ { // every tie and its neighbours
+		for _, lo := range []uint32{0x7fff, 0x8000, 0x8001} {
+			check(hi<<16 | lo)
+		}
+	}
+}
+
+// TestRegistry: generic is always present and last, the default is the first, Lookup agrees.
+func TestRegistry(t *testing.T) {
+	names := Names()
+	require.NotEmpty(t, names)
+	require.Equal(t, "generic", names[len(names)-1])
+	require.Equal(t, names[0], Default().Name())
+	for _, n := range names {
+		k, ok := Lookup(n)
+		require.True(t, ok)
+		require.Equal(t, n, k.Name())
+		require.Contains(t, AllNames(), n)
+	}
+	_, ok := Lookup("nope")
+	require.False(t, ok)
+}
+
+// The driver runs the value heads of a GQA group together, sharing the k-head's prepared rows
+// (and, over sequences longer than a chunk, at most a few heads at once, each with its own
+// carry). These tests hold it to what an item is on its own: every (kernel, format, GQA order)
+// on shapes whose groups have 1, 2, 5, 9 and 22 value heads (9, 5 and 22 more than the driver takes
+// at once; 66 value heads: more than a chunk's 64 lanes of gates), sequences of 130 (three chunks), 70, 65, 64, 2, 1 and 0 tokens, Pad, Zero, in place
+// and with snapshots.
+
+// driverShape is one shape of the tests.
+type driverShape struct{ HK, HV, K, V int }
+
+// (The first two have the same K and V: the second's groups need more carries than the first's,
+// from the same Scratch.)
+var driverShapes = []driverShape{{4, 4, 12, 20}, {1, 9, 12, 20}, {2, 10, 16, 9}, {3, 6, 9, 16}, {3, 66, 4, 8}}
+
+// driverLens are the tests' sequence lengths: two of 1 and two of 64 tokens one after the other
+// (a cache of prepared rows keyed without the sequence would hand the second those of the first).
+var driverLens = []int{130, 1, 1, 0, 64, 64, 65, 2, 70}
+
+// kHead is the k-head value head h reads (SPEC Part A), written out here independently of the
+// driver.
+func kHead(h, HK, HV int, tiled bool) int {
+	if tiled {
+		return h % HK
+	}
+	return h / (HV / HK)
+}
+
+// driverBatch returns a batch of shape d: in place (Store nil; one sequence padding) or, with
+// stores, sequences reading Zero, shared slots and their own chain of snapshot slots (after token
+// 5, after token 63 — the end of the first chunk — and after the last token; the end of the
+// second chunk, token 127, is not stored). Rows are f32, or bf16 with bf16Rows; Beta and Gate have
+// strides of VHeads + 1 and VHeads + 3 (NaN between the rows). It also returns the same batch with
+// the q/k rows expanded (KHeads = VHeads, v-head h's copy of its k-head's row at h) and Beta and
+// Gate packed (Stride VHeads), whose items compute the same bits without any GQA group.
+func driverBatch(r *rand.Rand, d driverShape, f Format, tiled, stores, bf16Rows bool) (b, expanded Batch) {
+	N := len(driverLens)
+	start := make([]int32, N+1)
+	for n, l := range driverLens {
+		start[n+1] = start[n] + int32(l)
+	}
+	T := int(start[N])
+	var read, store []int32
+	slots := N
+	if stores {
+		read = []int32{Zero, 0, 1, 1, Zero, 2, 1, Pad, 2}
+		store = make([]int32, T)
+		slots = 3
+		for n, l := range driverLens {
+			for τ := range l {
+				t := int(start[n]) + τ
+				store[t] = NoStore
+				if read[n] != Pad && (τ == 5 || τ == 63 || τ == l-1) {
+					store[t] = int32(slots)
+					slots++
+				}
+			}
+		}
+	} else {
+		read = []int32{0, 1, 2, 3, 4, 5, 6, Pad, 7}
+	}
+	vec := func(n int, mean, sd float64) []float32 {
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = float32(mean + sd*r.NormFloat64())
+		}
+		return x
+	}
+	rows := func(x []float32, width int) Rows {
+		if !bf16Rows {
+			return Rows{F32: x, Stride: width}
+		}
+		y := make([]uint16, len(x))
+		for i, v := range x {
+			y[i] = BF16RNE(v)
+		}
+		return Rows{BF16: y, Stride: width}
+	}
+	q, k := vec(T*d.HK*d.K, 0, 1), vec(T*d.HK*d.K, 0, 1)
+	b = Batch{
+		KHeads: d.HK, VHeads: d.HV, K: d.K, V: d.V, RMSEps: 1e-6,
+		ALog: vec(d.HV, 0, 0.5), DtBias: vec(d.HV, 0, 1), NormWeight: vec(d.V, 1, 0.2),
+		Format: f, GQATiled: tiled, N: N, Start: start, Read: read, Store: store,
+		Out: make([]uint16, T*d.HV*d.V), OutF32: make([]float32, T*d.HV*d.V),
+	}
+	b.Q, b.Key = rows(q, d.HK*d.K), rows(k, d.HK*d.K)
+	b.Val, b.Z = rows(vec(T*d.HV*d.V, 0, 1), d.HV*d.V), rows(vec(T*d.HV*d.V, 0, 1), d.HV*d.V)
+	beta, gate := vec(T*d.HV, 0, 1), vec(T*d.HV, -1, 1.5)
+	spread := func(x []float32, stride int) Rows { // x's rows stride apart, NaN between
+		y := make([]float32, T*stride)
+		for t := range T {
+			copy(y[t*stride:], x[t*d.HV:(t+1)*d.HV])
+			for i := d.HV; i < stride; i++ {
+				y[t*stride+i] = float32(math.NaN())
+			}
+		}
+		return rows(y, stride)
+	}
+	b.Beta, b.Gate = spread(beta, d.HV+1), spread(gate, d.HV+3)
+	for i := range b.Out {
+		b.Out[i], b.OutF32[i] = kerneltest.Poison16, math.Float32frombits(kerneltest.Poison32)
+	}
+	slot := d.HV * d.K * d.V
+	b.State.SlotStride = slot
+	state := vec(slots*slot, 0, 0.3)
+	if f.BF16 {
+		b.State.BF16 = roundAll(state)
+	} else {
+		b.State.F32 = state
+	}
+	expanded = b
+	expanded.KHeads = d.HV
+	eq, ek := make([]float32, T*d.HV*d.K), make([]float32, T*d.HV*d.K)
+	for t := range T {
+		for h := range d.HV {
+			hk := kHead(h, d.HK, d.HV, tiled)
+			copy(eq[(t*d.HV+h)*d.K:][:d.K], q[(t*d.HK+hk)*d.K:][:d.K])
+			copy(ek[(t*d.HV+h)*d.K:][:d.K], k[(t*d.HK+hk)*d.K:][:d.K])
+		}
+	}
+	expanded.Q, expanded.Key = rows(eq, d.HV*d.K), rows(ek, d.HV*d.K)
+	expanded.Beta, expanded.Gate = rows(beta, d.HV), rows(gate, d.HV)
+	return b, expanded
+}
+
+// outputs is a copy of b with its own pool and outputs (the inputs shared).
+func outputs(b Batch) Batch {
+	b.State.F32 = clone(b.State.F32)
+	b.State.BF16 = clone(b.State.BF16)
+	b.Out, b.OutF32 = clone(b.Out), clone(b.OutF32)
+	return b
+}
+
+func clone[E any](x []E) []E {
+	if x == nil {
+		return nil
+	}
+	return append([]E(nil), x...)
+}
+
+// itemRegions calls f with the offset and length of every region item w of b writes: its output
+// rows (in Out and OutF32) and its head in the slots it stores to (in State).
+func itemRegions(b *Batch, w int, out, pool func(off, n int)) {
+	n, h := w/b.VHeads, w%b.VHeads
+	t0, t1 := int(b.Start[n]), int(b.Start[n+1])
+	for t := t0; t < t1; t++ {
+		out((t*b.VHeads+h)*b.V, b.V)
+	}
+	hs := b.K * b.V
+	switch {
+	case b.Read[n] == Pad || t0 == t1:
+	case b.Store == nil:
+		pool(int(b.Read[n])*b.State.SlotStride+h*hs, hs)
+	default:
+		for t := t0; t < t1; t++ {
+			if s := b.Store[t]; s >= 0 {
+				pool(int(s)*b.State.SlotStride+h*hs, hs)
+			}
+		}
+	}
+}
+
+// equalOutputs fails t unless got's pool and outputs have want's bits.
+func equalOutputs(t *testing.T, what string, got, want *Batch) {
+	t.Helper()
+	kerneltest.EqualBits(t, what+": State.F32", got.State.F32, want.State.F32)
+	kerneltest.EqualBits(t, what+": State.BF16", got.State.BF16, want.State.BF16)
+	kerneltest.EqualBits(t, what+": OutF32", got.OutF32, want.OutF32)
+	kerneltest.EqualBits(t, what+": Out", got.Out, want.Out)
+}
+
+// TestDriverGroups: for every kernel and format, both GQA orders, in place and with snapshots,
+// f32 and bf16 rows, a batch gives the bits of its GQA-expanded twin run one item at a time with
+// a fresh Scratch; run whole, and as ranges of items that start and end anywhere (inside a group
+// too): a range writes exactly its items' outputs and states, nothing of any other item. One
+// Scratch serves all of a kernel's calls, over shapes and batches.
+func TestDriverGroups(t *testing.T) {
+	kerneltest.ForEach(t, func(t *testing.T, name string) {
+		k, _ := Lookup(name)
+		s := new(Scratch)
+		for _, f := range Formats() {
+			if !k.Implements(f) {
+				continue
+			}
+			for i, d := range driverShapes {
+				for _, tiled := range []bool{false, true} {
+					for _, stores := range []bool{false, true} {
+						what := fmt.Sprintf("%v/HK=%d,HV=%d,K=%d,V=%d/tiled=%v/stores=%v/bf16rows=%v", f, d.HK, d.HV, d.K, d.V, tiled, stores, i%2 == 1)
+						r := rand.New(rand.NewPCG(uint64(i), uint64(boolInt(tiled)<<1|boolInt(stores))))
+						b, expanded := driverBatch(r, d, f, tiled, stores, i%2 == 1)
+						items := b.Items()
+						want := outputs(expanded)
+						for w := range items {
+							k.RunBatch(&want, w, w+1, new(Scratch))
+						}
+						got := outputs(b)
+						k.RunBatch(&got, 0, items, s)
+						equalOutputs(t, what+": whole", &got, &want)
+						for range 6 {
+							lo := r.IntN(items)
+							hi := lo + 1 + r.IntN(min(items-lo, 2*d.HV))
+							got := outputs(b)
+							k.RunBatch(&got, lo, hi, s)
+							part := outputs(b) // the initial values, and want's in items [lo, hi)
+							for w := lo; w < hi; w++ {
+								itemRegions(&b, w, func(off, n int) {
+									copy(part.Out[off:off+n], want.Out[off:off+n])
+									copy(part.OutF32[off:off+n], want.OutF32[off:off+n])
+								}, func(off, n int) {
+									if f.BF16 {
+										copy(part.State.BF16[off:off+n], want.State.BF16[off:off+n])
+									} else {
+										copy(part.State.F32[off:off+n], want.State.F32[off:off+n])
+									}
+								})
+							}
+							equalOutputs(t, fmt.Sprintf("%s: items [%d, %d)", what, lo, hi), &got, &part)
+						}
+					}
+				}
+			}
+		}
+	})
+}
+
+// TestDriverZeroAllocs: once a Scratch has grown, RunBatch allocates nothing, with groups larger
+// than the driver takes at once over several chunks, in every format and GQA order.
+func TestDriverZeroAllocs(t *testing.T) {
+	if testing.CoverMode() != "" || race.Enabled {
+		t.Skip("allocation counts are not meaningful under -race or -cover")
+	}
+	kerneltest.ForEach(t, func(t *testing.T, name string) {
+		k, _ := Lookup(name)
+		for _, f := range Formats() {
+			if !k.Implements(f) {
+				continue
+			}
+			for _, d := range driverShapes[1:3] {
+				for _, tiled := range []bool{false, true} {
+					b, _ := driverBatch(rand.New(rand.NewPCG(1, 2)), d, f, tiled, true, false)
+					s := new(Scratch)
+					if n := testing.AllocsPerRun(5, func() { k.RunBatch(&b, 0, b.Items(), s) }); n != 0 {
+						t.Errorf("%v/HK=%d,HV=%d/tiled=%v: %v allocations per call", f, d.HK, d.HV, tiled, n)
+					}
+				}
+			}
+		}
+	})
+}
+
+// BenchmarkDriver is Kernel.RunBatch alone (no validation, no workers) on the Qwen3-Next layer
+// (HK = 16, HV = 32, K = V = 128), f32 rows, in place from slot n: a prefill of T = 512 tokens at
+// B = 1 and a decode step at B = 64, every kernel, format and GQA order. It is the driver's share
+// of BenchmarkRun without the single-token calls BenchmarkRun adds for its xstep metric, so that
+// a CPU profile of it attributes the driver's parts (gather, l2, scalars, routine, gate) to the
+// prefill alone: go test -run NONE -bench 'Driver/.*/T=512' -cpuprofile cpu.out .
+func BenchmarkDriver(b *testing.B) {
+	for _, k := range Kernels() {
+		for _, f := range Formats() {
+			if !k.Implements(f) {
+				continue
+			}
+			for _, tiled := range []bool{false, true} {
+				for _, c := range []struct{ B, T int }{{1, 512}, {64, 1}} {
+					name := fmt.Sprintf("kernel=%s/format=%v/tiled=%v/T=%d,B=%d", k.Name(), f, tiled, c.T, c.B)
+					b.Run(name, func(b *testing.B) {
+						bt := benchBatch(f, tiled, c.B, c.T)
+						s := new(Scratch)
+						k.RunBatch(bt, 0, bt.Items(), s)
+						b.ReportAllocs()
+						b.ResetTimer()
+						for range b.N {
+							k.RunBatch(bt, 0, bt.Items(), s)
+						}
+						b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*c.B*c.T*bt.VHeads), "ns/head-token")
+					})
+				}
+			}
+		}
+	}
+}
+
+// benchBatch is BenchmarkDriver's batch: B sequences of T tokens, sequence n in place in slot n,
+// with the value distributions of package bench.
+func benchBatch(f Format, tiled bool, B, T int) *Batch {
+	const HK, HV, K, V = 16, 32, 128, 128
+	r := rand.New(rand.NewPCG(uint64(B), uint64(T)))
+	vec := func(n int, mean, sd float64) []float32 {
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = float32(mean + sd*r.NormFloat64())
+		}
+		return x
+	}
+	rows := func(width int, mean, sd float64) Rows {
+		return Rows{F32: vec(B*T*width, mean, sd), Stride: width}
+	}
+	bt := &Batch{
+		KHeads: HK, VHeads: HV, K: K, V: V, RMSEps: 1e-6,
+		ALog: vec(HV, 0, 0.5), DtBias: vec(HV, 0, 1), NormWeight: vec(V, 1, 0.2),
+		Format: f, GQATiled: tiled, N: B, Start: make([]int32, B+1),
+		Q: rows(HK*K, 0, 1), Key: rows(HK*K, 0, 1), Val: rows(HV*V, 0, 1), Z: rows(HV*V, 0, 1),
+		Beta: rows(HV, 0, 1), Gate: rows(HV, -1, 1.5),
+		Out: make([]uint16, B*T*HV*V),
+	}
+	for n := range B {
+		bt.Start[n+1] = int32((n + 1) * T)
+	}
+	state := vec(B*HV*K*V, 0, 0.05)
+	bt.State.SlotStride = HV * K * V
+	if f.BF16 {
+		bt.State.BF16 = roundAll(state)
+	} else {
+		bt.State.F32 = state
+	}
+	return bt
+}
+
+// roundAll returns BF16RNE of every element.
+func roundAll(x []float32) []uint16 {
+	b := make([]uint16, len(x))
+	for i, f := range x {
+		b[i] = BF16RNE(f)
+	}
+	return b
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/gdnsimd/gdnsimd/gdn"
 	"github.com/gdnsimd/gdnsimd/internal/kerneltest"
 	"github.com/gdnsimd/gdnsimd/internal/oracle"
+	"github.com/gdnsimd/gdnsimd/internal/race"
 	"github.com/stretchr/testify/require"
 )
 
@@ -138,7 +139,7 @@ func TestConcurrentSteps(t *testing.T) {
 
 // TestZeroAllocs: a Step with one worker allocates nothing.
 func TestZeroAllocs(t *testing.T) {
-	if testing.CoverMode() != "" || raceEnabled {
+	if testing.CoverMode() != "" || race.Enabled {
 		t.Skip("allocation counts are not meaningful under -race or -cover")
 	}
 	r := rand.New(rand.NewPCG(9, 10))

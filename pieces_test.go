@@ -1,14 +1,14 @@
 //go:build (amd64 || arm64) && !purego
 
-package gdnsimd_test
+package gdnsimd
 
 import (
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
+	"unsafe"
 
-	"github.com/gdnsimd/gdnsimd"
 	"github.com/gdnsimd/gdnsimd/internal/kerneltest"
 )
 
@@ -20,17 +20,17 @@ import (
 // generic is the reference the pieces are compared with.
 var generic = pieces("generic")
 
-func pieces(name string) gdnsimd.Pieces {
-	k, ok := gdnsimd.Lookup(name)
+func pieces(name string) Pieces {
+	k, ok := Lookup(name)
 	if !ok {
 		panic(name + " not available")
 	}
-	return gdnsimd.PiecesOf(k)
+	return PiecesOf(k)
 }
 
 // forEachAsm runs f for every assembly kernel (kerneltest.ForEach: skipped where unavailable, a
 // failure where GDN_REQUIRE_KERNEL names an unavailable one); generic, the reference, is skipped.
-func forEachAsm(t *testing.T, f func(t *testing.T, p gdnsimd.Pieces)) {
+func forEachAsm(t *testing.T, f func(t *testing.T, p Pieces)) {
 	kerneltest.ForEach(t, func(t *testing.T, name string) {
 		if name == "generic" {
 			t.Skip("generic: the reference the pieces are compared with")
@@ -71,7 +71,7 @@ var pieceSizes = []int{1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 47, 63, 6
 
 func TestStatePiece(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 1))
-	forEachAsm(t, func(t *testing.T, p gdnsimd.Pieces) {
+	forEachAsm(t, func(t *testing.T, p Pieces) {
 		for n, V := range pieceSizes {
 			K := pieceSizes[(n*5+3)%len(pieceSizes)]
 			off := n % 16
@@ -112,7 +112,7 @@ func TestStatePiece(t *testing.T) {
 
 func TestL2Piece(t *testing.T) {
 	r := rand.New(rand.NewPCG(2, 2))
-	forEachAsm(t, func(t *testing.T, p gdnsimd.Pieces) {
+	forEachAsm(t, func(t *testing.T, p Pieces) {
 		for n := 0; n <= 70; n++ {
 			q, cq := guarded(t, n, n%16)
 			k, ck := guarded(t, n, (n*3)%16)
@@ -141,7 +141,7 @@ func TestL2Piece(t *testing.T) {
 // nothing past len(src) is read into dst or written.
 func TestScalePiece(t *testing.T) {
 	r := rand.New(rand.NewPCG(2, 3))
-	forEachAsm(t, func(t *testing.T, p gdnsimd.Pieces) {
+	forEachAsm(t, func(t *testing.T, p Pieces) {
 		for n := 0; n <= 140; n++ {
 			f := float32(r.NormFloat64())
 			src, cs := guarded(t, n, n%16)
@@ -178,7 +178,7 @@ func TestScalePiece(t *testing.T) {
 // (the operations are the same; only the summation order of Σo² may differ; a zero's sign must
 // agree), bf16 out exactly
 // BF16RNE of the piece's own y, and the bf16 of the generic within 1 bf16 step.
-func gateCheck(t *testing.T, p gdnsimd.Pieces, o, z, w []float32, eps float32, what string, wantOut, want32 bool) {
+func gateCheck(t *testing.T, p Pieces, o, z, w []float32, eps float32, what string, wantOut, want32 bool) {
 	t.Helper()
 	V := len(o)
 	var out, wantO []uint16
@@ -208,8 +208,8 @@ func gateCheck(t *testing.T, p gdnsimd.Pieces, o, z, w []float32, eps float32, w
 			if math.IsNaN(float64(e)) != math.IsNaN(float64(g)) || (!math.IsNaN(float64(e)) && ulps(g, e) > 1) {
 				t.Fatalf("%s: y[%d] = %g (%#x), want %g (%#x)", what, j, g, math.Float32bits(g), e, math.Float32bits(e))
 			}
-			if wantOut && out[j] != gdnsimd.BF16RNE(g) {
-				t.Fatalf("%s: out[%d] = %#x, want gdnsimd.BF16RNE(%g) = %#x", what, j, out[j], g, gdnsimd.BF16RNE(g))
+			if wantOut && out[j] != BF16RNE(g) {
+				t.Fatalf("%s: out[%d] = %#x, want BF16RNE(%g) = %#x", what, j, out[j], g, BF16RNE(g))
 			}
 		}
 		if wantOut && !(bf16NaN(out[j]) && bf16NaN(wantO[j])) { // which of two NaNs wins may differ
@@ -229,7 +229,7 @@ func ulps(a, b float32) int64 {
 
 func TestGatePiece(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 3))
-	forEachAsm(t, func(t *testing.T, p gdnsimd.Pieces) {
+	forEachAsm(t, func(t *testing.T, p Pieces) {
 		for n, V := range pieceSizes {
 			o, co := guarded(t, V, n%16)
 			z, cz := guarded(t, V, (n+1)%16)
@@ -256,7 +256,7 @@ func TestGateSpecialValues(t *testing.T) {
 	negZero := float32(math.Copysign(0, -1)) // the literal -0.0 is +0 in Go
 	zs := []float32{0, negZero, 1, -1, 20, -20, 87, 88, 88.5, 89, 100, -87.3, -87.34, -88, -100, -103, -1e30, 1e30,
 		inf, -inf, nan, -nan, 1e-40, -1e-40, 0.5, -0.5, 2.5, 10, -10, 15.9, -15.9, 3}
-	forEachAsm(t, func(t *testing.T, p gdnsimd.Pieces) {
+	forEachAsm(t, func(t *testing.T, p Pieces) {
 		for _, V := range []int{len(zs), 17, 5} {
 			for shift := 0; shift < len(zs); shift += 7 {
 				z := make([]float32, V)
@@ -338,7 +338,7 @@ func TestGateExact(t *testing.T) {
 	inf := float32(math.Inf(1))
 	specials := []float32{0, float32(math.Copysign(0, -1)), 88, 88.5, -87.33654, -87.34, -88, -103, 1e30, -1e30,
 		inf, -inf, nan, 1e-40, -1e-40, 15.9, -15.9}
-	forEachAsm(t, func(t *testing.T, p gdnsimd.Pieces) {
+	forEachAsm(t, func(t *testing.T, p Pieces) {
 		for n, V := range pieceSizes {
 			o, co := guarded(t, V, n%16)
 			z, cz := guarded(t, V, (n+3)%16)
@@ -405,7 +405,7 @@ func TestGateBF16Ties(t *testing.T) {
 		if w := y / 256; w*256 != y {
 			t.Fatalf("%#x/256 is not exact", c.y)
 		}
-		if got := gdnsimd.BF16RNE(y); got != c.want {
+		if got := BF16RNE(y); got != c.want {
 			t.Errorf("BF16RNE(%#x) = %#x, want %#x", c.y, got, c.want)
 		}
 	}
@@ -464,7 +464,7 @@ func TestGatesExact(t *testing.T) {
 	}
 	var sides [5]int // x > 20, 0 < x ≤ 20, x ≤ 0, eg ≥ 0.5, eg < 0.5
 	ran := false
-	forEachAsm(t, func(t *testing.T, p gdnsimd.Pieces) {
+	forEachAsm(t, func(t *testing.T, p Pieces) {
 		ran = true
 		for c, n := range pieceSizes {
 			var in [4][]float32
@@ -533,8 +533,8 @@ func TestGatesExact(t *testing.T) {
 	// Lanes at float32 rounding boundaries (each has em1 or eg within a float64 ulp of one, but the
 	// x = 20 ones: see boundaryLanes): a lane that computes a float64 ulp or more off generic, in
 	// either direction, changes its float32 result about half the time.
-	bb, ba, bal, bdt := gdnsimd.GatesBoundaryLanes(13, 1000)
-	forEachAsm(t, func(t *testing.T, p gdnsimd.Pieces) {
+	bb, ba, bal, bdt := GatesBoundaryLanes(13, 1000)
+	forEachAsm(t, func(t *testing.T, p Pieces) {
 		n := len(bb)
 		var out, want [3][]float32
 		for j := range out {
@@ -556,4 +556,334 @@ func TestGatesExact(t *testing.T) {
 			t.Errorf("select side %d never taken: %v", i, sides)
 		}
 	}
+}
+
+// TestTokensBF16NonFinite: every kernel's bf16 routines over T tokens against its own f32 routines
+// (SPEC: a bf16 pool stores bf16 of the state an f32 pool would store) bit for bit, NaN payloads
+// included, on heads where some rows or columns go non-finite: a v of the token NaN, ±Inf, a
+// state element ±Inf or NaN, values that overflow to Inf in the update or round past the largest
+// bf16. The amd64 routines round without the NaN select where the token's δ are finite
+// (finiteDelta in asm/): a row or column whose NaN that test missed stores the wrong bits here,
+// but only if the NaN has low payload bits (0x7fc0ffff rounds to 0x7fc1 without the select,
+// BF16RNE gives 0x7fc0). A NaN from a widened bf16 state, or made by arithmetic on ±Inf (the
+// default NaN), has a zero low half, which both roundings give alike; so the payloads come from v
+// (and, carried in the f32 state, reach later tokens) and from an f32 src32 (rawSrc32). The ±Inf
+// and overflow cases hold the rounding without the select to BF16RNE on its other inputs.
+func TestTokensBF16NonFinite(t *testing.T) {
+	shapes := [][2]int{{128, 128}, {96, 80}, {64, 64}, {17, 33}, {8, 16}, {5, 129}, {200, 48}, {16, 7}}
+	kerneltest.ForEach(t, func(t *testing.T, name string) {
+		k, _ := Lookup(name)
+		tk := TokensOf(k)
+		for _, f := range Formats() {
+			l := int(f.Layout)
+			if !f.BF16 {
+				continue
+			}
+			t.Run("format="+f.String(), func(t *testing.T) {
+				if tk.F32[l] == nil || tk.BF16[l] == nil {
+					t.Skipf("%s has no %v routines over T tokens", name, f)
+				}
+				r := rand.New(rand.NewPCG(23, uint64(l)))
+				for _, T := range []int{1, 2, 4} {
+					for _, sh := range shapes {
+						for poison := range nonFiniteCases {
+							for _, src32 := range []bool{false, true} {
+								c := nonFiniteCase(r, f.Layout, sh[0], sh[1], T, poison, src32)
+								c.noCarry = !src32 // a decode's call (the AVX2 [V][K] bf16 once), and a chunk's
+								what := fmt.Sprintf("%s/%v/T=%d/K=%d,V=%d/%s/src32=%v", name, f, T, sh[0], sh[1], nonFiniteCases[poison], src32)
+								bf16AsF32(t, tk, l, src32, c, what)
+							}
+						}
+					}
+				}
+			})
+		}
+	})
+}
+
+// nonFiniteCases name the poisons of nonFiniteCase.
+var nonFiniteCases = []string{"v NaN payloads", "v ±Inf", "state ±Inf and NaN", "overflow", "finite", "v NaN payloads, ±0 words"}
+
+// nonFiniteCase is newTokCase with its state exact in bf16 (so that the f32 routine starts from
+// the bf16 routine's widened state), poisoned as nonFiniteCases[poison] says in a few rows and
+// columns (the first, the last, odd and even ones, so that every position of a group, pair or
+// block piece is hit somewhere) at some tokens.
+func nonFiniteCase(r *rand.Rand, layout Layout, K, V, T, poison int, src32 bool) tokCase {
+	c := newTokCase(r, K, V, T, false)
+	c.srcF = widenAll(roundAll(c.srcF))
+	cols := []int{0, V - 1, V / 2, r.IntN(V)}
+	nan := func(bits uint32) float32 { return math.Float32frombits(bits) }
+	payloads := []float32{nan(0x7fc0ffff), nan(0xffc08001), nan(0x7f80ffff), nan(0x7fc08000)}
+	switch poison {
+	case 5: // as 0, with element i0 of every row (column) 0 in the state and in k̂ at every token,
+		// so that every stored row holds a ±0 word: the AVX-512 [V][K] VCVTNE2PS2BF16 rounding then
+		// stores every group again with the integer one, NaN rows included
+		i0 := r.IntN(K)
+		for j := range V {
+			c.srcF[stateIndex(layout, K, V, i0, j)] = 0
+		}
+		for τ := range T {
+			c.kh[τ*K+i0] = 0
+		}
+		fallthrough
+	case 0, 1: // v of token τ at column (row) j: δ_j non-finite from that token on
+		for n, j := range cols {
+			τ := (n + r.IntN(2)) % T
+			x := payloads[n]
+			if poison == 1 {
+				x = float32(math.Inf(1 - 2*(n%2)))
+			}
+			c.v[τ*c.vs+j] = x
+		}
+	case 2: // state element (i, j) ±Inf or NaN: from src32 with low payload bits, else widened (low half 0)
+		for n, j := range cols {
+			x := float32(math.Inf(1 - 2*(n%2)))
+			if n == 2 {
+				x = nan(0x7fc10000)
+				if src32 {
+					x, c.rawSrc32 = nan(0x7fc0ffff), true
+				}
+			}
+			c.srcF[stateIndex(layout, K, V, r.IntN(K), j)] = x
+		}
+	case 3: // elements near the largest float32: the update overflows to ±Inf, or rounds past the largest bf16
+		for n, j := range cols {
+			x := math.Float32frombits(0x7f7f0000 | uint32(n%2)<<31) // the largest bf16, 3.39e38
+			c.srcF[stateIndex(layout, K, V, r.IntN(K), j)] = x
+		}
+	}
+	return c
+}
+
+// stateIndex is the index of element (i, j) of a K×V state in the layout (i < K, j < V).
+func stateIndex(layout Layout, K, V, i, j int) int {
+	if layout == KV {
+		return i*V + j
+	}
+	return j*K + i
+}
+
+// bf16AsF32 runs c through the bf16 routine of layout l (from src32 if asked) and the f32 one
+// from the same state, and fails unless o, every store (rounded: BF16RNE) and the carry agree bit
+// for bit.
+func bf16AsF32(t *testing.T, tk Tokens, l int, src32 bool, c tokCase, what string) {
+	t.Helper()
+	got := runTokens(t, tk, l, true, src32, c, what)
+	want := runTokens(t, tk, l, false, false, c, what+" (f32)")
+	kerneltest.EqualBits(t, what+" o", got.o, want.o)
+	for τ := range c.T {
+		if c.storeAt[τ] {
+			kerneltest.EqualBits(t, fmt.Sprintf("%s bf16 state after token %d", what, τ), got.bf16[τ], roundAll(want.stores[τ]))
+		}
+	}
+	if !c.noCarry {
+		kerneltest.EqualBits(t, what+" carry", got.carry, want.stores[c.T-1])
+	}
+}
+
+// The state routines over T tokens of every assembly kernel, in their flat signature (see
+// tokens_generic.go), against the generic routine of the same format: T ∈ {1, 2, 5}, tails, the
+// zero state, stores at some tokens only, bf16 stores and the f32 carry, v rows with a stride whose
+// gap is poisoned, guard bands around every slice. A kernel's missing routine is a visible skip.
+
+var tokenShapes = [][2]int{{1, 1}, {3, 5}, {16, 16}, {17, 33}, {31, 8}, {64, 64}, {96, 80}, {128, 128}, {5, 129}, {129, 7}, {200, 48}}
+
+// tokCase is one call's inputs.
+type tokCase struct {
+	K, V, T, vs int
+	kh, qh, v   []float32
+	tok         []float32
+	srcF        []float32 // the f32 state before the first token (or zeros)
+	storeAt     []bool    // which tokens store
+	noCarry     bool      // bf16: no f32 carry asked for (a decode's call)
+	rawSrc32    bool      // bf16 from src32: srcF itself, not widened from its bf16 rounding (a NaN payload's low bits reach the routine)
+}
+
+func newTokCase(r *rand.Rand, K, V, T int, zero bool) tokCase {
+	c := tokCase{K: K, V: V, T: T, vs: V + 3}
+	c.kh, c.qh = make([]float32, T*K), make([]float32, T*K)
+	fill(r, c.kh, 1/math.Sqrt(float64(K)))
+	fill(r, c.qh, 1/float64(K))
+	c.v = make([]float32, (T-1)*c.vs+V)
+	for i := range c.v {
+		if i%c.vs >= V {
+			c.v[i] = float32(math.NaN()) // the gap between rows is never read
+		} else {
+			c.v[i] = float32(r.NormFloat64())
+		}
+	}
+	c.tok = make([]float32, 4*T)
+	for τ := range T {
+		em1 := -0.02 * float32(τ+1)
+		if τ%3 == 2 {
+			em1 = -0.9 // a strong decay: the eg·S form
+		}
+		// eg is deliberately not 1 + em1 (by 2%): a routine taking the wrong form's parameter
+		// differs visibly from the generic one.
+		c.tok[4*τ], c.tok[4*τ+1] = em1, (1+em1)*1.02
+		c.tok[4*τ+2], c.tok[4*τ+3] = float32(0.3+0.1*float64(τ)), float32(0.05*r.NormFloat64())
+	}
+	c.srcF = make([]float32, K*V)
+	if !zero {
+		fill(r, c.srcF, 0.3)
+	}
+	c.storeAt = make([]bool, T)
+	for τ := range T {
+		c.storeAt[τ] = τ == T-1 || τ%2 == 1
+	}
+	return c
+}
+
+func widenAll(b []uint16) []float32 {
+	f := make([]float32, len(b))
+	for i, x := range b {
+		f[i] = math.Float32frombits(uint32(x) << 16)
+	}
+	return f
+}
+
+// tokResult is a call's outputs.
+type tokResult struct {
+	o      []float32
+	stores [][]float32 // widened for bf16
+	bf16   [][]uint16
+	carry  []float32
+}
+
+// runTokens runs one routine (f32 if bf16 is false) of the layout on c, every slice between guard
+// bands; src32 runs a bf16 routine from the f32 state.
+func runTokens(t *testing.T, tk Tokens, layout int, bf16, src32 bool, c tokCase, what string) tokResult {
+	t.Helper()
+	K, V, T := c.K, c.V, c.T
+	hs := K * V
+	var checks []func(string)
+	g32 := func(src []float32, off int) []float32 {
+		s, chk := kerneltest.Guarded[float32](t, len(src), off)
+		copy(s, src)
+		checks = append(checks, chk)
+		return s
+	}
+	kh, qh, v, tok := g32(c.kh, 1), g32(c.qh, 2), g32(c.v, 3), g32(c.tok, 4)
+	o, chk := kerneltest.Guarded[float32](t, T*V, 5)
+	checks = append(checks, chk)
+	res := tokResult{o: o, stores: make([][]float32, T), bf16: make([][]uint16, T)}
+	stores := make([]unsafe.Pointer, T)
+	if !bf16 {
+		src := g32(c.srcF, 6)
+		for τ := range T {
+			if c.storeAt[τ] {
+				s, chk := kerneltest.Guarded[float32](t, hs, 7+τ)
+				checks = append(checks, chk)
+				res.stores[τ], stores[τ] = s, unsafe.Pointer(&s[0])
+			}
+		}
+		tk.F32[layout](K, V, src, stores, kh, qh, v, c.vs, o, tok, nil)
+	} else {
+		src16, chk := kerneltest.Guarded[uint16](t, hs, 6)
+		checks = append(checks, chk)
+		copy(src16, roundAll(c.srcF))
+		var s32 []float32
+		if src32 {
+			if c.rawSrc32 {
+				s32 = g32(c.srcF, 9)
+			} else {
+				s32 = g32(widenAll(roundAll(c.srcF)), 9)
+			}
+			for i := range src16 {
+				src16[i] = 0x7fc1 // must not be read
+			}
+		}
+		for τ := range T {
+			if c.storeAt[τ] {
+				s, chk := kerneltest.Guarded[uint16](t, hs, 7+τ)
+				checks = append(checks, chk)
+				res.bf16[τ], stores[τ] = s, unsafe.Pointer(&s[0])
+			}
+		}
+		var carry []float32
+		if !c.noCarry {
+			var chk func(string)
+			carry, chk = kerneltest.Guarded[float32](t, hs, 10)
+			checks = append(checks, chk)
+			res.carry = carry
+		}
+		tk.BF16[layout](K, V, src16, s32, stores, carry, kh, qh, v, c.vs, o, tok, nil)
+		for τ := range T {
+			if res.bf16[τ] != nil {
+				res.stores[τ] = widenAll(res.bf16[τ])
+			}
+		}
+	}
+	for _, chk := range checks {
+		chk(what)
+	}
+	kerneltest.EqualBits(t, what+" kh", kh, c.kh)
+	kerneltest.EqualBits(t, what+" v", v, c.v)
+	return res
+}
+
+// TestTokensPiece: every assembly kernel's routines over T tokens against the generic ones.
+func TestTokensPiece(t *testing.T) {
+	ref := TokensOf(Default()) // replaced below: generic
+	if k, ok := Lookup("generic"); ok {
+		ref = TokensOf(k)
+	}
+	kerneltest.ForEach(t, func(t *testing.T, name string) {
+		if name == "generic" {
+			t.Skip("generic: the reference")
+		}
+		k, _ := Lookup(name)
+		tk := TokensOf(k)
+		for _, f := range Formats() {
+			l := int(f.Layout)
+			t.Run("format="+f.String(), func(t *testing.T) {
+				if !f.BF16 && tk.F32[l] == nil || f.BF16 && tk.BF16[l] == nil {
+					t.Skipf("%s has no %v routine over T tokens", name, f)
+				}
+				r := rand.New(rand.NewPCG(11, uint64(l)))
+				for _, T := range []int{1, 2, 5} {
+					for si, sh := range tokenShapes {
+						for _, src32 := range []bool{false, true} {
+							if src32 && !f.BF16 {
+								continue
+							}
+							c := newTokCase(r, sh[0], sh[1], T, si%4 == 0)
+							c.noCarry = si%2 == 1
+							what := fmt.Sprintf("%s/%v/T=%d/K=%d,V=%d/src32=%v/carry=%v", name, f, T, sh[0], sh[1], src32, !c.noCarry)
+							got := runTokens(t, tk, l, f.BF16, src32, c, what)
+							want := runTokens(t, ref, l, f.BF16, src32, c, what+" (generic)")
+							near(t, what+" o", got.o, want.o, 1e-5)
+							for τ := range T {
+								if !c.storeAt[τ] {
+									continue
+								}
+								if !f.BF16 {
+									near(t, fmt.Sprintf("%s state after token %d", what, τ), got.stores[τ], want.stores[τ], 1e-5)
+									continue
+								}
+								// bf16: within one bf16 step of the generic rounding of (almost) the same f32,
+								// or (SPEC) within 1e-5 of the head max: an element that cancels to near 0
+								// carries the f32 rounding of the head's magnitudes, many of its own bf16 steps.
+								scale := 0.0
+								for _, x := range want.stores[τ] {
+									scale = max(scale, math.Abs(float64(x)))
+								}
+								for i, b := range got.bf16[τ] {
+									diff := math.Abs(float64(got.stores[τ][i]) - float64(want.stores[τ][i]))
+									if d := int(b) - int(want.bf16[τ][i]); (d > 1 || d < -1) && b&0x7fff != 0 && diff > 1e-5*scale {
+										t.Fatalf("%s bf16 state after token %d [%d] = %#x, generic %#x", what, τ, i, b, want.bf16[τ][i])
+									}
+								}
+							}
+							if f.BF16 && !c.noCarry {
+								near(t, what+" carry", got.carry, want.carry, 1e-5)
+								// The last store is the carry rounded: the same bits, not just close.
+								kerneltest.EqualBits(t, what+" last store = BF16RNE(carry)", got.bf16[T-1], roundAll(got.carry))
+							}
+						}
+					}
+				}
+			})
+		}
+	})
 }

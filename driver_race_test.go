@@ -1,5 +1,0 @@
-//go:build race
-
-package gdnsimd_test
-
-const driverRace = true

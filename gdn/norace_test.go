@@ -1,5 +1,0 @@
-//go:build !race
-
-package gdn_test
-
-const raceEnabled = false
