@@ -14,8 +14,7 @@ import (
 
 // The vector pieces of every assembly kernel (AVX-512 and AVX2 on amd64, NEON on arm64), called
 // directly (below the gdn API, which hides o and the scratch), against the portable ones, with
-// guard bands around every slice, including o. They reach the unexported pieces through
-// export_test.go.
+// guard bands around every slice, including o (PiecesOf, in kernel_test.go).
 
 // generic is the reference the pieces are compared with.
 var generic = pieces("generic")
