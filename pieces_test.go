@@ -751,6 +751,38 @@ type tokResult struct {
 
 // runTokens runs one routine (f32 if bf16 is false) of the layout on c, every slice between guard
 // bands; src32 runs a bf16 routine from the f32 state.
+// nearTokens holds the call got to the generic one want: o, the f32 states after the tokens in
+// stored (nil: every token) within 1e-5, bf16 states within one bf16 step of the generic rounding
+// of (almost) the same f32 or (SPEC) within 1e-5 of the head max: an element that cancels to near 0
+// carries the f32 rounding of the head's magnitudes, many of its own bf16 steps (with zeroOK a ±0
+// word may differ more); with carry, the f32 carry within 1e-5.
+func nearTokens(t *testing.T, what string, got, want tokResult, bf16, carry bool, stored []bool, zeroOK bool) {
+	t.Helper()
+	near(t, what+" o", got.o, want.o, 1e-5)
+	for τ := range got.stores {
+		if stored != nil && !stored[τ] {
+			continue
+		}
+		if !bf16 {
+			near(t, fmt.Sprintf("%s state after token %d", what, τ), got.stores[τ], want.stores[τ], 1e-5)
+			continue
+		}
+		scale := 0.0
+		for _, x := range want.stores[τ] {
+			scale = max(scale, math.Abs(float64(x)))
+		}
+		for i, b := range got.bf16[τ] {
+			diff := math.Abs(float64(got.stores[τ][i]) - float64(want.stores[τ][i]))
+			if d := int(b) - int(want.bf16[τ][i]); (d > 1 || d < -1) && (!zeroOK || b&0x7fff != 0) && diff > 1e-5*scale {
+				t.Fatalf("%s: bf16 state after token %d [%d] = %#x, generic %#x", what, τ, i, b, want.bf16[τ][i])
+			}
+		}
+	}
+	if bf16 && carry {
+		near(t, what+" carry", got.carry, want.carry, 1e-5)
+	}
+}
+
 func runTokens(t *testing.T, tk Tokens, layout int, bf16, src32 bool, c tokCase, what string) tokResult {
 	t.Helper()
 	K, V, T := c.K, c.V, c.T
@@ -851,31 +883,8 @@ func TestTokensPiece(t *testing.T) {
 							what := fmt.Sprintf("%s/%v/T=%d/K=%d,V=%d/src32=%v/carry=%v", name, f, T, sh[0], sh[1], src32, !c.noCarry)
 							got := runTokens(t, tk, l, f.BF16, src32, c, what)
 							want := runTokens(t, ref, l, f.BF16, src32, c, what+" (generic)")
-							near(t, what+" o", got.o, want.o, 1e-5)
-							for τ := range T {
-								if !c.storeAt[τ] {
-									continue
-								}
-								if !f.BF16 {
-									near(t, fmt.Sprintf("%s state after token %d", what, τ), got.stores[τ], want.stores[τ], 1e-5)
-									continue
-								}
-								// bf16: within one bf16 step of the generic rounding of (almost) the same f32,
-								// or (SPEC) within 1e-5 of the head max: an element that cancels to near 0
-								// carries the f32 rounding of the head's magnitudes, many of its own bf16 steps.
-								scale := 0.0
-								for _, x := range want.stores[τ] {
-									scale = max(scale, math.Abs(float64(x)))
-								}
-								for i, b := range got.bf16[τ] {
-									diff := math.Abs(float64(got.stores[τ][i]) - float64(want.stores[τ][i]))
-									if d := int(b) - int(want.bf16[τ][i]); (d > 1 || d < -1) && b&0x7fff != 0 && diff > 1e-5*scale {
-										t.Fatalf("%s bf16 state after token %d [%d] = %#x, generic %#x", what, τ, i, b, want.bf16[τ][i])
-									}
-								}
-							}
+							nearTokens(t, what, got, want, f.BF16, !c.noCarry, c.storeAt, true)
 							if f.BF16 && !c.noCarry {
-								near(t, what+" carry", got.carry, want.carry, 1e-5)
 								// The last store is the carry rounded: the same bits, not just close.
 								kerneltest.EqualBits(t, what+" last store = BF16RNE(carry)", got.bf16[T-1], roundAll(got.carry))
 							}
