@@ -10,8 +10,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-
-	"github.com/gdnsimd/gdnsimd/internal/kerneltest"
 )
 
 // TestDecayFormsNEON calls stateNEON directly with em1 and eg that do not belong together
@@ -37,17 +35,6 @@ var decayCases = []decayCase{
 	{"B em1=-0.5⁻ eg=0.9", math.Nextafter32(-0.5, -1), 0.9, false},
 	{"B em1=NaN eg=0.3", float32(math.NaN()), 0.3, false}, // NaN compares false: form B
 	{"A em1=-0 eg=0.2", float32(math.Copysign(0, -1)), 0.2, true},
-}
-
-// decayGuarded is kerneltest.Guarded for float32.
-func decayGuarded(t *testing.T, n, off int) ([]float32, func(what string)) {
-	return kerneltest.Guarded[float32](t, n, off)
-}
-
-func decayFill(r *rand.Rand, s []float32, sd float64) {
-	for i := range s {
-		s[i] = float32(sd * r.NormFloat64())
-	}
 }
 
 // decayNear fails unless got[i] is within tol·scale of want[i] for every i (NaN nowhere) and
@@ -122,16 +109,8 @@ func TestDecayFormsNEON(t *testing.T) {
 				for _, K := range decaySizes {
 					n++
 					off := n % 16
-					sIn, cIn := decayGuarded(t, K*V, off)
-					sOut, cOut := decayGuarded(t, K*V, (off+3)%16)
-					kh, ck := decayGuarded(t, K, (off+5)%16)
-					qh, cq := decayGuarded(t, K, (off+7)%16)
-					v, cv := decayGuarded(t, V, (off+9)%16)
-					o, co := decayGuarded(t, V, (off+11)%16)
-					decayFill(r, sIn, 0.3)
-					decayFill(r, kh, 1/math.Sqrt(float64(K)))
-					decayFill(r, qh, 1/float64(K))
-					decayFill(r, v, 1)
+					sc := newStateCall(t, r, K, V, off)
+					sIn, sOut, kh, qh, v, o := sc.sIn, sc.sOut, sc.kh, sc.qh, sc.v, sc.o
 					beta, kq := float32(0.6), float32(0.05)
 					orig := append([]float32(nil), sIn...)
 					inputs := func() []float32 { return append(append(append(append([]float32(nil), sIn...), kh...), qh...), v...) }
@@ -149,17 +128,14 @@ func TestDecayFormsNEON(t *testing.T) {
 							t.Fatalf("%s: input element %d (sIn, kh, qh, v) modified: %g, was %g", what, i, x, before[i])
 						}
 					}
-					for _, chk := range []func(string){cIn, cOut, ck, cq, cv, co} {
-						chk(what)
-					}
+					sc.check(what)
 
 					// In place (sOut = sIn): the same result.
 					clear(o)
 					stateNEON(sIn, sIn, kh, qh, v, o, c.em1, c.eg, beta, kq)
 					decayNear(t, what+" in place sOut", sIn, wantS, tol, scaleS)
 					decayNear(t, what+" in place o", o, wantO, tol, scaleO)
-					cIn(what + " in place")
-					co(what + " in place")
+					sc.check(what + " in place")
 				}
 			}
 			t.Logf("%d shapes; worst difference from stateGeneric / scale: state %.2g, o %.2g", n, worstS, worstO)

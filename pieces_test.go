@@ -68,22 +68,42 @@ func near(t *testing.T, what string, got, want []float32, tol float64) {
 
 var pieceSizes = []int{1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 47, 63, 64, 65, 100, 127, 128, 129, 143, 200, 255, 256, 257}
 
+// stateCall is a single-token call's slices between guard bands: sIn, sOut, k̂, q̂, v and o at
+// offsets off, off + 3, …, off + 11 (mod 16), sIn, k̂, q̂ and v filled from r.
+type stateCall struct {
+	sIn, sOut, kh, qh, v, o []float32
+	checks                  []func(string)
+}
+
+func newStateCall(t *testing.T, r *rand.Rand, K, V, off int) stateCall {
+	var c stateCall
+	for i, x := range []*[]float32{&c.sIn, &c.sOut, &c.kh, &c.qh, &c.v, &c.o} {
+		n := []int{K * V, K * V, K, K, V, V}[i]
+		s, chk := guarded(t, n, (off+[]int{0, 3, 5, 7, 9, 11}[i])%16)
+		*x, c.checks = s, append(c.checks, chk)
+	}
+	fill(r, c.sIn, 0.3)
+	fill(r, c.kh, 1/math.Sqrt(float64(K)))
+	fill(r, c.qh, 1/float64(K))
+	fill(r, c.v, 1)
+	return c
+}
+
+// check fails the test if a guard element of any slice changed.
+func (c stateCall) check(what string) {
+	for _, chk := range c.checks {
+		chk(what)
+	}
+}
+
 func TestStatePiece(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 1))
 	forEachAsm(t, func(t *testing.T, p Pieces) {
 		for n, V := range pieceSizes {
 			K := pieceSizes[(n*5+3)%len(pieceSizes)]
 			off := n % 16
-			sIn, cIn := guarded(t, K*V, off)
-			sOut, cOut := guarded(t, K*V, (off+3)%16)
-			kh, ck := guarded(t, K, (off+5)%16)
-			qh, cq := guarded(t, K, (off+7)%16)
-			v, cv := guarded(t, V, (off+9)%16)
-			o, co := guarded(t, V, (off+11)%16)
-			fill(r, sIn, 0.3)
-			fill(r, kh, 1/math.Sqrt(float64(K)))
-			fill(r, qh, 1/float64(K))
-			fill(r, v, 1)
+			c := newStateCall(t, r, K, V, off)
+			sIn, sOut, kh, qh, v, o := c.sIn, c.sOut, c.kh, c.qh, c.v, c.o
 			em1, eg, beta, kq := float32(-0.07), float32(0.93), float32(0.6), float32(0.05)
 			orig := append([]float32(nil), sIn...)
 			p.State(sIn, sOut, kh, qh, v, o, em1, eg, beta, kq)
@@ -97,14 +117,12 @@ func TestStatePiece(t *testing.T) {
 					t.Fatalf("%s: sIn modified out of place", what)
 				}
 			}
-			for _, c := range []func(string){cIn, cOut, ck, cq, cv, co} {
-				c(what)
-			}
+			c.check(what)
 			// In place: the same result.
 			copy(sIn, orig)
 			p.State(sIn, sIn, kh, qh, v, o, em1, eg, beta, kq)
 			near(t, what+" in place", sIn, wantS, 1e-5)
-			cIn(what + " in place")
+			c.check(what + " in place")
 		}
 	})
 }
