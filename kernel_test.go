@@ -298,6 +298,27 @@ func TestRunRange(t *testing.T) {
 // spare capacity past it holding guard values) panics, and never writes outside a slice. The
 // slices RunBatch checks in O(1) (everything but the pools, whose slots are data) make it panic
 // before it writes anything at all.
+
+// placeField returns n elements between guard bands, spare more after them, filled from rnd if
+// filled, and a check: the guards and the spare elements unchanged, and the n too unless the
+// field is an output that was written.
+func placeField[T kerneltest.Elem](t *testing.T, n, spare, off int, filled, output bool, label string, rnd func() T) ([]T, func(written bool)) {
+	buf, check := kerneltest.Guarded[T](t, n+spare, off)
+	if filled {
+		for j := range buf[:n] {
+			buf[j] = rnd()
+		}
+	}
+	orig := append([]T(nil), buf...)
+	return buf[:n], func(written bool) {
+		check(label)
+		kerneltest.EqualBits(t, label+" past its length", buf[n:], orig[n:])
+		if !output || !written {
+			kerneltest.EqualBits(t, label, buf[:n], orig[:n])
+		}
+	}
+}
+
 func TestRunBatchChecksLengths(t *testing.T) {
 	const N, T, HK, HV, K, V = 2, 3, 1, 2, 5, 7
 	const slot, slots, spare = HV * K * V, 3, 9
@@ -344,39 +365,13 @@ func TestRunBatchChecksLengths(t *testing.T) {
 					label := fmt.Sprintf("%s: %s", what, fl.name)
 					switch {
 					case fl.f32 != nil:
-						buf, check := kerneltest.Guarded[float32](t, n+spare, i%16)
-						if !fl.output {
-							for j := range buf[:n] {
-								buf[j] = float32(r.NormFloat64())
-							}
-						}
-						orig := append([]float32(nil), buf...)
-						*fl.f32 = buf[:n]
-						out := fl.output
-						checks = append(checks, func(written bool) {
-							check(label)
-							kerneltest.EqualBits(t, label+" past its length", buf[n:], orig[n:])
-							if !out || !written {
-								kerneltest.EqualBits(t, label, buf[:n], orig[:n])
-							}
-						})
+						var chk func(bool)
+						*fl.f32, chk = placeField(t, n, spare, i%16, !fl.output, fl.output, label, func() float32 { return float32(r.NormFloat64()) })
+						checks = append(checks, chk)
 					case fl.bf16 != nil:
-						buf, check := kerneltest.Guarded[uint16](t, n+spare, i%16)
-						if !fl.output || fl.name == "State" {
-							for j := range buf[:n] {
-								buf[j] = BF16RNE(float32(r.NormFloat64()))
-							}
-						}
-						orig := append([]uint16(nil), buf...)
-						*fl.bf16 = buf[:n]
-						out := fl.output
-						checks = append(checks, func(written bool) {
-							check(label)
-							kerneltest.EqualBits(t, label+" past its length", buf[n:], orig[n:])
-							if !out || !written {
-								kerneltest.EqualBits(t, label, buf[:n], orig[:n])
-							}
-						})
+						var chk func(bool)
+						*fl.bf16, chk = placeField(t, n, spare, i%16, !fl.output || fl.name == "State", fl.output, label, func() uint16 { return BF16RNE(float32(r.NormFloat64())) })
+						checks = append(checks, chk)
 					default:
 						buf, check := kerneltest.Guarded[int32](t, n+spare, i%16)
 						copy(buf, map[string][]int32{"Start": {0, 2, 3}, "Read": {0, Zero}, "Store": {NoStore, 1, 2}}[fl.name])
