@@ -81,7 +81,7 @@ func runTokenByToken(t *testing.T, kernel string, format gdnsimd.Format, sc orac
 		if len(rows) == 0 {
 			break
 		}
-		one.In = pickRows(c.In, d, rows)
+		one.In = c.In.Pick(d, rows)
 		want, err := oracle.RunBatch(&one)
 		require.NoError(t, err)
 		got := runBatch(t, l, &one, runSetup{format: format, rows: rowForms[0], workers: 1})
@@ -110,20 +110,6 @@ func runTokenByToken(t *testing.T, kernel string, format gdnsimd.Format, sc orac
 	tbt := &oracle.BatchWant{Y: sc.TokenByToken.Y, OutBF16: sc.TokenByToken.OutBF16, YCond: ycond, Pad: make([]bool, c.Tokens()), Stored: map[int32][]float64{}}
 	outs := &oracle.BatchCase{Dims: d, Start: c.Start, Read: c.Read, State: pool}
 	require.NoError(t, oracle.CheckBatch(outs, tbt, oracle.BatchGot{Out: out, OutF32: y, State: pool}), "token-by-token outputs against the vector")
-}
-
-// pickRows returns the given token rows of in, densely.
-func pickRows(in oracle.TokenRows, d oracle.BatchDims, rows []int) oracle.TokenRows {
-	var o oracle.TokenRows
-	for _, t := range rows {
-		o.Q = append(o.Q, in.Q[t*d.HK*d.K:(t+1)*d.HK*d.K]...)
-		o.K = append(o.K, in.K[t*d.HK*d.K:(t+1)*d.HK*d.K]...)
-		o.V = append(o.V, in.V[t*d.HV*d.V:(t+1)*d.HV*d.V]...)
-		o.Z = append(o.Z, in.Z[t*d.HV*d.V:(t+1)*d.HV*d.V]...)
-		o.B = append(o.B, in.B[t*d.HV:(t+1)*d.HV]...)
-		o.A = append(o.A, in.A[t*d.HV:(t+1)*d.HV]...)
-	}
-	return o
 }
 
 // TestRunVectors runs the single-token reference vectors through Run (a Batch of one token per

@@ -30,6 +30,20 @@ type TokenRows struct {
 	Q, K, V, Z, B, A []float32
 }
 
+// Pick returns the given token rows of in, densely.
+func (in TokenRows) Pick(d BatchDims, rows []int) TokenRows {
+	var o TokenRows
+	for _, t := range rows {
+		o.Q = append(o.Q, in.Q[t*d.HK*d.K:(t+1)*d.HK*d.K]...)
+		o.K = append(o.K, in.K[t*d.HK*d.K:(t+1)*d.HK*d.K]...)
+		o.V = append(o.V, in.V[t*d.HV*d.V:(t+1)*d.HV*d.V]...)
+		o.Z = append(o.Z, in.Z[t*d.HV*d.V:(t+1)*d.HV*d.V]...)
+		o.B = append(o.B, in.B[t*d.HV:(t+1)*d.HV]...)
+		o.A = append(o.A, in.A[t*d.HV:(t+1)*d.HV]...)
+	}
+	return o
+}
+
 // BatchCase is one serving call in the oracle's terms. Pools are lists of slots, each [HV][K][V]
 // in the [K][V] order (element (h, i, j) at (h·K + i)·V + j), holding the values the call reads
 // (for bf16 pools: the widened bf16 values).

@@ -120,7 +120,7 @@ func tokenByToken(t *testing.T, sc SeqCase) {
 		if len(rows) == 0 {
 			break
 		}
-		one.In = pick(c.In, d, rows)
+		one.In = c.In.Pick(d, rows)
 		w, err := RunBatch(one)
 		if err != nil {
 			t.Fatal(err)
@@ -144,20 +144,6 @@ func tokenByToken(t *testing.T, sc SeqCase) {
 		}
 	}
 	_ = T
-}
-
-// pick returns the given token rows of in, densely.
-func pick(in TokenRows, d BatchDims, rows []int) TokenRows {
-	var o TokenRows
-	for _, t := range rows {
-		o.Q = append(o.Q, in.Q[t*d.HK*d.K:(t+1)*d.HK*d.K]...)
-		o.K = append(o.K, in.K[t*d.HK*d.K:(t+1)*d.HK*d.K]...)
-		o.V = append(o.V, in.V[t*d.HV*d.V:(t+1)*d.HV*d.V]...)
-		o.Z = append(o.Z, in.Z[t*d.HV*d.V:(t+1)*d.HV*d.V]...)
-		o.B = append(o.B, in.B[t*d.HV:(t+1)*d.HV]...)
-		o.A = append(o.A, in.A[t*d.HV:(t+1)*d.HV]...)
-	}
-	return o
 }
 
 // TestRunBatchAgreesWithStep: a batch of one token per sequence, in place, is the single-token
