@@ -74,15 +74,7 @@ func TestDrift(t *testing.T) {
 			B: vec(d.Heads(), 0, 1), A: vec(d.Heads(), -1, 1.5), ALog: aLog, DtBias: dtBias, NormWeight: norm, RMSEps: 1e-6,
 		}
 		v := in.V
-		in.State = hi
-		sHi := oracle.Step(d, in).State
-		in.State, in.V = lo, zeroV
-		sLo := oracle.Step(d, in).State
-		for i := range s64 {
-			s64[i] = sHi[i] + sLo[i]
-			hi[i] = float32(s64[i])
-			lo[i] = float32(s64[i] - float64(hi[i]))
-		}
+		stepHiLo(d, in, hi, lo, zeroV, s64)
 		for ki, l := range layers {
 			gin := gdn.Input{Q: in.Q, K: in.K, V: v, Z: in.Z, B: in.B, A: in.A, State: states[ki]}
 			if err := l.Step(gin, gdn.Output{State: states[ki], Out: out}); err != nil {
@@ -229,15 +221,7 @@ func TestDriftSteadyDecay(t *testing.T) {
 			v := in.V
 			rows.Q, rows.K, rows.V = append(rows.Q, in.Q...), append(rows.K, in.K...), append(rows.V, v...)
 			rows.Z, rows.B, rows.A = append(rows.Z, in.Z...), append(rows.B, in.B...), append(rows.A, in.A...)
-			in.State = hi
-			sHi := oracle.Step(d, in).State
-			in.State, in.V = lo, zeroV
-			sLo := oracle.Step(d, in).State
-			for i := range s64 {
-				s64[i] = sHi[i] + sLo[i]
-				hi[i] = float32(s64[i])
-				lo[i] = float32(s64[i] - float64(hi[i]))
-			}
+			stepHiLo(d, in, hi, lo, zeroV, s64)
 			if τ%every == every-1 {
 				snaps[τ/every] = append(snaps[τ/every][:0], s64...)
 			}
@@ -363,5 +347,20 @@ func TestStrongDecay(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// stepHiLo advances the float64 reference state s64, held as hi + lo (float32 each, the oracle's
+// state type), by one token of in: the step is linear in (state, v), so it is the oracle's step of
+// hi with in plus its step of lo with v = 0 (zeroV).
+func stepHiLo(d oracle.Dims, in oracle.Inputs, hi, lo, zeroV []float32, s64 []float64) {
+	in.State = hi
+	sHi := oracle.Step(d, in).State
+	in.State, in.V = lo, zeroV
+	sLo := oracle.Step(d, in).State
+	for i := range s64 {
+		s64[i] = sHi[i] + sLo[i]
+		hi[i] = float32(s64[i])
+		lo[i] = float32(s64[i] - float64(hi[i]))
 	}
 }
