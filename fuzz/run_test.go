@@ -582,6 +582,19 @@ func cloneMem(m [][]byte) [][]byte {
 	return c
 }
 
+// cloneShared is a copy of x, the same copy for every x over the same memory (m); nil for nil.
+func cloneShared[T any](m map[memSpan][]T, x []T) []T {
+	if x == nil {
+		return nil
+	}
+	if c, ok := m[spanOfSlice(x)]; ok {
+		return c
+	}
+	c := slices.Clone(x)
+	m[spanOfSlice(x)] = c
+	return c
+}
+
 // cloneBatch is a deep copy of the case's batch (aliasing is not kept: only valid batches are
 // cloned, whose aliasing is among inputs, which no one writes).
 func cloneBatch(b *gdn.Batch) *gdn.Batch {
@@ -589,22 +602,7 @@ func cloneBatch(b *gdn.Batch) *gdn.Batch {
 	c.Start, c.Read, c.Store = slices.Clone(b.Start), slices.Clone(b.Read), slices.Clone(b.Store)
 	f32s, bf16s := map[memSpan][]float32{}, map[memSpan][]gdn.BF16{} // rows sharing a slice keep sharing it
 	for _, r := range []*gdn.Rows{&c.Q, &c.K, &c.V, &c.Z, &c.B, &c.A} {
-		if r.F32 != nil {
-			if x, ok := f32s[spanOfSlice(r.F32)]; ok {
-				r.F32 = x
-			} else {
-				x = slices.Clone(r.F32)
-				f32s[spanOfSlice(r.F32)], r.F32 = x, x
-			}
-		}
-		if r.BF16 != nil {
-			if x, ok := bf16s[spanOfSlice(r.BF16)]; ok {
-				r.BF16 = x
-			} else {
-				x = slices.Clone(r.BF16)
-				bf16s[spanOfSlice(r.BF16)], r.BF16 = x, x
-			}
-		}
+		r.F32, r.BF16 = cloneShared(f32s, r.F32), cloneShared(bf16s, r.BF16)
 	}
 	same := b.StoreTo != nil && poolSpan(&b.State) == poolSpan(b.StoreTo)
 	c.State = gdn.Pool{F32: slices.Clone(b.State.F32), BF16: slices.Clone(b.State.BF16), SlotStride: b.State.SlotStride}

@@ -62,23 +62,7 @@ func TestNonFiniteIsolation(t *testing.T) {
 
 func poisonInputs(in oracle.Inputs, field string, idx int, p float32) oracle.Inputs {
 	out := in
-	var s *[]float32
-	switch field {
-	case "Q":
-		s = &out.Q
-	case "K":
-		s = &out.K
-	case "V":
-		s = &out.V
-	case "Z":
-		s = &out.Z
-	case "B":
-		s = &out.B
-	case "A":
-		s = &out.A
-	case "State":
-		s = &out.State
-	}
+	s := map[string]*[]float32{"Q": &out.Q, "K": &out.K, "V": &out.V, "Z": &out.Z, "B": &out.B, "A": &out.A, "State": &out.State}[field]
 	*s = slices.Clone(*s)
 	(*s)[idx] = p
 	return out
