@@ -27,22 +27,42 @@ var benchShapes = []Shape{
 
 var benchWorkers = flag.String("workers", "1", "comma-separated Config.Workers for BenchmarkStep (go test -bench . ./bench -args -workers 1,2)")
 
-var (
-	dataMu    sync.Mutex
-	dataCache = map[Shape]*Data{}
-)
+// cache holds the benchmarks' data by key: allocating and filling a 128 MiB state once per
+// process is enough.
+type cache[K comparable, V any] struct {
+	mu sync.Mutex
+	m  map[K]V
+}
 
-// data returns the (cached) data of s: allocating and filling a 128 MiB state once per process
-// is enough.
-func data(s Shape) *Data {
-	dataMu.Lock()
-	defer dataMu.Unlock()
-	d := dataCache[s]
-	if d == nil {
-		d = NewData(s)
-		dataCache[s] = d
+// get returns the data of k, made by mk the first time.
+func (c *cache[K, V]) get(k K, mk func() V) V {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = map[K]V{}
+	}
+	d, ok := c.m[k]
+	if !ok {
+		d = mk()
+		c.m[k] = d
 	}
 	return d
+}
+
+var dataCache cache[Shape, *Data]
+
+// data returns the (cached) data of s.
+func data(s Shape) *Data { return dataCache.get(s, func() *Data { return NewData(s) }) }
+
+// eachKernel runs f as the subtest "kernel=NAME" of every kernel, with the -workers counts.
+func eachKernel(b *testing.B, f func(b *testing.B, k string, workers []int)) {
+	workers, err := parseInts(*benchWorkers)
+	if err != nil {
+		b.Fatalf("-workers: %v", err)
+	}
+	for _, k := range gdn.Kernels() {
+		b.Run("kernel="+k, func(b *testing.B) { f(b, k, workers) })
+	}
 }
 
 // BenchmarkStep runs the in-place step of every kernel on every shape:
@@ -51,23 +71,17 @@ func data(s Shape) *Data {
 // the step's time over the time of copy() of the same bytes (src and dst each the state's size),
 // measured right after the steps in the same process (1.00 = memory speed).
 func BenchmarkStep(b *testing.B) {
-	workers, err := parseInts(*benchWorkers)
-	if err != nil {
-		b.Fatalf("-workers: %v", err)
-	}
-	for _, k := range gdn.Kernels() {
-		b.Run("kernel="+k, func(b *testing.B) {
-			for _, s := range benchShapes {
-				for _, w := range workers {
-					name := s.String()
-					if len(workers) > 1 || w != 1 {
-						name += fmt.Sprintf(",W=%d", w)
-					}
-					b.Run(name, func(b *testing.B) { benchStep(b, k, s, w) })
+	eachKernel(b, func(b *testing.B, k string, workers []int) {
+		for _, s := range benchShapes {
+			for _, w := range workers {
+				name := s.String()
+				if len(workers) > 1 || w != 1 {
+					name += fmt.Sprintf(",W=%d", w)
 				}
+				b.Run(name, func(b *testing.B) { benchStep(b, k, s, w) })
 			}
-		})
-	}
+		}
+	})
 }
 
 func benchStep(b *testing.B, kernel string, s Shape, workers int) {
@@ -94,22 +108,11 @@ func benchStep(b *testing.B, kernel string, s Shape, workers int) {
 	reportRates(b, s, elapsed, copies)
 }
 
-var (
-	runMu    sync.Mutex
-	runCache = map[string]*RunData{}
-)
+var runCache cache[string, *RunData]
 
 // runData returns the (cached) data of case c in format f.
 func runData(c Serve, f Format) *RunData {
-	runMu.Lock()
-	defer runMu.Unlock()
-	key := c.String() + "/" + f.String()
-	d := runCache[key]
-	if d == nil {
-		d = NewRunData(c, f)
-		runCache[key] = d
-	}
-	return d
+	return runCache.get(c.String()+"/"+f.String(), func() *RunData { return NewRunData(c, f) })
 }
 
 // BenchmarkRun runs Layer.Run for every kernel, every state format it implements and every
@@ -119,27 +122,21 @@ func runData(c Serve, f Format) *RunData {
 // decode step's traffic in f32); for T > 1 also xstep, the time per token over a single-token
 // call of the same kernel, format and B, both measured in the same benchmark.
 func BenchmarkRun(b *testing.B) {
-	workers, err := parseInts(*benchWorkers)
-	if err != nil {
-		b.Fatalf("-workers: %v", err)
-	}
-	for _, k := range gdn.Kernels() {
-		b.Run("kernel="+k, func(b *testing.B) {
-			for _, f := range Formats {
-				b.Run("format="+f.String(), func(b *testing.B) {
-					for _, c := range ServeCases(Qwen3Next) {
-						for _, w := range workers {
-							name := c.String()
-							if len(workers) > 1 || w != 1 {
-								name += fmt.Sprintf(",W=%d", w)
-							}
-							b.Run(name, func(b *testing.B) { benchRun(b, k, f, c, w) })
+	eachKernel(b, func(b *testing.B, k string, workers []int) {
+		for _, f := range Formats {
+			b.Run("format="+f.String(), func(b *testing.B) {
+				for _, c := range ServeCases(Qwen3Next) {
+					for _, w := range workers {
+						name := c.String()
+						if len(workers) > 1 || w != 1 {
+							name += fmt.Sprintf(",W=%d", w)
 						}
+						b.Run(name, func(b *testing.B) { benchRun(b, k, f, c, w) })
 					}
-				})
-			}
-		})
-	}
+				}
+			})
+		}
+	})
 }
 
 func benchRun(b *testing.B, kernel string, f Format, c Serve, workers int) {
