@@ -60,9 +60,7 @@ func TestNewErrors(t *testing.T) {
 // TestNewCopiesParameters: changing the caller's slices after New does not change the Layer.
 func TestNewCopiesParameters(t *testing.T) {
 	c := validConfig()
-	l, err := gdn.New(c)
-	require.NoError(t, err)
-	in, out := validCall(c, 2)
+	l, in, out := newCall(t, c, 2)
 	require.NoError(t, l.Step(in, out))
 	want := slices.Clone(out.OutF32)
 	c.ALog[0], c.DtBias[1], c.NormWeight[2] = 9, 9, 9
@@ -72,6 +70,15 @@ func TestNewCopiesParameters(t *testing.T) {
 }
 
 // validCall builds a valid out-of-place call for B sequences, deterministic values.
+// newCall returns a Layer of c and a valid call of it for B sequences.
+func newCall(t *testing.T, c gdn.Config, B int) (*gdn.Layer, gdn.Input, gdn.Output) {
+	t.Helper()
+	l, err := gdn.New(c)
+	require.NoError(t, err)
+	in, out := validCall(c, B)
+	return l, in, out
+}
+
 func validCall(c gdn.Config, B int) (gdn.Input, gdn.Output) {
 	f := func(n int, seed float32) []float32 {
 		s := make([]float32, n)
@@ -136,12 +143,10 @@ func TestStepErrors(t *testing.T) {
 		{"Out over OutF32", func(in *gdn.Input, o *gdn.Output) { o.Out = unsafeBF16(o.OutF32, 24) }, gdn.ErrOverlap, "Output.Out overlaps Output.OutF32"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			l, err := gdn.New(c)
-			require.NoError(t, err)
-			in, out := validCall(c, B)
+			l, in, out := newCall(t, c, B)
 			tc.mod(&in, &out)
 			before := snapshot(in, out)
-			err = l.Step(in, out)
+			err := l.Step(in, out)
 			require.Error(t, err)
 			require.True(t, errors.Is(err, tc.want), "got %v, want %v", err, tc.want)
 			require.Contains(t, err.Error(), tc.msg)
@@ -177,9 +182,7 @@ func TestStepEmptyBatch(t *testing.T) {
 // TestInPlaceOnlyOutF32 covers the optional outputs: only OutF32, only Out, both; in place.
 func TestOptionalOutputs(t *testing.T) {
 	c := validConfig()
-	l, err := gdn.New(c)
-	require.NoError(t, err)
-	in, out := validCall(c, 3)
+	l, in, out := newCall(t, c, 3)
 	require.NoError(t, l.Step(in, out))
 	for _, keep := range []string{"out", "f32"} {
 		in2, o2 := validCall(c, 3)
