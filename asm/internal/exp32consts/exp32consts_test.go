@@ -4,8 +4,9 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"strconv"
 	"testing"
+
+	"github.com/gdnsimd/gdnsimd/asm/internal/golit"
 )
 
 // TestMatchesExp32 reads Exp32 in ../../../gdn_generic.go (the asm module never imports the
@@ -26,17 +27,9 @@ func TestMatchesExp32(t *testing.T) {
 	}
 	named := map[string]float32{}
 	var poly []float32 // float literals of the p := …; p = p*r + … statements, in order
-	var lit func(e ast.Expr) (float32, bool)
-	lit = func(e ast.Expr) (float32, bool) {
-		if u, ok := e.(*ast.UnaryExpr); ok && u.Op == token.SUB {
-			v, ok := lit(u.X)
-			return -v, ok
-		}
-		if b, ok := e.(*ast.BasicLit); ok && (b.Kind == token.FLOAT || b.Kind == token.INT) {
-			v, err := strconv.ParseFloat(b.Value, 32)
-			return float32(v), err == nil
-		}
-		return 0, false
+	lit := func(e ast.Expr) (float32, bool) {
+		v, ok := golit.Float(e, 32)
+		return float32(v), ok
 	}
 	ast.Inspect(body, func(n ast.Node) bool {
 		switch n := n.(type) {

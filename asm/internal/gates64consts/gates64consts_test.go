@@ -4,8 +4,9 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"strconv"
 	"testing"
+
+	"github.com/gdnsimd/gdnsimd/asm/internal/golit"
 )
 
 // TestMatchesGates reads ../../../gates.go and ../../../gdn_generic.go (the asm module never
@@ -15,18 +16,7 @@ func TestMatchesGates(t *testing.T) {
 	named := map[string]float64{}
 	arrays := map[string][]float64{}
 	var gate64Lits, exp64Lits []float64
-	var lit func(e ast.Expr) (float64, bool)
-	lit = func(e ast.Expr) (float64, bool) {
-		if u, ok := e.(*ast.UnaryExpr); ok && u.Op == token.SUB {
-			v, ok := lit(u.X)
-			return -v, ok
-		}
-		if b, ok := e.(*ast.BasicLit); ok && (b.Kind == token.FLOAT || b.Kind == token.INT) {
-			v, err := strconv.ParseFloat(b.Value, 64)
-			return v, err == nil
-		}
-		return 0, false
-	}
+	lit := func(e ast.Expr) (float64, bool) { return golit.Float(e, 64) }
 	for _, file := range []string{"../../../gates.go", "../../../gdn_generic.go"} {
 		f, err := parser.ParseFile(token.NewFileSet(), file, nil, 0)
 		if err != nil {
