@@ -98,22 +98,16 @@ func stateVKbf16NEON(K, V int, src []uint16, src32 []float32, stores []unsafe.Po
 //go:noescape
 func widenNEON(dst []float32, src []uint16)
 
-// stateNEON is stateGeneric in NEON: the same column-blocked read pass (Sᵀk̂ and Sᵀq̂ together) and
-// write pass S' = decay(S) + k̂⊗δ, in 32-column strips (then at most one of 16, three of 4 and three
-// single columns). The decay form is chosen once per call from em1 (a NaN em1 gives eg·x).
-// Reference:
-//
-//	near := em1 >= -0.5
-//	decay := func(x) { if near { return x + em1·x } else { return eg·x } }   // x + em1·x fused
-//	for j := range V:
-//		kv, qs := Σ_i kh[i]·sIn[i*V+j], Σ_i qh[i]·sIn[i*V+j]
-//		d := beta·(v[j] − decay(kv));  o[j] = decay(qs) + kq·d
-//		for i := range K: sOut[i*V+j] = decay(sIn[i*V+j]) + kh[i]·d
-//
-// with K = len(kh) = len(qh), V = len(v) = len(o), len(sIn) = len(sOut) = K·V (not checked).
-//
-//go:noescape
-func stateNEON(sIn, sOut, kh, qh, v, o []float32, em1, eg, beta, kq float32)
+// stateNEON is stateGeneric in NEON (impl.state): the T = 1 plan of stateKVf32NEON (one token,
+// stores[0] = sOut), the column-blocked read pass (Sᵀk̂ and Sᵀq̂ together) and write pass S' =
+// decay(S) + k̂⊗δ in 32-column strips (then at most one of 16, three of 4 and three single
+// columns), any K. The decay form is chosen once per call from em1 (a NaN em1 gives eg·x). K =
+// len(kh) = len(qh), V = len(v) = len(o), len(sIn) = len(sOut) = K·V (not checked).
+func stateNEON(sIn, sOut, kh, qh, v, o []float32, em1, eg, beta, kq float32) {
+	tok := [4]float32{em1, eg, beta, kq}
+	stores := [1]unsafe.Pointer{unsafe.Pointer(unsafe.SliceData(sOut))}
+	stateKVf32NEON(len(kh), len(v), sIn, stores[:], kh, qh, v, len(v), o, tok[:])
+}
 
 // l2NEON is l2Generic in NEON: Σq², Σk², Σk·q over len(q) elements (len(k) ≥ len(q), not checked),
 // accumulated in float64.

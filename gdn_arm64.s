@@ -17,534 +17,6 @@
 
 #include "textflag.h"
 
-// func stateNEON(sIn, sOut, kh, qh, v, o []float32, em1, eg, beta, kq float32)
-//
-// Blocking: the state is processed in column strips. A strip is 32 columns (eight 4-float vectors)
-// while at least 32 columns remain, then at most one strip of 16 columns, at most three of 4 columns
-// (one vector) and at most three single columns. For each strip:
-//
-//	read pass  (rows i = 0..K-1): accK += kh_i·S[i][strip], accQ += qh_i·S[i][strip]; a 32-column
-//	           strip keeps 16 independent accumulators (V16-V31), enough FMAs in flight to cover the
-//	           4-cycle FMA latency on 2- and 4-pipe cores (8 in a 16-column strip, 2 in a 4-column one);
-//	δ, o       δ = beta·(v − decay(accK)) (kept in V16-V23), o = decay(accQ) + kq·δ (stored);
-//	write pass (rows i = 0..K-1): S'[i][strip] = decay(S[i][strip]) + kh_i·δ.
-//
-// decay(x) is x + em1·x (one FMLA, x its own accumulator) when em1 ≥ −0.5, else eg·x (SPEC Part A).
-// The form is decided once, in the prologue (R9 = 1 for x + em1·x; a NaN em1 compares false: eg·x);
-// each strip branches once to the δ, o and write pass of its form, so both write loops have the
-// same instructions per element as a single-form loop.
-//
-// The K×32 slab of a strip (16 KiB at K = 128) is still in L1 when the write pass reads it again, so
-// the state is read once from memory and written once. Rows are V·4 bytes apart; no load or store
-// touches anything outside the head's K×V state, kh, qh, v or o.
-//
-// Registers: R0 sIn strip, R1 sOut strip, R2 kh, R3 qh, R4 v, R5 o, R6 K, R7 columns left,
-// R8 row stride V·4, R15 stride−64, R9 form (1: x + em1·x), R10/R11 row pointers, R12/R13 kh/qh
-// pointers, R14 row counter; V10 eg, V11 beta, V12 kq, V13 em1 (broadcast), V8/V9 kh_i/qh_i
-// (broadcast), V0-V7 state data.
-TEXT ·stateNEON(SB), NOSPLIT, $0-160
-	MOVD  sIn_base+0(FP), R0
-	MOVD  sOut_base+24(FP), R1
-	MOVD  kh_base+48(FP), R2
-	MOVD  kh_len+56(FP), R6
-	MOVD  qh_base+72(FP), R3
-	MOVD  v_base+96(FP), R4
-	MOVD  v_len+104(FP), R7
-	MOVD  o_base+120(FP), R5
-	FMOVS em1+144(FP), F13
-	FMOVS eg+148(FP), F10
-	FMOVS beta+152(FP), F11
-	FMOVS kq+156(FP), F12
-	FMOVS $(-0.5), F14
-	FCMPS F14, F13 // em1 vs −0.5: GE is false for NaN
-	CSET  GE, R9
-	VDUP  V10.S[0], V10.S4
-	VDUP  V11.S[0], V11.S4
-	VDUP  V12.S[0], V12.S4
-	VDUP  V13.S[0], V13.S4
-	LSL   $2, R7, R8
-	SUB   $64, R8, R15
-
-strip32:
-	// 32 columns (while they fit): 8 vectors per row, V16-V23 accK, V24-V31 accQ
-	CMP  $32, R7
-	BLT  strip16
-	VEOR V16.B16, V16.B16, V16.B16
-	VEOR V17.B16, V17.B16, V17.B16
-	VEOR V18.B16, V18.B16, V18.B16
-	VEOR V19.B16, V19.B16, V19.B16
-	VEOR V20.B16, V20.B16, V20.B16
-	VEOR V21.B16, V21.B16, V21.B16
-	VEOR V22.B16, V22.B16, V22.B16
-	VEOR V23.B16, V23.B16, V23.B16
-	VEOR V24.B16, V24.B16, V24.B16
-	VEOR V25.B16, V25.B16, V25.B16
-	VEOR V26.B16, V26.B16, V26.B16
-	VEOR V27.B16, V27.B16, V27.B16
-	VEOR V28.B16, V28.B16, V28.B16
-	VEOR V29.B16, V29.B16, V29.B16
-	VEOR V30.B16, V30.B16, V30.B16
-	VEOR V31.B16, V31.B16, V31.B16
-	MOVD R0, R10
-	MOVD R2, R12
-	MOVD R3, R13
-	MOVD R6, R14
-	CBZ  R14, delta32
-
-read32:
-	VLD1.P  64(R10), [V0.S4, V1.S4, V2.S4, V3.S4]
-	VLD1.P  (R10)(R15), [V4.S4, V5.S4, V6.S4, V7.S4]
-	VLD1R.P 4(R12), [V8.S4]
-	VLD1R.P 4(R13), [V9.S4]
-	VFMLA   V8.S4, V0.S4, V16.S4
-	VFMLA   V8.S4, V1.S4, V17.S4
-	VFMLA   V8.S4, V2.S4, V18.S4
-	VFMLA   V8.S4, V3.S4, V19.S4
-	VFMLA   V8.S4, V4.S4, V20.S4
-	VFMLA   V8.S4, V5.S4, V21.S4
-	VFMLA   V8.S4, V6.S4, V22.S4
-	VFMLA   V8.S4, V7.S4, V23.S4
-	VFMLA   V9.S4, V0.S4, V24.S4
-	VFMLA   V9.S4, V1.S4, V25.S4
-	VFMLA   V9.S4, V2.S4, V26.S4
-	VFMLA   V9.S4, V3.S4, V27.S4
-	VFMLA   V9.S4, V4.S4, V28.S4
-	VFMLA   V9.S4, V5.S4, V29.S4
-	VFMLA   V9.S4, V6.S4, V30.S4
-	VFMLA   V9.S4, V7.S4, V31.S4
-	SUBS    $1, R14, R14
-	BNE     read32
-
-delta32:
-	MOVD   R0, R10
-	MOVD   R1, R11
-	MOVD   R2, R12
-	MOVD   R6, R14
-	VLD1.P 64(R4), [V0.S4, V1.S4, V2.S4, V3.S4]
-	VLD1.P 64(R4), [V4.S4, V5.S4, V6.S4, V7.S4]
-	CBNZ   R9, delta32a
-
-	// eg·x: δ = beta·(v − eg·accK); o = eg·accQ + kq·δ
-	VFMLS  V10.S4, V16.S4, V0.S4
-	VFMLS  V10.S4, V17.S4, V1.S4
-	VFMLS  V10.S4, V18.S4, V2.S4
-	VFMLS  V10.S4, V19.S4, V3.S4
-	VFMLS  V10.S4, V20.S4, V4.S4
-	VFMLS  V10.S4, V21.S4, V5.S4
-	VFMLS  V10.S4, V22.S4, V6.S4
-	VFMLS  V10.S4, V23.S4, V7.S4
-	WORD   $0x6e2bdc10 // FMUL V16.4S, V0.4S, V11.4S
-	WORD   $0x6e2bdc31 // FMUL V17.4S, V1.4S, V11.4S
-	WORD   $0x6e2bdc52 // FMUL V18.4S, V2.4S, V11.4S
-	WORD   $0x6e2bdc73 // FMUL V19.4S, V3.4S, V11.4S
-	WORD   $0x6e2bdc94 // FMUL V20.4S, V4.4S, V11.4S
-	WORD   $0x6e2bdcb5 // FMUL V21.4S, V5.4S, V11.4S
-	WORD   $0x6e2bdcd6 // FMUL V22.4S, V6.4S, V11.4S
-	WORD   $0x6e2bdcf7 // FMUL V23.4S, V7.4S, V11.4S
-	WORD   $0x6e2adf18 // FMUL V24.4S, V24.4S, V10.4S
-	WORD   $0x6e2adf39 // FMUL V25.4S, V25.4S, V10.4S
-	WORD   $0x6e2adf5a // FMUL V26.4S, V26.4S, V10.4S
-	WORD   $0x6e2adf7b // FMUL V27.4S, V27.4S, V10.4S
-	WORD   $0x6e2adf9c // FMUL V28.4S, V28.4S, V10.4S
-	WORD   $0x6e2adfbd // FMUL V29.4S, V29.4S, V10.4S
-	WORD   $0x6e2adfde // FMUL V30.4S, V30.4S, V10.4S
-	WORD   $0x6e2adfff // FMUL V31.4S, V31.4S, V10.4S
-	VFMLA  V12.S4, V16.S4, V24.S4
-	VFMLA  V12.S4, V17.S4, V25.S4
-	VFMLA  V12.S4, V18.S4, V26.S4
-	VFMLA  V12.S4, V19.S4, V27.S4
-	VFMLA  V12.S4, V20.S4, V28.S4
-	VFMLA  V12.S4, V21.S4, V29.S4
-	VFMLA  V12.S4, V22.S4, V30.S4
-	VFMLA  V12.S4, V23.S4, V31.S4
-	VST1.P [V24.S4, V25.S4, V26.S4, V27.S4], 64(R5)
-	VST1.P [V28.S4, V29.S4, V30.S4, V31.S4], 64(R5)
-	CBZ    R14, next32
-
-write32b:
-	// S' = eg·S + kh_i·δ
-	VLD1.P  64(R10), [V0.S4, V1.S4, V2.S4, V3.S4]
-	VLD1.P  (R10)(R15), [V4.S4, V5.S4, V6.S4, V7.S4]
-	VLD1R.P 4(R12), [V8.S4]
-	WORD    $0x6e2adc00 // FMUL V0.4S, V0.4S, V10.4S
-	WORD    $0x6e2adc21 // FMUL V1.4S, V1.4S, V10.4S
-	WORD    $0x6e2adc42 // FMUL V2.4S, V2.4S, V10.4S
-	WORD    $0x6e2adc63 // FMUL V3.4S, V3.4S, V10.4S
-	WORD    $0x6e2adc84 // FMUL V4.4S, V4.4S, V10.4S
-	WORD    $0x6e2adca5 // FMUL V5.4S, V5.4S, V10.4S
-	WORD    $0x6e2adcc6 // FMUL V6.4S, V6.4S, V10.4S
-	WORD    $0x6e2adce7 // FMUL V7.4S, V7.4S, V10.4S
-	VFMLA   V8.S4, V16.S4, V0.S4
-	VFMLA   V8.S4, V17.S4, V1.S4
-	VFMLA   V8.S4, V18.S4, V2.S4
-	VFMLA   V8.S4, V19.S4, V3.S4
-	VFMLA   V8.S4, V20.S4, V4.S4
-	VFMLA   V8.S4, V21.S4, V5.S4
-	VFMLA   V8.S4, V22.S4, V6.S4
-	VFMLA   V8.S4, V23.S4, V7.S4
-	VST1.P  [V0.S4, V1.S4, V2.S4, V3.S4], 64(R11)
-	VST1.P  [V4.S4, V5.S4, V6.S4, V7.S4], (R11)(R15)
-	SUBS    $1, R14, R14
-	BNE     write32b
-	B       next32
-
-delta32a:
-	// x + em1·x: kv = accK + em1·accK; δ = beta·(v − kv); o = accQ + em1·accQ + kq·δ
-	VFMLA  V13.S4, V16.S4, V16.S4
-	VFMLA  V13.S4, V17.S4, V17.S4
-	VFMLA  V13.S4, V18.S4, V18.S4
-	VFMLA  V13.S4, V19.S4, V19.S4
-	VFMLA  V13.S4, V20.S4, V20.S4
-	VFMLA  V13.S4, V21.S4, V21.S4
-	VFMLA  V13.S4, V22.S4, V22.S4
-	VFMLA  V13.S4, V23.S4, V23.S4
-	WORD   $0x4eb0d400 // FSUB V0.4S, V0.4S, V16.4S
-	WORD   $0x4eb1d421 // FSUB V1.4S, V1.4S, V17.4S
-	WORD   $0x4eb2d442 // FSUB V2.4S, V2.4S, V18.4S
-	WORD   $0x4eb3d463 // FSUB V3.4S, V3.4S, V19.4S
-	WORD   $0x4eb4d484 // FSUB V4.4S, V4.4S, V20.4S
-	WORD   $0x4eb5d4a5 // FSUB V5.4S, V5.4S, V21.4S
-	WORD   $0x4eb6d4c6 // FSUB V6.4S, V6.4S, V22.4S
-	WORD   $0x4eb7d4e7 // FSUB V7.4S, V7.4S, V23.4S
-	WORD   $0x6e2bdc10 // FMUL V16.4S, V0.4S, V11.4S
-	WORD   $0x6e2bdc31 // FMUL V17.4S, V1.4S, V11.4S
-	WORD   $0x6e2bdc52 // FMUL V18.4S, V2.4S, V11.4S
-	WORD   $0x6e2bdc73 // FMUL V19.4S, V3.4S, V11.4S
-	WORD   $0x6e2bdc94 // FMUL V20.4S, V4.4S, V11.4S
-	WORD   $0x6e2bdcb5 // FMUL V21.4S, V5.4S, V11.4S
-	WORD   $0x6e2bdcd6 // FMUL V22.4S, V6.4S, V11.4S
-	WORD   $0x6e2bdcf7 // FMUL V23.4S, V7.4S, V11.4S
-	VFMLA  V13.S4, V24.S4, V24.S4
-	VFMLA  V13.S4, V25.S4, V25.S4
-	VFMLA  V13.S4, V26.S4, V26.S4
-	VFMLA  V13.S4, V27.S4, V27.S4
-	VFMLA  V13.S4, V28.S4, V28.S4
-	VFMLA  V13.S4, V29.S4, V29.S4
-	VFMLA  V13.S4, V30.S4, V30.S4
-	VFMLA  V13.S4, V31.S4, V31.S4
-	VFMLA  V12.S4, V16.S4, V24.S4
-	VFMLA  V12.S4, V17.S4, V25.S4
-	VFMLA  V12.S4, V18.S4, V26.S4
-	VFMLA  V12.S4, V19.S4, V27.S4
-	VFMLA  V12.S4, V20.S4, V28.S4
-	VFMLA  V12.S4, V21.S4, V29.S4
-	VFMLA  V12.S4, V22.S4, V30.S4
-	VFMLA  V12.S4, V23.S4, V31.S4
-	VST1.P [V24.S4, V25.S4, V26.S4, V27.S4], 64(R5)
-	VST1.P [V28.S4, V29.S4, V30.S4, V31.S4], 64(R5)
-	CBZ    R14, next32
-
-write32a:
-	// S' = S + em1·S + kh_i·δ
-	VLD1.P  64(R10), [V0.S4, V1.S4, V2.S4, V3.S4]
-	VLD1.P  (R10)(R15), [V4.S4, V5.S4, V6.S4, V7.S4]
-	VLD1R.P 4(R12), [V8.S4]
-	VFMLA   V13.S4, V0.S4, V0.S4
-	VFMLA   V13.S4, V1.S4, V1.S4
-	VFMLA   V13.S4, V2.S4, V2.S4
-	VFMLA   V13.S4, V3.S4, V3.S4
-	VFMLA   V13.S4, V4.S4, V4.S4
-	VFMLA   V13.S4, V5.S4, V5.S4
-	VFMLA   V13.S4, V6.S4, V6.S4
-	VFMLA   V13.S4, V7.S4, V7.S4
-	VFMLA   V8.S4, V16.S4, V0.S4
-	VFMLA   V8.S4, V17.S4, V1.S4
-	VFMLA   V8.S4, V18.S4, V2.S4
-	VFMLA   V8.S4, V19.S4, V3.S4
-	VFMLA   V8.S4, V20.S4, V4.S4
-	VFMLA   V8.S4, V21.S4, V5.S4
-	VFMLA   V8.S4, V22.S4, V6.S4
-	VFMLA   V8.S4, V23.S4, V7.S4
-	VST1.P  [V0.S4, V1.S4, V2.S4, V3.S4], 64(R11)
-	VST1.P  [V4.S4, V5.S4, V6.S4, V7.S4], (R11)(R15)
-	SUBS    $1, R14, R14
-	BNE     write32a
-
-next32:
-	ADD $128, R0, R0
-	ADD $128, R1, R1
-	SUB $32, R7, R7
-	B   strip32
-
-strip16:
-	// 16 columns (at most 1): 4 vectors per row, V16-V19 accK, V24-V27 accQ
-	CMP  $16, R7
-	BLT  strip4
-	VEOR V16.B16, V16.B16, V16.B16
-	VEOR V17.B16, V17.B16, V17.B16
-	VEOR V18.B16, V18.B16, V18.B16
-	VEOR V19.B16, V19.B16, V19.B16
-	VEOR V24.B16, V24.B16, V24.B16
-	VEOR V25.B16, V25.B16, V25.B16
-	VEOR V26.B16, V26.B16, V26.B16
-	VEOR V27.B16, V27.B16, V27.B16
-	MOVD R0, R10
-	MOVD R2, R12
-	MOVD R3, R13
-	MOVD R6, R14
-	CBZ  R14, delta16
-
-read16:
-	VLD1.P  (R10)(R8), [V0.S4, V1.S4, V2.S4, V3.S4]
-	VLD1R.P 4(R12), [V8.S4]
-	VLD1R.P 4(R13), [V9.S4]
-	VFMLA   V8.S4, V0.S4, V16.S4
-	VFMLA   V8.S4, V1.S4, V17.S4
-	VFMLA   V8.S4, V2.S4, V18.S4
-	VFMLA   V8.S4, V3.S4, V19.S4
-	VFMLA   V9.S4, V0.S4, V24.S4
-	VFMLA   V9.S4, V1.S4, V25.S4
-	VFMLA   V9.S4, V2.S4, V26.S4
-	VFMLA   V9.S4, V3.S4, V27.S4
-	SUBS    $1, R14, R14
-	BNE     read16
-
-delta16:
-	MOVD   R0, R10
-	MOVD   R1, R11
-	MOVD   R2, R12
-	MOVD   R6, R14
-	VLD1.P 64(R4), [V0.S4, V1.S4, V2.S4, V3.S4]
-	CBNZ   R9, delta16a
-
-	// eg·x: δ = beta·(v − eg·accK); o = eg·accQ + kq·δ
-	VFMLS  V10.S4, V16.S4, V0.S4
-	VFMLS  V10.S4, V17.S4, V1.S4
-	VFMLS  V10.S4, V18.S4, V2.S4
-	VFMLS  V10.S4, V19.S4, V3.S4
-	WORD   $0x6e2bdc10 // FMUL V16.4S, V0.4S, V11.4S
-	WORD   $0x6e2bdc31 // FMUL V17.4S, V1.4S, V11.4S
-	WORD   $0x6e2bdc52 // FMUL V18.4S, V2.4S, V11.4S
-	WORD   $0x6e2bdc73 // FMUL V19.4S, V3.4S, V11.4S
-	WORD   $0x6e2adf18 // FMUL V24.4S, V24.4S, V10.4S
-	WORD   $0x6e2adf39 // FMUL V25.4S, V25.4S, V10.4S
-	WORD   $0x6e2adf5a // FMUL V26.4S, V26.4S, V10.4S
-	WORD   $0x6e2adf7b // FMUL V27.4S, V27.4S, V10.4S
-	VFMLA  V12.S4, V16.S4, V24.S4
-	VFMLA  V12.S4, V17.S4, V25.S4
-	VFMLA  V12.S4, V18.S4, V26.S4
-	VFMLA  V12.S4, V19.S4, V27.S4
-	VST1.P [V24.S4, V25.S4, V26.S4, V27.S4], 64(R5)
-	CBZ    R14, next16
-
-write16b:
-	// S' = eg·S + kh_i·δ
-	VLD1.P  (R10)(R8), [V0.S4, V1.S4, V2.S4, V3.S4]
-	VLD1R.P 4(R12), [V8.S4]
-	WORD    $0x6e2adc00 // FMUL V0.4S, V0.4S, V10.4S
-	WORD    $0x6e2adc21 // FMUL V1.4S, V1.4S, V10.4S
-	WORD    $0x6e2adc42 // FMUL V2.4S, V2.4S, V10.4S
-	WORD    $0x6e2adc63 // FMUL V3.4S, V3.4S, V10.4S
-	VFMLA   V8.S4, V16.S4, V0.S4
-	VFMLA   V8.S4, V17.S4, V1.S4
-	VFMLA   V8.S4, V18.S4, V2.S4
-	VFMLA   V8.S4, V19.S4, V3.S4
-	VST1.P  [V0.S4, V1.S4, V2.S4, V3.S4], (R11)(R8)
-	SUBS    $1, R14, R14
-	BNE     write16b
-	B       next16
-
-delta16a:
-	// x + em1·x: kv = accK + em1·accK; δ = beta·(v − kv); o = accQ + em1·accQ + kq·δ
-	VFMLA  V13.S4, V16.S4, V16.S4
-	VFMLA  V13.S4, V17.S4, V17.S4
-	VFMLA  V13.S4, V18.S4, V18.S4
-	VFMLA  V13.S4, V19.S4, V19.S4
-	WORD   $0x4eb0d400 // FSUB V0.4S, V0.4S, V16.4S
-	WORD   $0x4eb1d421 // FSUB V1.4S, V1.4S, V17.4S
-	WORD   $0x4eb2d442 // FSUB V2.4S, V2.4S, V18.4S
-	WORD   $0x4eb3d463 // FSUB V3.4S, V3.4S, V19.4S
-	WORD   $0x6e2bdc10 // FMUL V16.4S, V0.4S, V11.4S
-	WORD   $0x6e2bdc31 // FMUL V17.4S, V1.4S, V11.4S
-	WORD   $0x6e2bdc52 // FMUL V18.4S, V2.4S, V11.4S
-	WORD   $0x6e2bdc73 // FMUL V19.4S, V3.4S, V11.4S
-	VFMLA  V13.S4, V24.S4, V24.S4
-	VFMLA  V13.S4, V25.S4, V25.S4
-	VFMLA  V13.S4, V26.S4, V26.S4
-	VFMLA  V13.S4, V27.S4, V27.S4
-	VFMLA  V12.S4, V16.S4, V24.S4
-	VFMLA  V12.S4, V17.S4, V25.S4
-	VFMLA  V12.S4, V18.S4, V26.S4
-	VFMLA  V12.S4, V19.S4, V27.S4
-	VST1.P [V24.S4, V25.S4, V26.S4, V27.S4], 64(R5)
-	CBZ    R14, next16
-
-write16a:
-	// S' = S + em1·S + kh_i·δ
-	VLD1.P  (R10)(R8), [V0.S4, V1.S4, V2.S4, V3.S4]
-	VLD1R.P 4(R12), [V8.S4]
-	VFMLA   V13.S4, V0.S4, V0.S4
-	VFMLA   V13.S4, V1.S4, V1.S4
-	VFMLA   V13.S4, V2.S4, V2.S4
-	VFMLA   V13.S4, V3.S4, V3.S4
-	VFMLA   V8.S4, V16.S4, V0.S4
-	VFMLA   V8.S4, V17.S4, V1.S4
-	VFMLA   V8.S4, V18.S4, V2.S4
-	VFMLA   V8.S4, V19.S4, V3.S4
-	VST1.P  [V0.S4, V1.S4, V2.S4, V3.S4], (R11)(R8)
-	SUBS    $1, R14, R14
-	BNE     write16a
-
-next16:
-	ADD $64, R0, R0
-	ADD $64, R1, R1
-	SUB $16, R7, R7
-
-strip4:
-	// 4 columns (at most 3): one vector per row, V16 accK, V24 accQ
-	CMP  $4, R7
-	BLT  strip1
-	VEOR V16.B16, V16.B16, V16.B16
-	VEOR V24.B16, V24.B16, V24.B16
-	MOVD R0, R10
-	MOVD R2, R12
-	MOVD R3, R13
-	MOVD R6, R14
-	CBZ  R14, delta4
-
-read4:
-	VLD1.P  (R10)(R8), [V0.S4]
-	VLD1R.P 4(R12), [V8.S4]
-	VLD1R.P 4(R13), [V9.S4]
-	VFMLA   V8.S4, V0.S4, V16.S4
-	VFMLA   V9.S4, V0.S4, V24.S4
-	SUBS    $1, R14, R14
-	BNE     read4
-
-delta4:
-	MOVD   R0, R10
-	MOVD   R1, R11
-	MOVD   R2, R12
-	MOVD   R6, R14
-	VLD1.P 16(R4), [V0.S4]
-	CBNZ   R9, delta4a
-
-	// eg·x: δ = beta·(v − eg·accK); o = eg·accQ + kq·δ
-	VFMLS  V10.S4, V16.S4, V0.S4
-	WORD   $0x6e2bdc10 // FMUL V16.4S, V0.4S, V11.4S
-	WORD   $0x6e2adf18 // FMUL V24.4S, V24.4S, V10.4S
-	VFMLA  V12.S4, V16.S4, V24.S4
-	VST1.P [V24.S4], 16(R5)
-	CBZ    R14, next4
-
-write4b:
-	// S' = eg·S + kh_i·δ
-	VLD1.P  (R10)(R8), [V0.S4]
-	VLD1R.P 4(R12), [V8.S4]
-	WORD    $0x6e2adc00 // FMUL V0.4S, V0.4S, V10.4S
-	VFMLA   V8.S4, V16.S4, V0.S4
-	VST1.P  [V0.S4], (R11)(R8)
-	SUBS    $1, R14, R14
-	BNE     write4b
-	B       next4
-
-delta4a:
-	// x + em1·x: kv = accK + em1·accK; δ = beta·(v − kv); o = accQ + em1·accQ + kq·δ
-	VFMLA  V13.S4, V16.S4, V16.S4
-	WORD   $0x4eb0d400 // FSUB V0.4S, V0.4S, V16.4S
-	WORD   $0x6e2bdc10 // FMUL V16.4S, V0.4S, V11.4S
-	VFMLA  V13.S4, V24.S4, V24.S4
-	VFMLA  V12.S4, V16.S4, V24.S4
-	VST1.P [V24.S4], 16(R5)
-	CBZ    R14, next4
-
-write4a:
-	// S' = S + em1·S + kh_i·δ
-	VLD1.P  (R10)(R8), [V0.S4]
-	VLD1R.P 4(R12), [V8.S4]
-	VFMLA   V13.S4, V0.S4, V0.S4
-	VFMLA   V8.S4, V16.S4, V0.S4
-	VST1.P  [V0.S4], (R11)(R8)
-	SUBS    $1, R14, R14
-	BNE     write4a
-
-next4:
-	ADD $16, R0, R0
-	ADD $16, R1, R1
-	SUB $4, R7, R7
-	B   strip4
-
-strip1:
-	// single columns (at most 3), scalar: F16 accK, F24 accQ
-	CBZ   R7, done
-	FMOVS ZR, F16
-	FMOVS ZR, F24
-	MOVD  R0, R10
-	MOVD  R2, R12
-	MOVD  R3, R13
-	MOVD  R6, R14
-	CBZ   R14, delta1
-
-read1:
-	FMOVS   (R10), F0
-	ADD     R8, R10, R10
-	FMOVS.P 4(R12), F8
-	FMOVS.P 4(R13), F9
-	FMADDS  F8, F16, F0, F16 // F16 += F0·F8
-	FMADDS  F9, F24, F0, F24 // F24 += F0·F9
-	SUBS    $1, R14, R14
-	BNE     read1
-
-delta1:
-	MOVD    R0, R10
-	MOVD    R1, R11
-	MOVD    R2, R12
-	MOVD    R6, R14
-	FMOVS.P 4(R4), F0
-	CBNZ    R9, delta1a
-
-	// eg·x: δ = beta·(v − eg·accK); o = eg·accQ + kq·δ
-	FMSUBS  F10, F0, F16, F0 // F0 −= F16·F10
-	FMULS   F11, F0, F16
-	FMULS   F10, F24, F24
-	FMADDS  F12, F24, F16, F24 // F24 += F16·F12
-	FMOVS.P F24, 4(R5)
-	CBZ     R14, next1
-
-write1b:
-	// S' = eg·S + kh_i·δ
-	FMOVS   (R10), F0
-	ADD     R8, R10, R10
-	FMOVS.P 4(R12), F8
-	FMULS   F10, F0, F0
-	FMADDS  F8, F0, F16, F0 // F0 += F16·F8
-	FMOVS   F0, (R11)
-	ADD     R8, R11, R11
-	SUBS    $1, R14, R14
-	BNE     write1b
-	B       next1
-
-delta1a:
-	// x + em1·x: kv = accK + em1·accK; δ = beta·(v − kv); o = accQ + em1·accQ + kq·δ
-	FMADDS  F13, F16, F16, F16 // F16 += F16·F13
-	FSUBS   F16, F0, F0
-	FMULS   F11, F0, F16
-	FMADDS  F13, F24, F24, F24 // F24 += F24·F13
-	FMADDS  F12, F24, F16, F24 // F24 += F16·F12
-	FMOVS.P F24, 4(R5)
-	CBZ     R14, next1
-
-write1a:
-	// S' = S + em1·S + kh_i·δ
-	FMOVS   (R10), F0
-	ADD     R8, R10, R10
-	FMOVS.P 4(R12), F8
-	FMADDS  F13, F0, F0, F0 // F0 += F0·F13
-	FMADDS  F8, F0, F16, F0 // F0 += F16·F8
-	FMOVS   F0, (R11)
-	ADD     R8, R11, R11
-	SUBS    $1, R14, R14
-	BNE     write1a
-
-next1:
-	ADD $4, R0, R0
-	ADD $4, R1, R1
-	SUB $1, R7, R7
-	B   strip1
-
-done:
-	RET
-
 // func l2NEON(q, k []float32) (qq, kk, kq float64)
 //
 // Four floats per iteration, widened to float64 (FCVTL/FCVTL2) and accumulated with FMLA .2D in six
@@ -2018,6 +1490,519 @@ wend:
 // row counter, R15 state row stride V·es, R19 strip's first column, R20 tokens left, R21 tok, R22
 // stores, R23 row start, R24/R25 scratch.
 TEXT ·stateKVf32NEON(SB), 0, $16384-192
+
+	// one token with a store (decode): the T = 1 plan, whole column strips (stateOne)
+	MOVD  tok_len+176(FP), R24
+	CMP   $4, R24
+	BNE   tokens
+	MOVD  stores_base+40(FP), R24
+	MOVD  (R24), R24
+	CBZ   R24, tokens
+	MOVD  src_base+16(FP), R0
+	MOVD  stores_base+40(FP), R1
+	MOVD  (R1), R1
+	MOVD  kh_base+64(FP), R2
+	MOVD  K+0(FP), R6
+	MOVD  qh_base+88(FP), R3
+	MOVD  v_base+112(FP), R4
+	MOVD  V+8(FP), R7
+	MOVD  o_base+144(FP), R5
+	MOVD  tok_base+168(FP), R10
+	FMOVS (R10), F13
+	FMOVS 4(R10), F10
+	FMOVS 8(R10), F11
+	FMOVS 12(R10), F12
+	FMOVS $(-0.5), F14
+	FCMPS F14, F13 // em1 vs −0.5: GE is false for NaN
+	CSET  GE, R9
+	VDUP  V10.S[0], V10.S4
+	VDUP  V11.S[0], V11.S4
+	VDUP  V12.S[0], V12.S4
+	VDUP  V13.S[0], V13.S4
+	LSL   $2, R7, R8
+	SUB   $64, R8, R15
+
+onestrip32:
+	// 32 columns (while they fit): 8 vectors per row, V16-V23 accK, V24-V31 accQ
+	CMP  $32, R7
+	BLT  onestrip16
+	VEOR V16.B16, V16.B16, V16.B16
+	VEOR V17.B16, V17.B16, V17.B16
+	VEOR V18.B16, V18.B16, V18.B16
+	VEOR V19.B16, V19.B16, V19.B16
+	VEOR V20.B16, V20.B16, V20.B16
+	VEOR V21.B16, V21.B16, V21.B16
+	VEOR V22.B16, V22.B16, V22.B16
+	VEOR V23.B16, V23.B16, V23.B16
+	VEOR V24.B16, V24.B16, V24.B16
+	VEOR V25.B16, V25.B16, V25.B16
+	VEOR V26.B16, V26.B16, V26.B16
+	VEOR V27.B16, V27.B16, V27.B16
+	VEOR V28.B16, V28.B16, V28.B16
+	VEOR V29.B16, V29.B16, V29.B16
+	VEOR V30.B16, V30.B16, V30.B16
+	VEOR V31.B16, V31.B16, V31.B16
+	MOVD R0, R10
+	MOVD R2, R12
+	MOVD R3, R13
+	MOVD R6, R14
+	CBZ  R14, onedelta32
+
+oneread32:
+	VLD1.P  64(R10), [V0.S4, V1.S4, V2.S4, V3.S4]
+	VLD1.P  (R10)(R15), [V4.S4, V5.S4, V6.S4, V7.S4]
+	VLD1R.P 4(R12), [V8.S4]
+	VLD1R.P 4(R13), [V9.S4]
+	VFMLA   V8.S4, V0.S4, V16.S4
+	VFMLA   V8.S4, V1.S4, V17.S4
+	VFMLA   V8.S4, V2.S4, V18.S4
+	VFMLA   V8.S4, V3.S4, V19.S4
+	VFMLA   V8.S4, V4.S4, V20.S4
+	VFMLA   V8.S4, V5.S4, V21.S4
+	VFMLA   V8.S4, V6.S4, V22.S4
+	VFMLA   V8.S4, V7.S4, V23.S4
+	VFMLA   V9.S4, V0.S4, V24.S4
+	VFMLA   V9.S4, V1.S4, V25.S4
+	VFMLA   V9.S4, V2.S4, V26.S4
+	VFMLA   V9.S4, V3.S4, V27.S4
+	VFMLA   V9.S4, V4.S4, V28.S4
+	VFMLA   V9.S4, V5.S4, V29.S4
+	VFMLA   V9.S4, V6.S4, V30.S4
+	VFMLA   V9.S4, V7.S4, V31.S4
+	SUBS    $1, R14, R14
+	BNE     oneread32
+
+onedelta32:
+	MOVD   R0, R10
+	MOVD   R1, R11
+	MOVD   R2, R12
+	MOVD   R6, R14
+	VLD1.P 64(R4), [V0.S4, V1.S4, V2.S4, V3.S4]
+	VLD1.P 64(R4), [V4.S4, V5.S4, V6.S4, V7.S4]
+	CBNZ   R9, onedelta32a
+
+	// eg·x: δ = beta·(v − eg·accK); o = eg·accQ + kq·δ
+	VFMLS  V10.S4, V16.S4, V0.S4
+	VFMLS  V10.S4, V17.S4, V1.S4
+	VFMLS  V10.S4, V18.S4, V2.S4
+	VFMLS  V10.S4, V19.S4, V3.S4
+	VFMLS  V10.S4, V20.S4, V4.S4
+	VFMLS  V10.S4, V21.S4, V5.S4
+	VFMLS  V10.S4, V22.S4, V6.S4
+	VFMLS  V10.S4, V23.S4, V7.S4
+	WORD   $0x6e2bdc10 // FMUL V16.4S, V0.4S, V11.4S
+	WORD   $0x6e2bdc31 // FMUL V17.4S, V1.4S, V11.4S
+	WORD   $0x6e2bdc52 // FMUL V18.4S, V2.4S, V11.4S
+	WORD   $0x6e2bdc73 // FMUL V19.4S, V3.4S, V11.4S
+	WORD   $0x6e2bdc94 // FMUL V20.4S, V4.4S, V11.4S
+	WORD   $0x6e2bdcb5 // FMUL V21.4S, V5.4S, V11.4S
+	WORD   $0x6e2bdcd6 // FMUL V22.4S, V6.4S, V11.4S
+	WORD   $0x6e2bdcf7 // FMUL V23.4S, V7.4S, V11.4S
+	WORD   $0x6e2adf18 // FMUL V24.4S, V24.4S, V10.4S
+	WORD   $0x6e2adf39 // FMUL V25.4S, V25.4S, V10.4S
+	WORD   $0x6e2adf5a // FMUL V26.4S, V26.4S, V10.4S
+	WORD   $0x6e2adf7b // FMUL V27.4S, V27.4S, V10.4S
+	WORD   $0x6e2adf9c // FMUL V28.4S, V28.4S, V10.4S
+	WORD   $0x6e2adfbd // FMUL V29.4S, V29.4S, V10.4S
+	WORD   $0x6e2adfde // FMUL V30.4S, V30.4S, V10.4S
+	WORD   $0x6e2adfff // FMUL V31.4S, V31.4S, V10.4S
+	VFMLA  V12.S4, V16.S4, V24.S4
+	VFMLA  V12.S4, V17.S4, V25.S4
+	VFMLA  V12.S4, V18.S4, V26.S4
+	VFMLA  V12.S4, V19.S4, V27.S4
+	VFMLA  V12.S4, V20.S4, V28.S4
+	VFMLA  V12.S4, V21.S4, V29.S4
+	VFMLA  V12.S4, V22.S4, V30.S4
+	VFMLA  V12.S4, V23.S4, V31.S4
+	VST1.P [V24.S4, V25.S4, V26.S4, V27.S4], 64(R5)
+	VST1.P [V28.S4, V29.S4, V30.S4, V31.S4], 64(R5)
+	CBZ    R14, onenext32
+
+onewrite32b:
+	// S' = eg·S + kh_i·δ
+	VLD1.P  64(R10), [V0.S4, V1.S4, V2.S4, V3.S4]
+	VLD1.P  (R10)(R15), [V4.S4, V5.S4, V6.S4, V7.S4]
+	VLD1R.P 4(R12), [V8.S4]
+	WORD    $0x6e2adc00 // FMUL V0.4S, V0.4S, V10.4S
+	WORD    $0x6e2adc21 // FMUL V1.4S, V1.4S, V10.4S
+	WORD    $0x6e2adc42 // FMUL V2.4S, V2.4S, V10.4S
+	WORD    $0x6e2adc63 // FMUL V3.4S, V3.4S, V10.4S
+	WORD    $0x6e2adc84 // FMUL V4.4S, V4.4S, V10.4S
+	WORD    $0x6e2adca5 // FMUL V5.4S, V5.4S, V10.4S
+	WORD    $0x6e2adcc6 // FMUL V6.4S, V6.4S, V10.4S
+	WORD    $0x6e2adce7 // FMUL V7.4S, V7.4S, V10.4S
+	VFMLA   V8.S4, V16.S4, V0.S4
+	VFMLA   V8.S4, V17.S4, V1.S4
+	VFMLA   V8.S4, V18.S4, V2.S4
+	VFMLA   V8.S4, V19.S4, V3.S4
+	VFMLA   V8.S4, V20.S4, V4.S4
+	VFMLA   V8.S4, V21.S4, V5.S4
+	VFMLA   V8.S4, V22.S4, V6.S4
+	VFMLA   V8.S4, V23.S4, V7.S4
+	VST1.P  [V0.S4, V1.S4, V2.S4, V3.S4], 64(R11)
+	VST1.P  [V4.S4, V5.S4, V6.S4, V7.S4], (R11)(R15)
+	SUBS    $1, R14, R14
+	BNE     onewrite32b
+	B       onenext32
+
+onedelta32a:
+	// x + em1·x: kv = accK + em1·accK; δ = beta·(v − kv); o = accQ + em1·accQ + kq·δ
+	VFMLA  V13.S4, V16.S4, V16.S4
+	VFMLA  V13.S4, V17.S4, V17.S4
+	VFMLA  V13.S4, V18.S4, V18.S4
+	VFMLA  V13.S4, V19.S4, V19.S4
+	VFMLA  V13.S4, V20.S4, V20.S4
+	VFMLA  V13.S4, V21.S4, V21.S4
+	VFMLA  V13.S4, V22.S4, V22.S4
+	VFMLA  V13.S4, V23.S4, V23.S4
+	WORD   $0x4eb0d400 // FSUB V0.4S, V0.4S, V16.4S
+	WORD   $0x4eb1d421 // FSUB V1.4S, V1.4S, V17.4S
+	WORD   $0x4eb2d442 // FSUB V2.4S, V2.4S, V18.4S
+	WORD   $0x4eb3d463 // FSUB V3.4S, V3.4S, V19.4S
+	WORD   $0x4eb4d484 // FSUB V4.4S, V4.4S, V20.4S
+	WORD   $0x4eb5d4a5 // FSUB V5.4S, V5.4S, V21.4S
+	WORD   $0x4eb6d4c6 // FSUB V6.4S, V6.4S, V22.4S
+	WORD   $0x4eb7d4e7 // FSUB V7.4S, V7.4S, V23.4S
+	WORD   $0x6e2bdc10 // FMUL V16.4S, V0.4S, V11.4S
+	WORD   $0x6e2bdc31 // FMUL V17.4S, V1.4S, V11.4S
+	WORD   $0x6e2bdc52 // FMUL V18.4S, V2.4S, V11.4S
+	WORD   $0x6e2bdc73 // FMUL V19.4S, V3.4S, V11.4S
+	WORD   $0x6e2bdc94 // FMUL V20.4S, V4.4S, V11.4S
+	WORD   $0x6e2bdcb5 // FMUL V21.4S, V5.4S, V11.4S
+	WORD   $0x6e2bdcd6 // FMUL V22.4S, V6.4S, V11.4S
+	WORD   $0x6e2bdcf7 // FMUL V23.4S, V7.4S, V11.4S
+	VFMLA  V13.S4, V24.S4, V24.S4
+	VFMLA  V13.S4, V25.S4, V25.S4
+	VFMLA  V13.S4, V26.S4, V26.S4
+	VFMLA  V13.S4, V27.S4, V27.S4
+	VFMLA  V13.S4, V28.S4, V28.S4
+	VFMLA  V13.S4, V29.S4, V29.S4
+	VFMLA  V13.S4, V30.S4, V30.S4
+	VFMLA  V13.S4, V31.S4, V31.S4
+	VFMLA  V12.S4, V16.S4, V24.S4
+	VFMLA  V12.S4, V17.S4, V25.S4
+	VFMLA  V12.S4, V18.S4, V26.S4
+	VFMLA  V12.S4, V19.S4, V27.S4
+	VFMLA  V12.S4, V20.S4, V28.S4
+	VFMLA  V12.S4, V21.S4, V29.S4
+	VFMLA  V12.S4, V22.S4, V30.S4
+	VFMLA  V12.S4, V23.S4, V31.S4
+	VST1.P [V24.S4, V25.S4, V26.S4, V27.S4], 64(R5)
+	VST1.P [V28.S4, V29.S4, V30.S4, V31.S4], 64(R5)
+	CBZ    R14, onenext32
+
+onewrite32a:
+	// S' = S + em1·S + kh_i·δ
+	VLD1.P  64(R10), [V0.S4, V1.S4, V2.S4, V3.S4]
+	VLD1.P  (R10)(R15), [V4.S4, V5.S4, V6.S4, V7.S4]
+	VLD1R.P 4(R12), [V8.S4]
+	VFMLA   V13.S4, V0.S4, V0.S4
+	VFMLA   V13.S4, V1.S4, V1.S4
+	VFMLA   V13.S4, V2.S4, V2.S4
+	VFMLA   V13.S4, V3.S4, V3.S4
+	VFMLA   V13.S4, V4.S4, V4.S4
+	VFMLA   V13.S4, V5.S4, V5.S4
+	VFMLA   V13.S4, V6.S4, V6.S4
+	VFMLA   V13.S4, V7.S4, V7.S4
+	VFMLA   V8.S4, V16.S4, V0.S4
+	VFMLA   V8.S4, V17.S4, V1.S4
+	VFMLA   V8.S4, V18.S4, V2.S4
+	VFMLA   V8.S4, V19.S4, V3.S4
+	VFMLA   V8.S4, V20.S4, V4.S4
+	VFMLA   V8.S4, V21.S4, V5.S4
+	VFMLA   V8.S4, V22.S4, V6.S4
+	VFMLA   V8.S4, V23.S4, V7.S4
+	VST1.P  [V0.S4, V1.S4, V2.S4, V3.S4], 64(R11)
+	VST1.P  [V4.S4, V5.S4, V6.S4, V7.S4], (R11)(R15)
+	SUBS    $1, R14, R14
+	BNE     onewrite32a
+
+onenext32:
+	ADD $128, R0, R0
+	ADD $128, R1, R1
+	SUB $32, R7, R7
+	B   onestrip32
+
+onestrip16:
+	// 16 columns (at most 1): 4 vectors per row, V16-V19 accK, V24-V27 accQ
+	CMP  $16, R7
+	BLT  onestrip4
+	VEOR V16.B16, V16.B16, V16.B16
+	VEOR V17.B16, V17.B16, V17.B16
+	VEOR V18.B16, V18.B16, V18.B16
+	VEOR V19.B16, V19.B16, V19.B16
+	VEOR V24.B16, V24.B16, V24.B16
+	VEOR V25.B16, V25.B16, V25.B16
+	VEOR V26.B16, V26.B16, V26.B16
+	VEOR V27.B16, V27.B16, V27.B16
+	MOVD R0, R10
+	MOVD R2, R12
+	MOVD R3, R13
+	MOVD R6, R14
+	CBZ  R14, onedelta16
+
+oneread16:
+	VLD1.P  (R10)(R8), [V0.S4, V1.S4, V2.S4, V3.S4]
+	VLD1R.P 4(R12), [V8.S4]
+	VLD1R.P 4(R13), [V9.S4]
+	VFMLA   V8.S4, V0.S4, V16.S4
+	VFMLA   V8.S4, V1.S4, V17.S4
+	VFMLA   V8.S4, V2.S4, V18.S4
+	VFMLA   V8.S4, V3.S4, V19.S4
+	VFMLA   V9.S4, V0.S4, V24.S4
+	VFMLA   V9.S4, V1.S4, V25.S4
+	VFMLA   V9.S4, V2.S4, V26.S4
+	VFMLA   V9.S4, V3.S4, V27.S4
+	SUBS    $1, R14, R14
+	BNE     oneread16
+
+onedelta16:
+	MOVD   R0, R10
+	MOVD   R1, R11
+	MOVD   R2, R12
+	MOVD   R6, R14
+	VLD1.P 64(R4), [V0.S4, V1.S4, V2.S4, V3.S4]
+	CBNZ   R9, onedelta16a
+
+	// eg·x: δ = beta·(v − eg·accK); o = eg·accQ + kq·δ
+	VFMLS  V10.S4, V16.S4, V0.S4
+	VFMLS  V10.S4, V17.S4, V1.S4
+	VFMLS  V10.S4, V18.S4, V2.S4
+	VFMLS  V10.S4, V19.S4, V3.S4
+	WORD   $0x6e2bdc10 // FMUL V16.4S, V0.4S, V11.4S
+	WORD   $0x6e2bdc31 // FMUL V17.4S, V1.4S, V11.4S
+	WORD   $0x6e2bdc52 // FMUL V18.4S, V2.4S, V11.4S
+	WORD   $0x6e2bdc73 // FMUL V19.4S, V3.4S, V11.4S
+	WORD   $0x6e2adf18 // FMUL V24.4S, V24.4S, V10.4S
+	WORD   $0x6e2adf39 // FMUL V25.4S, V25.4S, V10.4S
+	WORD   $0x6e2adf5a // FMUL V26.4S, V26.4S, V10.4S
+	WORD   $0x6e2adf7b // FMUL V27.4S, V27.4S, V10.4S
+	VFMLA  V12.S4, V16.S4, V24.S4
+	VFMLA  V12.S4, V17.S4, V25.S4
+	VFMLA  V12.S4, V18.S4, V26.S4
+	VFMLA  V12.S4, V19.S4, V27.S4
+	VST1.P [V24.S4, V25.S4, V26.S4, V27.S4], 64(R5)
+	CBZ    R14, onenext16
+
+onewrite16b:
+	// S' = eg·S + kh_i·δ
+	VLD1.P  (R10)(R8), [V0.S4, V1.S4, V2.S4, V3.S4]
+	VLD1R.P 4(R12), [V8.S4]
+	WORD    $0x6e2adc00 // FMUL V0.4S, V0.4S, V10.4S
+	WORD    $0x6e2adc21 // FMUL V1.4S, V1.4S, V10.4S
+	WORD    $0x6e2adc42 // FMUL V2.4S, V2.4S, V10.4S
+	WORD    $0x6e2adc63 // FMUL V3.4S, V3.4S, V10.4S
+	VFMLA   V8.S4, V16.S4, V0.S4
+	VFMLA   V8.S4, V17.S4, V1.S4
+	VFMLA   V8.S4, V18.S4, V2.S4
+	VFMLA   V8.S4, V19.S4, V3.S4
+	VST1.P  [V0.S4, V1.S4, V2.S4, V3.S4], (R11)(R8)
+	SUBS    $1, R14, R14
+	BNE     onewrite16b
+	B       onenext16
+
+onedelta16a:
+	// x + em1·x: kv = accK + em1·accK; δ = beta·(v − kv); o = accQ + em1·accQ + kq·δ
+	VFMLA  V13.S4, V16.S4, V16.S4
+	VFMLA  V13.S4, V17.S4, V17.S4
+	VFMLA  V13.S4, V18.S4, V18.S4
+	VFMLA  V13.S4, V19.S4, V19.S4
+	WORD   $0x4eb0d400 // FSUB V0.4S, V0.4S, V16.4S
+	WORD   $0x4eb1d421 // FSUB V1.4S, V1.4S, V17.4S
+	WORD   $0x4eb2d442 // FSUB V2.4S, V2.4S, V18.4S
+	WORD   $0x4eb3d463 // FSUB V3.4S, V3.4S, V19.4S
+	WORD   $0x6e2bdc10 // FMUL V16.4S, V0.4S, V11.4S
+	WORD   $0x6e2bdc31 // FMUL V17.4S, V1.4S, V11.4S
+	WORD   $0x6e2bdc52 // FMUL V18.4S, V2.4S, V11.4S
+	WORD   $0x6e2bdc73 // FMUL V19.4S, V3.4S, V11.4S
+	VFMLA  V13.S4, V24.S4, V24.S4
+	VFMLA  V13.S4, V25.S4, V25.S4
+	VFMLA  V13.S4, V26.S4, V26.S4
+	VFMLA  V13.S4, V27.S4, V27.S4
+	VFMLA  V12.S4, V16.S4, V24.S4
+	VFMLA  V12.S4, V17.S4, V25.S4
+	VFMLA  V12.S4, V18.S4, V26.S4
+	VFMLA  V12.S4, V19.S4, V27.S4
+	VST1.P [V24.S4, V25.S4, V26.S4, V27.S4], 64(R5)
+	CBZ    R14, onenext16
+
+onewrite16a:
+	// S' = S + em1·S + kh_i·δ
+	VLD1.P  (R10)(R8), [V0.S4, V1.S4, V2.S4, V3.S4]
+	VLD1R.P 4(R12), [V8.S4]
+	VFMLA   V13.S4, V0.S4, V0.S4
+	VFMLA   V13.S4, V1.S4, V1.S4
+	VFMLA   V13.S4, V2.S4, V2.S4
+	VFMLA   V13.S4, V3.S4, V3.S4
+	VFMLA   V8.S4, V16.S4, V0.S4
+	VFMLA   V8.S4, V17.S4, V1.S4
+	VFMLA   V8.S4, V18.S4, V2.S4
+	VFMLA   V8.S4, V19.S4, V3.S4
+	VST1.P  [V0.S4, V1.S4, V2.S4, V3.S4], (R11)(R8)
+	SUBS    $1, R14, R14
+	BNE     onewrite16a
+
+onenext16:
+	ADD $64, R0, R0
+	ADD $64, R1, R1
+	SUB $16, R7, R7
+
+onestrip4:
+	// 4 columns (at most 3): one vector per row, V16 accK, V24 accQ
+	CMP  $4, R7
+	BLT  onestrip1
+	VEOR V16.B16, V16.B16, V16.B16
+	VEOR V24.B16, V24.B16, V24.B16
+	MOVD R0, R10
+	MOVD R2, R12
+	MOVD R3, R13
+	MOVD R6, R14
+	CBZ  R14, onedelta4
+
+oneread4:
+	VLD1.P  (R10)(R8), [V0.S4]
+	VLD1R.P 4(R12), [V8.S4]
+	VLD1R.P 4(R13), [V9.S4]
+	VFMLA   V8.S4, V0.S4, V16.S4
+	VFMLA   V9.S4, V0.S4, V24.S4
+	SUBS    $1, R14, R14
+	BNE     oneread4
+
+onedelta4:
+	MOVD   R0, R10
+	MOVD   R1, R11
+	MOVD   R2, R12
+	MOVD   R6, R14
+	VLD1.P 16(R4), [V0.S4]
+	CBNZ   R9, onedelta4a
+
+	// eg·x: δ = beta·(v − eg·accK); o = eg·accQ + kq·δ
+	VFMLS  V10.S4, V16.S4, V0.S4
+	WORD   $0x6e2bdc10 // FMUL V16.4S, V0.4S, V11.4S
+	WORD   $0x6e2adf18 // FMUL V24.4S, V24.4S, V10.4S
+	VFMLA  V12.S4, V16.S4, V24.S4
+	VST1.P [V24.S4], 16(R5)
+	CBZ    R14, onenext4
+
+onewrite4b:
+	// S' = eg·S + kh_i·δ
+	VLD1.P  (R10)(R8), [V0.S4]
+	VLD1R.P 4(R12), [V8.S4]
+	WORD    $0x6e2adc00 // FMUL V0.4S, V0.4S, V10.4S
+	VFMLA   V8.S4, V16.S4, V0.S4
+	VST1.P  [V0.S4], (R11)(R8)
+	SUBS    $1, R14, R14
+	BNE     onewrite4b
+	B       onenext4
+
+onedelta4a:
+	// x + em1·x: kv = accK + em1·accK; δ = beta·(v − kv); o = accQ + em1·accQ + kq·δ
+	VFMLA  V13.S4, V16.S4, V16.S4
+	WORD   $0x4eb0d400 // FSUB V0.4S, V0.4S, V16.4S
+	WORD   $0x6e2bdc10 // FMUL V16.4S, V0.4S, V11.4S
+	VFMLA  V13.S4, V24.S4, V24.S4
+	VFMLA  V12.S4, V16.S4, V24.S4
+	VST1.P [V24.S4], 16(R5)
+	CBZ    R14, onenext4
+
+onewrite4a:
+	// S' = S + em1·S + kh_i·δ
+	VLD1.P  (R10)(R8), [V0.S4]
+	VLD1R.P 4(R12), [V8.S4]
+	VFMLA   V13.S4, V0.S4, V0.S4
+	VFMLA   V8.S4, V16.S4, V0.S4
+	VST1.P  [V0.S4], (R11)(R8)
+	SUBS    $1, R14, R14
+	BNE     onewrite4a
+
+onenext4:
+	ADD $16, R0, R0
+	ADD $16, R1, R1
+	SUB $4, R7, R7
+	B   onestrip4
+
+onestrip1:
+	// single columns (at most 3), scalar: F16 accK, F24 accQ
+	CBZ   R7, onedone
+	FMOVS ZR, F16
+	FMOVS ZR, F24
+	MOVD  R0, R10
+	MOVD  R2, R12
+	MOVD  R3, R13
+	MOVD  R6, R14
+	CBZ   R14, onedelta1
+
+oneread1:
+	FMOVS   (R10), F0
+	ADD     R8, R10, R10
+	FMOVS.P 4(R12), F8
+	FMOVS.P 4(R13), F9
+	FMADDS  F8, F16, F0, F16 // F16 += F0·F8
+	FMADDS  F9, F24, F0, F24 // F24 += F0·F9
+	SUBS    $1, R14, R14
+	BNE     oneread1
+
+onedelta1:
+	MOVD    R0, R10
+	MOVD    R1, R11
+	MOVD    R2, R12
+	MOVD    R6, R14
+	FMOVS.P 4(R4), F0
+	CBNZ    R9, onedelta1a
+
+	// eg·x: δ = beta·(v − eg·accK); o = eg·accQ + kq·δ
+	FMSUBS  F10, F0, F16, F0 // F0 −= F16·F10
+	FMULS   F11, F0, F16
+	FMULS   F10, F24, F24
+	FMADDS  F12, F24, F16, F24 // F24 += F16·F12
+	FMOVS.P F24, 4(R5)
+	CBZ     R14, onenext1
+
+onewrite1b:
+	// S' = eg·S + kh_i·δ
+	FMOVS   (R10), F0
+	ADD     R8, R10, R10
+	FMOVS.P 4(R12), F8
+	FMULS   F10, F0, F0
+	FMADDS  F8, F0, F16, F0 // F0 += F16·F8
+	FMOVS   F0, (R11)
+	ADD     R8, R11, R11
+	SUBS    $1, R14, R14
+	BNE     onewrite1b
+	B       onenext1
+
+onedelta1a:
+	// x + em1·x: kv = accK + em1·accK; δ = beta·(v − kv); o = accQ + em1·accQ + kq·δ
+	FMADDS  F13, F16, F16, F16 // F16 += F16·F13
+	FSUBS   F16, F0, F0
+	FMULS   F11, F0, F16
+	FMADDS  F13, F24, F24, F24 // F24 += F24·F13
+	FMADDS  F12, F24, F16, F24 // F24 += F16·F12
+	FMOVS.P F24, 4(R5)
+	CBZ     R14, onenext1
+
+onewrite1a:
+	// S' = S + em1·S + kh_i·δ
+	FMOVS   (R10), F0
+	ADD     R8, R10, R10
+	FMOVS.P 4(R12), F8
+	FMADDS  F13, F0, F0, F0 // F0 += F0·F13
+	FMADDS  F8, F0, F16, F0 // F0 += F16·F8
+	FMOVS   F0, (R11)
+	ADD     R8, R11, R11
+	SUBS    $1, R14, R14
+	BNE     onewrite1a
+
+onenext1:
+	ADD $4, R0, R0
+	ADD $4, R1, R1
+	SUB $1, R7, R7
+	B   onestrip1
+
+onedone:
+	RET
+
+tokens:
 	MOVD K+0(FP), R6
 	MOVD V+8(FP), R7
 	MOVD src_base+16(FP), R0

@@ -72,6 +72,32 @@ func (e *emitter) textFrame(name string, frame, args int) {
 	e.raw("TEXT ·%s(SB), 0, $%d-%d", name, frame, args)
 }
 
+// prefixLabels prefixes every label defined from line first on, and every use of it there, with p
+// (a piece emitted into a TEXT that has labels of the same names).
+func (e *emitter) prefixLabels(first int, p string) {
+	names := map[string]bool{}
+	for _, l := range e.lines[first:] {
+		if l.kind == kLabel {
+			names[l.text] = true
+		}
+	}
+	for i := first; i < len(e.lines); i++ {
+		l := &e.lines[i]
+		switch l.kind {
+		case kLabel:
+			l.text = p + l.text
+		case kOp:
+			args := strings.Split(l.args, ", ")
+			for j, a := range args {
+				if names[a] {
+					args[j] = p + a
+				}
+			}
+			l.args = strings.Join(args, ", ")
+		}
+	}
+}
+
 // label writes "name:" after a blank line.
 func (e *emitter) label(name string) {
 	e.blank()

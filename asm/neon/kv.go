@@ -123,6 +123,17 @@ func stateKV(e *emitter, st storage) {
 		"row counter, R15 state row stride V·es, R19 strip's first column, R20 tokens left, R21 tok, R22",
 		"stores, R23 row start, R24/R25 scratch.")
 	e.textFrame(name, slabBytes, size)
+	if !st.bf16 {
+		e.comment("one token with a store (decode): the T = 1 plan, whole column strips (stateOne)")
+		e.op("MOVD", fr.length("tok"), kvTmp)
+		e.op("CMP", imm(4), kvTmp)
+		e.op("BNE", "tokens")
+		e.op("MOVD", fr.base("stores"), kvTmp)
+		e.op("MOVD", fmt.Sprintf("(%v)", kvTmp), kvTmp)
+		e.op("CBZ", kvTmp, "tokens")
+		stateOne(e, fr)
+		e.label("tokens")
+	}
 	e.op("MOVD", fr.word("K"), kvK)
 	e.op("MOVD", fr.word("V"), kvCols)
 	e.op("MOVD", fr.base("src"), kvSrc)

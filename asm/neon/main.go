@@ -32,7 +32,6 @@ func generate() []byte {
 		"R27 before the first instruction below.")
 	e.blank()
 	e.raw("#include \"textflag.h\"")
-	stateNEON(e)
 	l2NEON(e)
 	gateNEON4(e)
 	gatesNEON(e)

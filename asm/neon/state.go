@@ -287,45 +287,57 @@ func strip(e *emitter, s shape, after string, times int) {
 	}
 }
 
-func stateNEON(e *emitter) {
-	e.doc("func stateNEON(sIn, sOut, kh, qh, v, o []float32, em1, eg, beta, kq float32)",
-		"",
-		"Blocking: the state is processed in column strips. A strip is 32 columns (eight 4-float vectors)",
-		"while at least 32 columns remain, then at most one strip of 16 columns, at most three of 4 columns",
-		"(one vector) and at most three single columns. For each strip:",
-		"",
-		"\tread pass  (rows i = 0..K-1): accK += kh_i·S[i][strip], accQ += qh_i·S[i][strip]; a 32-column",
-		"\t           strip keeps 16 independent accumulators (V16-V31), enough FMAs in flight to cover the",
-		"\t           4-cycle FMA latency on 2- and 4-pipe cores (8 in a 16-column strip, 2 in a 4-column one);",
-		"\tδ, o       δ = beta·(v − decay(accK)) (kept in V16-V23), o = decay(accQ) + kq·δ (stored);",
-		"\twrite pass (rows i = 0..K-1): S'[i][strip] = decay(S[i][strip]) + kh_i·δ.",
-		"",
-		"decay(x) is x + em1·x (one FMLA, x its own accumulator) when em1 ≥ −0.5, else eg·x (SPEC Part A).",
-		"The form is decided once, in the prologue (R9 = 1 for x + em1·x; a NaN em1 compares false: eg·x);",
-		"each strip branches once to the δ, o and write pass of its form, so both write loops have the",
-		"same instructions per element as a single-form loop.",
-		"",
-		"The K×32 slab of a strip (16 KiB at K = 128) is still in L1 when the write pass reads it again, so",
-		"the state is read once from memory and written once. Rows are V·4 bytes apart; no load or store",
-		"touches anything outside the head's K×V state, kh, qh, v or o.",
-		"",
-		"Registers: R0 sIn strip, R1 sOut strip, R2 kh, R3 qh, R4 v, R5 o, R6 K, R7 columns left,",
-		"R8 row stride V·4, R15 stride−64, R9 form (1: x + em1·x), R10/R11 row pointers, R12/R13 kh/qh",
-		"pointers, R14 row counter; V10 eg, V11 beta, V12 kq, V13 em1 (broadcast), V8/V9 kh_i/qh_i",
-		"(broadcast), V0-V7 state data.")
-	e.text("stateNEON", 160)
-	e.op("MOVD", arg("sIn_base", 0), rSIn)
-	e.op("MOVD", arg("sOut_base", 24), rSOut)
-	e.op("MOVD", arg("kh_base", 48), rKh)
-	e.op("MOVD", arg("kh_len", 56), rK)
-	e.op("MOVD", arg("qh_base", 72), rQh)
-	e.op("MOVD", arg("v_base", 96), rV)
-	e.op("MOVD", arg("v_len", 104), rCols)
-	e.op("MOVD", arg("o_base", 120), rO)
-	e.op("FMOVS", arg("em1", 144), Freg(nEm1))
-	e.op("FMOVS", arg("eg", 148), Freg(nEg))
-	e.op("FMOVS", arg("beta", 152), Freg(nBeta))
-	e.op("FMOVS", arg("kq", 156), Freg(nKq))
+// stateOne emits the T = 1 plan of the [K][V] f32 routine over T tokens (one token with a store:
+// stateNEON's arithmetic, whole columns strips from src to stores[0]) from its arguments (fr),
+// its labels prefixed with "one" (the routine's own are in the same TEXT), and its return.
+func stateOne(e *emitter, fr frame) {
+	first := len(e.lines)
+	e.op("MOVD", fr.base("src"), rSIn)
+	e.op("MOVD", fr.base("stores"), rSOut)
+	e.op("MOVD", "(R1)", rSOut)
+	e.op("MOVD", fr.base("kh"), rKh)
+	e.op("MOVD", fr.word("K"), rK)
+	e.op("MOVD", fr.base("qh"), rQh)
+	e.op("MOVD", fr.base("v"), rV)
+	e.op("MOVD", fr.word("V"), rCols)
+	e.op("MOVD", fr.base("o"), rO)
+	e.op("MOVD", fr.base("tok"), rRow)
+	e.op("FMOVS", "(R10)", Freg(nEm1))
+	e.op("FMOVS", "4(R10)", Freg(nEg))
+	e.op("FMOVS", "8(R10)", Freg(nBeta))
+	e.op("FMOVS", "12(R10)", Freg(nKq))
+	stateBody(e)
+	e.prefixLabels(first, "one")
+}
+
+// stateBody's arithmetic (the T = 1 plan of stateKVf32NEON; stateGeneric's). Blocking: the state
+// is processed in column strips. A strip is 32 columns (eight 4-float vectors) while at least 32
+// columns remain, then at most one strip of 16 columns, at most three of 4 columns
+// (one vector) and at most three single columns. For each strip:
+//
+//	read pass  (rows i = 0..K-1): accK += kh_i·S[i][strip], accQ += qh_i·S[i][strip]; a 32-column
+//	           strip keeps 16 independent accumulators (V16-V31), enough FMAs in flight to cover the
+//	           4-cycle FMA latency on 2- and 4-pipe cores (8 in a 16-column strip, 2 in a 4-column one);
+//	δ, o       δ = beta·(v − decay(accK)) (kept in V16-V23), o = decay(accQ) + kq·δ (stored);
+//	write pass (rows i = 0..K-1): S'[i][strip] = decay(S[i][strip]) + kh_i·δ.
+//
+// decay(x) is x + em1·x (one FMLA, x its own accumulator) when em1 ≥ −0.5, else eg·x (SPEC Part A).
+// The form is decided once, in the prologue (R9 = 1 for x + em1·x; a NaN em1 compares false: eg·x);
+// each strip branches once to the δ, o and write pass of its form, so both write loops have the
+// same instructions per element as a single-form loop.
+//
+// The K×32 slab of a strip (16 KiB at K = 128) is still in L1 when the write pass reads it again, so
+// the state is read once from memory and written once. Rows are V·4 bytes apart; no load or store
+// touches anything outside the head's K×V state, kh, qh, v or o.
+//
+// Registers: R0 sIn strip, R1 sOut strip, R2 kh, R3 qh, R4 v, R5 o, R6 K, R7 columns left,
+// R8 row stride V·4, R15 stride−64, R9 form (1: x + em1·x), R10/R11 row pointers, R12/R13 kh/qh
+// pointers, R14 row counter; V10 eg, V11 beta, V12 kq, V13 em1 (broadcast), V8/V9 kh_i/qh_i
+// (broadcast), V0-V7 state data.
+//
+// stateBody emits that arithmetic and the return, its arguments in rSIn, rSOut, rKh, rK, rQh,
+// rV, rCols, rO and em1, eg, beta, kq in S13, S10, S11, S12.
+func stateBody(e *emitter) {
 	e.op("FMOVS", "$(-0.5)", Freg(14))
 	e.opn("em1 vs −0.5: GE is false for NaN", "FCMPS", Freg(14), Freg(nEm1))
 	e.op("CSET", "GE", rForm)
