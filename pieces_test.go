@@ -714,6 +714,7 @@ type tokCase struct {
 	storeAt     []bool    // which tokens store
 	noCarry     bool      // bf16: no f32 carry asked for (a decode's call)
 	rawSrc32    bool      // bf16 from src32: srcF itself, not widened from its bf16 rounding (a NaN payload's low bits reach the routine)
+	inPlace     bool      // the last token's store is src itself (f32 src, bf16 src16)
 }
 
 func newTokCase(r *rand.Rand, K, V, T int, zero bool) tokCase {
@@ -732,8 +733,15 @@ func newTokCase(r *rand.Rand, K, V, T int, zero bool) tokCase {
 	c.tok = make([]float32, 4*T)
 	for τ := range T {
 		em1 := -0.02 * float32(τ+1)
-		if τ%3 == 2 {
+		switch {
+		case τ%3 == 2:
 			em1 = -0.9 // a strong decay: the eg·S form
+		case τ%7 == 5:
+			em1 = -0.5 // the threshold itself: x + em1·x
+		case τ%7 == 6:
+			em1 = math.Nextafter32(-0.5, -1) // just beyond: eg·x
+		case τ%11 == 10:
+			em1 = 0 // no decay
 		}
 		// eg is deliberately not 1 + em1 (by 2%): a routine taking the wrong form's parameter
 		// differs visibly from the generic one.
@@ -820,6 +828,10 @@ func runTokens(t *testing.T, tk Tokens, layout int, bf16, src32 bool, c tokCase,
 	if !bf16 {
 		src := g32(c.srcF, 6)
 		for τ := range T {
+			if c.inPlace && τ == T-1 {
+				res.stores[τ], stores[τ] = src, unsafe.Pointer(&src[0])
+				continue
+			}
 			if c.storeAt[τ] {
 				s, chk := kerneltest.Guarded[float32](t, hs, 7+τ)
 				checks = append(checks, chk)
@@ -843,6 +855,10 @@ func runTokens(t *testing.T, tk Tokens, layout int, bf16, src32 bool, c tokCase,
 			}
 		}
 		for τ := range T {
+			if c.inPlace && τ == T-1 {
+				res.bf16[τ], stores[τ] = src16, unsafe.Pointer(&src16[0])
+				continue
+			}
 			if c.storeAt[τ] {
 				s, chk := kerneltest.Guarded[uint16](t, hs, 7+τ)
 				checks = append(checks, chk)
@@ -871,7 +887,12 @@ func runTokens(t *testing.T, tk Tokens, layout int, bf16, src32 bool, c tokCase,
 	return res
 }
 
-// TestTokensPiece: every assembly kernel's routines over T tokens against the generic ones.
+// TestTokensPiece: every assembly kernel's routines over T tokens against the generic ones, the
+// matrix kernel × format × T (T = 1, 2, 5, 64; subtests kernel=…/format=…/T=…), each over shapes
+// around the vector and block sizes: slices between guard bands, v's rows with NaN between them,
+// stores at some tokens or at every one, in place or not (the last store over src), from a zero
+// state or not, bf16 from src or src32 and with or without the f32 carry, tokens in both decay
+// forms, at em1 = −0.5 and just below it, and without decay (T = 64).
 func TestTokensPiece(t *testing.T) {
 	ref := TokensOf(Default()) // replaced below: generic
 	if k, ok := Lookup("generic"); ok {
@@ -890,24 +911,32 @@ func TestTokensPiece(t *testing.T) {
 					t.Skipf("%s has no %v routine over T tokens", name, f)
 				}
 				r := rand.New(rand.NewPCG(11, uint64(l)))
-				for _, T := range []int{1, 2, 5} {
-					for si, sh := range tokenShapes {
-						for _, src32 := range []bool{false, true} {
-							if src32 && !f.BF16 {
-								continue
-							}
-							c := newTokCase(r, sh[0], sh[1], T, si%4 == 0)
-							c.noCarry = si%2 == 1
-							what := fmt.Sprintf("%s/%v/T=%d/K=%d,V=%d/src32=%v/carry=%v", name, f, T, sh[0], sh[1], src32, !c.noCarry)
-							got := runTokens(t, tk, l, f.BF16, src32, c, what)
-							want := runTokens(t, ref, l, f.BF16, src32, c, what+" (generic)")
-							nearTokens(t, what, got, want, f.BF16, !c.noCarry, c.storeAt, true)
-							if f.BF16 && !c.noCarry {
-								// The last store is the carry rounded: the same bits, not just close.
-								kerneltest.EqualBits(t, what+" last store = BF16RNE(carry)", got.bf16[T-1], roundAll(got.carry))
+				for _, T := range []int{1, 2, 5, 64} {
+					t.Run(fmt.Sprintf("T=%d", T), func(t *testing.T) {
+						for si, sh := range tokenShapes {
+							for _, src32 := range []bool{false, true} {
+								if src32 && !f.BF16 {
+									continue
+								}
+								c := newTokCase(r, sh[0], sh[1], T, si%4 == 0)
+								c.noCarry = si%2 == 1
+								c.inPlace = si%3 == 1
+								if si%5 == 2 {
+									for τ := range c.storeAt {
+										c.storeAt[τ] = true
+									}
+								}
+								what := fmt.Sprintf("%s/%v/T=%d/K=%d,V=%d/src32=%v/carry=%v", name, f, T, sh[0], sh[1], src32, !c.noCarry)
+								got := runTokens(t, tk, l, f.BF16, src32, c, what)
+								want := runTokens(t, ref, l, f.BF16, src32, c, what+" (generic)")
+								nearTokens(t, what, got, want, f.BF16, !c.noCarry, c.storeAt, true)
+								if f.BF16 && !c.noCarry {
+									// The last store is the carry rounded: the same bits, not just close.
+									kerneltest.EqualBits(t, what+" last store = BF16RNE(carry)", got.bf16[T-1], roundAll(got.carry))
+								}
 							}
 						}
-					}
+					})
 				}
 			})
 		}
