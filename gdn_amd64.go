@@ -3,12 +3,13 @@
 package gdnsimd
 
 import (
+	"sync"
 	"unsafe"
 
 	"golang.org/x/sys/cpu"
 )
 
-// available lists the assembly kernels usable on this CPU, best first.
+// init sets available, the assembly kernels usable on this CPU, best first:
 //
 //   - "avx512" needs AVX512F and AVX512VL (EVEX forms of 256/128-bit instructions in the
 //     reductions), AVX512BW (VPMOVZXWD of bf16 into a ZMM: every CPU with VL has it), and AVX2
@@ -17,7 +18,7 @@ import (
 //
 // x/sys/cpu honours GODEBUG=cpu.avx512f=off (and the like) flag by flag without cascading, so the
 // conditions are chained here: turning off a feature turns off every kernel that uses it.
-var available = amd64Kernels()
+func init() { available = amd64Kernels() }
 
 // avx512BF16 says whether the AVX-512 [V][K] bf16 routine may round with VCVTNE2PS2BF16
 // (AVX512_BF16): its cvt argument. Off with GODEBUG=cpu.avx512bf16=off (the integer rounding,
@@ -145,3 +146,306 @@ func gatesAVX2(beta, em1, eg, b, a, alog, dtb []float32)
 //
 //go:noescape
 func l2AVX2(q, k []float32) (qq, kk, kq float64)
+
+// The [K][V] state routines over T tokens of gdn_amd64.s (asm/state_kv_tokens.go), in the flat
+// signature of gdn_generic.go, and the widen pieces. Per token each computes what the
+// single-token routine of its ISA (stateAVX512, stateAVX2) computes, product for product and in
+// the same order, so that T calls of one token and one call of T tokens give the same bits and a
+// bf16 store is BF16RNE of the f32 routine's state:
+//
+//	decay_τ(x) := x + em1_τ·x (fused) if em1_τ ≥ −0.5, else eg_τ·x (also for a NaN em1)
+//	S := src (bf16 widened; src32 instead when it is not nil)
+//	for τ := range T:
+//		for j := range V:
+//			kv, qs := Σ_i kh_τ[i]·S[i][j], Σ_i qh_τ[i]·S[i][j]     (FMAs from 0, i ascending)
+//			d := (v_τ[j] − decay_τ(kv))·beta_τ;  o_τ[j] = decay_τ(qs) + d·kq_τ
+//			for i := range K: S[i][j] = decay_τ(S[i][j]) + d·kh_τ[i]
+//		if stores[τ] != nil: stores[τ] ← S (bf16: BF16RNE)
+//	carry ← S (bf16 routines, when not nil)
+//
+// in column blocks of at most 64 (AVX-512) or 32 (AVX2) columns whose K rows stay in work (L1)
+// for all T tokens: at least kvWork + 16 float32s (the routine aligns it to 64 bytes). K must be
+// at most kvMaxK512 / kvMaxK2 (the wrappers below check).
+
+//go:noescape
+func stateKVf32AVX512(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok, work []float32, pf []uintptr)
+
+// stateKVbf16AVX512's cvt: the CPU has AVX512_BF16 (avx512BF16), so that a row without NaN may be
+// rounded two vectors at a time by VCVTNE2PS2BF16, a row with a ±0 stored word (a denormal input,
+// which the instruction takes as zero, or a zero) stored again by the integer rounding: the same
+// bits either way.
+//
+//go:noescape
+func stateKVbf16AVX512(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok, work []float32, pf []uintptr, cvt bool)
+
+//go:noescape
+func stateKVf32AVX2(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok, work []float32, pf []uintptr)
+
+//go:noescape
+func stateKVbf16AVX2(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok, work []float32, pf []uintptr)
+
+// widenAVX512 is widenGeneric in AVX-512: 16 lanes at a time, then one masked vector.
+//
+//go:noescape
+func widenAVX512(dst []float32, src []uint16)
+
+// widenAVX2 is widenGeneric in AVX2: 8 lanes at a time, then 4, then one.
+//
+//go:noescape
+func widenAVX2(dst []float32, src []uint16)
+
+// The largest K whose column block of one vector fits the routines' frame (32 KiB).
+const (
+	kvMaxK512 = 512
+	kvMaxK2   = 1024
+)
+
+// kvWork is the size of a column block's work space in float32s (32 KiB).
+const kvWork = 8 << 10
+
+// workPool holds the work spaces of the routines over T tokens (the flat signature has none; a
+// 32 KiB frame would need the stack-check prologue, which -dynlink builds cannot link).
+var workPool = sync.Pool{New: func() any { b := make([]float32, kvWork+16); return &b }}
+
+// single is a single-token [K][V] f32 state routine (stateAVX512, stateAVX2: the T = 1 plan of the
+// routine over T tokens).
+type single func(sIn, sOut, kh, qh, v, o []float32, em1, eg, beta, kq float32)
+
+// kvF32 is the f32 [K][V] routine over T tokens of a kernel: one token with a store goes to its
+// T = 1 plan (whole rows: the read pass is one stream; any K, no work space); a K too large for
+// the frame to kvVia; the rest to the routine over T tokens with a work space. All give the same
+// bits.
+func kvF32(one single, r func(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok, work []float32, pf []uintptr), maxK int) tokensF32 {
+	return func(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok []float32, pf []uintptr) {
+		hs := K * V
+		switch {
+		case len(tok) == 4 && stores[0] != nil:
+			one(src[:hs:hs], unsafe.Slice((*float32)(stores[0]), hs), kh[:K:K], qh[:K:K], v[:V:V], o[:V:V], tok[0], tok[1], tok[2], tok[3])
+		case K > maxK:
+			kvVia(one, K, V, src, nil, stores, nil, kh, qh, v, vs, o, tok)
+		default:
+			w := workPool.Get().(*[]float32)
+			r(K, V, src, stores, kh, qh, v, vs, o, tok, *w, pf)
+			workPool.Put(w)
+		}
+	}
+}
+
+// kvBF16 is the bf16 [K][V] routine over T tokens of a kernel (kvVia for a K too large).
+func kvBF16(one single, r func(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok, work []float32, pf []uintptr), maxK int) tokensBF16 {
+	return func(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok []float32, pf []uintptr) {
+		if K > maxK {
+			if src32 == nil {
+				src32 = make([]float32, K*V)
+				widenGeneric(src32, src)
+			}
+			kvVia(one, K, V, src32, src, stores, carry, kh, qh, v, vs, o, tok)
+			return
+		}
+		w := workPool.Get().(*[]float32)
+		r(K, V, src, src32, stores, carry, kh, qh, v, vs, o, tok, *w, pf)
+		workPool.Put(w)
+	}
+}
+
+var (
+	kvF32AVX512  = kvF32(stateAVX512, stateKVf32AVX512, kvMaxK512)
+	kvBF16AVX512 = kvBF16(stateAVX512, kvBF16AVX512Cvt, kvMaxK512)
+	kvF32AVX2    = kvF32(stateAVX2, stateKVf32AVX2, kvMaxK2)
+	kvBF16AVX2   = kvBF16(stateAVX2, stateKVbf16AVX2, kvMaxK2)
+)
+
+// kvVia runs the tokens through the single-token routine in a float32 copy of the state (src32),
+// storing f32 (src16 nil) or bf16 states at stores and the last one to carry when not nil.
+func kvVia(one single, K, V int, src32 []float32, src16 []uint16, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok []float32) {
+	hs := K * V
+	cur := make([]float32, hs)
+	copy(cur, src32[:hs])
+	for τ := range len(tok) / 4 {
+		tk := tok[4*τ : 4*τ+4]
+		one(cur, cur, kh[τ*K:(τ+1)*K:(τ+1)*K], qh[τ*K:(τ+1)*K:(τ+1)*K], v[τ*vs:τ*vs+V:τ*vs+V], o[τ*V:(τ+1)*V:(τ+1)*V], tk[0], tk[1], tk[2], tk[3])
+		switch p := stores[τ]; {
+		case p == nil:
+		case src16 == nil:
+			copy(unsafe.Slice((*float32)(p), hs), cur)
+		default:
+			d := unsafe.Slice((*uint16)(p), hs)
+			for i, x := range cur {
+				d[i] = BF16RNE(x)
+			}
+		}
+	}
+	if carry != nil {
+		copy(carry[:hs], cur)
+	}
+}
+
+// kvBF16AVX512Cvt is stateKVbf16AVX512 with cvt = avx512BF16 (read per call, so that a test may
+// turn it off).
+func kvBF16AVX512Cvt(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok, work []float32, pf []uintptr) {
+	stateKVbf16AVX512(K, V, src, src32, stores, carry, kh, qh, v, vs, o, tok, work, pf, avx512BF16)
+}
+
+// The [V][K] state routines over T tokens of the "avx512" and "avx2" kernels (asm/state_vk.go), in
+// the flat signature of tokensF32 and tokensBF16 (gdn_generic.go). Per row j (K contiguous
+// elements) and token τ, with tok[4τ:4τ+4] = em1, eg, beta, kq and decay(x) = x + em1·x (fused)
+// when em1 ≥ −0.5, else eg·x (also for a NaN em1), chosen per token:
+//
+//	kv, qs := Σ_i kh[τK+i]·S[j][i], Σ_i qh[τK+i]·S[j][i]
+//	d := beta·(v[τ·vs+j] − decay(kv));  o[τV+j] = decay(qs) + kq·d   (fused)
+//	S[j][i] = decay(S[j][i]) + kh[τK+i]·d                            (fused)
+//
+// Groups of rows are loaded once, carried in registers through the T tokens and stored where
+// stores[τ] is not nil (bf16: rounded to nearest even; then the f32 carry, if not nil). AVX-512,
+// K ≤ 128: blocks of 32, then 16 rows are carried in work instead (a workPool space, at least
+// 4640 + 16 float32s; the routine aligns it to 64 bytes), 16 or 32 rows in flight per token
+// (asm/state_vk_block.go); the rows left, and every row when T = 1 (work may then be nil), take
+// the register groups. AVX2: pairs of rows in work (a workPool space, 1 KiB used), each token's update and the next token's dots in one pass over them (fusedTokens);
+// with one token and a store (bf16: without src32 and carry), the pairs from src to stores[0]
+// (once): f32 leaves work unused, bf16 needs it, for the pairs through work take the rest of the
+// head from the first pair whose δ is not finite.
+// The assembly handles K ≤ 256 (AVX-512) and 8 ≤ K ≤ 128 (AVX2); outside that range these wrappers run
+// the portable routine (vkTokens), which allocates its per-call bookkeeping. The AVX2 routines take
+// the rows in pairs and leave an odd V's last row to the portable arithmetic (vkOddRow): no model
+// has an odd V, and a one-row group per shape took 1,706 (f32) and 2,944 (bf16) lines.
+
+func vkF32AVX512(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok []float32, pf []uintptr) {
+	if K > 256 {
+		vkPortableF32(K, V, src, stores, kh, qh, v, vs, o, tok)
+		return
+	}
+	if len(tok) == 4 { // one token: the register groups, no work space
+		stateVKf32AVX512(K, V, src, stores, kh, qh, v, vs, o, tok, nil, pf)
+		return
+	}
+	w := workPool.Get().(*[]float32)
+	stateVKf32AVX512(K, V, src, stores, kh, qh, v, vs, o, tok, *w, pf)
+	workPool.Put(w)
+}
+
+func vkBF16AVX512(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok []float32, pf []uintptr) {
+	if K > 256 {
+		vkPortableBF16(K, V, src, src32, stores, carry, kh, qh, v, vs, o, tok)
+		return
+	}
+	if len(tok) == 4 { // one token: the register groups, no work space
+		stateVKbf16AVX512(K, V, src, src32, stores, carry, kh, qh, v, vs, o, tok, nil, pf, avx512BF16)
+		return
+	}
+	w := workPool.Get().(*[]float32)
+	stateVKbf16AVX512(K, V, src, src32, stores, carry, kh, qh, v, vs, o, tok, *w, pf, avx512BF16)
+	workPool.Put(w)
+}
+
+func vkF32AVX2(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok []float32, pf []uintptr) {
+	if K < 8 || K > 128 {
+		vkPortableF32(K, V, src, stores, kh, qh, v, vs, o, tok)
+		return
+	}
+	if len(tok) == 4 && stores[0] != nil { // one token with a store: the pairs from src (once), no work space
+		stateVKf32AVX2(K, V, src, stores, kh, qh, v, vs, o, tok, nil, pf)
+	} else {
+		w := workPool.Get().(*[]float32) // the pairs of rows live in work
+		stateVKf32AVX2(K, V, src, stores, kh, qh, v, vs, o, tok, *w, pf)
+		workPool.Put(w)
+	}
+	if V%2 == 1 {
+		vkOddRow(K, V, stateRef{f32: src}, stores, false, nil, kh, qh, v, vs, o, tok)
+	}
+}
+
+func vkBF16AVX2(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok []float32, pf []uintptr) {
+	if K < 8 || K > 128 {
+		vkPortableBF16(K, V, src, src32, stores, carry, kh, qh, v, vs, o, tok)
+		return
+	}
+	w := workPool.Get().(*[]float32) // the pairs of rows live in work (also once's fallback: always given)
+	stateVKbf16AVX2(K, V, src, src32, stores, carry, kh, qh, v, vs, o, tok, *w, pf)
+	workPool.Put(w)
+	if V%2 == 1 {
+		in := stateRef{bf16: src}
+		if src32 != nil {
+			in = stateRef{f32: src32}
+		}
+		vkOddRow(K, V, in, stores, true, carry, kh, qh, v, vs, o, tok)
+	}
+}
+
+// vkOddRow runs the last row of a head through the portable routine's arithmetic (vkRow): from in,
+// to stores (bf16 rounded if bf16) and the last token's state to carry when not nil. Its row is a
+// workPool space: nothing is allocated.
+func vkOddRow(K, V int, in stateRef, stores []unsafe.Pointer, bf16 bool, carry []float32, kh, qh, v []float32, vs int, o, tok []float32) {
+	w := workPool.Get().(*[]float32)
+	row := (*w)[:K:K]
+	j, hs, last := V-1, K*V, len(tok)/4-1
+	loadState(row, in, j*K)
+	vkRow(row, j, V, kh, qh, v, vs, o, tok, func(τ int) stateRef {
+		var d stateRef
+		switch p := stores[τ]; {
+		case p == nil:
+		case bf16:
+			d.bf16 = unsafe.Slice((*uint16)(p), hs)
+		default:
+			d.f32 = unsafe.Slice((*float32)(p), hs)
+		}
+		if τ == last && carry != nil {
+			d.f32 = carry
+		}
+		return d
+	})
+	workPool.Put(w)
+}
+
+// vkPortableF32 and vkPortableBF16 are vkTokens behind the flat signatures.
+func vkPortableF32(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok []float32) {
+	dst := make([]stateRef, len(tok)/4)
+	for τ, p := range stores[:len(dst)] {
+		if p != nil {
+			dst[τ].f32 = unsafe.Slice((*float32)(p), K*V)
+		}
+	}
+	vkTokens(&headCall{K: K, V: V, src: stateRef{f32: src}, dst: dst, kh: kh, qh: qh, v: v, vs: vs, o: o, tok: tok, slab: make([]float32, K)})
+}
+
+func vkPortableBF16(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok []float32) {
+	dst := make([]stateRef, len(tok)/4)
+	for τ, p := range stores[:len(dst)] {
+		if p != nil {
+			dst[τ].bf16 = unsafe.Slice((*uint16)(p), K*V)
+		}
+	}
+	if carry != nil {
+		dst[len(dst)-1].f32 = carry
+	}
+	in := stateRef{bf16: src}
+	if src32 != nil {
+		in = stateRef{f32: src32}
+	}
+	vkTokens(&headCall{K: K, V: V, src: in, dst: dst, kh: kh, qh: qh, v: v, vs: vs, o: o, tok: tok, slab: make([]float32, K)})
+}
+
+// The assembly routines (K in range, see above; len(tok) = 4T, T ≥ 1; the contract of tokensF32
+// and tokensBF16).
+
+//go:noescape
+func stateVKf32AVX512(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok, work []float32, pf []uintptr)
+
+//go:noescape
+func stateVKbf16AVX512(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok, work []float32, pf []uintptr, cvt bool)
+
+//go:noescape
+func stateVKf32AVX2(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok, work []float32, pf []uintptr)
+
+//go:noescape
+func stateVKbf16AVX2(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok, work []float32, pf []uintptr)
+
+// Benchmark floors (asm/bench_floor.go), exported through BenchFloors.
+
+func fmaLoopAVX512(n int)
+
+func fmaLoopAVX2(n int)
+
+func init() {
+	floorScale["avx512"], floorFMA["avx512"], floorLanes["avx512"] = func(x []float32, s float32) { scaleAVX512(x, x, s) }, fmaLoopAVX512, 16
+	floorScale["avx2"], floorFMA["avx2"], floorLanes["avx2"] = func(x []float32, s float32) { scaleAVX2(x, x, s) }, fmaLoopAVX2, 8
+}

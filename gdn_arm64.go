@@ -9,9 +9,9 @@ import (
 	"golang.org/x/sys/cpu"
 )
 
-// available lists the assembly kernels usable on this CPU, best first: "neon" when the CPU has
+// init sets available, the assembly kernels usable on this CPU, best first: "neon" when the CPU has
 // ASIMD (every arm64 CPU Go runs on; GODEBUG=cpu.asimd=off removes it, -tags purego never builds it).
-var available = arm64Kernels()
+func init() { available = arm64Kernels() }
 
 func arm64Kernels() []*impl {
 	if !cpu.ARM64.HasASIMD {

@@ -472,7 +472,7 @@ GLOBL ·gates64c(SB), RODATA|NOPTR, $976
 
 // func gatesNEON(beta, em1, eg, b, a, alog, dtb []float32)
 //
-// gatesGeneric (gates.go) for i < len(b), two lanes of float64 a vector: gate1's operations in its
+// gatesGeneric (gdn_generic.go) for i < len(b), two lanes of float64 a vector: gate1's operations in its
 // order, each math.FMA one FMLA or FMLS, each other product one FMUL, the two divisions FDIV, min
 // and max FMIN and FMAX (NaN in, NaN out, as Go's), the branches x > 0, x > 20 and g ≥ ln 0.5 as
 // FCMGT/FCMGE masks (false for NaN) selecting with VAND and VBIF/VBIT; 2^k from t = k + magic as
@@ -1471,7 +1471,7 @@ wend:
 
 // func stateKVf32NEON(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok []float32)
 //
-// The [K][V] state over T = len(tok)/4 tokens (tokens_generic.go's contract), in column strips of
+// The [K][V] state over T = len(tok)/4 tokens (gdn_generic.go's contract), in column strips of
 // stateNEON's widths (32 while they fit, then 16, 4, 1 columns) no wider than the slab on the
 // stack holds (K·w ≤ 4096 floats: 32 columns up to K = 128, 16 up to 256). A strip's K rows are
 // copied (widened) into the slab once; for each token stateNEON's passes run over the slab:
@@ -2969,7 +2969,7 @@ done:
 
 // func stateVKf32NEON(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok []float32)
 //
-// The [V][K] state over T = len(tok)/4 tokens (tokens_generic.go's contract). Rows (value columns
+// The [V][K] state over T = len(tok)/4 tokens (gdn_generic.go's contract). Rows (value columns
 // of the maths, K contiguous) go in groups of four while four remain, then one by one; a group's
 // g·K floats are copied (widened) into the slab on the stack once and, for each token:
 //
@@ -3670,7 +3670,7 @@ done:
 
 // func stateKVbf16NEON(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok []float32)
 //
-// The [K][V] state over T = len(tok)/4 tokens (tokens_generic.go's contract), in column strips of
+// The [K][V] state over T = len(tok)/4 tokens (gdn_generic.go's contract), in column strips of
 // stateNEON's widths (32 while they fit, then 16, 4, 1 columns) no wider than the slab on the
 // stack holds (K·w ≤ 4096 floats: 32 columns up to K = 128, 16 up to 256). A strip's K rows are
 // copied (widened) into the slab once; for each token stateNEON's passes run over the slab:
@@ -5143,7 +5143,7 @@ done:
 
 // func stateVKbf16NEON(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok []float32)
 //
-// The [V][K] state over T = len(tok)/4 tokens (tokens_generic.go's contract). Rows (value columns
+// The [V][K] state over T = len(tok)/4 tokens (gdn_generic.go's contract). Rows (value columns
 // of the maths, K contiguous) go in groups of four while four remain, then one by one; a group's
 // g·K floats are copied (widened) into the slab on the stack once and, for each token:
 //

@@ -699,7 +699,7 @@ func bf16AsF32(t *testing.T, tk Tokens, l int, src32 bool, c tokCase, what strin
 }
 
 // The state routines over T tokens of every assembly kernel, in their flat signature (see
-// tokens_generic.go), against the generic routine of the same format: T ∈ {1, 2, 5}, tails, the
+// gdn_generic.go), against the generic routine of the same format: T ∈ {1, 2, 5}, tails, the
 // zero state, stores at some tokens only, bf16 stores and the f32 carry, v rows with a stride whose
 // gap is poisoned, guard bands around every slice. A kernel's missing routine is a visible skip.
 

@@ -1,6 +1,6 @@
 package main
 
-// Benchmark floors (package bench measures them beside the kernels, see gdn_vk_amd64.go):
+// Benchmark floors (package bench measures them beside the kernels, see gdn_amd64.go):
 //
 //	scale<ISA>(x, x, s) (l2.go)                 x[i] *= s: one load–scale–store pass in place, the
 //	                                            memory floor of a one-pass state update

@@ -9,7 +9,7 @@
 //	gate   the gated RMSNorm of o: Σo² in float64, r, silu(z) through a vectorised Exp32, bf16 RNE
 //	l2     Σq², Σk², Σk·q in float64
 //	scale  dst = src·s (q̂ and k̂ from q, k and their l2 factors)
-//	gates  the head gates beta, em1, eg of many lanes (gates.go's gatesGeneric), in float64
+//	gates  the head gates beta, em1, eg of many lanes (gdn_generic.go's gatesGeneric), in float64
 //
 // The l2 factors and k̂·q̂ stay in the Go driver.
 //

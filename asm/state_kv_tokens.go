@@ -1,7 +1,7 @@
 package main
 
 // The [K][V] state routines over T tokens: stateKV<storage><ISA>, with the flat
-// signature of tokens_generic.go.
+// signature of gdn_generic.go.
 //
 // # Structure
 //
@@ -153,7 +153,7 @@ func stateKVTokens(vr variant) {
 	} else {
 		routine(g.name(), NOSPLIT, "func(K, V int, src []float32, stores []uintptr, kh, qh, v []float32, vs int, o, tok, work []float32, pf []uintptr)")
 	}
-	Doc(fmt.Sprintf("%s is the [K][V] state routine over T tokens in %s; see gdn_kv_amd64.go.", g.name(), a.name))
+	Doc(fmt.Sprintf("%s is the [K][V] state routine over T tokens in %s; see gdn_amd64.go.", g.name(), a.name))
 	g.work, g.cols, g.j0, g.wcols, g.nvb, g.rb = AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8)
 	g.tau, g.kp, g.knp, g.qnp, g.vp, g.op, g.tp = AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8)
 	if vr.deltaInFrame() {

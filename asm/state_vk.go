@@ -1,6 +1,6 @@
 package main
 
-// The [V][K] state routines over T tokens (tokens_generic.go: tokensF32, tokensBF16).
+// The [V][K] state routines over T tokens (gdn_generic.go: tokensF32, tokensBF16).
 //
 // Row j of a [V][K] head (column j of the maths) is K contiguous elements, and it evolves on its
 // own for the whole call (SPEC "Useful identities"). A group of G rows is loaded once, carried in
@@ -19,7 +19,7 @@ package main
 // vector. The decay form is chosen per token from em1 (two branches on the same compare).
 //
 // A row is L = ceil(K/lanes) vectors (K ≤ 16·16 for AVX-512, 8 ≤ K ≤ 8·16 for AVX2; the Go
-// wrapper in gdn_vk_amd64.go runs the portable routine outside that range). The code is not
+// wrapper in gdn_amd64.go runs the portable routine outside that range). The code is not
 // specialised per L but per shape (vkShapes): the code of a shape of n vectors serves L from the
 // shape before's n + 1 to n, the positions a row's K leaves dead skipped by predictable branches and
 // the last live one masked (AVX-512: a mask per position that can be last; AVX2: the lanes
@@ -1608,7 +1608,7 @@ func stateVK(v variant) {
 	}
 	sig += ")"
 	routine(v.name(), NOSPLIT, sig)
-	Doc(fmt.Sprintf("%s is the [V][K] %s state routine over T tokens in %s; see vk%s%s in gdn_vk_amd64.go.", v.name(), v.storage(), a.name, strings.ToUpper(v.storage()), a.name))
+	Doc(fmt.Sprintf("%s is the [V][K] %s state routine over T tokens in %s; see vk%s%s in gdn_amd64.go.", v.name(), v.storage(), a.name, strings.ToUpper(v.storage()), a.name))
 	r := vkRegs{pk: GP64(), pq: GP64(), pt: GP64(), ps: GP64(), pv: GP64(), po: GP64(), cnt: GP64(), k4: GP64(), ks: GP64()}
 	r.j, r.rows, r.t, r.v4, r.vs4 = AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8)
 	if a.vkBlocks() {

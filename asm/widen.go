@@ -15,7 +15,7 @@ func widenRoutine(a isa) {
 	name := "widen" + a.name
 	lab := func(p string) string { return fmt.Sprintf("%s_%s", name, p) }
 	routine(name, NOSPLIT, "func(dst []float32, src []uint16)")
-	Doc(fmt.Sprintf("%s is impl.widen (widenGeneric) in %s; see gdn_kv_amd64.go.", name, a.name))
+	Doc(fmt.Sprintf("%s is impl.widen (widenGeneric) in %s; see gdn_amd64.go.", name, a.name))
 	d, s, n := GP64(), GP64(), GP64()
 	Load(Param("dst").Base(), d)
 	Load(Param("src").Base(), s)

@@ -6,7 +6,7 @@ import (
 	gc "github.com/gdnsimd/gdnsimd/asm/internal/gates64consts"
 )
 
-// gatesNEON: the float64 head gates (gates.go: gate1, exp64, log1p01, expm1Near), two lanes a
+// gatesNEON: the float64 head gates (gdn_generic.go: gate1, exp64, log1p01, expm1Near), two lanes a
 // vector of float64, every lane's operations gate1's in its order: each Go product or sum one
 // instruction, each math.FMA one FMLA (FMLS for math.FMA(−k, c, x): FMLS computes x − k·c with one
 // rounding, which is math.FMA(−k, c, x) exactly), Go's min and max as FMIN and FMAX (both return
@@ -81,7 +81,7 @@ func gatesNEON(e *emitter) {
 	gatesTable(e)
 	e.doc("func gatesNEON(beta, em1, eg, b, a, alog, dtb []float32)",
 		"",
-		"gatesGeneric (gates.go) for i < len(b), two lanes of float64 a vector: gate1's operations in its",
+		"gatesGeneric (gdn_generic.go) for i < len(b), two lanes of float64 a vector: gate1's operations in its",
 		"order, each math.FMA one FMLA or FMLS, each other product one FMUL, the two divisions FDIV, min",
 		"and max FMIN and FMAX (NaN in, NaN out, as Go's), the branches x > 0, x > 20 and g ≥ ln 0.5 as",
 		"FCMGT/FCMGE masks (false for NaN) selecting with VAND and VBIF/VBIT; 2^k from t = k + magic as",

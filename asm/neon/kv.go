@@ -104,7 +104,7 @@ func stateKV(e *emitter, st storage) {
 	fr := frame(f)
 	e.doc(st.signature(name),
 		"",
-		"The [K][V] state over T = len(tok)/4 tokens (tokens_generic.go's contract), in column strips of",
+		"The [K][V] state over T = len(tok)/4 tokens (gdn_generic.go's contract), in column strips of",
 		"stateNEON's widths (32 while they fit, then 16, 4, 1 columns) no wider than the slab on the",
 		"stack holds (K·w ≤ 4096 floats: 32 columns up to K = 128, 16 up to 256). A strip's K rows are",
 		"copied (widened) into the slab once; for each token stateNEON's passes run over the slab:",

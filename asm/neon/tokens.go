@@ -2,7 +2,7 @@ package main
 
 import "fmt"
 
-// The state routines over T tokens (the flat signature of tokens_generic.go), one generator per
+// The state routines over T tokens (the flat signature of gdn_generic.go), one generator per
 // layout, each parameterised by the storage type: the f32 and the bf16 routine of a layout are the
 // same instructions but for the loads of the state before the first token and the stores after a
 // token, so a bf16 pool's states are the f32 pool's rounded (SPEC's exact equivalence).

@@ -25,7 +25,7 @@ const (
 // vkGroups are the row-group sizes, largest first; the last must be 1.
 var vkGroups = []int{4, 1}
 
-// vkDot emits the dots of a group of g rows over the slab, in dot2's order (tokens_generic.go):
+// vkDot emits the dots of a group of g rows over the slab, in dot2's order (gdn_generic.go):
 // per row and dot one accumulator whose lane l sums the elements i ≡ l mod 4 (4 or 8 floats a
 // step, in index order), reduced to ((l0 + l1) + (l2 + l3)) by FADDP pairwise (two FADDPs for
 // two rows, lane r of kv and qs = row r), then the last K mod 4 elements added one by one to
@@ -200,7 +200,7 @@ func stateVK(e *emitter, st storage) {
 	fr := frame(f)
 	e.doc(st.signature(name),
 		"",
-		"The [V][K] state over T = len(tok)/4 tokens (tokens_generic.go's contract). Rows (value columns",
+		"The [V][K] state over T = len(tok)/4 tokens (gdn_generic.go's contract). Rows (value columns",
 		"of the maths, K contiguous) go in groups of four while four remain, then one by one; a group's",
 		"g·K floats are copied (widened) into the slab on the stack once and, for each token:",
 		"",
