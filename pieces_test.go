@@ -775,6 +775,27 @@ type tokResult struct {
 	carry  []float32
 }
 
+// placeStores sets stores[τ] for the tokens of c that store: the state src itself for the last
+// one in place, else a slice between guard bands (its check appended to checks); it returns the
+// stores as slices (nil where a token does not store).
+func placeStores[E kerneltest.Elem](t *testing.T, c tokCase, src []E, stores []unsafe.Pointer, checks *[]func(string)) [][]E {
+	res := make([][]E, c.T)
+	for τ := range c.T {
+		switch {
+		case c.inPlace && τ == c.T-1:
+			res[τ] = src
+		case c.storeAt[τ]:
+			s, chk := kerneltest.Guarded[E](t, len(src), 7+τ)
+			*checks = append(*checks, chk)
+			res[τ] = s
+		default:
+			continue
+		}
+		stores[τ] = unsafe.Pointer(&res[τ][0])
+	}
+	return res
+}
+
 // runTokens runs one routine (f32 if bf16 is false) of the layout on c, every slice between guard
 // bands; src32 runs a bf16 routine from the f32 state.
 // nearTokens holds the call got to the generic one want: o, the f32 states after the tokens in
@@ -827,17 +848,7 @@ func runTokens(t *testing.T, tk Tokens, layout int, bf16, src32 bool, c tokCase,
 	stores := make([]unsafe.Pointer, T)
 	if !bf16 {
 		src := g32(c.srcF, 6)
-		for τ := range T {
-			if c.inPlace && τ == T-1 {
-				res.stores[τ], stores[τ] = src, unsafe.Pointer(&src[0])
-				continue
-			}
-			if c.storeAt[τ] {
-				s, chk := kerneltest.Guarded[float32](t, hs, 7+τ)
-				checks = append(checks, chk)
-				res.stores[τ], stores[τ] = s, unsafe.Pointer(&s[0])
-			}
-		}
+		res.stores = placeStores(t, c, src, stores, &checks)
 		tk.F32[layout](K, V, src, stores, kh, qh, v, c.vs, o, tok, nil)
 	} else {
 		src16, chk := kerneltest.Guarded[uint16](t, hs, 6)
@@ -854,17 +865,7 @@ func runTokens(t *testing.T, tk Tokens, layout int, bf16, src32 bool, c tokCase,
 				src16[i] = 0x7fc1 // must not be read
 			}
 		}
-		for τ := range T {
-			if c.inPlace && τ == T-1 {
-				res.bf16[τ], stores[τ] = src16, unsafe.Pointer(&src16[0])
-				continue
-			}
-			if c.storeAt[τ] {
-				s, chk := kerneltest.Guarded[uint16](t, hs, 7+τ)
-				checks = append(checks, chk)
-				res.bf16[τ], stores[τ] = s, unsafe.Pointer(&s[0])
-			}
-		}
+		res.bf16 = placeStores(t, c, src16, stores, &checks)
 		var carry []float32
 		if !c.noCarry {
 			var chk func(string)
