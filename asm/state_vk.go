@@ -25,11 +25,8 @@ package main
 // the last live one masked (AVX-512: a mask per position that can be last; AVX2: the lanes
 // elements ending at K, and-masked); see vkBody. Each shape is a full unroll at a model's K.
 //
-// Line counts in gdn_amd64.s (TEXT to TEXT): specialised per L (N = 1…16) the four routines
-// took 41,476 lines (stateVKf32AVX512 13,776, stateVKbf16AVX512 19,013, stateVKf32AVX2 3,100, stateVKbf16AVX2
-// 5,587); as shapes, with the blocks' sub-block count a runtime count, 11,671 (3,554, 5,280,
-// 1,027, 1,810). TestVKLineBudget keeps them under a budget. The AVX2 pairs (a pair group and the
-// one-row group for an odd V per shape, and f32 once) took the AVX2 ones to 4,281 and 5,226.
+// Specialised per L (1…16) the four routines took 41,476 lines; TestLineBudget holds them under
+// their budgets and the caps.
 
 import (
 	"fmt"
