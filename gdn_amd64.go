@@ -219,8 +219,8 @@ func kvF32(one single, r func(K, V int, src []float32, stores []unsafe.Pointer, 
 	return func(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok []float32, pf []uintptr) {
 		hs := K * V
 		switch {
-		case len(tok) == 4 && stores[0] != nil:
-			one(src[:hs:hs], unsafe.Slice((*float32)(stores[0]), hs), kh[:K:K], qh[:K:K], v[:V:V], o[:V:V], tok[0], tok[1], tok[2], tok[3])
+		case len(tok) == 4 && stores[0] != nil: // the T = 1 plan: any K, no work space
+			r(K, V, src[:hs:hs], stores[:1], kh[:K:K], qh[:K:K], v[:V:V], V, o[:V:V], tok[:4:4], nil, nil)
 		case K > maxK:
 			kvVia(one, K, V, src, nil, stores, nil, kh, qh, v, vs, o, tok)
 		default:

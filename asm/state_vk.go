@@ -593,7 +593,7 @@ func (b *vkBody) storeOrder() []int {
 }
 
 // load loads the group's rows from row pointer p (clobbered): bf16 widened, else f32. A dead
-// position is skipped and its register zeroed; so are the rows a partial group lacks (rowGuard).
+// position is skipped and its register zeroed; so are the rows a partial group lacks (rowSkip).
 func (b *vkBody) load(p GPVirtual, bf16 bool) {
 	es := 4
 	idx := b.r.k4

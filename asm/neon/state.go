@@ -294,7 +294,7 @@ func stateOne(e *emitter, fr frame) {
 	first := len(e.lines)
 	e.op("MOVD", fr.base("src"), rSIn)
 	e.op("MOVD", fr.base("stores"), rSOut)
-	e.op("MOVD", "(R1)", rSOut)
+	e.op("MOVD", fmt.Sprintf("(%v)", rSOut), rSOut)
 	e.op("MOVD", fr.base("kh"), rKh)
 	e.op("MOVD", fr.word("K"), rK)
 	e.op("MOVD", fr.base("qh"), rQh)
@@ -302,10 +302,9 @@ func stateOne(e *emitter, fr frame) {
 	e.op("MOVD", fr.word("V"), rCols)
 	e.op("MOVD", fr.base("o"), rO)
 	e.op("MOVD", fr.base("tok"), rRow)
-	e.op("FMOVS", "(R10)", Freg(nEm1))
-	e.op("FMOVS", "4(R10)", Freg(nEg))
-	e.op("FMOVS", "8(R10)", Freg(nBeta))
-	e.op("FMOVS", "12(R10)", Freg(nKq))
+	for i, n := range []Vreg{nEm1, nEg, nBeta, nKq} { // tok[0:4]
+		e.op("FMOVS", fmt.Sprintf("%d(%v)", 4*i, rRow), Freg(n))
+	}
 	stateBody(e)
 	e.prefixLabels(first, "one")
 }
