@@ -238,7 +238,7 @@ func pageEndU16(p *kerneltest.Pages, x []uint16) []uint16 { return kerneltest.Pa
 func TestVKPageEnd(t *testing.T) {
 	ref, _ := Lookup("generic")
 	rt := TokensOf(ref)
-	l := int(VK)
+	l := int(layoutVK)
 	for _, name := range []string{"avx512", "avx2"} {
 		k, ok := Lookup(name)
 		if !ok {
@@ -327,7 +327,7 @@ func TestVKPageEnd(t *testing.T) {
 // at an inaccessible page, compared bit for bit with BF16RNE of the kernel's f32 routine, v NaN
 // in one row (once's fallback) or not.
 func TestVKPageEndNoCarry(t *testing.T) {
-	l := int(VK)
+	l := int(layoutVK)
 	forEachAmd64(t, func(t *testing.T, name string, k Kernel) {
 		tk := TokensOf(k)
 		r := rand.New(rand.NewPCG(33, 34))

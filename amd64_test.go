@@ -1289,7 +1289,7 @@ func TestTokensBF16InPlace(t *testing.T) {
 	nan := func(b uint32) float32 { return math.Float32frombits(b) }
 	forEachAmd64(t, func(t *testing.T, name string, k Kernel) {
 		tk := TokensOf(k)
-		for _, layout := range []Layout{KV, VK} {
+		for _, layout := range []stateLayout{layoutKV, layoutVK} {
 			l := int(layout)
 			f32, bf := tk.F32[l], tk.BF16[l]
 			r := rand.New(rand.NewPCG(41, uint64(l)))
@@ -1354,7 +1354,7 @@ func TestTokensBF16NonFiniteGates(t *testing.T) {
 	nan := func(b uint32) float32 { return math.Float32frombits(b) }
 	forEachAmd64(t, func(t *testing.T, name string, k Kernel) {
 		tk := TokensOf(k)
-		for _, layout := range []Layout{KV, VK} {
+		for _, layout := range []stateLayout{layoutKV, layoutVK} {
 			l := int(layout)
 			r := rand.New(rand.NewPCG(43, uint64(l)))
 			for _, T := range []int{1, 3, 6} {
@@ -1422,7 +1422,7 @@ func TestTokensBF16NonFiniteGates(t *testing.T) {
 // before either is stored), V odd and even (pairs and the one-row group), both decay forms.
 func TestVKInPlace(t *testing.T) {
 	forEachAmd64(t, func(t *testing.T, name string, k Kernel) {
-		f := TokensOf(k).F32[VK]
+		f := TokensOf(k).F32[layoutVK]
 		r := rand.New(rand.NewPCG(31, 32))
 		for K := 1; K <= 140; K++ {
 			for _, V := range []int{1, 2, 3, 7} {
@@ -1476,7 +1476,7 @@ func TestVKTails(t *testing.T) {
 	rt := TokensOf(ref)
 	forEachAmd64(t, func(t *testing.T, name string, k Kernel) {
 		tk := TokensOf(k)
-		l := int(VK)
+		l := int(layoutVK)
 		r := rand.New(rand.NewPCG(21, 22))
 		for K := 1; K <= 264; K++ {
 			Vs := []int{2, 53}

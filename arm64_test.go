@@ -161,7 +161,7 @@ func TestTokensDecayFormsNEON(t *testing.T) {
 	}
 	r := rand.New(rand.NewPCG(12, 4))
 	for _, f := range Formats() {
-		l := int(f.Layout)
+		l := int(f.layout())
 		for _, sh := range [][2]int{{1, 1}, {5, 7}, {17, 33}, {128, 53}, {33, 129}, {9, 6}} {
 			c := newTokCase(r, sh[0], sh[1], len(pairs), false)
 			for τ, p := range pairs {

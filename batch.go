@@ -6,29 +6,37 @@ import (
 	"unsafe"
 )
 
-// Layout is the order of a head's K×V state in memory.
-type Layout uint8
+// stateLayout is the order of a head's K×V state in memory, an index of impl.cells.
+type stateLayout uint8
 
 const (
-	KV Layout = iota // [K][V]: element (i, j) at i·V + j (the seed's)
-	VK               // [V][K]: element (i, j) at j·K + i (vLLM GPU, SGLang, FlashInfer, ggml)
+	layoutKV stateLayout = iota // [K][V]: element (i, j) at i·V + j (the seed's)
+	layoutVK                    // [V][K]: element (i, j) at j·K + i (vLLM GPU, SGLang, FlashInfer, ggml)
 )
 
 // Format is a state format: a layout and a storage type.
 type Format struct {
-	Layout Layout
-	BF16   bool // bf16 storage (widened exactly on load, rounded to nearest even on store)
+	VK   bool // [V][K]: element (i, j) of a head at j·K + i; false: [K][V], at i·V + j
+	BF16 bool // bf16 storage (widened exactly on load, rounded to nearest even on store)
 }
 
-// Formats lists every state format, in the order of the kernels' format tables.
+// Formats lists every state format: kv-f32, vk-f32, kv-bf16, vk-bf16.
 func Formats() []Format {
-	return []Format{{KV, false}, {VK, false}, {KV, true}, {VK, true}}
+	return []Format{{false, false}, {true, false}, {false, true}, {true, true}}
+}
+
+// layout is f's layout.
+func (f Format) layout() stateLayout {
+	if f.VK {
+		return layoutVK
+	}
+	return layoutKV
 }
 
 // String is the format's key in test and benchmark names: "kv-f32", "vk-f32", "kv-bf16", "vk-bf16".
 func (f Format) String() string {
 	s := "kv"
-	if f.Layout == VK {
+	if f.layout() == layoutVK {
 		s = "vk"
 	}
 	if f.BF16 {
@@ -37,11 +45,12 @@ func (f Format) String() string {
 	return s + "-f32"
 }
 
-// The slot values of Batch.Read and Batch.Store that are not slots.
+// The slot values of Batch.Read and Batch.Store that are not slots (package gdn's Pad, Zero and
+// NoStore).
 const (
-	Pad     int32 = -1 // Read: a padding sequence (outputs +0, no state read or written)
-	Zero    int32 = -2 // Read: the sequence starts from the zero state
-	NoStore int32 = -1 // Store: this token's state is not kept
+	readPad  int32 = -1 // Read: a padding sequence (outputs +0, no state read or written)
+	readZero int32 = -2 // Read: the sequence starts from the zero state
+	noStore  int32 = -1 // Store: this token's state is not kept
 )
 
 // Rows is a token-major input: token t's row starts at element t·Stride. Exactly one of F32 and
@@ -74,8 +83,8 @@ type Batch struct {
 
 	N     int     // sequences
 	Start []int32 // [N+1] token offsets; nil: one token per sequence (token n is sequence n's)
-	Read  []int32 // [N] slot, Pad or Zero; nil: sequence n reads slot n
-	Store []int32 // [T] slot or NoStore; nil: a sequence's state after its last token goes to its Read slot
+	Read  []int32 // [N] slot, −1 (padding) or −2 (the zero state); nil: sequence n reads slot n
+	Store []int32 // [T] slot or −1 (not kept); nil: a sequence's state after its last token goes to its Read slot
 
 	Q, Key     Rows // width KHeads·K
 	Val, Z     Rows // width VHeads·V
@@ -113,7 +122,7 @@ func (b *Batch) Cost(lo, hi int) int {
 	for w := lo; w < hi; {
 		n := w / b.VHeads
 		end := min(hi, (n+1)*b.VHeads)
-		if b.read(n) != Pad {
+		if b.read(n) != readPad {
 			t0, t1 := b.tokens(n)
 			c += (end - w) * (t1 - t0)
 		}
@@ -347,14 +356,11 @@ func (k Kernel) Implements(f Format) bool { return k.im.cell(f) != nil }
 
 // cell is im's state routine for format f, or nil.
 func (im *impl) cell(f Format) stateFunc {
-	if f.Layout > VK {
-		return nil
-	}
 	st := 0
 	if f.BF16 {
 		st = 1
 	}
-	return im.cells[st][f.Layout]
+	return im.cells[st][f.layout()]
 }
 
 // driver runs items of one batch on one worker.
@@ -382,7 +388,7 @@ func (d *driver) sequence(n, hlo, hhi int) {
 		return
 	}
 	read := b.read(n)
-	if read == Pad {
+	if read == readPad {
 		d.pad(t0, t1, hlo, hhi)
 		return
 	}
@@ -549,7 +555,7 @@ func lines(pf []uintptr, p unsafe.Pointer, bytes int) []uintptr {
 
 // readRef is the state value head h of a sequence reading slot read starts from (none: Zero).
 func (d *driver) readRef(read int32, h int) stateRef {
-	if read == Zero {
+	if read == readZero {
 		return stateRef{}
 	}
 	return poolRef(&d.b.State, int(read), h, d.b.K*d.b.V)

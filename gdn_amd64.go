@@ -87,10 +87,10 @@ func stateAVX512(sIn, sOut, kh, qh, v, o []float32, em1, eg, beta, kq float32) {
 // at least as long, not checked)
 //
 //	r := float32(1 / math.Sqrt(Σ_j float64(o[j])² / V + float64(eps)))    (Σ in float64)
-//	y := o[j]·r·w[j]·Silu32(z[j]);  outF[j] = y;  out[j] = BF16RNE(y)
+//	y := o[j]·r·w[j]·silu32(z[j]);  outF[j] = y;  out[j] = BF16RNE(y)
 //
-// where a nil out or outF is skipped. Silu32 and BF16RNE are computed as the Go functions do,
-// operation for operation (Exp32's constants and clamps, NaN propagating).
+// where a nil out or outF is skipped. silu32 and BF16RNE are computed as the Go functions do,
+// operation for operation (exp32's constants and clamps, NaN propagating).
 //
 //go:noescape
 func gateAVX512(o, z, w []float32, eps float32, out []uint16, outF []float32)

@@ -118,9 +118,9 @@ func l2NEON(q, k []float32) (qq, kk, kq float64)
 // gateNEON4 is the element loop of gateGeneric in NEON, for j < len(o) (z, w at least as long; out
 // and outF nil or at least as long, not checked):
 //
-//	y := o[j]·r·w[j]·Silu32(z[j]);  outF[j] = y;  out[j] = BF16RNE(y)
+//	y := o[j]·r·w[j]·silu32(z[j]);  outF[j] = y;  out[j] = BF16RNE(y)
 //
-// where a nil out or outF is skipped. Silu32 uses Exp32's polynomial and clamps, vectorised.
+// where a nil out or outF is skipped. silu32 uses exp32's polynomial and clamps, vectorised.
 //
 //go:noescape
 func gateNEON4(o, z, w []float32, r float32, out []uint16, outF []float32)

@@ -185,7 +185,7 @@ func gateGeneric(o, z, w []float32, eps float32, out []uint16, outF []float32) {
 		out = out[:V]
 	}
 	for j, x := range o {
-		y := x * r * w[j] * Silu32(z[j])
+		y := x * r * w[j] * silu32(z[j])
 		if outF != nil {
 			outF[j] = y
 		}
@@ -195,14 +195,14 @@ func gateGeneric(o, z, w []float32, eps float32, out []uint16, outF []float32) {
 	}
 }
 
-// Silu32 is z·sigmoid(z) = z / (1 + Exp32(−z)), the gate of the gated RMSNorm.
-func Silu32(z float32) float32 { return z / (1 + Exp32(-z)) }
+// silu32 is z·sigmoid(z) = z / (1 + exp32(−z)), the gate of the gated RMSNorm.
+func silu32(z float32) float32 { return z / (1 + exp32(-z)) }
 
-// Exp32 is the float32 exponential every kernel uses for the silu gate: Cephes' expf (Moshier), a
+// exp32 is the float32 exponential every kernel uses for the silu gate: Cephes' expf (Moshier), a
 // degree-5 polynomial after reducing x by n·ln2 (n = round(x·log2 e)), within 2 ulp of exp(x).
 // x is clamped to [-87.33654, 88] so the result is a finite normal float (n in [-126, 127]); NaN
 // stays NaN.
-func Exp32(x float32) float32 {
+func exp32(x float32) float32 {
 	const (
 		hi    = 88.0
 		lo    = -87.33654

@@ -2,12 +2,24 @@
 // users import.
 //
 // It holds the raw per-head kernels of the fused gated delta-rule (GDN) step over flat slices
-// (portable Go, AVX-512, AVX2, NEON) for every state format, the driver they share (Kernel.RunBatch
-// over the work items of a Batch; Kernel.Run for a Step), and the kernel-selection API. It checks
-// only what keeps its calls within their slices (and panics when that fails), allocates only
-// scratch that grows once, and starts no goroutine. Package gdn validates calls completely, splits
-// them over workers and picks a kernel from this package per Layer; the exact semantics are in
-// that package's documentation.
+// (portable Go, AVX-512, AVX2, NEON) for every state format, the driver they share, and the
+// kernel-selection API. It checks only what keeps its calls within their slices (and panics when
+// that fails), allocates only scratch that grows once, and starts no goroutine. Package gdn
+// validates calls completely, splits them over workers and picks a kernel from this package per
+// Layer; the exact semantics are in that package's documentation.
+//
+// Its API is what gdn, fuzz and bench need, twelve identifiers:
+//
+//   - Kernel, Kernels, Lookup and AllNames: the kernels this CPU runs (best first), one by name,
+//     and every name the package knows on any architecture (tests skip the others).
+//   - Batch, Rows, Pool and Scratch: a serving call as the kernels see it, run over a range of its
+//     work items by Kernel.RunBatch with a worker's Scratch.
+//   - Step: one token per sequence over a dense batch of f32 [K][V] states (Kernel.Run).
+//   - Format and Formats: the state formats (layout, storage); Kernel.Implements says which a
+//     kernel runs.
+//   - BF16RNE: the float32 → bf16 rounding every kernel stores with.
+//
+// Kernel.FloorScale and Kernel.FloorFMA are the benchmark floors of package bench.
 package gdnsimd
 
 import (
@@ -37,7 +49,7 @@ type Step struct {
 }
 
 // Kernel is one implementation of the fused step. The zero Kernel is not usable; get one from
-// Kernels, Default or Lookup.
+// Kernels or Lookup.
 type Kernel struct{ im *impl }
 
 // Name is the kernel's name: "generic", "avx2", "avx512" or "neon".
@@ -98,7 +110,7 @@ func (s *Step) Batch() Batch {
 // slices' lengths.
 func (s *Step) check(k Kernel, lo, hi int, scratch *Scratch) {
 	if k.im == nil {
-		panic("gdnsimd: Run on the zero Kernel (use Kernels, Default or Lookup)")
+		panic("gdnsimd: Run on the zero Kernel (use Kernels or Lookup)")
 	}
 	if scratch == nil {
 		panic("gdnsimd: Run with a nil Scratch")
@@ -157,19 +169,6 @@ func Kernels() []Kernel {
 	return append(ks, Kernel{&genericImpl})
 }
 
-// Names returns the names of Kernels(), best first.
-func Names() []string {
-	ks := Kernels()
-	names := make([]string, len(ks))
-	for i, k := range ks {
-		names[i] = k.Name()
-	}
-	return names
-}
-
-// Default returns the best kernel for this CPU.
-func Default() Kernel { return Kernels()[0] }
-
 // Lookup returns the kernel with the given name if it can run on this CPU.
 func Lookup(name string) (Kernel, bool) {
 	for _, k := range Kernels() {
@@ -196,29 +195,29 @@ var (
 	floorLanes = map[string]int{}
 )
 
-// FloorFMAChains is the number of independent vector FMA chains of one FloorFMA iteration.
-const FloorFMAChains = 12
+// floorChains is the number of independent vector FMA chains of one FloorFMA iteration.
+const floorChains = 12
 
-// FloorScale sets x[i] = x[i]·s with the named kernel's widest vectors (one load–scale–store pass
-// in place: the memory floor of a one-pass state update). It reports whether the kernel has one.
-func FloorScale(kernel string, x []float32, s float32) bool {
-	f := floorScale[kernel]
+// FloorScale sets x[i] = x[i]·s with the kernel's widest vectors (one load–scale–store pass in
+// place: the memory floor of a one-pass state update). It reports whether the kernel has one.
+func (k Kernel) FloorScale(x []float32, s float32) bool {
+	f := floorScale[k.Name()]
 	if f != nil {
 		f(x, s)
 	}
 	return f != nil
 }
 
-// FloorFMA runs n iterations of FloorFMAChains independent VFMADD231PS chains on registers with
-// the named kernel's widest vectors (the core's FMA throughput; n ≤ 0 runs none) and returns the
-// float32 lanes of one FMA, or 0 if the kernel has no such loop.
-func FloorFMA(kernel string, n int) int {
-	f := floorFMA[kernel]
+// FloorFMA runs n iterations of independent VFMADD231PS chains on registers with the kernel's
+// widest vectors (the core's FMA throughput; n ≤ 0 runs none). It returns the float32 lanes of one
+// FMA and the vector FMAs of one iteration, or 0, 0 if the kernel has no such loop.
+func (k Kernel) FloorFMA(n int) (lanes, perIter int) {
+	f := floorFMA[k.Name()]
 	if f == nil {
-		return 0
+		return 0, 0
 	}
 	if n > 0 {
 		f(n)
 	}
-	return floorLanes[kernel]
+	return floorLanes[k.Name()], floorChains
 }

@@ -2,8 +2,12 @@ package gdnsimd
 
 import (
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"math"
 	"math/rand/v2"
+	"os"
 	"runtime"
 	"strings"
 	"testing"
@@ -110,7 +114,7 @@ func GatesBoundaryLanes(seed uint64, n int) (b, a, alog, dtb []float32) {
 }
 
 // Kernel.Run and Kernel.RunBatch are the root package's exported functions that take slices
-// (Exp32, Silu32 and BF16RNE take numbers; Kernels, Names, Default, Lookup, AllNames and Formats
+// (exp32, silu32 and BF16RNE take numbers; Kernels, Names, Default, Lookup, AllNames and Formats
 // take nothing), so they are the ones whose lengths are tested here.
 
 // runShape is the Step of the length tests: B = 2 sequences, GQA 2 value heads per key head.
@@ -374,7 +378,7 @@ func TestRunBatchChecksLengths(t *testing.T) {
 						checks = append(checks, chk)
 					default:
 						buf, check := kerneltest.Guarded[int32](t, n+spare, i%16)
-						copy(buf, map[string][]int32{"Start": {0, 2, 3}, "Read": {0, Zero}, "Store": {NoStore, 1, 2}}[fl.name])
+						copy(buf, map[string][]int32{"Start": {0, 2, 3}, "Read": {0, readZero}, "Store": {noStore, 1, 2}}[fl.name])
 						orig := append([]int32(nil), buf...)
 						*fl.i32 = buf[:n]
 						checks = append(checks, func(bool) {
@@ -689,12 +693,13 @@ func TestCellsFilled(t *testing.T) {
 // and FloorFMA takes any n (none run for n ≤ 0); kernels without floors report so.
 func TestFloors(t *testing.T) {
 	kerneltest.ForEach(t, func(t *testing.T, name string) {
+		k, _ := Lookup(name)
 		for n := 0; n <= 70; n++ {
 			x, check := kerneltest.Guarded[float32](t, n, n%16)
 			for i := range x {
 				x[i] = float32(i + 1)
 			}
-			if !FloorScale(name, x, 2) {
+			if !k.FloorScale(x, 2) {
 				if name != "generic" && name != "neon" {
 					t.Fatalf("%s has no FloorScale", name)
 				}
@@ -708,8 +713,8 @@ func TestFloors(t *testing.T) {
 			}
 		}
 		for _, n := range []int{math.MinInt, -1, 0, 1, 3} {
-			if l := FloorFMA(name, n); l != 8 && l != 16 {
-				t.Fatalf("%s: FloorFMA(%d) lanes %d", name, n, l)
+			if l, c := k.FloorFMA(n); l != 8 && l != 16 || c != floorChains {
+				t.Fatalf("%s: FloorFMA(%d) lanes %d, chains %d", name, n, l, c)
 			}
 		}
 	})
@@ -721,7 +726,7 @@ func ulpDiff(a, b float32) int64 {
 	return max(d, -d)
 }
 
-// TestExp32 holds Exp32 within 2 ulp of the correctly rounded exp over its whole unclamped range,
+// TestExp32 holds exp32 within 2 ulp of the correctly rounded exp over its whole unclamped range,
 // and checks the clamps and NaN.
 func TestExp32(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 1))
@@ -731,29 +736,29 @@ func TestExp32(t *testing.T) {
 		if i%4 == 0 {
 			x = float32(r.NormFloat64())
 		}
-		got, want := Exp32(x), float32(math.Exp(float64(x)))
+		got, want := exp32(x), float32(math.Exp(float64(x)))
 		d := ulpDiff(got, want)
 		worst = max(worst, d)
-		require.LessOrEqual(t, d, int64(2), "Exp32(%g) = %g, want %g", x, got, want)
+		require.LessOrEqual(t, d, int64(2), "exp32(%g) = %g, want %g", x, got, want)
 	}
 	t.Logf("worst error %d ulp", worst)
-	require.Equal(t, float32(1), Exp32(0))
-	require.Equal(t, Exp32(88), Exp32(1000))
-	require.Equal(t, Exp32(88), Exp32(float32(math.Inf(1))))
-	require.Equal(t, Exp32(-87.33654), Exp32(-1000))
-	require.Greater(t, Exp32(-1000), float32(0))
-	require.False(t, math.IsInf(float64(Exp32(88)), 0))
-	require.True(t, math.IsNaN(float64(Exp32(float32(math.NaN())))))
+	require.Equal(t, float32(1), exp32(0))
+	require.Equal(t, exp32(88), exp32(1000))
+	require.Equal(t, exp32(88), exp32(float32(math.Inf(1))))
+	require.Equal(t, exp32(-87.33654), exp32(-1000))
+	require.Greater(t, exp32(-1000), float32(0))
+	require.False(t, math.IsInf(float64(exp32(88)), 0))
+	require.True(t, math.IsNaN(float64(exp32(float32(math.NaN())))))
 }
 
 // TestSilu32 checks the gate function against float64 silu.
 func TestSilu32(t *testing.T) {
 	for z := float32(-120); z <= 120; z += 0.0137 {
 		want := float64(z) / (1 + math.Exp(-float64(z)))
-		got := float64(Silu32(z))
+		got := float64(silu32(z))
 		require.InDelta(t, want, got, 4e-7*math.Abs(want)+1e-33, "silu(%g)", z)
 	}
-	require.True(t, math.IsNaN(float64(Silu32(float32(math.NaN())))))
+	require.True(t, math.IsNaN(float64(silu32(float32(math.NaN())))))
 }
 
 // TestBF16RNE compares the float32 → bf16 rounding with oracle.BF16's rounding of the same value
@@ -786,12 +791,54 @@ func TestBF16RNE(t *testing.T) {
 	}
 }
 
-// TestRegistry: generic is always present and last, the default is the first, Lookup agrees.
+// TestAPI holds the package's exported identifiers (types, functions, constants and variables at
+// package level, in every non-test file whatever its build tags) to the twelve of the package
+// documentation: anything else the kernel layer needs stays unexported or goes into internal/.
+func TestAPI(t *testing.T) {
+	ents, err := os.ReadDir(".")
+	require.NoError(t, err)
+	var got []string
+	for _, e := range ents {
+		if !strings.HasSuffix(e.Name(), ".go") || strings.HasSuffix(e.Name(), "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), e.Name(), nil, 0)
+		require.NoError(t, err)
+		for _, d := range f.Decls {
+			switch d := d.(type) {
+			case *ast.FuncDecl:
+				if d.Recv == nil && d.Name.IsExported() {
+					got = append(got, d.Name.Name)
+				}
+			case *ast.GenDecl:
+				for _, sp := range d.Specs {
+					switch sp := sp.(type) {
+					case *ast.TypeSpec:
+						if sp.Name.IsExported() {
+							got = append(got, sp.Name.Name)
+						}
+					case *ast.ValueSpec:
+						for _, n := range sp.Names {
+							if n.IsExported() {
+								got = append(got, n.Name)
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	require.ElementsMatch(t, []string{"Kernel", "Kernels", "Lookup", "AllNames", "Batch", "Rows", "Pool", "Scratch", "Step", "Format", "Formats", "BF16RNE"}, got)
+}
+
+// TestRegistry: generic is always present and last, Lookup agrees.
 func TestRegistry(t *testing.T) {
-	names := Names()
+	var names []string
+	for _, k := range Kernels() {
+		names = append(names, k.Name())
+	}
 	require.NotEmpty(t, names)
 	require.Equal(t, "generic", names[len(names)-1])
-	require.Equal(t, names[0], Default().Name())
 	for _, n := range names {
 		k, ok := Lookup(n)
 		require.True(t, ok)
@@ -846,21 +893,21 @@ func driverBatch(r *rand.Rand, d driverShape, f Format, tiled, stores, bf16Rows 
 	var read, store []int32
 	slots := N
 	if stores {
-		read = []int32{Zero, 0, 1, 1, Zero, 2, 1, Pad, 2}
+		read = []int32{readZero, 0, 1, 1, readZero, 2, 1, readPad, 2}
 		store = make([]int32, T)
 		slots = 3
 		for n, l := range driverLens {
 			for τ := range l {
 				t := int(start[n]) + τ
-				store[t] = NoStore
-				if read[n] != Pad && (τ == 5 || τ == 63 || τ == l-1) {
+				store[t] = noStore
+				if read[n] != readPad && (τ == 5 || τ == 63 || τ == l-1) {
 					store[t] = int32(slots)
 					slots++
 				}
 			}
 		}
 	} else {
-		read = []int32{0, 1, 2, 3, 4, 5, 6, Pad, 7}
+		read = []int32{0, 1, 2, 3, 4, 5, 6, readPad, 7}
 	}
 	vec := func(n int, mean, sd float64) []float32 {
 		x := make([]float32, n)
@@ -951,7 +998,7 @@ func itemRegions(b *Batch, w int, out, pool func(off, n int)) {
 	}
 	hs := b.K * b.V
 	switch {
-	case b.Read[n] == Pad || t0 == t1:
+	case b.Read[n] == readPad || t0 == t1:
 	case b.Store == nil:
 		pool(int(b.Read[n])*b.State.SlotStride+h*hs, hs)
 	default:

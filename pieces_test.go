@@ -265,7 +265,7 @@ func TestGatePiece(t *testing.T) {
 	})
 }
 
-// TestGateSpecialValues covers Exp32's clamps and NaN propagation, infinities, huge o (Σo² in
+// TestGateSpecialValues covers exp32's clamps and NaN propagation, infinities, huge o (Σo² in
 // float64), bf16 ties, overflow to Inf and NaN payloads, in every lane position.
 func TestGateSpecialValues(t *testing.T) {
 	nan := float32(math.NaN())
@@ -347,7 +347,7 @@ var bf16Ties = []struct {
 // float64 whatever the order of its sum (o a multiple of 1/8 below 8 in magnitude), so that r is
 // the same: y = o·r·w·silu(z) and its bf16 must then agree exactly in every lane, whichever group
 // of interleaved vectors (gateGroups) or tail computes it, with both outputs and with each alone.
-// z mixes Exp32's clamps, NaN, ±Inf, ±0 and denormals (a random quarter of the lanes) with
+// z mixes exp32's clamps, NaN, ±Inf, ±0 and denormals (a random quarter of the lanes) with
 // random values of every magnitude; guard bands around every slice.
 func TestGateExact(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 7))
@@ -414,7 +414,7 @@ func TestGateExact(t *testing.T) {
 
 // TestGateBF16Ties makes real rounding ties reach the gate's bf16 rounding of every kernel
 // (generic included) in every lane position, and compares with the known bits: y = o·r·w·silu(z)
-// with o = 1s and eps = 0 (r = 1 exactly), z = 256 (silu(256) = 256 exactly: Exp32(−256) is
+// with o = 1s and eps = 0 (r = 1 exactly), z = 256 (silu(256) = 256 exactly: exp32(−256) is
 // clamped to 2^−126·…, and 1 + that is 1) and w = y/256 (exact), so y has the table's bits.
 func TestGateBF16Ties(t *testing.T) {
 	for _, c := range bf16Ties {
@@ -592,7 +592,7 @@ func TestTokensBF16NonFinite(t *testing.T) {
 		k, _ := Lookup(name)
 		tk := TokensOf(k)
 		for _, f := range Formats() {
-			l := int(f.Layout)
+			l := int(f.layout())
 			if !f.BF16 {
 				continue
 			}
@@ -605,7 +605,7 @@ func TestTokensBF16NonFinite(t *testing.T) {
 					for _, sh := range shapes {
 						for poison := range nonFiniteCases {
 							for _, src32 := range []bool{false, true} {
-								c := nonFiniteCase(r, f.Layout, sh[0], sh[1], T, poison, src32)
+								c := nonFiniteCase(r, f.layout(), sh[0], sh[1], T, poison, src32)
 								c.noCarry = !src32 // a decode's call (the AVX2 [V][K] bf16 once), and a chunk's
 								what := fmt.Sprintf("%s/%v/T=%d/K=%d,V=%d/%s/src32=%v", name, f, T, sh[0], sh[1], nonFiniteCases[poison], src32)
 								bf16AsF32(t, tk, l, src32, c, what)
@@ -625,7 +625,7 @@ var nonFiniteCases = []string{"v NaN payloads", "v ±Inf", "state ±Inf and NaN"
 // the bf16 routine's widened state), poisoned as nonFiniteCases[poison] says in a few rows and
 // columns (the first, the last, odd and even ones, so that every position of a group, pair or
 // block piece is hit somewhere) at some tokens.
-func nonFiniteCase(r *rand.Rand, layout Layout, K, V, T, poison int, src32 bool) tokCase {
+func nonFiniteCase(r *rand.Rand, layout stateLayout, K, V, T, poison int, src32 bool) tokCase {
 	c := newTokCase(r, K, V, T, false)
 	c.srcF = widenAll(roundAll(c.srcF))
 	cols := []int{0, V - 1, V / 2, r.IntN(V)}
@@ -673,8 +673,8 @@ func nonFiniteCase(r *rand.Rand, layout Layout, K, V, T, poison int, src32 bool)
 }
 
 // stateIndex is the index of element (i, j) of a K×V state in the layout (i < K, j < V).
-func stateIndex(layout Layout, K, V, i, j int) int {
-	if layout == KV {
+func stateIndex(layout stateLayout, K, V, i, j int) int {
+	if layout == layoutKV {
 		return i*V + j
 	}
 	return j*K + i
@@ -895,7 +895,7 @@ func runTokens(t *testing.T, tk Tokens, layout int, bf16, src32 bool, c tokCase,
 // state or not, bf16 from src or src32 and with or without the f32 carry, tokens in both decay
 // forms, at em1 = −0.5 and just below it, and without decay (T = 64).
 func TestTokensPiece(t *testing.T) {
-	ref := TokensOf(Default()) // replaced below: generic
+	ref := TokensOf(Kernels()[0]) // replaced below: generic
 	if k, ok := Lookup("generic"); ok {
 		ref = TokensOf(k)
 	}
@@ -906,7 +906,7 @@ func TestTokensPiece(t *testing.T) {
 		k, _ := Lookup(name)
 		tk := TokensOf(k)
 		for _, f := range Formats() {
-			l := int(f.Layout)
+			l := int(f.layout())
 			t.Run("format="+f.String(), func(t *testing.T) {
 				if !f.BF16 && tk.F32[l] == nil || f.BF16 && tk.BF16[l] == nil {
 					t.Skipf("%s has no %v routine over T tokens", name, f)

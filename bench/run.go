@@ -177,25 +177,26 @@ type ServeResult struct {
 	Call    float64 // median seconds per call
 	Copy    float64 // median seconds per copy() of the B sequences' f32 state, interleaved
 	Single  float64 // median seconds per single-token call (T = 1, same B), interleaved (T > 1 only)
-	Floor   float64 // median seconds per in-place scale pass over the B sequences' f32 state (gdnsimd.FloorScale, the kernel's ISA; 0: none)
-	FMA     float64 // the call's 4·B·T·HV·K·V FMAs at the FMA throughput measured with gdnsimd.FloorFMA (0: none)
+	Floor   float64 // median seconds per in-place scale pass over the B sequences' f32 state (Kernel.FloorScale, the kernel's ISA; 0: none)
+	FMA     float64 // the call's 4·B·T·HV·K·V FMAs at the FMA throughput measured with Kernel.FloorFMA (0: none)
 }
 
 // Floors runs n floors of the call and returns the elapsed time, or 0 if the kernel has none:
 // for a case without snapshots an in-place scale pass over Dst with the kernel's vectors
-// (gdnsimd.FloorScale; s = 1 keeps the data), the memory traffic of an in-place step; with
+// (Kernel.FloorScale; s = 1 keeps the data), the memory traffic of an in-place step; with
 // snapshots the snapshot floor, SnapshotCopies: the call writes every token's state to a fresh
 // slot, and that traffic (from caches the call leaves as it finds them) is its lower bound.
 func (d *RunData) Floors(kernel string, n int) time.Duration {
+	k, _ := gdnsimd.Lookup(kernel)
 	if d.Case.Snapshots {
-		if !gdnsimd.FloorScale(kernel, nil, 1) { // the same kernels as the in-place floor
+		if !k.FloorScale(nil, 1) { // the same kernels as the in-place floor
 			return 0
 		}
 		return d.SnapshotCopies(n)
 	}
 	t0 := time.Now()
 	for range n {
-		if !gdnsimd.FloorScale(kernel, d.Dst, 1) {
+		if !k.FloorScale(d.Dst, 1) {
 			return 0
 		}
 	}
@@ -227,21 +228,23 @@ func (d *RunData) SnapshotCopies(n int) time.Duration {
 	return time.Since(t0)
 }
 
-// fmaRate returns the kernel's vector FMAs per second (gdnsimd.FloorFMA: the best of 5 runs of
+// fmaRate returns the kernel's vector FMAs per second (Kernel.FloorFMA: the best of 5 runs of
 // ≈ 1 ms, measured once per process) and their lanes, or 0.
 func fmaRate(kernel string) (float64, int) {
 	if r, ok := fmaRates[kernel]; ok {
 		return r.rate, r.lanes
 	}
 	const n = 1 << 19
-	best, lanes := 0.0, gdnsimd.FloorFMA(kernel, 1000)
+	k, _ := gdnsimd.Lookup(kernel)
+	best := 0.0
+	lanes, chains := k.FloorFMA(1000)
 	for range 5 {
 		if lanes == 0 {
 			break
 		}
 		t0 := time.Now()
-		gdnsimd.FloorFMA(kernel, n)
-		best = max(best, float64(n*gdnsimd.FloorFMAChains)/time.Since(t0).Seconds())
+		k.FloorFMA(n)
+		best = max(best, float64(n*chains)/time.Since(t0).Seconds())
 	}
 	fmaRates[kernel] = struct {
 		rate  float64

@@ -159,23 +159,23 @@ func TestDriftSteadyDecay(t *testing.T) {
 	var layers []*driftLayer
 	for _, k := range kerneltest.Names(t) {
 		kk, _ := gdnsimd.Lookup(k)
-		for _, f := range []gdnsimd.Format{{Layout: gdnsimd.KV}, {Layout: gdnsimd.KV}, {Layout: gdnsimd.VK}} {
+		for _, f := range []gdnsimd.Format{{}, {}, {VK: true}} {
 			run := len(layers) > 0 && layers[len(layers)-1].name == k+"/step"
 			if !kk.Implements(f) {
 				t.Logf("%s: no %v format: skipped", k, f)
 				continue
 			}
 			l, err := gdn.New(gdn.Config{KHeads: d.HK, VHeads: d.HV, K: d.K, V: d.V, ALog: aLog, DtBias: dtBias, NormWeight: norm,
-				Workers: 1, Kernel: k, StateLayout: gdn.StateLayout(f.Layout)})
+				Workers: 1, Kernel: k, StateLayout: stateLayout(f)})
 			if err != nil {
 				t.Fatal(err)
 			}
 			name := k + "/step"
-			if run || f.Layout == gdnsimd.VK {
+			if run || f.VK {
 				name, run = k+"/run/"+f.String(), true
 			}
 			// Run: slot 0 is the state, slots 1..block/every−1 the snapshots.
-			layers = append(layers, &driftLayer{name: name, l: l, run: run, layout: gdn.StateLayout(f.Layout), state: make([]float32, n*block/every), first: -1})
+			layers = append(layers, &driftLayer{name: name, l: l, run: run, layout: stateLayout(f), state: make([]float32, n*block/every), first: -1})
 		}
 	}
 	hi, lo := make([]float32, n), make([]float32, n)
@@ -305,18 +305,18 @@ func TestStrongDecay(t *testing.T) {
 	}
 	for _, k := range kerneltest.Names(t) {
 		kk, _ := gdnsimd.Lookup(k)
-		for _, f := range []gdnsimd.Format{{Layout: gdnsimd.KV}, {Layout: gdnsimd.VK}} {
+		for _, f := range []gdnsimd.Format{{}, {VK: true}} {
 			t.Run("kernel="+k+"/format="+f.String(), func(t *testing.T) {
 				if !kk.Implements(f) {
 					t.Skipf("kernel %s does not implement the state format %v", k, f)
 				}
 				l, err := gdn.New(gdn.Config{KHeads: d.HK, VHeads: d.HV, K: d.K, V: d.V, ALog: c.ALog, DtBias: c.DtBias, NormWeight: c.NormWeight,
-					Workers: 1, Kernel: k, StateLayout: gdn.StateLayout(f.Layout)})
+					Workers: 1, Kernel: k, StateLayout: stateLayout(f)})
 				if err != nil {
 					t.Fatal(err)
 				}
 				layout := func(s []float32, back bool) []float32 {
-					if f.Layout == gdnsimd.KV {
+					if !f.VK {
 						return slices.Clone(s)
 					}
 					if back {

@@ -157,7 +157,7 @@ func decodeStep(data []byte) stepCase {
 	in.Q = values(r, kl, h(hClassQ), 30)
 	in.K = values(r, kl, h(hClassK), 30)
 	in.V = values(r, vl, h(hClassV), 30)
-	in.Z = clampAll(values(r, vl, h(hClassZ), 30), 80) // silu: Exp32 clamps beyond ±87
+	in.Z = clampAll(values(r, vl, h(hClassZ), 30), 80) // silu: exp32 clamps beyond ±87
 	in.B = values(r, heads, h(hClassB), 38)
 	in.A = values(r, heads, h(hClassA), 38)
 	in.State = values(r, heads*d.K*d.V, h(hClassState), 30)

@@ -34,7 +34,7 @@ func FuzzRun(f *testing.F) {
 	f.Fuzz(checkRun)
 }
 
-var fuzzFormats = [...]gdnsimd.Format{{Layout: gdnsimd.KV}, {Layout: gdnsimd.VK}, {Layout: gdnsimd.KV, BF16: true}, {Layout: gdnsimd.VK, BF16: true}}
+var fuzzFormats = [...]gdnsimd.Format{{}, {VK: true}, {BF16: true}, {VK: true, BF16: true}}
 
 // runCase is a decoded batch: the config and the batch (its slices are the fuzz case's memory).
 type runCase struct {
@@ -90,7 +90,7 @@ func decodeRun(data []byte) *runCase {
 	c.VHeads = c.KHeads * (1 + int(x/2%3))
 	x = r.next()
 	rc.format = fuzzFormats[x%4]
-	c.StateLayout, c.StateDType = gdn.StateLayout(rc.format.Layout), gdn.DTypeF32
+	c.StateLayout, c.StateDType = stateLayout(rc.format), gdn.DTypeF32
 	if rc.format.BF16 {
 		c.StateDType = gdn.DTypeBF16
 	}
@@ -895,7 +895,7 @@ func nearGeneric(rc *runCase, got, gen tokenRun) error {
 	const u = 0x1p-24
 	hk := c.KHeads * c.K
 	idx := func(i, j int) int {
-		if rc.format.Layout == gdnsimd.VK {
+		if rc.format.VK {
 			return j*K + i
 		}
 		return i*V + j
@@ -1083,3 +1083,11 @@ func TestWriteRunCorpus(t *testing.T) {
 }
 
 func sq(x float64) float64 { return x * x }
+
+// stateLayout is f's layout as a gdn.Config names it.
+func stateLayout(f gdnsimd.Format) gdn.StateLayout {
+	if f.VK {
+		return gdn.LayoutVK
+	}
+	return gdn.LayoutKV
+}

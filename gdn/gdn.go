@@ -75,7 +75,13 @@ type Layer struct {
 }
 
 // Kernels returns the names of the kernels this CPU can run, best first ("generic" last).
-func Kernels() []string { return gdnsimd.Names() }
+func Kernels() []string {
+	var names []string
+	for _, k := range gdnsimd.Kernels() {
+		names = append(names, k.Name())
+	}
+	return names
+}
 
 // New checks c and returns a Layer holding its own copies of the parameters.
 func New(c Config) (*Layer, error) {
@@ -117,7 +123,7 @@ func New(c Config) (*Layer, error) {
 	if c.StateLayout > LayoutVK || c.StateDType > DTypeBF16 || c.GQA > GQATiled {
 		return nil, fmt.Errorf("%w: StateLayout = %d, StateDType = %d, GQA = %d: unknown value", ErrConfig, c.StateLayout, c.StateDType, c.GQA)
 	}
-	f := gdnsimd.Format{Layout: gdnsimd.Layout(c.StateLayout), BF16: c.StateDType == DTypeBF16}
+	f := gdnsimd.Format{VK: c.StateLayout == LayoutVK, BF16: c.StateDType == DTypeBF16}
 	var k gdnsimd.Kernel
 	if c.Kernel == "" {
 		for _, kk := range gdnsimd.Kernels() {
@@ -129,7 +135,7 @@ func New(c Config) (*Layer, error) {
 	} else {
 		var ok bool
 		if k, ok = gdnsimd.Lookup(c.Kernel); !ok {
-			return nil, fmt.Errorf("%w: %q (this CPU has %v)", ErrKernel, c.Kernel, gdnsimd.Names())
+			return nil, fmt.Errorf("%w: %q (this CPU has %v)", ErrKernel, c.Kernel, Kernels())
 		}
 		if !k.Implements(f) {
 			return nil, fmt.Errorf("%w: %q does not implement the state format %v (StateLayout %v, StateDType %v)", ErrKernel, c.Kernel, f, c.StateLayout, c.StateDType)

@@ -72,7 +72,7 @@ func batchLayer(t testing.TB, c *oracle.BatchCase, kernel string, format gdnsimd
 	cfg := gdn.Config{
 		KHeads: c.Dims.HK, VHeads: c.Dims.HV, K: c.Dims.K, V: c.Dims.V,
 		ALog: c.ALog, DtBias: c.DtBias, NormWeight: c.NormWeight, RMSEps: float32(c.RMSEps),
-		Workers: workers, Kernel: kernel, StateLayout: gdn.StateLayout(format.Layout),
+		Workers: workers, Kernel: kernel, StateLayout: stateLayout(format),
 	}
 	if format.BF16 {
 		cfg.StateDType = gdn.DTypeBF16
@@ -100,7 +100,7 @@ func makePool(slots [][]float32, d oracle.BatchDims, f gdnsimd.Format, slotPad i
 		f32[i] = math.Float32frombits(guardF32)
 	}
 	for s, slot := range slots {
-		if f.Layout == gdnsimd.VK {
+		if f.VK {
 			slot = oracle.TransposeSlot(slot, d.HV, d.K, d.V)
 		}
 		copy(f32[s*stride:], slot)
@@ -150,7 +150,7 @@ func readPool(t testing.TB, name string, p gdn.Pool, nslots int, d oracle.BatchD
 				slot[i] = p.BF16[e].Float32()
 			}
 		}
-		if f.Layout == gdnsimd.VK {
+		if f.VK {
 			slot = oracle.TransposeSlot(slot, d.HV, d.V, d.K) // [V][K] back to [K][V]
 		}
 		slots[s] = slot
@@ -517,4 +517,12 @@ func TestRunBF16StoreTies(t *testing.T) {
 			require.NoError(t, oracle.CheckBatch(c, &want, got))
 		})
 	})
+}
+
+// stateLayout is f's layout as a gdn.Config names it.
+func stateLayout(f gdnsimd.Format) gdn.StateLayout {
+	if f.VK {
+		return gdn.LayoutVK
+	}
+	return gdn.LayoutKV
 }
