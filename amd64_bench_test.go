@@ -114,7 +114,7 @@ func (g routineBench) decode(b *testing.B, f32 tokensF32, bf16 tokensBF16, K, V,
 func amd64Routines(layout int) (names []string, f32 []tokensF32, bf16 []tokensBF16) {
 	for _, im := range available {
 		if im.name == "avx512" || im.name == "avx2" {
-			names, f32, bf16 = append(names, im.name), append(f32, im.tokF32[layout]), append(bf16, im.tokBF16[layout])
+			names, f32, bf16 = append(names, im.name), append(f32, flatF32(im.cells[0][layout])), append(bf16, flatBF16(im.cells[1][layout]))
 		}
 	}
 	return
@@ -180,11 +180,8 @@ func TestVKChunksAMD64(t *testing.T) {
 	}
 	var rs []rt
 	for _, im := range available {
-		switch im.name {
-		case "avx512":
-			rs = append(rs, rt{"avx512", vkF32AVX512, vkBF16AVX512})
-		case "avx2":
-			rs = append(rs, rt{"avx2", vkF32AVX2, vkBF16AVX2})
+		if im.name == "avx512" || im.name == "avx2" {
+			rs = append(rs, rt{im.name, flatF32(im.cells[0][layoutVK]), flatBF16(im.cells[1][layoutVK])})
 		}
 	}
 	r := rand.New(rand.NewPCG(5, 6))

@@ -281,18 +281,45 @@ func TestWidenAMD64(t *testing.T) {
 	}
 }
 
+// kvVia runs the tokens through a kernel's single-token routine (impl.state) in a float32 copy of the state (src32),
+// storing f32 (src16 nil) or bf16 states at stores and the last one to carry when not nil.
+func kvVia(one func(sIn, sOut, kh, qh, v, o []float32, em1, eg, beta, kq float32), K, V int, src32 []float32, src16 []uint16, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok []float32) {
+	hs := K * V
+	cur := make([]float32, hs)
+	copy(cur, src32[:hs])
+	for τ := range len(tok) / 4 {
+		tk := tok[4*τ : 4*τ+4]
+		one(cur, cur, kh[τ*K:(τ+1)*K:(τ+1)*K], qh[τ*K:(τ+1)*K:(τ+1)*K], v[τ*vs:τ*vs+V:τ*vs+V], o[τ*V:(τ+1)*V:(τ+1)*V], tk[0], tk[1], tk[2], tk[3])
+		switch p := stores[τ]; {
+		case p == nil:
+		case src16 == nil:
+			copy(unsafe.Slice((*float32)(p), hs), cur)
+		default:
+			d := unsafe.Slice((*uint16)(p), hs)
+			for i, x := range cur {
+				d[i] = BF16RNE(x)
+			}
+		}
+	}
+	if carry != nil {
+		copy(carry[:hs], cur)
+	}
+}
+
 // TestKVTokensExact: the [K][V] routines over T tokens against the single-token routine of the
 // same kernel run token by token (kvVia), bit for bit: o, every store, the carry; with and without
 // a store at the last token, from src32 or the bf16 src.
 func TestKVTokensExact(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
-	ones := map[string]single{"avx512": stateAVX512, "avx2": stateAVX2}
 	for _, im := range available {
-		one := ones[im.name]
+		one := im.state
 		for _, sh := range [][2]int{{1, 1}, {3, 5}, {16, 16}, {17, 33}, {31, 8}, {64, 64}, {96, 80}, {128, 128}, {5, 129}, {129, 7}, {200, 48}, {300, 37}, {520, 24}} {
 			for _, T := range []int{1, 2, 3, 7} {
 				for pat := range 3 {
 					K, V, vs := sh[0], sh[1], sh[1]+1
+					if K > im.routines[0][0].maxK { // the generic routine's
+						continue
+					}
 					hs := K * V
 					kh, qh := make([]float32, T*K), make([]float32, T*K)
 					for i := range kh {
@@ -344,7 +371,7 @@ func TestKVTokensExact(t *testing.T) {
 							case !bf && via:
 								kvVia(one, K, V, src32, nil, stores, nil, kh, qh, v, vs, o, tok)
 							case !bf:
-								im.tokF32[0](K, V, append([]float32(nil), src32...), stores, kh, qh, v, vs, o, tok, nil)
+								flatF32(im.cells[0][0])(K, V, append([]float32(nil), src32...), stores, kh, qh, v, vs, o, tok, nil)
 							default:
 								carry = make([]float32, hs)
 								var s32 []float32
@@ -354,7 +381,7 @@ func TestKVTokensExact(t *testing.T) {
 								if via {
 									kvVia(one, K, V, src32, src16, stores, carry, kh, qh, v, vs, o, tok)
 								} else {
-									im.tokBF16[0](K, V, append([]uint16(nil), src16...), s32, stores, carry, kh, qh, v, vs, o, tok, nil)
+									flatBF16(im.cells[1][0])(K, V, append([]uint16(nil), src16...), s32, stores, carry, kh, qh, v, vs, o, tok, nil)
 								}
 							}
 							return o, st32, st16, carry
@@ -522,31 +549,21 @@ func (c *kvTailCall) run(t *testing.T, im *impl) {
 	bf16(c.K, c.V, c.src16.s, s32, c.stores, c.carry.s, c.kh.s, c.qh.s, c.v.s, c.vs, c.o.s, c.tok.s, nil)
 }
 
-// kvRaw returns the kernel's [K][V] routines over T tokens themselves (the wrappers kvF32 and
-// kvBF16 send T = 1 with a store to the single-token routine), with a work space of the size the
-// wrappers pass, between guard bands that must stay untouched; for a K above their limit, the
-// wrappers (kvVia).
+// kvRaw returns the kernel's [K][V] routines over T tokens themselves (routine.fn: no limits, no
+// split of a verification), with a work space between guard bands that must stay untouched; for
+// a K above their limit, the cells (the generic routines).
 func kvRaw(t *testing.T, im *impl, K int) (tokensF32, tokensBF16) {
-	type raw struct {
-		f32  func(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok, work []float32, pf []uintptr)
-		bf16 func(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok, work []float32, pf []uintptr)
-		maxK int
+	r32, r16 := im.routines[0][0], im.routines[1][0]
+	if K > r32.maxK {
+		return flatF32(im.cells[0][0]), flatBF16(im.cells[1][0])
 	}
-	rs := map[string]raw{
-		"avx512": {stateKVf32AVX512, kvBF16AVX512Cvt, kvMaxK512},
-		"avx2":   {stateKVf32AVX2, stateKVbf16AVX2, kvMaxK2},
-	}
-	r := rs[im.name]
-	if K > r.maxK {
-		return im.tokF32[0], im.tokBF16[0]
-	}
-	work := newDecayBuf(kvWork+16, K%16)
+	work := newDecayBuf(workFloats, K%16)
 	what := fmt.Sprintf("%s K=%d: work", im.name, K)
 	return func(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok []float32, pf []uintptr) {
-			r.f32(K, V, src, stores, kh, qh, v, vs, o, tok, work.s, pf)
+			r32.call(rawArgs(K, V, unsafe.Pointer(unsafe.SliceData(src)), nil, stores, nil, kh, qh, v, vs, o, tok, work.s, pf), work.s)
 			work.check(t, what)
 		}, func(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok []float32, pf []uintptr) {
-			r.bf16(K, V, src, src32, stores, carry, kh, qh, v, vs, o, tok, work.s, pf)
+			r16.call(rawArgs(K, V, unsafe.Pointer(unsafe.SliceData(src)), src32, stores, carry, kh, qh, v, vs, o, tok, work.s, pf), work.s)
 			work.check(t, what)
 		}
 }
@@ -651,12 +668,14 @@ func TestKVTailsExact(t *testing.T) {
 // the stores (at the first and last token), the carry; over kvTailShapes, in guard bands.
 func TestKVTailsTokens(t *testing.T) {
 	const T = 3
-	ones := map[string]single{"avx512": stateAVX512, "avx2": stateAVX2}
 	decayKernels(t, func(t *testing.T, im *impl) {
-		one := ones[im.name]
+		one := im.state
 		r := rand.New(rand.NewPCG(23, 24))
 		for n, sh := range kvTailShapes() {
 			K, V := sh[0], sh[1]
+			if K > im.routines[0][0].maxK { // the generic routine's
+				continue
+			}
 			s, kh, qh, v := make([]float32, K*V), make([]float32, T*K), make([]float32, T*K), make([]float32, T*V)
 			for i := range s {
 				s[i] = float32(0.3 * r.NormFloat64())
@@ -746,7 +765,7 @@ func TestKVBF16Cvt(t *testing.T) {
 	skipWithoutAVX512(t)
 	r := rand.New(rand.NewPCG(71, 72))
 	bits := math.Float32frombits
-	work := make([]float32, kvWork+16)
+	work := make([]float32, workFloats)
 	cases := 0
 	for _, cvt := range []bool{false, true} {
 		if cvt && !avx512BF16 {
@@ -827,9 +846,12 @@ func TestKVBF16Cvt(t *testing.T) {
 							}
 						}
 						wo, gotO := make([]float32, T*V), make([]float32, T*V)
-						stateKVf32AVX512(K, V, append([]float32(nil), src32...), stores32, kh, qh, v, V, wo, tok, work, nil)
+						s32 := append([]float32(nil), src32...)
+						stateKVf32AVX512(rawArgs(K, V, unsafe.Pointer(&s32[0]), nil, stores32, nil, kh, qh, v, V, wo, tok, work, nil))
 						carry := make([]float32, hs)
-						stateKVbf16AVX512(K, V, src, nil, stores, carry, kh, qh, v, V, gotO, tok, work, nil, cvt)
+						a := rawArgs(K, V, unsafe.Pointer(&src[0]), nil, stores, carry, kh, qh, v, V, gotO, tok, work, nil)
+						a.cvt = cvt
+						stateKVbf16AVX512(a)
 						check := func(what string, b *kvBuf16, want []float32) {
 							t.Helper()
 							b.check(t, fmt.Sprintf("cvt %v K %d V %d T %d kind %d off %d %s", cvt, K, V, T, kind, off, what))
@@ -859,7 +881,9 @@ func TestKVBF16Cvt(t *testing.T) {
 						if T == 1 { // in place: the one store is src
 							inPlace := newKVBuf16(hs, off)
 							copy(inPlace.s, src)
-							stateKVbf16AVX512(K, V, inPlace.s, nil, []unsafe.Pointer{unsafe.Pointer(&inPlace.s[0])}, nil, kh, qh, v, V, gotO, tok, work, nil, cvt)
+							a := rawArgs(K, V, unsafe.Pointer(&inPlace.s[0]), nil, []unsafe.Pointer{unsafe.Pointer(&inPlace.s[0])}, nil, kh, qh, v, V, gotO, tok, work, nil)
+							a.cvt = cvt
+							stateKVbf16AVX512(a)
 							check("in place", inPlace, wantSt[0])
 						}
 						cases++
@@ -943,7 +967,7 @@ func TestVKBF16Cvt(t *testing.T) {
 							for e, x := range src {
 								src32[e] = math.Float32frombits(uint32(x) << 16)
 							}
-							stateVKf32AVX512(K, V, src32, []unsafe.Pointer{unsafe.Pointer(&dst32[0])}, kh, qh, v, V, wo, tok, nil, nil)
+							stateVKf32AVX512(rawArgs(K, V, unsafe.Pointer(&src32[0]), nil, []unsafe.Pointer{unsafe.Pointer(&dst32[0])}, nil, kh, qh, v, V, wo, tok, nil, nil))
 							for e, x := range dst32 {
 								want[e] = BF16RNE(x)
 							}
@@ -1029,7 +1053,7 @@ func TestVKBF16CvtLone(t *testing.T) {
 							st32[τ], st16[τ] = unsafe.Pointer(&want32[τ][0]), unsafe.Pointer(&got[τ][0])
 						}
 						wo, gotO := make([]float32, T*V), make([]float32, T*V)
-						vkF32AVX512(K, V, src32, st32, kh, qh, v, V, wo, tok, nil)
+						flatF32(avx512Impl.cells[0][layoutVK])(K, V, src32, st32, kh, qh, v, V, wo, tok, nil)
 						vkBF16AVX512Cvt(K, V, src, st16, kh, qh, v, gotO, tok, cvt)
 						for τ := range T {
 							for i, x := range want32[τ] {
@@ -1047,15 +1071,11 @@ func TestVKBF16CvtLone(t *testing.T) {
 	t.Logf("%d cases", cases)
 }
 
-// vkBF16AVX512Cvt is vkBF16AVX512 with cvt given (the work space from the pool for T > 1).
+// vkBF16AVX512Cvt is stateVKbf16AVX512 with cvt given (and a work space).
 func vkBF16AVX512Cvt(K, V int, src []uint16, stores []unsafe.Pointer, kh, qh, v, o, tok []float32, cvt bool) {
-	if len(tok) == 4 {
-		stateVKbf16AVX512(K, V, src, nil, stores, nil, kh, qh, v, V, o, tok, nil, nil, cvt)
-		return
-	}
-	w := workPool.Get().(*[]float32)
-	stateVKbf16AVX512(K, V, src, nil, stores, nil, kh, qh, v, V, o, tok, *w, nil, cvt)
-	workPool.Put(w)
+	a := rawArgs(K, V, unsafe.Pointer(&src[0]), nil, stores, nil, kh, qh, v, V, o, tok, make([]float32, workFloats), nil)
+	a.cvt = cvt
+	stateVKbf16AVX512(a)
 }
 
 // skipWithoutAVX512 skips the test where the avx512 kernel is not available.
@@ -1107,7 +1127,7 @@ func TestVKBF16CvtFallbackNaN(t *testing.T) {
 					widened[i] = math.Float32frombits(uint32(b) << 16)
 				}
 				wantO := make([]float32, V)
-				vkF32AVX512(K, V, widened, []unsafe.Pointer{unsafe.Pointer(&want32[0])}, kh, qh, v, V, wantO, tok, nil)
+				flatF32(avx512Impl.cells[0][layoutVK])(K, V, widened, []unsafe.Pointer{unsafe.Pointer(&want32[0])}, kh, qh, v, V, wantO, tok, nil)
 				got, gotO := make([]uint16, hs), make([]float32, V)
 				vkBF16AVX512Cvt(K, V, src, []unsafe.Pointer{unsafe.Pointer(&got[0])}, kh, qh, v, gotO, tok, true)
 				for i := range got {

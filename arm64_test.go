@@ -12,7 +12,7 @@ import (
 	"testing"
 )
 
-// TestDecayFormsNEON calls stateNEON directly with em1 and eg that do not belong together
+// TestDecayFormsNEON calls neonImpl.state (the T = 1 plan of stateKVf32NEON) directly with em1 and eg that do not belong together
 // (eg ≠ 1 + em1), so the decay form it uses is visible in every output: x + em1·x when em1 ≥ −0.5,
 // eg·x otherwise (NaN em1 included), in every strip width (V = 1…257 covers the 32-, 16-, 4- and
 // 1-column strips and their mixtures), at every slice offset 0–15, out of place and in place,
@@ -116,7 +116,7 @@ func TestDecayFormsNEON(t *testing.T) {
 					inputs := func() []float32 { return append(append(append(append([]float32(nil), sIn...), kh...), qh...), v...) }
 					before := inputs()
 
-					stateNEON(sIn, sOut, kh, qh, v, o, c.em1, c.eg, beta, kq)
+					neonImpl.state(sIn, sOut, kh, qh, v, o, c.em1, c.eg, beta, kq)
 					wantS, wantO := make([]float32, K*V), make([]float32, V)
 					stateGeneric(orig, wantS, kh, qh, v, wantO, c.em1, c.eg, beta, kq)
 					what := fmt.Sprintf("K=%d V=%d off=%d", K, V, off)
@@ -132,7 +132,7 @@ func TestDecayFormsNEON(t *testing.T) {
 
 					// In place (sOut = sIn): the same result.
 					clear(o)
-					stateNEON(sIn, sIn, kh, qh, v, o, c.em1, c.eg, beta, kq)
+					neonImpl.state(sIn, sIn, kh, qh, v, o, c.em1, c.eg, beta, kq)
 					decayNear(t, what+" in place sOut", sIn, wantS, tol, scaleS)
 					decayNear(t, what+" in place o", o, wantO, tol, scaleO)
 					sc.check(what + " in place")

@@ -168,6 +168,7 @@ type headCall struct {
 	stores []unsafe.Pointer // [chunk] for the assembly adapters
 	zero32 []float32        // K·V zeros (never written)
 	zero16 []uint16         // K·V zeros (never written)
+	work   []float32        // the assembly routines' work space (workFloats; made on first use)
 }
 
 // stateFunc advances one head by the tokens of a headCall (SPEC Part A per token): for every τ,

@@ -4,7 +4,6 @@ package gdnsimd
 
 import (
 	"math"
-	"unsafe"
 
 	"golang.org/x/sys/cpu"
 )
@@ -23,52 +22,19 @@ func arm64Kernels() []*impl {
 // neonImpl is the NEON kernel: the pieces and the four state routines over T tokens in
 // gdn_arm64.s (gate's sum of squares through l2NEON). The routines keep their part of the state in
 // a 16 KiB slab on the stack, so a head with K > neonMaxK goes to the generic routine of its format
-// (both storage types alike, whatever T: the equivalences between formats and calls hold).
-var neonImpl = neonLimits(withTokens(impl{name: "neon", state: stateNEON, gate: gateNEON, l2: l2NEON, scale: scale, widen: widenNEON, gates: gatesChecked(gatesNEON),
-	tokF32:  [2]tokensF32{noPrefetchF32(stateKVf32NEON), noPrefetchF32(stateVKf32NEON)},
-	tokBF16: [2]tokensBF16{noPrefetchBF16(stateKVbf16NEON), noPrefetchBF16(stateVKbf16NEON)},
-}, [2]snapOnce{}))
-
-// noPrefetchF32 and noPrefetchBF16 adapt a NEON routine, which takes no prefetch list, to the flat
-// signatures (the list is a hint; the NEON routines do not issue it).
-func noPrefetchF32(r func(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok []float32)) tokensF32 {
-	return func(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok []float32, _ []uintptr) {
-		r(K, V, src, stores, kh, qh, v, vs, o, tok)
-	}
-}
-
-func noPrefetchBF16(r func(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok []float32)) tokensBF16 {
-	return func(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok []float32, _ []uintptr) {
-		r(K, V, src, src32, stores, carry, kh, qh, v, vs, o, tok)
-	}
-}
+// (both storage types alike, whatever T: the equivalences between formats and calls hold). They
+// issue no prefetches (the list is a hint) and use no work space.
+var neonImpl = withRoutines(impl{name: "neon", state: single(stateKVf32NEON), gate: gateNEON, l2: l2NEON, scale: scale, widen: widenNEON, gates: gatesChecked(gatesNEON)},
+	[2][2]*routine{
+		{{fn: stateKVf32NEON, maxK: neonMaxK}, {fn: stateVKf32NEON, maxK: neonMaxK}},
+		{{fn: stateKVbf16NEON, bf16: true, maxK: neonMaxK}, {fn: stateVKbf16NEON, bf16: true, maxK: neonMaxK}},
+	})
 
 // neonMaxK is the largest K the routines over T tokens take: one column (a [K][V] strip) or one
 // row ([V][K]) in the 4096-float slab.
 const neonMaxK = 4096
 
-// neonLimits sends the heads the routines cannot take to the generic ones.
-func neonLimits(im impl) impl {
-	for b := range 2 {
-		for l, c := range im.cells[b] {
-			if c == nil {
-				continue
-			}
-			generic := genericImpl.cells[b][l]
-			im.cells[b][l] = func(h *headCall) {
-				if h.K > neonMaxK {
-					generic(h)
-					return
-				}
-				c(h)
-			}
-		}
-	}
-	return im
-}
-
-// The state routines over T tokens (tokens_generic.go: the flat signature and its contract), for
-// K ≤ neonMaxK. Per token they compute stateNEON's arithmetic ([K][V]: each column's sums in row
+// The state routines over T tokens (a stateArgs each, gdn_args.go), for K ≤ neonMaxK. Per token they compute stateGeneric's arithmetic ([K][V]: each column's sums in row
 // order, the same δ, o and write pass) or, for [V][K], per row j (K contiguous):
 //
 //	kv, qs := dot2(S[j], kh, qh)               // dot2's order: four partial sums (i mod 4),
@@ -81,33 +47,22 @@ func neonLimits(im impl) impl {
 // nearest even (BF16RNE) at each store only.
 //
 //go:noescape
-func stateKVf32NEON(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok []float32)
+func stateKVf32NEON(a stateArgs)
 
 //go:noescape
-func stateVKf32NEON(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok []float32)
+func stateVKf32NEON(a stateArgs)
 
 //go:noescape
-func stateKVbf16NEON(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok []float32)
+func stateKVbf16NEON(a stateArgs)
 
 //go:noescape
-func stateVKbf16NEON(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok []float32)
+func stateVKbf16NEON(a stateArgs)
 
 // widenNEON is widenGeneric in NEON: dst[i] = the float32 of the bf16 bits src[i] for i < len(dst)
 // (len(src) ≥ len(dst), not checked).
 //
 //go:noescape
 func widenNEON(dst []float32, src []uint16)
-
-// stateNEON is stateGeneric in NEON (impl.state): the T = 1 plan of stateKVf32NEON (one token,
-// stores[0] = sOut), the column-blocked read pass (Sᵀk̂ and Sᵀq̂ together) and write pass S' =
-// decay(S) + k̂⊗δ in 32-column strips (then at most one of 16, three of 4 and three single
-// columns), any K. The decay form is chosen once per call from em1 (a NaN em1 gives eg·x). K =
-// len(kh) = len(qh), V = len(v) = len(o), len(sIn) = len(sOut) = K·V (not checked).
-func stateNEON(sIn, sOut, kh, qh, v, o []float32, em1, eg, beta, kq float32) {
-	tok := [4]float32{em1, eg, beta, kq}
-	stores := [1]unsafe.Pointer{unsafe.Pointer(unsafe.SliceData(sOut))}
-	stateKVf32NEON(len(kh), len(v), sIn, stores[:], kh, qh, v, len(v), o, tok[:])
-}
 
 // l2NEON is l2Generic in NEON: Σq², Σk², Σk·q over len(q) elements (len(k) ≥ len(q), not checked),
 // accumulated in float64.

@@ -1469,7 +1469,7 @@ wx1:
 wend:
 	RET
 
-// func stateKVf32NEON(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok []float32)
+// func stateKVf32NEON(a stateArgs)
 //
 // The [K][V] state over T = len(tok)/4 tokens (gdn_generic.go's contract), in column strips of
 // stateNEON's widths (32 while they fit, then 16, 4, 1 columns) no wider than the slab on the
@@ -1489,25 +1489,25 @@ wend:
 // R7 columns left, R8 copy count, R9 form, R10/R11 slab/row pointers, R12/R13 kh/qh pointers, R14
 // row counter, R15 state row stride V·es, R19 strip's first column, R20 tokens left, R21 tok, R22
 // stores, R23 row start, R24/R25 scratch.
-TEXT ·stateKVf32NEON(SB), 0, $16384-192
+TEXT ·stateKVf32NEON(SB), 0, $16384-136
 
 	// one token with a store (decode): the T = 1 plan, whole column strips (stateOne)
-	MOVD  tok_len+176(FP), R24
-	CMP   $4, R24
+	MOVD  a_T+16(FP), R24
+	CMP   $1, R24
 	BNE   tokens
-	MOVD  stores_base+40(FP), R24
+	MOVD  a_stores+48(FP), R24
 	MOVD  (R24), R24
 	CBZ   R24, tokens
-	MOVD  src_base+16(FP), R0
-	MOVD  stores_base+40(FP), R1
+	MOVD  a_src+32(FP), R0
+	MOVD  a_stores+48(FP), R1
 	MOVD  (R1), R1
-	MOVD  kh_base+64(FP), R2
-	MOVD  K+0(FP), R6
-	MOVD  qh_base+88(FP), R3
-	MOVD  v_base+112(FP), R4
-	MOVD  V+8(FP), R7
-	MOVD  o_base+144(FP), R5
-	MOVD  tok_base+168(FP), R10
+	MOVD  a_kh+64(FP), R2
+	MOVD  a_K+0(FP), R6
+	MOVD  a_qh+72(FP), R3
+	MOVD  a_v+80(FP), R4
+	MOVD  a_V+8(FP), R7
+	MOVD  a_o+88(FP), R5
+	MOVD  a_tok+96(FP), R10
 	FMOVS 0(R10), F13
 	FMOVS 4(R10), F10
 	FMOVS 8(R10), F11
@@ -2003,13 +2003,13 @@ onedone:
 	RET
 
 tokens:
-	MOVD K+0(FP), R6
-	MOVD V+8(FP), R7
-	MOVD src_base+16(FP), R0
+	MOVD a_K+0(FP), R6
+	MOVD a_V+8(FP), R7
+	MOVD a_src+32(FP), R0
 	MOVD $slab-16384(SP), R1
 	LSL  $2, R7, R15
 	MOVD $0, R19
-	MOVD tok_len+176(FP), R24
+	MOVD a_T+16(FP), R24
 	CBZ  R24, done
 	CBZ  R6, done
 
@@ -2056,16 +2056,15 @@ s32incend:
 	BNE  s32in
 
 s32tok0:
-	MOVD tok_len+176(FP), R20
-	LSR  $2, R20, R20
-	MOVD tok_base+168(FP), R21
-	MOVD kh_base+64(FP), R2
-	MOVD qh_base+88(FP), R3
-	MOVD v_base+112(FP), R4
+	MOVD a_T+16(FP), R20
+	MOVD a_tok+96(FP), R21
+	MOVD a_kh+64(FP), R2
+	MOVD a_qh+72(FP), R3
+	MOVD a_v+80(FP), R4
 	ADD  R19<<2, R4, R4
-	MOVD o_base+144(FP), R5
+	MOVD a_o+88(FP), R5
 	ADD  R19<<2, R5, R5
-	MOVD stores_base+40(FP), R22
+	MOVD a_stores+48(FP), R22
 
 s32tok:
 	FMOVS 0(R21), F13
@@ -2317,10 +2316,10 @@ s32next:
 	LSL  $2, R6, R24
 	ADD  R24, R2, R2
 	ADD  R24, R3, R3
-	MOVD vs+136(FP), R24
+	MOVD a_vs+24(FP), R24
 	LSL  $2, R24, R24
 	ADD  R24, R4, R4
-	MOVD V+8(FP), R24
+	MOVD a_V+8(FP), R24
 	LSL  $2, R24, R24
 	ADD  R24, R5, R5
 	ADD  $16, R21, R21
@@ -2377,16 +2376,15 @@ s16incend:
 	BNE  s16in
 
 s16tok0:
-	MOVD tok_len+176(FP), R20
-	LSR  $2, R20, R20
-	MOVD tok_base+168(FP), R21
-	MOVD kh_base+64(FP), R2
-	MOVD qh_base+88(FP), R3
-	MOVD v_base+112(FP), R4
+	MOVD a_T+16(FP), R20
+	MOVD a_tok+96(FP), R21
+	MOVD a_kh+64(FP), R2
+	MOVD a_qh+72(FP), R3
+	MOVD a_v+80(FP), R4
 	ADD  R19<<2, R4, R4
-	MOVD o_base+144(FP), R5
+	MOVD a_o+88(FP), R5
 	ADD  R19<<2, R5, R5
-	MOVD stores_base+40(FP), R22
+	MOVD a_stores+48(FP), R22
 
 s16tok:
 	FMOVS 0(R21), F13
@@ -2561,10 +2559,10 @@ s16next:
 	LSL  $2, R6, R24
 	ADD  R24, R2, R2
 	ADD  R24, R3, R3
-	MOVD vs+136(FP), R24
+	MOVD a_vs+24(FP), R24
 	LSL  $2, R24, R24
 	ADD  R24, R4, R4
-	MOVD V+8(FP), R24
+	MOVD a_V+8(FP), R24
 	LSL  $2, R24, R24
 	ADD  R24, R5, R5
 	ADD  $16, R21, R21
@@ -2621,16 +2619,15 @@ s4incend:
 	BNE  s4in
 
 s4tok0:
-	MOVD tok_len+176(FP), R20
-	LSR  $2, R20, R20
-	MOVD tok_base+168(FP), R21
-	MOVD kh_base+64(FP), R2
-	MOVD qh_base+88(FP), R3
-	MOVD v_base+112(FP), R4
+	MOVD a_T+16(FP), R20
+	MOVD a_tok+96(FP), R21
+	MOVD a_kh+64(FP), R2
+	MOVD a_qh+72(FP), R3
+	MOVD a_v+80(FP), R4
 	ADD  R19<<2, R4, R4
-	MOVD o_base+144(FP), R5
+	MOVD a_o+88(FP), R5
 	ADD  R19<<2, R5, R5
-	MOVD stores_base+40(FP), R22
+	MOVD a_stores+48(FP), R22
 
 s4tok:
 	FMOVS 0(R21), F13
@@ -2754,10 +2751,10 @@ s4next:
 	LSL  $2, R6, R24
 	ADD  R24, R2, R2
 	ADD  R24, R3, R3
-	MOVD vs+136(FP), R24
+	MOVD a_vs+24(FP), R24
 	LSL  $2, R24, R24
 	ADD  R24, R4, R4
-	MOVD V+8(FP), R24
+	MOVD a_V+8(FP), R24
 	LSL  $2, R24, R24
 	ADD  R24, R5, R5
 	ADD  $16, R21, R21
@@ -2814,16 +2811,15 @@ s1incend:
 	BNE  s1in
 
 s1tok0:
-	MOVD tok_len+176(FP), R20
-	LSR  $2, R20, R20
-	MOVD tok_base+168(FP), R21
-	MOVD kh_base+64(FP), R2
-	MOVD qh_base+88(FP), R3
-	MOVD v_base+112(FP), R4
+	MOVD a_T+16(FP), R20
+	MOVD a_tok+96(FP), R21
+	MOVD a_kh+64(FP), R2
+	MOVD a_qh+72(FP), R3
+	MOVD a_v+80(FP), R4
 	ADD  R19<<2, R4, R4
-	MOVD o_base+144(FP), R5
+	MOVD a_o+88(FP), R5
 	ADD  R19<<2, R5, R5
-	MOVD stores_base+40(FP), R22
+	MOVD a_stores+48(FP), R22
 
 s1tok:
 	FMOVS 0(R21), F13
@@ -2947,10 +2943,10 @@ s1next:
 	LSL  $2, R6, R24
 	ADD  R24, R2, R2
 	ADD  R24, R3, R3
-	MOVD vs+136(FP), R24
+	MOVD a_vs+24(FP), R24
 	LSL  $2, R24, R24
 	ADD  R24, R4, R4
-	MOVD V+8(FP), R24
+	MOVD a_V+8(FP), R24
 	LSL  $2, R24, R24
 	ADD  R24, R5, R5
 	ADD  $16, R21, R21
@@ -2967,7 +2963,7 @@ s1adv:
 done:
 	RET
 
-// func stateVKf32NEON(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok []float32)
+// func stateVKf32NEON(a stateArgs)
 //
 // The [V][K] state over T = len(tok)/4 tokens (gdn_generic.go's contract). Rows (value columns
 // of the maths, K contiguous) go in groups of four while four remain, then one by one; a group's
@@ -2989,14 +2985,14 @@ done:
 // R7 rows left, R8 copy count, R9 form, R10-R13 slab rows, R14/R15 kh/qh pointers, R19 group's row
 // index·4, R20 tokens left, R21 tok, R22 stores, R23 K counter, R24 group's offset in elements, R25
 // scratch.
-TEXT ·stateVKf32NEON(SB), 0, $16384-192
-	MOVD K+0(FP), R6
-	MOVD V+8(FP), R7
-	MOVD src_base+16(FP), R0
+TEXT ·stateVKf32NEON(SB), 0, $16384-136
+	MOVD a_K+0(FP), R6
+	MOVD a_V+8(FP), R7
+	MOVD a_src+32(FP), R0
 	MOVD $slab-16384(SP), R1
 	MOVD $0, R19
 	MOVD $0, R24
-	MOVD tok_len+176(FP), R25
+	MOVD a_T+16(FP), R25
 	CBZ  R25, done
 	CBZ  R6, done
 
@@ -3035,16 +3031,15 @@ g4inx1:
 g4inend:
 
 g4tok0:
-	MOVD tok_len+176(FP), R20
-	LSR  $2, R20, R20
-	MOVD tok_base+168(FP), R21
-	MOVD kh_base+64(FP), R2
-	MOVD qh_base+88(FP), R3
-	MOVD v_base+112(FP), R4
+	MOVD a_T+16(FP), R20
+	MOVD a_tok+96(FP), R21
+	MOVD a_kh+64(FP), R2
+	MOVD a_qh+72(FP), R3
+	MOVD a_v+80(FP), R4
 	ADD  R19, R4, R4
-	MOVD o_base+144(FP), R5
+	MOVD a_o+88(FP), R5
 	ADD  R19, R5, R5
-	MOVD stores_base+40(FP), R22
+	MOVD a_stores+48(FP), R22
 
 g4tok:
 	FMOVS 0(R21), F14
@@ -3383,10 +3378,10 @@ g4next:
 	LSL  $2, R6, R25
 	ADD  R25, R2, R2
 	ADD  R25, R3, R3
-	MOVD vs+136(FP), R25
+	MOVD a_vs+24(FP), R25
 	LSL  $2, R25, R25
 	ADD  R25, R4, R4
-	MOVD V+8(FP), R25
+	MOVD a_V+8(FP), R25
 	LSL  $2, R25, R25
 	ADD  R25, R5, R5
 	ADD  $16, R21, R21
@@ -3435,16 +3430,15 @@ g1inx1:
 g1inend:
 
 g1tok0:
-	MOVD tok_len+176(FP), R20
-	LSR  $2, R20, R20
-	MOVD tok_base+168(FP), R21
-	MOVD kh_base+64(FP), R2
-	MOVD qh_base+88(FP), R3
-	MOVD v_base+112(FP), R4
+	MOVD a_T+16(FP), R20
+	MOVD a_tok+96(FP), R21
+	MOVD a_kh+64(FP), R2
+	MOVD a_qh+72(FP), R3
+	MOVD a_v+80(FP), R4
 	ADD  R19, R4, R4
-	MOVD o_base+144(FP), R5
+	MOVD a_o+88(FP), R5
 	ADD  R19, R5, R5
-	MOVD stores_base+40(FP), R22
+	MOVD a_stores+48(FP), R22
 
 g1tok:
 	FMOVS 0(R21), F14
@@ -3646,10 +3640,10 @@ g1next:
 	LSL  $2, R6, R25
 	ADD  R25, R2, R2
 	ADD  R25, R3, R3
-	MOVD vs+136(FP), R25
+	MOVD a_vs+24(FP), R25
 	LSL  $2, R25, R25
 	ADD  R25, R4, R4
-	MOVD V+8(FP), R25
+	MOVD a_V+8(FP), R25
 	LSL  $2, R25, R25
 	ADD  R25, R5, R5
 	ADD  $16, R21, R21
@@ -3668,7 +3662,7 @@ g1adv:
 done:
 	RET
 
-// func stateKVbf16NEON(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok []float32)
+// func stateKVbf16NEON(a stateArgs)
 //
 // The [K][V] state over T = len(tok)/4 tokens (gdn_generic.go's contract), in column strips of
 // stateNEON's widths (32 while they fit, then 16, 4, 1 columns) no wider than the slab on the
@@ -3688,14 +3682,14 @@ done:
 // R7 columns left, R8 copy count, R9 form, R10/R11 slab/row pointers, R12/R13 kh/qh pointers, R14
 // row counter, R15 state row stride V·es, R19 strip's first column, R20 tokens left, R21 tok, R22
 // stores, R23 row start, R24/R25 scratch.
-TEXT ·stateKVbf16NEON(SB), 0, $16384-240
-	MOVD K+0(FP), R6
-	MOVD V+8(FP), R7
-	MOVD src_base+16(FP), R0
+TEXT ·stateKVbf16NEON(SB), 0, $16384-136
+	MOVD a_K+0(FP), R6
+	MOVD a_V+8(FP), R7
+	MOVD a_src+32(FP), R0
 	MOVD $slab-16384(SP), R1
 	LSL  $1, R7, R15
 	MOVD $0, R19
-	MOVD tok_len+224(FP), R24
+	MOVD a_T+16(FP), R24
 	CBZ  R24, done
 	CBZ  R6, done
 
@@ -3706,10 +3700,10 @@ s32:
 	BGT  s16
 	CMP  $32, R7
 	BLT  s16
-	MOVD src32_base+40(FP), R23
+	MOVD a_src32+40(FP), R23
 	CBZ  R23, s32in16
 	ADD  R19<<2, R23, R23
-	MOVD V+8(FP), R24
+	MOVD a_V+8(FP), R24
 	LSL  $2, R24, R24
 	MOVD R1, R10
 	MOVD R6, R14
@@ -3789,16 +3783,15 @@ s32incend:
 	BNE  s32in
 
 s32tok0:
-	MOVD tok_len+224(FP), R20
-	LSR  $2, R20, R20
-	MOVD tok_base+216(FP), R21
-	MOVD kh_base+112(FP), R2
-	MOVD qh_base+136(FP), R3
-	MOVD v_base+160(FP), R4
+	MOVD a_T+16(FP), R20
+	MOVD a_tok+96(FP), R21
+	MOVD a_kh+64(FP), R2
+	MOVD a_qh+72(FP), R3
+	MOVD a_v+80(FP), R4
 	ADD  R19<<2, R4, R4
-	MOVD o_base+192(FP), R5
+	MOVD a_o+88(FP), R5
 	ADD  R19<<2, R5, R5
-	MOVD stores_base+64(FP), R22
+	MOVD a_stores+48(FP), R22
 
 s32tok:
 	FMOVS 0(R21), F13
@@ -4085,10 +4078,10 @@ s32next:
 	LSL  $2, R6, R24
 	ADD  R24, R2, R2
 	ADD  R24, R3, R3
-	MOVD vs+184(FP), R24
+	MOVD a_vs+24(FP), R24
 	LSL  $2, R24, R24
 	ADD  R24, R4, R4
-	MOVD V+8(FP), R24
+	MOVD a_V+8(FP), R24
 	LSL  $2, R24, R24
 	ADD  R24, R5, R5
 	ADD  $16, R21, R21
@@ -4097,10 +4090,10 @@ s32next:
 	BNE  s32tok
 
 	// the f32 strip after the last token to carry
-	MOVD carry_base+88(FP), R23
+	MOVD a_carry+56(FP), R23
 	CBZ  R23, s32adv
 	ADD  R19<<2, R23, R23
-	MOVD V+8(FP), R24
+	MOVD a_V+8(FP), R24
 	LSL  $2, R24, R24
 	MOVD R1, R10
 	MOVD R6, R14
@@ -4149,10 +4142,10 @@ s16:
 	BGT  s4
 	CMP  $16, R7
 	BLT  s4
-	MOVD src32_base+40(FP), R23
+	MOVD a_src32+40(FP), R23
 	CBZ  R23, s16in16
 	ADD  R19<<2, R23, R23
-	MOVD V+8(FP), R24
+	MOVD a_V+8(FP), R24
 	LSL  $2, R24, R24
 	MOVD R1, R10
 	MOVD R6, R14
@@ -4232,16 +4225,15 @@ s16incend:
 	BNE  s16in
 
 s16tok0:
-	MOVD tok_len+224(FP), R20
-	LSR  $2, R20, R20
-	MOVD tok_base+216(FP), R21
-	MOVD kh_base+112(FP), R2
-	MOVD qh_base+136(FP), R3
-	MOVD v_base+160(FP), R4
+	MOVD a_T+16(FP), R20
+	MOVD a_tok+96(FP), R21
+	MOVD a_kh+64(FP), R2
+	MOVD a_qh+72(FP), R3
+	MOVD a_v+80(FP), R4
 	ADD  R19<<2, R4, R4
-	MOVD o_base+192(FP), R5
+	MOVD a_o+88(FP), R5
 	ADD  R19<<2, R5, R5
-	MOVD stores_base+64(FP), R22
+	MOVD a_stores+48(FP), R22
 
 s16tok:
 	FMOVS 0(R21), F13
@@ -4451,10 +4443,10 @@ s16next:
 	LSL  $2, R6, R24
 	ADD  R24, R2, R2
 	ADD  R24, R3, R3
-	MOVD vs+184(FP), R24
+	MOVD a_vs+24(FP), R24
 	LSL  $2, R24, R24
 	ADD  R24, R4, R4
-	MOVD V+8(FP), R24
+	MOVD a_V+8(FP), R24
 	LSL  $2, R24, R24
 	ADD  R24, R5, R5
 	ADD  $16, R21, R21
@@ -4463,10 +4455,10 @@ s16next:
 	BNE  s16tok
 
 	// the f32 strip after the last token to carry
-	MOVD carry_base+88(FP), R23
+	MOVD a_carry+56(FP), R23
 	CBZ  R23, s16adv
 	ADD  R19<<2, R23, R23
-	MOVD V+8(FP), R24
+	MOVD a_V+8(FP), R24
 	LSL  $2, R24, R24
 	MOVD R1, R10
 	MOVD R6, R14
@@ -4515,10 +4507,10 @@ s4:
 	BGT  s1
 	CMP  $4, R7
 	BLT  s1
-	MOVD src32_base+40(FP), R23
+	MOVD a_src32+40(FP), R23
 	CBZ  R23, s4in16
 	ADD  R19<<2, R23, R23
-	MOVD V+8(FP), R24
+	MOVD a_V+8(FP), R24
 	LSL  $2, R24, R24
 	MOVD R1, R10
 	MOVD R6, R14
@@ -4598,16 +4590,15 @@ s4incend:
 	BNE  s4in
 
 s4tok0:
-	MOVD tok_len+224(FP), R20
-	LSR  $2, R20, R20
-	MOVD tok_base+216(FP), R21
-	MOVD kh_base+112(FP), R2
-	MOVD qh_base+136(FP), R3
-	MOVD v_base+160(FP), R4
+	MOVD a_T+16(FP), R20
+	MOVD a_tok+96(FP), R21
+	MOVD a_kh+64(FP), R2
+	MOVD a_qh+72(FP), R3
+	MOVD a_v+80(FP), R4
 	ADD  R19<<2, R4, R4
-	MOVD o_base+192(FP), R5
+	MOVD a_o+88(FP), R5
 	ADD  R19<<2, R5, R5
-	MOVD stores_base+64(FP), R22
+	MOVD a_stores+48(FP), R22
 
 s4tok:
 	FMOVS 0(R21), F13
@@ -4766,10 +4757,10 @@ s4next:
 	LSL  $2, R6, R24
 	ADD  R24, R2, R2
 	ADD  R24, R3, R3
-	MOVD vs+184(FP), R24
+	MOVD a_vs+24(FP), R24
 	LSL  $2, R24, R24
 	ADD  R24, R4, R4
-	MOVD V+8(FP), R24
+	MOVD a_V+8(FP), R24
 	LSL  $2, R24, R24
 	ADD  R24, R5, R5
 	ADD  $16, R21, R21
@@ -4778,10 +4769,10 @@ s4next:
 	BNE  s4tok
 
 	// the f32 strip after the last token to carry
-	MOVD carry_base+88(FP), R23
+	MOVD a_carry+56(FP), R23
 	CBZ  R23, s4adv
 	ADD  R19<<2, R23, R23
-	MOVD V+8(FP), R24
+	MOVD a_V+8(FP), R24
 	LSL  $2, R24, R24
 	MOVD R1, R10
 	MOVD R6, R14
@@ -4830,10 +4821,10 @@ s1:
 	BGT  done
 	CMP  $1, R7
 	BLT  done
-	MOVD src32_base+40(FP), R23
+	MOVD a_src32+40(FP), R23
 	CBZ  R23, s1in16
 	ADD  R19<<2, R23, R23
-	MOVD V+8(FP), R24
+	MOVD a_V+8(FP), R24
 	LSL  $2, R24, R24
 	MOVD R1, R10
 	MOVD R6, R14
@@ -4913,16 +4904,15 @@ s1incend:
 	BNE  s1in
 
 s1tok0:
-	MOVD tok_len+224(FP), R20
-	LSR  $2, R20, R20
-	MOVD tok_base+216(FP), R21
-	MOVD kh_base+112(FP), R2
-	MOVD qh_base+136(FP), R3
-	MOVD v_base+160(FP), R4
+	MOVD a_T+16(FP), R20
+	MOVD a_tok+96(FP), R21
+	MOVD a_kh+64(FP), R2
+	MOVD a_qh+72(FP), R3
+	MOVD a_v+80(FP), R4
 	ADD  R19<<2, R4, R4
-	MOVD o_base+192(FP), R5
+	MOVD a_o+88(FP), R5
 	ADD  R19<<2, R5, R5
-	MOVD stores_base+64(FP), R22
+	MOVD a_stores+48(FP), R22
 
 s1tok:
 	FMOVS 0(R21), F13
@@ -5081,10 +5071,10 @@ s1next:
 	LSL  $2, R6, R24
 	ADD  R24, R2, R2
 	ADD  R24, R3, R3
-	MOVD vs+184(FP), R24
+	MOVD a_vs+24(FP), R24
 	LSL  $2, R24, R24
 	ADD  R24, R4, R4
-	MOVD V+8(FP), R24
+	MOVD a_V+8(FP), R24
 	LSL  $2, R24, R24
 	ADD  R24, R5, R5
 	ADD  $16, R21, R21
@@ -5093,10 +5083,10 @@ s1next:
 	BNE  s1tok
 
 	// the f32 strip after the last token to carry
-	MOVD carry_base+88(FP), R23
+	MOVD a_carry+56(FP), R23
 	CBZ  R23, s1adv
 	ADD  R19<<2, R23, R23
-	MOVD V+8(FP), R24
+	MOVD a_V+8(FP), R24
 	LSL  $2, R24, R24
 	MOVD R1, R10
 	MOVD R6, R14
@@ -5141,7 +5131,7 @@ s1adv:
 done:
 	RET
 
-// func stateVKbf16NEON(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok []float32)
+// func stateVKbf16NEON(a stateArgs)
 //
 // The [V][K] state over T = len(tok)/4 tokens (gdn_generic.go's contract). Rows (value columns
 // of the maths, K contiguous) go in groups of four while four remain, then one by one; a group's
@@ -5163,14 +5153,14 @@ done:
 // R7 rows left, R8 copy count, R9 form, R10-R13 slab rows, R14/R15 kh/qh pointers, R19 group's row
 // index·4, R20 tokens left, R21 tok, R22 stores, R23 K counter, R24 group's offset in elements, R25
 // scratch.
-TEXT ·stateVKbf16NEON(SB), 0, $16384-240
-	MOVD K+0(FP), R6
-	MOVD V+8(FP), R7
-	MOVD src_base+16(FP), R0
+TEXT ·stateVKbf16NEON(SB), 0, $16384-136
+	MOVD a_K+0(FP), R6
+	MOVD a_V+8(FP), R7
+	MOVD a_src+32(FP), R0
 	MOVD $slab-16384(SP), R1
 	MOVD $0, R19
 	MOVD $0, R24
-	MOVD tok_len+224(FP), R25
+	MOVD a_T+16(FP), R25
 	CBZ  R25, done
 	CBZ  R6, done
 
@@ -5182,7 +5172,7 @@ g4:
 	BLT  g1
 	MOVD R1, R11
 	LSL  $2, R6, R8
-	MOVD src32_base+40(FP), R10
+	MOVD a_src32+40(FP), R10
 	CBZ  R10, g4in16
 	ADD  R24<<2, R10, R10
 
@@ -5245,16 +5235,15 @@ g4inx1:
 g4inend:
 
 g4tok0:
-	MOVD tok_len+224(FP), R20
-	LSR  $2, R20, R20
-	MOVD tok_base+216(FP), R21
-	MOVD kh_base+112(FP), R2
-	MOVD qh_base+136(FP), R3
-	MOVD v_base+160(FP), R4
+	MOVD a_T+16(FP), R20
+	MOVD a_tok+96(FP), R21
+	MOVD a_kh+64(FP), R2
+	MOVD a_qh+72(FP), R3
+	MOVD a_v+80(FP), R4
 	ADD  R19, R4, R4
-	MOVD o_base+192(FP), R5
+	MOVD a_o+88(FP), R5
 	ADD  R19, R5, R5
-	MOVD stores_base+64(FP), R22
+	MOVD a_stores+48(FP), R22
 
 g4tok:
 	FMOVS 0(R21), F14
@@ -5628,10 +5617,10 @@ g4next:
 	LSL  $2, R6, R25
 	ADD  R25, R2, R2
 	ADD  R25, R3, R3
-	MOVD vs+184(FP), R25
+	MOVD a_vs+24(FP), R25
 	LSL  $2, R25, R25
 	ADD  R25, R4, R4
-	MOVD V+8(FP), R25
+	MOVD a_V+8(FP), R25
 	LSL  $2, R25, R25
 	ADD  R25, R5, R5
 	ADD  $16, R21, R21
@@ -5640,7 +5629,7 @@ g4next:
 	BNE  g4tok
 
 	// the f32 state after the last token to carry
-	MOVD carry_base+88(FP), R11
+	MOVD a_carry+56(FP), R11
 	CBZ  R11, g4adv
 	ADD  R24<<2, R11, R11
 	MOVD R1, R10
@@ -5684,7 +5673,7 @@ g1:
 	BLT  done
 	MOVD R1, R11
 	LSL  $0, R6, R8
-	MOVD src32_base+40(FP), R10
+	MOVD a_src32+40(FP), R10
 	CBZ  R10, g1in16
 	ADD  R24<<2, R10, R10
 
@@ -5747,16 +5736,15 @@ g1inx1:
 g1inend:
 
 g1tok0:
-	MOVD tok_len+224(FP), R20
-	LSR  $2, R20, R20
-	MOVD tok_base+216(FP), R21
-	MOVD kh_base+112(FP), R2
-	MOVD qh_base+136(FP), R3
-	MOVD v_base+160(FP), R4
+	MOVD a_T+16(FP), R20
+	MOVD a_tok+96(FP), R21
+	MOVD a_kh+64(FP), R2
+	MOVD a_qh+72(FP), R3
+	MOVD a_v+80(FP), R4
 	ADD  R19, R4, R4
-	MOVD o_base+192(FP), R5
+	MOVD a_o+88(FP), R5
 	ADD  R19, R5, R5
-	MOVD stores_base+64(FP), R22
+	MOVD a_stores+48(FP), R22
 
 g1tok:
 	FMOVS 0(R21), F14
@@ -5993,10 +5981,10 @@ g1next:
 	LSL  $2, R6, R25
 	ADD  R25, R2, R2
 	ADD  R25, R3, R3
-	MOVD vs+184(FP), R25
+	MOVD a_vs+24(FP), R25
 	LSL  $2, R25, R25
 	ADD  R25, R4, R4
-	MOVD V+8(FP), R25
+	MOVD a_V+8(FP), R25
 	LSL  $2, R25, R25
 	ADD  R25, R5, R5
 	ADD  $16, R21, R21
@@ -6005,7 +5993,7 @@ g1next:
 	BNE  g1tok
 
 	// the f32 state after the last token to carry
-	MOVD carry_base+88(FP), R11
+	MOVD a_carry+56(FP), R11
 	CBZ  R11, g1adv
 	ADD  R24<<2, R11, R11
 	MOVD R1, R10

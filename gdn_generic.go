@@ -2,7 +2,6 @@ package gdnsimd
 
 import (
 	"math"
-	"unsafe"
 )
 
 // impl is one kernel: the shared scalar driver (run) calls these three vector pieces per head.
@@ -50,10 +49,9 @@ type impl struct {
 	// format the kernel does not implement.
 	cells [2][2]stateFunc
 
-	// tokF32 and tokBF16 are an assembly kernel's state routines over T tokens by layout, in
-	// the flat signature the cells adapt (asmTokensF32, asmTokensBF16; nil: none).
-	tokF32  [2]tokensF32
-	tokBF16 [2]tokensBF16
+	// routines are an assembly kernel's state routines over T tokens, [bf16][layout], that
+	// the cells adapt (asmCell; nil: none).
+	routines [2][2]*routine
 	// prefetches reports that the routines over T tokens issue the prefetch list (headCall.pf).
 	prefetches bool
 }
@@ -521,25 +519,3 @@ func widenGeneric(dst []float32, src []uint16) {
 		dst[i] = math.Float32frombits(uint32(b) << 16)
 	}
 }
-
-// The assembly state routines over T tokens have one flat, typed signature per storage type (so
-// go vet's asmdecl checks every argument):
-//
-//	f32:  routine(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok []float32, pf []uintptr)
-//	bf16: routine(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32,
-//	              kh, qh, v []float32, vs int, o, tok []float32, pf []uintptr)
-//
-// with E float32 or uint16 (bf16 bits), T = len(tok)/4 tokens, and, as the adapters below
-// guarantee: len(src) = K·V (the state before the first token; the zero state is a buffer of
-// zeros) — for a bf16 routine, unless src32 is not nil: then the state before the first token is
-// the K·V float32s of src32 (the previous chunk's carry) and src is not read; stores[τ] nil or the start of K·V elements of E receiving the state after token τ
-// (rounded to bf16 nearest even for uint16); carry (bf16 routines) nil or K·V float32s receiving
-// the state after the last token unrounded; len(kh) = len(qh) = T·K; token τ's v at v[τ·vs : τ·vs+V]; len(o) =
-// T·V (written); tok[4τ:4τ+4] = em1, eg, beta, kq; pf a prefetch list (headCall.pf, the driver's
-// ahead: the rows of its next call), a hint that an assembly routine issues as prefetches over its
-// token passes and any routine may ignore. The routine keeps the state float32 between tokens and
-// must not touch memory outside these (a prefetch touches nothing).
-type (
-	tokensF32  func(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok []float32, pf []uintptr)
-	tokensBF16 func(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok []float32, pf []uintptr)
-)

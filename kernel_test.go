@@ -8,6 +8,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"reflect"
 	"runtime"
 	"strings"
 	"testing"
@@ -53,55 +54,83 @@ type Tokens struct {
 	BF16 [2]func(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok []float32, pf []uintptr)
 }
 
-// TokensOf returns k's flat state routines.
+// TokensOf returns k's flat state routines: its cells behind the flat signatures.
 func TokensOf(k Kernel) Tokens {
 	var t Tokens
-	if k.im == &genericImpl {
-		for l, st := range [2]stateFunc{kvTokens, vkTokens} {
-			t.F32[l] = flatF32(st)
-			t.BF16[l] = flatBF16(st)
-		}
-		return t
-	}
 	for l := range 2 {
-		t.F32[l] = k.im.tokF32[l]
-		t.BF16[l] = k.im.tokBF16[l]
+		if c := k.im.cells[0][l]; c != nil {
+			t.F32[l] = flatF32(c)
+		}
+		if c := k.im.cells[1][l]; c != nil {
+			t.BF16[l] = flatBF16(c)
+		}
 	}
 	return t
 }
 
-func flatF32(st stateFunc) func(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok []float32, pf []uintptr) {
+// tokensF32 and tokensBF16 are the tests' flat view of a state routine over T = len(tok)/4
+// tokens: the stateArgs fields as slices (src32 and carry nil: none; stores[τ] nil: not kept;
+// for an f32 routine carry is dropped). The routines keep the state float32 between tokens.
+type (
+	tokensF32  func(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok []float32, pf []uintptr)
+	tokensBF16 func(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok []float32, pf []uintptr)
+)
+
+// flatHead is the headCall of flat calls, with its own scratch, kept across calls of one shape (a
+// flat closure allocates nothing per call then: the benchmarks use them; not for concurrent use).
+type flatHead struct{ h headCall }
+
+func (f *flatHead) head(K, V, T int, in stateRef, kh, qh, v []float32, vs int, o, tok []float32, pf []uintptr) *headCall {
+	h := &f.h
+	if h.K != K || h.V != V || len(h.dst) != T {
+		*h = headCall{K: K, V: V, dst: make([]stateRef, T), tmp: make([]float32, K*V), slab: make([]float32, K*genericBlock),
+			stores: make([]unsafe.Pointer, T), zero32: make([]float32, K*V), zero16: make([]uint16, K*V)}
+	}
+	clear(h.dst)
+	h.src, h.kh, h.qh, h.v, h.vs, h.o, h.tok, h.pf = in, kh, qh, v, vs, o, tok, pf
+	return h
+}
+
+func flatF32(st stateFunc) tokensF32 {
+	var f flatHead
 	return func(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok []float32, pf []uintptr) {
-		dst := make([]stateRef, len(tok)/4)
+		h := f.head(K, V, len(tok)/4, stateRef{f32: src}, kh, qh, v, vs, o, tok, pf)
 		for τ, p := range stores {
 			if p != nil {
-				dst[τ].f32 = unsafe.Slice((*float32)(p), K*V)
+				h.dst[τ].f32 = unsafe.Slice((*float32)(p), K*V)
 			}
 		}
-		st(&headCall{K: K, V: V, src: stateRef{f32: src}, dst: dst, kh: kh, qh: qh, v: v, vs: vs, o: o, tok: tok,
-			tmp: make([]float32, K*V), slab: make([]float32, K*genericBlock)})
+		st(h)
 	}
 }
 
-func flatBF16(st stateFunc) func(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok []float32, pf []uintptr) {
+func flatBF16(st stateFunc) tokensBF16 {
+	var f flatHead
 	return func(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok []float32, pf []uintptr) {
 		T := len(tok) / 4
-		dst := make([]stateRef, T)
-		for τ, p := range stores {
-			if p != nil {
-				dst[τ].bf16 = unsafe.Slice((*uint16)(p), K*V)
-			}
-		}
-		if carry != nil {
-			dst[T-1].f32 = carry
-		}
 		in := stateRef{bf16: src}
 		if src32 != nil {
 			in = stateRef{f32: src32}
 		}
-		st(&headCall{K: K, V: V, src: in, dst: dst, kh: kh, qh: qh, v: v, vs: vs, o: o, tok: tok,
-			tmp: make([]float32, K*V), slab: make([]float32, K*genericBlock)})
+		h := f.head(K, V, T, in, kh, qh, v, vs, o, tok, pf)
+		for τ, p := range stores {
+			if p != nil {
+				h.dst[τ].bf16 = unsafe.Slice((*uint16)(p), K*V)
+			}
+		}
+		if carry != nil {
+			h.dst[T-1].f32 = carry
+		}
+		st(h)
 	}
+}
+
+// rawArgs is the stateArgs of a flat call with a work space: what a test gives an assembly routine
+// itself (routine.fn), without asmCell's limits.
+func rawArgs(K, V int, src unsafe.Pointer, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok, work []float32, pf []uintptr) stateArgs {
+	return stateArgs{K: K, V: V, T: len(tok) / 4, vs: vs, src: src, src32: unsafe.SliceData(src32), stores: unsafe.SliceData(stores),
+		carry: unsafe.SliceData(carry), kh: unsafe.SliceData(kh), qh: unsafe.SliceData(qh), v: unsafe.SliceData(v), o: unsafe.SliceData(o),
+		tok: unsafe.SliceData(tok), work: unsafe.SliceData(work), pf: unsafe.SliceData(pf), npf: len(pf)}
 }
 
 // GatesBoundaryLanes returns the inputs of n lanes whose gates lie at float32 rounding boundaries
@@ -829,6 +858,26 @@ func TestAPI(t *testing.T) {
 		}
 	}
 	require.ElementsMatch(t, []string{"Kernel", "Kernels", "Lookup", "AllNames", "Batch", "Rows", "Pool", "Scratch", "Step", "Format", "Formats", "BF16RNE"}, got)
+}
+
+// TestStateArgs holds the compiler's layout of stateArgs to the offsets the generators gave the
+// assembly (stateArgsOffsets, gdn_args.go): every named field a word at its offset.
+func TestStateArgs(t *testing.T) {
+	ty := reflect.TypeFor[stateArgs]()
+	named := 0
+	for i := range ty.NumField() {
+		f := ty.Field(i)
+		if f.Name == "_" {
+			continue
+		}
+		named++
+		off, ok := stateArgsOffsets[f.Name]
+		require.True(t, ok, "field %s has no offset", f.Name)
+		require.Equal(t, off, f.Offset, "field %s", f.Name)
+		require.LessOrEqual(t, f.Type.Size(), uintptr(8), "field %s", f.Name)
+	}
+	require.Equal(t, len(stateArgsOffsets), named)
+	require.Equal(t, uintptr(8*named), ty.Size())
 }
 
 // TestRegistry: generic is always present and last, Lookup agrees.

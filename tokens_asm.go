@@ -1,103 +1,185 @@
-//go:build (amd64 || arm64) && !purego
-
 package gdnsimd
 
 import "unsafe"
 
-// snapOnce reports whether an f32 routine writes the stores of a call with a store at every token
-// (verification) non-temporally, for a head of K×V and those stores, so that the call is one call
-// of T tokens rather than T calls of one (perToken). nil: never.
-type snapOnce func(K, V int, stores []unsafe.Pointer) bool
+// routine is one assembly state routine over T tokens (gdn_amd64.s, gdn_arm64.s): it takes a
+// stateArgs (gdn_args.go, generated with the routines) and these limits, which asmCell applies.
+type routine struct {
+	fn         func(a stateArgs)
+	bf16       bool
+	minK, maxK int // a head with K outside [minK, maxK] runs the generic routine of its format
+	// oddRow: the routine takes the rows of a [V][K] head in pairs; the last row of an odd V
+	// runs the portable arithmetic (vkOddRow). No model has an odd V.
+	oddRow bool
+	// once (f32 routines) reports whether the routine writes the stores of a call with a store
+	// at every token (verification) non-temporally, for a head of K×V and those stores, so that
+	// the call is one call of T tokens rather than T calls of one (perToken). nil: never.
+	once func(K, V int, stores []unsafe.Pointer) bool
+	cvt  *bool // AVX-512 bf16: stateArgs.cvt, read per call (a test turns it off)
+}
 
-// withTokens fills the cells that im's flat routines implement and returns im; once holds the
-// snapOnce of im's f32 routines by layout.
-func withTokens(im impl, once [2]snapOnce) impl {
-	for l := range 2 {
-		if r := im.tokF32[l]; r != nil {
-			im.cells[0][l] = asmTokensF32(r, once[l])
-		}
-		if r := im.tokBF16[l]; r != nil {
-			im.cells[1][l] = asmTokensBF16(r)
+// withRoutines fills the cells of im from its routines (nil: a format im does not implement)
+// and returns im.
+func withRoutines(im impl, rs [2][2]*routine) impl {
+	for b := range 2 {
+		for l, r := range rs[b] {
+			if r != nil {
+				im.cells[b][l] = asmCell(r, genericImpl.cells[b][l])
+			}
 		}
 	}
+	im.routines = rs
 	return im
 }
 
-// asmTokensF32 makes a stateFunc of an f32 routine: every dst is f32 (an f32 pool, or the carry
-// the driver adds at a chunk's end).
-func asmTokensF32(r tokensF32, once snapOnce) stateFunc {
+// asmCell is the one adapter between the driver and the assembly: it makes the stateFunc of r
+// (generic runs the heads r's limits leave out). Every dst of an f32 routine is f32 (an f32 pool
+// or the carry the driver adds at a chunk's end); a bf16 routine's stores are the dsts' bf16
+// parts and the carry the f32 part (only ever at the last token).
+func asmCell(r *routine, generic stateFunc) stateFunc {
 	return func(h *headCall) {
-		hs := h.K * h.V
-		src := h.src.f32
-		if src == nil {
-			src = h.zero32
+		K, V, T := h.K, h.V, len(h.dst)
+		if T == 0 {
+			return
 		}
-		stores := h.stores[:len(h.dst)]
-		every := len(stores) > 1
+		if K < r.minK || K > r.maxK {
+			generic(h)
+			return
+		}
+		hs := K * V
+		if h.work == nil {
+			h.work = make([]float32, workFloats)
+		}
+		a := stateArgs{K: K, V: V, T: T, vs: h.vs,
+			kh: first(h.kh, T*K), qh: first(h.qh, T*K), v: first(h.v, (T-1)*h.vs+V), o: first(h.o, T*V), tok: first(h.tok, 4*T),
+			work: first(h.work, workFloats), pf: unsafe.SliceData(h.pf), npf: len(h.pf)}
+		stores := h.stores[:T]
+		every := T > 1
 		for τ, d := range h.dst {
 			stores[τ] = nil
-			if d.f32 != nil {
-				stores[τ] = unsafe.Pointer(unsafe.SliceData(d.f32[:hs]))
-			} else {
-				every = false
+			if r.bf16 && d.bf16 != nil {
+				stores[τ] = unsafe.Pointer(first(d.bf16, hs))
+			}
+			if !r.bf16 && d.f32 != nil {
+				stores[τ] = unsafe.Pointer(first(d.f32, hs))
+			}
+			every = every && stores[τ] != nil
+			if r.bf16 && d.f32 != nil {
+				if τ != T-1 {
+					panic("gdnsimd: an f32 store before the last token of a bf16 call")
+				}
+				a.carry = first(d.f32, hs)
 			}
 		}
-		if every && (once == nil || !once(h.K, h.V, stores)) {
-			perToken(r, h, src[:hs:hs], stores)
+		a.stores = unsafe.SliceData(stores)
+		switch {
+		case !r.bf16:
+			src := h.src.f32
+			if src == nil {
+				src = h.zero32
+			}
+			a.src = unsafe.Pointer(first(src, hs))
+		case h.src.f32 != nil: // the previous chunk's carry
+			a.src, a.src32 = unsafe.Pointer(first(h.zero16, hs)), first(h.src.f32, hs)
+		case h.src.bf16 != nil:
+			a.src = unsafe.Pointer(first(h.src.bf16, hs))
+		default:
+			a.src = unsafe.Pointer(first(h.zero16, hs))
+		}
+		if !r.bf16 && every && (r.once == nil || !r.once(K, V, stores)) {
+			perToken(r, a, h.work)
 		} else {
-			r(h.K, h.V, src[:hs:hs], stores, h.kh, h.qh, h.v, h.vs, h.o, h.tok, h.pf)
+			r.call(a, h.work)
 		}
 		clear(stores)
 	}
 }
 
-// perToken (the routines and shapes without non-temporal snapshot stores: snapOnce) runs the
-// tokens of h one call each, token τ from the state token τ − 1 stored (src for the first) into
-// its own store: the calls of a snapshot after every token (speculative verification). One call of
-// T tokens keeps column blocks or row groups in the cache across the tokens and writes each
+// call runs r on a (with the AVX-512 bf16 routines' cvt) and then, for an odd V of a routine
+// that takes rows in pairs, the last row (vkOddRow, in work).
+func (r *routine) call(a stateArgs, work []float32) {
+	if r.cvt != nil {
+		a.cvt = *r.cvt
+	}
+	r.fn(a)
+	if r.oddRow && a.V%2 == 1 {
+		vkOddRow(&a, r.bf16, work)
+	}
+}
+
+// perToken (the routines and shapes without non-temporal snapshot stores: once) runs the tokens
+// of a one call each, token τ from the state token τ − 1 stored (src for the first) into its own
+// store: the calls of a snapshot after every token (speculative verification). One call of T
+// tokens keeps column blocks or row groups in the cache across the tokens and writes each
 // snapshot in pieces, a piece per block and token, hopping between the T snapshots; calls of one
 // token write each snapshot as one sequential stream, which memory takes about twice as fast when
 // the snapshots do not fit the caches (Qwen3-Next, B = 8, T = 4, avx512 before its non-temporal
 // stores: 6.4–7.5 ms → 3.6–3.8 ms a call). The routines that write those snapshots non-temporally
-// (snapOnce) need no such split: one call of T tokens, with neither the hops' cost nor the
-// write-allocate reads, takes 2.2–2.3 ms. The bits are the same: the routines give T calls of one
-// token the bits of one call of T tokens (the state stays float32 between tokens).
-func perToken(r tokensF32, h *headCall, src []float32, stores []unsafe.Pointer) {
-	K, V, hs := h.K, h.V, h.K*h.V
-	for τ, p := range stores {
-		r(K, V, src, stores[τ:τ+1], h.kh[τ*K:(τ+1)*K], h.qh[τ*K:(τ+1)*K], h.v[τ*h.vs:τ*h.vs+V], h.vs, h.o[τ*V:(τ+1)*V], h.tok[4*τ:4*τ+4], nil)
-		src = unsafe.Slice((*float32)(p), hs)
+// need no such split: one call of T tokens, with neither the hops' cost nor the write-allocate
+// reads, takes 2.2–2.3 ms. The bits are the same: the routines give T calls of one token the bits
+// of one call of T tokens (the state stays float32 between tokens). f32 routines only.
+func perToken(r *routine, a stateArgs, work []float32) {
+	K, V, T := a.K, a.V, a.T
+	stores := unsafe.Slice(a.stores, T)
+	one := a
+	one.T, one.pf, one.npf = 1, nil, 0
+	for τ := range T {
+		one.stores = &stores[τ]
+		one.kh, one.qh = at(a.kh, τ*K), at(a.qh, τ*K)
+		one.v, one.o, one.tok = at(a.v, τ*a.vs), at(a.o, τ*V), at(a.tok, 4*τ)
+		r.call(one, work)
+		one.src = stores[τ]
 	}
 }
 
-// asmTokensBF16 makes a stateFunc of a bf16 routine: every dst's bf16 part is a store, the f32
-// part (the driver's carry, only ever at the last token) the carry.
-func asmTokensBF16(r tokensBF16) stateFunc {
-	return func(h *headCall) {
-		hs := h.K * h.V
-		src, src32 := h.src.bf16, h.src.f32 // src32: the previous chunk's carry
-		if src == nil {
-			src = h.zero16
-		}
-		if src32 != nil {
-			src32 = src32[:hs:hs]
-		}
-		stores := h.stores[:len(h.dst)]
-		var carry []float32
-		for τ, d := range h.dst {
-			stores[τ] = nil
-			if d.bf16 != nil {
-				stores[τ] = unsafe.Pointer(unsafe.SliceData(d.bf16[:hs]))
+// first is the start of x's first n elements: x[:n] panics (as an index out of range) if x is
+// shorter, so that no routine is given less than it reads or writes.
+func first[E any](x []E, n int) *E { return unsafe.SliceData(x[:n]) }
+
+// at is &p[i].
+func at(p *float32, i int) *float32 { return (*float32)(unsafe.Add(unsafe.Pointer(p), 4*i)) }
+
+// vkOddRow runs the last row of a [V][K] head through the portable routine's arithmetic (vkRow):
+// from a's src (src32 when not nil), to a's stores (bf16 rounded if bf16) and the last token's
+// state to the carry when not nil. Its row is the first K floats of work: nothing is allocated.
+func vkOddRow(a *stateArgs, bf16 bool, work []float32) {
+	K, V, T, hs := a.K, a.V, a.T, a.K*a.V
+	in := stateRef{f32: unsafe.Slice((*float32)(a.src), hs)}
+	switch {
+	case a.src32 != nil:
+		in = stateRef{f32: unsafe.Slice(a.src32, hs)}
+	case bf16:
+		in = stateRef{bf16: unsafe.Slice((*uint16)(a.src), hs)}
+	}
+	stores := unsafe.Slice(a.stores, T)
+	row, j := work[:K:K], V-1
+	loadState(row, in, j*K)
+	vkRow(row, j, V, unsafe.Slice(a.kh, T*K), unsafe.Slice(a.qh, T*K), unsafe.Slice(a.v, (T-1)*a.vs+V), a.vs,
+		unsafe.Slice(a.o, T*V), unsafe.Slice(a.tok, 4*T), func(τ int) stateRef {
+			var d stateRef
+			switch p := stores[τ]; {
+			case p == nil:
+			case bf16:
+				d.bf16 = unsafe.Slice((*uint16)(p), hs)
+			default:
+				d.f32 = unsafe.Slice((*float32)(p), hs)
 			}
-			if d.f32 != nil {
-				if τ != len(h.dst)-1 {
-					panic("gdnsimd: an f32 store before the last token of a bf16 call")
-				}
-				carry = d.f32[:hs:hs]
+			if τ == T-1 && a.carry != nil {
+				d.f32 = unsafe.Slice(a.carry, hs)
 			}
-		}
-		r(h.K, h.V, src[:hs:hs], src32, stores, carry, h.kh, h.qh, h.v, h.vs, h.o, h.tok, h.pf)
-		clear(stores)
+			return d
+		})
+}
+
+// single is impl.state of an assembly kernel: the T = 1 plan of its [K][V] f32 routine fn (one
+// token, stores[0] = sOut), any K. K = len(kh) = len(qh), V = len(v) = len(o), len(sIn) =
+// len(sOut) = K·V (not checked; sOut may be sIn).
+func single(fn func(a stateArgs)) func(sIn, sOut, kh, qh, v, o []float32, em1, eg, beta, kq float32) {
+	return func(sIn, sOut, kh, qh, v, o []float32, em1, eg, beta, kq float32) {
+		tok := [4]float32{em1, eg, beta, kq}
+		stores := [1]unsafe.Pointer{unsafe.Pointer(unsafe.SliceData(sOut))}
+		fn(stateArgs{K: len(kh), V: len(v), T: 1, vs: len(v), src: unsafe.Pointer(unsafe.SliceData(sIn)), stores: &stores[0],
+			kh: unsafe.SliceData(kh), qh: unsafe.SliceData(qh), v: unsafe.SliceData(v), o: unsafe.SliceData(o), tok: &tok[0]})
 	}
 }
 

@@ -62,6 +62,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gdnsimd/gdnsimd/asm/internal/stateargs"
 	"github.com/mmcloughlin/avo/attr"
 	. "github.com/mmcloughlin/avo/build"
 )
@@ -84,7 +85,23 @@ func main() {
 			os.Exit(1)
 		}
 	}
+	if *argsOut != "" {
+		if err := os.WriteFile(*argsOut, stateargs.GoSource(), 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+	}
 }
+
+// argsOut is where the Go side of the state routines' argument struct goes (gdn_args.go).
+var argsOut = flag.String("args", "", "also write the Go declaration of the state routines' argument struct to this file")
+
+// stateSigLine is avo's header comment of a state routine, stateArgOp an operand of its argument
+// (a_3+24(FP)); fixups names the Go type and the fields in them.
+var (
+	stateSigLine = regexp.MustCompile(`(?m)^(// func state\w+\(a )\[\d+\]uint64\)$`)
+	stateArgOp   = regexp.MustCompile(`\ba_(\d+)\+(\d+)\(FP\)`)
+)
 
 // cvt2Mark is the comment before cvt2's stand-in; cvt2Line is the two lines in avo's output (the
 // comment, after the blank line avo puts before one, then VPACKSSDW Zlo, Zhi, Zdst), so that no
@@ -115,6 +132,12 @@ func cvt2Fixup(path string) error {
 		}
 		fmt.Fprintf(&w, " // VCVTNE2PS2BF16 Z%d, Z%d, Z%d\n", lo, hi, dst)
 		return []byte(w.String())
+	})
+	out = stateSigLine.ReplaceAll(out, []byte("${1}stateArgs)"))
+	out = stateArgOp.ReplaceAllFunc(out, func(m []byte) []byte {
+		g := stateArgOp.FindSubmatch(m)
+		i, _ := strconv.Atoi(string(g[1]))
+		return []byte(fmt.Sprintf("a_%s+%s(FP)", stateargs.Fields[i].Name, g[2]))
 	})
 	return os.WriteFile(path, out, 0o644)
 }

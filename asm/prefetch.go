@@ -24,8 +24,8 @@ type prefetchList struct {
 func newPrefetchList() prefetchList {
 	l := prefetchList{next: AllocLocal(8), end: AllocLocal(8)}
 	p, n := GP64(), GP64()
-	Load(Param("pf").Base(), p)
-	Load(Param("pf").Len(), n)
+	loadArg("pf", p)
+	loadArg("npf", n)
 	MOVQ(p, l.next)
 	ANDQ(I8(-2), n)
 	LEAQ(Mem{Base: p, Index: n, Scale: 8}, p)

@@ -77,20 +77,20 @@ func stateOne(a isa) {
 	r := stateRegs{
 		sIn: GP64(), sOut: GP64(), kh: GP64(), qh: GP64(), v: GP64(), o: GP64(), k: GP64(), stride: GP64(),
 	}
-	Load(Param("src").Base(), r.sIn)
-	Load(Param("stores").Base(), r.sOut)
+	loadArg("src", r.sIn)
+	loadArg("stores", r.sOut)
 	MOVQ(Mem{Base: r.sOut}, r.sOut)
-	Load(Param("kh").Base(), r.kh)
-	Load(Param("qh").Base(), r.qh)
-	Load(Param("v").Base(), r.v)
-	Load(Param("o").Base(), r.o)
-	Load(Param("K"), r.k)
+	loadArg("kh", r.kh)
+	loadArg("qh", r.qh)
+	loadArg("v", r.v)
+	loadArg("o", r.o)
+	loadArg("K", r.k)
 	rem := GP64()
-	Load(Param("V"), rem)
+	loadArg("V", rem)
 	oneScalars = oneLocal(16)
 	{
 		tp, x := GP64(), XMM()
-		Load(Param("tok").Base(), tp)
+		loadArg("tok", tp)
 		VMOVUPS(Mem{Base: tp}, x)
 		VMOVUPS(x, oneScalars)
 	}
@@ -244,15 +244,6 @@ func advance(r stateRegs, n int) {
 	ADDQ(U32(n), r.sOut)
 	ADDQ(U32(n), r.v)
 	ADDQ(U32(n), r.o)
-}
-
-// paramMem is the frame address of a scalar parameter.
-func paramMem(name string) Mem {
-	b, err := Param(name).Resolve()
-	if err != nil {
-		panic(err)
-	}
-	return b.Addr
 }
 
 // rowRegsK and rowRegsQ are the numbers of YMM accumulators of rowBlock that stay in registers:

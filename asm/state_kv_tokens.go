@@ -144,15 +144,7 @@ func (v variant) narrowBF16() bool { return v.bf16 && !v.a.masks }
 func stateKVTokens(vr variant) {
 	g := &kvGen{variant: vr}
 	a := vr.a
-	if vr.bf16 {
-		sig := "func(K, V int, src []uint16, src32 []float32, stores []uintptr, carry []float32, kh, qh, v []float32, vs int, o, tok, work []float32, pf []uintptr"
-		if a.evex {
-			sig += ", cvt bool" // the CPU has AVX512_BF16 (cvtStores)
-		}
-		routine(g.name(), NOSPLIT, sig+")")
-	} else {
-		routine(g.name(), NOSPLIT, "func(K, V int, src []float32, stores []uintptr, kh, qh, v []float32, vs int, o, tok, work []float32, pf []uintptr)")
-	}
+	routine(g.name(), NOSPLIT, stateSig)
 	Doc(fmt.Sprintf("%s is the [K][V] state routine over T tokens in %s; see gdn_amd64.go.", g.name(), a.name))
 	g.work, g.cols, g.j0, g.wcols, g.nvb, g.rb = AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8)
 	g.tau, g.kp, g.knp, g.qnp, g.vp, g.op, g.tp = AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8)
@@ -169,10 +161,10 @@ func stateKVTokens(vr variant) {
 		// One token with a store (decode): the T = 1 plan, whole rows, no work space (stateOne).
 		tokens := label("tokens")
 		t, p := GP64(), GP64()
-		Load(Param("tok").Len(), t)
-		CMPQ(t, U8(4))
+		loadArg("T", t)
+		CMPQ(t, U8(1))
 		JNE(LabelRef(tokens))
-		Load(Param("stores").Base(), p)
+		loadArg("stores", p)
 		CMPQ(Mem{Base: p}, U8(0))
 		JE(LabelRef(tokens))
 		stateOne(a)
@@ -180,10 +172,9 @@ func stateKVTokens(vr variant) {
 	}
 	done := label("done")
 	k, v, t := GP64(), GP64(), GP64()
-	Load(Param("K"), k)
-	Load(Param("V"), v)
-	Load(Param("tok").Len(), t)
-	SHRQ(U8(2), t)
+	loadArg("K", k)
+	loadArg("V", v)
+	loadArg("T", t)
 	TESTQ(k, k)
 	JZ(LabelRef(done))
 	TESTQ(v, v)
@@ -192,7 +183,7 @@ func stateKVTokens(vr variant) {
 	JZ(LabelRef(done))
 	MOVQ(v, g.cols)
 	w := GP64()
-	Load(Param("work").Base(), w)
+	loadArg("work", w)
 	ADDQ(U8(63), w)
 	ANDQ(I8(-64), w)
 	MOVQ(w, g.work)
@@ -421,7 +412,7 @@ func (g *kvGen) block(s span) {
 		accK[t], accQ[t] = a.vec(), a.vec()
 	}
 	k := GP64()
-	Load(Param("K"), k)
+	loadArg("K", k)
 	j0 := GP64()
 	MOVQ(g.j0, j0)
 	pass0 := func(f32 bool, base GPVirtual, stride GPVirtual) {
@@ -430,8 +421,8 @@ func (g *kvGen) block(s span) {
 			a.zero(accQ[t])
 		}
 		kh, qh, w, i := GP64(), GP64(), GP64(), GP64()
-		Load(Param("kh").Base(), kh)
-		Load(Param("qh").Base(), qh)
+		loadArg("kh", kh)
+		loadArg("qh", qh)
 		MOVQ(g.work, w)
 		XORQ(i, i)
 		// The block's lines kvAhead rows on (a hint; past the state it touches the next head
@@ -472,12 +463,12 @@ func (g *kvGen) block(s span) {
 	}
 	if g.bf16 {
 		s32, after, from16 := GP64(), label("loaded"), label("from16")
-		Load(Param("src32").Base(), s32)
+		loadArg("src32", s32)
 		TESTQ(s32, s32)
 		JZ(LabelRef(from16))
 		Comment("From src32 (f32).")
 		st := GP64()
-		Load(Param("V"), st)
+		loadArg("V", st)
 		LEAQ(Mem{Base: s32, Index: j0, Scale: 4}, s32)
 		SHLQ(U8(2), st)
 		pass0(true, s32, st)
@@ -485,16 +476,16 @@ func (g *kvGen) block(s span) {
 		Label(from16)
 		Comment("From src (bf16).")
 		s16, st16 := GP64(), GP64()
-		Load(Param("src").Base(), s16)
-		Load(Param("V"), st16)
+		loadArg("src", s16)
+		loadArg("V", st16)
 		LEAQ(Mem{Base: s16, Index: j0, Scale: 2}, s16)
 		SHLQ(U8(1), st16)
 		pass0(false, s16, st16)
 		Label(after)
 	} else {
 		s, st := GP64(), GP64()
-		Load(Param("src").Base(), s)
-		Load(Param("V"), st)
+		loadArg("src", s)
+		loadArg("V", st)
 		LEAQ(Mem{Base: s, Index: j0, Scale: 4}, s)
 		SHLQ(U8(2), st)
 		pass0(true, s, st)
@@ -505,14 +496,14 @@ func (g *kvGen) block(s span) {
 		x := GP64()
 		XORQ(x, x)
 		MOVQ(x, g.tau)
-		Load(Param("kh").Base(), x)
+		loadArg("kh", x)
 		MOVQ(x, g.kp)
-		Load(Param("tok").Base(), x)
+		loadArg("tok", x)
 		MOVQ(x, g.tp)
-		Load(Param("v").Base(), x)
+		loadArg("v", x)
 		LEAQ(Mem{Base: x, Index: j0, Scale: 4}, x)
 		MOVQ(x, g.vp)
-		Load(Param("o").Base(), x)
+		loadArg("o", x)
 		LEAQ(Mem{Base: x, Index: j0, Scale: 4}, x)
 		MOVQ(x, g.op)
 	}
@@ -523,20 +514,19 @@ func (g *kvGen) block(s span) {
 		Comment("k̂ and q̂ of the next token (of this one at the last: accumulated, never used).")
 		tau, kk, kn, qn, t := GP64(), GP64(), GP64(), GP64(), GP64()
 		MOVQ(g.tau, tau)
-		Load(Param("K"), kk)
+		loadArg("K", kk)
 		INCQ(tau)
-		Load(Param("tok").Len(), t)
-		SHRQ(U8(2), t)
+		loadArg("T", t)
 		CMPQ(tau, t)
 		notLast := label("notlast")
 		JB(LabelRef(notLast))
 		DECQ(tau)
 		Label(notLast)
 		IMULQ(kk, tau)
-		Load(Param("kh").Base(), kn)
+		loadArg("kh", kn)
 		LEAQ(Mem{Base: kn, Index: tau, Scale: 4}, kn)
 		MOVQ(kn, g.knp)
-		Load(Param("qh").Base(), qn)
+		loadArg("qh", qn)
 		LEAQ(Mem{Base: qn, Index: tau, Scale: 4}, qn)
 		MOVQ(qn, g.qnp)
 	}
@@ -560,17 +550,16 @@ func (g *kvGen) block(s span) {
 		MOVQ(g.knp, x)
 		MOVQ(x, g.kp)
 		ADDQ(U8(16), g.tp)
-		Load(Param("vs"), x)
+		loadArg("vs", x)
 		SHLQ(U8(2), x)
 		ADDQ(x, g.vp)
-		Load(Param("V"), x)
+		loadArg("V", x)
 		SHLQ(U8(2), x)
 		ADDQ(x, g.op)
 		MOVQ(g.tau, y)
 		INCQ(y)
 		MOVQ(y, g.tau)
-		Load(Param("tok").Len(), x)
-		SHRQ(U8(2), x)
+		loadArg("T", x)
 		CMPQ(y, x)
 		JB(LabelRef(tokens))
 	}
@@ -637,7 +626,7 @@ func (g *kvGen) token(s span, f form, accK, accQ []VecVirtual, cOff int, out str
 	w, i, k, kp, kn, qn := GP64(), GP64(), GP64(), GP64(), GP64(), GP64()
 	MOVQ(g.work, w)
 	XORQ(i, i)
-	Load(Param("K"), k)
+	loadArg("K", k)
 	MOVQ(g.kp, kp)
 	MOVQ(g.knp, kn)
 	MOVQ(g.qnp, qn)
@@ -647,14 +636,14 @@ func (g *kvGen) token(s span, f form, accK, accQ []VecVirtual, cOff int, out str
 	{
 		tau := GP64()
 		MOVQ(g.tau, tau)
-		Load(Param("stores").Base(), dst)
+		loadArg("stores", dst)
 		MOVQ(Mem{Base: dst, Index: tau, Scale: 8}, dst)
 		none := label("nostore")
 		TESTQ(dst, dst)
 		JZ(LabelRef(none))
 		LEAQ(Mem{Base: dst, Index: j0, Scale: uint8(g.es())}, dst)
 		Label(none)
-		Load(Param("V"), dstStride)
+		loadArg("V", dstStride)
 		SHLQ(U8(map[int]uint8{2: 1, 4: 2}[g.es()]), dstStride)
 		if ntSpan(a, s) {
 			Comment("Non-temporal stores for this token's rows: a store but the last token's after a token without one, the rows aligned whole vectors.")
@@ -669,7 +658,7 @@ func (g *kvGen) token(s span, f form, accK, accQ []VecVirtual, cOff int, out str
 				MOVQ(g.tau, tau)
 				TESTQ(tau, tau)
 				JZ(LabelRef(no))
-				Load(Param("stores").Base(), p)
+				loadArg("stores", p)
 				CMPQ(Mem{Base: p, Index: tau, Scale: 8, Disp: -8}, U8(0))
 				JE(LabelRef(no))
 			}
@@ -689,12 +678,12 @@ func (g *kvGen) token(s span, f form, accK, accQ []VecVirtual, cOff int, out str
 		none := label("nocarry")
 		g.cmpLast()
 		JNE(LabelRef(none))
-		Load(Param("carry").Base(), carry)
+		loadArg("carry", carry)
 		TESTQ(carry, carry)
 		JZ(LabelRef(none))
 		LEAQ(Mem{Base: carry, Index: j0, Scale: 4}, carry)
 		Label(none)
-		Load(Param("V"), cStride)
+		loadArg("V", cStride)
 		SHLQ(U8(2), cStride)
 	}
 	g.alignDelta() // again: not live across the setup of the stores
@@ -725,8 +714,7 @@ func (g *kvGen) cmpLast() {
 	tau, t := GP64(), GP64()
 	MOVQ(g.tau, tau)
 	INCQ(tau)
-	Load(Param("tok").Len(), t)
-	SHRQ(U8(2), t)
+	loadArg("T", t)
 	CMPQ(tau, t)
 }
 
@@ -840,7 +828,7 @@ func (g *kvGen) rows(s span, f form, c VecVirtual, d []VecVirtual, accK, accQ []
 			// one VCVTNE2PS2BF16 (cvtStores); a ±0 stored word (a denormal input, which cvt2 takes
 			// as zero, or a zero) sends the row to the integer rounding, which stores it again.
 			ints := label("rowints")
-			CMPB(paramMem("cvt"), U8(0))
+			CMPB(argField("cvt"), U8(0))
 			JE(LabelRef(ints))
 			if nt {
 				CMPB(g.nt, U8(0))

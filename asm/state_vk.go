@@ -769,7 +769,7 @@ func (b *vkBody) storeRows(p GPVirtual, bf16 bool) {
 	ints, done := label("bfints"), label("bfstored")
 	TESTQ(U32(8*b.a.lanes-1), b.r.k4)
 	JNZ(LabelRef(ints))
-	CMPB(paramMem("cvt"), U8(0))
+	CMPB(argField("cvt"), U8(0))
 	JE(LabelRef(ints))
 	// cvt2 takes a denormal input as zero, so if a stored word is ±0 (that, or a zero) the integer
 	// rounding stores the group again: K7 is the AND of "magnitude not zero" over the stored words
@@ -1148,7 +1148,7 @@ func (b *vkBody) once(nonFinite string) {
 	JB(LabelRef(done))
 	Commentf("A pair of rows of %d…%d vectors, one token.", b.lo, b.n)
 	p, off := GP64(), GP64()
-	Load(Param("src").Base(), p)
+	loadArg("src", p)
 	MOVQ(r.j, off)
 	IMULQ(idx, off)
 	ADDQ(off, p)
@@ -1279,7 +1279,7 @@ func (b *vkBody) direct() {
 	}
 	tokensStart(r)
 	src, dst, step := GP64(), GP64(), GP64()
-	Load(Param("src").Base(), src)
+	loadArg("src", src)
 	MOVQ(r.j, step)
 	IMULQ(idx, step)
 	ADDQ(step, src)
@@ -1458,7 +1458,7 @@ func loadRows(r vkRegs, bf16 bool, fromLabel, loadedLabel string, load func(p GP
 	if bf16 {
 		from16, loaded := label(fromLabel), label(loadedLabel)
 		p := GP64()
-		Load(Param("src32").Base(), p)
+		loadArg("src32", p)
 		TESTQ(p, p)
 		JZ(LabelRef(from16))
 		off := GP64()
@@ -1469,7 +1469,7 @@ func loadRows(r vkRegs, bf16 bool, fromLabel, loadedLabel string, load func(p GP
 		JMP(LabelRef(loaded))
 		Label(from16)
 		p = GP64()
-		Load(Param("src").Base(), p)
+		loadArg("src", p)
 		off = GP64()
 		MOVQ(r.j, off)
 		IMULQ(r.ks, off)
@@ -1479,7 +1479,7 @@ func loadRows(r vkRegs, bf16 bool, fromLabel, loadedLabel string, load func(p GP
 		return
 	}
 	p, off := GP64(), GP64()
-	Load(Param("src").Base(), p)
+	loadArg("src", p)
 	MOVQ(r.j, off)
 	IMULQ(r.k4, off)
 	ADDQ(off, p)
@@ -1492,7 +1492,7 @@ func unlessOneStoredToken(r vkRegs, to string) {
 	CMPQ(r.t, U8(1))
 	JNE(LabelRef(to))
 	q := GP64()
-	Load(Param("stores").Base(), q)
+	loadArg("stores", q)
 	CMPQ(Mem{Base: q}, U8(0))
 	JE(LabelRef(to))
 }
@@ -1502,7 +1502,7 @@ func unlessOneStoredToken(r vkRegs, to string) {
 func noF32(to string) {
 	for _, p := range []string{"src32", "carry"} {
 		q := GP64()
-		Load(Param(p).Base(), q)
+		loadArg(p, q)
 		TESTQ(q, q)
 		JNZ(LabelRef(to))
 	}
@@ -1511,12 +1511,12 @@ func noF32(to string) {
 // tokensStart emits the set-up of a [V][K] token loop: the k̂, q̂, tok and stores pointers, v and
 // o advanced to the first row (column) j, the token count.
 func tokensStart(r vkRegs) {
-	Load(Param("kh").Base(), r.pk)
-	Load(Param("qh").Base(), r.pq)
-	Load(Param("tok").Base(), r.pt)
-	Load(Param("stores").Base(), r.ps)
-	Load(Param("v").Base(), r.pv)
-	Load(Param("o").Base(), r.po)
+	loadArg("kh", r.pk)
+	loadArg("qh", r.pq)
+	loadArg("tok", r.pt)
+	loadArg("stores", r.ps)
+	loadArg("v", r.pv)
+	loadArg("o", r.po)
 	j4 := GP64()
 	MOVQ(r.j, j4)
 	SHLQ(U8(2), j4)
@@ -1576,7 +1576,7 @@ func tokensCarry(r vkRegs, bf16 bool, carryLabel string, store func(d GPVirtual,
 	Comment("The f32 carry after the last token, if asked for.")
 	nocarry := label(carryLabel)
 	d := GP64()
-	Load(Param("carry").Base(), d)
+	loadArg("carry", d)
 	TESTQ(d, d)
 	JZ(LabelRef(nocarry))
 	off := GP64()
@@ -1592,19 +1592,7 @@ func bf16Store(a isa, pc piece, y VecVirtual, m Mem) { bf16(a, pc, y, m) }
 // stateVK emits the routine of variant v.
 func stateVK(v variant) {
 	a := v.a
-	sig := "func(K, V int, src []float32, stores []uintptr, kh, qh, v []float32, vs int, o, tok []float32"
-	if v.bf16 {
-		sig = "func(K, V int, src []uint16, src32 []float32, stores []uintptr, carry []float32, kh, qh, v []float32, vs int, o, tok []float32"
-	}
-	if a.vkNeedsWork() {
-		sig += ", work []float32"
-	}
-	sig += ", pf []uintptr"
-	if v.bf16 && a.evex {
-		sig += ", cvt bool" // the CPU has AVX512_BF16 (storeRows)
-	}
-	sig += ")"
-	routine(v.name(), NOSPLIT, sig)
+	routine(v.name(), NOSPLIT, stateSig)
 	Doc(fmt.Sprintf("%s is the [V][K] %s state routine over T tokens in %s; see vk%s%s in gdn_amd64.go.", v.name(), v.storage(), a.name, strings.ToUpper(v.storage()), a.name))
 	r := vkRegs{pk: GP64(), pq: GP64(), pt: GP64(), ps: GP64(), pv: GP64(), po: GP64(), cnt: GP64(), k4: GP64(), ks: GP64()}
 	r.j, r.rows, r.t, r.v4, r.vs4 = AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8)
@@ -1624,10 +1612,9 @@ func stateVK(v variant) {
 	}
 	done := label("done")
 	k, n, t := GP64(), GP64(), GP64()
-	Load(Param("K"), k)
-	Load(Param("V"), n)
-	Load(Param("tok").Len(), t)
-	SHRQ(U8(2), t)
+	loadArg("K", k)
+	loadArg("V", n)
+	loadArg("T", t)
 	TESTQ(k, k)
 	JZ(LabelRef(done))
 	TESTQ(n, n)
@@ -1639,7 +1626,7 @@ func stateVK(v variant) {
 	r.pf = newPrefetchList()
 	if a.vkNeedsWork() {
 		w := GP64()
-		Load(Param("work").Base(), w)
+		loadArg("work", w)
 		ADDQ(U8(63), w)
 		ANDQ(I8(-64), w)
 		MOVQ(w, r.work)
@@ -1648,7 +1635,7 @@ func stateVK(v variant) {
 	SHLQ(U8(2), n)
 	MOVQ(n, r.v4)
 	vs := GP64()
-	Load(Param("vs"), vs)
+	loadArg("vs", vs)
 	SHLQ(U8(2), vs)
 	MOVQ(vs, r.vs4)
 	MOVQ(k, r.k4)

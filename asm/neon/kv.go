@@ -125,8 +125,8 @@ func stateKV(e *emitter, st storage) {
 	e.textFrame(name, slabBytes, size)
 	if !st.bf16 {
 		e.comment("one token with a store (decode): the T = 1 plan, whole column strips (stateOne)")
-		e.op("MOVD", fr.length("tok"), kvTmp)
-		e.op("CMP", imm(4), kvTmp)
+		e.op("MOVD", fr.word("T"), kvTmp)
+		e.op("CMP", imm(1), kvTmp)
 		e.op("BNE", "tokens")
 		e.op("MOVD", fr.base("stores"), kvTmp)
 		e.op("MOVD", fmt.Sprintf("(%v)", kvTmp), kvTmp)
@@ -140,7 +140,7 @@ func stateKV(e *emitter, st storage) {
 	e.op("MOVD", fmt.Sprintf("$slab-%d(SP)", slabBytes), kvSlab)
 	e.op("LSL", imm(st.shift()), kvCols, kvStride)
 	e.op("MOVD", imm(0), kvOff)
-	e.op("MOVD", fr.length("tok"), kvTmp)
+	e.op("MOVD", fr.word("T"), kvTmp)
 	e.op("CBZ", kvTmp, "done")
 	e.op("CBZ", kvK, "done")
 	for si, w := range strips {
@@ -173,8 +173,7 @@ func stateKV(e *emitter, st storage) {
 		kvRows(e, in, l+"in", w, true, kvStride)
 
 		e.label(l + "tok0")
-		e.op("MOVD", fr.length("tok"), kvTau)
-		e.op("LSR", imm(2), kvTau, kvTau)
+		e.op("MOVD", fr.word("T"), kvTau)
 		e.op("MOVD", fr.base("tok"), kvTok)
 		e.op("MOVD", fr.base("kh"), kvKh)
 		e.op("MOVD", fr.base("qh"), kvQh)

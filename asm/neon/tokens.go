@@ -1,6 +1,10 @@
 package main
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/gdnsimd/gdnsimd/asm/internal/stateargs"
+)
 
 // The state routines over T tokens (the flat signature of gdn_generic.go), one generator per
 // layout, each parameterised by the storage type: the f32 and the bf16 routine of a layout are the
@@ -38,44 +42,26 @@ func (st storage) shift() int {
 	return 2
 }
 
-// args returns the frame offset of each argument and the size of the arguments.
+// args returns the frame offset of each field of the routines' argument (the stateargs struct,
+// passed by value) and its size.
 func (st storage) args() (map[string]int, int) {
-	names := []string{"K", "V", "src"}
-	if st.bf16 {
-		names = append(names, "src32", "stores", "carry")
-	} else {
-		names = append(names, "stores")
+	off := map[string]int{}
+	for _, f := range stateargs.Fields {
+		off[f.Name] = stateargs.Offset(f.Name)
 	}
-	names = append(names, "kh", "qh", "v", "vs", "o", "tok")
-	off, at := map[string]int{}, 0
-	for _, n := range names {
-		off[n] = at
-		if n == "K" || n == "V" || n == "vs" {
-			at += 8
-		} else {
-			at += 24
-		}
-	}
-	return off, at
+	return off, stateargs.Size()
 }
 
 // signature is the Go declaration the routine implements (for its doc comment).
-func (st storage) signature(name string) string {
-	if st.bf16 {
-		return "func " + name + "(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok []float32)"
-	}
-	return "func " + name + "(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok []float32)"
-}
+func (st storage) signature(name string) string { return "func " + name + "(a stateArgs)" }
 
 // frame is a routine's argument accessor.
 type frame map[string]int
 
-// base, length and word are the operands of an argument (a slice's base and length, an int).
-func (f frame) base(n string) string { return arg(n+"_base", f[n]) }
-func (f frame) length(n string) string {
-	return arg(n+"_len", f[n]+8)
-}
-func (f frame) word(n string) string { return arg(n, f[n]) }
+// base and word are the operands of a field: a pointer, an int (a_K+0(FP): go vet's asmdecl
+// checks them against the Go declaration).
+func (f frame) base(n string) string { return arg("a_"+n, f[n]) }
+func (f frame) word(n string) string { return arg("a_"+n, f[n]) }
 
 // conv is what copyN does with each element.
 type conv int

@@ -227,7 +227,7 @@ func stateVK(e *emitter, st storage) {
 	e.op("MOVD", fmt.Sprintf("$slab-%d(SP)", slabBytes), vkSlab)
 	e.op("MOVD", imm(0), vkJ4)
 	e.op("MOVD", imm(0), vkOff)
-	e.op("MOVD", fr.length("tok"), vkTmp)
+	e.op("MOVD", fr.word("T"), vkTmp)
 	e.op("CBZ", vkTmp, "done")
 	e.op("CBZ", vkK, "done")
 	for gi, g := range vkGroups {
@@ -265,8 +265,7 @@ func stateVK(e *emitter, st storage) {
 		copyN(e, in, l+"in", vkRow(0), vkRow(1), vkN, vkTmp)
 
 		e.label(l + "tok0")
-		e.op("MOVD", fr.length("tok"), vkTau)
-		e.op("LSR", imm(2), vkTau, vkTau)
+		e.op("MOVD", fr.word("T"), vkTau)
 		e.op("MOVD", fr.base("tok"), vkTok)
 		e.op("MOVD", fr.base("kh"), vkKh)
 		e.op("MOVD", fr.base("qh"), vkQh)

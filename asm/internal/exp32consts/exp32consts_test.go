@@ -18,12 +18,12 @@ func TestMatchesExp32(t *testing.T) {
 	}
 	var body *ast.BlockStmt
 	for _, d := range f.Decls {
-		if fd, ok := d.(*ast.FuncDecl); ok && fd.Name.Name == "Exp32" {
+		if fd, ok := d.(*ast.FuncDecl); ok && fd.Name.Name == "exp32" {
 			body = fd.Body
 		}
 	}
 	if body == nil {
-		t.Fatal("no func Exp32 in gdn_generic.go")
+		t.Fatal("no func exp32 in gdn_generic.go")
 	}
 	named := map[string]float32{}
 	var poly []float32 // float literals of the p := …; p = p*r + … statements, in order
