@@ -560,10 +560,10 @@ func kvRaw(t *testing.T, im *impl, K int) (tokensF32, tokensBF16) {
 	work := newDecayBuf(workFloats, K%16)
 	what := fmt.Sprintf("%s K=%d: work", im.name, K)
 	return func(K, V int, src []float32, stores []unsafe.Pointer, kh, qh, v []float32, vs int, o, tok []float32, pf []uintptr) {
-			r32.call(rawArgs(K, V, unsafe.Pointer(unsafe.SliceData(src)), nil, stores, nil, kh, qh, v, vs, o, tok, work.s, pf), work.s)
+			r32.call(rawArgs(K, V, unsafe.Pointer(unsafe.SliceData(src)), nil, stores, nil, kh, qh, v, vs, o, tok, work.s, pf))
 			work.check(t, what)
 		}, func(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok []float32, pf []uintptr) {
-			r16.call(rawArgs(K, V, unsafe.Pointer(unsafe.SliceData(src)), src32, stores, carry, kh, qh, v, vs, o, tok, work.s, pf), work.s)
+			r16.call(rawArgs(K, V, unsafe.Pointer(unsafe.SliceData(src)), src32, stores, carry, kh, qh, v, vs, o, tok, work.s, pf))
 			work.check(t, what)
 		}
 }

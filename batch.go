@@ -165,10 +165,10 @@ type headCall struct {
 	slab []float32 // K·genericBlock f32 scratch the routine may use
 	pf   []uintptr // the rows of the driver's next call, to prefetch (tokensF32)
 
-	stores []unsafe.Pointer // [chunk] for the assembly adapters
-	zero32 []float32        // K·V zeros (never written)
-	zero16 []uint16         // K·V zeros (never written)
-	work   []float32        // the assembly routines' work space (workFloats; made on first use)
+	stores []unsafe.Pointer     // [chunk] for the assembly adapters
+	zero32 []float32            // K·V zeros (never written)
+	zero16 []uint16             // K·V zeros (never written)
+	work   *[workFloats]float32 // the assembly routines' work space (made on first use)
 }
 
 // stateFunc advances one head by the tokens of a headCall (SPEC Part A per token): for every τ,

@@ -5,27 +5,29 @@ package gdnsimd
 import "unsafe"
 
 // stateArgs is the one argument of every assembly state routine (the routines over T tokens of
-// gdn_amd64.s and gdn_arm64.s): they read its fields at the offsets of stateArgsOffsets, a word
-// each. The routine keeps the state float32 between tokens and touches nothing outside these.
+// gdn_amd64.s and gdn_arm64.s), passed by value: they read its fields at the offsets of
+// stateArgsOffsets. The routine keeps the state float32 between tokens and touches nothing outside these.
 type stateArgs struct {
-	K      int             // the key dimension: the state's rows ([K][V]) or each row's length ([V][K])
-	V      int             // the value dimension
-	T      int             // tokens, ≥ 1
-	vs     int             // float32s from one token's v to the next
-	src    unsafe.Pointer  // [K·V] the state before the first token: float32, or bf16 bits in a bf16 routine
-	src32  *float32        // bf16 routines: nil, or [K·V] float32s read instead of src (the previous chunk's carry)
-	stores *unsafe.Pointer // [T] nil, or where the state after token τ goes (K·V elements of the routine's storage)
-	carry  *float32        // bf16 routines: nil, or [K·V] float32s for the state after the last token, unrounded
-	kh     *float32        // [T][K] k̂
-	qh     *float32        // [T][K] q̂, scaled by 1/√K
-	v      *float32        // token τ's v at τ·vs, V each
-	o      *float32        // [T][V] written: each token's output before the RMSNorm
-	tok    *float32        // [T][4] em1, eg, beta, kq
-	work   *float32        // nil, or workFloats float32s of work space (the routine aligns it to 64 bytes)
-	pf     *uintptr        // [npf] the prefetch list: the rows of the driver's next call (a hint)
-	npf    int             // the prefetch list's length in words
-	cvt    bool            // the CPU has AVX512_BF16 (the AVX-512 bf16 routines round two vectors at a time)
-	_      [7]byte         // cvt's word
+	K      int                  // the key dimension: the state's rows ([K][V]) or each row's length ([V][K])
+	V      int                  // the value dimension
+	T      int                  // tokens, ≥ 1
+	vs     int                  // float32s from one token's v to the next
+	src    unsafe.Pointer       // [K·V] the state before the first token: float32, or bf16 bits in a bf16 routine
+	src32  *float32             // bf16 routines: nil, or [K·V] float32s read instead of src (the previous chunk's carry)
+	stores *unsafe.Pointer      // [T] nil, or where the state after token τ goes (K·V elements of the routine's storage)
+	carry  *float32             // bf16 routines: nil, or [K·V] float32s for the state after the last token, unrounded
+	kh     *float32             // [T][K] k̂
+	qh     *float32             // [T][K] q̂, scaled by 1/√K
+	v      *float32             // token τ's v at τ·vs, V each
+	o      *float32             // [T][V] written: each token's output before the RMSNorm
+	tok    *float32             // [T][4] em1, eg, beta, kq
+	work   *[workFloats]float32 // the work space of the routines that take one (routine.work; the routine aligns it to 64 bytes), else nil
+	pf     *uintptr             // [npf] the prefetch list: the rows of the driver's next call (a hint)
+	npf    int                  // the prefetch list's length in words
+	dst1   unsafe.Pointer       // [K][V] f32 routines: when not nil (T = 1, a store), the T = 1 plan runs (whole rows, any K, no work space) and stores here instead of stores[0]
+	tok1   [4]float32           // the T = 1 plan's em1, eg, beta, kq (tok is not read)
+	cvt    bool                 // the CPU has AVX512_BF16 (the AVX-512 bf16 routines round two vectors at a time)
+	_      [7]byte              // cvt's word
 }
 
 // stateArgsOffsets are the offsets the assembly reads, by field name.
@@ -46,8 +48,13 @@ var stateArgsOffsets = map[string]uintptr{
 	"work":   104,
 	"pf":     112,
 	"npf":    120,
-	"cvt":    128,
+	"dst1":   128,
+	"tok1":   136,
+	"cvt":    152,
 }
+
+// stateArgsSize is the struct's size in bytes, as the assembly's frame has it.
+const stateArgsSize = 160
 
 // workFloats is the size of stateArgs.work in float32s (32 KiB and 64 bytes of alignment).
 const workFloats = 8208

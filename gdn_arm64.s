@@ -1489,29 +1489,23 @@ wend:
 // R7 columns left, R8 copy count, R9 form, R10/R11 slab/row pointers, R12/R13 kh/qh pointers, R14
 // row counter, R15 state row stride V·es, R19 strip's first column, R20 tokens left, R21 tok, R22
 // stores, R23 row start, R24/R25 scratch.
-TEXT ·stateKVf32NEON(SB), 0, $16384-136
+TEXT ·stateKVf32NEON(SB), 0, $16384-160
 
-	// one token with a store (decode): the T = 1 plan, whole column strips (stateOne)
-	MOVD  a_T+16(FP), R24
-	CMP   $1, R24
-	BNE   tokens
-	MOVD  a_stores+48(FP), R24
-	MOVD  (R24), R24
+	// one token with a store (decode, dst1 set): the T = 1 plan, whole column strips (stateOne)
+	MOVD  a_dst1+128(FP), R24
 	CBZ   R24, tokens
 	MOVD  a_src+32(FP), R0
-	MOVD  a_stores+48(FP), R1
-	MOVD  (R1), R1
+	MOVD  a_dst1+128(FP), R1
 	MOVD  a_kh+64(FP), R2
 	MOVD  a_K+0(FP), R6
 	MOVD  a_qh+72(FP), R3
 	MOVD  a_v+80(FP), R4
 	MOVD  a_V+8(FP), R7
 	MOVD  a_o+88(FP), R5
-	MOVD  a_tok+96(FP), R10
-	FMOVS 0(R10), F13
-	FMOVS 4(R10), F10
-	FMOVS 8(R10), F11
-	FMOVS 12(R10), F12
+	FMOVS a_tok1_0+136(FP), F13
+	FMOVS a_tok1_1+140(FP), F10
+	FMOVS a_tok1_2+144(FP), F11
+	FMOVS a_tok1_3+148(FP), F12
 	FMOVS $(-0.5), F14
 	FCMPS F14, F13 // em1 vs −0.5: GE is false for NaN
 	CSET  GE, R9
@@ -2985,7 +2979,7 @@ done:
 // R7 rows left, R8 copy count, R9 form, R10-R13 slab rows, R14/R15 kh/qh pointers, R19 group's row
 // index·4, R20 tokens left, R21 tok, R22 stores, R23 K counter, R24 group's offset in elements, R25
 // scratch.
-TEXT ·stateVKf32NEON(SB), 0, $16384-136
+TEXT ·stateVKf32NEON(SB), 0, $16384-160
 	MOVD a_K+0(FP), R6
 	MOVD a_V+8(FP), R7
 	MOVD a_src+32(FP), R0
@@ -3682,7 +3676,7 @@ done:
 // R7 columns left, R8 copy count, R9 form, R10/R11 slab/row pointers, R12/R13 kh/qh pointers, R14
 // row counter, R15 state row stride V·es, R19 strip's first column, R20 tokens left, R21 tok, R22
 // stores, R23 row start, R24/R25 scratch.
-TEXT ·stateKVbf16NEON(SB), 0, $16384-136
+TEXT ·stateKVbf16NEON(SB), 0, $16384-160
 	MOVD a_K+0(FP), R6
 	MOVD a_V+8(FP), R7
 	MOVD a_src+32(FP), R0
@@ -5153,7 +5147,7 @@ done:
 // R7 rows left, R8 copy count, R9 form, R10-R13 slab rows, R14/R15 kh/qh pointers, R19 group's row
 // index·4, R20 tokens left, R21 tok, R22 stores, R23 K counter, R24 group's offset in elements, R25
 // scratch.
-TEXT ·stateVKbf16NEON(SB), 0, $16384-136
+TEXT ·stateVKbf16NEON(SB), 0, $16384-160
 	MOVD a_K+0(FP), R6
 	MOVD a_V+8(FP), R7
 	MOVD a_src+32(FP), R0

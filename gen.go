@@ -4,5 +4,5 @@ package gdnsimd
 // asm/ is a module of its own. Run go generate with GOARCH unset; the output must be byte-identical
 // to the committed files (.ci/run checks both).
 
-//go:generate go -C asm run . -out ../gdn_amd64.s -args ../gdn_args.go
-//go:generate go -C asm run ./neon -out ../gdn_arm64.s
+//go:generate go -C asm run . -out ../gdn_amd64.s -args ../gdn_args.go -go ../gdn_amd64.go
+//go:generate go -C asm run ./neon -out ../gdn_arm64.s -go ../gdn_arm64.go

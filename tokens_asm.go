@@ -1,6 +1,9 @@
 package gdnsimd
 
-import "unsafe"
+import (
+	"math"
+	"unsafe"
+)
 
 // routine is one assembly state routine over T tokens (gdn_amd64.s, gdn_arm64.s): it takes a
 // stateArgs (gdn_args.go, generated with the routines) and these limits, which asmCell applies.
@@ -11,11 +14,30 @@ type routine struct {
 	// oddRow: the routine takes the rows of a [V][K] head in pairs; the last row of an odd V
 	// runs the portable arithmetic (vkOddRow). No model has an odd V.
 	oddRow bool
-	// once (f32 routines) reports whether the routine writes the stores of a call with a store
-	// at every token (verification) non-temporally, for a head of K×V and those stores, so that
-	// the call is one call of T tokens rather than T calls of one (perToken). nil: never.
-	once func(K, V int, stores []unsafe.Pointer) bool
+	// snap (f32 routines) says when the routine writes the stores of a call with a store at every
+	// token (verification) non-temporally, so that the call is one call of T tokens rather than T
+	// calls of one (perToken). nil: never.
+	snap *snapRule
 	cvt  *bool // AVX-512 bf16: stateArgs.cvt, read per call (a test turns it off)
+	work bool  // the routine reads stateArgs.work
+}
+
+// snapRule is a routine's condition for non-temporal snapshot stores (gofile.Snap): K%kMod == 0,
+// K ≤ kMax, V%vMod == 0, V ≥ vMin and every store aligned to align bytes (0: no condition).
+type snapRule struct{ kMod, kMax, vMod, vMin, align int }
+
+// once reports whether a call of a head of K×V with these stores, one at every token, writes them
+// non-temporally.
+func (s *snapRule) once(K, V int, stores []unsafe.Pointer) bool {
+	if s == nil || s.kMod > 0 && K%s.kMod != 0 || s.kMax > 0 && K > s.kMax || s.vMod > 0 && V%s.vMod != 0 || V < s.vMin {
+		return false
+	}
+	for _, p := range stores {
+		if s.align > 0 && uintptr(p)%uintptr(s.align) != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // withRoutines fills the cells of im from its routines (nil: a format im does not implement)
@@ -47,12 +69,15 @@ func asmCell(r *routine, generic stateFunc) stateFunc {
 			return
 		}
 		hs := K * V
-		if h.work == nil {
-			h.work = make([]float32, workFloats)
+		if r.work && h.work == nil {
+			h.work = new([workFloats]float32)
 		}
 		a := stateArgs{K: K, V: V, T: T, vs: h.vs,
 			kh: first(h.kh, T*K), qh: first(h.qh, T*K), v: first(h.v, (T-1)*h.vs+V), o: first(h.o, T*V), tok: first(h.tok, 4*T),
-			work: first(h.work, workFloats), pf: unsafe.SliceData(h.pf), npf: len(h.pf)}
+			pf: unsafe.SliceData(h.pf), npf: len(h.pf)}
+		if r.work {
+			a.work = h.work
+		}
 		stores := h.stores[:T]
 		every := T > 1
 		for τ, d := range h.dst {
@@ -86,24 +111,33 @@ func asmCell(r *routine, generic stateFunc) stateFunc {
 		default:
 			a.src = unsafe.Pointer(first(h.zero16, hs))
 		}
-		if !r.bf16 && every && (r.once == nil || !r.once(K, V, stores)) {
-			perToken(r, a, h.work)
+		if !r.bf16 && every && !r.snap.once(K, V, stores) {
+			perToken(r, a)
 		} else {
-			r.call(a, h.work)
+			r.call(a)
 		}
 		clear(stores)
 	}
 }
 
+// plan1 sets the fields of the T = 1 plan (dst1, tok1) for one token with an f32 store: the
+// [K][V] f32 routines then take whole rows (decode), the others ignore them.
+func (a *stateArgs) plan1(bf16 bool) {
+	if !bf16 && a.T == 1 && a.stores != nil && *a.stores != nil {
+		a.dst1, a.tok1 = *a.stores, *(*[4]float32)(unsafe.Pointer(a.tok))
+	}
+}
+
 // call runs r on a (with the AVX-512 bf16 routines' cvt) and then, for an odd V of a routine
 // that takes rows in pairs, the last row (vkOddRow, in work).
-func (r *routine) call(a stateArgs, work []float32) {
+func (r *routine) call(a stateArgs) {
 	if r.cvt != nil {
 		a.cvt = *r.cvt
 	}
+	a.plan1(r.bf16)
 	r.fn(a)
 	if r.oddRow && a.V%2 == 1 {
-		vkOddRow(&a, r.bf16, work)
+		vkOddRow(&a, r.bf16)
 	}
 }
 
@@ -118,7 +152,7 @@ func (r *routine) call(a stateArgs, work []float32) {
 // need no such split: one call of T tokens, with neither the hops' cost nor the write-allocate
 // reads, takes 2.2–2.3 ms. The bits are the same: the routines give T calls of one token the bits
 // of one call of T tokens (the state stays float32 between tokens). f32 routines only.
-func perToken(r *routine, a stateArgs, work []float32) {
+func perToken(r *routine, a stateArgs) {
 	K, V, T := a.K, a.V, a.T
 	stores := unsafe.Slice(a.stores, T)
 	one := a
@@ -127,7 +161,7 @@ func perToken(r *routine, a stateArgs, work []float32) {
 		one.stores = &stores[τ]
 		one.kh, one.qh = at(a.kh, τ*K), at(a.qh, τ*K)
 		one.v, one.o, one.tok = at(a.v, τ*a.vs), at(a.o, τ*V), at(a.tok, 4*τ)
-		r.call(one, work)
+		r.call(one)
 		one.src = stores[τ]
 	}
 }
@@ -141,8 +175,9 @@ func at(p *float32, i int) *float32 { return (*float32)(unsafe.Add(unsafe.Pointe
 
 // vkOddRow runs the last row of a [V][K] head through the portable routine's arithmetic (vkRow):
 // from a's src (src32 when not nil), to a's stores (bf16 rounded if bf16) and the last token's
-// state to the carry when not nil. Its row is the first K floats of work: nothing is allocated.
-func vkOddRow(a *stateArgs, bf16 bool, work []float32) {
+// state to the carry when not nil. Its row is the first K floats of a's work space (the routines
+// with oddRow take one): nothing is allocated.
+func vkOddRow(a *stateArgs, bf16 bool) {
 	K, V, T, hs := a.K, a.V, a.T, a.K*a.V
 	in := stateRef{f32: unsafe.Slice((*float32)(a.src), hs)}
 	switch {
@@ -152,7 +187,7 @@ func vkOddRow(a *stateArgs, bf16 bool, work []float32) {
 		in = stateRef{bf16: unsafe.Slice((*uint16)(a.src), hs)}
 	}
 	stores := unsafe.Slice(a.stores, T)
-	row, j := work[:K:K], V-1
+	row, j := a.work[:K:K], V-1
 	loadState(row, in, j*K)
 	vkRow(row, j, V, unsafe.Slice(a.kh, T*K), unsafe.Slice(a.qh, T*K), unsafe.Slice(a.v, (T-1)*a.vs+V), a.vs,
 		unsafe.Slice(a.o, T*V), unsafe.Slice(a.tok, 4*T), func(τ int) stateRef {
@@ -172,14 +207,37 @@ func vkOddRow(a *stateArgs, bf16 bool, work []float32) {
 }
 
 // single is impl.state of an assembly kernel: the T = 1 plan of its [K][V] f32 routine fn (one
-// token, stores[0] = sOut), any K. K = len(kh) = len(qh), V = len(v) = len(o), len(sIn) =
-// len(sOut) = K·V (not checked; sOut may be sIn).
+// token from sIn to dst1 = sOut), any K. K = len(kh) = len(qh), V = len(v) = len(o), len(sIn) =
+// len(sOut) = K·V (not checked; sOut may be sIn). The scalars travel in the argument itself
+// (tok1): nothing on the stack is pointed to, so nothing is moved to the heap.
 func single(fn func(a stateArgs)) func(sIn, sOut, kh, qh, v, o []float32, em1, eg, beta, kq float32) {
 	return func(sIn, sOut, kh, qh, v, o []float32, em1, eg, beta, kq float32) {
-		tok := [4]float32{em1, eg, beta, kq}
-		stores := [1]unsafe.Pointer{unsafe.Pointer(unsafe.SliceData(sOut))}
-		fn(stateArgs{K: len(kh), V: len(v), T: 1, vs: len(v), src: unsafe.Pointer(unsafe.SliceData(sIn)), stores: &stores[0],
-			kh: unsafe.SliceData(kh), qh: unsafe.SliceData(qh), v: unsafe.SliceData(v), o: unsafe.SliceData(o), tok: &tok[0]})
+		fn(stateArgs{K: len(kh), V: len(v), T: 1, vs: len(v), src: unsafe.Pointer(unsafe.SliceData(sIn)), dst1: unsafe.Pointer(unsafe.SliceData(sOut)),
+			kh: unsafe.SliceData(kh), qh: unsafe.SliceData(qh), v: unsafe.SliceData(v), o: unsafe.SliceData(o), tok1: [4]float32{em1, eg, beta, kq}})
+	}
+}
+
+// scaleChecked makes impl.scale of a scale routine that does not check its lengths: dst is cut to
+// len(src) first, so that a short dst panics as scale's does instead of being written past.
+func scaleChecked(f func(dst, src []float32, s float32)) func(dst, src []float32, s float32) {
+	return func(dst, src []float32, s float32) { f(dst[:len(src)], src, s) }
+}
+
+// gateSplit is impl.gate of a kernel whose gate routine gate4 is the element loop, given r: the sum
+// of squares is l2's (of o with itself), r = 1/sqrt(Σo²/V + eps) computed here exactly as
+// gateGeneric does. The slices are cut to V = len(o) first (a short one panics).
+func gateSplit(l2 func(q, k []float32) (qq, kk, kq float64), gate4 func(o, z, w []float32, r float32, out []uint16, outF []float32)) func(o, z, w []float32, eps float32, out []uint16, outF []float32) {
+	return func(o, z, w []float32, eps float32, out []uint16, outF []float32) {
+		V := len(o)
+		z, w = z[:V], w[:V]
+		if out != nil {
+			out = out[:V]
+		}
+		if outF != nil {
+			outF = outF[:V]
+		}
+		ss, _, _ := l2(o, o)
+		gate4(o, z, w, float32(1/math.Sqrt(ss/float64(V)+float64(eps))), out, outF)
 	}
 }
 

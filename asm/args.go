@@ -13,15 +13,16 @@ import (
 // word per field (avo cannot name the Go type: fixups writes stateArgs into the header comment and
 // the field names into the operands, a_K+0(FP), so that go vet's asmdecl checks every access
 // against the Go declaration, func(a stateArgs)).
-var stateSig = fmt.Sprintf("func(a [%d]uint64)", len(stateargs.Fields))
+var stateSig = fmt.Sprintf("func(a [%d]uint64)", stateargs.Words())
 
-// argField is the frame address of the named stateargs field.
+// argField is the frame address of the named stateargs field (of its first word).
 func argField(name string) Mem {
-	b, err := Param("a").Index(stateargs.Offset(name) / 8).Resolve()
+	off := stateargs.Offset(name)
+	b, err := Param("a").Index(off / 8).Resolve()
 	if err != nil {
 		panic(err)
 	}
-	return b.Addr
+	return b.Addr.Offset(off % 8)
 }
 
 // loadArg loads the named stateargs field (a word) into dst.

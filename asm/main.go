@@ -85,6 +85,16 @@ func main() {
 			os.Exit(1)
 		}
 	}
+	if *goOut != "" {
+		src, err := goFile().Source()
+		if err == nil {
+			err = os.WriteFile(*goOut, src, 0o644)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+	}
 	if *argsOut != "" {
 		if err := os.WriteFile(*argsOut, stateargs.GoSource(), 0o644); err != nil {
 			fmt.Fprintln(os.Stderr, err)
@@ -93,11 +103,14 @@ func main() {
 	}
 }
 
+// goOut is where the Go side of gdn_amd64.s goes (gdn_amd64.go: gostubs.go).
+var goOut = flag.String("go", "", "also write the Go declarations and kernel tables of the routines to this file")
+
 // argsOut is where the Go side of the state routines' argument struct goes (gdn_args.go).
 var argsOut = flag.String("args", "", "also write the Go declaration of the state routines' argument struct to this file")
 
 // stateSigLine is avo's header comment of a state routine, stateArgOp an operand of its argument
-// (a_3+24(FP)); fixups names the Go type and the fields in them.
+// (a_3+24(FP): word 3, byte 24); fixups names the Go type and the fields in them.
 var (
 	stateSigLine = regexp.MustCompile(`(?m)^(// func state\w+\(a )\[\d+\]uint64\)$`)
 	stateArgOp   = regexp.MustCompile(`\ba_(\d+)\+(\d+)\(FP\)`)
@@ -136,8 +149,12 @@ func cvt2Fixup(path string) error {
 	out = stateSigLine.ReplaceAll(out, []byte("${1}stateArgs)"))
 	out = stateArgOp.ReplaceAllFunc(out, func(m []byte) []byte {
 		g := stateArgOp.FindSubmatch(m)
-		i, _ := strconv.Atoi(string(g[1]))
-		return []byte(fmt.Sprintf("a_%s+%s(FP)", stateargs.Fields[i].Name, g[2]))
+		off, _ := strconv.Atoi(string(g[2]))
+		f, e := stateargs.At(off)
+		if e >= 0 { // an array's element: go vet names it a_tok1_2
+			return []byte(fmt.Sprintf("a_%s_%d+%d(FP)", f.Name, e, off))
+		}
+		return []byte(fmt.Sprintf("a_%s+%d(FP)", f.Name, off))
 	})
 	return os.WriteFile(path, out, 0o644)
 }
@@ -252,6 +269,7 @@ var (
 func routine(name string, a attr.Attribute, signature string) {
 	TEXT(name, a, signature)
 	current, labels = name, map[string]int{}
+	sigs[name] = signature
 }
 
 // label returns a fresh label of the current routine: "<routine>_<prefix>_<n>".

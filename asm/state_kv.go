@@ -41,24 +41,21 @@ func oneLocal(n int) Mem {
 	return m
 }
 
-// oneScalars is the frame copy of the token's em1, eg, beta and kq (tok[0:4]) while the T = 1 plan
-// is emitted (scalarMem).
-var oneScalars Mem
-
-// scalarMem is the frame address of the token's scalar name (em1, eg, beta or kq).
+// scalarMem is the frame address of the token's scalar name (em1, eg, beta or kq) in the T = 1
+// plan: stateArgs.tok1.
 func scalarMem(name string) Mem {
 	for i, n := range []string{"em1", "eg", "beta", "kq"} {
 		if n == name {
-			return oneScalars.Offset(4 * i)
+			return argField("tok1").Offset(4 * i)
 		}
 	}
 	panic("scalarMem: " + name)
 }
 
-// stateOne emits the T = 1 plan of a [K][V] f32 routine over T tokens (one token with a store,
-// stores[0] not nil: decode): whole rows streamed from src to stores[0], as stateGeneric computes
-// them, and the routine's return. Reference, with sIn = src, sOut = stores[0] (which may be src),
-// em1, eg, beta, kq = tok[0:4]:
+// stateOne emits the T = 1 plan of a [K][V] f32 routine over T tokens (dst1 not nil: one token
+// with a store, decode): whole rows streamed from src to dst1, as stateGeneric computes them, and
+// the routine's return. Reference, with sIn = src, sOut = dst1 (which may be src), em1, eg, beta,
+// kq = tok1:
 //
 //	decay(x) := x + em1·x (fused: one rounding)   if em1 ≥ −0.5
 //	            eg·x                              otherwise (also for a NaN em1)
@@ -78,8 +75,7 @@ func stateOne(a isa) {
 		sIn: GP64(), sOut: GP64(), kh: GP64(), qh: GP64(), v: GP64(), o: GP64(), k: GP64(), stride: GP64(),
 	}
 	loadArg("src", r.sIn)
-	loadArg("stores", r.sOut)
-	MOVQ(Mem{Base: r.sOut}, r.sOut)
+	loadArg("dst1", r.sOut)
 	loadArg("kh", r.kh)
 	loadArg("qh", r.qh)
 	loadArg("v", r.v)
@@ -87,13 +83,6 @@ func stateOne(a isa) {
 	loadArg("K", r.k)
 	rem := GP64()
 	loadArg("V", rem)
-	oneScalars = oneLocal(16)
-	{
-		tp, x := GP64(), XMM()
-		loadArg("tok", tp)
-		VMOVUPS(Mem{Base: tp}, x)
-		VMOVUPS(x, oneScalars)
-	}
 	done := label("done")
 	TESTQ(r.k, r.k)
 	JZ(LabelRef(done))

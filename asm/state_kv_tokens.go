@@ -158,14 +158,9 @@ func stateKVTokens(vr variant) {
 		g.pairs, g.last, g.shuf, g.lastOff, g.tmp = AllocLocal(16), AllocLocal(16), AllocLocal(16), AllocLocal(8), AllocLocal(16)
 	}
 	if !vr.bf16 {
-		// One token with a store (decode): the T = 1 plan, whole rows, no work space (stateOne).
+		// One token with a store (decode, dst1 set): the T = 1 plan, whole rows, no work space (stateOne).
 		tokens := label("tokens")
-		t, p := GP64(), GP64()
-		loadArg("T", t)
-		CMPQ(t, U8(1))
-		JNE(LabelRef(tokens))
-		loadArg("stores", p)
-		CMPQ(Mem{Base: p}, U8(0))
+		CMPQ(argField("dst1"), U8(0))
 		JE(LabelRef(tokens))
 		stateOne(a)
 		Label(tokens)

@@ -45,7 +45,17 @@ func generate() []byte {
 
 func main() {
 	out := flag.String("out", "", "output file (default: standard output)")
+	goOut := flag.String("go", "", "also write the Go declarations and the kernel table to this file (gostubs.go)")
 	flag.Parse()
+	if *goOut != "" {
+		src, err := goFile().Source()
+		if err == nil {
+			err = os.WriteFile(*goOut, src, 0o644)
+		}
+		if err != nil {
+			log.Fatal(err)
+		}
+	}
 	b := generate()
 	if *out == "" {
 		os.Stdout.Write(b)

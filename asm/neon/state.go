@@ -287,23 +287,21 @@ func strip(e *emitter, s shape, after string, times int) {
 	}
 }
 
-// stateOne emits the T = 1 plan of the [K][V] f32 routine over T tokens (one token with a store:
-// stateNEON's arithmetic, whole columns strips from src to stores[0]) from its arguments (fr),
+// stateOne emits the T = 1 plan of the [K][V] f32 routine over T tokens (dst1 set: one token with a
+// store; stateGeneric's arithmetic, whole columns strips from src to dst1) from its arguments (fr),
 // its labels prefixed with "one" (the routine's own are in the same TEXT), and its return.
 func stateOne(e *emitter, fr frame) {
 	first := len(e.lines)
 	e.op("MOVD", fr.base("src"), rSIn)
-	e.op("MOVD", fr.base("stores"), rSOut)
-	e.op("MOVD", fmt.Sprintf("(%v)", rSOut), rSOut)
+	e.op("MOVD", fr.base("dst1"), rSOut)
 	e.op("MOVD", fr.base("kh"), rKh)
 	e.op("MOVD", fr.word("K"), rK)
 	e.op("MOVD", fr.base("qh"), rQh)
 	e.op("MOVD", fr.base("v"), rV)
 	e.op("MOVD", fr.word("V"), rCols)
 	e.op("MOVD", fr.base("o"), rO)
-	e.op("MOVD", fr.base("tok"), rRow)
-	for i, n := range []Vreg{nEm1, nEg, nBeta, nKq} { // tok[0:4]
-		e.op("FMOVS", fmt.Sprintf("%d(%v)", 4*i, rRow), Freg(n))
+	for i, n := range []Vreg{nEm1, nEg, nBeta, nKq} { // tok1
+		e.op("FMOVS", fr.elem("tok1", i), Freg(n))
 	}
 	stateBody(e)
 	e.prefixLabels(first, "one")

@@ -63,6 +63,9 @@ type frame map[string]int
 func (f frame) base(n string) string { return arg("a_"+n, f[n]) }
 func (f frame) word(n string) string { return arg("a_"+n, f[n]) }
 
+// elem is the operand of float32 element i of an array field (a_tok1_2+144(FP)).
+func (f frame) elem(n string, i int) string { return arg(fmt.Sprintf("a_%s_%d", n, i), f[n]+4*i) }
+
 // conv is what copyN does with each element.
 type conv int
 

@@ -10,31 +10,42 @@ import (
 	"go/format"
 )
 
-// Field is one word of the struct: every field is 8 bytes (a pointer, an int, or a bool padded to
-// a word), at 8·its index.
+// Field is one field of the struct: a word (a pointer, an int, or a bool padded to a word) unless
+// it is an array of float32 (Floats of them, a whole number of words).
 type Field struct {
 	Name, Type, Doc string
+	Floats          int
+}
+
+// Size is the field's size in bytes.
+func (f Field) Size() int {
+	if f.Floats > 0 {
+		return 4 * f.Floats
+	}
+	return 8
 }
 
 // Fields is the struct in order.
 var Fields = []Field{
-	{"K", "int", "the key dimension: the state's rows ([K][V]) or each row's length ([V][K])"},
-	{"V", "int", "the value dimension"},
-	{"T", "int", "tokens, ≥ 1"},
-	{"vs", "int", "float32s from one token's v to the next"},
-	{"src", "unsafe.Pointer", "[K·V] the state before the first token: float32, or bf16 bits in a bf16 routine"},
-	{"src32", "*float32", "bf16 routines: nil, or [K·V] float32s read instead of src (the previous chunk's carry)"},
-	{"stores", "*unsafe.Pointer", "[T] nil, or where the state after token τ goes (K·V elements of the routine's storage)"},
-	{"carry", "*float32", "bf16 routines: nil, or [K·V] float32s for the state after the last token, unrounded"},
-	{"kh", "*float32", "[T][K] k̂"},
-	{"qh", "*float32", "[T][K] q̂, scaled by 1/√K"},
-	{"v", "*float32", "token τ's v at τ·vs, V each"},
-	{"o", "*float32", "[T][V] written: each token's output before the RMSNorm"},
-	{"tok", "*float32", "[T][4] em1, eg, beta, kq"},
-	{"work", "*float32", "nil, or workFloats float32s of work space (the routine aligns it to 64 bytes)"},
-	{"pf", "*uintptr", "[npf] the prefetch list: the rows of the driver's next call (a hint)"},
-	{"npf", "int", "the prefetch list's length in words"},
-	{"cvt", "bool", "the CPU has AVX512_BF16 (the AVX-512 bf16 routines round two vectors at a time)"},
+	{"K", "int", "the key dimension: the state's rows ([K][V]) or each row's length ([V][K])", 0},
+	{"V", "int", "the value dimension", 0},
+	{"T", "int", "tokens, ≥ 1", 0},
+	{"vs", "int", "float32s from one token's v to the next", 0},
+	{"src", "unsafe.Pointer", "[K·V] the state before the first token: float32, or bf16 bits in a bf16 routine", 0},
+	{"src32", "*float32", "bf16 routines: nil, or [K·V] float32s read instead of src (the previous chunk's carry)", 0},
+	{"stores", "*unsafe.Pointer", "[T] nil, or where the state after token τ goes (K·V elements of the routine's storage)", 0},
+	{"carry", "*float32", "bf16 routines: nil, or [K·V] float32s for the state after the last token, unrounded", 0},
+	{"kh", "*float32", "[T][K] k̂", 0},
+	{"qh", "*float32", "[T][K] q̂, scaled by 1/√K", 0},
+	{"v", "*float32", "token τ's v at τ·vs, V each", 0},
+	{"o", "*float32", "[T][V] written: each token's output before the RMSNorm", 0},
+	{"tok", "*float32", "[T][4] em1, eg, beta, kq", 0},
+	{"work", "*[workFloats]float32", "the work space of the routines that take one (routine.work; the routine aligns it to 64 bytes), else nil", 0},
+	{"pf", "*uintptr", "[npf] the prefetch list: the rows of the driver's next call (a hint)", 0},
+	{"npf", "int", "the prefetch list's length in words", 0},
+	{"dst1", "unsafe.Pointer", "[K][V] f32 routines: when not nil (T = 1, a store), the T = 1 plan runs (whole rows, any K, no work space) and stores here instead of stores[0]", 0},
+	{"tok1", "[4]float32", "the T = 1 plan's em1, eg, beta, kq (tok is not read)", 4},
+	{"cvt", "bool", "the CPU has AVX512_BF16 (the AVX-512 bf16 routines round two vectors at a time)", 0},
 }
 
 // WorkFloats is the size of the work space in float32s: 32 KiB and the 64 bytes of alignment.
@@ -42,16 +53,36 @@ const WorkFloats = 8<<10 + 16
 
 // Offset is the byte offset of the named field.
 func Offset(name string) int {
-	for i, f := range Fields {
+	off := 0
+	for _, f := range Fields {
 		if f.Name == name {
-			return 8 * i
+			return off
 		}
+		off += f.Size()
 	}
 	panic("stateargs: no field " + name)
 }
 
+// At is the field holding byte offset off and the element of an array field (else −1).
+func At(off int) (Field, int) {
+	at := 0
+	for _, f := range Fields {
+		if off < at+f.Size() {
+			if f.Floats > 0 {
+				return f, (off - at) / 4
+			}
+			return f, -1
+		}
+		at += f.Size()
+	}
+	panic(fmt.Sprintf("stateargs: no field at %d", off))
+}
+
 // Size is the struct's size in bytes.
-func Size() int { return 8 * len(Fields) }
+func Size() int { return Offset(Fields[len(Fields)-1].Name) + Fields[len(Fields)-1].Size() }
+
+// Words is the struct's size in words.
+func Words() int { return Size() / 8 }
 
 // GoSource is gdn_args.go: the struct, its offsets for the test that holds them to the compiler's,
 // and the work space's size.
@@ -64,8 +95,8 @@ package gdnsimd
 import "unsafe"
 
 // stateArgs is the one argument of every assembly state routine (the routines over T tokens of
-// gdn_amd64.s and gdn_arm64.s): they read its fields at the offsets of stateArgsOffsets, a word
-// each. The routine keeps the state float32 between tokens and touches nothing outside these.
+// gdn_amd64.s and gdn_arm64.s), passed by value: they read its fields at the offsets of
+// stateArgsOffsets. The routine keeps the state float32 between tokens and touches nothing outside these.
 type stateArgs struct {
 `)
 	for _, f := range Fields {
@@ -78,7 +109,8 @@ type stateArgs struct {
 	for _, f := range Fields {
 		fmt.Fprintf(&b, "\t%q: %d,\n", f.Name, Offset(f.Name))
 	}
-	fmt.Fprintf(&b, "}\n\n// workFloats is the size of stateArgs.work in float32s (32 KiB and 64 bytes of alignment).\nconst workFloats = %d\n", WorkFloats)
+	fmt.Fprintf(&b, "}\n\n// stateArgsSize is the struct's size in bytes, as the assembly's frame has it.\nconst stateArgsSize = %d\n", Size())
+	fmt.Fprintf(&b, "\n// workFloats is the size of stateArgs.work in float32s (32 KiB and 64 bytes of alignment).\nconst workFloats = %d\n", WorkFloats)
 	out, err := format.Source(b.Bytes())
 	if err != nil {
 		panic(err)

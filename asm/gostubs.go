@@ -1,0 +1,208 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/gdnsimd/gdnsimd/asm/internal/gofile"
+)
+
+// The Go side of gdn_amd64.s (gdn_amd64.go, written with it: -go): the stubs with their
+// reference loops, the CPU detection and the two kernels' tables. The limits of the tables are
+// the generator's: the frame's column block (kvMaxK), the [V][K] shapes (vkMaxK), the pairs'
+// range, the snapshot rules of the non-temporal stores (ntSpan, vkSnapshot).
+
+// sigs records each routine's avo signature (routine), for its Go declaration.
+var sigs = map[string]string{}
+
+// kvMaxK is the largest K of a [K][V] routine over T tokens: a column block of one vector keeps
+// its K rows in the 32 KiB work space.
+func (a isa) kvMaxK() int { return (8 << 10) / a.lanes }
+
+// vkMinK, vkMaxK are the K of the [V][K] shapes (vkShapes); the AVX2 pairs need a whole vector.
+func (a isa) vkMinK() int {
+	if a.masks {
+		return 0
+	}
+	return a.lanes
+}
+
+func (a isa) vkMaxK() int {
+	if a.masks {
+		return 256
+	}
+	return 128
+}
+
+// snap is the snapshot rule of a variant's f32 routine (its stores non-temporal, so one call of T
+// tokens): [K][V], V a multiple of 16 (every block a fixed span of whole vectors: ntSpan) and the
+// stores aligned to a vector; [V][K], K a multiple of the lanes up to the blocks' 128 (vkSnapshot)
+// and, with the AVX-512 blocks, at least 16 rows.
+func (v variant) snap() *gofile.Snap {
+	if v.bf16 {
+		return nil
+	}
+	if v.layout == layoutKV {
+		return &gofile.Snap{VMod: 16, Align: v.a.bytes()}
+	}
+	s := &gofile.Snap{KMod: v.a.lanes, KMax: 128, Align: v.a.bytes()}
+	if v.a.vkBlocks() {
+		s.VMin = 16
+	}
+	return s
+}
+
+// goRoutine is v's entry in its kernel's table.
+func (v variant) goRoutine() *gofile.Routine {
+	r := &gofile.Routine{Fn: v.name(), BF16: v.bf16, Snap: v.snap(), Work: true}
+	if v.layout == layoutKV {
+		r.MaxK = v.a.kvMaxK()
+	} else {
+		r.MinK, r.MaxK, r.OddRow = v.a.vkMinK(), v.a.vkMaxK(), v.a.vkPairs()
+	}
+	if v.bf16 && v.a.evex {
+		r.Cvt = "avx512BF16"
+	}
+	return r
+}
+
+// goDocs are the doc comments of the Go declarations, by routine name (%[1]s the ISA's name).
+var goDocs = map[string]string{
+	"gate": `gate%[1]s is gateGeneric in %[1]s: for V = len(o) (z, w at least as long; out and outF nil or
+at least as long, not checked)
+
+	r := float32(1 / math.Sqrt(Σ_j float64(o[j])² / V + float64(eps)))    (Σ in float64)
+	y := o[j]·r·w[j]·silu32(z[j]);  outF[j] = y;  out[j] = BF16RNE(y)
+
+where a nil out or outF is skipped. silu32 and BF16RNE are computed as the Go functions do,
+operation for operation (exp32's constants and clamps, NaN propagating).`,
+	"l2": `l2%[1]s is l2Generic in %[1]s: Σq², Σk², Σk·q over len(q) elements (len(k) ≥ len(q), not
+checked), accumulated in float64.`,
+	"scale": `scale%[1]s sets dst[i] = src[i]·s for i < len(src) (len(dst) ≥ len(src), not checked: see
+scaleChecked), one multiply per element, so the bits are scale's; in place, the memory floor of
+package bench.`,
+	"widen": `widen%[1]s is widenGeneric in %[1]s (len(src) ≥ len(dst), not checked).`,
+	"gates": `gates%[1]s is gatesGeneric in %[1]s (asm/gates.go): lanes of float64, each lane's operations
+gate1's in its order, so the bits are the same. Every slice holds at least len(b) elements (not
+checked: see gatesChecked).`,
+	"fmaLoop": `fmaLoop%[1]s runs n iterations of floorChains independent VFMADD231PS chains on registers
+(the core's FMA throughput: a benchmark floor of package bench).`,
+	"stateKV": `state%[2]s is the [K][V] state routine over T tokens in %[1]s (asm/state_kv_tokens.go). Per
+token it computes what its T = 1 plan computes (whole rows, any K: impl.state), product for
+product and in the same order, so that T calls of one token and one call of T tokens give the
+same bits and a bf16 store is BF16RNE of the f32 routine's state:
+
+	decay_τ(x) := x + em1_τ·x (fused) if em1_τ ≥ −0.5, else eg_τ·x (also for a NaN em1)
+	S := src (bf16 widened; src32 instead when it is not nil)
+	for τ := range T:
+		for j := range V:
+			kv, qs := Σ_i kh_τ[i]·S[i][j], Σ_i qh_τ[i]·S[i][j]     (FMAs from 0, i ascending)
+			d := (v_τ[j] − decay_τ(kv))·beta_τ;  o_τ[j] = decay_τ(qs) + d·kq_τ
+			for i := range K: S[i][j] = decay_τ(S[i][j]) + d·kh_τ[i]
+		if stores[τ] != nil: stores[τ] ← S (bf16: BF16RNE)
+	carry ← S (bf16 routines, when not nil)
+
+in column blocks whose K rows stay in work (L1) for all T tokens.`,
+	"stateVK": `state%[2]s is the [V][K] state routine over T tokens in %[1]s (asm/state_vk.go). Per row j
+(K contiguous elements) and token τ, with tok[4τ:4τ+4] = em1, eg, beta, kq and decay(x) = x +
+em1·x (fused) when em1 ≥ −0.5, else eg·x (also for a NaN em1), chosen per token:
+
+	kv, qs := Σ_i kh[τK+i]·S[j][i], Σ_i qh[τK+i]·S[j][i]
+	d := beta·(v[τ·vs+j] − decay(kv));  o[τV+j] = decay(qs) + kq·d   (fused)
+	S[j][i] = decay(S[j][i]) + kh[τK+i]·d                            (fused)
+
+Groups of rows are loaded once, carried in registers through the T tokens and stored where
+stores[τ] is not nil (bf16: rounded to nearest even; then the f32 carry, if not nil).
+AVX-512: for T > 1 and K ≤ 128, blocks of 32, then 16 rows in work (asm/state_vk_block.go); the
+rows left, and every row when T = 1, take the register groups. AVX2: pairs of rows in work, each
+token's update and the next token's dots in one pass over them; with one token and a store
+(bf16: without src32 and carry), the pairs from src to stores[0]. An odd V's last row is the
+adapter's (vkOddRow): a one-row group per shape took 1,706 (f32) and 2,944 (bf16) lines.`,
+}
+
+// goDoc is the doc comment of routine name.
+func goDoc(name string) string {
+	for _, a := range []isa{avx512, avx2} {
+		if !strings.HasSuffix(name, a.name) {
+			continue
+		}
+		base := strings.TrimSuffix(name, a.name)
+		for _, p := range []string{"stateKV", "stateVK"} {
+			if strings.HasPrefix(base, p) {
+				return fmt.Sprintf(goDocs[p], a.name, strings.TrimPrefix(base, "state")+a.name)
+			}
+		}
+		return fmt.Sprintf(goDocs[base], a.name)
+	}
+	panic("goDoc: " + name)
+}
+
+// goFile is gdn_amd64.go.
+func goFile() gofile.File {
+	f := gofile.File{
+		Generator: "go -C asm run . (asm/gostubs.go)",
+		Build:     "!purego",
+		Imports:   []string{"golang.org/x/sys/cpu"},
+		Pre: `// init sets available, the assembly kernels usable on this CPU, best first:
+//
+//   - "avx512" needs AVX512F and AVX512VL (EVEX forms of 256/128-bit instructions in the
+//     reductions), AVX512BW (VPMOVZXWD of bf16 into a ZMM: every CPU with VL has it), and AVX2
+//     and FMA, which it also uses;
+//   - "avx2" needs AVX2 and FMA.
+//
+// x/sys/cpu honours GODEBUG=cpu.avx512f=off (and the like) flag by flag without cascading, so the
+// conditions are chained here: turning off a feature turns off every kernel that uses it. It also
+// sets the benchmark floors of both (package bench).
+func init() {
+	x := &cpu.X86
+	hasAVX2 := x.HasAVX && x.HasAVX2 && x.HasFMA
+	if hasAVX2 && x.HasAVX512F && x.HasAVX512VL && x.HasAVX512BW {
+		available = append(available, &avx512Impl)
+	}
+	if hasAVX2 {
+		available = append(available, &avx2Impl)
+	}
+	floorScale["avx512"], floorFMA["avx512"], floorLanes["avx512"] = func(x []float32, s float32) { scaleAVX512(x, x, s) }, fmaLoopAVX512, 16
+	floorScale["avx2"], floorFMA["avx2"], floorLanes["avx2"] = func(x []float32, s float32) { scaleAVX2(x, x, s) }, fmaLoopAVX2, 8
+}
+
+// avx512BF16 says whether the AVX-512 bf16 routines may round with VCVTNE2PS2BF16 (AVX512_BF16):
+// their stateArgs.cvt. Off with GODEBUG=cpu.avx512bf16=off (the integer rounding, the same bits).
+var avx512BF16 = cpu.X86.HasAVX512BF16`,
+	}
+	for _, a := range []isa{avx512, avx2} {
+		k := gofile.Kernel{
+			Var:  strings.ToLower(a.name) + "Impl",
+			Name: strings.ToLower(a.name),
+			Fields: fmt.Sprintf("state: single(stateKVf32%[1]s), gate: gate%[1]s, l2: l2%[1]s, scale: scaleChecked(scale%[1]s), widen: widen%[1]s, gates: gatesChecked(gates%[1]s), prefetches: true",
+				a.name),
+		}
+		if a == avx512 {
+			k.Doc = "avx512Impl and avx2Impl are the kernels of gdn_amd64.s: the pieces, and the state routines\n[bf16][layout] with their limits."
+		}
+		for _, l := range []layout{layoutKV, layoutVK} {
+			for _, v := range variants(l) {
+				if v.a == a {
+					k.Routines[boolInt(v.bf16)][l] = v.goRoutine()
+				}
+			}
+		}
+		f.Kernels = append(f.Kernels, k)
+	}
+	for _, s := range table() {
+		sig := sigs[s.name]
+		params := strings.TrimPrefix(sig, "func")
+		if sig == stateSig {
+			params = "(a stateArgs)"
+		}
+		f.Funcs = append(f.Funcs, gofile.Func{Name: s.name, Params: params, Doc: goDoc(s.name), Escape: !strings.ContainsAny(params, "[*")})
+	}
+	return f
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
