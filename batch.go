@@ -163,7 +163,7 @@ type headCall struct {
 	tok  []float32 // [T][4] em1, eg, beta, kq
 	tmp  []float32 // K·V f32 scratch the routine may use
 	slab []float32 // K·genericBlock f32 scratch the routine may use
-	pf   []uintptr // the rows of the driver's next call, to prefetch (tokensF32)
+	pf   []uintptr // the rows of the driver's next call, to prefetch (stateArgs.pf)
 
 	stores []unsafe.Pointer     // [chunk] for the assembly adapters
 	zero32 []float32            // K·V zeros (never written)
@@ -505,7 +505,7 @@ func (d *driver) group(hk, h0, step, g, t0, t1 int, read int32, nh, nhk int) {
 	}
 }
 
-// ahead sets the head call's prefetch list (headCall.pf, tokensF32) to the rows the chunk call
+// ahead sets the head call's prefetch list (headCall.pf, stateArgs.pf) to the rows the chunk call
 // of value head h over the tokens [c0, c1) will read from memory, v and z, with q and k of k-head
 // hk when qk (the call starts a chunk), and write (the outputs): a group per token. The state
 // routine issues a group per token pass (asm/prefetch.go), so that these rows come while it

@@ -27,8 +27,8 @@ func init() {
 	if hasAVX2 {
 		available = append(available, &avx2Impl)
 	}
-	floorScale["avx512"], floorFMA["avx512"], floorLanes["avx512"] = func(x []float32, s float32) { scaleAVX512(x, x, s) }, fmaLoopAVX512, 16
-	floorScale["avx2"], floorFMA["avx2"], floorLanes["avx2"] = func(x []float32, s float32) { scaleAVX2(x, x, s) }, fmaLoopAVX2, 8
+	floors["avx512"] = floor{scale: func(x []float32, s float32) { scaleAVX512(x, x, s) }, fma: fmaLoopAVX512, lanes: 16, chains: 12}
+	floors["avx2"] = floor{scale: func(x []float32, s float32) { scaleAVX2(x, x, s) }, fma: fmaLoopAVX2, lanes: 8, chains: 12}
 }
 
 // avx512BF16 says whether the AVX-512 bf16 routines may round with VCVTNE2PS2BF16 (AVX512_BF16):
@@ -273,10 +273,10 @@ func gatesAVX512(beta, em1, eg, b, a, alog, dtb []float32)
 //go:noescape
 func gatesAVX2(beta, em1, eg, b, a, alog, dtb []float32)
 
-// fmaLoopAVX512 runs n iterations of floorChains independent VFMADD231PS chains on registers
+// fmaLoopAVX512 runs n iterations of floor.chains independent VFMADD231PS chains on registers
 // (the core's FMA throughput: a benchmark floor of package bench).
 func fmaLoopAVX512(n int)
 
-// fmaLoopAVX2 runs n iterations of floorChains independent VFMADD231PS chains on registers
+// fmaLoopAVX2 runs n iterations of floor.chains independent VFMADD231PS chains on registers
 // (the core's FMA throughput: a benchmark floor of package bench).
 func fmaLoopAVX2(n int)

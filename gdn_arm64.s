@@ -1472,9 +1472,9 @@ wend:
 // func stateKVf32NEON(a stateArgs)
 //
 // The [K][V] state over T = len(tok)/4 tokens (gdn_generic.go's contract), in column strips of
-// stateNEON's widths (32 while they fit, then 16, 4, 1 columns) no wider than the slab on the
+// the T = 1 plan's widths (32 while they fit, then 16, 4, 1 columns) no wider than the slab on the
 // stack holds (K·w ≤ 4096 floats: 32 columns up to K = 128, 16 up to 256). A strip's K rows are
-// copied (widened) into the slab once; for each token stateNEON's passes run over the slab:
+// copied (widened) into the slab once; for each token the T = 1 plan's passes run over the slab:
 //
 //	read pass  accK += kh_i·S[i][strip], accQ += qh_i·S[i][strip] (rows i = 0..K-1 in order);
 //	δ, o       δ = beta·(v − decay(accK)), o = decay(accQ) + kq·δ;
@@ -1482,7 +1482,7 @@ wend:
 //	store      the strip's rows to stores[τ] (rounded to nearest even for bf16) where not nil;
 //
 // after the last token the strip goes to carry (bf16 routine, when not nil). A column's arithmetic
-// is stateNEON's for every strip width, T and storage type; decay(x) is x + em1·x (one FMLA) when
+// is the T = 1 plan's for every strip width, T and storage type; decay(x) is x + em1·x (one FMLA) when
 // em1 ≥ −0.5, else eg·x, decided per token (NaN: eg·x). K ≤ 4096 (the adapter's guard).
 //
 // Registers: R0 src strip, R1 slab, R2/R3 token's kh/qh, R4/R5 token's v/o at the strip, R6 K,
@@ -3659,9 +3659,9 @@ done:
 // func stateKVbf16NEON(a stateArgs)
 //
 // The [K][V] state over T = len(tok)/4 tokens (gdn_generic.go's contract), in column strips of
-// stateNEON's widths (32 while they fit, then 16, 4, 1 columns) no wider than the slab on the
+// the T = 1 plan's widths (32 while they fit, then 16, 4, 1 columns) no wider than the slab on the
 // stack holds (K·w ≤ 4096 floats: 32 columns up to K = 128, 16 up to 256). A strip's K rows are
-// copied (widened) into the slab once; for each token stateNEON's passes run over the slab:
+// copied (widened) into the slab once; for each token the T = 1 plan's passes run over the slab:
 //
 //	read pass  accK += kh_i·S[i][strip], accQ += qh_i·S[i][strip] (rows i = 0..K-1 in order);
 //	δ, o       δ = beta·(v − decay(accK)), o = decay(accQ) + kq·δ;
@@ -3669,7 +3669,7 @@ done:
 //	store      the strip's rows to stores[τ] (rounded to nearest even for bf16) where not nil;
 //
 // after the last token the strip goes to carry (bf16 routine, when not nil). A column's arithmetic
-// is stateNEON's for every strip width, T and storage type; decay(x) is x + em1·x (one FMLA) when
+// is the T = 1 plan's for every strip width, T and storage type; decay(x) is x + em1·x (one FMLA) when
 // em1 ≥ −0.5, else eg·x, decided per token (NaN: eg·x). K ≤ 4096 (the adapter's guard).
 //
 // Registers: R0 src strip, R1 slab, R2/R3 token's kh/qh, R4/R5 token's v/o at the strip, R6 K,

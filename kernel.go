@@ -189,35 +189,37 @@ func AllNames() []string { return []string{"avx512", "avx2", "neon", "generic"} 
 // Benchmark floors, for package bench: plain vector passes of a kernel's ISA that bound what its
 // state routines can reach. Kernels without them (generic, neon, purego builds) report false.
 
-var (
-	floorScale = map[string]func(x []float32, s float32){}
-	floorFMA   = map[string]func(n int){}
-	floorLanes = map[string]int{}
-)
+// floor is a kernel's benchmark floors, set by the generated init of its architecture
+// (gdn_amd64.go): scale in place, and fma, n iterations of chains independent vector FMAs of lanes
+// float32s each.
+type floor struct {
+	scale         func(x []float32, s float32)
+	fma           func(n int)
+	lanes, chains int
+}
 
-// floorChains is the number of independent vector FMA chains of one FloorFMA iteration.
-const floorChains = 12
+var floors = map[string]floor{}
 
 // FloorScale sets x[i] = x[i]·s with the kernel's widest vectors (one load–scale–store pass in
 // place: the memory floor of a one-pass state update). It reports whether the kernel has one.
 func (k Kernel) FloorScale(x []float32, s float32) bool {
-	f := floorScale[k.Name()]
-	if f != nil {
-		f(x, s)
+	f := floors[k.Name()]
+	if f.scale != nil {
+		f.scale(x, s)
 	}
-	return f != nil
+	return f.scale != nil
 }
 
 // FloorFMA runs n iterations of independent VFMADD231PS chains on registers with the kernel's
 // widest vectors (the core's FMA throughput; n ≤ 0 runs none). It returns the float32 lanes of one
 // FMA and the vector FMAs of one iteration, or 0, 0 if the kernel has no such loop.
 func (k Kernel) FloorFMA(n int) (lanes, perIter int) {
-	f := floorFMA[k.Name()]
-	if f == nil {
+	f := floors[k.Name()]
+	if f.fma == nil {
 		return 0, 0
 	}
 	if n > 0 {
-		f(n)
+		f.fma(n)
 	}
-	return floorLanes[k.Name()], floorChains
+	return f.lanes, f.chains
 }

@@ -2,9 +2,11 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/gdnsimd/gdnsimd/asm/internal/gofile"
+	"github.com/gdnsimd/gdnsimd/asm/internal/stateargs"
 )
 
 // The Go side of gdn_amd64.s (gdn_amd64.go, written with it: -go): the stubs with their
@@ -17,22 +19,18 @@ var sigs = map[string]string{}
 
 // kvMaxK is the largest K of a [K][V] routine over T tokens: a column block of one vector keeps
 // its K rows in the 32 KiB work space.
-func (a isa) kvMaxK() int { return (8 << 10) / a.lanes }
+func (a isa) kvMaxK() int { return (stateargs.WorkFloats - 16) / a.lanes }
 
-// vkMinK, vkMaxK are the K of the [V][K] shapes (vkShapes); the AVX2 pairs need a whole vector.
+// vkMinK, vkMaxK are the K of the [V][K] shapes (vkShapes: the largest shape's vectors); the AVX2
+// pairs need a whole vector.
 func (a isa) vkMinK() int {
-	if a.masks {
-		return 0
+	if a.vkPairs() {
+		return a.lanes
 	}
-	return a.lanes
+	return 0
 }
 
-func (a isa) vkMaxK() int {
-	if a.masks {
-		return 256
-	}
-	return 128
-}
+func (a isa) vkMaxK() int { return a.lanes * slices.Max(vkShapes(a)) }
 
 // snap is the snapshot rule of a variant's f32 routine (its stores non-temporal, so one call of T
 // tokens): [K][V], V a multiple of 16 (every block a fixed span of whole vectors: ntSpan) and the
@@ -45,9 +43,9 @@ func (v variant) snap() *gofile.Snap {
 	if v.layout == layoutKV {
 		return &gofile.Snap{VMod: 16, Align: v.a.bytes()}
 	}
-	s := &gofile.Snap{KMod: v.a.lanes, KMax: 128, Align: v.a.bytes()}
-	if v.a.vkBlocks() {
-		s.VMin = 16
+	s := &gofile.Snap{KMod: v.a.lanes, KMax: v.a.vkMaxK(), Align: v.a.bytes()}
+	if v.a.vkBlocks() { // the blocks' rows, and a whole sub-block
+		s.KMax, s.VMin = vkBlockVecs*v.a.lanes, vkSub
 	}
 	return s
 }
@@ -85,7 +83,7 @@ package bench.`,
 	"gates": `gates%[1]s is gatesGeneric in %[1]s (asm/gates.go): lanes of float64, each lane's operations
 gate1's in its order, so the bits are the same. Every slice holds at least len(b) elements (not
 checked: see gatesChecked).`,
-	"fmaLoop": `fmaLoop%[1]s runs n iterations of floorChains independent VFMADD231PS chains on registers
+	"fmaLoop": `fmaLoop%[1]s runs n iterations of floor.chains independent VFMADD231PS chains on registers
 (the core's FMA throughput: a benchmark floor of package bench).`,
 	"stateKV": `state%[2]s is the [K][V] state routine over T tokens in %[1]s (asm/state_kv_tokens.go). Per
 token it computes what its T = 1 plan computes (whole rows, any K: impl.state), product for
@@ -162,14 +160,15 @@ func init() {
 	if hasAVX2 {
 		available = append(available, &avx2Impl)
 	}
-	floorScale["avx512"], floorFMA["avx512"], floorLanes["avx512"] = func(x []float32, s float32) { scaleAVX512(x, x, s) }, fmaLoopAVX512, 16
-	floorScale["avx2"], floorFMA["avx2"], floorLanes["avx2"] = func(x []float32, s float32) { scaleAVX2(x, x, s) }, fmaLoopAVX2, 8
+	floors["avx512"] = floor{scale: func(x []float32, s float32) { scaleAVX512(x, x, s) }, fma: fmaLoopAVX512, lanes: %d, chains: %d}
+	floors["avx2"] = floor{scale: func(x []float32, s float32) { scaleAVX2(x, x, s) }, fma: fmaLoopAVX2, lanes: %d, chains: %d}
 }
 
 // avx512BF16 says whether the AVX-512 bf16 routines may round with VCVTNE2PS2BF16 (AVX512_BF16):
 // their stateArgs.cvt. Off with GODEBUG=cpu.avx512bf16=off (the integer rounding, the same bits).
 var avx512BF16 = cpu.X86.HasAVX512BF16`,
 	}
+	f.Pre = fmt.Sprintf(f.Pre, avx512.lanes, fmaChains, avx2.lanes, fmaChains)
 	for _, a := range []isa{avx512, avx2} {
 		k := gofile.Kernel{
 			Var:  strings.ToLower(a.name) + "Impl",

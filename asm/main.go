@@ -1,7 +1,8 @@
 // Command asm writes ../gdn_amd64.s: the AVX-512 and AVX2 routines behind the "avx512" and "avx2"
-// kernels of package gdnsimd. Run it from the repository root with
+// kernels of package gdnsimd, and their Go side (gdn_amd64.go, gdn_args.go). Run it from the
+// repository root with
 //
-//	go generate ./...        (gen.go: go -C asm run . -out ../gdn_amd64.s)
+//	go generate ./...        (gen.go: go -C asm run . -out ../gdn_amd64.s -args ../gdn_args.go -go ../gdn_amd64.go)
 //
 // Each ISA gets the three vector pieces of the portable kernel (gdn_generic.go, type impl):
 //
@@ -30,7 +31,7 @@
 //	plan.go            pieces: one vector (or scalar) of a row, and the blocks cut into them
 //	decay.go           the two decay forms (above)
 //	consts.go          the RODATA constants (Exp32's from asm/internal/exp32consts)
-//	state_kv.go        [K][V] f32, one token (the decode step): stateAVX512, stateAVX2
+//	state_kv.go        [K][V] f32, the T = 1 plan (the decode step) of stateKVf32<ISA>
 //	state_kv_tokens.go [K][V] over T tokens, f32 and bf16: stateKV<storage><ISA>
 //	state_kv_span.go   spans: one [K][V] block serving a range of widths (guarded vectors, one masked)
 //	state_vk.go        [V][K] over T tokens, f32 and bf16: stateVK<storage><ISA>, rows carried in
@@ -39,6 +40,10 @@
 //	prefetch.go        the prefetch list of the routines over T tokens (the driver's next call's rows)
 //	gate.go, l2.go, widen.go, bench_floor.go   the small pieces and the bench floors
 //	gates.go           the float64 head gates (constants from asm/internal/gates64consts)
+//	args.go            the state routines' one argument (asm/internal/stateargs: its fields and
+//	                   offsets; -args writes its Go declaration, gdn_args.go)
+//	gostubs.go         the Go side (-go: gdn_amd64.go): stubs, CPU detection, the kernels' tables
+//	                   with each routine's limits and snapshot rule (asm/internal/gofile)
 //
 // Tails are a few shapes, not a copy per width: a shape is emitted once for the widths of the
 // models (K, V ∈ {64, 128, 192, 256}, and K = 96, V = 80 of the odd benchmark shape at the top of

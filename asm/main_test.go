@@ -8,6 +8,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/gdnsimd/gdnsimd/asm/internal/stateargs"
 )
 
 // TestPlans checks that the pieces of every state block tile its columns exactly: contiguous,
@@ -196,4 +198,22 @@ func keys(m map[string]string) []string {
 		ks = append(ks, k)
 	}
 	return ks
+}
+
+// TestWorkSpace holds what the routines keep in the work space to its generated size
+// (stateargs.WorkFloats, less the 64 bytes of alignment): a [K][V] column block of one vector at
+// the table's largest K, the AVX-512 [V][K] blocks, the AVX2 pairs.
+func TestWorkSpace(t *testing.T) {
+	room := 4 * (stateargs.WorkFloats - 16)
+	for _, a := range []isa{avx512, avx2} {
+		if n := 4 * a.lanes * a.kvMaxK(); n > room {
+			t.Errorf("%s [K][V]: a column block at K = %d takes %d bytes, the work space has %d", a.name, a.kvMaxK(), n, room)
+		}
+	}
+	if vkBlockWork > room {
+		t.Errorf("the [V][K] blocks take %d bytes, the work space has %d", vkBlockWork, room)
+	}
+	if n := 2 * 32 * vkMaxVecs; n > room { // a pair: two rows of vkMaxVecs YMM
+		t.Errorf("the [V][K] pairs take %d bytes, the work space has %d", n, room)
+	}
 }

@@ -1,7 +1,7 @@
 package main
 
-// The [K][V] state routines over T tokens: stateKV<storage><ISA>, with the flat
-// signature of gdn_generic.go.
+// The [K][V] state routines over T tokens: stateKV<storage><ISA>, one stateArgs each
+// (asm/internal/stateargs; the T = 1 plan when dst1 is set: state_kv.go).
 //
 // # Structure
 //
@@ -78,7 +78,7 @@ type kvGen struct {
 
 // Non-temporal snapshot stores. Every routine over T tokens writes a token's rows to its store
 // with non-temporal stores when they are whole aligned vectors (ntSpan; the flag's set-up in
-// token; gdn_amd64.go's snapOnce mirrors where): every store but the last token's after a token
+// token; the snapshot rule of gdn_amd64.go's table, variant.snap in gostubs.go, says where): every store but the last token's after a token
 // without one. Those are snapshots (speculative verification: one per token), which nothing reads
 // soon, and with ordinary stores every line of theirs is first read from memory (the
 // write-allocate), as much traffic again as the writes; the one store of a prefill or decode call

@@ -1,6 +1,6 @@
 package main
 
-// The [V][K] state routines over T tokens (gdn_generic.go: tokensF32, tokensBF16).
+// The [V][K] state routines over T tokens (one stateArgs each: asm/internal/stateargs).
 //
 // Row j of a [V][K] head (column j of the maths) is K contiguous elements, and it evolves on its
 // own for the whole call (SPEC "Useful identities"). A group of G rows is loaded once, carried in

@@ -2,11 +2,11 @@ package main
 
 import "fmt"
 
-// The [K][V] routine over T tokens: column strips of the state (widths of stateNEON's strips, as
+// The [K][V] routine over T tokens: column strips of the state (widths of the T = 1 plan's strips, as
 // wide as the slab allows), each copied into the slab once and advanced through every token by
-// stateNEON's read pass, δ and o, and write pass.
+// the T = 1 plan's read pass, δ and o, and write pass.
 
-// Registers of the [K][V] routine. The vector registers are stateNEON's: data V0–V7, kh_i V8, qh_i
+// Registers of the [K][V] routine. The vector registers are the T = 1 plan's: data V0–V7, kh_i V8, qh_i
 // V9, eg V10, beta V11, kq V12, em1 V13, accK V16–V23 (then δ), accQ V24–V31 (then o).
 const (
 	kvSrc, kvSlab, kvKh, kvQh, kvV, kvO, kvK, kvCols, kvN, kvForm = Reg(0), Reg(1), Reg(2), Reg(3), Reg(4), Reg(5), Reg(6), Reg(7), Reg(8), Reg(9)
@@ -55,7 +55,7 @@ func kvRows(e *emitter, c conv, lab string, w int, toSlab bool, stride Reg) {
 }
 
 // kvBody emits δ and o of the strip (accK, accQ read; v from the token's v) and the write pass
-// over the slab in form f, stateNEON's instructions.
+// over the slab in form f, the T = 1 plan's instructions.
 func kvBody(e *emitter, s shape, f form, lab string) {
 	e.comment("%s", f.what)
 	e.op("MOVD", kvV, kvTmp)
@@ -105,9 +105,9 @@ func stateKV(e *emitter, st storage) {
 	e.doc(st.signature(name),
 		"",
 		"The [K][V] state over T = len(tok)/4 tokens (gdn_generic.go's contract), in column strips of",
-		"stateNEON's widths (32 while they fit, then 16, 4, 1 columns) no wider than the slab on the",
+		"the T = 1 plan's widths (32 while they fit, then 16, 4, 1 columns) no wider than the slab on the",
 		"stack holds (K·w ≤ 4096 floats: 32 columns up to K = 128, 16 up to 256). A strip's K rows are",
-		"copied (widened) into the slab once; for each token stateNEON's passes run over the slab:",
+		"copied (widened) into the slab once; for each token the T = 1 plan's passes run over the slab:",
 		"",
 		"\tread pass  accK += kh_i·S[i][strip], accQ += qh_i·S[i][strip] (rows i = 0..K-1 in order);",
 		"\tδ, o       δ = beta·(v − decay(accK)), o = decay(accQ) + kq·δ;",
@@ -115,7 +115,7 @@ func stateKV(e *emitter, st storage) {
 		"\tstore      the strip's rows to stores[τ] (rounded to nearest even for bf16) where not nil;",
 		"",
 		"after the last token the strip goes to carry (bf16 routine, when not nil). A column's arithmetic",
-		"is stateNEON's for every strip width, T and storage type; decay(x) is x + em1·x (one FMLA) when",
+		"is the T = 1 plan's for every strip width, T and storage type; decay(x) is x + em1·x (one FMLA) when",
 		"em1 ≥ −0.5, else eg·x, decided per token (NaN: eg·x). K ≤ 4096 (the adapter's guard).",
 		"",
 		"Registers: R0 src strip, R1 slab, R2/R3 token's kh/qh, R4/R5 token's v/o at the strip, R6 K,",

@@ -2,10 +2,10 @@ package main
 
 import "fmt"
 
-// stateNEON: the column strips of the state, one strip function for every width, the two decay
-// forms from one function.
+// The T = 1 plan of stateKVf32NEON: the column strips of the state, one strip function for every
+// width, the two decay forms from one function.
 
-// The registers of stateNEON (see the doc comment it emits).
+// The registers of the T = 1 plan (see the doc comment it emits).
 const (
 	rSIn, rSOut, rKh, rQh, rV, rO, rK, rCols, rStride = Reg(0), Reg(1), Reg(2), Reg(3), Reg(4), Reg(5), Reg(6), Reg(7), Reg(8)
 	rForm, rRow, rRowOut, rKp, rQp, rI, rStride64     = Reg(9), Reg(10), Reg(11), Reg(12), Reg(13), Reg(14), Reg(15)

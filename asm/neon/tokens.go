@@ -6,7 +6,7 @@ import (
 	"github.com/gdnsimd/gdnsimd/asm/internal/stateargs"
 )
 
-// The state routines over T tokens (the flat signature of gdn_generic.go), one generator per
+// The state routines over T tokens (one stateArgs each: asm/internal/stateargs), one generator per
 // layout, each parameterised by the storage type: the f32 and the bf16 routine of a layout are the
 // same instructions but for the loads of the state before the first token and the stores after a
 // token, so a bf16 pool's states are the f32 pool's rounded (SPEC's exact equivalence).
@@ -214,7 +214,7 @@ func (f decayForm) apply(e *emitter, x Vreg) {
 }
 
 // deltaO computes, lane by lane, δ = beta·(v − decay(kv)) into d and o = decay(qs) + kq·δ into qs
-// (v is overwritten), as stateNEON does: x + em1·x fused, v − eg·kv in one FMLS.
+// (v is overwritten), as the T = 1 plan does: x + em1·x fused, v − eg·kv in one FMLS.
 func (f decayForm) deltaO(e *emitter, v, kv, qs, d, beta, kq Vreg) {
 	if f.near {
 		f.apply(e, kv)
