@@ -317,7 +317,7 @@ func TestKVTokensExact(t *testing.T) {
 			for _, T := range []int{1, 2, 3, 7} {
 				for pat := range 3 {
 					K, V, vs := sh[0], sh[1], sh[1]+1
-					if K > im.routines[0][0].maxK { // the generic routine's
+					if K > routinesOf(im)[0][0].maxK { // the generic routine's
 						continue
 					}
 					hs := K * V
@@ -549,11 +549,30 @@ func (c *kvTailCall) run(t *testing.T, im *impl) {
 	bf16(c.K, c.V, c.src16.s, s32, c.stores, c.carry.s, c.kh.s, c.qh.s, c.v.s, c.vs, c.o.s, c.tok.s, nil)
 }
 
+// rawArgs is the stateArgs of a flat call with a work space: what a test gives an assembly routine
+// itself (routine.fn), without asmCell's limits.
+func rawArgs(K, V int, src unsafe.Pointer, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok, work []float32, pf []uintptr) stateArgs {
+	var w *[workFloats]float32
+	if work != nil {
+		w = (*[workFloats]float32)(work)
+	}
+	a := stateArgs{K: K, V: V, T: len(tok) / 4, vs: vs, src: src, src32: unsafe.SliceData(src32), stores: unsafe.SliceData(stores),
+		carry: unsafe.SliceData(carry), kh: unsafe.SliceData(kh), qh: unsafe.SliceData(qh), v: unsafe.SliceData(v), o: unsafe.SliceData(o),
+		tok: unsafe.SliceData(tok), work: w, pf: unsafe.SliceData(pf), npf: len(pf)}
+	a.plan1(false) // the other routines ignore dst1 and tok1
+	return a
+}
+
+// routinesOf is the table of an amd64 kernel's state routines.
+func routinesOf(im *impl) *[2][2]*routine {
+	return map[string]*[2][2]*routine{"avx512": &avx512Routines, "avx2": &avx2Routines}[im.name]
+}
+
 // kvRaw returns the kernel's [K][V] routines over T tokens themselves (routine.fn: no limits, no
 // split of a verification), with a work space between guard bands that must stay untouched; for
 // a K above their limit, the cells (the generic routines).
 func kvRaw(t *testing.T, im *impl, K int) (tokensF32, tokensBF16) {
-	r32, r16 := im.routines[0][0], im.routines[1][0]
+	r32, r16 := routinesOf(im)[0][0], routinesOf(im)[1][0]
 	if K > r32.maxK {
 		return flatF32(im.cells[0][0]), flatBF16(im.cells[1][0])
 	}
@@ -673,7 +692,7 @@ func TestKVTailsTokens(t *testing.T) {
 		r := rand.New(rand.NewPCG(23, 24))
 		for n, sh := range kvTailShapes() {
 			K, V := sh[0], sh[1]
-			if K > im.routines[0][0].maxK { // the generic routine's
+			if K > routinesOf(im)[0][0].maxK { // the generic routine's
 				continue
 			}
 			s, kh, qh, v := make([]float32, K*V), make([]float32, T*K), make([]float32, T*K), make([]float32, T*V)

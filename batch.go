@@ -210,8 +210,8 @@ func (s *Scratch) ensure(K, V int) {
 	s.dst = make([]stateRef, chunk)
 	s.stores = make([]unsafe.Pointer, chunk)
 	s.zero32, s.zero16 = make([]float32, K*V), make([]uint16, K*V)
-	pf := make([]uintptr, 0, 14*chunk) // per token at most v, z, q, k, Out, OutF32 and the group's end
-	s.hc = headCall{K: K, V: V, tmp: s.tmp, slab: s.slab, stores: s.stores, zero32: s.zero32, zero16: s.zero16, pf: pf}
+	pf := make([]uintptr, 0, 14*chunk)                                                                                                   // per token at most v, z, q, k, Out, OutF32 and the group's end
+	s.hc = headCall{K: K, V: V, tmp: s.tmp, slab: s.slab, stores: s.stores, zero32: s.zero32, zero16: s.zero16, pf: pf, work: s.hc.work} // work: any K, V
 }
 
 // gateLanes makes s.gl hold the gates of n lanes: the inputs b, a, A_log, dt_bias and the outputs

@@ -35,9 +35,18 @@ func init() {
 // their stateArgs.cvt. Off with GODEBUG=cpu.avx512bf16=off (the integer rounding, the same bits).
 var avx512BF16 = cpu.X86.HasAVX512BF16
 
+// scaleChecked makes impl.scale of a scale routine that does not check its lengths: dst is cut to
+// len(src) first, so that a short dst panics as scale's does instead of being written past.
+func scaleChecked(f func(dst, src []float32, s float32)) func(dst, src []float32, s float32) {
+	return func(dst, src []float32, s float32) { f(dst[:len(src)], src, s) }
+}
+
 // avx512Impl and avx2Impl are the kernels of gdn_amd64.s: the pieces, and the state routines
 // [bf16][layout] with their limits.
-var avx512Impl = withRoutines(impl{name: "avx512", state: single(stateKVf32AVX512), gate: gateAVX512, l2: l2AVX512, scale: scaleChecked(scaleAVX512), widen: widenAVX512, gates: gatesChecked(gatesAVX512), prefetches: true}, [2][2]*routine{
+var avx512Impl = withRoutines(impl{name: "avx512", state: single(stateKVf32AVX512), gate: gateAVX512, l2: l2AVX512, scale: scaleChecked(scaleAVX512), widen: widenAVX512, gates: gatesChecked(gatesAVX512), prefetches: true}, &avx512Routines)
+
+// avx512Routines are avx512Impl's state routines, [bf16][layout], with their limits.
+var avx512Routines = [2][2]*routine{
 	{ // f32
 		{fn: stateKVf32AVX512, bf16: false, minK: 0, maxK: 512, oddRow: false, work: true, snap: &snapRule{kMod: 0, kMax: 0, vMod: 16, vMin: 0, align: 64}},    // [K][V]
 		{fn: stateVKf32AVX512, bf16: false, minK: 0, maxK: 256, oddRow: false, work: true, snap: &snapRule{kMod: 16, kMax: 128, vMod: 0, vMin: 16, align: 64}}, // [V][K]
@@ -46,9 +55,12 @@ var avx512Impl = withRoutines(impl{name: "avx512", state: single(stateKVf32AVX51
 		{fn: stateKVbf16AVX512, bf16: true, minK: 0, maxK: 512, oddRow: false, work: true, cvt: &avx512BF16}, // [K][V]
 		{fn: stateVKbf16AVX512, bf16: true, minK: 0, maxK: 256, oddRow: false, work: true, cvt: &avx512BF16}, // [V][K]
 	},
-})
+}
 
-var avx2Impl = withRoutines(impl{name: "avx2", state: single(stateKVf32AVX2), gate: gateAVX2, l2: l2AVX2, scale: scaleChecked(scaleAVX2), widen: widenAVX2, gates: gatesChecked(gatesAVX2), prefetches: true}, [2][2]*routine{
+var avx2Impl = withRoutines(impl{name: "avx2", state: single(stateKVf32AVX2), gate: gateAVX2, l2: l2AVX2, scale: scaleChecked(scaleAVX2), widen: widenAVX2, gates: gatesChecked(gatesAVX2), prefetches: true}, &avx2Routines)
+
+// avx2Routines are avx2Impl's state routines, [bf16][layout], with their limits.
+var avx2Routines = [2][2]*routine{
 	{ // f32
 		{fn: stateKVf32AVX2, bf16: false, minK: 0, maxK: 1024, oddRow: false, work: true, snap: &snapRule{kMod: 0, kMax: 0, vMod: 16, vMin: 0, align: 32}}, // [K][V]
 		{fn: stateVKf32AVX2, bf16: false, minK: 8, maxK: 128, oddRow: true, work: true, snap: &snapRule{kMod: 8, kMax: 128, vMod: 0, vMin: 0, align: 32}},  // [V][K]
@@ -57,7 +69,7 @@ var avx2Impl = withRoutines(impl{name: "avx2", state: single(stateKVf32AVX2), ga
 		{fn: stateKVbf16AVX2, bf16: true, minK: 0, maxK: 1024, oddRow: false, work: true}, // [K][V]
 		{fn: stateVKbf16AVX2, bf16: true, minK: 8, maxK: 128, oddRow: true, work: true},   // [V][K]
 	},
-})
+}
 
 // gateAVX512 is gateGeneric in AVX512: for V = len(o) (z, w at least as long; out and outF nil or
 // at least as long, not checked)

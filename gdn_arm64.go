@@ -5,6 +5,8 @@
 package gdnsimd
 
 import (
+	"math"
+
 	"golang.org/x/sys/cpu"
 )
 
@@ -16,11 +18,32 @@ func init() {
 	}
 }
 
+// gateSplit is impl.gate of a kernel whose gate routine gate4 is the element loop, given r: the sum
+// of squares is l2's (of o with itself), r = 1/sqrt(Σo²/V + eps) computed here exactly as
+// gateGeneric does. The slices are cut to V = len(o) first (a short one panics).
+func gateSplit(l2 func(q, k []float32) (qq, kk, kq float64), gate4 func(o, z, w []float32, r float32, out []uint16, outF []float32)) func(o, z, w []float32, eps float32, out []uint16, outF []float32) {
+	return func(o, z, w []float32, eps float32, out []uint16, outF []float32) {
+		V := len(o)
+		z, w = z[:V], w[:V]
+		if out != nil {
+			out = out[:V]
+		}
+		if outF != nil {
+			outF = outF[:V]
+		}
+		ss, _, _ := l2(o, o)
+		gate4(o, z, w, float32(1/math.Sqrt(ss/float64(V)+float64(eps))), out, outF)
+	}
+}
+
 // neonImpl is the NEON kernel: the pieces and the four state routines over T tokens of
 // gdn_arm64.s. A head with K above the slab's goes to the generic routine of its format (both
 // storage types alike, whatever T: the equivalences between formats and calls hold). The routines
 // issue no prefetches (the list is a hint) and take no work space.
-var neonImpl = withRoutines(impl{name: "neon", state: single(stateKVf32NEON), gate: gateSplit(l2NEON, gateNEON4), l2: l2NEON, scale: scale, widen: widenNEON, gates: gatesChecked(gatesNEON)}, [2][2]*routine{
+var neonImpl = withRoutines(impl{name: "neon", state: single(stateKVf32NEON), gate: gateSplit(l2NEON, gateNEON4), l2: l2NEON, scale: scale, widen: widenNEON, gates: gatesChecked(gatesNEON)}, &neonRoutines)
+
+// neonRoutines are neonImpl's state routines, [bf16][layout], with their limits.
+var neonRoutines = [2][2]*routine{
 	{ // f32
 		{fn: stateKVf32NEON, bf16: false, minK: 0, maxK: 4096, oddRow: false, work: false}, // [K][V]
 		{fn: stateVKf32NEON, bf16: false, minK: 0, maxK: 4096, oddRow: false, work: false}, // [V][K]
@@ -29,7 +52,7 @@ var neonImpl = withRoutines(impl{name: "neon", state: single(stateKVf32NEON), ga
 		{fn: stateKVbf16NEON, bf16: true, minK: 0, maxK: 4096, oddRow: false, work: false}, // [K][V]
 		{fn: stateVKbf16NEON, bf16: true, minK: 0, maxK: 4096, oddRow: false, work: false}, // [V][K]
 	},
-})
+}
 
 // l2NEON is l2Generic in NEON: Σq², Σk², Σk·q over len(q) elements (len(k) ≥ len(q), not checked),
 // accumulated in float64.

@@ -49,9 +49,6 @@ type impl struct {
 	// format the kernel does not implement.
 	cells [2][2]stateFunc
 
-	// routines are an assembly kernel's state routines over T tokens, [bf16][layout], that
-	// the cells adapt (asmCell; nil: none).
-	routines [2][2]*routine
 	// prefetches reports that the routines over T tokens issue the prefetch list (headCall.pf).
 	prefetches bool
 }

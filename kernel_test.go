@@ -125,20 +125,6 @@ func flatBF16(st stateFunc) tokensBF16 {
 	}
 }
 
-// rawArgs is the stateArgs of a flat call with a work space: what a test gives an assembly routine
-// itself (routine.fn), without asmCell's limits.
-func rawArgs(K, V int, src unsafe.Pointer, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok, work []float32, pf []uintptr) stateArgs {
-	var w *[workFloats]float32
-	if work != nil {
-		w = (*[workFloats]float32)(work)
-	}
-	a := stateArgs{K: K, V: V, T: len(tok) / 4, vs: vs, src: src, src32: unsafe.SliceData(src32), stores: unsafe.SliceData(stores),
-		carry: unsafe.SliceData(carry), kh: unsafe.SliceData(kh), qh: unsafe.SliceData(qh), v: unsafe.SliceData(v), o: unsafe.SliceData(o),
-		tok: unsafe.SliceData(tok), work: w, pf: unsafe.SliceData(pf), npf: len(pf)}
-	a.plan1(false) // the other routines ignore dst1 and tok1
-	return a
-}
-
 // GatesBoundaryLanes returns the inputs of n lanes whose gates lie at float32 rounding boundaries
 // (boundaryLanes, gates_test.go), one slice per input.
 func GatesBoundaryLanes(seed uint64, n int) (b, a, alog, dtb []float32) {

@@ -1,9 +1,8 @@
+//go:build (amd64 || arm64) && !purego
+
 package gdnsimd
 
-import (
-	"math"
-	"unsafe"
-)
+import "unsafe"
 
 // routine is one assembly state routine over T tokens (gdn_amd64.s, gdn_arm64.s): it takes a
 // stateArgs (gdn_args.go, generated with the routines) and these limits, which asmCell applies.
@@ -42,7 +41,7 @@ func (s *snapRule) once(K, V int, stores []unsafe.Pointer) bool {
 
 // withRoutines fills the cells of im from its routines (nil: a format im does not implement)
 // and returns im.
-func withRoutines(im impl, rs [2][2]*routine) impl {
+func withRoutines(im impl, rs *[2][2]*routine) impl {
 	for b := range 2 {
 		for l, r := range rs[b] {
 			if r != nil {
@@ -50,7 +49,6 @@ func withRoutines(im impl, rs [2][2]*routine) impl {
 			}
 		}
 	}
-	im.routines = rs
 	return im
 }
 
@@ -179,12 +177,14 @@ func at(p *float32, i int) *float32 { return (*float32)(unsafe.Add(unsafe.Pointe
 // with oddRow take one): nothing is allocated.
 func vkOddRow(a *stateArgs, bf16 bool) {
 	K, V, T, hs := a.K, a.V, a.T, a.K*a.V
-	in := stateRef{f32: unsafe.Slice((*float32)(a.src), hs)}
+	var in stateRef
 	switch {
 	case a.src32 != nil:
-		in = stateRef{f32: unsafe.Slice(a.src32, hs)}
+		in.f32 = unsafe.Slice(a.src32, hs)
 	case bf16:
-		in = stateRef{bf16: unsafe.Slice((*uint16)(a.src), hs)}
+		in.bf16 = unsafe.Slice((*uint16)(a.src), hs)
+	default:
+		in.f32 = unsafe.Slice((*float32)(a.src), hs)
 	}
 	stores := unsafe.Slice(a.stores, T)
 	row, j := a.work[:K:K], V-1
@@ -214,30 +214,6 @@ func single(fn func(a stateArgs)) func(sIn, sOut, kh, qh, v, o []float32, em1, e
 	return func(sIn, sOut, kh, qh, v, o []float32, em1, eg, beta, kq float32) {
 		fn(stateArgs{K: len(kh), V: len(v), T: 1, vs: len(v), src: unsafe.Pointer(unsafe.SliceData(sIn)), dst1: unsafe.Pointer(unsafe.SliceData(sOut)),
 			kh: unsafe.SliceData(kh), qh: unsafe.SliceData(qh), v: unsafe.SliceData(v), o: unsafe.SliceData(o), tok1: [4]float32{em1, eg, beta, kq}})
-	}
-}
-
-// scaleChecked makes impl.scale of a scale routine that does not check its lengths: dst is cut to
-// len(src) first, so that a short dst panics as scale's does instead of being written past.
-func scaleChecked(f func(dst, src []float32, s float32)) func(dst, src []float32, s float32) {
-	return func(dst, src []float32, s float32) { f(dst[:len(src)], src, s) }
-}
-
-// gateSplit is impl.gate of a kernel whose gate routine gate4 is the element loop, given r: the sum
-// of squares is l2's (of o with itself), r = 1/sqrt(Σo²/V + eps) computed here exactly as
-// gateGeneric does. The slices are cut to V = len(o) first (a short one panics).
-func gateSplit(l2 func(q, k []float32) (qq, kk, kq float64), gate4 func(o, z, w []float32, r float32, out []uint16, outF []float32)) func(o, z, w []float32, eps float32, out []uint16, outF []float32) {
-	return func(o, z, w []float32, eps float32, out []uint16, outF []float32) {
-		V := len(o)
-		z, w = z[:V], w[:V]
-		if out != nil {
-			out = out[:V]
-		}
-		if outF != nil {
-			outF = outF[:V]
-		}
-		ss, _, _ := l2(o, o)
-		gate4(o, z, w, float32(1/math.Sqrt(ss/float64(V)+float64(eps))), out, outF)
 	}
 }
 

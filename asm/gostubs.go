@@ -166,7 +166,13 @@ func init() {
 
 // avx512BF16 says whether the AVX-512 bf16 routines may round with VCVTNE2PS2BF16 (AVX512_BF16):
 // their stateArgs.cvt. Off with GODEBUG=cpu.avx512bf16=off (the integer rounding, the same bits).
-var avx512BF16 = cpu.X86.HasAVX512BF16`,
+var avx512BF16 = cpu.X86.HasAVX512BF16
+
+// scaleChecked makes impl.scale of a scale routine that does not check its lengths: dst is cut to
+// len(src) first, so that a short dst panics as scale's does instead of being written past.
+func scaleChecked(f func(dst, src []float32, s float32)) func(dst, src []float32, s float32) {
+	return func(dst, src []float32, s float32) { f(dst[:len(src)], src, s) }
+}`,
 	}
 	f.Pre = fmt.Sprintf(f.Pre, avx512.lanes, fmaChains, avx2.lanes, fmaChains)
 	for _, a := range []isa{avx512, avx2} {

@@ -65,12 +65,30 @@ issue no prefetches (the list is a hint) and take no work space.`,
 	return gofile.File{
 		Generator: "go -C asm run ./neon (asm/neon/gostubs.go)",
 		Build:     "!purego",
-		Imports:   []string{"golang.org/x/sys/cpu"},
+		Imports:   []string{"math", "", "golang.org/x/sys/cpu"},
 		Pre: `// init sets available, the assembly kernels usable on this CPU: "neon" when the CPU has ASIMD
 // (every arm64 CPU Go runs on; GODEBUG=cpu.asimd=off removes it, -tags purego never builds it).
 func init() {
 	if cpu.ARM64.HasASIMD {
 		available = append(available, &neonImpl)
+	}
+}
+
+// gateSplit is impl.gate of a kernel whose gate routine gate4 is the element loop, given r: the sum
+// of squares is l2's (of o with itself), r = 1/sqrt(Σo²/V + eps) computed here exactly as
+// gateGeneric does. The slices are cut to V = len(o) first (a short one panics).
+func gateSplit(l2 func(q, k []float32) (qq, kk, kq float64), gate4 func(o, z, w []float32, r float32, out []uint16, outF []float32)) func(o, z, w []float32, eps float32, out []uint16, outF []float32) {
+	return func(o, z, w []float32, eps float32, out []uint16, outF []float32) {
+		V := len(o)
+		z, w = z[:V], w[:V]
+		if out != nil {
+			out = out[:V]
+		}
+		if outF != nil {
+			outF = outF[:V]
+		}
+		ss, _, _ := l2(o, o)
+		gate4(o, z, w, float32(1/math.Sqrt(ss/float64(V)+float64(eps))), out, outF)
 	}
 }`,
 		Kernels: []gofile.Kernel{k},

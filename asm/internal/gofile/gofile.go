@@ -95,7 +95,9 @@ func (f File) Source() ([]byte, error) {
 		if k.Doc != "" {
 			comment(&w, k.Doc)
 		}
-		fmt.Fprintf(&w, "var %s = withRoutines(impl{name: %q, %s}, [2][2]*routine{\n", k.Var, k.Name, k.Fields)
+		rs := strings.TrimSuffix(k.Var, "Impl") + "Routines"
+		fmt.Fprintf(&w, "var %s = withRoutines(impl{name: %q, %s}, &%s)\n\n", k.Var, k.Name, k.Fields, rs)
+		fmt.Fprintf(&w, "// %s are %s's state routines, [bf16][layout], with their limits.\nvar %s = [2][2]*routine{\n", rs, k.Var, rs)
 		for b, st := range [2]string{"f32", "bf16"} {
 			fmt.Fprintf(&w, "\t{ // %s\n", st)
 			for l, lay := range [2]string{"[K][V]", "[V][K]"} {
@@ -103,7 +105,7 @@ func (f File) Source() ([]byte, error) {
 			}
 			w.WriteString("\t},\n")
 		}
-		w.WriteString("})\n\n")
+		w.WriteString("}\n\n")
 	}
 	for _, fn := range f.Funcs {
 		if fn.Doc != "" {
