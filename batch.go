@@ -76,10 +76,20 @@ type Pool struct {
 type Batch struct {
 	KHeads, VHeads, K, V int
 	RMSEps               float32
-	ALog, DtBias         []float32 // [VHeads]
+	ALog                 []float32 // [VHeads]: the decay rate is exp(ALog[h]) …
+	SsmA                 []float32 // … or, when not nil ([VHeads]), −SsmA[h] (GGUF's ssm_a = −exp(A_log))
+	DtBias               []float32 // [VHeads], or [VHeads][K] with PerChannel
 	NormWeight           []float32 // [V]
 	Format               Format    // the layout and storage of State and StoreTo
 	GQATiled             bool      // v-head h reads k-head h % KHeads (else h / (VHeads/KHeads))
+
+	// The gate (SPEC Part C): PerChannel is a decay per key channel, from Gate rows of width
+	// VHeads·K and DtBias [VHeads][K] (else the head's scalar gate of Part A); LowerBound < 0 is
+	// its bounded form lb·sigmoid(rate·(a + dt_bias)) (0: the softplus form); Sigmoid makes the
+	// output gate sigmoid(z) instead of silu(z).
+	PerChannel bool
+	LowerBound float32
+	Sigmoid    bool
 
 	N     int     // sequences
 	Start []int32 // [N+1] token offsets; nil: one token per sequence (token n is sequence n's)
@@ -88,7 +98,7 @@ type Batch struct {
 
 	Q, Key     Rows // width KHeads·K
 	Val, Z     Rows // width VHeads·V
-	Beta, Gate Rows // width VHeads
+	Beta, Gate Rows // width VHeads (Gate: VHeads·K with PerChannel)
 
 	State   Pool // read from, and written unless StoreTo has data
 	StoreTo Pool // the pool Store (or the implied stores) index, if it has data
@@ -150,6 +160,14 @@ type stateRef struct {
 
 func (r stateRef) none() bool { return r.f32 == nil && r.bf16 == nil }
 
+// chanAt is token τ's per-channel gate (headCall.ch), or nil.
+func (h *headCall) chanAt(τ int) []float32 {
+	if h.ch == nil {
+		return nil
+	}
+	return h.ch[4*h.K*τ : 4*h.K*(τ+1)]
+}
+
 // headCall is one head's share of a call as a state routine sees it: T = len(tok)/4 tokens.
 type headCall struct {
 	K, V int
@@ -161,6 +179,12 @@ type headCall struct {
 	vs   int
 	o    []float32 // [T][V] written
 	tok  []float32 // [T][4] em1, eg, beta, kq
+	// ch is the per-channel gate (Batch.PerChannel; nil: the scalar gate of tok), [T][4][K] per
+	// token: k̂ and q̂ each decayed by its channel's decay (the read pass's vectors: the decay
+	// moves into the dot products, so tok's em1 and eg are 0 and 1) and the channels' decays as
+	// c and m (chanForm; m as float32 bits): row i ([K][V]) or element i ([V][K]) of the state
+	// decays to c_i·x + (x & m_i).
+	ch   []float32
 	tmp  []float32 // K·V f32 scratch the routine may use
 	slab []float32 // K·genericBlock f32 scratch the routine may use
 	pf   []uintptr // the rows of the driver's next call, to prefetch (stateArgs.pf)
@@ -181,6 +205,9 @@ type stateFunc func(h *headCall)
 type Scratch struct {
 	kh, qh, o, v, z, tok []float32
 	kq                   []float32 // [chunk] k̂·q̂
+	ch                   []float32 // [chunk][4][K]: headCall.ch
+	cg                   []float32 // [2][K]: one token's per-channel em1, eg
+	rate                 []float64 // the gates' lanes' rates (SsmA)
 	gl                   []float32 // the gates' lanes (gateLanes)
 	row                  []float32 // widened q, k rows of one token
 	carry                []float32 // [g][K·V], g ≤ groupMax: a carry per head of a group (grown on first use)
@@ -204,6 +231,7 @@ func (s *Scratch) ensure(K, V int) {
 	s.kh, s.qh = make([]float32, chunk*K), make([]float32, chunk*K)
 	s.o, s.v, s.z = make([]float32, chunk*V), make([]float32, chunk*V), make([]float32, V)
 	s.tok, s.kq = make([]float32, 4*chunk), make([]float32, chunk)
+	s.ch, s.cg = nil, make([]float32, 2*K) // ch: grown on the first per-channel call
 	s.row = make([]float32, 2*K)
 	s.carry, s.tmp = nil, make([]float32, K*V)
 	s.slab = make([]float32, K*genericBlock)
@@ -219,6 +247,7 @@ func (s *Scratch) ensure(K, V int) {
 func (s *Scratch) gateLanes(n int) {
 	if len(s.gl) < 7*n {
 		s.gl = make([]float32, 7*n)
+		s.rate = make([]float64, n)
 	}
 }
 
@@ -235,7 +264,8 @@ func (s *Scratch) lane(i, n int) []float32 {
 //
 // RunBatch panics before it writes anything unless the dimensions are ≥ 1 (VHeads a multiple of
 // KHeads), 0 ≤ lo ≤ hi ≤ Items(), Start (unless nil) has N+1 entries, Read (unless nil) N, Store
-// (unless nil) T = Start[N] (N without Start); ALog and DtBias hold VHeads elements, NormWeight V;
+// (unless nil) T = Start[N] (N without Start); ALog (SsmA if not nil) holds VHeads elements, DtBias
+// VHeads (VHeads·K with PerChannel), NormWeight V;
 // every row input has exactly one of F32 and BF16, a Stride of at least its width and
 // (T−1)·Stride + width elements; Out and OutF32 (unless nil) T·VHeads·V; the pools exactly one of
 // F32 and BF16 (StoreTo may have neither: the same pool as State) and a SlotStride of at least
@@ -257,6 +287,12 @@ func (k Kernel) runBatch(b *Batch, lo, hi int, s *Scratch, check bool) {
 		panic("gdnsimd: RunBatch with a nil Scratch")
 	}
 	f := k.im.cell(b.Format)
+	pf := k.im.prefetches
+	if b.PerChannel && f != nil {
+		// The per-channel gate runs the portable state routines on every kernel for now (the
+		// other pieces are the kernel's).
+		f, pf = genericImpl.cell(b.Format), false
+	}
 	if f == nil {
 		panic(fmt.Sprintf("gdnsimd: kernel %s does not implement format %v", k.im.name, b.Format))
 	}
@@ -272,7 +308,14 @@ func (k Kernel) runBatch(b *Batch, lo, hi int, s *Scratch, check bool) {
 	s.ensure(b.K, b.V)
 	s.gateLanes(max(chunk, b.VHeads))
 	s.b = *b // the routines are func values: what they are given escapes, so b must not be given
-	d := driver{im: k.im, b: &s.b, s: s, state: f, w: b.NormWeight[:b.V:b.V], single: b.Format == Format{}}
+	d := driver{im: k.im, b: &s.b, s: s, state: f, w: b.NormWeight[:b.V:b.V], single: b.Format == Format{} && !b.PerChannel,
+		prefetches: pf, norm: k.im.gate}
+	if b.Sigmoid {
+		d.norm = gateSigmoid
+	}
+	if b.PerChannel && len(s.ch) < 4*chunk*b.K {
+		s.ch = make([]float32, 4*chunk*b.K)
+	}
 	defer func() { // drop every reference to the caller's memory
 		s.b = Batch{}
 		clear(s.dst)
@@ -292,9 +335,17 @@ func (b *Batch) check() {
 	if b.N < 0 || b.K > math.MaxInt/b.V || b.VHeads > math.MaxInt/(b.K*b.V) {
 		bad("N = %d, VHeads·K·V = %d·%d·%d: out of range", b.N, b.VHeads, b.K, b.V)
 	}
-	if len(b.ALog) < b.VHeads || len(b.DtBias) < b.VHeads || len(b.NormWeight) < b.V {
-		bad("ALog, DtBias, NormWeight have %d, %d, %d elements, want VHeads, VHeads, V = %d, %d, %d",
-			len(b.ALog), len(b.DtBias), len(b.NormWeight), b.VHeads, b.VHeads, b.V)
+	gw := b.VHeads // the width of a Gate row, and DtBias's length
+	if b.PerChannel {
+		gw *= b.K
+	}
+	rates := len(b.ALog)
+	if b.SsmA != nil {
+		rates = len(b.SsmA)
+	}
+	if rates < b.VHeads || len(b.DtBias) < gw || len(b.NormWeight) < b.V {
+		bad("ALog (or SsmA), DtBias, NormWeight have %d, %d, %d elements, want %d, %d, %d",
+			rates, len(b.DtBias), len(b.NormWeight), b.VHeads, gw, b.V)
 	}
 	T := b.N
 	if b.Start != nil {
@@ -318,7 +369,7 @@ func (b *Batch) check() {
 			r     Rows
 			width int
 		}{{"Q", b.Q, b.KHeads * b.K}, {"Key", b.Key, b.KHeads * b.K}, {"Val", b.Val, b.VHeads * b.V},
-			{"Z", b.Z, b.VHeads * b.V}, {"Beta", b.Beta, b.VHeads}, {"Gate", b.Gate, b.VHeads}} {
+			{"Z", b.Z, b.VHeads * b.V}, {"Beta", b.Beta, b.VHeads}, {"Gate", b.Gate, gw}} {
 			n := len(r.r.F32) + len(r.r.BF16)
 			if (r.r.F32 == nil) == (r.r.BF16 == nil) || r.r.Stride < r.width || n < r.width || (n-r.width)/r.r.Stride < T-1 {
 				bad("%s: %d elements (F32 set: %v, BF16 set: %v), Stride %d: want one of F32 and BF16 with (T−1)·Stride + width = %d·%d + %d elements, Stride ≥ width",
@@ -371,7 +422,10 @@ type driver struct {
 	s      *Scratch
 	state  stateFunc
 	w      []float32
-	single bool // one-token sequences take token (the [K][V] f32 format)
+	single bool // one-token sequences take token (the [K][V] f32 format, the scalar gate)
+	// prefetches: the state routine issues the prefetch list (impl.prefetches of the cell run).
+	prefetches bool
+	norm       func(o, z, w []float32, eps float32, out []uint16, outF []float32) // the gated RMSNorm
 	// oneTok: the sequence being run is one token; its gates for the value heads from hlo are
 	// in s.lane(4…6) (computed once for all its heads: see heads).
 	oneTok bool
@@ -515,7 +569,7 @@ func (d *driver) ahead(h, c0, c1, hk int, qk bool) {
 	b, s := d.b, d.s
 	K, V, HV := b.K, b.V, b.VHeads
 	pf := s.hc.pf[:0]
-	if c1-c0 < 2 || !d.im.prefetches {
+	if c1-c0 < 2 || !d.prefetches {
 		// Not for a call of one token (decode): its rows are 2 KiB against the state's 64 KiB
 		// (Qwen3-Next), and building the list cost more than it saved (B = 1, from L2/L3: +1.5 to
 		// +3.3 % a call). Nor for a kernel whose routines do not issue it.
@@ -577,6 +631,11 @@ func (d *driver) chunk(h, c0, c1, t1 int, read int32, src stateRef, carry []floa
 	}
 	beta, em1, eg := d.gates(h, c0, c1)
 	tok := s.tok[:4*T]
+	var ch []float32
+	if b.PerChannel {
+		ch = d.channels(h, c0, c1)
+		em1, eg = s.zeroOne(T)
+	}
 	for τ := range T {
 		tok[4*τ], tok[4*τ+1], tok[4*τ+2], tok[4*τ+3] = em1[τ], eg[τ], beta[τ], s.kq[τ]
 	}
@@ -616,7 +675,7 @@ func (d *driver) chunk(h, c0, c1, t1 int, read int32, src stateRef, carry []floa
 	s.sink ^= warm(&b.Z, c0, c1, h*V, V)
 	hc := &s.hc // its scratch fields are set once by ensure
 	hc.src, hc.dst = src, dst
-	hc.kh, hc.qh, hc.v, hc.vs, hc.o, hc.tok = s.kh[:T*K], s.qh[:T*K], v, vs, s.o[:T*V], tok
+	hc.kh, hc.qh, hc.v, hc.vs, hc.o, hc.tok, hc.ch = s.kh[:T*K], s.qh[:T*K], v, vs, s.o[:T*V], tok, ch
 	d.state(&s.hc)
 	for τ := range T {
 		d.gate(c0+τ, h, s.o[τ*V:(τ+1)*V:(τ+1)*V])
@@ -671,7 +730,7 @@ func (d *driver) gate(t, h int, o []float32) {
 	if b.OutF32 != nil {
 		outF = cutF32(b.OutF32, (t*HV+h)*V, V)
 	}
-	d.im.gate(o, z, d.w, b.RMSEps, out, outF)
+	d.norm(o, z, d.w, b.RMSEps, out, outF)
 }
 
 // token is the path of a sequence of one token in the [K][V] f32 format (decode, Step) for value
@@ -732,7 +791,86 @@ func (d *driver) heads(t, hlo, hhi int) {
 		ga = s.lane(1, n)
 		d.im.widen(ga, cutU16(b.Gate.BF16, t*b.Gate.Stride+hlo, n))
 	}
-	d.im.gates(s.lane(4, n), s.lane(5, n), s.lane(6, n), gb, ga, b.ALog[hlo:hhi], b.DtBias[hlo:hhi])
+	d.laneGates(n, gb, ga, func(i int) int { return hlo + i })
+}
+
+// laneGates sets s.lane(4…6) to the gates beta, em1, eg of n lanes with the inputs gb, ga (b and
+// a), lane i of value head head(i): the kernel's gates piece; the portable lanes for heads whose
+// rate is −SsmA; beta only (em1 and eg of a = 0) with the per-channel gate, whose decays are
+// channels'.
+func (d *driver) laneGates(n int, gb, ga []float32, head func(i int) int) {
+	b, s := d.b, d.s
+	beta, em1, eg := s.lane(4, n), s.lane(5, n), s.lane(6, n)
+	al, dt := s.lane(2, n), s.lane(3, n)
+	if b.PerChannel {
+		clear(al)
+		clear(dt)
+		d.im.gates(beta, em1, eg, gb, dt, al, dt)
+		return
+	}
+	if b.SsmA != nil {
+		rate := s.rate[:n]
+		for i := range n {
+			h := head(i)
+			rate[i], dt[i] = -float64(b.SsmA[h]), b.DtBias[h]
+		}
+		rateGates(beta, em1, eg, gb, ga, rate, dt)
+		return
+	}
+	for i := range n {
+		h := head(i)
+		al[i], dt[i] = b.ALog[h], b.DtBias[h]
+	}
+	d.im.gates(beta, em1, eg, gb, ga, al, dt)
+}
+
+// rate is value head h's decay rate: exp(A_log) (rate64), or −ssm_a.
+func (d *driver) rate(h int) float64 {
+	if d.b.SsmA != nil {
+		return -float64(d.b.SsmA[h])
+	}
+	return rate64(d.b.ALog[h])
+}
+
+// channels makes the per-channel gate (headCall.ch) of value head h over the tokens [c0, c1),
+// with their k̂ and q̂ prepared (s.kh, s.qh): per token the channels' em1 and eg (chanGates), their
+// forms c, m, and k̂, q̂ decayed by them.
+func (d *driver) channels(h, c0, c1 int) []float32 {
+	b, s := d.b, d.s
+	K := b.K
+	rate, lb := d.rate(h), float64(b.LowerBound)
+	dtb := b.DtBias[h*K : (h+1)*K : (h+1)*K]
+	em1, eg := s.cg[:K:K], s.cg[K:2*K:2*K]
+	ch := s.ch[:4*K*(c1-c0)]
+	for τ := range c1 - c0 {
+		t := c0 + τ
+		var g []float32
+		if b.Gate.F32 != nil {
+			g = cutF32(b.Gate.F32, t*b.Gate.Stride+h*K, K)
+		} else {
+			g = s.row[:K:K]
+			d.im.widen(g, cutU16(b.Gate.BF16, t*b.Gate.Stride+h*K, K))
+		}
+		chanGates(em1, eg, g, dtb, rate, lb)
+		c := ch[4*K*τ : 4*K*(τ+1) : 4*K*(τ+1)]
+		kh, qh := s.kh[τ*K:(τ+1)*K:(τ+1)*K], s.qh[τ*K:(τ+1)*K:(τ+1)*K]
+		for i := range K {
+			ci, m := chanForm(em1[i], eg[i])
+			c[i], c[K+i] = decayCM(kh[i], ci, m), decayCM(qh[i], ci, m)
+			c[2*K+i], c[3*K+i] = ci, math.Float32frombits(m)
+		}
+	}
+	return ch
+}
+
+// zeroOne returns T zeros and T ones: the em1 and eg of tok with the per-channel gate (decay(x)
+// = x + 0·x after the dot products).
+func (s *Scratch) zeroOne(T int) (zeros, ones []float32) {
+	zeros, ones = s.lane(5, T), s.lane(6, T)
+	for τ := range T {
+		zeros[τ], ones[τ] = 0, 1
+	}
+	return zeros, ones
 }
 
 // gates returns the gates beta, em1, eg of value head h over the tokens [c0, c1), one each: those
@@ -744,14 +882,15 @@ func (d *driver) gates(h, c0, c1 int) (beta, em1, eg []float32) {
 		return s.lane(4, i+1)[i:], s.lane(5, i+1)[i:], s.lane(6, i+1)[i:]
 	}
 	T := c1 - c0
-	gb, ga, al, dt := s.lane(0, T), s.lane(1, T), s.lane(2, T), s.lane(3, T)
+	gb, ga := s.lane(0, T), s.lane(1, T)
 	for τ := range T {
-		gb[τ], ga[τ] = rowAt(&b.Beta, c0+τ, h), rowAt(&b.Gate, c0+τ, h)
-		al[τ], dt[τ] = b.ALog[h], b.DtBias[h]
+		gb[τ], ga[τ] = rowAt(&b.Beta, c0+τ, h), 0
+		if !b.PerChannel {
+			ga[τ] = rowAt(&b.Gate, c0+τ, h)
+		}
 	}
-	beta, em1, eg = s.lane(4, T), s.lane(5, T), s.lane(6, T)
-	d.im.gates(beta, em1, eg, gb, ga, al, dt)
-	return beta, em1, eg
+	d.laneGates(T, gb, ga, func(int) int { return h })
+	return s.lane(4, T), s.lane(5, T), s.lane(6, T)
 }
 
 // prepareQK writes k̂, q̂ and k̂·q̂ of tokens [c0, c1), k-head hk, into the scratch.

@@ -106,16 +106,22 @@ func stateGeneric(sIn, sOut, kh, qh, v, o []float32, em1, eg, beta, kq float32) 
 	sIn, sOut = sIn[:K*V:K*V], sOut[:K*V:K*V]
 	for j0 := 0; j0 < V; j0 += genericBlock {
 		n := min(genericBlock, V-j0)
-		kvBlock(sIn[j0:], sOut[j0:], V, n, kh, qh, v[j0:j0+n], o[j0:j0+n], em1, eg, beta, kq)
+		kvBlock(sIn[j0:], sOut[j0:], V, n, kh, qh, v[j0:j0+n], o[j0:j0+n], em1, eg, beta, kq, nil)
 	}
 }
 
 // kvBlock is one token over a block of n columns of a [K][V] state: row i of the block starts at
-// sIn[i·rs] (sOut[i·rs]; sOut may be sIn), K = len(kh). v and o are the block's columns.
-func kvBlock(sIn, sOut []float32, rs, n int, kh, qh, v, o []float32, em1, eg, beta, kq float32) {
+// sIn[i·rs] (sOut[i·rs]; sOut may be sIn), K = len(kh). v and o are the block's columns. ch is the
+// token's per-channel gate (headCall.ch, then em1 = 0 and eg = 1) or nil: the read pass takes its
+// decayed k̂ and q̂, and row i decays by channel i's form.
+func kvBlock(sIn, sOut []float32, rs, n int, kh, qh, v, o []float32, em1, eg, beta, kq float32, ch []float32) {
 	K := len(kh)
 	qh = qh[:K]
 	near := em1 >= nearOne
+	rk, rq := kh, qh // the read pass's vectors
+	if ch != nil {
+		rk, rq = ch[:K:K], ch[K:2*K:2*K]
+	}
 	var accK, accQ, delta [genericBlock]float32
 	ak, aq, d := accK[:n], accQ[:n], delta[:n]
 	// Read pass, four rows at a time: the accumulators are loaded and stored once per four
@@ -126,8 +132,8 @@ func kvBlock(sIn, sOut []float32, rs, n int, kh, qh, v, o []float32, em1, eg, be
 		r1 := sIn[(i+1)*rs:][:n]
 		r2 := sIn[(i+2)*rs:][:n]
 		r3 := sIn[(i+3)*rs:][:n]
-		k0, k1, k2, k3 := kh[i], kh[i+1], kh[i+2], kh[i+3]
-		q0, q1, q2, q3 := qh[i], qh[i+1], qh[i+2], qh[i+3]
+		k0, k1, k2, k3 := rk[i], rk[i+1], rk[i+2], rk[i+3]
+		q0, q1, q2, q3 := rq[i], rq[i+1], rq[i+2], rq[i+3]
 		for j := range ak {
 			x0, x1, x2, x3 := r0[j], r1[j], r2[j], r3[j]
 			ak[j] += k0*x0 + k1*x1 + k2*x2 + k3*x3
@@ -136,7 +142,7 @@ func kvBlock(sIn, sOut []float32, rs, n int, kh, qh, v, o []float32, em1, eg, be
 	}
 	for ; i < K; i++ {
 		row := sIn[i*rs:][:n]
-		ki, qi := kh[i], qh[i]
+		ki, qi := rk[i], rq[i]
 		for j := range ak {
 			x := row[j]
 			ak[j] += ki * x
@@ -152,6 +158,13 @@ func kvBlock(sIn, sOut []float32, rs, n int, kh, qh, v, o []float32, em1, eg, be
 	for i := range K {
 		src, dst := sIn[i*rs:][:n], sOut[i*rs:][:n]
 		ki := kh[i]
+		if ch != nil {
+			c, m := ch[2*K+i], math.Float32bits(ch[3*K+i])
+			for j := range d {
+				dst[j] = decayCM(src[j], c, m) + ki*d[j]
+			}
+			continue
+		}
 		if near {
 			for j := range d {
 				x := src[j]
@@ -166,6 +179,16 @@ func kvBlock(sIn, sOut []float32, rs, n int, kh, qh, v, o []float32, em1, eg, be
 }
 
 func gateGeneric(o, z, w []float32, eps float32, out []uint16, outF []float32) {
+	gateAct(o, z, w, eps, out, outF, false)
+}
+
+// gateSigmoid is gateGeneric with the output gate sigmoid32(z) (Kimi-Linear) in place of silu32(z).
+func gateSigmoid(o, z, w []float32, eps float32, out []uint16, outF []float32) {
+	gateAct(o, z, w, eps, out, outF, true)
+}
+
+// gateAct is the gated RMSNorm with the output gate sigmoid32(z) if sig, else silu32(z).
+func gateAct(o, z, w []float32, eps float32, out []uint16, outF []float32, sig bool) {
 	V := len(o)
 	z, w = z[:V], w[:V]
 	var ss float64
@@ -180,7 +203,13 @@ func gateGeneric(o, z, w []float32, eps float32, out []uint16, outF []float32) {
 		out = out[:V]
 	}
 	for j, x := range o {
-		y := x * r * w[j] * silu32(z[j])
+		a := z[j]
+		if sig {
+			a = 1 / (1 + exp32(-a))
+		} else {
+			a = silu32(a)
+		}
+		y := x * r * w[j] * a
 		if outF != nil {
 			outF[j] = y
 		}
@@ -190,7 +219,8 @@ func gateGeneric(o, z, w []float32, eps float32, out []uint16, outF []float32) {
 	}
 }
 
-// silu32 is z·sigmoid(z) = z / (1 + exp32(−z)), the gate of the gated RMSNorm.
+// silu32 is z·sigmoid(z) = z / (1 + exp32(−z)), the gate of the gated RMSNorm (Qwen3-Next);
+// Kimi-Linear's is sigmoid(z) = 1 / (1 + exp32(−z)).
 func silu32(z float32) float32 { return z / (1 + exp32(-z)) }
 
 // exp32 is the float32 exponential every kernel uses for the silu gate: Cephes' expf (Moshier), a
@@ -276,9 +306,13 @@ func gate1(b, a, alog, dtb float32) (beta, em1, eg float32) {
 // gate64 is one lane's gates in float64, before their rounding to float32.
 func gate64(b, a, alog, dtb float32) (beta, em1, eg float64) {
 	beta = 1 / (1 + exp64(-float64(b)))
-	x := float64(a) + float64(dtb)
-	// softplus(x) = x for x > 20, else log1p(exp(x)), computed as max(x, 0) + log1p(exp(−|x|)):
-	// the same value, with log1p's argument in [0, 1].
+	em1, eg = decay64(float64(-exp64(float64(alog)) * softplus64(float64(a)+float64(dtb))))
+	return beta, em1, eg
+}
+
+// softplus64 is softplus(x) = x for x > 20, else log1p(exp(x)), computed as
+// max(x, 0) + log1p(exp(−|x|)): the same value, with log1p's argument in [0, 1].
+func softplus64(x float64) float64 {
 	px := 0.0
 	if x > 0 {
 		px = x
@@ -287,13 +321,71 @@ func gate64(b, a, alog, dtb float32) (beta, em1, eg float64) {
 	if x > 20 {
 		sp = x
 	}
-	g := float64(-exp64(float64(alog)) * sp)
+	return sp
+}
+
+// decay64 is em1 = expm1(g) and eg = exp(g) of a log-decay g, each exact to about 2⁻⁵³ where it
+// is computed: expm1Near(g) and 1 + em1 for g ≥ ln 0.5, else exp64(g) and eg − 1.
+func decay64(g float64) (em1, eg float64) {
 	if g >= ln2Half {
 		em1 = expm1Near(g)
-		return beta, em1, 1 + em1
+		return em1, 1 + em1
 	}
 	eg = exp64(g)
-	return beta, eg - 1, eg
+	return eg - 1, eg
+}
+
+// rate64 is a head's decay rate exp(A_log) as every gate uses it (exp64, the bits of the gates
+// pieces).
+func rate64(alog float32) float64 { return exp64(float64(alog)) }
+
+// logDecay64 is a lane's log-decay g (SPEC Parts A and C) from its raw gate a, its dt_bias and the
+// head's rate exp(A_log) (−ssm_a): −rate·softplus(a + dtb), or with a lower bound lb < 0 (the
+// per-channel gate's bounded form) lb·sigmoid(rate·(a + dtb)).
+func logDecay64(a, dtb float32, rate, lb float64) float64 {
+	x := float64(a) + float64(dtb)
+	if lb < 0 {
+		return float64(lb / (1 + exp64(-float64(rate*x))))
+	}
+	return float64(-rate * softplus64(x))
+}
+
+// chanGates sets em1[i], eg[i] to the per-channel gates of the raw gate a[i] with dt_bias dtb[i]
+// for i < len(a), the head's rate and bound as logDecay64 takes them, each rounded once to
+// float32 (SPEC Part C).
+func chanGates(em1, eg, a, dtb []float32, rate, lb float64) {
+	n := len(a)
+	em1, eg, dtb = em1[:n], eg[:n], dtb[:n]
+	for i, x := range a {
+		m, e := decay64(logDecay64(x, dtb[i], rate, lb))
+		em1[i], eg[i] = float32(m), float32(e)
+	}
+}
+
+// rateGates is gatesGeneric for heads whose rate is given (−ssm_a of GGUF files) rather than
+// A_log: lane i has the rate rate[i].
+func rateGates(beta, em1, eg, b, a []float32, rate []float64, dtb []float32) {
+	n := len(b)
+	beta, em1, eg, a, rate, dtb = beta[:n], em1[:n], eg[:n], a[:n], rate[:n], dtb[:n]
+	for i := range n {
+		m, e := decay64(logDecay64(a[i], dtb[i], rate[i], 0))
+		beta[i], em1[i], eg[i] = float32(1/(1+exp64(-float64(b[i])))), float32(m), float32(e)
+	}
+}
+
+// chanForm is a channel's decay as the per-channel routines apply it, branch-free: decay(x) =
+// c·x + (x & m), where c = em1 and m = all ones when em1 ≥ nearOne (x + em1·x), else c = eg and m
+// the sign bit only (eg·x plus a zero of x's sign: eg·x, its zero sign included).
+func chanForm(em1, eg float32) (c float32, m uint32) {
+	if em1 >= nearOne {
+		return em1, 0xffffffff
+	}
+	return eg, 0x80000000
+}
+
+// decayCM is decay(x) = c·x + (x & m) of a channel (chanForm).
+func decayCM(x, c float32, m uint32) float32 {
+	return c*x + math.Float32frombits(math.Float32bits(x)&m)
 }
 
 // exp64's constants: its clamps (beyond them e^x is +Inf or 0 anyway), 2⁵²·1.5 (x·log2e +
@@ -405,7 +497,7 @@ func kvTokens(h *headCall) {
 		for τ := range T {
 			tk := h.tok[4*τ : 4*τ+4]
 			kvBlock(slab, slab, n, n, h.kh[τ*K:(τ+1)*K], h.qh[τ*K:(τ+1)*K],
-				h.v[τ*h.vs+j0:τ*h.vs+j0+n], h.o[τ*V+j0:τ*V+j0+n], tk[0], tk[1], tk[2], tk[3])
+				h.v[τ*h.vs+j0:τ*h.vs+j0+n], h.o[τ*V+j0:τ*V+j0+n], tk[0], tk[1], tk[2], tk[3], h.chanAt(τ))
 			if d := h.dst[τ]; !d.none() {
 				for i := range K {
 					storeState(d, i*V+j0, slab[i*n:(i+1)*n])
@@ -422,23 +514,34 @@ func vkTokens(h *headCall) {
 	row := h.slab[:K:K]
 	for j := range h.V {
 		loadState(row, h.src, j*K)
-		vkRow(row, j, h.V, h.kh, h.qh, h.v, h.vs, h.o, h.tok, func(τ int) stateRef { return h.dst[τ] })
+		vkRow(row, j, h.V, h.kh, h.qh, h.v, h.vs, h.o, h.tok, h.ch, func(τ int) stateRef { return h.dst[τ] })
 	}
 }
 
 // vkRow advances row j of a [V][K] head (row: its K elements, loaded) through the tokens of tok:
 // it writes o[τ·V+j], and the row after token τ to dst(τ) from element j·K unless that is none.
-func vkRow(row []float32, j, V int, kh, qh, v []float32, vs int, o, tok []float32, dst func(τ int) stateRef) {
+// ch is the per-channel gate ([T][4K], headCall.ch) or nil.
+func vkRow(row []float32, j, V int, kh, qh, v []float32, vs int, o, tok, ch []float32, dst func(τ int) stateRef) {
 	K := len(row)
 	for τ := range len(tok) / 4 {
 		tk := tok[4*τ : 4*τ+4]
 		em1, eg, beta, kq := tk[0], tk[1], tk[2], tk[3]
 		near := em1 >= nearOne
 		kh, qh := kh[τ*K:(τ+1)*K], qh[τ*K:(τ+1)*K]
-		kv, qs := dot2(row, kh, qh)
+		rk, rq := kh, qh
+		if ch != nil {
+			c := ch[4*K*τ : 4*K*(τ+1)]
+			rk, rq = c[:K], c[K:2*K]
+		}
+		kv, qs := dot2(row, rk, rq)
 		d := beta * (v[τ*vs+j] - decay(kv, em1, eg, near))
 		o[τ*V+j] = decay(qs, em1, eg, near) + kq*d
-		if near {
+		if ch != nil {
+			c := ch[4*K*τ+2*K : 4*K*(τ+1)]
+			for i, x := range row {
+				row[i] = decayCM(x, c[i], math.Float32bits(c[K+i])) + kh[i]*d
+			}
+		} else if near {
 			for i, x := range row {
 				row[i] = x + em1*x + kh[i]*d
 			}

@@ -190,7 +190,7 @@ func vkOddRow(a *stateArgs, bf16 bool) {
 	row, j := a.work[:K:K], V-1
 	loadState(row, in, j*K)
 	vkRow(row, j, V, unsafe.Slice(a.kh, T*K), unsafe.Slice(a.qh, T*K), unsafe.Slice(a.v, (T-1)*a.vs+V), a.vs,
-		unsafe.Slice(a.o, T*V), unsafe.Slice(a.tok, 4*T), func(τ int) stateRef {
+		unsafe.Slice(a.o, T*V), unsafe.Slice(a.tok, 4*T), nil, func(τ int) stateRef {
 			var d stateRef
 			switch p := stores[τ]; {
 			case p == nil:

@@ -30,7 +30,7 @@ func (l *Layer) check(in Input, out Output) (gdnsimd.Step, error) {
 		{"Input.K", len(in.K), kLen, false},
 		{"Input.V", len(in.V), vLen, false},
 		{"Input.Z", len(in.Z), vLen, false},
-		{"Input.A", len(in.A), heads, false},
+		{"Input.A", len(in.A), B * l.gateWidth(), false},
 		{"Input.State", len(in.State), sLen, false},
 		{"Output.State", len(out.State), sLen, false},
 		{"Output.Out", len(out.Out), vLen, out.Out == nil},

@@ -40,7 +40,9 @@ const MaxDim = 1 << 16
 type Config struct {
 	KHeads, VHeads int       // q/k heads and value heads per sequence; VHeads % KHeads == 0
 	K, V           int       // key dim (state rows), value dim (state columns), each >= 1
-	ALog, DtBias   []float32 // [VHeads]
+	ALog           []float32 // [VHeads] A_log (Hugging Face's A_log): the decay rate is exp(A_log); or nil with SsmA
+	SsmA           []float32 // [VHeads] GGUF's ssm_a = −exp(A_log), as llama.cpp's converters store it; exactly one of ALog and SsmA
+	DtBias         []float32 // [VHeads], or [VHeads][K] with GatePerChannel (dt_bias, GGUF's ssm_dt.bias)
 	NormWeight     []float32 // [V]
 	RMSEps         float32   // gated RMSNorm epsilon; 0 means 1e-6
 	Workers        int       // 0: as many as pay off, up to GOMAXPROCS; 1: only the caller's goroutine; n: at most n (and GOMAXPROCS)
@@ -49,13 +51,46 @@ type Config struct {
 	StateLayout StateLayout // LayoutKV (default) or LayoutVK
 	StateDType  DType       // storage of the state pools: DTypeF32 (default) or DTypeBF16
 	GQA         GQAOrder    // GQAInterleaved (default) or GQATiled
+
+	// The gate (see Gate): GateScalar (default) or GatePerChannel; with the per-channel gate,
+	// GateLowerBound selects the bounded form lb·sigmoid(exp(A_log)·(a + dt_bias)) with lb =
+	// LowerBound (finite, < 0; fla's default and the models' is −5). OutGate is the output gate's
+	// activation: ActSiLU (default) or ActSigmoid.
+	Gate       Gate
+	GateForm   GateForm
+	LowerBound float32
+	OutGate    Activation
 }
+
+// Gate is how a Layer decays its state (the package documentation has the formulas).
+type Gate uint8
+
+const (
+	GateScalar     Gate = iota // a decay per value head (Qwen3-Next, Qwen3.5): Batch.A of width VHeads, DtBias [VHeads]
+	GatePerChannel             // a decay per key channel (KDA: Kimi-Linear and kin): Batch.A of width VHeads·K, DtBias [VHeads][K]
+)
+
+// GateForm is the per-channel gate's form.
+type GateForm uint8
+
+const (
+	GateSoftplus   GateForm = iota // −exp(A_log)·softplus(a + dt_bias) (the default)
+	GateLowerBound                 // LowerBound·sigmoid(exp(A_log)·(a + dt_bias)) (fla's lower_bound)
+)
+
+// Activation is the output gate's activation in the gated RMSNorm.
+type Activation uint8
+
+const (
+	ActSiLU    Activation = iota // silu(z) (Qwen3-Next, Qwen3.5; the default)
+	ActSigmoid                   // sigmoid(z) (Kimi-Linear)
+)
 
 // Input is one decode step's inputs for B sequences (B = len(B)/VHeads).
 type Input struct {
 	Q, K  []float32 // [B][KHeads][K], raw (not normalised, not scaled)
 	V, Z  []float32 // [B][VHeads][V]
-	B, A  []float32 // [B][VHeads], raw beta and gate inputs
+	B, A  []float32 // [B][VHeads], raw beta and gate inputs (A: [B][VHeads][K] with GatePerChannel)
 	State []float32 // [B][VHeads][K][V]
 }
 
@@ -96,17 +131,38 @@ func New(c Config) (*Layer, error) {
 	if c.VHeads%c.KHeads != 0 {
 		return nil, fmt.Errorf("%w: VHeads = %d is not a multiple of KHeads = %d", ErrConfig, c.VHeads, c.KHeads)
 	}
+	if c.Gate > GatePerChannel || c.GateForm > GateLowerBound || c.OutGate > ActSigmoid {
+		return nil, fmt.Errorf("%w: Gate = %d, GateForm = %d, OutGate = %d: unknown value", ErrConfig, c.Gate, c.GateForm, c.OutGate)
+	}
+	switch lb := float64(c.LowerBound); {
+	case c.GateForm == GateLowerBound && c.Gate != GatePerChannel:
+		return nil, fmt.Errorf("%w: GateForm = GateLowerBound needs Gate = GatePerChannel", ErrConfig)
+	case c.GateForm == GateLowerBound && !(lb < 0 && !math.IsInf(lb, 0)):
+		return nil, fmt.Errorf("%w: LowerBound = %v, want a finite negative bound with GateLowerBound", ErrConfig, c.LowerBound)
+	case c.GateForm != GateLowerBound && lb != 0:
+		return nil, fmt.Errorf("%w: LowerBound = %v is set, but GateForm is not GateLowerBound", ErrConfig, c.LowerBound)
+	}
+	if (c.ALog == nil) == (c.SsmA == nil) {
+		return nil, fmt.Errorf("%w: Config.ALog has length %d and Config.SsmA %d: want exactly one of them set (A_log, or GGUF's ssm_a = −exp(A_log))", ErrConfig, len(c.ALog), len(c.SsmA))
+	}
+	gw := 1 // lanes of a head's gate
+	if c.Gate == GatePerChannel {
+		gw = c.K
+	}
 	for _, p := range []struct {
 		name string
 		s    []float32
 		want int
-	}{{"ALog", c.ALog, c.VHeads}, {"DtBias", c.DtBias, c.VHeads}, {"NormWeight", c.NormWeight, c.V}} {
-		if len(p.s) != p.want {
+	}{{"ALog", c.ALog, c.VHeads}, {"SsmA", c.SsmA, c.VHeads}, {"DtBias", c.DtBias, c.VHeads * gw}, {"NormWeight", c.NormWeight, c.V}} {
+		if len(p.s) != p.want && (p.s != nil || p.name != "ALog" && p.name != "SsmA") {
 			return nil, fmt.Errorf("%w: Config.%s has length %d, want %d", ErrConfig, p.name, len(p.s), p.want)
 		}
 		for i, x := range p.s {
 			if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
 				return nil, fmt.Errorf("%w: Config.%s[%d] = %v, want a finite value", ErrConfig, p.name, i, x)
+			}
+			if p.name == "SsmA" && x > 0 {
+				return nil, fmt.Errorf("%w: Config.SsmA[%d] = %v, want ≤ 0 (ssm_a is −exp(A_log))", ErrConfig, i, x)
 			}
 		}
 	}
@@ -142,7 +198,7 @@ func New(c Config) (*Layer, error) {
 		}
 	}
 	c.Kernel = k.Name()
-	c.ALog = append([]float32(nil), c.ALog...)
+	c.ALog, c.SsmA = clone(c.ALog), clone(c.SsmA)
 	c.DtBias = append([]float32(nil), c.DtBias...)
 	c.NormWeight = append([]float32(nil), c.NormWeight...)
 	l := &Layer{c: c, kernel: k, format: f}
@@ -157,7 +213,7 @@ func (l *Layer) Kernel() string { return l.c.Kernel }
 // are copies.
 func (l *Layer) Config() Config {
 	c := l.c
-	c.ALog = append([]float32(nil), c.ALog...)
+	c.ALog, c.SsmA = clone(c.ALog), clone(c.SsmA)
 	c.DtBias = append([]float32(nil), c.DtBias...)
 	c.NormWeight = append([]float32(nil), c.NormWeight...)
 	return c
@@ -179,10 +235,39 @@ func (l *Layer) Step(in Input, out Output) error {
 		return err
 	}
 	b := st.Batch()
-	b.Format = l.format
-	b.GQATiled = l.c.GQA == GQATiled
+	l.setBatch(&b)
+	b.Gate.Stride = l.gateWidth()
 	l.run(&b)
 	return nil
+}
+
+// gateWidth is the width of a token's raw gate row: VHeads, VHeads·K with the per-channel gate.
+func (l *Layer) gateWidth() int {
+	if l.c.Gate == GatePerChannel {
+		return l.c.VHeads * l.c.K
+	}
+	return l.c.VHeads
+}
+
+// setBatch sets the fields of a kernel batch that come from the Layer: the format, the GQA order
+// and the gate.
+func (l *Layer) setBatch(b *gdnsimd.Batch) {
+	c := &l.c
+	b.Format, b.GQATiled = l.format, c.GQA == GQATiled
+	b.ALog, b.SsmA, b.DtBias = c.ALog, c.SsmA, c.DtBias
+	b.PerChannel, b.Sigmoid = c.Gate == GatePerChannel, c.OutGate == ActSigmoid
+	b.LowerBound = 0
+	if c.GateForm == GateLowerBound {
+		b.LowerBound = c.LowerBound
+	}
+}
+
+// clone is a copy of x (nil for nil).
+func clone(x []float32) []float32 {
+	if x == nil {
+		return nil
+	}
+	return append([]float32{}, x...)
 }
 
 // usable refuses a Layer that did not come from New.

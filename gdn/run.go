@@ -87,7 +87,7 @@ type Batch struct {
 	//               sequence's state after its last token goes back to its Read slot
 	Q, K    Rows      // width KHeads·K, raw (not normalised, not scaled)
 	V, Z    Rows      // width VHeads·V
-	B, A    Rows      // width VHeads, raw beta and gate inputs
+	B, A    Rows      // width VHeads, raw beta and gate inputs (A: VHeads·K with GatePerChannel)
 	State   Pool      // read from; also written unless StoreTo is set
 	StoreTo *Pool     // optional: Store slots (and the implied stores) index this pool (out of place, snapshot buffers)
 	Out     []BF16    // [T][VHeads][V], optional
@@ -143,11 +143,10 @@ func (v *validator) check(l *Layer, b *Batch) (gdnsimd.Batch, error) {
 	c := &l.c
 	N := len(b.Read)
 	kb := gdnsimd.Batch{
-		KHeads: c.KHeads, VHeads: c.VHeads, K: c.K, V: c.V, RMSEps: c.RMSEps,
-		ALog: c.ALog, DtBias: c.DtBias, NormWeight: c.NormWeight,
-		Format: l.format, GQATiled: c.GQA == GQATiled,
+		KHeads: c.KHeads, VHeads: c.VHeads, K: c.K, V: c.V, RMSEps: c.RMSEps, NormWeight: c.NormWeight,
 		N: N, Start: b.Start, Read: b.Read, Store: b.Store,
 	}
+	l.setBatch(&kb)
 	// Rule 1: Start, Store and the lengths of rows and outputs.
 	if len(b.Start) != N+1 {
 		return kb, fmt.Errorf("%w: Batch.Start has length %d, want N+1 = %d (N = len(Batch.Read))", ErrShape, len(b.Start), N+1)
@@ -170,7 +169,7 @@ func (v *validator) check(l *Layer, b *Batch) (gdnsimd.Batch, error) {
 	fields := [...]rowsField{
 		{"Batch.Q", &b.Q, c.KHeads * c.K}, {"Batch.K", &b.K, c.KHeads * c.K},
 		{"Batch.V", &b.V, c.VHeads * c.V}, {"Batch.Z", &b.Z, c.VHeads * c.V},
-		{"Batch.B", &b.B, c.VHeads}, {"Batch.A", &b.A, c.VHeads},
+		{"Batch.B", &b.B, c.VHeads}, {"Batch.A", &b.A, l.gateWidth()},
 	}
 	if T > 0 {
 		var rows [len(fields)]gdnsimd.Rows

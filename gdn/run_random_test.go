@@ -80,10 +80,28 @@ func batchLayer(t testing.TB, c *oracle.BatchCase, kernel string, format gdnsimd
 	if c.Tiled {
 		cfg.GQA = gdn.GQATiled
 	}
+	gateConfig(&cfg, c)
 	l, err := gdn.New(cfg)
 	require.NoError(t, err)
 	require.Equal(t, kernel, l.Kernel())
 	return l
+}
+
+// gateConfig sets the gate of the case in cfg (SPEC Part C), and its rate as GGUF's ssm_a when
+// the case has one.
+func gateConfig(cfg *gdn.Config, c *oracle.BatchCase) {
+	if c.PerChannel {
+		cfg.Gate = gdn.GatePerChannel
+	}
+	if c.LowerBound < 0 {
+		cfg.GateForm, cfg.LowerBound = gdn.GateLowerBound, float32(c.LowerBound)
+	}
+	if c.Sigmoid {
+		cfg.OutGate = gdn.ActSigmoid
+	}
+	if c.SsmA != nil {
+		cfg.ALog, cfg.SsmA = nil, c.SsmA
+	}
 }
 
 // makePool lays out slots ([HV][K][V] each) in the format, slotPad guard elements after each.
@@ -165,13 +183,17 @@ func rowsOf(c *oracle.BatchCase, rf rowForm) (q, k, v, z, b, a gdn.Rows) {
 		return
 	}
 	wk, wv, wh := d.HK*d.K, d.HV*d.V, d.HV
+	wa := wh // A's width
+	if c.PerChannel {
+		wa = d.HV * d.K
+	}
 	// field: data, width, buffer index, offset in the row.
 	type field struct {
 		data       []float32
 		width, buf int
 		off        int
 	}
-	fs := []field{{c.In.Q, wk, 0, 0}, {c.In.K, wk, 1, 0}, {c.In.V, wv, 2, 0}, {c.In.Z, wv, 3, 0}, {c.In.B, wh, 4, 0}, {c.In.A, wh, 5, 0}}
+	fs := []field{{c.In.Q, wk, 0, 0}, {c.In.K, wk, 1, 0}, {c.In.V, wv, 2, 0}, {c.In.Z, wv, 3, 0}, {c.In.B, wh, 4, 0}, {c.In.A, wa, 5, 0}}
 	if rf.packed {
 		fs[1].buf, fs[1].off = 0, wk
 		fs[2].buf, fs[2].off = 0, 2*wk

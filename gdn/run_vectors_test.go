@@ -11,13 +11,29 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-var seqVectors = sync.OnceValues(func() ([]oracle.SeqCase, error) { return oracle.LoadSeqVectors("../testdata/seq") })
+var seqVectors = sync.OnceValues(func() ([]oracle.SeqCase, error) {
+	seq, err := oracle.LoadSeqVectors("../testdata/seq")
+	if err != nil {
+		return nil, err
+	}
+	kda, err := oracle.LoadSeqVectors("../testdata/kda")
+	return append(seq, kda...), err
+})
 
+// loadSeqVectors returns the multi-token vectors: vectors/seq's (Part B) and vectors/kda's KDA
+// cases (Part C: the per-channel gate, its lower bound, the sigmoid output gate).
 func loadSeqVectors(t testing.TB) []oracle.SeqCase {
 	t.Helper()
 	cases, err := seqVectors()
 	require.NoError(t, err)
-	require.GreaterOrEqual(t, len(cases), 6)
+	kda := 0
+	for _, c := range cases {
+		if c.PerChannel {
+			kda++
+		}
+	}
+	require.GreaterOrEqual(t, len(cases)-kda, 6)
+	require.Equal(t, 9, kda, "KDA vectors")
 	return cases
 }
 

@@ -24,7 +24,7 @@ type BatchDims struct {
 func (d BatchDims) SlotLen() int { return d.HV * d.K * d.V }
 
 // TokenRows are a call's per-token inputs, dense and token-major: Q, K [T][HK][K]; V, Z [T][HV][V];
-// B, A [T][HV]. (How they are laid out for the call — strides, packing, bf16 — is the test's
+// B, A [T][HV] (A [T][HV][K] with the per-channel gate). (How they are laid out for the call — strides, packing, bf16 — is the test's
 // business; the oracle reads the values.)
 type TokenRows struct {
 	Q, K, V, Z, B, A []float32
@@ -33,13 +33,17 @@ type TokenRows struct {
 // Pick returns the given token rows of in, densely.
 func (in TokenRows) Pick(d BatchDims, rows []int) TokenRows {
 	var o TokenRows
+	aw := d.HV // A's width
+	if len(in.B) > 0 {
+		aw = len(in.A) / (len(in.B) / d.HV)
+	}
 	for _, t := range rows {
 		o.Q = append(o.Q, in.Q[t*d.HK*d.K:(t+1)*d.HK*d.K]...)
 		o.K = append(o.K, in.K[t*d.HK*d.K:(t+1)*d.HK*d.K]...)
 		o.V = append(o.V, in.V[t*d.HV*d.V:(t+1)*d.HV*d.V]...)
 		o.Z = append(o.Z, in.Z[t*d.HV*d.V:(t+1)*d.HV*d.V]...)
 		o.B = append(o.B, in.B[t*d.HV:(t+1)*d.HV]...)
-		o.A = append(o.A, in.A[t*d.HV:(t+1)*d.HV]...)
+		o.A = append(o.A, in.A[t*aw:(t+1)*aw]...)
 	}
 	return o
 }
@@ -52,7 +56,14 @@ type BatchCase struct {
 	Dims                     BatchDims
 	Tiled                    bool // GQA: v-head h reads k-head h mod HK (else h / (HV/HK))
 	RMSEps                   float64
-	ALog, DtBias, NormWeight []float32
+	ALog, DtBias, NormWeight []float32 // DtBias [HV], or [HV][K] with PerChannel
+	SsmA                     []float32 // [HV] or nil: the decay rate is −SsmA[h] instead of exp(ALog[h]) (GGUF)
+
+	// SPEC Part C: PerChannel is the decay per key channel (In.A [T][HV][K]); LowerBound < 0 its
+	// bounded form (0: softplus); Sigmoid the output gate sigmoid(z) (else silu(z)).
+	PerChannel bool
+	LowerBound float64
+	Sigmoid    bool
 
 	Start []int32 // [N+1]
 	Read  []int32 // [N]: slot, Pad (-1) or Zero (-2)
@@ -127,7 +138,7 @@ func RunBatch(c *BatchCase) (BatchWant, error) {
 		return nil
 	}
 	S := make([]float64, K*V)
-	qh, kh := make([]float64, K), make([]float64, K)
+	qh, kh, egs := make([]float64, K), make([]float64, K), make([]float64, K)
 	kv, o, A := make([]float64, V), make([]float64, V), make([]float64, V)
 	for n := range N {
 		t0, t1 := int(c.Start[n]), int(c.Start[n+1])
@@ -162,7 +173,12 @@ func RunBatch(c *BatchCase) (BatchWant, error) {
 					S[i] = float64(x)
 				}
 			}
-			aLog, dtBias := float64(c.ALog[h]), float64(c.DtBias[h])
+			rate := 0.0
+			if c.SsmA != nil {
+				rate = -float64(c.SsmA[h])
+			} else {
+				rate = math.Exp(float64(c.ALog[h]))
+			}
 			for t := t0; t < t1; t++ {
 				q := c.In.Q[(t*HK+hk)*K : (t*HK+hk+1)*K]
 				k := c.In.K[(t*HK+hk)*K : (t*HK+hk+1)*K]
@@ -176,15 +192,22 @@ func RunBatch(c *BatchCase) (BatchWant, error) {
 					kh[i] = float64(k[i]) / math.Sqrt(nk+1e-6)
 				}
 				beta := 1 / (1 + math.Exp(-float64(c.In.B[t*HV+h])))
-				x := float64(c.In.A[t*HV+h]) + dtBias
-				sp := x
-				if !(x > 20) {
-					sp = math.Log1p(math.Exp(x))
+				// Decay (per head, or per key channel: row i by its own), then the delta rule.
+				if c.PerChannel {
+					for i := range K {
+						egs[i] = LogDecay(c.In.A[(t*HV+h)*K+i], c.DtBias[h*K+i], rate, c.LowerBound)
+					}
+				} else {
+					lg := LogDecay(c.In.A[t*HV+h], c.DtBias[h], rate, 0)
+					for i := range K {
+						egs[i] = lg
+					}
 				}
-				eg := math.Exp(-math.Exp(aLog) * sp)
-				// Decay, then the delta rule.
-				for i := range S {
-					S[i] *= eg
+				for i := range K {
+					eg := math.Exp(egs[i])
+					for j := range V {
+						S[i*V+j] *= eg
+					}
 				}
 				v := c.In.V[(t*HV+h)*V : (t*HV+h+1)*V]
 				for j := range V {
@@ -214,7 +237,11 @@ func RunBatch(c *BatchCase) (BatchWant, error) {
 				z := c.In.Z[(t*HV+h)*V : (t*HV+h+1)*V]
 				for j := range V {
 					zj := float64(z[j])
-					y := o[j] * rms * float64(c.NormWeight[j]) * (zj / (1 + math.Exp(-zj)))
+					act := zj / (1 + math.Exp(-zj))
+					if c.Sigmoid {
+						act = 1 / (1 + math.Exp(-zj))
+					}
+					y := o[j] * rms * float64(c.NormWeight[j]) * act
 					w.Y[(t*HV+h)*V+j] = y
 					w.OutBF16[(t*HV+h)*V+j] = BF16(y)
 				}
@@ -233,6 +260,21 @@ func RunBatch(c *BatchCase) (BatchWant, error) {
 		}
 	}
 	return w, nil
+}
+
+// LogDecay is a lane's log-decay in float64 (SPEC Parts A and C) from its raw gate a, its dt_bias
+// and the head's rate exp(A_log): −rate·softplus(a + dt_bias) (softplus's threshold 20), or
+// lb·sigmoid(rate·(a + dt_bias)) when lb < 0.
+func LogDecay(a, dtBias float32, rate, lb float64) float64 {
+	x := float64(a) + float64(dtBias)
+	if lb < 0 {
+		return lb / (1 + math.Exp(-rate*x))
+	}
+	sp := x
+	if !(x > 20) {
+		sp = math.Log1p(math.Exp(x))
+	}
+	return -rate * sp
 }
 
 // BatchGot is what a call produced: the outputs (either may be nil) and the pools after the call,
@@ -459,6 +501,13 @@ type SeqCase struct {
 	NormWeight []float32
 	State      []float32 // [B][HV][K][V] initial states (bf16 values in bf16 cases)
 
+	// KDA cases (vectors/kda, kind "kda"): the per-channel gate (In.A holds g [T][HV][K],
+	// DtBias [HV][K]), its lower bound (gate "kda_lower_bound"; 0: "kda_softplus") and the
+	// sigmoid output gate (out_gate "sigmoid").
+	PerChannel bool
+	LowerBound float64
+	Sigmoid    bool
+
 	Want struct {
 		Y             []float64
 		OutBF16       []uint16
@@ -475,7 +524,8 @@ type SeqCase struct {
 	}
 }
 
-// LoadSeqVectors reads every *.json.gz multi-token case in dir, sorted by name.
+// LoadSeqVectors reads every *.json.gz multi-token case in dir, sorted by name: vectors/seq's, and
+// vectors/kda's KDA cases (k_*; the conv cases, c_*, are refused).
 func LoadSeqVectors(dir string) ([]SeqCase, error) { return loadDir(dir, loadSeq) }
 
 func loadSeq(path string) (SeqCase, error) {
@@ -506,15 +556,20 @@ func loadSeq(path string) (SeqCase, error) {
 			V      int `json:"v"`
 		}
 		Tokens      []int
+		Kind        string
+		Gate        string
+		LowerBound  float64 `json:"gate_lower_bound"`
+		OutGate     string  `json:"out_gate"`
 		RMSEps      float64 `json:"rms_eps"`
 		StateDType  string  `json:"state_dtype"`
 		StateLayout string  `json:"state_layout"`
 		Snapshots   bool
 		Inputs      struct {
-			Q, K, V, Z, B, A, State []float32
-			ALog                    []float32 `json:"a_log"`
-			DtBias                  []float32 `json:"dt_bias"`
-			NormWeight              []float32 `json:"norm_weight"`
+			Q, K, V, Z, B, A, G, State []float32
+			StateBF16                  []uint16  `json:"state_bf16"`
+			ALog                       []float32 `json:"a_log"`
+			DtBias                     []float32 `json:"dt_bias"`
+			NormWeight                 []float32 `json:"norm_weight"`
 		}
 		Expected     out
 		TokenByToken out `json:"expected_token_by_token"`
@@ -525,12 +580,33 @@ func loadSeq(path string) (SeqCase, error) {
 	if v.StateLayout != "KV" || (v.StateDType != "f32" && v.StateDType != "bf16") {
 		return SeqCase{}, fmt.Errorf("state_layout %q, state_dtype %q: unknown", v.StateLayout, v.StateDType)
 	}
+	kda := false
+	switch {
+	case v.Kind == "" && v.Gate == "":
+	case v.Kind == "kda" && (v.Gate == "kda_softplus" || v.Gate == "kda_lower_bound") && (v.OutGate == "silu" || v.OutGate == "sigmoid"):
+		kda = true
+		if (v.Gate == "kda_lower_bound") != (v.LowerBound < 0) || v.Inputs.A != nil {
+			return SeqCase{}, fmt.Errorf("gate %q with gate_lower_bound %v, inputs a set: %v", v.Gate, v.LowerBound, v.Inputs.A != nil)
+		}
+		v.Inputs.A = v.Inputs.G
+	default:
+		return SeqCase{}, fmt.Errorf("kind %q, gate %q, out_gate %q: not a case this loader knows", v.Kind, v.Gate, v.OutGate)
+	}
+	for i, b := range v.Inputs.StateBF16 {
+		if i >= len(v.Inputs.State) || math.Float32bits(v.Inputs.State[i]) != uint32(b)<<16 {
+			return SeqCase{}, fmt.Errorf("inputs state_bf16[%d] is not inputs state's value", i)
+		}
+	}
 	c := SeqCase{
 		Name: v.Name, Note: v.Note,
 		Dims:   BatchDims{HK: v.Dims.KHeads, HV: v.Dims.VHeads, K: v.Dims.K, V: v.Dims.V},
 		Tokens: v.Tokens, RMSEps: v.RMSEps, BF16: v.StateDType == "bf16", Snapshots: v.Snapshots,
 		In:   TokenRows{Q: v.Inputs.Q, K: v.Inputs.K, V: v.Inputs.V, Z: v.Inputs.Z, B: v.Inputs.B, A: v.Inputs.A},
 		ALog: v.Inputs.ALog, DtBias: v.Inputs.DtBias, NormWeight: v.Inputs.NormWeight, State: v.Inputs.State,
+		PerChannel: kda, Sigmoid: v.OutGate == "sigmoid",
+	}
+	if kda {
+		c.LowerBound = v.LowerBound
 	}
 	e := v.Expected
 	c.Want.Y, c.Want.OutBF16, c.Want.YCond, c.Want.State = e.Y, e.OutBF16, e.YCond, e.State
@@ -552,14 +628,18 @@ func (c SeqCase) validate() error {
 		T += n
 	}
 	B, sl := len(c.Tokens), d.SlotLen()
+	gw := 1 // lanes of a head's gate
+	if c.PerChannel {
+		gw = d.K
+	}
 	checks := []struct {
 		name      string
 		got, want int
 	}{
 		{"q", len(c.In.Q), T * d.HK * d.K}, {"k", len(c.In.K), T * d.HK * d.K},
 		{"v", len(c.In.V), T * d.HV * d.V}, {"z", len(c.In.Z), T * d.HV * d.V},
-		{"b", len(c.In.B), T * d.HV}, {"a", len(c.In.A), T * d.HV},
-		{"a_log", len(c.ALog), d.HV}, {"dt_bias", len(c.DtBias), d.HV}, {"norm_weight", len(c.NormWeight), d.V},
+		{"b", len(c.In.B), T * d.HV}, {"a (g)", len(c.In.A), T * d.HV * gw},
+		{"a_log", len(c.ALog), d.HV}, {"dt_bias", len(c.DtBias), d.HV * gw}, {"norm_weight", len(c.NormWeight), d.V},
 		{"state", len(c.State), B * sl}, {"y", len(c.Want.Y), T * d.HV * d.V}, {"out_bf16", len(c.Want.OutBF16), T * d.HV * d.V},
 		{"y_cond", len(c.Want.YCond), T * d.HV}, {"expected state", len(c.Want.State), B * sl},
 	}
@@ -604,6 +684,7 @@ func (c SeqCase) Batch(snapshots bool) (*BatchCase, BatchWant) {
 	B, sl := len(c.Tokens), d.SlotLen()
 	bc := &BatchCase{
 		Name: c.Name, Dims: d, RMSEps: c.RMSEps, ALog: c.ALog, DtBias: c.DtBias, NormWeight: c.NormWeight,
+		PerChannel: c.PerChannel, LowerBound: c.LowerBound, Sigmoid: c.Sigmoid,
 		Start: make([]int32, B+1), Read: make([]int32, B), In: c.In, BF16: c.BF16,
 		State: make([][]float32, B),
 	}

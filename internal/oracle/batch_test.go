@@ -15,7 +15,14 @@ func loadSeqT(t *testing.T) []SeqCase {
 	if len(cases) < 6 {
 		t.Fatalf("%d seq vectors, want at least 6", len(cases))
 	}
-	return cases
+	kda, err := LoadSeqVectors("../../testdata/kda")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(kda) != 9 {
+		t.Fatalf("%d KDA vectors, want 9", len(kda))
+	}
+	return append(cases, kda...)
 }
 
 func close64(t *testing.T, what string, got, want []float64) { closeTo(t, what, got, want, 1e-9) }
@@ -107,7 +114,8 @@ func tokenByToken(t *testing.T, sc SeqCase) {
 	}
 	for τ := 0; ; τ++ {
 		// Call τ: token τ of every sequence that has one.
-		one := &BatchCase{Dims: d, RMSEps: c.RMSEps, ALog: c.ALog, DtBias: c.DtBias, NormWeight: c.NormWeight, BF16: true, State: pool}
+		one := &BatchCase{Dims: d, RMSEps: c.RMSEps, ALog: c.ALog, DtBias: c.DtBias, NormWeight: c.NormWeight, BF16: true, State: pool,
+			PerChannel: c.PerChannel, LowerBound: c.LowerBound, Sigmoid: c.Sigmoid}
 		one.Start = []int32{0}
 		var rows []int
 		for n, tn := range sc.Tokens {
