@@ -36,7 +36,23 @@ func equivConfig(kernel string, rf runFormat, workers int) gdn.Config {
 	if rf.layout == gdn.LayoutVK {
 		c.GQA = gdn.GQATiled
 	}
+	if rf.kda {
+		// Kimi-Linear's gate: per channel, the lower-bound form, the sigmoid output gate.
+		c.Gate, c.GateForm, c.LowerBound, c.OutGate = gdn.GatePerChannel, gdn.GateLowerBound, -5, gdn.ActSigmoid
+		c.DtBias = make([]float32, 4*c.K)
+		for i := range c.DtBias {
+			c.DtBias[i] = float32(r.NormFloat64())
+		}
+	}
 	return c
+}
+
+// gateW is the width of c's A rows: VHeads, VHeads·K with the per-channel gate.
+func gateW(c gdn.Config) int {
+	if c.Gate == gdn.GatePerChannel {
+		return c.VHeads * c.K
+	}
+	return c.VHeads
 }
 
 type namedSpec struct {
@@ -80,11 +96,17 @@ func equivSpecs() []namedSpec {
 	}
 }
 
-// forEachEquiv runs f for every kernel × format × batch.
+// forEachEquiv runs f for every kernel × format × gate (the scalar one, Kimi-Linear's per-channel
+// one) × batch.
 func forEachEquiv(t *testing.T, f func(t *testing.T, kernel string, rf runFormat, s runSpec)) {
 	forEachKernelFormat(t, func(t *testing.T, kernel string, rf runFormat) {
-		for _, ns := range equivSpecs() {
-			t.Run("batch="+ns.name, func(t *testing.T) { f(t, kernel, rf, ns.s) })
+		for _, kda := range []bool{false, true} {
+			rf.kda = kda
+			t.Run("gate="+map[bool]string{false: "scalar", true: "kda"}[kda], func(t *testing.T) {
+				for _, ns := range equivSpecs() {
+					t.Run("batch="+ns.name, func(t *testing.T) { f(t, kernel, rf, ns.s) })
+				}
+			})
 		}
 	})
 }
@@ -182,7 +204,7 @@ func subBatch(c gdn.Config, b *gdn.Batch, lo, hi int) *gdn.Batch {
 		return gdn.Rows{BF16: r.BF16[t0*st:], Stride: r.Stride}
 	}
 	hk, hv := c.KHeads*c.K, c.VHeads*c.V
-	s.Q, s.K, s.V, s.Z, s.B, s.A = rows(b.Q, hk), rows(b.K, hk), rows(b.V, hv), rows(b.Z, hv), rows(b.B, c.VHeads), rows(b.A, c.VHeads)
+	s.Q, s.K, s.V, s.Z, s.B, s.A = rows(b.Q, hk), rows(b.K, hk), rows(b.V, hv), rows(b.Z, hv), rows(b.B, c.VHeads), rows(b.A, gateW(c))
 	if b.Out != nil {
 		s.Out = b.Out[t0*hv : t1*hv]
 	}
@@ -240,8 +262,8 @@ func permuted(c gdn.Config, b *gdn.Batch, perm, slot []int) (*gdn.Batch, []int) 
 	N := len(b.Read)
 	T := int(b.Start[N])
 	hk, hv := c.KHeads*c.K, c.VHeads*c.V
-	rows := [6][]float32{denseF32(b.Q, T, hk), denseF32(b.K, T, hk), denseF32(b.V, T, hv), denseF32(b.Z, T, hv), denseF32(b.B, T, c.VHeads), denseF32(b.A, T, c.VHeads)}
-	widths := [6]int{hk, hk, hv, hv, c.VHeads, c.VHeads}
+	rows := [6][]float32{denseF32(b.Q, T, hk), denseF32(b.K, T, hk), denseF32(b.V, T, hv), denseF32(b.Z, T, hv), denseF32(b.B, T, c.VHeads), denseF32(b.A, T, gateW(c))}
+	widths := [6]int{hk, hk, hv, hv, c.VHeads, gateW(c)}
 	var nr [6][]float32
 	p := &gdn.Batch{Start: []int32{0}}
 	mapSlot := func(s int32) int32 {
@@ -325,8 +347,8 @@ func tokenByToken(t testing.TB, l *gdn.Layer, c gdn.Config, b *gdn.Batch, slots 
 	T := int(b.Start[N])
 	hk, hv := c.KHeads*c.K, c.VHeads*c.V
 	slotLen := c.VHeads * c.K * c.V
-	rows := [6][]float32{denseF32(b.Q, T, hk), denseF32(b.K, T, hk), denseF32(b.V, T, hv), denseF32(b.Z, T, hv), denseF32(b.B, T, c.VHeads), denseF32(b.A, T, c.VHeads)}
-	widths := [6]int{hk, hk, hv, hv, c.VHeads, c.VHeads}
+	rows := [6][]float32{denseF32(b.Q, T, hk), denseF32(b.K, T, hk), denseF32(b.V, T, hv), denseF32(b.Z, T, hv), denseF32(b.B, T, c.VHeads), denseF32(b.A, T, gateW(c))}
+	widths := [6]int{hk, hk, hv, hv, c.VHeads, gateW(c)}
 	pool := make([]float32, (slots+N)*slotLen)
 	copy(pool, b.State.F32[:slots*slotLen])
 	out, outF := nanOutputs(T * hv)
@@ -562,7 +584,7 @@ func packRows(c gdn.Config, b *gdn.Batch, bf16 bool) *gdn.Batch {
 		}
 	}
 	pack([]*gdn.Rows{&p.Q, &p.K, &p.V}, []int{hk, hk, hv}, 3)
-	pack([]*gdn.Rows{&p.Z, &p.B, &p.A}, []int{hv, c.VHeads, c.VHeads}, 1)
+	pack([]*gdn.Rows{&p.Z, &p.B, &p.A}, []int{hv, c.VHeads, gateW(c)}, 1)
 	return &p
 }
 

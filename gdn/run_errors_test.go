@@ -20,11 +20,12 @@ type runFormat struct {
 	name   string
 	layout gdn.StateLayout
 	dtype  gdn.DType
+	kda    bool // the equivalence tests' per-channel gate (equivConfig)
 }
 
 var runFormats = [...]runFormat{
-	{"kv-f32", gdn.LayoutKV, gdn.DTypeF32}, {"vk-f32", gdn.LayoutVK, gdn.DTypeF32},
-	{"kv-bf16", gdn.LayoutKV, gdn.DTypeBF16}, {"vk-bf16", gdn.LayoutVK, gdn.DTypeBF16},
+	{"kv-f32", gdn.LayoutKV, gdn.DTypeF32, false}, {"vk-f32", gdn.LayoutVK, gdn.DTypeF32, false},
+	{"kv-bf16", gdn.LayoutKV, gdn.DTypeBF16, false}, {"vk-bf16", gdn.LayoutVK, gdn.DTypeBF16, false},
 }
 
 func (f runFormat) implementedBy(kernel string) bool {
@@ -88,7 +89,7 @@ func makeBatch(c gdn.Config, s runSpec, seed uint64) *gdn.Batch {
 		return gdn.Rows{F32: v}
 	}
 	hk, hv := c.KHeads*c.K, c.VHeads*c.V
-	b.Q, b.K, b.V, b.Z, b.B, b.A = rows(hk, 0, 1), rows(hk, 0, 1), rows(hv, 0, 1), rows(hv, 0, 1), rows(c.VHeads, 0, 1), rows(c.VHeads, -1, 1.5)
+	b.Q, b.K, b.V, b.Z, b.B, b.A = rows(hk, 0, 1), rows(hk, 0, 1), rows(hv, 0, 1), rows(hv, 0, 1), rows(c.VHeads, 0, 1), rows(gateW(c), -1, 1.5)
 	b.State = errPool(c, s.slots, 0, r)
 	b.Out, b.OutF32 = nanOutputs(T * hv)
 	return b

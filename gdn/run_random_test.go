@@ -411,6 +411,12 @@ var sizes = []int{1, 3, 17, 33, 64, 80, 128}
 // randomBatch makes scenario i's case with realistic values (bf16 states for bf16 pools; bf16
 // inputs for the bf16 row forms) and its float64 expectation.
 func randomBatch(t testing.TB, i int, bf16State bool) (*oracle.BatchCase, oracle.BatchWant, rowForm) {
+	return randomGateBatch(t, i, bf16State, -1)
+}
+
+// randomGateBatch is randomBatch with the per-channel gate of oracle.RandomGate's kind gate (< 0:
+// the scalar gate).
+func randomGateBatch(t testing.TB, i int, bf16State bool, gate int) (*oracle.BatchCase, oracle.BatchWant, rowForm) {
 	sc := scenarios[i%len(scenarios)]
 	r := rand.New(rand.NewPCG(uint64(i), 77))
 	d := oracle.BatchDims{HK: 1 + r.IntN(3), K: sizes[r.IntN(len(sizes))], V: sizes[r.IntN(len(sizes))]}
@@ -423,8 +429,12 @@ func randomBatch(t testing.TB, i int, bf16State bool) (*oracle.BatchCase, oracle
 		c.RMSEps = 1e-5
 	}
 	oracle.RandomLayer(r, c)
+	if gate >= 0 {
+		oracle.RandomGate(r, c, gate)
+		c.Name += []string{"/gate=kda", "/gate=kda-sigmoid", "/gate=kda-lb5-sigmoid", "/gate=kda-lb3-ssma", "/gate=ssma"}[gate]
+	}
 	slots, storeTo := sc.build(r, c)
-	c.In = oracle.RandomTokens(r, d, c.Tokens())
+	c.In = oracle.RandomTokensOf(r, c, c.Tokens())
 	rf := rowForms[i%len(rowForms)]
 	if rf.bf16 {
 		for _, x := range [][]float32{c.In.Q, c.In.K, c.In.V, c.In.Z, c.In.B, c.In.A} {
@@ -450,8 +460,9 @@ func randomBatch(t testing.TB, i int, bf16State bool) (*oracle.BatchCase, oracle
 }
 
 // TestRunRandom runs random batches of every scenario (varlen with empty sequences, Pad, Zero,
-// per-token snapshots in place and out of place, forks, sequences longer than a chunk) in random
-// shapes (K, V in 1..128 with odd sizes, HK ≠ HV, both GQA orders, both RMSNorm epsilons) and row
+// per-token snapshots in place and out of place, forks, sequences longer than a chunk), each also
+// with the per-channel gate (every form, sigmoid and silu, A_log and ssm_a) or the scalar gate from
+// ssm_a, in random shapes (K, V in 1..128 with odd sizes, HK ≠ HV, both GQA orders, both RMSNorm epsilons) and row
 // forms (dense, strided, packed, bf16) through every kernel and state format, Workers 1 and 3,
 // against the float64 batch oracle with SPEC's bounds; both worker counts must give the same bits.
 func TestRunRandom(t *testing.T) {
@@ -468,6 +479,12 @@ func TestRunRandom(t *testing.T) {
 	for _, bf := range []bool{false, true} {
 		for i := range n {
 			c, w, rf := randomBatch(t, i, bf)
+			cases[bf] = append(cases[bf], prepared{c, w, rf})
+		}
+		// The per-channel gate (SPEC Part C) in every scenario, its four kinds and the scalar gate
+		// from ssm_a in turn.
+		for i := range len(scenarios) {
+			c, w, rf := randomGateBatch(t, 100+i, bf, i%5)
 			cases[bf] = append(cases[bf], prepared{c, w, rf})
 		}
 	}

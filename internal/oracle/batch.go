@@ -431,6 +431,43 @@ func RandomTokens(r *rand.Rand, d BatchDims, T int) TokenRows {
 	}
 }
 
+// RandomGate gives the case the per-channel gate (SPEC Part C) of the given kind: 0 the softplus
+// form with silu, 1 the softplus form with sigmoid, 2 the lower-bound form (−5) with sigmoid, 3
+// the lower-bound form (−3) with silu and the rate as GGUF's ssm_a; 4 is the scalar gate (Part A)
+// with the rate as ssm_a. The per-channel kinds make DtBias [HV][K] ~ N(0, 1) (with A_log's mix of
+// slow and fast heads, every head has channels near 1 and strong ones). Call it after RandomLayer.
+func RandomGate(r *rand.Rand, c *BatchCase, kind int) {
+	d := c.Dims
+	c.PerChannel, c.Sigmoid, c.LowerBound, c.SsmA = kind < 4, kind == 1 || kind == 2, 0, nil
+	if c.PerChannel {
+		c.DtBias = vec(r, d.HV*d.K, 0, 1)
+	}
+	switch kind {
+	case 2:
+		c.LowerBound = -5
+	case 3, 4:
+		c.LowerBound = -3
+		if kind == 4 {
+			c.LowerBound = 0
+		}
+		c.SsmA = make([]float32, d.HV)
+		for h, a := range c.ALog {
+			c.SsmA[h] = float32(-math.Exp(float64(a)))
+		}
+		c.ALog = nil
+	}
+}
+
+// RandomTokensOf is RandomTokens for the case's gate: A [T][HV][K] ~ N(−1, 1.5) with the
+// per-channel gate.
+func RandomTokensOf(r *rand.Rand, c *BatchCase, T int) TokenRows {
+	in := RandomTokens(r, c.Dims, T)
+	if c.PerChannel {
+		in.A = vec(r, T*c.Dims.HV*c.Dims.K, -1, 1.5)
+	}
+	return in
+}
+
 // RandomLayer sets the case's parameters to realistic values: norm_weight ~ N(1, 0.2), dt_bias ~
 // N(0, 1), A_log ~ N(0, 1) on odd heads and ≈ −4 on even heads (eg ≈ 0.98–0.99, the long memory
 // of real layers, where the near-1 decay form matters).
@@ -458,8 +495,9 @@ func WarmStates(r *rand.Rand, c *BatchCase, n, warm int, bf16 bool) [][]float32 
 	}
 	wc := &BatchCase{
 		Dims: d, Tiled: c.Tiled, RMSEps: c.RMSEps, ALog: c.ALog, DtBias: c.DtBias, NormWeight: c.NormWeight,
+		SsmA: c.SsmA, PerChannel: c.PerChannel, LowerBound: c.LowerBound, Sigmoid: c.Sigmoid,
 		Start: make([]int32, n+1), Read: make([]int32, n), Store: make([]int32, n*warm),
-		In: RandomTokens(r, d, n*warm), State: [][]float32{make([]float32, d.SlotLen())},
+		In: RandomTokensOf(r, c, n*warm), State: [][]float32{make([]float32, d.SlotLen())},
 		StoreTo: make([][]float32, n),
 	}
 	for s := range n {
