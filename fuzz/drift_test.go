@@ -364,3 +364,138 @@ func stepHiLo(d oracle.Dims, in oracle.Inputs, hi, lo, zeroV []float32, s64 []fl
 		lo[i] = float32(s64[i] - float64(hi[i]))
 	}
 }
+
+// steadyGate returns a raw gate x near softplus⁻¹(−log eg) (rate 1, dt_bias 0: the channel's
+// log-decay is −softplus(x) every token) at which float32(eg) is off by at least 0.95 of its half
+// ulp, as steadyALog does for the head's gate.
+func steadyGate(t testing.TB, eg float64) float32 {
+	x := float32(math.Log(math.Expm1(-math.Log(eg))))
+	for range 1 << 16 {
+		e := math.Exp(-math.Log1p(math.Exp(float64(x))))
+		if math.Abs(float64(float32(e))-e) >= 0.95*0x1p-25 {
+			return x
+		}
+		x = math.Nextafter32(x, float32(math.Inf(1)))
+	}
+	t.Fatalf("no gate near eg = %g with a rounding error near half an ulp", eg)
+	return 0
+}
+
+// TestDriftChannels is TestDriftSteadyDecay for the per-channel gate (SPEC Part C): every value
+// head has channels with a steady decay of eg ≈ 0.9999 and ≈ 0.99999 (float32(eg) off by almost
+// half an ulp), and others of 0.9, 0.5 and 0.2 (the other form). Every kernel and f32 format runs
+// 20k tokens (100k with GDN_LONG=1 or -long) in calls of 1000 in place, the state after every
+// 100th token stored to its own slot, against one float64 oracle call over all the tokens; the
+// state's relative error (per head) must stay ≤ 1e-4. A kernel that decayed a near-1 channel by
+// eg·S would drift by up to 2⁻²⁵/(1 − eg).
+func TestDriftChannels(t *testing.T) {
+	tokens := 20000
+	if *long || os.Getenv("GDN_LONG") == "1" {
+		tokens = 100000
+	}
+	const block, every = 1000, 100
+	d := oracle.BatchDims{HK: 1, HV: 2, K: 16, V: 16}
+	r := rand.New(rand.NewPCG(19, 19))
+	c := &oracle.BatchCase{Name: "drift-channels", Dims: d, RMSEps: 1e-6, PerChannel: true, Sigmoid: true,
+		ALog: make([]float32, d.HV), DtBias: make([]float32, d.HV*d.K), NormWeight: make([]float32, d.V)}
+	for j := range c.NormWeight {
+		c.NormWeight[j] = float32(1 + 0.2*r.NormFloat64())
+	}
+	gate := make([]float32, d.HV*d.K) // the same raw gate row every token
+	egs := []float64{0.9999, 0.99999, 0.9999, 0.99999, 0.9, 0.5, 0.2}
+	for i := range gate {
+		eg := egs[i%len(egs)]
+		gate[i] = float32(math.Log(math.Expm1(-math.Log(eg))))
+		if eg > 0.99 {
+			gate[i] = steadyGate(t, eg)
+		}
+	}
+	c.Start, c.Read = []int32{0, int32(tokens)}, []int32{0}
+	c.Store = make([]int32, tokens)
+	for τ := range tokens {
+		c.Store[τ] = oracle.NoStore
+		if τ%every == every-1 {
+			c.Store[τ] = int32(τ / every)
+		}
+	}
+	vec := func(m int, mean, sd float64) []float32 {
+		v := make([]float32, m)
+		for i := range v {
+			v[i] = float32(mean + sd*r.NormFloat64())
+		}
+		return v
+	}
+	T := tokens
+	c.In = oracle.TokenRows{Q: vec(T*d.HK*d.K, 0, 1), K: vec(T*d.HK*d.K, 0, 1), V: vec(T*d.HV*d.V, 0, 1), Z: vec(T*d.HV*d.V, 0, 1),
+		B: vec(T*d.HV, -8, 1)}
+	for range T {
+		c.In.A = append(c.In.A, gate...)
+	}
+	c.State = [][]float32{make([]float32, d.SlotLen())}
+	c.StoreTo = make([][]float32, tokens/every)
+	want, err := oracle.RunBatch(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := d.SlotLen()
+	for _, k := range kerneltest.Names(t) {
+		kk, _ := gdnsimd.Lookup(k)
+		for _, f := range []gdnsimd.Format{{}, {VK: true}} {
+			t.Run("kernel="+k+"/format="+f.String(), func(t *testing.T) {
+				if !kk.Implements(f) {
+					t.Skipf("kernel %s does not implement the state format %v", k, f)
+				}
+				l, err := gdn.New(gdn.Config{KHeads: d.HK, VHeads: d.HV, K: d.K, V: d.V, ALog: c.ALog, DtBias: c.DtBias, NormWeight: c.NormWeight,
+					Workers: 1, Kernel: k, StateLayout: stateLayout(f), Gate: gdn.GatePerChannel, OutGate: gdn.ActSigmoid})
+				if err != nil {
+					t.Fatal(err)
+				}
+				pool := make([]float32, n*block/every) // slot 0: the state; 1..: the snapshots
+				out := make([]gdn.BF16, block*d.HV*d.V)
+				store := make([]int32, block)
+				for τ := range store {
+					store[τ] = gdn.NoStore
+					if τ%every == every-1 {
+						store[τ] = int32((τ/every + 1) % (block / every))
+					}
+				}
+				worst, at := 0.0, 0
+				for b0 := 0; b0 < tokens; b0 += block {
+					rows := func(x []float32, w int) gdn.Rows { return gdn.Rows{F32: x[b0*w : (b0+block)*w]} }
+					b := gdn.Batch{Start: []int32{0, block}, Read: []int32{0}, Store: store,
+						Q: rows(c.In.Q, d.HK*d.K), K: rows(c.In.K, d.HK*d.K), V: rows(c.In.V, d.HV*d.V), Z: rows(c.In.Z, d.HV*d.V),
+						B: rows(c.In.B, d.HV), A: rows(c.In.A, d.HV*d.K), State: gdn.Pool{F32: pool}, Out: out}
+					if err := l.Run(&b); err != nil {
+						t.Fatal(err)
+					}
+					for k := range block / every {
+						tok := b0 + k*every + every - 1
+						s64 := want.Stored[int32(tok/every)]
+						st := pool[(k+1)%(block/every)*n:][:n]
+						for h := range d.HV {
+							var maxErr, maxVal float64
+							for i := range d.K {
+								for j := range d.V {
+									e := h*d.K*d.V + i*d.V + j
+									g := st[e]
+									if f.VK {
+										g = st[(h*d.V+j)*d.K+i]
+									}
+									maxErr = max(maxErr, math.Abs(float64(g)-s64[e]))
+									maxVal = max(maxVal, math.Abs(s64[e]))
+								}
+							}
+							if e := maxErr / maxVal; !(e <= worst) {
+								worst, at = e, tok
+							}
+						}
+					}
+					if !(worst <= 1e-4) {
+						t.Fatalf("token %d: the state's relative error %.4g > 1e-4", at, worst)
+					}
+				}
+				t.Logf("worst relative state error over %d tokens: %.3g (token %d)", tokens, worst, at)
+			})
+		}
+	}
+}

@@ -41,6 +41,28 @@ func TestNewErrors(t *testing.T) {
 		{"NormWeight -Inf", func(c *gdn.Config) { c.NormWeight[2] = float32(math.Inf(-1)) }, gdn.ErrConfig, "Config.NormWeight[2] = -Inf, want a finite value"},
 		{"Workers negative", func(c *gdn.Config) { c.Workers = -1 }, gdn.ErrConfig, "Workers = -1"},
 		{"unknown kernel", func(c *gdn.Config) { c.Kernel = "sse9" }, gdn.ErrKernel, `"sse9"`},
+		// The gate (SPEC Part C) and the rate as GGUF stores it.
+		{"ALog and SsmA", func(c *gdn.Config) { c.SsmA = []float32{-1, -1, -1, -1} }, gdn.ErrConfig, "exactly one of them"},
+		{"neither ALog nor SsmA", func(c *gdn.Config) { c.ALog = nil }, gdn.ErrConfig, "exactly one of them"},
+		{"SsmA length", func(c *gdn.Config) { c.ALog, c.SsmA = nil, []float32{-1, -1} }, gdn.ErrConfig, "Config.SsmA has length 2, want 4"},
+		{"SsmA positive", func(c *gdn.Config) { c.ALog, c.SsmA = nil, []float32{-1, -1, 0.5, -1} }, gdn.ErrConfig, "Config.SsmA[2] = 0.5, want ≤ 0"},
+		{"SsmA NaN", func(c *gdn.Config) { c.ALog, c.SsmA = nil, []float32{-1, float32(math.NaN()), -1, -1} }, gdn.ErrConfig, "Config.SsmA[1] = NaN, want a finite value"},
+		{"SsmA -Inf", func(c *gdn.Config) { c.ALog, c.SsmA = nil, []float32{-1, -1, -1, float32(math.Inf(-1))} }, gdn.ErrConfig, "Config.SsmA[3] = -Inf, want a finite value"},
+		{"per-channel DtBias [VHeads]", func(c *gdn.Config) { c.Gate = gdn.GatePerChannel }, gdn.ErrConfig, "Config.DtBias has length 4, want 20"},
+		{"per-channel DtBias NaN", func(c *gdn.Config) {
+			c.Gate, c.DtBias = gdn.GatePerChannel, make([]float32, 20)
+			c.DtBias[13] = float32(math.NaN())
+		}, gdn.ErrConfig, "Config.DtBias[13] = NaN, want a finite value"},
+		{"scalar DtBias [VHeads][K]", func(c *gdn.Config) { c.DtBias = make([]float32, 20) }, gdn.ErrConfig, "Config.DtBias has length 20, want 4"},
+		{"lower bound without the per-channel gate", func(c *gdn.Config) { c.GateForm, c.LowerBound = gdn.GateLowerBound, -5 }, gdn.ErrConfig, "needs Gate = GatePerChannel"},
+		{"lower bound 0", func(c *gdn.Config) { kda(c); c.GateForm = gdn.GateLowerBound }, gdn.ErrConfig, "LowerBound = 0, want a finite negative bound"},
+		{"lower bound positive", func(c *gdn.Config) { kda(c); c.GateForm, c.LowerBound = gdn.GateLowerBound, 5 }, gdn.ErrConfig, "LowerBound = 5, want a finite negative bound"},
+		{"lower bound -Inf", func(c *gdn.Config) { kda(c); c.GateForm, c.LowerBound = gdn.GateLowerBound, float32(math.Inf(-1)) }, gdn.ErrConfig, "LowerBound = -Inf"},
+		{"lower bound NaN", func(c *gdn.Config) { kda(c); c.GateForm, c.LowerBound = gdn.GateLowerBound, float32(math.NaN()) }, gdn.ErrConfig, "LowerBound = NaN"},
+		{"lower bound without its form", func(c *gdn.Config) { kda(c); c.LowerBound = -5 }, gdn.ErrConfig, "GateForm is not GateLowerBound"},
+		{"unknown gate", func(c *gdn.Config) { c.Gate = 2 }, gdn.ErrConfig, "Gate = 2"},
+		{"unknown gate form", func(c *gdn.Config) { c.GateForm = 2 }, gdn.ErrConfig, "GateForm = 2"},
+		{"unknown activation", func(c *gdn.Config) { c.OutGate = 2 }, gdn.ErrConfig, "OutGate = 2"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := validConfig()
@@ -55,6 +77,11 @@ func TestNewErrors(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, gdn.Kernels()[0], l.Kernel())
 	require.Equal(t, float32(gdn.DefaultRMSEps), l.Config().RMSEps)
+}
+
+// kda makes c a per-channel gate's config (DtBias [VHeads][K]).
+func kda(c *gdn.Config) {
+	c.Gate, c.DtBias = gdn.GatePerChannel, make([]float32, c.VHeads*c.K)
 }
 
 // TestNewCopiesParameters: changing the caller's slices after New does not change the Layer.
@@ -200,5 +227,49 @@ func TestOptionalOutputs(t *testing.T) {
 	}
 	for i, b := range out.Out {
 		require.Equal(t, gdn.BF16FromFloat32(out.OutF32[i]), b)
+	}
+}
+
+// TestPerChannelCalls: with the per-channel gate a token's A row is VHeads·K wide, in Step and in
+// Run; a row of the scalar gate's width is an error naming the field, and nothing is written.
+// Step (one token per sequence, in place or out of place) gives the bits of the same Run.
+func TestPerChannelCalls(t *testing.T) {
+	c := validConfig()
+	kda(&c)
+	for i := range c.DtBias {
+		c.DtBias[i] = float32(math.Cos(float64(i)))
+	}
+	c.GateForm, c.LowerBound, c.OutGate = gdn.GateLowerBound, -5, gdn.ActSigmoid
+	const B = 3
+	for _, k := range gdn.Kernels() {
+		c.Kernel = k
+		t.Run("kernel="+k, func(t *testing.T) {
+			l, in, out := newCall(t, c, B)
+			before := snapshot(in, out)
+			err := l.Step(in, out) // A of B·VHeads: the scalar gate's width
+			require.ErrorIs(t, err, gdn.ErrShape)
+			require.Contains(t, err.Error(), "Input.A has length 12, want 60")
+			require.Equal(t, before, snapshot(in, out), "a failed Step wrote")
+			in.A = make([]float32, B*c.VHeads*c.K)
+			for i := range in.A {
+				in.A[i] = float32(math.Sin(float64(i) * 0.7))
+			}
+			require.NoError(t, l.Step(in, out))
+			// The same as a Run of one token per sequence, out of place.
+			hs := c.VHeads * c.K * c.V
+			b := gdn.Batch{Start: []int32{0, 1, 2, 3}, Read: []int32{0, 1, 2}, Store: []int32{0, 1, 2},
+				Q: gdn.Rows{F32: in.Q}, K: gdn.Rows{F32: in.K}, V: gdn.Rows{F32: in.V}, Z: gdn.Rows{F32: in.Z},
+				B: gdn.Rows{F32: in.B}, A: gdn.Rows{F32: in.A[:B*c.VHeads]},
+				State: gdn.Pool{F32: slices.Clone(in.State)}, StoreTo: &gdn.Pool{F32: make([]float32, B*hs)},
+				Out: make([]gdn.BF16, len(out.Out)), OutF32: make([]float32, len(out.OutF32))}
+			err = l.Run(&b)
+			require.ErrorIs(t, err, gdn.ErrShape)
+			require.Contains(t, err.Error(), "Batch.A has 12 elements, want at least (T−1)·stride + width = 2·20 + 20")
+			b.A.F32 = in.A
+			require.NoError(t, l.Run(&b))
+			require.Equal(t, f32bits(out.State), f32bits(b.StoreTo.F32))
+			require.Equal(t, out.Out, b.Out)
+			require.Equal(t, f32bits(out.OutF32), f32bits(b.OutF32))
+		})
 	}
 }

@@ -565,3 +565,45 @@ func stateLayout(f gdnsimd.Format) gdn.StateLayout {
 	}
 	return gdn.LayoutKV
 }
+
+// TestPerChannelScalarGate: a per-channel gate whose channels all carry their head's gate (g[t][h][i]
+// = a[t][h], dt_bias[h][i] = dt_bias[h]) gives Part A's results: every kernel and format, random
+// batches of every scenario, held to SPEC's bounds against the scalar gate's float64 oracle.
+func TestPerChannelScalarGate(t *testing.T) {
+	type prepared struct {
+		c, pc *oracle.BatchCase
+		want  oracle.BatchWant
+		rf    rowForm
+	}
+	cases := map[bool][]prepared{}
+	for _, bf := range []bool{false, true} {
+		for i := range scenarios {
+			c, w, rf := randomBatch(t, 200+i, bf)
+			pc := *c
+			d := c.Dims
+			pc.PerChannel, pc.DtBias, pc.In.A = true, nil, nil
+			for h := range d.HV {
+				for range d.K {
+					pc.DtBias = append(pc.DtBias, c.DtBias[h])
+				}
+			}
+			for _, a := range c.In.A {
+				for range d.K {
+					pc.In.A = append(pc.In.A, a)
+				}
+			}
+			cases[bf] = append(cases[bf], prepared{c, &pc, w, rf})
+		}
+	}
+	kerneltest.ForEach(t, func(t *testing.T, kernel string) {
+		forEachFormat(t, kernel, func(t *testing.T, format gdnsimd.Format) {
+			for _, p := range cases[format.BF16] {
+				t.Run(p.c.Name, func(t *testing.T) {
+					s := runSetup{format: format, rows: p.rf, workers: 1}
+					got := runBatch(t, batchLayer(t, p.pc, kernel, format, 1), p.pc, s)
+					require.NoError(t, oracle.CheckBatch(p.c, &p.want, got))
+				})
+			}
+		})
+	})
+}
