@@ -19,7 +19,7 @@ import (
 )
 
 // FuzzRun (seed corpus: testdata/fuzz/FuzzRun): Batches decoded from the bytes, valid and not —
-// shapes, format, GQA order, tokens per sequence, Read/Store slots (Pad, Zero, NoStore, out of
+// shapes, format, GQA order, the gate (scalar, per channel in both forms, ssm_a, silu/sigmoid), tokens per sequence, Read/Store slots (Pad, Zero, NoStore, out of
 // range), StoreTo, slot strides, row strides, bf16/f32 rows, outputs, deliberate aliasing. Run
 // must never panic; it must fail exactly when the reference predicate below (SPEC Part B's rules
 // as simple loops, not the package's validator) says the batch is invalid, with a sentinel of a
@@ -100,9 +100,22 @@ func decodeRun(data []byte) *runCase {
 		c.RMSEps = 1e-5
 	}
 	c.ALog, c.DtBias, c.NormWeight = normal(rng, c.VHeads, 0, 1), normal(rng, c.VHeads, 0, 1), normal(rng, c.V, 1, 0.2)
+	switch x >> 6 { // the gate (SPEC Part C)
+	case 1: // per channel, softplus
+		c.Gate, c.DtBias = gdn.GatePerChannel, normal(rng, c.VHeads*c.K, 0, 1)
+	case 2: // per channel, lower bound, sigmoid (Kimi-Linear)
+		c.Gate, c.DtBias = gdn.GatePerChannel, normal(rng, c.VHeads*c.K, 0, 1)
+		c.GateForm, c.LowerBound, c.OutGate = gdn.GateLowerBound, -5, gdn.ActSigmoid
+	case 3: // the scalar gate from GGUF's ssm_a, sigmoid
+		c.SsmA, c.ALog, c.OutGate = make([]float32, c.VHeads), nil, gdn.ActSigmoid
+		for h := range c.SsmA {
+			c.SsmA[h] = -float32(math.Exp(rng.NormFloat64()))
+		}
+	}
 	b := &rc.b
 	slot := c.VHeads * c.K * c.V
 	HV, hk, hv := c.VHeads, c.KHeads*c.K, c.VHeads*c.V
+	ga := gateWidth(*c)
 
 	// Sequences, slots, stores.
 	x = r.next()
@@ -164,7 +177,7 @@ func decodeRun(data []byte) *runCase {
 		w          int
 		mean, sd   float64
 		scaleShift int
-	}{{&b.Q, hk, 0, 1, 0}, {&b.K, hk, 0, 1, 3}, {&b.V, hv, 0, 1, 0}, {&b.Z, hv, 0, 1, 3}, {&b.B, HV, 0, 1, 6}, {&b.A, HV, -1, 1.5, 6}}
+	}{{&b.Q, hk, 0, 1, 0}, {&b.K, hk, 0, 1, 3}, {&b.V, hv, 0, 1, 0}, {&b.Z, hv, 0, 1, 3}, {&b.B, HV, 0, 1, 6}, {&b.A, ga, -1, 1.5, 6}}
 	sx := r.next()
 	for _, f := range fields {
 		y := r.next()
@@ -378,7 +391,7 @@ func expectRun(c gdn.Config, b *gdn.Batch) []error {
 	rows := []struct {
 		r *gdn.Rows
 		w int
-	}{{&b.Q, c.KHeads * c.K}, {&b.K, c.KHeads * c.K}, {&b.V, c.VHeads * c.V}, {&b.Z, c.VHeads * c.V}, {&b.B, c.VHeads}, {&b.A, c.VHeads}}
+	}{{&b.Q, c.KHeads * c.K}, {&b.K, c.KHeads * c.K}, {&b.V, c.VHeads * c.V}, {&b.Z, c.VHeads * c.V}, {&b.B, c.VHeads}, {&b.A, gateWidth(c)}}
 	if T > 0 {
 		for _, f := range rows {
 			if (f.r.F32 != nil) == (f.r.BF16 != nil) {
@@ -707,7 +720,7 @@ func runTokens(t *testing.T, rc *runCase, kernel string) tokenRun {
 			}
 			q, k = append(q, denseRow(&b.Q, tk, hk)...), append(k, denseRow(&b.K, tk, hk)...)
 			v, z = append(v, denseRow(&b.V, tk, hv)...), append(z, denseRow(&b.Z, tk, hv)...)
-			bb, a = append(bb, denseRow(&b.B, tk, c.VHeads)...), append(a, denseRow(&b.A, tk, c.VHeads)...)
+			bb, a = append(bb, denseRow(&b.B, tk, c.VHeads)...), append(a, denseRow(&b.A, tk, gateWidth(c))...)
 		}
 		if len(toks) == 0 {
 			break
@@ -881,6 +894,14 @@ func checkRun(t *testing.T, data []byte) {
 	}
 }
 
+// gateWidth is the width of c's A rows: VHeads, VHeads·K with the per-channel gate.
+func gateWidth(c gdn.Config) int {
+	if c.Gate == gdn.GatePerChannel {
+		return c.VHeads * c.K
+	}
+	return c.VHeads
+}
+
 // nearGeneric holds a kernel's token run to the generic kernel's within the float32 forward-error
 // bound of the recurrence, per token and head, accumulated along each sequence (the exact map
 // S ↦ eg·(I − beta·k̂k̂ᵀ)·S + … does not grow an error in the Frobenius norm: only the new
@@ -968,7 +989,11 @@ func nearGeneric(rc *runCase, got, gen tokenRun) error {
 				r := 1 / math.Sqrt(ss/float64(V)+eps)
 				for j := range V {
 					zj := float64(z[h*V+j])
-					g := math.Abs(float64(c.NormWeight[j]) * zj / (1 + math.Exp(-zj)))
+					act := zj / (1 + math.Exp(-zj))
+					if c.OutGate == gdn.ActSigmoid {
+						act = 1 / (1 + math.Exp(-zj))
+					}
+					g := math.Abs(float64(c.NormWeight[j]) * act)
 					y := o[j] * r * g
 					tol := 4*(r*g*errO[j]+math.Abs(y)*(relR+16*u)) + 0x1p-120
 					a, w := float64(got.outF[tk][h*V+j]), float64(gen.outF[tk][h*V+j])
@@ -1016,6 +1041,15 @@ func seedRuns() []namedSeed {
 		add("prefill_zero_"+name, mk(hdr(5, 6, 1, f|4, 2, 3), []seq{{4, zero}, {3, slot1}}, 1, []byte{0, 0, 0, 0x90, 0, 0, 0x91}, plain))
 		add("chunk_"+name, mk(hdr(3, 2, 2, f|8, 1, 2), []seq{{0xFC, slot0}}, 0, nil, plain))
 		add("workers3_"+name, mk(hdr(6, 6, 5, f|16, 4, 5), []seq{{3, slot0}, {2, pad}, {4, slot2}, {1, 24}}, 0, nil, plain))
+	}
+	for g := range byte(3) { // the gates of decodeRun's x >> 6: per channel, per channel bounded, ssm_a
+		for f := range byte(4) {
+			name := fmt.Sprintf("gate%d_%s", g+1, []string{"kv_f32", "vk_f32", "kv_bf16", "vk_bf16"}[f])
+			add(name+"_chunk", mk(hdr(5, 4, 3, f|(g+1)<<6, 2, 4), []seq{{0xFC, slot0}, {3, slot1}}, 0, nil, plain))
+			// A snapshot after every token of sequence 0 (slots 2, 3, 4, then its read slot 0),
+			// sequence 1's last state back to its slot 1.
+			add(name+"_snapshots", mk(hdr(4, 4, 1, f|4|(g+1)<<6, 2, 5), []seq{{4, slot0}, {2, slot1}}, 1, []byte{0xD4, 0xD5, 0xD6, 0xD2, 0, 0xD3}, plain))
+		}
 	}
 	add("spec_snapshots", mk(hdr(4, 4, 1, 0, 2, 5), []seq{{4, slot0}, {2, slot1}}, 1, []byte{0x90, 0x91, 0x92, 0x93, 0, 0xC8}, plain))
 	add("storeto", mk(hdr(4, 4, 1, 0, 2, 3), []seq{{3, slot0}, {2, slot1}}, 0x40|3, []byte{0, 0x90, 0, 0x91, 0x92}, plain))
