@@ -109,23 +109,53 @@ func runTokenByToken(t *testing.T, kernel string, format gdnsimd.Format, sc orac
 		}
 		pool = got.State
 	}
-	// Against the vector: the final bf16 states, then y and out with the y bound.
+	// Against the vector's trajectory. Each call above is held to SPEC's bounds; across calls the
+	// float32 evaluation's last bits may round a bf16 state element to the other side of the
+	// vector's (1 ulp), and such a flip persists in later states (decay and the delta rule do not
+	// amplify it). So: every final element within max(1 bf16 ulp, 1e-5 · head max) (SPEC's bf16
+	// bound), ≥ 99.9 % exact; y within (1e-5 + 2⁻⁸·y_cond) · head max, the most a state whose
+	// elements each differ by one bf16 ulp (≤ 2⁻⁸ relative) moves o = Σ q̂_i S[i][j]; out within
+	// max(1 bf16 ulp of y, that bound).
 	sl := d.SlotLen()
+	nh := d.K * d.V
 	exact, total := 0, 0
 	for s, slot := range pool {
-		for i, x := range slot {
-			w := math.Float32frombits(uint32(sc.TokenByToken.StateBF16[s*sl+i]) << 16)
-			total++
-			if x == w {
-				exact++
+		for h := range d.HV {
+			want := make([]float64, nh)
+			for i := range nh {
+				want[i] = float64(math.Float32frombits(uint32(sc.TokenByToken.StateBF16[s*sl+h*nh+i]) << 16))
 			}
-			require.LessOrEqual(t, math.Abs(float64(x-w)), oracle.BF16ULP(float64(w)), "token-by-token final state slot %d [%d]", s, i)
+			hm := 0.0
+			for _, w := range want {
+				hm = max(hm, math.Abs(w))
+			}
+			for i, w := range want {
+				x := slot[h*nh+i]
+				total++
+				if float64(x) == w {
+					exact++
+				}
+				require.LessOrEqual(t, math.Abs(float64(x)-w), max(oracle.BF16ULP(w), oracle.RelTol*hm), "token-by-token final state slot %d head %d [%d]", s, h, i)
+			}
 		}
 	}
 	require.GreaterOrEqual(t, float64(exact)/float64(total), oracle.MinExactBF16State, "token-by-token final state: exactly the vector's bf16")
-	tbt := &oracle.BatchWant{Y: sc.TokenByToken.Y, OutBF16: sc.TokenByToken.OutBF16, YCond: ycond, Pad: make([]bool, c.Tokens()), Stored: map[int32][]float64{}}
-	outs := &oracle.BatchCase{Dims: d, Start: c.Start, Read: c.Read, State: pool}
-	require.NoError(t, oracle.CheckBatch(outs, tbt, oracle.BatchGot{Out: out, OutF32: y, State: pool}), "token-by-token outputs against the vector")
+	for r := range c.Tokens() {
+		for h := range d.HV {
+			at := (r*d.HV + h) * d.V
+			w := sc.TokenByToken.Y[at : at+d.V]
+			hm := 0.0
+			for _, x := range w {
+				hm = max(hm, math.Abs(x))
+			}
+			tol := (oracle.RelTol + 0x1p-8*ycond[r*d.HV+h]) * hm
+			for j, x := range w {
+				require.LessOrEqual(t, math.Abs(float64(y[at+j])-x), tol, "token-by-token y token %d head %d [%d]", r, h, j)
+				o := float64(math.Float32frombits(uint32(out[at+j]) << 16))
+				require.LessOrEqual(t, math.Abs(o-x), max(oracle.BF16ULP(x), tol), "token-by-token out token %d head %d [%d]", r, h, j)
+			}
+		}
+	}
 }
 
 // TestRunVectors runs the single-token reference vectors through Run (a Batch of one token per

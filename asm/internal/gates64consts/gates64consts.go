@@ -3,7 +3,7 @@
 // gives each constant where the Go code uses it. Its test reads gates.go and compares.
 package gates64consts
 
-// exp64's clamps, rounding magic (2⁵²·1.5) and range reduction; gate64's softplus threshold and
+// exp64's clamps, rounding magic (2⁵²·1.5) and range reduction; softplus64's threshold and
 // its split between expm1 and exp (ln 0.5); the 0.5 of exp64's k1 = round(k/2).
 const (
 	Hi      = 710.0

@@ -11,11 +11,11 @@ import (
 
 // TestMatchesGates reads ../../../gdn_generic.go (the asm module never
 // imports the library) and checks every constant of the table against the literal there: the
-// named constants, the three polynomials, gate64's literal 20 and exp64's 0.5.
+// named constants, the three polynomials, softplus64's literal 20 and exp64's 0.5.
 func TestMatchesGates(t *testing.T) {
 	named := map[string]float64{}
 	arrays := map[string][]float64{}
-	var gate64Lits, exp64Lits []float64
+	var softplusLits, exp64Lits []float64
 	lit := func(e ast.Expr) (float64, bool) { return golit.Float(e, 64) }
 	for _, file := range []string{"../../../gdn_generic.go"} {
 		f, err := parser.ParseFile(token.NewFileSet(), file, nil, 0)
@@ -47,8 +47,8 @@ func TestMatchesGates(t *testing.T) {
 			case *ast.FuncDecl:
 				var into *[]float64
 				switch n.Name.Name {
-				case "gate64":
-					into = &gate64Lits
+				case "softplus64":
+					into = &softplusLits
 				case "exp64":
 					into = &exp64Lits
 				default:
@@ -90,7 +90,7 @@ func TestMatchesGates(t *testing.T) {
 			}
 		}
 	}
-	// gate64's softplus threshold, exp64's 0.5 of k1 = round(k/2).
+	// softplus64's threshold, exp64's 0.5 of k1 = round(k/2).
 	has := func(vs []float64, v float64) bool {
 		for _, x := range vs {
 			if x == v {
@@ -99,8 +99,8 @@ func TestMatchesGates(t *testing.T) {
 		}
 		return false
 	}
-	if !has(gate64Lits, Twenty) {
-		t.Errorf("gate64's literals %v have no %v", gate64Lits, Twenty)
+	if !has(softplusLits, Twenty) {
+		t.Errorf("softplus64's literals %v have no %v", softplusLits, Twenty)
 	}
 	if !has(exp64Lits, Half) {
 		t.Errorf("exp64's literals %v have no %v", exp64Lits, Half)
