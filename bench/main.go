@@ -86,6 +86,7 @@ type flags struct {
 	batch                        *time.Duration
 	svg, formats                 *string
 	serve                        *bool
+	kda                          *string
 }
 
 // newFlags defines the command's flags on fs.
@@ -107,6 +108,8 @@ func newFlags(fs *flag.FlagSet) *flags {
 		serve: fs.Bool("serve", true, "also measure the serving call (Layer.Run: decode at every -b; prefill T = 512 at B = 1; "+
 			"verify T = 4 at B = 8) on the first layer"),
 		formats: fs.String("formats", "kv-f32,vk-f32,kv-bf16,vk-bf16", "comma-separated state formats of the serving table"),
+		kda: fs.String("kda", "32x32x128x128", "also measure the serving call with the per-channel gate (gate=kda, sigmoid output gate) on this "+
+			"layer HKxHVxKxV (Kimi-Linear's), each call over the same call with the scalar gate; \"\": not"),
 	}
 }
 
@@ -160,7 +163,16 @@ func main() {
 	printHeader(os.Stdout, steps)
 	printTable(os.Stdout, res)
 	if *f.serve {
-		sres, err := MeasureServe(c, fs, ServeCases(c.Layers[0], c.Bs...), os.Stderr)
+		cases := ServeCases(c.Layers[0], c.Bs...)
+		if *f.kda != "" {
+			kl, err := parseLayer(*f.kda)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "bench: -kda:", err)
+				os.Exit(2)
+			}
+			cases = append(cases, KDACases(kl, c.Bs...)...)
+		}
+		sres, err := MeasureServe(c, fs, cases, os.Stderr)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			os.Exit(1)

@@ -53,13 +53,18 @@ type Serve struct {
 	Shape     Shape // B sequences of this layer
 	T         int
 	Snapshots bool
+	KDA       bool // the per-channel gate with the sigmoid output gate (Kimi-Linear; SPEC Part C)
 }
 
-// String is the benchmark-name form, "T=4,snap,B=8,HK=16,HV=32,K=128,V=128".
+// String is the benchmark-name form, "T=4,snap,B=8,HK=16,HV=32,K=128,V=128", with ",gate=kda"
+// for the per-channel gate.
 func (c Serve) String() string {
 	snap := ""
 	if c.Snapshots {
 		snap = ",snap"
+	}
+	if c.KDA {
+		snap += ",gate=kda"
 	}
 	return fmt.Sprintf("T=%d%s,%v", c.T, snap, c.Shape)
 }
@@ -79,6 +84,18 @@ func ServeCases(layer Shape, bs ...int) []Serve {
 		cs = append(cs, Serve{Shape: at(b), T: 1})
 	}
 	return append(cs, Serve{Shape: at(1), T: 512}, Serve{Shape: at(8), T: 4, Snapshots: true})
+}
+
+// KimiLinear is one Kimi-Linear KDA layer (32 q/k heads, 32 value heads, K = V = 128).
+var KimiLinear = Shape{HK: 32, HV: 32, K: 128, V: 128}
+
+// KDACases are ServeCases with the per-channel gate (decode at every B of bs, prefill, verify).
+func KDACases(layer Shape, bs ...int) []Serve {
+	cs := ServeCases(layer, bs...)
+	for i := range cs {
+		cs[i].KDA = true
+	}
+	return cs
 }
 
 // RunData is one serving case's data: a pool of B slots (plus B·T snapshot slots), token rows
@@ -108,12 +125,17 @@ func NewRunData(c Serve, f Format) *RunData {
 		ALog: vec(r, s.HV, 0, 0.5), DtBias: vec(r, s.HV, 0, 1), NormWeight: vec(r, s.V, 1, 0.2),
 		StateLayout: f.Layout, StateDType: f.DType,
 	}
+	gw := s.HV // the width of a gate row
+	if c.KDA {
+		gw *= s.K
+		d.Params.Gate, d.Params.OutGate, d.Params.DtBias = gdn.GatePerChannel, gdn.ActSigmoid, vec(r, gw, 0, 1)
+	}
 	rows := func(width int, mean, sd float64) gdn.Rows { return gdn.Rows{F32: vec(r, T*width, mean, sd)} }
 	b := gdn.Batch{
 		Start: make([]int32, s.B+1), Read: make([]int32, s.B),
 		Q: rows(s.HK*s.K, 0, 1), K: rows(s.HK*s.K, 0, 1),
 		V: rows(s.HV*s.V, 0, 1), Z: rows(s.HV*s.V, 0, 1),
-		B: rows(s.HV, 0, 1), A: rows(s.HV, -1, 1.5),
+		B: rows(s.HV, 0, 1), A: rows(gw, -1, 1.5),
 		Out: make([]gdn.BF16, T*s.HV*s.V),
 	}
 	for n := range s.B {
@@ -177,6 +199,7 @@ type ServeResult struct {
 	Call    float64 // median seconds per call
 	Copy    float64 // median seconds per copy() of the B sequences' f32 state, interleaved
 	Single  float64 // median seconds per single-token call (T = 1, same B), interleaved (T > 1 only)
+	Scalar  float64 // median seconds per call of the same case with the scalar gate, interleaved (KDA cases only)
 	Floor   float64 // median seconds per in-place scale pass over the B sequences' f32 state (Kernel.FloorScale, the kernel's ISA; 0: none)
 	FMA     float64 // the call's 4·B·T·HV·K·V FMAs at the FMA throughput measured with Kernel.FloorFMA (0: none)
 }
@@ -267,11 +290,16 @@ func MeasureServe(c Config, formats []Format, cases []Serve, log io.Writer) ([]S
 		for _, f := range formats {
 			fmt.Fprintf(log, "measuring Run %v %v ...\n", sc, f)
 			d := NewRunData(sc, f)
-			var d1 *RunData
+			var d1, ds *RunData
 			if sc.T > 1 {
 				one := sc
 				one.T, one.Snapshots = 1, false
 				d1 = NewRunData(one, f)
+			}
+			if sc.KDA {
+				scalar := sc
+				scalar.KDA = false
+				ds = NewRunData(scalar, f)
 			}
 			for _, k := range c.Kernels {
 				measured := false
@@ -283,7 +311,7 @@ func MeasureServe(c Config, formats []Format, cases []Serve, log io.Writer) ([]S
 					if err != nil {
 						return nil, err
 					}
-					r, err := measureServe(c, d, d1, l, k, w)
+					r, err := measureServe(c, d, d1, ds, l, k, w)
 					if err != nil {
 						return nil, err
 					}
@@ -300,7 +328,9 @@ func MeasureServe(c Config, formats []Format, cases []Serve, log io.Writer) ([]S
 	return res, nil
 }
 
-func measureServe(c Config, d, d1 *RunData, l *gdn.Layer, kernel string, workers int) (ServeResult, error) {
+// measureServe measures one case (d) with l, interleaving copy(), the single-token call (d1, T > 1)
+// and the scalar gate's call (ds, KDA cases).
+func measureServe(c Config, d, d1, ds *RunData, l *gdn.Layer, kernel string, workers int) (ServeResult, error) {
 	r := ServeResult{Case: d.Case, Format: d.Format, Kernel: kernel, Workers: workers}
 	if _, err := d.Runs(l, 2); err != nil {
 		return r, err
@@ -320,6 +350,17 @@ func measureServe(c Config, d, d1 *RunData, l *gdn.Layer, kernel string, workers
 		t1, _ := d1.Runs(l1, 1)
 		n1 = batchLen(t1, c.Batch)
 	}
+	var ls *gdn.Layer
+	ns := 0
+	if ds != nil {
+		var err error
+		if ls, err = ds.Layer(kernel, workers); err != nil {
+			return r, err
+		}
+		ds.Runs(ls, 2)
+		ts, _ := ds.Runs(ls, 1)
+		ns = batchLen(ts, c.Batch)
+	}
 	nf := 0
 	if t := d.Floors(kernel, 1); t > 0 {
 		nf = batchLen(d.Floors(kernel, 1), c.Batch)
@@ -328,7 +369,7 @@ func measureServe(c Config, d, d1 *RunData, l *gdn.Layer, kernel string, workers
 		s := d.Case.Shape
 		r.FMA = 4 * float64(s.B*d.Case.T*s.HV*s.K*s.V) / float64(lanes) / rate
 	}
-	var calls, copies, singles, floors []float64
+	var calls, copies, singles, floors, scalars []float64
 	for range c.Reps {
 		d.Runs(l, 1)
 		t, err := d.Runs(l, n)
@@ -346,12 +387,20 @@ func measureServe(c Config, d, d1 *RunData, l *gdn.Layer, kernel string, workers
 			}
 			singles = append(singles, t1.Seconds()/float64(n1))
 		}
+		if ls != nil {
+			ds.Runs(ls, 1)
+			ts, err := ds.Runs(ls, ns)
+			if err != nil {
+				return r, err
+			}
+			scalars = append(scalars, ts.Seconds()/float64(ns))
+		}
 		if nf > 0 {
 			d.Floors(kernel, 1)
 			floors = append(floors, d.Floors(kernel, nf).Seconds()/float64(nf))
 		}
 	}
-	r.Call, r.Copy, r.Single, r.Floor = median(calls), median(copies), median(singles), median(floors)
+	r.Call, r.Copy, r.Single, r.Floor, r.Scalar = median(calls), median(copies), median(singles), median(floors), median(scalars)
 	return r, nil
 }
 
@@ -360,10 +409,19 @@ func measureServe(c Config, d, d1 *RunData, l *gdn.Layer, kernel string, workers
 // (same kernel, format, B and workers); then the call over its floor (RunData.Floors: the in-place
 // floor, a load–scale–store pass of the kernel's ISA over the f32 state's bytes; with snapshots
 // the snapshot floor, copy() of the states into the snapshot slots) and over the FMA bound (the call's
-// 4·B·T·HV·K·V FMAs at the measured FMA throughput, also shown per head-token).
+// 4·B·T·HV·K·V FMAs at the measured FMA throughput, also shown per head-token); for the per-channel
+// gate (gate=kda), the call over the same call with the scalar gate.
 func printServe(w io.Writer, res []ServeResult) {
-	fmt.Fprintln(w, "| kernel | format | case | workers | µs/call | µs/token | t/copy() | per token / single-token call | t/floor | t/FMA bound | FMA bound µs/head-token |")
-	fmt.Fprintln(w, "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+	kda := false
+	for _, r := range res {
+		kda = kda || r.Case.KDA
+	}
+	extra, sep := "", ""
+	if kda {
+		extra, sep = " t/scalar gate |", "---:|"
+	}
+	fmt.Fprintln(w, "| kernel | format | case | workers | µs/call | µs/token | t/copy() | per token / single-token call | t/floor | t/FMA bound | FMA bound µs/head-token |"+extra)
+	fmt.Fprintln(w, "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"+sep)
 	ratio := func(a, b float64) string {
 		if b <= 0 {
 			return "—"
@@ -379,7 +437,11 @@ func printServe(w io.Writer, res []ServeResult) {
 		if r.FMA > 0 {
 			fb = fmt.Sprintf("%.3f", r.FMA*1e6/float64(r.Case.Shape.B*r.Case.T*r.Case.Shape.HV))
 		}
-		fmt.Fprintf(w, "| %s | %v | %v | %d | %s | %s | %.2f | %s | %s | %s | %s |\n", r.Kernel, r.Format, r.Case, r.Workers,
-			micros(r.Call), micros(r.Call/float64(r.Case.T)), r.Call/r.Copy, per, ratio(r.Call, r.Floor), ratio(r.Call, r.FMA), fb)
+		col := ""
+		if kda {
+			col = " " + ratio(r.Call, r.Scalar) + " |"
+		}
+		fmt.Fprintf(w, "| %s | %v | %v | %d | %s | %s | %.2f | %s | %s | %s | %s |%s\n", r.Kernel, r.Format, r.Case, r.Workers,
+			micros(r.Call), micros(r.Call/float64(r.Case.T)), r.Call/r.Copy, per, ratio(r.Call, r.Floor), ratio(r.Call, r.FMA), fb, col)
 	}
 }
