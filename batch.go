@@ -207,7 +207,10 @@ type Scratch struct {
 	kq                   []float32 // [chunk] k̂·q̂
 	ch                   []float32 // [chunk][4][K]: headCall.ch
 	cg                   []float32 // [2][K]: one token's per-channel em1, eg
-	rate                 []float64 // the gates' lanes' rates (SsmA)
+	rate                 []float64 // the gates' lanes' rates (gateLanes: at least K)
+	rates                []float64 // the value heads' rates (rates), of
+	rateOf               []uint32  // the bits of the A_log or ssm_a they were computed from,
+	rateSsm              bool      // and which of the two
 	gl                   []float32 // the gates' lanes (gateLanes)
 	row                  []float32 // widened q, k rows of one token
 	carry                []float32 // [g][K·V], g ≤ groupMax: a carry per head of a group (grown on first use)
@@ -242,19 +245,21 @@ func (s *Scratch) ensure(K, V int) {
 	s.hc = headCall{K: K, V: V, tmp: s.tmp, slab: s.slab, stores: s.stores, zero32: s.zero32, zero16: s.zero16, pf: pf, work: s.hc.work} // work: any K, V
 }
 
-// gateLanes makes s.gl hold the gates of n lanes: the inputs b, a, A_log, dt_bias and the outputs
-// beta, em1, eg, n each (see lanes).
-func (s *Scratch) gateLanes(n int) {
-	if len(s.gl) < 7*n {
-		s.gl = make([]float32, 7*n)
-		s.rate = make([]float64, n)
+// gateLanes makes s.gl hold the gates of n lanes: the inputs b, a, dt_bias and the outputs beta,
+// em1, eg, n each (see lane), and s.rate the lanes' rates, at least K of them (channels).
+func (s *Scratch) gateLanes(n, K int) {
+	if len(s.gl) < 6*n {
+		s.gl = make([]float32, 6*n)
+	}
+	if len(s.rate) < max(n, K) {
+		s.rate = make([]float64, max(n, K))
 	}
 }
 
-// lane is the i-th of the seven gate arrays of s.gl (0–3 the inputs b, a, A_log, dt_bias; 4–6
-// the outputs beta, em1, eg), n elements.
+// lane is the i-th of the six gate arrays of s.gl (0–2 the inputs b, a, dt_bias; 3–5 the outputs
+// beta, em1, eg), n elements.
 func (s *Scratch) lane(i, n int) []float32 {
-	w := len(s.gl) / 7
+	w := len(s.gl) / 6
 	return s.gl[i*w : i*w+n : i*w+n]
 }
 
@@ -306,7 +311,7 @@ func (k Kernel) runBatch(b *Batch, lo, hi int, s *Scratch, check bool) {
 		panic(fmt.Sprintf("gdnsimd: items [%d, %d) out of range [0, %d)", lo, hi, b.Items()))
 	}
 	s.ensure(b.K, b.V)
-	s.gateLanes(max(chunk, b.VHeads))
+	s.gateLanes(max(chunk, b.VHeads), b.K)
 	s.b = *b // the routines are func values: what they are given escapes, so b must not be given
 	d := driver{im: k.im, b: &s.b, s: s, state: f, w: b.NormWeight[:b.V:b.V], single: b.Format == Format{} && !b.PerChannel,
 		prefetches: pf, norm: k.im.gate}
@@ -427,7 +432,7 @@ type driver struct {
 	prefetches bool
 	norm       func(o, z, w []float32, eps float32, out []uint16, outF []float32) // the gated RMSNorm
 	// oneTok: the sequence being run is one token; its gates for the value heads from hlo are
-	// in s.lane(4…6) (computed once for all its heads: see heads).
+	// in s.lane(3…5) (computed once for all its heads: see heads).
 	oneTok bool
 	hlo    int
 }
@@ -773,7 +778,7 @@ func (d *driver) token(h, t int, read int32) {
 	d.gate(t, h, o)
 }
 
-// heads computes the gates of token t for the value heads [hlo, hhi) into s.lane(4…6): one call of
+// heads computes the gates of token t for the value heads [hlo, hhi) into s.lane(3…5): one call of
 // the kernel's gates piece for all of a one-token sequence's heads (a lane per head).
 func (d *driver) heads(t, hlo, hhi int) {
 	b, s := d.b, d.s
@@ -794,53 +799,67 @@ func (d *driver) heads(t, hlo, hhi int) {
 	d.laneGates(n, gb, ga, func(i int) int { return hlo + i })
 }
 
-// laneGates sets s.lane(4…6) to the gates beta, em1, eg of n lanes with the inputs gb, ga (b and
-// a), lane i of value head head(i): the kernel's gates piece; the portable lanes for heads whose
-// rate is −SsmA; beta only (em1 and eg of a = 0) with the per-channel gate, whose decays are
-// channels'.
+// laneGates sets s.lane(3…5) to the gates beta, em1, eg of n lanes with the inputs gb, ga (b and
+// a), lane i of value head head(i): the kernel's gates piece. With the per-channel gate only beta
+// is used (the decays are the channels': see channels).
 func (d *driver) laneGates(n int, gb, ga []float32, head func(i int) int) {
 	b, s := d.b, d.s
-	beta, em1, eg := s.lane(4, n), s.lane(5, n), s.lane(6, n)
-	al, dt := s.lane(2, n), s.lane(3, n)
+	beta, em1, eg := s.lane(3, n), s.lane(4, n), s.lane(5, n)
+	dt, rate := s.lane(2, n), s.rate[:n:n]
 	if b.PerChannel {
-		clear(al)
 		clear(dt)
-		d.im.gates(beta, em1, eg, gb, dt, al, dt)
+		clear(rate)
+		d.im.gates(beta, em1, eg, gb, dt, dt, rate, 0)
 		return
 	}
-	if b.SsmA != nil {
-		rate := s.rate[:n]
-		for i := range n {
-			h := head(i)
-			rate[i], dt[i] = -float64(b.SsmA[h]), b.DtBias[h]
-		}
-		rateGates(beta, em1, eg, gb, ga, rate, dt)
-		return
-	}
+	rs := d.rates()
 	for i := range n {
 		h := head(i)
-		al[i], dt[i] = b.ALog[h], b.DtBias[h]
+		rate[i], dt[i] = rs[h], b.DtBias[h]
 	}
-	d.im.gates(beta, em1, eg, gb, ga, al, dt)
+	d.im.gates(beta, em1, eg, gb, ga, dt, rate, 0)
 }
 
-// rate is value head h's decay rate: exp(A_log) (rate64), or −ssm_a.
-func (d *driver) rate(h int) float64 {
-	if d.b.SsmA != nil {
-		return -float64(d.b.SsmA[h])
+// rates returns the value heads' decay rates, exp(A_log) (rate64) or −ssm_a: computed once for
+// the values of the Batch's A_log or ssm_a (a Layer's are the same every call) and kept with them.
+func (d *driver) rates() []float64 {
+	b, s := d.b, d.s
+	src, ssm := b.ALog, b.SsmA != nil
+	if ssm {
+		src = b.SsmA
 	}
-	return rate64(d.b.ALog[h])
+	same := s.rateSsm == ssm && len(s.rateOf) == len(src)
+	for i := 0; same && i < len(src); i++ {
+		same = s.rateOf[i] == math.Float32bits(src[i])
+	}
+	if same {
+		return s.rates
+	}
+	s.rateOf, s.rates, s.rateSsm = s.rateOf[:0], s.rates[:0], ssm
+	for _, x := range src {
+		r := rate64(x)
+		if ssm {
+			r = -float64(x)
+		}
+		s.rateOf, s.rates = append(s.rateOf, math.Float32bits(x)), append(s.rates, r)
+	}
+	return s.rates
 }
 
 // channels makes the per-channel gate (headCall.ch) of value head h over the tokens [c0, c1),
-// with their k̂ and q̂ prepared (s.kh, s.qh): per token the channels' em1 and eg (chanGates), their
+// with their k̂ and q̂ prepared (s.kh, s.qh): per token the channels' em1 and eg (the gates piece), their
 // forms c, m, and k̂, q̂ decayed by them.
 func (d *driver) channels(h, c0, c1 int) []float32 {
 	b, s := d.b, d.s
 	K := b.K
-	rate, lb := d.rate(h), float64(b.LowerBound)
+	lb := float64(b.LowerBound)
 	dtb := b.DtBias[h*K : (h+1)*K : (h+1)*K]
 	em1, eg := s.cg[:K:K], s.cg[K:2*K:2*K]
+	rate := s.rate[:K:K]
+	r := d.rates()[h]
+	for i := range rate {
+		rate[i] = r
+	}
 	ch := s.ch[:4*K*(c1-c0)]
 	for τ := range c1 - c0 {
 		t := c0 + τ
@@ -851,7 +870,7 @@ func (d *driver) channels(h, c0, c1 int) []float32 {
 			g = s.row[:K:K]
 			d.im.widen(g, cutU16(b.Gate.BF16, t*b.Gate.Stride+h*K, K))
 		}
-		chanGates(em1, eg, g, dtb, rate, lb)
+		d.im.gates(nil, em1, eg, nil, g, dtb, rate, lb)
 		c := ch[4*K*τ : 4*K*(τ+1) : 4*K*(τ+1)]
 		kh, qh := s.kh[τ*K:(τ+1)*K:(τ+1)*K], s.qh[τ*K:(τ+1)*K:(τ+1)*K]
 		for i := range K {
@@ -866,7 +885,7 @@ func (d *driver) channels(h, c0, c1 int) []float32 {
 // zeroOne returns T zeros and T ones: the em1 and eg of tok with the per-channel gate (decay(x)
 // = x + 0·x after the dot products).
 func (s *Scratch) zeroOne(T int) (zeros, ones []float32) {
-	zeros, ones = s.lane(5, T), s.lane(6, T)
+	zeros, ones = s.lane(4, T), s.lane(5, T)
 	for τ := range T {
 		zeros[τ], ones[τ] = 0, 1
 	}
@@ -879,7 +898,7 @@ func (d *driver) gates(h, c0, c1 int) (beta, em1, eg []float32) {
 	b, s := d.b, d.s
 	if d.oneTok {
 		i := h - d.hlo
-		return s.lane(4, i+1)[i:], s.lane(5, i+1)[i:], s.lane(6, i+1)[i:]
+		return s.lane(3, i+1)[i:], s.lane(4, i+1)[i:], s.lane(5, i+1)[i:]
 	}
 	T := c1 - c0
 	gb, ga := s.lane(0, T), s.lane(1, T)
@@ -890,7 +909,7 @@ func (d *driver) gates(h, c0, c1 int) (beta, em1, eg []float32) {
 		}
 	}
 	d.laneGates(T, gb, ga, func(int) int { return h })
-	return s.lane(4, T), s.lane(5, T), s.lane(6, T)
+	return s.lane(3, T), s.lane(4, T), s.lane(5, T)
 }
 
 // prepareQK writes k̂, q̂ and k̂·q̂ of tokens [c0, c1), k-head hk, into the scratch.

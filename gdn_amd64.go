@@ -272,18 +272,18 @@ func stateVKf32AVX2(a stateArgs)
 func stateVKbf16AVX2(a stateArgs)
 
 // gatesAVX512 is gatesGeneric in AVX512 (asm/gates.go): lanes of float64, each lane's operations
-// gate1's in its order, so the bits are the same. Every slice holds at least len(b) elements (not
-// checked: see gatesChecked).
+// gatesGeneric's in its order, so the bits are the same. It takes len(a) lanes; every other slice
+// holds at least len(a) elements, or b is empty (not checked: see gatesChecked).
 //
 //go:noescape
-func gatesAVX512(beta, em1, eg, b, a, alog, dtb []float32)
+func gatesAVX512(beta, em1, eg, b, a, dtb []float32, rate []float64, lb float64)
 
 // gatesAVX2 is gatesGeneric in AVX2 (asm/gates.go): lanes of float64, each lane's operations
-// gate1's in its order, so the bits are the same. Every slice holds at least len(b) elements (not
-// checked: see gatesChecked).
+// gatesGeneric's in its order, so the bits are the same. It takes len(a) lanes; every other slice
+// holds at least len(a) elements, or b is empty (not checked: see gatesChecked).
 //
 //go:noescape
-func gatesAVX2(beta, em1, eg, b, a, alog, dtb []float32)
+func gatesAVX2(beta, em1, eg, b, a, dtb []float32, rate []float64, lb float64)
 
 // fmaLoopAVX512 runs n iterations of floor.chains independent VFMADD231PS chains on registers
 // (the core's FMA throughput: a benchmark floor of package bench).

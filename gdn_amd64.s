@@ -33797,17 +33797,17 @@ stateVKbf16AVX2_done_1:
 	VZEROUPPER
 	RET
 
-// func gatesAVX512(beta []float32, em1 []float32, eg []float32, b []float32, a []float32, alog []float32, dtb []float32)
+// func gatesAVX512(beta []float32, em1 []float32, eg []float32, b []float32, a []float32, dtb []float32, rate []float64, lb float64)
 // Requires: AVX, AVX512F, AVX512VL
-TEXT ·gatesAVX512(SB), NOSPLIT, $0-168
+TEXT ·gatesAVX512(SB), NOSPLIT, $0-176
 	MOVQ         b_base+72(FP), AX
 	MOVQ         a_base+96(FP), CX
-	MOVQ         alog_base+120(FP), DX
-	MOVQ         dtb_base+144(FP), BX
+	MOVQ         dtb_base+120(FP), DX
+	MOVQ         rate_base+144(FP), BX
 	MOVQ         beta_base+0(FP), SI
 	MOVQ         em1_base+24(FP), DI
 	MOVQ         eg_base+48(FP), R8
-	MOVQ         b_len+80(FP), R9
+	MOVQ         a_len+104(FP), R9
 	XORQ         R10, R10
 	VBROADCASTSD g64lo<>+0(SB), Z0
 	VBROADCASTSD g64hi<>+0(SB), Z1
@@ -33816,6 +33816,8 @@ TEXT ·gatesAVX512(SB), NOSPLIT, $0-168
 gatesAVX512_loop_1:
 	CMPQ              R9, $0x00000008
 	JB                gatesAVX512_tail_1
+	CMPQ              b_len+80(FP), $0x00
+	JE                gatesAVX512_nobeta_1
 	VCVTPS2PD         (AX)(R10*1), Z3
 	VPXORQ.BCST       g64sign<>+0(SB), Z3, Z3
 	VMAXPD            Z3, Z0, Z3
@@ -33854,107 +33856,123 @@ gatesAVX512_loop_1:
 	VDIVPD            Z3, Z2, Z3
 	VCVTPD2PS         Z3, Y3
 	VMOVUPS           Y3, (SI)(R10*1)
+
+gatesAVX512_nobeta_1:
 	VCVTPS2PD         (CX)(R10*1), Z3
-	VCVTPS2PD         (BX)(R10*1), Z4
+	VCVTPS2PD         (DX)(R10*1), Z4
 	VADDPD            Z4, Z3, Z3
-	VPORQ.BCST        g64sign<>+0(SB), Z3, Z4
-	VMAXPD            Z4, Z0, Z4
-	VMINPD            Z4, Z1, Z4
-	VBROADCASTSD      g64magic<>+0(SB), Z5
-	VFMADD231PD.BCST  g64log2e<>+0(SB), Z4, Z5
-	VSUBPD.BCST       g64magic<>+0(SB), Z5, Z5
-	VFNMADD231PD.BCST g64ln2hi<>+0(SB), Z5, Z4
-	VFNMADD231PD.BCST g64ln2lo<>+0(SB), Z5, Z4
-	VBROADCASTSD      g64exp0<>+0(SB), Z6
-	VFMADD213PD.BCST  g64exp1<>+0(SB), Z4, Z6
-	VFMADD213PD.BCST  g64exp2<>+0(SB), Z4, Z6
-	VFMADD213PD.BCST  g64exp3<>+0(SB), Z4, Z6
-	VFMADD213PD.BCST  g64exp4<>+0(SB), Z4, Z6
-	VFMADD213PD.BCST  g64exp5<>+0(SB), Z4, Z6
-	VFMADD213PD.BCST  g64exp6<>+0(SB), Z4, Z6
-	VFMADD213PD.BCST  g64exp7<>+0(SB), Z4, Z6
-	VFMADD213PD.BCST  g64exp8<>+0(SB), Z4, Z6
-	VFMADD213PD.BCST  g64exp9<>+0(SB), Z4, Z6
-	VFMADD213PD.BCST  g64exp10<>+0(SB), Z4, Z6
-	VFMADD213PD.BCST  g64exp11<>+0(SB), Z4, Z6
-	VFMADD213PD.BCST  g64exp12<>+0(SB), Z4, Z6
-	VFMADD213PD.BCST  g64exp13<>+0(SB), Z4, Z6
-	VBROADCASTSD      g64magic<>+0(SB), Z4
-	VFMADD231PD.BCST  g64half<>+0(SB), Z5, Z4
-	VSUBPD.BCST       g64magic<>+0(SB), Z4, Z7
-	VSUBPD            Z7, Z5, Z7
-	VADDPD.BCST       g64magic<>+0(SB), Z7, Z7
-	VPADDQ.BCST       g64bias<>+0(SB), Z4, Z4
-	VPSLLQ            $0x34, Z4, Z4
-	VPADDQ.BCST       g64bias<>+0(SB), Z7, Z7
-	VPSLLQ            $0x34, Z7, Z7
-	VMULPD            Z4, Z6, Z6
-	VMULPD            Z7, Z6, Z4
-	VADDPD.BCST       g64two<>+0(SB), Z4, Z5
-	VDIVPD            Z5, Z4, Z5
-	VADDPD            Z5, Z5, Z6
-	VMULPD            Z5, Z5, Z5
-	VBROADCASTSD      g64log1p0<>+0(SB), Z7
-	VFMADD213PD.BCST  g64log1p1<>+0(SB), Z5, Z7
-	VFMADD213PD.BCST  g64log1p2<>+0(SB), Z5, Z7
-	VFMADD213PD.BCST  g64log1p3<>+0(SB), Z5, Z7
-	VFMADD213PD.BCST  g64log1p4<>+0(SB), Z5, Z7
-	VFMADD213PD.BCST  g64log1p5<>+0(SB), Z5, Z7
-	VFMADD213PD.BCST  g64log1p6<>+0(SB), Z5, Z7
-	VFMADD213PD.BCST  g64log1p7<>+0(SB), Z5, Z7
-	VFMADD213PD.BCST  g64log1p8<>+0(SB), Z5, Z7
-	VFMADD213PD.BCST  g64log1p9<>+0(SB), Z5, Z7
-	VFMADD213PD.BCST  g64log1p10<>+0(SB), Z5, Z7
-	VFMADD213PD.BCST  g64log1p11<>+0(SB), Z5, Z7
-	VFMADD213PD.BCST  g64log1p12<>+0(SB), Z5, Z7
-	VFMADD213PD.BCST  g64log1p13<>+0(SB), Z5, Z7
-	VFMADD213PD.BCST  g64log1p14<>+0(SB), Z5, Z7
-	VFMADD213PD.BCST  g64log1p15<>+0(SB), Z5, Z7
-	VMULPD            Z5, Z6, Z5
-	VFMADD213PD       Z6, Z5, Z7
-	VMOVAPD           Z7, Z5
-	VCMPPD.BCST       $0x11, g64tiny<>+0(SB), Z4, K2
-	VMOVAPD           Z4, K2, Z5
-	VCMPPD.BCST       $0x1e, g64zero<>+0(SB), Z3, K2
-	VMOVAPD.Z         Z3, K2, Z4
-	VADDPD            Z5, Z4, Z4
-	VCMPPD.BCST       $0x1e, g64twenty<>+0(SB), Z3, K2
-	VMOVAPD           Z3, K2, Z4
-	VCVTPS2PD         (DX)(R10*1), Z3
+	VMOVUPD           (BX)(R10*2), Z4
+	VMOVSD            lb+168(FP), X5
+	VMOVSD            g64zero<>+0(SB), X6
+	VUCOMISD          X5, X6
+	JLS               gatesAVX512_softplus_1
+	VMULPD            Z3, Z4, Z3
+	VPXORQ.BCST       g64sign<>+0(SB), Z3, Z3
 	VMAXPD            Z3, Z0, Z3
 	VMINPD            Z3, Z1, Z3
-	VBROADCASTSD      g64magic<>+0(SB), Z5
-	VFMADD231PD.BCST  g64log2e<>+0(SB), Z3, Z5
-	VSUBPD.BCST       g64magic<>+0(SB), Z5, Z5
-	VFNMADD231PD.BCST g64ln2hi<>+0(SB), Z5, Z3
-	VFNMADD231PD.BCST g64ln2lo<>+0(SB), Z5, Z3
-	VBROADCASTSD      g64exp0<>+0(SB), Z6
-	VFMADD213PD.BCST  g64exp1<>+0(SB), Z3, Z6
-	VFMADD213PD.BCST  g64exp2<>+0(SB), Z3, Z6
-	VFMADD213PD.BCST  g64exp3<>+0(SB), Z3, Z6
-	VFMADD213PD.BCST  g64exp4<>+0(SB), Z3, Z6
-	VFMADD213PD.BCST  g64exp5<>+0(SB), Z3, Z6
-	VFMADD213PD.BCST  g64exp6<>+0(SB), Z3, Z6
-	VFMADD213PD.BCST  g64exp7<>+0(SB), Z3, Z6
-	VFMADD213PD.BCST  g64exp8<>+0(SB), Z3, Z6
-	VFMADD213PD.BCST  g64exp9<>+0(SB), Z3, Z6
-	VFMADD213PD.BCST  g64exp10<>+0(SB), Z3, Z6
-	VFMADD213PD.BCST  g64exp11<>+0(SB), Z3, Z6
-	VFMADD213PD.BCST  g64exp12<>+0(SB), Z3, Z6
-	VFMADD213PD.BCST  g64exp13<>+0(SB), Z3, Z6
+	VBROADCASTSD      g64magic<>+0(SB), Z4
+	VFMADD231PD.BCST  g64log2e<>+0(SB), Z3, Z4
+	VSUBPD.BCST       g64magic<>+0(SB), Z4, Z4
+	VFNMADD231PD.BCST g64ln2hi<>+0(SB), Z4, Z3
+	VFNMADD231PD.BCST g64ln2lo<>+0(SB), Z4, Z3
+	VBROADCASTSD      g64exp0<>+0(SB), Z5
+	VFMADD213PD.BCST  g64exp1<>+0(SB), Z3, Z5
+	VFMADD213PD.BCST  g64exp2<>+0(SB), Z3, Z5
+	VFMADD213PD.BCST  g64exp3<>+0(SB), Z3, Z5
+	VFMADD213PD.BCST  g64exp4<>+0(SB), Z3, Z5
+	VFMADD213PD.BCST  g64exp5<>+0(SB), Z3, Z5
+	VFMADD213PD.BCST  g64exp6<>+0(SB), Z3, Z5
+	VFMADD213PD.BCST  g64exp7<>+0(SB), Z3, Z5
+	VFMADD213PD.BCST  g64exp8<>+0(SB), Z3, Z5
+	VFMADD213PD.BCST  g64exp9<>+0(SB), Z3, Z5
+	VFMADD213PD.BCST  g64exp10<>+0(SB), Z3, Z5
+	VFMADD213PD.BCST  g64exp11<>+0(SB), Z3, Z5
+	VFMADD213PD.BCST  g64exp12<>+0(SB), Z3, Z5
+	VFMADD213PD.BCST  g64exp13<>+0(SB), Z3, Z5
 	VBROADCASTSD      g64magic<>+0(SB), Z3
-	VFMADD231PD.BCST  g64half<>+0(SB), Z5, Z3
-	VSUBPD.BCST       g64magic<>+0(SB), Z3, Z7
-	VSUBPD            Z7, Z5, Z7
-	VADDPD.BCST       g64magic<>+0(SB), Z7, Z7
+	VFMADD231PD.BCST  g64half<>+0(SB), Z4, Z3
+	VSUBPD.BCST       g64magic<>+0(SB), Z3, Z6
+	VSUBPD            Z6, Z4, Z6
+	VADDPD.BCST       g64magic<>+0(SB), Z6, Z6
 	VPADDQ.BCST       g64bias<>+0(SB), Z3, Z3
 	VPSLLQ            $0x34, Z3, Z3
-	VPADDQ.BCST       g64bias<>+0(SB), Z7, Z7
-	VPSLLQ            $0x34, Z7, Z7
-	VMULPD            Z3, Z6, Z6
-	VMULPD            Z7, Z6, Z3
-	VPXORQ.BCST       g64sign<>+0(SB), Z3, Z3
-	VMULPD            Z4, Z3, Z3
+	VPADDQ.BCST       g64bias<>+0(SB), Z6, Z6
+	VPSLLQ            $0x34, Z6, Z6
+	VMULPD            Z3, Z5, Z5
+	VMULPD            Z6, Z5, Z3
+	VADDPD            Z2, Z3, Z3
+	VBROADCASTSD      lb+168(FP), Z4
+	VDIVPD            Z3, Z4, Z3
+	JMP               gatesAVX512_logdecay_1
+
+gatesAVX512_softplus_1:
+	VPORQ.BCST        g64sign<>+0(SB), Z3, Z5
+	VMAXPD            Z5, Z0, Z5
+	VMINPD            Z5, Z1, Z5
+	VBROADCASTSD      g64magic<>+0(SB), Z6
+	VFMADD231PD.BCST  g64log2e<>+0(SB), Z5, Z6
+	VSUBPD.BCST       g64magic<>+0(SB), Z6, Z6
+	VFNMADD231PD.BCST g64ln2hi<>+0(SB), Z6, Z5
+	VFNMADD231PD.BCST g64ln2lo<>+0(SB), Z6, Z5
+	VBROADCASTSD      g64exp0<>+0(SB), Z7
+	VFMADD213PD.BCST  g64exp1<>+0(SB), Z5, Z7
+	VFMADD213PD.BCST  g64exp2<>+0(SB), Z5, Z7
+	VFMADD213PD.BCST  g64exp3<>+0(SB), Z5, Z7
+	VFMADD213PD.BCST  g64exp4<>+0(SB), Z5, Z7
+	VFMADD213PD.BCST  g64exp5<>+0(SB), Z5, Z7
+	VFMADD213PD.BCST  g64exp6<>+0(SB), Z5, Z7
+	VFMADD213PD.BCST  g64exp7<>+0(SB), Z5, Z7
+	VFMADD213PD.BCST  g64exp8<>+0(SB), Z5, Z7
+	VFMADD213PD.BCST  g64exp9<>+0(SB), Z5, Z7
+	VFMADD213PD.BCST  g64exp10<>+0(SB), Z5, Z7
+	VFMADD213PD.BCST  g64exp11<>+0(SB), Z5, Z7
+	VFMADD213PD.BCST  g64exp12<>+0(SB), Z5, Z7
+	VFMADD213PD.BCST  g64exp13<>+0(SB), Z5, Z7
+	VBROADCASTSD      g64magic<>+0(SB), Z5
+	VFMADD231PD.BCST  g64half<>+0(SB), Z6, Z5
+	VSUBPD.BCST       g64magic<>+0(SB), Z5, Z8
+	VSUBPD            Z8, Z6, Z8
+	VADDPD.BCST       g64magic<>+0(SB), Z8, Z8
+	VPADDQ.BCST       g64bias<>+0(SB), Z5, Z5
+	VPSLLQ            $0x34, Z5, Z5
+	VPADDQ.BCST       g64bias<>+0(SB), Z8, Z8
+	VPSLLQ            $0x34, Z8, Z8
+	VMULPD            Z5, Z7, Z7
+	VMULPD            Z8, Z7, Z5
+	VADDPD.BCST       g64two<>+0(SB), Z5, Z6
+	VDIVPD            Z6, Z5, Z6
+	VADDPD            Z6, Z6, Z7
+	VMULPD            Z6, Z6, Z6
+	VBROADCASTSD      g64log1p0<>+0(SB), Z8
+	VFMADD213PD.BCST  g64log1p1<>+0(SB), Z6, Z8
+	VFMADD213PD.BCST  g64log1p2<>+0(SB), Z6, Z8
+	VFMADD213PD.BCST  g64log1p3<>+0(SB), Z6, Z8
+	VFMADD213PD.BCST  g64log1p4<>+0(SB), Z6, Z8
+	VFMADD213PD.BCST  g64log1p5<>+0(SB), Z6, Z8
+	VFMADD213PD.BCST  g64log1p6<>+0(SB), Z6, Z8
+	VFMADD213PD.BCST  g64log1p7<>+0(SB), Z6, Z8
+	VFMADD213PD.BCST  g64log1p8<>+0(SB), Z6, Z8
+	VFMADD213PD.BCST  g64log1p9<>+0(SB), Z6, Z8
+	VFMADD213PD.BCST  g64log1p10<>+0(SB), Z6, Z8
+	VFMADD213PD.BCST  g64log1p11<>+0(SB), Z6, Z8
+	VFMADD213PD.BCST  g64log1p12<>+0(SB), Z6, Z8
+	VFMADD213PD.BCST  g64log1p13<>+0(SB), Z6, Z8
+	VFMADD213PD.BCST  g64log1p14<>+0(SB), Z6, Z8
+	VFMADD213PD.BCST  g64log1p15<>+0(SB), Z6, Z8
+	VMULPD            Z6, Z7, Z6
+	VFMADD213PD       Z7, Z6, Z8
+	VMOVAPD           Z8, Z6
+	VCMPPD.BCST       $0x11, g64tiny<>+0(SB), Z5, K2
+	VMOVAPD           Z5, K2, Z6
+	VCMPPD.BCST       $0x1e, g64zero<>+0(SB), Z3, K2
+	VMOVAPD.Z         Z3, K2, Z5
+	VADDPD            Z6, Z5, Z5
+	VCMPPD.BCST       $0x1e, g64twenty<>+0(SB), Z3, K2
+	VMOVAPD           Z3, K2, Z5
+	VPXORQ.BCST       g64sign<>+0(SB), Z4, Z4
+	VMULPD            Z5, Z4, Z3
+
+gatesAVX512_logdecay_1:
 	VBROADCASTSD      g64expm10<>+0(SB), Z4
 	VFMADD213PD.BCST  g64expm11<>+0(SB), Z3, Z4
 	VFMADD213PD.BCST  g64expm12<>+0(SB), Z3, Z4
@@ -34022,6 +34040,8 @@ gatesAVX512_tail_1:
 	JZ                gatesAVX512_done_1
 	VPBROADCASTD      R9, Z3
 	VPCMPGTD          iota<>+0(SB), Z3, K1
+	CMPQ              b_len+80(FP), $0x00
+	JE                gatesAVX512_nobeta_2
 	VCVTPS2PD.Z       (AX)(R10*1), K1, Z3
 	VPXORQ.BCST       g64sign<>+0(SB), Z3, Z3
 	VMAXPD            Z3, Z0, Z3
@@ -34060,107 +34080,123 @@ gatesAVX512_tail_1:
 	VDIVPD            Z3, Z2, Z3
 	VCVTPD2PS         Z3, Y3
 	VMOVUPS           Y3, K1, (SI)(R10*1)
+
+gatesAVX512_nobeta_2:
 	VCVTPS2PD.Z       (CX)(R10*1), K1, Z3
-	VCVTPS2PD.Z       (BX)(R10*1), K1, Z4
+	VCVTPS2PD.Z       (DX)(R10*1), K1, Z4
 	VADDPD            Z4, Z3, Z3
-	VPORQ.BCST        g64sign<>+0(SB), Z3, Z4
-	VMAXPD            Z4, Z0, Z4
-	VMINPD            Z4, Z1, Z4
-	VBROADCASTSD      g64magic<>+0(SB), Z5
-	VFMADD231PD.BCST  g64log2e<>+0(SB), Z4, Z5
-	VSUBPD.BCST       g64magic<>+0(SB), Z5, Z5
-	VFNMADD231PD.BCST g64ln2hi<>+0(SB), Z5, Z4
-	VFNMADD231PD.BCST g64ln2lo<>+0(SB), Z5, Z4
-	VBROADCASTSD      g64exp0<>+0(SB), Z6
-	VFMADD213PD.BCST  g64exp1<>+0(SB), Z4, Z6
-	VFMADD213PD.BCST  g64exp2<>+0(SB), Z4, Z6
-	VFMADD213PD.BCST  g64exp3<>+0(SB), Z4, Z6
-	VFMADD213PD.BCST  g64exp4<>+0(SB), Z4, Z6
-	VFMADD213PD.BCST  g64exp5<>+0(SB), Z4, Z6
-	VFMADD213PD.BCST  g64exp6<>+0(SB), Z4, Z6
-	VFMADD213PD.BCST  g64exp7<>+0(SB), Z4, Z6
-	VFMADD213PD.BCST  g64exp8<>+0(SB), Z4, Z6
-	VFMADD213PD.BCST  g64exp9<>+0(SB), Z4, Z6
-	VFMADD213PD.BCST  g64exp10<>+0(SB), Z4, Z6
-	VFMADD213PD.BCST  g64exp11<>+0(SB), Z4, Z6
-	VFMADD213PD.BCST  g64exp12<>+0(SB), Z4, Z6
-	VFMADD213PD.BCST  g64exp13<>+0(SB), Z4, Z6
-	VBROADCASTSD      g64magic<>+0(SB), Z4
-	VFMADD231PD.BCST  g64half<>+0(SB), Z5, Z4
-	VSUBPD.BCST       g64magic<>+0(SB), Z4, Z7
-	VSUBPD            Z7, Z5, Z7
-	VADDPD.BCST       g64magic<>+0(SB), Z7, Z7
-	VPADDQ.BCST       g64bias<>+0(SB), Z4, Z4
-	VPSLLQ            $0x34, Z4, Z4
-	VPADDQ.BCST       g64bias<>+0(SB), Z7, Z7
-	VPSLLQ            $0x34, Z7, Z7
-	VMULPD            Z4, Z6, Z6
-	VMULPD            Z7, Z6, Z4
-	VADDPD.BCST       g64two<>+0(SB), Z4, Z5
-	VDIVPD            Z5, Z4, Z5
-	VADDPD            Z5, Z5, Z6
-	VMULPD            Z5, Z5, Z5
-	VBROADCASTSD      g64log1p0<>+0(SB), Z7
-	VFMADD213PD.BCST  g64log1p1<>+0(SB), Z5, Z7
-	VFMADD213PD.BCST  g64log1p2<>+0(SB), Z5, Z7
-	VFMADD213PD.BCST  g64log1p3<>+0(SB), Z5, Z7
-	VFMADD213PD.BCST  g64log1p4<>+0(SB), Z5, Z7
-	VFMADD213PD.BCST  g64log1p5<>+0(SB), Z5, Z7
-	VFMADD213PD.BCST  g64log1p6<>+0(SB), Z5, Z7
-	VFMADD213PD.BCST  g64log1p7<>+0(SB), Z5, Z7
-	VFMADD213PD.BCST  g64log1p8<>+0(SB), Z5, Z7
-	VFMADD213PD.BCST  g64log1p9<>+0(SB), Z5, Z7
-	VFMADD213PD.BCST  g64log1p10<>+0(SB), Z5, Z7
-	VFMADD213PD.BCST  g64log1p11<>+0(SB), Z5, Z7
-	VFMADD213PD.BCST  g64log1p12<>+0(SB), Z5, Z7
-	VFMADD213PD.BCST  g64log1p13<>+0(SB), Z5, Z7
-	VFMADD213PD.BCST  g64log1p14<>+0(SB), Z5, Z7
-	VFMADD213PD.BCST  g64log1p15<>+0(SB), Z5, Z7
-	VMULPD            Z5, Z6, Z5
-	VFMADD213PD       Z6, Z5, Z7
-	VMOVAPD           Z7, Z5
-	VCMPPD.BCST       $0x11, g64tiny<>+0(SB), Z4, K2
-	VMOVAPD           Z4, K2, Z5
-	VCMPPD.BCST       $0x1e, g64zero<>+0(SB), Z3, K2
-	VMOVAPD.Z         Z3, K2, Z4
-	VADDPD            Z5, Z4, Z4
-	VCMPPD.BCST       $0x1e, g64twenty<>+0(SB), Z3, K2
-	VMOVAPD           Z3, K2, Z4
-	VCVTPS2PD.Z       (DX)(R10*1), K1, Z3
+	VMOVUPD.Z         (BX)(R10*2), K1, Z4
+	VMOVSD            lb+168(FP), X5
+	VMOVSD            g64zero<>+0(SB), X6
+	VUCOMISD          X5, X6
+	JLS               gatesAVX512_softplus_2
+	VMULPD            Z3, Z4, Z3
+	VPXORQ.BCST       g64sign<>+0(SB), Z3, Z3
 	VMAXPD            Z3, Z0, Z3
 	VMINPD            Z3, Z1, Z3
-	VBROADCASTSD      g64magic<>+0(SB), Z5
-	VFMADD231PD.BCST  g64log2e<>+0(SB), Z3, Z5
-	VSUBPD.BCST       g64magic<>+0(SB), Z5, Z5
-	VFNMADD231PD.BCST g64ln2hi<>+0(SB), Z5, Z3
-	VFNMADD231PD.BCST g64ln2lo<>+0(SB), Z5, Z3
-	VBROADCASTSD      g64exp0<>+0(SB), Z6
-	VFMADD213PD.BCST  g64exp1<>+0(SB), Z3, Z6
-	VFMADD213PD.BCST  g64exp2<>+0(SB), Z3, Z6
-	VFMADD213PD.BCST  g64exp3<>+0(SB), Z3, Z6
-	VFMADD213PD.BCST  g64exp4<>+0(SB), Z3, Z6
-	VFMADD213PD.BCST  g64exp5<>+0(SB), Z3, Z6
-	VFMADD213PD.BCST  g64exp6<>+0(SB), Z3, Z6
-	VFMADD213PD.BCST  g64exp7<>+0(SB), Z3, Z6
-	VFMADD213PD.BCST  g64exp8<>+0(SB), Z3, Z6
-	VFMADD213PD.BCST  g64exp9<>+0(SB), Z3, Z6
-	VFMADD213PD.BCST  g64exp10<>+0(SB), Z3, Z6
-	VFMADD213PD.BCST  g64exp11<>+0(SB), Z3, Z6
-	VFMADD213PD.BCST  g64exp12<>+0(SB), Z3, Z6
-	VFMADD213PD.BCST  g64exp13<>+0(SB), Z3, Z6
+	VBROADCASTSD      g64magic<>+0(SB), Z4
+	VFMADD231PD.BCST  g64log2e<>+0(SB), Z3, Z4
+	VSUBPD.BCST       g64magic<>+0(SB), Z4, Z4
+	VFNMADD231PD.BCST g64ln2hi<>+0(SB), Z4, Z3
+	VFNMADD231PD.BCST g64ln2lo<>+0(SB), Z4, Z3
+	VBROADCASTSD      g64exp0<>+0(SB), Z5
+	VFMADD213PD.BCST  g64exp1<>+0(SB), Z3, Z5
+	VFMADD213PD.BCST  g64exp2<>+0(SB), Z3, Z5
+	VFMADD213PD.BCST  g64exp3<>+0(SB), Z3, Z5
+	VFMADD213PD.BCST  g64exp4<>+0(SB), Z3, Z5
+	VFMADD213PD.BCST  g64exp5<>+0(SB), Z3, Z5
+	VFMADD213PD.BCST  g64exp6<>+0(SB), Z3, Z5
+	VFMADD213PD.BCST  g64exp7<>+0(SB), Z3, Z5
+	VFMADD213PD.BCST  g64exp8<>+0(SB), Z3, Z5
+	VFMADD213PD.BCST  g64exp9<>+0(SB), Z3, Z5
+	VFMADD213PD.BCST  g64exp10<>+0(SB), Z3, Z5
+	VFMADD213PD.BCST  g64exp11<>+0(SB), Z3, Z5
+	VFMADD213PD.BCST  g64exp12<>+0(SB), Z3, Z5
+	VFMADD213PD.BCST  g64exp13<>+0(SB), Z3, Z5
 	VBROADCASTSD      g64magic<>+0(SB), Z3
-	VFMADD231PD.BCST  g64half<>+0(SB), Z5, Z3
-	VSUBPD.BCST       g64magic<>+0(SB), Z3, Z7
-	VSUBPD            Z7, Z5, Z7
-	VADDPD.BCST       g64magic<>+0(SB), Z7, Z7
+	VFMADD231PD.BCST  g64half<>+0(SB), Z4, Z3
+	VSUBPD.BCST       g64magic<>+0(SB), Z3, Z6
+	VSUBPD            Z6, Z4, Z6
+	VADDPD.BCST       g64magic<>+0(SB), Z6, Z6
 	VPADDQ.BCST       g64bias<>+0(SB), Z3, Z3
 	VPSLLQ            $0x34, Z3, Z3
-	VPADDQ.BCST       g64bias<>+0(SB), Z7, Z7
-	VPSLLQ            $0x34, Z7, Z7
-	VMULPD            Z3, Z6, Z6
-	VMULPD            Z7, Z6, Z3
-	VPXORQ.BCST       g64sign<>+0(SB), Z3, Z3
-	VMULPD            Z4, Z3, Z3
+	VPADDQ.BCST       g64bias<>+0(SB), Z6, Z6
+	VPSLLQ            $0x34, Z6, Z6
+	VMULPD            Z3, Z5, Z5
+	VMULPD            Z6, Z5, Z3
+	VADDPD            Z2, Z3, Z3
+	VBROADCASTSD      lb+168(FP), Z4
+	VDIVPD            Z3, Z4, Z3
+	JMP               gatesAVX512_logdecay_2
+
+gatesAVX512_softplus_2:
+	VPORQ.BCST        g64sign<>+0(SB), Z3, Z5
+	VMAXPD            Z5, Z0, Z5
+	VMINPD            Z5, Z1, Z5
+	VBROADCASTSD      g64magic<>+0(SB), Z6
+	VFMADD231PD.BCST  g64log2e<>+0(SB), Z5, Z6
+	VSUBPD.BCST       g64magic<>+0(SB), Z6, Z6
+	VFNMADD231PD.BCST g64ln2hi<>+0(SB), Z6, Z5
+	VFNMADD231PD.BCST g64ln2lo<>+0(SB), Z6, Z5
+	VBROADCASTSD      g64exp0<>+0(SB), Z7
+	VFMADD213PD.BCST  g64exp1<>+0(SB), Z5, Z7
+	VFMADD213PD.BCST  g64exp2<>+0(SB), Z5, Z7
+	VFMADD213PD.BCST  g64exp3<>+0(SB), Z5, Z7
+	VFMADD213PD.BCST  g64exp4<>+0(SB), Z5, Z7
+	VFMADD213PD.BCST  g64exp5<>+0(SB), Z5, Z7
+	VFMADD213PD.BCST  g64exp6<>+0(SB), Z5, Z7
+	VFMADD213PD.BCST  g64exp7<>+0(SB), Z5, Z7
+	VFMADD213PD.BCST  g64exp8<>+0(SB), Z5, Z7
+	VFMADD213PD.BCST  g64exp9<>+0(SB), Z5, Z7
+	VFMADD213PD.BCST  g64exp10<>+0(SB), Z5, Z7
+	VFMADD213PD.BCST  g64exp11<>+0(SB), Z5, Z7
+	VFMADD213PD.BCST  g64exp12<>+0(SB), Z5, Z7
+	VFMADD213PD.BCST  g64exp13<>+0(SB), Z5, Z7
+	VBROADCASTSD      g64magic<>+0(SB), Z5
+	VFMADD231PD.BCST  g64half<>+0(SB), Z6, Z5
+	VSUBPD.BCST       g64magic<>+0(SB), Z5, Z8
+	VSUBPD            Z8, Z6, Z8
+	VADDPD.BCST       g64magic<>+0(SB), Z8, Z8
+	VPADDQ.BCST       g64bias<>+0(SB), Z5, Z5
+	VPSLLQ            $0x34, Z5, Z5
+	VPADDQ.BCST       g64bias<>+0(SB), Z8, Z8
+	VPSLLQ            $0x34, Z8, Z8
+	VMULPD            Z5, Z7, Z7
+	VMULPD            Z8, Z7, Z5
+	VADDPD.BCST       g64two<>+0(SB), Z5, Z6
+	VDIVPD            Z6, Z5, Z6
+	VADDPD            Z6, Z6, Z7
+	VMULPD            Z6, Z6, Z6
+	VBROADCASTSD      g64log1p0<>+0(SB), Z8
+	VFMADD213PD.BCST  g64log1p1<>+0(SB), Z6, Z8
+	VFMADD213PD.BCST  g64log1p2<>+0(SB), Z6, Z8
+	VFMADD213PD.BCST  g64log1p3<>+0(SB), Z6, Z8
+	VFMADD213PD.BCST  g64log1p4<>+0(SB), Z6, Z8
+	VFMADD213PD.BCST  g64log1p5<>+0(SB), Z6, Z8
+	VFMADD213PD.BCST  g64log1p6<>+0(SB), Z6, Z8
+	VFMADD213PD.BCST  g64log1p7<>+0(SB), Z6, Z8
+	VFMADD213PD.BCST  g64log1p8<>+0(SB), Z6, Z8
+	VFMADD213PD.BCST  g64log1p9<>+0(SB), Z6, Z8
+	VFMADD213PD.BCST  g64log1p10<>+0(SB), Z6, Z8
+	VFMADD213PD.BCST  g64log1p11<>+0(SB), Z6, Z8
+	VFMADD213PD.BCST  g64log1p12<>+0(SB), Z6, Z8
+	VFMADD213PD.BCST  g64log1p13<>+0(SB), Z6, Z8
+	VFMADD213PD.BCST  g64log1p14<>+0(SB), Z6, Z8
+	VFMADD213PD.BCST  g64log1p15<>+0(SB), Z6, Z8
+	VMULPD            Z6, Z7, Z6
+	VFMADD213PD       Z7, Z6, Z8
+	VMOVAPD           Z8, Z6
+	VCMPPD.BCST       $0x11, g64tiny<>+0(SB), Z5, K2
+	VMOVAPD           Z5, K2, Z6
+	VCMPPD.BCST       $0x1e, g64zero<>+0(SB), Z3, K2
+	VMOVAPD.Z         Z3, K2, Z5
+	VADDPD            Z6, Z5, Z5
+	VCMPPD.BCST       $0x1e, g64twenty<>+0(SB), Z3, K2
+	VMOVAPD           Z3, K2, Z5
+	VPXORQ.BCST       g64sign<>+0(SB), Z4, Z4
+	VMULPD            Z5, Z4, Z3
+
+gatesAVX512_logdecay_2:
 	VBROADCASTSD      g64expm10<>+0(SB), Z4
 	VFMADD213PD.BCST  g64expm11<>+0(SB), Z3, Z4
 	VFMADD213PD.BCST  g64expm12<>+0(SB), Z3, Z4
@@ -34224,17 +34260,17 @@ gatesAVX512_done_1:
 	VZEROUPPER
 	RET
 
-// func gatesAVX2(beta []float32, em1 []float32, eg []float32, b []float32, a []float32, alog []float32, dtb []float32)
+// func gatesAVX2(beta []float32, em1 []float32, eg []float32, b []float32, a []float32, dtb []float32, rate []float64, lb float64)
 // Requires: AVX, AVX2, FMA3
-TEXT ·gatesAVX2(SB), NOSPLIT, $0-168
+TEXT ·gatesAVX2(SB), NOSPLIT, $0-176
 	MOVQ         b_base+72(FP), AX
 	MOVQ         a_base+96(FP), CX
-	MOVQ         alog_base+120(FP), DX
-	MOVQ         dtb_base+144(FP), BX
+	MOVQ         dtb_base+120(FP), DX
+	MOVQ         rate_base+144(FP), BX
 	MOVQ         beta_base+0(FP), SI
 	MOVQ         em1_base+24(FP), DI
 	MOVQ         eg_base+48(FP), R8
-	MOVQ         b_len+80(FP), R9
+	MOVQ         a_len+104(FP), R9
 	XORQ         R10, R10
 	VBROADCASTSD g64lo<>+0(SB), Y0
 	VBROADCASTSD g64hi<>+0(SB), Y1
@@ -34243,112 +34279,10 @@ TEXT ·gatesAVX2(SB), NOSPLIT, $0-168
 gatesAVX2_loop_1:
 	CMPQ         R9, $0x00000004
 	JB           gatesAVX2_tail_1
+	CMPQ         b_len+80(FP), $0x00
+	JE           gatesAVX2_nobeta_1
 	VCVTPS2PD    (AX)(R10*1), Y3
 	VXORPD       g64sign<>+0(SB), Y3, Y3
-	VMAXPD       Y3, Y0, Y3
-	VMINPD       Y3, Y1, Y3
-	VBROADCASTSD g64magic<>+0(SB), Y4
-	VFMADD231PD  g64log2e<>+0(SB), Y3, Y4
-	VSUBPD       g64magic<>+0(SB), Y4, Y4
-	VFNMADD231PD g64ln2hi<>+0(SB), Y4, Y3
-	VFNMADD231PD g64ln2lo<>+0(SB), Y4, Y3
-	VBROADCASTSD g64exp0<>+0(SB), Y5
-	VFMADD213PD  g64exp1<>+0(SB), Y3, Y5
-	VFMADD213PD  g64exp2<>+0(SB), Y3, Y5
-	VFMADD213PD  g64exp3<>+0(SB), Y3, Y5
-	VFMADD213PD  g64exp4<>+0(SB), Y3, Y5
-	VFMADD213PD  g64exp5<>+0(SB), Y3, Y5
-	VFMADD213PD  g64exp6<>+0(SB), Y3, Y5
-	VFMADD213PD  g64exp7<>+0(SB), Y3, Y5
-	VFMADD213PD  g64exp8<>+0(SB), Y3, Y5
-	VFMADD213PD  g64exp9<>+0(SB), Y3, Y5
-	VFMADD213PD  g64exp10<>+0(SB), Y3, Y5
-	VFMADD213PD  g64exp11<>+0(SB), Y3, Y5
-	VFMADD213PD  g64exp12<>+0(SB), Y3, Y5
-	VFMADD213PD  g64exp13<>+0(SB), Y3, Y5
-	VBROADCASTSD g64magic<>+0(SB), Y3
-	VFMADD231PD  g64half<>+0(SB), Y4, Y3
-	VSUBPD       g64magic<>+0(SB), Y3, Y6
-	VSUBPD       Y6, Y4, Y6
-	VADDPD       g64magic<>+0(SB), Y6, Y6
-	VPADDQ       g64bias<>+0(SB), Y3, Y3
-	VPSLLQ       $0x34, Y3, Y3
-	VPADDQ       g64bias<>+0(SB), Y6, Y6
-	VPSLLQ       $0x34, Y6, Y6
-	VMULPD       Y3, Y5, Y5
-	VMULPD       Y6, Y5, Y3
-	VADDPD       Y2, Y3, Y3
-	VDIVPD       Y3, Y2, Y3
-	VCVTPD2PSY   Y3, X3
-	VMOVUPS      X3, (SI)(R10*1)
-	VCVTPS2PD    (CX)(R10*1), Y3
-	VCVTPS2PD    (BX)(R10*1), Y4
-	VADDPD       Y4, Y3, Y3
-	VORPD        g64sign<>+0(SB), Y3, Y4
-	VMAXPD       Y4, Y0, Y4
-	VMINPD       Y4, Y1, Y4
-	VBROADCASTSD g64magic<>+0(SB), Y5
-	VFMADD231PD  g64log2e<>+0(SB), Y4, Y5
-	VSUBPD       g64magic<>+0(SB), Y5, Y5
-	VFNMADD231PD g64ln2hi<>+0(SB), Y5, Y4
-	VFNMADD231PD g64ln2lo<>+0(SB), Y5, Y4
-	VBROADCASTSD g64exp0<>+0(SB), Y6
-	VFMADD213PD  g64exp1<>+0(SB), Y4, Y6
-	VFMADD213PD  g64exp2<>+0(SB), Y4, Y6
-	VFMADD213PD  g64exp3<>+0(SB), Y4, Y6
-	VFMADD213PD  g64exp4<>+0(SB), Y4, Y6
-	VFMADD213PD  g64exp5<>+0(SB), Y4, Y6
-	VFMADD213PD  g64exp6<>+0(SB), Y4, Y6
-	VFMADD213PD  g64exp7<>+0(SB), Y4, Y6
-	VFMADD213PD  g64exp8<>+0(SB), Y4, Y6
-	VFMADD213PD  g64exp9<>+0(SB), Y4, Y6
-	VFMADD213PD  g64exp10<>+0(SB), Y4, Y6
-	VFMADD213PD  g64exp11<>+0(SB), Y4, Y6
-	VFMADD213PD  g64exp12<>+0(SB), Y4, Y6
-	VFMADD213PD  g64exp13<>+0(SB), Y4, Y6
-	VBROADCASTSD g64magic<>+0(SB), Y4
-	VFMADD231PD  g64half<>+0(SB), Y5, Y4
-	VSUBPD       g64magic<>+0(SB), Y4, Y7
-	VSUBPD       Y7, Y5, Y7
-	VADDPD       g64magic<>+0(SB), Y7, Y7
-	VPADDQ       g64bias<>+0(SB), Y4, Y4
-	VPSLLQ       $0x34, Y4, Y4
-	VPADDQ       g64bias<>+0(SB), Y7, Y7
-	VPSLLQ       $0x34, Y7, Y7
-	VMULPD       Y4, Y6, Y6
-	VMULPD       Y7, Y6, Y4
-	VADDPD       g64two<>+0(SB), Y4, Y5
-	VDIVPD       Y5, Y4, Y5
-	VADDPD       Y5, Y5, Y7
-	VMULPD       Y5, Y5, Y6
-	VBROADCASTSD g64log1p0<>+0(SB), Y5
-	VFMADD213PD  g64log1p1<>+0(SB), Y6, Y5
-	VFMADD213PD  g64log1p2<>+0(SB), Y6, Y5
-	VFMADD213PD  g64log1p3<>+0(SB), Y6, Y5
-	VFMADD213PD  g64log1p4<>+0(SB), Y6, Y5
-	VFMADD213PD  g64log1p5<>+0(SB), Y6, Y5
-	VFMADD213PD  g64log1p6<>+0(SB), Y6, Y5
-	VFMADD213PD  g64log1p7<>+0(SB), Y6, Y5
-	VFMADD213PD  g64log1p8<>+0(SB), Y6, Y5
-	VFMADD213PD  g64log1p9<>+0(SB), Y6, Y5
-	VFMADD213PD  g64log1p10<>+0(SB), Y6, Y5
-	VFMADD213PD  g64log1p11<>+0(SB), Y6, Y5
-	VFMADD213PD  g64log1p12<>+0(SB), Y6, Y5
-	VFMADD213PD  g64log1p13<>+0(SB), Y6, Y5
-	VFMADD213PD  g64log1p14<>+0(SB), Y6, Y5
-	VFMADD213PD  g64log1p15<>+0(SB), Y6, Y5
-	VMULPD       Y6, Y7, Y6
-	VFMADD213PD  Y7, Y6, Y5
-	VMOVAPD      Y5, Y5
-	VCMPPD       $0x11, g64tiny<>+0(SB), Y4, Y6
-	VBLENDVPD    Y6, Y4, Y5, Y5
-	VXORPD       Y6, Y6, Y6
-	VCMPPD       $0x1e, Y6, Y3, Y6
-	VANDPD       Y3, Y6, Y4
-	VADDPD       Y5, Y4, Y4
-	VCMPPD       $0x1e, g64twenty<>+0(SB), Y3, Y6
-	VBLENDVPD    Y6, Y3, Y4, Y4
-	VCVTPS2PD    (DX)(R10*1), Y3
 	VMAXPD       Y3, Y0, Y3
 	VMINPD       Y3, Y1, Y3
 	VBROADCASTSD g64magic<>+0(SB), Y5
@@ -34381,27 +34315,62 @@ gatesAVX2_loop_1:
 	VPSLLQ       $0x34, Y7, Y7
 	VMULPD       Y3, Y6, Y6
 	VMULPD       Y7, Y6, Y3
+	VADDPD       Y2, Y3, Y3
+	VDIVPD       Y3, Y2, Y3
+	VCVTPD2PSY   Y3, X3
+	VMOVUPS      X3, (SI)(R10*1)
+
+gatesAVX2_nobeta_1:
+	VCVTPS2PD    (CX)(R10*1), Y3
+	VCVTPS2PD    (DX)(R10*1), Y5
+	VADDPD       Y5, Y3, Y3
+	VMOVUPD      (BX)(R10*2), Y5
+	VMOVSD       lb+168(FP), X4
+	VMOVSD       g64zero<>+0(SB), X6
+	VUCOMISD     X4, X6
+	JLS          gatesAVX2_softplus_1
+	VMULPD       Y3, Y5, Y3
 	VXORPD       g64sign<>+0(SB), Y3, Y3
-	VMULPD       Y4, Y3, Y3
-	VBROADCASTSD g64expm10<>+0(SB), Y4
-	VFMADD213PD  g64expm11<>+0(SB), Y3, Y4
-	VFMADD213PD  g64expm12<>+0(SB), Y3, Y4
-	VFMADD213PD  g64expm13<>+0(SB), Y3, Y4
-	VFMADD213PD  g64expm14<>+0(SB), Y3, Y4
-	VFMADD213PD  g64expm15<>+0(SB), Y3, Y4
-	VFMADD213PD  g64expm16<>+0(SB), Y3, Y4
-	VFMADD213PD  g64expm17<>+0(SB), Y3, Y4
-	VFMADD213PD  g64expm18<>+0(SB), Y3, Y4
-	VFMADD213PD  g64expm19<>+0(SB), Y3, Y4
-	VFMADD213PD  g64expm110<>+0(SB), Y3, Y4
-	VFMADD213PD  g64expm111<>+0(SB), Y3, Y4
-	VFMADD213PD  g64expm112<>+0(SB), Y3, Y4
-	VFMADD213PD  g64expm113<>+0(SB), Y3, Y4
-	VFMADD213PD  g64expm114<>+0(SB), Y3, Y4
-	VFMADD213PD  g64expm115<>+0(SB), Y3, Y4
-	VMULPD       Y4, Y3, Y4
-	VADDPD       Y2, Y4, Y5
-	VMAXPD       Y3, Y0, Y6
+	VMAXPD       Y3, Y0, Y3
+	VMINPD       Y3, Y1, Y3
+	VBROADCASTSD g64magic<>+0(SB), Y5
+	VFMADD231PD  g64log2e<>+0(SB), Y3, Y5
+	VSUBPD       g64magic<>+0(SB), Y5, Y5
+	VFNMADD231PD g64ln2hi<>+0(SB), Y5, Y3
+	VFNMADD231PD g64ln2lo<>+0(SB), Y5, Y3
+	VBROADCASTSD g64exp0<>+0(SB), Y6
+	VFMADD213PD  g64exp1<>+0(SB), Y3, Y6
+	VFMADD213PD  g64exp2<>+0(SB), Y3, Y6
+	VFMADD213PD  g64exp3<>+0(SB), Y3, Y6
+	VFMADD213PD  g64exp4<>+0(SB), Y3, Y6
+	VFMADD213PD  g64exp5<>+0(SB), Y3, Y6
+	VFMADD213PD  g64exp6<>+0(SB), Y3, Y6
+	VFMADD213PD  g64exp7<>+0(SB), Y3, Y6
+	VFMADD213PD  g64exp8<>+0(SB), Y3, Y6
+	VFMADD213PD  g64exp9<>+0(SB), Y3, Y6
+	VFMADD213PD  g64exp10<>+0(SB), Y3, Y6
+	VFMADD213PD  g64exp11<>+0(SB), Y3, Y6
+	VFMADD213PD  g64exp12<>+0(SB), Y3, Y6
+	VFMADD213PD  g64exp13<>+0(SB), Y3, Y6
+	VBROADCASTSD g64magic<>+0(SB), Y3
+	VFMADD231PD  g64half<>+0(SB), Y5, Y3
+	VSUBPD       g64magic<>+0(SB), Y3, Y7
+	VSUBPD       Y7, Y5, Y7
+	VADDPD       g64magic<>+0(SB), Y7, Y7
+	VPADDQ       g64bias<>+0(SB), Y3, Y3
+	VPSLLQ       $0x34, Y3, Y3
+	VPADDQ       g64bias<>+0(SB), Y7, Y7
+	VPSLLQ       $0x34, Y7, Y7
+	VMULPD       Y3, Y6, Y6
+	VMULPD       Y7, Y6, Y3
+	VADDPD       Y2, Y3, Y3
+	VBROADCASTSD lb+168(FP), Y5
+	VDIVPD       Y3, Y5, Y3
+	JMP          gatesAVX2_logdecay_1
+
+gatesAVX2_softplus_1:
+	VORPD        g64sign<>+0(SB), Y3, Y6
+	VMAXPD       Y6, Y0, Y6
 	VMINPD       Y6, Y1, Y6
 	VBROADCASTSD g64magic<>+0(SB), Y7
 	VFMADD231PD  g64log2e<>+0(SB), Y6, Y7
@@ -34433,14 +34402,99 @@ gatesAVX2_loop_1:
 	VPSLLQ       $0x34, Y9, Y9
 	VMULPD       Y6, Y8, Y8
 	VMULPD       Y9, Y8, Y6
-	VSUBPD       Y2, Y6, Y7
+	VADDPD       g64two<>+0(SB), Y6, Y7
+	VDIVPD       Y7, Y6, Y7
+	VADDPD       Y7, Y7, Y9
+	VMULPD       Y7, Y7, Y8
+	VBROADCASTSD g64log1p0<>+0(SB), Y7
+	VFMADD213PD  g64log1p1<>+0(SB), Y8, Y7
+	VFMADD213PD  g64log1p2<>+0(SB), Y8, Y7
+	VFMADD213PD  g64log1p3<>+0(SB), Y8, Y7
+	VFMADD213PD  g64log1p4<>+0(SB), Y8, Y7
+	VFMADD213PD  g64log1p5<>+0(SB), Y8, Y7
+	VFMADD213PD  g64log1p6<>+0(SB), Y8, Y7
+	VFMADD213PD  g64log1p7<>+0(SB), Y8, Y7
+	VFMADD213PD  g64log1p8<>+0(SB), Y8, Y7
+	VFMADD213PD  g64log1p9<>+0(SB), Y8, Y7
+	VFMADD213PD  g64log1p10<>+0(SB), Y8, Y7
+	VFMADD213PD  g64log1p11<>+0(SB), Y8, Y7
+	VFMADD213PD  g64log1p12<>+0(SB), Y8, Y7
+	VFMADD213PD  g64log1p13<>+0(SB), Y8, Y7
+	VFMADD213PD  g64log1p14<>+0(SB), Y8, Y7
+	VFMADD213PD  g64log1p15<>+0(SB), Y8, Y7
+	VMULPD       Y8, Y9, Y8
+	VFMADD213PD  Y9, Y8, Y7
+	VMOVAPD      Y7, Y7
+	VCMPPD       $0x11, g64tiny<>+0(SB), Y6, Y8
+	VBLENDVPD    Y8, Y6, Y7, Y7
+	VXORPD       Y8, Y8, Y8
+	VCMPPD       $0x1e, Y8, Y3, Y8
+	VANDPD       Y3, Y8, Y6
+	VADDPD       Y7, Y6, Y6
+	VCMPPD       $0x1e, g64twenty<>+0(SB), Y3, Y8
+	VBLENDVPD    Y8, Y3, Y6, Y6
+	VXORPD       g64sign<>+0(SB), Y5, Y5
+	VMULPD       Y6, Y5, Y3
+
+gatesAVX2_logdecay_1:
+	VBROADCASTSD g64expm10<>+0(SB), Y5
+	VFMADD213PD  g64expm11<>+0(SB), Y3, Y5
+	VFMADD213PD  g64expm12<>+0(SB), Y3, Y5
+	VFMADD213PD  g64expm13<>+0(SB), Y3, Y5
+	VFMADD213PD  g64expm14<>+0(SB), Y3, Y5
+	VFMADD213PD  g64expm15<>+0(SB), Y3, Y5
+	VFMADD213PD  g64expm16<>+0(SB), Y3, Y5
+	VFMADD213PD  g64expm17<>+0(SB), Y3, Y5
+	VFMADD213PD  g64expm18<>+0(SB), Y3, Y5
+	VFMADD213PD  g64expm19<>+0(SB), Y3, Y5
+	VFMADD213PD  g64expm110<>+0(SB), Y3, Y5
+	VFMADD213PD  g64expm111<>+0(SB), Y3, Y5
+	VFMADD213PD  g64expm112<>+0(SB), Y3, Y5
+	VFMADD213PD  g64expm113<>+0(SB), Y3, Y5
+	VFMADD213PD  g64expm114<>+0(SB), Y3, Y5
+	VFMADD213PD  g64expm115<>+0(SB), Y3, Y5
+	VMULPD       Y5, Y3, Y5
+	VADDPD       Y2, Y5, Y6
+	VMAXPD       Y3, Y0, Y7
+	VMINPD       Y7, Y1, Y7
+	VBROADCASTSD g64magic<>+0(SB), Y8
+	VFMADD231PD  g64log2e<>+0(SB), Y7, Y8
+	VSUBPD       g64magic<>+0(SB), Y8, Y8
+	VFNMADD231PD g64ln2hi<>+0(SB), Y8, Y7
+	VFNMADD231PD g64ln2lo<>+0(SB), Y8, Y7
+	VBROADCASTSD g64exp0<>+0(SB), Y9
+	VFMADD213PD  g64exp1<>+0(SB), Y7, Y9
+	VFMADD213PD  g64exp2<>+0(SB), Y7, Y9
+	VFMADD213PD  g64exp3<>+0(SB), Y7, Y9
+	VFMADD213PD  g64exp4<>+0(SB), Y7, Y9
+	VFMADD213PD  g64exp5<>+0(SB), Y7, Y9
+	VFMADD213PD  g64exp6<>+0(SB), Y7, Y9
+	VFMADD213PD  g64exp7<>+0(SB), Y7, Y9
+	VFMADD213PD  g64exp8<>+0(SB), Y7, Y9
+	VFMADD213PD  g64exp9<>+0(SB), Y7, Y9
+	VFMADD213PD  g64exp10<>+0(SB), Y7, Y9
+	VFMADD213PD  g64exp11<>+0(SB), Y7, Y9
+	VFMADD213PD  g64exp12<>+0(SB), Y7, Y9
+	VFMADD213PD  g64exp13<>+0(SB), Y7, Y9
+	VBROADCASTSD g64magic<>+0(SB), Y7
+	VFMADD231PD  g64half<>+0(SB), Y8, Y7
+	VSUBPD       g64magic<>+0(SB), Y7, Y10
+	VSUBPD       Y10, Y8, Y10
+	VADDPD       g64magic<>+0(SB), Y10, Y10
+	VPADDQ       g64bias<>+0(SB), Y7, Y7
+	VPSLLQ       $0x34, Y7, Y7
+	VPADDQ       g64bias<>+0(SB), Y10, Y10
+	VPSLLQ       $0x34, Y10, Y10
+	VMULPD       Y7, Y9, Y9
+	VMULPD       Y10, Y9, Y7
+	VSUBPD       Y2, Y7, Y8
 	VCMPPD       $0x1d, g64ln2half<>+0(SB), Y3, Y3
-	VBLENDVPD    Y3, Y4, Y7, Y7
-	VBLENDVPD    Y3, Y5, Y6, Y6
+	VBLENDVPD    Y3, Y5, Y8, Y8
+	VBLENDVPD    Y3, Y6, Y7, Y7
+	VCVTPD2PSY   Y8, X8
+	VMOVUPS      X8, (DI)(R10*1)
 	VCVTPD2PSY   Y7, X7
-	VMOVUPS      X7, (DI)(R10*1)
-	VCVTPD2PSY   Y6, X6
-	VMOVUPS      X6, (R8)(R10*1)
+	VMOVUPS      X7, (R8)(R10*1)
 	ADDQ         $0x00000010, R10
 	SUBQ         $0x00000004, R9
 	JMP          gatesAVX2_loop_1
@@ -34450,116 +34504,11 @@ gatesAVX2_tail_1:
 	JZ    gatesAVX2_done_1
 
 gatesAVX2_one_1:
+	CMPQ         b_len+80(FP), $0x00
+	JE           gatesAVX2_nobeta_2
 	VMOVSS       (AX)(R10*1), X3
 	VCVTPS2PD    X3, Y3
 	VXORPD       g64sign<>+0(SB), Y3, Y3
-	VMAXPD       Y3, Y0, Y3
-	VMINPD       Y3, Y1, Y3
-	VBROADCASTSD g64magic<>+0(SB), Y4
-	VFMADD231PD  g64log2e<>+0(SB), Y3, Y4
-	VSUBPD       g64magic<>+0(SB), Y4, Y4
-	VFNMADD231PD g64ln2hi<>+0(SB), Y4, Y3
-	VFNMADD231PD g64ln2lo<>+0(SB), Y4, Y3
-	VBROADCASTSD g64exp0<>+0(SB), Y5
-	VFMADD213PD  g64exp1<>+0(SB), Y3, Y5
-	VFMADD213PD  g64exp2<>+0(SB), Y3, Y5
-	VFMADD213PD  g64exp3<>+0(SB), Y3, Y5
-	VFMADD213PD  g64exp4<>+0(SB), Y3, Y5
-	VFMADD213PD  g64exp5<>+0(SB), Y3, Y5
-	VFMADD213PD  g64exp6<>+0(SB), Y3, Y5
-	VFMADD213PD  g64exp7<>+0(SB), Y3, Y5
-	VFMADD213PD  g64exp8<>+0(SB), Y3, Y5
-	VFMADD213PD  g64exp9<>+0(SB), Y3, Y5
-	VFMADD213PD  g64exp10<>+0(SB), Y3, Y5
-	VFMADD213PD  g64exp11<>+0(SB), Y3, Y5
-	VFMADD213PD  g64exp12<>+0(SB), Y3, Y5
-	VFMADD213PD  g64exp13<>+0(SB), Y3, Y5
-	VBROADCASTSD g64magic<>+0(SB), Y3
-	VFMADD231PD  g64half<>+0(SB), Y4, Y3
-	VSUBPD       g64magic<>+0(SB), Y3, Y6
-	VSUBPD       Y6, Y4, Y6
-	VADDPD       g64magic<>+0(SB), Y6, Y6
-	VPADDQ       g64bias<>+0(SB), Y3, Y3
-	VPSLLQ       $0x34, Y3, Y3
-	VPADDQ       g64bias<>+0(SB), Y6, Y6
-	VPSLLQ       $0x34, Y6, Y6
-	VMULPD       Y3, Y5, Y5
-	VMULPD       Y6, Y5, Y3
-	VADDPD       Y2, Y3, Y3
-	VDIVPD       Y3, Y2, Y3
-	VCVTPD2PSY   Y3, X3
-	VMOVSS       X3, (SI)(R10*1)
-	VMOVSS       (CX)(R10*1), X3
-	VCVTPS2PD    X3, Y3
-	VMOVSS       (BX)(R10*1), X4
-	VCVTPS2PD    X4, Y4
-	VADDPD       Y4, Y3, Y3
-	VORPD        g64sign<>+0(SB), Y3, Y4
-	VMAXPD       Y4, Y0, Y4
-	VMINPD       Y4, Y1, Y4
-	VBROADCASTSD g64magic<>+0(SB), Y5
-	VFMADD231PD  g64log2e<>+0(SB), Y4, Y5
-	VSUBPD       g64magic<>+0(SB), Y5, Y5
-	VFNMADD231PD g64ln2hi<>+0(SB), Y5, Y4
-	VFNMADD231PD g64ln2lo<>+0(SB), Y5, Y4
-	VBROADCASTSD g64exp0<>+0(SB), Y6
-	VFMADD213PD  g64exp1<>+0(SB), Y4, Y6
-	VFMADD213PD  g64exp2<>+0(SB), Y4, Y6
-	VFMADD213PD  g64exp3<>+0(SB), Y4, Y6
-	VFMADD213PD  g64exp4<>+0(SB), Y4, Y6
-	VFMADD213PD  g64exp5<>+0(SB), Y4, Y6
-	VFMADD213PD  g64exp6<>+0(SB), Y4, Y6
-	VFMADD213PD  g64exp7<>+0(SB), Y4, Y6
-	VFMADD213PD  g64exp8<>+0(SB), Y4, Y6
-	VFMADD213PD  g64exp9<>+0(SB), Y4, Y6
-	VFMADD213PD  g64exp10<>+0(SB), Y4, Y6
-	VFMADD213PD  g64exp11<>+0(SB), Y4, Y6
-	VFMADD213PD  g64exp12<>+0(SB), Y4, Y6
-	VFMADD213PD  g64exp13<>+0(SB), Y4, Y6
-	VBROADCASTSD g64magic<>+0(SB), Y4
-	VFMADD231PD  g64half<>+0(SB), Y5, Y4
-	VSUBPD       g64magic<>+0(SB), Y4, Y7
-	VSUBPD       Y7, Y5, Y7
-	VADDPD       g64magic<>+0(SB), Y7, Y7
-	VPADDQ       g64bias<>+0(SB), Y4, Y4
-	VPSLLQ       $0x34, Y4, Y4
-	VPADDQ       g64bias<>+0(SB), Y7, Y7
-	VPSLLQ       $0x34, Y7, Y7
-	VMULPD       Y4, Y6, Y6
-	VMULPD       Y7, Y6, Y4
-	VADDPD       g64two<>+0(SB), Y4, Y5
-	VDIVPD       Y5, Y4, Y5
-	VADDPD       Y5, Y5, Y7
-	VMULPD       Y5, Y5, Y6
-	VBROADCASTSD g64log1p0<>+0(SB), Y5
-	VFMADD213PD  g64log1p1<>+0(SB), Y6, Y5
-	VFMADD213PD  g64log1p2<>+0(SB), Y6, Y5
-	VFMADD213PD  g64log1p3<>+0(SB), Y6, Y5
-	VFMADD213PD  g64log1p4<>+0(SB), Y6, Y5
-	VFMADD213PD  g64log1p5<>+0(SB), Y6, Y5
-	VFMADD213PD  g64log1p6<>+0(SB), Y6, Y5
-	VFMADD213PD  g64log1p7<>+0(SB), Y6, Y5
-	VFMADD213PD  g64log1p8<>+0(SB), Y6, Y5
-	VFMADD213PD  g64log1p9<>+0(SB), Y6, Y5
-	VFMADD213PD  g64log1p10<>+0(SB), Y6, Y5
-	VFMADD213PD  g64log1p11<>+0(SB), Y6, Y5
-	VFMADD213PD  g64log1p12<>+0(SB), Y6, Y5
-	VFMADD213PD  g64log1p13<>+0(SB), Y6, Y5
-	VFMADD213PD  g64log1p14<>+0(SB), Y6, Y5
-	VFMADD213PD  g64log1p15<>+0(SB), Y6, Y5
-	VMULPD       Y6, Y7, Y6
-	VFMADD213PD  Y7, Y6, Y5
-	VMOVAPD      Y5, Y5
-	VCMPPD       $0x11, g64tiny<>+0(SB), Y4, Y6
-	VBLENDVPD    Y6, Y4, Y5, Y5
-	VXORPD       Y6, Y6, Y6
-	VCMPPD       $0x1e, Y6, Y3, Y6
-	VANDPD       Y3, Y6, Y4
-	VADDPD       Y5, Y4, Y4
-	VCMPPD       $0x1e, g64twenty<>+0(SB), Y3, Y6
-	VBLENDVPD    Y6, Y3, Y4, Y4
-	VMOVSS       (DX)(R10*1), X3
-	VCVTPS2PD    X3, Y3
 	VMAXPD       Y3, Y0, Y3
 	VMINPD       Y3, Y1, Y3
 	VBROADCASTSD g64magic<>+0(SB), Y5
@@ -34592,66 +34541,188 @@ gatesAVX2_one_1:
 	VPSLLQ       $0x34, Y7, Y7
 	VMULPD       Y3, Y6, Y6
 	VMULPD       Y7, Y6, Y3
+	VADDPD       Y2, Y3, Y3
+	VDIVPD       Y3, Y2, Y3
+	VCVTPD2PSY   Y3, X3
+	VMOVSS       X3, (SI)(R10*1)
+
+gatesAVX2_nobeta_2:
+	VMOVSS       (CX)(R10*1), X3
+	VCVTPS2PD    X3, Y3
+	VMOVSS       (DX)(R10*1), X5
+	VCVTPS2PD    X5, Y5
+	VADDPD       Y5, Y3, Y3
+	VMOVSD       (BX)(R10*2), X4
+	VMOVSD       lb+168(FP), X5
+	VMOVSD       g64zero<>+0(SB), X6
+	VUCOMISD     X5, X6
+	JLS          gatesAVX2_softplus_2
+	VMULPD       Y3, Y4, Y3
 	VXORPD       g64sign<>+0(SB), Y3, Y3
-	VMULPD       Y4, Y3, Y3
-	VBROADCASTSD g64expm10<>+0(SB), Y4
-	VFMADD213PD  g64expm11<>+0(SB), Y3, Y4
-	VFMADD213PD  g64expm12<>+0(SB), Y3, Y4
-	VFMADD213PD  g64expm13<>+0(SB), Y3, Y4
-	VFMADD213PD  g64expm14<>+0(SB), Y3, Y4
-	VFMADD213PD  g64expm15<>+0(SB), Y3, Y4
-	VFMADD213PD  g64expm16<>+0(SB), Y3, Y4
-	VFMADD213PD  g64expm17<>+0(SB), Y3, Y4
-	VFMADD213PD  g64expm18<>+0(SB), Y3, Y4
-	VFMADD213PD  g64expm19<>+0(SB), Y3, Y4
-	VFMADD213PD  g64expm110<>+0(SB), Y3, Y4
-	VFMADD213PD  g64expm111<>+0(SB), Y3, Y4
-	VFMADD213PD  g64expm112<>+0(SB), Y3, Y4
-	VFMADD213PD  g64expm113<>+0(SB), Y3, Y4
-	VFMADD213PD  g64expm114<>+0(SB), Y3, Y4
-	VFMADD213PD  g64expm115<>+0(SB), Y3, Y4
-	VMULPD       Y4, Y3, Y4
-	VADDPD       Y2, Y4, Y5
-	VMAXPD       Y3, Y0, Y6
-	VMINPD       Y6, Y1, Y6
-	VBROADCASTSD g64magic<>+0(SB), Y7
-	VFMADD231PD  g64log2e<>+0(SB), Y6, Y7
-	VSUBPD       g64magic<>+0(SB), Y7, Y7
-	VFNMADD231PD g64ln2hi<>+0(SB), Y7, Y6
-	VFNMADD231PD g64ln2lo<>+0(SB), Y7, Y6
-	VBROADCASTSD g64exp0<>+0(SB), Y8
-	VFMADD213PD  g64exp1<>+0(SB), Y6, Y8
-	VFMADD213PD  g64exp2<>+0(SB), Y6, Y8
-	VFMADD213PD  g64exp3<>+0(SB), Y6, Y8
-	VFMADD213PD  g64exp4<>+0(SB), Y6, Y8
-	VFMADD213PD  g64exp5<>+0(SB), Y6, Y8
-	VFMADD213PD  g64exp6<>+0(SB), Y6, Y8
-	VFMADD213PD  g64exp7<>+0(SB), Y6, Y8
-	VFMADD213PD  g64exp8<>+0(SB), Y6, Y8
-	VFMADD213PD  g64exp9<>+0(SB), Y6, Y8
-	VFMADD213PD  g64exp10<>+0(SB), Y6, Y8
-	VFMADD213PD  g64exp11<>+0(SB), Y6, Y8
-	VFMADD213PD  g64exp12<>+0(SB), Y6, Y8
-	VFMADD213PD  g64exp13<>+0(SB), Y6, Y8
+	VMAXPD       Y3, Y0, Y3
+	VMINPD       Y3, Y1, Y3
+	VBROADCASTSD g64magic<>+0(SB), Y5
+	VFMADD231PD  g64log2e<>+0(SB), Y3, Y5
+	VSUBPD       g64magic<>+0(SB), Y5, Y5
+	VFNMADD231PD g64ln2hi<>+0(SB), Y5, Y3
+	VFNMADD231PD g64ln2lo<>+0(SB), Y5, Y3
+	VBROADCASTSD g64exp0<>+0(SB), Y6
+	VFMADD213PD  g64exp1<>+0(SB), Y3, Y6
+	VFMADD213PD  g64exp2<>+0(SB), Y3, Y6
+	VFMADD213PD  g64exp3<>+0(SB), Y3, Y6
+	VFMADD213PD  g64exp4<>+0(SB), Y3, Y6
+	VFMADD213PD  g64exp5<>+0(SB), Y3, Y6
+	VFMADD213PD  g64exp6<>+0(SB), Y3, Y6
+	VFMADD213PD  g64exp7<>+0(SB), Y3, Y6
+	VFMADD213PD  g64exp8<>+0(SB), Y3, Y6
+	VFMADD213PD  g64exp9<>+0(SB), Y3, Y6
+	VFMADD213PD  g64exp10<>+0(SB), Y3, Y6
+	VFMADD213PD  g64exp11<>+0(SB), Y3, Y6
+	VFMADD213PD  g64exp12<>+0(SB), Y3, Y6
+	VFMADD213PD  g64exp13<>+0(SB), Y3, Y6
+	VBROADCASTSD g64magic<>+0(SB), Y3
+	VFMADD231PD  g64half<>+0(SB), Y5, Y3
+	VSUBPD       g64magic<>+0(SB), Y3, Y7
+	VSUBPD       Y7, Y5, Y7
+	VADDPD       g64magic<>+0(SB), Y7, Y7
+	VPADDQ       g64bias<>+0(SB), Y3, Y3
+	VPSLLQ       $0x34, Y3, Y3
+	VPADDQ       g64bias<>+0(SB), Y7, Y7
+	VPSLLQ       $0x34, Y7, Y7
+	VMULPD       Y3, Y6, Y6
+	VMULPD       Y7, Y6, Y3
+	VADDPD       Y2, Y3, Y3
+	VBROADCASTSD lb+168(FP), Y5
+	VDIVPD       Y3, Y5, Y3
+	JMP          gatesAVX2_logdecay_2
+
+gatesAVX2_softplus_2:
+	VORPD        g64sign<>+0(SB), Y3, Y5
+	VMAXPD       Y5, Y0, Y5
+	VMINPD       Y5, Y1, Y5
 	VBROADCASTSD g64magic<>+0(SB), Y6
-	VFMADD231PD  g64half<>+0(SB), Y7, Y6
-	VSUBPD       g64magic<>+0(SB), Y6, Y9
-	VSUBPD       Y9, Y7, Y9
-	VADDPD       g64magic<>+0(SB), Y9, Y9
-	VPADDQ       g64bias<>+0(SB), Y6, Y6
-	VPSLLQ       $0x34, Y6, Y6
-	VPADDQ       g64bias<>+0(SB), Y9, Y9
-	VPSLLQ       $0x34, Y9, Y9
-	VMULPD       Y6, Y8, Y8
-	VMULPD       Y9, Y8, Y6
-	VSUBPD       Y2, Y6, Y7
+	VFMADD231PD  g64log2e<>+0(SB), Y5, Y6
+	VSUBPD       g64magic<>+0(SB), Y6, Y6
+	VFNMADD231PD g64ln2hi<>+0(SB), Y6, Y5
+	VFNMADD231PD g64ln2lo<>+0(SB), Y6, Y5
+	VBROADCASTSD g64exp0<>+0(SB), Y7
+	VFMADD213PD  g64exp1<>+0(SB), Y5, Y7
+	VFMADD213PD  g64exp2<>+0(SB), Y5, Y7
+	VFMADD213PD  g64exp3<>+0(SB), Y5, Y7
+	VFMADD213PD  g64exp4<>+0(SB), Y5, Y7
+	VFMADD213PD  g64exp5<>+0(SB), Y5, Y7
+	VFMADD213PD  g64exp6<>+0(SB), Y5, Y7
+	VFMADD213PD  g64exp7<>+0(SB), Y5, Y7
+	VFMADD213PD  g64exp8<>+0(SB), Y5, Y7
+	VFMADD213PD  g64exp9<>+0(SB), Y5, Y7
+	VFMADD213PD  g64exp10<>+0(SB), Y5, Y7
+	VFMADD213PD  g64exp11<>+0(SB), Y5, Y7
+	VFMADD213PD  g64exp12<>+0(SB), Y5, Y7
+	VFMADD213PD  g64exp13<>+0(SB), Y5, Y7
+	VBROADCASTSD g64magic<>+0(SB), Y5
+	VFMADD231PD  g64half<>+0(SB), Y6, Y5
+	VSUBPD       g64magic<>+0(SB), Y5, Y8
+	VSUBPD       Y8, Y6, Y8
+	VADDPD       g64magic<>+0(SB), Y8, Y8
+	VPADDQ       g64bias<>+0(SB), Y5, Y5
+	VPSLLQ       $0x34, Y5, Y5
+	VPADDQ       g64bias<>+0(SB), Y8, Y8
+	VPSLLQ       $0x34, Y8, Y8
+	VMULPD       Y5, Y7, Y7
+	VMULPD       Y8, Y7, Y5
+	VADDPD       g64two<>+0(SB), Y5, Y6
+	VDIVPD       Y6, Y5, Y6
+	VADDPD       Y6, Y6, Y8
+	VMULPD       Y6, Y6, Y7
+	VBROADCASTSD g64log1p0<>+0(SB), Y6
+	VFMADD213PD  g64log1p1<>+0(SB), Y7, Y6
+	VFMADD213PD  g64log1p2<>+0(SB), Y7, Y6
+	VFMADD213PD  g64log1p3<>+0(SB), Y7, Y6
+	VFMADD213PD  g64log1p4<>+0(SB), Y7, Y6
+	VFMADD213PD  g64log1p5<>+0(SB), Y7, Y6
+	VFMADD213PD  g64log1p6<>+0(SB), Y7, Y6
+	VFMADD213PD  g64log1p7<>+0(SB), Y7, Y6
+	VFMADD213PD  g64log1p8<>+0(SB), Y7, Y6
+	VFMADD213PD  g64log1p9<>+0(SB), Y7, Y6
+	VFMADD213PD  g64log1p10<>+0(SB), Y7, Y6
+	VFMADD213PD  g64log1p11<>+0(SB), Y7, Y6
+	VFMADD213PD  g64log1p12<>+0(SB), Y7, Y6
+	VFMADD213PD  g64log1p13<>+0(SB), Y7, Y6
+	VFMADD213PD  g64log1p14<>+0(SB), Y7, Y6
+	VFMADD213PD  g64log1p15<>+0(SB), Y7, Y6
+	VMULPD       Y7, Y8, Y7
+	VFMADD213PD  Y8, Y7, Y6
+	VMOVAPD      Y6, Y6
+	VCMPPD       $0x11, g64tiny<>+0(SB), Y5, Y7
+	VBLENDVPD    Y7, Y5, Y6, Y6
+	VXORPD       Y7, Y7, Y7
+	VCMPPD       $0x1e, Y7, Y3, Y7
+	VANDPD       Y3, Y7, Y5
+	VADDPD       Y6, Y5, Y5
+	VCMPPD       $0x1e, g64twenty<>+0(SB), Y3, Y7
+	VBLENDVPD    Y7, Y3, Y5, Y5
+	VXORPD       g64sign<>+0(SB), Y4, Y4
+	VMULPD       Y5, Y4, Y3
+
+gatesAVX2_logdecay_2:
+	VBROADCASTSD g64expm10<>+0(SB), Y5
+	VFMADD213PD  g64expm11<>+0(SB), Y3, Y5
+	VFMADD213PD  g64expm12<>+0(SB), Y3, Y5
+	VFMADD213PD  g64expm13<>+0(SB), Y3, Y5
+	VFMADD213PD  g64expm14<>+0(SB), Y3, Y5
+	VFMADD213PD  g64expm15<>+0(SB), Y3, Y5
+	VFMADD213PD  g64expm16<>+0(SB), Y3, Y5
+	VFMADD213PD  g64expm17<>+0(SB), Y3, Y5
+	VFMADD213PD  g64expm18<>+0(SB), Y3, Y5
+	VFMADD213PD  g64expm19<>+0(SB), Y3, Y5
+	VFMADD213PD  g64expm110<>+0(SB), Y3, Y5
+	VFMADD213PD  g64expm111<>+0(SB), Y3, Y5
+	VFMADD213PD  g64expm112<>+0(SB), Y3, Y5
+	VFMADD213PD  g64expm113<>+0(SB), Y3, Y5
+	VFMADD213PD  g64expm114<>+0(SB), Y3, Y5
+	VFMADD213PD  g64expm115<>+0(SB), Y3, Y5
+	VMULPD       Y5, Y3, Y5
+	VADDPD       Y2, Y5, Y6
+	VMAXPD       Y3, Y0, Y7
+	VMINPD       Y7, Y1, Y7
+	VBROADCASTSD g64magic<>+0(SB), Y8
+	VFMADD231PD  g64log2e<>+0(SB), Y7, Y8
+	VSUBPD       g64magic<>+0(SB), Y8, Y8
+	VFNMADD231PD g64ln2hi<>+0(SB), Y8, Y7
+	VFNMADD231PD g64ln2lo<>+0(SB), Y8, Y7
+	VBROADCASTSD g64exp0<>+0(SB), Y9
+	VFMADD213PD  g64exp1<>+0(SB), Y7, Y9
+	VFMADD213PD  g64exp2<>+0(SB), Y7, Y9
+	VFMADD213PD  g64exp3<>+0(SB), Y7, Y9
+	VFMADD213PD  g64exp4<>+0(SB), Y7, Y9
+	VFMADD213PD  g64exp5<>+0(SB), Y7, Y9
+	VFMADD213PD  g64exp6<>+0(SB), Y7, Y9
+	VFMADD213PD  g64exp7<>+0(SB), Y7, Y9
+	VFMADD213PD  g64exp8<>+0(SB), Y7, Y9
+	VFMADD213PD  g64exp9<>+0(SB), Y7, Y9
+	VFMADD213PD  g64exp10<>+0(SB), Y7, Y9
+	VFMADD213PD  g64exp11<>+0(SB), Y7, Y9
+	VFMADD213PD  g64exp12<>+0(SB), Y7, Y9
+	VFMADD213PD  g64exp13<>+0(SB), Y7, Y9
+	VBROADCASTSD g64magic<>+0(SB), Y7
+	VFMADD231PD  g64half<>+0(SB), Y8, Y7
+	VSUBPD       g64magic<>+0(SB), Y7, Y10
+	VSUBPD       Y10, Y8, Y10
+	VADDPD       g64magic<>+0(SB), Y10, Y10
+	VPADDQ       g64bias<>+0(SB), Y7, Y7
+	VPSLLQ       $0x34, Y7, Y7
+	VPADDQ       g64bias<>+0(SB), Y10, Y10
+	VPSLLQ       $0x34, Y10, Y10
+	VMULPD       Y7, Y9, Y9
+	VMULPD       Y10, Y9, Y7
+	VSUBPD       Y2, Y7, Y8
 	VCMPPD       $0x1d, g64ln2half<>+0(SB), Y3, Y3
-	VBLENDVPD    Y3, Y4, Y7, Y7
-	VBLENDVPD    Y3, Y5, Y6, Y6
+	VBLENDVPD    Y3, Y5, Y8, Y8
+	VBLENDVPD    Y3, Y6, Y7, Y7
+	VCVTPD2PSY   Y8, X8
+	VMOVSS       X8, (DI)(R10*1)
 	VCVTPD2PSY   Y7, X7
-	VMOVSS       X7, (DI)(R10*1)
-	VCVTPD2PSY   Y6, X6
-	VMOVSS       X6, (R8)(R10*1)
+	VMOVSS       X7, (R8)(R10*1)
 	ADDQ         $0x00000004, R10
 	DECQ         R9
 	JNZ          gatesAVX2_one_1

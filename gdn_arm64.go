@@ -72,11 +72,11 @@ func l2NEON(q, k []float32) (qq, kk, kq float64)
 func gateNEON4(o, z, w []float32, r float32, out []uint16, outF []float32)
 
 // gatesNEON is gatesGeneric in NEON, two lanes of float64 a vector (four per iteration, then two,
-// then one alone in lane 0): every lane's operations are gate1's, in its order, so the bits are
-// gatesGeneric's. It takes len(b) lanes and does not check the other lengths (gatesChecked does).
+// then one alone in lane 0): every lane's operations are gatesGeneric's, in its order, so the bits
+// are the same. It takes len(a) lanes and does not check the other lengths (gatesChecked does).
 //
 //go:noescape
-func gatesNEON(beta, em1, eg, b, a, alog, dtb []float32)
+func gatesNEON(beta, em1, eg, b, a, dtb []float32, rate []float64, lb float64)
 
 // widenNEON is widenGeneric in NEON: dst[i] = the float32 of the bf16 bits src[i] for i < len(dst)
 // (len(src) ≥ len(dst), not checked).

@@ -470,33 +470,39 @@ DATA ·gates64c+960(SB)/8, $0x0020000000000000
 DATA ·gates64c+968(SB)/8, $0x0020000000000000
 GLOBL ·gates64c(SB), RODATA|NOPTR, $976
 
-// func gatesNEON(beta, em1, eg, b, a, alog, dtb []float32)
+// func gatesNEON(beta, em1, eg, b, a, dtb []float32, rate []float64, lb float64)
 //
-// gatesGeneric (gdn_generic.go) for i < len(b), two lanes of float64 a vector: gate1's operations in its
-// order, each math.FMA one FMLA or FMLS, each other product one FMUL, the two divisions FDIV, min
-// and max FMIN and FMAX (NaN in, NaN out, as Go's), the branches x > 0, x > 20 and g ≥ ln 0.5 as
+// gatesGeneric (gdn_generic.go) for i < len(a), two lanes of float64 a vector: its operations in its
+// order, each math.FMA one FMLA or FMLS, each other product one FMUL, the divisions FDIV, min
+// and max FMIN and FMAX (NaN in, NaN out, as Go's), the selects x > 0, x > 20 and g ≥ ln 0.5 as
 // FCMGT/FCMGE masks (false for NaN) selecting with VAND and VBIF/VBIT; 2^k from t = k + magic as
-// (bits + 1023) << 52. Inputs widened with FCVTL/FCVTL2, outputs narrowed with FCVTN (to nearest
-// even, as float32() does). Four lanes per iteration (two vectors, their instructions
-// interleaved), then two (one vector), then a last odd lane through the same one-vector body in
-// lane 0 (scalar loads: the other lane is 0; only lane 0 is stored).
+// (bits + 1023) << 52. Inputs widened with FCVTL/FCVTL2 (the rates are float64), outputs
+// narrowed with FCVTN (to nearest even, as float32() does). beta only when len(b) > 0, the
+// bounded log-decay when lb < 0: branches around whole bodies. Four lanes per iteration (two
+// vectors, their instructions interleaved), then two (one vector), then a last odd lane through
+// the same one-vector body in lane 0 (scalar loads: the other lane is 0; only lane 0 is stored).
 //
 // Constants: the table gates64c (R9), each value twice; V18 0, V19 ln 0.5, V20 20, V21 2, V22 1,
 // V23 int 1023, V24 0.5, V25 ln2lo, V26 ln2hi, V27 log2e, V28 magic, V29 710, V30 −746, V31 the
 // sign bit; the polynomial coefficients are loaded from the table at each use (FMOVQ into the
 // Horner step's accumulator, off the dependency chain).
 //
-// Registers: R0 beta, R1 em1, R2 eg, R3 b, R4 a, R5 alog, R6 dtb, R7 lanes left, R8 1 in the odd
-// lane; V0–V8 one vector's lanes, V9–V17 the other's.
-TEXT ·gatesNEON(SB), NOSPLIT, $0-168
+// Registers: R0 beta, R1 em1, R2 eg, R3 b, R4 a, R5 rate, R6 dtb, R7 lanes left, R8 1 in the odd
+// lane, R10 len(b), R11 1 if lb < 0, R12 lb's address; V0–V8 one vector's lanes, V9–V17 the other's.
+TEXT ·gatesNEON(SB), NOSPLIT, $0-176
 	MOVD  beta_base+0(FP), R0
 	MOVD  em1_base+24(FP), R1
 	MOVD  eg_base+48(FP), R2
 	MOVD  b_base+72(FP), R3
 	MOVD  a_base+96(FP), R4
-	MOVD  alog_base+120(FP), R5
-	MOVD  dtb_base+144(FP), R6
-	MOVD  b_len+80(FP), R7
+	MOVD  dtb_base+120(FP), R6
+	MOVD  rate_base+144(FP), R5
+	MOVD  a_len+104(FP), R7
+	MOVD  b_len+80(FP), R10
+	FMOVD lb+168(FP), F0
+	FCMPD $(0.0), F0
+	CSET  MI, R11 // lb < 0 (false for NaN)
+	MOVD  $lb+168(FP), R12
 	MOVD  $0, R8
 	MOVD  $·gates64c(SB), R9
 	FMOVQ 0(R9), F18   // zero
@@ -518,123 +524,130 @@ gs4:
 	CMP $4, R7
 	BLT gs2
 
-	// four lanes of each input: lanes 0, 1 widened into the first vector, 2, 3 the second
+	// four lanes: lanes 0, 1 widened into the first vector, 2, 3 the second
+	CBZ    R10, gs4decay
 	VLD1.P 16(R3), [V9.S4]
 	WORD   $0x0e617920 // FCVTL V0.2D, V9.2S
 	WORD   $0x4e617929 // FCVTL2 V9.2D, V9.4S
-	VLD1.P 16(R4), [V10.S4]
-	WORD   $0x0e617941 // FCVTL V1.2D, V10.2S
-	WORD   $0x4e61794a // FCVTL2 V10.2D, V10.4S
-	VLD1.P 16(R5), [V11.S4]
-	WORD   $0x0e617962 // FCVTL V2.2D, V11.2S
-	WORD   $0x4e61796b // FCVTL2 V11.2D, V11.4S
-	VLD1.P 16(R6), [V12.S4]
-	WORD   $0x0e617983 // FCVTL V3.2D, V12.2S
-	WORD   $0x4e61798c // FCVTL2 V12.2D, V12.4S
 
 	// beta = 1/(1 + exp64(−b))
-	WORD  $0x6ee0f800 // FNEG V0.2D, V0.2D
-	WORD  $0x6ee0f929 // FNEG V9.2D, V9.2D
-	WORD  $0x4e7ef400 // FMAX V0.2D, V0.2D, V30.2D
-	WORD  $0x4e7ef529 // FMAX V9.2D, V9.2D, V30.2D
-	WORD  $0x4efdf400 // FMIN V0.2D, V0.2D, V29.2D
-	WORD  $0x4efdf529 // FMIN V9.2D, V9.2D, V29.2D
-	VORR  V28.B16, V28.B16, V4.B16
-	VORR  V28.B16, V28.B16, V13.B16
-	VFMLA V27.D2, V0.D2, V4.D2  // t = FMA(x, log2e, magic)
-	VFMLA V27.D2, V9.D2, V13.D2 // t = FMA(x, log2e, magic)
-	WORD  $0x4efcd484           // FSUB V4.2D, V4.2D, V28.2D
-	WORD  $0x4efcd5ad           // FSUB V13.2D, V13.2D, V28.2D
-	VFMLS V26.D2, V4.D2, V0.D2  // r = FMA(−k, ln2hi, x)
-	VFMLS V26.D2, V13.D2, V9.D2 // r = FMA(−k, ln2hi, x)
-	VFMLS V25.D2, V4.D2, V0.D2  // r = FMA(−k, ln2lo, r)
-	VFMLS V25.D2, V13.D2, V9.D2 // r = FMA(−k, ln2lo, r)
-	FMOVQ 224(R9), F5
-	FMOVQ 224(R9), F14
-	FMOVQ 240(R9), F6
-	FMOVQ 240(R9), F15
-	VFMLA V5.D2, V0.D2, V6.D2
-	VFMLA V14.D2, V9.D2, V15.D2
-	FMOVQ 256(R9), F5
-	FMOVQ 256(R9), F14
-	VFMLA V6.D2, V0.D2, V5.D2
-	VFMLA V15.D2, V9.D2, V14.D2
-	FMOVQ 272(R9), F6
-	FMOVQ 272(R9), F15
-	VFMLA V5.D2, V0.D2, V6.D2
-	VFMLA V14.D2, V9.D2, V15.D2
-	FMOVQ 288(R9), F5
-	FMOVQ 288(R9), F14
-	VFMLA V6.D2, V0.D2, V5.D2
-	VFMLA V15.D2, V9.D2, V14.D2
-	FMOVQ 304(R9), F6
-	FMOVQ 304(R9), F15
-	VFMLA V5.D2, V0.D2, V6.D2
-	VFMLA V14.D2, V9.D2, V15.D2
-	FMOVQ 320(R9), F5
-	FMOVQ 320(R9), F14
-	VFMLA V6.D2, V0.D2, V5.D2
-	VFMLA V15.D2, V9.D2, V14.D2
-	FMOVQ 336(R9), F6
-	FMOVQ 336(R9), F15
-	VFMLA V5.D2, V0.D2, V6.D2
-	VFMLA V14.D2, V9.D2, V15.D2
-	FMOVQ 352(R9), F5
-	FMOVQ 352(R9), F14
-	VFMLA V6.D2, V0.D2, V5.D2
-	VFMLA V15.D2, V9.D2, V14.D2
-	FMOVQ 368(R9), F6
-	FMOVQ 368(R9), F15
-	VFMLA V5.D2, V0.D2, V6.D2
-	VFMLA V14.D2, V9.D2, V15.D2
-	FMOVQ 384(R9), F5
-	FMOVQ 384(R9), F14
-	VFMLA V6.D2, V0.D2, V5.D2
-	VFMLA V15.D2, V9.D2, V14.D2
-	FMOVQ 400(R9), F6
-	FMOVQ 400(R9), F15
-	VFMLA V5.D2, V0.D2, V6.D2
-	VFMLA V14.D2, V9.D2, V15.D2
-	FMOVQ 416(R9), F5
-	FMOVQ 416(R9), F14
-	VFMLA V6.D2, V0.D2, V5.D2
-	VFMLA V15.D2, V9.D2, V14.D2
-	FMOVQ 432(R9), F6
-	FMOVQ 432(R9), F15
-	VFMLA V5.D2, V0.D2, V6.D2
-	VFMLA V14.D2, V9.D2, V15.D2
-	VORR  V28.B16, V28.B16, V7.B16
-	VORR  V28.B16, V28.B16, V16.B16
-	VFMLA V24.D2, V4.D2, V7.D2   // t1 = FMA(k, 0.5, magic)
-	VFMLA V24.D2, V13.D2, V16.D2 // t1 = FMA(k, 0.5, magic)
-	WORD  $0x4efcd4e0            // FSUB V0.2D, V7.2D, V28.2D
-	WORD  $0x4efcd609            // FSUB V9.2D, V16.2D, V28.2D
-	WORD  $0x4ee0d480            // FSUB V0.2D, V4.2D, V0.2D
-	WORD  $0x4ee9d5a9            // FSUB V9.2D, V13.2D, V9.2D
-	WORD  $0x4e7cd400            // FADD V0.2D, V0.2D, V28.2D
-	WORD  $0x4e7cd529            // FADD V9.2D, V9.2D, V28.2D
-	VADD  V23.D2, V7.D2, V7.D2
-	VADD  V23.D2, V16.D2, V16.D2
-	VSHL  $52, V7.D2, V7.D2
-	VSHL  $52, V16.D2, V16.D2
-	VADD  V23.D2, V0.D2, V0.D2
-	VADD  V23.D2, V9.D2, V9.D2
-	VSHL  $52, V0.D2, V0.D2
-	VSHL  $52, V9.D2, V9.D2
-	WORD  $0x6e67dcc6 // FMUL V6.2D, V6.2D, V7.2D
-	WORD  $0x6e70ddef // FMUL V15.2D, V15.2D, V16.2D
-	WORD  $0x6e60dcc6 // FMUL V6.2D, V6.2D, V0.2D
-	WORD  $0x6e69ddef // FMUL V15.2D, V15.2D, V9.2D
-	WORD  $0x4e66d6c6 // FADD V6.2D, V22.2D, V6.2D
-	WORD  $0x4e6fd6cf // FADD V15.2D, V22.2D, V15.2D
-	WORD  $0x6e66fec0 // FDIV V0.2D, V22.2D, V6.2D
-	WORD  $0x6e6ffec9 // FDIV V9.2D, V22.2D, V15.2D
-	WORD  $0x0e616800 // FCVTN V0.2S, V0.2D
-	WORD  $0x0e616929 // FCVTN V9.2S, V9.2D
+	WORD    $0x6ee0f800 // FNEG V0.2D, V0.2D
+	WORD    $0x6ee0f929 // FNEG V9.2D, V9.2D
+	WORD    $0x4e7ef400 // FMAX V0.2D, V0.2D, V30.2D
+	WORD    $0x4e7ef529 // FMAX V9.2D, V9.2D, V30.2D
+	WORD    $0x4efdf400 // FMIN V0.2D, V0.2D, V29.2D
+	WORD    $0x4efdf529 // FMIN V9.2D, V9.2D, V29.2D
+	VORR    V28.B16, V28.B16, V4.B16
+	VORR    V28.B16, V28.B16, V13.B16
+	VFMLA   V27.D2, V0.D2, V4.D2  // t = FMA(x, log2e, magic)
+	VFMLA   V27.D2, V9.D2, V13.D2 // t = FMA(x, log2e, magic)
+	WORD    $0x4efcd484           // FSUB V4.2D, V4.2D, V28.2D
+	WORD    $0x4efcd5ad           // FSUB V13.2D, V13.2D, V28.2D
+	VFMLS   V26.D2, V4.D2, V0.D2  // r = FMA(−k, ln2hi, x)
+	VFMLS   V26.D2, V13.D2, V9.D2 // r = FMA(−k, ln2hi, x)
+	VFMLS   V25.D2, V4.D2, V0.D2  // r = FMA(−k, ln2lo, r)
+	VFMLS   V25.D2, V13.D2, V9.D2 // r = FMA(−k, ln2lo, r)
+	FMOVQ   224(R9), F5
+	FMOVQ   224(R9), F14
+	FMOVQ   240(R9), F6
+	FMOVQ   240(R9), F15
+	VFMLA   V5.D2, V0.D2, V6.D2
+	VFMLA   V14.D2, V9.D2, V15.D2
+	FMOVQ   256(R9), F5
+	FMOVQ   256(R9), F14
+	VFMLA   V6.D2, V0.D2, V5.D2
+	VFMLA   V15.D2, V9.D2, V14.D2
+	FMOVQ   272(R9), F6
+	FMOVQ   272(R9), F15
+	VFMLA   V5.D2, V0.D2, V6.D2
+	VFMLA   V14.D2, V9.D2, V15.D2
+	FMOVQ   288(R9), F5
+	FMOVQ   288(R9), F14
+	VFMLA   V6.D2, V0.D2, V5.D2
+	VFMLA   V15.D2, V9.D2, V14.D2
+	FMOVQ   304(R9), F6
+	FMOVQ   304(R9), F15
+	VFMLA   V5.D2, V0.D2, V6.D2
+	VFMLA   V14.D2, V9.D2, V15.D2
+	FMOVQ   320(R9), F5
+	FMOVQ   320(R9), F14
+	VFMLA   V6.D2, V0.D2, V5.D2
+	VFMLA   V15.D2, V9.D2, V14.D2
+	FMOVQ   336(R9), F6
+	FMOVQ   336(R9), F15
+	VFMLA   V5.D2, V0.D2, V6.D2
+	VFMLA   V14.D2, V9.D2, V15.D2
+	FMOVQ   352(R9), F5
+	FMOVQ   352(R9), F14
+	VFMLA   V6.D2, V0.D2, V5.D2
+	VFMLA   V15.D2, V9.D2, V14.D2
+	FMOVQ   368(R9), F6
+	FMOVQ   368(R9), F15
+	VFMLA   V5.D2, V0.D2, V6.D2
+	VFMLA   V14.D2, V9.D2, V15.D2
+	FMOVQ   384(R9), F5
+	FMOVQ   384(R9), F14
+	VFMLA   V6.D2, V0.D2, V5.D2
+	VFMLA   V15.D2, V9.D2, V14.D2
+	FMOVQ   400(R9), F6
+	FMOVQ   400(R9), F15
+	VFMLA   V5.D2, V0.D2, V6.D2
+	VFMLA   V14.D2, V9.D2, V15.D2
+	FMOVQ   416(R9), F5
+	FMOVQ   416(R9), F14
+	VFMLA   V6.D2, V0.D2, V5.D2
+	VFMLA   V15.D2, V9.D2, V14.D2
+	FMOVQ   432(R9), F6
+	FMOVQ   432(R9), F15
+	VFMLA   V5.D2, V0.D2, V6.D2
+	VFMLA   V14.D2, V9.D2, V15.D2
+	VORR    V28.B16, V28.B16, V7.B16
+	VORR    V28.B16, V28.B16, V16.B16
+	VFMLA   V24.D2, V4.D2, V7.D2   // t1 = FMA(k, 0.5, magic)
+	VFMLA   V24.D2, V13.D2, V16.D2 // t1 = FMA(k, 0.5, magic)
+	WORD    $0x4efcd4e0            // FSUB V0.2D, V7.2D, V28.2D
+	WORD    $0x4efcd609            // FSUB V9.2D, V16.2D, V28.2D
+	WORD    $0x4ee0d480            // FSUB V0.2D, V4.2D, V0.2D
+	WORD    $0x4ee9d5a9            // FSUB V9.2D, V13.2D, V9.2D
+	WORD    $0x4e7cd400            // FADD V0.2D, V0.2D, V28.2D
+	WORD    $0x4e7cd529            // FADD V9.2D, V9.2D, V28.2D
+	VADD    V23.D2, V7.D2, V7.D2
+	VADD    V23.D2, V16.D2, V16.D2
+	VSHL    $52, V7.D2, V7.D2
+	VSHL    $52, V16.D2, V16.D2
+	VADD    V23.D2, V0.D2, V0.D2
+	VADD    V23.D2, V9.D2, V9.D2
+	VSHL    $52, V0.D2, V0.D2
+	VSHL    $52, V9.D2, V9.D2
+	WORD    $0x6e67dcc6 // FMUL V6.2D, V6.2D, V7.2D
+	WORD    $0x6e70ddef // FMUL V15.2D, V15.2D, V16.2D
+	WORD    $0x6e60dcc6 // FMUL V6.2D, V6.2D, V0.2D
+	WORD    $0x6e69ddef // FMUL V15.2D, V15.2D, V9.2D
+	WORD    $0x4e66d6c6 // FADD V6.2D, V22.2D, V6.2D
+	WORD    $0x4e6fd6cf // FADD V15.2D, V22.2D, V15.2D
+	WORD    $0x6e66fec0 // FDIV V0.2D, V22.2D, V6.2D
+	WORD    $0x6e6ffec9 // FDIV V9.2D, V22.2D, V15.2D
+	WORD    $0x0e616800 // FCVTN V0.2S, V0.2D
+	WORD    $0x0e616929 // FCVTN V9.2S, V9.2D
+	FMOVD.P F0, 8(R0)
+	FMOVD.P F9, 8(R0)
 
-	// x = a + dt_bias; y = exp64(−|x|)
-	WORD  $0x4e63d423 // FADD V3.2D, V1.2D, V3.2D
-	WORD  $0x4e6cd54c // FADD V12.2D, V10.2D, V12.2D
+gs4decay:
+	VLD1.P  16(R4), [V10.S4]
+	WORD    $0x0e617941 // FCVTL V1.2D, V10.2S
+	WORD    $0x4e61794a // FCVTL2 V10.2D, V10.4S
+	VLD1.P  16(R6), [V12.S4]
+	WORD    $0x0e617983 // FCVTL V3.2D, V12.2S
+	WORD    $0x4e61798c // FCVTL2 V12.2D, V12.4S
+	FMOVQ.P 16(R5), F2
+	FMOVQ.P 16(R5), F11
+
+	// x = a + dt_bias
+	WORD $0x4e63d423 // FADD V3.2D, V1.2D, V3.2D
+	WORD $0x4e6cd54c // FADD V12.2D, V10.2D, V12.2D
+	CBNZ R11, gs4bounded
+
+	// y = exp64(−|x|)
 	VORR  V31.B16, V3.B16, V1.B16
 	VORR  V31.B16, V12.B16, V10.B16
 	WORD  $0x4e7ef421 // FMAX V1.2D, V1.2D, V30.2D
@@ -822,102 +835,117 @@ gs4:
 	VBIF V5.B16, V4.B16, V3.B16
 	VBIF V14.B16, V13.B16, V12.B16
 
-	// g = −exp64(alog)·sp
-	WORD  $0x4e7ef442 // FMAX V2.2D, V2.2D, V30.2D
-	WORD  $0x4e7ef56b // FMAX V11.2D, V11.2D, V30.2D
-	WORD  $0x4efdf442 // FMIN V2.2D, V2.2D, V29.2D
-	WORD  $0x4efdf56b // FMIN V11.2D, V11.2D, V29.2D
+	// g = −rate·sp
+	WORD $0x6ee0f842 // FNEG V2.2D, V2.2D
+	WORD $0x6ee0f96b // FNEG V11.2D, V11.2D
+	WORD $0x6e63dc43 // FMUL V3.2D, V2.2D, V3.2D
+	WORD $0x6e6cdd6c // FMUL V12.2D, V11.2D, V12.2D
+	B    gs4g
+
+gs4bounded:
+	// g = lb/(1 + exp64(−rate·x))
+	WORD  $0x6e63dc41 // FMUL V1.2D, V2.2D, V3.2D
+	WORD  $0x6e6cdd6a // FMUL V10.2D, V11.2D, V12.2D
+	WORD  $0x6ee0f821 // FNEG V1.2D, V1.2D
+	WORD  $0x6ee0f94a // FNEG V10.2D, V10.2D
+	WORD  $0x4e7ef421 // FMAX V1.2D, V1.2D, V30.2D
+	WORD  $0x4e7ef54a // FMAX V10.2D, V10.2D, V30.2D
+	WORD  $0x4efdf421 // FMIN V1.2D, V1.2D, V29.2D
+	WORD  $0x4efdf54a // FMIN V10.2D, V10.2D, V29.2D
 	VORR  V28.B16, V28.B16, V4.B16
 	VORR  V28.B16, V28.B16, V13.B16
-	VFMLA V27.D2, V2.D2, V4.D2   // t = FMA(x, log2e, magic)
-	VFMLA V27.D2, V11.D2, V13.D2 // t = FMA(x, log2e, magic)
+	VFMLA V27.D2, V1.D2, V4.D2   // t = FMA(x, log2e, magic)
+	VFMLA V27.D2, V10.D2, V13.D2 // t = FMA(x, log2e, magic)
 	WORD  $0x4efcd484            // FSUB V4.2D, V4.2D, V28.2D
 	WORD  $0x4efcd5ad            // FSUB V13.2D, V13.2D, V28.2D
-	VFMLS V26.D2, V4.D2, V2.D2   // r = FMA(−k, ln2hi, x)
-	VFMLS V26.D2, V13.D2, V11.D2 // r = FMA(−k, ln2hi, x)
-	VFMLS V25.D2, V4.D2, V2.D2   // r = FMA(−k, ln2lo, r)
-	VFMLS V25.D2, V13.D2, V11.D2 // r = FMA(−k, ln2lo, r)
+	VFMLS V26.D2, V4.D2, V1.D2   // r = FMA(−k, ln2hi, x)
+	VFMLS V26.D2, V13.D2, V10.D2 // r = FMA(−k, ln2hi, x)
+	VFMLS V25.D2, V4.D2, V1.D2   // r = FMA(−k, ln2lo, r)
+	VFMLS V25.D2, V13.D2, V10.D2 // r = FMA(−k, ln2lo, r)
 	FMOVQ 224(R9), F5
 	FMOVQ 224(R9), F14
 	FMOVQ 240(R9), F6
 	FMOVQ 240(R9), F15
-	VFMLA V5.D2, V2.D2, V6.D2
-	VFMLA V14.D2, V11.D2, V15.D2
+	VFMLA V5.D2, V1.D2, V6.D2
+	VFMLA V14.D2, V10.D2, V15.D2
 	FMOVQ 256(R9), F5
 	FMOVQ 256(R9), F14
-	VFMLA V6.D2, V2.D2, V5.D2
-	VFMLA V15.D2, V11.D2, V14.D2
+	VFMLA V6.D2, V1.D2, V5.D2
+	VFMLA V15.D2, V10.D2, V14.D2
 	FMOVQ 272(R9), F6
 	FMOVQ 272(R9), F15
-	VFMLA V5.D2, V2.D2, V6.D2
-	VFMLA V14.D2, V11.D2, V15.D2
+	VFMLA V5.D2, V1.D2, V6.D2
+	VFMLA V14.D2, V10.D2, V15.D2
 	FMOVQ 288(R9), F5
 	FMOVQ 288(R9), F14
-	VFMLA V6.D2, V2.D2, V5.D2
-	VFMLA V15.D2, V11.D2, V14.D2
+	VFMLA V6.D2, V1.D2, V5.D2
+	VFMLA V15.D2, V10.D2, V14.D2
 	FMOVQ 304(R9), F6
 	FMOVQ 304(R9), F15
-	VFMLA V5.D2, V2.D2, V6.D2
-	VFMLA V14.D2, V11.D2, V15.D2
+	VFMLA V5.D2, V1.D2, V6.D2
+	VFMLA V14.D2, V10.D2, V15.D2
 	FMOVQ 320(R9), F5
 	FMOVQ 320(R9), F14
-	VFMLA V6.D2, V2.D2, V5.D2
-	VFMLA V15.D2, V11.D2, V14.D2
+	VFMLA V6.D2, V1.D2, V5.D2
+	VFMLA V15.D2, V10.D2, V14.D2
 	FMOVQ 336(R9), F6
 	FMOVQ 336(R9), F15
-	VFMLA V5.D2, V2.D2, V6.D2
-	VFMLA V14.D2, V11.D2, V15.D2
+	VFMLA V5.D2, V1.D2, V6.D2
+	VFMLA V14.D2, V10.D2, V15.D2
 	FMOVQ 352(R9), F5
 	FMOVQ 352(R9), F14
-	VFMLA V6.D2, V2.D2, V5.D2
-	VFMLA V15.D2, V11.D2, V14.D2
+	VFMLA V6.D2, V1.D2, V5.D2
+	VFMLA V15.D2, V10.D2, V14.D2
 	FMOVQ 368(R9), F6
 	FMOVQ 368(R9), F15
-	VFMLA V5.D2, V2.D2, V6.D2
-	VFMLA V14.D2, V11.D2, V15.D2
+	VFMLA V5.D2, V1.D2, V6.D2
+	VFMLA V14.D2, V10.D2, V15.D2
 	FMOVQ 384(R9), F5
 	FMOVQ 384(R9), F14
-	VFMLA V6.D2, V2.D2, V5.D2
-	VFMLA V15.D2, V11.D2, V14.D2
+	VFMLA V6.D2, V1.D2, V5.D2
+	VFMLA V15.D2, V10.D2, V14.D2
 	FMOVQ 400(R9), F6
 	FMOVQ 400(R9), F15
-	VFMLA V5.D2, V2.D2, V6.D2
-	VFMLA V14.D2, V11.D2, V15.D2
+	VFMLA V5.D2, V1.D2, V6.D2
+	VFMLA V14.D2, V10.D2, V15.D2
 	FMOVQ 416(R9), F5
 	FMOVQ 416(R9), F14
-	VFMLA V6.D2, V2.D2, V5.D2
-	VFMLA V15.D2, V11.D2, V14.D2
+	VFMLA V6.D2, V1.D2, V5.D2
+	VFMLA V15.D2, V10.D2, V14.D2
 	FMOVQ 432(R9), F6
 	FMOVQ 432(R9), F15
-	VFMLA V5.D2, V2.D2, V6.D2
-	VFMLA V14.D2, V11.D2, V15.D2
+	VFMLA V5.D2, V1.D2, V6.D2
+	VFMLA V14.D2, V10.D2, V15.D2
 	VORR  V28.B16, V28.B16, V7.B16
 	VORR  V28.B16, V28.B16, V16.B16
 	VFMLA V24.D2, V4.D2, V7.D2   // t1 = FMA(k, 0.5, magic)
 	VFMLA V24.D2, V13.D2, V16.D2 // t1 = FMA(k, 0.5, magic)
-	WORD  $0x4efcd4e2            // FSUB V2.2D, V7.2D, V28.2D
-	WORD  $0x4efcd60b            // FSUB V11.2D, V16.2D, V28.2D
-	WORD  $0x4ee2d482            // FSUB V2.2D, V4.2D, V2.2D
-	WORD  $0x4eebd5ab            // FSUB V11.2D, V13.2D, V11.2D
-	WORD  $0x4e7cd442            // FADD V2.2D, V2.2D, V28.2D
-	WORD  $0x4e7cd56b            // FADD V11.2D, V11.2D, V28.2D
+	WORD  $0x4efcd4e1            // FSUB V1.2D, V7.2D, V28.2D
+	WORD  $0x4efcd60a            // FSUB V10.2D, V16.2D, V28.2D
+	WORD  $0x4ee1d481            // FSUB V1.2D, V4.2D, V1.2D
+	WORD  $0x4eead5aa            // FSUB V10.2D, V13.2D, V10.2D
+	WORD  $0x4e7cd421            // FADD V1.2D, V1.2D, V28.2D
+	WORD  $0x4e7cd54a            // FADD V10.2D, V10.2D, V28.2D
 	VADD  V23.D2, V7.D2, V7.D2
 	VADD  V23.D2, V16.D2, V16.D2
 	VSHL  $52, V7.D2, V7.D2
 	VSHL  $52, V16.D2, V16.D2
-	VADD  V23.D2, V2.D2, V2.D2
-	VADD  V23.D2, V11.D2, V11.D2
-	VSHL  $52, V2.D2, V2.D2
-	VSHL  $52, V11.D2, V11.D2
+	VADD  V23.D2, V1.D2, V1.D2
+	VADD  V23.D2, V10.D2, V10.D2
+	VSHL  $52, V1.D2, V1.D2
+	VSHL  $52, V10.D2, V10.D2
 	WORD  $0x6e67dcc6 // FMUL V6.2D, V6.2D, V7.2D
 	WORD  $0x6e70ddef // FMUL V15.2D, V15.2D, V16.2D
-	WORD  $0x6e62dcc6 // FMUL V6.2D, V6.2D, V2.2D
-	WORD  $0x6e6bddef // FMUL V15.2D, V15.2D, V11.2D
-	WORD  $0x6ee0f8c6 // FNEG V6.2D, V6.2D
-	WORD  $0x6ee0f9ef // FNEG V15.2D, V15.2D
-	WORD  $0x6e63dcc3 // FMUL V3.2D, V6.2D, V3.2D
-	WORD  $0x6e6cddec // FMUL V12.2D, V15.2D, V12.2D
+	WORD  $0x6e61dcc6 // FMUL V6.2D, V6.2D, V1.2D
+	WORD  $0x6e6addef // FMUL V15.2D, V15.2D, V10.2D
+	WORD  $0x4e66d6c6 // FADD V6.2D, V22.2D, V6.2D
+	WORD  $0x4e6fd6cf // FADD V15.2D, V22.2D, V15.2D
+	VLD1R (R12), [V8.D2]
+	VLD1R (R12), [V17.D2]
+	WORD  $0x6e66fd03 // FDIV V3.2D, V8.2D, V6.2D
+	WORD  $0x6e6ffe2c // FDIV V12.2D, V17.2D, V15.2D
 
+gs4g:
 	// g ≥ ln 0.5: em1 = expm1Near(g) (g·its polynomial), eg = 1 + em1
 	FMOVQ 704(R9), F1
 	FMOVQ 704(R9), F10
@@ -1094,8 +1122,6 @@ gs4:
 	WORD $0x0e6168c6 // FCVTN V6.2S, V6.2D
 	WORD $0x0e6169ef // FCVTN V15.2S, V15.2D
 
-	FMOVD.P F0, 8(R0)
-	FMOVD.P F9, 8(R0)
 	FMOVD.P F8, 8(R1)
 	FMOVD.P F17, 8(R1)
 	FMOVD.P F6, 8(R2)
@@ -1106,79 +1132,95 @@ gs4:
 gs2:
 	CMP     $2, R7
 	BLT     gs1
+	CBZ     R10, gs2nob
 	FMOVD.P 8(R3), F0
+
+gs2nob:
 	FMOVD.P 8(R4), F1
-	FMOVD.P 8(R5), F2
 	FMOVD.P 8(R6), F3
+	FMOVQ.P 16(R5), F2
 	B       gsbody
 
 gs1:
 	CBZ     R7, gsdone
 	MOVD    $1, R8 // the odd lane: lane 0, lane 1 is 0
+	CBZ     R10, gs1nob
 	FMOVS.P 4(R3), F0
+
+gs1nob:
 	FMOVS.P 4(R4), F1
-	FMOVS.P 4(R5), F2
 	FMOVS.P 4(R6), F3
+	FMOVD.P 8(R5), F2
 
 gsbody:
 	WORD $0x0e617800 // FCVTL V0.2D, V0.2S
 	WORD $0x0e617821 // FCVTL V1.2D, V1.2S
-	WORD $0x0e617842 // FCVTL V2.2D, V2.2S
 	WORD $0x0e617863 // FCVTL V3.2D, V3.2S
+	CBZ  R10, gsdecay
 
 	// beta = 1/(1 + exp64(−b))
-	WORD  $0x6ee0f800 // FNEG V0.2D, V0.2D
-	WORD  $0x4e7ef400 // FMAX V0.2D, V0.2D, V30.2D
-	WORD  $0x4efdf400 // FMIN V0.2D, V0.2D, V29.2D
-	VORR  V28.B16, V28.B16, V4.B16
-	VFMLA V27.D2, V0.D2, V4.D2 // t = FMA(x, log2e, magic)
-	WORD  $0x4efcd484          // FSUB V4.2D, V4.2D, V28.2D
-	VFMLS V26.D2, V4.D2, V0.D2 // r = FMA(−k, ln2hi, x)
-	VFMLS V25.D2, V4.D2, V0.D2 // r = FMA(−k, ln2lo, r)
-	FMOVQ 224(R9), F5
-	FMOVQ 240(R9), F6
-	VFMLA V5.D2, V0.D2, V6.D2
-	FMOVQ 256(R9), F5
-	VFMLA V6.D2, V0.D2, V5.D2
-	FMOVQ 272(R9), F6
-	VFMLA V5.D2, V0.D2, V6.D2
-	FMOVQ 288(R9), F5
-	VFMLA V6.D2, V0.D2, V5.D2
-	FMOVQ 304(R9), F6
-	VFMLA V5.D2, V0.D2, V6.D2
-	FMOVQ 320(R9), F5
-	VFMLA V6.D2, V0.D2, V5.D2
-	FMOVQ 336(R9), F6
-	VFMLA V5.D2, V0.D2, V6.D2
-	FMOVQ 352(R9), F5
-	VFMLA V6.D2, V0.D2, V5.D2
-	FMOVQ 368(R9), F6
-	VFMLA V5.D2, V0.D2, V6.D2
-	FMOVQ 384(R9), F5
-	VFMLA V6.D2, V0.D2, V5.D2
-	FMOVQ 400(R9), F6
-	VFMLA V5.D2, V0.D2, V6.D2
-	FMOVQ 416(R9), F5
-	VFMLA V6.D2, V0.D2, V5.D2
-	FMOVQ 432(R9), F6
-	VFMLA V5.D2, V0.D2, V6.D2
-	VORR  V28.B16, V28.B16, V7.B16
-	VFMLA V24.D2, V4.D2, V7.D2 // t1 = FMA(k, 0.5, magic)
-	WORD  $0x4efcd4e0          // FSUB V0.2D, V7.2D, V28.2D
-	WORD  $0x4ee0d480          // FSUB V0.2D, V4.2D, V0.2D
-	WORD  $0x4e7cd400          // FADD V0.2D, V0.2D, V28.2D
-	VADD  V23.D2, V7.D2, V7.D2
-	VSHL  $52, V7.D2, V7.D2
-	VADD  V23.D2, V0.D2, V0.D2
-	VSHL  $52, V0.D2, V0.D2
-	WORD  $0x6e67dcc6 // FMUL V6.2D, V6.2D, V7.2D
-	WORD  $0x6e60dcc6 // FMUL V6.2D, V6.2D, V0.2D
-	WORD  $0x4e66d6c6 // FADD V6.2D, V22.2D, V6.2D
-	WORD  $0x6e66fec0 // FDIV V0.2D, V22.2D, V6.2D
-	WORD  $0x0e616800 // FCVTN V0.2S, V0.2D
+	WORD    $0x6ee0f800 // FNEG V0.2D, V0.2D
+	WORD    $0x4e7ef400 // FMAX V0.2D, V0.2D, V30.2D
+	WORD    $0x4efdf400 // FMIN V0.2D, V0.2D, V29.2D
+	VORR    V28.B16, V28.B16, V4.B16
+	VFMLA   V27.D2, V0.D2, V4.D2 // t = FMA(x, log2e, magic)
+	WORD    $0x4efcd484          // FSUB V4.2D, V4.2D, V28.2D
+	VFMLS   V26.D2, V4.D2, V0.D2 // r = FMA(−k, ln2hi, x)
+	VFMLS   V25.D2, V4.D2, V0.D2 // r = FMA(−k, ln2lo, r)
+	FMOVQ   224(R9), F5
+	FMOVQ   240(R9), F6
+	VFMLA   V5.D2, V0.D2, V6.D2
+	FMOVQ   256(R9), F5
+	VFMLA   V6.D2, V0.D2, V5.D2
+	FMOVQ   272(R9), F6
+	VFMLA   V5.D2, V0.D2, V6.D2
+	FMOVQ   288(R9), F5
+	VFMLA   V6.D2, V0.D2, V5.D2
+	FMOVQ   304(R9), F6
+	VFMLA   V5.D2, V0.D2, V6.D2
+	FMOVQ   320(R9), F5
+	VFMLA   V6.D2, V0.D2, V5.D2
+	FMOVQ   336(R9), F6
+	VFMLA   V5.D2, V0.D2, V6.D2
+	FMOVQ   352(R9), F5
+	VFMLA   V6.D2, V0.D2, V5.D2
+	FMOVQ   368(R9), F6
+	VFMLA   V5.D2, V0.D2, V6.D2
+	FMOVQ   384(R9), F5
+	VFMLA   V6.D2, V0.D2, V5.D2
+	FMOVQ   400(R9), F6
+	VFMLA   V5.D2, V0.D2, V6.D2
+	FMOVQ   416(R9), F5
+	VFMLA   V6.D2, V0.D2, V5.D2
+	FMOVQ   432(R9), F6
+	VFMLA   V5.D2, V0.D2, V6.D2
+	VORR    V28.B16, V28.B16, V7.B16
+	VFMLA   V24.D2, V4.D2, V7.D2 // t1 = FMA(k, 0.5, magic)
+	WORD    $0x4efcd4e0          // FSUB V0.2D, V7.2D, V28.2D
+	WORD    $0x4ee0d480          // FSUB V0.2D, V4.2D, V0.2D
+	WORD    $0x4e7cd400          // FADD V0.2D, V0.2D, V28.2D
+	VADD    V23.D2, V7.D2, V7.D2
+	VSHL    $52, V7.D2, V7.D2
+	VADD    V23.D2, V0.D2, V0.D2
+	VSHL    $52, V0.D2, V0.D2
+	WORD    $0x6e67dcc6 // FMUL V6.2D, V6.2D, V7.2D
+	WORD    $0x6e60dcc6 // FMUL V6.2D, V6.2D, V0.2D
+	WORD    $0x4e66d6c6 // FADD V6.2D, V22.2D, V6.2D
+	WORD    $0x6e66fec0 // FDIV V0.2D, V22.2D, V6.2D
+	WORD    $0x0e616800 // FCVTN V0.2S, V0.2D
+	CBNZ    R8, gsbeta1
+	FMOVD.P F0, 8(R0)
+	B       gsdecay
 
-	// x = a + dt_bias; y = exp64(−|x|)
-	WORD  $0x4e63d423 // FADD V3.2D, V1.2D, V3.2D
+gsbeta1:
+	FMOVS.P F0, 4(R0)
+
+gsdecay:
+	// x = a + dt_bias
+	WORD $0x4e63d423 // FADD V3.2D, V1.2D, V3.2D
+	CBNZ R11, gsbounded
+
+	// y = exp64(−|x|)
 	VORR  V31.B16, V3.B16, V1.B16
 	WORD  $0x4e7ef421 // FMAX V1.2D, V1.2D, V30.2D
 	WORD  $0x4efdf421 // FMIN V1.2D, V1.2D, V29.2D
@@ -1274,55 +1316,65 @@ gsbody:
 	WORD $0x6ef4e465 // FCMGT V5.2D, V3.2D, V20.2D
 	VBIF V5.B16, V4.B16, V3.B16
 
-	// g = −exp64(alog)·sp
-	WORD  $0x4e7ef442 // FMAX V2.2D, V2.2D, V30.2D
-	WORD  $0x4efdf442 // FMIN V2.2D, V2.2D, V29.2D
+	// g = −rate·sp
+	WORD $0x6ee0f842 // FNEG V2.2D, V2.2D
+	WORD $0x6e63dc43 // FMUL V3.2D, V2.2D, V3.2D
+	B    gsg
+
+gsbounded:
+	// g = lb/(1 + exp64(−rate·x))
+	WORD  $0x6e63dc41 // FMUL V1.2D, V2.2D, V3.2D
+	WORD  $0x6ee0f821 // FNEG V1.2D, V1.2D
+	WORD  $0x4e7ef421 // FMAX V1.2D, V1.2D, V30.2D
+	WORD  $0x4efdf421 // FMIN V1.2D, V1.2D, V29.2D
 	VORR  V28.B16, V28.B16, V4.B16
-	VFMLA V27.D2, V2.D2, V4.D2 // t = FMA(x, log2e, magic)
+	VFMLA V27.D2, V1.D2, V4.D2 // t = FMA(x, log2e, magic)
 	WORD  $0x4efcd484          // FSUB V4.2D, V4.2D, V28.2D
-	VFMLS V26.D2, V4.D2, V2.D2 // r = FMA(−k, ln2hi, x)
-	VFMLS V25.D2, V4.D2, V2.D2 // r = FMA(−k, ln2lo, r)
+	VFMLS V26.D2, V4.D2, V1.D2 // r = FMA(−k, ln2hi, x)
+	VFMLS V25.D2, V4.D2, V1.D2 // r = FMA(−k, ln2lo, r)
 	FMOVQ 224(R9), F5
 	FMOVQ 240(R9), F6
-	VFMLA V5.D2, V2.D2, V6.D2
+	VFMLA V5.D2, V1.D2, V6.D2
 	FMOVQ 256(R9), F5
-	VFMLA V6.D2, V2.D2, V5.D2
+	VFMLA V6.D2, V1.D2, V5.D2
 	FMOVQ 272(R9), F6
-	VFMLA V5.D2, V2.D2, V6.D2
+	VFMLA V5.D2, V1.D2, V6.D2
 	FMOVQ 288(R9), F5
-	VFMLA V6.D2, V2.D2, V5.D2
+	VFMLA V6.D2, V1.D2, V5.D2
 	FMOVQ 304(R9), F6
-	VFMLA V5.D2, V2.D2, V6.D2
+	VFMLA V5.D2, V1.D2, V6.D2
 	FMOVQ 320(R9), F5
-	VFMLA V6.D2, V2.D2, V5.D2
+	VFMLA V6.D2, V1.D2, V5.D2
 	FMOVQ 336(R9), F6
-	VFMLA V5.D2, V2.D2, V6.D2
+	VFMLA V5.D2, V1.D2, V6.D2
 	FMOVQ 352(R9), F5
-	VFMLA V6.D2, V2.D2, V5.D2
+	VFMLA V6.D2, V1.D2, V5.D2
 	FMOVQ 368(R9), F6
-	VFMLA V5.D2, V2.D2, V6.D2
+	VFMLA V5.D2, V1.D2, V6.D2
 	FMOVQ 384(R9), F5
-	VFMLA V6.D2, V2.D2, V5.D2
+	VFMLA V6.D2, V1.D2, V5.D2
 	FMOVQ 400(R9), F6
-	VFMLA V5.D2, V2.D2, V6.D2
+	VFMLA V5.D2, V1.D2, V6.D2
 	FMOVQ 416(R9), F5
-	VFMLA V6.D2, V2.D2, V5.D2
+	VFMLA V6.D2, V1.D2, V5.D2
 	FMOVQ 432(R9), F6
-	VFMLA V5.D2, V2.D2, V6.D2
+	VFMLA V5.D2, V1.D2, V6.D2
 	VORR  V28.B16, V28.B16, V7.B16
 	VFMLA V24.D2, V4.D2, V7.D2 // t1 = FMA(k, 0.5, magic)
-	WORD  $0x4efcd4e2          // FSUB V2.2D, V7.2D, V28.2D
-	WORD  $0x4ee2d482          // FSUB V2.2D, V4.2D, V2.2D
-	WORD  $0x4e7cd442          // FADD V2.2D, V2.2D, V28.2D
+	WORD  $0x4efcd4e1          // FSUB V1.2D, V7.2D, V28.2D
+	WORD  $0x4ee1d481          // FSUB V1.2D, V4.2D, V1.2D
+	WORD  $0x4e7cd421          // FADD V1.2D, V1.2D, V28.2D
 	VADD  V23.D2, V7.D2, V7.D2
 	VSHL  $52, V7.D2, V7.D2
-	VADD  V23.D2, V2.D2, V2.D2
-	VSHL  $52, V2.D2, V2.D2
+	VADD  V23.D2, V1.D2, V1.D2
+	VSHL  $52, V1.D2, V1.D2
 	WORD  $0x6e67dcc6 // FMUL V6.2D, V6.2D, V7.2D
-	WORD  $0x6e62dcc6 // FMUL V6.2D, V6.2D, V2.2D
-	WORD  $0x6ee0f8c6 // FNEG V6.2D, V6.2D
-	WORD  $0x6e63dcc3 // FMUL V3.2D, V6.2D, V3.2D
+	WORD  $0x6e61dcc6 // FMUL V6.2D, V6.2D, V1.2D
+	WORD  $0x4e66d6c6 // FADD V6.2D, V22.2D, V6.2D
+	VLD1R (R12), [V8.D2]
+	WORD  $0x6e66fd03 // FDIV V3.2D, V8.2D, V6.2D
 
+gsg:
 	// g ≥ ln 0.5: em1 = expm1Near(g) (g·its polynomial), eg = 1 + em1
 	FMOVQ 704(R9), F1
 	FMOVQ 720(R9), F2
@@ -1415,14 +1467,12 @@ gsbody:
 	WORD $0x0e6168c6 // FCVTN V6.2S, V6.2D
 
 	CBNZ    R8, gsstore1
-	FMOVD.P F0, 8(R0)
 	FMOVD.P F8, 8(R1)
 	FMOVD.P F6, 8(R2)
 	SUB     $2, R7, R7
 	B       gs2
 
 gsstore1:
-	FMOVS.P F0, 4(R0)
 	FMOVS.P F8, 4(R1)
 	FMOVS.P F6, 4(R2)
 

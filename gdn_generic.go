@@ -41,9 +41,10 @@ type impl struct {
 	// widen sets dst[i] to the float32 of the bf16 bits src[i] (exact; len(src) ≥ len(dst)).
 	widen func(dst []float32, src []uint16)
 
-	// gates sets beta[i], em1[i], eg[i] to the head gates of the lane b[i], a[i], alog[i],
-	// dtb[i] for i < len(b) (gatesGeneric; the other slices hold at least len(b) elements).
-	gates func(beta, em1, eg, b, a, alog, dtb []float32)
+	// gates sets em1[i], eg[i] (and beta[i] unless b is empty) of the lane a[i], dtb[i],
+	// rate[i] for i < len(a), lb < 0 the bounded form (gatesGeneric; the other slices hold at
+	// least len(a) elements).
+	gates func(beta, em1, eg, b, a, dtb []float32, rate []float64, lb float64)
 
 	// cells are the state routines over T tokens by format, [bf16][layout]; a nil cell is a
 	// format the kernel does not implement.
@@ -286,29 +287,27 @@ func BF16RNE(f float32) uint16 {
 // (TestGatesMath counts those), and at inputs no model has: amd64's math.Exp is +Inf from e^709.44
 // where exp64 is finite (such an A_log gave eg 0; now the right value).
 
-// gatesGeneric sets beta[i], em1[i] and eg[i] to the gates of the lane b[i], a[i] (the token's
-// Beta and Gate entries of the head), alog[i], dtb[i] (the head's A_log and dt_bias), for
-// i < len(b); every other slice holds at least len(b) elements.
-func gatesGeneric(beta, em1, eg, b, a, alog, dtb []float32) {
-	n := len(b)
-	beta, em1, eg, a, alog, dtb = beta[:n], em1[:n], eg[:n], a[:n], alog[:n], dtb[:n]
-	for i := range n {
-		beta[i], em1[i], eg[i] = gate1(b[i], a[i], alog[i], dtb[i])
+// gatesGeneric sets em1[i] and eg[i] to the decay of the lane a[i] (a raw gate: the token's Gate
+// entry of a head, or of a channel), dtb[i] (its dt_bias) and rate[i] (its head's rate exp(A_log),
+// or −ssm_a) for i < len(a), the log-decay logDecay64's (lb < 0: the bounded form); and, unless b
+// is empty, beta[i] = sigmoid(b[i]). Every other slice holds at least len(a) elements.
+func gatesGeneric(beta, em1, eg, b, a, dtb []float32, rate []float64, lb float64) {
+	n := len(a)
+	em1, eg, dtb, rate = em1[:n], eg[:n], dtb[:n], rate[:n]
+	if len(b) > 0 {
+		beta, b = beta[:n], b[:n]
+		for i, x := range b {
+			beta[i] = float32(sigmoid64(x))
+		}
+	}
+	for i, x := range a {
+		m, e := decay64(logDecay64(x, dtb[i], rate[i], lb))
+		em1[i], eg[i] = float32(m), float32(e)
 	}
 }
 
-// gate1 is one lane of gatesGeneric: gate64's values, each rounded once to float32.
-func gate1(b, a, alog, dtb float32) (beta, em1, eg float32) {
-	b64, em1d, egd := gate64(b, a, alog, dtb)
-	return float32(b64), float32(em1d), float32(egd)
-}
-
-// gate64 is one lane's gates in float64, before their rounding to float32.
-func gate64(b, a, alog, dtb float32) (beta, em1, eg float64) {
-	beta = 1 / (1 + exp64(-float64(b)))
-	em1, eg = decay64(float64(-exp64(float64(alog)) * softplus64(float64(a)+float64(dtb))))
-	return beta, em1, eg
-}
+// sigmoid64 is beta = 1/(1 + exp64(−b)) in float64, before its rounding to float32.
+func sigmoid64(b float32) float64 { return 1 / (1 + exp64(-float64(b))) }
 
 // softplus64 is softplus(x) = x for x > 20, else log1p(exp(x)), computed as
 // max(x, 0) + log1p(exp(−|x|)): the same value, with log1p's argument in [0, 1].
@@ -348,29 +347,6 @@ func logDecay64(a, dtb float32, rate, lb float64) float64 {
 		return float64(lb / (1 + exp64(-float64(rate*x))))
 	}
 	return float64(-rate * softplus64(x))
-}
-
-// chanGates sets em1[i], eg[i] to the per-channel gates of the raw gate a[i] with dt_bias dtb[i]
-// for i < len(a), the head's rate and bound as logDecay64 takes them, each rounded once to
-// float32 (SPEC Part C).
-func chanGates(em1, eg, a, dtb []float32, rate, lb float64) {
-	n := len(a)
-	em1, eg, dtb = em1[:n], eg[:n], dtb[:n]
-	for i, x := range a {
-		m, e := decay64(logDecay64(x, dtb[i], rate, lb))
-		em1[i], eg[i] = float32(m), float32(e)
-	}
-}
-
-// rateGates is gatesGeneric for heads whose rate is given (−ssm_a of GGUF files) rather than
-// A_log: lane i has the rate rate[i].
-func rateGates(beta, em1, eg, b, a []float32, rate []float64, dtb []float32) {
-	n := len(b)
-	beta, em1, eg, a, rate, dtb = beta[:n], em1[:n], eg[:n], a[:n], rate[:n], dtb[:n]
-	for i := range n {
-		m, e := decay64(logDecay64(a[i], dtb[i], rate[i], 0))
-		beta[i], em1[i], eg[i] = float32(1/(1+exp64(-float64(b[i])))), float32(m), float32(e)
-	}
 }
 
 // chanForm is a channel's decay as the per-channel routines apply it, branch-free: decay(x) =

@@ -149,6 +149,16 @@ func randRow(r *rand.Rand, n int) []float32 {
 	return x
 }
 
+// chanGates sets em1[i], eg[i] to the per-channel gates of the raw gate a[i] with dt_bias dtb[i],
+// the head's rate and bound lb (gatesGeneric's lanes, one per channel).
+func chanGates(em1, eg, a, dtb []float32, rate, lb float64) {
+	r := make([]float64, len(a))
+	for i := range r {
+		r[i] = rate
+	}
+	gatesGeneric(nil, em1, eg, nil, a, dtb, r, lb)
+}
+
 // TestChanGatesMath: the per-channel gates (both forms, A_log and ssm_a rates) against package
 // math's float64 functions: em1 and eg within 2 float32 ulps, and the form's switch where eg
 // crosses 0.5.

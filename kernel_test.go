@@ -38,7 +38,7 @@ type Pieces struct {
 	Gate  func(o, z, w []float32, eps float32, out []uint16, outF []float32)
 	L2    func(q, k []float32) (qq, kk, kq float64)
 	Scale func(dst, src []float32, f float32)
-	Gates func(beta, em1, eg, b, a, alog, dtb []float32)
+	Gates func(beta, em1, eg, b, a, dtb []float32, rate []float64, lb float64)
 }
 
 // PiecesOf returns k's pieces; PiecesOf of the "generic" kernel is the reference.
@@ -431,6 +431,29 @@ func TestRunBatchChecksLengths(t *testing.T) {
 	})
 }
 
+// gate1 is one lane of the scalar gate with its A_log (the kernels take the rate exp64(A_log)):
+// beta, em1, eg as gatesGeneric computes them.
+func gate1(b, a, alog, dtb float32) (beta, em1, eg float32) {
+	var o [3]float32
+	gatesGeneric(o[0:1], o[1:2], o[2:3], []float32{b}, []float32{a}, []float32{dtb}, []float64{rate64(alog)}, 0)
+	return o[0], o[1], o[2]
+}
+
+// gate64 is gate1 in float64, before the rounding to float32.
+func gate64(b, a, alog, dtb float32) (beta, em1, eg float64) {
+	em1, eg = decay64(logDecay64(a, dtb, rate64(alog), 0))
+	return sigmoid64(b), em1, eg
+}
+
+// Rates64 returns the rates exp64(A_log) of the lanes (what the kernels' gates pieces take).
+func Rates64(alog []float32) []float64 {
+	r := make([]float64, len(alog))
+	for i, x := range alog {
+		r[i] = rate64(x)
+	}
+	return r
+}
+
 // headGatesMath is the gates as package math computes them (the code gatesGeneric replaced):
 // the reference TestGatesMath holds gate1 to.
 func headGatesMath(b, a, alog, dtb float32) (beta, em1, eg float32) {
@@ -579,6 +602,7 @@ func BenchmarkGates(b *testing.B) {
 			in[0][i], in[1][i] = float32(i%7)-3, float32(i%11)*0.7-4
 			in[2][i], in[3][i] = float32(i%5)*0.5-1, float32(i%3)-1
 		}
+		rate := Rates64(in[2])
 		lanes := func(b *testing.B) { b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/lane") }
 		b.Run(fmt.Sprintf("kernel=math/n=%d", n), func(b *testing.B) {
 			for range b.N {
@@ -591,7 +615,7 @@ func BenchmarkGates(b *testing.B) {
 		for _, im := range append([]*impl{&genericImpl}, available...) {
 			b.Run(fmt.Sprintf("kernel=%s/n=%d", im.name, n), func(b *testing.B) {
 				for range b.N {
-					im.gates(in[4], in[5], in[6], in[0], in[1], in[2], in[3])
+					im.gates(in[4], in[5], in[6], in[0], in[1], in[3], rate, 0)
 				}
 				lanes(b)
 			})

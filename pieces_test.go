@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"unsafe"
 
@@ -506,43 +507,68 @@ func TestGatesExact(t *testing.T) {
 					in[0][i], in[1][i], in[2][i], in[3][i] = pick(100), pick(30), pick(5), pick(10)
 				}
 			}
-			var out, want [3][]float32
-			for j := range out {
-				var ck func(string)
-				out[j], ck = guarded(t, n, (c+5*j+1)%16)
-				checks = append(checks, ck)
-				want[j] = make([]float32, n)
-			}
-			generic.Gates(want[0], want[1], want[2], in[0], in[1], in[2], in[3])
-			p.Gates(out[0], out[1], out[2], in[0], in[1], in[2], in[3])
-			what := fmt.Sprint("n=", n)
-			for _, ck := range checks {
-				ck(what)
-			}
-			for j := range out {
-				for i := range n {
-					g, w := out[j][i], want[j][i]
-					if math.Float32bits(g) != math.Float32bits(w) && !(g != g && w != w) {
-						t.Fatalf("%s lane %d (b=%v a=%v A_log=%v dt_bias=%v): output %d = %v (%#x), generic %v (%#x)",
-							what, i, in[0][i], in[1][i], in[2][i], in[3][i], j, g, math.Float32bits(g), w, math.Float32bits(w))
+			rate := Rates64(in[2])
+			// The scalar gate's lanes (lb = 0, beta), the bounded form's with beta, and per-channel
+			// lanes (no beta) of a bound from the models' −5 to extremes.
+			lb := []float64{-5, -1e-3, -60, -math.SmallestNonzeroFloat64, -math.MaxFloat64}[c%5]
+			for mode, m := range []struct {
+				lb   float64
+				beta bool
+			}{{0, true}, {lb, true}, {lb, false}} {
+				var out, want [3][]float32
+				for j := range out {
+					var ck func(string)
+					out[j], ck = guarded(t, n, (c+5*j+1)%16)
+					checks = append(checks, ck)
+					want[j] = make([]float32, n)
+				}
+				b := in[0]
+				if !m.beta {
+					b = nil
+				}
+				before := slices.Clone(out[0])
+				generic.Gates(want[0], want[1], want[2], b, in[1], in[3], rate, m.lb)
+				p.Gates(out[0], out[1], out[2], b, in[1], in[3], rate, m.lb)
+				what := fmt.Sprintf("n=%d lb=%g beta=%v", n, m.lb, m.beta)
+				for _, ck := range checks {
+					ck(what)
+				}
+				for j := range out {
+					if j == 0 && !m.beta {
+						for i := range n {
+							if math.Float32bits(out[0][i]) != math.Float32bits(before[i]) {
+								t.Fatalf("%s: beta[%d] written without b", what, i)
+							}
+						}
+						continue
+					}
+					for i := range n {
+						g, w := out[j][i], want[j][i]
+						if math.Float32bits(g) != math.Float32bits(w) && !(g != g && w != w) {
+							t.Fatalf("%s lane %d (b=%v a=%v A_log=%v dt_bias=%v): output %d = %v (%#x), generic %v (%#x)",
+								what, i, in[0][i], in[1][i], in[2][i], in[3][i], j, g, math.Float32bits(g), w, math.Float32bits(w))
+						}
 					}
 				}
-			}
-			for i := range n {
-				x := float64(in[1][i]) + float64(in[3][i])
-				switch {
-				case x > 20:
-					sides[0]++
-				case x > 0:
-					sides[1]++
-				case x <= 0:
-					sides[2]++
+				if mode > 0 {
+					continue
 				}
-				switch {
-				case want[2][i] >= 0.5:
-					sides[3]++
-				case want[2][i] < 0.5:
-					sides[4]++
+				for i := range n {
+					x := float64(in[1][i]) + float64(in[3][i])
+					switch {
+					case x > 20:
+						sides[0]++
+					case x > 0:
+						sides[1]++
+					case x <= 0:
+						sides[2]++
+					}
+					switch {
+					case want[2][i] >= 0.5:
+						sides[3]++
+					case want[2][i] < 0.5:
+						sides[4]++
+					}
 				}
 			}
 		}
@@ -557,8 +583,8 @@ func TestGatesExact(t *testing.T) {
 		for j := range out {
 			out[j], want[j] = make([]float32, n), make([]float32, n)
 		}
-		generic.Gates(want[0], want[1], want[2], bb, ba, bal, bdt)
-		p.Gates(out[0], out[1], out[2], bb, ba, bal, bdt)
+		generic.Gates(want[0], want[1], want[2], bb, ba, bdt, Rates64(bal), 0)
+		p.Gates(out[0], out[1], out[2], bb, ba, bdt, Rates64(bal), 0)
 		for j := range out {
 			for i := range n {
 				if g, w := out[j][i], want[j][i]; math.Float32bits(g) != math.Float32bits(w) {

@@ -218,11 +218,14 @@ func single(fn func(a stateArgs)) func(sIn, sOut, kh, qh, v, o []float32, em1, e
 }
 
 // gatesChecked makes impl.gates of a gates routine that does not check its lengths: every slice
-// is cut to len(b) first, so that a short one panics as gatesGeneric's indexing does instead of
-// being read or written past.
-func gatesChecked(f func(beta, em1, eg, b, a, alog, dtb []float32)) func(beta, em1, eg, b, a, alog, dtb []float32) {
-	return func(beta, em1, eg, b, a, alog, dtb []float32) {
-		n := len(b)
-		f(beta[:n], em1[:n], eg[:n], b, a[:n], alog[:n], dtb[:n])
+// is cut to len(a) first (b and beta unless b is empty), so that a short one panics as
+// gatesGeneric's indexing does instead of being read or written past.
+func gatesChecked(f func(beta, em1, eg, b, a, dtb []float32, rate []float64, lb float64)) func(beta, em1, eg, b, a, dtb []float32, rate []float64, lb float64) {
+	return func(beta, em1, eg, b, a, dtb []float32, rate []float64, lb float64) {
+		n := len(a)
+		if len(b) > 0 {
+			beta, b = beta[:n], b[:n]
+		}
+		f(beta, em1[:n], eg[:n], b, a, dtb[:n], rate[:n], lb)
 	}
 }

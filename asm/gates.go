@@ -13,9 +13,9 @@ import (
 
 // --- gates ---
 
-// The float64 head gates (gates.go): gates<ISA>(beta, em1, eg, b, a, alog, dtb []float32), a lane
-// per element, 8 lanes a ZMM (AVX-512) or 4 a YMM (AVX2) of float64. Every lane's operations are
-// gate1's, in its order: each Go product or sum one instruction, each math.FMA one FMA, the Go
+// The float64 gates (gates.go): gates<ISA>(beta, em1, eg, b, a, dtb []float32, rate []float64, lb
+// float64), a lane per element of a, 8 lanes a ZMM (AVX-512) or 4 a YMM (AVX2) of float64. Every
+// lane's operations are gatesGeneric's, in its order: each Go product or sum one instruction, each math.FMA one FMA, the Go
 // code's branches as selects of both sides (compares are ordered: NaN takes the else side, as
 // in Go), min and max ordered so that a NaN operand is the result, as Go's are. So the bits are
 // gatesGeneric's. AVX-512: whole vectors, then one masked vector; AVX2: whole vectors, then a lane
@@ -139,11 +139,20 @@ func (g g64) log1p(y, l VecVirtual) {
 	}
 }
 
-// lanes emits gate1 for one vector of lanes: ld(i, r) sets r to input i (0–3: b, a, alog, dtb)
-// widened to float64, st(i, r) stores output i (0–2: beta, em1, eg) from float64.
+// lanes emits gatesGeneric for one vector of lanes: ld(i, r) sets r to input i (0–2: b, a, dt_bias)
+// widened to float64, or (3) to the float64 rates; st(i, r) stores output i (0–2: beta, em1, eg)
+// from float64. beta only when b is not empty, the bounded form when lb < 0: branches on the
+// arguments, the same way for every vector.
 func (g g64) lanes(ld func(int, VecVirtual), st func(int, VecVirtual)) {
 	v := g.view
-	// beta = 1/(1 + exp64(−b))
+	// beta = 1/(1 + exp64(−b)), unless len(b) = 0
+	noBeta := label("nobeta")
+	bl, err := Param("b").Len().Resolve()
+	if err != nil {
+		panic(err)
+	}
+	CMPQ(bl.Addr, U8(0))
+	JE(LabelRef(noBeta))
 	b, nb, e := g.vec(), g.vec(), g.vec()
 	ld(0, b)
 	g.c(VXORPD, VPXORQ_BCST, cg64Sign, v(b), v(nb))
@@ -151,11 +160,33 @@ func (g g64) lanes(ld func(int, VecVirtual), st func(int, VecVirtual)) {
 	VADDPD(v(g.one), v(e), v(e))
 	VDIVPD(v(e), v(g.one), v(e))
 	st(0, e)
-	// x = a + dt; sp = max(x, 0) + log1p01(exp64(−|x|)), or x where x > 20
-	a, dt, x, nax, y, l, sp := g.vec(), g.vec(), g.vec(), g.vec(), g.vec(), g.vec(), g.vec()
+	Label(noBeta)
+	// x = a + dt
+	a, dt, x, rate, gg := g.vec(), g.vec(), g.vec(), g.vec(), g.vec()
 	ld(1, a)
-	ld(3, dt)
+	ld(2, dt)
 	VADDPD(v(dt), v(a), v(x))
+	ld(3, rate)
+	softplus, decayed := label("softplus"), label("logdecay")
+	lb, zero := XMM(), XMM()
+	VMOVSD(paramMem("lb"), lb)
+	VMOVSD(cg64Zero, zero)
+	VUCOMISD(lb, zero) // above: 0 > lb (false for NaN)
+	JLS(LabelRef(softplus))
+	{
+		// g = lb/(1 + exp64(−rate·x))
+		y, e, lbv := g.vec(), g.vec(), g.vec()
+		VMULPD(v(x), v(rate), v(y))
+		g.c(VXORPD, VPXORQ_BCST, cg64Sign, v(y), v(y))
+		g.exp(y, e)
+		VADDPD(v(g.one), v(e), v(e))
+		VBROADCASTSD(paramMem("lb"), v(lbv))
+		VDIVPD(v(e), v(lbv), v(gg))
+		JMP(LabelRef(decayed))
+	}
+	Label(softplus)
+	// sp = max(x, 0) + log1p01(exp64(−|x|)), or x where x > 20
+	nax, y, l, sp := g.vec(), g.vec(), g.vec(), g.vec()
 	g.c(VORPD, VPORQ_BCST, cg64Sign, v(x), v(nax))
 	g.exp(nax, y)
 	g.log1p(y, l)
@@ -174,12 +205,10 @@ func (g g64) lanes(ld func(int, VecVirtual), st func(int, VecVirtual)) {
 		VCMPPD(U8(0x1e), cg64Twenty, v(x), v(m)) // x > 20
 		VBLENDVPD(v(m), v(x), v(sp), v(sp))
 	}
-	// g = −exp64(alog)·sp
-	al, ea, gg := g.vec(), g.vec(), g.vec()
-	ld(2, al)
-	g.exp(al, ea)
-	g.c(VXORPD, VPXORQ_BCST, cg64Sign, v(ea), v(ea))
-	VMULPD(v(sp), v(ea), v(gg))
+	// g = −rate·sp
+	g.c(VXORPD, VPXORQ_BCST, cg64Sign, v(rate), v(rate))
+	VMULPD(v(sp), v(rate), v(gg))
+	Label(decayed)
 	// g ≥ ln 0.5: em1 = expm1Near(g), eg = 1 + em1; else eg = exp64(g), em1 = eg − 1
 	em1, eg1, eg2, em2 := g.vec(), g.vec(), g.vec(), g.vec()
 	g.horner(cg64Expm1[:], gg, em1)
@@ -205,15 +234,15 @@ func (g g64) lanes(ld func(int, VecVirtual), st func(int, VecVirtual)) {
 // one masked vector, AVX2 a lane at a time (lane 0 of a vector, the others 0).
 func gatesRoutine(a isa) {
 	name := "gates" + a.name
-	routine(name, NOSPLIT, "func(beta, em1, eg, b, a, alog, dtb []float32)")
+	routine(name, NOSPLIT, "func(beta, em1, eg, b, a, dtb []float32, rate []float64, lb float64)")
 	Doc(fmt.Sprintf("%s is impl.gates (gatesGeneric) in %s; see gdn_amd64.go.", name, a.name))
 	var p [7]GPVirtual
-	for i, n := range []string{"b", "a", "alog", "dtb", "beta", "em1", "eg"} {
+	for i, n := range []string{"b", "a", "dtb", "rate", "beta", "em1", "eg"} {
 		p[i] = GP64()
 		Load(Param(n).Base(), p[i])
 	}
 	n, i := GP64(), GP64()
-	Load(Param("b").Len(), n)
+	Load(Param("a").Len(), n)
 	XORQ(i, i)
 	g := g64{isa: a}
 	g.lo, g.hi, g.one = g.vec(), g.vec(), g.vec()
@@ -222,6 +251,7 @@ func gatesRoutine(a isa) {
 	g.splat(cg64One, g.one)
 	L := a.lanes / 2 // float64 lanes
 	at := func(j int) Mem { return Mem{Base: p[j], Index: i, Scale: 1} }
+	rateAt := Mem{Base: p[3], Index: i, Scale: 2} // i counts float32 bytes
 	// narrow rounds r's float64 lanes to float32 in its low half (a.vkHalf(r)).
 	narrow := func(r VecVirtual) {
 		if a.evex {
@@ -231,7 +261,13 @@ func gatesRoutine(a isa) {
 		}
 	}
 	full := func() {
-		g.lanes(func(j int, r VecVirtual) { cvt(a, at(j), r, nil) },
+		g.lanes(func(j int, r VecVirtual) {
+			if j == 3 {
+				VMOVUPD(rateAt, g.view(r))
+				return
+			}
+			cvt(a, at(j), r, nil)
+		},
 			func(j int, r VecVirtual) {
 				narrow(r)
 				VMOVUPS(a.vkHalf(r), at(4+j))
@@ -250,7 +286,13 @@ func gatesRoutine(a isa) {
 	JZ(LabelRef(done))
 	if a.evex {
 		tailMask(n, K1)
-		g.lanes(func(j int, r VecVirtual) { cvt(a, at(j), r, K1) },
+		g.lanes(func(j int, r VecVirtual) {
+			if j == 3 {
+				VMOVUPD_Z(rateAt, K1, r.AsZ())
+				return
+			}
+			cvt(a, at(j), r, K1)
+		},
 			func(j int, r VecVirtual) {
 				narrow(r)
 				VMOVUPS(r.AsY(), K1, at(4+j))
@@ -259,6 +301,10 @@ func gatesRoutine(a isa) {
 		one := label("one")
 		Label(one)
 		g.lanes(func(j int, r VecVirtual) {
+			if j == 3 {
+				VMOVSD(rateAt, r.AsX())
+				return
+			}
 			VMOVSS(at(j), r.AsX())
 			VCVTPS2PD(r.AsX(), r.AsY())
 		}, func(j int, r VecVirtual) {

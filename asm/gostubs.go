@@ -81,8 +81,8 @@ scaleChecked), one multiply per element, so the bits are scale's; in place, the 
 package bench.`,
 	"widen": `widen%[1]s is widenGeneric in %[1]s (len(src) ≥ len(dst), not checked).`,
 	"gates": `gates%[1]s is gatesGeneric in %[1]s (asm/gates.go): lanes of float64, each lane's operations
-gate1's in its order, so the bits are the same. Every slice holds at least len(b) elements (not
-checked: see gatesChecked).`,
+gatesGeneric's in its order, so the bits are the same. It takes len(a) lanes; every other slice
+holds at least len(a) elements, or b is empty (not checked: see gatesChecked).`,
 	"fmaLoop": `fmaLoop%[1]s runs n iterations of floor.chains independent VFMADD231PS chains on registers
 (the core's FMA throughput: a benchmark floor of package bench).`,
 	"stateKV": `state%[2]s is the [K][V] state routine over T tokens in %[1]s (asm/state_kv_tokens.go). Per

@@ -254,7 +254,7 @@ func table() []spec {
 		t = append(t, spec{v.name(), func() { stateVK(v) }, vkBudget[v.name()]})
 	}
 	for _, a := range []isa{avx512, avx2} {
-		t = append(t, spec{"gates" + a.name, func() { gatesRoutine(a) }, 450})
+		t = append(t, spec{"gates" + a.name, func() { gatesRoutine(a) }, 500})
 	}
 	for _, a := range []isa{avx512, avx2} {
 		t = append(t,

@@ -6,8 +6,8 @@ import (
 	gc "github.com/gdnsimd/gdnsimd/asm/internal/gates64consts"
 )
 
-// gatesNEON: the float64 head gates (gdn_generic.go: gate1, exp64, log1p01, expm1Near), two lanes a
-// vector of float64, every lane's operations gate1's in its order: each Go product or sum one
+// gatesNEON: the float64 gates (gdn_generic.go: gatesGeneric, exp64, log1p01, expm1Near), two lanes
+// a vector of float64, every lane's operations gatesGeneric's in its order: each Go product or sum one
 // instruction, each math.FMA one FMLA (FMLS for math.FMA(−k, c, x): FMLS computes x − k·c with one
 // rounding, which is math.FMA(−k, c, x) exactly), Go's min and max as FMIN and FMAX (both return
 // NaN when an operand is NaN, as Go's do; FMINNM/FMAXNM would not), the branches as selects of both
@@ -79,88 +79,126 @@ func gatesTable(e *emitter) {
 
 func gatesNEON(e *emitter) {
 	gatesTable(e)
-	e.doc("func gatesNEON(beta, em1, eg, b, a, alog, dtb []float32)",
+	e.doc("func gatesNEON(beta, em1, eg, b, a, dtb []float32, rate []float64, lb float64)",
 		"",
-		"gatesGeneric (gdn_generic.go) for i < len(b), two lanes of float64 a vector: gate1's operations in its",
-		"order, each math.FMA one FMLA or FMLS, each other product one FMUL, the two divisions FDIV, min",
-		"and max FMIN and FMAX (NaN in, NaN out, as Go's), the branches x > 0, x > 20 and g ≥ ln 0.5 as",
+		"gatesGeneric (gdn_generic.go) for i < len(a), two lanes of float64 a vector: its operations in its",
+		"order, each math.FMA one FMLA or FMLS, each other product one FMUL, the divisions FDIV, min",
+		"and max FMIN and FMAX (NaN in, NaN out, as Go's), the selects x > 0, x > 20 and g ≥ ln 0.5 as",
 		"FCMGT/FCMGE masks (false for NaN) selecting with VAND and VBIF/VBIT; 2^k from t = k + magic as",
-		"(bits + 1023) << 52. Inputs widened with FCVTL/FCVTL2, outputs narrowed with FCVTN (to nearest",
-		"even, as float32() does). Four lanes per iteration (two vectors, their instructions",
-		"interleaved), then two (one vector), then a last odd lane through the same one-vector body in",
-		"lane 0 (scalar loads: the other lane is 0; only lane 0 is stored).",
+		"(bits + 1023) << 52. Inputs widened with FCVTL/FCVTL2 (the rates are float64), outputs",
+		"narrowed with FCVTN (to nearest even, as float32() does). beta only when len(b) > 0, the",
+		"bounded log-decay when lb < 0: branches around whole bodies. Four lanes per iteration (two",
+		"vectors, their instructions interleaved), then two (one vector), then a last odd lane through",
+		"the same one-vector body in lane 0 (scalar loads: the other lane is 0; only lane 0 is stored).",
 		"",
 		"Constants: the table gates64c (R9), each value twice; V18 0, V19 ln 0.5, V20 20, V21 2, V22 1,",
 		"V23 int 1023, V24 0.5, V25 ln2lo, V26 ln2hi, V27 log2e, V28 magic, V29 710, V30 −746, V31 the",
 		"sign bit; the polynomial coefficients are loaded from the table at each use (FMOVQ into the",
 		"Horner step's accumulator, off the dependency chain).",
 		"",
-		"Registers: R0 beta, R1 em1, R2 eg, R3 b, R4 a, R5 alog, R6 dtb, R7 lanes left, R8 1 in the odd",
-		"lane; V0–V8 one vector's lanes, V9–V17 the other's.")
-	e.text("gatesNEON", 168)
-	beta, em1, eg, pb, pa, palog, pdtb, n, inTail := Reg(0), Reg(1), Reg(2), Reg(3), Reg(4), Reg(5), Reg(6), Reg(7), Reg(8)
-	outs := []Reg{beta, em1, eg}
-	ins := []Reg{pb, pa, palog, pdtb}
-	for i, name := range []string{"beta", "em1", "eg", "b", "a", "alog", "dtb"} {
-		e.op("MOVD", arg(name+"_base", 24*i), []Reg{beta, em1, eg, pb, pa, palog, pdtb}[i])
+		"Registers: R0 beta, R1 em1, R2 eg, R3 b, R4 a, R5 rate, R6 dtb, R7 lanes left, R8 1 in the odd",
+		"lane, R10 len(b), R11 1 if lb < 0, R12 lb's address; V0–V8 one vector's lanes, V9–V17 the other's.")
+	e.text("gatesNEON", 176)
+	beta, em1, eg, pb, pa, prate, pdtb, n, inTail := Reg(0), Reg(1), Reg(2), Reg(3), Reg(4), Reg(5), Reg(6), Reg(7), Reg(8)
+	nb, bounded, plb := Reg(10), Reg(11), Reg(12)
+	for i, name := range []string{"beta", "em1", "eg", "b", "a", "dtb", "rate"} {
+		e.op("MOVD", arg(name+"_base", 24*i), []Reg{beta, em1, eg, pb, pa, pdtb, prate}[i])
 	}
-	e.op("MOVD", arg("b_len", 80), n)
+	e.op("MOVD", arg("a_len", 104), n)
+	e.op("MOVD", arg("b_len", 80), nb)
+	e.op("FMOVD", arg("lb", 168), "F0")
+	e.op("FCMPD", "$(0.0)", "F0")
+	e.opn("lb < 0 (false for NaN)", "CSET", "MI", bounded)
+	e.op("MOVD", "$"+arg("lb", 168), plb)
 	e.op("MOVD", imm(0), inTail)
 	e.op("MOVD", "$·gates64c(SB)", gatesTab)
 	for i, c := range gatesResident {
 		e.opn(c.name, "FMOVQ", post(16*i, gatesTab), Freg(gZero+Vreg(i)))
 	}
 	va, vb := gatesRegs(0), gatesRegs(9)
+	both := func(f func(e *emitter, v gatesVec)) {
+		zip(e, func(e *emitter) { f(e, va) }, func(e *emitter) { f(e, vb) })
+	}
 
 	e.label("gs4")
 	e.op("CMP", imm(4), n)
 	e.op("BLT", "gs2")
-	e.comment("four lanes of each input: lanes 0, 1 widened into the first vector, 2, 3 the second")
-	for j, p := range ins {
+	e.comment("four lanes: lanes 0, 1 widened into the first vector, 2, 3 the second")
+	e.op("CBZ", nb, "gs4decay")
+	e.op("VLD1.P", post(16, pb), list(vb.in[0].S4()))
+	e.word(fcvtl(va.in[0].D2(), vb.in[0].S2()))
+	e.word(fcvtl2(vb.in[0].D2(), vb.in[0].S4()))
+	both(gatesBeta)
+	e.op("FMOVD.P", Freg(va.in[0]), post(8, beta))
+	e.op("FMOVD.P", Freg(vb.in[0]), post(8, beta))
+	e.label("gs4decay")
+	for _, j := range []int{1, 3} {
+		p := [4]Reg{1: pa, 3: pdtb}[j]
 		e.op("VLD1.P", post(16, p), list(vb.in[j].S4()))
 		e.word(fcvtl(va.in[j].D2(), vb.in[j].S2()))
 		e.word(fcvtl2(vb.in[j].D2(), vb.in[j].S4()))
 	}
-	var oa, ob [3]Vreg
-	zip(e, func(e *emitter) { oa = gatesLanes(e, va) }, func(e *emitter) { ob = gatesLanes(e, vb) })
+	e.op("FMOVQ.P", post(16, prate), Freg(va.in[2]))
+	e.op("FMOVQ.P", post(16, prate), Freg(vb.in[2]))
+	gatesLogDecay(e, "gs4", bounded, plb, both)
+	var oa, ob [2]Vreg
+	zip(e, func(e *emitter) { oa = gatesDecay(e, va) }, func(e *emitter) { ob = gatesDecay(e, vb) })
 	e.blank()
-	for j, p := range outs {
+	for j, p := range []Reg{em1, eg} {
 		e.op("FMOVD.P", Freg(oa[j]), post(8, p))
 		e.op("FMOVD.P", Freg(ob[j]), post(8, p))
 	}
 	e.op("SUB", imm(4), n, n)
 	e.op("B", "gs4")
 
+	one := func(f func(e *emitter, v gatesVec)) { f(e, va) }
 	e.label("gs2")
 	e.op("CMP", imm(2), n)
 	e.op("BLT", "gs1")
-	for j, p := range ins {
-		e.op("FMOVD.P", post(8, p), Freg(va.in[j]))
+	e.op("CBZ", nb, "gs2nob")
+	e.op("FMOVD.P", post(8, pb), Freg(va.in[0]))
+	e.label("gs2nob")
+	for _, j := range []int{1, 3} {
+		e.op("FMOVD.P", post(8, [4]Reg{1: pa, 3: pdtb}[j]), Freg(va.in[j]))
 	}
+	e.op("FMOVQ.P", post(16, prate), Freg(va.in[2]))
 	e.op("B", "gsbody")
 
 	e.label("gs1")
 	e.op("CBZ", n, "gsdone")
 	e.opn("the odd lane: lane 0, lane 1 is 0", "MOVD", imm(1), inTail)
-	for j, p := range ins {
-		e.op("FMOVS.P", post(4, p), Freg(va.in[j]))
+	e.op("CBZ", nb, "gs1nob")
+	e.op("FMOVS.P", post(4, pb), Freg(va.in[0]))
+	e.label("gs1nob")
+	for _, j := range []int{1, 3} {
+		e.op("FMOVS.P", post(4, [4]Reg{1: pa, 3: pdtb}[j]), Freg(va.in[j]))
 	}
+	e.op("FMOVD.P", post(8, prate), Freg(va.in[2]))
 
 	e.label("gsbody")
-	for j := range ins {
+	for _, j := range []int{0, 1, 3} {
 		e.word(fcvtl(va.in[j].D2(), va.in[j].S2()))
 	}
-	o := gatesLanes(e, va)
+	e.op("CBZ", nb, "gsdecay")
+	one(gatesBeta)
+	e.op("CBNZ", inTail, "gsbeta1")
+	e.op("FMOVD.P", Freg(va.in[0]), post(8, beta))
+	e.op("B", "gsdecay")
+	e.label("gsbeta1")
+	e.op("FMOVS.P", Freg(va.in[0]), post(4, beta))
+	e.label("gsdecay")
+	gatesLogDecay(e, "gs", bounded, plb, one)
+	o := gatesDecay(e, va)
 	e.blank()
 	e.op("CBNZ", inTail, "gsstore1")
-	for j, p := range outs {
+	for j, p := range []Reg{em1, eg} {
 		e.op("FMOVD.P", Freg(o[j]), post(8, p))
 	}
 	e.op("SUB", imm(2), n, n)
 	e.op("B", "gs2")
 
 	e.label("gsstore1")
-	for j, p := range outs {
+	for j, p := range []Reg{em1, eg} {
 		e.op("FMOVS.P", Freg(o[j]), post(4, p))
 	}
 
@@ -168,7 +206,7 @@ func gatesNEON(e *emitter) {
 	e.op("RET")
 }
 
-// gatesVec is one vector's registers: in the inputs b, a, alog, dt_bias (widened), t the
+// gatesVec is one vector's registers: in the inputs b, a, rate, dt_bias (widened), t the
 // temporaries.
 type gatesVec struct {
 	in [4]Vreg
@@ -186,22 +224,49 @@ func gatesRegs(base Vreg) gatesVec {
 	return v
 }
 
-// gatesLanes emits gate1 for the vector v (its inputs widened in v.in) and returns the registers
-// that hold beta, em1 and eg narrowed to float32 (the low 64 bits).
-func gatesLanes(e *emitter, v gatesVec) [3]Vreg {
-	b, a, al, x := v.in[0], v.in[1], v.in[2], v.in[3]
-	t := v.t
-	tmp := [4]Vreg{t[0], t[1], t[2], t[3]}
-
+// gatesBeta emits beta = 1/(1 + exp64(−b)) for v, narrowed to float32 in v.in[0] (b's register).
+func gatesBeta(e *emitter, v gatesVec) {
+	b, t := v.in[0], v.t
 	e.comment("beta = 1/(1 + exp64(−b))")
 	e.word(fneg(b.D2(), b.D2()))
-	eb := gatesExp(e, b, tmp)
+	eb := gatesExp(e, b, [4]Vreg{t[0], t[1], t[2], t[3]})
 	e.word(fadd(eb.D2(), gOne.D2(), eb.D2()))
 	e.word(fdiv(b.D2(), gOne.D2(), eb.D2()))
 	e.word(fcvtn(b.S2(), b.D2()))
+}
 
-	e.comment("x = a + dt_bias; y = exp64(−|x|)")
-	e.word(fadd(x.D2(), a.D2(), x.D2()))
+// gatesLogDecay emits g, the log-decay, into v.in[3] (x = a + dt_bias first) for the vectors
+// each gives: lb/(1 + exp64(−rate·x)) when the register bounded is not 0, else −rate·sp with sp
+// softplus's (pre names the labels).
+func gatesLogDecay(e *emitter, pre string, bounded, plb Reg, each func(func(e *emitter, v gatesVec))) {
+	each(func(e *emitter, v gatesVec) {
+		e.comment("x = a + dt_bias")
+		e.word(fadd(v.in[3].D2(), v.in[1].D2(), v.in[3].D2()))
+	})
+	e.op("CBNZ", bounded, pre+"bounded")
+	each(gatesSoftplus)
+	e.op("B", pre+"g")
+	e.label(pre + "bounded")
+	each(func(e *emitter, v gatesVec) {
+		a, rate, x, t := v.in[1], v.in[2], v.in[3], v.t
+		e.comment("g = lb/(1 + exp64(−rate·x))")
+		e.word(fmul(a.D2(), rate.D2(), x.D2()))
+		e.word(fneg(a.D2(), a.D2()))
+		d := gatesExp(e, a, [4]Vreg{t[0], t[1], t[2], t[3]})
+		e.word(fadd(d.D2(), gOne.D2(), d.D2()))
+		e.op("VLD1R", "("+plb.String()+")", list(t[4].D2()))
+		e.word(fdiv(x.D2(), t[4].D2(), d.D2()))
+	})
+	e.label(pre + "g")
+}
+
+// gatesSoftplus emits g = −rate·sp into v.in[3], x there, sp = max(x, 0) + log1p01(exp64(−|x|)),
+// or x where x > 20.
+func gatesSoftplus(e *emitter, v gatesVec) {
+	a, rate, x := v.in[1], v.in[2], v.in[3]
+	t := v.t
+	tmp := [4]Vreg{t[0], t[1], t[2], t[3]}
+	e.comment("y = exp64(−|x|)")
 	e.op("VORR", gSign.B16(), x.B16(), a.B16())
 	y := gatesExp(e, a, tmp)
 	l := gatesLog1p(e, y, others(y, t[0], t[1], t[2], t[3], t[4])) // y is one of t
@@ -213,14 +278,17 @@ func gatesLanes(e *emitter, v gatesVec) [3]Vreg {
 	e.word(fadd(px.D2(), px.D2(), l.D2()))
 	e.word(fcmgt(m.D2(), x.D2(), gTwenty.D2()))
 	e.op("VBIF", m.B16(), px.B16(), x.B16()) // x keeps x where x > 20, takes sp elsewhere
-	sp := x
+	e.comment("g = −rate·sp")
+	e.word(fneg(rate.D2(), rate.D2()))
+	e.word(fmul(x.D2(), rate.D2(), x.D2()))
+}
 
-	e.comment("g = −exp64(alog)·sp")
-	ea := gatesExp(e, al, tmp)
-	e.word(fneg(ea.D2(), ea.D2()))
-	e.word(fmul(sp.D2(), ea.D2(), sp.D2()))
-	g := sp
-
+// gatesDecay emits em1 and eg of the log-decay g in v.in[3] and returns the registers that hold
+// them narrowed to float32 (the low 64 bits).
+func gatesDecay(e *emitter, v gatesVec) [2]Vreg {
+	a, al, g := v.in[1], v.in[2], v.in[3]
+	t := v.t
+	tmp := [4]Vreg{t[0], t[1], t[2], t[3]}
 	e.comment("g ≥ ln 0.5: em1 = expm1Near(g) (g·its polynomial), eg = 1 + em1")
 	p := gatesHorner(e, gExpm1Off, len(gc.Expm1P), g, [2]Vreg{a, al})
 	em1a := p
@@ -237,7 +305,7 @@ func gatesLanes(e *emitter, v gatesVec) [3]Vreg {
 	eg2 := gatesExp(e, r, tmp)
 	em2 := r
 	if em2 == eg2 {
-		panic("gatesLanes: exp's result in its input")
+		panic("gatesDecay: exp's result in its input")
 	}
 	e.word(fsub(em2.D2(), eg2.D2(), gOne.D2()))
 
@@ -248,7 +316,7 @@ func gatesLanes(e *emitter, v gatesVec) [3]Vreg {
 	e.op("VBIT", mask.B16(), eg1.B16(), eg2.B16())
 	e.word(fcvtn(em2.S2(), em2.D2()))
 	e.word(fcvtn(eg2.S2(), eg2.D2()))
-	return [3]Vreg{b, em2, eg2}
+	return [2]Vreg{em2, eg2}
 }
 
 // gatesHorner emits p = (…(c[0]·x + c[1])·x + …)·x + c[n−1] for the n coefficients at off in

@@ -25,10 +25,10 @@ and outF nil or at least as long, not checked):
 
 where a nil out or outF is skipped. silu32 uses exp32's polynomial and clamps, vectorised. The
 kernel's gate is gateSplit(l2NEON, gateNEON4): r from l2NEON's Σo², as gateGeneric computes it.`},
-	{Name: "gatesNEON", Params: "(beta, em1, eg, b, a, alog, dtb []float32)",
+	{Name: "gatesNEON", Params: "(beta, em1, eg, b, a, dtb []float32, rate []float64, lb float64)",
 		Doc: `gatesNEON is gatesGeneric in NEON, two lanes of float64 a vector (four per iteration, then two,
-then one alone in lane 0): every lane's operations are gate1's, in its order, so the bits are
-gatesGeneric's. It takes len(b) lanes and does not check the other lengths (gatesChecked does).`},
+then one alone in lane 0): every lane's operations are gatesGeneric's, in its order, so the bits
+are the same. It takes len(a) lanes and does not check the other lengths (gatesChecked does).`},
 	{Name: "widenNEON", Params: "(dst []float32, src []uint16)",
 		Doc: "widenNEON is widenGeneric in NEON: dst[i] = the float32 of the bf16 bits src[i] for i < len(dst)\n(len(src) ≥ len(dst), not checked)."},
 	{Name: "stateKVf32NEON", Params: "(a stateArgs)", Doc: fmt.Sprintf(`The state routines over T tokens, for K ≤ %d. Per token they compute stateGeneric's arithmetic

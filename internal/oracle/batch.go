@@ -387,7 +387,9 @@ func CheckBatch(c *BatchCase, w *BatchWant, g BatchGot) error {
 			}
 		}
 	}
-	if stored > 0 {
+	// A fraction: one element whose float64 state lies within the float32 evaluation's error of a
+	// bf16 rounding boundary is allowed in a call of fewer than 1/(1 − MinExactBF16State) stores.
+	if stored > 0 && stored-exact > 1 {
 		if frac := float64(exact) / float64(stored); frac < MinExactBF16State {
 			return fmt.Errorf("state (bf16): only %.5f of %d stored values are bf16(the float64 state), want >= %.3f", frac, stored, MinExactBF16State)
 		}
