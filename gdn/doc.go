@@ -13,7 +13,8 @@
 //	Q, K       [B][KHeads][K]     after the conv1d and SiLU; not l2-normalised, not scaled
 //	V          [B][VHeads][V]     after the conv1d and SiLU
 //	Z          [B][VHeads][V]     the gate input of the gated RMSNorm, from the projection
-//	B, A       [B][VHeads]        raw beta (pre-sigmoid) and raw gate input (pre-softplus)
+//	B, A       [B][VHeads]        raw beta (pre-sigmoid) and raw gate input (pre-softplus;
+//	                              [B][VHeads][K] with the per-channel gate)
 //	ALog, DtBias [VHeads], NormWeight [V]   (Config)
 //	State      [B][VHeads][K][V]  element (bh, i, j) at (bh·K + i)·V + j
 //	Out        [B][VHeads][V]     bf16 (and/or OutF32)
@@ -48,6 +49,25 @@
 // The scalars (l2 factors, k̂·q̂, beta, eg, the RMS factor) are computed in float64 and rounded once;
 // the state and o are float32 (fused multiply-adds where the CPU has them). Nothing but Out is
 // rounded to bf16.
+//
+// # The per-channel gate (Kimi Delta Attention)
+//
+// Config.Gate = GatePerChannel runs the KDA layers of Kimi-Linear and its kin: the same recurrence
+// with a decay per key channel i (row i of [K][V]) instead of per head. Batch.A then holds a raw
+// gate per (value head, channel), rows of width VHeads·K, and DtBias is [VHeads][K]:
+//
+//	g_i  = −exp(ALog[h])·softplus(a_i + DtBias[h][i])          GateSoftplus (the default)
+//	g_i  = LowerBound·sigmoid(exp(ALog[h])·(a_i + DtBias[h][i])) GateLowerBound (the models' −5)
+//	S1[i][j] = S[i][j] + em1_i·S[i][j] if em1_i ≥ −0.5, else eg_i·S[i][j]
+//
+// and the rest as above; OutGate = ActSigmoid gates y with sigmoid(z) instead of silu(z). Each
+// channel's em1, eg are computed in float64 and rounded once, as the head's are. The kernels fold
+// the decay into the dot vectors (kv = Σ_i (k̂_i·d_i)·S[i][j], o likewise with q̂), so the state is
+// still read and written once per token. A per-channel gate whose channels are all equal gives the
+// scalar gate's results (within the bounds under Accuracy).
+//
+// GGUF files store the rate as ssm_a = −exp(A_log) (llama.cpp's converters): pass it as
+// Config.SsmA in place of ALog, as it is; either gate takes either.
 //
 // # The serving call: Run
 //
