@@ -181,9 +181,9 @@ type headCall struct {
 	tok  []float32 // [T][4] em1, eg, beta, kq
 	// ch is the per-channel gate (Batch.PerChannel; nil: the scalar gate of tok), [T][4][K] per
 	// token: k̂ and q̂ each decayed by its channel's decay (the read pass's vectors: the decay
-	// moves into the dot products, so tok's em1 and eg are 0 and 1) and the channels' decays as
-	// c and m (chanForm; m as float32 bits): row i ([K][V]) or element i ([V][K]) of the state
-	// decays to c_i·x + (x & m_i).
+	// moves into the dot products, so tok's em1 and eg are −1 and 1: decay(x) = 1·x) and the
+	// channels' decays in pairs c_i, m_i (chanForm; m as float32 bits): row i ([K][V]) or element
+	// i ([V][K]) of the state decays to c_i·x + (x & m_i).
 	ch   []float32
 	tmp  []float32 // K·V f32 scratch the routine may use
 	slab []float32 // K·genericBlock f32 scratch the routine may use
@@ -293,11 +293,7 @@ func (k Kernel) runBatch(b *Batch, lo, hi int, s *Scratch, check bool) {
 	}
 	f := k.im.cell(b.Format)
 	pf := k.im.prefetches
-	if b.PerChannel && f != nil {
-		// The per-channel gate runs the portable state routines on every kernel for now (the
-		// other pieces are the kernel's).
-		f, pf = genericImpl.cell(b.Format), false
-	}
+
 	if f == nil {
 		panic(fmt.Sprintf("gdnsimd: kernel %s does not implement format %v", k.im.name, b.Format))
 	}
@@ -639,7 +635,7 @@ func (d *driver) chunk(h, c0, c1, t1 int, read int32, src stateRef, carry []floa
 	var ch []float32
 	if b.PerChannel {
 		ch = d.channels(h, c0, c1)
-		em1, eg = s.zeroOne(T)
+		em1, eg = s.farOne(T)
 	}
 	for τ := range T {
 		tok[4*τ], tok[4*τ+1], tok[4*τ+2], tok[4*τ+3] = em1[τ], eg[τ], beta[τ], s.kq[τ]
@@ -876,20 +872,20 @@ func (d *driver) channels(h, c0, c1 int) []float32 {
 		for i := range K {
 			ci, m := chanForm(em1[i], eg[i])
 			c[i], c[K+i] = decayCM(kh[i], ci, m), decayCM(qh[i], ci, m)
-			c[2*K+i], c[3*K+i] = ci, math.Float32frombits(m)
+			c[2*K+2*i], c[2*K+2*i+1] = ci, math.Float32frombits(m)
 		}
 	}
 	return ch
 }
 
-// zeroOne returns T zeros and T ones: the em1 and eg of tok with the per-channel gate (decay(x)
-// = x + 0·x after the dot products).
-func (s *Scratch) zeroOne(T int) (zeros, ones []float32) {
-	zeros, ones = s.lane(4, T), s.lane(5, T)
+// farOne returns T times −1 and T ones: the em1 and eg of tok with the per-channel gate (decay(x)
+// = 1·x after the dot products, whose vectors are decayed).
+func (s *Scratch) farOne(T int) (em1, eg []float32) {
+	em1, eg = s.lane(4, T), s.lane(5, T)
 	for τ := range T {
-		zeros[τ], ones[τ] = 0, 1
+		em1[τ], eg[τ] = -1, 1
 	}
-	return zeros, ones
+	return em1, eg
 }
 
 // gates returns the gates beta, em1, eg of value head h over the tokens [c0, c1), one each: those

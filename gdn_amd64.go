@@ -48,12 +48,12 @@ var avx512Impl = withRoutines(impl{name: "avx512", state: single(stateKVf32AVX51
 // avx512Routines are avx512Impl's state routines, [bf16][layout], with their limits.
 var avx512Routines = [2][2]*routine{
 	{ // f32
-		{fn: stateKVf32AVX512, bf16: false, minK: 0, maxK: 512, oddRow: false, work: true, snap: &snapRule{kMod: 0, kMax: 0, vMod: 16, vMin: 0, align: 64}},    // [K][V]
-		{fn: stateVKf32AVX512, bf16: false, minK: 0, maxK: 256, oddRow: false, work: true, snap: &snapRule{kMod: 16, kMax: 128, vMod: 0, vMin: 16, align: 64}}, // [V][K]
+		{fn: stateKVf32AVX512, bf16: false, minK: 0, maxK: 512, oddRow: false, work: true, chans: true, snap: &snapRule{kMod: 0, kMax: 0, vMod: 16, vMin: 0, align: 64}},     // [K][V]
+		{fn: stateVKf32AVX512, bf16: false, minK: 0, maxK: 256, oddRow: false, work: true, chans: false, snap: &snapRule{kMod: 16, kMax: 128, vMod: 0, vMin: 16, align: 64}}, // [V][K]
 	},
 	{ // bf16
-		{fn: stateKVbf16AVX512, bf16: true, minK: 0, maxK: 512, oddRow: false, work: true, cvt: &avx512BF16}, // [K][V]
-		{fn: stateVKbf16AVX512, bf16: true, minK: 0, maxK: 256, oddRow: false, work: true, cvt: &avx512BF16}, // [V][K]
+		{fn: stateKVbf16AVX512, bf16: true, minK: 0, maxK: 512, oddRow: false, work: true, chans: true, cvt: &avx512BF16},  // [K][V]
+		{fn: stateVKbf16AVX512, bf16: true, minK: 0, maxK: 256, oddRow: false, work: true, chans: false, cvt: &avx512BF16}, // [V][K]
 	},
 }
 
@@ -62,12 +62,12 @@ var avx2Impl = withRoutines(impl{name: "avx2", state: single(stateKVf32AVX2), ga
 // avx2Routines are avx2Impl's state routines, [bf16][layout], with their limits.
 var avx2Routines = [2][2]*routine{
 	{ // f32
-		{fn: stateKVf32AVX2, bf16: false, minK: 0, maxK: 1024, oddRow: false, work: true, snap: &snapRule{kMod: 0, kMax: 0, vMod: 16, vMin: 0, align: 32}}, // [K][V]
-		{fn: stateVKf32AVX2, bf16: false, minK: 8, maxK: 128, oddRow: true, work: true, snap: &snapRule{kMod: 8, kMax: 128, vMod: 0, vMin: 0, align: 32}},  // [V][K]
+		{fn: stateKVf32AVX2, bf16: false, minK: 0, maxK: 1024, oddRow: false, work: true, chans: true, snap: &snapRule{kMod: 0, kMax: 0, vMod: 16, vMin: 0, align: 32}}, // [K][V]
+		{fn: stateVKf32AVX2, bf16: false, minK: 8, maxK: 128, oddRow: true, work: true, chans: false, snap: &snapRule{kMod: 8, kMax: 128, vMod: 0, vMin: 0, align: 32}}, // [V][K]
 	},
 	{ // bf16
-		{fn: stateKVbf16AVX2, bf16: true, minK: 0, maxK: 1024, oddRow: false, work: true}, // [K][V]
-		{fn: stateVKbf16AVX2, bf16: true, minK: 8, maxK: 128, oddRow: true, work: true},   // [V][K]
+		{fn: stateKVbf16AVX2, bf16: true, minK: 0, maxK: 1024, oddRow: false, work: true, chans: true}, // [K][V]
+		{fn: stateVKbf16AVX2, bf16: true, minK: 8, maxK: 128, oddRow: true, work: true, chans: false},  // [V][K]
 	},
 }
 
@@ -130,13 +130,16 @@ func scaleAVX2(dst, src []float32, s float32)
 //	S := src (bf16 widened; src32 instead when it is not nil)
 //	for τ := range T:
 //		for j := range V:
-//			kv, qs := Σ_i kh_τ[i]·S[i][j], Σ_i qh_τ[i]·S[i][j]     (FMAs from 0, i ascending)
+//			kv, qs := Σ_i rk_τ[i]·S[i][j], Σ_i rq_τ[i]·S[i][j]     (FMAs from 0, i ascending)
 //			d := (v_τ[j] − decay_τ(kv))·beta_τ;  o_τ[j] = decay_τ(qs) + d·kq_τ
-//			for i := range K: S[i][j] = decay_τ(S[i][j]) + d·kh_τ[i]
+//			for i := range K: S[i][j] = decay_τi(S[i][j]) + d·kh_τ[i]
 //		if stores[τ] != nil: stores[τ] ← S (bf16: BF16RNE)
 //	carry ← S (bf16 routines, when not nil)
 //
-// in column blocks whose K rows stay in work (L1) for all T tokens.
+// in column blocks whose K rows stay in work (L1) for all T tokens. Without ch, rk, rq are kh, qh
+// and decay_τi is decay_τ; with ch (the per-channel gate: em1_τ = −1, eg_τ = 1) rk_τ, rq_τ are
+// ch[4Kτ:], ch[4Kτ+K:] and decay_τi(x) = c·x + (x & m) (fused) with c, m = ch[4Kτ+2K+2i],
+// ch[4Kτ+2K+2i+1] (chanForm). Every decay is computed as that pair form, the same bits.
 func stateKVf32AVX512(a stateArgs)
 
 // stateKVbf16AVX512 is the [K][V] state routine over T tokens in AVX512 (asm/state_kv_tokens.go). Per
@@ -148,13 +151,16 @@ func stateKVf32AVX512(a stateArgs)
 //	S := src (bf16 widened; src32 instead when it is not nil)
 //	for τ := range T:
 //		for j := range V:
-//			kv, qs := Σ_i kh_τ[i]·S[i][j], Σ_i qh_τ[i]·S[i][j]     (FMAs from 0, i ascending)
+//			kv, qs := Σ_i rk_τ[i]·S[i][j], Σ_i rq_τ[i]·S[i][j]     (FMAs from 0, i ascending)
 //			d := (v_τ[j] − decay_τ(kv))·beta_τ;  o_τ[j] = decay_τ(qs) + d·kq_τ
-//			for i := range K: S[i][j] = decay_τ(S[i][j]) + d·kh_τ[i]
+//			for i := range K: S[i][j] = decay_τi(S[i][j]) + d·kh_τ[i]
 //		if stores[τ] != nil: stores[τ] ← S (bf16: BF16RNE)
 //	carry ← S (bf16 routines, when not nil)
 //
-// in column blocks whose K rows stay in work (L1) for all T tokens.
+// in column blocks whose K rows stay in work (L1) for all T tokens. Without ch, rk, rq are kh, qh
+// and decay_τi is decay_τ; with ch (the per-channel gate: em1_τ = −1, eg_τ = 1) rk_τ, rq_τ are
+// ch[4Kτ:], ch[4Kτ+K:] and decay_τi(x) = c·x + (x & m) (fused) with c, m = ch[4Kτ+2K+2i],
+// ch[4Kτ+2K+2i+1] (chanForm). Every decay is computed as that pair form, the same bits.
 func stateKVbf16AVX512(a stateArgs)
 
 // widenAVX512 is widenGeneric in AVX512 (len(src) ≥ len(dst), not checked).
@@ -171,13 +177,16 @@ func widenAVX512(dst []float32, src []uint16)
 //	S := src (bf16 widened; src32 instead when it is not nil)
 //	for τ := range T:
 //		for j := range V:
-//			kv, qs := Σ_i kh_τ[i]·S[i][j], Σ_i qh_τ[i]·S[i][j]     (FMAs from 0, i ascending)
+//			kv, qs := Σ_i rk_τ[i]·S[i][j], Σ_i rq_τ[i]·S[i][j]     (FMAs from 0, i ascending)
 //			d := (v_τ[j] − decay_τ(kv))·beta_τ;  o_τ[j] = decay_τ(qs) + d·kq_τ
-//			for i := range K: S[i][j] = decay_τ(S[i][j]) + d·kh_τ[i]
+//			for i := range K: S[i][j] = decay_τi(S[i][j]) + d·kh_τ[i]
 //		if stores[τ] != nil: stores[τ] ← S (bf16: BF16RNE)
 //	carry ← S (bf16 routines, when not nil)
 //
-// in column blocks whose K rows stay in work (L1) for all T tokens.
+// in column blocks whose K rows stay in work (L1) for all T tokens. Without ch, rk, rq are kh, qh
+// and decay_τi is decay_τ; with ch (the per-channel gate: em1_τ = −1, eg_τ = 1) rk_τ, rq_τ are
+// ch[4Kτ:], ch[4Kτ+K:] and decay_τi(x) = c·x + (x & m) (fused) with c, m = ch[4Kτ+2K+2i],
+// ch[4Kτ+2K+2i+1] (chanForm). Every decay is computed as that pair form, the same bits.
 func stateKVf32AVX2(a stateArgs)
 
 // stateKVbf16AVX2 is the [K][V] state routine over T tokens in AVX2 (asm/state_kv_tokens.go). Per
@@ -189,13 +198,16 @@ func stateKVf32AVX2(a stateArgs)
 //	S := src (bf16 widened; src32 instead when it is not nil)
 //	for τ := range T:
 //		for j := range V:
-//			kv, qs := Σ_i kh_τ[i]·S[i][j], Σ_i qh_τ[i]·S[i][j]     (FMAs from 0, i ascending)
+//			kv, qs := Σ_i rk_τ[i]·S[i][j], Σ_i rq_τ[i]·S[i][j]     (FMAs from 0, i ascending)
 //			d := (v_τ[j] − decay_τ(kv))·beta_τ;  o_τ[j] = decay_τ(qs) + d·kq_τ
-//			for i := range K: S[i][j] = decay_τ(S[i][j]) + d·kh_τ[i]
+//			for i := range K: S[i][j] = decay_τi(S[i][j]) + d·kh_τ[i]
 //		if stores[τ] != nil: stores[τ] ← S (bf16: BF16RNE)
 //	carry ← S (bf16 routines, when not nil)
 //
-// in column blocks whose K rows stay in work (L1) for all T tokens.
+// in column blocks whose K rows stay in work (L1) for all T tokens. Without ch, rk, rq are kh, qh
+// and decay_τi is decay_τ; with ch (the per-channel gate: em1_τ = −1, eg_τ = 1) rk_τ, rq_τ are
+// ch[4Kτ:], ch[4Kτ+K:] and decay_τi(x) = c·x + (x & m) (fused) with c, m = ch[4Kτ+2K+2i],
+// ch[4Kτ+2K+2i+1] (chanForm). Every decay is computed as that pair form, the same bits.
 func stateKVbf16AVX2(a stateArgs)
 
 // widenAVX2 is widenGeneric in AVX2 (len(src) ≥ len(dst), not checked).

@@ -2981,11 +2981,11 @@ scaleAVX2_scaledone_1:
 
 // func stateKVf32AVX512(a stateArgs)
 // Requires: AVX, AVX512F, CMOV, MMX+
-TEXT ·stateKVf32AVX512(SB), NOSPLIT, $376-160
-	CMPQ  a_dst1+128(FP), $0x00
+TEXT ·stateKVf32AVX512(SB), NOSPLIT, $440-168
+	CMPQ  a_dst1+136(FP), $0x00
 	JE    stateKVf32AVX512_tokens_1
 	MOVQ  a_src+32(FP), AX
-	MOVQ  a_dst1+128(FP), CX
+	MOVQ  a_dst1+136(FP), CX
 	MOVQ  a_kh+64(FP), DX
 	MOVQ  a_qh+72(FP), BX
 	MOVQ  a_v+80(FP), SI
@@ -3016,7 +3016,7 @@ TEXT ·stateKVf32AVX512(SB), NOSPLIT, $376-160
 	MOVQ       R10, 8(SP)
 
 	// The decay form, once per call: near = em1 ≥ -0.5 (false for a NaN em1).
-	VMOVSS   a_tok1_0+136(FP), X0
+	VMOVSS   a_tok1_0+144(FP), X0
 	VUCOMISS nearone<>+0(SB), X0
 	SETCC    16(SP)
 
@@ -3133,9 +3133,9 @@ stateKVf32AVX512_read_1:
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	VBROADCASTSS a_tok1_0+136(FP), Z28
-	VBROADCASTSS a_tok1_2+144(FP), Z29
-	VBROADCASTSS a_tok1_3+148(FP), Z30
+	VBROADCASTSS a_tok1_0+144(FP), Z28
+	VBROADCASTSS a_tok1_2+152(FP), Z29
+	VBROADCASTSS a_tok1_3+156(FP), Z30
 	VMOVUPS      (SI), Z31
 	VFMADD213PS  Z0, Z28, Z0
 	VSUBPS       Z0, Z31, Z0
@@ -3342,9 +3342,9 @@ stateKVf32AVX512_write_1:
 stateKVf32AVX512_far_1:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	VBROADCASTSS a_tok1_1+140(FP), Z28
-	VBROADCASTSS a_tok1_2+144(FP), Z29
-	VBROADCASTSS a_tok1_3+148(FP), Z30
+	VBROADCASTSS a_tok1_1+148(FP), Z28
+	VBROADCASTSS a_tok1_2+152(FP), Z29
+	VBROADCASTSS a_tok1_3+156(FP), Z30
 	VMOVUPS      (SI), Z31
 	VMULPS       Z0, Z28, Z0
 	VSUBPS       Z0, Z31, Z0
@@ -3618,9 +3618,9 @@ stateKVf32AVX512_read_2:
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	VBROADCASTSS a_tok1_0+136(FP), Z16
-	VBROADCASTSS a_tok1_2+144(FP), Z17
-	VBROADCASTSS a_tok1_3+148(FP), Z18
+	VBROADCASTSS a_tok1_0+144(FP), Z16
+	VBROADCASTSS a_tok1_2+152(FP), Z17
+	VBROADCASTSS a_tok1_3+156(FP), Z18
 	VMOVUPS      (SI), Z19
 	VFMADD213PS  Z0, Z16, Z0
 	VSUBPS       Z0, Z19, Z0
@@ -3731,9 +3731,9 @@ stateKVf32AVX512_write_3:
 stateKVf32AVX512_far_2:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	VBROADCASTSS a_tok1_1+140(FP), Z16
-	VBROADCASTSS a_tok1_2+144(FP), Z17
-	VBROADCASTSS a_tok1_3+148(FP), Z18
+	VBROADCASTSS a_tok1_1+148(FP), Z16
+	VBROADCASTSS a_tok1_2+152(FP), Z17
+	VBROADCASTSS a_tok1_3+156(FP), Z18
 	VMOVUPS      (SI), Z19
 	VMULPS       Z0, Z16, Z0
 	VSUBPS       Z0, Z19, Z0
@@ -3883,9 +3883,9 @@ stateKVf32AVX512_read_3:
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	VBROADCASTSS a_tok1_0+136(FP), Z8
-	VBROADCASTSS a_tok1_2+144(FP), Z9
-	VBROADCASTSS a_tok1_3+148(FP), Z10
+	VBROADCASTSS a_tok1_0+144(FP), Z8
+	VBROADCASTSS a_tok1_2+152(FP), Z9
+	VBROADCASTSS a_tok1_3+156(FP), Z10
 	VMOVUPS      (SI), Z11
 	VFMADD213PS  Z0, Z8, Z0
 	VSUBPS       Z0, Z11, Z0
@@ -3951,9 +3951,9 @@ stateKVf32AVX512_write_5:
 stateKVf32AVX512_far_3:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	VBROADCASTSS a_tok1_1+140(FP), Z8
-	VBROADCASTSS a_tok1_2+144(FP), Z9
-	VBROADCASTSS a_tok1_3+148(FP), Z10
+	VBROADCASTSS a_tok1_1+148(FP), Z8
+	VBROADCASTSS a_tok1_2+152(FP), Z9
+	VBROADCASTSS a_tok1_3+156(FP), Z10
 	VMOVUPS      (SI), Z11
 	VMULPS       Z0, Z8, Z0
 	VSUBPS       Z0, Z11, Z0
@@ -4162,9 +4162,9 @@ stateKVf32AVX512_spantail_1:
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	VBROADCASTSS a_tok1_0+136(FP), Z28
-	VBROADCASTSS a_tok1_2+144(FP), Z29
-	VBROADCASTSS a_tok1_3+148(FP), Z30
+	VBROADCASTSS a_tok1_0+144(FP), Z28
+	VBROADCASTSS a_tok1_2+152(FP), Z29
+	VBROADCASTSS a_tok1_3+156(FP), Z30
 	VMOVUPS      (SI), Z31
 	VFMADD213PS  Z0, Z28, Z0
 	VSUBPS       Z0, Z31, Z0
@@ -4416,9 +4416,9 @@ stateKVf32AVX512_spantail_3:
 stateKVf32AVX512_far_4:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	VBROADCASTSS a_tok1_1+140(FP), Z28
-	VBROADCASTSS a_tok1_2+144(FP), Z29
-	VBROADCASTSS a_tok1_3+148(FP), Z30
+	VBROADCASTSS a_tok1_1+148(FP), Z28
+	VBROADCASTSS a_tok1_2+152(FP), Z29
+	VBROADCASTSS a_tok1_3+156(FP), Z30
 	VMOVUPS      (SI), Z31
 	VMULPS       Z0, Z28, Z0
 	VSUBPS       Z0, Z31, Z0
@@ -4722,9 +4722,9 @@ stateKVf32AVX512_spantail_6:
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	VBROADCASTSS a_tok1_0+136(FP), Z10
-	VBROADCASTSS a_tok1_2+144(FP), Z11
-	VBROADCASTSS a_tok1_3+148(FP), Z12
+	VBROADCASTSS a_tok1_0+144(FP), Z10
+	VBROADCASTSS a_tok1_2+152(FP), Z11
+	VBROADCASTSS a_tok1_3+156(FP), Z12
 	CMPQ         R11, $0x00000000
 	JBE          stateKVf32AVX512_spantail_7
 	VMOVUPS      (SI), Z13
@@ -4823,9 +4823,9 @@ stateKVf32AVX512_spantail_8:
 stateKVf32AVX512_far_5:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	VBROADCASTSS a_tok1_1+140(FP), Z10
-	VBROADCASTSS a_tok1_2+144(FP), Z11
-	VBROADCASTSS a_tok1_3+148(FP), Z12
+	VBROADCASTSS a_tok1_1+148(FP), Z10
+	VBROADCASTSS a_tok1_2+152(FP), Z11
+	VBROADCASTSS a_tok1_3+156(FP), Z12
 	CMPQ         R11, $0x00000000
 	JBE          stateKVf32AVX512_spantail_9
 	VMOVUPS      (SI), Z13
@@ -4936,16 +4936,43 @@ stateKVf32AVX512_tokens_1:
 	TESTQ DX, DX
 	JZ    stateKVf32AVX512_done_2
 	MOVQ  CX, 8(SP)
-	MOVQ  a_work+104(FP), CX
+	MOVQ  a_work+112(FP), CX
 	ADDQ  $0x3f, CX
 	ANDQ  $-64, CX
 	MOVQ  CX, (SP)
-	MOVQ  a_pf+112(FP), CX
-	MOVQ  a_npf+120(FP), DX
+
+	// The read pass's k̂, q̂ and the rows' far-form decays: the per-channel gate's (ch), else kh, qh and eg.
+	MOVQ  a_K+0(FP), DX
+	SHLQ  $0x02, DX
+	MOVQ  a_ch+104(FP), CX
+	TESTQ CX, CX
+	JZ    stateKVf32AVX512_scalargate_1
 	MOVQ  CX, 352(SP)
-	ANDQ  $-2, DX
-	LEAQ  (CX)(DX*8), CX
+	ADDQ  DX, CX
 	MOVQ  CX, 360(SP)
+	ADDQ  DX, CX
+	MOVQ  CX, 384(SP)
+	SHLQ  $0x02, DX
+	MOVQ  DX, 368(SP)
+	MOVQ  $0x00000008, 376(SP)
+	JMP   stateKVf32AVX512_gateset_1
+
+stateKVf32AVX512_scalargate_1:
+	MOVQ a_kh+64(FP), CX
+	MOVQ CX, 352(SP)
+	MOVQ a_qh+72(FP), CX
+	MOVQ CX, 360(SP)
+	MOVQ DX, 368(SP)
+	MOVQ $0x00000000, 376(SP)
+	MOVQ $0x00000000, 384(SP)
+
+stateKVf32AVX512_gateset_1:
+	MOVQ a_pf+120(FP), CX
+	MOVQ a_npf+128(FP), DX
+	MOVQ CX, 416(SP)
+	ANDQ $-2, DX
+	LEAQ (CX)(DX*8), CX
+	MOVQ CX, 424(SP)
 
 	// K > 512 does not fit work: the Go wrapper never calls with it.
 	CMPQ AX, $0x00000200
@@ -5001,8 +5028,8 @@ stateKVf32AVX512_masked1_1:
 	SHLQ         $0x02, BX
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
-	MOVQ         a_kh+64(FP), SI
-	MOVQ         a_qh+72(FP), DI
+	MOVQ         352(SP), SI
+	MOVQ         360(SP), DI
 	MOVQ         (SP), R8
 	XORQ         R9, R9
 	IMUL3Q       $0x00000020, BX, R10
@@ -5028,6 +5055,8 @@ stateKVf32AVX512_pass0_1:
 	MOVQ AX, 48(SP)
 	MOVQ a_kh+64(FP), AX
 	MOVQ AX, 56(SP)
+	MOVQ 384(SP), AX
+	MOVQ AX, 392(SP)
 	MOVQ a_tok+96(FP), AX
 	MOVQ AX, 96(SP)
 	MOVQ a_v+80(FP), AX
@@ -5039,10 +5068,10 @@ stateKVf32AVX512_pass0_1:
 
 stateKVf32AVX512_token_1:
 	// The prefetch list's next group.
-	MOVQ 352(SP), AX
+	MOVQ 416(SP), AX
 
 stateKVf32AVX512_pfentry_1:
-	CMPQ  AX, 360(SP)
+	CMPQ  AX, 424(SP)
 	JAE   stateKVf32AVX512_pfdone_1
 	MOVQ  (AX), DX
 	MOVQ  8(AX), CX
@@ -5058,11 +5087,11 @@ stateKVf32AVX512_pfline_1:
 	JMP        stateKVf32AVX512_pfentry_1
 
 stateKVf32AVX512_pfdone_1:
-	MOVQ AX, 352(SP)
+	MOVQ AX, 416(SP)
 
 	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
 	MOVQ 48(SP), AX
-	MOVQ a_K+0(FP), CX
+	MOVQ 368(SP), CX
 	INCQ AX
 	MOVQ a_T+16(FP), DX
 	CMPQ AX, DX
@@ -5070,37 +5099,47 @@ stateKVf32AVX512_pfdone_1:
 	DECQ AX
 
 stateKVf32AVX512_notlast_1:
-	IMULQ    CX, AX
-	MOVQ     a_kh+64(FP), CX
-	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 64(SP)
-	MOVQ     a_qh+72(FP), CX
-	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 72(SP)
+	IMULQ CX, AX
+	MOVQ  352(SP), CX
+	ADDQ  AX, CX
+	MOVQ  CX, 64(SP)
+	MOVQ  360(SP), CX
+	ADDQ  AX, CX
+	MOVQ  CX, 72(SP)
+
+	// The token's decay as a pair (c, m), decay(x) = c·x + (x & m): (em1, all ones) = x + em1·x where em1 ≥ -0.5, else (eg, the sign bit) = eg·x (also for a NaN em1).
 	MOVQ     96(SP), AX
+	MOVL     (AX), CX
+	MOVL     $0xffffffff, DX
+	MOVL     $0x80000000, BX
 	VMOVSS   (AX), X2
 	VUCOMISS nearone<>+0(SB), X2
-	JCS      stateKVf32AVX512_far_6
+	CMOVLCS  4(AX), CX
+	CMOVLCS  BX, DX
+	MOVL     CX, 400(SP)
+	MOVL     DX, 404(SP)
 
-	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	MOVQ         96(SP), AX
-	VBROADCASTSS (AX), Z2
-	VBROADCASTSS 8(AX), Z3
-	VBROADCASTSS 12(AX), Z4
+	VBROADCASTSS 400(SP), Z2
+	VBROADCASTSS 404(SP), Z3
+	VBROADCASTSS 8(AX), Z4
+	VBROADCASTSS 12(AX), Z5
 	MOVQ         80(SP), AX
 	MOVQ         88(SP), CX
-	VMOVUPS.Z    (AX), K1, Z5
-	VFMADD213PS  Z0, Z2, Z0
-	VSUBPS       Z0, Z5, Z5
-	VMULPS       Z5, Z3, Z5
-	VFMADD213PS  Z1, Z2, Z1
-	VFMADD231PS  Z5, Z4, Z1
+	VMOVUPS.Z    (AX), K1, Z6
+	VPANDD       Z3, Z0, Z7
+	VFMADD132PS  Z2, Z7, Z0
+	VSUBPS       Z0, Z6, Z6
+	VMULPS       Z6, Z4, Z6
+	VPANDD       Z3, Z1, Z0
+	VFMADD132PS  Z2, Z0, Z1
+	VFMADD231PS  Z6, Z5, Z1
 	VMOVUPS      Z1, K1, (CX)
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
 
-	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	// S' = decay(S) + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
 	MOVQ  (SP), AX
 	XORQ  CX, CX
 	MOVQ  a_K+0(FP), DX
@@ -5120,7 +5159,7 @@ stateKVf32AVX512_nostore_1:
 	SHLQ $0x02, R8
 
 	// Non-temporal stores for this token's rows: a store but the last token's after a token without one, the rows aligned whole vectors.
-	MOVQ  $0x00000000, 368(SP)
+	MOVQ  $0x00000000, 432(SP)
 	TESTQ R9, R9
 	JZ    stateKVf32AVX512_temporal_1
 	MOVQ  48(SP), R10
@@ -5140,7 +5179,7 @@ stateKVf32AVX512_snapshot_1:
 	JNZ   stateKVf32AVX512_temporal_1
 	TESTQ $0x0000003f, R8
 	JNZ   stateKVf32AVX512_temporal_1
-	MOVQ  $0x00000001, 368(SP)
+	MOVQ  $0x00000001, 432(SP)
 
 stateKVf32AVX512_temporal_1:
 	MOVQ 48(SP), R10
@@ -5148,28 +5187,37 @@ stateKVf32AVX512_temporal_1:
 	MOVQ a_T+16(FP), R11
 	CMPQ R10, R11
 	JE   stateKVf32AVX512_lastrows_1
+	MOVQ 392(SP), R10
+	CMPQ 376(SP), $0x00
+	JNE  stateKVf32AVX512_decaysset_1
+	LEAQ 400(SP), R10
 
+stateKVf32AVX512_decaysset_1:
 stateKVf32AVX512_rows_1:
-	VBROADCASTSS (BX)(CX*4), Z3
-	VBROADCASTSS (SI)(CX*4), Z4
-	VBROADCASTSS (DI)(CX*4), Z6
-	VMOVUPS      (AX), Z7
-	VFMADD213PS  Z7, Z2, Z7
-	VFMADD231PS  Z5, Z3, Z7
-	VMOVUPS      Z7, (AX)
-	VFMADD231PS  Z7, Z4, Z0
-	VFMADD231PS  Z7, Z6, Z1
+	VBROADCASTSS (BX)(CX*4), Z2
+	VBROADCASTSS (R10), Z3
+	VBROADCASTSS 4(R10), Z4
+	ADDQ         376(SP), R10
+	VBROADCASTSS (SI)(CX*4), Z5
+	VBROADCASTSS (DI)(CX*4), Z7
+	VMOVUPS      (AX), Z8
+	VPANDD       Z4, Z8, Z4
+	VFMADD132PS  Z3, Z4, Z8
+	VFMADD231PS  Z6, Z2, Z8
+	VMOVUPS      Z8, (AX)
+	VFMADD231PS  Z8, Z5, Z0
+	VFMADD231PS  Z8, Z7, Z1
 	TESTQ        R9, R9
 	JZ           stateKVf32AVX512_nostorerow_1
-	CMPB         368(SP), $0x00
+	CMPB         432(SP), $0x00
 	JE           stateKVf32AVX512_temporalrow_1
-	VMOVUPS      (AX), Z3
-	VMOVNTPS     Z3, (R9)
+	VMOVUPS      (AX), Z2
+	VMOVNTPS     Z2, (R9)
 	JMP          stateKVf32AVX512_storedrow_1
 
 stateKVf32AVX512_temporalrow_1:
-	VMOVUPS (AX), Z3
-	VMOVUPS Z3, K1, (R9)
+	VMOVUPS (AX), Z2
+	VMOVUPS Z2, K1, (R9)
 
 stateKVf32AVX512_storedrow_1:
 	ADDQ R8, R9
@@ -5182,20 +5230,30 @@ stateKVf32AVX512_nostorerow_1:
 	JMP  stateKVf32AVX512_rowsdone_1
 
 stateKVf32AVX512_lastrows_1:
+	MOVQ 392(SP), SI
+	CMPQ 376(SP), $0x00
+	JNE  stateKVf32AVX512_decaysset_2
+	LEAQ 400(SP), SI
+
+stateKVf32AVX512_decaysset_2:
 stateKVf32AVX512_rows_2:
 	VBROADCASTSS (BX)(CX*4), Z0
-	VMOVUPS      (AX), Z1
-	VFMADD213PS  Z1, Z2, Z1
-	VFMADD231PS  Z5, Z0, Z1
+	VBROADCASTSS (SI), Z1
+	VBROADCASTSS 4(SI), Z2
+	ADDQ         376(SP), SI
+	VMOVUPS      (AX), Z3
+	VPANDD       Z2, Z3, Z2
+	VFMADD132PS  Z1, Z2, Z3
+	VFMADD231PS  Z6, Z0, Z3
 	TESTQ        R9, R9
 	JZ           stateKVf32AVX512_nostorerow_2
-	CMPB         368(SP), $0x00
+	CMPB         432(SP), $0x00
 	JE           stateKVf32AVX512_temporalrow_2
-	VMOVNTPS     Z1, (R9)
+	VMOVNTPS     Z3, (R9)
 	JMP          stateKVf32AVX512_storedrow_2
 
 stateKVf32AVX512_temporalrow_2:
-	VMOVUPS Z1, K1, (R9)
+	VMOVUPS Z3, K1, (R9)
 
 stateKVf32AVX512_storedrow_2:
 	ADDQ R8, R9
@@ -5208,138 +5266,11 @@ stateKVf32AVX512_nostorerow_2:
 	JMP  stateKVf32AVX512_tokensout_1
 
 stateKVf32AVX512_rowsdone_1:
-	JMP stateKVf32AVX512_tokdone_1
-
-stateKVf32AVX512_far_6:
-	// em1 < -0.5 or NaN: decay(x) = eg·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         96(SP), AX
-	VBROADCASTSS 4(AX), Z2
-	VBROADCASTSS 8(AX), Z3
-	VBROADCASTSS 12(AX), Z4
-	MOVQ         80(SP), AX
-	MOVQ         88(SP), CX
-	VMOVUPS.Z    (AX), K1, Z5
-	VMULPS       Z0, Z2, Z0
-	VSUBPS       Z0, Z5, Z5
-	VMULPS       Z5, Z3, Z5
-	VMULPS       Z1, Z2, Z1
-	VFMADD231PS  Z5, Z4, Z1
-	VMOVUPS      Z1, K1, (CX)
-	VBROADCASTSS zero<>+0(SB), Z0
-	VBROADCASTSS zero<>+0(SB), Z1
-
-	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
-	MOVQ  (SP), AX
-	XORQ  CX, CX
-	MOVQ  a_K+0(FP), DX
-	MOVQ  56(SP), BX
-	MOVQ  64(SP), SI
-	MOVQ  72(SP), DI
-	MOVQ  16(SP), R8
-	MOVQ  48(SP), R10
-	MOVQ  a_stores+48(FP), R9
-	MOVQ  (R9)(R10*8), R9
-	TESTQ R9, R9
-	JZ    stateKVf32AVX512_nostore_2
-	LEAQ  (R9)(R8*4), R9
-
-stateKVf32AVX512_nostore_2:
-	MOVQ a_V+8(FP), R8
-	SHLQ $0x02, R8
-
-	// Non-temporal stores for this token's rows: a store but the last token's after a token without one, the rows aligned whole vectors.
-	MOVQ  $0x00000000, 368(SP)
-	TESTQ R9, R9
-	JZ    stateKVf32AVX512_temporal_2
-	MOVQ  48(SP), R10
-	INCQ  R10
-	MOVQ  a_T+16(FP), R11
-	CMPQ  R10, R11
-	JNE   stateKVf32AVX512_snapshot_2
-	MOVQ  48(SP), R10
-	TESTQ R10, R10
-	JZ    stateKVf32AVX512_temporal_2
-	MOVQ  a_stores+48(FP), R11
-	CMPQ  -8(R11)(R10*8), $0x00
-	JE    stateKVf32AVX512_temporal_2
-
-stateKVf32AVX512_snapshot_2:
-	TESTQ $0x0000003f, R9
-	JNZ   stateKVf32AVX512_temporal_2
-	TESTQ $0x0000003f, R8
-	JNZ   stateKVf32AVX512_temporal_2
-	MOVQ  $0x00000001, 368(SP)
-
-stateKVf32AVX512_temporal_2:
-	MOVQ 48(SP), R10
-	INCQ R10
-	MOVQ a_T+16(FP), R11
-	CMPQ R10, R11
-	JE   stateKVf32AVX512_lastrows_2
-
-stateKVf32AVX512_rows_3:
-	VBROADCASTSS (BX)(CX*4), Z3
-	VBROADCASTSS (SI)(CX*4), Z4
-	VBROADCASTSS (DI)(CX*4), Z6
-	VMOVUPS      (AX), Z7
-	VMULPS       Z7, Z2, Z7
-	VFMADD231PS  Z5, Z3, Z7
-	VMOVUPS      Z7, (AX)
-	VFMADD231PS  Z7, Z4, Z0
-	VFMADD231PS  Z7, Z6, Z1
-	TESTQ        R9, R9
-	JZ           stateKVf32AVX512_nostorerow_3
-	CMPB         368(SP), $0x00
-	JE           stateKVf32AVX512_temporalrow_3
-	VMOVUPS      (AX), Z3
-	VMOVNTPS     Z3, (R9)
-	JMP          stateKVf32AVX512_storedrow_3
-
-stateKVf32AVX512_temporalrow_3:
-	VMOVUPS (AX), Z3
-	VMOVUPS Z3, K1, (R9)
-
-stateKVf32AVX512_storedrow_3:
-	ADDQ R8, R9
-
-stateKVf32AVX512_nostorerow_3:
-	ADDQ $0x00000040, AX
-	INCQ CX
-	CMPQ CX, DX
-	JB   stateKVf32AVX512_rows_3
-	JMP  stateKVf32AVX512_rowsdone_2
-
-stateKVf32AVX512_lastrows_2:
-stateKVf32AVX512_rows_4:
-	VBROADCASTSS (BX)(CX*4), Z0
-	VMOVUPS      (AX), Z1
-	VMULPS       Z1, Z2, Z1
-	VFMADD231PS  Z5, Z0, Z1
-	TESTQ        R9, R9
-	JZ           stateKVf32AVX512_nostorerow_4
-	CMPB         368(SP), $0x00
-	JE           stateKVf32AVX512_temporalrow_4
-	VMOVNTPS     Z1, (R9)
-	JMP          stateKVf32AVX512_storedrow_4
-
-stateKVf32AVX512_temporalrow_4:
-	VMOVUPS Z1, K1, (R9)
-
-stateKVf32AVX512_storedrow_4:
-	ADDQ R8, R9
-
-stateKVf32AVX512_nostorerow_4:
-	ADDQ $0x00000040, AX
-	INCQ CX
-	CMPQ CX, DX
-	JB   stateKVf32AVX512_rows_4
-	JMP  stateKVf32AVX512_tokensout_1
-
-stateKVf32AVX512_rowsdone_2:
-stateKVf32AVX512_tokdone_1:
-	MOVQ 64(SP), AX
-	MOVQ AX, 56(SP)
+	MOVQ a_K+0(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 56(SP)
+	MOVQ 368(SP), AX
+	ADDQ AX, 392(SP)
 	ADDQ $0x10, 96(SP)
 	MOVQ a_vs+24(FP), AX
 	SHLQ $0x02, AX
@@ -5369,8 +5300,8 @@ stateKVf32AVX512_masked2_1:
 	VBROADCASTSS zero<>+0(SB), Z1
 	VBROADCASTSS zero<>+0(SB), Z2
 	VBROADCASTSS zero<>+0(SB), Z3
-	MOVQ         a_kh+64(FP), SI
-	MOVQ         a_qh+72(FP), DI
+	MOVQ         352(SP), SI
+	MOVQ         360(SP), DI
 	MOVQ         (SP), R8
 	XORQ         R9, R9
 	IMUL3Q       $0x00000020, BX, R10
@@ -5401,6 +5332,8 @@ stateKVf32AVX512_pass0_2:
 	MOVQ AX, 48(SP)
 	MOVQ a_kh+64(FP), AX
 	MOVQ AX, 56(SP)
+	MOVQ 384(SP), AX
+	MOVQ AX, 392(SP)
 	MOVQ a_tok+96(FP), AX
 	MOVQ AX, 96(SP)
 	MOVQ a_v+80(FP), AX
@@ -5412,10 +5345,10 @@ stateKVf32AVX512_pass0_2:
 
 stateKVf32AVX512_token_2:
 	// The prefetch list's next group.
-	MOVQ 352(SP), AX
+	MOVQ 416(SP), AX
 
 stateKVf32AVX512_pfentry_2:
-	CMPQ  AX, 360(SP)
+	CMPQ  AX, 424(SP)
 	JAE   stateKVf32AVX512_pfdone_2
 	MOVQ  (AX), DX
 	MOVQ  8(AX), CX
@@ -5431,11 +5364,11 @@ stateKVf32AVX512_pfline_2:
 	JMP        stateKVf32AVX512_pfentry_2
 
 stateKVf32AVX512_pfdone_2:
-	MOVQ AX, 352(SP)
+	MOVQ AX, 416(SP)
 
 	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
 	MOVQ 48(SP), AX
-	MOVQ a_K+0(FP), CX
+	MOVQ 368(SP), CX
 	INCQ AX
 	MOVQ a_T+16(FP), DX
 	CMPQ AX, DX
@@ -5443,46 +5376,58 @@ stateKVf32AVX512_pfdone_2:
 	DECQ AX
 
 stateKVf32AVX512_notlast_2:
-	IMULQ    CX, AX
-	MOVQ     a_kh+64(FP), CX
-	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 64(SP)
-	MOVQ     a_qh+72(FP), CX
-	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 72(SP)
+	IMULQ CX, AX
+	MOVQ  352(SP), CX
+	ADDQ  AX, CX
+	MOVQ  CX, 64(SP)
+	MOVQ  360(SP), CX
+	ADDQ  AX, CX
+	MOVQ  CX, 72(SP)
+
+	// The token's decay as a pair (c, m), decay(x) = c·x + (x & m): (em1, all ones) = x + em1·x where em1 ≥ -0.5, else (eg, the sign bit) = eg·x (also for a NaN em1).
 	MOVQ     96(SP), AX
+	MOVL     (AX), CX
+	MOVL     $0xffffffff, DX
+	MOVL     $0x80000000, BX
 	VMOVSS   (AX), X4
 	VUCOMISS nearone<>+0(SB), X4
-	JCS      stateKVf32AVX512_far_7
+	CMOVLCS  4(AX), CX
+	CMOVLCS  BX, DX
+	MOVL     CX, 400(SP)
+	MOVL     DX, 404(SP)
 
-	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	MOVQ         96(SP), AX
-	VBROADCASTSS (AX), Z4
-	VBROADCASTSS 8(AX), Z5
-	VBROADCASTSS 12(AX), Z6
+	VBROADCASTSS 400(SP), Z4
+	VBROADCASTSS 404(SP), Z5
+	VBROADCASTSS 8(AX), Z6
+	VBROADCASTSS 12(AX), Z7
 	MOVQ         80(SP), AX
 	MOVQ         88(SP), CX
-	VMOVUPS      (AX), Z7
-	VFMADD213PS  Z0, Z4, Z0
-	VSUBPS       Z0, Z7, Z7
-	VMULPS       Z7, Z5, Z7
-	VFMADD213PS  Z1, Z4, Z1
-	VFMADD231PS  Z7, Z6, Z1
+	VMOVUPS      (AX), Z8
+	VPANDD       Z5, Z0, Z9
+	VFMADD132PS  Z4, Z9, Z0
+	VSUBPS       Z0, Z8, Z8
+	VMULPS       Z8, Z6, Z8
+	VPANDD       Z5, Z1, Z0
+	VFMADD132PS  Z4, Z0, Z1
+	VFMADD231PS  Z8, Z7, Z1
 	VMOVUPS      Z1, (CX)
-	VMOVUPS.Z    64(AX), K1, Z8
-	VFMADD213PS  Z2, Z4, Z2
-	VSUBPS       Z2, Z8, Z8
-	VMULPS       Z8, Z5, Z8
-	VFMADD213PS  Z3, Z4, Z3
-	VFMADD231PS  Z8, Z6, Z3
+	VMOVUPS.Z    64(AX), K1, Z9
+	VPANDD       Z5, Z2, Z0
+	VFMADD132PS  Z4, Z0, Z2
+	VSUBPS       Z2, Z9, Z9
+	VMULPS       Z9, Z6, Z9
+	VPANDD       Z5, Z3, Z0
+	VFMADD132PS  Z4, Z0, Z3
+	VFMADD231PS  Z9, Z7, Z3
 	VMOVUPS      Z3, K1, 64(CX)
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
 	VBROADCASTSS zero<>+0(SB), Z2
 	VBROADCASTSS zero<>+0(SB), Z3
 
-	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	// S' = decay(S) + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
 	MOVQ  (SP), AX
 	XORQ  CX, CX
 	MOVQ  a_K+0(FP), DX
@@ -5494,273 +5439,143 @@ stateKVf32AVX512_notlast_2:
 	MOVQ  a_stores+48(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
-	JZ    stateKVf32AVX512_nostore_3
+	JZ    stateKVf32AVX512_nostore_2
 	LEAQ  (R9)(R8*4), R9
 
-stateKVf32AVX512_nostore_3:
+stateKVf32AVX512_nostore_2:
 	MOVQ a_V+8(FP), R8
 	SHLQ $0x02, R8
 
 	// Non-temporal stores for this token's rows: a store but the last token's after a token without one, the rows aligned whole vectors.
-	MOVQ  $0x00000000, 368(SP)
+	MOVQ  $0x00000000, 432(SP)
 	TESTQ R9, R9
-	JZ    stateKVf32AVX512_temporal_3
+	JZ    stateKVf32AVX512_temporal_2
 	MOVQ  48(SP), R10
 	INCQ  R10
 	MOVQ  a_T+16(FP), R11
 	CMPQ  R10, R11
-	JNE   stateKVf32AVX512_snapshot_3
+	JNE   stateKVf32AVX512_snapshot_2
 	MOVQ  48(SP), R10
 	TESTQ R10, R10
-	JZ    stateKVf32AVX512_temporal_3
+	JZ    stateKVf32AVX512_temporal_2
 	MOVQ  a_stores+48(FP), R11
 	CMPQ  -8(R11)(R10*8), $0x00
-	JE    stateKVf32AVX512_temporal_3
+	JE    stateKVf32AVX512_temporal_2
 
-stateKVf32AVX512_snapshot_3:
+stateKVf32AVX512_snapshot_2:
 	TESTQ $0x0000003f, R9
-	JNZ   stateKVf32AVX512_temporal_3
+	JNZ   stateKVf32AVX512_temporal_2
 	TESTQ $0x0000003f, R8
-	JNZ   stateKVf32AVX512_temporal_3
-	MOVQ  $0x00000001, 368(SP)
+	JNZ   stateKVf32AVX512_temporal_2
+	MOVQ  $0x00000001, 432(SP)
 
-stateKVf32AVX512_temporal_3:
+stateKVf32AVX512_temporal_2:
 	MOVQ 48(SP), R10
 	INCQ R10
 	MOVQ a_T+16(FP), R11
 	CMPQ R10, R11
-	JE   stateKVf32AVX512_lastrows_3
+	JE   stateKVf32AVX512_lastrows_2
+	MOVQ 392(SP), R10
+	CMPQ 376(SP), $0x00
+	JNE  stateKVf32AVX512_decaysset_3
+	LEAQ 400(SP), R10
 
-stateKVf32AVX512_rows_5:
-	VBROADCASTSS (BX)(CX*4), Z5
-	VBROADCASTSS (SI)(CX*4), Z6
-	VBROADCASTSS (DI)(CX*4), Z9
-	VMOVUPS      (AX), Z10
-	VFMADD213PS  Z10, Z4, Z10
-	VFMADD231PS  Z7, Z5, Z10
-	VMOVUPS      Z10, (AX)
-	VFMADD231PS  Z10, Z6, Z0
-	VFMADD231PS  Z10, Z9, Z1
-	VMOVUPS      64(AX), Z10
-	VFMADD213PS  Z10, Z4, Z10
-	VFMADD231PS  Z8, Z5, Z10
-	VMOVUPS      Z10, 64(AX)
-	VFMADD231PS  Z10, Z6, Z2
-	VFMADD231PS  Z10, Z9, Z3
+stateKVf32AVX512_decaysset_3:
+stateKVf32AVX512_rows_3:
+	VBROADCASTSS (BX)(CX*4), Z4
+	VBROADCASTSS (R10), Z5
+	VBROADCASTSS 4(R10), Z6
+	ADDQ         376(SP), R10
+	VBROADCASTSS (SI)(CX*4), Z7
+	VBROADCASTSS (DI)(CX*4), Z10
+	VMOVUPS      (AX), Z11
+	VPANDD       Z6, Z11, Z12
+	VFMADD132PS  Z5, Z12, Z11
+	VFMADD231PS  Z8, Z4, Z11
+	VMOVUPS      Z11, (AX)
+	VFMADD231PS  Z11, Z7, Z0
+	VFMADD231PS  Z11, Z10, Z1
+	VMOVUPS      64(AX), Z11
+	VPANDD       Z6, Z11, Z6
+	VFMADD132PS  Z5, Z6, Z11
+	VFMADD231PS  Z9, Z4, Z11
+	VMOVUPS      Z11, 64(AX)
+	VFMADD231PS  Z11, Z7, Z2
+	VFMADD231PS  Z11, Z10, Z3
 	TESTQ        R9, R9
-	JZ           stateKVf32AVX512_nostorerow_5
-	CMPB         368(SP), $0x00
-	JE           stateKVf32AVX512_temporalrow_5
-	VMOVUPS      (AX), Z5
-	VMOVNTPS     Z5, (R9)
-	VMOVUPS      64(AX), Z5
-	VMOVNTPS     Z5, 64(R9)
-	JMP          stateKVf32AVX512_storedrow_5
+	JZ           stateKVf32AVX512_nostorerow_3
+	CMPB         432(SP), $0x00
+	JE           stateKVf32AVX512_temporalrow_3
+	VMOVUPS      (AX), Z4
+	VMOVNTPS     Z4, (R9)
+	VMOVUPS      64(AX), Z4
+	VMOVNTPS     Z4, 64(R9)
+	JMP          stateKVf32AVX512_storedrow_3
 
-stateKVf32AVX512_temporalrow_5:
-	VMOVUPS (AX), Z5
-	VMOVUPS Z5, (R9)
-	VMOVUPS 64(AX), Z5
-	VMOVUPS Z5, K1, 64(R9)
+stateKVf32AVX512_temporalrow_3:
+	VMOVUPS (AX), Z4
+	VMOVUPS Z4, (R9)
+	VMOVUPS 64(AX), Z4
+	VMOVUPS Z4, K1, 64(R9)
 
-stateKVf32AVX512_storedrow_5:
+stateKVf32AVX512_storedrow_3:
 	ADDQ R8, R9
 
-stateKVf32AVX512_nostorerow_5:
+stateKVf32AVX512_nostorerow_3:
 	ADDQ $0x00000080, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVf32AVX512_rows_5
-	JMP  stateKVf32AVX512_rowsdone_3
+	JB   stateKVf32AVX512_rows_3
+	JMP  stateKVf32AVX512_rowsdone_2
 
-stateKVf32AVX512_lastrows_3:
-stateKVf32AVX512_rows_6:
+stateKVf32AVX512_lastrows_2:
+	MOVQ 392(SP), SI
+	CMPQ 376(SP), $0x00
+	JNE  stateKVf32AVX512_decaysset_4
+	LEAQ 400(SP), SI
+
+stateKVf32AVX512_decaysset_4:
+stateKVf32AVX512_rows_4:
 	VBROADCASTSS (BX)(CX*4), Z0
-	VMOVUPS      (AX), Z1
-	VFMADD213PS  Z1, Z4, Z1
-	VFMADD231PS  Z7, Z0, Z1
-	VMOVUPS      64(AX), Z2
-	VFMADD213PS  Z2, Z4, Z2
-	VFMADD231PS  Z8, Z0, Z2
+	VBROADCASTSS (SI), Z1
+	VBROADCASTSS 4(SI), Z2
+	ADDQ         376(SP), SI
+	VMOVUPS      (AX), Z3
+	VPANDD       Z2, Z3, Z4
+	VFMADD132PS  Z1, Z4, Z3
+	VFMADD231PS  Z8, Z0, Z3
+	VMOVUPS      64(AX), Z4
+	VPANDD       Z2, Z4, Z2
+	VFMADD132PS  Z1, Z2, Z4
+	VFMADD231PS  Z9, Z0, Z4
 	TESTQ        R9, R9
-	JZ           stateKVf32AVX512_nostorerow_6
-	CMPB         368(SP), $0x00
-	JE           stateKVf32AVX512_temporalrow_6
-	VMOVNTPS     Z1, (R9)
-	VMOVNTPS     Z2, 64(R9)
-	JMP          stateKVf32AVX512_storedrow_6
+	JZ           stateKVf32AVX512_nostorerow_4
+	CMPB         432(SP), $0x00
+	JE           stateKVf32AVX512_temporalrow_4
+	VMOVNTPS     Z3, (R9)
+	VMOVNTPS     Z4, 64(R9)
+	JMP          stateKVf32AVX512_storedrow_4
 
-stateKVf32AVX512_temporalrow_6:
-	VMOVUPS Z1, (R9)
-	VMOVUPS Z2, K1, 64(R9)
+stateKVf32AVX512_temporalrow_4:
+	VMOVUPS Z3, (R9)
+	VMOVUPS Z4, K1, 64(R9)
 
-stateKVf32AVX512_storedrow_6:
+stateKVf32AVX512_storedrow_4:
 	ADDQ R8, R9
 
-stateKVf32AVX512_nostorerow_6:
+stateKVf32AVX512_nostorerow_4:
 	ADDQ $0x00000080, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVf32AVX512_rows_6
+	JB   stateKVf32AVX512_rows_4
 	JMP  stateKVf32AVX512_tokensout_2
 
-stateKVf32AVX512_rowsdone_3:
-	JMP stateKVf32AVX512_tokdone_2
-
-stateKVf32AVX512_far_7:
-	// em1 < -0.5 or NaN: decay(x) = eg·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         96(SP), AX
-	VBROADCASTSS 4(AX), Z4
-	VBROADCASTSS 8(AX), Z5
-	VBROADCASTSS 12(AX), Z6
-	MOVQ         80(SP), AX
-	MOVQ         88(SP), CX
-	VMOVUPS      (AX), Z7
-	VMULPS       Z0, Z4, Z0
-	VSUBPS       Z0, Z7, Z7
-	VMULPS       Z7, Z5, Z7
-	VMULPS       Z1, Z4, Z1
-	VFMADD231PS  Z7, Z6, Z1
-	VMOVUPS      Z1, (CX)
-	VMOVUPS.Z    64(AX), K1, Z8
-	VMULPS       Z2, Z4, Z2
-	VSUBPS       Z2, Z8, Z8
-	VMULPS       Z8, Z5, Z8
-	VMULPS       Z3, Z4, Z3
-	VFMADD231PS  Z8, Z6, Z3
-	VMOVUPS      Z3, K1, 64(CX)
-	VBROADCASTSS zero<>+0(SB), Z0
-	VBROADCASTSS zero<>+0(SB), Z1
-	VBROADCASTSS zero<>+0(SB), Z2
-	VBROADCASTSS zero<>+0(SB), Z3
-
-	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
-	MOVQ  (SP), AX
-	XORQ  CX, CX
-	MOVQ  a_K+0(FP), DX
-	MOVQ  56(SP), BX
-	MOVQ  64(SP), SI
-	MOVQ  72(SP), DI
-	MOVQ  16(SP), R8
-	MOVQ  48(SP), R10
-	MOVQ  a_stores+48(FP), R9
-	MOVQ  (R9)(R10*8), R9
-	TESTQ R9, R9
-	JZ    stateKVf32AVX512_nostore_4
-	LEAQ  (R9)(R8*4), R9
-
-stateKVf32AVX512_nostore_4:
-	MOVQ a_V+8(FP), R8
-	SHLQ $0x02, R8
-
-	// Non-temporal stores for this token's rows: a store but the last token's after a token without one, the rows aligned whole vectors.
-	MOVQ  $0x00000000, 368(SP)
-	TESTQ R9, R9
-	JZ    stateKVf32AVX512_temporal_4
-	MOVQ  48(SP), R10
-	INCQ  R10
-	MOVQ  a_T+16(FP), R11
-	CMPQ  R10, R11
-	JNE   stateKVf32AVX512_snapshot_4
-	MOVQ  48(SP), R10
-	TESTQ R10, R10
-	JZ    stateKVf32AVX512_temporal_4
-	MOVQ  a_stores+48(FP), R11
-	CMPQ  -8(R11)(R10*8), $0x00
-	JE    stateKVf32AVX512_temporal_4
-
-stateKVf32AVX512_snapshot_4:
-	TESTQ $0x0000003f, R9
-	JNZ   stateKVf32AVX512_temporal_4
-	TESTQ $0x0000003f, R8
-	JNZ   stateKVf32AVX512_temporal_4
-	MOVQ  $0x00000001, 368(SP)
-
-stateKVf32AVX512_temporal_4:
-	MOVQ 48(SP), R10
-	INCQ R10
-	MOVQ a_T+16(FP), R11
-	CMPQ R10, R11
-	JE   stateKVf32AVX512_lastrows_4
-
-stateKVf32AVX512_rows_7:
-	VBROADCASTSS (BX)(CX*4), Z5
-	VBROADCASTSS (SI)(CX*4), Z6
-	VBROADCASTSS (DI)(CX*4), Z9
-	VMOVUPS      (AX), Z10
-	VMULPS       Z10, Z4, Z10
-	VFMADD231PS  Z7, Z5, Z10
-	VMOVUPS      Z10, (AX)
-	VFMADD231PS  Z10, Z6, Z0
-	VFMADD231PS  Z10, Z9, Z1
-	VMOVUPS      64(AX), Z10
-	VMULPS       Z10, Z4, Z10
-	VFMADD231PS  Z8, Z5, Z10
-	VMOVUPS      Z10, 64(AX)
-	VFMADD231PS  Z10, Z6, Z2
-	VFMADD231PS  Z10, Z9, Z3
-	TESTQ        R9, R9
-	JZ           stateKVf32AVX512_nostorerow_7
-	CMPB         368(SP), $0x00
-	JE           stateKVf32AVX512_temporalrow_7
-	VMOVUPS      (AX), Z5
-	VMOVNTPS     Z5, (R9)
-	VMOVUPS      64(AX), Z5
-	VMOVNTPS     Z5, 64(R9)
-	JMP          stateKVf32AVX512_storedrow_7
-
-stateKVf32AVX512_temporalrow_7:
-	VMOVUPS (AX), Z5
-	VMOVUPS Z5, (R9)
-	VMOVUPS 64(AX), Z5
-	VMOVUPS Z5, K1, 64(R9)
-
-stateKVf32AVX512_storedrow_7:
-	ADDQ R8, R9
-
-stateKVf32AVX512_nostorerow_7:
-	ADDQ $0x00000080, AX
-	INCQ CX
-	CMPQ CX, DX
-	JB   stateKVf32AVX512_rows_7
-	JMP  stateKVf32AVX512_rowsdone_4
-
-stateKVf32AVX512_lastrows_4:
-stateKVf32AVX512_rows_8:
-	VBROADCASTSS (BX)(CX*4), Z0
-	VMOVUPS      (AX), Z1
-	VMULPS       Z1, Z4, Z1
-	VFMADD231PS  Z7, Z0, Z1
-	VMOVUPS      64(AX), Z2
-	VMULPS       Z2, Z4, Z2
-	VFMADD231PS  Z8, Z0, Z2
-	TESTQ        R9, R9
-	JZ           stateKVf32AVX512_nostorerow_8
-	CMPB         368(SP), $0x00
-	JE           stateKVf32AVX512_temporalrow_8
-	VMOVNTPS     Z1, (R9)
-	VMOVNTPS     Z2, 64(R9)
-	JMP          stateKVf32AVX512_storedrow_8
-
-stateKVf32AVX512_temporalrow_8:
-	VMOVUPS Z1, (R9)
-	VMOVUPS Z2, K1, 64(R9)
-
-stateKVf32AVX512_storedrow_8:
-	ADDQ R8, R9
-
-stateKVf32AVX512_nostorerow_8:
-	ADDQ $0x00000080, AX
-	INCQ CX
-	CMPQ CX, DX
-	JB   stateKVf32AVX512_rows_8
-	JMP  stateKVf32AVX512_tokensout_2
-
-stateKVf32AVX512_rowsdone_4:
-stateKVf32AVX512_tokdone_2:
-	MOVQ 64(SP), AX
-	MOVQ AX, 56(SP)
+stateKVf32AVX512_rowsdone_2:
+	MOVQ a_K+0(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 56(SP)
+	MOVQ 368(SP), AX
+	ADDQ AX, 392(SP)
 	ADDQ $0x10, 96(SP)
 	MOVQ a_vs+24(FP), AX
 	SHLQ $0x02, AX
@@ -5794,8 +5609,8 @@ stateKVf32AVX512_masked4_1:
 	VBROADCASTSS zero<>+0(SB), Z5
 	VBROADCASTSS zero<>+0(SB), Z6
 	VBROADCASTSS zero<>+0(SB), Z7
-	MOVQ         a_kh+64(FP), SI
-	MOVQ         a_qh+72(FP), DI
+	MOVQ         352(SP), SI
+	MOVQ         360(SP), DI
 	MOVQ         (SP), R8
 	XORQ         R9, R9
 	IMUL3Q       $0x00000020, BX, R10
@@ -5836,6 +5651,8 @@ stateKVf32AVX512_pass0_3:
 	MOVQ AX, 48(SP)
 	MOVQ a_kh+64(FP), AX
 	MOVQ AX, 56(SP)
+	MOVQ 384(SP), AX
+	MOVQ AX, 392(SP)
 	MOVQ a_tok+96(FP), AX
 	MOVQ AX, 96(SP)
 	MOVQ a_v+80(FP), AX
@@ -5847,10 +5664,10 @@ stateKVf32AVX512_pass0_3:
 
 stateKVf32AVX512_token_3:
 	// The prefetch list's next group.
-	MOVQ 352(SP), AX
+	MOVQ 416(SP), AX
 
 stateKVf32AVX512_pfentry_3:
-	CMPQ  AX, 360(SP)
+	CMPQ  AX, 424(SP)
 	JAE   stateKVf32AVX512_pfdone_3
 	MOVQ  (AX), DX
 	MOVQ  8(AX), CX
@@ -5866,11 +5683,11 @@ stateKVf32AVX512_pfline_3:
 	JMP        stateKVf32AVX512_pfentry_3
 
 stateKVf32AVX512_pfdone_3:
-	MOVQ AX, 352(SP)
+	MOVQ AX, 416(SP)
 
 	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
 	MOVQ 48(SP), AX
-	MOVQ a_K+0(FP), CX
+	MOVQ 368(SP), CX
 	INCQ AX
 	MOVQ a_T+16(FP), DX
 	CMPQ AX, DX
@@ -5878,53 +5695,69 @@ stateKVf32AVX512_pfdone_3:
 	DECQ AX
 
 stateKVf32AVX512_notlast_3:
-	IMULQ    CX, AX
-	MOVQ     a_kh+64(FP), CX
-	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 64(SP)
-	MOVQ     a_qh+72(FP), CX
-	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 72(SP)
+	IMULQ CX, AX
+	MOVQ  352(SP), CX
+	ADDQ  AX, CX
+	MOVQ  CX, 64(SP)
+	MOVQ  360(SP), CX
+	ADDQ  AX, CX
+	MOVQ  CX, 72(SP)
+
+	// The token's decay as a pair (c, m), decay(x) = c·x + (x & m): (em1, all ones) = x + em1·x where em1 ≥ -0.5, else (eg, the sign bit) = eg·x (also for a NaN em1).
 	MOVQ     96(SP), AX
+	MOVL     (AX), CX
+	MOVL     $0xffffffff, DX
+	MOVL     $0x80000000, BX
 	VMOVSS   (AX), X8
 	VUCOMISS nearone<>+0(SB), X8
-	JCS      stateKVf32AVX512_far_8
+	CMOVLCS  4(AX), CX
+	CMOVLCS  BX, DX
+	MOVL     CX, 400(SP)
+	MOVL     DX, 404(SP)
 
-	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	MOVQ         96(SP), AX
-	VBROADCASTSS (AX), Z8
-	VBROADCASTSS 8(AX), Z9
-	VBROADCASTSS 12(AX), Z10
+	VBROADCASTSS 400(SP), Z8
+	VBROADCASTSS 404(SP), Z9
+	VBROADCASTSS 8(AX), Z10
+	VBROADCASTSS 12(AX), Z11
 	MOVQ         80(SP), AX
 	MOVQ         88(SP), CX
-	VMOVUPS      (AX), Z11
-	VFMADD213PS  Z0, Z8, Z0
-	VSUBPS       Z0, Z11, Z11
-	VMULPS       Z11, Z9, Z11
-	VFMADD213PS  Z1, Z8, Z1
-	VFMADD231PS  Z11, Z10, Z1
+	VMOVUPS      (AX), Z12
+	VPANDD       Z9, Z0, Z13
+	VFMADD132PS  Z8, Z13, Z0
+	VSUBPS       Z0, Z12, Z12
+	VMULPS       Z12, Z10, Z12
+	VPANDD       Z9, Z1, Z0
+	VFMADD132PS  Z8, Z0, Z1
+	VFMADD231PS  Z12, Z11, Z1
 	VMOVUPS      Z1, (CX)
-	VMOVUPS      64(AX), Z12
-	VFMADD213PS  Z2, Z8, Z2
-	VSUBPS       Z2, Z12, Z12
-	VMULPS       Z12, Z9, Z12
-	VFMADD213PS  Z3, Z8, Z3
-	VFMADD231PS  Z12, Z10, Z3
+	VMOVUPS      64(AX), Z13
+	VPANDD       Z9, Z2, Z0
+	VFMADD132PS  Z8, Z0, Z2
+	VSUBPS       Z2, Z13, Z13
+	VMULPS       Z13, Z10, Z13
+	VPANDD       Z9, Z3, Z0
+	VFMADD132PS  Z8, Z0, Z3
+	VFMADD231PS  Z13, Z11, Z3
 	VMOVUPS      Z3, 64(CX)
-	VMOVUPS      128(AX), Z13
-	VFMADD213PS  Z4, Z8, Z4
-	VSUBPS       Z4, Z13, Z13
-	VMULPS       Z13, Z9, Z13
-	VFMADD213PS  Z5, Z8, Z5
-	VFMADD231PS  Z13, Z10, Z5
+	VMOVUPS      128(AX), Z14
+	VPANDD       Z9, Z4, Z0
+	VFMADD132PS  Z8, Z0, Z4
+	VSUBPS       Z4, Z14, Z14
+	VMULPS       Z14, Z10, Z14
+	VPANDD       Z9, Z5, Z0
+	VFMADD132PS  Z8, Z0, Z5
+	VFMADD231PS  Z14, Z11, Z5
 	VMOVUPS      Z5, 128(CX)
-	VMOVUPS.Z    192(AX), K1, Z14
-	VFMADD213PS  Z6, Z8, Z6
-	VSUBPS       Z6, Z14, Z14
-	VMULPS       Z14, Z9, Z14
-	VFMADD213PS  Z7, Z8, Z7
-	VFMADD231PS  Z14, Z10, Z7
+	VMOVUPS.Z    192(AX), K1, Z15
+	VPANDD       Z9, Z6, Z0
+	VFMADD132PS  Z8, Z0, Z6
+	VSUBPS       Z6, Z15, Z15
+	VMULPS       Z15, Z10, Z15
+	VPANDD       Z9, Z7, Z0
+	VFMADD132PS  Z8, Z0, Z7
+	VFMADD231PS  Z15, Z11, Z7
 	VMOVUPS      Z7, K1, 192(CX)
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
@@ -5935,7 +5768,7 @@ stateKVf32AVX512_notlast_3:
 	VBROADCASTSS zero<>+0(SB), Z6
 	VBROADCASTSS zero<>+0(SB), Z7
 
-	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	// S' = decay(S) + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
 	MOVQ  (SP), AX
 	XORQ  CX, CX
 	MOVQ  a_K+0(FP), DX
@@ -5947,351 +5780,177 @@ stateKVf32AVX512_notlast_3:
 	MOVQ  a_stores+48(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
-	JZ    stateKVf32AVX512_nostore_5
+	JZ    stateKVf32AVX512_nostore_3
 	LEAQ  (R9)(R8*4), R9
 
-stateKVf32AVX512_nostore_5:
+stateKVf32AVX512_nostore_3:
 	MOVQ a_V+8(FP), R8
 	SHLQ $0x02, R8
 
 	// Non-temporal stores for this token's rows: a store but the last token's after a token without one, the rows aligned whole vectors.
-	MOVQ  $0x00000000, 368(SP)
+	MOVQ  $0x00000000, 432(SP)
 	TESTQ R9, R9
-	JZ    stateKVf32AVX512_temporal_5
+	JZ    stateKVf32AVX512_temporal_3
 	MOVQ  48(SP), R10
 	INCQ  R10
 	MOVQ  a_T+16(FP), R11
 	CMPQ  R10, R11
-	JNE   stateKVf32AVX512_snapshot_5
+	JNE   stateKVf32AVX512_snapshot_3
 	MOVQ  48(SP), R10
 	TESTQ R10, R10
-	JZ    stateKVf32AVX512_temporal_5
+	JZ    stateKVf32AVX512_temporal_3
 	MOVQ  a_stores+48(FP), R11
 	CMPQ  -8(R11)(R10*8), $0x00
-	JE    stateKVf32AVX512_temporal_5
+	JE    stateKVf32AVX512_temporal_3
 
-stateKVf32AVX512_snapshot_5:
+stateKVf32AVX512_snapshot_3:
 	TESTQ $0x0000003f, R9
-	JNZ   stateKVf32AVX512_temporal_5
+	JNZ   stateKVf32AVX512_temporal_3
 	TESTQ $0x0000003f, R8
-	JNZ   stateKVf32AVX512_temporal_5
-	MOVQ  $0x00000001, 368(SP)
+	JNZ   stateKVf32AVX512_temporal_3
+	MOVQ  $0x00000001, 432(SP)
 
-stateKVf32AVX512_temporal_5:
+stateKVf32AVX512_temporal_3:
 	MOVQ 48(SP), R10
 	INCQ R10
 	MOVQ a_T+16(FP), R11
 	CMPQ R10, R11
-	JE   stateKVf32AVX512_lastrows_5
+	JE   stateKVf32AVX512_lastrows_3
+	MOVQ 392(SP), R10
+	CMPQ 376(SP), $0x00
+	JNE  stateKVf32AVX512_decaysset_5
+	LEAQ 400(SP), R10
 
-stateKVf32AVX512_rows_9:
-	VBROADCASTSS (BX)(CX*4), Z9
-	VBROADCASTSS (SI)(CX*4), Z10
-	VBROADCASTSS (DI)(CX*4), Z15
-	VMOVUPS      (AX), Z16
-	VFMADD213PS  Z16, Z8, Z16
-	VFMADD231PS  Z11, Z9, Z16
-	VMOVUPS      Z16, (AX)
-	VFMADD231PS  Z16, Z10, Z0
-	VFMADD231PS  Z16, Z15, Z1
-	VMOVUPS      64(AX), Z16
-	VFMADD213PS  Z16, Z8, Z16
-	VFMADD231PS  Z12, Z9, Z16
-	VMOVUPS      Z16, 64(AX)
-	VFMADD231PS  Z16, Z10, Z2
-	VFMADD231PS  Z16, Z15, Z3
-	VMOVUPS      128(AX), Z16
-	VFMADD213PS  Z16, Z8, Z16
-	VFMADD231PS  Z13, Z9, Z16
-	VMOVUPS      Z16, 128(AX)
-	VFMADD231PS  Z16, Z10, Z4
-	VFMADD231PS  Z16, Z15, Z5
-	VMOVUPS      192(AX), Z16
-	VFMADD213PS  Z16, Z8, Z16
-	VFMADD231PS  Z14, Z9, Z16
-	VMOVUPS      Z16, 192(AX)
-	VFMADD231PS  Z16, Z10, Z6
-	VFMADD231PS  Z16, Z15, Z7
+stateKVf32AVX512_decaysset_5:
+stateKVf32AVX512_rows_5:
+	VBROADCASTSS (BX)(CX*4), Z8
+	VBROADCASTSS (R10), Z9
+	VBROADCASTSS 4(R10), Z10
+	ADDQ         376(SP), R10
+	VBROADCASTSS (SI)(CX*4), Z11
+	VBROADCASTSS (DI)(CX*4), Z16
+	VMOVUPS      (AX), Z17
+	VPANDD       Z10, Z17, Z18
+	VFMADD132PS  Z9, Z18, Z17
+	VFMADD231PS  Z12, Z8, Z17
+	VMOVUPS      Z17, (AX)
+	VFMADD231PS  Z17, Z11, Z0
+	VFMADD231PS  Z17, Z16, Z1
+	VMOVUPS      64(AX), Z17
+	VPANDD       Z10, Z17, Z18
+	VFMADD132PS  Z9, Z18, Z17
+	VFMADD231PS  Z13, Z8, Z17
+	VMOVUPS      Z17, 64(AX)
+	VFMADD231PS  Z17, Z11, Z2
+	VFMADD231PS  Z17, Z16, Z3
+	VMOVUPS      128(AX), Z17
+	VPANDD       Z10, Z17, Z18
+	VFMADD132PS  Z9, Z18, Z17
+	VFMADD231PS  Z14, Z8, Z17
+	VMOVUPS      Z17, 128(AX)
+	VFMADD231PS  Z17, Z11, Z4
+	VFMADD231PS  Z17, Z16, Z5
+	VMOVUPS      192(AX), Z17
+	VPANDD       Z10, Z17, Z10
+	VFMADD132PS  Z9, Z10, Z17
+	VFMADD231PS  Z15, Z8, Z17
+	VMOVUPS      Z17, 192(AX)
+	VFMADD231PS  Z17, Z11, Z6
+	VFMADD231PS  Z17, Z16, Z7
 	TESTQ        R9, R9
-	JZ           stateKVf32AVX512_nostorerow_9
-	CMPB         368(SP), $0x00
-	JE           stateKVf32AVX512_temporalrow_9
-	VMOVUPS      (AX), Z9
-	VMOVNTPS     Z9, (R9)
-	VMOVUPS      64(AX), Z9
-	VMOVNTPS     Z9, 64(R9)
-	VMOVUPS      128(AX), Z9
-	VMOVNTPS     Z9, 128(R9)
-	VMOVUPS      192(AX), Z9
-	VMOVNTPS     Z9, 192(R9)
-	JMP          stateKVf32AVX512_storedrow_9
+	JZ           stateKVf32AVX512_nostorerow_5
+	CMPB         432(SP), $0x00
+	JE           stateKVf32AVX512_temporalrow_5
+	VMOVUPS      (AX), Z8
+	VMOVNTPS     Z8, (R9)
+	VMOVUPS      64(AX), Z8
+	VMOVNTPS     Z8, 64(R9)
+	VMOVUPS      128(AX), Z8
+	VMOVNTPS     Z8, 128(R9)
+	VMOVUPS      192(AX), Z8
+	VMOVNTPS     Z8, 192(R9)
+	JMP          stateKVf32AVX512_storedrow_5
 
-stateKVf32AVX512_temporalrow_9:
-	VMOVUPS (AX), Z9
-	VMOVUPS Z9, (R9)
-	VMOVUPS 64(AX), Z9
-	VMOVUPS Z9, 64(R9)
-	VMOVUPS 128(AX), Z9
-	VMOVUPS Z9, 128(R9)
-	VMOVUPS 192(AX), Z9
-	VMOVUPS Z9, K1, 192(R9)
+stateKVf32AVX512_temporalrow_5:
+	VMOVUPS (AX), Z8
+	VMOVUPS Z8, (R9)
+	VMOVUPS 64(AX), Z8
+	VMOVUPS Z8, 64(R9)
+	VMOVUPS 128(AX), Z8
+	VMOVUPS Z8, 128(R9)
+	VMOVUPS 192(AX), Z8
+	VMOVUPS Z8, K1, 192(R9)
 
-stateKVf32AVX512_storedrow_9:
+stateKVf32AVX512_storedrow_5:
 	ADDQ R8, R9
 
-stateKVf32AVX512_nostorerow_9:
+stateKVf32AVX512_nostorerow_5:
 	ADDQ $0x00000100, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVf32AVX512_rows_9
-	JMP  stateKVf32AVX512_rowsdone_5
+	JB   stateKVf32AVX512_rows_5
+	JMP  stateKVf32AVX512_rowsdone_3
 
-stateKVf32AVX512_lastrows_5:
-stateKVf32AVX512_rows_10:
+stateKVf32AVX512_lastrows_3:
+	MOVQ 392(SP), SI
+	CMPQ 376(SP), $0x00
+	JNE  stateKVf32AVX512_decaysset_6
+	LEAQ 400(SP), SI
+
+stateKVf32AVX512_decaysset_6:
+stateKVf32AVX512_rows_6:
 	VBROADCASTSS (BX)(CX*4), Z0
-	VMOVUPS      (AX), Z1
-	VFMADD213PS  Z1, Z8, Z1
-	VFMADD231PS  Z11, Z0, Z1
-	VMOVUPS      64(AX), Z2
-	VFMADD213PS  Z2, Z8, Z2
-	VFMADD231PS  Z12, Z0, Z2
-	VMOVUPS      128(AX), Z3
-	VFMADD213PS  Z3, Z8, Z3
-	VFMADD231PS  Z13, Z0, Z3
-	VMOVUPS      192(AX), Z4
-	VFMADD213PS  Z4, Z8, Z4
-	VFMADD231PS  Z14, Z0, Z4
+	VBROADCASTSS (SI), Z1
+	VBROADCASTSS 4(SI), Z2
+	ADDQ         376(SP), SI
+	VMOVUPS      (AX), Z3
+	VPANDD       Z2, Z3, Z4
+	VFMADD132PS  Z1, Z4, Z3
+	VFMADD231PS  Z12, Z0, Z3
+	VMOVUPS      64(AX), Z4
+	VPANDD       Z2, Z4, Z5
+	VFMADD132PS  Z1, Z5, Z4
+	VFMADD231PS  Z13, Z0, Z4
+	VMOVUPS      128(AX), Z5
+	VPANDD       Z2, Z5, Z6
+	VFMADD132PS  Z1, Z6, Z5
+	VFMADD231PS  Z14, Z0, Z5
+	VMOVUPS      192(AX), Z6
+	VPANDD       Z2, Z6, Z2
+	VFMADD132PS  Z1, Z2, Z6
+	VFMADD231PS  Z15, Z0, Z6
 	TESTQ        R9, R9
-	JZ           stateKVf32AVX512_nostorerow_10
-	CMPB         368(SP), $0x00
-	JE           stateKVf32AVX512_temporalrow_10
-	VMOVNTPS     Z1, (R9)
-	VMOVNTPS     Z2, 64(R9)
-	VMOVNTPS     Z3, 128(R9)
-	VMOVNTPS     Z4, 192(R9)
-	JMP          stateKVf32AVX512_storedrow_10
+	JZ           stateKVf32AVX512_nostorerow_6
+	CMPB         432(SP), $0x00
+	JE           stateKVf32AVX512_temporalrow_6
+	VMOVNTPS     Z3, (R9)
+	VMOVNTPS     Z4, 64(R9)
+	VMOVNTPS     Z5, 128(R9)
+	VMOVNTPS     Z6, 192(R9)
+	JMP          stateKVf32AVX512_storedrow_6
 
-stateKVf32AVX512_temporalrow_10:
-	VMOVUPS Z1, (R9)
-	VMOVUPS Z2, 64(R9)
-	VMOVUPS Z3, 128(R9)
-	VMOVUPS Z4, K1, 192(R9)
+stateKVf32AVX512_temporalrow_6:
+	VMOVUPS Z3, (R9)
+	VMOVUPS Z4, 64(R9)
+	VMOVUPS Z5, 128(R9)
+	VMOVUPS Z6, K1, 192(R9)
 
-stateKVf32AVX512_storedrow_10:
+stateKVf32AVX512_storedrow_6:
 	ADDQ R8, R9
 
-stateKVf32AVX512_nostorerow_10:
+stateKVf32AVX512_nostorerow_6:
 	ADDQ $0x00000100, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVf32AVX512_rows_10
+	JB   stateKVf32AVX512_rows_6
 	JMP  stateKVf32AVX512_tokensout_3
 
-stateKVf32AVX512_rowsdone_5:
-	JMP stateKVf32AVX512_tokdone_3
-
-stateKVf32AVX512_far_8:
-	// em1 < -0.5 or NaN: decay(x) = eg·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         96(SP), AX
-	VBROADCASTSS 4(AX), Z8
-	VBROADCASTSS 8(AX), Z9
-	VBROADCASTSS 12(AX), Z10
-	MOVQ         80(SP), AX
-	MOVQ         88(SP), CX
-	VMOVUPS      (AX), Z11
-	VMULPS       Z0, Z8, Z0
-	VSUBPS       Z0, Z11, Z11
-	VMULPS       Z11, Z9, Z11
-	VMULPS       Z1, Z8, Z1
-	VFMADD231PS  Z11, Z10, Z1
-	VMOVUPS      Z1, (CX)
-	VMOVUPS      64(AX), Z12
-	VMULPS       Z2, Z8, Z2
-	VSUBPS       Z2, Z12, Z12
-	VMULPS       Z12, Z9, Z12
-	VMULPS       Z3, Z8, Z3
-	VFMADD231PS  Z12, Z10, Z3
-	VMOVUPS      Z3, 64(CX)
-	VMOVUPS      128(AX), Z13
-	VMULPS       Z4, Z8, Z4
-	VSUBPS       Z4, Z13, Z13
-	VMULPS       Z13, Z9, Z13
-	VMULPS       Z5, Z8, Z5
-	VFMADD231PS  Z13, Z10, Z5
-	VMOVUPS      Z5, 128(CX)
-	VMOVUPS.Z    192(AX), K1, Z14
-	VMULPS       Z6, Z8, Z6
-	VSUBPS       Z6, Z14, Z14
-	VMULPS       Z14, Z9, Z14
-	VMULPS       Z7, Z8, Z7
-	VFMADD231PS  Z14, Z10, Z7
-	VMOVUPS      Z7, K1, 192(CX)
-	VBROADCASTSS zero<>+0(SB), Z0
-	VBROADCASTSS zero<>+0(SB), Z1
-	VBROADCASTSS zero<>+0(SB), Z2
-	VBROADCASTSS zero<>+0(SB), Z3
-	VBROADCASTSS zero<>+0(SB), Z4
-	VBROADCASTSS zero<>+0(SB), Z5
-	VBROADCASTSS zero<>+0(SB), Z6
-	VBROADCASTSS zero<>+0(SB), Z7
-
-	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
-	MOVQ  (SP), AX
-	XORQ  CX, CX
-	MOVQ  a_K+0(FP), DX
-	MOVQ  56(SP), BX
-	MOVQ  64(SP), SI
-	MOVQ  72(SP), DI
-	MOVQ  16(SP), R8
-	MOVQ  48(SP), R10
-	MOVQ  a_stores+48(FP), R9
-	MOVQ  (R9)(R10*8), R9
-	TESTQ R9, R9
-	JZ    stateKVf32AVX512_nostore_6
-	LEAQ  (R9)(R8*4), R9
-
-stateKVf32AVX512_nostore_6:
-	MOVQ a_V+8(FP), R8
-	SHLQ $0x02, R8
-
-	// Non-temporal stores for this token's rows: a store but the last token's after a token without one, the rows aligned whole vectors.
-	MOVQ  $0x00000000, 368(SP)
-	TESTQ R9, R9
-	JZ    stateKVf32AVX512_temporal_6
-	MOVQ  48(SP), R10
-	INCQ  R10
-	MOVQ  a_T+16(FP), R11
-	CMPQ  R10, R11
-	JNE   stateKVf32AVX512_snapshot_6
-	MOVQ  48(SP), R10
-	TESTQ R10, R10
-	JZ    stateKVf32AVX512_temporal_6
-	MOVQ  a_stores+48(FP), R11
-	CMPQ  -8(R11)(R10*8), $0x00
-	JE    stateKVf32AVX512_temporal_6
-
-stateKVf32AVX512_snapshot_6:
-	TESTQ $0x0000003f, R9
-	JNZ   stateKVf32AVX512_temporal_6
-	TESTQ $0x0000003f, R8
-	JNZ   stateKVf32AVX512_temporal_6
-	MOVQ  $0x00000001, 368(SP)
-
-stateKVf32AVX512_temporal_6:
-	MOVQ 48(SP), R10
-	INCQ R10
-	MOVQ a_T+16(FP), R11
-	CMPQ R10, R11
-	JE   stateKVf32AVX512_lastrows_6
-
-stateKVf32AVX512_rows_11:
-	VBROADCASTSS (BX)(CX*4), Z9
-	VBROADCASTSS (SI)(CX*4), Z10
-	VBROADCASTSS (DI)(CX*4), Z15
-	VMOVUPS      (AX), Z16
-	VMULPS       Z16, Z8, Z16
-	VFMADD231PS  Z11, Z9, Z16
-	VMOVUPS      Z16, (AX)
-	VFMADD231PS  Z16, Z10, Z0
-	VFMADD231PS  Z16, Z15, Z1
-	VMOVUPS      64(AX), Z16
-	VMULPS       Z16, Z8, Z16
-	VFMADD231PS  Z12, Z9, Z16
-	VMOVUPS      Z16, 64(AX)
-	VFMADD231PS  Z16, Z10, Z2
-	VFMADD231PS  Z16, Z15, Z3
-	VMOVUPS      128(AX), Z16
-	VMULPS       Z16, Z8, Z16
-	VFMADD231PS  Z13, Z9, Z16
-	VMOVUPS      Z16, 128(AX)
-	VFMADD231PS  Z16, Z10, Z4
-	VFMADD231PS  Z16, Z15, Z5
-	VMOVUPS      192(AX), Z16
-	VMULPS       Z16, Z8, Z16
-	VFMADD231PS  Z14, Z9, Z16
-	VMOVUPS      Z16, 192(AX)
-	VFMADD231PS  Z16, Z10, Z6
-	VFMADD231PS  Z16, Z15, Z7
-	TESTQ        R9, R9
-	JZ           stateKVf32AVX512_nostorerow_11
-	CMPB         368(SP), $0x00
-	JE           stateKVf32AVX512_temporalrow_11
-	VMOVUPS      (AX), Z9
-	VMOVNTPS     Z9, (R9)
-	VMOVUPS      64(AX), Z9
-	VMOVNTPS     Z9, 64(R9)
-	VMOVUPS      128(AX), Z9
-	VMOVNTPS     Z9, 128(R9)
-	VMOVUPS      192(AX), Z9
-	VMOVNTPS     Z9, 192(R9)
-	JMP          stateKVf32AVX512_storedrow_11
-
-stateKVf32AVX512_temporalrow_11:
-	VMOVUPS (AX), Z9
-	VMOVUPS Z9, (R9)
-	VMOVUPS 64(AX), Z9
-	VMOVUPS Z9, 64(R9)
-	VMOVUPS 128(AX), Z9
-	VMOVUPS Z9, 128(R9)
-	VMOVUPS 192(AX), Z9
-	VMOVUPS Z9, K1, 192(R9)
-
-stateKVf32AVX512_storedrow_11:
-	ADDQ R8, R9
-
-stateKVf32AVX512_nostorerow_11:
-	ADDQ $0x00000100, AX
-	INCQ CX
-	CMPQ CX, DX
-	JB   stateKVf32AVX512_rows_11
-	JMP  stateKVf32AVX512_rowsdone_6
-
-stateKVf32AVX512_lastrows_6:
-stateKVf32AVX512_rows_12:
-	VBROADCASTSS (BX)(CX*4), Z0
-	VMOVUPS      (AX), Z1
-	VMULPS       Z1, Z8, Z1
-	VFMADD231PS  Z11, Z0, Z1
-	VMOVUPS      64(AX), Z2
-	VMULPS       Z2, Z8, Z2
-	VFMADD231PS  Z12, Z0, Z2
-	VMOVUPS      128(AX), Z3
-	VMULPS       Z3, Z8, Z3
-	VFMADD231PS  Z13, Z0, Z3
-	VMOVUPS      192(AX), Z4
-	VMULPS       Z4, Z8, Z4
-	VFMADD231PS  Z14, Z0, Z4
-	TESTQ        R9, R9
-	JZ           stateKVf32AVX512_nostorerow_12
-	CMPB         368(SP), $0x00
-	JE           stateKVf32AVX512_temporalrow_12
-	VMOVNTPS     Z1, (R9)
-	VMOVNTPS     Z2, 64(R9)
-	VMOVNTPS     Z3, 128(R9)
-	VMOVNTPS     Z4, 192(R9)
-	JMP          stateKVf32AVX512_storedrow_12
-
-stateKVf32AVX512_temporalrow_12:
-	VMOVUPS Z1, (R9)
-	VMOVUPS Z2, 64(R9)
-	VMOVUPS Z3, 128(R9)
-	VMOVUPS Z4, K1, 192(R9)
-
-stateKVf32AVX512_storedrow_12:
-	ADDQ R8, R9
-
-stateKVf32AVX512_nostorerow_12:
-	ADDQ $0x00000100, AX
-	INCQ CX
-	CMPQ CX, DX
-	JB   stateKVf32AVX512_rows_12
-	JMP  stateKVf32AVX512_tokensout_3
-
-stateKVf32AVX512_rowsdone_6:
-stateKVf32AVX512_tokdone_3:
-	MOVQ 64(SP), AX
-	MOVQ AX, 56(SP)
+stateKVf32AVX512_rowsdone_3:
+	MOVQ a_K+0(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 56(SP)
+	MOVQ 368(SP), AX
+	ADDQ AX, 392(SP)
 	ADDQ $0x10, 96(SP)
 	MOVQ a_vs+24(FP), AX
 	SHLQ $0x02, AX
@@ -6320,7 +5979,7 @@ stateKVf32AVX512_done_2:
 
 // func stateKVbf16AVX512(a stateArgs)
 // Requires: AVX, AVX512BW, AVX512F, CMOV, MMX+
-TEXT ·stateKVbf16AVX512(SB), NOSPLIT, $136-160
+TEXT ·stateKVbf16AVX512(SB), NOSPLIT, $200-168
 	MOVQ  a_K+0(FP), AX
 	MOVQ  a_V+8(FP), CX
 	MOVQ  a_T+16(FP), DX
@@ -6331,16 +5990,43 @@ TEXT ·stateKVbf16AVX512(SB), NOSPLIT, $136-160
 	TESTQ DX, DX
 	JZ    stateKVbf16AVX512_done_1
 	MOVQ  CX, 8(SP)
-	MOVQ  a_work+104(FP), CX
+	MOVQ  a_work+112(FP), CX
 	ADDQ  $0x3f, CX
 	ANDQ  $-64, CX
 	MOVQ  CX, (SP)
-	MOVQ  a_pf+112(FP), CX
-	MOVQ  a_npf+120(FP), DX
+
+	// The read pass's k̂, q̂ and the rows' far-form decays: the per-channel gate's (ch), else kh, qh and eg.
+	MOVQ  a_K+0(FP), DX
+	SHLQ  $0x02, DX
+	MOVQ  a_ch+104(FP), CX
+	TESTQ CX, CX
+	JZ    stateKVbf16AVX512_scalargate_1
 	MOVQ  CX, 104(SP)
-	ANDQ  $-2, DX
-	LEAQ  (CX)(DX*8), CX
+	ADDQ  DX, CX
 	MOVQ  CX, 112(SP)
+	ADDQ  DX, CX
+	MOVQ  CX, 136(SP)
+	SHLQ  $0x02, DX
+	MOVQ  DX, 120(SP)
+	MOVQ  $0x00000008, 128(SP)
+	JMP   stateKVbf16AVX512_gateset_1
+
+stateKVbf16AVX512_scalargate_1:
+	MOVQ a_kh+64(FP), CX
+	MOVQ CX, 104(SP)
+	MOVQ a_qh+72(FP), CX
+	MOVQ CX, 112(SP)
+	MOVQ DX, 120(SP)
+	MOVQ $0x00000000, 128(SP)
+	MOVQ $0x00000000, 136(SP)
+
+stateKVbf16AVX512_gateset_1:
+	MOVQ a_pf+120(FP), CX
+	MOVQ a_npf+128(FP), DX
+	MOVQ CX, 168(SP)
+	ANDQ $-2, DX
+	LEAQ (CX)(DX*8), CX
+	MOVQ CX, 176(SP)
 
 	// K > 512 does not fit work: the Go wrapper never calls with it.
 	CMPQ AX, $0x00000200
@@ -6400,8 +6086,8 @@ stateKVbf16AVX512_masked1_1:
 	SHLQ         $0x02, BX
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
-	MOVQ         a_kh+64(FP), SI
-	MOVQ         a_qh+72(FP), DI
+	MOVQ         104(SP), SI
+	MOVQ         112(SP), DI
 	MOVQ         (SP), R8
 	XORQ         R9, R9
 	IMUL3Q       $0x00000020, BX, R10
@@ -6431,8 +6117,8 @@ stateKVbf16AVX512_from16_1:
 	SHLQ         $0x01, BX
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
-	MOVQ         a_kh+64(FP), SI
-	MOVQ         a_qh+72(FP), DI
+	MOVQ         104(SP), SI
+	MOVQ         112(SP), DI
 	MOVQ         (SP), R8
 	XORQ         R9, R9
 	IMUL3Q       $0x00000020, BX, R10
@@ -6460,6 +6146,8 @@ stateKVbf16AVX512_loaded_1:
 	MOVQ AX, 48(SP)
 	MOVQ a_kh+64(FP), AX
 	MOVQ AX, 56(SP)
+	MOVQ 136(SP), AX
+	MOVQ AX, 144(SP)
 	MOVQ a_tok+96(FP), AX
 	MOVQ AX, 96(SP)
 	MOVQ a_v+80(FP), AX
@@ -6471,10 +6159,10 @@ stateKVbf16AVX512_loaded_1:
 
 stateKVbf16AVX512_token_1:
 	// The prefetch list's next group.
-	MOVQ 104(SP), AX
+	MOVQ 168(SP), AX
 
 stateKVbf16AVX512_pfentry_1:
-	CMPQ  AX, 112(SP)
+	CMPQ  AX, 176(SP)
 	JAE   stateKVbf16AVX512_pfdone_1
 	MOVQ  (AX), DX
 	MOVQ  8(AX), CX
@@ -6490,11 +6178,11 @@ stateKVbf16AVX512_pfline_1:
 	JMP        stateKVbf16AVX512_pfentry_1
 
 stateKVbf16AVX512_pfdone_1:
-	MOVQ AX, 104(SP)
+	MOVQ AX, 168(SP)
 
 	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
 	MOVQ 48(SP), AX
-	MOVQ a_K+0(FP), CX
+	MOVQ 120(SP), CX
 	INCQ AX
 	MOVQ a_T+16(FP), DX
 	CMPQ AX, DX
@@ -6502,44 +6190,54 @@ stateKVbf16AVX512_pfdone_1:
 	DECQ AX
 
 stateKVbf16AVX512_notlast_1:
-	IMULQ    CX, AX
-	MOVQ     a_kh+64(FP), CX
-	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 64(SP)
-	MOVQ     a_qh+72(FP), CX
-	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 72(SP)
+	IMULQ CX, AX
+	MOVQ  104(SP), CX
+	ADDQ  AX, CX
+	MOVQ  CX, 64(SP)
+	MOVQ  112(SP), CX
+	ADDQ  AX, CX
+	MOVQ  CX, 72(SP)
+
+	// The token's decay as a pair (c, m), decay(x) = c·x + (x & m): (em1, all ones) = x + em1·x where em1 ≥ -0.5, else (eg, the sign bit) = eg·x (also for a NaN em1).
 	MOVQ     96(SP), AX
+	MOVL     (AX), CX
+	MOVL     $0xffffffff, DX
+	MOVL     $0x80000000, BX
 	VMOVSS   (AX), X2
 	VUCOMISS nearone<>+0(SB), X2
-	JCS      stateKVbf16AVX512_far_1
+	CMOVLCS  4(AX), CX
+	CMOVLCS  BX, DX
+	MOVL     CX, 152(SP)
+	MOVL     DX, 156(SP)
 
-	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	MOVQ         96(SP), AX
-	VBROADCASTSS (AX), Z2
-	VBROADCASTSS 8(AX), Z3
-	VBROADCASTSS 12(AX), Z4
+	VBROADCASTSS 152(SP), Z2
+	VBROADCASTSS 156(SP), Z3
+	VBROADCASTSS 8(AX), Z4
+	VBROADCASTSS 12(AX), Z5
 	MOVQ         80(SP), AX
 	MOVQ         88(SP), CX
-	VBROADCASTSS zero<>+0(SB), Z5
-	VMOVUPS.Z    (AX), K1, Z6
-	VFMADD213PS  Z0, Z2, Z0
-	VSUBPS       Z0, Z6, Z6
-	VMULPS       Z6, Z3, Z6
-	VFMADD213PS  Z1, Z2, Z1
-	VFMADD231PS  Z6, Z4, Z1
+	VBROADCASTSS zero<>+0(SB), Z6
+	VMOVUPS.Z    (AX), K1, Z7
+	VPANDD       Z3, Z0, Z8
+	VFMADD132PS  Z2, Z8, Z0
+	VSUBPS       Z0, Z7, Z7
+	VMULPS       Z7, Z4, Z7
+	VPANDD       Z3, Z1, Z0
+	VFMADD132PS  Z2, Z0, Z1
+	VFMADD231PS  Z7, Z5, Z1
 	VMOVUPS      Z1, K1, (CX)
+	VSUBPS       Z7, Z7, Z0
+	VPORD        Z0, Z6, Z6
 	VSUBPS       Z6, Z6, Z0
-	VPORD        Z0, Z5, Z5
-	VSUBPS       Z5, Z5, Z0
 	VCMPPS       $0x03, Z0, Z0, K7
 	KMOVW        K7, AX
-	MOVL         AX, 128(SP)
+	MOVL         AX, 192(SP)
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
 
-	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	// S' = decay(S) + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
 	MOVQ  (SP), AX
 	XORQ  CX, CX
 	MOVQ  a_K+0(FP), DX
@@ -6559,7 +6257,7 @@ stateKVbf16AVX512_nostore_1:
 	SHLQ $0x01, R10
 
 	// Non-temporal stores for this token's rows: a store but the last token's after a token without one, the rows aligned whole vectors.
-	MOVQ  $0x00000000, 120(SP)
+	MOVQ  $0x00000000, 184(SP)
 	TESTQ R9, R9
 	JZ    stateKVbf16AVX512_temporal_1
 	MOVQ  48(SP), R11
@@ -6579,7 +6277,7 @@ stateKVbf16AVX512_snapshot_1:
 	JNZ   stateKVbf16AVX512_temporal_1
 	TESTQ $0x0000001f, R10
 	JNZ   stateKVbf16AVX512_temporal_1
-	MOVQ  $0x00000001, 120(SP)
+	MOVQ  $0x00000001, 184(SP)
 
 stateKVbf16AVX512_temporal_1:
 	XORQ  R11, R11
@@ -6601,70 +6299,79 @@ stateKVbf16AVX512_nocarry_1:
 	MOVQ a_T+16(FP), R13
 	CMPQ R12, R13
 	JE   stateKVbf16AVX512_lastrows_1
+	MOVQ 144(SP), R12
+	CMPQ 128(SP), $0x00
+	JNE  stateKVbf16AVX512_decaysset_1
+	LEAQ 152(SP), R12
 
+stateKVbf16AVX512_decaysset_1:
 stateKVbf16AVX512_rows_1:
-	VBROADCASTSS (BX)(CX*4), Z3
-	VBROADCASTSS (SI)(CX*4), Z4
-	VBROADCASTSS (DI)(CX*4), Z5
-	VMOVUPS      (AX), Z7
-	VFMADD213PS  Z7, Z2, Z7
-	VFMADD231PS  Z6, Z3, Z7
-	VMOVUPS      Z7, (AX)
-	VFMADD231PS  Z7, Z4, Z0
-	VFMADD231PS  Z7, Z5, Z1
+	VBROADCASTSS (BX)(CX*4), Z2
+	VBROADCASTSS (R12), Z3
+	VBROADCASTSS 4(R12), Z4
+	ADDQ         128(SP), R12
+	VBROADCASTSS (SI)(CX*4), Z5
+	VBROADCASTSS (DI)(CX*4), Z6
+	VMOVUPS      (AX), Z8
+	VPANDD       Z4, Z8, Z4
+	VFMADD132PS  Z3, Z4, Z8
+	VFMADD231PS  Z7, Z2, Z8
+	VMOVUPS      Z8, (AX)
+	VFMADD231PS  Z8, Z5, Z0
+	VFMADD231PS  Z8, Z6, Z1
 	TESTQ        R9, R9
 	JZ           stateKVbf16AVX512_nostorerow_1
-	CMPL         128(SP), $0x00
+	CMPL         192(SP), $0x00
 	JNE          stateKVbf16AVX512_rownan_1
-	CMPB         120(SP), $0x00
+	CMPB         184(SP), $0x00
 	JE           stateKVbf16AVX512_temporalrow_1
-	VMOVUPS      (AX), Z3
-	VPSRLD       $0x10, Z3, Z4
-	VPANDD.BCST  one_i<>+0(SB), Z4, Z4
-	VPADDD.BCST  round<>+0(SB), Z3, Z3
-	VPADDD       Z4, Z3, Z3
-	VPSRLD       $0x10, Z3, Z3
-	VPMOVDW      Z3, Y3
-	VMOVNTDQ     Y3, (R9)
+	VMOVUPS      (AX), Z2
+	VPSRLD       $0x10, Z2, Z3
+	VPANDD.BCST  one_i<>+0(SB), Z3, Z3
+	VPADDD.BCST  round<>+0(SB), Z2, Z2
+	VPADDD       Z3, Z2, Z2
+	VPSRLD       $0x10, Z2, Z2
+	VPMOVDW      Z2, Y2
+	VMOVNTDQ     Y2, (R9)
 	JMP          stateKVbf16AVX512_storedrow_1
 
 stateKVbf16AVX512_temporalrow_1:
-	VMOVUPS     (AX), Z3
-	VPSRLD      $0x10, Z3, Z4
-	VPANDD.BCST one_i<>+0(SB), Z4, Z4
-	VPADDD.BCST round<>+0(SB), Z3, Z3
-	VPADDD      Z4, Z3, Z3
-	VPSRLD      $0x10, Z3, Z3
-	VPMOVDW     Z3, K1, (R9)
+	VMOVUPS     (AX), Z2
+	VPSRLD      $0x10, Z2, Z3
+	VPANDD.BCST one_i<>+0(SB), Z3, Z3
+	VPADDD.BCST round<>+0(SB), Z2, Z2
+	VPADDD      Z3, Z2, Z2
+	VPSRLD      $0x10, Z2, Z2
+	VPMOVDW     Z2, K1, (R9)
 
 stateKVbf16AVX512_storedrow_1:
 	JMP stateKVbf16AVX512_rowstored_1
 
 stateKVbf16AVX512_rownan_1:
-	CMPB        120(SP), $0x00
+	CMPB        184(SP), $0x00
 	JE          stateKVbf16AVX512_temporalrow_2
-	VMOVUPS     (AX), Z3
-	VPSRLD      $0x10, Z3, Z4
-	VCMPPS      $0x03, Z3, Z3, K2
-	VPANDD.BCST one_i<>+0(SB), Z4, Z5
-	VPADDD.BCST round<>+0(SB), Z3, Z3
-	VPADDD      Z5, Z3, Z3
-	VPSRLD      $0x10, Z3, Z3
-	VPORD.BCST  quiet<>+0(SB), Z4, K2, Z3
-	VPMOVDW     Z3, Y3
-	VMOVNTDQ    Y3, (R9)
+	VMOVUPS     (AX), Z2
+	VPSRLD      $0x10, Z2, Z3
+	VCMPPS      $0x03, Z2, Z2, K2
+	VPANDD.BCST one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST round<>+0(SB), Z2, Z2
+	VPADDD      Z4, Z2, Z2
+	VPSRLD      $0x10, Z2, Z2
+	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z2
+	VPMOVDW     Z2, Y2
+	VMOVNTDQ    Y2, (R9)
 	JMP         stateKVbf16AVX512_storedrow_2
 
 stateKVbf16AVX512_temporalrow_2:
-	VMOVUPS     (AX), Z3
-	VPSRLD      $0x10, Z3, Z4
-	VCMPPS      $0x03, Z3, Z3, K2
-	VPANDD.BCST one_i<>+0(SB), Z4, Z5
-	VPADDD.BCST round<>+0(SB), Z3, Z3
-	VPADDD      Z5, Z3, Z3
-	VPSRLD      $0x10, Z3, Z3
-	VPORD.BCST  quiet<>+0(SB), Z4, K2, Z3
-	VPMOVDW     Z3, K1, (R9)
+	VMOVUPS     (AX), Z2
+	VPSRLD      $0x10, Z2, Z3
+	VCMPPS      $0x03, Z2, Z2, K2
+	VPANDD.BCST one_i<>+0(SB), Z3, Z4
+	VPADDD.BCST round<>+0(SB), Z2, Z2
+	VPADDD      Z4, Z2, Z2
+	VPSRLD      $0x10, Z2, Z2
+	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z2
+	VPMOVDW     Z2, K1, (R9)
 
 stateKVbf16AVX512_storedrow_2:
 stateKVbf16AVX512_rowstored_1:
@@ -6673,8 +6380,8 @@ stateKVbf16AVX512_rowstored_1:
 stateKVbf16AVX512_nostorerow_1:
 	TESTQ   R11, R11
 	JZ      stateKVbf16AVX512_nocarryrow_1
-	VMOVUPS (AX), Z3
-	VMOVUPS Z3, K1, (R11)
+	VMOVUPS (AX), Z2
+	VMOVUPS Z2, K1, (R11)
 	ADDQ    R8, R11
 
 stateKVbf16AVX512_nocarryrow_1:
@@ -6685,33 +6392,43 @@ stateKVbf16AVX512_nocarryrow_1:
 	JMP  stateKVbf16AVX512_rowsdone_1
 
 stateKVbf16AVX512_lastrows_1:
+	MOVQ 144(SP), SI
+	CMPQ 128(SP), $0x00
+	JNE  stateKVbf16AVX512_decaysset_2
+	LEAQ 152(SP), SI
+
+stateKVbf16AVX512_decaysset_2:
 stateKVbf16AVX512_rows_2:
 	VBROADCASTSS (BX)(CX*4), Z0
-	VMOVUPS      (AX), Z1
-	VFMADD213PS  Z1, Z2, Z1
-	VFMADD231PS  Z6, Z0, Z1
+	VBROADCASTSS (SI), Z1
+	VBROADCASTSS 4(SI), Z2
+	ADDQ         128(SP), SI
+	VMOVUPS      (AX), Z3
+	VPANDD       Z2, Z3, Z2
+	VFMADD132PS  Z1, Z2, Z3
+	VFMADD231PS  Z7, Z0, Z3
 	TESTQ        R9, R9
 	JZ           stateKVbf16AVX512_nostorerow_2
-	CMPL         128(SP), $0x00
+	CMPL         192(SP), $0x00
 	JNE          stateKVbf16AVX512_rownan_2
-	CMPB         120(SP), $0x00
+	CMPB         184(SP), $0x00
 	JE           stateKVbf16AVX512_temporalrow_3
-	VMOVAPS      Z1, Z0
-	VPSRLD       $0x10, Z0, Z3
-	VPANDD.BCST  one_i<>+0(SB), Z3, Z3
+	VMOVAPS      Z3, Z0
+	VPSRLD       $0x10, Z0, Z1
+	VPANDD.BCST  one_i<>+0(SB), Z1, Z1
 	VPADDD.BCST  round<>+0(SB), Z0, Z0
-	VPADDD       Z3, Z0, Z0
+	VPADDD       Z1, Z0, Z0
 	VPSRLD       $0x10, Z0, Z0
 	VPMOVDW      Z0, Y0
 	VMOVNTDQ     Y0, (R9)
 	JMP          stateKVbf16AVX512_storedrow_3
 
 stateKVbf16AVX512_temporalrow_3:
-	VMOVAPS     Z1, Z0
-	VPSRLD      $0x10, Z0, Z3
-	VPANDD.BCST one_i<>+0(SB), Z3, Z3
+	VMOVAPS     Z3, Z0
+	VPSRLD      $0x10, Z0, Z1
+	VPANDD.BCST one_i<>+0(SB), Z1, Z1
 	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z3, Z0, Z0
+	VPADDD      Z1, Z0, Z0
 	VPSRLD      $0x10, Z0, Z0
 	VPMOVDW     Z0, K1, (R9)
 
@@ -6719,29 +6436,29 @@ stateKVbf16AVX512_storedrow_3:
 	JMP stateKVbf16AVX512_rowstored_2
 
 stateKVbf16AVX512_rownan_2:
-	CMPB        120(SP), $0x00
+	CMPB        184(SP), $0x00
 	JE          stateKVbf16AVX512_temporalrow_4
-	VMOVAPS     Z1, Z0
-	VPSRLD      $0x10, Z0, Z3
+	VMOVAPS     Z3, Z0
+	VPSRLD      $0x10, Z0, Z1
 	VCMPPS      $0x03, Z0, Z0, K2
-	VPANDD.BCST one_i<>+0(SB), Z3, Z4
+	VPANDD.BCST one_i<>+0(SB), Z1, Z2
 	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z4, Z0, Z0
+	VPADDD      Z2, Z0, Z0
 	VPSRLD      $0x10, Z0, Z0
-	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
+	VPORD.BCST  quiet<>+0(SB), Z1, K2, Z0
 	VPMOVDW     Z0, Y0
 	VMOVNTDQ    Y0, (R9)
 	JMP         stateKVbf16AVX512_storedrow_4
 
 stateKVbf16AVX512_temporalrow_4:
-	VMOVAPS     Z1, Z0
-	VPSRLD      $0x10, Z0, Z3
+	VMOVAPS     Z3, Z0
+	VPSRLD      $0x10, Z0, Z1
 	VCMPPS      $0x03, Z0, Z0, K2
-	VPANDD.BCST one_i<>+0(SB), Z3, Z4
+	VPANDD.BCST one_i<>+0(SB), Z1, Z2
 	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z4, Z0, Z0
+	VPADDD      Z2, Z0, Z0
 	VPSRLD      $0x10, Z0, Z0
-	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
+	VPORD.BCST  quiet<>+0(SB), Z1, K2, Z0
 	VPMOVDW     Z0, K1, (R9)
 
 stateKVbf16AVX512_storedrow_4:
@@ -6751,7 +6468,7 @@ stateKVbf16AVX512_rowstored_2:
 stateKVbf16AVX512_nostorerow_2:
 	TESTQ   R11, R11
 	JZ      stateKVbf16AVX512_nocarryrow_2
-	VMOVUPS Z1, K1, (R11)
+	VMOVUPS Z3, K1, (R11)
 	ADDQ    R8, R11
 
 stateKVbf16AVX512_nocarryrow_2:
@@ -6762,260 +6479,11 @@ stateKVbf16AVX512_nocarryrow_2:
 	JMP  stateKVbf16AVX512_tokensout_1
 
 stateKVbf16AVX512_rowsdone_1:
-	JMP stateKVbf16AVX512_tokdone_1
-
-stateKVbf16AVX512_far_1:
-	// em1 < -0.5 or NaN: decay(x) = eg·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         96(SP), AX
-	VBROADCASTSS 4(AX), Z2
-	VBROADCASTSS 8(AX), Z3
-	VBROADCASTSS 12(AX), Z4
-	MOVQ         80(SP), AX
-	MOVQ         88(SP), CX
-	VBROADCASTSS zero<>+0(SB), Z5
-	VMOVUPS.Z    (AX), K1, Z6
-	VMULPS       Z0, Z2, Z0
-	VSUBPS       Z0, Z6, Z6
-	VMULPS       Z6, Z3, Z6
-	VMULPS       Z1, Z2, Z1
-	VFMADD231PS  Z6, Z4, Z1
-	VMOVUPS      Z1, K1, (CX)
-	VSUBPS       Z6, Z6, Z0
-	VPORD        Z0, Z5, Z5
-	VSUBPS       Z5, Z5, Z0
-	VCMPPS       $0x03, Z0, Z0, K7
-	KMOVW        K7, AX
-	MOVL         AX, 128(SP)
-	VBROADCASTSS zero<>+0(SB), Z0
-	VBROADCASTSS zero<>+0(SB), Z1
-
-	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
-	MOVQ  (SP), AX
-	XORQ  CX, CX
-	MOVQ  a_K+0(FP), DX
-	MOVQ  56(SP), BX
-	MOVQ  64(SP), SI
-	MOVQ  72(SP), DI
-	MOVQ  16(SP), R8
-	MOVQ  48(SP), R10
-	MOVQ  a_stores+48(FP), R9
-	MOVQ  (R9)(R10*8), R9
-	TESTQ R9, R9
-	JZ    stateKVbf16AVX512_nostore_2
-	LEAQ  (R9)(R8*2), R9
-
-stateKVbf16AVX512_nostore_2:
-	MOVQ a_V+8(FP), R10
-	SHLQ $0x01, R10
-
-	// Non-temporal stores for this token's rows: a store but the last token's after a token without one, the rows aligned whole vectors.
-	MOVQ  $0x00000000, 120(SP)
-	TESTQ R9, R9
-	JZ    stateKVbf16AVX512_temporal_2
-	MOVQ  48(SP), R11
-	INCQ  R11
-	MOVQ  a_T+16(FP), R12
-	CMPQ  R11, R12
-	JNE   stateKVbf16AVX512_snapshot_2
-	MOVQ  48(SP), R11
-	TESTQ R11, R11
-	JZ    stateKVbf16AVX512_temporal_2
-	MOVQ  a_stores+48(FP), R12
-	CMPQ  -8(R12)(R11*8), $0x00
-	JE    stateKVbf16AVX512_temporal_2
-
-stateKVbf16AVX512_snapshot_2:
-	TESTQ $0x0000001f, R9
-	JNZ   stateKVbf16AVX512_temporal_2
-	TESTQ $0x0000001f, R10
-	JNZ   stateKVbf16AVX512_temporal_2
-	MOVQ  $0x00000001, 120(SP)
-
-stateKVbf16AVX512_temporal_2:
-	XORQ  R11, R11
-	MOVQ  48(SP), R12
-	INCQ  R12
-	MOVQ  a_T+16(FP), R13
-	CMPQ  R12, R13
-	JNE   stateKVbf16AVX512_nocarry_2
-	MOVQ  a_carry+56(FP), R11
-	TESTQ R11, R11
-	JZ    stateKVbf16AVX512_nocarry_2
-	LEAQ  (R11)(R8*4), R11
-
-stateKVbf16AVX512_nocarry_2:
-	MOVQ a_V+8(FP), R8
-	SHLQ $0x02, R8
-	MOVQ 48(SP), R12
-	INCQ R12
-	MOVQ a_T+16(FP), R13
-	CMPQ R12, R13
-	JE   stateKVbf16AVX512_lastrows_2
-
-stateKVbf16AVX512_rows_3:
-	VBROADCASTSS (BX)(CX*4), Z3
-	VBROADCASTSS (SI)(CX*4), Z4
-	VBROADCASTSS (DI)(CX*4), Z5
-	VMOVUPS      (AX), Z7
-	VMULPS       Z7, Z2, Z7
-	VFMADD231PS  Z6, Z3, Z7
-	VMOVUPS      Z7, (AX)
-	VFMADD231PS  Z7, Z4, Z0
-	VFMADD231PS  Z7, Z5, Z1
-	TESTQ        R9, R9
-	JZ           stateKVbf16AVX512_nostorerow_3
-	CMPL         128(SP), $0x00
-	JNE          stateKVbf16AVX512_rownan_3
-	CMPB         120(SP), $0x00
-	JE           stateKVbf16AVX512_temporalrow_5
-	VMOVUPS      (AX), Z3
-	VPSRLD       $0x10, Z3, Z4
-	VPANDD.BCST  one_i<>+0(SB), Z4, Z4
-	VPADDD.BCST  round<>+0(SB), Z3, Z3
-	VPADDD       Z4, Z3, Z3
-	VPSRLD       $0x10, Z3, Z3
-	VPMOVDW      Z3, Y3
-	VMOVNTDQ     Y3, (R9)
-	JMP          stateKVbf16AVX512_storedrow_5
-
-stateKVbf16AVX512_temporalrow_5:
-	VMOVUPS     (AX), Z3
-	VPSRLD      $0x10, Z3, Z4
-	VPANDD.BCST one_i<>+0(SB), Z4, Z4
-	VPADDD.BCST round<>+0(SB), Z3, Z3
-	VPADDD      Z4, Z3, Z3
-	VPSRLD      $0x10, Z3, Z3
-	VPMOVDW     Z3, K1, (R9)
-
-stateKVbf16AVX512_storedrow_5:
-	JMP stateKVbf16AVX512_rowstored_3
-
-stateKVbf16AVX512_rownan_3:
-	CMPB        120(SP), $0x00
-	JE          stateKVbf16AVX512_temporalrow_6
-	VMOVUPS     (AX), Z3
-	VPSRLD      $0x10, Z3, Z4
-	VCMPPS      $0x03, Z3, Z3, K2
-	VPANDD.BCST one_i<>+0(SB), Z4, Z5
-	VPADDD.BCST round<>+0(SB), Z3, Z3
-	VPADDD      Z5, Z3, Z3
-	VPSRLD      $0x10, Z3, Z3
-	VPORD.BCST  quiet<>+0(SB), Z4, K2, Z3
-	VPMOVDW     Z3, Y3
-	VMOVNTDQ    Y3, (R9)
-	JMP         stateKVbf16AVX512_storedrow_6
-
-stateKVbf16AVX512_temporalrow_6:
-	VMOVUPS     (AX), Z3
-	VPSRLD      $0x10, Z3, Z4
-	VCMPPS      $0x03, Z3, Z3, K2
-	VPANDD.BCST one_i<>+0(SB), Z4, Z5
-	VPADDD.BCST round<>+0(SB), Z3, Z3
-	VPADDD      Z5, Z3, Z3
-	VPSRLD      $0x10, Z3, Z3
-	VPORD.BCST  quiet<>+0(SB), Z4, K2, Z3
-	VPMOVDW     Z3, K1, (R9)
-
-stateKVbf16AVX512_storedrow_6:
-stateKVbf16AVX512_rowstored_3:
-	ADDQ R10, R9
-
-stateKVbf16AVX512_nostorerow_3:
-	TESTQ   R11, R11
-	JZ      stateKVbf16AVX512_nocarryrow_3
-	VMOVUPS (AX), Z3
-	VMOVUPS Z3, K1, (R11)
-	ADDQ    R8, R11
-
-stateKVbf16AVX512_nocarryrow_3:
-	ADDQ $0x00000040, AX
-	INCQ CX
-	CMPQ CX, DX
-	JB   stateKVbf16AVX512_rows_3
-	JMP  stateKVbf16AVX512_rowsdone_2
-
-stateKVbf16AVX512_lastrows_2:
-stateKVbf16AVX512_rows_4:
-	VBROADCASTSS (BX)(CX*4), Z0
-	VMOVUPS      (AX), Z1
-	VMULPS       Z1, Z2, Z1
-	VFMADD231PS  Z6, Z0, Z1
-	TESTQ        R9, R9
-	JZ           stateKVbf16AVX512_nostorerow_4
-	CMPL         128(SP), $0x00
-	JNE          stateKVbf16AVX512_rownan_4
-	CMPB         120(SP), $0x00
-	JE           stateKVbf16AVX512_temporalrow_7
-	VMOVAPS      Z1, Z0
-	VPSRLD       $0x10, Z0, Z3
-	VPANDD.BCST  one_i<>+0(SB), Z3, Z3
-	VPADDD.BCST  round<>+0(SB), Z0, Z0
-	VPADDD       Z3, Z0, Z0
-	VPSRLD       $0x10, Z0, Z0
-	VPMOVDW      Z0, Y0
-	VMOVNTDQ     Y0, (R9)
-	JMP          stateKVbf16AVX512_storedrow_7
-
-stateKVbf16AVX512_temporalrow_7:
-	VMOVAPS     Z1, Z0
-	VPSRLD      $0x10, Z0, Z3
-	VPANDD.BCST one_i<>+0(SB), Z3, Z3
-	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z3, Z0, Z0
-	VPSRLD      $0x10, Z0, Z0
-	VPMOVDW     Z0, K1, (R9)
-
-stateKVbf16AVX512_storedrow_7:
-	JMP stateKVbf16AVX512_rowstored_4
-
-stateKVbf16AVX512_rownan_4:
-	CMPB        120(SP), $0x00
-	JE          stateKVbf16AVX512_temporalrow_8
-	VMOVAPS     Z1, Z0
-	VPSRLD      $0x10, Z0, Z3
-	VCMPPS      $0x03, Z0, Z0, K2
-	VPANDD.BCST one_i<>+0(SB), Z3, Z4
-	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z4, Z0, Z0
-	VPSRLD      $0x10, Z0, Z0
-	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
-	VPMOVDW     Z0, Y0
-	VMOVNTDQ    Y0, (R9)
-	JMP         stateKVbf16AVX512_storedrow_8
-
-stateKVbf16AVX512_temporalrow_8:
-	VMOVAPS     Z1, Z0
-	VPSRLD      $0x10, Z0, Z3
-	VCMPPS      $0x03, Z0, Z0, K2
-	VPANDD.BCST one_i<>+0(SB), Z3, Z4
-	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z4, Z0, Z0
-	VPSRLD      $0x10, Z0, Z0
-	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
-	VPMOVDW     Z0, K1, (R9)
-
-stateKVbf16AVX512_storedrow_8:
-stateKVbf16AVX512_rowstored_4:
-	ADDQ R10, R9
-
-stateKVbf16AVX512_nostorerow_4:
-	TESTQ   R11, R11
-	JZ      stateKVbf16AVX512_nocarryrow_4
-	VMOVUPS Z1, K1, (R11)
-	ADDQ    R8, R11
-
-stateKVbf16AVX512_nocarryrow_4:
-	ADDQ $0x00000040, AX
-	INCQ CX
-	CMPQ CX, DX
-	JB   stateKVbf16AVX512_rows_4
-	JMP  stateKVbf16AVX512_tokensout_1
-
-stateKVbf16AVX512_rowsdone_2:
-stateKVbf16AVX512_tokdone_1:
-	MOVQ 64(SP), AX
-	MOVQ AX, 56(SP)
+	MOVQ a_K+0(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 56(SP)
+	MOVQ 120(SP), AX
+	ADDQ AX, 144(SP)
 	ADDQ $0x10, 96(SP)
 	MOVQ a_vs+24(FP), AX
 	SHLQ $0x02, AX
@@ -7049,8 +6517,8 @@ stateKVbf16AVX512_masked2_1:
 	VBROADCASTSS zero<>+0(SB), Z1
 	VBROADCASTSS zero<>+0(SB), Z2
 	VBROADCASTSS zero<>+0(SB), Z3
-	MOVQ         a_kh+64(FP), SI
-	MOVQ         a_qh+72(FP), DI
+	MOVQ         104(SP), SI
+	MOVQ         112(SP), DI
 	MOVQ         (SP), R8
 	XORQ         R9, R9
 	IMUL3Q       $0x00000020, BX, R10
@@ -7087,8 +6555,8 @@ stateKVbf16AVX512_from16_2:
 	VBROADCASTSS zero<>+0(SB), Z1
 	VBROADCASTSS zero<>+0(SB), Z2
 	VBROADCASTSS zero<>+0(SB), Z3
-	MOVQ         a_kh+64(FP), SI
-	MOVQ         a_qh+72(FP), DI
+	MOVQ         104(SP), SI
+	MOVQ         112(SP), DI
 	MOVQ         (SP), R8
 	XORQ         R9, R9
 	IMUL3Q       $0x00000020, BX, R10
@@ -7121,6 +6589,8 @@ stateKVbf16AVX512_loaded_2:
 	MOVQ AX, 48(SP)
 	MOVQ a_kh+64(FP), AX
 	MOVQ AX, 56(SP)
+	MOVQ 136(SP), AX
+	MOVQ AX, 144(SP)
 	MOVQ a_tok+96(FP), AX
 	MOVQ AX, 96(SP)
 	MOVQ a_v+80(FP), AX
@@ -7132,10 +6602,10 @@ stateKVbf16AVX512_loaded_2:
 
 stateKVbf16AVX512_token_2:
 	// The prefetch list's next group.
-	MOVQ 104(SP), AX
+	MOVQ 168(SP), AX
 
 stateKVbf16AVX512_pfentry_2:
-	CMPQ  AX, 112(SP)
+	CMPQ  AX, 176(SP)
 	JAE   stateKVbf16AVX512_pfdone_2
 	MOVQ  (AX), DX
 	MOVQ  8(AX), CX
@@ -7151,11 +6621,11 @@ stateKVbf16AVX512_pfline_2:
 	JMP        stateKVbf16AVX512_pfentry_2
 
 stateKVbf16AVX512_pfdone_2:
-	MOVQ AX, 104(SP)
+	MOVQ AX, 168(SP)
 
 	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
 	MOVQ 48(SP), AX
-	MOVQ a_K+0(FP), CX
+	MOVQ 120(SP), CX
 	INCQ AX
 	MOVQ a_T+16(FP), DX
 	CMPQ AX, DX
@@ -7163,55 +6633,67 @@ stateKVbf16AVX512_pfdone_2:
 	DECQ AX
 
 stateKVbf16AVX512_notlast_2:
-	IMULQ    CX, AX
-	MOVQ     a_kh+64(FP), CX
-	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 64(SP)
-	MOVQ     a_qh+72(FP), CX
-	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 72(SP)
+	IMULQ CX, AX
+	MOVQ  104(SP), CX
+	ADDQ  AX, CX
+	MOVQ  CX, 64(SP)
+	MOVQ  112(SP), CX
+	ADDQ  AX, CX
+	MOVQ  CX, 72(SP)
+
+	// The token's decay as a pair (c, m), decay(x) = c·x + (x & m): (em1, all ones) = x + em1·x where em1 ≥ -0.5, else (eg, the sign bit) = eg·x (also for a NaN em1).
 	MOVQ     96(SP), AX
+	MOVL     (AX), CX
+	MOVL     $0xffffffff, DX
+	MOVL     $0x80000000, BX
 	VMOVSS   (AX), X4
 	VUCOMISS nearone<>+0(SB), X4
-	JCS      stateKVbf16AVX512_far_2
+	CMOVLCS  4(AX), CX
+	CMOVLCS  BX, DX
+	MOVL     CX, 152(SP)
+	MOVL     DX, 156(SP)
 
-	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	MOVQ         96(SP), AX
-	VBROADCASTSS (AX), Z4
-	VBROADCASTSS 8(AX), Z5
-	VBROADCASTSS 12(AX), Z6
+	VBROADCASTSS 152(SP), Z4
+	VBROADCASTSS 156(SP), Z5
+	VBROADCASTSS 8(AX), Z6
+	VBROADCASTSS 12(AX), Z7
 	MOVQ         80(SP), AX
 	MOVQ         88(SP), CX
-	VBROADCASTSS zero<>+0(SB), Z7
-	VMOVUPS      (AX), Z8
-	VFMADD213PS  Z0, Z4, Z0
-	VSUBPS       Z0, Z8, Z8
-	VMULPS       Z8, Z5, Z8
-	VFMADD213PS  Z1, Z4, Z1
-	VFMADD231PS  Z8, Z6, Z1
+	VBROADCASTSS zero<>+0(SB), Z8
+	VMOVUPS      (AX), Z9
+	VPANDD       Z5, Z0, Z10
+	VFMADD132PS  Z4, Z10, Z0
+	VSUBPS       Z0, Z9, Z9
+	VMULPS       Z9, Z6, Z9
+	VPANDD       Z5, Z1, Z0
+	VFMADD132PS  Z4, Z0, Z1
+	VFMADD231PS  Z9, Z7, Z1
 	VMOVUPS      Z1, (CX)
-	VSUBPS       Z8, Z8, Z0
-	VPORD        Z0, Z7, Z7
-	VMOVUPS.Z    64(AX), K1, Z9
-	VFMADD213PS  Z2, Z4, Z2
-	VSUBPS       Z2, Z9, Z9
-	VMULPS       Z9, Z5, Z9
-	VFMADD213PS  Z3, Z4, Z3
-	VFMADD231PS  Z9, Z6, Z3
-	VMOVUPS      Z3, K1, 64(CX)
 	VSUBPS       Z9, Z9, Z0
-	VPORD        Z0, Z7, Z7
-	VSUBPS       Z7, Z7, Z0
+	VPORD        Z0, Z8, Z8
+	VMOVUPS.Z    64(AX), K1, Z10
+	VPANDD       Z5, Z2, Z0
+	VFMADD132PS  Z4, Z0, Z2
+	VSUBPS       Z2, Z10, Z10
+	VMULPS       Z10, Z6, Z10
+	VPANDD       Z5, Z3, Z0
+	VFMADD132PS  Z4, Z0, Z3
+	VFMADD231PS  Z10, Z7, Z3
+	VMOVUPS      Z3, K1, 64(CX)
+	VSUBPS       Z10, Z10, Z0
+	VPORD        Z0, Z8, Z8
+	VSUBPS       Z8, Z8, Z0
 	VCMPPS       $0x03, Z0, Z0, K7
 	KMOVW        K7, AX
-	MOVL         AX, 128(SP)
+	MOVL         AX, 192(SP)
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
 	VBROADCASTSS zero<>+0(SB), Z2
 	VBROADCASTSS zero<>+0(SB), Z3
 
-	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	// S' = decay(S) + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
 	MOVQ  (SP), AX
 	XORQ  CX, CX
 	MOVQ  a_K+0(FP), DX
@@ -7223,724 +6705,363 @@ stateKVbf16AVX512_notlast_2:
 	MOVQ  a_stores+48(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
-	JZ    stateKVbf16AVX512_nostore_3
+	JZ    stateKVbf16AVX512_nostore_2
 	LEAQ  (R9)(R8*2), R9
 
-stateKVbf16AVX512_nostore_3:
+stateKVbf16AVX512_nostore_2:
 	MOVQ a_V+8(FP), R10
 	SHLQ $0x01, R10
 
 	// Non-temporal stores for this token's rows: a store but the last token's after a token without one, the rows aligned whole vectors.
-	MOVQ  $0x00000000, 120(SP)
+	MOVQ  $0x00000000, 184(SP)
 	TESTQ R9, R9
-	JZ    stateKVbf16AVX512_temporal_3
+	JZ    stateKVbf16AVX512_temporal_2
 	MOVQ  48(SP), R11
 	INCQ  R11
 	MOVQ  a_T+16(FP), R12
 	CMPQ  R11, R12
-	JNE   stateKVbf16AVX512_snapshot_3
+	JNE   stateKVbf16AVX512_snapshot_2
 	MOVQ  48(SP), R11
 	TESTQ R11, R11
-	JZ    stateKVbf16AVX512_temporal_3
+	JZ    stateKVbf16AVX512_temporal_2
 	MOVQ  a_stores+48(FP), R12
 	CMPQ  -8(R12)(R11*8), $0x00
-	JE    stateKVbf16AVX512_temporal_3
+	JE    stateKVbf16AVX512_temporal_2
 
-stateKVbf16AVX512_snapshot_3:
+stateKVbf16AVX512_snapshot_2:
 	TESTQ $0x0000001f, R9
-	JNZ   stateKVbf16AVX512_temporal_3
+	JNZ   stateKVbf16AVX512_temporal_2
 	TESTQ $0x0000001f, R10
-	JNZ   stateKVbf16AVX512_temporal_3
-	MOVQ  $0x00000001, 120(SP)
+	JNZ   stateKVbf16AVX512_temporal_2
+	MOVQ  $0x00000001, 184(SP)
 
-stateKVbf16AVX512_temporal_3:
+stateKVbf16AVX512_temporal_2:
 	XORQ  R11, R11
 	MOVQ  48(SP), R12
 	INCQ  R12
 	MOVQ  a_T+16(FP), R13
 	CMPQ  R12, R13
-	JNE   stateKVbf16AVX512_nocarry_3
+	JNE   stateKVbf16AVX512_nocarry_2
 	MOVQ  a_carry+56(FP), R11
 	TESTQ R11, R11
-	JZ    stateKVbf16AVX512_nocarry_3
+	JZ    stateKVbf16AVX512_nocarry_2
 	LEAQ  (R11)(R8*4), R11
 
-stateKVbf16AVX512_nocarry_3:
+stateKVbf16AVX512_nocarry_2:
 	MOVQ     a_V+8(FP), R8
 	SHLQ     $0x02, R8
 	MOVQ     48(SP), R12
 	INCQ     R12
 	MOVQ     a_T+16(FP), R13
 	CMPQ     R12, R13
-	JE       stateKVbf16AVX512_lastrows_3
+	JE       stateKVbf16AVX512_lastrows_2
 	KXNORW   K4, K4, K4
 	KUNPCKWD K4, K1, K3
 	KNOTD    K3, K4
+	MOVQ     144(SP), R12
+	CMPQ     128(SP), $0x00
+	JNE      stateKVbf16AVX512_decaysset_3
+	LEAQ     152(SP), R12
 
-stateKVbf16AVX512_rows_5:
-	VBROADCASTSS (BX)(CX*4), Z5
-	VBROADCASTSS (SI)(CX*4), Z6
-	VBROADCASTSS (DI)(CX*4), Z7
-	VMOVUPS      (AX), Z10
-	VFMADD213PS  Z10, Z4, Z10
-	VFMADD231PS  Z8, Z5, Z10
-	VMOVUPS      Z10, (AX)
-	VFMADD231PS  Z10, Z6, Z0
-	VFMADD231PS  Z10, Z7, Z1
-	VMOVUPS      64(AX), Z10
-	VFMADD213PS  Z10, Z4, Z10
-	VFMADD231PS  Z9, Z5, Z10
-	VMOVUPS      Z10, 64(AX)
-	VFMADD231PS  Z10, Z6, Z2
-	VFMADD231PS  Z10, Z7, Z3
+stateKVbf16AVX512_decaysset_3:
+stateKVbf16AVX512_rows_3:
+	VBROADCASTSS (BX)(CX*4), Z4
+	VBROADCASTSS (R12), Z5
+	VBROADCASTSS 4(R12), Z6
+	ADDQ         128(SP), R12
+	VBROADCASTSS (SI)(CX*4), Z7
+	VBROADCASTSS (DI)(CX*4), Z8
+	VMOVUPS      (AX), Z11
+	VPANDD       Z6, Z11, Z12
+	VFMADD132PS  Z5, Z12, Z11
+	VFMADD231PS  Z9, Z4, Z11
+	VMOVUPS      Z11, (AX)
+	VFMADD231PS  Z11, Z7, Z0
+	VFMADD231PS  Z11, Z8, Z1
+	VMOVUPS      64(AX), Z11
+	VPANDD       Z6, Z11, Z6
+	VFMADD132PS  Z5, Z6, Z11
+	VFMADD231PS  Z10, Z4, Z11
+	VMOVUPS      Z11, 64(AX)
+	VFMADD231PS  Z11, Z7, Z2
+	VFMADD231PS  Z11, Z8, Z3
 	TESTQ        R9, R9
-	JZ           stateKVbf16AVX512_nostorerow_5
-	CMPL         128(SP), $0x00
-	JNE          stateKVbf16AVX512_rownan_5
-	CMPB         a_cvt+152(FP), $0x00
+	JZ           stateKVbf16AVX512_nostorerow_3
+	CMPL         192(SP), $0x00
+	JNE          stateKVbf16AVX512_rownan_3
+	CMPB         a_cvt+160(FP), $0x00
 	JE           stateKVbf16AVX512_rowints_1
-	CMPB         120(SP), $0x00
+	CMPB         184(SP), $0x00
 	JNE          stateKVbf16AVX512_rowints_1
-	VPBROADCASTD mag16<>+0(SB), Z5
+	VPBROADCASTD mag16<>+0(SB), Z4
 	KXNORD       K6, K6, K6
-	VMOVUPS      (AX), Z6
-	VMOVUPS      64(AX), Z7
-	BYTE $0x62; BYTE $0xf2; BYTE $0x47; BYTE $0x48; BYTE $0x72; BYTE $0xf6 // VCVTNE2PS2BF16 Z6, Z7, Z6
-	VMOVDQU16 Z6, K3, (R9)
-	VPTESTMW  Z5, Z6, K3, K5
+	VMOVUPS      (AX), Z5
+	VMOVUPS      64(AX), Z6
+	BYTE $0x62; BYTE $0xf2; BYTE $0x4f; BYTE $0x48; BYTE $0x72; BYTE $0xed // VCVTNE2PS2BF16 Z5, Z6, Z5
+	VMOVDQU16 Z5, K3, (R9)
+	VPTESTMW  Z4, Z5, K3, K5
 	KORD      K4, K5, K5
 	KANDD     K5, K6, K6
 	KORTESTD  K6, K6
-	JCS       stateKVbf16AVX512_rowstored_5
-	JMP       stateKVbf16AVX512_rownan_5
+	JCS       stateKVbf16AVX512_rowstored_3
+	JMP       stateKVbf16AVX512_rownan_3
 
 stateKVbf16AVX512_rowints_1:
-	CMPB        120(SP), $0x00
-	JE          stateKVbf16AVX512_temporalrow_9
-	VMOVUPS     (AX), Z5
-	VPSRLD      $0x10, Z5, Z6
-	VPANDD.BCST one_i<>+0(SB), Z6, Z6
-	VPADDD.BCST round<>+0(SB), Z5, Z5
-	VPADDD      Z6, Z5, Z5
-	VPSRLD      $0x10, Z5, Z5
-	VPMOVDW     Z5, Y5
-	VMOVNTDQ    Y5, (R9)
-	VMOVUPS     64(AX), Z5
-	VPSRLD      $0x10, Z5, Z6
-	VPANDD.BCST one_i<>+0(SB), Z6, Z6
-	VPADDD.BCST round<>+0(SB), Z5, Z5
-	VPADDD      Z6, Z5, Z5
-	VPSRLD      $0x10, Z5, Z5
-	VPMOVDW     Z5, Y5
-	VMOVNTDQ    Y5, 32(R9)
-	JMP         stateKVbf16AVX512_storedrow_9
+	CMPB        184(SP), $0x00
+	JE          stateKVbf16AVX512_temporalrow_5
+	VMOVUPS     (AX), Z4
+	VPSRLD      $0x10, Z4, Z5
+	VPANDD.BCST one_i<>+0(SB), Z5, Z5
+	VPADDD.BCST round<>+0(SB), Z4, Z4
+	VPADDD      Z5, Z4, Z4
+	VPSRLD      $0x10, Z4, Z4
+	VPMOVDW     Z4, Y4
+	VMOVNTDQ    Y4, (R9)
+	VMOVUPS     64(AX), Z4
+	VPSRLD      $0x10, Z4, Z5
+	VPANDD.BCST one_i<>+0(SB), Z5, Z5
+	VPADDD.BCST round<>+0(SB), Z4, Z4
+	VPADDD      Z5, Z4, Z4
+	VPSRLD      $0x10, Z4, Z4
+	VPMOVDW     Z4, Y4
+	VMOVNTDQ    Y4, 32(R9)
+	JMP         stateKVbf16AVX512_storedrow_5
 
-stateKVbf16AVX512_temporalrow_9:
-	VMOVUPS     (AX), Z5
-	VPSRLD      $0x10, Z5, Z6
-	VPANDD.BCST one_i<>+0(SB), Z6, Z6
-	VPADDD.BCST round<>+0(SB), Z5, Z5
-	VPADDD      Z6, Z5, Z5
-	VPSRLD      $0x10, Z5, Z5
-	VPMOVDW     Z5, (R9)
-	VMOVUPS     64(AX), Z5
-	VPSRLD      $0x10, Z5, Z6
-	VPANDD.BCST one_i<>+0(SB), Z6, Z6
-	VPADDD.BCST round<>+0(SB), Z5, Z5
-	VPADDD      Z6, Z5, Z5
-	VPSRLD      $0x10, Z5, Z5
-	VPMOVDW     Z5, K1, 32(R9)
+stateKVbf16AVX512_temporalrow_5:
+	VMOVUPS     (AX), Z4
+	VPSRLD      $0x10, Z4, Z5
+	VPANDD.BCST one_i<>+0(SB), Z5, Z5
+	VPADDD.BCST round<>+0(SB), Z4, Z4
+	VPADDD      Z5, Z4, Z4
+	VPSRLD      $0x10, Z4, Z4
+	VPMOVDW     Z4, (R9)
+	VMOVUPS     64(AX), Z4
+	VPSRLD      $0x10, Z4, Z5
+	VPANDD.BCST one_i<>+0(SB), Z5, Z5
+	VPADDD.BCST round<>+0(SB), Z4, Z4
+	VPADDD      Z5, Z4, Z4
+	VPSRLD      $0x10, Z4, Z4
+	VPMOVDW     Z4, K1, 32(R9)
 
-stateKVbf16AVX512_storedrow_9:
-	JMP stateKVbf16AVX512_rowstored_5
+stateKVbf16AVX512_storedrow_5:
+	JMP stateKVbf16AVX512_rowstored_3
 
-stateKVbf16AVX512_rownan_5:
-	CMPB        120(SP), $0x00
-	JE          stateKVbf16AVX512_temporalrow_10
-	VMOVUPS     (AX), Z5
-	VPSRLD      $0x10, Z5, Z6
-	VCMPPS      $0x03, Z5, Z5, K2
-	VPANDD.BCST one_i<>+0(SB), Z6, Z7
-	VPADDD.BCST round<>+0(SB), Z5, Z5
-	VPADDD      Z7, Z5, Z5
-	VPSRLD      $0x10, Z5, Z5
-	VPORD.BCST  quiet<>+0(SB), Z6, K2, Z5
-	VPMOVDW     Z5, Y5
-	VMOVNTDQ    Y5, (R9)
-	VMOVUPS     64(AX), Z5
-	VPSRLD      $0x10, Z5, Z6
-	VCMPPS      $0x03, Z5, Z5, K2
-	VPANDD.BCST one_i<>+0(SB), Z6, Z7
-	VPADDD.BCST round<>+0(SB), Z5, Z5
-	VPADDD      Z7, Z5, Z5
-	VPSRLD      $0x10, Z5, Z5
-	VPORD.BCST  quiet<>+0(SB), Z6, K2, Z5
-	VPMOVDW     Z5, Y5
-	VMOVNTDQ    Y5, 32(R9)
-	JMP         stateKVbf16AVX512_storedrow_10
+stateKVbf16AVX512_rownan_3:
+	CMPB        184(SP), $0x00
+	JE          stateKVbf16AVX512_temporalrow_6
+	VMOVUPS     (AX), Z4
+	VPSRLD      $0x10, Z4, Z5
+	VCMPPS      $0x03, Z4, Z4, K2
+	VPANDD.BCST one_i<>+0(SB), Z5, Z6
+	VPADDD.BCST round<>+0(SB), Z4, Z4
+	VPADDD      Z6, Z4, Z4
+	VPSRLD      $0x10, Z4, Z4
+	VPORD.BCST  quiet<>+0(SB), Z5, K2, Z4
+	VPMOVDW     Z4, Y4
+	VMOVNTDQ    Y4, (R9)
+	VMOVUPS     64(AX), Z4
+	VPSRLD      $0x10, Z4, Z5
+	VCMPPS      $0x03, Z4, Z4, K2
+	VPANDD.BCST one_i<>+0(SB), Z5, Z6
+	VPADDD.BCST round<>+0(SB), Z4, Z4
+	VPADDD      Z6, Z4, Z4
+	VPSRLD      $0x10, Z4, Z4
+	VPORD.BCST  quiet<>+0(SB), Z5, K2, Z4
+	VPMOVDW     Z4, Y4
+	VMOVNTDQ    Y4, 32(R9)
+	JMP         stateKVbf16AVX512_storedrow_6
 
-stateKVbf16AVX512_temporalrow_10:
-	VMOVUPS     (AX), Z5
-	VPSRLD      $0x10, Z5, Z6
-	VCMPPS      $0x03, Z5, Z5, K2
-	VPANDD.BCST one_i<>+0(SB), Z6, Z7
-	VPADDD.BCST round<>+0(SB), Z5, Z5
-	VPADDD      Z7, Z5, Z5
-	VPSRLD      $0x10, Z5, Z5
-	VPORD.BCST  quiet<>+0(SB), Z6, K2, Z5
-	VPMOVDW     Z5, (R9)
-	VMOVUPS     64(AX), Z5
-	VPSRLD      $0x10, Z5, Z6
-	VCMPPS      $0x03, Z5, Z5, K2
-	VPANDD.BCST one_i<>+0(SB), Z6, Z7
-	VPADDD.BCST round<>+0(SB), Z5, Z5
-	VPADDD      Z7, Z5, Z5
-	VPSRLD      $0x10, Z5, Z5
-	VPORD.BCST  quiet<>+0(SB), Z6, K2, Z5
-	VPMOVDW     Z5, K1, 32(R9)
+stateKVbf16AVX512_temporalrow_6:
+	VMOVUPS     (AX), Z4
+	VPSRLD      $0x10, Z4, Z5
+	VCMPPS      $0x03, Z4, Z4, K2
+	VPANDD.BCST one_i<>+0(SB), Z5, Z6
+	VPADDD.BCST round<>+0(SB), Z4, Z4
+	VPADDD      Z6, Z4, Z4
+	VPSRLD      $0x10, Z4, Z4
+	VPORD.BCST  quiet<>+0(SB), Z5, K2, Z4
+	VPMOVDW     Z4, (R9)
+	VMOVUPS     64(AX), Z4
+	VPSRLD      $0x10, Z4, Z5
+	VCMPPS      $0x03, Z4, Z4, K2
+	VPANDD.BCST one_i<>+0(SB), Z5, Z6
+	VPADDD.BCST round<>+0(SB), Z4, Z4
+	VPADDD      Z6, Z4, Z4
+	VPSRLD      $0x10, Z4, Z4
+	VPORD.BCST  quiet<>+0(SB), Z5, K2, Z4
+	VPMOVDW     Z4, K1, 32(R9)
 
-stateKVbf16AVX512_storedrow_10:
-stateKVbf16AVX512_rowstored_5:
+stateKVbf16AVX512_storedrow_6:
+stateKVbf16AVX512_rowstored_3:
 	ADDQ R10, R9
 
-stateKVbf16AVX512_nostorerow_5:
+stateKVbf16AVX512_nostorerow_3:
 	TESTQ   R11, R11
-	JZ      stateKVbf16AVX512_nocarryrow_5
-	VMOVUPS (AX), Z5
-	VMOVUPS Z5, (R11)
-	VMOVUPS 64(AX), Z5
-	VMOVUPS Z5, K1, 64(R11)
+	JZ      stateKVbf16AVX512_nocarryrow_3
+	VMOVUPS (AX), Z4
+	VMOVUPS Z4, (R11)
+	VMOVUPS 64(AX), Z4
+	VMOVUPS Z4, K1, 64(R11)
 	ADDQ    R8, R11
 
-stateKVbf16AVX512_nocarryrow_5:
+stateKVbf16AVX512_nocarryrow_3:
 	ADDQ $0x00000080, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVbf16AVX512_rows_5
-	JMP  stateKVbf16AVX512_rowsdone_3
+	JB   stateKVbf16AVX512_rows_3
+	JMP  stateKVbf16AVX512_rowsdone_2
 
-stateKVbf16AVX512_lastrows_3:
+stateKVbf16AVX512_lastrows_2:
 	KXNORW   K4, K4, K4
 	KUNPCKWD K4, K1, K3
 	KNOTD    K3, K4
+	MOVQ     144(SP), SI
+	CMPQ     128(SP), $0x00
+	JNE      stateKVbf16AVX512_decaysset_4
+	LEAQ     152(SP), SI
 
-stateKVbf16AVX512_rows_6:
+stateKVbf16AVX512_decaysset_4:
+stateKVbf16AVX512_rows_4:
 	VBROADCASTSS (BX)(CX*4), Z0
-	VMOVUPS      (AX), Z1
-	VFMADD213PS  Z1, Z4, Z1
-	VFMADD231PS  Z8, Z0, Z1
-	VMOVUPS      64(AX), Z2
-	VFMADD213PS  Z2, Z4, Z2
-	VFMADD231PS  Z9, Z0, Z2
+	VBROADCASTSS (SI), Z1
+	VBROADCASTSS 4(SI), Z2
+	ADDQ         128(SP), SI
+	VMOVUPS      (AX), Z3
+	VPANDD       Z2, Z3, Z4
+	VFMADD132PS  Z1, Z4, Z3
+	VFMADD231PS  Z9, Z0, Z3
+	VMOVUPS      64(AX), Z4
+	VPANDD       Z2, Z4, Z2
+	VFMADD132PS  Z1, Z2, Z4
+	VFMADD231PS  Z10, Z0, Z4
 	TESTQ        R9, R9
-	JZ           stateKVbf16AVX512_nostorerow_6
-	CMPL         128(SP), $0x00
-	JNE          stateKVbf16AVX512_rownan_6
-	CMPB         a_cvt+152(FP), $0x00
+	JZ           stateKVbf16AVX512_nostorerow_4
+	CMPL         192(SP), $0x00
+	JNE          stateKVbf16AVX512_rownan_4
+	CMPB         a_cvt+160(FP), $0x00
 	JE           stateKVbf16AVX512_rowints_2
-	CMPB         120(SP), $0x00
+	CMPB         184(SP), $0x00
 	JNE          stateKVbf16AVX512_rowints_2
 	VPBROADCASTD mag16<>+0(SB), Z0
 	KXNORD       K6, K6, K6
-	BYTE $0x62; BYTE $0xf2; BYTE $0x6f; BYTE $0x48; BYTE $0x72; BYTE $0xd9 // VCVTNE2PS2BF16 Z1, Z2, Z3
-	VMOVDQU16 Z3, K3, (R9)
-	VPTESTMW  Z0, Z3, K3, K5
+	BYTE $0x62; BYTE $0xf2; BYTE $0x5f; BYTE $0x48; BYTE $0x72; BYTE $0xcb // VCVTNE2PS2BF16 Z3, Z4, Z1
+	VMOVDQU16 Z1, K3, (R9)
+	VPTESTMW  Z0, Z1, K3, K5
 	KORD      K4, K5, K5
 	KANDD     K5, K6, K6
 	KORTESTD  K6, K6
-	JCS       stateKVbf16AVX512_rowstored_6
-	JMP       stateKVbf16AVX512_rownan_6
+	JCS       stateKVbf16AVX512_rowstored_4
+	JMP       stateKVbf16AVX512_rownan_4
 
 stateKVbf16AVX512_rowints_2:
-	CMPB        120(SP), $0x00
-	JE          stateKVbf16AVX512_temporalrow_11
-	VMOVAPS     Z1, Z0
-	VPSRLD      $0x10, Z0, Z3
-	VPANDD.BCST one_i<>+0(SB), Z3, Z3
+	CMPB        184(SP), $0x00
+	JE          stateKVbf16AVX512_temporalrow_7
+	VMOVAPS     Z3, Z0
+	VPSRLD      $0x10, Z0, Z1
+	VPANDD.BCST one_i<>+0(SB), Z1, Z1
 	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z3, Z0, Z0
+	VPADDD      Z1, Z0, Z0
 	VPSRLD      $0x10, Z0, Z0
 	VPMOVDW     Z0, Y0
 	VMOVNTDQ    Y0, (R9)
-	VMOVAPS     Z2, Z0
-	VPSRLD      $0x10, Z0, Z3
-	VPANDD.BCST one_i<>+0(SB), Z3, Z3
+	VMOVAPS     Z4, Z0
+	VPSRLD      $0x10, Z0, Z1
+	VPANDD.BCST one_i<>+0(SB), Z1, Z1
 	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z3, Z0, Z0
+	VPADDD      Z1, Z0, Z0
 	VPSRLD      $0x10, Z0, Z0
 	VPMOVDW     Z0, Y0
 	VMOVNTDQ    Y0, 32(R9)
-	JMP         stateKVbf16AVX512_storedrow_11
+	JMP         stateKVbf16AVX512_storedrow_7
 
-stateKVbf16AVX512_temporalrow_11:
-	VMOVAPS     Z1, Z0
-	VPSRLD      $0x10, Z0, Z3
-	VPANDD.BCST one_i<>+0(SB), Z3, Z3
+stateKVbf16AVX512_temporalrow_7:
+	VMOVAPS     Z3, Z0
+	VPSRLD      $0x10, Z0, Z1
+	VPANDD.BCST one_i<>+0(SB), Z1, Z1
 	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z3, Z0, Z0
+	VPADDD      Z1, Z0, Z0
 	VPSRLD      $0x10, Z0, Z0
 	VPMOVDW     Z0, (R9)
-	VMOVAPS     Z2, Z0
-	VPSRLD      $0x10, Z0, Z3
-	VPANDD.BCST one_i<>+0(SB), Z3, Z3
+	VMOVAPS     Z4, Z0
+	VPSRLD      $0x10, Z0, Z1
+	VPANDD.BCST one_i<>+0(SB), Z1, Z1
 	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z3, Z0, Z0
+	VPADDD      Z1, Z0, Z0
 	VPSRLD      $0x10, Z0, Z0
 	VPMOVDW     Z0, K1, 32(R9)
 
-stateKVbf16AVX512_storedrow_11:
-	JMP stateKVbf16AVX512_rowstored_6
+stateKVbf16AVX512_storedrow_7:
+	JMP stateKVbf16AVX512_rowstored_4
 
-stateKVbf16AVX512_rownan_6:
-	CMPB        120(SP), $0x00
-	JE          stateKVbf16AVX512_temporalrow_12
-	VMOVAPS     Z1, Z0
-	VPSRLD      $0x10, Z0, Z3
+stateKVbf16AVX512_rownan_4:
+	CMPB        184(SP), $0x00
+	JE          stateKVbf16AVX512_temporalrow_8
+	VMOVAPS     Z3, Z0
+	VPSRLD      $0x10, Z0, Z1
 	VCMPPS      $0x03, Z0, Z0, K2
-	VPANDD.BCST one_i<>+0(SB), Z3, Z5
+	VPANDD.BCST one_i<>+0(SB), Z1, Z2
 	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z5, Z0, Z0
+	VPADDD      Z2, Z0, Z0
 	VPSRLD      $0x10, Z0, Z0
-	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
+	VPORD.BCST  quiet<>+0(SB), Z1, K2, Z0
 	VPMOVDW     Z0, Y0
 	VMOVNTDQ    Y0, (R9)
-	VMOVAPS     Z2, Z0
-	VPSRLD      $0x10, Z0, Z3
+	VMOVAPS     Z4, Z0
+	VPSRLD      $0x10, Z0, Z1
 	VCMPPS      $0x03, Z0, Z0, K2
-	VPANDD.BCST one_i<>+0(SB), Z3, Z5
+	VPANDD.BCST one_i<>+0(SB), Z1, Z2
 	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z5, Z0, Z0
+	VPADDD      Z2, Z0, Z0
 	VPSRLD      $0x10, Z0, Z0
-	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
+	VPORD.BCST  quiet<>+0(SB), Z1, K2, Z0
 	VPMOVDW     Z0, Y0
 	VMOVNTDQ    Y0, 32(R9)
-	JMP         stateKVbf16AVX512_storedrow_12
+	JMP         stateKVbf16AVX512_storedrow_8
 
-stateKVbf16AVX512_temporalrow_12:
-	VMOVAPS     Z1, Z0
-	VPSRLD      $0x10, Z0, Z3
+stateKVbf16AVX512_temporalrow_8:
+	VMOVAPS     Z3, Z0
+	VPSRLD      $0x10, Z0, Z1
 	VCMPPS      $0x03, Z0, Z0, K2
-	VPANDD.BCST one_i<>+0(SB), Z3, Z5
+	VPANDD.BCST one_i<>+0(SB), Z1, Z2
 	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z5, Z0, Z0
+	VPADDD      Z2, Z0, Z0
 	VPSRLD      $0x10, Z0, Z0
-	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
+	VPORD.BCST  quiet<>+0(SB), Z1, K2, Z0
 	VPMOVDW     Z0, (R9)
-	VMOVAPS     Z2, Z0
-	VPSRLD      $0x10, Z0, Z3
+	VMOVAPS     Z4, Z0
+	VPSRLD      $0x10, Z0, Z1
 	VCMPPS      $0x03, Z0, Z0, K2
-	VPANDD.BCST one_i<>+0(SB), Z3, Z5
+	VPANDD.BCST one_i<>+0(SB), Z1, Z2
 	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z5, Z0, Z0
+	VPADDD      Z2, Z0, Z0
 	VPSRLD      $0x10, Z0, Z0
-	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
+	VPORD.BCST  quiet<>+0(SB), Z1, K2, Z0
 	VPMOVDW     Z0, K1, 32(R9)
 
-stateKVbf16AVX512_storedrow_12:
-stateKVbf16AVX512_rowstored_6:
+stateKVbf16AVX512_storedrow_8:
+stateKVbf16AVX512_rowstored_4:
 	ADDQ R10, R9
 
-stateKVbf16AVX512_nostorerow_6:
+stateKVbf16AVX512_nostorerow_4:
 	TESTQ   R11, R11
-	JZ      stateKVbf16AVX512_nocarryrow_6
-	VMOVUPS Z1, (R11)
-	VMOVUPS Z2, K1, 64(R11)
+	JZ      stateKVbf16AVX512_nocarryrow_4
+	VMOVUPS Z3, (R11)
+	VMOVUPS Z4, K1, 64(R11)
 	ADDQ    R8, R11
 
-stateKVbf16AVX512_nocarryrow_6:
+stateKVbf16AVX512_nocarryrow_4:
 	ADDQ $0x00000080, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVbf16AVX512_rows_6
+	JB   stateKVbf16AVX512_rows_4
 	JMP  stateKVbf16AVX512_tokensout_2
 
-stateKVbf16AVX512_rowsdone_3:
-	JMP stateKVbf16AVX512_tokdone_2
-
-stateKVbf16AVX512_far_2:
-	// em1 < -0.5 or NaN: decay(x) = eg·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         96(SP), AX
-	VBROADCASTSS 4(AX), Z4
-	VBROADCASTSS 8(AX), Z5
-	VBROADCASTSS 12(AX), Z6
-	MOVQ         80(SP), AX
-	MOVQ         88(SP), CX
-	VBROADCASTSS zero<>+0(SB), Z7
-	VMOVUPS      (AX), Z8
-	VMULPS       Z0, Z4, Z0
-	VSUBPS       Z0, Z8, Z8
-	VMULPS       Z8, Z5, Z8
-	VMULPS       Z1, Z4, Z1
-	VFMADD231PS  Z8, Z6, Z1
-	VMOVUPS      Z1, (CX)
-	VSUBPS       Z8, Z8, Z0
-	VPORD        Z0, Z7, Z7
-	VMOVUPS.Z    64(AX), K1, Z9
-	VMULPS       Z2, Z4, Z2
-	VSUBPS       Z2, Z9, Z9
-	VMULPS       Z9, Z5, Z9
-	VMULPS       Z3, Z4, Z3
-	VFMADD231PS  Z9, Z6, Z3
-	VMOVUPS      Z3, K1, 64(CX)
-	VSUBPS       Z9, Z9, Z0
-	VPORD        Z0, Z7, Z7
-	VSUBPS       Z7, Z7, Z0
-	VCMPPS       $0x03, Z0, Z0, K7
-	KMOVW        K7, AX
-	MOVL         AX, 128(SP)
-	VBROADCASTSS zero<>+0(SB), Z0
-	VBROADCASTSS zero<>+0(SB), Z1
-	VBROADCASTSS zero<>+0(SB), Z2
-	VBROADCASTSS zero<>+0(SB), Z3
-
-	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
-	MOVQ  (SP), AX
-	XORQ  CX, CX
-	MOVQ  a_K+0(FP), DX
-	MOVQ  56(SP), BX
-	MOVQ  64(SP), SI
-	MOVQ  72(SP), DI
-	MOVQ  16(SP), R8
-	MOVQ  48(SP), R10
-	MOVQ  a_stores+48(FP), R9
-	MOVQ  (R9)(R10*8), R9
-	TESTQ R9, R9
-	JZ    stateKVbf16AVX512_nostore_4
-	LEAQ  (R9)(R8*2), R9
-
-stateKVbf16AVX512_nostore_4:
-	MOVQ a_V+8(FP), R10
-	SHLQ $0x01, R10
-
-	// Non-temporal stores for this token's rows: a store but the last token's after a token without one, the rows aligned whole vectors.
-	MOVQ  $0x00000000, 120(SP)
-	TESTQ R9, R9
-	JZ    stateKVbf16AVX512_temporal_4
-	MOVQ  48(SP), R11
-	INCQ  R11
-	MOVQ  a_T+16(FP), R12
-	CMPQ  R11, R12
-	JNE   stateKVbf16AVX512_snapshot_4
-	MOVQ  48(SP), R11
-	TESTQ R11, R11
-	JZ    stateKVbf16AVX512_temporal_4
-	MOVQ  a_stores+48(FP), R12
-	CMPQ  -8(R12)(R11*8), $0x00
-	JE    stateKVbf16AVX512_temporal_4
-
-stateKVbf16AVX512_snapshot_4:
-	TESTQ $0x0000001f, R9
-	JNZ   stateKVbf16AVX512_temporal_4
-	TESTQ $0x0000001f, R10
-	JNZ   stateKVbf16AVX512_temporal_4
-	MOVQ  $0x00000001, 120(SP)
-
-stateKVbf16AVX512_temporal_4:
-	XORQ  R11, R11
-	MOVQ  48(SP), R12
-	INCQ  R12
-	MOVQ  a_T+16(FP), R13
-	CMPQ  R12, R13
-	JNE   stateKVbf16AVX512_nocarry_4
-	MOVQ  a_carry+56(FP), R11
-	TESTQ R11, R11
-	JZ    stateKVbf16AVX512_nocarry_4
-	LEAQ  (R11)(R8*4), R11
-
-stateKVbf16AVX512_nocarry_4:
-	MOVQ     a_V+8(FP), R8
-	SHLQ     $0x02, R8
-	MOVQ     48(SP), R12
-	INCQ     R12
-	MOVQ     a_T+16(FP), R13
-	CMPQ     R12, R13
-	JE       stateKVbf16AVX512_lastrows_4
-	KXNORW   K4, K4, K4
-	KUNPCKWD K4, K1, K3
-	KNOTD    K3, K4
-
-stateKVbf16AVX512_rows_7:
-	VBROADCASTSS (BX)(CX*4), Z5
-	VBROADCASTSS (SI)(CX*4), Z6
-	VBROADCASTSS (DI)(CX*4), Z7
-	VMOVUPS      (AX), Z10
-	VMULPS       Z10, Z4, Z10
-	VFMADD231PS  Z8, Z5, Z10
-	VMOVUPS      Z10, (AX)
-	VFMADD231PS  Z10, Z6, Z0
-	VFMADD231PS  Z10, Z7, Z1
-	VMOVUPS      64(AX), Z10
-	VMULPS       Z10, Z4, Z10
-	VFMADD231PS  Z9, Z5, Z10
-	VMOVUPS      Z10, 64(AX)
-	VFMADD231PS  Z10, Z6, Z2
-	VFMADD231PS  Z10, Z7, Z3
-	TESTQ        R9, R9
-	JZ           stateKVbf16AVX512_nostorerow_7
-	CMPL         128(SP), $0x00
-	JNE          stateKVbf16AVX512_rownan_7
-	CMPB         a_cvt+152(FP), $0x00
-	JE           stateKVbf16AVX512_rowints_3
-	CMPB         120(SP), $0x00
-	JNE          stateKVbf16AVX512_rowints_3
-	VPBROADCASTD mag16<>+0(SB), Z5
-	KXNORD       K6, K6, K6
-	VMOVUPS      (AX), Z6
-	VMOVUPS      64(AX), Z7
-	BYTE $0x62; BYTE $0xf2; BYTE $0x47; BYTE $0x48; BYTE $0x72; BYTE $0xf6 // VCVTNE2PS2BF16 Z6, Z7, Z6
-	VMOVDQU16 Z6, K3, (R9)
-	VPTESTMW  Z5, Z6, K3, K5
-	KORD      K4, K5, K5
-	KANDD     K5, K6, K6
-	KORTESTD  K6, K6
-	JCS       stateKVbf16AVX512_rowstored_7
-	JMP       stateKVbf16AVX512_rownan_7
-
-stateKVbf16AVX512_rowints_3:
-	CMPB        120(SP), $0x00
-	JE          stateKVbf16AVX512_temporalrow_13
-	VMOVUPS     (AX), Z5
-	VPSRLD      $0x10, Z5, Z6
-	VPANDD.BCST one_i<>+0(SB), Z6, Z6
-	VPADDD.BCST round<>+0(SB), Z5, Z5
-	VPADDD      Z6, Z5, Z5
-	VPSRLD      $0x10, Z5, Z5
-	VPMOVDW     Z5, Y5
-	VMOVNTDQ    Y5, (R9)
-	VMOVUPS     64(AX), Z5
-	VPSRLD      $0x10, Z5, Z6
-	VPANDD.BCST one_i<>+0(SB), Z6, Z6
-	VPADDD.BCST round<>+0(SB), Z5, Z5
-	VPADDD      Z6, Z5, Z5
-	VPSRLD      $0x10, Z5, Z5
-	VPMOVDW     Z5, Y5
-	VMOVNTDQ    Y5, 32(R9)
-	JMP         stateKVbf16AVX512_storedrow_13
-
-stateKVbf16AVX512_temporalrow_13:
-	VMOVUPS     (AX), Z5
-	VPSRLD      $0x10, Z5, Z6
-	VPANDD.BCST one_i<>+0(SB), Z6, Z6
-	VPADDD.BCST round<>+0(SB), Z5, Z5
-	VPADDD      Z6, Z5, Z5
-	VPSRLD      $0x10, Z5, Z5
-	VPMOVDW     Z5, (R9)
-	VMOVUPS     64(AX), Z5
-	VPSRLD      $0x10, Z5, Z6
-	VPANDD.BCST one_i<>+0(SB), Z6, Z6
-	VPADDD.BCST round<>+0(SB), Z5, Z5
-	VPADDD      Z6, Z5, Z5
-	VPSRLD      $0x10, Z5, Z5
-	VPMOVDW     Z5, K1, 32(R9)
-
-stateKVbf16AVX512_storedrow_13:
-	JMP stateKVbf16AVX512_rowstored_7
-
-stateKVbf16AVX512_rownan_7:
-	CMPB        120(SP), $0x00
-	JE          stateKVbf16AVX512_temporalrow_14
-	VMOVUPS     (AX), Z5
-	VPSRLD      $0x10, Z5, Z6
-	VCMPPS      $0x03, Z5, Z5, K2
-	VPANDD.BCST one_i<>+0(SB), Z6, Z7
-	VPADDD.BCST round<>+0(SB), Z5, Z5
-	VPADDD      Z7, Z5, Z5
-	VPSRLD      $0x10, Z5, Z5
-	VPORD.BCST  quiet<>+0(SB), Z6, K2, Z5
-	VPMOVDW     Z5, Y5
-	VMOVNTDQ    Y5, (R9)
-	VMOVUPS     64(AX), Z5
-	VPSRLD      $0x10, Z5, Z6
-	VCMPPS      $0x03, Z5, Z5, K2
-	VPANDD.BCST one_i<>+0(SB), Z6, Z7
-	VPADDD.BCST round<>+0(SB), Z5, Z5
-	VPADDD      Z7, Z5, Z5
-	VPSRLD      $0x10, Z5, Z5
-	VPORD.BCST  quiet<>+0(SB), Z6, K2, Z5
-	VPMOVDW     Z5, Y5
-	VMOVNTDQ    Y5, 32(R9)
-	JMP         stateKVbf16AVX512_storedrow_14
-
-stateKVbf16AVX512_temporalrow_14:
-	VMOVUPS     (AX), Z5
-	VPSRLD      $0x10, Z5, Z6
-	VCMPPS      $0x03, Z5, Z5, K2
-	VPANDD.BCST one_i<>+0(SB), Z6, Z7
-	VPADDD.BCST round<>+0(SB), Z5, Z5
-	VPADDD      Z7, Z5, Z5
-	VPSRLD      $0x10, Z5, Z5
-	VPORD.BCST  quiet<>+0(SB), Z6, K2, Z5
-	VPMOVDW     Z5, (R9)
-	VMOVUPS     64(AX), Z5
-	VPSRLD      $0x10, Z5, Z6
-	VCMPPS      $0x03, Z5, Z5, K2
-	VPANDD.BCST one_i<>+0(SB), Z6, Z7
-	VPADDD.BCST round<>+0(SB), Z5, Z5
-	VPADDD      Z7, Z5, Z5
-	VPSRLD      $0x10, Z5, Z5
-	VPORD.BCST  quiet<>+0(SB), Z6, K2, Z5
-	VPMOVDW     Z5, K1, 32(R9)
-
-stateKVbf16AVX512_storedrow_14:
-stateKVbf16AVX512_rowstored_7:
-	ADDQ R10, R9
-
-stateKVbf16AVX512_nostorerow_7:
-	TESTQ   R11, R11
-	JZ      stateKVbf16AVX512_nocarryrow_7
-	VMOVUPS (AX), Z5
-	VMOVUPS Z5, (R11)
-	VMOVUPS 64(AX), Z5
-	VMOVUPS Z5, K1, 64(R11)
-	ADDQ    R8, R11
-
-stateKVbf16AVX512_nocarryrow_7:
-	ADDQ $0x00000080, AX
-	INCQ CX
-	CMPQ CX, DX
-	JB   stateKVbf16AVX512_rows_7
-	JMP  stateKVbf16AVX512_rowsdone_4
-
-stateKVbf16AVX512_lastrows_4:
-	KXNORW   K4, K4, K4
-	KUNPCKWD K4, K1, K3
-	KNOTD    K3, K4
-
-stateKVbf16AVX512_rows_8:
-	VBROADCASTSS (BX)(CX*4), Z0
-	VMOVUPS      (AX), Z1
-	VMULPS       Z1, Z4, Z1
-	VFMADD231PS  Z8, Z0, Z1
-	VMOVUPS      64(AX), Z2
-	VMULPS       Z2, Z4, Z2
-	VFMADD231PS  Z9, Z0, Z2
-	TESTQ        R9, R9
-	JZ           stateKVbf16AVX512_nostorerow_8
-	CMPL         128(SP), $0x00
-	JNE          stateKVbf16AVX512_rownan_8
-	CMPB         a_cvt+152(FP), $0x00
-	JE           stateKVbf16AVX512_rowints_4
-	CMPB         120(SP), $0x00
-	JNE          stateKVbf16AVX512_rowints_4
-	VPBROADCASTD mag16<>+0(SB), Z0
-	KXNORD       K6, K6, K6
-	BYTE $0x62; BYTE $0xf2; BYTE $0x6f; BYTE $0x48; BYTE $0x72; BYTE $0xd9 // VCVTNE2PS2BF16 Z1, Z2, Z3
-	VMOVDQU16 Z3, K3, (R9)
-	VPTESTMW  Z0, Z3, K3, K5
-	KORD      K4, K5, K5
-	KANDD     K5, K6, K6
-	KORTESTD  K6, K6
-	JCS       stateKVbf16AVX512_rowstored_8
-	JMP       stateKVbf16AVX512_rownan_8
-
-stateKVbf16AVX512_rowints_4:
-	CMPB        120(SP), $0x00
-	JE          stateKVbf16AVX512_temporalrow_15
-	VMOVAPS     Z1, Z0
-	VPSRLD      $0x10, Z0, Z3
-	VPANDD.BCST one_i<>+0(SB), Z3, Z3
-	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z3, Z0, Z0
-	VPSRLD      $0x10, Z0, Z0
-	VPMOVDW     Z0, Y0
-	VMOVNTDQ    Y0, (R9)
-	VMOVAPS     Z2, Z0
-	VPSRLD      $0x10, Z0, Z3
-	VPANDD.BCST one_i<>+0(SB), Z3, Z3
-	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z3, Z0, Z0
-	VPSRLD      $0x10, Z0, Z0
-	VPMOVDW     Z0, Y0
-	VMOVNTDQ    Y0, 32(R9)
-	JMP         stateKVbf16AVX512_storedrow_15
-
-stateKVbf16AVX512_temporalrow_15:
-	VMOVAPS     Z1, Z0
-	VPSRLD      $0x10, Z0, Z3
-	VPANDD.BCST one_i<>+0(SB), Z3, Z3
-	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z3, Z0, Z0
-	VPSRLD      $0x10, Z0, Z0
-	VPMOVDW     Z0, (R9)
-	VMOVAPS     Z2, Z0
-	VPSRLD      $0x10, Z0, Z3
-	VPANDD.BCST one_i<>+0(SB), Z3, Z3
-	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z3, Z0, Z0
-	VPSRLD      $0x10, Z0, Z0
-	VPMOVDW     Z0, K1, 32(R9)
-
-stateKVbf16AVX512_storedrow_15:
-	JMP stateKVbf16AVX512_rowstored_8
-
-stateKVbf16AVX512_rownan_8:
-	CMPB        120(SP), $0x00
-	JE          stateKVbf16AVX512_temporalrow_16
-	VMOVAPS     Z1, Z0
-	VPSRLD      $0x10, Z0, Z3
-	VCMPPS      $0x03, Z0, Z0, K2
-	VPANDD.BCST one_i<>+0(SB), Z3, Z5
-	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z5, Z0, Z0
-	VPSRLD      $0x10, Z0, Z0
-	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
-	VPMOVDW     Z0, Y0
-	VMOVNTDQ    Y0, (R9)
-	VMOVAPS     Z2, Z0
-	VPSRLD      $0x10, Z0, Z3
-	VCMPPS      $0x03, Z0, Z0, K2
-	VPANDD.BCST one_i<>+0(SB), Z3, Z5
-	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z5, Z0, Z0
-	VPSRLD      $0x10, Z0, Z0
-	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
-	VPMOVDW     Z0, Y0
-	VMOVNTDQ    Y0, 32(R9)
-	JMP         stateKVbf16AVX512_storedrow_16
-
-stateKVbf16AVX512_temporalrow_16:
-	VMOVAPS     Z1, Z0
-	VPSRLD      $0x10, Z0, Z3
-	VCMPPS      $0x03, Z0, Z0, K2
-	VPANDD.BCST one_i<>+0(SB), Z3, Z5
-	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z5, Z0, Z0
-	VPSRLD      $0x10, Z0, Z0
-	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
-	VPMOVDW     Z0, (R9)
-	VMOVAPS     Z2, Z0
-	VPSRLD      $0x10, Z0, Z3
-	VCMPPS      $0x03, Z0, Z0, K2
-	VPANDD.BCST one_i<>+0(SB), Z3, Z5
-	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z5, Z0, Z0
-	VPSRLD      $0x10, Z0, Z0
-	VPORD.BCST  quiet<>+0(SB), Z3, K2, Z0
-	VPMOVDW     Z0, K1, 32(R9)
-
-stateKVbf16AVX512_storedrow_16:
-stateKVbf16AVX512_rowstored_8:
-	ADDQ R10, R9
-
-stateKVbf16AVX512_nostorerow_8:
-	TESTQ   R11, R11
-	JZ      stateKVbf16AVX512_nocarryrow_8
-	VMOVUPS Z1, (R11)
-	VMOVUPS Z2, K1, 64(R11)
-	ADDQ    R8, R11
-
-stateKVbf16AVX512_nocarryrow_8:
-	ADDQ $0x00000080, AX
-	INCQ CX
-	CMPQ CX, DX
-	JB   stateKVbf16AVX512_rows_8
-	JMP  stateKVbf16AVX512_tokensout_2
-
-stateKVbf16AVX512_rowsdone_4:
-stateKVbf16AVX512_tokdone_2:
-	MOVQ 64(SP), AX
-	MOVQ AX, 56(SP)
+stateKVbf16AVX512_rowsdone_2:
+	MOVQ a_K+0(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 56(SP)
+	MOVQ 120(SP), AX
+	ADDQ AX, 144(SP)
 	ADDQ $0x10, 96(SP)
 	MOVQ a_vs+24(FP), AX
 	SHLQ $0x02, AX
@@ -7978,8 +7099,8 @@ stateKVbf16AVX512_masked4_1:
 	VBROADCASTSS zero<>+0(SB), Z5
 	VBROADCASTSS zero<>+0(SB), Z6
 	VBROADCASTSS zero<>+0(SB), Z7
-	MOVQ         a_kh+64(FP), SI
-	MOVQ         a_qh+72(FP), DI
+	MOVQ         104(SP), SI
+	MOVQ         112(SP), DI
 	MOVQ         (SP), R8
 	XORQ         R9, R9
 	IMUL3Q       $0x00000020, BX, R10
@@ -8030,8 +7151,8 @@ stateKVbf16AVX512_from16_3:
 	VBROADCASTSS zero<>+0(SB), Z5
 	VBROADCASTSS zero<>+0(SB), Z6
 	VBROADCASTSS zero<>+0(SB), Z7
-	MOVQ         a_kh+64(FP), SI
-	MOVQ         a_qh+72(FP), DI
+	MOVQ         104(SP), SI
+	MOVQ         112(SP), DI
 	MOVQ         (SP), R8
 	XORQ         R9, R9
 	IMUL3Q       $0x00000020, BX, R10
@@ -8075,6 +7196,8 @@ stateKVbf16AVX512_loaded_3:
 	MOVQ AX, 48(SP)
 	MOVQ a_kh+64(FP), AX
 	MOVQ AX, 56(SP)
+	MOVQ 136(SP), AX
+	MOVQ AX, 144(SP)
 	MOVQ a_tok+96(FP), AX
 	MOVQ AX, 96(SP)
 	MOVQ a_v+80(FP), AX
@@ -8086,10 +7209,10 @@ stateKVbf16AVX512_loaded_3:
 
 stateKVbf16AVX512_token_3:
 	// The prefetch list's next group.
-	MOVQ 104(SP), AX
+	MOVQ 168(SP), AX
 
 stateKVbf16AVX512_pfentry_3:
-	CMPQ  AX, 112(SP)
+	CMPQ  AX, 176(SP)
 	JAE   stateKVbf16AVX512_pfdone_3
 	MOVQ  (AX), DX
 	MOVQ  8(AX), CX
@@ -8105,11 +7228,11 @@ stateKVbf16AVX512_pfline_3:
 	JMP        stateKVbf16AVX512_pfentry_3
 
 stateKVbf16AVX512_pfdone_3:
-	MOVQ AX, 104(SP)
+	MOVQ AX, 168(SP)
 
 	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
 	MOVQ 48(SP), AX
-	MOVQ a_K+0(FP), CX
+	MOVQ 120(SP), CX
 	INCQ AX
 	MOVQ a_T+16(FP), DX
 	CMPQ AX, DX
@@ -8117,67 +7240,83 @@ stateKVbf16AVX512_pfdone_3:
 	DECQ AX
 
 stateKVbf16AVX512_notlast_3:
-	IMULQ    CX, AX
-	MOVQ     a_kh+64(FP), CX
-	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 64(SP)
-	MOVQ     a_qh+72(FP), CX
-	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 72(SP)
+	IMULQ CX, AX
+	MOVQ  104(SP), CX
+	ADDQ  AX, CX
+	MOVQ  CX, 64(SP)
+	MOVQ  112(SP), CX
+	ADDQ  AX, CX
+	MOVQ  CX, 72(SP)
+
+	// The token's decay as a pair (c, m), decay(x) = c·x + (x & m): (em1, all ones) = x + em1·x where em1 ≥ -0.5, else (eg, the sign bit) = eg·x (also for a NaN em1).
 	MOVQ     96(SP), AX
+	MOVL     (AX), CX
+	MOVL     $0xffffffff, DX
+	MOVL     $0x80000000, BX
 	VMOVSS   (AX), X8
 	VUCOMISS nearone<>+0(SB), X8
-	JCS      stateKVbf16AVX512_far_3
+	CMOVLCS  4(AX), CX
+	CMOVLCS  BX, DX
+	MOVL     CX, 152(SP)
+	MOVL     DX, 156(SP)
 
-	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	MOVQ         96(SP), AX
-	VBROADCASTSS (AX), Z8
-	VBROADCASTSS 8(AX), Z9
-	VBROADCASTSS 12(AX), Z10
+	VBROADCASTSS 152(SP), Z8
+	VBROADCASTSS 156(SP), Z9
+	VBROADCASTSS 8(AX), Z10
+	VBROADCASTSS 12(AX), Z11
 	MOVQ         80(SP), AX
 	MOVQ         88(SP), CX
-	VBROADCASTSS zero<>+0(SB), Z11
-	VMOVUPS      (AX), Z12
-	VFMADD213PS  Z0, Z8, Z0
-	VSUBPS       Z0, Z12, Z12
-	VMULPS       Z12, Z9, Z12
-	VFMADD213PS  Z1, Z8, Z1
-	VFMADD231PS  Z12, Z10, Z1
+	VBROADCASTSS zero<>+0(SB), Z12
+	VMOVUPS      (AX), Z13
+	VPANDD       Z9, Z0, Z14
+	VFMADD132PS  Z8, Z14, Z0
+	VSUBPS       Z0, Z13, Z13
+	VMULPS       Z13, Z10, Z13
+	VPANDD       Z9, Z1, Z0
+	VFMADD132PS  Z8, Z0, Z1
+	VFMADD231PS  Z13, Z11, Z1
 	VMOVUPS      Z1, (CX)
-	VSUBPS       Z12, Z12, Z0
-	VPORD        Z0, Z11, Z11
-	VMOVUPS      64(AX), Z13
-	VFMADD213PS  Z2, Z8, Z2
-	VSUBPS       Z2, Z13, Z13
-	VMULPS       Z13, Z9, Z13
-	VFMADD213PS  Z3, Z8, Z3
-	VFMADD231PS  Z13, Z10, Z3
-	VMOVUPS      Z3, 64(CX)
 	VSUBPS       Z13, Z13, Z0
-	VPORD        Z0, Z11, Z11
-	VMOVUPS      128(AX), Z14
-	VFMADD213PS  Z4, Z8, Z4
-	VSUBPS       Z4, Z14, Z14
-	VMULPS       Z14, Z9, Z14
-	VFMADD213PS  Z5, Z8, Z5
-	VFMADD231PS  Z14, Z10, Z5
-	VMOVUPS      Z5, 128(CX)
+	VPORD        Z0, Z12, Z12
+	VMOVUPS      64(AX), Z14
+	VPANDD       Z9, Z2, Z0
+	VFMADD132PS  Z8, Z0, Z2
+	VSUBPS       Z2, Z14, Z14
+	VMULPS       Z14, Z10, Z14
+	VPANDD       Z9, Z3, Z0
+	VFMADD132PS  Z8, Z0, Z3
+	VFMADD231PS  Z14, Z11, Z3
+	VMOVUPS      Z3, 64(CX)
 	VSUBPS       Z14, Z14, Z0
-	VPORD        Z0, Z11, Z11
-	VMOVUPS.Z    192(AX), K1, Z15
-	VFMADD213PS  Z6, Z8, Z6
-	VSUBPS       Z6, Z15, Z15
-	VMULPS       Z15, Z9, Z15
-	VFMADD213PS  Z7, Z8, Z7
-	VFMADD231PS  Z15, Z10, Z7
-	VMOVUPS      Z7, K1, 192(CX)
+	VPORD        Z0, Z12, Z12
+	VMOVUPS      128(AX), Z15
+	VPANDD       Z9, Z4, Z0
+	VFMADD132PS  Z8, Z0, Z4
+	VSUBPS       Z4, Z15, Z15
+	VMULPS       Z15, Z10, Z15
+	VPANDD       Z9, Z5, Z0
+	VFMADD132PS  Z8, Z0, Z5
+	VFMADD231PS  Z15, Z11, Z5
+	VMOVUPS      Z5, 128(CX)
 	VSUBPS       Z15, Z15, Z0
-	VPORD        Z0, Z11, Z11
-	VSUBPS       Z11, Z11, Z0
+	VPORD        Z0, Z12, Z12
+	VMOVUPS.Z    192(AX), K1, Z16
+	VPANDD       Z9, Z6, Z0
+	VFMADD132PS  Z8, Z0, Z6
+	VSUBPS       Z6, Z16, Z16
+	VMULPS       Z16, Z10, Z16
+	VPANDD       Z9, Z7, Z0
+	VFMADD132PS  Z8, Z0, Z7
+	VFMADD231PS  Z16, Z11, Z7
+	VMOVUPS      Z7, K1, 192(CX)
+	VSUBPS       Z16, Z16, Z0
+	VPORD        Z0, Z12, Z12
+	VSUBPS       Z12, Z12, Z0
 	VCMPPS       $0x03, Z0, Z0, K7
 	KMOVW        K7, AX
-	MOVL         AX, 128(SP)
+	MOVL         AX, 192(SP)
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
 	VBROADCASTSS zero<>+0(SB), Z2
@@ -8187,7 +7326,7 @@ stateKVbf16AVX512_notlast_3:
 	VBROADCASTSS zero<>+0(SB), Z6
 	VBROADCASTSS zero<>+0(SB), Z7
 
-	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	// S' = decay(S) + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
 	MOVQ  (SP), AX
 	XORQ  CX, CX
 	MOVQ  a_K+0(FP), DX
@@ -8199,1082 +7338,535 @@ stateKVbf16AVX512_notlast_3:
 	MOVQ  a_stores+48(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
-	JZ    stateKVbf16AVX512_nostore_5
+	JZ    stateKVbf16AVX512_nostore_3
 	LEAQ  (R9)(R8*2), R9
 
-stateKVbf16AVX512_nostore_5:
+stateKVbf16AVX512_nostore_3:
 	MOVQ a_V+8(FP), R10
 	SHLQ $0x01, R10
 
 	// Non-temporal stores for this token's rows: a store but the last token's after a token without one, the rows aligned whole vectors.
-	MOVQ  $0x00000000, 120(SP)
+	MOVQ  $0x00000000, 184(SP)
 	TESTQ R9, R9
-	JZ    stateKVbf16AVX512_temporal_5
+	JZ    stateKVbf16AVX512_temporal_3
 	MOVQ  48(SP), R11
 	INCQ  R11
 	MOVQ  a_T+16(FP), R12
 	CMPQ  R11, R12
-	JNE   stateKVbf16AVX512_snapshot_5
+	JNE   stateKVbf16AVX512_snapshot_3
 	MOVQ  48(SP), R11
 	TESTQ R11, R11
-	JZ    stateKVbf16AVX512_temporal_5
+	JZ    stateKVbf16AVX512_temporal_3
 	MOVQ  a_stores+48(FP), R12
 	CMPQ  -8(R12)(R11*8), $0x00
-	JE    stateKVbf16AVX512_temporal_5
+	JE    stateKVbf16AVX512_temporal_3
 
-stateKVbf16AVX512_snapshot_5:
+stateKVbf16AVX512_snapshot_3:
 	TESTQ $0x0000001f, R9
-	JNZ   stateKVbf16AVX512_temporal_5
+	JNZ   stateKVbf16AVX512_temporal_3
 	TESTQ $0x0000001f, R10
-	JNZ   stateKVbf16AVX512_temporal_5
-	MOVQ  $0x00000001, 120(SP)
+	JNZ   stateKVbf16AVX512_temporal_3
+	MOVQ  $0x00000001, 184(SP)
 
-stateKVbf16AVX512_temporal_5:
+stateKVbf16AVX512_temporal_3:
 	XORQ  R11, R11
 	MOVQ  48(SP), R12
 	INCQ  R12
 	MOVQ  a_T+16(FP), R13
 	CMPQ  R12, R13
-	JNE   stateKVbf16AVX512_nocarry_5
+	JNE   stateKVbf16AVX512_nocarry_3
 	MOVQ  a_carry+56(FP), R11
 	TESTQ R11, R11
-	JZ    stateKVbf16AVX512_nocarry_5
+	JZ    stateKVbf16AVX512_nocarry_3
 	LEAQ  (R11)(R8*4), R11
 
-stateKVbf16AVX512_nocarry_5:
+stateKVbf16AVX512_nocarry_3:
 	MOVQ     a_V+8(FP), R8
 	SHLQ     $0x02, R8
 	MOVQ     48(SP), R12
 	INCQ     R12
 	MOVQ     a_T+16(FP), R13
 	CMPQ     R12, R13
-	JE       stateKVbf16AVX512_lastrows_5
+	JE       stateKVbf16AVX512_lastrows_3
 	KXNORW   K4, K4, K4
 	KUNPCKWD K4, K1, K3
 	KNOTD    K3, K4
+	MOVQ     144(SP), R12
+	CMPQ     128(SP), $0x00
+	JNE      stateKVbf16AVX512_decaysset_5
+	LEAQ     152(SP), R12
 
-stateKVbf16AVX512_rows_9:
-	VBROADCASTSS (BX)(CX*4), Z9
-	VBROADCASTSS (SI)(CX*4), Z10
-	VBROADCASTSS (DI)(CX*4), Z11
-	VMOVUPS      (AX), Z16
-	VFMADD213PS  Z16, Z8, Z16
-	VFMADD231PS  Z12, Z9, Z16
-	VMOVUPS      Z16, (AX)
-	VFMADD231PS  Z16, Z10, Z0
-	VFMADD231PS  Z16, Z11, Z1
-	VMOVUPS      64(AX), Z16
-	VFMADD213PS  Z16, Z8, Z16
-	VFMADD231PS  Z13, Z9, Z16
-	VMOVUPS      Z16, 64(AX)
-	VFMADD231PS  Z16, Z10, Z2
-	VFMADD231PS  Z16, Z11, Z3
-	VMOVUPS      128(AX), Z16
-	VFMADD213PS  Z16, Z8, Z16
-	VFMADD231PS  Z14, Z9, Z16
-	VMOVUPS      Z16, 128(AX)
-	VFMADD231PS  Z16, Z10, Z4
-	VFMADD231PS  Z16, Z11, Z5
-	VMOVUPS      192(AX), Z16
-	VFMADD213PS  Z16, Z8, Z16
-	VFMADD231PS  Z15, Z9, Z16
-	VMOVUPS      Z16, 192(AX)
-	VFMADD231PS  Z16, Z10, Z6
-	VFMADD231PS  Z16, Z11, Z7
+stateKVbf16AVX512_decaysset_5:
+stateKVbf16AVX512_rows_5:
+	VBROADCASTSS (BX)(CX*4), Z8
+	VBROADCASTSS (R12), Z9
+	VBROADCASTSS 4(R12), Z10
+	ADDQ         128(SP), R12
+	VBROADCASTSS (SI)(CX*4), Z11
+	VBROADCASTSS (DI)(CX*4), Z12
+	VMOVUPS      (AX), Z17
+	VPANDD       Z10, Z17, Z18
+	VFMADD132PS  Z9, Z18, Z17
+	VFMADD231PS  Z13, Z8, Z17
+	VMOVUPS      Z17, (AX)
+	VFMADD231PS  Z17, Z11, Z0
+	VFMADD231PS  Z17, Z12, Z1
+	VMOVUPS      64(AX), Z17
+	VPANDD       Z10, Z17, Z18
+	VFMADD132PS  Z9, Z18, Z17
+	VFMADD231PS  Z14, Z8, Z17
+	VMOVUPS      Z17, 64(AX)
+	VFMADD231PS  Z17, Z11, Z2
+	VFMADD231PS  Z17, Z12, Z3
+	VMOVUPS      128(AX), Z17
+	VPANDD       Z10, Z17, Z18
+	VFMADD132PS  Z9, Z18, Z17
+	VFMADD231PS  Z15, Z8, Z17
+	VMOVUPS      Z17, 128(AX)
+	VFMADD231PS  Z17, Z11, Z4
+	VFMADD231PS  Z17, Z12, Z5
+	VMOVUPS      192(AX), Z17
+	VPANDD       Z10, Z17, Z10
+	VFMADD132PS  Z9, Z10, Z17
+	VFMADD231PS  Z16, Z8, Z17
+	VMOVUPS      Z17, 192(AX)
+	VFMADD231PS  Z17, Z11, Z6
+	VFMADD231PS  Z17, Z12, Z7
 	TESTQ        R9, R9
-	JZ           stateKVbf16AVX512_nostorerow_9
-	CMPL         128(SP), $0x00
-	JNE          stateKVbf16AVX512_rownan_9
-	CMPB         a_cvt+152(FP), $0x00
-	JE           stateKVbf16AVX512_rowints_5
-	CMPB         120(SP), $0x00
-	JNE          stateKVbf16AVX512_rowints_5
-	VPBROADCASTD mag16<>+0(SB), Z9
+	JZ           stateKVbf16AVX512_nostorerow_5
+	CMPL         192(SP), $0x00
+	JNE          stateKVbf16AVX512_rownan_5
+	CMPB         a_cvt+160(FP), $0x00
+	JE           stateKVbf16AVX512_rowints_3
+	CMPB         184(SP), $0x00
+	JNE          stateKVbf16AVX512_rowints_3
+	VPBROADCASTD mag16<>+0(SB), Z8
 	KXNORD       K6, K6, K6
-	VMOVUPS      (AX), Z10
-	VMOVUPS      64(AX), Z11
-	BYTE $0x62; BYTE $0x52; BYTE $0x27; BYTE $0x48; BYTE $0x72; BYTE $0xd2 // VCVTNE2PS2BF16 Z10, Z11, Z10
-	VMOVDQU32 Z10, (R9)
-	VPTESTMW  Z9, Z10, K6, K6
-	VMOVUPS   128(AX), Z10
-	VMOVUPS   192(AX), Z11
-	BYTE $0x62; BYTE $0x52; BYTE $0x27; BYTE $0x48; BYTE $0x72; BYTE $0xd2 // VCVTNE2PS2BF16 Z10, Z11, Z10
-	VMOVDQU16 Z10, K3, 64(R9)
-	VPTESTMW  Z9, Z10, K3, K5
+	VMOVUPS      (AX), Z9
+	VMOVUPS      64(AX), Z10
+	BYTE $0x62; BYTE $0x52; BYTE $0x2f; BYTE $0x48; BYTE $0x72; BYTE $0xc9 // VCVTNE2PS2BF16 Z9, Z10, Z9
+	VMOVDQU32 Z9, (R9)
+	VPTESTMW  Z8, Z9, K6, K6
+	VMOVUPS   128(AX), Z9
+	VMOVUPS   192(AX), Z10
+	BYTE $0x62; BYTE $0x52; BYTE $0x2f; BYTE $0x48; BYTE $0x72; BYTE $0xc9 // VCVTNE2PS2BF16 Z9, Z10, Z9
+	VMOVDQU16 Z9, K3, 64(R9)
+	VPTESTMW  Z8, Z9, K3, K5
 	KORD      K4, K5, K5
 	KANDD     K5, K6, K6
 	KORTESTD  K6, K6
-	JCS       stateKVbf16AVX512_rowstored_9
-	JMP       stateKVbf16AVX512_rownan_9
+	JCS       stateKVbf16AVX512_rowstored_5
+	JMP       stateKVbf16AVX512_rownan_5
 
-stateKVbf16AVX512_rowints_5:
-	CMPB        120(SP), $0x00
-	JE          stateKVbf16AVX512_temporalrow_17
-	VMOVUPS     (AX), Z9
-	VPSRLD      $0x10, Z9, Z10
-	VPANDD.BCST one_i<>+0(SB), Z10, Z10
-	VPADDD.BCST round<>+0(SB), Z9, Z9
-	VPADDD      Z10, Z9, Z9
-	VPSRLD      $0x10, Z9, Z9
-	VPMOVDW     Z9, Y9
-	VMOVNTDQ    Y9, (R9)
-	VMOVUPS     64(AX), Z9
-	VPSRLD      $0x10, Z9, Z10
-	VPANDD.BCST one_i<>+0(SB), Z10, Z10
-	VPADDD.BCST round<>+0(SB), Z9, Z9
-	VPADDD      Z10, Z9, Z9
-	VPSRLD      $0x10, Z9, Z9
-	VPMOVDW     Z9, Y9
-	VMOVNTDQ    Y9, 32(R9)
-	VMOVUPS     128(AX), Z9
-	VPSRLD      $0x10, Z9, Z10
-	VPANDD.BCST one_i<>+0(SB), Z10, Z10
-	VPADDD.BCST round<>+0(SB), Z9, Z9
-	VPADDD      Z10, Z9, Z9
-	VPSRLD      $0x10, Z9, Z9
-	VPMOVDW     Z9, Y9
-	VMOVNTDQ    Y9, 64(R9)
-	VMOVUPS     192(AX), Z9
-	VPSRLD      $0x10, Z9, Z10
-	VPANDD.BCST one_i<>+0(SB), Z10, Z10
-	VPADDD.BCST round<>+0(SB), Z9, Z9
-	VPADDD      Z10, Z9, Z9
-	VPSRLD      $0x10, Z9, Z9
-	VPMOVDW     Z9, Y9
-	VMOVNTDQ    Y9, 96(R9)
-	JMP         stateKVbf16AVX512_storedrow_17
+stateKVbf16AVX512_rowints_3:
+	CMPB        184(SP), $0x00
+	JE          stateKVbf16AVX512_temporalrow_9
+	VMOVUPS     (AX), Z8
+	VPSRLD      $0x10, Z8, Z9
+	VPANDD.BCST one_i<>+0(SB), Z9, Z9
+	VPADDD.BCST round<>+0(SB), Z8, Z8
+	VPADDD      Z9, Z8, Z8
+	VPSRLD      $0x10, Z8, Z8
+	VPMOVDW     Z8, Y8
+	VMOVNTDQ    Y8, (R9)
+	VMOVUPS     64(AX), Z8
+	VPSRLD      $0x10, Z8, Z9
+	VPANDD.BCST one_i<>+0(SB), Z9, Z9
+	VPADDD.BCST round<>+0(SB), Z8, Z8
+	VPADDD      Z9, Z8, Z8
+	VPSRLD      $0x10, Z8, Z8
+	VPMOVDW     Z8, Y8
+	VMOVNTDQ    Y8, 32(R9)
+	VMOVUPS     128(AX), Z8
+	VPSRLD      $0x10, Z8, Z9
+	VPANDD.BCST one_i<>+0(SB), Z9, Z9
+	VPADDD.BCST round<>+0(SB), Z8, Z8
+	VPADDD      Z9, Z8, Z8
+	VPSRLD      $0x10, Z8, Z8
+	VPMOVDW     Z8, Y8
+	VMOVNTDQ    Y8, 64(R9)
+	VMOVUPS     192(AX), Z8
+	VPSRLD      $0x10, Z8, Z9
+	VPANDD.BCST one_i<>+0(SB), Z9, Z9
+	VPADDD.BCST round<>+0(SB), Z8, Z8
+	VPADDD      Z9, Z8, Z8
+	VPSRLD      $0x10, Z8, Z8
+	VPMOVDW     Z8, Y8
+	VMOVNTDQ    Y8, 96(R9)
+	JMP         stateKVbf16AVX512_storedrow_9
 
-stateKVbf16AVX512_temporalrow_17:
-	VMOVUPS     (AX), Z9
-	VPSRLD      $0x10, Z9, Z10
-	VPANDD.BCST one_i<>+0(SB), Z10, Z10
-	VPADDD.BCST round<>+0(SB), Z9, Z9
-	VPADDD      Z10, Z9, Z9
-	VPSRLD      $0x10, Z9, Z9
-	VPMOVDW     Z9, (R9)
-	VMOVUPS     64(AX), Z9
-	VPSRLD      $0x10, Z9, Z10
-	VPANDD.BCST one_i<>+0(SB), Z10, Z10
-	VPADDD.BCST round<>+0(SB), Z9, Z9
-	VPADDD      Z10, Z9, Z9
-	VPSRLD      $0x10, Z9, Z9
-	VPMOVDW     Z9, 32(R9)
-	VMOVUPS     128(AX), Z9
-	VPSRLD      $0x10, Z9, Z10
-	VPANDD.BCST one_i<>+0(SB), Z10, Z10
-	VPADDD.BCST round<>+0(SB), Z9, Z9
-	VPADDD      Z10, Z9, Z9
-	VPSRLD      $0x10, Z9, Z9
-	VPMOVDW     Z9, 64(R9)
-	VMOVUPS     192(AX), Z9
-	VPSRLD      $0x10, Z9, Z10
-	VPANDD.BCST one_i<>+0(SB), Z10, Z10
-	VPADDD.BCST round<>+0(SB), Z9, Z9
-	VPADDD      Z10, Z9, Z9
-	VPSRLD      $0x10, Z9, Z9
-	VPMOVDW     Z9, K1, 96(R9)
+stateKVbf16AVX512_temporalrow_9:
+	VMOVUPS     (AX), Z8
+	VPSRLD      $0x10, Z8, Z9
+	VPANDD.BCST one_i<>+0(SB), Z9, Z9
+	VPADDD.BCST round<>+0(SB), Z8, Z8
+	VPADDD      Z9, Z8, Z8
+	VPSRLD      $0x10, Z8, Z8
+	VPMOVDW     Z8, (R9)
+	VMOVUPS     64(AX), Z8
+	VPSRLD      $0x10, Z8, Z9
+	VPANDD.BCST one_i<>+0(SB), Z9, Z9
+	VPADDD.BCST round<>+0(SB), Z8, Z8
+	VPADDD      Z9, Z8, Z8
+	VPSRLD      $0x10, Z8, Z8
+	VPMOVDW     Z8, 32(R9)
+	VMOVUPS     128(AX), Z8
+	VPSRLD      $0x10, Z8, Z9
+	VPANDD.BCST one_i<>+0(SB), Z9, Z9
+	VPADDD.BCST round<>+0(SB), Z8, Z8
+	VPADDD      Z9, Z8, Z8
+	VPSRLD      $0x10, Z8, Z8
+	VPMOVDW     Z8, 64(R9)
+	VMOVUPS     192(AX), Z8
+	VPSRLD      $0x10, Z8, Z9
+	VPANDD.BCST one_i<>+0(SB), Z9, Z9
+	VPADDD.BCST round<>+0(SB), Z8, Z8
+	VPADDD      Z9, Z8, Z8
+	VPSRLD      $0x10, Z8, Z8
+	VPMOVDW     Z8, K1, 96(R9)
 
-stateKVbf16AVX512_storedrow_17:
-	JMP stateKVbf16AVX512_rowstored_9
+stateKVbf16AVX512_storedrow_9:
+	JMP stateKVbf16AVX512_rowstored_5
 
-stateKVbf16AVX512_rownan_9:
-	CMPB        120(SP), $0x00
-	JE          stateKVbf16AVX512_temporalrow_18
-	VMOVUPS     (AX), Z9
-	VPSRLD      $0x10, Z9, Z10
-	VCMPPS      $0x03, Z9, Z9, K2
-	VPANDD.BCST one_i<>+0(SB), Z10, Z11
-	VPADDD.BCST round<>+0(SB), Z9, Z9
-	VPADDD      Z11, Z9, Z9
-	VPSRLD      $0x10, Z9, Z9
-	VPORD.BCST  quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW     Z9, Y9
-	VMOVNTDQ    Y9, (R9)
-	VMOVUPS     64(AX), Z9
-	VPSRLD      $0x10, Z9, Z10
-	VCMPPS      $0x03, Z9, Z9, K2
-	VPANDD.BCST one_i<>+0(SB), Z10, Z11
-	VPADDD.BCST round<>+0(SB), Z9, Z9
-	VPADDD      Z11, Z9, Z9
-	VPSRLD      $0x10, Z9, Z9
-	VPORD.BCST  quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW     Z9, Y9
-	VMOVNTDQ    Y9, 32(R9)
-	VMOVUPS     128(AX), Z9
-	VPSRLD      $0x10, Z9, Z10
-	VCMPPS      $0x03, Z9, Z9, K2
-	VPANDD.BCST one_i<>+0(SB), Z10, Z11
-	VPADDD.BCST round<>+0(SB), Z9, Z9
-	VPADDD      Z11, Z9, Z9
-	VPSRLD      $0x10, Z9, Z9
-	VPORD.BCST  quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW     Z9, Y9
-	VMOVNTDQ    Y9, 64(R9)
-	VMOVUPS     192(AX), Z9
-	VPSRLD      $0x10, Z9, Z10
-	VCMPPS      $0x03, Z9, Z9, K2
-	VPANDD.BCST one_i<>+0(SB), Z10, Z11
-	VPADDD.BCST round<>+0(SB), Z9, Z9
-	VPADDD      Z11, Z9, Z9
-	VPSRLD      $0x10, Z9, Z9
-	VPORD.BCST  quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW     Z9, Y9
-	VMOVNTDQ    Y9, 96(R9)
-	JMP         stateKVbf16AVX512_storedrow_18
+stateKVbf16AVX512_rownan_5:
+	CMPB        184(SP), $0x00
+	JE          stateKVbf16AVX512_temporalrow_10
+	VMOVUPS     (AX), Z8
+	VPSRLD      $0x10, Z8, Z9
+	VCMPPS      $0x03, Z8, Z8, K2
+	VPANDD.BCST one_i<>+0(SB), Z9, Z10
+	VPADDD.BCST round<>+0(SB), Z8, Z8
+	VPADDD      Z10, Z8, Z8
+	VPSRLD      $0x10, Z8, Z8
+	VPORD.BCST  quiet<>+0(SB), Z9, K2, Z8
+	VPMOVDW     Z8, Y8
+	VMOVNTDQ    Y8, (R9)
+	VMOVUPS     64(AX), Z8
+	VPSRLD      $0x10, Z8, Z9
+	VCMPPS      $0x03, Z8, Z8, K2
+	VPANDD.BCST one_i<>+0(SB), Z9, Z10
+	VPADDD.BCST round<>+0(SB), Z8, Z8
+	VPADDD      Z10, Z8, Z8
+	VPSRLD      $0x10, Z8, Z8
+	VPORD.BCST  quiet<>+0(SB), Z9, K2, Z8
+	VPMOVDW     Z8, Y8
+	VMOVNTDQ    Y8, 32(R9)
+	VMOVUPS     128(AX), Z8
+	VPSRLD      $0x10, Z8, Z9
+	VCMPPS      $0x03, Z8, Z8, K2
+	VPANDD.BCST one_i<>+0(SB), Z9, Z10
+	VPADDD.BCST round<>+0(SB), Z8, Z8
+	VPADDD      Z10, Z8, Z8
+	VPSRLD      $0x10, Z8, Z8
+	VPORD.BCST  quiet<>+0(SB), Z9, K2, Z8
+	VPMOVDW     Z8, Y8
+	VMOVNTDQ    Y8, 64(R9)
+	VMOVUPS     192(AX), Z8
+	VPSRLD      $0x10, Z8, Z9
+	VCMPPS      $0x03, Z8, Z8, K2
+	VPANDD.BCST one_i<>+0(SB), Z9, Z10
+	VPADDD.BCST round<>+0(SB), Z8, Z8
+	VPADDD      Z10, Z8, Z8
+	VPSRLD      $0x10, Z8, Z8
+	VPORD.BCST  quiet<>+0(SB), Z9, K2, Z8
+	VPMOVDW     Z8, Y8
+	VMOVNTDQ    Y8, 96(R9)
+	JMP         stateKVbf16AVX512_storedrow_10
 
-stateKVbf16AVX512_temporalrow_18:
-	VMOVUPS     (AX), Z9
-	VPSRLD      $0x10, Z9, Z10
-	VCMPPS      $0x03, Z9, Z9, K2
-	VPANDD.BCST one_i<>+0(SB), Z10, Z11
-	VPADDD.BCST round<>+0(SB), Z9, Z9
-	VPADDD      Z11, Z9, Z9
-	VPSRLD      $0x10, Z9, Z9
-	VPORD.BCST  quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW     Z9, (R9)
-	VMOVUPS     64(AX), Z9
-	VPSRLD      $0x10, Z9, Z10
-	VCMPPS      $0x03, Z9, Z9, K2
-	VPANDD.BCST one_i<>+0(SB), Z10, Z11
-	VPADDD.BCST round<>+0(SB), Z9, Z9
-	VPADDD      Z11, Z9, Z9
-	VPSRLD      $0x10, Z9, Z9
-	VPORD.BCST  quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW     Z9, 32(R9)
-	VMOVUPS     128(AX), Z9
-	VPSRLD      $0x10, Z9, Z10
-	VCMPPS      $0x03, Z9, Z9, K2
-	VPANDD.BCST one_i<>+0(SB), Z10, Z11
-	VPADDD.BCST round<>+0(SB), Z9, Z9
-	VPADDD      Z11, Z9, Z9
-	VPSRLD      $0x10, Z9, Z9
-	VPORD.BCST  quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW     Z9, 64(R9)
-	VMOVUPS     192(AX), Z9
-	VPSRLD      $0x10, Z9, Z10
-	VCMPPS      $0x03, Z9, Z9, K2
-	VPANDD.BCST one_i<>+0(SB), Z10, Z11
-	VPADDD.BCST round<>+0(SB), Z9, Z9
-	VPADDD      Z11, Z9, Z9
-	VPSRLD      $0x10, Z9, Z9
-	VPORD.BCST  quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW     Z9, K1, 96(R9)
+stateKVbf16AVX512_temporalrow_10:
+	VMOVUPS     (AX), Z8
+	VPSRLD      $0x10, Z8, Z9
+	VCMPPS      $0x03, Z8, Z8, K2
+	VPANDD.BCST one_i<>+0(SB), Z9, Z10
+	VPADDD.BCST round<>+0(SB), Z8, Z8
+	VPADDD      Z10, Z8, Z8
+	VPSRLD      $0x10, Z8, Z8
+	VPORD.BCST  quiet<>+0(SB), Z9, K2, Z8
+	VPMOVDW     Z8, (R9)
+	VMOVUPS     64(AX), Z8
+	VPSRLD      $0x10, Z8, Z9
+	VCMPPS      $0x03, Z8, Z8, K2
+	VPANDD.BCST one_i<>+0(SB), Z9, Z10
+	VPADDD.BCST round<>+0(SB), Z8, Z8
+	VPADDD      Z10, Z8, Z8
+	VPSRLD      $0x10, Z8, Z8
+	VPORD.BCST  quiet<>+0(SB), Z9, K2, Z8
+	VPMOVDW     Z8, 32(R9)
+	VMOVUPS     128(AX), Z8
+	VPSRLD      $0x10, Z8, Z9
+	VCMPPS      $0x03, Z8, Z8, K2
+	VPANDD.BCST one_i<>+0(SB), Z9, Z10
+	VPADDD.BCST round<>+0(SB), Z8, Z8
+	VPADDD      Z10, Z8, Z8
+	VPSRLD      $0x10, Z8, Z8
+	VPORD.BCST  quiet<>+0(SB), Z9, K2, Z8
+	VPMOVDW     Z8, 64(R9)
+	VMOVUPS     192(AX), Z8
+	VPSRLD      $0x10, Z8, Z9
+	VCMPPS      $0x03, Z8, Z8, K2
+	VPANDD.BCST one_i<>+0(SB), Z9, Z10
+	VPADDD.BCST round<>+0(SB), Z8, Z8
+	VPADDD      Z10, Z8, Z8
+	VPSRLD      $0x10, Z8, Z8
+	VPORD.BCST  quiet<>+0(SB), Z9, K2, Z8
+	VPMOVDW     Z8, K1, 96(R9)
 
-stateKVbf16AVX512_storedrow_18:
-stateKVbf16AVX512_rowstored_9:
+stateKVbf16AVX512_storedrow_10:
+stateKVbf16AVX512_rowstored_5:
 	ADDQ R10, R9
 
-stateKVbf16AVX512_nostorerow_9:
+stateKVbf16AVX512_nostorerow_5:
 	TESTQ   R11, R11
-	JZ      stateKVbf16AVX512_nocarryrow_9
-	VMOVUPS (AX), Z9
-	VMOVUPS Z9, (R11)
-	VMOVUPS 64(AX), Z9
-	VMOVUPS Z9, 64(R11)
-	VMOVUPS 128(AX), Z9
-	VMOVUPS Z9, 128(R11)
-	VMOVUPS 192(AX), Z9
-	VMOVUPS Z9, K1, 192(R11)
+	JZ      stateKVbf16AVX512_nocarryrow_5
+	VMOVUPS (AX), Z8
+	VMOVUPS Z8, (R11)
+	VMOVUPS 64(AX), Z8
+	VMOVUPS Z8, 64(R11)
+	VMOVUPS 128(AX), Z8
+	VMOVUPS Z8, 128(R11)
+	VMOVUPS 192(AX), Z8
+	VMOVUPS Z8, K1, 192(R11)
 	ADDQ    R8, R11
 
-stateKVbf16AVX512_nocarryrow_9:
+stateKVbf16AVX512_nocarryrow_5:
 	ADDQ $0x00000100, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVbf16AVX512_rows_9
-	JMP  stateKVbf16AVX512_rowsdone_5
+	JB   stateKVbf16AVX512_rows_5
+	JMP  stateKVbf16AVX512_rowsdone_3
 
-stateKVbf16AVX512_lastrows_5:
+stateKVbf16AVX512_lastrows_3:
 	KXNORW   K4, K4, K4
 	KUNPCKWD K4, K1, K3
 	KNOTD    K3, K4
+	MOVQ     144(SP), SI
+	CMPQ     128(SP), $0x00
+	JNE      stateKVbf16AVX512_decaysset_6
+	LEAQ     152(SP), SI
 
-stateKVbf16AVX512_rows_10:
+stateKVbf16AVX512_decaysset_6:
+stateKVbf16AVX512_rows_6:
 	VBROADCASTSS (BX)(CX*4), Z0
-	VMOVUPS      (AX), Z1
-	VFMADD213PS  Z1, Z8, Z1
-	VFMADD231PS  Z12, Z0, Z1
-	VMOVUPS      64(AX), Z2
-	VFMADD213PS  Z2, Z8, Z2
-	VFMADD231PS  Z13, Z0, Z2
-	VMOVUPS      128(AX), Z3
-	VFMADD213PS  Z3, Z8, Z3
-	VFMADD231PS  Z14, Z0, Z3
-	VMOVUPS      192(AX), Z4
-	VFMADD213PS  Z4, Z8, Z4
-	VFMADD231PS  Z15, Z0, Z4
+	VBROADCASTSS (SI), Z1
+	VBROADCASTSS 4(SI), Z2
+	ADDQ         128(SP), SI
+	VMOVUPS      (AX), Z3
+	VPANDD       Z2, Z3, Z4
+	VFMADD132PS  Z1, Z4, Z3
+	VFMADD231PS  Z13, Z0, Z3
+	VMOVUPS      64(AX), Z4
+	VPANDD       Z2, Z4, Z5
+	VFMADD132PS  Z1, Z5, Z4
+	VFMADD231PS  Z14, Z0, Z4
+	VMOVUPS      128(AX), Z5
+	VPANDD       Z2, Z5, Z6
+	VFMADD132PS  Z1, Z6, Z5
+	VFMADD231PS  Z15, Z0, Z5
+	VMOVUPS      192(AX), Z6
+	VPANDD       Z2, Z6, Z2
+	VFMADD132PS  Z1, Z2, Z6
+	VFMADD231PS  Z16, Z0, Z6
 	TESTQ        R9, R9
-	JZ           stateKVbf16AVX512_nostorerow_10
-	CMPL         128(SP), $0x00
-	JNE          stateKVbf16AVX512_rownan_10
-	CMPB         a_cvt+152(FP), $0x00
-	JE           stateKVbf16AVX512_rowints_6
-	CMPB         120(SP), $0x00
-	JNE          stateKVbf16AVX512_rowints_6
+	JZ           stateKVbf16AVX512_nostorerow_6
+	CMPL         192(SP), $0x00
+	JNE          stateKVbf16AVX512_rownan_6
+	CMPB         a_cvt+160(FP), $0x00
+	JE           stateKVbf16AVX512_rowints_4
+	CMPB         184(SP), $0x00
+	JNE          stateKVbf16AVX512_rowints_4
 	VPBROADCASTD mag16<>+0(SB), Z0
 	KXNORD       K6, K6, K6
-	BYTE $0x62; BYTE $0xf2; BYTE $0x6f; BYTE $0x48; BYTE $0x72; BYTE $0xe9 // VCVTNE2PS2BF16 Z1, Z2, Z5
-	VMOVDQU32 Z5, (R9)
-	VPTESTMW  Z0, Z5, K6, K6
-	BYTE $0x62; BYTE $0xf2; BYTE $0x5f; BYTE $0x48; BYTE $0x72; BYTE $0xeb // VCVTNE2PS2BF16 Z3, Z4, Z5
-	VMOVDQU16 Z5, K3, 64(R9)
-	VPTESTMW  Z0, Z5, K3, K5
+	BYTE $0x62; BYTE $0xf2; BYTE $0x5f; BYTE $0x48; BYTE $0x72; BYTE $0xcb // VCVTNE2PS2BF16 Z3, Z4, Z1
+	VMOVDQU32 Z1, (R9)
+	VPTESTMW  Z0, Z1, K6, K6
+	BYTE $0x62; BYTE $0xf2; BYTE $0x4f; BYTE $0x48; BYTE $0x72; BYTE $0xcd // VCVTNE2PS2BF16 Z5, Z6, Z1
+	VMOVDQU16 Z1, K3, 64(R9)
+	VPTESTMW  Z0, Z1, K3, K5
 	KORD      K4, K5, K5
 	KANDD     K5, K6, K6
 	KORTESTD  K6, K6
-	JCS       stateKVbf16AVX512_rowstored_10
-	JMP       stateKVbf16AVX512_rownan_10
+	JCS       stateKVbf16AVX512_rowstored_6
+	JMP       stateKVbf16AVX512_rownan_6
 
-stateKVbf16AVX512_rowints_6:
-	CMPB        120(SP), $0x00
-	JE          stateKVbf16AVX512_temporalrow_19
-	VMOVAPS     Z1, Z0
-	VPSRLD      $0x10, Z0, Z5
-	VPANDD.BCST one_i<>+0(SB), Z5, Z5
+stateKVbf16AVX512_rowints_4:
+	CMPB        184(SP), $0x00
+	JE          stateKVbf16AVX512_temporalrow_11
+	VMOVAPS     Z3, Z0
+	VPSRLD      $0x10, Z0, Z1
+	VPANDD.BCST one_i<>+0(SB), Z1, Z1
 	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z5, Z0, Z0
+	VPADDD      Z1, Z0, Z0
 	VPSRLD      $0x10, Z0, Z0
 	VPMOVDW     Z0, Y0
 	VMOVNTDQ    Y0, (R9)
-	VMOVAPS     Z2, Z0
-	VPSRLD      $0x10, Z0, Z5
-	VPANDD.BCST one_i<>+0(SB), Z5, Z5
+	VMOVAPS     Z4, Z0
+	VPSRLD      $0x10, Z0, Z1
+	VPANDD.BCST one_i<>+0(SB), Z1, Z1
 	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z5, Z0, Z0
+	VPADDD      Z1, Z0, Z0
 	VPSRLD      $0x10, Z0, Z0
 	VPMOVDW     Z0, Y0
 	VMOVNTDQ    Y0, 32(R9)
-	VMOVAPS     Z3, Z0
-	VPSRLD      $0x10, Z0, Z5
-	VPANDD.BCST one_i<>+0(SB), Z5, Z5
+	VMOVAPS     Z5, Z0
+	VPSRLD      $0x10, Z0, Z1
+	VPANDD.BCST one_i<>+0(SB), Z1, Z1
 	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z5, Z0, Z0
+	VPADDD      Z1, Z0, Z0
 	VPSRLD      $0x10, Z0, Z0
 	VPMOVDW     Z0, Y0
 	VMOVNTDQ    Y0, 64(R9)
-	VMOVAPS     Z4, Z0
-	VPSRLD      $0x10, Z0, Z5
-	VPANDD.BCST one_i<>+0(SB), Z5, Z5
+	VMOVAPS     Z6, Z0
+	VPSRLD      $0x10, Z0, Z1
+	VPANDD.BCST one_i<>+0(SB), Z1, Z1
 	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z5, Z0, Z0
+	VPADDD      Z1, Z0, Z0
 	VPSRLD      $0x10, Z0, Z0
 	VPMOVDW     Z0, Y0
 	VMOVNTDQ    Y0, 96(R9)
-	JMP         stateKVbf16AVX512_storedrow_19
+	JMP         stateKVbf16AVX512_storedrow_11
 
-stateKVbf16AVX512_temporalrow_19:
-	VMOVAPS     Z1, Z0
-	VPSRLD      $0x10, Z0, Z5
-	VPANDD.BCST one_i<>+0(SB), Z5, Z5
+stateKVbf16AVX512_temporalrow_11:
+	VMOVAPS     Z3, Z0
+	VPSRLD      $0x10, Z0, Z1
+	VPANDD.BCST one_i<>+0(SB), Z1, Z1
 	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z5, Z0, Z0
+	VPADDD      Z1, Z0, Z0
 	VPSRLD      $0x10, Z0, Z0
 	VPMOVDW     Z0, (R9)
-	VMOVAPS     Z2, Z0
-	VPSRLD      $0x10, Z0, Z5
-	VPANDD.BCST one_i<>+0(SB), Z5, Z5
+	VMOVAPS     Z4, Z0
+	VPSRLD      $0x10, Z0, Z1
+	VPANDD.BCST one_i<>+0(SB), Z1, Z1
 	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z5, Z0, Z0
+	VPADDD      Z1, Z0, Z0
 	VPSRLD      $0x10, Z0, Z0
 	VPMOVDW     Z0, 32(R9)
-	VMOVAPS     Z3, Z0
-	VPSRLD      $0x10, Z0, Z5
-	VPANDD.BCST one_i<>+0(SB), Z5, Z5
+	VMOVAPS     Z5, Z0
+	VPSRLD      $0x10, Z0, Z1
+	VPANDD.BCST one_i<>+0(SB), Z1, Z1
 	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z5, Z0, Z0
+	VPADDD      Z1, Z0, Z0
 	VPSRLD      $0x10, Z0, Z0
 	VPMOVDW     Z0, 64(R9)
-	VMOVAPS     Z4, Z0
-	VPSRLD      $0x10, Z0, Z5
-	VPANDD.BCST one_i<>+0(SB), Z5, Z5
+	VMOVAPS     Z6, Z0
+	VPSRLD      $0x10, Z0, Z1
+	VPANDD.BCST one_i<>+0(SB), Z1, Z1
 	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z5, Z0, Z0
+	VPADDD      Z1, Z0, Z0
 	VPSRLD      $0x10, Z0, Z0
 	VPMOVDW     Z0, K1, 96(R9)
 
-stateKVbf16AVX512_storedrow_19:
-	JMP stateKVbf16AVX512_rowstored_10
+stateKVbf16AVX512_storedrow_11:
+	JMP stateKVbf16AVX512_rowstored_6
 
-stateKVbf16AVX512_rownan_10:
-	CMPB        120(SP), $0x00
-	JE          stateKVbf16AVX512_temporalrow_20
-	VMOVAPS     Z1, Z0
-	VPSRLD      $0x10, Z0, Z5
+stateKVbf16AVX512_rownan_6:
+	CMPB        184(SP), $0x00
+	JE          stateKVbf16AVX512_temporalrow_12
+	VMOVAPS     Z3, Z0
+	VPSRLD      $0x10, Z0, Z1
 	VCMPPS      $0x03, Z0, Z0, K2
-	VPANDD.BCST one_i<>+0(SB), Z5, Z6
+	VPANDD.BCST one_i<>+0(SB), Z1, Z2
 	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z6, Z0, Z0
+	VPADDD      Z2, Z0, Z0
 	VPSRLD      $0x10, Z0, Z0
-	VPORD.BCST  quiet<>+0(SB), Z5, K2, Z0
+	VPORD.BCST  quiet<>+0(SB), Z1, K2, Z0
 	VPMOVDW     Z0, Y0
 	VMOVNTDQ    Y0, (R9)
-	VMOVAPS     Z2, Z0
-	VPSRLD      $0x10, Z0, Z5
+	VMOVAPS     Z4, Z0
+	VPSRLD      $0x10, Z0, Z1
 	VCMPPS      $0x03, Z0, Z0, K2
-	VPANDD.BCST one_i<>+0(SB), Z5, Z6
+	VPANDD.BCST one_i<>+0(SB), Z1, Z2
 	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z6, Z0, Z0
+	VPADDD      Z2, Z0, Z0
 	VPSRLD      $0x10, Z0, Z0
-	VPORD.BCST  quiet<>+0(SB), Z5, K2, Z0
+	VPORD.BCST  quiet<>+0(SB), Z1, K2, Z0
 	VPMOVDW     Z0, Y0
 	VMOVNTDQ    Y0, 32(R9)
-	VMOVAPS     Z3, Z0
-	VPSRLD      $0x10, Z0, Z5
+	VMOVAPS     Z5, Z0
+	VPSRLD      $0x10, Z0, Z1
 	VCMPPS      $0x03, Z0, Z0, K2
-	VPANDD.BCST one_i<>+0(SB), Z5, Z6
+	VPANDD.BCST one_i<>+0(SB), Z1, Z2
 	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z6, Z0, Z0
+	VPADDD      Z2, Z0, Z0
 	VPSRLD      $0x10, Z0, Z0
-	VPORD.BCST  quiet<>+0(SB), Z5, K2, Z0
+	VPORD.BCST  quiet<>+0(SB), Z1, K2, Z0
 	VPMOVDW     Z0, Y0
 	VMOVNTDQ    Y0, 64(R9)
-	VMOVAPS     Z4, Z0
-	VPSRLD      $0x10, Z0, Z5
+	VMOVAPS     Z6, Z0
+	VPSRLD      $0x10, Z0, Z1
 	VCMPPS      $0x03, Z0, Z0, K2
-	VPANDD.BCST one_i<>+0(SB), Z5, Z6
+	VPANDD.BCST one_i<>+0(SB), Z1, Z2
 	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z6, Z0, Z0
+	VPADDD      Z2, Z0, Z0
 	VPSRLD      $0x10, Z0, Z0
-	VPORD.BCST  quiet<>+0(SB), Z5, K2, Z0
+	VPORD.BCST  quiet<>+0(SB), Z1, K2, Z0
 	VPMOVDW     Z0, Y0
 	VMOVNTDQ    Y0, 96(R9)
-	JMP         stateKVbf16AVX512_storedrow_20
+	JMP         stateKVbf16AVX512_storedrow_12
 
-stateKVbf16AVX512_temporalrow_20:
-	VMOVAPS     Z1, Z0
-	VPSRLD      $0x10, Z0, Z5
-	VCMPPS      $0x03, Z0, Z0, K2
-	VPANDD.BCST one_i<>+0(SB), Z5, Z6
-	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z6, Z0, Z0
-	VPSRLD      $0x10, Z0, Z0
-	VPORD.BCST  quiet<>+0(SB), Z5, K2, Z0
-	VPMOVDW     Z0, (R9)
-	VMOVAPS     Z2, Z0
-	VPSRLD      $0x10, Z0, Z5
-	VCMPPS      $0x03, Z0, Z0, K2
-	VPANDD.BCST one_i<>+0(SB), Z5, Z6
-	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z6, Z0, Z0
-	VPSRLD      $0x10, Z0, Z0
-	VPORD.BCST  quiet<>+0(SB), Z5, K2, Z0
-	VPMOVDW     Z0, 32(R9)
+stateKVbf16AVX512_temporalrow_12:
 	VMOVAPS     Z3, Z0
-	VPSRLD      $0x10, Z0, Z5
+	VPSRLD      $0x10, Z0, Z1
 	VCMPPS      $0x03, Z0, Z0, K2
-	VPANDD.BCST one_i<>+0(SB), Z5, Z6
+	VPANDD.BCST one_i<>+0(SB), Z1, Z2
 	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z6, Z0, Z0
+	VPADDD      Z2, Z0, Z0
 	VPSRLD      $0x10, Z0, Z0
-	VPORD.BCST  quiet<>+0(SB), Z5, K2, Z0
-	VPMOVDW     Z0, 64(R9)
+	VPORD.BCST  quiet<>+0(SB), Z1, K2, Z0
+	VPMOVDW     Z0, (R9)
 	VMOVAPS     Z4, Z0
-	VPSRLD      $0x10, Z0, Z5
+	VPSRLD      $0x10, Z0, Z1
 	VCMPPS      $0x03, Z0, Z0, K2
-	VPANDD.BCST one_i<>+0(SB), Z5, Z6
+	VPANDD.BCST one_i<>+0(SB), Z1, Z2
 	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z6, Z0, Z0
+	VPADDD      Z2, Z0, Z0
 	VPSRLD      $0x10, Z0, Z0
-	VPORD.BCST  quiet<>+0(SB), Z5, K2, Z0
+	VPORD.BCST  quiet<>+0(SB), Z1, K2, Z0
+	VPMOVDW     Z0, 32(R9)
+	VMOVAPS     Z5, Z0
+	VPSRLD      $0x10, Z0, Z1
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z1, Z2
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z2, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z1, K2, Z0
+	VPMOVDW     Z0, 64(R9)
+	VMOVAPS     Z6, Z0
+	VPSRLD      $0x10, Z0, Z1
+	VCMPPS      $0x03, Z0, Z0, K2
+	VPANDD.BCST one_i<>+0(SB), Z1, Z2
+	VPADDD.BCST round<>+0(SB), Z0, Z0
+	VPADDD      Z2, Z0, Z0
+	VPSRLD      $0x10, Z0, Z0
+	VPORD.BCST  quiet<>+0(SB), Z1, K2, Z0
 	VPMOVDW     Z0, K1, 96(R9)
 
-stateKVbf16AVX512_storedrow_20:
-stateKVbf16AVX512_rowstored_10:
+stateKVbf16AVX512_storedrow_12:
+stateKVbf16AVX512_rowstored_6:
 	ADDQ R10, R9
 
-stateKVbf16AVX512_nostorerow_10:
+stateKVbf16AVX512_nostorerow_6:
 	TESTQ   R11, R11
-	JZ      stateKVbf16AVX512_nocarryrow_10
-	VMOVUPS Z1, (R11)
-	VMOVUPS Z2, 64(R11)
-	VMOVUPS Z3, 128(R11)
-	VMOVUPS Z4, K1, 192(R11)
+	JZ      stateKVbf16AVX512_nocarryrow_6
+	VMOVUPS Z3, (R11)
+	VMOVUPS Z4, 64(R11)
+	VMOVUPS Z5, 128(R11)
+	VMOVUPS Z6, K1, 192(R11)
 	ADDQ    R8, R11
 
-stateKVbf16AVX512_nocarryrow_10:
+stateKVbf16AVX512_nocarryrow_6:
 	ADDQ $0x00000100, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVbf16AVX512_rows_10
+	JB   stateKVbf16AVX512_rows_6
 	JMP  stateKVbf16AVX512_tokensout_3
 
-stateKVbf16AVX512_rowsdone_5:
-	JMP stateKVbf16AVX512_tokdone_3
-
-stateKVbf16AVX512_far_3:
-	// em1 < -0.5 or NaN: decay(x) = eg·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	MOVQ         96(SP), AX
-	VBROADCASTSS 4(AX), Z8
-	VBROADCASTSS 8(AX), Z9
-	VBROADCASTSS 12(AX), Z10
-	MOVQ         80(SP), AX
-	MOVQ         88(SP), CX
-	VBROADCASTSS zero<>+0(SB), Z11
-	VMOVUPS      (AX), Z12
-	VMULPS       Z0, Z8, Z0
-	VSUBPS       Z0, Z12, Z12
-	VMULPS       Z12, Z9, Z12
-	VMULPS       Z1, Z8, Z1
-	VFMADD231PS  Z12, Z10, Z1
-	VMOVUPS      Z1, (CX)
-	VSUBPS       Z12, Z12, Z0
-	VPORD        Z0, Z11, Z11
-	VMOVUPS      64(AX), Z13
-	VMULPS       Z2, Z8, Z2
-	VSUBPS       Z2, Z13, Z13
-	VMULPS       Z13, Z9, Z13
-	VMULPS       Z3, Z8, Z3
-	VFMADD231PS  Z13, Z10, Z3
-	VMOVUPS      Z3, 64(CX)
-	VSUBPS       Z13, Z13, Z0
-	VPORD        Z0, Z11, Z11
-	VMOVUPS      128(AX), Z14
-	VMULPS       Z4, Z8, Z4
-	VSUBPS       Z4, Z14, Z14
-	VMULPS       Z14, Z9, Z14
-	VMULPS       Z5, Z8, Z5
-	VFMADD231PS  Z14, Z10, Z5
-	VMOVUPS      Z5, 128(CX)
-	VSUBPS       Z14, Z14, Z0
-	VPORD        Z0, Z11, Z11
-	VMOVUPS.Z    192(AX), K1, Z15
-	VMULPS       Z6, Z8, Z6
-	VSUBPS       Z6, Z15, Z15
-	VMULPS       Z15, Z9, Z15
-	VMULPS       Z7, Z8, Z7
-	VFMADD231PS  Z15, Z10, Z7
-	VMOVUPS      Z7, K1, 192(CX)
-	VSUBPS       Z15, Z15, Z0
-	VPORD        Z0, Z11, Z11
-	VSUBPS       Z11, Z11, Z0
-	VCMPPS       $0x03, Z0, Z0, K7
-	KMOVW        K7, AX
-	MOVL         AX, 128(SP)
-	VBROADCASTSS zero<>+0(SB), Z0
-	VBROADCASTSS zero<>+0(SB), Z1
-	VBROADCASTSS zero<>+0(SB), Z2
-	VBROADCASTSS zero<>+0(SB), Z3
-	VBROADCASTSS zero<>+0(SB), Z4
-	VBROADCASTSS zero<>+0(SB), Z5
-	VBROADCASTSS zero<>+0(SB), Z6
-	VBROADCASTSS zero<>+0(SB), Z7
-
-	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
-	MOVQ  (SP), AX
-	XORQ  CX, CX
-	MOVQ  a_K+0(FP), DX
-	MOVQ  56(SP), BX
-	MOVQ  64(SP), SI
-	MOVQ  72(SP), DI
-	MOVQ  16(SP), R8
-	MOVQ  48(SP), R10
-	MOVQ  a_stores+48(FP), R9
-	MOVQ  (R9)(R10*8), R9
-	TESTQ R9, R9
-	JZ    stateKVbf16AVX512_nostore_6
-	LEAQ  (R9)(R8*2), R9
-
-stateKVbf16AVX512_nostore_6:
-	MOVQ a_V+8(FP), R10
-	SHLQ $0x01, R10
-
-	// Non-temporal stores for this token's rows: a store but the last token's after a token without one, the rows aligned whole vectors.
-	MOVQ  $0x00000000, 120(SP)
-	TESTQ R9, R9
-	JZ    stateKVbf16AVX512_temporal_6
-	MOVQ  48(SP), R11
-	INCQ  R11
-	MOVQ  a_T+16(FP), R12
-	CMPQ  R11, R12
-	JNE   stateKVbf16AVX512_snapshot_6
-	MOVQ  48(SP), R11
-	TESTQ R11, R11
-	JZ    stateKVbf16AVX512_temporal_6
-	MOVQ  a_stores+48(FP), R12
-	CMPQ  -8(R12)(R11*8), $0x00
-	JE    stateKVbf16AVX512_temporal_6
-
-stateKVbf16AVX512_snapshot_6:
-	TESTQ $0x0000001f, R9
-	JNZ   stateKVbf16AVX512_temporal_6
-	TESTQ $0x0000001f, R10
-	JNZ   stateKVbf16AVX512_temporal_6
-	MOVQ  $0x00000001, 120(SP)
-
-stateKVbf16AVX512_temporal_6:
-	XORQ  R11, R11
-	MOVQ  48(SP), R12
-	INCQ  R12
-	MOVQ  a_T+16(FP), R13
-	CMPQ  R12, R13
-	JNE   stateKVbf16AVX512_nocarry_6
-	MOVQ  a_carry+56(FP), R11
-	TESTQ R11, R11
-	JZ    stateKVbf16AVX512_nocarry_6
-	LEAQ  (R11)(R8*4), R11
-
-stateKVbf16AVX512_nocarry_6:
-	MOVQ     a_V+8(FP), R8
-	SHLQ     $0x02, R8
-	MOVQ     48(SP), R12
-	INCQ     R12
-	MOVQ     a_T+16(FP), R13
-	CMPQ     R12, R13
-	JE       stateKVbf16AVX512_lastrows_6
-	KXNORW   K4, K4, K4
-	KUNPCKWD K4, K1, K3
-	KNOTD    K3, K4
-
-stateKVbf16AVX512_rows_11:
-	VBROADCASTSS (BX)(CX*4), Z9
-	VBROADCASTSS (SI)(CX*4), Z10
-	VBROADCASTSS (DI)(CX*4), Z11
-	VMOVUPS      (AX), Z16
-	VMULPS       Z16, Z8, Z16
-	VFMADD231PS  Z12, Z9, Z16
-	VMOVUPS      Z16, (AX)
-	VFMADD231PS  Z16, Z10, Z0
-	VFMADD231PS  Z16, Z11, Z1
-	VMOVUPS      64(AX), Z16
-	VMULPS       Z16, Z8, Z16
-	VFMADD231PS  Z13, Z9, Z16
-	VMOVUPS      Z16, 64(AX)
-	VFMADD231PS  Z16, Z10, Z2
-	VFMADD231PS  Z16, Z11, Z3
-	VMOVUPS      128(AX), Z16
-	VMULPS       Z16, Z8, Z16
-	VFMADD231PS  Z14, Z9, Z16
-	VMOVUPS      Z16, 128(AX)
-	VFMADD231PS  Z16, Z10, Z4
-	VFMADD231PS  Z16, Z11, Z5
-	VMOVUPS      192(AX), Z16
-	VMULPS       Z16, Z8, Z16
-	VFMADD231PS  Z15, Z9, Z16
-	VMOVUPS      Z16, 192(AX)
-	VFMADD231PS  Z16, Z10, Z6
-	VFMADD231PS  Z16, Z11, Z7
-	TESTQ        R9, R9
-	JZ           stateKVbf16AVX512_nostorerow_11
-	CMPL         128(SP), $0x00
-	JNE          stateKVbf16AVX512_rownan_11
-	CMPB         a_cvt+152(FP), $0x00
-	JE           stateKVbf16AVX512_rowints_7
-	CMPB         120(SP), $0x00
-	JNE          stateKVbf16AVX512_rowints_7
-	VPBROADCASTD mag16<>+0(SB), Z9
-	KXNORD       K6, K6, K6
-	VMOVUPS      (AX), Z10
-	VMOVUPS      64(AX), Z11
-	BYTE $0x62; BYTE $0x52; BYTE $0x27; BYTE $0x48; BYTE $0x72; BYTE $0xd2 // VCVTNE2PS2BF16 Z10, Z11, Z10
-	VMOVDQU32 Z10, (R9)
-	VPTESTMW  Z9, Z10, K6, K6
-	VMOVUPS   128(AX), Z10
-	VMOVUPS   192(AX), Z11
-	BYTE $0x62; BYTE $0x52; BYTE $0x27; BYTE $0x48; BYTE $0x72; BYTE $0xd2 // VCVTNE2PS2BF16 Z10, Z11, Z10
-	VMOVDQU16 Z10, K3, 64(R9)
-	VPTESTMW  Z9, Z10, K3, K5
-	KORD      K4, K5, K5
-	KANDD     K5, K6, K6
-	KORTESTD  K6, K6
-	JCS       stateKVbf16AVX512_rowstored_11
-	JMP       stateKVbf16AVX512_rownan_11
-
-stateKVbf16AVX512_rowints_7:
-	CMPB        120(SP), $0x00
-	JE          stateKVbf16AVX512_temporalrow_21
-	VMOVUPS     (AX), Z9
-	VPSRLD      $0x10, Z9, Z10
-	VPANDD.BCST one_i<>+0(SB), Z10, Z10
-	VPADDD.BCST round<>+0(SB), Z9, Z9
-	VPADDD      Z10, Z9, Z9
-	VPSRLD      $0x10, Z9, Z9
-	VPMOVDW     Z9, Y9
-	VMOVNTDQ    Y9, (R9)
-	VMOVUPS     64(AX), Z9
-	VPSRLD      $0x10, Z9, Z10
-	VPANDD.BCST one_i<>+0(SB), Z10, Z10
-	VPADDD.BCST round<>+0(SB), Z9, Z9
-	VPADDD      Z10, Z9, Z9
-	VPSRLD      $0x10, Z9, Z9
-	VPMOVDW     Z9, Y9
-	VMOVNTDQ    Y9, 32(R9)
-	VMOVUPS     128(AX), Z9
-	VPSRLD      $0x10, Z9, Z10
-	VPANDD.BCST one_i<>+0(SB), Z10, Z10
-	VPADDD.BCST round<>+0(SB), Z9, Z9
-	VPADDD      Z10, Z9, Z9
-	VPSRLD      $0x10, Z9, Z9
-	VPMOVDW     Z9, Y9
-	VMOVNTDQ    Y9, 64(R9)
-	VMOVUPS     192(AX), Z9
-	VPSRLD      $0x10, Z9, Z10
-	VPANDD.BCST one_i<>+0(SB), Z10, Z10
-	VPADDD.BCST round<>+0(SB), Z9, Z9
-	VPADDD      Z10, Z9, Z9
-	VPSRLD      $0x10, Z9, Z9
-	VPMOVDW     Z9, Y9
-	VMOVNTDQ    Y9, 96(R9)
-	JMP         stateKVbf16AVX512_storedrow_21
-
-stateKVbf16AVX512_temporalrow_21:
-	VMOVUPS     (AX), Z9
-	VPSRLD      $0x10, Z9, Z10
-	VPANDD.BCST one_i<>+0(SB), Z10, Z10
-	VPADDD.BCST round<>+0(SB), Z9, Z9
-	VPADDD      Z10, Z9, Z9
-	VPSRLD      $0x10, Z9, Z9
-	VPMOVDW     Z9, (R9)
-	VMOVUPS     64(AX), Z9
-	VPSRLD      $0x10, Z9, Z10
-	VPANDD.BCST one_i<>+0(SB), Z10, Z10
-	VPADDD.BCST round<>+0(SB), Z9, Z9
-	VPADDD      Z10, Z9, Z9
-	VPSRLD      $0x10, Z9, Z9
-	VPMOVDW     Z9, 32(R9)
-	VMOVUPS     128(AX), Z9
-	VPSRLD      $0x10, Z9, Z10
-	VPANDD.BCST one_i<>+0(SB), Z10, Z10
-	VPADDD.BCST round<>+0(SB), Z9, Z9
-	VPADDD      Z10, Z9, Z9
-	VPSRLD      $0x10, Z9, Z9
-	VPMOVDW     Z9, 64(R9)
-	VMOVUPS     192(AX), Z9
-	VPSRLD      $0x10, Z9, Z10
-	VPANDD.BCST one_i<>+0(SB), Z10, Z10
-	VPADDD.BCST round<>+0(SB), Z9, Z9
-	VPADDD      Z10, Z9, Z9
-	VPSRLD      $0x10, Z9, Z9
-	VPMOVDW     Z9, K1, 96(R9)
-
-stateKVbf16AVX512_storedrow_21:
-	JMP stateKVbf16AVX512_rowstored_11
-
-stateKVbf16AVX512_rownan_11:
-	CMPB        120(SP), $0x00
-	JE          stateKVbf16AVX512_temporalrow_22
-	VMOVUPS     (AX), Z9
-	VPSRLD      $0x10, Z9, Z10
-	VCMPPS      $0x03, Z9, Z9, K2
-	VPANDD.BCST one_i<>+0(SB), Z10, Z11
-	VPADDD.BCST round<>+0(SB), Z9, Z9
-	VPADDD      Z11, Z9, Z9
-	VPSRLD      $0x10, Z9, Z9
-	VPORD.BCST  quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW     Z9, Y9
-	VMOVNTDQ    Y9, (R9)
-	VMOVUPS     64(AX), Z9
-	VPSRLD      $0x10, Z9, Z10
-	VCMPPS      $0x03, Z9, Z9, K2
-	VPANDD.BCST one_i<>+0(SB), Z10, Z11
-	VPADDD.BCST round<>+0(SB), Z9, Z9
-	VPADDD      Z11, Z9, Z9
-	VPSRLD      $0x10, Z9, Z9
-	VPORD.BCST  quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW     Z9, Y9
-	VMOVNTDQ    Y9, 32(R9)
-	VMOVUPS     128(AX), Z9
-	VPSRLD      $0x10, Z9, Z10
-	VCMPPS      $0x03, Z9, Z9, K2
-	VPANDD.BCST one_i<>+0(SB), Z10, Z11
-	VPADDD.BCST round<>+0(SB), Z9, Z9
-	VPADDD      Z11, Z9, Z9
-	VPSRLD      $0x10, Z9, Z9
-	VPORD.BCST  quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW     Z9, Y9
-	VMOVNTDQ    Y9, 64(R9)
-	VMOVUPS     192(AX), Z9
-	VPSRLD      $0x10, Z9, Z10
-	VCMPPS      $0x03, Z9, Z9, K2
-	VPANDD.BCST one_i<>+0(SB), Z10, Z11
-	VPADDD.BCST round<>+0(SB), Z9, Z9
-	VPADDD      Z11, Z9, Z9
-	VPSRLD      $0x10, Z9, Z9
-	VPORD.BCST  quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW     Z9, Y9
-	VMOVNTDQ    Y9, 96(R9)
-	JMP         stateKVbf16AVX512_storedrow_22
-
-stateKVbf16AVX512_temporalrow_22:
-	VMOVUPS     (AX), Z9
-	VPSRLD      $0x10, Z9, Z10
-	VCMPPS      $0x03, Z9, Z9, K2
-	VPANDD.BCST one_i<>+0(SB), Z10, Z11
-	VPADDD.BCST round<>+0(SB), Z9, Z9
-	VPADDD      Z11, Z9, Z9
-	VPSRLD      $0x10, Z9, Z9
-	VPORD.BCST  quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW     Z9, (R9)
-	VMOVUPS     64(AX), Z9
-	VPSRLD      $0x10, Z9, Z10
-	VCMPPS      $0x03, Z9, Z9, K2
-	VPANDD.BCST one_i<>+0(SB), Z10, Z11
-	VPADDD.BCST round<>+0(SB), Z9, Z9
-	VPADDD      Z11, Z9, Z9
-	VPSRLD      $0x10, Z9, Z9
-	VPORD.BCST  quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW     Z9, 32(R9)
-	VMOVUPS     128(AX), Z9
-	VPSRLD      $0x10, Z9, Z10
-	VCMPPS      $0x03, Z9, Z9, K2
-	VPANDD.BCST one_i<>+0(SB), Z10, Z11
-	VPADDD.BCST round<>+0(SB), Z9, Z9
-	VPADDD      Z11, Z9, Z9
-	VPSRLD      $0x10, Z9, Z9
-	VPORD.BCST  quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW     Z9, 64(R9)
-	VMOVUPS     192(AX), Z9
-	VPSRLD      $0x10, Z9, Z10
-	VCMPPS      $0x03, Z9, Z9, K2
-	VPANDD.BCST one_i<>+0(SB), Z10, Z11
-	VPADDD.BCST round<>+0(SB), Z9, Z9
-	VPADDD      Z11, Z9, Z9
-	VPSRLD      $0x10, Z9, Z9
-	VPORD.BCST  quiet<>+0(SB), Z10, K2, Z9
-	VPMOVDW     Z9, K1, 96(R9)
-
-stateKVbf16AVX512_storedrow_22:
-stateKVbf16AVX512_rowstored_11:
-	ADDQ R10, R9
-
-stateKVbf16AVX512_nostorerow_11:
-	TESTQ   R11, R11
-	JZ      stateKVbf16AVX512_nocarryrow_11
-	VMOVUPS (AX), Z9
-	VMOVUPS Z9, (R11)
-	VMOVUPS 64(AX), Z9
-	VMOVUPS Z9, 64(R11)
-	VMOVUPS 128(AX), Z9
-	VMOVUPS Z9, 128(R11)
-	VMOVUPS 192(AX), Z9
-	VMOVUPS Z9, K1, 192(R11)
-	ADDQ    R8, R11
-
-stateKVbf16AVX512_nocarryrow_11:
-	ADDQ $0x00000100, AX
-	INCQ CX
-	CMPQ CX, DX
-	JB   stateKVbf16AVX512_rows_11
-	JMP  stateKVbf16AVX512_rowsdone_6
-
-stateKVbf16AVX512_lastrows_6:
-	KXNORW   K4, K4, K4
-	KUNPCKWD K4, K1, K3
-	KNOTD    K3, K4
-
-stateKVbf16AVX512_rows_12:
-	VBROADCASTSS (BX)(CX*4), Z0
-	VMOVUPS      (AX), Z1
-	VMULPS       Z1, Z8, Z1
-	VFMADD231PS  Z12, Z0, Z1
-	VMOVUPS      64(AX), Z2
-	VMULPS       Z2, Z8, Z2
-	VFMADD231PS  Z13, Z0, Z2
-	VMOVUPS      128(AX), Z3
-	VMULPS       Z3, Z8, Z3
-	VFMADD231PS  Z14, Z0, Z3
-	VMOVUPS      192(AX), Z4
-	VMULPS       Z4, Z8, Z4
-	VFMADD231PS  Z15, Z0, Z4
-	TESTQ        R9, R9
-	JZ           stateKVbf16AVX512_nostorerow_12
-	CMPL         128(SP), $0x00
-	JNE          stateKVbf16AVX512_rownan_12
-	CMPB         a_cvt+152(FP), $0x00
-	JE           stateKVbf16AVX512_rowints_8
-	CMPB         120(SP), $0x00
-	JNE          stateKVbf16AVX512_rowints_8
-	VPBROADCASTD mag16<>+0(SB), Z0
-	KXNORD       K6, K6, K6
-	BYTE $0x62; BYTE $0xf2; BYTE $0x6f; BYTE $0x48; BYTE $0x72; BYTE $0xe9 // VCVTNE2PS2BF16 Z1, Z2, Z5
-	VMOVDQU32 Z5, (R9)
-	VPTESTMW  Z0, Z5, K6, K6
-	BYTE $0x62; BYTE $0xf2; BYTE $0x5f; BYTE $0x48; BYTE $0x72; BYTE $0xeb // VCVTNE2PS2BF16 Z3, Z4, Z5
-	VMOVDQU16 Z5, K3, 64(R9)
-	VPTESTMW  Z0, Z5, K3, K5
-	KORD      K4, K5, K5
-	KANDD     K5, K6, K6
-	KORTESTD  K6, K6
-	JCS       stateKVbf16AVX512_rowstored_12
-	JMP       stateKVbf16AVX512_rownan_12
-
-stateKVbf16AVX512_rowints_8:
-	CMPB        120(SP), $0x00
-	JE          stateKVbf16AVX512_temporalrow_23
-	VMOVAPS     Z1, Z0
-	VPSRLD      $0x10, Z0, Z5
-	VPANDD.BCST one_i<>+0(SB), Z5, Z5
-	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z5, Z0, Z0
-	VPSRLD      $0x10, Z0, Z0
-	VPMOVDW     Z0, Y0
-	VMOVNTDQ    Y0, (R9)
-	VMOVAPS     Z2, Z0
-	VPSRLD      $0x10, Z0, Z5
-	VPANDD.BCST one_i<>+0(SB), Z5, Z5
-	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z5, Z0, Z0
-	VPSRLD      $0x10, Z0, Z0
-	VPMOVDW     Z0, Y0
-	VMOVNTDQ    Y0, 32(R9)
-	VMOVAPS     Z3, Z0
-	VPSRLD      $0x10, Z0, Z5
-	VPANDD.BCST one_i<>+0(SB), Z5, Z5
-	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z5, Z0, Z0
-	VPSRLD      $0x10, Z0, Z0
-	VPMOVDW     Z0, Y0
-	VMOVNTDQ    Y0, 64(R9)
-	VMOVAPS     Z4, Z0
-	VPSRLD      $0x10, Z0, Z5
-	VPANDD.BCST one_i<>+0(SB), Z5, Z5
-	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z5, Z0, Z0
-	VPSRLD      $0x10, Z0, Z0
-	VPMOVDW     Z0, Y0
-	VMOVNTDQ    Y0, 96(R9)
-	JMP         stateKVbf16AVX512_storedrow_23
-
-stateKVbf16AVX512_temporalrow_23:
-	VMOVAPS     Z1, Z0
-	VPSRLD      $0x10, Z0, Z5
-	VPANDD.BCST one_i<>+0(SB), Z5, Z5
-	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z5, Z0, Z0
-	VPSRLD      $0x10, Z0, Z0
-	VPMOVDW     Z0, (R9)
-	VMOVAPS     Z2, Z0
-	VPSRLD      $0x10, Z0, Z5
-	VPANDD.BCST one_i<>+0(SB), Z5, Z5
-	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z5, Z0, Z0
-	VPSRLD      $0x10, Z0, Z0
-	VPMOVDW     Z0, 32(R9)
-	VMOVAPS     Z3, Z0
-	VPSRLD      $0x10, Z0, Z5
-	VPANDD.BCST one_i<>+0(SB), Z5, Z5
-	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z5, Z0, Z0
-	VPSRLD      $0x10, Z0, Z0
-	VPMOVDW     Z0, 64(R9)
-	VMOVAPS     Z4, Z0
-	VPSRLD      $0x10, Z0, Z5
-	VPANDD.BCST one_i<>+0(SB), Z5, Z5
-	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z5, Z0, Z0
-	VPSRLD      $0x10, Z0, Z0
-	VPMOVDW     Z0, K1, 96(R9)
-
-stateKVbf16AVX512_storedrow_23:
-	JMP stateKVbf16AVX512_rowstored_12
-
-stateKVbf16AVX512_rownan_12:
-	CMPB        120(SP), $0x00
-	JE          stateKVbf16AVX512_temporalrow_24
-	VMOVAPS     Z1, Z0
-	VPSRLD      $0x10, Z0, Z5
-	VCMPPS      $0x03, Z0, Z0, K2
-	VPANDD.BCST one_i<>+0(SB), Z5, Z6
-	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z6, Z0, Z0
-	VPSRLD      $0x10, Z0, Z0
-	VPORD.BCST  quiet<>+0(SB), Z5, K2, Z0
-	VPMOVDW     Z0, Y0
-	VMOVNTDQ    Y0, (R9)
-	VMOVAPS     Z2, Z0
-	VPSRLD      $0x10, Z0, Z5
-	VCMPPS      $0x03, Z0, Z0, K2
-	VPANDD.BCST one_i<>+0(SB), Z5, Z6
-	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z6, Z0, Z0
-	VPSRLD      $0x10, Z0, Z0
-	VPORD.BCST  quiet<>+0(SB), Z5, K2, Z0
-	VPMOVDW     Z0, Y0
-	VMOVNTDQ    Y0, 32(R9)
-	VMOVAPS     Z3, Z0
-	VPSRLD      $0x10, Z0, Z5
-	VCMPPS      $0x03, Z0, Z0, K2
-	VPANDD.BCST one_i<>+0(SB), Z5, Z6
-	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z6, Z0, Z0
-	VPSRLD      $0x10, Z0, Z0
-	VPORD.BCST  quiet<>+0(SB), Z5, K2, Z0
-	VPMOVDW     Z0, Y0
-	VMOVNTDQ    Y0, 64(R9)
-	VMOVAPS     Z4, Z0
-	VPSRLD      $0x10, Z0, Z5
-	VCMPPS      $0x03, Z0, Z0, K2
-	VPANDD.BCST one_i<>+0(SB), Z5, Z6
-	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z6, Z0, Z0
-	VPSRLD      $0x10, Z0, Z0
-	VPORD.BCST  quiet<>+0(SB), Z5, K2, Z0
-	VPMOVDW     Z0, Y0
-	VMOVNTDQ    Y0, 96(R9)
-	JMP         stateKVbf16AVX512_storedrow_24
-
-stateKVbf16AVX512_temporalrow_24:
-	VMOVAPS     Z1, Z0
-	VPSRLD      $0x10, Z0, Z5
-	VCMPPS      $0x03, Z0, Z0, K2
-	VPANDD.BCST one_i<>+0(SB), Z5, Z6
-	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z6, Z0, Z0
-	VPSRLD      $0x10, Z0, Z0
-	VPORD.BCST  quiet<>+0(SB), Z5, K2, Z0
-	VPMOVDW     Z0, (R9)
-	VMOVAPS     Z2, Z0
-	VPSRLD      $0x10, Z0, Z5
-	VCMPPS      $0x03, Z0, Z0, K2
-	VPANDD.BCST one_i<>+0(SB), Z5, Z6
-	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z6, Z0, Z0
-	VPSRLD      $0x10, Z0, Z0
-	VPORD.BCST  quiet<>+0(SB), Z5, K2, Z0
-	VPMOVDW     Z0, 32(R9)
-	VMOVAPS     Z3, Z0
-	VPSRLD      $0x10, Z0, Z5
-	VCMPPS      $0x03, Z0, Z0, K2
-	VPANDD.BCST one_i<>+0(SB), Z5, Z6
-	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z6, Z0, Z0
-	VPSRLD      $0x10, Z0, Z0
-	VPORD.BCST  quiet<>+0(SB), Z5, K2, Z0
-	VPMOVDW     Z0, 64(R9)
-	VMOVAPS     Z4, Z0
-	VPSRLD      $0x10, Z0, Z5
-	VCMPPS      $0x03, Z0, Z0, K2
-	VPANDD.BCST one_i<>+0(SB), Z5, Z6
-	VPADDD.BCST round<>+0(SB), Z0, Z0
-	VPADDD      Z6, Z0, Z0
-	VPSRLD      $0x10, Z0, Z0
-	VPORD.BCST  quiet<>+0(SB), Z5, K2, Z0
-	VPMOVDW     Z0, K1, 96(R9)
-
-stateKVbf16AVX512_storedrow_24:
-stateKVbf16AVX512_rowstored_12:
-	ADDQ R10, R9
-
-stateKVbf16AVX512_nostorerow_12:
-	TESTQ   R11, R11
-	JZ      stateKVbf16AVX512_nocarryrow_12
-	VMOVUPS Z1, (R11)
-	VMOVUPS Z2, 64(R11)
-	VMOVUPS Z3, 128(R11)
-	VMOVUPS Z4, K1, 192(R11)
-	ADDQ    R8, R11
-
-stateKVbf16AVX512_nocarryrow_12:
-	ADDQ $0x00000100, AX
-	INCQ CX
-	CMPQ CX, DX
-	JB   stateKVbf16AVX512_rows_12
-	JMP  stateKVbf16AVX512_tokensout_3
-
-stateKVbf16AVX512_rowsdone_6:
-stateKVbf16AVX512_tokdone_3:
-	MOVQ 64(SP), AX
-	MOVQ AX, 56(SP)
+stateKVbf16AVX512_rowsdone_3:
+	MOVQ a_K+0(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 56(SP)
+	MOVQ 120(SP), AX
+	ADDQ AX, 144(SP)
 	ADDQ $0x10, 96(SP)
 	MOVQ a_vs+24(FP), AX
 	SHLQ $0x02, AX
@@ -9334,11 +7926,11 @@ widenAVX512_done:
 
 // func stateKVf32AVX2(a stateArgs)
 // Requires: AVX, AVX2, CMOV, FMA3, MMX+
-TEXT ·stateKVf32AVX2(SB), NOSPLIT, $320-160
-	CMPQ  a_dst1+128(FP), $0x00
+TEXT ·stateKVf32AVX2(SB), NOSPLIT, $384-168
+	CMPQ  a_dst1+136(FP), $0x00
 	JE    stateKVf32AVX2_tokens_1
 	MOVQ  a_src+32(FP), AX
-	MOVQ  a_dst1+128(FP), CX
+	MOVQ  a_dst1+136(FP), CX
 	MOVQ  a_kh+64(FP), DX
 	MOVQ  a_qh+72(FP), BX
 	MOVQ  a_v+80(FP), SI
@@ -9369,7 +7961,7 @@ TEXT ·stateKVf32AVX2(SB), NOSPLIT, $320-160
 	MOVQ       R10, 8(SP)
 
 	// The decay form, once per call: near = em1 ≥ -0.5 (false for a NaN em1).
-	VMOVSS   a_tok1_0+136(FP), X0
+	VMOVSS   a_tok1_0+144(FP), X0
 	VUCOMISS nearone<>+0(SB), X0
 	SETCC    16(SP)
 	LEAQ     64(SP), R10
@@ -9488,8 +8080,8 @@ stateKVf32AVX2_rread_1:
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), in o.
-	VBROADCASTSS a_tok1_0+136(FP), Y13
-	VBROADCASTSS a_tok1_2+144(FP), Y14
+	VBROADCASTSS a_tok1_0+144(FP), Y13
+	VBROADCASTSS a_tok1_2+152(FP), Y14
 	VMOVUPS      (SI), Y15
 	VFMADD213PS  Y0, Y13, Y0
 	VSUBPS       Y0, Y15, Y0
@@ -9577,8 +8169,8 @@ stateKVf32AVX2_rdelta_1:
 stateKVf32AVX2_far_1:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), in o.
-	VBROADCASTSS a_tok1_1+140(FP), Y13
-	VBROADCASTSS a_tok1_2+144(FP), Y14
+	VBROADCASTSS a_tok1_1+148(FP), Y13
+	VBROADCASTSS a_tok1_2+152(FP), Y14
 	VMOVUPS      (SI), Y15
 	VMULPS       Y0, Y13, Y0
 	VSUBPS       Y0, Y15, Y0
@@ -9741,8 +8333,8 @@ stateKVf32AVX2_rread_2:
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), in o.
-	VBROADCASTSS a_tok1_0+136(FP), Y13
-	VBROADCASTSS a_tok1_2+144(FP), Y14
+	VBROADCASTSS a_tok1_0+144(FP), Y13
+	VBROADCASTSS a_tok1_2+152(FP), Y14
 	VMOVUPS      (SI), Y15
 	VFMADD213PS  Y0, Y13, Y0
 	VSUBPS       Y0, Y15, Y0
@@ -9830,8 +8422,8 @@ stateKVf32AVX2_rdelta_3:
 stateKVf32AVX2_far_2:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), in o.
-	VBROADCASTSS a_tok1_1+140(FP), Y13
-	VBROADCASTSS a_tok1_2+144(FP), Y14
+	VBROADCASTSS a_tok1_1+148(FP), Y13
+	VBROADCASTSS a_tok1_2+152(FP), Y14
 	VMOVUPS      (SI), Y15
 	VMULPS       Y0, Y13, Y0
 	VSUBPS       Y0, Y15, Y0
@@ -9959,8 +8551,8 @@ stateKVf32AVX2_rread_3:
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), in o.
-	VBROADCASTSS a_tok1_0+136(FP), Y8
-	VBROADCASTSS a_tok1_2+144(FP), Y9
+	VBROADCASTSS a_tok1_0+144(FP), Y8
+	VBROADCASTSS a_tok1_2+152(FP), Y9
 	VMOVUPS      (SI), Y10
 	VFMADD213PS  Y0, Y8, Y0
 	VSUBPS       Y0, Y10, Y0
@@ -10006,8 +8598,8 @@ stateKVf32AVX2_rread_3:
 stateKVf32AVX2_far_3:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), in o.
-	VBROADCASTSS a_tok1_1+140(FP), Y8
-	VBROADCASTSS a_tok1_2+144(FP), Y9
+	VBROADCASTSS a_tok1_1+148(FP), Y8
+	VBROADCASTSS a_tok1_2+152(FP), Y9
 	VMOVUPS      (SI), Y10
 	VMULPS       Y0, Y8, Y0
 	VSUBPS       Y0, Y10, Y0
@@ -10085,7 +8677,7 @@ stateKVf32AVX2_rwrite16_1:
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// S' = S + em1·S + k̂_i·δ.
-	VBROADCASTSS a_tok1_0+136(FP), Y11
+	VBROADCASTSS a_tok1_0+144(FP), Y11
 	MOVQ         AX, R11
 	MOVQ         CX, R13
 	XORQ         R12, R12
@@ -10194,7 +8786,7 @@ stateKVf32AVX2_rwrite_1:
 	JB           stateKVf32AVX2_rwrite_1
 
 	// o = decay(Sᵀq̂) + kq·δ over δ.
-	VBROADCASTSS a_tok1_3+148(FP), Y12
+	VBROADCASTSS a_tok1_3+156(FP), Y12
 	VFMADD213PS  Y0, Y11, Y0
 	VFMADD231PS  (DI), Y12, Y0
 	VMOVUPS      Y0, (DI)
@@ -10253,7 +8845,7 @@ stateKVf32AVX2_rwrite_1:
 stateKVf32AVX2_far_4:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// S' = eg·S + k̂_i·δ.
-	VBROADCASTSS a_tok1_1+140(FP), Y11
+	VBROADCASTSS a_tok1_1+148(FP), Y11
 	MOVQ         AX, R11
 	MOVQ         CX, R13
 	XORQ         R12, R12
@@ -10362,7 +8954,7 @@ stateKVf32AVX2_rwrite_2:
 	JB           stateKVf32AVX2_rwrite_2
 
 	// o = decay(Sᵀq̂) + kq·δ over δ.
-	VBROADCASTSS a_tok1_3+148(FP), Y12
+	VBROADCASTSS a_tok1_3+156(FP), Y12
 	VMULPS       Y0, Y11, Y0
 	VFMADD231PS  (DI), Y12, Y0
 	VMOVUPS      Y0, (DI)
@@ -10443,7 +9035,7 @@ stateKVf32AVX2_rwrite8_1:
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// S' = S + em1·S + k̂_i·δ.
-	VBROADCASTSS a_tok1_0+136(FP), Y8
+	VBROADCASTSS a_tok1_0+144(FP), Y8
 	MOVQ         AX, R10
 	MOVQ         CX, R12
 	XORQ         R11, R11
@@ -10501,7 +9093,7 @@ stateKVf32AVX2_rwrite_3:
 	JB           stateKVf32AVX2_rwrite_3
 
 	// o = decay(Sᵀq̂) + kq·δ over δ.
-	VBROADCASTSS a_tok1_3+148(FP), Y9
+	VBROADCASTSS a_tok1_3+156(FP), Y9
 	VFMADD213PS  Y0, Y8, Y0
 	VFMADD231PS  (DI), Y9, Y0
 	VMOVUPS      Y0, (DI)
@@ -10531,7 +9123,7 @@ stateKVf32AVX2_rwrite_3:
 stateKVf32AVX2_far_5:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// S' = eg·S + k̂_i·δ.
-	VBROADCASTSS a_tok1_1+140(FP), Y8
+	VBROADCASTSS a_tok1_1+148(FP), Y8
 	MOVQ         AX, R10
 	MOVQ         CX, R12
 	XORQ         R11, R11
@@ -10589,7 +9181,7 @@ stateKVf32AVX2_rwrite_4:
 	JB           stateKVf32AVX2_rwrite_4
 
 	// o = decay(Sᵀq̂) + kq·δ over δ.
-	VBROADCASTSS a_tok1_3+148(FP), Y9
+	VBROADCASTSS a_tok1_3+156(FP), Y9
 	VMULPS       Y0, Y8, Y0
 	VFMADD231PS  (DI), Y9, Y0
 	VMOVUPS      Y0, (DI)
@@ -10669,9 +9261,9 @@ stateKVf32AVX2_read_1:
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	VBROADCASTSS a_tok1_0+136(FP), Y8
-	VBROADCASTSS a_tok1_2+144(FP), Y9
-	VBROADCASTSS a_tok1_3+148(FP), Y10
+	VBROADCASTSS a_tok1_0+144(FP), Y8
+	VBROADCASTSS a_tok1_2+152(FP), Y9
+	VBROADCASTSS a_tok1_3+156(FP), Y10
 	VMOVUPS      (SI), Y11
 	VFMADD213PS  Y0, Y8, Y0
 	VSUBPS       Y0, Y11, Y0
@@ -10737,9 +9329,9 @@ stateKVf32AVX2_write_1:
 stateKVf32AVX2_far_6:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	VBROADCASTSS a_tok1_1+140(FP), Y8
-	VBROADCASTSS a_tok1_2+144(FP), Y9
-	VBROADCASTSS a_tok1_3+148(FP), Y10
+	VBROADCASTSS a_tok1_1+148(FP), Y8
+	VBROADCASTSS a_tok1_2+152(FP), Y9
+	VBROADCASTSS a_tok1_3+156(FP), Y10
 	VMOVUPS      (SI), Y11
 	VMULPS       Y0, Y8, Y0
 	VSUBPS       Y0, Y11, Y0
@@ -10844,9 +9436,9 @@ stateKVf32AVX2_read_2:
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	VBROADCASTSS a_tok1_0+136(FP), Y4
-	VBROADCASTSS a_tok1_2+144(FP), Y5
-	VBROADCASTSS a_tok1_3+148(FP), Y6
+	VBROADCASTSS a_tok1_0+144(FP), Y4
+	VBROADCASTSS a_tok1_2+152(FP), Y5
+	VBROADCASTSS a_tok1_3+156(FP), Y6
 	VMOVUPS      (SI), Y7
 	VFMADD213PS  Y0, Y4, Y0
 	VSUBPS       Y0, Y7, Y0
@@ -10890,9 +9482,9 @@ stateKVf32AVX2_write_3:
 stateKVf32AVX2_far_7:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	VBROADCASTSS a_tok1_1+140(FP), Y4
-	VBROADCASTSS a_tok1_2+144(FP), Y5
-	VBROADCASTSS a_tok1_3+148(FP), Y6
+	VBROADCASTSS a_tok1_1+148(FP), Y4
+	VBROADCASTSS a_tok1_2+152(FP), Y5
+	VBROADCASTSS a_tok1_3+156(FP), Y6
 	VMOVUPS      (SI), Y7
 	VMULPS       Y0, Y4, Y0
 	VSUBPS       Y0, Y7, Y0
@@ -11038,9 +9630,9 @@ stateKVf32AVX2_spanpast_1:
 
 	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	VBROADCASTSS a_tok1_0+136(FP), Y6
-	VBROADCASTSS a_tok1_2+144(FP), Y7
-	VBROADCASTSS a_tok1_3+148(FP), Y8
+	VBROADCASTSS a_tok1_0+144(FP), Y6
+	VBROADCASTSS a_tok1_2+152(FP), Y7
+	VBROADCASTSS a_tok1_3+156(FP), Y8
 	CMPQ         R11, $0x00000000
 	JBE          stateKVf32AVX2_spantail_2
 	VMOVUPS      (SI), Y9
@@ -11205,9 +9797,9 @@ stateKVf32AVX2_spanpast_3:
 stateKVf32AVX2_far_8:
 	// em1 < -0.5 or NaN: decay(x) = eg·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	VBROADCASTSS a_tok1_1+140(FP), Y6
-	VBROADCASTSS a_tok1_2+144(FP), Y7
-	VBROADCASTSS a_tok1_3+148(FP), Y8
+	VBROADCASTSS a_tok1_1+148(FP), Y6
+	VBROADCASTSS a_tok1_2+152(FP), Y7
+	VBROADCASTSS a_tok1_3+156(FP), Y8
 	CMPQ         R11, $0x00000000
 	JBE          stateKVf32AVX2_spantail_4
 	VMOVUPS      (SI), Y9
@@ -11383,16 +9975,43 @@ stateKVf32AVX2_tokens_1:
 	TESTQ DX, DX
 	JZ    stateKVf32AVX2_done_2
 	MOVQ  CX, 8(SP)
-	MOVQ  a_work+104(FP), CX
+	MOVQ  a_work+112(FP), CX
 	ADDQ  $0x3f, CX
 	ANDQ  $-64, CX
 	MOVQ  CX, (SP)
-	MOVQ  a_pf+112(FP), CX
-	MOVQ  a_npf+120(FP), DX
+
+	// The read pass's k̂, q̂ and the rows' far-form decays: the per-channel gate's (ch), else kh, qh and eg.
+	MOVQ  a_K+0(FP), DX
+	SHLQ  $0x02, DX
+	MOVQ  a_ch+104(FP), CX
+	TESTQ CX, CX
+	JZ    stateKVf32AVX2_scalargate_1
 	MOVQ  CX, 296(SP)
-	ANDQ  $-2, DX
-	LEAQ  (CX)(DX*8), CX
+	ADDQ  DX, CX
 	MOVQ  CX, 304(SP)
+	ADDQ  DX, CX
+	MOVQ  CX, 328(SP)
+	SHLQ  $0x02, DX
+	MOVQ  DX, 312(SP)
+	MOVQ  $0x00000008, 320(SP)
+	JMP   stateKVf32AVX2_gateset_1
+
+stateKVf32AVX2_scalargate_1:
+	MOVQ a_kh+64(FP), CX
+	MOVQ CX, 296(SP)
+	MOVQ a_qh+72(FP), CX
+	MOVQ CX, 304(SP)
+	MOVQ DX, 312(SP)
+	MOVQ $0x00000000, 320(SP)
+	MOVQ $0x00000000, 328(SP)
+
+stateKVf32AVX2_gateset_1:
+	MOVQ a_pf+120(FP), CX
+	MOVQ a_npf+128(FP), DX
+	MOVQ CX, 360(SP)
+	ANDQ $-2, DX
+	LEAQ (CX)(DX*8), CX
+	MOVQ CX, 368(SP)
 
 	// K > 1024 does not fit work: the Go wrapper never calls with it.
 	CMPQ AX, $0x00000400
@@ -11442,8 +10061,8 @@ stateKVf32AVX2_blocks_1:
 	VXORPS Y5, Y5, Y5
 	VXORPS Y6, Y6, Y6
 	VXORPS Y7, Y7, Y7
-	MOVQ   a_kh+64(FP), SI
-	MOVQ   a_qh+72(FP), DI
+	MOVQ   296(SP), SI
+	MOVQ   304(SP), DI
 	MOVQ   (SP), R8
 	XORQ   R9, R9
 	IMUL3Q $0x00000020, BX, R10
@@ -11482,6 +10101,8 @@ stateKVf32AVX2_pass0_1:
 	MOVQ AX, 48(SP)
 	MOVQ a_kh+64(FP), AX
 	MOVQ AX, 56(SP)
+	MOVQ 328(SP), AX
+	MOVQ AX, 336(SP)
 	MOVQ a_tok+96(FP), AX
 	MOVQ AX, 96(SP)
 	MOVQ a_v+80(FP), AX
@@ -11493,10 +10114,10 @@ stateKVf32AVX2_pass0_1:
 
 stateKVf32AVX2_token_1:
 	// The prefetch list's next group.
-	MOVQ 296(SP), AX
+	MOVQ 360(SP), AX
 
 stateKVf32AVX2_pfentry_1:
-	CMPQ  AX, 304(SP)
+	CMPQ  AX, 368(SP)
 	JAE   stateKVf32AVX2_pfdone_1
 	MOVQ  (AX), DX
 	MOVQ  8(AX), CX
@@ -11512,11 +10133,11 @@ stateKVf32AVX2_pfline_1:
 	JMP        stateKVf32AVX2_pfentry_1
 
 stateKVf32AVX2_pfdone_1:
-	MOVQ AX, 296(SP)
+	MOVQ AX, 360(SP)
 
 	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
 	MOVQ 48(SP), AX
-	MOVQ a_K+0(FP), CX
+	MOVQ 312(SP), CX
 	INCQ AX
 	MOVQ a_T+16(FP), DX
 	CMPQ AX, DX
@@ -11524,59 +10145,75 @@ stateKVf32AVX2_pfdone_1:
 	DECQ AX
 
 stateKVf32AVX2_notlast_1:
-	IMULQ    CX, AX
-	MOVQ     a_kh+64(FP), CX
-	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 64(SP)
-	MOVQ     a_qh+72(FP), CX
-	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 72(SP)
+	IMULQ CX, AX
+	MOVQ  296(SP), CX
+	ADDQ  AX, CX
+	MOVQ  CX, 64(SP)
+	MOVQ  304(SP), CX
+	ADDQ  AX, CX
+	MOVQ  CX, 72(SP)
+
+	// The token's decay as a pair (c, m), decay(x) = c·x + (x & m): (em1, all ones) = x + em1·x where em1 ≥ -0.5, else (eg, the sign bit) = eg·x (also for a NaN em1).
 	MOVQ     96(SP), AX
+	MOVL     (AX), CX
+	MOVL     $0xffffffff, DX
+	MOVL     $0x80000000, BX
 	VMOVSS   (AX), X8
 	VUCOMISS nearone<>+0(SB), X8
-	JCS      stateKVf32AVX2_far_9
+	CMOVLCS  4(AX), CX
+	CMOVLCS  BX, DX
+	MOVL     CX, 344(SP)
+	MOVL     DX, 348(SP)
 
-	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	LEAQ         104(SP), AX
 	ADDQ         $0x1f, AX
 	ANDQ         $-32, AX
 	MOVQ         96(SP), CX
-	VBROADCASTSS (CX), Y8
-	VBROADCASTSS 8(CX), Y9
-	VBROADCASTSS 12(CX), Y10
+	VBROADCASTSS 344(SP), Y8
+	VBROADCASTSS 348(SP), Y9
+	VBROADCASTSS 8(CX), Y10
+	VBROADCASTSS 12(CX), Y11
 	MOVQ         80(SP), CX
 	MOVQ         88(SP), DX
-	VMOVUPS      (CX), Y11
-	VFMADD213PS  Y0, Y8, Y0
-	VSUBPS       Y0, Y11, Y11
-	VMULPS       Y11, Y9, Y11
-	VFMADD213PS  Y1, Y8, Y1
-	VFMADD231PS  Y11, Y10, Y1
+	VMOVUPS      (CX), Y12
+	VANDPS       Y9, Y0, Y13
+	VFMADD132PS  Y8, Y13, Y0
+	VSUBPS       Y0, Y12, Y12
+	VMULPS       Y12, Y10, Y12
+	VANDPS       Y9, Y1, Y0
+	VFMADD132PS  Y8, Y0, Y1
+	VFMADD231PS  Y12, Y11, Y1
 	VMOVUPS      Y1, (DX)
-	VMOVUPS      Y11, (AX)
+	VMOVUPS      Y12, (AX)
 	VMOVUPS      32(CX), Y0
-	VFMADD213PS  Y2, Y8, Y2
+	VANDPS       Y9, Y2, Y1
+	VFMADD132PS  Y8, Y1, Y2
 	VSUBPS       Y2, Y0, Y0
-	VMULPS       Y0, Y9, Y0
-	VFMADD213PS  Y3, Y8, Y3
-	VFMADD231PS  Y0, Y10, Y3
+	VMULPS       Y0, Y10, Y0
+	VANDPS       Y9, Y3, Y1
+	VFMADD132PS  Y8, Y1, Y3
+	VFMADD231PS  Y0, Y11, Y3
 	VMOVUPS      Y3, 32(DX)
 	VMOVUPS      Y0, 32(AX)
 	VMOVUPS      64(CX), Y0
-	VFMADD213PS  Y4, Y8, Y4
+	VANDPS       Y9, Y4, Y1
+	VFMADD132PS  Y8, Y1, Y4
 	VSUBPS       Y4, Y0, Y0
-	VMULPS       Y0, Y9, Y0
-	VFMADD213PS  Y5, Y8, Y5
-	VFMADD231PS  Y0, Y10, Y5
+	VMULPS       Y0, Y10, Y0
+	VANDPS       Y9, Y5, Y1
+	VFMADD132PS  Y8, Y1, Y5
+	VFMADD231PS  Y0, Y11, Y5
 	VMOVUPS      Y5, 64(DX)
 	VMOVUPS      Y0, 64(AX)
 	VMOVUPS      96(CX), Y0
-	VFMADD213PS  Y6, Y8, Y6
+	VANDPS       Y9, Y6, Y1
+	VFMADD132PS  Y8, Y1, Y6
 	VSUBPS       Y6, Y0, Y0
-	VMULPS       Y0, Y9, Y0
-	VFMADD213PS  Y7, Y8, Y7
-	VFMADD231PS  Y0, Y10, Y7
+	VMULPS       Y0, Y10, Y0
+	VANDPS       Y9, Y7, Y1
+	VFMADD132PS  Y8, Y1, Y7
+	VFMADD231PS  Y0, Y11, Y7
 	VMOVUPS      Y7, 96(DX)
 	VMOVUPS      Y0, 96(AX)
 	VXORPS       Y0, Y0, Y0
@@ -11588,7 +10225,7 @@ stateKVf32AVX2_notlast_1:
 	VXORPS       Y6, Y6, Y6
 	VXORPS       Y7, Y7, Y7
 
-	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	// S' = decay(S) + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
 	MOVQ  (SP), AX
 	XORQ  CX, CX
 	MOVQ  a_K+0(FP), DX
@@ -11608,7 +10245,7 @@ stateKVf32AVX2_nostore_1:
 	SHLQ $0x02, R8
 
 	// Non-temporal stores for this token's rows: a store but the last token's after a token without one, the rows aligned whole vectors.
-	MOVQ  $0x00000000, 312(SP)
+	MOVQ  $0x00000000, 376(SP)
 	TESTQ R9, R9
 	JZ    stateKVf32AVX2_temporal_1
 	MOVQ  48(SP), R10
@@ -11628,7 +10265,7 @@ stateKVf32AVX2_snapshot_1:
 	JNZ   stateKVf32AVX2_temporal_1
 	TESTQ $0x0000001f, R8
 	JNZ   stateKVf32AVX2_temporal_1
-	MOVQ  $0x00000001, 312(SP)
+	MOVQ  $0x00000001, 376(SP)
 
 stateKVf32AVX2_temporal_1:
 	LEAQ 104(SP), R10
@@ -11639,58 +10276,70 @@ stateKVf32AVX2_temporal_1:
 	MOVQ a_T+16(FP), R12
 	CMPQ R11, R12
 	JE   stateKVf32AVX2_lastrows_1
+	MOVQ 336(SP), R11
+	CMPQ 320(SP), $0x00
+	JNE  stateKVf32AVX2_decaysset_1
+	LEAQ 344(SP), R11
 
+stateKVf32AVX2_decaysset_1:
 stateKVf32AVX2_rows_1:
-	VBROADCASTSS (BX)(CX*4), Y9
-	VBROADCASTSS (SI)(CX*4), Y10
-	VBROADCASTSS (DI)(CX*4), Y11
-	VMOVUPS      (AX), Y12
-	VFMADD213PS  Y12, Y8, Y12
-	VFMADD231PS  (R10), Y9, Y12
-	VMOVUPS      Y12, (AX)
-	VFMADD231PS  Y12, Y10, Y0
-	VFMADD231PS  Y12, Y11, Y1
-	VMOVUPS      32(AX), Y12
-	VFMADD213PS  Y12, Y8, Y12
-	VFMADD231PS  32(R10), Y9, Y12
-	VMOVUPS      Y12, 32(AX)
-	VFMADD231PS  Y12, Y10, Y2
-	VFMADD231PS  Y12, Y11, Y3
-	VMOVUPS      64(AX), Y12
-	VFMADD213PS  Y12, Y8, Y12
-	VFMADD231PS  64(R10), Y9, Y12
-	VMOVUPS      Y12, 64(AX)
-	VFMADD231PS  Y12, Y10, Y4
-	VFMADD231PS  Y12, Y11, Y5
-	VMOVUPS      96(AX), Y12
-	VFMADD213PS  Y12, Y8, Y12
-	VFMADD231PS  96(R10), Y9, Y12
-	VMOVUPS      Y12, 96(AX)
-	VFMADD231PS  Y12, Y10, Y6
-	VFMADD231PS  Y12, Y11, Y7
+	VBROADCASTSS (BX)(CX*4), Y8
+	VBROADCASTSS (R11), Y9
+	VBROADCASTSS 4(R11), Y10
+	ADDQ         320(SP), R11
+	VBROADCASTSS (SI)(CX*4), Y11
+	VBROADCASTSS (DI)(CX*4), Y12
+	VMOVUPS      (AX), Y13
+	VANDPS       Y10, Y13, Y14
+	VFMADD132PS  Y9, Y14, Y13
+	VFMADD231PS  (R10), Y8, Y13
+	VMOVUPS      Y13, (AX)
+	VFMADD231PS  Y13, Y11, Y0
+	VFMADD231PS  Y13, Y12, Y1
+	VMOVUPS      32(AX), Y13
+	VANDPS       Y10, Y13, Y14
+	VFMADD132PS  Y9, Y14, Y13
+	VFMADD231PS  32(R10), Y8, Y13
+	VMOVUPS      Y13, 32(AX)
+	VFMADD231PS  Y13, Y11, Y2
+	VFMADD231PS  Y13, Y12, Y3
+	VMOVUPS      64(AX), Y13
+	VANDPS       Y10, Y13, Y14
+	VFMADD132PS  Y9, Y14, Y13
+	VFMADD231PS  64(R10), Y8, Y13
+	VMOVUPS      Y13, 64(AX)
+	VFMADD231PS  Y13, Y11, Y4
+	VFMADD231PS  Y13, Y12, Y5
+	VMOVUPS      96(AX), Y13
+	VANDPS       Y10, Y13, Y10
+	VFMADD132PS  Y9, Y10, Y13
+	VFMADD231PS  96(R10), Y8, Y13
+	VMOVUPS      Y13, 96(AX)
+	VFMADD231PS  Y13, Y11, Y6
+	VFMADD231PS  Y13, Y12, Y7
 	TESTQ        R9, R9
 	JZ           stateKVf32AVX2_nostorerow_1
-	CMPB         312(SP), $0x00
+	CMPB         376(SP), $0x00
 	JE           stateKVf32AVX2_temporalrow_1
-	VMOVUPS      (AX), Y9
-	VMOVNTPS     Y9, (R9)
-	VMOVUPS      32(AX), Y9
-	VMOVNTPS     Y9, 32(R9)
-	VMOVUPS      64(AX), Y9
-	VMOVNTPS     Y9, 64(R9)
-	VMOVUPS      96(AX), Y9
-	VMOVNTPS     Y9, 96(R9)
+	VMOVUPS      (AX), Y8
+	VMOVNTPS     Y8, (R9)
+	VMOVUPS      32(AX), Y8
+	VMOVNTPS     Y8, 32(R9)
+	VMOVUPS      64(AX), Y8
+	VMOVNTPS     Y8, 64(R9)
+	VMOVUPS      96(AX), Y8
+	VMOVNTPS     Y8, 96(R9)
 	JMP          stateKVf32AVX2_storedrow_1
 
 stateKVf32AVX2_temporalrow_1:
-	VMOVUPS (AX), Y9
-	VMOVUPS Y9, (R9)
-	VMOVUPS 32(AX), Y9
-	VMOVUPS Y9, 32(R9)
-	VMOVUPS 64(AX), Y9
-	VMOVUPS Y9, 64(R9)
-	VMOVUPS 96(AX), Y9
-	VMOVUPS Y9, 96(R9)
+	VMOVUPS (AX), Y8
+	VMOVUPS Y8, (R9)
+	VMOVUPS 32(AX), Y8
+	VMOVUPS Y8, 32(R9)
+	VMOVUPS 64(AX), Y8
+	VMOVUPS Y8, 64(R9)
+	VMOVUPS 96(AX), Y8
+	VMOVUPS Y8, 96(R9)
 
 stateKVf32AVX2_storedrow_1:
 	ADDQ R8, R9
@@ -11703,35 +10352,48 @@ stateKVf32AVX2_nostorerow_1:
 	JMP  stateKVf32AVX2_rowsdone_4
 
 stateKVf32AVX2_lastrows_1:
+	MOVQ 336(SP), SI
+	CMPQ 320(SP), $0x00
+	JNE  stateKVf32AVX2_decaysset_2
+	LEAQ 344(SP), SI
+
+stateKVf32AVX2_decaysset_2:
 stateKVf32AVX2_rows_2:
 	VBROADCASTSS (BX)(CX*4), Y0
-	VMOVUPS      (AX), Y1
-	VFMADD213PS  Y1, Y8, Y1
-	VFMADD231PS  (R10), Y0, Y1
-	VMOVUPS      32(AX), Y2
-	VFMADD213PS  Y2, Y8, Y2
-	VFMADD231PS  32(R10), Y0, Y2
-	VMOVUPS      64(AX), Y3
-	VFMADD213PS  Y3, Y8, Y3
-	VFMADD231PS  64(R10), Y0, Y3
-	VMOVUPS      96(AX), Y4
-	VFMADD213PS  Y4, Y8, Y4
-	VFMADD231PS  96(R10), Y0, Y4
+	VBROADCASTSS (SI), Y1
+	VBROADCASTSS 4(SI), Y2
+	ADDQ         320(SP), SI
+	VMOVUPS      (AX), Y3
+	VANDPS       Y2, Y3, Y4
+	VFMADD132PS  Y1, Y4, Y3
+	VFMADD231PS  (R10), Y0, Y3
+	VMOVUPS      32(AX), Y4
+	VANDPS       Y2, Y4, Y5
+	VFMADD132PS  Y1, Y5, Y4
+	VFMADD231PS  32(R10), Y0, Y4
+	VMOVUPS      64(AX), Y5
+	VANDPS       Y2, Y5, Y6
+	VFMADD132PS  Y1, Y6, Y5
+	VFMADD231PS  64(R10), Y0, Y5
+	VMOVUPS      96(AX), Y6
+	VANDPS       Y2, Y6, Y2
+	VFMADD132PS  Y1, Y2, Y6
+	VFMADD231PS  96(R10), Y0, Y6
 	TESTQ        R9, R9
 	JZ           stateKVf32AVX2_nostorerow_2
-	CMPB         312(SP), $0x00
+	CMPB         376(SP), $0x00
 	JE           stateKVf32AVX2_temporalrow_2
-	VMOVNTPS     Y1, (R9)
-	VMOVNTPS     Y2, 32(R9)
-	VMOVNTPS     Y3, 64(R9)
-	VMOVNTPS     Y4, 96(R9)
+	VMOVNTPS     Y3, (R9)
+	VMOVNTPS     Y4, 32(R9)
+	VMOVNTPS     Y5, 64(R9)
+	VMOVNTPS     Y6, 96(R9)
 	JMP          stateKVf32AVX2_storedrow_2
 
 stateKVf32AVX2_temporalrow_2:
-	VMOVUPS Y1, (R9)
-	VMOVUPS Y2, 32(R9)
-	VMOVUPS Y3, 64(R9)
-	VMOVUPS Y4, 96(R9)
+	VMOVUPS Y3, (R9)
+	VMOVUPS Y4, 32(R9)
+	VMOVUPS Y5, 64(R9)
+	VMOVUPS Y6, 96(R9)
 
 stateKVf32AVX2_storedrow_2:
 	ADDQ R8, R9
@@ -11744,220 +10406,11 @@ stateKVf32AVX2_nostorerow_2:
 	JMP  stateKVf32AVX2_tokensout_1
 
 stateKVf32AVX2_rowsdone_4:
-	JMP stateKVf32AVX2_tokdone_1
-
-stateKVf32AVX2_far_9:
-	// em1 < -0.5 or NaN: decay(x) = eg·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	LEAQ         104(SP), AX
-	ADDQ         $0x1f, AX
-	ANDQ         $-32, AX
-	MOVQ         96(SP), CX
-	VBROADCASTSS 4(CX), Y8
-	VBROADCASTSS 8(CX), Y9
-	VBROADCASTSS 12(CX), Y10
-	MOVQ         80(SP), CX
-	MOVQ         88(SP), DX
-	VMOVUPS      (CX), Y11
-	VMULPS       Y0, Y8, Y0
-	VSUBPS       Y0, Y11, Y11
-	VMULPS       Y11, Y9, Y11
-	VMULPS       Y1, Y8, Y1
-	VFMADD231PS  Y11, Y10, Y1
-	VMOVUPS      Y1, (DX)
-	VMOVUPS      Y11, (AX)
-	VMOVUPS      32(CX), Y0
-	VMULPS       Y2, Y8, Y2
-	VSUBPS       Y2, Y0, Y0
-	VMULPS       Y0, Y9, Y0
-	VMULPS       Y3, Y8, Y3
-	VFMADD231PS  Y0, Y10, Y3
-	VMOVUPS      Y3, 32(DX)
-	VMOVUPS      Y0, 32(AX)
-	VMOVUPS      64(CX), Y0
-	VMULPS       Y4, Y8, Y4
-	VSUBPS       Y4, Y0, Y0
-	VMULPS       Y0, Y9, Y0
-	VMULPS       Y5, Y8, Y5
-	VFMADD231PS  Y0, Y10, Y5
-	VMOVUPS      Y5, 64(DX)
-	VMOVUPS      Y0, 64(AX)
-	VMOVUPS      96(CX), Y0
-	VMULPS       Y6, Y8, Y6
-	VSUBPS       Y6, Y0, Y0
-	VMULPS       Y0, Y9, Y0
-	VMULPS       Y7, Y8, Y7
-	VFMADD231PS  Y0, Y10, Y7
-	VMOVUPS      Y7, 96(DX)
-	VMOVUPS      Y0, 96(AX)
-	VXORPS       Y0, Y0, Y0
-	VXORPS       Y1, Y1, Y1
-	VXORPS       Y2, Y2, Y2
-	VXORPS       Y3, Y3, Y3
-	VXORPS       Y4, Y4, Y4
-	VXORPS       Y5, Y5, Y5
-	VXORPS       Y6, Y6, Y6
-	VXORPS       Y7, Y7, Y7
-
-	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
-	MOVQ  (SP), AX
-	XORQ  CX, CX
-	MOVQ  a_K+0(FP), DX
-	MOVQ  56(SP), BX
-	MOVQ  64(SP), SI
-	MOVQ  72(SP), DI
-	MOVQ  16(SP), R8
-	MOVQ  48(SP), R10
-	MOVQ  a_stores+48(FP), R9
-	MOVQ  (R9)(R10*8), R9
-	TESTQ R9, R9
-	JZ    stateKVf32AVX2_nostore_2
-	LEAQ  (R9)(R8*4), R9
-
-stateKVf32AVX2_nostore_2:
-	MOVQ a_V+8(FP), R8
-	SHLQ $0x02, R8
-
-	// Non-temporal stores for this token's rows: a store but the last token's after a token without one, the rows aligned whole vectors.
-	MOVQ  $0x00000000, 312(SP)
-	TESTQ R9, R9
-	JZ    stateKVf32AVX2_temporal_2
-	MOVQ  48(SP), R10
-	INCQ  R10
-	MOVQ  a_T+16(FP), R11
-	CMPQ  R10, R11
-	JNE   stateKVf32AVX2_snapshot_2
-	MOVQ  48(SP), R10
-	TESTQ R10, R10
-	JZ    stateKVf32AVX2_temporal_2
-	MOVQ  a_stores+48(FP), R11
-	CMPQ  -8(R11)(R10*8), $0x00
-	JE    stateKVf32AVX2_temporal_2
-
-stateKVf32AVX2_snapshot_2:
-	TESTQ $0x0000001f, R9
-	JNZ   stateKVf32AVX2_temporal_2
-	TESTQ $0x0000001f, R8
-	JNZ   stateKVf32AVX2_temporal_2
-	MOVQ  $0x00000001, 312(SP)
-
-stateKVf32AVX2_temporal_2:
-	LEAQ 104(SP), R10
-	ADDQ $0x1f, R10
-	ANDQ $-32, R10
-	MOVQ 48(SP), R11
-	INCQ R11
-	MOVQ a_T+16(FP), R12
-	CMPQ R11, R12
-	JE   stateKVf32AVX2_lastrows_2
-
-stateKVf32AVX2_rows_3:
-	VBROADCASTSS (BX)(CX*4), Y9
-	VBROADCASTSS (SI)(CX*4), Y10
-	VBROADCASTSS (DI)(CX*4), Y11
-	VMOVUPS      (AX), Y12
-	VMULPS       Y12, Y8, Y12
-	VFMADD231PS  (R10), Y9, Y12
-	VMOVUPS      Y12, (AX)
-	VFMADD231PS  Y12, Y10, Y0
-	VFMADD231PS  Y12, Y11, Y1
-	VMOVUPS      32(AX), Y12
-	VMULPS       Y12, Y8, Y12
-	VFMADD231PS  32(R10), Y9, Y12
-	VMOVUPS      Y12, 32(AX)
-	VFMADD231PS  Y12, Y10, Y2
-	VFMADD231PS  Y12, Y11, Y3
-	VMOVUPS      64(AX), Y12
-	VMULPS       Y12, Y8, Y12
-	VFMADD231PS  64(R10), Y9, Y12
-	VMOVUPS      Y12, 64(AX)
-	VFMADD231PS  Y12, Y10, Y4
-	VFMADD231PS  Y12, Y11, Y5
-	VMOVUPS      96(AX), Y12
-	VMULPS       Y12, Y8, Y12
-	VFMADD231PS  96(R10), Y9, Y12
-	VMOVUPS      Y12, 96(AX)
-	VFMADD231PS  Y12, Y10, Y6
-	VFMADD231PS  Y12, Y11, Y7
-	TESTQ        R9, R9
-	JZ           stateKVf32AVX2_nostorerow_3
-	CMPB         312(SP), $0x00
-	JE           stateKVf32AVX2_temporalrow_3
-	VMOVUPS      (AX), Y9
-	VMOVNTPS     Y9, (R9)
-	VMOVUPS      32(AX), Y9
-	VMOVNTPS     Y9, 32(R9)
-	VMOVUPS      64(AX), Y9
-	VMOVNTPS     Y9, 64(R9)
-	VMOVUPS      96(AX), Y9
-	VMOVNTPS     Y9, 96(R9)
-	JMP          stateKVf32AVX2_storedrow_3
-
-stateKVf32AVX2_temporalrow_3:
-	VMOVUPS (AX), Y9
-	VMOVUPS Y9, (R9)
-	VMOVUPS 32(AX), Y9
-	VMOVUPS Y9, 32(R9)
-	VMOVUPS 64(AX), Y9
-	VMOVUPS Y9, 64(R9)
-	VMOVUPS 96(AX), Y9
-	VMOVUPS Y9, 96(R9)
-
-stateKVf32AVX2_storedrow_3:
-	ADDQ R8, R9
-
-stateKVf32AVX2_nostorerow_3:
-	ADDQ $0x00000080, AX
-	INCQ CX
-	CMPQ CX, DX
-	JB   stateKVf32AVX2_rows_3
-	JMP  stateKVf32AVX2_rowsdone_5
-
-stateKVf32AVX2_lastrows_2:
-stateKVf32AVX2_rows_4:
-	VBROADCASTSS (BX)(CX*4), Y0
-	VMOVUPS      (AX), Y1
-	VMULPS       Y1, Y8, Y1
-	VFMADD231PS  (R10), Y0, Y1
-	VMOVUPS      32(AX), Y2
-	VMULPS       Y2, Y8, Y2
-	VFMADD231PS  32(R10), Y0, Y2
-	VMOVUPS      64(AX), Y3
-	VMULPS       Y3, Y8, Y3
-	VFMADD231PS  64(R10), Y0, Y3
-	VMOVUPS      96(AX), Y4
-	VMULPS       Y4, Y8, Y4
-	VFMADD231PS  96(R10), Y0, Y4
-	TESTQ        R9, R9
-	JZ           stateKVf32AVX2_nostorerow_4
-	CMPB         312(SP), $0x00
-	JE           stateKVf32AVX2_temporalrow_4
-	VMOVNTPS     Y1, (R9)
-	VMOVNTPS     Y2, 32(R9)
-	VMOVNTPS     Y3, 64(R9)
-	VMOVNTPS     Y4, 96(R9)
-	JMP          stateKVf32AVX2_storedrow_4
-
-stateKVf32AVX2_temporalrow_4:
-	VMOVUPS Y1, (R9)
-	VMOVUPS Y2, 32(R9)
-	VMOVUPS Y3, 64(R9)
-	VMOVUPS Y4, 96(R9)
-
-stateKVf32AVX2_storedrow_4:
-	ADDQ R8, R9
-
-stateKVf32AVX2_nostorerow_4:
-	ADDQ $0x00000080, AX
-	INCQ CX
-	CMPQ CX, DX
-	JB   stateKVf32AVX2_rows_4
-	JMP  stateKVf32AVX2_tokensout_1
-
-stateKVf32AVX2_rowsdone_5:
-stateKVf32AVX2_tokdone_1:
-	MOVQ 64(SP), AX
-	MOVQ AX, 56(SP)
+	MOVQ a_K+0(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 56(SP)
+	MOVQ 312(SP), AX
+	ADDQ AX, 336(SP)
 	ADDQ $0x10, 96(SP)
 	MOVQ a_vs+24(FP), AX
 	SHLQ $0x02, AX
@@ -11996,8 +10449,8 @@ stateKVf32AVX2_span_2:
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
 	VXORPS Y3, Y3, Y3
-	MOVQ   a_kh+64(FP), SI
-	MOVQ   a_qh+72(FP), DI
+	MOVQ   296(SP), SI
+	MOVQ   304(SP), DI
 	MOVQ   (SP), R8
 	XORQ   R9, R9
 	IMUL3Q $0x00000020, BX, R10
@@ -12027,6 +10480,8 @@ stateKVf32AVX2_pass0_2:
 	MOVQ AX, 48(SP)
 	MOVQ a_kh+64(FP), AX
 	MOVQ AX, 56(SP)
+	MOVQ 328(SP), AX
+	MOVQ AX, 336(SP)
 	MOVQ a_tok+96(FP), AX
 	MOVQ AX, 96(SP)
 	MOVQ a_v+80(FP), AX
@@ -12038,10 +10493,10 @@ stateKVf32AVX2_pass0_2:
 
 stateKVf32AVX2_token_2:
 	// The prefetch list's next group.
-	MOVQ 296(SP), AX
+	MOVQ 360(SP), AX
 
 stateKVf32AVX2_pfentry_2:
-	CMPQ  AX, 304(SP)
+	CMPQ  AX, 368(SP)
 	JAE   stateKVf32AVX2_pfdone_2
 	MOVQ  (AX), DX
 	MOVQ  8(AX), CX
@@ -12057,11 +10512,11 @@ stateKVf32AVX2_pfline_2:
 	JMP        stateKVf32AVX2_pfentry_2
 
 stateKVf32AVX2_pfdone_2:
-	MOVQ AX, 296(SP)
+	MOVQ AX, 360(SP)
 
 	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
 	MOVQ 48(SP), AX
-	MOVQ a_K+0(FP), CX
+	MOVQ 312(SP), CX
 	INCQ AX
 	MOVQ a_T+16(FP), DX
 	CMPQ AX, DX
@@ -12069,43 +10524,55 @@ stateKVf32AVX2_pfdone_2:
 	DECQ AX
 
 stateKVf32AVX2_notlast_2:
-	IMULQ    CX, AX
-	MOVQ     a_kh+64(FP), CX
-	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 64(SP)
-	MOVQ     a_qh+72(FP), CX
-	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 72(SP)
+	IMULQ CX, AX
+	MOVQ  296(SP), CX
+	ADDQ  AX, CX
+	MOVQ  CX, 64(SP)
+	MOVQ  304(SP), CX
+	ADDQ  AX, CX
+	MOVQ  CX, 72(SP)
+
+	// The token's decay as a pair (c, m), decay(x) = c·x + (x & m): (em1, all ones) = x + em1·x where em1 ≥ -0.5, else (eg, the sign bit) = eg·x (also for a NaN em1).
 	MOVQ     96(SP), AX
+	MOVL     (AX), CX
+	MOVL     $0xffffffff, DX
+	MOVL     $0x80000000, BX
 	VMOVSS   (AX), X4
 	VUCOMISS nearone<>+0(SB), X4
-	JCS      stateKVf32AVX2_far_10
+	CMOVLCS  4(AX), CX
+	CMOVLCS  BX, DX
+	MOVL     CX, 344(SP)
+	MOVL     DX, 348(SP)
 
-	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	LEAQ         104(SP), AX
 	ADDQ         $0x1f, AX
 	ANDQ         $-32, AX
 	MOVQ         96(SP), CX
-	VBROADCASTSS (CX), Y4
-	VBROADCASTSS 8(CX), Y5
-	VBROADCASTSS 12(CX), Y6
+	VBROADCASTSS 344(SP), Y4
+	VBROADCASTSS 348(SP), Y5
+	VBROADCASTSS 8(CX), Y6
+	VBROADCASTSS 12(CX), Y7
 	MOVQ         80(SP), CX
 	MOVQ         88(SP), DX
-	VMOVUPS      (CX), Y7
-	VFMADD213PS  Y0, Y4, Y0
-	VSUBPS       Y0, Y7, Y7
-	VMULPS       Y7, Y5, Y7
-	VFMADD213PS  Y1, Y4, Y1
-	VFMADD231PS  Y7, Y6, Y1
+	VMOVUPS      (CX), Y8
+	VANDPS       Y5, Y0, Y9
+	VFMADD132PS  Y4, Y9, Y0
+	VSUBPS       Y0, Y8, Y8
+	VMULPS       Y8, Y6, Y8
+	VANDPS       Y5, Y1, Y0
+	VFMADD132PS  Y4, Y0, Y1
+	VFMADD231PS  Y8, Y7, Y1
 	VMOVUPS      Y1, (DX)
-	VMOVUPS      Y7, (AX)
+	VMOVUPS      Y8, (AX)
 	VMOVUPS      32(CX), Y0
-	VFMADD213PS  Y2, Y4, Y2
+	VANDPS       Y5, Y2, Y1
+	VFMADD132PS  Y4, Y1, Y2
 	VSUBPS       Y2, Y0, Y0
-	VMULPS       Y0, Y5, Y0
-	VFMADD213PS  Y3, Y4, Y3
-	VFMADD231PS  Y0, Y6, Y3
+	VMULPS       Y0, Y6, Y0
+	VANDPS       Y5, Y3, Y1
+	VFMADD132PS  Y4, Y1, Y3
+	VFMADD231PS  Y0, Y7, Y3
 	VMOVUPS      Y3, 32(DX)
 	VMOVUPS      Y0, 32(AX)
 	VXORPS       Y0, Y0, Y0
@@ -12113,7 +10580,7 @@ stateKVf32AVX2_notlast_2:
 	VXORPS       Y2, Y2, Y2
 	VXORPS       Y3, Y3, Y3
 
-	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	// S' = decay(S) + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
 	MOVQ  (SP), AX
 	XORQ  CX, CX
 	MOVQ  a_K+0(FP), DX
@@ -12125,37 +10592,37 @@ stateKVf32AVX2_notlast_2:
 	MOVQ  a_stores+48(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
-	JZ    stateKVf32AVX2_nostore_3
+	JZ    stateKVf32AVX2_nostore_2
 	LEAQ  (R9)(R8*4), R9
 
-stateKVf32AVX2_nostore_3:
+stateKVf32AVX2_nostore_2:
 	MOVQ a_V+8(FP), R8
 	SHLQ $0x02, R8
 
 	// Non-temporal stores for this token's rows: a store but the last token's after a token without one, the rows aligned whole vectors.
-	MOVQ  $0x00000000, 312(SP)
+	MOVQ  $0x00000000, 376(SP)
 	TESTQ R9, R9
-	JZ    stateKVf32AVX2_temporal_3
+	JZ    stateKVf32AVX2_temporal_2
 	MOVQ  48(SP), R10
 	INCQ  R10
 	MOVQ  a_T+16(FP), R11
 	CMPQ  R10, R11
-	JNE   stateKVf32AVX2_snapshot_3
+	JNE   stateKVf32AVX2_snapshot_2
 	MOVQ  48(SP), R10
 	TESTQ R10, R10
-	JZ    stateKVf32AVX2_temporal_3
+	JZ    stateKVf32AVX2_temporal_2
 	MOVQ  a_stores+48(FP), R11
 	CMPQ  -8(R11)(R10*8), $0x00
-	JE    stateKVf32AVX2_temporal_3
+	JE    stateKVf32AVX2_temporal_2
 
-stateKVf32AVX2_snapshot_3:
+stateKVf32AVX2_snapshot_2:
 	TESTQ $0x0000001f, R9
-	JNZ   stateKVf32AVX2_temporal_3
+	JNZ   stateKVf32AVX2_temporal_2
 	TESTQ $0x0000001f, R8
-	JNZ   stateKVf32AVX2_temporal_3
-	MOVQ  $0x00000001, 312(SP)
+	JNZ   stateKVf32AVX2_temporal_2
+	MOVQ  $0x00000001, 376(SP)
 
-stateKVf32AVX2_temporal_3:
+stateKVf32AVX2_temporal_2:
 	LEAQ 104(SP), R10
 	ADDQ $0x1f, R10
 	ANDQ $-32, R10
@@ -12163,246 +10630,108 @@ stateKVf32AVX2_temporal_3:
 	INCQ R11
 	MOVQ a_T+16(FP), R12
 	CMPQ R11, R12
-	JE   stateKVf32AVX2_lastrows_3
+	JE   stateKVf32AVX2_lastrows_2
+	MOVQ 336(SP), R11
+	CMPQ 320(SP), $0x00
+	JNE  stateKVf32AVX2_decaysset_3
+	LEAQ 344(SP), R11
 
-stateKVf32AVX2_rows_5:
-	VBROADCASTSS (BX)(CX*4), Y5
-	VBROADCASTSS (SI)(CX*4), Y6
-	VBROADCASTSS (DI)(CX*4), Y7
-	VMOVUPS      (AX), Y8
-	VFMADD213PS  Y8, Y4, Y8
-	VFMADD231PS  (R10), Y5, Y8
-	VMOVUPS      Y8, (AX)
-	VFMADD231PS  Y8, Y6, Y0
-	VFMADD231PS  Y8, Y7, Y1
-	VMOVUPS      32(AX), Y8
-	VFMADD213PS  Y8, Y4, Y8
-	VFMADD231PS  32(R10), Y5, Y8
-	VMOVUPS      Y8, 32(AX)
-	VFMADD231PS  Y8, Y6, Y2
-	VFMADD231PS  Y8, Y7, Y3
+stateKVf32AVX2_decaysset_3:
+stateKVf32AVX2_rows_3:
+	VBROADCASTSS (BX)(CX*4), Y4
+	VBROADCASTSS (R11), Y5
+	VBROADCASTSS 4(R11), Y6
+	ADDQ         320(SP), R11
+	VBROADCASTSS (SI)(CX*4), Y7
+	VBROADCASTSS (DI)(CX*4), Y8
+	VMOVUPS      (AX), Y9
+	VANDPS       Y6, Y9, Y10
+	VFMADD132PS  Y5, Y10, Y9
+	VFMADD231PS  (R10), Y4, Y9
+	VMOVUPS      Y9, (AX)
+	VFMADD231PS  Y9, Y7, Y0
+	VFMADD231PS  Y9, Y8, Y1
+	VMOVUPS      32(AX), Y9
+	VANDPS       Y6, Y9, Y6
+	VFMADD132PS  Y5, Y6, Y9
+	VFMADD231PS  32(R10), Y4, Y9
+	VMOVUPS      Y9, 32(AX)
+	VFMADD231PS  Y9, Y7, Y2
+	VFMADD231PS  Y9, Y8, Y3
 	TESTQ        R9, R9
-	JZ           stateKVf32AVX2_nostorerow_5
-	CMPB         312(SP), $0x00
-	JE           stateKVf32AVX2_temporalrow_5
-	VMOVUPS      (AX), Y5
-	VMOVNTPS     Y5, (R9)
-	VMOVUPS      32(AX), Y5
-	VMOVNTPS     Y5, 32(R9)
-	JMP          stateKVf32AVX2_storedrow_5
+	JZ           stateKVf32AVX2_nostorerow_3
+	CMPB         376(SP), $0x00
+	JE           stateKVf32AVX2_temporalrow_3
+	VMOVUPS      (AX), Y4
+	VMOVNTPS     Y4, (R9)
+	VMOVUPS      32(AX), Y4
+	VMOVNTPS     Y4, 32(R9)
+	JMP          stateKVf32AVX2_storedrow_3
 
-stateKVf32AVX2_temporalrow_5:
-	VMOVUPS (AX), Y5
-	VMOVUPS Y5, (R9)
-	VMOVUPS 32(AX), Y5
-	VMOVUPS Y5, 32(R9)
+stateKVf32AVX2_temporalrow_3:
+	VMOVUPS (AX), Y4
+	VMOVUPS Y4, (R9)
+	VMOVUPS 32(AX), Y4
+	VMOVUPS Y4, 32(R9)
 
-stateKVf32AVX2_storedrow_5:
+stateKVf32AVX2_storedrow_3:
 	ADDQ R8, R9
 
-stateKVf32AVX2_nostorerow_5:
+stateKVf32AVX2_nostorerow_3:
 	ADDQ $0x00000040, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVf32AVX2_rows_5
-	JMP  stateKVf32AVX2_rowsdone_6
+	JB   stateKVf32AVX2_rows_3
+	JMP  stateKVf32AVX2_rowsdone_5
 
-stateKVf32AVX2_lastrows_3:
-stateKVf32AVX2_rows_6:
+stateKVf32AVX2_lastrows_2:
+	MOVQ 336(SP), SI
+	CMPQ 320(SP), $0x00
+	JNE  stateKVf32AVX2_decaysset_4
+	LEAQ 344(SP), SI
+
+stateKVf32AVX2_decaysset_4:
+stateKVf32AVX2_rows_4:
 	VBROADCASTSS (BX)(CX*4), Y0
-	VMOVUPS      (AX), Y1
-	VFMADD213PS  Y1, Y4, Y1
-	VFMADD231PS  (R10), Y0, Y1
-	VMOVUPS      32(AX), Y2
-	VFMADD213PS  Y2, Y4, Y2
-	VFMADD231PS  32(R10), Y0, Y2
+	VBROADCASTSS (SI), Y1
+	VBROADCASTSS 4(SI), Y2
+	ADDQ         320(SP), SI
+	VMOVUPS      (AX), Y3
+	VANDPS       Y2, Y3, Y4
+	VFMADD132PS  Y1, Y4, Y3
+	VFMADD231PS  (R10), Y0, Y3
+	VMOVUPS      32(AX), Y4
+	VANDPS       Y2, Y4, Y2
+	VFMADD132PS  Y1, Y2, Y4
+	VFMADD231PS  32(R10), Y0, Y4
 	TESTQ        R9, R9
-	JZ           stateKVf32AVX2_nostorerow_6
-	CMPB         312(SP), $0x00
-	JE           stateKVf32AVX2_temporalrow_6
-	VMOVNTPS     Y1, (R9)
-	VMOVNTPS     Y2, 32(R9)
-	JMP          stateKVf32AVX2_storedrow_6
+	JZ           stateKVf32AVX2_nostorerow_4
+	CMPB         376(SP), $0x00
+	JE           stateKVf32AVX2_temporalrow_4
+	VMOVNTPS     Y3, (R9)
+	VMOVNTPS     Y4, 32(R9)
+	JMP          stateKVf32AVX2_storedrow_4
 
-stateKVf32AVX2_temporalrow_6:
-	VMOVUPS Y1, (R9)
-	VMOVUPS Y2, 32(R9)
+stateKVf32AVX2_temporalrow_4:
+	VMOVUPS Y3, (R9)
+	VMOVUPS Y4, 32(R9)
 
-stateKVf32AVX2_storedrow_6:
+stateKVf32AVX2_storedrow_4:
 	ADDQ R8, R9
 
-stateKVf32AVX2_nostorerow_6:
+stateKVf32AVX2_nostorerow_4:
 	ADDQ $0x00000040, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVf32AVX2_rows_6
+	JB   stateKVf32AVX2_rows_4
 	JMP  stateKVf32AVX2_tokensout_2
 
-stateKVf32AVX2_rowsdone_6:
-	JMP stateKVf32AVX2_tokdone_2
-
-stateKVf32AVX2_far_10:
-	// em1 < -0.5 or NaN: decay(x) = eg·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	LEAQ         104(SP), AX
-	ADDQ         $0x1f, AX
-	ANDQ         $-32, AX
-	MOVQ         96(SP), CX
-	VBROADCASTSS 4(CX), Y4
-	VBROADCASTSS 8(CX), Y5
-	VBROADCASTSS 12(CX), Y6
-	MOVQ         80(SP), CX
-	MOVQ         88(SP), DX
-	VMOVUPS      (CX), Y7
-	VMULPS       Y0, Y4, Y0
-	VSUBPS       Y0, Y7, Y7
-	VMULPS       Y7, Y5, Y7
-	VMULPS       Y1, Y4, Y1
-	VFMADD231PS  Y7, Y6, Y1
-	VMOVUPS      Y1, (DX)
-	VMOVUPS      Y7, (AX)
-	VMOVUPS      32(CX), Y0
-	VMULPS       Y2, Y4, Y2
-	VSUBPS       Y2, Y0, Y0
-	VMULPS       Y0, Y5, Y0
-	VMULPS       Y3, Y4, Y3
-	VFMADD231PS  Y0, Y6, Y3
-	VMOVUPS      Y3, 32(DX)
-	VMOVUPS      Y0, 32(AX)
-	VXORPS       Y0, Y0, Y0
-	VXORPS       Y1, Y1, Y1
-	VXORPS       Y2, Y2, Y2
-	VXORPS       Y3, Y3, Y3
-
-	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
-	MOVQ  (SP), AX
-	XORQ  CX, CX
-	MOVQ  a_K+0(FP), DX
-	MOVQ  56(SP), BX
-	MOVQ  64(SP), SI
-	MOVQ  72(SP), DI
-	MOVQ  16(SP), R8
-	MOVQ  48(SP), R10
-	MOVQ  a_stores+48(FP), R9
-	MOVQ  (R9)(R10*8), R9
-	TESTQ R9, R9
-	JZ    stateKVf32AVX2_nostore_4
-	LEAQ  (R9)(R8*4), R9
-
-stateKVf32AVX2_nostore_4:
-	MOVQ a_V+8(FP), R8
-	SHLQ $0x02, R8
-
-	// Non-temporal stores for this token's rows: a store but the last token's after a token without one, the rows aligned whole vectors.
-	MOVQ  $0x00000000, 312(SP)
-	TESTQ R9, R9
-	JZ    stateKVf32AVX2_temporal_4
-	MOVQ  48(SP), R10
-	INCQ  R10
-	MOVQ  a_T+16(FP), R11
-	CMPQ  R10, R11
-	JNE   stateKVf32AVX2_snapshot_4
-	MOVQ  48(SP), R10
-	TESTQ R10, R10
-	JZ    stateKVf32AVX2_temporal_4
-	MOVQ  a_stores+48(FP), R11
-	CMPQ  -8(R11)(R10*8), $0x00
-	JE    stateKVf32AVX2_temporal_4
-
-stateKVf32AVX2_snapshot_4:
-	TESTQ $0x0000001f, R9
-	JNZ   stateKVf32AVX2_temporal_4
-	TESTQ $0x0000001f, R8
-	JNZ   stateKVf32AVX2_temporal_4
-	MOVQ  $0x00000001, 312(SP)
-
-stateKVf32AVX2_temporal_4:
-	LEAQ 104(SP), R10
-	ADDQ $0x1f, R10
-	ANDQ $-32, R10
-	MOVQ 48(SP), R11
-	INCQ R11
-	MOVQ a_T+16(FP), R12
-	CMPQ R11, R12
-	JE   stateKVf32AVX2_lastrows_4
-
-stateKVf32AVX2_rows_7:
-	VBROADCASTSS (BX)(CX*4), Y5
-	VBROADCASTSS (SI)(CX*4), Y6
-	VBROADCASTSS (DI)(CX*4), Y7
-	VMOVUPS      (AX), Y8
-	VMULPS       Y8, Y4, Y8
-	VFMADD231PS  (R10), Y5, Y8
-	VMOVUPS      Y8, (AX)
-	VFMADD231PS  Y8, Y6, Y0
-	VFMADD231PS  Y8, Y7, Y1
-	VMOVUPS      32(AX), Y8
-	VMULPS       Y8, Y4, Y8
-	VFMADD231PS  32(R10), Y5, Y8
-	VMOVUPS      Y8, 32(AX)
-	VFMADD231PS  Y8, Y6, Y2
-	VFMADD231PS  Y8, Y7, Y3
-	TESTQ        R9, R9
-	JZ           stateKVf32AVX2_nostorerow_7
-	CMPB         312(SP), $0x00
-	JE           stateKVf32AVX2_temporalrow_7
-	VMOVUPS      (AX), Y5
-	VMOVNTPS     Y5, (R9)
-	VMOVUPS      32(AX), Y5
-	VMOVNTPS     Y5, 32(R9)
-	JMP          stateKVf32AVX2_storedrow_7
-
-stateKVf32AVX2_temporalrow_7:
-	VMOVUPS (AX), Y5
-	VMOVUPS Y5, (R9)
-	VMOVUPS 32(AX), Y5
-	VMOVUPS Y5, 32(R9)
-
-stateKVf32AVX2_storedrow_7:
-	ADDQ R8, R9
-
-stateKVf32AVX2_nostorerow_7:
-	ADDQ $0x00000040, AX
-	INCQ CX
-	CMPQ CX, DX
-	JB   stateKVf32AVX2_rows_7
-	JMP  stateKVf32AVX2_rowsdone_7
-
-stateKVf32AVX2_lastrows_4:
-stateKVf32AVX2_rows_8:
-	VBROADCASTSS (BX)(CX*4), Y0
-	VMOVUPS      (AX), Y1
-	VMULPS       Y1, Y4, Y1
-	VFMADD231PS  (R10), Y0, Y1
-	VMOVUPS      32(AX), Y2
-	VMULPS       Y2, Y4, Y2
-	VFMADD231PS  32(R10), Y0, Y2
-	TESTQ        R9, R9
-	JZ           stateKVf32AVX2_nostorerow_8
-	CMPB         312(SP), $0x00
-	JE           stateKVf32AVX2_temporalrow_8
-	VMOVNTPS     Y1, (R9)
-	VMOVNTPS     Y2, 32(R9)
-	JMP          stateKVf32AVX2_storedrow_8
-
-stateKVf32AVX2_temporalrow_8:
-	VMOVUPS Y1, (R9)
-	VMOVUPS Y2, 32(R9)
-
-stateKVf32AVX2_storedrow_8:
-	ADDQ R8, R9
-
-stateKVf32AVX2_nostorerow_8:
-	ADDQ $0x00000040, AX
-	INCQ CX
-	CMPQ CX, DX
-	JB   stateKVf32AVX2_rows_8
-	JMP  stateKVf32AVX2_tokensout_2
-
-stateKVf32AVX2_rowsdone_7:
-stateKVf32AVX2_tokdone_2:
-	MOVQ 64(SP), AX
-	MOVQ AX, 56(SP)
+stateKVf32AVX2_rowsdone_5:
+	MOVQ a_K+0(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 56(SP)
+	MOVQ 312(SP), AX
+	ADDQ AX, 336(SP)
 	ADDQ $0x10, 96(SP)
 	MOVQ a_vs+24(FP), AX
 	SHLQ $0x02, AX
@@ -12450,8 +10779,8 @@ stateKVf32AVX2_span_3:
 	VXORPS Y3, Y3, Y3
 	VXORPS Y4, Y4, Y4
 	VXORPS Y5, Y5, Y5
-	MOVQ   a_kh+64(FP), DI
-	MOVQ   a_qh+72(FP), R8
+	MOVQ   296(SP), DI
+	MOVQ   304(SP), R8
 	MOVQ   (SP), R9
 	XORQ   R10, R10
 	IMUL3Q $0x00000020, SI, R11
@@ -12539,6 +10868,8 @@ stateKVf32AVX2_spanpast_6:
 	MOVQ AX, 48(SP)
 	MOVQ a_kh+64(FP), AX
 	MOVQ AX, 56(SP)
+	MOVQ 328(SP), AX
+	MOVQ AX, 336(SP)
 	MOVQ a_tok+96(FP), AX
 	MOVQ AX, 96(SP)
 	MOVQ a_v+80(FP), AX
@@ -12550,10 +10881,10 @@ stateKVf32AVX2_spanpast_6:
 
 stateKVf32AVX2_token_3:
 	// The prefetch list's next group.
-	MOVQ 296(SP), AX
+	MOVQ 360(SP), AX
 
 stateKVf32AVX2_pfentry_3:
-	CMPQ  AX, 304(SP)
+	CMPQ  AX, 368(SP)
 	JAE   stateKVf32AVX2_pfdone_3
 	MOVQ  (AX), BX
 	MOVQ  8(AX), DX
@@ -12569,11 +10900,11 @@ stateKVf32AVX2_pfline_3:
 	JMP        stateKVf32AVX2_pfentry_3
 
 stateKVf32AVX2_pfdone_3:
-	MOVQ AX, 296(SP)
+	MOVQ AX, 360(SP)
 
 	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
 	MOVQ 48(SP), AX
-	MOVQ a_K+0(FP), DX
+	MOVQ 312(SP), DX
 	INCQ AX
 	MOVQ a_T+16(FP), BX
 	CMPQ AX, BX
@@ -12581,47 +10912,59 @@ stateKVf32AVX2_pfdone_3:
 	DECQ AX
 
 stateKVf32AVX2_notlast_3:
-	IMULQ    DX, AX
-	MOVQ     a_kh+64(FP), DX
-	LEAQ     (DX)(AX*4), DX
-	MOVQ     DX, 64(SP)
-	MOVQ     a_qh+72(FP), DX
-	LEAQ     (DX)(AX*4), DX
-	MOVQ     DX, 72(SP)
+	IMULQ DX, AX
+	MOVQ  296(SP), DX
+	ADDQ  AX, DX
+	MOVQ  DX, 64(SP)
+	MOVQ  304(SP), DX
+	ADDQ  AX, DX
+	MOVQ  DX, 72(SP)
+
+	// The token's decay as a pair (c, m), decay(x) = c·x + (x & m): (em1, all ones) = x + em1·x where em1 ≥ -0.5, else (eg, the sign bit) = eg·x (also for a NaN em1).
 	MOVQ     96(SP), AX
+	MOVL     (AX), DX
+	MOVL     $0xffffffff, BX
+	MOVL     $0x80000000, SI
 	VMOVSS   (AX), X6
 	VUCOMISS nearone<>+0(SB), X6
-	JCS      stateKVf32AVX2_far_11
+	CMOVLCS  4(AX), DX
+	CMOVLCS  SI, BX
+	MOVL     DX, 344(SP)
+	MOVL     BX, 348(SP)
 
-	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	LEAQ         104(SP), AX
 	ADDQ         $0x1f, AX
 	ANDQ         $-32, AX
 	MOVQ         96(SP), DX
-	VBROADCASTSS (DX), Y6
-	VBROADCASTSS 8(DX), Y7
-	VBROADCASTSS 12(DX), Y8
+	VBROADCASTSS 344(SP), Y6
+	VBROADCASTSS 348(SP), Y7
+	VBROADCASTSS 8(DX), Y8
+	VBROADCASTSS 12(DX), Y9
 	MOVQ         80(SP), DX
 	MOVQ         88(SP), BX
 	CMPQ         CX, $0x00000000
 	JBE          stateKVf32AVX2_spantail_7
-	VMOVUPS      (DX), Y9
-	VFMADD213PS  Y0, Y6, Y0
-	VSUBPS       Y0, Y9, Y9
-	VMULPS       Y9, Y7, Y9
-	VFMADD213PS  Y1, Y6, Y1
-	VFMADD231PS  Y9, Y8, Y1
+	VMOVUPS      (DX), Y10
+	VANDPS       Y7, Y0, Y11
+	VFMADD132PS  Y6, Y11, Y0
+	VSUBPS       Y0, Y10, Y10
+	VMULPS       Y10, Y8, Y10
+	VANDPS       Y7, Y1, Y0
+	VFMADD132PS  Y6, Y0, Y1
+	VFMADD231PS  Y10, Y9, Y1
 	VMOVUPS      Y1, (BX)
-	VMOVUPS      Y9, (AX)
+	VMOVUPS      Y10, (AX)
 	CMPQ         CX, $0x00000008
 	JBE          stateKVf32AVX2_spantail_7
 	VMOVUPS      32(DX), Y0
-	VFMADD213PS  Y2, Y6, Y2
+	VANDPS       Y7, Y2, Y1
+	VFMADD132PS  Y6, Y1, Y2
 	VSUBPS       Y2, Y0, Y0
-	VMULPS       Y0, Y7, Y0
-	VFMADD213PS  Y3, Y6, Y3
-	VFMADD231PS  Y0, Y8, Y3
+	VMULPS       Y0, Y8, Y0
+	VANDPS       Y7, Y3, Y1
+	VFMADD132PS  Y6, Y1, Y3
+	VFMADD231PS  Y0, Y9, Y3
 	VMOVUPS      Y3, 32(BX)
 	VMOVUPS      Y0, 32(AX)
 
@@ -12672,11 +11015,13 @@ stateKVf32AVX2_mmend_7:
 	VINSERTF128 $0x01, X1, Y0, Y0
 
 stateKVf32AVX2_mmdone_7:
-	VFMADD213PS Y4, Y6, Y4
+	VANDPS      Y7, Y4, Y1
+	VFMADD132PS Y6, Y1, Y4
 	VSUBPS      Y4, Y0, Y0
-	VMULPS      Y0, Y7, Y0
-	VFMADD213PS Y5, Y6, Y5
-	VFMADD231PS Y0, Y8, Y5
+	VMULPS      Y0, Y8, Y0
+	VANDPS      Y7, Y5, Y1
+	VFMADD132PS Y6, Y1, Y5
+	VFMADD231PS Y0, Y9, Y5
 	VMOVUPS     264(SP), Y1
 	VMASKMOVPS  Y5, Y1, (BX)(CX*4)
 	VMOVUPS     Y0, 64(AX)
@@ -12690,7 +11035,7 @@ stateKVf32AVX2_spanpast_7:
 	VXORPS Y4, Y4, Y4
 	VXORPS Y5, Y5, Y5
 
-	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	// S' = decay(S) + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
 	MOVQ  (SP), AX
 	XORQ  DX, DX
 	MOVQ  a_K+0(FP), BX
@@ -12702,36 +11047,50 @@ stateKVf32AVX2_spanpast_7:
 	MOVQ  a_stores+48(FP), R10
 	MOVQ  (R10)(R11*8), R10
 	TESTQ R10, R10
-	JZ    stateKVf32AVX2_nostore_5
+	JZ    stateKVf32AVX2_nostore_3
 	LEAQ  (R10)(R9*4), R10
 
-stateKVf32AVX2_nostore_5:
+stateKVf32AVX2_nostore_3:
 	MOVQ a_V+8(FP), R9
 	SHLQ $0x02, R9
 	LEAQ 104(SP), R11
 	ADDQ $0x1f, R11
 	ANDQ $-32, R11
+	MOVQ 336(SP), R12
+	CMPQ 320(SP), $0x00
+	JNE  stateKVf32AVX2_decaysset_5
+	LEAQ 344(SP), R12
 
-stateKVf32AVX2_rows_9:
-	VBROADCASTSS (SI)(DX*4), Y7
-	VBROADCASTSS (DI)(DX*4), Y8
-	VBROADCASTSS (R8)(DX*4), Y9
+stateKVf32AVX2_decaysset_5:
+	MOVQ R12, 352(SP)
+
+stateKVf32AVX2_rows_5:
+	VBROADCASTSS (SI)(DX*4), Y6
+	MOVQ         352(SP), R12
+	VBROADCASTSS (R12), Y7
+	VBROADCASTSS 4(R12), Y8
+	ADDQ         320(SP), R12
+	MOVQ         R12, 352(SP)
+	VBROADCASTSS (DI)(DX*4), Y9
+	VBROADCASTSS (R8)(DX*4), Y10
 	CMPQ         CX, $0x00000000
 	JBE          stateKVf32AVX2_spantail_8
-	VMOVUPS      (AX), Y10
-	VFMADD213PS  Y10, Y6, Y10
-	VFMADD231PS  (R11), Y7, Y10
-	VMOVUPS      Y10, (AX)
-	VFMADD231PS  Y10, Y8, Y0
-	VFMADD231PS  Y10, Y9, Y1
+	VMOVUPS      (AX), Y11
+	VANDPS       Y8, Y11, Y12
+	VFMADD132PS  Y7, Y12, Y11
+	VFMADD231PS  (R11), Y6, Y11
+	VMOVUPS      Y11, (AX)
+	VFMADD231PS  Y11, Y9, Y0
+	VFMADD231PS  Y11, Y10, Y1
 	CMPQ         CX, $0x00000008
 	JBE          stateKVf32AVX2_spantail_8
-	VMOVUPS      32(AX), Y10
-	VFMADD213PS  Y10, Y6, Y10
-	VFMADD231PS  32(R11), Y7, Y10
-	VMOVUPS      Y10, 32(AX)
-	VFMADD231PS  Y10, Y8, Y2
-	VFMADD231PS  Y10, Y9, Y3
+	VMOVUPS      32(AX), Y11
+	VANDPS       Y8, Y11, Y12
+	VFMADD132PS  Y7, Y12, Y11
+	VFMADD231PS  32(R11), Y6, Y11
+	VMOVUPS      Y11, 32(AX)
+	VFMADD231PS  Y11, Y9, Y2
+	VFMADD231PS  Y11, Y10, Y3
 
 stateKVf32AVX2_spantail_8:
 	CMPQ 24(SP), CX
@@ -12739,15 +11098,15 @@ stateKVf32AVX2_spantail_8:
 
 stateKVf32AVX2_spanback_8:
 	TESTQ   R10, R10
-	JZ      stateKVf32AVX2_nostorerow_9
+	JZ      stateKVf32AVX2_nostorerow_5
 	CMPQ    CX, $0x00000000
 	JBE     stateKVf32AVX2_spantail_9
-	VMOVUPS (AX), Y7
-	VMOVUPS Y7, (R10)
+	VMOVUPS (AX), Y6
+	VMOVUPS Y6, (R10)
 	CMPQ    CX, $0x00000008
 	JBE     stateKVf32AVX2_spantail_9
-	VMOVUPS 32(AX), Y7
-	VMOVUPS Y7, 32(R10)
+	VMOVUPS 32(AX), Y6
+	VMOVUPS Y6, 32(R10)
 
 stateKVf32AVX2_spantail_9:
 	CMPQ 24(SP), CX
@@ -12756,227 +11115,38 @@ stateKVf32AVX2_spantail_9:
 stateKVf32AVX2_spanback_9:
 	ADDQ R9, R10
 
-stateKVf32AVX2_nostorerow_9:
+stateKVf32AVX2_nostorerow_5:
 	ADDQ 40(SP), AX
 	INCQ DX
 	CMPQ DX, BX
-	JB   stateKVf32AVX2_rows_9
+	JB   stateKVf32AVX2_rows_5
 	JMP  stateKVf32AVX2_spanpast_8
 
 stateKVf32AVX2_spanmasked_8:
-	VMOVUPS     (AX)(CX*4), Y10
-	VFMADD213PS Y10, Y6, Y10
-	VFMADD231PS 64(R11), Y7, Y10
-	VMOVUPS     Y10, (AX)(CX*4)
-	VFMADD231PS Y10, Y8, Y4
-	VFMADD231PS Y10, Y9, Y5
+	VMOVUPS     (AX)(CX*4), Y11
+	VANDPS      Y8, Y11, Y8
+	VFMADD132PS Y7, Y8, Y11
+	VFMADD231PS 64(R11), Y6, Y11
+	VMOVUPS     Y11, (AX)(CX*4)
+	VFMADD231PS Y11, Y9, Y4
+	VFMADD231PS Y11, Y10, Y5
 	JMP         stateKVf32AVX2_spanback_8
 
 stateKVf32AVX2_spanpast_8:
 	JMP stateKVf32AVX2_spanpast_9
 
 stateKVf32AVX2_spanmasked_9:
-	VMOVUPS    (AX)(CX*4), Y7
-	VMOVUPS    264(SP), Y8
-	VMASKMOVPS Y7, Y8, (R10)(CX*4)
+	VMOVUPS    (AX)(CX*4), Y6
+	VMOVUPS    264(SP), Y7
+	VMASKMOVPS Y6, Y7, (R10)(CX*4)
 	JMP        stateKVf32AVX2_spanback_9
 
 stateKVf32AVX2_spanpast_9:
-	JMP stateKVf32AVX2_tokdone_3
-
-stateKVf32AVX2_far_11:
-	// em1 < -0.5 or NaN: decay(x) = eg·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	LEAQ         104(SP), AX
-	ADDQ         $0x1f, AX
-	ANDQ         $-32, AX
-	MOVQ         96(SP), DX
-	VBROADCASTSS 4(DX), Y6
-	VBROADCASTSS 8(DX), Y7
-	VBROADCASTSS 12(DX), Y8
-	MOVQ         80(SP), DX
-	MOVQ         88(SP), BX
-	CMPQ         CX, $0x00000000
-	JBE          stateKVf32AVX2_spantail_10
-	VMOVUPS      (DX), Y9
-	VMULPS       Y0, Y6, Y0
-	VSUBPS       Y0, Y9, Y9
-	VMULPS       Y9, Y7, Y9
-	VMULPS       Y1, Y6, Y1
-	VFMADD231PS  Y9, Y8, Y1
-	VMOVUPS      Y1, (BX)
-	VMOVUPS      Y9, (AX)
-	CMPQ         CX, $0x00000008
-	JBE          stateKVf32AVX2_spantail_10
-	VMOVUPS      32(DX), Y0
-	VMULPS       Y2, Y6, Y2
-	VSUBPS       Y2, Y0, Y0
-	VMULPS       Y0, Y7, Y0
-	VMULPS       Y3, Y6, Y3
-	VFMADD231PS  Y0, Y8, Y3
-	VMOVUPS      Y3, 32(BX)
-	VMOVUPS      Y0, 32(AX)
-
-stateKVf32AVX2_spantail_10:
-	CMPQ 24(SP), CX
-	JA   stateKVf32AVX2_spanmasked_10
-
-stateKVf32AVX2_spanback_10:
-	JMP stateKVf32AVX2_spanpast_10
-
-stateKVf32AVX2_spanmasked_10:
-	VMOVUPS    264(SP), Y1
-	LEAQ       (DX)(CX*4), DX
-	MOVQ       DX, SI
-	ANDQ       $0x00000fff, SI
-	CMPQ       SI, $0x00000fe0
-	JA         stateKVf32AVX2_mmslow_8
-	VMASKMOVPS (DX), Y1, Y0
-	JMP        stateKVf32AVX2_mmdone_8
-
-stateKVf32AVX2_mmslow_8:
-	VMOVMSKPS    Y1, SI
-	VBROADCASTSS zero<>+0(SB), Y0
-	VBROADCASTSS zero<>+0(SB), X1
-	BTL          $0x00, SI
-	JCC          stateKVf32AVX2_mmend_8
-	VINSERTPS    $0x00, (DX), X0, X0
-	BTL          $0x01, SI
-	JCC          stateKVf32AVX2_mmend_8
-	VINSERTPS    $0x10, 4(DX), X0, X0
-	BTL          $0x02, SI
-	JCC          stateKVf32AVX2_mmend_8
-	VINSERTPS    $0x20, 8(DX), X0, X0
-	BTL          $0x03, SI
-	JCC          stateKVf32AVX2_mmend_8
-	VINSERTPS    $0x30, 12(DX), X0, X0
-	BTL          $0x04, SI
-	JCC          stateKVf32AVX2_mmend_8
-	VINSERTPS    $0x00, 16(DX), X1, X1
-	BTL          $0x05, SI
-	JCC          stateKVf32AVX2_mmend_8
-	VINSERTPS    $0x10, 20(DX), X1, X1
-	BTL          $0x06, SI
-	JCC          stateKVf32AVX2_mmend_8
-	VINSERTPS    $0x20, 24(DX), X1, X1
-
-stateKVf32AVX2_mmend_8:
-	VINSERTF128 $0x01, X1, Y0, Y0
-
-stateKVf32AVX2_mmdone_8:
-	VMULPS      Y4, Y6, Y4
-	VSUBPS      Y4, Y0, Y0
-	VMULPS      Y0, Y7, Y0
-	VMULPS      Y5, Y6, Y5
-	VFMADD231PS Y0, Y8, Y5
-	VMOVUPS     264(SP), Y1
-	VMASKMOVPS  Y5, Y1, (BX)(CX*4)
-	VMOVUPS     Y0, 64(AX)
-	JMP         stateKVf32AVX2_spanback_10
-
-stateKVf32AVX2_spanpast_10:
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-
-	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
-	MOVQ  (SP), AX
-	XORQ  DX, DX
-	MOVQ  a_K+0(FP), BX
-	MOVQ  56(SP), SI
-	MOVQ  64(SP), DI
-	MOVQ  72(SP), R8
-	MOVQ  16(SP), R9
-	MOVQ  48(SP), R11
-	MOVQ  a_stores+48(FP), R10
-	MOVQ  (R10)(R11*8), R10
-	TESTQ R10, R10
-	JZ    stateKVf32AVX2_nostore_6
-	LEAQ  (R10)(R9*4), R10
-
-stateKVf32AVX2_nostore_6:
-	MOVQ a_V+8(FP), R9
-	SHLQ $0x02, R9
-	LEAQ 104(SP), R11
-	ADDQ $0x1f, R11
-	ANDQ $-32, R11
-
-stateKVf32AVX2_rows_10:
-	VBROADCASTSS (SI)(DX*4), Y7
-	VBROADCASTSS (DI)(DX*4), Y8
-	VBROADCASTSS (R8)(DX*4), Y9
-	CMPQ         CX, $0x00000000
-	JBE          stateKVf32AVX2_spantail_11
-	VMOVUPS      (AX), Y10
-	VMULPS       Y10, Y6, Y10
-	VFMADD231PS  (R11), Y7, Y10
-	VMOVUPS      Y10, (AX)
-	VFMADD231PS  Y10, Y8, Y0
-	VFMADD231PS  Y10, Y9, Y1
-	CMPQ         CX, $0x00000008
-	JBE          stateKVf32AVX2_spantail_11
-	VMOVUPS      32(AX), Y10
-	VMULPS       Y10, Y6, Y10
-	VFMADD231PS  32(R11), Y7, Y10
-	VMOVUPS      Y10, 32(AX)
-	VFMADD231PS  Y10, Y8, Y2
-	VFMADD231PS  Y10, Y9, Y3
-
-stateKVf32AVX2_spantail_11:
-	CMPQ 24(SP), CX
-	JA   stateKVf32AVX2_spanmasked_11
-
-stateKVf32AVX2_spanback_11:
-	TESTQ   R10, R10
-	JZ      stateKVf32AVX2_nostorerow_10
-	CMPQ    CX, $0x00000000
-	JBE     stateKVf32AVX2_spantail_12
-	VMOVUPS (AX), Y7
-	VMOVUPS Y7, (R10)
-	CMPQ    CX, $0x00000008
-	JBE     stateKVf32AVX2_spantail_12
-	VMOVUPS 32(AX), Y7
-	VMOVUPS Y7, 32(R10)
-
-stateKVf32AVX2_spantail_12:
-	CMPQ 24(SP), CX
-	JA   stateKVf32AVX2_spanmasked_12
-
-stateKVf32AVX2_spanback_12:
-	ADDQ R9, R10
-
-stateKVf32AVX2_nostorerow_10:
-	ADDQ 40(SP), AX
-	INCQ DX
-	CMPQ DX, BX
-	JB   stateKVf32AVX2_rows_10
-	JMP  stateKVf32AVX2_spanpast_11
-
-stateKVf32AVX2_spanmasked_11:
-	VMOVUPS     (AX)(CX*4), Y10
-	VMULPS      Y10, Y6, Y10
-	VFMADD231PS 64(R11), Y7, Y10
-	VMOVUPS     Y10, (AX)(CX*4)
-	VFMADD231PS Y10, Y8, Y4
-	VFMADD231PS Y10, Y9, Y5
-	JMP         stateKVf32AVX2_spanback_11
-
-stateKVf32AVX2_spanpast_11:
-	JMP stateKVf32AVX2_spanpast_12
-
-stateKVf32AVX2_spanmasked_12:
-	VMOVUPS    (AX)(CX*4), Y7
-	VMOVUPS    264(SP), Y8
-	VMASKMOVPS Y7, Y8, (R10)(CX*4)
-	JMP        stateKVf32AVX2_spanback_12
-
-stateKVf32AVX2_spanpast_12:
-stateKVf32AVX2_tokdone_3:
-	MOVQ 64(SP), AX
-	MOVQ AX, 56(SP)
+	MOVQ a_K+0(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 56(SP)
+	MOVQ 312(SP), AX
+	ADDQ AX, 336(SP)
 	ADDQ $0x10, 96(SP)
 	MOVQ a_vs+24(FP), AX
 	SHLQ $0x02, AX
@@ -13004,7 +11174,7 @@ stateKVf32AVX2_done_2:
 
 // func stateKVbf16AVX2(a stateArgs)
 // Requires: AVX, AVX2, CMOV, FMA3, MMX+
-TEXT ·stateKVbf16AVX2(SB), NOSPLIT, $400-160
+TEXT ·stateKVbf16AVX2(SB), NOSPLIT, $464-168
 	MOVQ  a_K+0(FP), AX
 	MOVQ  a_V+8(FP), CX
 	MOVQ  a_T+16(FP), DX
@@ -13015,16 +11185,43 @@ TEXT ·stateKVbf16AVX2(SB), NOSPLIT, $400-160
 	TESTQ DX, DX
 	JZ    stateKVbf16AVX2_done_1
 	MOVQ  CX, 8(SP)
-	MOVQ  a_work+104(FP), CX
+	MOVQ  a_work+112(FP), CX
 	ADDQ  $0x3f, CX
 	ANDQ  $-64, CX
 	MOVQ  CX, (SP)
-	MOVQ  a_pf+112(FP), CX
-	MOVQ  a_npf+120(FP), DX
+
+	// The read pass's k̂, q̂ and the rows' far-form decays: the per-channel gate's (ch), else kh, qh and eg.
+	MOVQ  a_K+0(FP), DX
+	SHLQ  $0x02, DX
+	MOVQ  a_ch+104(FP), CX
+	TESTQ CX, CX
+	JZ    stateKVbf16AVX2_scalargate_1
 	MOVQ  CX, 368(SP)
-	ANDQ  $-2, DX
-	LEAQ  (CX)(DX*8), CX
+	ADDQ  DX, CX
 	MOVQ  CX, 376(SP)
+	ADDQ  DX, CX
+	MOVQ  CX, 400(SP)
+	SHLQ  $0x02, DX
+	MOVQ  DX, 384(SP)
+	MOVQ  $0x00000008, 392(SP)
+	JMP   stateKVbf16AVX2_gateset_1
+
+stateKVbf16AVX2_scalargate_1:
+	MOVQ a_kh+64(FP), CX
+	MOVQ CX, 368(SP)
+	MOVQ a_qh+72(FP), CX
+	MOVQ CX, 376(SP)
+	MOVQ DX, 384(SP)
+	MOVQ $0x00000000, 392(SP)
+	MOVQ $0x00000000, 400(SP)
+
+stateKVbf16AVX2_gateset_1:
+	MOVQ a_pf+120(FP), CX
+	MOVQ a_npf+128(FP), DX
+	MOVQ CX, 432(SP)
+	ANDQ $-2, DX
+	LEAQ (CX)(DX*8), CX
+	MOVQ CX, 440(SP)
 
 	// K > 1024 does not fit work: the Go wrapper never calls with it.
 	CMPQ AX, $0x00000400
@@ -13078,8 +11275,8 @@ stateKVbf16AVX2_blocks_1:
 	VXORPS Y5, Y5, Y5
 	VXORPS Y6, Y6, Y6
 	VXORPS Y7, Y7, Y7
-	MOVQ   a_kh+64(FP), SI
-	MOVQ   a_qh+72(FP), DI
+	MOVQ   368(SP), SI
+	MOVQ   376(SP), DI
 	MOVQ   (SP), R8
 	XORQ   R9, R9
 	IMUL3Q $0x00000020, BX, R10
@@ -13128,8 +11325,8 @@ stateKVbf16AVX2_from16_1:
 	VXORPS Y5, Y5, Y5
 	VXORPS Y6, Y6, Y6
 	VXORPS Y7, Y7, Y7
-	MOVQ   a_kh+64(FP), SI
-	MOVQ   a_qh+72(FP), DI
+	MOVQ   368(SP), SI
+	MOVQ   376(SP), DI
 	MOVQ   (SP), R8
 	XORQ   R9, R9
 	IMUL3Q $0x00000020, BX, R10
@@ -13172,6 +11369,8 @@ stateKVbf16AVX2_loaded_1:
 	MOVQ AX, 48(SP)
 	MOVQ a_kh+64(FP), AX
 	MOVQ AX, 56(SP)
+	MOVQ 400(SP), AX
+	MOVQ AX, 408(SP)
 	MOVQ a_tok+96(FP), AX
 	MOVQ AX, 96(SP)
 	MOVQ a_v+80(FP), AX
@@ -13183,10 +11382,10 @@ stateKVbf16AVX2_loaded_1:
 
 stateKVbf16AVX2_token_1:
 	// The prefetch list's next group.
-	MOVQ 368(SP), AX
+	MOVQ 432(SP), AX
 
 stateKVbf16AVX2_pfentry_1:
-	CMPQ  AX, 376(SP)
+	CMPQ  AX, 440(SP)
 	JAE   stateKVbf16AVX2_pfdone_1
 	MOVQ  (AX), DX
 	MOVQ  8(AX), CX
@@ -13202,11 +11401,11 @@ stateKVbf16AVX2_pfline_1:
 	JMP        stateKVbf16AVX2_pfentry_1
 
 stateKVbf16AVX2_pfdone_1:
-	MOVQ AX, 368(SP)
+	MOVQ AX, 432(SP)
 
 	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
 	MOVQ 48(SP), AX
-	MOVQ a_K+0(FP), CX
+	MOVQ 384(SP), CX
 	INCQ AX
 	MOVQ a_T+16(FP), DX
 	CMPQ AX, DX
@@ -13214,74 +11413,90 @@ stateKVbf16AVX2_pfdone_1:
 	DECQ AX
 
 stateKVbf16AVX2_notlast_1:
-	IMULQ    CX, AX
-	MOVQ     a_kh+64(FP), CX
-	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 64(SP)
-	MOVQ     a_qh+72(FP), CX
-	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 72(SP)
+	IMULQ CX, AX
+	MOVQ  368(SP), CX
+	ADDQ  AX, CX
+	MOVQ  CX, 64(SP)
+	MOVQ  376(SP), CX
+	ADDQ  AX, CX
+	MOVQ  CX, 72(SP)
+
+	// The token's decay as a pair (c, m), decay(x) = c·x + (x & m): (em1, all ones) = x + em1·x where em1 ≥ -0.5, else (eg, the sign bit) = eg·x (also for a NaN em1).
 	MOVQ     96(SP), AX
+	MOVL     (AX), CX
+	MOVL     $0xffffffff, DX
+	MOVL     $0x80000000, BX
 	VMOVSS   (AX), X8
 	VUCOMISS nearone<>+0(SB), X8
-	JCS      stateKVbf16AVX2_far_1
+	CMOVLCS  4(AX), CX
+	CMOVLCS  BX, DX
+	MOVL     CX, 416(SP)
+	MOVL     DX, 420(SP)
 
-	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	LEAQ         104(SP), AX
 	ADDQ         $0x1f, AX
 	ANDQ         $-32, AX
 	MOVQ         96(SP), CX
-	VBROADCASTSS (CX), Y8
-	VBROADCASTSS 8(CX), Y9
-	VBROADCASTSS 12(CX), Y10
+	VBROADCASTSS 416(SP), Y8
+	VBROADCASTSS 420(SP), Y9
+	VBROADCASTSS 8(CX), Y10
+	VBROADCASTSS 12(CX), Y11
 	MOVQ         80(SP), CX
 	MOVQ         88(SP), DX
-	VXORPS       Y11, Y11, Y11
-	VMOVUPS      (CX), Y12
-	VFMADD213PS  Y0, Y8, Y0
-	VSUBPS       Y0, Y12, Y12
-	VMULPS       Y12, Y9, Y12
-	VFMADD213PS  Y1, Y8, Y1
-	VFMADD231PS  Y12, Y10, Y1
+	VXORPS       Y12, Y12, Y12
+	VMOVUPS      (CX), Y13
+	VANDPS       Y9, Y0, Y14
+	VFMADD132PS  Y8, Y14, Y0
+	VSUBPS       Y0, Y13, Y13
+	VMULPS       Y13, Y10, Y13
+	VANDPS       Y9, Y1, Y0
+	VFMADD132PS  Y8, Y0, Y1
+	VFMADD231PS  Y13, Y11, Y1
 	VMOVUPS      Y1, (DX)
-	VSUBPS       Y12, Y12, Y0
-	VORPS        Y0, Y11, Y11
-	VMOVUPS      Y12, (AX)
+	VSUBPS       Y13, Y13, Y0
+	VORPS        Y0, Y12, Y12
+	VMOVUPS      Y13, (AX)
 	VMOVUPS      32(CX), Y0
-	VFMADD213PS  Y2, Y8, Y2
+	VANDPS       Y9, Y2, Y1
+	VFMADD132PS  Y8, Y1, Y2
 	VSUBPS       Y2, Y0, Y0
-	VMULPS       Y0, Y9, Y0
-	VFMADD213PS  Y3, Y8, Y3
-	VFMADD231PS  Y0, Y10, Y3
+	VMULPS       Y0, Y10, Y0
+	VANDPS       Y9, Y3, Y1
+	VFMADD132PS  Y8, Y1, Y3
+	VFMADD231PS  Y0, Y11, Y3
 	VMOVUPS      Y3, 32(DX)
 	VSUBPS       Y0, Y0, Y1
-	VORPS        Y1, Y11, Y11
+	VORPS        Y1, Y12, Y12
 	VMOVUPS      Y0, 32(AX)
 	VMOVUPS      64(CX), Y0
-	VFMADD213PS  Y4, Y8, Y4
+	VANDPS       Y9, Y4, Y1
+	VFMADD132PS  Y8, Y1, Y4
 	VSUBPS       Y4, Y0, Y0
-	VMULPS       Y0, Y9, Y0
-	VFMADD213PS  Y5, Y8, Y5
-	VFMADD231PS  Y0, Y10, Y5
+	VMULPS       Y0, Y10, Y0
+	VANDPS       Y9, Y5, Y1
+	VFMADD132PS  Y8, Y1, Y5
+	VFMADD231PS  Y0, Y11, Y5
 	VMOVUPS      Y5, 64(DX)
 	VSUBPS       Y0, Y0, Y1
-	VORPS        Y1, Y11, Y11
+	VORPS        Y1, Y12, Y12
 	VMOVUPS      Y0, 64(AX)
 	VMOVUPS      96(CX), Y0
-	VFMADD213PS  Y6, Y8, Y6
+	VANDPS       Y9, Y6, Y1
+	VFMADD132PS  Y8, Y1, Y6
 	VSUBPS       Y6, Y0, Y0
-	VMULPS       Y0, Y9, Y0
-	VFMADD213PS  Y7, Y8, Y7
-	VFMADD231PS  Y0, Y10, Y7
+	VMULPS       Y0, Y10, Y0
+	VANDPS       Y9, Y7, Y1
+	VFMADD132PS  Y8, Y1, Y7
+	VFMADD231PS  Y0, Y11, Y7
 	VMOVUPS      Y7, 96(DX)
 	VSUBPS       Y0, Y0, Y1
-	VORPS        Y1, Y11, Y11
+	VORPS        Y1, Y12, Y12
 	VMOVUPS      Y0, 96(AX)
-	VSUBPS       Y11, Y11, Y0
+	VSUBPS       Y12, Y12, Y0
 	VCMPPS       $0x03, Y0, Y0, Y0
 	VMOVMSKPS    Y0, AX
-	MOVL         AX, 392(SP)
+	MOVL         AX, 456(SP)
 	VXORPS       Y0, Y0, Y0
 	VXORPS       Y1, Y1, Y1
 	VXORPS       Y2, Y2, Y2
@@ -13291,7 +11506,7 @@ stateKVbf16AVX2_notlast_1:
 	VXORPS       Y6, Y6, Y6
 	VXORPS       Y7, Y7, Y7
 
-	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	// S' = decay(S) + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
 	MOVQ  (SP), AX
 	XORQ  CX, CX
 	MOVQ  a_K+0(FP), DX
@@ -13311,7 +11526,7 @@ stateKVbf16AVX2_nostore_1:
 	SHLQ $0x01, R10
 
 	// Non-temporal stores for this token's rows: a store but the last token's after a token without one, the rows aligned whole vectors.
-	MOVQ  $0x00000000, 384(SP)
+	MOVQ  $0x00000000, 448(SP)
 	TESTQ R9, R9
 	JZ    stateKVbf16AVX2_temporal_1
 	MOVQ  48(SP), R11
@@ -13331,7 +11546,7 @@ stateKVbf16AVX2_snapshot_1:
 	JNZ   stateKVbf16AVX2_temporal_1
 	TESTQ $0x0000000f, R10
 	JNZ   stateKVbf16AVX2_temporal_1
-	MOVQ  $0x00000001, 384(SP)
+	MOVQ  $0x00000001, 448(SP)
 
 stateKVbf16AVX2_temporal_1:
 	XORQ  R11, R11
@@ -13356,210 +11571,222 @@ stateKVbf16AVX2_nocarry_1:
 	MOVQ a_T+16(FP), R14
 	CMPQ R13, R14
 	JE   stateKVbf16AVX2_lastrows_1
+	MOVQ 408(SP), R13
+	CMPQ 392(SP), $0x00
+	JNE  stateKVbf16AVX2_decaysset_1
+	LEAQ 416(SP), R13
 
+stateKVbf16AVX2_decaysset_1:
 stateKVbf16AVX2_rows_1:
-	VBROADCASTSS (BX)(CX*4), Y9
-	VBROADCASTSS (SI)(CX*4), Y10
-	VBROADCASTSS (DI)(CX*4), Y11
-	VMOVUPS      (AX), Y12
-	VFMADD213PS  Y12, Y8, Y12
-	VFMADD231PS  (R12), Y9, Y12
-	VMOVUPS      Y12, (AX)
-	VFMADD231PS  Y12, Y10, Y0
-	VFMADD231PS  Y12, Y11, Y1
-	VMOVUPS      32(AX), Y12
-	VFMADD213PS  Y12, Y8, Y12
-	VFMADD231PS  32(R12), Y9, Y12
-	VMOVUPS      Y12, 32(AX)
-	VFMADD231PS  Y12, Y10, Y2
-	VFMADD231PS  Y12, Y11, Y3
-	VMOVUPS      64(AX), Y12
-	VFMADD213PS  Y12, Y8, Y12
-	VFMADD231PS  64(R12), Y9, Y12
-	VMOVUPS      Y12, 64(AX)
-	VFMADD231PS  Y12, Y10, Y4
-	VFMADD231PS  Y12, Y11, Y5
-	VMOVUPS      96(AX), Y12
-	VFMADD213PS  Y12, Y8, Y12
-	VFMADD231PS  96(R12), Y9, Y12
-	VMOVUPS      Y12, 96(AX)
-	VFMADD231PS  Y12, Y10, Y6
-	VFMADD231PS  Y12, Y11, Y7
+	VBROADCASTSS (BX)(CX*4), Y8
+	VBROADCASTSS (R13), Y9
+	VBROADCASTSS 4(R13), Y10
+	ADDQ         392(SP), R13
+	VBROADCASTSS (SI)(CX*4), Y11
+	VBROADCASTSS (DI)(CX*4), Y12
+	VMOVUPS      (AX), Y13
+	VANDPS       Y10, Y13, Y14
+	VFMADD132PS  Y9, Y14, Y13
+	VFMADD231PS  (R12), Y8, Y13
+	VMOVUPS      Y13, (AX)
+	VFMADD231PS  Y13, Y11, Y0
+	VFMADD231PS  Y13, Y12, Y1
+	VMOVUPS      32(AX), Y13
+	VANDPS       Y10, Y13, Y14
+	VFMADD132PS  Y9, Y14, Y13
+	VFMADD231PS  32(R12), Y8, Y13
+	VMOVUPS      Y13, 32(AX)
+	VFMADD231PS  Y13, Y11, Y2
+	VFMADD231PS  Y13, Y12, Y3
+	VMOVUPS      64(AX), Y13
+	VANDPS       Y10, Y13, Y14
+	VFMADD132PS  Y9, Y14, Y13
+	VFMADD231PS  64(R12), Y8, Y13
+	VMOVUPS      Y13, 64(AX)
+	VFMADD231PS  Y13, Y11, Y4
+	VFMADD231PS  Y13, Y12, Y5
+	VMOVUPS      96(AX), Y13
+	VANDPS       Y10, Y13, Y10
+	VFMADD132PS  Y9, Y10, Y13
+	VFMADD231PS  96(R12), Y8, Y13
+	VMOVUPS      Y13, 96(AX)
+	VFMADD231PS  Y13, Y11, Y6
+	VFMADD231PS  Y13, Y12, Y7
 	TESTQ        R9, R9
 	JZ           stateKVbf16AVX2_nostorerow_1
-	CMPL         392(SP), $0x00
+	CMPL         456(SP), $0x00
 	JNE          stateKVbf16AVX2_rownan_1
-	CMPB         384(SP), $0x00
+	CMPB         448(SP), $0x00
 	JE           stateKVbf16AVX2_temporalrow_1
-	VMOVUPS      (AX), Y9
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y10, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVNTDQ     X10, (R9)
-	VMOVUPS      32(AX), Y9
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y10, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVNTDQ     X10, 16(R9)
-	VMOVUPS      64(AX), Y9
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y10, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVNTDQ     X10, 32(R9)
-	VMOVUPS      96(AX), Y9
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y10, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVNTDQ     X10, 48(R9)
+	VMOVUPS      (AX), Y8
+	VPSRLD       $0x10, Y8, Y9
+	VPAND        one_i<>+0(SB), Y9, Y9
+	VPADDD       round<>+0(SB), Y8, Y8
+	VPADDD       Y9, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VEXTRACTI128 $0x01, Y8, X9
+	VPACKUSDW    X9, X8, X9
+	VMOVNTDQ     X9, (R9)
+	VMOVUPS      32(AX), Y8
+	VPSRLD       $0x10, Y8, Y9
+	VPAND        one_i<>+0(SB), Y9, Y9
+	VPADDD       round<>+0(SB), Y8, Y8
+	VPADDD       Y9, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VEXTRACTI128 $0x01, Y8, X9
+	VPACKUSDW    X9, X8, X9
+	VMOVNTDQ     X9, 16(R9)
+	VMOVUPS      64(AX), Y8
+	VPSRLD       $0x10, Y8, Y9
+	VPAND        one_i<>+0(SB), Y9, Y9
+	VPADDD       round<>+0(SB), Y8, Y8
+	VPADDD       Y9, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VEXTRACTI128 $0x01, Y8, X9
+	VPACKUSDW    X9, X8, X9
+	VMOVNTDQ     X9, 32(R9)
+	VMOVUPS      96(AX), Y8
+	VPSRLD       $0x10, Y8, Y9
+	VPAND        one_i<>+0(SB), Y9, Y9
+	VPADDD       round<>+0(SB), Y8, Y8
+	VPADDD       Y9, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VEXTRACTI128 $0x01, Y8, X9
+	VPACKUSDW    X9, X8, X9
+	VMOVNTDQ     X9, 48(R9)
 	JMP          stateKVbf16AVX2_storedrow_1
 
 stateKVbf16AVX2_temporalrow_1:
-	VMOVUPS   (AX), Y9
-	VMOVUPS   32(AX), Y10
-	VPSRLD    $0x10, Y9, Y11
-	VPAND     one_i<>+0(SB), Y11, Y11
+	VMOVUPS   (AX), Y8
+	VMOVUPS   32(AX), Y9
+	VPSRLD    $0x10, Y8, Y10
+	VPAND     one_i<>+0(SB), Y10, Y10
+	VPADDD    round<>+0(SB), Y8, Y8
+	VPADDD    Y10, Y8, Y8
+	VPSRLD    $0x10, Y8, Y8
+	VPSRLD    $0x10, Y9, Y10
+	VPAND     one_i<>+0(SB), Y10, Y10
 	VPADDD    round<>+0(SB), Y9, Y9
-	VPADDD    Y11, Y9, Y9
+	VPADDD    Y10, Y9, Y9
 	VPSRLD    $0x10, Y9, Y9
-	VPSRLD    $0x10, Y10, Y11
-	VPAND     one_i<>+0(SB), Y11, Y11
-	VPADDD    round<>+0(SB), Y10, Y10
-	VPADDD    Y11, Y10, Y10
-	VPSRLD    $0x10, Y10, Y10
-	VPACKUSDW Y10, Y9, Y9
-	VPERMQ    $0xd8, Y9, Y9
-	VMOVDQU   Y9, (R9)
-	VMOVUPS   64(AX), Y9
-	VMOVUPS   96(AX), Y10
-	VPSRLD    $0x10, Y9, Y11
-	VPAND     one_i<>+0(SB), Y11, Y11
+	VPACKUSDW Y9, Y8, Y8
+	VPERMQ    $0xd8, Y8, Y8
+	VMOVDQU   Y8, (R9)
+	VMOVUPS   64(AX), Y8
+	VMOVUPS   96(AX), Y9
+	VPSRLD    $0x10, Y8, Y10
+	VPAND     one_i<>+0(SB), Y10, Y10
+	VPADDD    round<>+0(SB), Y8, Y8
+	VPADDD    Y10, Y8, Y8
+	VPSRLD    $0x10, Y8, Y8
+	VPSRLD    $0x10, Y9, Y10
+	VPAND     one_i<>+0(SB), Y10, Y10
 	VPADDD    round<>+0(SB), Y9, Y9
-	VPADDD    Y11, Y9, Y9
+	VPADDD    Y10, Y9, Y9
 	VPSRLD    $0x10, Y9, Y9
-	VPSRLD    $0x10, Y10, Y11
-	VPAND     one_i<>+0(SB), Y11, Y11
-	VPADDD    round<>+0(SB), Y10, Y10
-	VPADDD    Y11, Y10, Y10
-	VPSRLD    $0x10, Y10, Y10
-	VPACKUSDW Y10, Y9, Y9
-	VPERMQ    $0xd8, Y9, Y9
-	VMOVDQU   Y9, 32(R9)
+	VPACKUSDW Y9, Y8, Y8
+	VPERMQ    $0xd8, Y8, Y8
+	VMOVDQU   Y8, 32(R9)
 
 stateKVbf16AVX2_storedrow_1:
 	JMP stateKVbf16AVX2_rowstored_1
 
 stateKVbf16AVX2_rownan_1:
-	CMPB         384(SP), $0x00
+	CMPB         448(SP), $0x00
 	JE           stateKVbf16AVX2_temporalrow_2
-	VMOVUPS      (AX), Y9
-	VPSRLD       $0x10, Y9, Y10
-	VCMPPS       $0x03, Y9, Y9, Y12
-	VPAND        one_i<>+0(SB), Y10, Y11
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y11, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPOR         quiet<>+0(SB), Y10, Y10
-	VPBLENDVB    Y12, Y10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVNTDQ     X10, (R9)
-	VMOVUPS      32(AX), Y9
-	VPSRLD       $0x10, Y9, Y10
-	VCMPPS       $0x03, Y9, Y9, Y12
-	VPAND        one_i<>+0(SB), Y10, Y11
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y11, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPOR         quiet<>+0(SB), Y10, Y10
-	VPBLENDVB    Y12, Y10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVNTDQ     X10, 16(R9)
-	VMOVUPS      64(AX), Y9
-	VPSRLD       $0x10, Y9, Y10
-	VCMPPS       $0x03, Y9, Y9, Y12
-	VPAND        one_i<>+0(SB), Y10, Y11
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y11, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPOR         quiet<>+0(SB), Y10, Y10
-	VPBLENDVB    Y12, Y10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVNTDQ     X10, 32(R9)
-	VMOVUPS      96(AX), Y9
-	VPSRLD       $0x10, Y9, Y10
-	VCMPPS       $0x03, Y9, Y9, Y12
-	VPAND        one_i<>+0(SB), Y10, Y11
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y11, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPOR         quiet<>+0(SB), Y10, Y10
-	VPBLENDVB    Y12, Y10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVNTDQ     X10, 48(R9)
+	VMOVUPS      (AX), Y8
+	VPSRLD       $0x10, Y8, Y9
+	VCMPPS       $0x03, Y8, Y8, Y11
+	VPAND        one_i<>+0(SB), Y9, Y10
+	VPADDD       round<>+0(SB), Y8, Y8
+	VPADDD       Y10, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VPOR         quiet<>+0(SB), Y9, Y9
+	VPBLENDVB    Y11, Y9, Y8, Y8
+	VEXTRACTI128 $0x01, Y8, X9
+	VPACKUSDW    X9, X8, X9
+	VMOVNTDQ     X9, (R9)
+	VMOVUPS      32(AX), Y8
+	VPSRLD       $0x10, Y8, Y9
+	VCMPPS       $0x03, Y8, Y8, Y11
+	VPAND        one_i<>+0(SB), Y9, Y10
+	VPADDD       round<>+0(SB), Y8, Y8
+	VPADDD       Y10, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VPOR         quiet<>+0(SB), Y9, Y9
+	VPBLENDVB    Y11, Y9, Y8, Y8
+	VEXTRACTI128 $0x01, Y8, X9
+	VPACKUSDW    X9, X8, X9
+	VMOVNTDQ     X9, 16(R9)
+	VMOVUPS      64(AX), Y8
+	VPSRLD       $0x10, Y8, Y9
+	VCMPPS       $0x03, Y8, Y8, Y11
+	VPAND        one_i<>+0(SB), Y9, Y10
+	VPADDD       round<>+0(SB), Y8, Y8
+	VPADDD       Y10, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VPOR         quiet<>+0(SB), Y9, Y9
+	VPBLENDVB    Y11, Y9, Y8, Y8
+	VEXTRACTI128 $0x01, Y8, X9
+	VPACKUSDW    X9, X8, X9
+	VMOVNTDQ     X9, 32(R9)
+	VMOVUPS      96(AX), Y8
+	VPSRLD       $0x10, Y8, Y9
+	VCMPPS       $0x03, Y8, Y8, Y11
+	VPAND        one_i<>+0(SB), Y9, Y10
+	VPADDD       round<>+0(SB), Y8, Y8
+	VPADDD       Y10, Y8, Y8
+	VPSRLD       $0x10, Y8, Y8
+	VPOR         quiet<>+0(SB), Y9, Y9
+	VPBLENDVB    Y11, Y9, Y8, Y8
+	VEXTRACTI128 $0x01, Y8, X9
+	VPACKUSDW    X9, X8, X9
+	VMOVNTDQ     X9, 48(R9)
 	JMP          stateKVbf16AVX2_storedrow_2
 
 stateKVbf16AVX2_temporalrow_2:
-	VMOVUPS   (AX), Y9
-	VMOVUPS   32(AX), Y10
-	VPSRLD    $0x10, Y9, Y11
-	VCMPPS    $0x03, Y9, Y9, Y13
-	VPAND     one_i<>+0(SB), Y11, Y12
+	VMOVUPS   (AX), Y8
+	VMOVUPS   32(AX), Y9
+	VPSRLD    $0x10, Y8, Y10
+	VCMPPS    $0x03, Y8, Y8, Y12
+	VPAND     one_i<>+0(SB), Y10, Y11
+	VPADDD    round<>+0(SB), Y8, Y8
+	VPADDD    Y11, Y8, Y8
+	VPSRLD    $0x10, Y8, Y8
+	VPOR      quiet<>+0(SB), Y10, Y10
+	VPBLENDVB Y12, Y10, Y8, Y8
+	VPSRLD    $0x10, Y9, Y10
+	VCMPPS    $0x03, Y9, Y9, Y12
+	VPAND     one_i<>+0(SB), Y10, Y11
 	VPADDD    round<>+0(SB), Y9, Y9
-	VPADDD    Y12, Y9, Y9
+	VPADDD    Y11, Y9, Y9
 	VPSRLD    $0x10, Y9, Y9
-	VPOR      quiet<>+0(SB), Y11, Y11
-	VPBLENDVB Y13, Y11, Y9, Y9
-	VPSRLD    $0x10, Y10, Y11
-	VCMPPS    $0x03, Y10, Y10, Y13
-	VPAND     one_i<>+0(SB), Y11, Y12
-	VPADDD    round<>+0(SB), Y10, Y10
-	VPADDD    Y12, Y10, Y10
-	VPSRLD    $0x10, Y10, Y10
-	VPOR      quiet<>+0(SB), Y11, Y11
-	VPBLENDVB Y13, Y11, Y10, Y10
-	VPACKUSDW Y10, Y9, Y9
-	VPERMQ    $0xd8, Y9, Y9
-	VMOVDQU   Y9, (R9)
-	VMOVUPS   64(AX), Y9
-	VMOVUPS   96(AX), Y10
-	VPSRLD    $0x10, Y9, Y11
-	VCMPPS    $0x03, Y9, Y9, Y13
-	VPAND     one_i<>+0(SB), Y11, Y12
+	VPOR      quiet<>+0(SB), Y10, Y10
+	VPBLENDVB Y12, Y10, Y9, Y9
+	VPACKUSDW Y9, Y8, Y8
+	VPERMQ    $0xd8, Y8, Y8
+	VMOVDQU   Y8, (R9)
+	VMOVUPS   64(AX), Y8
+	VMOVUPS   96(AX), Y9
+	VPSRLD    $0x10, Y8, Y10
+	VCMPPS    $0x03, Y8, Y8, Y12
+	VPAND     one_i<>+0(SB), Y10, Y11
+	VPADDD    round<>+0(SB), Y8, Y8
+	VPADDD    Y11, Y8, Y8
+	VPSRLD    $0x10, Y8, Y8
+	VPOR      quiet<>+0(SB), Y10, Y10
+	VPBLENDVB Y12, Y10, Y8, Y8
+	VPSRLD    $0x10, Y9, Y10
+	VCMPPS    $0x03, Y9, Y9, Y12
+	VPAND     one_i<>+0(SB), Y10, Y11
 	VPADDD    round<>+0(SB), Y9, Y9
-	VPADDD    Y12, Y9, Y9
+	VPADDD    Y11, Y9, Y9
 	VPSRLD    $0x10, Y9, Y9
-	VPOR      quiet<>+0(SB), Y11, Y11
-	VPBLENDVB Y13, Y11, Y9, Y9
-	VPSRLD    $0x10, Y10, Y11
-	VCMPPS    $0x03, Y10, Y10, Y13
-	VPAND     one_i<>+0(SB), Y11, Y12
-	VPADDD    round<>+0(SB), Y10, Y10
-	VPADDD    Y12, Y10, Y10
-	VPSRLD    $0x10, Y10, Y10
-	VPOR      quiet<>+0(SB), Y11, Y11
-	VPBLENDVB Y13, Y11, Y10, Y10
-	VPACKUSDW Y10, Y9, Y9
-	VPERMQ    $0xd8, Y9, Y9
-	VMOVDQU   Y9, 32(R9)
+	VPOR      quiet<>+0(SB), Y10, Y10
+	VPBLENDVB Y12, Y10, Y9, Y9
+	VPACKUSDW Y9, Y8, Y8
+	VPERMQ    $0xd8, Y8, Y8
+	VMOVDQU   Y8, 32(R9)
 
 stateKVbf16AVX2_storedrow_2:
 stateKVbf16AVX2_rowstored_1:
@@ -13568,14 +11795,14 @@ stateKVbf16AVX2_rowstored_1:
 stateKVbf16AVX2_nostorerow_1:
 	TESTQ   R11, R11
 	JZ      stateKVbf16AVX2_nocarryrow_1
-	VMOVUPS (AX), Y9
-	VMOVUPS Y9, (R11)
-	VMOVUPS 32(AX), Y9
-	VMOVUPS Y9, 32(R11)
-	VMOVUPS 64(AX), Y9
-	VMOVUPS Y9, 64(R11)
-	VMOVUPS 96(AX), Y9
-	VMOVUPS Y9, 96(R11)
+	VMOVUPS (AX), Y8
+	VMOVUPS Y8, (R11)
+	VMOVUPS 32(AX), Y8
+	VMOVUPS Y8, 32(R11)
+	VMOVUPS 64(AX), Y8
+	VMOVUPS Y8, 64(R11)
+	VMOVUPS 96(AX), Y8
+	VMOVUPS Y8, 96(R11)
 	ADDQ    R8, R11
 
 stateKVbf16AVX2_nocarryrow_1:
@@ -13586,93 +11813,106 @@ stateKVbf16AVX2_nocarryrow_1:
 	JMP  stateKVbf16AVX2_rowsdone_1
 
 stateKVbf16AVX2_lastrows_1:
+	MOVQ 408(SP), SI
+	CMPQ 392(SP), $0x00
+	JNE  stateKVbf16AVX2_decaysset_2
+	LEAQ 416(SP), SI
+
+stateKVbf16AVX2_decaysset_2:
 stateKVbf16AVX2_rows_2:
 	VBROADCASTSS (BX)(CX*4), Y0
-	VMOVUPS      (AX), Y1
-	VFMADD213PS  Y1, Y8, Y1
-	VFMADD231PS  (R12), Y0, Y1
-	VMOVUPS      32(AX), Y2
-	VFMADD213PS  Y2, Y8, Y2
-	VFMADD231PS  32(R12), Y0, Y2
-	VMOVUPS      64(AX), Y3
-	VFMADD213PS  Y3, Y8, Y3
-	VFMADD231PS  64(R12), Y0, Y3
-	VMOVUPS      96(AX), Y4
-	VFMADD213PS  Y4, Y8, Y4
-	VFMADD231PS  96(R12), Y0, Y4
+	VBROADCASTSS (SI), Y1
+	VBROADCASTSS 4(SI), Y2
+	ADDQ         392(SP), SI
+	VMOVUPS      (AX), Y3
+	VANDPS       Y2, Y3, Y4
+	VFMADD132PS  Y1, Y4, Y3
+	VFMADD231PS  (R12), Y0, Y3
+	VMOVUPS      32(AX), Y4
+	VANDPS       Y2, Y4, Y5
+	VFMADD132PS  Y1, Y5, Y4
+	VFMADD231PS  32(R12), Y0, Y4
+	VMOVUPS      64(AX), Y5
+	VANDPS       Y2, Y5, Y6
+	VFMADD132PS  Y1, Y6, Y5
+	VFMADD231PS  64(R12), Y0, Y5
+	VMOVUPS      96(AX), Y6
+	VANDPS       Y2, Y6, Y2
+	VFMADD132PS  Y1, Y2, Y6
+	VFMADD231PS  96(R12), Y0, Y6
 	TESTQ        R9, R9
 	JZ           stateKVbf16AVX2_nostorerow_2
-	CMPL         392(SP), $0x00
+	CMPL         456(SP), $0x00
 	JNE          stateKVbf16AVX2_rownan_2
-	CMPB         384(SP), $0x00
+	CMPB         448(SP), $0x00
 	JE           stateKVbf16AVX2_temporalrow_3
-	VMOVAPS      Y1, Y0
-	VPSRLD       $0x10, Y0, Y5
-	VPAND        one_i<>+0(SB), Y5, Y5
-	VPADDD       round<>+0(SB), Y0, Y0
-	VPADDD       Y5, Y0, Y0
-	VPSRLD       $0x10, Y0, Y0
-	VEXTRACTI128 $0x01, Y0, X5
-	VPACKUSDW    X5, X0, X5
-	VMOVNTDQ     X5, (R9)
-	VMOVAPS      Y2, Y0
-	VPSRLD       $0x10, Y0, Y5
-	VPAND        one_i<>+0(SB), Y5, Y5
-	VPADDD       round<>+0(SB), Y0, Y0
-	VPADDD       Y5, Y0, Y0
-	VPSRLD       $0x10, Y0, Y0
-	VEXTRACTI128 $0x01, Y0, X5
-	VPACKUSDW    X5, X0, X5
-	VMOVNTDQ     X5, 16(R9)
 	VMOVAPS      Y3, Y0
-	VPSRLD       $0x10, Y0, Y5
-	VPAND        one_i<>+0(SB), Y5, Y5
+	VPSRLD       $0x10, Y0, Y1
+	VPAND        one_i<>+0(SB), Y1, Y1
 	VPADDD       round<>+0(SB), Y0, Y0
-	VPADDD       Y5, Y0, Y0
+	VPADDD       Y1, Y0, Y0
 	VPSRLD       $0x10, Y0, Y0
-	VEXTRACTI128 $0x01, Y0, X5
-	VPACKUSDW    X5, X0, X5
-	VMOVNTDQ     X5, 32(R9)
+	VEXTRACTI128 $0x01, Y0, X1
+	VPACKUSDW    X1, X0, X1
+	VMOVNTDQ     X1, (R9)
 	VMOVAPS      Y4, Y0
-	VPSRLD       $0x10, Y0, Y5
-	VPAND        one_i<>+0(SB), Y5, Y5
+	VPSRLD       $0x10, Y0, Y1
+	VPAND        one_i<>+0(SB), Y1, Y1
 	VPADDD       round<>+0(SB), Y0, Y0
-	VPADDD       Y5, Y0, Y0
+	VPADDD       Y1, Y0, Y0
 	VPSRLD       $0x10, Y0, Y0
-	VEXTRACTI128 $0x01, Y0, X5
-	VPACKUSDW    X5, X0, X5
-	VMOVNTDQ     X5, 48(R9)
+	VEXTRACTI128 $0x01, Y0, X1
+	VPACKUSDW    X1, X0, X1
+	VMOVNTDQ     X1, 16(R9)
+	VMOVAPS      Y5, Y0
+	VPSRLD       $0x10, Y0, Y1
+	VPAND        one_i<>+0(SB), Y1, Y1
+	VPADDD       round<>+0(SB), Y0, Y0
+	VPADDD       Y1, Y0, Y0
+	VPSRLD       $0x10, Y0, Y0
+	VEXTRACTI128 $0x01, Y0, X1
+	VPACKUSDW    X1, X0, X1
+	VMOVNTDQ     X1, 32(R9)
+	VMOVAPS      Y6, Y0
+	VPSRLD       $0x10, Y0, Y1
+	VPAND        one_i<>+0(SB), Y1, Y1
+	VPADDD       round<>+0(SB), Y0, Y0
+	VPADDD       Y1, Y0, Y0
+	VPSRLD       $0x10, Y0, Y0
+	VEXTRACTI128 $0x01, Y0, X1
+	VPACKUSDW    X1, X0, X1
+	VMOVNTDQ     X1, 48(R9)
 	JMP          stateKVbf16AVX2_storedrow_3
 
 stateKVbf16AVX2_temporalrow_3:
-	VMOVAPS   Y1, Y0
-	VMOVAPS   Y2, Y5
-	VPSRLD    $0x10, Y0, Y6
-	VPAND     one_i<>+0(SB), Y6, Y6
+	VMOVAPS   Y3, Y0
+	VMOVAPS   Y4, Y1
+	VPSRLD    $0x10, Y0, Y2
+	VPAND     one_i<>+0(SB), Y2, Y2
 	VPADDD    round<>+0(SB), Y0, Y0
-	VPADDD    Y6, Y0, Y0
+	VPADDD    Y2, Y0, Y0
 	VPSRLD    $0x10, Y0, Y0
-	VPSRLD    $0x10, Y5, Y6
-	VPAND     one_i<>+0(SB), Y6, Y6
-	VPADDD    round<>+0(SB), Y5, Y5
-	VPADDD    Y6, Y5, Y5
-	VPSRLD    $0x10, Y5, Y5
-	VPACKUSDW Y5, Y0, Y0
+	VPSRLD    $0x10, Y1, Y2
+	VPAND     one_i<>+0(SB), Y2, Y2
+	VPADDD    round<>+0(SB), Y1, Y1
+	VPADDD    Y2, Y1, Y1
+	VPSRLD    $0x10, Y1, Y1
+	VPACKUSDW Y1, Y0, Y0
 	VPERMQ    $0xd8, Y0, Y0
 	VMOVDQU   Y0, (R9)
-	VMOVAPS   Y3, Y0
-	VMOVAPS   Y4, Y5
-	VPSRLD    $0x10, Y0, Y6
-	VPAND     one_i<>+0(SB), Y6, Y6
+	VMOVAPS   Y5, Y0
+	VMOVAPS   Y6, Y1
+	VPSRLD    $0x10, Y0, Y2
+	VPAND     one_i<>+0(SB), Y2, Y2
 	VPADDD    round<>+0(SB), Y0, Y0
-	VPADDD    Y6, Y0, Y0
+	VPADDD    Y2, Y0, Y0
 	VPSRLD    $0x10, Y0, Y0
-	VPSRLD    $0x10, Y5, Y6
-	VPAND     one_i<>+0(SB), Y6, Y6
-	VPADDD    round<>+0(SB), Y5, Y5
-	VPADDD    Y6, Y5, Y5
-	VPSRLD    $0x10, Y5, Y5
-	VPACKUSDW Y5, Y0, Y0
+	VPSRLD    $0x10, Y1, Y2
+	VPAND     one_i<>+0(SB), Y2, Y2
+	VPADDD    round<>+0(SB), Y1, Y1
+	VPADDD    Y2, Y1, Y1
+	VPSRLD    $0x10, Y1, Y1
+	VPACKUSDW Y1, Y0, Y0
 	VPERMQ    $0xd8, Y0, Y0
 	VMOVDQU   Y0, 32(R9)
 
@@ -13680,99 +11920,99 @@ stateKVbf16AVX2_storedrow_3:
 	JMP stateKVbf16AVX2_rowstored_2
 
 stateKVbf16AVX2_rownan_2:
-	CMPB         384(SP), $0x00
+	CMPB         448(SP), $0x00
 	JE           stateKVbf16AVX2_temporalrow_4
-	VMOVAPS      Y1, Y0
-	VPSRLD       $0x10, Y0, Y5
-	VCMPPS       $0x03, Y0, Y0, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y0, Y0
-	VPADDD       Y6, Y0, Y0
-	VPSRLD       $0x10, Y0, Y0
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y0, Y0
-	VEXTRACTI128 $0x01, Y0, X5
-	VPACKUSDW    X5, X0, X5
-	VMOVNTDQ     X5, (R9)
-	VMOVAPS      Y2, Y0
-	VPSRLD       $0x10, Y0, Y5
-	VCMPPS       $0x03, Y0, Y0, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y0, Y0
-	VPADDD       Y6, Y0, Y0
-	VPSRLD       $0x10, Y0, Y0
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y0, Y0
-	VEXTRACTI128 $0x01, Y0, X5
-	VPACKUSDW    X5, X0, X5
-	VMOVNTDQ     X5, 16(R9)
 	VMOVAPS      Y3, Y0
-	VPSRLD       $0x10, Y0, Y5
+	VPSRLD       $0x10, Y0, Y1
 	VCMPPS       $0x03, Y0, Y0, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
+	VPAND        one_i<>+0(SB), Y1, Y2
 	VPADDD       round<>+0(SB), Y0, Y0
-	VPADDD       Y6, Y0, Y0
+	VPADDD       Y2, Y0, Y0
 	VPSRLD       $0x10, Y0, Y0
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y0, Y0
-	VEXTRACTI128 $0x01, Y0, X5
-	VPACKUSDW    X5, X0, X5
-	VMOVNTDQ     X5, 32(R9)
+	VPOR         quiet<>+0(SB), Y1, Y1
+	VPBLENDVB    Y7, Y1, Y0, Y0
+	VEXTRACTI128 $0x01, Y0, X1
+	VPACKUSDW    X1, X0, X1
+	VMOVNTDQ     X1, (R9)
 	VMOVAPS      Y4, Y0
-	VPSRLD       $0x10, Y0, Y5
+	VPSRLD       $0x10, Y0, Y1
 	VCMPPS       $0x03, Y0, Y0, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
+	VPAND        one_i<>+0(SB), Y1, Y2
 	VPADDD       round<>+0(SB), Y0, Y0
-	VPADDD       Y6, Y0, Y0
+	VPADDD       Y2, Y0, Y0
 	VPSRLD       $0x10, Y0, Y0
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y0, Y0
-	VEXTRACTI128 $0x01, Y0, X5
-	VPACKUSDW    X5, X0, X5
-	VMOVNTDQ     X5, 48(R9)
+	VPOR         quiet<>+0(SB), Y1, Y1
+	VPBLENDVB    Y7, Y1, Y0, Y0
+	VEXTRACTI128 $0x01, Y0, X1
+	VPACKUSDW    X1, X0, X1
+	VMOVNTDQ     X1, 16(R9)
+	VMOVAPS      Y5, Y0
+	VPSRLD       $0x10, Y0, Y1
+	VCMPPS       $0x03, Y0, Y0, Y7
+	VPAND        one_i<>+0(SB), Y1, Y2
+	VPADDD       round<>+0(SB), Y0, Y0
+	VPADDD       Y2, Y0, Y0
+	VPSRLD       $0x10, Y0, Y0
+	VPOR         quiet<>+0(SB), Y1, Y1
+	VPBLENDVB    Y7, Y1, Y0, Y0
+	VEXTRACTI128 $0x01, Y0, X1
+	VPACKUSDW    X1, X0, X1
+	VMOVNTDQ     X1, 32(R9)
+	VMOVAPS      Y6, Y0
+	VPSRLD       $0x10, Y0, Y1
+	VCMPPS       $0x03, Y0, Y0, Y7
+	VPAND        one_i<>+0(SB), Y1, Y2
+	VPADDD       round<>+0(SB), Y0, Y0
+	VPADDD       Y2, Y0, Y0
+	VPSRLD       $0x10, Y0, Y0
+	VPOR         quiet<>+0(SB), Y1, Y1
+	VPBLENDVB    Y7, Y1, Y0, Y0
+	VEXTRACTI128 $0x01, Y0, X1
+	VPACKUSDW    X1, X0, X1
+	VMOVNTDQ     X1, 48(R9)
 	JMP          stateKVbf16AVX2_storedrow_4
 
 stateKVbf16AVX2_temporalrow_4:
-	VMOVAPS   Y1, Y0
-	VMOVAPS   Y2, Y5
-	VPSRLD    $0x10, Y0, Y6
-	VCMPPS    $0x03, Y0, Y0, Y9
-	VPAND     one_i<>+0(SB), Y6, Y7
+	VMOVAPS   Y3, Y0
+	VMOVAPS   Y4, Y1
+	VPSRLD    $0x10, Y0, Y2
+	VCMPPS    $0x03, Y0, Y0, Y8
+	VPAND     one_i<>+0(SB), Y2, Y7
 	VPADDD    round<>+0(SB), Y0, Y0
 	VPADDD    Y7, Y0, Y0
 	VPSRLD    $0x10, Y0, Y0
-	VPOR      quiet<>+0(SB), Y6, Y6
-	VPBLENDVB Y9, Y6, Y0, Y0
-	VPSRLD    $0x10, Y5, Y6
-	VCMPPS    $0x03, Y5, Y5, Y9
-	VPAND     one_i<>+0(SB), Y6, Y7
-	VPADDD    round<>+0(SB), Y5, Y5
-	VPADDD    Y7, Y5, Y5
-	VPSRLD    $0x10, Y5, Y5
-	VPOR      quiet<>+0(SB), Y6, Y6
-	VPBLENDVB Y9, Y6, Y5, Y5
-	VPACKUSDW Y5, Y0, Y0
+	VPOR      quiet<>+0(SB), Y2, Y2
+	VPBLENDVB Y8, Y2, Y0, Y0
+	VPSRLD    $0x10, Y1, Y2
+	VCMPPS    $0x03, Y1, Y1, Y8
+	VPAND     one_i<>+0(SB), Y2, Y7
+	VPADDD    round<>+0(SB), Y1, Y1
+	VPADDD    Y7, Y1, Y1
+	VPSRLD    $0x10, Y1, Y1
+	VPOR      quiet<>+0(SB), Y2, Y2
+	VPBLENDVB Y8, Y2, Y1, Y1
+	VPACKUSDW Y1, Y0, Y0
 	VPERMQ    $0xd8, Y0, Y0
 	VMOVDQU   Y0, (R9)
-	VMOVAPS   Y3, Y0
-	VMOVAPS   Y4, Y5
-	VPSRLD    $0x10, Y0, Y6
-	VCMPPS    $0x03, Y0, Y0, Y9
-	VPAND     one_i<>+0(SB), Y6, Y7
+	VMOVAPS   Y5, Y0
+	VMOVAPS   Y6, Y1
+	VPSRLD    $0x10, Y0, Y2
+	VCMPPS    $0x03, Y0, Y0, Y8
+	VPAND     one_i<>+0(SB), Y2, Y7
 	VPADDD    round<>+0(SB), Y0, Y0
 	VPADDD    Y7, Y0, Y0
 	VPSRLD    $0x10, Y0, Y0
-	VPOR      quiet<>+0(SB), Y6, Y6
-	VPBLENDVB Y9, Y6, Y0, Y0
-	VPSRLD    $0x10, Y5, Y6
-	VCMPPS    $0x03, Y5, Y5, Y9
-	VPAND     one_i<>+0(SB), Y6, Y7
-	VPADDD    round<>+0(SB), Y5, Y5
-	VPADDD    Y7, Y5, Y5
-	VPSRLD    $0x10, Y5, Y5
-	VPOR      quiet<>+0(SB), Y6, Y6
-	VPBLENDVB Y9, Y6, Y5, Y5
-	VPACKUSDW Y5, Y0, Y0
+	VPOR      quiet<>+0(SB), Y2, Y2
+	VPBLENDVB Y8, Y2, Y0, Y0
+	VPSRLD    $0x10, Y1, Y2
+	VCMPPS    $0x03, Y1, Y1, Y8
+	VPAND     one_i<>+0(SB), Y2, Y7
+	VPADDD    round<>+0(SB), Y1, Y1
+	VPADDD    Y7, Y1, Y1
+	VPSRLD    $0x10, Y1, Y1
+	VPOR      quiet<>+0(SB), Y2, Y2
+	VPBLENDVB Y8, Y2, Y1, Y1
+	VPACKUSDW Y1, Y0, Y0
 	VPERMQ    $0xd8, Y0, Y0
 	VMOVDQU   Y0, 32(R9)
 
@@ -13783,10 +12023,10 @@ stateKVbf16AVX2_rowstored_2:
 stateKVbf16AVX2_nostorerow_2:
 	TESTQ   R11, R11
 	JZ      stateKVbf16AVX2_nocarryrow_2
-	VMOVUPS Y1, (R11)
-	VMOVUPS Y2, 32(R11)
-	VMOVUPS Y3, 64(R11)
-	VMOVUPS Y4, 96(R11)
+	VMOVUPS Y3, (R11)
+	VMOVUPS Y4, 32(R11)
+	VMOVUPS Y5, 64(R11)
+	VMOVUPS Y6, 96(R11)
 	ADDQ    R8, R11
 
 stateKVbf16AVX2_nocarryrow_2:
@@ -13797,583 +12037,11 @@ stateKVbf16AVX2_nocarryrow_2:
 	JMP  stateKVbf16AVX2_tokensout_1
 
 stateKVbf16AVX2_rowsdone_1:
-	JMP stateKVbf16AVX2_tokdone_1
-
-stateKVbf16AVX2_far_1:
-	// em1 < -0.5 or NaN: decay(x) = eg·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	LEAQ         104(SP), AX
-	ADDQ         $0x1f, AX
-	ANDQ         $-32, AX
-	MOVQ         96(SP), CX
-	VBROADCASTSS 4(CX), Y8
-	VBROADCASTSS 8(CX), Y9
-	VBROADCASTSS 12(CX), Y10
-	MOVQ         80(SP), CX
-	MOVQ         88(SP), DX
-	VXORPS       Y11, Y11, Y11
-	VMOVUPS      (CX), Y12
-	VMULPS       Y0, Y8, Y0
-	VSUBPS       Y0, Y12, Y12
-	VMULPS       Y12, Y9, Y12
-	VMULPS       Y1, Y8, Y1
-	VFMADD231PS  Y12, Y10, Y1
-	VMOVUPS      Y1, (DX)
-	VSUBPS       Y12, Y12, Y0
-	VORPS        Y0, Y11, Y11
-	VMOVUPS      Y12, (AX)
-	VMOVUPS      32(CX), Y0
-	VMULPS       Y2, Y8, Y2
-	VSUBPS       Y2, Y0, Y0
-	VMULPS       Y0, Y9, Y0
-	VMULPS       Y3, Y8, Y3
-	VFMADD231PS  Y0, Y10, Y3
-	VMOVUPS      Y3, 32(DX)
-	VSUBPS       Y0, Y0, Y1
-	VORPS        Y1, Y11, Y11
-	VMOVUPS      Y0, 32(AX)
-	VMOVUPS      64(CX), Y0
-	VMULPS       Y4, Y8, Y4
-	VSUBPS       Y4, Y0, Y0
-	VMULPS       Y0, Y9, Y0
-	VMULPS       Y5, Y8, Y5
-	VFMADD231PS  Y0, Y10, Y5
-	VMOVUPS      Y5, 64(DX)
-	VSUBPS       Y0, Y0, Y1
-	VORPS        Y1, Y11, Y11
-	VMOVUPS      Y0, 64(AX)
-	VMOVUPS      96(CX), Y0
-	VMULPS       Y6, Y8, Y6
-	VSUBPS       Y6, Y0, Y0
-	VMULPS       Y0, Y9, Y0
-	VMULPS       Y7, Y8, Y7
-	VFMADD231PS  Y0, Y10, Y7
-	VMOVUPS      Y7, 96(DX)
-	VSUBPS       Y0, Y0, Y1
-	VORPS        Y1, Y11, Y11
-	VMOVUPS      Y0, 96(AX)
-	VSUBPS       Y11, Y11, Y0
-	VCMPPS       $0x03, Y0, Y0, Y0
-	VMOVMSKPS    Y0, AX
-	MOVL         AX, 392(SP)
-	VXORPS       Y0, Y0, Y0
-	VXORPS       Y1, Y1, Y1
-	VXORPS       Y2, Y2, Y2
-	VXORPS       Y3, Y3, Y3
-	VXORPS       Y4, Y4, Y4
-	VXORPS       Y5, Y5, Y5
-	VXORPS       Y6, Y6, Y6
-	VXORPS       Y7, Y7, Y7
-
-	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
-	MOVQ  (SP), AX
-	XORQ  CX, CX
-	MOVQ  a_K+0(FP), DX
-	MOVQ  56(SP), BX
-	MOVQ  64(SP), SI
-	MOVQ  72(SP), DI
-	MOVQ  16(SP), R8
-	MOVQ  48(SP), R10
-	MOVQ  a_stores+48(FP), R9
-	MOVQ  (R9)(R10*8), R9
-	TESTQ R9, R9
-	JZ    stateKVbf16AVX2_nostore_2
-	LEAQ  (R9)(R8*2), R9
-
-stateKVbf16AVX2_nostore_2:
-	MOVQ a_V+8(FP), R10
-	SHLQ $0x01, R10
-
-	// Non-temporal stores for this token's rows: a store but the last token's after a token without one, the rows aligned whole vectors.
-	MOVQ  $0x00000000, 384(SP)
-	TESTQ R9, R9
-	JZ    stateKVbf16AVX2_temporal_2
-	MOVQ  48(SP), R11
-	INCQ  R11
-	MOVQ  a_T+16(FP), R12
-	CMPQ  R11, R12
-	JNE   stateKVbf16AVX2_snapshot_2
-	MOVQ  48(SP), R11
-	TESTQ R11, R11
-	JZ    stateKVbf16AVX2_temporal_2
-	MOVQ  a_stores+48(FP), R12
-	CMPQ  -8(R12)(R11*8), $0x00
-	JE    stateKVbf16AVX2_temporal_2
-
-stateKVbf16AVX2_snapshot_2:
-	TESTQ $0x0000000f, R9
-	JNZ   stateKVbf16AVX2_temporal_2
-	TESTQ $0x0000000f, R10
-	JNZ   stateKVbf16AVX2_temporal_2
-	MOVQ  $0x00000001, 384(SP)
-
-stateKVbf16AVX2_temporal_2:
-	XORQ  R11, R11
-	MOVQ  48(SP), R12
-	INCQ  R12
-	MOVQ  a_T+16(FP), R13
-	CMPQ  R12, R13
-	JNE   stateKVbf16AVX2_nocarry_2
-	MOVQ  a_carry+56(FP), R11
-	TESTQ R11, R11
-	JZ    stateKVbf16AVX2_nocarry_2
-	LEAQ  (R11)(R8*4), R11
-
-stateKVbf16AVX2_nocarry_2:
-	MOVQ a_V+8(FP), R8
-	SHLQ $0x02, R8
-	LEAQ 104(SP), R12
-	ADDQ $0x1f, R12
-	ANDQ $-32, R12
-	MOVQ 48(SP), R13
-	INCQ R13
-	MOVQ a_T+16(FP), R14
-	CMPQ R13, R14
-	JE   stateKVbf16AVX2_lastrows_2
-
-stateKVbf16AVX2_rows_3:
-	VBROADCASTSS (BX)(CX*4), Y9
-	VBROADCASTSS (SI)(CX*4), Y10
-	VBROADCASTSS (DI)(CX*4), Y11
-	VMOVUPS      (AX), Y12
-	VMULPS       Y12, Y8, Y12
-	VFMADD231PS  (R12), Y9, Y12
-	VMOVUPS      Y12, (AX)
-	VFMADD231PS  Y12, Y10, Y0
-	VFMADD231PS  Y12, Y11, Y1
-	VMOVUPS      32(AX), Y12
-	VMULPS       Y12, Y8, Y12
-	VFMADD231PS  32(R12), Y9, Y12
-	VMOVUPS      Y12, 32(AX)
-	VFMADD231PS  Y12, Y10, Y2
-	VFMADD231PS  Y12, Y11, Y3
-	VMOVUPS      64(AX), Y12
-	VMULPS       Y12, Y8, Y12
-	VFMADD231PS  64(R12), Y9, Y12
-	VMOVUPS      Y12, 64(AX)
-	VFMADD231PS  Y12, Y10, Y4
-	VFMADD231PS  Y12, Y11, Y5
-	VMOVUPS      96(AX), Y12
-	VMULPS       Y12, Y8, Y12
-	VFMADD231PS  96(R12), Y9, Y12
-	VMOVUPS      Y12, 96(AX)
-	VFMADD231PS  Y12, Y10, Y6
-	VFMADD231PS  Y12, Y11, Y7
-	TESTQ        R9, R9
-	JZ           stateKVbf16AVX2_nostorerow_3
-	CMPL         392(SP), $0x00
-	JNE          stateKVbf16AVX2_rownan_3
-	CMPB         384(SP), $0x00
-	JE           stateKVbf16AVX2_temporalrow_5
-	VMOVUPS      (AX), Y9
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y10, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVNTDQ     X10, (R9)
-	VMOVUPS      32(AX), Y9
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y10, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVNTDQ     X10, 16(R9)
-	VMOVUPS      64(AX), Y9
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y10, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVNTDQ     X10, 32(R9)
-	VMOVUPS      96(AX), Y9
-	VPSRLD       $0x10, Y9, Y10
-	VPAND        one_i<>+0(SB), Y10, Y10
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y10, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVNTDQ     X10, 48(R9)
-	JMP          stateKVbf16AVX2_storedrow_5
-
-stateKVbf16AVX2_temporalrow_5:
-	VMOVUPS   (AX), Y9
-	VMOVUPS   32(AX), Y10
-	VPSRLD    $0x10, Y9, Y11
-	VPAND     one_i<>+0(SB), Y11, Y11
-	VPADDD    round<>+0(SB), Y9, Y9
-	VPADDD    Y11, Y9, Y9
-	VPSRLD    $0x10, Y9, Y9
-	VPSRLD    $0x10, Y10, Y11
-	VPAND     one_i<>+0(SB), Y11, Y11
-	VPADDD    round<>+0(SB), Y10, Y10
-	VPADDD    Y11, Y10, Y10
-	VPSRLD    $0x10, Y10, Y10
-	VPACKUSDW Y10, Y9, Y9
-	VPERMQ    $0xd8, Y9, Y9
-	VMOVDQU   Y9, (R9)
-	VMOVUPS   64(AX), Y9
-	VMOVUPS   96(AX), Y10
-	VPSRLD    $0x10, Y9, Y11
-	VPAND     one_i<>+0(SB), Y11, Y11
-	VPADDD    round<>+0(SB), Y9, Y9
-	VPADDD    Y11, Y9, Y9
-	VPSRLD    $0x10, Y9, Y9
-	VPSRLD    $0x10, Y10, Y11
-	VPAND     one_i<>+0(SB), Y11, Y11
-	VPADDD    round<>+0(SB), Y10, Y10
-	VPADDD    Y11, Y10, Y10
-	VPSRLD    $0x10, Y10, Y10
-	VPACKUSDW Y10, Y9, Y9
-	VPERMQ    $0xd8, Y9, Y9
-	VMOVDQU   Y9, 32(R9)
-
-stateKVbf16AVX2_storedrow_5:
-	JMP stateKVbf16AVX2_rowstored_3
-
-stateKVbf16AVX2_rownan_3:
-	CMPB         384(SP), $0x00
-	JE           stateKVbf16AVX2_temporalrow_6
-	VMOVUPS      (AX), Y9
-	VPSRLD       $0x10, Y9, Y10
-	VCMPPS       $0x03, Y9, Y9, Y12
-	VPAND        one_i<>+0(SB), Y10, Y11
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y11, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPOR         quiet<>+0(SB), Y10, Y10
-	VPBLENDVB    Y12, Y10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVNTDQ     X10, (R9)
-	VMOVUPS      32(AX), Y9
-	VPSRLD       $0x10, Y9, Y10
-	VCMPPS       $0x03, Y9, Y9, Y12
-	VPAND        one_i<>+0(SB), Y10, Y11
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y11, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPOR         quiet<>+0(SB), Y10, Y10
-	VPBLENDVB    Y12, Y10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVNTDQ     X10, 16(R9)
-	VMOVUPS      64(AX), Y9
-	VPSRLD       $0x10, Y9, Y10
-	VCMPPS       $0x03, Y9, Y9, Y12
-	VPAND        one_i<>+0(SB), Y10, Y11
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y11, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPOR         quiet<>+0(SB), Y10, Y10
-	VPBLENDVB    Y12, Y10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVNTDQ     X10, 32(R9)
-	VMOVUPS      96(AX), Y9
-	VPSRLD       $0x10, Y9, Y10
-	VCMPPS       $0x03, Y9, Y9, Y12
-	VPAND        one_i<>+0(SB), Y10, Y11
-	VPADDD       round<>+0(SB), Y9, Y9
-	VPADDD       Y11, Y9, Y9
-	VPSRLD       $0x10, Y9, Y9
-	VPOR         quiet<>+0(SB), Y10, Y10
-	VPBLENDVB    Y12, Y10, Y9, Y9
-	VEXTRACTI128 $0x01, Y9, X10
-	VPACKUSDW    X10, X9, X10
-	VMOVNTDQ     X10, 48(R9)
-	JMP          stateKVbf16AVX2_storedrow_6
-
-stateKVbf16AVX2_temporalrow_6:
-	VMOVUPS   (AX), Y9
-	VMOVUPS   32(AX), Y10
-	VPSRLD    $0x10, Y9, Y11
-	VCMPPS    $0x03, Y9, Y9, Y13
-	VPAND     one_i<>+0(SB), Y11, Y12
-	VPADDD    round<>+0(SB), Y9, Y9
-	VPADDD    Y12, Y9, Y9
-	VPSRLD    $0x10, Y9, Y9
-	VPOR      quiet<>+0(SB), Y11, Y11
-	VPBLENDVB Y13, Y11, Y9, Y9
-	VPSRLD    $0x10, Y10, Y11
-	VCMPPS    $0x03, Y10, Y10, Y13
-	VPAND     one_i<>+0(SB), Y11, Y12
-	VPADDD    round<>+0(SB), Y10, Y10
-	VPADDD    Y12, Y10, Y10
-	VPSRLD    $0x10, Y10, Y10
-	VPOR      quiet<>+0(SB), Y11, Y11
-	VPBLENDVB Y13, Y11, Y10, Y10
-	VPACKUSDW Y10, Y9, Y9
-	VPERMQ    $0xd8, Y9, Y9
-	VMOVDQU   Y9, (R9)
-	VMOVUPS   64(AX), Y9
-	VMOVUPS   96(AX), Y10
-	VPSRLD    $0x10, Y9, Y11
-	VCMPPS    $0x03, Y9, Y9, Y13
-	VPAND     one_i<>+0(SB), Y11, Y12
-	VPADDD    round<>+0(SB), Y9, Y9
-	VPADDD    Y12, Y9, Y9
-	VPSRLD    $0x10, Y9, Y9
-	VPOR      quiet<>+0(SB), Y11, Y11
-	VPBLENDVB Y13, Y11, Y9, Y9
-	VPSRLD    $0x10, Y10, Y11
-	VCMPPS    $0x03, Y10, Y10, Y13
-	VPAND     one_i<>+0(SB), Y11, Y12
-	VPADDD    round<>+0(SB), Y10, Y10
-	VPADDD    Y12, Y10, Y10
-	VPSRLD    $0x10, Y10, Y10
-	VPOR      quiet<>+0(SB), Y11, Y11
-	VPBLENDVB Y13, Y11, Y10, Y10
-	VPACKUSDW Y10, Y9, Y9
-	VPERMQ    $0xd8, Y9, Y9
-	VMOVDQU   Y9, 32(R9)
-
-stateKVbf16AVX2_storedrow_6:
-stateKVbf16AVX2_rowstored_3:
-	ADDQ R10, R9
-
-stateKVbf16AVX2_nostorerow_3:
-	TESTQ   R11, R11
-	JZ      stateKVbf16AVX2_nocarryrow_3
-	VMOVUPS (AX), Y9
-	VMOVUPS Y9, (R11)
-	VMOVUPS 32(AX), Y9
-	VMOVUPS Y9, 32(R11)
-	VMOVUPS 64(AX), Y9
-	VMOVUPS Y9, 64(R11)
-	VMOVUPS 96(AX), Y9
-	VMOVUPS Y9, 96(R11)
-	ADDQ    R8, R11
-
-stateKVbf16AVX2_nocarryrow_3:
-	ADDQ $0x00000080, AX
-	INCQ CX
-	CMPQ CX, DX
-	JB   stateKVbf16AVX2_rows_3
-	JMP  stateKVbf16AVX2_rowsdone_2
-
-stateKVbf16AVX2_lastrows_2:
-stateKVbf16AVX2_rows_4:
-	VBROADCASTSS (BX)(CX*4), Y0
-	VMOVUPS      (AX), Y1
-	VMULPS       Y1, Y8, Y1
-	VFMADD231PS  (R12), Y0, Y1
-	VMOVUPS      32(AX), Y2
-	VMULPS       Y2, Y8, Y2
-	VFMADD231PS  32(R12), Y0, Y2
-	VMOVUPS      64(AX), Y3
-	VMULPS       Y3, Y8, Y3
-	VFMADD231PS  64(R12), Y0, Y3
-	VMOVUPS      96(AX), Y4
-	VMULPS       Y4, Y8, Y4
-	VFMADD231PS  96(R12), Y0, Y4
-	TESTQ        R9, R9
-	JZ           stateKVbf16AVX2_nostorerow_4
-	CMPL         392(SP), $0x00
-	JNE          stateKVbf16AVX2_rownan_4
-	CMPB         384(SP), $0x00
-	JE           stateKVbf16AVX2_temporalrow_7
-	VMOVAPS      Y1, Y0
-	VPSRLD       $0x10, Y0, Y5
-	VPAND        one_i<>+0(SB), Y5, Y5
-	VPADDD       round<>+0(SB), Y0, Y0
-	VPADDD       Y5, Y0, Y0
-	VPSRLD       $0x10, Y0, Y0
-	VEXTRACTI128 $0x01, Y0, X5
-	VPACKUSDW    X5, X0, X5
-	VMOVNTDQ     X5, (R9)
-	VMOVAPS      Y2, Y0
-	VPSRLD       $0x10, Y0, Y5
-	VPAND        one_i<>+0(SB), Y5, Y5
-	VPADDD       round<>+0(SB), Y0, Y0
-	VPADDD       Y5, Y0, Y0
-	VPSRLD       $0x10, Y0, Y0
-	VEXTRACTI128 $0x01, Y0, X5
-	VPACKUSDW    X5, X0, X5
-	VMOVNTDQ     X5, 16(R9)
-	VMOVAPS      Y3, Y0
-	VPSRLD       $0x10, Y0, Y5
-	VPAND        one_i<>+0(SB), Y5, Y5
-	VPADDD       round<>+0(SB), Y0, Y0
-	VPADDD       Y5, Y0, Y0
-	VPSRLD       $0x10, Y0, Y0
-	VEXTRACTI128 $0x01, Y0, X5
-	VPACKUSDW    X5, X0, X5
-	VMOVNTDQ     X5, 32(R9)
-	VMOVAPS      Y4, Y0
-	VPSRLD       $0x10, Y0, Y5
-	VPAND        one_i<>+0(SB), Y5, Y5
-	VPADDD       round<>+0(SB), Y0, Y0
-	VPADDD       Y5, Y0, Y0
-	VPSRLD       $0x10, Y0, Y0
-	VEXTRACTI128 $0x01, Y0, X5
-	VPACKUSDW    X5, X0, X5
-	VMOVNTDQ     X5, 48(R9)
-	JMP          stateKVbf16AVX2_storedrow_7
-
-stateKVbf16AVX2_temporalrow_7:
-	VMOVAPS   Y1, Y0
-	VMOVAPS   Y2, Y5
-	VPSRLD    $0x10, Y0, Y6
-	VPAND     one_i<>+0(SB), Y6, Y6
-	VPADDD    round<>+0(SB), Y0, Y0
-	VPADDD    Y6, Y0, Y0
-	VPSRLD    $0x10, Y0, Y0
-	VPSRLD    $0x10, Y5, Y6
-	VPAND     one_i<>+0(SB), Y6, Y6
-	VPADDD    round<>+0(SB), Y5, Y5
-	VPADDD    Y6, Y5, Y5
-	VPSRLD    $0x10, Y5, Y5
-	VPACKUSDW Y5, Y0, Y0
-	VPERMQ    $0xd8, Y0, Y0
-	VMOVDQU   Y0, (R9)
-	VMOVAPS   Y3, Y0
-	VMOVAPS   Y4, Y5
-	VPSRLD    $0x10, Y0, Y6
-	VPAND     one_i<>+0(SB), Y6, Y6
-	VPADDD    round<>+0(SB), Y0, Y0
-	VPADDD    Y6, Y0, Y0
-	VPSRLD    $0x10, Y0, Y0
-	VPSRLD    $0x10, Y5, Y6
-	VPAND     one_i<>+0(SB), Y6, Y6
-	VPADDD    round<>+0(SB), Y5, Y5
-	VPADDD    Y6, Y5, Y5
-	VPSRLD    $0x10, Y5, Y5
-	VPACKUSDW Y5, Y0, Y0
-	VPERMQ    $0xd8, Y0, Y0
-	VMOVDQU   Y0, 32(R9)
-
-stateKVbf16AVX2_storedrow_7:
-	JMP stateKVbf16AVX2_rowstored_4
-
-stateKVbf16AVX2_rownan_4:
-	CMPB         384(SP), $0x00
-	JE           stateKVbf16AVX2_temporalrow_8
-	VMOVAPS      Y1, Y0
-	VPSRLD       $0x10, Y0, Y5
-	VCMPPS       $0x03, Y0, Y0, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y0, Y0
-	VPADDD       Y6, Y0, Y0
-	VPSRLD       $0x10, Y0, Y0
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y0, Y0
-	VEXTRACTI128 $0x01, Y0, X5
-	VPACKUSDW    X5, X0, X5
-	VMOVNTDQ     X5, (R9)
-	VMOVAPS      Y2, Y0
-	VPSRLD       $0x10, Y0, Y5
-	VCMPPS       $0x03, Y0, Y0, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y0, Y0
-	VPADDD       Y6, Y0, Y0
-	VPSRLD       $0x10, Y0, Y0
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y0, Y0
-	VEXTRACTI128 $0x01, Y0, X5
-	VPACKUSDW    X5, X0, X5
-	VMOVNTDQ     X5, 16(R9)
-	VMOVAPS      Y3, Y0
-	VPSRLD       $0x10, Y0, Y5
-	VCMPPS       $0x03, Y0, Y0, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y0, Y0
-	VPADDD       Y6, Y0, Y0
-	VPSRLD       $0x10, Y0, Y0
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y0, Y0
-	VEXTRACTI128 $0x01, Y0, X5
-	VPACKUSDW    X5, X0, X5
-	VMOVNTDQ     X5, 32(R9)
-	VMOVAPS      Y4, Y0
-	VPSRLD       $0x10, Y0, Y5
-	VCMPPS       $0x03, Y0, Y0, Y7
-	VPAND        one_i<>+0(SB), Y5, Y6
-	VPADDD       round<>+0(SB), Y0, Y0
-	VPADDD       Y6, Y0, Y0
-	VPSRLD       $0x10, Y0, Y0
-	VPOR         quiet<>+0(SB), Y5, Y5
-	VPBLENDVB    Y7, Y5, Y0, Y0
-	VEXTRACTI128 $0x01, Y0, X5
-	VPACKUSDW    X5, X0, X5
-	VMOVNTDQ     X5, 48(R9)
-	JMP          stateKVbf16AVX2_storedrow_8
-
-stateKVbf16AVX2_temporalrow_8:
-	VMOVAPS   Y1, Y0
-	VMOVAPS   Y2, Y5
-	VPSRLD    $0x10, Y0, Y6
-	VCMPPS    $0x03, Y0, Y0, Y9
-	VPAND     one_i<>+0(SB), Y6, Y7
-	VPADDD    round<>+0(SB), Y0, Y0
-	VPADDD    Y7, Y0, Y0
-	VPSRLD    $0x10, Y0, Y0
-	VPOR      quiet<>+0(SB), Y6, Y6
-	VPBLENDVB Y9, Y6, Y0, Y0
-	VPSRLD    $0x10, Y5, Y6
-	VCMPPS    $0x03, Y5, Y5, Y9
-	VPAND     one_i<>+0(SB), Y6, Y7
-	VPADDD    round<>+0(SB), Y5, Y5
-	VPADDD    Y7, Y5, Y5
-	VPSRLD    $0x10, Y5, Y5
-	VPOR      quiet<>+0(SB), Y6, Y6
-	VPBLENDVB Y9, Y6, Y5, Y5
-	VPACKUSDW Y5, Y0, Y0
-	VPERMQ    $0xd8, Y0, Y0
-	VMOVDQU   Y0, (R9)
-	VMOVAPS   Y3, Y0
-	VMOVAPS   Y4, Y5
-	VPSRLD    $0x10, Y0, Y6
-	VCMPPS    $0x03, Y0, Y0, Y9
-	VPAND     one_i<>+0(SB), Y6, Y7
-	VPADDD    round<>+0(SB), Y0, Y0
-	VPADDD    Y7, Y0, Y0
-	VPSRLD    $0x10, Y0, Y0
-	VPOR      quiet<>+0(SB), Y6, Y6
-	VPBLENDVB Y9, Y6, Y0, Y0
-	VPSRLD    $0x10, Y5, Y6
-	VCMPPS    $0x03, Y5, Y5, Y9
-	VPAND     one_i<>+0(SB), Y6, Y7
-	VPADDD    round<>+0(SB), Y5, Y5
-	VPADDD    Y7, Y5, Y5
-	VPSRLD    $0x10, Y5, Y5
-	VPOR      quiet<>+0(SB), Y6, Y6
-	VPBLENDVB Y9, Y6, Y5, Y5
-	VPACKUSDW Y5, Y0, Y0
-	VPERMQ    $0xd8, Y0, Y0
-	VMOVDQU   Y0, 32(R9)
-
-stateKVbf16AVX2_storedrow_8:
-stateKVbf16AVX2_rowstored_4:
-	ADDQ R10, R9
-
-stateKVbf16AVX2_nostorerow_4:
-	TESTQ   R11, R11
-	JZ      stateKVbf16AVX2_nocarryrow_4
-	VMOVUPS Y1, (R11)
-	VMOVUPS Y2, 32(R11)
-	VMOVUPS Y3, 64(R11)
-	VMOVUPS Y4, 96(R11)
-	ADDQ    R8, R11
-
-stateKVbf16AVX2_nocarryrow_4:
-	ADDQ $0x00000080, AX
-	INCQ CX
-	CMPQ CX, DX
-	JB   stateKVbf16AVX2_rows_4
-	JMP  stateKVbf16AVX2_tokensout_1
-
-stateKVbf16AVX2_rowsdone_2:
-stateKVbf16AVX2_tokdone_1:
-	MOVQ 64(SP), AX
-	MOVQ AX, 56(SP)
+	MOVQ a_K+0(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 56(SP)
+	MOVQ 384(SP), AX
+	ADDQ AX, 408(SP)
 	ADDQ $0x10, 96(SP)
 	MOVQ a_vs+24(FP), AX
 	SHLQ $0x02, AX
@@ -14416,8 +12084,8 @@ stateKVbf16AVX2_span_1:
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
 	VXORPS Y3, Y3, Y3
-	MOVQ   a_kh+64(FP), SI
-	MOVQ   a_qh+72(FP), DI
+	MOVQ   368(SP), SI
+	MOVQ   376(SP), DI
 	MOVQ   (SP), R8
 	XORQ   R9, R9
 	IMUL3Q $0x00000020, BX, R10
@@ -14453,8 +12121,8 @@ stateKVbf16AVX2_from16_2:
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
 	VXORPS Y3, Y3, Y3
-	MOVQ   a_kh+64(FP), SI
-	MOVQ   a_qh+72(FP), DI
+	MOVQ   368(SP), SI
+	MOVQ   376(SP), DI
 	MOVQ   (SP), R8
 	XORQ   R9, R9
 	IMUL3Q $0x00000020, BX, R10
@@ -14487,6 +12155,8 @@ stateKVbf16AVX2_loaded_2:
 	MOVQ AX, 48(SP)
 	MOVQ a_kh+64(FP), AX
 	MOVQ AX, 56(SP)
+	MOVQ 400(SP), AX
+	MOVQ AX, 408(SP)
 	MOVQ a_tok+96(FP), AX
 	MOVQ AX, 96(SP)
 	MOVQ a_v+80(FP), AX
@@ -14498,10 +12168,10 @@ stateKVbf16AVX2_loaded_2:
 
 stateKVbf16AVX2_token_2:
 	// The prefetch list's next group.
-	MOVQ 368(SP), AX
+	MOVQ 432(SP), AX
 
 stateKVbf16AVX2_pfentry_2:
-	CMPQ  AX, 376(SP)
+	CMPQ  AX, 440(SP)
 	JAE   stateKVbf16AVX2_pfdone_2
 	MOVQ  (AX), DX
 	MOVQ  8(AX), CX
@@ -14517,11 +12187,11 @@ stateKVbf16AVX2_pfline_2:
 	JMP        stateKVbf16AVX2_pfentry_2
 
 stateKVbf16AVX2_pfdone_2:
-	MOVQ AX, 368(SP)
+	MOVQ AX, 432(SP)
 
 	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
 	MOVQ 48(SP), AX
-	MOVQ a_K+0(FP), CX
+	MOVQ 384(SP), CX
 	INCQ AX
 	MOVQ a_T+16(FP), DX
 	CMPQ AX, DX
@@ -14529,60 +12199,72 @@ stateKVbf16AVX2_pfdone_2:
 	DECQ AX
 
 stateKVbf16AVX2_notlast_2:
-	IMULQ    CX, AX
-	MOVQ     a_kh+64(FP), CX
-	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 64(SP)
-	MOVQ     a_qh+72(FP), CX
-	LEAQ     (CX)(AX*4), CX
-	MOVQ     CX, 72(SP)
+	IMULQ CX, AX
+	MOVQ  368(SP), CX
+	ADDQ  AX, CX
+	MOVQ  CX, 64(SP)
+	MOVQ  376(SP), CX
+	ADDQ  AX, CX
+	MOVQ  CX, 72(SP)
+
+	// The token's decay as a pair (c, m), decay(x) = c·x + (x & m): (em1, all ones) = x + em1·x where em1 ≥ -0.5, else (eg, the sign bit) = eg·x (also for a NaN em1).
 	MOVQ     96(SP), AX
+	MOVL     (AX), CX
+	MOVL     $0xffffffff, DX
+	MOVL     $0x80000000, BX
 	VMOVSS   (AX), X4
 	VUCOMISS nearone<>+0(SB), X4
-	JCS      stateKVbf16AVX2_far_2
+	CMOVLCS  4(AX), CX
+	CMOVLCS  BX, DX
+	MOVL     CX, 416(SP)
+	MOVL     DX, 420(SP)
 
-	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	LEAQ         104(SP), AX
 	ADDQ         $0x1f, AX
 	ANDQ         $-32, AX
 	MOVQ         96(SP), CX
-	VBROADCASTSS (CX), Y4
-	VBROADCASTSS 8(CX), Y5
-	VBROADCASTSS 12(CX), Y6
+	VBROADCASTSS 416(SP), Y4
+	VBROADCASTSS 420(SP), Y5
+	VBROADCASTSS 8(CX), Y6
+	VBROADCASTSS 12(CX), Y7
 	MOVQ         80(SP), CX
 	MOVQ         88(SP), DX
-	VXORPS       Y7, Y7, Y7
-	VMOVUPS      (CX), Y8
-	VFMADD213PS  Y0, Y4, Y0
-	VSUBPS       Y0, Y8, Y8
-	VMULPS       Y8, Y5, Y8
-	VFMADD213PS  Y1, Y4, Y1
-	VFMADD231PS  Y8, Y6, Y1
+	VXORPS       Y8, Y8, Y8
+	VMOVUPS      (CX), Y9
+	VANDPS       Y5, Y0, Y10
+	VFMADD132PS  Y4, Y10, Y0
+	VSUBPS       Y0, Y9, Y9
+	VMULPS       Y9, Y6, Y9
+	VANDPS       Y5, Y1, Y0
+	VFMADD132PS  Y4, Y0, Y1
+	VFMADD231PS  Y9, Y7, Y1
 	VMOVUPS      Y1, (DX)
-	VSUBPS       Y8, Y8, Y0
-	VORPS        Y0, Y7, Y7
-	VMOVUPS      Y8, (AX)
+	VSUBPS       Y9, Y9, Y0
+	VORPS        Y0, Y8, Y8
+	VMOVUPS      Y9, (AX)
 	VMOVUPS      32(CX), Y0
-	VFMADD213PS  Y2, Y4, Y2
+	VANDPS       Y5, Y2, Y1
+	VFMADD132PS  Y4, Y1, Y2
 	VSUBPS       Y2, Y0, Y0
-	VMULPS       Y0, Y5, Y0
-	VFMADD213PS  Y3, Y4, Y3
-	VFMADD231PS  Y0, Y6, Y3
+	VMULPS       Y0, Y6, Y0
+	VANDPS       Y5, Y3, Y1
+	VFMADD132PS  Y4, Y1, Y3
+	VFMADD231PS  Y0, Y7, Y3
 	VMOVUPS      Y3, 32(DX)
 	VSUBPS       Y0, Y0, Y1
-	VORPS        Y1, Y7, Y7
+	VORPS        Y1, Y8, Y8
 	VMOVUPS      Y0, 32(AX)
-	VSUBPS       Y7, Y7, Y0
+	VSUBPS       Y8, Y8, Y0
 	VCMPPS       $0x03, Y0, Y0, Y0
 	VMOVMSKPS    Y0, AX
-	MOVL         AX, 392(SP)
+	MOVL         AX, 456(SP)
 	VXORPS       Y0, Y0, Y0
 	VXORPS       Y1, Y1, Y1
 	VXORPS       Y2, Y2, Y2
 	VXORPS       Y3, Y3, Y3
 
-	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	// S' = decay(S) + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
 	MOVQ  (SP), AX
 	XORQ  CX, CX
 	MOVQ  a_K+0(FP), DX
@@ -14594,49 +12276,49 @@ stateKVbf16AVX2_notlast_2:
 	MOVQ  a_stores+48(FP), R9
 	MOVQ  (R9)(R10*8), R9
 	TESTQ R9, R9
-	JZ    stateKVbf16AVX2_nostore_3
+	JZ    stateKVbf16AVX2_nostore_2
 	LEAQ  (R9)(R8*2), R9
 
-stateKVbf16AVX2_nostore_3:
+stateKVbf16AVX2_nostore_2:
 	MOVQ a_V+8(FP), R10
 	SHLQ $0x01, R10
 
 	// Non-temporal stores for this token's rows: a store but the last token's after a token without one, the rows aligned whole vectors.
-	MOVQ  $0x00000000, 384(SP)
+	MOVQ  $0x00000000, 448(SP)
 	TESTQ R9, R9
-	JZ    stateKVbf16AVX2_temporal_3
+	JZ    stateKVbf16AVX2_temporal_2
 	MOVQ  48(SP), R11
 	INCQ  R11
 	MOVQ  a_T+16(FP), R12
 	CMPQ  R11, R12
-	JNE   stateKVbf16AVX2_snapshot_3
+	JNE   stateKVbf16AVX2_snapshot_2
 	MOVQ  48(SP), R11
 	TESTQ R11, R11
-	JZ    stateKVbf16AVX2_temporal_3
+	JZ    stateKVbf16AVX2_temporal_2
 	MOVQ  a_stores+48(FP), R12
 	CMPQ  -8(R12)(R11*8), $0x00
-	JE    stateKVbf16AVX2_temporal_3
+	JE    stateKVbf16AVX2_temporal_2
 
-stateKVbf16AVX2_snapshot_3:
+stateKVbf16AVX2_snapshot_2:
 	TESTQ $0x0000000f, R9
-	JNZ   stateKVbf16AVX2_temporal_3
+	JNZ   stateKVbf16AVX2_temporal_2
 	TESTQ $0x0000000f, R10
-	JNZ   stateKVbf16AVX2_temporal_3
-	MOVQ  $0x00000001, 384(SP)
+	JNZ   stateKVbf16AVX2_temporal_2
+	MOVQ  $0x00000001, 448(SP)
 
-stateKVbf16AVX2_temporal_3:
+stateKVbf16AVX2_temporal_2:
 	XORQ  R11, R11
 	MOVQ  48(SP), R12
 	INCQ  R12
 	MOVQ  a_T+16(FP), R13
 	CMPQ  R12, R13
-	JNE   stateKVbf16AVX2_nocarry_3
+	JNE   stateKVbf16AVX2_nocarry_2
 	MOVQ  a_carry+56(FP), R11
 	TESTQ R11, R11
-	JZ    stateKVbf16AVX2_nocarry_3
+	JZ    stateKVbf16AVX2_nocarry_2
 	LEAQ  (R11)(R8*4), R11
 
-stateKVbf16AVX2_nocarry_3:
+stateKVbf16AVX2_nocarry_2:
 	MOVQ a_V+8(FP), R8
 	SHLQ $0x02, R8
 	LEAQ 104(SP), R12
@@ -14646,641 +12328,294 @@ stateKVbf16AVX2_nocarry_3:
 	INCQ R13
 	MOVQ a_T+16(FP), R14
 	CMPQ R13, R14
-	JE   stateKVbf16AVX2_lastrows_3
+	JE   stateKVbf16AVX2_lastrows_2
+	MOVQ 408(SP), R13
+	CMPQ 392(SP), $0x00
+	JNE  stateKVbf16AVX2_decaysset_3
+	LEAQ 416(SP), R13
 
-stateKVbf16AVX2_rows_5:
-	VBROADCASTSS (BX)(CX*4), Y5
-	VBROADCASTSS (SI)(CX*4), Y6
-	VBROADCASTSS (DI)(CX*4), Y7
-	VMOVUPS      (AX), Y8
-	VFMADD213PS  Y8, Y4, Y8
-	VFMADD231PS  (R12), Y5, Y8
-	VMOVUPS      Y8, (AX)
-	VFMADD231PS  Y8, Y6, Y0
-	VFMADD231PS  Y8, Y7, Y1
-	VMOVUPS      32(AX), Y8
-	VFMADD213PS  Y8, Y4, Y8
-	VFMADD231PS  32(R12), Y5, Y8
-	VMOVUPS      Y8, 32(AX)
-	VFMADD231PS  Y8, Y6, Y2
-	VFMADD231PS  Y8, Y7, Y3
+stateKVbf16AVX2_decaysset_3:
+stateKVbf16AVX2_rows_3:
+	VBROADCASTSS (BX)(CX*4), Y4
+	VBROADCASTSS (R13), Y5
+	VBROADCASTSS 4(R13), Y6
+	ADDQ         392(SP), R13
+	VBROADCASTSS (SI)(CX*4), Y7
+	VBROADCASTSS (DI)(CX*4), Y8
+	VMOVUPS      (AX), Y9
+	VANDPS       Y6, Y9, Y10
+	VFMADD132PS  Y5, Y10, Y9
+	VFMADD231PS  (R12), Y4, Y9
+	VMOVUPS      Y9, (AX)
+	VFMADD231PS  Y9, Y7, Y0
+	VFMADD231PS  Y9, Y8, Y1
+	VMOVUPS      32(AX), Y9
+	VANDPS       Y6, Y9, Y6
+	VFMADD132PS  Y5, Y6, Y9
+	VFMADD231PS  32(R12), Y4, Y9
+	VMOVUPS      Y9, 32(AX)
+	VFMADD231PS  Y9, Y7, Y2
+	VFMADD231PS  Y9, Y8, Y3
 	TESTQ        R9, R9
-	JZ           stateKVbf16AVX2_nostorerow_5
-	CMPL         392(SP), $0x00
-	JNE          stateKVbf16AVX2_rownan_5
-	CMPB         384(SP), $0x00
-	JE           stateKVbf16AVX2_temporalrow_9
-	VMOVUPS      (AX), Y5
-	VPSRLD       $0x10, Y5, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y5, Y5
-	VPADDD       Y6, Y5, Y5
-	VPSRLD       $0x10, Y5, Y5
-	VEXTRACTI128 $0x01, Y5, X6
-	VPACKUSDW    X6, X5, X6
-	VMOVNTDQ     X6, (R9)
-	VMOVUPS      32(AX), Y5
-	VPSRLD       $0x10, Y5, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y5, Y5
-	VPADDD       Y6, Y5, Y5
-	VPSRLD       $0x10, Y5, Y5
-	VEXTRACTI128 $0x01, Y5, X6
-	VPACKUSDW    X6, X5, X6
-	VMOVNTDQ     X6, 16(R9)
-	JMP          stateKVbf16AVX2_storedrow_9
+	JZ           stateKVbf16AVX2_nostorerow_3
+	CMPL         456(SP), $0x00
+	JNE          stateKVbf16AVX2_rownan_3
+	CMPB         448(SP), $0x00
+	JE           stateKVbf16AVX2_temporalrow_5
+	VMOVUPS      (AX), Y4
+	VPSRLD       $0x10, Y4, Y5
+	VPAND        one_i<>+0(SB), Y5, Y5
+	VPADDD       round<>+0(SB), Y4, Y4
+	VPADDD       Y5, Y4, Y4
+	VPSRLD       $0x10, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X5
+	VPACKUSDW    X5, X4, X5
+	VMOVNTDQ     X5, (R9)
+	VMOVUPS      32(AX), Y4
+	VPSRLD       $0x10, Y4, Y5
+	VPAND        one_i<>+0(SB), Y5, Y5
+	VPADDD       round<>+0(SB), Y4, Y4
+	VPADDD       Y5, Y4, Y4
+	VPSRLD       $0x10, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X5
+	VPACKUSDW    X5, X4, X5
+	VMOVNTDQ     X5, 16(R9)
+	JMP          stateKVbf16AVX2_storedrow_5
 
-stateKVbf16AVX2_temporalrow_9:
-	VMOVUPS   (AX), Y5
-	VMOVUPS   32(AX), Y6
-	VPSRLD    $0x10, Y5, Y7
-	VPAND     one_i<>+0(SB), Y7, Y7
+stateKVbf16AVX2_temporalrow_5:
+	VMOVUPS   (AX), Y4
+	VMOVUPS   32(AX), Y5
+	VPSRLD    $0x10, Y4, Y6
+	VPAND     one_i<>+0(SB), Y6, Y6
+	VPADDD    round<>+0(SB), Y4, Y4
+	VPADDD    Y6, Y4, Y4
+	VPSRLD    $0x10, Y4, Y4
+	VPSRLD    $0x10, Y5, Y6
+	VPAND     one_i<>+0(SB), Y6, Y6
+	VPADDD    round<>+0(SB), Y5, Y5
+	VPADDD    Y6, Y5, Y5
+	VPSRLD    $0x10, Y5, Y5
+	VPACKUSDW Y5, Y4, Y4
+	VPERMQ    $0xd8, Y4, Y4
+	VMOVDQU   Y4, (R9)
+
+stateKVbf16AVX2_storedrow_5:
+	JMP stateKVbf16AVX2_rowstored_3
+
+stateKVbf16AVX2_rownan_3:
+	CMPB         448(SP), $0x00
+	JE           stateKVbf16AVX2_temporalrow_6
+	VMOVUPS      (AX), Y4
+	VPSRLD       $0x10, Y4, Y5
+	VCMPPS       $0x03, Y4, Y4, Y7
+	VPAND        one_i<>+0(SB), Y5, Y6
+	VPADDD       round<>+0(SB), Y4, Y4
+	VPADDD       Y6, Y4, Y4
+	VPSRLD       $0x10, Y4, Y4
+	VPOR         quiet<>+0(SB), Y5, Y5
+	VPBLENDVB    Y7, Y5, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X5
+	VPACKUSDW    X5, X4, X5
+	VMOVNTDQ     X5, (R9)
+	VMOVUPS      32(AX), Y4
+	VPSRLD       $0x10, Y4, Y5
+	VCMPPS       $0x03, Y4, Y4, Y7
+	VPAND        one_i<>+0(SB), Y5, Y6
+	VPADDD       round<>+0(SB), Y4, Y4
+	VPADDD       Y6, Y4, Y4
+	VPSRLD       $0x10, Y4, Y4
+	VPOR         quiet<>+0(SB), Y5, Y5
+	VPBLENDVB    Y7, Y5, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X5
+	VPACKUSDW    X5, X4, X5
+	VMOVNTDQ     X5, 16(R9)
+	JMP          stateKVbf16AVX2_storedrow_6
+
+stateKVbf16AVX2_temporalrow_6:
+	VMOVUPS   (AX), Y4
+	VMOVUPS   32(AX), Y5
+	VPSRLD    $0x10, Y4, Y6
+	VCMPPS    $0x03, Y4, Y4, Y8
+	VPAND     one_i<>+0(SB), Y6, Y7
+	VPADDD    round<>+0(SB), Y4, Y4
+	VPADDD    Y7, Y4, Y4
+	VPSRLD    $0x10, Y4, Y4
+	VPOR      quiet<>+0(SB), Y6, Y6
+	VPBLENDVB Y8, Y6, Y4, Y4
+	VPSRLD    $0x10, Y5, Y6
+	VCMPPS    $0x03, Y5, Y5, Y8
+	VPAND     one_i<>+0(SB), Y6, Y7
 	VPADDD    round<>+0(SB), Y5, Y5
 	VPADDD    Y7, Y5, Y5
 	VPSRLD    $0x10, Y5, Y5
-	VPSRLD    $0x10, Y6, Y7
-	VPAND     one_i<>+0(SB), Y7, Y7
-	VPADDD    round<>+0(SB), Y6, Y6
-	VPADDD    Y7, Y6, Y6
-	VPSRLD    $0x10, Y6, Y6
-	VPACKUSDW Y6, Y5, Y5
-	VPERMQ    $0xd8, Y5, Y5
-	VMOVDQU   Y5, (R9)
+	VPOR      quiet<>+0(SB), Y6, Y6
+	VPBLENDVB Y8, Y6, Y5, Y5
+	VPACKUSDW Y5, Y4, Y4
+	VPERMQ    $0xd8, Y4, Y4
+	VMOVDQU   Y4, (R9)
 
-stateKVbf16AVX2_storedrow_9:
-	JMP stateKVbf16AVX2_rowstored_5
-
-stateKVbf16AVX2_rownan_5:
-	CMPB         384(SP), $0x00
-	JE           stateKVbf16AVX2_temporalrow_10
-	VMOVUPS      (AX), Y5
-	VPSRLD       $0x10, Y5, Y6
-	VCMPPS       $0x03, Y5, Y5, Y8
-	VPAND        one_i<>+0(SB), Y6, Y7
-	VPADDD       round<>+0(SB), Y5, Y5
-	VPADDD       Y7, Y5, Y5
-	VPSRLD       $0x10, Y5, Y5
-	VPOR         quiet<>+0(SB), Y6, Y6
-	VPBLENDVB    Y8, Y6, Y5, Y5
-	VEXTRACTI128 $0x01, Y5, X6
-	VPACKUSDW    X6, X5, X6
-	VMOVNTDQ     X6, (R9)
-	VMOVUPS      32(AX), Y5
-	VPSRLD       $0x10, Y5, Y6
-	VCMPPS       $0x03, Y5, Y5, Y8
-	VPAND        one_i<>+0(SB), Y6, Y7
-	VPADDD       round<>+0(SB), Y5, Y5
-	VPADDD       Y7, Y5, Y5
-	VPSRLD       $0x10, Y5, Y5
-	VPOR         quiet<>+0(SB), Y6, Y6
-	VPBLENDVB    Y8, Y6, Y5, Y5
-	VEXTRACTI128 $0x01, Y5, X6
-	VPACKUSDW    X6, X5, X6
-	VMOVNTDQ     X6, 16(R9)
-	JMP          stateKVbf16AVX2_storedrow_10
-
-stateKVbf16AVX2_temporalrow_10:
-	VMOVUPS   (AX), Y5
-	VMOVUPS   32(AX), Y6
-	VPSRLD    $0x10, Y5, Y7
-	VCMPPS    $0x03, Y5, Y5, Y9
-	VPAND     one_i<>+0(SB), Y7, Y8
-	VPADDD    round<>+0(SB), Y5, Y5
-	VPADDD    Y8, Y5, Y5
-	VPSRLD    $0x10, Y5, Y5
-	VPOR      quiet<>+0(SB), Y7, Y7
-	VPBLENDVB Y9, Y7, Y5, Y5
-	VPSRLD    $0x10, Y6, Y7
-	VCMPPS    $0x03, Y6, Y6, Y9
-	VPAND     one_i<>+0(SB), Y7, Y8
-	VPADDD    round<>+0(SB), Y6, Y6
-	VPADDD    Y8, Y6, Y6
-	VPSRLD    $0x10, Y6, Y6
-	VPOR      quiet<>+0(SB), Y7, Y7
-	VPBLENDVB Y9, Y7, Y6, Y6
-	VPACKUSDW Y6, Y5, Y5
-	VPERMQ    $0xd8, Y5, Y5
-	VMOVDQU   Y5, (R9)
-
-stateKVbf16AVX2_storedrow_10:
-stateKVbf16AVX2_rowstored_5:
+stateKVbf16AVX2_storedrow_6:
+stateKVbf16AVX2_rowstored_3:
 	ADDQ R10, R9
 
-stateKVbf16AVX2_nostorerow_5:
+stateKVbf16AVX2_nostorerow_3:
 	TESTQ   R11, R11
-	JZ      stateKVbf16AVX2_nocarryrow_5
-	VMOVUPS (AX), Y5
-	VMOVUPS Y5, (R11)
-	VMOVUPS 32(AX), Y5
-	VMOVUPS Y5, 32(R11)
+	JZ      stateKVbf16AVX2_nocarryrow_3
+	VMOVUPS (AX), Y4
+	VMOVUPS Y4, (R11)
+	VMOVUPS 32(AX), Y4
+	VMOVUPS Y4, 32(R11)
 	ADDQ    R8, R11
 
-stateKVbf16AVX2_nocarryrow_5:
+stateKVbf16AVX2_nocarryrow_3:
 	ADDQ $0x00000040, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVbf16AVX2_rows_5
-	JMP  stateKVbf16AVX2_rowsdone_3
+	JB   stateKVbf16AVX2_rows_3
+	JMP  stateKVbf16AVX2_rowsdone_2
 
-stateKVbf16AVX2_lastrows_3:
-stateKVbf16AVX2_rows_6:
+stateKVbf16AVX2_lastrows_2:
+	MOVQ 408(SP), SI
+	CMPQ 392(SP), $0x00
+	JNE  stateKVbf16AVX2_decaysset_4
+	LEAQ 416(SP), SI
+
+stateKVbf16AVX2_decaysset_4:
+stateKVbf16AVX2_rows_4:
 	VBROADCASTSS (BX)(CX*4), Y0
-	VMOVUPS      (AX), Y1
-	VFMADD213PS  Y1, Y4, Y1
-	VFMADD231PS  (R12), Y0, Y1
-	VMOVUPS      32(AX), Y2
-	VFMADD213PS  Y2, Y4, Y2
-	VFMADD231PS  32(R12), Y0, Y2
+	VBROADCASTSS (SI), Y1
+	VBROADCASTSS 4(SI), Y2
+	ADDQ         392(SP), SI
+	VMOVUPS      (AX), Y3
+	VANDPS       Y2, Y3, Y4
+	VFMADD132PS  Y1, Y4, Y3
+	VFMADD231PS  (R12), Y0, Y3
+	VMOVUPS      32(AX), Y4
+	VANDPS       Y2, Y4, Y2
+	VFMADD132PS  Y1, Y2, Y4
+	VFMADD231PS  32(R12), Y0, Y4
 	TESTQ        R9, R9
-	JZ           stateKVbf16AVX2_nostorerow_6
-	CMPL         392(SP), $0x00
-	JNE          stateKVbf16AVX2_rownan_6
-	CMPB         384(SP), $0x00
-	JE           stateKVbf16AVX2_temporalrow_11
-	VMOVAPS      Y1, Y0
-	VPSRLD       $0x10, Y0, Y3
-	VPAND        one_i<>+0(SB), Y3, Y3
+	JZ           stateKVbf16AVX2_nostorerow_4
+	CMPL         456(SP), $0x00
+	JNE          stateKVbf16AVX2_rownan_4
+	CMPB         448(SP), $0x00
+	JE           stateKVbf16AVX2_temporalrow_7
+	VMOVAPS      Y3, Y0
+	VPSRLD       $0x10, Y0, Y1
+	VPAND        one_i<>+0(SB), Y1, Y1
 	VPADDD       round<>+0(SB), Y0, Y0
-	VPADDD       Y3, Y0, Y0
+	VPADDD       Y1, Y0, Y0
 	VPSRLD       $0x10, Y0, Y0
-	VEXTRACTI128 $0x01, Y0, X3
-	VPACKUSDW    X3, X0, X3
-	VMOVNTDQ     X3, (R9)
-	VMOVAPS      Y2, Y0
-	VPSRLD       $0x10, Y0, Y3
-	VPAND        one_i<>+0(SB), Y3, Y3
+	VEXTRACTI128 $0x01, Y0, X1
+	VPACKUSDW    X1, X0, X1
+	VMOVNTDQ     X1, (R9)
+	VMOVAPS      Y4, Y0
+	VPSRLD       $0x10, Y0, Y1
+	VPAND        one_i<>+0(SB), Y1, Y1
 	VPADDD       round<>+0(SB), Y0, Y0
-	VPADDD       Y3, Y0, Y0
+	VPADDD       Y1, Y0, Y0
 	VPSRLD       $0x10, Y0, Y0
-	VEXTRACTI128 $0x01, Y0, X3
-	VPACKUSDW    X3, X0, X3
-	VMOVNTDQ     X3, 16(R9)
-	JMP          stateKVbf16AVX2_storedrow_11
+	VEXTRACTI128 $0x01, Y0, X1
+	VPACKUSDW    X1, X0, X1
+	VMOVNTDQ     X1, 16(R9)
+	JMP          stateKVbf16AVX2_storedrow_7
 
-stateKVbf16AVX2_temporalrow_11:
-	VMOVAPS   Y1, Y0
-	VMOVAPS   Y2, Y3
-	VPSRLD    $0x10, Y0, Y5
-	VPAND     one_i<>+0(SB), Y5, Y5
+stateKVbf16AVX2_temporalrow_7:
+	VMOVAPS   Y3, Y0
+	VMOVAPS   Y4, Y1
+	VPSRLD    $0x10, Y0, Y2
+	VPAND     one_i<>+0(SB), Y2, Y2
+	VPADDD    round<>+0(SB), Y0, Y0
+	VPADDD    Y2, Y0, Y0
+	VPSRLD    $0x10, Y0, Y0
+	VPSRLD    $0x10, Y1, Y2
+	VPAND     one_i<>+0(SB), Y2, Y2
+	VPADDD    round<>+0(SB), Y1, Y1
+	VPADDD    Y2, Y1, Y1
+	VPSRLD    $0x10, Y1, Y1
+	VPACKUSDW Y1, Y0, Y0
+	VPERMQ    $0xd8, Y0, Y0
+	VMOVDQU   Y0, (R9)
+
+stateKVbf16AVX2_storedrow_7:
+	JMP stateKVbf16AVX2_rowstored_4
+
+stateKVbf16AVX2_rownan_4:
+	CMPB         448(SP), $0x00
+	JE           stateKVbf16AVX2_temporalrow_8
+	VMOVAPS      Y3, Y0
+	VPSRLD       $0x10, Y0, Y1
+	VCMPPS       $0x03, Y0, Y0, Y5
+	VPAND        one_i<>+0(SB), Y1, Y2
+	VPADDD       round<>+0(SB), Y0, Y0
+	VPADDD       Y2, Y0, Y0
+	VPSRLD       $0x10, Y0, Y0
+	VPOR         quiet<>+0(SB), Y1, Y1
+	VPBLENDVB    Y5, Y1, Y0, Y0
+	VEXTRACTI128 $0x01, Y0, X1
+	VPACKUSDW    X1, X0, X1
+	VMOVNTDQ     X1, (R9)
+	VMOVAPS      Y4, Y0
+	VPSRLD       $0x10, Y0, Y1
+	VCMPPS       $0x03, Y0, Y0, Y5
+	VPAND        one_i<>+0(SB), Y1, Y2
+	VPADDD       round<>+0(SB), Y0, Y0
+	VPADDD       Y2, Y0, Y0
+	VPSRLD       $0x10, Y0, Y0
+	VPOR         quiet<>+0(SB), Y1, Y1
+	VPBLENDVB    Y5, Y1, Y0, Y0
+	VEXTRACTI128 $0x01, Y0, X1
+	VPACKUSDW    X1, X0, X1
+	VMOVNTDQ     X1, 16(R9)
+	JMP          stateKVbf16AVX2_storedrow_8
+
+stateKVbf16AVX2_temporalrow_8:
+	VMOVAPS   Y3, Y0
+	VMOVAPS   Y4, Y1
+	VPSRLD    $0x10, Y0, Y2
+	VCMPPS    $0x03, Y0, Y0, Y6
+	VPAND     one_i<>+0(SB), Y2, Y5
 	VPADDD    round<>+0(SB), Y0, Y0
 	VPADDD    Y5, Y0, Y0
 	VPSRLD    $0x10, Y0, Y0
-	VPSRLD    $0x10, Y3, Y5
-	VPAND     one_i<>+0(SB), Y5, Y5
-	VPADDD    round<>+0(SB), Y3, Y3
-	VPADDD    Y5, Y3, Y3
-	VPSRLD    $0x10, Y3, Y3
-	VPACKUSDW Y3, Y0, Y0
+	VPOR      quiet<>+0(SB), Y2, Y2
+	VPBLENDVB Y6, Y2, Y0, Y0
+	VPSRLD    $0x10, Y1, Y2
+	VCMPPS    $0x03, Y1, Y1, Y6
+	VPAND     one_i<>+0(SB), Y2, Y5
+	VPADDD    round<>+0(SB), Y1, Y1
+	VPADDD    Y5, Y1, Y1
+	VPSRLD    $0x10, Y1, Y1
+	VPOR      quiet<>+0(SB), Y2, Y2
+	VPBLENDVB Y6, Y2, Y1, Y1
+	VPACKUSDW Y1, Y0, Y0
 	VPERMQ    $0xd8, Y0, Y0
 	VMOVDQU   Y0, (R9)
 
-stateKVbf16AVX2_storedrow_11:
-	JMP stateKVbf16AVX2_rowstored_6
-
-stateKVbf16AVX2_rownan_6:
-	CMPB         384(SP), $0x00
-	JE           stateKVbf16AVX2_temporalrow_12
-	VMOVAPS      Y1, Y0
-	VPSRLD       $0x10, Y0, Y3
-	VCMPPS       $0x03, Y0, Y0, Y6
-	VPAND        one_i<>+0(SB), Y3, Y5
-	VPADDD       round<>+0(SB), Y0, Y0
-	VPADDD       Y5, Y0, Y0
-	VPSRLD       $0x10, Y0, Y0
-	VPOR         quiet<>+0(SB), Y3, Y3
-	VPBLENDVB    Y6, Y3, Y0, Y0
-	VEXTRACTI128 $0x01, Y0, X3
-	VPACKUSDW    X3, X0, X3
-	VMOVNTDQ     X3, (R9)
-	VMOVAPS      Y2, Y0
-	VPSRLD       $0x10, Y0, Y3
-	VCMPPS       $0x03, Y0, Y0, Y6
-	VPAND        one_i<>+0(SB), Y3, Y5
-	VPADDD       round<>+0(SB), Y0, Y0
-	VPADDD       Y5, Y0, Y0
-	VPSRLD       $0x10, Y0, Y0
-	VPOR         quiet<>+0(SB), Y3, Y3
-	VPBLENDVB    Y6, Y3, Y0, Y0
-	VEXTRACTI128 $0x01, Y0, X3
-	VPACKUSDW    X3, X0, X3
-	VMOVNTDQ     X3, 16(R9)
-	JMP          stateKVbf16AVX2_storedrow_12
-
-stateKVbf16AVX2_temporalrow_12:
-	VMOVAPS   Y1, Y0
-	VMOVAPS   Y2, Y3
-	VPSRLD    $0x10, Y0, Y5
-	VCMPPS    $0x03, Y0, Y0, Y7
-	VPAND     one_i<>+0(SB), Y5, Y6
-	VPADDD    round<>+0(SB), Y0, Y0
-	VPADDD    Y6, Y0, Y0
-	VPSRLD    $0x10, Y0, Y0
-	VPOR      quiet<>+0(SB), Y5, Y5
-	VPBLENDVB Y7, Y5, Y0, Y0
-	VPSRLD    $0x10, Y3, Y5
-	VCMPPS    $0x03, Y3, Y3, Y7
-	VPAND     one_i<>+0(SB), Y5, Y6
-	VPADDD    round<>+0(SB), Y3, Y3
-	VPADDD    Y6, Y3, Y3
-	VPSRLD    $0x10, Y3, Y3
-	VPOR      quiet<>+0(SB), Y5, Y5
-	VPBLENDVB Y7, Y5, Y3, Y3
-	VPACKUSDW Y3, Y0, Y0
-	VPERMQ    $0xd8, Y0, Y0
-	VMOVDQU   Y0, (R9)
-
-stateKVbf16AVX2_storedrow_12:
-stateKVbf16AVX2_rowstored_6:
+stateKVbf16AVX2_storedrow_8:
+stateKVbf16AVX2_rowstored_4:
 	ADDQ R10, R9
 
-stateKVbf16AVX2_nostorerow_6:
+stateKVbf16AVX2_nostorerow_4:
 	TESTQ   R11, R11
-	JZ      stateKVbf16AVX2_nocarryrow_6
-	VMOVUPS Y1, (R11)
-	VMOVUPS Y2, 32(R11)
+	JZ      stateKVbf16AVX2_nocarryrow_4
+	VMOVUPS Y3, (R11)
+	VMOVUPS Y4, 32(R11)
 	ADDQ    R8, R11
 
-stateKVbf16AVX2_nocarryrow_6:
+stateKVbf16AVX2_nocarryrow_4:
 	ADDQ $0x00000040, AX
 	INCQ CX
 	CMPQ CX, DX
-	JB   stateKVbf16AVX2_rows_6
+	JB   stateKVbf16AVX2_rows_4
 	JMP  stateKVbf16AVX2_tokensout_2
 
-stateKVbf16AVX2_rowsdone_3:
-	JMP stateKVbf16AVX2_tokdone_2
-
-stateKVbf16AVX2_far_2:
-	// em1 < -0.5 or NaN: decay(x) = eg·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	LEAQ         104(SP), AX
-	ADDQ         $0x1f, AX
-	ANDQ         $-32, AX
-	MOVQ         96(SP), CX
-	VBROADCASTSS 4(CX), Y4
-	VBROADCASTSS 8(CX), Y5
-	VBROADCASTSS 12(CX), Y6
-	MOVQ         80(SP), CX
-	MOVQ         88(SP), DX
-	VXORPS       Y7, Y7, Y7
-	VMOVUPS      (CX), Y8
-	VMULPS       Y0, Y4, Y0
-	VSUBPS       Y0, Y8, Y8
-	VMULPS       Y8, Y5, Y8
-	VMULPS       Y1, Y4, Y1
-	VFMADD231PS  Y8, Y6, Y1
-	VMOVUPS      Y1, (DX)
-	VSUBPS       Y8, Y8, Y0
-	VORPS        Y0, Y7, Y7
-	VMOVUPS      Y8, (AX)
-	VMOVUPS      32(CX), Y0
-	VMULPS       Y2, Y4, Y2
-	VSUBPS       Y2, Y0, Y0
-	VMULPS       Y0, Y5, Y0
-	VMULPS       Y3, Y4, Y3
-	VFMADD231PS  Y0, Y6, Y3
-	VMOVUPS      Y3, 32(DX)
-	VSUBPS       Y0, Y0, Y1
-	VORPS        Y1, Y7, Y7
-	VMOVUPS      Y0, 32(AX)
-	VSUBPS       Y7, Y7, Y0
-	VCMPPS       $0x03, Y0, Y0, Y0
-	VMOVMSKPS    Y0, AX
-	MOVL         AX, 392(SP)
-	VXORPS       Y0, Y0, Y0
-	VXORPS       Y1, Y1, Y1
-	VXORPS       Y2, Y2, Y2
-	VXORPS       Y3, Y3, Y3
-
-	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
-	MOVQ  (SP), AX
-	XORQ  CX, CX
-	MOVQ  a_K+0(FP), DX
-	MOVQ  56(SP), BX
-	MOVQ  64(SP), SI
-	MOVQ  72(SP), DI
-	MOVQ  16(SP), R8
-	MOVQ  48(SP), R10
-	MOVQ  a_stores+48(FP), R9
-	MOVQ  (R9)(R10*8), R9
-	TESTQ R9, R9
-	JZ    stateKVbf16AVX2_nostore_4
-	LEAQ  (R9)(R8*2), R9
-
-stateKVbf16AVX2_nostore_4:
-	MOVQ a_V+8(FP), R10
-	SHLQ $0x01, R10
-
-	// Non-temporal stores for this token's rows: a store but the last token's after a token without one, the rows aligned whole vectors.
-	MOVQ  $0x00000000, 384(SP)
-	TESTQ R9, R9
-	JZ    stateKVbf16AVX2_temporal_4
-	MOVQ  48(SP), R11
-	INCQ  R11
-	MOVQ  a_T+16(FP), R12
-	CMPQ  R11, R12
-	JNE   stateKVbf16AVX2_snapshot_4
-	MOVQ  48(SP), R11
-	TESTQ R11, R11
-	JZ    stateKVbf16AVX2_temporal_4
-	MOVQ  a_stores+48(FP), R12
-	CMPQ  -8(R12)(R11*8), $0x00
-	JE    stateKVbf16AVX2_temporal_4
-
-stateKVbf16AVX2_snapshot_4:
-	TESTQ $0x0000000f, R9
-	JNZ   stateKVbf16AVX2_temporal_4
-	TESTQ $0x0000000f, R10
-	JNZ   stateKVbf16AVX2_temporal_4
-	MOVQ  $0x00000001, 384(SP)
-
-stateKVbf16AVX2_temporal_4:
-	XORQ  R11, R11
-	MOVQ  48(SP), R12
-	INCQ  R12
-	MOVQ  a_T+16(FP), R13
-	CMPQ  R12, R13
-	JNE   stateKVbf16AVX2_nocarry_4
-	MOVQ  a_carry+56(FP), R11
-	TESTQ R11, R11
-	JZ    stateKVbf16AVX2_nocarry_4
-	LEAQ  (R11)(R8*4), R11
-
-stateKVbf16AVX2_nocarry_4:
-	MOVQ a_V+8(FP), R8
-	SHLQ $0x02, R8
-	LEAQ 104(SP), R12
-	ADDQ $0x1f, R12
-	ANDQ $-32, R12
-	MOVQ 48(SP), R13
-	INCQ R13
-	MOVQ a_T+16(FP), R14
-	CMPQ R13, R14
-	JE   stateKVbf16AVX2_lastrows_4
-
-stateKVbf16AVX2_rows_7:
-	VBROADCASTSS (BX)(CX*4), Y5
-	VBROADCASTSS (SI)(CX*4), Y6
-	VBROADCASTSS (DI)(CX*4), Y7
-	VMOVUPS      (AX), Y8
-	VMULPS       Y8, Y4, Y8
-	VFMADD231PS  (R12), Y5, Y8
-	VMOVUPS      Y8, (AX)
-	VFMADD231PS  Y8, Y6, Y0
-	VFMADD231PS  Y8, Y7, Y1
-	VMOVUPS      32(AX), Y8
-	VMULPS       Y8, Y4, Y8
-	VFMADD231PS  32(R12), Y5, Y8
-	VMOVUPS      Y8, 32(AX)
-	VFMADD231PS  Y8, Y6, Y2
-	VFMADD231PS  Y8, Y7, Y3
-	TESTQ        R9, R9
-	JZ           stateKVbf16AVX2_nostorerow_7
-	CMPL         392(SP), $0x00
-	JNE          stateKVbf16AVX2_rownan_7
-	CMPB         384(SP), $0x00
-	JE           stateKVbf16AVX2_temporalrow_13
-	VMOVUPS      (AX), Y5
-	VPSRLD       $0x10, Y5, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y5, Y5
-	VPADDD       Y6, Y5, Y5
-	VPSRLD       $0x10, Y5, Y5
-	VEXTRACTI128 $0x01, Y5, X6
-	VPACKUSDW    X6, X5, X6
-	VMOVNTDQ     X6, (R9)
-	VMOVUPS      32(AX), Y5
-	VPSRLD       $0x10, Y5, Y6
-	VPAND        one_i<>+0(SB), Y6, Y6
-	VPADDD       round<>+0(SB), Y5, Y5
-	VPADDD       Y6, Y5, Y5
-	VPSRLD       $0x10, Y5, Y5
-	VEXTRACTI128 $0x01, Y5, X6
-	VPACKUSDW    X6, X5, X6
-	VMOVNTDQ     X6, 16(R9)
-	JMP          stateKVbf16AVX2_storedrow_13
-
-stateKVbf16AVX2_temporalrow_13:
-	VMOVUPS   (AX), Y5
-	VMOVUPS   32(AX), Y6
-	VPSRLD    $0x10, Y5, Y7
-	VPAND     one_i<>+0(SB), Y7, Y7
-	VPADDD    round<>+0(SB), Y5, Y5
-	VPADDD    Y7, Y5, Y5
-	VPSRLD    $0x10, Y5, Y5
-	VPSRLD    $0x10, Y6, Y7
-	VPAND     one_i<>+0(SB), Y7, Y7
-	VPADDD    round<>+0(SB), Y6, Y6
-	VPADDD    Y7, Y6, Y6
-	VPSRLD    $0x10, Y6, Y6
-	VPACKUSDW Y6, Y5, Y5
-	VPERMQ    $0xd8, Y5, Y5
-	VMOVDQU   Y5, (R9)
-
-stateKVbf16AVX2_storedrow_13:
-	JMP stateKVbf16AVX2_rowstored_7
-
-stateKVbf16AVX2_rownan_7:
-	CMPB         384(SP), $0x00
-	JE           stateKVbf16AVX2_temporalrow_14
-	VMOVUPS      (AX), Y5
-	VPSRLD       $0x10, Y5, Y6
-	VCMPPS       $0x03, Y5, Y5, Y8
-	VPAND        one_i<>+0(SB), Y6, Y7
-	VPADDD       round<>+0(SB), Y5, Y5
-	VPADDD       Y7, Y5, Y5
-	VPSRLD       $0x10, Y5, Y5
-	VPOR         quiet<>+0(SB), Y6, Y6
-	VPBLENDVB    Y8, Y6, Y5, Y5
-	VEXTRACTI128 $0x01, Y5, X6
-	VPACKUSDW    X6, X5, X6
-	VMOVNTDQ     X6, (R9)
-	VMOVUPS      32(AX), Y5
-	VPSRLD       $0x10, Y5, Y6
-	VCMPPS       $0x03, Y5, Y5, Y8
-	VPAND        one_i<>+0(SB), Y6, Y7
-	VPADDD       round<>+0(SB), Y5, Y5
-	VPADDD       Y7, Y5, Y5
-	VPSRLD       $0x10, Y5, Y5
-	VPOR         quiet<>+0(SB), Y6, Y6
-	VPBLENDVB    Y8, Y6, Y5, Y5
-	VEXTRACTI128 $0x01, Y5, X6
-	VPACKUSDW    X6, X5, X6
-	VMOVNTDQ     X6, 16(R9)
-	JMP          stateKVbf16AVX2_storedrow_14
-
-stateKVbf16AVX2_temporalrow_14:
-	VMOVUPS   (AX), Y5
-	VMOVUPS   32(AX), Y6
-	VPSRLD    $0x10, Y5, Y7
-	VCMPPS    $0x03, Y5, Y5, Y9
-	VPAND     one_i<>+0(SB), Y7, Y8
-	VPADDD    round<>+0(SB), Y5, Y5
-	VPADDD    Y8, Y5, Y5
-	VPSRLD    $0x10, Y5, Y5
-	VPOR      quiet<>+0(SB), Y7, Y7
-	VPBLENDVB Y9, Y7, Y5, Y5
-	VPSRLD    $0x10, Y6, Y7
-	VCMPPS    $0x03, Y6, Y6, Y9
-	VPAND     one_i<>+0(SB), Y7, Y8
-	VPADDD    round<>+0(SB), Y6, Y6
-	VPADDD    Y8, Y6, Y6
-	VPSRLD    $0x10, Y6, Y6
-	VPOR      quiet<>+0(SB), Y7, Y7
-	VPBLENDVB Y9, Y7, Y6, Y6
-	VPACKUSDW Y6, Y5, Y5
-	VPERMQ    $0xd8, Y5, Y5
-	VMOVDQU   Y5, (R9)
-
-stateKVbf16AVX2_storedrow_14:
-stateKVbf16AVX2_rowstored_7:
-	ADDQ R10, R9
-
-stateKVbf16AVX2_nostorerow_7:
-	TESTQ   R11, R11
-	JZ      stateKVbf16AVX2_nocarryrow_7
-	VMOVUPS (AX), Y5
-	VMOVUPS Y5, (R11)
-	VMOVUPS 32(AX), Y5
-	VMOVUPS Y5, 32(R11)
-	ADDQ    R8, R11
-
-stateKVbf16AVX2_nocarryrow_7:
-	ADDQ $0x00000040, AX
-	INCQ CX
-	CMPQ CX, DX
-	JB   stateKVbf16AVX2_rows_7
-	JMP  stateKVbf16AVX2_rowsdone_4
-
-stateKVbf16AVX2_lastrows_4:
-stateKVbf16AVX2_rows_8:
-	VBROADCASTSS (BX)(CX*4), Y0
-	VMOVUPS      (AX), Y1
-	VMULPS       Y1, Y4, Y1
-	VFMADD231PS  (R12), Y0, Y1
-	VMOVUPS      32(AX), Y2
-	VMULPS       Y2, Y4, Y2
-	VFMADD231PS  32(R12), Y0, Y2
-	TESTQ        R9, R9
-	JZ           stateKVbf16AVX2_nostorerow_8
-	CMPL         392(SP), $0x00
-	JNE          stateKVbf16AVX2_rownan_8
-	CMPB         384(SP), $0x00
-	JE           stateKVbf16AVX2_temporalrow_15
-	VMOVAPS      Y1, Y0
-	VPSRLD       $0x10, Y0, Y3
-	VPAND        one_i<>+0(SB), Y3, Y3
-	VPADDD       round<>+0(SB), Y0, Y0
-	VPADDD       Y3, Y0, Y0
-	VPSRLD       $0x10, Y0, Y0
-	VEXTRACTI128 $0x01, Y0, X3
-	VPACKUSDW    X3, X0, X3
-	VMOVNTDQ     X3, (R9)
-	VMOVAPS      Y2, Y0
-	VPSRLD       $0x10, Y0, Y3
-	VPAND        one_i<>+0(SB), Y3, Y3
-	VPADDD       round<>+0(SB), Y0, Y0
-	VPADDD       Y3, Y0, Y0
-	VPSRLD       $0x10, Y0, Y0
-	VEXTRACTI128 $0x01, Y0, X3
-	VPACKUSDW    X3, X0, X3
-	VMOVNTDQ     X3, 16(R9)
-	JMP          stateKVbf16AVX2_storedrow_15
-
-stateKVbf16AVX2_temporalrow_15:
-	VMOVAPS   Y1, Y0
-	VMOVAPS   Y2, Y3
-	VPSRLD    $0x10, Y0, Y5
-	VPAND     one_i<>+0(SB), Y5, Y5
-	VPADDD    round<>+0(SB), Y0, Y0
-	VPADDD    Y5, Y0, Y0
-	VPSRLD    $0x10, Y0, Y0
-	VPSRLD    $0x10, Y3, Y5
-	VPAND     one_i<>+0(SB), Y5, Y5
-	VPADDD    round<>+0(SB), Y3, Y3
-	VPADDD    Y5, Y3, Y3
-	VPSRLD    $0x10, Y3, Y3
-	VPACKUSDW Y3, Y0, Y0
-	VPERMQ    $0xd8, Y0, Y0
-	VMOVDQU   Y0, (R9)
-
-stateKVbf16AVX2_storedrow_15:
-	JMP stateKVbf16AVX2_rowstored_8
-
-stateKVbf16AVX2_rownan_8:
-	CMPB         384(SP), $0x00
-	JE           stateKVbf16AVX2_temporalrow_16
-	VMOVAPS      Y1, Y0
-	VPSRLD       $0x10, Y0, Y3
-	VCMPPS       $0x03, Y0, Y0, Y6
-	VPAND        one_i<>+0(SB), Y3, Y5
-	VPADDD       round<>+0(SB), Y0, Y0
-	VPADDD       Y5, Y0, Y0
-	VPSRLD       $0x10, Y0, Y0
-	VPOR         quiet<>+0(SB), Y3, Y3
-	VPBLENDVB    Y6, Y3, Y0, Y0
-	VEXTRACTI128 $0x01, Y0, X3
-	VPACKUSDW    X3, X0, X3
-	VMOVNTDQ     X3, (R9)
-	VMOVAPS      Y2, Y0
-	VPSRLD       $0x10, Y0, Y3
-	VCMPPS       $0x03, Y0, Y0, Y6
-	VPAND        one_i<>+0(SB), Y3, Y5
-	VPADDD       round<>+0(SB), Y0, Y0
-	VPADDD       Y5, Y0, Y0
-	VPSRLD       $0x10, Y0, Y0
-	VPOR         quiet<>+0(SB), Y3, Y3
-	VPBLENDVB    Y6, Y3, Y0, Y0
-	VEXTRACTI128 $0x01, Y0, X3
-	VPACKUSDW    X3, X0, X3
-	VMOVNTDQ     X3, 16(R9)
-	JMP          stateKVbf16AVX2_storedrow_16
-
-stateKVbf16AVX2_temporalrow_16:
-	VMOVAPS   Y1, Y0
-	VMOVAPS   Y2, Y3
-	VPSRLD    $0x10, Y0, Y5
-	VCMPPS    $0x03, Y0, Y0, Y7
-	VPAND     one_i<>+0(SB), Y5, Y6
-	VPADDD    round<>+0(SB), Y0, Y0
-	VPADDD    Y6, Y0, Y0
-	VPSRLD    $0x10, Y0, Y0
-	VPOR      quiet<>+0(SB), Y5, Y5
-	VPBLENDVB Y7, Y5, Y0, Y0
-	VPSRLD    $0x10, Y3, Y5
-	VCMPPS    $0x03, Y3, Y3, Y7
-	VPAND     one_i<>+0(SB), Y5, Y6
-	VPADDD    round<>+0(SB), Y3, Y3
-	VPADDD    Y6, Y3, Y3
-	VPSRLD    $0x10, Y3, Y3
-	VPOR      quiet<>+0(SB), Y5, Y5
-	VPBLENDVB Y7, Y5, Y3, Y3
-	VPACKUSDW Y3, Y0, Y0
-	VPERMQ    $0xd8, Y0, Y0
-	VMOVDQU   Y0, (R9)
-
-stateKVbf16AVX2_storedrow_16:
-stateKVbf16AVX2_rowstored_8:
-	ADDQ R10, R9
-
-stateKVbf16AVX2_nostorerow_8:
-	TESTQ   R11, R11
-	JZ      stateKVbf16AVX2_nocarryrow_8
-	VMOVUPS Y1, (R11)
-	VMOVUPS Y2, 32(R11)
-	ADDQ    R8, R11
-
-stateKVbf16AVX2_nocarryrow_8:
-	ADDQ $0x00000040, AX
-	INCQ CX
-	CMPQ CX, DX
-	JB   stateKVbf16AVX2_rows_8
-	JMP  stateKVbf16AVX2_tokensout_2
-
-stateKVbf16AVX2_rowsdone_4:
-stateKVbf16AVX2_tokdone_2:
-	MOVQ 64(SP), AX
-	MOVQ AX, 56(SP)
+stateKVbf16AVX2_rowsdone_2:
+	MOVQ a_K+0(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 56(SP)
+	MOVQ 384(SP), AX
+	ADDQ AX, 408(SP)
 	ADDQ $0x10, 96(SP)
 	MOVQ a_vs+24(FP), AX
 	SHLQ $0x02, AX
@@ -15358,8 +12693,8 @@ stateKVbf16AVX2_span_2:
 	VXORPS Y3, Y3, Y3
 	VXORPS Y4, Y4, Y4
 	VXORPS Y5, Y5, Y5
-	MOVQ   a_kh+64(FP), DI
-	MOVQ   a_qh+72(FP), R8
+	MOVQ   368(SP), DI
+	MOVQ   376(SP), R8
 	MOVQ   (SP), R9
 	XORQ   R10, R10
 	IMUL3Q $0x00000020, SI, R11
@@ -15456,8 +12791,8 @@ stateKVbf16AVX2_from16_3:
 	VXORPS Y3, Y3, Y3
 	VXORPS Y4, Y4, Y4
 	VXORPS Y5, Y5, Y5
-	MOVQ   a_kh+64(FP), DI
-	MOVQ   a_qh+72(FP), R8
+	MOVQ   368(SP), DI
+	MOVQ   376(SP), R8
 	MOVQ   (SP), R9
 	XORQ   R10, R10
 	IMUL3Q $0x00000020, SI, R11
@@ -15541,6 +12876,8 @@ stateKVbf16AVX2_loaded_3:
 	MOVQ AX, 48(SP)
 	MOVQ a_kh+64(FP), AX
 	MOVQ AX, 56(SP)
+	MOVQ 400(SP), AX
+	MOVQ AX, 408(SP)
 	MOVQ a_tok+96(FP), AX
 	MOVQ AX, 96(SP)
 	MOVQ a_v+80(FP), AX
@@ -15552,10 +12889,10 @@ stateKVbf16AVX2_loaded_3:
 
 stateKVbf16AVX2_token_3:
 	// The prefetch list's next group.
-	MOVQ 368(SP), AX
+	MOVQ 432(SP), AX
 
 stateKVbf16AVX2_pfentry_3:
-	CMPQ  AX, 376(SP)
+	CMPQ  AX, 440(SP)
 	JAE   stateKVbf16AVX2_pfdone_3
 	MOVQ  (AX), BX
 	MOVQ  8(AX), DX
@@ -15571,11 +12908,11 @@ stateKVbf16AVX2_pfline_3:
 	JMP        stateKVbf16AVX2_pfentry_3
 
 stateKVbf16AVX2_pfdone_3:
-	MOVQ AX, 368(SP)
+	MOVQ AX, 432(SP)
 
 	// k̂ and q̂ of the next token (of this one at the last: accumulated, never used).
 	MOVQ 48(SP), AX
-	MOVQ a_K+0(FP), DX
+	MOVQ 384(SP), DX
 	INCQ AX
 	MOVQ a_T+16(FP), BX
 	CMPQ AX, BX
@@ -15583,53 +12920,65 @@ stateKVbf16AVX2_pfdone_3:
 	DECQ AX
 
 stateKVbf16AVX2_notlast_3:
-	IMULQ    DX, AX
-	MOVQ     a_kh+64(FP), DX
-	LEAQ     (DX)(AX*4), DX
-	MOVQ     DX, 64(SP)
-	MOVQ     a_qh+72(FP), DX
-	LEAQ     (DX)(AX*4), DX
-	MOVQ     DX, 72(SP)
+	IMULQ DX, AX
+	MOVQ  368(SP), DX
+	ADDQ  AX, DX
+	MOVQ  DX, 64(SP)
+	MOVQ  376(SP), DX
+	ADDQ  AX, DX
+	MOVQ  DX, 72(SP)
+
+	// The token's decay as a pair (c, m), decay(x) = c·x + (x & m): (em1, all ones) = x + em1·x where em1 ≥ -0.5, else (eg, the sign bit) = eg·x (also for a NaN em1).
 	MOVQ     96(SP), AX
+	MOVL     (AX), DX
+	MOVL     $0xffffffff, BX
+	MOVL     $0x80000000, SI
 	VMOVSS   (AX), X6
 	VUCOMISS nearone<>+0(SB), X6
-	JCS      stateKVbf16AVX2_far_3
+	CMOVLCS  4(AX), DX
+	CMOVLCS  SI, BX
+	MOVL     DX, 416(SP)
+	MOVL     BX, 420(SP)
 
-	// em1 ≥ -0.5: decay(x) = x + em1·x.
 	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
 	LEAQ         104(SP), AX
 	ADDQ         $0x1f, AX
 	ANDQ         $-32, AX
 	MOVQ         96(SP), DX
-	VBROADCASTSS (DX), Y6
-	VBROADCASTSS 8(DX), Y7
-	VBROADCASTSS 12(DX), Y8
+	VBROADCASTSS 416(SP), Y6
+	VBROADCASTSS 420(SP), Y7
+	VBROADCASTSS 8(DX), Y8
+	VBROADCASTSS 12(DX), Y9
 	MOVQ         80(SP), DX
 	MOVQ         88(SP), BX
-	VXORPS       Y9, Y9, Y9
+	VXORPS       Y10, Y10, Y10
 	CMPQ         CX, $0x00000000
 	JBE          stateKVbf16AVX2_spantail_3
-	VMOVUPS      (DX), Y10
-	VFMADD213PS  Y0, Y6, Y0
-	VSUBPS       Y0, Y10, Y10
-	VMULPS       Y10, Y7, Y10
-	VFMADD213PS  Y1, Y6, Y1
-	VFMADD231PS  Y10, Y8, Y1
+	VMOVUPS      (DX), Y11
+	VANDPS       Y7, Y0, Y12
+	VFMADD132PS  Y6, Y12, Y0
+	VSUBPS       Y0, Y11, Y11
+	VMULPS       Y11, Y8, Y11
+	VANDPS       Y7, Y1, Y0
+	VFMADD132PS  Y6, Y0, Y1
+	VFMADD231PS  Y11, Y9, Y1
 	VMOVUPS      Y1, (BX)
-	VSUBPS       Y10, Y10, Y0
-	VORPS        Y0, Y9, Y9
-	VMOVUPS      Y10, (AX)
+	VSUBPS       Y11, Y11, Y0
+	VORPS        Y0, Y10, Y10
+	VMOVUPS      Y11, (AX)
 	CMPQ         CX, $0x00000008
 	JBE          stateKVbf16AVX2_spantail_3
 	VMOVUPS      32(DX), Y0
-	VFMADD213PS  Y2, Y6, Y2
+	VANDPS       Y7, Y2, Y1
+	VFMADD132PS  Y6, Y1, Y2
 	VSUBPS       Y2, Y0, Y0
-	VMULPS       Y0, Y7, Y0
-	VFMADD213PS  Y3, Y6, Y3
-	VFMADD231PS  Y0, Y8, Y3
+	VMULPS       Y0, Y8, Y0
+	VANDPS       Y7, Y3, Y1
+	VFMADD132PS  Y6, Y1, Y3
+	VFMADD231PS  Y0, Y9, Y3
 	VMOVUPS      Y3, 32(BX)
 	VSUBPS       Y0, Y0, Y1
-	VORPS        Y1, Y9, Y9
+	VORPS        Y1, Y10, Y10
 	VMOVUPS      Y0, 32(AX)
 
 stateKVbf16AVX2_spantail_3:
@@ -15679,23 +13028,25 @@ stateKVbf16AVX2_mmend_3:
 	VINSERTF128 $0x01, X1, Y0, Y0
 
 stateKVbf16AVX2_mmdone_3:
-	VFMADD213PS Y4, Y6, Y4
+	VANDPS      Y7, Y4, Y1
+	VFMADD132PS Y6, Y1, Y4
 	VSUBPS      Y4, Y0, Y0
-	VMULPS      Y0, Y7, Y0
-	VFMADD213PS Y5, Y6, Y5
-	VFMADD231PS Y0, Y8, Y5
+	VMULPS      Y0, Y8, Y0
+	VANDPS      Y7, Y5, Y1
+	VFMADD132PS Y6, Y1, Y5
+	VFMADD231PS Y0, Y9, Y5
 	VMOVUPS     264(SP), Y1
 	VMASKMOVPS  Y5, Y1, (BX)(CX*4)
 	VSUBPS      Y0, Y0, Y1
-	VORPS       Y1, Y9, Y9
+	VORPS       Y1, Y10, Y10
 	VMOVUPS     Y0, 64(AX)
 	JMP         stateKVbf16AVX2_spanback_3
 
 stateKVbf16AVX2_spanpast_3:
-	VSUBPS    Y9, Y9, Y0
+	VSUBPS    Y10, Y10, Y0
 	VCMPPS    $0x03, Y0, Y0, Y0
 	VMOVMSKPS Y0, AX
-	MOVL      AX, 392(SP)
+	MOVL      AX, 456(SP)
 	VXORPS    Y0, Y0, Y0
 	VXORPS    Y1, Y1, Y1
 	VXORPS    Y2, Y2, Y2
@@ -15703,7 +13054,7 @@ stateKVbf16AVX2_spanpast_3:
 	VXORPS    Y4, Y4, Y4
 	VXORPS    Y5, Y5, Y5
 
-	// S' = S + em1·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
+	// S' = decay(S) + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
 	MOVQ  (SP), AX
 	XORQ  DX, DX
 	MOVQ  a_K+0(FP), BX
@@ -15715,10 +13066,10 @@ stateKVbf16AVX2_spanpast_3:
 	MOVQ  a_stores+48(FP), R10
 	MOVQ  (R10)(R11*8), R10
 	TESTQ R10, R10
-	JZ    stateKVbf16AVX2_nostore_5
+	JZ    stateKVbf16AVX2_nostore_3
 	LEAQ  (R10)(R9*2), R10
 
-stateKVbf16AVX2_nostore_5:
+stateKVbf16AVX2_nostore_3:
 	MOVQ  a_V+8(FP), R11
 	SHLQ  $0x01, R11
 	XORQ  R12, R12
@@ -15726,39 +13077,53 @@ stateKVbf16AVX2_nostore_5:
 	INCQ  R13
 	MOVQ  a_T+16(FP), R14
 	CMPQ  R13, R14
-	JNE   stateKVbf16AVX2_nocarry_5
+	JNE   stateKVbf16AVX2_nocarry_3
 	MOVQ  a_carry+56(FP), R12
 	TESTQ R12, R12
-	JZ    stateKVbf16AVX2_nocarry_5
+	JZ    stateKVbf16AVX2_nocarry_3
 	LEAQ  (R12)(R9*4), R12
 
-stateKVbf16AVX2_nocarry_5:
+stateKVbf16AVX2_nocarry_3:
 	MOVQ a_V+8(FP), R9
 	SHLQ $0x02, R9
 	LEAQ 104(SP), R13
 	ADDQ $0x1f, R13
 	ANDQ $-32, R13
+	MOVQ 408(SP), R14
+	CMPQ 392(SP), $0x00
+	JNE  stateKVbf16AVX2_decaysset_5
+	LEAQ 416(SP), R14
 
-stateKVbf16AVX2_rows_9:
-	VBROADCASTSS (SI)(DX*4), Y7
-	VBROADCASTSS (DI)(DX*4), Y8
-	VBROADCASTSS (R8)(DX*4), Y9
+stateKVbf16AVX2_decaysset_5:
+	MOVQ R14, 424(SP)
+
+stateKVbf16AVX2_rows_5:
+	VBROADCASTSS (SI)(DX*4), Y6
+	MOVQ         424(SP), R14
+	VBROADCASTSS (R14), Y7
+	VBROADCASTSS 4(R14), Y8
+	ADDQ         392(SP), R14
+	MOVQ         R14, 424(SP)
+	VBROADCASTSS (DI)(DX*4), Y9
+	VBROADCASTSS (R8)(DX*4), Y10
 	CMPQ         CX, $0x00000000
 	JBE          stateKVbf16AVX2_spantail_4
-	VMOVUPS      (AX), Y10
-	VFMADD213PS  Y10, Y6, Y10
-	VFMADD231PS  (R13), Y7, Y10
-	VMOVUPS      Y10, (AX)
-	VFMADD231PS  Y10, Y8, Y0
-	VFMADD231PS  Y10, Y9, Y1
+	VMOVUPS      (AX), Y11
+	VANDPS       Y8, Y11, Y12
+	VFMADD132PS  Y7, Y12, Y11
+	VFMADD231PS  (R13), Y6, Y11
+	VMOVUPS      Y11, (AX)
+	VFMADD231PS  Y11, Y9, Y0
+	VFMADD231PS  Y11, Y10, Y1
 	CMPQ         CX, $0x00000008
 	JBE          stateKVbf16AVX2_spantail_4
-	VMOVUPS      32(AX), Y10
-	VFMADD213PS  Y10, Y6, Y10
-	VFMADD231PS  32(R13), Y7, Y10
-	VMOVUPS      Y10, 32(AX)
-	VFMADD231PS  Y10, Y8, Y2
-	VFMADD231PS  Y10, Y9, Y3
+	VMOVUPS      32(AX), Y11
+	VANDPS       Y8, Y11, Y12
+	VFMADD132PS  Y7, Y12, Y11
+	VFMADD231PS  32(R13), Y6, Y11
+	VMOVUPS      Y11, 32(AX)
+	VFMADD231PS  Y11, Y9, Y2
+	VFMADD231PS  Y11, Y10, Y3
 
 stateKVbf16AVX2_spantail_4:
 	CMPQ 24(SP), CX
@@ -15766,88 +13131,88 @@ stateKVbf16AVX2_spantail_4:
 
 stateKVbf16AVX2_spanback_4:
 	TESTQ        R10, R10
-	JZ           stateKVbf16AVX2_nostorerow_9
-	CMPL         392(SP), $0x00
-	JNE          stateKVbf16AVX2_rownan_9
+	JZ           stateKVbf16AVX2_nostorerow_5
+	CMPL         456(SP), $0x00
+	JNE          stateKVbf16AVX2_rownan_5
 	CMPQ         CX, $0x00000000
 	JBE          stateKVbf16AVX2_spantail_5
-	VMOVUPS      (AX), Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X8
-	VPACKUSDW    X8, X7, X8
-	VMOVDQU      X8, (R10)
+	VMOVUPS      (AX), Y6
+	VPSRLD       $0x10, Y6, Y7
+	VPAND        one_i<>+0(SB), Y7, Y7
+	VPADDD       round<>+0(SB), Y6, Y6
+	VPADDD       Y7, Y6, Y6
+	VPSRLD       $0x10, Y6, Y6
+	VEXTRACTI128 $0x01, Y6, X7
+	VPACKUSDW    X7, X6, X7
+	VMOVDQU      X7, (R10)
 	CMPQ         CX, $0x00000008
 	JBE          stateKVbf16AVX2_spantail_5
-	VMOVUPS      32(AX), Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X8
-	VPACKUSDW    X8, X7, X8
-	VMOVDQU      X8, 16(R10)
+	VMOVUPS      32(AX), Y6
+	VPSRLD       $0x10, Y6, Y7
+	VPAND        one_i<>+0(SB), Y7, Y7
+	VPADDD       round<>+0(SB), Y6, Y6
+	VPADDD       Y7, Y6, Y6
+	VPSRLD       $0x10, Y6, Y6
+	VEXTRACTI128 $0x01, Y6, X7
+	VPACKUSDW    X7, X6, X7
+	VMOVDQU      X7, 16(R10)
 
 stateKVbf16AVX2_spantail_5:
 	CMPQ 24(SP), CX
 	JA   stateKVbf16AVX2_spanmasked_5
 
 stateKVbf16AVX2_spanback_5:
-	JMP stateKVbf16AVX2_rowstored_9
+	JMP stateKVbf16AVX2_rowstored_5
 
-stateKVbf16AVX2_rownan_9:
+stateKVbf16AVX2_rownan_5:
 	CMPQ         CX, $0x00000000
 	JBE          stateKVbf16AVX2_spantail_6
-	VMOVUPS      (AX), Y7
-	VPSRLD       $0x10, Y7, Y8
-	VCMPPS       $0x03, Y7, Y7, Y10
-	VPAND        one_i<>+0(SB), Y8, Y9
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y9, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VPOR         quiet<>+0(SB), Y8, Y8
-	VPBLENDVB    Y10, Y8, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X8
-	VPACKUSDW    X8, X7, X8
-	VMOVDQU      X8, (R10)
+	VMOVUPS      (AX), Y6
+	VPSRLD       $0x10, Y6, Y7
+	VCMPPS       $0x03, Y6, Y6, Y9
+	VPAND        one_i<>+0(SB), Y7, Y8
+	VPADDD       round<>+0(SB), Y6, Y6
+	VPADDD       Y8, Y6, Y6
+	VPSRLD       $0x10, Y6, Y6
+	VPOR         quiet<>+0(SB), Y7, Y7
+	VPBLENDVB    Y9, Y7, Y6, Y6
+	VEXTRACTI128 $0x01, Y6, X7
+	VPACKUSDW    X7, X6, X7
+	VMOVDQU      X7, (R10)
 	CMPQ         CX, $0x00000008
 	JBE          stateKVbf16AVX2_spantail_6
-	VMOVUPS      32(AX), Y7
-	VPSRLD       $0x10, Y7, Y8
-	VCMPPS       $0x03, Y7, Y7, Y10
-	VPAND        one_i<>+0(SB), Y8, Y9
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y9, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VPOR         quiet<>+0(SB), Y8, Y8
-	VPBLENDVB    Y10, Y8, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X8
-	VPACKUSDW    X8, X7, X8
-	VMOVDQU      X8, 16(R10)
+	VMOVUPS      32(AX), Y6
+	VPSRLD       $0x10, Y6, Y7
+	VCMPPS       $0x03, Y6, Y6, Y9
+	VPAND        one_i<>+0(SB), Y7, Y8
+	VPADDD       round<>+0(SB), Y6, Y6
+	VPADDD       Y8, Y6, Y6
+	VPSRLD       $0x10, Y6, Y6
+	VPOR         quiet<>+0(SB), Y7, Y7
+	VPBLENDVB    Y9, Y7, Y6, Y6
+	VEXTRACTI128 $0x01, Y6, X7
+	VPACKUSDW    X7, X6, X7
+	VMOVDQU      X7, 16(R10)
 
 stateKVbf16AVX2_spantail_6:
 	CMPQ 24(SP), CX
 	JA   stateKVbf16AVX2_spanmasked_6
 
 stateKVbf16AVX2_spanback_6:
-stateKVbf16AVX2_rowstored_9:
+stateKVbf16AVX2_rowstored_5:
 	ADDQ R11, R10
 
-stateKVbf16AVX2_nostorerow_9:
+stateKVbf16AVX2_nostorerow_5:
 	TESTQ   R12, R12
-	JZ      stateKVbf16AVX2_nocarryrow_9
+	JZ      stateKVbf16AVX2_nocarryrow_5
 	CMPQ    CX, $0x00000000
 	JBE     stateKVbf16AVX2_spantail_7
-	VMOVUPS (AX), Y7
-	VMOVUPS Y7, (R12)
+	VMOVUPS (AX), Y6
+	VMOVUPS Y6, (R12)
 	CMPQ    CX, $0x00000008
 	JBE     stateKVbf16AVX2_spantail_7
-	VMOVUPS 32(AX), Y7
-	VMOVUPS Y7, 32(R12)
+	VMOVUPS 32(AX), Y6
+	VMOVUPS Y6, 32(R12)
 
 stateKVbf16AVX2_spantail_7:
 	CMPQ 24(SP), CX
@@ -15856,425 +13221,88 @@ stateKVbf16AVX2_spantail_7:
 stateKVbf16AVX2_spanback_7:
 	ADDQ R9, R12
 
-stateKVbf16AVX2_nocarryrow_9:
+stateKVbf16AVX2_nocarryrow_5:
 	ADDQ 40(SP), AX
 	INCQ DX
 	CMPQ DX, BX
-	JB   stateKVbf16AVX2_rows_9
+	JB   stateKVbf16AVX2_rows_5
 	JMP  stateKVbf16AVX2_spanpast_4
 
 stateKVbf16AVX2_spanmasked_4:
-	VMOVUPS     (AX)(CX*4), Y10
-	VFMADD213PS Y10, Y6, Y10
-	VFMADD231PS 64(R13), Y7, Y10
-	VMOVUPS     Y10, (AX)(CX*4)
-	VFMADD231PS Y10, Y8, Y4
-	VFMADD231PS Y10, Y9, Y5
+	VMOVUPS     (AX)(CX*4), Y11
+	VANDPS      Y8, Y11, Y8
+	VFMADD132PS Y7, Y8, Y11
+	VFMADD231PS 64(R13), Y6, Y11
+	VMOVUPS     Y11, (AX)(CX*4)
+	VFMADD231PS Y11, Y9, Y4
+	VFMADD231PS Y11, Y10, Y5
 	JMP         stateKVbf16AVX2_spanback_4
 
 stateKVbf16AVX2_spanpast_4:
 	JMP stateKVbf16AVX2_spanpast_5
 
 stateKVbf16AVX2_spanmasked_5:
-	VMOVUPS      (AX)(CX*4), Y7
-	VPSRLD       $0x10, Y7, Y8
-	VCMPPS       $0x03, Y7, Y7, Y10
-	VPAND        one_i<>+0(SB), Y8, Y9
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y9, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VPOR         quiet<>+0(SB), Y8, Y8
-	VPBLENDVB    Y10, Y8, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X8
-	VPACKUSDW    X8, X7, X8
-	VMOVDQU      X8, 352(SP)
-	VMOVDQU      352(SP), X7
-	VMOVDQU      296(SP), X8
-	VPMASKMOVD   X7, X8, (R10)(CX*2)
-	VPSHUFB      328(SP), X7, X7
+	VMOVUPS      (AX)(CX*4), Y6
+	VPSRLD       $0x10, Y6, Y7
+	VCMPPS       $0x03, Y6, Y6, Y9
+	VPAND        one_i<>+0(SB), Y7, Y8
+	VPADDD       round<>+0(SB), Y6, Y6
+	VPADDD       Y8, Y6, Y6
+	VPSRLD       $0x10, Y6, Y6
+	VPOR         quiet<>+0(SB), Y7, Y7
+	VPBLENDVB    Y9, Y7, Y6, Y6
+	VEXTRACTI128 $0x01, Y6, X7
+	VPACKUSDW    X7, X6, X7
+	VMOVDQU      X7, 352(SP)
+	VMOVDQU      352(SP), X6
+	VMOVDQU      296(SP), X7
+	VPMASKMOVD   X6, X7, (R10)(CX*2)
+	VPSHUFB      328(SP), X6, X6
 	MOVQ         344(SP), R14
 	ADDQ         CX, R14
-	VPEXTRW      $0x00, X7, (R10)(R14*2)
+	VPEXTRW      $0x00, X6, (R10)(R14*2)
 	JMP          stateKVbf16AVX2_spanback_5
 
 stateKVbf16AVX2_spanpast_5:
 	JMP stateKVbf16AVX2_spanpast_6
 
 stateKVbf16AVX2_spanmasked_6:
-	VMOVUPS      (AX)(CX*4), Y7
-	VPSRLD       $0x10, Y7, Y8
-	VCMPPS       $0x03, Y7, Y7, Y10
-	VPAND        one_i<>+0(SB), Y8, Y9
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y9, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VPOR         quiet<>+0(SB), Y8, Y8
-	VPBLENDVB    Y10, Y8, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X8
-	VPACKUSDW    X8, X7, X8
-	VMOVDQU      X8, 352(SP)
-	VMOVDQU      352(SP), X7
-	VMOVDQU      296(SP), X8
-	VPMASKMOVD   X7, X8, (R10)(CX*2)
-	VPSHUFB      328(SP), X7, X7
+	VMOVUPS      (AX)(CX*4), Y6
+	VPSRLD       $0x10, Y6, Y7
+	VCMPPS       $0x03, Y6, Y6, Y9
+	VPAND        one_i<>+0(SB), Y7, Y8
+	VPADDD       round<>+0(SB), Y6, Y6
+	VPADDD       Y8, Y6, Y6
+	VPSRLD       $0x10, Y6, Y6
+	VPOR         quiet<>+0(SB), Y7, Y7
+	VPBLENDVB    Y9, Y7, Y6, Y6
+	VEXTRACTI128 $0x01, Y6, X7
+	VPACKUSDW    X7, X6, X7
+	VMOVDQU      X7, 352(SP)
+	VMOVDQU      352(SP), X6
+	VMOVDQU      296(SP), X7
+	VPMASKMOVD   X6, X7, (R10)(CX*2)
+	VPSHUFB      328(SP), X6, X6
 	MOVQ         344(SP), R14
 	ADDQ         CX, R14
-	VPEXTRW      $0x00, X7, (R10)(R14*2)
+	VPEXTRW      $0x00, X6, (R10)(R14*2)
 	JMP          stateKVbf16AVX2_spanback_6
 
 stateKVbf16AVX2_spanpast_6:
 	JMP stateKVbf16AVX2_spanpast_7
 
 stateKVbf16AVX2_spanmasked_7:
-	VMOVUPS    (AX)(CX*4), Y7
-	VMOVUPS    264(SP), Y8
-	VMASKMOVPS Y7, Y8, (R12)(CX*4)
+	VMOVUPS    (AX)(CX*4), Y6
+	VMOVUPS    264(SP), Y7
+	VMASKMOVPS Y6, Y7, (R12)(CX*4)
 	JMP        stateKVbf16AVX2_spanback_7
 
 stateKVbf16AVX2_spanpast_7:
-	JMP stateKVbf16AVX2_tokdone_3
-
-stateKVbf16AVX2_far_3:
-	// em1 < -0.5 or NaN: decay(x) = eg·x.
-	// δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.
-	LEAQ         104(SP), AX
-	ADDQ         $0x1f, AX
-	ANDQ         $-32, AX
-	MOVQ         96(SP), DX
-	VBROADCASTSS 4(DX), Y6
-	VBROADCASTSS 8(DX), Y7
-	VBROADCASTSS 12(DX), Y8
-	MOVQ         80(SP), DX
-	MOVQ         88(SP), BX
-	VXORPS       Y9, Y9, Y9
-	CMPQ         CX, $0x00000000
-	JBE          stateKVbf16AVX2_spantail_8
-	VMOVUPS      (DX), Y10
-	VMULPS       Y0, Y6, Y0
-	VSUBPS       Y0, Y10, Y10
-	VMULPS       Y10, Y7, Y10
-	VMULPS       Y1, Y6, Y1
-	VFMADD231PS  Y10, Y8, Y1
-	VMOVUPS      Y1, (BX)
-	VSUBPS       Y10, Y10, Y0
-	VORPS        Y0, Y9, Y9
-	VMOVUPS      Y10, (AX)
-	CMPQ         CX, $0x00000008
-	JBE          stateKVbf16AVX2_spantail_8
-	VMOVUPS      32(DX), Y0
-	VMULPS       Y2, Y6, Y2
-	VSUBPS       Y2, Y0, Y0
-	VMULPS       Y0, Y7, Y0
-	VMULPS       Y3, Y6, Y3
-	VFMADD231PS  Y0, Y8, Y3
-	VMOVUPS      Y3, 32(BX)
-	VSUBPS       Y0, Y0, Y1
-	VORPS        Y1, Y9, Y9
-	VMOVUPS      Y0, 32(AX)
-
-stateKVbf16AVX2_spantail_8:
-	CMPQ 24(SP), CX
-	JA   stateKVbf16AVX2_spanmasked_8
-
-stateKVbf16AVX2_spanback_8:
-	JMP stateKVbf16AVX2_spanpast_8
-
-stateKVbf16AVX2_spanmasked_8:
-	VMOVUPS    264(SP), Y1
-	LEAQ       (DX)(CX*4), DX
-	MOVQ       DX, SI
-	ANDQ       $0x00000fff, SI
-	CMPQ       SI, $0x00000fe0
-	JA         stateKVbf16AVX2_mmslow_4
-	VMASKMOVPS (DX), Y1, Y0
-	JMP        stateKVbf16AVX2_mmdone_4
-
-stateKVbf16AVX2_mmslow_4:
-	VMOVMSKPS    Y1, SI
-	VBROADCASTSS zero<>+0(SB), Y0
-	VBROADCASTSS zero<>+0(SB), X1
-	BTL          $0x00, SI
-	JCC          stateKVbf16AVX2_mmend_4
-	VINSERTPS    $0x00, (DX), X0, X0
-	BTL          $0x01, SI
-	JCC          stateKVbf16AVX2_mmend_4
-	VINSERTPS    $0x10, 4(DX), X0, X0
-	BTL          $0x02, SI
-	JCC          stateKVbf16AVX2_mmend_4
-	VINSERTPS    $0x20, 8(DX), X0, X0
-	BTL          $0x03, SI
-	JCC          stateKVbf16AVX2_mmend_4
-	VINSERTPS    $0x30, 12(DX), X0, X0
-	BTL          $0x04, SI
-	JCC          stateKVbf16AVX2_mmend_4
-	VINSERTPS    $0x00, 16(DX), X1, X1
-	BTL          $0x05, SI
-	JCC          stateKVbf16AVX2_mmend_4
-	VINSERTPS    $0x10, 20(DX), X1, X1
-	BTL          $0x06, SI
-	JCC          stateKVbf16AVX2_mmend_4
-	VINSERTPS    $0x20, 24(DX), X1, X1
-
-stateKVbf16AVX2_mmend_4:
-	VINSERTF128 $0x01, X1, Y0, Y0
-
-stateKVbf16AVX2_mmdone_4:
-	VMULPS      Y4, Y6, Y4
-	VSUBPS      Y4, Y0, Y0
-	VMULPS      Y0, Y7, Y0
-	VMULPS      Y5, Y6, Y5
-	VFMADD231PS Y0, Y8, Y5
-	VMOVUPS     264(SP), Y1
-	VMASKMOVPS  Y5, Y1, (BX)(CX*4)
-	VSUBPS      Y0, Y0, Y1
-	VORPS       Y1, Y9, Y9
-	VMOVUPS     Y0, 64(AX)
-	JMP         stateKVbf16AVX2_spanback_8
-
-stateKVbf16AVX2_spanpast_8:
-	VSUBPS    Y9, Y9, Y0
-	VCMPPS    $0x03, Y0, Y0, Y0
-	VMOVMSKPS Y0, AX
-	MOVL      AX, 392(SP)
-	VXORPS    Y0, Y0, Y0
-	VXORPS    Y1, Y1, Y1
-	VXORPS    Y2, Y2, Y2
-	VXORPS    Y3, Y3, Y3
-	VXORPS    Y4, Y4, Y4
-	VXORPS    Y5, Y5, Y5
-
-	// S' = eg·S + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.
-	MOVQ  (SP), AX
-	XORQ  DX, DX
-	MOVQ  a_K+0(FP), BX
-	MOVQ  56(SP), SI
-	MOVQ  64(SP), DI
-	MOVQ  72(SP), R8
-	MOVQ  16(SP), R9
-	MOVQ  48(SP), R11
-	MOVQ  a_stores+48(FP), R10
-	MOVQ  (R10)(R11*8), R10
-	TESTQ R10, R10
-	JZ    stateKVbf16AVX2_nostore_6
-	LEAQ  (R10)(R9*2), R10
-
-stateKVbf16AVX2_nostore_6:
-	MOVQ  a_V+8(FP), R11
-	SHLQ  $0x01, R11
-	XORQ  R12, R12
-	MOVQ  48(SP), R13
-	INCQ  R13
-	MOVQ  a_T+16(FP), R14
-	CMPQ  R13, R14
-	JNE   stateKVbf16AVX2_nocarry_6
-	MOVQ  a_carry+56(FP), R12
-	TESTQ R12, R12
-	JZ    stateKVbf16AVX2_nocarry_6
-	LEAQ  (R12)(R9*4), R12
-
-stateKVbf16AVX2_nocarry_6:
-	MOVQ a_V+8(FP), R9
-	SHLQ $0x02, R9
-	LEAQ 104(SP), R13
-	ADDQ $0x1f, R13
-	ANDQ $-32, R13
-
-stateKVbf16AVX2_rows_10:
-	VBROADCASTSS (SI)(DX*4), Y7
-	VBROADCASTSS (DI)(DX*4), Y8
-	VBROADCASTSS (R8)(DX*4), Y9
-	CMPQ         CX, $0x00000000
-	JBE          stateKVbf16AVX2_spantail_9
-	VMOVUPS      (AX), Y10
-	VMULPS       Y10, Y6, Y10
-	VFMADD231PS  (R13), Y7, Y10
-	VMOVUPS      Y10, (AX)
-	VFMADD231PS  Y10, Y8, Y0
-	VFMADD231PS  Y10, Y9, Y1
-	CMPQ         CX, $0x00000008
-	JBE          stateKVbf16AVX2_spantail_9
-	VMOVUPS      32(AX), Y10
-	VMULPS       Y10, Y6, Y10
-	VFMADD231PS  32(R13), Y7, Y10
-	VMOVUPS      Y10, 32(AX)
-	VFMADD231PS  Y10, Y8, Y2
-	VFMADD231PS  Y10, Y9, Y3
-
-stateKVbf16AVX2_spantail_9:
-	CMPQ 24(SP), CX
-	JA   stateKVbf16AVX2_spanmasked_9
-
-stateKVbf16AVX2_spanback_9:
-	TESTQ        R10, R10
-	JZ           stateKVbf16AVX2_nostorerow_10
-	CMPL         392(SP), $0x00
-	JNE          stateKVbf16AVX2_rownan_10
-	CMPQ         CX, $0x00000000
-	JBE          stateKVbf16AVX2_spantail_10
-	VMOVUPS      (AX), Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X8
-	VPACKUSDW    X8, X7, X8
-	VMOVDQU      X8, (R10)
-	CMPQ         CX, $0x00000008
-	JBE          stateKVbf16AVX2_spantail_10
-	VMOVUPS      32(AX), Y7
-	VPSRLD       $0x10, Y7, Y8
-	VPAND        one_i<>+0(SB), Y8, Y8
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y8, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X8
-	VPACKUSDW    X8, X7, X8
-	VMOVDQU      X8, 16(R10)
-
-stateKVbf16AVX2_spantail_10:
-	CMPQ 24(SP), CX
-	JA   stateKVbf16AVX2_spanmasked_10
-
-stateKVbf16AVX2_spanback_10:
-	JMP stateKVbf16AVX2_rowstored_10
-
-stateKVbf16AVX2_rownan_10:
-	CMPQ         CX, $0x00000000
-	JBE          stateKVbf16AVX2_spantail_11
-	VMOVUPS      (AX), Y7
-	VPSRLD       $0x10, Y7, Y8
-	VCMPPS       $0x03, Y7, Y7, Y10
-	VPAND        one_i<>+0(SB), Y8, Y9
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y9, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VPOR         quiet<>+0(SB), Y8, Y8
-	VPBLENDVB    Y10, Y8, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X8
-	VPACKUSDW    X8, X7, X8
-	VMOVDQU      X8, (R10)
-	CMPQ         CX, $0x00000008
-	JBE          stateKVbf16AVX2_spantail_11
-	VMOVUPS      32(AX), Y7
-	VPSRLD       $0x10, Y7, Y8
-	VCMPPS       $0x03, Y7, Y7, Y10
-	VPAND        one_i<>+0(SB), Y8, Y9
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y9, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VPOR         quiet<>+0(SB), Y8, Y8
-	VPBLENDVB    Y10, Y8, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X8
-	VPACKUSDW    X8, X7, X8
-	VMOVDQU      X8, 16(R10)
-
-stateKVbf16AVX2_spantail_11:
-	CMPQ 24(SP), CX
-	JA   stateKVbf16AVX2_spanmasked_11
-
-stateKVbf16AVX2_spanback_11:
-stateKVbf16AVX2_rowstored_10:
-	ADDQ R11, R10
-
-stateKVbf16AVX2_nostorerow_10:
-	TESTQ   R12, R12
-	JZ      stateKVbf16AVX2_nocarryrow_10
-	CMPQ    CX, $0x00000000
-	JBE     stateKVbf16AVX2_spantail_12
-	VMOVUPS (AX), Y7
-	VMOVUPS Y7, (R12)
-	CMPQ    CX, $0x00000008
-	JBE     stateKVbf16AVX2_spantail_12
-	VMOVUPS 32(AX), Y7
-	VMOVUPS Y7, 32(R12)
-
-stateKVbf16AVX2_spantail_12:
-	CMPQ 24(SP), CX
-	JA   stateKVbf16AVX2_spanmasked_12
-
-stateKVbf16AVX2_spanback_12:
-	ADDQ R9, R12
-
-stateKVbf16AVX2_nocarryrow_10:
-	ADDQ 40(SP), AX
-	INCQ DX
-	CMPQ DX, BX
-	JB   stateKVbf16AVX2_rows_10
-	JMP  stateKVbf16AVX2_spanpast_9
-
-stateKVbf16AVX2_spanmasked_9:
-	VMOVUPS     (AX)(CX*4), Y10
-	VMULPS      Y10, Y6, Y10
-	VFMADD231PS 64(R13), Y7, Y10
-	VMOVUPS     Y10, (AX)(CX*4)
-	VFMADD231PS Y10, Y8, Y4
-	VFMADD231PS Y10, Y9, Y5
-	JMP         stateKVbf16AVX2_spanback_9
-
-stateKVbf16AVX2_spanpast_9:
-	JMP stateKVbf16AVX2_spanpast_10
-
-stateKVbf16AVX2_spanmasked_10:
-	VMOVUPS      (AX)(CX*4), Y7
-	VPSRLD       $0x10, Y7, Y8
-	VCMPPS       $0x03, Y7, Y7, Y10
-	VPAND        one_i<>+0(SB), Y8, Y9
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y9, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VPOR         quiet<>+0(SB), Y8, Y8
-	VPBLENDVB    Y10, Y8, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X8
-	VPACKUSDW    X8, X7, X8
-	VMOVDQU      X8, 352(SP)
-	VMOVDQU      352(SP), X7
-	VMOVDQU      296(SP), X8
-	VPMASKMOVD   X7, X8, (R10)(CX*2)
-	VPSHUFB      328(SP), X7, X7
-	MOVQ         344(SP), R14
-	ADDQ         CX, R14
-	VPEXTRW      $0x00, X7, (R10)(R14*2)
-	JMP          stateKVbf16AVX2_spanback_10
-
-stateKVbf16AVX2_spanpast_10:
-	JMP stateKVbf16AVX2_spanpast_11
-
-stateKVbf16AVX2_spanmasked_11:
-	VMOVUPS      (AX)(CX*4), Y7
-	VPSRLD       $0x10, Y7, Y8
-	VCMPPS       $0x03, Y7, Y7, Y10
-	VPAND        one_i<>+0(SB), Y8, Y9
-	VPADDD       round<>+0(SB), Y7, Y7
-	VPADDD       Y9, Y7, Y7
-	VPSRLD       $0x10, Y7, Y7
-	VPOR         quiet<>+0(SB), Y8, Y8
-	VPBLENDVB    Y10, Y8, Y7, Y7
-	VEXTRACTI128 $0x01, Y7, X8
-	VPACKUSDW    X8, X7, X8
-	VMOVDQU      X8, 352(SP)
-	VMOVDQU      352(SP), X7
-	VMOVDQU      296(SP), X8
-	VPMASKMOVD   X7, X8, (R10)(CX*2)
-	VPSHUFB      328(SP), X7, X7
-	MOVQ         344(SP), R14
-	ADDQ         CX, R14
-	VPEXTRW      $0x00, X7, (R10)(R14*2)
-	JMP          stateKVbf16AVX2_spanback_11
-
-stateKVbf16AVX2_spanpast_11:
-	JMP stateKVbf16AVX2_spanpast_12
-
-stateKVbf16AVX2_spanmasked_12:
-	VMOVUPS    (AX)(CX*4), Y7
-	VMOVUPS    264(SP), Y8
-	VMASKMOVPS Y7, Y8, (R12)(CX*4)
-	JMP        stateKVbf16AVX2_spanback_12
-
-stateKVbf16AVX2_spanpast_12:
-stateKVbf16AVX2_tokdone_3:
-	MOVQ 64(SP), AX
-	MOVQ AX, 56(SP)
+	MOVQ a_K+0(FP), AX
+	SHLQ $0x02, AX
+	ADDQ AX, 56(SP)
+	MOVQ 384(SP), AX
+	ADDQ AX, 408(SP)
 	ADDQ $0x10, 96(SP)
 	MOVQ a_vs+24(FP), AX
 	SHLQ $0x02, AX
@@ -16346,7 +13374,7 @@ widenAVX2_done:
 
 // func stateVKf32AVX512(a stateArgs)
 // Requires: AVX, AVX512F, AVX512VL, CMOV, FMA3, MMX+
-TEXT ·stateVKf32AVX512(SB), NOSPLIT, $72-160
+TEXT ·stateVKf32AVX512(SB), NOSPLIT, $72-168
 	MOVQ  a_K+0(FP), CX
 	MOVQ  a_V+8(FP), AX
 	MOVQ  a_T+16(FP), DX
@@ -16358,13 +13386,13 @@ TEXT ·stateVKf32AVX512(SB), NOSPLIT, $72-160
 	JZ    stateVKf32AVX512_done_1
 	MOVQ  AX, 8(SP)
 	MOVQ  DX, 16(SP)
-	MOVQ  a_pf+112(FP), DX
-	MOVQ  a_npf+120(FP), BX
+	MOVQ  a_pf+120(FP), DX
+	MOVQ  a_npf+128(FP), BX
 	MOVQ  DX, 56(SP)
 	ANDQ  $-2, BX
 	LEAQ  (DX)(BX*8), DX
 	MOVQ  DX, 64(SP)
-	MOVQ  a_work+104(FP), DX
+	MOVQ  a_work+112(FP), DX
 	ADDQ  $0x3f, DX
 	ANDQ  $-64, DX
 	MOVQ  DX, 40(SP)
@@ -21036,7 +18064,7 @@ stateVKf32AVX512_done_1:
 
 // func stateVKbf16AVX512(a stateArgs)
 // Requires: AVX, AVX512BW, AVX512F, AVX512VL, CMOV, FMA3, MMX+
-TEXT ·stateVKbf16AVX512(SB), NOSPLIT, $72-160
+TEXT ·stateVKbf16AVX512(SB), NOSPLIT, $72-168
 	MOVQ  a_K+0(FP), AX
 	MOVQ  a_V+8(FP), CX
 	MOVQ  a_T+16(FP), DX
@@ -21048,13 +18076,13 @@ TEXT ·stateVKbf16AVX512(SB), NOSPLIT, $72-160
 	JZ    stateVKbf16AVX512_done_1
 	MOVQ  CX, 8(SP)
 	MOVQ  DX, 16(SP)
-	MOVQ  a_pf+112(FP), DX
-	MOVQ  a_npf+120(FP), BX
+	MOVQ  a_pf+120(FP), DX
+	MOVQ  a_npf+128(FP), BX
 	MOVQ  DX, 56(SP)
 	ANDQ  $-2, BX
 	LEAQ  (DX)(BX*8), DX
 	MOVQ  DX, 64(SP)
-	MOVQ  a_work+104(FP), DX
+	MOVQ  a_work+112(FP), DX
 	ADDQ  $0x3f, DX
 	ANDQ  $-64, DX
 	MOVQ  DX, 40(SP)
@@ -22522,7 +19550,7 @@ stateVKbf16AVX512_decayed_3:
 	ADDQ      R12, R11
 	TESTQ     $0x0000007f, R9
 	JNZ       stateVKbf16AVX512_bfints_1
-	CMPB      a_cvt+152(FP), $0x00
+	CMPB      a_cvt+160(FP), $0x00
 	JE        stateVKbf16AVX512_bfints_1
 	VMOVDQU32 mag16<>+0(SB), Z13
 	KXNORD    K7, K7, K7
@@ -24506,7 +21534,7 @@ stateVKbf16AVX512_decayed_6:
 	ADDQ      R12, R11
 	TESTQ     $0x0000007f, R9
 	JNZ       stateVKbf16AVX512_bfints_2
-	CMPB      a_cvt+152(FP), $0x00
+	CMPB      a_cvt+160(FP), $0x00
 	JE        stateVKbf16AVX512_bfints_2
 	VMOVDQU32 mag16<>+0(SB), Z17
 	KXNORD    K7, K7, K7
@@ -25102,7 +22130,7 @@ stateVKbf16AVX512_decayed_8:
 	ADDQ      R12, R11
 	TESTQ     $0x0000007f, R9
 	JNZ       stateVKbf16AVX512_bfints_3
-	CMPB      a_cvt+152(FP), $0x00
+	CMPB      a_cvt+160(FP), $0x00
 	JE        stateVKbf16AVX512_bfints_3
 	VMOVDQU32 mag16<>+0(SB), Z13
 	KXNORD    K7, K7, K7
@@ -25660,7 +22688,7 @@ stateVKbf16AVX512_decayed_10:
 	ADDQ      R12, R11
 	TESTQ     $0x0000007f, R9
 	JNZ       stateVKbf16AVX512_bfints_4
-	CMPB      a_cvt+152(FP), $0x00
+	CMPB      a_cvt+160(FP), $0x00
 	JE        stateVKbf16AVX512_bfints_4
 	VMOVDQU32 mag16<>+0(SB), Z17
 	KXNORD    K7, K7, K7
@@ -25906,7 +22934,7 @@ stateVKbf16AVX512_done_1:
 
 // func stateVKf32AVX2(a stateArgs)
 // Requires: AVX, AVX2, FMA3, MMX+
-TEXT ·stateVKf32AVX2(SB), NOSPLIT, $320-160
+TEXT ·stateVKf32AVX2(SB), NOSPLIT, $320-168
 	MOVQ    a_K+0(FP), CX
 	MOVQ    a_V+8(FP), AX
 	MOVQ    a_T+16(FP), DX
@@ -25918,13 +22946,13 @@ TEXT ·stateVKf32AVX2(SB), NOSPLIT, $320-160
 	JZ      stateVKf32AVX2_done_1
 	MOVQ    AX, 8(SP)
 	MOVQ    DX, 16(SP)
-	MOVQ    a_pf+112(FP), DX
-	MOVQ    a_npf+120(FP), BX
+	MOVQ    a_pf+120(FP), DX
+	MOVQ    a_npf+128(FP), BX
 	MOVQ    DX, 304(SP)
 	ANDQ    $-2, BX
 	LEAQ    (DX)(BX*8), DX
 	MOVQ    DX, 312(SP)
-	MOVQ    a_work+104(FP), DX
+	MOVQ    a_work+112(FP), DX
 	ADDQ    $0x3f, DX
 	ANDQ    $-64, DX
 	MOVQ    DX, 40(SP)
@@ -29029,7 +26057,7 @@ stateVKf32AVX2_done_1:
 
 // func stateVKbf16AVX2(a stateArgs)
 // Requires: AVX, AVX2, FMA3, MMX+
-TEXT ·stateVKbf16AVX2(SB), NOSPLIT, $328-160
+TEXT ·stateVKbf16AVX2(SB), NOSPLIT, $328-168
 	MOVQ    a_K+0(FP), AX
 	MOVQ    a_V+8(FP), CX
 	MOVQ    a_T+16(FP), DX
@@ -29041,13 +26069,13 @@ TEXT ·stateVKbf16AVX2(SB), NOSPLIT, $328-160
 	JZ      stateVKbf16AVX2_done_1
 	MOVQ    CX, 8(SP)
 	MOVQ    DX, 16(SP)
-	MOVQ    a_pf+112(FP), DX
-	MOVQ    a_npf+120(FP), BX
+	MOVQ    a_pf+120(FP), DX
+	MOVQ    a_npf+128(FP), BX
 	MOVQ    DX, 312(SP)
 	ANDQ    $-2, BX
 	LEAQ    (DX)(BX*8), DX
 	MOVQ    DX, 320(SP)
-	MOVQ    a_work+104(FP), DX
+	MOVQ    a_work+112(FP), DX
 	ADDQ    $0x3f, DX
 	ANDQ    $-64, DX
 	MOVQ    DX, 40(SP)

@@ -21,6 +21,7 @@ type stateArgs struct {
 	v      *float32             // token τ's v at τ·vs, V each
 	o      *float32             // [T][V] written: each token's output before the RMSNorm
 	tok    *float32             // [T][4] em1, eg, beta, kq
+	ch     *float32             // [T][4][K] nil, or the per-channel gate (routine.chans; headCall.ch): per token the read pass's k̂ and q̂, then the rows' decays c_i, m_i in pairs; tok's em1, eg are then −1, 1
 	work   *[workFloats]float32 // the work space of the routines that take one (routine.work; the routine aligns it to 64 bytes), else nil
 	pf     *uintptr             // [npf] the prefetch list: the rows of the driver's next call (a hint)
 	npf    int                  // the prefetch list's length in words
@@ -45,16 +46,17 @@ var stateArgsOffsets = map[string]uintptr{
 	"v":      80,
 	"o":      88,
 	"tok":    96,
-	"work":   104,
-	"pf":     112,
-	"npf":    120,
-	"dst1":   128,
-	"tok1":   136,
-	"cvt":    152,
+	"ch":     104,
+	"work":   112,
+	"pf":     120,
+	"npf":    128,
+	"dst1":   136,
+	"tok1":   144,
+	"cvt":    160,
 }
 
 // stateArgsSize is the struct's size in bytes, as the assembly's frame has it.
-const stateArgsSize = 160
+const stateArgsSize = 168
 
 // workFloats is the size of stateArgs.work in float32s (32 KiB and 64 bytes of alignment).
 const workFloats = 8208

@@ -45,12 +45,12 @@ var neonImpl = withRoutines(impl{name: "neon", state: single(stateKVf32NEON), ga
 // neonRoutines are neonImpl's state routines, [bf16][layout], with their limits.
 var neonRoutines = [2][2]*routine{
 	{ // f32
-		{fn: stateKVf32NEON, bf16: false, minK: 0, maxK: 4096, oddRow: false, work: false}, // [K][V]
-		{fn: stateVKf32NEON, bf16: false, minK: 0, maxK: 4096, oddRow: false, work: false}, // [V][K]
+		{fn: stateKVf32NEON, bf16: false, minK: 0, maxK: 4096, oddRow: false, work: false, chans: false}, // [K][V]
+		{fn: stateVKf32NEON, bf16: false, minK: 0, maxK: 4096, oddRow: false, work: false, chans: false}, // [V][K]
 	},
 	{ // bf16
-		{fn: stateKVbf16NEON, bf16: true, minK: 0, maxK: 4096, oddRow: false, work: false}, // [K][V]
-		{fn: stateVKbf16NEON, bf16: true, minK: 0, maxK: 4096, oddRow: false, work: false}, // [V][K]
+		{fn: stateKVbf16NEON, bf16: true, minK: 0, maxK: 4096, oddRow: false, work: false, chans: false}, // [K][V]
+		{fn: stateVKbf16NEON, bf16: true, minK: 0, maxK: 4096, oddRow: false, work: false, chans: false}, // [V][K]
 	},
 }
 

@@ -1539,23 +1539,23 @@ wend:
 // R7 columns left, R8 copy count, R9 form, R10/R11 slab/row pointers, R12/R13 kh/qh pointers, R14
 // row counter, R15 state row stride V·es, R19 strip's first column, R20 tokens left, R21 tok, R22
 // stores, R23 row start, R24/R25 scratch.
-TEXT ·stateKVf32NEON(SB), 0, $16384-160
+TEXT ·stateKVf32NEON(SB), 0, $16384-168
 
 	// one token with a store (decode, dst1 set): the T = 1 plan, whole column strips (stateOne)
-	MOVD  a_dst1+128(FP), R24
+	MOVD  a_dst1+136(FP), R24
 	CBZ   R24, tokens
 	MOVD  a_src+32(FP), R0
-	MOVD  a_dst1+128(FP), R1
+	MOVD  a_dst1+136(FP), R1
 	MOVD  a_kh+64(FP), R2
 	MOVD  a_K+0(FP), R6
 	MOVD  a_qh+72(FP), R3
 	MOVD  a_v+80(FP), R4
 	MOVD  a_V+8(FP), R7
 	MOVD  a_o+88(FP), R5
-	FMOVS a_tok1_0+136(FP), F13
-	FMOVS a_tok1_1+140(FP), F10
-	FMOVS a_tok1_2+144(FP), F11
-	FMOVS a_tok1_3+148(FP), F12
+	FMOVS a_tok1_0+144(FP), F13
+	FMOVS a_tok1_1+148(FP), F10
+	FMOVS a_tok1_2+152(FP), F11
+	FMOVS a_tok1_3+156(FP), F12
 	FMOVS $(-0.5), F14
 	FCMPS F14, F13 // em1 vs −0.5: GE is false for NaN
 	CSET  GE, R9
@@ -3029,7 +3029,7 @@ done:
 // R7 rows left, R8 copy count, R9 form, R10-R13 slab rows, R14/R15 kh/qh pointers, R19 group's row
 // index·4, R20 tokens left, R21 tok, R22 stores, R23 K counter, R24 group's offset in elements, R25
 // scratch.
-TEXT ·stateVKf32NEON(SB), 0, $16384-160
+TEXT ·stateVKf32NEON(SB), 0, $16384-168
 	MOVD a_K+0(FP), R6
 	MOVD a_V+8(FP), R7
 	MOVD a_src+32(FP), R0
@@ -3726,7 +3726,7 @@ done:
 // R7 columns left, R8 copy count, R9 form, R10/R11 slab/row pointers, R12/R13 kh/qh pointers, R14
 // row counter, R15 state row stride V·es, R19 strip's first column, R20 tokens left, R21 tok, R22
 // stores, R23 row start, R24/R25 scratch.
-TEXT ·stateKVbf16NEON(SB), 0, $16384-160
+TEXT ·stateKVbf16NEON(SB), 0, $16384-168
 	MOVD a_K+0(FP), R6
 	MOVD a_V+8(FP), R7
 	MOVD a_src+32(FP), R0
@@ -5197,7 +5197,7 @@ done:
 // R7 rows left, R8 copy count, R9 form, R10-R13 slab rows, R14/R15 kh/qh pointers, R19 group's row
 // index·4, R20 tokens left, R21 tok, R22 stores, R23 K counter, R24 group's offset in elements, R25
 // scratch.
-TEXT ·stateVKbf16NEON(SB), 0, $16384-160
+TEXT ·stateVKbf16NEON(SB), 0, $16384-168
 	MOVD a_K+0(FP), R6
 	MOVD a_V+8(FP), R7
 	MOVD a_src+32(FP), R0

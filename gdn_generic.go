@@ -160,7 +160,7 @@ func kvBlock(sIn, sOut []float32, rs, n int, kh, qh, v, o []float32, em1, eg, be
 		src, dst := sIn[i*rs:][:n], sOut[i*rs:][:n]
 		ki := kh[i]
 		if ch != nil {
-			c, m := ch[2*K+i], math.Float32bits(ch[3*K+i])
+			c, m := ch[2*K+2*i], math.Float32bits(ch[2*K+2*i+1])
 			for j := range d {
 				dst[j] = decayCM(src[j], c, m) + ki*d[j]
 			}
@@ -515,7 +515,7 @@ func vkRow(row []float32, j, V int, kh, qh, v []float32, vs int, o, tok, ch []fl
 		if ch != nil {
 			c := ch[4*K*τ+2*K : 4*K*(τ+1)]
 			for i, x := range row {
-				row[i] = decayCM(x, c[i], math.Float32bits(c[K+i])) + kh[i]*d
+				row[i] = decayCM(x, c[2*i], math.Float32bits(c[2*i+1])) + kh[i]*d
 			}
 		} else if near {
 			for i, x := range row {

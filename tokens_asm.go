@@ -19,6 +19,9 @@ type routine struct {
 	snap *snapRule
 	cvt  *bool // AVX-512 bf16: stateArgs.cvt, read per call (a test turns it off)
 	work bool  // the routine reads stateArgs.work
+	// chans: the routine takes the per-channel gate (stateArgs.ch); heads with one run the
+	// generic routine otherwise.
+	chans bool
 }
 
 // snapRule is a routine's condition for non-temporal snapshot stores (gofile.Snap): K%kMod == 0,
@@ -62,7 +65,7 @@ func asmCell(r *routine, generic stateFunc) stateFunc {
 		if T == 0 {
 			return
 		}
-		if K < r.minK || K > r.maxK {
+		if K < r.minK || K > r.maxK || h.ch != nil && !r.chans {
 			generic(h)
 			return
 		}
@@ -73,6 +76,9 @@ func asmCell(r *routine, generic stateFunc) stateFunc {
 		a := stateArgs{K: K, V: V, T: T, vs: h.vs,
 			kh: first(h.kh, T*K), qh: first(h.qh, T*K), v: first(h.v, (T-1)*h.vs+V), o: first(h.o, T*V), tok: first(h.tok, 4*T),
 			pf: unsafe.SliceData(h.pf), npf: len(h.pf)}
+		if h.ch != nil {
+			a.ch = first(h.ch, 4*T*K)
+		}
 		if r.work {
 			a.work = h.work
 		}
@@ -121,7 +127,7 @@ func asmCell(r *routine, generic stateFunc) stateFunc {
 // plan1 sets the fields of the T = 1 plan (dst1, tok1) for one token with an f32 store: the
 // [K][V] f32 routines then take whole rows (decode), the others ignore them.
 func (a *stateArgs) plan1(bf16 bool) {
-	if !bf16 && a.T == 1 && a.stores != nil && *a.stores != nil {
+	if !bf16 && a.T == 1 && a.stores != nil && *a.stores != nil && a.ch == nil {
 		a.dst1, a.tok1 = *a.stores, *(*[4]float32)(unsafe.Pointer(a.tok))
 	}
 }
@@ -159,6 +165,9 @@ func perToken(r *routine, a stateArgs) {
 		one.stores = &stores[τ]
 		one.kh, one.qh = at(a.kh, τ*K), at(a.qh, τ*K)
 		one.v, one.o, one.tok = at(a.v, τ*a.vs), at(a.o, τ*V), at(a.tok, 4*τ)
+		if a.ch != nil {
+			one.ch = at(a.ch, 4*τ*K)
+		}
 		r.call(one)
 		one.src = stores[τ]
 	}

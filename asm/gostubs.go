@@ -54,7 +54,7 @@ func (v variant) snap() *gofile.Snap {
 func (v variant) goRoutine() *gofile.Routine {
 	r := &gofile.Routine{Fn: v.name(), BF16: v.bf16, Snap: v.snap(), Work: true}
 	if v.layout == layoutKV {
-		r.MaxK = v.a.kvMaxK()
+		r.MaxK, r.Chans = v.a.kvMaxK(), true
 	} else {
 		r.MinK, r.MaxK, r.OddRow = v.a.vkMinK(), v.a.vkMaxK(), v.a.vkPairs()
 	}
@@ -94,13 +94,16 @@ same bits and a bf16 store is BF16RNE of the f32 routine's state:
 	S := src (bf16 widened; src32 instead when it is not nil)
 	for τ := range T:
 		for j := range V:
-			kv, qs := Σ_i kh_τ[i]·S[i][j], Σ_i qh_τ[i]·S[i][j]     (FMAs from 0, i ascending)
+			kv, qs := Σ_i rk_τ[i]·S[i][j], Σ_i rq_τ[i]·S[i][j]     (FMAs from 0, i ascending)
 			d := (v_τ[j] − decay_τ(kv))·beta_τ;  o_τ[j] = decay_τ(qs) + d·kq_τ
-			for i := range K: S[i][j] = decay_τ(S[i][j]) + d·kh_τ[i]
+			for i := range K: S[i][j] = decay_τi(S[i][j]) + d·kh_τ[i]
 		if stores[τ] != nil: stores[τ] ← S (bf16: BF16RNE)
 	carry ← S (bf16 routines, when not nil)
 
-in column blocks whose K rows stay in work (L1) for all T tokens.`,
+in column blocks whose K rows stay in work (L1) for all T tokens. Without ch, rk, rq are kh, qh
+and decay_τi is decay_τ; with ch (the per-channel gate: em1_τ = −1, eg_τ = 1) rk_τ, rq_τ are
+ch[4Kτ:], ch[4Kτ+K:] and decay_τi(x) = c·x + (x & m) (fused) with c, m = ch[4Kτ+2K+2i],
+ch[4Kτ+2K+2i+1] (chanForm). Every decay is computed as that pair form, the same bits.`,
 	"stateVK": `state%[2]s is the [V][K] state routine over T tokens in %[1]s (asm/state_vk.go). Per row j
 (K contiguous elements) and token τ, with tok[4τ:4τ+4] = em1, eg, beta, kq and decay(x) = x +
 em1·x (fused) when em1 ≥ −0.5, else eg·x (also for a NaN em1), chosen per token:

@@ -31,7 +31,9 @@ package main
 // or VMUL (eg·x), δ = (v − decay(Sᵀk̂))·beta, o = decay(Sᵀq̂) + δ·kq, S' = decay(S) + δ·k̂_i (an
 // FMA). So a call of T tokens gives the bits of T single-token calls, and a bf16 store is the
 // rounding of the f32 routine's state. The decay form is chosen per token (em1 ≥ −0.5; NaN takes
-// eg·x), each token's pass emitted for both forms.
+// eg·x) as a pair (c, m), decay(x) = c·x + (x & m) (one VAND and one FMA: (em1, all ones) gives
+// x + em1·x, (eg, the sign bit) eg·x, the same bits), and the per-channel gate (stateArgs.ch)
+// gives each row its own pair: one pass for every form and gate.
 //
 // The block lives in work (kvWork bytes from its first 64-byte boundary: the Go wrapper passes
 // kvWork + 64 bytes from a pool). Not in the frame: a frame that large needs the stack-check
@@ -74,6 +76,11 @@ type kvGen struct {
 	pf                              prefetchList // the driver's rows of its next call: a group per token pass
 	nt                              Mem          // 1 while this token's rows go to its store non-temporally (see ntSpan)
 	fin                             Mem          // bf16: 0 when this token's δ of the block are finite (finiteDelta)
+	// The read pass's vectors and the rows' decays (perChannel): the bases of token 0's k̂ and q̂
+	// of the read pass (kh, qh, or ch's), their stride in bytes from one token to the next, the
+	// row step of the decays' pointer in bytes (0: the token's pair for every row, or 8: ch's
+	// pairs c_i, m_i), token 0's pairs and this token's, and the token's pair (c, m; see token).
+	rkb, rqb, rstr, cinc, cmb, cmp, cpair, cpr Mem
 }
 
 // Non-temporal snapshot stores. Every routine over T tokens writes a token's rows to its store
@@ -182,6 +189,7 @@ func stateKVTokens(vr variant) {
 	ADDQ(U8(63), w)
 	ANDQ(I8(-64), w)
 	MOVQ(w, g.work)
+	g.perChannel()
 	g.pf = newPrefetchList()
 	g.nt = AllocLocal(8)
 	if vr.bf16 {
@@ -416,8 +424,8 @@ func (g *kvGen) block(s span) {
 			a.zero(accQ[t])
 		}
 		kh, qh, w, i := GP64(), GP64(), GP64(), GP64()
-		loadArg("kh", kh)
-		loadArg("qh", qh)
+		MOVQ(g.rkb, kh)
+		MOVQ(g.rqb, qh)
 		MOVQ(g.work, w)
 		XORQ(i, i)
 		// The block's lines kvAhead rows on (a hint; past the state it touches the next head
@@ -493,6 +501,8 @@ func (g *kvGen) block(s span) {
 		MOVQ(x, g.tau)
 		loadArg("kh", x)
 		MOVQ(x, g.kp)
+		MOVQ(g.cmb, x)
+		MOVQ(x, g.cmp)
 		loadArg("tok", x)
 		MOVQ(x, g.tp)
 		loadArg("v", x)
@@ -502,14 +512,14 @@ func (g *kvGen) block(s span) {
 		LEAQ(Mem{Base: x, Index: j0, Scale: 4}, x)
 		MOVQ(x, g.op)
 	}
-	tokens, far, next := label("token"), label("far"), label("tokdone")
+	tokens := label("token")
 	Label(tokens)
 	g.pf.group()
 	{
 		Comment("k̂ and q̂ of the next token (of this one at the last: accumulated, never used).")
 		tau, kk, kn, qn, t := GP64(), GP64(), GP64(), GP64(), GP64()
 		MOVQ(g.tau, tau)
-		loadArg("K", kk)
+		MOVQ(g.rstr, kk)
 		INCQ(tau)
 		loadArg("T", t)
 		CMPQ(tau, t)
@@ -518,32 +528,36 @@ func (g *kvGen) block(s span) {
 		DECQ(tau)
 		Label(notLast)
 		IMULQ(kk, tau)
-		loadArg("kh", kn)
-		LEAQ(Mem{Base: kn, Index: tau, Scale: 4}, kn)
+		MOVQ(g.rkb, kn)
+		ADDQ(tau, kn)
 		MOVQ(kn, g.knp)
-		loadArg("qh", qn)
-		LEAQ(Mem{Base: qn, Index: tau, Scale: 4}, qn)
+		MOVQ(g.rqb, qn)
+		ADDQ(tau, qn)
 		MOVQ(qn, g.qnp)
 	}
 	{
-		tp, x := GP64(), XMM()
+		Commentf("The token's decay as a pair (c, m), decay(x) = c·x + (x & m): (em1, all ones) = x + em1·x where em1 ≥ %g, else (eg, the sign bit) = eg·x (also for a NaN em1).", nearOne)
+		tp, c, m, sign, x := GP64(), GP32(), GP32(), GP32(), XMM()
 		MOVQ(g.tp, tp)
+		MOVL(Mem{Base: tp}, c)
+		MOVL(U32(0xffffffff), m)
+		MOVL(U32(0x80000000), sign)
 		VMOVSS(Mem{Base: tp}, x)
 		VUCOMISS(cNearOne, x) // CF: em1 < nearOne or unordered
-		JCS(LabelRef(far))
+		CMOVLCS(Mem{Base: tp, Disp: 4}, c)
+		CMOVLCS(sign, m)
+		MOVL(c, g.cpair)
+		MOVL(m, g.cpair.Offset(4))
 	}
-	Commentf("em1 ≥ %g: decay(x) = %s.", nearOne, nearForm.of("x"))
 	out := label("tokensout")
-	g.token(s, nearForm, accK, accQ, 0, out)
-	JMP(LabelRef(next))
-	Label(far)
-	Commentf("em1 < %g or NaN: decay(x) = %s.", nearOne, farForm.of("x"))
-	g.token(s, farForm, accK, accQ, 4, out)
-	Label(next)
+	g.token(s, accK, accQ, out)
 	{
 		x, y := GP64(), GP64()
-		MOVQ(g.knp, x)
-		MOVQ(x, g.kp)
+		loadArg("K", x)
+		SHLQ(U8(2), x)
+		ADDQ(x, g.kp)
+		MOVQ(g.rstr, x)
+		ADDQ(x, g.cmp)
 		ADDQ(U8(16), g.tp)
 		loadArg("vs", x)
 		SHLQ(U8(2), x)
@@ -561,20 +575,21 @@ func (g *kvGen) block(s span) {
 	Label(out)
 }
 
-// token emits one token over the block in form f: δ and o from the accumulators, then the pass
-// over the rows in work (update, stores, the next token's accumulation). cOff is the byte offset of
-// the form's parameter in the token's four floats.
-func (g *kvGen) token(s span, f form, accK, accQ []VecVirtual, cOff int, out string) {
+// token emits one token over the block: δ and o from the accumulators, decayed by the token's
+// pair (cpair), then the pass over the rows in work (update, stores, the next token's
+// accumulation), each row decayed by its pair (rowDecays).
+func (g *kvGen) token(s span, accK, accQ []VecVirtual, out string) {
 	a, ps := g.a, s.ps
 	Comment("δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.")
-	c := a.vec()
+	c, m := a.vec(), a.vec()
 	d := make([]VecVirtual, len(ps)) // δ in registers, or nil: in the frame (deltaInFrame)
 	g.alignDelta()
 	{
 		beta, kq := a.vec(), a.vec()
 		tp, vp, op := GP64(), GP64(), GP64()
 		MOVQ(g.tp, tp)
-		VBROADCASTSS(Mem{Base: tp, Disp: cOff}, c)
+		VBROADCASTSS(g.cpair, c)
+		VBROADCASTSS(g.cpair.Offset(4), m)
 		VBROADCASTSS(Mem{Base: tp, Disp: 8}, beta)
 		VBROADCASTSS(Mem{Base: tp, Disp: 12}, kq)
 		MOVQ(g.vp, vp)
@@ -587,10 +602,10 @@ func (g *kvGen) token(s span, f form, accK, accQ []VecVirtual, cOff int, out str
 		s.each(func(t int, pc piece) {
 			vt := a.vec()
 			pc.load(pc.at(vp, 4), vt)
-			pc.decay(f, c, accK[t])
+			g.decayCM(pc, c, m, accK[t])
 			pc.sub(vt, accK[t], vt)
 			pc.mul(vt, beta, vt)
-			pc.decay(f, c, accQ[t])
+			g.decayCM(pc, c, m, accQ[t])
 			pc.fma(vt, kq, accQ[t])
 			pc.store(accQ[t], pc.at(op, 4))
 			if g.bf16 {
@@ -617,7 +632,7 @@ func (g *kvGen) token(s span, f form, accK, accQ []VecVirtual, cOff int, out str
 		a.zero(accK[t])
 		a.zero(accQ[t])
 	}
-	Commentf("S' = %s + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.", f.of("S"))
+	Comment("S' = decay(S) + k̂_i·δ, stored where asked; the next token's Sᵀk̂, Sᵀq̂ from it.")
 	w, i, k, kp, kn, qn := GP64(), GP64(), GP64(), GP64(), GP64(), GP64()
 	MOVQ(g.work, w)
 	XORQ(i, i)
@@ -690,18 +705,83 @@ func (g *kvGen) token(s span, f form, accK, accQ []VecVirtual, cOff int, out str
 	// guarded span's pieces across their guards. BenchmarkKVRoutine, avx2 bf16 decode, 128×128,
 	// ns per head, medians of 6 alternating runs: 3,894 → 3,078; 96×80 2,114 → 1,739.
 	if a.regs < 32 && s.guarded() {
-		g.rows(s, f, c, d, accK, accQ, w, i, k, kp, kn, qn, dst, dstStride, carry, cStride, false)
+		g.rows(s, d, accK, accQ, w, i, k, kp, kn, qn, dst, dstStride, carry, cStride, false)
 		return
 	}
 	last, done := label("lastrows"), label("rowsdone")
 	g.cmpLast()
 	JE(LabelRef(last))
-	g.rows(s, f, c, d, accK, accQ, w, i, k, kp, kn, qn, dst, dstStride, carry, cStride, false)
+	g.rows(s, d, accK, accQ, w, i, k, kp, kn, qn, dst, dstStride, carry, cStride, false)
 	JMP(LabelRef(done))
 	Label(last)
-	g.rows(s, f, c, d, accK, accQ, w, i, k, kp, kn, qn, dst, dstStride, carry, cStride, true)
+	g.rows(s, d, accK, accQ, w, i, k, kp, kn, qn, dst, dstStride, carry, cStride, true)
 	JMP(LabelRef(out))
 	Label(done)
+}
+
+// perChannel sets the frame slots of the read pass's vectors and the rows' decays from
+// stateArgs.ch (once per call): with ch, k̂ and q̂ of the read pass and the pairs c_i, m_i are ch's
+// (a token's 4K floats: k̂, q̂, then the pairs), else kh and qh, and every row decays by the
+// token's pair: the scalar gate is the per-channel gate's code with one pair for all rows.
+func (g *kvGen) perChannel() {
+	g.rkb, g.rqb, g.rstr, g.cinc = AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8)
+	g.cmb, g.cmp, g.cpair, g.cpr = AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8)
+	ch, x, k4 := GP64(), GP64(), GP64()
+	Comment("The read pass's k̂, q̂ and the rows' far-form decays: the per-channel gate's (ch), else kh, qh and eg.")
+	loadArg("K", k4)
+	SHLQ(U8(2), k4)
+	loadArg("ch", ch)
+	TESTQ(ch, ch)
+	scalar, set := label("scalargate"), label("gateset")
+	JZ(LabelRef(scalar))
+	MOVQ(ch, g.rkb)
+	ADDQ(k4, ch)
+	MOVQ(ch, g.rqb)
+	ADDQ(k4, ch)
+	MOVQ(ch, g.cmb)
+	SHLQ(U8(2), k4)
+	MOVQ(k4, g.rstr)
+	MOVQ(U32(8), g.cinc)
+	JMP(LabelRef(set))
+	Label(scalar)
+	loadArg("kh", x)
+	MOVQ(x, g.rkb)
+	loadArg("qh", x)
+	MOVQ(x, g.rqb)
+	MOVQ(k4, g.rstr)
+	MOVQ(U32(0), g.cinc)
+	MOVQ(U32(0), g.cmb)
+	Label(set)
+}
+
+// rowDecays returns where this token's first row decay is (c_0, m_0; cp steps by cinc bytes a
+// row): ch's pairs, or the token's pair (cpair) for every row.
+func (g *kvGen) rowDecays() (cp GPVirtual) {
+	cp = GP64()
+	MOVQ(g.cmp, cp)
+	set := label("decaysset")
+	CMPQ(g.cinc, U8(0))
+	JNE(LabelRef(set))
+	LEAQ(g.cpair, cp)
+	Label(set)
+	return cp
+}
+
+// decayCM replaces the piece y by decay(y) = c·y + (y & m), one rounding (chanForm: x + em1·x
+// with m all ones, eg·x with m the sign bit).
+func (g *kvGen) decayCM(p piece, c, m, y VecVirtual) {
+	a, t := g.a, g.a.vec()
+	switch {
+	case a.evex:
+		VPANDD(a.view(m), a.view(y), a.view(t))
+	default:
+		VANDPS(a.view(m), a.view(y), a.view(t))
+	}
+	if p.w == 1 {
+		VFMADD132SS(c.AsX(), t.AsX(), y.AsX())
+	} else {
+		VFMADD132PS(p.view(c), p.view(t), p.view(y))
+	}
 }
 
 // cmpLast compares τ + 1 with the call's token count (equal: τ is the last token), for a JE/JNE.
@@ -715,7 +795,7 @@ func (g *kvGen) cmpLast() {
 
 // rows emits a token's pass over the block's rows in work (see token); last: the call's last
 // token, whose pass stores and carries its rows from the registers and does nothing else.
-func (g *kvGen) rows(s span, f form, c VecVirtual, d []VecVirtual, accK, accQ []VecVirtual, w, i, k, kp, kn, qn, dst, dstStride, carry, cStride GPVirtual, last bool) {
+func (g *kvGen) rows(s span, d []VecVirtual, accK, accQ []VecVirtual, w, i, k, kp, kn, qn, dst, dstStride, carry, cStride GPVirtual, last bool) {
 	a := g.a
 	if g.cvtPairs(s) && s.ps[len(s.ps)-1].mask != nil && len(s.ps)%2 == 0 {
 		// cvtStores' word mask of the masked pair (K3: words 0–15 all, 16–31 as the last
@@ -724,10 +804,31 @@ func (g *kvGen) rows(s span, f form, c VecVirtual, d []VecVirtual, accK, accQ []
 		KUNPCKWD(K4, s.ps[len(s.ps)-1].mask, K3)
 		KNOTD(K3, K4)
 	}
+	cp := g.rowDecays()
+	// AVX2's guarded spans need every GP register but R15 (storeTail's): their row decays'
+	// pointer stays in the frame.
+	inFrame := a.regs < 32 && s.guarded()
+	if inFrame {
+		MOVQ(cp, g.cpr)
+	}
 	loop := label("rows")
 	Label(loop)
 	bk := a.vec()
 	VBROADCASTSS(Mem{Base: kp, Index: i, Scale: 4}, bk)
+	rc, rm := a.vec(), a.vec()
+	{
+		p := cp
+		if inFrame {
+			p = GP64()
+			MOVQ(g.cpr, p)
+		}
+		VBROADCASTSS(Mem{Base: p}, rc)
+		VBROADCASTSS(Mem{Base: p, Disp: 4}, rm)
+		ADDQ(g.cinc, p)
+		if inFrame {
+			MOVQ(p, g.cpr)
+		}
+	}
 	var bkn, bqn VecVirtual
 	if !last {
 		bkn, bqn = a.vec(), a.vec()
@@ -739,7 +840,7 @@ func (g *kvGen) rows(s span, f form, c VecVirtual, d []VecVirtual, accK, accQ []
 		u := unmasked(pc)
 		y := a.vec()
 		u.load(u.at(w, 4), y)
-		u.decay(f, c, y)
+		g.decayCM(u, rc, rm, y)
 		if d[t] != nil {
 			u.fma(d[t], bk, y)
 		} else {

@@ -36,6 +36,7 @@ type Routine struct {
 	Snap       *Snap // f32 routines: nil, never one call
 	Cvt        string
 	Work       bool // the routine reads the work space (stateArgs.work)
+	Chans      bool // the routine takes the per-channel gate (stateArgs.ch)
 }
 
 // Kernel is one kernel's table: its impl literal (Fields: the pieces, verbatim) and its routines
@@ -131,7 +132,7 @@ func (r *Routine) literal() string {
 	if r == nil {
 		return "nil"
 	}
-	s := fmt.Sprintf("{fn: %s, bf16: %v, minK: %d, maxK: %d, oddRow: %v, work: %v", r.Fn, r.BF16, r.MinK, r.MaxK, r.OddRow, r.Work)
+	s := fmt.Sprintf("{fn: %s, bf16: %v, minK: %d, maxK: %d, oddRow: %v, work: %v, chans: %v", r.Fn, r.BF16, r.MinK, r.MaxK, r.OddRow, r.Work, r.Chans)
 	if r.Snap != nil {
 		s += fmt.Sprintf(", snap: &snapRule{kMod: %d, kMax: %d, vMod: %d, vMin: %d, align: %d}", r.Snap.KMod, r.Snap.KMax, r.Snap.VMod, r.Snap.VMin, r.Snap.Align)
 	}

@@ -40,6 +40,7 @@ var Fields = []Field{
 	{"v", "*float32", "token τ's v at τ·vs, V each", 0},
 	{"o", "*float32", "[T][V] written: each token's output before the RMSNorm", 0},
 	{"tok", "*float32", "[T][4] em1, eg, beta, kq", 0},
+	{"ch", "*float32", "[T][4][K] nil, or the per-channel gate (routine.chans; headCall.ch): per token the read pass's k̂ and q̂, then the rows' decays c_i, m_i in pairs; tok's em1, eg are then −1, 1", 0},
 	{"work", "*[workFloats]float32", "the work space of the routines that take one (routine.work; the routine aligns it to 64 bytes), else nil", 0},
 	{"pf", "*uintptr", "[npf] the prefetch list: the rows of the driver's next call (a hint)", 0},
 	{"npf", "int", "the prefetch list's length in words", 0},
