@@ -293,7 +293,6 @@ func (k Kernel) runBatch(b *Batch, lo, hi int, s *Scratch, check bool) {
 	}
 	f := k.im.cell(b.Format)
 	pf := k.im.prefetches
-
 	if f == nil {
 		panic(fmt.Sprintf("gdnsimd: kernel %s does not implement format %v", k.im.name, b.Format))
 	}

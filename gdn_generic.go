@@ -267,11 +267,14 @@ func BF16RNE(f float32) uint16 {
 	return uint16(u >> 16)
 }
 
-// The head gates (SPEC Part A) of many (token, value head) lanes at once:
+// The gates (SPEC Parts A and C) of many lanes at once, a lane a (token, value head) of the scalar
+// gate or a (token, value head, key channel) of the per-channel gate:
 //
 //	beta = sigmoid(b) = 1/(1 + exp(−b))
-//	g    = −exp(A_log)·softplus(a + dt_bias)
+//	g    = −rate·softplus(a + dt_bias), or lb·sigmoid(rate·(a + dt_bias)) (lb < 0)
 //	em1  = expm1(g), eg = exp(g)
+//
+// with the head's rate = exp(A_log) (rate64) or −ssm_a.
 //
 // in float64, each rounded once to float32. Where eg ≥ 0.5 (g ≥ ln 0.5) em1 is expm1(g) and
 // eg = 1 + em1; below, eg is exp(g) and em1 = eg − 1 (either way exact to about 2⁻⁵³ where

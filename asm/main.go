@@ -10,17 +10,19 @@
 //	gate   the gated RMSNorm of o: Σo² in float64, r, silu(z) through a vectorised Exp32, bf16 RNE
 //	l2     Σq², Σk², Σk·q in float64
 //	scale  dst = src·s (q̂ and k̂ from q, k and their l2 factors)
-//	gates  the head gates beta, em1, eg of many lanes (gdn_generic.go's gatesGeneric), in float64
+//	gates  the gates beta, em1, eg of many lanes, a head's or a channel's (gdn_generic.go's
+//	       gatesGeneric), in float64
 //
 // The l2 factors and k̂·q̂ stay in the Go driver.
 //
 // # The two decays
 //
 // decay(x) is x + em1·x (one VFMADD213) when em1 ≥ −0.5, else eg·x (one VMULPS), as in SPEC Part
-// A. The prologue compares em1 with −0.5 once (a NaN em1 takes eg·x) and keeps the answer in a
-// frame byte; every column block branches on it once after its read pass, into its δ, o and
-// write pass emitted for either form (eachForm), so no loop carries an extra instruction; the
-// price is that this code exists twice in every block.
+// A. The T = 1 plan (state_kv.go) and the [V][K] routines choose the form once per call or token
+// and branch into δ, o and the write pass emitted for either form (eachForm, vkForm). The [K][V]
+// routines over T tokens write either form as a pair, decay(x) = c·x + (x & m) (a VAND and one
+// FMA, the same bits), so that one pass serves both forms and the per-channel gate, whose rows
+// each have their own pair (state_kv_tokens.go; the cost to the scalar gate: doc/design.md).
 //
 // # The generator's files
 //

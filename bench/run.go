@@ -339,27 +339,26 @@ func measureServe(c Config, d, d1, ds *RunData, l *gdn.Layer, kernel string, wor
 	n := batchLen(t, c.Batch)
 	d.Copies(1)
 	nc := batchLen(d.Copies(1), c.Batch)
-	var l1 *gdn.Layer
-	n1 := 0
-	if d1 != nil {
-		var err error
-		if l1, err = d1.Layer(kernel, workers); err != nil {
-			return r, err
+	// warm makes the Layer of a case measured beside d (nil: none) and its batch length.
+	warm := func(x *RunData) (*gdn.Layer, int, error) {
+		if x == nil {
+			return nil, 0, nil
 		}
-		d1.Runs(l1, 2)
-		t1, _ := d1.Runs(l1, 1)
-		n1 = batchLen(t1, c.Batch)
+		lx, err := x.Layer(kernel, workers)
+		if err != nil {
+			return nil, 0, err
+		}
+		x.Runs(lx, 2)
+		tx, _ := x.Runs(lx, 1)
+		return lx, batchLen(tx, c.Batch), nil
 	}
-	var ls *gdn.Layer
-	ns := 0
-	if ds != nil {
-		var err error
-		if ls, err = ds.Layer(kernel, workers); err != nil {
-			return r, err
-		}
-		ds.Runs(ls, 2)
-		ts, _ := ds.Runs(ls, 1)
-		ns = batchLen(ts, c.Batch)
+	l1, n1, err := warm(d1)
+	if err != nil {
+		return r, err
+	}
+	ls, ns, err := warm(ds)
+	if err != nil {
+		return r, err
 	}
 	nf := 0
 	if t := d.Floors(kernel, 1); t > 0 {

@@ -125,10 +125,7 @@ func runTokenByToken(t *testing.T, kernel string, format gdnsimd.Format, sc orac
 			for i := range nh {
 				want[i] = float64(math.Float32frombits(uint32(sc.TokenByToken.StateBF16[s*sl+h*nh+i]) << 16))
 			}
-			hm := 0.0
-			for _, w := range want {
-				hm = max(hm, math.Abs(w))
-			}
+			hm := oracle.MaxAbs(want)
 			for i, w := range want {
 				x := slot[h*nh+i]
 				total++
@@ -144,10 +141,7 @@ func runTokenByToken(t *testing.T, kernel string, format gdnsimd.Format, sc orac
 		for h := range d.HV {
 			at := (r*d.HV + h) * d.V
 			w := sc.TokenByToken.Y[at : at+d.V]
-			hm := 0.0
-			for _, x := range w {
-				hm = max(hm, math.Abs(x))
-			}
+			hm := oracle.MaxAbs(w)
 			tol := (oracle.RelTol + 0x1p-8*ycond[r*d.HV+h]) * hm
 			for j, x := range w {
 				require.LessOrEqual(t, math.Abs(float64(y[at+j])-x), tol, "token-by-token y token %d head %d [%d]", r, h, j)

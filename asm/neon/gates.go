@@ -155,25 +155,25 @@ func gatesNEON(e *emitter) {
 	e.label("gs2")
 	e.op("CMP", imm(2), n)
 	e.op("BLT", "gs1")
-	e.op("CBZ", nb, "gs2nob")
-	e.op("FMOVD.P", post(8, pb), Freg(va.in[0]))
-	e.label("gs2nob")
-	for _, j := range []int{1, 3} {
-		e.op("FMOVD.P", post(8, [4]Reg{1: pa, 3: pdtb}[j]), Freg(va.in[j]))
+	// lanes loads the inputs of one vector: w float32 lanes of b (unless len(b) = 0), a and dt_bias,
+	// the rates' float64s.
+	lanes := func(w int, nob string) {
+		ld := map[int]string{1: "FMOVS.P", 2: "FMOVD.P", 4: "FMOVQ.P"}
+		e.op("CBZ", nb, nob)
+		e.op(ld[w], post(4*w, pb), Freg(va.in[0]))
+		e.label(nob)
+		for _, j := range []int{1, 3} {
+			e.op(ld[w], post(4*w, [4]Reg{1: pa, 3: pdtb}[j]), Freg(va.in[j]))
+		}
+		e.op(ld[2*w], post(8*w, prate), Freg(va.in[2]))
 	}
-	e.op("FMOVQ.P", post(16, prate), Freg(va.in[2]))
+	lanes(2, "gs2nob")
 	e.op("B", "gsbody")
 
 	e.label("gs1")
 	e.op("CBZ", n, "gsdone")
 	e.opn("the odd lane: lane 0, lane 1 is 0", "MOVD", imm(1), inTail)
-	e.op("CBZ", nb, "gs1nob")
-	e.op("FMOVS.P", post(4, pb), Freg(va.in[0]))
-	e.label("gs1nob")
-	for _, j := range []int{1, 3} {
-		e.op("FMOVS.P", post(4, [4]Reg{1: pa, 3: pdtb}[j]), Freg(va.in[j]))
-	}
-	e.op("FMOVD.P", post(8, prate), Freg(va.in[2]))
+	lanes(1, "gs1nob")
 
 	e.label("gsbody")
 	for _, j := range []int{0, 1, 3} {

@@ -323,7 +323,7 @@ func CheckBatch(c *BatchCase, w *BatchWant, g BatchGot) error {
 			if math.IsNaN(cond) {
 				cond = yCondNaNReplacement
 			}
-			hm := maxAbs(y)
+			hm := MaxAbs(y)
 			tol := (RelTol + CondTol*cond) * hm
 			for j, yj := range y {
 				i := (t*HV+h)*V + j
@@ -367,7 +367,7 @@ func CheckBatch(c *BatchCase, w *BatchWant, g BatchGot) error {
 		got := gotDst[slot]
 		for h := range HV {
 			ws, gs := want[h*K*V:(h+1)*K*V], got[h*K*V:(h+1)*K*V]
-			hm := maxAbs(ws)
+			hm := MaxAbs(ws)
 			tol := RelTol * hm
 			for i, x := range ws {
 				e := math.Abs(float64(gs[i]) - x)

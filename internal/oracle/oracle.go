@@ -313,7 +313,7 @@ func Check(c Case, g Got) error {
 			}
 		}
 		if g.Out != nil {
-			tol := RelTol * maxAbs(y)
+			tol := RelTol * MaxAbs(y)
 			for j, yj := range y {
 				got := float64(math.Float32frombits(uint32(g.Out[bh*V+j]) << 16))
 				if err := math.Abs(got - yj); !(err <= max(BF16ULP(yj), tol)) {
@@ -338,17 +338,18 @@ func Check(c Case, g Got) error {
 }
 
 func within(what string, bh int, got []float32, want []float64) error {
-	tol := RelTol * maxAbs(want)
+	tol := RelTol * MaxAbs(want)
 	for i, wv := range want {
 		if err := math.Abs(float64(got[i]) - wv); !(err <= tol) {
 			return fmt.Errorf("%s head %d [%d]: got %g, want %g: error %g > %g (1e-5 of the head's max %g)",
-				what, bh, i, got[i], wv, err, tol, maxAbs(want))
+				what, bh, i, got[i], wv, err, tol, MaxAbs(want))
 		}
 	}
 	return nil
 }
 
-func maxAbs(v []float64) float64 {
+// MaxAbs is the largest magnitude in v (a head max).
+func MaxAbs(v []float64) float64 {
 	m := 0.0
 	for _, x := range v {
 		m = max(m, math.Abs(x))
