@@ -13,7 +13,7 @@ import (
 // BenchmarkGate times the gate routines alone (the gated RMSNorm of one head's o, bf16 out, every
 // slice hot in L1) at V = 128 (Qwen3-Next) and V = 80 (the odd shape), ns per call.
 func BenchmarkGate(b *testing.B) {
-	gates := map[string]func(o, z, w []float32, eps float32, out []uint16, outF []float32){
+	gates := map[string]func(o, z, w []float32, eps float32, out []uint16, outF []float32, sig bool){
 		"avx512": gateAVX512, "avx2": gateAVX2,
 	}
 	for _, im := range available {
@@ -29,7 +29,7 @@ func BenchmarkGate(b *testing.B) {
 			out := make([]uint16, V)
 			b.Run(fmt.Sprintf("%s/V=%d", im.name, V), func(b *testing.B) {
 				for range b.N {
-					gate(o, z, w, 1e-6, out, nil)
+					gate(o, z, w, 1e-6, out, nil, false)
 				}
 			})
 		}

@@ -309,10 +309,7 @@ func (k Kernel) runBatch(b *Batch, lo, hi int, s *Scratch, check bool) {
 	s.gateLanes(max(chunk, b.VHeads), b.K)
 	s.b = *b // the routines are func values: what they are given escapes, so b must not be given
 	d := driver{im: k.im, b: &s.b, s: s, state: f, w: b.NormWeight[:b.V:b.V], single: b.Format == Format{} && !b.PerChannel,
-		prefetches: pf, norm: k.im.gate}
-	if b.Sigmoid {
-		d.norm = gateSigmoid
-	}
+		prefetches: pf}
 	if b.PerChannel && len(s.ch) < 4*chunk*b.K {
 		s.ch = make([]float32, 4*chunk*b.K)
 	}
@@ -425,7 +422,6 @@ type driver struct {
 	single bool // one-token sequences take token (the [K][V] f32 format, the scalar gate)
 	// prefetches: the state routine issues the prefetch list (impl.prefetches of the cell run).
 	prefetches bool
-	norm       func(o, z, w []float32, eps float32, out []uint16, outF []float32) // the gated RMSNorm
 	// oneTok: the sequence being run is one token; its gates for the value heads from hlo are
 	// in s.lane(3…5) (computed once for all its heads: see heads).
 	oneTok bool
@@ -730,7 +726,7 @@ func (d *driver) gate(t, h int, o []float32) {
 	if b.OutF32 != nil {
 		outF = cutF32(b.OutF32, (t*HV+h)*V, V)
 	}
-	d.norm(o, z, d.w, b.RMSEps, out, outF)
+	d.im.gate(o, z, d.w, b.RMSEps, out, outF, b.Sigmoid)
 }
 
 // token is the path of a sequence of one token in the [K][V] f32 format (decode, Step) for value

@@ -75,13 +75,13 @@ var avx2Routines = [2][2]*routine{
 // at least as long, not checked)
 //
 //	r := float32(1 / math.Sqrt(Σ_j float64(o[j])² / V + float64(eps)))    (Σ in float64)
-//	y := o[j]·r·w[j]·silu32(z[j]);  outF[j] = y;  out[j] = BF16RNE(y)
+//	y := o[j]·r·w[j]·act(z[j]);  outF[j] = y;  out[j] = BF16RNE(y)
 //
-// where a nil out or outF is skipped. silu32 and BF16RNE are computed as the Go functions do,
-// operation for operation (exp32's constants and clamps, NaN propagating).
+// act is silu32, or sigmoid32 if sig; a nil out or outF is skipped. act and BF16RNE are computed as
+// the Go functions do, operation for operation (exp32's constants and clamps, NaN propagating).
 //
 //go:noescape
-func gateAVX512(o, z, w []float32, eps float32, out []uint16, outF []float32)
+func gateAVX512(o, z, w []float32, eps float32, out []uint16, outF []float32, sig bool)
 
 // l2AVX512 is l2Generic in AVX512: Σq², Σk², Σk·q over len(q) elements (len(k) ≥ len(q), not
 // checked), accumulated in float64.
@@ -100,13 +100,13 @@ func scaleAVX512(dst, src []float32, s float32)
 // at least as long, not checked)
 //
 //	r := float32(1 / math.Sqrt(Σ_j float64(o[j])² / V + float64(eps)))    (Σ in float64)
-//	y := o[j]·r·w[j]·silu32(z[j]);  outF[j] = y;  out[j] = BF16RNE(y)
+//	y := o[j]·r·w[j]·act(z[j]);  outF[j] = y;  out[j] = BF16RNE(y)
 //
-// where a nil out or outF is skipped. silu32 and BF16RNE are computed as the Go functions do,
-// operation for operation (exp32's constants and clamps, NaN propagating).
+// act is silu32, or sigmoid32 if sig; a nil out or outF is skipped. act and BF16RNE are computed as
+// the Go functions do, operation for operation (exp32's constants and clamps, NaN propagating).
 //
 //go:noescape
-func gateAVX2(o, z, w []float32, eps float32, out []uint16, outF []float32)
+func gateAVX2(o, z, w []float32, eps float32, out []uint16, outF []float32, sig bool)
 
 // l2AVX2 is l2Generic in AVX2: Σq², Σk², Σk·q over len(q) elements (len(k) ≥ len(q), not
 // checked), accumulated in float64.

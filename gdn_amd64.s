@@ -1329,9 +1329,9 @@ DATA g64expm115<>+48(SB)/8, $0x3ff0000000000000
 DATA g64expm115<>+56(SB)/8, $0x3ff0000000000000
 GLOBL g64expm115<>(SB), RODATA|NOPTR, $64
 
-// func gateAVX512(o []float32, z []float32, w []float32, eps float32, out []uint16, outF []float32)
+// func gateAVX512(o []float32, z []float32, w []float32, eps float32, out []uint16, outF []float32, sig bool)
 // Requires: AVX, AVX512F, AVX512VL, MMX+
-TEXT ·gateAVX512(SB), NOSPLIT, $0-128
+TEXT ·gateAVX512(SB), NOSPLIT, $0-129
 	MOVQ  o_len+8(FP), DI
 	TESTQ DI, DI
 	JZ    gateAVX512_done_1
@@ -1659,6 +1659,8 @@ gateAVX512_ggroup_1:
 	VADDPS.BCST  one<>+0(SB), Z6, Z6
 	VADDPS.BCST  one<>+0(SB), Z7, Z7
 	VADDPS.BCST  one<>+0(SB), Z8, Z8
+	CMPB         sig+128(FP), $0x00
+	JNE          gateAVX512_gsig_1
 	VMOVUPS      (CX), Z9
 	VDIVPS       Z1, Z9, Z9
 	VMOVUPS      64(CX), Z1
@@ -1675,56 +1677,77 @@ gateAVX512_ggroup_1:
 	VDIVPS       Z7, Z6, Z6
 	VMOVUPS      448(CX), Z7
 	VDIVPS       Z8, Z7, Z7
-	VMOVUPS      (AX), Z8
-	VMULPS       Z0, Z8, Z8
-	VMOVUPS      (DX), Z10
-	VMULPS       Z10, Z8, Z8
-	VMULPS       Z9, Z8, Z8
-	VMOVUPS      64(AX), Z9
-	VMULPS       Z0, Z9, Z9
-	VMOVUPS      64(DX), Z10
-	VMULPS       Z10, Z9, Z9
-	VMULPS       Z1, Z9, Z9
-	VMOVUPS      128(AX), Z1
-	VMULPS       Z0, Z1, Z1
-	VMOVUPS      128(DX), Z10
-	VMULPS       Z10, Z1, Z1
-	VMULPS       Z2, Z1, Z1
-	VMOVUPS      192(AX), Z2
-	VMULPS       Z0, Z2, Z2
-	VMOVUPS      192(DX), Z10
-	VMULPS       Z10, Z2, Z2
-	VMULPS       Z3, Z2, Z2
-	VMOVUPS      256(AX), Z3
-	VMULPS       Z0, Z3, Z3
-	VMOVUPS      256(DX), Z10
-	VMULPS       Z10, Z3, Z3
-	VMULPS       Z4, Z3, Z3
-	VMOVUPS      320(AX), Z4
-	VMULPS       Z0, Z4, Z4
-	VMOVUPS      320(DX), Z10
-	VMULPS       Z10, Z4, Z4
-	VMULPS       Z5, Z4, Z4
-	VMOVUPS      384(AX), Z5
-	VMULPS       Z0, Z5, Z5
-	VMOVUPS      384(DX), Z10
-	VMULPS       Z10, Z5, Z5
-	VMULPS       Z6, Z5, Z5
-	VMOVUPS      448(AX), Z6
-	VMULPS       Z0, Z6, Z6
-	VMOVUPS      448(DX), Z10
-	VMULPS       Z10, Z6, Z6
-	VMULPS       Z7, Z6, Z6
-	TESTQ        SI, SI
-	JZ           gateAVX512_nof32_1
-	VMOVUPS      Z8, (SI)
-	VMOVUPS      Z9, 64(SI)
-	VMOVUPS      Z1, 128(SI)
-	VMOVUPS      Z2, 192(SI)
-	VMOVUPS      Z3, 256(SI)
-	VMOVUPS      Z4, 320(SI)
-	VMOVUPS      Z5, 384(SI)
-	VMOVUPS      Z6, 448(SI)
+	JMP          gateAVX512_gdiv_1
+
+gateAVX512_gsig_1:
+	VBROADCASTSS one<>+0(SB), Z9
+	VDIVPS       Z1, Z9, Z9
+	VBROADCASTSS one<>+0(SB), Z1
+	VDIVPS       Z2, Z1, Z1
+	VBROADCASTSS one<>+0(SB), Z2
+	VDIVPS       Z3, Z2, Z2
+	VBROADCASTSS one<>+0(SB), Z3
+	VDIVPS       Z4, Z3, Z3
+	VBROADCASTSS one<>+0(SB), Z4
+	VDIVPS       Z5, Z4, Z4
+	VBROADCASTSS one<>+0(SB), Z5
+	VDIVPS       Z6, Z5, Z5
+	VBROADCASTSS one<>+0(SB), Z6
+	VDIVPS       Z7, Z6, Z6
+	VBROADCASTSS one<>+0(SB), Z7
+	VDIVPS       Z8, Z7, Z7
+
+gateAVX512_gdiv_1:
+	VMOVUPS (AX), Z8
+	VMULPS  Z0, Z8, Z8
+	VMOVUPS (DX), Z10
+	VMULPS  Z10, Z8, Z8
+	VMULPS  Z9, Z8, Z8
+	VMOVUPS 64(AX), Z9
+	VMULPS  Z0, Z9, Z9
+	VMOVUPS 64(DX), Z10
+	VMULPS  Z10, Z9, Z9
+	VMULPS  Z1, Z9, Z9
+	VMOVUPS 128(AX), Z1
+	VMULPS  Z0, Z1, Z1
+	VMOVUPS 128(DX), Z10
+	VMULPS  Z10, Z1, Z1
+	VMULPS  Z2, Z1, Z1
+	VMOVUPS 192(AX), Z2
+	VMULPS  Z0, Z2, Z2
+	VMOVUPS 192(DX), Z10
+	VMULPS  Z10, Z2, Z2
+	VMULPS  Z3, Z2, Z2
+	VMOVUPS 256(AX), Z3
+	VMULPS  Z0, Z3, Z3
+	VMOVUPS 256(DX), Z10
+	VMULPS  Z10, Z3, Z3
+	VMULPS  Z4, Z3, Z3
+	VMOVUPS 320(AX), Z4
+	VMULPS  Z0, Z4, Z4
+	VMOVUPS 320(DX), Z10
+	VMULPS  Z10, Z4, Z4
+	VMULPS  Z5, Z4, Z4
+	VMOVUPS 384(AX), Z5
+	VMULPS  Z0, Z5, Z5
+	VMOVUPS 384(DX), Z10
+	VMULPS  Z10, Z5, Z5
+	VMULPS  Z6, Z5, Z5
+	VMOVUPS 448(AX), Z6
+	VMULPS  Z0, Z6, Z6
+	VMOVUPS 448(DX), Z10
+	VMULPS  Z10, Z6, Z6
+	VMULPS  Z7, Z6, Z6
+	TESTQ   SI, SI
+	JZ      gateAVX512_nof32_1
+	VMOVUPS Z8, (SI)
+	VMOVUPS Z9, 64(SI)
+	VMOVUPS Z1, 128(SI)
+	VMOVUPS Z2, 192(SI)
+	VMOVUPS Z3, 256(SI)
+	VMOVUPS Z4, 320(SI)
+	VMOVUPS Z5, 384(SI)
+	VMOVUPS Z6, 448(SI)
 
 gateAVX512_nof32_1:
 	TESTQ       BX, BX
@@ -1937,6 +1960,8 @@ gateAVX512_ggroup_2:
 	VADDPS.BCST  one<>+0(SB), Z2, Z2
 	VADDPS.BCST  one<>+0(SB), Z3, Z3
 	VADDPS.BCST  one<>+0(SB), Z4, Z4
+	CMPB         sig+128(FP), $0x00
+	JNE          gateAVX512_gsig_2
 	VMOVUPS      (CX), Z5
 	VDIVPS       Z1, Z5, Z5
 	VMOVUPS      64(CX), Z1
@@ -1945,32 +1970,45 @@ gateAVX512_ggroup_2:
 	VDIVPS       Z3, Z2, Z2
 	VMOVUPS      192(CX), Z3
 	VDIVPS       Z4, Z3, Z3
-	VMOVUPS      (AX), Z4
-	VMULPS       Z0, Z4, Z4
-	VMOVUPS      (DX), Z6
-	VMULPS       Z6, Z4, Z4
-	VMULPS       Z5, Z4, Z4
-	VMOVUPS      64(AX), Z5
-	VMULPS       Z0, Z5, Z5
-	VMOVUPS      64(DX), Z6
-	VMULPS       Z6, Z5, Z5
-	VMULPS       Z1, Z5, Z5
-	VMOVUPS      128(AX), Z1
-	VMULPS       Z0, Z1, Z1
-	VMOVUPS      128(DX), Z6
-	VMULPS       Z6, Z1, Z1
-	VMULPS       Z2, Z1, Z1
-	VMOVUPS      192(AX), Z2
-	VMULPS       Z0, Z2, Z2
-	VMOVUPS      192(DX), Z6
-	VMULPS       Z6, Z2, Z2
-	VMULPS       Z3, Z2, Z2
-	TESTQ        SI, SI
-	JZ           gateAVX512_nof32_2
-	VMOVUPS      Z4, (SI)
-	VMOVUPS      Z5, 64(SI)
-	VMOVUPS      Z1, 128(SI)
-	VMOVUPS      Z2, 192(SI)
+	JMP          gateAVX512_gdiv_2
+
+gateAVX512_gsig_2:
+	VBROADCASTSS one<>+0(SB), Z5
+	VDIVPS       Z1, Z5, Z5
+	VBROADCASTSS one<>+0(SB), Z1
+	VDIVPS       Z2, Z1, Z1
+	VBROADCASTSS one<>+0(SB), Z2
+	VDIVPS       Z3, Z2, Z2
+	VBROADCASTSS one<>+0(SB), Z3
+	VDIVPS       Z4, Z3, Z3
+
+gateAVX512_gdiv_2:
+	VMOVUPS (AX), Z4
+	VMULPS  Z0, Z4, Z4
+	VMOVUPS (DX), Z6
+	VMULPS  Z6, Z4, Z4
+	VMULPS  Z5, Z4, Z4
+	VMOVUPS 64(AX), Z5
+	VMULPS  Z0, Z5, Z5
+	VMOVUPS 64(DX), Z6
+	VMULPS  Z6, Z5, Z5
+	VMULPS  Z1, Z5, Z5
+	VMOVUPS 128(AX), Z1
+	VMULPS  Z0, Z1, Z1
+	VMOVUPS 128(DX), Z6
+	VMULPS  Z6, Z1, Z1
+	VMULPS  Z2, Z1, Z1
+	VMOVUPS 192(AX), Z2
+	VMULPS  Z0, Z2, Z2
+	VMOVUPS 192(DX), Z6
+	VMULPS  Z6, Z2, Z2
+	VMULPS  Z3, Z2, Z2
+	TESTQ   SI, SI
+	JZ      gateAVX512_nof32_2
+	VMOVUPS Z4, (SI)
+	VMOVUPS Z5, 64(SI)
+	VMOVUPS Z1, 128(SI)
+	VMOVUPS Z2, 192(SI)
 
 gateAVX512_nof32_2:
 	TESTQ       BX, BX
@@ -2061,16 +2099,25 @@ gateAVX512_gloop_1:
 	VPSLLD       $0x17, Z2, Z2
 	VMULPS       Z2, Z3, Z1
 	VADDPS.BCST  one<>+0(SB), Z1, Z1
+	CMPB         sig+128(FP), $0x00
+	JNE          gateAVX512_gsig_3
 	VMOVUPS      (CX), Z2
 	VDIVPS       Z1, Z2, Z2
-	VMOVUPS      (AX), Z1
-	VMULPS       Z0, Z1, Z1
-	VMOVUPS      (DX), Z3
-	VMULPS       Z3, Z1, Z1
-	VMULPS       Z2, Z1, Z1
-	TESTQ        SI, SI
-	JZ           gateAVX512_nof32_3
-	VMOVUPS      Z1, (SI)
+	JMP          gateAVX512_gdiv_3
+
+gateAVX512_gsig_3:
+	VBROADCASTSS one<>+0(SB), Z2
+	VDIVPS       Z1, Z2, Z2
+
+gateAVX512_gdiv_3:
+	VMOVUPS (AX), Z1
+	VMULPS  Z0, Z1, Z1
+	VMOVUPS (DX), Z3
+	VMULPS  Z3, Z1, Z1
+	VMULPS  Z2, Z1, Z1
+	TESTQ   SI, SI
+	JZ      gateAVX512_nof32_3
+	VMOVUPS Z1, (SI)
 
 gateAVX512_nof32_3:
 	TESTQ       BX, BX
@@ -2138,16 +2185,25 @@ gateAVX512_gnarrow_1:
 	VPSLLD       $0x17, Z2, Z2
 	VMULPS       Z2, Z3, Z1
 	VADDPS.BCST  one<>+0(SB), Z1, Z1
+	CMPB         sig+128(FP), $0x00
+	JNE          gateAVX512_gsig_4
 	VMOVUPS.Z    (CX), K1, Z2
 	VDIVPS       Z1, Z2, Z2
-	VMOVUPS.Z    (AX), K1, Z1
-	VMULPS       Z0, Z1, Z1
-	VMOVUPS.Z    (DX), K1, Z0
-	VMULPS       Z0, Z1, Z1
-	VMULPS       Z2, Z1, Z1
-	TESTQ        SI, SI
-	JZ           gateAVX512_nof32_4
-	VMOVUPS      Z1, K1, (SI)
+	JMP          gateAVX512_gdiv_4
+
+gateAVX512_gsig_4:
+	VBROADCASTSS one<>+0(SB), Z2
+	VDIVPS       Z1, Z2, Z2
+
+gateAVX512_gdiv_4:
+	VMOVUPS.Z (AX), K1, Z1
+	VMULPS    Z0, Z1, Z1
+	VMOVUPS.Z (DX), K1, Z0
+	VMULPS    Z0, Z1, Z1
+	VMULPS    Z2, Z1, Z1
+	TESTQ     SI, SI
+	JZ        gateAVX512_nof32_4
+	VMOVUPS   Z1, K1, (SI)
 
 gateAVX512_nof32_4:
 	TESTQ       BX, BX
@@ -2294,9 +2350,9 @@ scaleAVX512_scaledone_1:
 	VZEROUPPER
 	RET
 
-// func gateAVX2(o []float32, z []float32, w []float32, eps float32, out []uint16, outF []float32)
+// func gateAVX2(o []float32, z []float32, w []float32, eps float32, out []uint16, outF []float32, sig bool)
 // Requires: AVX, AVX2, FMA3, MMX+
-TEXT ·gateAVX2(SB), NOSPLIT, $0-128
+TEXT ·gateAVX2(SB), NOSPLIT, $0-129
 	MOVQ  o_len+8(FP), DI
 	TESTQ DI, DI
 	JZ    gateAVX2_done_1
@@ -2507,6 +2563,8 @@ gateAVX2_ggroup_1:
 	VADDPS       one<>+0(SB), Y2, Y2
 	VADDPS       one<>+0(SB), Y3, Y3
 	VADDPS       one<>+0(SB), Y4, Y4
+	CMPB         sig+128(FP), $0x00
+	JNE          gateAVX2_gsig_1
 	VMOVUPS      (CX), Y5
 	VDIVPS       Y1, Y5, Y5
 	VMOVUPS      32(CX), Y1
@@ -2515,32 +2573,45 @@ gateAVX2_ggroup_1:
 	VDIVPS       Y3, Y2, Y2
 	VMOVUPS      96(CX), Y3
 	VDIVPS       Y4, Y3, Y3
-	VMOVUPS      (AX), Y4
-	VMULPS       Y0, Y4, Y4
-	VMOVUPS      (DX), Y6
-	VMULPS       Y6, Y4, Y4
-	VMULPS       Y5, Y4, Y4
-	VMOVUPS      32(AX), Y5
-	VMULPS       Y0, Y5, Y5
-	VMOVUPS      32(DX), Y6
-	VMULPS       Y6, Y5, Y5
-	VMULPS       Y1, Y5, Y5
-	VMOVUPS      64(AX), Y1
-	VMULPS       Y0, Y1, Y1
-	VMOVUPS      64(DX), Y6
-	VMULPS       Y6, Y1, Y1
-	VMULPS       Y2, Y1, Y1
-	VMOVUPS      96(AX), Y2
-	VMULPS       Y0, Y2, Y2
-	VMOVUPS      96(DX), Y6
-	VMULPS       Y6, Y2, Y2
-	VMULPS       Y3, Y2, Y2
-	TESTQ        SI, SI
-	JZ           gateAVX2_nof32_1
-	VMOVUPS      Y4, (SI)
-	VMOVUPS      Y5, 32(SI)
-	VMOVUPS      Y1, 64(SI)
-	VMOVUPS      Y2, 96(SI)
+	JMP          gateAVX2_gdiv_1
+
+gateAVX2_gsig_1:
+	VBROADCASTSS one<>+0(SB), Y5
+	VDIVPS       Y1, Y5, Y5
+	VBROADCASTSS one<>+0(SB), Y1
+	VDIVPS       Y2, Y1, Y1
+	VBROADCASTSS one<>+0(SB), Y2
+	VDIVPS       Y3, Y2, Y2
+	VBROADCASTSS one<>+0(SB), Y3
+	VDIVPS       Y4, Y3, Y3
+
+gateAVX2_gdiv_1:
+	VMOVUPS (AX), Y4
+	VMULPS  Y0, Y4, Y4
+	VMOVUPS (DX), Y6
+	VMULPS  Y6, Y4, Y4
+	VMULPS  Y5, Y4, Y4
+	VMOVUPS 32(AX), Y5
+	VMULPS  Y0, Y5, Y5
+	VMOVUPS 32(DX), Y6
+	VMULPS  Y6, Y5, Y5
+	VMULPS  Y1, Y5, Y5
+	VMOVUPS 64(AX), Y1
+	VMULPS  Y0, Y1, Y1
+	VMOVUPS 64(DX), Y6
+	VMULPS  Y6, Y1, Y1
+	VMULPS  Y2, Y1, Y1
+	VMOVUPS 96(AX), Y2
+	VMULPS  Y0, Y2, Y2
+	VMOVUPS 96(DX), Y6
+	VMULPS  Y6, Y2, Y2
+	VMULPS  Y3, Y2, Y2
+	TESTQ   SI, SI
+	JZ      gateAVX2_nof32_1
+	VMOVUPS Y4, (SI)
+	VMOVUPS Y5, 32(SI)
+	VMOVUPS Y1, 64(SI)
+	VMOVUPS Y2, 96(SI)
 
 gateAVX2_nof32_1:
 	TESTQ        BX, BX
@@ -2643,16 +2714,25 @@ gateAVX2_gloop_1:
 	VPSLLD       $0x17, Y2, Y2
 	VMULPS       Y2, Y3, Y1
 	VADDPS       one<>+0(SB), Y1, Y1
+	CMPB         sig+128(FP), $0x00
+	JNE          gateAVX2_gsig_2
 	VMOVUPS      (CX), Y2
 	VDIVPS       Y1, Y2, Y2
-	VMOVUPS      (AX), Y1
-	VMULPS       Y0, Y1, Y1
-	VMOVUPS      (DX), Y3
-	VMULPS       Y3, Y1, Y1
-	VMULPS       Y2, Y1, Y1
-	TESTQ        SI, SI
-	JZ           gateAVX2_nof32_2
-	VMOVUPS      Y1, (SI)
+	JMP          gateAVX2_gdiv_2
+
+gateAVX2_gsig_2:
+	VBROADCASTSS one<>+0(SB), Y2
+	VDIVPS       Y1, Y2, Y2
+
+gateAVX2_gdiv_2:
+	VMOVUPS (AX), Y1
+	VMULPS  Y0, Y1, Y1
+	VMOVUPS (DX), Y3
+	VMULPS  Y3, Y1, Y1
+	VMULPS  Y2, Y1, Y1
+	TESTQ   SI, SI
+	JZ      gateAVX2_nof32_2
+	VMOVUPS Y1, (SI)
 
 gateAVX2_nof32_2:
 	TESTQ        BX, BX
@@ -2723,16 +2803,25 @@ gateAVX2_gnarrow_1:
 	VPSLLD       $0x17, X2, X2
 	VMULPS       X2, X3, X1
 	VADDPS       one<>+0(SB), X1, X1
+	CMPB         sig+128(FP), $0x00
+	JNE          gateAVX2_gsig_3
 	VMOVUPS      (CX), X2
 	VDIVPS       X1, X2, X2
-	VMOVUPS      (AX), X1
-	VMULPS       X0, X1, X1
-	VMOVUPS      (DX), X3
-	VMULPS       X3, X1, X1
-	VMULPS       X2, X1, X1
-	TESTQ        SI, SI
-	JZ           gateAVX2_nof32_3
-	VMOVUPS      X1, (SI)
+	JMP          gateAVX2_gdiv_3
+
+gateAVX2_gsig_3:
+	VBROADCASTSS one<>+0(SB), X2
+	VDIVPS       X1, X2, X2
+
+gateAVX2_gdiv_3:
+	VMOVUPS (AX), X1
+	VMULPS  X0, X1, X1
+	VMOVUPS (DX), X3
+	VMULPS  X3, X1, X1
+	VMULPS  X2, X1, X1
+	TESTQ   SI, SI
+	JZ      gateAVX2_nof32_3
+	VMOVUPS X1, (SI)
 
 gateAVX2_nof32_3:
 	TESTQ     BX, BX
@@ -2798,16 +2887,25 @@ gateAVX2_gscalar_1:
 	VPSLLD       $0x17, X2, X2
 	VMULPS       X2, X3, X1
 	VADDPS       one<>+0(SB), X1, X1
+	CMPB         sig+128(FP), $0x00
+	JNE          gateAVX2_gsig_4
 	VMOVSS       (CX), X2
 	VDIVPS       X1, X2, X2
-	VMOVSS       (AX), X1
-	VMULPS       X0, X1, X1
-	VMOVSS       (DX), X3
-	VMULPS       X3, X1, X1
-	VMULPS       X2, X1, X1
-	TESTQ        SI, SI
-	JZ           gateAVX2_nof32_4
-	VMOVSS       X1, (SI)
+	JMP          gateAVX2_gdiv_4
+
+gateAVX2_gsig_4:
+	VBROADCASTSS one<>+0(SB), X2
+	VDIVPS       X1, X2, X2
+
+gateAVX2_gdiv_4:
+	VMOVSS (AX), X1
+	VMULPS X0, X1, X1
+	VMOVSS (DX), X3
+	VMULPS X3, X1, X1
+	VMULPS X2, X1, X1
+	TESTQ  SI, SI
+	JZ     gateAVX2_nof32_4
+	VMOVSS X1, (SI)
 
 gateAVX2_nof32_4:
 	TESTQ     BX, BX

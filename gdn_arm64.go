@@ -21,8 +21,8 @@ func init() {
 // gateSplit is impl.gate of a kernel whose gate routine gate4 is the element loop, given r: the sum
 // of squares is l2's (of o with itself), r = 1/sqrt(Σo²/V + eps) computed here exactly as
 // gateGeneric does. The slices are cut to V = len(o) first (a short one panics).
-func gateSplit(l2 func(q, k []float32) (qq, kk, kq float64), gate4 func(o, z, w []float32, r float32, out []uint16, outF []float32)) func(o, z, w []float32, eps float32, out []uint16, outF []float32) {
-	return func(o, z, w []float32, eps float32, out []uint16, outF []float32) {
+func gateSplit(l2 func(q, k []float32) (qq, kk, kq float64), gate4 func(o, z, w []float32, r float32, out []uint16, outF []float32, sig bool)) func(o, z, w []float32, eps float32, out []uint16, outF []float32, sig bool) {
+	return func(o, z, w []float32, eps float32, out []uint16, outF []float32, sig bool) {
 		V := len(o)
 		z, w = z[:V], w[:V]
 		if out != nil {
@@ -32,7 +32,7 @@ func gateSplit(l2 func(q, k []float32) (qq, kk, kq float64), gate4 func(o, z, w 
 			outF = outF[:V]
 		}
 		ss, _, _ := l2(o, o)
-		gate4(o, z, w, float32(1/math.Sqrt(ss/float64(V)+float64(eps))), out, outF)
+		gate4(o, z, w, float32(1/math.Sqrt(ss/float64(V)+float64(eps))), out, outF, sig)
 	}
 }
 
@@ -63,13 +63,14 @@ func l2NEON(q, k []float32) (qq, kk, kq float64)
 // gateNEON4 is the element loop of gateGeneric in NEON, for j < len(o) (z, w at least as long; out
 // and outF nil or at least as long, not checked):
 //
-//	y := o[j]·r·w[j]·silu32(z[j]);  outF[j] = y;  out[j] = BF16RNE(y)
+//	y := o[j]·r·w[j]·act(z[j]);  outF[j] = y;  out[j] = BF16RNE(y)
 //
-// where a nil out or outF is skipped. silu32 uses exp32's polynomial and clamps, vectorised. The
+// act is silu32, or sigmoid32 if sig; a nil out or outF is skipped. act uses exp32's polynomial and
+// clamps, vectorised. The
 // kernel's gate is gateSplit(l2NEON, gateNEON4): r from l2NEON's Σo², as gateGeneric computes it.
 //
 //go:noescape
-func gateNEON4(o, z, w []float32, r float32, out []uint16, outF []float32)
+func gateNEON4(o, z, w []float32, r float32, out []uint16, outF []float32, sig bool)
 
 // gatesNEON is gatesGeneric in NEON, two lanes of float64 a vector (four per iteration, then two,
 // then one alone in lane 0): every lane's operations are gatesGeneric's, in its order, so the bits

@@ -77,20 +77,21 @@ l2done:
 	FMOVD F20, kq+64(FP)
 	RET
 
-// func gateNEON4(o, z, w []float32, r float32, out []uint16, outF []float32)
+// func gateNEON4(o, z, w []float32, r float32, out []uint16, outF []float32, sig bool)
 //
-// y_j = o_j·r·w_j·silu(z_j) for j < len(o), stored to outF and bf16RNE(y_j) to out unless their base
+// y_j = o_j·r·w_j·act(z_j) for j < len(o), act silu or (sig) sigmoid, stored to outF and bf16RNE(y_j) to out unless their base
 // pointer is nil. Four lanes per iteration; the len mod 4 tail runs the same vector body one element
 // at a time (lane 0; the other lanes hold zeros and are not stored).
 //
-// silu(z) = z / (1 + exp32(−z)), exp32 mirroring Exp32: x clamped to [−87.33654, 88] with FMIN/FMAX
+// silu(z) = z / (1 + exp32(−z)), sigmoid(z) = 1 / (1 + exp32(−z)) (the numerator 1 where V14, all ones
+// if sig, selects it), exp32 mirroring Exp32: x clamped to [−87.33654, 88] with FMIN/FMAX
 // (which keep NaN), n = floor(x·log2e + 0.5), r = x − n·c1 − n·c2, the same degree-5 polynomial,
 // times 2^n built as (n + 127) << 23. bf16RNE with integer ops: (u + 0x7fff + (u>>16 & 1)) >> 16,
 // and (u >> 16) | 0x40 for NaN (selected where FCMEQ y, y is false).
 //
 // Constants (Exp32's from asm/internal/exp32consts): V16 hi, V17 lo, V18 log2e, V19 0.5, V20 c1,
 // V21 c2, V22-V27 the polynomial, V28 1.0, V29 int 127, V30 r, V31 int 0x7fff, V15 int 0x40.
-TEXT ·gateNEON4(SB), NOSPLIT, $0-128
+TEXT ·gateNEON4(SB), NOSPLIT, $0-129
 	MOVD  o_base+0(FP), R0
 	MOVD  o_len+8(FP), R5
 	MOVD  z_base+24(FP), R1
@@ -99,6 +100,9 @@ TEXT ·gateNEON4(SB), NOSPLIT, $0-128
 	MOVD  out_base+80(FP), R3
 	MOVD  outF_base+104(FP), R4
 	VDUP  V30.S[0], V30.S4
+	MOVBU sig+128(FP), R9 // V14 all ones if sig (the numerator 1: sigmoid), else zeros (z: silu)
+	NEG   R9, R9
+	VDUP  R9, V14.S4
 	MOVW  $0x42b00000, R9 // hi = 88
 	VDUP  R9, V16.S4
 	MOVW  $0xc2aeac4f, R9 // lo = -87.33654
@@ -189,7 +193,7 @@ gloop8:
 	WORD  $0x4e3cd484 // FADD V4.4S, V4.4S, V28.4S
 	WORD  $0x4e3cd56b // FADD V11.4S, V11.4S, V28.4S
 
-	// exp32(x) = e·2^n; silu(z) = z / (1 + exp32(−z))
+	// exp32(x) = e·2^n; silu(z) = z / (1 + exp32(−z)), sigmoid(z) = 1 / (1 + exp32(−z))
 	WORD   $0x4ea1b842 // FCVTZS V2.4S, V2.4S
 	WORD   $0x4ea1b929 // FCVTZS V9.4S, V9.4S
 	VADD   V29.S4, V2.S4, V2.S4
@@ -200,6 +204,8 @@ gloop8:
 	WORD   $0x6e29dd6b // FMUL V11.4S, V11.4S, V9.4S
 	WORD   $0x4e3cd484 // FADD V4.4S, V4.4S, V28.4S
 	WORD   $0x4e3cd56b // FADD V11.4S, V11.4S, V28.4S
+	VBIT   V14.B16, V28.B16, V0.B16
+	VBIT   V14.B16, V28.B16, V7.B16
 	WORD   $0x6e24fc00 // FDIV V0.4S, V0.4S, V4.4S
 	WORD   $0x6e2bfce7 // FDIV V7.4S, V7.4S, V11.4S
 	VLD1.P 16(R0), [V5.S4]
@@ -283,12 +289,13 @@ gbody:
 	VFMLA V6.S4, V3.S4, V7.S4
 	WORD  $0x4e3cd4e7 // FADD V7.4S, V7.4S, V28.4S
 
-	// exp32(x) = e·2^n; silu(z) = z / (1 + exp32(−z))
+	// exp32(x) = e·2^n; silu(z) = z / (1 + exp32(−z)), sigmoid(z) = 1 / (1 + exp32(−z))
 	WORD $0x4ea1b884 // FCVTZS V4.4S, V4.4S
 	VADD V29.S4, V4.S4, V4.S4
 	VSHL $23, V4.S4, V4.S4
 	WORD $0x6e24dce7 // FMUL V7.4S, V7.4S, V4.4S
 	WORD $0x4e3cd4e7 // FADD V7.4S, V7.4S, V28.4S
+	VBIT V14.B16, V28.B16, V1.B16
 	WORD $0x6e27fc21 // FDIV V1.4S, V1.4S, V7.4S
 
 	// y = o·r·w·silu(z)

@@ -26,10 +26,10 @@ type impl struct {
 	// gate is the gated RMSNorm of one head's o (len V):
 	//
 	//	r   = 1/sqrt(Σ_j o_j² / V + eps)            (sum of squares accumulated in float64)
-	//	y_j = o_j·r·w_j·silu(z_j)                    silu(z) = z / (1 + exp32(−z))
+	//	y_j = o_j·r·w_j·act(z_j)     act = silu (z / (1 + exp32(−z))), sigmoid (1 / (1 + exp32(−z))) if sig
 	//
 	// and stores y to outF (if non-nil) and bf16RNE(y) to out (if non-nil).
-	gate func(o, z, w []float32, eps float32, out []uint16, outF []float32)
+	gate func(o, z, w []float32, eps float32, out []uint16, outF []float32, sig bool)
 
 	// l2 returns Σq², Σk² and Σk·q accumulated in float64 (len(q) == len(k)).
 	l2 func(q, k []float32) (qq, kk, kq float64)
@@ -179,17 +179,9 @@ func kvBlock(sIn, sOut []float32, rs, n int, kh, qh, v, o []float32, em1, eg, be
 	}
 }
 
-func gateGeneric(o, z, w []float32, eps float32, out []uint16, outF []float32) {
-	gateAct(o, z, w, eps, out, outF, false)
-}
-
-// gateSigmoid is gateGeneric with the output gate sigmoid32(z) (Kimi-Linear) in place of silu32(z).
-func gateSigmoid(o, z, w []float32, eps float32, out []uint16, outF []float32) {
-	gateAct(o, z, w, eps, out, outF, true)
-}
-
-// gateAct is the gated RMSNorm with the output gate sigmoid32(z) if sig, else silu32(z).
-func gateAct(o, z, w []float32, eps float32, out []uint16, outF []float32, sig bool) {
+// gateGeneric is the gated RMSNorm of one head's o with the output gate sigmoid32(z) if sig
+// (Kimi-Linear), else silu32(z) (Qwen).
+func gateGeneric(o, z, w []float32, eps float32, out []uint16, outF []float32, sig bool) {
 	V := len(o)
 	z, w = z[:V], w[:V]
 	var ss float64

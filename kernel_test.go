@@ -35,7 +35,7 @@ func Available(name string) bool { _, ok := Lookup(name); return ok }
 // Pieces are the vector pieces of one kernel (see impl).
 type Pieces struct {
 	State func(sIn, sOut, kh, qh, v, o []float32, em1, eg, beta, kq float32)
-	Gate  func(o, z, w []float32, eps float32, out []uint16, outF []float32)
+	Gate  func(o, z, w []float32, eps float32, out []uint16, outF []float32, sig bool)
 	L2    func(q, k []float32) (qq, kk, kq float64)
 	Scale func(dst, src []float32, f float32)
 	Gates func(beta, em1, eg, b, a, dtb []float32, rate []float64, lb float64)

@@ -192,11 +192,18 @@ func TestScalePiece(t *testing.T) {
 	})
 }
 
-// gateCheck runs the piece and the generic gate on the same inputs and compares: y within 1 ulp
-// (the operations are the same; only the summation order of Σo² may differ; a zero's sign must
-// agree), bf16 out exactly
-// BF16RNE of the piece's own y, and the bf16 of the generic within 1 bf16 step.
+// gateCheck runs the piece and the generic gate on the same inputs, with both output gates (silu,
+// sigmoid), and compares: y within 1 ulp (the operations are the same; only the summation order
+// of Σo² may differ; a zero's sign must agree), bf16 out exactly BF16RNE of the piece's own y,
+// and the bf16 of the generic within 1 bf16 step.
 func gateCheck(t *testing.T, p Pieces, o, z, w []float32, eps float32, what string, wantOut, want32 bool) {
+	t.Helper()
+	for _, sig := range []bool{false, true} {
+		gateCheck1(t, p, o, z, w, eps, fmt.Sprintf("%s sig=%v", what, sig), wantOut, want32, sig)
+	}
+}
+
+func gateCheck1(t *testing.T, p Pieces, o, z, w []float32, eps float32, what string, wantOut, want32, sig bool) {
 	t.Helper()
 	V := len(o)
 	var out, wantO []uint16
@@ -214,8 +221,8 @@ func gateCheck(t *testing.T, p Pieces, o, z, w []float32, eps float32, what stri
 		chk = append(chk, c)
 		wantF = make([]float32, V)
 	}
-	p.Gate(o, z, w, eps, out, outF)
-	generic.Gate(o, z, w, eps, wantO, wantF)
+	p.Gate(o, z, w, eps, out, outF, sig)
+	generic.Gate(o, z, w, eps, wantO, wantF, sig)
 	for _, c := range chk {
 		c(what)
 	}
@@ -358,55 +365,57 @@ func TestGateExact(t *testing.T) {
 		inf, -inf, nan, 1e-40, -1e-40, 15.9, -15.9}
 	forEachAsm(t, func(t *testing.T, p Pieces) {
 		for n, V := range pieceSizes {
-			o, co := guarded(t, V, n%16)
-			z, cz := guarded(t, V, (n+3)%16)
-			w, cw := guarded(t, V, (n+5)%16)
-			for j := range V {
-				o[j] = float32(r.IntN(127)-63) / 8
-				w[j] = float32(r.NormFloat64())
-				switch r.IntN(4) {
-				case 0:
-					z[j] = specials[r.IntN(len(specials))]
-				case 1:
-					z[j] = float32(r.NormFloat64() * 30)
-				default:
-					z[j] = float32(r.NormFloat64() * 3)
-				}
-			}
-			o[r.IntN(V)] = 1 // not all zero
-			out, cOut := kerneltest.Guarded[uint16](t, V, (n+7)%16)
-			outF, cF := guarded(t, V, (n+9)%16)
-			wantO, wantF := make([]uint16, V), make([]float32, V)
-			generic.Gate(o, z, w, 1e-6, wantO, wantF)
-			what := fmt.Sprint("V=", V)
-			// Each output alone first (the other nil), then both.
-			p.Gate(o, z, w, 1e-6, out, nil)
-			aloneO := append([]uint16(nil), out...)
-			p.Gate(o, z, w, 1e-6, nil, outF)
-			aloneF := append([]float32(nil), outF...)
-			clear(out)
-			clear(outF)
-			p.Gate(o, z, w, 1e-6, out, outF)
-			for _, c := range []func(string){co, cz, cw, cOut, cF} {
-				c(what)
-			}
-			for j := range V {
-				if aloneO[j] != out[j] || math.Float32bits(aloneF[j]) != math.Float32bits(outF[j]) {
-					t.Fatalf("%s: lane %d: out alone %#x, y alone %#x; both %#x, %#x", what, j, aloneO[j],
-						math.Float32bits(aloneF[j]), out[j], math.Float32bits(outF[j]))
-				}
-			}
-			for j := range V {
-				g, e := outF[j], wantF[j]
-				if math.IsNaN(float64(g)) && math.IsNaN(float64(e)) {
-					if !bf16NaN(out[j]) || !bf16NaN(wantO[j]) {
-						t.Fatalf("%s: out[%d] = %#x, generic %#x (y NaN)", what, j, out[j], wantO[j])
+			for _, sig := range []bool{false, true} { // the output gate: silu, sigmoid
+				o, co := guarded(t, V, n%16)
+				z, cz := guarded(t, V, (n+3)%16)
+				w, cw := guarded(t, V, (n+5)%16)
+				for j := range V {
+					o[j] = float32(r.IntN(127)-63) / 8
+					w[j] = float32(r.NormFloat64())
+					switch r.IntN(4) {
+					case 0:
+						z[j] = specials[r.IntN(len(specials))]
+					case 1:
+						z[j] = float32(r.NormFloat64() * 30)
+					default:
+						z[j] = float32(r.NormFloat64() * 3)
 					}
-					continue
 				}
-				if math.Float32bits(g) != math.Float32bits(e) || out[j] != wantO[j] {
-					t.Fatalf("%s: lane %d (z = %g, o = %g): y = %#x, out = %#x; generic %#x, %#x", what, j, z[j], o[j],
-						math.Float32bits(g), out[j], math.Float32bits(e), wantO[j])
+				o[r.IntN(V)] = 1 // not all zero
+				out, cOut := kerneltest.Guarded[uint16](t, V, (n+7)%16)
+				outF, cF := guarded(t, V, (n+9)%16)
+				wantO, wantF := make([]uint16, V), make([]float32, V)
+				generic.Gate(o, z, w, 1e-6, wantO, wantF, sig)
+				what := fmt.Sprint("V=", V, " sig=", sig)
+				// Each output alone first (the other nil), then both.
+				p.Gate(o, z, w, 1e-6, out, nil, sig)
+				aloneO := append([]uint16(nil), out...)
+				p.Gate(o, z, w, 1e-6, nil, outF, sig)
+				aloneF := append([]float32(nil), outF...)
+				clear(out)
+				clear(outF)
+				p.Gate(o, z, w, 1e-6, out, outF, sig)
+				for _, c := range []func(string){co, cz, cw, cOut, cF} {
+					c(what)
+				}
+				for j := range V {
+					if aloneO[j] != out[j] || math.Float32bits(aloneF[j]) != math.Float32bits(outF[j]) {
+						t.Fatalf("%s: lane %d: out alone %#x, y alone %#x; both %#x, %#x", what, j, aloneO[j],
+							math.Float32bits(aloneF[j]), out[j], math.Float32bits(outF[j]))
+					}
+				}
+				for j := range V {
+					g, e := outF[j], wantF[j]
+					if math.IsNaN(float64(g)) && math.IsNaN(float64(e)) {
+						if !bf16NaN(out[j]) || !bf16NaN(wantO[j]) {
+							t.Fatalf("%s: out[%d] = %#x, generic %#x (y NaN)", what, j, out[j], wantO[j])
+						}
+						continue
+					}
+					if math.Float32bits(g) != math.Float32bits(e) || out[j] != wantO[j] {
+						t.Fatalf("%s: lane %d (z = %g, o = %g): y = %#x, out = %#x; generic %#x, %#x", what, j, z[j], o[j],
+							math.Float32bits(g), out[j], math.Float32bits(e), wantO[j])
+					}
 				}
 			}
 		}
@@ -433,19 +442,25 @@ func TestGateBF16Ties(t *testing.T) {
 		for _, V := range []int{n, 16, 17, 8, 5, 3, 1} {
 			for shift := 0; shift < n; shift += 3 {
 				o, z, w := make([]float32, V), make([]float32, V), make([]float32, V)
-				for j := range o {
-					o[j], z[j] = 1, 256
-					w[j] = math.Float32frombits(bf16Ties[(j+shift)%n].y) / 256
-				}
 				for _, withF := range []bool{true, false} {
-					what := fmt.Sprintf("V=%d shift=%d outF=%v", V, shift, withF)
+					// silu(256) = 256 exactly; with the sigmoid output gate (withF false)
+					// sigmoid(256) = 1 exactly, so w = y.
+					sig := !withF
+					for j := range o {
+						o[j], z[j] = 1, 256
+						w[j] = math.Float32frombits(bf16Ties[(j+shift)%n].y) / 256
+						if sig {
+							w[j] *= 256
+						}
+					}
+					what := fmt.Sprintf("V=%d shift=%d outF=%v sig=%v", V, shift, withF, sig)
 					out, cOut := kerneltest.Guarded[uint16](t, V, V%16)
 					var outF []float32
 					cF := func(string) {}
 					if withF {
 						outF, cF = guarded(t, V, (V+5)%16)
 					}
-					p.Gate(o, z, w, 0, out, outF)
+					p.Gate(o, z, w, 0, out, outF, sig)
 					cOut(what + " out")
 					cF(what + " outF")
 					for j := range V {

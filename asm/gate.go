@@ -13,7 +13,7 @@ import (
 // --- gate ---
 
 // gatePiece emits the gate for one piece at element offset 0 of the GP pointers:
-// y = ((o·r)·w)·silu(z), stored to outF if non-nil and as bf16 to out if non-nil.
+// y = ((o·r)·w)·act(z), act silu or sigmoid (the sig argument), stored to outF if non-nil and as bf16 to out if non-nil.
 type gateRegs struct {
 	o, z, w, out, outF GPVirtual
 	r                  VecVirtual // broadcast RMS factor
@@ -65,12 +65,23 @@ func gatePieces(a isa, g gateRegs, pc piece, k int) {
 	for j := range k {
 		withC(v(e[j]), VADDPS, VADDPS_BCST, cOne, v(e[j]), v(e[j]))
 	}
+	// The numerator: z for silu(z), 1 for sigmoid(z) = 1 / (1 + Exp32(−z)) (the sig argument).
 	xz := make([]VecVirtual, k)
+	sigmoid, divided := label("gsig"), label("gdiv")
+	CMPB(paramMem("sig"), U8(0))
+	JNE(LabelRef(sigmoid))
 	for j := range k {
 		xz[j] = a.vec()
 		pc.load(at(g.z, j, 4), xz[j])
 		VDIVPS(v(e[j]), v(xz[j]), v(xz[j])) // xz = z / e
 	}
+	JMP(LabelRef(divided))
+	Label(sigmoid)
+	for j := range k {
+		VBROADCASTSS(cOne, v(xz[j]))
+		VDIVPS(v(e[j]), v(xz[j]), v(xz[j])) // xz = 1 / e
+	}
+	Label(divided)
 	xo := make([]VecVirtual, k)
 	for j := range k {
 		xo[j] = a.vec()
@@ -380,7 +391,7 @@ func hsumPD(a isa, r VecVirtual) VecVirtual {
 }
 
 func gateRoutine(a isa) {
-	routine("gate"+a.name, NOSPLIT, "func(o, z, w []float32, eps float32, out []uint16, outF []float32)")
+	routine("gate"+a.name, NOSPLIT, "func(o, z, w []float32, eps float32, out []uint16, outF []float32, sig bool)")
 	Doc(fmt.Sprintf("gate%s is impl.gate (gateGeneric) in %s; see gdn_amd64.go.", a.name, a.name))
 	g := gateRegs{o: GP64(), z: GP64(), w: GP64(), out: GP64(), outF: GP64()}
 	n := GP64()

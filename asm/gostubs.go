@@ -70,10 +70,10 @@ var goDocs = map[string]string{
 at least as long, not checked)
 
 	r := float32(1 / math.Sqrt(Σ_j float64(o[j])² / V + float64(eps)))    (Σ in float64)
-	y := o[j]·r·w[j]·silu32(z[j]);  outF[j] = y;  out[j] = BF16RNE(y)
+	y := o[j]·r·w[j]·act(z[j]);  outF[j] = y;  out[j] = BF16RNE(y)
 
-where a nil out or outF is skipped. silu32 and BF16RNE are computed as the Go functions do,
-operation for operation (exp32's constants and clamps, NaN propagating).`,
+act is silu32, or sigmoid32 if sig; a nil out or outF is skipped. act and BF16RNE are computed as
+the Go functions do, operation for operation (exp32's constants and clamps, NaN propagating).`,
 	"l2": `l2%[1]s is l2Generic in %[1]s: Σq², Σk², Σk·q over len(q) elements (len(k) ≥ len(q), not
 checked), accumulated in float64.`,
 	"scale": `scale%[1]s sets dst[i] = src[i]·s for i < len(src) (len(dst) ≥ len(src), not checked: see

@@ -11,23 +11,24 @@ import (
 // gateNEON4: y = o·r·w·silu(z), stored as float32 and as bf16.
 
 func gateNEON4(e *emitter) {
-	e.doc("func gateNEON4(o, z, w []float32, r float32, out []uint16, outF []float32)",
+	e.doc("func gateNEON4(o, z, w []float32, r float32, out []uint16, outF []float32, sig bool)",
 		"",
-		"y_j = o_j·r·w_j·silu(z_j) for j < len(o), stored to outF and bf16RNE(y_j) to out unless their base",
+		"y_j = o_j·r·w_j·act(z_j) for j < len(o), act silu or (sig) sigmoid, stored to outF and bf16RNE(y_j) to out unless their base",
 		"pointer is nil. Four lanes per iteration; the len mod 4 tail runs the same vector body one element",
 		"at a time (lane 0; the other lanes hold zeros and are not stored).",
 		"",
-		"silu(z) = z / (1 + exp32(−z)), exp32 mirroring Exp32: x clamped to [−87.33654, 88] with FMIN/FMAX",
+		"silu(z) = z / (1 + exp32(−z)), sigmoid(z) = 1 / (1 + exp32(−z)) (the numerator 1 where V14, all ones",
+		"if sig, selects it), exp32 mirroring Exp32: x clamped to [−87.33654, 88] with FMIN/FMAX",
 		"(which keep NaN), n = floor(x·log2e + 0.5), r = x − n·c1 − n·c2, the same degree-5 polynomial,",
 		"times 2^n built as (n + 127) << 23. bf16RNE with integer ops: (u + 0x7fff + (u>>16 & 1)) >> 16,",
 		"and (u >> 16) | 0x40 for NaN (selected where FCMEQ y, y is false).",
 		"",
 		"Constants (Exp32's from asm/internal/exp32consts): V16 hi, V17 lo, V18 log2e, V19 0.5, V20 c1,",
 		"V21 c2, V22-V27 the polynomial, V28 1.0, V29 int 127, V30 r, V31 int 0x7fff, V15 int 0x40.")
-	e.text("gateNEON4", 128)
+	e.text("gateNEON4", 129)
 	o, z, w, out, outF, n, groups, tail, inTail, tmp := Reg(0), Reg(1), Reg(2), Reg(3), Reg(4), Reg(5), Reg(6), Reg(7), Reg(8), Reg(9)
 	const (
-		hi, lo, log2e, half, c1, c2, p0, one, bias, r, round, quiet = Vreg(16), Vreg(17), Vreg(18), Vreg(19), Vreg(20), Vreg(21), Vreg(22), Vreg(28), Vreg(29), Vreg(30), Vreg(31), Vreg(15)
+		hi, lo, log2e, half, c1, c2, p0, one, bias, r, round, quiet, sel = Vreg(16), Vreg(17), Vreg(18), Vreg(19), Vreg(20), Vreg(21), Vreg(22), Vreg(28), Vreg(29), Vreg(30), Vreg(31), Vreg(15), Vreg(14)
 	)
 	e.op("MOVD", arg("o_base", 0), o)
 	e.op("MOVD", arg("o_len", 8), n)
@@ -37,6 +38,9 @@ func gateNEON4(e *emitter) {
 	e.op("MOVD", arg("out_base", 80), out)
 	e.op("MOVD", arg("outF_base", 104), outF)
 	e.op("VDUP", r.S(0), r.S4())
+	e.opn("V14 all ones if sig (the numerator 1: sigmoid), else zeros (z: silu)", "MOVBU", arg("sig", 128), tmp)
+	e.op("NEG", tmp, tmp)
+	e.op("VDUP", tmp, sel.S4())
 	splatF := func(v Vreg, name string, f float32) {
 		e.opn(name+" = "+strconv.FormatFloat(float64(f), 'g', -1, 32), "MOVW", fmt.Sprintf("$%#08x", math.Float32bits(f)), tmp)
 		e.op("VDUP", tmp, v.S4())
@@ -142,8 +146,9 @@ func gateNEON4(e *emitter) {
 	e.op("RET")
 }
 
-// gateExp replaces vz by silu(z) = z / (1 + exp32(−z)) (x, vn and acc clobbered), exp32 mirroring
-// Exp32 operation for operation.
+// gateExp replaces vz by silu(z) = z / (1 + exp32(−z)), or by sigmoid(z) = 1 / (1 + exp32(−z)) in
+// the lanes where V14 is all ones (x, vn and acc clobbered), exp32 mirroring Exp32 operation for
+// operation.
 func gateExp(e *emitter, vz, x, vn Vreg, acc [2]Vreg) {
 	const hi, lo, log2e, half, c1, c2, p0, one, bias = Vreg(16), Vreg(17), Vreg(18), Vreg(19), Vreg(20), Vreg(21), Vreg(22), Vreg(28), Vreg(29)
 	e.comment("x = clamp(−z); n = floor(x·log2e + 0.5); r = x − n·c1 − n·c2")
@@ -173,12 +178,13 @@ func gateExp(e *emitter, vz, x, vn Vreg, acc [2]Vreg) {
 	e.op("VFMLA", prev.S4(), x.S4(), ex.S4())
 	e.word(fadd(ex.S4(), ex.S4(), one.S4()))
 
-	e.comment("exp32(x) = e·2^n; silu(z) = z / (1 + exp32(−z))")
+	e.comment("exp32(x) = e·2^n; silu(z) = z / (1 + exp32(−z)), sigmoid(z) = 1 / (1 + exp32(−z))")
 	e.word(fcvtzs(vn.S4(), vn.S4()))
 	e.op("VADD", bias.S4(), vn.S4(), vn.S4())
 	e.op("VSHL", imm(c.Shift), vn.S4(), vn.S4())
 	e.word(fmul(ex.S4(), ex.S4(), vn.S4()))
 	e.word(fadd(ex.S4(), ex.S4(), one.S4()))
+	e.op("VBIT", Vreg(14).B16(), one.B16(), vz.B16())
 	e.word(fdiv(vz.S4(), vz.S4(), ex.S4()))
 }
 

@@ -17,13 +17,14 @@ const maxK = slabBytes / 4
 var goFuncs = []gofile.Func{
 	{Name: "l2NEON", Params: "(q, k []float32) (qq, kk, kq float64)",
 		Doc: "l2NEON is l2Generic in NEON: Σq², Σk², Σk·q over len(q) elements (len(k) ≥ len(q), not checked),\naccumulated in float64."},
-	{Name: "gateNEON4", Params: "(o, z, w []float32, r float32, out []uint16, outF []float32)",
+	{Name: "gateNEON4", Params: "(o, z, w []float32, r float32, out []uint16, outF []float32, sig bool)",
 		Doc: `gateNEON4 is the element loop of gateGeneric in NEON, for j < len(o) (z, w at least as long; out
 and outF nil or at least as long, not checked):
 
-	y := o[j]·r·w[j]·silu32(z[j]);  outF[j] = y;  out[j] = BF16RNE(y)
+	y := o[j]·r·w[j]·act(z[j]);  outF[j] = y;  out[j] = BF16RNE(y)
 
-where a nil out or outF is skipped. silu32 uses exp32's polynomial and clamps, vectorised. The
+act is silu32, or sigmoid32 if sig; a nil out or outF is skipped. act uses exp32's polynomial and
+clamps, vectorised. The
 kernel's gate is gateSplit(l2NEON, gateNEON4): r from l2NEON's Σo², as gateGeneric computes it.`},
 	{Name: "gatesNEON", Params: "(beta, em1, eg, b, a, dtb []float32, rate []float64, lb float64)",
 		Doc: `gatesNEON is gatesGeneric in NEON, two lanes of float64 a vector (four per iteration, then two,
@@ -77,8 +78,8 @@ func init() {
 // gateSplit is impl.gate of a kernel whose gate routine gate4 is the element loop, given r: the sum
 // of squares is l2's (of o with itself), r = 1/sqrt(Σo²/V + eps) computed here exactly as
 // gateGeneric does. The slices are cut to V = len(o) first (a short one panics).
-func gateSplit(l2 func(q, k []float32) (qq, kk, kq float64), gate4 func(o, z, w []float32, r float32, out []uint16, outF []float32)) func(o, z, w []float32, eps float32, out []uint16, outF []float32) {
-	return func(o, z, w []float32, eps float32, out []uint16, outF []float32) {
+func gateSplit(l2 func(q, k []float32) (qq, kk, kq float64), gate4 func(o, z, w []float32, r float32, out []uint16, outF []float32, sig bool)) func(o, z, w []float32, eps float32, out []uint16, outF []float32, sig bool) {
+	return func(o, z, w []float32, eps float32, out []uint16, outF []float32, sig bool) {
 		V := len(o)
 		z, w = z[:V], w[:V]
 		if out != nil {
@@ -88,7 +89,7 @@ func gateSplit(l2 func(q, k []float32) (qq, kk, kq float64), gate4 func(o, z, w 
 			outF = outF[:V]
 		}
 		ss, _, _ := l2(o, o)
-		gate4(o, z, w, float32(1/math.Sqrt(ss/float64(V)+float64(eps))), out, outF)
+		gate4(o, z, w, float32(1/math.Sqrt(ss/float64(V)+float64(eps))), out, outF, sig)
 	}
 }`,
 		Kernels: []gofile.Kernel{k},
