@@ -863,12 +863,7 @@ func (d *driver) channels(h, c0, c1 int) []float32 {
 		}
 		d.im.gates(nil, em1, eg, nil, g, dtb, rate, lb)
 		c := ch[4*K*τ : 4*K*(τ+1) : 4*K*(τ+1)]
-		kh, qh := s.kh[τ*K:(τ+1)*K:(τ+1)*K], s.qh[τ*K:(τ+1)*K:(τ+1)*K]
-		for i := range K {
-			ci, m := chanForm(em1[i], eg[i])
-			c[i], c[K+i] = decayCM(kh[i], ci, m), decayCM(qh[i], ci, m)
-			c[2*K+2*i], c[2*K+2*i+1] = ci, math.Float32frombits(m)
-		}
+		d.im.chans(c[:K], c[K:2*K], c[2*K:], em1, eg, s.kh[τ*K:(τ+1)*K], s.qh[τ*K:(τ+1)*K])
 	}
 	return ch
 }

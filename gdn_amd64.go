@@ -43,7 +43,7 @@ func scaleChecked(f func(dst, src []float32, s float32)) func(dst, src []float32
 
 // avx512Impl and avx2Impl are the kernels of gdn_amd64.s: the pieces, and the state routines
 // [bf16][layout] with their limits.
-var avx512Impl = withRoutines(impl{name: "avx512", state: single(stateKVf32AVX512), gate: gateAVX512, l2: l2AVX512, scale: scaleChecked(scaleAVX512), widen: widenAVX512, gates: gatesChecked(gatesAVX512), prefetches: true}, &avx512Routines)
+var avx512Impl = withRoutines(impl{name: "avx512", state: single(stateKVf32AVX512), gate: gateAVX512, l2: l2AVX512, scale: scaleChecked(scaleAVX512), widen: widenAVX512, gates: gatesChecked(gatesAVX512), chans: chansChecked(chansAVX512, 16), prefetches: true}, &avx512Routines)
 
 // avx512Routines are avx512Impl's state routines, [bf16][layout], with their limits.
 var avx512Routines = [2][2]*routine{
@@ -57,7 +57,7 @@ var avx512Routines = [2][2]*routine{
 	},
 }
 
-var avx2Impl = withRoutines(impl{name: "avx2", state: single(stateKVf32AVX2), gate: gateAVX2, l2: l2AVX2, scale: scaleChecked(scaleAVX2), widen: widenAVX2, gates: gatesChecked(gatesAVX2), prefetches: true}, &avx2Routines)
+var avx2Impl = withRoutines(impl{name: "avx2", state: single(stateKVf32AVX2), gate: gateAVX2, l2: l2AVX2, scale: scaleChecked(scaleAVX2), widen: widenAVX2, gates: gatesChecked(gatesAVX2), chans: chansChecked(chansAVX2, 8), prefetches: true}, &avx2Routines)
 
 // avx2Routines are avx2Impl's state routines, [bf16][layout], with their limits.
 var avx2Routines = [2][2]*routine{
@@ -290,12 +290,26 @@ func stateVKbf16AVX2(a stateArgs)
 //go:noescape
 func gatesAVX512(beta, em1, eg, b, a, dtb []float32, rate []float64, lb float64)
 
+// chansAVX512 is chansGeneric in AVX512 (asm/chans.go) for the whole vectors of len(em1) channels
+// (the others are not written; every slice holds at least len(em1) elements, pairs 2·len(em1): not
+// checked, see chansChecked): c·kh and c·qh rounded on their own, then added, as chanDecay does.
+//
+//go:noescape
+func chansAVX512(kx, qx, pairs, em1, eg, kh, qh []float32)
+
 // gatesAVX2 is gatesGeneric in AVX2 (asm/gates.go): lanes of float64, each lane's operations
 // gatesGeneric's in its order, so the bits are the same. It takes len(a) lanes; every other slice
 // holds at least len(a) elements, or b is empty (not checked: see gatesChecked).
 //
 //go:noescape
 func gatesAVX2(beta, em1, eg, b, a, dtb []float32, rate []float64, lb float64)
+
+// chansAVX2 is chansGeneric in AVX2 (asm/chans.go) for the whole vectors of len(em1) channels
+// (the others are not written; every slice holds at least len(em1) elements, pairs 2·len(em1): not
+// checked, see chansChecked): c·kh and c·qh rounded on their own, then added, as chanDecay does.
+//
+//go:noescape
+func chansAVX2(kx, qx, pairs, em1, eg, kh, qh []float32)
 
 // fmaLoopAVX512 runs n iterations of floor.chains independent VFMADD231PS chains on registers
 // (the core's FMA throughput: a benchmark floor of package bench).

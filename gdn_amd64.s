@@ -31386,6 +31386,61 @@ gatesAVX512_done_1:
 	VZEROUPPER
 	RET
 
+// func chansAVX512(kx []float32, qx []float32, pairs []float32, em1 []float32, eg []float32, kh []float32, qh []float32)
+// Requires: AVX, AVX512F
+TEXT ·chansAVX512(SB), NOSPLIT, $0-168
+	MOVQ         kx_base+0(FP), AX
+	MOVQ         qx_base+24(FP), CX
+	MOVQ         pairs_base+48(FP), DX
+	MOVQ         em1_base+72(FP), BX
+	MOVQ         eg_base+96(FP), SI
+	MOVQ         kh_base+120(FP), DI
+	MOVQ         qh_base+144(FP), R8
+	MOVQ         em1_len+80(FP), R9
+	XORQ         R10, R10
+	VBROADCASTSS nearone<>+0(SB), Z0
+
+chansAVX512_loop_1:
+	CMPQ    R9, $0x00000010
+	JB      chansAVX512_done_1
+	VMOVUPS (BX)(R10*1), Z1
+	VMOVUPS (SI)(R10*1), Z2
+
+	// c = em1 where em1 ≥ nearOne (ordered: NaN far), else eg; m = all ones there, else the sign bit.
+	VCMPPS     $0x1d, Z0, Z1, K1
+	VBLENDMPS  Z1, Z2, K1, Z3
+	VMOVUPS    signmask<>+0(SB), Z1
+	VPTERNLOGD $0xff, Z1, Z1, K1, Z1
+
+	// kx = c·kh (rounded) + (kh & m), qx likewise.
+	VMOVUPS (DI)(R10*1), Z2
+	VMULPS  Z3, Z2, Z4
+	VPANDD  Z1, Z2, Z2
+	VADDPS  Z2, Z4, Z4
+	VMOVUPS Z4, (AX)(R10*1)
+	VMOVUPS (R8)(R10*1), Z2
+	VMULPS  Z3, Z2, Z4
+	VPANDD  Z1, Z2, Z2
+	VADDPS  Z2, Z4, Z4
+	VMOVUPS Z4, (CX)(R10*1)
+
+	// pairs: c and m interleaved.
+	VUNPCKLPS  Z1, Z3, Z2
+	VUNPCKHPS  Z1, Z3, Z1
+	VSHUFF32X4 $0x44, Z1, Z2, Z3
+	VSHUFF32X4 $0xd8, Z3, Z3, Z3
+	VSHUFF32X4 $0xee, Z1, Z2, Z1
+	VSHUFF32X4 $0xd8, Z1, Z1, Z1
+	VMOVUPS    Z3, (DX)(R10*2)
+	VMOVUPS    Z1, 64(DX)(R10*2)
+	ADDQ       $0x00000040, R10
+	SUBQ       $0x00000010, R9
+	JMP        chansAVX512_loop_1
+
+chansAVX512_done_1:
+	VZEROUPPER
+	RET
+
 // func gatesAVX2(beta []float32, em1 []float32, eg []float32, b []float32, a []float32, dtb []float32, rate []float64, lb float64)
 // Requires: AVX, AVX2, FMA3
 TEXT ·gatesAVX2(SB), NOSPLIT, $0-176
@@ -31854,6 +31909,58 @@ gatesAVX2_logdecay_2:
 	JNZ          gatesAVX2_one_1
 
 gatesAVX2_done_1:
+	VZEROUPPER
+	RET
+
+// func chansAVX2(kx []float32, qx []float32, pairs []float32, em1 []float32, eg []float32, kh []float32, qh []float32)
+// Requires: AVX
+TEXT ·chansAVX2(SB), NOSPLIT, $0-168
+	MOVQ         kx_base+0(FP), AX
+	MOVQ         qx_base+24(FP), CX
+	MOVQ         pairs_base+48(FP), DX
+	MOVQ         em1_base+72(FP), BX
+	MOVQ         eg_base+96(FP), SI
+	MOVQ         kh_base+120(FP), DI
+	MOVQ         qh_base+144(FP), R8
+	MOVQ         em1_len+80(FP), R9
+	XORQ         R10, R10
+	VBROADCASTSS nearone<>+0(SB), Y0
+
+chansAVX2_loop_1:
+	CMPQ    R9, $0x00000008
+	JB      chansAVX2_done_1
+	VMOVUPS (BX)(R10*1), Y1
+	VMOVUPS (SI)(R10*1), Y2
+
+	// c = em1 where em1 ≥ nearOne (ordered: NaN far), else eg; m = all ones there, else the sign bit.
+	VCMPPS    $0x1d, Y0, Y1, Y3
+	VBLENDVPS Y3, Y1, Y2, Y1
+	VORPS     signmask<>+0(SB), Y3, Y3
+
+	// kx = c·kh (rounded) + (kh & m), qx likewise.
+	VMOVUPS (DI)(R10*1), Y2
+	VMULPS  Y1, Y2, Y4
+	VANDPS  Y3, Y2, Y2
+	VADDPS  Y2, Y4, Y4
+	VMOVUPS Y4, (AX)(R10*1)
+	VMOVUPS (R8)(R10*1), Y2
+	VMULPS  Y1, Y2, Y4
+	VANDPS  Y3, Y2, Y2
+	VADDPS  Y2, Y4, Y4
+	VMOVUPS Y4, (CX)(R10*1)
+
+	// pairs: c and m interleaved.
+	VUNPCKLPS  Y3, Y1, Y2
+	VUNPCKHPS  Y3, Y1, Y3
+	VPERM2F128 $0x20, Y3, Y2, Y1
+	VPERM2F128 $0x31, Y3, Y2, Y3
+	VMOVUPS    Y1, (DX)(R10*2)
+	VMOVUPS    Y3, 32(DX)(R10*2)
+	ADDQ       $0x00000020, R10
+	SUBQ       $0x00000008, R9
+	JMP        chansAVX2_loop_1
+
+chansAVX2_done_1:
 	VZEROUPPER
 	RET
 

@@ -40,7 +40,7 @@ func gateSplit(l2 func(q, k []float32) (qq, kk, kq float64), gate4 func(o, z, w 
 // gdn_arm64.s. A head with K above the slab's goes to the generic routine of its format (both
 // storage types alike, whatever T: the equivalences between formats and calls hold). The routines
 // issue no prefetches (the list is a hint) and take no work space.
-var neonImpl = withRoutines(impl{name: "neon", state: single(stateKVf32NEON), gate: gateSplit(l2NEON, gateNEON4), l2: l2NEON, scale: scale, widen: widenNEON, gates: gatesChecked(gatesNEON)}, &neonRoutines)
+var neonImpl = withRoutines(impl{name: "neon", state: single(stateKVf32NEON), gate: gateSplit(l2NEON, gateNEON4), l2: l2NEON, scale: scale, widen: widenNEON, gates: gatesChecked(gatesNEON), chans: chansChecked(chansNEON, 4)}, &neonRoutines)
 
 // neonRoutines are neonImpl's state routines, [bf16][layout], with their limits.
 var neonRoutines = [2][2]*routine{
@@ -78,6 +78,13 @@ func gateNEON4(o, z, w []float32, r float32, out []uint16, outF []float32, sig b
 //
 //go:noescape
 func gatesNEON(beta, em1, eg, b, a, dtb []float32, rate []float64, lb float64)
+
+// chansNEON is chansGeneric in NEON for the whole vectors (four lanes) of len(em1) channels (the
+// others are not written; every slice holds at least len(em1) elements, pairs 2·len(em1): not
+// checked, see chansChecked): c·kh and c·qh rounded on their own, then added, as chanDecay does.
+//
+//go:noescape
+func chansNEON(kx, qx, pairs, em1, eg, kh, qh []float32)
 
 // widenNEON is widenGeneric in NEON: dst[i] = the float32 of the bf16 bits src[i] for i < len(dst)
 // (len(src) ≥ len(dst), not checked).

@@ -1486,6 +1486,57 @@ gsstore1:
 gsdone:
 	RET
 
+// func chansNEON(kx, qx, pairs, em1, eg, kh, qh []float32)
+//
+// chansGeneric for the whole vectors of len(em1) channels (chansChecked runs the rest): per lane
+// the mask em1 ≥ −0.5 (FCMGE: false for NaN), c = em1 there, else eg (VBIT), m = the mask | the
+// sign bit; kx = c·kh + (kh & m) and qx likewise, the product rounded on its own (FMUL, then
+// FADD); pairs = c and m interleaved (VZIP1/VZIP2).
+//
+// Registers: R0 kx, R1 qx, R2 pairs, R3 em1, R4 lanes left, R5 eg, R6 kh, R7 qh; V16 −0.5,
+// V17 the sign bit.
+TEXT ·chansNEON(SB), NOSPLIT, $0-168
+	MOVD kx_base+0(FP), R0
+	MOVD qx_base+24(FP), R1
+	MOVD pairs_base+48(FP), R2
+	MOVD em1_base+72(FP), R3
+	MOVD eg_base+96(FP), R5
+	MOVD kh_base+120(FP), R6
+	MOVD qh_base+144(FP), R7
+	MOVD em1_len+80(FP), R4
+	MOVW $0xbf000000, R8 // nearOne = -0.5
+	VDUP R8, V16.S4
+	MOVW $0x80000000, R8
+	VDUP R8, V17.S4
+
+cloop:
+	CMP    $4, R4
+	BLT    cdone
+	VLD1.P 16(R3), [V0.S4]
+	VLD1.P 16(R5), [V1.S4]
+	WORD   $0x6e30e402 // FCMGE V2.4S, V0.4S, V16.4S
+	VORR   V1.B16, V1.B16, V3.B16
+	VBIT   V2.B16, V0.B16, V3.B16
+	VORR   V17.B16, V2.B16, V2.B16
+	VLD1.P 16(R6), [V4.S4]
+	WORD   $0x6e24dc65 // FMUL V5.4S, V3.4S, V4.4S
+	VAND   V2.B16, V4.B16, V4.B16
+	WORD   $0x4e24d4a5 // FADD V5.4S, V5.4S, V4.4S
+	VST1.P [V5.S4], 16(R0)
+	VLD1.P 16(R7), [V4.S4]
+	WORD   $0x6e24dc65 // FMUL V5.4S, V3.4S, V4.4S
+	VAND   V2.B16, V4.B16, V4.B16
+	WORD   $0x4e24d4a5 // FADD V5.4S, V5.4S, V4.4S
+	VST1.P [V5.S4], 16(R1)
+	VZIP1  V2.S4, V3.S4, V6.S4
+	VZIP2  V2.S4, V3.S4, V7.S4
+	VST1.P [V6.S4, V7.S4], 32(R2)
+	SUB    $4, R4, R4
+	B      cloop
+
+cdone:
+	RET
+
 // func widenNEON(dst []float32, src []uint16)
 //
 // dst[i] = the float32 of the bf16 bits src[i] for i < len(dst): eight per iteration (VLD1 of eight

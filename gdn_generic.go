@@ -46,6 +46,11 @@ type impl struct {
 	// least len(a) elements).
 	gates func(beta, em1, eg, b, a, dtb []float32, rate []float64, lb float64)
 
+	// chans sets, for the n = len(em1) channels of a head-token of the per-channel gate, their
+	// decay forms (pairs[2i], pairs[2i+1] = chanForm(em1[i], eg[i])) and k̂, q̂ decayed by them
+	// (kx, qx): chansGeneric; the other slices hold at least n elements (pairs 2n).
+	chans func(kx, qx, pairs, em1, eg, kh, qh []float32)
+
 	// cells are the state routines over T tokens by format, [bf16][layout]; a nil cell is a
 	// format the kernel does not implement.
 	cells [2][2]stateFunc
@@ -56,6 +61,7 @@ type impl struct {
 
 var genericImpl = impl{
 	name: "generic", state: stateGeneric, gate: gateGeneric, l2: l2Generic, scale: scale, widen: widenGeneric, gates: gatesGeneric,
+	chans: chansGeneric,
 	cells: [2][2]stateFunc{{kvTokens, vkTokens}, {kvTokens, vkTokens}},
 }
 
@@ -352,6 +358,25 @@ func chanForm(em1, eg float32) (c float32, m uint32) {
 		return em1, 0xffffffff
 	}
 	return eg, 0x80000000
+}
+
+// chansGeneric is impl.chans: per channel i < len(em1), its form c, m (chanForm) in pairs[2i],
+// pairs[2i+1], and kx[i], qx[i] = chanDecay of kh[i], qh[i] (the dot vectors of the per-channel
+// gate: headCall.ch).
+func chansGeneric(kx, qx, pairs, em1, eg, kh, qh []float32) {
+	n := len(em1)
+	kx, qx, pairs, eg, kh, qh = kx[:n], qx[:n], pairs[:2*n], eg[:n], kh[:n], qh[:n]
+	for i, e := range em1 {
+		c, m := chanForm(e, eg[i])
+		kx[i], qx[i] = chanDecay(kh[i], c, m), chanDecay(qh[i], c, m)
+		pairs[2*i], pairs[2*i+1] = c, math.Float32frombits(m)
+	}
+}
+
+// chanDecay is decay(x) = c·x + (x & m) of a channel (chanForm) with c·x rounded on its own (no
+// fused multiply-add on any architecture: the kernels' chans pieces give these bits).
+func chanDecay(x, c float32, m uint32) float32 {
+	return float32(c*x) + math.Float32frombits(math.Float32bits(x)&m)
 }
 
 // decayCM is decay(x) = c·x + (x & m) of a channel (chanForm).

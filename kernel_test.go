@@ -39,11 +39,12 @@ type Pieces struct {
 	L2    func(q, k []float32) (qq, kk, kq float64)
 	Scale func(dst, src []float32, f float32)
 	Gates func(beta, em1, eg, b, a, dtb []float32, rate []float64, lb float64)
+	Chans func(kx, qx, pairs, em1, eg, kh, qh []float32)
 }
 
 // PiecesOf returns k's pieces; PiecesOf of the "generic" kernel is the reference.
 func PiecesOf(k Kernel) Pieces {
-	return Pieces{State: k.im.state, Gate: k.im.gate, L2: k.im.l2, Scale: k.im.scale, Gates: k.im.gates}
+	return Pieces{State: k.im.state, Gate: k.im.gate, L2: k.im.l2, Scale: k.im.scale, Gates: k.im.gates, Chans: k.im.chans}
 }
 
 // Tokens are a kernel's state routines over T tokens in the flat signature of the assembly

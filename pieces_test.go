@@ -984,3 +984,90 @@ func TestTokensPiece(t *testing.T) {
 		}
 	})
 }
+
+// TestChansExact holds every assembly kernel's chans piece to chansGeneric bit for bit, and both
+// to the forms written out: em1 at and around −0.5 (the split), NaN (far), ±0, ±Inf and denormal
+// k̂, q̂ (x & m keeps a far zero's sign), in every lane position and tail, with guard bands.
+func TestChansExact(t *testing.T) {
+	r := rand.New(rand.NewPCG(13, 14))
+	nan := float32(math.NaN())
+	half := float32(-0.5)
+	below, above := math.Nextafter32(half, -1), math.Nextafter32(half, 0)
+	em1s := []float32{half, below, above, nan, -1, 0, -0.9, -0.01, float32(math.Copysign(0, -1))}
+	xs := []float32{0, float32(math.Copysign(0, -1)), 1e-40, -1e-40, float32(math.Inf(1)), float32(math.Inf(-1)), nan, 1e30, -3}
+	// The forms written out: near (em1 ≥ −0.5) c = em1, m all ones; far (below, NaN) c = eg, m
+	// the sign bit.
+	for _, e := range em1s {
+		c, m := chanForm(e, 0.25)
+		near := e >= -0.5
+		if near && (c != e || m != 0xffffffff) || !near && (c != 0.25 || m != 0x80000000) {
+			t.Fatalf("chanForm(%v, 0.25) = %v, %#x", e, c, m)
+		}
+	}
+	forEachAsm(t, func(t *testing.T, p Pieces) {
+		for c, n := range pieceSizes {
+			var in [4][]float32 // em1, eg, kh, qh
+			var checks []func(string)
+			for j := range in {
+				var ck func(string)
+				in[j], ck = guarded(t, n, (c+3*j)%16)
+				checks = append(checks, ck)
+			}
+			for i := range n {
+				e := float32(-r.Float64())
+				if r.IntN(3) == 0 {
+					e = em1s[r.IntN(len(em1s))]
+				}
+				in[0][i], in[1][i] = e, float32(1+float64(e))
+				for j := 2; j < 4; j++ {
+					in[j][i] = float32(r.NormFloat64())
+					if r.IntN(4) == 0 {
+						in[j][i] = xs[r.IntN(len(xs))]
+					}
+				}
+			}
+			var out, want [3][]float32 // kx, qx, pairs
+			for j := range out {
+				w := n
+				if j == 2 {
+					w = 2 * n
+				}
+				var ck func(string)
+				out[j], ck = guarded(t, w, (c+5*j+1)%16)
+				checks = append(checks, ck)
+				want[j] = make([]float32, w)
+			}
+			generic.Chans(want[0], want[1], want[2], in[0], in[1], in[2], in[3])
+			p.Chans(out[0], out[1], out[2], in[0], in[1], in[2], in[3])
+			what := fmt.Sprint("n=", n)
+			for _, ck := range checks {
+				ck(what)
+			}
+			for j := range out {
+				for i := range out[j] {
+					g, w := out[j][i], want[j][i]
+					if math.Float32bits(g) != math.Float32bits(w) && !(g != g && w != w) {
+						ch := i
+						if j == 2 {
+							ch = i / 2
+						}
+						t.Fatalf("%s: output %d[%d] (em1 %v, eg %v, kh %v, qh %v) = %v (%#x), generic %v (%#x)", what, j, i,
+							in[0][ch], in[1][ch], in[2][ch], in[3][ch], g, math.Float32bits(g), w, math.Float32bits(w))
+					}
+				}
+			}
+			// chansGeneric against the forms: kx = c·kh rounded + (kh & m).
+			for i := range n {
+				cc, m := chanForm(in[0][i], in[1][i])
+				if math.Float32bits(want[2][2*i]) != math.Float32bits(cc) || math.Float32bits(want[2][2*i+1]) != m {
+					t.Fatalf("%s: pair %d = %v, %#x, want %v, %#x", what, i, want[2][2*i], math.Float32bits(want[2][2*i+1]), cc, m)
+				}
+				x := in[2][i]
+				k := float32(float64(cc)*float64(x)) + math.Float32frombits(math.Float32bits(x)&m)
+				if g := want[0][i]; math.Float32bits(g) != math.Float32bits(k) && !(g != g && k != k) {
+					t.Fatalf("%s: kx[%d] = %v, want %v", what, i, g, k)
+				}
+			}
+		}
+	})
+}

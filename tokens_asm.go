@@ -238,3 +238,17 @@ func gatesChecked(f func(beta, em1, eg, b, a, dtb []float32, rate []float64, lb 
 		f(beta, em1[:n], eg[:n], b, a, dtb[:n], rate[:n], lb)
 	}
 }
+
+// chansChecked makes impl.chans of a chans routine that takes whole vectors of lanes channels and
+// does not check its lengths: every slice is cut to n = len(em1) (pairs to 2n) first, so that a
+// short one panics as chansGeneric's indexing does; the routine takes the whole vectors, and
+// chansGeneric the n mod lanes channels after them (the same bits).
+func chansChecked(f func(kx, qx, pairs, em1, eg, kh, qh []float32), lanes int) func(kx, qx, pairs, em1, eg, kh, qh []float32) {
+	return func(kx, qx, pairs, em1, eg, kh, qh []float32) {
+		n := len(em1)
+		kx, qx, pairs, eg, kh, qh = kx[:n], qx[:n], pairs[:2*n], eg[:n], kh[:n], qh[:n]
+		w := n - n%lanes
+		f(kx[:w], qx[:w], pairs[:2*w], em1[:w], eg[:w], kh[:w], qh[:w])
+		chansGeneric(kx[w:], qx[w:], pairs[2*w:], em1[w:], eg[w:], kh[w:], qh[w:])
+	}
+}

@@ -83,6 +83,9 @@ package bench.`,
 	"gates": `gates%[1]s is gatesGeneric in %[1]s (asm/gates.go): lanes of float64, each lane's operations
 gatesGeneric's in its order, so the bits are the same. It takes len(a) lanes; every other slice
 holds at least len(a) elements, or b is empty (not checked: see gatesChecked).`,
+	"chans": `chans%[1]s is chansGeneric in %[1]s (asm/chans.go) for the whole vectors of len(em1) channels
+(the others are not written; every slice holds at least len(em1) elements, pairs 2·len(em1): not
+checked, see chansChecked): c·kh and c·qh rounded on their own, then added, as chanDecay does.`,
 	"fmaLoop": `fmaLoop%[1]s runs n iterations of floor.chains independent VFMADD231PS chains on registers
 (the core's FMA throughput: a benchmark floor of package bench).`,
 	"stateKV": `state%[2]s is the [K][V] state routine over T tokens in %[1]s (asm/state_kv_tokens.go). Per
@@ -182,8 +185,8 @@ func scaleChecked(f func(dst, src []float32, s float32)) func(dst, src []float32
 		k := gofile.Kernel{
 			Var:  strings.ToLower(a.name) + "Impl",
 			Name: strings.ToLower(a.name),
-			Fields: fmt.Sprintf("state: single(stateKVf32%[1]s), gate: gate%[1]s, l2: l2%[1]s, scale: scaleChecked(scale%[1]s), widen: widen%[1]s, gates: gatesChecked(gates%[1]s), prefetches: true",
-				a.name),
+			Fields: fmt.Sprintf("state: single(stateKVf32%[1]s), gate: gate%[1]s, l2: l2%[1]s, scale: scaleChecked(scale%[1]s), widen: widen%[1]s, gates: gatesChecked(gates%[1]s), chans: chansChecked(chans%[1]s, %[2]d), prefetches: true",
+				a.name, a.lanes),
 		}
 		if a == avx512 {
 			k.Doc = "avx512Impl and avx2Impl are the kernels of gdn_amd64.s: the pieces, and the state routines\n[bf16][layout] with their limits."

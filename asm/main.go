@@ -256,7 +256,8 @@ func table() []spec {
 		t = append(t, spec{v.name(), func() { stateVK(v) }, vkBudget[v.name()]})
 	}
 	for _, a := range []isa{avx512, avx2} {
-		t = append(t, spec{"gates" + a.name, func() { gatesRoutine(a) }, 500})
+		t = append(t, spec{"gates" + a.name, func() { gatesRoutine(a) }, 500},
+			spec{"chans" + a.name, func() { chansRoutine(a) }, 60})
 	}
 	for _, a := range []isa{avx512, avx2} {
 		t = append(t,

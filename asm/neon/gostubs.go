@@ -30,6 +30,10 @@ kernel's gate is gateSplit(l2NEON, gateNEON4): r from l2NEON's Σo², as gateGen
 		Doc: `gatesNEON is gatesGeneric in NEON, two lanes of float64 a vector (four per iteration, then two,
 then one alone in lane 0): every lane's operations are gatesGeneric's, in its order, so the bits
 are the same. It takes len(a) lanes and does not check the other lengths (gatesChecked does).`},
+	{Name: "chansNEON", Params: "(kx, qx, pairs, em1, eg, kh, qh []float32)",
+		Doc: `chansNEON is chansGeneric in NEON for the whole vectors (four lanes) of len(em1) channels (the
+others are not written; every slice holds at least len(em1) elements, pairs 2·len(em1): not
+checked, see chansChecked): c·kh and c·qh rounded on their own, then added, as chanDecay does.`},
 	{Name: "widenNEON", Params: "(dst []float32, src []uint16)",
 		Doc: "widenNEON is widenGeneric in NEON: dst[i] = the float32 of the bf16 bits src[i] for i < len(dst)\n(len(src) ≥ len(dst), not checked)."},
 	{Name: "stateKVf32NEON", Params: "(a stateArgs)", Doc: fmt.Sprintf(`The state routines over T tokens, for K ≤ %d. Per token they compute stateGeneric's arithmetic
@@ -56,7 +60,7 @@ func goFile() gofile.File {
 gdn_arm64.s. A head with K above the slab's goes to the generic routine of its format (both
 storage types alike, whatever T: the equivalences between formats and calls hold). The routines
 issue no prefetches (the list is a hint) and take no work space.`,
-		Fields: "state: single(stateKVf32NEON), gate: gateSplit(l2NEON, gateNEON4), l2: l2NEON, scale: scale, widen: widenNEON, gates: gatesChecked(gatesNEON)",
+		Fields: "state: single(stateKVf32NEON), gate: gateSplit(l2NEON, gateNEON4), l2: l2NEON, scale: scale, widen: widenNEON, gates: gatesChecked(gatesNEON), chans: chansChecked(chansNEON, 4)",
 	}
 	for b, st := range []string{"f32", "bf16"} {
 		for l, lay := range []string{"KV", "VK"} {

@@ -35,6 +35,7 @@ func generate() []byte {
 	l2NEON(e)
 	gateNEON4(e)
 	gatesNEON(e)
+	chansNEON(e)
 	widenNEON(e)
 	for _, st := range storages {
 		stateKV(e, st)
