@@ -127,7 +127,7 @@ func asmCell(r *routine, generic stateFunc) stateFunc {
 // plan1 sets the fields of the T = 1 plan (dst1, tok1) for one token with an f32 store: the
 // [K][V] f32 routines then take whole rows (decode), the others ignore them.
 func (a *stateArgs) plan1(bf16 bool) {
-	if !bf16 && a.T == 1 && a.stores != nil && *a.stores != nil && a.ch == nil {
+	if !bf16 && a.T == 1 && a.stores != nil && *a.stores != nil {
 		a.dst1, a.tok1 = *a.stores, *(*[4]float32)(unsafe.Pointer(a.tok))
 	}
 }

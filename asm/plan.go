@@ -177,6 +177,30 @@ func (p piece) decay(f form, c, x VecVirtual) {
 	}
 }
 
+// decayPair replaces the piece y by decay(y) = c·y + (y & m), one rounding (chanForm: x + em1·x
+// with m all ones, eg·x with m the sign bit); m is a vector register, or a memory operand: the
+// vector (AVX2), or the scalar broadcast (AVX-512).
+func decayPair(a isa, p piece, c VecVirtual, m Op, y VecVirtual) {
+	t := a.vec()
+	mv, reg := m.(VecVirtual)
+	if reg {
+		m = a.view(mv)
+	}
+	switch {
+	case a.evex && !reg:
+		VPANDD_BCST(m, a.view(y), a.view(t))
+	case a.evex:
+		VPANDD(m, a.view(y), a.view(t))
+	default:
+		VANDPS(m, a.view(y), a.view(t))
+	}
+	if p.w == 1 {
+		VFMADD132SS(c.AsX(), t.AsX(), y.AsX())
+	} else {
+		VFMADD132PS(p.view(c), p.view(t), p.view(y))
+	}
+}
+
 // --- state ---
 
 // Plans: how the ISA cuts a block of columns into pieces (tested in plan_test.go).

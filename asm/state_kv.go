@@ -10,11 +10,52 @@ import (
 
 // stateRegs are the GP registers of the state routine.
 type stateRegs struct {
-	sIn, sOut, kh, qh, v, o GPVirtual // sIn, sOut, v, o advance block by block
-	k, stride               GPVirtual // K, V·4
-	next                    Mem       // frame slot: where the write passes prefetch (see prefetchNext)
-	near                    Mem       // frame byte: 1 if em1 ≥ nearOne (form near), else 0 (see eachForm)
-	wb                      Mem       // frame slot: a guarded span's row bytes (see prefetchSpan)
+	sIn, sOut, kh, v, o GPVirtual // sIn, sOut, v, o advance block by block
+	k, stride           GPVirtual // K, V·4
+	next                Mem       // frame slot: where the write passes prefetch (see prefetchNext)
+	wb                  Mem       // frame slot: a guarded span's row bytes (see prefetchSpan)
+	// The per-channel gate (oneChannels): the read passes' k̂ and q̂ (rkb, rqb: ch's decayed
+	// ones, else kh, qh), where the rows' decay pairs start (cmb) and their step (cinc: 8, or 0
+	// with the token's pair for every row), the token's pair (cpair: the decay of Sᵀk̂ and Sᵀq̂),
+	// and (AVX2) the address of its m as a vector (mvec) for the δ of rowRead, whose registers
+	// are all taken.
+	rkb, rqb, cmb, cinc, cpair, mvec Mem
+	cpr                              Mem // AVX2's guarded spans: the row pairs' pointer (see rowPairs)
+}
+
+// pairPtr is where a write pass's row pairs are: a register, or a frame slot holding it.
+type pairPtr struct {
+	reg  GPVirtual
+	slot Mem
+}
+
+// rowPairs returns the pointer to the write pass's first row pair (cmb): in a register, but for
+// AVX2's guarded spans, which need every GP register but R15, in the frame (cpr).
+func (r stateRegs) rowPairs(a isa, guarded bool) pairPtr {
+	cp := GP64()
+	MOVQ(r.cmb, cp)
+	if a.regs < 32 && guarded {
+		MOVQ(cp, r.cpr)
+		return pairPtr{slot: r.cpr}
+	}
+	return pairPtr{reg: cp}
+}
+
+// rowPair broadcasts the row's pair into c and m and steps the pointer to the next row's.
+func (r stateRegs) rowPair(a isa, pp pairPtr) (c, m VecVirtual) {
+	p := pp.reg
+	if p == nil {
+		p = GP64()
+		MOVQ(pp.slot, p)
+	}
+	c, m = a.vec(), a.vec()
+	VBROADCASTSS(Mem{Base: p}, a.view(c))
+	VBROADCASTSS(Mem{Base: p, Disp: 4}, a.view(m))
+	ADDQ(r.cinc, p)
+	if pp.reg == nil {
+		MOVQ(p, pp.slot)
+	}
+	return c, m
 }
 
 // rowsQInWrite reports whether the single-token routine takes whole rows of 256 columns with Sᵀq̂
@@ -22,7 +63,6 @@ type stateRegs struct {
 // nor a NOSPLIT frame the rest of them (AVX2; see the package comment for what was measured).
 func (a isa) rowsQInWrite() bool { return a.regs < 32 }
 
-// nearOne is the em1 from which the state decays as x + em1·x rather than eg·x (nearOne in
 // oneFrame is the next offset of stateOne's frame slots (oneLocal): from offset 0 of the routine's
 // frame, over the slots of its plan over T tokens (the two plans never run in one call), the
 // frame grown where it needs more, so that it stays small enough for NOSPLIT (792 bytes with the
@@ -52,6 +92,75 @@ func scalarMem(name string) Mem {
 	panic("scalarMem: " + name)
 }
 
+// oneChannels sets the frame slots of the decays (stateRegs.rkb …) from tok1 and stateArgs.ch,
+// once per call: the token's pair, (em1, all ones) where em1 ≥ nearOne, else (eg, the sign bit)
+// (also for a NaN em1); with ch the read passes' k̂ and q̂ are ch's and the rows' pairs follow
+// them, else they are kh, qh and every row takes the token's pair.
+func oneChannels(a isa, r *stateRegs) {
+	r.rkb, r.rqb, r.cmb, r.cinc, r.cpair, r.cpr = oneLocal(8), oneLocal(8), oneLocal(8), oneLocal(8), oneLocal(8), oneLocal(8)
+	Commentf("The token's decay as a pair (c, m), decay(x) = c·x + (x & m): (em1, all ones) where em1 ≥ %g, else (eg, the sign bit) (also for a NaN em1).", nearOne)
+	{
+		c, m, sign, x := GP32(), GP32(), GP32(), XMM()
+		MOVL(scalarMem("em1"), c)
+		MOVL(U32(0xffffffff), m)
+		MOVL(U32(0x80000000), sign)
+		VMOVSS(scalarMem("em1"), x)
+		VUCOMISS(cNearOne, x) // CF: em1 < nearOne or unordered
+		CMOVLCS(scalarMem("eg"), c)
+		CMOVLCS(sign, m)
+		MOVL(c, r.cpair)
+		MOVL(m, r.cpair.Offset(4))
+	}
+	if a.rowsQInWrite() {
+		r.mvec = oneLocal(8) // the address of the vector: 32 bytes aligned in vec
+		vec := oneLocal(64)
+		mv := GP64()
+		LEAQ(vec, mv)
+		ADDQ(U8(31), mv)
+		ANDQ(I8(-32), mv)
+		y := YMM()
+		VBROADCASTSS(r.cpair.Offset(4), y)
+		VMOVAPS(y, Mem{Base: mv})
+		MOVQ(mv, r.mvec)
+	}
+	Comment("The read passes' k̂, q̂ and the rows' pairs: the per-channel gate's (ch), else kh, qh and the token's pair.")
+	ch, k4 := GP64(), GP64()
+	loadArg("K", k4)
+	SHLQ(U8(2), k4)
+	loadArg("ch", ch)
+	TESTQ(ch, ch)
+	scalar, set := label("scalargate"), label("gateset")
+	JZ(LabelRef(scalar))
+	MOVQ(ch, r.rkb)
+	ADDQ(k4, ch)
+	MOVQ(ch, r.rqb)
+	ADDQ(k4, ch)
+	MOVQ(ch, r.cmb)
+	MOVQ(U32(8), r.cinc)
+	JMP(LabelRef(set))
+	Label(scalar)
+	MOVQ(r.kh, r.rkb)
+	loadArg("qh", ch)
+	MOVQ(ch, r.rqb)
+	LEAQ(r.cpair, ch)
+	MOVQ(ch, r.cmb)
+	MOVQ(U32(0), r.cinc)
+	Label(set)
+}
+
+// tokenPair broadcasts c of the token's pair (cpair) into c and returns m as a memory operand
+// (no register: δ and o of a block take them all): AVX-512 its scalar (embedded broadcast), AVX2
+// the vector in the frame (mvec).
+func (r stateRegs) tokenPair(a isa, c VecVirtual) (m Op) {
+	VBROADCASTSS(r.cpair, a.view(c))
+	if a.rowsQInWrite() {
+		mv := GP64()
+		MOVQ(r.mvec, mv)
+		return Mem{Base: mv}
+	}
+	return r.cpair.Offset(4)
+}
+
 // stateOne emits the T = 1 plan of a [K][V] f32 routine over T tokens (dst1 not nil: one token
 // with a store, decode): whole rows streamed from src to dst1, as stateGeneric computes them, and
 // the routine's return. Reference, with sIn = src, sOut = dst1 (which may be src), em1, eg, beta,
@@ -68,16 +177,18 @@ func scalarMem(name string) Mem {
 // mod 256 = 128, 4 at 64, else a span of 1–16 ZMM (state_kv_span.go), the last masked; each block
 // with one read pass and one write pass over its slab. AVX2: whole rows of 256 columns (then of
 // 128 and 64), Sᵀq̂ accumulated by the write pass, then blocks of 32 and 16 columns and a span.
-// The form is chosen once per call. Any K: nothing is kept in the work space.
+// Every decay is the pair form of the routines over T tokens, decay(x) = c·x + (x & m) (one
+// rounding; chanForm): the token's pair (c, m) for Sᵀk̂ and Sᵀq̂, and for row i the token's pair,
+// or with ch (the per-channel gate: em1 = −1, eg = 1) the read passes' k̂, q̂ from ch and row i's
+// own pair (oneChannels). Any K: nothing is kept in the work space.
 func stateOne(a isa) {
 	oneFrame = 0
 	r := stateRegs{
-		sIn: GP64(), sOut: GP64(), kh: GP64(), qh: GP64(), v: GP64(), o: GP64(), k: GP64(), stride: GP64(),
+		sIn: GP64(), sOut: GP64(), kh: GP64(), v: GP64(), o: GP64(), k: GP64(), stride: GP64(),
 	}
 	loadArg("src", r.sIn)
 	loadArg("dst1", r.sOut)
 	loadArg("kh", r.kh)
-	loadArg("qh", r.qh)
 	loadArg("v", r.v)
 	loadArg("o", r.o)
 	loadArg("K", r.k)
@@ -103,14 +214,7 @@ func stateOne(a isa) {
 		ADDQ(r.sIn, nx)
 		MOVQ(nx, r.next) // the byte after the head: the next head, if the caller has one
 	}
-	Commentf("The decay form, once per call: near = em1 ≥ %g (false for a NaN em1).", nearOne)
-	r.near = oneLocal(8)
-	{
-		x := XMM()
-		VMOVSS(scalarMem("em1"), x)
-		VUCOMISS(cNearOne, x) // CF = em1 < nearOne or unordered
-		SETCC(r.near)
-	}
+	oneChannels(a, &r)
 
 	r.wb = oneLocal(8)
 	if a.rowsQInWrite() {
@@ -243,7 +347,7 @@ func advance(r stateRegs, n int) {
 // access, which -dynlink executables cannot link).
 const (
 	rowRegsK = 13
-	rowRegsQ = 11
+	rowRegsQ = 10
 	rowLocal = (16-rowRegsQ)*32 + 32
 )
 
@@ -338,13 +442,14 @@ func rowRead(r stateRegs, n int) {
 		VXORPS(accK[t], accK[t], accK[t])
 	}
 	ymm := piece{w: 8}
-	p, i := GP64(), GP64()
+	p, i, rk := GP64(), GP64(), GP64()
 	MOVQ(r.sIn, p)
 	XORQ(i, i)
+	MOVQ(r.rkb, rk)
 	read := label("rread")
 	Label(read)
 	bk := YMM()
-	VBROADCASTSS(Mem{Base: r.kh, Index: i, Scale: 4}, bk)
+	VBROADCASTSS(Mem{Base: rk, Index: i, Scale: 4}, bk)
 	for t := 0; t < n; t++ {
 		if t < nk {
 			VFMADD231PS(Mem{Base: p, Disp: 32 * t}, bk, accK[t])
@@ -360,15 +465,15 @@ func rowRead(r stateRegs, n int) {
 	CMPQ(i, r.k)
 	JB(LabelRef(read))
 
-	eachForm(r, func(f form) {
-		Comment("δ = beta·(v − decay(Sᵀk̂)), in o.")
+	{
+		Comment("δ = beta·(v − decay(Sᵀk̂)), in o (the token's pair; m from the frame).")
 		c, beta := YMM(), YMM()
-		VBROADCASTSS(scalarMem(f.param), c)
+		m := r.tokenPair(avx2, c)
 		VBROADCASTSS(scalarMem("beta"), beta)
 		delta := func(ak VecVirtual, vm, om Mem) {
+			decayPair(avx2, ymm, c, m, ak)
 			vt := YMM()
 			VMOVUPS(vm, vt)
-			ymm.decay(f, c, ak)
 			VSUBPS(ak, vt, ak)
 			VMULPS(ak, beta, ak)
 			VMOVUPS(ak, om)
@@ -392,7 +497,7 @@ func rowRead(r stateRegs, n int) {
 			DECQ(k)
 			JNZ(LabelRef(dl))
 		}
-	})
+	}
 }
 
 // rowWrite emits the write pass of a sub-block of m YMM at sIn, sOut and o (see rowBlocks), and
@@ -416,20 +521,22 @@ func rowWrite(r stateRegs, m int, acc GPVirtual) {
 		VXORPS(accQ[t], accQ[t], accQ[t])
 	}
 	p, i := GP64(), GP64()
-	eachForm(r, func(f form) {
-		Commentf("S' = %s + k̂_i·δ.", f.of("S"))
-		c := YMM()
-		VBROADCASTSS(scalarMem(f.param), c)
+	{
+		Comment("S' = c_i·S + (S & m_i) + k̂_i·δ, (c_i, m_i) row i's pair.")
 		q := GP64()
 		MOVQ(r.sIn, p)
 		MOVQ(r.sOut, q)
 		XORQ(i, i)
+		cp := r.rowPairs(avx2, false)
 		write := label("rwrite")
 		Label(write)
 		prefetchNext(r, 32*m)
 		bk2, bq := YMM(), YMM()
 		VBROADCASTSS(Mem{Base: r.kh, Index: i, Scale: 4}, bk2)
-		VBROADCASTSS(Mem{Base: r.qh, Index: i, Scale: 4}, bq)
+		rq := GP64() // q̂'s base, from the frame every row (every other GP register is taken)
+		MOVQ(r.rqb, rq)
+		VBROADCASTSS(Mem{Base: rq, Index: i, Scale: 4}, bq)
+		rc, rm := r.rowPair(avx2, cp)
 		for t := 0; t < m; t++ {
 			y := YMM()
 			VMOVUPS(Mem{Base: p, Disp: 32 * t}, y)
@@ -441,7 +548,7 @@ func rowWrite(r stateRegs, m int, acc GPVirtual) {
 				VFMADD231PS(y, bq, a)
 				VMOVAPS(a, slotQ(t))
 			}
-			ymm.decay(f, c, y)
+			decayPair(avx2, ymm, rc, rm, y)
 			VFMADD231PS(slotO(t), bk2, y)
 			VMOVUPS(y, Mem{Base: q, Disp: 32 * t})
 		}
@@ -451,8 +558,9 @@ func rowWrite(r stateRegs, m int, acc GPVirtual) {
 		CMPQ(i, r.k)
 		JB(LabelRef(write))
 
-		Comment("o = decay(Sᵀq̂) + kq·δ over δ.")
-		kq := YMM()
+		Comment("o = decay(Sᵀq̂) + kq·δ over δ (the token's pair).")
+		kq, c := YMM(), YMM()
+		mt := r.tokenPair(avx2, c)
 		VBROADCASTSS(scalarMem("kq"), kq)
 		for t := 0; t < m; t++ {
 			ot := YMM()
@@ -461,11 +569,11 @@ func rowWrite(r stateRegs, m int, acc GPVirtual) {
 			} else {
 				VMOVAPS(slotQ(t), ot)
 			}
-			ymm.decay(f, c, ot)
+			decayPair(avx2, ymm, c, mt, ot)
 			VFMADD231PS(slotO(t), kq, ot)
 			VMOVUPS(ot, slotO(t))
 		}
-	})
+	}
 	ADDQ(U32(32*m), r.sIn)
 	ADDQ(U32(32*m), r.sOut)
 	ADDQ(U32(32*m), r.o)
@@ -550,11 +658,29 @@ func stateBlock(r stateRegs, s span, local Mem) {
 	p, i := GP64(), GP64()
 	MOVQ(r.sIn, p)
 	XORQ(i, i)
+	// k̂ and q̂ of the read pass from their frame slots: AVX2 reloads their bases every row (its
+	// guarded spans need every GP register but R15), AVX-512 keeps them in registers.
+	var rk, rq GPVirtual
+	if a.regs >= 32 {
+		rk, rq = GP64(), GP64()
+		MOVQ(r.rkb, rk)
+		MOVQ(r.rqb, rq)
+	}
 	read := label("read")
 	Label(read)
 	bk, bq := a.vec(), a.vec()
-	VBROADCASTSS(Mem{Base: r.kh, Index: i, Scale: 4}, bk)
-	VBROADCASTSS(Mem{Base: r.qh, Index: i, Scale: 4}, bq)
+	for _, b := range []struct {
+		base GPVirtual
+		slot Mem
+		dst  VecVirtual
+	}{{rk, r.rkb, bk}, {rq, r.rqb, bq}} {
+		base := b.base
+		if base == nil {
+			base = GP64()
+			MOVQ(b.slot, base)
+		}
+		VBROADCASTSS(Mem{Base: base, Index: i, Scale: 4}, b.dst)
+	}
 	x := a.vec()
 	ool := s.each(func(t int, pc piece) {
 		pc.load(pc.at(p, 4), x)
@@ -578,17 +704,16 @@ func stateBlock(r stateRegs, s span, local Mem) {
 	JB(LabelRef(read))
 	ool()
 
-	// One path per form from here: δ and o, then the write pass.
-	eachForm(r, func(f form) { stateBlockWrite(r, s, f, accK, accQ, slotK, slotQ, p, i) })
+	stateBlockWrite(r, s, accK, accQ, slotK, slotQ, p, i)
 }
 
-// stateBlockWrite emits the rest of a column block after its read pass, in form f: δ and o from
-// the accumulators, then the write pass.
-func stateBlockWrite(r stateRegs, s span, f form, accK, accQ []VecVirtual, slotK, slotQ func(int) Mem, p, i GPVirtual) {
+// stateBlockWrite emits the rest of a column block after its read pass: δ and o from the
+// accumulators (the token's pair), then the write pass (each row's pair).
+func stateBlockWrite(r stateRegs, s span, accK, accQ []VecVirtual, slotK, slotQ func(int) Mem, p, i GPVirtual) {
 	a := s.a
 	Comment("δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.")
 	c, beta, kq := a.vec(), a.vec(), a.vec()
-	VBROADCASTSS(scalarMem(f.param), c)
+	m := r.tokenPair(a, c)
 	VBROADCASTSS(scalarMem("beta"), beta)
 	VBROADCASTSS(scalarMem("kq"), kq)
 	// In place: δ replaces Sᵀk̂ in its registers (or its Sᵀq̂ slot), o is formed in Sᵀq̂'s.
@@ -601,12 +726,12 @@ func stateBlockWrite(r stateRegs, s span, f form, accK, accQ []VecVirtual, slotK
 			VMOVAPS(slotK(t), ak.AsZ())
 			VMOVAPS(slotQ(t), aq.AsZ())
 		}
+		decayPair(a, pc, c, m, ak)
 		vt := a.vec()
 		pc.load(pc.at(r.v, 4), vt)
-		pc.decay(f, c, ak)
 		pc.sub(vt, ak, ak)
 		pc.mul(ak, beta, ak)
-		pc.decay(f, c, aq)
+		decayPair(a, pc, c, m, aq)
 		pc.fma(ak, kq, aq)
 		pc.store(aq, pc.at(r.o, 4))
 		if accK[t] == nil {
@@ -614,11 +739,12 @@ func stateBlockWrite(r stateRegs, s span, f form, accK, accQ []VecVirtual, slotK
 		}
 	})()
 
-	Commentf("Write pass: S' = %s + k̂_i·δ over the same slab.", f.of("S"))
+	Comment("Write pass: S' = c_i·S + (S & m_i) + k̂_i·δ over the same slab, (c_i, m_i) row i's pair.")
 	q := GP64()
 	MOVQ(r.sIn, p)
 	MOVQ(r.sOut, q)
 	XORQ(i, i)
+	cp := r.rowPairs(a, s.guarded())
 	write := label("write")
 	Label(write)
 	if s.guarded() {
@@ -628,9 +754,10 @@ func stateBlockWrite(r stateRegs, s span, f form, accK, accQ []VecVirtual, slotK
 	}
 	bk2, y := a.vec(), a.vec()
 	VBROADCASTSS(Mem{Base: r.kh, Index: i, Scale: 4}, bk2)
+	rc, rm := r.rowPair(a, cp)
 	ool := s.each(func(t int, pc piece) {
 		pc.load(pc.at(p, 4), y)
-		pc.decay(f, c, y)
+		decayPair(a, pc, rc, rm, y)
 		if d[t] != nil {
 			pc.fma(d[t], bk2, y)
 		} else {

@@ -769,20 +769,7 @@ func (g *kvGen) rowDecays() (cp GPVirtual) {
 
 // decayCM replaces the piece y by decay(y) = c·y + (y & m), one rounding (chanForm: x + em1·x
 // with m all ones, eg·x with m the sign bit).
-func (g *kvGen) decayCM(p piece, c, m, y VecVirtual) {
-	a, t := g.a, g.a.vec()
-	switch {
-	case a.evex:
-		VPANDD(a.view(m), a.view(y), a.view(t))
-	default:
-		VANDPS(a.view(m), a.view(y), a.view(t))
-	}
-	if p.w == 1 {
-		VFMADD132SS(c.AsX(), t.AsX(), y.AsX())
-	} else {
-		VFMADD132PS(p.view(c), p.view(t), p.view(y))
-	}
-}
+func (g *kvGen) decayCM(p piece, c, m, y VecVirtual) { decayPair(g.a, p, c, m, y) }
 
 // cmpLast compares τ + 1 with the call's token count (equal: τ is the last token), for a JE/JNE.
 func (g *kvGen) cmpLast() {
