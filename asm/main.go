@@ -4,25 +4,27 @@
 //
 //	go generate ./...        (gen.go: go -C asm run . -out ../gdn_amd64.s -args ../gdn_args.go -go ../gdn_amd64.go)
 //
-// Each ISA gets the three vector pieces of the portable kernel (gdn_generic.go, type impl):
+// Each ISA gets the vector pieces of the portable kernel (gdn_generic.go, type impl):
 //
 //	state  the fused state update of one head: one read pass, δ and o, one write pass
-//	gate   the gated RMSNorm of o: Σo² in float64, r, silu(z) through a vectorised Exp32, bf16 RNE
+//	gate   the gated RMSNorm of o: Σo² in float64, r, silu(z) or sigmoid(z) through a vectorised
+//	       Exp32, bf16 RNE
 //	l2     Σq², Σk², Σk·q in float64
 //	scale  dst = src·s (q̂ and k̂ from q, k and their l2 factors)
 //	gates  the gates beta, em1, eg of many lanes, a head's or a channel's (gdn_generic.go's
 //	       gatesGeneric), in float64
+//	chans  the per-channel gate's decay pairs and decayed k̂, q̂ of a head-token (chansGeneric)
 //
 // The l2 factors and k̂·q̂ stay in the Go driver.
 //
 // # The two decays
 //
 // decay(x) is x + em1·x (one VFMADD213) when em1 ≥ −0.5, else eg·x (one VMULPS), as in SPEC Part
-// A. The T = 1 plan (state_kv.go) and the [V][K] routines choose the form once per call or token
-// and branch into δ, o and the write pass emitted for either form (eachForm, vkForm). The [K][V]
-// routines over T tokens write either form as a pair, decay(x) = c·x + (x & m) (a VAND and one
-// FMA, the same bits), so that one pass serves both forms and the per-channel gate, whose rows
-// each have their own pair (state_kv_tokens.go; the cost to the scalar gate: doc/design.md).
+// A. The [V][K] routines choose the form once per token and branch into δ, o and the update
+// emitted for either form (vkForm). The [K][V] routines (over T tokens, and their T = 1 plan)
+// write either form as a pair, decay(x) = c·x + (x & m) (a VAND and one FMA, the same bits:
+// decayPair), so that one pass serves both forms and the per-channel gate, whose rows each have
+// their own pair (state_kv_tokens.go, state_kv.go; the cost to the scalar gate: doc/design.md).
 //
 // # The generator's files
 //
@@ -42,6 +44,7 @@
 //	prefetch.go        the prefetch list of the routines over T tokens (the driver's next call's rows)
 //	gate.go, l2.go, widen.go, bench_floor.go   the small pieces and the bench floors
 //	gates.go           the float64 head gates (constants from asm/internal/gates64consts)
+//	chans.go           the per-channel gate's pairs and dot vectors
 //	args.go            the state routines' one argument (asm/internal/stateargs: its fields and
 //	                   offsets; -args writes its Go declaration, gdn_args.go)
 //	gostubs.go         the Go side (-go: gdn_amd64.go): stubs, CPU detection, the kernels' tables
