@@ -21,6 +21,7 @@ type stateRegs struct {
 	// are all taken.
 	rkb, rqb, cmb, cinc, cpair, mvec Mem
 	cpr                              Mem // AVX2's guarded spans: the row pairs' pointer (see rowPairs)
+	near                             Mem // frame byte: 1 for the scalar gate with em1 ≥ nearOne (oneForms)
 }
 
 // pairPtr is where a write pass's row pairs are: a register, or a frame slot holding it.
@@ -56,6 +57,70 @@ func (r stateRegs) rowPair(a isa, pp pairPtr) (c, m VecVirtual) {
 		MOVQ(p, pp.slot)
 	}
 	return c, m
+}
+
+// oneForms emits body twice behind a branch on the flag the prologue set (once per call): near,
+// the scalar gate with em1 ≥ nearOne, whose decays are x + em1·x (one FMA, as before the
+// per-channel gate); else the pair form (the scalar gate's eg·x, and the per-channel gate).
+// The scalar gate's decode keeps its one FMA a decay where the pair's VAND would cost it 3–5 %
+// (avx512, doc/design.md). Both paths continue after the last one.
+func oneForms(r stateRegs, body func(d oneDecay)) {
+	pair, join := label("pairform"), label("decayed")
+	CMPB(r.near, U8(0))
+	JE(LabelRef(pair))
+	Commentf("The scalar gate, em1 ≥ %g: decay(x) = x + em1·x.", nearOne)
+	body(oneDecay{near: true})
+	JMP(LabelRef(join))
+	Label(pair)
+	Comment("Otherwise: decay(x) = c·x + (x & m), the token's pair or row i's (the per-channel gate).")
+	body(oneDecay{})
+	Label(join)
+}
+
+// oneDecay is how one of oneForms' bodies decays: the token's (δ, o) and the rows' (the write
+// pass): near, x + em1·x with em1 in c; else the token's pair (c, m) and each row's (rowPair).
+type oneDecay struct {
+	near bool
+	a    isa
+	c    VecVirtual
+	m    Op
+	cp   pairPtr
+}
+
+// load loads the token's decay (em1, or its pair) for the pieces of a.
+func (d *oneDecay) load(r stateRegs, a isa) {
+	d.a, d.c = a, a.vec()
+	if d.near {
+		VBROADCASTSS(scalarMem("em1"), a.view(d.c))
+		return
+	}
+	d.m = r.tokenPair(a, d.c)
+}
+
+// token replaces the piece x by the token's decay of x.
+func (d *oneDecay) token(p piece, x VecVirtual) {
+	if d.near {
+		p.decay(nearForm, d.c, x)
+		return
+	}
+	decayPair(d.a, p, d.c, d.m, x)
+}
+
+// rows readies the rows' decays before a write pass (the pointer to the first row's pair).
+func (d *oneDecay) rows(r stateRegs, guarded bool) {
+	if !d.near {
+		d.cp = r.rowPairs(d.a, guarded)
+	}
+}
+
+// row returns the current row's decay, to apply to its pieces (at the row's start; the pair form
+// steps to the next row's pair).
+func (d *oneDecay) row(r stateRegs) func(p piece, x VecVirtual) {
+	if d.near {
+		return func(p piece, x VecVirtual) { p.decay(nearForm, d.c, x) }
+	}
+	rc, rm := r.rowPair(d.a, d.cp)
+	return func(p piece, x VecVirtual) { decayPair(d.a, p, rc, rm, x) }
 }
 
 // rowsQInWrite reports whether the single-token routine takes whole rows of 256 columns with Sᵀq̂
@@ -97,7 +162,7 @@ func scalarMem(name string) Mem {
 // (also for a NaN em1); with ch the read passes' k̂ and q̂ are ch's and the rows' pairs follow
 // them, else they are kh, qh and every row takes the token's pair.
 func oneChannels(a isa, r *stateRegs) {
-	r.rkb, r.rqb, r.cmb, r.cinc, r.cpair, r.cpr = oneLocal(8), oneLocal(8), oneLocal(8), oneLocal(8), oneLocal(8), oneLocal(8)
+	r.rkb, r.rqb, r.cmb, r.cinc, r.cpair, r.cpr, r.near = oneLocal(8), oneLocal(8), oneLocal(8), oneLocal(8), oneLocal(8), oneLocal(8), oneLocal(8)
 	Commentf("The token's decay as a pair (c, m), decay(x) = c·x + (x & m): (em1, all ones) where em1 ≥ %g, else (eg, the sign bit) (also for a NaN em1).", nearOne)
 	{
 		c, m, sign, x := GP32(), GP32(), GP32(), XMM()
@@ -106,6 +171,7 @@ func oneChannels(a isa, r *stateRegs) {
 		MOVL(U32(0x80000000), sign)
 		VMOVSS(scalarMem("em1"), x)
 		VUCOMISS(cNearOne, x) // CF: em1 < nearOne or unordered
+		SETCC(r.near)
 		CMOVLCS(scalarMem("eg"), c)
 		CMOVLCS(sign, m)
 		MOVL(c, r.cpair)
@@ -137,6 +203,7 @@ func oneChannels(a isa, r *stateRegs) {
 	ADDQ(k4, ch)
 	MOVQ(ch, r.cmb)
 	MOVQ(U32(8), r.cinc)
+	MOVB(U8(0), r.near)
 	JMP(LabelRef(set))
 	Label(scalar)
 	MOVQ(r.kh, r.rkb)
@@ -340,15 +407,16 @@ func advance(r stateRegs, n int) {
 }
 
 // rowRegsK and rowRegsQ are the numbers of YMM accumulators of rowBlock that stay in registers:
-// 13 of Sᵀk̂ in the read pass (beside k̂_i and a temporary; δ needs em1 or eg, beta and v beside
-// them), 11 of Sᵀq̂ in the write pass (beside em1 or eg, k̂_i, q̂_i, the state vector and a
-// temporary). rowLocal is the frame for the other Sᵀq̂ of a 16-YMM sub-block, 32-byte aligned
+// 13 of Sᵀk̂ in the read pass (beside k̂_i and a temporary; δ needs em1 or c, beta and v beside
+// them, the pair form's m from the frame), 11 of Sᵀq̂ in the write pass (beside em1, k̂_i, q̂_i,
+// the state vector and a temporary; 10 in the pair form, whose row pair takes two).
+// rowLocal is the frame for the other Sᵀq̂ of a 16-YMM sub-block, 32-byte aligned
 // (small enough for NOSPLIT, which keeps the routine free of the stack-check prologue and its TLS
 // access, which -dynlink executables cannot link).
 const (
 	rowRegsK = 13
-	rowRegsQ = 10
-	rowLocal = (16-rowRegsQ)*32 + 32
+	rowRegsQ = 11
+	rowLocal = (16-rowRegsQ+1)*32 + 32
 )
 
 // rowSubs are the AVX2 blocks of whole rows (rowBlocks): 256 columns (in a loop), then 128 and 64
@@ -465,13 +533,13 @@ func rowRead(r stateRegs, n int) {
 	CMPQ(i, r.k)
 	JB(LabelRef(read))
 
-	{
-		Comment("δ = beta·(v − decay(Sᵀk̂)), in o (the token's pair; m from the frame).")
-		c, beta := YMM(), YMM()
-		m := r.tokenPair(avx2, c)
+	oneForms(r, func(dk oneDecay) {
+		Comment("δ = beta·(v − decay(Sᵀk̂)), in o (the pair form's m from the frame).")
+		beta := YMM()
+		dk.load(r, avx2)
 		VBROADCASTSS(scalarMem("beta"), beta)
 		delta := func(ak VecVirtual, vm, om Mem) {
-			decayPair(avx2, ymm, c, m, ak)
+			dk.token(ymm, ak)
 			vt := YMM()
 			VMOVUPS(vm, vt)
 			VSUBPS(ak, vt, ak)
@@ -497,37 +565,45 @@ func rowRead(r stateRegs, n int) {
 			DECQ(k)
 			JNZ(LabelRef(dl))
 		}
-	}
+	})
 }
 
 // rowWrite emits the write pass of a sub-block of m YMM at sIn, sOut and o (see rowBlocks), and
 // advances the three by its width.
 func rowWrite(r stateRegs, m int, acc GPVirtual) {
-	Commentf("Write pass over %d YMM, Sᵀq̂ of YMM ≥ %d in the frame.", m, rowRegsQ)
 	slotO := func(t int) Mem { return Mem{Base: r.o, Disp: 32 * t} }
 	ymm := piece{w: 8}
-	nq := min(m, rowRegsQ)
-	slotQ := func(t int) Mem { return Mem{Base: acc, Disp: 32 * (t - nq)} }
-	if m > nq {
-		zy := YMM()
-		VXORPS(zy, zy, zy)
-		for t := nq; t < m; t++ {
-			VMOVAPS(zy, slotQ(t))
+	oneForms(r, func(dk oneDecay) {
+		// The pair form's row pair takes one more register: one more Sᵀq̂ in the frame.
+		nq := min(m, rowRegsQ)
+		if !dk.near {
+			nq = min(m, rowRegsQ-1)
 		}
-	}
-	accQ := make([]VecVirtual, nq)
-	for t := range accQ {
-		accQ[t] = YMM()
-		VXORPS(accQ[t], accQ[t], accQ[t])
-	}
-	p, i := GP64(), GP64()
-	{
-		Comment("S' = c_i·S + (S & m_i) + k̂_i·δ, (c_i, m_i) row i's pair.")
+		Commentf("Write pass over %d YMM, Sᵀq̂ of YMM ≥ %d in the frame.", m, nq)
+		slotQ := func(t int) Mem { return Mem{Base: acc, Disp: 32 * (t - nq)} }
+		if m > nq {
+			zy := YMM()
+			VXORPS(zy, zy, zy)
+			for t := nq; t < m; t++ {
+				VMOVAPS(zy, slotQ(t))
+			}
+		}
+		accQ := make([]VecVirtual, nq)
+		for t := range accQ {
+			accQ[t] = YMM()
+			VXORPS(accQ[t], accQ[t], accQ[t])
+		}
+		p, i := GP64(), GP64()
+		Comment("S' = decay_i(S) + k̂_i·δ.")
+		dk.a = avx2
+		if dk.near {
+			dk.load(r, avx2)
+		}
 		q := GP64()
 		MOVQ(r.sIn, p)
 		MOVQ(r.sOut, q)
 		XORQ(i, i)
-		cp := r.rowPairs(avx2, false)
+		dk.rows(r, false)
 		write := label("rwrite")
 		Label(write)
 		prefetchNext(r, 32*m)
@@ -536,7 +612,7 @@ func rowWrite(r stateRegs, m int, acc GPVirtual) {
 		rq := GP64() // q̂'s base, from the frame every row (every other GP register is taken)
 		MOVQ(r.rqb, rq)
 		VBROADCASTSS(Mem{Base: rq, Index: i, Scale: 4}, bq)
-		rc, rm := r.rowPair(avx2, cp)
+		decay := dk.row(r)
 		for t := 0; t < m; t++ {
 			y := YMM()
 			VMOVUPS(Mem{Base: p, Disp: 32 * t}, y)
@@ -548,7 +624,7 @@ func rowWrite(r stateRegs, m int, acc GPVirtual) {
 				VFMADD231PS(y, bq, a)
 				VMOVAPS(a, slotQ(t))
 			}
-			decayPair(avx2, ymm, rc, rm, y)
+			decay(ymm, y)
 			VFMADD231PS(slotO(t), bk2, y)
 			VMOVUPS(y, Mem{Base: q, Disp: 32 * t})
 		}
@@ -558,9 +634,11 @@ func rowWrite(r stateRegs, m int, acc GPVirtual) {
 		CMPQ(i, r.k)
 		JB(LabelRef(write))
 
-		Comment("o = decay(Sᵀq̂) + kq·δ over δ (the token's pair).")
-		kq, c := YMM(), YMM()
-		mt := r.tokenPair(avx2, c)
+		Comment("o = decay(Sᵀq̂) + kq·δ over δ.")
+		kq := YMM()
+		if !dk.near {
+			dk.load(r, avx2)
+		}
 		VBROADCASTSS(scalarMem("kq"), kq)
 		for t := 0; t < m; t++ {
 			ot := YMM()
@@ -569,11 +647,11 @@ func rowWrite(r stateRegs, m int, acc GPVirtual) {
 			} else {
 				VMOVAPS(slotQ(t), ot)
 			}
-			decayPair(avx2, ymm, c, mt, ot)
+			dk.token(ymm, ot)
 			VFMADD231PS(slotO(t), kq, ot)
 			VMOVUPS(ot, slotO(t))
 		}
-	}
+	})
 	ADDQ(U32(32*m), r.sIn)
 	ADDQ(U32(32*m), r.sOut)
 	ADDQ(U32(32*m), r.o)
@@ -704,16 +782,16 @@ func stateBlock(r stateRegs, s span, local Mem) {
 	JB(LabelRef(read))
 	ool()
 
-	stateBlockWrite(r, s, accK, accQ, slotK, slotQ, p, i)
+	oneForms(r, func(dk oneDecay) { stateBlockWrite(r, s, dk, accK, accQ, slotK, slotQ, p, i) })
 }
 
 // stateBlockWrite emits the rest of a column block after its read pass: δ and o from the
 // accumulators (the token's pair), then the write pass (each row's pair).
-func stateBlockWrite(r stateRegs, s span, accK, accQ []VecVirtual, slotK, slotQ func(int) Mem, p, i GPVirtual) {
+func stateBlockWrite(r stateRegs, s span, dk oneDecay, accK, accQ []VecVirtual, slotK, slotQ func(int) Mem, p, i GPVirtual) {
 	a := s.a
 	Comment("δ = beta·(v − decay(Sᵀk̂)), o = decay(Sᵀq̂) + kq·δ.")
-	c, beta, kq := a.vec(), a.vec(), a.vec()
-	m := r.tokenPair(a, c)
+	beta, kq := a.vec(), a.vec()
+	dk.load(r, a)
 	VBROADCASTSS(scalarMem("beta"), beta)
 	VBROADCASTSS(scalarMem("kq"), kq)
 	// In place: δ replaces Sᵀk̂ in its registers (or its Sᵀq̂ slot), o is formed in Sᵀq̂'s.
@@ -726,12 +804,12 @@ func stateBlockWrite(r stateRegs, s span, accK, accQ []VecVirtual, slotK, slotQ 
 			VMOVAPS(slotK(t), ak.AsZ())
 			VMOVAPS(slotQ(t), aq.AsZ())
 		}
-		decayPair(a, pc, c, m, ak)
+		dk.token(pc, ak)
 		vt := a.vec()
 		pc.load(pc.at(r.v, 4), vt)
 		pc.sub(vt, ak, ak)
 		pc.mul(ak, beta, ak)
-		decayPair(a, pc, c, m, aq)
+		dk.token(pc, aq)
 		pc.fma(ak, kq, aq)
 		pc.store(aq, pc.at(r.o, 4))
 		if accK[t] == nil {
@@ -744,7 +822,7 @@ func stateBlockWrite(r stateRegs, s span, accK, accQ []VecVirtual, slotK, slotQ 
 	MOVQ(r.sIn, p)
 	MOVQ(r.sOut, q)
 	XORQ(i, i)
-	cp := r.rowPairs(a, s.guarded())
+	dk.rows(r, s.guarded())
 	write := label("write")
 	Label(write)
 	if s.guarded() {
@@ -754,10 +832,10 @@ func stateBlockWrite(r stateRegs, s span, accK, accQ []VecVirtual, slotK, slotQ 
 	}
 	bk2, y := a.vec(), a.vec()
 	VBROADCASTSS(Mem{Base: r.kh, Index: i, Scale: 4}, bk2)
-	rc, rm := r.rowPair(a, cp)
+	decay := dk.row(r)
 	ool := s.each(func(t int, pc piece) {
 		pc.load(pc.at(p, 4), y)
-		decayPair(a, pc, rc, rm, y)
+		decay(pc, y)
 		if d[t] != nil {
 			pc.fma(d[t], bk2, y)
 		} else {
