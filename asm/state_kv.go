@@ -428,9 +428,9 @@ var rowSubs = [][]int{{16, 16}, {16}, {8}}
 // Sᵀk̂, over whole rows, 13 YMM in registers and the rest in the block's part of o; δ replaces
 // Sᵀk̂ in o (rowRead); then each sub-block of subs[c] YMM (16 or 8) has a write pass that also
 // accumulates Sᵀq̂ from the state it re-reads (the same products, in the same order, as a
-// read-pass accumulation), 11 YMM in registers and the rest in acc, and ends with o =
-// decay(Sᵀq̂) + kq·δ over δ (rowWrite). δ and each sub-block's write pass and o are emitted for
-// both decay forms (eachForm). The write pass of a width is emitted once, after the blocks, for
+// read-pass accumulation), 11 YMM in registers (10 in the pair form) and the rest in acc, and
+// ends with o = decay(Sᵀq̂) + kq·δ over δ (rowWrite). δ and each sub-block's write pass and o are
+// emitted for both bodies (oneForms). The write pass of a width is emitted once, after the blocks, for
 // all of them: a block jumps to it with its continuation's number in a frame slot, and it
 // jumps back by that number (a few compares, once per sub-block).
 func rowBlocks(r stateRegs, remMem Mem, acc GPVirtual) {
@@ -684,8 +684,8 @@ func prefetchAfter(p, n GPVirtual) {
 	}
 }
 
-// stateBlock emits one column block: the read pass, then, once per decay form (eachForm), δ and
-// o and the write pass. The accumulators of pieces from a.regVecs on live in local (Sᵀk̂, then
+// stateBlock emits one column block: the read pass, then, once per body (oneForms), δ and o and
+// the write pass. The accumulators of pieces from a.regVecs on live in local (Sᵀk̂, then
 // Sᵀq̂ and later δ, 64 bytes each per piece).
 func stateBlock(r stateRegs, s span, local Mem) {
 	a, ps := s.a, s.ps
