@@ -29,12 +29,15 @@ func (l StateLayout) String() string {
 	return fmt.Sprintf("StateLayout(%d)", uint8(l))
 }
 
-// GQAOrder says which q/k head a value head reads, fixed per Layer.
+// GQAOrder says which q/k head a value head reads, fixed per Layer. It follows the value heads'
+// order in the weights, not the file format: Qwen3-Next GGUF files keep Hugging Face's order
+// (GQAInterleaved); llama.cpp's converter reorders Qwen3.5's value heads into the tiled order
+// (GQATiled). The wrong one gives plausible but wrong outputs.
 type GQAOrder uint8
 
 const (
-	GQAInterleaved GQAOrder = iota // v-head h reads k-head h/(VHeads/KHeads): HF, fla, vLLM (the default)
-	GQATiled                       // v-head h reads k-head h % KHeads: ggml / GGUF
+	GQAInterleaved GQAOrder = iota // v-head h reads k-head h/(VHeads/KHeads): HF, fla, vLLM, Qwen3-Next GGUF files (the default)
+	GQATiled                       // v-head h reads k-head h % KHeads: Qwen3.5 GGUF files (their converter reorders the value heads)
 )
 
 // DType is a storage type of the state pool, fixed per Layer.
