@@ -44,6 +44,16 @@ func guarded(t *testing.T, n, off int) ([]float32, func(what string)) {
 	return kerneltest.Guarded[float32](t, n, off)
 }
 
+// guardedInputs returns k slices of n elements between guard bands (the j-th at offset c + 3j
+// mod 16) and their checks.
+func guardedInputs(t *testing.T, k, n, c int) ([][]float32, []func(string)) {
+	in, checks := make([][]float32, k), make([]func(string), k)
+	for j := range in {
+		in[j], checks[j] = guarded(t, n, (c+3*j)%16)
+	}
+	return in, checks
+}
+
 func fill(r *rand.Rand, s []float32, sd float64) {
 	for i := range s {
 		s[i] = float32(sd * r.NormFloat64())
@@ -500,13 +510,7 @@ func TestGatesExact(t *testing.T) {
 	forEachAsm(t, func(t *testing.T, p Pieces) {
 		ran = true
 		for c, n := range pieceSizes {
-			var in [4][]float32
-			var checks []func(string)
-			for j := range in {
-				var ck func(string)
-				in[j], ck = guarded(t, n, (c+3*j)%16)
-				checks = append(checks, ck)
-			}
+			in, checks := guardedInputs(t, 4, n, c)
 			for i := range n {
 				switch r.IntN(4) {
 				case 3: // exp(−|x|) denormal (log1p01 takes y itself), g still a normal float32
@@ -1006,13 +1010,7 @@ func TestChansExact(t *testing.T) {
 	}
 	forEachAsm(t, func(t *testing.T, p Pieces) {
 		for c, n := range pieceSizes {
-			var in [4][]float32 // em1, eg, kh, qh
-			var checks []func(string)
-			for j := range in {
-				var ck func(string)
-				in[j], ck = guarded(t, n, (c+3*j)%16)
-				checks = append(checks, ck)
-			}
+			in, checks := guardedInputs(t, 4, n, c) // em1, eg, kh, qh
 			for i := range n {
 				e := float32(-r.Float64())
 				if r.IntN(3) == 0 {

@@ -190,29 +190,12 @@ func oneChannels(a isa, r *stateRegs) {
 		MOVQ(mv, r.mvec)
 	}
 	Comment("The read passes' k̂, q̂ and the rows' pairs: the per-channel gate's (ch), else kh, qh and the token's pair.")
-	ch, k4 := GP64(), GP64()
-	loadArg("K", k4)
-	SHLQ(U8(2), k4)
-	loadArg("ch", ch)
-	TESTQ(ch, ch)
-	scalar, set := label("scalargate"), label("gateset")
-	JZ(LabelRef(scalar))
-	MOVQ(ch, r.rkb)
-	ADDQ(k4, ch)
-	MOVQ(ch, r.rqb)
-	ADDQ(k4, ch)
-	MOVQ(ch, r.cmb)
-	MOVQ(U32(8), r.cinc)
-	MOVB(U8(0), r.near)
-	JMP(LabelRef(set))
-	Label(scalar)
-	MOVQ(r.kh, r.rkb)
-	loadArg("qh", ch)
-	MOVQ(ch, r.rqb)
-	LEAQ(r.cpair, ch)
-	MOVQ(ch, r.cmb)
-	MOVQ(U32(0), r.cinc)
-	Label(set)
+	chanBases(r.rkb, r.rqb, r.cmb, r.cinc, func(_, _ GPVirtual) {
+		MOVB(U8(0), r.near)
+	}, func(_, x GPVirtual) {
+		LEAQ(r.cpair, x)
+		MOVQ(x, r.cmb)
+	})
 }
 
 // tokenPair broadcasts c of the token's pair (cpair) into c and returns m as a memory operand

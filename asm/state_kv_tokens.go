@@ -726,31 +726,43 @@ func (g *kvGen) token(s span, accK, accQ []VecVirtual, out string) {
 func (g *kvGen) perChannel() {
 	g.rkb, g.rqb, g.rstr, g.cinc = AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8)
 	g.cmb, g.cmp, g.cpair, g.cpr = AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8)
-	ch, x, k4 := GP64(), GP64(), GP64()
 	Comment("The read pass's k̂, q̂ and the rows' far-form decays: the per-channel gate's (ch), else kh, qh and eg.")
+	chanBases(g.rkb, g.rqb, g.cmb, g.cinc, func(k4, _ GPVirtual) {
+		SHLQ(U8(2), k4)
+		MOVQ(k4, g.rstr)
+	}, func(k4, _ GPVirtual) {
+		MOVQ(k4, g.rstr)
+		MOVQ(U32(0), g.cmb)
+	})
+}
+
+// chanBases emits, once per call, where the read passes' k̂ and q̂ and the rows' pairs are:
+// with stateArgs.ch (the per-channel gate: a token's 4K floats, k̂, q̂, then the pairs) rkb, rqb
+// and cmb get ch, ch + 4K and ch + 8K, and cinc 8 (a pair a row); else rkb and rqb get kh and qh
+// and cinc 0. withCh and scalar emit the rest of each branch, given K·4 and a free register.
+func chanBases(rkb, rqb, cmb, cinc Mem, withCh, scalar func(k4, x GPVirtual)) {
+	ch, x, k4 := GP64(), GP64(), GP64()
 	loadArg("K", k4)
 	SHLQ(U8(2), k4)
 	loadArg("ch", ch)
 	TESTQ(ch, ch)
-	scalar, set := label("scalargate"), label("gateset")
-	JZ(LabelRef(scalar))
-	MOVQ(ch, g.rkb)
+	sc, set := label("scalargate"), label("gateset")
+	JZ(LabelRef(sc))
+	MOVQ(ch, rkb)
 	ADDQ(k4, ch)
-	MOVQ(ch, g.rqb)
+	MOVQ(ch, rqb)
 	ADDQ(k4, ch)
-	MOVQ(ch, g.cmb)
-	SHLQ(U8(2), k4)
-	MOVQ(k4, g.rstr)
-	MOVQ(U32(8), g.cinc)
+	MOVQ(ch, cmb)
+	withCh(k4, x)
+	MOVQ(U32(8), cinc)
 	JMP(LabelRef(set))
-	Label(scalar)
+	Label(sc)
 	loadArg("kh", x)
-	MOVQ(x, g.rkb)
+	MOVQ(x, rkb)
 	loadArg("qh", x)
-	MOVQ(x, g.rqb)
-	MOVQ(k4, g.rstr)
-	MOVQ(U32(0), g.cinc)
-	MOVQ(U32(0), g.cmb)
+	MOVQ(x, rqb)
+	scalar(k4, x)
+	MOVQ(U32(0), cinc)
 	Label(set)
 }
 
