@@ -58,7 +58,26 @@ const (
 type Rows struct {
 	F32    []float32
 	BF16   []uint16
-	Stride int // elements from one token's row to the next; at least the row's width
+	Stride int // elements from one token's row to the next; at least the row's extent
+	// Group > 0: a grouped row (Beta and Gate of the scalar gate only): element i of a row at
+	// (i/Group)·GroupStride + i%Group, GroupStride ≥ Group, the width a multiple of Group.
+	Group, GroupStride int
+}
+
+// extent is the elements a row of width w spans: w, or up to the last group's end.
+func (r *Rows) extent(w int) int {
+	if r.Group <= 0 {
+		return w
+	}
+	return (w/r.Group-1)*r.GroupStride + r.Group
+}
+
+// at is the offset of element i in a row.
+func (r *Rows) at(i int) int {
+	if r.Group <= 0 {
+		return i
+	}
+	return i/r.Group*r.GroupStride + i%r.Group
 }
 
 // Pool is caller-owned state: slot s, head h starts at element s·SlotStride + h·K·V. Exactly one
@@ -102,6 +121,20 @@ type Batch struct {
 
 	State   Pool // read from, and written unless StoreTo has data
 	StoreTo Pool // the pool Store (or the implied stores) index, if it has data
+
+	// The conv front (SPEC Part D), when ConvW ≥ 2: the rows X of width C = 2·KHeads·K +
+	// VHeads·V (channels q | k | v, head-major) replace Q, Key and Val, which are not read; a
+	// token's q, k and v are the conv's outputs u over its W = ConvW rows (the sequence's first
+	// W−1 tokens reach back into the conv state of its Read slot, zeros for Zero). RunBatch reads
+	// the conv states; StoreConv writes them (each of Store's stores, or the implied ones, also
+	// stores the conv state after its token: the last W−1 rows). A conv pool's slot s holds
+	// (W−1)·C elements from s·SlotStride, the oldest row first; either storage type, each pool
+	// its own (bf16 stores round to nearest even, exact for bf16 inputs).
+	ConvW                  int
+	ConvTaps               []float32 // [W][C]: ConvTaps[j·C + c] is tap j's weight of channel c (tap W−1: the current row)
+	ConvBias               []float32 // [C] (zeros: no bias)
+	X                      Rows
+	ConvState, ConvStoreTo Pool // ConvStoreTo has data exactly when StoreTo has
 
 	Out    []uint16  // [T][VHeads][V] bf16 bits, or nil
 	OutF32 []float32 // [T][VHeads][V], or nil
@@ -223,7 +256,8 @@ type Scratch struct {
 	hc                   headCall // the state routine's argument (a func value's argument escapes)
 	b                    Batch    // a copy of the batch being run
 	k, vd                int
-	sink                 uint32 // warm's loads go here
+	win                  []float32 // the conv front's window of input rows (convRows), grown on first use
+	sink                 uint32    // warm's loads go here
 }
 
 func (s *Scratch) ensure(K, V int) {
@@ -360,13 +394,26 @@ func (b *Batch) check() {
 	if T < 0 || T > 0 && T > math.MaxInt/(b.VHeads*b.V) {
 		bad("T = %d tokens: out of range", T)
 	}
+	if b.ConvW != 0 {
+		b.checkConv()
+	}
 	if T > 0 {
-		for _, r := range [...]struct {
+		type rowsIn struct {
 			name  string
 			r     Rows
 			width int
-		}{{"Q", b.Q, b.KHeads * b.K}, {"Key", b.Key, b.KHeads * b.K}, {"Val", b.Val, b.VHeads * b.V},
-			{"Z", b.Z, b.VHeads * b.V}, {"Beta", b.Beta, b.VHeads}, {"Gate", b.Gate, gw}} {
+		}
+		rows := []rowsIn{{"Z", b.Z, b.VHeads * b.V}, {"Beta", b.Beta, b.VHeads}, {"Gate", b.Gate, gw},
+			{"Q", b.Q, b.KHeads * b.K}, {"Key", b.Key, b.KHeads * b.K}, {"Val", b.Val, b.VHeads * b.V}}
+		if b.ConvW != 0 {
+			rows = append(rows[:3], rowsIn{"X", b.X, b.channels()})
+		}
+		for _, r := range rows {
+			if g := r.r.Group; g != 0 && (g < 0 || r.r.GroupStride < g || r.width%g != 0 || r.name != "Beta" && (r.name != "Gate" || b.PerChannel) ||
+				r.width/g > math.MaxInt/max(1, r.r.GroupStride)) {
+				bad("%s: Group %d, GroupStride %d: want a group of the width %d and a GroupStride of at least it (Beta and the scalar gate's Gate only)", r.name, g, r.r.GroupStride, r.width)
+			}
+			r.width = r.r.extent(r.width)
 			n := len(r.r.F32) + len(r.r.BF16)
 			if (r.r.F32 == nil) == (r.r.BF16 == nil) || r.r.Stride < r.width || n < r.width || (n-r.width)/r.r.Stride < T-1 {
 				bad("%s: %d elements (F32 set: %v, BF16 set: %v), Stride %d: want one of F32 and BF16 with (T−1)·Stride + width = %d·%d + %d elements, Stride ≥ width",
@@ -400,6 +447,32 @@ func (b *Batch) check() {
 	}
 }
 
+// channels is the width C of an X row: q, k and v.
+func (b *Batch) channels() int { return 2*b.KHeads*b.K + b.VHeads*b.V }
+
+// checkConv panics, as RunBatch documents, unless the conv front's taps, bias and pools are
+// consistent with the dimensions (O(1); ConvW ≠ 0).
+func (b *Batch) checkConv() {
+	if b.ConvW < 2 || b.ConvW > 8 || b.KHeads*b.K > math.MaxInt/32 || b.VHeads*b.V > math.MaxInt/32 {
+		panic(fmt.Sprintf("gdnsimd: Batch.ConvW = %d, want 2..8 (C = 2·%d·%d + %d·%d)", b.ConvW, b.KHeads, b.K, b.VHeads, b.V))
+	}
+	C := b.channels()
+	if len(b.ConvTaps) < b.ConvW*C || len(b.ConvBias) < C {
+		panic(fmt.Sprintf("gdnsimd: Batch.ConvTaps, ConvBias have %d, %d elements, want W·C = %d, C = %d", len(b.ConvTaps), len(b.ConvBias), b.ConvW*C, C))
+	}
+	for _, p := range [...]struct {
+		name     string
+		p        Pool
+		optional bool
+	}{{"ConvState", b.ConvState, false}, {"ConvStoreTo", b.ConvStoreTo, b.StoreTo.F32 == nil && b.StoreTo.BF16 == nil}} {
+		set := p.p.F32 != nil || p.p.BF16 != nil
+		if p.p.F32 != nil && p.p.BF16 != nil || set == p.optional && p.name == "ConvStoreTo" || !set && p.name == "ConvState" || set && p.p.SlotStride < (b.ConvW-1)*C {
+			panic(fmt.Sprintf("gdnsimd: Batch.%s: F32 set: %v, BF16 set: %v, SlotStride %d: want one of F32 and BF16 (ConvStoreTo exactly when StoreTo) and SlotStride ≥ (W−1)·C = %d",
+				p.name, p.p.F32 != nil, p.p.BF16 != nil, p.p.SlotStride, (b.ConvW-1)*C))
+		}
+	}
+}
+
 // Implements reports whether the kernel has a state routine for format f.
 func (k Kernel) Implements(f Format) bool { return k.im.cell(f) != nil }
 
@@ -426,6 +499,9 @@ type driver struct {
 	// in s.lane(3…5) (computed once for all its heads: see heads).
 	oneTok bool
 	hlo    int
+	// t0, read: the sequence being run's first token and Read slot (the conv front's history).
+	t0   int
+	read int32
 }
 
 // sequence runs the items of sequence n for the value heads [hlo, hhi), one GQA group (the heads
@@ -443,6 +519,7 @@ func (d *driver) sequence(n, hlo, hhi int) {
 		d.pad(t0, t1, hlo, hhi)
 		return
 	}
+	d.t0, d.read = t0, read
 	d.oneTok, d.hlo = t1-t0 == 1, hlo
 	if d.oneTok {
 		d.heads(t0, hlo, hhi)
@@ -573,12 +650,21 @@ func (d *driver) ahead(h, c0, c1, hk int, qk bool) {
 		return
 	}
 	for t := c0; t < c1; t++ {
-		pf = rowLines(pf, &b.Val, t, h*V, V)
-		pf = rowLines(pf, &b.Z, t, h*V, V)
-		if qk {
-			pf = rowLines(pf, &b.Q, t, hk*K, K)
-			pf = rowLines(pf, &b.Key, t, hk*K, K)
+		if b.ConvW != 0 {
+			// The conv reads the rows up to W−1 tokens back, already read for the tokens before.
+			pf = rowLines(pf, &b.X, t, 2*b.KHeads*K+h*V, V)
+			if qk {
+				pf = rowLines(pf, &b.X, t, hk*K, K)
+				pf = rowLines(pf, &b.X, t, (b.KHeads+hk)*K, K)
+			}
+		} else {
+			pf = rowLines(pf, &b.Val, t, h*V, V)
+			if qk {
+				pf = rowLines(pf, &b.Q, t, hk*K, K)
+				pf = rowLines(pf, &b.Key, t, hk*K, K)
+			}
 		}
+		pf = rowLines(pf, &b.Z, t, h*V, V)
 		if b.Out != nil {
 			pf = lines(pf, unsafe.Pointer(unsafe.SliceData(cutU16(b.Out, (t*HV+h)*V, V))), 2*V)
 		}
@@ -635,10 +721,13 @@ func (d *driver) chunk(h, c0, c1, t1 int, read int32, src stateRef, carry []floa
 	for τ := range T {
 		tok[4*τ], tok[4*τ+1], tok[4*τ+2], tok[4*τ+3] = em1[τ], eg[τ], beta[τ], s.kq[τ]
 	}
-	// v rows: in place for f32, widened into scratch for bf16.
+	// v rows: the conv's outputs, in place for f32, widened into scratch for bf16.
 	var v []float32
 	vs := V
-	if b.Val.F32 != nil {
+	if b.ConvW != 0 {
+		v = s.v[:T*V]
+		d.convRows(v, c0, c1, 2*b.KHeads*K+h*V, V)
+	} else if b.Val.F32 != nil {
 		vs = b.Val.Stride
 		v = cutF32(b.Val.F32, c0*vs+h*V, (T-1)*vs+V)
 	} else {
@@ -665,7 +754,7 @@ func (d *driver) chunk(h, c0, c1, t1 int, read int32, src stateRef, carry []floa
 		dst[T-1].f32 = carry
 		next = stateRef{f32: carry}
 	}
-	if b.Val.F32 != nil {
+	if b.Val.F32 != nil && b.ConvW == 0 {
 		s.sink ^= warm(&b.Val, c0, c1, h*V, V)
 	}
 	s.sink ^= warm(&b.Z, c0, c1, h*V, V)
@@ -741,7 +830,10 @@ func (d *driver) token(h, t int, read int32) {
 	gb, gm, ge := d.gates(h, t, t+1)
 	beta, em1, eg := gb[0], gm[0], ge[0]
 	var v []float32
-	if b.Val.F32 != nil {
+	if b.ConvW != 0 {
+		v = s.v[:V:V]
+		d.convRows(v, t, t+1, 2*b.KHeads*K+h*V, V)
+	} else if b.Val.F32 != nil {
 		v = cutF32(b.Val.F32, t*b.Val.Stride+h*V, V)
 	} else {
 		v = s.v[:V:V]
@@ -775,6 +867,14 @@ func (d *driver) heads(t, hlo, hhi int) {
 	b, s := d.b, d.s
 	n := hhi - hlo
 	var gb, ga []float32
+	if b.Beta.Group > 0 || b.Gate.Group > 0 {
+		gb, ga = s.lane(0, n), s.lane(1, n)
+		for i := range n {
+			gb[i], ga[i] = rowAt(&b.Beta, t, hlo+i), rowAt(&b.Gate, t, hlo+i)
+		}
+		d.laneGates(n, gb, ga, func(i int) int { return hlo + i })
+		return
+	}
 	if b.Beta.F32 != nil {
 		gb = cutF32(b.Beta.F32, t*b.Beta.Stride+hlo, n)
 	} else {
@@ -903,19 +1003,31 @@ func (d *driver) prepareQK(c0, c1, hk int) {
 	b, s := d.b, d.s
 	K := b.K
 	invSqrtK := 1 / math.Sqrt(float64(K))
-	s.sink ^= warm(&b.Q, c0, c1, hk*K, K) ^ warm(&b.Key, c0, c1, hk*K, K)
+	conv := b.ConvW != 0
+	if conv {
+		// q and k are the conv's outputs, normalised in place.
+		T := c1 - c0
+		d.convRows(s.qh[:T*K], c0, c1, hk*K, K)
+		d.convRows(s.kh[:T*K], c0, c1, (b.KHeads+hk)*K, K)
+	} else {
+		s.sink ^= warm(&b.Q, c0, c1, hk*K, K) ^ warm(&b.Key, c0, c1, hk*K, K)
+	}
 	for τ := range c1 - c0 {
 		t := c0 + τ
-		var q, k []float32
-		if b.Q.F32 != nil {
+		q, k := s.qh[τ*K:(τ+1)*K:(τ+1)*K], s.kh[τ*K:(τ+1)*K:(τ+1)*K]
+		switch {
+		case conv:
+		case b.Q.F32 != nil:
 			q = cutF32(b.Q.F32, t*b.Q.Stride+hk*K, K)
-		} else {
+		default:
 			q = s.row[:K:K]
 			d.im.widen(q, cutU16(b.Q.BF16, t*b.Q.Stride+hk*K, K))
 		}
-		if b.Key.F32 != nil {
+		switch {
+		case conv:
+		case b.Key.F32 != nil:
 			k = cutF32(b.Key.F32, t*b.Key.Stride+hk*K, K)
-		} else {
+		default:
 			k = s.row[K : 2*K : 2*K]
 			d.im.widen(k, cutU16(b.Key.BF16, t*b.Key.Stride+hk*K, K))
 		}
@@ -928,12 +1040,165 @@ func (d *driver) prepareQK(c0, c1, hk int) {
 	}
 }
 
+// convRows sets u[τ·n + c], τ < c1 − c0, c < n, to the conv front's output of channel off + c at
+// token c0 + τ of the sequence being run (impl.conv): the tokens whose W rows reach back before
+// the sequence's first token over a window of the conv state of its Read slot (zeros for Zero)
+// and its first rows, the others over the X rows in place (f32) or widened into the window
+// (bf16).
+func (d *driver) convRows(u []float32, c0, c1, off, n int) {
+	b, s := d.b, d.s
+	W, C := b.ConvW, b.channels()
+	R := W - 1
+	w, bias := b.ConvTaps[off:], b.ConvBias[off:off+n:off+n]
+	if need := (chunk + R) * n; len(s.win) < need {
+		s.win = make([]float32, max(need, (chunk+7)*max(b.K, b.V)))
+	}
+	h := min(c1, d.t0+R) // tokens before h reach into the conv state
+	if c0 < h {
+		win := s.win[:(h-c0+R)*n]
+		for r := range h - c0 + R { // x row c0 − R + r
+			d.convRow(win[r*n:(r+1)*n], c0-R+r, off)
+		}
+		d.im.conv(u, n, win, n, w, C, bias, W, h-c0)
+		u = u[(h-c0)*n:]
+		c0 = h
+	}
+	if c0 == c1 {
+		return
+	}
+	T := c1 - c0
+	if b.X.F32 != nil {
+		xs := b.X.Stride
+		d.im.conv(u, n, cutF32(b.X.F32, (c0-R)*xs+off, (T+R-1)*xs+n), xs, w, C, bias, W, T)
+		return
+	}
+	win := s.win[:(T+R)*n]
+	for r := range T + R {
+		d.convRow(win[r*n:(r+1)*n], c0-R+r, off)
+	}
+	d.im.conv(u, n, win, n, w, C, bias, W, T)
+}
+
+// convRow sets x to channels [off, off+len(x)) of the conv front's input row t of the sequence
+// being run, as float32: an X row from its first token d.t0 on, before it row R + t − t0 of the
+// conv state of its Read slot (zeros for Zero).
+func (d *driver) convRow(x []float32, t, off int) {
+	b := d.b
+	n := len(x)
+	if t >= d.t0 {
+		if b.X.F32 != nil {
+			copy(x, cutF32(b.X.F32, t*b.X.Stride+off, n))
+		} else {
+			d.im.widen(x, cutU16(b.X.BF16, t*b.X.Stride+off, n))
+		}
+		return
+	}
+	if d.read == readZero {
+		clear(x)
+		return
+	}
+	p := &b.ConvState
+	at := int(d.read)*p.SlotStride + (b.ConvW-1+t-d.t0)*b.channels() + off
+	if p.F32 != nil {
+		copy(x, cutF32(p.F32, at, n))
+	} else {
+		d.im.widen(x, cutU16(p.BF16, at, n))
+	}
+}
+
+// StoreConv writes the conv states of b's stores (SPEC Part D; nothing without the conv front):
+// the conv state after token t, the last W−1 rows up to t, to the conv pool of every store of
+// token t — Store's, or the implied store of a sequence's last token to its Read slot. It must run
+// after every item of b (RunBatch reads the conv states it overwrites). Like RunBatch, it panics
+// before writing on a malformed Batch, and cuts every slot from the slices with bounds checks.
+func (b *Batch) StoreConv() {
+	if b.ConvW == 0 {
+		return
+	}
+	b.check()
+	dst, inPlace := &b.ConvStoreTo, false
+	if dst.F32 == nil && dst.BF16 == nil {
+		dst, inPlace = &b.ConvState, true
+	}
+	for n := range b.N {
+		t0, t1 := b.tokens(n)
+		read := b.read(n)
+		if read == readPad || t0 == t1 {
+			continue
+		}
+		last := -1 // the store to the Read slot in place: the last, its old rows read first
+		for t := t0; t < t1; t++ {
+			slot := noStore
+			if b.Store != nil {
+				slot = b.Store[t]
+			} else if t == t1-1 {
+				slot = read
+			}
+			switch {
+			case slot < 0:
+			case inPlace && slot == read:
+				last = t
+			default:
+				b.convStore(dst, slot, t, t0, read)
+			}
+		}
+		if last >= 0 {
+			b.convStore(dst, read, last, t0, read)
+		}
+	}
+}
+
+// convStore writes the conv state after token t of a sequence starting at token t0 and reading
+// slot read to slot of dst: row i is input row t − (W−2) + i, an X row from t0 on, else row
+// W − 1 + (that − t0) of the read slot's conv state. When dst is the read slot itself, row i reads
+// a later row of it (i + 1 + t − t0), not yet written.
+func (b *Batch) convStore(dst *Pool, slot int32, t, t0 int, read int32) {
+	C, R := b.channels(), b.ConvW-1
+	base := int(slot) * dst.SlotStride
+	for i := range R {
+		r := t - R + 1 + i
+		at := base + i*C
+		switch {
+		case r >= t0:
+			copyRow(dst, at, b.X.F32, b.X.BF16, r*b.X.Stride, C)
+		case read == readZero:
+			if dst.F32 != nil {
+				clear(cutF32(dst.F32, at, C))
+			} else {
+				clear(cutU16(dst.BF16, at, C))
+			}
+		default:
+			p := &b.ConvState
+			copyRow(dst, at, p.F32, p.BF16, int(read)*p.SlotStride+(R+r-t0)*C, C)
+		}
+	}
+}
+
+// copyRow copies n elements from element off of src (f32, else the bf16 bits s16) to element at
+// of dst, converting: bf16 to f32 exactly, f32 to bf16 rounded to nearest even.
+func copyRow(dst *Pool, at int, s32 []float32, s16 []uint16, off, n int) {
+	switch {
+	case dst.F32 != nil && s32 != nil:
+		copy(cutF32(dst.F32, at, n), cutF32(s32, off, n))
+	case dst.F32 != nil:
+		widenGeneric(cutF32(dst.F32, at, n), cutU16(s16, off, n))
+	case s32 != nil:
+		d := cutU16(dst.BF16, at, n)
+		for i, x := range cutF32(s32, off, n) {
+			d[i] = BF16RNE(x)
+		}
+	default:
+		copy(cutU16(dst.BF16, at, n), cutU16(s16, off, n))
+	}
+}
+
 // rowAt returns element h of token t's row of r, widened.
 func rowAt(r *Rows, t, h int) float32 {
+	i := t*r.Stride + r.at(h)
 	if r.F32 != nil {
-		return cutF32(r.F32, t*r.Stride+h, 1)[0]
+		return cutF32(r.F32, i, 1)[0]
 	}
-	return math.Float32frombits(uint32(cutU16(r.BF16, t*r.Stride+h, 1)[0]) << 16)
+	return math.Float32frombits(uint32(cutU16(r.BF16, i, 1)[0]) << 16)
 }
 
 // poolRef is head h of slot s of p (hs = K·V elements).

@@ -43,7 +43,7 @@ func scaleChecked(f func(dst, src []float32, s float32)) func(dst, src []float32
 
 // avx512Impl and avx2Impl are the kernels of gdn_amd64.s: the pieces, and the state routines
 // [bf16][layout] with their limits.
-var avx512Impl = withRoutines(impl{name: "avx512", state: single(stateKVf32AVX512), gate: gateAVX512, l2: l2AVX512, scale: scaleChecked(scaleAVX512), widen: widenAVX512, gates: gatesChecked(gatesAVX512), chans: chansChecked(chansAVX512, 16), prefetches: true}, &avx512Routines)
+var avx512Impl = withRoutines(impl{name: "avx512", state: single(stateKVf32AVX512), gate: gateAVX512, l2: l2AVX512, scale: scaleChecked(scaleAVX512), widen: widenAVX512, gates: gatesChecked(gatesAVX512), chans: chansChecked(chansAVX512, 16), conv: convChecked(convAVX512, 1), prefetches: true}, &avx512Routines)
 
 // avx512Routines are avx512Impl's state routines, [bf16][layout], with their limits.
 var avx512Routines = [2][2]*routine{
@@ -57,7 +57,7 @@ var avx512Routines = [2][2]*routine{
 	},
 }
 
-var avx2Impl = withRoutines(impl{name: "avx2", state: single(stateKVf32AVX2), gate: gateAVX2, l2: l2AVX2, scale: scaleChecked(scaleAVX2), widen: widenAVX2, gates: gatesChecked(gatesAVX2), chans: chansChecked(chansAVX2, 8), prefetches: true}, &avx2Routines)
+var avx2Impl = withRoutines(impl{name: "avx2", state: single(stateKVf32AVX2), gate: gateAVX2, l2: l2AVX2, scale: scaleChecked(scaleAVX2), widen: widenAVX2, gates: gatesChecked(gatesAVX2), chans: chansChecked(chansAVX2, 8), conv: convChecked(convAVX2, 8), prefetches: true}, &avx2Routines)
 
 // avx2Routines are avx2Impl's state routines, [bf16][layout], with their limits.
 var avx2Routines = [2][2]*routine{
@@ -297,6 +297,15 @@ func gatesAVX512(beta, em1, eg, b, a, dtb []float32, rate []float64, lb float64)
 //go:noescape
 func chansAVX512(kx, qx, pairs, em1, eg, kh, qh []float32)
 
+// convAVX512 is convGeneric in AVX512 (asm/conv.go) for the whole vectors of len(bias) channels
+// (AVX-512: and the channels after them, one masked vector; AVX2: the others are not written): per
+// token, the taps a loop over W, each product rounded on its own, then added (VMULPS, VADDPS), and
+// silu through Exp32, so the bits are convGeneric's. Strides in elements; W ≥ 1, T ≥ 1 and the
+// lengths are not checked: see convChecked.
+//
+//go:noescape
+func convAVX512(u []float32, us int, x []float32, xs int, w []float32, ws int, bias []float32, W, T int)
+
 // gatesAVX2 is gatesGeneric in AVX2 (asm/gates.go): lanes of float64, each lane's operations
 // gatesGeneric's in its order, so the bits are the same. It takes len(a) lanes; every other slice
 // holds at least len(a) elements, or b is empty (not checked: see gatesChecked).
@@ -310,6 +319,15 @@ func gatesAVX2(beta, em1, eg, b, a, dtb []float32, rate []float64, lb float64)
 //
 //go:noescape
 func chansAVX2(kx, qx, pairs, em1, eg, kh, qh []float32)
+
+// convAVX2 is convGeneric in AVX2 (asm/conv.go) for the whole vectors of len(bias) channels
+// (AVX-512: and the channels after them, one masked vector; AVX2: the others are not written): per
+// token, the taps a loop over W, each product rounded on its own, then added (VMULPS, VADDPS), and
+// silu through Exp32, so the bits are convGeneric's. Strides in elements; W ≥ 1, T ≥ 1 and the
+// lengths are not checked: see convChecked.
+//
+//go:noescape
+func convAVX2(u []float32, us int, x []float32, xs int, w []float32, ws int, bias []float32, W, T int)
 
 // fmaLoopAVX512 runs n iterations of floor.chains independent VFMADD231PS chains on registers
 // (the core's FMA throughput: a benchmark floor of package bench).

@@ -31876,6 +31876,271 @@ chansAVX512_done_1:
 	VZEROUPPER
 	RET
 
+// func convAVX512(u []float32, us int, x []float32, xs int, w []float32, ws int, bias []float32, W int, T int)
+// Requires: AVX, AVX512F
+TEXT ·convAVX512(SB), NOSPLIT, $0-136
+	MOVQ bias_len+104(FP), AX
+	MOVQ AX, CX
+	ANDQ $-16, CX
+	SHLQ $0x02, CX
+
+	// K1: the n mod 16 channels after the whole vectors (none: K1 empty).
+	ANDQ         $0x0000000f, AX
+	VPBROADCASTD AX, Z0
+	VPCMPGTD     iota<>+0(SB), Z0, K1
+
+	// Every pointer at the end of the whole vectors: c runs from −nb up to 0.
+	MOVQ u_base+0(FP), AX
+	ADDQ CX, AX
+	MOVQ x_base+32(FP), DX
+	ADDQ CX, DX
+	MOVQ w_base+64(FP), BX
+	ADDQ CX, BX
+	MOVQ bias_base+96(FP), SI
+	ADDQ CX, SI
+	MOVQ us+24(FP), DI
+	SHLQ $0x02, DI
+	MOVQ xs+56(FP), R8
+	SHLQ $0x02, R8
+	MOVQ ws+88(FP), R9
+	SHLQ $0x02, R9
+	MOVQ T+128(FP), R10
+	NEGQ CX
+
+convAVX512_token_1:
+	MOVQ CX, R11
+
+convAVX512_group_1:
+	CMPQ    R11, $-256
+	JG      convAVX512_groupdone_1
+	VMOVUPS (SI)(R11*1), Z0
+	VMOVUPS 64(SI)(R11*1), Z1
+	VMOVUPS 128(SI)(R11*1), Z2
+	VMOVUPS 192(SI)(R11*1), Z3
+	LEAQ    (DX)(R11*1), R12
+	LEAQ    (BX)(R11*1), R13
+	MOVQ    W+120(FP), R14
+
+convAVX512_tap_1:
+	VMOVUPS      (R12), Z4
+	VMULPS       (R13), Z4, Z4
+	VADDPS       Z4, Z0, Z0
+	VMOVUPS      64(R12), Z4
+	VMULPS       64(R13), Z4, Z4
+	VADDPS       Z4, Z1, Z1
+	VMOVUPS      128(R12), Z4
+	VMULPS       128(R13), Z4, Z4
+	VADDPS       Z4, Z2, Z2
+	VMOVUPS      192(R12), Z4
+	VMULPS       192(R13), Z4, Z4
+	VADDPS       Z4, Z3, Z3
+	ADDQ         R8, R12
+	ADDQ         R9, R13
+	DECQ         R14
+	JNZ          convAVX512_tap_1
+	VPXORD.BCST  signmask<>+0(SB), Z0, Z4
+	VPXORD.BCST  signmask<>+0(SB), Z1, Z5
+	VPXORD.BCST  signmask<>+0(SB), Z2, Z6
+	VPXORD.BCST  signmask<>+0(SB), Z3, Z7
+	VBROADCASTSS exphi<>+0(SB), Z8
+	VMINPS       Z4, Z8, Z4
+	VMINPS       Z5, Z8, Z5
+	VMINPS       Z6, Z8, Z6
+	VMINPS       Z7, Z8, Z7
+	VBROADCASTSS explo<>+0(SB), Z8
+	VMAXPS       Z4, Z8, Z4
+	VMAXPS       Z5, Z8, Z5
+	VMAXPS       Z6, Z8, Z6
+	VMAXPS       Z7, Z8, Z7
+	VMULPS.BCST  log2e<>+0(SB), Z4, Z8
+	VMULPS.BCST  log2e<>+0(SB), Z5, Z10
+	VMULPS.BCST  log2e<>+0(SB), Z6, Z12
+	VMULPS.BCST  log2e<>+0(SB), Z7, Z14
+	VADDPS.BCST  half<>+0(SB), Z8, Z8
+	VADDPS.BCST  half<>+0(SB), Z10, Z10
+	VADDPS.BCST  half<>+0(SB), Z12, Z12
+	VADDPS.BCST  half<>+0(SB), Z14, Z14
+	VRNDSCALEPS  $0x09, Z8, Z8
+	VRNDSCALEPS  $0x09, Z10, Z10
+	VRNDSCALEPS  $0x09, Z12, Z12
+	VRNDSCALEPS  $0x09, Z14, Z14
+	VMULPS.BCST  expc1<>+0(SB), Z8, Z9
+	VSUBPS       Z9, Z4, Z4
+	VMULPS.BCST  expc1<>+0(SB), Z10, Z9
+	VSUBPS       Z9, Z5, Z5
+	VMULPS.BCST  expc1<>+0(SB), Z12, Z9
+	VSUBPS       Z9, Z6, Z6
+	VMULPS.BCST  expc1<>+0(SB), Z14, Z9
+	VSUBPS       Z9, Z7, Z7
+	VMULPS.BCST  expc2<>+0(SB), Z8, Z9
+	VSUBPS       Z9, Z4, Z4
+	VMULPS.BCST  expc2<>+0(SB), Z10, Z9
+	VSUBPS       Z9, Z5, Z5
+	VMULPS.BCST  expc2<>+0(SB), Z12, Z9
+	VSUBPS       Z9, Z6, Z6
+	VMULPS.BCST  expc2<>+0(SB), Z14, Z9
+	VSUBPS       Z9, Z7, Z7
+	VMULPS.BCST  expp0<>+0(SB), Z4, Z9
+	VMULPS.BCST  expp0<>+0(SB), Z5, Z11
+	VMULPS.BCST  expp0<>+0(SB), Z6, Z13
+	VMULPS.BCST  expp0<>+0(SB), Z7, Z15
+	VADDPS.BCST  expp1<>+0(SB), Z9, Z9
+	VADDPS.BCST  expp1<>+0(SB), Z11, Z11
+	VADDPS.BCST  expp1<>+0(SB), Z13, Z13
+	VADDPS.BCST  expp1<>+0(SB), Z15, Z15
+	VMULPS       Z4, Z9, Z9
+	VMULPS       Z5, Z11, Z11
+	VMULPS       Z6, Z13, Z13
+	VMULPS       Z7, Z15, Z15
+	VADDPS.BCST  expp2<>+0(SB), Z9, Z9
+	VADDPS.BCST  expp2<>+0(SB), Z11, Z11
+	VADDPS.BCST  expp2<>+0(SB), Z13, Z13
+	VADDPS.BCST  expp2<>+0(SB), Z15, Z15
+	VMULPS       Z4, Z9, Z9
+	VMULPS       Z5, Z11, Z11
+	VMULPS       Z6, Z13, Z13
+	VMULPS       Z7, Z15, Z15
+	VADDPS.BCST  expp3<>+0(SB), Z9, Z9
+	VADDPS.BCST  expp3<>+0(SB), Z11, Z11
+	VADDPS.BCST  expp3<>+0(SB), Z13, Z13
+	VADDPS.BCST  expp3<>+0(SB), Z15, Z15
+	VMULPS       Z4, Z9, Z9
+	VMULPS       Z5, Z11, Z11
+	VMULPS       Z6, Z13, Z13
+	VMULPS       Z7, Z15, Z15
+	VADDPS.BCST  expp4<>+0(SB), Z9, Z9
+	VADDPS.BCST  expp4<>+0(SB), Z11, Z11
+	VADDPS.BCST  expp4<>+0(SB), Z13, Z13
+	VADDPS.BCST  expp4<>+0(SB), Z15, Z15
+	VMULPS       Z4, Z9, Z9
+	VMULPS       Z5, Z11, Z11
+	VMULPS       Z6, Z13, Z13
+	VMULPS       Z7, Z15, Z15
+	VADDPS.BCST  expp5<>+0(SB), Z9, Z9
+	VADDPS.BCST  expp5<>+0(SB), Z11, Z11
+	VADDPS.BCST  expp5<>+0(SB), Z13, Z13
+	VADDPS.BCST  expp5<>+0(SB), Z15, Z15
+	VMULPS       Z4, Z9, Z9
+	VMULPS       Z5, Z11, Z11
+	VMULPS       Z6, Z13, Z13
+	VMULPS       Z7, Z15, Z15
+	VMULPS       Z4, Z9, Z9
+	VMULPS       Z5, Z11, Z11
+	VMULPS       Z6, Z13, Z13
+	VMULPS       Z7, Z15, Z15
+	VADDPS       Z4, Z9, Z9
+	VADDPS       Z5, Z11, Z11
+	VADDPS       Z6, Z13, Z13
+	VADDPS       Z7, Z15, Z15
+	VADDPS.BCST  one<>+0(SB), Z9, Z9
+	VADDPS.BCST  one<>+0(SB), Z11, Z11
+	VADDPS.BCST  one<>+0(SB), Z13, Z13
+	VADDPS.BCST  one<>+0(SB), Z15, Z15
+	VCVTTPS2DQ   Z8, Z8
+	VCVTTPS2DQ   Z10, Z10
+	VCVTTPS2DQ   Z12, Z12
+	VCVTTPS2DQ   Z14, Z14
+	VPADDD.BCST  bias<>+0(SB), Z8, Z8
+	VPADDD.BCST  bias<>+0(SB), Z10, Z10
+	VPADDD.BCST  bias<>+0(SB), Z12, Z12
+	VPADDD.BCST  bias<>+0(SB), Z14, Z14
+	VPSLLD       $0x17, Z8, Z8
+	VPSLLD       $0x17, Z10, Z10
+	VPSLLD       $0x17, Z12, Z12
+	VPSLLD       $0x17, Z14, Z14
+	VMULPS       Z8, Z9, Z4
+	VMULPS       Z10, Z11, Z5
+	VMULPS       Z12, Z13, Z6
+	VMULPS       Z14, Z15, Z7
+	VADDPS.BCST  one<>+0(SB), Z4, Z4
+	VDIVPS       Z4, Z0, Z0
+	VMOVUPS      Z0, (AX)(R11*1)
+	VADDPS.BCST  one<>+0(SB), Z5, Z5
+	VDIVPS       Z5, Z1, Z1
+	VMOVUPS      Z1, 64(AX)(R11*1)
+	VADDPS.BCST  one<>+0(SB), Z6, Z6
+	VDIVPS       Z6, Z2, Z2
+	VMOVUPS      Z2, 128(AX)(R11*1)
+	VADDPS.BCST  one<>+0(SB), Z7, Z7
+	VDIVPS       Z7, Z3, Z3
+	VMOVUPS      Z3, 192(AX)(R11*1)
+	ADDQ         $0x00000100, R11
+	JMP          convAVX512_group_1
+
+convAVX512_groupdone_1:
+	// Single vectors under K2: all ones while whole vectors are left, then K1 once at c = 0
+	// (the last channels, if any).
+convAVX512_one_1:
+	CMPQ   R11, $-64
+	JG     convAVX512_last_1
+	KXNORW K2, K2, K2
+	JMP    convAVX512_do_1
+
+convAVX512_last_1:
+	TESTQ    R11, R11
+	JNZ      convAVX512_rowdone_1
+	KORTESTW K1, K1
+	JZ       convAVX512_rowdone_1
+	KMOVW    K1, K2
+
+convAVX512_do_1:
+	VMOVUPS.Z (SI)(R11*1), K2, Z0
+	LEAQ      (DX)(R11*1), R12
+	LEAQ      (BX)(R11*1), R13
+	MOVQ      W+120(FP), R14
+
+convAVX512_tap_2:
+	VMOVUPS.Z    (R12), K2, Z1
+	VMULPS.Z     (R13), Z1, K2, Z1
+	VADDPS       Z1, Z0, Z0
+	ADDQ         R8, R12
+	ADDQ         R9, R13
+	DECQ         R14
+	JNZ          convAVX512_tap_2
+	VPXORD.BCST  signmask<>+0(SB), Z0, Z1
+	VBROADCASTSS exphi<>+0(SB), Z2
+	VMINPS       Z1, Z2, Z1
+	VBROADCASTSS explo<>+0(SB), Z2
+	VMAXPS       Z1, Z2, Z1
+	VMULPS.BCST  log2e<>+0(SB), Z1, Z2
+	VADDPS.BCST  half<>+0(SB), Z2, Z2
+	VRNDSCALEPS  $0x09, Z2, Z2
+	VMULPS.BCST  expc1<>+0(SB), Z2, Z3
+	VSUBPS       Z3, Z1, Z1
+	VMULPS.BCST  expc2<>+0(SB), Z2, Z3
+	VSUBPS       Z3, Z1, Z1
+	VMULPS.BCST  expp0<>+0(SB), Z1, Z3
+	VADDPS.BCST  expp1<>+0(SB), Z3, Z3
+	VMULPS       Z1, Z3, Z3
+	VADDPS.BCST  expp2<>+0(SB), Z3, Z3
+	VMULPS       Z1, Z3, Z3
+	VADDPS.BCST  expp3<>+0(SB), Z3, Z3
+	VMULPS       Z1, Z3, Z3
+	VADDPS.BCST  expp4<>+0(SB), Z3, Z3
+	VMULPS       Z1, Z3, Z3
+	VADDPS.BCST  expp5<>+0(SB), Z3, Z3
+	VMULPS       Z1, Z3, Z3
+	VMULPS       Z1, Z3, Z3
+	VADDPS       Z1, Z3, Z3
+	VADDPS.BCST  one<>+0(SB), Z3, Z3
+	VCVTTPS2DQ   Z2, Z2
+	VPADDD.BCST  bias<>+0(SB), Z2, Z2
+	VPSLLD       $0x17, Z2, Z2
+	VMULPS       Z2, Z3, Z1
+	VADDPS.BCST  one<>+0(SB), Z1, Z1
+	VDIVPS       Z1, Z0, Z0
+	VMOVUPS      Z0, K2, (AX)(R11*1)
+	ADDQ         $0x00000040, R11
+	JMP          convAVX512_one_1
+
+convAVX512_rowdone_1:
+	ADDQ DI, AX
+	ADDQ R8, DX
+	DECQ R10
+	JNZ  convAVX512_token_1
+	VZEROUPPER
+	RET
+
 // func gatesAVX2(beta []float32, em1 []float32, eg []float32, b []float32, a []float32, dtb []float32, rate []float64, lb float64)
 // Requires: AVX, AVX2, FMA3
 TEXT ·gatesAVX2(SB), NOSPLIT, $0-176
@@ -32396,6 +32661,260 @@ chansAVX2_loop_1:
 	JMP        chansAVX2_loop_1
 
 chansAVX2_done_1:
+	VZEROUPPER
+	RET
+
+// func convAVX2(u []float32, us int, x []float32, xs int, w []float32, ws int, bias []float32, W int, T int)
+// Requires: AVX, AVX2
+TEXT ·convAVX2(SB), NOSPLIT, $0-136
+	MOVQ bias_len+104(FP), AX
+	ANDQ $-8, AX
+	SHLQ $0x02, AX
+
+	// Every pointer at the end of the whole vectors: c runs from −nb up to 0.
+	MOVQ u_base+0(FP), CX
+	ADDQ AX, CX
+	MOVQ x_base+32(FP), DX
+	ADDQ AX, DX
+	MOVQ w_base+64(FP), BX
+	ADDQ AX, BX
+	MOVQ bias_base+96(FP), SI
+	ADDQ AX, SI
+	MOVQ us+24(FP), DI
+	SHLQ $0x02, DI
+	MOVQ xs+56(FP), R8
+	SHLQ $0x02, R8
+	MOVQ ws+88(FP), R9
+	SHLQ $0x02, R9
+	MOVQ T+128(FP), R10
+	NEGQ AX
+
+convAVX2_token_1:
+	MOVQ AX, R11
+
+convAVX2_group_1:
+	CMPQ    R11, $-128
+	JG      convAVX2_groupdone_1
+	VMOVUPS (SI)(R11*1), Y0
+	VMOVUPS 32(SI)(R11*1), Y1
+	VMOVUPS 64(SI)(R11*1), Y2
+	VMOVUPS 96(SI)(R11*1), Y3
+	LEAQ    (DX)(R11*1), R12
+	LEAQ    (BX)(R11*1), R13
+	MOVQ    W+120(FP), R14
+
+convAVX2_tap_1:
+	VMOVUPS      (R12), Y4
+	VMULPS       (R13), Y4, Y4
+	VADDPS       Y4, Y0, Y0
+	VMOVUPS      32(R12), Y4
+	VMULPS       32(R13), Y4, Y4
+	VADDPS       Y4, Y1, Y1
+	VMOVUPS      64(R12), Y4
+	VMULPS       64(R13), Y4, Y4
+	VADDPS       Y4, Y2, Y2
+	VMOVUPS      96(R12), Y4
+	VMULPS       96(R13), Y4, Y4
+	VADDPS       Y4, Y3, Y3
+	ADDQ         R8, R12
+	ADDQ         R9, R13
+	DECQ         R14
+	JNZ          convAVX2_tap_1
+	VMOVUPS      Y0, (CX)(R11*1)
+	VXORPS       signmask<>+0(SB), Y0, Y0
+	VMOVUPS      Y1, 32(CX)(R11*1)
+	VXORPS       signmask<>+0(SB), Y1, Y1
+	VMOVUPS      Y2, 64(CX)(R11*1)
+	VXORPS       signmask<>+0(SB), Y2, Y2
+	VMOVUPS      Y3, 96(CX)(R11*1)
+	VXORPS       signmask<>+0(SB), Y3, Y3
+	VBROADCASTSS exphi<>+0(SB), Y4
+	VMINPS       Y0, Y4, Y0
+	VMINPS       Y1, Y4, Y1
+	VMINPS       Y2, Y4, Y2
+	VMINPS       Y3, Y4, Y3
+	VBROADCASTSS explo<>+0(SB), Y4
+	VMAXPS       Y0, Y4, Y0
+	VMAXPS       Y1, Y4, Y1
+	VMAXPS       Y2, Y4, Y2
+	VMAXPS       Y3, Y4, Y3
+	VMULPS       log2e<>+0(SB), Y0, Y4
+	VMULPS       log2e<>+0(SB), Y1, Y6
+	VMULPS       log2e<>+0(SB), Y2, Y8
+	VMULPS       log2e<>+0(SB), Y3, Y10
+	VADDPS       half<>+0(SB), Y4, Y4
+	VADDPS       half<>+0(SB), Y6, Y6
+	VADDPS       half<>+0(SB), Y8, Y8
+	VADDPS       half<>+0(SB), Y10, Y10
+	VROUNDPS     $0x09, Y4, Y4
+	VROUNDPS     $0x09, Y6, Y6
+	VROUNDPS     $0x09, Y8, Y8
+	VROUNDPS     $0x09, Y10, Y10
+	VMULPS       expc1<>+0(SB), Y4, Y5
+	VSUBPS       Y5, Y0, Y0
+	VMULPS       expc1<>+0(SB), Y6, Y5
+	VSUBPS       Y5, Y1, Y1
+	VMULPS       expc1<>+0(SB), Y8, Y5
+	VSUBPS       Y5, Y2, Y2
+	VMULPS       expc1<>+0(SB), Y10, Y5
+	VSUBPS       Y5, Y3, Y3
+	VMULPS       expc2<>+0(SB), Y4, Y5
+	VSUBPS       Y5, Y0, Y0
+	VMULPS       expc2<>+0(SB), Y6, Y5
+	VSUBPS       Y5, Y1, Y1
+	VMULPS       expc2<>+0(SB), Y8, Y5
+	VSUBPS       Y5, Y2, Y2
+	VMULPS       expc2<>+0(SB), Y10, Y5
+	VSUBPS       Y5, Y3, Y3
+	VMULPS       expp0<>+0(SB), Y0, Y5
+	VMULPS       expp0<>+0(SB), Y1, Y7
+	VMULPS       expp0<>+0(SB), Y2, Y9
+	VMULPS       expp0<>+0(SB), Y3, Y11
+	VADDPS       expp1<>+0(SB), Y5, Y5
+	VADDPS       expp1<>+0(SB), Y7, Y7
+	VADDPS       expp1<>+0(SB), Y9, Y9
+	VADDPS       expp1<>+0(SB), Y11, Y11
+	VMULPS       Y0, Y5, Y5
+	VMULPS       Y1, Y7, Y7
+	VMULPS       Y2, Y9, Y9
+	VMULPS       Y3, Y11, Y11
+	VADDPS       expp2<>+0(SB), Y5, Y5
+	VADDPS       expp2<>+0(SB), Y7, Y7
+	VADDPS       expp2<>+0(SB), Y9, Y9
+	VADDPS       expp2<>+0(SB), Y11, Y11
+	VMULPS       Y0, Y5, Y5
+	VMULPS       Y1, Y7, Y7
+	VMULPS       Y2, Y9, Y9
+	VMULPS       Y3, Y11, Y11
+	VADDPS       expp3<>+0(SB), Y5, Y5
+	VADDPS       expp3<>+0(SB), Y7, Y7
+	VADDPS       expp3<>+0(SB), Y9, Y9
+	VADDPS       expp3<>+0(SB), Y11, Y11
+	VMULPS       Y0, Y5, Y5
+	VMULPS       Y1, Y7, Y7
+	VMULPS       Y2, Y9, Y9
+	VMULPS       Y3, Y11, Y11
+	VADDPS       expp4<>+0(SB), Y5, Y5
+	VADDPS       expp4<>+0(SB), Y7, Y7
+	VADDPS       expp4<>+0(SB), Y9, Y9
+	VADDPS       expp4<>+0(SB), Y11, Y11
+	VMULPS       Y0, Y5, Y5
+	VMULPS       Y1, Y7, Y7
+	VMULPS       Y2, Y9, Y9
+	VMULPS       Y3, Y11, Y11
+	VADDPS       expp5<>+0(SB), Y5, Y5
+	VADDPS       expp5<>+0(SB), Y7, Y7
+	VADDPS       expp5<>+0(SB), Y9, Y9
+	VADDPS       expp5<>+0(SB), Y11, Y11
+	VMULPS       Y0, Y5, Y5
+	VMULPS       Y1, Y7, Y7
+	VMULPS       Y2, Y9, Y9
+	VMULPS       Y3, Y11, Y11
+	VMULPS       Y0, Y5, Y5
+	VMULPS       Y1, Y7, Y7
+	VMULPS       Y2, Y9, Y9
+	VMULPS       Y3, Y11, Y11
+	VADDPS       Y0, Y5, Y5
+	VADDPS       Y1, Y7, Y7
+	VADDPS       Y2, Y9, Y9
+	VADDPS       Y3, Y11, Y11
+	VADDPS       one<>+0(SB), Y5, Y5
+	VADDPS       one<>+0(SB), Y7, Y7
+	VADDPS       one<>+0(SB), Y9, Y9
+	VADDPS       one<>+0(SB), Y11, Y11
+	VCVTTPS2DQ   Y4, Y4
+	VCVTTPS2DQ   Y6, Y6
+	VCVTTPS2DQ   Y8, Y8
+	VCVTTPS2DQ   Y10, Y10
+	VPADDD       bias<>+0(SB), Y4, Y4
+	VPADDD       bias<>+0(SB), Y6, Y6
+	VPADDD       bias<>+0(SB), Y8, Y8
+	VPADDD       bias<>+0(SB), Y10, Y10
+	VPSLLD       $0x17, Y4, Y4
+	VPSLLD       $0x17, Y6, Y6
+	VPSLLD       $0x17, Y8, Y8
+	VPSLLD       $0x17, Y10, Y10
+	VMULPS       Y4, Y5, Y0
+	VMULPS       Y6, Y7, Y1
+	VMULPS       Y8, Y9, Y2
+	VMULPS       Y10, Y11, Y3
+	VADDPS       one<>+0(SB), Y0, Y0
+	VMOVUPS      (CX)(R11*1), Y4
+	VDIVPS       Y0, Y4, Y4
+	VMOVUPS      Y4, (CX)(R11*1)
+	VADDPS       one<>+0(SB), Y1, Y1
+	VMOVUPS      32(CX)(R11*1), Y0
+	VDIVPS       Y1, Y0, Y0
+	VMOVUPS      Y0, 32(CX)(R11*1)
+	VADDPS       one<>+0(SB), Y2, Y2
+	VMOVUPS      64(CX)(R11*1), Y0
+	VDIVPS       Y2, Y0, Y0
+	VMOVUPS      Y0, 64(CX)(R11*1)
+	VADDPS       one<>+0(SB), Y3, Y3
+	VMOVUPS      96(CX)(R11*1), Y0
+	VDIVPS       Y3, Y0, Y0
+	VMOVUPS      Y0, 96(CX)(R11*1)
+	ADDQ         $0x00000080, R11
+	JMP          convAVX2_group_1
+
+convAVX2_groupdone_1:
+convAVX2_group_2:
+	CMPQ    R11, $-32
+	JG      convAVX2_groupdone_2
+	VMOVUPS (SI)(R11*1), Y0
+	LEAQ    (DX)(R11*1), R12
+	LEAQ    (BX)(R11*1), R13
+	MOVQ    W+120(FP), R14
+
+convAVX2_tap_2:
+	VMOVUPS      (R12), Y1
+	VMULPS       (R13), Y1, Y1
+	VADDPS       Y1, Y0, Y0
+	ADDQ         R8, R12
+	ADDQ         R9, R13
+	DECQ         R14
+	JNZ          convAVX2_tap_2
+	VXORPS       signmask<>+0(SB), Y0, Y1
+	VBROADCASTSS exphi<>+0(SB), Y2
+	VMINPS       Y1, Y2, Y1
+	VBROADCASTSS explo<>+0(SB), Y2
+	VMAXPS       Y1, Y2, Y1
+	VMULPS       log2e<>+0(SB), Y1, Y2
+	VADDPS       half<>+0(SB), Y2, Y2
+	VROUNDPS     $0x09, Y2, Y2
+	VMULPS       expc1<>+0(SB), Y2, Y3
+	VSUBPS       Y3, Y1, Y1
+	VMULPS       expc2<>+0(SB), Y2, Y3
+	VSUBPS       Y3, Y1, Y1
+	VMULPS       expp0<>+0(SB), Y1, Y3
+	VADDPS       expp1<>+0(SB), Y3, Y3
+	VMULPS       Y1, Y3, Y3
+	VADDPS       expp2<>+0(SB), Y3, Y3
+	VMULPS       Y1, Y3, Y3
+	VADDPS       expp3<>+0(SB), Y3, Y3
+	VMULPS       Y1, Y3, Y3
+	VADDPS       expp4<>+0(SB), Y3, Y3
+	VMULPS       Y1, Y3, Y3
+	VADDPS       expp5<>+0(SB), Y3, Y3
+	VMULPS       Y1, Y3, Y3
+	VMULPS       Y1, Y3, Y3
+	VADDPS       Y1, Y3, Y3
+	VADDPS       one<>+0(SB), Y3, Y3
+	VCVTTPS2DQ   Y2, Y2
+	VPADDD       bias<>+0(SB), Y2, Y2
+	VPSLLD       $0x17, Y2, Y2
+	VMULPS       Y2, Y3, Y1
+	VADDPS       one<>+0(SB), Y1, Y1
+	VDIVPS       Y1, Y0, Y0
+	VMOVUPS      Y0, (CX)(R11*1)
+	ADDQ         $0x00000020, R11
+	JMP          convAVX2_group_2
+
+convAVX2_groupdone_2:
+	ADDQ DI, CX
+	ADDQ R8, DX
+	DECQ R10
+	JNZ  convAVX2_token_1
 	VZEROUPPER
 	RET
 

@@ -40,7 +40,7 @@ func gateSplit(l2 func(q, k []float32) (qq, kk, kq float64), gate4 func(o, z, w 
 // gdn_arm64.s. A head with K above the slab's goes to the generic routine of its format (both
 // storage types alike, whatever T: the equivalences between formats and calls hold). The routines
 // issue no prefetches (the list is a hint) and take no work space.
-var neonImpl = withRoutines(impl{name: "neon", state: single(stateKVf32NEON), gate: gateSplit(l2NEON, gateNEON4), l2: l2NEON, scale: scale, widen: widenNEON, gates: gatesChecked(gatesNEON), chans: chansChecked(chansNEON, 4)}, &neonRoutines)
+var neonImpl = withRoutines(impl{name: "neon", state: single(stateKVf32NEON), gate: gateSplit(l2NEON, gateNEON4), l2: l2NEON, scale: scale, widen: widenNEON, gates: gatesChecked(gatesNEON), chans: chansChecked(chansNEON, 4), conv: convChecked(convNEON, 4)}, &neonRoutines)
 
 // neonRoutines are neonImpl's state routines, [bf16][layout], with their limits.
 var neonRoutines = [2][2]*routine{
@@ -85,6 +85,14 @@ func gatesNEON(beta, em1, eg, b, a, dtb []float32, rate []float64, lb float64)
 //
 //go:noescape
 func chansNEON(kx, qx, pairs, em1, eg, kh, qh []float32)
+
+// convNEON is convGeneric in NEON (asm/neon/conv.go) for the whole vectors (four lanes) of len(bias)
+// channels (the others are not written; strides in elements; W ≥ 1, T ≥ 1 and the lengths are not
+// checked: see convChecked): per token, the taps a loop over W, each product rounded on its own,
+// then added (FMUL, FADD), and silu through exp32's vector form, so the bits are convGeneric's.
+//
+//go:noescape
+func convNEON(u []float32, us int, x []float32, xs int, w []float32, ws int, bias []float32, W, T int)
 
 // widenNEON is widenGeneric in NEON: dst[i] = the float32 of the bf16 bits src[i] for i < len(dst)
 // (len(src) ≥ len(dst), not checked).

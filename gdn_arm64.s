@@ -1537,6 +1537,291 @@ cloop:
 cdone:
 	RET
 
+// func convNEON(u []float32, us int, x []float32, xs int, w []float32, ws int, bias []float32, W, T int)
+//
+// convGeneric for the whole vectors (four lanes) of len(bias) channels (convChecked runs the rest,
+// and checks W ≥ 1, T ≥ 1 and every length): per token τ and channel c
+//
+//	a = bias[c] + p_0 + … + p_{W−1},  p_j = w[j·ws + c]·x[(τ+j)·xs + c]   (FMUL, then FADD)
+//	u[τ·us + c] = a / (1 + exp32(−a))
+//
+// four vectors at a time, then one: the taps a loop over W (VLD1.P post-incremented by the strides),
+// then a stored to u, the vectors' exp32 interleaved (gateExp's operations, so Go's arm64 exp32
+// bits: its fused multiply-adds where the compiler fuses), a loaded again and divided.
+//
+// Registers: R0 u's row, R1 x's row, R2 w, R3 bias, R4 us, R5 xs, R6 ws (bytes), R7 W, R8 tokens
+// left, R9 the whole vectors' bytes, R10 bytes left, R11/R12 x, w of a tap, R13 taps left, R14 u,
+// R15 x, R19 w, R20 bias of the vectors; V(i) the sum of vector i, V(4+i) its n, V(8+i), V(12+i)
+// its polynomial; V16-V29 exp32's constants as gateNEON4's.
+TEXT ·convNEON(SB), NOSPLIT, $0-136
+	MOVD u_base+0(FP), R0
+	MOVD us+24(FP), R4
+	MOVD x_base+32(FP), R1
+	MOVD xs+56(FP), R5
+	MOVD w_base+64(FP), R2
+	MOVD ws+88(FP), R6
+	MOVD bias_base+96(FP), R3
+	MOVD bias_len+104(FP), R9
+	MOVD W+120(FP), R7
+	MOVD T+128(FP), R8
+	LSL  $2, R4, R4
+	LSL  $2, R5, R5
+	LSL  $2, R6, R6
+	AND  $~3, R9, R9 // the whole vectors' channels, in bytes
+	LSL  $2, R9, R9
+	MOVW $0x42b00000, R21 // hi = 88
+	VDUP R21, V16.S4
+	MOVW $0xc2aeac4f, R21 // lo = -87.33654
+	VDUP R21, V17.S4
+	MOVW $0x3fb8aa3b, R21 // log2e = 1.442695
+	VDUP R21, V18.S4
+	MOVW $0x3f000000, R21 // half = 0.5
+	VDUP R21, V19.S4
+	MOVW $0x3f318000, R21 // c1 = 0.6933594
+	VDUP R21, V20.S4
+	MOVW $0xb95e8083, R21 // c2 = -0.00021219444
+	VDUP R21, V21.S4
+	MOVW $0x39506967, R21 // p0 = 0.00019875691
+	VDUP R21, V22.S4
+	MOVW $0x3ab743ce, R21 // p1 = 0.0013981999
+	VDUP R21, V23.S4
+	MOVW $0x3c088908, R21 // p2 = 0.008333452
+	VDUP R21, V24.S4
+	MOVW $0x3d2aa9c1, R21 // p3 = 0.041665796
+	VDUP R21, V25.S4
+	MOVW $0x3e2aaaaa, R21 // p4 = 0.16666666
+	VDUP R21, V26.S4
+	MOVW $0x3f000000, R21 // p5 = 0.5
+	VDUP R21, V27.S4
+	MOVW $0x3f800000, R21 // one = 1
+	VDUP R21, V28.S4
+	MOVW $127, R21
+	VDUP R21, V29.S4
+
+ctoken:
+	MOVD R0, R14
+	MOVD R1, R15
+	MOVD R2, R19
+	MOVD R3, R20
+	MOVD R9, R10
+
+cgroup4:
+	CMP    $64, R10
+	BLT    cgroupdone4
+	VLD1.P 64(R20), [V0.S4, V1.S4, V2.S4, V3.S4]
+	MOVD   R15, R11
+	MOVD   R19, R12
+	MOVD   R7, R13
+
+ctap4:
+	VLD1.P (R11)(R5), [V4.S4, V5.S4, V6.S4, V7.S4]
+	VLD1.P (R12)(R6), [V8.S4, V9.S4, V10.S4, V11.S4]
+	WORD   $0x6e24dd04 // FMUL V4.4S, V8.4S, V4.4S
+	WORD   $0x6e25dd25 // FMUL V5.4S, V9.4S, V5.4S
+	WORD   $0x6e26dd46 // FMUL V6.4S, V10.4S, V6.4S
+	WORD   $0x6e27dd67 // FMUL V7.4S, V11.4S, V7.4S
+	WORD   $0x4e24d400 // FADD V0.4S, V0.4S, V4.4S
+	WORD   $0x4e25d421 // FADD V1.4S, V1.4S, V5.4S
+	WORD   $0x4e26d442 // FADD V2.4S, V2.4S, V6.4S
+	WORD   $0x4e27d463 // FADD V3.4S, V3.4S, V7.4S
+	SUB    $1, R13, R13
+	CBNZ   R13, ctap4
+
+	// a to u (the registers go to exp32), e = 1 + exp32(−a), then u = a / e
+	VST1 [V0.S4, V1.S4, V2.S4, V3.S4], (R14)
+
+	// x = clamp(−a); n = floor(x·log2e + 0.5); r = x − n·c1 − n·c2
+	WORD  $0x6ea0f800 // FNEG V0.4S, V0.4S
+	WORD  $0x6ea0f821 // FNEG V1.4S, V1.4S
+	WORD  $0x6ea0f842 // FNEG V2.4S, V2.4S
+	WORD  $0x6ea0f863 // FNEG V3.4S, V3.4S
+	WORD  $0x4eb0f400 // FMIN V0.4S, V0.4S, V16.4S
+	WORD  $0x4eb0f421 // FMIN V1.4S, V1.4S, V16.4S
+	WORD  $0x4eb0f442 // FMIN V2.4S, V2.4S, V16.4S
+	WORD  $0x4eb0f463 // FMIN V3.4S, V3.4S, V16.4S
+	WORD  $0x4e31f400 // FMAX V0.4S, V0.4S, V17.4S
+	WORD  $0x4e31f421 // FMAX V1.4S, V1.4S, V17.4S
+	WORD  $0x4e31f442 // FMAX V2.4S, V2.4S, V17.4S
+	WORD  $0x4e31f463 // FMAX V3.4S, V3.4S, V17.4S
+	VORR  V19.B16, V19.B16, V4.B16
+	VORR  V19.B16, V19.B16, V5.B16
+	VORR  V19.B16, V19.B16, V6.B16
+	VORR  V19.B16, V19.B16, V7.B16
+	VFMLA V18.S4, V0.S4, V4.S4
+	VFMLA V18.S4, V1.S4, V5.S4
+	VFMLA V18.S4, V2.S4, V6.S4
+	VFMLA V18.S4, V3.S4, V7.S4
+	WORD  $0x4e219884 // FRINTM V4.4S, V4.4S
+	WORD  $0x4e2198a5 // FRINTM V5.4S, V5.4S
+	WORD  $0x4e2198c6 // FRINTM V6.4S, V6.4S
+	WORD  $0x4e2198e7 // FRINTM V7.4S, V7.4S
+	VFMLS V20.S4, V4.S4, V0.S4
+	VFMLS V20.S4, V5.S4, V1.S4
+	VFMLS V20.S4, V6.S4, V2.S4
+	VFMLS V20.S4, V7.S4, V3.S4
+	VFMLS V21.S4, V4.S4, V0.S4
+	VFMLS V21.S4, V5.S4, V1.S4
+	VFMLS V21.S4, V6.S4, V2.S4
+	VFMLS V21.S4, V7.S4, V3.S4
+
+	// p = ((((p0·r + p1)·r + p2)·r + p3)·r + p4)·r + p5; e = p·r·r + r + 1
+	VORR  V23.B16, V23.B16, V8.B16
+	VORR  V23.B16, V23.B16, V9.B16
+	VORR  V23.B16, V23.B16, V10.B16
+	VORR  V23.B16, V23.B16, V11.B16
+	VFMLA V22.S4, V0.S4, V8.S4
+	VFMLA V22.S4, V1.S4, V9.S4
+	VFMLA V22.S4, V2.S4, V10.S4
+	VFMLA V22.S4, V3.S4, V11.S4
+	VORR  V24.B16, V24.B16, V12.B16
+	VORR  V24.B16, V24.B16, V13.B16
+	VORR  V24.B16, V24.B16, V14.B16
+	VORR  V24.B16, V24.B16, V15.B16
+	VFMLA V8.S4, V0.S4, V12.S4
+	VFMLA V9.S4, V1.S4, V13.S4
+	VFMLA V10.S4, V2.S4, V14.S4
+	VFMLA V11.S4, V3.S4, V15.S4
+	VORR  V25.B16, V25.B16, V8.B16
+	VORR  V25.B16, V25.B16, V9.B16
+	VORR  V25.B16, V25.B16, V10.B16
+	VORR  V25.B16, V25.B16, V11.B16
+	VFMLA V12.S4, V0.S4, V8.S4
+	VFMLA V13.S4, V1.S4, V9.S4
+	VFMLA V14.S4, V2.S4, V10.S4
+	VFMLA V15.S4, V3.S4, V11.S4
+	VORR  V26.B16, V26.B16, V12.B16
+	VORR  V26.B16, V26.B16, V13.B16
+	VORR  V26.B16, V26.B16, V14.B16
+	VORR  V26.B16, V26.B16, V15.B16
+	VFMLA V8.S4, V0.S4, V12.S4
+	VFMLA V9.S4, V1.S4, V13.S4
+	VFMLA V10.S4, V2.S4, V14.S4
+	VFMLA V11.S4, V3.S4, V15.S4
+	VORR  V27.B16, V27.B16, V8.B16
+	VORR  V27.B16, V27.B16, V9.B16
+	VORR  V27.B16, V27.B16, V10.B16
+	VORR  V27.B16, V27.B16, V11.B16
+	VFMLA V12.S4, V0.S4, V8.S4
+	VFMLA V13.S4, V1.S4, V9.S4
+	VFMLA V14.S4, V2.S4, V10.S4
+	VFMLA V15.S4, V3.S4, V11.S4
+	WORD  $0x6e20dd08 // FMUL V8.4S, V8.4S, V0.4S
+	WORD  $0x6e21dd29 // FMUL V9.4S, V9.4S, V1.4S
+	WORD  $0x6e22dd4a // FMUL V10.4S, V10.4S, V2.4S
+	WORD  $0x6e23dd6b // FMUL V11.4S, V11.4S, V3.4S
+	VORR  V0.B16, V0.B16, V12.B16
+	VORR  V1.B16, V1.B16, V13.B16
+	VORR  V2.B16, V2.B16, V14.B16
+	VORR  V3.B16, V3.B16, V15.B16
+	VFMLA V8.S4, V0.S4, V12.S4
+	VFMLA V9.S4, V1.S4, V13.S4
+	VFMLA V10.S4, V2.S4, V14.S4
+	VFMLA V11.S4, V3.S4, V15.S4
+	WORD  $0x4e3cd58c // FADD V12.4S, V12.4S, V28.4S
+	WORD  $0x4e3cd5ad // FADD V13.4S, V13.4S, V28.4S
+	WORD  $0x4e3cd5ce // FADD V14.4S, V14.4S, V28.4S
+	WORD  $0x4e3cd5ef // FADD V15.4S, V15.4S, V28.4S
+
+	// 1 + exp32(−a) = 1 + e·2^n
+	WORD   $0x4ea1b884 // FCVTZS V4.4S, V4.4S
+	WORD   $0x4ea1b8a5 // FCVTZS V5.4S, V5.4S
+	WORD   $0x4ea1b8c6 // FCVTZS V6.4S, V6.4S
+	WORD   $0x4ea1b8e7 // FCVTZS V7.4S, V7.4S
+	VADD   V29.S4, V4.S4, V4.S4
+	VADD   V29.S4, V5.S4, V5.S4
+	VADD   V29.S4, V6.S4, V6.S4
+	VADD   V29.S4, V7.S4, V7.S4
+	VSHL   $23, V4.S4, V4.S4
+	VSHL   $23, V5.S4, V5.S4
+	VSHL   $23, V6.S4, V6.S4
+	VSHL   $23, V7.S4, V7.S4
+	WORD   $0x6e24dd8c // FMUL V12.4S, V12.4S, V4.4S
+	WORD   $0x6e25ddad // FMUL V13.4S, V13.4S, V5.4S
+	WORD   $0x6e26ddce // FMUL V14.4S, V14.4S, V6.4S
+	WORD   $0x6e27ddef // FMUL V15.4S, V15.4S, V7.4S
+	WORD   $0x4e3cd58c // FADD V12.4S, V12.4S, V28.4S
+	WORD   $0x4e3cd5ad // FADD V13.4S, V13.4S, V28.4S
+	WORD   $0x4e3cd5ce // FADD V14.4S, V14.4S, V28.4S
+	WORD   $0x4e3cd5ef // FADD V15.4S, V15.4S, V28.4S
+	VLD1   (R14), [V0.S4, V1.S4, V2.S4, V3.S4]
+	WORD   $0x6e2cfc00 // FDIV V0.4S, V0.4S, V12.4S
+	WORD   $0x6e2dfc21 // FDIV V1.4S, V1.4S, V13.4S
+	WORD   $0x6e2efc42 // FDIV V2.4S, V2.4S, V14.4S
+	WORD   $0x6e2ffc63 // FDIV V3.4S, V3.4S, V15.4S
+	VST1.P [V0.S4, V1.S4, V2.S4, V3.S4], 64(R14)
+	ADD    $64, R15, R15
+	ADD    $64, R19, R19
+	SUB    $64, R10, R10
+	B      cgroup4
+
+cgroupdone4:
+
+cgroup1:
+	CMP    $16, R10
+	BLT    cgroupdone1
+	VLD1.P 16(R20), [V0.S4]
+	MOVD   R15, R11
+	MOVD   R19, R12
+	MOVD   R7, R13
+
+ctap1:
+	VLD1.P (R11)(R5), [V4.S4]
+	VLD1.P (R12)(R6), [V8.S4]
+	WORD   $0x6e24dd04 // FMUL V4.4S, V8.4S, V4.4S
+	WORD   $0x4e24d400 // FADD V0.4S, V0.4S, V4.4S
+	SUB    $1, R13, R13
+	CBNZ   R13, ctap1
+
+	// a to u (the registers go to exp32), e = 1 + exp32(−a), then u = a / e
+	VST1 [V0.S4], (R14)
+
+	// x = clamp(−a); n = floor(x·log2e + 0.5); r = x − n·c1 − n·c2
+	WORD  $0x6ea0f800 // FNEG V0.4S, V0.4S
+	WORD  $0x4eb0f400 // FMIN V0.4S, V0.4S, V16.4S
+	WORD  $0x4e31f400 // FMAX V0.4S, V0.4S, V17.4S
+	VORR  V19.B16, V19.B16, V4.B16
+	VFMLA V18.S4, V0.S4, V4.S4
+	WORD  $0x4e219884 // FRINTM V4.4S, V4.4S
+	VFMLS V20.S4, V4.S4, V0.S4
+	VFMLS V21.S4, V4.S4, V0.S4
+
+	// p = ((((p0·r + p1)·r + p2)·r + p3)·r + p4)·r + p5; e = p·r·r + r + 1
+	VORR  V23.B16, V23.B16, V8.B16
+	VFMLA V22.S4, V0.S4, V8.S4
+	VORR  V24.B16, V24.B16, V12.B16
+	VFMLA V8.S4, V0.S4, V12.S4
+	VORR  V25.B16, V25.B16, V8.B16
+	VFMLA V12.S4, V0.S4, V8.S4
+	VORR  V26.B16, V26.B16, V12.B16
+	VFMLA V8.S4, V0.S4, V12.S4
+	VORR  V27.B16, V27.B16, V8.B16
+	VFMLA V12.S4, V0.S4, V8.S4
+	WORD  $0x6e20dd08 // FMUL V8.4S, V8.4S, V0.4S
+	VORR  V0.B16, V0.B16, V12.B16
+	VFMLA V8.S4, V0.S4, V12.S4
+	WORD  $0x4e3cd58c // FADD V12.4S, V12.4S, V28.4S
+
+	// 1 + exp32(−a) = 1 + e·2^n
+	WORD   $0x4ea1b884 // FCVTZS V4.4S, V4.4S
+	VADD   V29.S4, V4.S4, V4.S4
+	VSHL   $23, V4.S4, V4.S4
+	WORD   $0x6e24dd8c // FMUL V12.4S, V12.4S, V4.4S
+	WORD   $0x4e3cd58c // FADD V12.4S, V12.4S, V28.4S
+	VLD1   (R14), [V0.S4]
+	WORD   $0x6e2cfc00 // FDIV V0.4S, V0.4S, V12.4S
+	VST1.P [V0.S4], 16(R14)
+	ADD    $16, R15, R15
+	ADD    $16, R19, R19
+	SUB    $16, R10, R10
+	B      cgroup1
+
+cgroupdone1:
+	ADD  R4, R0, R0
+	ADD  R5, R1, R1
+	SUB  $1, R8, R8
+	CBNZ R8, ctoken
+	RET
+
 // func widenNEON(dst []float32, src []uint16)
 //
 // dst[i] = the float32 of the bf16 bits src[i] for i < len(dst): eight per iteration (VLD1 of eight

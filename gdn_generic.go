@@ -51,6 +51,11 @@ type impl struct {
 	// (kx, qx): chansGeneric; the other slices hold at least n elements (pairs 2n).
 	chans func(kx, qx, pairs, em1, eg, kh, qh []float32)
 
+	// conv is the causal conv1d of the conv front (SPEC Part D) over n = len(bias) channels and T
+	// tokens (convGeneric): u[τ·us + c] = silu32 of bias[c] plus the W taps' products
+	// w[j·ws + c]·x[(τ+j)·xs + c], j < W, each rounded on its own and added from j = 0 up.
+	conv func(u []float32, us int, x []float32, xs int, w []float32, ws int, bias []float32, W, T int)
+
 	// cells are the state routines over T tokens by format, [bf16][layout]; a nil cell is a
 	// format the kernel does not implement.
 	cells [2][2]stateFunc
@@ -61,7 +66,7 @@ type impl struct {
 
 var genericImpl = impl{
 	name: "generic", state: stateGeneric, gate: gateGeneric, l2: l2Generic, scale: scale, widen: widenGeneric, gates: gatesGeneric,
-	chans: chansGeneric,
+	chans: chansGeneric, conv: convGeneric,
 	cells: [2][2]stateFunc{{kvTokens, vkTokens}, {kvTokens, vkTokens}},
 }
 
@@ -377,6 +382,31 @@ func chansGeneric(kx, qx, pairs, em1, eg, kh, qh []float32) {
 // fused multiply-add on any architecture: the kernels' chans pieces give these bits).
 func chanDecay(x, c float32, m uint32) float32 {
 	return float32(c*x) + math.Float32frombits(math.Float32bits(x)&m)
+}
+
+// convGeneric is impl.conv: for τ < T and c < n = len(bias),
+//
+//	u[τ·us + c] = silu32(bias[c] + p_0 + p_1 + … + p_{W−1}),  p_j = float32(w[j·ws + c]·x[(τ+j)·xs + c])
+//
+// added left to right, every product rounded on its own (no fused multiply-add on any
+// architecture: the kernels' conv pieces give these bits). x's row τ+j is the input W−1−j tokens
+// before token τ's, so tap W−1 multiplies the current row. It panics, before writing, if a slice
+// is too short for its last index.
+func convGeneric(u []float32, us int, x []float32, xs int, w []float32, ws int, bias []float32, W, T int) {
+	n := len(bias)
+	if T <= 0 || n == 0 {
+		return
+	}
+	_, _, _ = u[(T-1)*us+n-1], x[(T+W-2)*xs+n-1], w[(W-1)*ws+n-1]
+	for τ := range T {
+		row := u[τ*us : τ*us+n]
+		for c, a := range bias {
+			for j := range W {
+				a += float32(w[j*ws+c] * x[(τ+j)*xs+c])
+			}
+			row[c] = silu32(a)
+		}
+	}
 }
 
 // decayCM is decay(x) = c·x + (x & m) of a channel (chanForm).

@@ -1069,3 +1069,192 @@ func TestChansExact(t *testing.T) {
 		}
 	})
 }
+
+// convOf is the kernel name's impl.conv.
+func convOf(name string) func(u []float32, us int, x []float32, xs int, w []float32, ws int, bias []float32, W, T int) {
+	k, ok := Lookup(name)
+	if !ok {
+		panic(name + " not available")
+	}
+	return k.im.conv
+}
+
+// convInputs fills x, w and bias for a conv case: mode 0 random; mode 1 random with special
+// values sprinkled (zeros of both signs, NaN, products and biases past Exp32's clamps, sums near
+// ±1e-30); mode 2 exact ties (products of half an ulp, sums whose order decides the rounding);
+// mode 3 every sum a signed zero (bias ±0, products ±0).
+func convInputs(r *rand.Rand, mode int, x, w, bias []float32) {
+	nan, negz := float32(math.NaN()), float32(math.Copysign(0, -1))
+	xsp := []float32{0, negz, nan, 1e30, -1e30, 100, -100, 1e-30, -1e-30, 1e-40, float32(math.Inf(1))}
+	wsp := []float32{0, negz, 1, -1, 2}
+	bsp := []float32{0, negz, 90, -90, 88.5, -88.5, 1e-30, -1e-30, 3e38}
+	pick := func(s []float32) float32 { return s[r.IntN(len(s))] }
+	const tie = 1 + 1.0/4096 // tie·tie = 1 + 2^-11 + 2^-24: half an ulp past a float32
+	for i := range x {
+		switch mode {
+		case 0:
+			x[i] = float32(2 * r.NormFloat64())
+		case 1:
+			x[i] = float32(2 * r.NormFloat64())
+			if r.IntN(5) == 0 {
+				x[i] = pick(xsp)
+			}
+		case 2:
+			x[i] = []float32{tie, 1.0 / 4096, -tie, 1}[r.IntN(4)]
+		case 3:
+			x[i] = pick([]float32{0, negz})
+		}
+	}
+	for i := range w {
+		switch mode {
+		case 0:
+			w[i] = float32(0.7 * r.NormFloat64())
+		case 1:
+			w[i] = float32(0.7 * r.NormFloat64())
+			if r.IntN(5) == 0 {
+				w[i] = pick(wsp)
+			}
+		case 2:
+			w[i] = []float32{tie, 1.0 / 4096, -1.0 / 4096, 1}[r.IntN(4)]
+		case 3:
+			w[i] = pick([]float32{1, -1, 0, negz})
+		}
+	}
+	for i := range bias {
+		switch mode {
+		case 0:
+			bias[i] = float32(0.5 * r.NormFloat64())
+		case 1:
+			bias[i] = float32(0.5 * r.NormFloat64())
+			if r.IntN(4) == 0 {
+				bias[i] = pick(bsp)
+			}
+		case 2:
+			bias[i] = []float32{1, -1, 2, 0.5}[r.IntN(4)]
+		case 3:
+			bias[i] = pick([]float32{0, negz})
+		}
+	}
+}
+
+// TestConvExact runs every kernel's impl.conv against convGeneric, bit for bit (a NaN must be
+// the same NaN), with guard bands around every slice and the elements of u between its rows (us
+// > n) left alone, over widths, tap counts, token counts and dense or padded strides; and checks
+// convGeneric itself, in float64, where the sum is moderate: silu of bias plus the taps, tap j on
+// row τ + j (tap W−1 on the current row), within 2 ulp.
+func TestConvExact(t *testing.T) {
+	kerneltest.ForEach(t, func(t *testing.T, name string) {
+		conv := convOf(name)
+		r := rand.New(rand.NewPCG(15, 16))
+		checked, cases := 0, 0
+		for _, n := range []int{1, 3, 8, 15, 16, 17, 33, 64, 128} {
+			for _, W := range []int{2, 3, 4, 8} {
+				for _, T := range []int{1, 2, 5, 64} {
+					for pad := range 2 {
+						us, xs, ws := n, n, n
+						if pad == 1 {
+							us, xs, ws = n+3, n+5, n+7
+						}
+						mode := cases % 4
+						cases++
+						off := cases % 16
+						x, cx := guarded(t, (T+W-2)*xs+n, off)
+						w, cw := guarded(t, (W-1)*ws+n, (off+3)%16)
+						bias, cb := guarded(t, n, (off+6)%16)
+						u, cu := guarded(t, (T-1)*us+n, (off+9)%16)
+						convInputs(r, mode, x, w, bias)
+						in := [][]float32{slices.Clone(x), slices.Clone(w), slices.Clone(bias)}
+						want := slices.Clone(u) // the guard value between the rows too
+						convGeneric(want, us, x, xs, w, ws, bias, W, T)
+						conv(u, us, x, xs, w, ws, bias, W, T)
+						what := fmt.Sprintf("n=%d W=%d T=%d us=%d xs=%d ws=%d mode=%d", n, W, T, us, xs, ws, mode)
+						for _, ck := range []func(string){cx, cw, cb, cu} {
+							ck(what)
+						}
+						kerneltest.EqualBits(t, what+" x", x, in[0])
+						kerneltest.EqualBits(t, what+" w", w, in[1])
+						kerneltest.EqualBits(t, what+" bias", bias, in[2])
+						for i := range u {
+							if math.Float32bits(u[i]) != math.Float32bits(want[i]) {
+								τ, c := i/us, i%us
+								t.Fatalf("%s: u[%d] (token %d, channel %d) = %v (%#x), generic %v (%#x)", what, i, τ, c,
+									u[i], math.Float32bits(u[i]), want[i], math.Float32bits(want[i]))
+							}
+						}
+						if mode != 0 {
+							continue
+						}
+						for range 3 {
+							τ, c := r.IntN(T), r.IntN(n)
+							a := bias[c]
+							for j := range W {
+								a += float32(float64(w[j*ws+c]) * float64(x[(τ+j)*xs+c]))
+							}
+							s := float32(float64(a) / (1 + math.Exp(-float64(a))))
+							if d := ulps(want[τ*us+c], s); d > 2 {
+								t.Fatalf("%s: convGeneric u[%d][%d] = %v, float64 silu of the taps' sum %v: %d ulp", what, τ, c, want[τ*us+c], s, d)
+							}
+							checked++
+						}
+					}
+				}
+			}
+		}
+		if checked == 0 {
+			t.Fatal("no float64 check ran")
+		}
+	})
+}
+
+// TestConvChecked: an assembly kernel's conv (convChecked) panics, before writing anything, for
+// every short slice, negative stride or W < 1, and does nothing for T = 0; convGeneric likewise
+// for the short slices and W < 1.
+func TestConvChecked(t *testing.T) {
+	kerneltest.ForEach(t, func(t *testing.T, name string) {
+		conv := convOf(name)
+		const n, W, T, us, xs, ws = 19, 4, 3, 21, 22, 23
+		for _, c := range []struct {
+			what               string
+			du, dx, dw         int
+			us, xs, ws, w, tok int
+			panics             bool
+		}{
+			{"exact", 0, 0, 0, us, xs, ws, W, T, false},
+			{"short u", -1, 0, 0, us, xs, ws, W, T, true},
+			{"short x", 0, -1, 0, us, xs, ws, W, T, true},
+			{"short w", 0, 0, -1, us, xs, ws, W, T, true},
+			{"negative us", 0, 0, 0, -1, xs, ws, W, T, true},
+			{"negative xs", 0, 0, 0, us, -1, ws, W, T, true},
+			{"negative ws", 0, 0, 0, us, xs, -1, W, T, true},
+			{"W = 0", 0, 0, 0, us, xs, ws, 0, T, true},
+			{"T = 0", -1000, -1000, -1000, us, xs, ws, W, 0, false},
+		} {
+			if name == "generic" && (c.us < 0 || c.xs < 0 || c.ws < 0) {
+				continue // convGeneric indexes with them as they are: convChecked's own check
+			}
+			lu, lx, lw := max((T-1)*us+n+c.du, 0), max((T+W-2)*xs+n+c.dx, 0), max((W-1)*ws+n+c.dw, 0)
+			u, x, w, bias := make([]float32, lu), make([]float32, lx), make([]float32, lw), make([]float32, n)
+			for i := range u {
+				u[i] = 7
+			}
+			for i := range x {
+				x[i] = 1
+			}
+			panicked := func() (p bool) {
+				defer func() { p = recover() != nil }()
+				conv(u, c.us, x, c.xs, w, c.ws, bias, c.w, c.tok)
+				return false
+			}()
+			if panicked != c.panics {
+				t.Errorf("%s: panicked %v, want %v", c.what, panicked, c.panics)
+			}
+			if c.panics || c.tok == 0 {
+				for i, v := range u {
+					if v != 7 {
+						t.Fatalf("%s: u[%d] written (%v)", c.what, i, v)
+					}
+				}
+			}
+		}
+	})
+}

@@ -86,6 +86,11 @@ holds at least len(a) elements, or b is empty (not checked: see gatesChecked).`,
 	"chans": `chans%[1]s is chansGeneric in %[1]s (asm/chans.go) for the whole vectors of len(em1) channels
 (the others are not written; every slice holds at least len(em1) elements, pairs 2·len(em1): not
 checked, see chansChecked): c·kh and c·qh rounded on their own, then added, as chanDecay does.`,
+	"conv": `conv%[1]s is convGeneric in %[1]s (asm/conv.go) for the whole vectors of len(bias) channels
+(AVX-512: and the channels after them, one masked vector; AVX2: the others are not written): per
+token, the taps a loop over W, each product rounded on its own, then added (VMULPS, VADDPS), and
+silu through Exp32, so the bits are convGeneric's. Strides in elements; W ≥ 1, T ≥ 1 and the
+lengths are not checked: see convChecked.`,
 	"fmaLoop": `fmaLoop%[1]s runs n iterations of floor.chains independent VFMADD231PS chains on registers
 (the core's FMA throughput: a benchmark floor of package bench).`,
 	"stateKV": `state%[2]s is the [K][V] state routine over T tokens in %[1]s (asm/state_kv_tokens.go). Per
@@ -122,6 +127,15 @@ rows left, and every row when T = 1, take the register groups. AVX2: pairs of ro
 token's update and the next token's dots in one pass over them; with one token and a store
 (bf16: without src32 and carry), the pairs from src to stores[0]. An odd V's last row is the
 adapter's (vkOddRow): a one-row group per shape took 1,706 (f32) and 2,944 (bf16) lines.`,
+}
+
+// convLanes is the lanes convChecked is given for conv: 1 where the routine takes every channel
+// (the masked vector of AVX-512), else the vector's.
+func (a isa) convLanes() int {
+	if a.masks {
+		return 1
+	}
+	return a.lanes
 }
 
 // goDoc is the doc comment of routine name.
@@ -185,8 +199,8 @@ func scaleChecked(f func(dst, src []float32, s float32)) func(dst, src []float32
 		k := gofile.Kernel{
 			Var:  strings.ToLower(a.name) + "Impl",
 			Name: strings.ToLower(a.name),
-			Fields: fmt.Sprintf("state: single(stateKVf32%[1]s), gate: gate%[1]s, l2: l2%[1]s, scale: scaleChecked(scale%[1]s), widen: widen%[1]s, gates: gatesChecked(gates%[1]s), chans: chansChecked(chans%[1]s, %[2]d), prefetches: true",
-				a.name, a.lanes),
+			Fields: fmt.Sprintf("state: single(stateKVf32%[1]s), gate: gate%[1]s, l2: l2%[1]s, scale: scaleChecked(scale%[1]s), widen: widen%[1]s, gates: gatesChecked(gates%[1]s), chans: chansChecked(chans%[1]s, %[2]d), conv: convChecked(conv%[1]s, %[3]d), prefetches: true",
+				a.name, a.lanes, a.convLanes()),
 		}
 		if a == avx512 {
 			k.Doc = "avx512Impl and avx2Impl are the kernels of gdn_amd64.s: the pieces, and the state routines\n[bf16][layout] with their limits."

@@ -260,7 +260,8 @@ func table() []spec {
 	}
 	for _, a := range []isa{avx512, avx2} {
 		t = append(t, spec{"gates" + a.name, func() { gatesRoutine(a) }, 500},
-			spec{"chans" + a.name, func() { chansRoutine(a) }, 60})
+			spec{"chans" + a.name, func() { chansRoutine(a) }, 60},
+			spec{"conv" + a.name, func() { convRoutine(a) }, 300})
 	}
 	for _, a := range []isa{avx512, avx2} {
 		t = append(t,

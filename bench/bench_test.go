@@ -118,7 +118,7 @@ func runData(c Serve, f Format) *RunData {
 // BenchmarkRun runs Layer.Run for every kernel, every state format it implements and every
 // serving case (ServeCases: decode at B = 1, 8, 64, prefill T = 512 at B = 1, verify T = 4 with
 // per-token snapshots at B = 8; the same with the per-channel gate at the Kimi-Linear shape,
-// KDACases): BenchmarkRun/kernel=avx512/format=vk-f32/T=512,B=1,HK=16,HV=32,K=128,V=128.
+// KDACases; with the conv front, ConvCases): BenchmarkRun/kernel=avx512/format=vk-f32/T=512,B=1,HK=16,HV=32,K=128,V=128.
 // Metrics: xcopy, the call's time over copy() of the B sequences' f32 state (read + written: the
 // decode step's traffic in f32); for T > 1 also xstep, the time per token over a single-token
 // call of the same kernel, format and B, both measured in the same benchmark.
@@ -126,7 +126,7 @@ func BenchmarkRun(b *testing.B) {
 	eachKernel(b, func(b *testing.B, k string, workers []int) {
 		for _, f := range Formats {
 			b.Run("format="+f.String(), func(b *testing.B) {
-				for _, c := range append(ServeCases(Qwen3Next), KDACases(KimiLinear)...) {
+				for _, c := range slices.Concat(ServeCases(Qwen3Next), KDACases(KimiLinear), ConvCases(Qwen3Next)) {
 					for _, w := range workers {
 						name := c.String()
 						if len(workers) > 1 || w != 1 {

@@ -86,7 +86,7 @@ type flags struct {
 	batch                        *time.Duration
 	svg, formats                 *string
 	serve                        *bool
-	kda                          *string
+	kda, conv                    *string
 }
 
 // newFlags defines the command's flags on fs.
@@ -110,6 +110,8 @@ func newFlags(fs *flag.FlagSet) *flags {
 		formats: fs.String("formats", "kv-f32,vk-f32,kv-bf16,vk-bf16", "comma-separated state formats of the serving table"),
 		kda: fs.String("kda", "32x32x128x128", "also measure the serving call with the per-channel gate (gate=kda, sigmoid output gate) on this "+
 			"layer HKxHVxKxV (Kimi-Linear's), each call over the same call with the scalar gate; \"\": not"),
+		conv: fs.String("conv", "16x32x128x128", "also measure the serving call with the conv front (conv: pre-conv rows, width 4) on this "+
+			"layer HKxHVxKxV (Qwen3-Next's), each call over the same call given the post-conv rows; \"\": not"),
 	}
 }
 
@@ -171,6 +173,14 @@ func main() {
 				os.Exit(2)
 			}
 			cases = append(cases, KDACases(kl, c.Bs...)...)
+		}
+		if *f.conv != "" {
+			cl, err := parseLayer(*f.conv)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "bench: -conv:", err)
+				os.Exit(2)
+			}
+			cases = append(cases, ConvCases(cl, c.Bs...)...)
 		}
 		sres, err := MeasureServe(c, fs, cases, os.Stderr)
 		if err != nil {

@@ -54,6 +54,7 @@ type Serve struct {
 	T         int
 	Snapshots bool
 	KDA       bool // the per-channel gate with the sigmoid output gate (Kimi-Linear; SPEC Part C)
+	Conv      bool // the conv front (width 4, no bias: Qwen3-Next's; SPEC Part D): pre-conv rows and conv pools
 }
 
 // String is the benchmark-name form, "T=4,snap,B=8,HK=16,HV=32,K=128,V=128", with ",gate=kda"
@@ -65,6 +66,9 @@ func (c Serve) String() string {
 	}
 	if c.KDA {
 		snap += ",gate=kda"
+	}
+	if c.Conv {
+		snap += ",conv"
 	}
 	return fmt.Sprintf("T=%d%s,%v", c.T, snap, c.Shape)
 }
@@ -96,6 +100,23 @@ func KDACases(layer Shape, bs ...int) []Serve {
 		cs[i].KDA = true
 	}
 	return cs
+}
+
+// ConvCases are ServeCases with the conv front (decode at every B of bs, prefill, verify).
+func ConvCases(layer Shape, bs ...int) []Serve {
+	cs := ServeCases(layer, bs...)
+	for i := range cs {
+		cs[i].Conv = true
+	}
+	return cs
+}
+
+// base is the case a KDA or conv case is measured against (its t/base column): the scalar gate,
+// or the same call given the post-conv rows; false if c is neither.
+func (c Serve) base() (Serve, bool) {
+	b := c
+	b.KDA, b.Conv = false, false
+	return b, c.KDA || c.Conv
 }
 
 // RunData is one serving case's data: a pool of B slots (plus B·T snapshot slots), token rows
@@ -137,6 +158,12 @@ func NewRunData(c Serve, f Format) *RunData {
 		V: rows(s.HV*s.V, 0, 1), Z: rows(s.HV*s.V, 0, 1),
 		B: rows(s.HV, 0, 1), A: rows(gw, -1, 1.5),
 		Out: make([]gdn.BF16, T*s.HV*s.V),
+	}
+	if c.Conv {
+		C := 2*s.HK*s.K + s.HV*s.V
+		d.Params.ConvWidth, d.Params.ConvWeight = 4, vec(r, 4*C, 0, 0.3)
+		b.Q, b.K, b.V, b.X = gdn.Rows{}, gdn.Rows{}, gdn.Rows{}, rows(C, 0, 1)
+		b.ConvState = gdn.Pool{F32: vec(r, slots*3*C, 0, 1)}
 	}
 	for n := range s.B {
 		b.Start[n+1] = int32((n + 1) * c.T)
@@ -199,7 +226,7 @@ type ServeResult struct {
 	Call    float64 // median seconds per call
 	Copy    float64 // median seconds per copy() of the B sequences' f32 state, interleaved
 	Single  float64 // median seconds per single-token call (T = 1, same B), interleaved (T > 1 only)
-	Scalar  float64 // median seconds per call of the same case with the scalar gate, interleaved (KDA cases only)
+	Base    float64 // median seconds per call of the case's base (Serve.base: the scalar gate, the post-conv rows), interleaved (KDA and conv cases only)
 	Floor   float64 // median seconds per in-place scale pass over the B sequences' f32 state (Kernel.FloorScale, the kernel's ISA; 0: none)
 	FMA     float64 // the call's 4·B·T·HV·K·V FMAs at the FMA throughput measured with Kernel.FloorFMA (0: none)
 }
@@ -296,10 +323,8 @@ func MeasureServe(c Config, formats []Format, cases []Serve, log io.Writer) ([]S
 				one.T, one.Snapshots = 1, false
 				d1 = NewRunData(one, f)
 			}
-			if sc.KDA {
-				scalar := sc
-				scalar.KDA = false
-				ds = NewRunData(scalar, f)
+			if base, ok := sc.base(); ok {
+				ds = NewRunData(base, f)
 			}
 			for _, k := range c.Kernels {
 				measured := false
@@ -329,7 +354,7 @@ func MeasureServe(c Config, formats []Format, cases []Serve, log io.Writer) ([]S
 }
 
 // measureServe measures one case (d) with l, interleaving copy(), the single-token call (d1, T > 1)
-// and the scalar gate's call (ds, KDA cases).
+// and the base case's call (ds, KDA and conv cases: Serve.base).
 func measureServe(c Config, d, d1, ds *RunData, l *gdn.Layer, kernel string, workers int) (ServeResult, error) {
 	r := ServeResult{Case: d.Case, Format: d.Format, Kernel: kernel, Workers: workers}
 	if _, err := d.Runs(l, 2); err != nil {
@@ -368,7 +393,7 @@ func measureServe(c Config, d, d1, ds *RunData, l *gdn.Layer, kernel string, wor
 		s := d.Case.Shape
 		r.FMA = 4 * float64(s.B*d.Case.T*s.HV*s.K*s.V) / float64(lanes) / rate
 	}
-	var calls, copies, singles, floors, scalars []float64
+	var calls, copies, singles, floors, bases []float64
 	for range c.Reps {
 		d.Runs(l, 1)
 		t, err := d.Runs(l, n)
@@ -392,14 +417,14 @@ func measureServe(c Config, d, d1, ds *RunData, l *gdn.Layer, kernel string, wor
 			if err != nil {
 				return r, err
 			}
-			scalars = append(scalars, ts.Seconds()/float64(ns))
+			bases = append(bases, ts.Seconds()/float64(ns))
 		}
 		if nf > 0 {
 			d.Floors(kernel, 1)
 			floors = append(floors, d.Floors(kernel, nf).Seconds()/float64(nf))
 		}
 	}
-	r.Call, r.Copy, r.Single, r.Floor, r.Scalar = median(calls), median(copies), median(singles), median(floors), median(scalars)
+	r.Call, r.Copy, r.Single, r.Floor, r.Base = median(calls), median(copies), median(singles), median(floors), median(bases)
 	return r, nil
 }
 
@@ -408,16 +433,18 @@ func measureServe(c Config, d, d1, ds *RunData, l *gdn.Layer, kernel string, wor
 // (same kernel, format, B and workers); then the call over its floor (RunData.Floors: the in-place
 // floor, a load–scale–store pass of the kernel's ISA over the f32 state's bytes; with snapshots
 // the snapshot floor, copy() of the states into the snapshot slots) and over the FMA bound (the call's
-// 4·B·T·HV·K·V FMAs at the measured FMA throughput, also shown per head-token); for the per-channel
-// gate (gate=kda), the call over the same call with the scalar gate.
+// 4·B·T·HV·K·V FMAs at the measured FMA throughput, also shown per head-token); t/base, for the
+// per-channel gate (gate=kda) the call over the same call with the scalar gate, for the conv front
+// (conv) over the same call given the post-conv rows.
 func printServe(w io.Writer, res []ServeResult) {
 	kda := false
 	for _, r := range res {
-		kda = kda || r.Case.KDA
+		_, b := r.Case.base()
+		kda = kda || b
 	}
 	extra, sep := "", ""
 	if kda {
-		extra, sep = " t/scalar gate |", "---:|"
+		extra, sep = " t/base |", "---:|"
 	}
 	fmt.Fprintln(w, "| kernel | format | case | workers | µs/call | µs/token | t/copy() | per token / single-token call | t/floor | t/FMA bound | FMA bound µs/head-token |"+extra)
 	fmt.Fprintln(w, "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"+sep)
@@ -438,7 +465,7 @@ func printServe(w io.Writer, res []ServeResult) {
 		}
 		col := ""
 		if kda {
-			col = " " + ratio(r.Call, r.Scalar) + " |"
+			col = " " + ratio(r.Call, r.Base) + " |"
 		}
 		fmt.Fprintf(w, "| %s | %v | %v | %d | %s | %s | %.2f | %s | %s | %s | %s |%s\n", r.Kernel, r.Format, r.Case, r.Workers,
 			micros(r.Call), micros(r.Call/float64(r.Case.T)), r.Call/r.Copy, per, ratio(r.Call, r.Floor), ratio(r.Call, r.FMA), fb, col)

@@ -19,9 +19,10 @@
 //	State      [B][VHeads][K][V]  element (bh, i, j) at (bh·K + i)·V + j
 //	Out        [B][VHeads][V]     bf16 (and/or OutF32)
 //
-// The package does not run the model's causal conv1d: q, k and v are the rows after the depthwise
-// causal conv1d over the projected [q|k|v] channels and its SiLU, which the caller computes (and
-// whose conv state the caller keeps); z, b and a come straight from the input projections.
+// Without the conv front (below) q, k and v are the rows after the depthwise causal conv1d over
+// the projected [q|k|v] channels and its SiLU, which the caller computes (and whose conv state the
+// caller keeps); with it, the Layer takes the projection's rows and runs the conv itself. z, b and
+// a come straight from the input projections.
 // ALog, DtBias and NormWeight are the layer's A_log, dt_bias and norm.weight as stored in the
 // checkpoint: NormWeight multiplies y as it is (no 1 + w).
 //
@@ -68,6 +69,42 @@
 //
 // GGUF files store the rate as ssm_a = −exp(A_log) (llama.cpp's converters): pass it as
 // Config.SsmA in place of ALog, as it is; either gate takes either.
+//
+// # The conv front
+//
+// Config.ConvWidth = W (4 in every model of the family; 2 to 8) adds the depthwise causal conv1d
+// and its SiLU in front of the recurrence, so that a call takes the projections as they come out
+// of the matmul. A Batch then carries the pre-conv rows in X (width C = 2·KHeads·K + VHeads·V,
+// channels q | k | v, head-major) instead of Q, K and V, and a conv pool beside each state pool:
+// ConvState (and ConvStoreTo, exactly when StoreTo is set), slots of (W−1)·C elements holding a
+// sequence's last W−1 pre-conv rows, the oldest first, f32 or bf16. Per token,
+//
+//	u_t[c] = silu(Σ_j ConvWeight[c][j]·x_{t−W+1+j}[c] + ConvBias[c])   rows before the sequence's first token: its conv state
+//
+// and u_t split q | k | v is the token's q, k and v. The conv pools use the state pools' slots:
+// Read[n] gives both states (Zero: both zero), every store (Store's or the implied one) writes
+// both — the conv state after token t is rows t−W+2 … t —, padding touches neither, and a
+// sequence of fewer than W−1 tokens keeps rows of its old conv state. So speculative rollback and
+// forks work for both states with no extra step. The conv state holds inputs: it is exact in f32,
+// and in bf16 when X is bf16. u is float32 (each product rounded, summed from the oldest tap),
+// computed straight into the per-head scratch the recurrence reads. Step has no conv states: a
+// Layer with the conv front runs through Run.
+//
+// # From the checkpoints
+//
+// Hugging Face Qwen3-Next (linear_attn.*): A_log → ALog, dt_bias → DtBias, norm.weight →
+// NormWeight, conv1d.weight [C][1][W] → ConvWeight (no bias), GQAInterleaved. Its in_proj_qkvz
+// and in_proj_ba lay their outputs out per k-head ([q, k, v, z] and [b, a] groups, undone by
+// fix_query_key_value_ordering): permute the projection's weight rows once at load time so that
+// a token's row is q | k | v | z (X the first C elements, Z the rest, one buffer and stride) and
+// b | a. Qwen3-Next GGUF files (llama.cpp) keep the per-k-head groups: ssm_in and ssm_ba are the
+// two projections to permute so; ssm_conv1d is the conv weight [C][W], ssm_a = −exp(A_log) →
+// SsmA, ssm_dt.bias → DtBias, ssm_norm → NormWeight; GQAInterleaved. Qwen3.5 projects q | k | v, z, b and a
+// separately (no permutation); its GGUF files reorder the value heads (GQATiled). Kimi-Linear
+// (Gate GatePerChannel, OutGate ActSigmoid, GateForm as its config says): q_proj, k_proj and
+// v_proj concatenated give X, and q_conv1d, k_conv1d, v_conv1d's weights concatenated in that order
+// ConvWeight; f_b_proj(f_a_proj(x)) gives A, b_proj B, g_b_proj(g_a_proj(x)) Z; A_log, dt_bias
+// [VHeads·K] and o_norm.weight as above.
 //
 // # The serving call: Run
 //

@@ -60,6 +60,15 @@ type Config struct {
 	GateForm   GateForm
 	LowerBound float32
 	OutGate    Activation
+
+	// The conv front (SPEC Part D): with ConvWidth W ≥ 2 (the models use 4; at most 8) a Batch
+	// carries the projection's pre-conv rows in Batch.X instead of Q, K and V, and conv pools
+	// beside the state pools. ConvWeight is [C][W], C = 2·KHeads·K + VHeads·V channels in the
+	// order q | k | v, head-major (Hugging Face's conv1d.weight [C][1][W] squeezed, GGUF's
+	// ssm_conv1d); weight W−1 multiplies the current row. ConvBias is [C], or nil for none.
+	ConvWidth  int
+	ConvWeight []float32
+	ConvBias   []float32
 }
 
 // Gate is how a Layer decays its state (the package documentation has the formulas).
@@ -103,10 +112,12 @@ type Output struct {
 
 // Layer runs the decode step of one layer. It is immutable after New and safe for concurrent use.
 type Layer struct {
-	c       Config // own copies of the parameter slices; RMSEps and Kernel resolved
-	kernel  gdnsimd.Kernel
-	format  gdnsimd.Format
-	scratch sync.Pool // *gdnsimd.Scratch
+	c        Config    // own copies of the parameter slices; RMSEps and Kernel resolved
+	convTaps []float32 // [W][C]: ConvWeight transposed (tap-major), for the kernels
+	convBias []float32 // [C]: ConvBias, or zeros
+	kernel   gdnsimd.Kernel
+	format   gdnsimd.Format
+	scratch  sync.Pool // *gdnsimd.Scratch
 }
 
 // Kernels returns the names of the kernels this CPU can run, best first ("generic" last).
@@ -166,6 +177,9 @@ func New(c Config) (*Layer, error) {
 			}
 		}
 	}
+	if err := checkConv(&c); err != nil {
+		return nil, err
+	}
 	eps := float64(c.RMSEps)
 	if eps < 0 || math.IsNaN(eps) || math.IsInf(eps, 0) {
 		return nil, fmt.Errorf("%w: RMSEps = %v, want a finite value >= 0", ErrConfig, c.RMSEps)
@@ -201,7 +215,18 @@ func New(c Config) (*Layer, error) {
 	c.ALog, c.SsmA = clone(c.ALog), clone(c.SsmA)
 	c.DtBias = append([]float32(nil), c.DtBias...)
 	c.NormWeight = append([]float32(nil), c.NormWeight...)
+	c.ConvWeight, c.ConvBias = clone(c.ConvWeight), clone(c.ConvBias)
 	l := &Layer{c: c, kernel: k, format: f}
+	if W := c.ConvWidth; W != 0 {
+		C := len(c.ConvWeight) / W
+		l.convTaps, l.convBias = make([]float32, W*C), make([]float32, C)
+		for ch := range C {
+			for j := range W {
+				l.convTaps[j*C+ch] = c.ConvWeight[ch*W+j]
+			}
+		}
+		copy(l.convBias, c.ConvBias)
+	}
 	l.scratch.New = func() any { return new(gdnsimd.Scratch) }
 	return l, nil
 }
@@ -216,7 +241,41 @@ func (l *Layer) Config() Config {
 	c.ALog, c.SsmA = clone(c.ALog), clone(c.SsmA)
 	c.DtBias = append([]float32(nil), c.DtBias...)
 	c.NormWeight = append([]float32(nil), c.NormWeight...)
+	c.ConvWeight, c.ConvBias = clone(c.ConvWeight), clone(c.ConvBias)
 	return c
+}
+
+// MaxConvWidth is the widest conv front (Config.ConvWidth).
+const MaxConvWidth = 8
+
+// checkConv checks the conv front's fields of c.
+func checkConv(c *Config) error {
+	W := c.ConvWidth
+	if W == 0 {
+		if c.ConvWeight != nil || c.ConvBias != nil {
+			return fmt.Errorf("%w: Config.ConvWeight or ConvBias is set, but ConvWidth is 0 (no conv front)", ErrConfig)
+		}
+		return nil
+	}
+	if W < 2 || W > MaxConvWidth {
+		return fmt.Errorf("%w: ConvWidth = %d, want 0 (no conv front) or 2..%d", ErrConfig, W, MaxConvWidth)
+	}
+	C := 2*c.KHeads*c.K + c.VHeads*c.V
+	for _, p := range []struct {
+		name string
+		s    []float32
+		want int
+	}{{"ConvWeight", c.ConvWeight, C * W}, {"ConvBias", c.ConvBias, C}} {
+		if len(p.s) != p.want && (p.s != nil || p.name != "ConvBias") {
+			return fmt.Errorf("%w: Config.%s has length %d, want %d (C = 2·KHeads·K + VHeads·V = %d channels, W = %d)", ErrConfig, p.name, len(p.s), p.want, C, W)
+		}
+		for i, x := range p.s {
+			if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+				return fmt.Errorf("%w: Config.%s[%d] = %v, want a finite value", ErrConfig, p.name, i, x)
+			}
+		}
+	}
+	return nil
 }
 
 // Step advances the state of every (sequence, value head) by one token. B = len(in.B)/VHeads and
@@ -229,6 +288,9 @@ func (l *Layer) Step(in Input, out Output) error {
 	}
 	if l.c.StateDType != DTypeF32 {
 		return fmt.Errorf("%w: Step takes float32 states, the Layer stores %v: use Run", ErrShape, l.c.StateDType)
+	}
+	if l.c.ConvWidth != 0 {
+		return fmt.Errorf("%w: Step has no conv states, the Layer has a conv front (ConvWidth %d): use Run", ErrShape, l.c.ConvWidth)
 	}
 	st, err := l.check(in, out)
 	if err != nil || len(in.B) == 0 {
@@ -256,6 +318,7 @@ func (l *Layer) setBatch(b *gdnsimd.Batch) {
 	b.Format, b.GQATiled = l.format, c.GQA == GQATiled
 	b.ALog, b.SsmA, b.DtBias = c.ALog, c.SsmA, c.DtBias
 	b.PerChannel, b.Sigmoid = c.Gate == GatePerChannel, c.OutGate == ActSigmoid
+	b.ConvW, b.ConvTaps, b.ConvBias = c.ConvWidth, l.convTaps, l.convBias
 	b.LowerBound = 0
 	if c.GateForm == GateLowerBound {
 		b.LowerBound = c.LowerBound
@@ -286,9 +349,10 @@ func (l *Layer) run(b *gdnsimd.Batch) {
 	}
 	if w := l.workers(b); w > 1 {
 		l.parallel(b, w)
-		return
+	} else {
+		l.runRange(b, 0, items)
 	}
-	l.runRange(b, 0, items)
+	b.StoreConv() // after every item: they read the conv states it overwrites
 }
 
 func (l *Layer) runRange(b *gdnsimd.Batch, lo, hi int) {

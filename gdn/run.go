@@ -59,20 +59,33 @@ func (d DType) String() string {
 	return fmt.Sprintf("DType(%d)", uint8(d))
 }
 
-// Pool is caller-owned state: slots of VHeads·K·V elements in the Layer's layout, used in place.
-// Slot s starts at element s·SlotStride; head h of it at s·SlotStride + h·K·V.
+// Pool is caller-owned state, used in place: slot s starts at element s·SlotStride. A state pool
+// (Batch.State, StoreTo) has slots of VHeads·K·V elements in the Layer's layout, head h of slot s
+// at s·SlotStride + h·K·V, stored as Config.StateDType says. A conv pool (Batch.ConvState,
+// ConvStoreTo) has slots of (ConvWidth−1)·C elements: a sequence's last ConvWidth−1 pre-conv rows,
+// the oldest first, stored as F32 or BF16, whichever is set (bf16 stores round to nearest even:
+// exact when the rows are bf16).
 type Pool struct {
-	F32        []float32 // exactly one of F32 and BF16, as Config.StateDType says
+	F32        []float32 // exactly one of F32 and BF16
 	BF16       []BF16    // bf16 storage, fp32 maths
-	SlotStride int       // elements from one slot to the next; 0 means VHeads·K·V
+	SlotStride int       // elements from one slot to the next; 0 means the slot's size
 }
 
 // Rows is a token-major input: token t's row starts at element t·Stride; its width is implied by
 // the field it fills. Rows of different fields may share one buffer (packed projections).
+//
+// B and A of the scalar gate may be grouped, as Qwen3-Next's in_proj_ba (GGUF ssm_ba) lays
+// them out: per k-head the b of its G = VHeads/KHeads value heads, then their a. With Group > 0,
+// element i of a row is at (i/Group)·GroupStride + i%Group; for that projection, rows ba of
+// 2·VHeads elements: B = Rows{F32: ba, Stride: 2·VHeads, Group: G, GroupStride: 2·G} and A the
+// same from ba[G:].
 type Rows struct {
 	F32    []float32 // exactly one of F32 and BF16 (when the batch has tokens)
 	BF16   []BF16    // widened exactly: the same results as their float32 copies
-	Stride int       // 0 means dense (the width)
+	Stride int       // 0 means dense (the width, or with Group the extent of a row's groups)
+
+	Group       int // 0: not grouped; else the elements per group (the width a multiple of it)
+	GroupStride int // with Group: elements from one group's start to the next, at least Group
 }
 
 // The special slot values of Batch.Read and Batch.Store.
@@ -95,6 +108,14 @@ type Batch struct {
 	StoreTo *Pool     // optional: Store slots (and the implied stores) index this pool (out of place, snapshot buffers)
 	Out     []BF16    // [T][VHeads][V], optional
 	OutF32  []float32 // [T][VHeads][V], optional; at least one of Out and OutF32 when T > 0
+
+	// With the conv front (Config.ConvWidth), and only then: X holds the pre-conv rows, width C
+	// = 2·KHeads·K + VHeads·V (q | k | v, head-major), in place of Q, K and V (left empty); the
+	// conv pools are addressed by the same slots as State and StoreTo: a sequence's Read slot
+	// gives both states, Zero zeroes both, every store writes both, padding touches neither.
+	X           Rows
+	ConvState   Pool  // read from; also written unless ConvStoreTo is set
+	ConvStoreTo *Pool // set exactly when StoreTo is: the conv states of the stores go here
 }
 
 // ErrSlot is wrapped by the errors of Run about slots: out of range, written twice, written by one
@@ -169,20 +190,49 @@ func (v *validator) check(l *Layer, b *Batch) (gdnsimd.Batch, error) {
 	if T > math.MaxInt/c.VHeads/c.V {
 		return kb, fmt.Errorf("%w: T = %d tokens: the outputs would not be addressable", ErrShape, T)
 	}
+	conv := c.ConvWidth != 0
 	fields := [...]rowsField{
-		{"Batch.Q", &b.Q, c.KHeads * c.K}, {"Batch.K", &b.K, c.KHeads * c.K},
-		{"Batch.V", &b.V, c.VHeads * c.V}, {"Batch.Z", &b.Z, c.VHeads * c.V},
-		{"Batch.B", &b.B, c.VHeads}, {"Batch.A", &b.A, l.gateWidth()},
+		{"Batch.Z", &b.Z, c.VHeads * c.V}, {"Batch.B", &b.B, c.VHeads}, {"Batch.A", &b.A, l.gateWidth()},
+		{"Batch.Q", &b.Q, c.KHeads * c.K}, {"Batch.K", &b.K, c.KHeads * c.K}, {"Batch.V", &b.V, c.VHeads * c.V},
+		{"Batch.X", &b.X, 2*c.KHeads*c.K + c.VHeads*c.V},
+	}
+	use := fields[:6] // without the conv front: X empty
+	for _, f := range fields[3:] {
+		if (f.name == "Batch.X") != conv && (f.r.F32 != nil || f.r.BF16 != nil || f.r.Stride != 0) {
+			if conv {
+				return kb, fmt.Errorf("%w: %s is set, but the Layer has a conv front (Config.ConvWidth %d): its pre-conv rows go in Batch.X", ErrShape, f.name, c.ConvWidth)
+			}
+			return kb, fmt.Errorf("%w: Batch.X is set, but the Layer has no conv front (Config.ConvWidth 0): q, k and v go in Batch.Q, K, V", ErrShape)
+		}
+	}
+	if conv {
+		use = append(fields[:3:3], fields[6])
+	}
+	for _, f := range fields {
+		if f.r.Group == 0 && f.r.GroupStride == 0 {
+			continue
+		}
+		switch {
+		case f.name != "Batch.B" && f.name != "Batch.A" || f.name == "Batch.A" && c.Gate == GatePerChannel:
+			return kb, fmt.Errorf("%w: %s.Group = %d, GroupStride = %d: only B and the scalar gate's A may be grouped", ErrShape, f.name, f.r.Group, f.r.GroupStride)
+		case f.r.Group < 1 || f.width%f.r.Group != 0 || f.r.GroupStride < f.r.Group:
+			return kb, fmt.Errorf("%w: %s.Group = %d, GroupStride = %d: want a Group dividing the width %d and a GroupStride of at least Group", ErrShape, f.name, f.r.Group, f.r.GroupStride, f.width)
+		}
 	}
 	if T > 0 {
 		var rows [len(fields)]gdnsimd.Rows
-		for i, f := range fields {
+		for i, f := range use {
 			var err error
 			if rows[i], err = checkRows(f, T); err != nil {
 				return kb, err
 			}
 		}
-		kb.Q, kb.Key, kb.Val, kb.Z, kb.Beta, kb.Gate = rows[0], rows[1], rows[2], rows[3], rows[4], rows[5]
+		kb.Z, kb.Beta, kb.Gate = rows[0], rows[1], rows[2]
+		if conv {
+			kb.X = rows[3]
+		} else {
+			kb.Q, kb.Key, kb.Val = rows[3], rows[4], rows[5]
+		}
 	}
 	outLen := T * c.VHeads * c.V
 	if b.Out != nil && len(b.Out) != outLen {
@@ -216,6 +266,13 @@ func (v *validator) check(l *Layer, b *Batch) (gdnsimd.Batch, error) {
 			samePool = true
 			kb.StoreTo = gdnsimd.Pool{} // the same pool: in place
 		}
+	}
+	if conv {
+		if slots, dstSlots, err = l.checkConvPools(b, &kb, slots, dstSlots, samePool); err != nil {
+			return kb, err
+		}
+	} else if b.ConvState.F32 != nil || b.ConvState.BF16 != nil || b.ConvStoreTo != nil {
+		return kb, fmt.Errorf("%w: Batch.ConvState or ConvStoreTo is set, but the Layer has no conv front (Config.ConvWidth 0)", ErrShape)
 	}
 	// Rules 3–5: slots.
 	for n := range N {
@@ -275,7 +332,7 @@ func (v *validator) check(l *Layer, b *Batch) (gdnsimd.Batch, error) {
 		}
 	}
 	// Rule 6: overlaps.
-	if err := checkBatchOverlap(b); err != nil {
+	if err := checkBatchOverlap(b, conv); err != nil {
 		return kb, err
 	}
 	return kb, nil
@@ -297,26 +354,34 @@ func poolName(b *Batch) string {
 	return "Batch.State"
 }
 
-// checkRows checks one row input of a batch of T > 0 tokens and returns the kernel's view.
+// checkRows checks one row input of a batch of T > 0 tokens (its grouping checked before) and
+// returns the kernel's view.
 func checkRows(f rowsField, T int) (gdnsimd.Rows, error) {
 	r := f.r
 	if (r.F32 == nil) == (r.BF16 == nil) {
 		return gdnsimd.Rows{}, fmt.Errorf("%w: %s: exactly one of F32 and BF16 must be set (F32 has %d elements, BF16 %d)", ErrShape, f.name, len(r.F32), len(r.BF16))
 	}
+	width, what := f.width, "width"
+	if r.Group > 0 {
+		if f.width/r.Group > math.MaxInt/r.GroupStride {
+			return gdnsimd.Rows{}, fmt.Errorf("%w: %s.GroupStride = %d: the row's extent overflows", ErrShape, f.name, r.GroupStride)
+		}
+		width, what = (f.width/r.Group-1)*r.GroupStride+r.Group, "extent of the row's groups"
+	}
 	stride := r.Stride
 	if stride == 0 {
-		stride = f.width
+		stride = width
 	}
-	if stride < f.width {
-		return gdnsimd.Rows{}, fmt.Errorf("%w: %s.Stride = %d, want 0 (dense) or at least the width %d", ErrShape, f.name, r.Stride, f.width)
+	if stride < width {
+		return gdnsimd.Rows{}, fmt.Errorf("%w: %s.Stride = %d, want 0 (dense) or at least the %s %d", ErrShape, f.name, r.Stride, what, width)
 	}
 	n := len(r.F32) + len(r.BF16)
 	// (T−1)·stride + width ≤ n, without overflow.
-	if T-1 > (n-f.width)/stride || n < f.width {
-		return gdnsimd.Rows{}, fmt.Errorf("%w: %s has %d elements, want at least (T−1)·stride + width = %d·%d + %d for T = %d tokens",
-			ErrShape, f.name, n, T-1, stride, f.width, T)
+	if T-1 > (n-width)/stride || n < width {
+		return gdnsimd.Rows{}, fmt.Errorf("%w: %s has %d elements, want at least (T−1)·stride + %s = %d·%d + %d for T = %d tokens",
+			ErrShape, f.name, n, what, T-1, stride, width, T)
 	}
-	out := gdnsimd.Rows{F32: r.F32, Stride: stride}
+	out := gdnsimd.Rows{F32: r.F32, Stride: stride, Group: r.Group, GroupStride: r.GroupStride}
 	if r.BF16 != nil {
 		out.BF16 = unsafe.Slice((*uint16)(unsafe.SliceData(r.BF16)), len(r.BF16))
 	}
@@ -357,14 +422,83 @@ func (l *Layer) checkPool(name string, p *Pool, out *gdnsimd.Pool) (int, error) 
 	return slots, nil
 }
 
+// poolSpan is the span of p's storage.
+func poolSpan(name string, p *Pool) span {
+	if p.BF16 != nil {
+		return spanOf(name, p.BF16)
+	}
+	return spanOf(name, p.F32)
+}
+
+// checkConvPools checks the conv pools of a Layer with the conv front (their storage, sizes and
+// whether ConvStoreTo is ConvState's very slice, as StoreTo is State's or not), sets the kernel's
+// view and returns the slots of the pools' pairs: slots, the read range, the least of State's and
+// ConvState's; dstSlots, the store range, the least of the store pools'.
+func (l *Layer) checkConvPools(b *Batch, kb *gdnsimd.Batch, slots, dstSlots int, samePool bool) (int, int, error) {
+	c := &l.c
+	size := (c.ConvWidth - 1) * (2*c.KHeads*c.K + c.VHeads*c.V)
+	n, err := convPool("Batch.ConvState", &b.ConvState, size, &kb.ConvState)
+	if err != nil {
+		return 0, 0, err
+	}
+	slots = min(slots, n)
+	if (b.ConvStoreTo != nil) != (b.StoreTo != nil) {
+		return 0, 0, fmt.Errorf("%w: Batch.StoreTo is %s and Batch.ConvStoreTo %s: set both (out of place) or neither", ErrShape, setOrNil(b.StoreTo != nil), setOrNil(b.ConvStoreTo != nil))
+	}
+	if b.ConvStoreTo == nil {
+		return slots, min(dstSlots, n), nil
+	}
+	if same := sameSlice(b.ConvState, *b.ConvStoreTo); same != samePool {
+		return 0, 0, fmt.Errorf("%w: Batch.StoreTo is Batch.State's very slice: %v, Batch.ConvStoreTo Batch.ConvState's: %v (both in place or both out of place)", ErrOverlap, samePool, same)
+	} else if same && b.ConvStoreTo.SlotStride != b.ConvState.SlotStride {
+		return 0, 0, fmt.Errorf("%w: Batch.ConvStoreTo is Batch.ConvState's slice with another SlotStride (%d, not %d)", ErrOverlap, b.ConvStoreTo.SlotStride, b.ConvState.SlotStride)
+	} else if same {
+		return slots, min(dstSlots, n), nil
+	}
+	m, err := convPool("Batch.ConvStoreTo", b.ConvStoreTo, size, &kb.ConvStoreTo)
+	return slots, min(dstSlots, m), err
+}
+
+func setOrNil(set bool) string {
+	if set {
+		return "set"
+	}
+	return "nil"
+}
+
+// convPool checks a conv pool of slots of size elements, sets the kernel's view and returns the
+// number of slots.
+func convPool(name string, p *Pool, size int, out *gdnsimd.Pool) (int, error) {
+	if (p.F32 == nil) == (p.BF16 == nil) {
+		return 0, fmt.Errorf("%w: %s: exactly one of F32 and BF16 must be set (F32 has %d elements, BF16 %d)", ErrShape, name, len(p.F32), len(p.BF16))
+	}
+	stride := p.SlotStride
+	if stride == 0 {
+		stride = size
+	}
+	if stride < size {
+		return 0, fmt.Errorf("%w: %s.SlotStride = %d, want 0 or at least (ConvWidth−1)·C = %d", ErrShape, name, p.SlotStride, size)
+	}
+	n := len(p.F32) + len(p.BF16)
+	if n < size {
+		return 0, fmt.Errorf("%w: %s has %d elements: it holds no slot of (ConvWidth−1)·C = %d", ErrShape, name, n, size)
+	}
+	*out = gdnsimd.Pool{F32: p.F32, SlotStride: stride}
+	if p.BF16 != nil {
+		out.BF16 = unsafe.Slice((*uint16)(unsafe.SliceData(p.BF16)), len(p.BF16))
+	}
+	return (n-size)/stride + 1, nil
+}
+
 // sameSlice reports whether two pools are the very same slice.
 func sameSlice(a, b Pool) bool {
 	return spanOf("", a.F32) == spanOf("", b.F32) && spanOf("", a.BF16) == spanOf("", b.BF16)
 }
 
 // checkBatchOverlap enforces rule 6: outputs overlap nothing; StoreTo is State's very slice or
-// disjoint from it; pools overlap no input (rows, Start, Read, Store).
-func checkBatchOverlap(b *Batch) error {
+// disjoint from it, ConvStoreTo ConvState's; pools overlap no input (rows, Start, Read, Store) and
+// no other pool.
+func checkBatchOverlap(b *Batch, conv bool) error {
 	ins := [...]span{
 		spanOf("Batch.Q.F32", b.Q.F32), spanOf("Batch.Q.BF16", b.Q.BF16),
 		spanOf("Batch.K.F32", b.K.F32), spanOf("Batch.K.BF16", b.K.BF16),
@@ -372,20 +506,26 @@ func checkBatchOverlap(b *Batch) error {
 		spanOf("Batch.Z.F32", b.Z.F32), spanOf("Batch.Z.BF16", b.Z.BF16),
 		spanOf("Batch.B.F32", b.B.F32), spanOf("Batch.B.BF16", b.B.BF16),
 		spanOf("Batch.A.F32", b.A.F32), spanOf("Batch.A.BF16", b.A.BF16),
+		spanOf("Batch.X.F32", b.X.F32), spanOf("Batch.X.BF16", b.X.BF16),
 		spanOf("Batch.Start", b.Start), spanOf("Batch.Read", b.Read), spanOf("Batch.Store", b.Store),
 	}
-	var pools [2]span
-	pools[0] = spanOf("Batch.State", b.State.F32)
-	if b.State.BF16 != nil {
-		pools[0] = spanOf("Batch.State", b.State.BF16)
-	}
+	var pools [4]span // State, StoreTo, ConvState, ConvStoreTo
+	pools[0] = poolSpan("Batch.State", &b.State)
 	if b.StoreTo != nil {
-		pools[1] = spanOf("Batch.StoreTo", b.StoreTo.F32)
-		if b.StoreTo.BF16 != nil {
-			pools[1] = spanOf("Batch.StoreTo", b.StoreTo.BF16)
+		pools[1] = poolSpan("Batch.StoreTo", b.StoreTo)
+	}
+	if conv {
+		pools[2] = poolSpan("Batch.ConvState", &b.ConvState)
+		if b.ConvStoreTo != nil {
+			pools[3] = poolSpan("Batch.ConvStoreTo", b.ConvStoreTo)
 		}
-		if same := pools[0].lo == pools[1].lo && pools[0].hi == pools[1].hi; !same && pools[0].overlaps(pools[1]) {
-			return fmt.Errorf("%w: Batch.StoreTo overlaps Batch.State (it must be the very same slice or disjoint)", ErrOverlap)
+	}
+	for i := range pools {
+		for j := i + 1; j < len(pools); j++ {
+			x, y := pools[i], pools[j]
+			if same := x.lo == y.lo && x.hi == y.hi; x.overlaps(y) && !(same && j == i+1 && i%2 == 0) {
+				return fmt.Errorf("%w: %s overlaps %s (a store pool must be its source pool's very slice or disjoint from it; other pools disjoint)", ErrOverlap, y.name, x.name)
+			}
 		}
 	}
 	outs := [...]span{spanOf("Batch.Out", b.Out), spanOf("Batch.OutF32", b.OutF32)}

@@ -36,6 +36,18 @@ func equivConfig(kernel string, rf runFormat, workers int) gdn.Config {
 	if rf.layout == gdn.LayoutVK {
 		c.GQA = gdn.GQATiled
 	}
+	if rf.conv {
+		// The conv front: Qwen3-Next's width, a bias (the models have none; fla's ShortConvolution
+		// can).
+		C := 2*c.KHeads*c.K + c.VHeads*c.V
+		c.ConvWidth, c.ConvWeight, c.ConvBias = 4, make([]float32, 4*C), make([]float32, C)
+		for i := range c.ConvWeight {
+			c.ConvWeight[i] = float32(0.4 * r.NormFloat64())
+		}
+		for i := range c.ConvBias {
+			c.ConvBias[i] = float32(0.1 * r.NormFloat64())
+		}
+	}
 	if rf.kda {
 		// Kimi-Linear's gate: per channel, the lower-bound form, the sigmoid output gate.
 		c.Gate, c.GateForm, c.LowerBound, c.OutGate = gdn.GatePerChannel, gdn.GateLowerBound, -5, gdn.ActSigmoid
@@ -97,18 +109,28 @@ func equivSpecs() []namedSpec {
 }
 
 // forEachEquiv runs f for every kernel × format × gate (the scalar one, Kimi-Linear's per-channel
-// one) × batch.
+// one, the scalar one with the conv front) × batch.
 func forEachEquiv(t *testing.T, f func(t *testing.T, kernel string, rf runFormat, s runSpec)) {
 	forEachKernelFormat(t, func(t *testing.T, kernel string, rf runFormat) {
-		for _, kda := range []bool{false, true} {
-			rf.kda = kda
-			t.Run("gate="+map[bool]string{false: "scalar", true: "kda"}[kda], func(t *testing.T) {
+		for _, g := range []string{"scalar", "kda", "scalar-conv"} {
+			rf.kda, rf.conv = g == "kda", g == "scalar-conv"
+			t.Run("gate="+g, func(t *testing.T) {
 				for _, ns := range equivSpecs() {
 					t.Run("batch="+ns.name, func(t *testing.T) { f(t, kernel, rf, ns.s) })
 				}
 			})
 		}
 	})
+}
+
+// rowFields are b's row inputs and their widths: X (with the conv front) or Q, K, V; then Z, B, A.
+func rowFields(c gdn.Config, b *gdn.Batch) ([]*gdn.Rows, []int) {
+	hk, hv := c.KHeads*c.K, c.VHeads*c.V
+	tail, tw := []*gdn.Rows{&b.Z, &b.B, &b.A}, []int{hv, c.VHeads, gateW(c)}
+	if c.ConvWidth != 0 {
+		return append([]*gdn.Rows{&b.X}, tail...), append([]int{2*hk + hv}, tw...)
+	}
+	return append([]*gdn.Rows{&b.Q, &b.K, &b.V}, tail...), append([]int{hk, hk, hv}, tw...)
 }
 
 func mustLayer(t testing.TB, c gdn.Config) *gdn.Layer {
@@ -154,6 +176,14 @@ func requireSameResults(t testing.TB, what string, want, got *gdn.Batch) {
 		g, _ := poolMem(*got.StoreTo)
 		requireSameMem(t, what+": StoreTo", w, g, e)
 	}
+	w, e = poolMem(want.ConvState)
+	g, _ = poolMem(got.ConvState)
+	requireSameMem(t, what+": ConvState", w, g, e)
+	if want.ConvStoreTo != nil {
+		w, _ := poolMem(*want.ConvStoreTo)
+		g, _ := poolMem(*got.ConvStoreTo)
+		requireSameMem(t, what+": ConvStoreTo", w, g, e)
+	}
 }
 
 func runOK(t testing.TB, l *gdn.Layer, b *gdn.Batch) {
@@ -183,7 +213,7 @@ func TestRunWorkersEquivalent(t *testing.T) {
 // subBatch is sequences [lo, hi) of b as a batch of their own, sharing b's memory.
 func subBatch(c gdn.Config, b *gdn.Batch, lo, hi int) *gdn.Batch {
 	t0, t1 := int(b.Start[lo]), int(b.Start[hi])
-	s := &gdn.Batch{Read: b.Read[lo:hi], State: b.State, StoreTo: b.StoreTo}
+	s := &gdn.Batch{Read: b.Read[lo:hi], State: b.State, StoreTo: b.StoreTo, ConvState: b.ConvState, ConvStoreTo: b.ConvStoreTo}
 	for n := lo; n <= hi; n++ {
 		s.Start = append(s.Start, b.Start[n]-int32(t0))
 	}
@@ -203,8 +233,12 @@ func subBatch(c gdn.Config, b *gdn.Batch, lo, hi int) *gdn.Batch {
 		}
 		return gdn.Rows{BF16: r.BF16[t0*st:], Stride: r.Stride}
 	}
-	hk, hv := c.KHeads*c.K, c.VHeads*c.V
-	s.Q, s.K, s.V, s.Z, s.B, s.A = rows(b.Q, hk), rows(b.K, hk), rows(b.V, hv), rows(b.Z, hv), rows(b.B, c.VHeads), rows(b.A, gateW(c))
+	hv := c.VHeads * c.V
+	src, widths := rowFields(c, b)
+	dst, _ := rowFields(c, s)
+	for i, r := range src {
+		*dst[i] = rows(*r, widths[i])
+	}
 	if b.Out != nil {
 		s.Out = b.Out[t0*hv : t1*hv]
 	}
@@ -261,10 +295,13 @@ func denseF32(r gdn.Rows, T, w int) []float32 {
 func permuted(c gdn.Config, b *gdn.Batch, perm, slot []int) (*gdn.Batch, []int) {
 	N := len(b.Read)
 	T := int(b.Start[N])
-	hk, hv := c.KHeads*c.K, c.VHeads*c.V
-	rows := [6][]float32{denseF32(b.Q, T, hk), denseF32(b.K, T, hk), denseF32(b.V, T, hv), denseF32(b.Z, T, hv), denseF32(b.B, T, c.VHeads), denseF32(b.A, T, gateW(c))}
-	widths := [6]int{hk, hk, hv, hv, c.VHeads, gateW(c)}
-	var nr [6][]float32
+	hv := c.VHeads * c.V
+	fields, widths := rowFields(c, b)
+	rows := make([][]float32, len(fields))
+	for f, r := range fields {
+		rows[f] = denseF32(*r, T, widths[f])
+	}
+	nr := make([][]float32, len(fields))
 	p := &gdn.Batch{Start: []int32{0}}
 	mapSlot := func(s int32) int32 {
 		if s < 0 {
@@ -290,21 +327,33 @@ func permuted(c gdn.Config, b *gdn.Batch, perm, slot []int) (*gdn.Batch, []int) 
 	if b.Store != nil && p.Store == nil {
 		p.Store = []int32{}
 	}
-	p.Q, p.K, p.V, p.Z, p.B, p.A = gdn.Rows{F32: nr[0]}, gdn.Rows{F32: nr[1]}, gdn.Rows{F32: nr[2]}, gdn.Rows{F32: nr[3]}, gdn.Rows{F32: nr[4]}, gdn.Rows{F32: nr[5]}
+	pf, _ := rowFields(c, p)
+	for f, r := range pf {
+		*r = gdn.Rows{F32: nr[f]}
+	}
 	p.Out, p.OutF32 = nanOutputs(T * hv)
-	slotLen := c.VHeads * c.K * c.V
-	if b.State.BF16 != nil {
-		p.State.BF16 = make([]gdn.BF16, len(b.State.BF16))
-		for s := range len(slot) {
-			copy(p.State.BF16[slot[s]*slotLen:], b.State.BF16[s*slotLen:(s+1)*slotLen])
-		}
-	} else {
-		p.State.F32 = make([]float32, len(b.State.F32))
-		for s := range len(slot) {
-			copy(p.State.F32[slot[s]*slotLen:], b.State.F32[s*slotLen:(s+1)*slotLen])
-		}
+	p.State = permutedPool(b.State, slot, c.VHeads*c.K*c.V)
+	if c.ConvWidth != 0 {
+		p.ConvState = permutedPool(b.ConvState, slot, convSlot(c))
 	}
 	return p, tokMap
+}
+
+// permutedPool is the dense pool p (slots of slotLen) with old slot s at slot[s].
+func permutedPool(p gdn.Pool, slot []int, slotLen int) gdn.Pool {
+	var q gdn.Pool
+	if p.BF16 != nil {
+		q.BF16 = make([]gdn.BF16, len(p.BF16))
+		for s := range len(slot) {
+			copy(q.BF16[slot[s]*slotLen:], p.BF16[s*slotLen:(s+1)*slotLen])
+		}
+		return q
+	}
+	q.F32 = make([]float32, len(p.F32))
+	for s := range len(slot) {
+		copy(q.F32[slot[s]*slotLen:], p.F32[s*slotLen:(s+1)*slotLen])
+	}
+	return q
 }
 
 // TestRunPermutationEquivalent: permuting the sequences (with their tokens) and renaming the
@@ -325,12 +374,18 @@ func TestRunPermutationEquivalent(t *testing.T) {
 				requireSameMem(t, fmt.Sprintf("rep %d: Out of token %d (now %d)", rep, ot, nt), memOf(ref.Out[ot*hv:(ot+1)*hv]), memOf(p.Out[nt*hv:(nt+1)*hv]), 2)
 				requireSameMem(t, fmt.Sprintf("rep %d: OutF32 of token %d (now %d)", rep, ot, nt), memOf(ref.OutF32[ot*hv:(ot+1)*hv]), memOf(p.OutF32[nt*hv:(nt+1)*hv]), 4)
 			}
-			slotLen := c.VHeads * c.K * c.V
-			rm, e := poolMem(ref.State)
-			pm, _ := poolMem(p.State)
-			for os, ns := range slot {
-				b := slotLen * e
-				requireSameMem(t, fmt.Sprintf("rep %d: slot %d (now %d)", rep, os, ns), rm[os*b:(os+1)*b], pm[ns*b:(ns+1)*b], e)
+			pools := [][3]any{{ref.State, p.State, c.VHeads * c.K * c.V}}
+			if c.ConvWidth != 0 {
+				pools = append(pools, [3]any{ref.ConvState, p.ConvState, convSlot(c)})
+			}
+			for pi, pp := range pools {
+				slotLen := pp[2].(int)
+				rm, e := poolMem(pp[0].(gdn.Pool))
+				pm, _ := poolMem(pp[1].(gdn.Pool))
+				for os, ns := range slot {
+					b := slotLen * e
+					requireSameMem(t, fmt.Sprintf("rep %d: pool %d slot %d (now %d)", rep, pi, os, ns), rm[os*b:(os+1)*b], pm[ns*b:(ns+1)*b], e)
+				}
 			}
 		}
 	})
@@ -341,16 +396,24 @@ func TestRunPermutationEquivalent(t *testing.T) {
 // stored to (or its Read slot, τ = 0) and storing to its own store slot, or to a carry slot of its
 // own (appended to the pool) when its original token keeps no state but a later one needs it. It
 // returns the outputs and the pool's original slots.
-func tokenByToken(t testing.TB, l *gdn.Layer, c gdn.Config, b *gdn.Batch, slots int) ([]gdn.BF16, []float32, []float32) {
+func tokenByToken(t testing.TB, l *gdn.Layer, c gdn.Config, b *gdn.Batch, slots int) ([]gdn.BF16, []float32, []float32, []float32) {
 	t.Helper()
 	N := len(b.Read)
 	T := int(b.Start[N])
-	hk, hv := c.KHeads*c.K, c.VHeads*c.V
+	hv := c.VHeads * c.V
 	slotLen := c.VHeads * c.K * c.V
-	rows := [6][]float32{denseF32(b.Q, T, hk), denseF32(b.K, T, hk), denseF32(b.V, T, hv), denseF32(b.Z, T, hv), denseF32(b.B, T, c.VHeads), denseF32(b.A, T, gateW(c))}
-	widths := [6]int{hk, hk, hv, hv, c.VHeads, gateW(c)}
+	fields, widths := rowFields(c, b)
+	rows := make([][]float32, len(fields))
+	for f, r := range fields {
+		rows[f] = denseF32(*r, T, widths[f])
+	}
 	pool := make([]float32, (slots+N)*slotLen)
 	copy(pool, b.State.F32[:slots*slotLen])
+	var convs []float32 // the conv pool, with carry slots too
+	if c.ConvWidth != 0 {
+		convs = make([]float32, (slots+N)*convSlot(c))
+		copy(convs, b.ConvState.F32[:slots*convSlot(c)])
+	}
 	out, outF := nanOutputs(T * hv)
 	prev := slices.Clone(b.Read)
 	maxT := 0
@@ -359,7 +422,10 @@ func tokenByToken(t testing.TB, l *gdn.Layer, c gdn.Config, b *gdn.Batch, slots 
 	}
 	for τ := range maxT {
 		s := &gdn.Batch{Start: []int32{0}, State: gdn.Pool{F32: pool}}
-		var nr [6][]float32
+		if convs != nil {
+			s.ConvState = gdn.Pool{F32: convs}
+		}
+		nr := make([][]float32, len(fields))
 		var toks []int
 		for n := range N {
 			t0, t1 := int(b.Start[n]), int(b.Start[n+1])
@@ -390,7 +456,10 @@ func tokenByToken(t testing.TB, l *gdn.Layer, c gdn.Config, b *gdn.Batch, slots 
 				nr[f] = append(nr[f], rows[f][tk*widths[f]:(tk+1)*widths[f]]...)
 			}
 		}
-		s.Q, s.K, s.V, s.Z, s.B, s.A = gdn.Rows{F32: nr[0]}, gdn.Rows{F32: nr[1]}, gdn.Rows{F32: nr[2]}, gdn.Rows{F32: nr[3]}, gdn.Rows{F32: nr[4]}, gdn.Rows{F32: nr[5]}
+		sf, _ := rowFields(c, s)
+		for f, r := range sf {
+			*r = gdn.Rows{F32: nr[f]}
+		}
 		s.Out, s.OutF32 = nanOutputs(len(toks) * hv)
 		require.NoError(t, l.Run(s), "token-by-token call %d", τ)
 		for i, tk := range toks {
@@ -398,7 +467,10 @@ func tokenByToken(t testing.TB, l *gdn.Layer, c gdn.Config, b *gdn.Batch, slots 
 			copy(outF[tk*hv:(tk+1)*hv], s.OutF32[i*hv:(i+1)*hv])
 		}
 	}
-	return out, outF, pool[:slots*slotLen]
+	if convs != nil {
+		convs = convs[:slots*convSlot(c)]
+	}
+	return out, outF, pool[:slots*slotLen], convs
 }
 
 // TestRunTokenByToken: one call with T tokens per sequence = T calls of one token each (f32
@@ -411,11 +483,12 @@ func TestRunTokenByToken(t *testing.T) {
 		c := equivConfig(kernel, rf, 1)
 		l := mustLayer(t, c)
 		b := makeBatch(c, s, 4)
-		out, outF, pool := tokenByToken(t, l, c, b, s.slots)
+		out, outF, pool, convs := tokenByToken(t, l, c, b, s.slots)
 		runOK(t, l, b)
 		requireSameMem(t, "Out", memOf(b.Out), memOf(out), 2)
 		requireSameMem(t, "OutF32", memOf(b.OutF32), memOf(outF), 4)
 		requireSameMem(t, "State", memOf(b.State.F32), memOf(pool), 4)
+		requireSameMem(t, "ConvState", memOf(b.ConvState.F32), memOf(convs), 4)
 	})
 }
 
@@ -427,6 +500,7 @@ func widened(b *gdn.Batch) *gdn.Batch {
 		w.State.F32[i] = x.Float32()
 	}
 	w.Out, w.OutF32 = nanOutputs(len(b.Out))
+	w.ConvState, _ = clonePool(b.ConvState)
 	return &w
 }
 
@@ -483,14 +557,17 @@ func TestRunBF16RowsAreWidened(t *testing.T) {
 		for _, mix := range []string{"all", "k,z,a"} {
 			bf := makeBatch(c, s, 6)
 			fields := map[string]*gdn.Rows{"q": &bf.Q, "k": &bf.K, "v": &bf.V, "z": &bf.Z, "b": &bf.B, "a": &bf.A}
+			if c.ConvWidth != 0 {
+				fields = map[string]*gdn.Rows{"k": &bf.X, "z": &bf.Z, "b": &bf.B, "a": &bf.A}
+			}
 			for name, r := range fields {
 				if mix == "all" || bytes.Contains([]byte(mix), []byte(name)) {
 					*r = toBF16Rows(*r)
 				}
 			}
 			f := makeBatch(c, s, 6)
-			f.Q, f.K, f.V, f.Z, f.B, f.A = bf.Q, bf.K, bf.V, bf.Z, bf.B, bf.A
-			for _, r := range []*gdn.Rows{&f.Q, &f.K, &f.V, &f.Z, &f.B, &f.A} {
+			f.Q, f.K, f.V, f.X, f.Z, f.B, f.A = bf.Q, bf.K, bf.V, bf.X, bf.Z, bf.B, bf.A
+			for _, r := range []*gdn.Rows{&f.Q, &f.K, &f.V, &f.X, &f.Z, &f.B, &f.A} {
 				if r.BF16 != nil {
 					*r = widenRows(*r)
 				}
@@ -514,38 +591,65 @@ func TestRunInPlaceEqualsOutOfPlace(t *testing.T) {
 
 		same := makeBatch(c, s, 7)
 		same.StoreTo = &gdn.Pool{F32: same.State.F32, BF16: same.State.BF16, SlotStride: slotLen}
+		if c.ConvWidth != 0 {
+			same.ConvStoreTo = &gdn.Pool{F32: same.ConvState.F32, BF16: same.ConvState.BF16}
+		}
 		runOK(t, l, same)
 		requireSameResults(t, "StoreTo = State", in, same)
 
 		out := makeBatch(c, s, 7)
-		orig, e := poolMem(out.State)
-		orig = bytes.Clone(orig)
-		stride := slotLen + 5
-		dst := gdn.Pool{SlotStride: stride}
-		size := (s.slots-1)*stride + slotLen
-		if rf.dtype == gdn.DTypeBF16 {
-			dst.BF16 = make([]gdn.BF16, size)
-			for sl := range s.slots {
-				copy(dst.BF16[sl*stride:], out.State.BF16[sl*slotLen:(sl+1)*slotLen])
-			}
-		} else {
-			dst.F32 = make([]float32, size)
-			for sl := range s.slots {
-				copy(dst.F32[sl*stride:], out.State.F32[sl*slotLen:(sl+1)*slotLen])
-			}
+		type pair struct {
+			name      string
+			src, dst  *gdn.Pool
+			orig      []byte
+			slotLen   int
+			inPlaceTo gdn.Pool
 		}
-		out.StoreTo = &dst
+		pools := []*pair{{name: "State", src: &out.State, slotLen: slotLen, inPlaceTo: in.State}}
+		if c.ConvWidth != 0 {
+			pools = append(pools, &pair{name: "ConvState", src: &out.ConvState, slotLen: convSlot(c), inPlaceTo: in.ConvState})
+		}
+		for _, p := range pools {
+			p.orig, _ = poolMem(*p.src)
+			p.orig = bytes.Clone(p.orig)
+			p.dst = stridedCopy(*p.src, s.slots, p.slotLen, p.slotLen+5)
+		}
+		out.StoreTo = pools[0].dst
+		if len(pools) > 1 {
+			out.ConvStoreTo = pools[1].dst
+		}
 		runOK(t, l, out)
 		requireSameMem(t, "Out", memOf(in.Out), memOf(out.Out), 2)
 		requireSameMem(t, "OutF32", memOf(in.OutF32), memOf(out.OutF32), 4)
-		now, _ := poolMem(out.State)
-		requireSameMem(t, "State of the out-of-place call", orig, now, e)
-		im, _ := poolMem(in.State)
-		dm, _ := poolMem(dst)
-		for sl := range s.slots {
-			requireSameMem(t, fmt.Sprintf("slot %d", sl), im[sl*slotLen*e:(sl+1)*slotLen*e], dm[sl*stride*e:(sl*stride+slotLen)*e], e)
+		for _, p := range pools {
+			now, e := poolMem(*p.src)
+			requireSameMem(t, p.name+" of the out-of-place call", p.orig, now, e)
+			im, _ := poolMem(p.inPlaceTo)
+			dm, _ := poolMem(*p.dst)
+			stride := p.slotLen + 5
+			for sl := range s.slots {
+				requireSameMem(t, fmt.Sprintf("%s slot %d", p.name, sl), im[sl*p.slotLen*e:(sl+1)*p.slotLen*e], dm[sl*stride*e:(sl*stride+p.slotLen)*e], e)
+			}
 		}
 	})
+}
+
+// stridedCopy is a copy of the n slots (slotLen each) of the dense pool p with SlotStride stride.
+func stridedCopy(p gdn.Pool, n, slotLen, stride int) *gdn.Pool {
+	dst := &gdn.Pool{SlotStride: stride}
+	size := (n-1)*stride + slotLen
+	if p.BF16 != nil {
+		dst.BF16 = make([]gdn.BF16, size)
+		for sl := range n {
+			copy(dst.BF16[sl*stride:], p.BF16[sl*slotLen:(sl+1)*slotLen])
+		}
+		return dst
+	}
+	dst.F32 = make([]float32, size)
+	for sl := range n {
+		copy(dst.F32[sl*stride:], p.F32[sl*slotLen:(sl+1)*slotLen])
+	}
+	return dst
 }
 
 // packRows lays the six row inputs of b into two packed buffers, [q|k|v|gap 3] and [z|b|a|gap 1]
@@ -583,7 +687,11 @@ func packRows(c gdn.Config, b *gdn.Batch, bf16 bool) *gdn.Batch {
 			}
 		}
 	}
-	pack([]*gdn.Rows{&p.Q, &p.K, &p.V}, []int{hk, hk, hv}, 3)
+	if c.ConvWidth != 0 {
+		pack([]*gdn.Rows{&p.X}, []int{2*hk + hv}, 3)
+	} else {
+		pack([]*gdn.Rows{&p.Q, &p.K, &p.V}, []int{hk, hk, hv}, 3)
+	}
 	pack([]*gdn.Rows{&p.Z, &p.B, &p.A}, []int{hv, c.VHeads, gateW(c)}, 1)
 	return &p
 }
@@ -597,12 +705,14 @@ func TestRunStridedRowsEqualDense(t *testing.T) {
 		for _, bf := range []bool{false, true} {
 			dense := makeBatch(c, s, 8)
 			if bf { // dense bf16 rows: the values packed below are their bits
-				for _, r := range []*gdn.Rows{&dense.Q, &dense.K, &dense.V, &dense.Z, &dense.B, &dense.A} {
+				fields, _ := rowFields(c, dense)
+				for _, r := range fields {
 					*r = toBF16Rows(*r)
 				}
 			}
 			packed := packRows(c, dense, bf)
 			packed.State, _ = clonePool(dense.State)
+			packed.ConvState, _ = clonePool(dense.ConvState)
 			runOK(t, l, dense)
 			runOK(t, l, packed)
 			requireSameResults(t, fmt.Sprintf("packed rows (bf16 %v) vs dense", bf), dense, packed)

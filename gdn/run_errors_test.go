@@ -21,11 +21,12 @@ type runFormat struct {
 	layout gdn.StateLayout
 	dtype  gdn.DType
 	kda    bool // the equivalence tests' per-channel gate (equivConfig)
+	conv   bool // the equivalence tests' conv front (equivConfig)
 }
 
 var runFormats = [...]runFormat{
-	{"kv-f32", gdn.LayoutKV, gdn.DTypeF32, false}, {"vk-f32", gdn.LayoutVK, gdn.DTypeF32, false},
-	{"kv-bf16", gdn.LayoutKV, gdn.DTypeBF16, false}, {"vk-bf16", gdn.LayoutVK, gdn.DTypeBF16, false},
+	{"kv-f32", gdn.LayoutKV, gdn.DTypeF32, false, false}, {"vk-f32", gdn.LayoutVK, gdn.DTypeF32, false, false},
+	{"kv-bf16", gdn.LayoutKV, gdn.DTypeBF16, false, false}, {"vk-bf16", gdn.LayoutVK, gdn.DTypeBF16, false, false},
 }
 
 func (f runFormat) implementedBy(kernel string) bool {
@@ -89,7 +90,12 @@ func makeBatch(c gdn.Config, s runSpec, seed uint64) *gdn.Batch {
 		return gdn.Rows{F32: v}
 	}
 	hk, hv := c.KHeads*c.K, c.VHeads*c.V
-	b.Q, b.K, b.V, b.Z, b.B, b.A = rows(hk, 0, 1), rows(hk, 0, 1), rows(hv, 0, 1), rows(hv, 0, 1), rows(c.VHeads, 0, 1), rows(gateW(c), -1, 1.5)
+	if c.ConvWidth != 0 {
+		b.X, b.Z, b.B, b.A = rows(2*hk+hv, 0, 1), rows(hv, 0, 1), rows(c.VHeads, 0, 1), rows(gateW(c), -1, 1.5)
+		b.ConvState = convPool(c, s.slots, 0, r)
+	} else {
+		b.Q, b.K, b.V, b.Z, b.B, b.A = rows(hk, 0, 1), rows(hk, 0, 1), rows(hv, 0, 1), rows(hv, 0, 1), rows(c.VHeads, 0, 1), rows(gateW(c), -1, 1.5)
+	}
 	b.State = errPool(c, s.slots, 0, r)
 	b.Out, b.OutF32 = nanOutputs(T * hv)
 	return b
@@ -121,6 +127,36 @@ func errPool(c gdn.Config, n, stride int, r *rand.Rand) gdn.Pool {
 	return gdn.Pool{F32: v, SlotStride: stride}
 }
 
+// convSlot is the size of a conv slot of c: (ConvWidth−1)·C.
+func convSlot(c gdn.Config) int { return (c.ConvWidth - 1) * (2*c.KHeads*c.K + c.VHeads*c.V) }
+
+// convPool is a conv pool of n slots (stride 0: dense) of pre-conv rows ~ N(0, 1), stored as c's
+// state (bf16 with a bf16 state: the values are bf16 numbers).
+func convPool(c gdn.Config, n, stride int, r *rand.Rand) gdn.Pool {
+	slot := convSlot(c)
+	st := stride
+	if st == 0 {
+		st = slot
+	}
+	size := 0
+	if n > 0 {
+		size = (n-1)*st + slot
+	}
+	p := gdn.Pool{SlotStride: stride}
+	if c.StateDType == gdn.DTypeBF16 {
+		p.BF16 = make([]gdn.BF16, size)
+		for i := range p.BF16 {
+			p.BF16[i] = gdn.BF16FromFloat32(float32(r.NormFloat64()))
+		}
+		return p
+	}
+	p.F32 = make([]float32, size)
+	for i := range p.F32 {
+		p.F32[i] = float32(r.NormFloat64())
+	}
+	return p
+}
+
 func nanOutputs(n int) ([]gdn.BF16, []float32) {
 	out, outF := make([]gdn.BF16, n), make([]float32, n)
 	for i := range out {
@@ -148,11 +184,15 @@ func batchMem(b *gdn.Batch) map[string][]byte {
 	for _, f := range []struct {
 		name string
 		r    *gdn.Rows
-	}{{"Q", &b.Q}, {"K", &b.K}, {"V", &b.V}, {"Z", &b.Z}, {"B", &b.B}, {"A", &b.A}} {
+	}{{"Q", &b.Q}, {"K", &b.K}, {"V", &b.V}, {"Z", &b.Z}, {"B", &b.B}, {"A", &b.A}, {"X", &b.X}} {
 		m[f.name+".F32"], m[f.name+".BF16"] = memOf(f.r.F32), memOf(f.r.BF16)
 	}
 	if b.StoreTo != nil {
 		m["StoreTo.F32"], m["StoreTo.BF16"] = memOf(b.StoreTo.F32), memOf(b.StoreTo.BF16)
+	}
+	m["ConvState.F32"], m["ConvState.BF16"] = memOf(b.ConvState.F32), memOf(b.ConvState.BF16)
+	if b.ConvStoreTo != nil {
+		m["ConvStoreTo.F32"], m["ConvStoreTo.BF16"] = memOf(b.ConvStoreTo.F32), memOf(b.ConvStoreTo.BF16)
 	}
 	return m
 }

@@ -81,6 +81,9 @@ func batchLayer(t testing.TB, c *oracle.BatchCase, kernel string, format gdnsimd
 		cfg.GQA = gdn.GQATiled
 	}
 	gateConfig(&cfg, c)
+	if c.Conv != nil {
+		cfg.ConvWidth, cfg.ConvWeight, cfg.ConvBias = c.Conv.W, c.Conv.Weight, c.Conv.Bias
+	}
 	l, err := gdn.New(cfg)
 	require.NoError(t, err)
 	require.Equal(t, kernel, l.Kernel())
@@ -176,8 +179,9 @@ func readPool(t testing.TB, name string, p gdn.Pool, nslots int, d oracle.BatchD
 	return slots
 }
 
-// rowsOf lays out the case's inputs in the row form.
-func rowsOf(c *oracle.BatchCase, rf rowForm) (q, k, v, z, b, a gdn.Rows) {
+// rowsOf lays out the case's inputs in the row form (X, the pre-conv rows, with the conv front;
+// else Q, K, V).
+func rowsOf(c *oracle.BatchCase, rf rowForm) (q, k, v, z, b, a, x gdn.Rows) {
 	d, T := c.Dims, c.Tokens()
 	if T == 0 {
 		return
@@ -193,11 +197,19 @@ func rowsOf(c *oracle.BatchCase, rf rowForm) (q, k, v, z, b, a gdn.Rows) {
 		width, buf int
 		off        int
 	}
-	fs := []field{{c.In.Q, wk, 0, 0}, {c.In.K, wk, 1, 0}, {c.In.V, wv, 2, 0}, {c.In.Z, wv, 3, 0}, {c.In.B, wh, 4, 0}, {c.In.A, wa, 5, 0}}
+	fs := []field{{c.In.Q, wk, 0, 0}, {c.In.K, wk, 1, 0}, {c.In.V, wv, 2, 0}, {c.In.Z, wv, 3, 0}, {c.In.B, wh, 4, 0}, {c.In.A, wa, 5, 0}, {c.In.X, d.Channels(), 6, 0}}
+	if c.Conv == nil {
+		fs = fs[:6]
+	} else {
+		fs[0].width, fs[1].width, fs[2].width = 0, 0, 0 // no Q, K, V
+	}
 	if rf.packed {
 		fs[1].buf, fs[1].off = 0, wk
 		fs[2].buf, fs[2].off = 0, 2*wk
 		fs[5].buf, fs[5].off = 4, wh
+		if c.Conv != nil { // z after the pre-conv row, as one projection's output
+			fs[3].buf, fs[3].off = 6, d.Channels()
+		}
 	}
 	widths := map[int]int{}
 	for _, f := range fs {
@@ -217,8 +229,11 @@ func rowsOf(c *oracle.BatchCase, rf rowForm) (q, k, v, z, b, a gdn.Rows) {
 			bf[i] = toBF16(buf)
 		}
 	}
-	var rows [6]gdn.Rows
+	var rows [7]gdn.Rows
 	for i, f := range fs {
+		if f.width == 0 {
+			continue
+		}
 		stride := widths[f.buf] + rf.pad
 		buf := bufs[f.buf]
 		for t := range T {
@@ -242,7 +257,7 @@ func rowsOf(c *oracle.BatchCase, rf rowForm) (q, k, v, z, b, a gdn.Rows) {
 		}
 		rows[i] = r
 	}
-	return rows[0], rows[1], rows[2], rows[3], rows[4], rows[5]
+	return rows[0], rows[1], rows[2], rows[3], rows[4], rows[5], rows[6]
 }
 
 // toBF16 converts a buffer of guards (and bf16 values) to bf16, exactly.
@@ -273,11 +288,18 @@ func runBatch(t testing.TB, l *gdn.Layer, c *oracle.BatchCase, s runSetup) oracl
 	t.Helper()
 	d, T := c.Dims, c.Tokens()
 	b := gdn.Batch{Start: c.Start, Read: c.Read, Store: c.Store}
-	b.Q, b.K, b.V, b.Z, b.B, b.A = rowsOf(c, s.rows)
+	b.Q, b.K, b.V, b.Z, b.B, b.A, b.X = rowsOf(c, s.rows)
 	b.State = makePool(c.State, d, s.format, s.slotPad)
 	if c.StoreTo != nil {
 		p := makePool(c.StoreTo, d, s.format, s.slotPad)
 		b.StoreTo = &p
+	}
+	if c.Conv != nil {
+		b.ConvState = makeConvPool(c.Conv.State, c.Conv.BF16, s.slotPad)
+		if c.Conv.StoreTo != nil {
+			p := makeConvPool(c.Conv.StoreTo, c.Conv.BF16, s.slotPad)
+			b.ConvStoreTo = &p
+		}
 	}
 	n := T * d.HV * d.V
 	b.Out, b.OutF32 = make([]gdn.BF16, n), make([]float32, n)
@@ -292,7 +314,73 @@ func runBatch(t testing.TB, l *gdn.Layer, c *oracle.BatchCase, s runSetup) oracl
 	if c.StoreTo != nil {
 		g.StoreTo = readPool(t, "StoreTo", *b.StoreTo, len(c.StoreTo), d, s.format)
 	}
+	if c.Conv != nil {
+		size := (c.Conv.W - 1) * d.Channels()
+		g.ConvState = readConvPool(t, "ConvState", b.ConvState, len(c.Conv.State), size)
+		if c.Conv.StoreTo != nil {
+			g.ConvStoreTo = readConvPool(t, "ConvStoreTo", *b.ConvStoreTo, len(c.Conv.StoreTo), size)
+		}
+	}
 	return g
+}
+
+// makeConvPool lays out conv slots ([W−1][C] each) as f32 or bf16, slotPad guard elements after
+// each (the slots' values must be bf16 values for a bf16 pool).
+func makeConvPool(slots [][]float32, bf16 bool, slotPad int) gdn.Pool {
+	size := 0
+	if len(slots) > 0 {
+		size = len(slots[0])
+	}
+	stride := size + slotPad
+	p := gdn.Pool{SlotStride: stride}
+	if slotPad == 0 && len(slots)%2 == 1 {
+		p.SlotStride = 0 // dense
+	}
+	f32 := make([]float32, len(slots)*stride)
+	for i := range f32 {
+		f32[i] = math.Float32frombits(guardF32)
+	}
+	for s, slot := range slots {
+		copy(f32[s*stride:], slot)
+	}
+	if bf16 {
+		p.BF16 = toBF16(f32)
+	} else {
+		p.F32 = f32
+	}
+	return p
+}
+
+// readConvPool returns the conv slots of p (bf16 widened) and checks the guards between them.
+func readConvPool(t testing.TB, name string, p gdn.Pool, nslots, size int) [][]float32 {
+	t.Helper()
+	stride := p.SlotStride
+	if stride == 0 {
+		stride = size
+	}
+	slots := make([][]float32, nslots)
+	for s := range slots {
+		slots[s] = make([]float32, size)
+		for i := range stride {
+			e := s*stride + i
+			var x float32
+			if p.F32 != nil {
+				x = p.F32[e]
+			} else {
+				x = p.BF16[e].Float32()
+			}
+			if i >= size {
+				guard := uint32(guardF32)
+				if p.BF16 != nil {
+					guard = guardBF16 << 16
+				}
+				require.Equal(t, guard, math.Float32bits(x), "%s: guard after slot %d [%d] overwritten", name, s, i-size)
+				continue
+			}
+			slots[s][i] = x
+		}
+	}
+	return slots
 }
 
 // sameGot reports whether two results are bit-identical.
@@ -387,6 +475,14 @@ var scenarios = []scenario{
 		c.Store = []int32{2, 3, 4, 5, 6, gdn.NoStore, 7, 1}
 		return 9, 0
 	}},
+	{name: "early-own-store", build: func(r *rand.Rand, c *oracle.BatchCase) (int, int) {
+		// A sequence storing to its own read slot after its first token, then snapshots after
+		// the next ones (whose conv states still hold rows of the slot's old conv state).
+		c.Start = starts(3, 2)
+		c.Read = []int32{0, 1}
+		c.Store = []int32{0, 2, 3, gdn.NoStore, 4}
+		return 5, 0
+	}},
 	{name: "long-inplace", small: true, build: func(r *rand.Rand, c *oracle.BatchCase) (int, int) {
 		// More tokens than one chunk (64): the state is carried across chunk boundaries.
 		c.Start = starts(130, 65, 2)
@@ -417,6 +513,12 @@ func randomBatch(t testing.TB, i int, bf16State bool) (*oracle.BatchCase, oracle
 // randomGateBatch is randomBatch with the per-channel gate of oracle.RandomGate's kind gate (< 0:
 // the scalar gate).
 func randomGateBatch(t testing.TB, i int, bf16State bool, gate int) (*oracle.BatchCase, oracle.BatchWant, rowForm) {
+	return randomCase(t, i, bf16State, gate, false)
+}
+
+// randomCase is randomGateBatch, with the conv front (SPEC Part D: widths 2 to 4, with and
+// without a bias, f32 and bf16 conv pools) when conv is set.
+func randomCase(t testing.TB, i int, bf16State bool, gate int, conv bool) (*oracle.BatchCase, oracle.BatchWant, rowForm) {
 	sc := scenarios[i%len(scenarios)]
 	r := rand.New(rand.NewPCG(uint64(i), 77))
 	d := oracle.BatchDims{HK: 1 + r.IntN(3), K: sizes[r.IntN(len(sizes))], V: sizes[r.IntN(len(sizes))]}
@@ -450,6 +552,14 @@ func randomGateBatch(t testing.TB, i int, bf16State bool, gate int) (*oracle.Bat
 			}
 		}
 	}
+	if conv {
+		W := []int{2, 4, 3, 4}[i%4]
+		oracle.RandomConv(r, c, W, i%2 == 0, i%4 >= 2)
+		if rf.bf16 {
+			oracle.RoundBF16(c.In.X)
+		}
+		c.Name += fmt.Sprintf("/conv=W%d,bias=%v,bf16=%v", W, i%2 == 0, i%4 >= 2)
+	}
 	want, err := oracle.RunBatch(c)
 	require.NoError(t, err)
 	c.Name += "/rows=" + rf.name
@@ -462,7 +572,8 @@ func randomGateBatch(t testing.TB, i int, bf16State bool, gate int) (*oracle.Bat
 // TestRunRandom runs random batches of every scenario (varlen with empty sequences, Pad, Zero,
 // per-token snapshots in place and out of place, forks, sequences longer than a chunk), each also
 // with the per-channel gate (every form, sigmoid and silu, A_log and ssm_a) or the scalar gate from
-// ssm_a, in random shapes (K, V in 1..128 with odd sizes, HK ≠ HV, both GQA orders, both RMSNorm epsilons) and row
+// ssm_a, and with the conv front (widths 2–4, with and without a bias, f32 and bf16 conv pools),
+// in random shapes (K, V in 1..128 with odd sizes, HK ≠ HV, both GQA orders, both RMSNorm epsilons) and row
 // forms (dense, strided, packed, bf16) through every kernel and state format, Workers 1 and 3,
 // against the float64 batch oracle with SPEC's bounds; both worker counts must give the same bits.
 func TestRunRandom(t *testing.T) {
@@ -485,6 +596,12 @@ func TestRunRandom(t *testing.T) {
 		// from ssm_a in turn.
 		for i := range len(scenarios) {
 			c, w, rf := randomGateBatch(t, 100+i, bf, i%5)
+			cases[bf] = append(cases[bf], prepared{c, w, rf})
+		}
+		// The conv front (SPEC Part D) in every scenario, with the scalar gate and with the
+		// per-channel gate in turn.
+		for i := range len(scenarios) {
+			c, w, rf := randomCase(t, 200+i, bf, []int{-1, 2}[i%2], true)
 			cases[bf] = append(cases[bf], prepared{c, w, rf})
 		}
 	}

@@ -21,19 +21,24 @@ var seqVectors = sync.OnceValues(func() ([]oracle.SeqCase, error) {
 })
 
 // loadSeqVectors returns the multi-token vectors: vectors/seq's (Part B) and vectors/kda's KDA
-// cases (Part C: the per-channel gate, its lower bound, the sigmoid output gate).
+// cases (Part C: the per-channel gate, its lower bound, the sigmoid output gate) and conv cases
+// (Part D: the conv front).
 func loadSeqVectors(t testing.TB) []oracle.SeqCase {
 	t.Helper()
 	cases, err := seqVectors()
 	require.NoError(t, err)
-	kda := 0
+	kda, conv := 0, 0
 	for _, c := range cases {
 		if c.PerChannel {
 			kda++
 		}
+		if c.Conv != nil {
+			conv++
+		}
 	}
-	require.GreaterOrEqual(t, len(cases)-kda, 6)
+	require.GreaterOrEqual(t, len(cases)-kda-conv, 6)
 	require.Equal(t, 9, kda, "KDA vectors")
+	require.Equal(t, 6, conv, "conv vectors")
 	return cases
 }
 
@@ -86,6 +91,10 @@ func runTokenByToken(t *testing.T, kernel string, format gdnsimd.Format, sc orac
 	for τ := 0; ; τ++ {
 		one := *c
 		one.Start, one.Read, one.State = []int32{0}, nil, pool
+		if c.Conv != nil {
+			cv := *c.Conv
+			one.Conv = &cv
+		}
 		var rows []int
 		for n, tn := range sc.Tokens {
 			if τ < tn {
@@ -108,6 +117,9 @@ func runTokenByToken(t *testing.T, kernel string, format gdnsimd.Format, sc orac
 			copy(ycond[row*d.HV:(row+1)*d.HV], want.YCond[r*d.HV:(r+1)*d.HV])
 		}
 		pool = got.State
+		if c.Conv != nil {
+			c.Conv.State = got.ConvState
+		}
 	}
 	// Against the vector's trajectory. Each call above is held to SPEC's bounds; across calls the
 	// float32 evaluation's last bits may round a bf16 state element to the other side of the

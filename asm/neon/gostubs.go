@@ -34,6 +34,11 @@ are the same. It takes len(a) lanes and does not check the other lengths (gatesC
 		Doc: `chansNEON is chansGeneric in NEON for the whole vectors (four lanes) of len(em1) channels (the
 others are not written; every slice holds at least len(em1) elements, pairs 2·len(em1): not
 checked, see chansChecked): c·kh and c·qh rounded on their own, then added, as chanDecay does.`},
+	{Name: "convNEON", Params: "(u []float32, us int, x []float32, xs int, w []float32, ws int, bias []float32, W, T int)",
+		Doc: `convNEON is convGeneric in NEON (asm/neon/conv.go) for the whole vectors (four lanes) of len(bias)
+channels (the others are not written; strides in elements; W ≥ 1, T ≥ 1 and the lengths are not
+checked: see convChecked): per token, the taps a loop over W, each product rounded on its own,
+then added (FMUL, FADD), and silu through exp32's vector form, so the bits are convGeneric's.`},
 	{Name: "widenNEON", Params: "(dst []float32, src []uint16)",
 		Doc: "widenNEON is widenGeneric in NEON: dst[i] = the float32 of the bf16 bits src[i] for i < len(dst)\n(len(src) ≥ len(dst), not checked)."},
 	{Name: "stateKVf32NEON", Params: "(a stateArgs)", Doc: fmt.Sprintf(`The state routines over T tokens, for K ≤ %d. Per token they compute stateGeneric's arithmetic
@@ -60,7 +65,7 @@ func goFile() gofile.File {
 gdn_arm64.s. A head with K above the slab's goes to the generic routine of its format (both
 storage types alike, whatever T: the equivalences between formats and calls hold). The routines
 issue no prefetches (the list is a hint) and take no work space.`,
-		Fields: "state: single(stateKVf32NEON), gate: gateSplit(l2NEON, gateNEON4), l2: l2NEON, scale: scale, widen: widenNEON, gates: gatesChecked(gatesNEON), chans: chansChecked(chansNEON, 4)",
+		Fields: "state: single(stateKVf32NEON), gate: gateSplit(l2NEON, gateNEON4), l2: l2NEON, scale: scale, widen: widenNEON, gates: gatesChecked(gatesNEON), chans: chansChecked(chansNEON, 4), conv: convChecked(convNEON, 4)",
 	}
 	for b, st := range []string{"f32", "bf16"} {
 		for l, lay := range []string{"KV", "VK"} {

@@ -36,6 +36,7 @@ func generate() []byte {
 	gateNEON4(e)
 	gatesNEON(e)
 	chansNEON(e)
+	convNEON(e)
 	widenNEON(e)
 	for _, st := range storages {
 		stateKV(e, st)

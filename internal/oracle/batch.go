@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"slices"
 )
 
 // This file extends the oracle to SPEC Part B's serving call: N sequences of T_n ≥ 0 tokens,
@@ -23,11 +24,15 @@ type BatchDims struct {
 // SlotLen is the elements of one slot, HV·K·V.
 func (d BatchDims) SlotLen() int { return d.HV * d.K * d.V }
 
+// Channels is the width C = 2·HK·K + HV·V of a pre-conv row (SPEC Part D): q | k | v.
+func (d BatchDims) Channels() int { return 2*d.HK*d.K + d.HV*d.V }
+
 // TokenRows are a call's per-token inputs, dense and token-major: Q, K [T][HK][K]; V, Z [T][HV][V];
 // B, A [T][HV] (A [T][HV][K] with the per-channel gate). (How they are laid out for the call — strides, packing, bf16 — is the test's
 // business; the oracle reads the values.)
 type TokenRows struct {
 	Q, K, V, Z, B, A []float32
+	X                []float32 // [T][C] pre-conv rows, with BatchCase.Conv (Q, K, V then nil)
 }
 
 // Pick returns the given token rows of in, densely.
@@ -38,12 +43,18 @@ func (in TokenRows) Pick(d BatchDims, rows []int) TokenRows {
 		aw = len(in.A) / (len(in.B) / d.HV)
 	}
 	for _, t := range rows {
-		o.Q = append(o.Q, in.Q[t*d.HK*d.K:(t+1)*d.HK*d.K]...)
-		o.K = append(o.K, in.K[t*d.HK*d.K:(t+1)*d.HK*d.K]...)
-		o.V = append(o.V, in.V[t*d.HV*d.V:(t+1)*d.HV*d.V]...)
+		if in.Q != nil {
+			o.Q = append(o.Q, in.Q[t*d.HK*d.K:(t+1)*d.HK*d.K]...)
+			o.K = append(o.K, in.K[t*d.HK*d.K:(t+1)*d.HK*d.K]...)
+			o.V = append(o.V, in.V[t*d.HV*d.V:(t+1)*d.HV*d.V]...)
+		}
 		o.Z = append(o.Z, in.Z[t*d.HV*d.V:(t+1)*d.HV*d.V]...)
 		o.B = append(o.B, in.B[t*d.HV:(t+1)*d.HV]...)
 		o.A = append(o.A, in.A[t*aw:(t+1)*aw]...)
+		if in.X != nil {
+			C := d.Channels()
+			o.X = append(o.X, in.X[t*C:(t+1)*C]...)
+		}
 	}
 	return o
 }
@@ -74,7 +85,19 @@ type BatchCase struct {
 	StoreTo [][]float32 // nil, or a second pool receiving the stores (out of place)
 	BF16    bool        // the pools store bf16: a stored state is rounded to bf16 nearest-even
 
+	Conv *Conv // SPEC Part D's conv front, or nil
+
 	Random bool // random realistic inputs: SPEC's ≥ 99 % correctly rounded out rule applies
+}
+
+// Conv is SPEC Part D's causal conv1d in front of the recurrence.
+type Conv struct {
+	W       int         // taps, 2..8
+	Weight  []float32   // [C][W] (HF's conv1d weight squeezed): tap W−1 multiplies the current row
+	Bias    []float32   // [C], or nil (no bias)
+	State   [][]float32 // the conv pool read from (and written unless StoreTo): slots of [W−1][C], oldest row first
+	StoreTo [][]float32 // nil, or the second conv pool (set exactly when BatchCase.StoreTo is set); receives the conv stores
+	BF16    bool        // the conv pools store bf16: a stored row element is rounded to bf16 nearest even (RoundBF16); State holds bf16 values
 }
 
 // The special slot values (SPEC Part B).
@@ -96,9 +119,12 @@ type BatchWant struct {
 	// Stored maps a destination slot to the float64 state stored there, [HV][K][V] in the [K][V]
 	// order (unrounded: the checker applies SPEC's bf16 rule). Slots not in it keep their bits.
 	Stored map[int32][]float64
+
+	U          []float64           // [T][C] conv outputs after SiLU; nil without Conv; padding tokens' rows are 0
+	ConvStored map[int32][]float32 // destination conv slot → the [W−1][C] conv state stored there, exact (bf16-rounded with Conv.BF16); slots not in it keep their bits
 }
 
-// RunBatch evaluates the call in float64 (SPEC Part B over Part A). It refuses what SPEC's
+// RunBatch evaluates the call in float64 (SPEC Part B over Parts A, C and D). It refuses what SPEC's
 // validation refuses only as far as the evaluation needs (a Zero sequence with Store nil, slots
 // out of range, a slot written twice).
 func RunBatch(c *BatchCase) (BatchWant, error) {
@@ -137,8 +163,15 @@ func RunBatch(c *BatchCase) (BatchWant, error) {
 		copy(st[h*K*V:(h+1)*K*V], S)
 		return nil
 	}
+	if c.Conv != nil {
+		if err := c.validConv(); err != nil {
+			return BatchWant{}, err
+		}
+		w.U, w.ConvStored = make([]float64, T*d.Channels()), map[int32][]float32{}
+	}
 	S := make([]float64, K*V)
 	qh, kh, egs := make([]float64, K), make([]float64, K), make([]float64, K)
+	q, k, vv := make([]float64, K), make([]float64, K), make([]float64, V)
 	kv, o, A := make([]float64, V), make([]float64, V), make([]float64, V)
 	for n := range N {
 		t0, t1 := int(c.Start[n]), int(c.Start[n+1])
@@ -161,6 +194,11 @@ func RunBatch(c *BatchCase) (BatchWant, error) {
 		if r != Zero && (r < 0 || int(r) >= len(c.State)) {
 			return BatchWant{}, fmt.Errorf("oracle: sequence %d reads slot %d of a pool of %d", n, r, len(c.State))
 		}
+		if c.Conv != nil {
+			if err := c.conv(&w, n, t0, t1, r); err != nil {
+				return BatchWant{}, err
+			}
+		}
 		for h := range HV {
 			hk := h / (HV / HK)
 			if c.Tiled {
@@ -180,16 +218,15 @@ func RunBatch(c *BatchCase) (BatchWant, error) {
 				rate = math.Exp(float64(c.ALog[h]))
 			}
 			for t := t0; t < t1; t++ {
-				q := c.In.Q[(t*HK+hk)*K : (t*HK+hk+1)*K]
-				k := c.In.K[(t*HK+hk)*K : (t*HK+hk+1)*K]
+				c.qkv(&w, t, h, hk, q, k, vv)
 				var nq, nk float64
 				for i := range K {
-					nq += sq(float64(q[i]))
-					nk += sq(float64(k[i]))
+					nq += sq(q[i])
+					nk += sq(k[i])
 				}
 				for i := range K {
-					qh[i] = float64(q[i]) / math.Sqrt(nq+1e-6) / math.Sqrt(float64(K))
-					kh[i] = float64(k[i]) / math.Sqrt(nk+1e-6)
+					qh[i] = q[i] / math.Sqrt(nq+1e-6) / math.Sqrt(float64(K))
+					kh[i] = k[i] / math.Sqrt(nk+1e-6)
 				}
 				beta := 1 / (1 + math.Exp(-float64(c.In.B[t*HV+h])))
 				// Decay (per head, or per key channel: row i by its own), then the delta rule.
@@ -209,7 +246,7 @@ func RunBatch(c *BatchCase) (BatchWant, error) {
 						S[i*V+j] *= eg
 					}
 				}
-				v := c.In.V[(t*HV+h)*V : (t*HV+h+1)*V]
+				v := vv
 				for j := range V {
 					kv[j] = 0
 					for i := range K {
@@ -218,7 +255,7 @@ func RunBatch(c *BatchCase) (BatchWant, error) {
 				}
 				for i := range K {
 					for j := range V {
-						S[i*V+j] += kh[i] * (beta * (float64(v[j]) - kv[j]))
+						S[i*V+j] += kh[i] * (beta * (v[j] - kv[j]))
 					}
 				}
 				// o through the updated state, y_cond's numerator, the gated RMSNorm.
@@ -262,6 +299,116 @@ func RunBatch(c *BatchCase) (BatchWant, error) {
 	return w, nil
 }
 
+// qkv sets q, k (k-head hk) and v (value head h) of token t: the conv's outputs (w.U) with the
+// conv front, else the case's rows.
+func (c *BatchCase) qkv(w *BatchWant, t, h, hk int, q, k, v []float64) {
+	d := c.Dims
+	K, V := d.K, d.V
+	if c.Conv != nil {
+		u := w.U[t*d.Channels() : (t+1)*d.Channels()]
+		copy(q, u[hk*K:(hk+1)*K])
+		copy(k, u[(d.HK+hk)*K:(d.HK+hk+1)*K])
+		copy(v, u[2*d.HK*K+h*V:2*d.HK*K+(h+1)*V])
+		return
+	}
+	for i := range K {
+		q[i], k[i] = float64(c.In.Q[(t*d.HK+hk)*K+i]), float64(c.In.K[(t*d.HK+hk)*K+i])
+	}
+	for j := range V {
+		v[j] = float64(c.In.V[(t*d.HV+h)*V+j])
+	}
+}
+
+// conv computes SPEC Part D for sequence n (tokens [t0, t1), reading slot r): the conv's outputs
+// into w.U and, for every store of the sequence, the conv state after its token into
+// w.ConvStored.
+func (c *BatchCase) conv(w *BatchWant, n, t0, t1 int, r int32) error {
+	cv, C := c.Conv, c.Dims.Channels()
+	W := cv.W
+	if r != Zero && int(r) >= len(cv.State) {
+		return fmt.Errorf("oracle: sequence %d reads conv slot %d of a pool of %d", n, r, len(cv.State))
+	}
+	// x(t, ch) is input row t of the sequence: X from t0 on, before it the conv state.
+	x := func(t, ch int) float64 {
+		if t >= t0 {
+			return float64(c.In.X[t*C+ch])
+		}
+		if r == Zero {
+			return 0
+		}
+		return float64(cv.State[r][(W-1+t-t0)*C+ch])
+	}
+	for t := t0; t < t1; t++ {
+		for ch := range C {
+			a := 0.0
+			if cv.Bias != nil {
+				a = float64(cv.Bias[ch])
+			}
+			for j := range W {
+				a += float64(cv.Weight[ch*W+j]) * x(t-W+1+j, ch)
+			}
+			w.U[t*C+ch] = a / (1 + math.Exp(-a))
+		}
+	}
+	dst := cv.State
+	if cv.StoreTo != nil {
+		dst = cv.StoreTo
+	}
+	for t := t0; t < t1; t++ {
+		slot := NoStore
+		if c.Store != nil {
+			slot = c.Store[t]
+		} else if t == t1-1 {
+			slot = r
+		}
+		if slot == NoStore {
+			continue
+		}
+		if slot < 0 || int(slot) >= len(dst) {
+			return fmt.Errorf("oracle: conv store to slot %d of a pool of %d", slot, len(dst))
+		}
+		if _, ok := w.ConvStored[slot]; ok {
+			return fmt.Errorf("oracle: conv slot %d stored twice", slot)
+		}
+		st := make([]float32, (W-1)*C)
+		for i := range W - 1 {
+			for ch := range C {
+				st[i*C+ch] = float32(x(t-W+2+i, ch))
+			}
+		}
+		if cv.BF16 {
+			RoundBF16(st)
+		}
+		w.ConvStored[slot] = st
+	}
+	return nil
+}
+
+// validConv refuses a conv front whose shapes do not fit the call: W outside 2..8, weights, bias
+// or pre-conv rows of the wrong length, a conv slot not of (W−1)·C elements, a second conv pool
+// without a second pool or the other way round.
+func (c *BatchCase) validConv() error {
+	cv, C := c.Conv, c.Dims.Channels()
+	W := cv.W
+	if W < 2 || W > 8 || len(cv.Weight) != C*W || cv.Bias != nil && len(cv.Bias) != C {
+		return fmt.Errorf("oracle: conv of width %d with %d weights and %d biases for C = %d", W, len(cv.Weight), len(cv.Bias), C)
+	}
+	if len(c.In.X) != c.Tokens()*C {
+		return fmt.Errorf("oracle: %d pre-conv values for %d tokens of C = %d", len(c.In.X), c.Tokens(), C)
+	}
+	if (cv.StoreTo != nil) != (c.StoreTo != nil) {
+		return fmt.Errorf("oracle: second conv pool set: %v, second pool set: %v", cv.StoreTo != nil, c.StoreTo != nil)
+	}
+	for _, p := range [][][]float32{cv.State, cv.StoreTo} {
+		for s, st := range p {
+			if len(st) != (W-1)*C {
+				return fmt.Errorf("oracle: conv slot %d has %d values, want (W−1)·C = %d", s, len(st), (W-1)*C)
+			}
+		}
+	}
+	return nil
+}
+
 // LogDecay is a lane's log-decay in float64 (SPEC Parts A and C) from its raw gate a, its dt_bias
 // and the head's rate exp(A_log): −rate·softplus(a + dt_bias) (softplus's threshold 20), or
 // lb·sigmoid(rate·(a + dt_bias)) when lb < 0.
@@ -284,6 +431,8 @@ type BatchGot struct {
 	OutF32  []float32
 	State   [][]float32
 	StoreTo [][]float32 // the second pool, when the case has one
+
+	ConvState, ConvStoreTo [][]float32 // the conv pools (bf16 widened), slots of [W−1][C]; ConvStoreTo when the case has one
 }
 
 // Bounds of SPEC Part B.
@@ -298,7 +447,8 @@ const (
 // outputs +0 exactly; on random cases ≥ 99 % of Out the correctly rounded bf16 of y. Every stored
 // head state (f32) within 1e-5·head max; (bf16) within max(1 bf16 ulp, 1e-5·head max) and ≥ 99.9 %
 // exactly bf16(float64 state). Every slot not stored keeps its bits, and the source pool keeps
-// all of its bits when the stores go to a second pool. It returns the first violation, or nil.
+// all of its bits when the stores go to a second pool. With a conv front the conv pools likewise,
+// bit for bit (SPEC Part D: a conv state holds inputs). It returns the first violation, or nil.
 func CheckBatch(c *BatchCase, w *BatchWant, g BatchGot) error {
 	d := c.Dims
 	HV, K, V := d.HV, d.K, d.V
@@ -362,6 +512,11 @@ func CheckBatch(c *BatchCase, w *BatchWant, g BatchGot) error {
 	if err := sameSlots(dstName, dst, gotDst, w.Stored); err != nil {
 		return err
 	}
+	if c.Conv != nil {
+		if err := checkConv(c, w, g); err != nil {
+			return err
+		}
+	}
 	exact, stored := 0, 0
 	for slot, want := range w.Stored {
 		got := gotDst[slot]
@@ -395,6 +550,40 @@ func CheckBatch(c *BatchCase, w *BatchWant, g BatchGot) error {
 		}
 	}
 	return nil
+}
+
+// checkConv holds the conv pools to SPEC Part D bit for bit: every stored conv slot the expected
+// rows, every other slot of the destination pool (and the whole source pool of an out-of-place
+// call) the case's.
+func checkConv(c *BatchCase, w *BatchWant, g BatchGot) error {
+	C := c.Dims.Channels()
+	same := func(name string, pool, got [][]float32, stored map[int32][]float32) error {
+		if len(got) != len(pool) {
+			return fmt.Errorf("conv pool %s: %d slots after the call, want %d", name, len(got), len(pool))
+		}
+		for s := range pool {
+			want, what := pool[s], "not stored by the call, but changed"
+			if st, ok := stored[int32(s)]; ok {
+				want, what = st, "stored"
+			}
+			if len(got[s]) != len(want) {
+				return fmt.Errorf("conv pool %s slot %d: %d values, want %d", name, s, len(got[s]), len(want))
+			}
+			for i, x := range want {
+				if math.Float32bits(got[s][i]) != math.Float32bits(x) {
+					return fmt.Errorf("conv pool %s slot %d row %d channel %d: %s: got %g, want %g", name, s, i/C, i%C, what, got[s][i], x)
+				}
+			}
+		}
+		return nil
+	}
+	if c.Conv.StoreTo == nil {
+		return same("ConvState", c.Conv.State, g.ConvState, w.ConvStored)
+	}
+	if err := same("ConvState (the source of an out-of-place call)", c.Conv.State, g.ConvState, nil); err != nil {
+		return err
+	}
+	return same("ConvStoreTo", c.Conv.StoreTo, g.ConvStoreTo, w.ConvStored)
 }
 
 // sameSlots requires every slot of got not in except to hold the bits of want.
@@ -468,6 +657,36 @@ func RandomTokensOf(r *rand.Rand, c *BatchCase, T int) TokenRows {
 		in.A = vec(r, T*c.Dims.HV*c.Dims.K, -1, 1.5)
 	}
 	return in
+}
+
+// RandomConv gives the case a conv front (SPEC Part D) of width W: weights ~ N(0, 0.5), a bias
+// ~ N(0, 0.1) when bias is set, a conv pool of slots rows ~ N(0, 1) (and, when the case stores to
+// a second pool, a second conv pool of as many slots, each filled with its index + 1), bf16
+// pools (their values bf16) when bf16 is set; and pre-conv rows X ~ N(0, 1) in place of Q, K and
+// V. Call it after the case's tokens, slots and states are made.
+func RandomConv(r *rand.Rand, c *BatchCase, W int, bias, bf16 bool) {
+	d := c.Dims
+	C, T := d.Channels(), c.Tokens()
+	cv := &Conv{W: W, Weight: vec(r, C*W, 0, 0.5), BF16: bf16}
+	if bias {
+		cv.Bias = vec(r, C, 0, 0.1)
+	}
+	for range c.State {
+		st := vec(r, (W-1)*C, 0, 1)
+		if bf16 {
+			RoundBF16(st)
+		}
+		cv.State = append(cv.State, st)
+	}
+	for s := range c.StoreTo {
+		st := make([]float32, (W-1)*C)
+		for i := range st {
+			st[i] = float32(s + 1)
+		}
+		cv.StoreTo = append(cv.StoreTo, st)
+	}
+	c.Conv = cv
+	c.In.Q, c.In.K, c.In.V, c.In.X = nil, nil, nil, vec(r, T*C, 0, 1)
 }
 
 // RandomLayer sets the case's parameters to realistic values: norm_weight ~ N(1, 0.2), dt_bias ~
@@ -548,6 +767,9 @@ type SeqCase struct {
 	LowerBound float64
 	Sigmoid    bool
 
+	// Conv cases (vectors/kda, kind "conv"): the conv front; In.X holds qkv_pre.
+	Conv *SeqConv
+
 	Want struct {
 		Y             []float64
 		OutBF16       []uint16
@@ -556,6 +778,12 @@ type SeqCase struct {
 		Snapshots     []float64 // [T][HV][K][V]
 		StateBF16     []uint16
 		SnapshotsBF16 []uint16
+
+		// Conv cases: qkv [T][C] (the conv outputs), conv_state [B][W−1][C] (final) and
+		// conv_snapshots [T][W−1][C] (snapshot cases: the conv state after every token).
+		U             []float64
+		ConvState     []float32
+		ConvSnapshots []float32
 	}
 	TokenByToken struct { // bf16 cases: one call per token
 		Y         []float64
@@ -564,8 +792,20 @@ type SeqCase struct {
 	}
 }
 
+// SeqConv is a conv case's conv front (FORMAT.md): its weights and initial conv states, and Hugging
+// Face's float32 conv (expected_hf_conv, f32 cases; else nil) as a second opinion.
+type SeqConv struct {
+	W            int
+	Weight, Bias []float32 // [C][W], [C] or nil
+	State        []float32 // [B][W−1][C], oldest row first
+	HF           struct {
+		U                []float32 // qkv [T][C]
+		State, Snapshots []float32 // conv_state [B][W−1][C], conv_snapshots [T][W−1][C] (snapshot cases)
+	}
+}
+
 // LoadSeqVectors reads every *.json.gz multi-token case in dir, sorted by name: vectors/seq's, and
-// vectors/kda's KDA cases (k_*; the conv cases, c_*, are refused).
+// vectors/kda's KDA (k_*) and conv (c_*) cases.
 func LoadSeqVectors(dir string) ([]SeqCase, error) { return loadDir(dir, loadSeq) }
 
 func loadSeq(path string) (SeqCase, error) {
@@ -594,6 +834,8 @@ func loadSeq(path string) (SeqCase, error) {
 			VHeads int `json:"v_heads"`
 			K      int `json:"k"`
 			V      int `json:"v"`
+			ConvW  int `json:"conv_width"`
+			ConvC  int `json:"conv_channels"`
 		}
 		Tokens      []int
 		Kind        string
@@ -610,8 +852,22 @@ func loadSeq(path string) (SeqCase, error) {
 			ALog                       []float32 `json:"a_log"`
 			DtBias                     []float32 `json:"dt_bias"`
 			NormWeight                 []float32 `json:"norm_weight"`
+			QKVPre                     []float32 `json:"qkv_pre"`
+			ConvWeight                 []float32 `json:"conv_weight"`
+			ConvBias                   []float32 `json:"conv_bias"`
+			ConvState                  []float32 `json:"conv_state"`
 		}
-		Expected     out
+		Expected struct {
+			out
+			QKV           []float64
+			ConvState     []float32 `json:"conv_state"`
+			ConvSnapshots []float32 `json:"conv_snapshots"`
+		}
+		HFConv struct {
+			QKV           []float32
+			ConvState     []float32 `json:"conv_state"`
+			ConvSnapshots []float32 `json:"conv_snapshots"`
+		} `json:"expected_hf_conv"`
 		TokenByToken out `json:"expected_token_by_token"`
 	}
 	if err := json.NewDecoder(zr).Decode(&v); err != nil {
@@ -629,6 +885,17 @@ func loadSeq(path string) (SeqCase, error) {
 			return SeqCase{}, fmt.Errorf("gate %q with gate_lower_bound %v, inputs a set: %v", v.Gate, v.LowerBound, v.Inputs.A != nil)
 		}
 		v.Inputs.A = v.Inputs.G
+	case v.Kind == "conv" && v.Gate == "gdn" && v.OutGate == "silu":
+		if v.Dims.ConvC != 2*v.Dims.KHeads*v.Dims.K+v.Dims.VHeads*v.Dims.V || v.Inputs.Q != nil || v.Inputs.K != nil || v.Inputs.V != nil {
+			return SeqCase{}, fmt.Errorf("conv_channels %d for dims %+v, inputs q, k or v set: %v", v.Dims.ConvC, v.Dims, v.Inputs.Q != nil || v.Inputs.K != nil || v.Inputs.V != nil)
+		}
+		if v.StateDType == "bf16" {
+			for i, x := range slices.Concat(v.Inputs.QKVPre, v.Inputs.ConvState) {
+				if math.Float32bits(x)&0xffff != 0 {
+					return SeqCase{}, fmt.Errorf("bf16 conv case: qkv_pre or conv_state value %d (%g) is not a bf16", i, x)
+				}
+			}
+		}
 	default:
 		return SeqCase{}, fmt.Errorf("kind %q, gate %q, out_gate %q: not a case this loader knows", v.Kind, v.Gate, v.OutGate)
 	}
@@ -648,7 +915,13 @@ func loadSeq(path string) (SeqCase, error) {
 	if kda {
 		c.LowerBound = v.LowerBound
 	}
-	e := v.Expected
+	if v.Kind == "conv" {
+		c.In.X = v.Inputs.QKVPre
+		c.Conv = &SeqConv{W: v.Dims.ConvW, Weight: v.Inputs.ConvWeight, Bias: v.Inputs.ConvBias, State: v.Inputs.ConvState}
+		c.Conv.HF.U, c.Conv.HF.State, c.Conv.HF.Snapshots = v.HFConv.QKV, v.HFConv.ConvState, v.HFConv.ConvSnapshots
+		c.Want.U, c.Want.ConvState, c.Want.ConvSnapshots = v.Expected.QKV, v.Expected.ConvState, v.Expected.ConvSnapshots
+	}
+	e := v.Expected.out
 	c.Want.Y, c.Want.OutBF16, c.Want.YCond, c.Want.State = e.Y, e.OutBF16, e.YCond, e.State
 	c.Want.Snapshots, c.Want.StateBF16, c.Want.SnapshotsBF16 = e.Snapshots, e.StateBF16, e.SnapshotsBF16
 	c.TokenByToken.Y, c.TokenByToken.OutBF16, c.TokenByToken.StateBF16 = v.TokenByToken.Y, v.TokenByToken.OutBF16, v.TokenByToken.StateBF16
@@ -672,12 +945,36 @@ func (c SeqCase) validate() error {
 	if c.PerChannel {
 		gw = d.K
 	}
+	type check struct {
+		name      string
+		got, want int
+	}
+	qkv := []check{{"q", len(c.In.Q), T * d.HK * d.K}, {"k", len(c.In.K), T * d.HK * d.K}, {"v", len(c.In.V), T * d.HV * d.V}}
+	if cv := c.Conv; cv != nil {
+		C, R := d.Channels(), cv.W-1
+		qkv = []check{{"qkv_pre", len(c.In.X), T * C}, {"conv_weight", len(cv.Weight), C * cv.W}, {"conv_state", len(cv.State), B * R * C},
+			{"expected qkv", len(c.Want.U), T * C}, {"expected conv_state", len(c.Want.ConvState), B * R * C}}
+		if cv.Bias != nil {
+			qkv = append(qkv, check{"conv_bias", len(cv.Bias), C})
+		}
+		if cv.HF.U != nil {
+			qkv = append(qkv, check{"expected_hf_conv qkv", len(cv.HF.U), T * C}, check{"expected_hf_conv conv_state", len(cv.HF.State), B * R * C})
+		}
+		if c.Snapshots {
+			qkv = append(qkv, check{"expected conv_snapshots", len(c.Want.ConvSnapshots), T * R * C})
+			if cv.HF.U != nil {
+				qkv = append(qkv, check{"expected_hf_conv conv_snapshots", len(cv.HF.Snapshots), T * R * C})
+			}
+		}
+		if cv.W < 2 || cv.W > 8 {
+			return fmt.Errorf("conv_width %d", cv.W)
+		}
+	}
 	checks := []struct {
 		name      string
 		got, want int
 	}{
-		{"q", len(c.In.Q), T * d.HK * d.K}, {"k", len(c.In.K), T * d.HK * d.K},
-		{"v", len(c.In.V), T * d.HV * d.V}, {"z", len(c.In.Z), T * d.HV * d.V},
+		{"z", len(c.In.Z), T * d.HV * d.V},
 		{"b", len(c.In.B), T * d.HV}, {"a (g)", len(c.In.A), T * d.HV * gw},
 		{"a_log", len(c.ALog), d.HV}, {"dt_bias", len(c.DtBias), d.HV * gw}, {"norm_weight", len(c.NormWeight), d.V},
 		{"state", len(c.State), B * sl}, {"y", len(c.Want.Y), T * d.HV * d.V}, {"out_bf16", len(c.Want.OutBF16), T * d.HV * d.V},
@@ -711,6 +1008,11 @@ func (c SeqCase) validate() error {
 			return fmt.Errorf("%s has %d values, want %d", x.name, x.got, x.want)
 		}
 	}
+	for _, x := range qkv {
+		if x.got != x.want {
+			return fmt.Errorf("%s has %d values, want %d", x.name, x.got, x.want)
+		}
+	}
 	return nil
 }
 
@@ -718,7 +1020,9 @@ func (c SeqCase) validate() error {
 // Slot n of State is sequence n's initial state, read by sequence n. Without snapshots the call is
 // in place (Store nil: each final state goes back to its slot; a 0-token sequence keeps its
 // state). With snapshots, token t stores to slot t of a second pool (StoreTo, T zero slots): the
-// expectation is the state after every token, and State keeps its bits.
+// expectation is the state after every token, and State keeps its bits. A conv case's conv pools
+// follow the recurrent ones (slot n of Conv.State is sequence n's conv state; with snapshots a
+// second conv pool of T zero slots), with U and ConvStored from the vector's expected values.
 func (c SeqCase) Batch(snapshots bool) (*BatchCase, BatchWant) {
 	d := c.Dims
 	B, sl := len(c.Tokens), d.SlotLen()
@@ -735,6 +1039,15 @@ func (c SeqCase) Batch(snapshots bool) (*BatchCase, BatchWant) {
 	}
 	T := bc.Tokens()
 	w := BatchWant{Y: c.Want.Y, OutBF16: c.Want.OutBF16, YCond: c.Want.YCond, Pad: make([]bool, T), Stored: map[int32][]float64{}}
+	var cs int // a conv slot's size
+	if cv := c.Conv; cv != nil {
+		cs = (cv.W - 1) * d.Channels()
+		bc.Conv = &Conv{W: cv.W, Weight: cv.Weight, Bias: cv.Bias}
+		for n := range B {
+			bc.Conv.State = append(bc.Conv.State, slices.Clone(cv.State[n*cs:(n+1)*cs])) // calls may store into it
+		}
+		w.U, w.ConvStored = c.Want.U, map[int32][]float32{}
+	}
 	if snapshots {
 		bc.Store = make([]int32, T)
 		bc.StoreTo = make([][]float32, T)
@@ -742,12 +1055,19 @@ func (c SeqCase) Batch(snapshots bool) (*BatchCase, BatchWant) {
 			bc.Store[t] = int32(t)
 			bc.StoreTo[t] = make([]float32, sl)
 			w.Stored[int32(t)] = c.Want.Snapshots[t*sl : (t+1)*sl]
+			if c.Conv != nil {
+				bc.Conv.StoreTo = append(bc.Conv.StoreTo, make([]float32, cs))
+				w.ConvStored[int32(t)] = c.Want.ConvSnapshots[t*cs : (t+1)*cs]
+			}
 		}
 		return bc, w
 	}
 	for n, tn := range c.Tokens {
 		if tn > 0 {
 			w.Stored[int32(n)] = c.Want.State[n*sl : (n+1)*sl]
+			if c.Conv != nil {
+				w.ConvStored[int32(n)] = c.Want.ConvState[n*cs : (n+1)*cs]
+			}
 		}
 	}
 	return bc, w
