@@ -40,15 +40,17 @@ func BenchmarkGate(b *testing.B) {
 // and the portable one at n = 128 channels, T = 64 tokens, W = 4 taps, dense strides, every slice
 // hot in L1, ns per call.
 func BenchmarkConv(b *testing.B) {
-	const n, T, W = 128, 64, 4
-	g := routineBench{rand.New(rand.NewPCG(1, 2))}
-	x, w, bias, u := g.rnd((T+W-1)*n, 2), g.rnd(W*n, 0.5), g.rnd(n, 0.5), make([]float32, T*n)
-	for _, im := range append(available[:len(available):len(available)], &genericImpl) {
-		b.Run(im.name, func(b *testing.B) {
-			for range b.N {
-				im.conv(u, n, x, n, w, n, bias, W, T)
-			}
-		})
+	const n, W = 128, 4
+	for _, T := range []int{1, 64} {
+		g := routineBench{rand.New(rand.NewPCG(1, 2))}
+		x, w, bias, u := g.rnd((T+W-1)*n, 2), g.rnd(W*n, 0.5), g.rnd(n, 0.5), make([]float32, T*n)
+		for _, im := range append(available[:len(available):len(available)], &genericImpl) {
+			b.Run(fmt.Sprintf("kernel=%s/T=%d", im.name, T), func(b *testing.B) {
+				for range b.N {
+					im.conv(u, n, x, n, w, n, bias, W, T)
+				}
+			})
+		}
 	}
 }
 
