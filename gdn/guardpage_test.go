@@ -52,3 +52,86 @@ func TestGuardPages(t *testing.T) {
 		}
 	})
 }
+
+// TestConvGuardPages runs every kernel with the conv front, every slice of the batch (the X rows,
+// the other rows, both pools and both conv pools, the outputs) ending exactly at a PROT_NONE page
+// (and, in a second round, starting right after one), for K and V over the tails of the vector
+// widths, widths 2, 4 and 8, f32 and bf16 rows and pools, in place and out of place: the results
+// must be those of the same batch on ordinary slices.
+func TestConvGuardPages(t *testing.T) {
+	type shape struct{ K, V, W int }
+	shapes := []shape{{1, 1, 2}, {3, 17, 4}, {16, 15, 8}, {17, 33, 4}, {33, 64, 3}, {64, 80, 4}}
+	specs := equivSpecs()
+	kerneltest.ForEach(t, func(t *testing.T, kernel string) {
+		for i, sh := range shapes {
+			for _, bf := range []bool{false, true} {
+				c := errConfig(gdn.DTypeF32)
+				if bf {
+					c.StateDType = gdn.DTypeBF16
+				}
+				r := rand.New(rand.NewPCG(uint64(i), 3))
+				c.KHeads, c.VHeads, c.K, c.V, c.Kernel = 2, 4, sh.K, sh.V, kernel
+				c.ALog, c.DtBias, c.NormWeight = make([]float32, 4), make([]float32, 4), make([]float32, sh.V)
+				for j := range c.NormWeight {
+					c.NormWeight[j] = 1
+				}
+				C := 2*2*sh.K + 4*sh.V
+				c.ConvWidth, c.ConvWeight, c.ConvBias = sh.W, make([]float32, C*sh.W), make([]float32, C)
+				for j := range c.ConvWeight {
+					c.ConvWeight[j] = float32(0.4 * r.NormFloat64())
+				}
+				l := mustLayer(t, c)
+				for _, s := range specs {
+					for _, atEnd := range []bool{true, false} {
+						t.Run(fmt.Sprintf("K=%d,V=%d,W=%d,bf16=%v,batch=%s,atEnd=%v", sh.K, sh.V, sh.W, bf, s.name, atEnd), func(t *testing.T) {
+							ref := makeBatch(c, s.s, uint64(i))
+							if bf {
+								ref.X = toBF16Rows(ref.X)
+							}
+							if s.s.store != nil { // out of place
+								ref.StoreTo = stridedCopy(ref.State, s.s.slots, c.VHeads*c.K*c.V, c.VHeads*c.K*c.V)
+								ref.ConvStoreTo = stridedCopy(ref.ConvState, s.s.slots, convSlot(c), convSlot(c))
+							}
+							p := pagePlacer{kerneltest.NewPages(t, atEnd)}
+							got := placedBatch(ref, p)
+							runOK(t, l, ref)
+							runOK(t, l, got)
+							requireSameResults(t, "on guarded pages", ref, got)
+						})
+					}
+				}
+			}
+		}
+	})
+}
+
+// placedBatch is a copy of b with every row, pool and output slice placed by p.
+func placedBatch(b *gdn.Batch, p pagePlacer) *gdn.Batch {
+	g := *b
+	rows := func(r gdn.Rows) gdn.Rows {
+		if r.F32 != nil {
+			r.F32 = append(p.f32(len(r.F32))[:0], r.F32...)
+		}
+		if r.BF16 != nil {
+			r.BF16 = append(p.bf16(len(r.BF16))[:0], r.BF16...)
+		}
+		return r
+	}
+	pool := func(q gdn.Pool) gdn.Pool {
+		r := rows(gdn.Rows{F32: q.F32, BF16: q.BF16})
+		return gdn.Pool{F32: r.F32, BF16: r.BF16, SlotStride: q.SlotStride}
+	}
+	g.Q, g.K, g.V, g.X, g.Z, g.B, g.A = rows(b.Q), rows(b.K), rows(b.V), rows(b.X), rows(b.Z), rows(b.B), rows(b.A)
+	g.State, g.ConvState = pool(b.State), pool(b.ConvState)
+	if b.StoreTo != nil {
+		st, cs := pool(*b.StoreTo), pool(*b.ConvStoreTo)
+		g.StoreTo, g.ConvStoreTo = &st, &cs
+	}
+	if b.Out != nil {
+		g.Out = append(p.bf16(len(b.Out))[:0], b.Out...)
+	}
+	if b.OutF32 != nil {
+		g.OutF32 = append(p.f32(len(b.OutF32))[:0], b.OutF32...)
+	}
+	return &g
+}
