@@ -110,6 +110,43 @@ func checkAPI(t *testing.T, data []byte) {
 	} else {
 		c.Kernel = gdn.Kernels()[x%len(gdn.Kernels())]
 	}
+	// The conv front: ConvWidth 0 (none) half the time, else 2, 4, 8 or a bad width (1, 9, −1, or
+	// 0 with a weight); ConvWeight [C][W] and ConvBias [C] (or nil) of the right length, one
+	// short or long, nil, or with a NaN or ±Inf.
+	C := 2*c.KHeads*c.K + c.VHeads*c.V
+	if x := r.next(); x&7 >= 4 {
+		c.ConvWidth = [...]int{2, 4, 8, 0}[x&3]
+		if x&3 == 3 {
+			c.ConvWidth = [...]int{1, 9, -1, 0}[x>>3&3]
+		}
+		wantW := max(C, 1) * c.ConvWidth
+		if c.ConvWidth < 1 {
+			wantW = max(C, 1) * 4
+		}
+		switch y := r.next(); {
+		case y >= 0xF0:
+			c.ConvWeight = nil
+		case y >= 0xE0:
+			c.ConvWeight = convParam(rng, wantW+int(y&3)-2)
+		default:
+			c.ConvWeight = convParam(rng, wantW)
+			if y >= 0xD0 && len(c.ConvWeight) > 0 {
+				c.ConvWeight[int(y)%len(c.ConvWeight)] = [...]float32{float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1)), 0}[y&3]
+			}
+		}
+		switch y := r.next(); {
+		case y < 0x80:
+		case y < 0xD0:
+			c.ConvBias = convParam(rng, max(C, 0))
+		case y < 0xE0:
+			c.ConvBias = convParam(rng, max(C, 0)+int(y&3)-2)
+		default:
+			c.ConvBias = convParam(rng, max(C, 0))
+			if len(c.ConvBias) > 0 {
+				c.ConvBias[int(y)%len(c.ConvBias)] = [...]float32{float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1)), 0}[y&3]
+			}
+		}
+	}
 
 	// Validity of New, decided from the documented rules.
 	var badConfig, badKernel bool
@@ -119,13 +156,23 @@ func checkAPI(t *testing.T, data []byte) {
 	badConfig = badConfig || c.VHeads%max(c.KHeads, 1) != 0 ||
 		len(c.ALog) != c.VHeads || len(c.DtBias) != c.VHeads || len(c.NormWeight) != c.V ||
 		!(c.RMSEps >= 0) || math.IsInf(float64(c.RMSEps), 0) || c.Workers < 0
+	nonFinite := func(x float32) bool { return math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) }
 	for _, p := range [][]float32{c.ALog, c.DtBias, c.NormWeight} { // randFloats makes none today
-		badConfig = badConfig || slices.ContainsFunc(p, func(x float32) bool { return math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) })
+		badConfig = badConfig || slices.ContainsFunc(p, nonFinite)
+	}
+	// The conv front: ConvWidth 0 with neither ConvWeight nor ConvBias, or 2..MaxConvWidth with a
+	// finite ConvWeight of C·W and a finite ConvBias of C or nil.
+	if W := c.ConvWidth; W == 0 {
+		badConfig = badConfig || c.ConvWeight != nil || c.ConvBias != nil
+	} else {
+		badConfig = badConfig || W < 2 || W > gdn.MaxConvWidth || len(c.ConvWeight) != C*W ||
+			c.ConvBias != nil && len(c.ConvBias) != C ||
+			slices.ContainsFunc(c.ConvWeight, nonFinite) || slices.ContainsFunc(c.ConvBias, nonFinite)
 	}
 	badKernel = c.Kernel != "" && !slices.Contains(gdn.Kernels(), c.Kernel)
-	params := [][]float32{slices.Clone(c.ALog), slices.Clone(c.DtBias), slices.Clone(c.NormWeight)}
+	params := [][]float32{slices.Clone(c.ALog), slices.Clone(c.DtBias), slices.Clone(c.NormWeight), slices.Clone(c.ConvWeight), slices.Clone(c.ConvBias)}
 	l, err := gdn.New(c)
-	for i, p := range [][]float32{c.ALog, c.DtBias, c.NormWeight} {
+	for i, p := range [][]float32{c.ALog, c.DtBias, c.NormWeight, c.ConvWeight, c.ConvBias} {
 		if !slices.Equal(f32bits(p), f32bits(params[i])) {
 			t.Fatalf("New modified its parameter slice %d", i)
 		}
@@ -149,8 +196,15 @@ func checkAPI(t *testing.T, data []byte) {
 }
 
 func describe(c gdn.Config) string {
-	return fmt.Sprintf("KHeads %d VHeads %d K %d V %d len(ALog) %d len(DtBias) %d len(NormWeight) %d RMSEps %g Workers %d Kernel %q",
-		c.KHeads, c.VHeads, c.K, c.V, len(c.ALog), len(c.DtBias), len(c.NormWeight), c.RMSEps, c.Workers, c.Kernel)
+	return fmt.Sprintf("KHeads %d VHeads %d K %d V %d len(ALog) %d len(DtBias) %d len(NormWeight) %d RMSEps %g Workers %d Kernel %q ConvWidth %d len(ConvWeight) %d (nil %v) len(ConvBias) %d (nil %v)",
+		c.KHeads, c.VHeads, c.K, c.V, len(c.ALog), len(c.DtBias), len(c.NormWeight), c.RMSEps, c.Workers, c.Kernel,
+		c.ConvWidth, len(c.ConvWeight), c.ConvWeight == nil, len(c.ConvBias), c.ConvBias == nil)
+}
+
+// convParam is n random weights (none for n < 0), capped at the arena size (then the length is
+// wrong, as it is for too big a paramLen).
+func convParam(rng *rand.Rand, n int) []float32 {
+	return randFloats(rng, max(0, min(n, maxArena)))
 }
 
 func randFloats(r *rand.Rand, n int) []float32 {
@@ -281,7 +335,9 @@ func apiStep(t *testing.T, r *reader, rng *rand.Rand, l *gdn.Layer, c gdn.Config
 	// Validity, from the documented rules.
 	var expect []error
 	heads = len(in.B)
-	if heads%c.VHeads != 0 {
+	if c.ConvWidth != 0 { // Step has no conv states: a Layer with the conv front runs through Run
+		expect = append(expect, gdn.ErrShape)
+	} else if heads%c.VHeads != 0 {
 		expect = append(expect, gdn.ErrShape)
 	} else {
 		for i, s := range slots {

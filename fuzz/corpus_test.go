@@ -126,9 +126,10 @@ func TestWriteCorpus(t *testing.T) {
 // multiple of VHeads, and every kind of invalid config and kernel name.
 func seedAPIs() []namedSeed {
 	// config: rng, KHeads, VHeads, K, V, ratio, len(ALog), len(DtBias), len(NormWeight), eps,
-	// workers, kernel, steps-1; step: B, heads, 10 slots (Q K V Z B A State OutState Out OutF32).
+	// workers, kernel, conv (ConvWidth; with a conv front two more bytes: ConvWeight, ConvBias),
+	// steps-1; step: B, heads, 10 slots (Q K V Z B A State OutState Out OutF32).
 	cfg := func(mod func(b []byte)) []byte {
-		b := []byte{7, 1, 3, 2, 4, 1, 0, 0, 0, 1, 0, 0, 0}
+		b := []byte{7, 1, 3, 2, 4, 1, 0, 0, 0, 1, 0, 0, 0, 0}
 		if mod != nil {
 			mod(b)
 		}
@@ -151,7 +152,7 @@ func seedAPIs() []namedSeed {
 	}
 	add("valid_in_place", cfg(nil), step(nil))
 	add("valid_out_of_place", cfg(nil), step(func(b []byte) { b[9] = 0 }))
-	add("valid_two_steps_workers3", cfg(func(b []byte) { b[10], b[12] = 3, 1 }), step(nil), step(func(b []byte) { b[0] = 3 }))
+	add("valid_two_steps_workers3", cfg(func(b []byte) { b[10], b[13] = 3, 1 }), step(nil), step(func(b []byte) { b[0] = 3 }))
 	add("valid_B0_no_output", cfg(nil), step(func(b []byte) { b[0], b[10], b[11] = 0, 0xB0, 0xB0 }))
 	add("no_output", cfg(nil), step(func(b []byte) { b[10], b[11] = 0xB0, 0xB0 }))
 	add("heads_not_multiple", cfg(nil), step(func(b []byte) { b[1] = 0xE1 }))
@@ -188,6 +189,24 @@ func seedAPIs() []namedSeed {
 	}
 	for k := range 11 {
 		add(fmt.Sprintf("config_kernel_%d", k), cfg(func(b []byte) { b[11] = byte(k) }), step(nil))
+	}
+	// The conv front (KHeads 2, VHeads 4, K 3, V 5: C = 32 channels): conv byte, weight byte, bias byte.
+	conv := func(x, w, bias byte) []byte {
+		b := cfg(nil)
+		return append(b[:12:12], x, w, bias, b[13])
+	}
+	for _, m := range []struct {
+		name       string
+		x, w, bias byte
+	}{
+		{"W2", 4, 0, 0}, {"W4_bias", 5, 0, 0x80}, {"W8", 6, 0, 0}, // valid: Step refuses the conv front (ErrShape)
+		{"W1", 7, 0, 0}, {"W9", 7 | 1<<3, 0, 0}, {"W_negative", 7 | 2<<3, 0, 0}, {"W0_weight", 7 | 3<<3, 0, 0},
+		{"W0_weight_nil_bias", 7 | 3<<3, 0xF0, 0x80}, {"W0_nothing", 7 | 3<<3, 0xF0, 0},
+		{"weight_short", 5, 0xE1, 0}, {"weight_long", 5, 0xE3, 0}, {"weight_nil", 5, 0xF0, 0},
+		{"weight_nan", 5, 0xD0, 0}, {"weight_inf", 5, 0xD1, 0}, {"weight_zero_poke", 5, 0xD3, 0},
+		{"bias_short", 5, 0, 0xD1}, {"bias_long", 5, 0, 0xD3}, {"bias_nan", 5, 0, 0xE0}, {"bias_neg_inf", 5, 0, 0xE2},
+	} {
+		add("config_conv_"+m.name, conv(m.x, m.w, m.bias), step(nil))
 	}
 	return s
 }

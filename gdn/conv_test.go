@@ -255,3 +255,29 @@ func TestRunGroupedGateRows(t *testing.T) {
 		})
 	}
 }
+
+// TestConvStoreToOtherType: a ConvStoreTo over ConvState's very bytes as the other storage type is
+// not the same pool (stores would overwrite rows other stores still read): ErrOverlap, nothing
+// written. ConvState's slice with SlotStride 0 and the slot size spelled out is the same pool.
+func TestConvStoreToOtherType(t *testing.T) {
+	l, err := gdn.New(errConvConfig(gdn.DTypeF32))
+	require.NoError(t, err)
+	for _, tc := range []runErrCase{
+		{"bf16 view of the f32 conv pool", func(b *gdn.Batch) {
+			b.StoreTo = &gdn.Pool{F32: make([]float32, 4*eSlot)}
+			f := b.ConvState.F32
+			b.ConvStoreTo = &gdn.Pool{BF16: unsafe.Slice((*gdn.BF16)(unsafe.Pointer(&f[0])), 2*len(f))}
+			b.Store = []int32{-1, 2, -1, -1, -1, 3}
+		}, gdn.ErrOverlap, []string{"Batch.ConvStoreTo overlaps Batch.ConvState"}},
+		{"same slice, SlotStride 0 and the slot size valid", func(b *gdn.Batch) {
+			b.StoreTo = &gdn.Pool{F32: b.State.F32}
+			b.ConvStoreTo = &gdn.Pool{F32: b.ConvState.F32, SlotStride: eConvSlot}
+		}, nil, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := errConvBase(gdn.DTypeF32)
+			tc.mod(b)
+			checkRunOutcome(t, l, b, tc.want, tc.msgs)
+		})
+	}
+}

@@ -1,6 +1,7 @@
 package gdn
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -450,7 +451,7 @@ func (l *Layer) checkConvPools(b *Batch, kb *gdnsimd.Batch, slots, dstSlots int,
 	}
 	if same := sameSlice(b.ConvState, *b.ConvStoreTo); same != samePool {
 		return 0, 0, fmt.Errorf("%w: Batch.StoreTo is Batch.State's very slice: %v, Batch.ConvStoreTo Batch.ConvState's: %v (both in place or both out of place)", ErrOverlap, samePool, same)
-	} else if same && b.ConvStoreTo.SlotStride != b.ConvState.SlotStride {
+	} else if eff := func(s int) int { return cmp.Or(s, size) }; same && eff(b.ConvStoreTo.SlotStride) != eff(b.ConvState.SlotStride) {
 		return 0, 0, fmt.Errorf("%w: Batch.ConvStoreTo is Batch.ConvState's slice with another SlotStride (%d, not %d)", ErrOverlap, b.ConvStoreTo.SlotStride, b.ConvState.SlotStride)
 	} else if same {
 		return slots, min(dstSlots, n), nil
@@ -520,10 +521,13 @@ func checkBatchOverlap(b *Batch, conv bool) error {
 			pools[3] = poolSpan("Batch.ConvStoreTo", b.ConvStoreTo)
 		}
 	}
+	// A store pool may be its source pool's very slice (the same memory as the same type: a bf16
+	// view of an f32 conv pool is another pool over the same bytes).
+	typed := [2]bool{b.StoreTo != nil, conv && b.ConvStoreTo != nil && sameSlice(b.ConvState, *b.ConvStoreTo)}
 	for i := range pools {
 		for j := i + 1; j < len(pools); j++ {
 			x, y := pools[i], pools[j]
-			if same := x.lo == y.lo && x.hi == y.hi; x.overlaps(y) && !(same && j == i+1 && i%2 == 0) {
+			if same := x.lo == y.lo && x.hi == y.hi && typed[i/2]; x.overlaps(y) && !(same && j == i+1 && i%2 == 0) {
 				return fmt.Errorf("%w: %s overlaps %s (a store pool must be its source pool's very slice or disjoint from it; other pools disjoint)", ErrOverlap, y.name, x.name)
 			}
 		}
