@@ -145,7 +145,7 @@ gloop8:
 	VLD1.P 16(R1), [V0.S4]
 	VLD1.P 16(R1), [V7.S4]
 
-	// x = clamp(−z); n = floor(x·log2e + 0.5); r = x − n·c1 − n·c2
+	// x = clamp(−a); n = floor(x·log2e + 0.5); r = x − n·c1 − n·c2
 	WORD  $0x6ea0f801 // FNEG V1.4S, V0.4S
 	WORD  $0x6ea0f8e8 // FNEG V8.4S, V7.4S
 	WORD  $0x4eb0f421 // FMIN V1.4S, V1.4S, V16.4S
@@ -193,17 +193,19 @@ gloop8:
 	WORD  $0x4e3cd484 // FADD V4.4S, V4.4S, V28.4S
 	WORD  $0x4e3cd56b // FADD V11.4S, V11.4S, V28.4S
 
-	// exp32(x) = e·2^n; silu(z) = z / (1 + exp32(−z)), sigmoid(z) = 1 / (1 + exp32(−z))
-	WORD   $0x4ea1b842 // FCVTZS V2.4S, V2.4S
-	WORD   $0x4ea1b929 // FCVTZS V9.4S, V9.4S
-	VADD   V29.S4, V2.S4, V2.S4
-	VADD   V29.S4, V9.S4, V9.S4
-	VSHL   $23, V2.S4, V2.S4
-	VSHL   $23, V9.S4, V9.S4
-	WORD   $0x6e22dc84 // FMUL V4.4S, V4.4S, V2.4S
-	WORD   $0x6e29dd6b // FMUL V11.4S, V11.4S, V9.4S
-	WORD   $0x4e3cd484 // FADD V4.4S, V4.4S, V28.4S
-	WORD   $0x4e3cd56b // FADD V11.4S, V11.4S, V28.4S
+	// 1 + exp32(−a) = 1 + e·2^n
+	WORD $0x4ea1b842 // FCVTZS V2.4S, V2.4S
+	WORD $0x4ea1b929 // FCVTZS V9.4S, V9.4S
+	VADD V29.S4, V2.S4, V2.S4
+	VADD V29.S4, V9.S4, V9.S4
+	VSHL $23, V2.S4, V2.S4
+	VSHL $23, V9.S4, V9.S4
+	WORD $0x6e22dc84 // FMUL V4.4S, V4.4S, V2.4S
+	WORD $0x6e29dd6b // FMUL V11.4S, V11.4S, V9.4S
+	WORD $0x4e3cd484 // FADD V4.4S, V4.4S, V28.4S
+	WORD $0x4e3cd56b // FADD V11.4S, V11.4S, V28.4S
+
+	// silu(z) = z / (1 + exp32(−z)), sigmoid(z) = 1 / (1 + exp32(−z))
 	VBIT   V14.B16, V28.B16, V0.B16
 	VBIT   V14.B16, V28.B16, V7.B16
 	WORD   $0x6e24fc00 // FDIV V0.4S, V0.4S, V4.4S
@@ -263,7 +265,7 @@ gloop4:
 	VLD1.P 16(R2), [V2.S4]
 
 gbody:
-	// x = clamp(−z); n = floor(x·log2e + 0.5); r = x − n·c1 − n·c2
+	// x = clamp(−a); n = floor(x·log2e + 0.5); r = x − n·c1 − n·c2
 	WORD  $0x6ea0f823 // FNEG V3.4S, V1.4S
 	WORD  $0x4eb0f463 // FMIN V3.4S, V3.4S, V16.4S
 	WORD  $0x4e31f463 // FMAX V3.4S, V3.4S, V17.4S
@@ -289,12 +291,14 @@ gbody:
 	VFMLA V6.S4, V3.S4, V7.S4
 	WORD  $0x4e3cd4e7 // FADD V7.4S, V7.4S, V28.4S
 
-	// exp32(x) = e·2^n; silu(z) = z / (1 + exp32(−z)), sigmoid(z) = 1 / (1 + exp32(−z))
+	// 1 + exp32(−a) = 1 + e·2^n
 	WORD $0x4ea1b884 // FCVTZS V4.4S, V4.4S
 	VADD V29.S4, V4.S4, V4.S4
 	VSHL $23, V4.S4, V4.S4
 	WORD $0x6e24dce7 // FMUL V7.4S, V7.4S, V4.4S
 	WORD $0x4e3cd4e7 // FADD V7.4S, V7.4S, V28.4S
+
+	// silu(z) = z / (1 + exp32(−z)), sigmoid(z) = 1 / (1 + exp32(−z))
 	VBIT V14.B16, V28.B16, V1.B16
 	WORD $0x6e27fc21 // FDIV V1.4S, V1.4S, V7.4S
 
@@ -1546,7 +1550,7 @@ cdone:
 //	u[τ·us + c] = a / (1 + exp32(−a))
 //
 // four vectors at a time, then one: the taps a loop over W (VLD1.P post-incremented by the strides),
-// then a stored to u, the vectors' exp32 interleaved (gateExp's operations, so Go's arm64 exp32
+// then a stored to u, the vectors' exp32 interleaved (onePlusExp, the gate's operations, so Go's arm64 exp32
 // bits: its fused multiply-adds where the compiler fuses), a loaded again and divided.
 //
 // Registers: R0 u's row, R1 x's row, R2 w, R3 bias, R4 us, R5 xs, R6 ws (bytes), R7 W, R8 tokens

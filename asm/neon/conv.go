@@ -24,7 +24,7 @@ func convNEON(e *emitter) {
 		"\tu[τ·us + c] = a / (1 + exp32(−a))",
 		"",
 		"four vectors at a time, then one: the taps a loop over W (VLD1.P post-incremented by the strides),",
-		"then a stored to u, the vectors' exp32 interleaved (gateExp's operations, so Go's arm64 exp32",
+		"then a stored to u, the vectors' exp32 interleaved (onePlusExp, the gate's operations, so Go's arm64 exp32",
 		"bits: its fused multiply-adds where the compiler fuses), a loaded again and divided.",
 		"",
 		"Registers: R0 u's row, R1 x's row, R2 w, R3 bias, R4 us, R5 xs, R6 ws (bytes), R7 W, R8 tokens",
@@ -104,7 +104,9 @@ func convNEON(e *emitter) {
 		e.op("VST1", regs(0), mem(up))
 		bodies := make([]func(e *emitter) Vreg, k)
 		for i := range k {
-			bodies[i] = func(e *emitter) Vreg { return convExp(e, Vreg(i), Vreg(4+i), [2]Vreg{Vreg(8 + i), Vreg(12 + i)}) }
+			bodies[i] = func(e *emitter) Vreg {
+				return onePlusExp(e, Vreg(i), Vreg(i), Vreg(4+i), [2]Vreg{Vreg(8 + i), Vreg(12 + i)})
+			}
 		}
 		ex := zipN(e, bodies)
 		e.op("VLD1", mem(up), regs(0))
@@ -125,12 +127,13 @@ func convNEON(e *emitter) {
 	e.op("RET")
 }
 
-// convExp replaces x (a) by 1 + exp32(−a) in the returned register, one of acc (x, vn and acc
-// clobbered): gateExp's operations, without its sigmoid select and division.
-func convExp(e *emitter, x, vn Vreg, acc [2]Vreg) Vreg {
+// onePlusExp sets the returned register, one of acc, to 1 + exp32(−a) of a in src (x, vn and acc
+// clobbered; src may be x), exp32 mirroring Exp32 operation for operation: the conv's silu and
+// the gate's.
+func onePlusExp(e *emitter, src, x, vn Vreg, acc [2]Vreg) Vreg {
 	const hi, lo, log2e, half, c1, c2, p0, one, bias = Vreg(16), Vreg(17), Vreg(18), Vreg(19), Vreg(20), Vreg(21), Vreg(22), Vreg(28), Vreg(29)
 	e.comment("x = clamp(−a); n = floor(x·log2e + 0.5); r = x − n·c1 − n·c2")
-	e.word(fneg(x.S4(), x.S4()))
+	e.word(fneg(x.S4(), src.S4()))
 	e.word(fmin(x.S4(), x.S4(), hi.S4()))
 	e.word(fmax(x.S4(), x.S4(), lo.S4()))
 	e.op("VORR", half.B16(), half.B16(), vn.B16())

@@ -150,40 +150,9 @@ func gateNEON4(e *emitter) {
 // the lanes where V14 is all ones (x, vn and acc clobbered), exp32 mirroring Exp32 operation for
 // operation.
 func gateExp(e *emitter, vz, x, vn Vreg, acc [2]Vreg) {
-	const hi, lo, log2e, half, c1, c2, p0, one, bias = Vreg(16), Vreg(17), Vreg(18), Vreg(19), Vreg(20), Vreg(21), Vreg(22), Vreg(28), Vreg(29)
-	e.comment("x = clamp(−z); n = floor(x·log2e + 0.5); r = x − n·c1 − n·c2")
-	e.word(fneg(x.S4(), vz.S4()))
-	e.word(fmin(x.S4(), x.S4(), hi.S4()))
-	e.word(fmax(x.S4(), x.S4(), lo.S4()))
-	e.op("VORR", half.B16(), half.B16(), vn.B16())
-	e.op("VFMLA", log2e.S4(), x.S4(), vn.S4())
-	e.word(frintm(vn.S4(), vn.S4()))
-	e.op("VFMLS", c1.S4(), vn.S4(), x.S4())
-	e.op("VFMLS", c2.S4(), vn.S4(), x.S4())
-
-	e.comment("p = ((((p0·r + p1)·r + p2)·r + p3)·r + p4)·r + p5; e = p·r·r + r + 1")
-	prev := p0
-	for i := 1; i < len(c.P); i++ {
-		d := acc[(i-1)%2]
-		e.op("VORR", (p0 + Vreg(i)).B16(), (p0 + Vreg(i)).B16(), d.B16())
-		e.op("VFMLA", prev.S4(), x.S4(), d.S4())
-		prev = d
-	}
-	ex := acc[0] // the register not holding p
-	if prev == ex {
-		ex = acc[1]
-	}
-	e.word(fmul(prev.S4(), prev.S4(), x.S4()))
-	e.op("VORR", x.B16(), x.B16(), ex.B16())
-	e.op("VFMLA", prev.S4(), x.S4(), ex.S4())
-	e.word(fadd(ex.S4(), ex.S4(), one.S4()))
-
-	e.comment("exp32(x) = e·2^n; silu(z) = z / (1 + exp32(−z)), sigmoid(z) = 1 / (1 + exp32(−z))")
-	e.word(fcvtzs(vn.S4(), vn.S4()))
-	e.op("VADD", bias.S4(), vn.S4(), vn.S4())
-	e.op("VSHL", imm(c.Shift), vn.S4(), vn.S4())
-	e.word(fmul(ex.S4(), ex.S4(), vn.S4()))
-	e.word(fadd(ex.S4(), ex.S4(), one.S4()))
+	const one = Vreg(28)
+	ex := onePlusExp(e, vz, x, vn, acc)
+	e.comment("silu(z) = z / (1 + exp32(−z)), sigmoid(z) = 1 / (1 + exp32(−z))")
 	e.op("VBIT", Vreg(14).B16(), one.B16(), vz.B16())
 	e.word(fdiv(vz.S4(), vz.S4(), ex.S4()))
 }
