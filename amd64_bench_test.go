@@ -44,10 +44,14 @@ func BenchmarkConv(b *testing.B) {
 	for _, T := range []int{1, 64} {
 		g := routineBench{rand.New(rand.NewPCG(1, 2))}
 		x, w, bias, u := g.rnd((T+W-1)*n, 2), g.rnd(W*n, 0.5), g.rnd(n, 0.5), make([]float32, T*n)
+		rows := make([][]float32, T+W-1)
+		for i := range rows {
+			rows[i] = x[i*n : (i+1)*n]
+		}
 		for _, im := range append(available[:len(available):len(available)], &genericImpl) {
 			b.Run(fmt.Sprintf("kernel=%s/T=%d", im.name, T), func(b *testing.B) {
 				for range b.N {
-					im.conv(u, n, x, n, w, n, bias, W, T)
+					im.conv(u, n, rows, w, n, bias, W, T)
 				}
 			})
 		}

@@ -300,11 +300,11 @@ func chansAVX512(kx, qx, pairs, em1, eg, kh, qh []float32)
 // convAVX512 is convGeneric in AVX512 (asm/conv.go) for the whole vectors of len(bias) channels
 // (AVX-512: and the channels after them, one masked vector; AVX2: the others are not written): per
 // token, the taps a loop over W, each product rounded on its own, then added (VMULPS, VADDPS), and
-// silu through Exp32, so the bits are convGeneric's. Strides in elements; W ≥ 1, T ≥ 1 and the
-// lengths are not checked: see convChecked.
+// silu through Exp32, so the bits are convGeneric's. Row τ+j of token τ's tap j is x[τ+j]; strides
+// in elements; W ≥ 1, T ≥ 1 and the lengths (x's and its rows') are not checked: see convChecked.
 //
 //go:noescape
-func convAVX512(u []float32, us int, x []float32, xs int, w []float32, ws int, bias []float32, W, T int)
+func convAVX512(u []float32, us int, x [][]float32, w []float32, ws int, bias []float32, W, T int)
 
 // gatesAVX2 is gatesGeneric in AVX2 (asm/gates.go): lanes of float64, each lane's operations
 // gatesGeneric's in its order, so the bits are the same. It takes len(a) lanes; every other slice
@@ -323,11 +323,11 @@ func chansAVX2(kx, qx, pairs, em1, eg, kh, qh []float32)
 // convAVX2 is convGeneric in AVX2 (asm/conv.go) for the whole vectors of len(bias) channels
 // (AVX-512: and the channels after them, one masked vector; AVX2: the others are not written): per
 // token, the taps a loop over W, each product rounded on its own, then added (VMULPS, VADDPS), and
-// silu through Exp32, so the bits are convGeneric's. Strides in elements; W ≥ 1, T ≥ 1 and the
-// lengths are not checked: see convChecked.
+// silu through Exp32, so the bits are convGeneric's. Row τ+j of token τ's tap j is x[τ+j]; strides
+// in elements; W ≥ 1, T ≥ 1 and the lengths (x's and its rows') are not checked: see convChecked.
 //
 //go:noescape
-func convAVX2(u []float32, us int, x []float32, xs int, w []float32, ws int, bias []float32, W, T int)
+func convAVX2(u []float32, us int, x [][]float32, w []float32, ws int, bias []float32, W, T int)
 
 // fmaLoopAVX512 runs n iterations of floor.chains independent VFMADD231PS chains on registers
 // (the core's FMA throughput: a benchmark floor of package bench).

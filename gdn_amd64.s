@@ -31876,10 +31876,10 @@ chansAVX512_done_1:
 	VZEROUPPER
 	RET
 
-// func convAVX512(u []float32, us int, x []float32, xs int, w []float32, ws int, bias []float32, W int, T int)
+// func convAVX512(u []float32, us int, x [][]float32, w []float32, ws int, bias []float32, W int, T int)
 // Requires: AVX, AVX512F
-TEXT ·convAVX512(SB), NOSPLIT, $0-136
-	MOVQ bias_len+104(FP), AX
+TEXT ·convAVX512(SB), NOSPLIT, $0-128
+	MOVQ bias_len+96(FP), AX
 	MOVQ AX, CX
 	ANDQ $-16, CX
 	SHLQ $0x02, CX
@@ -31889,39 +31889,40 @@ TEXT ·convAVX512(SB), NOSPLIT, $0-136
 	VPBROADCASTD AX, Z0
 	VPCMPGTD     iota<>+0(SB), Z0, K1
 
-	// Every pointer at the end of the whole vectors: c runs from −nb up to 0.
+	// Every pointer at the end of the whole vectors: c runs from −nb up to 0 (x's rows: their
+	// base − nb + c); xRow the token's first row in the table x.
 	MOVQ u_base+0(FP), AX
 	ADDQ CX, AX
-	MOVQ x_base+32(FP), DX
+	MOVQ w_base+56(FP), DX
 	ADDQ CX, DX
-	MOVQ w_base+64(FP), BX
+	MOVQ bias_base+88(FP), BX
 	ADDQ CX, BX
-	MOVQ bias_base+96(FP), SI
-	ADDQ CX, SI
+	MOVQ x_base+32(FP), SI
 	MOVQ us+24(FP), DI
 	SHLQ $0x02, DI
-	MOVQ xs+56(FP), R8
+	MOVQ ws+80(FP), R8
 	SHLQ $0x02, R8
-	MOVQ ws+88(FP), R9
-	SHLQ $0x02, R9
-	MOVQ T+128(FP), R10
+	MOVQ T+120(FP), R9
 	NEGQ CX
 
 convAVX512_token_1:
-	MOVQ CX, R11
+	MOVQ CX, R10
 
 convAVX512_group_1:
-	CMPQ    R11, $-256
+	CMPQ    R10, $-256
 	JG      convAVX512_groupdone_1
-	VMOVUPS (SI)(R11*1), Z0
-	VMOVUPS 64(SI)(R11*1), Z1
-	VMOVUPS 128(SI)(R11*1), Z2
-	VMOVUPS 192(SI)(R11*1), Z3
-	LEAQ    (DX)(R11*1), R12
-	LEAQ    (BX)(R11*1), R13
-	MOVQ    W+120(FP), R14
+	VMOVUPS (BX)(R10*1), Z0
+	VMOVUPS 64(BX)(R10*1), Z1
+	VMOVUPS 128(BX)(R10*1), Z2
+	VMOVUPS 192(BX)(R10*1), Z3
+	MOVQ    SI, R11
+	LEAQ    (DX)(R10*1), R13
+	MOVQ    W+112(FP), R14
 
 convAVX512_tap_1:
+	MOVQ         (R11), R12
+	SUBQ         CX, R12
+	ADDQ         R10, R12
 	VMOVUPS      (R12), Z4
 	VMULPS       (R13), Z4, Z4
 	VADDPS       Z4, Z0, Z0
@@ -31934,8 +31935,8 @@ convAVX512_tap_1:
 	VMOVUPS      192(R12), Z4
 	VMULPS       192(R13), Z4, Z4
 	VADDPS       Z4, Z3, Z3
-	ADDQ         R8, R12
-	ADDQ         R9, R13
+	ADDQ         $0x18, R11
+	ADDQ         R8, R13
 	DECQ         R14
 	JNZ          convAVX512_tap_1
 	VPXORD.BCST  signmask<>+0(SB), Z0, Z4
@@ -32054,47 +32055,50 @@ convAVX512_tap_1:
 	VMULPS       Z14, Z15, Z7
 	VADDPS.BCST  one<>+0(SB), Z4, Z4
 	VDIVPS       Z4, Z0, Z0
-	VMOVUPS      Z0, (AX)(R11*1)
+	VMOVUPS      Z0, (AX)(R10*1)
 	VADDPS.BCST  one<>+0(SB), Z5, Z5
 	VDIVPS       Z5, Z1, Z1
-	VMOVUPS      Z1, 64(AX)(R11*1)
+	VMOVUPS      Z1, 64(AX)(R10*1)
 	VADDPS.BCST  one<>+0(SB), Z6, Z6
 	VDIVPS       Z6, Z2, Z2
-	VMOVUPS      Z2, 128(AX)(R11*1)
+	VMOVUPS      Z2, 128(AX)(R10*1)
 	VADDPS.BCST  one<>+0(SB), Z7, Z7
 	VDIVPS       Z7, Z3, Z3
-	VMOVUPS      Z3, 192(AX)(R11*1)
-	ADDQ         $0x00000100, R11
+	VMOVUPS      Z3, 192(AX)(R10*1)
+	ADDQ         $0x00000100, R10
 	JMP          convAVX512_group_1
 
 convAVX512_groupdone_1:
 	// Single vectors under K2: all ones while whole vectors are left, then K1 once at c = 0
 	// (the last channels, if any).
 convAVX512_one_1:
-	CMPQ   R11, $-64
+	CMPQ   R10, $-64
 	JG     convAVX512_last_1
 	KXNORW K2, K2, K2
 	JMP    convAVX512_do_1
 
 convAVX512_last_1:
-	TESTQ    R11, R11
+	TESTQ    R10, R10
 	JNZ      convAVX512_rowdone_1
 	KORTESTW K1, K1
 	JZ       convAVX512_rowdone_1
 	KMOVW    K1, K2
 
 convAVX512_do_1:
-	VMOVUPS.Z (SI)(R11*1), K2, Z0
-	LEAQ      (DX)(R11*1), R12
-	LEAQ      (BX)(R11*1), R13
-	MOVQ      W+120(FP), R14
+	VMOVUPS.Z (BX)(R10*1), K2, Z0
+	MOVQ      SI, R11
+	LEAQ      (DX)(R10*1), R13
+	MOVQ      W+112(FP), R14
 
 convAVX512_tap_2:
+	MOVQ         (R11), R12
+	SUBQ         CX, R12
+	ADDQ         R10, R12
 	VMOVUPS.Z    (R12), K2, Z1
 	VMULPS.Z     (R13), Z1, K2, Z1
 	VADDPS       Z1, Z0, Z0
-	ADDQ         R8, R12
-	ADDQ         R9, R13
+	ADDQ         $0x18, R11
+	ADDQ         R8, R13
 	DECQ         R14
 	JNZ          convAVX512_tap_2
 	VPXORD.BCST  signmask<>+0(SB), Z0, Z1
@@ -32129,14 +32133,14 @@ convAVX512_tap_2:
 	VMULPS       Z2, Z3, Z1
 	VADDPS.BCST  one<>+0(SB), Z1, Z1
 	VDIVPS       Z1, Z0, Z0
-	VMOVUPS      Z0, K2, (AX)(R11*1)
-	ADDQ         $0x00000040, R11
+	VMOVUPS      Z0, K2, (AX)(R10*1)
+	ADDQ         $0x00000040, R10
 	JMP          convAVX512_one_1
 
 convAVX512_rowdone_1:
 	ADDQ DI, AX
-	ADDQ R8, DX
-	DECQ R10
+	ADDQ $0x18, SI
+	DECQ R9
 	JNZ  convAVX512_token_1
 	VZEROUPPER
 	RET
@@ -32664,46 +32668,47 @@ chansAVX2_done_1:
 	VZEROUPPER
 	RET
 
-// func convAVX2(u []float32, us int, x []float32, xs int, w []float32, ws int, bias []float32, W int, T int)
+// func convAVX2(u []float32, us int, x [][]float32, w []float32, ws int, bias []float32, W int, T int)
 // Requires: AVX, AVX2
-TEXT ·convAVX2(SB), NOSPLIT, $0-136
-	MOVQ bias_len+104(FP), AX
+TEXT ·convAVX2(SB), NOSPLIT, $0-128
+	MOVQ bias_len+96(FP), AX
 	ANDQ $-8, AX
 	SHLQ $0x02, AX
 
-	// Every pointer at the end of the whole vectors: c runs from −nb up to 0.
+	// Every pointer at the end of the whole vectors: c runs from −nb up to 0 (x's rows: their
+	// base − nb + c); xRow the token's first row in the table x.
 	MOVQ u_base+0(FP), CX
 	ADDQ AX, CX
-	MOVQ x_base+32(FP), DX
+	MOVQ w_base+56(FP), DX
 	ADDQ AX, DX
-	MOVQ w_base+64(FP), BX
+	MOVQ bias_base+88(FP), BX
 	ADDQ AX, BX
-	MOVQ bias_base+96(FP), SI
-	ADDQ AX, SI
+	MOVQ x_base+32(FP), SI
 	MOVQ us+24(FP), DI
 	SHLQ $0x02, DI
-	MOVQ xs+56(FP), R8
+	MOVQ ws+80(FP), R8
 	SHLQ $0x02, R8
-	MOVQ ws+88(FP), R9
-	SHLQ $0x02, R9
-	MOVQ T+128(FP), R10
+	MOVQ T+120(FP), R9
 	NEGQ AX
 
 convAVX2_token_1:
-	MOVQ AX, R11
+	MOVQ AX, R10
 
 convAVX2_group_1:
-	CMPQ    R11, $-128
+	CMPQ    R10, $-128
 	JG      convAVX2_groupdone_1
-	VMOVUPS (SI)(R11*1), Y0
-	VMOVUPS 32(SI)(R11*1), Y1
-	VMOVUPS 64(SI)(R11*1), Y2
-	VMOVUPS 96(SI)(R11*1), Y3
-	LEAQ    (DX)(R11*1), R12
-	LEAQ    (BX)(R11*1), R13
-	MOVQ    W+120(FP), R14
+	VMOVUPS (BX)(R10*1), Y0
+	VMOVUPS 32(BX)(R10*1), Y1
+	VMOVUPS 64(BX)(R10*1), Y2
+	VMOVUPS 96(BX)(R10*1), Y3
+	MOVQ    SI, R11
+	LEAQ    (DX)(R10*1), R13
+	MOVQ    W+112(FP), R14
 
 convAVX2_tap_1:
+	MOVQ         (R11), R12
+	SUBQ         AX, R12
+	ADDQ         R10, R12
 	VMOVUPS      (R12), Y4
 	VMULPS       (R13), Y4, Y4
 	VADDPS       Y4, Y0, Y0
@@ -32716,17 +32721,17 @@ convAVX2_tap_1:
 	VMOVUPS      96(R12), Y4
 	VMULPS       96(R13), Y4, Y4
 	VADDPS       Y4, Y3, Y3
-	ADDQ         R8, R12
-	ADDQ         R9, R13
+	ADDQ         $0x18, R11
+	ADDQ         R8, R13
 	DECQ         R14
 	JNZ          convAVX2_tap_1
-	VMOVUPS      Y0, (CX)(R11*1)
+	VMOVUPS      Y0, (CX)(R10*1)
 	VXORPS       signmask<>+0(SB), Y0, Y0
-	VMOVUPS      Y1, 32(CX)(R11*1)
+	VMOVUPS      Y1, 32(CX)(R10*1)
 	VXORPS       signmask<>+0(SB), Y1, Y1
-	VMOVUPS      Y2, 64(CX)(R11*1)
+	VMOVUPS      Y2, 64(CX)(R10*1)
 	VXORPS       signmask<>+0(SB), Y2, Y2
-	VMOVUPS      Y3, 96(CX)(R11*1)
+	VMOVUPS      Y3, 96(CX)(R10*1)
 	VXORPS       signmask<>+0(SB), Y3, Y3
 	VBROADCASTSS exphi<>+0(SB), Y4
 	VMINPS       Y0, Y4, Y0
@@ -32839,39 +32844,42 @@ convAVX2_tap_1:
 	VMULPS       Y8, Y9, Y2
 	VMULPS       Y10, Y11, Y3
 	VADDPS       one<>+0(SB), Y0, Y0
-	VMOVUPS      (CX)(R11*1), Y4
+	VMOVUPS      (CX)(R10*1), Y4
 	VDIVPS       Y0, Y4, Y4
-	VMOVUPS      Y4, (CX)(R11*1)
+	VMOVUPS      Y4, (CX)(R10*1)
 	VADDPS       one<>+0(SB), Y1, Y1
-	VMOVUPS      32(CX)(R11*1), Y0
+	VMOVUPS      32(CX)(R10*1), Y0
 	VDIVPS       Y1, Y0, Y0
-	VMOVUPS      Y0, 32(CX)(R11*1)
+	VMOVUPS      Y0, 32(CX)(R10*1)
 	VADDPS       one<>+0(SB), Y2, Y2
-	VMOVUPS      64(CX)(R11*1), Y0
+	VMOVUPS      64(CX)(R10*1), Y0
 	VDIVPS       Y2, Y0, Y0
-	VMOVUPS      Y0, 64(CX)(R11*1)
+	VMOVUPS      Y0, 64(CX)(R10*1)
 	VADDPS       one<>+0(SB), Y3, Y3
-	VMOVUPS      96(CX)(R11*1), Y0
+	VMOVUPS      96(CX)(R10*1), Y0
 	VDIVPS       Y3, Y0, Y0
-	VMOVUPS      Y0, 96(CX)(R11*1)
-	ADDQ         $0x00000080, R11
+	VMOVUPS      Y0, 96(CX)(R10*1)
+	ADDQ         $0x00000080, R10
 	JMP          convAVX2_group_1
 
 convAVX2_groupdone_1:
 convAVX2_group_2:
-	CMPQ    R11, $-32
+	CMPQ    R10, $-32
 	JG      convAVX2_groupdone_2
-	VMOVUPS (SI)(R11*1), Y0
-	LEAQ    (DX)(R11*1), R12
-	LEAQ    (BX)(R11*1), R13
-	MOVQ    W+120(FP), R14
+	VMOVUPS (BX)(R10*1), Y0
+	MOVQ    SI, R11
+	LEAQ    (DX)(R10*1), R13
+	MOVQ    W+112(FP), R14
 
 convAVX2_tap_2:
+	MOVQ         (R11), R12
+	SUBQ         AX, R12
+	ADDQ         R10, R12
 	VMOVUPS      (R12), Y1
 	VMULPS       (R13), Y1, Y1
 	VADDPS       Y1, Y0, Y0
-	ADDQ         R8, R12
-	ADDQ         R9, R13
+	ADDQ         $0x18, R11
+	ADDQ         R8, R13
 	DECQ         R14
 	JNZ          convAVX2_tap_2
 	VXORPS       signmask<>+0(SB), Y0, Y1
@@ -32906,14 +32914,14 @@ convAVX2_tap_2:
 	VMULPS       Y2, Y3, Y1
 	VADDPS       one<>+0(SB), Y1, Y1
 	VDIVPS       Y1, Y0, Y0
-	VMOVUPS      Y0, (CX)(R11*1)
-	ADDQ         $0x00000020, R11
+	VMOVUPS      Y0, (CX)(R10*1)
+	ADDQ         $0x00000020, R10
 	JMP          convAVX2_group_2
 
 convAVX2_groupdone_2:
 	ADDQ DI, CX
-	ADDQ R8, DX
-	DECQ R10
+	ADDQ $0x18, SI
+	DECQ R9
 	JNZ  convAVX2_token_1
 	VZEROUPPER
 	RET

@@ -92,7 +92,7 @@ func chansNEON(kx, qx, pairs, em1, eg, kh, qh []float32)
 // then added (FMUL, FADD), and silu through exp32's vector form, so the bits are convGeneric's.
 //
 //go:noescape
-func convNEON(u []float32, us int, x []float32, xs int, w []float32, ws int, bias []float32, W, T int)
+func convNEON(u []float32, us int, x [][]float32, w []float32, ws int, bias []float32, W, T int)
 
 // widenNEON is widenGeneric in NEON: dst[i] = the float32 of the bf16 bits src[i] for i < len(dst)
 // (len(src) ≥ len(dst), not checked).

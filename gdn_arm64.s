@@ -1541,35 +1541,35 @@ cloop:
 cdone:
 	RET
 
-// func convNEON(u []float32, us int, x []float32, xs int, w []float32, ws int, bias []float32, W, T int)
+// func convNEON(u []float32, us int, x [][]float32, w []float32, ws int, bias []float32, W, T int)
 //
 // convGeneric for the whole vectors (four lanes) of len(bias) channels (convChecked runs the rest,
 // and checks W ≥ 1, T ≥ 1 and every length): per token τ and channel c
 //
-//	a = bias[c] + p_0 + … + p_{W−1},  p_j = w[j·ws + c]·x[(τ+j)·xs + c]   (FMUL, then FADD)
+//	a = bias[c] + p_0 + … + p_{W−1},  p_j = w[j·ws + c]·x[τ+j][c]   (FMUL, then FADD)
 //	u[τ·us + c] = a / (1 + exp32(−a))
 //
-// four vectors at a time, then one: the taps a loop over W (VLD1.P post-incremented by the strides),
+// four vectors at a time, then one: the taps a loop over W (row τ+j's base from the table x, 24 bytes a
+// slice header; w's VLD1.P post-incremented by its stride),
 // then a stored to u, the vectors' exp32 interleaved (onePlusExp, the gate's operations, so Go's arm64 exp32
 // bits: its fused multiply-adds where the compiler fuses), a loaded again and divided.
 //
-// Registers: R0 u's row, R1 x's row, R2 w, R3 bias, R4 us, R5 xs, R6 ws (bytes), R7 W, R8 tokens
-// left, R9 the whole vectors' bytes, R10 bytes left, R11/R12 x, w of a tap, R13 taps left, R14 u,
-// R15 x, R19 w, R20 bias of the vectors; V(i) the sum of vector i, V(4+i) its n, V(8+i), V(12+i)
+// Registers: R0 u's row, R1 the token's first row in x, R2 w, R3 bias, R4 us, R6 ws (bytes), R7 W,
+// R8 tokens left, R9 the whole vectors' bytes, R10 bytes left, R11/R12 x, w of a tap, R13 taps left,
+// R14 u, R15 the vectors' offset in a row (bytes), R19 w, R20 bias of the vectors, R5 the table's
+// entry of a tap; V(i) the sum of vector i, V(4+i) its n, V(8+i), V(12+i)
 // its polynomial; V16-V29 exp32's constants as gateNEON4's.
-TEXT ·convNEON(SB), NOSPLIT, $0-136
+TEXT ·convNEON(SB), NOSPLIT, $0-128
 	MOVD u_base+0(FP), R0
 	MOVD us+24(FP), R4
 	MOVD x_base+32(FP), R1
-	MOVD xs+56(FP), R5
-	MOVD w_base+64(FP), R2
-	MOVD ws+88(FP), R6
-	MOVD bias_base+96(FP), R3
-	MOVD bias_len+104(FP), R9
-	MOVD W+120(FP), R7
-	MOVD T+128(FP), R8
+	MOVD w_base+56(FP), R2
+	MOVD ws+80(FP), R6
+	MOVD bias_base+88(FP), R3
+	MOVD bias_len+96(FP), R9
+	MOVD W+112(FP), R7
+	MOVD T+120(FP), R8
 	LSL  $2, R4, R4
-	LSL  $2, R5, R5
 	LSL  $2, R6, R6
 	AND  $~3, R9, R9 // the whole vectors' channels, in bytes
 	LSL  $2, R9, R9
@@ -1604,7 +1604,7 @@ TEXT ·convNEON(SB), NOSPLIT, $0-136
 
 ctoken:
 	MOVD R0, R14
-	MOVD R1, R15
+	MOVD ZR, R15
 	MOVD R2, R19
 	MOVD R3, R20
 	MOVD R9, R10
@@ -1613,12 +1613,14 @@ cgroup4:
 	CMP    $64, R10
 	BLT    cgroupdone4
 	VLD1.P 64(R20), [V0.S4, V1.S4, V2.S4, V3.S4]
-	MOVD   R15, R11
+	MOVD   R1, R5
 	MOVD   R19, R12
 	MOVD   R7, R13
 
 ctap4:
-	VLD1.P (R11)(R5), [V4.S4, V5.S4, V6.S4, V7.S4]
+	MOVD.P 24(R5), R11
+	ADD    R15, R11, R11
+	VLD1   (R11), [V4.S4, V5.S4, V6.S4, V7.S4]
 	VLD1.P (R12)(R6), [V8.S4, V9.S4, V10.S4, V11.S4]
 	WORD   $0x6e24dd04 // FMUL V4.4S, V8.4S, V4.4S
 	WORD   $0x6e25dd25 // FMUL V5.4S, V9.4S, V5.4S
@@ -1764,12 +1766,14 @@ cgroup1:
 	CMP    $16, R10
 	BLT    cgroupdone1
 	VLD1.P 16(R20), [V0.S4]
-	MOVD   R15, R11
+	MOVD   R1, R5
 	MOVD   R19, R12
 	MOVD   R7, R13
 
 ctap1:
-	VLD1.P (R11)(R5), [V4.S4]
+	MOVD.P 24(R5), R11
+	ADD    R15, R11, R11
+	VLD1   (R11), [V4.S4]
 	VLD1.P (R12)(R6), [V8.S4]
 	WORD   $0x6e24dd04 // FMUL V4.4S, V8.4S, V4.4S
 	WORD   $0x4e24d400 // FADD V0.4S, V0.4S, V4.4S
@@ -1821,7 +1825,7 @@ ctap1:
 
 cgroupdone1:
 	ADD  R4, R0, R0
-	ADD  R5, R1, R1
+	ADD  $24, R1, R1
 	SUB  $1, R8, R8
 	CBNZ R8, ctoken
 	RET

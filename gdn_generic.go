@@ -53,8 +53,10 @@ type impl struct {
 
 	// conv is the causal conv1d of the conv front (SPEC Part D) over n = len(bias) channels and T
 	// tokens (convGeneric): u[τ·us + c] = silu32 of bias[c] plus the W taps' products
-	// w[j·ws + c]·x[(τ+j)·xs + c], j < W, each rounded on its own and added from j = 0 up.
-	conv func(u []float32, us int, x []float32, xs int, w []float32, ws int, bias []float32, W, T int)
+	// w[j·ws + c]·x[τ+j][c], j < W, each rounded on its own and added from j = 0 up. x is a
+	// table of T+W−1 input rows (each at least n long), so that they are read where they are:
+	// the conv state's and the batch's X rows.
+	conv func(u []float32, us int, x [][]float32, w []float32, ws int, bias []float32, W, T int)
 
 	// cells are the state routines over T tokens by format, [bf16][layout]; a nil cell is a
 	// format the kernel does not implement.
@@ -386,23 +388,31 @@ func chanDecay(x, c float32, m uint32) float32 {
 
 // convGeneric is impl.conv: for τ < T and c < n = len(bias),
 //
-//	u[τ·us + c] = silu32(bias[c] + p_0 + p_1 + … + p_{W−1}),  p_j = float32(w[j·ws + c]·x[(τ+j)·xs + c])
+//	u[τ·us + c] = silu32(bias[c] + p_0 + p_1 + … + p_{W−1}),  p_j = float32(w[j·ws + c]·x[τ+j][c])
 //
 // added left to right, every product rounded on its own (no fused multiply-add on any
 // architecture: the kernels' conv pieces give these bits). x's row τ+j is the input W−1−j tokens
 // before token τ's, so tap W−1 multiplies the current row. It panics, before writing, if a slice
-// is too short for its last index.
-func convGeneric(u []float32, us int, x []float32, xs int, w []float32, ws int, bias []float32, W, T int) {
+// (x, or one of its first T+W−1 rows) is too short for its last index.
+func convGeneric(u []float32, us int, x [][]float32, w []float32, ws int, bias []float32, W, T int) {
+	convFrom(u, us, x, 0, w, ws, bias, W, T)
+}
+
+// convFrom is convGeneric over the channels xo, …, xo+n−1 of x's rows: x[τ+j][xo + c].
+func convFrom(u []float32, us int, x [][]float32, xo int, w []float32, ws int, bias []float32, W, T int) {
 	n := len(bias)
 	if T <= 0 || n == 0 {
 		return
 	}
-	_, _, _ = u[(T-1)*us+n-1], x[(T+W-2)*xs+n-1], w[(W-1)*ws+n-1]
+	_, _, _ = u[(T-1)*us+n-1], x[T+W-2], w[(W-1)*ws+n-1]
+	for _, r := range x[:T+W-1] {
+		_ = r[xo+n-1]
+	}
 	for τ := range T {
-		row := u[τ*us : τ*us+n]
+		row, in := u[τ*us:τ*us+n], x[τ:τ+W]
 		for c, a := range bias {
-			for j := range W {
-				a += float32(w[j*ws+c] * x[(τ+j)*xs+c])
+			for j, r := range in {
+				a += float32(w[j*ws+c] * r[xo+c])
 			}
 			row[c] = silu32(a)
 		}

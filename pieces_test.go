@@ -1071,7 +1071,7 @@ func TestChansExact(t *testing.T) {
 }
 
 // convOf is the kernel name's impl.conv.
-func convOf(name string) func(u []float32, us int, x []float32, xs int, w []float32, ws int, bias []float32, W, T int) {
+func convOf(name string) func(u []float32, us int, x [][]float32, w []float32, ws int, bias []float32, W, T int) {
 	k, ok := Lookup(name)
 	if !ok {
 		panic(name + " not available")
@@ -1139,7 +1139,8 @@ func convInputs(r *rand.Rand, mode int, x, w, bias []float32) {
 
 // TestConvExact runs every kernel's impl.conv against convGeneric, bit for bit (a NaN must be
 // the same NaN), with guard bands around every slice and the elements of u between its rows (us
-// > n) left alone, over widths, tap counts, token counts and dense or padded strides; and checks
+// > n) left alone, over widths, tap counts, token counts, dense or padded strides and tables of
+// rows in a shuffled memory order; and checks
 // convGeneric itself, in float64, where the sum is moderate: silu of bias plus the taps, tap j on
 // row τ + j (tap W−1 on the current row), within 2 ulp.
 func TestConvExact(t *testing.T) {
@@ -1164,9 +1165,15 @@ func TestConvExact(t *testing.T) {
 						u, cu := guarded(t, (T-1)*us+n, (off+9)%16)
 						convInputs(r, mode, x, w, bias)
 						in := [][]float32{slices.Clone(x), slices.Clone(w), slices.Clone(bias)}
+						// The table's rows are x's, in a shuffled order (the routines must read
+						// each row where the table says).
+						rows := make([][]float32, T+W-1)
+						for i, p := range r.Perm(len(rows)) {
+							rows[i] = x[p*xs : p*xs+n]
+						}
 						want := slices.Clone(u) // the guard value between the rows too
-						convGeneric(want, us, x, xs, w, ws, bias, W, T)
-						conv(u, us, x, xs, w, ws, bias, W, T)
+						convGeneric(want, us, rows, w, ws, bias, W, T)
+						conv(u, us, rows, w, ws, bias, W, T)
 						what := fmt.Sprintf("n=%d W=%d T=%d us=%d xs=%d ws=%d mode=%d", n, W, T, us, xs, ws, mode)
 						for _, ck := range []func(string){cx, cw, cb, cu} {
 							ck(what)
@@ -1188,7 +1195,7 @@ func TestConvExact(t *testing.T) {
 							τ, c := r.IntN(T), r.IntN(n)
 							a := bias[c]
 							for j := range W {
-								a += float32(float64(w[j*ws+c]) * float64(x[(τ+j)*xs+c]))
+								a += float32(float64(w[j*ws+c]) * float64(rows[τ+j][c]))
 							}
 							s := float32(float64(a) / (1 + math.Exp(-float64(a))))
 							if d := ulps(want[τ*us+c], s); d > 2 {
@@ -1207,42 +1214,49 @@ func TestConvExact(t *testing.T) {
 }
 
 // TestConvChecked: an assembly kernel's conv (convChecked) panics, before writing anything, for
-// every short slice, negative stride or W < 1, and does nothing for T = 0; convGeneric likewise
-// for the short slices and W < 1.
+// every short slice (u, w, the row table, any one of its rows), negative stride or W < 1, and does
+// nothing for T = 0; convGeneric likewise for the short slices and W < 1.
 func TestConvChecked(t *testing.T) {
 	kerneltest.ForEach(t, func(t *testing.T, name string) {
 		conv := convOf(name)
-		const n, W, T, us, xs, ws = 19, 4, 3, 21, 22, 23
+		const n, W, T, us, ws = 19, 4, 3, 21, 23
 		for _, c := range []struct {
-			what               string
-			du, dx, dw         int
-			us, xs, ws, w, tok int
-			panics             bool
+			what             string
+			du, dx, dw, drow int
+			us, ws, w, tok   int
+			panics           bool
 		}{
-			{"exact", 0, 0, 0, us, xs, ws, W, T, false},
-			{"short u", -1, 0, 0, us, xs, ws, W, T, true},
-			{"short x", 0, -1, 0, us, xs, ws, W, T, true},
-			{"short w", 0, 0, -1, us, xs, ws, W, T, true},
-			{"negative us", 0, 0, 0, -1, xs, ws, W, T, true},
-			{"negative xs", 0, 0, 0, us, -1, ws, W, T, true},
-			{"negative ws", 0, 0, 0, us, xs, -1, W, T, true},
-			{"W = 0", 0, 0, 0, us, xs, ws, 0, T, true},
-			{"T = 0", -1000, -1000, -1000, us, xs, ws, W, 0, false},
+			{"exact", 0, 0, 0, 0, us, ws, W, T, false},
+			{"short u", -1, 0, 0, 0, us, ws, W, T, true},
+			{"short table", 0, -1, 0, 0, us, ws, W, T, true},
+			{"a short row", 0, 0, 0, -1, us, ws, W, T, true},
+			{"short w", 0, 0, -1, 0, us, ws, W, T, true},
+			{"negative us", 0, 0, 0, 0, -1, ws, W, T, true},
+			{"negative ws", 0, 0, 0, 0, us, -1, W, T, true},
+			{"W = 0", 0, 0, 0, 0, us, ws, 0, T, true},
+			{"T = 0", -1000, -1000, -1000, 0, us, ws, W, 0, false},
 		} {
-			if name == "generic" && (c.us < 0 || c.xs < 0 || c.ws < 0) {
+			if name == "generic" && (c.us < 0 || c.ws < 0) {
 				continue // convGeneric indexes with them as they are: convChecked's own check
 			}
-			lu, lx, lw := max((T-1)*us+n+c.du, 0), max((T+W-2)*xs+n+c.dx, 0), max((W-1)*ws+n+c.dw, 0)
-			u, x, w, bias := make([]float32, lu), make([]float32, lx), make([]float32, lw), make([]float32, n)
+			lu, lw := max((T-1)*us+n+c.du, 0), max((W-1)*ws+n+c.dw, 0)
+			u, w, bias := make([]float32, lu), make([]float32, lw), make([]float32, n)
+			x := make([][]float32, max(T+W-1+c.dx, 0))
+			for i := range x {
+				x[i] = make([]float32, n)
+				for j := range x[i] {
+					x[i][j] = 1
+				}
+			}
+			if c.drow != 0 {
+				x[len(x)-1] = x[len(x)-1][:n+c.drow] // the current row of the last token
+			}
 			for i := range u {
 				u[i] = 7
 			}
-			for i := range x {
-				x[i] = 1
-			}
 			panicked := func() (p bool) {
 				defer func() { p = recover() != nil }()
-				conv(u, c.us, x, c.xs, w, c.ws, bias, c.w, c.tok)
+				conv(u, c.us, x, w, c.ws, bias, c.w, c.tok)
 				return false
 			}()
 			if panicked != c.panics {

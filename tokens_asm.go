@@ -255,25 +255,28 @@ func chansChecked(f func(kx, qx, pairs, em1, eg, kh, qh []float32), lanes int) f
 
 // convChecked makes impl.conv of a conv routine that takes whole vectors of lanes channels (lanes
 // 1: every channel) and checks nothing: every length is checked first, as convGeneric's first
-// lines do (a panic before any write: u holds (T−1)·us + n elements, x (T+W−2)·xs + n, w
-// (W−1)·ws + n; a negative stride or W < 1 panics too), then the routine takes the whole
-// vectors and convGeneric the n mod lanes channels after them (the same bits).
-func convChecked(f func(u []float32, us int, x []float32, xs int, w []float32, ws int, bias []float32, W, T int), lanes int) func(u []float32, us int, x []float32, xs int, w []float32, ws int, bias []float32, W, T int) {
-	return func(u []float32, us int, x []float32, xs int, w []float32, ws int, bias []float32, W, T int) {
+// lines do (a panic before any write: u holds (T−1)·us + n elements, w (W−1)·ws + n, x T+W−1
+// rows of at least n; a negative stride or W < 1 panics too), then the routine takes the whole
+// vectors and convFrom the n mod lanes channels after them (the same bits).
+func convChecked(f func(u []float32, us int, x [][]float32, w []float32, ws int, bias []float32, W, T int), lanes int) func(u []float32, us int, x [][]float32, w []float32, ws int, bias []float32, W, T int) {
+	return func(u []float32, us int, x [][]float32, w []float32, ws int, bias []float32, W, T int) {
 		n := len(bias)
 		if T <= 0 || n == 0 {
 			return
 		}
-		if us < 0 || xs < 0 || ws < 0 || W < 1 {
+		if us < 0 || ws < 0 || W < 1 {
 			panic("gdnsimd: conv: a negative stride or no tap")
 		}
-		_, _, _ = u[(T-1)*us+n-1], x[(T+W-2)*xs+n-1], w[(W-1)*ws+n-1]
+		_, _, _ = u[(T-1)*us+n-1], x[T+W-2], w[(W-1)*ws+n-1]
+		for _, r := range x[:T+W-1] {
+			_ = r[n-1]
+		}
 		v := n - n%lanes
 		if v > 0 {
-			f(u, us, x, xs, w, ws, bias[:v], W, T)
+			f(u, us, x, w, ws, bias[:v], W, T)
 		}
 		if v < n {
-			convGeneric(u[v:], us, x[v:], xs, w[v:], ws, bias[v:], W, T)
+			convFrom(u[v:], us, x, v, w[v:], ws, bias[v:], W, T)
 		}
 	}
 }

@@ -24,15 +24,16 @@ func (a isa) convGroups() []int { return []int{4, 1} }
 // AVX-512 also the n mod 16 after them with one masked vector (so its wrapper, convChecked, is
 // given lanes 1; on AVX2 the wrapper runs the rest): per token τ < T and channel c,
 //
-//	a = bias[c] + p_0 + … + p_{W−1},  p_j = w[j·ws + c]·x[(τ+j)·xs + c] (VMULPS, then VADDPS)
+//	a = bias[c] + p_0 + … + p_{W−1},  p_j = w[j·ws + c]·x[τ+j][c] (VMULPS, then VADDPS)
 //	u[τ·us + c] = a / (1 + Exp32(−a))
 //
-// the taps a loop over W at run time, the vectors of a group interleaved (convGroups), Exp32
-// operation for operation the Go function's (exp32). Strides are in elements; nothing is
-// checked (W ≥ 1, T ≥ 1: convChecked).
+// the taps a loop over W at run time, each loading its row's base from the table x (a slice
+// header, 24 bytes, a row), the vectors of a group interleaved (convGroups), Exp32 operation for
+// operation the Go function's (exp32). Strides are in elements; nothing is checked (W ≥ 1,
+// T ≥ 1, every row long enough: convChecked).
 func convRoutine(a isa) {
 	name := "conv" + a.name
-	routine(name, NOSPLIT, "func(u []float32, us int, x []float32, xs int, w []float32, ws int, bias []float32, W, T int)")
+	routine(name, NOSPLIT, "func(u []float32, us int, x [][]float32, w []float32, ws int, bias []float32, W, T int)")
 	Doc(fmt.Sprintf("%s is impl.conv (convGeneric) in %s; see gdn_amd64.go.", name, a.name))
 	n, nb := GP64(), GP64()
 	Load(Param("bias").Len(), n)
@@ -44,20 +45,23 @@ func convRoutine(a isa) {
 		ANDQ(U32(a.lanes-1), n)
 		tailMask(n, K1)
 	}
-	Comment("Every pointer at the end of the whole vectors: c runs from −nb up to 0.")
-	uRow, xRow, wE, bE := GP64(), GP64(), GP64(), GP64()
+	Comment("Every pointer at the end of the whole vectors: c runs from −nb up to 0 (x's rows: their",
+		"base − nb + c); xRow the token's first row in the table x.")
+	uRow, wE, bE := GP64(), GP64(), GP64()
 	for _, p := range []struct {
 		s string
 		r GPVirtual
-	}{{"u", uRow}, {"x", xRow}, {"w", wE}, {"bias", bE}} {
+	}{{"u", uRow}, {"w", wE}, {"bias", bE}} {
 		Load(Param(p.s).Base(), p.r)
 		ADDQ(nb, p.r)
 	}
-	us, xs, ws, tok := GP64(), GP64(), GP64(), GP64()
+	xRow := GP64()
+	Load(Param("x").Base(), xRow)
+	us, ws, tok := GP64(), GP64(), GP64()
 	for _, p := range []struct {
 		s string
 		r GPVirtual
-	}{{"us", us}, {"xs", xs}, {"ws", ws}} {
+	}{{"us", us}, {"ws", ws}} {
 		Load(Param(p.s), p.r)
 		SHLQ(U8(2), p.r)
 	}
@@ -67,7 +71,7 @@ func convRoutine(a isa) {
 	token := label("token")
 	Label(token)
 	MOVQ(nb, c)
-	g := convRegs{a: a, uRow: uRow, xRow: xRow, w: wE, bias: bE, xs: xs, ws: ws, c: c}
+	g := convRegs{a: a, uRow: uRow, xRow: xRow, w: wE, bias: bE, nb: nb, ws: ws, c: c}
 	groups := a.convGroups()
 	if a.masks && groups[len(groups)-1] == 1 {
 		groups = groups[:len(groups)-1] // the masked loop below takes single vectors
@@ -104,18 +108,19 @@ func convRoutine(a isa) {
 		Label(done)
 	}
 	ADDQ(us, uRow)
-	ADDQ(xs, xRow)
+	ADDQ(U8(24), xRow)
 	DECQ(tok)
 	JNZ(LabelRef(token))
 	VZEROUPPER()
 	RET()
 }
 
-// convRegs are conv's pointers and strides: the rows of u and x of the token, w and bias, all at
-// the end of the whole vectors, c the (negative) byte offset of the vector, xs and ws in bytes.
+// convRegs are conv's pointers and strides: the token's row of u, w and bias at the end of the
+// whole vectors, the token's first row in the table x (xRow), nb the whole vectors' bytes
+// negated, c the (negative) byte offset of the vector, ws in bytes.
 type convRegs struct {
 	a                       isa
-	uRow, xRow, w, bias, xs GPVirtual
+	uRow, xRow, w, bias, nb GPVirtual
 	ws, c                   GPVirtual
 }
 
@@ -132,12 +137,15 @@ func (g convRegs) body(k int, pc piece) {
 		acc[i] = a.vec()
 		pc.load(at(g.bias, i), acc[i])
 	}
-	xp, wp, j := GP64(), GP64(), GP64()
-	LEAQ(at(g.xRow, 0), xp)
+	tp, xp, wp, j := GP64(), GP64(), GP64(), GP64()
+	MOVQ(g.xRow, tp)
 	LEAQ(at(g.w, 0), wp)
 	Load(Param("W"), j)
 	tap := label("tap")
 	Label(tap)
+	MOVQ(Mem{Base: tp}, xp) // row τ+j's base
+	SUBQ(g.nb, xp)
+	ADDQ(g.c, xp)
 	for i := range acc {
 		t := a.vec()
 		pc.load(Mem{Base: xp, Disp: i * a.bytes()}, t)
@@ -149,7 +157,7 @@ func (g convRegs) body(k int, pc piece) {
 		}
 		VADDPS(v(t), v(acc[i]), v(acc[i])) // a += (w·x rounded)
 	}
-	ADDQ(g.xs, xp)
+	ADDQ(U8(24), tp)
 	ADDQ(g.ws, wp)
 	DECQ(j)
 	JNZ(LabelRef(tap))

@@ -89,8 +89,8 @@ checked, see chansChecked): c·kh and c·qh rounded on their own, then added, as
 	"conv": `conv%[1]s is convGeneric in %[1]s (asm/conv.go) for the whole vectors of len(bias) channels
 (AVX-512: and the channels after them, one masked vector; AVX2: the others are not written): per
 token, the taps a loop over W, each product rounded on its own, then added (VMULPS, VADDPS), and
-silu through Exp32, so the bits are convGeneric's. Strides in elements; W ≥ 1, T ≥ 1 and the
-lengths are not checked: see convChecked.`,
+silu through Exp32, so the bits are convGeneric's. Row τ+j of token τ's tap j is x[τ+j]; strides
+in elements; W ≥ 1, T ≥ 1 and the lengths (x's and its rows') are not checked: see convChecked.`,
 	"fmaLoop": `fmaLoop%[1]s runs n iterations of floor.chains independent VFMADD231PS chains on registers
 (the core's FMA throughput: a benchmark floor of package bench).`,
 	"stateKV": `state%[2]s is the [K][V] state routine over T tokens in %[1]s (asm/state_kv_tokens.go). Per

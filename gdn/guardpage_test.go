@@ -55,13 +55,15 @@ func TestGuardPages(t *testing.T) {
 
 // TestConvGuardPages runs every kernel with the conv front, every slice of the batch (the X rows,
 // the other rows, both pools and both conv pools, the outputs) ending exactly at a PROT_NONE page
-// (and, in a second round, starting right after one), for K and V over the tails of the vector
-// widths, widths 2, 4 and 8, f32 and bf16 rows and pools, in place and out of place: the results
+// (and, in a second round, starting right after one), for channel counts under one vector and
+// with tails of 8 and 12 lanes, widths 2, 4 and 8, f32 and bf16 rows and pools, in place and out of place: the results
 // must be those of the same batch on ordinary slices.
 func TestConvGuardPages(t *testing.T) {
 	type shape struct{ K, V, W int }
-	shapes := []shape{{1, 1, 2}, {3, 17, 4}, {16, 15, 8}, {17, 33, 4}, {33, 64, 3}, {64, 80, 4}}
-	specs := equivSpecs()
+	// C = 4K + 4V channels: 8 (under one vector), 200 and 124 (a tail of 8 and of 12 lanes after
+	// whole 16-lane vectors); W from 2 to 8.
+	shapes := []shape{{1, 1, 2}, {17, 33, 4}, {16, 15, 8}}
+	specs := equivSpecs() // out of place and in place: each shape × dtype runs one, in turn
 	kerneltest.ForEach(t, func(t *testing.T, kernel string) {
 		for i, sh := range shapes {
 			for _, bf := range []bool{false, true} {
@@ -81,7 +83,7 @@ func TestConvGuardPages(t *testing.T) {
 					c.ConvWeight[j] = float32(0.4 * r.NormFloat64())
 				}
 				l := mustLayer(t, c)
-				for _, s := range specs {
+				for _, s := range specs[(i+boolInt(bf))%2 : (i+boolInt(bf))%2+1] {
 					for _, atEnd := range []bool{true, false} {
 						t.Run(fmt.Sprintf("K=%d,V=%d,W=%d,bf16=%v,batch=%s,atEnd=%v", sh.K, sh.V, sh.W, bf, s.name, atEnd), func(t *testing.T) {
 							ref := makeBatch(c, s.s, uint64(i))
@@ -134,4 +136,11 @@ func placedBatch(b *gdn.Batch, p pagePlacer) *gdn.Batch {
 		g.OutF32 = append(p.f32(len(b.OutF32))[:0], b.OutF32...)
 	}
 	return &g
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -15,36 +15,37 @@ import (
 const convGroup = 4
 
 func convNEON(e *emitter) {
-	e.doc("func convNEON(u []float32, us int, x []float32, xs int, w []float32, ws int, bias []float32, W, T int)",
+	e.doc("func convNEON(u []float32, us int, x [][]float32, w []float32, ws int, bias []float32, W, T int)",
 		"",
 		"convGeneric for the whole vectors (four lanes) of len(bias) channels (convChecked runs the rest,",
 		"and checks W ≥ 1, T ≥ 1 and every length): per token τ and channel c",
 		"",
-		"\ta = bias[c] + p_0 + … + p_{W−1},  p_j = w[j·ws + c]·x[(τ+j)·xs + c]   (FMUL, then FADD)",
+		"\ta = bias[c] + p_0 + … + p_{W−1},  p_j = w[j·ws + c]·x[τ+j][c]   (FMUL, then FADD)",
 		"\tu[τ·us + c] = a / (1 + exp32(−a))",
 		"",
-		"four vectors at a time, then one: the taps a loop over W (VLD1.P post-incremented by the strides),",
+		"four vectors at a time, then one: the taps a loop over W (row τ+j's base from the table x, 24 bytes a",
+		"slice header; w's VLD1.P post-incremented by its stride),",
 		"then a stored to u, the vectors' exp32 interleaved (onePlusExp, the gate's operations, so Go's arm64 exp32",
 		"bits: its fused multiply-adds where the compiler fuses), a loaded again and divided.",
 		"",
-		"Registers: R0 u's row, R1 x's row, R2 w, R3 bias, R4 us, R5 xs, R6 ws (bytes), R7 W, R8 tokens",
-		"left, R9 the whole vectors' bytes, R10 bytes left, R11/R12 x, w of a tap, R13 taps left, R14 u,",
-		"R15 x, R19 w, R20 bias of the vectors; V(i) the sum of vector i, V(4+i) its n, V(8+i), V(12+i)",
+		"Registers: R0 u's row, R1 the token's first row in x, R2 w, R3 bias, R4 us, R6 ws (bytes), R7 W,",
+		"R8 tokens left, R9 the whole vectors' bytes, R10 bytes left, R11/R12 x, w of a tap, R13 taps left,",
+		"R14 u, R15 the vectors' offset in a row (bytes), R19 w, R20 bias of the vectors, R5 the table's",
+		"entry of a tap; V(i) the sum of vector i, V(4+i) its n, V(8+i), V(12+i)",
 		"its polynomial; V16-V29 exp32's constants as gateNEON4's.")
-	e.text("convNEON", 136)
+	e.text("convNEON", 128)
 	uRow, xRow, w, bias, us, xs, ws, W, tok := Reg(0), Reg(1), Reg(2), Reg(3), Reg(4), Reg(5), Reg(6), Reg(7), Reg(8)
 	nb, left, xp, wp, j, up, xq, wq, bq, tmp := Reg(9), Reg(10), Reg(11), Reg(12), Reg(13), Reg(14), Reg(15), Reg(19), Reg(20), Reg(21)
 	e.op("MOVD", arg("u_base", 0), uRow)
 	e.op("MOVD", arg("us", 24), us)
 	e.op("MOVD", arg("x_base", 32), xRow)
-	e.op("MOVD", arg("xs", 56), xs)
-	e.op("MOVD", arg("w_base", 64), w)
-	e.op("MOVD", arg("ws", 88), ws)
-	e.op("MOVD", arg("bias_base", 96), bias)
-	e.op("MOVD", arg("bias_len", 104), nb)
-	e.op("MOVD", arg("W", 120), W)
-	e.op("MOVD", arg("T", 128), tok)
-	for _, r := range []Reg{us, xs, ws} {
+	e.op("MOVD", arg("w_base", 56), w)
+	e.op("MOVD", arg("ws", 80), ws)
+	e.op("MOVD", arg("bias_base", 88), bias)
+	e.op("MOVD", arg("bias_len", 96), nb)
+	e.op("MOVD", arg("W", 112), W)
+	e.op("MOVD", arg("T", 120), tok)
+	for _, r := range []Reg{us, ws} {
 		e.op("LSL", imm(2), r, r)
 	}
 	e.opn("the whole vectors' channels, in bytes", "AND", "$~3", nb, nb)
@@ -69,7 +70,7 @@ func convNEON(e *emitter) {
 
 	e.label("ctoken")
 	e.op("MOVD", uRow, up)
-	e.op("MOVD", xRow, xq)
+	e.op("MOVD", ZR, xq)
 	e.op("MOVD", w, wq)
 	e.op("MOVD", bias, bq)
 	e.op("MOVD", nb, left)
@@ -86,11 +87,13 @@ func convNEON(e *emitter) {
 		e.op("CMP", imm(16*k), left)
 		e.op("BLT", next)
 		e.op("VLD1.P", post(16*k, bq), regs(0))
-		e.op("MOVD", xq, xp)
+		e.op("MOVD", xRow, xs)
 		e.op("MOVD", wq, wp)
 		e.op("MOVD", W, j)
 		e.label(tap)
-		e.op("VLD1.P", postReg(xp, xs), regs(4))
+		e.op("MOVD.P", post(24, xs), xp)
+		e.op("ADD", xq, xp, xp)
+		e.op("VLD1", mem(xp), regs(4))
 		e.op("VLD1.P", postReg(wp, ws), regs(8))
 		for i := range k {
 			e.word(fmul(Vreg(4+i).S4(), Vreg(8+i).S4(), Vreg(4+i).S4()))
@@ -121,7 +124,7 @@ func convNEON(e *emitter) {
 		e.label(next)
 	}
 	e.op("ADD", us, uRow, uRow)
-	e.op("ADD", xs, xRow, xRow)
+	e.op("ADD", imm(24), xRow, xRow)
 	e.op("SUB", imm(1), tok, tok)
 	e.op("CBNZ", tok, "ctoken")
 	e.op("RET")

@@ -34,7 +34,7 @@ are the same. It takes len(a) lanes and does not check the other lengths (gatesC
 		Doc: `chansNEON is chansGeneric in NEON for the whole vectors (four lanes) of len(em1) channels (the
 others are not written; every slice holds at least len(em1) elements, pairs 2·len(em1): not
 checked, see chansChecked): c·kh and c·qh rounded on their own, then added, as chanDecay does.`},
-	{Name: "convNEON", Params: "(u []float32, us int, x []float32, xs int, w []float32, ws int, bias []float32, W, T int)",
+	{Name: "convNEON", Params: "(u []float32, us int, x [][]float32, w []float32, ws int, bias []float32, W, T int)",
 		Doc: `convNEON is convGeneric in NEON (asm/neon/conv.go) for the whole vectors (four lanes) of len(bias)
 channels (the others are not written; strides in elements; W ≥ 1, T ≥ 1 and the lengths are not
 checked: see convChecked): per token, the taps a loop over W, each product rounded on its own,
