@@ -288,3 +288,26 @@ func TestConvStoreToOtherType(t *testing.T) {
 		})
 	}
 }
+
+// TestConvZeroRowsAfterWidened: a one-token fresh prompt (Zero) whose conv runs over more channels
+// than a head's state has elements (K = V = 1, C = 8) reads zeros for its conv state, even right
+// after a call that widened bf16 rows into the same scratch: its results are those of the same
+// call on a fresh Layer.
+func TestConvZeroRowsAfterWidened(t *testing.T) {
+	kerneltest.ForEach(t, func(t *testing.T, kernel string) {
+		c := equivConfig(kernel, runFormat{"kv-f32", gdn.LayoutKV, gdn.DTypeF32, false, true}, 1)
+		c.K, c.V, c.KHeads, c.VHeads = 1, 1, 2, 4
+		c.NormWeight = c.NormWeight[:1]
+		C := 2*c.KHeads*c.K + c.VHeads*c.V
+		c.ConvWeight, c.ConvBias = c.ConvWeight[:4*C], c.ConvBias[:C]
+		used, fresh := mustLayer(t, c), mustLayer(t, c)
+		a := makeBatch(c, runSpec{lens: []int{6}, read: []int32{0}, slots: 1}, 3)
+		a.X = toBF16Rows(a.X)
+		runOK(t, used, a)
+		z := makeBatch(c, runSpec{lens: []int{1}, read: []int32{gdn.Zero}, store: []int32{1}, slots: 2}, 4)
+		z2 := makeBatch(c, runSpec{lens: []int{1}, read: []int32{gdn.Zero}, store: []int32{1}, slots: 2}, 4)
+		runOK(t, used, z)
+		runOK(t, fresh, z2)
+		requireSameResults(t, "after a bf16 call vs on a fresh Layer", z2, z)
+	})
+}

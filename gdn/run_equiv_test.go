@@ -108,14 +108,39 @@ func equivSpecs() []namedSpec {
 	}
 }
 
+// decodeSpec is a decode batch, 80 one-token sequences (slots 0–59 read in a shuffled order and
+// stored back, every seventh a fresh prompt stored to a slot of its own from 60 on, every
+// eleventh Pad): enough state for Workers to split it, so that the splits fall inside sequences
+// (a one-token sequence's heads on two workers).
+func decodeSpec() runSpec {
+	s := runSpec{}
+	slot, fresh := 0, 60
+	for i := range 80 {
+		s.lens = append(s.lens, 1)
+		switch {
+		case i%11 == 10:
+			s.read, s.store = append(s.read, gdn.Pad), append(s.store, gdn.NoStore)
+		case i%7 == 6 || slot == 60:
+			s.read, s.store = append(s.read, gdn.Zero), append(s.store, int32(fresh))
+			fresh++
+		default:
+			r := int32(slot * 37 % 60)
+			s.read, s.store = append(s.read, r), append(s.store, r)
+			slot++
+		}
+	}
+	s.slots = fresh
+	return s
+}
+
 // forEachEquiv runs f for every kernel × format × gate (the scalar one, Kimi-Linear's per-channel
-// one, the scalar one with the conv front) × batch.
-func forEachEquiv(t *testing.T, f func(t *testing.T, kernel string, rf runFormat, s runSpec)) {
+// one, the scalar one with the conv front) × batch (equivSpecs, and extra).
+func forEachEquiv(t *testing.T, f func(t *testing.T, kernel string, rf runFormat, s runSpec), extra ...namedSpec) {
 	forEachKernelFormat(t, func(t *testing.T, kernel string, rf runFormat) {
 		for _, g := range []string{"scalar", "kda", "scalar-conv"} {
 			rf.kda, rf.conv = g == "kda", g == "scalar-conv"
 			t.Run("gate="+g, func(t *testing.T) {
-				for _, ns := range equivSpecs() {
+				for _, ns := range append(equivSpecs(), extra...) {
 					t.Run("batch="+ns.name, func(t *testing.T) { f(t, kernel, rf, ns.s) })
 				}
 			})
@@ -207,7 +232,7 @@ func TestRunWorkersEquivalent(t *testing.T) {
 				requireSameResults(t, fmt.Sprintf("Workers %d (run %d) vs 1", w, rep), ref, b2)
 			}
 		}
-	})
+	}, namedSpec{"decode", decodeSpec()})
 }
 
 // subBatch is sequences [lo, hi) of b as a batch of their own, sharing b's memory.
