@@ -126,34 +126,48 @@ func sameSlice(a, b *gdn.Pool) bool {
 // N(0, 1), bf16 values when bf16), SlotStride 0, the size, wider or one short of it, sometimes a
 // tail that is not a slot, the last slot one short, no data or both types.
 func mkConvPool(rng *rand.Rand, n, size int, x byte) *gdn.Pool {
-	stride := [...]int{0, size, size + 1 + int(x>>2%3), 0}[x%4]
-	if x%4 == 3 && x>>2%4 == 0 {
-		stride = size - 1 // invalid
-	}
-	st := stride
-	if st <= 0 {
-		st = size
-	}
-	m := (n-1)*st + size
-	if x>>4&1 == 1 {
-		m += size / 2 // a tail that is not a slot
-	}
-	if x>>6 == 3 {
-		m-- // the last slot one short
-	}
+	stride, m := poolLayout(n, size, x, x>>6 == 3)
 	vals := normal(rng, max(m, 0), 0, 1)
 	p := &gdn.Pool{F32: vals, SlotStride: stride}
 	if x>>5&1 == 1 {
-		p = &gdn.Pool{BF16: make([]gdn.BF16, len(vals)), SlotStride: stride}
-		for i, v := range vals {
-			p.BF16[i] = gdn.BF16FromFloat32(v)
-		}
+		p = bf16Pool(vals, stride)
 	}
 	switch x {
 	case 0xFF:
 		p = &gdn.Pool{SlotStride: stride} // no data
 	case 0xFE:
 		p.F32 = vals // both
+	}
+	return p
+}
+
+// poolLayout decodes from x the SlotStride of a pool of n slots of slot elements (0, the slot,
+// wider, or one short of it when x%4 == 3 and x>>2%4 == 0) and its length: sometimes (x>>4&1) a
+// tail that is not a slot, one short when short.
+func poolLayout(n, slot int, x byte, short bool) (stride, size int) {
+	stride = [...]int{0, slot, slot + 1 + int(x>>2%3), 0}[x%4]
+	if x%4 == 3 && x>>2%4 == 0 {
+		stride = slot - 1 // invalid
+	}
+	st := stride
+	if st <= 0 {
+		st = slot
+	}
+	size = (n-1)*st + slot
+	if x>>4&1 == 1 {
+		size += slot / 2 // a tail that is not a slot
+	}
+	if short {
+		size-- // the last slot one short
+	}
+	return stride, size
+}
+
+// bf16Pool is a bf16 pool of vals rounded to bf16.
+func bf16Pool(vals []float32, stride int) *gdn.Pool {
+	p := &gdn.Pool{BF16: make([]gdn.BF16, len(vals)), SlotStride: stride}
+	for i, v := range vals {
+		p.BF16[i] = gdn.BF16FromFloat32(v)
 	}
 	return p
 }
@@ -541,28 +555,10 @@ func decodeRun(data []byte) *runCase {
 	// Pools.
 	x = r.next()
 	mkPool := func(n int, x byte, bf16 bool) *gdn.Pool {
-		stride := [...]int{0, slot, slot + 1 + int(x>>2%3), 0}[x%4]
-		if x%4 == 3 && x>>2%4 == 0 {
-			stride = slot - 1 // invalid
-		}
-		st := stride
-		if st <= 0 {
-			st = slot
-		}
-		size := (n-1)*st + slot
-		if x>>4&1 == 1 {
-			size += slot / 2 // a tail that is not a slot
-		}
-		if x>>5 == 7 {
-			size-- // the last slot one short
-		}
+		stride, size := poolLayout(n, slot, x, x>>5 == 7)
 		vals := normal(rng, max(size, 0), 0, 0.3)
 		if bf16 {
-			p := &gdn.Pool{BF16: make([]gdn.BF16, len(vals)), SlotStride: stride}
-			for i, v := range vals {
-				p.BF16[i] = gdn.BF16FromFloat32(v)
-			}
-			return p
+			return bf16Pool(vals, stride)
 		}
 		return &gdn.Pool{F32: vals, SlotStride: stride}
 	}
