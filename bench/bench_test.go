@@ -326,6 +326,9 @@ func TestDefaults(t *testing.T) {
 	if got := ServeCases(Qwen3Next, 1, 64); len(got) != 4 || got[1].Shape.B != 64 || got[2].T != 512 || !got[3].Snapshots {
 		t.Errorf("ServeCases(Qwen3Next, 1, 64) = %v", got)
 	}
+	if got := CurveCases(Qwen3Next, 2, 8); len(got) != 2 || got[0].Shape.B != 8 || got[0].T != 2 || got[1].T != 8 || got[1].Snapshots {
+		t.Errorf("CurveCases(Qwen3Next, 2, 8) = %v", got)
+	}
 }
 
 func TestMedian(t *testing.T) {

@@ -86,7 +86,7 @@ type flags struct {
 	batch                        *time.Duration
 	svg, formats                 *string
 	serve                        *bool
-	kda, conv                    *string
+	kda, conv, curve             *string
 }
 
 // newFlags defines the command's flags on fs.
@@ -110,6 +110,8 @@ func newFlags(fs *flag.FlagSet) *flags {
 		formats: fs.String("formats", "kv-f32,vk-f32,kv-bf16,vk-bf16", "comma-separated state formats of the serving table"),
 		kda: fs.String("kda", "32x32x128x128", "also measure the serving call with the per-channel gate (gate=kda, sigmoid output gate) on this "+
 			"layer HKxHVxKxV (Kimi-Linear's), each call over the same call with the scalar gate; \"\": not"),
+		curve: fs.String("curve", "2,3,4,8", "also measure calls of these T tokens at B = 8 in place (the multi-token curve: each over the "+
+			"single-token call and over one state pass plus T times the FMA bound) on the first layer; \"\": not"),
 		conv: fs.String("conv", "16x32x128x128", "also measure the serving call with the conv front (conv: pre-conv rows, width 4) on this "+
 			"layer HKxHVxKxV (Qwen3-Next's), each call over the same call given the post-conv rows; \"\": not"),
 	}
@@ -166,6 +168,14 @@ func main() {
 	printTable(os.Stdout, res)
 	if *f.serve {
 		cases := ServeCases(c.Layers[0], c.Bs...)
+		if *f.curve != "" {
+			ts, err := parseInts(*f.curve)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "bench: -curve:", err)
+				os.Exit(2)
+			}
+			cases = append(cases, CurveCases(c.Layers[0], ts...)...)
+		}
 		if *f.kda != "" {
 			kl, err := parseLayer(*f.kda)
 			if err != nil {

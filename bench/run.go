@@ -90,6 +90,20 @@ func ServeCases(layer Shape, bs ...int) []Serve {
 	return append(cs, Serve{Shape: at(1), T: 512}, Serve{Shape: at(8), T: 4, Snapshots: true})
 }
 
+// CurveCases are calls of T tokens at B = 8 in place (no snapshots), one per T of ts: short
+// multi-token calls (speculative verification keeping only the final state), whose time over the
+// single-token call and over one state pass plus T times the FMA bound is the curve of how the
+// state's traffic and the arithmetic add up at small T.
+func CurveCases(layer Shape, ts ...int) []Serve {
+	s := layer
+	s.B = 8
+	var cs []Serve
+	for _, t := range ts {
+		cs = append(cs, Serve{Shape: s, T: t})
+	}
+	return cs
+}
+
 // KimiLinear is one Kimi-Linear KDA layer (32 q/k heads, 32 value heads, K = V = 128).
 var KimiLinear = Shape{HK: 32, HV: 32, K: 128, V: 128}
 
@@ -435,7 +449,9 @@ func measureServe(c Config, d, d1, ds *RunData, l *gdn.Layer, kernel string, wor
 // the snapshot floor, copy() of the states into the snapshot slots) and over the FMA bound (the call's
 // 4·B·T·HV·K·V FMAs at the measured FMA throughput, also shown per head-token); t/base, for the
 // per-channel gate (gate=kda) the call over the same call with the scalar gate, for the conv front
-// (conv) over the same call given the post-conv rows.
+// (conv) over the same call given the post-conv rows. For T > 1, the call over the single-token
+// call (with snapshots: over the single-token call plus the snapshot floor), and in place over one
+// state pass (the in-place floor) plus the FMA bound.
 func printServe(w io.Writer, res []ServeResult) {
 	kda := false
 	for _, r := range res {
@@ -446,8 +462,8 @@ func printServe(w io.Writer, res []ServeResult) {
 	if kda {
 		extra, sep = " t/base |", "---:|"
 	}
-	fmt.Fprintln(w, "| kernel | format | case | workers | µs/call | µs/token | t/copy() | per token / single-token call | t/floor | t/FMA bound | FMA bound µs/head-token |"+extra)
-	fmt.Fprintln(w, "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"+sep)
+	fmt.Fprintln(w, "| kernel | format | case | workers | µs/call | µs/token | t/copy() | per token / single-token call | call / single-token call (+ snapshot floor) | call / (state pass + FMA bound) | t/floor | t/FMA bound | FMA bound µs/head-token |"+extra)
+	fmt.Fprintln(w, "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"+sep)
 	ratio := func(a, b float64) string {
 		if b <= 0 {
 			return "—"
@@ -455,9 +471,17 @@ func printServe(w io.Writer, res []ServeResult) {
 		return fmt.Sprintf("%.2f", a/b)
 	}
 	for _, r := range res {
-		per := "—"
+		per, whole, pass := "—", "—", "—"
 		if r.Single > 0 {
 			per = fmt.Sprintf("%.2f", r.Call/float64(r.Case.T)/r.Single)
+			single := r.Single
+			if r.Case.Snapshots {
+				single += r.Floor
+			}
+			whole = ratio(r.Call, single)
+		}
+		if r.Case.T > 1 && !r.Case.Snapshots && r.Floor > 0 && r.FMA > 0 {
+			pass = ratio(r.Call, r.Floor+r.FMA)
 		}
 		fb := "—"
 		if r.FMA > 0 {
@@ -467,7 +491,7 @@ func printServe(w io.Writer, res []ServeResult) {
 		if kda {
 			col = " " + ratio(r.Call, r.Base) + " |"
 		}
-		fmt.Fprintf(w, "| %s | %v | %v | %d | %s | %s | %.2f | %s | %s | %s | %s |%s\n", r.Kernel, r.Format, r.Case, r.Workers,
-			micros(r.Call), micros(r.Call/float64(r.Case.T)), r.Call/r.Copy, per, ratio(r.Call, r.Floor), ratio(r.Call, r.FMA), fb, col)
+		fmt.Fprintf(w, "| %s | %v | %v | %d | %s | %s | %.2f | %s | %s | %s | %s | %s | %s |%s\n", r.Kernel, r.Format, r.Case, r.Workers,
+			micros(r.Call), micros(r.Call/float64(r.Case.T)), r.Call/r.Copy, per, whole, pass, ratio(r.Call, r.Floor), ratio(r.Call, r.FMA), fb, col)
 	}
 }
