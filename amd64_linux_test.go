@@ -153,12 +153,15 @@ func hostileList(t *testing.T, groups int, keep *kerneltest.Pages) []uintptr {
 
 // TestPrefetchListHarmless runs every amd64 state routine over T tokens (both layouts, f32 and
 // bf16, T = 1, 2, 5 and 9, the Qwen3-Next shape, the odd 96×80 and two small ones) with a hostile
-// prefetch list (hostileList), and holds the outputs and the stored states to the bits of the same
-// call without one: the list is a hint that changes nothing and touches nothing.
+// prefetch list (hostileList) and a hostile next state (stateArgs.nx: 64 bytes before an
+// inaccessible page, 1 MiB long), and holds the outputs and the stored states to the bits of the
+// same call without them: they are hints that change nothing and touch nothing.
 func TestPrefetchListHarmless(t *testing.T) {
 	forEachAmd64(t, func(t *testing.T, name string, k Kernel) {
 		tk := TokensOf(k)
 		keep := kerneltest.NewPages(t, true)
+		testNx = stateRef{f32: unsafe.Slice((*float32)(keep.Mem(64)), 1<<18)}
+		defer func() { testNx = stateRef{} }()
 		r := rand.New(rand.NewPCG(41, 42))
 		for _, sh := range [][2]int{{128, 128}, {96, 80}, {8, 3}, {17, 5}} {
 			K, V := sh[0], sh[1]

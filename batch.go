@@ -221,6 +221,7 @@ type headCall struct {
 	tmp  []float32 // K·V f32 scratch the routine may use
 	slab []float32 // K·genericBlock f32 scratch the routine may use
 	pf   []uintptr // the rows of the driver's next call, to prefetch (stateArgs.pf)
+	nx   stateRef  // the state the driver's next call reads first, to prefetch (stateArgs.nx; none: nothing)
 
 	stores []unsafe.Pointer     // [chunk] for the assembly adapters
 	zero32 []float32            // K·V zeros (never written)
@@ -600,20 +601,25 @@ func (d *driver) group(hk, h0, step, g, t0, t1 int, read int32, nh, nhk int) {
 	}
 	// ahead lists the rows of the call after head j's call over [c0, c1) of the chunk loop below:
 	// head j+1's over the same tokens, else head 0's over the next chunk (with its q and k), else
-	// the next group's first (nh, k-head nhk) over the first chunk.
+	// the next group's first (nh, k-head nhk) over the first chunk; and the state it reads first
+	// (src: head j+1's before the chunk; a carry, in the caches already, is not listed).
+	one := t1-t0 <= chunk
+	var src [groupMax]stateRef // over more than one chunk: head j's state before the chunk
 	ahead := func(j, c0, c1 int) {
 		switch {
+		case j+1 < g && one:
+			d.ahead(h0+(j+1)*step, c0, c1, hk, false, d.readRef(read, h0+(j+1)*step))
 		case j+1 < g:
-			d.ahead(h0+(j+1)*step, c0, c1, hk, false)
+			d.ahead(h0+(j+1)*step, c0, c1, hk, false, src[j+1])
 		case c1 < t1:
-			d.ahead(h0, c1, min(t1, c1+chunk), hk, true)
+			d.ahead(h0, c1, min(t1, c1+chunk), hk, true, stateRef{})
 		case nh >= 0:
-			d.ahead(nh, t0, min(t1, t0+chunk), nhk, true)
+			d.ahead(nh, t0, min(t1, t0+chunk), nhk, true, d.readRef(read, nh))
 		default:
-			s.hc.pf = s.hc.pf[:0]
+			s.hc.pf, s.hc.nx = s.hc.pf[:0], stateRef{}
 		}
 	}
-	if t1-t0 <= chunk {
+	if one {
 		d.prepareQK(t0, t1, hk)
 		for j := range g {
 			h := h0 + j*step
@@ -622,7 +628,6 @@ func (d *driver) group(hk, h0, step, g, t0, t1 int, read int32, nh, nhk int) {
 		}
 		return
 	}
-	var src [groupMax]stateRef // head j's state before the chunk
 	for j := range g {
 		src[j] = d.readRef(read, h0+j*step)
 	}
@@ -649,10 +654,11 @@ func (d *driver) group(hk, h0, step, g, t0, t1 int, read int32, nh, nhk int) {
 // routine issues a group per token pass (asm/prefetch.go), so that these rows come while it
 // computes instead of one after another at the start of that call: the prefill's activations are
 // about 2 KiB per head-token, as much time from memory as a fifth of the routine's compute.
-func (d *driver) ahead(h, c0, c1, hk int, qk bool) {
+func (d *driver) ahead(h, c0, c1, hk int, qk bool, nx stateRef) {
 	b, s := d.b, d.s
 	K, V, HV := b.K, b.V, b.VHeads
 	pf := s.hc.pf[:0]
+	s.hc.nx = stateRef{}
 	if c1-c0 < 2 || !d.prefetches {
 		// Not for a call of one token (decode): its rows are 2 KiB against the state's 64 KiB
 		// (Qwen3-Next), and building the list cost more than it saved (B = 1, from L2/L3: +1.5 to
@@ -684,7 +690,7 @@ func (d *driver) ahead(h, c0, c1, hk int, qk bool) {
 		}
 		pf = append(pf, 0, 0) // the end of the token's group
 	}
-	s.hc.pf = pf
+	s.hc.pf, s.hc.nx = pf, nx
 }
 
 // rowLines appends to pf the entry of token t's row of r, w elements from element off.

@@ -3079,7 +3079,7 @@ scaleAVX2_scaledone_1:
 
 // func stateKVf32AVX512(a stateArgs)
 // Requires: AVX, AVX512F, CMOV, MMX+
-TEXT ·stateKVf32AVX512(SB), NOSPLIT, $488-168
+TEXT ·stateKVf32AVX512(SB), NOSPLIT, $504-184
 	CMPQ  a_dst1+136(FP), $0x00
 	JE    stateKVf32AVX512_tokens_1
 	MOVQ  a_src+32(FP), AX
@@ -5279,6 +5279,12 @@ stateKVf32AVX512_gateset_2:
 	ANDQ $-2, DX
 	LEAQ (CX)(DX*8), CX
 	MOVQ CX, 472(SP)
+	MOVQ a_nx+168(FP), CX
+	MOVQ a_nxn+176(FP), DX
+	ADDQ CX, DX
+	MOVQ DX, 488(SP)
+	ANDQ $-64, CX
+	MOVQ CX, 480(SP)
 
 	// K > 512 does not fit work: the Go wrapper never calls with it.
 	CMPQ AX, $0x00000200
@@ -5465,7 +5471,7 @@ stateKVf32AVX512_nostore_1:
 	SHLQ $0x02, R8
 
 	// Non-temporal stores for this token's rows: a store but the last token's after a token without one, the rows aligned whole vectors.
-	MOVQ  $0x00000000, 480(SP)
+	MOVQ  $0x00000000, 496(SP)
 	TESTQ R9, R9
 	JZ    stateKVf32AVX512_temporal_1
 	MOVQ  48(SP), R10
@@ -5485,7 +5491,7 @@ stateKVf32AVX512_snapshot_1:
 	JNZ   stateKVf32AVX512_temporal_1
 	TESTQ $0x0000003f, R8
 	JNZ   stateKVf32AVX512_temporal_1
-	MOVQ  $0x00000001, 480(SP)
+	MOVQ  $0x00000001, 496(SP)
 
 stateKVf32AVX512_temporal_1:
 	MOVQ 48(SP), R10
@@ -5499,23 +5505,32 @@ stateKVf32AVX512_temporal_1:
 	LEAQ 448(SP), R10
 
 stateKVf32AVX512_decaysset_1:
+	MOVQ 480(SP), R11
+
 stateKVf32AVX512_rows_1:
+	CMPQ       R11, 488(SP)
+	JAE        stateKVf32AVX512_nxdone_1
+	PREFETCHT1 (R11)
+	PREFETCHT1 64(R11)
+	ADDQ       $0x80, R11
+
+stateKVf32AVX512_nxdone_1:
 	VBROADCASTSS (BX)(CX*4), Z2
-	VBROADCASTSS (R10), Z3
-	VBROADCASTSS 4(R10), Z4
+	VBROADCASTSS (R10), Z4
+	VBROADCASTSS 4(R10), Z3
 	ADDQ         424(SP), R10
 	VBROADCASTSS (SI)(CX*4), Z5
 	VBROADCASTSS (DI)(CX*4), Z7
 	VMOVUPS      (AX), Z8
-	VPANDD       Z4, Z8, Z4
-	VFMADD132PS  Z3, Z4, Z8
+	VPANDD       Z3, Z8, Z3
+	VFMADD132PS  Z4, Z3, Z8
 	VFMADD231PS  Z6, Z2, Z8
 	VMOVUPS      Z8, (AX)
 	VFMADD231PS  Z8, Z5, Z0
 	VFMADD231PS  Z8, Z7, Z1
 	TESTQ        R9, R9
 	JZ           stateKVf32AVX512_nostorerow_1
-	CMPB         480(SP), $0x00
+	CMPB         496(SP), $0x00
 	JE           stateKVf32AVX512_temporalrow_1
 	VMOVUPS      (AX), Z2
 	VMOVNTPS     Z2, (R9)
@@ -5533,6 +5548,7 @@ stateKVf32AVX512_nostorerow_1:
 	INCQ CX
 	CMPQ CX, DX
 	JB   stateKVf32AVX512_rows_1
+	MOVQ R11, 480(SP)
 	JMP  stateKVf32AVX512_rowsdone_1
 
 stateKVf32AVX512_lastrows_1:
@@ -5542,18 +5558,27 @@ stateKVf32AVX512_lastrows_1:
 	LEAQ 448(SP), SI
 
 stateKVf32AVX512_decaysset_2:
+	MOVQ 480(SP), DI
+
 stateKVf32AVX512_rows_2:
+	CMPQ       DI, 488(SP)
+	JAE        stateKVf32AVX512_nxdone_2
+	PREFETCHT1 (DI)
+	PREFETCHT1 64(DI)
+	ADDQ       $0x80, DI
+
+stateKVf32AVX512_nxdone_2:
 	VBROADCASTSS (BX)(CX*4), Z0
-	VBROADCASTSS (SI), Z1
-	VBROADCASTSS 4(SI), Z2
+	VBROADCASTSS (SI), Z2
+	VBROADCASTSS 4(SI), Z1
 	ADDQ         424(SP), SI
 	VMOVUPS      (AX), Z3
-	VPANDD       Z2, Z3, Z2
-	VFMADD132PS  Z1, Z2, Z3
+	VPANDD       Z1, Z3, Z1
+	VFMADD132PS  Z2, Z1, Z3
 	VFMADD231PS  Z6, Z0, Z3
 	TESTQ        R9, R9
 	JZ           stateKVf32AVX512_nostorerow_2
-	CMPB         480(SP), $0x00
+	CMPB         496(SP), $0x00
 	JE           stateKVf32AVX512_temporalrow_2
 	VMOVNTPS     Z3, (R9)
 	JMP          stateKVf32AVX512_storedrow_2
@@ -5569,6 +5594,7 @@ stateKVf32AVX512_nostorerow_2:
 	INCQ CX
 	CMPQ CX, DX
 	JB   stateKVf32AVX512_rows_2
+	MOVQ DI, 480(SP)
 	JMP  stateKVf32AVX512_tokensout_1
 
 stateKVf32AVX512_rowsdone_1:
@@ -5753,7 +5779,7 @@ stateKVf32AVX512_nostore_2:
 	SHLQ $0x02, R8
 
 	// Non-temporal stores for this token's rows: a store but the last token's after a token without one, the rows aligned whole vectors.
-	MOVQ  $0x00000000, 480(SP)
+	MOVQ  $0x00000000, 496(SP)
 	TESTQ R9, R9
 	JZ    stateKVf32AVX512_temporal_2
 	MOVQ  48(SP), R10
@@ -5773,7 +5799,7 @@ stateKVf32AVX512_snapshot_2:
 	JNZ   stateKVf32AVX512_temporal_2
 	TESTQ $0x0000003f, R8
 	JNZ   stateKVf32AVX512_temporal_2
-	MOVQ  $0x00000001, 480(SP)
+	MOVQ  $0x00000001, 496(SP)
 
 stateKVf32AVX512_temporal_2:
 	MOVQ 48(SP), R10
@@ -5787,30 +5813,39 @@ stateKVf32AVX512_temporal_2:
 	LEAQ 448(SP), R10
 
 stateKVf32AVX512_decaysset_3:
+	MOVQ 480(SP), R11
+
 stateKVf32AVX512_rows_3:
+	CMPQ       R11, 488(SP)
+	JAE        stateKVf32AVX512_nxdone_3
+	PREFETCHT1 (R11)
+	PREFETCHT1 64(R11)
+	ADDQ       $0x80, R11
+
+stateKVf32AVX512_nxdone_3:
 	VBROADCASTSS (BX)(CX*4), Z4
-	VBROADCASTSS (R10), Z5
-	VBROADCASTSS 4(R10), Z6
+	VBROADCASTSS (R10), Z6
+	VBROADCASTSS 4(R10), Z5
 	ADDQ         424(SP), R10
 	VBROADCASTSS (SI)(CX*4), Z7
 	VBROADCASTSS (DI)(CX*4), Z10
 	VMOVUPS      (AX), Z11
-	VPANDD       Z6, Z11, Z12
-	VFMADD132PS  Z5, Z12, Z11
+	VPANDD       Z5, Z11, Z12
+	VFMADD132PS  Z6, Z12, Z11
 	VFMADD231PS  Z8, Z4, Z11
 	VMOVUPS      Z11, (AX)
 	VFMADD231PS  Z11, Z7, Z0
 	VFMADD231PS  Z11, Z10, Z1
 	VMOVUPS      64(AX), Z11
-	VPANDD       Z6, Z11, Z6
-	VFMADD132PS  Z5, Z6, Z11
+	VPANDD       Z5, Z11, Z5
+	VFMADD132PS  Z6, Z5, Z11
 	VFMADD231PS  Z9, Z4, Z11
 	VMOVUPS      Z11, 64(AX)
 	VFMADD231PS  Z11, Z7, Z2
 	VFMADD231PS  Z11, Z10, Z3
 	TESTQ        R9, R9
 	JZ           stateKVf32AVX512_nostorerow_3
-	CMPB         480(SP), $0x00
+	CMPB         496(SP), $0x00
 	JE           stateKVf32AVX512_temporalrow_3
 	VMOVUPS      (AX), Z4
 	VMOVNTPS     Z4, (R9)
@@ -5832,6 +5867,7 @@ stateKVf32AVX512_nostorerow_3:
 	INCQ CX
 	CMPQ CX, DX
 	JB   stateKVf32AVX512_rows_3
+	MOVQ R11, 480(SP)
 	JMP  stateKVf32AVX512_rowsdone_2
 
 stateKVf32AVX512_lastrows_2:
@@ -5841,22 +5877,31 @@ stateKVf32AVX512_lastrows_2:
 	LEAQ 448(SP), SI
 
 stateKVf32AVX512_decaysset_4:
+	MOVQ 480(SP), DI
+
 stateKVf32AVX512_rows_4:
+	CMPQ       DI, 488(SP)
+	JAE        stateKVf32AVX512_nxdone_4
+	PREFETCHT1 (DI)
+	PREFETCHT1 64(DI)
+	ADDQ       $0x80, DI
+
+stateKVf32AVX512_nxdone_4:
 	VBROADCASTSS (BX)(CX*4), Z0
-	VBROADCASTSS (SI), Z1
-	VBROADCASTSS 4(SI), Z2
+	VBROADCASTSS (SI), Z2
+	VBROADCASTSS 4(SI), Z1
 	ADDQ         424(SP), SI
 	VMOVUPS      (AX), Z3
-	VPANDD       Z2, Z3, Z4
-	VFMADD132PS  Z1, Z4, Z3
+	VPANDD       Z1, Z3, Z4
+	VFMADD132PS  Z2, Z4, Z3
 	VFMADD231PS  Z8, Z0, Z3
 	VMOVUPS      64(AX), Z4
-	VPANDD       Z2, Z4, Z2
-	VFMADD132PS  Z1, Z2, Z4
+	VPANDD       Z1, Z4, Z1
+	VFMADD132PS  Z2, Z1, Z4
 	VFMADD231PS  Z9, Z0, Z4
 	TESTQ        R9, R9
 	JZ           stateKVf32AVX512_nostorerow_4
-	CMPB         480(SP), $0x00
+	CMPB         496(SP), $0x00
 	JE           stateKVf32AVX512_temporalrow_4
 	VMOVNTPS     Z3, (R9)
 	VMOVNTPS     Z4, 64(R9)
@@ -5874,6 +5919,7 @@ stateKVf32AVX512_nostorerow_4:
 	INCQ CX
 	CMPQ CX, DX
 	JB   stateKVf32AVX512_rows_4
+	MOVQ DI, 480(SP)
 	JMP  stateKVf32AVX512_tokensout_2
 
 stateKVf32AVX512_rowsdone_2:
@@ -6094,7 +6140,7 @@ stateKVf32AVX512_nostore_3:
 	SHLQ $0x02, R8
 
 	// Non-temporal stores for this token's rows: a store but the last token's after a token without one, the rows aligned whole vectors.
-	MOVQ  $0x00000000, 480(SP)
+	MOVQ  $0x00000000, 496(SP)
 	TESTQ R9, R9
 	JZ    stateKVf32AVX512_temporal_3
 	MOVQ  48(SP), R10
@@ -6114,7 +6160,7 @@ stateKVf32AVX512_snapshot_3:
 	JNZ   stateKVf32AVX512_temporal_3
 	TESTQ $0x0000003f, R8
 	JNZ   stateKVf32AVX512_temporal_3
-	MOVQ  $0x00000001, 480(SP)
+	MOVQ  $0x00000001, 496(SP)
 
 stateKVf32AVX512_temporal_3:
 	MOVQ 48(SP), R10
@@ -6122,70 +6168,73 @@ stateKVf32AVX512_temporal_3:
 	MOVQ a_T+16(FP), R11
 	CMPQ R10, R11
 	JE   stateKVf32AVX512_lastrows_3
-	MOVQ 440(SP), R10
-	CMPQ 424(SP), $0x00
-	JNE  stateKVf32AVX512_decaysset_5
-	LEAQ 448(SP), R10
 
-stateKVf32AVX512_decaysset_5:
+	// The scalar gate with em1 ≥ -0.5: the near body, x + em1·x (one FMA, no VPANDD).
+	CMPL         452(SP), $-1
+	JNE          stateKVf32AVX512_pairrows_1
+	CMPQ         424(SP), $0x00
+	JNE          stateKVf32AVX512_pairrows_1
+	VBROADCASTSS 448(SP), Z8
+	MOVQ         480(SP), R10
+
 stateKVf32AVX512_rows_5:
-	VBROADCASTSS (BX)(CX*4), Z8
-	VBROADCASTSS (R10), Z9
-	VBROADCASTSS 4(R10), Z10
-	ADDQ         424(SP), R10
-	VBROADCASTSS (SI)(CX*4), Z11
-	VBROADCASTSS (DI)(CX*4), Z16
-	VMOVUPS      (AX), Z17
-	VPANDD       Z10, Z17, Z18
-	VFMADD132PS  Z9, Z18, Z17
-	VFMADD231PS  Z12, Z8, Z17
-	VMOVUPS      Z17, (AX)
-	VFMADD231PS  Z17, Z11, Z0
-	VFMADD231PS  Z17, Z16, Z1
-	VMOVUPS      64(AX), Z17
-	VPANDD       Z10, Z17, Z18
-	VFMADD132PS  Z9, Z18, Z17
-	VFMADD231PS  Z13, Z8, Z17
-	VMOVUPS      Z17, 64(AX)
-	VFMADD231PS  Z17, Z11, Z2
-	VFMADD231PS  Z17, Z16, Z3
-	VMOVUPS      128(AX), Z17
-	VPANDD       Z10, Z17, Z18
-	VFMADD132PS  Z9, Z18, Z17
-	VFMADD231PS  Z14, Z8, Z17
-	VMOVUPS      Z17, 128(AX)
-	VFMADD231PS  Z17, Z11, Z4
-	VFMADD231PS  Z17, Z16, Z5
-	VMOVUPS      192(AX), Z17
-	VPANDD       Z10, Z17, Z10
-	VFMADD132PS  Z9, Z10, Z17
-	VFMADD231PS  Z15, Z8, Z17
-	VMOVUPS      Z17, 192(AX)
-	VFMADD231PS  Z17, Z11, Z6
-	VFMADD231PS  Z17, Z16, Z7
+	CMPQ       R10, 488(SP)
+	JAE        stateKVf32AVX512_nxdone_5
+	PREFETCHT1 (R10)
+	PREFETCHT1 64(R10)
+	ADDQ       $0x80, R10
+
+stateKVf32AVX512_nxdone_5:
+	VBROADCASTSS (BX)(CX*4), Z9
+	VBROADCASTSS (SI)(CX*4), Z10
+	VBROADCASTSS (DI)(CX*4), Z11
+	VMOVUPS      (AX), Z16
+	VFMADD132PS  Z8, Z16, Z16
+	VFMADD231PS  Z12, Z9, Z16
+	VMOVUPS      Z16, (AX)
+	VFMADD231PS  Z16, Z10, Z0
+	VFMADD231PS  Z16, Z11, Z1
+	VMOVUPS      64(AX), Z16
+	VFMADD132PS  Z8, Z16, Z16
+	VFMADD231PS  Z13, Z9, Z16
+	VMOVUPS      Z16, 64(AX)
+	VFMADD231PS  Z16, Z10, Z2
+	VFMADD231PS  Z16, Z11, Z3
+	VMOVUPS      128(AX), Z16
+	VFMADD132PS  Z8, Z16, Z16
+	VFMADD231PS  Z14, Z9, Z16
+	VMOVUPS      Z16, 128(AX)
+	VFMADD231PS  Z16, Z10, Z4
+	VFMADD231PS  Z16, Z11, Z5
+	VMOVUPS      192(AX), Z16
+	VFMADD132PS  Z8, Z16, Z16
+	VFMADD231PS  Z15, Z9, Z16
+	VMOVUPS      Z16, 192(AX)
+	VFMADD231PS  Z16, Z10, Z6
+	VFMADD231PS  Z16, Z11, Z7
 	TESTQ        R9, R9
 	JZ           stateKVf32AVX512_nostorerow_5
-	CMPB         480(SP), $0x00
+	CMPB         496(SP), $0x00
 	JE           stateKVf32AVX512_temporalrow_5
-	VMOVUPS      (AX), Z8
-	VMOVNTPS     Z8, (R9)
-	VMOVUPS      64(AX), Z8
-	VMOVNTPS     Z8, 64(R9)
-	VMOVUPS      128(AX), Z8
-	VMOVNTPS     Z8, 128(R9)
-	VMOVUPS      192(AX), Z8
-	VMOVNTPS     Z8, 192(R9)
+	VMOVUPS      (AX), Z9
+	VMOVNTPS     Z9, (R9)
+	VMOVUPS      64(AX), Z9
+	VMOVNTPS     Z9, 64(R9)
+	VMOVUPS      128(AX), Z9
+	VMOVNTPS     Z9, 128(R9)
+	VMOVUPS      192(AX), Z9
+	VMOVNTPS     Z9, 192(R9)
 	JMP          stateKVf32AVX512_storedrow_5
 
 stateKVf32AVX512_temporalrow_5:
-	VMOVUPS (AX), Z8
-	VMOVUPS Z8, (R9)
-	VMOVUPS 64(AX), Z8
-	VMOVUPS Z8, 64(R9)
-	VMOVUPS 128(AX), Z8
-	VMOVUPS Z8, 128(R9)
-	VMOVUPS 192(AX), Z8
-	VMOVUPS Z8, K1, 192(R9)
+	VMOVUPS (AX), Z9
+	VMOVUPS Z9, (R9)
+	VMOVUPS 64(AX), Z9
+	VMOVUPS Z9, 64(R9)
+	VMOVUPS 128(AX), Z9
+	VMOVUPS Z9, 128(R9)
+	VMOVUPS 192(AX), Z9
+	VMOVUPS Z9, K1, 192(R9)
 
 stateKVf32AVX512_storedrow_5:
 	ADDQ R8, R9
@@ -6195,51 +6244,83 @@ stateKVf32AVX512_nostorerow_5:
 	INCQ CX
 	CMPQ CX, DX
 	JB   stateKVf32AVX512_rows_5
+	MOVQ R10, 480(SP)
 	JMP  stateKVf32AVX512_rowsdone_3
 
-stateKVf32AVX512_lastrows_3:
-	MOVQ 440(SP), SI
+stateKVf32AVX512_pairrows_1:
+	MOVQ 440(SP), R10
 	CMPQ 424(SP), $0x00
-	JNE  stateKVf32AVX512_decaysset_6
-	LEAQ 448(SP), SI
+	JNE  stateKVf32AVX512_decaysset_5
+	LEAQ 448(SP), R10
 
-stateKVf32AVX512_decaysset_6:
+stateKVf32AVX512_decaysset_5:
+	MOVQ 480(SP), R11
+
 stateKVf32AVX512_rows_6:
-	VBROADCASTSS (BX)(CX*4), Z0
-	VBROADCASTSS (SI), Z1
-	VBROADCASTSS 4(SI), Z2
-	ADDQ         424(SP), SI
-	VMOVUPS      (AX), Z3
-	VPANDD       Z2, Z3, Z4
-	VFMADD132PS  Z1, Z4, Z3
-	VFMADD231PS  Z12, Z0, Z3
-	VMOVUPS      64(AX), Z4
-	VPANDD       Z2, Z4, Z5
-	VFMADD132PS  Z1, Z5, Z4
-	VFMADD231PS  Z13, Z0, Z4
-	VMOVUPS      128(AX), Z5
-	VPANDD       Z2, Z5, Z6
-	VFMADD132PS  Z1, Z6, Z5
-	VFMADD231PS  Z14, Z0, Z5
-	VMOVUPS      192(AX), Z6
-	VPANDD       Z2, Z6, Z2
-	VFMADD132PS  Z1, Z2, Z6
-	VFMADD231PS  Z15, Z0, Z6
+	CMPQ       R11, 488(SP)
+	JAE        stateKVf32AVX512_nxdone_6
+	PREFETCHT1 (R11)
+	PREFETCHT1 64(R11)
+	ADDQ       $0x80, R11
+
+stateKVf32AVX512_nxdone_6:
+	VBROADCASTSS (BX)(CX*4), Z8
+	VBROADCASTSS (R10), Z10
+	VBROADCASTSS 4(R10), Z9
+	ADDQ         424(SP), R10
+	VBROADCASTSS (SI)(CX*4), Z11
+	VBROADCASTSS (DI)(CX*4), Z16
+	VMOVUPS      (AX), Z17
+	VPANDD       Z9, Z17, Z18
+	VFMADD132PS  Z10, Z18, Z17
+	VFMADD231PS  Z12, Z8, Z17
+	VMOVUPS      Z17, (AX)
+	VFMADD231PS  Z17, Z11, Z0
+	VFMADD231PS  Z17, Z16, Z1
+	VMOVUPS      64(AX), Z17
+	VPANDD       Z9, Z17, Z18
+	VFMADD132PS  Z10, Z18, Z17
+	VFMADD231PS  Z13, Z8, Z17
+	VMOVUPS      Z17, 64(AX)
+	VFMADD231PS  Z17, Z11, Z2
+	VFMADD231PS  Z17, Z16, Z3
+	VMOVUPS      128(AX), Z17
+	VPANDD       Z9, Z17, Z18
+	VFMADD132PS  Z10, Z18, Z17
+	VFMADD231PS  Z14, Z8, Z17
+	VMOVUPS      Z17, 128(AX)
+	VFMADD231PS  Z17, Z11, Z4
+	VFMADD231PS  Z17, Z16, Z5
+	VMOVUPS      192(AX), Z17
+	VPANDD       Z9, Z17, Z9
+	VFMADD132PS  Z10, Z9, Z17
+	VFMADD231PS  Z15, Z8, Z17
+	VMOVUPS      Z17, 192(AX)
+	VFMADD231PS  Z17, Z11, Z6
+	VFMADD231PS  Z17, Z16, Z7
 	TESTQ        R9, R9
 	JZ           stateKVf32AVX512_nostorerow_6
-	CMPB         480(SP), $0x00
+	CMPB         496(SP), $0x00
 	JE           stateKVf32AVX512_temporalrow_6
-	VMOVNTPS     Z3, (R9)
-	VMOVNTPS     Z4, 64(R9)
-	VMOVNTPS     Z5, 128(R9)
-	VMOVNTPS     Z6, 192(R9)
+	VMOVUPS      (AX), Z8
+	VMOVNTPS     Z8, (R9)
+	VMOVUPS      64(AX), Z8
+	VMOVNTPS     Z8, 64(R9)
+	VMOVUPS      128(AX), Z8
+	VMOVNTPS     Z8, 128(R9)
+	VMOVUPS      192(AX), Z8
+	VMOVNTPS     Z8, 192(R9)
 	JMP          stateKVf32AVX512_storedrow_6
 
 stateKVf32AVX512_temporalrow_6:
-	VMOVUPS Z3, (R9)
-	VMOVUPS Z4, 64(R9)
-	VMOVUPS Z5, 128(R9)
-	VMOVUPS Z6, K1, 192(R9)
+	VMOVUPS (AX), Z8
+	VMOVUPS Z8, (R9)
+	VMOVUPS 64(AX), Z8
+	VMOVUPS Z8, 64(R9)
+	VMOVUPS 128(AX), Z8
+	VMOVUPS Z8, 128(R9)
+	VMOVUPS 192(AX), Z8
+	VMOVUPS Z8, K1, 192(R9)
 
 stateKVf32AVX512_storedrow_6:
 	ADDQ R8, R9
@@ -6249,6 +6330,71 @@ stateKVf32AVX512_nostorerow_6:
 	INCQ CX
 	CMPQ CX, DX
 	JB   stateKVf32AVX512_rows_6
+	MOVQ R11, 480(SP)
+	JMP  stateKVf32AVX512_rowsdone_3
+
+stateKVf32AVX512_lastrows_3:
+	MOVQ 440(SP), SI
+	CMPQ 424(SP), $0x00
+	JNE  stateKVf32AVX512_decaysset_6
+	LEAQ 448(SP), SI
+
+stateKVf32AVX512_decaysset_6:
+	MOVQ 480(SP), DI
+
+stateKVf32AVX512_rows_7:
+	CMPQ       DI, 488(SP)
+	JAE        stateKVf32AVX512_nxdone_7
+	PREFETCHT1 (DI)
+	PREFETCHT1 64(DI)
+	ADDQ       $0x80, DI
+
+stateKVf32AVX512_nxdone_7:
+	VBROADCASTSS (BX)(CX*4), Z0
+	VBROADCASTSS (SI), Z2
+	VBROADCASTSS 4(SI), Z1
+	ADDQ         424(SP), SI
+	VMOVUPS      (AX), Z3
+	VPANDD       Z1, Z3, Z4
+	VFMADD132PS  Z2, Z4, Z3
+	VFMADD231PS  Z12, Z0, Z3
+	VMOVUPS      64(AX), Z4
+	VPANDD       Z1, Z4, Z5
+	VFMADD132PS  Z2, Z5, Z4
+	VFMADD231PS  Z13, Z0, Z4
+	VMOVUPS      128(AX), Z5
+	VPANDD       Z1, Z5, Z6
+	VFMADD132PS  Z2, Z6, Z5
+	VFMADD231PS  Z14, Z0, Z5
+	VMOVUPS      192(AX), Z6
+	VPANDD       Z1, Z6, Z1
+	VFMADD132PS  Z2, Z1, Z6
+	VFMADD231PS  Z15, Z0, Z6
+	TESTQ        R9, R9
+	JZ           stateKVf32AVX512_nostorerow_7
+	CMPB         496(SP), $0x00
+	JE           stateKVf32AVX512_temporalrow_7
+	VMOVNTPS     Z3, (R9)
+	VMOVNTPS     Z4, 64(R9)
+	VMOVNTPS     Z5, 128(R9)
+	VMOVNTPS     Z6, 192(R9)
+	JMP          stateKVf32AVX512_storedrow_7
+
+stateKVf32AVX512_temporalrow_7:
+	VMOVUPS Z3, (R9)
+	VMOVUPS Z4, 64(R9)
+	VMOVUPS Z5, 128(R9)
+	VMOVUPS Z6, K1, 192(R9)
+
+stateKVf32AVX512_storedrow_7:
+	ADDQ R8, R9
+
+stateKVf32AVX512_nostorerow_7:
+	ADDQ $0x00000100, AX
+	INCQ CX
+	CMPQ CX, DX
+	JB   stateKVf32AVX512_rows_7
+	MOVQ DI, 480(SP)
 	JMP  stateKVf32AVX512_tokensout_3
 
 stateKVf32AVX512_rowsdone_3:
@@ -6285,7 +6431,7 @@ stateKVf32AVX512_done_2:
 
 // func stateKVbf16AVX512(a stateArgs)
 // Requires: AVX, AVX512BW, AVX512F, CMOV, MMX+
-TEXT ·stateKVbf16AVX512(SB), NOSPLIT, $200-168
+TEXT ·stateKVbf16AVX512(SB), NOSPLIT, $216-184
 	MOVQ  a_K+0(FP), AX
 	MOVQ  a_V+8(FP), CX
 	MOVQ  a_T+16(FP), DX
@@ -6333,6 +6479,12 @@ stateKVbf16AVX512_gateset_1:
 	ANDQ $-2, DX
 	LEAQ (CX)(DX*8), CX
 	MOVQ CX, 176(SP)
+	MOVQ a_nx+168(FP), CX
+	MOVQ a_nxn+176(FP), DX
+	ADDQ CX, DX
+	MOVQ DX, 192(SP)
+	ANDQ $-64, CX
+	MOVQ CX, 184(SP)
 
 	// K > 512 does not fit work: the Go wrapper never calls with it.
 	CMPQ AX, $0x00000200
@@ -6539,7 +6691,7 @@ stateKVbf16AVX512_notlast_1:
 	VSUBPS       Z6, Z6, Z0
 	VCMPPS       $0x03, Z0, Z0, K7
 	KMOVW        K7, AX
-	MOVL         AX, 192(SP)
+	MOVL         AX, 208(SP)
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
 
@@ -6563,7 +6715,7 @@ stateKVbf16AVX512_nostore_1:
 	SHLQ $0x01, R10
 
 	// Non-temporal stores for this token's rows: a store but the last token's after a token without one, the rows aligned whole vectors.
-	MOVQ  $0x00000000, 184(SP)
+	MOVQ  $0x00000000, 200(SP)
 	TESTQ R9, R9
 	JZ    stateKVbf16AVX512_temporal_1
 	MOVQ  48(SP), R11
@@ -6583,7 +6735,7 @@ stateKVbf16AVX512_snapshot_1:
 	JNZ   stateKVbf16AVX512_temporal_1
 	TESTQ $0x0000001f, R10
 	JNZ   stateKVbf16AVX512_temporal_1
-	MOVQ  $0x00000001, 184(SP)
+	MOVQ  $0x00000001, 200(SP)
 
 stateKVbf16AVX512_temporal_1:
 	XORQ  R11, R11
@@ -6611,25 +6763,34 @@ stateKVbf16AVX512_nocarry_1:
 	LEAQ 152(SP), R12
 
 stateKVbf16AVX512_decaysset_1:
+	MOVQ 184(SP), R13
+
 stateKVbf16AVX512_rows_1:
+	CMPQ       R13, 192(SP)
+	JAE        stateKVbf16AVX512_nxdone_1
+	PREFETCHT1 (R13)
+	PREFETCHT1 64(R13)
+	ADDQ       $0x80, R13
+
+stateKVbf16AVX512_nxdone_1:
 	VBROADCASTSS (BX)(CX*4), Z2
-	VBROADCASTSS (R12), Z3
-	VBROADCASTSS 4(R12), Z4
+	VBROADCASTSS (R12), Z4
+	VBROADCASTSS 4(R12), Z3
 	ADDQ         128(SP), R12
 	VBROADCASTSS (SI)(CX*4), Z5
 	VBROADCASTSS (DI)(CX*4), Z6
 	VMOVUPS      (AX), Z8
-	VPANDD       Z4, Z8, Z4
-	VFMADD132PS  Z3, Z4, Z8
+	VPANDD       Z3, Z8, Z3
+	VFMADD132PS  Z4, Z3, Z8
 	VFMADD231PS  Z7, Z2, Z8
 	VMOVUPS      Z8, (AX)
 	VFMADD231PS  Z8, Z5, Z0
 	VFMADD231PS  Z8, Z6, Z1
 	TESTQ        R9, R9
 	JZ           stateKVbf16AVX512_nostorerow_1
-	CMPL         192(SP), $0x00
+	CMPL         208(SP), $0x00
 	JNE          stateKVbf16AVX512_rownan_1
-	CMPB         184(SP), $0x00
+	CMPB         200(SP), $0x00
 	JE           stateKVbf16AVX512_temporalrow_1
 	VMOVUPS      (AX), Z2
 	VPSRLD       $0x10, Z2, Z3
@@ -6654,7 +6815,7 @@ stateKVbf16AVX512_storedrow_1:
 	JMP stateKVbf16AVX512_rowstored_1
 
 stateKVbf16AVX512_rownan_1:
-	CMPB        184(SP), $0x00
+	CMPB        200(SP), $0x00
 	JE          stateKVbf16AVX512_temporalrow_2
 	VMOVUPS     (AX), Z2
 	VPSRLD      $0x10, Z2, Z3
@@ -6695,6 +6856,7 @@ stateKVbf16AVX512_nocarryrow_1:
 	INCQ CX
 	CMPQ CX, DX
 	JB   stateKVbf16AVX512_rows_1
+	MOVQ R13, 184(SP)
 	JMP  stateKVbf16AVX512_rowsdone_1
 
 stateKVbf16AVX512_lastrows_1:
@@ -6704,20 +6866,29 @@ stateKVbf16AVX512_lastrows_1:
 	LEAQ 152(SP), SI
 
 stateKVbf16AVX512_decaysset_2:
+	MOVQ 184(SP), DI
+
 stateKVbf16AVX512_rows_2:
+	CMPQ       DI, 192(SP)
+	JAE        stateKVbf16AVX512_nxdone_2
+	PREFETCHT1 (DI)
+	PREFETCHT1 64(DI)
+	ADDQ       $0x80, DI
+
+stateKVbf16AVX512_nxdone_2:
 	VBROADCASTSS (BX)(CX*4), Z0
-	VBROADCASTSS (SI), Z1
-	VBROADCASTSS 4(SI), Z2
+	VBROADCASTSS (SI), Z2
+	VBROADCASTSS 4(SI), Z1
 	ADDQ         128(SP), SI
 	VMOVUPS      (AX), Z3
-	VPANDD       Z2, Z3, Z2
-	VFMADD132PS  Z1, Z2, Z3
+	VPANDD       Z1, Z3, Z1
+	VFMADD132PS  Z2, Z1, Z3
 	VFMADD231PS  Z7, Z0, Z3
 	TESTQ        R9, R9
 	JZ           stateKVbf16AVX512_nostorerow_2
-	CMPL         192(SP), $0x00
+	CMPL         208(SP), $0x00
 	JNE          stateKVbf16AVX512_rownan_2
-	CMPB         184(SP), $0x00
+	CMPB         200(SP), $0x00
 	JE           stateKVbf16AVX512_temporalrow_3
 	VMOVAPS      Z3, Z0
 	VPSRLD       $0x10, Z0, Z1
@@ -6742,7 +6913,7 @@ stateKVbf16AVX512_storedrow_3:
 	JMP stateKVbf16AVX512_rowstored_2
 
 stateKVbf16AVX512_rownan_2:
-	CMPB        184(SP), $0x00
+	CMPB        200(SP), $0x00
 	JE          stateKVbf16AVX512_temporalrow_4
 	VMOVAPS     Z3, Z0
 	VPSRLD      $0x10, Z0, Z1
@@ -6782,6 +6953,7 @@ stateKVbf16AVX512_nocarryrow_2:
 	INCQ CX
 	CMPQ CX, DX
 	JB   stateKVbf16AVX512_rows_2
+	MOVQ DI, 184(SP)
 	JMP  stateKVbf16AVX512_tokensout_1
 
 stateKVbf16AVX512_rowsdone_1:
@@ -6993,7 +7165,7 @@ stateKVbf16AVX512_notlast_2:
 	VSUBPS       Z8, Z8, Z0
 	VCMPPS       $0x03, Z0, Z0, K7
 	KMOVW        K7, AX
-	MOVL         AX, 192(SP)
+	MOVL         AX, 208(SP)
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
 	VBROADCASTSS zero<>+0(SB), Z2
@@ -7019,7 +7191,7 @@ stateKVbf16AVX512_nostore_2:
 	SHLQ $0x01, R10
 
 	// Non-temporal stores for this token's rows: a store but the last token's after a token without one, the rows aligned whole vectors.
-	MOVQ  $0x00000000, 184(SP)
+	MOVQ  $0x00000000, 200(SP)
 	TESTQ R9, R9
 	JZ    stateKVbf16AVX512_temporal_2
 	MOVQ  48(SP), R11
@@ -7039,7 +7211,7 @@ stateKVbf16AVX512_snapshot_2:
 	JNZ   stateKVbf16AVX512_temporal_2
 	TESTQ $0x0000001f, R10
 	JNZ   stateKVbf16AVX512_temporal_2
-	MOVQ  $0x00000001, 184(SP)
+	MOVQ  $0x00000001, 200(SP)
 
 stateKVbf16AVX512_temporal_2:
 	XORQ  R11, R11
@@ -7070,34 +7242,43 @@ stateKVbf16AVX512_nocarry_2:
 	LEAQ     152(SP), R12
 
 stateKVbf16AVX512_decaysset_3:
+	MOVQ 184(SP), R13
+
 stateKVbf16AVX512_rows_3:
+	CMPQ       R13, 192(SP)
+	JAE        stateKVbf16AVX512_nxdone_3
+	PREFETCHT1 (R13)
+	PREFETCHT1 64(R13)
+	ADDQ       $0x80, R13
+
+stateKVbf16AVX512_nxdone_3:
 	VBROADCASTSS (BX)(CX*4), Z4
-	VBROADCASTSS (R12), Z5
-	VBROADCASTSS 4(R12), Z6
+	VBROADCASTSS (R12), Z6
+	VBROADCASTSS 4(R12), Z5
 	ADDQ         128(SP), R12
 	VBROADCASTSS (SI)(CX*4), Z7
 	VBROADCASTSS (DI)(CX*4), Z8
 	VMOVUPS      (AX), Z11
-	VPANDD       Z6, Z11, Z12
-	VFMADD132PS  Z5, Z12, Z11
+	VPANDD       Z5, Z11, Z12
+	VFMADD132PS  Z6, Z12, Z11
 	VFMADD231PS  Z9, Z4, Z11
 	VMOVUPS      Z11, (AX)
 	VFMADD231PS  Z11, Z7, Z0
 	VFMADD231PS  Z11, Z8, Z1
 	VMOVUPS      64(AX), Z11
-	VPANDD       Z6, Z11, Z6
-	VFMADD132PS  Z5, Z6, Z11
+	VPANDD       Z5, Z11, Z5
+	VFMADD132PS  Z6, Z5, Z11
 	VFMADD231PS  Z10, Z4, Z11
 	VMOVUPS      Z11, 64(AX)
 	VFMADD231PS  Z11, Z7, Z2
 	VFMADD231PS  Z11, Z8, Z3
 	TESTQ        R9, R9
 	JZ           stateKVbf16AVX512_nostorerow_3
-	CMPL         192(SP), $0x00
+	CMPL         208(SP), $0x00
 	JNE          stateKVbf16AVX512_rownan_3
 	CMPB         a_cvt+160(FP), $0x00
 	JE           stateKVbf16AVX512_rowints_1
-	CMPB         184(SP), $0x00
+	CMPB         200(SP), $0x00
 	JNE          stateKVbf16AVX512_rowints_1
 	VPBROADCASTD mag16<>+0(SB), Z4
 	KXNORD       K6, K6, K6
@@ -7113,7 +7294,7 @@ stateKVbf16AVX512_rows_3:
 	JMP       stateKVbf16AVX512_rownan_3
 
 stateKVbf16AVX512_rowints_1:
-	CMPB        184(SP), $0x00
+	CMPB        200(SP), $0x00
 	JE          stateKVbf16AVX512_temporalrow_5
 	VMOVUPS     (AX), Z4
 	VPSRLD      $0x10, Z4, Z5
@@ -7153,7 +7334,7 @@ stateKVbf16AVX512_storedrow_5:
 	JMP stateKVbf16AVX512_rowstored_3
 
 stateKVbf16AVX512_rownan_3:
-	CMPB        184(SP), $0x00
+	CMPB        200(SP), $0x00
 	JE          stateKVbf16AVX512_temporalrow_6
 	VMOVUPS     (AX), Z4
 	VPSRLD      $0x10, Z4, Z5
@@ -7215,6 +7396,7 @@ stateKVbf16AVX512_nocarryrow_3:
 	INCQ CX
 	CMPQ CX, DX
 	JB   stateKVbf16AVX512_rows_3
+	MOVQ R13, 184(SP)
 	JMP  stateKVbf16AVX512_rowsdone_2
 
 stateKVbf16AVX512_lastrows_2:
@@ -7227,26 +7409,35 @@ stateKVbf16AVX512_lastrows_2:
 	LEAQ     152(SP), SI
 
 stateKVbf16AVX512_decaysset_4:
+	MOVQ 184(SP), DI
+
 stateKVbf16AVX512_rows_4:
+	CMPQ       DI, 192(SP)
+	JAE        stateKVbf16AVX512_nxdone_4
+	PREFETCHT1 (DI)
+	PREFETCHT1 64(DI)
+	ADDQ       $0x80, DI
+
+stateKVbf16AVX512_nxdone_4:
 	VBROADCASTSS (BX)(CX*4), Z0
-	VBROADCASTSS (SI), Z1
-	VBROADCASTSS 4(SI), Z2
+	VBROADCASTSS (SI), Z2
+	VBROADCASTSS 4(SI), Z1
 	ADDQ         128(SP), SI
 	VMOVUPS      (AX), Z3
-	VPANDD       Z2, Z3, Z4
-	VFMADD132PS  Z1, Z4, Z3
+	VPANDD       Z1, Z3, Z4
+	VFMADD132PS  Z2, Z4, Z3
 	VFMADD231PS  Z9, Z0, Z3
 	VMOVUPS      64(AX), Z4
-	VPANDD       Z2, Z4, Z2
-	VFMADD132PS  Z1, Z2, Z4
+	VPANDD       Z1, Z4, Z1
+	VFMADD132PS  Z2, Z1, Z4
 	VFMADD231PS  Z10, Z0, Z4
 	TESTQ        R9, R9
 	JZ           stateKVbf16AVX512_nostorerow_4
-	CMPL         192(SP), $0x00
+	CMPL         208(SP), $0x00
 	JNE          stateKVbf16AVX512_rownan_4
 	CMPB         a_cvt+160(FP), $0x00
 	JE           stateKVbf16AVX512_rowints_2
-	CMPB         184(SP), $0x00
+	CMPB         200(SP), $0x00
 	JNE          stateKVbf16AVX512_rowints_2
 	VPBROADCASTD mag16<>+0(SB), Z0
 	KXNORD       K6, K6, K6
@@ -7260,7 +7451,7 @@ stateKVbf16AVX512_rows_4:
 	JMP       stateKVbf16AVX512_rownan_4
 
 stateKVbf16AVX512_rowints_2:
-	CMPB        184(SP), $0x00
+	CMPB        200(SP), $0x00
 	JE          stateKVbf16AVX512_temporalrow_7
 	VMOVAPS     Z3, Z0
 	VPSRLD      $0x10, Z0, Z1
@@ -7300,7 +7491,7 @@ stateKVbf16AVX512_storedrow_7:
 	JMP stateKVbf16AVX512_rowstored_4
 
 stateKVbf16AVX512_rownan_4:
-	CMPB        184(SP), $0x00
+	CMPB        200(SP), $0x00
 	JE          stateKVbf16AVX512_temporalrow_8
 	VMOVAPS     Z3, Z0
 	VPSRLD      $0x10, Z0, Z1
@@ -7360,6 +7551,7 @@ stateKVbf16AVX512_nocarryrow_4:
 	INCQ CX
 	CMPQ CX, DX
 	JB   stateKVbf16AVX512_rows_4
+	MOVQ DI, 184(SP)
 	JMP  stateKVbf16AVX512_tokensout_2
 
 stateKVbf16AVX512_rowsdone_2:
@@ -7622,7 +7814,7 @@ stateKVbf16AVX512_notlast_3:
 	VSUBPS       Z12, Z12, Z0
 	VCMPPS       $0x03, Z0, Z0, K7
 	KMOVW        K7, AX
-	MOVL         AX, 192(SP)
+	MOVL         AX, 208(SP)
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
 	VBROADCASTSS zero<>+0(SB), Z2
@@ -7652,7 +7844,7 @@ stateKVbf16AVX512_nostore_3:
 	SHLQ $0x01, R10
 
 	// Non-temporal stores for this token's rows: a store but the last token's after a token without one, the rows aligned whole vectors.
-	MOVQ  $0x00000000, 184(SP)
+	MOVQ  $0x00000000, 200(SP)
 	TESTQ R9, R9
 	JZ    stateKVbf16AVX512_temporal_3
 	MOVQ  48(SP), R11
@@ -7672,7 +7864,7 @@ stateKVbf16AVX512_snapshot_3:
 	JNZ   stateKVbf16AVX512_temporal_3
 	TESTQ $0x0000001f, R10
 	JNZ   stateKVbf16AVX512_temporal_3
-	MOVQ  $0x00000001, 184(SP)
+	MOVQ  $0x00000001, 200(SP)
 
 stateKVbf16AVX512_temporal_3:
 	XORQ  R11, R11
@@ -7703,48 +7895,57 @@ stateKVbf16AVX512_nocarry_3:
 	LEAQ     152(SP), R12
 
 stateKVbf16AVX512_decaysset_5:
+	MOVQ 184(SP), R13
+
 stateKVbf16AVX512_rows_5:
+	CMPQ       R13, 192(SP)
+	JAE        stateKVbf16AVX512_nxdone_5
+	PREFETCHT1 (R13)
+	PREFETCHT1 64(R13)
+	ADDQ       $0x80, R13
+
+stateKVbf16AVX512_nxdone_5:
 	VBROADCASTSS (BX)(CX*4), Z8
-	VBROADCASTSS (R12), Z9
-	VBROADCASTSS 4(R12), Z10
+	VBROADCASTSS (R12), Z10
+	VBROADCASTSS 4(R12), Z9
 	ADDQ         128(SP), R12
 	VBROADCASTSS (SI)(CX*4), Z11
 	VBROADCASTSS (DI)(CX*4), Z12
 	VMOVUPS      (AX), Z17
-	VPANDD       Z10, Z17, Z18
-	VFMADD132PS  Z9, Z18, Z17
+	VPANDD       Z9, Z17, Z18
+	VFMADD132PS  Z10, Z18, Z17
 	VFMADD231PS  Z13, Z8, Z17
 	VMOVUPS      Z17, (AX)
 	VFMADD231PS  Z17, Z11, Z0
 	VFMADD231PS  Z17, Z12, Z1
 	VMOVUPS      64(AX), Z17
-	VPANDD       Z10, Z17, Z18
-	VFMADD132PS  Z9, Z18, Z17
+	VPANDD       Z9, Z17, Z18
+	VFMADD132PS  Z10, Z18, Z17
 	VFMADD231PS  Z14, Z8, Z17
 	VMOVUPS      Z17, 64(AX)
 	VFMADD231PS  Z17, Z11, Z2
 	VFMADD231PS  Z17, Z12, Z3
 	VMOVUPS      128(AX), Z17
-	VPANDD       Z10, Z17, Z18
-	VFMADD132PS  Z9, Z18, Z17
+	VPANDD       Z9, Z17, Z18
+	VFMADD132PS  Z10, Z18, Z17
 	VFMADD231PS  Z15, Z8, Z17
 	VMOVUPS      Z17, 128(AX)
 	VFMADD231PS  Z17, Z11, Z4
 	VFMADD231PS  Z17, Z12, Z5
 	VMOVUPS      192(AX), Z17
-	VPANDD       Z10, Z17, Z10
-	VFMADD132PS  Z9, Z10, Z17
+	VPANDD       Z9, Z17, Z9
+	VFMADD132PS  Z10, Z9, Z17
 	VFMADD231PS  Z16, Z8, Z17
 	VMOVUPS      Z17, 192(AX)
 	VFMADD231PS  Z17, Z11, Z6
 	VFMADD231PS  Z17, Z12, Z7
 	TESTQ        R9, R9
 	JZ           stateKVbf16AVX512_nostorerow_5
-	CMPL         192(SP), $0x00
+	CMPL         208(SP), $0x00
 	JNE          stateKVbf16AVX512_rownan_5
 	CMPB         a_cvt+160(FP), $0x00
 	JE           stateKVbf16AVX512_rowints_3
-	CMPB         184(SP), $0x00
+	CMPB         200(SP), $0x00
 	JNE          stateKVbf16AVX512_rowints_3
 	VPBROADCASTD mag16<>+0(SB), Z8
 	KXNORD       K6, K6, K6
@@ -7765,7 +7966,7 @@ stateKVbf16AVX512_rows_5:
 	JMP       stateKVbf16AVX512_rownan_5
 
 stateKVbf16AVX512_rowints_3:
-	CMPB        184(SP), $0x00
+	CMPB        200(SP), $0x00
 	JE          stateKVbf16AVX512_temporalrow_9
 	VMOVUPS     (AX), Z8
 	VPSRLD      $0x10, Z8, Z9
@@ -7835,7 +8036,7 @@ stateKVbf16AVX512_storedrow_9:
 	JMP stateKVbf16AVX512_rowstored_5
 
 stateKVbf16AVX512_rownan_5:
-	CMPB        184(SP), $0x00
+	CMPB        200(SP), $0x00
 	JE          stateKVbf16AVX512_temporalrow_10
 	VMOVUPS     (AX), Z8
 	VPSRLD      $0x10, Z8, Z9
@@ -7939,6 +8140,7 @@ stateKVbf16AVX512_nocarryrow_5:
 	INCQ CX
 	CMPQ CX, DX
 	JB   stateKVbf16AVX512_rows_5
+	MOVQ R13, 184(SP)
 	JMP  stateKVbf16AVX512_rowsdone_3
 
 stateKVbf16AVX512_lastrows_3:
@@ -7951,34 +8153,43 @@ stateKVbf16AVX512_lastrows_3:
 	LEAQ     152(SP), SI
 
 stateKVbf16AVX512_decaysset_6:
+	MOVQ 184(SP), DI
+
 stateKVbf16AVX512_rows_6:
+	CMPQ       DI, 192(SP)
+	JAE        stateKVbf16AVX512_nxdone_6
+	PREFETCHT1 (DI)
+	PREFETCHT1 64(DI)
+	ADDQ       $0x80, DI
+
+stateKVbf16AVX512_nxdone_6:
 	VBROADCASTSS (BX)(CX*4), Z0
-	VBROADCASTSS (SI), Z1
-	VBROADCASTSS 4(SI), Z2
+	VBROADCASTSS (SI), Z2
+	VBROADCASTSS 4(SI), Z1
 	ADDQ         128(SP), SI
 	VMOVUPS      (AX), Z3
-	VPANDD       Z2, Z3, Z4
-	VFMADD132PS  Z1, Z4, Z3
+	VPANDD       Z1, Z3, Z4
+	VFMADD132PS  Z2, Z4, Z3
 	VFMADD231PS  Z13, Z0, Z3
 	VMOVUPS      64(AX), Z4
-	VPANDD       Z2, Z4, Z5
-	VFMADD132PS  Z1, Z5, Z4
+	VPANDD       Z1, Z4, Z5
+	VFMADD132PS  Z2, Z5, Z4
 	VFMADD231PS  Z14, Z0, Z4
 	VMOVUPS      128(AX), Z5
-	VPANDD       Z2, Z5, Z6
-	VFMADD132PS  Z1, Z6, Z5
+	VPANDD       Z1, Z5, Z6
+	VFMADD132PS  Z2, Z6, Z5
 	VFMADD231PS  Z15, Z0, Z5
 	VMOVUPS      192(AX), Z6
-	VPANDD       Z2, Z6, Z2
-	VFMADD132PS  Z1, Z2, Z6
+	VPANDD       Z1, Z6, Z1
+	VFMADD132PS  Z2, Z1, Z6
 	VFMADD231PS  Z16, Z0, Z6
 	TESTQ        R9, R9
 	JZ           stateKVbf16AVX512_nostorerow_6
-	CMPL         192(SP), $0x00
+	CMPL         208(SP), $0x00
 	JNE          stateKVbf16AVX512_rownan_6
 	CMPB         a_cvt+160(FP), $0x00
 	JE           stateKVbf16AVX512_rowints_4
-	CMPB         184(SP), $0x00
+	CMPB         200(SP), $0x00
 	JNE          stateKVbf16AVX512_rowints_4
 	VPBROADCASTD mag16<>+0(SB), Z0
 	KXNORD       K6, K6, K6
@@ -7995,7 +8206,7 @@ stateKVbf16AVX512_rows_6:
 	JMP       stateKVbf16AVX512_rownan_6
 
 stateKVbf16AVX512_rowints_4:
-	CMPB        184(SP), $0x00
+	CMPB        200(SP), $0x00
 	JE          stateKVbf16AVX512_temporalrow_11
 	VMOVAPS     Z3, Z0
 	VPSRLD      $0x10, Z0, Z1
@@ -8065,7 +8276,7 @@ stateKVbf16AVX512_storedrow_11:
 	JMP stateKVbf16AVX512_rowstored_6
 
 stateKVbf16AVX512_rownan_6:
-	CMPB        184(SP), $0x00
+	CMPB        200(SP), $0x00
 	JE          stateKVbf16AVX512_temporalrow_12
 	VMOVAPS     Z3, Z0
 	VPSRLD      $0x10, Z0, Z1
@@ -8165,6 +8376,7 @@ stateKVbf16AVX512_nocarryrow_6:
 	INCQ CX
 	CMPQ CX, DX
 	JB   stateKVbf16AVX512_rows_6
+	MOVQ DI, 184(SP)
 	JMP  stateKVbf16AVX512_tokensout_3
 
 stateKVbf16AVX512_rowsdone_3:
@@ -8232,7 +8444,7 @@ widenAVX512_done:
 
 // func stateKVf32AVX2(a stateArgs)
 // Requires: AVX, AVX2, CMOV, FMA3, MMX+
-TEXT ·stateKVf32AVX2(SB), NOSPLIT, $512-168
+TEXT ·stateKVf32AVX2(SB), NOSPLIT, $528-184
 	CMPQ  a_dst1+136(FP), $0x00
 	JE    stateKVf32AVX2_tokens_1
 	MOVQ  a_src+32(FP), AX
@@ -10545,6 +10757,12 @@ stateKVf32AVX2_gateset_2:
 	ANDQ $-2, DX
 	LEAQ (CX)(DX*8), CX
 	MOVQ CX, 496(SP)
+	MOVQ a_nx+168(FP), CX
+	MOVQ a_nxn+176(FP), DX
+	ADDQ CX, DX
+	MOVQ DX, 512(SP)
+	ANDQ $-64, CX
+	MOVQ CX, 504(SP)
 
 	// K > 1024 does not fit work: the Go wrapper never calls with it.
 	CMPQ AX, $0x00000400
@@ -10778,7 +10996,7 @@ stateKVf32AVX2_nostore_1:
 	SHLQ $0x02, R8
 
 	// Non-temporal stores for this token's rows: a store but the last token's after a token without one, the rows aligned whole vectors.
-	MOVQ  $0x00000000, 504(SP)
+	MOVQ  $0x00000000, 520(SP)
 	TESTQ R9, R9
 	JZ    stateKVf32AVX2_temporal_1
 	MOVQ  48(SP), R10
@@ -10798,7 +11016,7 @@ stateKVf32AVX2_snapshot_1:
 	JNZ   stateKVf32AVX2_temporal_1
 	TESTQ $0x0000001f, R8
 	JNZ   stateKVf32AVX2_temporal_1
-	MOVQ  $0x00000001, 504(SP)
+	MOVQ  $0x00000001, 520(SP)
 
 stateKVf32AVX2_temporal_1:
 	LEAQ 104(SP), R10
@@ -10815,44 +11033,53 @@ stateKVf32AVX2_temporal_1:
 	LEAQ 472(SP), R11
 
 stateKVf32AVX2_decaysset_1:
+	MOVQ 504(SP), R12
+
 stateKVf32AVX2_rows_1:
+	CMPQ       R12, 512(SP)
+	JAE        stateKVf32AVX2_nxdone_1
+	PREFETCHT1 (R12)
+	PREFETCHT1 64(R12)
+	ADDQ       $0x80, R12
+
+stateKVf32AVX2_nxdone_1:
 	VBROADCASTSS (BX)(CX*4), Y8
-	VBROADCASTSS (R11), Y9
-	VBROADCASTSS 4(R11), Y10
+	VBROADCASTSS (R11), Y10
+	VBROADCASTSS 4(R11), Y9
 	ADDQ         448(SP), R11
 	VBROADCASTSS (SI)(CX*4), Y11
 	VBROADCASTSS (DI)(CX*4), Y12
 	VMOVUPS      (AX), Y13
-	VANDPS       Y10, Y13, Y14
-	VFMADD132PS  Y9, Y14, Y13
+	VANDPS       Y9, Y13, Y14
+	VFMADD132PS  Y10, Y14, Y13
 	VFMADD231PS  (R10), Y8, Y13
 	VMOVUPS      Y13, (AX)
 	VFMADD231PS  Y13, Y11, Y0
 	VFMADD231PS  Y13, Y12, Y1
 	VMOVUPS      32(AX), Y13
-	VANDPS       Y10, Y13, Y14
-	VFMADD132PS  Y9, Y14, Y13
+	VANDPS       Y9, Y13, Y14
+	VFMADD132PS  Y10, Y14, Y13
 	VFMADD231PS  32(R10), Y8, Y13
 	VMOVUPS      Y13, 32(AX)
 	VFMADD231PS  Y13, Y11, Y2
 	VFMADD231PS  Y13, Y12, Y3
 	VMOVUPS      64(AX), Y13
-	VANDPS       Y10, Y13, Y14
-	VFMADD132PS  Y9, Y14, Y13
+	VANDPS       Y9, Y13, Y14
+	VFMADD132PS  Y10, Y14, Y13
 	VFMADD231PS  64(R10), Y8, Y13
 	VMOVUPS      Y13, 64(AX)
 	VFMADD231PS  Y13, Y11, Y4
 	VFMADD231PS  Y13, Y12, Y5
 	VMOVUPS      96(AX), Y13
-	VANDPS       Y10, Y13, Y10
-	VFMADD132PS  Y9, Y10, Y13
+	VANDPS       Y9, Y13, Y9
+	VFMADD132PS  Y10, Y9, Y13
 	VFMADD231PS  96(R10), Y8, Y13
 	VMOVUPS      Y13, 96(AX)
 	VFMADD231PS  Y13, Y11, Y6
 	VFMADD231PS  Y13, Y12, Y7
 	TESTQ        R9, R9
 	JZ           stateKVf32AVX2_nostorerow_1
-	CMPB         504(SP), $0x00
+	CMPB         520(SP), $0x00
 	JE           stateKVf32AVX2_temporalrow_1
 	VMOVUPS      (AX), Y8
 	VMOVNTPS     Y8, (R9)
@@ -10882,6 +11109,7 @@ stateKVf32AVX2_nostorerow_1:
 	INCQ CX
 	CMPQ CX, DX
 	JB   stateKVf32AVX2_rows_1
+	MOVQ R12, 504(SP)
 	JMP  stateKVf32AVX2_rowsdone_4
 
 stateKVf32AVX2_lastrows_1:
@@ -10891,30 +11119,39 @@ stateKVf32AVX2_lastrows_1:
 	LEAQ 472(SP), SI
 
 stateKVf32AVX2_decaysset_2:
+	MOVQ 504(SP), DI
+
 stateKVf32AVX2_rows_2:
+	CMPQ       DI, 512(SP)
+	JAE        stateKVf32AVX2_nxdone_2
+	PREFETCHT1 (DI)
+	PREFETCHT1 64(DI)
+	ADDQ       $0x80, DI
+
+stateKVf32AVX2_nxdone_2:
 	VBROADCASTSS (BX)(CX*4), Y0
-	VBROADCASTSS (SI), Y1
-	VBROADCASTSS 4(SI), Y2
+	VBROADCASTSS (SI), Y2
+	VBROADCASTSS 4(SI), Y1
 	ADDQ         448(SP), SI
 	VMOVUPS      (AX), Y3
-	VANDPS       Y2, Y3, Y4
-	VFMADD132PS  Y1, Y4, Y3
+	VANDPS       Y1, Y3, Y4
+	VFMADD132PS  Y2, Y4, Y3
 	VFMADD231PS  (R10), Y0, Y3
 	VMOVUPS      32(AX), Y4
-	VANDPS       Y2, Y4, Y5
-	VFMADD132PS  Y1, Y5, Y4
+	VANDPS       Y1, Y4, Y5
+	VFMADD132PS  Y2, Y5, Y4
 	VFMADD231PS  32(R10), Y0, Y4
 	VMOVUPS      64(AX), Y5
-	VANDPS       Y2, Y5, Y6
-	VFMADD132PS  Y1, Y6, Y5
+	VANDPS       Y1, Y5, Y6
+	VFMADD132PS  Y2, Y6, Y5
 	VFMADD231PS  64(R10), Y0, Y5
 	VMOVUPS      96(AX), Y6
-	VANDPS       Y2, Y6, Y2
-	VFMADD132PS  Y1, Y2, Y6
+	VANDPS       Y1, Y6, Y1
+	VFMADD132PS  Y2, Y1, Y6
 	VFMADD231PS  96(R10), Y0, Y6
 	TESTQ        R9, R9
 	JZ           stateKVf32AVX2_nostorerow_2
-	CMPB         504(SP), $0x00
+	CMPB         520(SP), $0x00
 	JE           stateKVf32AVX2_temporalrow_2
 	VMOVNTPS     Y3, (R9)
 	VMOVNTPS     Y4, 32(R9)
@@ -10936,6 +11173,7 @@ stateKVf32AVX2_nostorerow_2:
 	INCQ CX
 	CMPQ CX, DX
 	JB   stateKVf32AVX2_rows_2
+	MOVQ DI, 504(SP)
 	JMP  stateKVf32AVX2_tokensout_1
 
 stateKVf32AVX2_rowsdone_4:
@@ -11133,7 +11371,7 @@ stateKVf32AVX2_nostore_2:
 	SHLQ $0x02, R8
 
 	// Non-temporal stores for this token's rows: a store but the last token's after a token without one, the rows aligned whole vectors.
-	MOVQ  $0x00000000, 504(SP)
+	MOVQ  $0x00000000, 520(SP)
 	TESTQ R9, R9
 	JZ    stateKVf32AVX2_temporal_2
 	MOVQ  48(SP), R10
@@ -11153,7 +11391,7 @@ stateKVf32AVX2_snapshot_2:
 	JNZ   stateKVf32AVX2_temporal_2
 	TESTQ $0x0000001f, R8
 	JNZ   stateKVf32AVX2_temporal_2
-	MOVQ  $0x00000001, 504(SP)
+	MOVQ  $0x00000001, 520(SP)
 
 stateKVf32AVX2_temporal_2:
 	LEAQ 104(SP), R10
@@ -11170,30 +11408,39 @@ stateKVf32AVX2_temporal_2:
 	LEAQ 472(SP), R11
 
 stateKVf32AVX2_decaysset_3:
+	MOVQ 504(SP), R12
+
 stateKVf32AVX2_rows_3:
+	CMPQ       R12, 512(SP)
+	JAE        stateKVf32AVX2_nxdone_3
+	PREFETCHT1 (R12)
+	PREFETCHT1 64(R12)
+	ADDQ       $0x80, R12
+
+stateKVf32AVX2_nxdone_3:
 	VBROADCASTSS (BX)(CX*4), Y4
-	VBROADCASTSS (R11), Y5
-	VBROADCASTSS 4(R11), Y6
+	VBROADCASTSS (R11), Y6
+	VBROADCASTSS 4(R11), Y5
 	ADDQ         448(SP), R11
 	VBROADCASTSS (SI)(CX*4), Y7
 	VBROADCASTSS (DI)(CX*4), Y8
 	VMOVUPS      (AX), Y9
-	VANDPS       Y6, Y9, Y10
-	VFMADD132PS  Y5, Y10, Y9
+	VANDPS       Y5, Y9, Y10
+	VFMADD132PS  Y6, Y10, Y9
 	VFMADD231PS  (R10), Y4, Y9
 	VMOVUPS      Y9, (AX)
 	VFMADD231PS  Y9, Y7, Y0
 	VFMADD231PS  Y9, Y8, Y1
 	VMOVUPS      32(AX), Y9
-	VANDPS       Y6, Y9, Y6
-	VFMADD132PS  Y5, Y6, Y9
+	VANDPS       Y5, Y9, Y5
+	VFMADD132PS  Y6, Y5, Y9
 	VFMADD231PS  32(R10), Y4, Y9
 	VMOVUPS      Y9, 32(AX)
 	VFMADD231PS  Y9, Y7, Y2
 	VFMADD231PS  Y9, Y8, Y3
 	TESTQ        R9, R9
 	JZ           stateKVf32AVX2_nostorerow_3
-	CMPB         504(SP), $0x00
+	CMPB         520(SP), $0x00
 	JE           stateKVf32AVX2_temporalrow_3
 	VMOVUPS      (AX), Y4
 	VMOVNTPS     Y4, (R9)
@@ -11215,6 +11462,7 @@ stateKVf32AVX2_nostorerow_3:
 	INCQ CX
 	CMPQ CX, DX
 	JB   stateKVf32AVX2_rows_3
+	MOVQ R12, 504(SP)
 	JMP  stateKVf32AVX2_rowsdone_5
 
 stateKVf32AVX2_lastrows_2:
@@ -11224,22 +11472,31 @@ stateKVf32AVX2_lastrows_2:
 	LEAQ 472(SP), SI
 
 stateKVf32AVX2_decaysset_4:
+	MOVQ 504(SP), DI
+
 stateKVf32AVX2_rows_4:
+	CMPQ       DI, 512(SP)
+	JAE        stateKVf32AVX2_nxdone_4
+	PREFETCHT1 (DI)
+	PREFETCHT1 64(DI)
+	ADDQ       $0x80, DI
+
+stateKVf32AVX2_nxdone_4:
 	VBROADCASTSS (BX)(CX*4), Y0
-	VBROADCASTSS (SI), Y1
-	VBROADCASTSS 4(SI), Y2
+	VBROADCASTSS (SI), Y2
+	VBROADCASTSS 4(SI), Y1
 	ADDQ         448(SP), SI
 	VMOVUPS      (AX), Y3
-	VANDPS       Y2, Y3, Y4
-	VFMADD132PS  Y1, Y4, Y3
+	VANDPS       Y1, Y3, Y4
+	VFMADD132PS  Y2, Y4, Y3
 	VFMADD231PS  (R10), Y0, Y3
 	VMOVUPS      32(AX), Y4
-	VANDPS       Y2, Y4, Y2
-	VFMADD132PS  Y1, Y2, Y4
+	VANDPS       Y1, Y4, Y1
+	VFMADD132PS  Y2, Y1, Y4
 	VFMADD231PS  32(R10), Y0, Y4
 	TESTQ        R9, R9
 	JZ           stateKVf32AVX2_nostorerow_4
-	CMPB         504(SP), $0x00
+	CMPB         520(SP), $0x00
 	JE           stateKVf32AVX2_temporalrow_4
 	VMOVNTPS     Y3, (R9)
 	VMOVNTPS     Y4, 32(R9)
@@ -11257,6 +11514,7 @@ stateKVf32AVX2_nostorerow_4:
 	INCQ CX
 	CMPQ CX, DX
 	JB   stateKVf32AVX2_rows_4
+	MOVQ DI, 504(SP)
 	JMP  stateKVf32AVX2_tokensout_2
 
 stateKVf32AVX2_rowsdone_5:
@@ -11600,8 +11858,8 @@ stateKVf32AVX2_decaysset_5:
 stateKVf32AVX2_rows_5:
 	VBROADCASTSS (SI)(DX*4), Y6
 	MOVQ         480(SP), R12
-	VBROADCASTSS (R12), Y7
-	VBROADCASTSS 4(R12), Y8
+	VBROADCASTSS (R12), Y8
+	VBROADCASTSS 4(R12), Y7
 	ADDQ         448(SP), R12
 	MOVQ         R12, 480(SP)
 	VBROADCASTSS (DI)(DX*4), Y9
@@ -11609,8 +11867,8 @@ stateKVf32AVX2_rows_5:
 	CMPQ         CX, $0x00000000
 	JBE          stateKVf32AVX2_spantail_8
 	VMOVUPS      (AX), Y11
-	VANDPS       Y8, Y11, Y12
-	VFMADD132PS  Y7, Y12, Y11
+	VANDPS       Y7, Y11, Y12
+	VFMADD132PS  Y8, Y12, Y11
 	VFMADD231PS  (R11), Y6, Y11
 	VMOVUPS      Y11, (AX)
 	VFMADD231PS  Y11, Y9, Y0
@@ -11618,8 +11876,8 @@ stateKVf32AVX2_rows_5:
 	CMPQ         CX, $0x00000008
 	JBE          stateKVf32AVX2_spantail_8
 	VMOVUPS      32(AX), Y11
-	VANDPS       Y8, Y11, Y12
-	VFMADD132PS  Y7, Y12, Y11
+	VANDPS       Y7, Y11, Y12
+	VFMADD132PS  Y8, Y12, Y11
 	VFMADD231PS  32(R11), Y6, Y11
 	VMOVUPS      Y11, 32(AX)
 	VFMADD231PS  Y11, Y9, Y2
@@ -11657,8 +11915,8 @@ stateKVf32AVX2_nostorerow_5:
 
 stateKVf32AVX2_spanmasked_8:
 	VMOVUPS     (AX)(CX*4), Y11
-	VANDPS      Y8, Y11, Y8
-	VFMADD132PS Y7, Y8, Y11
+	VANDPS      Y7, Y11, Y7
+	VFMADD132PS Y8, Y7, Y11
 	VFMADD231PS 64(R11), Y6, Y11
 	VMOVUPS     Y11, (AX)(CX*4)
 	VFMADD231PS Y11, Y9, Y4
@@ -11707,7 +11965,7 @@ stateKVf32AVX2_done_2:
 
 // func stateKVbf16AVX2(a stateArgs)
 // Requires: AVX, AVX2, CMOV, FMA3, MMX+
-TEXT ·stateKVbf16AVX2(SB), NOSPLIT, $464-168
+TEXT ·stateKVbf16AVX2(SB), NOSPLIT, $480-184
 	MOVQ  a_K+0(FP), AX
 	MOVQ  a_V+8(FP), CX
 	MOVQ  a_T+16(FP), DX
@@ -11755,6 +12013,12 @@ stateKVbf16AVX2_gateset_1:
 	ANDQ $-2, DX
 	LEAQ (CX)(DX*8), CX
 	MOVQ CX, 440(SP)
+	MOVQ a_nx+168(FP), CX
+	MOVQ a_nxn+176(FP), DX
+	ADDQ CX, DX
+	MOVQ DX, 456(SP)
+	ANDQ $-64, CX
+	MOVQ CX, 448(SP)
 
 	// K > 1024 does not fit work: the Go wrapper never calls with it.
 	CMPQ AX, $0x00000400
@@ -12029,7 +12293,7 @@ stateKVbf16AVX2_notlast_1:
 	VSUBPS       Y12, Y12, Y0
 	VCMPPS       $0x03, Y0, Y0, Y0
 	VMOVMSKPS    Y0, AX
-	MOVL         AX, 456(SP)
+	MOVL         AX, 472(SP)
 	VXORPS       Y0, Y0, Y0
 	VXORPS       Y1, Y1, Y1
 	VXORPS       Y2, Y2, Y2
@@ -12059,7 +12323,7 @@ stateKVbf16AVX2_nostore_1:
 	SHLQ $0x01, R10
 
 	// Non-temporal stores for this token's rows: a store but the last token's after a token without one, the rows aligned whole vectors.
-	MOVQ  $0x00000000, 448(SP)
+	MOVQ  $0x00000000, 464(SP)
 	TESTQ R9, R9
 	JZ    stateKVbf16AVX2_temporal_1
 	MOVQ  48(SP), R11
@@ -12079,7 +12343,7 @@ stateKVbf16AVX2_snapshot_1:
 	JNZ   stateKVbf16AVX2_temporal_1
 	TESTQ $0x0000000f, R10
 	JNZ   stateKVbf16AVX2_temporal_1
-	MOVQ  $0x00000001, 448(SP)
+	MOVQ  $0x00000001, 464(SP)
 
 stateKVbf16AVX2_temporal_1:
 	XORQ  R11, R11
@@ -12110,46 +12374,55 @@ stateKVbf16AVX2_nocarry_1:
 	LEAQ 416(SP), R13
 
 stateKVbf16AVX2_decaysset_1:
+	MOVQ 448(SP), R14
+
 stateKVbf16AVX2_rows_1:
+	CMPQ       R14, 456(SP)
+	JAE        stateKVbf16AVX2_nxdone_1
+	PREFETCHT1 (R14)
+	PREFETCHT1 64(R14)
+	ADDQ       $0x80, R14
+
+stateKVbf16AVX2_nxdone_1:
 	VBROADCASTSS (BX)(CX*4), Y8
-	VBROADCASTSS (R13), Y9
-	VBROADCASTSS 4(R13), Y10
+	VBROADCASTSS (R13), Y10
+	VBROADCASTSS 4(R13), Y9
 	ADDQ         392(SP), R13
 	VBROADCASTSS (SI)(CX*4), Y11
 	VBROADCASTSS (DI)(CX*4), Y12
 	VMOVUPS      (AX), Y13
-	VANDPS       Y10, Y13, Y14
-	VFMADD132PS  Y9, Y14, Y13
+	VANDPS       Y9, Y13, Y14
+	VFMADD132PS  Y10, Y14, Y13
 	VFMADD231PS  (R12), Y8, Y13
 	VMOVUPS      Y13, (AX)
 	VFMADD231PS  Y13, Y11, Y0
 	VFMADD231PS  Y13, Y12, Y1
 	VMOVUPS      32(AX), Y13
-	VANDPS       Y10, Y13, Y14
-	VFMADD132PS  Y9, Y14, Y13
+	VANDPS       Y9, Y13, Y14
+	VFMADD132PS  Y10, Y14, Y13
 	VFMADD231PS  32(R12), Y8, Y13
 	VMOVUPS      Y13, 32(AX)
 	VFMADD231PS  Y13, Y11, Y2
 	VFMADD231PS  Y13, Y12, Y3
 	VMOVUPS      64(AX), Y13
-	VANDPS       Y10, Y13, Y14
-	VFMADD132PS  Y9, Y14, Y13
+	VANDPS       Y9, Y13, Y14
+	VFMADD132PS  Y10, Y14, Y13
 	VFMADD231PS  64(R12), Y8, Y13
 	VMOVUPS      Y13, 64(AX)
 	VFMADD231PS  Y13, Y11, Y4
 	VFMADD231PS  Y13, Y12, Y5
 	VMOVUPS      96(AX), Y13
-	VANDPS       Y10, Y13, Y10
-	VFMADD132PS  Y9, Y10, Y13
+	VANDPS       Y9, Y13, Y9
+	VFMADD132PS  Y10, Y9, Y13
 	VFMADD231PS  96(R12), Y8, Y13
 	VMOVUPS      Y13, 96(AX)
 	VFMADD231PS  Y13, Y11, Y6
 	VFMADD231PS  Y13, Y12, Y7
 	TESTQ        R9, R9
 	JZ           stateKVbf16AVX2_nostorerow_1
-	CMPL         456(SP), $0x00
+	CMPL         472(SP), $0x00
 	JNE          stateKVbf16AVX2_rownan_1
-	CMPB         448(SP), $0x00
+	CMPB         464(SP), $0x00
 	JE           stateKVbf16AVX2_temporalrow_1
 	VMOVUPS      (AX), Y8
 	VPSRLD       $0x10, Y8, Y9
@@ -12225,7 +12498,7 @@ stateKVbf16AVX2_storedrow_1:
 	JMP stateKVbf16AVX2_rowstored_1
 
 stateKVbf16AVX2_rownan_1:
-	CMPB         448(SP), $0x00
+	CMPB         464(SP), $0x00
 	JE           stateKVbf16AVX2_temporalrow_2
 	VMOVUPS      (AX), Y8
 	VPSRLD       $0x10, Y8, Y9
@@ -12343,6 +12616,7 @@ stateKVbf16AVX2_nocarryrow_1:
 	INCQ CX
 	CMPQ CX, DX
 	JB   stateKVbf16AVX2_rows_1
+	MOVQ R14, 448(SP)
 	JMP  stateKVbf16AVX2_rowsdone_1
 
 stateKVbf16AVX2_lastrows_1:
@@ -12352,32 +12626,41 @@ stateKVbf16AVX2_lastrows_1:
 	LEAQ 416(SP), SI
 
 stateKVbf16AVX2_decaysset_2:
+	MOVQ 448(SP), DI
+
 stateKVbf16AVX2_rows_2:
+	CMPQ       DI, 456(SP)
+	JAE        stateKVbf16AVX2_nxdone_2
+	PREFETCHT1 (DI)
+	PREFETCHT1 64(DI)
+	ADDQ       $0x80, DI
+
+stateKVbf16AVX2_nxdone_2:
 	VBROADCASTSS (BX)(CX*4), Y0
-	VBROADCASTSS (SI), Y1
-	VBROADCASTSS 4(SI), Y2
+	VBROADCASTSS (SI), Y2
+	VBROADCASTSS 4(SI), Y1
 	ADDQ         392(SP), SI
 	VMOVUPS      (AX), Y3
-	VANDPS       Y2, Y3, Y4
-	VFMADD132PS  Y1, Y4, Y3
+	VANDPS       Y1, Y3, Y4
+	VFMADD132PS  Y2, Y4, Y3
 	VFMADD231PS  (R12), Y0, Y3
 	VMOVUPS      32(AX), Y4
-	VANDPS       Y2, Y4, Y5
-	VFMADD132PS  Y1, Y5, Y4
+	VANDPS       Y1, Y4, Y5
+	VFMADD132PS  Y2, Y5, Y4
 	VFMADD231PS  32(R12), Y0, Y4
 	VMOVUPS      64(AX), Y5
-	VANDPS       Y2, Y5, Y6
-	VFMADD132PS  Y1, Y6, Y5
+	VANDPS       Y1, Y5, Y6
+	VFMADD132PS  Y2, Y6, Y5
 	VFMADD231PS  64(R12), Y0, Y5
 	VMOVUPS      96(AX), Y6
-	VANDPS       Y2, Y6, Y2
-	VFMADD132PS  Y1, Y2, Y6
+	VANDPS       Y1, Y6, Y1
+	VFMADD132PS  Y2, Y1, Y6
 	VFMADD231PS  96(R12), Y0, Y6
 	TESTQ        R9, R9
 	JZ           stateKVbf16AVX2_nostorerow_2
-	CMPL         456(SP), $0x00
+	CMPL         472(SP), $0x00
 	JNE          stateKVbf16AVX2_rownan_2
-	CMPB         448(SP), $0x00
+	CMPB         464(SP), $0x00
 	JE           stateKVbf16AVX2_temporalrow_3
 	VMOVAPS      Y3, Y0
 	VPSRLD       $0x10, Y0, Y1
@@ -12453,7 +12736,7 @@ stateKVbf16AVX2_storedrow_3:
 	JMP stateKVbf16AVX2_rowstored_2
 
 stateKVbf16AVX2_rownan_2:
-	CMPB         448(SP), $0x00
+	CMPB         464(SP), $0x00
 	JE           stateKVbf16AVX2_temporalrow_4
 	VMOVAPS      Y3, Y0
 	VPSRLD       $0x10, Y0, Y1
@@ -12567,6 +12850,7 @@ stateKVbf16AVX2_nocarryrow_2:
 	INCQ CX
 	CMPQ CX, DX
 	JB   stateKVbf16AVX2_rows_2
+	MOVQ DI, 448(SP)
 	JMP  stateKVbf16AVX2_tokensout_1
 
 stateKVbf16AVX2_rowsdone_1:
@@ -12791,7 +13075,7 @@ stateKVbf16AVX2_notlast_2:
 	VSUBPS       Y8, Y8, Y0
 	VCMPPS       $0x03, Y0, Y0, Y0
 	VMOVMSKPS    Y0, AX
-	MOVL         AX, 456(SP)
+	MOVL         AX, 472(SP)
 	VXORPS       Y0, Y0, Y0
 	VXORPS       Y1, Y1, Y1
 	VXORPS       Y2, Y2, Y2
@@ -12817,7 +13101,7 @@ stateKVbf16AVX2_nostore_2:
 	SHLQ $0x01, R10
 
 	// Non-temporal stores for this token's rows: a store but the last token's after a token without one, the rows aligned whole vectors.
-	MOVQ  $0x00000000, 448(SP)
+	MOVQ  $0x00000000, 464(SP)
 	TESTQ R9, R9
 	JZ    stateKVbf16AVX2_temporal_2
 	MOVQ  48(SP), R11
@@ -12837,7 +13121,7 @@ stateKVbf16AVX2_snapshot_2:
 	JNZ   stateKVbf16AVX2_temporal_2
 	TESTQ $0x0000000f, R10
 	JNZ   stateKVbf16AVX2_temporal_2
-	MOVQ  $0x00000001, 448(SP)
+	MOVQ  $0x00000001, 464(SP)
 
 stateKVbf16AVX2_temporal_2:
 	XORQ  R11, R11
@@ -12868,32 +13152,41 @@ stateKVbf16AVX2_nocarry_2:
 	LEAQ 416(SP), R13
 
 stateKVbf16AVX2_decaysset_3:
+	MOVQ 448(SP), R14
+
 stateKVbf16AVX2_rows_3:
+	CMPQ       R14, 456(SP)
+	JAE        stateKVbf16AVX2_nxdone_3
+	PREFETCHT1 (R14)
+	PREFETCHT1 64(R14)
+	ADDQ       $0x80, R14
+
+stateKVbf16AVX2_nxdone_3:
 	VBROADCASTSS (BX)(CX*4), Y4
-	VBROADCASTSS (R13), Y5
-	VBROADCASTSS 4(R13), Y6
+	VBROADCASTSS (R13), Y6
+	VBROADCASTSS 4(R13), Y5
 	ADDQ         392(SP), R13
 	VBROADCASTSS (SI)(CX*4), Y7
 	VBROADCASTSS (DI)(CX*4), Y8
 	VMOVUPS      (AX), Y9
-	VANDPS       Y6, Y9, Y10
-	VFMADD132PS  Y5, Y10, Y9
+	VANDPS       Y5, Y9, Y10
+	VFMADD132PS  Y6, Y10, Y9
 	VFMADD231PS  (R12), Y4, Y9
 	VMOVUPS      Y9, (AX)
 	VFMADD231PS  Y9, Y7, Y0
 	VFMADD231PS  Y9, Y8, Y1
 	VMOVUPS      32(AX), Y9
-	VANDPS       Y6, Y9, Y6
-	VFMADD132PS  Y5, Y6, Y9
+	VANDPS       Y5, Y9, Y5
+	VFMADD132PS  Y6, Y5, Y9
 	VFMADD231PS  32(R12), Y4, Y9
 	VMOVUPS      Y9, 32(AX)
 	VFMADD231PS  Y9, Y7, Y2
 	VFMADD231PS  Y9, Y8, Y3
 	TESTQ        R9, R9
 	JZ           stateKVbf16AVX2_nostorerow_3
-	CMPL         456(SP), $0x00
+	CMPL         472(SP), $0x00
 	JNE          stateKVbf16AVX2_rownan_3
-	CMPB         448(SP), $0x00
+	CMPB         464(SP), $0x00
 	JE           stateKVbf16AVX2_temporalrow_5
 	VMOVUPS      (AX), Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -12936,7 +13229,7 @@ stateKVbf16AVX2_storedrow_5:
 	JMP stateKVbf16AVX2_rowstored_3
 
 stateKVbf16AVX2_rownan_3:
-	CMPB         448(SP), $0x00
+	CMPB         464(SP), $0x00
 	JE           stateKVbf16AVX2_temporalrow_6
 	VMOVUPS      (AX), Y4
 	VPSRLD       $0x10, Y4, Y5
@@ -13005,6 +13298,7 @@ stateKVbf16AVX2_nocarryrow_3:
 	INCQ CX
 	CMPQ CX, DX
 	JB   stateKVbf16AVX2_rows_3
+	MOVQ R14, 448(SP)
 	JMP  stateKVbf16AVX2_rowsdone_2
 
 stateKVbf16AVX2_lastrows_2:
@@ -13014,24 +13308,33 @@ stateKVbf16AVX2_lastrows_2:
 	LEAQ 416(SP), SI
 
 stateKVbf16AVX2_decaysset_4:
+	MOVQ 448(SP), DI
+
 stateKVbf16AVX2_rows_4:
+	CMPQ       DI, 456(SP)
+	JAE        stateKVbf16AVX2_nxdone_4
+	PREFETCHT1 (DI)
+	PREFETCHT1 64(DI)
+	ADDQ       $0x80, DI
+
+stateKVbf16AVX2_nxdone_4:
 	VBROADCASTSS (BX)(CX*4), Y0
-	VBROADCASTSS (SI), Y1
-	VBROADCASTSS 4(SI), Y2
+	VBROADCASTSS (SI), Y2
+	VBROADCASTSS 4(SI), Y1
 	ADDQ         392(SP), SI
 	VMOVUPS      (AX), Y3
-	VANDPS       Y2, Y3, Y4
-	VFMADD132PS  Y1, Y4, Y3
+	VANDPS       Y1, Y3, Y4
+	VFMADD132PS  Y2, Y4, Y3
 	VFMADD231PS  (R12), Y0, Y3
 	VMOVUPS      32(AX), Y4
-	VANDPS       Y2, Y4, Y2
-	VFMADD132PS  Y1, Y2, Y4
+	VANDPS       Y1, Y4, Y1
+	VFMADD132PS  Y2, Y1, Y4
 	VFMADD231PS  32(R12), Y0, Y4
 	TESTQ        R9, R9
 	JZ           stateKVbf16AVX2_nostorerow_4
-	CMPL         456(SP), $0x00
+	CMPL         472(SP), $0x00
 	JNE          stateKVbf16AVX2_rownan_4
-	CMPB         448(SP), $0x00
+	CMPB         464(SP), $0x00
 	JE           stateKVbf16AVX2_temporalrow_7
 	VMOVAPS      Y3, Y0
 	VPSRLD       $0x10, Y0, Y1
@@ -13074,7 +13377,7 @@ stateKVbf16AVX2_storedrow_7:
 	JMP stateKVbf16AVX2_rowstored_4
 
 stateKVbf16AVX2_rownan_4:
-	CMPB         448(SP), $0x00
+	CMPB         464(SP), $0x00
 	JE           stateKVbf16AVX2_temporalrow_8
 	VMOVAPS      Y3, Y0
 	VPSRLD       $0x10, Y0, Y1
@@ -13141,6 +13444,7 @@ stateKVbf16AVX2_nocarryrow_4:
 	INCQ CX
 	CMPQ CX, DX
 	JB   stateKVbf16AVX2_rows_4
+	MOVQ DI, 448(SP)
 	JMP  stateKVbf16AVX2_tokensout_2
 
 stateKVbf16AVX2_rowsdone_2:
@@ -13579,7 +13883,7 @@ stateKVbf16AVX2_spanpast_3:
 	VSUBPS    Y10, Y10, Y0
 	VCMPPS    $0x03, Y0, Y0, Y0
 	VMOVMSKPS Y0, AX
-	MOVL      AX, 456(SP)
+	MOVL      AX, 472(SP)
 	VXORPS    Y0, Y0, Y0
 	VXORPS    Y1, Y1, Y1
 	VXORPS    Y2, Y2, Y2
@@ -13633,8 +13937,8 @@ stateKVbf16AVX2_decaysset_5:
 stateKVbf16AVX2_rows_5:
 	VBROADCASTSS (SI)(DX*4), Y6
 	MOVQ         424(SP), R14
-	VBROADCASTSS (R14), Y7
-	VBROADCASTSS 4(R14), Y8
+	VBROADCASTSS (R14), Y8
+	VBROADCASTSS 4(R14), Y7
 	ADDQ         392(SP), R14
 	MOVQ         R14, 424(SP)
 	VBROADCASTSS (DI)(DX*4), Y9
@@ -13642,8 +13946,8 @@ stateKVbf16AVX2_rows_5:
 	CMPQ         CX, $0x00000000
 	JBE          stateKVbf16AVX2_spantail_4
 	VMOVUPS      (AX), Y11
-	VANDPS       Y8, Y11, Y12
-	VFMADD132PS  Y7, Y12, Y11
+	VANDPS       Y7, Y11, Y12
+	VFMADD132PS  Y8, Y12, Y11
 	VFMADD231PS  (R13), Y6, Y11
 	VMOVUPS      Y11, (AX)
 	VFMADD231PS  Y11, Y9, Y0
@@ -13651,8 +13955,8 @@ stateKVbf16AVX2_rows_5:
 	CMPQ         CX, $0x00000008
 	JBE          stateKVbf16AVX2_spantail_4
 	VMOVUPS      32(AX), Y11
-	VANDPS       Y8, Y11, Y12
-	VFMADD132PS  Y7, Y12, Y11
+	VANDPS       Y7, Y11, Y12
+	VFMADD132PS  Y8, Y12, Y11
 	VFMADD231PS  32(R13), Y6, Y11
 	VMOVUPS      Y11, 32(AX)
 	VFMADD231PS  Y11, Y9, Y2
@@ -13665,7 +13969,7 @@ stateKVbf16AVX2_spantail_4:
 stateKVbf16AVX2_spanback_4:
 	TESTQ        R10, R10
 	JZ           stateKVbf16AVX2_nostorerow_5
-	CMPL         456(SP), $0x00
+	CMPL         472(SP), $0x00
 	JNE          stateKVbf16AVX2_rownan_5
 	CMPQ         CX, $0x00000000
 	JBE          stateKVbf16AVX2_spantail_5
@@ -13763,8 +14067,8 @@ stateKVbf16AVX2_nocarryrow_5:
 
 stateKVbf16AVX2_spanmasked_4:
 	VMOVUPS     (AX)(CX*4), Y11
-	VANDPS      Y8, Y11, Y8
-	VFMADD132PS Y7, Y8, Y11
+	VANDPS      Y7, Y11, Y7
+	VFMADD132PS Y8, Y7, Y11
 	VFMADD231PS 64(R13), Y6, Y11
 	VMOVUPS     Y11, (AX)(CX*4)
 	VFMADD231PS Y11, Y9, Y4
@@ -13907,7 +14211,7 @@ widenAVX2_done:
 
 // func stateVKf32AVX512(a stateArgs)
 // Requires: AVX, AVX512F, AVX512VL, CMOV, FMA3, MMX+
-TEXT ·stateVKf32AVX512(SB), NOSPLIT, $72-168
+TEXT ·stateVKf32AVX512(SB), NOSPLIT, $72-184
 	MOVQ  a_K+0(FP), CX
 	MOVQ  a_V+8(FP), AX
 	MOVQ  a_T+16(FP), DX
@@ -18597,7 +18901,7 @@ stateVKf32AVX512_done_1:
 
 // func stateVKbf16AVX512(a stateArgs)
 // Requires: AVX, AVX512BW, AVX512F, AVX512VL, CMOV, FMA3, MMX+
-TEXT ·stateVKbf16AVX512(SB), NOSPLIT, $72-168
+TEXT ·stateVKbf16AVX512(SB), NOSPLIT, $72-184
 	MOVQ  a_K+0(FP), AX
 	MOVQ  a_V+8(FP), CX
 	MOVQ  a_T+16(FP), DX
@@ -23467,7 +23771,7 @@ stateVKbf16AVX512_done_1:
 
 // func stateVKf32AVX2(a stateArgs)
 // Requires: AVX, AVX2, FMA3, MMX+
-TEXT ·stateVKf32AVX2(SB), NOSPLIT, $320-168
+TEXT ·stateVKf32AVX2(SB), NOSPLIT, $320-184
 	MOVQ    a_K+0(FP), CX
 	MOVQ    a_V+8(FP), AX
 	MOVQ    a_T+16(FP), DX
@@ -26590,7 +26894,7 @@ stateVKf32AVX2_done_1:
 
 // func stateVKbf16AVX2(a stateArgs)
 // Requires: AVX, AVX2, FMA3, MMX+
-TEXT ·stateVKbf16AVX2(SB), NOSPLIT, $328-168
+TEXT ·stateVKbf16AVX2(SB), NOSPLIT, $328-184
 	MOVQ    a_K+0(FP), AX
 	MOVQ    a_V+8(FP), CX
 	MOVQ    a_T+16(FP), DX

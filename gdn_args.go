@@ -29,6 +29,8 @@ type stateArgs struct {
 	tok1   [4]float32           // the T = 1 plan's em1, eg, beta, kq (tok is not read)
 	cvt    bool                 // the CPU has AVX512_BF16 (the AVX-512 bf16 routines round two vectors at a time)
 	_      [7]byte              // cvt's word
+	nx     unsafe.Pointer       // nil, or the state the driver's next call reads (a hint: the [K][V] routines over T tokens prefetch it to L2 while they compute, a few lines a row of their token passes)
+	nxn    int                  // nx's bytes (0 when nx is nil)
 }
 
 // stateArgsOffsets are the offsets the assembly reads, by field name.
@@ -53,10 +55,12 @@ var stateArgsOffsets = map[string]uintptr{
 	"dst1":   136,
 	"tok1":   144,
 	"cvt":    160,
+	"nx":     168,
+	"nxn":    176,
 }
 
 // stateArgsSize is the struct's size in bytes, as the assembly's frame has it.
-const stateArgsSize = 168
+const stateArgsSize = 184
 
 // workFloats is the size of stateArgs.work in float32s (32 KiB and 64 bytes of alignment).
 const workFloats = 8208

@@ -1890,7 +1890,7 @@ wend:
 // R7 columns left, R8 copy count, R9 form, R10/R11 slab/row pointers, R12/R13 kh/qh pointers, R14
 // row counter, R15 state row stride V·es, R19 strip's first column, R20 tokens left, R21 tok, R22
 // stores, R23 row start, R24/R25 scratch.
-TEXT ·stateKVf32NEON(SB), 0, $16384-168
+TEXT ·stateKVf32NEON(SB), 0, $16384-184
 
 	// one token with a store (decode, dst1 set): the T = 1 plan, whole column strips (stateOne)
 	MOVD  a_dst1+136(FP), R24
@@ -3380,7 +3380,7 @@ done:
 // R7 rows left, R8 copy count, R9 form, R10-R13 slab rows, R14/R15 kh/qh pointers, R19 group's row
 // index·4, R20 tokens left, R21 tok, R22 stores, R23 K counter, R24 group's offset in elements, R25
 // scratch.
-TEXT ·stateVKf32NEON(SB), 0, $16384-168
+TEXT ·stateVKf32NEON(SB), 0, $16384-184
 	MOVD a_K+0(FP), R6
 	MOVD a_V+8(FP), R7
 	MOVD a_src+32(FP), R0
@@ -4077,7 +4077,7 @@ done:
 // R7 columns left, R8 copy count, R9 form, R10/R11 slab/row pointers, R12/R13 kh/qh pointers, R14
 // row counter, R15 state row stride V·es, R19 strip's first column, R20 tokens left, R21 tok, R22
 // stores, R23 row start, R24/R25 scratch.
-TEXT ·stateKVbf16NEON(SB), 0, $16384-168
+TEXT ·stateKVbf16NEON(SB), 0, $16384-184
 	MOVD a_K+0(FP), R6
 	MOVD a_V+8(FP), R7
 	MOVD a_src+32(FP), R0
@@ -5548,7 +5548,7 @@ done:
 // R7 rows left, R8 copy count, R9 form, R10-R13 slab rows, R14/R15 kh/qh pointers, R19 group's row
 // index·4, R20 tokens left, R21 tok, R22 stores, R23 K counter, R24 group's offset in elements, R25
 // scratch.
-TEXT ·stateVKbf16NEON(SB), 0, $16384-168
+TEXT ·stateVKbf16NEON(SB), 0, $16384-184
 	MOVD a_K+0(FP), R6
 	MOVD a_V+8(FP), R7
 	MOVD a_src+32(FP), R0

@@ -88,9 +88,16 @@ func (f *flatHead) head(K, V, T int, in stateRef, kh, qh, v []float32, vs int, o
 			stores: make([]unsafe.Pointer, T), zero32: make([]float32, K*V), zero16: make([]uint16, K*V)}
 	}
 	clear(h.dst)
-	h.src, h.kh, h.qh, h.v, h.vs, h.o, h.tok, h.pf = in, kh, qh, v, vs, o, tok, pf
+	h.src, h.kh, h.qh, h.v, h.vs, h.o, h.tok, h.pf, h.nx = in, kh, qh, v, vs, o, tok, pf, stateRef{}
+	if pf != nil {
+		h.nx = testNx // the next call's state: with a list, as the driver gives both
+	}
 	return h
 }
+
+// testNx is the headCall.nx of the flat routines' calls with a prefetch list (TokensOf: none
+// unless a test sets it).
+var testNx stateRef
 
 func flatF32(st stateFunc) tokensF32 {
 	var f flatHead

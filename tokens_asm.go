@@ -79,6 +79,11 @@ func asmCell(r *routine, generic stateFunc) stateFunc {
 		if h.ch != nil {
 			a.ch = first(h.ch, 4*T*K)
 		}
+		if n := len(h.nx.f32); n > 0 {
+			a.nx, a.nxn = unsafe.Pointer(&h.nx.f32[0]), 4*n
+		} else if n := len(h.nx.bf16); n > 0 {
+			a.nx, a.nxn = unsafe.Pointer(&h.nx.bf16[0]), 2*n
+		}
 		if r.work {
 			a.work = h.work
 		}
@@ -160,13 +165,16 @@ func perToken(r *routine, a stateArgs) {
 	K, V, T := a.K, a.V, a.T
 	stores := unsafe.Slice(a.stores, T)
 	one := a
-	one.T, one.pf, one.npf = 1, nil, 0
+	one.T, one.pf, one.npf, one.nx, one.nxn = 1, nil, 0, nil, 0 // the next call's state: in the last call
 	for τ := range T {
 		one.stores = &stores[τ]
 		one.kh, one.qh = at(a.kh, τ*K), at(a.qh, τ*K)
 		one.v, one.o, one.tok = at(a.v, τ*a.vs), at(a.o, τ*V), at(a.tok, 4*τ)
 		if a.ch != nil {
 			one.ch = at(a.ch, 4*τ*K)
+		}
+		if τ == T-1 {
+			one.nx, one.nxn = a.nx, a.nxn
 		}
 		r.call(one)
 		one.src = stores[τ]

@@ -74,6 +74,8 @@ type kvGen struct {
 	// word 0, its index less the masked vector's, and 16 bytes for a rounded vector.
 	pairs, last, shuf, lastOff, tmp Mem
 	pf                              prefetchList // the driver's rows of its next call: a group per token pass
+	nx                              nextState    // the driver's next call's state: lines per row of a token pass
+	near                            bool         // emitting the near body (nearBody): decay(x) = x + em1·x, one FMA
 	nt                              Mem          // 1 while this token's rows go to its store non-temporally (see ntSpan)
 	fin                             Mem          // bf16: 0 when this token's δ of the block are finite (finiteDelta)
 	// The read pass's vectors and the rows' decays (perChannel): the bases of token 0's k̂ and q̂
@@ -191,6 +193,7 @@ func stateKVTokens(vr variant) {
 	MOVQ(w, g.work)
 	g.perChannel()
 	g.pf = newPrefetchList()
+	g.nx = newNextState()
 	g.nt = AllocLocal(8)
 	if vr.bf16 {
 		g.fin = AllocLocal(8)
@@ -711,6 +714,19 @@ func (g *kvGen) token(s span, accK, accQ []VecVirtual, out string) {
 	last, done := label("lastrows"), label("rowsdone")
 	g.cmpLast()
 	JE(LabelRef(last))
+	if g.nearBody(s) {
+		Commentf("The scalar gate with em1 ≥ %g: the near body, x + em1·x (one FMA, no VPANDD).", nearOne)
+		pair := label("pairrows")
+		CMPL(g.cpair.Offset(4), I8(-1))
+		JNE(LabelRef(pair))
+		CMPQ(g.cinc, U8(0))
+		JNE(LabelRef(pair))
+		g.near = true
+		g.rows(s, d, accK, accQ, w, i, k, kp, kn, qn, dst, dstStride, carry, cStride, false)
+		g.near = false
+		JMP(LabelRef(done))
+		Label(pair)
+	}
 	g.rows(s, d, accK, accQ, w, i, k, kp, kn, qn, dst, dstStride, carry, cStride, false)
 	JMP(LabelRef(done))
 	Label(last)
@@ -803,19 +819,35 @@ func (g *kvGen) rows(s span, d []VecVirtual, accK, accQ []VecVirtual, w, i, k, k
 		KUNPCKWD(K4, s.ps[len(s.ps)-1].mask, K3)
 		KNOTD(K3, K4)
 	}
-	cp := g.rowDecays()
+	var cp GPVirtual
+	var nc VecVirtual // the near body's em1, for every row
+	if g.near {
+		nc = a.vec()
+		VBROADCASTSS(g.cpair, nc)
+	} else {
+		cp = g.rowDecays()
+	}
 	// AVX2's guarded spans need every GP register but R15 (storeTail's): their row decays'
 	// pointer stays in the frame.
 	inFrame := a.regs < 32 && s.guarded()
 	if inFrame {
 		MOVQ(cp, g.cpr)
 	}
+	var nx GPVirtual
+	if !inFrame {
+		// (Not in AVX2's guarded spans, which need every GP register: no model has their widths.)
+		nx = g.nx.load()
+	}
 	loop := label("rows")
 	Label(loop)
+	if nx != nil {
+		g.nx.step(nx, kvNextLines)
+	}
 	bk := a.vec()
 	VBROADCASTSS(Mem{Base: kp, Index: i, Scale: 4}, bk)
-	rc, rm := a.vec(), a.vec()
-	{
+	rc, rm := nc, a.vec()
+	if !g.near {
+		rc = a.vec()
 		p := cp
 		if inFrame {
 			p = GP64()
@@ -839,7 +871,11 @@ func (g *kvGen) rows(s span, d []VecVirtual, accK, accQ []VecVirtual, w, i, k, k
 		u := unmasked(pc)
 		y := a.vec()
 		u.load(u.at(w, 4), y)
-		g.decayCM(u, rc, rm, y)
+		if g.near {
+			VFMADD132PS(u.view(rc), u.view(y), u.view(y)) // y·em1 + y: decayCM's bits with m all ones
+		} else {
+			g.decayCM(u, rc, rm, y)
+		}
 		if d[t] != nil {
 			u.fma(d[t], bk, y)
 		} else {
@@ -958,9 +994,30 @@ func (g *kvGen) rows(s span, d []VecVirtual, accK, accQ []VecVirtual, w, i, k, k
 	INCQ(i)
 	CMPQ(i, k)
 	JB(LabelRef(loop))
+	if nx != nil {
+		MOVQ(nx, g.nx.next)
+	}
 	for _, f := range ool {
 		f()
 	}
+}
+
+// nearBody reports whether a token pass of the span has a second body for the scalar gate's near
+// form (em1 ≥ nearOne: x + em1·x, one FMA, the token's em1 broadcast once), besides the pair body
+// (c·x + (x & m), every form and gate): AVX-512 f32, the full 4-ZMM block (every K ≤ 128, V a
+// multiple of 64 or its first blocks), the token passes but the last. Where the VPANDD shares the
+// FMA ports (Intel's two 512-bit FMA units take the logic ops too) it is a fifth of the pass's
+// vector operations.
+func (g *kvGen) nearBody(s span) bool {
+	if g.bf16 || !g.a.evex || len(s.ps) != kvBlockVecs || s.guarded() {
+		return false
+	}
+	for _, pc := range s.ps {
+		if pc.w != g.a.lanes {
+			return false
+		}
+	}
+	return true
 }
 
 // cvtPairs reports whether the span's bf16 rows may go to a store two pieces at a time through

@@ -47,6 +47,8 @@ var Fields = []Field{
 	{"dst1", "unsafe.Pointer", "[K][V] f32 routines: when not nil (T = 1, a store), the T = 1 plan runs (whole rows, any K, no work space) and stores here instead of stores[0]", 0},
 	{"tok1", "[4]float32", "the T = 1 plan's em1, eg, beta, kq (tok is not read)", 4},
 	{"cvt", "bool", "the CPU has AVX512_BF16 (the AVX-512 bf16 routines round two vectors at a time)", 0},
+	{"nx", "unsafe.Pointer", "nil, or the state the driver's next call reads (a hint: the [K][V] routines over T tokens prefetch it to L2 while they compute, a few lines a row of their token passes)", 0},
+	{"nxn", "int", "nx's bytes (0 when nx is nil)", 0},
 }
 
 // WorkFloats is the size of the work space in float32s: 32 KiB and the 64 bytes of alignment.
