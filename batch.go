@@ -653,7 +653,8 @@ func (d *driver) group(hk, h0, step, g, t0, t1 int, read int32, nh, nhk int) {
 // hk when qk (the call starts a chunk), and write (the outputs): a group per token. The state
 // routine issues a group per token pass (asm/prefetch.go), so that these rows come while it
 // computes instead of one after another at the start of that call: the prefill's activations are
-// about 2 KiB per head-token, as much time from memory as a fifth of the routine's compute.
+// about 2 KiB per head-token, as much time from memory as a fifth of the routine's compute. It
+// also sets headCall.nx to nx, the state that call reads first (none for a call of one token).
 func (d *driver) ahead(h, c0, c1, hk int, qk bool, nx stateRef) {
 	b, s := d.b, d.s
 	K, V, HV := b.K, b.V, b.VHeads

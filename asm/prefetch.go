@@ -60,9 +60,9 @@ func (l prefetchList) group() {
 
 // nextState is a routine's cursor in stateArgs.nx, the state the driver's next call reads: the
 // [K][V] routines over T tokens prefetch it to L2 (PREFETCHT1) kvNextLines lines at a time, once
-// per row of their token passes (not in AVX2's guarded spans), so that the next call's first pass (pass 0, which reads the state from
-// memory and computes little) reads it from L2 while this call's passes, which compute from L1,
-// leave memory idle. A call of few tokens (speculative verification) otherwise paid its state's
+// per row of their token passes (not in AVX2's guarded spans), so that the next call's first
+// pass (pass 0, which reads the state from memory and computes little) reads it from L2 while
+// this call's passes, which compute from L1, leave memory idle. A call of few tokens (speculative verification) otherwise paid its state's
 // read from memory and its arithmetic one after the other. A hint: a prefetch cannot fault, and
 // the cursor stops at nx + nxn.
 type nextState struct {

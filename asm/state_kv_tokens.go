@@ -1004,8 +1004,8 @@ func (g *kvGen) rows(s span, d []VecVirtual, accK, accQ []VecVirtual, w, i, k, k
 
 // nearBody reports whether a token pass of the span has a second body for the scalar gate's near
 // form (em1 ≥ nearOne: x + em1·x, one FMA, the token's em1 broadcast once), besides the pair body
-// (c·x + (x & m), every form and gate): AVX-512 f32, the full 4-ZMM block (every K ≤ 128, V a
-// multiple of 64 or its first blocks), the token passes but the last. Where the VPANDD shares the
+// (c·x + (x & m), every form and gate): AVX-512 f32, the 4-ZMM block (K ≤ 128: every block of
+// 49–64 columns, its rows in work whole vectors), the token passes but the last. Where the VPANDD shares the
 // FMA ports (Intel's two 512-bit FMA units take the logic ops too) it is a fifth of the pass's
 // vector operations.
 func (g *kvGen) nearBody(s span) bool {
