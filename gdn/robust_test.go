@@ -156,8 +156,7 @@ func TestZeroAllocs(t *testing.T) {
 }
 
 // mallocsPerRun is the process's heap allocations per call of f over n calls after one, rounded
-// down (as testing.AllocsPerRun, but at the current GOMAXPROCS: a recycled object that the GC
-// dropped now and then does not count).
+// down as testing.AllocsPerRun does, but at the current GOMAXPROCS.
 func mallocsPerRun(n int, f func()) uint64 {
 	f()
 	var a, b runtime.MemStats
