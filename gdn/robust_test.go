@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/gdnsimd/gdnsimd"
 	"github.com/gdnsimd/gdnsimd/gdn"
 	"github.com/gdnsimd/gdnsimd/internal/kerneltest"
 	"github.com/gdnsimd/gdnsimd/internal/oracle"
@@ -152,6 +153,49 @@ func TestZeroAllocs(t *testing.T) {
 			}
 			require.Zero(t, allocs, "workers %d", w)
 		}
+	})
+}
+
+// TestRunZeroAllocs: a Layer.Run allocates nothing once warm, with Workers 1 and 2, in every
+// state format: varlen batches with padding, Zero and per-token stores in place and out of place,
+// sequences longer than a chunk, with the scalar gate, the per-channel gate and the conv front.
+func TestRunZeroAllocs(t *testing.T) {
+	if testing.CoverMode() != "" || race.Enabled {
+		t.Skip("allocation counts are not meaningful under -race or -cover")
+	}
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(max(2, runtime.GOMAXPROCS(0))))
+	type prepared struct {
+		c  *oracle.BatchCase
+		rf rowForm
+	}
+	var cases []prepared
+	for i := range scenarios {
+		gate, conv := []int{-1, 2, -1}[i%3], i%3 == 2
+		c, _, rf := randomCase(t, 300+i, i%2 == 1, gate, conv)
+		cases = append(cases, prepared{c, rf})
+	}
+	kerneltest.ForEach(t, func(t *testing.T, kernel string) {
+		forEachFormat(t, kernel, func(t *testing.T, format gdnsimd.Format) {
+			for _, p := range cases {
+				if p.c.BF16 != format.BF16 {
+					continue
+				}
+				for _, w := range []int{1, 2} {
+					l := batchLayer(t, p.c, kernel, format, w)
+					b := caseBatch(p.c, runSetup{format: format, rows: p.rf, workers: w})
+					run := func() {
+						if err := l.Run(&b); err != nil {
+							t.Fatal(err)
+						}
+					}
+					allocs := mallocsPerRun(20, run) // the least of a few tries, as in TestZeroAllocs
+					for try := 1; try < 5 && allocs != 0; try++ {
+						allocs = min(allocs, mallocsPerRun(20, run))
+					}
+					require.Zero(t, allocs, "%s workers %d", p.c.Name, w)
+				}
+			}
+		})
 	})
 }
 

@@ -207,7 +207,10 @@ func (v *validator) check(l *Layer, b *Batch) (gdnsimd.Batch, error) {
 		}
 	}
 	if conv {
-		use = append(fields[:3:3], fields[6])
+		// z, b, a and x, in an array of the call's own: an append to fields[:3:3] allocated on
+		// every call.
+		with := [...]rowsField{fields[0], fields[1], fields[2], fields[6]}
+		use = with[:]
 	}
 	for _, f := range fields {
 		if f.r.Group == 0 && f.r.GroupStride == 0 {

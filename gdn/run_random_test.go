@@ -286,6 +286,29 @@ func bf16Exact(v float32) gdn.BF16 {
 // terms (outputs, both pools after the call).
 func runBatch(t testing.TB, l *gdn.Layer, c *oracle.BatchCase, s runSetup) oracle.BatchGot {
 	t.Helper()
+	d := c.Dims
+	b := caseBatch(c, s)
+	require.NoError(t, l.Run(&b))
+	g := oracle.BatchGot{Out: make([]uint16, len(b.Out)), OutF32: b.OutF32, State: readPool(t, "State", b.State, len(c.State), d, s.format)}
+	for i, o := range b.Out {
+		g.Out[i] = uint16(o)
+	}
+	if c.StoreTo != nil {
+		g.StoreTo = readPool(t, "StoreTo", *b.StoreTo, len(c.StoreTo), d, s.format)
+	}
+	if c.Conv != nil {
+		size := (c.Conv.W - 1) * d.Channels()
+		g.ConvState = readConvPool(t, "ConvState", b.ConvState, len(c.Conv.State), size)
+		if c.Conv.StoreTo != nil {
+			g.ConvStoreTo = readConvPool(t, "ConvStoreTo", *b.ConvStoreTo, len(c.Conv.StoreTo), size)
+		}
+	}
+	return g
+}
+
+// caseBatch lays out the case in the setup's form: its rows, pools and outputs (filled with
+// values the call must overwrite).
+func caseBatch(c *oracle.BatchCase, s runSetup) gdn.Batch {
 	d, T := c.Dims, c.Tokens()
 	b := gdn.Batch{Start: c.Start, Read: c.Read, Store: c.Store}
 	b.Q, b.K, b.V, b.Z, b.B, b.A, b.X = rowsOf(c, s.rows)
@@ -306,22 +329,7 @@ func runBatch(t testing.TB, l *gdn.Layer, c *oracle.BatchCase, s runSetup) oracl
 	for i := range n {
 		b.Out[i], b.OutF32[i] = 0xffff, float32(math.NaN()) // padding must overwrite them with +0
 	}
-	require.NoError(t, l.Run(&b))
-	g := oracle.BatchGot{Out: make([]uint16, n), OutF32: b.OutF32, State: readPool(t, "State", b.State, len(c.State), d, s.format)}
-	for i, o := range b.Out {
-		g.Out[i] = uint16(o)
-	}
-	if c.StoreTo != nil {
-		g.StoreTo = readPool(t, "StoreTo", *b.StoreTo, len(c.StoreTo), d, s.format)
-	}
-	if c.Conv != nil {
-		size := (c.Conv.W - 1) * d.Channels()
-		g.ConvState = readConvPool(t, "ConvState", b.ConvState, len(c.Conv.State), size)
-		if c.Conv.StoreTo != nil {
-			g.ConvStoreTo = readConvPool(t, "ConvStoreTo", *b.ConvStoreTo, len(c.Conv.StoreTo), size)
-		}
-	}
-	return g
+	return b
 }
 
 // makeConvPool lays out conv slots ([W−1][C] each) as f32 or bf16, slotPad guard elements after
