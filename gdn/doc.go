@@ -181,6 +181,11 @@
 // or another output is an error. A Layer is immutable after New and safe for concurrent calls
 // (Run, Step) on different data.
 //
+// A call allocates nothing once the Layer has run as many calls at once as it ever will (with
+// Workers > 1, each of a call's goroutines counts): it keeps their scratch space (a few hundred
+// KiB for a prefill at Qwen3-Next's shape, grown to the largest call) for its life, through
+// garbage collections.
+//
 // Concurrent calls that write the same state (or outputs), or write what another reads, are the
 // caller's bug. The race detector does not see inside the assembly kernels, so go test -race
 // reports such a race only with the generic kernel: run it with -tags purego (or Config.Kernel

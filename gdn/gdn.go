@@ -117,7 +117,36 @@ type Layer struct {
 	convBias []float32 // [C]: ConvBias, or zeros
 	kernel   gdnsimd.Kernel
 	format   gdnsimd.Format
-	scratch  sync.Pool // *gdnsimd.Scratch
+	scratch  freeList[gdnsimd.Scratch]
+}
+
+// freeList keeps what returned calls used for later calls: a call allocates nothing once as many
+// calls have run at once as ever will, and it holds no more than that many. Not a sync.Pool: the
+// GC empties one every other cycle, and a call after that would grow its scratch again (a few
+// hundred KiB for a prefill, and the heads' rates recomputed).
+type freeList[T any] struct {
+	mu   sync.Mutex
+	free []*T
+}
+
+// get returns a kept value, or a new one from alloc.
+func (f *freeList[T]) get(alloc func() *T) *T {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if n := len(f.free); n > 0 {
+		x := f.free[n-1]
+		f.free[n-1] = nil
+		f.free = f.free[:n-1]
+		return x
+	}
+	return alloc()
+}
+
+// put keeps x for a later call.
+func (f *freeList[T]) put(x *T) {
+	f.mu.Lock()
+	f.free = append(f.free, x)
+	f.mu.Unlock()
 }
 
 // Kernels returns the names of the kernels this CPU can run, best first ("generic" last).
@@ -227,7 +256,6 @@ func New(c Config) (*Layer, error) {
 		}
 		copy(l.convBias, c.ConvBias)
 	}
-	l.scratch.New = func() any { return new(gdnsimd.Scratch) }
 	return l, nil
 }
 
@@ -355,10 +383,12 @@ func (l *Layer) run(b *gdnsimd.Batch) {
 	b.StoreConv() // after every item: they read the conv states it overwrites
 }
 
+func newScratch() *gdnsimd.Scratch { return new(gdnsimd.Scratch) }
+
 func (l *Layer) runRange(b *gdnsimd.Batch, lo, hi int) {
-	sp := l.scratch.Get().(*gdnsimd.Scratch)
+	sp := l.scratch.get(newScratch)
 	l.kernel.RunBatch(b, lo, hi, sp)
-	l.scratch.Put(sp)
+	l.scratch.put(sp)
 }
 
 // minWorkBytes is the least state (bytes read) a worker should get: below it, handing a range to

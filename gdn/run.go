@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"sync"
 	"unsafe"
 
 	"github.com/gdnsimd/gdnsimd"
@@ -134,9 +133,9 @@ func (l *Layer) Run(b *Batch) error {
 	if b == nil {
 		return fmt.Errorf("%w: Run(nil)", ErrShape)
 	}
-	v := validators.Get().(*validator)
+	v := validators.get(newValidator)
 	kb, err := v.check(l, b)
-	validators.Put(v)
+	validators.put(v)
 	if err != nil {
 		return err
 	}
@@ -144,7 +143,8 @@ func (l *Layer) Run(b *Batch) error {
 	return nil
 }
 
-// validator holds the scratch of one validation (pooled: no allocation per call in steady state).
+// validator holds the scratch of one validation (kept in a free list: no allocation per call in
+// steady state).
 type validator struct {
 	writes map[int32]write
 }
@@ -152,7 +152,9 @@ type validator struct {
 // write is who writes a slot: a sequence and the token after which it stores.
 type write struct{ seq, tok int32 }
 
-var validators = sync.Pool{New: func() any { return &validator{writes: map[int32]write{}} }}
+var validators freeList[validator]
+
+func newValidator() *validator { return &validator{writes: map[int32]write{}} }
 
 // rowsField is one of a Batch's row inputs, as validated.
 type rowsField struct {
