@@ -526,7 +526,7 @@ func (d *driver) sequence(n, hlo, hhi int) {
 	}
 	d.t0, d.read = t0, read
 	if b.ConvW != 0 && read >= 0 {
-		d.warmConv(read)
+		d.warmConv(read, hlo, hhi)
 	}
 	d.oneTok, d.hlo = t1-t0 == 1, hlo
 	if d.oneTok {
@@ -1092,13 +1092,27 @@ func (d *driver) convRows(u []float32, c0, c1, off, n int) {
 // instead of one a head (decode: a piece call of 128 channels took 72 ns, of many 47 a 128,
 // and the rows stream from memory), and sets d.convTok, so that convRows copies them from there.
 func (d *driver) convToken(t, hlo, hhi int) {
-	b, s := d.b, d.s
-	K, V, HK := b.K, b.V, b.KHeads
-	C := b.channels()
-	if len(s.u) < C {
+	s := d.s
+	if C := d.b.channels(); len(s.u) < C {
 		s.u = make([]float32, C)
 	}
-	lo, hi := HK, 0 // the k-heads read (tiled GQA: a range covering them)
+	runs, ok := d.convRuns(hlo, hhi)
+	if !ok {
+		return
+	}
+	for _, r := range runs {
+		d.convRows(cutF32(s.u, r[0], r[1]), t, t+1, r[0], r[1])
+	}
+	d.convTok = true
+}
+
+// convRuns returns the channels the value heads [hlo, hhi) read, as three runs (first channel,
+// count): the q and the k channels of the k-heads they read (tiled GQA: a range covering them),
+// and their v channels; false when they read none.
+func (d *driver) convRuns(hlo, hhi int) ([3][2]int, bool) {
+	b := d.b
+	K, V, HK := b.K, b.V, b.KHeads
+	lo, hi := HK, 0
 	for h := hlo; h < hhi; h++ {
 		hk := h / (b.VHeads / HK)
 		if b.GQATiled {
@@ -1106,13 +1120,7 @@ func (d *driver) convToken(t, hlo, hhi int) {
 		}
 		lo, hi = min(lo, hk), max(hi, hk+1)
 	}
-	if lo >= hi {
-		return
-	}
-	for _, r := range [3][2]int{{lo * K, (hi - lo) * K}, {(HK + lo) * K, (hi - lo) * K}, {2*HK*K + hlo*V, (hhi - hlo) * V}} {
-		d.convRows(cutF32(s.u, r[0], r[1]), t, t+1, r[0], r[1])
-	}
-	d.convTok = true
+	return [3][2]int{{lo * K, (hi - lo) * K}, {(HK + lo) * K, (hi - lo) * K}, {2*HK*K + hlo*V, (hhi - hlo) * V}}, lo < hi
 }
 
 // convRow returns channels [off, off+len(win)) of the conv front's input row t of the sequence
@@ -1144,17 +1152,28 @@ func (d *driver) convRow(win []float32, t, off int) []float32 {
 	return win
 }
 
-// warmConv reads an element of each cache line of the conv state of slot read (warm's purpose):
-// the conv reads it a head's channels at a time, rows C elements apart, and from memory each
-// such read waited for its lines in turn (decode at B = 64: 14 % of the call).
-func (d *driver) warmConv(read int32) {
+// warmConv reads an element of each cache line of the conv state of slot read that the value
+// heads [hlo, hhi) read (warm's purpose): the conv reads it a head's channels at a time, rows C
+// elements apart, and from memory each such read waited for its lines in turn (decode at B = 64:
+// 14 % of the call). Only their channels: with Workers 2 at B = 1 each goroutine warmed the whole
+// slot, and read the other core's half of the lines the last call's StoreConv wrote.
+func (d *driver) warmConv(read int32, hlo, hhi int) {
 	b, s := d.b, d.s
 	p := &b.ConvState
-	n := (b.ConvW - 1) * b.channels()
+	C := b.channels()
+	n := (b.ConvW - 1) * C
+	r := Rows{Stride: C}
 	if p.F32 != nil {
-		s.sink ^= warm(&Rows{F32: cutF32(p.F32, int(read)*p.SlotStride, n), Stride: n}, 0, 1, 0, n)
+		r.F32 = cutF32(p.F32, int(read)*p.SlotStride, n)
 	} else {
-		s.sink ^= warm(&Rows{BF16: cutU16(p.BF16, int(read)*p.SlotStride, n), Stride: n}, 0, 1, 0, n)
+		r.BF16 = cutU16(p.BF16, int(read)*p.SlotStride, n)
+	}
+	runs, ok := d.convRuns(hlo, hhi)
+	if !ok {
+		return
+	}
+	for _, run := range runs {
+		s.sink ^= warm(&r, 0, b.ConvW-1, run[0], run[1])
 	}
 }
 
