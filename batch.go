@@ -525,16 +525,21 @@ func (d *driver) sequence(n, hlo, hhi int) {
 		return
 	}
 	d.t0, d.read = t0, read
-	if b.ConvW != 0 && read >= 0 {
-		d.warmConv(read, hlo, hhi)
+	var runs [3][2]int // the conv channels the heads read (convRuns)
+	conv := false
+	if b.ConvW != 0 {
+		runs, conv = d.convRuns(hlo, hhi)
+	}
+	if conv && read >= 0 {
+		d.warmConv(read, runs)
 	}
 	d.oneTok, d.hlo = t1-t0 == 1, hlo
 	if d.oneTok {
 		d.heads(t0, hlo, hhi)
 	}
 	d.convTok = false
-	if d.oneTok && b.ConvW != 0 {
-		d.convToken(t0, hlo, hhi)
+	if d.oneTok && conv {
+		d.convToken(t0, runs)
 	}
 	HK := b.KHeads
 	G := b.VHeads / HK
@@ -1087,18 +1092,15 @@ func (d *driver) convRows(u []float32, c0, c1, off, n int) {
 }
 
 // convToken computes the conv outputs of token t, the one token of the sequence being run, for
-// the channels the value heads [hlo, hhi) read — their v channels and the q and k channels of the
-// k-heads they read — into s.u by channel, three runs of the conv piece over contiguous channels
-// instead of one a head (decode: a piece call of 128 channels took 72 ns, of many 47 a 128,
-// and the rows stream from memory), and sets d.convTok, so that convRows copies them from there.
-func (d *driver) convToken(t, hlo, hhi int) {
+// the channels its value heads read (runs, from convRuns: their v channels and the q and k
+// channels of the k-heads they read) into s.u by channel, three runs of the conv piece over
+// contiguous channels instead of one a head (decode: a piece call of 128 channels took 72 ns, of
+// many 47 a 128, and the rows stream from memory), and sets d.convTok, so that convRows copies
+// them from there.
+func (d *driver) convToken(t int, runs [3][2]int) {
 	s := d.s
 	if C := d.b.channels(); len(s.u) < C {
 		s.u = make([]float32, C)
-	}
-	runs, ok := d.convRuns(hlo, hhi)
-	if !ok {
-		return
 	}
 	for _, r := range runs {
 		d.convRows(cutF32(s.u, r[0], r[1]), t, t+1, r[0], r[1])
@@ -1152,12 +1154,13 @@ func (d *driver) convRow(win []float32, t, off int) []float32 {
 	return win
 }
 
-// warmConv reads an element of each cache line of the conv state of slot read that the value
-// heads [hlo, hhi) read (warm's purpose): the conv reads it a head's channels at a time, rows C
-// elements apart, and from memory each such read waited for its lines in turn (decode at B = 64:
-// 14 % of the call). Only their channels: with Workers 2 at B = 1 each goroutine warmed the whole
-// slot, and read the other core's half of the lines the last call's StoreConv wrote.
-func (d *driver) warmConv(read int32, hlo, hhi int) {
+// warmConv reads an element of each cache line of the conv state of slot read in the channels
+// runs (from convRuns: those the item's value heads read; warm's purpose): the conv reads it a
+// head's channels at a time, rows C elements apart, and from memory each such read waited for its
+// lines in turn (decode at B = 64: 14 % of the call). Only their channels: with Workers 2 at B = 1
+// each goroutine warmed the whole slot, and read the other core's half of the lines the last
+// call's StoreConv wrote.
+func (d *driver) warmConv(read int32, runs [3][2]int) {
 	b, s := d.b, d.s
 	p := &b.ConvState
 	C := b.channels()
@@ -1167,10 +1170,6 @@ func (d *driver) warmConv(read int32, hlo, hhi int) {
 		r.F32 = cutF32(p.F32, int(read)*p.SlotStride, n)
 	} else {
 		r.BF16 = cutU16(p.BF16, int(read)*p.SlotStride, n)
-	}
-	runs, ok := d.convRuns(hlo, hhi)
-	if !ok {
-		return
 	}
 	for _, run := range runs {
 		s.sink ^= warm(&r, 0, b.ConvW-1, run[0], run[1])
