@@ -223,3 +223,49 @@ func (k Kernel) FloorFMA(n int) (lanes, perIter int) {
 	}
 	return f.lanes, f.chains
 }
+
+// stateLayout is the order of a head's K×V state in memory, an index of impl.cells.
+type stateLayout uint8
+
+// Format is a state format: a layout and a storage type.
+type Format struct {
+	VK   bool // [V][K]: element (i, j) of a head at j·K + i; false: [K][V], at i·V + j
+	BF16 bool // bf16 storage (widened exactly on load, rounded to nearest even on store)
+}
+
+// Formats lists every state format: kv-f32, vk-f32, kv-bf16, vk-bf16.
+func Formats() []Format {
+	return []Format{{false, false}, {true, false}, {false, true}, {true, true}}
+}
+
+// layout is f's layout.
+func (f Format) layout() stateLayout {
+	if f.VK {
+		return layoutVK
+	}
+	return layoutKV
+}
+
+// String is the format's key in test and benchmark names: "kv-f32", "vk-f32", "kv-bf16", "vk-bf16".
+func (f Format) String() string {
+	s := "kv"
+	if f.layout() == layoutVK {
+		s = "vk"
+	}
+	if f.BF16 {
+		return s + "-bf16"
+	}
+	return s + "-f32"
+}
+
+// Implements reports whether the kernel has a state routine for format f.
+func (k Kernel) Implements(f Format) bool { return k.im.cell(f) != nil }
+
+// cell is im's state routine for format f, or nil.
+func (im *impl) cell(f Format) stateFunc {
+	st := 0
+	if f.BF16 {
+		st = 1
+	}
+	return im.cells[st][f.layout()]
+}

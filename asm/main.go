@@ -45,6 +45,7 @@
 //	gate.go, l2.go, widen.go, bench_floor.go   the small pieces and the bench floors
 //	gates.go           the float64 head gates (constants from asm/internal/gates64consts)
 //	chans.go           the per-channel gate's pairs and dot vectors
+//	conv.go            the conv front's causal conv1d and SiLU (convRoutine)
 //	args.go            the state routines' one argument (asm/internal/stateargs: its fields and
 //	                   offsets; -args writes its Go declaration, gdn_args.go)
 //	gostubs.go         the Go side (-go: gdn_amd64.go): stubs, CPU detection, the kernels' tables

@@ -35,10 +35,11 @@ package main
 // x + em1·x, (eg, the sign bit) eg·x, the same bits), and the per-channel gate (stateArgs.ch)
 // gives each row its own pair: one pass for every form and gate.
 //
-// The block lives in work (kvWork bytes from its first 64-byte boundary: the Go wrapper passes
-// kvWork + 64 bytes from a pool). Not in the frame: a frame that large needs the stack-check
-// prologue, whose TLS access -dynlink builds cannot link. K above kvMaxK(a) does not fit; the Go
-// wrapper then takes another path.
+// The block lives in work: kvWork bytes from the first 64-byte boundary of stateArgs.work, the
+// [workFloats]float32 that asmCell (tokens_asm.go) allocates once per worker's Scratch. Not in the
+// frame: a frame that large needs the stack-check prologue, whose TLS access -dynlink builds
+// cannot link. K above kvMaxK(a) does not fit: the routine's maxK (gofile) sends such heads to the
+// portable routine.
 
 import (
 	"fmt"

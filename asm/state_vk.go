@@ -18,8 +18,8 @@ package main
 // horizontal-sum shuffles are shared by the group; δ and o are then computed for the G rows in one
 // vector. The decay form is chosen per token from em1 (two branches on the same compare).
 //
-// A row is L = ceil(K/lanes) vectors (K ≤ 16·16 for AVX-512, 8 ≤ K ≤ 8·16 for AVX2; the Go
-// wrapper in gdn_amd64.go runs the portable routine outside that range). The code is not
+// A row is L = ceil(K/lanes) vectors (K ≤ 16·16 for AVX-512, 8 ≤ K ≤ 8·16 for AVX2; outside that
+// range asmCell, tokens_asm.go, runs the portable routine: the routine's minK and maxK). The code is not
 // specialised per L but per shape (vkShapes): the code of a shape of n vectors serves L from the
 // shape before's n + 1 to n, the positions a row's K leaves dead skipped by predictable branches and
 // the last live one masked (AVX-512: a mask per position that can be last; AVX2: the lanes
