@@ -106,7 +106,6 @@ func (b *Batch) Cost(lo, hi int) int {
 
 // check panics, as RunBatch documents, unless b's lengths are consistent (O(1)).
 func (b *Batch) check() {
-	bad := func(format string, a ...any) { panic(fmt.Sprintf("gdnsimd: Batch."+format, a...)) }
 	if b.N < 0 || b.K > math.MaxInt/b.V || b.VHeads > math.MaxInt/(b.K*b.V) {
 		bad("N = %d, VHeads·K·V = %d·%d·%d: out of range", b.N, b.VHeads, b.K, b.V)
 	}
@@ -142,29 +141,42 @@ func (b *Batch) check() {
 		b.checkConv()
 	}
 	if T > 0 {
-		type rowsIn struct {
-			name  string
-			r     Rows
-			width int
+		b.checkRows(T, gw)
+	}
+	b.checkOutputs(T)
+}
+
+// bad panics with RunBatch's message about a malformed Batch.
+func bad(format string, a ...any) { panic(fmt.Sprintf("gdnsimd: Batch."+format, a...)) }
+
+// checkRows panics unless the row inputs hold T > 0 tokens (gw: the width of a Gate row).
+func (b *Batch) checkRows(T, gw int) {
+	type rowsIn struct {
+		name  string
+		r     Rows
+		width int
+	}
+	rows := []rowsIn{{"Z", b.Z, b.VHeads * b.V}, {"Beta", b.Beta, b.VHeads}, {"Gate", b.Gate, gw},
+		{"Q", b.Q, b.KHeads * b.K}, {"Key", b.Key, b.KHeads * b.K}, {"Val", b.Val, b.VHeads * b.V}}
+	if b.ConvW != 0 {
+		rows = append(rows[:3], rowsIn{"X", b.X, b.channels()})
+	}
+	for _, r := range rows {
+		if g := r.r.Group; g != 0 && (g < 0 || r.r.GroupStride < g || r.width%g != 0 || r.name != "Beta" && (r.name != "Gate" || b.PerChannel) ||
+			r.width/g > math.MaxInt/max(1, r.r.GroupStride)) {
+			bad("%s: Group %d, GroupStride %d: want a group of the width %d and a GroupStride of at least it (Beta and the scalar gate's Gate only)", r.name, g, r.r.GroupStride, r.width)
 		}
-		rows := []rowsIn{{"Z", b.Z, b.VHeads * b.V}, {"Beta", b.Beta, b.VHeads}, {"Gate", b.Gate, gw},
-			{"Q", b.Q, b.KHeads * b.K}, {"Key", b.Key, b.KHeads * b.K}, {"Val", b.Val, b.VHeads * b.V}}
-		if b.ConvW != 0 {
-			rows = append(rows[:3], rowsIn{"X", b.X, b.channels()})
-		}
-		for _, r := range rows {
-			if g := r.r.Group; g != 0 && (g < 0 || r.r.GroupStride < g || r.width%g != 0 || r.name != "Beta" && (r.name != "Gate" || b.PerChannel) ||
-				r.width/g > math.MaxInt/max(1, r.r.GroupStride)) {
-				bad("%s: Group %d, GroupStride %d: want a group of the width %d and a GroupStride of at least it (Beta and the scalar gate's Gate only)", r.name, g, r.r.GroupStride, r.width)
-			}
-			r.width = r.r.extent(r.width)
-			n := len(r.r.F32) + len(r.r.BF16)
-			if (r.r.F32 == nil) == (r.r.BF16 == nil) || r.r.Stride < r.width || n < r.width || (n-r.width)/r.r.Stride < T-1 {
-				bad("%s: %d elements (F32 set: %v, BF16 set: %v), Stride %d: want one of F32 and BF16 with (T−1)·Stride + width = %d·%d + %d elements, Stride ≥ width",
-					r.name, n, r.r.F32 != nil, r.r.BF16 != nil, r.r.Stride, T-1, r.r.Stride, r.width)
-			}
+		r.width = r.r.extent(r.width)
+		n := len(r.r.F32) + len(r.r.BF16)
+		if (r.r.F32 == nil) == (r.r.BF16 == nil) || r.r.Stride < r.width || n < r.width || (n-r.width)/r.r.Stride < T-1 {
+			bad("%s: %d elements (F32 set: %v, BF16 set: %v), Stride %d: want one of F32 and BF16 with (T−1)·Stride + width = %d·%d + %d elements, Stride ≥ width",
+				r.name, n, r.r.F32 != nil, r.r.BF16 != nil, r.r.Stride, T-1, r.r.Stride, r.width)
 		}
 	}
+}
+
+// checkOutputs panics unless the outputs hold T tokens and the pools are well-formed.
+func (b *Batch) checkOutputs(T int) {
 	for _, o := range [...]struct {
 		name string
 		n    int

@@ -199,7 +199,7 @@ func seedAPIs() []namedSeed {
 		name       string
 		x, w, bias byte
 	}{
-		{"W2", 4, 0, 0}, {"W4_bias", 5, 0, 0x80}, {"W8", 6, 0, 0}, // valid: Step refuses the conv front (ErrShape)
+		{"W2", 4, 0, 0}, {"W4_bias", 5, 0, 0x80}, {"W8", 6, 0, 0}, // valid: Step refuses the conv front (ErrUnsupported)
 		{"W1", 7, 0, 0}, {"W9", 7 | 1<<3, 0, 0}, {"W_negative", 7 | 2<<3, 0, 0}, {"W0_weight", 7 | 3<<3, 0, 0},
 		{"W0_weight_nil_bias", 7 | 3<<3, 0xF0, 0x80}, {"W0_nothing", 7 | 3<<3, 0xF0, 0},
 		{"weight_short", 5, 0xE1, 0}, {"weight_long", 5, 0xE3, 0}, {"weight_nil", 5, 0xF0, 0},

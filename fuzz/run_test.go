@@ -715,7 +715,7 @@ func expectRun(c gdn.Config, b *gdn.Batch) []error {
 	for _, f := range rows {
 		// The rows the Layer does not read are empty: no data, no stride.
 		if !f.used && (f.r.F32 != nil || f.r.BF16 != nil || f.r.Stride != 0) {
-			add(gdn.ErrShape)
+			add(gdn.ErrUnsupported)
 		}
 		// Only B and the scalar gate's A may be grouped: a Group dividing the width, a
 		// GroupStride of at least Group.
@@ -723,7 +723,11 @@ func expectRun(c gdn.Config, b *gdn.Batch) []error {
 		groupOK := true
 		if grouped {
 			mayGroup := f.name == "B" || f.name == "A" && c.Gate != gdn.GatePerChannel
-			if !mayGroup || f.r.Group < 1 || f.w%f.r.Group != 0 || f.r.GroupStride < f.r.Group {
+			switch {
+			case !mayGroup:
+				add(gdn.ErrUnsupported)
+				groupOK = false
+			case f.r.Group < 1 || f.w%f.r.Group != 0 || f.r.GroupStride < f.r.Group:
 				add(gdn.ErrShape)
 				groupOK = false
 			}
@@ -826,7 +830,7 @@ func expectRun(c gdn.Config, b *gdn.Batch) []error {
 		poolSpans[2] = poolSpan(&b.ConvState)
 		switch {
 		case (b.ConvStoreTo != nil) != (b.StoreTo != nil):
-			add(gdn.ErrShape)
+			add(gdn.ErrUnsupported)
 		case b.ConvStoreTo == nil:
 			if cOK {
 				storeLimits = append(storeLimits, cSlots)
@@ -849,7 +853,7 @@ func expectRun(c gdn.Config, b *gdn.Batch) []error {
 			}
 		}
 	} else if b.X.F32 != nil || b.X.BF16 != nil || b.ConvState.F32 != nil || b.ConvState.BF16 != nil || b.ConvStoreTo != nil {
-		add(gdn.ErrShape)
+		add(gdn.ErrUnsupported)
 	}
 	outOf := func(s int32, limits []int) bool {
 		return slices.ContainsFunc(limits, func(n int) bool { return int64(s) >= int64(n) })

@@ -62,7 +62,7 @@ func TestConvConfigErrors(t *testing.T) {
 	require.NotEqual(t, float32(42), l.Config().ConvWeight[0])
 	require.Equal(t, 3, l.Config().ConvWidth)
 	err = l.Step(gdn.Input{}, gdn.Output{})
-	require.ErrorIs(t, err, gdn.ErrShape)
+	require.ErrorIs(t, err, gdn.ErrUnsupported)
 	require.Contains(t, err.Error(), "conv front")
 }
 
@@ -77,8 +77,8 @@ func TestConvRunErrors(t *testing.T) {
 		{"X/one short", func(b *gdn.Batch) { b.X.F32 = b.X.F32[:5*10+9] }, gdn.ErrShape, []string{"Batch.X has 59 elements", "5·10 + 10"}},
 		{"X/stride below C", func(b *gdn.Batch) { b.X.Stride = 9 }, gdn.ErrShape, []string{"Batch.X.Stride = 9", "width 10"}},
 		{"X/missing", func(b *gdn.Batch) { b.X = gdn.Rows{} }, gdn.ErrShape, []string{"Batch.X: exactly one of F32 and BF16"}},
-		{"Q/set with the conv front", func(b *gdn.Batch) { b.Q = gdn.Rows{F32: make([]float32, 18)} }, gdn.ErrShape, []string{"Batch.Q is set", "conv front", "Batch.X"}},
-		{"V/stride only", func(b *gdn.Batch) { b.V.Stride = 4 }, gdn.ErrShape, []string{"Batch.V is set"}},
+		{"Q/set with the conv front", func(b *gdn.Batch) { b.Q = gdn.Rows{F32: make([]float32, 18)} }, gdn.ErrUnsupported, []string{"Batch.Q is set", "conv front", "Batch.X"}},
+		{"V/stride only", func(b *gdn.Batch) { b.V.Stride = 4 }, gdn.ErrUnsupported, []string{"Batch.V is set"}},
 		{"ConvState/nil", func(b *gdn.Batch) { b.ConvState = gdn.Pool{} }, gdn.ErrShape, []string{"Batch.ConvState: exactly one of F32 and BF16"}},
 		{"ConvState/both", func(b *gdn.Batch) { b.ConvState.BF16 = make([]gdn.BF16, pool4) }, gdn.ErrShape, []string{"Batch.ConvState: exactly one"}},
 		{"ConvState/bf16 valid", func(b *gdn.Batch) { b.ConvState = gdn.Pool{BF16: make([]gdn.BF16, pool4)} }, nil, nil},
@@ -87,17 +87,17 @@ func TestConvRunErrors(t *testing.T) {
 		{"ConvState/3 slots: read slot 3", func(b *gdn.Batch) {
 			b.ConvState.F32 = b.ConvState.F32[:3*eConvSlot]
 			b.Read[1] = 3
-		}, gdn.ErrSlot, []string{"Batch.Read[1] = 3", "[0, 3)"}},
+		}, gdn.ErrSlot, []string{"Batch.Read[1] = 3", "[0, 3) of Batch.ConvState (Batch.State has 4)"}},
 		{"ConvState/3 slots: store slot 3", func(b *gdn.Batch) {
 			b.ConvState.F32 = b.ConvState.F32[:3*eConvSlot]
 			b.Store = []int32{-1, 0, 3, -1, -1, 2}
-		}, gdn.ErrSlot, []string{"Batch.Store[2] = 3"}},
+		}, gdn.ErrSlot, []string{"Batch.Store[2] = 3", "[0, 3) of Batch.ConvState (Batch.State has 4)"}},
 		{"ConvState/strided, 4 slots valid", func(b *gdn.Batch) {
 			b.ConvState = gdn.Pool{F32: make([]float32, 3*23+eConvSlot), SlotStride: 23}
 			b.Read[1] = 3
 		}, nil, nil},
-		{"ConvStoreTo/without StoreTo", func(b *gdn.Batch) { b.ConvStoreTo = &gdn.Pool{F32: make([]float32, pool4)} }, gdn.ErrShape, []string{"Batch.StoreTo is nil and Batch.ConvStoreTo set"}},
-		{"ConvStoreTo/missing with StoreTo", func(b *gdn.Batch) { b.StoreTo = &gdn.Pool{F32: make([]float32, 4*eSlot)} }, gdn.ErrShape, []string{"Batch.StoreTo is set and Batch.ConvStoreTo nil"}},
+		{"ConvStoreTo/without StoreTo", func(b *gdn.Batch) { b.ConvStoreTo = &gdn.Pool{F32: make([]float32, pool4)} }, gdn.ErrUnsupported, []string{"Batch.StoreTo is nil and Batch.ConvStoreTo set"}},
+		{"ConvStoreTo/missing with StoreTo", func(b *gdn.Batch) { b.StoreTo = &gdn.Pool{F32: make([]float32, 4*eSlot)} }, gdn.ErrUnsupported, []string{"Batch.StoreTo is set and Batch.ConvStoreTo nil"}},
 		{"ConvStoreTo/valid", func(b *gdn.Batch) {
 			b.StoreTo = &gdn.Pool{F32: make([]float32, 4*eSlot)}
 			b.ConvStoreTo = &gdn.Pool{BF16: make([]gdn.BF16, pool4)}
@@ -105,7 +105,7 @@ func TestConvRunErrors(t *testing.T) {
 		{"ConvStoreTo/2 slots: implied store to slot 2", func(b *gdn.Batch) {
 			b.StoreTo = &gdn.Pool{F32: make([]float32, 4*eSlot)}
 			b.ConvStoreTo = &gdn.Pool{F32: make([]float32, 2*eConvSlot)}
-		}, gdn.ErrSlot, []string{"Batch.Read[2] = 2", "implied store"}},
+		}, gdn.ErrSlot, []string{"Batch.Read[2] = 2", "implied store", "[0, 2) of Batch.ConvStoreTo (Batch.StoreTo has 4)"}},
 		{"ConvStoreTo/same slice valid", func(b *gdn.Batch) {
 			b.StoreTo = &gdn.Pool{F32: b.State.F32}
 			b.ConvStoreTo = &gdn.Pool{F32: b.ConvState.F32}
@@ -163,9 +163,9 @@ func TestConvRunErrors(t *testing.T) {
 	plain, err := gdn.New(errConfig(gdn.DTypeF32))
 	require.NoError(t, err)
 	for _, tc := range []runErrCase{
-		{"X set", func(b *gdn.Batch) { b.X = gdn.Rows{F32: make([]float32, 60)} }, gdn.ErrShape, []string{"Batch.X is set", "no conv front"}},
-		{"ConvState set", func(b *gdn.Batch) { b.ConvState = gdn.Pool{F32: make([]float32, pool4)} }, gdn.ErrShape, []string{"Batch.ConvState or ConvStoreTo is set"}},
-		{"ConvStoreTo set", func(b *gdn.Batch) { b.ConvStoreTo = &gdn.Pool{} }, gdn.ErrShape, []string{"no conv front"}},
+		{"X set", func(b *gdn.Batch) { b.X = gdn.Rows{F32: make([]float32, 60)} }, gdn.ErrUnsupported, []string{"Batch.X is set", "no conv front"}},
+		{"ConvState set", func(b *gdn.Batch) { b.ConvState = gdn.Pool{F32: make([]float32, pool4)} }, gdn.ErrUnsupported, []string{"Batch.ConvState or ConvStoreTo is set"}},
+		{"ConvStoreTo set", func(b *gdn.Batch) { b.ConvStoreTo = &gdn.Pool{} }, gdn.ErrUnsupported, []string{"no conv front"}},
 	} {
 		t.Run("no conv front/"+tc.name, func(t *testing.T) {
 			b := errBase(gdn.DTypeF32)
@@ -253,7 +253,7 @@ func TestRunGroupedGateRows(t *testing.T) {
 		{"group stride below group", func(b *gdn.Batch) { grouped(b); b.A.GroupStride = 1 }, gdn.ErrShape, []string{"Batch.A.Group = 2, GroupStride = 1"}},
 		{"group negative", func(b *gdn.Batch) { b.B.Group, b.B.GroupStride = -1, 2 }, gdn.ErrShape, []string{"Batch.B.Group = -1"}},
 		{"group stride alone", func(b *gdn.Batch) { b.B.GroupStride = 2 }, gdn.ErrShape, []string{"Batch.B.Group = 0, GroupStride = 2"}},
-		{"group on Q", func(b *gdn.Batch) { b.Q.Group, b.Q.GroupStride = 1, 1 }, gdn.ErrShape, []string{"Batch.Q.Group = 1", "only B and the scalar gate's A"}},
+		{"group on Q", func(b *gdn.Batch) { b.Q.Group, b.Q.GroupStride = 1, 1 }, gdn.ErrUnsupported, []string{"Batch.Q.Group = 1", "only B and the scalar gate's A"}},
 	} {
 		t.Run("errors/"+tc.name, func(t *testing.T) {
 			b := errBase(gdn.DTypeF32)

@@ -175,7 +175,7 @@
 // # Errors and safety
 //
 // Every error wraps one of the exported sentinels (ErrConfig, ErrKernel, ErrShape, ErrNoOutput,
-// ErrOverlap, ErrSlot; use errors.Is) and names the offending field, its index or length and the
+// ErrOverlap, ErrSlot, ErrUnsupported; use errors.Is) and names the offending field, its index or length and the
 // expected value. When Run or Step returns an error it has written nothing. Output.State may be
 // the very same slice as Input.State (in place); any other overlap between an output and an input
 // or another output is an error. A Layer is immutable after New and safe for concurrent calls

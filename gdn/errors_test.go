@@ -197,6 +197,20 @@ func TestZeroLayer(t *testing.T) {
 	}
 }
 
+// TestStepBF16Layer: Step takes float32 states only; on a Layer storing bf16 it refuses with
+// ErrUnsupported (not a length error) and writes nothing.
+func TestStepBF16Layer(t *testing.T) {
+	c := validConfig()
+	c.StateDType = gdn.DTypeBF16
+	l, in, out := newCall(t, c, 2)
+	before := snapshot(in, out)
+	err := l.Step(in, out)
+	require.ErrorIs(t, err, gdn.ErrUnsupported)
+	require.NotErrorIs(t, err, gdn.ErrShape)
+	require.Contains(t, err.Error(), "use Run")
+	require.Equal(t, before, snapshot(in, out), "a failed Step wrote something")
+}
+
 // TestStepEmptyBatch: B = 0 with every slice empty is a no-op, nil or not.
 func TestStepEmptyBatch(t *testing.T) {
 	l, err := gdn.New(validConfig())

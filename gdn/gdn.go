@@ -27,6 +27,10 @@ var (
 	ErrShape    = errors.New("gdn: slice length mismatch")      // from Step and Run: a length, stride, Start or storage type disagrees with the shapes
 	ErrNoOutput = errors.New("gdn: no output requested")        // from Step and Run: Out and OutF32 both nil
 	ErrOverlap  = errors.New("gdn: output overlaps other data") // from Step and Run: forbidden aliasing
+	// ErrUnsupported, from Step and Run: a field or call the Layer does not take (Q, K, V with the
+	// conv front, X or conv pools without it, Step with it or with bf16 states, a Group on rows
+	// that cannot be grouped, StoreTo without ConvStoreTo or the reverse).
+	ErrUnsupported = errors.New("gdn: not supported by this Layer")
 )
 
 // DefaultRMSEps is the gated RMSNorm epsilon used when Config.RMSEps is 0 (Qwen3-Next/3.5's
@@ -160,85 +164,18 @@ func Kernels() []string {
 
 // New checks c and returns a Layer holding its own copies of the parameters.
 func New(c Config) (*Layer, error) {
-	for _, d := range []struct {
-		name string
-		v    int
-	}{{"KHeads", c.KHeads}, {"VHeads", c.VHeads}, {"K", c.K}, {"V", c.V}} {
-		if d.v < 1 || d.v > MaxDim {
-			return nil, fmt.Errorf("%w: %s = %d, want 1..%d", ErrConfig, d.name, d.v, MaxDim)
+	for _, check := range [...]func(*Config) error{checkDims, checkGate, checkParams, checkConv, checkRun} {
+		if err := check(&c); err != nil {
+			return nil, err
 		}
-	}
-	if c.VHeads%c.KHeads != 0 {
-		return nil, fmt.Errorf("%w: VHeads = %d is not a multiple of KHeads = %d", ErrConfig, c.VHeads, c.KHeads)
-	}
-	if c.Gate > GatePerChannel || c.GateForm > GateLowerBound || c.OutGate > ActSigmoid {
-		return nil, fmt.Errorf("%w: Gate = %d, GateForm = %d, OutGate = %d: unknown value", ErrConfig, c.Gate, c.GateForm, c.OutGate)
-	}
-	switch lb := float64(c.LowerBound); {
-	case c.GateForm == GateLowerBound && c.Gate != GatePerChannel:
-		return nil, fmt.Errorf("%w: GateForm = GateLowerBound needs Gate = GatePerChannel", ErrConfig)
-	case c.GateForm == GateLowerBound && !(lb < 0 && !math.IsInf(lb, 0)):
-		return nil, fmt.Errorf("%w: LowerBound = %v, want a finite negative bound with GateLowerBound", ErrConfig, c.LowerBound)
-	case c.GateForm != GateLowerBound && lb != 0:
-		return nil, fmt.Errorf("%w: LowerBound = %v is set, but GateForm is not GateLowerBound", ErrConfig, c.LowerBound)
-	}
-	if (c.ALog == nil) == (c.SsmA == nil) {
-		return nil, fmt.Errorf("%w: Config.ALog has length %d and Config.SsmA %d: want exactly one of them set (A_log, or GGUF's ssm_a = −exp(A_log))", ErrConfig, len(c.ALog), len(c.SsmA))
-	}
-	gw := 1 // lanes of a head's gate
-	if c.Gate == GatePerChannel {
-		gw = c.K
-	}
-	for _, p := range []struct {
-		name string
-		s    []float32
-		want int
-	}{{"ALog", c.ALog, c.VHeads}, {"SsmA", c.SsmA, c.VHeads}, {"DtBias", c.DtBias, c.VHeads * gw}, {"NormWeight", c.NormWeight, c.V}} {
-		if len(p.s) != p.want && (p.s != nil || p.name != "ALog" && p.name != "SsmA") {
-			return nil, fmt.Errorf("%w: Config.%s has length %d, want %d", ErrConfig, p.name, len(p.s), p.want)
-		}
-		for i, x := range p.s {
-			if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
-				return nil, fmt.Errorf("%w: Config.%s[%d] = %v, want a finite value", ErrConfig, p.name, i, x)
-			}
-			if p.name == "SsmA" && x > 0 {
-				return nil, fmt.Errorf("%w: Config.SsmA[%d] = %v, want ≤ 0 (ssm_a is −exp(A_log))", ErrConfig, i, x)
-			}
-		}
-	}
-	if err := checkConv(&c); err != nil {
-		return nil, err
-	}
-	eps := float64(c.RMSEps)
-	if eps < 0 || math.IsNaN(eps) || math.IsInf(eps, 0) {
-		return nil, fmt.Errorf("%w: RMSEps = %v, want a finite value >= 0", ErrConfig, c.RMSEps)
 	}
 	if c.RMSEps == 0 {
 		c.RMSEps = DefaultRMSEps
 	}
-	if c.Workers < 0 {
-		return nil, fmt.Errorf("%w: Workers = %d, want >= 0", ErrConfig, c.Workers)
-	}
-	if c.StateLayout > LayoutVK || c.StateDType > DTypeBF16 || c.GQA > GQATiled {
-		return nil, fmt.Errorf("%w: StateLayout = %d, StateDType = %d, GQA = %d: unknown value", ErrConfig, c.StateLayout, c.StateDType, c.GQA)
-	}
 	f := gdnsimd.Format{VK: c.StateLayout == LayoutVK, BF16: c.StateDType == DTypeBF16}
-	var k gdnsimd.Kernel
-	if c.Kernel == "" {
-		for _, kk := range gdnsimd.Kernels() {
-			if kk.Implements(f) {
-				k = kk
-				break
-			}
-		}
-	} else {
-		var ok bool
-		if k, ok = gdnsimd.Lookup(c.Kernel); !ok {
-			return nil, fmt.Errorf("%w: %q (this CPU has %v)", ErrKernel, c.Kernel, Kernels())
-		}
-		if !k.Implements(f) {
-			return nil, fmt.Errorf("%w: %q does not implement the state format %v (StateLayout %v, StateDType %v)", ErrKernel, c.Kernel, f, c.StateLayout, c.StateDType)
-		}
+	k, err := kernelFor(&c, f)
+	if err != nil {
+		return nil, err
 	}
 	c.Kernel = k.Name()
 	c.ALog, c.SsmA = clone(c.ALog), clone(c.SsmA)
@@ -257,6 +194,104 @@ func New(c Config) (*Layer, error) {
 		copy(l.convBias, c.ConvBias)
 	}
 	return l, nil
+}
+
+// checkDims checks c's heads and dimensions.
+func checkDims(c *Config) error {
+	for _, d := range []struct {
+		name string
+		v    int
+	}{{"KHeads", c.KHeads}, {"VHeads", c.VHeads}, {"K", c.K}, {"V", c.V}} {
+		if d.v < 1 || d.v > MaxDim {
+			return fmt.Errorf("%w: %s = %d, want 1..%d", ErrConfig, d.name, d.v, MaxDim)
+		}
+	}
+	if c.VHeads%c.KHeads != 0 {
+		return fmt.Errorf("%w: VHeads = %d is not a multiple of KHeads = %d", ErrConfig, c.VHeads, c.KHeads)
+	}
+	return nil
+}
+
+// checkGate checks c's gate: its kind, form, bound and output activation, and that exactly one
+// of ALog and SsmA is set.
+func checkGate(c *Config) error {
+	if c.Gate > GatePerChannel || c.GateForm > GateLowerBound || c.OutGate > ActSigmoid {
+		return fmt.Errorf("%w: Gate = %d, GateForm = %d, OutGate = %d: unknown value", ErrConfig, c.Gate, c.GateForm, c.OutGate)
+	}
+	switch lb := float64(c.LowerBound); {
+	case c.GateForm == GateLowerBound && c.Gate != GatePerChannel:
+		return fmt.Errorf("%w: GateForm = GateLowerBound needs Gate = GatePerChannel", ErrConfig)
+	case c.GateForm == GateLowerBound && !(lb < 0 && !math.IsInf(lb, 0)):
+		return fmt.Errorf("%w: LowerBound = %v, want a finite negative bound with GateLowerBound", ErrConfig, c.LowerBound)
+	case c.GateForm != GateLowerBound && lb != 0:
+		return fmt.Errorf("%w: LowerBound = %v is set, but GateForm is not GateLowerBound", ErrConfig, c.LowerBound)
+	}
+	if (c.ALog == nil) == (c.SsmA == nil) {
+		return fmt.Errorf("%w: Config.ALog has length %d and Config.SsmA %d: want exactly one of them set (A_log, or GGUF's ssm_a = −exp(A_log))", ErrConfig, len(c.ALog), len(c.SsmA))
+	}
+	return nil
+}
+
+// checkParams checks the lengths and values of c's parameter vectors (ALog or SsmA, DtBias,
+// NormWeight).
+func checkParams(c *Config) error {
+	gw := 1 // lanes of a head's gate
+	if c.Gate == GatePerChannel {
+		gw = c.K
+	}
+	for _, p := range []struct {
+		name string
+		s    []float32
+		want int
+	}{{"ALog", c.ALog, c.VHeads}, {"SsmA", c.SsmA, c.VHeads}, {"DtBias", c.DtBias, c.VHeads * gw}, {"NormWeight", c.NormWeight, c.V}} {
+		if len(p.s) != p.want && (p.s != nil || p.name != "ALog" && p.name != "SsmA") {
+			return fmt.Errorf("%w: Config.%s has length %d, want %d", ErrConfig, p.name, len(p.s), p.want)
+		}
+		for i, x := range p.s {
+			if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+				return fmt.Errorf("%w: Config.%s[%d] = %v, want a finite value", ErrConfig, p.name, i, x)
+			}
+			if p.name == "SsmA" && x > 0 {
+				return fmt.Errorf("%w: Config.SsmA[%d] = %v, want ≤ 0 (ssm_a is −exp(A_log))", ErrConfig, i, x)
+			}
+		}
+	}
+	return nil
+}
+
+// checkRun checks RMSEps, Workers and the state's layout, storage and GQA order.
+func checkRun(c *Config) error {
+	eps := float64(c.RMSEps)
+	if eps < 0 || math.IsNaN(eps) || math.IsInf(eps, 0) {
+		return fmt.Errorf("%w: RMSEps = %v, want a finite value >= 0", ErrConfig, c.RMSEps)
+	}
+	if c.Workers < 0 {
+		return fmt.Errorf("%w: Workers = %d, want >= 0", ErrConfig, c.Workers)
+	}
+	if c.StateLayout > LayoutVK || c.StateDType > DTypeBF16 || c.GQA > GQATiled {
+		return fmt.Errorf("%w: StateLayout = %d, StateDType = %d, GQA = %d: unknown value", ErrConfig, c.StateLayout, c.StateDType, c.GQA)
+	}
+	return nil
+}
+
+// kernelFor is the kernel c names, or with none the first of this CPU's (the fastest first) that
+// implements the state format f.
+func kernelFor(c *Config, f gdnsimd.Format) (gdnsimd.Kernel, error) {
+	if c.Kernel == "" {
+		for _, k := range gdnsimd.Kernels() {
+			if k.Implements(f) {
+				return k, nil
+			}
+		}
+	}
+	k, ok := gdnsimd.Lookup(c.Kernel)
+	if !ok {
+		return k, fmt.Errorf("%w: %q (this CPU has %v)", ErrKernel, c.Kernel, Kernels())
+	}
+	if !k.Implements(f) {
+		return k, fmt.Errorf("%w: %q does not implement the state format %v (StateLayout %v, StateDType %v)", ErrKernel, c.Kernel, f, c.StateLayout, c.StateDType)
+	}
+	return k, nil
 }
 
 // Kernel returns the name of the kernel in use.
@@ -315,10 +350,10 @@ func (l *Layer) Step(in Input, out Output) error {
 		return err
 	}
 	if l.c.StateDType != DTypeF32 {
-		return fmt.Errorf("%w: Step takes float32 states, the Layer stores %v: use Run", ErrShape, l.c.StateDType)
+		return fmt.Errorf("%w: Step takes float32 states, the Layer stores %v: use Run", ErrUnsupported, l.c.StateDType)
 	}
 	if l.c.ConvWidth != 0 {
-		return fmt.Errorf("%w: Step has no conv states, the Layer has a conv front (ConvWidth %d): use Run", ErrShape, l.c.ConvWidth)
+		return fmt.Errorf("%w: Step has no conv states, the Layer has a conv front (ConvWidth %d): use Run", ErrUnsupported, l.c.ConvWidth)
 	}
 	st, err := l.check(in, out)
 	if err != nil || len(in.B) == 0 {

@@ -273,6 +273,9 @@ func runErrCases() []runErrCase {
 		{"Start/negative first", func(b *gdn.Batch) { b.Start = []int32{-1, 2, 3, 6} }, gdn.ErrShape, []string{"Batch.Start[0] = -1"}},
 		{"Start/decreasing", func(b *gdn.Batch) { b.Start = []int32{0, 3, 2, 6} }, gdn.ErrShape, []string{"Batch.Start[2] = 2", "Batch.Start[1] = 3"}},
 		{"Start/decreasing last", func(b *gdn.Batch) { b.Start = []int32{0, 2, 3, 2} }, gdn.ErrShape, []string{"Batch.Start[3] = 2"}},
+		// More tokens than every row holds is Start's error, not the first row's.
+		{"Start/a token more than the rows hold", func(b *gdn.Batch) { b.Start = []int32{0, 2, 3, 7} }, gdn.ErrShape, []string{"Batch.Start[3] = 7 tokens, more than any row input holds", "Batch.Z has room for 6"}},
+		{"Start/a token more, Q longer", func(b *gdn.Batch) { b.Start = []int32{0, 2, 3, 7}; b.Q.F32 = append(b.Q.F32, 0, 0, 0) }, gdn.ErrShape, []string{"Batch.Z has 24 elements"}},
 		{"Start/equal entries valid", func(b *gdn.Batch) {
 			b.Start = []int32{0, 3, 3, 6} // sequence 1 has no tokens: it does nothing
 		}, nil, nil},
