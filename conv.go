@@ -69,11 +69,7 @@ func (d *driver) convRow(win []float32, t, off int) []float32 {
 	b := d.b
 	n := len(win)
 	if t >= d.t0 {
-		if b.X.F32 != nil {
-			return cutF32(b.X.F32, t*b.X.Stride+off, n)
-		}
-		d.im.widen(win, cutU16(b.X.BF16, t*b.X.Stride+off, n))
-		return win
+		return d.im.row(&b.X, t, off, n, win)
 	}
 	if d.read == readZero {
 		if n <= len(d.s.zero32) {
@@ -84,11 +80,7 @@ func (d *driver) convRow(win []float32, t, off int) []float32 {
 	}
 	p := &b.ConvState
 	at := int(d.read)*p.SlotStride + (b.ConvW-1+t-d.t0)*b.channels() + off
-	if p.F32 != nil {
-		return cutF32(p.F32, at, n)
-	}
-	d.im.widen(win, cutU16(p.BF16, at, n))
-	return win
+	return d.im.f32At(p.F32, p.BF16, at, n, win)
 }
 
 // warmConv reads an element of each cache line of the conv state of slot read in the channels

@@ -439,7 +439,7 @@ func (d *driver) chunk(h, c0, c1, t1 int, read int32, src stateRef, carry []floa
 	} else {
 		v = s.v[:T*V]
 		for τ := range T {
-			d.im.widen(v[τ*V:(τ+1)*V], cutU16(b.Val.BF16, (c0+τ)*b.Val.Stride+h*V, V))
+			d.im.row(&b.Val, c0+τ, h*V, V, v[τ*V:])
 		}
 	}
 	dst := s.dst[:T]
@@ -478,13 +478,7 @@ func (d *driver) chunk(h, c0, c1, t1 int, read int32, src stateRef, carry []floa
 func (d *driver) gate(t, h int, o []float32) {
 	b, s := d.b, d.s
 	V, HV := b.V, b.VHeads
-	var z []float32
-	if b.Z.F32 != nil {
-		z = cutF32(b.Z.F32, t*b.Z.Stride+h*V, V)
-	} else {
-		z = s.z[:V:V]
-		d.im.widen(z, cutU16(b.Z.BF16, t*b.Z.Stride+h*V, V))
-	}
+	z := d.im.row(&b.Z, t, h*V, V, s.z)
 	var out []uint16
 	var outF []float32
 	if b.Out != nil {
@@ -511,11 +505,8 @@ func (d *driver) token(h, t int, read int32) {
 	if b.ConvW != 0 {
 		v = s.v[:V:V]
 		d.convRows(v, t, t+1, 2*b.KHeads*K+h*V, V)
-	} else if b.Val.F32 != nil {
-		v = cutF32(b.Val.F32, t*b.Val.Stride+h*V, V)
 	} else {
-		v = s.v[:V:V]
-		d.im.widen(v, cutU16(b.Val.BF16, t*b.Val.Stride+h*V, V))
+		v = d.im.row(&b.Val, t, h*V, V, s.v)
 	}
 	in := d.readRef(read, h).f32
 	if in == nil {

@@ -18,18 +18,8 @@ func (d *driver) heads(t, hlo, hhi int) {
 		d.laneGates(n, gb, ga, func(i int) int { return hlo + i })
 		return
 	}
-	if b.Beta.F32 != nil {
-		gb = cutF32(b.Beta.F32, t*b.Beta.Stride+hlo, n)
-	} else {
-		gb = s.lane(0, n)
-		d.im.widen(gb, cutU16(b.Beta.BF16, t*b.Beta.Stride+hlo, n))
-	}
-	if b.Gate.F32 != nil {
-		ga = cutF32(b.Gate.F32, t*b.Gate.Stride+hlo, n)
-	} else {
-		ga = s.lane(1, n)
-		d.im.widen(ga, cutU16(b.Gate.BF16, t*b.Gate.Stride+hlo, n))
-	}
+	gb = d.im.row(&b.Beta, t, hlo, n, s.lane(0, n))
+	ga = d.im.row(&b.Gate, t, hlo, n, s.lane(1, n))
 	d.laneGates(n, gb, ga, func(i int) int { return hlo + i })
 }
 
@@ -97,13 +87,7 @@ func (d *driver) channels(h, c0, c1 int) []float32 {
 	ch := s.ch[:4*K*(c1-c0)]
 	for τ := range c1 - c0 {
 		t := c0 + τ
-		var g []float32
-		if b.Gate.F32 != nil {
-			g = cutF32(b.Gate.F32, t*b.Gate.Stride+h*K, K)
-		} else {
-			g = s.row[:K:K]
-			d.im.widen(g, cutU16(b.Gate.BF16, t*b.Gate.Stride+h*K, K))
-		}
+		g := d.im.row(&b.Gate, t, h*K, K, s.row)
 		d.im.gates(nil, em1, eg, nil, g, dtb, rate, lb)
 		c := ch[4*K*τ : 4*K*(τ+1) : 4*K*(τ+1)]
 		d.im.chans(c[:K], c[K:2*K], c[2*K:], em1, eg, s.kh[τ*K:(τ+1)*K], s.qh[τ*K:(τ+1)*K])
@@ -148,21 +132,8 @@ func (d *driver) prepareQK(c0, c1, hk int) {
 	for τ := range c1 - c0 {
 		t := c0 + τ
 		q, k := s.qh[τ*K:(τ+1)*K:(τ+1)*K], s.kh[τ*K:(τ+1)*K:(τ+1)*K]
-		switch {
-		case conv:
-		case b.Q.F32 != nil:
-			q = cutF32(b.Q.F32, t*b.Q.Stride+hk*K, K)
-		default:
-			q = s.row[:K:K]
-			d.im.widen(q, cutU16(b.Q.BF16, t*b.Q.Stride+hk*K, K))
-		}
-		switch {
-		case conv:
-		case b.Key.F32 != nil:
-			k = cutF32(b.Key.F32, t*b.Key.Stride+hk*K, K)
-		default:
-			k = s.row[K : 2*K : 2*K]
-			d.im.widen(k, cutU16(b.Key.BF16, t*b.Key.Stride+hk*K, K))
+		if !conv {
+			q, k = d.im.row(&b.Q, t, hk*K, K, s.row), d.im.row(&b.Key, t, hk*K, K, s.row[K:])
 		}
 		qq, kk, qk := d.im.l2(q, k)
 		rq := 1 / math.Sqrt(qq+l2Eps) * invSqrtK

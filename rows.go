@@ -91,6 +91,23 @@ func warm(r *Rows, t0, t1, off, w int) uint32 {
 	return x
 }
 
+// f32At returns the n elements of s32 (else of the bf16 bits s16) from element at as float32:
+// an f32 slice in place, a bf16 one widened into buf[:n] by the kernel's widen piece. Every row
+// the driver reads goes through it (row; the conv state's rows).
+func (im *impl) f32At(s32 []float32, s16 []uint16, at, n int, buf []float32) []float32 {
+	if s32 != nil {
+		return cutF32(s32, at, n)
+	}
+	buf = buf[:n:n]
+	im.widen(buf, cutU16(s16, at, n))
+	return buf
+}
+
+// row is f32At of the n elements of token t's row of r from element off.
+func (im *impl) row(r *Rows, t, off, n int, buf []float32) []float32 {
+	return im.f32At(r.F32, r.BF16, t*r.Stride+off, n, buf)
+}
+
 // rowAt returns element h of token t's row of r, widened.
 func rowAt(r *Rows, t, h int) float32 {
 	i := t*r.Stride + r.at(h)
