@@ -318,6 +318,25 @@ func TestDefaults(t *testing.T) {
 				c.args, got, c.kernels, c.picked, c.bs, c.workers, c.reps, c.batch)
 		}
 	}
+	// The quick run's serving table: three formats, no curve, KDA or conv cases; -full all of them.
+	for _, full := range []bool{false, true} {
+		fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+		f := newFlags(fs)
+		args := []string{}
+		if full {
+			args = []string{"-full"}
+		}
+		if err := fs.Parse(args); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.config(fs); err != nil {
+			t.Fatal(err)
+		}
+		want := map[bool][4]string{false: {"kv-f32,vk-f32,vk-bf16", "", "", ""}, true: {"kv-f32,vk-f32,kv-bf16,vk-bf16", "2,3,4,8", "32x32x128x128", "16x32x128x128"}}[full]
+		if got := [4]string{*f.formats, *f.curve, *f.kda, *f.conv}; got != want {
+			t.Errorf("%q: -formats, -curve, -kda, -conv = %q, want %q", args, got, want)
+		}
+	}
 	var h strings.Builder
 	printHeader(&h, Config{Kernels: all[:1], Workers: []int{1}, Bs: []int{1}})
 	if want := "Kernel " + all[0] + ", the default"; !strings.Contains(h.String(), want) {
@@ -375,6 +394,25 @@ func TestServe(t *testing.T) {
 	if !strings.Contains(tab.String(), "| generic | vk-bf16 | T=70,B=1,") || !strings.Contains(tab.String(), "| generic | kv-f32 | T=4,snap,B=8,") {
 		t.Errorf("rows missing:\n%s", tab.String())
 	}
+	tab.Reset()
+	printServeQuick(&tab, res)
+	if n := strings.Count(tab.String(), "\n"); n != len(res)+2 || !strings.Contains(tab.String(), "| vk-bf16 | prefill T = 70 | generic |") ||
+		!strings.Contains(tab.String(), "| kv-f32 | verify T = 4, B = 8 | generic |") || !strings.Contains(tab.String(), "| vk-f32 | decode B = 1 | generic |") {
+		t.Errorf("quick table: %d lines for %d results, or rows missing:\n%s", n, len(res), tab.String())
+	}
+
+	// Quick: the call and copy() only.
+	c.Quick = true
+	res, err = MeasureServe(c, Formats[:1], cases[3:4], io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res {
+		if !(r.Call > 0 && r.Copy > 0) || r.Single != 0 || r.Floor != 0 {
+			t.Errorf("Quick: %+v: want the call and copy() only", r)
+		}
+	}
+	c.Quick = false
 
 	// Picked: per case and format, only the kernel gdn picks (the first that implements it).
 	c.Picked, c.Workers = true, []int{1}

@@ -2,12 +2,14 @@
 // serving call (Layer.Run: decode, prefill, verification) against copy(), its memory floor and the
 // FMA bound, and prints markdown tables (and, with -svg, a chart of GB/s against B).
 //
-// With no flags it is the quick answer (≈ 10 s on a 2-core Zen 4): the default kernel only (the one
-// gdn picks: the first of gdn.Kernels()), Workers 1, B = 1 and 64, 5 repetitions (batches ≥ 5 ms);
-// the serving table for every state format: decode at B = 1 and 64, prefill T = 512, verification
-// T = 4 at B = 8. -full is the whole matrix (≈ 2 min 15 s there, half of it the prefills, mostly
-// generic's): every kernel this CPU has, Workers 1 and 2, B = 1, 8, 64, 11 repetitions. Flags given
-// explicitly override either set of defaults:
+// With no flags it is the quick answer (one short table): the default kernel (the one gdn picks
+// for each format), Workers 1, 5 repetitions (batches ≥ 5 ms) of the serving call on a Qwen3-Next
+// layer in the f32 [K][V] and [V][K] formats and bf16 [V][K] — decode at B = 1 and 64 against
+// copy() of the state, prefill T = 512 and verification T = 4 at B = 8 against the FMA bound.
+// -full is the whole matrix: the step table (Layer.Step against copy()) and the wide serving table
+// for every kernel this CPU has, every format, Workers 1 and 2, B = 1, 8, 64, 11 repetitions, with
+// the multi-token curve, the per-channel gate (KDA) and the conv front. Flags given explicitly
+// override either set of defaults:
 //
 //	go run ./bench                                   # quick: default kernel, Workers 1, B = 1, 64
 //	go run ./bench -full                             # every kernel, Workers 1 and 2, B = 1, 8, 64
@@ -50,6 +52,9 @@ type Config struct {
 	// Picked: MeasureServe measures, per format, only the first kernel of Kernels that implements
 	// it (with Kernels = gdn.Kernels(): the one gdn picks for the format).
 	Picked bool
+	// Quick: MeasureServe measures the call and copy() only (not the single-token call nor the
+	// floors, which only the full table shows).
+	Quick bool
 }
 
 // Result is the measurement of one (shape, kernel, workers).
@@ -74,8 +79,10 @@ func (r Result) CopyGBps() float64 { return float64(r.Shape.Traffic()) / r.Copy 
 // for the flags not given explicitly. -kernels, unset, is the default kernel alone in the quick run
 // and every kernel with -full.
 var (
-	quickDefaults = map[string]string{"b": "1,64", "workers": "1", "reps": "5", "batch": "5ms"}
-	fullDefaults  = map[string]string{"b": "1,8,64", "workers": "1,2", "reps": "11", "batch": "5ms"}
+	quickDefaults = map[string]string{"b": "1,64", "workers": "1", "reps": "5", "batch": "5ms",
+		"formats": "kv-f32,vk-f32,vk-bf16", "curve": "", "kda": "", "conv": ""}
+	fullDefaults = map[string]string{"b": "1,8,64", "workers": "1,2", "reps": "11", "batch": "5ms",
+		"formats": "kv-f32,vk-f32,kv-bf16,vk-bf16", "curve": "2,3,4,8", "kda": "32x32x128x128", "conv": "16x32x128x128"}
 )
 
 // flags are the command's flags.
@@ -85,7 +92,7 @@ type flags struct {
 	reps                         *int
 	batch                        *time.Duration
 	svg, formats                 *string
-	serve                        *bool
+	serve, steps                 *bool
 	kda, conv, curve             *string
 }
 
@@ -107,13 +114,14 @@ func newFlags(fs *flag.FlagSet) *flags {
 		svg:     fs.String("svg", "", "also write a chart of GB/s against B (SVG) to this file"),
 		serve: fs.Bool("serve", true, "also measure the serving call (Layer.Run: decode at every -b; prefill T = 512 at B = 1; "+
 			"verify T = 4 at B = 8) on the first layer"),
-		formats: fs.String("formats", "kv-f32,vk-f32,kv-bf16,vk-bf16", "comma-separated state formats of the serving table"),
-		kda: fs.String("kda", "32x32x128x128", "also measure the serving call with the per-channel gate (gate=kda, sigmoid output gate) on this "+
-			"layer HKxHVxKxV (Kimi-Linear's), each call over the same call with the scalar gate; \"\": not"),
-		curve: fs.String("curve", "2,3,4,8", "also measure calls of these T tokens at B = 8 in place (the multi-token curve: each over the "+
-			"single-token call and over one state pass plus T times the FMA bound) on the first layer; \"\": not"),
-		conv: fs.String("conv", "16x32x128x128", "also measure the serving call with the conv front (conv: pre-conv rows, width 4) on this "+
-			"layer HKxHVxKxV (Qwen3-Next's), each call over the same call given the post-conv rows; \"\": not"),
+		formats: fs.String("formats", quickDefaults["formats"], "comma-separated state formats of the serving table (-full: "+fullDefaults["formats"]+")"),
+		kda: fs.String("kda", "", "also measure the serving call with the per-channel gate (gate=kda, sigmoid output gate) on this "+
+			"layer HKxHVxKxV (Kimi-Linear's), each call over the same call with the scalar gate (-full: "+fullDefaults["kda"]+")"),
+		curve: fs.String("curve", "", "also measure calls of these T tokens at B = 8 in place (the multi-token curve: each over the "+
+			"single-token call and over one state pass plus T times the FMA bound) on the first layer (-full: "+fullDefaults["curve"]+")"),
+		conv: fs.String("conv", "", "also measure the serving call with the conv front (conv: pre-conv rows, width 4) on this "+
+			"layer HKxHVxKxV (Qwen3-Next's), each call over the same call given the post-conv rows (-full: "+fullDefaults["conv"]+")"),
+		steps: fs.Bool("steps", false, "also measure the step table (Layer.Step against copy(); -full and -svg: always)"),
 	}
 }
 
@@ -159,13 +167,18 @@ func main() {
 	if c.Picked {
 		steps.Kernels = c.Kernels[:1]
 	}
-	res, err := Measure(steps, os.Stderr)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench:", err)
-		os.Exit(1)
+	var res []Result
+	if *f.full || *f.steps || *f.svg != "" || !*f.serve {
+		if res, err = Measure(steps, os.Stderr); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
 	}
 	printHeader(os.Stdout, steps)
-	printTable(os.Stdout, res)
+	if res != nil {
+		printTable(os.Stdout, res)
+		fmt.Println()
+	}
 	if *f.serve {
 		cases := ServeCases(c.Layers[0], c.Bs...)
 		if *f.curve != "" {
@@ -192,13 +205,21 @@ func main() {
 			}
 			cases = append(cases, ConvCases(cl, c.Bs...)...)
 		}
-		sres, err := MeasureServe(c, fs, cases, os.Stderr)
+		log := io.Writer(os.Stderr)
+		if c.Quick = !*f.full; c.Quick {
+			fmt.Fprintf(os.Stderr, "measuring %d serving calls × %d formats ...\n", len(cases), len(fs))
+			log = io.Discard
+		}
+		sres, err := MeasureServe(c, fs, cases, log)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			os.Exit(1)
 		}
-		fmt.Println()
-		printServe(os.Stdout, sres)
+		if c.Quick {
+			printServeQuick(os.Stdout, sres)
+		} else {
+			printServe(os.Stdout, sres)
+		}
 	}
 	if *f.svg != "" {
 		if err := os.WriteFile(*f.svg, []byte(SVG(res)), 0o644); err != nil {
@@ -207,9 +228,8 @@ func main() {
 		}
 	}
 	if !*f.full {
-		fmt.Printf("\nThe full matrix (every kernel, Workers %s, B = %s, %s repetitions of batches ≥ %s; ≈ 2 min on 2 cores): `go run ./bench -full`.\n",
-			strings.ReplaceAll(fullDefaults["workers"], ",", " and "), strings.ReplaceAll(fullDefaults["b"], ",", ", "),
-			fullDefaults["reps"], fullDefaults["batch"])
+		fmt.Printf("\nThe full matrix (the step table; every kernel and format, Workers %s, B = %s, %s repetitions; the curve, KDA, the conv front): `go run ./bench -full`.\n",
+			strings.ReplaceAll(fullDefaults["workers"], ",", " and "), strings.ReplaceAll(fullDefaults["b"], ",", ", "), fullDefaults["reps"])
 	}
 }
 

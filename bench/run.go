@@ -332,7 +332,7 @@ func MeasureServe(c Config, formats []Format, cases []Serve, log io.Writer) ([]S
 			fmt.Fprintf(log, "measuring Run %v %v ...\n", sc, f)
 			d := NewRunData(sc, f)
 			var d1, ds *RunData
-			if sc.T > 1 {
+			if sc.T > 1 && !c.Quick {
 				one := sc
 				one.T, one.Snapshots = 1, false
 				d1 = NewRunData(one, f)
@@ -400,7 +400,7 @@ func measureServe(c Config, d, d1, ds *RunData, l *gdn.Layer, kernel string, wor
 		return r, err
 	}
 	nf := 0
-	if t := d.Floors(kernel, 1); t > 0 {
+	if t := d.Floors(kernel, 1); t > 0 && !c.Quick {
 		nf = batchLen(d.Floors(kernel, 1), c.Batch)
 	}
 	if rate, lanes := fmaRate(kernel); rate > 0 {
@@ -494,4 +494,34 @@ func printServe(w io.Writer, res []ServeResult) {
 		fmt.Fprintf(w, "| %s | %v | %v | %d | %s | %s | %.2f | %s | %s | %s | %s | %s | %s |%s\n", r.Kernel, r.Format, r.Case, r.Workers,
 			micros(r.Call), micros(r.Call/float64(r.Case.T)), r.Call/r.Copy, per, whole, pass, ratio(r.Call, r.Floor), ratio(r.Call, r.FMA), fb, col)
 	}
+}
+
+// printServeQuick writes the quick run's serving table: per call and per token, and the call over
+// what bounds it: copy() of the B sequences' f32 state (decode reads and writes each state once)
+// and the FMA bound (the call's 4·B·T·HV·K·V FMAs at the measured FMA throughput: a prefill's or
+// verification's arithmetic).
+func printServeQuick(w io.Writer, res []ServeResult) {
+	fmt.Fprintln(w, "| format | call | kernel | µs/call | µs/token | t/copy() | t/FMA bound |")
+	fmt.Fprintln(w, "|---|---|---|---:|---:|---:|---:|")
+	for _, r := range res {
+		fb := "—"
+		if r.FMA > 0 {
+			fb = fmt.Sprintf("%.2f", r.Call/r.FMA)
+		}
+		fmt.Fprintf(w, "| %v | %s | %s | %s | %s | %.2f | %s |\n", r.Format, r.Case.Name(), r.Kernel,
+			micros(r.Call), micros(r.Call/float64(r.Case.T)), r.Call/r.Copy, fb)
+	}
+}
+
+// Name is the case as a reader says it: "decode B = 64", "prefill T = 512", "verify T = 4, B = 8".
+func (c Serve) Name() string {
+	switch {
+	case c.T == 1:
+		return fmt.Sprintf("decode B = %d", c.Shape.B)
+	case c.Snapshots:
+		return fmt.Sprintf("verify T = %d, B = %d", c.T, c.Shape.B)
+	case c.Shape.B == 1:
+		return fmt.Sprintf("prefill T = %d", c.T)
+	}
+	return fmt.Sprintf("T = %d, B = %d", c.T, c.Shape.B)
 }

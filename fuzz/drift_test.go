@@ -61,13 +61,7 @@ func TestDrift(t *testing.T) {
 	s64 := make([]float64, n)
 	out := make([]gdn.BF16, d.Heads()*d.V)
 	zeroV := make([]float32, d.Heads()*d.V)
-	vec := func(m int, mean, sd float64) []float32 {
-		v := make([]float32, m)
-		for i := range v {
-			v[i] = float32(mean + sd*r.NormFloat64())
-		}
-		return v
-	}
+	vec := func(m int, mean, sd float64) []float32 { return normVec(r, m, mean, sd) }
 	for tok := range tokens {
 		in := oracle.Inputs{
 			Q: vec(d.B*d.HK*d.K, 0, 1), K: vec(d.B*d.HK*d.K, 0, 1), V: vec(d.Heads()*d.V, 0, 1), Z: vec(d.Heads()*d.V, 0, 1),
@@ -182,13 +176,7 @@ func TestDriftSteadyDecay(t *testing.T) {
 	s64 := make([]float64, n)
 	snaps := make([][]float64, block/every) // the float64 state after every 100th token of a block
 	zeroV := make([]float32, d.Heads()*d.V)
-	vec := func(m int, mean, sd float64) []float32 {
-		v := make([]float32, m)
-		for i := range v {
-			v[i] = float32(mean + sd*r.NormFloat64())
-		}
-		return v
-	}
+	vec := func(m int, mean, sd float64) []float32 { return normVec(r, m, mean, sd) }
 	relErr := func(got func(i int) float32, want []float64) float64 {
 		worst := 0.0
 		for bh := range d.Heads() {
@@ -303,51 +291,43 @@ func TestStrongDecay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range kerneltest.Names(t) {
-		kk, _ := gdnsimd.Lookup(k)
-		for _, f := range []gdnsimd.Format{{}, {VK: true}} {
-			t.Run("kernel="+k+"/format="+f.String(), func(t *testing.T) {
-				if !kk.Implements(f) {
-					t.Skipf("kernel %s does not implement the state format %v", k, f)
-				}
-				l, err := gdn.New(gdn.Config{KHeads: d.HK, VHeads: d.HV, K: d.K, V: d.V, ALog: c.ALog, DtBias: c.DtBias, NormWeight: c.NormWeight,
-					Workers: 1, Kernel: k, StateLayout: stateLayout(f)})
-				if err != nil {
-					t.Fatal(err)
-				}
-				layout := func(s []float32, back bool) []float32 {
-					if !f.VK {
-						return slices.Clone(s)
-					}
-					if back {
-						return oracle.TransposeSlot(s, d.HV, d.V, d.K)
-					}
-					return oracle.TransposeSlot(s, d.HV, d.K, d.V)
-				}
-				state, dst := layout(c.State[0], false), make([]float32, T*d.SlotLen())
-				b := gdn.Batch{
-					Start: c.Start, Read: c.Read, Store: c.Store,
-					Q: gdn.Rows{F32: c.In.Q}, K: gdn.Rows{F32: c.In.K}, V: gdn.Rows{F32: c.In.V}, Z: gdn.Rows{F32: c.In.Z},
-					B: gdn.Rows{F32: c.In.B}, A: gdn.Rows{F32: c.In.A},
-					State: gdn.Pool{F32: state}, StoreTo: &gdn.Pool{F32: dst},
-					Out: make([]gdn.BF16, T*d.HV*d.V), OutF32: make([]float32, T*d.HV*d.V),
-				}
-				if err := l.Run(&b); err != nil {
-					t.Fatal(err)
-				}
-				g := oracle.BatchGot{OutF32: b.OutF32, State: [][]float32{layout(state, true)}}
-				for _, o := range b.Out {
-					g.Out = append(g.Out, uint16(o))
-				}
-				for s := range T {
-					g.StoreTo = append(g.StoreTo, layout(dst[s*d.SlotLen():(s+1)*d.SlotLen()], true))
-				}
-				if err := oracle.CheckBatch(c, &want, g); err != nil {
-					t.Fatal(err)
-				}
-			})
+	eachF32Format(t, func(t *testing.T, k string, f gdnsimd.Format) {
+		l, err := gdn.New(gdn.Config{KHeads: d.HK, VHeads: d.HV, K: d.K, V: d.V, ALog: c.ALog, DtBias: c.DtBias, NormWeight: c.NormWeight,
+			Workers: 1, Kernel: k, StateLayout: stateLayout(f)})
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
+		layout := func(s []float32, back bool) []float32 {
+			if !f.VK {
+				return slices.Clone(s)
+			}
+			if back {
+				return oracle.TransposeSlot(s, d.HV, d.V, d.K)
+			}
+			return oracle.TransposeSlot(s, d.HV, d.K, d.V)
+		}
+		state, dst := layout(c.State[0], false), make([]float32, T*d.SlotLen())
+		b := gdn.Batch{
+			Start: c.Start, Read: c.Read, Store: c.Store,
+			Q: gdn.Rows{F32: c.In.Q}, K: gdn.Rows{F32: c.In.K}, V: gdn.Rows{F32: c.In.V}, Z: gdn.Rows{F32: c.In.Z},
+			B: gdn.Rows{F32: c.In.B}, A: gdn.Rows{F32: c.In.A},
+			State: gdn.Pool{F32: state}, StoreTo: &gdn.Pool{F32: dst},
+			Out: make([]gdn.BF16, T*d.HV*d.V), OutF32: make([]float32, T*d.HV*d.V),
+		}
+		if err := l.Run(&b); err != nil {
+			t.Fatal(err)
+		}
+		g := oracle.BatchGot{OutF32: b.OutF32, State: [][]float32{layout(state, true)}}
+		for _, o := range b.Out {
+			g.Out = append(g.Out, uint16(o))
+		}
+		for s := range T {
+			g.StoreTo = append(g.StoreTo, layout(dst[s*d.SlotLen():(s+1)*d.SlotLen()], true))
+		}
+		if err := oracle.CheckBatch(c, &want, g); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
 
 // stepHiLo advances the float64 reference state s64, held as hi + lo (float32 each, the oracle's
@@ -418,13 +398,7 @@ func TestDriftChannels(t *testing.T) {
 			c.Store[τ] = int32(τ / every)
 		}
 	}
-	vec := func(m int, mean, sd float64) []float32 {
-		v := make([]float32, m)
-		for i := range v {
-			v[i] = float32(mean + sd*r.NormFloat64())
-		}
-		return v
-	}
+	vec := func(m int, mean, sd float64) []float32 { return normVec(r, m, mean, sd) }
 	T := tokens
 	c.In = oracle.TokenRows{Q: vec(T*d.HK*d.K, 0, 1), K: vec(T*d.HK*d.K, 0, 1), V: vec(T*d.HV*d.V, 0, 1), Z: vec(T*d.HV*d.V, 0, 1),
 		B: vec(T*d.HV, -8, 1)}
@@ -438,6 +412,63 @@ func TestDriftChannels(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := d.SlotLen()
+	eachF32Format(t, func(t *testing.T, k string, f gdnsimd.Format) {
+		l, err := gdn.New(gdn.Config{KHeads: d.HK, VHeads: d.HV, K: d.K, V: d.V, ALog: c.ALog, DtBias: c.DtBias, NormWeight: c.NormWeight,
+			Workers: 1, Kernel: k, StateLayout: stateLayout(f), Gate: gdn.GatePerChannel, OutGate: gdn.ActSigmoid})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pool := make([]float32, n*block/every) // slot 0: the state; 1..: the snapshots
+		out := make([]gdn.BF16, block*d.HV*d.V)
+		store := make([]int32, block)
+		for τ := range store {
+			store[τ] = gdn.NoStore
+			if τ%every == every-1 {
+				store[τ] = int32((τ/every + 1) % (block / every))
+			}
+		}
+		worst, at := 0.0, 0
+		for b0 := 0; b0 < tokens; b0 += block {
+			rows := func(x []float32, w int) gdn.Rows { return gdn.Rows{F32: x[b0*w : (b0+block)*w]} }
+			b := gdn.Batch{Start: []int32{0, block}, Read: []int32{0}, Store: store,
+				Q: rows(c.In.Q, d.HK*d.K), K: rows(c.In.K, d.HK*d.K), V: rows(c.In.V, d.HV*d.V), Z: rows(c.In.Z, d.HV*d.V),
+				B: rows(c.In.B, d.HV), A: rows(c.In.A, d.HV*d.K), State: gdn.Pool{F32: pool}, Out: out}
+			if err := l.Run(&b); err != nil {
+				t.Fatal(err)
+			}
+			for k := range block / every {
+				tok := b0 + k*every + every - 1
+				s64 := want.Stored[int32(tok/every)]
+				st := pool[(k+1)%(block/every)*n:][:n]
+				for h := range d.HV {
+					var maxErr, maxVal float64
+					for i := range d.K {
+						for j := range d.V {
+							e := h*d.K*d.V + i*d.V + j
+							g := st[e]
+							if f.VK {
+								g = st[(h*d.V+j)*d.K+i]
+							}
+							maxErr = max(maxErr, math.Abs(float64(g)-s64[e]))
+							maxVal = max(maxVal, math.Abs(s64[e]))
+						}
+					}
+					if e := maxErr / maxVal; !(e <= worst) {
+						worst, at = e, tok
+					}
+				}
+			}
+			if !(worst <= 1e-4) {
+				t.Fatalf("token %d: the state's relative error %.4g > 1e-4", at, worst)
+			}
+		}
+		t.Logf("worst relative state error over %d tokens: %.3g (token %d)", tokens, worst, at)
+	})
+}
+
+// eachF32Format runs fn as the subtest kernel=K/format=F for every kernel and f32 format ([K][V],
+// [V][K]), skipping visibly the formats a kernel does not implement.
+func eachF32Format(t *testing.T, fn func(t *testing.T, k string, f gdnsimd.Format)) {
 	for _, k := range kerneltest.Names(t) {
 		kk, _ := gdnsimd.Lookup(k)
 		for _, f := range []gdnsimd.Format{{}, {VK: true}} {
@@ -445,57 +476,17 @@ func TestDriftChannels(t *testing.T) {
 				if !kk.Implements(f) {
 					t.Skipf("kernel %s does not implement the state format %v", k, f)
 				}
-				l, err := gdn.New(gdn.Config{KHeads: d.HK, VHeads: d.HV, K: d.K, V: d.V, ALog: c.ALog, DtBias: c.DtBias, NormWeight: c.NormWeight,
-					Workers: 1, Kernel: k, StateLayout: stateLayout(f), Gate: gdn.GatePerChannel, OutGate: gdn.ActSigmoid})
-				if err != nil {
-					t.Fatal(err)
-				}
-				pool := make([]float32, n*block/every) // slot 0: the state; 1..: the snapshots
-				out := make([]gdn.BF16, block*d.HV*d.V)
-				store := make([]int32, block)
-				for τ := range store {
-					store[τ] = gdn.NoStore
-					if τ%every == every-1 {
-						store[τ] = int32((τ/every + 1) % (block / every))
-					}
-				}
-				worst, at := 0.0, 0
-				for b0 := 0; b0 < tokens; b0 += block {
-					rows := func(x []float32, w int) gdn.Rows { return gdn.Rows{F32: x[b0*w : (b0+block)*w]} }
-					b := gdn.Batch{Start: []int32{0, block}, Read: []int32{0}, Store: store,
-						Q: rows(c.In.Q, d.HK*d.K), K: rows(c.In.K, d.HK*d.K), V: rows(c.In.V, d.HV*d.V), Z: rows(c.In.Z, d.HV*d.V),
-						B: rows(c.In.B, d.HV), A: rows(c.In.A, d.HV*d.K), State: gdn.Pool{F32: pool}, Out: out}
-					if err := l.Run(&b); err != nil {
-						t.Fatal(err)
-					}
-					for k := range block / every {
-						tok := b0 + k*every + every - 1
-						s64 := want.Stored[int32(tok/every)]
-						st := pool[(k+1)%(block/every)*n:][:n]
-						for h := range d.HV {
-							var maxErr, maxVal float64
-							for i := range d.K {
-								for j := range d.V {
-									e := h*d.K*d.V + i*d.V + j
-									g := st[e]
-									if f.VK {
-										g = st[(h*d.V+j)*d.K+i]
-									}
-									maxErr = max(maxErr, math.Abs(float64(g)-s64[e]))
-									maxVal = max(maxVal, math.Abs(s64[e]))
-								}
-							}
-							if e := maxErr / maxVal; !(e <= worst) {
-								worst, at = e, tok
-							}
-						}
-					}
-					if !(worst <= 1e-4) {
-						t.Fatalf("token %d: the state's relative error %.4g > 1e-4", at, worst)
-					}
-				}
-				t.Logf("worst relative state error over %d tokens: %.3g (token %d)", tokens, worst, at)
+				fn(t, k, f)
 			})
 		}
 	}
+}
+
+// normVec is m values ~ N(mean, sd²) from r.
+func normVec(r *rand.Rand, m int, mean, sd float64) []float32 {
+	v := make([]float32, m)
+	for i := range v {
+		v[i] = float32(mean + sd*r.NormFloat64())
+	}
+	return v
 }

@@ -973,26 +973,22 @@ func memoryOf(b *gdn.Batch) [][]byte {
 		addF(r.F32)
 		addH(r.BF16)
 	}
-	addF(b.State.F32)
-	addH(b.State.BF16)
-	var to gdn.Pool
-	if b.StoreTo != nil {
-		to = *b.StoreTo
+	addP := func(p *gdn.Pool) { // nil: an empty pool's two entries
+		var q gdn.Pool
+		if p != nil {
+			q = *p
+		}
+		addF(q.F32)
+		addH(q.BF16)
 	}
-	addF(to.F32)
-	addH(to.BF16)
+	addP(&b.State)
+	addP(b.StoreTo)
 	addH(b.Out)
 	addF(b.OutF32)
 	addF(b.X.F32)
 	addH(b.X.BF16)
-	addF(b.ConvState.F32)
-	addH(b.ConvState.BF16)
-	var cto gdn.Pool
-	if b.ConvStoreTo != nil {
-		cto = *b.ConvStoreTo
-	}
-	addF(cto.F32)
-	addH(cto.BF16)
+	addP(&b.ConvState)
+	addP(b.ConvStoreTo)
 	return m
 }
 

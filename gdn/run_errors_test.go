@@ -2,6 +2,7 @@ package gdn_test
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -108,15 +109,7 @@ func makeBatch(c gdn.Config, s runSpec, seed uint64) *gdn.Batch {
 // makePool is a pool of n slots (stride 0: dense) of c's storage type with values of a decode
 // state's magnitude.
 func errPool(c gdn.Config, n, stride int, r *rand.Rand) gdn.Pool {
-	slot := c.VHeads * c.K * c.V
-	st := stride
-	if st == 0 {
-		st = slot
-	}
-	size := 0
-	if n > 0 {
-		size = (n-1)*st + slot
-	}
+	size := poolLen(n, stride, c.VHeads*c.K*c.V)
 	v := make([]float32, size)
 	for i := range v {
 		v[i] = float32(0.3 * r.NormFloat64())
@@ -131,21 +124,21 @@ func errPool(c gdn.Config, n, stride int, r *rand.Rand) gdn.Pool {
 	return gdn.Pool{F32: v, SlotStride: stride}
 }
 
+// poolLen is the length of a pool of n slots of slot elements, SlotStride stride (0: dense).
+func poolLen(n, stride, slot int) int {
+	if n == 0 {
+		return 0
+	}
+	return (n-1)*cmp.Or(stride, slot) + slot
+}
+
 // convSlot is the size of a conv slot of c: (ConvWidth−1)·C.
 func convSlot(c gdn.Config) int { return (c.ConvWidth - 1) * (2*c.KHeads*c.K + c.VHeads*c.V) }
 
 // convPool is a conv pool of n slots (stride 0: dense) of pre-conv rows ~ N(0, 1), stored as c's
 // state (bf16 with a bf16 state: the values are bf16 numbers).
 func convPool(c gdn.Config, n, stride int, r *rand.Rand) gdn.Pool {
-	slot := convSlot(c)
-	st := stride
-	if st == 0 {
-		st = slot
-	}
-	size := 0
-	if n > 0 {
-		size = (n-1)*st + slot
-	}
+	size := poolLen(n, stride, convSlot(c))
 	p := gdn.Pool{SlotStride: stride}
 	if c.StateDType == gdn.DTypeBF16 {
 		p.BF16 = make([]gdn.BF16, size)
