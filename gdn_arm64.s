@@ -483,7 +483,7 @@ GLOBL ·gates64c(SB), RODATA|NOPTR, $976
 
 // func gatesNEON(beta, em1, eg, b, a, dtb []float32, rate []float64, lb float64)
 //
-// gatesGeneric (gdn_generic.go) for i < len(a), two lanes of float64 a vector: its operations in its
+// gatesGeneric (gdn_generic_gates.go) for i < len(a), two lanes of float64 a vector: its operations in its
 // order, each math.FMA one FMLA or FMLS, each other product one FMUL, the divisions FDIV, min
 // and max FMIN and FMAX (NaN in, NaN out, as Go's), the selects x > 0, x > 20 and g ≥ ln 0.5 as
 // FCMGT/FCMGE masks (false for NaN) selecting with VAND and VBIF/VBIT; 2^k from t = k + magic as

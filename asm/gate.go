@@ -108,7 +108,7 @@ func gatePieces(a isa, g gateRegs, pc piece, k int) {
 	Label(skipB)
 }
 
-// exp32 replaces each x of xs by Exp32(x), operation for operation as gdn_generic.go computes it
+// exp32 replaces each x of xs by Exp32(x), operation for operation as gdn_generic_gates.go computes it
 // (no fused multiply-adds, so the result is the Go function's, bit for bit, on amd64), the
 // vectors' operations interleaved. NaN stays NaN: the clamps take x as their second source
 // operand, which VMINPS/VMAXPS return when either is NaN.

@@ -11,7 +11,7 @@
 //	       Exp32, bf16 RNE
 //	l2     Σq², Σk², Σk·q in float64
 //	scale  dst = src·s (q̂ and k̂ from q, k and their l2 factors)
-//	gates  the gates beta, em1, eg of many lanes, a head's or a channel's (gdn_generic.go's
+//	gates  the gates beta, em1, eg of many lanes, a head's or a channel's (gdn_generic_gates.go's
 //	       gatesGeneric), in float64
 //	chans  the per-channel gate's decay pairs and decayed k̂, q̂ of a head-token (chansGeneric)
 //
@@ -24,32 +24,44 @@
 // emitted for either form (vkForm). The [K][V] routines (over T tokens, and their T = 1 plan)
 // write either form as a pair, decay(x) = c·x + (x & m) (a VAND and one FMA, the same bits:
 // decayPair), so that one pass serves both forms and the per-channel gate, whose rows each have
-// their own pair (state_kv_tokens.go, state_kv.go; the cost to the scalar gate: doc/design.md).
+// their own pair (state_kv_tokens.go, state_kv_rows.go, state_kv.go; the cost to the scalar gate: doc/design.md).
 //
 // # The generator's files
 //
-//	main.go            the routine table (table: every TEXT, its emitter and its line budget,
-//	                   checked by TestLineBudget), the variant type (ISA × layout × storage, names
-//	                   derived), routine and label (labels are scoped per routine)
-//	isa.go             the two ISAs and their capabilities (ask a.masks, not lanes == 16)
-//	plan.go            pieces: one vector (or scalar) of a row, and the blocks cut into them
-//	decay.go           the two decay forms (above)
-//	consts.go          the RODATA constants (Exp32's from asm/internal/exp32consts)
-//	state_kv.go        [K][V] f32, the T = 1 plan (the decode step) of stateKVf32<ISA>
-//	state_kv_tokens.go [K][V] over T tokens, f32 and bf16: stateKV<storage><ISA>
-//	state_kv_span.go   spans: one [K][V] block serving a range of widths (guarded vectors, one masked)
-//	state_vk.go        [V][K] over T tokens, f32 and bf16: stateVK<storage><ISA>, rows carried in
-//	                   registers; row shapes serving ranges of K (vkShapes)
-//	state_vk_block.go  the AVX-512 [V][K] row blocks in L1 (T > 1)
-//	prefetch.go        the prefetch list of the routines over T tokens (the driver's next call's rows)
+//	main.go             the routine table (table: every TEXT, its emitter and its line budget,
+//	                    checked by TestLineBudget), the variant type (ISA × layout × storage, names
+//	                    derived), routine and label (labels are scoped per routine)
+//	isa.go              the two ISAs and their capabilities (ask a.masks, not lanes == 16)
+//	plan.go             pieces: one vector (or scalar) of a row, and the blocks cut into them
+//	decay.go            the two decay forms (above)
+//	consts.go           the RODATA constants (Exp32's from asm/internal/exp32consts)
+//	state_kv.go         [K][V] f32, the T = 1 plan (the decode step) of stateKVf32<ISA>
+//	state_kv_tokens.go  [K][V] over T tokens, f32 and bf16: stateKV<storage><ISA>, its column
+//	                    blocks (pass 0, the token loop), the per-channel gate's bases
+//	state_kv_rows.go    a token's pass over a [K][V] block: δ and o, then per row the update, the
+//	                    next token's dots, the store and the carry
+//	state_kv_storage.go a [K][V] row's loads and stores: f32, bf16 widened and rounded (AVX2's
+//	                    narrow tail; two pieces at a time: bf16Pair, cvtStores)
+//	state_kv_span.go    spans: one [K][V] block serving a range of widths (guarded vectors, one masked)
+//	state_vk.go         [V][K] over T tokens, f32 and bf16: stateVK<storage><ISA>, rows carried in
+//	                    registers; row shapes serving ranges of K (vkShapes), their positions (vkBody)
+//	state_vk_rows.go    a [V][K] group's rows: loaded (from src or src32), stored (bf16 rounded,
+//	                    cvt2; AVX2 f32 snapshots non-temporal)
+//	state_vk_group.go   a [V][K] group's token loop: the dots, δ and o (finish), the update, and
+//	                    the set-up, stores and carry every [V][K] token loop shares
+//	state_vk_reduce.go  the transpose-add of a group's dots (vkReduce) and the [V][K] constants
+//	state_vk_decode.go  [V][K] one token with a store, from src to stores[0]: the AVX2 pairs
+//	                    (once), AVX-512 f32 with k̂ and q̂ in registers (direct)
+//	state_vk_block.go   the AVX-512 [V][K] row blocks in L1 (T > 1)
+//	prefetch.go         the prefetch list of the routines over T tokens (the driver's next call's rows)
 //	gate.go, l2.go, widen.go, bench_floor.go   the small pieces and the bench floors
-//	gates.go           the float64 head gates (constants from asm/internal/gates64consts)
-//	chans.go           the per-channel gate's pairs and dot vectors
-//	conv.go            the conv front's causal conv1d and SiLU (convRoutine)
-//	args.go            the state routines' one argument (asm/internal/stateargs: its fields and
-//	                   offsets; -args writes its Go declaration, gdn_args.go)
-//	gostubs.go         the Go side (-go: gdn_amd64.go): stubs, CPU detection, the kernels' tables
-//	                   with each routine's limits and snapshot rule (asm/internal/gofile)
+//	gates.go            the float64 head gates (constants from asm/internal/gates64consts)
+//	chans.go            the per-channel gate's pairs and dot vectors
+//	conv.go             the conv front's causal conv1d and SiLU (convRoutine)
+//	args.go             the state routines' one argument (asm/internal/stateargs: its fields and
+//	                    offsets; -args writes its Go declaration, gdn_args.go)
+//	gostubs.go          the Go side (-go: gdn_amd64.go): stubs, CPU detection, the kernels' tables
+//	                    with each routine's limits and snapshot rule (asm/internal/gofile)
 //
 // Tails are a few shapes, not a copy per width: a shape is emitted once for the widths of the
 // models (K, V ∈ {64, 128, 192, 256}, and K = 96, V = 80 of the odd benchmark shape at the top of

@@ -6,7 +6,7 @@ import (
 	gc "github.com/gdnsimd/gdnsimd/asm/internal/gates64consts"
 )
 
-// gatesNEON: the float64 gates (gdn_generic.go: gatesGeneric, exp64, log1p01, expm1Near), two lanes
+// gatesNEON: the float64 gates (gdn_generic_gates.go: gatesGeneric, exp64, log1p01, expm1Near), two lanes
 // a vector of float64, every lane's operations gatesGeneric's in its order: each Go product or sum one
 // instruction, each math.FMA one FMLA (FMLS for math.FMA(−k, c, x): FMLS computes x − k·c with one
 // rounding, which is math.FMA(−k, c, x) exactly), Go's min and max as FMIN and FMAX (both return
@@ -81,7 +81,7 @@ func gatesNEON(e *emitter) {
 	gatesTable(e)
 	e.doc("func gatesNEON(beta, em1, eg, b, a, dtb []float32, rate []float64, lb float64)",
 		"",
-		"gatesGeneric (gdn_generic.go) for i < len(a), two lanes of float64 a vector: its operations in its",
+		"gatesGeneric (gdn_generic_gates.go) for i < len(a), two lanes of float64 a vector: its operations in its",
 		"order, each math.FMA one FMLA or FMLS, each other product one FMUL, the divisions FDIV, min",
 		"and max FMIN and FMAX (NaN in, NaN out, as Go's), the selects x > 0, x > 20 and g ≥ ln 0.5 as",
 		"FCMGT/FCMGE masks (false for NaN) selecting with VAND and VBIF/VBIT; 2^k from t = k + magic as",

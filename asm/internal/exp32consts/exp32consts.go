@@ -1,4 +1,4 @@
-// Package exp32consts is the one table of Exp32's constants (gdn_generic.go) for the generators of
+// Package exp32consts is the one table of Exp32's constants (gdn_generic_gates.go) for the generators of
 // both assembly files, as float32: the value Go gives each constant where Exp32 uses it.
 package exp32consts
 

@@ -9,10 +9,10 @@ import (
 	"github.com/gdnsimd/gdnsimd/asm/internal/golit"
 )
 
-// TestMatchesExp32 reads Exp32 in ../../../gdn_generic.go (the asm module never imports the
+// TestMatchesExp32 reads Exp32 in ../../../gdn_generic_gates.go (the asm module never imports the
 // library) and checks that every constant of the table is the float32 of the literal there.
 func TestMatchesExp32(t *testing.T) {
-	f, err := parser.ParseFile(token.NewFileSet(), "../../../gdn_generic.go", nil, 0)
+	f, err := parser.ParseFile(token.NewFileSet(), "../../../gdn_generic_gates.go", nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -23,7 +23,7 @@ func TestMatchesExp32(t *testing.T) {
 		}
 	}
 	if body == nil {
-		t.Fatal("no func exp32 in gdn_generic.go")
+		t.Fatal("no func exp32 in gdn_generic_gates.go")
 	}
 	named := map[string]float32{}
 	var poly []float32 // float literals of the p := …; p = p*r + … statements, in order

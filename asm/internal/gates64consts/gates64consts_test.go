@@ -9,7 +9,7 @@ import (
 	"github.com/gdnsimd/gdnsimd/asm/internal/golit"
 )
 
-// TestMatchesGates reads ../../../gdn_generic.go (the asm module never
+// TestMatchesGates reads ../../../gdn_generic_gates.go (the asm module never
 // imports the library) and checks every constant of the table against the literal there: the
 // named constants, the three polynomials, softplus64's literal 20 and exp64's 0.5.
 func TestMatchesGates(t *testing.T) {
@@ -17,7 +17,7 @@ func TestMatchesGates(t *testing.T) {
 	arrays := map[string][]float64{}
 	var softplusLits, exp64Lits []float64
 	lit := func(e ast.Expr) (float64, bool) { return golit.Float(e, 64) }
-	for _, file := range []string{"../../../gdn_generic.go"} {
+	for _, file := range []string{"../../../gdn_generic_gates.go"} {
 		f, err := parser.ParseFile(token.NewFileSet(), file, nil, 0)
 		if err != nil {
 			t.Fatal(err)
