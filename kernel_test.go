@@ -888,8 +888,8 @@ func TestAPI(t *testing.T) {
 
 // TestLayout holds the repository root to the house rules: the design card's names, LICENSE,
 // CHANGELOG.md, go.sum, gen.go, Go files (the kernel layer's rooms, the generated stubs and
-// tables), at most 8 test files, and the directories doc, internal and testdata. The size of each
-// room is TestSizes'.
+// tables), at most 8 test files, and the directories doc, internal and testdata; README.md at
+// most 120 lines, CHANGELOG.md 80, doc/performance.md 200. The size of each room is TestSizes'.
 func TestLayout(t *testing.T) {
 	ents, err := os.ReadDir(".")
 	require.NoError(t, err)
@@ -910,6 +910,12 @@ func TestLayout(t *testing.T) {
 		}
 	}
 	require.LessOrEqual(t, len(tests), 8, "test files at the root: %v", tests)
+	// The docs a user reads first stay short.
+	for name, most := range map[string]int{"README.md": 120, "CHANGELOG.md": 80, "doc/performance.md": 200} {
+		b, err := os.ReadFile(name)
+		require.NoError(t, err)
+		require.LessOrEqual(t, strings.Count(string(b), "\n"), most, "%s: lines", name)
+	}
 }
 
 // TestSizes holds the hand-written code to the sizes that keep its rooms livable (doc/design.md):
