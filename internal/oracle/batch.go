@@ -129,7 +129,7 @@ type BatchWant struct {
 // out of range, a slot written twice).
 func RunBatch(c *BatchCase) (BatchWant, error) {
 	d := c.Dims
-	HK, HV, K, V := d.HK, d.HV, d.K, d.V
+	HV, V := d.HV, d.V
 	N := len(c.Read)
 	if len(c.Start) != N+1 || c.Start[0] != 0 {
 		return BatchWant{}, fmt.Errorf("oracle: Start has %d entries for %d sequences", len(c.Start), N)
@@ -138,165 +138,228 @@ func RunBatch(c *BatchCase) (BatchWant, error) {
 	if c.Store != nil && len(c.Store) != T {
 		return BatchWant{}, fmt.Errorf("oracle: Store has %d entries, want T = %d", len(c.Store), T)
 	}
-	w := BatchWant{
+	r := newBatchRun(c)
+	r.w = BatchWant{
 		Y: make([]float64, T*HV*V), OutBF16: make([]uint16, T*HV*V), YCond: make([]float64, T*HV),
 		Pad: make([]bool, T), Stored: map[int32][]float64{},
-	}
-	dst := c.State
-	if c.StoreTo != nil {
-		dst = c.StoreTo
-	}
-	store := func(slot int32, h int, S []float64) error {
-		if slot < 0 || int(slot) >= len(dst) {
-			return fmt.Errorf("oracle: store to slot %d of a pool of %d", slot, len(dst))
-		}
-		st := w.Stored[slot]
-		if st == nil {
-			st = make([]float64, d.SlotLen())
-			for i := range st {
-				st[i] = math.NaN()
-			}
-			w.Stored[slot] = st
-		} else if !math.IsNaN(st[h*K*V]) {
-			return fmt.Errorf("oracle: slot %d head %d stored twice", slot, h)
-		}
-		copy(st[h*K*V:(h+1)*K*V], S)
-		return nil
 	}
 	if c.Conv != nil {
 		if err := c.validConv(); err != nil {
 			return BatchWant{}, err
 		}
-		w.U, w.ConvStored = make([]float64, T*d.Channels()), map[int32][]float32{}
+		r.w.U, r.w.ConvStored = make([]float64, T*d.Channels()), map[int32][]float32{}
 	}
-	S := make([]float64, K*V)
-	qh, kh, egs := make([]float64, K), make([]float64, K), make([]float64, K)
-	q, k, vv := make([]float64, K), make([]float64, K), make([]float64, V)
-	kv, o, A := make([]float64, V), make([]float64, V), make([]float64, V)
 	for n := range N {
-		t0, t1 := int(c.Start[n]), int(c.Start[n+1])
-		if t1 < t0 {
-			return BatchWant{}, fmt.Errorf("oracle: Start decreases at %d", n)
+		if err := r.sequence(n); err != nil {
+			return BatchWant{}, err
 		}
-		r := c.Read[n]
-		if r == Pad {
-			for t := t0; t < t1; t++ {
-				w.Pad[t] = true
-			}
-			continue
+	}
+	return r.w, nil
+}
+
+// batchRun is RunBatch's state: the case, the result being built, the pool the stores go to, and
+// the float64 state and scratch vectors of the (sequence, value head) being evaluated.
+type batchRun struct {
+	c   *BatchCase
+	w   BatchWant
+	dst [][]float32 // c.StoreTo, or c.State when the call is in place
+
+	S                 []float64 // [K][V]: the running state
+	qh, kh, egs, q, k []float64 // [K]
+	vv, kv, o, A      []float64 // [V]
+}
+
+// newBatchRun returns a batchRun for c with its state and scratch allocated (w still empty).
+func newBatchRun(c *BatchCase) *batchRun {
+	K, V := c.Dims.K, c.Dims.V
+	r := &batchRun{c: c, dst: c.State}
+	if c.StoreTo != nil {
+		r.dst = c.StoreTo
+	}
+	r.S = make([]float64, K*V)
+	r.qh, r.kh, r.egs = make([]float64, K), make([]float64, K), make([]float64, K)
+	r.q, r.k, r.vv = make([]float64, K), make([]float64, K), make([]float64, V)
+	r.kv, r.o, r.A = make([]float64, V), make([]float64, V), make([]float64, V)
+	return r
+}
+
+// sequence evaluates sequence n: marks a padding sequence's tokens, refuses a bad read, runs the
+// conv front, then carries every value head's state through the sequence's tokens.
+func (r *batchRun) sequence(n int) error {
+	c := r.c
+	t0, t1 := int(c.Start[n]), int(c.Start[n+1])
+	if t1 < t0 {
+		return fmt.Errorf("oracle: Start decreases at %d", n)
+	}
+	rd := c.Read[n]
+	if rd == Pad {
+		for t := t0; t < t1; t++ {
+			r.w.Pad[t] = true
 		}
-		if t0 == t1 {
-			continue
+		return nil
+	}
+	if t0 == t1 {
+		return nil
+	}
+	if rd == Zero && c.Store == nil {
+		return fmt.Errorf("oracle: sequence %d reads Zero with Store nil", n)
+	}
+	if rd != Zero && (rd < 0 || int(rd) >= len(c.State)) {
+		return fmt.Errorf("oracle: sequence %d reads slot %d of a pool of %d", n, rd, len(c.State))
+	}
+	if c.Conv != nil {
+		if err := c.conv(&r.w, n, t0, t1, rd); err != nil {
+			return err
 		}
-		if r == Zero && c.Store == nil {
-			return BatchWant{}, fmt.Errorf("oracle: sequence %d reads Zero with Store nil", n)
+	}
+	for h := range c.Dims.HV {
+		if err := r.head(h, t0, t1, rd); err != nil {
+			return err
 		}
-		if r != Zero && (r < 0 || int(r) >= len(c.State)) {
-			return BatchWant{}, fmt.Errorf("oracle: sequence %d reads slot %d of a pool of %d", n, r, len(c.State))
+	}
+	return nil
+}
+
+// head carries value head h's state, read from slot rd (or Zero), through tokens [t0, t1): every
+// token's outputs, and the state after each token that stores.
+func (r *batchRun) head(h, t0, t1 int, rd int32) error {
+	c, S := r.c, r.S
+	HK, HV, K, V := c.Dims.HK, c.Dims.HV, c.Dims.K, c.Dims.V
+	hk := h / (HV / HK)
+	if c.Tiled {
+		hk = h % HK
+	}
+	if rd == Zero {
+		clear(S)
+	} else {
+		for i, x := range c.State[rd][h*K*V : (h+1)*K*V] {
+			S[i] = float64(x)
 		}
-		if c.Conv != nil {
-			if err := c.conv(&w, n, t0, t1, r); err != nil {
-				return BatchWant{}, err
-			}
+	}
+	rate := 0.0
+	if c.SsmA != nil {
+		rate = -float64(c.SsmA[h])
+	} else {
+		rate = math.Exp(float64(c.ALog[h]))
+	}
+	for t := t0; t < t1; t++ {
+		r.update(t, h, hk, rate)
+		r.output(t, h)
+		slot := NoStore
+		if c.Store != nil {
+			slot = c.Store[t]
+		} else if t == t1-1 {
+			slot = rd
 		}
-		for h := range HV {
-			hk := h / (HV / HK)
-			if c.Tiled {
-				hk = h % HK
-			}
-			if r == Zero {
-				clear(S)
-			} else {
-				for i, x := range c.State[r][h*K*V : (h+1)*K*V] {
-					S[i] = float64(x)
-				}
-			}
-			rate := 0.0
-			if c.SsmA != nil {
-				rate = -float64(c.SsmA[h])
-			} else {
-				rate = math.Exp(float64(c.ALog[h]))
-			}
-			for t := t0; t < t1; t++ {
-				c.qkv(&w, t, h, hk, q, k, vv)
-				var nq, nk float64
-				for i := range K {
-					nq += sq(q[i])
-					nk += sq(k[i])
-				}
-				for i := range K {
-					qh[i] = q[i] / math.Sqrt(nq+1e-6) / math.Sqrt(float64(K))
-					kh[i] = k[i] / math.Sqrt(nk+1e-6)
-				}
-				beta := 1 / (1 + math.Exp(-float64(c.In.B[t*HV+h])))
-				// Decay (per head, or per key channel: row i by its own), then the delta rule.
-				if c.PerChannel {
-					for i := range K {
-						egs[i] = LogDecay(c.In.A[(t*HV+h)*K+i], c.DtBias[h*K+i], rate, c.LowerBound)
-					}
-				} else {
-					lg := LogDecay(c.In.A[t*HV+h], c.DtBias[h], rate, 0)
-					for i := range K {
-						egs[i] = lg
-					}
-				}
-				for i := range K {
-					eg := math.Exp(egs[i])
-					for j := range V {
-						S[i*V+j] *= eg
-					}
-				}
-				v := vv
-				for j := range V {
-					kv[j] = 0
-					for i := range K {
-						kv[j] += kh[i] * S[i*V+j]
-					}
-				}
-				for i := range K {
-					for j := range V {
-						S[i*V+j] += kh[i] * (beta * (v[j] - kv[j]))
-					}
-				}
-				// o through the updated state, y_cond's numerator, the gated RMSNorm.
-				var ss, maxA, maxO float64
-				for j := range V {
-					o[j], A[j] = 0, 0
-					for i := range K {
-						o[j] += qh[i] * S[i*V+j]
-						A[j] += math.Abs(qh[i]) * math.Abs(S[i*V+j])
-					}
-					ss += o[j] * o[j]
-					maxA, maxO = max(maxA, A[j]), max(maxO, math.Abs(o[j]))
-				}
-				w.YCond[t*HV+h] = maxA / maxO // NaN (0/0) on a head whose o is all zero
-				rms := 1 / math.Sqrt(ss/float64(V)+c.RMSEps)
-				z := c.In.Z[(t*HV+h)*V : (t*HV+h+1)*V]
-				for j := range V {
-					zj := float64(z[j])
-					act := zj / (1 + math.Exp(-zj))
-					if c.Sigmoid {
-						act = 1 / (1 + math.Exp(-zj))
-					}
-					y := o[j] * rms * float64(c.NormWeight[j]) * act
-					w.Y[(t*HV+h)*V+j] = y
-					w.OutBF16[(t*HV+h)*V+j] = BF16(y)
-				}
-				slot := NoStore
-				if c.Store != nil {
-					slot = c.Store[t]
-				} else if t == t1-1 {
-					slot = r
-				}
-				if slot != NoStore {
-					if err := store(slot, h, S); err != nil {
-						return BatchWant{}, err
-					}
-				}
+		if slot != NoStore {
+			if err := r.store(slot, h); err != nil {
+				return err
 			}
 		}
 	}
-	return w, nil
+	return nil
+}
+
+// update advances the state S of value head h (k-head hk, decay rate rate) through token t: q̂ and
+// k̂ (kept in qh, kh for the output), the decay, the delta rule.
+func (r *batchRun) update(t, h, hk int, rate float64) {
+	c, S := r.c, r.S
+	HV, K, V := c.Dims.HV, c.Dims.K, c.Dims.V
+	q, k, qh, kh, egs, kv := r.q, r.k, r.qh, r.kh, r.egs, r.kv
+	c.qkv(&r.w, t, h, hk, q, k, r.vv)
+	var nq, nk float64
+	for i := range K {
+		nq += sq(q[i])
+		nk += sq(k[i])
+	}
+	for i := range K {
+		qh[i] = q[i] / math.Sqrt(nq+1e-6) / math.Sqrt(float64(K))
+		kh[i] = k[i] / math.Sqrt(nk+1e-6)
+	}
+	beta := 1 / (1 + math.Exp(-float64(c.In.B[t*HV+h])))
+	// Decay (per head, or per key channel: row i by its own), then the delta rule.
+	if c.PerChannel {
+		for i := range K {
+			egs[i] = LogDecay(c.In.A[(t*HV+h)*K+i], c.DtBias[h*K+i], rate, c.LowerBound)
+		}
+	} else {
+		lg := LogDecay(c.In.A[t*HV+h], c.DtBias[h], rate, 0)
+		for i := range K {
+			egs[i] = lg
+		}
+	}
+	for i := range K {
+		eg := math.Exp(egs[i])
+		for j := range V {
+			S[i*V+j] *= eg
+		}
+	}
+	v := r.vv
+	for j := range V {
+		kv[j] = 0
+		for i := range K {
+			kv[j] += kh[i] * S[i*V+j]
+		}
+	}
+	for i := range K {
+		for j := range V {
+			S[i*V+j] += kh[i] * (beta * (v[j] - kv[j]))
+		}
+	}
+}
+
+// output writes token t's outputs for value head h from the updated state S and q̂ (qh): y, its
+// bf16 and y_cond.
+func (r *batchRun) output(t, h int) {
+	c, w, S := r.c, &r.w, r.S
+	HV, K, V := c.Dims.HV, c.Dims.K, c.Dims.V
+	qh, o, A := r.qh, r.o, r.A
+	// o through the updated state, y_cond's numerator, the gated RMSNorm.
+	var ss, maxA, maxO float64
+	for j := range V {
+		o[j], A[j] = 0, 0
+		for i := range K {
+			o[j] += qh[i] * S[i*V+j]
+			A[j] += math.Abs(qh[i]) * math.Abs(S[i*V+j])
+		}
+		ss += o[j] * o[j]
+		maxA, maxO = max(maxA, A[j]), max(maxO, math.Abs(o[j]))
+	}
+	w.YCond[t*HV+h] = maxA / maxO // NaN (0/0) on a head whose o is all zero
+	rms := 1 / math.Sqrt(ss/float64(V)+c.RMSEps)
+	z := c.In.Z[(t*HV+h)*V : (t*HV+h+1)*V]
+	for j := range V {
+		zj := float64(z[j])
+		act := zj / (1 + math.Exp(-zj))
+		if c.Sigmoid {
+			act = 1 / (1 + math.Exp(-zj))
+		}
+		y := o[j] * rms * float64(c.NormWeight[j]) * act
+		w.Y[(t*HV+h)*V+j] = y
+		w.OutBF16[(t*HV+h)*V+j] = BF16(y)
+	}
+}
+
+// store records the state S of value head h as stored to slot of the destination pool, refusing a
+// slot out of range or a (slot, head) stored twice.
+func (r *batchRun) store(slot int32, h int) error {
+	d, dst, w := r.c.Dims, r.dst, &r.w
+	K, V := d.K, d.V
+	if slot < 0 || int(slot) >= len(dst) {
+		return fmt.Errorf("oracle: store to slot %d of a pool of %d", slot, len(dst))
+	}
+	st := w.Stored[slot]
+	if st == nil {
+		st = make([]float64, d.SlotLen())
+		for i := range st {
+			st[i] = math.NaN()
+		}
+		w.Stored[slot] = st
+	} else if !math.IsNaN(st[h*K*V]) {
+		return fmt.Errorf("oracle: slot %d head %d stored twice", slot, h)
+	}
+	copy(st[h*K*V:(h+1)*K*V], r.S)
+	return nil
 }
 
 // qkv sets q, k (k-head hk) and v (value head h) of token t: the conv's outputs (w.U) with the
