@@ -8,13 +8,15 @@
 //
 // B sequences, KHeads q/k heads and VHeads value heads per sequence (VHeads a multiple of
 // KHeads), key dim K (state rows) and value dim V (state columns). Flattened heads are
-// bh = b·VHeads + h: the value head cycles fastest. Every tensor is row-major float32:
+// bh = b·VHeads + h: the value head cycles fastest. Every tensor is row-major; Step's are float32
+// (Run's rows and pools may also be bf16):
 //
 //	Q, K       [B][KHeads][K]     after the conv1d and SiLU; not l2-normalised, not scaled
 //	V          [B][VHeads][V]     after the conv1d and SiLU
 //	Z          [B][VHeads][V]     the gate input of the gated RMSNorm, from the projection
-//	B, A       [B][VHeads]        raw beta (pre-sigmoid) and raw gate input (pre-softplus;
-//	                              [B][VHeads][K] with the per-channel gate)
+//	B, A       [B][VHeads]        raw beta (pre-sigmoid) and the raw gate input a (the argument
+//	                              of the gate's softplus or sigmoid; [B][VHeads][K] with the
+//	                              per-channel gate: channel i of value head h at h·K + i)
 //	ALog, DtBias [VHeads], NormWeight [V]   (Config)
 //	State      [B][VHeads][K][V]  element (bh, i, j) at (bh·K + i)·V + j
 //	Out        [B][VHeads][V]     bf16 (and/or OutF32)
@@ -67,6 +69,12 @@
 // still read and written once per token. A per-channel gate whose channels are all equal gives the
 // scalar gate's results (within the bounds under Accuracy).
 //
+// Kimi-Linear's config.json: linear_attn_config's num_heads → KHeads = VHeads, head_dim → K = V,
+// short_conv_kernel_size → ConvWidth; rms_norm_eps → RMSEps (1e-5 there: set it, the default is
+// Qwen's 1e-6). Its released modelling code computes the gate with fla's fused_kda_gate (A_log,
+// dt_bias): GateSoftplus. GateLowerBound is fla's KDA gate with its lower_bound argument set (a
+// model trained so, e.g. with lower_bound −5): LowerBound is that argument.
+//
 // GGUF files store the rate as ssm_a = −exp(A_log) (llama.cpp's converters): pass it as
 // Config.SsmA in place of ALog, as it is; either gate takes either.
 //
@@ -77,7 +85,10 @@
 // of the matmul. A Batch then carries the pre-conv rows in X (width C = 2·KHeads·K + VHeads·V,
 // channels q | k | v, head-major) instead of Q, K and V, and a conv pool beside each state pool:
 // ConvState (and ConvStoreTo, exactly when StoreTo is set), slots of (W−1)·C elements holding a
-// sequence's last W−1 pre-conv rows, the oldest first, f32 or bf16. Per token,
+// sequence's last W−1 pre-conv rows, the oldest first, f32 or bf16: a slot is [W−1][C], row r
+// (r = 0 the oldest) channel c at element r·C + c. Hugging Face's cache ([C][W], one row more than
+// the conv reads) and vLLM's ([C][W−1]) keep it channel-major: transpose a state moved between
+// them and a conv pool. Per token,
 //
 //	u_t[c] = silu(Σ_j ConvWeight[c][j]·x_{t−W+1+j}[c] + ConvBias[c])   rows before the sequence's first token: its conv state
 //
@@ -87,8 +98,9 @@
 // sequence of fewer than W−1 tokens keeps rows of its old conv state. So speculative rollback and
 // forks work for both states with no extra step. The conv state holds inputs: it is exact in f32,
 // and in bf16 when X is bf16. u is float32 (each product rounded, summed from the oldest tap),
-// computed straight into the per-head scratch the recurrence reads. Step has no conv states: a
-// Layer with the conv front runs through Run.
+// computed straight into the per-head scratch the recurrence reads. Both pools take the same slot
+// numbers, so a conv pool with fewer slots than its state pool bounds the slots a Batch may use.
+// Step has no conv states: a Layer with the conv front runs through Run.
 //
 // # From the checkpoints
 //
@@ -133,16 +145,24 @@
 // without a copy), forks (several sequences read one slot nobody writes) and scoring without a
 // state update (every token NoStore). The runnable examples of Run show each.
 //
+// One Batch has one State pool: every sequence reads from it. To continue from a state stored
+// out of place (a snapshot pool written through StoreTo), pass the snapshot pool as State, the
+// main pool as StoreTo, and an explicit Store naming the sequence's main slot at its last token.
+// With Store nil the implied store would write the Read slot's index, a snapshot slot's number,
+// in the main pool: another sequence's slot. Sequences whose states are in different pools go in
+// different calls.
+//
 // A new prompt starts from Zero: Read[n] = Zero, and a Store of length T that names the slot the
 // state goes to after the sequence's last token and holds NoStore at its other tokens (Zero with
-// Store nil is refused: the state would be lost). Equally, clear the slot and read it with Store
+// Store nil is refused: the state would be lost; a 0-token Zero sequence with Store nil is
+// accepted and does nothing). Equally, clear the slot and read it with Store
 // nil. The next call (decode) reads that slot, with Store nil.
 //
 // Run checks the whole Batch before it writes anything: Start starts at 0 and never decreases;
 // row buffers hold (T−1)·stride + width elements; slots are in range of their pool; no slot is
 // written twice; a slot written by one sequence is read by no other (unless StoreTo is a pool of
-// its own); padding sequences store nothing; a Zero sequence with Store nil (whose state would be
-// lost) is refused; outputs overlap nothing, pools overlap no input, and StoreTo is State's very
+// its own); padding sequences store nothing; a Zero sequence of one or more tokens with Store nil
+// (whose state would be lost) is refused; outputs overlap nothing, pools overlap no input, and StoreTo is State's very
 // slice or disjoint from it. A kernel's results are bit-identical for any Workers, any batching
 // and order of the sequences, and between one call of T tokens and T calls of one token (f32
 // pools). Different kernels differ in FMA and summation order: their results agree within the
@@ -157,8 +177,15 @@
 // almost completely (beta ≈ 1 with k̂ aligned to the state, o_j far smaller than its terms under a
 // large RMSNorm gain) or underflows below the float32 normal range — and there the error is
 // bounded by the float32 forward-error bound of the same formulas instead (fuzz/check_test.go
-// computes it). A NaN or Inf in one head's inputs can spoil that head's outputs only. The result bits
-// of a kernel do not depend on Config.Workers.
+// computes it). The result bits of a kernel do not depend on Config.Workers.
+//
+// Non-finite inputs are not refused and not reported (yet). A NaN in a token's k, v, b or a
+// poisons the state of the value heads that read it for every later token, and whatever is
+// stored from it, until the sequence starts again from Zero: k reaches every value head sharing
+// its q/k head (GQA), v, b and a their own value head. A NaN in q spoils that token's output for
+// those heads; with the conv front, a NaN in a pre-conv row reaches the next W tokens' q, k or v
+// through the conv window (and stays in the conv state for W−1 tokens). Other heads and sequences
+// are not affected.
 //
 // # Workers
 //

@@ -74,10 +74,15 @@ type Pool struct {
 // element i of a row is at (i/Group)·GroupStride + i%Group; for that projection, rows ba of
 // 2·VHeads elements: B = Rows{F32: ba, Stride: 2·VHeads, Group: G, GroupStride: 2·G} and A the
 // same from ba[G:].
+//
+// A wrong Stride or Group cannot be detected: any row buffer long enough for them is accepted. A forgotten
+// Stride on a shared [q|k|v|z] buffer (0 where the row is wider than the field) reads the other
+// fields' elements as this one's, and grouped [b|a] rows without Group read a k-head's b and a as
+// one run: plausible but wrong outputs, and states.
 type Rows struct {
 	F32    []float32 // exactly one of F32 and BF16 (when the batch has tokens)
 	BF16   []BF16    // widened exactly: the same results as their float32 copies
-	Stride int       // 0 means dense (the width, or with Group the extent of a row's groups)
+	Stride int       // 0 means dense (the width, or with Group the extent of a row's groups); see Rows
 
 	Group       int // 0: not grouped; else the elements per group (the width a multiple of it)
 	GroupStride int // with Group: elements from one group's start to the next, at least Group
@@ -98,7 +103,7 @@ type Batch struct {
 	//               sequence's state after its last token goes back to its Read slot
 	Q, K    Rows      // width KHeads·K, raw (not normalised, not scaled)
 	V, Z    Rows      // width VHeads·V
-	B, A    Rows      // width VHeads, raw beta and gate inputs (A: VHeads·K with GatePerChannel)
+	B, A    Rows      // width VHeads, raw beta and gate inputs (A with GatePerChannel: [VHeads][K], channel i of head h at h·K + i)
 	State   Pool      // read from; also written unless StoreTo is set
 	StoreTo *Pool     // optional: Store slots (and the implied stores) index this pool (out of place, snapshot buffers)
 	Out     []BF16    // [T][VHeads][V], optional
