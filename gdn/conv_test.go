@@ -261,6 +261,22 @@ func TestRunGroupedGateRows(t *testing.T) {
 			checkRunOutcome(t, l, b, tc.want, tc.msgs)
 		})
 	}
+	// The per-channel gate's A ([VHeads][K] per token) takes no Group; B still does.
+	kc := errConfig(gdn.DTypeF32)
+	kc.Gate, kc.DtBias = gdn.GatePerChannel, []float32{0.5, 1, -0.2, 0.3, 0.1, 0}
+	kl, err := gdn.New(kc)
+	require.NoError(t, err)
+	for _, tc := range []runErrCase{
+		{"per-channel: B grouped", func(b *gdn.Batch) { g, _ := groupedBA(errConfig(gdn.DTypeF32), b, 0, false); b.B = g }, nil, nil},
+		{"per-channel: A grouped", func(b *gdn.Batch) { b.A.Group, b.A.GroupStride = 3, 3 }, gdn.ErrUnsupported, []string{"Batch.A.Group = 3", "only B and the scalar gate's A"}},
+	} {
+		t.Run("errors/"+tc.name, func(t *testing.T) {
+			b := makeBatch(kc, runSpec{lens: []int{2, 1, 3}, read: []int32{0, 1, 2}, slots: 4}, 1)
+			checkRunOutcome(t, kl, b, nil, nil)
+			tc.mod(b)
+			checkRunOutcome(t, kl, b, tc.want, tc.msgs)
+		})
+	}
 }
 
 // TestConvStoreToOtherType: a ConvStoreTo over ConvState's very bytes as the other storage type is
