@@ -138,12 +138,6 @@ func (s *Scratch) lane(i, n int) []float32 {
 // it, so a malformed Batch panics, like an index out of range, instead of touching memory outside
 // its slices (possibly after other items were written). Package gdn validates all of it first.
 func (k Kernel) RunBatch(b *Batch, lo, hi int, s *Scratch) {
-	k.runBatch(b, lo, hi, s, true)
-}
-
-// runBatch is RunBatch; check false skips the O(1) length checks, for Kernel.Run, which has made
-// its own (the slices of a Step need reach only as far as its heads [lo, hi)).
-func (k Kernel) runBatch(b *Batch, lo, hi int, s *Scratch, check bool) {
 	if k.im == nil {
 		panic("gdnsimd: RunBatch on the zero Kernel (use Kernels or Lookup)")
 	}
@@ -158,9 +152,7 @@ func (k Kernel) runBatch(b *Batch, lo, hi int, s *Scratch, check bool) {
 	if b.KHeads <= 0 || b.VHeads <= 0 || b.VHeads%b.KHeads != 0 || b.K <= 0 || b.V <= 0 {
 		panic(fmt.Sprintf("gdnsimd: bad batch heads/dims KHeads=%d VHeads=%d K=%d V=%d", b.KHeads, b.VHeads, b.K, b.V))
 	}
-	if check {
-		b.check()
-	}
+	b.check()
 	if lo < 0 || hi > b.Items() || lo > hi {
 		panic(fmt.Sprintf("gdnsimd: items [%d, %d) out of range [0, %d)", lo, hi, b.Items()))
 	}

@@ -8,45 +8,19 @@
 // validates calls completely, splits them over workers and picks a kernel from this package per
 // Layer; the exact semantics are in that package's documentation.
 //
-// Its API is what gdn, fuzz and bench need, twelve identifiers:
+// Its API is what gdn, fuzz and bench need, eleven identifiers:
 //
 //   - Kernel, Kernels, Lookup and AllNames: the kernels this CPU runs (best first), one by name,
 //     and every name the package knows on any architecture (tests skip the others).
 //   - Batch, Rows, Pool and Scratch: a serving call as the kernels see it, run over a range of its
-//     work items by Kernel.RunBatch with a worker's Scratch.
-//   - Step: one token per sequence over a dense batch of f32 [K][V] states (Kernel.Run).
+//     work items by Kernel.RunBatch with a worker's Scratch (one token per sequence over a dense
+//     batch of states when Start, Read and Store are nil: gdn's Step).
 //   - Format and Formats: the state formats (layout, storage); Kernel.Implements says which a
 //     kernel runs.
 //   - BF16RNE: the float32 → bf16 rounding every kernel stores with.
 //
 // Kernel.FloorScale and Kernel.FloorFMA are the benchmark floors of package bench.
 package gdnsimd
-
-import (
-	"fmt"
-	"math"
-)
-
-// Step is one decode step's data for a batch, in the layout of package gdn (row-major, flattened
-// heads bh = b*VHeads + h). Kernel.Run checks the dimensions and every length it relies on before
-// it starts, and panics if one is wrong (see Run).
-type Step struct {
-	KHeads, VHeads int     // q/k heads and value heads per sequence; VHeads % KHeads == 0
-	K, V           int     // key dim (state rows) and value dim (state columns)
-	RMSEps         float32 // gated RMSNorm epsilon (> 0 in practice)
-
-	ALog, DtBias []float32 // [VHeads]
-	NormWeight   []float32 // [V]
-
-	Q, Key     []float32 // [B][KHeads][K], raw
-	Val, Z     []float32 // [B][VHeads][V]
-	Beta, Gate []float32 // [B][VHeads], raw b and a
-
-	StateIn  []float32 // [B][VHeads][K][V]
-	StateOut []float32 // same length; may be the very same slice as StateIn
-	Out      []uint16  // [B][VHeads][V] bf16 bits, or nil
-	OutF32   []float32 // [B][VHeads][V], or nil
-}
 
 // Kernel is one implementation of the fused step. The zero Kernel is not usable; get one from
 // Kernels or Lookup.
@@ -59,105 +33,6 @@ func (k Kernel) Name() string {
 		return ""
 	}
 	return k.im.name
-}
-
-// Run computes the flattened heads [lo, hi) of s with this kernel (every kernel implements the
-// [K][V] f32 format Step uses): s.Batch() run by RunBatch. A Scratch must not be shared with a
-// concurrent call. Heads are independent: the result of a head does not depend on lo, hi or on
-// any other head's data.
-//
-// Run panics, before it reads or writes any element, unless k is a kernel from this package,
-// K, V, KHeads and VHeads are ≥ 1 with VHeads a multiple of KHeads, 0 ≤ lo ≤ hi, scratch is not
-// nil, and every slice is long enough (len, not cap) for heads [lo, hi): Val, Z, Out and OutF32
-// (unless nil) hi·V, Beta and Gate hi, StateIn and StateOut hi·K·V, Q and Key up to the key head
-// of head hi−1, ALog and DtBias VHeads, NormWeight V. These checks are O(1); the assembly checks
-// nothing.
-func (k Kernel) Run(s *Step, lo, hi int, scratch *Scratch) {
-	s.check(k, lo, hi, scratch)
-	b := s.Batch()
-	b.N = max(b.N, (hi+s.VHeads-1)/s.VHeads) // the slices need reach only as far as head hi−1
-	k.runBatch(&b, lo, hi, scratch, false)
-}
-
-// Batch is s as a Batch of one token per sequence: sequence b is token b, read from slot b of
-// StateIn and written to slot b of StateOut (in place when it is the very same slice).
-func (s *Step) Batch() Batch {
-	HV := s.VHeads
-	n := 0
-	if HV > 0 {
-		n = len(s.Beta) / HV
-	}
-	b := Batch{
-		KHeads: s.KHeads, VHeads: HV, K: s.K, V: s.V, RMSEps: s.RMSEps,
-		ALog: s.ALog, DtBias: s.DtBias, NormWeight: s.NormWeight,
-		N:     n,
-		Q:     Rows{F32: s.Q, Stride: s.KHeads * s.K},
-		Key:   Rows{F32: s.Key, Stride: s.KHeads * s.K},
-		Val:   Rows{F32: s.Val, Stride: HV * s.V},
-		Z:     Rows{F32: s.Z, Stride: HV * s.V},
-		Beta:  Rows{F32: s.Beta, Stride: HV},
-		Gate:  Rows{F32: s.Gate, Stride: HV},
-		State: Pool{F32: s.StateIn, SlotStride: HV * s.K * s.V},
-		Out:   s.Out, OutF32: s.OutF32,
-	}
-	if len(s.StateOut) != len(s.StateIn) || len(s.StateOut) > 0 && &s.StateOut[0] != &s.StateIn[0] {
-		b.StoreTo = Pool{F32: s.StateOut, SlotStride: b.State.SlotStride}
-	}
-	return b
-}
-
-// check panics, as Run documents, unless Run can compute heads [lo, hi) of s with k within the
-// slices' lengths.
-func (s *Step) check(k Kernel, lo, hi int, scratch *Scratch) {
-	if k.im == nil {
-		panic("gdnsimd: Run on the zero Kernel (use Kernels or Lookup)")
-	}
-	if scratch == nil {
-		panic("gdnsimd: Run with a nil Scratch")
-	}
-	K, V, HK, HV := s.K, s.V, s.KHeads, s.VHeads
-	if K < 1 || V < 1 || HK < 1 || HV < 1 || HV%HK != 0 || K > math.MaxInt/V {
-		panic(fmt.Sprintf("gdnsimd: Run with K = %d, V = %d, KHeads = %d, VHeads = %d: want each ≥ 1, VHeads a multiple of KHeads, K·V an int", K, V, HK, HV))
-	}
-	if lo < 0 || lo > hi {
-		panic(fmt.Sprintf("gdnsimd: Run of heads [%d, %d)", lo, hi))
-	}
-	if lo == hi {
-		return
-	}
-	last := hi - 1
-	keyHeads := last/HV*HK + last%HV/(HV/HK) + 1 // key heads up to that of head hi−1
-	for _, c := range [...]struct {
-		name     string
-		len, per int // need len ≥ count·per
-		count    int
-	}{
-		{"Q", len(s.Q), K, keyHeads},
-		{"Key", len(s.Key), K, keyHeads},
-		{"Val", len(s.Val), V, hi},
-		{"Z", len(s.Z), V, hi},
-		{"Beta", len(s.Beta), 1, hi},
-		{"Gate", len(s.Gate), 1, hi},
-		{"ALog", len(s.ALog), 1, HV},
-		{"DtBias", len(s.DtBias), 1, HV},
-		{"NormWeight", len(s.NormWeight), V, 1},
-		{"StateIn", len(s.StateIn), K * V, hi},
-		{"StateOut", len(s.StateOut), K * V, hi},
-		{"Out", len(s.Out), V, hi * boolInt(s.Out != nil)},
-		{"OutF32", len(s.OutF32), V, hi * boolInt(s.OutF32 != nil)},
-	} {
-		if c.count > c.len/c.per { // c.len < c.count·per without overflow
-			panic(fmt.Sprintf("gdnsimd: Run of heads [%d, %d): len(Step.%s) = %d, want ≥ %d·%d (K = %d, V = %d, KHeads = %d, VHeads = %d)",
-				lo, hi, c.name, c.len, c.count, c.per, K, V, HK, HV))
-		}
-	}
-}
-
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // Kernels returns the kernels that can run on this CPU, best first; "generic" is always last.

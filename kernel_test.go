@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"unsafe"
@@ -144,17 +145,18 @@ func GatesBoundaryLanes(seed uint64, n int) (b, a, alog, dtb []float32) {
 	return b, a, alog, dtb
 }
 
-// Kernel.Run and Kernel.RunBatch are the root package's exported functions that take slices
-// (exp32, silu32 and BF16RNE take numbers; Kernels, Names, Default, Lookup, AllNames and Formats
-// take nothing), so they are the ones whose lengths are tested here.
+// Kernel.RunBatch is the root package's exported function that takes slices (BF16RNE takes a
+// number; Kernels, Lookup, AllNames and Formats take nothing), so its lengths are tested here, in
+// the dense form (Start, Read, Store nil) and with Start.
 
-// runShape is the Step of the length tests: B = 2 sequences, GQA 2 value heads per key head.
+// runShape is the dense Batch of the length tests (one token per sequence, Start, Read and
+// Store nil): B = 2 sequences, GQA 2 value heads per key head.
 const (
 	rB, rHK, rHV, rK, rV = 2, 1, 2, 5, 7
 	rHeads               = rB * rHV
 )
 
-// runSlice is one slice of a Run call: its name in the panic message and its length.
+// runSlice is one slice of a dense Batch: its name in the panic message and its length.
 type runSlice struct {
 	name string
 	n    int
@@ -166,14 +168,14 @@ var runSlices = []runSlice{
 	{"Val", rHeads * rV, false}, {"Z", rHeads * rV, false},
 	{"Beta", rHeads, false}, {"Gate", rHeads, false},
 	{"ALog", rHV, false}, {"DtBias", rHV, false}, {"NormWeight", rV, false},
-	{"StateIn", rHeads * rK * rV, false}, {"StateOut", rHeads * rK * rV, false},
+	{"State", rHeads * rK * rV, false}, {"StoreTo", rHeads * rK * rV, false},
 	{"Out", rHeads * rV, true}, {"OutF32", rHeads * rV, false},
 }
 
-// runCall is a Run call whose every slice lies between guard bands, with extra elements of
+// runCall is a dense Batch whose every slice lies between guard bands, with extra elements of
 // capacity past its length that hold the guard value too.
 type runCall struct {
-	st      Step
+	b       Batch
 	scratch *Scratch
 	checks  []func(written bool)
 }
@@ -183,10 +185,11 @@ type runCall struct {
 func newRunCall(t *testing.T, short string, extra int) *runCall {
 	r := rand.New(rand.NewPCG(5, 5))
 	c := &runCall{}
+	b := &c.b
 	f32 := map[string]*[]float32{
-		"Q": &c.st.Q, "Key": &c.st.Key, "Val": &c.st.Val, "Z": &c.st.Z, "Beta": &c.st.Beta, "Gate": &c.st.Gate,
-		"ALog": &c.st.ALog, "DtBias": &c.st.DtBias, "NormWeight": &c.st.NormWeight,
-		"StateIn": &c.st.StateIn, "StateOut": &c.st.StateOut, "OutF32": &c.st.OutF32,
+		"Q": &b.Q.F32, "Key": &b.Key.F32, "Val": &b.Val.F32, "Z": &b.Z.F32, "Beta": &b.Beta.F32, "Gate": &b.Gate.F32,
+		"ALog": &b.ALog, "DtBias": &b.DtBias, "NormWeight": &b.NormWeight,
+		"State": &b.State.F32, "StoreTo": &b.StoreTo.F32, "OutF32": &b.OutF32,
 	}
 	for i, s := range runSlices {
 		n := s.n
@@ -194,11 +197,11 @@ func newRunCall(t *testing.T, short string, extra int) *runCall {
 			n--
 		}
 		what := fmt.Sprintf("%s (len %d, cap %d)", s.name, n, n+extra)
-		output := s.name == "StateOut" || s.name == "Out" || s.name == "OutF32"
+		output := s.name == "StoreTo" || s.name == "Out" || s.name == "OutF32"
 		if s.bf16 {
 			buf, check := kerneltest.Guarded[uint16](t, n+extra, i)
 			orig := append([]uint16(nil), buf...)
-			c.st.Out = buf[:n]
+			b.Out = buf[:n]
 			c.checks = append(c.checks, func(written bool) {
 				check(what)
 				if !written {
@@ -224,7 +227,10 @@ func newRunCall(t *testing.T, short string, extra int) *runCall {
 			kerneltest.EqualBits(t, what+" past its length", buf[n:], orig[n:])
 		})
 	}
-	c.st.KHeads, c.st.VHeads, c.st.K, c.st.V, c.st.RMSEps = rHK, rHV, rK, rV, 1e-6
+	b.KHeads, b.VHeads, b.K, b.V, b.RMSEps, b.N = rHK, rHV, rK, rV, 1e-6, rB
+	b.Q.Stride, b.Key.Stride, b.Val.Stride, b.Z.Stride = rHK*rK, rHK*rK, rHV*rV, rHV*rV
+	b.Beta.Stride, b.Gate.Stride = rHV, rHV
+	b.State.SlotStride, b.StoreTo.SlotStride = rHV*rK*rV, rHV*rK*rV
 	c.scratch = new(Scratch)
 	return c
 }
@@ -251,46 +257,50 @@ func mustPanic(t *testing.T, what string, f func()) (msg string) {
 	return ""
 }
 
-// TestRunChecksLengths: Kernel.Run with any slice one element short panics before it writes
-// anything (the outputs keep their guard values, no guard band or spare capacity is touched),
-// with the slice's length cut and with spare capacity past it (where slicing by capacity would
-// let the assembly write). With every length right it writes only inside its outputs.
-func TestRunChecksLengths(t *testing.T) {
+// TestRunDenseChecksLengths: Kernel.RunBatch of a dense Batch (one token per sequence: Start, Read
+// and Store nil) with any slice one element short panics, with the slice's length cut and with
+// spare capacity past it (where slicing by capacity would let the assembly write); before it
+// writes anything (the outputs keep their guard values) unless the short slice is a pool, whose
+// slots are data; never touching a guard band or the spare capacity. With every length right it
+// writes only inside its outputs.
+func TestRunDenseChecksLengths(t *testing.T) {
 	kerneltest.ForEach(t, func(t *testing.T, name string) {
 		k, _ := Lookup(name)
 		for _, extra := range []int{0, 3 * rV * rK} {
 			c := newRunCall(t, "", extra)
-			k.Run(&c.st, 0, rHeads, c.scratch)
+			k.RunBatch(&c.b, 0, rHeads, c.scratch)
 			c.check(true)
 			for _, s := range runSlices {
 				what := fmt.Sprintf("%s one short, %d spare", s.name, extra)
 				c := newRunCall(t, s.name, extra)
-				msg := mustPanic(t, what, func() { k.Run(&c.st, 0, rHeads, c.scratch) })
-				if !strings.Contains(msg, s.name) {
+				msg := mustPanic(t, what, func() { k.RunBatch(&c.b, 0, rHeads, c.scratch) })
+				pool := s.name == "State" || s.name == "StoreTo"
+				if !pool && !strings.Contains(msg, s.name) {
 					t.Errorf("%s: panic %q does not name %s", what, msg, s.name)
 				}
-				c.check(false)
+				c.check(pool)
 			}
 		}
 		// Arguments no slice length can make right.
 		for _, tc := range []struct {
 			what   string
-			mod    func(*Step)
+			mod    func(*Batch)
 			lo, hi int
 		}{
 			{"lo < 0", nil, -1, rHeads},
 			{"lo > hi", nil, 2, 1},
-			{"K = 0", func(s *Step) { s.K = 0 }, 0, rHeads},
-			{"V < 0", func(s *Step) { s.V = -1 }, 0, rHeads},
-			{"VHeads % KHeads != 0", func(s *Step) { s.KHeads, s.VHeads = 2, 3 }, 0, rHeads},
-			{"K·V overflows", func(s *Step) { s.K, s.V = math.MaxInt/2, 3 }, 0, rHeads},
-			{"hi·K·V overflows", func(s *Step) { s.K, s.V = 1<<8, 1<<8 }, 0, math.MaxInt/(1<<16) + 1},
+			{"hi > Items", nil, 0, rHeads + 1},
+			{"K = 0", func(b *Batch) { b.K = 0 }, 0, rHeads},
+			{"V < 0", func(b *Batch) { b.V = -1 }, 0, rHeads},
+			{"VHeads % KHeads != 0", func(b *Batch) { b.KHeads, b.VHeads = 2, 3 }, 0, rHeads},
+			{"K·V overflows", func(b *Batch) { b.K, b.V = math.MaxInt/2, 3 }, 0, rHeads},
+			{"VHeads·K·V overflows", func(b *Batch) { b.K, b.V, b.VHeads = 1<<16, 1<<16, 1<<32 }, 0, rHeads},
 		} {
 			c := newRunCall(t, "", 0)
 			if tc.mod != nil {
-				tc.mod(&c.st)
+				tc.mod(&c.b)
 			}
-			mustPanic(t, tc.what, func() { k.Run(&c.st, tc.lo, tc.hi, c.scratch) })
+			mustPanic(t, tc.what, func() { k.RunBatch(&c.b, tc.lo, tc.hi, c.scratch) })
 			c.check(false)
 		}
 	})
@@ -299,33 +309,32 @@ func TestRunChecksLengths(t *testing.T) {
 	}
 	mustPanic(t, "the zero Kernel", func() {
 		c := newRunCall(t, "", 0)
-		Kernel{}.Run(&c.st, 0, rHeads, c.scratch)
+		Kernel{}.RunBatch(&c.b, 0, rHeads, c.scratch)
 	})
 }
 
-// TestRunRange: a Run of heads [lo, hi) needs the slices only as far as those heads reach.
-func TestRunRange(t *testing.T) {
+// TestRunDenseRange: items are independent — a RunBatch of items [lo, hi) of a dense Batch writes
+// exactly those items' outputs and states, the bits of a call of every item.
+func TestRunDenseRange(t *testing.T) {
 	kerneltest.ForEach(t, func(t *testing.T, name string) {
 		k, _ := Lookup(name)
 		full := newRunCall(t, "", 0)
-		k.Run(&full.st, 0, rHeads, full.scratch)
-		// Heads [1, 3): sequence 0 head 1 and sequence 1 head 0, key heads 0 and 1.
+		k.RunBatch(&full.b, 0, rHeads, full.scratch)
+		// Items [1, 3): sequence 0 head 1 and sequence 1 head 0, key heads 0 and 1.
 		c := newRunCall(t, "", 0)
 		const lo, hi = 1, 3
-		st := c.st
-		st.Q, st.Key = st.Q[:2*rK], st.Key[:2*rK]
-		st.Val, st.Z, st.Out, st.OutF32 = st.Val[:hi*rV], st.Z[:hi*rV], st.Out[:hi*rV], st.OutF32[:hi*rV]
-		st.Beta, st.Gate = st.Beta[:hi], st.Gate[:hi]
-		st.StateIn, st.StateOut = st.StateIn[:hi*rK*rV], st.StateOut[:hi*rK*rV]
-		k.Run(&st, lo, hi, c.scratch)
-		kerneltest.EqualBits(t, "StateOut", st.StateOut[lo*rK*rV:], full.st.StateOut[lo*rK*rV:hi*rK*rV])
-		kerneltest.EqualBits(t, "OutF32", st.OutF32[lo*rV:], full.st.OutF32[lo*rV:hi*rV])
-		kerneltest.EqualBits(t, "Out", st.Out[lo*rV:], full.st.Out[lo*rV:hi*rV])
-		st.Q = st.Q[:2*rK-1]
-		msg := mustPanic(t, "heads [1, 3) with Q one short of key head 1", func() { k.Run(&st, lo, hi, c.scratch) })
-		if !strings.Contains(msg, "Q") {
-			t.Errorf("panic %q does not name Q", msg)
+		b := c.b
+		outs := [][]float32{slices.Clone(b.StoreTo.F32), slices.Clone(b.OutF32)}
+		out16 := slices.Clone(b.Out)
+		k.RunBatch(&b, lo, hi, c.scratch)
+		for i, p := range [][2][]float32{{b.StoreTo.F32, full.b.StoreTo.F32}, {b.OutF32, full.b.OutF32}} {
+			per := len(p[0]) / rHeads
+			kerneltest.EqualBits(t, "items [1, 3)", p[0][lo*per:hi*per], p[1][lo*per:hi*per])
+			kerneltest.EqualBits(t, "items before 1", p[0][:lo*per], outs[i][:lo*per])
+			kerneltest.EqualBits(t, "items from 3", p[0][hi*per:], outs[i][hi*per:])
 		}
+		kerneltest.EqualBits(t, "Out, items [1, 3)", b.Out[lo*rV:hi*rV], full.b.Out[lo*rV:hi*rV])
+		kerneltest.EqualBits(t, "Out, other items", append(b.Out[:lo*rV:lo*rV], b.Out[hi*rV:]...), append(out16[:lo*rV:lo*rV], out16[hi*rV:]...))
 	})
 }
 
@@ -847,12 +856,13 @@ func TestBF16RNE(t *testing.T) {
 }
 
 // TestAPI holds the package's exported identifiers (types, functions, constants and variables at
-// package level, in every non-test file whatever its build tags) to the twelve of the package
-// documentation: anything else the kernel layer needs stays unexported or goes into internal/.
+// package level, in every non-test file whatever its build tags) to the eleven of the package
+// documentation, and their exported methods to those package gdn and bench call: anything else
+// the kernel layer needs stays unexported or goes into internal/.
 func TestAPI(t *testing.T) {
 	ents, err := os.ReadDir(".")
 	require.NoError(t, err)
-	var got []string
+	var got, methods []string
 	for _, e := range ents {
 		if !strings.HasSuffix(e.Name(), ".go") || strings.HasSuffix(e.Name(), "_test.go") {
 			continue
@@ -864,6 +874,13 @@ func TestAPI(t *testing.T) {
 			case *ast.FuncDecl:
 				if d.Recv == nil && d.Name.IsExported() {
 					got = append(got, d.Name.Name)
+				}
+				if d.Recv != nil && d.Name.IsExported() {
+					recv := d.Recv.List[0].Type
+					if st, ok := recv.(*ast.StarExpr); ok {
+						recv = st.X
+					}
+					methods = append(methods, fmt.Sprint(recv)+"."+d.Name.Name)
 				}
 			case *ast.GenDecl:
 				for _, sp := range d.Specs {
@@ -883,7 +900,10 @@ func TestAPI(t *testing.T) {
 			}
 		}
 	}
-	require.ElementsMatch(t, []string{"Kernel", "Kernels", "Lookup", "AllNames", "Batch", "Rows", "Pool", "Scratch", "Step", "Format", "Formats", "BF16RNE"}, got)
+	require.ElementsMatch(t, []string{"Kernel", "Kernels", "Lookup", "AllNames", "Batch", "Rows", "Pool", "Scratch", "Format", "Formats", "BF16RNE"}, got)
+	// Their methods: each one what gdn or bench calls (no test-only API).
+	require.ElementsMatch(t, []string{"Kernel.Name", "Kernel.RunBatch", "Kernel.Implements", "Kernel.FloorScale", "Kernel.FloorFMA",
+		"Batch.Items", "Batch.Cost", "Batch.StoreConv", "Format.String"}, methods)
 }
 
 // TestLayout holds the repository root to the house rules: the design card's names, LICENSE,
@@ -1330,4 +1350,11 @@ func roundAll(x []float32) []uint16 {
 		b[i] = BF16RNE(f)
 	}
 	return b
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

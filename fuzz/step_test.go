@@ -81,11 +81,15 @@ func (c *stepCase) runSplit(kernel string) (oracle.Got, error) {
 		eps = gdn.DefaultRMSEps
 	}
 	g := oracle.Got{State: make([]float32, len(c.in.State)), Out: make([]uint16, n), OutF32: make([]float32, n)}
-	st := gdnsimd.Step{
-		KHeads: d.HK, VHeads: d.HV, K: d.K, V: d.V, RMSEps: eps,
+	slot := d.HV * d.K * d.V
+	b := gdnsimd.Batch{ // dense: one token per sequence, sequence n reading and storing slot n
+		KHeads: d.HK, VHeads: d.HV, K: d.K, V: d.V, RMSEps: eps, N: d.Heads() / d.HV,
 		ALog: c.in.ALog, DtBias: c.in.DtBias, NormWeight: c.in.NormWeight,
-		Q: c.in.Q, Key: c.in.K, Val: c.in.V, Z: c.in.Z, Beta: c.in.B, Gate: c.in.A,
-		StateIn: c.in.State, StateOut: g.State, Out: g.Out, OutF32: g.OutF32,
+		Q: gdnsimd.Rows{F32: c.in.Q, Stride: d.HK * d.K}, Key: gdnsimd.Rows{F32: c.in.K, Stride: d.HK * d.K},
+		Val: gdnsimd.Rows{F32: c.in.V, Stride: d.HV * d.V}, Z: gdnsimd.Rows{F32: c.in.Z, Stride: d.HV * d.V},
+		Beta: gdnsimd.Rows{F32: c.in.B, Stride: d.HV}, Gate: gdnsimd.Rows{F32: c.in.A, Stride: d.HV},
+		State: gdnsimd.Pool{F32: c.in.State, SlotStride: slot}, StoreTo: gdnsimd.Pool{F32: g.State, SlotStride: slot},
+		Out: g.Out, OutF32: g.OutF32,
 	}
 	bounds := []int{0, c.split[0], c.split[1], d.Heads()}
 	var wg sync.WaitGroup
@@ -93,7 +97,7 @@ func (c *stepCase) runSplit(kernel string) (oracle.Got, error) {
 		wg.Add(1)
 		go func(lo, hi int) {
 			defer wg.Done()
-			k.Run(&st, lo, hi, new(gdnsimd.Scratch))
+			k.RunBatch(&b, lo, hi, new(gdnsimd.Scratch))
 		}(bounds[i], bounds[i+1])
 	}
 	wg.Wait()

@@ -3,22 +3,21 @@ package gdn
 import (
 	"fmt"
 	"math"
+	"strings"
 	"unsafe"
-
-	"github.com/gdnsimd/gdnsimd"
 )
 
-// check validates a Step call completely (before anything is written) and returns the kernel's
-// view of it.
-func (l *Layer) check(in Input, out Output) (gdnsimd.Step, error) {
+// stepShape checks the lengths of a Step call (exact: B = len(in.B)/VHeads sequences) and that it
+// has an output, and returns B.
+func (l *Layer) stepShape(in Input, out Output) (int, error) {
 	c := &l.c
 	if len(in.B)%c.VHeads != 0 {
-		return gdnsimd.Step{}, fmt.Errorf("%w: Input.B has length %d, want a multiple of VHeads = %d", ErrShape, len(in.B), c.VHeads)
+		return 0, fmt.Errorf("%w: Input.B has length %d, want a multiple of VHeads = %d", ErrShape, len(in.B), c.VHeads)
 	}
 	heads := len(in.B) // B·VHeads
 	B := heads / c.VHeads
-	if heads > math.MaxInt/(c.K*c.V) {
-		return gdnsimd.Step{}, fmt.Errorf("%w: Input.B has length %d: the state would not be addressable", ErrShape, heads)
+	if heads > math.MaxInt/(c.K*c.V) || B > math.MaxInt32-1 {
+		return 0, fmt.Errorf("%w: Input.B has length %d: the state would not be addressable", ErrShape, heads)
 	}
 	kLen, vLen, sLen := B*c.KHeads*c.K, heads*c.V, heads*c.K*c.V
 	lengths := [...]struct {
@@ -38,27 +37,50 @@ func (l *Layer) check(in Input, out Output) (gdnsimd.Step, error) {
 	}
 	for _, f := range lengths {
 		if f.got != f.want && !f.optional {
-			return gdnsimd.Step{}, fmt.Errorf("%w: %s has length %d, want %d (B = %d, KHeads = %d, VHeads = %d, K = %d, V = %d)",
+			return 0, fmt.Errorf("%w: %s has length %d, want %d (B = %d, KHeads = %d, VHeads = %d, K = %d, V = %d)",
 				ErrShape, f.name, f.got, f.want, B, c.KHeads, c.VHeads, c.K, c.V)
 		}
 	}
 	if B > 0 && out.Out == nil && out.OutF32 == nil {
-		return gdnsimd.Step{}, fmt.Errorf("%w: Output.Out and Output.OutF32 are both nil", ErrNoOutput)
+		return 0, fmt.Errorf("%w: Output.Out and Output.OutF32 are both nil", ErrNoOutput)
 	}
-	if err := checkOverlap(in, out); err != nil {
-		return gdnsimd.Step{}, err
-	}
-	st := gdnsimd.Step{
-		KHeads: c.KHeads, VHeads: c.VHeads, K: c.K, V: c.V, RMSEps: c.RMSEps,
-		ALog: c.ALog, DtBias: c.DtBias, NormWeight: c.NormWeight,
-		Q: in.Q, Key: in.K, Val: in.V, Z: in.Z, Beta: in.B, Gate: in.A,
-		StateIn: in.State, StateOut: out.State, OutF32: out.OutF32,
-	}
-	if out.Out != nil {
-		st.Out = unsafe.Slice((*uint16)(unsafe.SliceData(out.Out)), len(out.Out))
-	}
-	return st, nil
+	return B, nil
 }
+
+// stepBatch sets v.step to a Step call of B sequences as the Batch it is: one token per sequence,
+// sequence n reading slot n of in.State and storing to slot n of out.State (Start and Read in v's
+// scratch, Store nil).
+func (v *validator) stepBatch(in Input, out Output, B int) *Batch {
+	if cap(v.start) < B+1 {
+		v.start, v.read = make([]int32, B+1), make([]int32, B)
+	}
+	v.start, v.read = v.start[:B+1], v.read[:B]
+	for n := range B {
+		v.start[n], v.read[n] = int32(n), int32(n)
+	}
+	v.start[B] = int32(B)
+	v.out = Pool{F32: out.State}
+	v.step = Batch{
+		Start: v.start, Read: v.read,
+		Q: Rows{F32: in.Q}, K: Rows{F32: in.K}, V: Rows{F32: in.V}, Z: Rows{F32: in.Z}, B: Rows{F32: in.B}, A: Rows{F32: in.A},
+		State: Pool{F32: in.State}, StoreTo: &v.out, Out: out.Out, OutF32: out.OutF32,
+	}
+	return &v.step
+}
+
+// stepNames turns the Batch fields Run's checks name into the Step fields they came from.
+var stepNames = strings.NewReplacer(
+	"Batch.Q.F32", "Input.Q", "Batch.K.F32", "Input.K", "Batch.V.F32", "Input.V", "Batch.Z.F32", "Input.Z",
+	"Batch.B.F32", "Input.B", "Batch.A.F32", "Input.A", "Batch.StoreTo", "Output.State", "Batch.State", "Input.State",
+	"Batch.OutF32", "Output.OutF32", "Batch.Out", "Output.Out",
+)
+
+// stepError is an error of Run's checks on a Step's Batch, in the Step's field names; it wraps
+// what err wraps.
+type stepError struct{ err error }
+
+func (e stepError) Error() string { return stepNames.Replace(e.err.Error()) }
+func (e stepError) Unwrap() error { return e.err }
 
 // span is the memory a slice covers, [lo, hi).
 type span struct {
@@ -75,29 +97,3 @@ func spanOf[T any](name string, s []T) span {
 }
 
 func (a span) overlaps(b span) bool { return a.lo < b.hi && b.lo < a.hi }
-
-// checkOverlap allows Output.State to be the very same slice as Input.State and refuses every other
-// overlap between an output and an input or another output.
-func checkOverlap(in Input, out Output) error {
-	outs := [...]span{spanOf("Output.State", out.State), spanOf("Output.Out", out.Out), spanOf("Output.OutF32", out.OutF32)}
-	ins := [...]span{
-		spanOf("Input.State", in.State), spanOf("Input.Q", in.Q), spanOf("Input.K", in.K), spanOf("Input.V", in.V),
-		spanOf("Input.Z", in.Z), spanOf("Input.B", in.B), spanOf("Input.A", in.A),
-	}
-	for i, o := range outs {
-		for _, x := range outs[i+1:] {
-			if o.overlaps(x) {
-				return fmt.Errorf("%w: %s overlaps %s", ErrOverlap, o.name, x.name)
-			}
-		}
-		for j, x := range ins {
-			if i == 0 && j == 0 && o == (span{o.name, x.lo, x.hi}) {
-				continue // in place: the very same slice
-			}
-			if o.overlaps(x) {
-				return fmt.Errorf("%w: %s overlaps %s (only Output.State may be the very same slice as Input.State)", ErrOverlap, o.name, x.name)
-			}
-		}
-	}
-	return nil
-}

@@ -160,7 +160,13 @@ func TestStepErrors(t *testing.T) {
 			in.Q, o.State = buf[:20], buf[19:139]
 		}, gdn.ErrOverlap, "Output.State overlaps Input.Q"},
 		{"OutF32 is Z", func(in *gdn.Input, o *gdn.Output) { o.OutF32 = in.Z }, gdn.ErrOverlap, "Output.OutF32 overlaps Input.Z"},
-		{"OutF32 in State", func(in *gdn.Input, o *gdn.Output) { o.OutF32 = o.State[:24] }, gdn.ErrOverlap, "Output.State overlaps Output.OutF32"},
+		{"OutF32 in State", func(in *gdn.Input, o *gdn.Output) { o.OutF32 = o.State[:24] }, gdn.ErrOverlap, "Output.OutF32 overlaps Output.State"},
+		{"in state over Q (Run's rule: pools overlap no input)", func(in *gdn.Input, o *gdn.Output) {
+			buf := make([]float32, 140)
+			copy(buf, in.Q)
+			copy(buf[19:], in.State)
+			in.Q, in.State = buf[:20], buf[19:139]
+		}, gdn.ErrOverlap, "Input.State overlaps Input.Q"},
 		{"Out over V", func(in *gdn.Input, o *gdn.Output) {
 			buf := make([]float32, 24)
 			copy(buf, in.V)

@@ -344,7 +344,9 @@ func checkConv(c *Config) error {
 // Step advances the state of every (sequence, value head) by one token. B = len(in.B)/VHeads and
 // every length must agree with it; B = 0 (all slices empty) is a no-op. On error nothing is written.
 // Step is Run with one token per sequence, sequence b reading slot b of in.State and storing to
-// slot b of out.State; it needs a Layer with float32 state.
+// slot b of out.State, with Run's checks (and its rules on overlaps: Output.State is Input.State's
+// very slice or disjoint from it, and overlaps no other input); it needs a Layer with float32
+// state.
 func (l *Layer) Step(in Input, out Output) error {
 	if err := l.usable(); err != nil {
 		return err
@@ -355,14 +357,19 @@ func (l *Layer) Step(in Input, out Output) error {
 	if l.c.ConvWidth != 0 {
 		return fmt.Errorf("%w: Step has no conv states, the Layer has a conv front (ConvWidth %d): use Run", ErrUnsupported, l.c.ConvWidth)
 	}
-	st, err := l.check(in, out)
-	if err != nil || len(in.B) == 0 {
+	B, err := l.stepShape(in, out)
+	if err != nil || B == 0 {
 		return err
 	}
-	b := st.Batch()
-	l.setBatch(&b)
-	b.Gate.Stride = l.gateWidth()
-	l.run(&b)
+	v := validators.get(newValidator)
+	kb, err := v.check(l, v.stepBatch(in, out, B))
+	v.step, v.out = Batch{}, Pool{} // keep no caller's slices
+	validators.put(v)
+	if err != nil {
+		return stepError{err}
+	}
+	kb.Start, kb.Read = nil, nil // the same call in the dense form (v's Start and Read go back with v)
+	l.run(&kb)
 	return nil
 }
 

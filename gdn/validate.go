@@ -13,6 +13,11 @@ import (
 // steady state).
 type validator struct {
 	writes map[int32]write
+
+	// A Step's call as a Batch (stepBatch): its Start and Read, its StoreTo, the Batch.
+	start, read []int32
+	out         Pool
+	step        Batch
 }
 
 // write is who writes a slot: a sequence and the token after which it stores.
