@@ -209,8 +209,8 @@ func (b *Batch) channels() int { return 2*b.KHeads*b.K + b.VHeads*b.V }
 // checkConv panics, as RunBatch documents, unless the conv front's taps, bias and pools are
 // consistent with the dimensions (O(1); ConvW ≠ 0).
 func (b *Batch) checkConv() {
-	if b.ConvW < 2 || b.ConvW > 8 || b.KHeads*b.K > math.MaxInt/32 || b.VHeads*b.V > math.MaxInt/32 {
-		panic(fmt.Sprintf("gdnsimd: Batch.ConvW = %d, want 2..8 (C = 2·%d·%d + %d·%d)", b.ConvW, b.KHeads, b.K, b.VHeads, b.V))
+	if b.ConvW < 2 || b.ConvW > maxConvW || b.KHeads*b.K > math.MaxInt/32 || b.VHeads*b.V > math.MaxInt/32 {
+		panic(fmt.Sprintf("gdnsimd: Batch.ConvW = %d, want 2..%d (C = 2·%d·%d + %d·%d)", b.ConvW, maxConvW, b.KHeads, b.K, b.VHeads, b.V))
 	}
 	C := b.channels()
 	if len(b.ConvTaps) < b.ConvW*C || len(b.ConvBias) < C {

@@ -1,5 +1,9 @@
 package gdnsimd
 
+// maxConvW is the widest conv front the driver takes (its scratch holds chunk + maxConvW − 1 rows
+// of a window): gdn.MaxConvWidth, tied by TestConvWidthLimit.
+const maxConvW = 8
+
 // convRows sets u[τ·n + c], τ < c1 − c0, c < n, to the conv front's output of channel off + c at
 // token c0 + τ of the sequence being run: impl.conv over a table of the T + W − 1 input rows
 // those tokens read, each where it is — an f32 X row, or for the tokens whose W rows reach back
@@ -15,10 +19,10 @@ func (d *driver) convRows(u []float32, c0, c1, off, n int) {
 	R := W - 1
 	T := c1 - c0
 	if len(s.rows) < T+R {
-		s.rows = make([][]float32, max(T+R, chunk+7))
+		s.rows = make([][]float32, max(T+R, chunk+maxConvW-1))
 	}
 	if need := (T + R) * n; len(s.win) < need {
-		s.win = make([]float32, max(need, (chunk+7)*max(b.K, b.V)))
+		s.win = make([]float32, max(need, (chunk+maxConvW-1)*max(b.K, b.V)))
 	}
 	rows := s.rows[:T+R]
 	for r := range rows {

@@ -4,46 +4,19 @@
 
 package gdnsimd
 
-import (
-	"golang.org/x/sys/cpu"
-)
+// avx512Lanes, avx2Lanes are the float32 lanes of a vector: chansChecked's and the FMA floor's.
+const avx512Lanes = 16
 
-// init sets available, the assembly kernels usable on this CPU, best first:
-//
-//   - "avx512" needs AVX512F and AVX512VL (EVEX forms of 256/128-bit instructions in the
-//     reductions), AVX512BW (VPMOVZXWD of bf16 into a ZMM: every CPU with VL has it), and AVX2
-//     and FMA, which it also uses;
-//   - "avx2" needs AVX2 and FMA.
-//
-// x/sys/cpu honours GODEBUG=cpu.avx512f=off (and the like) flag by flag without cascading, so the
-// conditions are chained here: turning off a feature turns off every kernel that uses it. It also
-// sets the benchmark floors of both (package bench).
-func init() {
-	x := &cpu.X86
-	hasAVX2 := x.HasAVX && x.HasAVX2 && x.HasFMA
-	if hasAVX2 && x.HasAVX512F && x.HasAVX512VL && x.HasAVX512BW {
-		available = append(available, &avx512Impl)
-	}
-	if hasAVX2 {
-		available = append(available, &avx2Impl)
-	}
-	floors["avx512"] = floor{scale: func(x []float32, s float32) { scaleAVX512(x, x, s) }, fma: fmaLoopAVX512, lanes: 16, chains: 12}
-	floors["avx2"] = floor{scale: func(x []float32, s float32) { scaleAVX2(x, x, s) }, fma: fmaLoopAVX2, lanes: 8, chains: 12}
-}
+const avx2Lanes = 8
 
-// avx512BF16 says whether the AVX-512 bf16 routines may round with VCVTNE2PS2BF16 (AVX512_BF16):
-// their stateArgs.cvt. Off with GODEBUG=cpu.avx512bf16=off (the integer rounding, the same bits).
-var avx512BF16 = cpu.X86.HasAVX512BF16
+// avx512ConvLanes, avx2ConvLanes are the channels convChecked hands the conv routine a multiple of
+// (1: AVX-512 masks the tail).
+const avx512ConvLanes = 1
 
-// scaleChecked makes impl.scale of a scale routine that does not check its lengths: dst is cut to
-// len(src) first, so that a short dst panics as scale's does instead of being written past.
-func scaleChecked(f func(dst, src []float32, s float32)) func(dst, src []float32, s float32) {
-	return func(dst, src []float32, s float32) { f(dst[:len(src)], src, s) }
-}
+const avx2ConvLanes = 8
 
-// avx512Impl and avx2Impl are the kernels of gdn_amd64.s: the pieces, and the state routines
-// [bf16][layout] with their limits.
-var avx512Impl = withRoutines(impl{name: "avx512", state: single(stateKVf32AVX512), gate: gateAVX512, l2: l2AVX512, scale: scaleChecked(scaleAVX512), widen: widenAVX512, gates: gatesChecked(gatesAVX512), chans: chansChecked(chansAVX512, 16), conv: convChecked(convAVX512, 1), prefetches: true}, &avx512Routines)
+// fmaChains is the number of independent FMA chains of fmaLoopAVX512 and fmaLoopAVX2.
+const fmaChains = 12
 
 // avx512Routines are avx512Impl's state routines, [bf16][layout], with their limits.
 var avx512Routines = [2][2]*routine{
@@ -56,8 +29,6 @@ var avx512Routines = [2][2]*routine{
 		{fn: stateVKbf16AVX512, bf16: true, minK: 0, maxK: 256, oddRow: false, work: true, chans: false, cvt: &avx512BF16}, // [V][K]
 	},
 }
-
-var avx2Impl = withRoutines(impl{name: "avx2", state: single(stateKVf32AVX2), gate: gateAVX2, l2: l2AVX2, scale: scaleChecked(scaleAVX2), widen: widenAVX2, gates: gatesChecked(gatesAVX2), chans: chansChecked(chansAVX2, 8), conv: convChecked(convAVX2, 8), prefetches: true}, &avx2Routines)
 
 // avx2Routines are avx2Impl's state routines, [bf16][layout], with their limits.
 var avx2Routines = [2][2]*routine{
@@ -140,6 +111,8 @@ func scaleAVX2(dst, src []float32, s float32)
 // and decay_τi is decay_τ; with ch (the per-channel gate: em1_τ = −1, eg_τ = 1) rk_τ, rq_τ are
 // ch[4Kτ:], ch[4Kτ+K:] and decay_τi(x) = c·x + (x & m) (fused) with c, m = ch[4Kτ+2K+2i],
 // ch[4Kτ+2K+2i+1] (chanForm). Every decay is computed as that pair form, the same bits.
+//
+//go:noescape
 func stateKVf32AVX512(a stateArgs)
 
 // stateKVbf16AVX512 is the [K][V] state routine over T tokens in AVX512 (asm/state_kv_tokens.go). Per
@@ -161,6 +134,8 @@ func stateKVf32AVX512(a stateArgs)
 // and decay_τi is decay_τ; with ch (the per-channel gate: em1_τ = −1, eg_τ = 1) rk_τ, rq_τ are
 // ch[4Kτ:], ch[4Kτ+K:] and decay_τi(x) = c·x + (x & m) (fused) with c, m = ch[4Kτ+2K+2i],
 // ch[4Kτ+2K+2i+1] (chanForm). Every decay is computed as that pair form, the same bits.
+//
+//go:noescape
 func stateKVbf16AVX512(a stateArgs)
 
 // widenAVX512 is widenGeneric in AVX512 (len(src) ≥ len(dst), not checked).
@@ -187,6 +162,8 @@ func widenAVX512(dst []float32, src []uint16)
 // and decay_τi is decay_τ; with ch (the per-channel gate: em1_τ = −1, eg_τ = 1) rk_τ, rq_τ are
 // ch[4Kτ:], ch[4Kτ+K:] and decay_τi(x) = c·x + (x & m) (fused) with c, m = ch[4Kτ+2K+2i],
 // ch[4Kτ+2K+2i+1] (chanForm). Every decay is computed as that pair form, the same bits.
+//
+//go:noescape
 func stateKVf32AVX2(a stateArgs)
 
 // stateKVbf16AVX2 is the [K][V] state routine over T tokens in AVX2 (asm/state_kv_tokens.go). Per
@@ -208,6 +185,8 @@ func stateKVf32AVX2(a stateArgs)
 // and decay_τi is decay_τ; with ch (the per-channel gate: em1_τ = −1, eg_τ = 1) rk_τ, rq_τ are
 // ch[4Kτ:], ch[4Kτ+K:] and decay_τi(x) = c·x + (x & m) (fused) with c, m = ch[4Kτ+2K+2i],
 // ch[4Kτ+2K+2i+1] (chanForm). Every decay is computed as that pair form, the same bits.
+//
+//go:noescape
 func stateKVbf16AVX2(a stateArgs)
 
 // widenAVX2 is widenGeneric in AVX2 (len(src) ≥ len(dst), not checked).
@@ -230,6 +209,8 @@ func widenAVX2(dst []float32, src []uint16)
 // token's update and the next token's dots in one pass over them; with one token and a store
 // (bf16: without src32 and carry), the pairs from src to stores[0]. An odd V's last row is the
 // adapter's (vkOddRow): a one-row group per shape took 1,706 (f32) and 2,944 (bf16) lines.
+//
+//go:noescape
 func stateVKf32AVX512(a stateArgs)
 
 // stateVKbf16AVX512 is the [V][K] state routine over T tokens in AVX512 (asm/state_vk.go). Per row j
@@ -247,6 +228,8 @@ func stateVKf32AVX512(a stateArgs)
 // token's update and the next token's dots in one pass over them; with one token and a store
 // (bf16: without src32 and carry), the pairs from src to stores[0]. An odd V's last row is the
 // adapter's (vkOddRow): a one-row group per shape took 1,706 (f32) and 2,944 (bf16) lines.
+//
+//go:noescape
 func stateVKbf16AVX512(a stateArgs)
 
 // stateVKf32AVX2 is the [V][K] state routine over T tokens in AVX2 (asm/state_vk.go). Per row j
@@ -264,6 +247,8 @@ func stateVKbf16AVX512(a stateArgs)
 // token's update and the next token's dots in one pass over them; with one token and a store
 // (bf16: without src32 and carry), the pairs from src to stores[0]. An odd V's last row is the
 // adapter's (vkOddRow): a one-row group per shape took 1,706 (f32) and 2,944 (bf16) lines.
+//
+//go:noescape
 func stateVKf32AVX2(a stateArgs)
 
 // stateVKbf16AVX2 is the [V][K] state routine over T tokens in AVX2 (asm/state_vk.go). Per row j
@@ -281,6 +266,8 @@ func stateVKf32AVX2(a stateArgs)
 // token's update and the next token's dots in one pass over them; with one token and a store
 // (bf16: without src32 and carry), the pairs from src to stores[0]. An odd V's last row is the
 // adapter's (vkOddRow): a one-row group per shape took 1,706 (f32) and 2,944 (bf16) lines.
+//
+//go:noescape
 func stateVKbf16AVX2(a stateArgs)
 
 // gatesAVX512 is gatesGeneric in AVX512 (asm/gates.go): lanes of float64, each lane's operations

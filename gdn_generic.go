@@ -76,9 +76,6 @@ var genericImpl = impl{
 // l2Eps is the epsilon added under the root of the q/k l2 norms (fixed by the models).
 const l2Eps = 1e-6
 
-// nearOne is the em1 from which decay(x) is x + em1·x rather than eg·x (eg ≥ 0.5).
-const nearOne = -0.5
-
 // decay is x + em1·x when em1 ≥ nearOne, else eg·x (SPEC Part A).
 func decay(x, em1, eg float32, near bool) float32 {
 	if near {

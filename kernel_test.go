@@ -1358,3 +1358,32 @@ func boolInt(b bool) int {
 	}
 	return 0
 }
+
+// TestConvWidthLimit ties the driver's conv width limit (maxConvW) to gdn.MaxConvWidth, the one a
+// Config may ask for (read from gdn/gdn.go: package gdn imports this one, not the reverse), and
+// holds RunBatch to it: a Batch of ConvW maxConvW + 1 panics.
+func TestConvWidthLimit(t *testing.T) {
+	f, err := parser.ParseFile(token.NewFileSet(), "gdn/gdn.go", nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	ast.Inspect(f, func(n ast.Node) bool {
+		if vs, ok := n.(*ast.ValueSpec); ok && vs.Names[0].Name == "MaxConvWidth" {
+			lit, ok := vs.Values[0].(*ast.BasicLit)
+			if !ok || lit.Value != fmt.Sprint(maxConvW) {
+				t.Errorf("gdn.MaxConvWidth = %v, the driver's maxConvW = %d", vs.Values[0], maxConvW)
+			}
+			found = true
+		}
+		return true
+	})
+	if !found {
+		t.Fatal("gdn/gdn.go declares no MaxConvWidth")
+	}
+	b := Batch{KHeads: 1, VHeads: 1, K: 1, V: 1, ConvW: maxConvW + 1}
+	msg := mustPanic(t, "ConvW past maxConvW", func() { b.checkConv() })
+	if !strings.Contains(msg, fmt.Sprintf("want 2..%d", maxConvW)) {
+		t.Errorf("panic %q", msg)
+	}
+}

@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"github.com/gdnsimd/gdnsimd/asm/internal/gofile"
-	"github.com/gdnsimd/gdnsimd/asm/internal/stateargs"
 )
 
 // The Go side of gdn_amd64.s (gdn_amd64.go, written with it: -go): the stubs with their
@@ -19,7 +18,7 @@ var sigs = map[string]string{}
 
 // kvMaxK is the largest K of a [K][V] routine over T tokens: a column block of one vector keeps
 // its K rows in the 32 KiB work space.
-func (a isa) kvMaxK() int { return (stateargs.WorkFloats - 16) / a.lanes }
+func (a isa) kvMaxK() int { return kvWork / (4 * a.lanes) }
 
 // vkMinK, vkMaxK are the K of the [V][K] shapes (vkShapes: the largest shape's vectors); the AVX2
 // pairs need a whole vector.
@@ -155,56 +154,22 @@ func goDoc(name string) string {
 	panic("goDoc: " + name)
 }
 
-// goFile is gdn_amd64.go.
+// goFile is gdn_amd64.go: the constants kernels_amd64.go's impl literals and benchmark floors
+// take, the routine tables and the stubs.
 func goFile() gofile.File {
 	f := gofile.File{
 		Generator: "go -C asm run . (asm/gostubs.go)",
 		Build:     "!purego",
-		Imports:   []string{"golang.org/x/sys/cpu"},
-		Pre: `// init sets available, the assembly kernels usable on this CPU, best first:
-//
-//   - "avx512" needs AVX512F and AVX512VL (EVEX forms of 256/128-bit instructions in the
-//     reductions), AVX512BW (VPMOVZXWD of bf16 into a ZMM: every CPU with VL has it), and AVX2
-//     and FMA, which it also uses;
-//   - "avx2" needs AVX2 and FMA.
-//
-// x/sys/cpu honours GODEBUG=cpu.avx512f=off (and the like) flag by flag without cascading, so the
-// conditions are chained here: turning off a feature turns off every kernel that uses it. It also
-// sets the benchmark floors of both (package bench).
-func init() {
-	x := &cpu.X86
-	hasAVX2 := x.HasAVX && x.HasAVX2 && x.HasFMA
-	if hasAVX2 && x.HasAVX512F && x.HasAVX512VL && x.HasAVX512BW {
-		available = append(available, &avx512Impl)
+		Consts: []gofile.Const{
+			{Name: "avx512Lanes", Value: avx512.lanes, Doc: "avx512Lanes, avx2Lanes are the float32 lanes of a vector: chansChecked's and the FMA floor's."},
+			{Name: "avx2Lanes", Value: avx2.lanes},
+			{Name: "avx512ConvLanes", Value: avx512.convLanes(), Doc: "avx512ConvLanes, avx2ConvLanes are the channels convChecked hands the conv routine a multiple of\n(1: AVX-512 masks the tail)."},
+			{Name: "avx2ConvLanes", Value: avx2.convLanes()},
+			{Name: "fmaChains", Value: fmaChains, Doc: "fmaChains is the number of independent FMA chains of fmaLoopAVX512 and fmaLoopAVX2."},
+		},
 	}
-	if hasAVX2 {
-		available = append(available, &avx2Impl)
-	}
-	floors["avx512"] = floor{scale: func(x []float32, s float32) { scaleAVX512(x, x, s) }, fma: fmaLoopAVX512, lanes: %d, chains: %d}
-	floors["avx2"] = floor{scale: func(x []float32, s float32) { scaleAVX2(x, x, s) }, fma: fmaLoopAVX2, lanes: %d, chains: %d}
-}
-
-// avx512BF16 says whether the AVX-512 bf16 routines may round with VCVTNE2PS2BF16 (AVX512_BF16):
-// their stateArgs.cvt. Off with GODEBUG=cpu.avx512bf16=off (the integer rounding, the same bits).
-var avx512BF16 = cpu.X86.HasAVX512BF16
-
-// scaleChecked makes impl.scale of a scale routine that does not check its lengths: dst is cut to
-// len(src) first, so that a short dst panics as scale's does instead of being written past.
-func scaleChecked(f func(dst, src []float32, s float32)) func(dst, src []float32, s float32) {
-	return func(dst, src []float32, s float32) { f(dst[:len(src)], src, s) }
-}`,
-	}
-	f.Pre = fmt.Sprintf(f.Pre, avx512.lanes, fmaChains, avx2.lanes, fmaChains)
 	for _, a := range []isa{avx512, avx2} {
-		k := gofile.Kernel{
-			Var:  strings.ToLower(a.name) + "Impl",
-			Name: strings.ToLower(a.name),
-			Fields: fmt.Sprintf("state: single(stateKVf32%[1]s), gate: gate%[1]s, l2: l2%[1]s, scale: scaleChecked(scale%[1]s), widen: widen%[1]s, gates: gatesChecked(gates%[1]s), chans: chansChecked(chans%[1]s, %[2]d), conv: convChecked(conv%[1]s, %[3]d), prefetches: true",
-				a.name, a.lanes, a.convLanes()),
-		}
-		if a == avx512 {
-			k.Doc = "avx512Impl and avx2Impl are the kernels of gdn_amd64.s: the pieces, and the state routines\n[bf16][layout] with their limits."
-		}
+		k := gofile.Kernel{Name: strings.ToLower(a.name)}
 		for _, l := range []layout{layoutKV, layoutVK} {
 			for _, v := range variants(l) {
 				if v.a == a {
@@ -220,7 +185,7 @@ func scaleChecked(f func(dst, src []float32, s float32)) func(dst, src []float32
 		if sig == stateSig {
 			params = "(a stateArgs)"
 		}
-		f.Funcs = append(f.Funcs, gofile.Func{Name: s.name, Params: params, Doc: goDoc(s.name), Escape: !strings.ContainsAny(params, "[*")})
+		f.Funcs = append(f.Funcs, gofile.Func{Name: s.name, Params: params, Doc: goDoc(s.name)})
 	}
 	return f
 }

@@ -60,7 +60,7 @@
 //	conv.go             the conv front's causal conv1d and SiLU (convRoutine)
 //	args.go             the state routines' one argument (asm/internal/stateargs: its fields and
 //	                    offsets; -args writes its Go declaration, gdn_args.go)
-//	gostubs.go          the Go side (-go: gdn_amd64.go): stubs, CPU detection, the kernels' tables
+//	gostubs.go          the Go side (-go: gdn_amd64.go): stubs, the routine tables, constants
 //	                    with each routine's limits and snapshot rule (asm/internal/gofile)
 //
 // Tails are a few shapes, not a copy per width: a shape is emitted once for the widths of the

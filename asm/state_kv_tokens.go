@@ -38,19 +38,22 @@ package main
 // The block lives in work: kvWork bytes from the first 64-byte boundary of stateArgs.work, the
 // [workFloats]float32 that asmCell (tokens_asm.go) allocates once per worker's Scratch. Not in the
 // frame: a frame that large needs the stack-check prologue, whose TLS access -dynlink builds
-// cannot link. K above kvMaxK(a) does not fit: the routine's maxK (gofile) sends such heads to the
+// cannot link. K above a.kvMaxK() does not fit: the routine's maxK (gofile) sends such heads to the
 // portable routine.
 
 import (
 	"fmt"
 
+	"github.com/gdnsimd/gdnsimd/asm/internal/stateargs"
 	. "github.com/mmcloughlin/avo/build"
 	. "github.com/mmcloughlin/avo/operand"
 	. "github.com/mmcloughlin/avo/reg"
 )
 
-// kvWork is the work space of a column block: K rows of at most kvBlockVecs vectors.
-const kvWork = 32 << 10
+// kvWork is the work space of a column block, K rows of at most kvBlockVecs vectors: the
+// stateargs.WorkFloats the library allocates (gdn_args.go's workFloats), less its 64 bytes of
+// alignment.
+const kvWork = 4 * (stateargs.WorkFloats - 16)
 
 // kvAhead is how many rows ahead of pass 0's row its prefetches go.
 const kvAhead = 32
@@ -123,9 +126,6 @@ func kvVecs(a isa) []int {
 	return v
 }
 
-// kvMaxK is the largest K whose rows of one vector fit kvWork.
-func kvMaxK(a isa) int { return kvWork / (4 * a.lanes) }
-
 // deltaInFrame reports whether a token's pass keeps δ in the frame (AVX2: its 16 registers hold
 // the 2·5 accumulators of the next token, the decay constant, k̂_i, k̂_i+1, q̂_i+1 and the row's
 // vector) rather than in registers.
@@ -171,8 +171,8 @@ func stateKVTokens(vr variant) {
 	if vr.bf16 {
 		g.fin = AllocLocal(8)
 	}
-	Commentf("K > %d does not fit work: the Go wrapper never calls with it.", kvMaxK(a))
-	CMPQ(k, U32(kvMaxK(a)))
+	Commentf("K > %d does not fit work: the Go wrapper never calls with it.", a.kvMaxK())
+	CMPQ(k, U32(a.kvMaxK()))
 	JA(LabelRef(done))
 	Commentf("Columns per full block: %d × the most vectors (%v) whose K rows fit %d bytes.", a.lanes, kvVecs(a), kvWork)
 	{

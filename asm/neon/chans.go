@@ -3,12 +3,15 @@ package main
 import (
 	"fmt"
 	"math"
+
+	"github.com/gdnsimd/gdnsimd/asm/internal/gates64consts"
 )
 
 // chansNEON: the per-channel gate's forms and decayed dot vectors of one head-token.
 
-// nearOne is the em1 from which a channel decays as x + em1·x (gdn_generic.go's nearOne).
-const nearOne = -0.5
+// nearOne is the em1 from which a channel decays as x + em1·x (gates64consts.NearOne, the
+// library's nearOne).
+const nearOne = gates64consts.NearOne
 
 func chansNEON(e *emitter) {
 	e.doc("func chansNEON(kx, qx, pairs, em1, eg, kh, qh []float32)",

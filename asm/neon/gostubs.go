@@ -58,15 +58,14 @@ nearest even (BF16RNE) at each store only.`, maxK)},
 	{Name: "stateVKbf16NEON", Params: "(a stateArgs)"},
 }
 
-// goFile is gdn_arm64.go.
+// neonLanes is the float32 lanes of a NEON vector: the chans and conv routines take whole
+// vectors of them (chansChecked, convChecked do the rest).
+const neonLanes = 4
+
+// goFile is gdn_arm64.go: the constant kernels_arm64.go's impl literal takes, the routine table
+// and the stubs.
 func goFile() gofile.File {
-	k := gofile.Kernel{Var: "neonImpl", Name: "neon",
-		Doc: `neonImpl is the NEON kernel: the pieces and the four state routines over T tokens of
-gdn_arm64.s. A head with K above the slab's goes to the generic routine of its format (both
-storage types alike, whatever T: the equivalences between formats and calls hold). The routines
-issue no prefetches (the list is a hint) and take no work space.`,
-		Fields: "state: single(stateKVf32NEON), gate: gateSplit(l2NEON, gateNEON4), l2: l2NEON, scale: scale, widen: widenNEON, gates: gatesChecked(gatesNEON), chans: chansChecked(chansNEON, 4), conv: convChecked(convNEON, 4)",
-	}
+	k := gofile.Kernel{Name: "neon"}
 	for b, st := range []string{"f32", "bf16"} {
 		for l, lay := range []string{"KV", "VK"} {
 			k.Routines[b][l] = &gofile.Routine{Fn: "state" + lay + st + "NEON", BF16: b == 1, MaxK: maxK}
@@ -75,32 +74,8 @@ issue no prefetches (the list is a hint) and take no work space.`,
 	return gofile.File{
 		Generator: "go -C asm run ./neon (asm/neon/gostubs.go)",
 		Build:     "!purego",
-		Imports:   []string{"math", "", "golang.org/x/sys/cpu"},
-		Pre: `// init sets available, the assembly kernels usable on this CPU: "neon" when the CPU has ASIMD
-// (every arm64 CPU Go runs on; GODEBUG=cpu.asimd=off removes it, -tags purego never builds it).
-func init() {
-	if cpu.ARM64.HasASIMD {
-		available = append(available, &neonImpl)
-	}
-}
-
-// gateSplit is impl.gate of a kernel whose gate routine gate4 is the element loop, given r: the sum
-// of squares is l2's (of o with itself), r = 1/sqrt(Σo²/V + eps) computed here exactly as
-// gateGeneric does. The slices are cut to V = len(o) first (a short one panics).
-func gateSplit(l2 func(q, k []float32) (qq, kk, kq float64), gate4 func(o, z, w []float32, r float32, out []uint16, outF []float32, sig bool)) func(o, z, w []float32, eps float32, out []uint16, outF []float32, sig bool) {
-	return func(o, z, w []float32, eps float32, out []uint16, outF []float32, sig bool) {
-		V := len(o)
-		z, w = z[:V], w[:V]
-		if out != nil {
-			out = out[:V]
-		}
-		if outF != nil {
-			outF = outF[:V]
-		}
-		ss, _, _ := l2(o, o)
-		gate4(o, z, w, float32(1/math.Sqrt(ss/float64(V)+float64(eps))), out, outF, sig)
-	}
-}`,
+		Consts: []gofile.Const{{Name: "neonLanes", Value: neonLanes,
+			Doc: "neonLanes is the float32 lanes of a NEON vector: chansNEON and convNEON take whole vectors of them."}},
 		Kernels: []gofile.Kernel{k},
 		Funcs:   goFuncs,
 	}

@@ -19,6 +19,10 @@ const (
 	Tiny    = 0x1p-1021 // log1p01(y) is y below it
 )
 
+// NearOne is the em1 from which the state decays as x + em1·x rather than eg·x (SPEC Part A; the
+// library's nearOne): every generator's decay form takes it from here.
+const NearOne = -0.5
+
 // ExpP is exp64's polynomial, Log1pP log1p01's, Expm1P expm1Near's: highest degree first.
 var (
 	ExpP = [14]float64{

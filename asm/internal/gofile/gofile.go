@@ -1,7 +1,10 @@
 // Package gofile writes the Go side of a generated assembly file (gdn_amd64.go beside
 // gdn_amd64.s, gdn_arm64.go beside gdn_arm64.s): the stubs with their reference-loop doc
-// comments, and the kernels' tables — each state routine with its limits, its snapshot rule and
-// its work space — so that nothing the assembly relies on is restated by hand in the library.
+// comments, the kernels' routine tables — each state routine with its limits, its snapshot rule
+// and its work space — and the constants the library's hand-written kernel files take from the
+// generator (vector lanes and the like), so that nothing the assembly relies on is restated by
+// hand in the library. It writes generated code only: the kernels' impl literals and CPU
+// detection are hand-written Go (kernels_amd64.go, kernels_arm64.go).
 package gofile
 
 import (
@@ -16,7 +19,19 @@ type Func struct {
 	Name   string
 	Params string // the parameters and results: "(a stateArgs)", "(q, k []float32) (qq, kk, kq float64)"
 	Doc    string // its doc comment, without the comment markers (tabs start code lines)
-	Escape bool   // its pointers may escape (no //go:noescape: a routine without pointers)
+}
+
+// noescape is the one rule for //go:noescape, both architectures: a routine whose parameters hold
+// pointers (slices, pointers, the stateArgs struct) gets it — no routine keeps a pointer past its
+// return —, one without (fmaLoop's n) needs none.
+func (fn Func) noescape() bool {
+	return strings.ContainsAny(fn.Params, "[*") || strings.Contains(fn.Params, "stateArgs")
+}
+
+// Const is an integer constant the generator gives the library.
+type Const struct {
+	Name, Doc string
+	Value     int
 }
 
 // Snap is a state routine's snapshot rule: a call with a store at every token (speculative
@@ -39,12 +54,11 @@ type Routine struct {
 	Chans      bool // the routine takes the per-channel gate (stateArgs.ch)
 }
 
-// Kernel is one kernel's table: its impl literal (Fields: the pieces, verbatim) and its routines
-// by [bf16][layout].
+// Kernel is one kernel's routine table, by [bf16][layout]: var <Name>Routines, which the kernel's
+// hand-written impl literal (<Name>Impl) takes.
 type Kernel struct {
-	Var, Name, Doc string
-	Fields         string
-	Routines       [2][2]*Routine
+	Name     string
+	Routines [2][2]*Routine
 }
 
 // File is a generated Go file.
@@ -53,7 +67,7 @@ type File struct {
 	Build     string   // the //go:build line's expression
 	Doc       string   // the comment before the package clause
 	Imports   []string // "" separates groups
-	Pre       string   // Go source placed after the imports, verbatim (CPU detection and the like)
+	Consts    []Const
 	Funcs     []Func
 	Kernels   []Kernel
 }
@@ -89,16 +103,15 @@ func (f File) Source() ([]byte, error) {
 		}
 		w.WriteString(")\n\n")
 	}
-	if f.Pre != "" {
-		w.WriteString(strings.TrimSpace(f.Pre) + "\n\n")
+	for _, c := range f.Consts {
+		if c.Doc != "" {
+			comment(&w, c.Doc)
+		}
+		fmt.Fprintf(&w, "const %s = %d\n\n", c.Name, c.Value)
 	}
 	for _, k := range f.Kernels {
-		if k.Doc != "" {
-			comment(&w, k.Doc)
-		}
-		rs := strings.TrimSuffix(k.Var, "Impl") + "Routines"
-		fmt.Fprintf(&w, "var %s = withRoutines(impl{name: %q, %s}, &%s)\n\n", k.Var, k.Name, k.Fields, rs)
-		fmt.Fprintf(&w, "// %s are %s's state routines, [bf16][layout], with their limits.\nvar %s = [2][2]*routine{\n", rs, k.Var, rs)
+		rs := k.Name + "Routines"
+		fmt.Fprintf(&w, "// %s are %sImpl's state routines, [bf16][layout], with their limits.\nvar %s = [2][2]*routine{\n", rs, k.Name, rs)
 		for b, st := range [2]string{"f32", "bf16"} {
 			fmt.Fprintf(&w, "\t{ // %s\n", st)
 			for l, lay := range [2]string{"[K][V]", "[V][K]"} {
@@ -111,11 +124,11 @@ func (f File) Source() ([]byte, error) {
 	for _, fn := range f.Funcs {
 		if fn.Doc != "" {
 			comment(&w, fn.Doc)
-			if !fn.Escape {
+			if fn.noescape() {
 				w.WriteString("//\n")
 			}
 		}
-		if !fn.Escape {
+		if fn.noescape() {
 			w.WriteString("//go:noescape\n")
 		}
 		fmt.Fprintf(&w, "func %s%s\n\n", fn.Name, fn.Params)
