@@ -9,9 +9,9 @@ const maxConvW = 8
 // those tokens read, each where it is — an f32 X row, or for the tokens whose W rows reach back
 // before the sequence's first token an f32 row of its Read slot's conv state, in place (no copy:
 // at decode they were 5 % of a call); a bf16 row widened into the window; zeros for Zero.
-func (d *driver) convRows(u []float32, c0, c1, off, n int) {
+func (d *driver) convRows(sq *seq, u []float32, c0, c1, off, n int) {
 	b, s := d.b, d.s
-	if d.convTok { // computed for the whole token (c1 = c0 + 1)
+	if sq.convTok { // computed for the whole token (c1 = c0 + 1)
 		copy(u[:n], cutF32(s.u, off, n))
 		return
 	}
@@ -26,7 +26,7 @@ func (d *driver) convRows(u []float32, c0, c1, off, n int) {
 	}
 	rows := s.rows[:T+R]
 	for r := range rows {
-		rows[r] = d.convRow(s.win[r*n:(r+1)*n:(r+1)*n], c0-R+r, off)
+		rows[r] = d.convRow(sq, s.win[r*n:(r+1)*n:(r+1)*n], c0-R+r, off)
 	}
 	d.im.conv(u, n, rows, b.ConvTaps[off:], b.channels(), b.ConvBias[off:off+n:off+n], W, T)
 	clear(rows) // the table holds no caller's memory once the call returns
@@ -36,17 +36,17 @@ func (d *driver) convRows(u []float32, c0, c1, off, n int) {
 // the channels its value heads read (runs, from convRuns: their v channels and the q and k
 // channels of the k-heads they read) into s.u by channel, three runs of the conv piece over
 // contiguous channels instead of one a head (decode: a piece call of 128 channels took 72 ns, of
-// many 47 a 128, and the rows stream from memory), and sets d.convTok, so that convRows copies
+// many 47 a 128, and the rows stream from memory), and sets sq.convTok, so that convRows copies
 // them from there.
-func (d *driver) convToken(t int, runs [3][2]int) {
-	s := d.s
+func (d *driver) convToken(sq *seq, runs [3][2]int) {
+	s, t := d.s, sq.t0
 	if C := d.b.channels(); len(s.u) < C {
 		s.u = make([]float32, C)
 	}
 	for _, r := range runs {
-		d.convRows(cutF32(s.u, r[0], r[1]), t, t+1, r[0], r[1])
+		d.convRows(sq, cutF32(s.u, r[0], r[1]), t, t+1, r[0], r[1])
 	}
-	d.convTok = true
+	sq.convTok = true
 }
 
 // convRuns returns the channels the value heads [hlo, hhi) read, as three runs (first channel,
@@ -67,15 +67,15 @@ func (d *driver) convRuns(hlo, hhi int) ([3][2]int, bool) {
 }
 
 // convRow returns channels [off, off+len(win)) of the conv front's input row t of the sequence
-// being run, as float32: an X row from its first token d.t0 on, before it row R + t − t0 of the
+// sq, as float32: an X row from its first token sq.t0 on, before it row R + t − t0 of the
 // conv state of its Read slot (zeros for Zero); f32 rows in place, bf16 ones widened into win.
-func (d *driver) convRow(win []float32, t, off int) []float32 {
+func (d *driver) convRow(sq *seq, win []float32, t, off int) []float32 {
 	b := d.b
 	n := len(win)
-	if t >= d.t0 {
+	if t >= sq.t0 {
 		return d.im.row(&b.X, t, off, n, win)
 	}
-	if d.read == readZero {
+	if sq.read == readZero {
 		if n <= len(d.s.zero32) {
 			return d.s.zero32[:n:n]
 		}
@@ -83,7 +83,7 @@ func (d *driver) convRow(win []float32, t, off int) []float32 {
 		return win
 	}
 	p := &b.ConvState
-	at := int(d.read)*p.SlotStride + (b.ConvW-1+t-d.t0)*b.channels() + off
+	at := int(sq.read)*p.SlotStride + (b.ConvW-1+t-sq.t0)*b.channels() + off
 	return d.im.f32At(p.F32, p.BF16, at, n, win)
 }
 

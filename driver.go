@@ -187,16 +187,22 @@ type driver struct {
 	single bool // one-token sequences take token (the [K][V] f32 format, the scalar gate)
 	// prefetches: the state routine issues the prefetch list (impl.prefetches of the cell run).
 	prefetches bool
-	// oneTok: the sequence being run is one token; its gates for the value heads from hlo are
-	// in s.lane(3…5) (computed once for all its heads: see heads).
+}
+
+// seq is the sequence being run (driver.sequence): its tokens, its Read slot, and what was
+// computed once for all its value heads in range.
+type seq struct {
+	t0, t1 int
+	read   int32
+	// oneTok: one token; its gates for the value heads from hlo are in s.lane(3…5) (heads).
 	oneTok bool
 	hlo    int
-	// t0, read: the sequence being run's first token and Read slot (the conv front's history).
-	t0   int
-	read int32
-	// convTok: the sequence being run is one token, its conv outputs in s.u (convToken).
+	// convTok: one token, its conv outputs in s.u (convToken).
 	convTok bool
 }
+
+// groupCall is the g value heads h0 + j·step, j < g, of k-head hk (g = 0: none).
+type groupCall struct{ hk, h0, step, g int }
 
 // sequence runs the items of sequence n for the value heads [hlo, hhi), one GQA group (the heads
 // reading one k-head) at a time, so that the group's heads share the k-head's k̂, q̂ and k̂·q̂ of
@@ -213,7 +219,7 @@ func (d *driver) sequence(n, hlo, hhi int) {
 		d.pad(t0, t1, hlo, hhi)
 		return
 	}
-	d.t0, d.read = t0, read
+	sq := seq{t0: t0, t1: t1, read: read, oneTok: t1-t0 == 1, hlo: hlo}
 	var runs [3][2]int // the conv channels the heads read (convRuns)
 	conv := false
 	if b.ConvW != 0 {
@@ -222,13 +228,11 @@ func (d *driver) sequence(n, hlo, hhi int) {
 	if conv && read >= 0 {
 		d.warmConv(read, runs)
 	}
-	d.oneTok, d.hlo = t1-t0 == 1, hlo
-	if d.oneTok {
+	if sq.oneTok {
 		d.heads(t0, hlo, hhi)
 	}
-	d.convTok = false
-	if d.oneTok && conv {
-		d.convToken(t0, runs)
+	if sq.oneTok && conv {
+		d.convToken(&sq, runs)
 	}
 	HK := b.KHeads
 	G := b.VHeads / HK
@@ -242,9 +246,7 @@ func (d *driver) sequence(n, hlo, hhi int) {
 	if b.GQATiled {
 		step = HK
 	}
-	type call struct{ hk, h0, g int }
-	var prev call
-	have := false
+	var prev groupCall
 	for hk := range HK {
 		base = hk * G
 		if b.GQATiled {
@@ -253,15 +255,15 @@ func (d *driver) sequence(n, hlo, hhi int) {
 		jlo := min(G, (max(0, hlo-base)+step-1)/step)
 		jhi := min(G, (max(0, hhi-base)+step-1)/step)
 		for j := jlo; j < jhi; j += per {
-			c := call{hk, base + j*step, min(per, jhi-j)}
-			if have {
-				d.group(prev.hk, prev.h0, step, prev.g, t0, t1, read, c.h0, c.hk)
+			c := groupCall{hk, base + j*step, step, min(per, jhi-j)}
+			if prev.g > 0 {
+				d.group(&sq, prev, c)
 			}
-			prev, have = c, true
+			prev = c
 		}
 	}
-	if have {
-		d.group(prev.hk, prev.h0, step, prev.g, t0, t1, read, -1, 0)
+	if prev.g > 0 {
+		d.group(&sq, prev, groupCall{})
 	}
 }
 
@@ -279,66 +281,73 @@ func (d *driver) pad(t0, t1, hlo, hhi int) {
 	}
 }
 
-// group runs the g value heads h0 + j·step, j < g, of k-head hk over the tokens [t0, t1) of a
-// sequence reading slot read: chunk by chunk, each chunk's k̂, q̂ and k̂·q̂ prepared once and then
-// every head's state advanced through it. Over more than one chunk (g ≤ groupMax then) head j
-// carries its state from one chunk to the next in carry j.
-func (d *driver) group(hk, h0, step, g, t0, t1 int, read int32, nh, nhk int) {
+// group runs the heads of gc over the tokens of sq: chunk by chunk, each chunk's k̂, q̂ and k̂·q̂
+// prepared once and then every head's state advanced through it. Over more than one chunk
+// (gc.g ≤ groupMax then) head j carries its state from one chunk to the next in carry j. next is
+// the group run after it (for the prefetches; g = 0: none).
+func (d *driver) group(sq *seq, gc, next groupCall) {
 	b, s := d.b, d.s
 	hs := b.K * b.V
+	t0, t1 := sq.t0, sq.t1
 	if t1-t0 == 1 && d.single {
-		d.prepareQK(t0, t1, hk)
-		for j := range g {
-			d.token(h0+j*step, t0, read)
+		d.prepareQK(sq, t0, t1, gc.hk)
+		for j := range gc.g {
+			d.token(sq, gc.h0+j*gc.step)
 		}
 		return
 	}
-	// ahead lists the rows of the call after head j's call over [c0, c1) of the chunk loop below:
-	// head j+1's over the same tokens, else head 0's over the next chunk (with its q and k), else
-	// the next group's first (nh, k-head nhk) over the first chunk; and the state it reads first
-	// (src: head j+1's before the chunk; a carry, in the caches already, is not listed).
-	one := t1-t0 <= chunk
 	var src [groupMax]stateRef // over more than one chunk: head j's state before the chunk
-	ahead := func(j, c0, c1 int) {
-		switch {
-		case j+1 < g && one:
-			d.ahead(h0+(j+1)*step, c0, c1, hk, false, d.readRef(read, h0+(j+1)*step))
-		case j+1 < g:
-			d.ahead(h0+(j+1)*step, c0, c1, hk, false, src[j+1])
-		case c1 < t1:
-			d.ahead(h0, c1, min(t1, c1+chunk), hk, true, stateRef{})
-		case nh >= 0:
-			d.ahead(nh, t0, min(t1, t0+chunk), nhk, true, d.readRef(read, nh))
-		default:
-			s.hc.pf, s.hc.nx = s.hc.pf[:0], stateRef{}
-		}
-	}
-	if one {
-		d.prepareQK(t0, t1, hk)
-		for j := range g {
-			h := h0 + j*step
-			ahead(j, t0, t1)
-			d.chunk(h, t0, t1, t1, read, d.readRef(read, h), nil)
+	if t1-t0 <= chunk {
+		d.prepareQK(sq, t0, t1, gc.hk)
+		for j := range gc.g {
+			h := gc.h0 + j*gc.step
+			var nx stateRef
+			if j+1 < gc.g {
+				nx = d.readRef(sq.read, h+gc.step)
+			}
+			d.aheadOf(sq, gc, next, j, t0, t1, nx)
+			d.chunk(sq, h, t0, t1, d.readRef(sq.read, h), nil)
 		}
 		return
 	}
-	for j := range g {
-		src[j] = d.readRef(read, h0+j*step)
+	for j := range gc.g {
+		src[j] = d.readRef(sq.read, gc.h0+j*gc.step)
 	}
-	if len(s.carry) < g*hs {
+	if len(s.carry) < gc.g*hs {
 		s.carry = make([]float32, min(groupMax, b.VHeads/b.KHeads)*hs) // the most any group of b needs
 	}
 	for c0 := t0; c0 < t1; c0 += chunk {
 		c1 := min(t1, c0+chunk)
-		d.prepareQK(c0, c1, hk)
-		for j := range g {
+		d.prepareQK(sq, c0, c1, gc.hk)
+		for j := range gc.g {
 			var carry []float32
 			if c1 < t1 {
 				carry = s.carry[j*hs : (j+1)*hs : (j+1)*hs]
 			}
-			ahead(j, c0, c1)
-			src[j] = d.chunk(h0+j*step, c0, c1, t1, read, src[j], carry)
+			var nx stateRef
+			if j+1 < gc.g {
+				nx = src[j+1]
+			}
+			d.aheadOf(sq, gc, next, j, c0, c1, nx)
+			src[j] = d.chunk(sq, gc.h0+j*gc.step, c0, c1, src[j], carry)
 		}
+	}
+}
+
+// aheadOf sets the prefetches of the call after head j's call over [c0, c1) in group: head j+1's
+// over the same tokens (nx: the state it reads first), else head 0's over the next chunk (with
+// its q and k), else the next group's first head over the first chunk (a carry, in the caches
+// already, is not listed).
+func (d *driver) aheadOf(sq *seq, gc, next groupCall, j, c0, c1 int, nx stateRef) {
+	switch t0, t1 := sq.t0, sq.t1; {
+	case j+1 < gc.g:
+		d.ahead(gc.h0+(j+1)*gc.step, c0, c1, gc.hk, false, nx)
+	case c1 < t1:
+		d.ahead(gc.h0, c1, min(t1, c1+chunk), gc.hk, true, stateRef{})
+	case next.g > 0:
+		d.ahead(next.h0, t0, min(t1, t0+chunk), next.hk, true, d.readRef(sq.read, next.h0))
+	default:
+		d.s.hc.pf, d.s.hc.nx = d.s.hc.pf[:0], stateRef{}
 	}
 }
 
@@ -396,12 +405,12 @@ func (d *driver) readRef(read int32, h int) stateRef {
 	return poolRef(&d.b.State, int(read), h, d.b.K*d.b.V)
 }
 
-// chunk advances value head h through the tokens [c0, c1) of a sequence ending at t1 and reading
-// slot read, from the state src, with the chunk's k̂, q̂ and k̂·q̂ prepared, and writes the tokens'
-// outputs. It returns the state after c1−1 for the next chunk: where the chunk stored it in f32,
-// else carry (not nil when c1 < t1).
-func (d *driver) chunk(h, c0, c1, t1 int, read int32, src stateRef, carry []float32) stateRef {
+// chunk advances value head h through the tokens [c0, c1) of sq, from the state src, with the
+// chunk's k̂, q̂ and k̂·q̂ prepared, and writes the tokens' outputs. It returns the state after
+// c1−1 for the next chunk: where the chunk stored it in f32, else carry (not nil when c1 < t1).
+func (d *driver) chunk(sq *seq, h, c0, c1 int, src stateRef, carry []float32) stateRef {
 	b, s := d.b, d.s
+	t1, read := sq.t1, sq.read
 	K, V := b.K, b.V
 	hs := K * V
 	T := c1 - c0
@@ -409,7 +418,7 @@ func (d *driver) chunk(h, c0, c1, t1 int, read int32, src stateRef, carry []floa
 	if b.StoreTo.F32 != nil || b.StoreTo.BF16 != nil {
 		dstPool = &b.StoreTo
 	}
-	beta, em1, eg := d.gates(h, c0, c1)
+	beta, em1, eg := d.gates(sq, h, c0, c1)
 	tok := s.tok[:4*T]
 	var ch []float32
 	if b.PerChannel {
@@ -424,7 +433,7 @@ func (d *driver) chunk(h, c0, c1, t1 int, read int32, src stateRef, carry []floa
 	vs := V
 	if b.ConvW != 0 {
 		v = s.v[:T*V]
-		d.convRows(v, c0, c1, 2*b.KHeads*K+h*V, V)
+		d.convRows(sq, v, c0, c1, 2*b.KHeads*K+h*V, V)
 	} else if b.Val.F32 != nil {
 		vs = b.Val.Stride
 		v = cutF32(b.Val.F32, c0*vs+h*V, (T-1)*vs+V)
@@ -483,20 +492,21 @@ func (d *driver) gate(t, h int, o []float32) {
 }
 
 // token is the path of a sequence of one token in the [K][V] f32 format (decode, Step) for value
-// head h, with token t's k̂, q̂ and k̂·q̂ prepared: the single-token state piece on the pool's
+// head h, with the token's k̂, q̂ and k̂·q̂ prepared: the single-token state piece on the pool's
 // memory directly, without the head call of the routines over T tokens. Every kernel's routine
 // over T tokens computes each token as its single-token piece does, so the bits are the same
 // either way (gdn's equivalence tests hold them to it).
-func (d *driver) token(h, t int, read int32) {
+func (d *driver) token(sq *seq, h int) {
 	b, s := d.b, d.s
 	K, V := b.K, b.V
 	hs := K * V
-	gb, gm, ge := d.gates(h, t, t+1)
+	t, read := sq.t0, sq.read
+	gb, gm, ge := d.gates(sq, h, t, t+1)
 	beta, em1, eg := gb[0], gm[0], ge[0]
 	var v []float32
 	if b.ConvW != 0 {
 		v = s.v[:V:V]
-		d.convRows(v, t, t+1, 2*b.KHeads*K+h*V, V)
+		d.convRows(sq, v, t, t+1, 2*b.KHeads*K+h*V, V)
 	} else {
 		v = d.im.row(&b.Val, t, h*V, V, s.v)
 	}

@@ -97,10 +97,10 @@ func (d *driver) channels(h, c0, c1 int) []float32 {
 
 // gates returns the gates beta, em1, eg of value head h over the tokens [c0, c1), one each: those
 // heads computed when the sequence is one token, else computed here (a lane per token).
-func (d *driver) gates(h, c0, c1 int) (beta, em1, eg []float32) {
+func (d *driver) gates(sq *seq, h, c0, c1 int) (beta, em1, eg []float32) {
 	b, s := d.b, d.s
-	if d.oneTok {
-		i := h - d.hlo
+	if sq.oneTok {
+		i := h - sq.hlo
 		return s.lane(3, i+1)[i:], s.lane(4, i+1)[i:], s.lane(5, i+1)[i:]
 	}
 	T := c1 - c0
@@ -115,8 +115,8 @@ func (d *driver) gates(h, c0, c1 int) (beta, em1, eg []float32) {
 	return s.lane(3, T), s.lane(4, T), s.lane(5, T)
 }
 
-// prepareQK writes k̂, q̂ and k̂·q̂ of tokens [c0, c1), k-head hk, into the scratch.
-func (d *driver) prepareQK(c0, c1, hk int) {
+// prepareQK writes k̂, q̂ and k̂·q̂ of tokens [c0, c1) of sq, k-head hk, into the scratch.
+func (d *driver) prepareQK(sq *seq, c0, c1, hk int) {
 	b, s := d.b, d.s
 	K := b.K
 	invSqrtK := 1 / math.Sqrt(float64(K))
@@ -124,8 +124,8 @@ func (d *driver) prepareQK(c0, c1, hk int) {
 	if conv {
 		// q and k are the conv's outputs, normalised in place.
 		T := c1 - c0
-		d.convRows(s.qh[:T*K], c0, c1, hk*K, K)
-		d.convRows(s.kh[:T*K], c0, c1, (b.KHeads+hk)*K, K)
+		d.convRows(sq, s.qh[:T*K], c0, c1, hk*K, K)
+		d.convRows(sq, s.kh[:T*K], c0, c1, (b.KHeads+hk)*K, K)
 	} else {
 		s.sink ^= warm(&b.Q, c0, c1, hk*K, K) ^ warm(&b.Key, c0, c1, hk*K, K)
 	}
