@@ -559,7 +559,9 @@ func rawArgs(K, V int, src unsafe.Pointer, src32 []float32, stores []unsafe.Poin
 	a := stateArgs{K: K, V: V, T: len(tok) / 4, vs: vs, src: src, src32: unsafe.SliceData(src32), stores: unsafe.SliceData(stores),
 		carry: unsafe.SliceData(carry), kh: unsafe.SliceData(kh), qh: unsafe.SliceData(qh), v: unsafe.SliceData(v), o: unsafe.SliceData(o),
 		tok: unsafe.SliceData(tok), work: w, pf: unsafe.SliceData(pf), npf: len(pf)}
-	a.plan1(false) // the other routines ignore dst1 and tok1
+	if a.T == 1 && len(stores) > 0 && stores[0] != nil { // planOne (the other routines ignore dst1 and tok1)
+		a.dst1, a.tok1 = stores[0], [4]float32(tok[:4])
+	}
 	return a
 }
 

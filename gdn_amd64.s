@@ -1332,6 +1332,7 @@ GLOBL g64expm115<>(SB), RODATA|NOPTR, $64
 // func gateAVX512(o []float32, z []float32, w []float32, eps float32, out []uint16, outF []float32, sig bool)
 // Requires: AVX, AVX512F, AVX512VL, MMX+
 TEXT ·gateAVX512(SB), NOSPLIT, $0-129
+	PCALIGN $64 // the routine 64-byte aligned: its loops' alignment is the same in every build
 	MOVQ  o_len+8(FP), DI
 	TESTQ DI, DI
 	JZ    gateAVX512_done_1
@@ -2225,6 +2226,7 @@ gateAVX512_done_1:
 // func l2AVX512(q []float32, k []float32) (qq float64, kk float64, kq float64)
 // Requires: AVX, AVX512F, AVX512VL
 TEXT ·l2AVX512(SB), NOSPLIT, $0-72
+	PCALIGN $64 // the routine 64-byte aligned: its loops' alignment is the same in every build
 	MOVQ         q_base+0(FP), AX
 	MOVQ         k_base+24(FP), CX
 	MOVQ         q_len+8(FP), DX
@@ -2307,6 +2309,7 @@ l2AVX512_l2reduce_1:
 // func scaleAVX512(dst []float32, src []float32, s float32)
 // Requires: AVX, AVX512F
 TEXT ·scaleAVX512(SB), NOSPLIT, $0-52
+	PCALIGN $64 // the routine 64-byte aligned: its loops' alignment is the same in every build
 	MOVQ         dst_base+0(FP), AX
 	MOVQ         src_base+24(FP), CX
 	MOVQ         src_len+32(FP), DX
@@ -2353,6 +2356,7 @@ scaleAVX512_scaledone_1:
 // func gateAVX2(o []float32, z []float32, w []float32, eps float32, out []uint16, outF []float32, sig bool)
 // Requires: AVX, AVX2, FMA3, MMX+
 TEXT ·gateAVX2(SB), NOSPLIT, $0-129
+	PCALIGN $64 // the routine 64-byte aligned: its loops' alignment is the same in every build
 	MOVQ  o_len+8(FP), DI
 	TESTQ DI, DI
 	JZ    gateAVX2_done_1
@@ -2944,6 +2948,7 @@ gateAVX2_done_1:
 // func l2AVX2(q []float32, k []float32) (qq float64, kk float64, kq float64)
 // Requires: AVX, FMA3
 TEXT ·l2AVX2(SB), NOSPLIT, $0-72
+	PCALIGN $64 // the routine 64-byte aligned: its loops' alignment is the same in every build
 	MOVQ   q_base+0(FP), AX
 	MOVQ   k_base+24(FP), CX
 	MOVQ   q_len+8(FP), DX
@@ -3030,6 +3035,7 @@ l2AVX2_l2reduce_1:
 // func scaleAVX2(dst []float32, src []float32, s float32)
 // Requires: AVX
 TEXT ·scaleAVX2(SB), NOSPLIT, $0-52
+	PCALIGN $64 // the routine 64-byte aligned: its loops' alignment is the same in every build
 	MOVQ         dst_base+0(FP), AX
 	MOVQ         src_base+24(FP), CX
 	MOVQ         src_len+32(FP), DX
@@ -3080,6 +3086,7 @@ scaleAVX2_scaledone_1:
 // func stateKVf32AVX512(a stateArgs)
 // Requires: AVX, AVX512F, CMOV, MMX+
 TEXT ·stateKVf32AVX512(SB), NOSPLIT, $504-184
+	PCALIGN $64 // the routine 64-byte aligned: its loops' alignment is the same in every build
 	CMPQ  a_dst1+136(FP), $0x00
 	JE    stateKVf32AVX512_tokens_1
 	MOVQ  a_src+32(FP), AX
@@ -6432,6 +6439,7 @@ stateKVf32AVX512_done_2:
 // func stateKVbf16AVX512(a stateArgs)
 // Requires: AVX, AVX512BW, AVX512F, CMOV, MMX+
 TEXT ·stateKVbf16AVX512(SB), NOSPLIT, $216-184
+	PCALIGN $64 // the routine 64-byte aligned: its loops' alignment is the same in every build
 	MOVQ  a_K+0(FP), AX
 	MOVQ  a_V+8(FP), CX
 	MOVQ  a_T+16(FP), DX
@@ -8414,6 +8422,7 @@ stateKVbf16AVX512_done_1:
 // func widenAVX512(dst []float32, src []uint16)
 // Requires: AVX, AVX512F
 TEXT ·widenAVX512(SB), NOSPLIT, $0-48
+	PCALIGN $64 // the routine 64-byte aligned: its loops' alignment is the same in every build
 	MOVQ dst_base+0(FP), AX
 	MOVQ src_base+24(FP), CX
 	MOVQ dst_len+8(FP), DX
@@ -8445,6 +8454,7 @@ widenAVX512_done:
 // func stateKVf32AVX2(a stateArgs)
 // Requires: AVX, AVX2, CMOV, FMA3, MMX+
 TEXT ·stateKVf32AVX2(SB), NOSPLIT, $528-184
+	PCALIGN $64 // the routine 64-byte aligned: its loops' alignment is the same in every build
 	CMPQ  a_dst1+136(FP), $0x00
 	JE    stateKVf32AVX2_tokens_1
 	MOVQ  a_src+32(FP), AX
@@ -11966,6 +11976,7 @@ stateKVf32AVX2_done_2:
 // func stateKVbf16AVX2(a stateArgs)
 // Requires: AVX, AVX2, CMOV, FMA3, MMX+
 TEXT ·stateKVbf16AVX2(SB), NOSPLIT, $480-184
+	PCALIGN $64 // the routine 64-byte aligned: its loops' alignment is the same in every build
 	MOVQ  a_K+0(FP), AX
 	MOVQ  a_V+8(FP), CX
 	MOVQ  a_T+16(FP), DX
@@ -14168,6 +14179,7 @@ stateKVbf16AVX2_done_1:
 // func widenAVX2(dst []float32, src []uint16)
 // Requires: AVX, AVX2
 TEXT ·widenAVX2(SB), NOSPLIT, $0-48
+	PCALIGN $64 // the routine 64-byte aligned: its loops' alignment is the same in every build
 	MOVQ dst_base+0(FP), AX
 	MOVQ src_base+24(FP), CX
 	MOVQ dst_len+8(FP), DX
@@ -14212,6 +14224,7 @@ widenAVX2_done:
 // func stateVKf32AVX512(a stateArgs)
 // Requires: AVX, AVX512F, AVX512VL, CMOV, FMA3, MMX+
 TEXT ·stateVKf32AVX512(SB), NOSPLIT, $72-184
+	PCALIGN $64 // the routine 64-byte aligned: its loops' alignment is the same in every build
 	MOVQ  a_K+0(FP), CX
 	MOVQ  a_V+8(FP), AX
 	MOVQ  a_T+16(FP), DX
@@ -18902,6 +18915,7 @@ stateVKf32AVX512_done_1:
 // func stateVKbf16AVX512(a stateArgs)
 // Requires: AVX, AVX512BW, AVX512F, AVX512VL, CMOV, FMA3, MMX+
 TEXT ·stateVKbf16AVX512(SB), NOSPLIT, $72-184
+	PCALIGN $64 // the routine 64-byte aligned: its loops' alignment is the same in every build
 	MOVQ  a_K+0(FP), AX
 	MOVQ  a_V+8(FP), CX
 	MOVQ  a_T+16(FP), DX
@@ -23772,6 +23786,7 @@ stateVKbf16AVX512_done_1:
 // func stateVKf32AVX2(a stateArgs)
 // Requires: AVX, AVX2, FMA3, MMX+
 TEXT ·stateVKf32AVX2(SB), NOSPLIT, $320-184
+	PCALIGN $64 // the routine 64-byte aligned: its loops' alignment is the same in every build
 	MOVQ    a_K+0(FP), CX
 	MOVQ    a_V+8(FP), AX
 	MOVQ    a_T+16(FP), DX
@@ -26895,6 +26910,7 @@ stateVKf32AVX2_done_1:
 // func stateVKbf16AVX2(a stateArgs)
 // Requires: AVX, AVX2, FMA3, MMX+
 TEXT ·stateVKbf16AVX2(SB), NOSPLIT, $328-184
+	PCALIGN $64 // the routine 64-byte aligned: its loops' alignment is the same in every build
 	MOVQ    a_K+0(FP), AX
 	MOVQ    a_V+8(FP), CX
 	MOVQ    a_T+16(FP), DX
@@ -31665,6 +31681,7 @@ stateVKbf16AVX2_done_1:
 // func gatesAVX512(beta []float32, em1 []float32, eg []float32, b []float32, a []float32, dtb []float32, rate []float64, lb float64)
 // Requires: AVX, AVX512F, AVX512VL
 TEXT ·gatesAVX512(SB), NOSPLIT, $0-176
+	PCALIGN $64 // the routine 64-byte aligned: its loops' alignment is the same in every build
 	MOVQ         b_base+72(FP), AX
 	MOVQ         a_base+96(FP), CX
 	MOVQ         dtb_base+120(FP), DX
@@ -32128,6 +32145,7 @@ gatesAVX512_done_1:
 // func chansAVX512(kx []float32, qx []float32, pairs []float32, em1 []float32, eg []float32, kh []float32, qh []float32)
 // Requires: AVX, AVX512F
 TEXT ·chansAVX512(SB), NOSPLIT, $0-168
+	PCALIGN $64 // the routine 64-byte aligned: its loops' alignment is the same in every build
 	MOVQ         kx_base+0(FP), AX
 	MOVQ         qx_base+24(FP), CX
 	MOVQ         pairs_base+48(FP), DX
@@ -32183,6 +32201,7 @@ chansAVX512_done_1:
 // func convAVX512(u []float32, us int, x [][]float32, w []float32, ws int, bias []float32, W int, T int)
 // Requires: AVX, AVX512F
 TEXT ·convAVX512(SB), NOSPLIT, $0-128
+	PCALIGN $64 // the routine 64-byte aligned: its loops' alignment is the same in every build
 	MOVQ bias_len+96(FP), AX
 	MOVQ AX, CX
 	ANDQ $-16, CX
@@ -32452,6 +32471,7 @@ convAVX512_rowdone_1:
 // func gatesAVX2(beta []float32, em1 []float32, eg []float32, b []float32, a []float32, dtb []float32, rate []float64, lb float64)
 // Requires: AVX, AVX2, FMA3
 TEXT ·gatesAVX2(SB), NOSPLIT, $0-176
+	PCALIGN $64 // the routine 64-byte aligned: its loops' alignment is the same in every build
 	MOVQ         b_base+72(FP), AX
 	MOVQ         a_base+96(FP), CX
 	MOVQ         dtb_base+120(FP), DX
@@ -32923,6 +32943,7 @@ gatesAVX2_done_1:
 // func chansAVX2(kx []float32, qx []float32, pairs []float32, em1 []float32, eg []float32, kh []float32, qh []float32)
 // Requires: AVX
 TEXT ·chansAVX2(SB), NOSPLIT, $0-168
+	PCALIGN $64 // the routine 64-byte aligned: its loops' alignment is the same in every build
 	MOVQ         kx_base+0(FP), AX
 	MOVQ         qx_base+24(FP), CX
 	MOVQ         pairs_base+48(FP), DX
@@ -32975,6 +32996,7 @@ chansAVX2_done_1:
 // func convAVX2(u []float32, us int, x [][]float32, w []float32, ws int, bias []float32, W int, T int)
 // Requires: AVX, AVX2
 TEXT ·convAVX2(SB), NOSPLIT, $0-128
+	PCALIGN $64 // the routine 64-byte aligned: its loops' alignment is the same in every build
 	MOVQ bias_len+96(FP), AX
 	ANDQ $-8, AX
 	SHLQ $0x02, AX
@@ -33233,6 +33255,7 @@ convAVX2_groupdone_2:
 // func fmaLoopAVX512(n int)
 // Requires: AVX, AVX512F
 TEXT ·fmaLoopAVX512(SB), NOSPLIT, $0-8
+	PCALIGN $64 // the routine 64-byte aligned: its loops' alignment is the same in every build
 	MOVQ         n+0(FP), AX
 	VBROADCASTSS zero<>+0(SB), Z0
 	VBROADCASTSS zero<>+0(SB), Z1
@@ -33286,6 +33309,7 @@ fmaLoopAVX512_fmadone_1:
 // func fmaLoopAVX2(n int)
 // Requires: AVX, FMA3
 TEXT ·fmaLoopAVX2(SB), NOSPLIT, $0-8
+	PCALIGN $64 // the routine 64-byte aligned: its loops' alignment is the same in every build
 	MOVQ         n+0(FP), AX
 	VXORPS       Y0, Y0, Y0
 	VXORPS       Y1, Y1, Y1

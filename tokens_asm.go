@@ -65,7 +65,7 @@ func asmCell(r *routine, generic stateFunc) stateFunc {
 		if T == 0 {
 			return
 		}
-		if K < r.minK || K > r.maxK || h.ch != nil && !r.chans {
+		if r.fits(h) == planGeneric {
 			generic(h)
 			return
 		}
@@ -120,20 +120,53 @@ func asmCell(r *routine, generic stateFunc) stateFunc {
 		default:
 			a.src = unsafe.Pointer(first(h.zero16, hs))
 		}
-		if !r.bf16 && every && !r.snap.once(K, V, stores) {
-			perToken(r, a)
-		} else {
-			r.call(a)
-		}
+		r.run(r.plan(&a, every), a)
 		clear(stores)
 	}
 }
 
-// plan1 sets the fields of the T = 1 plan (dst1, tok1) for one token with an f32 store: the
-// [K][V] f32 routines then take whole rows (decode), the others ignore them.
-func (a *stateArgs) plan1(bf16 bool) {
-	if !bf16 && a.T == 1 && a.stores != nil && *a.stores != nil {
+// headPlan is how a head call runs on a routine: chosen in one place, fits then plan (the driver
+// chooses only between its single-token path, driver.token, for the [K][V] f32 format's decode,
+// and a head call).
+type headPlan uint8
+
+const (
+	planGeneric  headPlan = iota // the portable routine of the format: K outside the routine's range, or a per-channel gate it does not take
+	planTokens                   // one call of T tokens
+	planOne                      // one token with an f32 store: the [K][V] f32 routines' whole-row plan (dst1, tok1; the others ignore them)
+	planPerToken                 // T calls of planOne: a store at every token, f32, where the routine has no non-temporal snapshot stores (perToken)
+)
+
+// fits is planGeneric if h cannot run on r, else planTokens.
+func (r *routine) fits(h *headCall) headPlan {
+	if h.K < r.minK || h.K > r.maxK || h.ch != nil && !r.chans {
+		return planGeneric
+	}
+	return planTokens
+}
+
+// plan is the plan of a head call that fits r, given its arguments (a.stores set; every: a store
+// at every token, T > 1).
+func (r *routine) plan(a *stateArgs, every bool) headPlan {
+	switch {
+	case !r.bf16 && every && !r.snap.once(a.K, a.V, unsafe.Slice(a.stores, a.T)):
+		return planPerToken
+	case !r.bf16 && a.T == 1 && *a.stores != nil:
+		return planOne
+	}
+	return planTokens
+}
+
+// run runs a head call's arguments a on r by plan p (not planGeneric).
+func (r *routine) run(p headPlan, a stateArgs) {
+	switch p {
+	case planPerToken:
+		perToken(r, a)
+	case planOne:
 		a.dst1, a.tok1 = *a.stores, *(*[4]float32)(unsafe.Pointer(a.tok))
+		r.call(a)
+	default:
+		r.call(a)
 	}
 }
 
@@ -143,7 +176,6 @@ func (r *routine) call(a stateArgs) {
 	if r.cvt != nil {
 		a.cvt = *r.cvt
 	}
-	a.plan1(r.bf16)
 	r.fn(a)
 	if r.oddRow && a.V%2 == 1 {
 		vkOddRow(&a, r.bf16)
@@ -176,7 +208,7 @@ func perToken(r *routine, a stateArgs) {
 		if τ == T-1 {
 			one.nx, one.nxn = a.nx, a.nxn
 		}
-		r.call(one)
+		r.run(r.plan(&one, false), one)
 		one.src = stores[τ]
 	}
 }

@@ -217,3 +217,26 @@ func TestWorkSpace(t *testing.T) {
 		t.Errorf("the [V][K] pairs take %d bytes, the work space has %d", n, room)
 	}
 }
+
+// TestRoutinesAligned: every routine of gdn_amd64.s starts with PCALIGN $64, so that the linker
+// places it at a 64-byte boundary and its loops sit at the same alignment whatever Go code is
+// linked before it.
+func TestRoutinesAligned(t *testing.T) {
+	b, err := os.ReadFile("../gdn_amd64.s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(b), "\n")
+	n := 0
+	for i, l := range lines {
+		if strings.HasPrefix(l, "TEXT ") {
+			n++
+			if i+1 >= len(lines) || !strings.HasPrefix(lines[i+1], "\tPCALIGN $64") {
+				t.Errorf("%s: not followed by PCALIGN $64", l)
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("no TEXT line")
+	}
+}
