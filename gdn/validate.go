@@ -360,34 +360,39 @@ func checkRows(f rowsField, T int) (gdnsimd.Rows, int, error) {
 // returns the number of slots.
 func (l *Layer) checkPool(name string, p *Pool, out *gdnsimd.Pool) (int, error) {
 	c := &l.c
-	if (p.F32 == nil) == (p.BF16 == nil) {
-		return 0, fmt.Errorf("%w: %s: exactly one of F32 and BF16 must be set (F32 has %d elements, BF16 %d)", ErrShape, name, len(p.F32), len(p.BF16))
-	}
-	if (p.BF16 != nil) != (c.StateDType == DTypeBF16) {
+	if (p.F32 == nil) != (p.BF16 == nil) && (p.BF16 != nil) != (c.StateDType == DTypeBF16) {
 		have := "F32"
 		if p.BF16 != nil {
 			have = "BF16"
 		}
 		return 0, fmt.Errorf("%w: %s.%s is set, but the Layer stores its state as %v (Config.StateDType)", ErrShape, name, have, c.StateDType)
 	}
-	slot := c.VHeads * c.K * c.V
+	return slotsOf(name, p, c.VHeads*c.K*c.V, "VHeads·K·V", out)
+}
+
+// slotsOf checks a pool of slots of size elements (named so in the errors): one storage set, a
+// SlotStride of at least size, room for a slot; it sets the kernel's view and returns the number
+// of slots.
+func slotsOf(name string, p *Pool, size int, sizeName string, out *gdnsimd.Pool) (int, error) {
+	if (p.F32 == nil) == (p.BF16 == nil) {
+		return 0, fmt.Errorf("%w: %s: exactly one of F32 and BF16 must be set (F32 has %d elements, BF16 %d)", ErrShape, name, len(p.F32), len(p.BF16))
+	}
 	stride := p.SlotStride
 	if stride == 0 {
-		stride = slot
+		stride = size
 	}
-	if stride < slot {
-		return 0, fmt.Errorf("%w: %s.SlotStride = %d, want 0 or at least VHeads·K·V = %d", ErrShape, name, p.SlotStride, slot)
+	if stride < size {
+		return 0, fmt.Errorf("%w: %s.SlotStride = %d, want 0 or at least %s = %d", ErrShape, name, p.SlotStride, sizeName, size)
 	}
 	n := len(p.F32) + len(p.BF16)
-	if n < slot {
-		return 0, fmt.Errorf("%w: %s has %d elements: it holds no slot of VHeads·K·V = %d", ErrShape, name, n, slot)
+	if n < size {
+		return 0, fmt.Errorf("%w: %s has %d elements: it holds no slot of %s = %d", ErrShape, name, n, sizeName, size)
 	}
-	slots := (n-slot)/stride + 1
 	*out = gdnsimd.Pool{F32: p.F32, SlotStride: stride}
 	if p.BF16 != nil {
 		out.BF16 = unsafe.Slice((*uint16)(unsafe.SliceData(p.BF16)), len(p.BF16))
 	}
-	return slots, nil
+	return (n-size)/stride + 1, nil
 }
 
 // poolSpan is the span of p's storage.
@@ -405,7 +410,7 @@ func poolSpan(name string, p *Pool) span {
 func (l *Layer) checkConvPools(b *Batch, kb *gdnsimd.Batch, p pools) (pools, error) {
 	c := &l.c
 	size := (c.ConvWidth - 1) * (2*c.KHeads*c.K + c.VHeads*c.V)
-	n, err := convPool("Batch.ConvState", &b.ConvState, size, &kb.ConvState)
+	n, err := slotsOf("Batch.ConvState", &b.ConvState, size, "(ConvWidth−1)·C", &kb.ConvState)
 	if err != nil {
 		return pools{}, err
 	}
@@ -425,7 +430,7 @@ func (l *Layer) checkConvPools(b *Batch, kb *gdnsimd.Batch, p pools) (pools, err
 		p.store = p.store.fewer(n, "Batch.ConvStoreTo")
 		return p, nil
 	}
-	m, err := convPool("Batch.ConvStoreTo", b.ConvStoreTo, size, &kb.ConvStoreTo)
+	m, err := slotsOf("Batch.ConvStoreTo", b.ConvStoreTo, size, "(ConvWidth−1)·C", &kb.ConvStoreTo)
 	p.store = p.store.fewer(m, "Batch.ConvStoreTo")
 	return p, err
 }
@@ -435,30 +440,6 @@ func setOrNil(set bool) string {
 		return "set"
 	}
 	return "nil"
-}
-
-// convPool checks a conv pool of slots of size elements, sets the kernel's view and returns the
-// number of slots.
-func convPool(name string, p *Pool, size int, out *gdnsimd.Pool) (int, error) {
-	if (p.F32 == nil) == (p.BF16 == nil) {
-		return 0, fmt.Errorf("%w: %s: exactly one of F32 and BF16 must be set (F32 has %d elements, BF16 %d)", ErrShape, name, len(p.F32), len(p.BF16))
-	}
-	stride := p.SlotStride
-	if stride == 0 {
-		stride = size
-	}
-	if stride < size {
-		return 0, fmt.Errorf("%w: %s.SlotStride = %d, want 0 or at least (ConvWidth−1)·C = %d", ErrShape, name, p.SlotStride, size)
-	}
-	n := len(p.F32) + len(p.BF16)
-	if n < size {
-		return 0, fmt.Errorf("%w: %s has %d elements: it holds no slot of (ConvWidth−1)·C = %d", ErrShape, name, n, size)
-	}
-	*out = gdnsimd.Pool{F32: p.F32, SlotStride: stride}
-	if p.BF16 != nil {
-		out.BF16 = unsafe.Slice((*uint16)(unsafe.SliceData(p.BF16)), len(p.BF16))
-	}
-	return (n-size)/stride + 1, nil
 }
 
 // sameSlice reports whether two pools are the very same slice.
