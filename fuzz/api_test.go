@@ -364,6 +364,14 @@ func apiStep(t *testing.T, r *reader, rng *rand.Rand, l *gdn.Layer, c gdn.Config
 		}
 	}
 
+	for j := range 6 { // Run's rule: a pool (Input.State) overlaps no input
+		lo1, hi1 := slots[6].span()
+		lo2, hi2 := slots[j].span()
+		if lo1 < hi2 && lo2 < hi1 {
+			expect = append(expect, gdn.ErrOverlap)
+		}
+	}
+
 	before := f32bits(arena)
 	err := l.Step(in, o)
 	after := f32bits(arena)

@@ -205,7 +205,8 @@
 // ErrOverlap, ErrSlot, ErrUnsupported; use errors.Is) and names the offending field, its index or length and the
 // expected value. When Run or Step returns an error it has written nothing. Output.State may be
 // the very same slice as Input.State (in place); any other overlap between an output and an input
-// or another output is an error. A Layer is immutable after New and safe for concurrent calls
+// or another output is an error, and so is a state (Input.State, a pool) overlapping an input:
+// Step's call is checked as the Batch it is, by Run's rules. A Layer is immutable after New and safe for concurrent calls
 // (Run, Step) on different data.
 //
 // A call allocates nothing once the Layer has run as many calls at once as it ever will (with
