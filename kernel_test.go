@@ -294,7 +294,7 @@ func TestRunDenseChecksLengths(t *testing.T) {
 			{"V < 0", func(b *Batch) { b.V = -1 }, 0, rHeads},
 			{"VHeads % KHeads != 0", func(b *Batch) { b.KHeads, b.VHeads = 2, 3 }, 0, rHeads},
 			{"K·V overflows", func(b *Batch) { b.K, b.V = math.MaxInt/2, 3 }, 0, rHeads},
-			{"VHeads·K·V overflows", func(b *Batch) { b.K, b.V, b.VHeads = 1<<16, 1<<16, 1<<32 }, 0, rHeads},
+			{"VHeads·K·V overflows", func(b *Batch) { b.K, b.V, b.VHeads = 1<<8, 1<<8, math.MaxInt/(1<<16)+1 }, 0, rHeads},
 		} {
 			c := newRunCall(t, "", 0)
 			if tc.mod != nil {
