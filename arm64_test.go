@@ -169,10 +169,10 @@ func TestTokensDecayFormsNEON(t *testing.T) {
 				c.storeAt[τ] = true
 			}
 			what := fmt.Sprintf("neon/%v/K=%d,V=%d", f, sh[0], sh[1])
-			got := runTokens(t, tk, l, f.BF16, false, c, what)
-			want := runTokens(t, ref, l, f.BF16, false, c, what+" (generic)")
+			got := runTokens(t, tk, l, f.Storage != StorageF32, false, c, what)
+			want := runTokens(t, ref, l, f.Storage != StorageF32, false, c, what+" (generic)")
 			tol := 1e-5
-			if f.BF16 {
+			if f.Storage != StorageF32 {
 				tol = 1e-2 // a bf16 step, against a wrong form's 0.2 and more
 			}
 			near(t, what+" o", got.o, want.o, tol)

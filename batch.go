@@ -33,10 +33,11 @@ type Batch struct {
 	GQATiled             bool      // v-head h reads k-head h % KHeads (else h / (VHeads/KHeads))
 
 	// The gate (SPEC Part C): PerChannel is a decay per key channel, from Gate rows of width
-	// VHeads·K and DtBias [VHeads][K] (else the head's scalar gate of Part A); LowerBound < 0 is
-	// its bounded form lb·sigmoid(rate·(a + dt_bias)) (0: the softplus form); Sigmoid makes the
-	// output gate sigmoid(z) instead of silu(z).
+	// VHeads·K and DtBias [VHeads][K] (else the head's scalar gate of Part A); GateForm is its
+	// form, LowerBound the bounded form's lb (finite, < 0; 0 with the softplus form); Sigmoid
+	// makes the output gate sigmoid(z) instead of silu(z).
 	PerChannel bool
+	GateForm   GateForm
 	LowerBound float32
 	Sigmoid    bool
 
@@ -117,6 +118,9 @@ func (b *Batch) check() {
 	if b.SsmA != nil {
 		rates = len(b.SsmA)
 	}
+	if b.GateForm >= gateForms {
+		bad("GateForm = %d: unknown form", b.GateForm)
+	}
 	if rates < b.VHeads || len(b.DtBias) < gw || len(b.NormWeight) < b.V {
 		bad("ALog (or SsmA), DtBias, NormWeight have %d, %d, %d elements, want %d, %d, %d",
 			rates, len(b.DtBias), len(b.NormWeight), b.VHeads, gw, b.V)
@@ -192,12 +196,12 @@ func (b *Batch) checkOutputs(T int) {
 		p        Pool
 		optional bool
 	}{{"State", b.State, false}, {"StoreTo", b.StoreTo, true}} {
-		set := p.p.F32 != nil || p.p.BF16 != nil
-		if p.p.F32 != nil && p.p.BF16 != nil || !set && !p.optional || set && p.p.SlotStride < slot {
-			bad("%s: F32 set: %v, BF16 set: %v, SlotStride %d: want one of F32 and BF16 and SlotStride ≥ VHeads·K·V = %d",
-				p.name, p.p.F32 != nil, p.p.BF16 != nil, p.p.SlotStride, slot)
+		set, st := p.p.fields()
+		if set > 1 || set == 0 && !p.optional || set == 1 && p.p.SlotStride < slot {
+			bad("%s: %d storage fields set, SlotStride %d: want one and SlotStride ≥ VHeads·K·V = %d",
+				p.name, set, p.p.SlotStride, slot)
 		}
-		if set && (p.p.BF16 != nil) != b.Format.BF16 {
+		if set == 1 && st != b.Format.Storage {
 			bad("%s: the storage type is not the Format's (%v)", p.name, b.Format)
 		}
 	}

@@ -18,27 +18,27 @@ const avx2ConvLanes = 8
 // fmaChains is the number of independent FMA chains of fmaLoopAVX512 and fmaLoopAVX2.
 const fmaChains = 12
 
-// avx512Routines are avx512Impl's state routines, [bf16][layout], with their limits.
-var avx512Routines = [2][2]*routine{
-	{ // f32
-		{fn: stateKVf32AVX512, bf16: false, minK: 0, maxK: 512, oddRow: false, work: true, chans: true, snap: &snapRule{kMod: 0, kMax: 0, vMod: 16, vMin: 0, align: 64}},     // [K][V]
-		{fn: stateVKf32AVX512, bf16: false, minK: 0, maxK: 256, oddRow: false, work: true, chans: false, snap: &snapRule{kMod: 16, kMax: 128, vMod: 0, vMin: 16, align: 64}}, // [V][K]
+// avx512Routines are avx512Impl's state routines, [storage][layout], with their limits.
+var avx512Routines = [storages][2]*routine{
+	StorageF32: {
+		{fn: stateKVf32AVX512, st: StorageF32, minK: 0, maxK: 512, oddRow: false, work: true, chans: true, snap: &snapRule{kMod: 0, kMax: 0, vMod: 16, vMin: 0, align: 64}},     // [K][V]
+		{fn: stateVKf32AVX512, st: StorageF32, minK: 0, maxK: 256, oddRow: false, work: true, chans: false, snap: &snapRule{kMod: 16, kMax: 128, vMod: 0, vMin: 16, align: 64}}, // [V][K]
 	},
-	{ // bf16
-		{fn: stateKVbf16AVX512, bf16: true, minK: 0, maxK: 512, oddRow: false, work: true, chans: true, cvt: &avx512BF16},  // [K][V]
-		{fn: stateVKbf16AVX512, bf16: true, minK: 0, maxK: 256, oddRow: false, work: true, chans: false, cvt: &avx512BF16}, // [V][K]
+	StorageBF16: {
+		{fn: stateKVbf16AVX512, st: StorageBF16, minK: 0, maxK: 512, oddRow: false, work: true, chans: true, cvt: &avx512BF16},  // [K][V]
+		{fn: stateVKbf16AVX512, st: StorageBF16, minK: 0, maxK: 256, oddRow: false, work: true, chans: false, cvt: &avx512BF16}, // [V][K]
 	},
 }
 
-// avx2Routines are avx2Impl's state routines, [bf16][layout], with their limits.
-var avx2Routines = [2][2]*routine{
-	{ // f32
-		{fn: stateKVf32AVX2, bf16: false, minK: 0, maxK: 1024, oddRow: false, work: true, chans: true, snap: &snapRule{kMod: 0, kMax: 0, vMod: 16, vMin: 0, align: 32}}, // [K][V]
-		{fn: stateVKf32AVX2, bf16: false, minK: 8, maxK: 128, oddRow: true, work: true, chans: false, snap: &snapRule{kMod: 8, kMax: 128, vMod: 0, vMin: 0, align: 32}}, // [V][K]
+// avx2Routines are avx2Impl's state routines, [storage][layout], with their limits.
+var avx2Routines = [storages][2]*routine{
+	StorageF32: {
+		{fn: stateKVf32AVX2, st: StorageF32, minK: 0, maxK: 1024, oddRow: false, work: true, chans: true, snap: &snapRule{kMod: 0, kMax: 0, vMod: 16, vMin: 0, align: 32}}, // [K][V]
+		{fn: stateVKf32AVX2, st: StorageF32, minK: 8, maxK: 128, oddRow: true, work: true, chans: false, snap: &snapRule{kMod: 8, kMax: 128, vMod: 0, vMin: 0, align: 32}}, // [V][K]
 	},
-	{ // bf16
-		{fn: stateKVbf16AVX2, bf16: true, minK: 0, maxK: 1024, oddRow: false, work: true, chans: true}, // [K][V]
-		{fn: stateVKbf16AVX2, bf16: true, minK: 8, maxK: 128, oddRow: true, work: true, chans: false},  // [V][K]
+	StorageBF16: {
+		{fn: stateKVbf16AVX2, st: StorageBF16, minK: 0, maxK: 1024, oddRow: false, work: true, chans: true}, // [K][V]
+		{fn: stateVKbf16AVX2, st: StorageBF16, minK: 8, maxK: 128, oddRow: true, work: true, chans: false},  // [V][K]
 	},
 }
 
@@ -275,7 +275,7 @@ func stateVKbf16AVX2(a stateArgs)
 // holds at least len(a) elements, or b is empty (not checked: see gatesChecked).
 //
 //go:noescape
-func gatesAVX512(beta, em1, eg, b, a, dtb []float32, rate []float64, lb float64)
+func gatesAVX512(beta, em1, eg, b, a, dtb []float32, rate []float64, form uint8, lb float64)
 
 // chansAVX512 is chansGeneric in AVX512 (asm/chans.go) for the whole vectors of len(em1) channels
 // (the others are not written; every slice holds at least len(em1) elements, pairs 2·len(em1): not
@@ -298,7 +298,7 @@ func convAVX512(u []float32, us int, x [][]float32, w []float32, ws int, bias []
 // holds at least len(a) elements, or b is empty (not checked: see gatesChecked).
 //
 //go:noescape
-func gatesAVX2(beta, em1, eg, b, a, dtb []float32, rate []float64, lb float64)
+func gatesAVX2(beta, em1, eg, b, a, dtb []float32, rate []float64, form uint8, lb float64)
 
 // chansAVX2 is chansGeneric in AVX2 (asm/chans.go) for the whole vectors of len(em1) channels
 // (the others are not written; every slice holds at least len(em1) elements, pairs 2·len(em1): not

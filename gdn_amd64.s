@@ -31678,9 +31678,9 @@ stateVKbf16AVX2_done_1:
 	VZEROUPPER
 	RET
 
-// func gatesAVX512(beta []float32, em1 []float32, eg []float32, b []float32, a []float32, dtb []float32, rate []float64, lb float64)
+// func gatesAVX512(beta []float32, em1 []float32, eg []float32, b []float32, a []float32, dtb []float32, rate []float64, form uint8, lb float64)
 // Requires: AVX, AVX512F, AVX512VL
-TEXT ·gatesAVX512(SB), NOSPLIT, $0-176
+TEXT ·gatesAVX512(SB), NOSPLIT, $0-184
 	PCALIGN $64 // the routine 64-byte aligned: its loops' alignment is the same in every build
 	MOVQ         b_base+72(FP), AX
 	MOVQ         a_base+96(FP), CX
@@ -31744,10 +31744,8 @@ gatesAVX512_nobeta_1:
 	VCVTPS2PD         (DX)(R10*1), Z4
 	VADDPD            Z4, Z3, Z3
 	VMOVUPD           (BX)(R10*2), Z4
-	VMOVSD            lb+168(FP), X5
-	VMOVSD            g64zero<>+0(SB), X6
-	VUCOMISD          X5, X6
-	JLS               gatesAVX512_softplus_1
+	CMPB              form+168(FP), $0x01
+	JNE               gatesAVX512_softplus_1
 	VMULPD            Z3, Z4, Z3
 	VPXORQ.BCST       g64sign<>+0(SB), Z3, Z3
 	VMAXPD            Z3, Z0, Z3
@@ -31783,7 +31781,7 @@ gatesAVX512_nobeta_1:
 	VMULPD            Z3, Z5, Z5
 	VMULPD            Z6, Z5, Z3
 	VADDPD            Z2, Z3, Z3
-	VBROADCASTSD      lb+168(FP), Z4
+	VBROADCASTSD      lb+176(FP), Z4
 	VDIVPD            Z3, Z4, Z3
 	JMP               gatesAVX512_logdecay_1
 
@@ -31968,10 +31966,8 @@ gatesAVX512_nobeta_2:
 	VCVTPS2PD.Z       (DX)(R10*1), K1, Z4
 	VADDPD            Z4, Z3, Z3
 	VMOVUPD.Z         (BX)(R10*2), K1, Z4
-	VMOVSD            lb+168(FP), X5
-	VMOVSD            g64zero<>+0(SB), X6
-	VUCOMISD          X5, X6
-	JLS               gatesAVX512_softplus_2
+	CMPB              form+168(FP), $0x01
+	JNE               gatesAVX512_softplus_2
 	VMULPD            Z3, Z4, Z3
 	VPXORQ.BCST       g64sign<>+0(SB), Z3, Z3
 	VMAXPD            Z3, Z0, Z3
@@ -32007,7 +32003,7 @@ gatesAVX512_nobeta_2:
 	VMULPD            Z3, Z5, Z5
 	VMULPD            Z6, Z5, Z3
 	VADDPD            Z2, Z3, Z3
-	VBROADCASTSD      lb+168(FP), Z4
+	VBROADCASTSD      lb+176(FP), Z4
 	VDIVPD            Z3, Z4, Z3
 	JMP               gatesAVX512_logdecay_2
 
@@ -32468,9 +32464,9 @@ convAVX512_rowdone_1:
 	VZEROUPPER
 	RET
 
-// func gatesAVX2(beta []float32, em1 []float32, eg []float32, b []float32, a []float32, dtb []float32, rate []float64, lb float64)
+// func gatesAVX2(beta []float32, em1 []float32, eg []float32, b []float32, a []float32, dtb []float32, rate []float64, form uint8, lb float64)
 // Requires: AVX, AVX2, FMA3
-TEXT ·gatesAVX2(SB), NOSPLIT, $0-176
+TEXT ·gatesAVX2(SB), NOSPLIT, $0-184
 	PCALIGN $64 // the routine 64-byte aligned: its loops' alignment is the same in every build
 	MOVQ         b_base+72(FP), AX
 	MOVQ         a_base+96(FP), CX
@@ -32534,10 +32530,8 @@ gatesAVX2_nobeta_1:
 	VCVTPS2PD    (DX)(R10*1), Y5
 	VADDPD       Y5, Y3, Y3
 	VMOVUPD      (BX)(R10*2), Y5
-	VMOVSD       lb+168(FP), X4
-	VMOVSD       g64zero<>+0(SB), X6
-	VUCOMISD     X4, X6
-	JLS          gatesAVX2_softplus_1
+	CMPB         form+168(FP), $0x01
+	JNE          gatesAVX2_softplus_1
 	VMULPD       Y3, Y5, Y3
 	VXORPD       g64sign<>+0(SB), Y3, Y3
 	VMAXPD       Y3, Y0, Y3
@@ -32573,7 +32567,7 @@ gatesAVX2_nobeta_1:
 	VMULPD       Y3, Y6, Y6
 	VMULPD       Y7, Y6, Y3
 	VADDPD       Y2, Y3, Y3
-	VBROADCASTSD lb+168(FP), Y5
+	VBROADCASTSD lb+176(FP), Y5
 	VDIVPD       Y3, Y5, Y3
 	JMP          gatesAVX2_logdecay_1
 
@@ -32762,10 +32756,8 @@ gatesAVX2_nobeta_2:
 	VCVTPS2PD    X5, Y5
 	VADDPD       Y5, Y3, Y3
 	VMOVSD       (BX)(R10*2), X4
-	VMOVSD       lb+168(FP), X5
-	VMOVSD       g64zero<>+0(SB), X6
-	VUCOMISD     X5, X6
-	JLS          gatesAVX2_softplus_2
+	CMPB         form+168(FP), $0x01
+	JNE          gatesAVX2_softplus_2
 	VMULPD       Y3, Y4, Y3
 	VXORPD       g64sign<>+0(SB), Y3, Y3
 	VMAXPD       Y3, Y0, Y3
@@ -32801,7 +32793,7 @@ gatesAVX2_nobeta_2:
 	VMULPD       Y3, Y6, Y6
 	VMULPD       Y7, Y6, Y3
 	VADDPD       Y2, Y3, Y3
-	VBROADCASTSD lb+168(FP), Y5
+	VBROADCASTSD lb+176(FP), Y5
 	VDIVPD       Y3, Y5, Y3
 	JMP          gatesAVX2_logdecay_2
 

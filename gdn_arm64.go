@@ -7,15 +7,15 @@ package gdnsimd
 // neonLanes is the float32 lanes of a NEON vector: chansNEON and convNEON take whole vectors of them.
 const neonLanes = 4
 
-// neonRoutines are neonImpl's state routines, [bf16][layout], with their limits.
-var neonRoutines = [2][2]*routine{
-	{ // f32
-		{fn: stateKVf32NEON, bf16: false, minK: 0, maxK: 4096, oddRow: false, work: false, chans: false}, // [K][V]
-		{fn: stateVKf32NEON, bf16: false, minK: 0, maxK: 4096, oddRow: false, work: false, chans: false}, // [V][K]
+// neonRoutines are neonImpl's state routines, [storage][layout], with their limits.
+var neonRoutines = [storages][2]*routine{
+	StorageF32: {
+		{fn: stateKVf32NEON, st: StorageF32, minK: 0, maxK: 4096, oddRow: false, work: false, chans: false}, // [K][V]
+		{fn: stateVKf32NEON, st: StorageF32, minK: 0, maxK: 4096, oddRow: false, work: false, chans: false}, // [V][K]
 	},
-	{ // bf16
-		{fn: stateKVbf16NEON, bf16: true, minK: 0, maxK: 4096, oddRow: false, work: false, chans: false}, // [K][V]
-		{fn: stateVKbf16NEON, bf16: true, minK: 0, maxK: 4096, oddRow: false, work: false, chans: false}, // [V][K]
+	StorageBF16: {
+		{fn: stateKVbf16NEON, st: StorageBF16, minK: 0, maxK: 4096, oddRow: false, work: false, chans: false}, // [K][V]
+		{fn: stateVKbf16NEON, st: StorageBF16, minK: 0, maxK: 4096, oddRow: false, work: false, chans: false}, // [V][K]
 	},
 }
 
@@ -42,7 +42,7 @@ func gateNEON4(o, z, w []float32, r float32, out []uint16, outF []float32, sig b
 // are the same. It takes len(a) lanes and does not check the other lengths (gatesChecked does).
 //
 //go:noescape
-func gatesNEON(beta, em1, eg, b, a, dtb []float32, rate []float64, lb float64)
+func gatesNEON(beta, em1, eg, b, a, dtb []float32, rate []float64, form uint8, lb float64)
 
 // chansNEON is chansGeneric in NEON for the whole vectors (four lanes) of len(em1) channels (the
 // others are not written; every slice holds at least len(em1) elements, pairs 2·len(em1): not

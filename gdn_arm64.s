@@ -481,7 +481,7 @@ DATA ·gates64c+960(SB)/8, $0x0020000000000000
 DATA ·gates64c+968(SB)/8, $0x0020000000000000
 GLOBL ·gates64c(SB), RODATA|NOPTR, $976
 
-// func gatesNEON(beta, em1, eg, b, a, dtb []float32, rate []float64, lb float64)
+// func gatesNEON(beta, em1, eg, b, a, dtb []float32, rate []float64, form uint8, lb float64)
 //
 // gatesGeneric (gdn_generic_gates.go) for i < len(a), two lanes of float64 a vector: its operations in its
 // order, each math.FMA one FMLA or FMLS, each other product one FMUL, the divisions FDIV, min
@@ -489,7 +489,7 @@ GLOBL ·gates64c(SB), RODATA|NOPTR, $976
 // FCMGT/FCMGE masks (false for NaN) selecting with VAND and VBIF/VBIT; 2^k from t = k + magic as
 // (bits + 1023) << 52. Inputs widened with FCVTL/FCVTL2 (the rates are float64), outputs
 // narrowed with FCVTN (to nearest even, as float32() does). beta only when len(b) > 0, the
-// bounded log-decay when lb < 0: branches around whole bodies. Four lanes per iteration (two
+// log-decay of the gate form (0 softplus, 1 bounded by lb): branches around whole bodies. Four lanes per iteration (two
 // vectors, their instructions interleaved), then two (one vector), then a last odd lane through
 // the same one-vector body in lane 0 (scalar loads: the other lane is 0; only lane 0 is stored).
 //
@@ -499,8 +499,8 @@ GLOBL ·gates64c(SB), RODATA|NOPTR, $976
 // Horner step's accumulator, off the dependency chain).
 //
 // Registers: R0 beta, R1 em1, R2 eg, R3 b, R4 a, R5 rate, R6 dtb, R7 lanes left, R8 1 in the odd
-// lane, R10 len(b), R11 1 if lb < 0, R12 lb's address; V0–V8 one vector's lanes, V9–V17 the other's.
-TEXT ·gatesNEON(SB), NOSPLIT, $0-176
+// lane, R10 len(b), R11 1 for the bounded form, R12 lb's address; V0–V8 one vector's lanes, V9–V17 the other's.
+TEXT ·gatesNEON(SB), NOSPLIT, $0-184
 	MOVD  beta_base+0(FP), R0
 	MOVD  em1_base+24(FP), R1
 	MOVD  eg_base+48(FP), R2
@@ -510,10 +510,10 @@ TEXT ·gatesNEON(SB), NOSPLIT, $0-176
 	MOVD  rate_base+144(FP), R5
 	MOVD  a_len+104(FP), R7
 	MOVD  b_len+80(FP), R10
-	FMOVD lb+168(FP), F0
-	FCMPD $(0.0), F0
-	CSET  MI, R11 // lb < 0 (false for NaN)
-	MOVD  $lb+168(FP), R12
+	MOVBU form+168(FP), R11
+	CMP   $1, R11
+	CSET  EQ, R11 // the bounded form
+	MOVD  $lb+176(FP), R12
 	MOVD  $0, R8
 	MOVD  $·gates64c(SB), R9
 	FMOVQ 0(R9), F18   // zero

@@ -43,9 +43,9 @@ type impl struct {
 	widen func(dst []float32, src []uint16)
 
 	// gates sets em1[i], eg[i] (and beta[i] unless b is empty) of the lane a[i], dtb[i],
-	// rate[i] for i < len(a), lb < 0 the bounded form (gatesGeneric; the other slices hold at
-	// least len(a) elements).
-	gates func(beta, em1, eg, b, a, dtb []float32, rate []float64, lb float64)
+	// rate[i] for i < len(a), the log-decay of the form (lb: GateBounded's bound; gatesGeneric,
+	// the other slices hold at least len(a) elements).
+	gates gatesFunc
 
 	// chans sets, for the n = len(em1) channels of a head-token of the per-channel gate, their
 	// decay forms (pairs[2i], pairs[2i+1] = chanForm(em1[i], eg[i])) and k̂, q̂ decayed by them
@@ -61,7 +61,7 @@ type impl struct {
 
 	// cells are the state routines over T tokens by format, [bf16][layout]; a nil cell is a
 	// format the kernel does not implement.
-	cells [2][2]stateFunc
+	cells [storages][2]stateFunc
 
 	// prefetches reports that the routines over T tokens issue the prefetch list (headCall.pf).
 	prefetches bool
@@ -70,7 +70,7 @@ type impl struct {
 var genericImpl = impl{
 	name: "generic", state: stateGeneric, gate: gateGeneric, l2: l2Generic, scale: scale, widen: widenGeneric, gates: gatesGeneric,
 	chans: chansGeneric, conv: convGeneric,
-	cells: [2][2]stateFunc{{kvTokens, vkTokens}, {kvTokens, vkTokens}},
+	cells: [storages][2]stateFunc{StorageF32: {kvTokens, vkTokens}, StorageBF16: {kvTokens, vkTokens}},
 }
 
 // l2Eps is the epsilon added under the root of the q/k l2 norms (fixed by the models).
@@ -234,7 +234,7 @@ func BF16RNE(f float32) uint16 {
 // gate or a (token, value head, key channel) of the per-channel gate:
 //
 //	beta = sigmoid(b) = 1/(1 + exp(−b))
-//	g    = −rate·softplus(a + dt_bias), or lb·sigmoid(rate·(a + dt_bias)) (lb < 0)
+//	g    = −rate·softplus(a + dt_bias) (GateSoftplus), or lb·sigmoid(rate·(a + dt_bias)) (GateBounded)
 //	em1  = expm1(g), eg = exp(g)
 //
 // with the head's rate = exp(A_log) (rate64) or −ssm_a.
@@ -391,33 +391,27 @@ func dot2(r, a, b []float32) (float32, float32) {
 	return sa, sb
 }
 
-// loadState sets dst to the len(dst) elements of r from off: f32 as is, bf16 widened exactly,
-// zeros when r is none.
+// loadState sets dst to the len(dst) elements of r from off: f32 as is, a narrow storage's bits
+// widened exactly, zeros when r is none.
 func loadState(dst []float32, r stateRef, off int) {
 	switch {
 	case r.f32 != nil:
 		copy(dst, r.f32[off:off+len(dst)])
-	case r.bf16 != nil:
-		src := r.bf16[off : off+len(dst)]
-		for i, b := range src {
-			dst[i] = math.Float32frombits(uint32(b) << 16)
-		}
+	case r.bits != nil:
+		r.st.widen(dst, r.bits[off:off+len(dst)])
 	default:
 		clear(dst)
 	}
 }
 
-// storeState writes src to r from off: to its f32 storage as is and to its bf16 storage rounded to
-// nearest even (BF16RNE).
+// storeState writes src to r from off: to its f32 storage as is and to its bits rounded to their
+// storage.
 func storeState(r stateRef, off int, src []float32) {
 	if r.f32 != nil {
 		copy(r.f32[off:off+len(src)], src)
 	}
-	if r.bf16 != nil {
-		dst := r.bf16[off : off+len(src)]
-		for i, x := range src {
-			dst[i] = BF16RNE(x)
-		}
+	if r.bits != nil {
+		r.st.round(r.bits[off:off+len(src)], src)
 	}
 }
 

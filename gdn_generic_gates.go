@@ -40,11 +40,26 @@ func exp32(x float32) float32 {
 	return p * math.Float32frombits(uint32(int32(n)+127)<<23)
 }
 
+// GateForm is the form of a gate's log-decay (SPEC Parts A and C): Batch.GateForm, and the form
+// argument of the gates pieces (gatesFunc), which every kernel branches on (logDecay64; asm/gates.go
+// and asm/neon/gates.go take the values from gates64consts, tied to these by its test).
+type GateForm uint8
+
+const (
+	GateSoftplus GateForm = 0 // g = −rate·softplus(a + dt_bias): the scalar gate, and Kimi's KDA gate
+	GateBounded  GateForm = 1 // g = lb·sigmoid(rate·(a + dt_bias)), lb = Batch.LowerBound < 0 (fla's lower_bound)
+	gateForms             = 2 // the number of forms
+)
+
+// gatesFunc is the gates piece (impl.gates): gatesGeneric's contract.
+type gatesFunc func(beta, em1, eg, b, a, dtb []float32, rate []float64, form GateForm, lb float64)
+
 // gatesGeneric sets em1[i] and eg[i] to the decay of the lane a[i] (a raw gate: the token's Gate
 // entry of a head, or of a channel), dtb[i] (its dt_bias) and rate[i] (its head's rate exp(A_log),
-// or −ssm_a) for i < len(a), the log-decay logDecay64's (lb < 0: the bounded form); and, unless b
-// is empty, beta[i] = sigmoid(b[i]). Every other slice holds at least len(a) elements.
-func gatesGeneric(beta, em1, eg, b, a, dtb []float32, rate []float64, lb float64) {
+// or −ssm_a) for i < len(a), the log-decay logDecay64's of the form (lb: the bounded form's
+// bound); and, unless b is empty, beta[i] = sigmoid(b[i]). Every other slice holds at least
+// len(a) elements.
+func gatesGeneric(beta, em1, eg, b, a, dtb []float32, rate []float64, form GateForm, lb float64) {
 	n := len(a)
 	em1, eg, dtb, rate = em1[:n], eg[:n], dtb[:n], rate[:n]
 	if len(b) > 0 {
@@ -54,7 +69,7 @@ func gatesGeneric(beta, em1, eg, b, a, dtb []float32, rate []float64, lb float64
 		}
 	}
 	for i, x := range a {
-		m, e := decay64(logDecay64(x, dtb[i], rate[i], lb))
+		m, e := decay64(logDecay64(x, dtb[i], rate[i], form, lb))
 		em1[i], eg[i] = float32(m), float32(e)
 	}
 }
@@ -92,11 +107,11 @@ func decay64(g float64) (em1, eg float64) {
 func rate64(alog float32) float64 { return exp64(float64(alog)) }
 
 // logDecay64 is a lane's log-decay g (SPEC Parts A and C) from its raw gate a, its dt_bias and the
-// head's rate exp(A_log) (−ssm_a): −rate·softplus(a + dtb), or with a lower bound lb < 0 (the
-// per-channel gate's bounded form) lb·sigmoid(rate·(a + dtb)).
-func logDecay64(a, dtb float32, rate, lb float64) float64 {
+// head's rate exp(A_log) (−ssm_a): −rate·softplus(a + dtb), or in the bounded form (the
+// per-channel gate's, with its lower bound lb < 0) lb·sigmoid(rate·(a + dtb)).
+func logDecay64(a, dtb float32, rate float64, form GateForm, lb float64) float64 {
 	x := float64(a) + float64(dtb)
-	if lb < 0 {
+	if form == GateBounded {
 		return float64(lb / (1 + exp64(-float64(rate*x))))
 	}
 	return float64(-rate * softplus64(x))

@@ -96,7 +96,7 @@ func TestChanDecayDirected(t *testing.T) {
 				sl := K * V
 				var f32 []float32
 				var bf []uint16
-				if f.BF16 {
+				if f.Storage != StorageF32 {
 					bf = make([]uint16, 4*sl)
 					b.State.BF16 = bf
 				} else {
@@ -106,7 +106,7 @@ func TestChanDecayDirected(t *testing.T) {
 				b.State.SlotStride = sl
 				for i := range K {
 					for j := range V {
-						if f.BF16 {
+						if f.Storage != StorageF32 {
 							bf[idx(i, j)] = BF16RNE(s0[i*V+j])
 						} else {
 							f32[idx(i, j)] = s0[i*V+j]
@@ -118,7 +118,7 @@ func TestChanDecayDirected(t *testing.T) {
 					for i := range K {
 						for j := range V {
 							w, e := want[τ][i*V+j], (τ+1)*sl+idx(i, j)
-							if f.BF16 {
+							if f.Storage != StorageF32 {
 								if g := bf[e]; g != BF16RNE(w) {
 									t.Fatalf("token %d: S[%d][%d] = bf16 %#04x, want bf16(%g) = %#04x (em1 %g, eg %g)", τ, i, j, g, w, BF16RNE(w), em1[τ*K+i], eg[τ*K+i])
 								}
@@ -150,13 +150,21 @@ func randRow(r *rand.Rand, n int) []float32 {
 }
 
 // chanGates sets em1[i], eg[i] to the per-channel gates of the raw gate a[i] with dt_bias dtb[i],
-// the head's rate and bound lb (gatesGeneric's lanes, one per channel).
+// the head's rate and bound lb (gatesGeneric's lanes, one per channel; lb < 0: the bounded form).
 func chanGates(em1, eg, a, dtb []float32, rate, lb float64) {
 	r := make([]float64, len(a))
 	for i := range r {
 		r[i] = rate
 	}
-	gatesGeneric(nil, em1, eg, nil, a, dtb, r, lb)
+	gatesGeneric(nil, em1, eg, nil, a, dtb, r, formOf(lb), lb)
+}
+
+// formOf is the gate form of the tests' bound lb: bounded when lb < 0, else softplus.
+func formOf(lb float64) GateForm {
+	if lb < 0 {
+		return GateBounded
+	}
+	return GateSoftplus
 }
 
 // TestChanGatesMath: the per-channel gates (both forms, A_log and ssm_a rates) against package

@@ -104,13 +104,17 @@ type stateLayout uint8
 
 // Format is a state format: a layout and a storage type.
 type Format struct {
-	VK   bool // [V][K]: element (i, j) of a head at j·K + i; false: [K][V], at i·V + j
-	BF16 bool // bf16 storage (widened exactly on load, rounded to nearest even on store)
+	VK      bool    // [V][K]: element (i, j) of a head at j·K + i; false: [K][V], at i·V + j
+	Storage Storage // the pools' element type
 }
 
-// Formats lists every state format: kv-f32, vk-f32, kv-bf16, vk-bf16.
+// Formats lists every state format, by storage then layout: kv-f32, vk-f32, kv-bf16, vk-bf16.
 func Formats() []Format {
-	return []Format{{false, false}, {true, false}, {false, true}, {true, true}}
+	var fs []Format
+	for s := range Storage(storages) {
+		fs = append(fs, Format{false, s}, Format{true, s})
+	}
+	return fs
 }
 
 // layout is f's layout.
@@ -127,10 +131,7 @@ func (f Format) String() string {
 	if f.layout() == layoutVK {
 		s = "vk"
 	}
-	if f.BF16 {
-		return s + "-bf16"
-	}
-	return s + "-f32"
+	return s + "-" + f.Storage.String()
 }
 
 // Implements reports whether the kernel has a state routine for format f.
@@ -138,9 +139,8 @@ func (k Kernel) Implements(f Format) bool { return k.im.cell(f) != nil }
 
 // cell is im's state routine for format f, or nil.
 func (im *impl) cell(f Format) stateFunc {
-	st := 0
-	if f.BF16 {
-		st = 1
+	if f.Storage >= storages {
+		return nil
 	}
-	return im.cells[st][f.layout()]
+	return im.cells[f.Storage][f.layout()]
 }

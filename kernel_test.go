@@ -41,7 +41,7 @@ type Pieces struct {
 	Gate  func(o, z, w []float32, eps float32, out []uint16, outF []float32, sig bool)
 	L2    func(q, k []float32) (qq, kk, kq float64)
 	Scale func(dst, src []float32, f float32)
-	Gates func(beta, em1, eg, b, a, dtb []float32, rate []float64, lb float64)
+	Gates gatesFunc
 	Chans func(kx, qx, pairs, em1, eg, kh, qh []float32)
 }
 
@@ -119,14 +119,14 @@ func flatBF16(st stateFunc) tokensBF16 {
 	var f flatHead
 	return func(K, V int, src []uint16, src32 []float32, stores []unsafe.Pointer, carry []float32, kh, qh, v []float32, vs int, o, tok []float32, pf []uintptr) {
 		T := len(tok) / 4
-		in := stateRef{bf16: src}
+		in := stateRef{bits: src, st: StorageBF16}
 		if src32 != nil {
 			in = stateRef{f32: src32}
 		}
 		h := f.head(K, V, T, in, kh, qh, v, vs, o, tok, pf)
 		for τ, p := range stores {
 			if p != nil {
-				h.dst[τ].bf16 = unsafe.Slice((*uint16)(p), K*V)
+				h.dst[τ].bits, h.dst[τ].st = unsafe.Slice((*uint16)(p), K*V), StorageBF16
 			}
 		}
 		if carry != nil {
@@ -394,7 +394,7 @@ func TestRunBatchChecksLengths(t *testing.T) {
 					{name: "ALog", n: HV, f32: &b.ALog}, {name: "DtBias", n: HV, f32: &b.DtBias}, {name: "NormWeight", n: V, f32: &b.NormWeight},
 					{name: "Out", n: T * HV * V, bf16: &b.Out, output: true}, {name: "OutF32", n: T * HV * V, f32: &b.OutF32, output: true},
 				}
-				if f.BF16 {
+				if f.Storage != StorageF32 {
 					fields = append(fields, field{name: "State", n: slots * slot, bf16: &pool16, output: true})
 				} else {
 					fields = append(fields, field{name: "State", n: slots * slot, f32: &pool, output: true})
@@ -454,13 +454,13 @@ func TestRunBatchChecksLengths(t *testing.T) {
 // beta, em1, eg as gatesGeneric computes them.
 func gate1(b, a, alog, dtb float32) (beta, em1, eg float32) {
 	var o [3]float32
-	gatesGeneric(o[0:1], o[1:2], o[2:3], []float32{b}, []float32{a}, []float32{dtb}, []float64{rate64(alog)}, 0)
+	gatesGeneric(o[0:1], o[1:2], o[2:3], []float32{b}, []float32{a}, []float32{dtb}, []float64{rate64(alog)}, GateSoftplus, 0)
 	return o[0], o[1], o[2]
 }
 
 // gate64 is gate1 in float64, before the rounding to float32.
 func gate64(b, a, alog, dtb float32) (beta, em1, eg float64) {
-	em1, eg = decay64(logDecay64(a, dtb, rate64(alog), 0))
+	em1, eg = decay64(logDecay64(a, dtb, rate64(alog), GateSoftplus, 0))
 	return sigmoid64(b), em1, eg
 }
 
@@ -634,7 +634,7 @@ func BenchmarkGates(b *testing.B) {
 		for _, im := range append([]*impl{&genericImpl}, available...) {
 			b.Run(fmt.Sprintf("kernel=%s/n=%d", im.name, n), func(b *testing.B) {
 				for range b.N {
-					im.gates(in[4], in[5], in[6], in[0], in[1], in[3], rate, 0)
+					im.gates(in[4], in[5], in[6], in[0], in[1], in[3], rate, GateSoftplus, 0)
 				}
 				lanes(b)
 			})
@@ -900,10 +900,11 @@ func TestAPI(t *testing.T) {
 			}
 		}
 	}
-	require.ElementsMatch(t, []string{"Kernel", "Kernels", "Lookup", "AllNames", "Batch", "Rows", "Pool", "Scratch", "Format", "Formats", "BF16RNE"}, got)
+	require.ElementsMatch(t, []string{"Kernel", "Kernels", "Lookup", "AllNames", "Batch", "Rows", "Pool", "Scratch", "Format", "Formats", "BF16RNE",
+		"Storage", "StorageF32", "StorageBF16", "GateForm", "GateSoftplus", "GateBounded"}, got)
 	// Their methods: each one what gdn or bench calls (no test-only API).
 	require.ElementsMatch(t, []string{"Kernel.Name", "Kernel.RunBatch", "Kernel.Implements", "Kernel.FloorScale", "Kernel.FloorFMA",
-		"Batch.Items", "Batch.Cost", "Batch.StoreConv", "Format.String"}, methods)
+		"Batch.Items", "Batch.Cost", "Batch.StoreConv", "Format.String", "Storage.String"}, methods)
 }
 
 // TestLayout holds the repository root to the house rules: the design card's names, LICENSE,
@@ -1130,7 +1131,7 @@ func driverBatch(r *rand.Rand, d driverShape, f Format, tiled, stores, bf16Rows 
 	slot := d.HV * d.K * d.V
 	b.State.SlotStride = slot
 	state := vec(slots*slot, 0, 0.3)
-	if f.BF16 {
+	if f.Storage != StorageF32 {
 		b.State.BF16 = roundAll(state)
 	} else {
 		b.State.F32 = state
@@ -1234,7 +1235,7 @@ func TestDriverGroups(t *testing.T) {
 									copy(part.Out[off:off+n], want.Out[off:off+n])
 									copy(part.OutF32[off:off+n], want.OutF32[off:off+n])
 								}, func(off, n int) {
-									if f.BF16 {
+									if f.Storage != StorageF32 {
 										copy(part.State.BF16[off:off+n], want.State.BF16[off:off+n])
 									} else {
 										copy(part.State.F32[off:off+n], want.State.F32[off:off+n])
@@ -1335,7 +1336,7 @@ func benchBatch(f Format, tiled bool, B, T int) *Batch {
 	}
 	state := vec(B*HV*K*V, 0, 0.05)
 	bt.State.SlotStride = HV * K * V
-	if f.BF16 {
+	if f.Storage != StorageF32 {
 		bt.State.BF16 = roundAll(state)
 	} else {
 		bt.State.F32 = state

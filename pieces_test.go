@@ -546,8 +546,8 @@ func TestGatesExact(t *testing.T) {
 					b = nil
 				}
 				before := slices.Clone(out[0])
-				generic.Gates(want[0], want[1], want[2], b, in[1], in[3], rate, m.lb)
-				p.Gates(out[0], out[1], out[2], b, in[1], in[3], rate, m.lb)
+				generic.Gates(want[0], want[1], want[2], b, in[1], in[3], rate, formOf(m.lb), m.lb)
+				p.Gates(out[0], out[1], out[2], b, in[1], in[3], rate, formOf(m.lb), m.lb)
 				what := fmt.Sprintf("n=%d lb=%g beta=%v", n, m.lb, m.beta)
 				for _, ck := range checks {
 					ck(what)
@@ -602,8 +602,8 @@ func TestGatesExact(t *testing.T) {
 		for j := range out {
 			out[j], want[j] = make([]float32, n), make([]float32, n)
 		}
-		generic.Gates(want[0], want[1], want[2], bb, ba, bdt, Rates64(bal), 0)
-		p.Gates(out[0], out[1], out[2], bb, ba, bdt, Rates64(bal), 0)
+		generic.Gates(want[0], want[1], want[2], bb, ba, bdt, Rates64(bal), GateSoftplus, 0)
+		p.Gates(out[0], out[1], out[2], bb, ba, bdt, Rates64(bal), GateSoftplus, 0)
 		for j := range out {
 			for i := range n {
 				if g, w := out[j][i], want[j][i]; math.Float32bits(g) != math.Float32bits(w) {
@@ -638,7 +638,7 @@ func TestTokensBF16NonFinite(t *testing.T) {
 		tk := TokensOf(k)
 		for _, f := range Formats() {
 			l := int(f.layout())
-			if !f.BF16 {
+			if f.Storage == StorageF32 {
 				continue
 			}
 			t.Run("format="+f.String(), func(t *testing.T) {
@@ -953,7 +953,7 @@ func TestTokensPiece(t *testing.T) {
 		for _, f := range Formats() {
 			l := int(f.layout())
 			t.Run("format="+f.String(), func(t *testing.T) {
-				if !f.BF16 && tk.F32[l] == nil || f.BF16 && tk.BF16[l] == nil {
+				if f.Storage == StorageF32 && tk.F32[l] == nil || f.Storage != StorageF32 && tk.BF16[l] == nil {
 					t.Skipf("%s has no %v routine over T tokens", name, f)
 				}
 				r := rand.New(rand.NewPCG(11, uint64(l)))
@@ -961,7 +961,7 @@ func TestTokensPiece(t *testing.T) {
 					t.Run(fmt.Sprintf("T=%d", T), func(t *testing.T) {
 						for si, sh := range tokenShapes {
 							for _, src32 := range []bool{false, true} {
-								if src32 && !f.BF16 {
+								if src32 && f.Storage == StorageF32 {
 									continue
 								}
 								c := newTokCase(r, sh[0], sh[1], T, si%4 == 0)
@@ -973,10 +973,10 @@ func TestTokensPiece(t *testing.T) {
 									}
 								}
 								what := fmt.Sprintf("%s/%v/T=%d/K=%d,V=%d/src32=%v/carry=%v", name, f, T, sh[0], sh[1], src32, !c.noCarry)
-								got := runTokens(t, tk, l, f.BF16, src32, c, what)
-								want := runTokens(t, ref, l, f.BF16, src32, c, what+" (generic)")
-								nearTokens(t, what, got, want, f.BF16, !c.noCarry, c.storeAt, true)
-								if f.BF16 && !c.noCarry {
+								got := runTokens(t, tk, l, f.Storage != StorageF32, src32, c, what)
+								want := runTokens(t, ref, l, f.Storage != StorageF32, src32, c, what+" (generic)")
+								nearTokens(t, what, got, want, f.Storage != StorageF32, !c.noCarry, c.storeAt, true)
+								if f.Storage != StorageF32 && !c.noCarry {
 									// The last store is the carry rounded: the same bits, not just close.
 									kerneltest.EqualBits(t, what+" last store = BF16RNE(carry)", got.bf16[T-1], roundAll(got.carry))
 								}

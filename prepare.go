@@ -33,7 +33,7 @@ func (d *driver) laneGates(n int, gb, ga []float32, head func(i int) int) {
 	if b.PerChannel {
 		clear(dt)
 		clear(rate)
-		d.im.gates(beta, em1, eg, gb, dt, dt, rate, 0)
+		d.im.gates(beta, em1, eg, gb, dt, dt, rate, GateSoftplus, 0)
 		return
 	}
 	rs := d.rates()
@@ -41,7 +41,7 @@ func (d *driver) laneGates(n int, gb, ga []float32, head func(i int) int) {
 		h := head(i)
 		rate[i], dt[i] = rs[h], b.DtBias[h]
 	}
-	d.im.gates(beta, em1, eg, gb, ga, dt, rate, 0)
+	d.im.gates(beta, em1, eg, gb, ga, dt, rate, GateSoftplus, 0)
 }
 
 // rates returns the value heads' decay rates, exp(A_log) (rate64) or −ssm_a: computed once for
@@ -76,7 +76,7 @@ func (d *driver) rates() []float64 {
 func (d *driver) channels(h, c0, c1 int) []float32 {
 	b, s := d.b, d.s
 	K := b.K
-	lb := float64(b.LowerBound)
+	form, lb := b.GateForm, float64(b.LowerBound)
 	dtb := b.DtBias[h*K : (h+1)*K : (h+1)*K]
 	em1, eg := s.cg[:K:K], s.cg[K:2*K:2*K]
 	rate := s.rate[:K:K]
@@ -88,7 +88,7 @@ func (d *driver) channels(h, c0, c1 int) []float32 {
 	for τ := range c1 - c0 {
 		t := c0 + τ
 		g := d.im.row(&b.Gate, t, h*K, K, s.row)
-		d.im.gates(nil, em1, eg, nil, g, dtb, rate, lb)
+		d.im.gates(nil, em1, eg, nil, g, dtb, rate, form, lb)
 		c := ch[4*K*τ : 4*K*(τ+1) : 4*K*(τ+1)]
 		d.im.chans(c[:K], c[K:2*K], c[2*K:], em1, eg, s.kh[τ*K:(τ+1)*K], s.qh[τ*K:(τ+1)*K])
 	}

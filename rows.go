@@ -40,14 +40,16 @@ type Pool struct {
 	SlotStride int // at least VHeads·K·V
 }
 
-// stateRef is one head's K·V state in a pool or in scratch: f32, bf16, or both (both are
-// written; only one is ever read). The zero stateRef is "none" (a zero state when read).
+// stateRef is one head's K·V state in a pool or in scratch: f32, the bits of a narrow storage st,
+// or both (both are written; only one is ever read). The zero stateRef is "none" (a zero state
+// when read).
 type stateRef struct {
 	f32  []float32
-	bf16 []uint16
+	bits []uint16
+	st   Storage // bits' storage
 }
 
-func (r stateRef) none() bool { return r.f32 == nil && r.bf16 == nil }
+func (r stateRef) none() bool { return r.f32 == nil && r.bits == nil }
 
 // rowLines appends to pf the entry of token t's row of r, w elements from element off.
 func rowLines(pf []uintptr, r *Rows, t, off, w int) []uintptr {
@@ -117,13 +119,28 @@ func rowAt(r *Rows, t, h int) float32 {
 	return math.Float32frombits(uint32(cutU16(r.BF16, i, 1)[0]) << 16)
 }
 
+// fields is the number of p's storage fields set and the storage of the first set (f32 if none):
+// a Pool's fields are read here, in poolRef and in the conv front's rows (conv.go, store.go).
+func (p *Pool) fields() (set int, st Storage) {
+	if p.F32 != nil {
+		set++
+	}
+	if p.BF16 != nil {
+		set++
+		if p.F32 == nil {
+			st = StorageBF16
+		}
+	}
+	return set, st
+}
+
 // poolRef is head h of slot s of p (hs = K·V elements).
 func poolRef(p *Pool, s, h, hs int) stateRef {
 	off := s*p.SlotStride + h*hs
 	if p.F32 != nil {
 		return stateRef{f32: cutF32(p.F32, off, hs)}
 	}
-	return stateRef{bf16: cutU16(p.BF16, off, hs)}
+	return stateRef{bits: cutU16(p.BF16, off, hs), st: StorageBF16}
 }
 
 // cutF32 is x[off : off+n] with length and capacity n, bounds-checked against len(x), not its

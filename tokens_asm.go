@@ -8,8 +8,8 @@ import "unsafe"
 // stateArgs (gdn_args.go, generated with the routines) and these limits, which asmCell applies.
 type routine struct {
 	fn         func(a stateArgs)
-	bf16       bool
-	minK, maxK int // a head with K outside [minK, maxK] runs the generic routine of its format
+	st         Storage // its storage: a narrow one's src is uint16 bits (and src32, carry the f32 state)
+	minK, maxK int     // a head with K outside [minK, maxK] runs the generic routine of its format
 	// oddRow: the routine takes the rows of a [V][K] head in pairs; the last row of an odd V
 	// runs the portable arithmetic (vkOddRow). No model has an odd V.
 	oddRow bool
@@ -44,11 +44,11 @@ func (s *snapRule) once(K, V int, stores []unsafe.Pointer) bool {
 
 // withRoutines fills the cells of im from its routines (nil: a format im does not implement)
 // and returns im.
-func withRoutines(im impl, rs *[2][2]*routine) impl {
-	for b := range 2 {
-		for l, r := range rs[b] {
+func withRoutines(im impl, rs *[storages][2]*routine) impl {
+	for st := range rs {
+		for l, r := range rs[st] {
 			if r != nil {
-				im.cells[b][l] = asmCell(r, genericImpl.cells[b][l])
+				im.cells[st][l] = asmCell(r, genericImpl.cells[st][l])
 			}
 		}
 	}
@@ -57,8 +57,8 @@ func withRoutines(im impl, rs *[2][2]*routine) impl {
 
 // asmCell is the one adapter between the driver and the assembly: it makes the stateFunc of r
 // (generic runs the heads r's limits leave out). Every dst of an f32 routine is f32 (an f32 pool
-// or the carry the driver adds at a chunk's end); a bf16 routine's stores are the dsts' bf16
-// parts and the carry the f32 part (only ever at the last token).
+// or the carry the driver adds at a chunk's end); a narrow (bf16) routine's stores are the dsts'
+// bits and the carry the f32 part (only ever at the last token).
 func asmCell(r *routine, generic stateFunc) stateFunc {
 	return func(h *headCall) {
 		K, V, T := h.K, h.V, len(h.dst)
@@ -81,33 +81,33 @@ func asmCell(r *routine, generic stateFunc) stateFunc {
 		}
 		if n := len(h.nx.f32); n > 0 {
 			a.nx, a.nxn = unsafe.Pointer(&h.nx.f32[0]), 4*n
-		} else if n := len(h.nx.bf16); n > 0 {
-			a.nx, a.nxn = unsafe.Pointer(&h.nx.bf16[0]), 2*n
+		} else if n := len(h.nx.bits); n > 0 {
+			a.nx, a.nxn = unsafe.Pointer(&h.nx.bits[0]), 2*n
 		}
 		if r.work {
 			a.work = h.work
 		}
 		stores := h.stores[:T]
-		every := T > 1
+		every, narrow := T > 1, r.st.narrow()
 		for τ, d := range h.dst {
 			stores[τ] = nil
-			if r.bf16 && d.bf16 != nil {
-				stores[τ] = unsafe.Pointer(first(d.bf16, hs))
+			if narrow && d.bits != nil {
+				stores[τ] = unsafe.Pointer(first(d.bits, hs))
 			}
-			if !r.bf16 && d.f32 != nil {
+			if !narrow && d.f32 != nil {
 				stores[τ] = unsafe.Pointer(first(d.f32, hs))
 			}
 			every = every && stores[τ] != nil
-			if r.bf16 && d.f32 != nil {
+			if narrow && d.f32 != nil {
 				if τ != T-1 {
-					panic("gdnsimd: an f32 store before the last token of a bf16 call")
+					panic("gdnsimd: an f32 store before the last token of a narrow storage's call")
 				}
 				a.carry = first(d.f32, hs)
 			}
 		}
 		a.stores = unsafe.SliceData(stores)
 		switch {
-		case !r.bf16:
+		case !narrow:
 			src := h.src.f32
 			if src == nil {
 				src = h.zero32
@@ -115,8 +115,8 @@ func asmCell(r *routine, generic stateFunc) stateFunc {
 			a.src = unsafe.Pointer(first(src, hs))
 		case h.src.f32 != nil: // the previous chunk's carry
 			a.src, a.src32 = unsafe.Pointer(first(h.zero16, hs)), first(h.src.f32, hs)
-		case h.src.bf16 != nil:
-			a.src = unsafe.Pointer(first(h.src.bf16, hs))
+		case h.src.bits != nil:
+			a.src = unsafe.Pointer(first(h.src.bits, hs))
 		default:
 			a.src = unsafe.Pointer(first(h.zero16, hs))
 		}
@@ -149,9 +149,9 @@ func (r *routine) fits(h *headCall) headPlan {
 // at every token, T > 1).
 func (r *routine) plan(a *stateArgs, every bool) headPlan {
 	switch {
-	case !r.bf16 && every && !r.snap.once(a.K, a.V, unsafe.Slice(a.stores, a.T)):
+	case !r.st.narrow() && every && !r.snap.once(a.K, a.V, unsafe.Slice(a.stores, a.T)):
 		return planPerToken
-	case !r.bf16 && a.T == 1 && *a.stores != nil:
+	case !r.st.narrow() && a.T == 1 && *a.stores != nil:
 		return planOne
 	}
 	return planTokens
@@ -178,7 +178,7 @@ func (r *routine) call(a stateArgs) {
 	}
 	r.fn(a)
 	if r.oddRow && a.V%2 == 1 {
-		vkOddRow(&a, r.bf16)
+		vkOddRow(&a, r.st)
 	}
 }
 
@@ -221,17 +221,17 @@ func first[E any](x []E, n int) *E { return unsafe.SliceData(x[:n]) }
 func at(p *float32, i int) *float32 { return (*float32)(unsafe.Add(unsafe.Pointer(p), 4*i)) }
 
 // vkOddRow runs the last row of a [V][K] head through the portable routine's arithmetic (vkRow):
-// from a's src (src32 when not nil), to a's stores (bf16 rounded if bf16) and the last token's
+// from a's src (src32 when not nil), to a's stores (rounded to st if narrow) and the last token's
 // state to the carry when not nil. Its row is the first K floats of a's work space (the routines
 // with oddRow take one): nothing is allocated.
-func vkOddRow(a *stateArgs, bf16 bool) {
+func vkOddRow(a *stateArgs, st Storage) {
 	K, V, T, hs := a.K, a.V, a.T, a.K*a.V
-	var in stateRef
+	in := stateRef{st: st}
 	switch {
 	case a.src32 != nil:
 		in.f32 = unsafe.Slice(a.src32, hs)
-	case bf16:
-		in.bf16 = unsafe.Slice((*uint16)(a.src), hs)
+	case st.narrow():
+		in.bits = unsafe.Slice((*uint16)(a.src), hs)
 	default:
 		in.f32 = unsafe.Slice((*float32)(a.src), hs)
 	}
@@ -240,11 +240,11 @@ func vkOddRow(a *stateArgs, bf16 bool) {
 	loadState(row, in, j*K)
 	vkRow(row, j, V, unsafe.Slice(a.kh, T*K), unsafe.Slice(a.qh, T*K), unsafe.Slice(a.v, (T-1)*a.vs+V), a.vs,
 		unsafe.Slice(a.o, T*V), unsafe.Slice(a.tok, 4*T), nil, func(τ int) stateRef {
-			var d stateRef
+			d := stateRef{st: st}
 			switch p := stores[τ]; {
 			case p == nil:
-			case bf16:
-				d.bf16 = unsafe.Slice((*uint16)(p), hs)
+			case st.narrow():
+				d.bits = unsafe.Slice((*uint16)(p), hs)
 			default:
 				d.f32 = unsafe.Slice((*float32)(p), hs)
 			}
@@ -269,13 +269,13 @@ func single(fn func(a stateArgs)) func(sIn, sOut, kh, qh, v, o []float32, em1, e
 // gatesChecked makes impl.gates of a gates routine that does not check its lengths: every slice
 // is cut to len(a) first (b and beta unless b is empty), so that a short one panics as
 // gatesGeneric's indexing does instead of being read or written past.
-func gatesChecked(f func(beta, em1, eg, b, a, dtb []float32, rate []float64, lb float64)) func(beta, em1, eg, b, a, dtb []float32, rate []float64, lb float64) {
-	return func(beta, em1, eg, b, a, dtb []float32, rate []float64, lb float64) {
+func gatesChecked(f func(beta, em1, eg, b, a, dtb []float32, rate []float64, form uint8, lb float64)) gatesFunc {
+	return func(beta, em1, eg, b, a, dtb []float32, rate []float64, form GateForm, lb float64) {
 		n := len(a)
 		if len(b) > 0 {
 			beta, b = beta[:n], b[:n]
 		}
-		f(beta, em1[:n], eg[:n], b, a, dtb[:n], rate[:n], lb)
+		f(beta, em1[:n], eg[:n], b, a, dtb[:n], rate[:n], uint8(form), lb)
 	}
 }
 

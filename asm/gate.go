@@ -172,10 +172,6 @@ func exp32(a isa, pc piece, xs []VecVirtual) {
 // bf16 stores BF16RNE(y) (see gdn_generic.go) for the piece's lanes at m; y is clobbered.
 func bf16(a isa, pc piece, y VecVirtual, m Mem) { bf16Stored(a, pc, y, m, false, false) }
 
-// bf16NT is bf16 for a whole vector stored with a non-temporal store: m aligned to its bytes
-// (32 for a ZMM's bf16, 16 for a YMM's).
-func bf16NT(a isa, y VecVirtual, m Mem) { bf16Stored(a, piece{w: a.lanes}, y, m, true, false) }
-
 // finiteDelta sets flag (a frame slot) to 0 when the lanes keep (a bit a lane) of view(x), a
 // token's δ, are finite, else to their non-finite lanes' bits. A stored state
 // S' = decay(S) + k̂·δ of a finite δ holds no NaN, so its rounding may be bf16Stored's finite

@@ -13,8 +13,8 @@ import (
 
 // --- gates ---
 
-// The float64 gates (gates.go): gates<ISA>(beta, em1, eg, b, a, dtb []float32, rate []float64, lb
-// float64), a lane per element of a, 8 lanes a ZMM (AVX-512) or 4 a YMM (AVX2) of float64. Every
+// The float64 gates (gates.go): gates<ISA>(beta, em1, eg, b, a, dtb []float32, rate []float64, form
+// uint8, lb float64), a lane per element of a, 8 lanes a ZMM (AVX-512) or 4 a YMM (AVX2) of float64. Every
 // lane's operations are gatesGeneric's, in its order: each Go product or sum one instruction, each math.FMA one FMA, the Go
 // code's branches as selects of both sides (compares are ordered: NaN takes the else side, as
 // in Go), min and max ordered so that a NaN operand is the result, as Go's are. So the bits are
@@ -141,8 +141,8 @@ func (g g64) log1p(y, l VecVirtual) {
 
 // lanes emits gatesGeneric for one vector of lanes: ld(i, r) sets r to input i (0–2: b, a, dt_bias)
 // widened to float64, or (3) to the float64 rates; st(i, r) stores output i (0–2: beta, em1, eg)
-// from float64. beta only when b is not empty, the bounded form when lb < 0: branches on the
-// arguments, the same way for every vector.
+// from float64. beta only when b is not empty, the log-decay of the gate form (GateForm: 0
+// softplus, 1 bounded by lb): branches on the arguments, the same way for every vector.
 func (g g64) lanes(ld func(int, VecVirtual), st func(int, VecVirtual)) {
 	v := g.view
 	// beta = 1/(1 + exp64(−b)), unless len(b) = 0
@@ -168,11 +168,8 @@ func (g g64) lanes(ld func(int, VecVirtual), st func(int, VecVirtual)) {
 	VADDPD(v(dt), v(a), v(x))
 	ld(3, rate)
 	softplus, decayed := label("softplus"), label("logdecay")
-	lb, zero := XMM(), XMM()
-	VMOVSD(paramMem("lb"), lb)
-	VMOVSD(cg64Zero, zero)
-	VUCOMISD(lb, zero) // above: 0 > lb (false for NaN)
-	JLS(LabelRef(softplus))
+	CMPB(paramMem("form"), U8(gc.FormBounded))
+	JNE(LabelRef(softplus))
 	{
 		// g = lb/(1 + exp64(−rate·x))
 		y, e, lbv := g.vec(), g.vec(), g.vec()
@@ -234,7 +231,7 @@ func (g g64) lanes(ld func(int, VecVirtual), st func(int, VecVirtual)) {
 // one masked vector, AVX2 a lane at a time (lane 0 of a vector, the others 0).
 func gatesRoutine(a isa) {
 	name := "gates" + a.name
-	routine(name, NOSPLIT, "func(beta, em1, eg, b, a, dtb []float32, rate []float64, lb float64)")
+	routine(name, NOSPLIT, "func(beta, em1, eg, b, a, dtb []float32, rate []float64, form uint8, lb float64)")
 	Doc(fmt.Sprintf("%s is impl.gates (gatesGeneric) in %s; see gdn_amd64.go.", name, a.name))
 	var p [7]GPVirtual
 	for i, n := range []string{"b", "a", "dtb", "rate", "beta", "em1", "eg"} {

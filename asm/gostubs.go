@@ -36,7 +36,7 @@ func (a isa) vkMaxK() int { return a.lanes * slices.Max(vkShapes(a)) }
 // stores aligned to a vector; [V][K], K a multiple of the lanes up to the blocks' 128 (vkSnapshot)
 // and, with the AVX-512 blocks, at least 16 rows.
 func (v variant) snap() *gofile.Snap {
-	if v.bf16 {
+	if v.st.narrow() {
 		return nil
 	}
 	if v.layout == layoutKV {
@@ -51,13 +51,13 @@ func (v variant) snap() *gofile.Snap {
 
 // goRoutine is v's entry in its kernel's table.
 func (v variant) goRoutine() *gofile.Routine {
-	r := &gofile.Routine{Fn: v.name(), BF16: v.bf16, Snap: v.snap(), Work: true}
+	r := &gofile.Routine{Fn: v.name(), Storage: v.st.goName(), Snap: v.snap(), Work: true}
 	if v.layout == layoutKV {
 		r.MaxK, r.Chans = v.a.kvMaxK(), true
 	} else {
 		r.MinK, r.MaxK, r.OddRow = v.a.vkMinK(), v.a.vkMaxK(), v.a.vkPairs()
 	}
-	if v.bf16 && v.a.evex {
+	if v.st.cvt2() && v.a.evex {
 		r.Cvt = "avx512BF16"
 	}
 	return r
@@ -169,11 +169,11 @@ func goFile() gofile.File {
 		},
 	}
 	for _, a := range []isa{avx512, avx2} {
-		k := gofile.Kernel{Name: strings.ToLower(a.name)}
+		k := gofile.Kernel{Name: strings.ToLower(a.name), Routines: make([][2]*gofile.Routine, len(storages))}
 		for _, l := range []layout{layoutKV, layoutVK} {
 			for _, v := range variants(l) {
 				if v.a == a {
-					k.Routines[boolInt(v.bf16)][l] = v.goRoutine()
+					k.Routines[v.st][l] = v.goRoutine()
 				}
 			}
 		}

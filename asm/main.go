@@ -215,39 +215,26 @@ func (l layout) String() string { return [...]string{"KV", "VK"}[l] }
 type variant struct {
 	a      isa
 	layout layout
-	bf16   bool
+	st     storage
 }
 
 // variants is every state routine over T tokens, in output order: [K][V] (state_kv_tokens.go)
-// then [V][K] (state_vk.go), f32 then bf16, AVX-512 then AVX2.
+// then [V][K] (state_vk.go), by storage (storages), AVX-512 then AVX2.
 func variants(l layout) []variant {
 	var vs []variant
 	for _, a := range []isa{avx512, avx2} {
-		for _, bf16 := range []bool{false, true} {
-			vs = append(vs, variant{a, l, bf16})
+		for _, st := range storages {
+			vs = append(vs, variant{a, l, st})
 		}
 	}
 	return vs
 }
 
-// storage is "f32" or "bf16".
-func (v variant) storage() string {
-	if v.bf16 {
-		return "bf16"
-	}
-	return "f32"
-}
-
 // name is the routine's name, state<Layout><storage><ISA>: stateVKbf16AVX2.
-func (v variant) name() string { return "state" + v.layout.String() + v.storage() + v.a.name }
+func (v variant) name() string { return "state" + v.layout.String() + v.st.String() + v.a.name }
 
 // es is the size of a state element in bytes (offsets are in elements, scaled by es).
-func (v variant) es() int {
-	if v.bf16 {
-		return 2
-	}
-	return 4
-}
+func (v variant) es() int { return v.st.es() }
 
 // spec is one routine of the output: its name, what emits it, and its budget: the most lines its
 // TEXT block may have in gdn_amd64.s (TestLineBudget), so that growth — a new specialisation, a
@@ -268,9 +255,9 @@ func table() []spec {
 			spec{"scale" + a.name, func() { scaleRoutine(a) }, 60})
 	}
 	kvBudget := map[string]int{"stateKVf32AVX512": 3400, "stateKVbf16AVX512": 3050, "stateKVf32AVX2": 3700, "stateKVbf16AVX2": 3350}
-	for i, v := range variants(layoutKV) {
+	for _, v := range variants(layoutKV) {
 		t = append(t, spec{v.name(), func() { stateKVTokens(v) }, kvBudget[v.name()]})
-		if i%2 == 1 {
+		if v.st == storages[len(storages)-1] { // after an ISA's last
 			t = append(t, spec{"widen" + v.a.name, func() { widenRoutine(v.a) }, 60})
 		}
 	}

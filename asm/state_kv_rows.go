@@ -33,7 +33,7 @@ func (g *kvGen) token(s span, accK, accQ []VecVirtual, out string) {
 	j0 := GP64()
 	MOVQ(g.j0, j0)
 	r.dst, r.dstStride = g.storeBase(s, j0)
-	if g.bf16 {
+	if g.st.narrow() {
 		r.carry, r.cStride = g.carryBase(j0)
 	}
 	g.alignDelta() // again: not live across the setup of the stores
@@ -113,8 +113,8 @@ func (g *kvGen) deltas(s span, accK, accQ []VecVirtual) []VecVirtual {
 	VBROADCASTSS(Mem{Base: tp, Disp: 12}, kq)
 	MOVQ(g.vp, vp)
 	MOVQ(g.op, op)
-	var nf VecVirtual // bf16: the OR of δ − δ over the pieces (finiteDelta)
-	if g.bf16 {
+	var nf VecVirtual // finiteRound: the OR of δ − δ over the pieces (finiteDelta)
+	if g.st.finiteRound() {
 		nf = a.vec()
 		a.zero(nf)
 	}
@@ -127,7 +127,7 @@ func (g *kvGen) deltas(s span, accK, accQ []VecVirtual) []VecVirtual {
 		g.decayCM(pc, c, m, accQ[t])
 		pc.fma(vt, kq, accQ[t])
 		pc.store(accQ[t], pc.at(op, 4))
-		if g.bf16 {
+		if g.st.finiteRound() {
 			// (A narrower piece's other lanes are 0: VEX zeroes the upper ones.)
 			z := a.vec()
 			VSUBPS(a.view(vt), a.view(vt), a.view(z))
@@ -143,7 +143,7 @@ func (g *kvGen) deltas(s span, accK, accQ []VecVirtual) []VecVirtual {
 			d[t] = vt
 		}
 	})()
-	if g.bf16 {
+	if g.st.finiteRound() {
 		finiteDelta(a, a.view, nf, 1<<a.lanes-1, g.fin)
 	}
 	return d
@@ -263,7 +263,7 @@ func (g *kvGen) rows(r *kvRows, last bool) {
 	rc, rm := g.rowDecay(cp, nc, inFrame)
 	g.rowUpdate(p, bk, rc, rm)
 	g.rowStore(p)
-	if g.bf16 {
+	if g.st.narrow() {
 		g.rowCarry(p)
 	}
 	g.nextRow(s, r.w)
@@ -386,7 +386,7 @@ func (g *kvGen) rowStore(p *kvPass) {
 	TESTQ(p.dst, p.dst)
 	JZ(LabelRef(skip))
 	nt := ntSpan(g.a, s)
-	if g.bf16 {
+	if g.st.finiteRound() {
 		// The rounding without its NaN select when this token's δ are finite (finiteDelta).
 		nan, done := label("rownan"), label("rowstored")
 		CMPL(g.fin, U8(0))
@@ -432,7 +432,7 @@ func (g *kvGen) rowStores(p *kvPass, nt, finite bool) {
 		JE(LabelRef(temporal))
 		for t, pc := range s.ps {
 			y := p.get(t, unmasked(pc))
-			if !g.bf16 {
+			if !g.st.narrow() {
 				VMOVNTPS(a.view(y), pc.at(dst, 4))
 				continue
 			}
@@ -442,13 +442,13 @@ func (g *kvGen) rowStores(p *kvPass, nt, finite bool) {
 				VMOVAPS(a.view(y), a.view(z))
 				y = z
 			}
-			bf16Stored(a, piece{w: a.lanes}, y, pc.at(dst, 2), true, finite)
+			g.st.round(a, piece{w: a.lanes}, y, pc.at(dst, 2), true, finite)
 		}
 		JMP(LabelRef(stored))
 		Label(temporal)
 	}
 	keep := func(y VecVirtual) VecVirtual {
-		if !g.bf16 || !last {
+		if !g.st.narrow() || !last {
 			return y
 		}
 		// the rounding is in place for bf16: keep the register for the carry.
@@ -458,7 +458,7 @@ func (g *kvGen) rowStores(p *kvPass, nt, finite bool) {
 	}
 	if g.pairBF16(s) {
 		for t := 0; t < len(s.ps); t += 2 {
-			bf16Pair(a, keep(p.get(t, s.ps[t])), keep(p.get(t+1, s.ps[t+1])), s.ps[t].at(dst, 2), finite)
+			g.st.roundPair(a, keep(p.get(t, s.ps[t])), keep(p.get(t+1, s.ps[t+1])), s.ps[t].at(dst, 2), finite)
 		}
 	} else {
 		p.ool = append(p.ool, s.each(func(t int, pc piece) { g.storeState(pc, keep(p.get(t, pc)), dst, finite) }))
@@ -488,7 +488,7 @@ func (g *kvGen) rowCarry(p *kvPass) {
 // FMA ports (Intel's two 512-bit FMA units take the logic ops too) it is a fifth of the pass's
 // vector operations.
 func (g *kvGen) nearBody(s span) bool {
-	if g.bf16 || !g.a.evex || len(s.ps) != kvBlockVecs || s.guarded() {
+	if g.st.narrow() || !g.a.evex || len(s.ps) != kvBlockVecs || s.guarded() {
 		return false
 	}
 	for _, pc := range s.ps {

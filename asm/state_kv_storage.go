@@ -14,7 +14,7 @@ import (
 // AVX2, an even number of whole YMMs one after another, no guard. BenchmarkKVRoutine, avx2 bf16
 // decode, ns per head: see doc/notebook/2026-12-02-bf16-stores-nan-select.md.
 func (g *kvGen) pairBF16(s span) bool {
-	if !g.bf16 || g.a.evex || s.guarded() || len(s.ps)%2 != 0 {
+	if !g.st.packPairs() || g.a.evex || s.guarded() || len(s.ps)%2 != 0 {
 		return false
 	}
 	for t, pc := range s.ps {
@@ -28,7 +28,7 @@ func (g *kvGen) pairBF16(s span) bool {
 // narrowBF16 reports whether the last w mod lanes bf16 columns of a block take widenTail and
 // storeTail (AVX2: VPMASKMOVD has dword granules) rather than the masked vector's own masked loads
 // and stores (opmasks have word granules).
-func (v variant) narrowBF16() bool { return v.bf16 && !v.a.masks }
+func (v variant) narrowBF16() bool { return v.st.narrow() && !v.a.masks }
 
 // unmasked is the piece as it is loaded from and stored to work: the whole vector.
 func unmasked(p piece) piece { p.mask, p.lane = nil, nil; return p }
@@ -37,12 +37,12 @@ func unmasked(p piece) piece { p.mask, p.lane = nil, nil; return p }
 // bf16).
 func (g *kvGen) loadState(pc piece, base GPVirtual, x VecVirtual, f32 bool) {
 	switch {
-	case f32 || !g.bf16:
+	case f32 || !g.st.narrow():
 		pc.load(pc.at(base, 4), x)
 	case pc.lane != nil:
 		g.widenTail(pc, base, x)
 	default:
-		widenPiece(pc, pc.at(base, 2), x)
+		g.st.widen(pc, pc.at(base, 2), x)
 	}
 }
 
@@ -50,12 +50,12 @@ func (g *kvGen) loadState(pc piece, base GPVirtual, x VecVirtual, f32 bool) {
 // bf16 storage, finite: y holds no NaN, see finiteDelta; y may be clobbered).
 func (g *kvGen) storeState(pc piece, y VecVirtual, base GPVirtual, finite bool) {
 	switch {
-	case !g.bf16:
+	case !g.st.narrow():
 		pc.store(y, pc.at(base, 4))
 	case pc.lane != nil:
 		g.storeTail(pc, y, base)
 	default:
-		bf16Stored(g.a, pc, y, pc.at(base, 2), false, finite)
+		g.st.round(g.a, pc, y, pc.at(base, 2), false, finite)
 	}
 }
 
@@ -110,15 +110,14 @@ func (g *kvGen) widenTail(pc piece, base GPVirtual, x VecVirtual) {
 	VPBROADCASTW(y, y)
 	VMOVDQU(g.last, sel)
 	VPBLENDVB(sel, y, x.AsX(), x.AsX())
-	VPMOVZXWD(x.AsX(), x.AsY())
-	VPSLLD(U8(16), x.AsY(), x.AsY())
+	g.st.widenTo(x.AsX(), nil, x.AsY())
 }
 
 // storeTail stores BF16RNE of the masked piece's last wd mod 8 lanes of y (AVX2) to the row at
 // base, writing nothing else: rounded into the frame, then their pairs through a VPMASKMOVD of
 // dwords, then the last one (again, when their count is even) through VPEXTRW. y is clobbered.
 func (g *kvGen) storeTail(pc piece, y VecVirtual, base GPVirtual) {
-	bf16(g.a, piece{w: 8}, y, g.tmp)
+	g.st.round(g.a, piece{w: 8}, y, g.tmp, false, false)
 	x, m := XMM(), XMM()
 	VMOVDQU(g.tmp, x)
 	VMOVDQU(g.pairs, m)
@@ -134,7 +133,7 @@ func (g *kvGen) storeTail(pc piece, y VecVirtual, base GPVirtual) {
 // VCVTNE2PS2BF16 (cvtStores): AVX-512 bf16, whole vectors at consecutive offsets (the last one
 // may be masked: its word mask is K1's), no guard.
 func (g *kvGen) cvtPairs(s span) bool {
-	if !g.bf16 || !g.a.evex || s.guarded() || len(s.ps) < 2 {
+	if !g.st.cvt2() || !g.a.evex || s.guarded() || len(s.ps) < 2 {
 		return false
 	}
 	for t, pc := range s.ps {
@@ -178,7 +177,7 @@ func (g *kvGen) cvtStores(s span, get func(int, piece) VecVirtual, dst GPVirtual
 		pc := s.ps[n-1]
 		y := a.vec()
 		VMOVAPS(a.view(get(n-1, pc)), a.view(y)) // bf16Stored rounds in place: keep the register
-		bf16Stored(a, pc, y, pc.at(dst, 2), false, true)
+		g.st.round(a, pc, y, pc.at(dst, 2), false, true)
 	}
 	KORTESTD(K6, K6)
 }

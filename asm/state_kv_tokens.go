@@ -139,7 +139,7 @@ func stateKVTokens(vr variant) {
 	routine(g.name(), NOSPLIT, stateSig)
 	Doc(fmt.Sprintf("%s is the [K][V] state routine over T tokens in %s; see gdn_amd64.go.", g.name(), a.name))
 	g.frame()
-	if !vr.bf16 {
+	if !vr.st.narrow() {
 		// One token with a store (decode, dst1 set): the T = 1 plan, whole rows, no work space (stateOne).
 		tokens := label("tokens")
 		CMPQ(argField("dst1"), U8(0))
@@ -168,7 +168,7 @@ func stateKVTokens(vr variant) {
 	g.pf = newPrefetchList()
 	g.nx = newNextState()
 	g.nt = AllocLocal(8)
-	if vr.bf16 {
+	if vr.st.finiteRound() {
 		g.fin = AllocLocal(8)
 	}
 	Commentf("K > %d does not fit work: the Go wrapper never calls with it.", a.kvMaxK())
@@ -342,7 +342,7 @@ func (g *kvGen) block(s span) {
 // loadBlock emits pass 0 of the block s at column j0 (in a register; k holds K): from src32 when
 // a bf16 routine's call gives it, else from src.
 func (g *kvGen) loadBlock(s span, accK, accQ []VecVirtual, k, j0 GPVirtual) {
-	if g.bf16 {
+	if g.st.narrow() {
 		s32, after, from16 := GP64(), label("loaded"), label("from16")
 		loadArg("src32", s32)
 		TESTQ(s32, s32)

@@ -313,7 +313,7 @@ func (b *vkBody) setMasks() {
 func stateVK(v variant) {
 	a := v.a
 	routine(v.name(), NOSPLIT, stateSig)
-	Doc(fmt.Sprintf("%s is the [V][K] %s state routine over T tokens in %s; see vk%s%s in gdn_amd64.go.", v.name(), v.storage(), a.name, strings.ToUpper(v.storage()), a.name))
+	Doc(fmt.Sprintf("%s is the [V][K] %s state routine over T tokens in %s; see vk%s%s in gdn_amd64.go.", v.name(), v.st.String(), a.name, strings.ToUpper(v.st.String()), a.name))
 	r := vkRegs{pk: GP64(), pq: GP64(), pt: GP64(), ps: GP64(), pv: GP64(), po: GP64(), cnt: GP64(), k4: GP64(), ks: GP64()}
 	r.j, r.rows, r.t, r.v4, r.vs4 = AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8), AllocLocal(8)
 	if a.vkBlocks() {
@@ -324,7 +324,7 @@ func stateVK(v variant) {
 	if !a.masks {
 		r.andMask = AllocLocal(a.bytes())
 	}
-	if v.bf16 && !a.evex {
+	if v.st.finiteRound() && !a.evex {
 		r.fin = AllocLocal(8)
 	}
 	if a.vkRowRegs() < vkMaxVecs {
@@ -407,7 +407,7 @@ func stateVK(v variant) {
 			Label(groups)
 		}
 		g, acc := vkGroup(a, n)
-		if a.vkPairs() && (!v.bf16 || n == vkMaxVecs) {
+		if a.vkPairs() && (!v.st.narrow() || n == vkMaxVecs) {
 			// One token (decode) with a store: the pairs from src to stores[0] (once), not
 			// through work, whose copies cost more than the overlap wins. BenchmarkVKRoutine, avx2
 			// decode K=128, ns per head: f32 one row 2,200, pairs through work 2,250, once 1,735.
@@ -418,7 +418,7 @@ func stateVK(v variant) {
 			// model's K = 128 (and 96): at K ≤ 64 it took 666 lines.
 			pairs, tail := label("pairs"), label("pairtail")
 			unlessOneStoredToken(r, pairs)
-			if v.bf16 {
+			if v.st.narrow() {
 				noF32(pairs)
 			}
 			(&vkBody{v: v, a: a, n: n, lo: lo, g: g, acc: acc, r: r}).once(pairs)
@@ -427,7 +427,7 @@ func stateVK(v variant) {
 			(&vkBody{v: v, a: a, n: n, lo: lo, g: g, acc: acc, r: r}).group()
 			Label(tail)
 		} else {
-			if a.vkBlocks() && !v.bf16 && n <= vkDirectKRegs {
+			if a.vkBlocks() && !v.st.narrow() && n <= vkDirectKRegs {
 				// One token (decode) with a store, f32: the groups from src to stores[0], k̂ and
 				// q̂ in registers (direct), then the one-row group for the rest.
 				groups := label("groups")
@@ -443,7 +443,7 @@ func stateVK(v variant) {
 		lo = n + 1
 	}
 	Label(done)
-	if a.vkBlocks() || a.vkPairs() && !v.bf16 {
+	if a.vkBlocks() || a.vkPairs() && !v.st.narrow() {
 		SFENCE() // the non-temporal stores (vkBlk.store) ordered before the caller's next stores
 	}
 	VZEROUPPER()

@@ -112,7 +112,7 @@ func (k *vkBlk) emit() {
 	CMOVQCC(two, nb)
 	MOVQ(nb, r.nb)
 	Commentf("A block of 16·nb rows of %d…%d vectors in work.", b.lo, b.n)
-	loadRows(r, v.bf16, "bfrombf16", "bloaded", k.load)
+	loadRows(r, v.st, "bfrombf16", "bloaded", k.load)
 	k.tokens()
 	c := k.rowCount()
 	ADDQ(c, r.j)
@@ -121,12 +121,12 @@ func (k *vkBlk) emit() {
 	Label(done)
 }
 
-// load copies the block's rows from p (clobbered) into work, bf16 widened.
-func (k *vkBlk) load(p GPVirtual, bf16 bool) {
+// load copies the block's rows from p (clobbered) into work, widened from st.
+func (k *vkBlk) load(p GPVirtual, st storage) {
 	b := k.b
-	es, idx := 4, b.r.k4
-	if bf16 {
-		es, idx = 2, b.r.ks
+	es, idx := st.es(), b.r.k4
+	if st.narrow() {
+		idx = b.r.ks
 	}
 	w := k.workPtr(0)
 	c := k.rowCount()
@@ -135,7 +135,7 @@ func (k *vkBlk) load(p GPVirtual, bf16 bool) {
 	b.prefetch(p, 1, es)
 	b.each(b.positions(), func(i int) { // (a dead position's vector in work is never read)
 		x := ZMM()
-		b.loadVec(Mem{Base: p, Disp: i * 16 * es}, i, bf16, x)
+		b.loadVec(Mem{Base: p, Disp: i * 16 * es}, i, st, x)
 		VMOVUPS(x, Mem{Base: w, Disp: i * 64})
 	})
 	ADDQ(idx, p)
@@ -144,36 +144,28 @@ func (k *vkBlk) load(p GPVirtual, bf16 bool) {
 	JNZ(LabelRef(l))
 }
 
-// store copies the block's rows from work to d (clobbered), bf16-rounded if bf16. An f32
+// store copies the block's rows from work to d (clobbered), rounded to st. An f32
 // routine's token store goes with non-temporal stores (storeNT) when K is a multiple of 16, d is
 // aligned to 64 bytes and the store is a snapshot: any but the last token's, and the last token's
 // after a token with one (as the [K][V] routines: see ntSpan).
-func (k *vkBlk) store(d GPVirtual, bf16 bool) {
+func (k *vkBlk) store(d GPVirtual, st storage) {
 	b := k.b
-	if bf16 || !b.v.bf16 { // a token's store, not a bf16 routine's f32 carry
+	if st == b.v.st { // a token's store, not a narrow routine's f32 carry
 		temporal, done := label("btemporal"), label("bstored")
-		vkSnapshot(b.r, b.a, es(bf16), d, temporal, label("bsnapshot"))
-		k.storeNT(d, bf16)
+		vkSnapshot(b.r, b.a, st.es(), d, temporal, label("bsnapshot"))
+		k.storeNT(d, st)
 		JMP(LabelRef(done))
 		Label(temporal)
-		k.storeRows(d, bf16)
+		k.storeRows(d, st)
 		Label(done)
 		return
 	}
-	k.storeRows(d, bf16)
-}
-
-// es is the bytes of a stored element.
-func es(bf16 bool) int {
-	if bf16 {
-		return 2
-	}
-	return 4
+	k.storeRows(d, st)
 }
 
 // storeNT copies the block's rows from work to d (clobbered) with non-temporal stores, rounded to
-// bf16 if bf16: every live position whole (K a multiple of 16), the dead ones skipped.
-func (k *vkBlk) storeNT(d GPVirtual, bf16 bool) {
+// st: every live position whole (K a multiple of 16), the dead ones skipped.
+func (k *vkBlk) storeNT(d GPVirtual, st storage) {
 	b := k.b
 	w := k.workPtr(0)
 	c := k.rowCount()
@@ -182,13 +174,13 @@ func (k *vkBlk) storeNT(d GPVirtual, bf16 bool) {
 	b.each(b.positions(), func(i int) {
 		x := ZMM()
 		VMOVUPS(Mem{Base: w, Disp: i * 64}, x)
-		if bf16 {
-			bf16NT(b.a, x, Mem{Base: d, Disp: i * 32})
+		if st.narrow() {
+			st.round(b.a, piece{w: b.a.lanes}, x, Mem{Base: d, Disp: i * 32}, true, false)
 		} else {
 			VMOVNTPS(x, Mem{Base: d, Disp: i * 64})
 		}
 	})
-	if bf16 {
+	if st.narrow() {
 		ADDQ(b.r.ks, d)
 	} else {
 		ADDQ(b.r.k4, d)
@@ -198,12 +190,12 @@ func (k *vkBlk) storeNT(d GPVirtual, bf16 bool) {
 	JNZ(LabelRef(l))
 }
 
-// storeRows copies the block's rows from work to d (clobbered), bf16-rounded if bf16.
-func (k *vkBlk) storeRows(d GPVirtual, bf16 bool) {
+// storeRows copies the block's rows from work to d (clobbered), rounded to st.
+func (k *vkBlk) storeRows(d GPVirtual, st storage) {
 	b := k.b
-	es, idx := 4, b.r.k4
-	if bf16 {
-		es, idx = 2, b.r.ks
+	es, idx := st.es(), b.r.k4
+	if st.narrow() {
+		idx = b.r.ks
 	}
 	w := k.workPtr(0)
 	c := k.rowCount()
@@ -213,10 +205,10 @@ func (k *vkBlk) storeRows(d GPVirtual, bf16 bool) {
 		x := ZMM()
 		VMOVUPS(Mem{Base: w, Disp: i * 64}, x)
 		m := Mem{Base: d, Disp: i * 16 * es}
-		if bf16 {
-			bf16Store(b.a, piece{w: 16, mask: b.mask(i)}, x, m)
+		if st.narrow() {
+			st.round(b.a, piece{w: 16, mask: b.mask(i)}, x, m, false, false)
 		} else {
-			b.storeVec(x, m, i, false, false)
+			b.storeVec(x, m, i, stF32, false)
 		}
 	})
 	ADDQ(idx, d)
@@ -249,7 +241,7 @@ func (k *vkBlk) tokens() {
 		k.update(f, c)
 		Label(done)
 	})
-	tokensEnd(r, v.bf16, loop, nostore, "bnocarry", k.store)
+	tokensEnd(r, v.st, loop, nostore, "bnocarry", k.store)
 }
 
 // loadKQ loads k̂ and q̂ of a token (rows at pk, pq) into k.kreg and k.qreg.
@@ -258,11 +250,11 @@ func (k *vkBlk) loadKQ(pk, pq GPVirtual) {
 	k.kreg, k.qreg = make([]VecVirtual, b.n), make([]VecVirtual, b.n)
 	for i := range b.n {
 		k.kreg[i] = ZMM()
-		b.loadVec(b.kMem(pk, i), i, false, k.kreg[i])
+		b.loadVec(b.kMem(pk, i), i, stF32, k.kreg[i])
 	}
 	for i := range b.n {
 		k.qreg[i] = ZMM()
-		b.loadVec(b.kMem(pq, i), i, false, k.qreg[i])
+		b.loadVec(b.kMem(pq, i), i, stF32, k.qreg[i])
 	}
 }
 

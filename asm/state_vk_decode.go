@@ -68,7 +68,7 @@ func (b *vkBody) pairMem(base GPVirtual, rr, i, es int, idx GPVirtual) Mem {
 func (b *vkBody) once(nonFinite string) {
 	v, a, r := b.v, b.a, b.r
 	es, idx := 4, r.k4
-	if v.bf16 {
+	if v.st.narrow() {
 		es, idx = 2, r.ks
 	}
 	loop, done := label("once"), label("oncedone")
@@ -88,7 +88,7 @@ func (b *vkBody) once(nonFinite string) {
 		km, qm := b.shared(b.kMem(r.pk, i)), b.shared(b.kMem(r.pq, i))
 		for rr := range 2 {
 			x := a.vec()
-			b.loadVec(b.pairMem(p, rr, i, es, idx), i, v.bf16, a.view(x))
+			b.loadVec(b.pairMem(p, rr, i, es, idx), i, v.st, a.view(x))
 			b.fma(km, x, accK[rr][i%b.acc], i, b.first(i))
 			b.fma(qm, x, accQ[rr][i%b.acc], i, b.first(i))
 		}
@@ -104,14 +104,13 @@ func (b *vkBody) once(nonFinite string) {
 	for rr := range 2 {
 		tl[rr] = a.vec()
 		m := b.pairMem(p, rr, b.n-1, es, idx)
-		if v.bf16 {
-			VPMOVZXWD(m, a.view(tl[rr]))
-			VPSLLD(U8(16), a.view(tl[rr]), a.view(tl[rr]))
+		if v.st.narrow() {
+			v.st.widenTo(m, nil, a.view(tl[rr]))
 		} else {
 			VMOVUPS(m, a.view(tl[rr]))
 		}
 	}
-	if v.bf16 {
+	if v.st.finiteRound() {
 		// Only when both rows' δ are finite (finiteDelta): the rounding without its NaN select.
 		// Else the pairs through work take this pair and the rest (nothing is stored yet; they
 		// store its o again, the same bits).
@@ -119,9 +118,9 @@ func (b *vkBody) once(nonFinite string) {
 		JNE(LabelRef(nonFinite))
 	}
 	store := func(x VecVirtual, i, rr int) {
-		if v.bf16 {
+		if v.st.narrow() {
 			// (x is not used again; no NaN select: δ is finite here)
-			bf16Stored(a, piece{w: a.lanes}, x, b.pairMem(dst, rr, i, es, idx), false, true)
+			v.st.round(a, piece{w: a.lanes}, x, b.pairMem(dst, rr, i, es, idx), false, true)
 			return
 		}
 		VMOVUPS(a.view(x), b.pairMem(dst, rr, i, es, idx))
@@ -129,9 +128,9 @@ func (b *vkBody) once(nonFinite string) {
 	vkForm(b, func(f form, c VecVirtual) {
 		db := b.deltaBroadcasts(d)
 		rest := b.positions()[:b.n-1]
-		if v.bf16 {
+		if v.st.packPairs() {
 			// The positions no K of the shape leaves dead, two at a time: a pair's two
-			// vectors of a row rounded and narrowed together (bf16Pair, one 32-byte store).
+			// vectors of a row rounded and narrowed together (roundPair, one 32-byte store).
 			for len(rest) >= 2 && !b.guarded(rest[1]) {
 				i := rest[0]
 				km := [2]Op{b.shared(b.kMem(r.pk, i)), b.shared(b.kMem(r.pk, i+1))}
@@ -139,10 +138,10 @@ func (b *vkBody) once(nonFinite string) {
 					var x [2]VecVirtual
 					for h := range 2 {
 						x[h] = a.vec()
-						b.loadVec(b.pairMem(p, rr, i+h, es, idx), i+h, true, a.view(x[h]))
+						b.loadVec(b.pairMem(p, rr, i+h, es, idx), i+h, v.st, a.view(x[h]))
 						b.update(f, c, km[h], db[rr], x[h], i+h)
 					}
-					bf16Pair(a, x[0], x[1], b.pairMem(dst, rr, i, es, idx), true)
+					v.st.roundPair(a, x[0], x[1], b.pairMem(dst, rr, i, es, idx), true)
 				}
 				rest = rest[2:]
 			}
@@ -151,7 +150,7 @@ func (b *vkBody) once(nonFinite string) {
 			km := b.shared(b.kMem(r.pk, i))
 			for rr := range 2 {
 				x := a.vec()
-				b.loadVec(b.pairMem(p, rr, i, es, idx), i, v.bf16, a.view(x))
+				b.loadVec(b.pairMem(p, rr, i, es, idx), i, v.st, a.view(x))
 				b.update(f, c, km, db[rr], x, i)
 				store(x, i, rr)
 			}
@@ -193,7 +192,7 @@ func (b *vkBody) once(nonFinite string) {
 // row's K, and the next group's dots read rows that no store has reached yet.
 func (b *vkBody) direct() {
 	v, a, r := b.v, b.a, b.r
-	if v.bf16 || !a.masks || b.g > 3 || b.n > vkDirectKRegs {
+	if v.st.narrow() || !a.masks || b.g > 3 || b.n > vkDirectKRegs {
 		panic("vkBody.direct: f32 with masks, at most 3 rows a group, k̂ and q̂ in registers")
 	}
 	idx := r.k4
@@ -230,22 +229,22 @@ func (b *vkBody) direct() {
 	kh, qh := make([]VecVirtual, b.n), make([]VecVirtual, b.n)
 	for i := range kh {
 		kh[i], qh[i] = a.vec(), a.vec()
-		b.loadVec(b.kMem(r.pk, i), i, false, a.view(kh[i]))
-		b.loadVec(b.kMem(r.pq, i), i, false, a.view(qh[i]))
+		b.loadVec(b.kMem(r.pk, i), i, stF32, a.view(kh[i]))
+		b.loadVec(b.kMem(r.pq, i), i, stF32, a.view(qh[i]))
 	}
 
 	// The dots of the group at p into accK, accQ (zeroed where guarded).
 	accK, accQ := b.dotAccs(b.g)
 	dots := func(p GPVirtual, rr, i int) {
 		x := a.vec()
-		b.loadVec(rowMem(p, rr, i), i, false, a.view(x))
+		b.loadVec(rowMem(p, rr, i), i, stF32, a.view(x))
 		b.fma(a.view(kh[i]), x, accK[rr][i%b.acc], i, b.first(i))
 		b.fma(a.view(qh[i]), x, accQ[rr][i%b.acc], i, b.first(i))
 	}
 	// The update of row rr's position i, from src to dst.
 	update := func(f form, c VecVirtual, db []VecVirtual, rr, i int) {
 		x := a.vec()
-		b.loadVec(rowMem(src, rr, i), i, false, a.view(x))
+		b.loadVec(rowMem(src, rr, i), i, stF32, a.view(x))
 		b.update(f, c, a.view(kh[i]), db[rr], x, i)
 		if mask := b.mask(i); mask != nil {
 			VMOVUPS(a.view(x), mask, rowMem(dst, rr, i))

@@ -63,7 +63,7 @@ func (b *vkBody) group() {
 	}
 	r.pf.group()
 	Commentf("Load %d row(s) of %d…%d vectors.", b.g, b.lo, b.n)
-	loadRows(r, v.bf16, "frombf16", "loaded", b.load)
+	loadRows(r, v.st, "frombf16", "loaded", b.load)
 	b.tokens()
 	ADDQ(U32(b.g), r.j)
 	SUBQ(U32(b.g), r.rows)
@@ -82,7 +82,7 @@ func (b *vkBody) tokens() {
 	loop, nostore := label("token"), label("nostore")
 	Label(loop)
 	b.token()
-	tokensEnd(r, v.bf16, loop, nostore, "nocarry", b.store)
+	tokensEnd(r, v.st, loop, nostore, "nocarry", b.store)
 }
 
 // token emits one token of the group.
@@ -198,7 +198,7 @@ func (b *vkBody) finish(accK, accQ [][]VecVirtual) VecVirtual {
 	default:
 		VMOVUPS(half(hi), K6, Mem{Base: b.r.po})
 	}
-	if b.v.bf16 && !a.evex {
+	if b.v.st.finiteRound() && !a.evex {
 		// For a token with a store only: a prefill's other tokens would pay for it (about 4 % of
 		// an AVX2 pair's token). (AVX-512: storeRows does not use it.)
 		none := label("nofin")
@@ -319,7 +319,7 @@ func (b *vkBody) fusedTokens() {
 	d := b.finish(accK, accQ)
 	CMPQ(r.cnt, U8(1))
 	JE(LabelRef(last))
-	if v.bf16 {
+	if v.st.narrow() {
 		p := GP64()
 		MOVQ(Mem{Base: r.ps}, p)
 		TESTQ(p, p)
@@ -330,7 +330,7 @@ func (b *vkBody) fusedTokens() {
 		b.fma(b.nextKMem(r.pk, i), x, accK[rr][i%b.acc], i, b.first(i))
 		b.fma(b.nextKMem(r.pq, i), x, accQ[rr][i%b.acc], i, b.first(i))
 	})
-	if v.bf16 {
+	if v.st.narrow() {
 		tokenNext(r)
 		DECQ(r.cnt)
 		JMP(LabelRef(loop))
@@ -338,7 +338,7 @@ func (b *vkBody) fusedTokens() {
 		JMP(LabelRef(stored))
 	}
 	Label(last)
-	if !v.bf16 {
+	if !v.st.narrow() {
 		// (The accumulators zeroed, a write, so that they are dead from the transpose-add on: the
 		// last token's rows are stored with the fused pass's code, which they go through.)
 		for rr := range b.g {
@@ -349,18 +349,18 @@ func (b *vkBody) fusedTokens() {
 	}
 	b.updateRows(d, nil)
 	Label(stored)
-	tokenStore(r, v.bf16, label("nostore"), b.store)
+	tokenStore(r, v.st, label("nostore"), b.store)
 	CMPQ(r.cnt, U8(1))
 	JE(LabelRef(done))
 	tokenNext(r)
 	DECQ(r.cnt)
-	if v.bf16 {
+	if v.st.narrow() {
 		zeroAccs()
 		dots()
 	}
 	JMP(LabelRef(loop))
 	Label(done)
-	tokensCarry(r, v.bf16, "nocarry", b.store)
+	tokensCarry(r, v.st, "nocarry", b.store)
 }
 
 // nextKMem is vector i of the next token's [K] f32 row (k̂ or q̂) after the one at base.
@@ -388,21 +388,21 @@ func tokensStart(r vkRegs) {
 	MOVQ(r.t, r.cnt)
 }
 
-// tokensEnd emits the end of a [V][K] token iteration: the rows stored (store, rounded to bf16
-// for a bf16 routine) where the token has a store, every pointer on to the next token, the loop
-// back to loop and, after the last token of a bf16 routine, the f32 carry if asked for (its label
+// tokensEnd emits the end of a [V][K] token iteration: the rows stored (store, rounded to its
+// storage for a narrow routine) where the token has a store, every pointer on to the next token, the loop
+// back to loop and, after the last token of a narrow routine, the f32 carry if asked for (its label
 // made from carryLabel here, so that labels keep their order in the output).
-func tokensEnd(r vkRegs, bf16 bool, loop, nostore, carryLabel string, store func(d GPVirtual, bf16 bool)) {
-	tokenStore(r, bf16, nostore, store)
+func tokensEnd(r vkRegs, st storage, loop, nostore, carryLabel string, store func(d GPVirtual, st storage)) {
+	tokenStore(r, st, nostore, store)
 	tokenNext(r)
 	DECQ(r.cnt)
 	JNZ(LabelRef(loop))
-	tokensCarry(r, bf16, carryLabel, store)
+	tokensCarry(r, st, carryLabel, store)
 }
 
-// tokenStore emits the rows' store (store, rounded to bf16 for a bf16 routine) if the token has
+// tokenStore emits the rows' store (store, rounded for a narrow routine) if the token has
 // one, on to nostore if not.
-func tokenStore(r vkRegs, bf16 bool, nostore string, store func(d GPVirtual, bf16 bool)) {
+func tokenStore(r vkRegs, st storage, nostore string, store func(d GPVirtual, st storage)) {
 	Comment("The state after this token, if stored.")
 	d := GP64()
 	MOVQ(Mem{Base: r.ps}, d)
@@ -410,13 +410,13 @@ func tokenStore(r vkRegs, bf16 bool, nostore string, store func(d GPVirtual, bf1
 	JZ(LabelRef(nostore))
 	off := GP64()
 	MOVQ(r.j, off)
-	if bf16 {
+	if st.narrow() {
 		IMULQ(r.ks, off)
 	} else {
 		IMULQ(r.k4, off)
 	}
 	ADDQ(off, d)
-	store(d, bf16)
+	store(d, st)
 	Label(nostore)
 }
 
@@ -430,10 +430,10 @@ func tokenNext(r vkRegs) {
 	ADDQ(r.v4, r.po)
 }
 
-// tokensCarry emits, after the last token of a bf16 routine, the f32 carry if asked for (its label
+// tokensCarry emits, after the last token of a narrow routine, the f32 carry if asked for (its label
 // made from carryLabel).
-func tokensCarry(r vkRegs, bf16 bool, carryLabel string, store func(d GPVirtual, bf16 bool)) {
-	if !bf16 {
+func tokensCarry(r vkRegs, st storage, carryLabel string, store func(d GPVirtual, st storage)) {
+	if !st.narrow() {
 		return
 	}
 	Comment("The f32 carry after the last token, if asked for.")
@@ -446,6 +446,6 @@ func tokensCarry(r vkRegs, bf16 bool, carryLabel string, store func(d GPVirtual,
 	MOVQ(r.j, off)
 	IMULQ(r.k4, off)
 	ADDQ(off, d)
-	store(d, false)
+	store(d, stF32)
 	Label(nocarry)
 }

@@ -11,10 +11,11 @@ import (
 )
 
 // loadRows emits the load of the rows from row j on (load: from the element pointer it is given,
-// widening bf16): for a bf16 routine from src32 if that is not nil (the previous chunk's carry),
-// else from src; the labels are made from fromLabel and loadedLabel here, in that order.
-func loadRows(r vkRegs, bf16 bool, fromLabel, loadedLabel string, load func(p GPVirtual, bf16 bool)) {
-	if bf16 {
+// widening a narrow storage st): for a narrow routine from src32 if that is not nil (the previous
+// chunk's carry), else from src; the labels are made from fromLabel and loadedLabel here, in
+// that order.
+func loadRows(r vkRegs, st storage, fromLabel, loadedLabel string, load func(p GPVirtual, st storage)) {
+	if st.narrow() {
 		from16, loaded := label(fromLabel), label(loadedLabel)
 		p := GP64()
 		loadArg("src32", p)
@@ -24,7 +25,7 @@ func loadRows(r vkRegs, bf16 bool, fromLabel, loadedLabel string, load func(p GP
 		MOVQ(r.j, off)
 		IMULQ(r.k4, off)
 		ADDQ(off, p)
-		load(p, false)
+		load(p, stF32)
 		JMP(LabelRef(loaded))
 		Label(from16)
 		p = GP64()
@@ -33,7 +34,7 @@ func loadRows(r vkRegs, bf16 bool, fromLabel, loadedLabel string, load func(p GP
 		MOVQ(r.j, off)
 		IMULQ(r.ks, off)
 		ADDQ(off, p)
-		load(p, true)
+		load(p, st)
 		Label(loaded)
 		return
 	}
@@ -42,16 +43,16 @@ func loadRows(r vkRegs, bf16 bool, fromLabel, loadedLabel string, load func(p GP
 	MOVQ(r.j, off)
 	IMULQ(r.k4, off)
 	ADDQ(off, p)
-	load(p, false)
+	load(p, stF32)
 }
 
-// load loads the group's rows from row pointer p (clobbered): bf16 widened, else f32. A dead
-// position is skipped and its register zeroed; so are the rows a partial group lacks (rowSkip).
-func (b *vkBody) load(p GPVirtual, bf16 bool) {
-	es := 4
+// load loads the group's rows from row pointer p (clobbered), widened from st. A dead position
+// is skipped and its register zeroed; so are the rows a partial group lacks (rowSkip).
+func (b *vkBody) load(p GPVirtual, st storage) {
+	es := st.es()
 	idx := b.r.k4
-	if bf16 {
-		es, idx = 2, b.r.ks
+	if st.narrow() {
+		idx = b.r.ks
 	}
 	b.prefetch(p, b.g, es)
 	absent := make([]string, b.g)
@@ -77,7 +78,7 @@ func (b *vkBody) load(p GPVirtual, bf16 bool) {
 			if x == nil {
 				x = b.a.vec()
 			}
-			b.loadVec(b.vecMem(p, i, es, idx), i, bf16, b.a.view(x))
+			b.loadVec(b.vecMem(p, i, es, idx), i, st, b.a.view(x))
 			b.put(r, i, x)
 		})
 	}
@@ -128,46 +129,37 @@ func (b *vkBody) put(r, i int, x VecVirtual) {
 	}
 }
 
-// loadVec loads position i of a row from m into X: bf16 widened, masked, the tail and-masked.
-func (b *vkBody) loadVec(m Mem, i int, bf16 bool, X Register) {
+// loadVec loads position i of a row from m into X: widened from st, masked, the tail and-masked.
+func (b *vkBody) loadVec(m Mem, i int, st storage, X Register) {
 	mask := b.mask(i)
 	switch {
-	case bf16 && mask != nil:
-		VPMOVZXWD_Z(m, mask, X)
-	case bf16:
-		VPMOVZXWD(m, X)
+	case st.narrow():
+		st.widenTo(m, mask, X)
 	case mask != nil:
 		VMOVUPS_Z(m, mask, X)
 	default:
 		VMOVUPS(m, X)
-	}
-	if bf16 {
-		VPSLLD(U8(16), X, X)
 	}
 	if b.tail(i) {
 		VANDPS(b.r.andMask, X, X)
 	}
 }
 
-// storeVec stores x as position i of a row at m, bf16-rounded if bf16 (x is kept; finite: x
-// holds no NaN, see finiteDelta).
-func (b *vkBody) storeVec(x VecVirtual, m Mem, i int, bf16, finite bool) {
+// storeVec stores x as position i of a row at m, rounded to st (x is kept; finite: x holds no
+// NaN, see finiteDelta).
+func (b *vkBody) storeVec(x VecVirtual, m Mem, i int, st storage, finite bool) {
 	mask := b.mask(i)
 	switch {
-	case bf16:
+	case st.narrow():
 		y := b.a.vec()
 		VMOVAPS(b.a.view(x), b.a.view(y))
-		bf16Stored(b.a, piece{w: b.a.lanes, mask: mask}, y, m, false, finite)
+		st.round(b.a, piece{w: b.a.lanes, mask: mask}, y, m, false, finite)
 	case mask != nil:
 		VMOVUPS(b.a.view(x), mask, m)
 	default:
 		VMOVUPS(b.a.view(x), m)
 	}
 }
-
-// bf16Store stores BF16RNE(y) for the piece's lanes at m (bf16, the rounding with its NaN
-// select); y is clobbered.
-func bf16Store(a isa, pc piece, y VecVirtual, m Mem) { bf16(a, pc, y, m) }
 
 // storeOrder is the order positions are stored in: the tail first.
 func (b *vkBody) storeOrder() []int {
@@ -182,11 +174,11 @@ func (b *vkBody) storeOrder() []int {
 	return order
 }
 
-// store writes the group's rows to row pointer p (clobbered), bf16-rounded if bf16.
-func (b *vkBody) store(p GPVirtual, bf16 bool) {
+// store writes the group's rows to row pointer p (clobbered), rounded to st.
+func (b *vkBody) store(p GPVirtual, st storage) {
 	// (Not bf16: its non-temporal rows cost 1,770 lines of stateVKbf16AVX2, for 20 % of an AVX2 bf16
 	// verification, 4.42 → 3.55 ms. Its pairs prefetch their snapshot lines instead: storeRows.)
-	if b.a.vkPairs() && !b.v.bf16 {
+	if b.a.vkPairs() && !b.v.st.narrow() {
 		// AVX2 f32 (pairs and the one-row group): a token's store goes non-temporally when K is
 		// the shape's whole vectors, p is aligned to 32 bytes and the store is a snapshot (the
 		// rule of the [K][V] routines: see ntSpan).
@@ -202,11 +194,11 @@ func (b *vkBody) store(p GPVirtual, bf16 bool) {
 		}
 		JMP(LabelRef(done))
 		Label(temporal)
-		b.storeRows(p, bf16)
+		b.storeRows(p, st)
 		Label(done)
 		return
 	}
-	b.storeRows(p, bf16)
+	b.storeRows(p, st)
 }
 
 // vkSnapshot emits the test of a [V][K] token store at row pointer p for non-temporal stores:
@@ -228,12 +220,12 @@ func vkSnapshot(r vkRegs, a isa, es int, p GPVirtual, temporal, nt string) {
 	Label(nt)
 }
 
-// storeRows stores the group's rows to row pointer p (clobbered), bf16-rounded if bf16.
-func (b *vkBody) storeRows(p GPVirtual, bf16 bool) {
-	es := 4
+// storeRows stores the group's rows to row pointer p (clobbered), rounded to st.
+func (b *vkBody) storeRows(p GPVirtual, st storage) {
+	es := st.es()
 	idx := b.r.k4
-	if bf16 {
-		es, idx = 2, b.r.ks
+	if st.narrow() {
+		idx = b.r.ks
 	}
 	rows := func(p GPVirtual, finite bool) {
 		end := ""
@@ -245,14 +237,14 @@ func (b *vkBody) storeRows(p GPVirtual, bf16 bool) {
 				b.rowSkip(r, end)
 				ADDQ(idx, p)
 			}
-			b.each(b.storeOrder(), func(i int) { b.storeVec(b.get(r, i), b.vecMem(p, i, es, idx), i, bf16, finite) })
+			b.each(b.storeOrder(), func(i int) { b.storeVec(b.get(r, i), b.vecMem(p, i, es, idx), i, st, finite) })
 		}
 		if end != "" {
 			Label(end)
 		}
 	}
 	one := func() {
-		if !bf16 || b.a.evex {
+		if !st.finiteRound() || b.a.evex {
 			// (AVX-512 rounds with cvt2 where the CPU has it; the integer rounding, a fallback,
 			// always selects NaN lanes: its finite form took 330 lines of stateVKbf16AVX512.)
 			rows(p, false)
@@ -283,7 +275,7 @@ func (b *vkBody) storeRows(p GPVirtual, bf16 bool) {
 		rows(p, false)
 		Label(done)
 	}
-	if !bf16 || !b.a.evex || b.n%2 != 0 {
+	if !st.cvt2() || !b.a.evex || b.n%2 != 0 {
 		one()
 		return
 	}

@@ -37,7 +37,7 @@ func FuzzRun(f *testing.F) {
 	f.Fuzz(checkRun)
 }
 
-var fuzzFormats = [...]gdnsimd.Format{{}, {VK: true}, {BF16: true}, {VK: true, BF16: true}}
+var fuzzFormats = [...]gdnsimd.Format{{}, {VK: true}, {Storage: gdnsimd.StorageBF16}, {VK: true, Storage: gdnsimd.StorageBF16}}
 
 // runCase is a decoded batch: the config and the batch (its slices are the fuzz case's memory).
 type runCase struct {
@@ -460,7 +460,7 @@ func decodeRun(data []byte) *runCase {
 	x = r.next()
 	rc.format = fuzzFormats[x%4]
 	c.StateLayout, c.StateDType = stateLayout(rc.format), gdn.DTypeF32
-	if rc.format.BF16 {
+	if rc.format.Storage != gdnsimd.StorageF32 {
 		c.StateDType = gdn.DTypeBF16
 	}
 	c.GQA = gdn.GQAOrder(x >> 2 & 1)
@@ -562,7 +562,7 @@ func decodeRun(data []byte) *runCase {
 		}
 		return &gdn.Pool{F32: vals, SlotStride: stride}
 	}
-	dtBF16 := rc.format.BF16
+	dtBF16 := rc.format.Storage != gdnsimd.StorageF32
 	if x == 0xFF {
 		dtBF16 = !dtBF16 // the wrong storage type
 	}
@@ -570,7 +570,7 @@ func decodeRun(data []byte) *runCase {
 	y := r.next()
 	switch storeToMode {
 	case 4:
-		b.StoreTo = mkPool(toSlots, y, rc.format.BF16 != (y == 0xFF))
+		b.StoreTo = mkPool(toSlots, y, rc.format.Storage != gdnsimd.StorageF32 != (y == 0xFF))
 	case 5:
 		b.StoreTo = &gdn.Pool{F32: b.State.F32, BF16: b.State.BF16, SlotStride: [...]int{b.State.SlotStride, 0, slot, b.State.SlotStride}[y%4]}
 	case 6:

@@ -83,12 +83,12 @@ const (
 	GatePerChannel             // a decay per key channel (KDA: Kimi-Linear and kin): Batch.A of width VHeads·K, DtBias [VHeads][K]
 )
 
-// GateForm is the per-channel gate's form.
-type GateForm uint8
+// GateForm is the per-channel gate's form (the kernels' own type).
+type GateForm = gdnsimd.GateForm
 
 const (
-	GateSoftplus   GateForm = iota // −exp(A_log)·softplus(a + dt_bias) (the default)
-	GateLowerBound                 // LowerBound·sigmoid(exp(A_log)·(a + dt_bias)) (fla's lower_bound)
+	GateSoftplus   = gdnsimd.GateSoftplus // −exp(A_log)·softplus(a + dt_bias) (the default)
+	GateLowerBound = gdnsimd.GateBounded  // LowerBound·sigmoid(exp(A_log)·(a + dt_bias)) (fla's lower_bound)
 )
 
 // Activation is the output gate's activation in the gated RMSNorm.
@@ -172,7 +172,7 @@ func New(c Config) (*Layer, error) {
 	if c.RMSEps == 0 {
 		c.RMSEps = DefaultRMSEps
 	}
-	f := gdnsimd.Format{VK: c.StateLayout == LayoutVK, BF16: c.StateDType == DTypeBF16}
+	f := gdnsimd.Format{VK: c.StateLayout == LayoutVK, Storage: c.StateDType}
 	k, err := kernelFor(&c, f)
 	if err != nil {
 		return nil, err
@@ -268,7 +268,7 @@ func checkRun(c *Config) error {
 	if c.Workers < 0 {
 		return fmt.Errorf("%w: Workers = %d, want >= 0", ErrConfig, c.Workers)
 	}
-	if c.StateLayout > LayoutVK || c.StateDType > DTypeBF16 || c.GQA > GQATiled {
+	if c.StateLayout > LayoutVK || c.StateDType >= dtypes || c.GQA > GQATiled {
 		return fmt.Errorf("%w: StateLayout = %d, StateDType = %d, GQA = %d: unknown value", ErrConfig, c.StateLayout, c.StateDType, c.GQA)
 	}
 	return nil
@@ -389,10 +389,7 @@ func (l *Layer) setBatch(b *gdnsimd.Batch) {
 	b.ALog, b.SsmA, b.DtBias = c.ALog, c.SsmA, c.DtBias
 	b.PerChannel, b.Sigmoid = c.Gate == GatePerChannel, c.OutGate == ActSigmoid
 	b.ConvW, b.ConvTaps, b.ConvBias = c.ConvWidth, l.convTaps, l.convBias
-	b.LowerBound = 0
-	if c.GateForm == GateLowerBound {
-		b.LowerBound = c.LowerBound
-	}
+	b.GateForm, b.LowerBound = c.GateForm, c.LowerBound // (New checked: LowerBound is 0 but with GateLowerBound)
 }
 
 // clone is a copy of x (nil for nil).

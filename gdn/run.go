@@ -3,6 +3,9 @@ package gdn
 import (
 	"errors"
 	"fmt"
+	"unsafe"
+
+	"github.com/gdnsimd/gdnsimd"
 )
 
 // StateLayout is the order of a head's K×V state in memory, fixed per Layer.
@@ -35,24 +38,15 @@ const (
 	GQATiled                       // v-head h reads k-head h % KHeads: Qwen3.5 GGUF files (their converter reorders the value heads)
 )
 
-// DType is a storage type of the state pool, fixed per Layer.
-type DType uint8
+// DType is a storage type of the state pool, fixed per Layer (the kernels' own type: its String
+// is "f32" or "bf16").
+type DType = gdnsimd.Storage
 
 const (
-	DTypeF32  DType = iota // float32 (the default)
-	DTypeBF16              // bfloat16 storage, float32 maths: widened exactly on load, rounded to nearest even on store
+	DTypeF32  = gdnsimd.StorageF32  // float32 (the default)
+	DTypeBF16 = gdnsimd.StorageBF16 // bfloat16 storage, float32 maths: widened exactly on load, rounded to nearest even on store
+	dtypes    = 2                   // the number of storage types
 )
-
-// String returns "f32" or "bf16".
-func (d DType) String() string {
-	switch d {
-	case DTypeF32:
-		return "f32"
-	case DTypeBF16:
-		return "bf16"
-	}
-	return fmt.Sprintf("DType(%d)", uint8(d))
-}
 
 // Pool is caller-owned state, used in place: slot s starts at element s·SlotStride. A state pool
 // (Batch.State, StoreTo) has slots of VHeads·K·V elements in the Layer's layout, head h of slot s
@@ -64,6 +58,55 @@ type Pool struct {
 	F32        []float32 // exactly one of F32 and BF16
 	BF16       []BF16    // bf16 storage, fp32 maths
 	SlotStride int       // elements from one slot to the next; 0 means the slot's size
+}
+
+// A Pool's storage fields are read here only: a storage type is its field and a case in each of
+// these.
+
+// poolFields names the fields, for errors.
+const poolFields = "F32 and BF16"
+
+// fields is the number of p's storage fields set and their element count.
+func (p *Pool) fields() (set, n int) {
+	return btoi(p.F32 != nil) + btoi(p.BF16 != nil), len(p.F32) + len(p.BF16)
+}
+
+// lens describes the fields' lengths, for errors.
+func (p *Pool) lens() string {
+	return fmt.Sprintf("F32 has %d elements, BF16 %d", len(p.F32), len(p.BF16))
+}
+
+// dtype is the storage of p's field (the first set; DTypeF32 if none) and its name.
+func (p *Pool) dtype() (DType, string) {
+	if p.F32 == nil && p.BF16 != nil {
+		return DTypeBF16, "BF16"
+	}
+	return DTypeF32, "F32"
+}
+
+// view is the kernel's view of p (one field set) with slots stride elements apart.
+func (p *Pool) view(stride int) gdnsimd.Pool {
+	out := gdnsimd.Pool{F32: p.F32, SlotStride: stride}
+	if p.BF16 != nil {
+		out.BF16 = unsafe.Slice((*uint16)(unsafe.SliceData(p.BF16)), len(p.BF16))
+	}
+	return out
+}
+
+// span is the memory of p's storage (its first field set).
+func (p *Pool) span(name string) span {
+	if p.F32 == nil && p.BF16 != nil {
+		return spanOf(name, p.BF16)
+	}
+	return spanOf(name, p.F32)
+}
+
+// btoi is 1 for true.
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // Rows is a token-major input: token t's row starts at element t·Stride; its width is implied by

@@ -32,7 +32,7 @@ var runFormats = [...]runFormat{
 
 func (f runFormat) implementedBy(kernel string) bool {
 	k, ok := gdnsimd.Lookup(kernel)
-	return ok && k.Implements(gdnsimd.Format{VK: f.layout == gdn.LayoutVK, BF16: f.dtype == gdn.DTypeBF16})
+	return ok && k.Implements(gdnsimd.Format{VK: f.layout == gdn.LayoutVK, Storage: f.dtype})
 }
 
 // forEachKernelFormat runs f as subtest kernel=K/format=F for every kernel × format, skipping

@@ -74,7 +74,7 @@ func batchLayer(t testing.TB, c *oracle.BatchCase, kernel string, format gdnsimd
 		ALog: c.ALog, DtBias: c.DtBias, NormWeight: c.NormWeight, RMSEps: float32(c.RMSEps),
 		Workers: workers, Kernel: kernel, StateLayout: stateLayout(format),
 	}
-	if format.BF16 {
+	if format.Storage != gdnsimd.StorageF32 {
 		cfg.StateDType = gdn.DTypeBF16
 	}
 	if c.Tiled {
@@ -126,7 +126,7 @@ func makePool(slots [][]float32, d oracle.BatchDims, f gdnsimd.Format, slotPad i
 		}
 		copy(f32[s*stride:], slot)
 	}
-	if !f.BF16 {
+	if f.Storage == gdnsimd.StorageF32 {
 		p.F32 = f32
 		return p
 	}
@@ -615,7 +615,7 @@ func TestRunRandom(t *testing.T) {
 	}
 	kerneltest.ForEach(t, func(t *testing.T, kernel string) {
 		forEachFormat(t, kernel, func(t *testing.T, format gdnsimd.Format) {
-			for i, p := range cases[format.BF16] {
+			for i, p := range cases[format.Storage != gdnsimd.StorageF32] {
 				t.Run(p.c.Name, func(t *testing.T) {
 					var first oracle.BatchGot
 					for j, workers := range []int{1, 3} {
@@ -667,7 +667,7 @@ func TestRunBF16StoreTies(t *testing.T) {
 	}
 	kerneltest.ForEach(t, func(t *testing.T, kernel string) {
 		forEachFormat(t, kernel, func(t *testing.T, format gdnsimd.Format) {
-			if !format.BF16 {
+			if format.Storage == gdnsimd.StorageF32 {
 				t.Skip("f32 storage: no rounding")
 			}
 			got := runBatch(t, batchLayer(t, c, kernel, format, 1), c, runSetup{format: format, rows: rowForms[0], workers: 1})
@@ -722,7 +722,7 @@ func TestPerChannelScalarGate(t *testing.T) {
 	}
 	kerneltest.ForEach(t, func(t *testing.T, kernel string) {
 		forEachFormat(t, kernel, func(t *testing.T, format gdnsimd.Format) {
-			for _, p := range cases[format.BF16] {
+			for _, p := range cases[format.Storage != gdnsimd.StorageF32] {
 				t.Run(p.c.Name, func(t *testing.T) {
 					s := runSetup{format: format, rows: p.rf, workers: 1}
 					got := runBatch(t, batchLayer(t, p.pc, kernel, format, 1), p.pc, s)

@@ -53,7 +53,7 @@ func TestRunSeqVectors(t *testing.T) {
 		forEachFormat(t, kernel, func(t *testing.T, format gdnsimd.Format) {
 			for _, sc := range cases {
 				t.Run(sc.Name, func(t *testing.T) {
-					if sc.BF16 != format.BF16 {
+					if sc.BF16 != (format.Storage != gdnsimd.StorageF32) {
 						t.Skipf("the vector's state is %s", map[bool]string{false: "f32", true: "bf16"}[sc.BF16])
 					}
 					modes := []bool{false}
@@ -172,7 +172,7 @@ func TestRunVectors(t *testing.T) {
 	cases := loadVectors(t)
 	kerneltest.ForEach(t, func(t *testing.T, kernel string) {
 		forEachFormat(t, kernel, func(t *testing.T, format gdnsimd.Format) {
-			if format.BF16 {
+			if format.Storage != gdnsimd.StorageF32 {
 				t.Skip("the single-token vectors' states are not bf16 values")
 			}
 			for _, c := range cases {

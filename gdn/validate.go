@@ -360,12 +360,10 @@ func checkRows(f rowsField, T int) (gdnsimd.Rows, int, error) {
 // returns the number of slots.
 func (l *Layer) checkPool(name string, p *Pool, out *gdnsimd.Pool) (int, error) {
 	c := &l.c
-	if (p.F32 == nil) != (p.BF16 == nil) && (p.BF16 != nil) != (c.StateDType == DTypeBF16) {
-		have := "F32"
-		if p.BF16 != nil {
-			have = "BF16"
+	if set, _ := p.fields(); set == 1 {
+		if d, have := p.dtype(); d != c.StateDType {
+			return 0, fmt.Errorf("%w: %s.%s is set, but the Layer stores its state as %v (Config.StateDType)", ErrShape, name, have, c.StateDType)
 		}
-		return 0, fmt.Errorf("%w: %s.%s is set, but the Layer stores its state as %v (Config.StateDType)", ErrShape, name, have, c.StateDType)
 	}
 	return slotsOf(name, p, c.VHeads*c.K*c.V, "VHeads·K·V", out)
 }
@@ -374,8 +372,9 @@ func (l *Layer) checkPool(name string, p *Pool, out *gdnsimd.Pool) (int, error) 
 // SlotStride of at least size, room for a slot; it sets the kernel's view and returns the number
 // of slots.
 func slotsOf(name string, p *Pool, size int, sizeName string, out *gdnsimd.Pool) (int, error) {
-	if (p.F32 == nil) == (p.BF16 == nil) {
-		return 0, fmt.Errorf("%w: %s: exactly one of F32 and BF16 must be set (F32 has %d elements, BF16 %d)", ErrShape, name, len(p.F32), len(p.BF16))
+	set, n := p.fields()
+	if set != 1 {
+		return 0, fmt.Errorf("%w: %s: exactly one of %s must be set (%s)", ErrShape, name, poolFields, p.lens())
 	}
 	stride := p.SlotStride
 	if stride == 0 {
@@ -384,23 +383,11 @@ func slotsOf(name string, p *Pool, size int, sizeName string, out *gdnsimd.Pool)
 	if stride < size {
 		return 0, fmt.Errorf("%w: %s.SlotStride = %d, want 0 or at least %s = %d", ErrShape, name, p.SlotStride, sizeName, size)
 	}
-	n := len(p.F32) + len(p.BF16)
 	if n < size {
 		return 0, fmt.Errorf("%w: %s has %d elements: it holds no slot of %s = %d", ErrShape, name, n, sizeName, size)
 	}
-	*out = gdnsimd.Pool{F32: p.F32, SlotStride: stride}
-	if p.BF16 != nil {
-		out.BF16 = unsafe.Slice((*uint16)(unsafe.SliceData(p.BF16)), len(p.BF16))
-	}
+	*out = p.view(stride)
 	return (n-size)/stride + 1, nil
-}
-
-// poolSpan is the span of p's storage.
-func poolSpan(name string, p *Pool) span {
-	if p.BF16 != nil {
-		return spanOf(name, p.BF16)
-	}
-	return spanOf(name, p.F32)
 }
 
 // checkConvPools checks the conv pools of a Layer with the conv front (their storage, sizes and
@@ -444,7 +431,9 @@ func setOrNil(set bool) string {
 
 // sameSlice reports whether two pools are the very same slice.
 func sameSlice(a, b Pool) bool {
-	return spanOf("", a.F32) == spanOf("", b.F32) && spanOf("", a.BF16) == spanOf("", b.BF16)
+	da, _ := a.dtype()
+	db, _ := b.dtype()
+	return da == db && a.span("") == b.span("")
 }
 
 // checkBatchOverlap enforces rule 6: outputs overlap nothing; StoreTo is State's very slice or
@@ -462,14 +451,14 @@ func checkBatchOverlap(b *Batch, conv bool) error {
 		spanOf("Batch.Start", b.Start), spanOf("Batch.Read", b.Read), spanOf("Batch.Store", b.Store),
 	}
 	var pools [4]span // State, StoreTo, ConvState, ConvStoreTo
-	pools[0] = poolSpan("Batch.State", &b.State)
+	pools[0] = b.State.span("Batch.State")
 	if b.StoreTo != nil {
-		pools[1] = poolSpan("Batch.StoreTo", b.StoreTo)
+		pools[1] = b.StoreTo.span("Batch.StoreTo")
 	}
 	if conv {
-		pools[2] = poolSpan("Batch.ConvState", &b.ConvState)
+		pools[2] = b.ConvState.span("Batch.ConvState")
 		if b.ConvStoreTo != nil {
-			pools[3] = poolSpan("Batch.ConvStoreTo", b.ConvStoreTo)
+			pools[3] = b.ConvStoreTo.span("Batch.ConvStoreTo")
 		}
 	}
 	// A store pool may be its source pool's very slice (the same memory as the same type: a bf16

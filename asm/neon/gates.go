@@ -79,7 +79,7 @@ func gatesTable(e *emitter) {
 
 func gatesNEON(e *emitter) {
 	gatesTable(e)
-	e.doc("func gatesNEON(beta, em1, eg, b, a, dtb []float32, rate []float64, lb float64)",
+	e.doc("func gatesNEON(beta, em1, eg, b, a, dtb []float32, rate []float64, form uint8, lb float64)",
 		"",
 		"gatesGeneric (gdn_generic_gates.go) for i < len(a), two lanes of float64 a vector: its operations in its",
 		"order, each math.FMA one FMLA or FMLS, each other product one FMUL, the divisions FDIV, min",
@@ -87,7 +87,7 @@ func gatesNEON(e *emitter) {
 		"FCMGT/FCMGE masks (false for NaN) selecting with VAND and VBIF/VBIT; 2^k from t = k + magic as",
 		"(bits + 1023) << 52. Inputs widened with FCVTL/FCVTL2 (the rates are float64), outputs",
 		"narrowed with FCVTN (to nearest even, as float32() does). beta only when len(b) > 0, the",
-		"bounded log-decay when lb < 0: branches around whole bodies. Four lanes per iteration (two",
+		"log-decay of the gate form (0 softplus, 1 bounded by lb): branches around whole bodies. Four lanes per iteration (two",
 		"vectors, their instructions interleaved), then two (one vector), then a last odd lane through",
 		"the same one-vector body in lane 0 (scalar loads: the other lane is 0; only lane 0 is stored).",
 		"",
@@ -97,8 +97,8 @@ func gatesNEON(e *emitter) {
 		"Horner step's accumulator, off the dependency chain).",
 		"",
 		"Registers: R0 beta, R1 em1, R2 eg, R3 b, R4 a, R5 rate, R6 dtb, R7 lanes left, R8 1 in the odd",
-		"lane, R10 len(b), R11 1 if lb < 0, R12 lb's address; V0–V8 one vector's lanes, V9–V17 the other's.")
-	e.text("gatesNEON", 176)
+		"lane, R10 len(b), R11 1 for the bounded form, R12 lb's address; V0–V8 one vector's lanes, V9–V17 the other's.")
+	e.text("gatesNEON", 184)
 	beta, em1, eg, pb, pa, prate, pdtb, n, inTail := Reg(0), Reg(1), Reg(2), Reg(3), Reg(4), Reg(5), Reg(6), Reg(7), Reg(8)
 	nb, bounded, plb := Reg(10), Reg(11), Reg(12)
 	for i, name := range []string{"beta", "em1", "eg", "b", "a", "dtb", "rate"} {
@@ -106,10 +106,10 @@ func gatesNEON(e *emitter) {
 	}
 	e.op("MOVD", arg("a_len", 104), n)
 	e.op("MOVD", arg("b_len", 80), nb)
-	e.op("FMOVD", arg("lb", 168), "F0")
-	e.op("FCMPD", "$(0.0)", "F0")
-	e.opn("lb < 0 (false for NaN)", "CSET", "MI", bounded)
-	e.op("MOVD", "$"+arg("lb", 168), plb)
+	e.op("MOVBU", arg("form", 168), bounded)
+	e.op("CMP", imm(gc.FormBounded), bounded)
+	e.opn("the bounded form", "CSET", "EQ", bounded)
+	e.op("MOVD", "$"+arg("lb", 176), plb)
 	e.op("MOVD", imm(0), inTail)
 	e.op("MOVD", "$·gates64c(SB)", gatesTab)
 	for i, c := range gatesResident {

@@ -26,7 +26,7 @@ and outF nil or at least as long, not checked):
 act is silu32, or sigmoid32 if sig; a nil out or outF is skipped. act uses exp32's polynomial and
 clamps, vectorised. The
 kernel's gate is gateSplit(l2NEON, gateNEON4): r from l2NEON's Σo², as gateGeneric computes it.`},
-	{Name: "gatesNEON", Params: "(beta, em1, eg, b, a, dtb []float32, rate []float64, lb float64)",
+	{Name: "gatesNEON", Params: "(beta, em1, eg, b, a, dtb []float32, rate []float64, form uint8, lb float64)",
 		Doc: `gatesNEON is gatesGeneric in NEON, two lanes of float64 a vector (four per iteration, then two,
 then one alone in lane 0): every lane's operations are gatesGeneric's, in its order, so the bits
 are the same. It takes len(a) lanes and does not check the other lengths (gatesChecked does).`},
@@ -66,10 +66,12 @@ const neonLanes = 4
 // and the stubs.
 func goFile() gofile.File {
 	k := gofile.Kernel{Name: "neon"}
-	for b, st := range []string{"f32", "bf16"} {
+	for _, st := range storages {
+		var row [2]*gofile.Routine
 		for l, lay := range []string{"KV", "VK"} {
-			k.Routines[b][l] = &gofile.Routine{Fn: "state" + lay + st + "NEON", BF16: b == 1, MaxK: maxK}
+			row[l] = &gofile.Routine{Fn: "state" + lay + st.String() + "NEON", Storage: st.goName(), MaxK: maxK}
 		}
+		k.Routines = append(k.Routines, row)
 	}
 	return gofile.File{
 		Generator: "go -C asm run ./neon (asm/neon/gostubs.go)",

@@ -123,7 +123,7 @@ func stateKV(e *emitter, st storage) {
 		"row counter, R15 state row stride V·es, R19 strip's first column, R20 tokens left, R21 tok, R22",
 		"stores, R23 row start, R24/R25 scratch.")
 	e.textFrame(name, slabBytes, size)
-	if !st.bf16 {
+	if !st.narrow() {
 		e.comment("one token with a store (decode, dst1 set): the T = 1 plan, whole column strips (stateOne)")
 		e.op("MOVD", fr.base("dst1"), kvTmp)
 		e.op("CBZ", kvTmp, "tokens")
@@ -154,9 +154,8 @@ func stateKV(e *emitter, st storage) {
 		e.op("CMP", imm(w), kvCols)
 		e.op("BLT", next)
 
-		in := f32f32
-		if st.bf16 {
-			in = bf16f32
+		in := st.load()
+		if st.narrow() {
 			e.op("MOVD", fr.base("src32"), kvRowP)
 			e.op("CBZ", kvRowP, l+"in16")
 			e.op("ADD", fmt.Sprintf("%v<<2", kvOff), kvRowP, kvRowP)
@@ -207,10 +206,7 @@ func stateKV(e *emitter, st storage) {
 		e.op("MOVD", mem(kvStores), kvRowP)
 		e.op("CBZ", kvRowP, l+"next")
 		e.op("ADD", fmt.Sprintf("%v<<%d", kvOff, st.shift()), kvRowP, kvRowP)
-		out := f32f32
-		if st.bf16 {
-			out = f32bf16
-		}
+		out := st.store()
 		kvRows(e, out, l+"st", w, false, kvStride)
 
 		e.label(l + "next")
@@ -226,7 +222,7 @@ func stateKV(e *emitter, st storage) {
 		e.op("SUBS", imm(1), kvTau, kvTau)
 		e.op("BNE", l+"tok")
 
-		if st.bf16 {
+		if st.narrow() {
 			e.comment("the f32 strip after the last token to carry")
 			e.op("MOVD", fr.base("carry"), kvRowP)
 			e.op("CBZ", kvRowP, l+"adv")

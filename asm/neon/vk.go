@@ -247,7 +247,7 @@ func stateVK(e *emitter, st storage) {
 		// Copy the group into the slab.
 		e.op("MOVD", vkSlab, vkRow(1))
 		e.op("LSL", imm(log2(g)), vkK, vkN)
-		if st.bf16 {
+		if st.narrow() {
 			e.op("MOVD", fr.base("src32"), vkRow(0))
 			e.op("CBZ", vkRow(0), l+"in16")
 			e.op("ADD", fmt.Sprintf("%v<<2", vkOff), vkRow(0), vkRow(0))
@@ -257,10 +257,7 @@ func stateVK(e *emitter, st storage) {
 			e.label(l + "in16")
 		}
 		e.op("MOVD", vkSrc, vkRow(0))
-		in := f32f32
-		if st.bf16 {
-			in = bf16f32
-		}
+		in := st.load()
 		copyConsts(e, in, vkTmp)
 		copyN(e, in, l+"in", vkRow(0), vkRow(1), vkN, vkTmp)
 
@@ -297,10 +294,7 @@ func stateVK(e *emitter, st storage) {
 		e.op("ADD", fmt.Sprintf("%v<<%d", vkOff, st.shift()), vkRow(1), vkRow(1))
 		e.op("MOVD", vkSlab, vkRow(0))
 		e.op("LSL", imm(log2(g)), vkK, vkN)
-		out := f32f32
-		if st.bf16 {
-			out = f32bf16
-		}
+		out := st.store()
 		copyConsts(e, out, vkTmp)
 		copyN(e, out, l+"st", vkRow(0), vkRow(1), vkN, vkTmp)
 
@@ -317,7 +311,7 @@ func stateVK(e *emitter, st storage) {
 		e.op("SUBS", imm(1), vkTau, vkTau)
 		e.op("BNE", l+"tok")
 
-		if st.bf16 {
+		if st.narrow() {
 			e.comment("the f32 state after the last token to carry")
 			e.op("MOVD", fr.base("carry"), vkRow(1))
 			e.op("CBZ", vkRow(1), l+"adv")

@@ -23,6 +23,13 @@ const (
 // library's nearOne): every generator's decay form takes it from here.
 const NearOne = -0.5
 
+// FormSoftplus and FormBounded are the gate forms as the gates routines take them (their form
+// argument: the library's GateSoftplus and GateBounded).
+const (
+	FormSoftplus = 0
+	FormBounded  = 1
+)
+
 // ExpP is exp64's polynomial, Log1pP log1p01's, Expm1P expm1Near's: highest degree first.
 var (
 	ExpP = [14]float64{

@@ -71,7 +71,8 @@ func TestMatchesGates(t *testing.T) {
 		name string
 		got  float64
 	}{{"exp64Hi", Hi}, {"exp64Lo", Lo}, {"expMagic", Magic}, {"log2e64", Log2e}, {"ln2Hi64", Ln2Hi},
-		{"ln2Lo64", Ln2Lo}, {"ln2Half", Ln2Half}, {"log1p01Tiny", Tiny}, {"nearOne", NearOne}} {
+		{"ln2Lo64", Ln2Lo}, {"ln2Half", Ln2Half}, {"log1p01Tiny", Tiny}, {"nearOne", NearOne},
+		{"GateSoftplus", FormSoftplus}, {"GateBounded", FormBounded}} {
 		if want, ok := named[c.name]; !ok || c.got != want {
 			t.Errorf("%s = %v in the table, %v (found %v) in the Go code", c.name, c.got, want, ok)
 		}

@@ -45,20 +45,21 @@ type Snap struct {
 // Routine is one state routine over T tokens and its limits.
 type Routine struct {
 	Fn         string
-	BF16       bool
-	MinK, MaxK int   // heads with K outside run the generic routine of the format
-	OddRow     bool  // [V][K] rows in pairs: the last row of an odd V in Go
-	Snap       *Snap // f32 routines: nil, never one call
+	Storage    string // the library's Storage constant: StorageF32, StorageBF16
+	MinK, MaxK int    // heads with K outside run the generic routine of the format
+	OddRow     bool   // [V][K] rows in pairs: the last row of an odd V in Go
+	Snap       *Snap  // f32 routines: nil, never one call
 	Cvt        string
 	Work       bool // the routine reads the work space (stateArgs.work)
 	Chans      bool // the routine takes the per-channel gate (stateArgs.ch)
 }
 
-// Kernel is one kernel's routine table, by [bf16][layout]: var <Name>Routines, which the kernel's
-// hand-written impl literal (<Name>Impl) takes.
+// Kernel is one kernel's routine table, by [storage][layout]: var <Name>Routines, which the
+// kernel's hand-written impl literal (<Name>Impl) takes; Routines holds a row per storage, keyed
+// in the table by its routines' Storage.
 type Kernel struct {
 	Name     string
-	Routines [2][2]*Routine
+	Routines [][2]*Routine
 }
 
 // File is a generated Go file.
@@ -111,11 +112,11 @@ func (f File) Source() ([]byte, error) {
 	}
 	for _, k := range f.Kernels {
 		rs := k.Name + "Routines"
-		fmt.Fprintf(&w, "// %s are %sImpl's state routines, [bf16][layout], with their limits.\nvar %s = [2][2]*routine{\n", rs, k.Name, rs)
-		for b, st := range [2]string{"f32", "bf16"} {
-			fmt.Fprintf(&w, "\t{ // %s\n", st)
+		fmt.Fprintf(&w, "// %s are %sImpl's state routines, [storage][layout], with their limits.\nvar %s = [storages][2]*routine{\n", rs, k.Name, rs)
+		for _, row := range k.Routines {
+			fmt.Fprintf(&w, "\t%s: {\n", row[0].Storage)
 			for l, lay := range [2]string{"[K][V]", "[V][K]"} {
-				fmt.Fprintf(&w, "\t\t%s, // %s\n", k.Routines[b][l].literal(), lay)
+				fmt.Fprintf(&w, "\t\t%s, // %s\n", row[l].literal(), lay)
 			}
 			w.WriteString("\t},\n")
 		}
@@ -145,7 +146,7 @@ func (r *Routine) literal() string {
 	if r == nil {
 		return "nil"
 	}
-	s := fmt.Sprintf("{fn: %s, bf16: %v, minK: %d, maxK: %d, oddRow: %v, work: %v, chans: %v", r.Fn, r.BF16, r.MinK, r.MaxK, r.OddRow, r.Work, r.Chans)
+	s := fmt.Sprintf("{fn: %s, st: %s, minK: %d, maxK: %d, oddRow: %v, work: %v, chans: %v", r.Fn, r.Storage, r.MinK, r.MaxK, r.OddRow, r.Work, r.Chans)
 	if r.Snap != nil {
 		s += fmt.Sprintf(", snap: &snapRule{kMod: %d, kMax: %d, vMod: %d, vMin: %d, align: %d}", r.Snap.KMod, r.Snap.KMax, r.Snap.VMod, r.Snap.VMin, r.Snap.Align)
 	}
