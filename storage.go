@@ -26,10 +26,6 @@ func (s Storage) String() string {
 	return fmt.Sprintf("Storage(%d)", uint8(s))
 }
 
-// narrow reports whether s keeps 16-bit words (a stateRef's bits, a routine's uint16 src, the
-// f32 carry between a call's chunks), rounded at each store.
-func (s Storage) narrow() bool { return s != StorageF32 }
-
 // widen sets dst[i] to the float32 of the stored element src[i] (exact; len(src) ≥ len(dst)).
 func (s Storage) widen(dst []float32, src []uint16) {
 	src = src[:len(dst)]

@@ -42,6 +42,10 @@ func (s *snapRule) once(K, V int, stores []unsafe.Pointer) bool {
 	return true
 }
 
+// narrow reports whether s keeps 16-bit words (a routine's uint16 src and stores, the f32 state
+// between a call's chunks in src32 and carry), rounded at each store.
+func (s Storage) narrow() bool { return s != StorageF32 }
+
 // withRoutines fills the cells of im from its routines (nil: a format im does not implement)
 // and returns im.
 func withRoutines(im impl, rs *[storages][2]*routine) impl {

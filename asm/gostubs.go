@@ -189,10 +189,3 @@ func goFile() gofile.File {
 	}
 	return f
 }
-
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
-}
