@@ -2,7 +2,6 @@ package gdnsimd
 
 import (
 	"fmt"
-	"math"
 )
 
 // Storage is the element type of a state pool (Format.Storage): how a float32 state is kept
@@ -28,12 +27,9 @@ func (s Storage) String() string {
 
 // widen sets dst[i] to the float32 of the stored element src[i] (exact; len(src) ≥ len(dst)).
 func (s Storage) widen(dst []float32, src []uint16) {
-	src = src[:len(dst)]
 	switch s {
 	case StorageBF16:
-		for i, b := range src {
-			dst[i] = math.Float32frombits(uint32(b) << 16)
-		}
+		widenGeneric(dst, src)
 	default:
 		panic("gdnsimd: widen of " + s.String())
 	}
